@@ -1,0 +1,42 @@
+# Fjord developer entry points. `make run` and `make test` are the only two commands a fresh machine needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SYSTEM_STAMP := .cache/system-deps.installed
+
+.PHONY: install run test lint typecheck unit bench clean system-deps
+
+install: $(STAMP) $(SYSTEM_STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Everything the tests need from outside PyPI: Debian's kcat/librdkafka, Java for Spark, and kafkajs from npm.
+$(SYSTEM_STAMP): scripts/install-system-deps.sh
+	bash scripts/install-system-deps.sh
+	mkdir -p .cache && touch $(SYSTEM_STAMP)
+
+run: $(STAMP)
+	$(BIN)/fjord server start --config config/server.properties
+
+lint: install
+	$(BIN)/ruff check broker controller storage spark_connector tests bench
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest -q tests
+
+test: install
+	$(BIN)/ruff check broker controller storage spark_connector tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q tests
+
+bench: install
+	$(BIN)/python bench/storage.py
+
+clean:
+	rm -rf $(VENV) .cache build *.egg-info .pytest_cache .mypy_cache .ruff_cache

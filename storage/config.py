@@ -1,0 +1,285 @@
+"""Storage configuration: the ``s3.*`` keys (DESIGN.md §11) and the properties-file reader every process uses.
+
+Object stores and WALs are named by AutoMQ-style URLs: ``0@s3://BUCKET?region=R&endpoint=URL&pathStyle=true``
+or ``0@file:///ABS/PATH`` (``0@file://data/objects`` is relative to the working directory). The leading ``N@`` is
+the bucket index; several comma-separated URLs are allowed, the first is where new data goes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class BucketURL:
+    """One object-storage location."""
+
+    index: int
+    scheme: str  # "file", "s3" or "mem"
+    bucket: str  # S3 bucket name; for file://, the directory path; for mem://, a name
+    region: str = "us-east-1"
+    endpoint: str | None = None
+    path_style: bool = False
+    access_key: str | None = None
+    secret_key: str | None = None
+    params: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.bucket)
+
+    def describe(self) -> str:
+        """For logs: never includes credentials."""
+        if self.scheme == "s3":
+            where = f" at {self.endpoint}" if self.endpoint else ""
+            return f"s3://{self.bucket}{where}"
+        return f"{self.scheme}://{self.bucket}"
+
+
+def parse_bucket_url(text: str, key: str = "s3.data.buckets") -> BucketURL:
+    """Parses ``N@scheme://...``; ``key`` names the setting in error messages."""
+    text = text.strip()
+    index = 0
+    if "@" in text.split("://", 1)[0]:
+        prefix, text = text.split("@", 1)
+        if not prefix.isdigit():
+            raise ConfigError(f"{key}: bucket index {prefix!r} is not a number in {text!r}")
+        index = int(prefix)
+    parts = urlsplit(text)
+    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    if parts.scheme == "file":
+        raw = parts.netloc + parts.path
+        if not raw:
+            raise ConfigError(f"{key}: file URL {text!r} has no path")
+        return BucketURL(index, "file", str(Path(raw)), params=query)
+    if parts.scheme == "mem":
+        return BucketURL(index, "mem", parts.netloc or "default", params=query)
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            raise ConfigError(f"{key}: S3 URL {text!r} has no bucket name")
+        return BucketURL(
+            index,
+            "s3",
+            parts.netloc,
+            region=query.get("region", "us-east-1"),
+            endpoint=query.get("endpoint") or None,
+            path_style=query.get("pathStyle", "false").lower() == "true",
+            access_key=query.get("accessKey") or os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("KAFKA_S3_ACCESS_KEY"),
+            secret_key=query.get("secretKey")
+            or os.environ.get("AWS_SECRET_ACCESS_KEY")
+            or os.environ.get("KAFKA_S3_SECRET_KEY"),
+            params=query,
+        )
+    raise ConfigError(f"{key}: unsupported object storage URL {text!r} (use s3://, file:// or mem://)")
+
+
+def parse_bucket_urls(text: str, key: str) -> list[BucketURL]:
+    urls = [parse_bucket_url(part, key) for part in text.split(",") if part.strip()]
+    if not urls:
+        raise ConfigError(f"{key}: no bucket URL given")
+    return urls
+
+
+def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Reads a Java-style ``.properties`` file (``key=value`` or ``key: value``, ``#``/``!`` comments,
+    trailing-backslash continuations)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    return parse_properties(text.splitlines(), str(path))
+
+
+def parse_properties(lines: Iterable[str], source: str = "<properties>") -> dict[str, str]:
+    out: dict[str, str] = {}
+    pending = ""
+    for number, raw in enumerate(lines, 1):
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:i].strip(), line[i + 1 :].strip()
+                break
+        else:
+            raise ConfigError(f"{source}:{number}: expected key=value, got {raw.strip()!r}")
+        if not key:
+            raise ConfigError(f"{source}:{number}: empty key")
+        out[key] = value
+    return out
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_size(value: str, key: str) -> int:
+    """Bytes from ``524288``, ``512KiB``, ``8MiB``, ``1GiB`` (also KB/MB/GB as binary units, as AutoMQ)."""
+    text = value.strip().replace(" ", "")
+    units = {"kib": KiB, "kb": KiB, "k": KiB, "mib": MiB, "mb": MiB, "m": MiB, "gib": GiB, "gb": GiB, "g": GiB}
+    lower = text.lower()
+    for suffix in sorted(units, key=len, reverse=True):
+        if lower.endswith(suffix):
+            number = lower[: -len(suffix)]
+            scale = units[suffix]
+            break
+    else:
+        number, scale = lower, 1
+    try:
+        result = int(float(number) * scale)
+    except ValueError:
+        raise ConfigError(f"{key}: {value!r} is not a size") from None
+    if result < 0:
+        raise ConfigError(f"{key}: {value!r} must not be negative")
+    return result
+
+
+def parse_int(value: str, key: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ConfigError(f"{key}: {value!r} is not an integer") from None
+
+
+def parse_bool(value: str, key: str) -> bool:
+    lower = value.strip().lower()
+    if lower in ("true", "1", "yes"):
+        return True
+    if lower in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{key}: {value!r} is not true or false")
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """Every knob of the storage engine, with AutoMQ's defaults scaled for one process (DESIGN.md §12)."""
+
+    data_buckets: tuple[BucketURL, ...] = (BucketURL(0, "file", "data/objects"),)
+    wal_url: BucketURL = BucketURL(0, "file", "data/wal")
+    cluster_id: str = "fjord"
+    node_id: int = 0
+    node_epoch: int = 0
+
+    # WAL
+    wal_capacity: int = 2 * GiB  # file WAL: bytes on disk before appends wait for uploads (backpressure)
+    wal_segment_size: int = 64 * MiB
+    wal_batch_interval_ms: int = 250  # s3 WAL: flush a batch at least this often
+    wal_max_bytes_in_batch: int = 8 * MiB  # s3 WAL: or when this many bytes are pending
+
+    # LogCache and upload
+    wal_cache_size: int = 1 * GiB
+    wal_upload_threshold: int = 500 * MiB
+    wal_upload_interval_ms: int = 60_000
+    stream_object_split_size: int = 8 * MiB
+    object_block_size: int = 512 * KiB
+    object_part_size: int = 16 * MiB
+
+    # read path
+    block_cache_size: int = 512 * MiB
+    readahead_max: int = 32 * MiB
+
+    # S3 client
+    s3_max_concurrency: int = 32
+    s3_max_retries: int = 8
+
+    # compaction and lifecycle
+    stream_set_object_compaction_interval_ms: int = 5 * 60_000
+    stream_set_object_compaction_force_split_ms: int = 120 * 60_000
+    stream_set_object_compaction_max_objects: int = 500
+    stream_object_compaction_interval_ms: int = 60_000
+    stream_object_compaction_small_size: int = 4 * MiB
+    object_prepare_ttl_ms: int = 60 * 60_000
+    object_delete_retention_ms: int = 60_000
+
+    @property
+    def namespace(self) -> str:
+        return f"_fjord_{self.cluster_id}"
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], **fixed: object) -> StorageConfig:
+        """Reads the ``s3.*`` keys; unknown keys are ignored (they belong to other components)."""
+        values: dict[str, object] = {}
+        if "s3.data.buckets" in props:
+            values["data_buckets"] = tuple(parse_bucket_urls(props["s3.data.buckets"], "s3.data.buckets"))
+        if "s3.wal.path" in props:
+            values["wal_url"] = parse_bucket_url(props["s3.wal.path"], "s3.wal.path")
+        for key, (name, parse) in _KEYS.items():
+            if key in props:
+                values[name] = parse(props[key], key)
+        values.update(fixed)
+        config = cls(**values)  # type: ignore[arg-type]
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.object_block_size <= 0:
+            raise ConfigError("s3.object.block.size must be positive")
+        if self.wal_upload_threshold <= 0:
+            raise ConfigError("s3.wal.upload.threshold must be positive")
+        if self.wal_cache_size < self.wal_upload_threshold:
+            raise ConfigError(
+                f"s3.wal.cache.size ({self.wal_cache_size}) must be at least s3.wal.upload.threshold "
+                f"({self.wal_upload_threshold})"
+            )
+        if self.wal_url.scheme not in ("file", "s3", "mem"):
+            raise ConfigError(f"s3.wal.path: unsupported WAL URL scheme {self.wal_url.scheme!r}")
+
+
+_KEYS: dict[str, tuple[str, object]] = {}
+
+
+def _register() -> None:
+    sizes = {
+        "s3.wal.capacity": "wal_capacity",
+        "s3.wal.segment.size": "wal_segment_size",
+        "s3.wal.cache.size": "wal_cache_size",
+        "s3.wal.upload.threshold": "wal_upload_threshold",
+        "s3.stream.object.split.size": "stream_object_split_size",
+        "s3.object.block.size": "object_block_size",
+        "s3.object.part.size": "object_part_size",
+        "s3.block.cache.size": "block_cache_size",
+        "s3.readahead.max.size": "readahead_max",
+        "s3.wal.max.bytes.in.batch": "wal_max_bytes_in_batch",
+        "s3.stream.object.compaction.small.size": "stream_object_compaction_small_size",
+    }
+    ints = {
+        "s3.wal.batch.interval.ms": "wal_batch_interval_ms",
+        "s3.wal.upload.interval.ms": "wal_upload_interval_ms",
+        "s3.max.concurrency": "s3_max_concurrency",
+        "s3.max.retries": "s3_max_retries",
+        "s3.stream.set.object.compaction.interval.ms": "stream_set_object_compaction_interval_ms",
+        "s3.stream.set.object.compaction.force.split.ms": "stream_set_object_compaction_force_split_ms",
+        "s3.stream.set.object.compaction.max.num": "stream_set_object_compaction_max_objects",
+        "s3.stream.object.compaction.interval.ms": "stream_object_compaction_interval_ms",
+        "s3.object.prepare.ttl.ms": "object_prepare_ttl_ms",
+        "s3.object.delete.retention.ms": "object_delete_retention_ms",
+    }
+    for key, name in sizes.items():
+        _KEYS[key] = (name, parse_size)
+    for key, name in ints.items():
+        _KEYS[key] = (name, parse_int)
+
+
+_register()

@@ -1,0 +1,1 @@
+"""Stream and object metadata: the interface the controller serves, and an in-process implementation."""

@@ -1,0 +1,67 @@
+"""The object-store interface every backend implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+MULTIPART_THRESHOLD = 32 * 1024 * 1024
+"""Objects larger than this are uploaded in parts (DESIGN.md §5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Request counters, so benchmarks and tests can see what the engine costs in S3 requests."""
+
+    puts: int = 0
+    gets: int = 0
+    deletes: int = 0
+    lists: int = 0
+    bytes_put: int = 0
+    bytes_got: int = 0
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """An S3-like bucket. Keys are ``/``-separated strings; every method is safe to call concurrently."""
+
+    stats: StoreStats
+
+    @property
+    def name(self) -> str:
+        """A URL-like description for logs and errors (never includes credentials)."""
+        ...
+
+    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+        """Stores ``data`` atomically; readers see all of it or none of it. Above ``MULTIPART_THRESHOLD``
+        backends that can upload in parts do. With ``if_none_match`` an existing key raises ObjectExistsError."""
+        ...
+
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the object (``end=None``: to the end). Missing key: ObjectNotFoundError."""
+        ...
+
+    async def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """The last ``length`` bytes (fewer if the object is smaller) and the object's total size."""
+        ...
+
+    async def size(self, key: str) -> int:
+        """The object's size. Missing key: ObjectNotFoundError."""
+        ...
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        """Deletes the keys; missing keys are not an error."""
+        ...
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, sorted by key."""
+        ...
+
+    async def close(self) -> None: ...

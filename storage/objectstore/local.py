@@ -1,0 +1,158 @@
+"""The embedded default: a bucket in a local directory.
+
+Keys map to paths under the root. A put writes a temporary file in the same directory, fsyncs it and renames
+it over the key, so a reader (or a crash) sees the whole object or none of it. File I/O runs in the default
+thread pool to keep the event loop responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
+from storage.objectstore.base import ObjectInfo, StoreStats
+
+_TMP_SUFFIX = ".fjord-tmp"
+
+
+class LocalObjectStore:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._root = Path(root).resolve()
+        self._root.mkdir(parents=True, exist_ok=True)
+        self.stats = StoreStats()
+
+    @property
+    def name(self) -> str:
+        return f"file://{self._root}"
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def _path(self, key: str) -> Path:
+        if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
+            raise ObjectStoreError(f"{self.name}: invalid object key {key!r}")
+        return self._root / key
+
+    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+        path = self._path(key)
+        self.stats.puts += 1
+        self.stats.bytes_put += len(data)
+        await asyncio.to_thread(self._put_sync, path, key, data, if_none_match)
+
+    def _put_sync(self, path: Path, key: str, data: bytes, if_none_match: bool) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if if_none_match:
+                # link() fails if the target exists: an atomic create-if-absent.
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise ObjectExistsError(key) from None
+                finally:
+                    tmp.unlink(missing_ok=True)
+            else:
+                os.replace(tmp, path)
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ObjectStoreError(f"{self.name}: put {key!r} failed: {exc}") from exc
+
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        path = self._path(key)
+        data = await asyncio.to_thread(self._get_sync, path, key, start, end)
+        self.stats.gets += 1
+        self.stats.bytes_got += len(data)
+        return data
+
+    def _get_sync(self, path: Path, key: str, start: int, end: int | None) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                return f.read() if end is None else f.read(max(0, end - start))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(key) from None
+        except OSError as exc:
+            raise ObjectStoreError(f"{self.name}: get {key!r} failed: {exc}") from exc
+
+    async def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        path = self._path(key)
+        data, size = await asyncio.to_thread(self._tail_sync, path, key, length)
+        self.stats.gets += 1
+        self.stats.bytes_got += len(data)
+        return data, size
+
+    def _tail_sync(self, path: Path, key: str, length: int) -> tuple[bytes, int]:
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - length))
+                return f.read(), size
+        except FileNotFoundError:
+            raise ObjectNotFoundError(key) from None
+
+    async def size(self, key: str) -> int:
+        try:
+            return (await asyncio.to_thread(os.stat, self._path(key))).st_size
+        except FileNotFoundError:
+            raise ObjectNotFoundError(key) from None
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        paths = [self._path(k) for k in keys]
+        self.stats.deletes += 1
+        await asyncio.to_thread(self._delete_sync, paths)
+
+    def _delete_sync(self, paths: list[Path]) -> None:
+        for path in paths:
+            path.unlink(missing_ok=True)
+            # Prune empty directories up to the root so listing stays cheap.
+            parent = path.parent
+            while parent != self._root:
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
+                parent = parent.parent
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        self.stats.lists += 1
+        return await asyncio.to_thread(self._list_sync, prefix)
+
+    def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+        # Walk only the directory the prefix names, not the whole bucket.
+        base = self._root
+        head, _, _ = prefix.rpartition("/")
+        if head:
+            base = self._root / head
+        out: list[ObjectInfo] = []
+        if not base.exists():
+            return out
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                if name.endswith(_TMP_SUFFIX):
+                    continue
+                full = Path(dirpath) / name
+                key = full.relative_to(self._root).as_posix()
+                if key.startswith(prefix):
+                    try:
+                        out.append(ObjectInfo(key, full.stat().st_size))
+                    except FileNotFoundError:
+                        continue
+        out.sort(key=lambda info: info.key)
+        return out
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,66 @@
+"""An in-memory bucket for unit tests: same semantics as the others, no I/O."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from storage.errors import ObjectExistsError, ObjectNotFoundError
+from storage.objectstore.base import ObjectInfo, StoreStats
+
+
+class MemoryObjectStore:
+    def __init__(self, name: str = "default") -> None:
+        self._name = name
+        self._objects: dict[str, bytes] = {}
+        self.stats = StoreStats()
+
+    @property
+    def name(self) -> str:
+        return f"mem://{self._name}"
+
+    def keys(self) -> list[str]:
+        return sorted(self._objects)
+
+    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+        await asyncio.sleep(0)
+        if if_none_match and key in self._objects:
+            raise ObjectExistsError(key)
+        self.stats.puts += 1
+        self.stats.bytes_put += len(data)
+        self._objects[key] = bytes(data)
+
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        await asyncio.sleep(0)
+        try:
+            data = self._objects[key]
+        except KeyError:
+            raise ObjectNotFoundError(key) from None
+        self.stats.gets += 1
+        chunk = data[start:end]
+        self.stats.bytes_got += len(chunk)
+        return chunk
+
+    async def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        size = await self.size(key)
+        return await self.get(key, max(0, size - length)), size
+
+    async def size(self, key: str) -> int:
+        try:
+            return len(self._objects[key])
+        except KeyError:
+            raise ObjectNotFoundError(key) from None
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        await asyncio.sleep(0)
+        self.stats.deletes += 1
+        for key in keys:
+            self._objects.pop(key, None)
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        await asyncio.sleep(0)
+        self.stats.lists += 1
+        return [ObjectInfo(k, len(v)) for k, v in sorted(self._objects.items()) if k.startswith(prefix)]
+
+    async def close(self) -> None:
+        return None

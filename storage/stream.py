@@ -1,0 +1,86 @@
+"""The stream API the broker programs against (DESIGN.md §3).
+
+A ``Stream`` is opened by exactly one owner at a time. ``append`` assigns the next offsets synchronously, at
+the moment it is called, so a caller that reads ``next_offset``, rewrites its payload with that offset and calls
+``append`` without awaiting in between gets exactly those offsets; the returned awaitable completes when the
+batch is durable in the WAL. Fetches see appended data as soon as it is durable, whether it is still in the
+LogCache, in the block cache or only in object storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from storage.record import StreamRecordBatch
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Batches covering ``[start, ...)`` in order; may end before the requested end if ``max_bytes`` was hit.
+    The first batch is always returned whole, even if larger than ``max_bytes``; it may start before
+    ``start`` when ``start`` falls inside a batch."""
+
+    batches: Sequence[StreamRecordBatch]
+    cache_hit: bool = True  # False when any byte came from object storage
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.batches[-1].last_offset if self.batches else None
+
+
+class Stream(Protocol):
+    @property
+    def stream_id(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def confirm_offset(self) -> int:
+        """End of the durable prefix: fetches can read up to here."""
+        ...
+
+    @property
+    def next_offset(self) -> int:
+        """Offset the next append will get (>= confirm_offset while appends are in flight)."""
+        ...
+
+    def append(self, payload: bytes, count: int) -> Awaitable[int]:
+        """Assigns ``[next_offset, next_offset + count)`` now; the awaitable returns the base offset once the
+        batch is durable. Raises StreamNotOpenedError/StreamFencedError if the stream can no longer be
+        written."""
+        ...
+
+    async def fetch(self, start_offset: int, end_offset: int, max_bytes: int) -> FetchResult:
+        """Batches from ``start_offset`` up to ``end_offset`` (exclusive, capped at ``confirm_offset``).
+        OffsetOutOfRangeError if ``start_offset`` is below ``start_offset`` or above ``confirm_offset``."""
+        ...
+
+    async def wait_for_append(self, offset: int, timeout: float) -> bool:
+        """Waits until ``confirm_offset > offset`` or ``timeout`` seconds pass; True if data arrived. Fetch long
+        polls use this instead of sleeping."""
+        ...
+
+    async def trim(self, new_start_offset: int) -> None: ...
+
+    async def close(self) -> None:
+        """Waits for in-flight appends, force-uploads this stream's cached data, then closes it at the
+        controller so another node may open it with a higher epoch."""
+        ...
+
+    async def destroy(self) -> None:
+        """Closes and deletes the stream; its objects are reclaimed by compaction and the lifecycle sweep."""
+        ...
+
+
+class StreamClient(Protocol):
+    async def create_stream(self, tags: Sequence[tuple[str, str]] = ()) -> int: ...
+
+    async def open_stream(self, stream_id: int, epoch: int) -> Stream: ...
+
+    async def delete_stream(self, stream_id: int, epoch: int) -> None: ...

@@ -1,0 +1,1 @@
+"""The write-ahead log: appends are durable here before they are uploaded as objects."""

@@ -1,0 +1,54 @@
+"""The WAL interface shared by the file and S3 implementations."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from storage.record import StreamRecordBatch
+
+
+@dataclass(frozen=True, slots=True)
+class WALRecord:
+    """A recovered record: its position in the WAL (for trimming) and the batch it holds."""
+
+    offset: int  # logical WAL position of the record; trim(offset_after) removes it
+    next_offset: int  # logical position just past the record
+    batch: StreamRecordBatch
+
+
+class WriteAheadLog(Protocol):
+    """A node-wide log of StreamRecordBatches from many streams.
+
+    ``append`` returns once the record is durable (fsync'd or PUT to S3), in append order: a record is never
+    acknowledged before one appended earlier. When the WAL is full ``append`` waits (backpressure) rather than
+    failing. ``trim(offset)`` says every record before logical position ``offset`` has been uploaded and may be
+    discarded.
+    """
+
+    async def start(self) -> None:
+        """Opens the WAL (and fences older writers where the mode supports it)."""
+        ...
+
+    def recover(self) -> AsyncIterator[WALRecord]:
+        """Yields every durable, untrimmed record in order; stops at a torn or corrupt tail. Call after start and
+        before the first append."""
+        ...
+
+    async def append(self, batch: StreamRecordBatch) -> WALRecord:
+        """Durably appends; returns the record's position."""
+        ...
+
+    async def trim(self, offset: int) -> None: ...
+
+    async def reset(self) -> None:
+        """Discards everything (after recovery has uploaded it)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    @property
+    def used_bytes(self) -> int:
+        """Untrimmed bytes, for backpressure and metrics."""
+        ...
