@@ -1,29 +1,39 @@
-"""The ``fjord`` command line: ``fjord server start``, ``fjord object dump`` and the operator tools."""
+"""The ``fjord`` command line. Each command group lives in its own module under ``broker/commands`` and
+registers itself here; this module only dispatches and turns expected errors into one-line messages."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import sys
 from collections.abc import Sequence
+
+import broker.commands
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fjord", description="Fjord: Kafka on object storage")
-    sub = parser.add_subparsers(dest="command", required=True)
-    obj = sub.add_parser("object", help="inspect objects in object storage")
-    obj_sub = obj.add_subparsers(dest="object_command", required=True)
-    dump = obj_sub.add_parser("dump", help="print an object's footer and data-block index")
-    dump.add_argument("target", help="object key (with --bucket) or a local file")
-    dump.add_argument("--records", action="store_true", help="also print each StreamRecordBatch header")
-    dump.add_argument("--bucket", help="object storage URL, e.g. 0@s3://bucket?endpoint=...; default: a file")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(broker.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"broker.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    print(f"fjord: {args.command}: not implemented yet", file=sys.stderr)
-    return 1
+    run = getattr(args, "run", None)
+    if run is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
