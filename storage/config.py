@@ -8,7 +8,7 @@ the bucket index; several comma-separated URLs are allowed, the first is where n
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -76,7 +76,9 @@ def parse_bucket_url(text: str, key: str = "s3.data.buckets") -> BucketURL:
             region=query.get("region", "us-east-1"),
             endpoint=query.get("endpoint") or None,
             path_style=query.get("pathStyle", "false").lower() == "true",
-            access_key=query.get("accessKey") or os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("KAFKA_S3_ACCESS_KEY"),
+            access_key=query.get("accessKey")
+            or os.environ.get("AWS_ACCESS_KEY_ID")
+            or os.environ.get("KAFKA_S3_ACCESS_KEY"),
             secret_key=query.get("secretKey")
             or os.environ.get("AWS_SECRET_ACCESS_KEY")
             or os.environ.get("KAFKA_S3_SECRET_KEY"),
@@ -247,7 +249,7 @@ class StorageConfig:
             raise ConfigError(f"s3.wal.path: unsupported WAL URL scheme {self.wal_url.scheme!r}")
 
 
-_KEYS: dict[str, tuple[str, object]] = {}
+_KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {}
 
 
 def _register() -> None:

@@ -292,7 +292,7 @@ def parse_block(buf: bytes | memoryview, entry: IndexEntry, where: str) -> Itera
         raise CorruptObjectError(
             f"{where}: block at {entry.position} should be {entry.size} bytes, got {len(buf)}"
         )
-    magic, flag, count, length = BLOCK_HEADER.unpack_from(buf, 0)
+    magic, _flag, count, length = BLOCK_HEADER.unpack_from(buf, 0)
     if magic != BLOCK_MAGIC:
         raise CorruptObjectError(f"{where}: bad data block magic {magic:#04x} at byte {entry.position}")
     if length != entry.size - BLOCK_HEADER_SIZE:

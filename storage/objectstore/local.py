@@ -8,6 +8,7 @@ thread pool to keep the event loop responsive.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import uuid
 from collections.abc import Sequence
@@ -131,13 +132,13 @@ class LocalObjectStore:
         self.stats.lists += 1
         return await asyncio.to_thread(self._list_sync, prefix)
 
-    def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+    def _list_sync(self, prefix: str) -> builtins.list[ObjectInfo]:
         # Walk only the directory the prefix names, not the whole bucket.
         base = self._root
         head, _, _ = prefix.rpartition("/")
         if head:
             base = self._root / head
-        out: list[ObjectInfo] = []
+        out: builtins.list[ObjectInfo] = []
         if not base.exists():
             return out
         for dirpath, _dirs, files in os.walk(base):
