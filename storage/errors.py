@@ -14,16 +14,16 @@ class ObjectStoreError(StorageError):
 class ObjectNotFoundError(ObjectStoreError):
     """The key does not exist in the bucket."""
 
-    def __init__(self, key: str) -> None:
-        super().__init__(f"object {key!r} not found")
+    def __init__(self, key: str, where: str | None = None) -> None:
+        super().__init__(f"object {key!r} not found" + (f" in {where}" if where else ""))
         self.key = key
 
 
 class ObjectExistsError(ObjectStoreError):
     """A conditional put (``if_none_match``) found the key already present."""
 
-    def __init__(self, key: str) -> None:
-        super().__init__(f"object {key!r} already exists")
+    def __init__(self, key: str, where: str | None = None) -> None:
+        super().__init__(f"object {key!r} already exists" + (f" in {where}" if where else ""))
         self.key = key
 
 

@@ -58,7 +58,7 @@ class LocalObjectStore:
                 try:
                     os.link(tmp, path)
                 except FileExistsError:
-                    raise ObjectExistsError(key) from None
+                    raise ObjectExistsError(key, self.name) from None
                 finally:
                     tmp.unlink(missing_ok=True)
             else:
@@ -85,7 +85,7 @@ class LocalObjectStore:
                 f.seek(start)
                 return f.read() if end is None else f.read(max(0, end - start))
         except FileNotFoundError:
-            raise ObjectNotFoundError(key) from None
+            raise ObjectNotFoundError(key, self.name) from None
         except OSError as exc:
             raise ObjectStoreError(f"{self.name}: get {key!r} failed: {exc}") from exc
 
@@ -103,13 +103,18 @@ class LocalObjectStore:
                 f.seek(max(0, size - length))
                 return f.read(), size
         except FileNotFoundError:
-            raise ObjectNotFoundError(key) from None
+            raise ObjectNotFoundError(key, self.name) from None
+        except OSError as exc:
+            raise ObjectStoreError(f"{self.name}: get tail of {key!r} failed: {exc}") from exc
 
     async def size(self, key: str) -> int:
+        path = self._path(key)
         try:
-            return (await asyncio.to_thread(os.stat, self._path(key))).st_size
+            return (await asyncio.to_thread(os.stat, path)).st_size
         except FileNotFoundError:
-            raise ObjectNotFoundError(key) from None
+            raise ObjectNotFoundError(key, self.name) from None
+        except OSError as exc:
+            raise ObjectStoreError(f"{self.name}: size of {key!r} failed: {exc}") from exc
 
     async def delete(self, keys: Sequence[str]) -> None:
         paths = [self._path(k) for k in keys]

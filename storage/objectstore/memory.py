@@ -25,7 +25,7 @@ class MemoryObjectStore:
     async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
         await asyncio.sleep(0)
         if if_none_match and key in self._objects:
-            raise ObjectExistsError(key)
+            raise ObjectExistsError(key, self.name)
         self.stats.puts += 1
         self.stats.bytes_put += len(data)
         self._objects[key] = bytes(data)
@@ -35,7 +35,7 @@ class MemoryObjectStore:
         try:
             data = self._objects[key]
         except KeyError:
-            raise ObjectNotFoundError(key) from None
+            raise ObjectNotFoundError(key, self.name) from None
         self.stats.gets += 1
         chunk = data[start:end]
         self.stats.bytes_got += len(chunk)
@@ -49,7 +49,7 @@ class MemoryObjectStore:
         try:
             return len(self._objects[key])
         except KeyError:
-            raise ObjectNotFoundError(key) from None
+            raise ObjectNotFoundError(key, self.name) from None
 
     async def delete(self, keys: Sequence[str]) -> None:
         await asyncio.sleep(0)
