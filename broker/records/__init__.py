@@ -1,0 +1,1 @@
+"""Kafka v2 RecordBatch handling: header parsing and validation, record codec, compression codecs."""
