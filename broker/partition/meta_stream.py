@@ -1,0 +1,145 @@
+"""The partition's meta stream: a tiny key/value log (DESIGN.md §4).
+
+Each stream record holds one entry ``magic 0x00 | keyLen i32 | key UTF-8 | value``; replay keeps the last value per
+key. The stream compacts itself: once most of its records are superseded it re-appends the live entries and trims
+everything before them, so reopening a long-lived partition replays a handful of records, not its whole history.
+``MetaState`` is the pure replay/compaction logic; ``MetaStream`` drives it over a ``storage.stream.Stream``.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+
+from storage.stream import Stream
+
+logger = logging.getLogger(__name__)
+
+META_MAGIC = 0x00
+_PREFIX = struct.Struct(">bi")
+
+KEY_PARTITION = "PARTITION"
+KEY_LOG = "LOG"
+KEY_LEADER_EPOCH_CHECKPOINT = "LEADER_EPOCH_CHECKPOINT"
+KEY_PRODUCER_SNAPSHOTS = "PRODUCER_SNAPSHOTS"
+
+#: Never compact a stream shorter than this: re-appending would cost more than replaying.
+COMPACT_MIN_RECORDS = 16
+_FETCH_BYTES = 1 << 20
+
+
+class MetaFormatError(ValueError):
+    """A meta-stream record does not decode."""
+
+
+def encode_entry(key: str, value: bytes) -> bytes:
+    encoded = key.encode("utf-8")
+    return _PREFIX.pack(META_MAGIC, len(encoded)) + encoded + value
+
+
+def decode_entry(data: bytes) -> tuple[str, bytes]:
+    if len(data) < _PREFIX.size:
+        raise MetaFormatError(f"meta record of {len(data)} bytes is truncated")
+    magic, key_len = _PREFIX.unpack_from(data, 0)
+    if magic != META_MAGIC:
+        raise MetaFormatError(f"unknown meta record magic {magic}")
+    if key_len < 0 or _PREFIX.size + key_len > len(data):
+        raise MetaFormatError(f"meta record key length {key_len} exceeds the record ({len(data)} bytes)")
+    key = data[_PREFIX.size : _PREFIX.size + key_len].decode("utf-8")
+    return key, data[_PREFIX.size + key_len :]
+
+
+@dataclass(slots=True)
+class MetaState:
+    """Live entries of a meta stream and how many records it holds since its start offset."""
+
+    live: dict[str, tuple[int, bytes]]
+    records: int = 0
+
+    @classmethod
+    def empty(cls) -> MetaState:
+        return cls({})
+
+    def apply(self, offset: int, key: str, value: bytes) -> None:
+        self.live[key] = (offset, value)
+        self.records += 1
+
+    def get(self, key: str) -> bytes | None:
+        item = self.live.get(key)
+        return item[1] if item is not None else None
+
+    def should_compact(self) -> bool:
+        """True when more than half of the records are superseded (and the stream is not trivially short)."""
+        return self.records >= COMPACT_MIN_RECORDS and self.records > 2 * len(self.live)
+
+
+class MetaStream:
+    """Key/value access to a meta stream opened by this node."""
+
+    def __init__(self, stream: Stream, where: str) -> None:
+        self.stream = stream
+        self.where = where
+        self.state = MetaState.empty()
+
+    async def replay(self) -> None:
+        """Reads the whole stream (from its start) and keeps the last value of each key."""
+        state = MetaState.empty()
+        offset = self.stream.start_offset
+        end = self.stream.confirm_offset
+        while offset < end:
+            result = await self.stream.fetch(offset, end, _FETCH_BYTES)
+            if not result.batches:
+                break
+            for batch in result.batches:
+                if batch.last_offset <= offset:
+                    continue
+                try:
+                    key, value = decode_entry(batch.payload)
+                except MetaFormatError as exc:
+                    raise MetaFormatError(
+                        f"meta stream {self.stream.stream_id} of {self.where} at offset {batch.base_offset}: {exc}"
+                    ) from exc
+                state.apply(batch.base_offset, key, value)
+                offset = batch.last_offset
+        self.state = state
+        logger.debug(
+            "replayed meta stream %d of %s: %d records, keys %s",
+            self.stream.stream_id,
+            self.where,
+            state.records,
+            sorted(state.live),
+        )
+
+    def get(self, key: str) -> bytes | None:
+        return self.state.get(key)
+
+    async def put(self, entries: dict[str, bytes]) -> None:
+        """Appends the entries and waits until they are durable; compacts afterwards if worthwhile."""
+        await self._append(entries)
+        if self.state.should_compact():
+            await self.compact()
+
+    async def _append(self, entries: dict[str, bytes]) -> int:
+        waits = []
+        first = -1
+        for key, value in entries.items():
+            offset = self.stream.next_offset
+            if first < 0:
+                first = offset
+            waits.append(self.stream.append(encode_entry(key, value), 1))
+            self.state.apply(offset, key, value)
+        for wait in waits:
+            await wait
+        return first
+
+    async def compact(self) -> None:
+        """Re-appends every live entry, then trims everything before the first re-appended record."""
+        live = {k: v for k, (_, v) in sorted(self.state.live.items(), key=lambda kv: kv[1][0])}
+        before = self.state.records
+        self.state = MetaState.empty()
+        first = await self._append(live)
+        await self.stream.trim(first)
+        logger.info(
+            "compacted meta stream %d of %s: %d records -> %d", self.stream.stream_id, self.where, before, len(live)
+        )
