@@ -1,0 +1,45 @@
+"""Opens the object store a bucket URL names (``s3.data.buckets``, ``s3.wal.path``).
+
+``mem://NAME`` stores live in a process-wide registry, so two engine instances in one test process that are
+configured with the same URL share one bucket, exactly as two brokers share an S3 bucket.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from storage.config import BucketURL, ConfigError, StorageConfig
+from storage.objectstore.base import ObjectStore
+from storage.objectstore.local import LocalObjectStore
+from storage.objectstore.memory import MemoryObjectStore
+from storage.objectstore.s3 import S3ObjectStore
+
+_memory_stores: dict[str, MemoryObjectStore] = {}
+_memory_lock = threading.Lock()
+
+
+def open_object_store(url: BucketURL, config: StorageConfig) -> ObjectStore:
+    """A store for ``url``: ``file://`` (relative paths resolve against the working directory), ``s3://`` or
+    ``mem://``. The caller closes it; closing a shared ``mem://`` store leaves its objects in place."""
+    if url.scheme == "file":
+        return LocalObjectStore(url.path)
+    if url.scheme == "s3":
+        return S3ObjectStore.from_url(url, config)
+    if url.scheme == "mem":
+        return memory_store(url.bucket)
+    raise ConfigError(f"unsupported object storage URL scheme {url.scheme!r} for {url.describe()}")
+
+
+def memory_store(name: str) -> MemoryObjectStore:
+    """The process-wide in-memory bucket called ``name`` (created on first use)."""
+    with _memory_lock:
+        store = _memory_stores.get(name)
+        if store is None:
+            store = _memory_stores[name] = MemoryObjectStore(name)
+        return store
+
+
+def drop_memory_store(name: str) -> None:
+    """Forgets the in-memory bucket ``name`` so the next ``open_object_store`` starts empty (test isolation)."""
+    with _memory_lock:
+        _memory_stores.pop(name, None)

@@ -1,0 +1,464 @@
+"""S3 (or any S3-compatible server) through aiobotocore.
+
+One client (one connection pool) per store, created on first use in the running event loop. Every HTTP request
+holds a slot of a semaphore of ``s3_max_concurrency``, so a burst of reads cannot open unbounded connections or
+starve writes of the pool. botocore's own retries are switched off: this module retries with exponential backoff
+and full jitter, because it must also retry failures botocore does not see (a body cut off mid-read) and must
+count what it retries.
+
+Request accounting in ``stats`` follows S3's billing classes: PutObject, CreateMultipartUpload, UploadPart,
+CompleteMultipartUpload and AbortMultipartUpload count as ``puts``; GetObject and HeadObject as ``gets``;
+DeleteObjects as ``deletes``; ListObjectsV2 pages as ``lists``. Retried attempts count again: they are billed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import hashlib
+import logging
+import random
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiohttp
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+
+from storage.config import BucketURL, StorageConfig
+from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
+from storage.objectstore.base import MULTIPART_THRESHOLD, ObjectInfo, StoreStats
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MIN_PART_SIZE = 5 * 1024 * 1024
+"""S3 rejects non-final multipart parts smaller than this (EntityTooSmall)."""
+
+DELETE_BATCH = 1000
+"""DeleteObjects accepts at most this many keys per request."""
+
+_RETRYABLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalError",
+        "ServiceUnavailable",
+        "OperationAborted",
+        "ConditionalRequestConflict",
+    }
+)
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+
+
+class S3ObjectStore:
+    """An S3 bucket. ``endpoint`` selects an S3-compatible server (MinIO, moto); ``path_style`` addresses the
+    bucket in the URL path instead of the host name, which such servers usually need."""
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        region: str = "us-east-1",
+        endpoint: str | None = None,
+        path_style: bool = False,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        max_concurrency: int = 32,
+        max_retries: int = 8,
+        part_size: int = 16 * 1024 * 1024,
+        multipart_threshold: int = MULTIPART_THRESHOLD,
+        retry_base_delay: float = 0.05,
+        retry_max_delay: float = 5.0,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+        seed: int | None = None,
+    ) -> None:
+        if not bucket:
+            raise ValueError("S3 bucket name must not be empty")
+        if max_concurrency <= 0:
+            raise ValueError(f"s3.max.concurrency must be positive, got {max_concurrency}")
+        if max_retries < 0:
+            raise ValueError(f"s3.max.retries must not be negative, got {max_retries}")
+        self._bucket = bucket
+        self._region = region
+        self._endpoint = endpoint
+        self._access_key = access_key
+        self._secret_key = secret_key
+        self._max_retries = max_retries
+        self._part_size = max(part_size, MIN_PART_SIZE)
+        self._multipart_threshold = multipart_threshold
+        self._retry_base = retry_base_delay
+        self._retry_cap = retry_max_delay
+        self._random = random.Random(seed)
+        self._semaphore = asyncio.Semaphore(max_concurrency)
+        self._config = AioConfig(
+            region_name=region,
+            s3={"addressing_style": "path" if path_style else "auto"},
+            retries={"total_max_attempts": 1},
+            max_pool_connections=max_concurrency,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        )
+        self._session = get_session()
+        self._client: Any = None
+        self._client_lock = asyncio.Lock()
+        self._exit_stack = contextlib.AsyncExitStack()
+        self._closed = False
+        self.stats = StoreStats()
+        self.retries = 0
+        """Attempts repeated after a retryable failure (for tests and metrics)."""
+
+    @classmethod
+    def from_url(cls, url: BucketURL, config: StorageConfig) -> S3ObjectStore:
+        return cls(
+            url.bucket,
+            region=url.region,
+            endpoint=url.endpoint,
+            path_style=url.path_style,
+            access_key=url.access_key,
+            secret_key=url.secret_key,
+            max_concurrency=config.s3_max_concurrency,
+            max_retries=config.s3_max_retries,
+            part_size=config.object_part_size,
+        )
+
+    @property
+    def name(self) -> str:
+        return f"s3://{self._bucket}" + (f" at {self._endpoint}" if self._endpoint else "")
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    def _where(self, key: str) -> str:
+        return f"s3://{self._bucket}/{key}"
+
+    async def _get_client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._client_lock:
+            if self._closed:
+                raise ObjectStoreError(f"{self.name}: the store is closed")
+            if self._client is None:
+                self._client = await self._exit_stack.enter_async_context(
+                    self._session.create_client(
+                        "s3",
+                        region_name=self._region,
+                        endpoint_url=self._endpoint,
+                        aws_access_key_id=self._access_key,
+                        aws_secret_access_key=self._secret_key,
+                        config=self._config,
+                    )
+                )
+            return self._client
+
+    async def _request(self, what: str, key: str, attempt: Callable[[Any], Awaitable[T]]) -> T:
+        """Runs ``attempt`` (one HTTP request, body included) with retries; ``what`` names it in errors."""
+        client = await self._get_client()
+        failures = 0
+        while True:
+            try:
+                async with self._semaphore:
+                    return await attempt(client)
+            except ClientError as exc:
+                if not _retryable_client_error(exc):
+                    raise
+                error: BaseException = exc
+            except (HTTPClientError, ConnectionError, aiohttp.ClientError, TimeoutError) as exc:
+                error = exc
+            failures += 1
+            if failures > self._max_retries:
+                raise ObjectStoreError(
+                    f"{self._where(key)}: {what} failed after {failures} attempts: {_describe(error)}"
+                ) from error
+            delay = self._random.uniform(0, min(self._retry_cap, self._retry_base * (2 ** (failures - 1))))
+            self.retries += 1
+            logger.warning(
+                "%s: %s failed (%s); retry %d/%d in %.3fs",
+                self._where(key),
+                what,
+                _describe(error),
+                failures,
+                self._max_retries,
+                delay,
+            )
+            await asyncio.sleep(delay)
+
+    def _wrap(self, what: str, key: str, exc: ClientError | BotoCoreError) -> ObjectStoreError:
+        if isinstance(exc, ClientError) and _code(exc) in _NOT_FOUND_CODES:
+            return ObjectNotFoundError(key, self.name)
+        return ObjectStoreError(f"{self._where(key)}: {what} failed: {_describe(exc)}")
+
+    # --- writes -------------------------------------------------------------------------------------------------
+
+    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+        if len(data) > self._multipart_threshold:
+            await self._put_multipart(key, data, if_none_match)
+            return
+        attempts = 0
+
+        async def attempt(client: Any) -> None:
+            nonlocal attempts
+            attempts += 1
+            self.stats.puts += 1
+            extra = {"IfNoneMatch": "*"} if if_none_match else {}
+            await client.put_object(Bucket=self._bucket, Key=key, Body=data, **extra)
+
+        try:
+            await self._request("put", key, attempt)
+        except ClientError as exc:
+            if _status(exc) == 412 and if_none_match:
+                # A retried conditional put may find the object its own lost-response attempt wrote.
+                if attempts > 1 and await self._holds(key, data):
+                    logger.info("%s: conditional put landed on an earlier attempt", self._where(key))
+                    self.stats.bytes_put += len(data)
+                    return
+                raise ObjectExistsError(key, self.name) from None
+            raise self._wrap("put", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._wrap("put", key, exc) from exc
+        self.stats.bytes_put += len(data)
+
+    async def _holds(self, key: str, data: bytes) -> bool:
+        """Whether ``key`` holds exactly ``data`` (single-part ETags are the content's MD5)."""
+        try:
+            head = await self._head(key)
+        except ObjectNotFoundError:
+            return False
+        etag = str(head.get("ETag", "")).strip('"')
+        return etag == hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+    async def _put_multipart(self, key: str, data: bytes, if_none_match: bool) -> None:
+        where = self._where(key)
+
+        async def create(client: Any) -> str:
+            self.stats.puts += 1
+            response = await client.create_multipart_upload(Bucket=self._bucket, Key=key)
+            return str(response["UploadId"])
+
+        try:
+            upload_id = await self._request("create multipart upload", key, create)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._wrap("create multipart upload", key, exc) from exc
+        view = memoryview(data)
+        offsets = range(0, len(data), self._part_size)
+        logger.debug("%s: multipart upload %s of %d bytes in %d parts", where, upload_id, len(data), len(offsets))
+
+        async def upload(number: int, start: int) -> dict[str, Any]:
+            body = bytes(view[start : start + self._part_size])
+
+            async def attempt(client: Any) -> dict[str, Any]:
+                self.stats.puts += 1
+                response = await client.upload_part(
+                    Bucket=self._bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+                )
+                return {"ETag": response["ETag"], "PartNumber": number}
+
+            return await self._request(f"upload part {number}", key, attempt)
+
+        async def complete(client: Any) -> None:
+            self.stats.puts += 1
+            extra = {"IfNoneMatch": "*"} if if_none_match else {}
+            await client.complete_multipart_upload(
+                Bucket=self._bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, **extra
+            )
+
+        try:
+            parts = await _all_or_nothing([upload(n, s) for n, s in enumerate(offsets, 1)])
+            await self._request("complete multipart upload", key, complete)
+        except BaseException as exc:
+            await self._abort(key, upload_id)
+            if isinstance(exc, ClientError) and _status(exc) == 412 and if_none_match:
+                raise ObjectExistsError(key, self.name) from None
+            if isinstance(exc, ClientError | BotoCoreError):
+                raise self._wrap("multipart upload", key, exc) from exc
+            raise
+        self.stats.bytes_put += len(data)
+
+    async def _abort(self, key: str, upload_id: str) -> None:
+        async def attempt(client: Any) -> None:
+            self.stats.puts += 1
+            await client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id)
+
+        try:
+            await asyncio.shield(self._request("abort multipart upload", key, attempt))
+        except (ClientError, BotoCoreError, ObjectStoreError, asyncio.CancelledError) as exc:
+            # The bucket's lifecycle rule for incomplete uploads is the backstop; say what was left behind.
+            logger.warning("%s: could not abort multipart upload %s: %s", self._where(key), upload_id, exc)
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        unique = list(dict.fromkeys(keys))
+        chunks = [unique[i : i + DELETE_BATCH] for i in range(0, len(unique), DELETE_BATCH)]
+        await _all_or_nothing([self._delete_chunk(chunk) for chunk in chunks])
+
+    async def _delete_chunk(self, keys: builtins.list[str]) -> None:
+        async def attempt(client: Any) -> builtins.list[Mapping[str, Any]]:
+            self.stats.deletes += 1
+            response = await client.delete_objects(
+                Bucket=self._bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+            )
+            return list(response.get("Errors", []))
+
+        try:
+            errors = await self._request("delete", keys[0], attempt)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._wrap(f"delete of {len(keys)} keys starting with", keys[0], exc) from exc
+        failed = [e for e in errors if e.get("Code") not in _NOT_FOUND_CODES]
+        if failed:
+            sample = ", ".join(f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in failed[:5])
+            raise ObjectStoreError(f"{self.name}: could not delete {len(failed)} of {len(keys)} keys: {sample}")
+
+    # --- reads --------------------------------------------------------------------------------------------------
+
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        if start < 0 or (end is not None and end < start):
+            raise ValueError(f"{self._where(key)}: invalid byte range [{start}, {end})")
+        if end is not None and end == start:
+            return b""
+        byte_range = None
+        if start > 0 or end is not None:
+            byte_range = f"bytes={start}-" + ("" if end is None else str(end - 1))
+
+        async def attempt(client: Any) -> bytes:
+            self.stats.gets += 1
+            extra = {"Range": byte_range} if byte_range else {}
+            response = await client.get_object(Bucket=self._bucket, Key=key, **extra)
+            async with response["Body"] as body:
+                return bytes(await body.read())
+
+        try:
+            data = await self._request("get", key, attempt)
+        except ClientError as exc:
+            if _status(exc) == 416:
+                return b""  # the range starts at or past the end, as slicing past the end does
+            raise self._wrap("get", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._wrap("get", key, exc) from exc
+        self.stats.bytes_got += len(data)
+        return data
+
+    async def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        if length < 0:
+            raise ValueError(f"{self._where(key)}: negative tail length {length}")
+        if length == 0:
+            return b"", await self.size(key)
+
+        async def attempt(client: Any) -> tuple[bytes, str | None]:
+            self.stats.gets += 1
+            response = await client.get_object(Bucket=self._bucket, Key=key, Range=f"bytes=-{length}")
+            async with response["Body"] as body:
+                return bytes(await body.read()), response.get("ContentRange")
+
+        try:
+            data, content_range = await self._request("get tail", key, attempt)
+        except ClientError as exc:
+            if _status(exc) == 416:
+                return b"", await self.size(key)  # an empty object has no suffix to return
+            raise self._wrap("get tail", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._wrap("get tail", key, exc) from exc
+        self.stats.bytes_got += len(data)
+        match = _CONTENT_RANGE.fullmatch(content_range or "")
+        if match is not None:
+            return data, int(match.group(3))
+        if len(data) < length:
+            return data, len(data)  # a 200 with the whole object: it is smaller than the suffix asked for
+        return data, await self.size(key)
+
+    async def _head(self, key: str) -> Mapping[str, Any]:
+        async def attempt(client: Any) -> Mapping[str, Any]:
+            self.stats.gets += 1
+            response: Mapping[str, Any] = await client.head_object(Bucket=self._bucket, Key=key)
+            return response
+
+        try:
+            return await self._request("head", key, attempt)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._wrap("head", key, exc) from exc
+
+    async def size(self, key: str) -> int:
+        return int((await self._head(key))["ContentLength"])
+
+    async def list(self, prefix: str) -> builtins.list[ObjectInfo]:
+        out: builtins.list[ObjectInfo] = []
+        token: str | None = None
+        while True:
+            page = await self._list_page(prefix, token)
+            out.extend(ObjectInfo(str(item["Key"]), int(item["Size"])) for item in page.get("Contents", []))
+            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+            if not token:
+                break
+        out.sort(key=lambda info: info.key)
+        return out
+
+    async def _list_page(self, prefix: str, token: str | None) -> Mapping[str, Any]:
+        async def attempt(client: Any) -> Mapping[str, Any]:
+            self.stats.lists += 1
+            extra = {"ContinuationToken": token} if token else {}
+            response: Mapping[str, Any] = await client.list_objects_v2(Bucket=self._bucket, Prefix=prefix, **extra)
+            return response
+
+        try:
+            return await self._request("list", prefix, attempt)
+        except (ClientError, BotoCoreError) as exc:
+            raise ObjectStoreError(f"{self.name}: list of prefix {prefix!r} failed: {_describe(exc)}") from exc
+
+    async def close(self) -> None:
+        async with self._client_lock:
+            self._closed = True
+            self._client = None
+            await self._exit_stack.aclose()
+
+
+async def _all_or_nothing(requests: Sequence[Awaitable[T]]) -> builtins.list[T]:
+    """Runs the requests concurrently; on the first failure cancels the others (so a failed multipart upload
+    is not aborted while its sibling parts are still being sent) and raises that failure."""
+    tasks = [asyncio.ensure_future(r) for r in requests]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _retryable_client_error(exc: ClientError) -> bool:
+    status = _status(exc)
+    return status >= 500 or status == 429 or _code(exc) in _RETRYABLE_CODES
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        message = exc.response.get("Error", {}).get("Message", "")
+        return f"HTTP {_status(exc)} {_code(exc)}" + (f": {message}" if message else "")
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+if TYPE_CHECKING:  # mypy proves the class is a complete ObjectStore
+    from storage.objectstore.base import ObjectStore
+
+    def _conforms(store: S3ObjectStore) -> ObjectStore:
+        return store
