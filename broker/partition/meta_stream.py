@@ -8,6 +8,7 @@ everything before them, so reopening a long-lived partition replays a handful of
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class MetaStream:
         self.stream = stream
         self.where = where
         self.state = MetaState.empty()
+        self._lock = asyncio.Lock()  # one put (and its compaction) at a time
 
     async def replay(self) -> None:
         """Reads the whole stream (from its start) and keeps the last value of each key."""
@@ -116,9 +118,10 @@ class MetaStream:
 
     async def put(self, entries: dict[str, bytes]) -> None:
         """Appends the entries and waits until they are durable; compacts afterwards if worthwhile."""
-        await self._append(entries)
-        if self.state.should_compact():
-            await self.compact()
+        async with self._lock:
+            await self._append(entries)
+            if self.state.should_compact():
+                await self._compact()
 
     async def _append(self, entries: dict[str, bytes]) -> int:
         waits = []
@@ -133,7 +136,7 @@ class MetaStream:
             await wait
         return first
 
-    async def compact(self) -> None:
+    async def _compact(self) -> None:
         """Re-appends every live entry, then trims everything before the first re-appended record."""
         live = {k: v for k, (_, v) in sorted(self.state.live.items(), key=lambda kv: kv[1][0])}
         before = self.state.records

@@ -1,0 +1,671 @@
+"""A Kafka partition led by this broker, on s3stream streams (DESIGN.md §4, §6-7).
+
+Opening a partition: the controller KV entry ``<namespace>/<topicId>/<partition>`` names the meta stream (created
+on first open); the meta stream's ``LOG`` entry names the log and time streams; everything is opened with the
+partition's leader epoch so an older leader can no longer make data visible. The meta stream is replayed, the
+clean-shutdown flag in ``PARTITION`` decides whether producer state and the time index must be rebuilt from the
+log tail, and the flag is flipped to false so a crash is detected next time.
+
+Appends run under a per-partition lock only up to the synchronous ``Stream.append`` (which assigns offsets at
+call time), then wait for durability outside it, so concurrent producers share WAL group commits. Fetch reads
+return whole Kafka batches exactly as produced (offsets and leader epoch rewritten, CRC untouched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.errors import KafkaError
+from broker.partition.indexes import (
+    EpochEntry,
+    IndexFormatError,
+    LeaderEpochCache,
+    TimeIndex,
+    TimeIndexEntry,
+    decode_epoch_checkpoint,
+    decode_time_entry,
+    encode_epoch_checkpoint,
+    encode_time_entry,
+)
+from broker.partition.log_config import LogConfig
+from broker.partition.meta_stream import (
+    KEY_LEADER_EPOCH_CHECKPOINT,
+    KEY_LOG,
+    KEY_PARTITION,
+    KEY_PRODUCER_SNAPSHOTS,
+    MetaStream,
+)
+from broker.partition.producer_state import ProducerStateManager, SnapshotFormatError, decode_snapshot, encode_snapshot
+from broker.records.batch import (
+    LOG_APPEND_TIME,
+    BatchHeader,
+    CorruptBatchError,
+    InvalidBatchError,
+    decode_records,
+    iter_batches,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batch,
+)
+from storage import errors as storage_errors
+from storage.metadata.api import StreamMetadata
+from storage.stream import Stream, StreamClient
+
+logger = logging.getLogger(__name__)
+
+_FETCH_CHUNK = 1 << 20
+_OPEN_RETRIES = 50
+_OPEN_RETRY_DELAY = 0.1
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 for CreateTime
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndTimestamp:
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+def partition_kv_key(namespace: str, topic_id: uuid.UUID, partition: int) -> str:
+    return f"{namespace}/{topic_id}/{partition}"
+
+
+async def _open_stream(streams: StreamClient, stream_id: int, epoch: int, where: str) -> Stream:
+    """Opens a stream, waiting while its previous owner is still closing it (reassignment, crash recovery)."""
+    for attempt in range(_OPEN_RETRIES):
+        try:
+            return await streams.open_stream(stream_id, epoch)
+        except storage_errors.StreamNotClosedError:
+            if attempt == _OPEN_RETRIES - 1:
+                raise
+            logger.info("stream %d of %s is still open elsewhere; retrying", stream_id, where)
+            await asyncio.sleep(_OPEN_RETRY_DELAY)
+    raise AssertionError("unreachable")
+
+
+class PartitionLog:
+    """One open partition. Create with ``await PartitionLog.open(...)``; ``close`` persists a clean shutdown."""
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        leader_epoch: int,
+        config: LogConfig,
+        meta: MetaStream,
+        log: Stream,
+        time_stream: Stream,
+        streams: StreamClient,
+        kv: StreamMetadata,
+        kv_key: str,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.leader_epoch = leader_epoch
+        self.config = config
+        self.where = f"{topic}-{partition}"
+        self._meta = meta
+        self._log = log
+        self._time = time_stream
+        self._streams = streams
+        self._kv = kv
+        self._kv_key = kv_key
+        self._lock = asyncio.Lock()
+        self.producers = ProducerStateManager(self.where)
+        self.time_index = TimeIndex()
+        self.epochs = LeaderEpochCache()
+        self.log_start_offset = log.start_offset
+        self._max_timestamp = -1
+        self._max_timestamp_offset = -1
+        self._bytes_since_index = 0
+        self._bytes_since_checkpoint = 0
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ offsets
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Single replica: everything durable in the WAL is committed."""
+        return self._log.confirm_offset
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ open
+    @classmethod
+    async def open(
+        cls,
+        *,
+        streams: StreamClient,
+        kv: StreamMetadata,
+        namespace: str,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        leader_epoch: int,
+        config: LogConfig,
+    ) -> PartitionLog:
+        where = f"{topic}-{partition}"
+        key = partition_kv_key(namespace, topic_id, partition)
+        raw = await kv.get_kv(key)
+        tags = (("topic", topic), ("partition", str(partition)))
+        if raw is None:
+            meta_id = await streams.create_stream((*tags, ("type", "meta")))
+            await kv.put_kv(key, struct.pack(">q", meta_id))
+            logger.info("created meta stream %d for %s (kv %s)", meta_id, where, key)
+        else:
+            if len(raw) != 8:
+                raise KafkaError(ErrorCode.kafka_storage_error, f"kv entry {key} of {where} is {len(raw)} bytes")
+            (meta_id,) = struct.unpack(">q", raw)
+        meta = MetaStream(await _open_stream(streams, meta_id, leader_epoch, where), where)
+        await meta.replay()
+        log_entry = meta.get(KEY_LOG)
+        if log_entry is None:
+            log_id = await streams.create_stream((*tags, ("type", "log")))
+            time_id = await streams.create_stream((*tags, ("type", "time")))
+            stream_map = {"log": log_id, "tim": time_id, "txn": -1}
+            await meta.put({KEY_LOG: json.dumps({"streamMap": stream_map}).encode()})
+        else:
+            stream_map = json.loads(log_entry)["streamMap"]
+        log = await _open_stream(streams, int(stream_map["log"]), leader_epoch, where)
+        time_stream = await _open_stream(streams, int(stream_map["tim"]), leader_epoch, where)
+        self = cls(
+            topic=topic,
+            partition=partition,
+            topic_id=topic_id,
+            leader_epoch=leader_epoch,
+            config=config,
+            meta=meta,
+            log=log,
+            time_stream=time_stream,
+            streams=streams,
+            kv=kv,
+            kv_key=key,
+        )
+        await self._restore()
+        return self
+
+    async def _restore(self) -> None:
+        info = json.loads(self._meta.get(KEY_PARTITION) or b"{}")
+        clean = bool(info.get("cs", False))
+        self.log_start_offset = max(int(info.get("s", 0)), self._log.start_offset)
+        if "mt" in info:
+            self._max_timestamp, self._max_timestamp_offset = (int(x) for x in info["mt"])
+        raw_epochs = self._meta.get(KEY_LEADER_EPOCH_CHECKPOINT)
+        if raw_epochs is not None:
+            self.epochs = LeaderEpochCache(decode_epoch_checkpoint(raw_epochs))
+        await self._load_time_index()
+        snapshot_offset = self.log_start_offset
+        raw_snapshot = self._meta.get(KEY_PRODUCER_SNAPSHOTS)
+        if raw_snapshot is not None:
+            try:
+                snapshot_offset, entries = decode_snapshot(raw_snapshot)
+                self.producers.replace(entries)
+            except SnapshotFormatError as exc:
+                logger.warning("producer snapshot of %s unreadable (%s); rebuilding from the log", self.where, exc)
+                snapshot_offset = self.log_start_offset
+        end = self.high_watermark
+        if not clean or snapshot_offset < end:
+            start = max(min(snapshot_offset, end), self.log_start_offset)
+            logger.info(
+                "recovering %s after %s shutdown: replaying log [%d, %d)",
+                self.where,
+                "a clean" if clean else "an unclean",
+                start,
+                end,
+            )
+            await self._recover_from(start, end)
+        self.producers.evict_before(self.log_start_offset)
+        if self.epochs.assign(self.leader_epoch, self.log_end_offset):
+            logger.info("%s leader epoch %d starts at offset %d", self.where, self.leader_epoch, self.log_end_offset)
+        await self._meta.put(
+            {
+                KEY_PARTITION: self._partition_record(clean_shutdown=False),
+                KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(self.epochs.entries),
+            }
+        )
+        logger.info(
+            "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers, %d time-index entries",
+            self.where,
+            self.topic_id,
+            self.leader_epoch,
+            self.log_start_offset,
+            self.log_end_offset,
+            len(self.producers),
+            len(self.time_index),
+        )
+
+    async def _load_time_index(self) -> None:
+        offset = self._time.start_offset
+        end = self._time.confirm_offset
+        while offset < end:
+            result = await self._time.fetch(offset, end, _FETCH_CHUNK)
+            if not result.batches:
+                break
+            for batch in result.batches:
+                if batch.last_offset <= offset:
+                    continue
+                try:
+                    self.time_index.add(decode_time_entry(batch.payload))
+                except IndexFormatError as exc:
+                    logger.warning("skipping bad time-index record %d of %s: %s", batch.base_offset, self.where, exc)
+                offset = batch.last_offset
+        last = self.time_index.last
+        if last is not None and last.timestamp > self._max_timestamp:
+            self._max_timestamp, self._max_timestamp_offset = last.timestamp, last.offset
+
+    async def _scan(self, start: int, end: int, visit: Callable[[BatchHeader, memoryview], bool]) -> None:
+        """Walks whole batches of the log in ``[start, end)``; ``visit`` returns False to stop."""
+        offset = start
+        while offset < end:
+            result = await self._log.fetch(offset, end, _FETCH_CHUNK)
+            if not result.batches:
+                return
+            for stored in result.batches:
+                for header, batch in iter_batches(stored.payload):
+                    if header.next_offset <= offset:
+                        continue
+                    if not visit(header, batch):
+                        return
+                    offset = header.next_offset
+                offset = max(offset, stored.last_offset)
+
+    async def _recover_from(self, start: int, end: int) -> None:
+        """Rebuilds producer state and the time index from the log tail after an unclean shutdown."""
+        new_entries: list[TimeIndexEntry] = []
+
+        def visit(header: BatchHeader, batch: memoryview) -> bool:
+            self.producers.record(header, header.base_offset)
+            if header.max_timestamp > self._max_timestamp:
+                self._max_timestamp, self._max_timestamp_offset = header.max_timestamp, header.base_offset
+                entry = TimeIndexEntry(header.max_timestamp, header.base_offset)
+                if self.time_index.add(entry):
+                    new_entries.append(entry)
+            return True
+
+        await self._scan(start, end, visit)
+        waits = [self._time.append(encode_time_entry(e), 1) for e in new_entries]
+        for wait in waits:
+            await wait
+
+    # ------------------------------------------------------------------ append
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{self.where} is no longer led by this broker")
+
+    def _validate(self, records: bytes, origin: str) -> list[BatchHeader]:
+        try:
+            batches = list(iter_batches(records))
+        except InvalidBatchError as exc:
+            raise KafkaError(ErrorCode.corrupt_message, f"{self.where}: {exc}") from exc
+        if not batches:
+            raise KafkaError(ErrorCode.invalid_record, f"{self.where}: produce request has no record batches")
+        headers: list[BatchHeader] = []
+        now = int(time.time() * 1000)
+        for _, view in batches:
+            if len(view) > self.config.max_message_bytes:
+                raise KafkaError(
+                    ErrorCode.message_too_large,
+                    f"{self.where}: record batch of {len(view)} bytes exceeds max.message.bytes "
+                    f"{self.config.max_message_bytes}",
+                )
+            try:
+                header = validate_batch(view)
+            except CorruptBatchError as exc:
+                raise KafkaError(ErrorCode.corrupt_message, f"{self.where}: {exc}") from exc
+            except InvalidBatchError as exc:
+                raise KafkaError(ErrorCode.invalid_record, f"{self.where}: {exc}") from exc
+            if header.is_control and origin == "client":
+                raise KafkaError(ErrorCode.invalid_record, f"{self.where}: clients may not write control batches")
+            if not self.config.log_append_time and header.timestamp_type != LOG_APPEND_TIME:
+                for ts in (header.base_timestamp, header.max_timestamp):
+                    if ts < 0:
+                        continue
+                    if ts < now - self.config.timestamp_before_max_ms or ts > now + self.config.timestamp_after_max_ms:
+                        raise KafkaError(
+                            ErrorCode.invalid_timestamp,
+                            f"{self.where}: timestamp {ts} is out of range (now {now}, "
+                            f"message.timestamp.before/after.max.ms)",
+                        )
+            headers.append(header)
+        if len(headers) > 1 and any(h.has_producer_id for h in headers):
+            raise KafkaError(
+                ErrorCode.invalid_record,
+                f"{self.where}: idempotent produce requests must contain exactly one record batch per partition",
+            )
+        return headers
+
+    async def append(self, records: bytes, *, required_acks: int = -1, origin: str = "client") -> AppendResult:
+        """Validates, assigns offsets and appends; returns once the records are durable in the WAL."""
+        self._check_open()
+        headers = self._validate(records, origin)
+        log_append_ms = int(time.time() * 1000) if self.config.log_append_time else -1
+        async with self._lock:
+            self._check_open()
+            duplicate = self.producers.check(headers[0]) if headers[0].has_producer_id else None
+            if duplicate is None:
+                base, next_offset, pending, size = self._append_locked(records, headers, log_append_ms)
+        if duplicate is not None:
+            # A retry of a batch already appended: answer with its offsets once it is durable, append nothing.
+            logger.debug(
+                "%s: duplicate batch from producer %d seq %d answered with offset %d",
+                self.where,
+                headers[0].producer_id,
+                headers[0].base_sequence,
+                duplicate.first_offset,
+            )
+            if self.high_watermark <= duplicate.last_offset:
+                await self._log.wait_for_append(duplicate.last_offset, 30.0)
+                if self.high_watermark <= duplicate.last_offset:
+                    raise KafkaError(ErrorCode.request_timed_out, f"{self.where}: original batch is not durable yet")
+            return AppendResult(duplicate.first_offset, duplicate.last_offset, -1, self.log_start_offset)
+        self._bytes_since_checkpoint += size
+        try:
+            await pending
+        except storage_errors.StorageError as exc:
+            logger.error("append to %s failed at offset %d: %s", self.where, base, exc)
+            raise
+        if self._bytes_since_checkpoint >= self.config.checkpoint_interval_bytes and self._checkpoint_task is None:
+            self._checkpoint_task = asyncio.create_task(self._checkpoint(), name=f"checkpoint {self.where}")
+        return AppendResult(base, next_offset - 1, log_append_ms, self.log_start_offset)
+
+    def _append_locked(
+        self, records: bytes, headers: list[BatchHeader], log_append_ms: int
+    ) -> tuple[int, int, Awaitable[int], int]:
+        """Rewrites offsets and epochs, records producer state and hands the bytes to the stream (synchronously,
+        so offsets are exactly the ones assigned here)."""
+        buf = bytearray(records)
+        index_entries: list[TimeIndexEntry] = []
+        base = self._log.next_offset
+        next_offset = base
+        pos = 0
+        for header in headers:
+            set_base_offset(buf, next_offset, pos)
+            set_partition_leader_epoch(buf, self.leader_epoch, pos)
+            if log_append_ms >= 0:
+                set_log_append_time(buf, log_append_ms, pos)
+            self.producers.record(header, next_offset)
+            max_ts = log_append_ms if log_append_ms >= 0 else header.max_timestamp
+            entry = self._note_timestamp(max_ts, next_offset, header.size)
+            if entry is not None:
+                index_entries.append(entry)
+            next_offset += header.records_count
+            pos += header.size
+        pending = self._log.append(bytes(buf), next_offset - base)
+        for entry in index_entries:
+            # The index's durability follows the log's (same WAL, appended right after); a lost tail entry is
+            # rebuilt by recovery, so nobody waits for it.
+            future = asyncio.ensure_future(self._time.append(encode_time_entry(entry), 1))
+            future.add_done_callback(self._index_append_done)
+        return base, next_offset, pending, len(buf)
+
+    def _index_append_done(self, future: asyncio.Future[int]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            logger.warning("time-index append of %s failed: %s", self.where, future.exception())
+
+    def _note_timestamp(self, max_ts: int, offset: int, size: int) -> TimeIndexEntry | None:
+        """Tracks the max timestamp; returns a new time-index entry when it grows, at most every index interval."""
+        self._bytes_since_index += size
+        if max_ts <= self._max_timestamp:
+            return None
+        self._max_timestamp, self._max_timestamp_offset = max_ts, offset
+        if self._bytes_since_index < self.config.index_interval_bytes and len(self.time_index) > 0:
+            return None
+        entry = TimeIndexEntry(max_ts, offset)
+        if not self.time_index.add(entry):
+            return None
+        self._bytes_since_index = 0
+        return entry
+
+    async def _checkpoint(self) -> None:
+        """Persists producer state and PARTITION so a crash replays only the log written since."""
+        try:
+            async with self._lock:
+                if self._closed:
+                    return
+                self._bytes_since_checkpoint = 0
+                entries = {
+                    KEY_PRODUCER_SNAPSHOTS: encode_snapshot(self.log_end_offset, self.producers),
+                    KEY_PARTITION: self._partition_record(clean_shutdown=False),
+                }
+                put = self._meta.put(entries)
+            await put
+        except Exception:
+            logger.exception("checkpoint of %s failed", self.where)
+        finally:
+            self._checkpoint_task = None
+
+    def _partition_record(self, *, clean_shutdown: bool) -> bytes:
+        return json.dumps(
+            {
+                "s": self.log_start_offset,
+                "c": 0,
+                "r": self.log_end_offset,
+                "cs": clean_shutdown,
+                "mt": [self._max_timestamp, self._max_timestamp_offset],
+            }
+        ).encode()
+
+    # ------------------------------------------------------------------ read
+    def _check_offset(self, offset: int) -> int:
+        hw = self.high_watermark
+        if offset < self.log_start_offset or offset > hw:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"offset {offset} of {self.where} is outside [{self.log_start_offset}, {hw}]",
+            )
+        return hw
+
+    async def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> ReadResult:
+        """Whole batches from ``offset`` up to ``max_bytes`` (the first one even if larger, when ``min_one``)."""
+        self._check_open()
+        hw = self._check_offset(offset)
+        out = bytearray()
+        if offset < hw and (max_bytes > 0 or min_one):
+            try:
+                result = await self._log.fetch(offset, hw, max(max_bytes, 1))
+            except storage_errors.OffsetOutOfRangeError as exc:
+                raise KafkaError(ErrorCode.offset_out_of_range, f"{self.where}: {exc}") from exc
+            done = False
+            for stored in result.batches:
+                for header, batch in iter_batches(stored.payload):
+                    if header.next_offset <= offset:
+                        continue
+                    if (out or not min_one) and len(out) + header.size > max_bytes:
+                        done = True
+                        break
+                    out += batch
+                if done:
+                    break
+        return ReadResult(bytes(out), hw, self.log_start_offset, hw)
+
+    async def wait_for_data(self, offset: int, timeout: float) -> bool:
+        """Long poll: True once records at ``offset`` or later are readable."""
+        if self._closed:
+            return False
+        if self.high_watermark > offset:
+            return True
+        return await self._log.wait_for_append(offset, timeout)
+
+    # ------------------------------------------------------------------ offsets by time / epoch
+    async def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
+        """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp."""
+        self._check_open()
+        hw = self.high_watermark
+        if timestamp == EARLIEST_TIMESTAMP:
+            return OffsetAndTimestamp(self.log_start_offset, -1, self._epoch_at(self.log_start_offset))
+        if timestamp == LATEST_TIMESTAMP:
+            return OffsetAndTimestamp(hw, -1, self._epoch_at(hw))
+        if timestamp == MAX_TIMESTAMP:
+            if self._max_timestamp_offset < self.log_start_offset or hw == self.log_start_offset:
+                return OffsetAndTimestamp(-1, -1, -1)
+            return await self._max_timestamp_record()
+        if timestamp < 0:
+            raise KafkaError(ErrorCode.invalid_request, f"{self.where}: unsupported list-offsets timestamp {timestamp}")
+        found: list[OffsetAndTimestamp] = []
+
+        def visit(header: BatchHeader, batch: memoryview) -> bool:
+            if header.max_timestamp < timestamp:
+                return True
+            for record in decode_records(batch):
+                if record.timestamp is not None and record.timestamp >= timestamp:
+                    found.append(OffsetAndTimestamp(record.offset, record.timestamp, header.partition_leader_epoch))
+                    return False
+            return True
+
+        await self._scan(self.time_index.scan_start(timestamp, self.log_start_offset), hw, visit)
+        return found[0] if found else None
+
+    async def _max_timestamp_record(self) -> OffsetAndTimestamp:
+        """The record carrying the max timestamp (within the batch we tracked), as Kafka's -3 lookup returns."""
+        found: list[OffsetAndTimestamp] = []
+        target = self._max_timestamp
+
+        def visit(header: BatchHeader, batch: memoryview) -> bool:
+            for record in decode_records(batch):
+                if record.timestamp == target:
+                    found.append(OffsetAndTimestamp(record.offset, target, header.partition_leader_epoch))
+                    return False
+            return False
+
+        start = max(self._max_timestamp_offset, self.log_start_offset)
+        await self._scan(start, self.high_watermark, visit)
+        if found:
+            return found[0]
+        return OffsetAndTimestamp(self._max_timestamp_offset, target, self._epoch_at(self._max_timestamp_offset))
+
+    def _epoch_at(self, offset: int) -> int:
+        epoch = -1
+        for entry in self.epochs.entries:
+            if entry.start_offset <= offset:
+                epoch = entry.epoch
+        return epoch if epoch >= 0 else self.leader_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(leader epoch, end offset)`` or (-1, -1) when the epoch is unknown."""
+        self._check_open()
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # ------------------------------------------------------------------ delete records
+    async def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: moves the log start offset to ``offset`` (-1 = high watermark); returns the new low
+        watermark. Offsets beyond the high watermark are OFFSET_OUT_OF_RANGE."""
+        self._check_open()
+        async with self._lock:
+            hw = self.high_watermark
+            target = hw if offset == -1 else offset
+            if target < 0 or target > hw:
+                raise KafkaError(
+                    ErrorCode.offset_out_of_range,
+                    f"cannot delete records of {self.where} before {offset}: high watermark is {hw}",
+                )
+            if target <= self.log_start_offset:
+                return self.log_start_offset
+            self.log_start_offset = target
+            await self._log.trim(target)
+            self.producers.evict_before(target)
+            self.epochs.truncate_start(target)
+            put = self._meta.put(
+                {
+                    KEY_PARTITION: self._partition_record(clean_shutdown=False),
+                    KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(self.epochs.entries),
+                }
+            )
+        await put
+        logger.info("deleted records of %s before offset %d", self.where, target)
+        return target
+
+    # ------------------------------------------------------------------ close / delete
+    async def close(self) -> None:
+        """Clean close: waits for in-flight appends, force-uploads, and persists PARTITION(cs=true), producer
+        snapshots and the leader-epoch checkpoint so the next open skips recovery."""
+        if self._closed:
+            return
+        async with self._lock:
+            self._closed = True
+            task = self._checkpoint_task
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        try:
+            if self._max_timestamp >= 0:
+                last = self.time_index.last
+                if last is None or last.timestamp < self._max_timestamp:
+                    entry = TimeIndexEntry(self._max_timestamp, self._max_timestamp_offset)
+                    if self.time_index.add(entry):
+                        await self._time.append(encode_time_entry(entry), 1)
+            await self._log.close()
+            await self._time.close()
+            await self._meta.put(
+                {
+                    KEY_PRODUCER_SNAPSHOTS: encode_snapshot(self.log_end_offset, self.producers),
+                    KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(self.epochs.entries),
+                    KEY_PARTITION: self._partition_record(clean_shutdown=True),
+                }
+            )
+            await self._meta.stream.close()
+            logger.info("closed %s cleanly at offset %d", self.where, self.log_end_offset)
+        except storage_errors.StorageError as exc:
+            # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
+            logger.warning("closing %s did not complete cleanly: %s", self.where, exc)
+
+    async def delete(self) -> None:
+        """Destroys the partition's streams and its KV entry (topic deletion)."""
+        async with self._lock:
+            self._closed = True
+        for stream in (self._log, self._time, self._meta.stream):
+            try:
+                await stream.destroy()
+            except storage_errors.StorageError as exc:
+                logger.warning("deleting stream %d of %s failed: %s", stream.stream_id, self.where, exc)
+        await self._kv.delete_kv(self._kv_key)
+        logger.info("deleted the streams of %s", self.where)
+
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "AppendResult",
+    "EpochEntry",
+    "OffsetAndTimestamp",
+    "PartitionLog",
+    "ReadResult",
+    "partition_kv_key",
+]
