@@ -1,0 +1,187 @@
+"""Which partitions this broker has open, kept in step with the controller's metadata image.
+
+The manager subscribes to image changes and reconciles in one background task (changes arriving while a round
+runs are coalesced into the next round): partitions this node now leads are opened with the image's leader epoch,
+partitions it lost (or whose leader epoch moved on) are closed cleanly, and partitions of deleted topics have
+their streams and KV entry destroyed. Internal topics (``__consumer_offsets``) are ordinary partitions here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from broker.partition.log_config import LogConfig
+from broker.partition.partition_log import PartitionLog
+from controller.client import ControllerClient
+from controller.image import MetadataImage, PartitionImage
+from storage.stream import StreamClient
+
+logger = logging.getLogger(__name__)
+
+_OPEN_CONCURRENCY = 8
+_RETRY_DELAY = 1.0
+
+
+class PartitionHost(Protocol):
+    """What the manager needs from the broker node (``broker.node.BrokerNode`` satisfies it)."""
+
+    node_id: int
+    cluster_id: str
+    controller: ControllerClient
+    storage: Any  # a storage.stream.StreamClient (the StorageEngine)
+
+
+def storage_namespace(cluster_id: str) -> str:
+    """Prefix of this cluster's KV keys (the same namespace the object keys use)."""
+    return f"_fjord_{cluster_id}"
+
+
+class PartitionManager:
+    def __init__(self, node: PartitionHost) -> None:
+        self._node = node
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._by_id: dict[tuple[uuid.UUID, int], PartitionLog] = {}
+        self._changed = asyncio.Event()
+        self._opened = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    @property
+    def streams(self) -> StreamClient:
+        client: StreamClient = self._node.storage
+        return client
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._node.controller.subscribe(self._on_image)
+        self._changed.set()
+        self._task = asyncio.create_task(self._run(), name="partition-manager")
+
+    async def stop(self) -> None:
+        """Closes every open partition cleanly (force upload, clean-shutdown flag)."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        logs = list(self._logs.values())
+        self._logs.clear()
+        self._by_id.clear()
+        await self._bounded(*(log.close() for log in logs))
+        logger.info("closed %d partitions", len(logs))
+
+    # ------------------------------------------------------------------ lookups
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        log = self._logs.get((topic, partition))
+        return log if log is not None and not log.closed else None
+
+    def get_by_id(self, topic_id: uuid.UUID, partition: int) -> PartitionLog | None:
+        log = self._by_id.get((topic_id, partition))
+        return log if log is not None and not log.closed else None
+
+    def open_partitions(self) -> list[PartitionLog]:
+        return [log for log in self._logs.values() if not log.closed]
+
+    async def wait_open(self, topic: str, partition: int, timeout: float) -> PartitionLog | None:
+        """The partition once this broker has it open, or None after ``timeout`` seconds."""
+        log = self.get(topic, partition)
+        if log is not None:
+            return log
+        async with self._opened:
+            try:
+                await asyncio.wait_for(self._opened.wait_for(lambda: self.get(topic, partition) is not None), timeout)
+            except TimeoutError:
+                return None
+        return self.get(topic, partition)
+
+    # ------------------------------------------------------------------ reconciliation
+    def _on_image(self, old: MetadataImage, new: MetadataImage) -> None:
+        self._changed.set()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            await self._changed.wait()
+            self._changed.clear()
+            try:
+                retry = await self._reconcile(self._node.controller.image)
+            except Exception:
+                logger.exception("partition reconciliation failed; retrying")
+                retry = True
+            if retry:
+                asyncio.get_running_loop().call_later(_RETRY_DELAY, self._changed.set)
+
+    async def _reconcile(self, image: MetadataImage) -> bool:
+        """One round; returns True when something failed and should be retried."""
+        node_id = self._node.node_id
+        wanted: dict[tuple[str, int], PartitionImage] = {}
+        for topic, part in image.partitions_led_by(node_id):
+            wanted[(topic, part.partition)] = part
+        to_close: list[PartitionLog] = []
+        to_delete: list[PartitionLog] = []
+        for key, log in list(self._logs.items()):
+            topic_image = image.topics_by_id.get(log.topic_id)
+            led = wanted.get(key)
+            if topic_image is None:
+                to_delete.append(log)
+            elif led is None or led.topic_id != log.topic_id or led.leader_epoch != log.leader_epoch:
+                to_close.append(log)
+            else:
+                log.config = self._log_config(image, topic_image.configs)
+                continue
+            del self._logs[key]
+            self._by_id.pop((log.topic_id, log.partition), None)
+        failed = False
+        for log in to_close:
+            logger.info("%s is no longer led by node %d at epoch %d; closing", log.where, node_id, log.leader_epoch)
+        results = await self._bounded(*(log.close() for log in to_close), *(self._delete(log) for log in to_delete))
+        failed |= any(isinstance(r, BaseException) for r in results)
+        to_open = [(key, part) for key, part in wanted.items() if key not in self._logs]
+        results = await self._bounded(*(self._open(image, key[0], part) for key, part in to_open))
+        failed |= any(isinstance(r, BaseException) for r in results)
+        return failed
+
+    def _log_config(self, image: MetadataImage, topic_configs: Mapping[str, str]) -> LogConfig:
+        return LogConfig.from_configs(topic_configs, image.broker_configs)
+
+    async def _open(self, image: MetadataImage, topic: str, part: PartitionImage) -> None:
+        topic_image = image.topics_by_id.get(part.topic_id)
+        configs: Mapping[str, str] = topic_image.configs if topic_image is not None else {}
+        try:
+            log = await PartitionLog.open(
+                streams=self.streams,
+                kv=self._node.controller.stream_metadata,
+                namespace=storage_namespace(self._node.cluster_id),
+                topic=topic,
+                partition=part.partition,
+                topic_id=part.topic_id,
+                leader_epoch=part.leader_epoch,
+                config=self._log_config(image, configs),
+            )
+        except Exception:
+            logger.exception("opening %s-%d at leader epoch %d failed", topic, part.partition, part.leader_epoch)
+            raise
+        if self._stopping:
+            await log.close()
+            return
+        self._logs[(topic, part.partition)] = log
+        self._by_id[(part.topic_id, part.partition)] = log
+        async with self._opened:
+            self._opened.notify_all()
+
+    async def _delete(self, log: PartitionLog) -> None:
+        logger.info("topic of %s (id %s) was deleted; destroying its streams", log.where, log.topic_id)
+        await log.delete()
+
+    async def _bounded(self, *coros: Any) -> list[Any]:
+        semaphore = asyncio.Semaphore(_OPEN_CONCURRENCY)
+
+        async def run(coro: Any) -> Any:
+            async with semaphore:
+                return await coro
+
+        return list(await asyncio.gather(*(run(c) for c in coros), return_exceptions=True))
