@@ -1,0 +1,230 @@
+"""The WAL record framing of DESIGN.md §5, sans-I/O.
+
+Every record is a 24-byte header followed by its body, an encoded StreamRecordBatch (storage/record.py)::
+
+    magic u32 0x87654321 | bodyLength i32 | bodyOffset i64 | bodyCRC u32 | headerCRC u32
+
+``bodyOffset`` is the logical WAL position of the body (record position + 24). Storing it lets the scanner reject
+a well-formed record that sits at the wrong place — stale bytes left behind in a reused region, or a segment file
+renamed to the wrong base offset — instead of replaying it. Both CRCs are CRC-32C; ``headerCRC`` covers the first
+20 header bytes, so a torn header is caught before its length is trusted.
+
+Both WAL modes share this framing: the file WAL writes records back to back into segment files, the S3 WAL into
+the body of each WAL object. ``RecordScanner`` walks a buffer of them and says exactly where and why it stopped,
+which is what recovery needs to keep the intact prefix and cut off a torn or corrupt tail.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import crc32c
+
+from storage import record
+from storage.errors import CorruptObjectError
+from storage.record import StreamRecordBatch
+from storage.wal.base import WALRecord
+
+MAGIC = 0x87654321
+HEADER = struct.Struct(">IiqII")
+HEADER_SIZE = HEADER.size  # 24
+_CRC_COVERED = 20  # headerCRC covers every header byte before it
+HEADER_CRC = struct.Struct(">I")
+
+# Largest body a record may declare. A header whose CRC happens to match garbage is astronomically unlikely, but a
+# bound keeps a corrupt length from making recovery try to read gigabytes.
+MAX_BODY_SIZE = 1 << 30
+
+
+def record_size(batch: StreamRecordBatch) -> int:
+    """Bytes the record for ``batch`` occupies in the WAL: how far it advances the logical offset."""
+    return HEADER_SIZE + batch.encoded_size
+
+
+def encode_into(out: bytearray, batch: StreamRecordBatch, offset: int) -> int:
+    """Appends the record for ``batch`` at logical position ``offset`` to ``out``; returns the next position.
+
+    The body is encoded in place and its CRC taken over a view of ``out``, so the payload is copied exactly once.
+    """
+    start = len(out)
+    out += bytes(HEADER_SIZE)
+    batch.encode_into(out)
+    body_length = len(out) - start - HEADER_SIZE
+    view = memoryview(out)
+    try:
+        body_crc = crc32c.crc32c(view[start + HEADER_SIZE :])
+        HEADER.pack_into(out, start, MAGIC, body_length, offset + HEADER_SIZE, body_crc, 0)
+        header_crc = crc32c.crc32c(view[start : start + _CRC_COVERED])
+    finally:
+        view.release()
+    HEADER_CRC.pack_into(out, start + _CRC_COVERED, header_crc)
+    return offset + HEADER_SIZE + body_length
+
+
+def encode_records(batches: Sequence[StreamRecordBatch], offset: int) -> bytearray:
+    """Encodes consecutive records starting at logical position ``offset`` into one buffer (one write, one PUT).
+
+    The buffer is allocated once at its final size and every payload is copied into it exactly once.
+    """
+    total = sum(HEADER_SIZE + record.HEADER_SIZE + len(b.payload) for b in batches)
+    out = bytearray(total)
+    view = memoryview(out)
+    try:
+        pos = 0
+        for batch in batches:
+            body_start = pos + HEADER_SIZE
+            payload_start = body_start + record.HEADER_SIZE
+            end = payload_start + len(batch.payload)
+            record.HEADER.pack_into(
+                out, body_start, record.MAGIC, batch.stream_id, batch.epoch, batch.base_offset, batch.count,
+                len(batch.payload),
+            )
+            view[payload_start:end] = batch.payload
+            body_crc = crc32c.crc32c(view[body_start:end])
+            HEADER.pack_into(out, pos, MAGIC, end - body_start, offset + body_start, body_crc, 0)
+            HEADER_CRC.pack_into(out, pos + _CRC_COVERED, crc32c.crc32c(view[pos : pos + _CRC_COVERED]))
+            pos = end
+    finally:
+        view.release()
+    return out
+
+
+def encode(batch: StreamRecordBatch, offset: int) -> bytes:
+    out = bytearray()
+    encode_into(out, batch, offset)
+    return bytes(out)
+
+
+class StopReason(enum.Enum):
+    """Why a scan ended. Only END means the buffer held nothing but whole, intact records."""
+
+    END = "end of data"
+    TRUNCATED_HEADER = "truncated record header"
+    TRUNCATED_BODY = "truncated record body"
+    BAD_MAGIC = "bad record magic"
+    BAD_HEADER_CRC = "record header CRC mismatch"
+    BAD_LENGTH = "impossible record body length"
+    BAD_POSITION = "record body offset does not match its position"
+    BAD_BODY_CRC = "record body CRC mismatch"
+    BAD_BODY = "record body is not a valid StreamRecordBatch"
+
+    @property
+    def truncated(self) -> bool:
+        """The buffer ended inside a record: more bytes may complete it (a torn tail if there are none)."""
+        return self in (StopReason.TRUNCATED_HEADER, StopReason.TRUNCATED_BODY)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanStop:
+    reason: StopReason
+    position: int  # byte position in the scanned buffer where the first bad or incomplete record starts
+    offset: int  # the same place as a logical WAL offset
+    detail: str = ""
+
+    def describe(self, where: str) -> str:
+        extra = f": {self.detail}" if self.detail else ""
+        return f"{where}: {self.reason.value} at byte {self.position} (WAL offset {self.offset}){extra}"
+
+
+class RecordScanner:
+    """Walks WAL records in ``buf``, whose first byte is at logical position ``base_offset``.
+
+    Iterating yields intact records in order and stops at the first record that is incomplete or corrupt; ``stop``
+    then says why and where (``StopReason.END`` with ``position == len(buf)`` for a clean end). ``position`` is
+    always the end of the intact prefix, i.e. where a torn tail should be cut.
+
+    Records before ``skip_below`` are checked only for framing (header CRC) and not decoded, so recovery can walk
+    past trimmed records cheaply.
+    """
+
+    def __init__(
+        self,
+        buf: bytes | bytearray | memoryview,
+        base_offset: int,
+        *,
+        where: str = "WAL",
+        skip_below: int = 0,
+        verify_skipped_bodies: bool = False,
+    ) -> None:
+        self._buf = memoryview(buf)
+        self._base = base_offset
+        self._where = where
+        self._skip_below = skip_below
+        self._verify_skipped = verify_skipped_bodies
+        self.position = 0
+        self.stop: ScanStop | None = None
+
+    @property
+    def offset(self) -> int:
+        """Logical WAL offset of ``position``."""
+        return self._base + self.position
+
+    def __iter__(self) -> Iterator[WALRecord]:
+        buf = self._buf
+        size = len(buf)
+        while True:
+            pos = self.position
+            offset = self._base + pos
+            if pos == size:
+                self._stopped(StopReason.END)
+                return
+            if size - pos < HEADER_SIZE:
+                self._stopped(StopReason.TRUNCATED_HEADER, f"{size - pos} of {HEADER_SIZE} header bytes present")
+                return
+            magic, body_length, body_offset, body_crc, header_crc = HEADER.unpack_from(buf, pos)
+            if magic != MAGIC:
+                self._stopped(StopReason.BAD_MAGIC, f"found {magic:#010x}")
+                return
+            if crc32c.crc32c(buf[pos : pos + _CRC_COVERED]) != header_crc:
+                self._stopped(StopReason.BAD_HEADER_CRC)
+                return
+            if body_length < record.HEADER_SIZE or body_length > MAX_BODY_SIZE:
+                self._stopped(StopReason.BAD_LENGTH, f"{body_length} bytes")
+                return
+            if body_offset != offset + HEADER_SIZE:
+                self._stopped(StopReason.BAD_POSITION, f"header says body at {body_offset}")
+                return
+            body_start = pos + HEADER_SIZE
+            body_end = body_start + body_length
+            if body_end > size:
+                self._stopped(
+                    StopReason.TRUNCATED_BODY, f"{size - body_start} of {body_length} body bytes present"
+                )
+                return
+            skipped = offset < self._skip_below
+            if skipped and not self._verify_skipped:
+                self.position = body_end
+                continue
+            body = buf[body_start:body_end]
+            if crc32c.crc32c(body) != body_crc:
+                self._stopped(StopReason.BAD_BODY_CRC)
+                return
+            if skipped:
+                self.position = body_end
+                continue
+            try:
+                batch, used = record.decode(body, 0, f"{self._where} record at WAL offset {offset}")
+            except CorruptObjectError as exc:
+                self._stopped(StopReason.BAD_BODY, str(exc))
+                return
+            if used != body_length:
+                self._stopped(StopReason.BAD_BODY, f"batch uses {used} of {body_length} body bytes")
+                return
+            self.position = body_end
+            yield WALRecord(offset, self._base + body_end, batch)
+
+    def _stopped(self, reason: StopReason, detail: str = "") -> None:
+        self.stop = ScanStop(reason, self.position, self._base + self.position, detail)
+
+
+def scan(
+    buf: bytes | bytearray | memoryview, base_offset: int, *, where: str = "WAL", skip_below: int = 0
+) -> tuple[list[WALRecord], ScanStop]:
+    """Every intact record of ``buf`` and where the scan stopped (see RecordScanner)."""
+    scanner = RecordScanner(buf, base_offset, where=where, skip_below=skip_below)
+    records = list(scanner)
+    assert scanner.stop is not None
+    return records, scanner.stop
