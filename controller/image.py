@@ -1,0 +1,299 @@
+"""The metadata image: an immutable snapshot of topics, partitions, brokers and configs (DESIGN.md §8).
+
+An image is built by replaying metadata records; applying a batch returns a new image and leaves the old one
+untouched, so readers (request handlers, listeners comparing old and new) never see a half-applied batch and need no
+locks. Only the maps a batch touches are copied. Stream/object/KV records are not part of this image: the stream
+metadata replays them (``storage.metadata``), and :func:`is_cluster_record` tells the two apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from controller.records import (
+    CLUSTER_RECORD_TYPES,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    ConfigRecord,
+    Endpoint,
+    FenceBrokerRecord,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+
+__all__ = ["BrokerImage", "Endpoint", "MetadataImage", "PartitionImage", "TopicImage", "is_cluster_record"]
+
+logger = logging.getLogger(__name__)
+
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+def _frozen(values: dict[Any, Any]) -> Mapping[Any, Any]:
+    return MappingProxyType(values)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionImage:
+    topic_id: uuid.UUID
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int  # -1: no leader
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionImage] = field(default_factory=lambda: _EMPTY)
+    configs: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # only explicitly set topic configs
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerImage:
+    node_id: int
+    epoch: int
+    listeners: tuple[Endpoint, ...]
+    rack: str | None
+    fenced: bool
+
+
+def is_cluster_record(record: object) -> bool:
+    """True for the records this image applies; the rest belong to the stream metadata."""
+    return isinstance(record, CLUSTER_RECORD_TYPES)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    cluster_id: str
+    offset: int = -1  # offset of the last applied record; -1 for an empty image
+    topics_by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY)
+    topics_by_id: Mapping[uuid.UUID, TopicImage] = field(default_factory=lambda: _EMPTY)
+    brokers: Mapping[int, BrokerImage] = field(default_factory=lambda: _EMPTY)
+    broker_configs: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # dynamic cluster-wide configs
+    controller_id: int = -1
+    # Dynamic per-broker configs (ConfigRecord with a node id as resource name): node id -> key -> value.
+    node_configs: Mapping[int, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
+
+    def partition(self, topic: str, partition: int) -> PartitionImage | None:
+        image = self.topics_by_name.get(topic)
+        return None if image is None else image.partitions.get(partition)
+
+    def live_brokers(self) -> list[BrokerImage]:
+        """Registered, unfenced brokers in node-id order: the ones that may lead partitions."""
+        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
+
+    def partitions_led_by(self, node_id: int) -> list[tuple[str, PartitionImage]]:
+        return [
+            (topic.name, p)
+            for topic in self.topics_by_name.values()
+            for p in topic.partitions.values()
+            if p.leader == node_id
+        ]
+
+    def apply(self, records: Iterable[object], last_offset: int) -> MetadataImage:
+        """A new image with ``records`` applied (non-cluster records are skipped) ending at ``last_offset``."""
+        builder = _Builder(self)
+        for record in records:
+            builder.apply(record)
+        return builder.build(last_offset)
+
+    def with_controller(self, controller_id: int) -> MetadataImage:
+        return replace(self, controller_id=controller_id)
+
+    def to_records(self) -> list[MetadataRecord]:
+        """Records that rebuild this image from an empty one (snapshot content)."""
+        out: list[MetadataRecord] = []
+        for broker in sorted(self.brokers.values(), key=lambda b: b.node_id):
+            out.append(RegisterBrokerRecord(broker.node_id, broker.epoch, broker.listeners, broker.rack, broker.fenced))
+        for key, value in sorted(self.broker_configs.items()):
+            out.append(ConfigRecord(RESOURCE_BROKER, "", key, value))
+        for node_id, configs in sorted(self.node_configs.items()):
+            for key, value in sorted(configs.items()):
+                out.append(ConfigRecord(RESOURCE_BROKER, str(node_id), key, value))
+        for topic in sorted(self.topics_by_name.values(), key=lambda t: t.name):
+            out.append(TopicRecord(topic.name, str(topic.topic_id)))
+            for key, value in sorted(topic.configs.items()):
+                out.append(ConfigRecord(RESOURCE_TOPIC, topic.name, key, value))
+            for index in sorted(topic.partitions):
+                p = topic.partitions[index]
+                out.append(
+                    PartitionRecord(
+                        str(p.topic_id), p.partition, p.replicas, p.isr, p.leader, p.leader_epoch, p.partition_epoch
+                    )
+                )
+        return out
+
+
+class _Builder:
+    """Copy-on-write application of one batch: each top-level map is copied at most once per batch."""
+
+    def __init__(self, base: MetadataImage) -> None:
+        self._base = base
+        self._by_id: dict[uuid.UUID, TopicImage] | None = None
+        self._names: dict[str, uuid.UUID] = {}
+        self._brokers: dict[int, BrokerImage] | None = None
+        self._broker_configs: dict[str, str] | None = None
+        self._node_configs: dict[int, Mapping[str, str]] | None = None
+
+    def _topics(self) -> dict[uuid.UUID, TopicImage]:
+        if self._by_id is None:
+            self._by_id = dict(self._base.topics_by_id)
+            self._names = {name: topic.topic_id for name, topic in self._base.topics_by_name.items()}
+        return self._by_id
+
+    def _topic_named(self, name: str) -> TopicImage | None:
+        """Topic by name as of this point of the batch (a topic and its configs arrive in the same batch)."""
+        if self._by_id is None:
+            return self._base.topics_by_name.get(name)
+        topic_id = self._names.get(name)
+        return None if topic_id is None else self._by_id.get(topic_id)
+
+    def _broker_map(self) -> dict[int, BrokerImage]:
+        if self._brokers is None:
+            self._brokers = dict(self._base.brokers)
+        return self._brokers
+
+    def apply(self, record: object) -> None:
+        match record:
+            case TopicRecord(name=name, topic_id=text):
+                topic_id = uuid.UUID(text)
+                self._topics()[topic_id] = TopicImage(name, topic_id)
+                self._names[name] = topic_id
+            case PartitionRecord():
+                topic_id = uuid.UUID(record.topic_id)
+                self._put_partition(
+                    topic_id,
+                    PartitionImage(
+                        topic_id,
+                        record.partition,
+                        tuple(record.replicas),
+                        tuple(record.isr),
+                        record.leader,
+                        record.leader_epoch,
+                        record.partition_epoch,
+                    ),
+                )
+            case PartitionChangeRecord():
+                self._change_partition(record)
+            case RemoveTopicRecord(topic_id=text):
+                removed = self._topics().pop(uuid.UUID(text), None)
+                if removed is None:
+                    logger.warning("RemoveTopicRecord for unknown topic id %s ignored", text)
+                elif self._names.get(removed.name) == removed.topic_id:
+                    del self._names[removed.name]
+            case ConfigRecord():
+                self._apply_config(record)
+            case RegisterBrokerRecord():
+                self._broker_map()[record.node_id] = BrokerImage(
+                    record.node_id, record.epoch, tuple(record.listeners), record.rack, record.fenced
+                )
+            case UnregisterBrokerRecord(node_id=node_id, epoch=epoch):
+                broker = self._broker_map().get(node_id)
+                if broker is not None and broker.epoch == epoch:
+                    del self._broker_map()[node_id]
+            case FenceBrokerRecord(node_id=node_id, epoch=epoch):
+                self._set_fenced(node_id, epoch, True)
+            case UnfenceBrokerRecord(node_id=node_id, epoch=epoch):
+                self._set_fenced(node_id, epoch, False)
+            case _:
+                pass  # stream/object/KV records: replayed by the stream metadata
+
+    def _put_partition(self, topic_id: uuid.UUID, partition: PartitionImage) -> None:
+        topic = self._topics().get(topic_id)
+        if topic is None:
+            logger.warning("partition %d of unknown topic id %s ignored", partition.partition, topic_id)
+            return
+        partitions = dict(topic.partitions)
+        partitions[partition.partition] = partition
+        self._topics()[topic_id] = replace(topic, partitions=_frozen(partitions))
+
+    def _change_partition(self, record: PartitionChangeRecord) -> None:
+        topic_id = uuid.UUID(record.topic_id)
+        topic = self._topics().get(topic_id)
+        current = None if topic is None else topic.partitions.get(record.partition)
+        if current is None:
+            logger.warning(
+                "PartitionChangeRecord for unknown partition %s-%d ignored", record.topic_id, record.partition
+            )
+            return
+        changed = replace(
+            current,
+            leader=current.leader if record.leader is None else record.leader,
+            leader_epoch=current.leader_epoch if record.leader_epoch is None else record.leader_epoch,
+            isr=current.isr if record.isr is None else tuple(record.isr),
+            replicas=current.replicas if record.replicas is None else tuple(record.replicas),
+            partition_epoch=current.partition_epoch + 1,
+        )
+        self._put_partition(topic_id, changed)
+
+    def _apply_config(self, record: ConfigRecord) -> None:
+        if record.resource_type == RESOURCE_TOPIC:
+            topics = self._topics()
+            match = self._topic_named(record.resource_name)
+            if match is None:
+                logger.warning("config %s of unknown topic %r ignored", record.name, record.resource_name)
+                return
+            configs = dict(match.configs)
+            _set(configs, record.name, record.value)
+            topics[match.topic_id] = replace(match, configs=_frozen(configs))
+        elif record.resource_type == RESOURCE_BROKER and record.resource_name in ("", None):
+            if self._broker_configs is None:
+                self._broker_configs = dict(self._base.broker_configs)
+            _set(self._broker_configs, record.name, record.value)
+        elif record.resource_type == RESOURCE_BROKER:
+            if self._node_configs is None:
+                self._node_configs = dict(self._base.node_configs)
+            node_id = int(record.resource_name)
+            configs = dict(self._node_configs.get(node_id, {}))
+            _set(configs, record.name, record.value)
+            if configs:
+                self._node_configs[node_id] = _frozen(configs)
+            else:
+                self._node_configs.pop(node_id, None)
+        else:
+            logger.warning("config record for unsupported resource type %d ignored", record.resource_type)
+
+    def _set_fenced(self, node_id: int, epoch: int, fenced: bool) -> None:
+        broker = self._broker_map().get(node_id)
+        if broker is None or broker.epoch != epoch:
+            logger.info("fence change for broker %d epoch %d ignored (not its current registration)", node_id, epoch)
+            return
+        self._broker_map()[node_id] = replace(broker, fenced=fenced)
+
+    def build(self, last_offset: int) -> MetadataImage:
+        base = self._base
+        topics_by_id = base.topics_by_id
+        topics_by_name = base.topics_by_name
+        if self._by_id is not None:
+            topics_by_id = _frozen(self._by_id)
+            topics_by_name = _frozen({t.name: t for t in self._by_id.values()})
+        return replace(
+            base,
+            offset=last_offset,
+            topics_by_id=topics_by_id,
+            topics_by_name=topics_by_name,
+            brokers=base.brokers if self._brokers is None else _frozen(self._brokers),
+            broker_configs=base.broker_configs if self._broker_configs is None else _frozen(self._broker_configs),
+            node_configs=base.node_configs if self._node_configs is None else _frozen(self._node_configs),
+        )
+
+
+def _set(configs: dict[str, str], key: str, value: str | None) -> None:
+    if value is None:
+        configs.pop(key, None)
+    else:
+        configs[key] = value

@@ -1,0 +1,204 @@
+"""Metadata log records: the one module that owns every record type (issue 4, DESIGN.md §8).
+
+Brokers, the controller, the metadata log, snapshots and tools import record types from here. This module defines
+the cluster records (topics, partitions, configs, brokers) with Kafka's metadata record type ids, and re-exports
+the stream/object/KV records that the storage engine defines in ``storage.metadata.records`` (ids 501 and up, as
+AutoMQ's), so there is one registry and one codec for the whole log: ``type u16 | version u16 | JSON body``.
+Framing, CRCs and offsets belong to the log (``controller.log``), not to the records.
+
+Topic ids are carried as the UUID's canonical text: the shared codec has no UUID type, and the text form keeps
+snapshots readable. :class:`controller.image.TopicImage` exposes them as ``uuid.UUID``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from storage.metadata.records import (
+    RECORD_TYPES,
+    STREAM_RECORD_TYPES,
+    MetadataRecord,
+    RecordDecodeError,
+    decode_record,
+    encode_record,
+    register_record,
+)
+
+# Resource types of ConfigRecord, with Kafka's numbering (ConfigResource.Type).
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A listener a broker accepts connections on (what Metadata and DescribeCluster report)."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+# ---------------------------------------------------------------- cluster records (type ids 1..63)
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class TopicRecord(MetadataRecord):
+    """A topic exists with this name and id; its partitions follow as PartitionRecords."""
+
+    TYPE: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 0
+    name: str
+    topic_id: str
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class PartitionRecord(MetadataRecord):
+    """The full state of one partition, written at creation and in snapshots."""
+
+    TYPE: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 0
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int = 0
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class PartitionChangeRecord(MetadataRecord):
+    """A change to one partition; ``None`` fields are unchanged.
+
+    The new leader epoch is carried explicitly (not derived on replay) because the controller also bumps it when
+    the same leader re-registers after a restart; every replica of the log must reach the same value. The
+    partition epoch is bumped by one on every change when replayed.
+    """
+
+    TYPE: ClassVar[int] = 5
+    VERSION: ClassVar[int] = 0
+    topic_id: str
+    partition: int
+    leader: int | None = None
+    leader_epoch: int | None = None
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveTopicRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 9
+    VERSION: ClassVar[int] = 0
+    topic_id: str
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class ConfigRecord(MetadataRecord):
+    """One dynamic config key of a topic (``resource_type`` 2) or of the brokers (4; name "" = cluster-wide
+    default, a node id = that broker). ``value`` None deletes the key, reverting to the default."""
+
+    TYPE: ClassVar[int] = 4
+    VERSION: ClassVar[int] = 0
+    resource_type: int
+    resource_name: str
+    name: str
+    value: str | None
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRecord(MetadataRecord):
+    """A broker (re)registered. ``epoch`` is its new node epoch; a re-registration replaces the old one."""
+
+    TYPE: ClassVar[int] = 0
+    VERSION: ClassVar[int] = 0
+    node_id: int
+    epoch: int
+    listeners: tuple[Endpoint, ...]
+    rack: str | None = None
+    fenced: bool = True
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 0
+    node_id: int
+    epoch: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class FenceBrokerRecord(MetadataRecord):
+    """The broker missed its session timeout (or is shutting down): it leads nothing until unfenced."""
+
+    TYPE: ClassVar[int] = 7
+    VERSION: ClassVar[int] = 0
+    node_id: int
+    epoch: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class UnfenceBrokerRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 8
+    VERSION: ClassVar[int] = 0
+    node_id: int
+    epoch: int
+
+
+CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
+    TopicRecord,
+    PartitionRecord,
+    PartitionChangeRecord,
+    RemoveTopicRecord,
+    ConfigRecord,
+    RegisterBrokerRecord,
+    UnregisterBrokerRecord,
+    FenceBrokerRecord,
+    UnfenceBrokerRecord,
+)
+
+
+# ---------------------------------------------------------------- every record type, one codec
+
+ALL_RECORD_TYPES: dict[int, type[MetadataRecord]] = RECORD_TYPES
+"""Type id -> class for every metadata record (cluster and stream): the registry the log codec decodes with."""
+
+
+def topic_id_text(topic_id: str) -> str:
+    return str(topic_id)
+
+
+__all__ = [
+    "ALL_RECORD_TYPES",
+    "CLUSTER_RECORD_TYPES",
+    "NO_LEADER",
+    "RESOURCE_BROKER",
+    "RESOURCE_TOPIC",
+    "STREAM_RECORD_TYPES",
+    "ConfigRecord",
+    "Endpoint",
+    "FenceBrokerRecord",
+    "MetadataRecord",
+    "PartitionChangeRecord",
+    "PartitionRecord",
+    "RecordDecodeError",
+    "RegisterBrokerRecord",
+    "RemoveTopicRecord",
+    "TopicRecord",
+    "UnfenceBrokerRecord",
+    "UnregisterBrokerRecord",
+    "decode_record",
+    "encode_record",
+]
