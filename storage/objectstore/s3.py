@@ -85,12 +85,18 @@ class S3ObjectStore:
         retry_max_delay: float = 5.0,
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
+        list_page_size: int = 1000,
+        delete_batch: int = DELETE_BATCH,
         seed: int | None = None,
     ) -> None:
         if not bucket:
             raise ValueError("S3 bucket name must not be empty")
         if max_concurrency <= 0:
             raise ValueError(f"s3.max.concurrency must be positive, got {max_concurrency}")
+        if not 0 < delete_batch <= DELETE_BATCH:
+            raise ValueError(f"delete batch must be within 1..{DELETE_BATCH}, got {delete_batch}")
+        if not 0 < list_page_size <= 1000:
+            raise ValueError(f"list page size must be within 1..1000, got {list_page_size}")
         if max_retries < 0:
             raise ValueError(f"s3.max.retries must not be negative, got {max_retries}")
         self._bucket = bucket
@@ -99,6 +105,8 @@ class S3ObjectStore:
         self._access_key = access_key
         self._secret_key = secret_key
         self._max_retries = max_retries
+        self._list_page_size = list_page_size
+        self._delete_batch = delete_batch
         self._part_size = max(part_size, MIN_PART_SIZE)
         self._multipart_threshold = multipart_threshold
         self._retry_base = retry_base_delay
@@ -302,7 +310,8 @@ class S3ObjectStore:
 
     async def delete(self, keys: Sequence[str]) -> None:
         unique = list(dict.fromkeys(keys))
-        chunks = [unique[i : i + DELETE_BATCH] for i in range(0, len(unique), DELETE_BATCH)]
+        size = self._delete_batch
+        chunks = [unique[i : i + size] for i in range(0, len(unique), size)]
         await _all_or_nothing([self._delete_chunk(chunk) for chunk in chunks])
 
     async def _delete_chunk(self, keys: builtins.list[str]) -> None:
@@ -409,7 +418,9 @@ class S3ObjectStore:
         async def attempt(client: Any) -> Mapping[str, Any]:
             self.stats.lists += 1
             extra = {"ContinuationToken": token} if token else {}
-            response: Mapping[str, Any] = await client.list_objects_v2(Bucket=self._bucket, Prefix=prefix, **extra)
+            response: Mapping[str, Any] = await client.list_objects_v2(
+                Bucket=self._bucket, Prefix=prefix, MaxKeys=self._list_page_size, **extra
+            )
             return response
 
         try:

@@ -1,0 +1,253 @@
+"""S3-only behaviour, against moto's real HTTP server: retries, bounded concurrency, pagination, chunked deletes,
+multipart abort, and conditional puts whose response was lost.
+
+Faults are injected by a small HTTP proxy on 127.0.0.1 between the store and moto, so the store sees genuine
+503 SlowDown responses and genuinely dropped connections on real sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from storage.config import BucketURL
+from storage.errors import ObjectExistsError, ObjectStoreError
+from storage.objectstore.s3 import S3ObjectStore
+
+if TYPE_CHECKING:
+    from conftest import S3Server
+
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message><RequestId>fault</RequestId></Error>"
+)
+_HOP_BY_HOP = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding", "date", "server"}
+
+
+@dataclass
+class _Fault:
+    method: str | None
+    action: str  # "slowdown": answer 503 without forwarding; "drop": close the connection; "lose": forward, then 503
+    remaining: int
+
+
+@dataclass
+class FaultProxy:
+    """Forwards every request to ``upstream`` unless a queued fault matches it."""
+
+    upstream: str
+    faults: list[_Fault] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    delay: float = 0.0
+    endpoint: str = ""
+
+    def inject(self, action: str, times: int, method: str | None = None) -> None:
+        self.faults.append(_Fault(method, action, times))
+
+    def _take(self, method: str) -> str | None:
+        for fault in self.faults:
+            if fault.remaining > 0 and fault.method in (None, method):
+                fault.remaining -= 1
+                return fault.action
+        return None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(f"{request.method} {request.path_qs}")
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            body = await request.read()
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            action = self._take(request.method)
+            if action == "slowdown":
+                return web.Response(status=503, body=_SLOW_DOWN, content_type="application/xml")
+            if action == "drop":
+                assert request.transport is not None
+                request.transport.abort()
+                return web.Response(status=500)
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+            async with (
+                aiohttp.ClientSession(auto_decompress=False) as session,
+                session.request(request.method, self.upstream + request.path_qs, headers=headers, data=body) as up,
+            ):
+                payload = await up.read()
+                if action == "lose":
+                    return web.Response(status=503, body=_SLOW_DOWN, content_type="application/xml")
+                out_headers = {k: v for k, v in up.headers.items() if k.lower() not in _HOP_BY_HOP}
+                return web.Response(status=up.status, body=payload, headers=out_headers)
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.fixture
+async def proxy(s3_server: S3Server) -> AsyncIterator[FaultProxy]:
+    fault_proxy = FaultProxy(upstream=s3_server.endpoint)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_route("*", "/{tail:.*}", fault_proxy.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    fault_proxy.endpoint = f"http://127.0.0.1:{port}"
+    try:
+        yield fault_proxy
+    finally:
+        await runner.cleanup()
+
+
+def _store(url: BucketURL, endpoint: str, **kwargs: Any) -> S3ObjectStore:
+    options: dict[str, Any] = {"retry_base_delay": 0.01, "retry_max_delay": 0.05, "seed": 1}
+    options.update(kwargs)
+    return S3ObjectStore(
+        url.bucket,
+        region=url.region,
+        endpoint=endpoint,
+        path_style=True,
+        access_key=url.access_key,
+        secret_key=url.secret_key,
+        **options,
+    )
+
+
+async def test_slow_down_responses_are_retried_until_success(proxy: FaultProxy, s3_bucket_url: BucketURL) -> None:
+    store = _store(s3_bucket_url, proxy.endpoint, max_retries=5)
+    try:
+        proxy.inject("slowdown", 3, method="PUT")
+        await store.put("retry/put", b"payload")
+        proxy.inject("slowdown", 2, method="GET")
+        assert await store.get("retry/put") == b"payload"
+        assert store.retries == 5
+        assert store.stats.puts == 4  # every attempt is a billed request
+    finally:
+        await store.close()
+
+
+async def test_dropped_connections_are_retried(proxy: FaultProxy, s3_bucket_url: BucketURL) -> None:
+    store = _store(s3_bucket_url, proxy.endpoint, max_retries=3)
+    try:
+        await store.put("retry/drop", b"abc")
+        proxy.inject("drop", 2, method="GET")
+        assert await store.get_tail("retry/drop", 2) == (b"bc", 3)
+        # aiohttp itself retries once when a pooled keep-alive connection dies, so the store may see one or both.
+        assert len([r for r in proxy.requests if r.startswith("GET")]) == 3
+        assert 1 <= store.retries <= 2
+    finally:
+        await store.close()
+
+
+async def test_retries_are_bounded_and_the_error_names_bucket_and_key(
+    proxy: FaultProxy, s3_bucket_url: BucketURL
+) -> None:
+    store = _store(s3_bucket_url, proxy.endpoint, max_retries=2)
+    try:
+        proxy.inject("slowdown", 100, method="PUT")
+        with pytest.raises(ObjectStoreError) as info:
+            await store.put("retry/never", b"x")
+        message = str(info.value)
+        assert f"s3://{s3_bucket_url.bucket}/retry/never" in message
+        assert "3 attempts" in message and "SlowDown" in message
+        assert len([r for r in proxy.requests if r.startswith("PUT")]) == 3
+    finally:
+        await store.close()
+
+
+async def test_conditional_put_whose_response_was_lost_still_succeeds(
+    proxy: FaultProxy, s3_bucket_url: BucketURL
+) -> None:
+    """The first attempt lands but its response is lost; the retry sees 412 for its own object."""
+    store = _store(s3_bucket_url, proxy.endpoint, max_retries=3)
+    try:
+        proxy.inject("lose", 1, method="PUT")
+        await store.put("cond/lost", b"mine", if_none_match=True)
+        assert await store.get("cond/lost") == b"mine"
+        # Someone else's object under the key is still reported as existing.
+        proxy.inject("lose", 1, method="PUT")
+        with pytest.raises(ObjectExistsError):
+            await store.put("cond/lost", b"theirs", if_none_match=True)
+    finally:
+        await store.close()
+
+
+async def test_concurrency_is_bounded_by_the_semaphore(proxy: FaultProxy, s3_bucket_url: BucketURL) -> None:
+    store = _store(s3_bucket_url, proxy.endpoint, max_concurrency=3)
+    try:
+        await store.put("c/k", b"v" * 100)
+        proxy.delay = 0.02
+        proxy.max_in_flight = 0
+        results = await asyncio.gather(*(store.get("c/k", i, i + 1) for i in range(20)))
+        assert results == [b"v"] * 20
+        assert proxy.max_in_flight == 3
+    finally:
+        await store.close()
+
+
+async def test_list_follows_continuation_and_delete_goes_in_chunks(s3_bucket_url: BucketURL) -> None:
+    # S3 caps both at 1000 keys per request; smaller limits exercise the same paging without 1000 PUTs.
+    keys = [f"many/{i:05d}" for i in range(25)]
+    store = _store(s3_bucket_url, s3_bucket_url.endpoint or "", list_page_size=10, delete_batch=10)
+    try:
+        await asyncio.gather(*(store.put(key, b"") for key in keys))
+        await store.put("other/key", b"")
+        listed = await store.list("many/")
+        assert [i.key for i in listed] == keys
+        assert store.stats.lists == 3
+        await store.delete([*keys, "many/absent"])
+        assert store.stats.deletes == 3
+        assert await store.list("many/") == []
+        assert [i.key for i in await store.list("")] == ["other/key"]
+    finally:
+        await store.close()
+
+
+async def test_failed_conditional_multipart_upload_is_aborted(s3_server: S3Server, s3_bucket_url: BucketURL) -> None:
+    store = _store(
+        s3_bucket_url, s3_bucket_url.endpoint or "", multipart_threshold=6 * 1024 * 1024, part_size=5 * 1024 * 1024
+    )
+    data = bytes(range(256)) * (44 * 1024)  # 11 MiB: parts of 5, 5 and 1 MiB
+    try:
+        await store.put("mp/obj", data, if_none_match=True)
+        assert await store.get("mp/obj") == data
+        head = s3_server.client().head_object(Bucket=s3_bucket_url.bucket, Key="mp/obj")
+        assert head["ETag"].strip('"').endswith("-3")
+        with pytest.raises(ObjectExistsError):
+            await store.put("mp/obj", data[::-1], if_none_match=True)
+        assert await store.get("mp/obj", 0, 256) == data[:256]
+        uploads = s3_server.client().list_multipart_uploads(Bucket=s3_bucket_url.bucket)
+        assert uploads.get("Uploads", []) == []
+    finally:
+        await store.close()
+
+
+async def test_unreachable_endpoint_fails_with_a_named_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # Nothing listens on the port now: every attempt is refused.
+    store = S3ObjectStore(
+        "nowhere",
+        endpoint=f"http://127.0.0.1:{port}",
+        path_style=True,
+        access_key="a",
+        secret_key="b",
+        max_retries=1,
+        retry_base_delay=0.01,
+        connect_timeout=1,
+    )
+    try:
+        with pytest.raises(ObjectStoreError, match="s3://nowhere/some/key: get failed after 2 attempts"):
+            await store.get("some/key")
+    finally:
+        await store.close()
