@@ -1,0 +1,211 @@
+"""Fetch (key 1) v4-15 for consumers: long poll, byte limits, incremental sessions (KIP-227), topic ids (v13+).
+
+A fetch answers at once when it has ``min_bytes`` of data, an error, or ``max_wait_ms`` is zero; otherwise it
+waits until an append to one of its partitions (``PartitionLog.wait_for_data``) or the deadline, then reads
+again. Byte limits follow Kafka: each partition returns at most ``partition_max_bytes`` and the response at most
+``max_bytes``, except that the first batch of the response is always returned whole so a consumer can never be
+stuck behind a batch larger than its limits. read_committed reads the same data as read_uncommitted until
+transactions exist (last stable offset = high watermark, no aborted transactions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.constants import uuid_zero
+
+from broker.errors import KafkaError, error_code_for
+from broker.fetch_session import (
+    FetchContext,
+    FetchSessionCache,
+    PartitionKey,
+    PartitionOutcome,
+    PartitionRequest,
+    SessionPartition,
+)
+from broker.handlers.registry import RequestContext, handler
+from broker.partition.access import leader_log
+from broker.partition.partition_log import PartitionLog
+from broker.protocol import codec
+
+logger = logging.getLogger(__name__)
+
+READ_COMMITTED = 1
+_caches: weakref.WeakKeyDictionary[Any, FetchSessionCache] = weakref.WeakKeyDictionary()
+
+
+def session_cache(node: Any) -> FetchSessionCache:
+    """The fetch-session cache of a broker node (one per node, created on first use)."""
+    cache = _caches.get(node)
+    if cache is None:
+        cache = FetchSessionCache()
+        _caches[node] = cache
+    return cache
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    return value if isinstance(value, int) else int(value.total_seconds() * 1000)
+
+
+@dataclass(slots=True)
+class _Result:
+    key: PartitionKey
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    log: PartitionLog | None = None
+    fetch_offset: int = 0
+
+    def outcome(self) -> PartitionOutcome:
+        lso = self.high_watermark
+        return PartitionOutcome(
+            self.key, self.error, self.high_watermark, self.log_start_offset, lso, len(self.records) > 0
+        )
+
+
+def _requested(ctx: RequestContext, request: Any) -> tuple[list[PartitionRequest], list[PartitionKey]]:
+    image = ctx.node.controller.image
+    by_id = ctx.api_version >= 13
+
+    def topic_key(topic: Any) -> tuple[object, str]:
+        if by_id:
+            found = image.topics_by_id.get(topic.topic_id)
+            return topic.topic_id, found.name if found is not None else ""
+        return uuid_zero, topic.topic
+
+    requested = [
+        PartitionRequest(
+            (*topic_key(t), p.partition),
+            p.fetch_offset,
+            p.partition_max_bytes,
+            getattr(p, "current_leader_epoch", -1),
+        )
+        for t in request.topics
+        for p in t.partitions
+    ]
+    forgotten: list[PartitionKey] = []
+    for t in getattr(request, "forgotten_topics_data", ()):
+        tid, name = topic_key(t)
+        forgotten.extend((tid, name, p) for p in t.partitions)
+    return requested, forgotten
+
+
+async def _read_partition(
+    ctx: RequestContext, key: PartitionKey, state: SessionPartition, max_bytes: int, min_one: bool
+) -> _Result:
+    topic_id, name, partition = key
+    try:
+        if not name:
+            raise KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")
+        log = await leader_log(ctx.node, name, partition, state.current_leader_epoch)
+        read = await log.read(state.fetch_offset, max_bytes, min_one=min_one)
+        return _Result(
+            key, ErrorCode.none, read.high_watermark, read.log_start_offset, read.records, log, state.fetch_offset
+        )
+    except Exception as exc:
+        code = error_code_for(exc)
+        if code == ErrorCode.unknown_server_error:
+            logger.exception("fetch from %s-%d failed (%s)", name, partition, ctx.describe())
+        log_start = hw = -1
+        if code == ErrorCode.offset_out_of_range:
+            found = ctx.node.partitions.get(name, partition)
+            if found is not None:
+                hw, log_start = found.high_watermark, found.log_start_offset
+        return _Result(key, code, hw, log_start, fetch_offset=state.fetch_offset)
+
+
+async def _read_all(ctx: RequestContext, fetch: FetchContext, response_max_bytes: int) -> list[_Result]:
+    """One pass over the partitions, in order, honouring the response byte budget."""
+    results: list[_Result] = []
+    remaining = response_max_bytes
+    for key, state in fetch.partitions:
+        limit = max(min(state.max_bytes, remaining), 0)
+        result = await _read_partition(ctx, key, state, limit, min_one=remaining == response_max_bytes)
+        remaining -= len(result.records)
+        results.append(result)
+    return results
+
+
+async def _wait_for_any(results: list[_Result], timeout: float) -> None:
+    waiters = [
+        # Wait for data beyond what this pass already saw, so a partial result does not spin.
+        asyncio.ensure_future(r.log.wait_for_data(max(r.high_watermark, r.fetch_offset), timeout))
+        for r in results
+        if r.log is not None and r.error == ErrorCode.none
+    ]
+    if not waiters:
+        await asyncio.sleep(timeout)
+        return
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+
+
+def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], read_committed: bool) -> Any:
+    resp_cls = ctx.response_class
+    topic_cls = codec.field_entity(resp_cls, "responses")
+    part_cls = codec.field_entity(topic_cls, "partitions")
+    include = set(fetch.filter(r.outcome() for r in results))
+    grouped: dict[tuple[object, str], list[Any]] = {}
+    for r in results:
+        if r.key not in include:
+            continue
+        topic_id, name, partition = r.key
+        grouped.setdefault((topic_id, name), []).append(
+            codec.build(
+                part_cls,
+                partition_index=partition,
+                error_code=r.error,
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.high_watermark,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=() if read_committed else None,
+                preferred_read_replica=-1,
+                records=r.records,
+            )
+        )
+    responses = tuple(
+        codec.build(topic_cls, topic=name, topic_id=topic_id, partitions=tuple(parts))
+        for (topic_id, name), parts in grouped.items()
+    )
+    return ctx.build(throttle_time=0, error_code=ErrorCode.none, session_id=fetch.session_id, responses=responses)
+
+
+@handler(api_key=1)
+async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+    requested, forgotten = _requested(ctx, request)
+    cache = session_cache(ctx.node)
+    try:
+        fetch = cache.resolve(
+            getattr(request, "session_id", 0), getattr(request, "session_epoch", -1), requested, forgotten
+        )
+    except KafkaError as exc:
+        logger.debug("fetch session error for %s: %s", ctx.describe(), exc)
+        return ctx.build(throttle_time=0, error_code=exc.code, session_id=0, responses=())
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    deadline = time.monotonic() + max(_ms(request.max_wait), 0) / 1000
+    while True:
+        results = await _read_all(ctx, fetch, max_bytes)
+        total = sum(len(r.records) for r in results)
+        errors = any(r.error != ErrorCode.none for r in results)
+        remaining = deadline - time.monotonic()
+        if total >= max(request.min_bytes, 1) or errors or remaining <= 0 or not results:
+            if not results and remaining > 0 and fetch.incremental:
+                # An incremental session with nothing to fetch still honours max_wait (consumers rely on it).
+                await asyncio.sleep(remaining)
+            return _response(ctx, fetch, results, read_committed)
+        await _wait_for_any(results, remaining)
+        if time.monotonic() >= deadline:
+            results = await _read_all(ctx, fetch, max_bytes)
+            return _response(ctx, fetch, results, read_committed)

@@ -1,0 +1,116 @@
+"""Produce (key 0) v3-9.
+
+Partitions of one request are appended concurrently; the response is sent once every append is durable
+(acks=1 and acks=all alike: the WAL write is the only replication a partition has) or the request timeout
+passes. acks=0 gets no response at all. Transactional producers are refused with a clear code until
+transactions exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.errors import KafkaError, error_code_for, error_message_for
+from broker.handlers.registry import RequestContext, handler
+from broker.partition.access import leader_log
+from broker.partition.partition_log import AppendResult
+from broker.protocol import codec
+
+logger = logging.getLogger(__name__)
+
+
+def _to_ms(value: datetime.timedelta | int) -> int:
+    return value if isinstance(value, int) else int(value.total_seconds() * 1000)
+
+
+async def _append_one(
+    ctx: RequestContext, topic: str, partition: int, records: bytes | None, acks: int
+) -> AppendResult | BaseException:
+    try:
+        if records is None or len(records) == 0:
+            raise KafkaError(ErrorCode.invalid_record, f"{topic}-{partition}: produce request without records")
+        log = await leader_log(ctx.node, topic, partition)
+        return await log.append(bytes(records), required_acks=acks)
+    except KafkaError as exc:
+        return exc
+    except Exception as exc:
+        if error_code_for(exc) == ErrorCode.unknown_server_error:
+            logger.exception("produce to %s-%d failed (%s)", topic, partition, ctx.describe())
+        return exc
+
+
+def _partition_response(cls: type[Any], index: int, outcome: AppendResult | BaseException) -> Any:
+    if isinstance(outcome, AppendResult):
+        append_time = (
+            datetime.datetime.fromtimestamp(outcome.log_append_time_ms / 1000, tz=datetime.UTC)
+            if outcome.log_append_time_ms >= 0
+            else None
+        )
+        return codec.build(
+            cls,
+            index=index,
+            error_code=ErrorCode.none,
+            base_offset=outcome.base_offset,
+            log_append_time=append_time,
+            log_start_offset=outcome.log_start_offset,
+        )
+    return codec.build(
+        cls,
+        index=index,
+        error_code=error_code_for(outcome),
+        base_offset=-1,
+        log_append_time=None,
+        log_start_offset=-1,
+        error_message=error_message_for(outcome),
+    )
+
+
+@handler(api_key=0)
+async def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    acks = request.acks
+    topic_cls = codec.field_entity(ctx.response_class, "responses")
+    part_cls = codec.field_entity(topic_cls, "partition_responses")
+    keys: list[tuple[str, int]] = []
+    jobs: list[Any] = []
+    refusal: KafkaError | None = None
+    if acks not in (0, 1, -1):
+        refusal = KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1 (all), not {acks}")
+    elif request.transactional_id is not None:
+        refusal = KafkaError(
+            ErrorCode.transactional_id_authorization_failed,
+            f"transactional id {request.transactional_id!r}: transactions are not supported by this broker yet",
+        )
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            keys.append((topic.name, part.index))
+            if refusal is not None:
+                jobs.append(asyncio.sleep(0, refusal))
+            else:
+                jobs.append(_append_one(ctx, topic.name, part.index, part.records, acks))
+    timeout_s = max(_to_ms(request.timeout), 0) / 1000
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    outcomes: list[AppendResult | BaseException] = []
+    if tasks:
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s if acks != 0 else None)
+        for task in pending:
+            # The append goes on (it will be durable, or fail and close the partition); only the answer is late.
+            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+        for task in tasks:
+            if task in done:
+                outcomes.append(task.result())
+            else:
+                outcomes.append(KafkaError(ErrorCode.request_timed_out, "append not durable within the timeout"))
+    if acks == 0:
+        return None
+    by_topic: dict[str, list[Any]] = {}
+    for (topic_name, index), outcome in zip(keys, outcomes, strict=True):
+        by_topic.setdefault(topic_name, []).append(_partition_response(part_cls, index, outcome))
+    responses = tuple(
+        codec.build(topic_cls, name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()
+    )
+    return ctx.build(responses=responses, throttle_time=0)

@@ -1,0 +1,53 @@
+"""Finding the open partition a request targets, with the error Kafka clients expect when it is not here.
+
+Every data-plane handler (produce, fetch, list offsets, delete records, leader epochs) goes through
+``leader_log`` so the same situation always yields the same code: an unknown topic or partition is
+UNKNOWN_TOPIC_OR_PARTITION, a partition led elsewhere (or not yet open here) NOT_LEADER_OR_FOLLOWER, and a
+client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.errors import KafkaError
+from broker.partition.partition_log import PartitionLog
+
+#: How long a request waits for a partition this broker was just made leader of to finish opening.
+OPEN_WAIT_SECONDS = 5.0
+
+
+def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
+    if current_leader_epoch < 0:
+        return
+    if current_leader_epoch < log.leader_epoch:
+        raise KafkaError(
+            ErrorCode.fenced_leader_epoch,
+            f"{log.where}: request leader epoch {current_leader_epoch} is older than {log.leader_epoch}",
+        )
+    if current_leader_epoch > log.leader_epoch:
+        raise KafkaError(
+            ErrorCode.unknown_leader_epoch,
+            f"{log.where}: request leader epoch {current_leader_epoch} is newer than {log.leader_epoch}",
+        )
+
+
+async def leader_log(node: Any, topic: str, partition: int, current_leader_epoch: int = -1) -> PartitionLog:
+    """The open PartitionLog of ``topic``-``partition`` on this broker, or a KafkaError saying why not."""
+    log: PartitionLog | None = node.partitions.get(topic, partition)
+    if log is None:
+        image = node.controller.image
+        part = image.partition(topic, partition)
+        if part is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
+        if part.leader != node.node_id:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower, f"{topic}-{partition} is led by node {part.leader}, not this one"
+            )
+        log = await node.partitions.wait_open(topic, partition, OPEN_WAIT_SECONDS)
+        if log is None:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{partition} is not open on this broker yet")
+    check_leader_epoch(log, current_leader_epoch)
+    return log
