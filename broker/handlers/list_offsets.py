@@ -1,0 +1,55 @@
+"""ListOffsets (key 2) v1-8: earliest (-2), latest (-1), max timestamp (-3, v7+) and offset by timestamp."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.errors import KafkaError, error_code_for
+from broker.handlers.registry import RequestContext, handler
+from broker.partition.access import leader_log
+from broker.partition.partition_log import MAX_TIMESTAMP
+from broker.protocol import codec
+
+logger = logging.getLogger(__name__)
+
+
+async def _lookup(ctx: RequestContext, part_cls: type[Any], topic: str, p: Any, duplicate: bool) -> Any:
+    index = p.partition_index
+    try:
+        if duplicate:
+            raise KafkaError(ErrorCode.invalid_request, f"{topic}-{index} appears more than once")
+        if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7:
+            raise KafkaError(ErrorCode.unsupported_version, "max-timestamp lookups need ListOffsets v7+")
+        log = await leader_log(ctx.node, topic, index, getattr(p, "current_leader_epoch", -1))
+        found = await log.offset_for_timestamp(p.timestamp)
+        offset, timestamp, epoch = (found.offset, found.timestamp, found.leader_epoch) if found else (-1, -1, -1)
+        return codec.build(
+            part_cls,
+            partition_index=index,
+            error_code=ErrorCode.none,
+            timestamp=timestamp,
+            offset=offset,
+            leader_epoch=epoch,
+        )
+    except Exception as exc:
+        code = error_code_for(exc)
+        if code == ErrorCode.unknown_server_error:
+            logger.exception("list offsets of %s-%d failed (%s)", topic, index, ctx.describe())
+        return codec.build(part_cls, partition_index=index, error_code=code, timestamp=-1, offset=-1, leader_epoch=-1)
+
+
+@handler(api_key=2)
+async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+    topic_cls = codec.field_entity(ctx.response_class, "topics")
+    part_cls = codec.field_entity(topic_cls, "partitions")
+    topics = []
+    for topic in request.topics:
+        seen: dict[int, int] = {}
+        for p in topic.partitions:
+            seen[p.partition_index] = seen.get(p.partition_index, 0) + 1
+        parts = [await _lookup(ctx, part_cls, topic.name, p, seen[p.partition_index] > 1) for p in topic.partitions]
+        topics.append(codec.build(topic_cls, name=topic.name, partitions=tuple(parts)))
+    return ctx.build(throttle_time=0, topics=tuple(topics))
