@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from controller.records import Endpoint
+from controller.records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
 
 logger = logging.getLogger(__name__)
@@ -307,6 +307,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", _B.INT, 10000, at_least(1)),
         ConfigKey("producer.id.expiration.ms", _B.INT, 86400000, at_least(1), dynamic=True),
         ConfigKey("max.incremental.fetch.session.cache.slots", _B.INT, 1000, at_least(0)),
+        # fjord: the port of the Prometheus /metrics endpoint (absent: no endpoint)
+        ConfigKey("metrics.port", _B.INT, None, between(0, 65535)),
     )
 }
 
@@ -405,6 +407,16 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
 
 def topic_config_def(name: str) -> TopicConfigDef | None:
     return TOPIC_CONFIGS.get(name)
+
+
+def config_key(resource_type: int, name: str) -> ConfigKey | None:
+    """The definition of a topic (resource type 2) or broker (4) config key, None if there is none."""
+    if resource_type == RESOURCE_TOPIC:
+        definition = TOPIC_CONFIGS.get(name)
+        return None if definition is None else definition.key
+    if resource_type == RESOURCE_BROKER:
+        return BROKER_KEYS.get(name)
+    return None
 
 
 def validate_topic_config(name: str, value: str) -> str:
@@ -573,8 +585,6 @@ class ServerConfig:
         for lst in self.advertised_listeners:
             if lst.name in self.controller_listener_names and "broker" in roles and "controller" not in roles:
                 raise ConfigError(f"advertised.listeners: controller listener {lst.name} must not be advertised")
-            if lst.port == 0:
-                raise ConfigError(f"advertised.listeners: {lst.name} has port 0")
         if "broker" in roles and not self.broker_listeners:
             raise ConfigError("listeners: a broker needs at least one listener that is not a controller listener")
         if "controller" in roles and self.node_id not in {v.node_id for v in self.voters}:
@@ -926,6 +936,7 @@ __all__ = [
     "QuorumVoter",
     "ServerConfig",
     "TopicConfigDef",
+    "config_key",
     "describe_broker_configs",
     "describe_topic_configs",
     "ensure_meta_properties",

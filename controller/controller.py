@@ -31,11 +31,12 @@ from controller.client import (
     NewTopic,
 )
 from controller.config import (
+    ConfigType,
     ConfigValueError,
     ServerConfig,
+    config_key,
     describe_topic_configs,
     ensure_meta_properties,
-    topic_config_def,
     validate_broker_config,
     validate_topic_config,
 )
@@ -679,10 +680,13 @@ def _apply_config_ops(
                 raise ControllerError(ErrorCode.invalid_request, f"Null value not supported for SET of {key}")
             wanted[key] = value
         elif op == IncrementalOp.DELETE:
+            if config_key(resource.type, key) is None:
+                kind = "topic" if resource.type == RESOURCE_TOPIC else "broker"
+                raise ControllerError(ErrorCode.invalid_config, f"Unknown {kind} config name: {key}")
             wanted.pop(key, None)
         elif op in (IncrementalOp.APPEND, IncrementalOp.SUBTRACT):
-            definition = topic_config_def(key) if resource.type == RESOURCE_TOPIC else None
-            if definition is None or definition.type != "list":
+            definition = config_key(resource.type, key)
+            if definition is None or definition.type is not ConfigType.LIST:
                 raise ControllerError(
                     ErrorCode.invalid_config,
                     f"Config value {'append' if op == IncrementalOp.APPEND else 'subtract'} is not allowed for "

@@ -135,7 +135,8 @@ class LocalMetadataLog:
         self._lock = asyncio.Lock()
         self._next_offset = 0
         self._file: int | None = None
-        self._log_bytes = 0
+        self._log_bytes = 0  # also the file's size: the log is truncated to 0 by each snapshot
+        self._failure: str | None = None
 
     @classmethod
     def open(
@@ -244,11 +245,16 @@ class LocalMetadataLog:
             return self._next_offset - 1
 
     def _require_open(self) -> int:
+        if self._failure is not None:
+            raise MetadataLogError(f"metadata log {self._path} failed earlier and accepts no writes: {self._failure}")
         if self._file is None:
             raise MetadataLogError(f"metadata log {self._path} is not open (call recover() first, or it was closed)")
         return self._file
 
     def _write_durably(self, fd: int, frame: bytes) -> None:
+        """Writes and fsyncs one frame. After a failure the file's state is unknown (a failed fsync may have lost
+        pages already reported written), so the log refuses every later write instead of guessing; a restart
+        recovers the last intact batch."""
         try:
             view = memoryview(frame)
             while view:
@@ -256,6 +262,8 @@ class LocalMetadataLog:
                 view = view[written:]
             os.fsync(fd)
         except OSError as exc:
+            self._failure = exc.strerror or str(exc)
+            logger.error("metadata log %s: append failed (%s); no further writes until restart", self._path, exc)
             raise MetadataLogError(f"cannot append to metadata log {self._path}: {exc.strerror}") from None
 
     # ------------------------------------------------------------------ snapshots

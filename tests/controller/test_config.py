@@ -1,0 +1,199 @@
+"""Server configuration, topic config definitions and DescribeConfigs sources/synonyms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.config import (
+    BROKER_KEYS,
+    TOPIC_CONFIGS,
+    ConfigSource,
+    ConfigType,
+    ConfigValueError,
+    ServerConfig,
+    describe_broker_configs,
+    describe_topic_configs,
+    resolve_topic_config,
+    validate_broker_config,
+    validate_topic_config,
+)
+from controller.records import Endpoint
+from storage.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_server_properties_load(tmp_path: Path) -> None:
+    config = ServerConfig.load(REPO / "config" / "server.properties")
+    assert config.node_id == 0
+    assert config.process_roles == ("broker", "controller")
+    assert [(lst.name, lst.port) for lst in config.broker_listeners] == [("PLAINTEXT", 9092)]
+    assert config.advertised_endpoints() == (Endpoint("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT"),)
+    assert config.metadata_dir == Path("data/kraft")
+    assert config.storage.wal_upload_threshold == 100 * 1024 * 1024  # s3.* keys reach StorageConfig
+
+
+def test_file_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(
+        "node.id=3\ncontroller.quorum.voters=3@127.0.0.1:9093\nnum.partitions=4\nlog.dirs=/a,/b\n"
+        "s3.wal.upload.interval.ms=5\n"
+    )
+    config = ServerConfig.load(path, ["num.partitions=6", "group.initial.rebalance.delay.ms=0"])
+    assert config.node_id == 3 and config.storage.node_id == 3
+    assert config.num_partitions == 6
+    assert config.group_initial_rebalance_delay_ms == 0
+    assert config.log_dirs == (Path("/a"), Path("/b")) and config.metadata_dir == Path("/a")
+    assert config.storage.wal_upload_interval_ms == 5
+    assert config.static["num.partitions"] == "6"
+
+
+def test_kafka_defaults() -> None:
+    config = ServerConfig.load(None)
+    assert config.message_max_bytes == 1048588
+    assert config.socket_request_max_bytes == 104857600
+    assert config.default_replication_factor == 1 and config.num_partitions == 1
+    assert config.auto_create_topics_enable is True
+    assert config.group_min_session_timeout_ms == 6000 and config.group_max_session_timeout_ms == 1800000
+    assert config.offsets_retention_ms == 7 * 24 * 3600 * 1000
+    assert config.transactional_id_expiration_ms == 604800000
+    assert config.broker_session_timeout_ms == 9000 and config.broker_heartbeat_interval_ms == 2000
+    assert config.value("log.retention.hours") == 168 and config.value("log.retention.ms") is None
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("num.partitions=zero", "num.partitions"),
+        ("num.partitions=0", "num.partitions"),
+        ("auto.create.topics.enable=maybe", "auto.create.topics.enable"),
+        ("listeners=PLAINTEXT//127.0.0.1:9092", "listeners"),
+        ("listeners=PLAINTEXT://127.0.0.1:port", "listeners"),
+        ("controller.quorum.voters=1@127.0.0.1:9093", "controller.quorum.voters"),
+        ("process.roles=worker", "process.roles"),
+        ("s3.object.block.size=-1", "s3.object.block.size"),
+        ("log.cleanup.policy=keep", "log.cleanup.policy"),
+    ],
+)
+def test_bad_values_name_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        ServerConfig.load(None, [override])
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        ServerConfig.load(tmp_path / "nope.properties")
+
+
+def test_advertised_listeners_default_to_the_broker_listeners() -> None:
+    config = ServerConfig.load(None, ["listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"])
+    assert [e.name for e in config.advertised_endpoints()] == ["PLAINTEXT"]
+
+
+def test_every_topic_config_has_a_valid_default_and_known_synonyms() -> None:
+    for name, definition in TOPIC_CONFIGS.items():
+        text = definition.default_text()
+        assert text is not None, name
+        assert validate_topic_config(name, text) == text, name
+        for synonym in definition.synonyms:
+            assert synonym.name in BROKER_KEYS, (name, synonym.name)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "normalized"),
+    [
+        ("retention.ms", "-1", "-1"),
+        ("cleanup.policy", "compact, delete", "compact,delete"),
+        ("compression.type", "zstd", "zstd"),
+        ("min.cleanable.dirty.ratio", "0.25", "0.25"),
+        ("preallocate", "TRUE", "true"),
+        ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
+    ],
+)
+def test_valid_topic_values(name: str, value: str, normalized: str) -> None:
+    assert validate_topic_config(name, value) == normalized
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("retention.ms", "soon", "Invalid value soon for configuration retention.ms: Not a number of type LONG"),
+        ("retention.ms", "-2", "Value must be at least -1"),
+        ("segment.bytes", "100", "segment.bytes"),
+        ("cleanup.policy", "forever", "forever"),
+        ("compression.type", "brotli", "String must be one of"),
+        ("min.cleanable.dirty.ratio", "1.5", "no more than"),
+        ("max.message.bytes", "99999999999", "Not a number of type INT"),
+        ("preallocate", "yes", "true or false"),
+        ("no.such.config", "1", "Unknown topic config name: no.such.config"),
+    ],
+)
+def test_invalid_topic_values(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigValueError, match=message):
+        validate_topic_config(name, value)
+
+
+def test_broker_configs_must_be_known_and_dynamic() -> None:
+    assert validate_broker_config("log.retention.ms", "100") == "100"
+    with pytest.raises(ConfigValueError, match="dynamically"):
+        validate_broker_config("node.id", "2")
+    with pytest.raises(ConfigValueError, match="Unknown broker config"):
+        validate_broker_config("nope", "2")
+
+
+def test_topic_config_defaults_come_from_the_broker_synonym() -> None:
+    config = ServerConfig.load(None)
+    entry = resolve_topic_config("retention.ms", config, {}, {})
+    assert entry.value == "604800000" and entry.source is ConfigSource.DEFAULT_CONFIG
+    assert [(s.name, s.value, s.source) for s in entry.synonyms] == [
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG)
+    ]
+    assert entry.config_type is ConfigType.LONG
+
+
+def test_source_precedence_topic_dynamic_node_dynamic_cluster_static_default() -> None:
+    config = ServerConfig.load(None, ["log.retention.hours=24"])
+    static = resolve_topic_config("retention.ms", config, {}, {})
+    assert (static.value, static.source) == (str(24 * 3600 * 1000), ConfigSource.STATIC_BROKER_CONFIG)
+
+    cluster = resolve_topic_config("retention.ms", config, {"log.retention.ms": "5000"}, {})
+    assert (cluster.value, cluster.source) == ("5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+    node = resolve_topic_config("retention.ms", config, {"log.retention.ms": "5000"}, {}, {"log.retention.ms": "7"})
+    assert (node.value, node.source) == ("7", ConfigSource.DYNAMIC_BROKER_CONFIG)
+
+    topic = resolve_topic_config("retention.ms", config, {"log.retention.ms": "5000"}, {"retention.ms": "1"})
+    assert (topic.value, topic.source) == ("1", ConfigSource.TOPIC_CONFIG)
+    assert [(s.name, s.source) for s in topic.synonyms] == [
+        ("retention.ms", ConfigSource.TOPIC_CONFIG),
+        ("log.retention.ms", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.hours", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", ConfigSource.DEFAULT_CONFIG),
+    ]
+
+
+def test_describe_topic_lists_every_config_or_only_those_asked() -> None:
+    config = ServerConfig.load(None, ["message.max.bytes=2000000"])
+    entries = describe_topic_configs(config, {}, {"cleanup.policy": "compact"})
+    by_name = {e.name: e for e in entries}
+    assert set(by_name) == set(TOPIC_CONFIGS)
+    assert by_name["cleanup.policy"].value == "compact"
+    assert by_name["max.message.bytes"].value == "2000000"
+    assert by_name["max.message.bytes"].source is ConfigSource.STATIC_BROKER_CONFIG
+    only = describe_topic_configs(config, {}, {}, names=["segment.bytes", "bogus"])
+    assert [e.name for e in only] == ["segment.bytes"]
+
+
+def test_describe_broker_reports_read_only_for_static_keys() -> None:
+    config = ServerConfig.load(None, ["num.io.threads=4"])
+    entries = {e.name: e for e in describe_broker_configs(config, {"log.retention.ms": "9"})}
+    assert entries["node.id"].read_only and entries["node.id"].value == "0"
+    assert entries["num.io.threads"].source is ConfigSource.STATIC_BROKER_CONFIG
+    assert not entries["num.io.threads"].read_only
+    assert entries["log.retention.ms"].value == "9"
+    assert entries["log.retention.ms"].source is ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    cluster = describe_broker_configs(config, {"log.retention.ms": "9"}, cluster_default=True)
+    assert [(e.name, e.value) for e in cluster] == [("log.retention.ms", "9")]

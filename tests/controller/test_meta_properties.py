@@ -1,0 +1,119 @@
+"""meta.properties: formatted on first start, checked on every later one, as Kafka does."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.config import (
+    MetaProperties,
+    ServerConfig,
+    ensure_meta_properties,
+    new_cluster_id,
+    read_meta_properties,
+    write_meta_properties,
+)
+from controller.controller import Controller
+from storage.config import ConfigError, read_properties
+
+
+def test_first_start_formats_the_directory(tmp_path: Path) -> None:
+    meta = ensure_meta_properties(tmp_path / "kraft", 5)
+    props = read_properties(tmp_path / "kraft" / "meta.properties")
+    assert props["version"] == "1" and props["node.id"] == "5" and props["cluster.id"] == meta.cluster_id
+    assert len(meta.cluster_id) == 22
+    assert len(base64.urlsafe_b64decode(meta.cluster_id + "==")) == 16
+    assert not list((tmp_path / "kraft").glob("*.tmp"))
+
+
+def test_later_starts_keep_the_cluster_id(tmp_path: Path) -> None:
+    first = ensure_meta_properties(tmp_path, 1)
+    second = ensure_meta_properties(tmp_path, 1)
+    assert second == first
+
+
+def test_cluster_ids_are_random() -> None:
+    assert len({new_cluster_id() for _ in range(50)}) == 50
+
+
+def test_another_node_id_is_a_one_line_error(tmp_path: Path) -> None:
+    ensure_meta_properties(tmp_path, 1)
+    with pytest.raises(ConfigError) as info:
+        ensure_meta_properties(tmp_path, 2)
+    message = str(info.value)
+    assert "node.id=1" in message and "node.id=2" in message and str(tmp_path) in message
+    assert "\n" not in message
+
+
+def test_another_cluster_is_refused(tmp_path: Path) -> None:
+    ensure_meta_properties(tmp_path, 1)
+    with pytest.raises(ConfigError, match="belongs to cluster"):
+        ensure_meta_properties(tmp_path, 1, new_cluster_id())
+
+
+def test_given_cluster_id_is_used_when_formatting(tmp_path: Path) -> None:
+    cluster_id = new_cluster_id()
+    assert ensure_meta_properties(tmp_path, 0, cluster_id).cluster_id == cluster_id
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("version=0\nbroker.id=1\ncluster.id=AAbC23EEE2iAAdd3R89L7q\n", "unsupported version 0"),
+        ("version=1\ncluster.id=AAbC23EEE2iAAdd3R89L7q\n", "node.id is missing"),
+        ("version=1\nnode.id=1\ncluster.id=short\n", "cluster.id"),
+    ],
+)
+def test_bad_files_are_named(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "meta.properties").write_text(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        read_meta_properties(tmp_path)
+    assert "meta.properties" in str(info.value)
+
+
+def test_write_then_read(tmp_path: Path) -> None:
+    meta = MetaProperties(7, new_cluster_id())
+    write_meta_properties(tmp_path, meta)
+    assert read_meta_properties(tmp_path) == meta
+
+
+async def test_controller_start_uses_and_checks_meta_properties(tmp_path: Path) -> None:
+    config = ServerConfig.load(None, [f"log.dirs={tmp_path}"])
+    controller = await Controller.start(config)
+    cluster_id = controller.image.cluster_id
+    await controller.close()
+    assert read_meta_properties(tmp_path) == MetaProperties(0, cluster_id)
+
+    again = await Controller.start(config)
+    assert again.image.cluster_id == cluster_id
+    await again.close()
+
+    other = ServerConfig.load(None, [f"log.dirs={tmp_path}", "node.id=4", "controller.quorum.voters=4@127.0.0.1:9093"])
+    with pytest.raises(ConfigError, match=r"node\.id=0"):
+        await Controller.start(other)
+
+
+def test_a_real_process_formats_then_refuses_a_different_node(tmp_path: Path) -> None:
+    """The check happens in a fresh interpreter, as on a real restart."""
+    script = (
+        "import sys\n"
+        "from controller.config import ensure_meta_properties\n"
+        "from storage.config import ConfigError\n"
+        "try:\n"
+        "    print(ensure_meta_properties(sys.argv[1], int(sys.argv[2])).cluster_id)\n"
+        "except ConfigError as exc:\n"
+        "    print(exc, file=sys.stderr); sys.exit(2)\n"
+    )
+    first = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), "1"], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert len(first.stdout.strip()) == 22
+    second = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), "2"], check=False, capture_output=True, text=True, timeout=30
+    )
+    assert second.returncode == 2
+    assert len(second.stderr.strip().splitlines()) == 1
