@@ -116,7 +116,7 @@ async def _read_partition(
             logger.exception("fetch from %s-%d failed (%s)", name, partition, ctx.describe())
         log_start = hw = -1
         if code == ErrorCode.offset_out_of_range:
-            found = ctx.node.partitions.get(name, partition)
+            found = ctx.node.partitions.get(name, partition) if ctx.node.partitions is not None else None
             if found is not None:
                 hw, log_start = found.high_watermark, found.log_start_offset
         return _Result(key, code, hw, log_start, fetch_offset=state.fetch_offset)

@@ -36,7 +36,11 @@ def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
 
 async def leader_log(node: Any, topic: str, partition: int, current_leader_epoch: int = -1) -> PartitionLog:
     """The open PartitionLog of ``topic``-``partition`` on this broker, or a KafkaError saying why not."""
-    log: PartitionLog | None = node.partitions.get(topic, partition)
+    manager = node.partitions
+    if manager is None:
+        # The node runs without its storage engine / partition layer (failed or not installed).
+        raise KafkaError(ErrorCode.kafka_storage_error, f"{topic}-{partition}: partitions are not available")
+    log: PartitionLog | None = manager.get(topic, partition)
     if log is None:
         image = node.controller.image
         part = image.partition(topic, partition)
@@ -46,7 +50,7 @@ async def leader_log(node: Any, topic: str, partition: int, current_leader_epoch
             raise KafkaError(
                 ErrorCode.not_leader_or_follower, f"{topic}-{partition} is led by node {part.leader}, not this one"
             )
-        log = await node.partitions.wait_open(topic, partition, OPEN_WAIT_SECONDS)
+        log = await manager.wait_open(topic, partition, OPEN_WAIT_SECONDS)
         if log is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{partition} is not open on this broker yet")
     check_leader_epoch(log, current_leader_epoch)
