@@ -1,0 +1,80 @@
+"""``fjord server start``: run one node in the foreground until SIGTERM/SIGINT.
+
+Configuration problems (a bad file, a bad value, a port in use, a data directory of another node) end the process
+with one line on stderr and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import uvloop
+
+from broker.logging_setup import configure_logging
+from controller.config import ServerConfig
+from storage.config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    server = subparsers.add_parser("server", help="run a Fjord node")
+    actions = server.add_subparsers(dest="server_command", required=True, metavar="ACTION")
+    start = actions.add_parser("start", help="run a node in the foreground (SIGTERM or Ctrl-C stops it cleanly)")
+    start.add_argument("--config", metavar="FILE", help="properties file (default: built-in embedded defaults)")
+    start.add_argument(
+        "--override", metavar="KEY=VALUE", action="append", default=[],
+        help="set one configuration key, overriding the file (repeatable)",
+    )
+    start.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING or ERROR")
+    start.set_defaults(run=run_start)
+
+
+def run_start(args: argparse.Namespace) -> int:
+    try:
+        configure_logging(args.log_level)
+        config = ServerConfig.load(args.config, args.override)
+    except (ConfigError, ValueError) as exc:
+        print(f"fjord: configuration error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return uvloop.run(_serve(config))
+    except ConfigError as exc:
+        print(f"fjord: configuration error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:  # a start that failed for another reason: one line, details at DEBUG
+        logger.debug("node failed to start", exc_info=exc)
+        print(f"fjord: cannot start the node: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _serve(config: ServerConfig) -> int:
+    from broker.node import BrokerNode
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    node = BrokerNode(config)
+    starting = asyncio.create_task(node.start())
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if starting in done:
+        starting.result()  # a failed start raises here (node.start already cleaned up)
+        await stopper
+        logger.info("signal received; shutting down node %d", node.node_id)
+    else:
+        logger.info("signal received while starting; shutting down node %d", node.node_id)
+        starting.cancel()
+        try:
+            await starting
+        except (asyncio.CancelledError, Exception):
+            pass
+    await node.stop()
+    return 0

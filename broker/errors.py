@@ -1,0 +1,82 @@
+"""THE mapping from exceptions to Kafka error codes, and the broker's own exception type.
+
+Every handler turns failures into protocol errors through ``error_code_for`` so the same storage, controller or
+broker failure is reported with the same code everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from storage import errors as storage_errors
+from storage.config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+class KafkaError(Exception):
+    """A failure with a definite Kafka error code; the message is what the client sees where a field exists."""
+
+    code: ErrorCode = ErrorCode.unknown_server_error
+
+    def __init__(self, code: ErrorCode | None = None, message: str | None = None) -> None:
+        if code is not None:
+            self.code = code
+        super().__init__(message or self.code.name)
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class InvalidRequestError(KafkaError):
+    code = ErrorCode.invalid_request
+
+
+class UnknownTopicOrPartitionError(KafkaError):
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    code = ErrorCode.not_leader_or_follower
+
+
+_STORAGE_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (storage_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (storage_errors.StreamFencedError, ErrorCode.not_leader_or_follower),
+    (storage_errors.NodeEpochExpiredError, ErrorCode.not_leader_or_follower),
+    (storage_errors.StreamNotOpenedError, ErrorCode.not_leader_or_follower),
+    (storage_errors.StreamNotClosedError, ErrorCode.not_leader_or_follower),
+    (storage_errors.WALFencedError, ErrorCode.not_leader_or_follower),
+    (storage_errors.CorruptObjectError, ErrorCode.kafka_storage_error),
+    (storage_errors.StorageError, ErrorCode.kafka_storage_error),
+)
+
+
+def error_code_for(exc: BaseException) -> ErrorCode:
+    """The Kafka error code for any exception; unknown exceptions are UNKNOWN_SERVER_ERROR (and should be logged
+    by the caller with the topic/partition they concern)."""
+    if isinstance(exc, KafkaError):
+        return exc.code
+    # Controller (and other component) errors carry their code as an attribute rather than subclassing
+    # KafkaError, so that controller/ does not depend on broker/.
+    code = getattr(exc, "code", None) or getattr(exc, "error_code", None) or getattr(exc, "error", None)
+    if isinstance(code, ErrorCode):
+        return code
+    for cls, mapped in _STORAGE_CODES:
+        if isinstance(exc, cls):
+            return mapped
+    if isinstance(exc, ConfigError):
+        return ErrorCode.invalid_config
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return ErrorCode.request_timed_out
+    return ErrorCode.unknown_server_error
+
+
+def error_message_for(exc: BaseException) -> str:
+    """A one-line message for response ``error_message`` fields."""
+    text = str(exc)
+    return text if text else type(exc).__name__

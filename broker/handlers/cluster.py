@@ -1,0 +1,43 @@
+"""DescribeCluster (key 60) v0-1: the live brokers on the client's listener, cluster id and controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.metadata import client_controller_id, live_endpoint
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+
+ENDPOINT_TYPE_BROKERS = 1
+
+
+@handler(api_key=60)
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    image = ctx.node.controller.image
+    endpoint_type = getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKERS)
+    if endpoint_type != ENDPOINT_TYPE_BROKERS:
+        # Controllers are not reachable by clients through a broker, as in Kafka.
+        return ctx.build(
+            error_code=ErrorCode.unsupported_endpoint_type,
+            error_message=f"endpoint type {endpoint_type} is not served by brokers",
+            endpoint_type=endpoint_type,
+            cluster_id=image.cluster_id,
+        )
+    brokers = []
+    for broker in image.live_brokers():
+        endpoint = live_endpoint(broker, ctx.listener_name)
+        if endpoint is not None:
+            brokers.append(
+                codec.build_nested(ctx.response_class, "brokers", broker_id=broker.node_id, host=endpoint[0],
+                                   port=endpoint[1], rack=broker.rack)
+            )
+    return ctx.build(
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        endpoint_type=ENDPOINT_TYPE_BROKERS,
+        cluster_id=image.cluster_id,
+        controller_id=client_controller_id(image, ctx.node.node_id),
+        brokers=tuple(brokers),
+    )

@@ -1,0 +1,157 @@
+"""Metadata (key 3) v0-12: brokers, cluster id, controller, topics with partitions and topic ids, auto-creation."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.constants import uuid_zero
+
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+from controller.client import NewTopic
+from controller.image import BrokerImage, MetadataImage, TopicImage
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def live_endpoint(broker: BrokerImage, listener_name: str) -> tuple[str, int] | None:
+    """The (host, port) a client on ``listener_name`` should use for ``broker``; None when the broker has no
+    such listener (Kafka leaves those brokers out of the response)."""
+    for endpoint in broker.listeners:
+        if endpoint.name == listener_name:
+            return endpoint.host, endpoint.port
+    return None
+
+
+def client_controller_id(image: MetadataImage, own_node_id: int) -> int:
+    """The id Metadata and DescribeCluster report as controller. As in KRaft, clients cannot reach controllers,
+    so admin requests are routed to a live broker: the active controller if it is one, else this node."""
+    live = {b.node_id for b in image.live_brokers()}
+    return image.controller_id if image.controller_id in live else own_node_id
+
+
+def _partition_entries(topic_cls: type[Any], topic: TopicImage, live: set[int]) -> tuple[Any, ...]:
+    out = []
+    for index in sorted(topic.partitions):
+        p = topic.partitions[index]
+        leader_ok = p.leader >= 0 and p.leader in live
+        out.append(
+            codec.build_nested(
+                topic_cls,
+                "partitions",
+                error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
+                partition_index=p.partition,
+                leader_id=p.leader if leader_ok else -1,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=p.replicas,
+                isr_nodes=tuple(r for r in p.isr if r in live),
+                offline_replicas=tuple(r for r in p.replicas if r not in live),
+            )
+        )
+    return tuple(out)
+
+
+def _topic_entry(topic_cls: type[Any], topic: TopicImage, live: set[int]) -> Any:
+    return codec.build(
+        topic_cls,
+        error_code=ErrorCode.none,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.name in INTERNAL_TOPICS,
+        partitions=_partition_entries(topic_cls, topic, live),
+    )
+
+
+def _error_topic(topic_cls: type[Any], code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) -> Any:
+    return codec.build(
+        topic_cls,
+        error_code=code,
+        name=name if name is not None else ("" if not codec.is_nullable(topic_cls, "name") else None),
+        topic_id=topic_id or uuid_zero,
+        is_internal=name in INTERNAL_TOPICS,
+    )
+
+
+async def _auto_create(ctx: RequestContext, names: Sequence[str]) -> dict[str, ErrorCode]:
+    """Asks the controller to create ``names`` with the defaults; Kafka answers LEADER_NOT_AVAILABLE for a topic
+    being created (the client retries) and the controller's error (INVALID_TOPIC_EXCEPTION...) otherwise."""
+    results = await ctx.node.controller.create_topics([NewTopic(name=name) for name in names], False)
+    out: dict[str, ErrorCode] = {}
+    for result in results:
+        if result.error in (ErrorCode.none, ErrorCode.topic_already_exists):
+            logger.info("auto-created topic %s for %s", result.name, ctx.describe())
+            out[result.name] = ErrorCode.leader_not_available
+        else:
+            logger.info("auto-creation of topic %s refused: %s %s", result.name, result.error.name, result.message)
+            out[result.name] = result.error
+    return out
+
+
+@handler(api_key=3)
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+    node = ctx.node
+    image = node.controller.image
+    response_cls = ctx.response_class
+    topic_cls = codec.field_entity(response_cls, "topics")
+    live_brokers = image.live_brokers()
+    live = {b.node_id for b in live_brokers}
+
+    brokers = []
+    for broker in live_brokers:
+        endpoint = live_endpoint(broker, ctx.listener_name)
+        if endpoint is not None:
+            brokers.append(
+                codec.build_nested(response_cls, "brokers", node_id=broker.node_id, host=endpoint[0],
+                                   port=endpoint[1], rack=broker.rack)
+            )
+
+    requested = request.topics
+    if ctx.api_version == 0 and not requested:
+        requested = None  # v0: an empty list means every topic
+    topics: list[Any] = []
+    if requested is None:
+        for topic_name in sorted(image.topics_by_name):
+            topics.append(_topic_entry(topic_cls, image.topics_by_name[topic_name], live))
+    else:
+        allow_auto = getattr(request, "allow_auto_topic_creation", True) and node.auto_create_topics_enable
+        missing: list[str] = []
+        slots: list[tuple[str | None, uuid.UUID | None]] = []
+        for wanted in requested:
+            name: str | None = getattr(wanted, "name", None)
+            topic_id: uuid.UUID | None = getattr(wanted, "topic_id", None)
+            if topic_id is not None and topic_id != uuid_zero and not name:
+                slots.append((None, topic_id))
+                continue
+            slots.append((name, None))
+            if name and name not in image.topics_by_name and allow_auto and name not in missing:
+                missing.append(name)
+        created = await _auto_create(ctx, missing) if missing else {}
+        for name, topic_id in slots:
+            if topic_id is not None:
+                found = image.topics_by_id.get(topic_id) if ctx.api_version >= 12 else None
+                if found is None:
+                    topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_id, None, topic_id))
+                else:
+                    topics.append(_topic_entry(topic_cls, found, live))
+            elif not name:
+                topics.append(_error_topic(topic_cls, ErrorCode.invalid_topic_exception, name or "", None))
+            elif name in created:
+                topics.append(_error_topic(topic_cls, created[name], name, None))
+            elif name in image.topics_by_name:
+                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], live))
+            else:
+                topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_or_partition, name, None))
+
+    return ctx.build(
+        throttle_time=0,
+        brokers=tuple(brokers),
+        cluster_id=image.cluster_id,
+        controller_id=client_controller_id(image, node.node_id),
+        topics=tuple(topics),
+    )

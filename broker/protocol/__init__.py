@@ -1,0 +1,1 @@
+"""Kafka wire protocol: framing, the kio-based codec and the advertised ApiVersions table."""

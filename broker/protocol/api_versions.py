@@ -1,0 +1,72 @@
+"""The hand-maintained table of API versions this broker advertises in ApiVersions.
+
+Each entry is the range a handler implements *in full* (flexible versions, tagged fields, topic ids where the
+version has them). kio can decode far newer versions; copying its ranges would make clients pick versions we do
+not serve (Produce/Fetch v13 need topic ids; librdkafka calls GetTelemetrySubscriptions as soon as it is listed).
+
+An API is advertised only when a handler for its key is registered (``broker.handlers.registry``), so an entry
+for an API still being written is harmless. Handler authors edit only their own API's line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    name: str
+    min_version: int
+    max_version: int
+
+    def __contains__(self, version: object) -> bool:
+        return isinstance(version, int) and self.min_version <= version <= self.max_version
+
+
+API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
+    {
+        0: VersionRange("Produce", 3, 9),
+        1: VersionRange("Fetch", 4, 12),
+        2: VersionRange("ListOffsets", 1, 8),
+        3: VersionRange("Metadata", 0, 12),
+        8: VersionRange("OffsetCommit", 2, 8),
+        9: VersionRange("OffsetFetch", 1, 8),
+        10: VersionRange("FindCoordinator", 0, 4),
+        11: VersionRange("JoinGroup", 0, 9),
+        12: VersionRange("Heartbeat", 0, 4),
+        13: VersionRange("LeaveGroup", 0, 5),
+        14: VersionRange("SyncGroup", 0, 5),
+        15: VersionRange("DescribeGroups", 0, 5),
+        16: VersionRange("ListGroups", 0, 4),
+        18: VersionRange("ApiVersions", 0, 3),
+        19: VersionRange("CreateTopics", 2, 7),
+        20: VersionRange("DeleteTopics", 1, 6),
+        21: VersionRange("DeleteRecords", 0, 2),
+        22: VersionRange("InitProducerId", 0, 4),
+        23: VersionRange("OffsetForLeaderEpoch", 2, 4),
+        32: VersionRange("DescribeConfigs", 1, 4),
+        33: VersionRange("AlterConfigs", 0, 2),
+        37: VersionRange("CreatePartitions", 0, 3),
+        42: VersionRange("DeleteGroups", 0, 2),
+        44: VersionRange("IncrementalAlterConfigs", 0, 1),
+        47: VersionRange("OffsetDelete", 0, 0),
+        60: VersionRange("DescribeCluster", 0, 1),
+        61: VersionRange("DescribeProducers", 0, 0),
+    }
+)
+
+API_VERSIONS_KEY: Final = 18
+
+
+def api_name(api_key: int) -> str:
+    entry = API_VERSIONS.get(api_key)
+    return entry.name if entry is not None else f"api{api_key}"
+
+
+def advertised(handled_keys: Iterable[int]) -> Mapping[int, VersionRange]:
+    """The table restricted to APIs that have a registered handler: what ApiVersions tells clients."""
+    keys = set(handled_keys)
+    return MappingProxyType({key: entry for key, entry in sorted(API_VERSIONS.items()) if key in keys})

@@ -1,0 +1,290 @@
+"""Request decoding, response encoding and default-building of kio entities.
+
+Everything here is pure (no I/O) so the server, the handlers and the tests share one codec. kio's schema lookup
+goes through ``pkgutil.resolve_name`` and is slow, so every class and reader is cached per (api key, version).
+kio's native readers only accept read-only buffers and raise ``KeyError`` on unknown tagged fields; both turn into
+``MalformedRequestError`` here so the server closes just the offending connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    is_optional,
+)
+from kio.static.constants import uuid_zero
+from kio.static.primitive import i32Timedelta, i64Timedelta
+
+_PREFIX = struct.Struct(">hhi")
+_LENGTH = struct.Struct(">i")
+#: api_key, api_version, correlation_id: the part of the request header shared by every header version.
+HEADER_PREFIX_SIZE: Final = _PREFIX.size
+
+
+class ProtocolError(Exception):
+    """A frame cannot be served; the connection it came on must be closed (Kafka does the same)."""
+
+
+class MalformedRequestError(ProtocolError):
+    """The frame does not decode as the request its header announces (truncated, bad varint, unknown tag...)."""
+
+
+class UnsupportedRequestError(ProtocolError):
+    """The (api key, version) pair is not one this broker knows how to decode."""
+
+    def __init__(self, api_key: int, api_version: int) -> None:
+        super().__init__(f"unsupported request api_key={api_key} version={api_version}")
+        self.api_key = api_key
+        self.api_version = api_version
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPrefix:
+    """The first eight bytes of every request header."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    #: Bytes of the frame the header and body used; clients may send trailing bytes, which are ignored.
+    consumed: int
+
+
+def read_prefix(frame: bytes) -> RequestPrefix:
+    if len(frame) < HEADER_PREFIX_SIZE:
+        raise MalformedRequestError(f"request frame of {len(frame)} bytes is shorter than a request header")
+    key, version, correlation_id = _PREFIX.unpack_from(frame, 0)
+    return RequestPrefix(key, version, correlation_id)
+
+
+@functools.cache
+def request_class(api_key: int, api_version: int) -> type[Any]:
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        raise UnsupportedRequestError(api_key, api_version) from None
+
+
+@functools.cache
+def response_class(api_key: int, api_version: int) -> type[Any]:
+    try:
+        return load_response_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        raise UnsupportedRequestError(api_key, api_version) from None
+
+
+_readers: dict[type[Any], Callable[[Any, int], tuple[Any, int]]] = {}
+_fields: dict[type[Any], tuple[dataclasses.Field[Any], ...]] = {}
+
+
+def _reader(entity_cls: type[Any]) -> Callable[[Any, int], tuple[Any, int]]:
+    reader = _readers.get(entity_cls)
+    if reader is None:
+        reader = _readers[entity_cls] = entity_reader(entity_cls)
+    return reader
+
+
+def decode_request(frame: bytes) -> DecodedRequest:
+    """Decodes header and body; raises UnsupportedRequestError or MalformedRequestError, nothing else."""
+    prefix = read_prefix(frame)
+    cls = request_class(prefix.api_key, prefix.api_version)
+    data = frame if isinstance(frame, bytes) else bytes(frame)
+    try:
+        header, header_size = _reader(cls.__header_schema__)(data, 0)
+        body, body_size = _reader(cls)(data, header_size)
+    except Exception as exc:  # kio raises KeyError, ValueError, BufferUnderflow, ... for bad input
+        raise MalformedRequestError(
+            f"cannot decode {cls.__name__} v{prefix.api_version} (correlation id {prefix.correlation_id}, "
+            f"{len(frame)} bytes): {type(exc).__name__}: {exc}"
+        ) from exc
+    return DecodedRequest(
+        api_key=prefix.api_key,
+        api_version=prefix.api_version,
+        correlation_id=prefix.correlation_id,
+        client_id=header.client_id,
+        body=body,
+        consumed=header_size + body_size,
+    )
+
+
+def encode_entity(entity: Any) -> bytes:
+    """The body alone, without header or length prefix (used by tests and nested encodings)."""
+    buf = io.BytesIO()
+    entity_writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """One bytes object: 4-byte length, the response header of the response's version, then the body."""
+    cls = type(response)
+    header_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
+    entity_writer(cls)(buf, response)
+    out = buf.getbuffer()
+    _LENGTH.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def encode_request(request: Any, correlation_id: int, client_id: str | None = "fjord") -> bytes:
+    """A length-prefixed request frame; the broker never sends requests, but tests and tools do."""
+    cls = type(request)
+    header_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(header_cls)(
+        buf,
+        header_cls(
+            request_api_key=cls.__api_key__,
+            request_api_version=cls.__version__,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
+    entity_writer(cls)(buf, request)
+    out = buf.getbuffer()
+    _LENGTH.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, response body) of a response frame without its length prefix."""
+    cls = response_class(api_key, api_version)
+    header, header_size = _reader(cls.__header_schema__)(frame, 0)
+    body, _ = _reader(cls)(frame, header_size)
+    return int(header.correlation_id), body
+
+
+# -- default builder -------------------------------------------------------------------------------------------
+
+_ZERO_PRIMITIVES: Final[dict[str, object]] = {
+    "int8": 0,
+    "int16": 0,
+    "int32": 0,
+    "int64": 0,
+    "uint8": 0,
+    "uint16": 0,
+    "uint32": 0,
+    "uint64": 0,
+    "float64": 0.0,
+    "bool": False,
+    "string": "",
+    "bytes": b"",
+    "records": b"",
+    "uuid": uuid_zero,
+    "error_code": ErrorCode.none,
+    "timedelta_i32": i32Timedelta.parse(datetime.timedelta(0)),
+    "timedelta_i64": i64Timedelta.parse(datetime.timedelta(0)),
+}
+
+
+def _entity_fields(entity_cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
+    found = _fields.get(entity_cls)
+    if found is None:
+        found = _fields[entity_cls] = tuple(dataclasses.fields(entity_cls))
+    return found
+
+
+def _default_for(field: dataclasses.Field[Any]) -> object:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    kind = classify_field(field)
+    if isinstance(kind, (EntityTupleField, PrimitiveTupleField)):
+        return ()
+    if is_optional(field):
+        return None
+    if isinstance(kind, EntityField):
+        return build(kind.type_)
+    kafka_type = field.metadata.get("kafka_type")
+    if kafka_type == "datetime_i64":
+        return datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
+    try:
+        return _ZERO_PRIMITIVES[str(kafka_type)]
+    except KeyError:
+        raise TypeError(f"no default for field {field.name!r} of kafka type {kafka_type!r}") from None
+
+
+def _coerce(field: dataclasses.Field[Any], value: object) -> object:
+    """Lets handlers pass plain ints for error codes and millisecond durations, which kio rejects at encode time."""
+    kafka_type = field.metadata.get("kafka_type")
+    if kafka_type == "error_code" and isinstance(value, int) and not isinstance(value, ErrorCode):
+        return ErrorCode(value)
+    if kafka_type == "timedelta_i32" and isinstance(value, int):
+        return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+    if kafka_type == "timedelta_i64" and isinstance(value, int):
+        return i64Timedelta.parse(datetime.timedelta(milliseconds=value))
+    if kafka_type == "uuid" and value is None and not is_optional(field):
+        return uuid_zero
+    return value
+
+
+def build(entity_cls: type[Any], /, **values: object) -> Any:
+    """An instance of a kio entity with every field not given set to its schema default (or the type's zero,
+    recursively for nested entities).
+
+    Values for fields this version of the entity does not have are dropped, so one handler can fill every
+    version from the same keyword arguments (``topic_id`` only lands in versions that carry it)."""
+    kwargs: dict[str, object] = {}
+    for field in _entity_fields(entity_cls):
+        if field.name in values:
+            kwargs[field.name] = _coerce(field, values[field.name])
+        else:
+            kwargs[field.name] = _default_for(field)
+    return entity_cls(**kwargs)
+
+
+def has_field(entity_cls: type[Any], name: str) -> bool:
+    """Whether this version of an entity carries ``name``; handlers use it to fill version-specific fields."""
+    return any(f.name == name for f in _entity_fields(entity_cls))
+
+
+def field_entity(entity_cls: type[Any], name: str) -> type[Any]:
+    """The nested entity class of field ``name`` (element class for arrays), to build nested values."""
+    for field in _entity_fields(entity_cls):
+        if field.name == name:
+            kind = classify_field(field)
+            if isinstance(kind, (EntityField, EntityTupleField)):
+                return kind.type_
+            raise TypeError(f"{entity_cls.__qualname__}.{name} is not an entity field")
+    raise TypeError(f"{entity_cls.__qualname__} v{entity_cls.__version__} has no field {name!r}")
+
+
+def build_nested(entity_cls: type[Any], field_name: str, /, **values: object) -> Any:
+    """``build`` for the nested entity that field ``name`` of ``entity_cls`` holds."""
+    return build(field_entity(entity_cls, field_name), **values)
+
+
+def is_nullable(entity_cls: type[Any], name: str) -> bool:
+    """Whether field ``name`` of this version accepts None (nullable strings and arrays)."""
+    for field in _entity_fields(entity_cls):
+        if field.name == name:
+            return is_optional(field)
+    return False
