@@ -1,0 +1,777 @@
+"""The asyncio side of the classic group coordinator: ownership, timers and persistence in ``__consumer_offsets``.
+
+A group belongs to one ``__consumer_offsets`` partition (Kafka's hash of the group id) and is served by that
+partition's leader. When this broker becomes leader of such a partition it replays it from the log start to the
+end (offset commits, group metadata, tombstones) and answers COORDINATOR_LOAD_IN_PROGRESS until done; when it loses
+the partition it drops those groups and answers NOT_COORDINATOR, so clients look the coordinator up again.
+
+Group state lives in :class:`broker.groups.group.Group` (sans-I/O). This module feeds it requests with the wall
+clock, arms one timer per group at the group's next deadline, and appends what the group asks to persist through
+the partition layer (``PartitionLog.append(origin="coordinator")``); a request whose answer depends on a write is
+answered only once the write is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from broker.errors import KafkaError, error_code_for
+from broker.groups.group import Group, GroupConfig, JoinRequest, PendingWrite
+from broker.groups.offsets import TopicPartition
+from broker.groups.offsets_schema import (
+    GroupKey,
+    GroupValue,
+    OffsetKey,
+    OffsetValue,
+    SchemaError,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for,
+)
+from broker.groups.state import GroupState, JoinResult, SyncResult
+from broker.records.batch import Record, build_batch, decode_records, iter_batches
+from controller.client import ControllerClient, NewTopic
+from controller.config import ServerConfig
+from controller.image import MetadataImage
+
+logger = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_LOAD_READ_BYTES = 1 << 20
+_WAIT_OPEN_SECONDS = 5.0
+# How long FindCoordinator waits for a freshly created or reassigned partition to load before it answers;
+# clients retry on COORDINATOR_NOT_AVAILABLE anyway, this only saves them a round of backoff.
+_FIND_WAIT_SECONDS = 3.0
+_STOP_DRAIN_SECONDS = 5.0
+
+
+class CoordinatorHost(Protocol):
+    """What the coordinator needs from the broker node (``broker.node.BrokerNode`` satisfies it)."""
+
+    node_id: int
+    config: ServerConfig
+    controller: ControllerClient
+    partitions: Any  # broker.partition.manager.PartitionManager
+
+
+class _Load(enum.Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+
+
+@dataclass
+class _OwnedPartition:
+    """A ``__consumer_offsets`` partition this broker leads, at one leader epoch."""
+
+    partition: int
+    leader_epoch: int
+    state: _Load = _Load.LOADING
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    error: ErrorCode
+
+
+def _store_error(exc: BaseException) -> ErrorCode:
+    """Kafka's translation of a failed ``__consumer_offsets`` append into what group clients understand."""
+    code = error_code_for(exc)
+    if code in (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+        ErrorCode.request_timed_out,
+    ):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.unknown_server_error
+    return code
+
+
+def _tombstone(key: bytes, now_ms: int) -> Record:
+    """A null-value record: compaction eventually drops the key from ``__consumer_offsets`` altogether."""
+    return Record(key=key, value=None, timestamp=now_ms)
+
+
+class GroupCoordinator:
+    def __init__(self, node: CoordinatorHost, *, clock: Callable[[], float] = time.time) -> None:
+        self._node = node
+        self._clock = clock
+        cfg = node.config
+        self.config = GroupConfig(
+            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            max_size=cfg.group_max_size,
+        )
+        self._retention_ms = cfg.offsets_retention_ms
+        self._retention_check_s = int(cfg.value("offsets.retention.check.interval.ms")) / 1000
+        self._metadata_max_bytes = int(cfg.value("offset.metadata.max.bytes"))
+        self._groups: dict[str, Group] = {}
+        self._owned: dict[int, _OwnedPartition] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._create_lock = asyncio.Lock()
+        self._cleanup_task: asyncio.Task[None] | None = None
+        self._running = False
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._running = True
+        self._node.controller.subscribe(self._on_image)
+        self._reconcile(self._node.controller.image)
+        self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="group-offsets-expiry")
+
+    async def stop(self) -> None:
+        """Lets in-flight writes finish (so their requests are answered), then drops every group."""
+        self._running = False
+        if self._cleanup_task is not None:
+            self._cleanup_task.cancel()
+        for owned in self._owned.values():
+            if owned.task is not None:
+                owned.task.cancel()
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=_STOP_DRAIN_SECONDS)
+        for task in (self._cleanup_task, *(o.task for o in self._owned.values())):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        for partition in list(self._owned):
+            self._unload(partition)
+        logger.info("group coordinator stopped")
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------------------------------------ ownership
+
+    @property
+    def num_partitions(self) -> int:
+        """Partitions of ``__consumer_offsets``: the existing topic's count wins over the config (as in Kafka)."""
+        topic = self._node.controller.image.topics_by_name.get(OFFSETS_TOPIC)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return self._node.config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def _on_image(self, old: MetadataImage, new: MetadataImage) -> None:
+        if self._running:
+            self._reconcile(new)
+
+    def _reconcile(self, image: MetadataImage) -> None:
+        topic = image.topics_by_name.get(OFFSETS_TOPIC)
+        led: dict[int, int] = {}
+        if topic is not None:
+            led = {p.partition: p.leader_epoch for p in topic.partitions.values() if p.leader == self._node.node_id}
+        for partition, owned in list(self._owned.items()):
+            if led.get(partition) != owned.leader_epoch:
+                self._unload(partition)
+        for partition, epoch in led.items():
+            if partition not in self._owned:
+                owned = _OwnedPartition(partition, epoch)
+                self._owned[partition] = owned
+                owned.task = asyncio.get_running_loop().create_task(
+                    self._load(owned), name=f"load {OFFSETS_TOPIC}-{partition}"
+                )
+
+    def _unload(self, partition: int) -> None:
+        owned = self._owned.pop(partition, None)
+        if owned is None:
+            return
+        if owned.task is not None and not owned.task.done():
+            owned.task.cancel()
+        now = self._now_ms()
+        dropped = 0
+        for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
+            group = self._groups.pop(group_id)
+            self._cancel_timer(group_id)
+            if group.state is not GroupState.DEAD:
+                group.mark_dead(now, ErrorCode.not_coordinator)
+            dropped += 1
+        logger.info(
+            "no longer coordinator for %s-%d (epoch %d): unloaded %d groups",
+            OFFSETS_TOPIC,
+            partition,
+            owned.leader_epoch,
+            dropped,
+        )
+
+    async def _load(self, owned: _OwnedPartition) -> None:
+        where = f"{OFFSETS_TOPIC}-{owned.partition}"
+        started = time.monotonic()
+        try:
+            log = None
+            while log is None:
+                log = await self._node.partitions.wait_open(OFFSETS_TOPIC, owned.partition, _WAIT_OPEN_SECONDS)
+                if self._owned.get(owned.partition) is not owned:
+                    return
+                if log is None:
+                    logger.info("waiting for %s to open before loading its groups", where)
+            group_values, offsets, records = await self._replay(log, where)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("loading groups from %s failed; retrying", where)
+            await asyncio.sleep(1.0)
+            if self._owned.get(owned.partition) is owned:
+                owned.task = asyncio.get_running_loop().create_task(self._load(owned), name=f"load {where}")
+            return
+        if self._owned.get(owned.partition) is not owned:
+            return
+        now = self._now_ms()
+        for group_id, value in group_values.items():
+            if value is not None:
+                self._groups[group_id] = Group.restore(group_id, self.config, value, now)
+        for group_id, committed in offsets.items():
+            group = self._groups.get(group_id)
+            if group is None:
+                group = self._groups[group_id] = Group(group_id, self.config, now)
+            for (topic, partition), offset in committed.items():
+                group.offsets.put(topic, partition, offset)
+        loaded = [g for g in self._groups.values() if self.partition_for(g.group_id) == owned.partition]
+        for group in loaded:
+            self._reschedule(group)
+        owned.state = _Load.ACTIVE
+        owned.loaded.set()
+        logger.info(
+            "loaded %d groups from %s (%d records, epoch %d) in %.0f ms",
+            len(loaded),
+            where,
+            records,
+            owned.leader_epoch,
+            (time.monotonic() - started) * 1000,
+        )
+
+    async def _replay(
+        self, log: Any, where: str
+    ) -> tuple[dict[str, GroupValue | None], dict[str, dict[TopicPartition, OffsetValue]], int]:
+        """Last value per key from the log start to its end; tombstones remove earlier values."""
+        group_values: dict[str, GroupValue | None] = {}
+        offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        position = log.log_start_offset
+        end = log.high_watermark
+        count = 0
+        while position < end:
+            result = await log.read(position, _LOAD_READ_BYTES)
+            if not result.records:
+                logger.warning("%s: read at offset %d returned nothing before the end %d", where, position, end)
+                break
+            for header, batch in iter_batches(result.records):
+                if header.next_offset <= position:
+                    continue
+                if not header.is_control:
+                    for record in decode_records(batch):
+                        if record.offset >= position:
+                            count += 1
+                            self._apply_record(record, group_values, offsets, where)
+                position = header.next_offset
+        return group_values, offsets, count
+
+    @staticmethod
+    def _apply_record(
+        record: Record,
+        group_values: dict[str, GroupValue | None],
+        offsets: dict[str, dict[TopicPartition, OffsetValue]],
+        where: str,
+    ) -> None:
+        if record.key is None:
+            logger.warning("%s: record at offset %d has no key; skipped", where, record.offset)
+            return
+        try:
+            key = decode_key(record.key)
+            if isinstance(key, OffsetKey):
+                committed = offsets.setdefault(key.group_id, {})
+                if record.value is None:
+                    committed.pop((key.topic, key.partition), None)
+                else:
+                    committed[(key.topic, key.partition)] = decode_offset_value(record.value)
+            elif isinstance(key, GroupKey):
+                if record.value is None:
+                    group_values[key.group_id] = None
+                    offsets.pop(key.group_id, None)
+                else:
+                    group_values[key.group_id] = decode_group_value(record.value)
+            else:
+                logger.debug(
+                    "%s: offset %d has key version %d, which this coordinator does not use",
+                    where,
+                    record.offset,
+                    key.version,
+                )
+        except SchemaError as exc:
+            logger.warning("%s: record at offset %d does not decode (%s); skipped", where, record.offset, exc)
+
+    def coordinator_error(self, group_id: str) -> ErrorCode:
+        """NONE when this broker serves ``group_id`` right now; else the error the client should act on."""
+        if not self._running:
+            return ErrorCode.coordinator_not_available
+        owned = self._owned.get(self.partition_for(group_id))
+        if owned is None:
+            return ErrorCode.not_coordinator
+        if owned.state is _Load.LOADING:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
+
+    # ------------------------------------------------------------------------------------------------ find
+
+    async def _ensure_offsets_topic(self) -> tuple[ErrorCode, str | None]:
+        controller = self._node.controller
+        if OFFSETS_TOPIC in controller.image.topics_by_name:
+            return ErrorCode.none, None
+        async with self._create_lock:
+            if OFFSETS_TOPIC in controller.image.topics_by_name:
+                return ErrorCode.none, None
+            cfg = self._node.config
+            topic = NewTopic(
+                name=OFFSETS_TOPIC,
+                num_partitions=cfg.offsets_topic_num_partitions,
+                replication_factor=int(cfg.value("offsets.topic.replication.factor")),
+                configs={
+                    "cleanup.policy": "compact",
+                    "compression.type": "producer",
+                    "segment.bytes": str(cfg.value("offsets.topic.segment.bytes")),
+                },
+            )
+            [result] = await controller.create_topics([topic], validate_only=False)
+            if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                logger.error("creating %s failed: %s %s", OFFSETS_TOPIC, result.error.name, result.message or "")
+                return ErrorCode.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {result.message}"
+            logger.info("created %s with %d partitions", OFFSETS_TOPIC, result.num_partitions)
+            return ErrorCode.none, None
+
+    async def find_coordinator(self, group_id: str) -> tuple[ErrorCode, int, str | None]:
+        """(error, node id of the coordinator, message); creates ``__consumer_offsets`` on first use."""
+        error, message = await self._ensure_offsets_topic()
+        if error is not ErrorCode.none:
+            return error, -1, message
+        image = self._node.controller.image
+        topic = image.topics_by_name.get(OFFSETS_TOPIC)
+        partition = self.partition_for(group_id)
+        part = topic.partitions.get(partition) if topic is not None else None
+        if part is None or part.leader < 0:
+            return ErrorCode.coordinator_not_available, -1, f"{OFFSETS_TOPIC}-{partition} has no leader"
+        if part.leader == self._node.node_id:
+            owned = self._owned.get(partition)
+            if owned is not None and not owned.loaded.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(owned.loaded.wait(), _FIND_WAIT_SECONDS)
+        return ErrorCode.none, part.leader, None
+
+    # ------------------------------------------------------------------------------------------------ plumbing
+
+    def _cancel_timer(self, group_id: str) -> None:
+        timer = self._timers.pop(group_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _reschedule(self, group: Group) -> None:
+        self._cancel_timer(group.group_id)
+        deadline = group.next_deadline_ms()
+        if deadline is None or group.state is GroupState.DEAD:
+            return
+        delay = max(0.0, (deadline - self._now_ms()) / 1000)
+        self._timers[group.group_id] = asyncio.get_running_loop().call_later(delay, self._on_timer, group)
+
+    def _on_timer(self, group: Group) -> None:
+        self._timers.pop(group.group_id, None)
+        if self._groups.get(group.group_id) is not group:
+            return
+        group.tick(self._now_ms())
+        self._after(group)
+
+    def _after(self, group: Group) -> None:
+        """After any call into a group: start its writes, re-arm its timer, forget it if nothing is left."""
+        for write in group.take_writes():
+            self._spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
+        if (
+            group.state is GroupState.EMPTY
+            and group.generation_id == 0
+            and group.is_empty
+            and not len(group.offsets)
+            and self._groups.get(group.group_id) is group
+        ):
+            # Created by a join that failed before anyone became a member: nothing worth keeping.
+            del self._groups[group.group_id]
+            self._cancel_timer(group.group_id)
+            return
+        self._reschedule(group)
+
+    async def _append(self, group_id: str, records: Sequence[Record]) -> None:
+        partition = self.partition_for(group_id)
+        log = self._node.partitions.get(OFFSETS_TOPIC, partition) if partition in self._owned else None
+        if log is None:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{OFFSETS_TOPIC}-{partition} is not open here")
+        await log.append(build_batch(records), origin="coordinator")
+
+    async def _persist_group(self, group: Group, write: PendingWrite) -> None:
+        record = Record(
+            key=encode_group_key(group.group_id), value=encode_group_value(write.value), timestamp=self._now_ms()
+        )
+        try:
+            await self._append(group.group_id, [record])
+            error = ErrorCode.none
+        except Exception as exc:
+            error = _store_error(exc)
+            logger.warning(
+                "group %s: persisting generation %d to %s-%d failed: %s",
+                group.group_id,
+                write.value.generation,
+                OFFSETS_TOPIC,
+                self.partition_for(group.group_id),
+                exc,
+            )
+        write.on_done(error, self._now_ms())
+        if self._groups.get(group.group_id) is group:
+            self._after(group)
+
+    def _group_or_error(self, group_id: str) -> tuple[Group | None, ErrorCode]:
+        error = self.coordinator_error(group_id)
+        if error is not ErrorCode.none:
+            return None, error
+        return self._groups.get(group_id), ErrorCode.none
+
+    # ------------------------------------------------------------------------------------------------ membership
+
+    async def join_group(self, group_id: str, request: JoinRequest) -> JoinResult:
+        if not group_id:
+            return JoinResult(ErrorCode.invalid_group_id, request.member_id)
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return JoinResult(error, request.member_id)
+        if group is None:
+            if request.member_id:
+                return JoinResult(ErrorCode.unknown_member_id, request.member_id)
+            group = self._groups[group_id] = Group(group_id, self.config, self._now_ms())
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+
+        def answer(result: JoinResult) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        group.join(self._now_ms(), request, answer)
+        self._after(group)
+        return await future
+
+    async def sync_group(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Mapping[str, bytes],
+    ) -> SyncResult:
+        if not group_id:
+            return SyncResult(ErrorCode.invalid_group_id)
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return SyncResult(error)
+        if group is None:
+            return SyncResult(ErrorCode.unknown_member_id)
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+
+        def answer(result: SyncResult) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        group.sync(
+            self._now_ms(),
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            generation_id=generation_id,
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignments=assignments,
+            callback=answer,
+        )
+        self._after(group)
+        return await future
+
+    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> ErrorCode:
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return error
+        if group is None:
+            return ErrorCode.unknown_member_id
+        error = group.heartbeat(self._now_ms(), member_id, group_instance_id, generation_id)
+        self._after(group)
+        return error
+
+    def leave_group(
+        self, group_id: str, members: Sequence[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """(top-level error, one error per (member id, instance id) in request order)."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, []
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return error, []
+        if group is None:
+            return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
+        now = self._now_ms()
+        results = [group.leave(now, member_id, instance_id) for member_id, instance_id in members]
+        self._after(group)
+        return ErrorCode.none, results
+
+    # ------------------------------------------------------------------------------------------------ offsets
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+        retention_ms: int = -1,
+    ) -> dict[TopicPartition, ErrorCode]:
+        def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return dict.fromkeys(offsets, code)
+
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return everyone(error)
+        now = self._now_ms()
+        if group is None:
+            if generation_id >= 0:
+                return everyone(ErrorCode.illegal_generation)
+            group = self._groups[group_id] = Group(group_id, self.config, now)
+        error = group.validate_offset_commit(now, member_id, group_instance_id, generation_id)
+        self._after(group)
+        if error is not ErrorCode.none:
+            return everyone(error)
+        image = self._node.controller.image
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, OffsetValue] = {}
+        for (topic, partition), commit in offsets.items():
+            metadata = commit.metadata or ""
+            if len(metadata.encode("utf-8")) > self._metadata_max_bytes:
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
+            elif image.partition(topic, partition) is None:
+                results[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+            else:
+                accepted[(topic, partition)] = OffsetValue(
+                    offset=commit.offset,
+                    metadata=metadata,
+                    commit_timestamp_ms=now,
+                    leader_epoch=commit.leader_epoch,
+                    expire_timestamp_ms=now + retention_ms if retention_ms >= 0 else None,
+                )
+        if accepted:
+            records = [
+                Record(key=encode_offset_key(group_id, t, p), value=encode_offset_value(v), timestamp=now)
+                for (t, p), v in accepted.items()
+            ]
+            try:
+                await self._append(group_id, records)
+                code = ErrorCode.none
+            except Exception as exc:
+                code = _store_error(exc)
+                if code in (ErrorCode.unknown_server_error,):
+                    code = ErrorCode.invalid_commit_offset_size
+                logger.warning(
+                    "group %s: committing %d offsets to %s-%d failed: %s",
+                    group_id,
+                    len(accepted),
+                    OFFSETS_TOPIC,
+                    self.partition_for(group_id),
+                    exc,
+                )
+            if code is ErrorCode.none and self._groups.get(group_id) is group:
+                for (t, p), v in accepted.items():
+                    group.offsets.put(t, p, v)
+            results.update(dict.fromkeys(accepted, code))
+        return {tp: results[tp] for tp in offsets}
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None
+    ) -> tuple[ErrorCode, list[FetchedOffset]]:
+        """Committed offsets (-1 where none); ``partitions=None`` means every partition the group committed."""
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return error, []
+        out: list[FetchedOffset] = []
+        if partitions is None:
+            if group is not None:
+                for (topic, partition), value in group.offsets:
+                    out.append(
+                        FetchedOffset(
+                            topic, partition, value.offset, value.leader_epoch, value.metadata, ErrorCode.none
+                        )
+                    )
+            return ErrorCode.none, out
+        for topic, partition in partitions:
+            found = group.offsets.get(topic, partition) if group is not None else None
+            if found is None:
+                out.append(FetchedOffset(topic, partition, -1, -1, "", ErrorCode.none))
+            else:
+                out.append(
+                    FetchedOffset(topic, partition, found.offset, found.leader_epoch, found.metadata, ErrorCode.none)
+                )
+        return ErrorCode.none, out
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return error, {}
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found, {}
+        results: dict[TopicPartition, ErrorCode] = {}
+        doomed: list[TopicPartition] = []
+        for tp in partitions:
+            if group.is_subscribed_to(tp[0]):
+                results[tp] = ErrorCode.group_subscribed_to_topic
+            else:
+                results[tp] = ErrorCode.none
+                if group.offsets.get(*tp) is not None:
+                    doomed.append(tp)
+        if doomed:
+            error = await self._tombstone_offsets(group, doomed)
+            if error is not ErrorCode.none:
+                return error, {}
+        return ErrorCode.none, results
+
+    async def _tombstone_offsets(self, group: Group, partitions: Sequence[TopicPartition]) -> ErrorCode:
+        now = self._now_ms()
+        records = [
+            Record(key=encode_offset_key(group.group_id, t, p), value=None, timestamp=now) for t, p in partitions
+        ]
+        try:
+            await self._append(group.group_id, records)
+        except Exception as exc:
+            logger.warning("group %s: deleting %d offsets failed: %s", group.group_id, len(partitions), exc)
+            return _store_error(exc)
+        for t, p in partitions:
+            group.offsets.remove(t, p)
+        return ErrorCode.none
+
+    # ------------------------------------------------------------------------------------------------ admin
+
+    def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[Group]]:
+        """Groups this broker coordinates, optionally only those in the named states (case-insensitive)."""
+        wanted = {s.lower() for s in states}
+        error = ErrorCode.none
+        if not self._running:
+            return ErrorCode.coordinator_not_available, []
+        if any(o.state is _Load.LOADING for o in self._owned.values()):
+            error = ErrorCode.coordinator_load_in_progress
+        groups = [
+            g
+            for g in self._groups.values()
+            if g.state is not GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
+        ]
+        return error, sorted(groups, key=lambda g: g.group_id)
+
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+        """(error, group); a group this coordinator does not know is reported as None (Kafka shows it Dead)."""
+        group, error = self._group_or_error(group_id)
+        return error, group
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        results: dict[str, ErrorCode] = {}
+        for group_id in group_ids:
+            group, error = self._group_or_error(group_id)
+            if error is not ErrorCode.none:
+                results[group_id] = error
+            elif group is None or group.state is GroupState.DEAD:
+                results[group_id] = ErrorCode.group_id_not_found
+            elif group.state is not GroupState.EMPTY or group.members:
+                results[group_id] = ErrorCode.non_empty_group
+            else:
+                results[group_id] = await self._delete_group(group)
+        return results
+
+    async def _delete_group(self, group: Group) -> ErrorCode:
+        now = self._now_ms()
+        records = [
+            Record(key=encode_offset_key(group.group_id, t, p), value=None, timestamp=now)
+            for (t, p), _ in group.offsets
+        ]
+        records.append(Record(key=encode_group_key(group.group_id), value=None, timestamp=now))
+        group.mark_dead(now, ErrorCode.coordinator_not_available)
+        self._cancel_timer(group.group_id)
+        if self._groups.get(group.group_id) is group:
+            del self._groups[group.group_id]
+        try:
+            await self._append(group.group_id, records)
+        except Exception as exc:
+            logger.warning("group %s: writing its tombstones failed: %s", group.group_id, exc)
+            return _store_error(exc)
+        logger.info("group %s deleted (%d offsets)", group.group_id, len(records) - 1)
+        return ErrorCode.none
+
+    # ------------------------------------------------------------------------------------------------ retention
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._retention_check_s)
+            try:
+                await self.expire_offsets()
+            except Exception:
+                logger.exception("offset expiration round failed")
+
+    async def expire_offsets(self) -> int:
+        """One retention round (offsets.retention.minutes); returns how many offsets were removed."""
+        now = self._now_ms()
+        removed = 0
+        for group in list(self._groups.values()):
+            if self.coordinator_error(group.group_id) is not ErrorCode.none or group.state is GroupState.DEAD:
+                continue
+            managed = group.protocol_type is not None
+            if group.state is not GroupState.EMPTY and group.protocol_type != "consumer":
+                continue
+            empty_since = group.state_timestamp_ms if managed and group.state is GroupState.EMPTY else None
+            expired = group.offsets.expired(
+                now, self._retention_ms, empty_since_ms=empty_since, keep=group.is_subscribed_to
+            )
+            if expired and await self._tombstone_offsets(group, expired) is ErrorCode.none:
+                removed += len(expired)
+                logger.info("group %s: %d committed offsets expired", group.group_id, len(expired))
+            if group.state is GroupState.EMPTY and group.is_empty and not len(group.offsets):
+                await self._delete_group(group)
+        return removed

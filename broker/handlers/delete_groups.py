@@ -1,0 +1,30 @@
+"""DeleteGroups (key 42) v0-2: removes empty groups and their committed offsets (tombstones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.group_common import coordinator
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+
+
+@handler(api_key=42)
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    groups = coordinator(ctx)
+    names = list(request.groups_names)
+    if groups is None:
+        results = dict.fromkeys(names, ErrorCode.coordinator_not_available)
+    else:
+        valid = [n for n in names if n]
+        results = await groups.delete_groups(list(dict.fromkeys(valid)))
+        results.update(dict.fromkeys((n for n in names if not n), ErrorCode.invalid_group_id))
+    return ctx.build(
+        throttle_time=0,
+        results=tuple(
+            codec.build_nested(ctx.response_class, "results", group_id=name, error_code=results[name])
+            for name in dict.fromkeys(names)
+        ),
+    )

@@ -1,0 +1,69 @@
+"""DescribeGroups (key 15) v0-5: state, protocol and members of groups.
+
+A group this coordinator does not know is described as Dead with no error, as Kafka does; member metadata and
+assignments are only filled in while the group is Stable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.state import GroupState
+from broker.handlers.group_common import AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS, coordinator
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+
+
+@handler(api_key=15)
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    group_cls = codec.field_entity(ctx.response_class, "groups")
+    groups = coordinator(ctx)
+    include_ops = bool(getattr(request, "include_authorized_operations", False))
+    operations = GROUP_AUTHORIZED_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
+    described = []
+    for group_id in request.groups:
+        if groups is None:
+            error, group = ErrorCode.coordinator_not_available, None
+        else:
+            error, group = groups.describe_group(group_id)
+        if group is None or error is not ErrorCode.none:
+            described.append(
+                codec.build(
+                    group_cls,
+                    error_code=error,
+                    group_id=group_id,
+                    group_state=GroupState.DEAD.value,
+                    protocol_type="",
+                    protocol_data="",
+                    authorized_operations=operations,
+                )
+            )
+            continue
+        members = tuple(
+            codec.build_nested(
+                group_cls,
+                "members",
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                client_id=member.client_id,
+                client_host=member.client_host,
+                member_metadata=metadata,
+                member_assignment=assignment,
+            )
+            for member, metadata, assignment in group.describe_members()
+        )
+        described.append(
+            codec.build(
+                group_cls,
+                error_code=ErrorCode.none,
+                group_id=group_id,
+                group_state=group.state.value,
+                protocol_type=group.protocol_type or "",
+                protocol_data=(group.protocol_name or "") if group.state is GroupState.STABLE else "",
+                members=members,
+                authorized_operations=operations,
+            )
+        )
+    return ctx.build(throttle_time=0, groups=tuple(described))

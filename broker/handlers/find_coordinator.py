@@ -1,0 +1,64 @@
+"""FindCoordinator (key 10) v0-4: which broker coordinates a consumer group (v4: many keys per request)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.group_common import coordinator
+from broker.handlers.metadata import live_endpoint
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+
+async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) for one coordinator key."""
+    if key_type == KEY_TYPE_TRANSACTION:
+        return ErrorCode.invalid_request, "transactions are not supported by this broker yet", -1, "", -1
+    if key_type != KEY_TYPE_GROUP:
+        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", -1, "", -1
+    groups = coordinator(ctx)
+    if groups is None:
+        return ErrorCode.coordinator_not_available, "the group coordinator is not running", -1, "", -1
+    error, node_id, message = await groups.find_coordinator(key)
+    if error is not ErrorCode.none:
+        return error, message, -1, "", -1
+    broker = ctx.node.controller.image.brokers.get(node_id)
+    endpoint = live_endpoint(broker, ctx.listener_name) if broker is not None and not broker.fenced else None
+    if endpoint is None:
+        return (
+            ErrorCode.coordinator_not_available,
+            f"coordinator node {node_id} has no live {ctx.listener_name} listener",
+            -1,
+            "",
+            -1,
+        )
+    return ErrorCode.none, None, node_id, endpoint[0], endpoint[1]
+
+
+@handler(api_key=10)
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 4:
+        coordinators = []
+        for key in request.coordinator_keys:
+            error, message, node_id, host, port = await _lookup(ctx, key, request.key_type)
+            coordinators.append(
+                codec.build_nested(
+                    ctx.response_class,
+                    "coordinators",
+                    key=key,
+                    node_id=node_id,
+                    host=host,
+                    port=port,
+                    error_code=error,
+                    error_message=message,
+                )
+            )
+        return ctx.build(throttle_time=0, coordinators=tuple(coordinators))
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    error, message, node_id, host, port = await _lookup(ctx, request.key, key_type)
+    return ctx.build(throttle_time=0, error_code=error, error_message=message, node_id=node_id, host=host, port=port)

@@ -1,0 +1,34 @@
+"""LeaveGroup (key 13) v0-5: members leave at once instead of waiting for their session to expire.
+
+v3+ carries a batch of member identities (static members leave by group.instance.id, e.g. from the admin
+client's removeMembersFromConsumerGroup) and answers per member.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.group_common import coordinator
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+
+
+@handler(api_key=13)
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    groups = coordinator(ctx)
+    if groups is None:
+        return ctx.build(error_code=ErrorCode.coordinator_not_available)
+    if ctx.api_version < 3:
+        error, results = groups.leave_group(request.group_id, [(request.member_id, None)])
+        return ctx.build(throttle_time=0, error_code=results[0] if error is ErrorCode.none else error)
+    identities = [(m.member_id, m.group_instance_id) for m in request.members]
+    error, results = groups.leave_group(request.group_id, identities)
+    members = tuple(
+        codec.build_nested(
+            ctx.response_class, "members", member_id=member_id, group_instance_id=instance_id, error_code=code
+        )
+        for (member_id, instance_id), code in zip(identities, results, strict=False)
+    )
+    return ctx.build(throttle_time=0, error_code=error, members=members)

@@ -1,0 +1,57 @@
+"""OffsetCommit (key 8) v2-8: consumers store their positions; answered once the commit is durable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.coordinator import OffsetCommit
+from broker.handlers.group_common import coordinator, millis
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+
+
+@handler(api_key=8)
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    cls = ctx.response_class
+    groups = coordinator(ctx)
+    offsets: dict[tuple[str, int], OffsetCommit] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            offsets[(topic.name, p.partition_index)] = OffsetCommit(
+                offset=p.committed_offset,
+                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                metadata=p.committed_metadata,
+            )
+    if groups is None:
+        results = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
+    else:
+        # v2-v4 may ask for a retention of their own (-1: the broker's offsets.retention.minutes).
+        retention = millis(request.retention_time) if ctx.api_version <= 4 else -1
+        results = await groups.commit_offsets(
+            request.group_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            generation_id=request.generation_id_or_member_epoch,
+            offsets=offsets,
+            retention_ms=retention,
+        )
+    topic_cls = codec.field_entity(cls, "topics")
+    topics = tuple(
+        codec.build(
+            topic_cls,
+            name=topic.name,
+            partitions=tuple(
+                codec.build_nested(
+                    topic_cls,
+                    "partitions",
+                    partition_index=p.partition_index,
+                    error_code=results[(topic.name, p.partition_index)],
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return ctx.build(throttle_time=0, topics=topics)

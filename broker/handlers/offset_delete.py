@@ -1,0 +1,40 @@
+"""OffsetDelete (key 47) v0: drops a group's committed offsets for partitions it no longer consumes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.group_common import coordinator
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+
+
+@handler(api_key=47)
+async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    groups = coordinator(ctx)
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if groups is None:
+        return ctx.build(error_code=ErrorCode.coordinator_not_available, throttle_time=0)
+    error, results = await groups.delete_offsets(request.group_id, wanted)
+    if error is not ErrorCode.none:
+        return ctx.build(error_code=error, throttle_time=0)
+    topic_cls = codec.field_entity(ctx.response_class, "topics")
+    topics = tuple(
+        codec.build(
+            topic_cls,
+            name=t.name,
+            partitions=tuple(
+                codec.build_nested(
+                    topic_cls,
+                    "partitions",
+                    partition_index=p.partition_index,
+                    error_code=results.get((t.name, p.partition_index), ErrorCode.none),
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return ctx.build(error_code=ErrorCode.none, throttle_time=0, topics=topics)

@@ -1,0 +1,76 @@
+"""OffsetFetch (key 9) v1-8: committed positions of a group (v8: of several groups in one request).
+
+A null topic list (v2+) asks for every partition the group has committed. ``require_stable`` (v7+) asks the
+broker to refuse while transactional commits are pending; this broker has no transactional offset commits yet,
+so every committed offset is stable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.coordinator import FetchedOffset
+from broker.handlers.group_common import coordinator
+from broker.handlers.registry import RequestContext, handler
+from broker.protocol import codec
+
+
+def _requested(topics: Any) -> list[tuple[str, int]] | None:
+    if topics is None:
+        return None
+    return [(t.name, p) for t in topics for p in t.partition_indexes]
+
+
+def _fetch(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[FetchedOffset]]:
+    groups = coordinator(ctx)
+    if groups is None:
+        return ErrorCode.coordinator_not_available, []
+    return groups.fetch_offsets(group_id, _requested(topics))
+
+
+def _topics(topic_cls: type[Any], fetched: list[FetchedOffset]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[FetchedOffset]] = {}
+    for f in fetched:
+        by_topic.setdefault(f.topic, []).append(f)
+    return tuple(
+        codec.build(
+            topic_cls,
+            name=name,
+            partitions=tuple(
+                codec.build_nested(
+                    topic_cls,
+                    "partitions",
+                    partition_index=f.partition,
+                    committed_offset=f.offset,
+                    committed_leader_epoch=f.leader_epoch,
+                    metadata=f.metadata,
+                    error_code=f.error,
+                )
+                for f in items
+            ),
+        )
+        for name, items in by_topic.items()
+    )
+
+
+@handler(api_key=9)
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    cls = ctx.response_class
+    if ctx.api_version >= 8:
+        group_cls = codec.field_entity(cls, "groups")
+        topic_cls = codec.field_entity(group_cls, "topics")
+        results = []
+        for group in request.groups:
+            error, fetched = _fetch(ctx, group.group_id, group.topics)
+            results.append(
+                codec.build(group_cls, group_id=group.group_id, topics=_topics(topic_cls, fetched), error_code=error)
+            )
+        return ctx.build(throttle_time=0, groups=tuple(results))
+    topic_cls = codec.field_entity(cls, "topics")
+    error, fetched = _fetch(ctx, request.group_id, request.topics)
+    if error is not ErrorCode.none and ctx.api_version < 2 and request.topics is not None:
+        # v1 has no top-level error: every requested partition carries it.
+        fetched = [FetchedOffset(t, p, -1, -1, "", error) for t, p in _requested(request.topics) or []]
+    return ctx.build(throttle_time=0, error_code=error, topics=_topics(topic_cls, fetched))
