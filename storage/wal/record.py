@@ -64,16 +64,17 @@ def encode_into(out: bytearray, batch: StreamRecordBatch, offset: int) -> int:
     return offset + HEADER_SIZE + body_length
 
 
-def encode_records(batches: Sequence[StreamRecordBatch], offset: int) -> bytearray:
+def encode_records(batches: Sequence[StreamRecordBatch], offset: int, *, reserve: int = 0) -> bytearray:
     """Encodes consecutive records starting at logical position ``offset`` into one buffer (one write, one PUT).
 
-    The buffer is allocated once at its final size and every payload is copied into it exactly once.
+    The buffer is allocated once at its final size and every payload is copied into it exactly once. ``reserve``
+    leaves that many zero bytes in front of the records for a container header (the S3 WAL object header).
     """
     total = sum(HEADER_SIZE + record.HEADER_SIZE + len(b.payload) for b in batches)
-    out = bytearray(total)
+    out = bytearray(reserve + total)
     view = memoryview(out)
     try:
-        pos = 0
+        pos = reserve
         for batch in batches:
             body_start = pos + HEADER_SIZE
             payload_start = body_start + record.HEADER_SIZE
@@ -84,7 +85,7 @@ def encode_records(batches: Sequence[StreamRecordBatch], offset: int) -> bytearr
             )
             view[payload_start:end] = batch.payload
             body_crc = crc32c.crc32c(view[body_start:end])
-            HEADER.pack_into(out, pos, MAGIC, end - body_start, offset + body_start, body_crc, 0)
+            HEADER.pack_into(out, pos, MAGIC, end - body_start, offset + body_start - reserve, body_crc, 0)
             HEADER_CRC.pack_into(out, pos + _CRC_COVERED, crc32c.crc32c(view[pos : pos + _CRC_COVERED]))
             pos = end
     finally:

@@ -1,0 +1,34 @@
+"""Opens the WAL that ``s3.wal.path`` names: ``file://DIR`` for the file mode, ``s3://`` or ``mem://`` for the S3 mode.
+
+The object store for the S3 mode comes from a factory parameter so that tests (and tools) can hand in a wrapped or
+shared store; by default it is the engine's URL factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from storage.config import BucketURL, ConfigError, StorageConfig
+from storage.objectstore.base import ObjectStore
+from storage.wal.base import WriteAheadLog
+from storage.wal.file import FileWAL
+from storage.wal.s3 import S3WAL
+
+StoreFactory = Callable[[BucketURL, StorageConfig], ObjectStore]
+
+
+def _default_store_factory(url: BucketURL, config: StorageConfig) -> ObjectStore:
+    from storage.objectstore.factory import open_object_store
+
+    return open_object_store(url, config)
+
+
+def open_wal(config: StorageConfig, store_factory: StoreFactory | None = None) -> WriteAheadLog:
+    """A WAL for ``config.wal_url``, not yet started. An S3-mode WAL owns (and closes) the store it opens."""
+    url = config.wal_url
+    if url.scheme == "file":
+        return FileWAL.from_config(config)
+    if url.scheme in ("s3", "mem"):
+        store = (store_factory or _default_store_factory)(url, config)
+        return S3WAL.from_config(config, store, owns_store=True)
+    raise ConfigError(f"s3.wal.path: unsupported WAL URL {url.describe()} (use file://, s3:// or mem://)")

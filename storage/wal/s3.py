@@ -1,0 +1,469 @@
+"""The ``s3`` WAL mode: batches of records written as objects, over any ObjectStore.
+
+Appends are buffered and flushed as one WAL object every ``batch_interval_ms`` or as soon as
+``max_bytes_in_batch`` bytes are pending. Several uploads may be in flight at once, but an append is acknowledged
+only when its own object *and every earlier one* are stored and the writer has re-read the reservation and found
+itself still the owner. A broker on another machine can therefore replay a dead broker's WAL and lose nothing that
+was acknowledged.
+
+Ownership: at start the writer records (node id, node epoch) in the node's reservation object. A writer that finds
+a newer epoch there — at start, after any upload, or before a trim — is fenced: its pending and future appends fail
+with WALFencedError. See storage/wal/s3_format.py for the key layout and how recovery tells a fenced writer's late
+objects from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from storage.config import GiB, MiB, StorageConfig
+from storage.errors import CorruptObjectError, ObjectNotFoundError, ObjectStoreError, WALError, WALFencedError
+from storage.objectstore.base import ObjectInfo, ObjectStore
+from storage.record import StreamRecordBatch
+from storage.wal import record as walrecord
+from storage.wal import s3_format
+from storage.wal.base import WALRecord
+from storage.wal.capacity import CapacityGate
+from storage.wal.record import RecordScanner, StopReason
+from storage.wal.s3_format import ObjectHeader, Reservation, TrimPoint, WALObjectKey
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_INFLIGHT_UPLOADS = 8
+UPLOAD_ATTEMPTS = 3  # on top of the object store's own retries: one WAL object must not fail the whole node
+RECOVERY_READ_AHEAD = 4
+
+
+@dataclass(slots=True)
+class S3WALStats:
+    appends: int = 0
+    objects: int = 0
+    bytes_uploaded: int = 0
+    reservation_checks: int = 0
+    objects_deleted: int = 0
+
+
+@dataclass(slots=True)
+class _Pending:
+    batch: StreamRecordBatch
+    offset: int
+    next_offset: int
+    future: asyncio.Future[WALRecord]
+
+
+@dataclass(slots=True)
+class _Upload:
+    key: WALObjectKey
+    records: list[_Pending]
+    done: bool = False
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class S3WAL:
+    """The s3-mode WriteAheadLog (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        namespace: str,
+        node_id: int,
+        node_epoch: int,
+        batch_interval_ms: int = 250,
+        max_bytes_in_batch: int = 8 * MiB,
+        capacity: int = 2 * GiB,
+        max_inflight_uploads: int = DEFAULT_MAX_INFLIGHT_UPLOADS,
+        owns_store: bool = False,
+    ) -> None:
+        if batch_interval_ms <= 0 or max_bytes_in_batch <= 0 or max_inflight_uploads <= 0:
+            raise WALError(
+                f"S3 WAL of node {node_id}: batch interval, batch size and upload concurrency must be positive"
+            )
+        self._store = store
+        self._namespace = namespace
+        self._node_id = node_id
+        self._node_epoch = node_epoch
+        self._interval = batch_interval_ms / 1000
+        self._max_batch = max_bytes_in_batch
+        self._owns_store = owns_store
+        self._prefix = s3_format.node_prefix(namespace, node_id)
+        self._reservation_key = s3_format.reservation_key(namespace, node_id)
+        self._trim_key = s3_format.trim_key(namespace, node_id)
+        self._name = f"S3 WAL {store.name}/{self._prefix} (node {node_id}, epoch {node_epoch})"
+        self._gate = CapacityGate(capacity, self._name)
+        self._slots = asyncio.Semaphore(max_inflight_uploads)
+        self._chain: list[WALObjectKey] = []  # durable objects of the log, in offset order
+        self._recovery_chain: list[WALObjectKey] = []
+        self._trim_offset = 0
+        self._next_offset = 0
+        self._durable_offset = 0
+        self._batch: list[_Pending] = []
+        self._batch_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._uploads: collections.deque[_Upload] = collections.deque()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._trim_lock = asyncio.Lock()
+        self._started = False
+        self._closed = False
+        self._failure: WALError | None = None
+        self.stats = S3WALStats()
+
+    @classmethod
+    def from_config(cls, config: StorageConfig, store: ObjectStore, *, owns_store: bool = False) -> S3WAL:
+        """Honours AutoMQ's URL parameters too: ``s3.wal.path=0@s3://b?batchInterval=250&maxBytesInBatch=...``."""
+        params = config.wal_url.params
+        try:
+            interval = int(params.get("batchInterval", config.wal_batch_interval_ms))
+            max_bytes = int(params.get("maxBytesInBatch", config.wal_max_bytes_in_batch))
+        except ValueError as exc:
+            raise WALError(f"s3.wal.path: bad batchInterval or maxBytesInBatch parameter: {exc}") from None
+        return cls(
+            store,
+            namespace=config.namespace,
+            node_id=config.node_id,
+            node_epoch=config.node_epoch,
+            batch_interval_ms=interval,
+            max_bytes_in_batch=max_bytes,
+            capacity=config.wal_capacity,
+            owns_store=owns_store,
+        )
+
+    @property
+    def used_bytes(self) -> int:
+        return self._gate.used
+
+    @property
+    def trim_offset(self) -> int:
+        return self._trim_offset
+
+    @property
+    def durable_offset(self) -> int:
+        return self._durable_offset
+
+    @property
+    def node_epoch(self) -> int:
+        return self._node_epoch
+
+    @property
+    def fenced(self) -> bool:
+        return isinstance(self._failure, WALFencedError)
+
+    # ---------------------------------------------------------------- start and recovery
+
+    async def start(self) -> None:
+        if self._started:
+            raise WALError(f"{self._name}: already started")
+        current = await self._read_reservation()
+        if current is not None and current.node_epoch > self._node_epoch:
+            raise WALFencedError(
+                f"{self._name}: node {self._node_id} WAL is owned by a newer epoch {current.node_epoch}"
+            )
+        if current is not None and current.node_epoch == self._node_epoch:
+            logger.warning("%s: restarting with the epoch already reserved; it cannot fence a live writer of the "
+                           "same epoch", self._name)
+        await self._put(self._reservation_key, Reservation(self._node_id, self._node_epoch).encode())
+        listing = await self._list()
+        await self._verify_owner("start")  # a newer writer may have reserved between our put and our list
+        trim = await self._read_trim()
+        objects = [k for info in listing if (k := s3_format.parse_object_key(info.key, self._prefix)) is not None]
+        plan = s3_format.plan_recovery(objects, trim)
+        if plan.gap_at is not None:
+            logger.error("%s: WAL objects are missing from offset %d; recovery ends there and %d later object(s) "
+                         "are discarded", self._name, plan.gap_at, len(plan.orphaned))
+        if plan.fenced:
+            logger.warning("%s: ignoring %d object(s) written by fenced writers after a takeover", self._name,
+                           len(plan.fenced))
+
+        # The marker makes this epoch's takeover point durable before anything is deleted or appended.
+        marker = s3_format.object_key(self._namespace, self._node_id, self._node_epoch, plan.end, plan.end)
+        await self._put(marker.key, ObjectHeader(self._node_id, self._node_epoch, plan.end, 0, plan.start).encode())
+        if plan.discard:
+            await self._delete([o.key for o in plan.discard])
+        self._trim_offset = plan.start
+        self._next_offset = self._durable_offset = plan.end
+        self._recovery_chain = [o for o in plan.chain if not o.empty]
+        self._chain = [o for o in plan.chain if o.key != marker.key] + [marker]
+        self._gate.reset_used(plan.end - plan.start)
+        self._started = True
+        logger.info("%s: started; log %d..%d in %d object(s)", self._name, plan.start, plan.end,
+                    len(self._recovery_chain))
+
+    def recover(self) -> AsyncIterator[WALRecord]:
+        return self._recover()
+
+    async def _recover(self) -> AsyncIterator[WALRecord]:
+        """Replays the objects found at start. A corrupt object loses only its own unreadable remainder: later
+        objects are still replayed, because their offsets are known from their keys."""
+        self._require_started()
+        chain = list(self._recovery_chain)
+        trim = self._trim_offset
+        reads: collections.deque[asyncio.Task[bytes]] = collections.deque()
+        next_read = 0
+        try:
+            for obj in chain:
+                while next_read < len(chain) and len(reads) < RECOVERY_READ_AHEAD:
+                    reads.append(asyncio.create_task(self._get(chain[next_read].key)))
+                    next_read += 1
+                data = await reads.popleft()
+                for rec in self._parse_object(obj, data, trim):
+                    yield rec
+        finally:
+            for task in reads:
+                task.cancel()
+
+    def _parse_object(self, obj: WALObjectKey, data: bytes, trim: int) -> list[WALRecord]:
+        try:
+            header = ObjectHeader.decode(data, obj.key)
+            header.check(obj, self._node_id, len(data))
+        except CorruptObjectError as exc:
+            logger.error("%s: %s; skipping the object", self._name, exc)
+            return []
+        body = memoryview(data)[s3_format.OBJECT_HEADER_SIZE :]
+        scanner = RecordScanner(body, obj.start, where=f"WAL object {obj.key}", skip_below=trim)
+        records = list(scanner)
+        if scanner.stop is not None and scanner.stop.reason is not StopReason.END:
+            logger.error("%s: %s; the rest of the object is skipped", self._name,
+                         scanner.stop.describe(f"WAL object {obj.key}"))
+        return records
+
+    # ---------------------------------------------------------------- appends
+
+    async def append(self, batch: StreamRecordBatch) -> WALRecord:
+        self._check_writable()
+        size = walrecord.record_size(batch)
+        await self._gate.acquire(size)
+        self._check_writable()
+        offset = self._next_offset
+        self._next_offset = offset + size
+        future: asyncio.Future[WALRecord] = asyncio.get_running_loop().create_future()
+        self._batch.append(_Pending(batch, offset, offset + size, future))
+        self._batch_bytes += size
+        self._idle.clear()
+        self.stats.appends += 1
+        if self._batch_bytes >= self._max_batch:
+            self._seal()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._interval, self._seal)
+        return await future
+
+    def _check_writable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        self._require_started()
+
+    def _require_started(self) -> None:
+        if not self._started:
+            raise WALError(f"{self._name}: not started")
+        if self._closed:
+            raise WALError(f"{self._name}: closed")
+
+    def _seal(self) -> None:
+        """Turns the pending batch into an upload (from the timer or when the batch is full)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._batch or self._failure is not None:
+            return
+        records, self._batch, self._batch_bytes = self._batch, [], 0
+        key = s3_format.object_key(
+            self._namespace, self._node_id, self._node_epoch, records[0].offset, records[-1].next_offset
+        )
+        upload = _Upload(key, records)
+        upload.task = asyncio.create_task(self._upload(upload), name=f"wal-upload {key.key}")
+        self._uploads.append(upload)
+
+    async def _upload(self, upload: _Upload) -> None:
+        try:
+            async with self._slots:
+                if self._failure is not None:
+                    return
+                data = await asyncio.to_thread(self._encode_object, upload)
+                await self._put(upload.key.key, data, attempts=UPLOAD_ATTEMPTS)
+                self.stats.objects += 1
+                self.stats.bytes_uploaded += len(data)
+                await self._verify_owner(f"upload of {upload.key.key}")
+        except WALError as exc:
+            self._fail(exc)
+            return
+        except Exception as exc:  # anything unexpected still must not leave appends hanging
+            self._fail(WALError(f"{self._name}: upload of {upload.key.key} failed: {exc!r}"))
+            return
+        upload.done = True
+        self._release_acks()
+
+    def _encode_object(self, upload: _Upload) -> bytes:
+        body_length = upload.key.end - upload.key.start
+        out = walrecord.encode_records(
+            [p.batch for p in upload.records], upload.key.start, reserve=s3_format.OBJECT_HEADER_SIZE
+        )
+        ObjectHeader(self._node_id, self._node_epoch, upload.key.start, body_length, self._trim_offset).pack_into(out)
+        return bytes(out)
+
+    def _release_acks(self) -> None:
+        """Acknowledges finished uploads strictly in order: a finished upload waits for every earlier one."""
+        while self._uploads and self._uploads[0].done:
+            upload = self._uploads.popleft()
+            self._chain.append(upload.key)
+            self._durable_offset = upload.key.end
+            for entry in upload.records:
+                if not entry.future.done():
+                    entry.future.set_result(WALRecord(entry.offset, entry.next_offset, entry.batch))
+        self._update_idle()
+
+    def _update_idle(self) -> None:
+        if not self._uploads and not self._batch:
+            self._idle.set()
+
+    def _fail(self, failure: WALError) -> None:
+        """Nothing after a lost or fenced upload may be acknowledged: fail everything not yet acknowledged."""
+        if self._failure is None:
+            self._failure = failure
+            if isinstance(failure, WALFencedError):
+                logger.warning("%s", failure)
+            else:
+                logger.error("%s; the WAL stops accepting appends", failure)
+        failure = self._failure
+        self._gate.fail(failure)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending = [entry for upload in self._uploads for entry in upload.records] + self._batch
+        self._uploads.clear()
+        self._batch, self._batch_bytes = [], 0
+        for entry in pending:
+            if not entry.future.done():
+                entry.future.set_exception(failure)
+        self._idle.set()
+
+    # ---------------------------------------------------------------- trim, reset, close
+
+    async def trim(self, offset: int) -> None:
+        self._check_writable()
+        async with self._trim_lock:
+            if offset <= self._trim_offset:
+                return
+            if offset > self._durable_offset:
+                raise WALError(
+                    f"{self._name}: cannot trim to offset {offset}: only offsets before {self._durable_offset} "
+                    "are durable"
+                )
+            await self._verify_owner(f"trim to {offset}")
+            await self._put(self._trim_key, TrimPoint(self._node_id, self._node_epoch, offset).encode())
+            self._gate.release(offset - self._trim_offset)
+            self._trim_offset = offset
+            newest = self._chain[-1] if self._chain else None
+            doomed = [o for o in self._chain if o.end <= offset and o is not newest]
+            if doomed:
+                gone = {o.key for o in doomed}
+                self._chain = [o for o in self._chain if o.key not in gone]
+                try:
+                    await self._delete([o.key for o in doomed])
+                except WALError as exc:
+                    # The trim point is persisted, so leftovers are only wasted space; the next start deletes them.
+                    logger.warning("%s; %d trimmed object(s) left behind", exc, len(doomed))
+
+    async def reset(self) -> None:
+        self._check_writable()
+        self._seal()
+        await self._idle.wait()
+        self._check_writable()
+        await self.trim(self._durable_offset)
+        logger.info("%s: reset; next offset %d", self._name, self._durable_offset)
+
+    async def close(self) -> None:
+        """Flushes what is pending (unless the WAL already failed), then stops."""
+        if self._closed:
+            return
+        if self._failure is None and self._started:
+            self._seal()
+            tasks = [u.task for u in self._uploads if u.task is not None]
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        self._closed = True
+        closed = self._failure or WALError(f"{self._name}: closed")
+        self._gate.fail(closed)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for upload in self._uploads:
+            if upload.task is not None:
+                upload.task.cancel()
+        for entry in [e for u in self._uploads for e in u.records] + self._batch:
+            if not entry.future.done():
+                entry.future.set_exception(closed)
+        self._uploads.clear()
+        self._batch = []
+        if self._owns_store:
+            await self._store.close()
+        logger.info("%s: closed at offset %d", self._name, self._durable_offset)
+
+    # ---------------------------------------------------------------- object-store calls
+
+    async def _read_reservation(self) -> Reservation | None:
+        try:
+            data = await self._store.get(self._reservation_key)
+        except ObjectNotFoundError:
+            return None
+        except ObjectStoreError as exc:
+            raise WALError(f"{self._name}: cannot read the reservation {self._reservation_key}: {exc}") from exc
+        try:
+            return Reservation.decode(data, self._reservation_key)
+        except CorruptObjectError as exc:
+            raise WALError(f"{self._name}: {exc}") from exc
+
+    async def _verify_owner(self, when: str) -> None:
+        self.stats.reservation_checks += 1
+        current = await self._read_reservation()
+        if current != Reservation(self._node_id, self._node_epoch):
+            holder = "nobody" if current is None else f"node {current.node_id} epoch {current.node_epoch}"
+            raise WALFencedError(f"{self._name}: fenced at {when}: the WAL reservation now belongs to {holder}")
+
+    async def _read_trim(self) -> int | None:
+        try:
+            data = await self._store.get(self._trim_key)
+        except ObjectNotFoundError:
+            return None
+        except ObjectStoreError as exc:
+            raise WALError(f"{self._name}: cannot read the trim point {self._trim_key}: {exc}") from exc
+        try:
+            return TrimPoint.decode(data, self._trim_key).offset
+        except CorruptObjectError as exc:
+            # Replaying from the oldest object only re-delivers uploaded records, which recovery tolerates.
+            logger.error("%s: %s; replaying from the oldest object", self._name, exc)
+            return None
+
+    async def _put(self, key: str, data: bytes, attempts: int = 1) -> None:
+        for attempt in range(1, attempts + 1):
+            try:
+                await self._store.put(key, data)
+                return
+            except ObjectStoreError as exc:
+                if attempt == attempts:
+                    raise WALError(f"{self._name}: cannot write {key}: {exc}") from exc
+                logger.warning("%s: writing %s failed (attempt %d of %d): %s", self._name, key, attempt, attempts,
+                               exc)
+                await asyncio.sleep(0.05 * 2**attempt)
+
+    async def _get(self, key: str) -> bytes:
+        try:
+            return await self._store.get(key)
+        except ObjectStoreError as exc:
+            raise WALError(f"{self._name}: cannot read WAL object {key}: {exc}") from exc
+
+    async def _list(self) -> list[ObjectInfo]:
+        try:
+            return list(await self._store.list(self._prefix))
+        except ObjectStoreError as exc:
+            raise WALError(f"{self._name}: cannot list {self._prefix}: {exc}") from exc
+
+    async def _delete(self, keys: list[str]) -> None:
+        try:
+            await self._store.delete(keys)
+        except ObjectStoreError as exc:
+            raise WALError(f"{self._name}: cannot delete {len(keys)} WAL object(s): {exc}") from exc
+        self.stats.objects_deleted += len(keys)

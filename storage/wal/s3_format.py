@@ -1,0 +1,249 @@
+"""What the S3 WAL keeps in a bucket, and which of it recovery may trust — sans-I/O.
+
+Everything of one node lives under ``wal/<namespace>/<nodeId>/``::
+
+    reservation                                   who owns this node's WAL: (nodeId, nodeEpoch)
+    trim                                          the trim point, rewritten on every trim
+    <nodeEpoch:020>/<startOffset:020>-<endOffset:020>    one WAL object per flushed batch
+
+Zero-padded numbers make a prefix listing come back in epoch then offset order. A WAL object is a 48-byte header
+followed by WAL records (storage/wal/record.py) for logical offsets ``[startOffset, endOffset)``::
+
+    magic u32 | version u16 | reserved u16 | nodeId i32 | nodeEpoch i64 | startOffset i64 | bodyLength i64
+    | trimOffset i64 | headerCRC u32
+
+Each new owner starts by writing an empty *epoch marker* object ``[E, E)`` at the end ``E`` of the log it found.
+That marker is what makes fencing durable: an object of an older epoch that ends after the first object of any
+newer epoch was written after the takeover (its writer's reservation check failed, so it was never acknowledged)
+and is ignored by every later recovery, even once the marker itself has been trimmed — the newest object is never
+deleted, and any older-epoch object ending at or before it lies below the trim point.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import crc32c
+
+from storage.errors import CorruptObjectError
+
+OBJECT_MAGIC = 0x464A574F  # "FJWO"
+RESERVATION_MAGIC = 0x464A5752  # "FJWR"
+TRIM_MAGIC = 0x464A5754  # "FJWT"
+VERSION = 1
+
+OBJECT_HEADER = struct.Struct(">IHHiqqqq")
+OBJECT_HEADER_SIZE = OBJECT_HEADER.size + 4  # 48 with the CRC
+RESERVATION = struct.Struct(">IHiq")
+TRIM = struct.Struct(">IHiqq")
+_CRC = struct.Struct(">I")
+
+_OBJECT_KEY = re.compile(r"^(\d{20})/(\d{20})-(\d{20})$")
+
+
+def node_prefix(namespace: str, node_id: int) -> str:
+    return f"wal/{namespace}/{node_id}/"
+
+
+def reservation_key(namespace: str, node_id: int) -> str:
+    return node_prefix(namespace, node_id) + "reservation"
+
+
+def trim_key(namespace: str, node_id: int) -> str:
+    return node_prefix(namespace, node_id) + "trim"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class WALObjectKey:
+    """A WAL object as its key describes it (what a listing tells recovery before any GET)."""
+
+    start: int
+    end: int
+    epoch: int
+    key: str
+
+    @property
+    def empty(self) -> bool:
+        return self.start == self.end
+
+
+def object_key(namespace: str, node_id: int, epoch: int, start: int, end: int) -> WALObjectKey:
+    key = f"{node_prefix(namespace, node_id)}{epoch:020d}/{start:020d}-{end:020d}"
+    return WALObjectKey(start, end, epoch, key)
+
+
+def parse_object_key(key: str, prefix: str) -> WALObjectKey | None:
+    """The object a key names, or None for the reservation, trim and foreign keys."""
+    if not key.startswith(prefix):
+        return None
+    match = _OBJECT_KEY.match(key[len(prefix) :])
+    if match is None:
+        return None
+    epoch, start, end = (int(g) for g in match.groups())
+    if end < start:
+        return None
+    return WALObjectKey(start, end, epoch, key)
+
+
+# ----------------------------------------------------------------------------------------------- codecs
+
+
+def _seal(body: bytes) -> bytes:
+    return body + _CRC.pack(crc32c.crc32c(body))
+
+
+def _unseal(data: bytes, size: int, what: str, where: str) -> bytes:
+    if len(data) != size + _CRC.size:
+        raise CorruptObjectError(f"{where}: {what} is {len(data)} bytes, expected {size + _CRC.size}")
+    body = data[:size]
+    if _CRC.unpack_from(data, size)[0] != crc32c.crc32c(body):
+        raise CorruptObjectError(f"{where}: {what} CRC mismatch")
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    node_id: int
+    node_epoch: int
+
+    def encode(self) -> bytes:
+        return _seal(RESERVATION.pack(RESERVATION_MAGIC, VERSION, self.node_id, self.node_epoch))
+
+    @staticmethod
+    def decode(data: bytes, where: str) -> Reservation:
+        body = _unseal(data, RESERVATION.size, "WAL reservation", where)
+        magic, version, node_id, node_epoch = RESERVATION.unpack(body)
+        if magic != RESERVATION_MAGIC or version != VERSION:
+            raise CorruptObjectError(f"{where}: not a WAL reservation (magic {magic:#x}, version {version})")
+        return Reservation(node_id, node_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class TrimPoint:
+    node_id: int
+    node_epoch: int  # the writer that persisted it, for operators
+    offset: int
+
+    def encode(self) -> bytes:
+        return _seal(TRIM.pack(TRIM_MAGIC, VERSION, self.node_id, self.node_epoch, self.offset))
+
+    @staticmethod
+    def decode(data: bytes, where: str) -> TrimPoint:
+        body = _unseal(data, TRIM.size, "WAL trim point", where)
+        magic, version, node_id, node_epoch, offset = TRIM.unpack(body)
+        if magic != TRIM_MAGIC or version != VERSION or offset < 0:
+            raise CorruptObjectError(f"{where}: not a WAL trim point (magic {magic:#x}, version {version})")
+        return TrimPoint(node_id, node_epoch, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectHeader:
+    node_id: int
+    node_epoch: int
+    start_offset: int
+    body_length: int
+    trim_offset: int
+
+    def pack_into(self, out: bytearray) -> None:
+        OBJECT_HEADER.pack_into(
+            out, 0, OBJECT_MAGIC, VERSION, 0, self.node_id, self.node_epoch, self.start_offset, self.body_length,
+            self.trim_offset,
+        )
+        _CRC.pack_into(out, OBJECT_HEADER.size, crc32c.crc32c(bytes(out[: OBJECT_HEADER.size])))
+
+    def encode(self) -> bytes:
+        out = bytearray(OBJECT_HEADER_SIZE)
+        self.pack_into(out)
+        return bytes(out)
+
+    @staticmethod
+    def decode(data: bytes | memoryview, where: str) -> ObjectHeader:
+        if len(data) < OBJECT_HEADER_SIZE:
+            raise CorruptObjectError(f"{where}: {len(data)} bytes is too short for a WAL object header")
+        head = bytes(data[: OBJECT_HEADER.size])
+        if _CRC.unpack_from(data, OBJECT_HEADER.size)[0] != crc32c.crc32c(head):
+            raise CorruptObjectError(f"{where}: WAL object header CRC mismatch")
+        magic, version, _reserved, node_id, epoch, start, body_length, trim = OBJECT_HEADER.unpack(head)
+        if magic != OBJECT_MAGIC or version != VERSION:
+            raise CorruptObjectError(f"{where}: not a WAL object (magic {magic:#x}, version {version})")
+        return ObjectHeader(node_id, epoch, start, body_length, trim)
+
+    def check(self, expected: WALObjectKey, node_id: int, size: int) -> None:
+        """The header must agree with the key it was found under and the bytes that came with it."""
+        problems = []
+        if self.node_id != node_id:
+            problems.append(f"node id {self.node_id}, expected {node_id}")
+        if self.node_epoch != expected.epoch:
+            problems.append(f"node epoch {self.node_epoch}, expected {expected.epoch}")
+        if self.start_offset != expected.start:
+            problems.append(f"start offset {self.start_offset}, expected {expected.start}")
+        if self.body_length != expected.end - expected.start:
+            problems.append(f"body length {self.body_length}, key says {expected.end - expected.start}")
+        if size != OBJECT_HEADER_SIZE + self.body_length:
+            problems.append(f"object is {size} bytes, header says {OBJECT_HEADER_SIZE + self.body_length}")
+        if problems:
+            raise CorruptObjectError(f"{expected.key}: WAL object header disagrees: " + "; ".join(problems))
+
+
+# ----------------------------------------------------------------------------------------------- recovery plan
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPlan:
+    chain: list[WALObjectKey]  # contiguous objects from the trim point, in offset order: the log to replay
+    end: int  # where the next object starts
+    start: int  # where replay starts (the trim point)
+    fenced: list[WALObjectKey]  # written by a stale writer after a newer epoch took over: never acknowledged
+    trimmed: list[WALObjectKey]  # wholly below the trim point
+    orphaned: list[WALObjectKey]  # overlapping the chain, or beyond a gap: not part of the log
+    gap_at: int | None = None  # the chain ends at a missing range if set
+
+    @property
+    def discard(self) -> list[WALObjectKey]:
+        return [*self.fenced, *self.trimmed, *self.orphaned]
+
+
+def plan_recovery(objects: Iterable[WALObjectKey], trim: int | None) -> RecoveryPlan:
+    """Chooses the objects that form this node's log (see the module docstring).
+
+    ``trim`` is the persisted trim point, or None if none was ever written (then the log starts at the oldest
+    object). Objects are taken strictly contiguously from the trim point (the first may straddle it); when several
+    start at the same offset an empty marker comes first and then the newest epoch.
+    """
+    objs = sorted(set(objects))
+    first_newer: dict[int, int] = {}  # epoch -> first offset written by any newer epoch
+    running: int | None = None
+    for epoch in sorted({o.epoch for o in objs}, reverse=True):
+        if running is not None:
+            first_newer[epoch] = running
+        own = min(o.start for o in objs if o.epoch == epoch)
+        running = own if running is None else min(running, own)
+    fenced = [o for o in objs if o.epoch in first_newer and o.end > first_newer[o.epoch]]
+    valid = [o for o in objs if not (o.epoch in first_newer and o.end > first_newer[o.epoch])]
+
+    start = trim if trim is not None else min((o.start for o in valid), default=0)
+    newest = max(valid, key=lambda o: (o.start, o.end, o.epoch), default=None)
+    chain: list[WALObjectKey] = []
+    trimmed: list[WALObjectKey] = []
+    orphaned: list[WALObjectKey] = []
+    pos = start
+    gap_at: int | None = None
+    for obj in sorted(valid, key=lambda o: (o.start, 0 if o.empty else 1, -o.epoch)):
+        if obj.end < start or (obj.end == start and not obj.empty):
+            if obj != newest:  # the newest object stays so that fencing survives trimming everything
+                trimmed.append(obj)
+        elif gap_at is not None:
+            orphaned.append(obj)
+        elif obj.start == pos or (obj.start < pos and not chain):
+            chain.append(obj)
+            pos = obj.end
+        elif obj.start < pos:
+            if not obj.empty:  # an old marker inside the log is harmless; anything else overlaps it
+                orphaned.append(obj)
+        else:
+            gap_at = pos
+            orphaned.append(obj)
+    return RecoveryPlan(chain, pos, start, fenced, trimmed, orphaned, gap_at)
