@@ -200,8 +200,14 @@ class Controller:
         self._maybe_snapshot()
 
     async def _append_stream_records(self, records: Sequence[MetadataRecord]) -> None:
-        """The stream metadata's sink: its records share the log (it applies them itself once this returns)."""
-        await self._log.append(records)
+        """The stream metadata's sink: its records share the log (it applies them itself once this returns).
+
+        The image does not hold stream state, but its ``offset`` still advances so that it always names the last
+        record of the log, live and after a replay alike; subscribers are not called for an offset-only change.
+        """
+        last_offset = await self._log.append(records)
+        if last_offset > self._image.offset:
+            self._image = self._image.with_offset(last_offset)
         self._maybe_snapshot()
 
     def _maybe_snapshot(self) -> None:

@@ -79,7 +79,7 @@ def is_cluster_record(record: object) -> bool:
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     cluster_id: str
-    offset: int = -1  # offset of the last applied record; -1 for an empty image
+    offset: int = -1  # offset of the last applied metadata log record (of any kind); -1 for an empty log
     topics_by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY)
     topics_by_id: Mapping[uuid.UUID, TopicImage] = field(default_factory=lambda: _EMPTY)
     brokers: Mapping[int, BrokerImage] = field(default_factory=lambda: _EMPTY)
@@ -113,6 +113,10 @@ class MetadataImage:
 
     def with_controller(self, controller_id: int) -> MetadataImage:
         return replace(self, controller_id=controller_id)
+
+    def with_offset(self, offset: int) -> MetadataImage:
+        """The same content at a later log offset (records that do not concern the image were applied)."""
+        return replace(self, offset=offset)
 
     def to_records(self) -> list[MetadataRecord]:
         """Records that rebuild this image from an empty one (snapshot content)."""

@@ -1,0 +1,278 @@
+"""The controller's topic, partition and config requests: validation, Kafka error codes, and effects."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from controller.client import (
+    ConfigResource,
+    ControllerClient,
+    IncrementalOp,
+    LocalControllerClient,
+    NewTopic,
+)
+from controller.config import ConfigSource, ServerConfig
+from controller.controller import Controller
+from controller.image import MetadataImage
+from controller.records import Endpoint
+
+EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[ControllerClient]:
+    config = ServerConfig.load(None, [f"log.dirs={tmp_path}", "num.partitions=2"])
+    controller = await Controller.start(config)
+    local = LocalControllerClient(controller)
+    await local.register_broker(0, EP, None)
+    yield local
+    await controller.close()
+
+
+async def test_create_topic_assigns_ids_leaders_and_defaults(client: ControllerClient) -> None:
+    [result] = await client.create_topics([NewTopic("orders")], validate_only=False)
+    assert result.error is ErrorCode.none and result.message is None
+    assert result.num_partitions == 2 and result.replication_factor == 1
+    assert isinstance(result.topic_id, uuid.UUID)
+    topic = client.image.topics_by_name["orders"]
+    assert topic.topic_id == result.topic_id
+    for index in (0, 1):
+        part = client.image.partition("orders", index)
+        assert part is not None
+        assert (part.replicas, part.isr, part.leader, part.leader_epoch) == ((0,), (0,), 0, 0)
+    configs = {e.name: e for e in result.configs}
+    assert configs["cleanup.policy"].value == "delete"
+    assert configs["cleanup.policy"].source is ConfigSource.DEFAULT_CONFIG
+
+
+async def test_create_with_configs_and_explicit_counts(client: ControllerClient) -> None:
+    [result] = await client.create_topics(
+        [NewTopic("logs", 5, 1, None, {"cleanup.policy": "compact", "retention.ms": "60000"})], False
+    )
+    assert result.error is ErrorCode.none and result.num_partitions == 5
+    assert dict(client.image.topics_by_name["logs"].configs) == {"cleanup.policy": "compact", "retention.ms": "60000"}
+    entry = next(e for e in result.configs if e.name == "retention.ms")
+    assert (entry.value, entry.source) == ("60000", ConfigSource.TOPIC_CONFIG)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", ".", "..", "a" * 250, "bad/name", "space name", "ünïcode"],
+)
+async def test_illegal_topic_names(client: ControllerClient, name: str) -> None:
+    [result] = await client.create_topics([NewTopic(name)], False)
+    assert result.error is ErrorCode.invalid_topic_exception
+    assert result.message and result.topic_id is None
+    assert client.image.topics_by_name == {}
+
+
+async def test_longest_legal_name_is_accepted(client: ControllerClient) -> None:
+    [result] = await client.create_topics([NewTopic("a-Z_0." + "x" * 243)], False)
+    assert result.error is ErrorCode.none
+
+
+async def test_existing_topic(client: ControllerClient) -> None:
+    await client.create_topics([NewTopic("t")], False)
+    before = client.image.topics_by_name["t"].topic_id
+    [again] = await client.create_topics([NewTopic("t")], False)
+    assert again.error is ErrorCode.topic_already_exists and again.message == "Topic 't' already exists."
+    assert client.image.topics_by_name["t"].topic_id == before
+
+
+async def test_names_colliding_on_dot_and_underscore(client: ControllerClient) -> None:
+    await client.create_topics([NewTopic("a.b")], False)
+    [result] = await client.create_topics([NewTopic("a_b")], False)
+    assert result.error is ErrorCode.invalid_topic_exception and "collides" in (result.message or "")
+
+
+async def test_duplicate_names_in_one_request(client: ControllerClient) -> None:
+    results = await client.create_topics([NewTopic("dup"), NewTopic("dup"), NewTopic("ok")], False)
+    assert [r.error for r in results] == [ErrorCode.invalid_request, ErrorCode.invalid_request, ErrorCode.none]
+    assert set(client.image.topics_by_name) == {"ok"}
+
+
+@pytest.mark.parametrize("partitions", [0, -2])
+async def test_invalid_partition_counts(client: ControllerClient, partitions: int) -> None:
+    [result] = await client.create_topics([NewTopic("t", partitions)], False)
+    assert result.error is ErrorCode.invalid_partitions
+
+
+@pytest.mark.parametrize("factor", [0, -5, 2, 3])
+async def test_replication_factor_beyond_live_brokers(client: ControllerClient, factor: int) -> None:
+    [result] = await client.create_topics([NewTopic("t", 1, factor)], False)
+    assert result.error is ErrorCode.invalid_replication_factor and result.message
+    assert "t" not in client.image.topics_by_name
+
+
+@pytest.mark.parametrize(
+    ("configs", "fragment"),
+    [
+        ({"retention.ms": "forever"}, "retention.ms"),
+        ({"cleanup.policy": "shred"}, "cleanup.policy"),
+        ({"no.such.key": "1"}, "Unknown topic config name: no.such.key"),
+        ({"min.insync.replicas": "0"}, "min.insync.replicas"),
+    ],
+)
+async def test_invalid_configs(client: ControllerClient, configs: dict[str, str], fragment: str) -> None:
+    [result] = await client.create_topics([NewTopic("t", configs=configs)], False)
+    assert result.error is ErrorCode.invalid_config
+    assert fragment in (result.message or "")
+    assert "t" not in client.image.topics_by_name
+
+
+async def test_one_bad_topic_does_not_block_the_others(client: ControllerClient) -> None:
+    results = await client.create_topics([NewTopic("good"), NewTopic("bad", 0)], False)
+    assert [r.error for r in results] == [ErrorCode.none, ErrorCode.invalid_partitions]
+    assert set(client.image.topics_by_name) == {"good"}
+
+
+async def test_validate_only_creates_nothing(client: ControllerClient) -> None:
+    offset = client.image.offset
+    seen: list[MetadataImage] = []
+    client.subscribe(lambda old, new: seen.append(new))
+    results = await client.create_topics([NewTopic("dry", 3), NewTopic("dry-bad", 1, 4)], validate_only=True)
+    assert results[0].error is ErrorCode.none and results[0].num_partitions == 3 and results[0].topic_id is None
+    assert results[1].error is ErrorCode.invalid_replication_factor
+    assert "dry" not in client.image.topics_by_name and client.image.offset == offset and seen == []
+    [real] = await client.create_topics([NewTopic("dry", 3)], False)
+    assert real.error is ErrorCode.none
+
+
+async def test_manual_assignments(client: ControllerClient) -> None:
+    [ok] = await client.create_topics([NewTopic("m", assignments={0: [0], 1: [0]})], False)
+    assert ok.error is ErrorCode.none and ok.num_partitions == 2
+    [gap] = await client.create_topics([NewTopic("g", assignments={0: [0], 2: [0]})], False)
+    assert gap.error is ErrorCode.invalid_replica_assignment
+    [unknown] = await client.create_topics([NewTopic("u", assignments={0: [7]})], False)
+    assert unknown.error is ErrorCode.invalid_replica_assignment
+    [both] = await client.create_topics([NewTopic("b", 1, -1, {0: [0]})], False)
+    assert both.error is ErrorCode.invalid_request
+
+
+async def test_delete_by_name_and_id(client: ControllerClient) -> None:
+    created = await client.create_topics([NewTopic("a"), NewTopic("b")], False)
+    by_name, missing = await client.delete_topics(names=["a", "nope"])
+    assert by_name.error is ErrorCode.none and by_name.topic_id == created[0].topic_id
+    assert missing.error is ErrorCode.unknown_topic_or_partition
+    assert created[1].topic_id is not None
+    [by_id, missing_id] = await client.delete_topics(ids=[created[1].topic_id, uuid.uuid4()])
+    assert by_id.error is ErrorCode.none and by_id.name == "b"
+    assert missing_id.error is ErrorCode.unknown_topic_id
+    assert client.image.topics_by_name == {}
+    [recreated] = await client.create_topics([NewTopic("a")], False)
+    assert recreated.error is ErrorCode.none and recreated.topic_id != created[0].topic_id
+
+
+async def test_create_partitions(client: ControllerClient) -> None:
+    await client.create_topics([NewTopic("p", 2)], False)
+    assert await client.create_partitions("p", 4, None, validate_only=True) == (ErrorCode.none, None)
+    assert len(client.image.topics_by_name["p"].partitions) == 2
+    assert await client.create_partitions("p", 4, None, validate_only=False) == (ErrorCode.none, None)
+    part = client.image.partition("p", 3)
+    assert part is not None and part.leader == 0
+    code, message = await client.create_partitions("p", 3, None, False)
+    assert code is ErrorCode.invalid_partitions and "higher than the requested 3" in (message or "")
+    code, _ = await client.create_partitions("p", 4, None, False)
+    assert code is ErrorCode.invalid_partitions
+    code, _ = await client.create_partitions("p", 6, [[0]], False)
+    assert code is ErrorCode.invalid_replica_assignment
+    code, _ = await client.create_partitions("p", 5, [[9]], False)
+    assert code is ErrorCode.invalid_replica_assignment
+    code, _ = await client.create_partitions("nope", 5, None, False)
+    assert code is ErrorCode.unknown_topic_or_partition
+    assert len(client.image.topics_by_name["p"].partitions) == 4
+
+
+async def test_alter_configs_replaces_and_incremental_edits(client: ControllerClient) -> None:
+    await client.create_topics([NewTopic("c", configs={"retention.ms": "1000"})], False)
+    topic = ConfigResource(ConfigResource.TOPIC, "c")
+    assert await client.alter_configs(topic, {"segment.ms": "5000"}, incremental_ops=None, validate_only=False) == (
+        ErrorCode.none,
+        None,
+    )
+    assert dict(client.image.topics_by_name["c"].configs) == {"segment.ms": "5000"}  # AlterConfigs replaces all
+
+    await client.alter_configs(
+        topic,
+        {"retention.ms": "7", "segment.ms": None, "cleanup.policy": "compact"},
+        incremental_ops={
+            "retention.ms": IncrementalOp.SET,
+            "segment.ms": IncrementalOp.DELETE,
+            "cleanup.policy": IncrementalOp.APPEND,
+        },
+        validate_only=False,
+    )
+    assert dict(client.image.topics_by_name["c"].configs) == {"retention.ms": "7", "cleanup.policy": "delete,compact"}
+    await client.alter_configs(
+        topic,
+        {"cleanup.policy": "delete"},
+        incremental_ops={"cleanup.policy": IncrementalOp.SUBTRACT},
+        validate_only=False,
+    )
+    assert client.image.topics_by_name["c"].configs["cleanup.policy"] == "compact"
+
+
+async def test_alter_configs_errors(client: ControllerClient) -> None:
+    await client.create_topics([NewTopic("c")], False)
+    topic = ConfigResource(ConfigResource.TOPIC, "c")
+    code, message = await client.alter_configs(topic, {"retention.ms": "x"}, incremental_ops=None, validate_only=False)
+    assert code is ErrorCode.invalid_config and "retention.ms" in (message or "")
+    code, _ = await client.alter_configs(
+        topic, {"retention.ms": "5"}, incremental_ops={"retention.ms": IncrementalOp.APPEND}, validate_only=False
+    )
+    assert code is ErrorCode.invalid_config
+    code, _ = await client.alter_configs(
+        ConfigResource(ConfigResource.TOPIC, "missing"),
+        {"retention.ms": "5"},
+        incremental_ops=None,
+        validate_only=False,
+    )
+    assert code is ErrorCode.unknown_topic_or_partition
+    code, _ = await client.alter_configs(topic, {"retention.ms": "5"}, incremental_ops=None, validate_only=True)
+    assert code is ErrorCode.none
+    assert dict(client.image.topics_by_name["c"].configs) == {}
+
+
+async def test_broker_configs_cluster_wide_and_per_node(client: ControllerClient) -> None:
+    cluster = ConfigResource(ConfigResource.BROKER, "")
+    code, _ = await client.alter_configs(
+        cluster,
+        {"log.retention.ms": "1234"},
+        incremental_ops={"log.retention.ms": IncrementalOp.SET},
+        validate_only=False,
+    )
+    assert code is ErrorCode.none and dict(client.image.broker_configs) == {"log.retention.ms": "1234"}
+    node = ConfigResource(ConfigResource.BROKER, "0")
+    code, _ = await client.alter_configs(node, {"num.io.threads": "2"}, incremental_ops=None, validate_only=False)
+    assert code is ErrorCode.none and dict(client.image.node_configs[0]) == {"num.io.threads": "2"}
+    code, message = await client.alter_configs(cluster, {"node.id": "3"}, incremental_ops=None, validate_only=False)
+    assert code is ErrorCode.invalid_config and "node.id" in (message or "")
+    # a topic created now reports the dynamic default as its effective retention
+    [result] = await client.create_topics([NewTopic("r")], False)
+    entry = next(e for e in result.configs if e.name == "retention.ms")
+    assert (entry.value, entry.source) == ("1234", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+async def test_subscribers_see_old_and_new_images(client: ControllerClient) -> None:
+    changes: list[tuple[MetadataImage, MetadataImage]] = []
+    client.subscribe(lambda old, new: changes.append((old, new)))
+    await client.create_topics([NewTopic("s")], False)
+    await client.delete_topics(names=["s"])
+    assert len(changes) == 2
+    (old1, new1), (old2, new2) = changes
+    assert "s" not in old1.topics_by_name and "s" in new1.topics_by_name
+    assert old2 is new1 and "s" not in new2.topics_by_name
+    assert new2 is client.image and new2.offset > new1.offset > old1.offset
+
+
+async def test_elect_leaders(client: ControllerClient) -> None:
+    await client.create_topics([NewTopic("e", 1)], False)
+    [result] = await client.elect_leaders([("e", 0)])
+    assert result.error is ErrorCode.election_not_needed
+    [missing] = await client.elect_leaders([("e", 5)])
+    assert missing.error is ErrorCode.unknown_topic_or_partition
