@@ -65,3 +65,14 @@ def wire() -> Iterator[Callable[[int], WireClient]]:
     yield connect
     for client in clients:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One node for every test of a module that does not need a fresh one (saves a start per test); tests must
+    use their own topic names. It must still exit 0 on SIGTERM at the end of the module."""
+    process = start_broker(tmp_path_factory.mktemp("shared-broker"))
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()

@@ -1,0 +1,113 @@
+"""The kio codec: round trips of every advertised version, and what bad frames do to a live broker."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import pytest
+from broker_support import BrokerProcess, WireClient, api_versions_request
+from kio.schema.errors import ErrorCode
+
+from broker.protocol import codec
+from broker.protocol.api_versions import API_VERSIONS
+
+ADVERTISABLE = [(key, v) for key, r in API_VERSIONS.items() for v in range(r.min_version, r.max_version + 1)]
+
+
+@pytest.mark.parametrize(("api_key", "version"), ADVERTISABLE)
+def test_request_and_response_round_trip(api_key: int, version: int) -> None:
+    request = codec.build(codec.request_class(api_key, version))
+    frame = codec.encode_request(request, correlation_id=77, client_id="round-trip")
+    (length,) = struct.unpack_from(">i", frame)
+    assert length == len(frame) - 4
+    decoded = codec.decode_request(frame[4:])
+    assert (decoded.api_key, decoded.api_version, decoded.correlation_id) == (api_key, version, 77)
+    assert decoded.client_id == "round-trip"
+    assert decoded.body == request
+    assert decoded.consumed == len(frame) - 4
+
+    response = codec.build(codec.response_class(api_key, version))
+    encoded = codec.encode_response(78, response)
+    correlation_id, body = codec.decode_response(api_key, version, encoded[4:])
+    assert correlation_id == 78 and body == response
+
+
+def test_builder_defaults_nested_entities_and_coerces_plain_values() -> None:
+    cls = codec.response_class(3, 12)
+    partition = codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=4, error_code=5)
+    assert partition.error_code == ErrorCode.leader_not_available
+    assert partition.leader_epoch == -1  # the schema's default, not a zero
+    response = codec.build(cls, throttle_time=250, cluster_id="c")
+    assert response.throttle_time.total_seconds() == 0.25
+    assert response.controller_id == -1 and response.brokers == () and response.topics == ()
+    # Fields a version lacks are dropped, so one handler fills every version.
+    assert codec.build(codec.response_class(3, 0), cluster_id="ignored", brokers=()).brokers == ()
+
+
+def test_trailing_bytes_are_tolerated() -> None:
+    request = codec.build(codec.request_class(3, 12), topics=None)
+    frame = codec.encode_request(request, correlation_id=5)[4:] + b"\0\0\0\1"
+    decoded = codec.decode_request(frame)
+    assert decoded.body == request and decoded.consumed == len(frame) - 4
+
+
+def _with_unknown_tag(frame: bytes) -> bytes:
+    """A flexible request whose body ends with an empty tagged-field section, given one unknown tag (99)."""
+    assert frame.endswith(b"\0")
+    return frame[:-1] + bytes([1, 99, 1, 0x2A])
+
+
+def test_unknown_tagged_field_and_truncation_are_malformed() -> None:
+    frame = codec.encode_request(codec.build(codec.request_class(3, 12), topics=None), 9)[4:]
+    with pytest.raises(codec.MalformedRequestError, match="MetadataRequest v12"):
+        codec.decode_request(_with_unknown_tag(frame))
+    with pytest.raises(codec.MalformedRequestError):
+        codec.decode_request(frame[:-2])
+    with pytest.raises(codec.MalformedRequestError):
+        codec.decode_request(frame[:5])
+    with pytest.raises(codec.UnsupportedRequestError):
+        codec.decode_request(struct.pack(">hhi", 4, 0, 1) + b"\0\0")
+
+
+def _framed(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def test_bad_frames_close_only_their_connection(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    healthy = wire(shared_broker.port)
+    metadata = codec.encode_request(codec.build(codec.request_class(3, 12), topics=None), 1)[4:]
+
+    tagged = wire(shared_broker.port)
+    tagged.send_raw(_framed(_with_unknown_tag(metadata)))
+    assert tagged.is_closed_by_peer()
+
+    truncated = wire(shared_broker.port)
+    truncated.send_raw(_framed(metadata[:-3]))
+    assert truncated.is_closed_by_peer()
+
+    garbage = wire(shared_broker.port)
+    garbage.send_raw(_framed(b"\x00\x03"))  # shorter than a request header
+    assert garbage.is_closed_by_peer()
+
+    unknown_api = wire(shared_broker.port)
+    unknown_api.send_raw(_framed(struct.pack(">hhi", 4, 0, 1) + b"\0\0"))  # LeaderAndIsr: not served
+    assert unknown_api.is_closed_by_peer()
+
+    # Responses to requests before a bad one on the same connection are still delivered, in order.
+    mixed = wire(shared_broker.port)
+    mixed.send(api_versions_request(3), correlation_id=41)
+    mixed.send_raw(_framed(metadata[:-3]))
+    got, body = mixed.receive(18, 3)
+    assert got == 41 and body.error_code == ErrorCode.none
+    assert mixed.is_closed_by_peer()
+
+    trailing = wire(shared_broker.port)
+    trailing.send_raw(_framed(metadata + b"\0\0\0\1"))
+    correlation_id, response = trailing.receive(3, 12)
+    assert correlation_id == 1 and response.brokers[0].port == shared_broker.port
+
+    assert healthy.request(api_versions_request(3)).error_code == ErrorCode.none
+    assert "closing connection" in shared_broker.log_text()
