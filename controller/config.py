@@ -246,7 +246,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("broker.session.timeout.ms", _B.INT, 9000, at_least(1)),
         ConfigKey("broker.heartbeat.interval.ms", _B.INT, 2000, at_least(1)),
         # topics
-        ConfigKey("num.partitions", _B.INT, 1, at_least(1), dynamic=True),
+        ConfigKey("num.partitions", _B.INT, 1, at_least(1)),
         ConfigKey("default.replication.factor", _B.INT, 1, at_least(1)),
         ConfigKey("auto.create.topics.enable", _B.BOOLEAN, True),
         ConfigKey("delete.topic.enable", _B.BOOLEAN, True),

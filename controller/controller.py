@@ -48,6 +48,7 @@ from controller.records import (
     RESOURCE_TOPIC,
     ConfigRecord,
     Endpoint,
+    FenceBrokerRecord,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -273,6 +274,20 @@ class Controller:
             )
             return epoch
 
+    async def fence_broker(self, node_id: int, epoch: int) -> bool:
+        """Fences ``node_id`` (session timeout or controlled shutdown) and moves the partitions it leads; False if
+        ``epoch`` is not its current registration (a late request from an older incarnation changes nothing)."""
+        async with self._lock:
+            image = self._image
+            broker = image.brokers.get(node_id)
+            if broker is None or broker.epoch != epoch:
+                logger.info("fence of broker %d epoch %d ignored: not its current registration", node_id, epoch)
+                return False
+            changes = _leadership_on_fence(image, node_id)
+            await self._commit([FenceBrokerRecord(node_id, epoch), *changes])
+            logger.info("broker %d (epoch %d) fenced; %d partitions moved", node_id, epoch, len(changes))
+            return True
+
     # ------------------------------------------------------------------ topics
 
     async def create_topics(self, topics: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:
@@ -386,6 +401,11 @@ class Controller:
             image = self._image
             results: list[DeleteTopicResult] = []
             doomed: dict[uuid.UUID, str] = {}
+            if not self._config.value("delete.topic.enable"):
+                message = "Topic deletion is disabled."
+                return [DeleteTopicResult(n, None, ErrorCode.topic_deletion_disabled, message) for n in names] + [
+                    DeleteTopicResult(None, i, ErrorCode.topic_deletion_disabled, message) for i in ids
+                ]
             for name in names:
                 topic = image.topics_by_name.get(name)
                 if topic is None:
@@ -608,13 +628,60 @@ def _leader_change(partition: PartitionImage, leader: int, live: set[int]) -> Pa
 
 def _leadership_on_register(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
     """A (re)registering broker keeps what it led with a bumped leader epoch (so it reopens its streams with a
-    strictly higher epoch) and takes every leaderless partition it is a replica of."""
+    strictly higher epoch), takes every leaderless partition it is a replica of, and adopts leaderless partitions
+    with no live replica at all: their data is in shared object storage, so any broker can serve them."""
     live = {b.node_id for b in image.live_brokers()} | {node_id}
     changes: list[PartitionChangeRecord] = []
     for topic in image.topics_by_name.values():
         for partition in topic.partitions.values():
             if partition.leader == node_id or (partition.leader == NO_LEADER and node_id in partition.replicas):
                 changes.append(_leader_change(partition, node_id, live))
+            elif partition.leader == NO_LEADER and not live.intersection(partition.replicas):
+                changes.append(_moved(partition, node_id))
+    return changes
+
+
+def _moved(partition: PartitionImage, target: int) -> PartitionChangeRecord:
+    """Reassigns a partition whose replicas are all gone to ``target`` alone."""
+    return PartitionChangeRecord(
+        str(partition.topic_id),
+        partition.partition,
+        leader=target,
+        leader_epoch=partition.leader_epoch + 1,
+        isr=(target,),
+        replicas=(target,),
+    )
+
+
+def _leadership_on_fence(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
+    """Moves every partition ``node_id`` leads: to another live replica, else to the live broker leading the
+    fewest partitions, else to no leader (the next broker to register adopts it)."""
+    live = {b.node_id for b in image.live_brokers()} - {node_id}
+    load = {broker: 0 for broker in live}
+    for topic in image.topics_by_name.values():
+        for partition in topic.partitions.values():
+            if partition.leader in load:
+                load[partition.leader] += 1
+    changes: list[PartitionChangeRecord] = []
+    for _, partition in sorted(image.partitions_led_by(node_id), key=lambda item: (item[0], item[1].partition)):
+        candidates = [r for r in partition.replicas if r in live]
+        if candidates:
+            changes.append(_leader_change(partition, candidates[0], live))
+            load[candidates[0]] += 1
+        elif load:
+            target = min(load, key=lambda broker: (load[broker], broker))
+            changes.append(_moved(partition, target))
+            load[target] += 1
+        else:
+            changes.append(
+                PartitionChangeRecord(
+                    str(partition.topic_id),
+                    partition.partition,
+                    leader=NO_LEADER,
+                    leader_epoch=partition.leader_epoch + 1,
+                    isr=(),
+                )
+            )
     return changes
 
 

@@ -60,6 +60,12 @@ async def _populate(controller: Controller) -> tuple[int, int]:
     return epoch, stream_id
 
 
+def _leader_epoch(image: MetadataImage, topic: str, partition: int) -> int:
+    part = image.partition(topic, partition)
+    assert part is not None
+    return part.leader_epoch
+
+
 def _same_image(a: MetadataImage, b: MetadataImage) -> None:
     assert a.cluster_id == b.cluster_id
     assert a.topics_by_name == b.topics_by_name
@@ -88,13 +94,13 @@ async def test_restart_from_the_log_restores_everything(tmp_path: Path) -> None:
 async def test_reregistration_bumps_node_and_leader_epochs_once(tmp_path: Path) -> None:
     first = await Controller.start(_config(tmp_path))
     old_epoch, _ = await _populate(first)
-    leader_epochs = {p: first.image.partition("a", p).leader_epoch for p in range(3)}  # type: ignore[union-attr]
+    leader_epochs = {p: _leader_epoch(first.image, "a", p) for p in range(3)}
     topic_id = first.image.topics_by_name["a"].topic_id
     await first.close()
 
     second = await Controller.start(_config(tmp_path))
     assert second.image.topics_by_name["a"].topic_id == topic_id
-    assert {p: second.image.partition("a", p).leader_epoch for p in range(3)} == leader_epochs  # type: ignore[union-attr]
+    assert {p: _leader_epoch(second.image, "a", p) for p in range(3)} == leader_epochs
     new_epoch = await LocalControllerClient(second).register_broker(0, EP, "rack-1")
     assert new_epoch > old_epoch
     for p in range(3):
@@ -107,7 +113,7 @@ async def test_reregistration_bumps_node_and_leader_epochs_once(tmp_path: Path) 
 
     third = await Controller.start(_config(tmp_path))
     assert third.image.brokers[0].epoch == new_epoch
-    assert third.image.partition("a", 0).leader_epoch == leader_epochs[0] + 1  # type: ignore[union-attr]
+    assert _leader_epoch(third.image, "a", 0) == leader_epochs[0] + 1
     await third.close()
 
 

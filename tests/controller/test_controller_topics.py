@@ -276,3 +276,63 @@ async def test_elect_leaders(client: ControllerClient) -> None:
     assert result.error is ErrorCode.election_not_needed
     [missing] = await client.elect_leaders([("e", 5)])
     assert missing.error is ErrorCode.unknown_topic_or_partition
+
+
+def _leaders(image: MetadataImage, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (leader, leader epoch)"""
+    return {p: (part.leader, part.leader_epoch) for p, part in image.topics_by_name[topic].partitions.items()}
+
+
+async def test_placement_spreads_leaders_over_live_brokers(client: ControllerClient) -> None:
+    await client.register_broker(1, EP, None)
+    await client.register_broker(2, EP, None)
+    [result] = await client.create_topics([NewTopic("spread", 6, 2)], False)
+    assert result.error is ErrorCode.none
+    leaders = [leader for leader, _ in _leaders(client.image, "spread").values()]
+    assert sorted(leaders) == [0, 0, 1, 1, 2, 2]
+    for part in client.image.topics_by_name["spread"].partitions.values():
+        assert len(set(part.replicas)) == 2 and part.leader == part.replicas[0]
+
+
+async def test_fencing_moves_leadership_with_a_higher_epoch(client: ControllerClient) -> None:
+    assert isinstance(client, LocalControllerClient)
+    controller = client.controller
+    epoch1 = await client.register_broker(1, EP, None)
+    await client.create_topics([NewTopic("f", 4, 1)], False)
+    before = _leaders(client.image, "f")
+    led_by_1 = [p for p, (leader, _) in before.items() if leader == 1]
+    assert led_by_1
+
+    assert not await controller.fence_broker(1, epoch1 - 1)  # a stale incarnation changes nothing
+    assert _leaders(client.image, "f") == before
+
+    assert await controller.fence_broker(1, epoch1)
+    assert client.image.brokers[1].fenced
+    after = _leaders(client.image, "f")
+    for p in led_by_1:
+        assert after[p] == (0, before[p][1] + 1)
+        part = client.image.partition("f", p)
+        assert part is not None and part.replicas == (0,)
+    for p in set(before) - set(led_by_1):
+        assert after[p] == before[p]
+
+    # With no live broker left the partitions have no leader; the next broker to register adopts them.
+    epoch0 = client.image.brokers[0].epoch
+    assert await controller.fence_broker(0, epoch0)
+    assert all(leader == -1 for leader, _ in _leaders(client.image, "f").values())
+    await client.register_broker(3, EP, None)
+    adopted = _leaders(client.image, "f")
+    assert all(leader == 3 for leader, _ in adopted.values())
+    assert all(adopted[p][1] == after[p][1] + 2 for p in adopted)  # fenced (+1), adopted (+1)
+
+
+async def test_topic_deletion_can_be_disabled(tmp_path: Path) -> None:
+    config = ServerConfig.load(None, [f"log.dirs={tmp_path}", "delete.topic.enable=false"])
+    controller = await Controller.start(config)
+    client = LocalControllerClient(controller)
+    await client.register_broker(0, EP, None)
+    await client.create_topics([NewTopic("keep")], False)
+    [result] = await client.delete_topics(names=["keep"])
+    assert result.error is ErrorCode.topic_deletion_disabled
+    assert "keep" in client.image.topics_by_name
+    await controller.close()
