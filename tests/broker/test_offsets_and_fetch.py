@@ -1,0 +1,231 @@
+"""Offsets and fetch behaviour against a real broker: ListOffsets (earliest/latest/by timestamp/max timestamp),
+OFFSET_OUT_OF_RANGE, DeleteRecords, long polling woken by appends, incremental fetch sessions, and idempotent
+producers whose retried batches are not appended twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from broker_support import BrokerProcess, WireClient
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka_clients import (
+    create_topic,
+    fetch_request,
+    init_producer_id,
+    list_offsets_request,
+    module_broker,
+    produce_request,
+    topic_name,
+)
+from kio.schema.errors import ErrorCode
+
+from broker.records.batch import Record, build_batch, iter_records
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from module_broker(tmp_path_factory.mktemp("offsets"))
+
+
+def _produce(bootstrap: str, topic: str, count: int, timestamp: Callable[[int], int] | None = None) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 7})
+    for i in range(count):
+        kwargs = {"timestamp": timestamp(i)} if timestamp else {}
+        producer.produce(topic, value=f"m{i}".encode(), partition=0, **kwargs)
+    assert producer.flush(20) == 0
+
+
+def _partition(response: object) -> object:
+    return response.responses[0].partitions[0]  # type: ignore[attr-defined]
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    topic = topic_name("ts")
+    create_topic(kafka.bootstrap, topic)
+    base = 1_700_000_000_000
+    _produce(kafka.bootstrap, topic, 60, timestamp=lambda i: base + 1000 * i)
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "ts"})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 60)
+        queries = [TopicPartition(topic, 0, base + 1000 * i) for i in (0, 17, 59)]
+        found = [consumer.offsets_for_times([q], timeout=10)[0].offset for q in queries]
+        assert found == [0, 17, 59]
+        # Between two records: the first record at or after the time.
+        between = consumer.offsets_for_times([TopicPartition(topic, 0, base + 1000 * 30 + 1)], timeout=10)
+        assert between[0].offset == 31
+        # After the newest record: no offset (-1 = end/unknown per client).
+        after = consumer.offsets_for_times([TopicPartition(topic, 0, base + 10_000_000)], timeout=10)
+        assert after[0].offset in (-1, 60)
+    finally:
+        consumer.close()
+    client = wire(kafka.port)
+    newest = client.request(list_offsets_request(topic, 0, -3)).topics[0].partitions[0]
+    assert (newest.error_code, newest.offset, newest.timestamp) == (ErrorCode.none, 59, base + 59_000)
+
+
+def test_fetch_out_of_range_and_unknown_partition(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    topic = topic_name("oor")
+    create_topic(kafka.bootstrap, topic)
+    _produce(kafka.bootstrap, topic, 5)
+    client = wire(kafka.port)
+    part = _partition(client.request(fetch_request(topic, 0, 1000)))
+    assert part.error_code == ErrorCode.offset_out_of_range  # type: ignore[attr-defined]
+    assert part.high_watermark == 5  # type: ignore[attr-defined]
+    missing = _partition(client.request(fetch_request(topic, 7, 0)))
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition  # type: ignore[attr-defined]
+    # A consumer with auto.offset.reset=earliest positioned past the end gets back to real data.
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "oor", "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 1000)])
+        deadline = time.monotonic() + 15
+        msg = None
+        while msg is None and time.monotonic() < deadline:
+            polled = consumer.poll(0.5)
+            if polled is not None and not polled.error():
+                msg = polled
+        assert msg is not None and msg.offset() == 0
+    finally:
+        consumer.close()
+
+
+def test_delete_records_moves_log_start(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    topic = topic_name("del")
+    create_topic(kafka.bootstrap, topic)
+    _produce(kafka.bootstrap, topic, 100)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, 0, 40)], operation_timeout=10)
+    result = next(iter(futures.values())).result(timeout=15)
+    assert result.low_watermark == 40
+    client = wire(kafka.port)
+    earliest = client.request(list_offsets_request(topic, 0, -2)).topics[0].partitions[0]
+    assert earliest.offset == 40
+    below = _partition(client.request(fetch_request(topic, 0, 10)))
+    assert below.error_code == ErrorCode.offset_out_of_range  # type: ignore[attr-defined]
+    assert below.log_start_offset == 40  # type: ignore[attr-defined]
+    beyond = admin.delete_records([TopicPartition(topic, 0, 500)], operation_timeout=10)
+    with pytest.raises(Exception, match=r"OFFSET_OUT_OF_RANGE|out of range"):
+        next(iter(beyond.values())).result(timeout=15)
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "del", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        offsets: list[int] = []
+        deadline = time.monotonic() + 20
+        while len(offsets) < 60 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                offsets.append(msg.offset())
+        assert offsets == list(range(40, 100))
+    finally:
+        consumer.close()
+
+
+def test_long_poll_is_woken_by_an_append(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    topic = topic_name("poll")
+    create_topic(kafka.bootstrap, topic)
+    client = wire(kafka.port)
+    started = time.monotonic()
+    empty = _partition(client.request(fetch_request(topic, 0, 0, max_wait_ms=300)))
+    waited = time.monotonic() - started
+    assert empty.records in (b"", None) and 0.25 <= waited < 3.0  # type: ignore[attr-defined]
+
+    timer = threading.Timer(0.5, _produce, args=(kafka.bootstrap, topic, 1))
+    started = time.monotonic()
+    timer.start()
+    try:
+        part = _partition(client.request(fetch_request(topic, 0, 0, max_wait_ms=10_000)))
+    finally:
+        timer.join()
+    elapsed = time.monotonic() - started
+    assert part.records and elapsed < 5.0  # type: ignore[attr-defined]
+    assert [r.value for _, r in iter_records(part.records)] == [b"m0"]  # type: ignore[attr-defined]
+
+
+def test_incremental_fetch_session(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    topic = topic_name("session")
+    create_topic(kafka.bootstrap, topic)
+    _produce(kafka.bootstrap, topic, 3)
+    client = wire(kafka.port)
+    full = client.request(fetch_request(topic, 0, 0, session_id=0, session_epoch=0))
+    assert full.error_code == ErrorCode.none and full.session_id != 0
+    assert _partition(full).high_watermark == 3  # type: ignore[attr-defined]
+    # Incremental: move the position to the end; nothing new there, so the partition is left out.
+    quiet = client.request(fetch_request(topic, 0, 3, session_id=full.session_id, session_epoch=1))
+    assert quiet.error_code == ErrorCode.none and quiet.responses == ()
+    _produce(kafka.bootstrap, topic, 2)
+    news = client.request(fetch_request(None, 0, 0, session_id=full.session_id, session_epoch=2))
+    part = _partition(news)
+    assert part.high_watermark == 5  # type: ignore[attr-defined]
+    assert [r.offset for _, r in iter_records(part.records)][-2:] == [3, 4]  # type: ignore[attr-defined]
+    stale = client.request(fetch_request(None, 0, 0, session_id=full.session_id, session_epoch=2))
+    assert stale.error_code == ErrorCode.invalid_fetch_session_epoch
+    unknown = client.request(fetch_request(None, 0, 0, session_id=full.session_id + 1, session_epoch=1))
+    assert unknown.error_code == ErrorCode.fetch_session_id_not_found
+
+
+def test_retried_idempotent_batch_is_not_duplicated(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    topic = topic_name("idem")
+    create_topic(kafka.bootstrap, topic)
+    client = wire(kafka.port)
+    pid, epoch = init_producer_id(client)
+
+    def batch(seq: int) -> bytes:
+        records = [Record(b"k", f"seq{seq + i}".encode(), (), None) for i in range(3)]
+        return build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+    def send(records: bytes) -> object:
+        return client.request(produce_request(topic, 0, records)).responses[0].partition_responses[0]
+
+    first = batch(0)
+    original = send(first)
+    retried = send(first)  # the same bytes again, as a producer retry after a lost response
+    assert (original.error_code, original.base_offset) == (ErrorCode.none, 0)  # type: ignore[attr-defined]
+    assert (retried.error_code, retried.base_offset) == (ErrorCode.none, 0)  # type: ignore[attr-defined]
+    gap = send(batch(10))
+    assert gap.error_code == ErrorCode.out_of_order_sequence_number  # type: ignore[attr-defined]
+    nxt = send(batch(3))
+    assert (nxt.error_code, nxt.base_offset) == (ErrorCode.none, 3)  # type: ignore[attr-defined]
+    part = _partition(client.request(fetch_request(topic, 0, 0)))
+    values = [r.value for _, r in iter_records(part.records)]  # type: ignore[attr-defined]
+    assert values == [f"seq{i}".encode() for i in range(6)]
+
+
+def test_idempotent_client_under_connection_faults_has_no_duplicates(kafka: BrokerProcess) -> None:
+    """confluent-kafka with enable.idempotence and a tiny request timeout: requests time out and are retried
+    while the broker is still appending the originals; every value must appear exactly once, in order."""
+    topic = topic_name("idem-cf")
+    create_topic(kafka.bootstrap, topic)
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "batch.num.messages": 50,
+            "socket.timeout.ms": 10,
+            "request.timeout.ms": 1,
+            "message.timeout.ms": 30_000,
+        }
+    )
+    errors: list[object] = []
+    for i in range(2000):
+        producer.produce(topic, value=b"%d" % i, partition=0, on_delivery=lambda e, m: errors.append(e) if e else None)
+        if i % 200 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0 and not errors
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "idem", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 2000 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                values.append(msg.value())
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        consumer.close()
+    assert values == [b"%d" % i for i in range(2000)]
+    assert (low, high) == (0, 2000)
