@@ -48,7 +48,7 @@ def _create_result(result_cls: type[Any], result: CreateTopicResult) -> Any:
         error_message=result.message,
         num_partitions=result.num_partitions if ok else -1,
         replication_factor=result.replication_factor if ok else -1,
-        configs=_config_entries(result_cls, result.configs) if ok else None,
+        configs=_config_entries(result_cls, result.configs) if ok and codec.has_field(result_cls, "configs") else None,
     )
 
 

@@ -1,0 +1,171 @@
+"""Topic and config administration through real clients: confluent-kafka, kafka-python and kcat."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from broker_support import BrokerProcess
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+)
+from kio.schema.errors import ErrorCode
+
+TIMEOUT = 15.0
+
+
+@pytest.fixture(scope="module")
+def admin(shared_broker: BrokerProcess) -> Iterator[AdminClient]:
+    yield AdminClient({"bootstrap.servers": shared_broker.bootstrap, "socket.timeout.ms": 10000})
+
+
+def _results(futures: dict[Any, Any]) -> dict[Any, Any]:
+    return {key: future.result(timeout=TIMEOUT) for key, future in futures.items()}
+
+
+def _error(future: Any) -> Any:
+    with pytest.raises(KafkaException) as info:
+        future.result(timeout=TIMEOUT)
+    return info.value.args[0]
+
+
+def _describe(admin: AdminClient, kind: str, name: str) -> dict[str, Any]:
+    (configs,) = _results(admin.describe_configs([ConfigResource(kind, name)])).values()
+    return dict(configs)
+
+
+def test_create_topics_with_configs_validate_only_and_duplicates(admin: AdminClient) -> None:
+    _results(admin.create_topics([NewTopic("ca-orders", 3, 1, config={"retention.ms": "3600000"})]))
+    topics = admin.list_topics(timeout=TIMEOUT).topics
+    assert len(topics["ca-orders"].partitions) == 3
+
+    duplicate = admin.create_topics([NewTopic("ca-orders", 1, 1)])["ca-orders"]
+    assert _error(duplicate).code() == ErrorCode.topic_already_exists
+
+    _results(admin.create_topics([NewTopic("ca-dry-run", 2, 1)], validate_only=True))
+    assert "ca-dry-run" not in admin.list_topics(timeout=TIMEOUT).topics
+
+    bad_config = admin.create_topics([NewTopic("ca-bad", 1, 1, config={"retention.ms": "soon"})])["ca-bad"]
+    assert _error(bad_config).code() == ErrorCode.invalid_config
+    bad_name = admin.create_topics([NewTopic("ca bad name", 1, 1)])["ca bad name"]
+    assert _error(bad_name).code() == ErrorCode.invalid_topic_exception
+
+    configs = _describe(admin, "topic", "ca-orders")
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["cleanup.policy"].value == "delete"
+    assert configs["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_delete_topics_and_create_partitions(admin: AdminClient) -> None:
+    _results(admin.create_topics([NewTopic("ca-doomed", 1, 1), NewTopic("ca-growing", 1, 1)]))
+    _results(admin.create_partitions([NewPartitions("ca-growing", 4)]))
+    assert len(admin.list_topics(timeout=TIMEOUT).topics["ca-growing"].partitions) == 4
+    shrink = admin.create_partitions([NewPartitions("ca-growing", 2)])["ca-growing"]
+    assert _error(shrink).code() == ErrorCode.invalid_partitions
+
+    _results(admin.delete_topics(["ca-doomed"]))
+    assert "ca-doomed" not in admin.list_topics(timeout=TIMEOUT).topics
+    again = admin.delete_topics(["ca-doomed"])["ca-doomed"]
+    assert _error(again).code() == ErrorCode.unknown_topic_or_partition
+
+
+def test_alter_and_incremental_alter_topic_configs(admin: AdminClient) -> None:
+    _results(admin.create_topics([NewTopic("ca-tuned", 1, 1, config={"retention.ms": "1000"})]))
+    resource = ConfigResource(
+        "topic", "ca-tuned",
+        incremental_configs=[ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)],
+    )
+    _results(admin.incremental_alter_configs([resource]))
+    configs = _describe(admin, "topic", "ca-tuned")
+    assert (configs["cleanup.policy"].value, configs["retention.ms"].value) == ("compact", "1000")
+
+    # AlterConfigs replaces the whole set of dynamic topic configs, as in Kafka.
+    _results(admin.alter_configs([ConfigResource("topic", "ca-tuned", set_config={"retention.ms": "2000"})]))
+    configs = _describe(admin, "topic", "ca-tuned")
+    assert (configs["cleanup.policy"].value, configs["retention.ms"].value) == ("delete", "2000")
+
+    invalid = ConfigResource(
+        "topic", "ca-tuned",
+        incremental_configs=[ConfigEntry("retention.ms", "later", incremental_operation=AlterConfigOpType.SET)],
+    )
+    (future,) = admin.incremental_alter_configs([invalid]).values()
+    assert _error(future).code() == ErrorCode.invalid_config
+    (future,) = admin.describe_configs([ConfigResource("topic", "ca-missing")]).values()
+    assert _error(future).code() == ErrorCode.unknown_topic_or_partition
+
+
+def test_broker_configs_describe_and_alter(admin: AdminClient, shared_broker: BrokerProcess) -> None:
+    node = str(shared_broker.node_id)
+    configs = _describe(admin, "broker", node)
+    assert configs["num.partitions"].value == "1"
+    assert configs["auto.create.topics.enable"].value == "true"
+    assert configs["log.dirs"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    dynamic = [name for name, entry in configs.items() if not entry.is_read_only]
+    assert dynamic, "some broker configs must be dynamically alterable"
+    key = "log.retention.ms" if "log.retention.ms" in dynamic else dynamic[0]
+    value = "7200000" if key == "log.retention.ms" else configs[key].value
+
+    resource = ConfigResource(
+        "broker", node, incremental_configs=[ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)]
+    )
+    _results(admin.incremental_alter_configs([resource]))
+    altered = _describe(admin, "broker", node)[key]
+    assert altered.value == value and altered.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+    read_only = ConfigResource(
+        "broker", node, incremental_configs=[ConfigEntry("log.dirs", "/x", incremental_operation=AlterConfigOpType.SET)]
+    )
+    (future,) = admin.incremental_alter_configs([read_only]).values()
+    assert _error(future).code() in (ErrorCode.invalid_request, ErrorCode.invalid_config)
+
+
+def test_kafka_python_admin_basics(shared_broker: BrokerProcess) -> None:
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+    from kafka.admin import NewPartitions as KNewPartitions
+    from kafka.admin import NewTopic as KNewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    client = KafkaAdminClient(bootstrap_servers=shared_broker.bootstrap, request_timeout_ms=10000)
+    try:
+        client.create_topics([KNewTopic("kp-topic", 2, 1, topic_configs={"retention.ms": "60000"})])
+        with pytest.raises(TopicAlreadyExistsError):
+            client.create_topics([KNewTopic("kp-topic", 2, 1)])
+        assert "kp-topic" in client.list_topics()
+        client.create_partitions({"kp-topic": KNewPartitions(total_count=3)})
+        (described,) = client.describe_topics(["kp-topic"])
+        assert len(described["partitions"]) == 3
+        topic = KConfigResource(ConfigResourceType.TOPIC, "kp-topic")
+        modified = client.describe_configs([topic])["topic"]["kp-topic"]  # only non-default values by default
+        assert modified["retention.ms"]["value"] == "60000"
+        assert "cleanup.policy" not in modified
+        everything = client.describe_configs([topic], config_filter="all")["topic"]["kp-topic"]
+        assert everything["cleanup.policy"]["value"] == "delete"
+        client.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "kp-topic", configs={"retention.ms": "5"})])
+        assert client.describe_configs([topic])["topic"]["kp-topic"]["retention.ms"]["value"] == "5"
+        client.delete_topics(["kp-topic"])
+        assert "kp-topic" not in client.list_topics()
+    finally:
+        client.close()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/install-system-deps.sh")
+def test_kcat_lists_brokers_and_topics(admin: AdminClient, shared_broker: BrokerProcess) -> None:
+    _results(admin.create_topics([NewTopic("kcat-visible", 2, 1)]))
+    out = subprocess.run(
+        ["kcat", "-L", "-b", shared_broker.bootstrap, "-m", "10"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    assert f"broker {shared_broker.node_id} at 127.0.0.1:{shared_broker.port}" in out
+    assert 'topic "kcat-visible" with 2 partitions' in out

@@ -1,0 +1,77 @@
+"""``fjord server start`` as a user runs it: clean signals, one-line configuration errors."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from broker_support import REPO, BrokerProcess, default_overrides, server_command
+
+
+def run_to_exit(args: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, check=False, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip() and " WARNING " not in line]
+    errors = [line for line in lines if line.startswith("fjord:")]
+    assert len(errors) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_sigterm_and_sigint_stop_cleanly(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    node = broker_factory(config=REPO / "config" / "server.properties")  # make run's file, with test overrides
+    assert node.stop() == 0
+    assert "shutting down" in node.log_text() and f"node {node.node_id} stopped" in node.log_text()
+
+    again = broker_factory(data_dir=node.data_dir)
+    again.proc.send_signal(signal.SIGINT)
+    assert again.proc.wait(timeout=30) == 0
+    assert f"node {again.node_id} stopped" in again.log_text()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"node.id": "zero"}, "node.id"),
+        ({"listeners": "PLAINTEXT//nowhere"}, "listeners"),
+        ({"s3.data.buckets": "0@ftp://bucket"}, "s3.data.buckets"),
+        ({"num.partitions": "-3"}, "num.partitions"),
+    ],
+)
+def test_bad_config_is_one_line_and_exit_1(overrides: dict[str, str], fragment: str, tmp_path: Path) -> None:
+    settings = default_overrides(tmp_path)
+    settings.update(overrides)
+    assert_one_line_error(run_to_exit(server_command(None, settings)), fragment)
+
+
+def test_missing_config_file_and_bad_override_syntax(tmp_path: Path) -> None:
+    assert_one_line_error(run_to_exit(server_command(tmp_path / "absent.properties", {})), "absent.properties")
+    result = run_to_exit([sys.executable, "-m", "broker.cli", "server", "start", "--override", "novalue"])
+    assert_one_line_error(result, "novalue")
+
+
+def test_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = default_overrides(tmp_path)
+        settings["listeners"] = f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:0"
+        assert_one_line_error(run_to_exit(server_command(None, settings)), str(port))
+
+
+def test_data_directory_of_another_node_is_refused(broker_factory: Callable[..., BrokerProcess]) -> None:
+    node = broker_factory()
+    assert node.stop() == 0
+    settings = default_overrides(node.data_dir)
+    settings.update({"node.id": "7", "controller.quorum.voters": "7@127.0.0.1:0"})
+    assert_one_line_error(run_to_exit(server_command(None, settings)), "node.id")
