@@ -229,9 +229,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("controller.quorum.election.backoff.max.ms", _B.INT, 1000, at_least(1)),
         ConfigKey("controller.quorum.request.timeout.ms", _B.INT, 2000, at_least(1)),
         ConfigKey("log.dirs", _B.LIST, ["data/kraft"]),
-        ConfigKey("log.dir", _B.STRING, "/tmp/kafka-logs"),
+        ConfigKey("log.dir", _B.STRING, None),  # fjord: no /tmp default; used only when log.dirs is not set
         ConfigKey("metadata.log.dir", _B.STRING, None),
-        ConfigKey("metadata.max.retention.bytes", _B.LONG, 100 * 1024 * 1024, at_least(-1)),
         ConfigKey("metadata.log.max.record.bytes.between.snapshots", _B.LONG, 20 * 1024 * 1024, at_least(1)),
         ConfigKey("broker.rack", _B.STRING, None),
         ConfigKey("socket.request.max.bytes", _B.INT, 104857600, at_least(1)),
@@ -585,6 +584,8 @@ class ServerConfig:
         for lst in self.advertised_listeners:
             if lst.name in self.controller_listener_names and "broker" in roles and "controller" not in roles:
                 raise ConfigError(f"advertised.listeners: controller listener {lst.name} must not be advertised")
+        if not self.log_dirs:
+            raise ConfigError("log.dirs: at least one directory is required")
         if "broker" in roles and not self.broker_listeners:
             raise ConfigError("listeners: a broker needs at least one listener that is not a controller listener")
         if "controller" in roles and self.node_id not in {v.node_id for v in self.voters}:
@@ -626,6 +627,9 @@ class ServerConfig:
 
     @property
     def log_dirs(self) -> tuple[Path, ...]:
+        """``log.dirs``, or Kafka's fallback ``log.dir`` when only that one is given."""
+        if "log.dirs" not in self.static and self.value("log.dir"):
+            return (Path(self.value("log.dir")),)
         return tuple(Path(d) for d in self.value("log.dirs"))
 
     @property

@@ -73,6 +73,8 @@ class Recovered:
     snapshot_offset: int = -1
     snapshot_records: list[MetadataRecord] = field(default_factory=list)
     batches: list[Batch] = field(default_factory=list)
+    log_valid_bytes: int = 0  # the intact prefix of the log file
+    log_total_bytes: int = 0
 
     @property
     def last_offset(self) -> int:
@@ -125,6 +127,48 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
+    """(offset, path) of every complete snapshot in ``directory``, oldest first."""
+    found = []
+    for entry in directory.iterdir():
+        match = _SNAPSHOT.fullmatch(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+def read_metadata(directory: str | os.PathLike[str]) -> Recovered:
+    """Reads a metadata log directory without changing it (restart recovery, and offline tools such as a
+    metadata shell): the newest snapshot, then the intact batches after it."""
+    folder = Path(directory)
+    recovered = Recovered()
+    snapshots = list_snapshots(folder) if folder.is_dir() else []
+    if snapshots:
+        offset, path = snapshots[-1]
+        data = path.read_bytes()
+        consumed = 0
+        for position, batch in iter_batches(data, str(path)):
+            recovered.snapshot_records.extend(batch.records)
+            consumed = position
+        if consumed != len(data):
+            raise MetadataLogError(f"snapshot {path} is damaged at byte {consumed} of {len(data)}")
+        recovered.snapshot_offset = offset
+    log_path = folder / LOG_FILE
+    data = log_path.read_bytes() if log_path.exists() else b""
+    recovered.log_total_bytes = len(data)
+    for end, batch in iter_batches(data, str(log_path)):
+        recovered.log_valid_bytes = end
+        if batch.last_offset <= recovered.snapshot_offset:
+            continue  # already in the snapshot (a crash came between writing it and truncating the log)
+        expected = recovered.last_offset + 1
+        if batch.base_offset != expected:
+            raise MetadataLogError(
+                f"{log_path}: batch at offset {batch.base_offset} does not follow offset {expected - 1}"
+            )
+        recovered.batches.append(batch)
+    return recovered
+
+
 class LocalMetadataLog:
     """A single-writer metadata log in one directory. Open with :meth:`open`, then :meth:`recover` once."""
 
@@ -167,57 +211,24 @@ class LocalMetadataLog:
 
     # ------------------------------------------------------------------ recovery
 
-    def _snapshots(self) -> list[tuple[int, Path]]:
-        found = []
-        for entry in self._dir.iterdir():
-            match = _SNAPSHOT.fullmatch(entry.name)
-            if match:
-                found.append((int(match.group(1)), entry))
-        return sorted(found)
-
     def recover(self) -> Recovered:
         """Reads the newest snapshot and the log after it, cuts a torn tail, and opens the log for appends."""
         for leftover in self._dir.glob("*.tmp"):
             leftover.unlink()
-        recovered = Recovered()
-        snapshots = self._snapshots()
-        if snapshots:
-            offset, path = snapshots[-1]
-            data = path.read_bytes()
-            records: list[MetadataRecord] = []
-            consumed = 0
-            for position, batch in iter_batches(data, str(path)):
-                records.extend(batch.records)
-                consumed = position
-            if consumed != len(data):
-                raise MetadataLogError(f"snapshot {path} is damaged at byte {consumed} of {len(data)}")
-            recovered.snapshot_offset = offset
-            recovered.snapshot_records = records
-        data = self._path.read_bytes() if self._path.exists() else b""
-        good = 0
-        for end, batch in iter_batches(data, str(self._path)):
-            good = end
-            if batch.last_offset <= recovered.snapshot_offset:
-                continue  # already in the snapshot (crash before the log was truncated)
-            expected = recovered.last_offset + 1
-            if batch.base_offset != expected and recovered.batches:
-                raise MetadataLogError(
-                    f"{self._path}: batch at offset {batch.base_offset} does not follow offset {expected - 1}"
-                )
-            recovered.batches.append(batch)
-        if good != len(data):
+        recovered = read_metadata(self._dir)
+        if recovered.log_valid_bytes != recovered.log_total_bytes:
             logger.warning(
                 "%s: torn tail of %d bytes after byte %d (offset %d) cut off",
                 self._path,
-                len(data) - good,
-                good,
+                recovered.log_total_bytes - recovered.log_valid_bytes,
+                recovered.log_valid_bytes,
                 recovered.last_offset,
             )
             with open(self._path, "r+b") as handle:
-                handle.truncate(good)
+                handle.truncate(recovered.log_valid_bytes)
                 os.fsync(handle.fileno())
         self._next_offset = recovered.last_offset + 1
-        self._log_bytes = good
+        self._log_bytes = recovered.log_valid_bytes
         self._file = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         _fsync_dir(self._dir)
         logger.info(
@@ -295,7 +306,7 @@ class LocalMetadataLog:
         _fsync_dir(self._dir)
         os.ftruncate(fd, 0)
         os.fsync(fd)
-        for older, path in self._snapshots():
+        for older, path in list_snapshots(self._dir):
             if older < offset:
                 path.unlink()
         logger.info("metadata snapshot %s written (%d records); log truncated", final, len(records))

@@ -50,6 +50,14 @@ def test_file_then_overrides(tmp_path: Path) -> None:
     assert config.static["num.partitions"] == "6"
 
 
+def test_log_dir_is_the_fallback_of_log_dirs() -> None:
+    assert ServerConfig.load(None, ["log.dir=/var/x"]).metadata_dir == Path("/var/x")
+    assert ServerConfig.load(None, ["log.dir=/var/x", "log.dirs=/var/y"]).metadata_dir == Path("/var/y")
+    assert ServerConfig.load(None, ["metadata.log.dir=/m", "log.dirs=/var/y"]).metadata_dir == Path("/m")
+    with pytest.raises(ConfigError, match=r"log\.dirs"):
+        ServerConfig.load(None, ["log.dirs="])
+
+
 def test_kafka_defaults() -> None:
     config = ServerConfig.load(None)
     assert config.message_max_bytes == 1048588

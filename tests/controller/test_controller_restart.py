@@ -16,7 +16,7 @@ from controller.client import ConfigResource, LocalControllerClient, NewTopic
 from controller.config import ServerConfig
 from controller.controller import Controller
 from controller.image import MetadataImage
-from controller.log import LOG_DIR_NAME, LOG_FILE, LocalMetadataLog, MetadataLogError
+from controller.log import LOG_DIR_NAME, LOG_FILE, LocalMetadataLog, MetadataLogError, read_metadata
 from controller.records import Endpoint, TopicRecord
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
@@ -163,6 +163,11 @@ async def test_torn_tail_is_cut_and_appends_continue(tmp_path: Path) -> None:
     await client.create_topics([NewTopic("torn")], False)
     await first.close()
     os.truncate(_log_file(tmp_path), _log_file(tmp_path).stat().st_size - 5)  # the last batch was half written
+    torn_size = _log_file(tmp_path).stat().st_size
+
+    offline = read_metadata(tmp_path / LOG_DIR_NAME)  # what a metadata shell sees: no file is changed
+    names = {r.name for b in offline.batches for r in b.records if isinstance(r, TopicRecord)}
+    assert names == {"kept"} and _log_file(tmp_path).stat().st_size == torn_size
 
     second = await Controller.start(_config(tmp_path))
     assert set(second.image.topics_by_name) == {"kept"}
