@@ -17,7 +17,6 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -102,7 +101,7 @@ class _Plan:
     """A validated request: the records to append and what to answer."""
 
     records: list[MetadataRecord]
-    results: list[Any]
+    results: list[CreateTopicResult]
 
 
 class Controller:
