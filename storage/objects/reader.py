@@ -54,7 +54,8 @@ class ObjectReader:
     def key(self, object_id: int) -> str:
         return fmt.object_key(object_id, self._namespace)
 
-    def _where(self, key: str) -> str:
+    def where(self, key: str) -> str:
+        """How errors and logs name the object at ``key``."""
         return f"object {key} in {self._store.name}"
 
     async def index(self, object_id: int, object_size: int | None = None) -> list[IndexEntry]:
@@ -94,7 +95,7 @@ class ObjectReader:
         return entries
 
     async def _read_index(self, key: str, object_size: int | None) -> tuple[Footer, list[IndexEntry], int]:
-        where = self._where(key)
+        where = self.where(key)
         guess = fmt.index_tail_guess(object_size) if object_size is not None else fmt.index_tail_guess(1 << 30)
         tail, size = await self._store.get_tail(key, max(guess, fmt.FOOTER_SIZE))
         if object_size is not None and size != object_size:
@@ -128,7 +129,7 @@ class ObjectReader:
 
     async def read_blocks_at(self, key: str, entries: Sequence[IndexEntry]) -> list[bytes]:
         """``read_blocks`` for an object addressed by key (objects outside this reader's namespace, the CLI)."""
-        where = self._where(key)
+        where = self.where(key)
         runs: list[list[IndexEntry]] = []
         for entry in entries:
             if runs and runs[-1][-1].position + runs[-1][-1].size == entry.position:
@@ -167,7 +168,7 @@ class ObjectReader:
         blocks = fmt.find_blocks(entries, stream_id, start_offset, end_offset, max_bytes)
         if not blocks:
             return []
-        where = self._where(self.key(object_id))
+        where = self.where(self.key(object_id))
         datas = await self.read_blocks(object_id, blocks)
         out: list[StreamRecordBatch] = []
         for entry, data in zip(blocks, datas, strict=True):
