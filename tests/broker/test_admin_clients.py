@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess
+from broker_support import BrokerProcess, WireClient
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AdminClient,
@@ -20,6 +21,8 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 from kio.schema.errors import ErrorCode
+
+from broker.protocol import codec
 
 TIMEOUT = 15.0
 
@@ -169,3 +172,71 @@ def test_kcat_lists_brokers_and_topics(admin: AdminClient, shared_broker: Broker
     ).stdout
     assert f"broker {shared_broker.node_id} at 127.0.0.1:{shared_broker.port}" in out
     assert 'topic "kcat-visible" with 2 partitions' in out
+
+
+def test_describe_cluster(admin: AdminClient, shared_broker: BrokerProcess) -> None:
+    cluster = admin.describe_cluster().result(timeout=TIMEOUT)
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(shared_broker.node_id, "127.0.0.1", shared_broker.port)]
+    assert cluster.controller.id == shared_broker.node_id
+    assert cluster.cluster_id
+
+
+def _wire_create(client: WireClient, name: str, configs: dict[str, str] | None = None) -> uuid.UUID:
+    cls = codec.request_class(19, 7)
+    entries = tuple(codec.build_nested(codec.field_entity(cls, "topics"), "configs",
+                                       name=k, value=v) for k, v in (configs or {}).items())
+    topic = codec.build_nested(cls, "topics", name=name, num_partitions=1, replication_factor=1, configs=entries)
+    result = client.request(codec.build(cls, topics=(topic,), timeout=5000)).topics[0]
+    assert result.error_code == ErrorCode.none
+    topic_id: uuid.UUID = result.topic_id
+    return topic_id
+
+
+def test_delete_topics_by_id_and_by_name_on_the_wire(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    client = wire(shared_broker.port)
+    by_id = _wire_create(client, "wire-del-id")
+    _wire_create(client, "wire-del-name")
+    v6 = codec.request_class(20, 6)
+    states = (
+        codec.build_nested(v6, "topics", name=None, topic_id=by_id),
+        codec.build_nested(v6, "topics", name=None, topic_id=uuid.uuid4()),
+        codec.build_nested(v6, "topics", name="wire-del-id", topic_id=by_id),  # both given: invalid
+    )
+    results = client.request(codec.build(v6, topics=states, timeout=5000)).responses
+    codes = sorted((r.error_code for r in results), key=int)
+    assert codes == sorted([ErrorCode.none, ErrorCode.unknown_topic_id, ErrorCode.invalid_request], key=int)
+    deleted = next(r for r in results if r.error_code == ErrorCode.none)
+    assert (deleted.name, deleted.topic_id) == ("wire-del-id", by_id)
+
+    v1 = codec.request_class(20, 1)
+    (result,) = client.request(codec.build(v1, topic_names=("wire-del-name",), timeout=5000)).responses
+    assert (result.name, result.error_code) == ("wire-del-name", ErrorCode.none)
+    names = {t.name for t in client.request(codec.build(codec.request_class(3, 12), topics=None)).topics}
+    assert not names & {"wire-del-id", "wire-del-name"}
+
+
+def test_describe_configs_synonyms_types_and_key_filter(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    client = wire(shared_broker.port)
+    _wire_create(client, "wire-configs", {"retention.ms": "1234"})
+    for version in range(1, 5):
+        cls = codec.request_class(32, version)
+        resource = codec.build_nested(
+            cls, "resources", resource_type=2, resource_name="wire-configs",
+            configuration_keys=("retention.ms", "no.such.key"),
+        )
+        response = client.request(codec.build(cls, resources=(resource,), include_synonyms=True,
+                                              include_documentation=True))
+        (result,) = response.results
+        assert result.error_code == ErrorCode.none
+        (entry,) = result.configs  # only the asked-for key that exists
+        assert entry.name == "retention.ms" and entry.value == "1234"
+        assert entry.config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and not entry.read_only
+        synonyms = [(s.name, s.value, s.source) for s in entry.synonyms]
+        assert synonyms[0] == ("retention.ms", "1234", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        assert synonyms[-1] == ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG.value)
+        if version >= 3:
+            assert entry.config_type == 5  # LONG
