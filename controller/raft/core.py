@@ -435,11 +435,13 @@ class RaftNode:
             self._epoch = epoch
             self._voted_id = None
 
-    def _become_unattached(self, epoch: int, now_ms: int) -> None:
+    def _become_unattached(self, epoch: int, now_ms: int, *, persist: bool = True) -> None:
+        """``persist=False`` lets a caller about to record a vote write the new epoch and the vote at once."""
         self._leave_current_role()
         self._new_epoch(epoch)
         self._set_role(Role.UNATTACHED, None)
-        self._persist()
+        if persist:
+            self._persist()
         self._election_deadline = now_ms + self._random_election_timeout()
 
     def _become_follower(self, epoch: int, leader_id: int, now_ms: int, *, heard_from_leader: bool = False) -> None:
@@ -567,11 +569,13 @@ class RaftNode:
             answer(log_ok and not self._has_live_leader(now_ms))
             return
         if req.replica_epoch > self._epoch:
-            self._become_unattached(req.replica_epoch, now_ms)
-        if self._role in (Role.LEADER, Role.RESIGNED, Role.FOLLOWER, Role.CANDIDATE):
-            answer(False)
-            return
-        if self._voted_id not in (None, req.replica_id) or not log_ok:
+            self._become_unattached(req.replica_epoch, now_ms, persist=False)
+        if (
+            self._role in (Role.LEADER, Role.RESIGNED, Role.FOLLOWER, Role.CANDIDATE)
+            or self._voted_id not in (None, req.replica_id)
+            or not log_ok
+        ):
+            self._persist()  # the epoch bump, if any, before anyone hears of it
             answer(False)
             return
         if self._voted_id is None:

@@ -1,0 +1,345 @@
+"""Scenario tests of the sans-I/O Raft core: each drives real `RaftNode`s through a scripted network."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from controller.raft.core import NotLeader, RaftConfig, RaftNode
+from controller.raft.effects import (
+    AppendEntries,
+    Commit,
+    Effect,
+    LoadSnapshot,
+    PersistQuorumState,
+    QuorumState,
+    Role,
+    Send,
+    TruncateLog,
+)
+from controller.raft.log import EntryKind, LogEntry, RaftLog
+from controller.raft.messages import (
+    EndQuorumEpochRequest,
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    RaftMessage,
+    VoteRequest,
+    VoteResponse,
+)
+
+CONFIG = RaftConfig(
+    election_timeout_ms=100,
+    election_backoff_max_ms=100,
+    fetch_timeout_ms=200,
+    fetch_max_wait_ms=50,
+    request_timeout_ms=100,
+    begin_quorum_resend_ms=50,
+    snapshot_chunk_bytes=7,
+)
+
+
+class Net:
+    """Instant, in-order delivery between real nodes; ``cut`` nodes neither send nor receive."""
+
+    def __init__(self, ids: list[int], *, logs: dict[int, RaftLog] | None = None,
+                 states: dict[int, QuorumState] | None = None) -> None:
+        self.now = 0
+        self.ids = ids
+        self.nodes = {
+            i: RaftNode(
+                i, ids, rng=random.Random(i), now_ms=0, config=CONFIG,
+                log=(logs or {}).get(i), quorum_state=(states or {}).get(i),
+            )
+            for i in ids
+        }
+        self.queue: list[tuple[int, int, RaftMessage]] = []
+        self.cut: set[int] = set()
+        self.effects: dict[int, list[Effect]] = defaultdict(list)
+        self.applied: dict[int, list[LogEntry]] = defaultdict(list)
+        self.sent: list[tuple[int, int, RaftMessage]] = []
+        for i in ids:
+            self.pump(i)
+
+    def pump(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        while effects := node.drain():
+            for effect in effects:
+                self.effects[node_id].append(effect)
+                if isinstance(effect, Send):
+                    self.sent.append((node_id, effect.destination, effect.message))
+                    if node_id not in self.cut and effect.destination not in self.cut:
+                        self.queue.append((node_id, effect.destination, effect.message))
+                elif isinstance(effect, Commit):
+                    self.applied[node_id].extend(effect.entries)
+                elif isinstance(effect, LoadSnapshot):
+                    self.applied[node_id] = []
+            node.log_flushed(node.log.end_offset, self.now)
+
+    def deliver(self) -> None:
+        for _ in range(10_000):
+            if not self.queue:
+                return
+            sender, dest, message = self.queue.pop(0)
+            if sender in self.cut or dest in self.cut:
+                continue
+            self.nodes[dest].receive(sender, message, self.now)
+            self.pump(dest)
+        raise AssertionError("message storm: the queue never drained")
+
+    def run(self, ms: int, step: int = 5) -> None:
+        end = self.now + ms
+        while self.now < end:
+            self.deliver()
+            self.now += step
+            for i, node in self.nodes.items():
+                node.tick(self.now)
+                self.pump(i)
+        self.deliver()
+
+    def leaders(self) -> list[int]:
+        return [i for i, n in self.nodes.items() if n.role is Role.LEADER and i not in self.cut]
+
+    def elect(self, within_ms: int = 3000) -> int:
+        for _ in range(within_ms // 50):
+            self.run(50)
+            leaders = self.leaders()
+            if len(leaders) == 1 and all(
+                self.nodes[i].leader_id == leaders[0] for i in self.ids if i not in self.cut
+            ):
+                return leaders[0]
+        states = [(n.role, n.epoch) for n in self.nodes.values()]
+        raise AssertionError(f"no stable leader within {within_ms} ms: {states}")
+
+    def commit(self, leader: int, *payloads: bytes) -> int:
+        offset = self.nodes[leader].propose(list(payloads), self.now)
+        assert isinstance(offset, int)
+        self.pump(leader)
+        for _ in range(100):
+            self.run(10)
+            if all(self.nodes[i].high_watermark > offset for i in self.ids if i not in self.cut):
+                return offset
+        raise AssertionError(f"offset {offset} not committed everywhere")
+
+
+def data_of(entries: list[LogEntry]) -> list[bytes]:
+    return [e.data for e in entries if e.kind is EntryKind.DATA]
+
+
+def test_three_nodes_elect_one_leader_and_replicate() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    epoch = net.nodes[leader].epoch
+    assert epoch == 1
+    net.commit(leader, b"a", b"b")
+    for i in net.ids:
+        assert data_of(net.applied[i]) == [b"a", b"b"]
+        # The leader's first entry of its epoch is the leader-change control entry.
+        assert net.applied[i][0].kind is EntryKind.LEADER_CHANGE
+    follower = next(i for i in net.ids if i != leader)
+    assert net.nodes[follower].propose([b"x"], net.now) == NotLeader(leader, epoch)
+
+
+def test_single_voter_leads_alone_and_commits_on_flush() -> None:
+    net = Net([7])
+    net.run(10)
+    assert net.leaders() == [7]
+    net.commit(7, b"solo")
+    assert data_of(net.applied[7]) == [b"solo"]
+
+
+def test_vote_is_persisted_before_it_is_answered() -> None:
+    net = Net([1, 2, 3])
+    voter = net.nodes[2]
+    voter.receive(1, VoteRequest("fjord", 1, 1, 0, 0, False, 2, correlation_id=9), 0)
+    effects = voter.drain()
+    persist = next(k for k, e in enumerate(effects) if isinstance(e, PersistQuorumState))
+    answer = next(k for k, e in enumerate(effects) if isinstance(e, Send) and isinstance(e.message, VoteResponse))
+    assert persist < answer
+    assert effects[persist] == PersistQuorumState(QuorumState(1, None, 1))
+    response = effects[answer].message
+    assert isinstance(response, VoteResponse) and response.vote_granted and response.correlation_id == 9
+    # Same epoch, another candidate: refused, the vote stands.
+    voter.receive(3, VoteRequest("fjord", 1, 3, 0, 0, False, 2, correlation_id=10), 0)
+    refusal = [e.message for e in voter.drain() if isinstance(e, Send)]
+    assert refusal and isinstance(refusal[0], VoteResponse) and not refusal[0].vote_granted
+
+
+def test_vote_refused_to_a_candidate_with_a_shorter_log() -> None:
+    log = RaftLog(entries=[LogEntry(0, 1, b"x"), LogEntry(1, 2, b"y")])
+    node = RaftNode(2, [1, 2, 3], rng=random.Random(0), now_ms=0, config=CONFIG, log=log,
+                    quorum_state=QuorumState(2, None, None))
+    node.drain()
+    for last_epoch, last_offset in [(1, 5), (2, 1)]:
+        node.receive(1, VoteRequest("fjord", 3, 1, last_epoch, last_offset, False, 2), 0)
+        answers = [e.message for e in node.drain() if isinstance(e, Send)]
+        assert isinstance(answers[0], VoteResponse) and not answers[0].vote_granted
+    node.receive(1, VoteRequest("fjord", 3, 1, 2, 2, False, 2), 0)
+    answers = [e.message for e in node.drain() if isinstance(e, Send)]
+    assert isinstance(answers[0], VoteResponse) and answers[0].vote_granted
+
+
+def test_pre_vote_stops_a_returning_partitioned_node_from_disrupting_the_leader() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    epoch = net.nodes[leader].epoch
+    loner = next(i for i in net.ids if i != leader)
+    net.cut = {loner}
+    net.run(2000)  # many election timeouts for the loner
+    assert net.nodes[loner].epoch == epoch, "pre-votes must not bump the loner's epoch"
+    assert net.nodes[loner].role is Role.PROSPECTIVE
+    net.cut = set()
+    net.run(500)
+    assert net.leaders() == [leader]
+    assert net.nodes[leader].epoch == epoch
+    assert net.nodes[loner].leader_id == leader and net.nodes[loner].role is Role.FOLLOWER
+    net.commit(leader, b"after-heal")
+    assert b"after-heal" in data_of(net.applied[loner])
+
+
+def test_leader_without_a_quorum_steps_down() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    followers = [i for i in net.ids if i != leader]
+    net.cut = set(followers)
+    net.run(CONFIG.check_quorum_ms + 50)
+    assert net.nodes[leader].role is Role.RESIGNED
+    assert net.nodes[leader].propose([b"late"], net.now) == NotLeader(leader, net.nodes[leader].epoch)
+    ends = [m for s, _, m in net.sent if s == leader and isinstance(m, EndQuorumEpochRequest)]
+    assert {m.leader_id for m in ends} == {leader}
+
+
+def test_graceful_resignation_hands_over_quickly() -> None:
+    net = Net([1, 2, 3])
+    old = net.elect()
+    net.commit(old, b"one")
+    net.nodes[old].resign(net.now)
+    net.pump(old)
+    start = net.now
+    new = net.elect()
+    assert new != old
+    assert net.now - start < CONFIG.fetch_timeout_ms + CONFIG.election_timeout_ms * 2
+    net.commit(new, b"two")
+    assert data_of(net.applied[old]) == [b"one", b"two"]
+
+
+def test_follower_truncates_a_diverged_suffix_and_converges() -> None:
+    # Node 3 led epoch 2 alone and wrote entries nobody else has; nodes 1 and 2 moved on in epoch 3.
+    common = [LogEntry(0, 1, b"c0"), LogEntry(1, 1, b"c1")]
+    stale = RaftLog(entries=[*common, LogEntry(2, 2, b"stale2"), LogEntry(3, 2, b"stale3"), LogEntry(4, 2, b"stale4")])
+    good = [*common, LogEntry(2, 3, b"g2")]
+    logs = {1: RaftLog(entries=good), 2: RaftLog(entries=good), 3: stale}
+    states = {i: QuorumState(3, None, None) for i in (1, 2, 3)}
+    net = Net([1, 2, 3], logs=logs, states=states)
+    net.cut = {3}
+    leader = net.elect()
+    net.cut = set()
+    net.run(300)
+    truncations = [e for e in net.effects[3] if isinstance(e, TruncateLog)]
+    assert truncations and truncations[0].end_offset == 2
+    net.commit(leader, b"new")
+    leader_log = net.nodes[leader].log
+    node3 = net.nodes[3].log
+    assert [node3.entry(o) for o in range(node3.end_offset)] == [
+        leader_log.entry(o) for o in range(leader_log.end_offset)
+    ]
+    assert b"stale2" not in data_of(net.applied[3])
+
+
+def test_leader_commits_old_entries_only_through_its_own_epoch() -> None:
+    old = [LogEntry(0, 1, b"old")]
+    logs = {1: RaftLog(entries=old), 2: RaftLog(entries=old), 3: RaftLog()}
+    net = Net([1, 2, 3], logs=logs, states={i: QuorumState(1, None, None) for i in (1, 2, 3)})
+    leader = net.elect()
+    assert leader in (1, 2)
+    node = net.nodes[leader]
+    # Offset 0 (epoch 1) becomes committed only together with the leader-change entry at offset 1.
+    commits = [e for e in net.effects[leader] if isinstance(e, Commit)]
+    assert commits and commits[0].high_watermark >= 2
+    assert node.log.entry(1).kind is EntryKind.LEADER_CHANGE
+
+
+def test_lagging_follower_catches_up_from_a_snapshot_in_chunks() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    lagger = next(i for i in net.ids if i != leader)
+    net.cut = {lagger}
+    for k in range(5):
+        net.commit(leader, f"e{k}".encode())
+    node = net.nodes[leader]
+    snapshot_bytes = b"state-machine-image-" + bytes(range(30))
+    snapshot_id = node.snapshot_taken(node.high_watermark, snapshot_bytes, net.now)
+    net.pump(leader)
+    assert snapshot_id is not None and node.log.start_offset == snapshot_id.end_offset
+    net.commit(leader, b"after-snapshot")
+    net.cut = set()
+    net.run(500)
+    requests = [m for s, _, m in net.sent if s == lagger and isinstance(m, FetchSnapshotRequest)]
+    assert len(requests) >= len(snapshot_bytes) // CONFIG.snapshot_chunk_bytes  # it came in chunks
+    loads = [e for e in net.effects[lagger] if isinstance(e, LoadSnapshot)]
+    assert loads and loads[-1].data == snapshot_bytes and loads[-1].snapshot_id == snapshot_id
+    assert net.nodes[lagger].log.start_offset == snapshot_id.end_offset
+    assert data_of(net.applied[lagger]) == [b"after-snapshot"]
+    assert net.nodes[lagger].high_watermark == node.high_watermark
+
+
+def test_snapshot_beyond_applied_entries_is_refused() -> None:
+    net = Net([1])
+    net.run(10)
+    net.commit(1, b"x")
+    hw = net.nodes[1].high_watermark
+    with pytest.raises(ValueError, match="only"):
+        net.nodes[1].snapshot_taken(hw + 1, b"", net.now)
+
+
+def test_follower_appends_durably_before_fetching_again() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    follower = next(i for i in net.ids if i != leader)
+    net.effects[follower].clear()
+    net.commit(leader, b"p")
+    effects = net.effects[follower]
+    append = next(k for k, e in enumerate(effects) if isinstance(e, AppendEntries))
+    later_fetches = [
+        k for k, e in enumerate(effects) if isinstance(e, Send) and isinstance(e.message, FetchRequest) and k > append
+    ]
+    assert later_fetches, "the follower must fetch again after appending"
+    fetch = effects[later_fetches[0]].message
+    assert isinstance(fetch, FetchRequest) and fetch.fetch_offset == net.nodes[follower].log.end_offset
+
+
+def test_duplicated_fetch_response_is_ignored() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    follower = next(i for i in net.ids if i != leader)
+    net.commit(leader, b"once")
+    replay = [m for s, d, m in net.sent if s == leader and d == follower and isinstance(m, FetchResponse) and m.records]
+    end = net.nodes[follower].log.end_offset
+    for message in replay:
+        net.nodes[follower].receive(leader, message, net.now)
+        net.pump(follower)
+    assert net.nodes[follower].log.end_offset == end
+    assert data_of(net.applied[follower]) == [b"once"]
+
+
+def test_fetch_from_a_stale_epoch_is_fenced() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    epoch = net.nodes[leader].epoch
+    net.nodes[leader].receive(2 if leader != 2 else 3, FetchRequest("fjord", 9, 0, epoch - 1, 0, 0, 0, 100, 5), net.now)
+    reply = next(e.message for e in net.nodes[leader].drain() if isinstance(e, Send))
+    assert isinstance(reply, FetchResponse)
+    assert reply.error_code is Errors.FENCED_LEADER_EPOCH and reply.current_leader.leader_id == leader
+
+
+def test_config_rejects_a_request_timeout_shorter_than_the_fetch_wait() -> None:
+    with pytest.raises(ValueError, match="request_timeout_ms"):
+        RaftConfig(fetch_max_wait_ms=500, request_timeout_ms=400)
+
+
+def test_node_must_be_a_voter() -> None:
+    with pytest.raises(ValueError, match="not one of the voters"):
+        RaftNode(4, [1, 2, 3], rng=random.Random(0), now_ms=0)
