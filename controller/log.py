@@ -31,6 +31,7 @@ from typing import Protocol
 import crc32c
 
 from controller.records import MetadataRecord, RecordDecodeError, decode_record, encode_record
+from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,12 @@ MAX_BATCH_BYTES = 256 * 1024 * 1024  # a length above this is corruption, not a 
 SNAPSHOT_CHUNK = 1000  # records per frame in a snapshot file
 
 
-class MetadataLogError(Exception):
-    """The metadata log cannot be read or written; the message names the file."""
+class MetadataLogError(StorageError):
+    """The metadata log cannot be read or written; the message names the file.
+
+    A StorageError because stream/object commits reach this log through the stream metadata: the storage engine
+    then sees a failed commit as one of its own errors and retries or fails the request as it does for others.
+    """
 
 
 class RecordLog(Protocol):

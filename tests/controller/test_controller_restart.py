@@ -341,3 +341,31 @@ async def test_random_histories_replay_identically(tmp_path: Path, seed: int) ->
     assert final.stream_metadata.snapshot() == state
     assert len(list((tmp_path / LOG_DIR_NAME).glob("*.snapshot"))) <= 1
     await final.close()
+
+
+async def test_failed_fsync_fails_the_write_and_stops_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = await Controller.start(_config(tmp_path))
+    client = LocalControllerClient(controller)
+    await client.register_broker(0, EP, None)
+    await client.create_topics([NewTopic("before")], False)
+
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("controller.log.os.fsync", failing_fsync)
+    with pytest.raises(MetadataLogError, match="Input/output error"):
+        await client.create_topics([NewTopic("during")], False)
+    assert "during" not in controller.image.topics_by_name  # never acknowledged, never visible
+    monkeypatch.setattr("controller.log.os.fsync", real_fsync)
+    with pytest.raises(MetadataLogError, match="accepts no writes"):
+        await client.create_topics([NewTopic("after")], False)
+    with pytest.raises(MetadataLogError):
+        await controller.stream_metadata.put_kv("k", b"v")
+    assert await controller.stream_metadata.get_kv("k") is None
+    await controller.close()
+
+    restarted = await Controller.start(_config(tmp_path))
+    assert "before" in restarted.image.topics_by_name and "after" not in restarted.image.topics_by_name
+    await restarted.close()
