@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from broker.errors import KafkaError, error_code_for
-from broker.groups.group import Group, GroupConfig, JoinRequest, PendingWrite
+from broker.groups.group import CONSUMER_PROTOCOL_TYPE, Group, GroupConfig, JoinRequest, PendingWrite
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import (
     GroupKey,
@@ -168,9 +168,10 @@ class GroupCoordinator:
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        groups = len(self._groups)
         for partition in list(self._owned):
             self._unload(partition)
-        logger.info("group coordinator stopped")
+        logger.info("group coordinator stopped (%d groups unloaded)", groups)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -227,7 +228,8 @@ class GroupCoordinator:
             if group.state is not GroupState.DEAD:
                 group.mark_dead(now, ErrorCode.not_coordinator)
             dropped += 1
-        logger.info(
+        logger.log(
+            logging.INFO if dropped or self._running else logging.DEBUG,
             "no longer coordinator for %s-%d (epoch %d): unloaded %d groups",
             OFFSETS_TOPIC,
             partition,
@@ -272,7 +274,8 @@ class GroupCoordinator:
             self._reschedule(group)
         owned.state = _Load.ACTIVE
         owned.loaded.set()
-        logger.info(
+        logger.log(
+            logging.INFO if loaded or records else logging.DEBUG,
             "loaded %d groups from %s (%d records, epoch %d) in %.0f ms",
             len(loaded),
             where,
@@ -580,9 +583,12 @@ class GroupCoordinator:
                 return everyone(ErrorCode.illegal_generation)
             group = self._groups[group_id] = Group(group_id, self.config, now)
         error = group.validate_offset_commit(now, member_id, group_instance_id, generation_id)
-        self._after(group)
         if error is not ErrorCode.none:
+            self._after(group)
             return everyone(error)
+        # The commit counted as a heartbeat: re-arm the session timer (but do not let _after forget a group
+        # created for this very commit before its offsets are in).
+        self._reschedule(group)
         image = self._node.controller.image
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetValue] = {}
@@ -624,6 +630,8 @@ class GroupCoordinator:
                 for (t, p), v in accepted.items():
                     group.offsets.put(t, p, v)
             results.update(dict.fromkeys(accepted, code))
+        if self._groups.get(group_id) is group:
+            self._after(group)
         return {tp: results[tp] for tp in offsets}
 
     def fetch_offsets(
@@ -661,6 +669,9 @@ class GroupCoordinator:
             return error, {}
         if group is None or group.state is GroupState.DEAD:
             return ErrorCode.group_id_not_found, {}
+        if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            # Only consumer-protocol subscriptions can be read; other live groups keep all their offsets.
+            return ErrorCode.non_empty_group, {}
         results: dict[TopicPartition, ErrorCode] = {}
         doomed: list[TopicPartition] = []
         for tp in partitions:
@@ -763,7 +774,7 @@ class GroupCoordinator:
             if self.coordinator_error(group.group_id) is not ErrorCode.none or group.state is GroupState.DEAD:
                 continue
             managed = group.protocol_type is not None
-            if group.state is not GroupState.EMPTY and group.protocol_type != "consumer":
+            if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 continue
             empty_since = group.state_timestamp_ms if managed and group.state is GroupState.EMPTY else None
             expired = group.offsets.expired(
