@@ -231,19 +231,20 @@ class BrokerServer:
                     return
                 await pending.put(asyncio.create_task(self.dispatcher.dispatch(frame, peer)))
         finally:
-            # Let the responder write what was already dispatched, in order, then stop it.
+            # Let the responder write what was already dispatched, in order, then stop it. If the responder has
+            # already stopped (it closed the connection), it has drained and cancelled the queue itself.
             try:
-                pending.put_nowait(None)
-            except asyncio.QueueFull:
-                responder.cancel()
-            try:
+                if not responder.done():
+                    await pending.put(None)
                 await responder
             except asyncio.CancelledError:
-                pass
-            while not pending.empty():
-                leftover = pending.get_nowait()
-                if leftover is not None:
-                    leftover.cancel()
+                responder.cancel()
+                raise
+            finally:
+                while not pending.empty():
+                    leftover = pending.get_nowait()
+                    if leftover is not None:
+                        leftover.cancel()
 
     async def _respond(
         self, pending: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter, peer: Peer
