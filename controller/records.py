@@ -18,8 +18,25 @@ from typing import ClassVar
 from storage.metadata.records import (
     RECORD_TYPES,
     STREAM_RECORD_TYPES,
+    KVRecord,
     MetadataRecord,
+    NextObjectIdRecord,
+    NextStreamIdRecord,
+    NodeEpochRecord,
+    ObjectRecord,
+    RangeEntry,
+    RangeRecord,
     RecordDecodeError,
+    RemoveKVRecord,
+    RemoveObjectRecord,
+    RemoveRangeRecord,
+    RemoveStreamObjectRecord,
+    RemoveStreamRecord,
+    RemoveStreamSetObjectRecord,
+    StreamEndOffsetsRecord,
+    StreamObjectRecord,
+    StreamRecord,
+    StreamSetObjectRecord,
     decode_record,
     encode_record,
     register_record,
@@ -42,7 +59,7 @@ class Endpoint:
     security_protocol: str = "PLAINTEXT"
 
 
-# ---------------------------------------------------------------- cluster records (type ids 1..63)
+# ---------------------------------------------------------------- cluster records (Kafka's metadata record ids)
 
 
 @register_record
@@ -176,10 +193,6 @@ ALL_RECORD_TYPES: dict[int, type[MetadataRecord]] = RECORD_TYPES
 """Type id -> class for every metadata record (cluster and stream): the registry the log codec decodes with."""
 
 
-def topic_id_text(topic_id: str) -> str:
-    return str(topic_id)
-
-
 __all__ = [
     "ALL_RECORD_TYPES",
     "CLUSTER_RECORD_TYPES",
@@ -190,12 +203,29 @@ __all__ = [
     "ConfigRecord",
     "Endpoint",
     "FenceBrokerRecord",
+    "KVRecord",
     "MetadataRecord",
+    "NextObjectIdRecord",
+    "NextStreamIdRecord",
+    "NodeEpochRecord",
+    "ObjectRecord",
     "PartitionChangeRecord",
     "PartitionRecord",
+    "RangeEntry",
+    "RangeRecord",
     "RecordDecodeError",
     "RegisterBrokerRecord",
+    "RemoveKVRecord",
+    "RemoveObjectRecord",
+    "RemoveRangeRecord",
+    "RemoveStreamObjectRecord",
+    "RemoveStreamRecord",
+    "RemoveStreamSetObjectRecord",
     "RemoveTopicRecord",
+    "StreamEndOffsetsRecord",
+    "StreamObjectRecord",
+    "StreamRecord",
+    "StreamSetObjectRecord",
     "TopicRecord",
     "UnfenceBrokerRecord",
     "UnregisterBrokerRecord",

@@ -15,12 +15,14 @@ from controller.records import (
     ConfigRecord,
     Endpoint,
     FenceBrokerRecord,
+    KVRecord,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
     RecordDecodeError,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    StreamRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
@@ -28,7 +30,6 @@ from controller.records import (
     encode_record,
 )
 from storage.metadata.api import StreamState
-from storage.metadata.records import KVRecord, StreamRecord
 
 TOPIC_ID = str(uuid.uuid4())
 
