@@ -15,6 +15,7 @@ from controller.config import (
     ServerConfig,
     describe_broker_configs,
     describe_topic_configs,
+    effective_topic_configs,
     resolve_topic_config,
     validate_broker_config,
     validate_topic_config,
@@ -205,3 +206,17 @@ def test_describe_broker_reports_read_only_for_static_keys() -> None:
     assert entries["log.retention.ms"].source is ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
     cluster = describe_broker_configs(config, {"log.retention.ms": "9"}, cluster_default=True)
     assert [(e.name, e.value) for e in cluster] == [("log.retention.ms", "9")]
+
+
+def test_effective_topic_configs_are_typed_and_follow_precedence() -> None:
+    config = ServerConfig.load(None, ["log.retention.hours=2", "message.max.bytes=5000"])
+    values = effective_topic_configs(
+        config, {"log.cleanup.policy": "compact"}, {"max.message.bytes": "7000", "preallocate": "true"}
+    )
+    assert set(values) == set(TOPIC_CONFIGS)
+    assert values["retention.ms"] == 2 * 3600 * 1000
+    assert values["max.message.bytes"] == 7000
+    assert values["cleanup.policy"] == ["compact"]
+    assert values["preallocate"] is True
+    assert values["min.cleanable.dirty.ratio"] == 0.5
+    assert values["message.timestamp.type"] == "CreateTime"
