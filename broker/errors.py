@@ -32,18 +32,6 @@ class KafkaError(Exception):
         return str(self)
 
 
-class InvalidRequestError(KafkaError):
-    code = ErrorCode.invalid_request
-
-
-class UnknownTopicOrPartitionError(KafkaError):
-    code = ErrorCode.unknown_topic_or_partition
-
-
-class NotLeaderOrFollowerError(KafkaError):
-    code = ErrorCode.not_leader_or_follower
-
-
 _STORAGE_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (storage_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (storage_errors.StreamFencedError, ErrorCode.not_leader_or_follower),

@@ -90,7 +90,3 @@ def load_handlers() -> Mapping[int, Handler]:
                                  package.__name__, info.name)
         _loaded = True
     return MappingProxyType(_handlers)
-
-
-def registered_handlers() -> Mapping[int, Handler]:
-    return load_handlers()

@@ -1,0 +1,35 @@
+"""The one exception → Kafka error code mapping every handler uses."""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.errors import KafkaError, error_code_for, error_message_for
+from controller.controller import ControllerError
+from storage import errors as storage_errors
+from storage.config import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (KafkaError(ErrorCode.corrupt_message, "bad CRC in batch at offset 7"), ErrorCode.corrupt_message),
+        (ControllerError(ErrorCode.invalid_partitions, "fewer partitions"), ErrorCode.invalid_partitions),
+        (storage_errors.OffsetOutOfRangeError("offset 9 outside [0, 5)"), ErrorCode.offset_out_of_range),
+        (storage_errors.StreamFencedError("stream 3 epoch 1 < 2"), ErrorCode.not_leader_or_follower),
+        (storage_errors.ObjectNotFoundError("abc/_fjord_x/1"), ErrorCode.kafka_storage_error),
+        (storage_errors.CorruptObjectError("object 4 footer"), ErrorCode.kafka_storage_error),
+        (ConfigError("retention.ms: 'x' is not an integer"), ErrorCode.invalid_config),
+        (TimeoutError(), ErrorCode.request_timed_out),
+        (RuntimeError("surprise"), ErrorCode.unknown_server_error),
+    ],
+)
+def test_error_code_for(exc: BaseException, code: ErrorCode) -> None:
+    assert error_code_for(exc) == code
+
+
+def test_messages_name_what_failed() -> None:
+    assert error_message_for(KafkaError(ErrorCode.corrupt_message, "bad CRC")) == "bad CRC"
+    assert error_message_for(KafkaError(ErrorCode.corrupt_message)) == "corrupt_message"
+    assert error_message_for(TimeoutError()) == "TimeoutError"
