@@ -1,0 +1,445 @@
+"""``StorageEngine``: one node's storage (WAL, LogCache, uploads, read path, streams) behind ``StreamClient``.
+
+Life cycle:
+
+- ``start()`` registers the node epoch (when the metadata supports it), opens the WAL and runs *recovery*:
+  the streams the metadata still shows opened by this node are exactly those whose tail may exist only in the
+  WAL; their WAL records at or beyond each stream's committed end are uploaded and committed through the normal
+  pipeline, the WAL is reset, and those streams are closed, so the broker reopens them with a higher epoch and
+  finds every acknowledged append.
+- While running, a timer seals the LogCache's active block once it is older than ``wal_upload_interval_ms``.
+- ``shutdown()`` uploads everything, closes the open streams, then the WAL and the object store.
+- ``halt()`` drops everything *without* uploading or closing: exactly what a crash leaves behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from storage.cache.block_cache import BlockCache
+from storage.cache.log_cache import CacheBlock, LogCache
+from storage.config import StorageConfig
+from storage.errors import StorageError, StreamError, StreamFencedError
+from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
+from storage.objects.reader import ObjectReader
+from storage.objectstore.base import ObjectStore
+from storage.read import ObjectReadPath
+from storage.record import StreamRecordBatch
+from storage.streams import StorageStream, StreamClientImpl
+from storage.upload import UploadPipeline
+from storage.wal.base import WALRecord, WriteAheadLog
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A point-in-time view for metrics and benchmarks."""
+
+    appends: int
+    bytes_appended: int
+    blocks_uploaded: int
+    objects_uploaded: int
+    stream_set_objects: int
+    stream_objects: int
+    bytes_uploaded: int
+    upload_failures: int
+    puts: int
+    gets: int
+    log_cache_bytes: int
+    log_cache_unuploaded_bytes: int
+    block_cache_bytes: int
+    block_cache_hits: int
+    block_cache_misses: int
+    wal_bytes: int
+    open_streams: int
+    recovered_batches: int
+
+
+class StorageEngine:
+    """See the module docstring. Implements ``storage.stream.StreamClient``."""
+
+    def __init__(
+        self,
+        config: StorageConfig,
+        metadata: StreamMetadata,
+        *,
+        store: ObjectStore | None = None,
+        wal: WriteAheadLog | None = None,
+    ) -> None:
+        config.validate()
+        self._config = config
+        self._metadata = metadata
+        self._node = NodeIdentity(config.node_id, config.node_epoch or int(time.time() * 1000))
+        if store is None:
+            from storage.objectstore.factory import open_object_store
+
+            store = open_object_store(config.data_buckets[0], config)
+        if wal is None:
+            from storage.wal.factory import open_wal
+
+            wal = open_wal(config)
+        self._store = store
+        self._wal = wal
+        self._log_cache = LogCache(config.wal_cache_size, config.wal_upload_threshold, on_full=self._cache_full)
+        self._reader = ObjectReader(store, config.namespace)
+        self._block_cache = BlockCache(config.block_cache_size, self._readahead_evicted)
+        self._read_path = ObjectReadPath(
+            metadata,
+            self._reader,
+            self._block_cache,
+            block_size=config.object_block_size,
+            readahead_max=config.readahead_max,
+        )
+        self._uploader = UploadPipeline(
+            config=config, metadata=metadata, store=store, node=self._node, on_committed=self._on_committed
+        )
+        self._io = _EngineIO(self)
+        self._client = StreamClientImpl(self._io)
+        self._trimmed_to = 0
+        self._timer: asyncio.Task[None] | None = None
+        self._state = "new"
+        self._appends = 0
+        self._bytes_appended = 0
+        self._recovered = 0
+
+    # ------------------------------------------------------------------------------------------ properties
+
+    @property
+    def config(self) -> StorageConfig:
+        return self._config
+
+    @property
+    def node(self) -> NodeIdentity:
+        return self._node
+
+    @property
+    def metadata(self) -> StreamMetadata:
+        return self._metadata
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def wal(self) -> WriteAheadLog:
+        return self._wal
+
+    @property
+    def log_cache(self) -> LogCache:
+        return self._log_cache
+
+    @property
+    def block_cache(self) -> BlockCache:
+        return self._block_cache
+
+    @property
+    def read_path(self) -> ObjectReadPath:
+        return self._read_path
+
+    @property
+    def open_streams(self) -> dict[int, StorageStream]:
+        return dict(self._client.open_streams)
+
+    def stats(self) -> EngineStats:
+        upload = self._uploader.stats
+        cache = self._log_cache.stats()
+        blocks = self._block_cache.stats()
+        return EngineStats(
+            appends=self._appends,
+            bytes_appended=self._bytes_appended,
+            blocks_uploaded=upload.blocks,
+            objects_uploaded=upload.objects,
+            stream_set_objects=upload.stream_set_objects,
+            stream_objects=upload.stream_objects,
+            bytes_uploaded=upload.bytes_uploaded,
+            upload_failures=upload.failures,
+            puts=self._store.stats.puts,
+            gets=self._store.stats.gets,
+            log_cache_bytes=cache.size,
+            log_cache_unuploaded_bytes=cache.unuploaded,
+            block_cache_bytes=blocks.size,
+            block_cache_hits=blocks.hits,
+            block_cache_misses=blocks.misses,
+            wal_bytes=self._wal.used_bytes,
+            open_streams=len(self._client.open_streams),
+            recovered_batches=self._recovered,
+        )
+
+    # --------------------------------------------------------------------------------------------- StreamClient
+
+    async def create_stream(self, tags: Sequence[tuple[str, str]] = ()) -> int:
+        self._require_running()
+        return await self._client.create_stream(tags)
+
+    async def open_stream(self, stream_id: int, epoch: int) -> StorageStream:
+        self._require_running()
+        return await self._client.open_stream(stream_id, epoch)
+
+    async def delete_stream(self, stream_id: int, epoch: int) -> None:
+        self._require_running()
+        await self._client.delete_stream(stream_id, epoch)
+
+    def _require_running(self) -> None:
+        if self._state != "running":
+            raise StorageError(f"storage engine of node {self._node.node_id} is {self._state}, not running")
+
+    # ------------------------------------------------------------------------------------------- life cycle
+
+    async def start(self) -> None:
+        if self._state != "new":
+            raise StorageError(f"storage engine of node {self._node.node_id} was already started")
+        self._state = "starting"
+        register = getattr(self._metadata, "register_node", None)
+        if register is not None:
+            await register(self._node.node_id, self._node.node_epoch)
+        await self._wal.start()
+        await self._recover()
+        self._state = "running"
+        self._timer = asyncio.create_task(self._upload_timer(), name=f"fjord-upload-timer-{self._node.node_id}")
+        logger.info("storage engine of node %d (epoch %d) started", self._node.node_id, self._node.node_epoch)
+
+    async def _recover(self) -> None:
+        opening = await self._metadata.get_opening_streams(self._node)
+        expected = {s.stream_id: s.end_offset for s in opening}
+        epochs = {s.stream_id: s.epoch for s in opening}
+        threshold = self._config.wal_upload_threshold
+        block = CacheBlock(-1)
+        uploads: list[asyncio.Future[None]] = []
+        skipped = 0
+        async for record in self._wal.recover():
+            batch = record.batch
+            want = expected.get(batch.stream_id)
+            if want is None or batch.last_offset <= want:
+                skipped += 1  # not ours any more, or already committed
+                continue
+            if batch.base_offset != want:
+                logger.error(
+                    "WAL recovery of node %d: stream %d record at offset %d (WAL position %d) does not continue "
+                    "the recovered end %d; dropping it",
+                    self._node.node_id,
+                    batch.stream_id,
+                    batch.base_offset,
+                    record.offset,
+                    want,
+                )
+                continue
+            block.add(dataclasses.replace(batch, epoch=epochs[batch.stream_id]), record.offset, record.next_offset)
+            expected[batch.stream_id] = batch.last_offset
+            self._recovered += 1
+            if block.size >= threshold:
+                uploads.append(self._submit_recovered(block, epochs))
+                block = CacheBlock(-1)
+                if len(uploads) >= 2:
+                    await uploads.pop(0)  # bound memory: at most two recovered blocks in flight
+        if not block.empty:
+            uploads.append(self._submit_recovered(block, epochs))
+        for upload in uploads:
+            await upload
+        await self._wal.reset()
+        if self._recovered or opening:
+            logger.info(
+                "WAL recovery of node %d: re-uploaded %d batches for %d streams (%d records skipped)",
+                self._node.node_id,
+                self._recovered,
+                len(opening),
+                skipped,
+            )
+        await self._close_recovered(opening)
+
+    def _submit_recovered(self, block: CacheBlock, epochs: dict[int, int]) -> asyncio.Future[None]:
+        block.sealed = True
+        return self._uploader.submit(block, epochs, on_committed=_nothing)
+
+    async def _close_recovered(self, opening: Sequence[OpeningStream]) -> None:
+        for stream in opening:
+            try:
+                await self._metadata.close_stream(self._node, stream.stream_id, stream.epoch)
+            except StreamFencedError as exc:
+                logger.info(
+                    "recovery of node %d: stream %d already moved on: %s", self._node.node_id, stream.stream_id, exc
+                )
+
+    async def shutdown(self) -> None:
+        """Uploads everything, closes open streams, then the WAL and the store. Safe to call twice."""
+        if self._state in ("stopped", "halted"):
+            return
+        self._state = "stopping"
+        await self._stop_timer()
+        try:
+            await self._flush(None)
+        except StorageError as exc:
+            logger.error("shutdown of node %d: upload failed, data stays in the WAL: %s", self._node.node_id, exc)
+        streams = list(self._client.open_streams.values())
+        results = await asyncio.gather(*(s.close() for s in streams), return_exceptions=True)
+        for stream, result in zip(streams, results, strict=True):
+            if isinstance(result, BaseException):
+                logger.error(
+                    "shutdown of node %d: closing stream %d failed: %s", self._node.node_id, stream.stream_id, result
+                )
+        await self._uploader.close()
+        await self._wal.close()
+        await self._store.close()
+        self._state = "stopped"
+        logger.info("storage engine of node %d stopped", self._node.node_id)
+
+    async def halt(self) -> None:
+        """Stops without uploading, closing streams or trimming the WAL: the state a crash leaves behind (for
+        fencing paths and crash tests). Unacknowledged appends fail."""
+        if self._state in ("stopped", "halted"):
+            return
+        self._state = "halted"
+        await self._stop_timer()
+        await self._uploader.close()
+        for stream in list(self._client.open_streams.values()):
+            stream.abandon()
+        with contextlib.suppress(Exception):
+            await self._wal.close()
+        with contextlib.suppress(Exception):
+            await self._store.close()
+
+    async def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+            self._timer = None
+
+    async def force_upload(self, stream_id: int | None = None) -> None:
+        """Uploads and commits everything appended so far (all streams share the block, so ``stream_id`` only
+        names the reason in logs)."""
+        await self._flush(stream_id)
+
+    # ---------------------------------------------------------------------------------------------- internals
+
+    async def _flush(self, stream_id: int | None) -> None:
+        sealed = self._log_cache.seal()
+        if sealed is not None:
+            logger.debug(
+                "forced upload of cache block %d (%d bytes)%s",
+                sealed.block_id,
+                sealed.size,
+                f" for stream {stream_id}" if stream_id is not None else "",
+            )
+            self._submit(sealed)
+        await self._uploader.drain()
+
+    def _submit(self, block: CacheBlock) -> None:
+        future = self._uploader.submit(block)
+        future.add_done_callback(_consume)
+
+    async def _on_committed(self, block: CacheBlock) -> None:
+        """Trims the WAL up to the oldest record not yet in object storage, then frees the block in the cache."""
+        floors = [
+            b.min_wal_offset
+            for b in self._log_cache.unuploaded_blocks()
+            if b is not block and b.min_wal_offset is not None
+        ]
+        pending = self._client.pending_wal_floor()
+        if pending is not None:
+            floors.append(pending)
+        trim_to = min(floors) if floors else block.wal_end
+        if trim_to > self._trimmed_to:
+            try:
+                await self._wal.trim(trim_to)
+                self._trimmed_to = trim_to
+            except StorageError as exc:
+                logger.warning(
+                    "node %d: WAL trim to %d failed (retried after the next upload): %s",
+                    self._node.node_id,
+                    trim_to,
+                    exc,
+                )
+        self._log_cache.mark_uploaded(block)
+
+    async def _upload_timer(self) -> None:
+        interval = self._config.wal_upload_interval_ms / 1000
+        tick = max(0.01, min(1.0, interval / 4))
+        while True:
+            await asyncio.sleep(tick)
+            active = self._log_cache.active
+            if not active.empty and time.monotonic() - active.created >= interval:
+                sealed = self._log_cache.seal()
+                if sealed is not None:
+                    logger.debug("upload interval: sealing cache block %d (%d bytes)", sealed.block_id, sealed.size)
+                    self._submit(sealed)
+
+    def _cache_full(self) -> None:
+        sealed = self._log_cache.seal()
+        if sealed is not None:
+            logger.debug("LogCache full: sealing cache block %d (%d bytes) early", sealed.block_id, sealed.size)
+            self._submit(sealed)
+
+    def _readahead_evicted(self, stream_id: int) -> None:
+        self._read_path.readahead_evicted(stream_id)
+
+    async def _write(self, batch: StreamRecordBatch) -> WALRecord:
+        await self._log_cache.reserve(batch.size)
+        record = await self._wal.append(batch)
+        self._appends += 1
+        self._bytes_appended += batch.size
+        return record
+
+    def _cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
+        sealed = self._log_cache.put(batch, record.offset, record.next_offset)
+        if sealed is not None:
+            self._submit(sealed)
+
+
+class _EngineIO:
+    """The engine as seen by streams (``storage.streams.StreamIO``)."""
+
+    def __init__(self, engine: StorageEngine) -> None:
+        self._engine = engine
+
+    @property
+    def node(self) -> NodeIdentity:
+        return self._engine.node
+
+    @property
+    def metadata(self) -> StreamMetadata:
+        return self._engine.metadata
+
+    async def write(self, batch: StreamRecordBatch) -> WALRecord:
+        return await self._engine._write(batch)
+
+    def write_failed(self, batch: StreamRecordBatch) -> None:
+        self._engine.log_cache.release(batch.size)
+
+    def cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
+        self._engine._cache(batch, record)
+
+    def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
+        return self._engine.log_cache.read(stream_id, start, end, max_bytes)
+
+    def cache_first_offset(self, stream_id: int) -> int | None:
+        return self._engine.log_cache.first_offset(stream_id)
+
+    async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
+        return await self._engine.read_path.read(stream_id, start, end, max_bytes)
+
+    async def flush(self, stream_id: int | None) -> None:
+        await self._engine._flush(stream_id)
+
+    def stream_closed(self, stream: StorageStream) -> None:
+        self._engine._client.discard(stream)
+        self._engine.log_cache.forget(stream.stream_id)
+        self._engine.read_path.forget(stream.stream_id)
+
+
+async def _nothing(_block: CacheBlock) -> None:
+    return None
+
+
+def _consume(future: asyncio.Future[None]) -> None:
+    """Upload futures nobody awaits: their failures are already logged by the pipeline."""
+    if not future.cancelled():
+        exc = future.exception()
+        if exc is not None and not isinstance(exc, StreamError):
+            logger.debug("background upload ended with %r", exc)

@@ -1,0 +1,728 @@
+"""``InMemoryStreamMetadata``: the StreamMetadata state machine, in process (DESIGN.md §3, §6.4, §8, §10).
+
+Every mutating call follows the same steps under one lock: validate the request against the current state
+(node epoch, stream epoch and range ownership, commit continuity, object states), build the metadata records
+that express the change, hand them to the optional ``sink`` (the controller replicates them there before they
+take effect) and finally apply them with ``apply``. ``apply`` is pure state transition and is also what replays
+a metadata log or a ``snapshot()`` on restart, so validation never lives in it.
+
+The embedded single-node broker uses this class directly; the controller quorum wraps the same state machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from storage.errors import (
+    CompactedObjectsNotFoundError,
+    NodeEpochExpiredError,
+    ObjectNotPreparedError,
+    OffsetNotMatchedError,
+    StorageError,
+    StreamFencedError,
+    StreamNotClosedError,
+    StreamNotFoundError,
+    StreamNotOpenedError,
+)
+from storage.metadata.api import (
+    CommitStreamObjectRequest,
+    CommitStreamSetObjectRequest,
+    NodeIdentity,
+    ObjectState,
+    ObjectStreamRange,
+    ObjectType,
+    OpeningStream,
+    OpenStreamResult,
+    RangeMetadata,
+    S3ObjectMetadata,
+    StreamMetadataRecord,
+    StreamState,
+)
+from storage.metadata.records import (
+    KVRecord,
+    NextObjectIdRecord,
+    NextStreamIdRecord,
+    NodeEpochRecord,
+    ObjectRecord,
+    RangeEntry,
+    RangeRecord,
+    Record,
+    RemoveKVRecord,
+    RemoveObjectRecord,
+    RemoveRangeRecord,
+    RemoveStreamObjectRecord,
+    RemoveStreamRecord,
+    RemoveStreamSetObjectRecord,
+    StreamEndOffsetsRecord,
+    StreamObjectRecord,
+    StreamRecord,
+    StreamSetObjectRecord,
+)
+
+logger = logging.getLogger(__name__)
+
+Sink = Callable[[Sequence[Record]], Awaitable[None]]
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _Stream:
+    stream_id: int
+    epoch: int
+    range_index: int
+    start_offset: int
+    state: StreamState
+    tags: tuple[tuple[str, str], ...]
+    end_offset: int = 0
+    ranges: dict[int, RangeMetadata] = field(default_factory=dict)
+
+    @property
+    def current_range(self) -> RangeMetadata | None:
+        return self.ranges.get(self.range_index)
+
+
+@dataclass(slots=True)
+class _Object:
+    object_id: int
+    size: int
+    state: ObjectState
+    timestamp_ms: int
+    object_type: ObjectType
+
+
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    """Where one stream's offsets ``[start, end)`` live: in object ``object_id`` (a stream-set or stream object)."""
+
+    start: int
+    end: int
+    object_id: int
+
+
+class _StreamIndex:
+    """A stream's committed objects ordered by offset, for ``get_objects`` without scanning."""
+
+    __slots__ = ("_ends", "_items")
+
+    def __init__(self) -> None:
+        self._items: list[_Placement] = []
+        self._ends: list[int] = []
+
+    def add(self, placement: _Placement) -> None:
+        i = bisect.bisect_left(self._ends, placement.end)
+        self._items.insert(i, placement)
+        self._ends.insert(i, placement.end)
+
+    def remove(self, object_id: int) -> None:
+        keep = [p for p in self._items if p.object_id != object_id]
+        if len(keep) != len(self._items):
+            self._items = keep
+            self._ends = [p.end for p in keep]
+
+    def from_offset(self, offset: int) -> Iterable[_Placement]:
+        """Placements ending after ``offset``, in offset order."""
+        i = bisect.bisect_right(self._ends, offset)
+        return self._items[i:]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class InMemoryStreamMetadata:
+    """The StreamMetadata state machine. ``clock`` gives milliseconds (deadlines, mark times, data times)."""
+
+    def __init__(
+        self,
+        *,
+        sink: Sink | None = None,
+        clock: Clock = wall_clock_ms,
+        object_delete_retention_ms: int = 60_000,
+    ) -> None:
+        self._sink = sink
+        self._clock = clock
+        self._retention_ms = object_delete_retention_ms
+        self._lock = asyncio.Lock()
+        self._next_stream_id = 0
+        self._next_object_id = 0
+        self._nodes: dict[int, int] = {}
+        self._streams: dict[int, _Stream] = {}
+        self._objects: dict[int, _Object] = {}
+        self._stream_set_objects: dict[int, StreamSetObjectRecord] = {}
+        self._stream_objects: dict[int, StreamObjectRecord] = {}
+        self._index: dict[int, _StreamIndex] = {}
+        self._kv: dict[str, bytes] = {}
+
+    # ------------------------------------------------------------------------------------------ state machine
+
+    def apply(self, record: Record) -> None:
+        """Applies one record to the state. No validation: records are facts already decided."""
+        match record:
+            case StreamRecord():
+                stream = self._streams.get(record.stream_id)
+                if stream is None:
+                    self._streams[record.stream_id] = _Stream(
+                        record.stream_id,
+                        record.epoch,
+                        record.range_index,
+                        record.start_offset,
+                        record.state,
+                        record.tags,
+                    )
+                    self._index.setdefault(record.stream_id, _StreamIndex())
+                else:
+                    stream.epoch = record.epoch
+                    stream.range_index = record.range_index
+                    stream.start_offset = record.start_offset
+                    stream.state = record.state
+                    stream.tags = record.tags
+            case RemoveStreamRecord():
+                self._streams.pop(record.stream_id, None)
+            case RangeRecord():
+                stream = self._streams[record.stream_id]
+                stream.ranges[record.range_index] = RangeMetadata(
+                    record.epoch, record.range_index, record.node_id, record.start_offset, record.end_offset
+                )
+                if record.range_index == stream.range_index:
+                    stream.end_offset = record.end_offset
+            case RemoveRangeRecord():
+                self._streams[record.stream_id].ranges.pop(record.range_index, None)
+            case StreamEndOffsetsRecord():
+                for stream_id, end in record.offsets:
+                    stream = self._streams[stream_id]
+                    stream.end_offset = end
+                    current = stream.current_range
+                    if current is not None:
+                        stream.ranges[current.range_index] = RangeMetadata(
+                            current.epoch, current.range_index, current.node_id, current.start_offset, end
+                        )
+            case ObjectRecord():
+                self._objects[record.object_id] = _Object(
+                    record.object_id, record.object_size, record.state, record.timestamp_ms, record.object_type
+                )
+            case RemoveObjectRecord():
+                self._objects.pop(record.object_id, None)
+            case StreamSetObjectRecord():
+                self._stream_set_objects[record.object_id] = record
+                for r in record.ranges:
+                    self._index.setdefault(r.stream_id, _StreamIndex()).add(
+                        _Placement(r.start_offset, r.end_offset, record.object_id)
+                    )
+            case RemoveStreamSetObjectRecord():
+                sso = self._stream_set_objects.pop(record.object_id, None)
+                if sso is not None:
+                    for r in sso.ranges:
+                        self._drop_placement(r.stream_id, record.object_id)
+            case StreamObjectRecord():
+                self._stream_objects[record.object_id] = record
+                self._index.setdefault(record.stream_id, _StreamIndex()).add(
+                    _Placement(record.start_offset, record.end_offset, record.object_id)
+                )
+            case RemoveStreamObjectRecord():
+                if self._stream_objects.pop(record.object_id, None) is not None:
+                    self._drop_placement(record.stream_id, record.object_id)
+            case NextStreamIdRecord():
+                self._next_stream_id = record.next_stream_id
+            case NextObjectIdRecord():
+                self._next_object_id = record.next_object_id
+            case NodeEpochRecord():
+                self._nodes[record.node_id] = record.node_epoch
+            case KVRecord():
+                self._kv[record.key] = record.value
+            case RemoveKVRecord():
+                self._kv.pop(record.key, None)
+            case _:
+                raise StorageError(f"stream metadata cannot apply {type(record).__name__}")
+
+    def _drop_placement(self, stream_id: int, object_id: int) -> None:
+        index = self._index.get(stream_id)
+        if index is None:
+            return
+        index.remove(object_id)
+        if not len(index) and stream_id not in self._streams:
+            del self._index[stream_id]
+
+    def snapshot(self) -> list[Record]:
+        """Records that rebuild the current state when applied to an empty instance, in a valid order."""
+        out: list[Record] = [NextStreamIdRecord(self._next_stream_id), NextObjectIdRecord(self._next_object_id)]
+        out += [NodeEpochRecord(node, epoch) for node, epoch in sorted(self._nodes.items())]
+        ends: list[tuple[int, int]] = []
+        for s in sorted(self._streams.values(), key=lambda s: s.stream_id):
+            out.append(StreamRecord(s.stream_id, s.epoch, s.range_index, s.start_offset, s.state, s.tags))
+            out += [
+                RangeRecord(s.stream_id, r.epoch, r.range_index, r.node_id, r.start_offset, r.end_offset)
+                for r in sorted(s.ranges.values(), key=lambda r: r.range_index)
+            ]
+            ends.append((s.stream_id, s.end_offset))
+        if ends:
+            out.append(StreamEndOffsetsRecord(tuple(ends)))
+        out += [
+            ObjectRecord(o.object_id, o.size, o.state, o.timestamp_ms, o.object_type)
+            for o in sorted(self._objects.values(), key=lambda o: o.object_id)
+        ]
+        out += [self._stream_set_objects[i] for i in sorted(self._stream_set_objects)]
+        out += [self._stream_objects[i] for i in sorted(self._stream_objects)]
+        out += [KVRecord(k, v) for k, v in sorted(self._kv.items())]
+        return out
+
+    async def _commit(self, records: Sequence[Record]) -> None:
+        """Persists (via the sink) then applies; called with the lock held so decisions and effects stay atomic."""
+        if not records:
+            return
+        if self._sink is not None:
+            await self._sink(records)
+        for record in records:
+            self.apply(record)
+
+    # ------------------------------------------------------------------------------------------- validation
+
+    def _check_node(self, node: NodeIdentity) -> None:
+        registered = self._nodes.get(node.node_id)
+        if registered is not None and node.node_epoch < registered:
+            raise NodeEpochExpiredError(
+                f"node {node.node_id}: epoch {node.node_epoch} is older than the registered epoch {registered}"
+            )
+
+    def _stream(self, stream_id: int) -> _Stream:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            raise StreamNotFoundError(stream_id)
+        return stream
+
+    def _check_owner(self, node: NodeIdentity, stream: _Stream, epoch: int, action: str) -> None:
+        if epoch != stream.epoch:
+            raise StreamFencedError(
+                f"stream {stream.stream_id}: cannot {action} at epoch {epoch}, the stream is at epoch {stream.epoch}"
+            )
+        current = stream.current_range
+        if current is None or current.node_id != node.node_id:
+            owner = current.node_id if current is not None else None
+            raise StreamFencedError(
+                f"stream {stream.stream_id}: node {node.node_id} cannot {action}, epoch {epoch} is owned by node "
+                f"{owner}"
+            )
+
+    # ------------------------------------------------------------------------------------------------ nodes
+
+    async def register_node(self, node_id: int, node_epoch: int) -> None:
+        """Records the node's epoch (its start time); requests with a lower epoch are then rejected."""
+        async with self._lock:
+            registered = self._nodes.get(node_id)
+            if registered is not None and node_epoch < registered:
+                raise NodeEpochExpiredError(
+                    f"node {node_id}: cannot register epoch {node_epoch}, epoch {registered} is already registered"
+                )
+            if registered != node_epoch:
+                await self._commit([NodeEpochRecord(node_id, node_epoch)])
+
+    # ---------------------------------------------------------------------------------------------- streams
+
+    async def create_stream(self, node: NodeIdentity, tags: Sequence[tuple[str, str]] = ()) -> int:
+        async with self._lock:
+            self._check_node(node)
+            stream_id = self._next_stream_id
+            await self._commit(
+                [
+                    NextStreamIdRecord(stream_id + 1),
+                    StreamRecord(stream_id, -1, -1, 0, StreamState.CLOSED, tuple((k, v) for k, v in tags)),
+                ]
+            )
+            logger.debug("created stream %d for node %d", stream_id, node.node_id)
+            return stream_id
+
+    async def open_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> OpenStreamResult:
+        async with self._lock:
+            self._check_node(node)
+            stream = self._stream(stream_id)
+            if epoch < stream.epoch:
+                raise StreamFencedError(
+                    f"stream {stream_id}: cannot open at epoch {epoch}, the stream is already at epoch {stream.epoch}"
+                )
+            if epoch == stream.epoch:
+                current = stream.current_range
+                if current is None or current.node_id != node.node_id:
+                    raise StreamFencedError(
+                        f"stream {stream_id}: epoch {epoch} belongs to node "
+                        f"{current.node_id if current else None}, not node {node.node_id}"
+                    )
+                if stream.state != StreamState.OPENED:
+                    await self._commit([self._stream_record(stream, state=StreamState.OPENED)])
+                return OpenStreamResult(stream.start_offset, stream.end_offset)
+            if stream.state != StreamState.CLOSED:
+                current = stream.current_range
+                raise StreamNotClosedError(
+                    f"stream {stream_id}: cannot open at epoch {epoch}, it is still opened at epoch {stream.epoch} "
+                    f"by node {current.node_id if current else None}"
+                )
+            range_index = stream.range_index + 1
+            await self._commit(
+                [
+                    StreamRecord(stream_id, epoch, range_index, stream.start_offset, StreamState.OPENED, stream.tags),
+                    RangeRecord(stream_id, epoch, range_index, node.node_id, stream.end_offset, stream.end_offset),
+                ]
+            )
+            logger.debug("node %d opened stream %d at epoch %d", node.node_id, stream_id, epoch)
+            return OpenStreamResult(stream.start_offset, stream.end_offset)
+
+    @staticmethod
+    def _stream_record(
+        stream: _Stream, *, state: StreamState | None = None, start_offset: int | None = None
+    ) -> StreamRecord:
+        return StreamRecord(
+            stream.stream_id,
+            stream.epoch,
+            stream.range_index,
+            stream.start_offset if start_offset is None else start_offset,
+            stream.state if state is None else state,
+            stream.tags,
+        )
+
+    async def close_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
+        async with self._lock:
+            self._check_node(node)
+            stream = self._stream(stream_id)
+            self._check_owner(node, stream, epoch, "close")
+            if stream.state == StreamState.CLOSED:
+                return
+            await self._commit([self._stream_record(stream, state=StreamState.CLOSED)])
+            logger.debug("node %d closed stream %d at epoch %d", node.node_id, stream_id, epoch)
+
+    async def trim_stream(self, node: NodeIdentity, stream_id: int, epoch: int, new_start_offset: int) -> None:
+        async with self._lock:
+            self._check_node(node)
+            stream = self._stream(stream_id)
+            self._check_owner(node, stream, epoch, "trim")
+            if stream.state != StreamState.OPENED:
+                raise StreamNotOpenedError(f"stream {stream_id}: cannot trim a closed stream")
+            if new_start_offset <= stream.start_offset:
+                return
+            records: list[Record] = [self._stream_record(stream, start_offset=new_start_offset)]
+            records += [
+                RemoveRangeRecord(stream_id, r.range_index)
+                for r in stream.ranges.values()
+                if r.range_index != stream.range_index and r.end_offset <= new_start_offset
+            ]
+            await self._commit(records)
+
+    async def delete_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
+        async with self._lock:
+            self._check_node(node)
+            stream = self._stream(stream_id)
+            if epoch < stream.epoch:
+                raise StreamFencedError(
+                    f"stream {stream_id}: cannot delete at epoch {epoch}, the stream is at epoch {stream.epoch}"
+                )
+            if stream.state != StreamState.CLOSED:
+                raise StreamNotClosedError(f"stream {stream_id}: close it before deleting it")
+            await self._commit([RemoveStreamRecord(stream_id)])
+            logger.debug("node %d deleted stream %d", node.node_id, stream_id)
+
+    async def get_streams(self, stream_ids: Sequence[int]) -> list[StreamMetadataRecord]:
+        out = []
+        for stream_id in stream_ids:
+            s = self._streams.get(stream_id)
+            if s is not None:
+                out.append(
+                    StreamMetadataRecord(
+                        s.stream_id,
+                        s.epoch,
+                        s.state,
+                        s.start_offset,
+                        s.end_offset,
+                        tuple(sorted(s.ranges.values(), key=lambda r: r.range_index)),
+                        s.tags,
+                    )
+                )
+        return out
+
+    async def get_opening_streams(self, node: NodeIdentity) -> list[OpeningStream]:
+        out = []
+        for s in self._streams.values():
+            current = s.current_range
+            if s.state == StreamState.OPENED and current is not None and current.node_id == node.node_id:
+                out.append(OpeningStream(s.stream_id, s.epoch, s.start_offset, s.end_offset))
+        return sorted(out, key=lambda o: o.stream_id)
+
+    # ---------------------------------------------------------------------------------------------- objects
+
+    async def prepare_objects(self, node: NodeIdentity, count: int, ttl_ms: int) -> int:
+        if count <= 0:
+            raise ValueError(f"node {node.node_id}: prepare_objects needs a positive count, got {count}")
+        async with self._lock:
+            self._check_node(node)
+            first = self._next_object_id
+            deadline = self._clock() + ttl_ms
+            records: list[Record] = [NextObjectIdRecord(first + count)]
+            records += [ObjectRecord(i, 0, ObjectState.PREPARED, deadline) for i in range(first, first + count)]
+            await self._commit(records)
+            return first
+
+    def _check_prepared(self, object_id: int, now: int, what: str) -> None:
+        obj = self._objects.get(object_id)
+        if obj is None or obj.state != ObjectState.PREPARED:
+            state = obj.state.name if obj is not None else "unknown"
+            raise ObjectNotPreparedError(f"{what}: object {object_id} is not prepared (it is {state})")
+        if obj.timestamp_ms < now:
+            raise ObjectNotPreparedError(f"{what}: object {object_id} missed its commit deadline")
+
+    def _is_committed(self, object_id: int) -> bool:
+        obj = self._objects.get(object_id)
+        return obj is not None and obj.state == ObjectState.COMMITTED
+
+    async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None:
+        async with self._lock:
+            self._check_node(request.node)
+            what = f"node {request.node.node_id} commit of object {request.object_id}"
+            new_ids = [request.object_id] if request.object_id != -1 else []
+            new_ids += [so.object_id for so in request.stream_objects]
+            if new_ids and all(self._is_committed(i) for i in new_ids):
+                logger.info("%s: already committed, nothing to do", what)
+                return
+            if not new_ids and not request.compacted_object_ids:
+                return
+            now = self._clock()
+            for object_id in new_ids:
+                self._check_prepared(object_id, now, what)
+            compacted = [self._stream_set_objects.get(i) for i in request.compacted_object_ids]
+            if request.compacted_object_ids:
+                missing = [i for i, sso in zip(request.compacted_object_ids, compacted, strict=True) if sso is None]
+                if missing:
+                    raise CompactedObjectsNotFoundError(f"{what}: compacted stream-set objects {missing} not found")
+                ends: list[tuple[int, int]] = []
+            else:
+                ends = self._check_continuity(request, what)
+
+            records: list[Record] = []
+            order_id = request.order_id
+            data_time = request.data_time_ms or now
+            if request.compacted_object_ids:
+                olds = [c for c in compacted if c is not None]
+                order_id = min(c.order_id for c in olds) if order_id == -1 else order_id
+                data_time = min(c.data_time_ms for c in olds) if not request.data_time_ms else data_time
+            if request.object_id != -1:
+                records.append(
+                    ObjectRecord(
+                        request.object_id, request.object_size, ObjectState.COMMITTED, now, ObjectType.STREAM_SET
+                    )
+                )
+                ranges = tuple(
+                    RangeEntry(r.stream_id, r.start_offset, r.end_offset)
+                    for r in sorted(request.ranges, key=lambda r: (r.stream_id, r.start_offset))
+                    if r.end_offset > r.start_offset and r.stream_id in self._streams
+                )
+                records.append(
+                    StreamSetObjectRecord(
+                        request.node.node_id,
+                        request.object_id,
+                        request.object_id if order_id == -1 else order_id,
+                        data_time,
+                        ranges,
+                    )
+                )
+            for so in request.stream_objects:
+                records.append(
+                    ObjectRecord(so.object_id, so.object_size, ObjectState.COMMITTED, now, ObjectType.STREAM)
+                )
+                records.append(
+                    StreamObjectRecord(so.stream_id, so.object_id, so.start_offset, so.end_offset, data_time)
+                )
+            for old in compacted:
+                if old is not None:
+                    records.append(RemoveStreamSetObjectRecord(old.node_id, old.object_id))
+                    records.append(self._mark_destroyed(old.object_id, now))
+            if ends:
+                records.append(StreamEndOffsetsRecord(tuple(ends)))
+            await self._commit(records)
+
+    def _check_continuity(self, request: CommitStreamSetObjectRequest, what: str) -> list[tuple[int, int]]:
+        """Validates an upload commit: every range continues its stream's committed end, owned by the caller.
+        Returns the new end offsets."""
+        per_stream: dict[int, list[tuple[int, int, int]]] = {}
+        for r in request.ranges:
+            per_stream.setdefault(r.stream_id, []).append((r.start_offset, r.end_offset, r.stream_epoch))
+        for so in request.stream_objects:
+            per_stream.setdefault(so.stream_id, []).append((so.start_offset, so.end_offset, so.stream_epoch))
+        ends = []
+        for stream_id, ranges in sorted(per_stream.items()):
+            stream = self._stream(stream_id)
+            if stream.state != StreamState.OPENED:
+                raise StreamNotOpenedError(f"{what}: stream {stream_id} is not opened")
+            epochs = {e for _s, _e, e in ranges if e != -1}
+            for epoch in epochs:
+                self._check_owner(request.node, stream, epoch, "commit")
+            if not epochs:
+                self._check_owner(request.node, stream, stream.epoch, "commit")
+            expected = stream.end_offset
+            for start, end, _epoch in sorted(ranges):
+                if start != expected or end < start:
+                    raise OffsetNotMatchedError(
+                        f"{what}: stream {stream_id} range [{start}, {end}) does not start at the committed end "
+                        f"{expected}"
+                    )
+                expected = end
+            ends.append((stream_id, expected))
+        return ends
+
+    def _mark_destroyed(self, object_id: int, now: int) -> ObjectRecord:
+        obj = self._objects.get(object_id)
+        size = obj.size if obj is not None else 0
+        kind = obj.object_type if obj is not None else ObjectType.STREAM_SET
+        return ObjectRecord(object_id, size, ObjectState.MARK_DESTROYED, now, kind)
+
+    async def commit_stream_object(self, request: CommitStreamObjectRequest) -> None:
+        async with self._lock:
+            self._check_node(request.node)
+            what = f"node {request.node.node_id} commit of stream object {request.object_id}"
+            if request.object_id != -1 and self._is_committed(request.object_id):
+                logger.info("%s: already committed, nothing to do", what)
+                return
+            now = self._clock()
+            if request.object_id != -1:
+                self._check_prepared(request.object_id, now, what)
+            sources = [self._stream_objects.get(i) for i in request.source_object_ids]
+            missing = [
+                i
+                for i, so in zip(request.source_object_ids, sources, strict=True)
+                if so is None or so.stream_id != request.stream_id
+            ]
+            if missing:
+                raise CompactedObjectsNotFoundError(
+                    f"{what}: source stream objects {missing} of stream {request.stream_id} not found"
+                )
+            records: list[Record] = []
+            if request.object_id != -1:
+                data_time = request.data_time_ms or min((s.data_time_ms for s in sources if s is not None), default=now)
+                records.append(
+                    ObjectRecord(request.object_id, request.object_size, ObjectState.COMMITTED, now, ObjectType.STREAM)
+                )
+                records.append(
+                    StreamObjectRecord(
+                        request.stream_id, request.object_id, request.start_offset, request.end_offset, data_time
+                    )
+                )
+            for source in sources:
+                if source is not None:
+                    records.append(RemoveStreamObjectRecord(source.stream_id, source.object_id))
+                    records.append(self._mark_destroyed(source.object_id, now))
+            await self._commit(records)
+
+    def _metadata_of(self, object_id: int, stream_id: int | None) -> S3ObjectMetadata:
+        obj = self._objects[object_id]
+        sso = self._stream_set_objects.get(object_id)
+        if sso is not None:
+            ranges = tuple(
+                ObjectStreamRange(r.stream_id, r.start_offset, r.end_offset)
+                for r in sso.ranges
+                if stream_id is None or r.stream_id == stream_id
+            )
+            return S3ObjectMetadata(
+                object_id, obj.size, ObjectType.STREAM_SET, ranges, sso.order_id, sso.data_time_ms, sso.node_id
+            )
+        so = self._stream_objects[object_id]
+        return S3ObjectMetadata(
+            object_id,
+            obj.size,
+            ObjectType.STREAM,
+            (ObjectStreamRange(so.stream_id, so.start_offset, so.end_offset),),
+            object_id,
+            so.data_time_ms,
+        )
+
+    async def get_objects(
+        self, stream_id: int, start_offset: int, end_offset: int, limit: int
+    ) -> list[S3ObjectMetadata]:
+        """For a stream-set object the returned ranges are only ``stream_id``'s (what a reader needs)."""
+        stream = self._streams.get(stream_id)
+        index = self._index.get(stream_id)
+        if stream is None or index is None:
+            return []
+        out: list[S3ObjectMetadata] = []
+        expected: int | None = None
+        for placement in index.from_offset(max(start_offset, stream.start_offset)):
+            if len(out) >= limit or (end_offset != -1 and placement.start >= end_offset):
+                break
+            if expected is not None and placement.start != expected:
+                break
+            out.append(self._metadata_of(placement.object_id, stream_id))
+            expected = placement.end
+        return out
+
+    async def get_stream_set_objects(self, node_id: int) -> list[S3ObjectMetadata]:
+        ssos = [s for s in self._stream_set_objects.values() if s.node_id == node_id]
+        ssos.sort(key=lambda s: (s.order_id, s.object_id))
+        return [self._metadata_of(s.object_id, None) for s in ssos]
+
+    async def get_stream_objects(self, stream_id: int) -> list[S3ObjectMetadata]:
+        index = self._index.get(stream_id)
+        if index is None:
+            return []
+        return [
+            self._metadata_of(p.object_id, stream_id)
+            for p in index.from_offset(-1)
+            if p.object_id in self._stream_objects
+        ]
+
+    def _referenced(self, stream_id: int, end_offset: int) -> bool:
+        stream = self._streams.get(stream_id)
+        return stream is not None and end_offset > stream.start_offset
+
+    async def sweep_objects(self, now_ms: int) -> list[int]:
+        async with self._lock:
+            records: list[Record] = []
+            for obj in self._objects.values():
+                if obj.state == ObjectState.PREPARED and obj.timestamp_ms <= now_ms:
+                    logger.info("object %d was prepared but not committed before its deadline", obj.object_id)
+                    records.append(self._mark_destroyed(obj.object_id, now_ms))
+            for so in self._stream_objects.values():
+                if not self._referenced(so.stream_id, so.end_offset):
+                    records.append(RemoveStreamObjectRecord(so.stream_id, so.object_id))
+                    records.append(self._mark_destroyed(so.object_id, now_ms))
+            for sso in self._stream_set_objects.values():
+                if not any(self._referenced(r.stream_id, r.end_offset) for r in sso.ranges):
+                    records.append(RemoveStreamSetObjectRecord(sso.node_id, sso.object_id))
+                    records.append(self._mark_destroyed(sso.object_id, now_ms))
+            await self._commit(records)
+            return sorted(
+                o.object_id
+                for o in self._objects.values()
+                if o.state == ObjectState.MARK_DESTROYED and o.timestamp_ms + self._retention_ms <= now_ms
+            )
+
+    async def remove_objects(self, object_ids: Sequence[int]) -> None:
+        async with self._lock:
+            records: list[Record] = []
+            for object_id in object_ids:
+                obj = self._objects.get(object_id)
+                if obj is None:
+                    continue
+                if obj.state != ObjectState.MARK_DESTROYED:
+                    raise StorageError(f"object {object_id} is {obj.state.name}, not MARK_DESTROYED: not removing it")
+                records.append(RemoveObjectRecord(object_id))
+            await self._commit(records)
+
+    def object_state(self, object_id: int) -> ObjectState | None:
+        """The object's lifecycle state, or None once removed (for operators and tests)."""
+        obj = self._objects.get(object_id)
+        return obj.state if obj is not None else None
+
+    # --------------------------------------------------------------------------------------------------- KV
+
+    async def get_kv(self, key: str) -> bytes | None:
+        return self._kv.get(key)
+
+    async def put_kv(self, key: str, value: bytes) -> None:
+        async with self._lock:
+            await self._commit([KVRecord(key, bytes(value))])
+
+    async def delete_kv(self, key: str) -> None:
+        async with self._lock:
+            if key in self._kv:
+                await self._commit([RemoveKVRecord(key)])

@@ -1,0 +1,395 @@
+"""Typed, versioned metadata records for streams, objects and KV entries (DESIGN.md §8).
+
+Every change to stream metadata is expressed as one of these records. The in-process metadata
+(``storage.metadata.memory``) applies them to its state, and the controller appends the very same records to
+its replicated metadata log, so a follower or a restarted node rebuilds identical state by replaying them.
+
+Wire form: ``type u16 | version u16`` then a compact JSON body. The body is the record's fields in declaration
+order as a JSON array (nested dataclasses become nested arrays, ``bytes`` become base64 strings, enums their
+integer value). Decoding accepts bodies of an older version that lack trailing fields: they take their defaults.
+
+The registry is open: another module (the controller's topic and partition records) adds its own record classes
+with ``@register_record`` and the same codec handles them, as long as the type ids do not collide.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+import struct
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from storage.errors import CorruptObjectError
+from storage.metadata.api import ObjectState, ObjectType, StreamState
+
+
+class MetadataRecord:
+    """Base of every record class: subclasses are frozen dataclasses with a unique ``TYPE`` and a ``VERSION``."""
+
+    TYPE: ClassVar[int]
+    VERSION: ClassVar[int] = 0
+
+
+RecordT = TypeVar("RecordT", bound=type[MetadataRecord])
+
+RECORD_TYPES: dict[int, type[MetadataRecord]] = {}
+"""Type id -> record class, for decoding. Extend it with ``register_record``."""
+
+_HEADER = struct.Struct(">HH")
+
+
+class RecordDecodeError(CorruptObjectError):
+    """A metadata record does not decode (unknown type, newer version, or malformed body)."""
+
+
+def register_record(cls: RecordT) -> RecordT:
+    """Class decorator adding a record class to the registry; rejects a type id already taken by another class."""
+    type_id = cls.TYPE
+    existing = RECORD_TYPES.get(type_id)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"metadata record type {type_id} is already registered by {existing.__name__}")
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} must be a dataclass to be a metadata record")
+    RECORD_TYPES[type_id] = cls
+    return cls
+
+
+# ---------------------------------------------------------------------------------------------------- codec
+
+
+def encode_record(record: MetadataRecord) -> bytes:
+    cls = type(record)
+    if RECORD_TYPES.get(cls.TYPE) is not cls:
+        raise ValueError(f"{cls.__name__} is not a registered metadata record")
+    body = json.dumps(_to_json(record), separators=(",", ":")).encode()
+    return _HEADER.pack(cls.TYPE, cls.VERSION) + body
+
+
+def decode_record(data: bytes | memoryview) -> MetadataRecord:
+    if len(data) < _HEADER.size:
+        raise RecordDecodeError(f"metadata record of {len(data)} bytes is shorter than its 4-byte header")
+    type_id, version = _HEADER.unpack_from(data, 0)
+    cls = RECORD_TYPES.get(type_id)
+    if cls is None:
+        raise RecordDecodeError(f"unknown metadata record type {type_id}")
+    if version > cls.VERSION:
+        raise RecordDecodeError(
+            f"metadata record {cls.__name__} (type {type_id}) has version {version}; this node reads up to "
+            f"{cls.VERSION}"
+        )
+    try:
+        body = json.loads(bytes(data[_HEADER.size :]))
+        return typing.cast(MetadataRecord, _from_json(cls, body))
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise RecordDecodeError(f"metadata record {cls.__name__} (type {type_id}) is malformed: {exc}") from None
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, bool | str | None):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [_to_json(getattr(value, f.name)) for f in dataclasses.fields(value)]
+    if isinstance(value, tuple | list):
+        return [_to_json(item) for item in value]
+    raise TypeError(f"cannot encode {type(value).__name__} in a metadata record")
+
+
+_HINTS: dict[type, list[tuple[str, Any, bool]]] = {}
+
+
+def _fields_of(cls: type) -> list[tuple[str, Any, bool]]:
+    """(name, type hint, has default) per field, resolved once per class."""
+    cached = _HINTS.get(cls)
+    if cached is None:
+        hints = typing.get_type_hints(cls)
+        cached = [
+            (
+                f.name,
+                hints[f.name],
+                f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        ]
+        _HINTS[cls] = cached
+    return cached
+
+
+def _from_json(hint: Any, value: Any) -> Any:
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        if not isinstance(value, list):
+            raise TypeError(f"{hint.__name__}: expected an array, got {type(value).__name__}")
+        fields = _fields_of(hint)
+        if len(value) > len(fields):
+            raise ValueError(f"{hint.__name__}: {len(value)} values for {len(fields)} fields")
+        kwargs: dict[str, Any] = {}
+        for (name, field_hint, _has_default), item in zip(fields, value, strict=False):
+            kwargs[name] = _from_json(field_hint, item)
+        for name, _hint, has_default in fields[len(value) :]:
+            if not has_default:
+                raise ValueError(f"{hint.__name__}: missing field {name!r}")
+        return hint(**kwargs)
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise TypeError(f"expected an array for {hint}, got {type(value).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_json(args[0], item) for item in value)
+        if len(args) != len(value):
+            raise ValueError(f"expected {len(args)} values for {hint}, got {len(value)}")
+        return tuple(_from_json(a, item) for a, item in zip(args, value, strict=True))
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _from_json(options[0], value)
+    if hint is bytes:
+        if not isinstance(value, str):
+            raise TypeError(f"expected base64 text, got {type(value).__name__}")
+        return base64.b64decode(value, validate=True)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected a boolean, got {type(value).__name__}")
+        return value
+    if hint is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"expected an integer, got {type(value).__name__}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {type(value).__name__}")
+        return value
+    if hint is float:
+        return float(value)
+    raise TypeError(f"unsupported field type {hint!r} in a metadata record")
+
+
+# -------------------------------------------------------------------------------------------------- records
+# Type ids follow AutoMQ's metadata record api keys (501..) so they never collide with the controller's
+# topic/partition/broker records, which use Kafka's low numbers.
+
+
+@dataclass(frozen=True, slots=True)
+class RangeEntry:
+    """A stream's offsets ``[start_offset, end_offset)`` inside a stream-set object."""
+
+    stream_id: int
+    start_offset: int
+    end_offset: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class StreamRecord(MetadataRecord):
+    """A stream's current owner epoch, range index, start offset, state and tags (created or updated)."""
+
+    TYPE: ClassVar[int] = 501
+    VERSION: ClassVar[int] = 1
+
+    stream_id: int
+    epoch: int
+    range_index: int
+    start_offset: int
+    state: StreamState
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveStreamRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 502
+
+    stream_id: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RangeRecord(MetadataRecord):
+    """One ownership period of a stream (created when a node opens it with a new epoch)."""
+
+    TYPE: ClassVar[int] = 503
+
+    stream_id: int
+    epoch: int
+    range_index: int
+    node_id: int
+    start_offset: int
+    end_offset: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveRangeRecord(MetadataRecord):
+    """A range whose offsets are all trimmed away."""
+
+    TYPE: ClassVar[int] = 504
+
+    stream_id: int
+    range_index: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class StreamObjectRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 505
+
+    stream_id: int
+    object_id: int
+    start_offset: int
+    end_offset: int
+    data_time_ms: int = 0
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveStreamObjectRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 506
+
+    stream_id: int
+    object_id: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class StreamSetObjectRecord(MetadataRecord):
+    """A node's stream-set object and the stream ranges it holds, sorted by stream id."""
+
+    TYPE: ClassVar[int] = 507
+
+    node_id: int
+    object_id: int
+    order_id: int
+    data_time_ms: int
+    ranges: tuple[RangeEntry, ...]
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveStreamSetObjectRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 508
+
+    node_id: int
+    object_id: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class ObjectRecord(MetadataRecord):
+    """An object's lifecycle state. ``timestamp_ms`` is the deadline while PREPARED and the mark time once
+    MARK_DESTROYED (it is unused while COMMITTED)."""
+
+    TYPE: ClassVar[int] = 509
+    VERSION: ClassVar[int] = 1
+
+    object_id: int
+    object_size: int
+    state: ObjectState
+    timestamp_ms: int
+    object_type: ObjectType = ObjectType.STREAM_SET
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveObjectRecord(MetadataRecord):
+    """The object is physically deleted; its id is gone for good."""
+
+    TYPE: ClassVar[int] = 510
+
+    object_id: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class NextStreamIdRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 511
+
+    next_stream_id: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class NextObjectIdRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 512
+
+    next_object_id: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class NodeEpochRecord(MetadataRecord):
+    """The epoch a node registered with; requests carrying a lower one are rejected."""
+
+    TYPE: ClassVar[int] = 513
+
+    node_id: int
+    node_epoch: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class StreamEndOffsetsRecord(MetadataRecord):
+    """New committed end offsets ``(stream_id, end_offset)`` after a commit."""
+
+    TYPE: ClassVar[int] = 515
+
+    offsets: tuple[tuple[int, int], ...]
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class KVRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 516
+
+    key: str
+    value: bytes
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveKVRecord(MetadataRecord):
+    TYPE: ClassVar[int] = 517
+
+    key: str
+
+
+StreamMetadataRecordType = (
+    StreamRecord
+    | RemoveStreamRecord
+    | RangeRecord
+    | RemoveRangeRecord
+    | StreamObjectRecord
+    | RemoveStreamObjectRecord
+    | StreamSetObjectRecord
+    | RemoveStreamSetObjectRecord
+    | ObjectRecord
+    | RemoveObjectRecord
+    | NextStreamIdRecord
+    | NextObjectIdRecord
+    | NodeEpochRecord
+    | StreamEndOffsetsRecord
+    | KVRecord
+    | RemoveKVRecord
+)
+"""The records this package defines (the controller may register more)."""
+
+STREAM_RECORD_TYPES: tuple[type[MetadataRecord], ...] = typing.get_args(StreamMetadataRecordType)
+
+RecordSink = Callable[[typing.Sequence[MetadataRecord]], typing.Awaitable[None]]
+"""Where mutating metadata calls send their records before applying them (the controller's log)."""
+
+Record = MetadataRecord
+"""Short name used by the metadata state machine and the controller."""

@@ -1,0 +1,254 @@
+"""Reading committed stream data from object storage through the block cache (DESIGN.md §7).
+
+The stream fetch path asks the LogCache first; whatever it cannot serve comes from here: the metadata says
+which objects hold the offsets, the object reader supplies each object's index and whole data blocks (adjacent
+blocks in one ranged GET), and decoded blocks are kept in the ``BlockCache``.
+
+Read-ahead: a stream that keeps reading where its previous read ended is catching up sequentially. Each such
+read that misses the cache grows the stream's read-ahead window by one block (up to ``readahead_max``), and a
+miss then also loads that many bytes of the following blocks, but only while the cache has room for them. A
+random read, or read-ahead blocks evicted before anyone read them, shrinks the window back to one block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from storage.cache.block_cache import BlockCache, CachedBlock
+from storage.errors import CorruptObjectError, ObjectNotFoundError
+from storage.metadata.api import S3ObjectMetadata, StreamMetadata
+from storage.objects import format as fmt
+from storage.objects.format import IndexEntry
+from storage.record import StreamRecordBatch
+
+logger = logging.getLogger(__name__)
+
+_OBJECTS_PER_LOOKUP = 4
+_STALE_RETRIES = 2
+
+
+class BlockSource(Protocol):
+    """What the read path needs from ``storage.objects.reader.ObjectReader``."""
+
+    async def index(self, object_id: int, object_size: int | None = None) -> list[IndexEntry]: ...
+
+    async def read_blocks(self, object_id: int, entries: Sequence[IndexEntry]) -> list[bytes]: ...
+
+    def invalidate(self, object_id: int) -> None: ...
+
+    def key(self, object_id: int) -> str: ...
+
+
+@dataclass(slots=True)
+class _ReadAhead:
+    next_offset: int = -1
+    window: int = 0  # bytes beyond the needed blocks to load on a miss
+
+
+@dataclass(slots=True)
+class ReadStats:
+    object_reads: int = 0  # reads that needed object storage
+    blocks_loaded: int = 0
+    readahead_blocks: int = 0
+
+
+class ObjectReadPath:
+    def __init__(
+        self,
+        metadata: StreamMetadata,
+        source: BlockSource,
+        cache: BlockCache,
+        *,
+        block_size: int,
+        readahead_max: int,
+    ) -> None:
+        self._metadata = metadata
+        self._source = source
+        self._cache = cache
+        self._block_size = block_size
+        self._readahead_max = readahead_max
+        self._readahead: dict[int, _ReadAhead] = {}
+        self._loading: dict[tuple[int, int], asyncio.Future[CachedBlock]] = {}
+        self.stats = ReadStats()
+
+    def readahead_evicted(self, stream_id: int) -> None:
+        """Block-cache callback: read-ahead for ``stream_id`` loaded more than the cache could hold."""
+        state = self._readahead.get(stream_id)
+        if state is not None:
+            state.window = 0
+
+    def forget(self, stream_id: int) -> None:
+        self._readahead.pop(stream_id, None)
+
+    def readahead_window(self, stream_id: int) -> int:
+        state = self._readahead.get(stream_id)
+        return state.window if state is not None else 0
+
+    async def read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
+        """Batches of ``stream_id`` from the one containing ``start`` towards ``end``, within ``max_bytes`` of
+        payload (the first batch always). Stops early where committed objects end."""
+        for attempt in range(_STALE_RETRIES + 1):
+            try:
+                return await self._read(stream_id, start, end, max_bytes)
+            except ObjectNotFoundError as exc:
+                # Compaction replaced an object between the metadata lookup and the GET: look up again.
+                if attempt == _STALE_RETRIES:
+                    raise
+                logger.info("stream %d: %s; looking the objects up again", stream_id, exc)
+        raise AssertionError("unreachable")
+
+    async def _read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
+        state = self._readahead.setdefault(stream_id, _ReadAhead())
+        sequential = state.next_offset == start
+        out: list[StreamRecordBatch] = []
+        budget = max_bytes
+        cursor = start
+        missed = False
+        while cursor < end and (not out or budget > 0):
+            objects = await self._metadata.get_objects(stream_id, cursor, end, _OBJECTS_PER_LOOKUP)
+            if not objects:
+                break
+            before = cursor
+            for obj in objects:
+                obj_end = next((r.end_offset for r in obj.ranges if r.stream_id == stream_id), end)
+                while cursor < min(end, obj_end) and (not out or budget > 0):
+                    batches, missed_here = await self._read_object(
+                        stream_id, obj, cursor, end, budget, not out, sequential
+                    )
+                    missed = missed or missed_here
+                    if not batches:
+                        raise CorruptObjectError(
+                            f"object {obj.object_id} ({self._source.key(obj.object_id)}): metadata says it holds "
+                            f"stream {stream_id} from offset {cursor} but its index has no such block"
+                        )
+                    for batch in batches:
+                        budget -= batch.size
+                    out.extend(batches)
+                    cursor = out[-1].last_offset
+                if cursor < min(end, obj_end):
+                    break
+            if cursor == before:
+                break  # the objects listed do not reach the cursor: nothing more is committed here
+        if out:
+            self.stats.object_reads += 1
+            state.next_offset = out[-1].last_offset
+        if missed:
+            if sequential:
+                state.window = min(self._readahead_max, state.window + self._block_size)
+            else:
+                state.window = 0
+        return out
+
+    async def _read_object(  # noqa: PLR0917
+        self,
+        stream_id: int,
+        obj: S3ObjectMetadata,
+        cursor: int,
+        end: int,
+        budget: int,
+        first: bool,
+        sequential: bool,
+    ) -> tuple[list[StreamRecordBatch], bool]:
+        entries = await self._source.index(obj.object_id, obj.object_size)
+        # Payload budget -> block budget: blocks carry headers, so never undershoot what max_bytes allows.
+        needed = fmt.find_blocks(entries, stream_id, cursor, end, budget)
+        if not needed:
+            return [], False
+        blocks: dict[int, CachedBlock] = {}
+        missing: list[IndexEntry] = []
+        for entry in needed:
+            cached = self._cache.get(obj.object_id, entry.position)
+            if cached is not None:
+                blocks[entry.position] = cached
+            else:
+                missing.append(entry)
+        missed = bool(missing)
+        if missing:
+            extra = self._readahead_entries(stream_id, obj.object_id, entries, needed[-1], sequential)
+            loaded = await self._load(obj.object_id, missing, extra)
+            blocks.update(loaded)
+        result: list[StreamRecordBatch] = []
+        remaining = budget
+        for entry in needed:
+            block = blocks[entry.position]
+            for batch in block.batches[block.index_of(cursor) :]:
+                if batch.base_offset >= end:
+                    return result, missed
+                if not (first and not result) and batch.size > remaining:
+                    return result, missed
+                result.append(batch)
+                remaining -= batch.size
+                cursor = batch.last_offset
+        return result, missed
+
+    def _readahead_entries(
+        self, stream_id: int, object_id: int, entries: list[IndexEntry], last: IndexEntry, sequential: bool
+    ) -> list[IndexEntry]:
+        """Blocks after ``last`` in the same object to load along with a miss, if read-ahead is on."""
+        state = self._readahead.get(stream_id)
+        window = state.window if state is not None and sequential else 0
+        window = min(window + (self._block_size if sequential else 0), self._readahead_max)
+        if window <= 0 or self._cache.free < window:
+            return []
+        extra: list[IndexEntry] = []
+        total = 0
+        i = entries.index(last) + 1
+        while i < len(entries) and total < window:
+            entry = entries[i]
+            if entry.stream_id != stream_id:
+                break
+            if not self._cache.contains(object_id, entry.position):
+                extra.append(entry)
+                total += entry.size
+            i += 1
+        return extra
+
+    async def _load(self, object_id: int, missing: list[IndexEntry], extra: list[IndexEntry]) -> dict[int, CachedBlock]:
+        """Loads ``missing`` (and ``extra`` read-ahead) blocks with one reader call, sharing loads in flight."""
+        out: dict[int, CachedBlock] = {}
+        waits: list[tuple[int, asyncio.Future[CachedBlock]]] = []
+        to_fetch: list[IndexEntry] = []
+        for entry in missing:
+            pending = self._loading.get((object_id, entry.position))
+            if pending is not None:
+                waits.append((entry.position, pending))
+            else:
+                to_fetch.append(entry)
+        ahead = [e for e in extra if (object_id, e.position) not in self._loading]
+        fetch_all = sorted(to_fetch + ahead, key=lambda e: e.position)
+        loop = asyncio.get_running_loop()
+        futures = {e.position: loop.create_future() for e in fetch_all}
+        for position, future in futures.items():
+            self._loading[(object_id, position)] = future
+        try:
+            if fetch_all:
+                datas = await self._source.read_blocks(object_id, fetch_all)
+                where = f"object {object_id} ({self._source.key(object_id)})"
+                readahead_positions = {e.position for e in ahead}
+                for entry, data in zip(fetch_all, datas, strict=True):
+                    block = CachedBlock(object_id, entry, list(fmt.parse_block(data, entry, where)))
+                    block.readahead = entry.position in readahead_positions
+                    self._cache.put(block)
+                    futures[entry.position].set_result(block)
+                    if not block.readahead:
+                        out[entry.position] = block
+                self.stats.blocks_loaded += len(fetch_all)
+                self.stats.readahead_blocks += len(ahead)
+        except BaseException as exc:
+            for future in futures.values():
+                if not future.done():
+                    future.set_exception(exc)
+                    future.exception()
+            if isinstance(exc, ObjectNotFoundError):
+                self._source.invalidate(object_id)
+            raise
+        finally:
+            for position in futures:
+                self._loading.pop((object_id, position), None)
+        for position, pending in waits:
+            out[position] = await asyncio.shield(pending)
+        return out

@@ -1,0 +1,320 @@
+"""``Stream`` and the stream client over the engine's WAL, caches, upload pipeline and metadata (DESIGN.md §3).
+
+Append: offsets are assigned synchronously when ``append`` is called, then the batch waits for LogCache room
+(backpressure), goes to the WAL, and once durable enters the LogCache. Batches enter the cache and advance
+``confirm_offset`` strictly in offset order, even if the WAL were to acknowledge out of order, so a reader
+never sees a hole. The append's awaitable completes when its batch is confirmed.
+
+Fetch: the LogCache serves the tail; older offsets come from object storage through the read path; a fetch
+that starts in objects and continues in the cache is stitched together seamlessly.
+
+The engine supplies the I/O through the small ``StreamIO`` protocol, so this module holds only stream logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Sequence
+from typing import Protocol
+
+from storage.errors import (
+    OffsetOutOfRangeError,
+    StorageError,
+    StreamFencedError,
+    StreamNotOpenedError,
+)
+from storage.metadata.api import NodeIdentity, StreamMetadata
+from storage.record import StreamRecordBatch
+from storage.stream import FetchResult
+from storage.wal.base import WALRecord
+
+logger = logging.getLogger(__name__)
+
+
+class StreamIO(Protocol):
+    """The engine services a stream uses."""
+
+    @property
+    def node(self) -> NodeIdentity: ...
+
+    @property
+    def metadata(self) -> StreamMetadata: ...
+
+    async def write(self, batch: StreamRecordBatch) -> WALRecord:
+        """Waits for cache room, appends to the WAL, returns once durable."""
+        ...
+
+    def write_failed(self, batch: StreamRecordBatch) -> None:
+        """Gives back the cache room of a batch whose WAL append failed."""
+        ...
+
+    def cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
+        """Inserts a durable batch into the LogCache (may seal a block for upload)."""
+        ...
+
+    def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]: ...
+
+    def cache_first_offset(self, stream_id: int) -> int | None: ...
+
+    async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]: ...
+
+    async def flush(self, stream_id: int | None) -> None:
+        """Uploads and commits everything appended so far (forced upload)."""
+        ...
+
+    def stream_closed(self, stream: StorageStream) -> None: ...
+
+
+_OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
+
+
+class StorageStream:
+    """One opened stream. Create through ``StreamClientImpl.open_stream``."""
+
+    def __init__(self, io: StreamIO, stream_id: int, epoch: int, start_offset: int, next_offset: int) -> None:
+        self._io = io
+        self._stream_id = stream_id
+        self._epoch = epoch
+        self._start = start_offset
+        self._next = next_offset
+        self._confirm = next_offset
+        self._state = _OPEN
+        self._failure: BaseException | None = None
+        self._inflight: set[asyncio.Task[int]] = set()
+        self._durable: dict[int, tuple[StreamRecordBatch, WALRecord]] = {}
+        self._confirmed: dict[int, asyncio.Future[None]] = {}
+        self._appended = asyncio.Event()
+
+    def __repr__(self) -> str:
+        return f"StorageStream(id={self._stream_id}, epoch={self._epoch}, [{self._start}, {self._confirm}))"
+
+    @property
+    def stream_id(self) -> int:
+        return self._stream_id
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def start_offset(self) -> int:
+        return self._start
+
+    @property
+    def confirm_offset(self) -> int:
+        return self._confirm
+
+    @property
+    def next_offset(self) -> int:
+        return self._next
+
+    @property
+    def closed(self) -> bool:
+        return self._state == _CLOSED
+
+    # ---------------------------------------------------------------------------------------------- append
+
+    def append(self, payload: bytes, count: int) -> Awaitable[int]:
+        if self._failure is not None:
+            raise StreamFencedError(f"stream {self._stream_id}: an earlier append failed: {self._failure}")
+        if self._state != _OPEN:
+            raise StreamNotOpenedError(f"stream {self._stream_id} is {self._state}, it cannot be appended to")
+        if count <= 0:
+            raise ValueError(f"stream {self._stream_id}: append count must be positive, got {count}")
+        batch = StreamRecordBatch(self._stream_id, self._epoch, self._next, count, payload)
+        self._next += count
+        task = asyncio.ensure_future(self._append(batch))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
+
+    async def _append(self, batch: StreamRecordBatch) -> int:
+        confirmed = asyncio.get_running_loop().create_future()
+        self._confirmed[batch.base_offset] = confirmed
+        try:
+            record = await self._io.write(batch)
+        except BaseException as exc:
+            self._io.write_failed(batch)
+            self._fail(exc)
+            raise
+        self._durable[batch.base_offset] = (batch, record)
+        self._drain()
+        await confirmed
+        return batch.base_offset
+
+    def _drain(self) -> None:
+        """Moves durable batches into the cache in offset order and advances ``confirm_offset``."""
+        advanced = False
+        while self._confirm in self._durable:
+            batch, record = self._durable.pop(self._confirm)
+            self._io.cache(batch, record)
+            self._confirm = batch.last_offset
+            future = self._confirmed.pop(batch.base_offset, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+            advanced = True
+        if advanced:
+            self._appended.set()
+            self._appended = asyncio.Event()
+
+    def _fail(self, exc: BaseException) -> None:
+        """A WAL append failed: offsets after it can never be confirmed, so the stream stops accepting writes."""
+        if self._failure is None:
+            self._failure = exc
+            logger.error(
+                "stream %d epoch %d: WAL append failed, stream is unwritable: %r", self._stream_id, self._epoch, exc
+            )
+        for offset, future in list(self._confirmed.items()):
+            if offset >= self._confirm and not future.done():
+                future.set_exception(
+                    StreamFencedError(
+                        f"stream {self._stream_id}: append at offset {offset} lost its predecessor: {exc}"
+                    )
+                )
+                future.exception()
+        self._durable.clear()
+
+    def pending_wal_floor(self) -> int | None:
+        """Smallest WAL position of a durable batch not yet in the cache (it must not be trimmed)."""
+        if not self._durable or self._failure is not None:
+            return None
+        return min(record.offset for _batch, record in self._durable.values())
+
+    # ----------------------------------------------------------------------------------------------- fetch
+
+    async def fetch(self, start_offset: int, end_offset: int, max_bytes: int) -> FetchResult:
+        if start_offset < self._start or start_offset > self._confirm:
+            raise OffsetOutOfRangeError(
+                f"stream {self._stream_id}: offset {start_offset} is outside [{self._start}, {self._confirm})"
+            )
+        end = min(end_offset, self._confirm)
+        if start_offset >= end:
+            return FetchResult([], True)
+        max_bytes = max(0, max_bytes)
+        first_cached = self._io.cache_first_offset(self._stream_id)
+        if first_cached is not None and first_cached <= start_offset:
+            return FetchResult(self._io.cache_read(self._stream_id, start_offset, end, max_bytes), True)
+        object_end = end if first_cached is None else min(end, first_cached)
+        batches = await self._io.object_read(self._stream_id, start_offset, object_end, max_bytes)
+        if not batches:
+            raise StorageError(
+                f"stream {self._stream_id}: offset {start_offset} is neither cached nor found in object storage"
+            )
+        tail = batches[-1].last_offset
+        remaining = max_bytes - sum(b.size for b in batches)
+        if first_cached is not None and first_cached <= tail < end and remaining > 0:
+            # Seamless hand-over: the rest comes from the cache, within what is left of max_bytes.
+            for batch in self._io.cache_read(self._stream_id, tail, end, remaining):
+                if batch.size > remaining or batch.base_offset < tail:
+                    break
+                batches.append(batch)
+                remaining -= batch.size
+        return FetchResult(batches, False)
+
+    async def wait_for_append(self, offset: int, timeout: float) -> bool:
+        if self._confirm > offset:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while self._confirm <= offset and self._state == _OPEN:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._appended.wait(), remaining)
+            except TimeoutError:
+                return self._confirm > offset
+        return self._confirm > offset
+
+    # -------------------------------------------------------------------------------------------- lifecycle
+
+    async def trim(self, new_start_offset: int) -> None:
+        if self._state != _OPEN:
+            raise StreamNotOpenedError(f"stream {self._stream_id} is {self._state}, it cannot be trimmed")
+        if new_start_offset <= self._start:
+            return
+        if new_start_offset > self._next:
+            raise OffsetOutOfRangeError(
+                f"stream {self._stream_id}: cannot trim to {new_start_offset}, beyond the end {self._next}"
+            )
+        await self._io.metadata.trim_stream(self._io.node, self._stream_id, self._epoch, new_start_offset)
+        self._start = max(self._start, new_start_offset)
+
+    async def close(self) -> None:
+        if self._state == _CLOSED:
+            return
+        self._state = _CLOSING
+        self._wake_waiters()
+        try:
+            if self._inflight:
+                await asyncio.gather(*list(self._inflight), return_exceptions=True)
+            await self._io.flush(self._stream_id)
+            await self._io.metadata.close_stream(self._io.node, self._stream_id, self._epoch)
+        finally:
+            self._state = _CLOSED
+            self._wake_waiters()
+            self._io.stream_closed(self)
+        logger.debug("closed stream %d at epoch %d, end offset %d", self._stream_id, self._epoch, self._confirm)
+
+    def _wake_waiters(self) -> None:
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    def abandon(self) -> None:
+        """Stops the stream without flushing or closing it at the controller (engine halt, i.e. a crash)."""
+        self._state = _CLOSED
+        for task in list(self._inflight):
+            task.cancel()
+        self._wake_waiters()
+
+    async def destroy(self) -> None:
+        await self.close()
+        await self._io.metadata.delete_stream(self._io.node, self._stream_id, self._epoch)
+
+
+class StreamClientImpl:
+    """The StreamClient: creates, opens and deletes streams, and keeps the streams this node has open."""
+
+    def __init__(self, io: StreamIO) -> None:
+        self._io = io
+        self._open: dict[int, StorageStream] = {}
+
+    @property
+    def open_streams(self) -> dict[int, StorageStream]:
+        return self._open
+
+    async def create_stream(self, tags: Sequence[tuple[str, str]] = ()) -> int:
+        return await self._io.metadata.create_stream(self._io.node, tags)
+
+    async def open_stream(self, stream_id: int, epoch: int) -> StorageStream:
+        existing = self._open.get(stream_id)
+        if existing is not None and existing.epoch == epoch and not existing.closed:
+            return existing
+        if existing is not None and not existing.closed:
+            raise StreamFencedError(
+                f"stream {stream_id} is already open here at epoch {existing.epoch}; close it before opening it at "
+                f"epoch {epoch}"
+            )
+        result = await self._io.metadata.open_stream(self._io.node, stream_id, epoch)
+        stream = StorageStream(self._io, stream_id, epoch, result.start_offset, result.next_offset)
+        self._open[stream_id] = stream
+        logger.debug(
+            "opened stream %d at epoch %d: [%d, %d)", stream_id, epoch, result.start_offset, result.next_offset
+        )
+        return stream
+
+    async def delete_stream(self, stream_id: int, epoch: int) -> None:
+        stream = self._open.get(stream_id)
+        if stream is not None and not stream.closed:
+            await stream.destroy()
+            return
+        await self._io.metadata.delete_stream(self._io.node, stream_id, epoch)
+
+    def discard(self, stream: StorageStream) -> None:
+        if self._open.get(stream.stream_id) is stream:
+            del self._open[stream.stream_id]
+
+    def pending_wal_floor(self) -> int | None:
+        floors = [f for s in self._open.values() if (f := s.pending_wal_floor()) is not None]
+        return min(floors) if floors else None

@@ -1,0 +1,318 @@
+"""The upload pipeline: sealed LogCache blocks become objects in storage, committed in order (DESIGN.md §6.3-4).
+
+For each block: sort by (stream, offset); every stream holding at least ``stream_object_split_size`` bytes gets
+its own stream object, the others share one stream-set object (so a block of one stream yields only stream
+objects). One ``prepare_objects`` call reserves all the ids, the objects are built and PUT in parallel, and the
+commit follows. Blocks are prepared and uploaded concurrently, but commits are strictly FIFO: block N+1 is never
+committed before block N, because each commit must start exactly at its streams' committed ends. After a commit
+the owner's ``on_committed`` callback trims the WAL and marks the block uploaded in the cache.
+
+A failed prepare, PUT or commit is logged (naming the objects and streams) and retried with backoff, never
+skipped: skipping would leave a hole that every later commit of those streams trips over. Only ``close``
+abandons pending work; the data is still in the WAL then, so recovery uploads it on the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from storage.cache.log_cache import CacheBlock
+from storage.config import StorageConfig
+from storage.errors import ObjectNotPreparedError, StorageError
+from storage.metadata.api import (
+    CommitStreamSetObjectRequest,
+    NodeIdentity,
+    ObjectStreamRange,
+    StreamMetadata,
+    StreamObjectCommit,
+)
+from storage.objects.format import ObjectBuilder, object_key
+from storage.objectstore.base import ObjectStore
+from storage.record import StreamRecordBatch
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_BACKOFF_START_S = 0.05
+_BACKOFF_MAX_S = 5.0
+
+
+class UploadAbortedError(StorageError):
+    """The pipeline was closed while a block was still waiting to be uploaded or committed."""
+
+
+@dataclass(slots=True)
+class UploadStats:
+    blocks: int = 0
+    stream_set_objects: int = 0
+    stream_objects: int = 0
+    bytes_uploaded: int = 0  # object bytes PUT (headers, index and footer included)
+    payload_bytes: int = 0
+    failures: int = 0  # failed attempts (each retried)
+
+    @property
+    def objects(self) -> int:
+        return self.stream_set_objects + self.stream_objects
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One object to build: its streams' batches (sorted by stream, each in offset order)."""
+
+    streams: tuple[tuple[int, list[StreamRecordBatch]], ...]
+    is_stream_object: bool
+
+
+@dataclass(slots=True)
+class UploadPlan:
+    """How a block is split into objects; ids are filled in once prepared."""
+
+    parts: list[_Part]
+    first_id: int = -1
+
+    @property
+    def stream_ids(self) -> list[int]:
+        return [sid for part in self.parts for sid, _ in part.streams]
+
+
+def plan_block(block: CacheBlock, split_size: int) -> UploadPlan:
+    """Splits a block into stream objects (streams with >= ``split_size`` bytes, or the only stream) and one
+    stream-set object for the rest. Pure: no I/O."""
+    shared: list[tuple[int, list[StreamRecordBatch]]] = []
+    parts: list[_Part] = []
+    only_one = len(block.streams) == 1
+    for stream_id, batches in block.sorted_streams():
+        size = sum(b.size for b in batches)
+        if only_one or size >= split_size:
+            parts.append(_Part(((stream_id, batches),), True))
+        else:
+            shared.append((stream_id, batches))
+    if shared:
+        parts.append(_Part(tuple(shared), False))
+    return UploadPlan(parts)
+
+
+@dataclass(slots=True)
+class _Job:
+    block: CacheBlock
+    epochs: Mapping[int, int] | None
+    on_committed: Callable[[CacheBlock], Awaitable[None]]
+    prepared: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class UploadPipeline:
+    """Uploads sealed blocks; see the module docstring. One instance per node."""
+
+    def __init__(
+        self,
+        *,
+        config: StorageConfig,
+        metadata: StreamMetadata,
+        store: ObjectStore,
+        node: NodeIdentity,
+        on_committed: Callable[[CacheBlock], Awaitable[None]],
+    ) -> None:
+        self._config = config
+        self._metadata = metadata
+        self._store = store
+        self._node = node
+        self._on_committed = on_committed
+        self._namespace = config.namespace
+        self.stats = UploadStats()
+        self._last: _Job | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def submit(
+        self,
+        block: CacheBlock,
+        epochs: Mapping[int, int] | None = None,
+        *,
+        on_committed: Callable[[CacheBlock], Awaitable[None]] | None = None,
+    ) -> asyncio.Future[None]:
+        """Queues a sealed block; the future completes once it is committed (and ``on_committed`` ran).
+
+        ``epochs`` overrides the stream epoch committed for each stream (WAL recovery commits old records
+        under the epoch the stream is open with now); by default the batches' own epoch is used.
+        ``on_committed`` replaces the pipeline's callback for this block (recovery blocks are not cached).
+        """
+        if self._closed:
+            raise UploadAbortedError(f"upload pipeline of node {self._node.node_id} is closed")
+        previous = self._last
+        job = _Job(block, epochs, on_committed or self._on_committed)
+        self._last = job
+        task = asyncio.ensure_future(self._run(job, previous))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job.done
+
+    async def drain(self) -> None:
+        """Waits until every submitted block is committed (raises if the last one was abandoned)."""
+        last = self._last
+        if last is not None:
+            await asyncio.shield(last.done)
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def close(self) -> None:
+        """Abandons pending blocks (their data stays in the WAL for recovery) and stops retrying."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------------------------------------ steps
+
+    async def _run(self, job: _Job, previous: _Job | None) -> None:
+        try:
+            await self._upload_and_commit(job, previous)
+        except asyncio.CancelledError:
+            if not job.done.done():
+                job.done.set_exception(
+                    UploadAbortedError(f"upload of cache block {job.block.block_id} abandoned: pipeline closed")
+                )
+                job.done.exception()  # retrieved: a waiter may not exist
+            job.prepared.set()
+        except BaseException as exc:  # pragma: no cover - _retry only gives up on cancellation
+            job.prepared.set()
+            if not job.done.done():
+                job.done.set_exception(exc)
+            raise
+        else:
+            if not job.done.done():
+                job.done.set_result(None)
+
+    async def _upload_and_commit(self, job: _Job, previous: _Job | None) -> None:
+        block = job.block
+        plan = await asyncio.to_thread(plan_block, block, self._config.stream_object_split_size)
+        streams = plan.stream_ids
+        if previous is not None:
+            await previous.prepared.wait()  # ids follow commit order, so order ids do too
+        while True:
+            plan.first_id = await self._retry(
+                f"prepare of {len(plan.parts)} object(s) for streams {_streams_text(streams)}",
+                lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
+            )
+            job.prepared.set()
+            request = await self._upload(plan, job.epochs)
+            if previous is not None:
+                await asyncio.shield(previous.done)
+            try:
+                await self._retry(
+                    f"commit of objects {_ids_text(plan)} (streams {_streams_text(streams)})",
+                    functools.partial(self._metadata.commit_stream_set_object, request),
+                    retry_not_prepared=False,
+                )
+            except ObjectNotPreparedError as exc:
+                logger.warning("%s; preparing new object ids and uploading again", exc)
+                continue
+            break
+        self.stats.blocks += 1
+        self.stats.payload_bytes += block.size
+        logger.debug("committed cache block %d as objects %s", block.block_id, _ids_text(plan))
+        await job.on_committed(block)
+
+    async def _upload(self, plan: UploadPlan, epochs: Mapping[int, int] | None) -> CommitStreamSetObjectRequest:
+        async def put(index: int, part: _Part) -> tuple[int, int]:
+            object_id = plan.first_id + index
+            data = await asyncio.to_thread(self._build, part)
+            key = object_key(object_id, self._namespace)
+            await self._retry(
+                f"upload of object {object_id} ({key}, {len(data)} bytes, streams "
+                f"{_streams_text([sid for sid, _ in part.streams])}) to {self._store.name}",
+                lambda: self._store.put(key, data),
+            )
+            return object_id, len(data)
+
+        results = await asyncio.gather(*(put(i, part) for i, part in enumerate(plan.parts)))
+        stream_set_id, stream_set_size = -1, 0
+        ranges: list[ObjectStreamRange] = []
+        stream_objects: list[StreamObjectCommit] = []
+        for part, (object_id, size) in zip(plan.parts, results, strict=True):
+            self.stats.bytes_uploaded += size
+            if part.is_stream_object:
+                self.stats.stream_objects += 1
+                ((stream_id, batches),) = part.streams
+                stream_objects.append(
+                    StreamObjectCommit(
+                        object_id,
+                        size,
+                        stream_id,
+                        batches[0].base_offset,
+                        batches[-1].last_offset,
+                        self._epoch(epochs, stream_id, batches),
+                    )
+                )
+            else:
+                self.stats.stream_set_objects += 1
+                stream_set_id, stream_set_size = object_id, size
+                ranges += [
+                    ObjectStreamRange(sid, bs[0].base_offset, bs[-1].last_offset, self._epoch(epochs, sid, bs))
+                    for sid, bs in part.streams
+                ]
+        return CommitStreamSetObjectRequest(
+            node=self._node,
+            object_id=stream_set_id,
+            object_size=stream_set_size,
+            ranges=tuple(ranges),
+            stream_objects=tuple(stream_objects),
+            data_time_ms=int(time.time() * 1000),
+        )
+
+    @staticmethod
+    def _epoch(epochs: Mapping[int, int] | None, stream_id: int, batches: list[StreamRecordBatch]) -> int:
+        if epochs is not None and stream_id in epochs:
+            return epochs[stream_id]
+        return batches[-1].epoch
+
+    def _build(self, part: _Part) -> bytes:
+        builder = ObjectBuilder(self._config.object_block_size)
+        for _stream_id, batches in part.streams:
+            builder.add_all(batches)
+        return builder.finish()
+
+    async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]], *, retry_not_prepared: bool = True) -> T:
+        delay = _BACKOFF_START_S
+        failures = 0
+        while True:
+            try:
+                return await attempt()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if isinstance(exc, ObjectNotPreparedError) and not retry_not_prepared:
+                    raise
+                failures += 1
+                self.stats.failures += 1
+                log = logger.warning if failures <= 3 or failures % 20 == 0 else logger.debug
+                log(
+                    "node %d: %s failed (attempt %d), retrying in %.2fs: %s",
+                    self._node.node_id,
+                    what,
+                    failures,
+                    delay,
+                    exc,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX_S)
+
+
+def _streams_text(stream_ids: list[int]) -> str:
+    if len(stream_ids) <= 8:
+        return ",".join(map(str, stream_ids))
+    return ",".join(map(str, stream_ids[:8])) + f",... ({len(stream_ids)} streams)"
+
+
+def _ids_text(plan: UploadPlan) -> str:
+    return ",".join(str(plan.first_id + i) for i in range(len(plan.parts)))

@@ -1,0 +1,55 @@
+"""Building storage engines for tests: small thresholds so uploads happen with kilobytes, real local object
+store on disk, and the WAL of the test's choosing."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from memory_wal import MemoryWAL, MemoryWALData
+
+from storage.config import BucketURL, StorageConfig
+from storage.engine import StorageEngine
+from storage.metadata.memory import InMemoryStreamMetadata
+from storage.objectstore.base import ObjectStore
+from storage.objectstore.local import LocalObjectStore
+from storage.wal.base import WriteAheadLog
+
+
+def small_config(tmp_path: Path, **overrides: Any) -> StorageConfig:
+    base = StorageConfig(
+        data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
+        wal_url=BucketURL(0, "file", str(tmp_path / "wal")),
+        cluster_id="test",
+        node_id=1,
+        wal_cache_size=64 * 1024,
+        wal_upload_threshold=16 * 1024,
+        wal_upload_interval_ms=60_000,
+        stream_object_split_size=8 * 1024,
+        object_block_size=2 * 1024,
+        block_cache_size=64 * 1024,
+        readahead_max=16 * 1024,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def make_engine(
+    config: StorageConfig,
+    metadata: InMemoryStreamMetadata | None = None,
+    *,
+    store: ObjectStore | None = None,
+    wal: WriteAheadLog | None = None,
+    wal_data: MemoryWALData | None = None,
+) -> StorageEngine:
+    if store is None:
+        store = LocalObjectStore(config.data_buckets[0].path)
+    if wal is None:
+        wal = MemoryWAL(wal_data)
+    return StorageEngine(config, metadata or InMemoryStreamMetadata(), store=store, wal=wal)
+
+
+def payload(stream_id: int, index: int, size: int = 1000) -> bytes:
+    """Recognisable bytes: which stream and which append they came from."""
+    head = f"s{stream_id}-a{index}-".encode()
+    return (head * (size // len(head) + 1))[:size]

@@ -1,0 +1,223 @@
+"""Streams over the engine: offsets, durability-ordered confirmation, fetch across cache and objects, fencing,
+trim, close, destroy."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from engine_support import make_engine, payload, small_config
+
+from storage.errors import (
+    OffsetOutOfRangeError,
+    StorageError,
+    StreamFencedError,
+    StreamNotClosedError,
+    StreamNotFoundError,
+    StreamNotOpenedError,
+)
+from storage.metadata.memory import InMemoryStreamMetadata
+
+
+async def test_append_assigns_offsets_at_call_time_and_fetch_reads_them_back(tmp_path: Path) -> None:
+    engine = make_engine(small_config(tmp_path))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        futures = []
+        for i in range(20):
+            assert stream.next_offset == i * 3
+            futures.append(stream.append(payload(0, i), 3))
+        assert stream.next_offset == 60
+        assert await asyncio.gather(*futures) == [i * 3 for i in range(20)]
+        assert stream.confirm_offset == 60
+        result = await stream.fetch(0, 60, 10**9)
+        assert [b.base_offset for b in result.batches] == [i * 3 for i in range(20)]
+        assert [b.payload for b in result.batches] == [payload(0, i) for i in range(20)]
+        # A start inside a batch returns that whole batch first.
+        inside = await stream.fetch(4, 10, 10**9)
+        assert [b.base_offset for b in inside.batches] == [3, 6, 9]
+    finally:
+        await engine.shutdown()
+
+
+async def test_fetch_is_seamless_across_uploaded_objects_and_cache(tmp_path: Path) -> None:
+    # 1000-byte appends, 16 KiB upload threshold: most data ends up in objects, the tail stays cached.
+    engine = make_engine(small_config(tmp_path, wal_cache_size=16 * 1024))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        for i in range(100):
+            await stream.append(payload(stream.stream_id, i), 1)
+        await engine.force_upload()  # everything committed...
+        for i in range(100, 110):
+            await stream.append(payload(stream.stream_id, i), 1)  # ...except this cached tail
+        assert engine.stats().objects_uploaded >= 6
+        assert engine.log_cache.first_offset(stream.stream_id) > 0  # the head was evicted from the cache
+        everything = []
+        offset = 0
+        while offset < 110:
+            result = await stream.fetch(offset, 110, 5000)
+            assert result.batches, offset
+            assert sum(b.size for b in result.batches[1:]) < 5000
+            everything += result.batches
+            offset = result.next_offset
+        assert [b.payload for b in everything] == [payload(stream.stream_id, i) for i in range(110)]
+        cold = await stream.fetch(0, 110, 10**9)
+        assert not cold.cache_hit
+        assert [b.base_offset for b in cold.batches] == list(range(110))
+        hot = await stream.fetch(105, 110, 10**9)
+        assert hot.cache_hit and [b.base_offset for b in hot.batches] == list(range(105, 110))
+    finally:
+        await engine.shutdown()
+
+
+async def test_first_batch_is_returned_even_when_bigger_than_max_bytes(tmp_path: Path) -> None:
+    engine = make_engine(small_config(tmp_path))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        await stream.append(b"x" * 5000, 1)
+        await stream.append(b"y" * 10, 1)
+        cached = await stream.fetch(0, 2, 100)
+        assert [b.size for b in cached.batches] == [5000]
+        await engine.force_upload()
+        engine.log_cache.forget(stream.stream_id)  # make the next read go to the object
+        cold = await stream.fetch(0, 2, 100)
+        assert [b.size for b in cold.batches] == [5000] and not cold.cache_hit
+    finally:
+        await engine.shutdown()
+
+
+async def test_fetch_outside_the_stream_is_out_of_range(tmp_path: Path) -> None:
+    engine = make_engine(small_config(tmp_path))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        for i in range(10):
+            await stream.append(payload(0, i), 1)
+        with pytest.raises(OffsetOutOfRangeError, match=f"stream {stream.stream_id}"):
+            await stream.fetch(11, 20, 1000)
+        assert (await stream.fetch(10, 20, 1000)).batches == []  # at the end: empty, not an error
+        await stream.trim(5)
+        with pytest.raises(OffsetOutOfRangeError):
+            await stream.fetch(4, 10, 1000)
+        assert [b.base_offset for b in (await stream.fetch(5, 10, 10**6)).batches] == [5, 6, 7, 8, 9]
+        with pytest.raises(OffsetOutOfRangeError):
+            await stream.trim(11)
+    finally:
+        await engine.shutdown()
+
+
+async def test_wait_for_append_wakes_on_append_and_times_out(tmp_path: Path) -> None:
+    engine = make_engine(small_config(tmp_path))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        assert not await stream.wait_for_append(0, 0.05)
+        waiter = asyncio.ensure_future(stream.wait_for_append(0, 5))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        await stream.append(b"hello", 1)
+        assert await asyncio.wait_for(waiter, 1)
+    finally:
+        await engine.shutdown()
+
+
+async def test_close_uploads_and_a_higher_epoch_reopens_with_all_data(tmp_path: Path) -> None:
+    metadata = InMemoryStreamMetadata()
+    engine = make_engine(small_config(tmp_path), metadata)
+    await engine.start()
+    try:
+        stream_id = await engine.create_stream()
+        stream = await engine.open_stream(stream_id, epoch=0)
+        pending = [stream.append(payload(stream_id, i), 2) for i in range(5)]
+        await stream.close()  # waits for the in-flight appends, uploads, closes at the controller
+        assert all(f.done() for f in pending)
+        assert (await metadata.get_streams([stream_id]))[0].end_offset == 10
+        with pytest.raises(StreamNotOpenedError):
+            stream.append(b"late", 1)
+        with pytest.raises(StreamFencedError):
+            await engine.open_stream(stream_id, epoch=-2)
+        reopened = await engine.open_stream(stream_id, epoch=1)
+        assert (reopened.start_offset, reopened.next_offset) == (0, 10)
+        result = await reopened.fetch(0, 10, 10**6)
+        assert [b.payload for b in result.batches] == [payload(stream_id, i) for i in range(5)]
+        assert {b.epoch for b in result.batches} == {0}
+        await reopened.append(b"more", 1)
+        assert reopened.confirm_offset == 11
+    finally:
+        await engine.shutdown()
+
+
+async def test_two_nodes_open_is_fenced_until_the_owner_closes(tmp_path: Path) -> None:
+    metadata = InMemoryStreamMetadata()
+    first = make_engine(small_config(tmp_path / "a", node_id=1), metadata)
+    second = make_engine(small_config(tmp_path / "b", node_id=2), metadata, store=first.store)
+    await first.start()
+    await second.start()
+    try:
+        stream_id = await first.create_stream()
+        owned = await first.open_stream(stream_id, epoch=3)
+        await owned.append(b"one", 1)
+        with pytest.raises(StreamNotClosedError):
+            await second.open_stream(stream_id, epoch=4)
+        with pytest.raises(StreamFencedError):
+            await second.open_stream(stream_id, epoch=3)
+        await owned.close()
+        taken = await second.open_stream(stream_id, epoch=4)
+        assert taken.next_offset == 1
+        assert (await taken.fetch(0, 1, 100)).batches[0].payload == b"one"
+    finally:
+        await second.shutdown()
+        await first.shutdown()
+
+
+async def test_destroy_deletes_the_stream(tmp_path: Path) -> None:
+    metadata = InMemoryStreamMetadata()
+    engine = make_engine(small_config(tmp_path), metadata)
+    await engine.start()
+    try:
+        stream_id = await engine.create_stream(tags=(("topic", "t"),))
+        stream = await engine.open_stream(stream_id, 0)
+        await stream.append(b"gone", 1)
+        await stream.destroy()
+        assert await metadata.get_streams([stream_id]) == []
+        with pytest.raises(StreamNotFoundError):
+            await engine.open_stream(stream_id, 1)
+    finally:
+        await engine.shutdown()
+
+
+async def test_engine_rejects_use_before_start_and_after_shutdown(tmp_path: Path) -> None:
+    engine = make_engine(small_config(tmp_path))
+    with pytest.raises(StorageError, match="not running"):
+        await engine.create_stream()
+    await engine.start()
+    await engine.shutdown()
+    with pytest.raises(StorageError, match="not running"):
+        await engine.create_stream()
+
+
+async def test_concurrent_writers_keep_per_stream_order(tmp_path: Path) -> None:
+    engine = make_engine(small_config(tmp_path))
+    await engine.start()
+    try:
+        streams = [await engine.open_stream(await engine.create_stream(), 0) for _ in range(8)]
+
+        async def writer(stream_index: int) -> None:
+            stream = streams[stream_index]
+            for i in range(40):
+                await stream.append(payload(stream.stream_id, i, 300), 1)
+
+        await asyncio.gather(*(writer(i) for i in range(8)))
+        await engine.force_upload()
+        for stream in streams:
+            got = (await stream.fetch(0, 40, 10**9)).batches
+            assert [b.payload for b in got] == [payload(stream.stream_id, i, 300) for i in range(40)]
+        stats = engine.stats()
+        assert stats.appends == 320 and stats.bytes_appended == 320 * 300
+        assert stats.stream_set_objects >= 1  # many small streams share stream-set objects
+    finally:
+        await engine.shutdown()
