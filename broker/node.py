@@ -21,7 +21,7 @@ from typing import Any
 from broker.metrics import BrokerMetrics
 from broker.server import DEFAULT_MAX_IN_FLIGHT, BrokerServer, RequestDispatcher
 from controller.client import ControllerClient
-from controller.config import ServerConfig
+from controller.config import BROKER_KEYS, ServerConfig
 from controller.records import Endpoint
 from storage.config import ConfigError
 
@@ -106,7 +106,7 @@ class BrokerNode:
 
     @property
     def auto_create_topics_enable(self) -> bool:
-        return bool(self.config.value("auto.create.topics.enable"))
+        return self.config.auto_create_topics_enable
 
     @property
     def bound_endpoints(self) -> tuple[Endpoint, ...]:
@@ -148,7 +148,7 @@ class BrokerNode:
         self.cluster_id = self.controller.image.cluster_id
 
         dispatcher = RequestDispatcher(self, self.metrics)
-        max_request = int(self.config.value("socket.request.max.bytes"))
+        max_request = self.config.socket_request_max_bytes
         for listener in self.config.broker_listeners:
             server = BrokerServer(
                 dispatcher,
@@ -166,7 +166,7 @@ class BrokerNode:
                 ) from None
             self.servers.append(server)
 
-        rack = self.config.value("broker.rack")
+        rack = self.config.rack
         self.node_epoch = await self.controller.register_broker(self.node_id, self.bound_endpoints, rack)
         logger.info("broker %d registered with epoch %d in cluster %s", self.node_id, self.node_epoch,
                     self.cluster_id)
@@ -196,7 +196,12 @@ class BrokerNode:
         )
 
     def _configured_metrics_port(self) -> int | None:
-        text = self.config.static.get("metrics.port")
+        """``metrics.port`` (off when unset). Read as a raw static value until controller.config defines the key."""
+        if "metrics.port" in BROKER_KEYS:
+            value = self.config.value("metrics.port")
+            text = None if value is None else str(value)
+        else:
+            text = self.config.static.get("metrics.port")
         if text is None or not text.strip():
             return None
         try:
