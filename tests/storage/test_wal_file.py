@@ -312,6 +312,26 @@ async def test_a_corrupt_trim_checkpoint_replays_from_the_oldest_segment(
     assert CHECKPOINT_NAME in caplog.text
 
 
+async def test_recycled_segments_hold_stale_bytes_that_recovery_never_replays(tmp_path: Path) -> None:
+    wal, _ = await open_wal(tmp_path, segment_size=8192)
+    old = [await wal.append(batch(1, i, 1500)) for i in range(40)]
+    await wal.trim(old[-1].next_offset)  # everything: trimmed segments become spares, stale records and all
+    assert wal.stats.segments_recycled > 0
+    new = [await wal.append(batch(2, i, 700)) for i in range(9)]
+    assert wal.stats.segments_preallocated > 0
+    await wal.close()
+    # The newest segment is a recycled file: past the new records it still holds old, intact-looking records.
+    newest = segment_files(tmp_path)[-1]
+    assert newest.stat().st_size >= 4096
+    wal, recovered = await open_wal(tmp_path, segment_size=8192)
+    assert recovered == new
+    more = await wal.append(batch(3, 0))
+    await wal.close()
+    assert more.offset == new[-1].next_offset
+    _, again = await open_wal(tmp_path, segment_size=8192)
+    assert again == [*new, more]
+
+
 # ----------------------------------------------------------------------------------------------- backpressure
 
 
