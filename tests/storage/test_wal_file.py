@@ -27,8 +27,10 @@ def batch(stream: int, offset: int, size: int = 100) -> StreamRecordBatch:
     return StreamRecordBatch(stream, 3, offset, 2, payload)
 
 
-async def open_wal(path: Path, **kwargs: int) -> tuple[FileWAL, list[WALRecord]]:
-    wal = FileWAL(path, **kwargs)
+async def open_wal(
+    path: Path, *, segment_size: int = 64 << 20, capacity: int = 1 << 30
+) -> tuple[FileWAL, list[WALRecord]]:
+    wal = FileWAL(path, segment_size=segment_size, capacity=capacity)
     await wal.start()
     return wal, [rec async for rec in wal.recover()]
 
