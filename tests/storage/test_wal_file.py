@@ -157,6 +157,17 @@ async def test_a_second_wal_on_the_same_directory_is_refused(tmp_path: Path) -> 
     await again.close()
 
 
+async def test_a_failed_segment_write_fails_the_appends_with_an_error_naming_the_segment(tmp_path: Path) -> None:
+    wal, _ = await open_wal(tmp_path)
+    blocker = tmp_path / "00000000000000000000.wal"
+    blocker.mkdir()  # the segment the first group needs cannot be created
+    with pytest.raises(WALError, match=str(blocker)):
+        await wal.append(batch(1, 0))
+    with pytest.raises(WALError, match=str(blocker)):  # nothing more is accepted after a failed write
+        await wal.append(batch(1, 1))
+    await wal.close()
+
+
 async def test_append_after_close_fails_clearly(tmp_path: Path) -> None:
     wal, _ = await open_wal(tmp_path)
     await wal.close()
