@@ -1,5 +1,5 @@
-"""Building storage engines for tests: small thresholds so uploads happen with kilobytes, real local object
-store on disk, and the WAL of the test's choosing."""
+"""Building storage engines for tests: small thresholds so uploads happen with kilobytes, the real local object
+store and the real file WAL on disk under the test's tmp_path."""
 
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from memory_wal import MemoryWAL, MemoryWALData
-
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.local import LocalObjectStore
 from storage.wal.base import WriteAheadLog
+from storage.wal.file import FileWAL
 
 
 def small_config(tmp_path: Path, **overrides: Any) -> StorageConfig:
@@ -23,6 +22,8 @@ def small_config(tmp_path: Path, **overrides: Any) -> StorageConfig:
         wal_url=BucketURL(0, "file", str(tmp_path / "wal")),
         cluster_id="test",
         node_id=1,
+        wal_segment_size=256 * 1024,
+        wal_capacity=16 * 1024 * 1024,
         wal_cache_size=64 * 1024,
         wal_upload_threshold=16 * 1024,
         wal_upload_interval_ms=60_000,
@@ -40,12 +41,13 @@ def make_engine(
     *,
     store: ObjectStore | None = None,
     wal: WriteAheadLog | None = None,
-    wal_data: MemoryWALData | None = None,
 ) -> StorageEngine:
     if store is None:
         store = LocalObjectStore(config.data_buckets[0].path)
     if wal is None:
-        wal = MemoryWAL(wal_data)
+        wal = FileWAL(
+            config.wal_url.path, segment_size=config.wal_segment_size, capacity=config.wal_capacity, preallocate=False
+        )
     return StorageEngine(config, metadata or InMemoryStreamMetadata(), store=store, wal=wal)
 
 
