@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess
+from broker_support import BrokerProcess, start_broker
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -20,9 +20,14 @@ GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "300", "num.partitions": 
 DEADLINE_S = 45.0
 
 
-@pytest.fixture
-def node(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
-    return broker_factory(overrides=GROUP_OVERRIDES)
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module (every test uses its own topic and group names); it must stop cleanly."""
+    process = start_broker(tmp_path_factory.mktemp("groups"), GROUP_OVERRIDES)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()
 
 
 def unique(prefix: str) -> str:
