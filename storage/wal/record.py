@@ -44,33 +44,13 @@ def record_size(batch: StreamRecordBatch) -> int:
     return HEADER_SIZE + batch.encoded_size
 
 
-def encode_into(out: bytearray, batch: StreamRecordBatch, offset: int) -> int:
-    """Appends the record for ``batch`` at logical position ``offset`` to ``out``; returns the next position.
-
-    The body is encoded in place and its CRC taken over a view of ``out``, so the payload is copied exactly once.
-    """
-    start = len(out)
-    out += bytes(HEADER_SIZE)
-    batch.encode_into(out)
-    body_length = len(out) - start - HEADER_SIZE
-    view = memoryview(out)
-    try:
-        body_crc = crc32c.crc32c(view[start + HEADER_SIZE :])
-        HEADER.pack_into(out, start, MAGIC, body_length, offset + HEADER_SIZE, body_crc, 0)
-        header_crc = crc32c.crc32c(view[start : start + _CRC_COVERED])
-    finally:
-        view.release()
-    HEADER_CRC.pack_into(out, start + _CRC_COVERED, header_crc)
-    return offset + HEADER_SIZE + body_length
-
-
 def encode_records(batches: Sequence[StreamRecordBatch], offset: int, *, reserve: int = 0) -> bytearray:
     """Encodes consecutive records starting at logical position ``offset`` into one buffer (one write, one PUT).
 
     The buffer is allocated once at its final size and every payload is copied into it exactly once. ``reserve``
     leaves that many zero bytes in front of the records for a container header (the S3 WAL object header).
     """
-    total = sum(HEADER_SIZE + record.HEADER_SIZE + len(b.payload) for b in batches)
+    total = sum(record_size(b) for b in batches)
     out = bytearray(reserve + total)
     view = memoryview(out)
     try:
@@ -94,9 +74,8 @@ def encode_records(batches: Sequence[StreamRecordBatch], offset: int, *, reserve
 
 
 def encode(batch: StreamRecordBatch, offset: int) -> bytes:
-    out = bytearray()
-    encode_into(out, batch, offset)
-    return bytes(out)
+    """One record at logical position ``offset``."""
+    return bytes(encode_records([batch], offset))
 
 
 class StopReason(enum.Enum):
@@ -157,11 +136,6 @@ class RecordScanner:
         self._verify_skipped = verify_skipped_bodies
         self.position = 0
         self.stop: ScanStop | None = None
-
-    @property
-    def offset(self) -> int:
-        """Logical WAL offset of ``position``."""
-        return self._base + self.position
 
     def __iter__(self) -> Iterator[WALRecord]:
         buf = self._buf
