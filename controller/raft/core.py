@@ -548,6 +548,19 @@ class RaftNode:
             return True
         return self._role is Role.FOLLOWER and now_ms - self._last_leader_contact_ms < self.config.fetch_timeout_ms
 
+    def _prefer_own_candidacy(self, req: VoteRequest) -> bool:
+        """Refuse a pre-vote whose real vote would be refused, or that would only split the vote.
+
+        A voter that already voted in the epoch the requester would run in cannot vote for it. Two prospective
+        nodes with identical logs would otherwise both win their pre-votes, both run, and split the vote (then
+        wait a whole election timeout): the lower id goes first. This only ever delays a pre-vote; safety rests
+        on the real vote.
+        """
+        if req.replica_epoch == self._epoch and self._voted_id not in (None, req.replica_id):
+            return True
+        same_log = (req.last_offset_epoch, req.last_offset) == (self._log.last_epoch, self._log.end_offset)
+        return self._role is Role.PROSPECTIVE and same_log and req.replica_id > self.node_id
+
     def _on_vote_request(self, sender: int, req: VoteRequest, now_ms: int) -> None:
         def answer(granted: bool, error: Errors = Errors.NONE) -> None:
             # Name the leader only if it is alive: a prospective told about a dead one would go and wait on it.
@@ -566,7 +579,7 @@ class RaftNode:
         log_ok = (req.last_offset_epoch, req.last_offset) >= (self._log.last_epoch, self._log.end_offset)
         if req.pre_vote:
             # A pre-vote changes nothing here, whatever its epoch.
-            answer(log_ok and not self._has_live_leader(now_ms))
+            answer(log_ok and not self._has_live_leader(now_ms) and not self._prefer_own_candidacy(req))
             return
         if req.replica_epoch > self._epoch:
             self._become_unattached(req.replica_epoch, now_ms, persist=False)
