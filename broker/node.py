@@ -5,18 +5,16 @@ endpoints → storage engine (WAL recovery) → partitions → group coordinator
 steps in reverse, so a SIGTERM closes every partition cleanly (force upload, clean-shutdown flag) before the storage
 engine and the controller go away.
 
-The partition layer, the group coordinator and the storage engine are separate components; they are imported when
-the node starts, so a node still runs (serving metadata and admin APIs) where one of them is not installed.
+``controller_factory`` lets a node use a controller other than its own in-process one (a Raft quorum client).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.metrics import BrokerMetrics
 from broker.server import DEFAULT_MAX_IN_FLIGHT, BrokerServer, RequestDispatcher
@@ -24,6 +22,11 @@ from controller.client import ControllerClient
 from controller.config import BROKER_KEYS, ServerConfig
 from controller.records import Endpoint
 from storage.config import ConfigError
+
+if TYPE_CHECKING:
+    from broker.groups.coordinator import GroupCoordinator
+    from broker.partition.manager import PartitionManager
+    from storage.engine import StorageEngine
 
 logger = logging.getLogger(__name__)
 
@@ -42,20 +45,6 @@ class ControllerHandle:
             await self._close()
 
 
-def _optional_class(module: str, name: str) -> Any:
-    """The class ``module.name``, or None when that component is not part of this installation yet."""
-    try:
-        imported = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        # Only our own packages may be missing (components land independently); a missing third-party
-        # dependency is a broken installation and must fail loudly.
-        if exc.name is not None and exc.name.split(".")[0] in ("storage", "broker", "controller"):
-            logger.warning("%s is not available (%s); the node runs without it", module, exc)
-            return None
-        raise
-    return getattr(imported, name, None)
-
-
 async def open_local_controller(config: ServerConfig) -> ControllerHandle:
     """The combined node's in-process controller over its local metadata log (the embedded default)."""
     from controller.client import LocalControllerClient
@@ -65,30 +54,18 @@ async def open_local_controller(config: ServerConfig) -> ControllerHandle:
     return ControllerHandle(LocalControllerClient(controller), controller.close)
 
 
-async def _start_component(name: str, construct: Callable[[], Any], start: str) -> Any:
-    """Constructs and starts one component; None when a module it needs is not installed yet (see
-    ``_optional_class``). Any other failure propagates and fails the node's start."""
-    try:
-        component = construct()
-        await getattr(component, start)()
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.split(".")[0] not in ("storage", "broker", "controller"):
-            raise
-        logger.warning("%s is not available (%s); the node runs without it", name, exc)
-        return None
-    return component
-
-
 class BrokerNode:
+    # Set by start(), in this order; a handler only runs once all of them are.
+    controller: ControllerClient
+    storage: StorageEngine
+    partitions: PartitionManager
+    groups: GroupCoordinator
+
     def __init__(self, config: ServerConfig, *, controller_factory: ControllerFactory | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
         self.metrics = BrokerMetrics()
-        self.controller: ControllerClient = None  # type: ignore[assignment]  # set by start()
-        self.storage: Any = None
-        self.partitions: Any = None
-        self.groups: Any = None
         self.servers: list[BrokerServer] = []
         self.node_epoch = -1
         self._controller_factory = controller_factory or open_local_controller
@@ -171,19 +148,20 @@ class BrokerNode:
         logger.info("broker %d registered with epoch %d in cluster %s", self.node_id, self.node_epoch,
                     self.cluster_id)
 
-        engine_cls = _optional_class("storage.engine", "StorageEngine")
-        if engine_cls is not None:
-            storage_config = replace(self.config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
-                                     node_epoch=self.node_epoch)
-            self.storage = await _start_component(
-                "storage engine", lambda: engine_cls(storage_config, self.controller.stream_metadata), "start"
-            )
-        manager_cls = _optional_class("broker.partition.manager", "PartitionManager")
-        if manager_cls is not None and self.storage is not None:
-            self.partitions = await _start_component("partition manager", lambda: manager_cls(self), "start")
-        coordinator_cls = _optional_class("broker.groups.coordinator", "GroupCoordinator")
-        if coordinator_cls is not None and self.partitions is not None:
-            self.groups = await _start_component("group coordinator", lambda: coordinator_cls(self), "start")
+        # Imported here, not at module level: they import the handler and storage stacks, which the CLI does not
+        # need for ``--help`` or a configuration error.
+        from broker.groups.coordinator import GroupCoordinator
+        from broker.partition.manager import PartitionManager
+        from storage.engine import StorageEngine
+
+        storage_config = replace(self.config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
+                                 node_epoch=self.node_epoch)
+        self.storage = StorageEngine(storage_config, self.controller.stream_metadata)
+        await self.storage.start()
+        self.partitions = PartitionManager(self)
+        await self.partitions.start()
+        self.groups = GroupCoordinator(self)
+        await self.groups.start()
 
         metrics_port = self._configured_metrics_port()
         if metrics_port is not None:
@@ -219,11 +197,15 @@ class BrokerNode:
         logger.info("node %d shutting down", self.node_id)
         for server in self.servers:
             await server.stop_accepting()
+        # A start that failed half-way stops only what it started.
+        groups = getattr(self, "groups", None)
+        partitions = getattr(self, "partitions", None)
+        storage = getattr(self, "storage", None)
         steps: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
-            ("group coordinator", self.groups.stop if self.groups is not None else None),
-            ("partitions", self.partitions.stop if self.partitions is not None else None),
+            ("group coordinator", groups.stop if groups is not None else None),
+            ("partitions", partitions.stop if partitions is not None else None),
             ("connections", self._close_servers),
-            ("storage engine", self.storage.shutdown if self.storage is not None else None),
+            ("storage engine", storage.shutdown if storage is not None else None),
             ("controller", self._controller_handle.close if self._controller_handle is not None else None),
         ]
         for name, step in steps:

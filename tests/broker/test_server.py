@@ -32,7 +32,10 @@ def create_topic(client: WireClient, name: str, partitions: int = 1) -> Any:
     return response.topics[0]
 
 
-def test_pipelined_requests_are_answered_in_order(broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+def test_pipelined_requests_are_answered_in_order(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    broker = shared_broker
     client = wire(broker.port)
     sent: list[tuple[int, int, int]] = []
     for i in range(30):
@@ -94,7 +97,10 @@ def test_metadata_reports_broker_cluster_and_topic_ids_across_restart(
         sorted(topic.partitions, key=lambda p: p.partition_index), strict=True))
 
 
-def test_metadata_every_version_and_topic_errors(broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+def test_metadata_every_version_and_topic_errors(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    broker = shared_broker
     client = wire(broker.port)
     create_topic(client, "present", partitions=2)
     for version in range(0, 13):
@@ -108,7 +114,8 @@ def test_metadata_every_version_and_topic_errors(broker: BrokerProcess, wire: Ca
     assert invalid.error_code == ErrorCode.invalid_topic_exception
 
 
-def test_metadata_auto_creates_topics(broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+def test_metadata_auto_creates_topics(shared_broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    broker = shared_broker
     client = wire(broker.port)
     first = client.request(metadata_request(9, ["auto-made"])).topics[0]
     assert first.error_code == ErrorCode.leader_not_available
@@ -122,7 +129,8 @@ def test_metadata_auto_creates_topics(broker: BrokerProcess, wire: Callable[[int
     assert len(topic.partitions) == 1  # num.partitions
 
 
-def test_metadata_by_topic_id(broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+def test_metadata_by_topic_id(shared_broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    broker = shared_broker
     client = wire(broker.port)
     topic_id = create_topic(client, "by-id").topic_id
     cls = codec.request_class(3, 12)
