@@ -343,3 +343,33 @@ def test_config_rejects_a_request_timeout_shorter_than_the_fetch_wait() -> None:
 def test_node_must_be_a_voter() -> None:
     with pytest.raises(ValueError, match="not one of the voters"):
         RaftNode(4, [1, 2, 3], rng=random.Random(0), now_ms=0)
+
+
+def test_describe_quorum_reports_voter_progress_on_the_leader_only() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    offset = net.commit(leader, b"d")
+    described = net.nodes[leader].describe(net.now)
+    assert described.error_code is Errors.NONE and described.leader_id == leader
+    assert described.high_watermark == offset + 1
+    assert [v.replica_id for v in described.current_voters] == [1, 2, 3]
+    assert all(v.log_end_offset == offset + 1 for v in described.current_voters)
+    follower = next(i for i in net.ids if i != leader)
+    assert net.nodes[follower].describe(net.now).error_code is Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_resigning_leader_names_the_most_caught_up_successor_first() -> None:
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    behind, ahead = (i for i in net.ids if i != leader)
+    net.cut = {behind}
+    assert isinstance(net.nodes[leader].propose([b"only-ahead-has-it"], net.now), int)
+    net.pump(leader)
+    net.run(50)
+    net.cut = set()
+    net.nodes[leader].resign(net.now)
+    net.pump(leader)
+    ends = [m for s, _, m in net.sent if s == leader and isinstance(m, EndQuorumEpochRequest)]
+    assert ends and ends[0].preferred_successors == (ahead, behind)
+    net.run(30)
+    assert net.nodes[ahead].role in (Role.PROSPECTIVE, Role.CANDIDATE, Role.LEADER)

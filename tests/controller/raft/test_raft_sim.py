@@ -78,3 +78,18 @@ def test_simulator_catches_a_broken_invariant() -> None:
         assert caught > 0
     finally:
         core.RaftNode._on_vote_request = original  # type: ignore[method-assign]
+
+
+def test_a_seed_replays_from_the_command_line() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.controller.raft.sim", "--seed", "7", "--nodes", "5"],
+        cwd=root, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "seed 7 (5 nodes) passed" in result.stdout
+    assert str(Simulation(7, SimParams(nodes=5)).run()) in result.stdout
