@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from storage.cache.block_cache import BlockCache
 from storage.cache.log_cache import CacheBlock, LogCache
+from storage.compaction.scheduler import CompactionScheduler
 from storage.config import StorageConfig
 from storage.errors import StorageError, StreamError, StreamFencedError
 from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
@@ -100,6 +101,14 @@ class StorageEngine:
         self._uploader = UploadPipeline(
             config=config, metadata=metadata, store=store, node=self._node, on_committed=self._on_committed
         )
+        self._compaction = CompactionScheduler(
+            config=config,
+            metadata=metadata,
+            reader=self._reader,
+            node=self._node,
+            streams=lambda: list(self._client.open_streams),
+            clock=lambda: int(time.time() * 1000),
+        )
         self._io = _EngineIO(self)
         self._client = StreamClientImpl(self._io)
         self._trimmed_to = 0
@@ -142,6 +151,10 @@ class StorageEngine:
     @property
     def read_path(self) -> ObjectReadPath:
         return self._read_path
+
+    @property
+    def compaction(self) -> CompactionScheduler:
+        return self._compaction
 
     @property
     def open_streams(self) -> dict[int, StorageStream]:
@@ -203,6 +216,7 @@ class StorageEngine:
         await self._recover()
         self._state = "running"
         self._timer = asyncio.create_task(self._upload_timer(), name=f"fjord-upload-timer-{self._node.node_id}")
+        self._compaction.start()
         logger.info("storage engine of node %d (epoch %d) started", self._node.node_id, self._node.node_epoch)
 
     async def _recover(self) -> None:
@@ -272,6 +286,7 @@ class StorageEngine:
             return
         self._state = "stopping"
         await self._stop_timer()
+        await self._compaction.stop()
         try:
             await self._flush(None)
         except StorageError as exc:
@@ -296,6 +311,7 @@ class StorageEngine:
             return
         self._state = "halted"
         await self._stop_timer()
+        await self._compaction.stop()
         await self._uploader.close()
         for stream in list(self._client.open_streams.values()):
             stream.abandon()

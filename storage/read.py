@@ -120,6 +120,8 @@ class ObjectReadPath:
                         stream_id, obj, cursor, end, budget, not out, sequential
                     )
                     missed = missed or missed_here
+                    if not batches and out:
+                        break  # the next batch does not fit in what is left of max_bytes
                     if not batches:
                         raise CorruptObjectError(
                             f"object {obj.object_id} ({self._source.key(obj.object_id)}): metadata says it holds "
@@ -130,17 +132,16 @@ class ObjectReadPath:
                     out.extend(batches)
                     cursor = out[-1].last_offset
                 if cursor < min(end, obj_end):
-                    break
+                    break  # max_bytes reached inside this object
             if cursor == before:
                 break  # the objects listed do not reach the cursor: nothing more is committed here
         if out:
             self.stats.object_reads += 1
             state.next_offset = out[-1].last_offset
-        if missed:
-            if sequential:
-                state.window = min(self._readahead_max, state.window + self._block_size)
-            else:
-                state.window = 0
+        if not sequential:
+            state.window = 0
+        elif missed:
+            state.window = min(self._readahead_max, state.window + self._block_size)
         return out
 
     async def _read_object(  # noqa: PLR0917
@@ -168,7 +169,10 @@ class ObjectReadPath:
                 missing.append(entry)
         missed = bool(missing)
         if missing:
-            extra = self._readahead_entries(stream_id, obj.object_id, entries, needed[-1], sequential)
+            room = self._cache.free - sum(e.size for e in missing)
+            extra = self._readahead_entries(
+                stream_id, obj.object_id, entries, needed[-1], sequential=sequential, room=room
+            )
             loaded = await self._load(obj.object_id, missing, extra)
             blocks.update(loaded)
         result: list[StreamRecordBatch] = []
@@ -186,13 +190,20 @@ class ObjectReadPath:
         return result, missed
 
     def _readahead_entries(
-        self, stream_id: int, object_id: int, entries: list[IndexEntry], last: IndexEntry, sequential: bool
+        self,
+        stream_id: int,
+        object_id: int,
+        entries: list[IndexEntry],
+        last: IndexEntry,
+        *,
+        sequential: bool,
+        room: int,
     ) -> list[IndexEntry]:
         """Blocks after ``last`` in the same object to load along with a miss, if read-ahead is on."""
         state = self._readahead.get(stream_id)
         window = state.window if state is not None and sequential else 0
         window = min(window + (self._block_size if sequential else 0), self._readahead_max)
-        if window <= 0 or self._cache.free < window:
+        if window <= 0 or room < window:
             return []
         extra: list[IndexEntry] = []
         total = 0
