@@ -19,7 +19,6 @@ from pathlib import Path
 from storage.config import ConfigError, StorageConfig, parse_bucket_url
 from storage.errors import ObjectNotFoundError, StorageError
 from storage.objects.reader import ObjectReader
-from storage.objectstore.factory import open_object_store
 from storage.tools.dump import dump_bytes, dump_object
 
 # A CLI should fail fast when the endpoint is wrong instead of backing off for the server's full retry budget.
@@ -107,6 +106,8 @@ async def _dump_from_bucket(url_text: str, key: str, records: bool) -> None:
     url = parse_bucket_url(url_text, "--bucket")
     if url.scheme == "file" and not url.path.is_dir():
         raise _DumpFailed(f"--bucket: {url.path} is not a directory")
+    from storage.objectstore.factory import open_object_store  # keeps S3 imports off the local-file path
+
     config = StorageConfig(s3_max_retries=_CLI_S3_RETRIES)
     store = open_object_store(url, config)
     try:

@@ -12,7 +12,6 @@ from storage.config import BucketURL, ConfigError, StorageConfig
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.local import LocalObjectStore
 from storage.objectstore.memory import MemoryObjectStore
-from storage.objectstore.s3 import S3ObjectStore
 
 _memory_stores: dict[str, MemoryObjectStore] = {}
 _memory_lock = threading.Lock()
@@ -24,6 +23,10 @@ def open_object_store(url: BucketURL, config: StorageConfig) -> ObjectStore:
     if url.scheme == "file":
         return LocalObjectStore(url.path)
     if url.scheme == "s3":
+        # Imported on demand: aiobotocore and aiohttp take most of a second to import, which every
+        # command-line call and every file-only process would otherwise pay.
+        from storage.objectstore.s3 import S3ObjectStore
+
         return S3ObjectStore.from_url(url, config)
     if url.scheme == "mem":
         return memory_store(url.bucket)
