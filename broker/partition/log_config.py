@@ -25,7 +25,9 @@ class LogConfig:
     index_interval_bytes: int = 4096
     producer_id_expiration_ms: int = 86_400_000
     #: Persist producer state and the partition record after this many appended bytes, bounding recovery.
-    checkpoint_interval_bytes: int = 64 << 20
+    checkpoint_interval_bytes: int = 16 << 20
+    #: ... or after this long with appends, whichever comes first.
+    checkpoint_interval_ms: int = 30_000
 
     @classmethod
     def from_configs(cls, topic: Mapping[str, str], broker: Mapping[str, str] | None = None) -> LogConfig:

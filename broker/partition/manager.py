@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 _OPEN_CONCURRENCY = 8
 _RETRY_DELAY = 1.0
+#: ``start`` waits this long for the first round of opens, so a restarted broker serves its partitions from
+#: the moment it accepts connections (crash recovery included) instead of answering NOT_LEADER meanwhile.
+_INITIAL_OPEN_TIMEOUT = 60.0
 
 
 class PartitionHost(Protocol):
@@ -50,6 +53,7 @@ class PartitionManager:
         self._opened = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._first_round = asyncio.Event()
 
     @property
     def streams(self) -> StreamClient:
@@ -61,6 +65,10 @@ class PartitionManager:
         self._node.controller.subscribe(self._on_image)
         self._changed.set()
         self._task = asyncio.create_task(self._run(), name="partition-manager")
+        try:
+            await asyncio.wait_for(self._first_round.wait(), _INITIAL_OPEN_TIMEOUT)
+        except TimeoutError:
+            logger.warning("partitions still opening after %.0fs; serving meanwhile", _INITIAL_OPEN_TIMEOUT)
 
     async def stop(self) -> None:
         """Closes every open partition cleanly (force upload, clean-shutdown flag)."""
@@ -112,6 +120,7 @@ class PartitionManager:
             except Exception:
                 logger.exception("partition reconciliation failed; retrying")
                 retry = True
+            self._first_round.set()
             if retry:
                 asyncio.get_running_loop().call_later(_RETRY_DELAY, self._changed.set)
 

@@ -151,6 +151,7 @@ class PartitionLog:
         self._max_timestamp_offset = -1
         self._bytes_since_index = 0
         self._bytes_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -223,8 +224,10 @@ class PartitionLog:
         return self
 
     async def _restore(self) -> None:
-        info = json.loads(self._meta.get(KEY_PARTITION) or b"{}")
-        clean = bool(info.get("cs", False))
+        raw_info = self._meta.get(KEY_PARTITION)
+        info = json.loads(raw_info) if raw_info is not None else {}
+        # A partition opened for the first time has nothing to recover.
+        clean = bool(info.get("cs", False)) or (raw_info is None and self._log.confirm_offset == self._log.start_offset)
         self.log_start_offset = max(int(info.get("s", 0)), self._log.start_offset)
         if "mt" in info:
             self._max_timestamp, self._max_timestamp_offset = (int(x) for x in info["mt"])
@@ -402,7 +405,7 @@ class PartitionLog:
         except storage_errors.StorageError as exc:
             logger.error("append to %s failed at offset %d: %s", self.where, base, exc)
             raise
-        if self._bytes_since_checkpoint >= self.config.checkpoint_interval_bytes and self._checkpoint_task is None:
+        if self._checkpoint_due() and self._checkpoint_task is None:
             self._checkpoint_task = asyncio.create_task(self._checkpoint(), name=f"checkpoint {self.where}")
         return AppendResult(base, next_offset - 1, log_append_ms, self.log_start_offset)
 
@@ -454,13 +457,27 @@ class PartitionLog:
         self._bytes_since_index = 0
         return entry
 
+    def _checkpoint_due(self) -> bool:
+        if self._bytes_since_checkpoint >= self.config.checkpoint_interval_bytes:
+            return True
+        elapsed_ms = (time.monotonic() - self._last_checkpoint) * 1000
+        return self._bytes_since_checkpoint > 0 and elapsed_ms >= self.config.checkpoint_interval_ms
+
     async def _checkpoint(self) -> None:
         """Persists producer state and PARTITION so a crash replays only the log written since."""
         try:
             async with self._lock:
                 if self._closed:
                     return
+                # The snapshot must hold only durable batches: a crash loses non-durable ones, and a snapshot
+                # naming them would turn the producer's retry into a false duplicate.
+                end = self._log.next_offset
+                if self._log.confirm_offset < end:
+                    await self._log.wait_for_append(end - 1, 10.0)
+                    if self._log.confirm_offset < end:
+                        return
                 self._bytes_since_checkpoint = 0
+                self._last_checkpoint = time.monotonic()
                 entries = {
                     KEY_PRODUCER_SNAPSHOTS: encode_snapshot(self.log_end_offset, self.producers),
                     KEY_PARTITION: self._partition_record(clean_shutdown=False),
