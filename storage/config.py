@@ -210,6 +210,7 @@ class StorageConfig:
     stream_set_object_compaction_interval_ms: int = 5 * 60_000
     stream_set_object_compaction_force_split_ms: int = 120 * 60_000
     stream_set_object_compaction_max_objects: int = 500
+    stream_set_object_compaction_cache_size: int = 200 * MiB  # source bytes one merge round may hold in memory
     stream_object_compaction_interval_ms: int = 60_000
     stream_object_compaction_small_size: int = 4 * MiB
     object_prepare_ttl_ms: int = 60 * 60_000
@@ -265,6 +266,7 @@ def _register() -> None:
         "s3.readahead.max.size": "readahead_max",
         "s3.wal.max.bytes.in.batch": "wal_max_bytes_in_batch",
         "s3.stream.object.compaction.small.size": "stream_object_compaction_small_size",
+        "s3.stream.set.object.compaction.cache.size": "stream_set_object_compaction_cache_size",
     }
     ints = {
         "s3.wal.batch.interval.ms": "wal_batch_interval_ms",

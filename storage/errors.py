@@ -79,3 +79,8 @@ class ObjectNotPreparedError(StorageError):
 
 class CompactedObjectsNotFoundError(StorageError):
     """A compaction commit referenced source objects that no longer exist."""
+
+
+class CompactionError(StorageError):
+    """A compaction round found object metadata it cannot safely rewrite (overlapping ranges, an index that does
+    not match the metadata); it leaves the objects as they are."""
