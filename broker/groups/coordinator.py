@@ -126,7 +126,9 @@ def _tombstone(key: bytes, now_ms: int) -> Record:
 class GroupCoordinator:
     def __init__(self, node: CoordinatorHost, *, clock: Callable[[], float] = time.time) -> None:
         self._node = node
-        self._clock = clock
+        # Wall clock in seconds: group timestamps are persisted, so it is time.time, not the loop's monotonic
+        # clock. Public so that tests can move it (retention is measured in days).
+        self.clock = clock
         cfg = node.config
         self.config = GroupConfig(
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
@@ -174,7 +176,7 @@ class GroupCoordinator:
         logger.info("group coordinator stopped (%d groups unloaded)", groups)
 
     def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return int(self.clock() * 1000)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
