@@ -1,0 +1,180 @@
+"""PartitionLog over the real storage engine (file WAL + local object store on tmp_path, in-memory stream
+metadata): validation errors, offsets, read limits, timestamps, leader epochs and reopen cycles."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.errors import KafkaError
+from broker.partition.log_config import LogConfig
+from broker.partition.partition_log import PartitionLog
+from broker.records.batch import (
+    LOG_APPEND_TIME,
+    Record,
+    build_batch,
+    decode_records,
+    iter_batches,
+    validate_batch,
+)
+from storage.config import BucketURL, StorageConfig
+from storage.engine import StorageEngine
+from storage.metadata.memory import InMemoryStreamMetadata
+
+TOPIC_ID = uuid.UUID(int=42)
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[tuple[StorageEngine, InMemoryStreamMetadata]]:
+    config = StorageConfig(
+        data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
+        wal_url=BucketURL(0, "file", str(tmp_path / "wal")),
+        cluster_id="test",
+        node_id=1,
+    )
+    metadata = InMemoryStreamMetadata()
+    eng = StorageEngine(config, metadata)
+    await eng.start()
+    try:
+        yield eng, metadata
+    finally:
+        await eng.shutdown()
+
+
+async def _open(
+    engine: tuple[StorageEngine, InMemoryStreamMetadata], epoch: int, config: LogConfig | None = None
+) -> PartitionLog:
+    eng, metadata = engine
+    return await PartitionLog.open(
+        streams=eng,
+        kv=metadata,
+        namespace="_fjord_test",
+        topic="orders",
+        partition=3,
+        topic_id=TOPIC_ID,
+        leader_epoch=epoch,
+        config=config or LogConfig(),
+    )
+
+
+def _batch(n: int, ts: int | None = None, size: int = 10) -> bytes:
+    now = int(time.time() * 1000) if ts is None else ts
+    return build_batch([Record(b"k%d" % i, b"v" * size, (), now + i) for i in range(n)])
+
+
+async def test_offsets_continue_across_reopens_and_meta_stream_compacts(
+    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+) -> None:
+    base_ts = 1_700_000_000_000
+    end = 0
+    for epoch in range(25):
+        log = await _open(engine, epoch)
+        assert log.log_end_offset == end and log.high_watermark == end
+        result = await log.append(_batch(2, ts=base_ts + 10 * epoch))
+        assert (result.base_offset, result.last_offset) == (end, end + 1)
+        end += 2
+        await log.close()
+    log = await _open(engine, 25)
+    try:
+        # 26 opens wrote far more meta records than there are keys: the meta stream trimmed itself.
+        assert log._meta.stream.start_offset > 0
+        assert log.end_offset_for_epoch(3) == (3, 8)
+        assert log.end_offset_for_epoch(25) == (25, 50)
+        found = await log.offset_for_timestamp(base_ts + 10 * 7 + 1)
+        assert found is not None and (found.offset, found.timestamp) == (15, base_ts + 71)
+        read = await log.read(0, 1 << 20)
+        offsets = [r.offset for _, batch in iter_batches(read.records) for r in decode_records(batch)]
+        assert offsets == list(range(50))
+        epochs = [h.partition_leader_epoch for h, _ in iter_batches(read.records)]
+        assert epochs == list(range(25))
+    finally:
+        await log.close()
+
+
+async def test_invalid_batches_are_rejected_with_kafka_codes(
+    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+) -> None:
+    config = LogConfig(max_message_bytes=500, timestamp_after_max_ms=60_000)
+    log = await _open(engine, 0, config)
+    try:
+        corrupt = bytearray(_batch(1))
+        corrupt[-1] ^= 0x55
+        cases = [
+            (bytes(corrupt), ErrorCode.corrupt_message),
+            (_batch(1, size=1000), ErrorCode.message_too_large),
+            (_batch(1, ts=int(time.time() * 1000) + 3_600_000), ErrorCode.invalid_timestamp),
+            (b"\x00" * 30, ErrorCode.corrupt_message),
+            (build_batch([Record(None, b"x")], is_control=True), ErrorCode.invalid_record),
+        ]
+        for records, code in cases:
+            with pytest.raises(KafkaError) as info:
+                await log.append(records)
+            assert info.value.code == code, info.value
+            assert "orders-3" in str(info.value)
+        assert log.log_end_offset == 0  # nothing was appended
+    finally:
+        await log.close()
+
+
+async def test_log_append_time_rewrites_timestamps_and_keeps_batches_valid(
+    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+) -> None:
+    log = await _open(engine, 0, LogConfig(log_append_time=True))
+    try:
+        before = int(time.time() * 1000)
+        result = await log.append(_batch(3, ts=1000))
+        assert result.log_append_time_ms >= before
+        read = await log.read(0, 1 << 20)
+        header = validate_batch(read.records)  # CRC recomputed after the rewrite
+        assert header.timestamp_type == LOG_APPEND_TIME
+        assert {r.timestamp for r in decode_records(read.records)} == {result.log_append_time_ms}
+    finally:
+        await log.close()
+
+
+async def test_read_limits_return_whole_batches_and_always_the_first(
+    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+) -> None:
+    log = await _open(engine, 0)
+    try:
+        for _ in range(4):
+            await log.append(_batch(5, size=200))  # ~1.1 KB batches
+        one = await log.read(0, 10)
+        assert [h.base_offset for h, _ in iter_batches(one.records)] == [0]
+        none = await log.read(0, 10, min_one=False)
+        assert none.records == b""
+        two = await log.read(5, 2500)
+        assert [h.base_offset for h, _ in iter_batches(two.records)] == [5, 10]
+        with pytest.raises(KafkaError) as info:
+            await log.read(21, 100)
+        assert info.value.code == ErrorCode.offset_out_of_range
+        assert (await log.read(20, 100)).records == b""
+    finally:
+        await log.close()
+
+
+async def test_delete_records_trims_and_persists_log_start(
+    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+) -> None:
+    log = await _open(engine, 0)
+    for _ in range(3):
+        await log.append(_batch(4))
+    assert await log.delete_records_before(6) == 6
+    with pytest.raises(KafkaError) as info:
+        await log.delete_records_before(99)
+    assert info.value.code == ErrorCode.offset_out_of_range
+    await log.close()
+    log = await _open(engine, 1)
+    try:
+        assert log.log_start_offset == 6
+        earliest = await log.offset_for_timestamp(-2)
+        assert earliest is not None and earliest.offset == 6
+        with pytest.raises(KafkaError):
+            await log.read(2, 100)
+    finally:
+        await log.close()
