@@ -1,9 +1,10 @@
-"""Backpressure for both WAL modes: appends wait, in arrival order, until trimming frees room.
+"""Admission of appends for both WAL modes: strictly in call order, and only while the WAL has room.
 
-A full WAL must slow producers down, never fail them (the WriteAheadLog contract). Waiters are admitted strictly
-first-come-first-served, so a large record cannot be starved by a stream of small ones and admission order stays
-the append order the WAL acknowledges in. A record larger than the whole capacity is admitted once the WAL is
-empty; otherwise it could never be written at all.
+A full WAL must slow producers down, never fail them (the WriteAheadLog contract), and it must keep appends in
+the order they were made: a stream's batches are appended one after another and must be replayed that way. So
+every append joins one FIFO queue the moment it is called, and the queue admits from its head only — when the
+WAL is open (recovered) and the head fits under the capacity. Nothing can overtake a waiting append, however
+small. A record larger than the whole capacity is admitted once the WAL is empty; otherwise it never could be.
 """
 
 from __future__ import annotations
@@ -11,22 +12,37 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class CapacityGate:
-    def __init__(self, capacity: int, name: str) -> None:
+
+class CapacityGate(Generic[T]):
+    """Queues items and hands them to ``admit`` in submission order as room allows.
+
+    ``future`` is the caller's completion future for an item: an item whose future is already done (the caller
+    was cancelled, or the WAL failed) is dropped instead of admitted. The gate starts *held* (nothing is admitted)
+    until ``open()``, so appends made while the WAL is still recovering simply queue.
+    """
+
+    def __init__(self, capacity: int, name: str, admit: Callable[[T, int], None]) -> None:
         if capacity <= 0:
             raise ValueError(f"{name}: WAL capacity must be positive, got {capacity}")
         self._capacity = capacity
         self._name = name
+        self._admit = admit
         self._used = 0
-        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        self._queue: collections.deque[tuple[T, int, asyncio.Future[Any]]] = collections.deque()
+        self._open = False
         self._error: BaseException | None = None
+        self._draining = False
 
     @property
     def used(self) -> int:
+        """Bytes admitted and not yet released (untrimmed)."""
         return self._used
 
     @property
@@ -35,61 +51,52 @@ class CapacityGate:
 
     @property
     def waiting(self) -> int:
-        """Appends currently blocked on capacity (for metrics and tests)."""
-        return len(self._waiters)
+        """Appends queued for room or for recovery (for metrics and tests)."""
+        return len(self._queue)
 
-    def reset_used(self, used: int) -> None:
-        """Sets the untrimmed byte count after recovery, before any append."""
+    def open(self, used: int) -> None:
+        """Starts admitting, with ``used`` bytes already in the WAL (what recovery found)."""
         self._used = used
-        self._wake()
+        self._open = True
+        self._drain()
 
-    def _fits(self, size: int) -> bool:
-        return self._used == 0 or self._used + size <= self._capacity
-
-    async def acquire(self, size: int) -> None:
+    def submit(self, item: T, size: int, future: asyncio.Future[Any]) -> None:
         if self._error is not None:
-            raise self._error
-        if not self._waiters and self._fits(size):
-            self._used += size
+            if not future.done():
+                future.set_exception(self._error)
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (size, future)
-        self._waiters.append(entry)
-        logger.debug("%s: append of %d bytes waits for capacity (%d of %d used)", self._name, size, self._used,
-                     self._capacity)
-        try:
-            await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self.release(size)  # granted just as we were cancelled: give the room back
-            else:
-                try:
-                    self._waiters.remove(entry)
-                except ValueError:
-                    pass
-                self._wake()  # a smaller waiter behind us may fit now
-            raise
+        self._queue.append((item, size, future))
+        self._drain()
+        if self._queue and self._queue[-1][0] is item and self._open:
+            logger.debug("%s: append of %d bytes waits for capacity (%d of %d used)", self._name, size, self._used,
+                         self._capacity)
 
     def release(self, size: int) -> None:
         self._used = max(0, self._used - size)
-        self._wake()
+        self._drain()
 
     def fail(self, error: BaseException) -> None:
-        """Fails every waiting and future acquire (the WAL is closing or broken)."""
+        """Fails every queued and future submission (the WAL is closing or broken)."""
         self._error = error
-        while self._waiters:
-            _size, future = self._waiters.popleft()
+        while self._queue:
+            _item, _size, future = self._queue.popleft()
             if not future.done():
                 future.set_exception(error)
 
-    def _wake(self) -> None:
-        while self._waiters:
-            size, future = self._waiters[0]
-            if future.done():
-                self._waiters.popleft()
-                continue
-            if not self._fits(size):
-                return
-            self._waiters.popleft()
-            self._used += size
-            future.set_result(None)
+    def _drain(self) -> None:
+        if self._draining:  # admit() may release or submit re-entrantly; the outer loop continues
+            return
+        self._draining = True
+        try:
+            while self._open and self._queue:
+                item, size, future = self._queue[0]
+                if future.done():
+                    self._queue.popleft()
+                    continue
+                if self._used != 0 and self._used + size > self._capacity:
+                    return
+                self._queue.popleft()
+                self._used += size
+                self._admit(item, size)
+        finally:
+            self._draining = False

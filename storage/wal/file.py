@@ -303,7 +303,7 @@ class FileWAL:
         self._dir = Path(directory)
         self._segment_size = segment_size
         self._max_group_bytes = max(1, min(max_group_bytes, segment_size))
-        self._gate = CapacityGate(capacity, f"WAL {self._dir}")
+        self._gate: CapacityGate[_Pending] = CapacityGate(capacity, f"WAL {self._dir}", self._admit)
         self._executor: ThreadPoolExecutor | None = None
         self._preallocate = preallocate
         self._spares = _SparePool(self._dir, SPARE_SEGMENTS if preallocate else 0)
@@ -322,6 +322,7 @@ class FileWAL:
         self._trim_lock = asyncio.Lock()
         self._recover_lock = asyncio.Lock()
         self._user_recovery = False
+        self._opening: asyncio.Task[None] | None = None  # recovery started by an append that came before recover()
         self._started = False
         self._recovered = False
         self._appended = False
@@ -423,6 +424,9 @@ class FileWAL:
         self._closed = True
         closed = WALError(f"WAL {self._dir}: closed")
         self._gate.fail(closed)
+        if self._opening is not None and not self._opening.done():
+            self._opening.cancel()
+            await asyncio.gather(self._opening, return_exceptions=True)
         if self._flusher is not None:
             self._wakeup.set()
             await self._flusher
@@ -494,7 +498,7 @@ class FileWAL:
         )
         end = max(end, trim)
         self._next_offset = self._durable_offset = end
-        self._gate.reset_used(end - trim)
+        self._gate.open(end - trim)
         self._recovered = True
         logger.info("WAL %s: recovered up to offset %d (trim offset %d)", self._dir, end, trim)
 
@@ -611,22 +615,35 @@ class FileWAL:
 
     async def append(self, batch: StreamRecordBatch) -> WALRecord:
         self._check_writable()
-        if not self._recovered:
-            await self._ensure_recovered()
-        size = walrecord.record_size(batch)
-        await self._gate.acquire(size)
-        self._check_writable()
-        offset = self._next_offset
-        self._next_offset = offset + size
+        if self._user_recovery:
+            raise WALError(f"WAL {self._dir}: cannot append while recover() is still iterating")
         future: asyncio.Future[WALRecord] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(batch, offset, offset + size, future))
         self._appended = True
         self.stats.appends += 1
+        self._gate.submit(_Pending(batch, 0, 0, future), walrecord.record_size(batch), future)
+        if not self._recovered and self._opening is None:
+            self._opening = asyncio.create_task(self._recover_for_appends(), name=f"wal-open {self._dir}")
+        return await future
+
+    async def _recover_for_appends(self) -> None:
+        """Appends made without a prior recover() queue in the gate until the end of the log is known."""
+        try:
+            await self._ensure_recovered()
+        except Exception as exc:
+            failure = exc if isinstance(exc, WALError) else WALError(f"WAL {self._dir}: recovery failed: {exc!r}")
+            logger.error("%s; the WAL cannot accept appends", failure)
+            self._failure = failure
+            self._gate.fail(failure)
+
+    def _admit(self, entry: _Pending, size: int) -> None:
+        """Called by the gate in append order: the record gets its WAL position and joins the next group."""
+        entry.offset = self._next_offset
+        entry.next_offset = self._next_offset = entry.offset + size
+        self._pending.append(entry)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_loop(), name=f"wal-flush {self._dir}")
         self._idle.clear()
         self._wakeup.set()
-        return await future
 
     def _require_started(self) -> None:
         if not self._started:

@@ -94,7 +94,7 @@ class S3WAL:
         self._reservation_key = s3_format.reservation_key(namespace, node_id)
         self._trim_key = s3_format.trim_key(namespace, node_id)
         self._name = f"S3 WAL {store.name}/{self._prefix} (node {node_id}, epoch {node_epoch})"
-        self._gate = CapacityGate(capacity, self._name)
+        self._gate: CapacityGate[_Pending] = CapacityGate(capacity, self._name, self._admit)
         self._slots = asyncio.Semaphore(max_inflight_uploads)
         self._chain: list[WALObjectKey] = []  # durable objects of the log, in offset order
         self._recovery_chain: list[WALObjectKey] = []
@@ -188,8 +188,8 @@ class S3WAL:
         self._next_offset = self._durable_offset = plan.end
         self._recovery_chain = [o for o in plan.chain if not o.empty]
         self._chain = [o for o in plan.chain if o.key != marker.key] + [marker]
-        self._gate.reset_used(plan.end - plan.start)
         self._started = True
+        self._gate.open(plan.end - plan.start)
         logger.info("%s: started; log %d..%d in %d object(s)", self._name, plan.start, plan.end,
                     len(self._recovery_chain))
 
@@ -235,21 +235,22 @@ class S3WAL:
 
     async def append(self, batch: StreamRecordBatch) -> WALRecord:
         self._check_writable()
-        size = walrecord.record_size(batch)
-        await self._gate.acquire(size)
-        self._check_writable()
-        offset = self._next_offset
-        self._next_offset = offset + size
         future: asyncio.Future[WALRecord] = asyncio.get_running_loop().create_future()
-        self._batch.append(_Pending(batch, offset, offset + size, future))
+        self.stats.appends += 1
+        self._gate.submit(_Pending(batch, 0, 0, future), walrecord.record_size(batch), future)
+        return await future
+
+    def _admit(self, entry: _Pending, size: int) -> None:
+        """Called by the gate in append order: the record gets its WAL position and joins the open batch."""
+        entry.offset = self._next_offset
+        entry.next_offset = self._next_offset = entry.offset + size
+        self._batch.append(entry)
         self._batch_bytes += size
         self._idle.clear()
-        self.stats.appends += 1
         if self._batch_bytes >= self._max_batch:
             self._seal()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._interval, self._seal)
-        return await future
 
     def _check_writable(self) -> None:
         if self._failure is not None:

@@ -136,15 +136,17 @@ async def test_concurrent_appends_share_one_write_and_are_acknowledged_in_append
     assert wal.stats.groups == groups_for_burst + 5
 
 
-async def test_appending_without_recover_continues_after_the_existing_records(tmp_path: Path) -> None:
+async def test_appends_made_before_recovery_wait_for_it_and_keep_their_call_order(tmp_path: Path) -> None:
     first = await write(tmp_path, [batch(1, i) for i in range(10)])
     wal = FileWAL(tmp_path)
     await wal.start()
-    rec = await wal.append(batch(2, 0))
+    later = list(await asyncio.gather(*(wal.append(batch(2, i, 10 + 50 * (i % 3))) for i in range(20))))
     await wal.close()
-    assert rec.offset == first[-1].next_offset
+    assert later[0].offset == first[-1].next_offset
+    assert [r.batch for r in later] == [batch(2, i, 10 + 50 * (i % 3)) for i in range(20)]
+    assert all(a.next_offset == b.offset for a, b in itertools.pairwise(later))
     _, recovered = await open_wal(tmp_path)
-    assert [r.batch for r in recovered] == [batch(1, i) for i in range(10)] + [batch(2, 0)]
+    assert recovered == first + later
 
 
 async def test_a_second_wal_on_the_same_directory_is_refused(tmp_path: Path) -> None:
