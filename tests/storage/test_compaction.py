@@ -135,10 +135,12 @@ class Rig:
         return out
 
     async def read_all(self) -> dict[int, list[bytes]]:
-        """Each stream read twice from a cold cache: batch by batch, and in one read spanning every object."""
+        """Each stream read from a cold cache batch by batch, in reads of a few KB that end mid-object and cross
+        object boundaries, and in one read spanning every object: all three must agree."""
         out: dict[int, list[bytes]] = {}
         for stream in self.streams:
             one_by_one = await self.read(stream.stream_id, 1)
+            assert await self.read(stream.stream_id, 2500) == one_by_one
             assert await self.read(stream.stream_id, 10**9) == one_by_one
             out[stream.stream_id] = one_by_one
         return out
