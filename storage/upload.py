@@ -15,6 +15,7 @@ abandons pending work; the data is still in the WAL then, so recovery uploads it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -24,13 +25,22 @@ from typing import TypeVar
 
 from storage.cache.log_cache import CacheBlock
 from storage.config import StorageConfig
-from storage.errors import ObjectNotPreparedError, StorageError
+from storage.errors import (
+    NodeEpochExpiredError,
+    ObjectNotPreparedError,
+    OffsetNotMatchedError,
+    StorageError,
+    StreamFencedError,
+    StreamNotFoundError,
+    StreamNotOpenedError,
+)
 from storage.metadata.api import (
     CommitStreamSetObjectRequest,
     NodeIdentity,
     ObjectStreamRange,
     StreamMetadata,
     StreamObjectCommit,
+    StreamState,
 )
 from storage.objects.format import ObjectBuilder, object_key
 from storage.objectstore.base import ObjectStore
@@ -42,6 +52,14 @@ T = TypeVar("T")
 
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 5.0
+
+_STREAM_REJECTIONS: tuple[type[Exception], ...] = (
+    StreamFencedError,
+    StreamNotOpenedError,
+    StreamNotFoundError,
+    OffsetNotMatchedError,
+)
+"""Commit errors about particular streams: the commit goes ahead without those streams."""
 
 
 class UploadAbortedError(StorageError):
@@ -184,11 +202,11 @@ class UploadPipeline:
                 )
                 job.done.exception()  # retrieved: a waiter may not exist
             job.prepared.set()
-        except BaseException as exc:  # pragma: no cover - _retry only gives up on cancellation
+        except Exception as exc:  # a fenced node, or the block before this one failed
             job.prepared.set()
             if not job.done.done():
                 job.done.set_exception(exc)
-            raise
+                job.done.exception()  # the pipeline logged it; waiters still receive it
         else:
             if not job.done.done():
                 job.done.set_result(None)
@@ -205,15 +223,20 @@ class UploadPipeline:
                 lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
             )
             job.prepared.set()
-            request = await self._upload(plan, job.epochs)
+            request: CommitStreamSetObjectRequest | None = await self._upload(plan, job.epochs)
             if previous is not None:
                 await asyncio.shield(previous.done)
             try:
-                await self._retry(
-                    f"commit of objects {_ids_text(plan)} (streams {_streams_text(streams)})",
-                    functools.partial(self._metadata.commit_stream_set_object, request),
-                    retry_not_prepared=False,
-                )
+                while request is not None:
+                    try:
+                        await self._retry(
+                            f"commit of objects {_ids_text(plan)} (streams {_streams_text(streams)})",
+                            functools.partial(self._metadata.commit_stream_set_object, request),
+                            give_up_on=(ObjectNotPreparedError, *_STREAM_REJECTIONS),
+                        )
+                        break
+                    except _STREAM_REJECTIONS as exc:
+                        request = await self._without_rejected(request, exc)
             except ObjectNotPreparedError as exc:
                 logger.warning("%s; preparing new object ids and uploading again", exc)
                 continue
@@ -282,7 +305,15 @@ class UploadPipeline:
             builder.add_all(batches)
         return builder.finish()
 
-    async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]], *, retry_not_prepared: bool = True) -> T:
+    async def _retry(
+        self,
+        what: str,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        give_up_on: tuple[type[BaseException], ...] = (),
+    ) -> T:
+        """Runs ``attempt`` until it succeeds, with exponential backoff. A fenced node (NodeEpochExpiredError)
+        and the ``give_up_on`` errors are raised instead: retrying cannot fix them."""
         delay = _BACKOFF_START_S
         failures = 0
         while True:
@@ -290,8 +321,11 @@ class UploadPipeline:
                 return await attempt()
             except asyncio.CancelledError:
                 raise
+            except NodeEpochExpiredError as exc:
+                logger.error("node %d: %s rejected, this node is fenced: %s", self._node.node_id, what, exc)
+                raise
             except Exception as exc:
-                if isinstance(exc, ObjectNotPreparedError) and not retry_not_prepared:
+                if isinstance(exc, give_up_on):
                     raise
                 failures += 1
                 self.stats.failures += 1
@@ -306,6 +340,53 @@ class UploadPipeline:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _BACKOFF_MAX_S)
+
+    async def _without_rejected(
+        self, request: CommitStreamSetObjectRequest, error: Exception
+    ) -> CommitStreamSetObjectRequest | None:
+        """The commit without the streams this node may no longer commit (fenced by a newer owner, closed,
+        deleted, or already moved past these offsets). Their data is not made visible: that is what fencing
+        means; the rest of the block must not be held hostage by them. None if nothing is left to commit."""
+        stream_ids = sorted({r.stream_id for r in request.ranges} | {s.stream_id for s in request.stream_objects})
+        current = {s.stream_id: s for s in await self._metadata.get_streams(stream_ids)}
+
+        def allowed(stream_id: int, start: int, epoch: int) -> bool:
+            s = current.get(stream_id)
+            if s is None or s.state != StreamState.OPENED or not s.ranges:
+                return False
+            if epoch not in (-1, s.epoch) or s.ranges[-1].node_id != self._node.node_id:
+                return False
+            return s.end_offset == start
+
+        ranges = tuple(r for r in request.ranges if allowed(r.stream_id, r.start_offset, r.stream_epoch))
+        stream_objects = tuple(
+            so for so in request.stream_objects if allowed(so.stream_id, so.start_offset, so.stream_epoch)
+        )
+        dropped = [r.stream_id for r in request.ranges if r not in ranges]
+        dropped += [so.stream_id for so in request.stream_objects if so not in stream_objects]
+        if not dropped:
+            # The rejection does not match what the metadata shows now (it changed in between): try again.
+            logger.warning(
+                "node %d: commit rejected (%s) but every stream is still ours; retrying", self._node.node_id, error
+            )
+            await asyncio.sleep(_BACKOFF_START_S)
+            return request
+        logger.error(
+            "node %d: commit rejected (%s); leaving out streams %s, their data in this upload is not ours to "
+            "make visible",
+            self._node.node_id,
+            error,
+            _streams_text(sorted(set(dropped))),
+        )
+        if not ranges and not stream_objects:
+            return None
+        return dataclasses.replace(
+            request,
+            object_id=request.object_id if ranges else -1,
+            object_size=request.object_size if ranges else 0,
+            ranges=ranges,
+            stream_objects=stream_objects,
+        )
 
 
 def _streams_text(stream_ids: list[int]) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from storage.cache.log_cache import CacheBlock
 from storage.config import StorageConfig
-from storage.errors import ObjectStoreError
+from storage.errors import NodeEpochExpiredError, ObjectStoreError
 from storage.metadata.api import NodeIdentity, ObjectState, ObjectType
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.records import MetadataRecord, ObjectRecord
@@ -188,3 +188,32 @@ async def test_many_small_streams_cost_one_put_per_block() -> None:
 
 async def _noop(_block: CacheBlock) -> None:
     return None
+
+
+async def test_a_fenced_stream_is_left_out_and_does_not_block_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    meta = InMemoryStreamMetadata()
+    a, b = await open_streams(meta, 2)
+    # Before the upload commits, stream b is closed and taken over by node 2 (a newer owner).
+    await meta.close_stream(NODE, b, 0)
+    await meta.open_stream(NodeIdentity(2, 1), b, 1)
+    pipeline = UploadPipeline(config=CONFIG, metadata=meta, store=MemoryObjectStore(), node=NODE, on_committed=_noop)
+    caplog.set_level(logging.ERROR, logger="storage.upload")
+    await asyncio.wait_for(pipeline.submit(make_block(0, {a: 1_000, b: 1_000})), 10)
+    second = pipeline.submit(make_block(1, {a: 1_000}, start={a: 2}))
+    await asyncio.wait_for(second, 10)
+    [sa, sb] = await meta.get_streams([a, b])
+    assert (sa.end_offset, sb.end_offset) == (4, 0)  # b's stale data never became visible
+    assert await meta.get_objects(b, 0, -1, 10) == []
+    assert any(f"leaving out streams {b}" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_fenced_node_fails_its_uploads_instead_of_retrying_forever() -> None:
+    meta = InMemoryStreamMetadata()
+    [a] = await open_streams(meta, 1)
+    await meta.register_node(NODE.node_id, NODE.node_epoch + 1)  # the node restarted elsewhere
+    pipeline = UploadPipeline(config=CONFIG, metadata=meta, store=MemoryObjectStore(), node=NODE, on_committed=_noop)
+    first = pipeline.submit(make_block(0, {a: 1_000}))
+    second = pipeline.submit(make_block(1, {a: 1_000}, start={a: 2}))
+    for future in (first, second):
+        with pytest.raises(NodeEpochExpiredError):
+            await asyncio.wait_for(future, 10)
