@@ -248,8 +248,27 @@ def parse_index(buf: bytes | memoryview, footer: Footer, where: str) -> list[Ind
             )
         if previous is not None and (stream_id, start) < (previous.stream_id, previous.start_offset):
             raise CorruptObjectError(f"{where}: index entries are not sorted by (stream, offset) at {entry}")
+        # Data blocks tile the bytes before the index, in index order, and one stream's blocks hold one
+        # contiguous offset range. Checking both turns any damaged position, size or offset field into an
+        # error here instead of a read of the wrong bytes (or a silently shortened range) later.
+        expected_position = 0 if previous is None else previous.position + previous.size
+        if position != expected_position:
+            raise CorruptObjectError(
+                f"{where}: index entry {pos // INDEX_ENTRY_SIZE} puts its block at byte {position}, but the "
+                f"previous block ends at byte {expected_position}"
+            )
+        if previous is not None and stream_id == previous.stream_id and start != previous.end_offset:
+            raise CorruptObjectError(
+                f"{where}: index entry {pos // INDEX_ENTRY_SIZE} of stream {stream_id} starts at offset {start}, "
+                f"but the stream's previous block ends at offset {previous.end_offset}"
+            )
         entries.append(entry)
         previous = entry
+    data_end = 0 if previous is None else previous.position + previous.size
+    if data_end != footer.index_position:
+        raise CorruptObjectError(
+            f"{where}: data blocks end at byte {data_end}, but the index starts at byte {footer.index_position}"
+        )
     return entries
 
 
