@@ -302,3 +302,46 @@ def test_admin_clients_list_describe_delete_groups_and_offsets(node: BrokerProce
     assert group not in remaining_groups and idle not in remaining_groups
     [gone] = [f.result(timeout=20) for f in admin.describe_consumer_groups([group]).values()]
     assert gone.state == ConsumerGroupState.DEAD
+
+
+def test_mixed_clients_agree_on_the_common_assignor(node: BrokerProcess) -> None:
+    """kafka-python offers only roundrobin, librdkafka prefers range: the group must pick roundrobin."""
+    from kafka import KafkaConsumer
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    topic, group = unique("mixed"), unique("mixed-group")
+    create_topic(node.bootstrap, topic, 6)
+    produce(node.bootstrap, topic, 60)
+    python_consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=node.bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        partition_assignment_strategy=[RoundRobinPartitionAssignor],
+        heartbeat_interval_ms=300,
+        session_timeout_ms=6000,
+    )
+    rd_consumer = make_consumer(node.bootstrap, group, **{"partition.assignment.strategy": "range,roundrobin"})
+    rd_consumer.subscribe([topic])
+    seen: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while not (len(seen) == 60 and len(python_consumer.assignment()) == 3 and len(rd_consumer.assignment()) == 3):
+            assert time.monotonic() < deadline, (len(seen), python_consumer.assignment(), rd_consumer.assignment())
+            for records in python_consumer.poll(timeout_ms=50).values():
+                seen.update((r.partition, r.offset) for r in records)
+            message = rd_consumer.poll(0.05)
+            if message is not None and message.error() is None:
+                seen.add((message.partition(), message.offset()))
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        [description] = [f.result(timeout=20) for f in admin.describe_consumer_groups([group]).values()]
+        assert description.partition_assignor == "roundrobin"
+        assert len(description.members) == 2
+        # Round robin over one topic interleaves partitions between the two members.
+        python_partitions = sorted(tp.partition for tp in python_consumer.assignment())
+        assert python_partitions in ([0, 2, 4], [1, 3, 5])
+    finally:
+        python_consumer.close()
+    poll_until([rd_consumer], lambda: len(rd_consumer.assignment()) == 6, lambda c, m: None)
+    rd_consumer.close()
