@@ -29,7 +29,7 @@ class VersionRange:
 API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
     {
         0: VersionRange("Produce", 3, 9),
-        1: VersionRange("Fetch", 4, 12),
+        1: VersionRange("Fetch", 4, 15),
         2: VersionRange("ListOffsets", 1, 8),
         3: VersionRange("Metadata", 0, 12),
         8: VersionRange("OffsetCommit", 2, 8),

@@ -4,8 +4,10 @@ producers whose retried batches are not appended twice."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -23,6 +25,7 @@ from kafka_clients import (
 )
 from kio.schema.errors import ErrorCode
 
+from broker.protocol import codec
 from broker.records.batch import Record, build_batch, iter_records
 
 
@@ -229,3 +232,37 @@ def test_idempotent_client_under_connection_faults_has_no_duplicates(kafka: Brok
         consumer.close()
     assert values == [b"%d" % i for i in range(2000)]
     assert (low, high) == (0, 2000)
+
+
+def _topic_id(client: WireClient, topic: str) -> uuid.UUID:
+    request_cls = codec.request_class(3, 12)
+    wanted = codec.build(codec.field_entity(request_cls, "topics"), topic_id=None, name=topic)
+    response = client.request(
+        codec.build(
+            request_cls, topics=(wanted,), allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+    )
+    return response.topics[0].topic_id  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", [13, 15])
+def test_fetch_by_topic_id(kafka: BrokerProcess, wire: Callable[[int], WireClient], version: int) -> None:
+    topic = topic_name(f"tid{version}")
+    create_topic(kafka.bootstrap, topic)
+    _produce(kafka.bootstrap, topic, 4)
+    client = wire(kafka.port)
+    topic_id = _topic_id(client, topic)
+    request = fetch_request(topic, 0, 0, version=version)
+    request_topic = codec.build(
+        codec.field_entity(type(request), "topics"), topic_id=topic_id, partitions=request.topics[0].partitions
+    )
+    response = client.request(dataclasses.replace(request, topics=(request_topic,)))
+    assert response.responses[0].topic_id == topic_id
+    part = response.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.none and part.high_watermark == 4
+    assert [r.value for _, r in iter_records(part.records)] == [b"m0", b"m1", b"m2", b"m3"]
+    unknown = codec.build(
+        codec.field_entity(type(request), "topics"), topic_id=uuid.uuid4(), partitions=request.topics[0].partitions
+    )
+    missing = client.request(dataclasses.replace(request, topics=(unknown,)))
+    assert missing.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_id
