@@ -266,3 +266,54 @@ def test_fetch_by_topic_id(kafka: BrokerProcess, wire: Callable[[int], WireClien
     )
     missing = client.request(dataclasses.replace(request, topics=(unknown,)))
     assert missing.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_id
+
+
+def test_produce_acks_and_transactional_refusal(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    topic = topic_name("acks")
+    create_topic(kafka.bootstrap, topic)
+    client = wire(kafka.port)
+    records = build_batch([Record(None, b"fire-and-forget")])
+    client.send(produce_request(topic, 0, records, acks=0))
+    marker = client.send(fetch_request(topic, 0, 0, max_wait_ms=2000))
+    got, body = client.receive(1, 12)
+    assert got == marker  # acks=0 got no response: the next frame answers the fetch
+    assert [r.value for _, r in iter_records(body.responses[0].partitions[0].records)] == [b"fire-and-forget"]
+
+    bad = client.request(produce_request(topic, 0, records, acks=2)).responses[0].partition_responses[0]
+    assert bad.error_code == ErrorCode.invalid_required_acks
+    txn = dataclasses.replace(produce_request(topic, 0, records), transactional_id="txn-1")
+    refused = client.request(txn).responses[0].partition_responses[0]
+    assert refused.error_code == ErrorCode.transactional_id_authorization_failed
+
+
+def test_offset_for_leader_epoch_and_describe_producers(
+    kafka: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    topic = topic_name("epochs")
+    create_topic(kafka.bootstrap, topic)
+    client = wire(kafka.port)
+    pid, epoch = init_producer_id(client)
+    records = build_batch(
+        [Record(None, b"a"), Record(None, b"b")], producer_id=pid, producer_epoch=epoch, base_sequence=0
+    )
+    assert client.request(produce_request(topic, 0, records)).responses[0].partition_responses[0].error_code == 0
+
+    request_cls = codec.request_class(23, 4)
+    topic_cls = codec.field_entity(request_cls, "topics")
+    part = codec.build(
+        codec.field_entity(topic_cls, "partitions"), partition=0, current_leader_epoch=-1, leader_epoch=0
+    )
+    answer = (
+        client.request(
+            codec.build(request_cls, replica_id=-1, topics=(codec.build(topic_cls, topic=topic, partitions=(part,)),))
+        )
+        .topics[0]
+        .partitions[0]
+    )
+    assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (ErrorCode.none, 0, 2)
+
+    describe_cls = codec.request_class(61, 0)
+    wanted = codec.build(codec.field_entity(describe_cls, "topics"), name=topic, partition_indexes=(0,))
+    described = client.request(codec.build(describe_cls, topics=(wanted,))).topics[0].partitions[0]
+    assert described.error_code == ErrorCode.none
+    assert [(p.producer_id, p.producer_epoch, p.last_sequence) for p in described.active_producers] == [(pid, epoch, 1)]
