@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from storage.cache.block_cache import BlockCache
 from storage.cache.log_cache import CacheBlock, LogCache
@@ -397,7 +398,11 @@ class StorageEngine:
 
     async def _write(self, batch: StreamRecordBatch) -> WALRecord:
         await self._log_cache.reserve(batch.size)
-        record = await self._wal.append(batch)
+        try:
+            record = await self._wal.append(batch)
+        except BaseException:
+            self._log_cache.release(batch.size)
+            raise
         self._appends += 1
         self._bytes_appended += batch.size
         return record
@@ -424,9 +429,6 @@ class _EngineIO:
 
     async def write(self, batch: StreamRecordBatch) -> WALRecord:
         return await self._engine._write(batch)
-
-    def write_failed(self, batch: StreamRecordBatch) -> None:
-        self._engine.log_cache.release(batch.size)
 
     def cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
         self._engine._cache(batch, record)
@@ -459,3 +461,14 @@ def _consume(future: asyncio.Future[None]) -> None:
         exc = future.exception()
         if exc is not None and not isinstance(exc, StreamError):
             logger.debug("background upload ended with %r", exc)
+
+
+if TYPE_CHECKING:
+    from storage.metadata.memory import InMemoryStreamMetadata
+    from storage.stream import StreamClient
+
+    def _engine_conforms(engine: StorageEngine) -> StreamClient:
+        return engine
+
+    def _metadata_conforms(metadata: InMemoryStreamMetadata) -> StreamMetadata:
+        return metadata

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from storage.errors import (
     OffsetOutOfRangeError,
@@ -42,11 +42,7 @@ class StreamIO(Protocol):
     def metadata(self) -> StreamMetadata: ...
 
     async def write(self, batch: StreamRecordBatch) -> WALRecord:
-        """Waits for cache room, appends to the WAL, returns once durable."""
-        ...
-
-    def write_failed(self, batch: StreamRecordBatch) -> None:
-        """Gives back the cache room of a batch whose WAL append failed."""
+        """Waits for cache room, appends to the WAL, returns once durable (gives the room back if it fails)."""
         ...
 
     def cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
@@ -135,7 +131,6 @@ class StorageStream:
         try:
             record = await self._io.write(batch)
         except BaseException as exc:
-            self._io.write_failed(batch)
             self._fail(exc)
             raise
         self._durable[batch.base_offset] = (batch, record)
@@ -162,9 +157,8 @@ class StorageStream:
         """A WAL append failed: offsets after it can never be confirmed, so the stream stops accepting writes."""
         if self._failure is None:
             self._failure = exc
-            logger.error(
-                "stream %d epoch %d: WAL append failed, stream is unwritable: %r", self._stream_id, self._epoch, exc
-            )
+            log = logger.info if isinstance(exc, asyncio.CancelledError) else logger.error
+            log("stream %d epoch %d: WAL append failed, stream is unwritable: %r", self._stream_id, self._epoch, exc)
         for offset, future in list(self._confirmed.items()):
             if offset >= self._confirm and not future.done():
                 future.set_exception(
@@ -318,3 +312,13 @@ class StreamClientImpl:
     def pending_wal_floor(self) -> int | None:
         floors = [f for s in self._open.values() if (f := s.pending_wal_floor()) is not None]
         return min(floors) if floors else None
+
+
+if TYPE_CHECKING:  # mypy proves the implementations satisfy the protocols the broker programs against
+    from storage.stream import Stream, StreamClient
+
+    def _stream_conforms(stream: StorageStream) -> Stream:
+        return stream
+
+    def _client_conforms(client: StreamClientImpl) -> StreamClient:
+        return client

@@ -148,6 +148,9 @@ class UploadPipeline:
         self._last: _Job | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        # One block's objects are built and PUT at a time: the bytes of an object being uploaded are the only
+        # memory the engine holds beyond its caches, so this bounds it to about one block (wal_upload_threshold).
+        self._upload_slot = asyncio.Semaphore(1)
 
     def submit(
         self,
@@ -223,7 +226,8 @@ class UploadPipeline:
                 lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
             )
             job.prepared.set()
-            request: CommitStreamSetObjectRequest | None = await self._upload(plan, job.epochs)
+            async with self._upload_slot:
+                request: CommitStreamSetObjectRequest | None = await self._upload(plan, job.epochs)
             if previous is not None:
                 await asyncio.shield(previous.done)
             try:

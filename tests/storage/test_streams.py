@@ -221,3 +221,38 @@ async def test_concurrent_writers_keep_per_stream_order(tmp_path: Path) -> None:
         assert stats.stream_set_objects >= 1  # many small streams share stream-set objects
     finally:
         await engine.shutdown()
+
+
+async def test_upload_interval_uploads_a_quiet_cache(tmp_path: Path) -> None:
+    metadata = InMemoryStreamMetadata()
+    engine = make_engine(small_config(tmp_path, wal_upload_interval_ms=100), metadata)
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), 0)
+        await stream.append(b"small and alone", 1)  # far below the upload threshold
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while engine.stats().objects_uploaded == 0 and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        assert (await metadata.get_streams([stream.stream_id]))[0].end_offset == 1
+        assert engine.wal.used_bytes == 0  # trimmed once committed
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_failed_wal_append_makes_the_stream_unwritable_and_frees_its_room(tmp_path: Path) -> None:
+    engine = make_engine(small_config(tmp_path))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), 0)
+        await stream.append(b"ok", 1)
+        await engine.wal.close()  # the disk went away under the WAL
+        with pytest.raises(StorageError):
+            await stream.append(b"lost", 1)
+        with pytest.raises(StreamFencedError, match=f"stream {stream.stream_id}"):
+            stream.append(b"refused", 1)
+        assert stream.confirm_offset == 1
+        assert engine.log_cache.stats().unuploaded == 2  # only the acknowledged append holds cache room
+        assert [b.payload for b in (await stream.fetch(0, 1, 100)).batches] == [b"ok"]
+    finally:
+        await engine.shutdown()
