@@ -248,7 +248,11 @@ class GroupCoordinator:
                 log = await self._node.partitions.wait_open(OFFSETS_TOPIC, owned.partition, _WAIT_OPEN_SECONDS)
                 if self._owned.get(owned.partition) is not owned:
                     return
-                if log is None:
+                if log is not None and log.leader_epoch != owned.leader_epoch:
+                    # Still the previous incarnation, about to be closed and reopened at our epoch.
+                    log = None
+                    await asyncio.sleep(0.05)
+                elif log is None:
                     logger.info("waiting for %s to open before loading its groups", where)
             group_values, offsets, records = await self._replay(log, where)
         except asyncio.CancelledError:
@@ -331,8 +335,8 @@ class GroupCoordinator:
                     committed[(key.topic, key.partition)] = decode_offset_value(record.value)
             elif isinstance(key, GroupKey):
                 if record.value is None:
+                    # Only the group metadata goes; its offsets have tombstones of their own (as in Kafka).
                     group_values[key.group_id] = None
-                    offsets.pop(key.group_id, None)
                 else:
                     group_values[key.group_id] = decode_group_value(record.value)
             else:
