@@ -115,6 +115,22 @@ async def test_records_round_trip_through_objects_and_a_newer_epoch_replays_them
     assert again == [*written, nxt]
 
 
+async def test_a_restart_with_the_same_epoch_recovers_and_continues(caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryObjectStore()
+    wal, _ = await open_s3_wal(store, epoch=5)
+    written = [await wal.append(batch(1, i)) for i in range(6)]
+    await wal.close()
+    caplog.set_level(logging.WARNING)
+    wal, recovered = await open_s3_wal(store, epoch=5)
+    assert recovered == written
+    assert "same epoch" in caplog.text
+    more = await wal.append(batch(1, 6))
+    await wal.close()
+    assert more.offset == written[-1].next_offset
+    _, again = await open_s3_wal(store, epoch=5)
+    assert again == [*written, more]
+
+
 async def test_appends_within_the_interval_share_one_object() -> None:
     store = MemoryObjectStore()
     wal, _ = await open_s3_wal(store, epoch=1, batch_interval_ms=100)
