@@ -1,11 +1,13 @@
-"""Offset retention (offsets.retention.minutes) with aiokafka against an in-process node.
+"""The coordinator inside an in-process node: retention with aiokafka, failures of ``__consumer_offsets``.
 
 The node runs in the test's event loop so the coordinator's wall clock can be moved eight days ahead instead of
-waiting a week; everything else (listener, partitions, WAL, object store on disk) is the real thing.
+waiting a week, and so a test can break the real ``__consumer_offsets`` partition under a live group; everything
+else (listener, partitions, WAL, object store on disk) is the real thing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -15,7 +17,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from broker_support import default_overrides
+from kio.schema.errors import ErrorCode
 
+from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
+from broker.groups.group import JoinRequest
 from broker.node import BrokerNode
 from controller.config import ServerConfig
 
@@ -47,6 +52,15 @@ def bootstrap(node: BrokerNode) -> str:
     return f"127.0.0.1:{node.server.bound_port}"
 
 
+async def create_topic(node: BrokerNode, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(node))
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    finally:
+        await admin.close()
+
+
 async def committed(node: BrokerNode, group: str, tp: TopicPartition) -> int | None:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(node), group_id=group, enable_auto_commit=False)
     await consumer.start()
@@ -60,12 +74,7 @@ async def test_offsets_of_empty_groups_expire_and_live_subscriptions_are_kept(no
     node: BrokerNode = await node_factory()
     topic = f"retained-{uuid.uuid4().hex[:8]}"
     tp = TopicPartition(topic, 0)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(node))
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topic(node, topic)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap(node))
     await producer.start()
     try:
@@ -146,3 +155,101 @@ async def list_groups(node: BrokerNode) -> list[tuple[str, str]]:
         return list(await admin.list_consumer_groups())
     finally:
         await admin.close()
+
+
+async def loaded_coordinator(node: BrokerNode, group: str) -> GroupCoordinator:
+    coordinator: GroupCoordinator = node.groups
+    error, node_id, _ = await coordinator.find_coordinator(group)
+    assert (error, node_id) == (ErrorCode.none, node.node_id)
+    deadline = time.monotonic() + 30
+    while coordinator.coordinator_error(group) is not ErrorCode.none:
+        assert time.monotonic() < deadline, coordinator.coordinator_error(group)
+        await asyncio.sleep(0.05)
+    return coordinator
+
+
+def join_request(member_id: str = "", protocol_type: str = "consumer") -> JoinRequest:
+    return JoinRequest(
+        member_id=member_id,
+        group_instance_id=None,
+        client_id="in-process",
+        client_host="/127.0.0.1",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        protocol_type=protocol_type,
+        protocols=(("range", b"\x00\x00\x00\x00\x00\x00"),),
+        require_known_member_id=False,
+    )
+
+
+async def test_a_broken_offsets_partition_fails_sync_and_commit_with_not_coordinator(node_factory: Callable) -> None:  # type: ignore[type-arg]
+    node: BrokerNode = await node_factory()
+    group = "fragile"
+    coordinator = await loaded_coordinator(node, group)
+    await create_topic(node, "input")
+    joined = await coordinator.join_group(group, join_request())
+    assert joined.error is ErrorCode.none and joined.generation_id == 1
+    # Fault: the partition holding this group is closed underneath the coordinator.
+    log = node.partitions.get(OFFSETS_TOPIC, coordinator.partition_for(group))
+    await log.close()
+    synced = await coordinator.sync_group(
+        group,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        generation_id=joined.generation_id,
+        protocol_type=None,
+        protocol_name=None,
+        assignments={joined.member_id: b"A"},
+    )
+    assert synced.error is ErrorCode.not_coordinator
+    # The member may still commit during the rebalance this caused, but the write cannot land.
+    commit = await coordinator.commit_offsets(
+        group,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        generation_id=joined.generation_id,
+        offsets={("input", 0): OffsetCommit(offset=1, leader_epoch=-1, metadata=None)},
+    )
+    assert commit == {("input", 0): ErrorCode.not_coordinator}
+    error, fetched = coordinator.fetch_offsets(group, [("input", 0)])
+    assert error is ErrorCode.none
+    assert [(f.offset, f.error) for f in fetched] == [(-1, ErrorCode.none)]  # nothing half-applied
+
+
+async def test_non_consumer_groups_keep_their_offsets(node_factory: Callable) -> None:  # type: ignore[type-arg]
+    """A live group of another protocol type (Kafka Connect, Schema Registry) cannot lose offsets to OffsetDelete
+    or to retention: its subscriptions are opaque to the broker."""
+    node: BrokerNode = await node_factory()
+    group = "connect-cluster"
+    coordinator = await loaded_coordinator(node, group)
+    await create_topic(node, "configs")
+    joined = await coordinator.join_group(group, join_request(protocol_type="connect"))
+    synced = await coordinator.sync_group(
+        group,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        generation_id=joined.generation_id,
+        protocol_type="connect",
+        protocol_name="range",
+        assignments={},
+    )
+    assert synced.error is ErrorCode.none
+    commit = await coordinator.commit_offsets(
+        group,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        generation_id=joined.generation_id,
+        offsets={("configs", 0): OffsetCommit(offset=3, leader_epoch=-1, metadata="m")},
+    )
+    assert commit == {("configs", 0): ErrorCode.none}
+    error, _ = await coordinator.delete_offsets(group, [("configs", 0)])
+    assert error is ErrorCode.non_empty_group
+    real = coordinator.clock
+    coordinator.clock = lambda: real() + 30 * DAY_S
+    try:
+        assert await coordinator.expire_offsets() == 0
+    finally:
+        coordinator.clock = real
+    error, fetched = coordinator.fetch_offsets(group, None)
+    assert error is ErrorCode.none
+    assert [(f.topic, f.partition, f.offset, f.metadata) for f in fetched] == [("configs", 0, 3, "m")]
