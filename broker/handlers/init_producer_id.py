@@ -1,9 +1,9 @@
 """InitProducerId (key 22) v0-4 for idempotent producers.
 
-Without a transactional id Kafka always answers with a fresh producer id and epoch 0, also when a v3+ client
-passes its current id and epoch to recover from an unknown-producer or sequence error (KIP-360): the new id
-resets its sequences on every partition. Transactional ids are refused with a clear code until transactions
-exist.
+A new producer gets a fresh id with epoch 0. A v3+ producer that passes its current id and epoch (KIP-360:
+recovering from an unknown-producer or sequence error) keeps its id with the epoch bumped, which every partition
+accepts as a new epoch starting at sequence 0; when the epoch is exhausted, or the id was never handed out here,
+it gets a fresh id instead. Transactional ids are refused with a clear code until transactions exist.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from broker.partition.producer_ids import ProducerIdAllocator
 
 logger = logging.getLogger(__name__)
 
+_MAX_EPOCH = 0x7FFF
 _allocators: weakref.WeakKeyDictionary[Any, ProducerIdAllocator] = weakref.WeakKeyDictionary()
 
 
@@ -44,8 +45,16 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
+    allocator = producer_id_allocator(ctx.node)
+    current_pid = getattr(request, "producer_id", -1)
+    current_epoch = getattr(request, "producer_epoch", -1)
     try:
-        pid = await producer_id_allocator(ctx.node).allocate()
+        if 0 <= current_epoch < _MAX_EPOCH - 1 and await allocator.was_allocated(current_pid):
+            logger.info("bumping producer %d to epoch %d (%s)", current_pid, current_epoch + 1, ctx.describe())
+            return ctx.build(
+                throttle_time=0, error_code=ErrorCode.none, producer_id=current_pid, producer_epoch=current_epoch + 1
+            )
+        pid = await allocator.allocate()
     except Exception as exc:
         logger.exception("producer id allocation failed (%s)", ctx.describe())
         return ctx.build(throttle_time=0, error_code=error_code_for(exc), producer_id=-1, producer_epoch=-1)

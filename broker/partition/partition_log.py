@@ -478,6 +478,9 @@ class PartitionLog:
                         return
                 self._bytes_since_checkpoint = 0
                 self._last_checkpoint = time.monotonic()
+                expired = self.producers.expire(int(time.time() * 1000), self.config.producer_id_expiration_ms)
+                if expired:
+                    logger.info("%s: expired %d idle producers", self.where, len(expired))
                 entries = {
                     KEY_PRODUCER_SNAPSHOTS: encode_snapshot(self.log_end_offset, self.producers),
                     KEY_PARTITION: self._partition_record(clean_shutdown=False),

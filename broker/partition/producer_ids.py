@@ -29,11 +29,20 @@ class ProducerIdAllocator:
         self._end = 0
         self._lock = asyncio.Lock()
 
+    async def _reserved_end(self) -> int:
+        raw = await self._kv.get_kv(self._key)
+        return int(struct.unpack(">q", raw)[0]) if raw is not None and len(raw) == 8 else 0
+
+    async def was_allocated(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` was ever handed out in this cluster (it lies below the reserved blocks)."""
+        if 0 <= producer_id < self._end:
+            return True
+        return 0 <= producer_id < await self._reserved_end()
+
     async def allocate(self) -> int:
         async with self._lock:
             if self._next >= self._end:
-                raw = await self._kv.get_kv(self._key)
-                start = struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else 0
+                start = await self._reserved_end()
                 end = start + self._block_size
                 if end > _MAX_PRODUCER_ID:
                     raise OverflowError("producer id space exhausted")

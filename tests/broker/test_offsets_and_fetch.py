@@ -317,3 +317,31 @@ def test_offset_for_leader_epoch_and_describe_producers(
     described = client.request(codec.build(describe_cls, topics=(wanted,))).topics[0].partitions[0]
     assert described.error_code == ErrorCode.none
     assert [(p.producer_id, p.producer_epoch, p.last_sequence) for p in described.active_producers] == [(pid, epoch, 1)]
+
+
+def test_init_producer_id_bumps_epoch_and_fences_the_old_one(
+    kafka: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    topic = topic_name("bump")
+    create_topic(kafka.bootstrap, topic)
+    client = wire(kafka.port)
+    pid, epoch = init_producer_id(client)
+    other_pid, _ = init_producer_id(client)
+    assert other_pid != pid
+
+    def send(producer_epoch: int, seq: int) -> object:
+        records = build_batch([Record(None, b"x")], producer_id=pid, producer_epoch=producer_epoch, base_sequence=seq)
+        return client.request(produce_request(topic, 0, records)).responses[0].partition_responses[0]
+
+    assert send(epoch, 0).error_code == ErrorCode.none  # type: ignore[attr-defined]
+    bump = codec.build(
+        codec.request_class(22, 4),
+        transactional_id=None,
+        transaction_timeout=60_000,
+        producer_id=pid,
+        producer_epoch=epoch,
+    )
+    bumped = client.request(bump)
+    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
+    assert send(epoch + 1, 0).error_code == ErrorCode.none  # type: ignore[attr-defined]
+    assert send(epoch, 1).error_code == ErrorCode.invalid_producer_epoch  # type: ignore[attr-defined]
