@@ -153,8 +153,10 @@ class RaftNode:
     ) -> None:
         self.node_id = node_id
         self.voters = frozenset(voters)
-        if node_id not in self.voters:
-            raise ValueError(f"node {node_id} is not one of the voters {sorted(self.voters)}")
+        if not self.voters:
+            raise ValueError("a quorum needs at least one voter")
+        # An observer (e.g. a broker replaying the metadata log) fetches like a follower but never votes or runs.
+        self.is_observer = node_id not in self.voters
         self.config = config or RaftConfig()
         self._rng = rng
         self._majority = len(self.voters) // 2 + 1
@@ -189,14 +191,15 @@ class RaftNode:
         self._parked: dict[int, _ParkedFetch] = {}
         self._epoch_start_offset = 0
         self._begin_resend_at = 0
+        self._discovery_target: int | None = None
 
         if self._log.start_offset > 0:
             self._emit(LoadSnapshot(self._log.snapshot_id, snapshot_data))
-        if len(self.voters) == 1:
-            # Nobody else can vote: run the election at once instead of waiting out a timeout.
-            self._election_deadline = now_ms
-        elif state.leader_id is not None and state.leader_id != node_id:
+        if state.leader_id is not None and state.leader_id != node_id and state.leader_id in self.voters:
             self._become_follower(self._epoch, state.leader_id, now_ms)
+        elif len(self.voters) == 1 or self.is_observer:
+            # Nobody else can vote (or we do not vote): elect or look for the leader at once.
+            self._election_deadline = now_ms
         else:
             # A restarted leader does not resume its epoch: it cannot know what happened while it was down.
             self._set_role(Role.UNATTACHED, None)
@@ -259,6 +262,8 @@ class RaftNode:
             elif self._next_fetch_at is not None:
                 deadlines.append(self._next_fetch_at)
             return min(deadlines)
+        if self.is_observer and self._fetch_inflight is not None:
+            return self._fetch_inflight[1] + self.config.request_timeout_ms
         return self._election_deadline
 
     def describe(self, now_ms: int) -> DescribeQuorumResponse:
@@ -289,7 +294,10 @@ class RaftNode:
         if role is Role.LEADER:
             self._leader_tick(now_ms)
         elif role is Role.FOLLOWER:
-            if now_ms >= self._fetch_deadline:
+            if now_ms >= self._fetch_deadline and self.is_observer:
+                logger.info("observer %d: lost leader %s; looking for the leader", self.node_id, self._leader_id)
+                self._discover_leader(now_ms)
+            elif now_ms >= self._fetch_deadline:
                 logger.info(
                     "node %d: no contact with leader %s of epoch %d for %d ms; starting a pre-vote",
                     self.node_id,
@@ -304,6 +312,11 @@ class RaftNode:
                     self._send_fetch(now_ms)
             elif self._next_fetch_at is not None and now_ms >= self._next_fetch_at:
                 self._send_fetch(now_ms)
+        elif self.is_observer:
+            if self._fetch_inflight is not None and now_ms - self._fetch_inflight[1] >= self.config.request_timeout_ms:
+                self._fetch_inflight = None
+            if self._fetch_inflight is None and now_ms >= self._election_deadline:
+                self._discover_leader(now_ms)
         elif now_ms >= self._election_deadline:
             if role is Role.CANDIDATE:
                 logger.info("node %d: election for epoch %d timed out", self.node_id, self._epoch)
@@ -505,6 +518,34 @@ class RaftNode:
             )
         self._election_deadline = now_ms + self._random_election_timeout()
 
+    def _discover_leader(self, now_ms: int) -> None:
+        """Observer without a leader: ask a random voter; its answer (an error naming the leader) points the way."""
+        self._leave_current_role()
+        self._set_role(Role.UNATTACHED, None)
+        self._discovery_target = self._rng.choice(sorted(self.voters))
+        correlation = self._correlation()
+        self._fetch_inflight = (correlation, now_ms)
+        self._election_deadline = now_ms + self.config.retry_backoff_ms + self._random_backoff()
+        self._send(self._discovery_target, self._fetch_request(correlation))
+
+    def _on_discovery_response(self, sender: int, resp: FetchResponse, now_ms: int) -> None:
+        if (
+            self._fetch_inflight is None
+            or self._fetch_inflight[0] != resp.correlation_id
+            or sender != self._discovery_target
+        ):
+            return
+        self._fetch_inflight = None
+        leader = resp.current_leader
+        if resp.error_code is Errors.NONE and leader.leader_id == sender:
+            self._become_follower(leader.leader_epoch, sender, now_ms, heard_from_leader=True)
+        elif (
+            leader.leader_id not in (NO_LEADER, self.node_id)
+            and leader.leader_id in self.voters
+            and leader.leader_epoch >= self._epoch
+        ):
+            self._become_follower(leader.leader_epoch, leader.leader_id, now_ms)
+
     def _observe_leader(self, epoch: int, leader_id: int, now_ms: int) -> bool:
         """React to a peer reporting a newer epoch; returns True if this node changed epoch."""
         if epoch <= self._epoch:
@@ -570,7 +611,7 @@ class RaftNode:
         if req.cluster_id != self.config.cluster_id:
             answer(False, Errors.INCONSISTENT_CLUSTER_ID)
             return
-        if req.replica_id not in self.voters or req.replica_id == self.node_id:
+        if req.replica_id not in self.voters or req.replica_id == self.node_id or self.is_observer:
             answer(False, Errors.INVALID_REQUEST)
             return
         if req.replica_epoch < self._epoch:
@@ -854,19 +895,19 @@ class RaftNode:
                 ),
             )
             return
-        self._send(
-            self._leader_id,
-            FetchRequest(
-                self.config.cluster_id,
-                self.node_id,
-                self.config.fetch_max_wait_ms,
-                self._epoch,
-                self._log.end_offset,
-                self._log.last_epoch,
-                self._log.start_offset,
-                self.config.fetch_max_bytes,
-                correlation,
-            ),
+        self._send(self._leader_id, self._fetch_request(correlation))
+
+    def _fetch_request(self, correlation: int) -> FetchRequest:
+        return FetchRequest(
+            self.config.cluster_id,
+            self.node_id,
+            self.config.fetch_max_wait_ms,
+            self._epoch,
+            self._log.end_offset,
+            self._log.last_epoch,
+            self._log.start_offset,
+            self.config.fetch_max_bytes,
+            correlation,
         )
 
     def _accept_response(self, sender: int, correlation_id: int) -> bool:
@@ -885,6 +926,9 @@ class RaftNode:
         self._next_fetch_at = now_ms + self.config.retry_backoff_ms
 
     def _on_fetch_response(self, sender: int, resp: FetchResponse, now_ms: int) -> None:
+        if self.is_observer and self._role is Role.UNATTACHED:
+            self._on_discovery_response(sender, resp, now_ms)
+            return
         if self._observe_leader(resp.current_leader.leader_epoch, resp.current_leader.leader_id, now_ms):
             return
         if not self._accept_response(sender, resp.correlation_id) or self._snapshot_download is not None:

@@ -66,6 +66,7 @@ class SimulationFailure(AssertionError):
 @dataclass(frozen=True)
 class SimParams:
     nodes: int = 3
+    observers: int = 0  # non-voting replicas (brokers replaying the log); they must apply the same entries
     chaos_ms: int = 8_000
     liveness_bound_ms: int = 12_000
     drop_rate: float = 0.05
@@ -171,7 +172,9 @@ class Simulation:
         self.config = config
         self.rng = random.Random(seed)
         self.now = 0
-        self.ids = list(range(1, self.params.nodes + 1))
+        self.voter_ids = list(range(1, self.params.nodes + 1))
+        observer_ids = range(self.params.nodes + 1, self.params.nodes + 1 + self.params.observers)
+        self.ids = [*self.voter_ids, *observer_ids]
         self._events: list[tuple[int, int, str, Any]] = []
         self._seq = 0
         self.disks = {n: Disk() for n in self.ids}
@@ -195,8 +198,9 @@ class Simulation:
     # ---- failures ------------------------------------------------------------------------------------------
     def fail(self, what: str) -> None:
         raise SimulationFailure(
-            f"seed {self.seed} ({self.params.nodes} nodes) at t={self.now}ms: {what}\n"
-            f"  rerun: python -m tests.controller.raft.sim --seed {self.seed} --nodes {self.params.nodes} -v"
+            f"seed {self.seed} ({self.params.nodes} nodes, {self.params.observers} observers) at t={self.now}ms: "
+            f"{what}\n  rerun: python -m tests.controller.raft.sim --seed {self.seed} --nodes {self.params.nodes} "
+            f"--observers {self.params.observers} -v"
         )
 
     def record_commit(self, node_id: int, entry: LogEntry) -> None:
@@ -293,7 +297,7 @@ class Simulation:
         self.machines[node_id] = StateMachine(self, node_id)
         self.nodes[node_id] = RaftNode(
             node_id,
-            self.ids,
+            self.voter_ids,
             rng=random.Random(self.rng.getrandbits(64)),
             now_ms=self.now,
             config=self.config,
@@ -480,23 +484,24 @@ class Simulation:
         pass
 
 
-def run_seed(seed: int, nodes: int = 3) -> dict[str, int]:
-    return Simulation(seed, SimParams(nodes=nodes)).run()
+def run_seed(seed: int, nodes: int = 3, observers: int = 0) -> dict[str, int]:
+    return Simulation(seed, SimParams(nodes=nodes, observers=observers)).run()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the deterministic Raft simulation for one seed")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--observers", type=int, default=0)
     parser.add_argument("-v", "--verbose", action="store_true", help="log every node's transitions")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
-        stats = run_seed(args.seed, args.nodes)
+        stats = run_seed(args.seed, args.nodes, args.observers)
     except SimulationFailure as failure:
         print(failure, file=sys.stderr)
         return 1
-    print(f"seed {args.seed} ({args.nodes} nodes) passed: {stats}")
+    print(f"seed {args.seed} ({args.nodes} nodes, {args.observers} observers) passed: {stats}")
     return 0
 
 

@@ -45,23 +45,23 @@ CONFIG = RaftConfig(
 class Net:
     """Instant, in-order delivery between real nodes; ``cut`` nodes neither send nor receive."""
 
-    def __init__(self, ids: list[int], *, logs: dict[int, RaftLog] | None = None,
-                 states: dict[int, QuorumState] | None = None) -> None:
+    def __init__(self, voters: list[int], *, logs: dict[int, RaftLog] | None = None,
+                 states: dict[int, QuorumState] | None = None, observers: tuple[int, ...] = ()) -> None:
         self.now = 0
-        self.ids = ids
+        self.ids = [*voters, *observers]
         self.nodes = {
             i: RaftNode(
-                i, ids, rng=random.Random(i), now_ms=0, config=CONFIG,
+                i, voters, rng=random.Random(i), now_ms=0, config=CONFIG,
                 log=(logs or {}).get(i), quorum_state=(states or {}).get(i),
             )
-            for i in ids
+            for i in self.ids
         }
         self.queue: list[tuple[int, int, RaftMessage]] = []
         self.cut: set[int] = set()
         self.effects: dict[int, list[Effect]] = defaultdict(list)
         self.applied: dict[int, list[LogEntry]] = defaultdict(list)
         self.sent: list[tuple[int, int, RaftMessage]] = []
-        for i in ids:
+        for i in self.ids:
             self.pump(i)
 
     def pump(self, node_id: int) -> None:
@@ -340,9 +340,35 @@ def test_config_rejects_a_request_timeout_shorter_than_the_fetch_wait() -> None:
         RaftConfig(fetch_max_wait_ms=500, request_timeout_ms=400)
 
 
-def test_node_must_be_a_voter() -> None:
-    with pytest.raises(ValueError, match="not one of the voters"):
-        RaftNode(4, [1, 2, 3], rng=random.Random(0), now_ms=0)
+def test_quorum_needs_a_voter() -> None:
+    with pytest.raises(ValueError, match="at least one voter"):
+        RaftNode(4, [], rng=random.Random(0), now_ms=0)
+
+
+def test_observer_finds_the_leader_replicates_and_never_votes() -> None:
+    net = Net([1, 2, 3], observers=(9,))
+    leader = net.elect()
+    net.commit(leader, b"seen-by-observer")
+    observer = net.nodes[9]
+    assert observer.is_observer and observer.role is Role.FOLLOWER and observer.leader_id == leader
+    assert b"seen-by-observer" in data_of(net.applied[9])
+    assert not any(d == 9 for _, d, m in net.sent if isinstance(m, VoteRequest))
+    assert not any(s == 9 for s, _, m in net.sent if isinstance(m, VoteRequest))
+    described = net.nodes[leader].describe(net.now)
+    assert [o.replica_id for o in described.observers] == [9]
+    # The observer does not count toward the quorum: with two voters cut off nothing commits.
+    net.cut = {i for i in (1, 2, 3) if i != leader}
+    offset = net.nodes[leader].propose([b"no-quorum"], net.now)
+    assert isinstance(offset, int)
+    net.pump(leader)
+    net.run(100)
+    assert net.nodes[leader].high_watermark <= offset
+    # When the leader goes away the observer finds its successor.
+    net.cut = {leader}
+    new = net.elect()
+    net.commit(new, b"after-failover")
+    assert net.nodes[9].leader_id == new
+    assert b"after-failover" in data_of(net.applied[9])
 
 
 def test_describe_quorum_reports_voter_progress_on_the_leader_only() -> None:

@@ -28,7 +28,8 @@ def test_simulated_cluster_keeps_raft_invariants(nodes: int, count: int) -> None
     failures: list[str] = []
     elections = commits = 0
     for seed in _seeds(count):
-        sim = Simulation(seed, SimParams(nodes=nodes))
+        # Odd seeds add a non-voting observer, which must apply exactly what the voters apply.
+        sim = Simulation(seed, SimParams(nodes=nodes, observers=seed % 2))
         try:
             sim.run()
         except SimulationFailure as failure:
@@ -87,9 +88,9 @@ def test_a_seed_replays_from_the_command_line() -> None:
 
     root = Path(__file__).resolve().parents[3]
     result = subprocess.run(
-        [sys.executable, "-m", "tests.controller.raft.sim", "--seed", "7", "--nodes", "5"],
+        [sys.executable, "-m", "tests.controller.raft.sim", "--seed", "7", "--nodes", "5", "--observers", "1"],
         cwd=root, capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "seed 7 (5 nodes) passed" in result.stdout
-    assert str(Simulation(7, SimParams(nodes=5)).run()) in result.stdout
+    assert "seed 7 (5 nodes, 1 observers) passed" in result.stdout
+    assert str(Simulation(7, SimParams(nodes=5, observers=1)).run()) in result.stdout
