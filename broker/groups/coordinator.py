@@ -550,7 +550,7 @@ class GroupCoordinator:
         return error
 
     def leave_group(
-        self, group_id: str, members: Sequence[tuple[str, str | None]]
+        self, group_id: str, members: Sequence[tuple[str, str | None]], reason: str | None = None
     ) -> tuple[ErrorCode, list[ErrorCode]]:
         """(top-level error, one error per (member id, instance id) in request order)."""
         if not group_id:
@@ -561,7 +561,7 @@ class GroupCoordinator:
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
         now = self._now_ms()
-        results = [group.leave(now, member_id, instance_id) for member_id, instance_id in members]
+        results = [group.leave(now, member_id, instance_id, reason) for member_id, instance_id in members]
         self._after(group)
         return ErrorCode.none, results
 

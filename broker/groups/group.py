@@ -66,6 +66,8 @@ class JoinRequest:
     require_known_member_id: bool = True
     # JoinGroup v9+ (KIP-814): a static leader rejoining a stable group is told not to recompute the assignment.
     supports_skip_assignment: bool = False
+    # JoinGroup v8+ (KIP-800): why the client (re)joins; only logged, it explains rebalances to operators.
+    reason: str | None = None
 
 
 @dataclass
@@ -412,14 +414,14 @@ class Group:
         self.pending_members.pop(member_id, None)
         if self.state is GroupState.PREPARING_REBALANCE and self._initial_delay:
             self._new_member_added = True
-        self._maybe_prepare_rebalance(now_ms, f"member {member_id} joined")
+        self._maybe_prepare_rebalance(now_ms, _with_reason(f"member {member_id} joined", request.reason))
 
     def _update_member_and_rebalance(
         self, now_ms: int, member: Member, request: JoinRequest, callback: JoinCallback
     ) -> None:
         member.update(request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms)
         member.awaiting_join.append(callback)
-        self._maybe_prepare_rebalance(now_ms, f"member {member.member_id} rejoined")
+        self._maybe_prepare_rebalance(now_ms, _with_reason(f"member {member.member_id} rejoined", request.reason))
 
     def _current_join_result(self, member: Member) -> JoinResult:
         return JoinResult(
@@ -692,7 +694,7 @@ class Group:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def leave(self, now_ms: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
+    def leave(self, now_ms: int, member_id: str, group_instance_id: str | None, reason: str | None = None) -> ErrorCode:
         """LeaveGroup for one member identity (v3+ batches call this per member)."""
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
@@ -710,7 +712,7 @@ class Group:
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        self._remove_member_and_update_group(now_ms, member, "left the group")
+        self._remove_member_and_update_group(now_ms, member, _with_reason("left the group", reason))
         return ErrorCode.none
 
     # ------------------------------------------------------------------------------------------------ offsets
@@ -757,6 +759,10 @@ class Group:
         for write in self.take_writes():
             write.on_done(error, now_ms)
         self._transition(GroupState.DEAD, now_ms)
+
+
+def _with_reason(what: str, reason: str | None) -> str:
+    return f"{what}; client reason: {reason}" if reason else what
 
 
 def parse_subscription_topics(metadata: bytes) -> list[str] | None:

@@ -38,6 +38,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
         require_known_member_id=ctx.api_version >= 4,
         supports_skip_assignment=ctx.api_version >= 9,
+        reason=getattr(request, "reason", None),
     )
     result = await groups.join_group(request.group_id, join)
     members = tuple(

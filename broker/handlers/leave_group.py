@@ -24,7 +24,8 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
         error, results = groups.leave_group(request.group_id, [(request.member_id, None)])
         return ctx.build(throttle_time=0, error_code=results[0] if error is ErrorCode.none else error)
     identities = [(m.member_id, m.group_instance_id) for m in request.members]
-    error, results = groups.leave_group(request.group_id, identities)
+    reasons = {r for m in request.members if (r := getattr(m, "reason", None))}
+    error, results = groups.leave_group(request.group_id, identities, "; ".join(sorted(reasons)) or None)
     members = tuple(
         codec.build_nested(
             ctx.response_class, "members", member_id=member_id, group_instance_id=instance_id, error_code=code
