@@ -31,16 +31,10 @@ import errno
 import fcntl
 import logging
 import os
-import re
-import struct
-import threading
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-import crc32c
 
 from storage.config import GiB, MiB, StorageConfig
 from storage.errors import WALError
@@ -49,62 +43,25 @@ from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
 from storage.wal.record import RecordScanner, StopReason
+from storage.wal.segments import (
+    CHECKPOINT_NAME,
+    DISCARDED_SUFFIX,
+    LOCK_NAME,
+    SPARE_SEGMENTS,
+    SPARE_SUFFIX,
+    Segment,
+    SegmentWriter,
+    SparePool,
+    decode_checkpoint,
+    encode_checkpoint,
+    fsync_dir,
+    parse_segment_name,
+)
 
 logger = logging.getLogger(__name__)
 
-SEGMENT_SUFFIX = ".wal"
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.wal$")
-CHECKPOINT_NAME = "trim.checkpoint"
-LOCK_NAME = ".lock"
-DISCARDED_SUFFIX = ".discarded"
-SPARE_SUFFIX = ".wal-spare"
-SPARE_SEGMENTS = 4  # trimmed segments kept for reuse instead of being deleted
-_ZEROS = bytes(2 * MiB)
-
-CHECKPOINT = struct.Struct(">IIq")  # magic | version | trim offset, then a CRC-32C of these 16 bytes
-CHECKPOINT_MAGIC = 0x464A5754  # "FJWT"
-CHECKPOINT_VERSION = 1
-_CHECKPOINT_CRC = struct.Struct(">I")
-
 READ_CHUNK = 8 * MiB
 MAX_GROUP_BYTES = 32 * MiB
-
-_fdatasync = getattr(os, "fdatasync", os.fsync)
-
-
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
-
-
-def parse_segment_name(name: str) -> int | None:
-    match = _SEGMENT_NAME.match(name)
-    return int(match.group(1)) if match else None
-
-
-def encode_checkpoint(trim_offset: int) -> bytes:
-    body = CHECKPOINT.pack(CHECKPOINT_MAGIC, CHECKPOINT_VERSION, trim_offset)
-    return body + _CHECKPOINT_CRC.pack(crc32c.crc32c(body))
-
-
-def decode_checkpoint(data: bytes, where: str) -> int:
-    """The trim offset in a checkpoint file's bytes; WALError naming ``where`` if they are not one."""
-    if len(data) != CHECKPOINT.size + _CHECKPOINT_CRC.size:
-        raise WALError(f"{where}: trim checkpoint is {len(data)} bytes, expected {CHECKPOINT.size + 4}")
-    magic, version, trim_offset = CHECKPOINT.unpack_from(data)
-    (crc,) = _CHECKPOINT_CRC.unpack_from(data, CHECKPOINT.size)
-    if magic != CHECKPOINT_MAGIC or crc != crc32c.crc32c(data[: CHECKPOINT.size]):
-        raise WALError(f"{where}: trim checkpoint is corrupt (bad magic or CRC)")
-    if version != CHECKPOINT_VERSION:
-        raise WALError(f"{where}: unsupported trim checkpoint version {version}")
-    if trim_offset < 0:
-        raise WALError(f"{where}: trim checkpoint holds negative offset {trim_offset}")
-    return int(trim_offset)
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    base_offset: int
-    path: Path
 
 
 @dataclass(slots=True)
@@ -137,155 +94,6 @@ class _Pending:
     future: asyncio.Future[WALRecord]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _SparePool:
-    """Preallocated files ready to become segments; shared by the writer thread, trims and the zero-filler."""
-
-    def __init__(self, directory: Path, limit: int) -> None:
-        self._dir = directory
-        self._limit = limit
-        self._spares: list[Path] = []
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._spares)
-
-    def _new_name(self) -> Path:
-        return self._dir / f"spare-{uuid.uuid4().hex[:12]}{SPARE_SUFFIX}"
-
-    def adopt_existing(self, paths: list[Path], min_size: int) -> None:
-        """Takes over spares left by an earlier run (extra or undersized ones are deleted)."""
-        for path in paths:
-            try:
-                fits = path.stat().st_size >= min_size
-            except FileNotFoundError:
-                continue
-            with self._lock:
-                if fits and len(self._spares) < self._limit:
-                    self._spares.append(path)
-                    continue
-            path.unlink(missing_ok=True)
-
-    def take(self) -> Path | None:
-        with self._lock:
-            return self._spares.pop() if self._spares else None
-
-    def offer(self, path: Path) -> bool:
-        """Renames a file into the pool if there is room; False (file untouched) otherwise."""
-        with self._lock:
-            if len(self._spares) >= self._limit:
-                return False
-            spare = self._new_name()
-            os.replace(path, spare)
-            self._spares.append(spare)
-            return True
-
-    def zero_fill(self, size: int) -> None:
-        """Creates one zero-filled spare (blocking; run in a thread). Flushes as it goes, so the device never holds
-        a long queue of zero blocks in front of the WAL's own fdatasync."""
-        tmp = self._dir / f"spare-{uuid.uuid4().hex[:12]}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                written = 0
-                while written < size:
-                    written += os.write(fd, memoryview(_ZEROS)[: min(len(_ZEROS), size - written)])
-                    _fdatasync(fd)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if not self.offer(tmp):
-                tmp.unlink()
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            logger.warning("WAL %s: cannot preallocate a segment: %s", self._dir, exc.strerror)
-
-
-class _SegmentWriter:
-    """The active segment's file descriptor. Touched only from the WAL's single writer thread, so writes, rolls
-    and resets are serialized without locks."""
-
-    def __init__(self, directory: Path, segment_size: int, spares: _SparePool) -> None:
-        self._dir = directory
-        self._segment_size = segment_size
-        self._spares = spares
-        self._fd = -1
-        self._base = 0
-        self._size = 0
-        self._path: Path | None = None
-        self.preallocated = False  # whether the active segment came from a spare
-
-    @property
-    def size(self) -> int:
-        """Bytes written to the active segment (0 if there is none)."""
-        return self._size if self._fd >= 0 else 0
-
-    def write_group(self, data: bytearray, offset: int) -> Segment | None:
-        """Writes one group at logical ``offset`` and makes it durable; returns the new segment if it rolled."""
-        rolled = None
-        if self._fd < 0 or (self._size > 0 and self._size + len(data) > self._segment_size):
-            rolled = self._roll(offset)
-        assert self._path is not None
-        if self._base + self._size != offset:
-            raise WALError(
-                f"WAL segment {self._path}: group at offset {offset} does not follow the segment end "
-                f"{self._base + self._size}"
-            )
-        view = memoryview(data)
-        try:
-            written = 0
-            while written < len(data):
-                written += os.pwrite(self._fd, view[written:], self._size + written)
-            _fdatasync(self._fd)
-        except OSError as exc:
-            raise WALError(
-                f"WAL segment {self._path}: write of {len(data)} bytes at offset {offset} failed: {exc.strerror}"
-            ) from exc
-        finally:
-            view.release()
-        self._size += len(data)
-        return rolled
-
-    def _roll(self, base_offset: int) -> Segment:
-        self.close()
-        path = self._dir / segment_name(base_offset)
-        spare = self._spares.take()
-        try:
-            if spare is not None:
-                os.replace(spare, path)
-                self._fd = os.open(path, os.O_WRONLY)
-            else:
-                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            _fsync_dir(self._dir)  # the new name must survive a crash as much as the bytes written into it
-        except OSError as exc:
-            raise WALError(f"WAL segment {path}: cannot create: {exc.strerror}") from exc
-        self._base, self._size, self._path = base_offset, 0, path
-        self.preallocated = spare is not None
-        logger.debug("WAL %s: new segment %s (%s)", self._dir, path.name, "preallocated" if spare else "new file")
-        return Segment(base_offset, path)
-
-    def drop_all(self, segments: Sequence[Segment]) -> None:
-        """Closes the active segment and deletes every segment (reset)."""
-        self.close()
-        for segment in segments:
-            segment.path.unlink(missing_ok=True)
-        _fsync_dir(self._dir)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-            self._path = None
-
-
 class FileWAL:
     """The file-mode WriteAheadLog (see the module docstring)."""
 
@@ -306,9 +114,9 @@ class FileWAL:
         self._gate: CapacityGate[_Pending] = CapacityGate(capacity, f"WAL {self._dir}", self._admit)
         self._executor: ThreadPoolExecutor | None = None
         self._preallocate = preallocate
-        self._spares = _SparePool(self._dir, SPARE_SEGMENTS if preallocate else 0)
+        self._spares = SparePool(self._dir, SPARE_SEGMENTS if preallocate else 0)
         self._zero_fill: asyncio.Task[None] | None = None
-        self._writer = _SegmentWriter(self._dir, segment_size, self._spares)
+        self._writer = SegmentWriter(self._dir, segment_size, self._spares)
         self._lock_fd = -1
         self._segments: list[Segment] = []
         self._trim_offset = 0
@@ -608,7 +416,7 @@ class FileWAL:
                         os.fsync(f.fileno())
             except OSError as exc:
                 raise WALError(f"WAL segment {last.path}: cannot cut off the tail at byte {length}: {exc}") from exc
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         return keep
 
     # ---------------------------------------------------------------- appends
@@ -756,7 +564,7 @@ class FileWAL:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         except OSError as exc:
             raise WALError(f"WAL {path}: cannot persist trim offset {offset}: {exc.strerror}") from exc
 

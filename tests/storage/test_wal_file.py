@@ -17,8 +17,9 @@ from storage.errors import WALError
 from storage.record import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
-from storage.wal.file import CHECKPOINT_NAME, FileWAL
+from storage.wal.file import FileWAL
 from storage.wal.record import RecordScanner, StopReason
+from storage.wal.segments import CHECKPOINT_NAME
 
 
 def batch(stream: int, offset: int, size: int = 100) -> StreamRecordBatch:

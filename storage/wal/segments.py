@@ -1,0 +1,224 @@
+"""Segment files of the file-mode WAL and what sits next to them: names, the trim checkpoint, spare
+(preallocated) files, and the writer that appends groups to the active segment.
+
+Everything here is blocking file I/O, meant to run in the WAL's threads (storage/wal/file.py owns the asyncio side).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from storage.config import MiB
+from storage.errors import WALError
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_SUFFIX = ".wal"
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.wal$")
+CHECKPOINT_NAME = "trim.checkpoint"
+LOCK_NAME = ".lock"
+DISCARDED_SUFFIX = ".discarded"
+SPARE_SUFFIX = ".wal-spare"
+SPARE_SEGMENTS = 4  # trimmed segments kept for reuse instead of being deleted
+_ZEROS = bytes(2 * MiB)
+
+CHECKPOINT = struct.Struct(">IIq")  # magic | version | trim offset, then a CRC-32C of these 16 bytes
+CHECKPOINT_MAGIC = 0x464A5754  # "FJWT"
+CHECKPOINT_VERSION = 1
+_CHECKPOINT_CRC = struct.Struct(">I")
+
+fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    match = _SEGMENT_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def encode_checkpoint(trim_offset: int) -> bytes:
+    body = CHECKPOINT.pack(CHECKPOINT_MAGIC, CHECKPOINT_VERSION, trim_offset)
+    return body + _CHECKPOINT_CRC.pack(crc32c.crc32c(body))
+
+
+def decode_checkpoint(data: bytes, where: str) -> int:
+    """The trim offset in a checkpoint file's bytes; WALError naming ``where`` if they are not one."""
+    if len(data) != CHECKPOINT.size + _CHECKPOINT_CRC.size:
+        raise WALError(f"{where}: trim checkpoint is {len(data)} bytes, expected {CHECKPOINT.size + 4}")
+    magic, version, trim_offset = CHECKPOINT.unpack_from(data)
+    (crc,) = _CHECKPOINT_CRC.unpack_from(data, CHECKPOINT.size)
+    if magic != CHECKPOINT_MAGIC or crc != crc32c.crc32c(data[: CHECKPOINT.size]):
+        raise WALError(f"{where}: trim checkpoint is corrupt (bad magic or CRC)")
+    if version != CHECKPOINT_VERSION:
+        raise WALError(f"{where}: unsupported trim checkpoint version {version}")
+    if trim_offset < 0:
+        raise WALError(f"{where}: trim checkpoint holds negative offset {trim_offset}")
+    return int(trim_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    base_offset: int
+    path: Path
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SparePool:
+    """Preallocated files ready to become segments; shared by the writer thread, trims and the zero-filler."""
+
+    def __init__(self, directory: Path, limit: int) -> None:
+        self._dir = directory
+        self._limit = limit
+        self._spares: list[Path] = []
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._spares)
+
+    def _new_name(self) -> Path:
+        return self._dir / f"spare-{uuid.uuid4().hex[:12]}{SPARE_SUFFIX}"
+
+    def adopt_existing(self, paths: list[Path], min_size: int) -> None:
+        """Takes over spares left by an earlier run (extra or undersized ones are deleted)."""
+        for path in paths:
+            try:
+                fits = path.stat().st_size >= min_size
+            except FileNotFoundError:
+                continue
+            with self._lock:
+                if fits and len(self._spares) < self._limit:
+                    self._spares.append(path)
+                    continue
+            path.unlink(missing_ok=True)
+
+    def take(self) -> Path | None:
+        with self._lock:
+            return self._spares.pop() if self._spares else None
+
+    def offer(self, path: Path) -> bool:
+        """Renames a file into the pool if there is room; False (file untouched) otherwise."""
+        with self._lock:
+            if len(self._spares) >= self._limit:
+                return False
+            spare = self._new_name()
+            os.replace(path, spare)
+            self._spares.append(spare)
+            return True
+
+    def zero_fill(self, size: int) -> None:
+        """Creates one zero-filled spare (blocking; run in a thread). Flushes as it goes, so the device never holds
+        a long queue of zero blocks in front of the WAL's own fdatasync."""
+        tmp = self._dir / f"spare-{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                written = 0
+                while written < size:
+                    written += os.write(fd, memoryview(_ZEROS)[: min(len(_ZEROS), size - written)])
+                    fdatasync(fd)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if not self.offer(tmp):
+                tmp.unlink()
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            logger.warning("WAL %s: cannot preallocate a segment: %s", self._dir, exc.strerror)
+
+
+class SegmentWriter:
+    """The active segment's file descriptor. Touched only from the WAL's single writer thread, so writes, rolls
+    and resets are serialized without locks."""
+
+    def __init__(self, directory: Path, segment_size: int, spares: SparePool) -> None:
+        self._dir = directory
+        self._segment_size = segment_size
+        self._spares = spares
+        self._fd = -1
+        self._base = 0
+        self._size = 0
+        self._path: Path | None = None
+        self.preallocated = False  # whether the active segment came from a spare
+
+    @property
+    def size(self) -> int:
+        """Bytes written to the active segment (0 if there is none)."""
+        return self._size if self._fd >= 0 else 0
+
+    def write_group(self, data: bytearray, offset: int) -> Segment | None:
+        """Writes one group at logical ``offset`` and makes it durable; returns the new segment if it rolled."""
+        rolled = None
+        if self._fd < 0 or (self._size > 0 and self._size + len(data) > self._segment_size):
+            rolled = self._roll(offset)
+        assert self._path is not None
+        if self._base + self._size != offset:
+            raise WALError(
+                f"WAL segment {self._path}: group at offset {offset} does not follow the segment end "
+                f"{self._base + self._size}"
+            )
+        view = memoryview(data)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self._fd, view[written:], self._size + written)
+            fdatasync(self._fd)
+        except OSError as exc:
+            raise WALError(
+                f"WAL segment {self._path}: write of {len(data)} bytes at offset {offset} failed: {exc.strerror}"
+            ) from exc
+        finally:
+            view.release()
+        self._size += len(data)
+        return rolled
+
+    def _roll(self, base_offset: int) -> Segment:
+        self.close()
+        path = self._dir / segment_name(base_offset)
+        spare = self._spares.take()
+        try:
+            if spare is not None:
+                os.replace(spare, path)
+                self._fd = os.open(path, os.O_WRONLY)
+            else:
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fsync_dir(self._dir)  # the new name must survive a crash as much as the bytes written into it
+        except OSError as exc:
+            raise WALError(f"WAL segment {path}: cannot create: {exc.strerror}") from exc
+        self._base, self._size, self._path = base_offset, 0, path
+        self.preallocated = spare is not None
+        logger.debug("WAL %s: new segment %s (%s)", self._dir, path.name, "preallocated" if spare else "new file")
+        return Segment(base_offset, path)
+
+    def drop_all(self, segments: Sequence[Segment]) -> None:
+        """Closes the active segment and deletes every segment (reset)."""
+        self.close()
+        for segment in segments:
+            segment.path.unlink(missing_ok=True)
+        fsync_dir(self._dir)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            self._path = None
