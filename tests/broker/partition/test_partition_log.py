@@ -178,3 +178,22 @@ async def test_delete_records_trims_and_persists_log_start(
             await log.read(2, 100)
     finally:
         await log.close()
+
+
+async def test_delete_destroys_streams_and_kv_entry(engine: tuple[StorageEngine, InMemoryStreamMetadata]) -> None:
+    _, metadata = engine
+    log = await _open(engine, 0)
+    await log.append(_batch(3))
+    stream_ids = [log._log.stream_id, log._time.stream_id, log._meta.stream.stream_id]
+    assert len(await metadata.get_streams(stream_ids)) == 3
+    await log.delete()
+    assert await metadata.get_kv(f"_fjord_test/{TOPIC_ID}/3") is None
+    assert await metadata.get_streams(stream_ids) == []
+    with pytest.raises(KafkaError) as info:
+        await log.append(_batch(1))
+    assert info.value.code == ErrorCode.not_leader_or_follower
+    fresh = await _open(engine, 1)  # a topic re-created under the same id would start from scratch
+    try:
+        assert (fresh.log_start_offset, fresh.log_end_offset) == (0, 0)
+    finally:
+        await fresh.close()
