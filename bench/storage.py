@@ -1,0 +1,534 @@
+"""Storage engine benchmark (issue 2, "Performance"): prints a Markdown table of what the engine achieves here.
+
+    .venv/bin/python bench/storage.py [--quick] [--only NAME ...] [--dir DIR]
+
+Sections (each runs in a child process of its own, so one section's memory, threads or moto server cannot skew
+another's figures):
+
+- ``append``:   appends of 64 KiB from 16 concurrent writers through the engine with the file WAL (fsync'd group
+  commits) and the local object store, closed loop; plus the bare file WAL under the same load for reference.
+- ``latency``:  open-loop appends of 64 KiB at a fixed 50 MB/s; latency is measured from each append's *scheduled*
+  time, so a stall delays every append behind it (no coordinated omission).
+- ``puts``:     1 GiB spread over 1000 streams with ``s3.wal.upload.threshold`` 500 MiB; object-store PUT requests
+  per GiB (``store.stats.puts``).
+- ``catchup``:  one stream written to a moto S3 server (``ThreadedMotoServer`` on 127.0.0.1 in the child), then
+  read from offset 0 by a fresh engine (cold caches) in 1 MiB fetches, read-ahead on; read-ahead off for contrast.
+- ``memory``:   peak resident set size (psutil RSS, sampled every 20 ms) while writing through and reading back
+  far more data than the configured caches, against the caches' configured sizes. The fixed overhead is the RSS
+  of the child with everything imported and the engine started, before any data.
+
+``--quick`` shrinks every size (a run of about a minute); the default sizes are the issue's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from storage.config import BucketURL, StorageConfig  # noqa: E402
+from storage.engine import StorageEngine  # noqa: E402
+from storage.metadata.memory import InMemoryStreamMetadata  # noqa: E402
+from storage.objectstore.base import ObjectStore  # noqa: E402
+from storage.objectstore.local import LocalObjectStore  # noqa: E402
+from storage.record import StreamRecordBatch  # noqa: E402
+from storage.streams import StorageStream  # noqa: E402
+from storage.wal.file import FileWAL  # noqa: E402
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+MB = 1_000_000
+BATCH = 64 * KiB
+WRITERS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    append_bytes: int
+    latency_seconds: float
+    puts_bytes: int
+    puts_streams: int
+    puts_threshold: int
+    catchup_bytes: int
+    memory_bytes: int
+    memory_wal_cache: int
+    memory_block_cache: int
+
+
+FULL = Sizes(
+    append_bytes=1 * GiB,
+    latency_seconds=10.0,
+    puts_bytes=1 * GiB,
+    puts_streams=1000,
+    puts_threshold=500 * MiB,
+    catchup_bytes=512 * MiB,
+    memory_bytes=1 * GiB,
+    memory_wal_cache=256 * MiB,
+    memory_block_cache=128 * MiB,
+)
+QUICK = Sizes(
+    append_bytes=192 * MiB,
+    latency_seconds=3.0,
+    puts_bytes=256 * MiB,
+    puts_streams=1000,
+    puts_threshold=125 * MiB,
+    catchup_bytes=64 * MiB,
+    memory_bytes=256 * MiB,
+    memory_wal_cache=64 * MiB,
+    memory_block_cache=32 * MiB,
+)
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of the table."""
+
+    metric: str
+    result: str
+    target: str = ""
+    ok: bool | None = None
+    note: str = ""
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def engine_config(root: Path, **overrides: Any) -> StorageConfig:
+    base = StorageConfig(
+        data_buckets=(BucketURL(0, "file", str(root / "objects")),),
+        wal_url=BucketURL(0, "file", str(root / "wal")),
+        cluster_id="bench",
+        node_id=1,
+        # Background compaction and sweeps would only add noise to these figures.
+        stream_set_object_compaction_interval_ms=0,
+        stream_object_compaction_interval_ms=0,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def make_engine(
+    config: StorageConfig, *, metadata: InMemoryStreamMetadata | None = None, store: ObjectStore | None = None
+) -> StorageEngine:
+    wal = FileWAL(config.wal_url.path, segment_size=config.wal_segment_size, capacity=config.wal_capacity)
+    return StorageEngine(
+        config,
+        metadata or InMemoryStreamMetadata(),
+        store=store or LocalObjectStore(config.data_buckets[0].path),
+        wal=wal,
+    )
+
+
+async def open_streams(engine: StorageEngine, count: int) -> list[StorageStream]:
+    return [await engine.open_stream(await engine.create_stream(), epoch=0) for _ in range(count)]
+
+
+async def closed_loop(streams: list[StorageStream], total: int, payload: bytes) -> float:
+    """``WRITERS`` tasks append ``payload`` round-robin over ``streams`` until ``total`` bytes; returns seconds."""
+    per_writer = total // len(payload) // WRITERS
+
+    async def writer(index: int) -> None:
+        mine = streams[index::WRITERS] or streams
+        for i in range(per_writer):
+            await mine[i % len(mine)].append(payload, 1)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(writer(i) for i in range(WRITERS)))
+    return time.perf_counter() - started
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def mb_per_s(nbytes: int, seconds: float) -> float:
+    return nbytes / MB / seconds
+
+
+def rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+class RssSampler:
+    """Peak RSS, sampled from a thread so a busy event loop cannot hide a spike."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.peak = rss()
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.peak = max(self.peak, rss())
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss())
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+
+async def bench_append(sizes: Sizes, root: Path) -> list[Row]:
+    payload = os.urandom(BATCH)
+    config = engine_config(root / "engine")
+    engine = make_engine(config)
+    await engine.start()
+    try:
+        streams = await open_streams(engine, WRITERS)
+        await closed_loop(streams, 8 * MiB, payload)  # warm-up: segments created, code paths hot
+        seconds = await closed_loop(streams, sizes.append_bytes, payload)
+        stats = engine.stats()
+    finally:
+        await engine.shutdown()
+    engine_rate = mb_per_s(sizes.append_bytes, seconds)
+
+    wal = FileWAL(root / "bare-wal", segment_size=config.wal_segment_size, capacity=4 * GiB)
+    await wal.start()
+    try:
+        async for _record in wal.recover():
+            pass
+        per_writer = sizes.append_bytes // BATCH // WRITERS
+
+        async def writer(index: int) -> None:
+            for i in range(per_writer):
+                await wal.append(StreamRecordBatch(index, 0, i, 1, payload))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(writer(i) for i in range(WRITERS)))
+        wal_seconds = time.perf_counter() - started
+    finally:
+        await wal.close()
+    return [
+        Row(
+            "append throughput, engine + file WAL (64 KiB x 16 writers)",
+            f"{engine_rate:.0f} MB/s",
+            ">= 200 MB/s",
+            engine_rate >= 200,
+            f"{sizes.append_bytes // MiB} MiB in {seconds:.2f} s; {stats.objects_uploaded} objects uploaded meanwhile",
+        ),
+        Row(
+            "append throughput, bare file WAL (same load, reference)",
+            f"{mb_per_s(sizes.append_bytes, wal_seconds):.0f} MB/s",
+        ),
+    ]
+
+
+async def bench_latency(sizes: Sizes, root: Path) -> list[Row]:
+    payload = os.urandom(BATCH)
+    rate = 50 * MB
+    engine = make_engine(engine_config(root / "engine"))
+    await engine.start()
+    try:
+        streams = await open_streams(engine, WRITERS)
+        await closed_loop(streams, 8 * MiB, payload)
+        loop = asyncio.get_running_loop()
+        count = int(sizes.latency_seconds * rate / BATCH)
+        interval = BATCH / rate
+        latencies: list[float] = []
+        pending: list[Awaitable[int]] = []
+
+        def done(scheduled: float) -> Callable[[asyncio.Future[int]], None]:
+            return lambda _f: latencies.append(time.perf_counter() - scheduled)
+
+        started = time.perf_counter()
+        for i in range(count):
+            scheduled = started + i * interval
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            future = asyncio.ensure_future(streams[i % WRITERS].append(payload, 1), loop=loop)
+            future.add_done_callback(done(scheduled))
+            pending.append(future)
+        await asyncio.gather(*pending)
+        achieved = mb_per_s(count * BATCH, time.perf_counter() - started)
+    finally:
+        await engine.shutdown()
+    ordered = sorted(latencies)
+    p50, p99, p999 = (percentile(ordered, q) * 1000 for q in (0.5, 0.99, 0.999))
+    return [
+        Row(
+            "append latency at 50 MB/s offered (p50 / p99 / p999)",
+            f"{p50:.2f} / {p99:.2f} / {p999:.2f} ms",
+            "p99 <= 5 ms",
+            p99 <= 5.0,
+            f"{count} appends over {sizes.latency_seconds:.0f} s, {achieved:.0f} MB/s achieved; mean "
+            f"{statistics.fmean(ordered) * 1000:.2f} ms, max {ordered[-1] * 1000:.1f} ms",
+        )
+    ]
+
+
+async def bench_puts(sizes: Sizes, root: Path) -> list[Row]:
+    payload = os.urandom(BATCH)
+    config = engine_config(
+        root / "engine",
+        wal_upload_threshold=sizes.puts_threshold,
+        wal_cache_size=max(2 * sizes.puts_threshold, 64 * MiB),
+        wal_capacity=4 * GiB,
+    )
+    engine = make_engine(config)
+    await engine.start()
+    try:
+        streams = await open_streams(engine, sizes.puts_streams)
+        before = engine.store.stats.puts
+        seconds = await closed_loop(streams, sizes.puts_bytes, payload)
+        await engine.force_upload()
+        stats = engine.stats()
+        puts = engine.store.stats.puts - before
+    finally:
+        await engine.shutdown()
+    per_gib = puts / (sizes.puts_bytes / GiB)
+    return [
+        Row(
+            f"PUTs per GiB ({sizes.puts_streams} streams, threshold {sizes.puts_threshold // MiB} MiB)",
+            f"{per_gib:.1f}",
+            "<= 4" if sizes.puts_threshold == 500 * MiB else "(<= 4 at 500 MiB)",
+            per_gib <= 4 if sizes.puts_threshold == 500 * MiB else None,
+            f"{puts} PUTs for {sizes.puts_bytes // MiB} MiB: {stats.stream_set_objects} stream-set + "
+            f"{stats.stream_objects} stream objects; written at {mb_per_s(sizes.puts_bytes, seconds):.0f} MB/s",
+        )
+    ]
+
+
+async def bench_catchup(sizes: Sizes, root: Path) -> list[Row]:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from storage.objectstore.s3 import S3ObjectStore
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ[key] = "bench"  # moto accepts anything; never real credentials
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench")
+        url = BucketURL(0, "s3", "bench", endpoint=endpoint, path_style=True, access_key="bench", secret_key="bench")
+        metadata = InMemoryStreamMetadata()
+        payload = os.urandom(BATCH)
+
+        # 8 MiB objects: moto serves a ranged GET by reading the whole object, so bigger objects only measure moto.
+        config = engine_config(root / "writer", data_buckets=(url,), wal_upload_threshold=8 * MiB)
+        writer = make_engine(config, metadata=metadata, store=S3ObjectStore.from_url(url, config))
+        await writer.start()
+        try:
+            [stream] = await open_streams(writer, 1)
+            stream_id = stream.stream_id
+            for _ in range(sizes.catchup_bytes // BATCH // 64):
+                await asyncio.gather(*(stream.append(payload, 1) for _ in range(64)))
+            end = stream.confirm_offset
+        finally:
+            await writer.shutdown()  # uploads the tail and closes the stream
+
+        rows = [await raw_get_row(S3ObjectStore.from_url(url, config), metadata, stream_id)]
+        for readahead in (True, False):
+            reader_config = engine_config(
+                root / f"reader-{readahead}",
+                data_buckets=(url,),
+                node_id=2,
+                readahead_max=32 * MiB if readahead else 0,
+            )
+            reader = make_engine(reader_config, metadata=metadata, store=S3ObjectStore.from_url(url, reader_config))
+            await reader.start()
+            try:
+                epoch = 1 if readahead else 2
+                consumer = await reader.open_stream(stream_id, epoch)
+                offset, total = 0, 0
+                started = time.perf_counter()
+                while offset < end:
+                    result = await consumer.fetch(offset, end, 1 * MiB)
+                    total += sum(b.size for b in result.batches)
+                    offset = result.batches[-1].last_offset
+                seconds = time.perf_counter() - started
+                gets = reader.store.stats.gets
+                await consumer.close()
+            finally:
+                await reader.shutdown()
+            rate = mb_per_s(total, seconds)
+            rows.append(
+                Row(
+                    f"catch-up read, one stream from moto S3, read-ahead {'on' if readahead else 'off'}",
+                    f"{rate:.0f} MB/s",
+                    ">= 150 MB/s" if readahead else "",
+                    rate >= 150 if readahead else None,
+                    f"{total // MiB} MiB in 1 MiB fetches, {gets} GETs",
+                )
+            )
+        return rows
+    finally:
+        server.stop()
+
+
+async def raw_get_row(store: ObjectStore, metadata: InMemoryStreamMetadata, stream_id: int) -> Row:
+    """What the S3 server and client deliver without the engine: each object of the stream in one GET, in turn."""
+    from storage.objects.format import namespace_for, object_key
+
+    try:
+        objects = await metadata.get_objects(stream_id, 0, -1, 1_000_000)
+        started = time.perf_counter()
+        total = 0
+        for obj in objects:
+            total += len(await store.get(object_key(obj.object_id, namespace_for("bench"))))
+        seconds = time.perf_counter() - started
+    finally:
+        await store.close()
+    return Row(
+        "raw S3 GET from moto, whole objects one at a time (reference)",
+        f"{mb_per_s(total, seconds):.0f} MB/s",
+        note=f"{len(objects)} objects, {total // MiB} MiB",
+    )
+
+
+async def bench_memory(sizes: Sizes, root: Path) -> list[Row]:
+    payload = os.urandom(BATCH)
+    threshold = sizes.memory_wal_cache // 3
+    config = engine_config(
+        root / "engine",
+        wal_cache_size=sizes.memory_wal_cache,
+        wal_upload_threshold=threshold,
+        block_cache_size=sizes.memory_block_cache,
+        readahead_max=min(32 * MiB, sizes.memory_block_cache // 4),
+        wal_capacity=4 * GiB,
+    )
+    engine = make_engine(config)
+    await engine.start()
+    streams = await open_streams(engine, 64)
+    baseline = rss()
+    try:
+        with RssSampler() as sampler:
+            await closed_loop(streams, sizes.memory_bytes, payload)
+            await engine.force_upload()
+            write_peak = sampler.peak
+            for stream in streams:  # every stream from its start: mostly evicted from the LogCache by now
+                offset = 0
+                while offset < stream.confirm_offset:
+                    result = await stream.fetch(offset, stream.confirm_offset, 1 * MiB)
+                    offset = result.batches[-1].last_offset
+        stats = engine.stats()
+    finally:
+        await engine.shutdown()
+    caches = sizes.memory_wal_cache + sizes.memory_block_cache
+    over = sampler.peak - baseline - caches
+    return [
+        Row(
+            "peak RSS vs configured caches",
+            f"{sampler.peak / MiB:.0f} MiB",
+            f"<= caches {caches // MiB} MiB + overhead",
+            over <= 2 * threshold + 64 * MiB,
+            f"fixed overhead (engine started, no data) {baseline / MiB:.0f} MiB; LogCache "
+            f"{sizes.memory_wal_cache // MiB} MiB + block cache {sizes.memory_block_cache // MiB} MiB; peak while "
+            f"writing {write_peak / MiB:.0f} MiB; beyond overhead+caches: {over / MiB:.0f} MiB (object build "
+            f"buffers: up to 2 x upload threshold = {2 * threshold // MiB} MiB); {sizes.memory_bytes // MiB} MiB "
+            f"written and read back, {stats.block_cache_misses} block-cache misses",
+        )
+    ]
+
+
+SECTIONS: dict[str, Callable[[Sizes, Path], Coroutine[Any, Any, list[Row]]]] = {
+    "append": bench_append,
+    "latency": bench_latency,
+    "puts": bench_puts,
+    "catchup": bench_catchup,
+    "memory": bench_memory,
+}
+
+
+# -------------------------------------------------------------------------------------------------- driver
+
+
+def run_child(name: str, sizes: Sizes, base: Path | None) -> None:
+    """Runs one section and prints its rows as JSON on the last line of stdout."""
+    try:
+        import uvloop
+
+        runner: Callable[[Coroutine[Any, Any, list[Row]]], list[Row]] = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a project dependency
+        runner = asyncio.run
+    with tempfile.TemporaryDirectory(prefix=f"fjord-bench-{name}-", dir=base) as tmp:
+        rows = runner(SECTIONS[name](sizes, Path(tmp)))
+    print(json.dumps([dataclasses.asdict(r) for r in rows]))
+
+
+def run_section(name: str, args: argparse.Namespace) -> list[Row]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", name]
+    if args.quick:
+        command.append("--quick")
+    if args.dir:
+        command += ["--dir", str(args.dir)]
+    started = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0 or not proc.stdout.strip():
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return [Row(name, "failed", ok=False, note=f"exit {proc.returncode}: {tail}")]
+    rows = [Row(**r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
+    print(f"  {name}: done in {elapsed:.0f} s", file=sys.stderr)
+    return rows
+
+
+def render(rows: list[Row], quick: bool) -> str:
+    lines = [
+        f"Fjord storage benchmark ({'quick sizes' if quick else 'issue sizes'}; {os.cpu_count()} CPUs, "
+        f"Python {sys.version.split()[0]})",
+        "",
+        "| metric | result | target | ok |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        verdict = {True: "yes", False: "**no**", None: ""}[row.ok]
+        lines.append(f"| {row.metric} | {row.result} | {row.target} | {verdict} |")
+    lines.append("")
+    lines += [f"- {row.metric}: {row.note}" for row in rows if row.note]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes for a fast run")
+    parser.add_argument("--only", nargs="+", choices=sorted(SECTIONS), help="run only these sections")
+    parser.add_argument("--dir", type=Path, help="where to put WALs and objects (default: the system temp dir)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per section before giving up")
+    parser.add_argument("--child", choices=sorted(SECTIONS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
+    if args.child:
+        run_child(args.child, sizes, args.dir)
+        return 0
+    rows: list[Row] = []
+    for name in args.only or list(SECTIONS):
+        print(f"running {name}...", file=sys.stderr)
+        try:
+            rows += run_section(name, args)
+        except subprocess.TimeoutExpired:
+            rows.append(Row(name, "timed out", ok=False, note=f"no result within {args.timeout:.0f} s"))
+    print(render(rows, args.quick))
+    return 0 if all(r.ok is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
