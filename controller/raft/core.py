@@ -22,6 +22,7 @@ the node behaves identically, which is what the deterministic simulator relies o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -344,14 +345,14 @@ class RaftNode:
                 self._observe_leader(message.leader_epoch, message.leader_id, now_ms)
             case DescribeQuorumRequest():
                 reply = self.describe(now_ms)
-                self._send(sender, _with_correlation(reply, message.correlation_id))
+                self._send(sender, dataclasses.replace(reply, correlation_id=message.correlation_id))
             case DescribeQuorumResponse():
                 pass
 
     def propose(self, entries: Sequence[bytes], now_ms: int) -> int | NotLeader:
         """Append ``entries`` if this node leads; returns the offset of the last one (committed once HW passes it)."""
         if self._role is not Role.LEADER:
-            return NotLeader(self._leader_or_none_id(), self._epoch)
+            return NotLeader(self._leader_id, self._epoch)
         if not entries:
             raise ValueError("propose needs at least one entry")
         self._append_local([(bytes(data), EntryKind.DATA) for data in entries])
@@ -418,9 +419,6 @@ class RaftNode:
 
     def _leader_or_none(self) -> int:
         return self._leader_id if self._leader_id is not None else NO_LEADER
-
-    def _leader_or_none_id(self) -> int | None:
-        return self._leader_id
 
     def _current_leader(self) -> LeaderIdAndEpoch:
         return LeaderIdAndEpoch(self._leader_or_none(), self._epoch)
@@ -769,35 +767,39 @@ class RaftNode:
         return None
 
     def _on_fetch_request(self, sender: int, req: FetchRequest, now_ms: int) -> None:
-        def reply(**kwargs: object) -> None:
+        def reply(
+            error: Errors, *, diverging: EpochEndOffset | None = None, snapshot_id: SnapshotId | None = None
+        ) -> None:
             self._send(
                 sender,
                 FetchResponse(
-                    high_watermark=self._hw,
-                    log_start_offset=self._log.start_offset,
-                    current_leader=self._current_leader(),
+                    error,
+                    self._hw,
+                    self._log.start_offset,
+                    self._current_leader(),
+                    diverging_epoch=diverging,
+                    snapshot_id=snapshot_id,
                     correlation_id=req.correlation_id,
-                    **kwargs,  # type: ignore[arg-type]
                 ),
             )
 
         error = self._fetch_error(req)
         if error is not None:
-            reply(error_code=error)
+            reply(error)
             return
         progress = self._progress.setdefault(sender, _ReplicaProgress())
         progress.last_fetch_ms = now_ms
         progress.fetched_this_epoch = True
         if req.fetch_offset < self._log.start_offset:
-            reply(error_code=Errors.NONE, snapshot_id=self._log.snapshot_id)
+            reply(Errors.NONE, snapshot_id=self._log.snapshot_id)
             return
         found = self._log.end_offset_for_epoch(req.last_fetched_epoch)
         if found is None:
-            reply(error_code=Errors.NONE, snapshot_id=self._log.snapshot_id)
+            reply(Errors.NONE, snapshot_id=self._log.snapshot_id)
             return
         epoch, end = found
         if epoch != req.last_fetched_epoch or end < req.fetch_offset:
-            reply(error_code=Errors.NONE, diverging_epoch=EpochEndOffset(epoch, end))
+            reply(Errors.NONE, diverging=EpochEndOffset(epoch, end))
             return
         progress.end_offset = req.fetch_offset
         if req.fetch_offset >= self._log.end_offset:
@@ -1044,15 +1046,3 @@ class RaftNode:
         self._hw = max(self._hw, snapshot_id.end_offset)
         self._applied = snapshot_id.end_offset
         self._emit(LoadSnapshot(snapshot_id, data))
-
-
-def _with_correlation(message: DescribeQuorumResponse, correlation_id: int) -> DescribeQuorumResponse:
-    return DescribeQuorumResponse(
-        message.error_code,
-        message.leader_id,
-        message.leader_epoch,
-        message.high_watermark,
-        message.current_voters,
-        message.observers,
-        correlation_id,
-    )
