@@ -6,13 +6,16 @@ consumers forms in one generation without the tests sleeping for Kafka's default
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, start_broker
+from broker_support import REPO, BrokerProcess, start_broker
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -345,3 +348,53 @@ def test_mixed_clients_agree_on_the_common_assignor(node: BrokerProcess) -> None
         python_consumer.close()
     poll_until([rd_consumer], lambda: len(rd_consumer.assignment()) == 6, lambda c, m: None)
     rd_consumer.close()
+
+
+KAFKAJS = REPO / "tests" / "js" / "node_modules" / "kafkajs"
+KAFKAJS_GROUP = """
+const { Kafka, logLevel } = require(process.argv[1]);
+const [broker, topic, group] = process.argv.slice(2);
+(async () => {
+  const kafka = new Kafka({ brokers: [broker], logLevel: logLevel.ERROR, clientId: 'kafkajs-groups' });
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ topics: [{ topic, numPartitions: 2 }] });
+  const producer = kafka.producer();
+  await producer.connect();
+  await producer.send({ topic, messages: [...Array(10).keys()].map((i) => ({ value: `v${i}`, partition: i % 2 })) });
+  const consumer = kafka.consumer({ groupId: group, rebalanceTimeout: 10000 });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  let consumed = 0;
+  await new Promise((resolve) => {
+    consumer.run({ eachMessage: async () => { consumed += 1; if (consumed === 10) resolve(); } });
+  });
+  await consumer.disconnect();
+  const [offsets] = await admin.fetchOffsets({ groupId: group, topics: [topic] });
+  const { groups: [described] } = await admin.describeGroups([group]);
+  await admin.deleteGroups([group]);
+  const { groups: after } = await admin.listGroups();
+  console.log(JSON.stringify({ consumed, offsets: offsets.partitions, state: described.state,
+                               remaining: after.map((g) => g.groupId) }));
+  await producer.disconnect();
+  await admin.disconnect();
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None or not KAFKAJS.is_dir(), reason="needs node and tests/js kafkajs")
+def test_kafkajs_group_consumes_commits_and_is_deleted(node: BrokerProcess) -> None:
+    topic, group = unique("js"), unique("js-group")
+    result = subprocess.run(
+        ["node", "-e", KAFKAJS_GROUP, str(KAFKAJS), node.bootstrap, topic, group],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["consumed"] == 10
+    assert sorted((p["partition"], p["offset"]) for p in outcome["offsets"]) == [(0, "5"), (1, "5")]
+    assert outcome["state"] == "Empty"
+    assert group not in outcome["remaining"]
