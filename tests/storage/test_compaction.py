@@ -20,14 +20,25 @@ from engine_support import payload, small_config
 
 from storage.cache.block_cache import BlockCache
 from storage.compaction.lifecycle import ObjectSweeper
+from storage.compaction.plan import (
+    plan_stream_object_compaction,
+    plan_stream_set_compaction,
+    select_merge_candidates,
+)
 from storage.compaction.stream_object import StreamObjectCompactor
 from storage.compaction.stream_set import StreamSetCompactor
 from storage.config import StorageConfig
 from storage.engine import StorageEngine
-from storage.errors import ObjectNotFoundError, ObjectStoreError, StorageError
-from storage.metadata.api import CommitStreamSetObjectRequest, ObjectState
+from storage.errors import CompactionError, ObjectNotFoundError, ObjectStoreError, StorageError
+from storage.metadata.api import (
+    CommitStreamSetObjectRequest,
+    ObjectState,
+    ObjectStreamRange,
+    ObjectType,
+    S3ObjectMetadata,
+)
 from storage.metadata.memory import InMemoryStreamMetadata
-from storage.objects.format import object_key
+from storage.objects.format import IndexEntry, object_key
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.faulty import FaultyObjectStore
@@ -434,3 +445,80 @@ async def test_engine_runs_compaction_in_the_background(tmp_path: Path) -> None:
         assert await rig.read_all() == before
     finally:
         await rig.engine.shutdown()
+
+
+async def test_merge_around_a_stream_object_keeps_one_range_per_object(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    try:
+        await write_small_uploads(rig, rounds=8)
+        middle = rig.streams[1]
+        for i in range(12):  # one upload holding only this stream: it becomes a stream object
+            await middle.append(payload(middle.stream_id, 100 + i, 1000), 1)
+        await rig.engine.force_upload()
+        await write_small_uploads(rig, rounds=8)
+        before = await rig.read_all()
+        [split_out] = await rig.meta.get_stream_objects(middle.stream_id)
+
+        result = await rig.stream_set().run_once()
+
+        assert result.failures == [] and result.merged_objects == 8
+        # The stream's data in the merged objects has a hole (held by its stream object): the first run stays in
+        # the new stream-set object, the run after the hole gets a stream object of its own.
+        [sso] = await rig.meta.get_stream_set_objects(rig.node_id)
+        [mine] = [r for r in sso.ranges if r.stream_id == middle.stream_id]
+        assert mine.end_offset == split_out.ranges[0].start_offset
+        after = [o.ranges[0] for o in await rig.meta.get_stream_objects(middle.stream_id)]
+        assert after[0] == split_out.ranges[0]
+        assert len(after) == 2 and after[1].start_offset == split_out.ranges[0].end_offset
+        assert await rig.read_all() == before
+    finally:
+        await rig.engine.shutdown()
+
+
+def _obj(object_id: int, size: int, *ranges: tuple[int, int, int]) -> S3ObjectMetadata:
+    return S3ObjectMetadata(
+        object_id, size, ObjectType.STREAM_SET, tuple(ObjectStreamRange(s, a, b) for s, a, b in ranges)
+    )
+
+
+def test_merge_candidates_share_streams_and_fit_the_round_budget() -> None:
+    a = _obj(1, 100, (1, 0, 10), (2, 0, 10))
+    b = _obj(2, 100, (2, 10, 20))
+    loner = _obj(3, 100, (9, 0, 10))
+    c = _obj(4, 100, (1, 10, 20))
+    assert select_merge_candidates([a, b, loner, c], 10, 10_000) == [a, b, c]
+    assert select_merge_candidates([a, b, loner, c], 2, 10_000) == [a, b]
+    assert select_merge_candidates([a, b, loner, c], 10, 250) == [a, b]
+    assert select_merge_candidates([a, b, loner, c], 10, 150) == []  # one object is nothing to merge
+    assert select_merge_candidates([a, loner], 10, 10_000) == []  # nothing shared
+
+
+def test_stream_object_plan_drops_trimmed_objects_and_groups_small_neighbours() -> None:
+    objects = [
+        _obj(1, 10, (7, 0, 10)),
+        _obj(2, 10, (7, 10, 20)),  # both below the start offset 20
+        _obj(3, 40, (7, 20, 30)),
+        _obj(4, 40, (7, 30, 40)),
+        _obj(5, 40, (7, 40, 50)),  # group closes at 120 >= 100
+        _obj(6, 40, (7, 50, 60)),
+        _obj(7, 500, (7, 60, 70)),  # big: not merged, breaks the group
+        _obj(8, 40, (7, 70, 80)),
+        _obj(9, 40, (7, 85, 90)),  # not contiguous with 8
+        _obj(10, 40, (7, 90, 95)),
+    ]
+    plan = plan_stream_object_compaction(objects, 7, 20, 100)
+    assert plan.expired == [1, 2]
+    assert [[o.object_id for o in g] for g in plan.groups] == [[3, 4, 5], [9, 10]]
+
+
+def test_overlapping_blocks_are_refused_not_guessed() -> None:
+    entries = [IndexEntry(5, 0, 10, 1, 0, 100), IndexEntry(5, 10, 20, 1, 100, 100)]
+    first = _obj(1, 300, (5, 0, 20))
+    second = _obj(2, 300, (5, 15, 30))
+    with pytest.raises(CompactionError, match="stream 5"):
+        plan_stream_set_compaction([(first, entries), (second, [IndexEntry(5, 15, 30, 1, 0, 100)])], {5: 0}, 1000)
+    # Blocks wholly below the start offset, of deleted streams, or outside the metadata range are dropped.
+    plan = plan_stream_set_compaction([(first, [*entries, IndexEntry(6, 0, 5, 1, 200, 50)])], {5: 10, 6: 0}, 1000)
+    assert plan.dropped_blocks == 2
+    [out] = plan.outputs
+    assert [(r.stream_id, r.start_offset, r.end_offset) for r in out.runs] == [(5, 10, 20)]
