@@ -28,6 +28,7 @@ _RETRY_DELAY = 1.0
 #: ``start`` waits this long for the first round of opens, so a restarted broker serves its partitions from
 #: the moment it accepts connections (crash recovery included) instead of answering NOT_LEADER meanwhile.
 _INITIAL_OPEN_TIMEOUT = 60.0
+_STOP_ROUND_TIMEOUT = 30.0
 
 
 class PartitionHost(Protocol):
@@ -73,10 +74,17 @@ class PartitionManager:
     async def stop(self) -> None:
         """Closes every open partition cleanly (force upload, clean-shutdown flag)."""
         self._stopping = True
+        self._changed.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Let a round in progress finish (partitions it opens are closed right away) rather than cancel it
+            # half-way through opening streams; cancel only if it hangs.
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), _STOP_ROUND_TIMEOUT)
+            except TimeoutError:
+                logger.warning("partition reconciliation still running after %.0fs; cancelling", _STOP_ROUND_TIMEOUT)
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
         logs = list(self._logs.values())
         self._logs.clear()
         self._by_id.clear()
@@ -112,16 +120,18 @@ class PartitionManager:
         self._changed.set()
 
     async def _run(self) -> None:
-        while not self._stopping:
+        while True:
             await self._changed.wait()
             self._changed.clear()
+            if self._stopping:
+                return
             try:
                 retry = await self._reconcile(self._node.controller.image)
             except Exception:
                 logger.exception("partition reconciliation failed; retrying")
                 retry = True
             self._first_round.set()
-            if retry:
+            if retry and not self._stopping:
                 asyncio.get_running_loop().call_later(_RETRY_DELAY, self._changed.set)
 
     async def _reconcile(self, image: MetadataImage) -> bool:
