@@ -300,6 +300,7 @@ class StorageEngine:
                     "shutdown of node %d: closing stream %d failed: %s", self._node.node_id, stream.stream_id, result
                 )
         await self._uploader.close()
+        await self._read_path.close()
         await self._wal.close()
         await self._store.close()
         self._state = "stopped"
@@ -314,6 +315,7 @@ class StorageEngine:
         await self._stop_timer()
         await self._compaction.stop()
         await self._uploader.close()
+        await self._read_path.close()
         for stream in list(self._client.open_streams.values()):
             stream.abandon()
         with contextlib.suppress(Exception):

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 _OBJECTS_PER_LOOKUP = 4
 _STALE_RETRIES = 2
+_NO_END = 2**63 - 1
 
 
 class BlockSource(Protocol):
@@ -73,6 +74,7 @@ class ObjectReadPath:
         self._readahead_max = readahead_max
         self._readahead: dict[int, _ReadAhead] = {}
         self._loading: dict[tuple[int, int], asyncio.Future[CachedBlock]] = {}
+        self._prefetching: dict[int, asyncio.Task[None]] = {}
         self.stats = ReadStats()
 
     def readahead_evicted(self, stream_id: int) -> None:
@@ -83,6 +85,9 @@ class ObjectReadPath:
 
     def forget(self, stream_id: int) -> None:
         self._readahead.pop(stream_id, None)
+        task = self._prefetching.pop(stream_id, None)
+        if task is not None:
+            task.cancel()
 
     def readahead_window(self, stream_id: int) -> int:
         state = self._readahead.get(stream_id)
@@ -142,7 +147,51 @@ class ObjectReadPath:
             state.window = 0
         elif missed:
             state.window = min(self._readahead_max, state.window + self._block_size)
+        if sequential and out and state.window > 0 and stream_id not in self._prefetching:
+            task = asyncio.ensure_future(self._prefetch(stream_id, state.next_offset, state.window))
+            self._prefetching[stream_id] = task
+            task.add_done_callback(lambda done: self._prefetched(stream_id, done))
         return out
+
+    async def _prefetch(self, stream_id: int, start: int, window: int) -> None:
+        """Loads the next ``window`` bytes of blocks after ``start`` in the background (also from the following
+        object), so a catch-up reader finds them cached instead of waiting for a GET on every miss."""
+        cursor = start
+        remaining = window
+        for obj in await self._metadata.get_objects(stream_id, start, -1, 2):
+            entries = await self._source.index(obj.object_id, obj.object_size)
+            blocks = fmt.find_blocks(entries, stream_id, cursor, _NO_END, remaining)
+            if not blocks:
+                return
+            wanted = [
+                e
+                for e in blocks
+                if not self._cache.contains(obj.object_id, e.position)
+                and (obj.object_id, e.position) not in self._loading
+            ]
+            if sum(e.size for e in wanted) > self._cache.free:
+                return  # no room: read-ahead would only evict what the readers need
+            if wanted:
+                await self._load(obj.object_id, [], wanted)
+            remaining -= sum(e.size for e in blocks)
+            cursor = blocks[-1].end_offset
+            if remaining <= 0:
+                return
+
+    def _prefetched(self, stream_id: int, task: asyncio.Task[None]) -> None:
+        if self._prefetching.get(stream_id) is task:
+            del self._prefetching[stream_id]
+        if not task.cancelled() and task.exception() is not None:
+            logger.debug(
+                "stream %d: read-ahead failed (the reader will fetch on demand): %r", stream_id, task.exception()
+            )
+
+    async def close(self) -> None:
+        """Cancels background read-ahead."""
+        tasks = list(self._prefetching.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _read_object(  # noqa: PLR0917
         self,

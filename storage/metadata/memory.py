@@ -614,15 +614,16 @@ class InMemoryStreamMetadata:
                     records.append(self._mark_destroyed(source.object_id, now))
             await self._commit(records)
 
-    def _metadata_of(self, object_id: int, stream_id: int | None) -> S3ObjectMetadata:
+    def _metadata_of(self, object_id: int, only: _Placement | None = None, stream_id: int = -1) -> S3ObjectMetadata:
+        """The object's metadata; with ``only``, its ranges are just that placement of ``stream_id`` (what a
+        reader needs, without walking a stream-set object's thousands of ranges)."""
         obj = self._objects[object_id]
         sso = self._stream_set_objects.get(object_id)
         if sso is not None:
-            ranges = tuple(
-                ObjectStreamRange(r.stream_id, r.start_offset, r.end_offset)
-                for r in sso.ranges
-                if stream_id is None or r.stream_id == stream_id
-            )
+            if only is not None:
+                ranges: tuple[ObjectStreamRange, ...] = (ObjectStreamRange(stream_id, only.start, only.end),)
+            else:
+                ranges = tuple(ObjectStreamRange(r.stream_id, r.start_offset, r.end_offset) for r in sso.ranges)
             return S3ObjectMetadata(
                 object_id, obj.size, ObjectType.STREAM_SET, ranges, sso.order_id, sso.data_time_ms, sso.node_id
             )
@@ -651,24 +652,20 @@ class InMemoryStreamMetadata:
                 break
             if expected is not None and placement.start != expected:
                 break
-            out.append(self._metadata_of(placement.object_id, stream_id))
+            out.append(self._metadata_of(placement.object_id, placement, stream_id))
             expected = placement.end
         return out
 
     async def get_stream_set_objects(self, node_id: int) -> list[S3ObjectMetadata]:
         ssos = [s for s in self._stream_set_objects.values() if s.node_id == node_id]
         ssos.sort(key=lambda s: (s.order_id, s.object_id))
-        return [self._metadata_of(s.object_id, None) for s in ssos]
+        return [self._metadata_of(s.object_id) for s in ssos]
 
     async def get_stream_objects(self, stream_id: int) -> list[S3ObjectMetadata]:
         index = self._index.get(stream_id)
         if index is None:
             return []
-        return [
-            self._metadata_of(p.object_id, stream_id)
-            for p in index.from_offset(-1)
-            if p.object_id in self._stream_objects
-        ]
+        return [self._metadata_of(p.object_id) for p in index.from_offset(-1) if p.object_id in self._stream_objects]
 
     def _referenced(self, stream_id: int, end_offset: int) -> bool:
         stream = self._streams.get(stream_id)
