@@ -54,6 +54,7 @@ from controller.records import (
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
 )
 from storage.metadata.memory import InMemoryStreamMetadata, wall_clock_ms
 
@@ -165,6 +166,43 @@ class Controller:
             else:
                 self._streams.apply(record)
         self._image = self._image.apply(cluster, last_offset)
+
+    def replay(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
+        """Applies records another controller committed (a Raft follower, or entries of a previous leader),
+        telling image subscribers like a local write would."""
+        cluster: list[MetadataRecord] = []
+        for record in records:
+            if is_cluster_record(record):
+                cluster.append(record)
+            else:
+                self._streams.apply(record)
+        if cluster:
+            self._publish(cluster, last_offset)
+        elif last_offset > self._image.offset:
+            self._image = self._image.with_offset(last_offset)
+
+    def reset(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
+        """Replaces the whole state with a snapshot's (a lagging Raft member catching up); the stream metadata
+        object is replaced too, so callers must fetch ``stream_metadata`` again afterwards."""
+        self._streams = InMemoryStreamMetadata(
+            sink=self._append_stream_records,
+            clock=self._clock_ms,
+            object_delete_retention_ms=self._config.storage.object_delete_retention_ms,
+        )
+        old = self._image
+        self._image = MetadataImage(cluster_id=old.cluster_id, controller_id=old.controller_id)
+        self._replay(records, last_offset)
+        for listener in list(self._listeners):
+            try:
+                listener(old, self._image)
+            except Exception:
+                logger.exception("metadata image listener %r failed on a snapshot at offset %d", listener,
+                                 last_offset)
+
+    def set_controller_id(self, controller_id: int) -> None:
+        """Which node is the active controller (what Metadata responses report); not a replicated fact."""
+        if self._image.controller_id != controller_id:
+            self._image = self._image.with_controller(controller_id)
 
     async def close(self) -> None:
         """Waits for a running snapshot and closes the log; the controller must not be used afterwards."""
@@ -285,6 +323,20 @@ class Controller:
             changes = _leadership_on_fence(image, node_id)
             await self._commit([FenceBrokerRecord(node_id, epoch), *changes])
             logger.info("broker %d (epoch %d) fenced; %d partitions moved", node_id, epoch, len(changes))
+            return True
+
+    async def unfence_broker(self, node_id: int, epoch: int) -> bool:
+        """Unfences ``node_id`` (it heartbeats again and caught up with the metadata log) and gives it the
+        partitions it should lead; False if ``epoch`` is not its current registration or it is not fenced."""
+        async with self._lock:
+            image = self._image
+            broker = image.brokers.get(node_id)
+            if broker is None or broker.epoch != epoch or not broker.fenced:
+                return False
+            changes = _leadership_on_register(image, node_id)
+            await self._commit([UnfenceBrokerRecord(node_id, epoch), *changes])
+            logger.info("broker %d (epoch %d) unfenced; it now leads %d partitions", node_id, epoch,
+                        len(self._image.partitions_led_by(node_id)))
             return True
 
     # ------------------------------------------------------------------ topics

@@ -1,0 +1,428 @@
+"""The quorum controller: `Controller` on a Raft-replicated metadata log, served on the CONTROLLER listener.
+
+Every voter runs one. The Raft log holds metadata writes, one entry per write (the write's records as one
+``controller.log`` batch frame, so a write is applied all-or-nothing). Committed entries are applied on every voter
+to the same `Controller` state (image + stream metadata). The Raft leader is the *active controller*: its
+`Controller` validates requests and appends their records through :class:`RaftRecordLog`, whose ``append``
+proposes one entry and returns only when it is committed; the `Controller` (or the stream metadata) then applies
+the records itself, as it does over the local log. The commit callback therefore skips exactly the entries whose
+proposer is about to apply them: the leader's own entries of its current epoch still awaited by a proposer. Entries
+of earlier epochs, and entries whose proposer was told NOT_CONTROLLER (leadership moved; the next leader may still
+commit them), are applied by the callback like on a follower.
+
+A new leader becomes active only once its own first entry (the leader-change entry) is committed: everything
+before it is then committed and applied, so validation sees the whole history. A deposed leader refuses writes at
+once (:class:`~controller.rpc.messages.NotControllerError`); writes it had in flight fail the same way when the
+driver reports the role change, so the client retries on the new leader.
+
+Snapshots: when the entries applied since the last snapshot exceed
+``metadata.log.max.record.bytes.between.snapshots`` and no proposal is in flight (so the state is exactly the
+applied prefix), the state's records become a Raft snapshot; Raft then drops the log below it and ships the
+snapshot to voters or observers that fall behind it.
+
+Broker sessions (active controller only, not replicated, as in KRaft): a registration or heartbeat refreshes the
+broker's session; a broker silent for ``broker.session.timeout.ms`` is fenced (`Controller.fence_broker` moves its
+partitions), and a fenced broker that heartbeats again with its current epoch is unfenced once its metadata offset
+has caught up. A new active controller gives every broker a fresh session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from controller.config import Listener, ServerConfig, ensure_meta_properties, is_valid_cluster_id
+from controller.controller import Controller
+from controller.image import MetadataImage
+from controller.log import SNAPSHOT_CHUNK, encode_batch, iter_batches
+from controller.raft.core import RaftConfig
+from controller.raft.driver import NotLeaderError, RaftDriver
+from controller.raft.effects import Role
+from controller.raft.log import LogEntry, SnapshotId
+from controller.records import Endpoint, MetadataRecord
+from controller.rpc.messages import NodeFencedError, NotControllerError
+from controller.rpc.transport import NetworkTransport
+from storage.config import ConfigError
+from storage.metadata.api import NodeIdentity
+from storage.metadata.memory import wall_clock_ms
+
+if TYPE_CHECKING:
+    from controller.rpc.server import ControllerServer
+
+logger = logging.getLogger(__name__)
+
+RAFT_DIR_NAME = "__cluster_metadata-0.raft"
+_POLL_S = 0.02
+
+
+def quorum_cluster_id(config: ServerConfig) -> str:
+    """The cluster id every voter formats with: ``cluster.id`` when configured, else one derived from the voter
+    list, so the voters of one quorum agree without a separate format step (KRaft's ``kafka-storage format -t``)."""
+    configured = config.static.get("cluster.id")
+    if configured:
+        if not is_valid_cluster_id(configured):
+            raise ConfigError(f"cluster.id {configured!r} is not a 22-character base64url UUID")
+        return configured
+    voters = ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in sorted(config.voters, key=lambda v: v.node_id))
+    derived = uuid.uuid5(uuid.NAMESPACE_URL, f"fjord-quorum:{voters}")
+    return base64.urlsafe_b64encode(derived.bytes).decode().rstrip("=")
+
+
+def controller_listener(config: ServerConfig) -> Listener:
+    """The listener Raft and the controller RPCs are served on (the first of ``controller.listener.names``)."""
+    names = config.controller_listener_names
+    for name in names:
+        for listener in config.listeners:
+            if listener.name == name:
+                return listener
+    raise ConfigError(f"listeners: no listener named {', '.join(names)} (controller.listener.names)")
+
+
+def uses_quorum(config: ServerConfig) -> bool:
+    """Whether this node's controller runs on Raft: a controller-only node, or any quorum of several voters.
+    A combined node that is the only voter keeps the local metadata log (the embedded default)."""
+    roles = set(config.process_roles)
+    if "controller" not in roles:
+        return False
+    return roles == {"controller"} or len(config.voters) > 1
+
+
+def encode_entry(records: Sequence[MetadataRecord]) -> bytes:
+    return encode_batch(0, records)
+
+
+def decode_entry(data: bytes, source: str) -> list[MetadataRecord]:
+    records: list[MetadataRecord] = []
+    for _, batch in iter_batches(data, source):
+        records.extend(batch.records)
+    return records
+
+
+def encode_snapshot(records: Sequence[MetadataRecord]) -> bytes:
+    return b"".join(
+        encode_batch(start, records[start : start + SNAPSHOT_CHUNK]) for start in range(0, len(records), SNAPSHOT_CHUNK)
+    )
+
+
+class RaftRecordLog:
+    """`controller.log.RecordLog` over Raft: ``append`` proposes one entry and returns once it is committed."""
+
+    def __init__(self, quorum: QuorumController) -> None:
+        self._quorum = quorum
+
+    async def append(self, records: Sequence[MetadataRecord]) -> int:
+        return await self._quorum.propose(records)
+
+
+@dataclass(slots=True)
+class _Session:
+    epoch: int
+    last_heartbeat: float
+    caught_up_offset: int  # the metadata offset the broker must reach before it is unfenced
+
+
+class QuorumController:
+    def __init__(self, config: ServerConfig, cluster_id: str, *, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = cluster_id
+        self.voters = {v.node_id: (v.host, v.port) for v in config.voters}
+        image = MetadataImage(cluster_id=cluster_id, controller_id=-1)
+        self.controller = Controller(config, image, RaftRecordLog(self), clock_ms=clock_ms)
+        self.transport = NetworkTransport(
+            self.node_id,
+            self.voters,
+            request_timeout_s=int(config.value("controller.quorum.request.timeout.ms")) / 1000,
+        )
+        election_ms = int(config.value("controller.quorum.election.timeout.ms"))
+        fetch_ms = int(config.value("controller.quorum.fetch.timeout.ms"))
+        raft_config = RaftConfig(
+            cluster_id=cluster_id,
+            election_timeout_ms=election_ms,
+            election_backoff_max_ms=int(config.value("controller.quorum.election.backoff.max.ms")),
+            fetch_timeout_ms=fetch_ms,
+            fetch_max_wait_ms=min(500, max(1, fetch_ms // 4)),
+            request_timeout_ms=max(int(config.value("controller.quorum.request.timeout.ms")),
+                                   min(500, max(1, fetch_ms // 4)) + 1),
+        )
+        self.driver = RaftDriver(
+            self.node_id,
+            sorted(self.voters),
+            Path(config.metadata_dir) / RAFT_DIR_NAME,
+            self.transport,
+            apply=self._apply,
+            load_snapshot=self._load_snapshot,
+            config=raft_config,
+        )
+        self._snapshot_after_bytes = int(config.value("metadata.log.max.record.bytes.between.snapshots"))
+        self._session_timeout_s = config.broker_session_timeout_ms / 1000
+        self._pending: set[tuple[int, int]] = set()  # (epoch, offset) of own entries whose proposer applies them
+        self._applied_end = 0
+        self._bytes_since_snapshot = 0
+        self._leader_epoch: int | None = None  # the epoch this node leads (active or catching up)
+        self._activation_offset = 0
+        self._active = False
+        self._active_changed = asyncio.Event()
+        self._sessions: dict[int, _Session] = {}
+        self._fencing: set[int] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._watcher: asyncio.Task[None] | None = None
+        self.server: ControllerServer | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------------------
+    @classmethod
+    async def start(cls, config: ServerConfig) -> QuorumController:
+        """Formats (first start) or checks the metadata directory, binds the CONTROLLER listener, starts the Raft
+        member and serves. Raises ConfigError for a directory of another node or cluster or a port in use."""
+        from controller.rpc.server import ControllerServer
+
+        cluster_id = quorum_cluster_id(config)
+        listener = controller_listener(config)
+        await asyncio.to_thread(ensure_meta_properties, config.metadata_dir, config.node_id, cluster_id)
+        quorum = cls(config, cluster_id)
+        quorum.server = ControllerServer(quorum, listener)
+        await quorum.server.bind()
+        try:
+            await quorum.driver.start()
+        except BaseException:
+            await quorum.server.close()
+            raise
+        await quorum.server.start_serving()
+        quorum._watcher = asyncio.create_task(quorum._watch(), name=f"quorum-controller-{quorum.node_id}")
+        logger.info("controller %d of cluster %s started: voters %s, metadata at offset %d", quorum.node_id,
+                    cluster_id, ", ".join(f"{i}@{h}:{p}" for i, (h, p) in sorted(quorum.voters.items())),
+                    quorum.controller.image.offset)
+        return quorum
+
+    async def stop(self, *, resign: bool = True) -> None:
+        """Stops serving, hands leadership over (unless ``resign`` is False) and closes the log."""
+        if self.server is not None:
+            await self.server.close()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        for task in list(self._background):
+            task.cancel()
+        self._deactivate("the controller is stopping")
+        await self.driver.stop(resign=resign)
+        await self.transport.close()
+        logger.info("controller %d stopped", self.node_id)
+
+    # ---- queries -------------------------------------------------------------------------------------------
+    @property
+    def is_active(self) -> bool:
+        """This node leads the quorum and has applied everything committed before its epoch."""
+        return self._active and self.driver.role is Role.LEADER and self.driver.epoch == self._leader_epoch
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.driver.leader_id
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.controller.image
+
+    def not_controller(self, what: str) -> NotControllerError:
+        leader = self.driver.leader_id
+        where = f"the active controller is {leader}" if leader is not None else "no active controller is known"
+        if leader == self.node_id:
+            where = "this node was just elected and is still replaying the metadata log"
+        return NotControllerError(f"controller {self.node_id} cannot {what}: {where}",
+                                  leader if leader != self.node_id else None)
+
+    def active_controller(self, what: str) -> Controller:
+        """The `Controller` to validate and write with; NotControllerError unless this node is active."""
+        if not self.is_active:
+            raise self.not_controller(what)
+        return self.controller
+
+    async def wait_active(self, timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            while not self.is_active:
+                self._active_changed.clear()
+                await self._active_changed.wait()
+
+    # ---- writes --------------------------------------------------------------------------------------------
+    async def propose(self, records: Sequence[MetadataRecord]) -> int:
+        """One write: appended as one entry; returns its offset once committed (the caller applies it)."""
+        if not self.is_active:
+            raise self.not_controller("append metadata records")
+        epoch = self.driver.epoch
+        offset = self.driver.node.log.end_offset  # where node.propose appends, synchronously, below
+        key = (epoch, offset)
+        data = encode_entry(records)
+        self._pending.add(key)
+        try:
+            committed = await self.driver.propose([data])
+        except NotLeaderError as exc:
+            self._deactivate(f"leadership moved ({exc})")
+            raise NotControllerError(
+                f"controller {self.node_id}: the write at offset {offset} was not committed in epoch {epoch}; "
+                f"{exc}", exc.leader_id
+            ) from None
+        finally:
+            self._pending.discard(key)
+        if committed != offset:  # a broken invariant, not a runtime condition: stop applying rather than diverge
+            raise RuntimeError(f"controller {self.node_id}: proposed at {offset} but committed at {committed}")
+        self._applied_end = max(self._applied_end, offset + 1)
+        self._bytes_since_snapshot += len(data)
+        return offset
+
+    # ---- the state machine ---------------------------------------------------------------------------------
+    def _apply(self, entries: Sequence[LogEntry]) -> None:
+        leading = self.driver.role is Role.LEADER
+        for entry in entries:
+            if leading and entry.epoch == self.driver.epoch and (entry.epoch, entry.offset) in self._pending:
+                continue
+            records = decode_entry(entry.data, f"metadata log entry {entry.offset}")
+            self.controller.replay(records, entry.offset)
+            self._applied_end = max(self._applied_end, entry.offset + 1)
+            self._bytes_since_snapshot += len(entry.data)
+
+    def _load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        records = decode_entry(data, f"metadata snapshot {snapshot_id}")
+        self.controller.reset(records, snapshot_id.end_offset - 1)
+        self._applied_end = snapshot_id.end_offset
+        self._bytes_since_snapshot = 0
+        logger.info("controller %d: loaded snapshot %s (%d records)", self.node_id, snapshot_id, len(records))
+
+    async def snapshot(self) -> SnapshotId | None:
+        """Snapshots the applied state now if no write is in flight (tests and tools; normally size-triggered)."""
+        if self._pending or self._applied_end <= self.driver.node.log.start_offset:
+            return None
+        end = self._applied_end
+        data = encode_snapshot(self.controller.snapshot_records())
+        snapshot_id = await self.driver.take_snapshot(end, data)
+        self._bytes_since_snapshot = 0
+        return snapshot_id
+
+    # ---- leadership and sessions ---------------------------------------------------------------------------
+    async def _watch(self) -> None:
+        """Follows role changes (activation after catching up), broker sessions and snapshot triggers."""
+        last_leader: int | None = None
+        while True:
+            driver = self.driver
+            if driver.role is Role.LEADER:
+                if self._leader_epoch != driver.epoch:
+                    self._deactivate(f"new epoch {driver.epoch}")
+                    self._leader_epoch = driver.epoch
+                    self._activation_offset = driver.node.log.end_offset
+                if not self._active and driver.high_watermark >= self._activation_offset:
+                    self._activate()
+            elif self._leader_epoch is not None:
+                self._deactivate(f"now {driver.role} in epoch {driver.epoch}")
+            leader = driver.leader_id
+            if leader != last_leader:
+                last_leader = leader
+                self.controller.set_controller_id(leader if leader is not None else -1)
+            if self.is_active:
+                self._expire_sessions()
+            if self._bytes_since_snapshot >= self._snapshot_after_bytes and not self._pending:
+                try:
+                    await self.snapshot()
+                except ValueError as exc:
+                    logger.debug("controller %d: snapshot deferred: %s", self.node_id, exc)
+            await asyncio.sleep(_POLL_S)
+
+    def _activate(self) -> None:
+        self._active = True
+        now = time.monotonic()
+        self._sessions = {
+            b.node_id: _Session(b.epoch, now, -1) for b in self.controller.image.brokers.values()
+        }
+        self._active_changed.set()
+        logger.info("controller %d is the active controller in epoch %d (metadata offset %d, %d brokers)",
+                    self.node_id, self.driver.epoch, self.controller.image.offset, len(self._sessions))
+
+    def _deactivate(self, reason: str) -> None:
+        if self._active:
+            logger.info("controller %d is no longer active: %s", self.node_id, reason)
+        self._active = False
+        self._leader_epoch = None if self.driver.role is not Role.LEADER else self._leader_epoch
+        self._sessions.clear()
+        self._active_changed.set()
+
+    def _expire_sessions(self) -> None:
+        now = time.monotonic()
+        for broker in self.controller.image.brokers.values():
+            if broker.fenced or broker.node_id in self._fencing:
+                continue
+            session = self._sessions.get(broker.node_id)
+            if session is None or session.epoch != broker.epoch:
+                self._sessions[broker.node_id] = _Session(broker.epoch, now, -1)
+                continue
+            if now - session.last_heartbeat > self._session_timeout_s:
+                self._fencing.add(broker.node_id)
+                task = asyncio.create_task(self._fence(broker.node_id, broker.epoch, now - session.last_heartbeat))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    async def _fence(self, node_id: int, epoch: int, silent_s: float) -> None:
+        try:
+            logger.info("controller %d: broker %d (epoch %d) sent no heartbeat for %.1f s; fencing it",
+                        self.node_id, node_id, epoch, silent_s)
+            await self.controller.fence_broker(node_id, epoch)
+        except NotControllerError as exc:
+            logger.info("controller %d: fencing broker %d abandoned: %s", self.node_id, node_id, exc)
+        except Exception:
+            logger.exception("controller %d: fencing broker %d failed", self.node_id, node_id)
+        finally:
+            self._fencing.discard(node_id)
+
+    async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
+        controller = self.active_controller(f"register broker {node_id}")
+        epoch = await controller.register_broker(node_id, listeners, rack)
+        self._sessions[node_id] = _Session(epoch, time.monotonic(), -1)
+        return epoch
+
+    async def heartbeat(
+        self, node_id: int, epoch: int, metadata_offset: int, *, want_fence: bool, want_shutdown: bool
+    ) -> tuple[bool, bool]:
+        """A broker's heartbeat; returns (is_caught_up, is_fenced). Raises NotControllerError, or NodeFencedError
+        for an unknown broker or a stale epoch (the broker must register again)."""
+        controller = self.active_controller(f"accept a heartbeat from broker {node_id}")
+        broker = controller.image.brokers.get(node_id)
+        if broker is None:
+            raise NodeFencedError(f"broker {node_id} is not registered")
+        if broker.epoch != epoch:
+            raise NodeFencedError(f"broker {node_id}: epoch {epoch} is not its current registration {broker.epoch}")
+        now = time.monotonic()
+        session = self._sessions.get(node_id)
+        if session is None or session.epoch != epoch:
+            session = self._sessions[node_id] = _Session(epoch, now, -1)
+        session.last_heartbeat = now
+        if want_fence or want_shutdown:
+            if not broker.fenced:
+                await controller.fence_broker(node_id, epoch)
+            return True, True
+        if not broker.fenced:
+            return True, False
+        if session.caught_up_offset < 0:
+            session.caught_up_offset = controller.image.offset
+        caught_up = metadata_offset >= session.caught_up_offset
+        if caught_up and await controller.unfence_broker(node_id, epoch):
+            return True, False
+        return caught_up, True
+
+    def check_node(self, node: NodeIdentity, what: str) -> None:
+        """Refuses a mutation from a fenced broker or from an older incarnation of one (NodeFencedError)."""
+        broker = self.controller.image.brokers.get(node.node_id)
+        if broker is None:
+            return
+        if broker.epoch != node.node_epoch:
+            raise NodeFencedError(
+                f"node {node.node_id} cannot {what}: epoch {node.node_epoch} is not its current registration "
+                f"{broker.epoch}"
+            )
+        if broker.fenced:
+            raise NodeFencedError(f"node {node.node_id} cannot {what}: it is fenced (epoch {broker.epoch})")

@@ -1,0 +1,132 @@
+"""A client connection to a controller's CONTROLLER listener: pipelined requests, responses matched in order.
+
+Used by the Raft transport (voter to voter), by brokers talking to the quorum, and by tests and tools. One
+connection carries any mix of Kafka-protocol (kio) requests and Fjord's own stream RPCs; the server answers them in
+request order, so the oldest outstanding request owns the next response frame (its correlation id is checked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+from collections import deque
+from typing import Any
+
+from broker.protocol import codec
+from controller.rpc.messages import StreamRequest, StreamResponse, decode_stream_response, encode_stream_request
+
+logger = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">i")
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+class ConnectionClosedError(ConnectionError):
+    """The connection failed or was closed before the response arrived; the request may or may not have run."""
+
+
+class ControllerConnection:
+    def __init__(self, host: str, port: int, *, client_id: str = "fjord") -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: deque[tuple[int, asyncio.Future[bytes]]] = deque()
+        self._reader_task: asyncio.Task[None] | None = None
+        self._correlation = itertools.count(1)
+        self._closed = False
+
+    def __str__(self) -> str:
+        return f"controller connection to {self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._closed
+
+    async def connect(self, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        self._reader_task = asyncio.create_task(self._read_loop(), name=f"controller-conn-{self.host}:{self.port}")
+
+    def next_correlation_id(self) -> int:
+        return next(self._correlation) & 0x7FFFFFFF
+
+    async def send_frame(self, frame: bytes, correlation_id: int) -> bytes:
+        """Writes a length-prefixed request frame and returns its response frame (without the length)."""
+        if self._writer is None or self._closed:
+            raise ConnectionClosedError(f"{self} is not open")
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._pending.append((correlation_id, future))
+        try:
+            self._writer.write(frame)
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._fail(f"{self}: write failed: {exc}")
+        return await future
+
+    async def request(self, entity: Any, *, timeout: float = 10.0, correlation_id: int | None = None) -> Any:
+        """Sends a kio request entity; returns the decoded kio response entity."""
+        cid = self.next_correlation_id() if correlation_id is None else correlation_id
+        frame = codec.encode_request(entity, cid, client_id=self.client_id)
+        async with asyncio.timeout(timeout):
+            response = await self.send_frame(frame, cid)
+        _, body = codec.decode_response(type(entity).__api_key__, type(entity).__version__, response)
+        return body
+
+    async def stream_request(self, request: StreamRequest, *, timeout: float = 10.0) -> StreamResponse:
+        """Sends one of Fjord's own RPCs; returns its response (errors are not raised here)."""
+        cid = self.next_correlation_id()
+        frame = encode_stream_request(request, cid, client_id=self.client_id)
+        async with asyncio.timeout(timeout):
+            raw = await self.send_frame(frame, cid)
+        _, response = decode_stream_response(type(request), raw)
+        return response
+
+    async def close(self) -> None:
+        self._fail(f"{self} closed")
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task
+            self._reader_task = None
+
+    def _fail(self, reason: str) -> None:
+        self._closed = True
+        while self._pending:
+            _, future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(ConnectionClosedError(reason))
+        if self._writer is not None:
+            self._writer.close()
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        reason = f"{self}: closed by the server"
+        try:
+            while True:
+                head = await self._reader.readexactly(_LENGTH.size)
+                (length,) = _LENGTH.unpack(head)
+                if not 4 <= length <= MAX_RESPONSE_BYTES:
+                    reason = f"{self}: response frame of {length} bytes"
+                    break
+                frame = await self._reader.readexactly(length)
+                (correlation_id,) = _LENGTH.unpack_from(frame, 0)
+                if not self._pending:
+                    reason = f"{self}: response (correlation id {correlation_id}) to no request"
+                    break
+                expected, future = self._pending.popleft()
+                if expected != correlation_id:
+                    reason = f"{self}: response correlation id {correlation_id}, expected {expected}"
+                    if not future.done():
+                        future.set_exception(ConnectionClosedError(reason))
+                    break
+                if not future.done():
+                    future.set_result(frame)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            reason = f"{self}: {type(exc).__name__}: {exc}"
+        logger.debug("%s", reason)
+        self._fail(reason)

@@ -1,0 +1,396 @@
+"""Turns one request frame from the CONTROLLER listener into one response frame, against a `QuorumController`.
+
+Raft requests go to the Raft core through the network transport and are answered with the core's reply.
+DescribeQuorum is answered from the driver. Broker registration and heartbeats, the admin APIs brokers forward and
+Fjord's own stream RPCs need the active controller; elsewhere they are answered NOT_CONTROLLER.
+
+The admin APIs reuse the broker's handlers (``broker.handlers.topics`` / ``configs``), which translate every version
+of the Kafka request to `ControllerClient` calls and back: here they run against :class:`_AdminClient`, which calls
+the active `Controller` or answers NOT_CONTROLLER per topic/resource.
+"""
+
+from __future__ import annotations
+
+import logging
+import typing
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers import configs as config_handlers
+from broker.handlers import topics as topic_handlers
+from broker.handlers.registry import RequestContext
+from broker.metrics import BrokerMetrics
+from broker.protocol import codec
+from broker.protocol.codec import ProtocolError
+from controller.client import (
+    ConfigResource,
+    CreateTopicResult,
+    DeleteTopicResult,
+    ElectLeaderResult,
+    ImageListener,
+    LocalControllerClient,
+    NewTopic,
+)
+from controller.image import MetadataImage
+from controller.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    LeaderIdAndEpoch,
+    RaftRequest,
+    RaftResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from controller.records import Endpoint
+from controller.rpc import messages as m
+from controller.rpc.raft_codec import (
+    RAFT_API_KEYS,
+    RaftCodecError,
+    describe_quorum_response,
+    request_from_kio,
+    response_to_kio,
+)
+from storage.errors import StorageError
+from storage.metadata.api import StreamMetadata
+
+if TYPE_CHECKING:
+    from broker.node import BrokerNode
+    from broker.server import Peer
+    from controller.quorum import QuorumController
+
+logger = logging.getLogger(__name__)
+
+_SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
+_ADMIN_HANDLERS: Mapping[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
+    m.CREATE_TOPICS: topic_handlers.handle_create_topics,
+    m.DELETE_TOPICS: topic_handlers.handle_delete_topics,
+    m.CREATE_PARTITIONS: topic_handlers.handle_create_partitions,
+    m.ALTER_CONFIGS: config_handlers.handle_alter_configs,
+    m.INCREMENTAL_ALTER_CONFIGS: config_handlers.handle_incremental_alter_configs,
+}
+
+
+class ControllerProtocolError(ProtocolError):
+    """The request cannot be answered at all; the server closes the connection it came on."""
+
+
+class ControllerDispatcher:
+    """What `broker.server.BrokerServer` needs from a dispatcher (``dispatch`` and ``metrics``)."""
+
+    def __init__(self, quorum: QuorumController, metrics: BrokerMetrics | None = None) -> None:
+        self.quorum = quorum
+        self.metrics = metrics or BrokerMetrics()
+        timeout_ms = int(quorum.config.value("controller.quorum.request.timeout.ms"))
+        self._raft_timeout_s = timeout_ms / 1000
+
+    async def dispatch(self, frame: bytes, peer: Peer) -> bytes | None:
+        try:
+            api_key = m.api_key_of(frame)
+        except m.StreamCodecError as exc:
+            raise ControllerProtocolError(f"{exc} from {peer}") from None
+        if m.is_stream_api(api_key):
+            return await self._stream(frame, peer)
+        prefix = codec.read_prefix(frame)
+        versions = m.KAFKA_API_VERSIONS.get(api_key)
+        if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
+            if api_key == m.API_VERSIONS:
+                response = codec.build(
+                    codec.response_class(m.API_VERSIONS, 0),
+                    error_code=ErrorCode.unsupported_version,
+                    api_keys=self._api_keys(codec.response_class(m.API_VERSIONS, 0)),
+                )
+                return codec.encode_response(prefix.correlation_id, response)
+            raise ControllerProtocolError(
+                f"api key {api_key} v{prefix.api_version} from {peer} is not served on the controller listener"
+            )
+        request = codec.decode_request(frame)
+        response_cls = codec.response_class(api_key, prefix.api_version)
+        if api_key in RAFT_API_KEYS:
+            response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
+        elif api_key == m.API_VERSIONS:
+            response = codec.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
+        elif api_key == m.DESCRIBE_QUORUM:
+            response = self._describe_quorum(response_cls)
+        elif api_key == m.BROKER_REGISTRATION:
+            response = await self._register(response_cls, request.body)
+        elif api_key == m.BROKER_HEARTBEAT:
+            response = await self._heartbeat(response_cls, request.body)
+        else:
+            response = await self._admin(api_key, prefix.api_version, prefix.correlation_id, request, peer)
+        return codec.encode_response(prefix.correlation_id, response)
+
+    # ---- Raft ----------------------------------------------------------------------------------------------
+    async def _raft(self, api_key: int, body: Any, correlation_id: int, peer: Peer) -> Any:
+        try:
+            sender, raft_request = request_from_kio(api_key, body, correlation_id)
+        except RaftCodecError as exc:
+            raise ControllerProtocolError(f"{exc} (from {peer})") from None
+        reply = await self.quorum.transport.deliver_request(sender, raft_request, self._raft_timeout_s)
+        if reply is None:
+            reply = _unanswered(raft_request)
+        _, entity = response_to_kio(reply)
+        return entity
+
+    def _describe_quorum(self, response_cls: type[Any]) -> Any:
+        response = describe_quorum_response(response_cls, self.quorum.driver.describe())
+        if codec.has_field(response_cls, "nodes"):
+            node_cls = codec.field_entity(response_cls, "nodes")
+            name = self.quorum.config.controller_listener_names[0]
+            nodes = tuple(
+                codec.build(
+                    node_cls,
+                    node_id=voter_id,
+                    listeners=(codec.build_nested(node_cls, "listeners", name=name, host=host, port=port),),
+                )
+                for voter_id, (host, port) in sorted(self.quorum.voters.items())
+            )
+            response = codec.build(response_cls, topics=response.topics, nodes=nodes)
+        return response
+
+    def _api_keys(self, response_cls: type[Any]) -> tuple[Any, ...]:
+        keys = [(key, low, high) for key, (low, high) in sorted(m.KAFKA_API_VERSIONS.items())]
+        keys.extend((key, m.STREAM_API_VERSION, m.STREAM_API_VERSION) for key in sorted(m.STREAM_REQUESTS))
+        return tuple(
+            codec.build_nested(response_cls, "api_keys", api_key=key, min_version=low, max_version=high)
+            for key, low, high in keys
+        )
+
+    # ---- brokers -------------------------------------------------------------------------------------------
+    async def _register(self, response_cls: type[Any], body: Any) -> Any:
+        if body.cluster_id != self.quorum.cluster_id:
+            return codec.build(response_cls, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1)
+        listeners = tuple(
+            Endpoint(lst.name, lst.host, int(lst.port), _SECURITY_PROTOCOLS.get(int(lst.security_protocol),
+                                                                                 "PLAINTEXT"))
+            for lst in body.listeners
+        )
+        try:
+            epoch = await self.quorum.register_broker(int(body.broker_id), listeners, body.rack)
+        except m.NotControllerError as exc:
+            logger.info("broker %d registration: %s", body.broker_id, exc)
+            return codec.build(response_cls, error_code=ErrorCode.not_controller, broker_epoch=-1)
+        return codec.build(response_cls, error_code=ErrorCode.none, broker_epoch=epoch)
+
+    async def _heartbeat(self, response_cls: type[Any], body: Any) -> Any:
+        try:
+            caught_up, fenced = await self.quorum.heartbeat(
+                int(body.broker_id),
+                int(body.broker_epoch),
+                int(body.current_metadata_offset),
+                want_fence=bool(body.want_fence),
+                want_shutdown=bool(body.want_shut_down),
+            )
+        except m.NotControllerError:
+            return codec.build(response_cls, error_code=ErrorCode.not_controller, is_fenced=True)
+        except m.NodeFencedError as exc:
+            logger.info("heartbeat refused: %s", exc)
+            registered = int(body.broker_id) in self.quorum.image.brokers
+            code = ErrorCode.stale_broker_epoch if registered else ErrorCode.broker_id_not_registered
+            return codec.build(response_cls, error_code=code, is_fenced=True)
+        return codec.build(
+            response_cls,
+            error_code=ErrorCode.none,
+            is_caught_up=caught_up,
+            is_fenced=fenced,
+            should_shut_down=bool(body.want_shut_down),
+        )
+
+    # ---- admin APIs ----------------------------------------------------------------------------------------
+    async def _admin(self, api_key: int, version: int, correlation_id: int, request: Any, peer: Peer) -> Any:
+        body = request.body
+        node_id = self.quorum.node_id
+        if api_key in (m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS):
+            # The forwarding broker checked that a broker resource names itself; keep that name valid here.
+            names = {r.resource_name for r in body.resources if r.resource_type == ConfigResource.BROKER
+                     and r.resource_name.isdigit()}
+            if len(names) == 1:
+                node_id = int(names.pop())
+        view = _ControllerNodeView(self.quorum, node_id)
+        ctx = RequestContext(
+            api_key=api_key,
+            api_version=version,
+            correlation_id=correlation_id,
+            client_id=request.client_id,
+            client_host=peer.host,
+            client_port=peer.port,
+            node=typing.cast("BrokerNode", view),
+            listener_name=peer.listener,
+        )
+        return await _ADMIN_HANDLERS[api_key](ctx, body)
+
+    # ---- Fjord's stream RPCs -------------------------------------------------------------------------------
+    async def _stream(self, frame: bytes, peer: Peer) -> bytes:
+        try:
+            correlation_id, request = m.decode_stream_request(frame)
+        except m.StreamCodecError as exc:
+            raise ControllerProtocolError(f"{exc} (from {peer})") from None
+        leader = self.quorum.leader_id
+        try:
+            result = await self._serve_stream(request)
+            response = m.StreamResponse(m.RpcError.NONE, None, leader if leader is not None else -1, result)
+        except StorageError as exc:
+            code = m.error_code_for(exc)
+            if isinstance(exc, m.NotControllerError):
+                leader = exc.leader_id
+            response = m.StreamResponse(code, str(exc), leader if leader is not None else -1)
+        except (ValueError, TypeError) as exc:
+            response = m.StreamResponse(m.RpcError.INVALID_REQUEST, f"{type(request).__name__}: {exc}",
+                                        leader if leader is not None else -1)
+        return m.encode_stream_response(correlation_id, response)
+
+    async def _serve_stream(self, request: m.StreamRequest) -> Any:
+        what = type(request).__name__
+        controller = self.quorum.active_controller(f"serve {what}")
+        if request.MUTATES:
+            self.quorum.check_node(request.node, what)
+        streams: StreamMetadata = controller.stream_metadata
+        node = request.node
+        match request:
+            case m.CreateStream():
+                return await streams.create_stream(node, request.tags)
+            case m.OpenStream():
+                return await streams.open_stream(node, request.stream_id, request.epoch)
+            case m.CloseStream():
+                return await streams.close_stream(node, request.stream_id, request.epoch)
+            case m.TrimStream():
+                return await streams.trim_stream(node, request.stream_id, request.epoch, request.new_start_offset)
+            case m.DeleteStream():
+                return await streams.delete_stream(node, request.stream_id, request.epoch)
+            case m.GetStreams():
+                return await streams.get_streams(request.stream_ids)
+            case m.GetOpeningStreams():
+                return await streams.get_opening_streams(node)
+            case m.PrepareObjects():
+                return await streams.prepare_objects(node, request.count, request.ttl_ms)
+            case m.CommitStreamSetObject():
+                if request.request is None or request.request.node != node:
+                    raise ValueError("the commit must be present and name the calling node")
+                return await streams.commit_stream_set_object(request.request)
+            case m.CommitStreamObject():
+                if request.request is None or request.request.node != node:
+                    raise ValueError("the commit must be present and name the calling node")
+                return await streams.commit_stream_object(request.request)
+            case m.GetObjects():
+                return await streams.get_objects(request.stream_id, request.start_offset, request.end_offset,
+                                                 request.limit)
+            case m.GetStreamSetObjects():
+                return await streams.get_stream_set_objects(request.node_id)
+            case m.GetStreamObjects():
+                return await streams.get_stream_objects(request.stream_id)
+            case m.SweepObjects():
+                return await streams.sweep_objects(request.now_ms)
+            case m.RemoveObjects():
+                return await streams.remove_objects(request.object_ids)
+            case m.GetKV():
+                return await streams.get_kv(request.key)
+            case m.PutKV():
+                return await streams.put_kv(request.key, request.value)
+            case m.DeleteKV():
+                return await streams.delete_kv(request.key)
+        raise ValueError(f"no handler for {what}")
+
+
+def _unanswered(request: RaftRequest) -> RaftResponse:
+    """What a peer gets when the core did not answer in time: an error it retries on its own timers."""
+    error = Errors.NOT_LEADER_OR_FOLLOWER
+    no_leader = LeaderIdAndEpoch(-1, -1)
+    match request:
+        case VoteRequest():
+            return VoteResponse(error, -1, -1, False, request.correlation_id)
+        case BeginQuorumEpochRequest():
+            return BeginQuorumEpochResponse(error, -1, -1, request.correlation_id)
+        case EndQuorumEpochRequest():
+            return EndQuorumEpochResponse(error, -1, -1, request.correlation_id)
+        case FetchRequest():
+            return FetchResponse(error, -1, -1, no_leader, correlation_id=request.correlation_id)
+        case FetchSnapshotRequest():
+            return FetchSnapshotResponse(error, request.snapshot_id, no_leader, 0, 0, b"", request.correlation_id)
+    raise TypeError(f"{type(request).__name__} is not answered by the Raft core")
+
+
+class _ControllerNodeView:
+    """The part of `BrokerNode` the admin handlers read: ``controller``, ``node_id`` and ``config``."""
+
+    def __init__(self, quorum: QuorumController, node_id: int) -> None:
+        self.controller = _AdminClient(quorum)
+        self.node_id = node_id
+        self.config = quorum.config
+
+
+class _AdminClient:
+    """`ControllerClient` for the admin handlers: the active `Controller`, or NOT_CONTROLLER per item."""
+
+    def __init__(self, quorum: QuorumController) -> None:
+        self._quorum = quorum
+
+    def _client(self, what: str) -> LocalControllerClient:
+        return LocalControllerClient(self._quorum.active_controller(what))
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._quorum.image
+
+    def subscribe(self, listener: ImageListener) -> None:
+        raise NotImplementedError("the controller listener does not subscribe to images")
+
+    @property
+    def stream_metadata(self) -> StreamMetadata:
+        return self._quorum.controller.stream_metadata
+
+    async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
+        return await self._quorum.register_broker(node_id, listeners, rack)
+
+    async def create_topics(self, topics: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:
+        try:
+            return await self._client("create topics").create_topics(topics, validate_only)
+        except m.NotControllerError as exc:
+            return [CreateTopicResult(t.name, None, ErrorCode.not_controller, str(exc)) for t in topics]
+
+    async def delete_topics(self, names: Sequence[str] = (), ids: Sequence[uuid.UUID] = ()) -> list[DeleteTopicResult]:
+        try:
+            return await self._client("delete topics").delete_topics(names, ids)
+        except m.NotControllerError as exc:
+            return [DeleteTopicResult(n, None, ErrorCode.not_controller, str(exc)) for n in names] + [
+                DeleteTopicResult(None, i, ErrorCode.not_controller, str(exc)) for i in ids
+            ]
+
+    async def create_partitions(
+        self, topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool
+    ) -> tuple[ErrorCode, str | None]:
+        try:
+            return await self._client(f"create partitions of {topic}").create_partitions(
+                topic, count, assignments, validate_only
+            )
+        except m.NotControllerError as exc:
+            return ErrorCode.not_controller, str(exc)
+
+    async def alter_configs(
+        self,
+        resource: ConfigResource,
+        changes: Mapping[str, str | None],
+        *,
+        incremental_ops: Mapping[str, int] | None,
+        validate_only: bool,
+    ) -> tuple[ErrorCode, str | None]:
+        try:
+            return await self._client("alter configs").alter_configs(
+                resource, changes, incremental_ops=incremental_ops, validate_only=validate_only
+            )
+        except m.NotControllerError as exc:
+            return ErrorCode.not_controller, str(exc)
+
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
+        try:
+            return await self._client("elect leaders").elect_leaders(partitions)
+        except m.NotControllerError as exc:
+            return [ElectLeaderResult(t, p, ErrorCode.not_controller, str(exc)) for t, p in partitions or ()]

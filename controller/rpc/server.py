@@ -1,0 +1,55 @@
+"""The CONTROLLER listener: `broker.server.BrokerServer`'s framing and pipelining with the controller's dispatcher.
+
+One framing implementation serves both kinds of listener; only the dispatcher differs. Requests on a connection
+run concurrently and are answered in request order, so a long-polling Raft Fetch delays the responses queued
+behind it on that connection only (each voter uses its own connection per peer).
+"""
+
+from __future__ import annotations
+
+import logging
+import typing
+from typing import TYPE_CHECKING
+
+from broker.server import DEFAULT_MAX_IN_FLIGHT, BrokerServer, RequestDispatcher
+from controller.config import Listener
+from controller.rpc.dispatcher import ControllerDispatcher
+from storage.config import ConfigError
+
+if TYPE_CHECKING:
+    from controller.quorum import QuorumController
+
+logger = logging.getLogger(__name__)
+
+
+class ControllerServer:
+    def __init__(self, quorum: QuorumController, listener: Listener) -> None:
+        self.listener = listener
+        self.dispatcher = ControllerDispatcher(quorum)
+        self._server = BrokerServer(
+            typing.cast(RequestDispatcher, self.dispatcher),
+            host=listener.host or "0.0.0.0",
+            port=listener.port,
+            listener_name=listener.name,
+            max_request_bytes=quorum.config.socket_request_max_bytes,
+            max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+        )
+
+    @property
+    def bound_port(self) -> int:
+        return self._server.bound_port
+
+    async def bind(self) -> int:
+        try:
+            return await self._server.bind()
+        except OSError as exc:
+            raise ConfigError(
+                f"listeners: cannot bind {self.listener.name} to {self.listener.host}:{self.listener.port}: "
+                f"{exc.strerror}"
+            ) from None
+
+    async def start_serving(self) -> None:
+        await self._server.start_serving()
+
+    async def close(self) -> None:
+        await self._server.close()
