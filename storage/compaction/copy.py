@@ -67,13 +67,12 @@ class PlanWriter:
                 i += 1
             datas = await self._fetch([block for _output, run in batch for block in run.blocks])
             for output, run in batch:
-                if output.is_stream_object:
+                if set_builder is not None and output is stream_set:
+                    self._copy_run(set_builder, run, datas)
+                else:
                     builder = ObjectBuilder(self._block_size)
                     self._copy_run(builder, run, datas)
                     written.append(await self._put(ids[id(output)], builder, output))
-                else:
-                    assert set_builder is not None
-                    self._copy_run(set_builder, run, datas)
             del datas
         if stream_set is not None and set_builder is not None:
             written.append(await self._put(ids[id(stream_set)], set_builder, stream_set))

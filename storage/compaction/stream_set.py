@@ -4,8 +4,9 @@ Every upload leaves one stream-set object holding a slice of many streams, so a 
 the start touches every one of them. Each round:
 
 1. Stream-set objects older than ``stream_set_object_compaction_force_split_ms`` (by data time) are
-   *force-split*, one commit each: every stream's data becomes a stream object, so old data ends up in
-   per-stream objects that stream-object compaction can merge further.
+   *force-split*, one commit each and at most ``stream_set_object_compaction_max_objects`` per round: every
+   stream's data becomes a stream object, so old data ends up in per-stream objects that stream-object
+   compaction can merge further. Memory: one read batch of source blocks and one new stream object at a time.
 2. The younger ones that share streams are *merged*, oldest first, bounded by
    ``stream_set_object_compaction_max_objects`` and ``stream_set_object_compaction_cache_size`` bytes of source
    objects (the memory one round may use): each stream's merged run of at least ``stream_object_split_size``
@@ -82,7 +83,7 @@ class StreamSetCompactor:
         split_before = self._clock() - self._config.stream_set_object_compaction_force_split_ms
         old = [o for o in objects if o.data_time_ms <= split_before]
         young = [o for o in objects if o.data_time_ms > split_before]
-        for obj in old:
+        for obj in old[: self._config.stream_set_object_compaction_max_objects]:  # the rest next round
             await self._attempt([obj], 0, "force split", result)
         candidates = select_merge_candidates(
             young,

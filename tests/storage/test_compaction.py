@@ -278,7 +278,10 @@ async def test_force_split_then_stream_object_merge(tmp_path: Path) -> None:
         await write_small_uploads(rig, rounds=ROUNDS)
         before = await rig.read_all()
         rig.clock.now += 2 * HOUR_MS  # well past the data time the uploads recorded (wall clock)
-        assert (await rig.stream_set(stream_set_object_compaction_max_objects=1).run_once()).split_objects == uploads
+        # At most max_objects force splits per round; the rest wait for the next round.
+        assert (await rig.stream_set(stream_set_object_compaction_max_objects=5).run_once()).split_objects == 5
+        assert (await rig.counts())[0] == uploads - 5
+        assert (await rig.stream_set().run_once()).split_objects == uploads - 5
         ssos, sos = await rig.counts()
         assert ssos == 0 and all(count >= uploads for count in sos.values())
         assert await rig.read_all() == before
