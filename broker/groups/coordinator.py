@@ -101,9 +101,12 @@ class FetchedOffset:
     error: ErrorCode
 
 
-def _store_error(exc: BaseException) -> ErrorCode:
+def _store_error(exc: BaseException, *, offset_commit: bool = False) -> ErrorCode:
     """Kafka's translation of a failed ``__consumer_offsets`` append into what group clients understand."""
     code = error_code_for(exc)
+    if code is ErrorCode.unknown_server_error:
+        # Not a storage or protocol failure we know: keep the traceback for whoever has to fix it.
+        logger.error("unexpected failure appending to %s", OFFSETS_TOPIC, exc_info=exc)
     if code in (
         ErrorCode.unknown_topic_or_partition,
         ErrorCode.not_enough_replicas,
@@ -114,7 +117,8 @@ def _store_error(exc: BaseException) -> ErrorCode:
     if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
         return ErrorCode.not_coordinator
     if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
-        return ErrorCode.unknown_server_error
+        # Too many offsets (or too much metadata) for one batch.
+        return ErrorCode.invalid_commit_offset_size if offset_commit else ErrorCode.unknown_server_error
     return code
 
 
@@ -621,9 +625,7 @@ class GroupCoordinator:
                 await self._append(group_id, records)
                 code = ErrorCode.none
             except Exception as exc:
-                code = _store_error(exc)
-                if code in (ErrorCode.unknown_server_error,):
-                    code = ErrorCode.invalid_commit_offset_size
+                code = _store_error(exc, offset_commit=True)
                 logger.warning(
                     "group %s: committing %d offsets to %s-%d failed: %s",
                     group_id,
