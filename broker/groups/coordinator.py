@@ -403,11 +403,21 @@ class GroupCoordinator:
         if part is None or part.leader < 0:
             return ErrorCode.coordinator_not_available, -1, f"{OFFSETS_TOPIC}-{partition} has no leader"
         if part.leader == self._node.node_id:
-            owned = self._owned.get(partition)
-            if owned is not None and not owned.loaded.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(owned.loaded.wait(), _FIND_WAIT_SECONDS)
+            await self._wait_loaded(partition, _FIND_WAIT_SECONDS)
         return ErrorCode.none, part.leader, None
+
+    async def _wait_loaded(self, partition: int, timeout: float) -> None:
+        """Waits (bounded) until this broker has taken over and loaded ``partition``; the image listener that
+        starts the load may run after the controller call that created or moved the partition returned."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            owned = self._owned.get(partition)
+            if owned is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(owned.loaded.wait(), max(0.0, deadline - loop.time()))
+                return
+            await asyncio.sleep(0.02)
 
     # ------------------------------------------------------------------------------------------------ plumbing
 
