@@ -28,6 +28,7 @@ from broker.errors import KafkaError, error_code_for
 from broker.groups.group import CONSUMER_PROTOCOL_TYPE, Group, GroupConfig, JoinRequest, PendingWrite
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import (
+    MAX_STORED_STRING_BYTES,
     GroupKey,
     GroupValue,
     OffsetKey,
@@ -142,7 +143,8 @@ class GroupCoordinator:
         )
         self._retention_ms = cfg.offsets_retention_ms
         self._retention_check_s = int(cfg.value("offsets.retention.check.interval.ms")) / 1000
-        self._metadata_max_bytes = int(cfg.value("offset.metadata.max.bytes"))
+        # offset.metadata.max.bytes, capped by what an int16-length string in the record format can hold.
+        self._metadata_max_bytes = min(int(cfg.value("offset.metadata.max.bytes")), MAX_STORED_STRING_BYTES)
         self._groups: dict[str, Group] = {}
         self._owned: dict[int, _OwnedPartition] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -466,12 +468,16 @@ class GroupCoordinator:
         await log.append(build_batch(records), origin="coordinator")
 
     async def _persist_group(self, group: Group, write: PendingWrite) -> None:
-        record = Record(
-            key=encode_group_key(group.group_id), value=encode_group_value(write.value), timestamp=self._now_ms()
-        )
         try:
+            record = Record(
+                key=encode_group_key(group.group_id), value=encode_group_value(write.value), timestamp=self._now_ms()
+            )
             await self._append(group.group_id, [record])
             error = ErrorCode.none
+        except SchemaError as exc:
+            # A member or instance id longer than the record format can hold (int16 string lengths).
+            error = ErrorCode.invalid_request
+            logger.warning("group %s: generation %d cannot be stored: %s", group.group_id, write.value.generation, exc)
         except Exception as exc:
             error = _store_error(exc)
             logger.warning(
@@ -487,6 +493,8 @@ class GroupCoordinator:
             self._after(group)
 
     def _group_or_error(self, group_id: str) -> tuple[Group | None, ErrorCode]:
+        if len(group_id.encode("utf-8")) > MAX_STORED_STRING_BYTES:
+            return None, ErrorCode.invalid_group_id
         error = self.coordinator_error(group_id)
         if error is not ErrorCode.none:
             return None, error

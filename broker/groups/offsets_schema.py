@@ -24,6 +24,9 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
 
+# Keys and values use int16-length strings: ids longer than this cannot be persisted at all.
+MAX_STORED_STRING_BYTES = 0x7FFF
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -89,7 +92,7 @@ class GroupValue:
 
 def _string(value: str) -> bytes:
     encoded = value.encode("utf-8")
-    if len(encoded) > 0x7FFF:
+    if len(encoded) > MAX_STORED_STRING_BYTES:
         raise SchemaError(f"string of {len(encoded)} bytes does not fit an int16 length")
     return _I16.pack(len(encoded)) + encoded
 

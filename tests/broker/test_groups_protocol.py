@@ -161,6 +161,8 @@ def test_join_errors_and_batched_leave(node: BrokerProcess, wire: Callable[[int]
     group = unique("modern")
     find_coordinator(client, group)
     assert join(client, 9, "").error_code == ErrorCode.invalid_group_id
+    # Flexible versions can carry ids longer than __consumer_offsets' int16-length strings can store.
+    assert join(client, 9, "g" * 40_000).error_code == ErrorCode.invalid_group_id
     assert join(client, 9, group, session_timeout=100).error_code == ErrorCode.invalid_session_timeout
     assert join(client, 9, group, member_id="made-up").error_code == ErrorCode.unknown_member_id
     first = join(client, 9, group, reason="starting")
