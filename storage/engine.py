@@ -76,9 +76,12 @@ class StorageEngine:
         wal: WriteAheadLog | None = None,
     ) -> None:
         config.validate()
+        if not config.node_epoch:
+            # The node epoch fences older incarnations (metadata commits, the S3 WAL): a restart must raise it.
+            config = dataclasses.replace(config, node_epoch=int(time.time() * 1000))
         self._config = config
         self._metadata = metadata
-        self._node = NodeIdentity(config.node_id, config.node_epoch or int(time.time() * 1000))
+        self._node = NodeIdentity(config.node_id, config.node_epoch)
         if store is None:
             from storage.objectstore.factory import open_object_store
 

@@ -3,12 +3,14 @@ namespace, and cache-cold reads from S3 return exactly the bytes appended, also 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
 from engine_support import make_engine, payload, small_config
 
 from storage.config import BucketURL
+from storage.engine import StorageEngine
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.objects.format import object_id_from_key
 from storage.objectstore.factory import open_object_store
@@ -59,5 +61,32 @@ async def test_appends_upload_to_s3_and_cold_reads_return_identical_bytes(
             result = await stream.fetch(0, 20, 10**9)
             assert [b.payload for b in result.batches] == [payload(stream_id, n, size) for n in range(20)]
         assert restarted.store.stats.gets > gets
+    finally:
+        await restarted.shutdown()
+
+
+async def test_crash_with_the_s3_wal_loses_no_acknowledged_append(tmp_path: Path, s3_bucket_url: BucketURL) -> None:
+    wal_url = dataclasses.replace(s3_bucket_url, params={**s3_bucket_url.params, "batchInterval": "10"})
+    config = dataclasses.replace(small_config(tmp_path), data_buckets=(s3_bucket_url,), wal_url=wal_url)
+    metadata = InMemoryStreamMetadata()
+    engine = StorageEngine(config, metadata)  # S3 WAL and S3 objects, from the URLs
+    await engine.start()
+    ids = [await engine.create_stream() for _ in range(2)]
+    streams = [await engine.open_stream(i, epoch=0) for i in ids]
+    await asyncio.gather(*(s.append(payload(s.stream_id, n), 1) for n in range(10) for s in streams))
+    await engine.force_upload()
+    await asyncio.gather(*(s.append(payload(s.stream_id, n), 1) for n in range(10, 14) for s in streams))
+    assert [s.end_offset for s in await metadata.get_streams(ids)] == [10, 10]
+    await engine.halt()
+
+    restarted = StorageEngine(config, metadata)  # a later start: a higher node epoch fences the old WAL writer
+    await restarted.start()
+    try:
+        assert restarted.node.node_epoch > engine.node.node_epoch
+        assert restarted.stats().recovered_batches == 8
+        for stream_id in ids:
+            stream = await restarted.open_stream(stream_id, epoch=1)
+            result = await stream.fetch(0, 14, 10**9)
+            assert [b.payload for b in result.batches] == [payload(stream_id, n) for n in range(14)]
     finally:
         await restarted.shutdown()
