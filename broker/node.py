@@ -26,6 +26,7 @@ from storage.config import ConfigError
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
     from broker.partition.manager import PartitionManager
+    from controller.quorum import QuorumController
     from storage.engine import StorageEngine
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,14 @@ async def open_local_controller(config: ServerConfig) -> ControllerHandle:
     """The combined node's in-process controller over its local metadata log (the embedded default)."""
     from controller.client import LocalControllerClient
     from controller.controller import Controller
+    from controller.quorum import uses_quorum
+
+    if uses_quorum(config):
+        raise ConfigError(
+            "controller.quorum.voters: a combined broker,controller node with several voters needs a controller "
+            "client that follows the active controller; run process.roles=controller nodes for the quorum and "
+            "process.roles=broker nodes (or a single voter for the embedded default)"
+        )
 
     controller = await Controller.start(config)
     return ControllerHandle(LocalControllerClient(controller), controller.close)
@@ -60,6 +69,7 @@ class BrokerNode:
     storage: StorageEngine
     partitions: PartitionManager
     groups: GroupCoordinator
+    quorum: QuorumController  # set on nodes with process.roles=controller
 
     def __init__(self, config: ServerConfig, *, controller_factory: ControllerFactory | None = None) -> None:
         self.config = config
@@ -120,6 +130,9 @@ class BrokerNode:
             raise
 
     async def _start(self) -> None:
+        if "broker" not in self.config.process_roles:
+            await self._start_controller_only()
+            return
         self._controller_handle = await self._controller_factory(self.config)
         self.controller = self._controller_handle.client
         self.cluster_id = self.controller.image.cluster_id
@@ -173,6 +186,16 @@ class BrokerNode:
             ", ".join(f"{e.name}://{e.host}:{e.port}" for e in self.bound_endpoints),
         )
 
+    async def _start_controller_only(self) -> None:
+        """``process.roles=controller``: a quorum voter serving only the CONTROLLER listener (no Kafka listener,
+        no storage engine)."""
+        from controller.quorum import QuorumController
+
+        quorum = await QuorumController.start(self.config)
+        self.quorum = quorum
+        self.cluster_id = quorum.cluster_id
+        logger.info("node %d serving the controller quorum only", self.node_id)
+
     def _configured_metrics_port(self) -> int | None:
         """``metrics.port`` (off when unset). Read as a raw static value until controller.config defines the key."""
         if "metrics.port" in BROKER_KEYS:
@@ -201,12 +224,14 @@ class BrokerNode:
         groups = getattr(self, "groups", None)
         partitions = getattr(self, "partitions", None)
         storage = getattr(self, "storage", None)
+        quorum = getattr(self, "quorum", None)
         steps: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
             ("group coordinator", groups.stop if groups is not None else None),
             ("partitions", partitions.stop if partitions is not None else None),
             ("connections", self._close_servers),
             ("storage engine", storage.shutdown if storage is not None else None),
             ("controller", self._controller_handle.close if self._controller_handle is not None else None),
+            ("controller quorum", quorum.stop if quorum is not None else None),
         ]
         for name, step in steps:
             if step is None:

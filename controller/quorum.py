@@ -42,13 +42,18 @@ from typing import TYPE_CHECKING
 from controller.config import Listener, ServerConfig, ensure_meta_properties, is_valid_cluster_id
 from controller.controller import Controller
 from controller.image import MetadataImage
-from controller.log import SNAPSHOT_CHUNK, encode_batch, iter_batches
 from controller.raft.core import RaftConfig
 from controller.raft.driver import NotLeaderError, RaftDriver
 from controller.raft.effects import Role
 from controller.raft.log import LogEntry, SnapshotId
 from controller.records import Endpoint, MetadataRecord
-from controller.rpc.messages import NodeFencedError, NotControllerError
+from controller.rpc.messages import (
+    MetadataDump,
+    NodeFencedError,
+    NotControllerError,
+    decode_metadata_records,
+    encode_metadata_records,
+)
 from controller.rpc.transport import NetworkTransport
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
@@ -93,23 +98,6 @@ def uses_quorum(config: ServerConfig) -> bool:
     if "controller" not in roles:
         return False
     return roles == {"controller"} or len(config.voters) > 1
-
-
-def encode_entry(records: Sequence[MetadataRecord]) -> bytes:
-    return encode_batch(0, records)
-
-
-def decode_entry(data: bytes, source: str) -> list[MetadataRecord]:
-    records: list[MetadataRecord] = []
-    for _, batch in iter_batches(data, source):
-        records.extend(batch.records)
-    return records
-
-
-def encode_snapshot(records: Sequence[MetadataRecord]) -> bytes:
-    return b"".join(
-        encode_batch(start, records[start : start + SNAPSHOT_CHUNK]) for start in range(0, len(records), SNAPSHOT_CHUNK)
-    )
 
 
 class RaftRecordLog:
@@ -260,7 +248,7 @@ class QuorumController:
         epoch = self.driver.epoch
         offset = self.driver.node.log.end_offset  # where node.propose appends, synchronously, below
         key = (epoch, offset)
-        data = encode_entry(records)
+        data = encode_metadata_records(records)
         self._pending.add(key)
         try:
             committed = await self.driver.propose([data])
@@ -284,13 +272,13 @@ class QuorumController:
         for entry in entries:
             if leading and entry.epoch == self.driver.epoch and (entry.epoch, entry.offset) in self._pending:
                 continue
-            records = decode_entry(entry.data, f"metadata log entry {entry.offset}")
+            records = decode_metadata_records(entry.data, f"metadata log entry {entry.offset}")
             self.controller.replay(records, entry.offset)
             self._applied_end = max(self._applied_end, entry.offset + 1)
             self._bytes_since_snapshot += len(entry.data)
 
     def _load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
-        records = decode_entry(data, f"metadata snapshot {snapshot_id}")
+        records = decode_metadata_records(data, f"metadata snapshot {snapshot_id}")
         self.controller.reset(records, snapshot_id.end_offset - 1)
         self._applied_end = snapshot_id.end_offset
         self._bytes_since_snapshot = 0
@@ -301,7 +289,7 @@ class QuorumController:
         if self._pending or self._applied_end <= self.driver.node.log.start_offset:
             return None
         end = self._applied_end
-        data = encode_snapshot(self.controller.snapshot_records())
+        data = encode_metadata_records(self.controller.snapshot_records())
         snapshot_id = await self.driver.take_snapshot(end, data)
         self._bytes_since_snapshot = 0
         return snapshot_id
@@ -413,6 +401,18 @@ class QuorumController:
         if caught_up and await controller.unfence_broker(node_id, epoch):
             return True, False
         return caught_up, True
+
+    def dump(self) -> MetadataDump:
+        """This voter's applied state and its view of the quorum (DescribeMetadata)."""
+        leader = self.driver.leader_id
+        return MetadataDump(
+            self.node_id,
+            leader if leader is not None else -1,
+            self.driver.epoch,
+            self.driver.high_watermark,
+            self.controller.image.offset,
+            encode_metadata_records(self.controller.snapshot_records()),
+        )
 
     def check_node(self, node: NodeIdentity, what: str) -> None:
         """Refuses a mutation from a fenced broker or from an older incarnation of one (NodeFencedError)."""

@@ -250,6 +250,8 @@ class ControllerDispatcher:
 
     async def _serve_stream(self, request: m.StreamRequest) -> Any:
         what = type(request).__name__
+        if isinstance(request, m.DescribeMetadata):
+            return self.quorum.dump()
         controller = self.quorum.active_controller(f"serve {what}")
         if request.MUTATES:
             self.quorum.check_node(request.node, what)

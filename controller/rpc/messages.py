@@ -57,7 +57,12 @@ key    RPC                     request fields                                 re
 10015  GetKV                   node, key                                      bytes or null
 10016  PutKV                   node, key, value                               -
 10017  DeleteKV                node, key                                      -
+10018  DescribeMetadata        node                                           MetadataDump
 =====  ======================  =============================================  ====================================
+
+DescribeMetadata is answered by *any* voter from its own applied state (no leadership needed): the whole metadata
+state as records (:func:`decode_metadata_records`), with the voter's view of the quorum. Tests compare voters with
+it and the metadata shell browses a running cluster with it.
 
 Every request carries the caller's ``node`` (:class:`~storage.metadata.api.NodeIdentity`: node id + node epoch).
 The active controller rejects a mutation from a node whose epoch is not its current registration or that is
@@ -78,9 +83,12 @@ import enum
 import json
 import struct
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from controller.log import SNAPSHOT_CHUNK, MetadataLogError, encode_batch, iter_batches
+from controller.records import MetadataRecord
 from storage.errors import (
     CompactedObjectsNotFoundError,
     NodeEpochExpiredError,
@@ -392,6 +400,45 @@ class DeleteKV(StreamRequest):
     key: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataDump:
+    """One voter's applied metadata state: ``records`` rebuild it (:func:`decode_metadata_records`)."""
+
+    node_id: int
+    leader_id: int  # -1: unknown
+    epoch: int
+    high_watermark: int
+    offset: int  # the last applied metadata log offset (-1: empty)
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeMetadata(StreamRequest):
+    API_KEY: ClassVar[int] = STREAM_API_BASE + 18
+    RESULT: ClassVar[Any] = MetadataDump
+    MUTATES: ClassVar[bool] = False
+
+
+def encode_metadata_records(records: Sequence[MetadataRecord]) -> bytes:
+    """Metadata records as ``controller.log`` batch frames (CRC'd), in chunks; one Raft entry, a snapshot or a
+    MetadataDump all carry records this way."""
+    return b"".join(
+        encode_batch(start, records[start : start + SNAPSHOT_CHUNK]) for start in range(0, len(records), SNAPSHOT_CHUNK)
+    )
+
+
+def decode_metadata_records(data: bytes, source: str) -> list[MetadataRecord]:
+    """Inverse of :func:`encode_metadata_records`; ``source`` names the data in errors (MetadataLogError)."""
+    records: list[MetadataRecord] = []
+    intact = 0
+    for position, batch in iter_batches(data, source):
+        records.extend(batch.records)
+        intact = position
+    if intact != len(data):
+        raise MetadataLogError(f"{source}: {len(data) - intact} bytes after the last intact batch")
+    return records
+
+
 STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
     cls.API_KEY: cls
     for cls in (
@@ -413,6 +460,7 @@ STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
         GetKV,
         PutKV,
         DeleteKV,
+        DescribeMetadata,
     )
 }
 
@@ -520,12 +568,14 @@ __all__ = [
     "CreateStream",
     "DeleteKV",
     "DeleteStream",
+    "DescribeMetadata",
     "GetKV",
     "GetObjects",
     "GetOpeningStreams",
     "GetStreamObjects",
     "GetStreamSetObjects",
     "GetStreams",
+    "MetadataDump",
     "NodeFencedError",
     "NotControllerError",
     "OpenStream",
@@ -539,8 +589,10 @@ __all__ = [
     "SweepObjects",
     "TrimStream",
     "api_key_of",
+    "decode_metadata_records",
     "decode_stream_request",
     "decode_stream_response",
+    "encode_metadata_records",
     "encode_stream_request",
     "encode_stream_response",
     "error_code_for",

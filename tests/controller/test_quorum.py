@@ -1,0 +1,267 @@
+"""The quorum controller as real processes: election, replication, failover, restarts, DescribeQuorum, and the
+controller RPCs a broker uses (registration, heartbeats, stream/object metadata) with NOT_CONTROLLER redirects."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+from test_quorum_support import QuorumCluster, metadata_records
+
+from controller.records import KVRecord, PartitionRecord, RegisterBrokerRecord, StreamSetObjectRecord, TopicRecord
+from controller.rpc import messages as m
+from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
+    """Three voters shared by the tests of this module that leave every voter running."""
+    quorum = QuorumCluster(tmp_path_factory.mktemp("quorum"))
+    quorum.start_all()
+    try:
+        yield quorum
+    finally:
+        quorum.close()
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
+    quorum = QuorumCluster(tmp_path)
+    try:
+        yield quorum
+    finally:
+        quorum.close()
+
+
+async def _register_with_heartbeats(
+    cluster: QuorumCluster, leader: int, broker_id: int
+) -> tuple[int, asyncio.Task[None]]:
+    """Registers ``broker_id`` at the leader and keeps it alive with heartbeats until the task is cancelled."""
+    client = await cluster.client(leader)
+    dump = await client.dump()
+    response = await client.register_broker(broker_id, await _cluster_id(cluster, leader))
+    assert response.error_code == ErrorCode.none, response
+    epoch = int(response.broker_epoch)
+
+    async def beat() -> None:
+        try:
+            while True:
+                await client.heartbeat(broker_id, epoch, dump.offset + 1_000_000)
+                await asyncio.sleep(0.3)
+        finally:
+            await client.close()
+
+    return epoch, asyncio.create_task(beat())
+
+
+async def _cluster_id(cluster: QuorumCluster, node_id: int) -> str:
+    meta = (cluster.voters[node_id].data_dir / "kraft" / "meta.properties").read_text()
+    return next(line.split("=", 1)[1] for line in meta.splitlines() if line.startswith("cluster.id="))
+
+
+async def _write_some_metadata(cluster: QuorumCluster, leader: int, broker_id: int, topic: str) -> NodeIdentity:
+    """A topic, a stream opened and committed to through a stream-set object, and a KV entry, via the leader."""
+    epoch, heartbeats = await _register_with_heartbeats(cluster, leader, broker_id)
+    node = NodeIdentity(broker_id, epoch)
+    client = await cluster.client(leader)
+    try:
+        created = await client.create_topic(topic, 3)
+        assert created.error_code == ErrorCode.none, created
+        stream = await client.stream(m.CreateStream(node, (("topic", topic),)))
+        assert stream.error_code == m.RpcError.NONE, stream
+        stream_id = stream.result
+        opened = await client.stream(m.OpenStream(node, stream_id, 0))
+        assert opened.error_code == m.RpcError.NONE, opened
+        prepared = await client.stream(m.PrepareObjects(node, 1, 60_000))
+        object_id = prepared.result
+        commit = CommitStreamSetObjectRequest(node, object_id, 1234, (ObjectStreamRange(stream_id, 0, 10, 0),))
+        committed = await client.stream(m.CommitStreamSetObject(node, commit))
+        assert committed.error_code == m.RpcError.NONE, committed
+        put = await client.stream(m.PutKV(node, f"{topic}/0", b"\x00\x01"))
+        assert put.error_code == m.RpcError.NONE, put
+    finally:
+        heartbeats.cancel()
+        await client.close()
+    return node
+
+
+async def test_three_controllers_elect_one_leader_and_describe_the_quorum(cluster: QuorumCluster) -> None:
+    leader, epoch = await cluster.leader()
+    assert epoch >= 1
+    for voter in cluster.voters:
+        client = await cluster.client(voter.node_id)
+        try:
+            partition = await client.describe_quorum()
+        finally:
+            await client.close()
+        if voter.node_id == leader:
+            assert partition.error_code == ErrorCode.none
+            assert partition.leader_id == leader and partition.leader_epoch == epoch
+            assert sorted(v.replica_id for v in partition.current_voters) == [0, 1, 2]
+            assert partition.high_watermark >= 1  # the leader's own epoch entry is committed
+            assert all(v.log_end_offset >= 0 for v in partition.current_voters)
+        else:
+            assert partition.error_code == ErrorCode.not_leader_or_follower
+            assert partition.leader_id in (leader, -1)
+
+
+async def test_writes_through_the_leader_reach_every_voter_identically(cluster: QuorumCluster) -> None:
+    leader, _ = await cluster.leader()
+    node = await _write_some_metadata(cluster, leader, 100, "replicated")
+    dumps = await cluster.converged_dumps([0, 1, 2])
+    records = {n: metadata_records(d) for n, d in dumps.items()}
+    assert records[0] == records[1] == records[2]
+    assert any(isinstance(r, TopicRecord) and r.name == "replicated" for r in records[0])
+    assert any(isinstance(r, RegisterBrokerRecord) and r.node_id == node.node_id for r in records[0])
+    assert any(isinstance(r, StreamSetObjectRecord) for r in records[0])
+    assert any(isinstance(r, KVRecord) and r.key == "replicated/0" for r in records[0])
+
+
+async def test_followers_answer_not_controller_with_the_leader(cluster: QuorumCluster) -> None:
+    leader, _ = await cluster.leader()
+    follower = next(v.node_id for v in cluster.voters if v.node_id != leader)
+    client = await cluster.client(follower)
+    try:
+        response = await client.stream(m.CreateStream(NodeIdentity(7, 1)))
+        assert response.error_code == m.RpcError.NOT_CONTROLLER
+        assert response.leader_id == leader
+        with pytest.raises(m.NotControllerError) as raised:
+            m.raise_for_error(response.error_code, response.error_message, response.leader_id)
+        assert raised.value.leader_id == leader
+        created = await client.create_topic("on-a-follower", 1)
+        assert created.error_code == ErrorCode.not_controller
+        registered = await client.register_broker(7, await _cluster_id(cluster, follower))
+        assert registered.error_code == ErrorCode.not_controller
+    finally:
+        await client.close()
+
+
+async def test_restarting_every_controller_gives_the_same_image(cluster: QuorumCluster) -> None:
+    leader, _ = await cluster.leader()
+    await _write_some_metadata(cluster, leader, 101, "survives-restart")
+    before = await cluster.converged_dumps([0, 1, 2])
+    for voter in cluster.voters:
+        assert cluster.stop(voter.node_id) == 0, voter.log_text()
+    cluster.start_all()
+    await cluster.leader()
+    after = await cluster.converged_dumps([0, 1, 2])
+    expected = metadata_records(before[0])
+    for node_id in (0, 1, 2):
+        # A restart adds only the new leader's epoch entry (not a metadata record): the state is the same.
+        assert metadata_records(after[node_id]) == expected
+
+
+async def test_killing_the_active_controller_elects_another_within_3s_and_loses_nothing(
+    own_cluster: QuorumCluster,
+) -> None:
+    own_cluster.start_all()
+    old_leader, old_epoch = await own_cluster.leader()
+    await _write_some_metadata(own_cluster, old_leader, 200, "before-the-kill")
+    committed = metadata_records((await own_cluster.converged_dumps([0, 1, 2]))[old_leader])
+
+    killed_at = time.monotonic()
+    own_cluster.kill(old_leader)
+    survivors = [v.node_id for v in own_cluster.voters if v.node_id != old_leader]
+    new_leader, new_epoch = await own_cluster.leader(among=survivors, not_epoch=old_epoch, timeout=10.0)
+    elapsed = time.monotonic() - killed_at
+    assert elapsed < 3.0, f"a new active controller took {elapsed:.2f}s"
+    assert new_epoch > old_epoch
+
+    client = await own_cluster.client(new_leader)
+    try:
+        state = metadata_records(await client.dump())
+        for record in committed:
+            assert record in state, f"{record} was lost by the failover"
+        written = await client.stream(m.PutKV(NodeIdentity(-1, -1), "after-the-kill", b"new leader"))
+        assert written.error_code == m.RpcError.NONE, written
+    finally:
+        await client.close()
+
+    own_cluster.start(old_leader)
+    dumps = await own_cluster.converged_dumps([0, 1, 2], timeout=15.0)
+    assert metadata_records(dumps[old_leader]) == metadata_records(dumps[new_leader])
+    assert KVRecord("after-the-kill", b"new leader") in metadata_records(dumps[old_leader])
+
+
+async def test_broker_sessions_fence_a_silent_broker_and_refuse_its_writes(own_cluster: QuorumCluster) -> None:
+    own_cluster.start_all()
+    leader, _ = await own_cluster.leader()
+    silent_epoch, silent_beats = await _register_with_heartbeats(own_cluster, leader, 300)
+    live_epoch, live_beats = await _register_with_heartbeats(own_cluster, leader, 301)
+    client = await own_cluster.client(leader)
+    try:
+        created = await client.create_topic("sessions", 4)
+        assert created.error_code == ErrorCode.none, created
+        silent = NodeIdentity(300, silent_epoch)
+        stream = await client.stream(m.CreateStream(silent))
+        assert stream.error_code == m.RpcError.NONE
+
+        silent_beats.cancel()  # broker 300 goes quiet (as if paused with SIGSTOP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            state = metadata_records(await client.dump())
+            registration = next(r for r in state if isinstance(r, RegisterBrokerRecord) and r.node_id == 300)
+            if registration.fenced:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("broker 300 was never fenced")
+        partitions = [r for r in state if isinstance(r, PartitionRecord)]
+        assert len(partitions) == 4 and all(p.leader == 301 for p in partitions)
+
+        refused = await client.stream(m.OpenStream(silent, stream.result, 0))
+        assert refused.error_code == m.RpcError.NODE_FENCED
+        with pytest.raises(m.NodeFencedError):
+            m.raise_for_error(refused.error_code, refused.error_message, refused.leader_id)
+
+        stale = await client.heartbeat(300, silent_epoch - 1, 0)
+        assert stale.error_code == ErrorCode.stale_broker_epoch
+        # Heartbeating again with its current epoch and a caught-up offset unfences it.
+        offset = (await client.dump()).offset
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            beat = await client.heartbeat(300, silent_epoch, offset + 1)
+            assert beat.error_code == ErrorCode.none
+            if not beat.is_fenced:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("broker 300 stayed fenced while heartbeating")
+        reopened = await client.stream(m.OpenStream(silent, stream.result, 0))
+        assert reopened.error_code == m.RpcError.NONE, reopened
+        assert live_epoch > 0
+    finally:
+        live_beats.cancel()
+        await client.close()
+
+
+async def test_snapshots_bound_the_log_and_a_wiped_voter_catches_up(own_cluster: QuorumCluster) -> None:
+    for voter in own_cluster.voters:
+        text = voter.config_path.read_text()
+        voter.config_path.write_text(text + "metadata.log.max.record.bytes.between.snapshots=2000\n")
+    own_cluster.start_all()
+    leader, _ = await own_cluster.leader()
+    client = await own_cluster.client(leader)
+    try:
+        for i in range(60):
+            put = await client.stream(m.PutKV(NodeIdentity(-1, -1), f"key-{i}", bytes(40)))
+            assert put.error_code == m.RpcError.NONE
+    finally:
+        await client.close()
+    snapshots = list((own_cluster.voters[leader].data_dir / "kraft").rglob("*.checkpoint"))
+    assert snapshots, "the leader took no snapshot"
+
+    wiped = next(v.node_id for v in own_cluster.voters if v.node_id != leader)
+    assert own_cluster.stop(wiped) == 0
+    shutil.rmtree(own_cluster.voters[wiped].data_dir / "kraft")
+    own_cluster.start(wiped)
+    dumps = await own_cluster.converged_dumps([0, 1, 2], timeout=15.0)
+    assert metadata_records(dumps[wiped]) == metadata_records(dumps[leader])
+    assert sum(isinstance(r, KVRecord) for r in metadata_records(dumps[wiped])) == 60
