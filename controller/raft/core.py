@@ -82,6 +82,7 @@ class RaftConfig:
     retry_backoff_ms: int = 20
     check_quorum_timeout_ms: int | None = None  # default 1.5 * fetch_timeout_ms, as KRaft
     begin_quorum_resend_ms: int = 500
+    pre_vote: bool = True  # off only to test the bare vote path harder (more concurrent candidates)
     fetch_max_bytes: int = 1 << 20
     snapshot_chunk_bytes: int = 1 << 20
 
@@ -466,6 +467,9 @@ class RaftNode:
         self._send_fetch(now_ms)
 
     def _become_prospective(self, now_ms: int) -> None:
+        if not self.config.pre_vote:
+            self._become_candidate(now_ms)
+            return
         self._leave_current_role()
         self._set_role(Role.PROSPECTIVE, None)
         self._election_deadline = now_ms + self._random_election_timeout()
@@ -620,6 +624,9 @@ class RaftNode:
             # A pre-vote changes nothing here, whatever its epoch.
             answer(log_ok and not self._has_live_leader(now_ms) and not self._prefer_own_candidacy(req))
             return
+        # Only a granted vote restarts this node's election timer: if every refused candidate (say, one with a
+        # stale log) pushed it back, the nodes able to win might never get to run.
+        running_deadline = self._election_deadline if self._role is not Role.FOLLOWER else None
         if req.replica_epoch > self._epoch:
             self._become_unattached(req.replica_epoch, now_ms, persist=False)
         if (
@@ -628,6 +635,8 @@ class RaftNode:
             or not log_ok
         ):
             self._persist()  # the epoch bump, if any, before anyone hears of it
+            if running_deadline is not None and self._role is Role.UNATTACHED:
+                self._election_deadline = min(self._election_deadline, running_deadline)
             answer(False)
             return
         if self._voted_id is None:
