@@ -12,6 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage.errors import WALError
 from storage.record import StreamRecordBatch
@@ -88,6 +90,35 @@ def test_scanner_reads_back_encoded_records_and_says_where_each_kind_of_damage_s
     moved, stop = walrecord.scan(buf, 2000)
     assert moved == [] and stop.reason is StopReason.BAD_POSITION
     assert "WAL offset 2000" in stop.describe("seg")
+
+
+batches_strategy = st.lists(
+    st.builds(
+        StreamRecordBatch,
+        stream_id=st.integers(0, 2**63 - 1),
+        epoch=st.integers(0, 2**63 - 1),
+        base_offset=st.integers(0, 2**62),
+        count=st.integers(1, 2**31 - 1),
+        payload=st.binary(max_size=600),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=batches_strategy, base=st.integers(0, 2**50), data=st.data())
+def test_any_prefix_of_encoded_records_scans_to_exactly_the_whole_records_in_it(
+    batches: list[StreamRecordBatch], base: int, data: st.DataObject
+) -> None:
+    buf = bytes(walrecord.encode_records(batches, base))
+    records, stop = walrecord.scan(buf, base)
+    assert [r.batch for r in records] == batches and stop.reason is StopReason.END
+    assert records[0].offset == base and records[-1].next_offset == base + len(buf)
+    cut = data.draw(st.integers(0, len(buf)), label="cut")
+    prefix, stop = walrecord.scan(buf[:cut], base)
+    assert prefix == [r for r in records if r.next_offset - base <= cut]
+    assert stop.position == (prefix[-1].next_offset - base if prefix else 0)
 
 
 def test_scanner_skips_records_below_the_trim_point_without_decoding_them() -> None:
