@@ -444,6 +444,9 @@ class _EngineIO:
     def cache_first_offset(self, stream_id: int) -> int | None:
         return self._engine.log_cache.first_offset(stream_id)
 
+    def cache_trim(self, stream_id: int, new_start: int) -> None:
+        self._engine.log_cache.trim(stream_id, new_start)
+
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
         return await self._engine.read_path.read(stream_id, start, end, max_bytes)
 

@@ -53,6 +53,8 @@ class StreamIO(Protocol):
 
     def cache_first_offset(self, stream_id: int) -> int | None: ...
 
+    def cache_trim(self, stream_id: int, new_start: int) -> None: ...
+
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]: ...
 
     async def flush(self, stream_id: int | None) -> None:
@@ -234,6 +236,7 @@ class StorageStream:
             )
         await self._io.metadata.trim_stream(self._io.node, self._stream_id, self._epoch, new_start_offset)
         self._start = max(self._start, new_start_offset)
+        self._io.cache_trim(self._stream_id, self._start)
 
     async def close(self) -> None:
         if self._state == _CLOSED:

@@ -97,6 +97,11 @@ class _StreamView:
             del self.block_ids[: self.head]
             self.head = 0
 
+    def drop_before(self, offset: int) -> None:
+        n = len(self.batches)
+        while self.head < n and self.batches[self.head].last_offset <= offset:
+            self.head += 1
+
     @property
     def empty(self) -> bool:
         return self.head >= len(self.batches)
@@ -297,6 +302,15 @@ class LogCache:
         if view is None or view.empty:
             return []
         return view.read(start, end, max_bytes)
+
+    def trim(self, stream_id: int, new_start: int) -> None:
+        """Stops serving the stream's batches that end at or before ``new_start`` (they are trimmed). Blocks
+        still upload them: commits must continue each stream's committed end without a hole."""
+        view = self._views.get(stream_id)
+        if view is not None:
+            view.drop_before(new_start)
+            if view.empty:
+                del self._views[stream_id]
 
     def forget(self, stream_id: int) -> None:
         """Stops serving reads for the stream (closed or deleted here); blocks still upload its data."""

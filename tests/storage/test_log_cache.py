@@ -140,3 +140,17 @@ def test_a_reopened_stream_that_moved_on_is_not_served_with_a_hole() -> None:
     wal.put(cache, batch(1, 50))  # another owner wrote 5..50 meanwhile
     assert cache.first_offset(1) == 50
     assert cache.read(1, 2, 60, 10_000) == []
+
+
+def test_trim_stops_serving_trimmed_batches_but_keeps_them_for_upload() -> None:
+    cache = LogCache(capacity=10_000, block_threshold=5_000)
+    wal = Wal()
+    for i in range(10):
+        wal.put(cache, batch(1, i))
+    cache.trim(1, 4)
+    assert cache.first_offset(1) == 4
+    assert [b.base_offset for b in cache.read(1, 4, 6, 10_000)] == [4, 5]
+    block = cache.seal()
+    assert block is not None and [b.base_offset for b in block.streams[1]] == list(range(10))
+    cache.trim(1, 10)
+    assert cache.first_offset(1) is None
