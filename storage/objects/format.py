@@ -239,7 +239,7 @@ def parse_index(buf: bytes | memoryview, footer: Footer, where: str) -> list[Ind
     for pos in range(0, footer.index_length, INDEX_ENTRY_SIZE):
         stream_id, start, delta, count, position, size = INDEX_ENTRY.unpack_from(buf, pos)
         entry = IndexEntry(stream_id, start, start + delta, count, position, size)
-        if delta < 0 or count < 0 or size < BLOCK_HEADER_SIZE or position < 0:
+        if stream_id < 0 or start < 0 or delta < 0 or count < 0 or size < BLOCK_HEADER_SIZE or position < 0:
             raise CorruptObjectError(f"{where}: index entry {pos // INDEX_ENTRY_SIZE} is invalid: {entry}")
         if position + size > footer.index_position:
             raise CorruptObjectError(

@@ -162,13 +162,20 @@ class ObjectReader:
         object_size: int | None = None,
     ) -> list[StreamRecordBatch]:
         """The batches of ``stream_id`` from the one containing ``start_offset`` up to ``end_offset``, reading
-        whole blocks until ``max_bytes`` of blocks (the first block always counts as progress). Empty if the
-        object does not hold ``start_offset`` of that stream."""
+        whole blocks until ``max_bytes`` of blocks (the first block always counts as progress).
+
+        Callers ask for offsets that metadata says the object holds, so an index without a block of the stream
+        at ``start_offset`` is damaged: that raises CorruptObjectError instead of answering "no data".
+        """
+        if start_offset >= end_offset:
+            return []
         entries = await self.index(object_id, object_size)
         blocks = fmt.find_blocks(entries, stream_id, start_offset, end_offset, max_bytes)
-        if not blocks:
-            return []
         where = self.where(self.key(object_id))
+        if not blocks:
+            raise CorruptObjectError(
+                f"{where}: the index holds no block of stream {stream_id} containing offset {start_offset}"
+            )
         datas = await self.read_blocks(object_id, blocks)
         out: list[StreamRecordBatch] = []
         for entry, data in zip(blocks, datas, strict=True):

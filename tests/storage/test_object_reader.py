@@ -133,8 +133,19 @@ async def test_read_range_trims_to_the_requested_offsets() -> None:
     got = await reader.read_range(7, 4, 107, 121, 1 << 20, size)
     assert [b.base_offset for b in got] == [106, 109, 112, 115, 118]
     assert got == s4[2:7]
-    assert await reader.read_range(7, 4, 190, 200, 1 << 20, size) == []
-    assert await reader.read_range(7, 5, 0, 10, 1 << 20, size) == []
+    assert await reader.read_range(7, 4, 150, 150, 1 << 20, size) == []  # an empty window
+
+
+async def test_asking_for_offsets_the_index_does_not_hold_is_reported() -> None:
+    """Metadata sends readers only to objects holding the range; an index that disagrees is damaged."""
+    store = MemoryObjectStore()
+    size = await _put(store, 7, _batches(4, 100, 30, size=300, count=3), block_size=1000)
+    reader = ObjectReader(store, NS)
+    key = fmt.object_key(7, NS)
+    with pytest.raises(CorruptObjectError, match=f"{key}.*no block of stream 4 containing offset 190"):
+        await reader.read_range(7, 4, 190, 200, 1 << 20, size)
+    with pytest.raises(CorruptObjectError, match="no block of stream 5 containing offset 0"):
+        await reader.read_range(7, 5, 0, 10, 1 << 20, size)
 
 
 async def test_read_range_reads_at_least_one_block_and_stops_at_max_bytes() -> None:
