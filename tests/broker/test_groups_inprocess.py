@@ -253,3 +253,48 @@ async def test_non_consumer_groups_keep_their_offsets(node_factory: Callable) ->
     error, fetched = coordinator.fetch_offsets(group, None)
     assert error is ErrorCode.none
     assert [(f.topic, f.partition, f.offset, f.metadata) for f in fetched] == [("configs", 0, 3, "m")]
+
+
+async def test_requests_during_load_get_coordinator_load_in_progress(
+    node_factory: Callable,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from broker.partition.manager import PartitionManager
+
+    node: BrokerNode = await node_factory()
+    group = "slow-to-load"
+    coordinator = await loaded_coordinator(node, group)
+    await create_topic(node, "input")
+    commit = await coordinator.commit_offsets(
+        group,
+        member_id="",
+        group_instance_id=None,
+        generation_id=-1,
+        offsets={("input", 0): OffsetCommit(offset=9, leader_epoch=-1, metadata=None)},
+    )
+    assert commit == {("input", 0): ErrorCode.none}
+    await node.stop()
+
+    # Fault: __consumer_offsets partitions open only when the test says so.
+    gate = asyncio.Event()
+    original = PartitionManager.wait_open
+
+    async def slow_wait_open(self: PartitionManager, topic: str, partition: int, timeout: float) -> object:
+        if topic == OFFSETS_TOPIC:
+            await gate.wait()
+        return await original(self, topic, partition, timeout)
+
+    monkeypatch.setattr(PartitionManager, "wait_open", slow_wait_open)
+    restarted: BrokerNode = await node_factory()
+    loading: GroupCoordinator = restarted.groups
+    assert loading.coordinator_error(group) is ErrorCode.coordinator_load_in_progress
+    assert (await loading.join_group(group, join_request())).error is ErrorCode.coordinator_load_in_progress
+    assert loading.heartbeat(group, "m", None, 1) is ErrorCode.coordinator_load_in_progress
+    assert loading.fetch_offsets(group, None) == (ErrorCode.coordinator_load_in_progress, [])
+    assert loading.list_groups()[0] is ErrorCode.coordinator_load_in_progress
+    gate.set()
+    await loaded_coordinator(restarted, group)
+    error, fetched = loading.fetch_offsets(group, None)
+    assert error is ErrorCode.none
+    assert [(f.topic, f.partition, f.offset) for f in fetched] == [("input", 0, 9)]
+    assert loading.list_groups()[0] is ErrorCode.none
