@@ -27,14 +27,14 @@ from storage.cache.block_cache import BlockCache
 from storage.cache.log_cache import CacheBlock, LogCache
 from storage.compaction.scheduler import CompactionScheduler
 from storage.config import StorageConfig
-from storage.errors import StorageError, StreamError, StreamFencedError
+from storage.errors import StorageError, StreamFencedError
 from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
 from storage.read import ObjectReadPath
 from storage.record import StreamRecordBatch
 from storage.streams import StorageStream, StreamClientImpl
-from storage.upload import UploadPipeline
+from storage.upload import UploadAbortedError, UploadPipeline
 from storage.wal.base import WALRecord, WriteAheadLog
 
 logger = logging.getLogger(__name__)
@@ -354,7 +354,20 @@ class StorageEngine:
 
     def _submit(self, block: CacheBlock) -> None:
         future = self._uploader.submit(block)
-        future.add_done_callback(_consume)
+        future.add_done_callback(self._uploaded)
+
+    def _uploaded(self, future: asyncio.Future[None]) -> None:
+        """Background uploads nobody awaits. One that failed for good (a fenced node) means nothing will be
+        uploaded again, so appends must fail rather than wait for cache room forever."""
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is None or isinstance(exc, UploadAbortedError):
+            return
+        error = (
+            exc if isinstance(exc, StorageError) else StorageError(f"node {self._node.node_id}: upload failed: {exc}")
+        )
+        self._log_cache.fail(error)
 
     async def _on_committed(self, block: CacheBlock) -> None:
         """Trims the WAL up to the oldest record not yet in object storage, then frees the block in the cache."""
@@ -461,14 +474,6 @@ class _EngineIO:
 
 async def _nothing(_block: CacheBlock) -> None:
     return None
-
-
-def _consume(future: asyncio.Future[None]) -> None:
-    """Upload futures nobody awaits: their failures are already logged by the pipeline."""
-    if not future.cancelled():
-        exc = future.exception()
-        if exc is not None and not isinstance(exc, StreamError):
-            logger.debug("background upload ended with %r", exc)
 
 
 if TYPE_CHECKING:

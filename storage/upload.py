@@ -207,6 +207,13 @@ class UploadPipeline:
             job.prepared.set()
         except Exception as exc:  # a fenced node, or the block before this one failed
             job.prepared.set()
+            logger.error(
+                "node %d: upload of cache block %d failed; its data stays in the WAL for recovery: %s",
+                self._node.node_id,
+                job.block.block_id,
+                exc,
+                exc_info=not isinstance(exc, StorageError),
+            )
             if not job.done.done():
                 job.done.set_exception(exc)
                 job.done.exception()  # the pipeline logged it; waiters still receive it

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from storage.errors import StorageError
 from storage.record import StreamRecordBatch
 
 logger = logging.getLogger(__name__)
@@ -159,6 +160,7 @@ class LogCache:
         self._threshold = block_threshold
         self._max_streams = max_streams_per_block
         self._on_full = on_full
+        self._error: StorageError | None = None
         self._next_block_id = 0
         self._blocks: collections.deque[CacheBlock] = collections.deque()
         self._active = self._new_block()
@@ -179,6 +181,8 @@ class LogCache:
     async def reserve(self, size: int) -> None:
         """Waits until ``size`` more unuploaded bytes fit, in FIFO order. A batch larger than the whole cache
         is admitted once nothing else is pending, so it cannot wait forever."""
+        if self._error is not None:
+            raise self._error
         if not self._waiters and self._fits(size):
             self._reserved += size
             return
@@ -211,6 +215,15 @@ class LogCache:
             self._waiters.popleft()
             self._reserved += size
             future.set_result(None)
+
+    def fail(self, error: StorageError) -> None:
+        """Uploads can no longer happen (the node is fenced): waiting and future appends fail with ``error``
+        instead of waiting for room that will never come."""
+        self._error = error
+        while self._waiters:
+            _size, future = self._waiters.popleft()
+            if not future.done():
+                future.set_exception(error)
 
     def release(self, size: int) -> None:
         """Gives back a reservation whose append failed."""

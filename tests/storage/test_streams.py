@@ -10,6 +10,7 @@ import pytest
 from engine_support import make_engine, payload, small_config
 
 from storage.errors import (
+    NodeEpochExpiredError,
     OffsetOutOfRangeError,
     StorageError,
     StreamFencedError,
@@ -255,5 +256,21 @@ async def test_a_failed_wal_append_makes_the_stream_unwritable_and_frees_its_roo
         assert stream.confirm_offset == 1
         assert engine.log_cache.stats().unuploaded == 2  # only the acknowledged append holds cache room
         assert [b.payload for b in (await stream.fetch(0, 1, 100)).batches] == [b"ok"]
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_fenced_node_fails_appends_instead_of_waiting_forever(tmp_path: Path) -> None:
+    metadata = InMemoryStreamMetadata()
+    engine = make_engine(small_config(tmp_path, wal_cache_size=16 * 1024), metadata)
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), 0)
+        await stream.append(b"before", 1)
+        await metadata.register_node(engine.node.node_id, engine.node.node_epoch + 1)  # a newer incarnation
+        with pytest.raises(NodeEpochExpiredError):
+            for i in range(100):  # fills the cache; its uploads are rejected
+                await asyncio.wait_for(stream.append(payload(stream.stream_id, i), 1), 5)
+        assert (await metadata.get_streams([stream.stream_id]))[0].end_offset == 0  # nothing became visible
     finally:
         await engine.shutdown()
