@@ -6,6 +6,9 @@ suite fast; tests use unique topic names so they do not see each other's data.
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,12 @@ def module_broker(data_dir: Path, overrides: dict[str, str] | None = None) -> It
     finally:
         code = process.stop()
     assert code == 0, process.log_text()
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (for a listener whose port must be known before it starts)."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        return int(sock.getsockname()[1])
 
 
 def topic_name(prefix: str) -> str:
@@ -119,3 +128,106 @@ def init_producer_id(client: WireClient) -> tuple[int, int]:
     response = client.request(request)
     assert response.error_code == ErrorCode.none
     return int(response.producer_id), int(response.producer_epoch)
+
+
+class ResponseDroppingProxy:
+    """A TCP proxy on 127.0.0.1 that forwards Kafka frames both ways but, for every ``every``-th Produce
+    request, drops the broker's response and cuts the connection: the client cannot know whether the append
+    happened and must retry it, which is exactly the situation idempotence exists for."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.dropped = 0
+        self._produce_count = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        self._target: tuple[str, int] | None = None
+        self._stop = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def start(self, target_port: int) -> None:
+        self._target = ("127.0.0.1", target_port)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._listener.close()
+        for sock in list(self._sockets):
+            sock.close()
+
+    def _accept(self) -> None:
+        assert self._target is not None
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self._target, timeout=10)
+            except OSError:  # the broker is not listening yet
+                client.close()
+                continue
+            self._sockets += [client, server]
+            pending: list[int] = []  # api keys of requests awaiting a response, in order
+            threading.Thread(target=self._requests, args=(client, server, pending), daemon=True).start()
+            threading.Thread(target=self._responses, args=(server, client, pending), daemon=True).start()
+
+    @staticmethod
+    def _read_frame(sock: socket.socket) -> bytes | None:
+        data = b""
+        while len(data) < 4:
+            chunk = sock.recv(4 - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        size = int.from_bytes(data, "big")
+        body = bytearray()
+        while len(body) < size:
+            chunk = sock.recv(min(size - len(body), 1 << 20))
+            if not chunk:
+                return None
+            body += chunk
+        return data + bytes(body)
+
+    def _requests(self, client: socket.socket, server: socket.socket, pending: list[int]) -> None:
+        try:
+            while (frame := self._read_frame(client)) is not None:
+                pending.append(int.from_bytes(frame[4:6], "big", signed=True))
+                server.sendall(frame)
+        except OSError:
+            pass
+        finally:
+            _cut(server)
+
+    def _responses(self, server: socket.socket, client: socket.socket, pending: list[int]) -> None:
+        try:
+            while (frame := self._read_frame(server)) is not None:
+                api_key = pending.pop(0) if pending else -1
+                if api_key == 0:
+                    with self._lock:
+                        self._produce_count += 1
+                        drop = self._produce_count % self.every == 0
+                        if drop:
+                            self.dropped += 1
+                    if drop:
+                        break
+                client.sendall(frame)
+        except OSError:
+            pass
+        finally:
+            _cut(client)
+            _cut(server)
+
+
+def _cut(sock: socket.socket) -> None:
+    """Closes a connection so that the peer sees it at once, even while another thread is blocked reading it
+    (close() alone would wait for that read)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
