@@ -125,6 +125,8 @@ class ControllerDispatcher:
             response = await self._register(response_cls, request.body)
         elif api_key == m.BROKER_HEARTBEAT:
             response = await self._heartbeat(response_cls, request.body)
+        elif api_key == m.DESCRIBE_CLUSTER:
+            response = self._describe_cluster(response_cls, request.body)
         else:
             response = await self._admin(api_key, prefix.api_version, prefix.correlation_id, request, peer)
         return codec.encode_response(prefix.correlation_id, response)
@@ -156,6 +158,30 @@ class ControllerDispatcher:
             )
             response = codec.build(response_cls, topics=response.topics, nodes=nodes)
         return response
+
+    def _describe_cluster(self, response_cls: type[Any], body: Any) -> Any:
+        leader = self.quorum.leader_id
+        controllers = int(getattr(body, "endpoint_type", 1)) == 2
+        nodes: list[tuple[int, str, int, str | None]]
+        if controllers:
+            nodes = [(voter_id, host, port, None) for voter_id, (host, port) in sorted(self.quorum.voters.items())]
+        else:
+            nodes = []
+            for broker in self.quorum.image.live_brokers():
+                if broker.listeners:
+                    nodes.append((broker.node_id, broker.listeners[0].host, broker.listeners[0].port, broker.rack))
+        return codec.build(
+            response_cls,
+            error_code=ErrorCode.none,
+            endpoint_type=2 if controllers else 1,
+            cluster_id=self.quorum.cluster_id,
+            controller_id=leader if leader is not None else -1,
+            brokers=tuple(
+                codec.build_nested(response_cls, "brokers", broker_id=node_id, host=host, port=port, rack=rack)
+                for node_id, host, port, rack in nodes
+            ),
+            cluster_authorized_operations=-2147483648,
+        )
 
     def _api_keys(self, response_cls: type[Any]) -> tuple[Any, ...]:
         keys = [(key, low, high) for key, (low, high) in sorted(m.KAFKA_API_VERSIONS.items())]

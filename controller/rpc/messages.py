@@ -26,6 +26,9 @@ DescribeQuorum      55    0-2       the leader answers with voters, observers, e
 FetchSnapshot       59    1         Raft: snapshot download by a lagging voter or observer
 BrokerRegistration  62    0-4       active controller: returns the broker epoch
 BrokerHeartbeat     63    0-1       active controller: session keep-alive, fencing and unfencing
+DescribeCluster     60    0-1       any voter: endpoint type 2 (KIP-919) lists the voters and the active
+                                    controller (how ``kafka-metadata-quorum --bootstrap-controller`` finds
+                                    the leader); type 1 lists the live brokers of this voter's image
 ==================  ====  ========  ===================================================================
 
 A Kafka-protocol request that reaches a controller which is not the active one is answered with the response's
@@ -129,6 +132,7 @@ DESCRIBE_QUORUM: Final = 55
 FETCH_SNAPSHOT: Final = 59
 BROKER_REGISTRATION: Final = 62
 BROKER_HEARTBEAT: Final = 63
+DESCRIBE_CLUSTER: Final = 60
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 METADATA_PARTITION: Final = 0
@@ -148,6 +152,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH_SNAPSHOT: (1, 1),
     BROKER_REGISTRATION: (0, 4),
     BROKER_HEARTBEAT: (0, 1),
+    DESCRIBE_CLUSTER: (0, 1),
 }
 """(min, max) version of every Kafka-protocol RPC the CONTROLLER listener serves."""
 

@@ -13,8 +13,18 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
-from controller.records import KVRecord, PartitionRecord, RegisterBrokerRecord, StreamSetObjectRecord, TopicRecord
+from controller.raft.log import EntryKind
+from controller.raft.messages import Errors, FetchRequest
+from controller.records import (
+    KVRecord,
+    MetadataRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    StreamSetObjectRecord,
+    TopicRecord,
+)
 from controller.rpc import messages as m
+from controller.rpc.raft_codec import request_to_kio, response_from_kio
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 
 pytestmark = pytest.mark.timeout(120)
@@ -139,6 +149,57 @@ async def test_followers_answer_not_controller_with_the_leader(cluster: QuorumCl
         assert created.error_code == ErrorCode.not_controller
         registered = await client.register_broker(7, await _cluster_id(cluster, follower))
         assert registered.error_code == ErrorCode.not_controller
+    finally:
+        await client.close()
+
+
+async def test_a_broker_replays_the_committed_metadata_log_as_an_observer(cluster: QuorumCluster) -> None:
+    leader, epoch = await cluster.leader()
+    await _write_some_metadata(cluster, leader, 102, "observed")
+    cluster_id = await _cluster_id(cluster, leader)
+    client = await cluster.client(leader)
+    try:
+        replayed: list[MetadataRecord] = []
+        offset, last_epoch, high_watermark = 0, 0, 1
+        for _ in range(100):
+            if offset >= high_watermark:
+                break
+            request = FetchRequest(cluster_id, 102, 0, epoch, offset, last_epoch, 0, 1 << 20, 1)
+            api_key, entity = request_to_kio(request)
+            body = await client.connection.request(entity, timeout=10.0)
+            response = response_from_kio(api_key, body, 1)
+            assert response.error_code == Errors.NONE, response
+            assert response.diverging_epoch is None and response.snapshot_id is None, response
+            high_watermark = response.high_watermark
+            for entry in response.records:
+                if entry.offset >= high_watermark:
+                    break
+                if entry.kind is EntryKind.DATA:
+                    replayed.extend(m.decode_metadata_records(entry.data, f"entry {entry.offset}"))
+                offset, last_epoch = entry.offset + 1, entry.epoch
+        assert offset == high_watermark
+        assert any(isinstance(r, TopicRecord) and r.name == "observed" for r in replayed)
+        assert any(isinstance(r, KVRecord) and r.key == "observed/0" for r in replayed)
+        described = await client.describe_quorum()
+        assert 102 in [o.replica_id for o in described.observers]
+    finally:
+        await client.close()
+
+
+async def test_describe_cluster_and_api_versions_on_the_controller_listener(cluster: QuorumCluster) -> None:
+    leader, _ = await cluster.leader()
+    follower = next(v.node_id for v in cluster.voters if v.node_id != leader)
+    client = await cluster.client(follower)
+    try:
+        described = await client.request(m.DESCRIBE_CLUSTER, 1, endpoint_type=2)
+        assert described.error_code == ErrorCode.none
+        assert described.controller_id == leader
+        assert sorted((b.broker_id, b.port) for b in described.brokers) == [(v.node_id, v.port) for v in cluster.voters]
+        versions = await client.request(m.API_VERSIONS, 3, client_software_name="tests", client_software_version="1")
+        served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+        for key in (m.VOTE, m.FETCH, m.DESCRIBE_QUORUM, m.BROKER_REGISTRATION, m.BROKER_HEARTBEAT, m.CREATE_TOPICS):
+            assert key in served
+        assert m.STREAM_API_BASE in served
     finally:
         await client.close()
 
