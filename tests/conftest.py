@@ -7,6 +7,7 @@ never see each other's objects.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ def s3_server() -> Iterator[S3Server]:
         env.setenv("AWS_DEFAULT_REGION", S3_REGION)
         env.delenv("AWS_PROFILE", raising=False)
         env.delenv("AWS_SESSION_TOKEN", raising=False)
+        # One INFO line per request would bury every failing test's own log output.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         try:

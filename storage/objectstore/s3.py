@@ -39,6 +39,9 @@ T = TypeVar("T")
 MIN_PART_SIZE = 5 * 1024 * 1024
 """S3 rejects non-final multipart parts smaller than this (EntityTooSmall)."""
 
+MULTIPART_PARTS_IN_FLIGHT = 4
+"""Parts of one multipart upload sent concurrently."""
+
 DELETE_BATCH = 1000
 """DeleteObjects accepts at most this many keys per request."""
 
@@ -162,16 +165,20 @@ class S3ObjectStore:
             if self._closed:
                 raise ObjectStoreError(f"{self.name}: the store is closed")
             if self._client is None:
-                self._client = await self._exit_stack.enter_async_context(
-                    self._session.create_client(
-                        "s3",
-                        region_name=self._region,
-                        endpoint_url=self._endpoint,
-                        aws_access_key_id=self._access_key,
-                        aws_secret_access_key=self._secret_key,
-                        config=self._config,
+                try:
+                    self._client = await self._exit_stack.enter_async_context(
+                        self._session.create_client(
+                            "s3",
+                            region_name=self._region,
+                            endpoint_url=self._endpoint,
+                            aws_access_key_id=self._access_key,
+                            aws_secret_access_key=self._secret_key,
+                            config=self._config,
+                        )
                     )
-                )
+                except (BotoCoreError, ValueError) as exc:
+                    # A malformed endpoint or region: name the store, not a botocore internal.
+                    raise ObjectStoreError(f"{self.name}: cannot create the S3 client: {exc}") from exc
             return self._client
 
     async def _request(self, what: str, key: str, attempt: Callable[[Any], Awaitable[T]]) -> T:
@@ -266,17 +273,22 @@ class S3ObjectStore:
         offsets = range(0, len(data), self._part_size)
         logger.debug("%s: multipart upload %s of %d bytes in %d parts", where, upload_id, len(data), len(offsets))
 
+        # Each part in flight is a copy of its slice of ``data``: bound them so a large object costs at most
+        # MULTIPART_PARTS_IN_FLIGHT parts of extra memory, however many parts it has.
+        in_flight = asyncio.Semaphore(MULTIPART_PARTS_IN_FLIGHT)
+
         async def upload(number: int, start: int) -> dict[str, Any]:
-            body = bytes(view[start : start + self._part_size])
+            async with in_flight:
+                body = bytes(view[start : start + self._part_size])
 
-            async def attempt(client: Any) -> dict[str, Any]:
-                self.stats.puts += 1
-                response = await client.upload_part(
-                    Bucket=self._bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
-                )
-                return {"ETag": response["ETag"], "PartNumber": number}
+                async def attempt(client: Any) -> dict[str, Any]:
+                    self.stats.puts += 1
+                    response = await client.upload_part(
+                        Bucket=self._bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+                    )
+                    return {"ETag": response["ETag"], "PartNumber": number}
 
-            return await self._request(f"upload part {number}", key, attempt)
+                return await self._request(f"upload part {number}", key, attempt)
 
         async def complete(client: Any) -> None:
             self.stats.puts += 1
