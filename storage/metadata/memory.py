@@ -187,17 +187,17 @@ class InMemoryStreamMetadata:
             case RemoveStreamRecord():
                 self._streams.pop(record.stream_id, None)
             case RangeRecord():
-                stream = self._streams[record.stream_id]
+                stream = self._replayed_stream(record.stream_id, record)
                 stream.ranges[record.range_index] = RangeMetadata(
                     record.epoch, record.range_index, record.node_id, record.start_offset, record.end_offset
                 )
                 if record.range_index == stream.range_index:
                     stream.end_offset = record.end_offset
             case RemoveRangeRecord():
-                self._streams[record.stream_id].ranges.pop(record.range_index, None)
+                self._replayed_stream(record.stream_id, record).ranges.pop(record.range_index, None)
             case StreamEndOffsetsRecord():
                 for stream_id, end in record.offsets:
-                    stream = self._streams[stream_id]
+                    stream = self._replayed_stream(stream_id, record)
                     stream.end_offset = end
                     current = stream.current_range
                     if current is not None:
@@ -241,6 +241,15 @@ class InMemoryStreamMetadata:
                 self._kv.pop(record.key, None)
             case _:
                 raise StorageError(f"stream metadata cannot apply {type(record).__name__}")
+
+    def _replayed_stream(self, stream_id: int, record: Record) -> _Stream:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            raise StorageError(
+                f"stream metadata: {type(record).__name__} refers to stream {stream_id}, which does not exist "
+                f"(records applied out of order, or a damaged metadata log)"
+            )
+        return stream
 
     def _drop_placement(self, stream_id: int, object_id: int) -> None:
         index = self._index.get(stream_id)

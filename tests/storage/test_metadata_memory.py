@@ -14,6 +14,7 @@ from storage.errors import (
     NodeEpochExpiredError,
     ObjectNotPreparedError,
     OffsetNotMatchedError,
+    StorageError,
     StreamFencedError,
     StreamNotClosedError,
     StreamNotFoundError,
@@ -35,6 +36,7 @@ from storage.metadata.records import (
     STREAM_RECORD_TYPES,
     KVRecord,
     MetadataRecord,
+    RangeRecord,
     RecordDecodeError,
     StreamRecord,
     decode_record,
@@ -365,3 +367,8 @@ def test_registry_is_extensible_but_rejects_collisions() -> None:
                 TYPE: ClassVar[int] = 2
     finally:
         del RECORD_TYPES[2]
+
+
+def test_applying_a_record_for_an_unknown_stream_names_it() -> None:
+    with pytest.raises(StorageError, match="stream 42"):
+        InMemoryStreamMetadata().apply(RangeRecord(42, 0, 0, 1, 0, 0))
