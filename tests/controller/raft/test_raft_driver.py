@@ -107,6 +107,7 @@ async def test_quorum_commits_and_survives_losing_its_leader(cluster: Cluster) -
 async def test_follower_refuses_proposals_and_names_the_leader(cluster: Cluster) -> None:
     leader = await cluster.leader()
     follower = next(d for d in cluster.drivers.values() if d is not leader)
+    assert await follower.wait_for_leader(timeout=5) == leader.node_id
     with pytest.raises(NotLeaderError, match=f"leader is {leader.node_id}") as info:
         await follower.propose([b"nope"])
     assert info.value.leader_id == leader.node_id
