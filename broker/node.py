@@ -63,6 +63,18 @@ async def open_local_controller(config: ServerConfig) -> ControllerHandle:
     return ControllerHandle(LocalControllerClient(controller), controller.close)
 
 
+async def open_quorum_client(config: ServerConfig) -> ControllerHandle:
+    """A broker-only node's client of the controller quorum (``controller.remote_client``)."""
+    from controller.remote_client import open_remote_controller
+
+    return await open_remote_controller(config)
+
+
+def default_controller_factory(config: ServerConfig) -> ControllerFactory:
+    """``process.roles=broker`` follows the quorum over the network; a combined node runs its own controller."""
+    return open_local_controller if "controller" in config.process_roles else open_quorum_client
+
+
 class BrokerNode:
     # Set by start(), in this order; a handler only runs once all of them are.
     controller: ControllerClient
@@ -78,7 +90,7 @@ class BrokerNode:
         self.metrics = BrokerMetrics()
         self.servers: list[BrokerServer] = []
         self.node_epoch = -1
-        self._controller_factory = controller_factory or open_local_controller
+        self._controller_factory = controller_factory or default_controller_factory(config)
         self._controller_handle: ControllerHandle | None = None
         self._metrics_port: int | None = None
         self._stopped = asyncio.Event()
