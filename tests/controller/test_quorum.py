@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
 from controller.raft.log import EntryKind
-from controller.raft.messages import Errors, FetchRequest
+from controller.raft.messages import Errors, FetchRequest, FetchResponse
 from controller.records import (
     KVRecord,
     MetadataRecord,
@@ -168,6 +168,7 @@ async def test_a_broker_replays_the_committed_metadata_log_as_an_observer(cluste
             api_key, entity = request_to_kio(request)
             body = await client.connection.request(entity, timeout=10.0)
             response = response_from_kio(api_key, body, 1)
+            assert isinstance(response, FetchResponse)
             assert response.error_code == Errors.NONE, response
             assert response.diverging_epoch is None and response.snapshot_id is None, response
             high_watermark = response.high_watermark
