@@ -1,0 +1,168 @@
+"""The controller's wire formats: Raft messages as KRaft frames and back, Fjord's stream RPCs, and error codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.protocol import codec
+from broker.records.batch import iter_batches
+from controller.raft.log import EntryKind, LogEntry, SnapshotId
+from controller.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    EpochEndOffset,
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    LeaderIdAndEpoch,
+    RaftRequest,
+    RaftResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from controller.records import KVRecord, TopicRecord
+from controller.rpc import messages as m
+from controller.rpc.raft_codec import (
+    RaftCodecError,
+    encode_entries,
+    request_from_kio,
+    request_to_kio,
+    request_version,
+    response_from_kio,
+    response_to_kio,
+)
+from storage.errors import OffsetNotMatchedError, StorageError, StreamFencedError, StreamNotFoundError
+from storage.metadata.api import (
+    CommitStreamSetObjectRequest,
+    NodeIdentity,
+    ObjectStreamRange,
+    ObjectType,
+    S3ObjectMetadata,
+)
+
+REQUESTS: list[RaftRequest] = [
+    VoteRequest("cluster", 3, 1, 2, 10, True, 2, 77),
+    VoteRequest("cluster", 4, 2, 3, 0, False, 0, 78),
+    BeginQuorumEpochRequest("cluster", 1, 3, 2, 5),
+    EndQuorumEpochRequest("cluster", 1, 3, (2, 0), 5),
+    FetchRequest("cluster", 1, 500, 3, 10, 2, 0, 1 << 20, 9),
+    FetchSnapshotRequest("cluster", 1, 1000, 3, SnapshotId(10, 2), 5, 9),
+]
+
+RESPONSES: list[RaftResponse] = [
+    VoteResponse(Errors.NONE, 1, 3, True, 4),
+    BeginQuorumEpochResponse(Errors.FENCED_LEADER_EPOCH, 1, 3, 4),
+    EndQuorumEpochResponse(Errors.NONE, 1, 3, 4),
+    FetchResponse(
+        Errors.NONE, 10, 0, LeaderIdAndEpoch(1, 3),
+        records=(LogEntry(5, 2, b"x", EntryKind.LEADER_CHANGE), LogEntry(6, 2, b"y"), LogEntry(7, 3, b"z")),
+        correlation_id=3,
+    ),
+    FetchResponse(Errors.NONE, 10, 0, LeaderIdAndEpoch(1, 3), diverging_epoch=EpochEndOffset(2, 5), correlation_id=3),
+    FetchResponse(Errors.NONE, 10, 4, LeaderIdAndEpoch(1, 3), snapshot_id=SnapshotId(5, 2), correlation_id=3),
+    FetchResponse(Errors.NOT_LEADER_OR_FOLLOWER, 0, 0, LeaderIdAndEpoch(2, 4), correlation_id=8),
+    FetchSnapshotResponse(Errors.NONE, SnapshotId(5, 2), LeaderIdAndEpoch(1, 3), 100, 10, b"abc", 3),
+]
+
+
+@pytest.mark.parametrize("message", REQUESTS, ids=lambda r: type(r).__name__)
+def test_raft_requests_survive_kraft_frames(message: RaftRequest) -> None:
+    api_key, entity = request_to_kio(message)
+    frame = codec.encode_request(entity, message.correlation_id)
+    decoded = codec.decode_request(frame[4:])
+    assert decoded.api_key == api_key and decoded.correlation_id == message.correlation_id
+    sender, back = request_from_kio(api_key, decoded.body, decoded.correlation_id)
+    assert back == message
+    assert sender == getattr(message, "replica_id", getattr(message, "leader_id", None))
+
+
+@pytest.mark.parametrize("message", RESPONSES, ids=lambda r: type(r).__name__)
+def test_raft_responses_survive_kraft_frames(message: RaftResponse) -> None:
+    api_key, entity = response_to_kio(message)
+    frame = codec.encode_response(message.correlation_id, entity)
+    correlation_id, body = codec.decode_response(api_key, request_version(api_key), frame[4:])
+    assert response_from_kio(api_key, body, correlation_id) == message
+
+
+def test_log_entries_travel_as_kafka_record_batches_per_epoch_and_kind() -> None:
+    entries = [
+        LogEntry(0, 1, b"leader", EntryKind.LEADER_CHANGE),
+        LogEntry(1, 1, b"a"),
+        LogEntry(2, 1, b"b"),
+        LogEntry(3, 2, b"leader", EntryKind.LEADER_CHANGE),
+        LogEntry(4, 2, b"c"),
+    ]
+    batches = list(iter_batches(encode_entries(entries)))
+    assert [(h.base_offset, h.records_count, h.partition_leader_epoch, h.is_control) for h, _ in batches] == [
+        (0, 1, 1, True),
+        (1, 2, 1, False),
+        (3, 1, 2, True),
+        (4, 1, 2, False),
+    ]
+
+
+def test_a_request_for_another_partition_is_refused() -> None:
+    api_key, entity = request_to_kio(FetchRequest("cluster", 1, 500, 3, 10, 2, 0, 1 << 20, 9))
+    cls = type(entity)
+    other = codec.build_nested(cls, "topics", topic="orders", partitions=entity.topics[0].partitions)
+    with pytest.raises(RaftCodecError, match="orders"):
+        request_from_kio(api_key, codec.build(cls, replica_id=1, topics=(other,)), 1)
+
+
+def test_stream_requests_and_responses_round_trip() -> None:
+    node = NodeIdentity(4, 1700)
+    commit = CommitStreamSetObjectRequest(node, 12, 4096, (ObjectStreamRange(3, 0, 10, 2),), order_id=12)
+    request = m.CommitStreamSetObject(node, commit)
+    frame = m.encode_stream_request(request, 41)
+    assert m.api_key_of(frame[4:]) == m.STREAM_API_BASE + 8
+    assert m.decode_stream_request(frame[4:]) == (41, request)
+
+    objects = [S3ObjectMetadata(12, 4096, ObjectType.STREAM_SET, (ObjectStreamRange(3, 0, 10),), 12, 0, 4)]
+    frame = m.encode_stream_response(41, m.StreamResponse(m.RpcError.NONE, None, 2, objects))
+    correlation_id, response = m.decode_stream_response(m.GetObjects, frame[4:])
+    assert correlation_id == 41 and response.result == tuple(objects) and response.leader_id == 2
+
+    frame = m.encode_stream_response(7, m.StreamResponse(m.RpcError.NONE, None, 2, None))
+    assert m.decode_stream_response(m.GetKV, frame[4:])[1].result is None
+
+
+def test_metadata_records_encode_in_chunks_and_reject_trailing_garbage() -> None:
+    records = [KVRecord(f"k{i}", bytes([i % 256])) for i in range(2500)] + [TopicRecord("t", "id")]
+    data = m.encode_metadata_records(records)
+    assert m.decode_metadata_records(data, "test") == records
+    with pytest.raises(StorageError, match="test"):
+        m.decode_metadata_records(data + b"\x00\x00\x00\x07junk", "test")
+
+
+def test_malformed_stream_frames_name_the_problem() -> None:
+    with pytest.raises(m.StreamCodecError, match="unknown Fjord RPC api key 10999"):
+        m.decode_stream_request(b"\x2a\xf7\x00\x00\x00\x00\x00\x01\xff\xff[]")
+    frame = m.encode_stream_request(m.OpenStream(NodeIdentity(1, 1), 3, 0), 1)[4:]
+    with pytest.raises(m.StreamCodecError, match="OpenStream"):
+        m.decode_stream_request(frame[:-3] + b"}")
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "expected"),
+    [
+        (StreamFencedError("stream 3: epoch 1 is older"), m.RpcError.STREAM_FENCED, StreamFencedError),
+        (OffsetNotMatchedError("stream 3 ends at 10"), m.RpcError.OFFSET_NOT_MATCHED, OffsetNotMatchedError),
+        (m.NodeFencedError("node 4 is fenced"), m.RpcError.NODE_FENCED, m.NodeFencedError),
+        (StreamNotFoundError(9), m.RpcError.STREAM_NOT_FOUND, StreamNotFoundError),
+        (m.NotControllerError("not me", 2), m.RpcError.NOT_CONTROLLER, m.NotControllerError),
+        (StorageError("disk"), m.RpcError.STORAGE_ERROR, StorageError),
+    ],
+)
+def test_storage_errors_cross_the_wire_as_codes(error: StorageError, code: m.RpcError, expected: type) -> None:
+    assert m.error_code_for(error) is code
+    with pytest.raises(expected) as raised:
+        m.raise_for_error(code, str(error), 2, stream_id=9)
+    assert str(error) in str(raised.value)
+    if isinstance(raised.value, StreamNotFoundError):
+        assert raised.value.stream_id == 9
+    if isinstance(raised.value, m.NotControllerError):
+        assert raised.value.leader_id == 2
