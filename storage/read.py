@@ -289,7 +289,8 @@ class ObjectReadPath:
                 datas = await self._source.read_blocks(object_id, fetch_all)
                 where = f"object {object_id} ({self._source.key(object_id)})"
                 readahead_positions = {e.position for e in ahead}
-                for entry, data in zip(fetch_all, datas, strict=True):
+                for i, entry in enumerate(fetch_all):
+                    data, datas[i] = datas[i], b""  # drop each raw block once decoded: peak ~ one copy, not two
                     block = CachedBlock(object_id, entry, list(fmt.parse_block(data, entry, where)))
                     block.readahead = entry.position in readahead_positions
                     self._cache.put(block)

@@ -119,9 +119,10 @@ def plan_block(block: CacheBlock, split_size: int) -> UploadPlan:
 
 @dataclass(slots=True)
 class _Job:
-    block: CacheBlock
-    epochs: Mapping[int, int] | None
-    on_committed: Callable[[CacheBlock], Awaitable[None]]
+    """What the next block waits on. It holds no data: the pipeline keeps the last job, and must not keep the
+    last block's batches alive after the cache evicted them."""
+
+    block_id: int
     prepared: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -168,9 +169,9 @@ class UploadPipeline:
         if self._closed:
             raise UploadAbortedError(f"upload pipeline of node {self._node.node_id} is closed")
         previous = self._last
-        job = _Job(block, epochs, on_committed or self._on_committed)
+        job = _Job(block.block_id)
         self._last = job
-        task = asyncio.ensure_future(self._run(job, previous))
+        task = asyncio.ensure_future(self._run(job, previous, block, epochs, on_committed or self._on_committed))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job.done
@@ -195,13 +196,21 @@ class UploadPipeline:
 
     # ------------------------------------------------------------------------------------------------ steps
 
-    async def _run(self, job: _Job, previous: _Job | None) -> None:
+    async def _run(
+        self,
+        job: _Job,
+        previous: _Job | None,
+        block: CacheBlock,
+        epochs: Mapping[int, int] | None,
+        on_committed: Callable[[CacheBlock], Awaitable[None]],
+    ) -> None:
         try:
-            await self._upload_and_commit(job, previous)
+            await self._upload_and_commit(job, previous, block, epochs)
+            await on_committed(block)
         except asyncio.CancelledError:
             if not job.done.done():
                 job.done.set_exception(
-                    UploadAbortedError(f"upload of cache block {job.block.block_id} abandoned: pipeline closed")
+                    UploadAbortedError(f"upload of cache block {job.block_id} abandoned: pipeline closed")
                 )
                 job.done.exception()  # retrieved: a waiter may not exist
             job.prepared.set()
@@ -210,7 +219,7 @@ class UploadPipeline:
             logger.error(
                 "node %d: upload of cache block %d failed; its data stays in the WAL for recovery: %s",
                 self._node.node_id,
-                job.block.block_id,
+                job.block_id,
                 exc,
                 exc_info=not isinstance(exc, StorageError),
             )
@@ -221,8 +230,9 @@ class UploadPipeline:
             if not job.done.done():
                 job.done.set_result(None)
 
-    async def _upload_and_commit(self, job: _Job, previous: _Job | None) -> None:
-        block = job.block
+    async def _upload_and_commit(
+        self, job: _Job, previous: _Job | None, block: CacheBlock, epochs: Mapping[int, int] | None
+    ) -> None:
         plan = await asyncio.to_thread(plan_block, block, self._config.stream_object_split_size)
         streams = plan.stream_ids
         if previous is not None:
@@ -234,7 +244,7 @@ class UploadPipeline:
             )
             job.prepared.set()
             async with self._upload_slot:
-                request: CommitStreamSetObjectRequest | None = await self._upload(plan, job.epochs)
+                request: CommitStreamSetObjectRequest | None = await self._upload(plan, epochs)
             if previous is not None:
                 await asyncio.shield(previous.done)
             try:
@@ -255,7 +265,6 @@ class UploadPipeline:
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
         logger.debug("committed cache block %d as objects %s", block.block_id, _ids_text(plan))
-        await job.on_committed(block)
 
     async def _upload(self, plan: UploadPlan, epochs: Mapping[int, int] | None) -> CommitStreamSetObjectRequest:
         async def put(index: int, part: _Part) -> tuple[int, int]:
