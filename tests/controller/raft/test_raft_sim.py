@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from sim import SimParams, Simulation, SimulationFailure
+
+from tests.controller.raft.sim import SimParams, Simulation, SimulationFailure
 
 SEEDS = int(os.environ.get("RAFT_SIM_SEEDS", "1500"))
 SEED_BASE = int(os.environ.get("RAFT_SIM_SEED_BASE", "0"))
