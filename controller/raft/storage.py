@@ -339,10 +339,13 @@ class RaftStorage:
 
     def flush(self) -> int:
         """Make every buffered append and truncation durable; returns the durable log end offset."""
+        active_path = self._segments[-1].path if self._active is not None else None
         if self._active is not None:
             self._active.flush()
         for path in sorted(self._dirty_files):
-            if path.exists():
+            if path == active_path and self._active is not None:
+                os.fsync(self._active.fileno())
+            elif path.exists():
                 with open(path, "rb") as f:
                     os.fsync(f.fileno())
         self._dirty_files.clear()

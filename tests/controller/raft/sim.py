@@ -193,6 +193,10 @@ class Simulation:
         self.digests: dict[int, bytes] = {}
         self.applied_data: dict[int, set[bytes]] = {n: set() for n in self.ids}
         self.proposals = 0
+        # Liveness probe: a marker entry proposed after healing must reach every node's state machine.
+        self._marker = f"live-{seed}".encode()
+        self._marker_proposed_to: tuple[int, int] | None = None
+        self._live = False
         self.stats = {"messages": 0, "dropped": 0, "crashes": 0, "elections": 0, "snapshots": 0, "events": 0}
         for node_id in self.ids:
             self._start(node_id)
@@ -281,7 +285,7 @@ class Simulation:
                 break
         else:
             self.fail("event queue ran dry")
-        if not getattr(self, "_live", False):
+        if not self._live:
             leaders = {n: (node.role.value, node.epoch) for n, node in self.nodes.items() if node is not None}
             self.fail(f"liveness: no proposal committed on all nodes within {p.liveness_bound_ms}ms of healing; "
                       f"states {leaders}")
@@ -463,8 +467,6 @@ class Simulation:
         for node_id in self.ids:
             if self.nodes[node_id] is None:
                 self._start(node_id)
-        self._marker = f"live-{self.seed}".encode()
-        self._marker_proposed_to: tuple[int, int] | None = None
         self.schedule(self.now + 50, "liveness_probe")
 
     def _on_liveness_probe(self, _: None) -> None:
