@@ -1,0 +1,115 @@
+"""``fjord metadata shell``: browse the metadata (topics, brokers, streams, objects, nodes, KV) as a file tree.
+
+The state comes from a running quorum (``--controllers``), a snapshot file (``--snapshot``) or a node's metadata
+directory (``--metadata-dir``). Commands run from ``-c`` (repeatable) or trailing words, as Kafka's
+``kafka-metadata-shell`` takes them; otherwise the shell is interactive. A bad command prints one line on stderr
+(exit status 1 in the non-interactive form), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from controller.shell import MetadataShell, ShellError, build_tree
+from controller.shell_sources import (
+    LoadedMetadata,
+    MetadataSourceError,
+    from_controllers,
+    from_directory,
+    from_snapshot,
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    metadata = subparsers.add_parser("metadata", help="inspect the cluster metadata")
+    actions = metadata.add_subparsers(dest="metadata_command", required=True, metavar="ACTION")
+    shell = actions.add_parser(
+        "shell", help="browse topics, brokers, streams, objects, nodes and KV with ls / cd / cat / tree",
+        description="Browse the metadata as a file tree: /topics /brokers /streams /objects /nodes /kv.",
+    )
+    source = shell.add_mutually_exclusive_group(required=True)
+    source.add_argument("--controllers", "--bootstrap-controller", metavar="HOST:PORT[,...]",
+                        help="controller listeners of a running quorum (any voter answers)")
+    source.add_argument("--snapshot", metavar="FILE", help="a metadata snapshot file")
+    source.add_argument("--metadata-dir", metavar="DIR", help="a node's metadata directory (offline)")
+    shell.add_argument("-c", "--command", action="append", default=[], metavar="COMMAND",
+                       help="run this command and exit (repeatable)")
+    shell.add_argument("words", nargs="*", metavar="COMMAND", help="a command to run, e.g. ls /topics")
+    shell.set_defaults(run=run_shell)
+
+
+def _addresses(text: str) -> list[tuple[str, int]]:
+    out = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, _, port = item.rpartition(":")
+        if "@" in host:  # accept a controller.quorum.voters value as well
+            host = host.split("@", 1)[1]
+        if not host or not port.isdigit():
+            raise ValueError(f"--controllers: {item!r} is not HOST:PORT")
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError("--controllers: no address given")
+    return out
+
+
+def _load(args: argparse.Namespace) -> LoadedMetadata:
+    if args.controllers:
+        return asyncio.run(from_controllers(_addresses(args.controllers)))
+    if args.snapshot:
+        return from_snapshot(Path(args.snapshot))
+    return from_directory(Path(args.metadata_dir))
+
+
+def run_shell(args: argparse.Namespace) -> int:
+    try:
+        loaded = _load(args)
+    except (MetadataSourceError, ValueError) as exc:
+        print(f"fjord: {exc}", file=sys.stderr)
+        return 1
+    shell = MetadataShell(build_tree(loaded.records))
+    commands = list(args.command) + ([" ".join(args.words)] if args.words else [])
+    if commands:
+        status = 0
+        for line in commands:
+            try:
+                output = shell.run(line)
+            except ShellError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                status = 1
+                continue
+            if output:
+                print(output)
+            if shell.finished:
+                break
+        return status
+    return _interactive(shell, loaded.source)
+
+
+def _interactive(shell: MetadataShell, source: str) -> int:
+    try:
+        import readline  # noqa: F401 - line editing and history for input()
+    except ImportError:
+        pass
+    print(f"metadata from {source}; type help for commands")
+    while not shell.finished:
+        try:
+            line = input(f"[fjord {shell.cwd}]> ")
+        except EOFError:
+            print()
+            break
+        except KeyboardInterrupt:
+            print()
+            continue
+        try:
+            output = shell.run(line)
+        except ShellError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            continue
+        if output:
+            print(output)
+    return 0

@@ -1,0 +1,137 @@
+"""Where the metadata shell gets its records: a running quorum, a snapshot file, or a metadata log directory.
+
+Offline sources are read without changing them: a Raft directory is recovered from a temporary copy (recovery
+cuts torn tails and removes temporary files, which an inspection tool must not do to a node's data). Entries of a
+Raft log that were written but maybe never committed are included: offline, nothing says where the quorum's
+commit point was, and Kafka's shell reads a log directory the same way.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, iter_batches, read_metadata
+from controller.quorum import RAFT_DIR_NAME
+from controller.raft.log import EntryKind
+from controller.raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError
+from controller.records import MetadataRecord
+from controller.rpc import messages as m
+from controller.rpc.connection import ConnectionClosedError, ControllerConnection
+from storage.metadata.api import NodeIdentity
+
+__all__ = ["LoadedMetadata", "MetadataSourceError", "from_controllers", "from_directory", "from_snapshot"]
+
+_RAFT_SNAPSHOT_SUFFIX = ".checkpoint"
+
+
+class MetadataSourceError(Exception):
+    """The records cannot be loaded; the message names the file, directory or controllers."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedMetadata:
+    records: list[MetadataRecord]
+    source: str  # what was read, for the shell's banner
+
+
+async def from_controllers(addresses: list[tuple[str, int]], timeout: float = 5.0) -> LoadedMetadata:
+    """The applied state of the first voter in ``addresses`` that answers DescribeMetadata. Any voter will do:
+    each serves the committed records it has applied, so a follower is at most a heartbeat behind."""
+    problems = []
+    for host, port in addresses:
+        connection = ControllerConnection(host, port, client_id="fjord-metadata-shell")
+        try:
+            await connection.connect(timeout=timeout)
+            response = await connection.stream_request(m.DescribeMetadata(NodeIdentity(-1, -1)), timeout=timeout)
+        except (OSError, TimeoutError, ConnectionClosedError) as exc:
+            problems.append(f"{host}:{port}: {type(exc).__name__} {exc}".rstrip())
+            continue
+        finally:
+            await connection.close()
+        if response.error_code != m.RpcError.NONE or not isinstance(response.result, m.MetadataDump):
+            problems.append(f"{host}:{port}: error {response.error_code} {response.error_message or ''}".rstrip())
+            continue
+        dump = response.result
+        records = m.decode_metadata_records(dump.records, f"DescribeMetadata from {host}:{port}")
+        leader = f"leader {dump.leader_id}" if dump.leader_id >= 0 else "no leader known"
+        return LoadedMetadata(
+            records, f"controller {dump.node_id} at {host}:{port} (epoch {dump.epoch}, {leader}, offset {dump.offset})"
+        )
+    raise MetadataSourceError("no controller answered DescribeMetadata: " + "; ".join(problems))
+
+
+def from_snapshot(path: Path) -> LoadedMetadata:
+    """A Raft snapshot (``snapshots/<end>-<epoch>.checkpoint``) or a local metadata log snapshot
+    (``snapshot-<offset>.snapshot``)."""
+    if not path.is_file():
+        raise MetadataSourceError(f"{path}: no such snapshot file")
+    if path.suffix == _RAFT_SNAPSHOT_SUFFIX:
+        with tempfile.TemporaryDirectory(prefix="fjord-shell-") as scratch:
+            snapshots = Path(scratch) / "snapshots"
+            snapshots.mkdir()
+            shutil.copy2(path, snapshots / path.name)
+            data = _recover(Path(scratch), str(path))[0]
+        if not data:
+            raise MetadataSourceError(f"{path}: not a readable Raft snapshot (bad header or CRC)")
+        return LoadedMetadata(m.decode_metadata_records(data, str(path)), f"Raft snapshot {path}")
+    raw = path.read_bytes()
+    records: list[MetadataRecord] = []
+    consumed = 0
+    try:
+        for position, batch in iter_batches(raw, str(path)):
+            records.extend(batch.records)
+            consumed = position
+    except MetadataLogError as exc:
+        raise MetadataSourceError(str(exc)) from None
+    if consumed != len(raw) or not raw:
+        raise MetadataSourceError(f"{path}: not a metadata snapshot (damaged at byte {consumed} of {len(raw)})")
+    return LoadedMetadata(records, f"snapshot {path}")
+
+
+def from_directory(path: Path) -> LoadedMetadata:
+    """A node's metadata directory (``log.dirs``/``metadata.log.dir``), or the log directory inside it: the
+    Raft log of a quorum member or broker, or the local metadata log of a single combined node."""
+    if not path.is_dir():
+        raise MetadataSourceError(f"{path}: no such directory")
+    for candidate in (path, path / RAFT_DIR_NAME):
+        if (candidate / QUORUM_STATE_FILE).exists() or (candidate / "snapshots").is_dir():
+            return _raft_directory(candidate)
+    for candidate in (path, path / LOG_DIR_NAME):
+        if (candidate / LOG_FILE).exists() or any(candidate.glob("snapshot-*.snapshot")):
+            try:
+                recovered = read_metadata(candidate)
+            except MetadataLogError as exc:
+                raise MetadataSourceError(str(exc)) from None
+            records = list(recovered.snapshot_records)
+            for batch in recovered.batches:
+                records.extend(batch.records)
+            return LoadedMetadata(records, f"metadata log {candidate} (to offset {recovered.last_offset})")
+    raise MetadataSourceError(
+        f"{path}: no metadata log here (looked for {RAFT_DIR_NAME}/ and {LOG_DIR_NAME}/)"
+    )
+
+
+def _raft_directory(directory: Path) -> LoadedMetadata:
+    with tempfile.TemporaryDirectory(prefix="fjord-shell-") as scratch:
+        copy = Path(scratch) / "raft"
+        shutil.copytree(directory, copy)
+        snapshot, entries, end = _recover(copy, str(directory))
+    records = m.decode_metadata_records(snapshot, f"{directory} snapshot") if snapshot else []
+    for offset, data in entries:
+        records.extend(m.decode_metadata_records(data, f"{directory} entry {offset}"))
+    return LoadedMetadata(records, f"Raft log {directory} (to offset {end - 1})")
+
+
+def _recover(directory: Path, source: str) -> tuple[bytes, list[tuple[int, bytes]], int]:
+    storage = RaftStorage(directory)
+    try:
+        state = storage.recover()
+        storage.close()
+    except (RaftStorageError, OSError) as exc:
+        raise MetadataSourceError(f"{source}: {exc}") from None
+    log = state.log
+    entries = [(e.offset, e.data) for e in log.read(log.start_offset) if e.kind is EntryKind.DATA]
+    return state.snapshot_data, entries, log.end_offset
