@@ -157,7 +157,9 @@ class Rig:
         return out
 
 
-async def make_rig(tmp_path: Path, *, store: ObjectStore | None = None, **overrides: Any) -> Rig:
+async def make_rig(
+    tmp_path: Path, *, store: ObjectStore | None = None, retention_ms: int = RETENTION_MS, **overrides: Any
+) -> Rig:
     settings: dict[str, Any] = {
         "stream_object_split_size": 8 * 1024,
         "object_block_size": 2 * 1024,
@@ -170,7 +172,7 @@ async def make_rig(tmp_path: Path, *, store: ObjectStore | None = None, **overri
     settings.update(overrides)
     config = small_config(tmp_path, **settings)
     clock = Clock()
-    meta = FailingCommits(clock=clock, object_delete_retention_ms=RETENTION_MS)
+    meta = FailingCommits(clock=clock, object_delete_retention_ms=retention_ms)
     store = store if store is not None else LocalObjectStore(tmp_path / "objects")
     wal = FileWAL(tmp_path / "wal", segment_size=256 * 1024, capacity=16 * 1024 * 1024, preallocate=False)
     engine = StorageEngine(config, meta, store=store, wal=wal)
@@ -435,16 +437,25 @@ async def test_failed_compaction_keeps_old_objects_and_its_uploads_are_swept(tmp
         await rig.engine.shutdown()
 
 
-async def test_engine_runs_compaction_in_the_background(tmp_path: Path) -> None:
-    rig = await make_rig(tmp_path, stream_set_object_compaction_interval_ms=50, stream_object_compaction_interval_ms=50)
+async def test_engine_runs_compaction_and_the_lifecycle_in_the_background(tmp_path: Path) -> None:
+    # Compaction every 50 ms; the engine's sweeper runs every second (half the configured retention, at least 1 s)
+    # against the metadata's 300 ms retention.
+    rig = await make_rig(
+        tmp_path,
+        retention_ms=300,
+        stream_set_object_compaction_interval_ms=50,
+        stream_object_compaction_interval_ms=50,
+        object_delete_retention_ms=2_000,
+    )
     try:
         await write_small_uploads(rig)
         before = await rig.read_all()
-        for _ in range(200):
-            if (await rig.counts())[0] == 1:
+        for _ in range(300):
+            if (await rig.counts())[0] == 1 and await rig.bucket_keys() == await rig.live_keys():
                 break
             await asyncio.sleep(0.02)
         assert (await rig.counts())[0] == 1
+        assert await rig.bucket_keys() == await rig.live_keys()  # replaced objects deleted from the bucket
         assert await rig.read_all() == before
     finally:
         await rig.engine.shutdown()
