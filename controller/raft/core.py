@@ -422,7 +422,9 @@ class RaftNode:
         return self._leader_id if self._leader_id is not None else NO_LEADER
 
     def _current_leader(self) -> LeaderIdAndEpoch:
-        return LeaderIdAndEpoch(self._leader_or_none(), self._epoch)
+        # A resigned leader no longer serves its epoch: pointing fetchers at it would only bring them back.
+        leader = NO_LEADER if self._role is Role.RESIGNED else self._leader_or_none()
+        return LeaderIdAndEpoch(leader, self._epoch)
 
     def _random_election_timeout(self) -> int:
         base = self.config.election_timeout_ms
