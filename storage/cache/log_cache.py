@@ -63,7 +63,7 @@ class CacheBlock:
 
 
 class _StreamView:
-    """One stream's cached batches in offset order; ``head`` skips evicted entries without shifting the lists."""
+    """One stream's cached batches in offset order (parallel lists, so lookups bisect the offsets)."""
 
     __slots__ = ("batches", "block_ids", "head", "offsets")
 
@@ -92,7 +92,12 @@ class _StreamView:
         n = len(self.block_ids)
         while self.head < n and self.block_ids[self.head] <= block_id:
             self.head += 1
-        if self.head and self.head * 2 >= n:
+        self._compact()
+
+    def _compact(self) -> None:
+        # Evicted batches must not stay referenced here, or the cache would hold more than it accounts for.
+        # Evictions are per block (megabytes), so shifting the lists then costs little.
+        if self.head:
             del self.offsets[: self.head]
             del self.batches[: self.head]
             del self.block_ids[: self.head]
@@ -102,6 +107,7 @@ class _StreamView:
         n = len(self.batches)
         while self.head < n and self.batches[self.head].last_offset <= offset:
             self.head += 1
+        self._compact()
 
     @property
     def empty(self) -> bool:

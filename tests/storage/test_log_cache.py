@@ -4,6 +4,7 @@ backpressure while unuploaded data fills it."""
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -154,3 +155,25 @@ def test_trim_stops_serving_trimmed_batches_but_keeps_them_for_upload() -> None:
     assert block is not None and [b.base_offset for b in block.streams[1]] == list(range(10))
     cache.trim(1, 10)
     assert cache.first_offset(1) is None
+
+
+def test_evicted_batches_are_released() -> None:
+    cache = LogCache(capacity=2_000, block_threshold=1_000)
+    wal = Wal()
+    payloads = [bytes([i]) * 100 for i in range(30)]
+    baseline = [sys.getrefcount(payloads[i]) for i in range(30)]
+    blocks = []
+    for i, p in enumerate(payloads):
+        sealed = wal.put(cache, StreamRecordBatch(1, 0, i, 1, p))
+        if sealed is not None:
+            blocks.append(sealed)
+            cache.mark_uploaded(sealed)
+    del sealed
+    blocks.clear()
+    assert cache.size <= 2_000
+    # Whatever the cache evicted is no longer referenced by it: memory is bounded by what it accounts for.
+    first = cache.first_offset(1)
+    assert first is not None and first >= 10
+    now = [sys.getrefcount(payloads[i]) for i in range(30)]
+    assert now[:first] == baseline[:first]
+    assert all(n > b for n, b in zip(now[first:], baseline[first:], strict=True))
