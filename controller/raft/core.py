@@ -170,6 +170,7 @@ class RaftNode:
         self._leader_id: int | None = None
         self._persisted = state
         self._role = Role.UNATTACHED
+        self._announced: tuple[Role, int, int | None] = (self._role, self._epoch, None)
         self._outbox: list[Effect] = []
         self._next_correlation = rng.getrandbits(30)
         # Commit state (not persisted: relearned from the leader after a restart, as in KRaft).
@@ -349,6 +350,8 @@ class RaftNode:
                 self._send(sender, dataclasses.replace(reply, correlation_id=message.correlation_id))
             case DescribeQuorumResponse():
                 pass
+            case _:
+                logger.warning("node %d: ignoring unexpected %s from %d", self.node_id, type(message).__name__, sender)
 
     def propose(self, entries: Sequence[bytes], now_ms: int) -> int | NotLeader:
         """Append ``entries`` if this node leads; returns the offset of the last one (committed once HW passes it)."""
@@ -412,10 +415,11 @@ class RaftNode:
             self._emit(PersistQuorumState(state))
 
     def _set_role(self, role: Role, leader_id: int | None) -> None:
-        changed = role is not self._role or leader_id != self._leader_id
         self._role = role
         self._leader_id = leader_id
-        if changed:
+        announced = (role, self._epoch, leader_id)
+        if announced != self._announced:
+            self._announced = announced
             self._emit(RoleChanged(role, self._epoch, leader_id))
 
     def _leader_or_none(self) -> int:
