@@ -108,6 +108,8 @@ class RaftDriver:
 
     async def stop(self, *, resign: bool = True) -> None:
         """Stop after the current turn; a leader first hands over with EndQuorumEpoch unless ``resign`` is False."""
+        if self._node is None:
+            return  # never started: nothing was opened
         self._stopping = "resign" if resign else "quiet"
         self._wake.set()
         if self._task is not None:
