@@ -161,3 +161,15 @@ class RaftLog:
         self._entries.clear()
         self._snapshot = snapshot
         self._epoch_starts = [(snapshot.epoch, snapshot.end_offset)]
+
+
+def entries_after_snapshot(snapshot: SnapshotId, entries: Sequence[LogEntry]) -> list[LogEntry]:
+    """Which durable entries a restarted node keeps on top of its newest snapshot.
+
+    Entries the snapshot covers are skipped. A suffix whose first entry is older than the snapshot's epoch is a
+    diverged tail that an installed snapshot replaced before the deletion reached the disk: it goes too.
+    """
+    kept = [e for e in entries if e.offset >= snapshot.end_offset]
+    if kept and kept[0].epoch < snapshot.epoch:
+        return []
+    return kept

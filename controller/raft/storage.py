@@ -36,7 +36,15 @@ from controller.raft.effects import (
     TrimLogPrefix,
     TruncateLog,
 )
-from controller.raft.log import EMPTY_SNAPSHOT, EntryKind, LogEntry, LogInvariantError, RaftLog, SnapshotId
+from controller.raft.log import (
+    EMPTY_SNAPSHOT,
+    EntryKind,
+    LogEntry,
+    LogInvariantError,
+    RaftLog,
+    SnapshotId,
+    entries_after_snapshot,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -117,12 +125,10 @@ class RaftStorage:
         snapshot_id, snapshot_data = self._read_latest_snapshot()
         self._snapshot_id = snapshot_id
         entries = self._read_segments()
-        kept = [e for e in entries if e.offset >= snapshot_id.end_offset]
-        if kept and kept[0].epoch < snapshot_id.epoch:
-            # A diverged suffix that an installed snapshot replaced (its deletion had not reached the disk).
-            logger.warning("raft storage %s: dropping log entries from %d that predate snapshot %s",
-                           self.directory, kept[0].offset, snapshot_id)
-            kept = []
+        kept = entries_after_snapshot(snapshot_id, entries)
+        if not kept and entries and entries[-1].offset >= snapshot_id.end_offset:
+            logger.warning("raft storage %s: dropping log entries beyond snapshot %s that predate its epoch",
+                           self.directory, snapshot_id)
         if kept and kept[0].offset != snapshot_id.end_offset:
             raise RaftStorageError(
                 f"{self._log_dir}: log resumes at offset {kept[0].offset} but snapshot {snapshot_id} ends at "

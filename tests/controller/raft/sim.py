@@ -45,7 +45,7 @@ from controller.raft.effects import (
     TrimLogPrefix,
     TruncateLog,
 )
-from controller.raft.log import EMPTY_SNAPSHOT, EntryKind, LogEntry, RaftLog, SnapshotId
+from controller.raft.log import EMPTY_SNAPSHOT, EntryKind, LogEntry, RaftLog, SnapshotId, entries_after_snapshot
 from controller.raft.messages import RaftMessage
 
 SIM_CONFIG = RaftConfig(
@@ -128,8 +128,7 @@ class Disk:
     def recover_log(self) -> RaftLog:
         """What storage recovery does: the newest snapshot is the base, entries it covers are ignored."""
         base = max(self.base, self.snapshot_id)
-        entries = [e for e in self.entries if e.offset >= base.end_offset]
-        return RaftLog(base, entries)
+        return RaftLog(base, entries_after_snapshot(base, self.entries))
 
 
 class StateMachine:

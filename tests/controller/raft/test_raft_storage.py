@@ -166,3 +166,22 @@ def test_append_out_of_sequence_is_refused(tmp_path: Path) -> None:
         storage.append(entries(5, 1))
     storage.close()
     assert os.path.getsize(segment_files(tmp_path)[0]) > 0
+
+
+def test_diverged_tail_left_by_an_interrupted_snapshot_install_is_dropped(tmp_path: Path) -> None:
+    # A follower held entries 0..9 of epoch 1 that the leader's history (epoch 3 at offset 7) replaced; it saved
+    # the fetched snapshot and crashed before its log reset reached the disk.
+    storage = RaftStorage(tmp_path)
+    storage.recover()
+    storage.append(entries(0, 10, epoch=1))
+    storage.write_snapshot(SnapshotId(8, 3), b"leader-image")
+    storage.close()
+
+    storage = RaftStorage(tmp_path)
+    recovered = storage.recover()
+    assert recovered.log.start_offset == recovered.log.end_offset == 8
+    assert recovered.log.last_epoch == 3
+    storage.append([LogEntry(8, 3, b"next")])
+    storage.close()
+    again = RaftStorage(tmp_path).recover()
+    assert again.log.entry(8) == LogEntry(8, 3, b"next")
