@@ -15,6 +15,7 @@ Life cycle:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -62,6 +63,14 @@ class EngineStats:
     wal_bytes: int
     open_streams: int
     recovered_batches: int
+
+
+@dataclass(slots=True)
+class _PendingWrite:
+    """A WAL append the cache has not taken yet (``next_offset`` -1 while the WAL has not acknowledged it)."""
+
+    next_offset: int = -1
+    settled: bool = False
 
 
 class StorageEngine:
@@ -116,6 +125,9 @@ class StorageEngine:
         self._io = _EngineIO(self)
         self._client = StreamClientImpl(self._io)
         self._trimmed_to = 0
+        self._writes: collections.deque[_PendingWrite] = collections.deque()
+        self._unsettled: dict[int, _PendingWrite] = {}
+        self._cached_wal_end = 0  # every WAL record before this position is in a cache block or discarded
         self._timer: asyncio.Task[None] | None = None
         self._state = "new"
         self._appends = 0
@@ -376,10 +388,7 @@ class StorageEngine:
             for b in self._log_cache.unuploaded_blocks()
             if b is not block and b.min_wal_offset is not None
         ]
-        pending = self._client.pending_wal_floor()
-        if pending is not None:
-            floors.append(pending)
-        trim_to = min(floors) if floors else block.wal_end
+        trim_to = min([*floors, self._cached_wal_end])
         if trim_to > self._trimmed_to:
             try:
                 await self._wal.trim(trim_to)
@@ -416,19 +425,42 @@ class StorageEngine:
 
     async def _write(self, batch: StreamRecordBatch) -> WALRecord:
         await self._log_cache.reserve(batch.size)
+        pending = _PendingWrite()
+        self._writes.append(pending)  # WAL positions follow append order, so this queue is in WAL order
         try:
             record = await self._wal.append(batch)
         except BaseException:
             self._log_cache.release(batch.size)
+            pending.settled = True
+            self._advance_cached_end()
             raise
+        pending.next_offset = record.next_offset
+        self._unsettled[record.offset] = pending
         self._appends += 1
         self._bytes_appended += batch.size
         return record
 
     def _cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
         sealed = self._log_cache.put(batch, record.offset, record.next_offset)
+        self._settle(record)
         if sealed is not None:
             self._submit(sealed)
+
+    def _settle(self, record: WALRecord) -> None:
+        """The record is in a cache block (or will never be): it no longer holds the WAL trim point back."""
+        pending = self._unsettled.pop(record.offset, None)
+        if pending is not None:
+            pending.settled = True
+            self._advance_cached_end()
+
+    def _advance_cached_end(self) -> None:
+        # A record the WAL acknowledged may wait a moment before its stream puts it in the cache (its task has
+        # not resumed yet, or an earlier offset of the stream is still in flight). Until then no cache block
+        # knows it, so the WAL is never trimmed past the first record that is not settled.
+        writes = self._writes
+        while writes and writes[0].settled:
+            done = writes.popleft()
+            self._cached_wal_end = max(self._cached_wal_end, done.next_offset)
 
 
 class _EngineIO:
@@ -450,6 +482,9 @@ class _EngineIO:
 
     def cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
         self._engine._cache(batch, record)
+
+    def discard(self, record: WALRecord) -> None:
+        self._engine._settle(record)
 
     def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
         return self._engine.log_cache.read(stream_id, start, end, max_bytes)

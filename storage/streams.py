@@ -49,6 +49,10 @@ class StreamIO(Protocol):
         """Inserts a durable batch into the LogCache (may seal a block for upload)."""
         ...
 
+    def discard(self, record: WALRecord) -> None:
+        """A durable record that will never be cached (its stream failed): the WAL may drop it."""
+        ...
+
     def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]: ...
 
     def cache_first_offset(self, stream_id: int) -> int | None: ...
@@ -169,13 +173,9 @@ class StorageStream:
                     )
                 )
                 future.exception()
+        for _batch, record in self._durable.values():
+            self._io.discard(record)
         self._durable.clear()
-
-    def pending_wal_floor(self) -> int | None:
-        """Smallest WAL position of a durable batch not yet in the cache (it must not be trimmed)."""
-        if not self._durable or self._failure is not None:
-            return None
-        return min(record.offset for _batch, record in self._durable.values())
 
     # ----------------------------------------------------------------------------------------------- fetch
 
@@ -311,10 +311,6 @@ class StreamClientImpl:
     def discard(self, stream: StorageStream) -> None:
         if self._open.get(stream.stream_id) is stream:
             del self._open[stream.stream_id]
-
-    def pending_wal_floor(self) -> int | None:
-        floors = [f for s in self._open.values() if (f := s.pending_wal_floor()) is not None]
-        return min(floors) if floors else None
 
 
 if TYPE_CHECKING:  # mypy proves the implementations satisfy the protocols the broker programs against

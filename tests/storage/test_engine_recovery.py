@@ -11,13 +11,17 @@ import struct
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from engine_support import make_engine, payload, small_config
 
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.records import decode_record
 from storage.objectstore.local import LocalObjectStore
+from storage.record import StreamRecordBatch
 from storage.stream import Stream
+from storage.wal.base import WALRecord
+from storage.wal.file import FileWAL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -205,3 +209,47 @@ async def test_sigkill_while_appending_loses_no_acknowledged_append(tmp_path: Pa
     finally:
         await restarted.shutdown()
     os.unlink(log)
+
+
+class SlowAckWAL:
+    """Fault injection over the real file WAL: the acknowledgement of one chosen record reaches its appender
+    late (its task is slow to resume), while other appends and uploads carry on."""
+
+    def __init__(self, inner: FileWAL, slow_stream: int, slow_offset: int, delay: float) -> None:
+        self.inner = inner
+        self.slow = (slow_stream, slow_offset)
+        self.delay = delay
+
+    async def append(self, batch: StreamRecordBatch) -> WALRecord:
+        record = await self.inner.append(batch)
+        if (batch.stream_id, batch.base_offset) == self.slow:
+            await asyncio.sleep(self.delay)
+        return record
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_the_wal_is_not_trimmed_past_an_acknowledged_record_not_yet_cached(tmp_path: Path) -> None:
+    metadata = InMemoryStreamMetadata()
+    config = small_config(tmp_path)
+    file_wal = FileWAL(config.wal_url.path, segment_size=config.wal_segment_size, preallocate=False)
+    engine = make_engine(config, metadata, wal=SlowAckWAL(file_wal, slow_stream=0, slow_offset=1, delay=0.5))
+    await engine.start()
+    slow = await engine.open_stream(await engine.create_stream(), epoch=0)
+    busy = await engine.open_stream(await engine.create_stream(), epoch=0)
+    await slow.append(b"a0", 1)
+    late = slow.append(b"a1", 1)  # durable in the WAL at once, but its appender resumes 0.5 s later
+    for n in range(40):  # meanwhile blocks fill, upload, commit, and the WAL is trimmed
+        await busy.append(payload(busy.stream_id, n), 1)
+    assert engine.stats().blocks_uploaded >= 1
+    await late  # acknowledged now: it went into the cache after those uploads
+    await engine.halt()  # crash before it is uploaded
+
+    restarted = make_engine(small_config(tmp_path, node_epoch=engine.node.node_epoch + 1), metadata)
+    await restarted.start()
+    try:
+        reopened = await restarted.open_stream(slow.stream_id, epoch=1)
+        assert [b.payload for b in (await reopened.fetch(0, 2, 100)).batches] == [b"a0", b"a1"]
+    finally:
+        await restarted.shutdown()
