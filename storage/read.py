@@ -13,6 +13,7 @@ random read, or read-ahead blocks evicted before anyone read them, shrinks the w
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -256,7 +257,7 @@ class ObjectReadPath:
             return []
         extra: list[IndexEntry] = []
         total = 0
-        i = entries.index(last) + 1
+        i = bisect.bisect_right(entries, (last.stream_id, last.start_offset), key=_entry_start)
         while i < len(entries) and total < window:
             entry = entries[i]
             if entry.stream_id != stream_id:
@@ -313,3 +314,7 @@ class ObjectReadPath:
         for position, pending in waits:
             out[position] = await asyncio.shield(pending)
         return out
+
+
+def _entry_start(entry: IndexEntry) -> tuple[int, int]:
+    return entry.stream_id, entry.start_offset
