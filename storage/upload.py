@@ -106,9 +106,9 @@ def plan_block(block: CacheBlock, split_size: int) -> UploadPlan:
     shared: list[tuple[int, list[StreamRecordBatch]]] = []
     parts: list[_Part] = []
     only_one = len(block.streams) == 1
+    sizes = block.stream_sizes()
     for stream_id, batches in block.sorted_streams():
-        size = sum(b.size for b in batches)
-        if only_one or size >= split_size:
+        if only_one or sizes[stream_id] >= split_size:
             parts.append(_Part(((stream_id, batches),), True))
         else:
             shared.append((stream_id, batches))

@@ -199,7 +199,7 @@ class LogCache:
         try:
             await future
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
+            if future.done() and not future.cancelled() and future.exception() is None:
                 self._reserved -= size  # admitted just as we were cancelled: give the room back
             else:
                 self._waiters = collections.deque(w for w in self._waiters if w[1] is not future)
