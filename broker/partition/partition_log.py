@@ -195,32 +195,46 @@ class PartitionLog:
             if len(raw) != 8:
                 raise KafkaError(ErrorCode.kafka_storage_error, f"kv entry {key} of {where} is {len(raw)} bytes")
             (meta_id,) = struct.unpack(">q", raw)
-        meta = MetaStream(await _open_stream(streams, meta_id, leader_epoch, where), where)
-        await meta.replay()
-        log_entry = meta.get(KEY_LOG)
-        if log_entry is None:
-            log_id = await streams.create_stream((*tags, ("type", "log")))
-            time_id = await streams.create_stream((*tags, ("type", "time")))
-            stream_map = {"log": log_id, "tim": time_id, "txn": -1}
-            await meta.put({KEY_LOG: json.dumps({"streamMap": stream_map}).encode()})
-        else:
-            stream_map = json.loads(log_entry)["streamMap"]
-        log = await _open_stream(streams, int(stream_map["log"]), leader_epoch, where)
-        time_stream = await _open_stream(streams, int(stream_map["tim"]), leader_epoch, where)
-        self = cls(
-            topic=topic,
-            partition=partition,
-            topic_id=topic_id,
-            leader_epoch=leader_epoch,
-            config=config,
-            meta=meta,
-            log=log,
-            time_stream=time_stream,
-            streams=streams,
-            kv=kv,
-            kv_key=key,
-        )
-        await self._restore()
+        opened: list[Stream] = []
+        try:
+            meta_stream = await _open_stream(streams, meta_id, leader_epoch, where)
+            opened.append(meta_stream)
+            meta = MetaStream(meta_stream, where)
+            await meta.replay()
+            log_entry = meta.get(KEY_LOG)
+            if log_entry is None:
+                log_id = await streams.create_stream((*tags, ("type", "log")))
+                time_id = await streams.create_stream((*tags, ("type", "time")))
+                stream_map = {"log": log_id, "tim": time_id, "txn": -1}
+                await meta.put({KEY_LOG: json.dumps({"streamMap": stream_map}).encode()})
+            else:
+                stream_map = json.loads(log_entry)["streamMap"]
+            log = await _open_stream(streams, int(stream_map["log"]), leader_epoch, where)
+            opened.append(log)
+            time_stream = await _open_stream(streams, int(stream_map["tim"]), leader_epoch, where)
+            opened.append(time_stream)
+            self = cls(
+                topic=topic,
+                partition=partition,
+                topic_id=topic_id,
+                leader_epoch=leader_epoch,
+                config=config,
+                meta=meta,
+                log=log,
+                time_stream=time_stream,
+                streams=streams,
+                kv=kv,
+                kv_key=key,
+            )
+            await self._restore()
+        except BaseException:
+            # Leave nothing half-open: the next attempt (or another node) must be able to open these streams.
+            for stream in reversed(opened):
+                try:
+                    await stream.close()
+                except Exception as exc:
+                    logger.warning("closing stream %d of %s after a failed open: %s", stream.stream_id, where, exc)
+            raise
         return self
 
     async def _restore(self) -> None:
