@@ -62,6 +62,13 @@ class TimeIndex:
         self._offsets.append(entry.offset)
         return True
 
+    def drop_before(self, log_start_offset: int) -> int:
+        """Forgets entries pointing below the log start (they can no longer narrow a search); returns how many."""
+        n = bisect.bisect_left(self._offsets, log_start_offset)
+        del self._timestamps[:n]
+        del self._offsets[:n]
+        return n
+
     def scan_start(self, target_timestamp: int, log_start_offset: int) -> int:
         """Offset from which to scan the log for the first record with timestamp >= target."""
         i = bisect.bisect_left(self._timestamps, target_timestamp)

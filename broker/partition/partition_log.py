@@ -579,6 +579,8 @@ class PartitionLog:
             if header.max_timestamp < timestamp:
                 return True
             for record in decode_records(batch):
+                if record.offset < self.log_start_offset:
+                    continue  # deleted (DeleteRecords) but still inside the first stored batch
                 if record.timestamp is not None and record.timestamp >= timestamp:
                     found.append(OffsetAndTimestamp(record.offset, record.timestamp, header.partition_leader_epoch))
                     return False
@@ -594,7 +596,7 @@ class PartitionLog:
 
         def visit(header: BatchHeader, batch: memoryview) -> bool:
             for record in decode_records(batch):
-                if record.timestamp == target:
+                if record.timestamp == target and record.offset >= self.log_start_offset:
                     found.append(OffsetAndTimestamp(record.offset, target, header.partition_leader_epoch))
                     return False
             return False
@@ -636,6 +638,8 @@ class PartitionLog:
             await self._log.trim(target)
             self.producers.evict_before(target)
             self.epochs.truncate_start(target)
+            self.time_index.drop_before(target)
+            await self._trim_time_stream(target)
             put = self._meta.put(
                 {
                     KEY_PARTITION: self._partition_record(clean_shutdown=False),
@@ -645,6 +649,29 @@ class PartitionLog:
         await put
         logger.info("deleted records of %s before offset %d", self.where, target)
         return target
+
+    async def _trim_time_stream(self, log_start_offset: int) -> None:
+        """Trims time-index records that point below the log start, so the time stream does not outgrow the log."""
+        offset = self._time.start_offset
+        end = self._time.confirm_offset
+        trim_to = offset
+        while offset < end:
+            result = await self._time.fetch(offset, end, _FETCH_CHUNK)
+            if not result.batches:
+                break
+            for batch in result.batches:
+                if batch.last_offset <= offset:
+                    continue
+                try:
+                    if decode_time_entry(batch.payload).offset >= log_start_offset:
+                        end = offset  # found the first entry to keep
+                        break
+                except IndexFormatError:
+                    pass
+                offset = batch.last_offset
+                trim_to = offset
+        if trim_to > self._time.start_offset:
+            await self._time.trim(trim_to)
 
     # ------------------------------------------------------------------ close / delete
     async def close(self) -> None:

@@ -161,17 +161,23 @@ async def test_read_limits_return_whole_batches_and_always_the_first(
 async def test_delete_records_trims_and_persists_log_start(
     engine: tuple[StorageEngine, InMemoryStreamMetadata],
 ) -> None:
-    log = await _open(engine, 0)
-    for _ in range(3):
-        await log.append(_batch(4))
+    config = LogConfig(index_interval_bytes=1)  # a time-index entry for every batch
+    log = await _open(engine, 0, config)
+    for i in range(3):
+        await log.append(_batch(4, ts=1_000_000 + 100 * i))
+    assert len(log.time_index) == 3
     assert await log.delete_records_before(6) == 6
+    assert log._time.start_offset == 2  # the entries for offsets 0 and 4 are gone from the time stream
     with pytest.raises(KafkaError) as info:
         await log.delete_records_before(99)
     assert info.value.code == ErrorCode.offset_out_of_range
     await log.close()
-    log = await _open(engine, 1)
+    log = await _open(engine, 1, config)
     try:
         assert log.log_start_offset == 6
+        assert len(log.time_index) == 1
+        found = await log.offset_for_timestamp(1_000_000)  # older than everything kept: the first kept record
+        assert found is not None and (found.offset, found.timestamp) == (6, 1_000_102)
         earliest = await log.offset_for_timestamp(-2)
         assert earliest is not None and earliest.offset == 6
         with pytest.raises(KafkaError):
