@@ -200,7 +200,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         total = sum(len(r.records) for r in results)
         errors = any(r.error != ErrorCode.none for r in results)
         remaining = deadline - time.monotonic()
-        if total >= max(request.min_bytes, 1) or errors or remaining <= 0 or not results:
+        if total >= request.min_bytes or errors or remaining <= 0 or not results:
             if not results and remaining > 0 and fetch.incremental:
                 # An incremental session with nothing to fetch still honours max_wait (consumers rely on it).
                 await asyncio.sleep(remaining)
