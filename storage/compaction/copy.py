@@ -51,9 +51,7 @@ class PlanWriter:
 
     async def write(self, plan: CompactionPlan, first_id: int) -> list[WrittenObject]:
         """Uploads every output of ``plan``; output ``i`` gets object id ``first_id + i``."""
-        ids = {id(output): first_id + i for i, output in enumerate(plan.outputs)}
-        stream_set = plan.stream_set
-        set_builder = ObjectBuilder(self._block_size) if stream_set is not None else None
+        builders: dict[int, ObjectBuilder] = {}  # outputs being built: the stream-set object, or one stream object
         written: list[WrittenObject] = []
         pairs = plan.runs_in_copy_order()
         i = 0
@@ -65,17 +63,19 @@ class PlanWriter:
                 total += pairs[i][1].size
                 batch.append(pairs[i])
                 i += 1
-            datas = await self._fetch([block for _output, run in batch for block in run.blocks])
-            for output, run in batch:
-                if set_builder is not None and output is stream_set:
-                    self._copy_run(set_builder, run, datas)
-                else:
-                    builder = ObjectBuilder(self._block_size)
-                    self._copy_run(builder, run, datas)
-                    written.append(await self._put(ids[id(output)], builder, output))
+            datas = await self._fetch([block for _index, run in batch for block in run.blocks])
+            for index, run in batch:
+                output = plan.outputs[index]
+                builder = builders.get(index)
+                if builder is None:
+                    builder = builders[index] = ObjectBuilder(self._block_size)
+                self._copy_run(builder, run, datas)
+                if output.is_stream_object:  # one run: complete, upload it now to free its memory
+                    del builders[index]
+                    written.append(await self._put(first_id + index, builder, output))
             del datas
-        if stream_set is not None and set_builder is not None:
-            written.append(await self._put(ids[id(stream_set)], set_builder, stream_set))
+        for index, builder in builders.items():
+            written.append(await self._put(first_id + index, builder, plan.outputs[index]))
         return written
 
     async def _fetch(self, blocks: Sequence[SourceBlock]) -> dict[tuple[int, int], bytes]:

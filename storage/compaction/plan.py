@@ -55,10 +55,6 @@ class OutputObject:
     runs: list[StreamRun]
     is_stream_object: bool
 
-    @property
-    def size(self) -> int:
-        return sum(r.size for r in self.runs)
-
 
 @dataclass(slots=True)
 class CompactionPlan:
@@ -68,18 +64,10 @@ class CompactionPlan:
     outputs: list[OutputObject]
     dropped_blocks: int = 0
 
-    @property
-    def stream_set(self) -> OutputObject | None:
-        return next((o for o in self.outputs if not o.is_stream_object), None)
-
-    @property
-    def stream_objects(self) -> list[OutputObject]:
-        return [o for o in self.outputs if o.is_stream_object]
-
-    def runs_in_copy_order(self) -> list[tuple[OutputObject, StreamRun]]:
-        """Every run with its output, sorted by (stream, offset): the order blocks lie in the sources, so reads
-        of consecutive runs touch adjacent bytes."""
-        pairs = [(o, r) for o in self.outputs for r in o.runs]
+    def runs_in_copy_order(self) -> list[tuple[int, StreamRun]]:
+        """Every run with the index of its output, sorted by (stream, offset): the order blocks lie in the
+        sources, so reads of consecutive runs touch adjacent bytes."""
+        pairs = [(i, r) for i, o in enumerate(self.outputs) for r in o.runs]
         pairs.sort(key=lambda p: (p[1].stream_id, p[1].start_offset))
         return pairs
 
