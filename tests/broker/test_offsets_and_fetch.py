@@ -371,3 +371,22 @@ def test_init_producer_id_bumps_epoch_and_fences_the_old_one(
     assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
     assert send(epoch + 1, 0).error_code == ErrorCode.none  # type: ignore[attr-defined]
     assert send(epoch, 1).error_code == ErrorCode.invalid_producer_epoch  # type: ignore[attr-defined]
+
+
+def test_deleting_a_topic_destroys_its_partition_streams(
+    kafka: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    topic = topic_name("gone")
+    create_topic(kafka.bootstrap, topic)
+    _produce(kafka.bootstrap, topic, 10)
+    client = wire(kafka.port)
+    request_cls = codec.request_class(20, 6)
+    victim = codec.build(codec.field_entity(request_cls, "topics"), name=topic, topic_id=uuid.UUID(int=0))
+    deleted = client.request(codec.build(request_cls, topics=(victim,), timeout=10_000))
+    assert deleted.responses[0].error_code == ErrorCode.none
+    deadline = time.monotonic() + 15
+    while f"deleted the streams of {topic}-0" not in kafka.log_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert f"deleted the streams of {topic}-0" in kafka.log_text()
+    gone = _partition(client.request(fetch_request(topic, 0, 0)))
+    assert gone.error_code == ErrorCode.unknown_topic_or_partition  # type: ignore[attr-defined]
