@@ -7,7 +7,8 @@ core's reply; the core answers with ``send(sender, response)`` echoing the reque
 the reply finds its connection.
 
 Everything is bounded: at most ``max_queued`` requests wait per peer (the oldest is dropped: Raft retries on its
-own timers and a stale request is worthless), and ``inbound`` drops new messages when full. Sending never blocks
+own timers and a stale request is worthless; one that waited longer than the request timeout is dropped too), and
+``inbound`` drops new messages when full. Sending never blocks
 the driver, as the transport contract requires.
 """
 
@@ -17,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -49,7 +51,7 @@ class _Peer:
         self.node_id = node_id
         self.host = host
         self.port = port
-        self.queue: deque[RaftRequest] = deque(maxlen=max_queued)
+        self.queue: deque[tuple[float, RaftRequest]] = deque(maxlen=max_queued)  # (queued at, request)
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.connection: ControllerConnection | None = None
@@ -92,7 +94,7 @@ class NetworkTransport:
                 logger.debug("node %d: no address for node %d; dropping %s", self.node_id, destination,
                              type(message).__name__)
                 return
-            peer.queue.append(message)
+            peer.queue.append((time.monotonic(), message))
             peer.wake.set()
             if peer.task is None or peer.task.done():
                 peer.task = asyncio.get_running_loop().create_task(
@@ -144,7 +146,10 @@ class NetworkTransport:
             connection = await self._connected(peer)
             if connection is None:
                 continue
-            request = peer.queue.popleft()
+            queued_at, request = peer.queue.popleft()
+            if time.monotonic() - queued_at > self._request_timeout_s:
+                # Waited out a reconnect: the core has given up on it and retried with a fresh request.
+                continue
             task = asyncio.get_running_loop().create_task(self._exchange(peer, connection, request))
             self._exchanges.add(task)
             task.add_done_callback(self._exchanges.discard)

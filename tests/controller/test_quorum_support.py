@@ -147,7 +147,7 @@ class QuorumCluster:
                 await asyncio.sleep(0.05)
 
     async def leader(
-        self, among: list[int] | None = None, timeout: float = 15.0, not_epoch: int = -1
+        self, among: list[int] | None = None, timeout: float = 30.0, not_epoch: int = -1
     ) -> tuple[int, int]:
         """(leader id, epoch) once exactly one of ``among`` (default all running) answers DescribeQuorum as the
         leader of an epoch other than ``not_epoch`` and the active controller accepts writes."""
