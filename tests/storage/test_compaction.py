@@ -27,7 +27,7 @@ from storage.compaction.plan import (
 )
 from storage.compaction.stream_object import StreamObjectCompactor
 from storage.compaction.stream_set import StreamSetCompactor
-from storage.config import StorageConfig
+from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.errors import CompactionError, ObjectNotFoundError, ObjectStoreError, StorageError
 from storage.metadata.api import (
@@ -41,6 +41,7 @@ from storage.metadata.memory import InMemoryStreamMetadata
 from storage.objects.format import IndexEntry, object_key
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
+from storage.objectstore.factory import open_object_store
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.local import LocalObjectStore
 from storage.read import ObjectReadPath
@@ -457,6 +458,23 @@ async def test_engine_runs_compaction_and_the_lifecycle_in_the_background(tmp_pa
         assert (await rig.counts())[0] == 1
         assert await rig.bucket_keys() == await rig.live_keys()  # replaced objects deleted from the bucket
         assert await rig.read_all() == before
+    finally:
+        await rig.engine.shutdown()
+
+
+async def test_compaction_and_lifecycle_against_the_s3_server(tmp_path: Path, s3_bucket_url: BucketURL) -> None:
+    config = small_config(tmp_path, data_buckets=(s3_bucket_url,))
+    rig = await make_rig(tmp_path, store=open_object_store(s3_bucket_url, config), data_buckets=(s3_bucket_url,))
+    try:
+        await write_small_uploads(rig, rounds=12)
+        before = await rig.read_all()
+        old_keys = await rig.bucket_keys()
+        assert (await rig.stream_set().run_once()).merged_objects == 6
+        assert await rig.read_all() == before
+        rig.clock.now += RETENTION_MS
+        assert len((await rig.sweeper().run_once()).deleted) == 6
+        live = await rig.bucket_keys()
+        assert live == await rig.live_keys() and not live & old_keys
     finally:
         await rig.engine.shutdown()
 
