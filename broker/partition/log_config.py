@@ -1,14 +1,15 @@
-"""The topic configs the partition log enforces, parsed once per open with Kafka's names and defaults.
+"""The topic configs the partition log enforces, with Kafka's names.
 
-Topic configs override broker-wide ones (``log.message.timestamp.type`` for ``message.timestamp.type`` etc.), as
-in Kafka; values that do not parse fall back to the default with a warning instead of failing the partition,
-because the controller already validated them.
+The effective values come from controller.config's resolution (topic override, then the broker synonyms
+``log.message.timestamp.type`` etc., then Kafka's default) so there is one definition of every default; values
+that do not parse fall back to the default with a warning instead of failing the partition, because the
+controller already validated them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -30,32 +31,37 @@ class LogConfig:
     checkpoint_interval_ms: int = 30_000
 
     @classmethod
-    def from_configs(cls, topic: Mapping[str, str], broker: Mapping[str, str] | None = None) -> LogConfig:
-        broker = broker or {}
+    def from_lookup(cls, lookup: Callable[[str], str | None], *, producer_id_expiration_ms: int) -> LogConfig:
+        """Builds the config from ``lookup(topic config name) -> effective value`` (controller.config's
+        resolution: topic override, dynamic and static broker synonyms, Kafka default)."""
 
-        def pick(topic_key: str, broker_key: str) -> str | None:
-            return topic.get(topic_key) or broker.get(broker_key)
-
-        def as_int(topic_key: str, broker_key: str, default: int) -> int:
-            raw = pick(topic_key, broker_key)
+        def as_int(name: str, default: int) -> int:
+            raw = lookup(name)
             if raw is None:
                 return default
             try:
                 return int(raw)
             except ValueError:
-                logger.warning("ignoring invalid %s=%r (using %d)", topic_key, raw, default)
+                logger.warning("ignoring invalid %s=%r (using %d)", name, raw, default)
                 return default
 
-        ts_type = pick("message.timestamp.type", "log.message.timestamp.type") or "CreateTime"
         return cls(
-            max_message_bytes=as_int("max.message.bytes", "message.max.bytes", 1048588),
-            log_append_time=ts_type == "LogAppendTime",
-            timestamp_before_max_ms=as_int(
-                "message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms", _LONG_MAX
-            ),
-            timestamp_after_max_ms=as_int(
-                "message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms", _LONG_MAX
-            ),
-            index_interval_bytes=as_int("index.interval.bytes", "log.index.interval.bytes", 4096),
-            producer_id_expiration_ms=as_int("producer.id.expiration.ms", "producer.id.expiration.ms", 86_400_000),
+            max_message_bytes=as_int("max.message.bytes", 1048588),
+            log_append_time=(lookup("message.timestamp.type") or "CreateTime") == "LogAppendTime",
+            timestamp_before_max_ms=as_int("message.timestamp.before.max.ms", _LONG_MAX),
+            timestamp_after_max_ms=as_int("message.timestamp.after.max.ms", _LONG_MAX),
+            index_interval_bytes=as_int("index.interval.bytes", 4096),
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
+
+    @classmethod
+    def from_configs(cls, topic: Mapping[str, str], broker: Mapping[str, str] | None = None) -> LogConfig:
+        """Topic configs over broker synonyms (``log.`` prefixed), without controller.config's defaults."""
+        broker = broker or {}
+        synonyms = {"max.message.bytes": "message.max.bytes"}
+
+        def lookup(name: str) -> str | None:
+            return topic.get(name) or broker.get(synonyms.get(name, f"log.{name}"))
+
+        expiration = broker.get("producer.id.expiration.ms")
+        return cls.from_lookup(lookup, producer_id_expiration_ms=int(expiration) if expiration else 86_400_000)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from controller.client import ControllerClient
+from controller.config import ServerConfig, resolve_topic_config
 from controller.image import MetadataImage, PartitionImage
 from storage.stream import StreamClient
 
@@ -36,6 +37,7 @@ class PartitionHost(Protocol):
 
     node_id: int
     cluster_id: str
+    config: ServerConfig
     controller: ControllerClient
     storage: Any  # a storage.stream.StreamClient (the StorageEngine)
 
@@ -165,7 +167,13 @@ class PartitionManager:
         return failed
 
     def _log_config(self, image: MetadataImage, topic_configs: Mapping[str, str]) -> LogConfig:
-        return LogConfig.from_configs(topic_configs, image.broker_configs)
+        server = self._node.config
+        node_dynamic = image.node_configs.get(self._node.node_id, {})
+
+        def lookup(name: str) -> str | None:
+            return resolve_topic_config(name, server, image.broker_configs, topic_configs, node_dynamic).value
+
+        return LogConfig.from_lookup(lookup, producer_id_expiration_ms=int(server.value("producer.id.expiration.ms")))
 
     async def _open(self, image: MetadataImage, topic: str, part: PartitionImage) -> None:
         topic_image = image.topics_by_id.get(part.topic_id)

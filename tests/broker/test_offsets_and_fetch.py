@@ -390,3 +390,21 @@ def test_deleting_a_topic_destroys_its_partition_streams(
     assert f"deleted the streams of {topic}-0" in kafka.log_text()
     gone = _partition(client.request(fetch_request(topic, 0, 0)))
     assert gone.error_code == ErrorCode.unknown_topic_or_partition  # type: ignore[attr-defined]
+
+
+def test_topic_configs_are_enforced(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    topic = topic_name("cfg")
+    create_topic(
+        kafka.bootstrap, topic, config={"message.timestamp.type": "LogAppendTime", "max.message.bytes": "2000"}
+    )
+    client = wire(kafka.port)
+    before = int(time.time() * 1000)
+    small = build_batch([Record(None, b"tiny", (), 1000)])
+    answer = client.request(produce_request(topic, 0, small)).responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.none
+    assert answer.log_append_time is not None and answer.log_append_time.timestamp() * 1000 >= before - 1
+    stored = [r for _, r in iter_records(_partition(client.request(fetch_request(topic, 0, 0))).records)]  # type: ignore[attr-defined]
+    assert [r.timestamp for r in stored] == [int(answer.log_append_time.timestamp() * 1000)]
+    big = build_batch([Record(None, b"x" * 5000)])
+    too_large = client.request(produce_request(topic, 0, big)).responses[0].partition_responses[0]
+    assert too_large.error_code == ErrorCode.message_too_large
