@@ -87,6 +87,7 @@ class StorageStream:
         self._durable: dict[int, tuple[StreamRecordBatch, WALRecord]] = {}
         self._confirmed: dict[int, asyncio.Future[None]] = {}
         self._appended = asyncio.Event()
+        self._close_task: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"StorageStream(id={self._stream_id}, epoch={self._epoch}, [{self._start}, {self._confirm}))"
@@ -241,8 +242,19 @@ class StorageStream:
     async def close(self) -> None:
         if self._state == _CLOSED:
             return
-        self._state = _CLOSING
-        self._wake_waiters()
+        if self._close_task is None:
+            self._state = _CLOSING  # from now on appends are refused
+            self._wake_waiters()
+            self._close_task = asyncio.ensure_future(self._close())
+        # Concurrent closers (the partition layer and a shutdown) share one close; shielded so that a caller
+        # giving up does not abandon it half way.
+        await asyncio.shield(self._close_task)
+
+    @property
+    def closing(self) -> bool:
+        return self._state == _CLOSING
+
+    async def _close(self) -> None:
         try:
             if self._inflight:
                 await asyncio.gather(*list(self._inflight), return_exceptions=True)
@@ -276,6 +288,7 @@ class StreamClientImpl:
     def __init__(self, io: StreamIO) -> None:
         self._io = io
         self._open: dict[int, StorageStream] = {}
+        self._opening: dict[int, asyncio.Lock] = {}
 
     @property
     def open_streams(self) -> dict[int, StorageStream]:
@@ -285,17 +298,22 @@ class StreamClientImpl:
         return await self._io.metadata.create_stream(self._io.node, tags)
 
     async def open_stream(self, stream_id: int, epoch: int) -> StorageStream:
-        existing = self._open.get(stream_id)
-        if existing is not None and existing.epoch == epoch and not existing.closed:
-            return existing
-        if existing is not None and not existing.closed:
-            raise StreamFencedError(
-                f"stream {stream_id} is already open here at epoch {existing.epoch}; close it before opening it at "
-                f"epoch {epoch}"
-            )
-        result = await self._io.metadata.open_stream(self._io.node, stream_id, epoch)
-        stream = StorageStream(self._io, stream_id, epoch, result.start_offset, result.next_offset)
-        self._open[stream_id] = stream
+        # One open at a time per stream: two concurrent opens must not produce two writers of one stream.
+        lock = self._opening.setdefault(stream_id, asyncio.Lock())
+        async with lock:
+            existing = self._open.get(stream_id)
+            if existing is not None and existing.closing:
+                await existing.close()  # reopening right after a close: let that close finish first
+            elif existing is not None and not existing.closed:
+                if existing.epoch == epoch:
+                    return existing
+                raise StreamFencedError(
+                    f"stream {stream_id} is already open here at epoch {existing.epoch}; close it before opening "
+                    f"it at epoch {epoch}"
+                )
+            result = await self._io.metadata.open_stream(self._io.node, stream_id, epoch)
+            stream = StorageStream(self._io, stream_id, epoch, result.start_offset, result.next_offset)
+            self._open[stream_id] = stream
         logger.debug(
             "opened stream %d at epoch %d: [%d, %d)", stream_id, epoch, result.start_offset, result.next_offset
         )
@@ -305,8 +323,9 @@ class StreamClientImpl:
         stream = self._open.get(stream_id)
         if stream is not None and not stream.closed:
             await stream.destroy()
-            return
-        await self._io.metadata.delete_stream(self._io.node, stream_id, epoch)
+        else:
+            await self._io.metadata.delete_stream(self._io.node, stream_id, epoch)
+        self._opening.pop(stream_id, None)
 
     def discard(self, stream: StorageStream) -> None:
         if self._open.get(stream.stream_id) is stream:

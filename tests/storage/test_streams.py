@@ -274,3 +274,27 @@ async def test_a_fenced_node_fails_appends_instead_of_waiting_forever(tmp_path: 
         assert (await metadata.get_streams([stream.stream_id]))[0].end_offset == 0  # nothing became visible
     finally:
         await engine.shutdown()
+
+
+async def test_concurrent_opens_and_closes_of_one_stream_are_serialized(tmp_path: Path) -> None:
+    metadata = InMemoryStreamMetadata()
+    engine = make_engine(small_config(tmp_path), metadata)
+    await engine.start()
+    try:
+        stream_id = await engine.create_stream()
+        first, second = await asyncio.gather(engine.open_stream(stream_id, 0), engine.open_stream(stream_id, 0))
+        assert first is second  # one writer, not two competing for the same offsets
+        await first.append(b"x", 1)
+        await asyncio.gather(first.close(), first.close())  # both wait for the same close
+        assert first.closed
+        with pytest.raises(StreamNotOpenedError):
+            first.append(b"late", 1)
+        reopened = await engine.open_stream(stream_id, 1)
+        await reopened.append(b"y", 1)
+        closing = asyncio.ensure_future(reopened.close())
+        await asyncio.sleep(0)
+        again = await engine.open_stream(stream_id, 2)  # waits for the close in progress, then reopens
+        assert closing.done() and again.next_offset == 2
+        assert [b.payload for b in (await again.fetch(0, 2, 100)).batches] == [b"x", b"y"]
+    finally:
+        await engine.shutdown()
