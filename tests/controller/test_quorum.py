@@ -205,6 +205,31 @@ async def test_describe_cluster_and_api_versions_on_the_controller_listener(clus
         await client.close()
 
 
+async def test_every_describe_quorum_version_reports_the_leader(cluster: QuorumCluster) -> None:
+    leader, epoch = await cluster.leader()
+    client = await cluster.client(leader)
+    try:
+        for version in (0, 1, 2):
+            partition = await client.describe_quorum(version)
+            assert partition.error_code == ErrorCode.none
+            assert (partition.leader_id, partition.leader_epoch) == (leader, epoch)
+            assert sorted(v.replica_id for v in partition.current_voters) == [0, 1, 2]
+    finally:
+        await client.close()
+
+
+async def test_registration_from_another_cluster_is_refused(cluster: QuorumCluster) -> None:
+    leader, _ = await cluster.leader()
+    client = await cluster.client(leader)
+    try:
+        response = await client.register_broker(150, "AAAAAAAAAAAAAAAAAAAAAA")
+        assert response.error_code == ErrorCode.inconsistent_cluster_id
+        state = metadata_records(await client.dump())
+        assert not any(isinstance(r, RegisterBrokerRecord) and r.node_id == 150 for r in state)
+    finally:
+        await client.close()
+
+
 async def test_restarting_every_controller_gives_the_same_image(cluster: QuorumCluster) -> None:
     leader, _ = await cluster.leader()
     await _write_some_metadata(cluster, leader, 101, "survives-restart")
