@@ -13,9 +13,11 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
+from broker.protocol import codec
 from controller.raft.log import EntryKind
 from controller.raft.messages import Errors, FetchRequest, FetchResponse
 from controller.records import (
+    ConfigRecord,
     KVRecord,
     MetadataRecord,
     PartitionRecord,
@@ -202,6 +204,48 @@ async def test_describe_cluster_and_api_versions_on_the_controller_listener(clus
             assert key in served
         assert m.STREAM_API_BASE in served
     finally:
+        await client.close()
+
+
+async def test_forwarded_admin_requests_change_the_replicated_image(cluster: QuorumCluster) -> None:
+    leader, _ = await cluster.leader()
+    _, heartbeats = await _register_with_heartbeats(cluster, leader, 103)
+    client = await cluster.client(leader)
+    try:
+        assert (await client.create_topic("admin", 1)).error_code == ErrorCode.none
+        grown = await client.request(
+            m.CREATE_PARTITIONS, 3, topics=(codec.build_nested(
+                codec.request_class(m.CREATE_PARTITIONS, 3), "topics", name="admin", count=3, assignments=None
+            ),), timeout=10_000, validate_only=False,
+        )
+        assert grown.results[0].error_code == ErrorCode.none, grown
+        config_cls = codec.request_class(m.INCREMENTAL_ALTER_CONFIGS, 1)
+        resource_cls = codec.field_entity(config_cls, "resources")
+        altered = await client.request(
+            m.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(codec.build(
+                resource_cls, resource_type=2, resource_name="admin",
+                configs=(codec.build_nested(resource_cls, "configs", name="retention.ms", config_operation=0,
+                                            value="60000"),),
+            ),),
+        )
+        assert altered.responses[0].error_code == ErrorCode.none, altered
+        dumps = await cluster.converged_dumps([0, 1, 2])
+        for dump in dumps.values():
+            state = metadata_records(dump)
+            topic = next(r for r in state if isinstance(r, TopicRecord) and r.name == "admin")
+            assert sum(isinstance(r, PartitionRecord) and r.topic_id == topic.topic_id for r in state) == 3
+            assert ConfigRecord(2, "admin", "retention.ms", "60000") in state
+        deleted = await client.request(
+            m.DELETE_TOPICS, 6, timeout=10_000, topics=(codec.build_nested(
+                codec.request_class(m.DELETE_TOPICS, 6), "topics", name="admin", topic_id=None
+            ),),
+        )
+        assert deleted.responses[0].error_code == ErrorCode.none, deleted
+        dumps = await cluster.converged_dumps([0, 1, 2])
+        assert all(not any(isinstance(r, TopicRecord) and r.name == "admin" for r in metadata_records(d))
+                   for d in dumps.values())
+    finally:
+        heartbeats.cancel()
         await client.close()
 
 
