@@ -399,3 +399,21 @@ def test_resigning_leader_names_the_most_caught_up_successor_first() -> None:
     assert ends and ends[0].preferred_successors == (ahead, behind)
     net.run(30)
     assert net.nodes[ahead].role in (Role.PROSPECTIVE, Role.CANDIDATE, Role.LEADER)
+
+
+def test_refused_candidates_do_not_push_back_a_voters_election_timer() -> None:
+    log = RaftLog(entries=[LogEntry(0, 1, b"x"), LogEntry(1, 1, b"y")])
+    node = RaftNode(2, [1, 2, 3], rng=random.Random(3), now_ms=0, config=CONFIG, log=log,
+                    quorum_state=QuorumState(1, None, None))
+    node.drain()
+    deadline = node.next_deadline_ms(0)
+    # A stream of candidates with stale logs, each in a higher epoch, just before the timer would fire.
+    for k in range(5):
+        node.receive(3, VoteRequest("fjord", 2 + k, 3, 1, 1, False, 2), deadline - 1)
+        answers = [e.message for e in node.drain() if isinstance(e, Send)]
+        assert isinstance(answers[0], VoteResponse) and not answers[0].vote_granted
+    assert node.epoch == 6
+    assert node.next_deadline_ms(deadline - 1) <= deadline
+    node.tick(deadline)
+    node.drain()
+    assert node.role is Role.CANDIDATE or node.role is Role.PROSPECTIVE
