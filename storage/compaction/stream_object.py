@@ -55,9 +55,11 @@ class StreamObjectCompactor:
     async def run_once(self, stream_ids: Iterable[int]) -> StreamObjectCompactionResult:
         """Compacts each stream in turn; a failure is logged, reported, and does not stop the other streams."""
         result = StreamObjectCompactionResult()
-        for stream_id in stream_ids:
+        # One lookup for every stream's start offset; deleted streams are skipped (the sweep reclaims them).
+        for stream in await self._metadata.get_streams(list(stream_ids)):
+            stream_id = stream.stream_id
             try:
-                await self.compact_stream(stream_id, result)
+                await self._compact(stream_id, stream.start_offset, result)
             except asyncio.CancelledError:
                 raise
             except StorageError as exc:
@@ -66,12 +68,7 @@ class StreamObjectCompactor:
                 result.failures.append(message)
         return result
 
-    async def compact_stream(self, stream_id: int, result: StreamObjectCompactionResult | None = None) -> None:
-        result = result if result is not None else StreamObjectCompactionResult()
-        streams = await self._metadata.get_streams([stream_id])
-        if not streams:
-            return  # deleted: the lifecycle sweep reclaims its objects
-        start_offset = streams[0].start_offset
+    async def _compact(self, stream_id: int, start_offset: int, result: StreamObjectCompactionResult) -> None:
         objects = await self._metadata.get_stream_objects(stream_id)
         plan = plan_stream_object_compaction(
             objects, stream_id, start_offset, self._config.stream_object_compaction_small_size
