@@ -30,7 +30,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -409,95 +409,127 @@ class MetadataReplica:
 
 
 class RemoteStreamMetadata:
-    """`storage.metadata.api.StreamMetadata` served by the active controller (Fjord's own RPCs)."""
+    """`storage.metadata.api.StreamMetadata` served by the active controller (Fjord's own RPCs).
 
-    def __init__(self, channel: ActiveControllerChannel, node_id: int, node_epoch: Callable[[], int]) -> None:
+    A mutation refused with NODE_FENCED while this broker's registration is still current means the controller
+    fenced it for a missed session (a pause, a slow heartbeat), not that a newer incarnation exists: such a fence
+    lifts at the next heartbeat once the broker has caught up. ``wait_unfenced`` waits for that (bounded) and the
+    call is retried, so a broker resuming from a pause uploads and closes what it still owns instead of treating
+    the fence as final (the storage engine gives up on a fenced node, leaving the data in its WAL until a restart).
+    Nothing unsafe becomes possible: while fenced, every mutation is refused, and streams another broker has
+    opened since carry a higher epoch, which the controller checks on every commit.
+    """
+
+    _FENCE_RETRIES = 3
+
+    def __init__(
+        self,
+        channel: ActiveControllerChannel,
+        node_id: int,
+        node_epoch: Callable[[], int],
+        wait_unfenced: Callable[[NodeIdentity], Awaitable[bool]] | None = None,
+    ) -> None:
         self._channel = channel
         self._node_id = node_id
         self._node_epoch = node_epoch
+        self._wait_unfenced = wait_unfenced
 
     def _self(self) -> NodeIdentity:
         """The identity read-only calls carry (mutations carry the caller's own NodeIdentity)."""
         return NodeIdentity(self._node_id, self._node_epoch())
 
+    async def _call(self, request: m.StreamRequest, what: str, *, stream_id: int = -1) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await self._channel.stream(request, what, stream_id=stream_id)
+            except m.NodeFencedError as exc:
+                attempt += 1
+                if not request.MUTATES or self._wait_unfenced is None or attempt > self._FENCE_RETRIES:
+                    raise
+                logger.info("node %d: %s refused while fenced (%s); waiting for the fence to lift",
+                            request.node.node_id, what, exc)
+                if not await self._wait_unfenced(request.node):
+                    raise
+
     async def create_stream(self, node: NodeIdentity, tags: Sequence[tuple[str, str]] = ()) -> int:
-        result: int = await self._channel.stream(m.CreateStream(node, tuple(tags)), "create a stream")
+        result: int = await self._call(m.CreateStream(node, tuple(tags)), "create a stream")
         return result
 
     async def open_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> OpenStreamResult:
-        result: OpenStreamResult = await self._channel.stream(
+        result: OpenStreamResult = await self._call(
             m.OpenStream(node, stream_id, epoch), f"open stream {stream_id} at epoch {epoch}", stream_id=stream_id
         )
         return result
 
     async def close_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
-        await self._channel.stream(m.CloseStream(node, stream_id, epoch), f"close stream {stream_id}",
+        await self._call(m.CloseStream(node, stream_id, epoch), f"close stream {stream_id}",
                                    stream_id=stream_id)
 
     async def trim_stream(self, node: NodeIdentity, stream_id: int, epoch: int, new_start_offset: int) -> None:
-        await self._channel.stream(m.TrimStream(node, stream_id, epoch, new_start_offset),
+        await self._call(m.TrimStream(node, stream_id, epoch, new_start_offset),
                                    f"trim stream {stream_id} to {new_start_offset}", stream_id=stream_id)
 
     async def delete_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
-        await self._channel.stream(m.DeleteStream(node, stream_id, epoch), f"delete stream {stream_id}",
+        await self._call(m.DeleteStream(node, stream_id, epoch), f"delete stream {stream_id}",
                                    stream_id=stream_id)
 
     async def get_streams(self, stream_ids: Sequence[int]) -> list[StreamMetadataRecord]:
-        result = await self._channel.stream(m.GetStreams(self._self(), tuple(stream_ids)), "read streams")
+        result = await self._call(m.GetStreams(self._self(), tuple(stream_ids)), "read streams")
         return list(result or ())
 
     async def get_opening_streams(self, node: NodeIdentity) -> list[OpeningStream]:
-        result = await self._channel.stream(m.GetOpeningStreams(node), f"list streams opened by node {node.node_id}")
+        result = await self._call(m.GetOpeningStreams(node), f"list streams opened by node {node.node_id}")
         return list(result or ())
 
     async def prepare_objects(self, node: NodeIdentity, count: int, ttl_ms: int) -> int:
-        result: int = await self._channel.stream(m.PrepareObjects(node, count, ttl_ms), f"prepare {count} objects")
+        result: int = await self._call(m.PrepareObjects(node, count, ttl_ms), f"prepare {count} objects")
         return result
 
     async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None:
-        await self._channel.stream(m.CommitStreamSetObject(request.node, request),
+        await self._call(m.CommitStreamSetObject(request.node, request),
                                    f"commit stream-set object {request.object_id}")
 
     async def commit_stream_object(self, request: CommitStreamObjectRequest) -> None:
-        await self._channel.stream(m.CommitStreamObject(request.node, request),
+        await self._call(m.CommitStreamObject(request.node, request),
                                    f"commit stream object {request.object_id}")
 
     async def get_objects(
         self, stream_id: int, start_offset: int, end_offset: int, limit: int
     ) -> list[S3ObjectMetadata]:
-        result = await self._channel.stream(
+        result = await self._call(
             m.GetObjects(self._self(), stream_id, start_offset, end_offset, limit),
             f"find objects of stream {stream_id} [{start_offset}, {end_offset})", stream_id=stream_id,
         )
         return list(result or ())
 
     async def get_stream_set_objects(self, node_id: int) -> list[S3ObjectMetadata]:
-        result = await self._channel.stream(m.GetStreamSetObjects(self._self(), node_id),
+        result = await self._call(m.GetStreamSetObjects(self._self(), node_id),
                                             f"list stream-set objects of node {node_id}")
         return list(result or ())
 
     async def get_stream_objects(self, stream_id: int) -> list[S3ObjectMetadata]:
-        result = await self._channel.stream(m.GetStreamObjects(self._self(), stream_id),
+        result = await self._call(m.GetStreamObjects(self._self(), stream_id),
                                             f"list stream objects of stream {stream_id}", stream_id=stream_id)
         return list(result or ())
 
     async def sweep_objects(self, now_ms: int) -> list[int]:
-        result = await self._channel.stream(m.SweepObjects(self._self(), now_ms), "sweep expired objects")
+        result = await self._call(m.SweepObjects(self._self(), now_ms), "sweep expired objects")
         return list(result or ())
 
     async def remove_objects(self, object_ids: Sequence[int]) -> None:
-        await self._channel.stream(m.RemoveObjects(self._self(), tuple(object_ids)),
+        await self._call(m.RemoveObjects(self._self(), tuple(object_ids)),
                                    f"remove {len(object_ids)} objects")
 
     async def get_kv(self, key: str) -> bytes | None:
-        result: bytes | None = await self._channel.stream(m.GetKV(self._self(), key), f"read KV {key}")
+        result: bytes | None = await self._call(m.GetKV(self._self(), key), f"read KV {key}")
         return result
 
     async def put_kv(self, key: str, value: bytes) -> None:
-        await self._channel.stream(m.PutKV(self._self(), key, value), f"write KV {key}")
+        await self._call(m.PutKV(self._self(), key, value), f"write KV {key}")
 
     async def delete_kv(self, key: str) -> None:
-        await self._channel.stream(m.DeleteKV(self._self(), key), f"delete KV {key}")
+        await self._call(m.DeleteKV(self._self(), key), f"delete KV {key}")
 
 
 # ------------------------------------------------------------------------------------------- the client
@@ -525,7 +557,8 @@ class RemoteControllerClient:
             retry_budget_s=max(int(config.value("request.timeout.ms")) / 1000, 2 * request_s),
             leader_hint=lambda: self.replica.leader_id,
         )
-        self._stream_metadata = RemoteStreamMetadata(self.channel, self.node_id, lambda: self.node_epoch)
+        self._stream_metadata = RemoteStreamMetadata(self.channel, self.node_id, lambda: self.node_epoch,
+                                                     self.wait_unfenced)
         self.node_epoch = -1
         self.is_fenced = True
         self._heartbeat_interval_s = config.broker_heartbeat_interval_ms / 1000
@@ -633,6 +666,26 @@ class RemoteControllerClient:
         if fenced != self.is_fenced and not want_shutdown:
             logger.warning("broker %d is %s by the controller", self.node_id, "fenced" if fenced else "unfenced")
         self.is_fenced = fenced
+
+    async def wait_unfenced(self, node: NodeIdentity) -> bool:
+        """Heartbeats until the controller lifts a session fence on ``node`` (this broker at its current epoch);
+        False at once for another identity or a superseded registration, or after twice the session timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * self._session_timeout_s
+        while loop.time() < deadline:
+            registered = self.image.brokers.get(self.node_id)
+            if node != NodeIdentity(self.node_id, self.node_epoch) or (
+                registered is not None and registered.epoch != self.node_epoch
+            ):
+                return False
+            try:
+                await self._heartbeat(budget_s=self._heartbeat_interval_s)
+            except ControllerUnavailableError as exc:
+                logger.info("broker %d: heartbeat while fenced failed: %s", self.node_id, exc)
+            if not self.is_fenced:
+                return True
+            await asyncio.sleep(self._heartbeat_interval_s)
+        return False
 
     async def _heartbeat_loop(self) -> None:
         """Heartbeats every ``broker.heartbeat.interval.ms``; a failed round is logged and the next one tried

@@ -1,0 +1,203 @@
+"""Support for the cluster tests (no tests here): real controller and broker processes, real clients.
+
+The processes are ``broker.local_cluster``'s (what ``fjord cluster up`` runs), with timeouts shortened so failover
+happens in seconds. Clients are confluent-kafka (librdkafka), as users run them; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.local_cluster import REPO_ROOT, LocalCluster, quorum_leader
+from controller.shell import MetadataShell, build_tree
+from controller.shell_sources import from_controllers
+
+FAST = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.election.backoff.max.ms": "300",
+    "controller.quorum.request.timeout.ms": "1000",
+    "broker.session.timeout.ms": "4000",
+    "broker.heartbeat.interval.ms": "500",
+    "s3.wal.upload.interval.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
+}
+SESSION_TIMEOUT_S = 4.0
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=20, request_timeout=30)
+    futures[name].result(timeout=30)
+
+
+def leaders(bootstrap: str, topic: str, partitions: int | None = None, timeout: float = 15.0) -> dict[int, int]:
+    """partition -> leader id, from a broker's Metadata; with ``partitions``, waits (bounded) until that many
+    partitions all have a leader (brokers learn of a new topic a moment after the one that created it)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def read() -> dict[int, int]:
+        meta = admin.list_topics(topic=topic, timeout=10)
+        found = meta.topics.get(topic)
+        return {} if found is None or found.error is not None else {
+            p.id: p.leader for p in found.partitions.values()
+        }
+
+    def complete() -> dict[int, int] | None:
+        got = read()
+        return got if len(got) == partitions and min(got.values()) >= 0 else None
+
+    if partitions is None:
+        return read()
+    result: dict[int, int] = wait_for(f"{partitions} led partitions of {topic}", complete, timeout)
+    return result
+
+
+def live_brokers(bootstrap: str) -> set[int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return set(admin.list_topics(timeout=10).brokers)
+
+
+def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
+    """Polls ``check()`` until it returns something truthy; AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as exc:  # a broker or controller in transition: keep polling
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"{what} did not happen within {timeout} s (last: {last!r})")
+
+
+@dataclass
+class ProduceLoad:
+    """A producer thread sending numbered records (acks=all) until stopped; remembers what was acknowledged."""
+
+    bootstrap: str
+    topic: str
+    acked: set[str] = field(default_factory=set)
+    failed: list[str] = field(default_factory=list)
+    sent: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> ProduceLoad:
+        self._thread = threading.Thread(target=self._run, name=f"produce-{self.topic}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        producer = Producer({
+            "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": False,
+            "message.timeout.ms": 60000, "linger.ms": 5, "retry.backoff.ms": 100,
+        })
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            value = msg.value().decode()
+            if err is None:
+                self.acked.add(value)
+            else:
+                self.failed.append(f"{value}: {err}")
+
+        while not self._stop.is_set():
+            producer.produce(self.topic, value=f"r{self.sent}".encode(), on_delivery=delivered)
+            self.sent += 1
+            producer.poll(0.01)
+        producer.flush(60)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=90)
+            assert not self._thread.is_alive(), "the producer did not finish flushing"
+
+    def wait_acked(self, count: int, timeout: float) -> None:
+        wait_for(f"{count} acknowledged records on {self.topic}", lambda: len(self.acked) >= count, timeout)
+
+
+def produce(bootstrap: str, topic: str, values: Iterable[str], timeout: float = 60) -> set[str]:
+    """Sends ``values`` (acks=all) and returns those acknowledged."""
+    acked: set[str] = set()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": int(timeout * 1000)})
+    for value in values:
+        producer.produce(topic, value=value.encode(),
+                         on_delivery=lambda err, msg: acked.add(msg.value().decode()) if err is None else None)
+        producer.poll(0)
+    producer.flush(timeout)
+    return acked
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, expected: set[str], timeout: float) -> list[str]:
+    """Reads every partition from the beginning until ``expected`` is all seen (or ``timeout``); returns every
+    value read, duplicates included."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not expected <= set(seen):
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value().decode())
+    finally:
+        consumer.close()
+    return seen
+
+
+def active_controller(cluster: LocalCluster, exclude: Iterable[int] = ()) -> int | None:
+    skip = set(exclude)
+    specs = [n.spec for n in cluster.controllers if n.running and n.spec.node_id not in skip]
+    return asyncio.run(quorum_leader(specs))
+
+
+def metadata_shell(cluster: LocalCluster, *commands: str) -> str:
+    """Runs ``fjord metadata shell --controllers ... -c ...`` and returns its output (exit 0 required)."""
+    controllers = ",".join(n.spec.address for n in cluster.controllers if n.running)
+    argv = [sys.executable, "-m", "broker.cli", "metadata", "shell", "--controllers", controllers]
+    for command in commands:
+        argv += ["-c", command]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)
+    assert result.returncode == 0, f"metadata shell failed ({result.returncode}):\n{result.stderr}"
+    return result.stdout
+
+
+def shell_in_process(cluster: LocalCluster) -> MetadataShell:
+    """The shell ``fjord metadata shell --controllers`` runs, loaded once in this process (one subprocess per
+    command would cost seconds of start-up each)."""
+    addresses = [("127.0.0.1", n.spec.port) for n in cluster.controllers if n.running]
+    loaded = asyncio.run(from_controllers(addresses))
+    return MetadataShell(build_tree(loaded.records))
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The rows (without header) of a table the shell printed, split on whitespace."""
+    lines = [line.split() for line in text.strip().splitlines() if line.strip()]
+    return lines[1:]
+
+
+def data_dir_of(cluster: LocalCluster, node_id: int) -> Path:
+    return cluster.node(node_id).spec.data_dir

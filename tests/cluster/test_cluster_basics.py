@@ -1,0 +1,150 @@
+"""A 3-controller, 3-broker cluster on moto S3 serving real clients: topics spread over brokers, produce and
+consume across them, the wrong broker refusing with NOT_LEADER_OR_FOLLOWER, group coordinators on the broker that
+leads the group's ``__consumer_offsets`` partition, and the metadata shell showing all of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from cluster_support import (
+    consume_all,
+    create_topic,
+    leaders,
+    live_brokers,
+    metadata_shell,
+    produce,
+    shell_in_process,
+    table_rows,
+    topic_name,
+)
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+
+from broker.groups.offsets_schema import partition_for
+from broker.local_cluster import LocalCluster
+from broker.protocol import codec
+from controller.config import INTERNAL_TOPIC_PARTITIONS
+from controller.rpc.connection import ControllerConnection
+
+LIST_OFFSETS = 2
+
+
+def test_topics_spread_over_brokers_and_records_flow(shared_cluster: LocalCluster) -> None:
+    bootstrap = shared_cluster.bootstrap_servers
+    broker_ids = {b.spec.node_id for b in shared_cluster.brokers}
+    assert live_brokers(bootstrap) == broker_ids
+    topic = topic_name("spread")
+    create_topic(bootstrap, topic, 6)
+    placement = leaders(bootstrap, topic, 6)
+    assert sorted(placement) == list(range(6))
+    assert set(placement.values()) == broker_ids, f"partitions are not spread over every broker: {placement}"
+
+    values = [f"v{i}" for i in range(300)]
+    acked = produce(bootstrap, topic, values)
+    assert acked == set(values)
+    seen = consume_all(bootstrap, topic, 6, acked, timeout=30)
+    assert set(seen) == acked
+    assert len(seen) == len(acked), "a record was delivered twice"
+
+
+def test_a_partition_asked_of_the_wrong_broker_is_refused(shared_cluster: LocalCluster) -> None:
+    bootstrap = shared_cluster.bootstrap_servers
+    topic = topic_name("wrong")
+    create_topic(bootstrap, topic, 3)
+    placement = leaders(bootstrap, topic, 3)
+
+    async def list_offsets(port: int, partition: int) -> int:
+        cls = codec.request_class(LIST_OFFSETS, 7)
+        topic_cls = codec.field_entity(cls, "topics")
+        request = codec.build(cls, replica_id=-1, isolation_level=0, topics=(
+            codec.build_nested(cls, "topics", name=topic, partitions=(
+                codec.build_nested(topic_cls, "partitions", partition_index=partition, current_leader_epoch=-1,
+                                   timestamp=-1),
+            )),
+        ))
+        connection = ControllerConnection("127.0.0.1", port, client_id="cluster-test")
+        await connection.connect(timeout=5)
+        try:
+            response = await connection.request(request, timeout=10)
+        finally:
+            await connection.close()
+        return int(response.topics[0].partitions[0].error_code)
+
+    for partition, leader in placement.items():
+        for broker in shared_cluster.brokers:
+            code = asyncio.run(list_offsets(broker.spec.port, partition))
+            if broker.spec.node_id == leader:
+                assert code == ErrorCode.none, f"leader {leader} of partition {partition} answered {code}"
+            else:
+                assert code == ErrorCode.not_leader_or_follower, (
+                    f"broker {broker.spec.node_id} answered {code} for partition {partition} led by {leader}"
+                )
+
+
+def test_group_coordinator_is_the_leader_of_the_groups_offsets_partition(shared_cluster: LocalCluster) -> None:
+    bootstrap = shared_cluster.bootstrap_servers
+    topic = topic_name("group")
+    create_topic(bootstrap, topic, 3)
+    acked = produce(bootstrap, topic, [f"g{i}" for i in range(60)])
+    groups = [f"group-{i}-{topic}" for i in range(4)]
+    for group in groups:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+        consumer.subscribe([topic])
+        seen: set[str] = set()
+        deadline = time.monotonic() + 40
+        while seen != acked and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.add(msg.value().decode())
+        consumer.commit(asynchronous=False)
+        consumer.close()
+        assert seen == acked, f"group {group} read {len(seen)} of {len(acked)} records"
+
+    offsets_leaders = leaders(bootstrap, "__consumer_offsets", INTERNAL_TOPIC_PARTITIONS)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_consumer_groups(groups)
+    coordinators = {}
+    for group, future in described.items():
+        coordinator = future.result(timeout=20).coordinator.id
+        expected = offsets_leaders[partition_for(group, INTERNAL_TOPIC_PARTITIONS)]
+        assert coordinator == expected, f"{group}: coordinator {coordinator}, offsets partition led by {expected}"
+        coordinators[group] = coordinator
+    assert len(set(offsets_leaders.values())) > 1, "__consumer_offsets is not spread over brokers"
+
+
+def test_metadata_shell_shows_the_running_cluster(shared_cluster: LocalCluster) -> None:
+    bootstrap = shared_cluster.bootstrap_servers
+    topic = topic_name("shell")
+    create_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, [f"s{i}" for i in range(20)])
+    placement = leaders(bootstrap, topic, 4)
+
+    brokers = table_rows(metadata_shell(shared_cluster, "ls /brokers"))
+    assert {(int(r[0]), r[2], r[4]) for r in brokers} == {
+        (b.spec.node_id, "active", f"PLAINTEXT://{b.spec.address}") for b in shared_cluster.brokers
+    }
+    shell = shell_in_process(shared_cluster)
+    topics = {r[0]: r for r in table_rows(shell.run("ls /topics"))}
+    assert topics[topic][2] == "4"
+
+    assert shell.run(f"cd /topics/{topic}") == ""
+    assert shell.run("pwd") == f"/topics/{topic}"
+    assert f"leader          : {placement[0]}" in shell.run("cat 0")
+    rows = {int(r[0]): int(r[1]) for r in table_rows(shell.run("cat partitions"))}
+    assert rows == placement
+
+    streams = table_rows(shell.run("ls /streams"))
+    mine = [r for r in streams if f"topic={topic}," in r[6]]
+    log_streams = {r[6]: r for r in mine if r[6].endswith("type=log")}
+    assert len(log_streams) == 4, mine
+    for row in log_streams.values():
+        partition = int(row[6].split("partition=")[1].split(",")[0])
+        assert int(row[5]) == placement[partition], f"stream {row[0]} is owned by {row[5]}, not the leader"
+
+    tree = shell.run("tree /nodes")
+    assert tree.splitlines()[0] == "/nodes"
+    for broker in shared_cluster.brokers:
+        assert f"{broker.spec.node_id}/" in tree

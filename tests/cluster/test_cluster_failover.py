@@ -1,0 +1,195 @@
+"""Failures of a 3-controller, 3-broker cluster under real clients: the active controller killed (-9) under
+produce load, a broker killed (-9), and a stale broker (paused past its session timeout, then resumed)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+from cluster_support import (
+    SESSION_TIMEOUT_S,
+    ProduceLoad,
+    active_controller,
+    consume_all,
+    create_topic,
+    leaders,
+    live_brokers,
+    produce,
+    shell_in_process,
+    table_rows,
+    topic_name,
+    wait_for,
+)
+
+from broker.local_cluster import LocalCluster
+from controller.rpc import messages as m
+from controller.rpc.connection import ControllerConnection
+from controller.shell_sources import from_controllers
+from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+
+ELECTION_LIMIT_S = 3.0
+
+
+def _bootstrap_without(cluster: LocalCluster, node_id: int) -> str:
+    return ",".join(b.spec.address for b in cluster.brokers if b.spec.node_id != node_id)
+
+
+def _controller_states(cluster: LocalCluster) -> list[tuple[int, list[object]]]:
+    """(applied offset, records) of every running controller, each asked on its own."""
+    out = []
+    for node in cluster.controllers:
+        if node.running:
+            loaded = asyncio.run(from_controllers([("127.0.0.1", node.spec.port)]))
+            offset = int(loaded.source.rsplit("offset ", 1)[1].rstrip(")"))
+            out.append((offset, list(loaded.records)))
+    return out
+
+
+def test_killing_the_active_controller_under_load_loses_nothing(cluster_factory: object) -> None:
+    cluster: LocalCluster = cluster_factory()  # type: ignore[operator]
+    bootstrap = cluster.bootstrap_servers
+    topic = topic_name("ctrl-kill")
+    create_topic(bootstrap, topic, 6)
+    leaders(bootstrap, topic, 6)
+    load = ProduceLoad(bootstrap, topic).start()
+    try:
+        load.wait_acked(300, timeout=30)
+        victim = active_controller(cluster)
+        assert victim is not None
+        killed_at = time.monotonic()
+        cluster.node(victim).kill()
+        successor = wait_for("a new active controller",
+                             lambda: active_controller(cluster, exclude=[victim]), timeout=10, interval=0.05)
+        elected_after = time.monotonic() - killed_at
+        assert successor != victim
+        assert elected_after < ELECTION_LIMIT_S, f"the new leader took {elected_after:.1f} s"
+        before = len(load.acked)
+        load.wait_acked(before + 300, timeout=30)  # producers carry on through the failover
+        # Metadata writes go to the new active controller.
+        second = topic_name("after-failover")
+        create_topic(bootstrap, second, 3)
+        leaders(bootstrap, second, 3)
+    finally:
+        load.stop()
+    assert not load.failed, load.failed[:5]
+    seen = consume_all(bootstrap, topic, 6, load.acked, timeout=60)
+    missing = load.acked - set(seen)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+
+    # The killed controller comes back and converges on exactly the others' metadata: nothing committed was lost.
+    cluster.node(victim).start()
+
+    def converged() -> bool:
+        states = _controller_states(cluster)
+        return len(states) == 3 and len({offset for offset, _ in states}) == 1 and all(
+            records == states[0][1] for _, records in states
+        )
+
+    wait_for("the three controllers holding identical metadata", converged, timeout=30, interval=0.5)
+    shell = shell_in_process(cluster)
+    assert {topic, second} <= {row[0] for row in table_rows(shell.run("ls /topics"))}
+
+
+def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(cluster_factory: object) -> None:
+    cluster: LocalCluster = cluster_factory()  # type: ignore[operator]
+    bootstrap = cluster.bootstrap_servers
+    topic = topic_name("broker-kill")
+    create_topic(bootstrap, topic, 6)
+    placement = leaders(bootstrap, topic, 6)
+    first = produce(bootstrap, topic, [f"a{i}" for i in range(240)])
+    assert len(first) == 240
+
+    victim = placement[0]
+    led_by_victim = {p for p, leader in placement.items() if leader == victim}
+    others = _bootstrap_without(cluster, victim)
+    killed_at = time.monotonic()
+    cluster.node(victim).kill()
+
+    def moved() -> dict[int, int] | None:
+        now = leaders(others, topic)
+        return now if all(now.get(p, victim) not in (victim, -1) for p in led_by_victim) else None
+
+    after = wait_for(f"partitions {sorted(led_by_victim)} led by a live broker", moved, timeout=SESSION_TIMEOUT_S + 10)
+    assert time.monotonic() - killed_at >= SESSION_TIMEOUT_S * 0.5, "moved before the session could time out"
+    assert victim not in live_brokers(others)
+    assert set(after.values()) <= {b.spec.node_id for b in cluster.brokers} - {victim}
+
+    # With the file WAL, what the dead broker acknowledged but had not uploaded is in its WAL only: it comes
+    # back when the broker restarts (recovery uploads it and closes the streams, and the new leaders open them).
+    cluster.node(victim).start()
+    second = produce(bootstrap, topic, [f"b{i}" for i in range(240)], timeout=90)
+    assert len(second) == 240, f"only {len(second)} of 240 records acknowledged after the broker came back"
+    expected = first | second
+    seen = consume_all(bootstrap, topic, 6, expected, timeout=60)
+    missing = expected - set(seen)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+    assert len(seen) == len(set(seen)), "records were duplicated"
+
+
+def test_a_paused_broker_is_fenced_and_cannot_commit(cluster_factory: object) -> None:
+    cluster: LocalCluster = cluster_factory()  # type: ignore[operator]
+    bootstrap = cluster.bootstrap_servers
+    topic = topic_name("stale")
+    create_topic(bootstrap, topic, 3)
+    placement = leaders(bootstrap, topic, 3)
+    first = produce(bootstrap, topic, [f"a{i}" for i in range(90)])
+    victim = placement[0]
+    shell = shell_in_process(cluster)
+    epoch = {int(r[0]): int(r[1]) for r in table_rows(shell.run("ls /brokers"))}[victim]
+    owned = [r for r in table_rows(shell.run("ls /streams")) if r[5] == str(victim) and f"topic={topic}," in r[6]]
+    assert owned, "the victim owns no stream"
+    stream_id, stream_epoch, end = int(owned[0][0]), int(owned[0][1]), int(owned[0][4])
+
+    node = cluster.node(victim)
+    node.signal(signal.SIGSTOP)
+    try:
+        others = _bootstrap_without(cluster, victim)
+        wait_for(f"broker {victim} fenced", lambda: victim not in live_brokers(others), SESSION_TIMEOUT_S + 10)
+        wait_for(f"the metadata showing broker {victim} fenced", lambda: {
+            int(r[0]): r[2] for r in table_rows(shell_in_process(cluster).run("ls /brokers"))
+        }[victim] == "fenced", timeout=10)
+
+        # Whatever the stale broker still has to say is refused by its epoch: no object commit, no prepare.
+        identity = NodeIdentity(victim, epoch)
+        commit = CommitStreamSetObjectRequest(identity, 10_000_000, 100,
+                                              (ObjectStreamRange(stream_id, end, end + 1, stream_epoch),))
+        codes = asyncio.run(_ask_active(cluster, [m.CommitStreamSetObject(identity, commit),
+                                                  m.PrepareObjects(identity, 1, 60_000)]))
+        assert codes == [m.RpcError.NODE_FENCED, m.RpcError.NODE_FENCED], codes
+    finally:
+        node.signal(signal.SIGCONT)
+
+    # Resumed, it steps down or rejoins; either way every partition serves again and nothing acknowledged is lost.
+    second = produce(bootstrap, topic, [f"b{i}" for i in range(90)], timeout=90)
+    assert len(second) == 90
+    expected = first | second
+    seen = consume_all(bootstrap, topic, 3, expected, timeout=60)
+    missing = expected - set(seen)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+    assert len(seen) == len(set(seen)), "records were duplicated"
+
+
+async def _ask_active(cluster: LocalCluster, requests: list[m.StreamRequest]) -> list[int]:
+    """Sends each request to whichever controller answers as active; returns the error codes."""
+    codes = []
+    for request in requests:
+        for _ in range(50):
+            answer = None
+            for node in cluster.controllers:
+                connection = ControllerConnection("127.0.0.1", node.spec.port, client_id="stale-test")
+                try:
+                    await connection.connect(timeout=2)
+                    response = await connection.stream_request(request, timeout=5)
+                except (OSError, TimeoutError):
+                    continue
+                finally:
+                    await connection.close()
+                if response.error_code != m.RpcError.NOT_CONTROLLER:
+                    answer = response.error_code
+                    break
+            if answer is not None:
+                codes.append(answer)
+                break
+            await asyncio.sleep(0.1)
+    return codes
