@@ -1,0 +1,110 @@
+"""``fjord cluster up``: starts a quorum and brokers, prints them and the bootstrap servers, serves clients, and
+stops every process cleanly on SIGTERM or Ctrl-C (SIGINT) with exit status 0; the same --data-dir restarts the
+same cluster."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cluster_support import FAST, consume_all, create_topic, leaders, produce, topic_name
+
+from broker.local_cluster import REPO_ROOT
+
+UP_TIMEOUT_S = 90.0
+
+
+class ClusterUp:
+    """A running ``fjord cluster up`` and the lines it printed."""
+
+    def __init__(self, data_dir: Path, controllers: int, brokers: int) -> None:
+        argv = [sys.executable, "-m", "broker.cli", "cluster", "up", "--controllers", str(controllers),
+                "--brokers", str(brokers), "--data-dir", str(data_dir)]
+        for key, value in FAST.items():
+            argv += ["--override", f"{key}={value}"]
+        self.proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for_line(self, pattern: str, timeout: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            self.lines.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+        raise AssertionError(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines))
+
+    def stop(self, signum: int) -> int:
+        self.proc.send_signal(signum)
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("cluster up did not stop within 60 s:\n" + "\n".join(self.lines)) from None
+        self.wait_for_line(r"stopped cleanly|did not stop cleanly", timeout=5)
+        return code
+
+    def pids(self) -> list[int]:
+        table = self.lines[self.lines.index(next(x for x in self.lines if x.startswith("ROLE"))):]
+        return [int(line.split()[3]) for line in table[1:] if line.startswith(("controller", "broker"))]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cluster_up_serves_clients_and_stops_cleanly_on_sigterm_and_ctrl_c(tmp_path: Path) -> None:
+    data_dir = tmp_path / "cluster"
+    up = ClusterUp(data_dir, controllers=3, brokers=2)
+    try:
+        bootstrap = up.wait_for_line(r"bootstrap servers: (\S+)", UP_TIMEOUT_S).group(1)
+        pids = up.pids()
+        assert len(pids) == 5 and all(_alive(pid) for pid in pids)
+        assert len(bootstrap.split(",")) == 2
+        topic = topic_name("up")
+        create_topic(bootstrap, topic, 2)
+        leaders(bootstrap, topic, 2)
+        acked = produce(bootstrap, topic, [f"u{i}" for i in range(50)])
+        assert len(acked) == 50
+        assert set(consume_all(bootstrap, topic, 2, acked, timeout=30)) == acked
+    finally:
+        code = up.stop(signal.SIGTERM)
+    assert code == 0, "\n".join(up.lines)
+    assert "all nodes stopped cleanly" in up.lines
+    assert not [pid for pid in pids if _alive(pid)], "node processes outlived cluster up"
+
+    # The same data directory brings back the same cluster (on new ports); Ctrl-C stops it as cleanly.
+    again = ClusterUp(data_dir, controllers=3, brokers=2)
+    try:
+        bootstrap = again.wait_for_line(r"bootstrap servers: (\S+)", UP_TIMEOUT_S).group(1)
+        assert set(consume_all(bootstrap, topic, 2, acked, timeout=30)) == acked
+    finally:
+        code = again.stop(signal.SIGINT)
+    assert code == 0, "\n".join(again.lines)
+    assert "all nodes stopped cleanly" in again.lines
