@@ -34,8 +34,9 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
-    """Three voters shared by the tests of this module that leave every voter running."""
-    quorum = QuorumCluster(tmp_path_factory.mktemp("quorum"))
+    """Three voters shared by the tests of this module that leave every voter running. Broker sessions are long:
+    brokers registered by earlier tests stop heartbeating, and a fence would change the image under comparison."""
+    quorum = QuorumCluster(tmp_path_factory.mktemp("quorum"), overrides={"broker.session.timeout.ms": "120000"})
     quorum.start_all()
     try:
         yield quorum
