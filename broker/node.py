@@ -168,16 +168,17 @@ class BrokerNode:
                 ) from None
             self.servers.append(server)
 
+        # Imported here, not at module level: they import the handler and storage stacks, which the CLI does not
+        # need for ``--help`` or a configuration error. Before registering, so that the seconds these imports can
+        # take on a busy machine do not stall the heartbeats a registered broker owes its controller.
+        from broker.groups.coordinator import GroupCoordinator
+        from broker.partition.manager import PartitionManager
+        from storage.engine import StorageEngine
+
         rack = self.config.rack
         self.node_epoch = await self.controller.register_broker(self.node_id, self.bound_endpoints, rack)
         logger.info("broker %d registered with epoch %d in cluster %s", self.node_id, self.node_epoch,
                     self.cluster_id)
-
-        # Imported here, not at module level: they import the handler and storage stacks, which the CLI does not
-        # need for ``--help`` or a configuration error.
-        from broker.groups.coordinator import GroupCoordinator
-        from broker.partition.manager import PartitionManager
-        from storage.engine import StorageEngine
 
         storage_config = replace(self.config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
                                  node_epoch=self.node_epoch)
