@@ -5,9 +5,11 @@ which objects hold the offsets, the object reader supplies each object's index a
 blocks in one ranged GET), and decoded blocks are kept in the ``BlockCache``.
 
 Read-ahead: a stream that keeps reading where its previous read ended is catching up sequentially. Each such
-read that misses the cache grows the stream's read-ahead window by one block (up to ``readahead_max``), and a
-miss then also loads that many bytes of the following blocks, but only while the cache has room for them. A
-random read, or read-ahead blocks evicted before anyone read them, shrinks the window back to one block.
+read that misses the cache, or is the first to use blocks loaded ahead, doubles the stream's read-ahead window
+(from one block up to ``readahead_max``), so a long catch-up soon reads in few large GETs. A miss then also loads that many bytes of the following blocks, and after
+each sequential read a background task keeps the next window loading (into the following object too), but only
+while the cache has room for it. A random read, or read-ahead blocks evicted before anyone read them, shrink
+the window back to nothing.
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ class ObjectReadPath:
         out: list[StreamRecordBatch] = []
         budget = max_bytes
         cursor = start
-        missed = False
+        grow = False  # a miss, or the first use of read-ahead blocks: reading ahead pays off, do more
         while cursor < end and (not out or budget > 0):
             objects = await self._metadata.get_objects(stream_id, cursor, end, _OBJECTS_PER_LOOKUP)
             if not objects:
@@ -122,10 +124,10 @@ class ObjectReadPath:
             for obj in objects:
                 obj_end = next((r.end_offset for r in obj.ranges if r.stream_id == stream_id), end)
                 while cursor < min(end, obj_end) and (not out or budget > 0):
-                    batches, missed_here = await self._read_object(
+                    batches, grow_here = await self._read_object(
                         stream_id, obj, cursor, end, budget, not out, sequential
                     )
-                    missed = missed or missed_here
+                    grow = grow or grow_here
                     if not batches and out:
                         break  # the next batch does not fit in what is left of max_bytes
                     if not batches:
@@ -146,8 +148,8 @@ class ObjectReadPath:
             state.next_offset = out[-1].last_offset
         if not sequential:
             state.window = 0
-        elif missed:
-            state.window = min(self._readahead_max, state.window + self._block_size)
+        elif grow:
+            state.window = min(self._readahead_max, max(self._block_size, 2 * state.window))
         if sequential and out and state.window > 0 and stream_id not in self._prefetching:
             task = asyncio.ensure_future(self._prefetch(stream_id, state.next_offset, state.window))
             self._prefetching[stream_id] = task
@@ -211,10 +213,12 @@ class ObjectReadPath:
             return [], False
         blocks: dict[int, CachedBlock] = {}
         missing: list[IndexEntry] = []
+        ahead_used = False
         for entry in needed:
             cached = self._cache.get(obj.object_id, entry.position)
             if cached is not None:
                 blocks[entry.position] = cached
+                ahead_used = ahead_used or cached.readahead_hit
             else:
                 missing.append(entry)
         missed = bool(missing)
@@ -231,13 +235,13 @@ class ObjectReadPath:
             block = blocks[entry.position]
             for batch in block.batches[block.index_of(cursor) :]:
                 if batch.base_offset >= end:
-                    return result, missed
+                    return result, missed or ahead_used
                 if not (first and not result) and batch.size > remaining:
-                    return result, missed
+                    return result, missed or ahead_used
                 result.append(batch)
                 remaining -= batch.size
                 cursor = batch.last_offset
-        return result, missed
+        return result, missed or ahead_used
 
     def _readahead_entries(
         self,

@@ -28,7 +28,8 @@ class CachedBlock:
     entry: IndexEntry
     batches: list[StreamRecordBatch]
     offsets: list[int] = field(init=False)
-    readahead: bool = False
+    readahead: bool = False  # loaded ahead of its reader and not read yet
+    readahead_hit: bool = False  # the latest ``get`` was the first read of a read-ahead block
 
     def __post_init__(self) -> None:
         self.offsets = [b.base_offset for b in self.batches]
@@ -54,6 +55,7 @@ class BlockCacheStats:
     misses: int
     evictions: int
     readahead_wasted: int
+    readahead_used: int
 
 
 class BlockCache:
@@ -68,6 +70,7 @@ class BlockCache:
         self._misses = 0
         self._evictions = 0
         self._wasted = 0
+        self._readahead_used = 0
 
     def get(self, object_id: int, position: int) -> CachedBlock | None:
         block = self._blocks.get((object_id, position))
@@ -76,7 +79,10 @@ class BlockCache:
             return None
         self._hits += 1
         self._blocks.move_to_end((object_id, position))
-        block.readahead = False
+        block.readahead_hit = block.readahead  # this read is the first use of a read-ahead block
+        if block.readahead:
+            self._readahead_used += 1
+            block.readahead = False
         return block
 
     def contains(self, object_id: int, position: int) -> bool:
@@ -116,5 +122,12 @@ class BlockCache:
 
     def stats(self) -> BlockCacheStats:
         return BlockCacheStats(
-            self._size, self._capacity, len(self._blocks), self._hits, self._misses, self._evictions, self._wasted
+            self._size,
+            self._capacity,
+            len(self._blocks),
+            self._hits,
+            self._misses,
+            self._evictions,
+            self._wasted,
+            self._readahead_used,
         )
