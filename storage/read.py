@@ -6,10 +6,10 @@ blocks in one ranged GET), and decoded blocks are kept in the ``BlockCache``.
 
 Read-ahead: a stream that keeps reading where its previous read ended is catching up sequentially. Each such
 read that misses the cache, or is the first to use blocks loaded ahead, doubles the stream's read-ahead window
-(from one block up to ``readahead_max``), so a long catch-up soon reads in few large GETs. A miss then also loads that many bytes of the following blocks, and after
-each sequential read a background task keeps the next window loading (into the following object too), but only
-while the cache has room for it. A random read, or read-ahead blocks evicted before anyone read them, shrink
-the window back to nothing.
+(from one block up to ``readahead_max``), so a long catch-up soon reads in few large GETs. A miss then also
+loads that many bytes of the following blocks, and after each sequential read a background task keeps the
+next window loading (into the following object too), but only while the cache has room for it. A random read,
+or read-ahead blocks evicted before anyone read them, shrink the window back to nothing.
 """
 
 from __future__ import annotations
