@@ -1,0 +1,101 @@
+"""The metadata shell offline: a node's metadata directory and a snapshot file read through ``fjord metadata
+shell``, the commands' behaviour (paths, cd/pwd, tree, errors) and the exit status of a bad command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from broker.local_cluster import REPO_ROOT
+from controller.client import LocalControllerClient, NewTopic
+from controller.config import ServerConfig
+from controller.controller import Controller
+from controller.log import LOG_DIR_NAME
+from controller.records import Endpoint
+from controller.shell import MetadataShell, ShellError, build_tree
+from controller.shell_sources import MetadataSourceError, from_directory, from_snapshot
+from storage.metadata.api import NodeIdentity
+
+EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+
+
+@pytest.fixture
+async def metadata_dir(tmp_path: Path) -> AsyncIterator[Path]:
+    """A combined node's metadata log holding two brokers, two topics, a stream, an object and a KV entry."""
+    config = ServerConfig.load(None, [f"log.dirs={tmp_path / 'node'}", "num.partitions=2"])
+    controller = await Controller.start(config)
+    client = LocalControllerClient(controller)
+    epoch = await client.register_broker(0, EP, None)
+    await client.register_broker(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9094),), "rack-b")
+    await client.create_topics([NewTopic("orders", 3), NewTopic("audit", 1)], validate_only=False)
+    streams = controller.stream_metadata
+    node = NodeIdentity(0, epoch)
+    stream_id = await streams.create_stream(node, (("topic", "orders"),))
+    await streams.open_stream(node, stream_id, 0)
+    await streams.put_kv("_fjord_test/orders/0", stream_id.to_bytes(8, "big"))
+    await controller.take_snapshot()
+    await client.create_topics([NewTopic("late", 1)], validate_only=False)
+    yield config.metadata_dir
+    await controller.close()
+
+
+def _shell(source: Path, *commands: str, flag: str = "--metadata-dir") -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "broker.cli", "metadata", "shell", flag, str(source)]
+    for command in commands:
+        argv += ["-c", command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)
+
+
+async def test_shell_reads_a_metadata_directory_offline(metadata_dir: Path) -> None:
+    result = _shell(metadata_dir, "ls /topics", "cat /brokers/1", "ls /kv")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "ID", "PARTITIONS", "LEADERS"]
+    assert [(row.split()[0], row.split()[2]) for row in lines[1:4]] == [("audit", "1"), ("late", "1"), ("orders", "3")]
+    assert "rack      : rack-b" in result.stdout
+    assert "PLAINTEXT://127.0.0.1:9094" in result.stdout
+    assert "_fjord_test/orders/0" in result.stdout
+
+
+async def test_shell_reads_a_snapshot_file(metadata_dir: Path) -> None:
+    (snapshot,) = sorted((metadata_dir / LOG_DIR_NAME).glob("snapshot-*.snapshot"))
+    result = _shell(snapshot, "ls /topics", "ls /streams", flag="--snapshot")
+    assert result.returncode == 0, result.stderr
+    topics = [line.split()[0] for line in result.stdout.split("ID  EPOCH")[0].splitlines()[1:]]
+    assert topics == ["audit", "orders"], "the snapshot holds the state before the later topic"
+    assert "topic=orders" in result.stdout
+
+
+def test_a_bad_command_fails_with_one_line(metadata_dir: Path) -> None:
+    result = _shell(metadata_dir, "cat /topics", "ls /brokers")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: cat: /topics: is a directory"
+    assert result.stdout.splitlines()[0].split()[:3] == ["ID", "EPOCH", "STATE"]
+    missing = _shell(metadata_dir / "nowhere", "ls")
+    assert missing.returncode == 1 and "no such directory" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_shell_commands_and_errors(tmp_path: Path) -> None:
+    shell = MetadataShell(build_tree([]))
+    assert shell.run("ls") == "brokers/\nkv/\nnodes/\nobjects/\nstreams/\ntopics/"
+    assert shell.run("cd /streams") == ""
+    assert shell.run("pwd") == "/streams"
+    assert shell.run("cd ..") == "" and shell.run("pwd") == "/"
+    assert shell.run("ls /topics") == "(empty)"
+    assert shell.run("tree").splitlines()[:2] == ["/", "├── brokers/"]
+    for bad in ("cat /topics", "cd /nowhere", "ls /topics/x", "frobnicate", "cat"):
+        with pytest.raises(ShellError):
+            shell.run(bad)
+    shell.run("exit")
+    assert shell.finished
+    with pytest.raises(MetadataSourceError):
+        from_directory(tmp_path)
+    with pytest.raises(MetadataSourceError):
+        from_snapshot(tmp_path / "missing.snapshot")
+    (tmp_path / "junk.snapshot").write_bytes(b"not a snapshot")
+    with pytest.raises(MetadataSourceError, match=r"junk\.snapshot"):
+        from_snapshot(tmp_path / "junk.snapshot")
