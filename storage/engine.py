@@ -484,6 +484,7 @@ class _EngineIO:
         self._engine._cache(batch, record)
 
     def discard(self, record: WALRecord) -> None:
+        self._engine.log_cache.release(record.batch.size)  # it was reserved but will never be put
         self._engine._settle(record)
 
     def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engine_support import make_engine, payload, small_config
@@ -17,8 +18,12 @@ from storage.errors import (
     StreamNotClosedError,
     StreamNotFoundError,
     StreamNotOpenedError,
+    WALError,
 )
 from storage.metadata.memory import InMemoryStreamMetadata
+from storage.record import StreamRecordBatch
+from storage.wal.base import WALRecord
+from storage.wal.file import FileWAL
 
 
 async def test_append_assigns_offsets_at_call_time_and_fetch_reads_them_back(tmp_path: Path) -> None:
@@ -296,5 +301,42 @@ async def test_concurrent_opens_and_closes_of_one_stream_are_serialized(tmp_path
         again = await engine.open_stream(stream_id, 2)  # waits for the close in progress, then reopens
         assert closing.done() and again.next_offset == 2
         assert [b.payload for b in (await again.fetch(0, 2, 100)).batches] == [b"x", b"y"]
+    finally:
+        await engine.shutdown()
+
+
+class LosingWAL:
+    """Fault injection over the real file WAL: one chosen append fails (slowly), the others succeed."""
+
+    def __init__(self, inner: FileWAL, stream_id: int, offset: int) -> None:
+        self.inner = inner
+        self.doomed = (stream_id, offset)
+
+    async def append(self, batch: StreamRecordBatch) -> WALRecord:
+        if (batch.stream_id, batch.base_offset) == self.doomed:
+            await asyncio.sleep(0.1)
+            raise WALError(f"injected: append of stream {batch.stream_id} offset {batch.base_offset} lost")
+        return await self.inner.append(batch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_appends_after_a_lost_one_fail_and_give_their_room_back(tmp_path: Path) -> None:
+    config = small_config(tmp_path)
+    wal = FileWAL(config.wal_url.path, segment_size=config.wal_segment_size, preallocate=False)
+    engine = make_engine(config, wal=LosingWAL(wal, stream_id=0, offset=1))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), 0)
+        await stream.append(b"kept", 1)
+        lost = stream.append(b"lost", 1)
+        after = stream.append(b"durable but after a hole", 1)
+        with pytest.raises(WALError):
+            await lost
+        with pytest.raises(StreamFencedError):
+            await after  # it reached the WAL, but offset 1 never will: it cannot be confirmed
+        assert stream.confirm_offset == 1
+        assert engine.log_cache.stats().unuploaded == 4  # only b"kept" still holds cache room
     finally:
         await engine.shutdown()
