@@ -1,0 +1,560 @@
+"""Broker benchmark (issue 3, "Performance"): real ``fjord server start`` processes driven by confluent-kafka
+clients, one Markdown table on stdout.
+
+    .venv/bin/python bench/broker.py [--quick] [--only NAME ...] [--producers N] [--dir DIR]
+
+Every client runs in a process of its own (``multiprocessing``, spawn) so that librdkafka and the Python loops
+feeding it never share the broker's GIL. Producers use the issue's settings: 1 KiB records, ``acks=all``,
+``batch.size`` 1 MiB, ``linger.ms`` 5. Scenarios:
+
+- ``produce-1p`` / ``produce-16p``: closed-loop produce of a fixed volume to a topic with 1 or 16 partitions;
+  MB/s from the first ``produce()`` to the end of ``flush()``; latency is librdkafka's per-message delivery
+  latency (enqueue to acknowledgement) sampled on every 64th record.
+- ``consume-tail``: consume, from offset 0, what ``produce-1p`` just wrote; the data is still in the broker's
+  LogCache, so this is the in-memory fetch path.
+- ``consume-catchup``: a second broker with a small WAL cache and upload threshold is filled, then restarted
+  (a clean stop uploads everything; the restarted broker's caches are cold), and the data is consumed from
+  offset 0 - every byte comes from object storage through the block cache.
+- ``e2e-latency``: a producer at a fixed 20 MB/s stamps each record with ``time.time_ns()`` as it hands it to
+  librdkafka; a consumer already waiting at the log end takes (receive time - stamp), polling record by record.
+
+Columns: MB/s (10^6 bytes of record values per second), records/s, latency p50/p99 in ms, the broker's peak RSS
+during the scenario (psutil, sampled every 50 ms), the broker's CPU seconds (all threads) per GB of record values
+(the figure to compare runs by on a shared machine: MB/s moves with other load, CPU per GB hardly does), the number
+of objects written to the object store and the
+Produce/Fetch requests the broker served during the scenario (its Prometheus endpoint, ``metrics.port``), and
+the scenario's duration. The object store is the local filesystem (``file://``) so S3 server CPU does not eat the
+2 cores; objects written is counted from the store's directory (PUTs; nothing is deleted within one scenario).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing as mp
+import os
+import re
+import resource
+import shutil
+import struct
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.broker.broker_support import BrokerProcess, start_broker  # noqa: E402
+
+KiB = 1024
+MiB = 1024 * KiB
+MB = 1_000_000
+RECORD = 1 * KiB
+CLIENT_TIMEOUT_S = 120.0
+_METRICS_PORT = re.compile(r"metrics served on http://[\d.]+:(\d+)/metrics")
+_REQUESTS = re.compile(r'^fjord_broker_requests_total\{api="(\w+)"\} ([\d.e+]+)$', re.MULTILINE)
+_STAMP = struct.Struct(">q")
+
+PRODUCER_CONFIG: dict[str, object] = {
+    "acks": "all",
+    "batch.size": 1 * MiB,
+    "linger.ms": 5,
+    "queue.buffering.max.kbytes": 32 * 1024,
+    "queue.buffering.max.messages": 1_000_000,
+    "enable.idempotence": False,
+}
+CONSUMER_CONFIG: dict[str, object] = {
+    "enable.auto.commit": False,
+    "fetch.max.bytes": 64 * MiB,
+    "max.partition.fetch.bytes": 16 * MiB,
+    "fetch.wait.max.ms": 100,
+    "queued.max.messages.kbytes": 256 * 1024,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    produce_bytes: int
+    catchup_bytes: int
+    latency_seconds: float
+    latency_rate: int
+
+
+FULL = Sizes(produce_bytes=1024 * MiB, catchup_bytes=512 * MiB, latency_seconds=20.0, latency_rate=20 * MB)
+QUICK = Sizes(produce_bytes=128 * MiB, catchup_bytes=64 * MiB, latency_seconds=5.0, latency_rate=20 * MB)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What one client process is asked to do (plain data: it crosses a process boundary)."""
+
+    bootstrap: str
+    topic: str
+    partitions: int = 1
+    #: Bytes of record values to produce, or records to consume.
+    amount: int = 0
+    #: Producer pacing in bytes/s (0: as fast as the broker takes them); stamped records carry their send time.
+    rate: int = 0
+    #: Consumer starts at the log end (latency scenario) instead of offset 0.
+    from_end: bool = False
+
+
+@dataclasses.dataclass
+class _Errors:
+    count: int = 0
+    last: str = ""
+
+    def record(self, text: str) -> None:
+        self.count += 1
+        self.last = text
+
+
+@dataclasses.dataclass
+class ClientResult:
+    """What one client process reports back (plain data: it crosses a process boundary)."""
+
+    started: float
+    finished: float
+    records: int
+    value_bytes: int
+    latencies_ms: list[float]
+    errors: int = 0
+    error: str = ""
+    #: CPU seconds of the whole client process (librdkafka's threads included).
+    cpu_s: float = 0.0
+
+
+@dataclasses.dataclass
+class Row:
+    scenario: str
+    mb_s: float
+    records_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    rss_mib: float
+    #: Broker CPU seconds (all threads) per GB of record values: unlike MB/s, barely moved by other load on the box.
+    cpu_s_per_gb: float
+    #: The same for the client processes together: a client near 1 CPU s per wall second is the bottleneck.
+    client_cpu_s_per_gb: float
+    objects: int
+    requests: str
+    seconds: float
+    note: str = ""
+
+
+# -- client processes (top-level functions: they are spawned) ---------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def produce_worker(job: Job, results: Any) -> None:
+    """Produces ``job.amount`` bytes of 1 KiB records (spread over the partitions by librdkafka)."""
+    from confluent_kafka import KafkaException, Producer
+
+    latencies: list[float] = []
+    errors = _Errors()
+
+    def sampled(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.record(str(err))
+        else:
+            latencies.append(msg.latency() * 1000)
+
+    def unsampled(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.record(str(err))
+
+    topic, rate = job.topic, job.rate
+    producer = Producer({"bootstrap.servers": job.bootstrap, **PRODUCER_CONFIG})
+    value = os.urandom(RECORD)
+    count = job.amount // RECORD
+    produce = producer.produce
+    started = time.time()
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    stamped = rate > 0
+    sent = 0
+    try:
+        while sent < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"produced only {sent} of {count} records in {CLIENT_TIMEOUT_S}s")
+            if stamped:
+                due = min(count, int((time.time() - started) * rate / RECORD) + 1)
+                if sent >= due:
+                    time.sleep(0.0005)
+                    producer.poll(0)
+                    continue
+            else:
+                due = count
+            while sent < due:
+                payload = _STAMP.pack(time.time_ns()) + value[8:] if stamped else value
+                try:
+                    produce(topic, payload, on_delivery=sampled if sent % 64 == 0 else unsampled)
+                except BufferError:
+                    producer.poll(0.005)
+                    continue
+                sent += 1
+                if sent % 1024 == 0:
+                    producer.poll(0)
+        left = producer.flush(max(deadline - time.monotonic(), 1.0))
+        if left:
+            raise TimeoutError(f"{left} records still undelivered at the deadline")
+    except (KafkaException, TimeoutError) as exc:
+        errors.record(f"{type(exc).__name__}: {exc}")
+    results.put(
+        ClientResult(started, time.time(), sent, sent * RECORD, latencies, errors.count, errors.last, _cpu_seconds())
+    )
+
+
+def consume_worker(job: Job, ready: Any, results: Any) -> None:
+    """Reads ``job.amount`` records from offset 0 (or from the end, for the latency scenario, where every record
+    carries its send time in its first 8 bytes)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from_end, expect = job.from_end, job.amount
+    consumer = Consumer({"bootstrap.servers": job.bootstrap, "group.id": f"bench-{os.getpid()}", **CONSUMER_CONFIG})
+    partitions = [TopicPartition(job.topic, p) for p in range(job.partitions)]
+    for tp in partitions:
+        # The latency reader starts at the current end, resolved here so no fetch is spent finding it.
+        tp.offset = consumer.get_watermark_offsets(tp, timeout=30)[1] if from_end else OFFSET_BEGINNING
+    consumer.assign(partitions)
+    consumer.consume(num_messages=1, timeout=0.5)  # connects and sends the first fetch before the producer starts
+    ready.set()
+    records = value_bytes = errors = 0
+    error = ""
+    latencies: list[float] = []
+    started = 0.0
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while records < expect and time.monotonic() < deadline:
+        if from_end:
+            # consume() returns only when it has all num_messages or its timeout passed, which would add up to the
+            # timeout to every latency; poll() hands over each record as soon as librdkafka has it.
+            one = consumer.poll(0.5)
+            batch = [one] if one is not None else []
+        else:
+            batch = consumer.consume(num_messages=20_000, timeout=0.5)
+        if not batch:
+            continue
+        now = time.time_ns()
+        if not started:
+            started = time.time()
+        for msg in batch:
+            if msg.error() is not None:
+                errors += 1
+                error = str(msg.error())
+                continue
+            records += 1
+            value_bytes += len(msg)
+            if from_end:
+                latencies.append((now - _STAMP.unpack_from(msg.value() or bytes(8))[0]) / 1e6)
+    finished = time.time()
+    if records < expect:
+        errors += 1
+        error = error or f"consumed {records} of {expect} records within {CLIENT_TIMEOUT_S}s"
+    consumer.close()
+    cpu = _cpu_seconds()
+    results.put(ClientResult(started or finished, finished, records, value_bytes, latencies, errors, error, cpu))
+
+
+# -- the broker side ----------------------------------------------------------------------------------------------
+
+
+class Broker:
+    """One broker process plus what the table reads from it: peak RSS, objects written, request counts."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str]) -> None:
+        self.data_dir = data_dir
+        self.overrides = {"metrics.port": "0", **overrides}
+        self.process: BrokerProcess | None = None
+        self.metrics_port = 0
+
+    def start(self) -> None:
+        self.process = start_broker(self.data_dir, self.overrides)
+        found = _METRICS_PORT.search(self.process.log_text())
+        self.metrics_port = int(found.group(1)) if found else 0
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.process is not None
+        return self.process.bootstrap
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.proc.pid
+
+    def objects(self) -> int:
+        store = self.data_dir / "objects"
+        return sum(1 for p in store.rglob("*") if p.is_file()) if store.exists() else 0
+
+    def requests(self) -> dict[str, float]:
+        if not self.metrics_port:
+            return {}
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return {api: float(value) for api, value in _REQUESTS.findall(text)}
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.cimpl import NewTopic
+
+        client = AdminClient({"bootstrap.servers": self.bootstrap})
+        futures = client.create_topics([NewTopic(topic, partitions, 1)])
+        futures[topic].result(timeout=30)
+
+    @contextmanager
+    def observed(self) -> Iterator[dict[str, Any]]:
+        """Samples the broker's RSS while the block runs; yields a dict filled with the deltas on exit."""
+        import psutil
+
+        proc = psutil.Process(self.pid)
+        peak = [proc.memory_info().rss]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.05):
+                try:
+                    peak[0] = max(peak[0], proc.memory_info().rss)
+                except psutil.Error:
+                    return
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        before_objects, before_requests = self.objects(), self.requests()
+        before_cpu = proc.cpu_times()
+        out: dict[str, Any] = {}
+        sampler.start()
+        try:
+            yield out
+        finally:
+            stop.set()
+            sampler.join()
+            after = self.requests()
+            cpu = proc.cpu_times()
+            out["cpu_s"] = (cpu.user + cpu.system) - (before_cpu.user + before_cpu.system)
+            out["rss_mib"] = peak[0] / MiB
+            out["objects"] = self.objects() - before_objects
+            out["requests"] = ", ".join(
+                f"{api} {int(after.get(api, 0) - before_requests.get(api, 0))}" for api in ("Produce", "Fetch")
+            )
+
+
+def _collect(ctx: Any, procs: list[Any], results: Any) -> list[ClientResult]:
+    out: list[ClientResult] = []
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S + 30
+    while len(out) < len(procs) and time.monotonic() < deadline:
+        try:
+            out.append(results.get(timeout=1.0))
+        except Exception:
+            if not any(p.is_alive() for p in procs) and results.empty():
+                break
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+    if len(out) < len(procs):
+        raise RuntimeError(f"{len(procs) - len(out)} client process(es) reported nothing (crashed or hung)")
+    return out
+
+
+def _row(name: str, results: list[ClientResult], observed: dict[str, Any], wall: float) -> Row:
+    started = min(r.started for r in results)
+    finished = max(r.finished for r in results)
+    elapsed = max(finished - started, 1e-9)
+    value_bytes = sum(r.value_bytes for r in results)
+    records = sum(r.records for r in results)
+    latencies = [x for r in results for x in r.latencies_ms]
+    errors = [r.error for r in results if r.errors]
+    return Row(
+        name,
+        value_bytes / elapsed / MB,
+        records / elapsed,
+        _percentile(latencies, 0.50),
+        _percentile(latencies, 0.99),
+        observed["rss_mib"],
+        observed["cpu_s"] / max(value_bytes, 1) * 1e9,
+        sum(r.cpu_s for r in results) / max(value_bytes, 1) * 1e9,
+        observed["objects"],
+        observed["requests"],
+        wall,
+        note=f"{sum(r.errors for r in results)} errors: {errors[0]}" if errors else "",
+    )
+
+
+def run_produce(ctx: Any, broker: Broker, name: str, job: Job, producers: int) -> Row:
+    broker.create_topic(job.topic, job.partitions)
+    results = ctx.Queue()
+    share = dataclasses.replace(job, amount=job.amount // producers)
+    procs = [ctx.Process(target=produce_worker, args=(share, results)) for _ in range(producers)]
+    wall = time.monotonic()
+    with broker.observed() as observed:
+        for p in procs:
+            p.start()
+        got = _collect(ctx, procs, results)
+    return _row(name, got, observed, time.monotonic() - wall)
+
+
+def run_consume(ctx: Any, broker: Broker, name: str, job: Job) -> Row:
+    results = ctx.Queue()
+    ready = ctx.Event()
+    proc = ctx.Process(target=consume_worker, args=(job, ready, results))
+    wall = time.monotonic()
+    with broker.observed() as observed:
+        proc.start()
+        got = _collect(ctx, [proc], results)
+    return _row(name, got, observed, time.monotonic() - wall)
+
+
+def run_latency(ctx: Any, broker: Broker, sizes: Sizes) -> Row:
+    topic = "bench-latency"
+    broker.create_topic(topic, 1)
+    total = int(sizes.latency_rate * sizes.latency_seconds) // RECORD * RECORD
+    results = ctx.Queue()
+    ready = ctx.Event()
+    reader = Job(broker.bootstrap, topic, amount=total // RECORD, from_end=True)
+    consumer = ctx.Process(target=consume_worker, args=(reader, ready, results))
+    producer = ctx.Process(
+        target=produce_worker, args=(Job(broker.bootstrap, topic, amount=total, rate=sizes.latency_rate), results)
+    )
+    wall = time.monotonic()
+    with broker.observed() as observed:
+        consumer.start()
+        if not ready.wait(60):
+            raise RuntimeError("latency consumer did not get its assignment within 60 s")
+        producer.start()
+        got = _collect(ctx, [consumer, producer], results)
+    consumed = [r for r in got if r.latencies_ms and r.records == total // RECORD] or got
+    row = _row("e2e-latency", [max(consumed, key=lambda r: len(r.latencies_ms))], observed, time.monotonic() - wall)
+    row.note = (row.note + f" fixed rate {sizes.latency_rate / MB:.0f} MB/s").strip()
+    return row
+
+
+# -- main ------------------------------------------------------------------------------------------------------
+
+
+def _table(rows: list[Row], title: str) -> str:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    header = (
+        "scenario", "MB/s", "records/s", "p50 ms", "p99 ms", "broker RSS MiB", "broker CPU s/GB", "client CPU s/GB",
+        "objects PUT", "requests", "seconds", "notes",
+    )
+    align = ("---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---")
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    for r in rows:
+        cells = (
+            r.scenario, f"{r.mb_s:.1f}", f"{r.records_s:,.0f}", ms(r.p50_ms), ms(r.p99_ms), f"{r.rss_mib:.0f}",
+            f"{r.cpu_s_per_gb:.1f}", f"{r.client_cpu_s_per_gb:.1f}", str(r.objects), r.requests, f"{r.seconds:.1f}",
+            r.note,
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+SCENARIOS = ("produce-1p", "produce-16p", "consume-tail", "consume-catchup", "e2e-latency")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small volumes (about a minute in all)")
+    parser.add_argument("--only", nargs="+", choices=SCENARIOS, help="run only these scenarios")
+    parser.add_argument("--producers", type=int, default=1, help="producer processes per produce scenario")
+    parser.add_argument("--dir", type=Path, help="data directory (default: a temporary one, removed after)")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    chosen = set(args.only or SCENARIOS)
+    base = args.dir or Path(tempfile.mkdtemp(prefix="fjord-bench-"))
+    ctx = mp.get_context("spawn")
+    rows: list[Row] = []
+    steps: list[tuple[str, Callable[[], None]]] = []
+
+    # One broker for produce, tail consume and latency: large caches so nothing is evicted while we read back.
+    hot = Broker(base / "hot", {"s3.wal.cache.size": "2GiB", "s3.wal.upload.threshold": "1GiB",
+                                "s3.block.cache.size": "64MiB"})
+    records_1p = sizes.produce_bytes // RECORD // args.producers * args.producers
+
+    def produce_1p() -> None:
+        job = Job(hot.bootstrap, "bench-1p", 1, sizes.produce_bytes)
+        rows.append(run_produce(ctx, hot, "produce-1p", job, args.producers))
+
+    def produce_16p() -> None:
+        job = Job(hot.bootstrap, "bench-16p", 16, sizes.produce_bytes)
+        rows.append(run_produce(ctx, hot, "produce-16p", job, args.producers))
+
+    def consume_tail() -> None:
+        if "produce-1p" not in chosen:
+            run_produce(ctx, hot, "produce-1p", Job(hot.bootstrap, "bench-1p", 1, sizes.produce_bytes), args.producers)
+        rows.append(run_consume(ctx, hot, "consume-tail", Job(hot.bootstrap, "bench-1p", 1, records_1p)))
+
+    def latency() -> None:
+        rows.append(run_latency(ctx, hot, sizes))
+
+    def catchup() -> None:
+        # Small WAL cache and upload threshold: the data is uploaded as it arrives; the restart empties every cache.
+        cold = Broker(base / "cold", {"s3.wal.cache.size": "64MiB", "s3.wal.upload.threshold": "16MiB",
+                                      "s3.block.cache.size": "64MiB"})
+        cold.start()
+        try:
+            fill = run_produce(ctx, cold, "fill", Job(cold.bootstrap, "bench-catchup", 1, sizes.catchup_bytes), 1)
+            cold.stop()
+            uploaded = cold.objects()
+            cold.start()
+            job = Job(cold.bootstrap, "bench-catchup", 1, sizes.catchup_bytes // RECORD)
+            row = run_consume(ctx, cold, "consume-catchup", job)
+            row.note = (row.note + f" read from {uploaded} objects ({fill.mb_s:.0f} MB/s fill); cold restart").strip()
+            rows.append(row)
+        finally:
+            cold.stop()
+
+    steps = [("produce-1p", produce_1p), ("produce-16p", produce_16p), ("consume-tail", consume_tail),
+             ("e2e-latency", latency)]
+    try:
+        if chosen & {"produce-1p", "produce-16p", "consume-tail", "e2e-latency"}:
+            hot.start()
+            try:
+                for name, step in steps:
+                    if name in chosen:
+                        print(f"running {name} ...", file=sys.stderr, flush=True)
+                        step()
+            finally:
+                hot.stop()
+        if "consume-catchup" in chosen:
+            print("running consume-catchup ...", file=sys.stderr, flush=True)
+            catchup()
+    finally:
+        if args.dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    title = (
+        f"Fjord broker, {'quick' if args.quick else 'full'} run, {os.cpu_count()} CPUs (load average {load}), "
+        f"{args.producers} producer process(es), 1 KiB records, acks=all, batch.size 1 MiB, linger.ms 5"
+    )
+    print(_table(rows, title))
+    if any(r.note and "errors" in r.note for r in rows):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
