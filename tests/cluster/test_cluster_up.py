@@ -99,6 +99,16 @@ def test_cluster_up_serves_clients_and_stops_cleanly_on_sigterm_and_ctrl_c(tmp_p
     assert "all nodes stopped cleanly" in up.lines
     assert not [pid for pid in pids if _alive(pid)], "node processes outlived cluster up"
 
+    # Offline, the Raft log of a controller and the one a broker replicated as an observer both hold the topic.
+    for node in ("controller-0", "broker-100"):
+        shell = subprocess.run(
+            [sys.executable, "-m", "broker.cli", "metadata", "shell",
+             "--metadata-dir", str(data_dir / node / "metadata"), "-c", "ls /topics"],
+            capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False,
+        )
+        assert shell.returncode == 0, shell.stderr
+        assert topic in shell.stdout, f"{node}'s metadata log has no {topic}:\n{shell.stdout}"
+
     # The same data directory brings back the same cluster (on new ports); Ctrl-C stops it as cleanly.
     again = ClusterUp(data_dir, controllers=3, brokers=2)
     try:
