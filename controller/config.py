@@ -200,6 +200,7 @@ class ConfigKey:
 _B = ConfigType
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_SEGMENT_BYTES_FLOOR = 14  # LegacyRecord.RECORD_OVERHEAD_V0 in Kafka 3.x
 
 # fjord: offsets.topic.num.partitions and transaction.state.log.num.partitions default to 10, not Kafka's 50. Every
 # Fjord partition is a KV entry plus up to four streams in the metadata log, created when the topic is first used;
@@ -273,7 +274,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("log.message.timestamp.before.max.ms", _B.LONG, LONG_MAX, at_least(0), dynamic=True),
         ConfigKey("log.message.timestamp.after.max.ms", _B.LONG, 3600000, at_least(0), dynamic=True),
         ConfigKey("log.message.downconversion.enable", _B.BOOLEAN, True, dynamic=True),
-        ConfigKey("log.segment.bytes", _B.INT, 1073741824, at_least(1024 * 1024), dynamic=True),
+        # Kafka 3.x's floor (the smallest possible record); Kafka 4.0 raised it to 1 MiB, but 3.6 clients and
+        # their test suites still create topics with small segments. Fjord has no segments, so any size is safe.
+        ConfigKey("log.segment.bytes", _B.INT, 1073741824, at_least(_SEGMENT_BYTES_FLOOR), dynamic=True),
+        # Deprecated since Kafka 3.0 and ignored there (every batch is v2); accepted so 3.x clients can still set it.
+        ConfigKey("log.message.format.version", _B.STRING, "3.0-IV1", dynamic=True),
         ConfigKey("log.segment.delete.delay.ms", _B.LONG, 60000, at_least(0), dynamic=True),
         ConfigKey("log.roll.ms", _B.LONG, None, at_least(1), dynamic=True),
         ConfigKey("log.roll.hours", _B.INT, 168, at_least(1)),
@@ -365,6 +370,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _topic("max.compaction.lag.ms", _B.LONG, LONG_MAX, at_least(1), "log.cleaner.max.compaction.lag.ms"),
         _topic("max.message.bytes", _B.INT, 1048588, at_least(0), "message.max.bytes"),
         _topic("message.downconversion.enable", _B.BOOLEAN, True, None, "log.message.downconversion.enable"),
+        _topic("message.format.version", _B.STRING, "3.0-IV1", None, "log.message.format.version"),
         _topic(
             "message.timestamp.type", _B.STRING, "CreateTime", one_of(*_TIMESTAMP_TYPES), "log.message.timestamp.type"
         ),
@@ -386,7 +392,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             BrokerSynonym("log.retention.minutes", MS_PER_MINUTE),
             BrokerSynonym("log.retention.hours", MS_PER_HOUR),
         ),
-        _topic("segment.bytes", _B.INT, 1073741824, at_least(1024 * 1024), "log.segment.bytes"),
+        _topic("segment.bytes", _B.INT, 1073741824, at_least(_SEGMENT_BYTES_FLOOR), "log.segment.bytes"),
         _topic("segment.index.bytes", _B.INT, 10485760, at_least(4), "log.index.size.max.bytes"),
         _topic(
             "segment.jitter.ms",

@@ -142,16 +142,15 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
     responses = []
     message: str | None
     for resource in request.resources:
-        duplicates = [k for k, n in Counter(c.name for c in resource.configs).items() if n > 1]
-        if duplicates:
-            code, message = ErrorCode.invalid_request, f"Error due to duplicate config keys {sorted(duplicates)}"
-        else:
-            try:
-                code, message = await _alter_one(
-                    ctx, resource, {c.name: c.value for c in resource.configs}, None, bool(request.validate_only)
-                )
-            except _ResourceError as exc:
-                code, message = exc.code, str(exc)
+        # Legacy AlterConfigs replaces the whole resource config and, as Kafka does, folds repeated keys into one
+        # map where the last value wins (clients that re-send described configs plus a change rely on it).
+        # Only IncrementalAlterConfigs rejects duplicate keys.
+        try:
+            code, message = await _alter_one(
+                ctx, resource, {c.name: c.value for c in resource.configs}, None, bool(request.validate_only)
+            )
+        except _ResourceError as exc:
+            code, message = exc.code, str(exc)
         responses.append(_alter_response(ctx.response_class, resource, code, message))
     return ctx.build(throttle_time=0, responses=tuple(responses))
 

@@ -240,3 +240,42 @@ def test_describe_configs_synonyms_types_and_key_filter(
         assert synonyms[-1] == ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG.value)
         if version >= 3:
             assert entry.config_type == 5  # LONG
+
+
+def _topic_config(client: WireClient, topic: str, key: str) -> str | None:
+    cls = codec.request_class(32, 4)
+    resource = codec.build_nested(cls, "resources", resource_type=2, resource_name=topic, configuration_keys=(key,))
+    (result,) = client.request(codec.build(cls, resources=(resource,))).results
+    (entry,) = result.configs
+    value: str | None = entry.value
+    return value
+
+
+def test_repeated_keys_last_wins_in_alter_configs_but_are_rejected_incrementally(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    """librdkafka's test helpers re-send every described config plus the change, so a key can appear twice in a
+    legacy AlterConfigs; Kafka keeps the last value. IncrementalAlterConfigs refuses repeated keys."""
+    client = wire(shared_broker.port)
+    _wire_create(client, "wire-dup-keys")
+    legacy = codec.request_class(33, 1)
+    entries = tuple(
+        codec.build_nested(codec.field_entity(legacy, "resources"), "configs", name="retention.ms", value=v)
+        for v in ("1000", "2000")
+    )
+    resource = codec.build_nested(legacy, "resources", resource_type=2, resource_name="wire-dup-keys", configs=entries)
+    (result,) = client.request(codec.build(legacy, resources=(resource,), validate_only=False)).responses
+    assert result.error_code == ErrorCode.none
+    assert _topic_config(client, "wire-dup-keys", "retention.ms") == "2000"
+
+    incremental = codec.request_class(44, 1)
+    ops = tuple(
+        codec.build_nested(codec.field_entity(incremental, "resources"), "configs", name="retention.ms",
+                           config_operation=0, value=v)
+        for v in ("3000", "4000")
+    )
+    resource = codec.build_nested(incremental, "resources", resource_type=2, resource_name="wire-dup-keys",
+                                  configs=ops)
+    (result,) = client.request(codec.build(incremental, resources=(resource,), validate_only=False)).responses
+    assert result.error_code == ErrorCode.invalid_request
+    assert _topic_config(client, "wire-dup-keys", "retention.ms") == "2000"

@@ -131,7 +131,7 @@ def test_valid_topic_values(name: str, value: str, normalized: str) -> None:
     [
         ("retention.ms", "soon", "Invalid value soon for configuration retention.ms: Not a number of type LONG"),
         ("retention.ms", "-2", "Value must be at least -1"),
-        ("segment.bytes", "100", "segment.bytes"),
+        ("segment.bytes", "13", "segment.bytes"),
         ("cleanup.policy", "forever", "forever"),
         ("compression.type", "brotli", "String must be one of"),
         ("min.cleanable.dirty.ratio", "1.5", "no more than"),
