@@ -186,6 +186,9 @@ class InMemoryStreamMetadata:
                     stream.tags = record.tags
             case RemoveStreamRecord():
                 self._streams.pop(record.stream_id, None)
+                index = self._index.get(record.stream_id)
+                if index is not None and not len(index):
+                    del self._index[record.stream_id]  # objects still holding its data keep theirs until swept
             case RangeRecord():
                 stream = self._replayed_stream(record.stream_id, record)
                 stream.ranges[record.range_index] = RangeMetadata(
