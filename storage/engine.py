@@ -296,13 +296,37 @@ class StorageEngine:
                     "recovery of node %d: stream %d already moved on: %s", self._node.node_id, stream.stream_id, exc
                 )
 
-    async def shutdown(self) -> None:
-        """Uploads everything, closes open streams, then the WAL and the store. Safe to call twice."""
+    async def shutdown(self, timeout: float | None = 60.0) -> None:
+        """Uploads everything, closes open streams, then the WAL and the store. Safe to call twice.
+
+        If uploading and closing take longer than ``timeout`` seconds (object storage or the controller is
+        unreachable), the rest is abandoned instead of hanging: the streams stay opened at the controller and
+        their tail stays in the WAL, so the next start recovers them, exactly as after a crash.
+        """
         if self._state in ("stopped", "halted"):
             return
         self._state = "stopping"
         await self._stop_timer()
         await self._compaction.stop()
+        try:
+            await asyncio.wait_for(self._upload_and_close_all(), timeout)
+        except TimeoutError:
+            logger.error(
+                "shutdown of node %d: uploads and stream closes did not finish within %.0f s; the rest stays in the "
+                "WAL and is recovered on the next start",
+                self._node.node_id,
+                timeout,
+            )
+            for stream in list(self._client.open_streams.values()):
+                stream.abandon()
+        await self._uploader.close()
+        await self._read_path.close()
+        await self._wal.close()
+        await self._store.close()
+        self._state = "stopped"
+        logger.info("storage engine of node %d stopped", self._node.node_id)
+
+    async def _upload_and_close_all(self) -> None:
         try:
             await self._flush(None)
         except StorageError as exc:
@@ -314,12 +338,6 @@ class StorageEngine:
                 logger.error(
                     "shutdown of node %d: closing stream %d failed: %s", self._node.node_id, stream.stream_id, result
                 )
-        await self._uploader.close()
-        await self._read_path.close()
-        await self._wal.close()
-        await self._store.close()
-        self._state = "stopped"
-        logger.info("storage engine of node %d stopped", self._node.node_id)
 
     async def halt(self) -> None:
         """Stops without uploading, closing streams or trimming the WAL: the state a crash leaves behind (for

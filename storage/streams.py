@@ -246,6 +246,7 @@ class StorageStream:
             self._state = _CLOSING  # from now on appends are refused
             self._wake_waiters()
             self._close_task = asyncio.ensure_future(self._close())
+            self._close_task.add_done_callback(_retrieve)  # a caller that gave up may not be there to see it
         # Concurrent closers (the partition layer and a shutdown) share one close; shielded so that a caller
         # giving up does not abandon it half way.
         await asyncio.shield(self._close_task)
@@ -330,6 +331,11 @@ class StreamClientImpl:
     def discard(self, stream: StorageStream) -> None:
         if self._open.get(stream.stream_id) is stream:
             del self._open[stream.stream_id]
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 if TYPE_CHECKING:  # mypy proves the implementations satisfy the protocols the broker programs against

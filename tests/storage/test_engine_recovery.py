@@ -15,8 +15,10 @@ from typing import Any
 
 from engine_support import make_engine, payload, small_config
 
+from storage.errors import ObjectStoreError
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.records import decode_record
+from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.local import LocalObjectStore
 from storage.record import StreamRecordBatch
 from storage.stream import Stream
@@ -251,5 +253,33 @@ async def test_the_wal_is_not_trimmed_past_an_acknowledged_record_not_yet_cached
     try:
         reopened = await restarted.open_stream(slow.stream_id, epoch=1)
         assert [b.payload for b in (await reopened.fetch(0, 2, 100)).batches] == [b"a0", b"a1"]
+    finally:
+        await restarted.shutdown()
+
+
+async def test_shutdown_with_object_storage_down_gives_up_in_time_and_recovery_uploads_later(
+    tmp_path: Path,
+) -> None:
+    metadata = InMemoryStreamMetadata()
+    config = small_config(tmp_path)
+    store = FaultyObjectStore(LocalObjectStore(config.data_buckets[0].path))
+    engine = make_engine(config, metadata, store=store)
+    await engine.start()
+    stream_id = await engine.create_stream()
+    stream = await engine.open_stream(stream_id, epoch=0)
+    for n in range(5):
+        await stream.append(payload(stream_id, n), 1)
+    store.fail("put", ObjectStoreError("injected: bucket unreachable"))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await engine.shutdown(timeout=0.5)
+    assert loop.time() - started < 5  # gave up instead of retrying forever
+    assert (await metadata.get_streams([stream_id]))[0].end_offset == 0
+
+    restarted = make_engine(small_config(tmp_path, node_epoch=engine.node.node_epoch + 1), metadata)
+    await restarted.start()  # the bucket is reachable again: the WAL tail is uploaded now
+    try:
+        reopened = await restarted.open_stream(stream_id, epoch=1)
+        assert await read_all(reopened) == [payload(stream_id, n) for n in range(5)]
     finally:
         await restarted.shutdown()
