@@ -56,7 +56,7 @@ from controller.raft.log import LogEntry, SnapshotId
 from controller.records import Endpoint, MetadataRecord
 from controller.rpc import messages as m
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
-from controller.rpc.messages import NotControllerError, decode_metadata_records
+from controller.rpc.messages import NotControllerError, decode_metadata_records, encode_metadata_records
 from controller.rpc.transport import NetworkTransport
 from storage.config import ConfigError
 from storage.errors import StorageError
@@ -323,6 +323,12 @@ class MetadataReplica:
         self.applied_end = 0  # every committed entry below this offset is applied
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._started = False
+        # The observer's log would grow without bound: like the controllers, snapshot the replayed state after
+        # this many bytes of entries, and Raft drops the log below the snapshot.
+        self._snapshot_after_bytes = int(config.value("metadata.log.max.record.bytes.between.snapshots"))
+        self._bytes_since_snapshot = 0
+        self._snapshot_pending = False
+        self._snapshot_task: asyncio.Task[None] | None = None
         request_ms = int(config.value("controller.quorum.request.timeout.ms"))
         fetch_ms = int(config.value("controller.quorum.fetch.timeout.ms"))
         fetch_wait_ms = min(500, max(1, fetch_ms // 4))
@@ -366,7 +372,29 @@ class MetadataReplica:
         for entry in entries:
             records = decode_metadata_records(entry.data, f"metadata log entry {entry.offset}")
             self.controller.replay(records, entry.offset)
+            self._bytes_since_snapshot += len(entry.data)
         self._note_leader()
+        if self._bytes_since_snapshot >= self._snapshot_after_bytes and not self._snapshot_pending:
+            self._snapshot_pending = True
+            asyncio.get_running_loop().call_soon(self._snapshot)
+
+    def _snapshot(self) -> None:
+        """Captures the state and its applied end together (no await in between), so the snapshot is exact."""
+        end = self.applied_end
+        data = encode_metadata_records(self.controller.snapshot_records())
+        self._bytes_since_snapshot = 0
+        task = asyncio.get_running_loop().create_task(self._hand_over_snapshot(end, data))
+        self._snapshot_task = task
+
+    async def _hand_over_snapshot(self, end: int, data: bytes) -> None:
+        try:
+            await self.driver.take_snapshot(end, data)
+        except ValueError as exc:  # the Raft core has not counted that far yet: try again after more entries
+            logger.debug("broker %d: metadata snapshot at %d deferred: %s", self.node_id, end, exc)
+        except Exception:
+            logger.exception("broker %d: metadata snapshot at %d failed", self.node_id, end)
+        finally:
+            self._snapshot_pending = False
 
     def _load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         records = decode_metadata_records(data, f"metadata snapshot {snapshot_id}")

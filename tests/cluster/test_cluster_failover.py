@@ -13,6 +13,7 @@ from cluster_support import (
     active_controller,
     consume_all,
     create_topic,
+    data_dir_of,
     leaders,
     live_brokers,
     produce,
@@ -23,6 +24,7 @@ from cluster_support import (
 )
 
 from broker.local_cluster import LocalCluster
+from controller.quorum import RAFT_DIR_NAME
 from controller.rpc import messages as m
 from controller.rpc.connection import ControllerConnection
 from controller.shell_sources import from_controllers
@@ -96,7 +98,11 @@ def test_killing_the_active_controller_under_load_loses_nothing(cluster_factory:
 
 
 def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(cluster_factory: object) -> None:
-    cluster: LocalCluster = cluster_factory()  # type: ignore[operator]
+    # Small snapshot thresholds: controllers and the brokers' metadata replicas snapshot as they go, so the
+    # restarted broker rebuilds its metadata from its own snapshot plus the log after it.
+    cluster: LocalCluster = cluster_factory(  # type: ignore[operator]
+        extra={"metadata.log.max.record.bytes.between.snapshots": "4096"}
+    )
     bootstrap = cluster.bootstrap_servers
     topic = topic_name("broker-kill")
     create_topic(bootstrap, topic, 6)
@@ -121,6 +127,8 @@ def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(
 
     # With the file WAL, what the dead broker acknowledged but had not uploaded is in its WAL only: it comes
     # back when the broker restarts (recovery uploads it and closes the streams, and the new leaders open them).
+    snapshots = data_dir_of(cluster, victim) / "metadata" / RAFT_DIR_NAME / "snapshots"
+    assert list(snapshots.glob("*.checkpoint")), f"broker {victim} never snapshotted its metadata replica"
     cluster.node(victim).start()
     second = produce(bootstrap, topic, [f"b{i}" for i in range(240)], timeout=90)
     assert len(second) == 240, f"only {len(second)} of 240 records acknowledged after the broker came back"
