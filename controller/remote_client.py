@@ -655,6 +655,12 @@ class RemoteControllerClient:
                 f"the active controller's high watermark is {end}"
             ) from None
 
+    async def forward_to_quorum_leader(self, api_key: int, version: int, request: Any) -> Any:
+        """Sends a client's request (DescribeQuorum) unchanged to the Raft leader and returns its answer."""
+        fields = {name: getattr(request, name) for name in type(request).__dataclass_fields__}
+        return await self.channel.kafka(api_key, version, f"forward api key {api_key} v{version}",
+                                        redirect=_describe_quorum_redirect, **fields)
+
     # ---- brokers -------------------------------------------------------------------------------------------
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
         cls = codec.request_class(m.BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION)

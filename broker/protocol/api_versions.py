@@ -53,6 +53,7 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         42: VersionRange("DeleteGroups", 0, 2),
         44: VersionRange("IncrementalAlterConfigs", 0, 1),
         47: VersionRange("OffsetDelete", 0, 0),
+        55: VersionRange("DescribeQuorum", 0, 2),
         60: VersionRange("DescribeCluster", 0, 1),
         61: VersionRange("DescribeProducers", 0, 0),
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from cluster_support import (
     consume_all,
@@ -29,6 +30,7 @@ from controller.config import INTERNAL_TOPIC_PARTITIONS
 from controller.rpc.connection import ControllerConnection
 
 LIST_OFFSETS = 2
+DESCRIBE_QUORUM = 55
 
 
 def test_topics_spread_over_brokers_and_records_flow(shared_cluster: LocalCluster) -> None:
@@ -148,3 +150,33 @@ def test_metadata_shell_shows_the_running_cluster(shared_cluster: LocalCluster) 
     assert tree.splitlines()[0] == "/nodes"
     for broker in shared_cluster.brokers:
         assert f"{broker.spec.node_id}/" in tree
+
+
+def test_describe_quorum_through_any_broker_reports_the_real_quorum(shared_cluster: LocalCluster) -> None:
+    """What ``kafka-metadata-quorum --bootstrap-server`` asks: every broker forwards it to the Raft leader."""
+    controllers = {n.spec.node_id for n in shared_cluster.controllers}
+    brokers = {n.spec.node_id for n in shared_cluster.brokers}
+
+    async def describe(port: int) -> Any:
+        cls = codec.request_class(DESCRIBE_QUORUM, 2)
+        topic = codec.build_nested(cls, "topics", topic_name="__cluster_metadata", partitions=(
+            codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=0),
+        ))
+        connection = ControllerConnection("127.0.0.1", port, client_id="cluster-test")
+        await connection.connect(timeout=5)
+        try:
+            return await connection.request(codec.build(cls, topics=(topic,)), timeout=10)
+        finally:
+            await connection.close()
+
+    answers = [asyncio.run(describe(b.spec.port)) for b in shared_cluster.brokers]
+    for response in answers:
+        assert response.error_code == ErrorCode.none
+        partition = response.topics[0].partitions[0]
+        assert partition.error_code == ErrorCode.none
+        assert partition.leader_id in controllers
+        assert {v.replica_id for v in partition.current_voters} == controllers
+        assert brokers <= {o.replica_id for o in partition.observers}, "brokers replay the log as observers"
+        assert partition.high_watermark > 0
+        assert {n.node_id for n in response.nodes} == controllers
+    assert len({r.topics[0].partitions[0].leader_id for r in answers}) == 1
