@@ -11,7 +11,6 @@ transactions exist (last stable offset = high watermark, no aborted transactions
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 import weakref
@@ -48,10 +47,6 @@ def session_cache(node: Any) -> FetchSessionCache:
         cache = FetchSessionCache()
         _caches[node] = cache
     return cache
-
-
-def _ms(value: datetime.timedelta | int) -> int:
-    return value if isinstance(value, int) else int(value.total_seconds() * 1000)
 
 
 @dataclass(slots=True)
@@ -194,7 +189,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(throttle_time=0, error_code=exc.code, session_id=0, responses=())
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
-    deadline = time.monotonic() + max(_ms(request.max_wait), 0) / 1000
+    deadline = time.monotonic() + max(codec.millis(request.max_wait), 0) / 1000
     while True:
         results = await _read_all(ctx, fetch, max_bytes)
         total = sum(len(r.records) for r in results)

@@ -1,8 +1,7 @@
-"""What the consumer-group handlers share: finding the coordinator and converting protocol field types."""
+"""What the consumer-group handlers share: finding the coordinator and the values Kafka fills in for every group."""
 
 from __future__ import annotations
 
-import datetime
 from typing import TYPE_CHECKING
 
 from broker.handlers.registry import RequestContext
@@ -20,13 +19,6 @@ def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     """The node's group coordinator; None while the node runs without one (then COORDINATOR_NOT_AVAILABLE)."""
     groups: GroupCoordinator | None = getattr(ctx.node, "groups", None)
     return groups
-
-
-def millis(value: datetime.timedelta | int) -> int:
-    """kio decodes Kafka's millisecond durations as timedeltas; the coordinator works in integer milliseconds."""
-    if isinstance(value, int):
-        return value
-    return (value.days * 86_400_000) + (value.seconds * 1000) + value.microseconds // 1000
 
 
 def member_host(ctx: RequestContext) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.groups.group import JoinRequest
-from broker.handlers.group_common import coordinator, member_host, millis
+from broker.handlers.group_common import coordinator, member_host
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
 
@@ -25,7 +25,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
             member_id=request.member_id,
             protocol_name=None if nullable_name else "",
         )
-    session_ms = millis(request.session_timeout)
+    session_ms = codec.millis(request.session_timeout)
     join = JoinRequest(
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -33,7 +33,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         client_host=member_host(ctx),
         session_timeout_ms=session_ms,
         # v0 has no rebalance timeout: the session timeout doubled as one.
-        rebalance_timeout_ms=millis(request.rebalance_timeout) if ctx.api_version >= 1 else session_ms,
+        rebalance_timeout_ms=codec.millis(request.rebalance_timeout) if ctx.api_version >= 1 else session_ms,
         protocol_type=request.protocol_type,
         protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
         require_known_member_id=ctx.api_version >= 4,

@@ -7,7 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import OffsetCommit
-from broker.handlers.group_common import coordinator, millis
+from broker.handlers.group_common import coordinator
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
 
@@ -28,7 +28,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         results = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
     else:
         # v2-v4 may ask for a retention of their own (-1: the broker's offsets.retention.minutes).
-        retention = millis(request.retention_time) if ctx.api_version <= 4 else -1
+        retention = codec.millis(request.retention_time) if ctx.api_version <= 4 else -1
         results = await groups.commit_offsets(
             request.group_id,
             member_id=request.member_id,

@@ -26,10 +26,6 @@ logger = logging.getLogger(__name__)
 _MIN_TIMEOUT_MS = 1000
 
 
-def _to_ms(value: datetime.timedelta | int) -> int:
-    return value if isinstance(value, int) else int(value.total_seconds() * 1000)
-
-
 async def _append_one(
     ctx: RequestContext, topic: str, partition: int, records: bytes | None, acks: int
 ) -> AppendResult | BaseException:
@@ -96,7 +92,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 jobs.append(_append_one(ctx, topic.name, part.index, part.records, acks))
     # The timeout bounds the wait for durability; a WAL write always takes a moment, so a zero or tiny timeout
     # (which in Kafka would still succeed on a single-replica partition) is raised to a small floor.
-    timeout_s = max(_to_ms(request.timeout), _MIN_TIMEOUT_MS) / 1000
+    timeout_s = max(codec.millis(request.timeout), _MIN_TIMEOUT_MS) / 1000
     tasks = [asyncio.ensure_future(job) for job in jobs]
     outcomes: list[AppendResult | BaseException] = []
     if tasks:

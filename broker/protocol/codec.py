@@ -32,6 +32,7 @@ from kio.static.primitive import i32Timedelta, i64Timedelta
 
 _PREFIX = struct.Struct(">hhi")
 _LENGTH = struct.Struct(">i")
+_ONE_MS: Final = datetime.timedelta(milliseconds=1)
 #: api_key, api_version, correlation_id: the part of the request header shared by every header version.
 HEADER_PREFIX_SIZE: Final = _PREFIX.size
 
@@ -244,6 +245,14 @@ def _coerce(field: dataclasses.Field[Any], value: object) -> object:
     if kafka_type == "uuid" and value is None and not is_optional(field):
         return uuid_zero
     return value
+
+
+def millis(value: datetime.timedelta | int) -> int:
+    """The reverse of ``_coerce`` for durations: kio decodes Kafka's millisecond fields as timedeltas, while the
+    broker and controller compute with integer milliseconds (exact integer arithmetic, no float round trip)."""
+    if isinstance(value, int):
+        return value
+    return value // _ONE_MS
 
 
 def build(entity_cls: type[Any], /, **values: object) -> Any:

@@ -11,7 +11,6 @@ Correlation ids are the Raft core's own (a response echoes its request's), carri
 
 from __future__ import annotations
 
-import datetime
 import struct
 from typing import Any, Final
 
@@ -355,7 +354,7 @@ def request_from_kio(api_key: int, entity: Any, correlation_id: int) -> tuple[in
         return entity.replica_id, FetchRequest(
             entity.cluster_id or "",
             entity.replica_id,
-            _millis(entity.max_wait),
+            codec.millis(entity.max_wait),
             p.current_leader_epoch,
             p.fetch_offset,
             p.last_fetched_epoch,
@@ -439,9 +438,3 @@ def _errors(code: Any) -> Errors:
         return Errors(int(code))
     except ValueError:
         return Errors.INVALID_REQUEST
-
-
-def _millis(value: Any) -> int:
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
-    return int(value)

@@ -45,6 +45,22 @@ def test_builder_defaults_nested_entities_and_coerces_plain_values() -> None:
     assert codec.build(codec.response_class(3, 0), cluster_id="ignored", brokers=()).brokers == ()
 
 
+@pytest.mark.parametrize("ms", [-1, 0, 1, 999, 45_000, 7 * 86_400_000 + 1, 2**31 - 1])
+def test_durations_a_client_sends_come_back_as_the_same_milliseconds(ms: int) -> None:
+    # JoinGroup v5 carries an i32 duration (session timeout), OffsetCommit v2 an i64 one (retention, -1 = default).
+    join = codec.build(codec.request_class(11, 5), group_id="g", session_timeout=ms, rebalance_timeout=ms)
+    commit = codec.build(codec.request_class(8, 2), group_id="g", retention_time=ms)
+    for request in (join, commit):
+        body = codec.decode_request(codec.encode_request(request, correlation_id=1)[4:]).body
+        durations = [
+            getattr(body, name)
+            for name in ("session_timeout", "rebalance_timeout", "retention_time")
+            if hasattr(body, name)
+        ]
+        assert durations and [codec.millis(d) for d in durations] == [ms] * len(durations)
+    assert codec.millis(ms) == ms
+
+
 def test_trailing_bytes_are_tolerated() -> None:
     request = codec.build(codec.request_class(3, 12), topics=None)
     frame = codec.encode_request(request, correlation_id=5)[4:] + b"\0\0\0\1"
