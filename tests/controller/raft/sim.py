@@ -46,7 +46,7 @@ from controller.raft.effects import (
     TruncateLog,
 )
 from controller.raft.log import EMPTY_SNAPSHOT, EntryKind, LogEntry, RaftLog, SnapshotId, entries_after_snapshot
-from controller.raft.messages import RaftMessage
+from controller.raft.messages import RaftMessage, VoteResponse
 
 SIM_CONFIG = RaftConfig(
     election_timeout_ms=300,
@@ -76,6 +76,7 @@ class SimParams:
     slow_message_rate: float = 0.02  # these take up to 10x max_delay_ms: reordering across rounds
     chaos_interval_ms: int = 100  # mean time between chaos events
     propose_interval_ms: int = 25
+    crash_after_vote_rate: float = 0.2
 
 
 @dataclass
@@ -365,6 +366,14 @@ class Simulation:
 
     def _send(self, sender: int, dest: int, message: RaftMessage) -> None:
         self.stats["messages"] += 1
+        if (
+            isinstance(message, VoteResponse)
+            and message.vote_granted
+            and self.now < self.params.chaos_ms
+            and self.rng.random() < self.params.crash_after_vote_rate
+        ):
+            # The moment a forgotten vote would hurt: the voter dies right after voting and comes straight back.
+            self.schedule(self.now + self.rng.randint(1, 5), "crash_restart", (sender, self.incarnation[sender]))
         copies = 2 if self.rng.random() < self.duplicate_rate else 1
         for _ in range(copies):
             if self.rng.random() < self.drop_rate or self.partition[sender] != self.partition[dest]:
@@ -398,6 +407,12 @@ class Simulation:
             return
         self._flush(node_id)
         self._process(node_id)
+
+    def _on_crash_restart(self, payload: tuple[int, int]) -> None:
+        node_id, incarnation = payload
+        if self.nodes[node_id] is not None and incarnation == self.incarnation[node_id]:
+            self._crash(node_id)
+            self.schedule(self.now + self.rng.randint(1, 20), "restart", node_id)
 
     def _on_restart(self, node_id: int) -> None:
         if self.nodes[node_id] is None:
