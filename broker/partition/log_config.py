@@ -1,67 +1,45 @@
 """The topic configs the partition log enforces, with Kafka's names.
 
-The effective values come from controller.config's resolution (topic override, then the broker synonyms
-``log.message.timestamp.type`` etc., then Kafka's default) so there is one definition of every default; values
-that do not parse fall back to the default with a warning instead of failing the partition, because the
-controller already validated them.
+controller.config is the one definition of every topic config (type, broker synonyms, Kafka's default) and of how
+a topic's effective values resolve; this module only picks the values the partition log acts on into a typed record,
+so the log never re-implements a lookup or carries a default of its own.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-logger = logging.getLogger(__name__)
+from controller.config import BROKER_KEYS, TOPIC_CONFIGS
 
-_LONG_MAX = (1 << 63) - 1
+
+def _default(name: str) -> Any:
+    return TOPIC_CONFIGS[name].key.default
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    max_message_bytes: int = 1048588
-    log_append_time: bool = False  # message.timestamp.type=LogAppendTime
-    timestamp_before_max_ms: int = _LONG_MAX
-    timestamp_after_max_ms: int = _LONG_MAX
-    index_interval_bytes: int = 4096
-    producer_id_expiration_ms: int = 86_400_000
+    max_message_bytes: int = _default("max.message.bytes")
+    log_append_time: bool = _default("message.timestamp.type") == "LogAppendTime"
+    timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
+    timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    producer_id_expiration_ms: int = BROKER_KEYS["producer.id.expiration.ms"].default
     #: Persist producer state and the partition record after this many appended bytes, bounding recovery.
     checkpoint_interval_bytes: int = 16 << 20
     #: ... or after this long with appends, whichever comes first.
     checkpoint_interval_ms: int = 30_000
 
     @classmethod
-    def from_lookup(cls, lookup: Callable[[str], str | None], *, producer_id_expiration_ms: int) -> LogConfig:
-        """Builds the config from ``lookup(topic config name) -> effective value`` (controller.config's
-        resolution: topic override, dynamic and static broker synonyms, Kafka default)."""
-
-        def as_int(name: str, default: int) -> int:
-            raw = lookup(name)
-            if raw is None:
-                return default
-            try:
-                return int(raw)
-            except ValueError:
-                logger.warning("ignoring invalid %s=%r (using %d)", name, raw, default)
-                return default
-
+    def from_effective(cls, effective: Mapping[str, Any], *, producer_id_expiration_ms: int) -> LogConfig:
+        """From a topic's typed values as :func:`controller.config.effective_topic_configs` resolves them (topic
+        override, dynamic and static broker synonyms, Kafka default; invalid values already replaced by defaults)."""
         return cls(
-            max_message_bytes=as_int("max.message.bytes", 1048588),
-            log_append_time=(lookup("message.timestamp.type") or "CreateTime") == "LogAppendTime",
-            timestamp_before_max_ms=as_int("message.timestamp.before.max.ms", _LONG_MAX),
-            timestamp_after_max_ms=as_int("message.timestamp.after.max.ms", _LONG_MAX),
-            index_interval_bytes=as_int("index.interval.bytes", 4096),
+            max_message_bytes=effective["max.message.bytes"],
+            log_append_time=effective["message.timestamp.type"] == "LogAppendTime",
+            timestamp_before_max_ms=effective["message.timestamp.before.max.ms"],
+            timestamp_after_max_ms=effective["message.timestamp.after.max.ms"],
+            index_interval_bytes=effective["index.interval.bytes"],
             producer_id_expiration_ms=producer_id_expiration_ms,
         )
-
-    @classmethod
-    def from_configs(cls, topic: Mapping[str, str], broker: Mapping[str, str] | None = None) -> LogConfig:
-        """Topic configs over broker synonyms (``log.`` prefixed), without controller.config's defaults."""
-        broker = broker or {}
-        synonyms = {"max.message.bytes": "message.max.bytes"}
-
-        def lookup(name: str) -> str | None:
-            return topic.get(name) or broker.get(synonyms.get(name, f"log.{name}"))
-
-        expiration = broker.get("producer.id.expiration.ms")
-        return cls.from_lookup(lookup, producer_id_expiration_ms=int(expiration) if expiration else 86_400_000)

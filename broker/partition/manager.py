@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from controller.client import ControllerClient
-from controller.config import ServerConfig, resolve_topic_config
+from controller.config import ServerConfig, effective_topic_configs
 from controller.image import MetadataImage, PartitionImage
 from storage.stream import StreamClient
 
@@ -169,11 +169,9 @@ class PartitionManager:
     def _log_config(self, image: MetadataImage, topic_configs: Mapping[str, str]) -> LogConfig:
         server = self._node.config
         node_dynamic = image.node_configs.get(self._node.node_id, {})
-
-        def lookup(name: str) -> str | None:
-            return resolve_topic_config(name, server, image.broker_configs, topic_configs, node_dynamic).value
-
-        return LogConfig.from_lookup(lookup, producer_id_expiration_ms=int(server.value("producer.id.expiration.ms")))
+        effective = effective_topic_configs(server, image.broker_configs, topic_configs, node_dynamic)
+        expiration_ms = int(server.value("producer.id.expiration.ms"))
+        return LogConfig.from_effective(effective, producer_id_expiration_ms=expiration_ms)
 
     async def _open(self, image: MetadataImage, topic: str, part: PartitionImage) -> None:
         topic_image = image.topics_by_id.get(part.topic_id)
