@@ -28,7 +28,13 @@ DAY_S = 86_400.0
 
 
 async def start_node(data_dir: Path) -> BrokerNode:
-    overrides = {**default_overrides(data_dir), "group.initial.rebalance.delay.ms": "0"}
+    overrides = {
+        **default_overrides(data_dir),
+        "group.initial.rebalance.delay.ms": "0",
+        # The coordinator's clock moves eight days ahead; the tombstones it then writes must not be refused as
+        # too far in the future (Kafka's default allows one hour).
+        "log.message.timestamp.after.max.ms": str(int(9 * DAY_S * 1000)),
+    }
     node = BrokerNode(ServerConfig.load(None, [f"{k}={v}" for k, v in overrides.items()]))
     await node.start()
     return node
