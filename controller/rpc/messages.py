@@ -114,7 +114,7 @@ from storage.metadata.api import (
     S3ObjectMetadata,
     StreamMetadataRecord,
 )
-from storage.metadata.records import _from_json, _to_json
+from storage.metadata.records import from_json, to_json
 
 # ---------------------------------------------------------------------------------------------- API keys
 
@@ -501,7 +501,7 @@ def encode_stream_request(request: StreamRequest, correlation_id: int, client_id
     header = _PREFIX.pack(request.API_KEY, STREAM_API_VERSION, correlation_id) + _CLIENT_ID_LENGTH.pack(
         -1 if client is None else len(client)
     ) + (client or b"")
-    body = json.dumps(_to_json(request), separators=(",", ":")).encode()
+    body = json.dumps(to_json(request), separators=(",", ":")).encode()
     return _LENGTH.pack(len(header) + len(body)) + header + body
 
 
@@ -519,7 +519,7 @@ def decode_stream_request(frame: bytes) -> tuple[int, StreamRequest]:
     start = _PREFIX.size + _CLIENT_ID_LENGTH.size + max(client_length, 0)
     try:
         body = json.loads(frame[start:])
-        request = _from_json(cls, body)
+        request = from_json(cls, body)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise StreamCodecError(f"{cls.__name__} (correlation id {correlation_id}) is malformed: {exc}") from None
     return correlation_id, typing.cast(StreamRequest, request)
@@ -541,7 +541,7 @@ def decode_stream_response(request_cls: type[StreamRequest], frame: bytes) -> tu
     (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
     try:
         code, message, leader_id, raw = json.loads(frame[_CORRELATION.size :])
-        result = None if raw is None or request_cls.RESULT is None else _from_json(request_cls.RESULT, raw)
+        result = None if raw is None or request_cls.RESULT is None else from_json(request_cls.RESULT, raw)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise StreamCodecError(f"{request_cls.__name__} response is malformed: {exc}") from None
     return correlation_id, StreamResponse(int(code), message, int(leader_id), result)
@@ -549,8 +549,8 @@ def decode_stream_response(request_cls: type[StreamRequest], frame: bytes) -> tu
 
 def _encode_result(result: Any) -> Any:
     if isinstance(result, list):
-        return [_to_json(item) for item in result]
-    return None if result is None else _to_json(result)
+        return [to_json(item) for item in result]
+    return None if result is None else to_json(result)
 
 
 def api_key_of(frame: bytes) -> int:

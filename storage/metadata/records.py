@@ -67,7 +67,7 @@ def encode_record(record: MetadataRecord) -> bytes:
     cls = type(record)
     if RECORD_TYPES.get(cls.TYPE) is not cls:
         raise ValueError(f"{cls.__name__} is not a registered metadata record")
-    body = json.dumps(_to_json(record), separators=(",", ":")).encode()
+    body = json.dumps(to_json(record), separators=(",", ":")).encode()
     return _HEADER.pack(cls.TYPE, cls.VERSION) + body
 
 
@@ -85,12 +85,16 @@ def decode_record(data: bytes | memoryview) -> MetadataRecord:
         )
     try:
         body = json.loads(bytes(data[_HEADER.size :]))
-        return typing.cast(MetadataRecord, _from_json(cls, body))
+        return typing.cast(MetadataRecord, from_json(cls, body))
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise RecordDecodeError(f"metadata record {cls.__name__} (type {type_id}) is malformed: {exc}") from None
 
 
-def _to_json(value: Any) -> Any:
+def to_json(value: Any) -> Any:
+    """A record or any value inside one as compact JSON (dataclasses as positional arrays, bytes as base64).
+
+    Public because the controller's stream RPCs (controller.rpc.messages) carry the same dataclasses on the wire
+    and must encode them exactly as the metadata log does."""
     if isinstance(value, bool | str | None):
         return value
     if isinstance(value, enum.Enum):
@@ -100,9 +104,9 @@ def _to_json(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [_to_json(getattr(value, f.name)) for f in dataclasses.fields(value)]
+        return [to_json(getattr(value, f.name)) for f in dataclasses.fields(value)]
     if isinstance(value, tuple | list):
-        return [_to_json(item) for item in value]
+        return [to_json(item) for item in value]
     raise TypeError(f"cannot encode {type(value).__name__} in a metadata record")
 
 
@@ -126,7 +130,9 @@ def _fields_of(cls: type) -> list[tuple[str, Any, bool]]:
     return cached
 
 
-def _from_json(hint: Any, value: Any) -> Any:
+def from_json(hint: Any, value: Any) -> Any:
+    """The inverse of :func:`to_json` for a value of type ``hint``; trailing fields with defaults may be absent so
+    older encodings still decode. Raises TypeError/ValueError on a shape that does not match."""
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, list):
             raise TypeError(f"{hint.__name__}: expected an array, got {type(value).__name__}")
@@ -135,7 +141,7 @@ def _from_json(hint: Any, value: Any) -> Any:
             raise ValueError(f"{hint.__name__}: {len(value)} values for {len(fields)} fields")
         kwargs: dict[str, Any] = {}
         for (name, field_hint, _has_default), item in zip(fields, value, strict=False):
-            kwargs[name] = _from_json(field_hint, item)
+            kwargs[name] = from_json(field_hint, item)
         for name, _hint, has_default in fields[len(value) :]:
             if not has_default:
                 raise ValueError(f"{hint.__name__}: missing field {name!r}")
@@ -146,15 +152,15 @@ def _from_json(hint: Any, value: Any) -> Any:
         if not isinstance(value, list):
             raise TypeError(f"expected an array for {hint}, got {type(value).__name__}")
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_from_json(args[0], item) for item in value)
+            return tuple(from_json(args[0], item) for item in value)
         if len(args) != len(value):
             raise ValueError(f"expected {len(args)} values for {hint}, got {len(value)}")
-        return tuple(_from_json(a, item) for a, item in zip(args, value, strict=True))
+        return tuple(from_json(a, item) for a, item in zip(args, value, strict=True))
     if origin in (typing.Union, types.UnionType):
         if value is None:
             return None
         options = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _from_json(options[0], value)
+        return from_json(options[0], value)
     if hint is bytes:
         if not isinstance(value, str):
             raise TypeError(f"expected base64 text, got {type(value).__name__}")
