@@ -24,6 +24,7 @@ from cluster_support import (
 )
 
 from broker.local_cluster import LocalCluster
+from controller.image import is_cluster_record
 from controller.quorum import RAFT_DIR_NAME
 from controller.rpc import messages as m
 from controller.rpc.connection import ControllerConnection
@@ -95,6 +96,22 @@ def test_killing_the_active_controller_under_load_loses_nothing(cluster_factory:
     wait_for("the three controllers holding identical metadata", converged, timeout=30, interval=0.5)
     shell = shell_in_process(cluster)
     assert {topic, second} <= {row[0] for row in table_rows(shell.run("ls /topics"))}
+
+    # Restart every controller: the quorum comes back with the same image (brokers, topics, partitions, configs).
+    before_offset, before_records = _controller_states(cluster)[0]
+    before = [r for r in before_records if is_cluster_record(r)]
+    streams_before = {row[0] for row in table_rows(shell.run("ls /streams"))}
+    for node in cluster.controllers:
+        node.terminate()
+    for node in cluster.controllers:
+        assert node.wait(30) == 0, node.log_text()
+    for node in cluster.controllers:
+        node.start()
+    wait_for("the restarted controllers replaying their logs",
+             lambda: converged() and _controller_states(cluster)[0][0] >= before_offset, timeout=30, interval=0.5)
+    after = [r for r in _controller_states(cluster)[0][1] if is_cluster_record(r)]
+    assert after == before
+    assert streams_before <= {row[0] for row in table_rows(shell_in_process(cluster).run("ls /streams"))}
 
 
 def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(cluster_factory: object) -> None:
