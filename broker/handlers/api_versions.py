@@ -1,4 +1,5 @@
-"""ApiVersions (key 18) v0-3, including the KIP-511 v0 fallback for versions newer than ours."""
+"""ApiVersions (key 18) v0-3, including the KIP-511 v0 fallback for versions newer than ours, and the KIP-584
+features (v3+) that Java clients and Kafka's tools read."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.registry import RequestContext, handler, load_handlers
 from broker.protocol import codec
-from broker.protocol.api_versions import API_VERSIONS_KEY, VersionRange, advertised
+from broker.protocol.api_versions import API_VERSIONS_KEY, FEATURES, VersionRange, advertised
 
 # KIP-511: client software name and version must look like this, else INVALID_REQUEST.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -30,6 +31,28 @@ def unsupported_version_response(versions: Mapping[int, VersionRange]) -> Any:
     return codec.build(cls, error_code=ErrorCode.unsupported_version, api_keys=_api_keys(cls, versions))
 
 
+def _features(ctx: RequestContext) -> dict[str, object]:
+    """The tagged feature fields of v3+. The finalized epoch is the metadata log offset the answer reflects, as
+    in KRaft, so a client can tell a newer answer from an older one."""
+    if ctx.api_version < 3:
+        return {}
+    cls = ctx.response_class
+    return {
+        "supported_features": tuple(
+            codec.build_nested(cls, "supported_features", name=f.name, min_version=f.min_version,
+                               max_version=f.max_version)
+            for f in FEATURES
+        ),
+        "finalized_features_epoch": max(ctx.node.controller.image.offset, 0),
+        "finalized_features": tuple(
+            codec.build_nested(cls, "finalized_features", name=f.name, max_version_level=f.finalized_level,
+                               min_version_level=f.finalized_level)
+            for f in FEATURES
+        ),
+        "zk_migration_ready": False,
+    }
+
+
 @handler(api_key=API_VERSIONS_KEY)
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
@@ -39,4 +62,4 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
         and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ctx.build(error_code=ErrorCode.invalid_request, api_keys=_api_keys(cls, versions))
-    return ctx.build(error_code=ErrorCode.none, api_keys=_api_keys(cls, versions))
+    return ctx.build(error_code=ErrorCode.none, api_keys=_api_keys(cls, versions), **_features(ctx))

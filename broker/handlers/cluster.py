@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker import authorized_operations
 from broker.handlers.metadata import client_controller_id, live_endpoint
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
@@ -40,4 +41,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=image.cluster_id,
         controller_id=client_controller_id(image, ctx.node.node_id),
         brokers=tuple(brokers),
+        cluster_authorized_operations=authorized_operations.reported(
+            request.include_cluster_authorized_operations, authorized_operations.CLUSTER
+        ),
     )

@@ -10,8 +10,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker import authorized_operations
 from broker.groups.state import GroupState
-from broker.handlers.group_common import AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS, coordinator
+from broker.handlers.group_common import coordinator
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
 
@@ -20,8 +21,9 @@ from broker.protocol import codec
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     group_cls = codec.field_entity(ctx.response_class, "groups")
     groups = coordinator(ctx)
-    include_ops = bool(getattr(request, "include_authorized_operations", False))
-    operations = GROUP_AUTHORIZED_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
+    operations = authorized_operations.reported(
+        getattr(request, "include_authorized_operations", False), authorized_operations.GROUP
+    )
     described = []
     for group_id in request.groups:
         if groups is None:

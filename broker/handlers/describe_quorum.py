@@ -7,6 +7,7 @@ single node has no Raft quorum: it answers for itself as the only voter, leader 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -26,6 +27,8 @@ async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(error_code=ErrorCode.unknown_server_error,
                          error_message="this broker has no controller quorum to describe")
     end = image.offset + 1
-    me = ReplicaState(ctx.node.node_id, end)
+    # A leader reports itself as fetched and caught up just now, as the Raft core (and Kafka) do.
+    now_ms = int(time.time() * 1000)
+    me = ReplicaState(ctx.node.node_id, end, now_ms, now_ms)
     answer = DescribeQuorumResponse(Errors.NONE, ctx.node.node_id, 0, end, (me,), ())
     return describe_quorum_response(ctx.response_class, answer)

@@ -9,11 +9,6 @@ from broker.handlers.registry import RequestContext
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
 
-# DescribeGroups v3+ when the client did not ask for authorized operations (Kafka's Int.MinValue sentinel).
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-# Without ACLs every group operation is allowed: READ (3), DELETE (6), DESCRIBE (8) as AclOperation bits.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-
 
 def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     """The node's group coordinator; None while the node runs without one (then COORDINATOR_NOT_AVAILABLE)."""

@@ -10,6 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
+from broker import authorized_operations
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
 from controller.client import NewTopic
@@ -57,7 +58,7 @@ def _partition_entries(topic_cls: type[Any], topic: TopicImage, live: set[int]) 
     return tuple(out)
 
 
-def _topic_entry(topic_cls: type[Any], topic: TopicImage, live: set[int]) -> Any:
+def _topic_entry(topic_cls: type[Any], topic: TopicImage, live: set[int], ops: int) -> Any:
     return codec.build(
         topic_cls,
         error_code=ErrorCode.none,
@@ -65,16 +66,20 @@ def _topic_entry(topic_cls: type[Any], topic: TopicImage, live: set[int]) -> Any
         topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
         partitions=_partition_entries(topic_cls, topic, live),
+        topic_authorized_operations=ops,
     )
 
 
-def _error_topic(topic_cls: type[Any], code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) -> Any:
+def _error_topic(
+    topic_cls: type[Any], code: ErrorCode, name: str | None, topic_id: uuid.UUID | None, ops: int
+) -> Any:
     return codec.build(
         topic_cls,
         error_code=code,
         name=name if name is not None else ("" if not codec.is_nullable(topic_cls, "name") else None),
         topic_id=topic_id or uuid_zero,
         is_internal=name in INTERNAL_TOPICS,
+        topic_authorized_operations=ops,
     )
 
 
@@ -111,13 +116,17 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                                    port=endpoint[1], rack=broker.rack)
             )
 
+    # v8+: Kafka fills these for every topic in the response (and v8-10 for the cluster) only when asked.
+    ops = authorized_operations.reported(
+        getattr(request, "include_topic_authorized_operations", False), authorized_operations.TOPIC
+    )
     requested = request.topics
     if ctx.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
     topics: list[Any] = []
     if requested is None:
         for topic_name in sorted(image.topics_by_name):
-            topics.append(_topic_entry(topic_cls, image.topics_by_name[topic_name], live))
+            topics.append(_topic_entry(topic_cls, image.topics_by_name[topic_name], live, ops))
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and node.auto_create_topics_enable
         missing: list[str] = []
@@ -136,17 +145,17 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             if topic_id is not None:
                 found = image.topics_by_id.get(topic_id) if ctx.api_version >= 12 else None
                 if found is None:
-                    topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_id, None, topic_id))
+                    topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_id, None, topic_id, ops))
                 else:
-                    topics.append(_topic_entry(topic_cls, found, live))
+                    topics.append(_topic_entry(topic_cls, found, live, ops))
             elif not name:
-                topics.append(_error_topic(topic_cls, ErrorCode.invalid_topic_exception, name or "", None))
+                topics.append(_error_topic(topic_cls, ErrorCode.invalid_topic_exception, name or "", None, ops))
             elif name in created:
-                topics.append(_error_topic(topic_cls, created[name], name, None))
+                topics.append(_error_topic(topic_cls, created[name], name, None, ops))
             elif name in image.topics_by_name:
-                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], live))
+                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], live, ops))
             else:
-                topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_or_partition, name, None))
+                topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_or_partition, name, None, ops))
 
     return ctx.build(
         throttle_time=0,
@@ -154,4 +163,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         cluster_id=image.cluster_id,
         controller_id=client_controller_id(image, node.node_id),
         topics=tuple(topics),
+        cluster_authorized_operations=authorized_operations.reported(
+            getattr(request, "include_cluster_authorized_operations", False), authorized_operations.CLUSTER
+        ),
     )

@@ -132,10 +132,15 @@ class LeaderEpochCache:
         self.entries = keep
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """``(epoch, end offset)``: the largest epoch <= requested and where it ended; (-1, -1) if unknown."""
-        if not self.entries or epoch < self.entries[0].epoch:
+        """``(epoch, end offset)`` with Kafka's answers, which Java consumers act on when validating a position:
+        the current epoch ends at the log end; an older epoch ends where the next known one starts and is reported
+        as the largest known epoch <= requested; an epoch older than every known one (its data deleted) is echoed
+        with the start of the first known epoch; an undefined (-1) or future epoch is unknown: (-1, -1)."""
+        if epoch < 0 or not self.entries or epoch > self.entries[-1].epoch:
             return -1, -1
-        if epoch >= self.entries[-1].epoch:
-            return self.entries[-1].epoch, log_end_offset
-        i = bisect.bisect_right([e.epoch for e in self.entries], epoch) - 1
-        return self.entries[i].epoch, self.entries[i + 1].start_offset
+        if epoch == self.entries[-1].epoch:
+            return epoch, log_end_offset
+        i = bisect.bisect_right([e.epoch for e in self.entries], epoch)
+        if i == 0:
+            return epoch, self.entries[0].start_offset
+        return self.entries[i - 1].epoch, self.entries[i].start_offset

@@ -62,6 +62,25 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
 API_VERSIONS_KEY: Final = 18
 
 
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """A KIP-584 feature as ApiVersions v3+ reports it: the range this broker supports and the level in force."""
+
+    name: str
+    min_version: int
+    max_version: int
+    finalized_level: int
+
+
+#: ``metadata.version`` as a Kafka 3.6 broker (3.6-IV2, level 14) reports it; the served API ranges above are those
+#: of 3.6 (Fetch v15, ListOffsets v8: a 3.7-IV4 broker would owe Fetch v16). The supported minimum is 3.3-IV3
+#: (level 7), the oldest level Kafka 4.0 still knows, so 3.x and 4.x tools can both name every level reported.
+#: Java clients read the finalized features (and their epoch); kafka-features and kafka-metadata-quorum check
+#: ``metadata.version`` before using newer admin APIs.
+METADATA_VERSION: Final = Feature("metadata.version", 7, 14, 14)
+FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION,)
+
+
 def api_name(api_key: int) -> str:
     entry = API_VERSIONS.get(api_key)
     return entry.name if entry is not None else f"api{api_key}"

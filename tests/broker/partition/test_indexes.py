@@ -37,12 +37,16 @@ def test_leader_epoch_end_offsets() -> None:
     cache.assign(4, 50)  # epoch 3 wrote nothing: superseded
     cache.assign(6, 80)
     assert [e.epoch for e in cache.entries] == [1, 4, 6]
-    assert cache.end_offset_for(0, 120) == (-1, -1)
+    # Below every known epoch: Kafka echoes the epoch with the first known epoch's start (its data is gone).
+    assert cache.end_offset_for(0, 120) == (0, 0)
     assert cache.end_offset_for(1, 120) == (1, 50)
     assert cache.end_offset_for(3, 120) == (1, 50)
     assert cache.end_offset_for(5, 120) == (4, 80)
     assert cache.end_offset_for(6, 120) == (6, 120)
-    assert cache.end_offset_for(9, 120) == (6, 120)
+    # Undefined or newer than the leader's epoch: unknown, as Kafka answers.
+    assert cache.end_offset_for(9, 120) == (-1, -1)
+    assert cache.end_offset_for(-1, 120) == (-1, -1)
+    assert LeaderEpochCache().end_offset_for(0, 0) == (-1, -1)
     cache.truncate_start(60)
     assert cache.entries == [EpochEntry(4, 60), EpochEntry(6, 80)]
 
