@@ -64,6 +64,16 @@ def error_code_for(exc: BaseException) -> ErrorCode:
     return ErrorCode.unknown_server_error
 
 
+def error_code_logged(exc: BaseException, log: logging.Logger, failed: str, *args: object) -> ErrorCode:
+    """``error_code_for(exc)``, logging the traceback (on the caller's logger, with ``failed % args`` naming the
+    topic/partition or resource) when no code covers the exception: the client only sees UNKNOWN_SERVER_ERROR, so
+    the broker log is the one place that says what broke."""
+    code = error_code_for(exc)
+    if code == ErrorCode.unknown_server_error:
+        log.error(failed, *args, exc_info=exc)
+    return code
+
+
 def error_message_for(exc: BaseException) -> str:
     """A one-line message for response ``error_message`` fields."""
     text = str(exc)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError, error_code_for
+from broker.errors import KafkaError, error_code_logged
 from broker.groups.group import CONSUMER_PROTOCOL_TYPE, Group, GroupConfig, JoinRequest, PendingWrite
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import (
@@ -104,10 +104,7 @@ class FetchedOffset:
 
 def _store_error(exc: BaseException, *, offset_commit: bool = False) -> ErrorCode:
     """Kafka's translation of a failed ``__consumer_offsets`` append into what group clients understand."""
-    code = error_code_for(exc)
-    if code is ErrorCode.unknown_server_error:
-        # Not a storage or protocol failure we know: keep the traceback for whoever has to fix it.
-        logger.error("unexpected failure appending to %s", OFFSETS_TOPIC, exc_info=exc)
+    code = error_code_logged(exc, logger, "unexpected failure appending to %s", OFFSETS_TOPIC)
     if code in (
         ErrorCode.unknown_topic_or_partition,
         ErrorCode.not_enough_replicas,

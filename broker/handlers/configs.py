@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import error_code_for, error_message_for
+from broker.errors import error_code_logged, error_message_for
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
 from controller.client import ConfigResource, IncrementalOp
@@ -126,9 +126,7 @@ async def _alter_one(
             ConfigResource(kind, name), changes, incremental_ops=ops, validate_only=validate_only
         )
     except Exception as exc:
-        code = error_code_for(exc)
-        if code == ErrorCode.unknown_server_error:
-            logger.error("altering configs of resource type %d %r failed", kind, name, exc_info=exc)
+        code = error_code_logged(exc, logger, "altering configs of resource type %d %r failed", kind, name)
         return code, error_message_for(exc)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
-from broker.errors import KafkaError, error_code_for
+from broker.errors import KafkaError, error_code_logged
 from broker.fetch_session import (
     FetchContext,
     FetchSessionCache,
@@ -106,9 +106,7 @@ async def _read_partition(
             key, ErrorCode.none, read.high_watermark, read.log_start_offset, read.records, log, state.fetch_offset
         )
     except Exception as exc:
-        code = error_code_for(exc)
-        if code == ErrorCode.unknown_server_error:
-            logger.exception("fetch from %s-%d failed (%s)", name, partition, ctx.describe())
+        code = error_code_logged(exc, logger, "fetch from %s-%d failed (%s)", name, partition, ctx.describe())
         log_start = hw = -1
         if code == ErrorCode.offset_out_of_range:
             found = ctx.node.partitions.get(name, partition) if ctx.node.partitions is not None else None

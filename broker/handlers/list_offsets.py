@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError, error_code_for
+from broker.errors import KafkaError, error_code_logged
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
 from broker.partition.partition_log import MAX_TIMESTAMP
@@ -35,9 +35,7 @@ async def _lookup(ctx: RequestContext, part_cls: type[Any], topic: str, p: Any, 
             leader_epoch=epoch,
         )
     except Exception as exc:
-        code = error_code_for(exc)
-        if code == ErrorCode.unknown_server_error:
-            logger.exception("list offsets of %s-%d failed (%s)", topic, index, ctx.describe())
+        code = error_code_logged(exc, logger, "list offsets of %s-%d failed (%s)", topic, index, ctx.describe())
         return codec.build(part_cls, partition_index=index, error_code=code, timestamp=-1, offset=-1, leader_epoch=-1)
 
 

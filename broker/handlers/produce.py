@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError, error_code_for, error_message_for
+from broker.errors import KafkaError, error_code_for, error_code_logged, error_message_for
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
 from broker.partition.partition_log import AppendResult
@@ -37,8 +37,7 @@ async def _append_one(
     except KafkaError as exc:
         return exc
     except Exception as exc:
-        if error_code_for(exc) == ErrorCode.unknown_server_error:
-            logger.exception("produce to %s-%d failed (%s)", topic, partition, ctx.describe())
+        error_code_logged(exc, logger, "produce to %s-%d failed (%s)", topic, partition, ctx.describe())
         return exc
 
 

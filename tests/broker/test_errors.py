@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError, error_code_for, error_message_for
+from broker.errors import KafkaError, error_code_for, error_code_logged, error_message_for
 from controller.controller import ControllerError
 from storage import errors as storage_errors
 from storage.config import ConfigError
@@ -33,3 +35,16 @@ def test_messages_name_what_failed() -> None:
     assert error_message_for(KafkaError(ErrorCode.corrupt_message, "bad CRC")) == "bad CRC"
     assert error_message_for(KafkaError(ErrorCode.corrupt_message)) == "corrupt_message"
     assert error_message_for(TimeoutError()) == "TimeoutError"
+
+
+def test_only_exceptions_without_a_code_are_logged_and_the_log_names_the_partition(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("fjord.test.errors")
+    with caplog.at_level(logging.ERROR, logger=log.name):
+        known = error_code_logged(storage_errors.StreamFencedError("stream 3"), log, "fetch from %s-%d failed", "t", 1)
+        unknown = error_code_logged(RuntimeError("surprise"), log, "fetch from %s-%d failed", "orders", 3)
+    assert (known, unknown) == (ErrorCode.not_leader_or_follower, ErrorCode.unknown_server_error)
+    [record] = caplog.records
+    assert record.getMessage() == "fetch from orders-3 failed"
+    assert record.exc_info is not None and str(record.exc_info[1]) == "surprise"
