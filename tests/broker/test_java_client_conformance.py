@@ -204,6 +204,18 @@ def join(client: WireClient, group: str, topic: str, member_id: str = "") -> Any
     )
 
 
+def find_coordinator(client: WireClient, group: str) -> Any:
+    """FindCoordinator v4 for one group, retried on COORDINATOR_NOT_AVAILABLE as every Java client does."""
+    deadline = time.monotonic() + 15
+    while True:
+        [found] = call(client, 10, 4, key_type=0, coordinator_keys=(group,)).coordinators
+        if found.error_code != ErrorCode.coordinator_not_available:
+            assert (found.key, found.error_code) == (group, ErrorCode.none)
+            return found
+        assert time.monotonic() < deadline, f"no coordinator for group {group}"
+        time.sleep(0.05)
+
+
 def offset_fetch(client: WireClient, groups: dict[str, dict[str, tuple[int, ...]] | None]) -> dict[str, Any]:
     """OffsetFetch v8 with several groups in one request (the Java admin batches them); by group id."""
     group_cls = entity(9, 8, "groups")
@@ -294,10 +306,27 @@ def test_console_producer_idempotent_sequence(client: WireClient) -> None:
     gap = produce(client, topic, 0, records(1, base_sequence=9, **ids))
     assert gap.error_code == ErrorCode.out_of_order_sequence_number
     assert list_offsets(client, topic, LATEST).offset == 5
+    # Rejected batches: per-partition error codes with a message, -1 sentinels, no record errors.
+    corrupt = bytearray(records(2))
+    corrupt[-1] ^= 0xFF
+    bad_crc = produce(client, topic, 0, bytes(corrupt))
+    assert (bad_crc.error_code, bad_crc.base_offset, bad_crc.record_errors) == (ErrorCode.corrupt_message, -1, ())
+    assert topic in (bad_crc.error_message or "")
+    too_large = produce(client, topic, 0, build_batch([Record(b"k", b"x" * 1_100_000)]))
+    assert (too_large.error_code, too_large.base_offset) == (ErrorCode.message_too_large, -1)
     # A partition the topic does not have: per-partition error with Kafka's -1 sentinels.
     missing = produce(client, topic, 7, records(1))
     assert missing.error_code == ErrorCode.unknown_topic_or_partition
     assert (missing.base_offset, missing.log_start_offset, missing.log_append_time) == (-1, -1, None)
+
+    # A LogAppendTime topic answers with the broker's append time.
+    stamped = topic_name("log-append-time")
+    assert create_topic(client, stamped, message_timestamp_type="LogAppendTime").error_code == ErrorCode.none
+    wait_for_leader(client, stamped)
+    before = time.time()
+    appended = produce(client, stamped, 0, records(1))
+    assert appended.error_code == ErrorCode.none and appended.log_append_time is not None
+    assert before - 5 <= appended.log_append_time.timestamp() <= time.time() + 5
 
 
 def test_console_consumer_group_sequence(client: WireClient) -> None:
@@ -326,6 +355,12 @@ def test_console_consumer_group_sequence(client: WireClient) -> None:
     assert [m.member_id for m in joined.members] == [member]
 
     assignment = b"\x00\x03\x00\x00\x00\x01" + len(topic).to_bytes(2, "big") + topic.encode() + bytes(8)
+    # SyncGroup v5 must name the protocol the group chose.
+    wrong = call(
+        client, 14, 5, group_id=group, generation_id=joined.generation_id, member_id=member,
+        group_instance_id=None, protocol_type="consumer", protocol_name="roundrobin", assignments=(),
+    )
+    assert (wrong.error_code, wrong.assignment) == (ErrorCode.inconsistent_group_protocol, b"")
     synced = call(
         client, 14, 5, group_id=group, generation_id=joined.generation_id, member_id=member,
         group_instance_id=None, protocol_type="consumer", protocol_name="range",
@@ -498,6 +533,7 @@ def test_kafka_consumer_groups_describe_list_reset_delete(client: WireClient) ->
     assert create_topic(client, topic).error_code == ErrorCode.none
     wait_for_leader(client, topic)
     assert produce(client, topic, 0, records(3)).error_code == ErrorCode.none
+    find_coordinator(client, group)
     member = join(client, group, topic, join(client, group, topic).member_id)
     assignment = b"\x00\x03\x00\x00\x00\x00" + bytes(4)
     call(client, 14, 5, group_id=group, generation_id=member.generation_id, member_id=member.member_id,
