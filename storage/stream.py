@@ -9,7 +9,7 @@ LogCache, in the block cache or only in object storage.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -76,6 +76,28 @@ class Stream(Protocol):
     async def destroy(self) -> None:
         """Closes and deletes the stream; its objects are reclaimed by compaction and the lifecycle sweep."""
         ...
+
+
+async def read_batches(
+    stream: Stream, start: int | None = None, end: int | None = None, max_bytes: int = 1 << 20
+) -> AsyncIterator[StreamRecordBatch]:
+    """Each stored batch overlapping ``[start, end)`` exactly once, in order (defaults: the stream's start and its
+    confirm offset), fetched ``max_bytes`` at a time.
+
+    The one place that knows how to walk a stream with ``fetch``: a result may begin with a batch that straddles the
+    requested offset (or that an earlier result already returned), which is skipped, and an empty result ends the
+    walk instead of looping. Readers that stop early just leave the loop."""
+    offset = stream.start_offset if start is None else start
+    end = stream.confirm_offset if end is None else end
+    while offset < end:
+        result = await stream.fetch(offset, end, max_bytes)
+        if not result.batches:
+            return
+        for batch in result.batches:
+            if batch.last_offset <= offset:
+                continue
+            yield batch
+            offset = batch.last_offset
 
 
 class StreamClient(Protocol):

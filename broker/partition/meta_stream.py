@@ -13,7 +13,7 @@ import logging
 import struct
 from dataclasses import dataclass
 
-from storage.stream import Stream
+from storage.stream import Stream, read_batches
 
 logger = logging.getLogger(__name__)
 
@@ -87,23 +87,14 @@ class MetaStream:
     async def replay(self) -> None:
         """Reads the whole stream (from its start) and keeps the last value of each key."""
         state = MetaState.empty()
-        offset = self.stream.start_offset
-        end = self.stream.confirm_offset
-        while offset < end:
-            result = await self.stream.fetch(offset, end, _FETCH_BYTES)
-            if not result.batches:
-                break
-            for batch in result.batches:
-                if batch.last_offset <= offset:
-                    continue
-                try:
-                    key, value = decode_entry(batch.payload)
-                except MetaFormatError as exc:
-                    raise MetaFormatError(
-                        f"meta stream {self.stream.stream_id} of {self.where} at offset {batch.base_offset}: {exc}"
-                    ) from exc
-                state.apply(batch.base_offset, key, value)
-                offset = batch.last_offset
+        async for batch in read_batches(self.stream, max_bytes=_FETCH_BYTES):
+            try:
+                key, value = decode_entry(batch.payload)
+            except MetaFormatError as exc:
+                raise MetaFormatError(
+                    f"meta stream {self.stream.stream_id} of {self.where} at offset {batch.base_offset}: {exc}"
+                ) from exc
+            state.apply(batch.base_offset, key, value)
         self.state = state
         logger.debug(
             "replayed meta stream %d of %s: %d records, keys %s",

@@ -59,7 +59,7 @@ from broker.records.batch import (
 )
 from storage import errors as storage_errors
 from storage.metadata.api import StreamMetadata
-from storage.stream import Stream, StreamClient
+from storage.stream import Stream, StreamClient, read_batches
 
 logger = logging.getLogger(__name__)
 
@@ -290,39 +290,23 @@ class PartitionLog:
         )
 
     async def _load_time_index(self) -> None:
-        offset = self._time.start_offset
-        end = self._time.confirm_offset
-        while offset < end:
-            result = await self._time.fetch(offset, end, _FETCH_CHUNK)
-            if not result.batches:
-                break
-            for batch in result.batches:
-                if batch.last_offset <= offset:
-                    continue
-                try:
-                    self.time_index.add(decode_time_entry(batch.payload))
-                except IndexFormatError as exc:
-                    logger.warning("skipping bad time-index record %d of %s: %s", batch.base_offset, self.where, exc)
-                offset = batch.last_offset
+        async for batch in read_batches(self._time, max_bytes=_FETCH_CHUNK):
+            try:
+                self.time_index.add(decode_time_entry(batch.payload))
+            except IndexFormatError as exc:
+                logger.warning("skipping bad time-index record %d of %s: %s", batch.base_offset, self.where, exc)
         last = self.time_index.last
         if last is not None and last.timestamp > self._max_timestamp:
             self._max_timestamp, self._max_timestamp_offset = last.timestamp, last.offset
 
     async def _scan(self, start: int, end: int, visit: Callable[[BatchHeader, memoryview], bool]) -> None:
         """Walks whole batches of the log in ``[start, end)``; ``visit`` returns False to stop."""
-        offset = start
-        while offset < end:
-            result = await self._log.fetch(offset, end, _FETCH_CHUNK)
-            if not result.batches:
-                return
-            for stored in result.batches:
-                for header, batch in iter_batches(stored.payload):
-                    if header.next_offset <= offset:
-                        continue
-                    if not visit(header, batch):
-                        return
-                    offset = header.next_offset
-                offset = max(offset, stored.last_offset)
+        async for stored in read_batches(self._log, start, end, _FETCH_CHUNK):
+            for header, batch in iter_batches(stored.payload):
+                if header.next_offset <= start:
+                    continue  # the stored batch straddles ``start``
+                if not visit(header, batch):
+                    return
 
     async def _recover_from(self, start: int, end: int) -> None:
         """Rebuilds producer state and the time index from the log tail after an unclean shutdown."""
@@ -652,24 +636,14 @@ class PartitionLog:
 
     async def _trim_time_stream(self, log_start_offset: int) -> None:
         """Trims time-index records that point below the log start, so the time stream does not outgrow the log."""
-        offset = self._time.start_offset
-        end = self._time.confirm_offset
-        trim_to = offset
-        while offset < end:
-            result = await self._time.fetch(offset, end, _FETCH_CHUNK)
-            if not result.batches:
-                break
-            for batch in result.batches:
-                if batch.last_offset <= offset:
-                    continue
-                try:
-                    if decode_time_entry(batch.payload).offset >= log_start_offset:
-                        end = offset  # found the first entry to keep
-                        break
-                except IndexFormatError:
-                    pass
-                offset = batch.last_offset
-                trim_to = offset
+        trim_to = self._time.start_offset
+        async for batch in read_batches(self._time, max_bytes=_FETCH_CHUNK):
+            try:
+                if decode_time_entry(batch.payload).offset >= log_start_offset:
+                    break  # the first entry to keep
+            except IndexFormatError:
+                pass
+            trim_to = batch.last_offset
         if trim_to > self._time.start_offset:
             await self._time.trim(trim_to)
 
