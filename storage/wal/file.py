@@ -42,6 +42,7 @@ from storage.record import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
+from storage.wal.pending import PendingAppend
 from storage.wal.record import RecordScanner, StopReason
 from storage.wal.segments import (
     CHECKPOINT_NAME,
@@ -86,14 +87,6 @@ class _SegmentEnd:
 _NEVER = 1 << 62  # a skip_below that skips every record (validation-only scans)
 
 
-@dataclass(slots=True)
-class _Pending:
-    batch: StreamRecordBatch
-    offset: int
-    next_offset: int
-    future: asyncio.Future[WALRecord]
-
-
 class FileWAL:
     """The file-mode WriteAheadLog (see the module docstring)."""
 
@@ -111,7 +104,7 @@ class FileWAL:
         self._dir = Path(directory)
         self._segment_size = segment_size
         self._max_group_bytes = max(1, min(max_group_bytes, segment_size))
-        self._gate: CapacityGate[_Pending] = CapacityGate(capacity, f"WAL {self._dir}", self._admit)
+        self._gate: CapacityGate[PendingAppend] = CapacityGate(capacity, f"WAL {self._dir}", self._admit)
         self._executor: ThreadPoolExecutor | None = None
         self._preallocate = preallocate
         self._spares = SparePool(self._dir, SPARE_SEGMENTS if preallocate else 0)
@@ -122,7 +115,7 @@ class FileWAL:
         self._trim_offset = 0
         self._next_offset = 0  # assigned to the next append
         self._durable_offset = 0  # everything before it is fsync'd
-        self._pending: collections.deque[_Pending] = collections.deque()
+        self._pending: collections.deque[PendingAppend] = collections.deque()
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -241,8 +234,7 @@ class FileWAL:
         if self._zero_fill is not None:
             await self._zero_fill
         for entry in self._pending:  # only left when the flusher failed
-            if not entry.future.done():
-                entry.future.set_exception(self._failure or closed)
+            entry.fail(self._failure or closed)
         self._pending.clear()
         if self._executor is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.close)
@@ -425,13 +417,12 @@ class FileWAL:
         self._check_writable()
         if self._user_recovery:
             raise WALError(f"WAL {self._dir}: cannot append while recover() is still iterating")
-        future: asyncio.Future[WALRecord] = asyncio.get_running_loop().create_future()
         self._appended = True
         self.stats.appends += 1
-        self._gate.submit(_Pending(batch, 0, 0, future), walrecord.record_size(batch), future)
+        pending = PendingAppend.submit(self._gate, batch)
         if not self._recovered and self._opening is None:
             self._opening = asyncio.create_task(self._recover_for_appends(), name=f"wal-open {self._dir}")
-        return await future
+        return await pending.future
 
     async def _recover_for_appends(self) -> None:
         """Appends made without a prior recover() queue in the gate until the end of the log is known."""
@@ -443,10 +434,9 @@ class FileWAL:
             self._failure = failure
             self._gate.fail(failure)
 
-    def _admit(self, entry: _Pending, size: int) -> None:
+    def _admit(self, entry: PendingAppend, size: int) -> None:
         """Called by the gate in append order: the record gets its WAL position and joins the next group."""
-        entry.offset = self._next_offset
-        entry.next_offset = self._next_offset = entry.offset + size
+        self._next_offset = entry.place(self._next_offset, size)
         self._pending.append(entry)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_loop(), name=f"wal-flush {self._dir}")
@@ -492,8 +482,7 @@ class FileWAL:
             self.stats.groups += 1
             self.stats.bytes_written += end - start
             for entry in group:
-                if not entry.future.done():
-                    entry.future.set_result(WALRecord(entry.offset, entry.next_offset, entry.batch))
+                entry.acknowledge()
 
     def _maybe_preallocate(self) -> None:
         """Once the active segment is half full, make sure a spare is ready for the next roll."""
@@ -507,29 +496,27 @@ class FileWAL:
             return
         self._zero_fill = asyncio.create_task(asyncio.to_thread(self._spares.zero_fill, self._segment_size))
 
-    def _take_group(self) -> list[_Pending]:
+    def _take_group(self) -> list[PendingAppend]:
         group = [self._pending.popleft()]
-        size = group[0].next_offset - group[0].offset
+        size = group[0].size
         while self._pending:
-            nxt = self._pending[0]
-            size += nxt.next_offset - nxt.offset
+            size += self._pending[0].size
             if size > self._max_group_bytes:
                 break
             group.append(self._pending.popleft())
         return group
 
-    def _write_group_sync(self, group: list[_Pending], offset: int) -> Segment | None:
+    def _write_group_sync(self, group: list[PendingAppend], offset: int) -> Segment | None:
         data = walrecord.encode_records([entry.batch for entry in group], offset)
         return self._writer.write_group(data, offset)
 
-    def _fail(self, failure: WALError, group: list[_Pending]) -> None:
+    def _fail(self, failure: WALError, group: list[PendingAppend]) -> None:
         """A failed write leaves the file in an unknown state: nothing more may be acknowledged."""
         logger.error("%s; the WAL stops accepting appends", failure)
         self._failure = failure
         self._gate.fail(failure)
         for entry in [*group, *self._pending]:
-            if not entry.future.done():
-                entry.future.set_exception(failure)
+            entry.fail(failure)
         self._pending.clear()
         self._idle.set()
 

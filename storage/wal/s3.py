@@ -28,6 +28,7 @@ from storage.wal import record as walrecord
 from storage.wal import s3_format
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
+from storage.wal.pending import PendingAppend
 from storage.wal.record import RecordScanner, StopReason
 from storage.wal.s3_format import ObjectHeader, Reservation, TrimPoint, WALObjectKey
 
@@ -48,17 +49,9 @@ class S3WALStats:
 
 
 @dataclass(slots=True)
-class _Pending:
-    batch: StreamRecordBatch
-    offset: int
-    next_offset: int
-    future: asyncio.Future[WALRecord]
-
-
-@dataclass(slots=True)
 class _Upload:
     key: WALObjectKey
-    records: list[_Pending]
+    records: list[PendingAppend]
     done: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -94,14 +87,14 @@ class S3WAL:
         self._reservation_key = s3_format.reservation_key(namespace, node_id)
         self._trim_key = s3_format.trim_key(namespace, node_id)
         self._name = f"S3 WAL {store.name}/{self._prefix} (node {node_id}, epoch {node_epoch})"
-        self._gate: CapacityGate[_Pending] = CapacityGate(capacity, self._name, self._admit)
+        self._gate: CapacityGate[PendingAppend] = CapacityGate(capacity, self._name, self._admit)
         self._slots = asyncio.Semaphore(max_inflight_uploads)
         self._chain: list[WALObjectKey] = []  # durable objects of the log, in offset order
         self._recovery_chain: list[WALObjectKey] = []
         self._trim_offset = 0
         self._next_offset = 0
         self._durable_offset = 0
-        self._batch: list[_Pending] = []
+        self._batch: list[PendingAppend] = []
         self._batch_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._uploads: collections.deque[_Upload] = collections.deque()
@@ -235,15 +228,12 @@ class S3WAL:
 
     async def append(self, batch: StreamRecordBatch) -> WALRecord:
         self._check_writable()
-        future: asyncio.Future[WALRecord] = asyncio.get_running_loop().create_future()
         self.stats.appends += 1
-        self._gate.submit(_Pending(batch, 0, 0, future), walrecord.record_size(batch), future)
-        return await future
+        return await PendingAppend.submit(self._gate, batch).future
 
-    def _admit(self, entry: _Pending, size: int) -> None:
+    def _admit(self, entry: PendingAppend, size: int) -> None:
         """Called by the gate in append order: the record gets its WAL position and joins the open batch."""
-        entry.offset = self._next_offset
-        entry.next_offset = self._next_offset = entry.offset + size
+        self._next_offset = entry.place(self._next_offset, size)
         self._batch.append(entry)
         self._batch_bytes += size
         self._idle.clear()
@@ -312,8 +302,7 @@ class S3WAL:
             self._chain.append(upload.key)
             self._durable_offset = upload.key.end
             for entry in upload.records:
-                if not entry.future.done():
-                    entry.future.set_result(WALRecord(entry.offset, entry.next_offset, entry.batch))
+                entry.acknowledge()
         self._update_idle()
 
     def _update_idle(self) -> None:
@@ -337,8 +326,7 @@ class S3WAL:
         self._uploads.clear()
         self._batch, self._batch_bytes = [], 0
         for entry in pending:
-            if not entry.future.done():
-                entry.future.set_exception(failure)
+            entry.fail(failure)
         self._idle.set()
 
     # ---------------------------------------------------------------- trim, reset, close
@@ -395,8 +383,7 @@ class S3WAL:
             if upload.task is not None:
                 upload.task.cancel()
         for entry in [e for u in self._uploads for e in u.records] + self._batch:
-            if not entry.future.done():
-                entry.future.set_exception(closed)
+            entry.fail(closed)
         self._uploads.clear()
         self._batch = []
         if self._owns_store:
