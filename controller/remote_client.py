@@ -93,6 +93,10 @@ _CREATE_PARTITIONS_VERSION = 3
 _ALTER_CONFIGS_VERSION = 2
 _INCREMENTAL_ALTER_CONFIGS_VERSION = 1
 _ADMIN_TIMEOUT_MS = 30_000
+#: The least time one attempt waits for its answer. A write that times out is sent again, and not every write is
+#: idempotent (a second CreateStream makes a second stream), so a busy controller gets seconds, not the Raft
+#: request timeout meant for peers; a dead one closes the connection and is left at once.
+_MIN_ATTEMPT_TIMEOUT_S = 5.0
 
 
 class ControllerUnavailableError(NotControllerError):
@@ -131,7 +135,8 @@ class ActiveControllerChannel:
         self._voters = dict(voters)
         self._order = sorted(voters)
         self._client_id = client_id
-        self._request_timeout_s = request_timeout_s
+        self._request_timeout_s = request_timeout_s  # connecting
+        self._attempt_timeout_s = max(request_timeout_s, _MIN_ATTEMPT_TIMEOUT_S)  # waiting for an answer
         self._retry_budget_s = retry_budget_s
         self._leader_hint = leader_hint
         self._connections: dict[int, ControllerConnection] = {}
@@ -233,14 +238,17 @@ class ActiveControllerChannel:
         *,
         budget_s: float | None = None,
         redirect: Callable[[Any], tuple[bool, int | None]] | None = None,
+        idempotent: bool = False,
         **fields: object,
     ) -> Any:
         """A Kafka-protocol request (kio entity built from ``fields``) answered by the active controller;
-        ``redirect`` overrides how a refusal is recognised (default: NOT_CONTROLLER anywhere in the answer)."""
+        ``redirect`` overrides how a refusal is recognised (default: NOT_CONTROLLER anywhere in the answer).
+        An ``idempotent`` request (a heartbeat, a read) gives up on a silent controller sooner."""
         entity = codec.build(codec.request_class(api_key, version), **fields)
+        timeout = self._request_timeout_s if idempotent else self._attempt_timeout_s
 
         async def send(connection: ControllerConnection) -> Any:
-            return await connection.request(entity, timeout=self._request_timeout_s)
+            return await connection.request(entity, timeout=timeout)
 
         return await self._call(what, send, redirect or _kafka_redirect, budget_s=budget_s)
 
@@ -248,7 +256,7 @@ class ActiveControllerChannel:
         """One of Fjord's own RPCs; returns its result or raises the storage error it carries."""
 
         async def send(connection: ControllerConnection) -> m.StreamResponse:
-            return await connection.stream_request(request, timeout=self._request_timeout_s)
+            return await connection.stream_request(request, timeout=self._attempt_timeout_s)
 
         def redirect(response: m.StreamResponse) -> tuple[bool, int | None]:
             if response.error_code != m.RpcError.NOT_CONTROLLER:
@@ -593,6 +601,7 @@ class RemoteControllerClient:
         self._session_timeout_s = config.broker_session_timeout_ms / 1000
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._incarnation = uuid.uuid4()
+        self._heartbeat_error: ErrorCode | None = None  # the last refusal, logged once rather than every beat
 
     @classmethod
     async def start(cls, config: ServerConfig, *, catch_up_timeout_s: float = 60.0) -> RemoteControllerClient:
@@ -643,7 +652,7 @@ class RemoteControllerClient:
         deadline = loop.time() + timeout
         response = await self.channel.kafka(
             m.DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION, what, budget_s=timeout,
-            redirect=_describe_quorum_redirect, topics=(_describe_quorum_topic(),),
+            redirect=_describe_quorum_redirect, idempotent=True, topics=(_describe_quorum_topic(),),
         )
         partition = response.topics[0].partitions[0]
         end = int(partition.high_watermark)
@@ -688,14 +697,17 @@ class RemoteControllerClient:
     async def _heartbeat(self, *, want_shutdown: bool = False, budget_s: float) -> None:
         response = await self.channel.kafka(
             m.BROKER_HEARTBEAT, _BROKER_HEARTBEAT_VERSION, f"heartbeat of broker {self.node_id}",
-            budget_s=budget_s, broker_id=self.node_id, broker_epoch=self.node_epoch,
+            budget_s=budget_s, idempotent=True, broker_id=self.node_id, broker_epoch=self.node_epoch,
             current_metadata_offset=self.image.offset, want_fence=False, want_shut_down=want_shutdown,
         )
         code = ErrorCode(int(response.error_code))
         if code is not ErrorCode.none:
-            logger.error("broker %d (epoch %d): heartbeat refused with %s; restart the broker to register again",
-                         self.node_id, self.node_epoch, code.name)
+            if code is not self._heartbeat_error:
+                logger.error("broker %d (epoch %d): heartbeat refused with %s; restart the broker to register again",
+                             self.node_id, self.node_epoch, code.name)
+            self._heartbeat_error = code
             return
+        self._heartbeat_error = None
         fenced = bool(response.is_fenced)
         if fenced != self.is_fenced and not want_shutdown:
             logger.warning("broker %d is %s by the controller", self.node_id, "fenced" if fenced else "unfenced")
