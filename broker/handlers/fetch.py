@@ -144,6 +144,23 @@ async def _wait_for_any(results: list[_Result], timeout: float) -> None:
             w.cancel()
 
 
+_LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch})
+
+
+def _current_leader(ctx: RequestContext, part_cls: type[Any], r: _Result) -> dict[str, object]:
+    """v12+: where the partition's leadership is now, for the errors that mean the client's view is stale (as
+    Kafka fills it), so a client can retry at the right broker and epoch without a metadata round trip first."""
+    _, name, partition = r.key
+    if r.error not in _LEADER_MOVED or not codec.has_field(part_cls, "current_leader"):
+        return {}
+    topic = ctx.node.controller.image.topics_by_name.get(name)
+    found = topic.partitions.get(partition) if topic is not None else None
+    if found is None or found.leader < 0:
+        return {}
+    leader = codec.build_nested(part_cls, "current_leader", leader_id=found.leader, leader_epoch=found.leader_epoch)
+    return {"current_leader": leader}
+
+
 def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], read_committed: bool) -> Any:
     resp_cls = ctx.response_class
     topic_cls = codec.field_entity(resp_cls, "responses")
@@ -165,6 +182,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
                 aborted_transactions=() if read_committed else None,
                 preferred_read_replica=-1,
                 records=r.records,
+                **_current_leader(ctx, part_cls, r),
             )
         )
     responses = tuple(

@@ -727,6 +727,8 @@ def test_position_validation_after_a_leader_epoch_bump(broker_factory: Callable[
         assert list_offsets(client, topic, LATEST, leader_epoch=old_epoch).error_code == ErrorCode.fenced_leader_epoch
         stale = one_partition(fetch(client, described.topic_id, 0, leader_epoch=old_epoch))
         assert stale.error_code == ErrorCode.fenced_leader_epoch and stale.records == b""
+        # The fenced answer says where leadership is now (current_leader, a tagged field since v12).
+        assert (stale.current_leader.leader_id, stale.current_leader.leader_epoch) == (second.node_id, new_epoch)
         # Batches carry the epoch they were appended in: the consumer's position takes it from there.
         part = one_partition(fetch(client, described.topic_id, 0, leader_epoch=new_epoch))
         assert [(h.base_offset, h.partition_leader_epoch) for h, _ in iter_batches(part.records)] == [
