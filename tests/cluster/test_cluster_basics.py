@@ -74,9 +74,18 @@ def test_a_partition_asked_of_the_wrong_broker_is_refused(shared_cluster: LocalC
             await connection.close()
         return int(response.topics[0].partitions[0].error_code)
 
+    def answer(port: int, partition: int) -> int:
+        """The broker's answer once it knows the topic (each broker replays the metadata on its own)."""
+        deadline = time.monotonic() + 10
+        while True:
+            code = asyncio.run(list_offsets(port, partition))
+            if code != ErrorCode.unknown_topic_or_partition or time.monotonic() > deadline:
+                return code
+            time.sleep(0.1)
+
     for partition, leader in placement.items():
         for broker in shared_cluster.brokers:
-            code = asyncio.run(list_offsets(broker.spec.port, partition))
+            code = answer(broker.spec.port, partition)
             if broker.spec.node_id == leader:
                 assert code == ErrorCode.none, f"leader {leader} of partition {partition} answered {code}"
             else:
