@@ -40,7 +40,7 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         13: VersionRange("LeaveGroup", 0, 5),
         14: VersionRange("SyncGroup", 0, 5),
         15: VersionRange("DescribeGroups", 0, 5),
-        16: VersionRange("ListGroups", 0, 4),
+        16: VersionRange("ListGroups", 0, 5),
         18: VersionRange("ApiVersions", 0, 3),
         19: VersionRange("CreateTopics", 2, 7),
         20: VersionRange("DeleteTopics", 1, 6),

@@ -253,7 +253,7 @@ def test_api_versions_as_java_3_and_4_clients_negotiate_it(client: WireClient) -
         key: (API_VERSIONS[key].min_version, API_VERSIONS[key].max_version) for key in served
     }
     # What a Java 3.6+ client needs from us, at versions it can pick.
-    for key, version in {0: 9, 1: 15, 2: 8, 3: 12, 8: 8, 9: 8, 10: 4, 11: 9, 12: 4, 13: 5, 14: 5, 15: 5, 16: 4,
+    for key, version in {0: 9, 1: 15, 2: 8, 3: 12, 8: 8, 9: 8, 10: 4, 11: 9, 12: 4, 13: 5, 14: 5, 15: 5, 16: 5,
                          19: 7, 20: 6, 22: 4, 23: 4, 32: 4, 37: 3, 42: 2, 44: 1, 47: 0, 55: 1, 60: 1}.items():
         assert key in served and served[key][0] <= version <= served[key][1], (key, served.get(key))
     # KIP-584 features as a real broker reports them: kafka-features and Java admin read metadata.version.
@@ -544,6 +544,10 @@ def test_kafka_consumer_groups_describe_list_reset_delete(client: WireClient) ->
     assert (listed.error_code, codec.millis(listed.throttle_time)) == (ErrorCode.none, 0)
     assert (group, "consumer", "Stable") in {(g.group_id, g.protocol_type, g.group_state) for g in listed.groups}
     assert group not in {g.group_id for g in call(client, 16, 4, states_filter=("Empty",)).groups}
+    # v5 (Kafka 3.7+ tools with --type): every group here is a classic one.
+    classic = call(client, 16, 5, states_filter=(), types_filter=("Classic",))
+    assert (group, "Stable", "classic") in {(g.group_id, g.group_state, g.group_type) for g in classic.groups}
+    assert call(client, 16, 5, states_filter=(), types_filter=("consumer",)).groups == ()
 
     described = call(client, 15, 5, groups=(group, "no-such-group"), include_authorized_operations=False)
     live, absent = described.groups
