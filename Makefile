@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SYSTEM_STAMP := .cache/system-deps.installed
+RDK_RUNNER := .cache/librdkafka/src/tests/test-runner
 
-.PHONY: install run test lint typecheck unit bench clean system-deps
+.PHONY: install run test lint unit bench clean
 
 install: $(STAMP) $(SYSTEM_STAMP)
 
@@ -20,6 +21,10 @@ $(SYSTEM_STAMP): scripts/install-system-deps.sh
 	bash scripts/install-system-deps.sh
 	mkdir -p .cache && touch $(SYSTEM_STAMP)
 
+# librdkafka's own conformance suite, built from Debian's source package (tests/broker/test_librdkafka_suite.py).
+$(RDK_RUNNER): scripts/build-librdkafka-tests.sh $(SYSTEM_STAMP)
+	bash scripts/build-librdkafka-tests.sh
+
 run: $(STAMP)
 	$(BIN)/fjord server start --config config/server.properties
 
@@ -30,7 +35,7 @@ lint: install
 unit: install
 	$(BIN)/pytest -q tests
 
-test: install
+test: install $(RDK_RUNNER)
 	$(BIN)/ruff check broker controller storage spark_connector tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q tests

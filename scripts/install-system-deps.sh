@@ -12,6 +12,10 @@ command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+# Build dependencies of librdkafka's test suite (scripts/build-librdkafka-tests.sh).
+for pkg in build-essential libssl-dev zlib1g-dev rapidjson-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   $SUDO apt-get update -qq

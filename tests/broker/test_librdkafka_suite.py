@@ -1,0 +1,92 @@
+"""librdkafka's own test suite (from Debian's librdkafka source package) against a Fjord broker.
+
+These are the conformance tests librdkafka's authors run against Apache Kafka. ``librdkafka_allowlist.txt`` beside
+this file lists the ones Fjord must pass; each runs as its own pytest case so a regression names the test. The suite
+is built by ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from broker_support import BrokerProcess, start_broker
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = ROOT / ".cache" / "librdkafka" / "src"
+RUNNER = SUITE / "tests" / "test-runner"
+ALLOWLIST = Path(__file__).with_name("librdkafka_allowlist.txt")
+TIMEOUT_S = 300
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RESULT = re.compile(r"\|\s*(\d{4}_\S+)\s*\|\s*(PASSED|FAILED|SKIPPED)\s*\|")
+
+
+def allowlisted() -> list[str]:
+    """Test numbers (``0001``) from the allowlist; ``#`` starts a comment."""
+    tests = []
+    for line in ALLOWLIST.read_text().splitlines():
+        entry = line.split("#", 1)[0].strip()
+        if entry:
+            tests.append(entry)
+    return tests
+
+
+@pytest.fixture(scope="module")
+def suite_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A node configured like the suite's "default" scenario (auto-created topics get 4 partitions)."""
+    if not RUNNER.exists():
+        pytest.skip(
+            "librdkafka's test suite is not built: run scripts/build-librdkafka-tests.sh "
+            "(needs Debian's librdkafka source package, gcc, libssl-dev and zlib1g-dev)"
+        )
+    process = start_broker(tmp_path_factory.mktemp("librdkafka-broker"), {"num.partitions": "4"})
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()
+
+
+@pytest.fixture(scope="module")
+def suite_conf(suite_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    conf = tmp_path_factory.mktemp("librdkafka") / "test.conf"
+    conf.write_text(f"metadata.broker.list={suite_broker.bootstrap}\ntest.timeout.multiplier=3\n")
+    return conf
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("test_id", allowlisted())
+def test_librdkafka_test_passes(test_id: str, suite_conf: Path, suite_broker: BrokerProcess) -> None:
+    env = dict(os.environ)
+    env.update(
+        TESTS=test_id,
+        TEST_KAFKA_VERSION="3.6.0",
+        RDKAFKA_TEST_CONF=str(suite_conf),
+        LD_LIBRARY_PATH=f"{SUITE / 'src'}:{SUITE / 'src-cpp'}",
+    )
+    try:
+        # -L: only tests that need a broker (local-only tests prove nothing about Fjord). Full mode, not quick (-Q):
+        # quick mode skips the SUB_TEST()s of many tests, which would then "pass" without doing anything.
+        done = subprocess.run(
+            [str(RUNNER), "-L"],
+            check=False,
+            cwd=SUITE / "tests",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        tail = _ANSI.sub("", (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or "")
+        pytest.fail(f"librdkafka test {test_id} did not finish in {TIMEOUT_S} s\n{tail[-3000:]}")
+    output = _ANSI.sub("", done.stdout + done.stderr)
+    results = {name: status for name, status in _RESULT.findall(output) if name.startswith(test_id)}
+    passed = [name for name, status in results.items() if status == "PASSED"]
+    failed = [name for name, status in results.items() if status == "FAILED"]
+    assert done.returncode == 0 and passed and not failed, (
+        f"librdkafka test {test_id}: exit {done.returncode}, passed {passed}, failed {failed}\n"
+        f"{output[-4000:]}\n--- broker log ---\n{suite_broker.log_text()[-3000:]}"
+    )
