@@ -245,8 +245,20 @@ def test_api_versions_as_java_3_and_4_clients_negotiate_it(client: WireClient) -
     assert fallback.error_code == ErrorCode.unsupported_version
     assert {k.api_key: k.max_version for k in fallback.api_keys}[18] == 3
 
-    response = call(client, 18, 3, **JAVA_SOFTWARE)
+    # ApiVersions answers with response header v0 even at flexible v3 (no header tagged fields), which Java
+    # parses before it knows any version: correlation id, then straight into the body's error code.
+    correlation_id = client.send(codec.build(entity(18, 3), **JAVA_SOFTWARE))
+    frame = client.read_frame()
+    assert frame[:4] == correlation_id.to_bytes(4, "big") and frame[4:6] == b"\x00\x00"
+    _, response = codec.decode_response(18, 3, frame)
     assert response.error_code == ErrorCode.none
+    assert frame[6] == len(response.api_keys) + 1  # compact array length right after the error code
+    # Other flexible responses carry header v1: one (empty) tagged-field byte after the correlation id, here
+    # followed by Metadata v12's throttle time (0) and the compact array of our one broker (length + 1).
+    correlation_id = client.send(codec.build(entity(3, 12), topics=(), allow_auto_topic_creation=False))
+    frame = client.read_frame()
+    assert frame[:4] == correlation_id.to_bytes(4, "big")
+    assert (frame[4], frame[5:9], frame[9]) == (0, bytes(4), 2)
     assert codec.millis(response.throttle_time) == 0
     served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert served == {
