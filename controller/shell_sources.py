@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.protocol import codec
 from controller.log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, iter_batches, read_metadata
 from controller.quorum import RAFT_DIR_NAME
 from controller.raft.log import EntryKind
@@ -22,7 +23,14 @@ from controller.rpc import messages as m
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
 from storage.metadata.api import NodeIdentity
 
-__all__ = ["LoadedMetadata", "MetadataSourceError", "from_controllers", "from_directory", "from_snapshot"]
+__all__ = [
+    "LoadedMetadata",
+    "MetadataSourceError",
+    "from_brokers",
+    "from_controllers",
+    "from_directory",
+    "from_snapshot",
+]
 
 _RAFT_SNAPSHOT_SUFFIX = ".checkpoint"
 
@@ -61,6 +69,34 @@ async def from_controllers(addresses: list[tuple[str, int]], timeout: float = 5.
             records, f"controller {dump.node_id} at {host}:{port} (epoch {dump.epoch}, {leader}, offset {dump.offset})"
         )
     raise MetadataSourceError("no controller answered DescribeMetadata: " + "; ".join(problems))
+
+
+async def from_brokers(addresses: list[tuple[str, int]], timeout: float = 5.0) -> LoadedMetadata:
+    """Via a broker: its DescribeQuorum answer (v2, forwarded to the Raft leader) lists the controllers'
+    listeners, which are then asked as :func:`from_controllers` does."""
+    problems = []
+    for host, port in addresses:
+        cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
+        topic = codec.build_nested(
+            cls, "topics", topic_name=m.METADATA_TOPIC,
+            partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
+                                           partition_index=m.METADATA_PARTITION),),
+        )
+        connection = ControllerConnection(host, port, client_id="fjord-metadata-shell")
+        try:
+            await connection.connect(timeout=timeout)
+            response = await connection.request(codec.build(cls, topics=(topic,)), timeout=timeout)
+        except (OSError, TimeoutError, ConnectionClosedError) as exc:
+            problems.append(f"{host}:{port}: {type(exc).__name__} {exc}".rstrip())
+            continue
+        finally:
+            await connection.close()
+        controllers = [(lst.host, int(lst.port)) for node in response.nodes for lst in node.listeners]
+        if not controllers:
+            problems.append(f"{host}:{port}: DescribeQuorum named no controller (error {int(response.error_code)})")
+            continue
+        return await from_controllers(controllers, timeout)
+    raise MetadataSourceError("no broker told where the controllers are: " + "; ".join(problems))
 
 
 def from_snapshot(path: Path) -> LoadedMetadata:

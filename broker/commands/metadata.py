@@ -1,9 +1,9 @@
 """``fjord metadata shell``: browse the metadata (topics, brokers, streams, objects, nodes, KV) as a file tree.
 
-The state comes from a running quorum (``--controllers``), a snapshot file (``--snapshot``) or a node's metadata
-directory (``--metadata-dir``). Commands run from ``-c`` (repeatable) or trailing words, as Kafka's
-``kafka-metadata-shell`` takes them; otherwise the shell is interactive. A bad command prints one line on stderr
-(exit status 1 in the non-interactive form), never a traceback.
+The state comes from a running quorum (``--controllers``, or ``--bootstrap`` brokers, which name it), a snapshot
+file (``--snapshot``) or a node's metadata directory (``--metadata-dir``). Commands run from ``-c`` (repeatable) or
+trailing words, as Kafka's ``kafka-metadata-shell`` takes them; otherwise the shell is interactive. A bad command
+prints one line on stderr (exit status 1 in the non-interactive form), never a traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from controller.shell import MetadataShell, ShellError, build_tree
 from controller.shell_sources import (
     LoadedMetadata,
     MetadataSourceError,
+    from_brokers,
     from_controllers,
     from_directory,
     from_snapshot,
@@ -33,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     source = shell.add_mutually_exclusive_group(required=True)
     source.add_argument("--controllers", "--bootstrap-controller", metavar="HOST:PORT[,...]",
                         help="controller listeners of a running quorum (any voter answers)")
+    source.add_argument("--bootstrap", "--bootstrap-server", metavar="HOST:PORT[,...]",
+                        help="brokers of a running cluster (they name the controllers)")
     source.add_argument("--snapshot", metavar="FILE", help="a metadata snapshot file")
     source.add_argument("--metadata-dir", metavar="DIR", help="a node's metadata directory (offline)")
     shell.add_argument("-c", "--command", action="append", default=[], metavar="COMMAND",
@@ -41,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     shell.set_defaults(run=run_shell)
 
 
-def _addresses(text: str) -> list[tuple[str, int]]:
+def _addresses(text: str, option: str = "--controllers") -> list[tuple[str, int]]:
     out = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -50,16 +53,18 @@ def _addresses(text: str) -> list[tuple[str, int]]:
         if "@" in host:  # accept a controller.quorum.voters value as well
             host = host.split("@", 1)[1]
         if not host or not port.isdigit():
-            raise ValueError(f"--controllers: {item!r} is not HOST:PORT")
+            raise ValueError(f"{option}: {item!r} is not HOST:PORT")
         out.append((host, int(port)))
     if not out:
-        raise ValueError("--controllers: no address given")
+        raise ValueError(f"{option}: no address given")
     return out
 
 
 def _load(args: argparse.Namespace) -> LoadedMetadata:
     if args.controllers:
         return asyncio.run(from_controllers(_addresses(args.controllers)))
+    if args.bootstrap:
+        return asyncio.run(from_brokers(_addresses(args.bootstrap, "--bootstrap")))
     if args.snapshot:
         return from_snapshot(Path(args.snapshot))
     return from_directory(Path(args.metadata_dir))

@@ -174,10 +174,12 @@ def active_controller(cluster: LocalCluster, exclude: Iterable[int] = ()) -> int
     return asyncio.run(quorum_leader(specs))
 
 
-def metadata_shell(cluster: LocalCluster, *commands: str) -> str:
-    """Runs ``fjord metadata shell --controllers ... -c ...`` and returns its output (exit 0 required)."""
-    controllers = ",".join(n.spec.address for n in cluster.controllers if n.running)
-    argv = [sys.executable, "-m", "broker.cli", "metadata", "shell", "--controllers", controllers]
+def metadata_shell(cluster: LocalCluster, *commands: str, via: str = "controllers") -> str:
+    """Runs ``fjord metadata shell --controllers ... -c ...`` (``via="bootstrap"``: ``--bootstrap`` brokers) and
+    returns its output (exit 0 required)."""
+    nodes = cluster.controllers if via == "controllers" else cluster.brokers
+    addresses = ",".join(n.spec.address for n in nodes if n.running)
+    argv = [sys.executable, "-m", "broker.cli", "metadata", "shell", f"--{via}", addresses]
     for command in commands:
         argv += ["-c", command]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)

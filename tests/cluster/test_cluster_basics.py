@@ -133,7 +133,7 @@ def test_metadata_shell_shows_the_running_cluster(shared_cluster: LocalCluster) 
     produce(bootstrap, topic, [f"s{i}" for i in range(20)])
     placement = leaders(bootstrap, topic, 4)
 
-    brokers = table_rows(metadata_shell(shared_cluster, "ls /brokers"))
+    brokers = table_rows(metadata_shell(shared_cluster, "ls /brokers", via="bootstrap"))
     assert {(int(r[0]), r[2], r[4]) for r in brokers} == {
         (b.spec.node_id, "active", f"PLAINTEXT://{b.spec.address}") for b in shared_cluster.brokers
     }

@@ -26,7 +26,7 @@ class ClusterUp:
 
     def __init__(self, data_dir: Path, controllers: int, brokers: int) -> None:
         argv = [sys.executable, "-m", "broker.cli", "cluster", "up", "--controllers", str(controllers),
-                "--brokers", str(brokers), "--data-dir", str(data_dir)]
+                "--brokers", str(brokers), "--data-dir", str(data_dir), "--timeout", "120"]
         for key, value in FAST.items():
             argv += ["--override", f"{key}={value}"]
         self.proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
