@@ -10,10 +10,12 @@ closes only its own connection, after the responses to the requests before it ha
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import socket
 import struct
 import time
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,8 @@ logger = logging.getLogger(__name__)
 _LENGTH = struct.Struct(">i")
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 DEFAULT_MAX_IN_FLIGHT = 64
+#: Socket reads land here; frames up to about this size are cut out of it, larger ones get their own buffer.
+_STAGING_BYTES = 256 * 1024
 
 
 class ConnectionClosing(ProtocolError):
@@ -139,8 +143,7 @@ class BrokerServer:
         self.max_request_bytes = max_request_bytes
         self.max_in_flight = max_in_flight
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[_Connection] = set()
         self._gauge = dispatcher.metrics.connections.labels(listener=listener_name)
         self._accepted = dispatcher.metrics.connections_total.labels(listener=listener_name)
 
@@ -153,8 +156,9 @@ class BrokerServer:
 
     async def bind(self) -> int:
         """Binds the socket without accepting yet, so the node can register its real port before serving."""
-        self._server = await asyncio.start_server(
-            self._on_connection, self.host, self.port, start_serving=False, reuse_address=True
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), self.host, self.port, start_serving=False, reuse_address=True
         )
         logger.info("listener %s bound to %s:%d", self.listener_name, self.host, self.bound_port)
         return self.bound_port
@@ -171,109 +175,205 @@ class BrokerServer:
             self._server.close()
 
     async def close(self) -> None:
-        """Stops accepting, closes every connection and waits for their tasks."""
+        """Stops accepting, closes every connection and waits for their responders."""
         await self.stop_accepting()
-        for writer in list(self._writers):
-            writer.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        connections = list(self._connections)
+        for connection in connections:
+            connection.abort()
+        responders = [c.responder for c in connections if c.responder is not None]
+        if responders:
+            await asyncio.gather(*responders, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        self._writers.add(writer)
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peername = writer.get_extra_info("peername") or ("?", 0)
-        peer = Peer(str(peername[0]), int(peername[1]), self.listener_name)
+    def _opened(self, connection: _Connection) -> None:
+        self._connections.add(connection)
         self._gauge.inc()
         self._accepted.inc()
-        logger.debug("connection from %s", peer)
-        try:
-            await self._serve(reader, writer, peer)
-        except asyncio.CancelledError:
-            pass
-        finally:
+
+    def _closed(self, connection: _Connection) -> None:
+        if connection in self._connections:
+            self._connections.discard(connection)
             self._gauge.dec()
-            self._connections.discard(task)
-            self._writers.discard(writer)
-            writer.close()
-            logger.debug("connection from %s closed", peer)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer) -> None:
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=self.max_in_flight)
-        responder = asyncio.create_task(self._respond(pending, writer, peer))
-        try:
-            while not responder.done():
-                try:
-                    size_bytes = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                (size,) = _LENGTH.unpack(size_bytes)
-                if size > self.max_request_bytes or size < codec.HEADER_PREFIX_SIZE:
-                    logger.warning(
-                        "closing connection from %s: request of %d bytes is outside [%d, %d] "
-                        "(socket.request.max.bytes)",
-                        peer, size, codec.HEADER_PREFIX_SIZE, self.max_request_bytes,
-                    )
-                    return
-                try:
-                    frame = await reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    logger.info("connection from %s ended inside a %d-byte request", peer, size)
-                    return
-                await pending.put(asyncio.create_task(self.dispatcher.dispatch(frame, peer)))
-        finally:
-            # Let the responder write what was already dispatched, in order, then stop it. If the responder has
-            # already stopped (it closed the connection), it has drained and cancelled the queue itself.
-            try:
-                if not responder.done():
-                    await pending.put(None)
-                await responder
-            except asyncio.CancelledError:
-                responder.cancel()
-                raise
-            finally:
-                while not pending.empty():
-                    leftover = pending.get_nowait()
-                    if leftover is not None:
-                        leftover.cancel()
 
-    async def _respond(
-        self, pending: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter, peer: Peer
-    ) -> None:
-        """Writes responses in request order; on any failure closes the transport so the reader loop ends."""
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: cuts the byte stream into request frames and answers them in order.
+
+    A protocol rather than a StreamReader because the stream reader's per-chunk buffer growth, wake-ups and
+    front-deletes cost a third of the broker's CPU under 1 MiB produce requests. Here the socket is read straight
+    into a staging buffer; a frame larger than what is left of it gets a buffer of its own, which the socket then
+    fills directly, so every byte of a request is copied once on its way to the handler. Frames are dispatched as
+    soon as they are complete (handlers run concurrently); a responder task writes the responses in request order.
+    Reading pauses while ``max_in_flight`` requests are outstanding, which pushes back on the client through TCP.
+    """
+
+    def __init__(self, server: BrokerServer) -> None:
+        self._server = server
+        self._dispatcher = server.dispatcher
+        self._staging = bytearray(_STAGING_BYTES)
+        self._start = 0  # unparsed bytes are _staging[_start:_end]
+        self._end = 0
+        self._large: bytearray | None = None  # a frame too big for the staging buffer, being filled in place
+        self._large_filled = 0
+        self._pending: collections.deque[asyncio.Task[bytes | None]] = collections.deque()
+        self._wakeup: asyncio.Event = asyncio.Event()
+        self._reading_paused = False
+        self._stop_reading = False  # EOF, a bad frame, or the connection was lost: dispatch nothing more
+        self._lost = False
+        self._can_write: asyncio.Event = asyncio.Event()
+        self._can_write.set()
+        self._transport: asyncio.Transport | None = None
+        self.peer = Peer("?", 0, server.listener_name)
+        self.responder: asyncio.Task[None] | None = None
+
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCP transport is not an asyncio.Transport subclass, but it is one in every way used here.
+        transport = typing.cast(asyncio.Transport, transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peername = transport.get_extra_info("peername") or ("?", 0)
+        self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name)
+        self._server._opened(self)
+        logger.debug("connection from %s", self.peer)
+        self.responder = asyncio.get_running_loop().create_task(self._respond())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._large_filled :]
+        if self._end == len(self._staging):
+            # Move the partial frame at the end to the front; the room after it is what the socket reads into.
+            unparsed = self._end - self._start
+            self._staging[:unparsed] = self._staging[self._start : self._end]
+            self._start, self._end = 0, unparsed
+        return memoryview(self._staging)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._stop_reading:
+            return
+        if self._large is not None:
+            self._large_filled += nbytes
+            if self._large_filled == len(self._large):
+                frame, self._large = bytes(self._large), None
+                self._dispatch(frame)
+            return
+        self._end += nbytes
+        self._cut_frames()
+
+    def eof_received(self) -> bool:
+        self._stop()
+        return True  # keep the transport open: the responder still writes what it owes, then closes it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._stop()
+        self._can_write.set()
+        if exc is not None:
+            logger.debug("connection from %s lost: %s", self.peer, exc)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # -- framing -----------------------------------------------------------------------------------------------
+
+    def _cut_frames(self) -> None:
+        staging = self._staging
+        while not self._stop_reading and self._end - self._start >= 4:
+            (size,) = _LENGTH.unpack_from(staging, self._start)
+            if size > self._server.max_request_bytes or size < codec.HEADER_PREFIX_SIZE:
+                logger.warning(
+                    "closing connection from %s: request of %d bytes is outside [%d, %d] (socket.request.max.bytes)",
+                    self.peer, size, codec.HEADER_PREFIX_SIZE, self._server.max_request_bytes,
+                )
+                self._stop()
+                return
+            body = self._start + 4
+            available = self._end - body
+            if available >= size:
+                self._start = body + size
+                self._dispatch(bytes(staging[body : self._start]))
+                continue
+            if size > len(staging) - body:
+                # Does not fit behind its header: give it a buffer of its own and let the socket fill that.
+                self._large = bytearray(size)
+                self._large[:available] = staging[body : self._end]
+                self._large_filled = available
+                self._start = self._end = 0
+            return
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _dispatch(self, frame: bytes) -> None:
+        self._pending.append(asyncio.ensure_future(self._dispatcher.dispatch(frame, self.peer)))
+        self._wakeup.set()
+        if len(self._pending) >= self._server.max_in_flight and not self._reading_paused and self._transport:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _stop(self) -> None:
+        """No more requests are read; the responder answers those already dispatched, then closes."""
+        self._stop_reading = True
+        self._large = None
+        self._wakeup.set()
+
+    def abort(self) -> None:
+        """Server shutdown: drop the connection and every request still in flight on it."""
+        self._stop()
+        for task in self._pending:
+            task.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- responses ---------------------------------------------------------------------------------------------
+
+    async def _respond(self) -> None:
+        """Writes responses in request order; on any failure closes the transport so reading ends."""
+        transport = self._transport
+        assert transport is not None
         try:
             while True:
-                task = await pending.get()
-                if task is None:
-                    return
+                if not self._pending:
+                    if self._stop_reading:
+                        return
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                task = self._pending[0]
                 try:
                     data = await task
                 except ProtocolError as exc:
-                    logger.warning("closing connection from %s: %s", peer, exc)
+                    logger.warning("closing connection from %s: %s", self.peer, exc)
                     return
                 except asyncio.CancelledError:
+                    if self._lost or task.cancelled():
+                        return
                     raise
                 except Exception:
-                    logger.exception("closing connection from %s: failed to produce a response", peer)
+                    logger.exception("closing connection from %s: failed to produce a response", self.peer)
+                    return
+                self._pending.popleft()
+                if self._reading_paused and len(self._pending) < self._server.max_in_flight and not self._lost:
+                    self._reading_paused = False
+                    transport.resume_reading()
+                if self._lost:
                     return
                 if data is not None:
-                    writer.write(data)
-                    await writer.drain()
-        except ConnectionError as exc:
-            logger.debug("connection from %s lost while writing: %s", peer, exc)
+                    transport.write(data)
+                    if not self._can_write.is_set():
+                        await self._can_write.wait()
         finally:
-            writer.close()
-            # Unblock a reader waiting for room in the queue; what it still dispatched is cancelled.
-            while not pending.empty():
-                leftover = pending.get_nowait()
-                if leftover is not None:
-                    leftover.cancel()
+            self._stop()
+            for leftover in self._pending:
+                leftover.cancel()
+            self._pending.clear()
+            transport.close()
+            self._server._closed(self)
+            logger.debug("connection from %s closed", self.peer)
