@@ -156,26 +156,26 @@ class Controller:
         )
         return controller
 
-    def _replay(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
-        if last_offset < 0:
-            return
+    def _apply_stream_records(self, records: Sequence[MetadataRecord]) -> list[MetadataRecord]:
+        """Hands the stream/object/KV records to the stream metadata and returns the cluster records, in log order,
+        for the image: one log carries both, and each side replays only its own."""
         cluster: list[MetadataRecord] = []
         for record in records:
             if is_cluster_record(record):
                 cluster.append(record)
             else:
                 self._streams.apply(record)
-        self._image = self._image.apply(cluster, last_offset)
+        return cluster
+
+    def _replay(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
+        if last_offset < 0:
+            return
+        self._image = self._image.apply(self._apply_stream_records(records), last_offset)
 
     def replay(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
         """Applies records another controller committed (a Raft follower, or entries of a previous leader),
         telling image subscribers like a local write would."""
-        cluster: list[MetadataRecord] = []
-        for record in records:
-            if is_cluster_record(record):
-                cluster.append(record)
-            else:
-                self._streams.apply(record)
+        cluster = self._apply_stream_records(records)
         if cluster:
             self._publish(cluster, last_offset)
         elif last_offset > self._image.offset:
