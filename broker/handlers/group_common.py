@@ -1,10 +1,15 @@
-"""What the consumer-group handlers share: finding the coordinator and the values Kafka fills in for every group."""
+"""What the consumer-group handlers share: finding the coordinator, the member host Kafka reports, and the
+per-partition error answer of the offsets APIs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
 
 from broker.handlers.registry import RequestContext
+from broker.protocol import codec
 
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
@@ -19,3 +24,27 @@ def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
 def member_host(ctx: RequestContext) -> str:
     """Kafka reports a member's host as ``/<address>`` (Java's InetAddress.toString); tools print it verbatim."""
     return f"/{ctx.client_host}"
+
+
+def partition_errors(
+    response_cls: type[Any], request_topics: Iterable[Any], codes: Mapping[tuple[str, int], ErrorCode]
+) -> tuple[Any, ...]:
+    """The ``topics`` of a response that answers every requested partition with only an error code (OffsetCommit,
+    OffsetDelete), in request order; a partition ``codes`` does not mention succeeded."""
+    topic_cls = codec.field_entity(response_cls, "topics")
+    return tuple(
+        codec.build(
+            topic_cls,
+            name=topic.name,
+            partitions=tuple(
+                codec.build_nested(
+                    topic_cls,
+                    "partitions",
+                    partition_index=p.partition_index,
+                    error_code=codes.get((topic.name, p.partition_index), ErrorCode.none),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request_topics
+    )

@@ -7,7 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import OffsetCommit
-from broker.handlers.group_common import coordinator
+from broker.handlers.group_common import coordinator, partition_errors
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
 
@@ -37,21 +37,4 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             offsets=offsets,
             retention_ms=retention,
         )
-    topic_cls = codec.field_entity(cls, "topics")
-    topics = tuple(
-        codec.build(
-            topic_cls,
-            name=topic.name,
-            partitions=tuple(
-                codec.build_nested(
-                    topic_cls,
-                    "partitions",
-                    partition_index=p.partition_index,
-                    error_code=results[(topic.name, p.partition_index)],
-                )
-                for p in topic.partitions
-            ),
-        )
-        for topic in request.topics
-    )
-    return ctx.build(throttle_time=0, topics=topics)
+    return ctx.build(throttle_time=0, topics=partition_errors(cls, request.topics, results))

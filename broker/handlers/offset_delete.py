@@ -6,9 +6,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.group_common import coordinator
+from broker.handlers.group_common import coordinator, partition_errors
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
 
 
 @handler(api_key=47)
@@ -20,21 +19,5 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     error, results = await groups.delete_offsets(request.group_id, wanted)
     if error is not ErrorCode.none:
         return ctx.build(error_code=error, throttle_time=0)
-    topic_cls = codec.field_entity(ctx.response_class, "topics")
-    topics = tuple(
-        codec.build(
-            topic_cls,
-            name=t.name,
-            partitions=tuple(
-                codec.build_nested(
-                    topic_cls,
-                    "partitions",
-                    partition_index=p.partition_index,
-                    error_code=results.get((t.name, p.partition_index), ErrorCode.none),
-                )
-                for p in t.partitions
-            ),
-        )
-        for t in request.topics
-    )
+    topics = partition_errors(ctx.response_class, request.topics, results)
     return ctx.build(error_code=ErrorCode.none, throttle_time=0, topics=topics)
