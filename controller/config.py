@@ -29,6 +29,7 @@ from typing import Any
 
 from controller.records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
+from storage.durable import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -916,17 +917,7 @@ def write_meta_properties(directory: str | os.PathLike[str], meta: MetaPropertie
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     text = f"#\nnode.id={meta.node_id}\nversion={meta.version}\ncluster.id={meta.cluster_id}\n"
-    tmp = folder / (META_PROPERTIES + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, folder / META_PROPERTIES)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_atomically(folder / META_PROPERTIES, text.encode("utf-8"))
 
 
 def ensure_meta_properties(

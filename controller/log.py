@@ -31,6 +31,7 @@ from typing import Protocol
 import crc32c
 
 from controller.records import MetadataRecord, RecordDecodeError, decode_record, encode_record
+from storage.durable import fsync_dir
 from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -122,14 +123,6 @@ def iter_batches(data: bytes, source: str) -> Iterator[tuple[int, Batch]]:
             raise MetadataLogError(f"{source}: batch at offset {base_offset} cannot be decoded: {exc}") from None
         position = start + length
         yield position, Batch(base_offset, tuple(records))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
@@ -235,7 +228,7 @@ class LocalMetadataLog:
         self._next_offset = recovered.last_offset + 1
         self._log_bytes = recovered.log_valid_bytes
         self._file = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         logger.info(
             "metadata log %s recovered: snapshot at offset %d (%d records), %d batches after it, next offset %d",
             self._dir,
@@ -308,7 +301,7 @@ class LocalMetadataLog:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         os.ftruncate(fd, 0)
         os.fsync(fd)
         for older, path in list_snapshots(self._dir):

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.config import GiB, MiB, StorageConfig
+from storage.durable import fsync_dir, write_atomically
 from storage.errors import WALError
 from storage.record import StreamRecordBatch
 from storage.wal import record as walrecord
@@ -55,7 +56,6 @@ from storage.wal.segments import (
     SparePool,
     decode_checkpoint,
     encode_checkpoint,
-    fsync_dir,
     parse_segment_name,
 )
 
@@ -544,14 +544,8 @@ class FileWAL:
 
     def _write_checkpoint_sync(self, offset: int) -> None:
         path = self._dir / CHECKPOINT_NAME
-        tmp = self._dir / (CHECKPOINT_NAME + ".tmp")
         try:
-            with open(tmp, "wb") as f:
-                f.write(encode_checkpoint(offset))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            fsync_dir(self._dir)
+            write_atomically(path, encode_checkpoint(offset))
         except OSError as exc:
             raise WALError(f"WAL {path}: cannot persist trim offset {offset}: {exc.strerror}") from exc
 

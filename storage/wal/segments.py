@@ -19,6 +19,7 @@ from pathlib import Path
 import crc32c
 
 from storage.config import MiB
+from storage.durable import fsync_dir
 from storage.errors import WALError
 
 logger = logging.getLogger(__name__)
@@ -73,14 +74,6 @@ def decode_checkpoint(data: bytes, where: str) -> int:
 class Segment:
     base_offset: int
     path: Path
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SparePool:
