@@ -58,6 +58,7 @@ from storage.wal.segments import (
     encode_checkpoint,
     parse_segment_name,
 )
+from storage.wal.state import WALState
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class _SegmentEnd:
 _NEVER = 1 << 62  # a skip_below that skips every record (validation-only scans)
 
 
-class FileWAL:
+class FileWAL(WALState):
     """The file-mode WriteAheadLog (see the module docstring)."""
 
     def __init__(
@@ -102,9 +103,10 @@ class FileWAL:
         if segment_size <= walrecord.HEADER_SIZE:
             raise WALError(f"WAL {directory}: segment size {segment_size} is too small")
         self._dir = Path(directory)
+        self._name = f"WAL {self._dir}"
         self._segment_size = segment_size
         self._max_group_bytes = max(1, min(max_group_bytes, segment_size))
-        self._gate: CapacityGate[PendingAppend] = CapacityGate(capacity, f"WAL {self._dir}", self._admit)
+        self._gate = CapacityGate(capacity, self._name, self._admit)
         self._executor: ThreadPoolExecutor | None = None
         self._preallocate = preallocate
         self._spares = SparePool(self._dir, SPARE_SEGMENTS if preallocate else 0)
@@ -140,19 +142,6 @@ class FileWAL:
         return self._dir
 
     @property
-    def used_bytes(self) -> int:
-        return self._gate.used
-
-    @property
-    def trim_offset(self) -> int:
-        return self._trim_offset
-
-    @property
-    def durable_offset(self) -> int:
-        """End of the acknowledged prefix."""
-        return self._durable_offset
-
-    @property
     def segments(self) -> list[Segment]:
         return list(self._segments)
 
@@ -160,7 +149,7 @@ class FileWAL:
 
     async def start(self) -> None:
         if self._started:
-            raise WALError(f"WAL {self._dir}: already started")
+            raise WALError(f"{self._name}: already started")
         self._lock_fd, self._trim_offset, self._segments = await asyncio.to_thread(self._open_sync)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fjord-wal-writer")
         self._started = True
@@ -173,14 +162,14 @@ class FileWAL:
             self._dir.mkdir(parents=True, exist_ok=True)
             lock_fd = os.open(self._dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise WALError(f"WAL {self._dir}: cannot open the WAL directory: {exc.strerror}") from exc
+            raise WALError(f"{self._name}: cannot open the WAL directory: {exc.strerror}") from exc
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(lock_fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise WALError(f"WAL {self._dir}: directory is already open by another WAL instance") from None
-            raise WALError(f"WAL {self._dir}: cannot lock the WAL directory: {exc.strerror}") from exc
+                raise WALError(f"{self._name}: directory is already open by another WAL instance") from None
+            raise WALError(f"{self._name}: cannot lock the WAL directory: {exc.strerror}") from exc
         try:
             (self._dir / (CHECKPOINT_NAME + ".tmp")).unlink(missing_ok=True)
             segments = sorted(
@@ -223,7 +212,7 @@ class FileWAL:
         if self._closed:
             return
         self._closed = True
-        closed = WALError(f"WAL {self._dir}: closed")
+        closed = WALError(f"{self._name}: closed")
         self._gate.fail(closed)
         if self._opening is not None and not self._opening.done():
             self._opening.cancel()
@@ -252,7 +241,7 @@ class FileWAL:
     async def _recover(self) -> AsyncIterator[WALRecord]:
         self._require_started()
         if self._appended:
-            raise WALError(f"WAL {self._dir}: recover() must run before the first append")
+            raise WALError(f"{self._name}: recover() must run before the first append")
         async with self._recover_lock:
             self._user_recovery = True
             try:
@@ -267,7 +256,7 @@ class FileWAL:
         if self._recovered:
             return
         if self._user_recovery:
-            raise WALError(f"WAL {self._dir}: cannot append, trim or reset while recover() is still iterating")
+            raise WALError(f"{self._name}: cannot append, trim or reset while recover() is still iterating")
         async with self._recover_lock:
             if not self._recovered:
                 async for _ in self._scan(decode=False):
@@ -416,7 +405,7 @@ class FileWAL:
     async def append(self, batch: StreamRecordBatch) -> WALRecord:
         self._check_writable()
         if self._user_recovery:
-            raise WALError(f"WAL {self._dir}: cannot append while recover() is still iterating")
+            raise WALError(f"{self._name}: cannot append while recover() is still iterating")
         self._appended = True
         self.stats.appends += 1
         pending = PendingAppend.submit(self._gate, batch)
@@ -429,7 +418,7 @@ class FileWAL:
         try:
             await self._ensure_recovered()
         except Exception as exc:
-            failure = exc if isinstance(exc, WALError) else WALError(f"WAL {self._dir}: recovery failed: {exc!r}")
+            failure = exc if isinstance(exc, WALError) else WALError(f"{self._name}: recovery failed: {exc!r}")
             logger.error("%s; the WAL cannot accept appends", failure)
             self._failure = failure
             self._gate.fail(failure)
@@ -442,17 +431,6 @@ class FileWAL:
             self._flusher = asyncio.create_task(self._flush_loop(), name=f"wal-flush {self._dir}")
         self._idle.clear()
         self._wakeup.set()
-
-    def _require_started(self) -> None:
-        if not self._started:
-            raise WALError(f"WAL {self._dir}: not started")
-        if self._closed:
-            raise WALError(f"WAL {self._dir}: closed")
-
-    def _check_writable(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-        self._require_started()
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -470,7 +448,7 @@ class FileWAL:
             try:
                 rolled = await loop.run_in_executor(self._executor, self._write_group_sync, group, start)
             except Exception as exc:
-                failure = exc if isinstance(exc, WALError) else WALError(f"WAL {self._dir}: write failed: {exc}")
+                failure = exc if isinstance(exc, WALError) else WALError(f"{self._name}: write failed: {exc}")
                 self._fail(failure, group)
                 return
             if rolled is not None:
@@ -530,7 +508,7 @@ class FileWAL:
                 return
             if offset > self._durable_offset:
                 raise WALError(
-                    f"WAL {self._dir}: cannot trim to offset {offset}: only offsets before {self._durable_offset} "
+                    f"{self._name}: cannot trim to offset {offset}: only offsets before {self._durable_offset} "
                     "are durable"
                 )
             await asyncio.to_thread(self._write_checkpoint_sync, offset)
@@ -582,7 +560,7 @@ class FileWAL:
             try:
                 await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.drop_all, segments)
             except OSError as exc:
-                raise WALError(f"WAL {self._dir}: reset cannot delete segments: {exc.strerror}") from exc
+                raise WALError(f"{self._name}: reset cannot delete segments: {exc.strerror}") from exc
             self._gate.release(released)
             self.stats.segments_deleted += len(segments)
         logger.info("WAL %s: reset; next offset %d", self._dir, end)

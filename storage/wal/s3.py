@@ -31,6 +31,7 @@ from storage.wal.capacity import CapacityGate
 from storage.wal.pending import PendingAppend
 from storage.wal.record import RecordScanner, StopReason
 from storage.wal.s3_format import ObjectHeader, Reservation, TrimPoint, WALObjectKey
+from storage.wal.state import WALState
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class _Upload:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-class S3WAL:
+class S3WAL(WALState):
     """The s3-mode WriteAheadLog (see the module docstring)."""
 
     def __init__(
@@ -87,7 +88,7 @@ class S3WAL:
         self._reservation_key = s3_format.reservation_key(namespace, node_id)
         self._trim_key = s3_format.trim_key(namespace, node_id)
         self._name = f"S3 WAL {store.name}/{self._prefix} (node {node_id}, epoch {node_epoch})"
-        self._gate: CapacityGate[PendingAppend] = CapacityGate(capacity, self._name, self._admit)
+        self._gate = CapacityGate(capacity, self._name, self._admit)
         self._slots = asyncio.Semaphore(max_inflight_uploads)
         self._chain: list[WALObjectKey] = []  # durable objects of the log, in offset order
         self._recovery_chain: list[WALObjectKey] = []
@@ -125,18 +126,6 @@ class S3WAL:
             capacity=config.wal_capacity,
             owns_store=owns_store,
         )
-
-    @property
-    def used_bytes(self) -> int:
-        return self._gate.used
-
-    @property
-    def trim_offset(self) -> int:
-        return self._trim_offset
-
-    @property
-    def durable_offset(self) -> int:
-        return self._durable_offset
 
     @property
     def node_epoch(self) -> int:
@@ -241,17 +230,6 @@ class S3WAL:
             self._seal()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._interval, self._seal)
-
-    def _check_writable(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-        self._require_started()
-
-    def _require_started(self) -> None:
-        if not self._started:
-            raise WALError(f"{self._name}: not started")
-        if self._closed:
-            raise WALError(f"{self._name}: closed")
 
     def _seal(self) -> None:
         """Turns the pending batch into an upload (from the timer or when the batch is full)."""

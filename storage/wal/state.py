@@ -1,0 +1,45 @@
+"""The bookkeeping both WAL modes keep alike: where the log is trimmed to and acknowledged up to, how much of the
+capacity is in use, and whether appends may be made (started, not closed, not failed). Only how records become
+durable differs between file.py and s3.py; this mixin keeps the rest from being written twice."""
+
+from __future__ import annotations
+
+from storage.errors import WALError
+from storage.wal.capacity import CapacityGate
+from storage.wal.pending import PendingAppend
+
+
+class WALState:
+    """Mixed into FileWAL and S3WAL, whose constructors set every attribute below."""
+
+    _name: str  # how errors and logs name this WAL
+    _gate: CapacityGate[PendingAppend]
+    _trim_offset: int
+    _durable_offset: int
+    _started: bool
+    _closed: bool
+    _failure: WALError | None  # set once: nothing is acknowledged after a failed write or a fence
+
+    @property
+    def used_bytes(self) -> int:
+        return self._gate.used
+
+    @property
+    def trim_offset(self) -> int:
+        return self._trim_offset
+
+    @property
+    def durable_offset(self) -> int:
+        """End of the acknowledged prefix."""
+        return self._durable_offset
+
+    def _require_started(self) -> None:
+        if not self._started:
+            raise WALError(f"{self._name}: not started")
+        if self._closed:
+            raise WALError(f"{self._name}: closed")
+
+    def _check_writable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        self._require_started()
