@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from broker.metrics import BrokerMetrics
 from broker.server import DEFAULT_MAX_IN_FLIGHT, BrokerServer, RequestDispatcher
 from controller.client import ControllerClient
-from controller.config import BROKER_KEYS, ServerConfig
+from controller.config import ServerConfig
 from controller.records import Endpoint
 from storage.config import ConfigError
 
@@ -210,20 +210,8 @@ class BrokerNode:
         logger.info("node %d serving the controller quorum only", self.node_id)
 
     def _configured_metrics_port(self) -> int | None:
-        """``metrics.port`` (off when unset). Read as a raw static value until controller.config defines the key."""
-        if "metrics.port" in BROKER_KEYS:
-            value = self.config.value("metrics.port")
-            text = None if value is None else str(value)
-        else:
-            text = self.config.static.get("metrics.port")
-        if text is None or not text.strip():
-            return None
-        try:
-            port = int(text)
-        except ValueError:
-            raise ConfigError(f"metrics.port: {text!r} is not a port number") from None
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"metrics.port: {port} is outside 0-65535")
+        """``metrics.port`` (off when unset); controller.config parsed and range-checked it when the config loaded."""
+        port: int | None = self.config.value("metrics.port")
         return port
 
     async def stop(self) -> None:

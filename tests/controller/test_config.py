@@ -220,3 +220,12 @@ def test_effective_topic_configs_are_typed_and_follow_precedence() -> None:
     assert values["preallocate"] is True
     assert values["min.cleanable.dirty.ratio"] == 0.5
     assert values["message.timestamp.type"] == "CreateTime"
+
+
+def test_metrics_port_is_typed_and_range_checked_when_the_config_loads() -> None:
+    # BrokerNode serves metrics on exactly this value; a bad port must stop the node at load, naming the key.
+    assert ServerConfig.load(None, ["metrics.port=9102"]).value("metrics.port") == 9102
+    assert ServerConfig.load(None, []).value("metrics.port") is None
+    for bad in ("70000", "-1", "x"):
+        with pytest.raises(ConfigError, match=r"metrics\.port"):
+            ServerConfig.load(None, [f"metrics.port={bad}"])
