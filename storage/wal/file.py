@@ -504,13 +504,8 @@ class FileWAL(WALState):
         self._require_started()
         await self._ensure_recovered()
         async with self._trim_lock:
-            if offset <= self._trim_offset:
+            if not self._moves_trim_point(offset):
                 return
-            if offset > self._durable_offset:
-                raise WALError(
-                    f"{self._name}: cannot trim to offset {offset}: only offsets before {self._durable_offset} "
-                    "are durable"
-                )
             await asyncio.to_thread(self._write_checkpoint_sync, offset)
             released = offset - self._trim_offset
             self._trim_offset = offset

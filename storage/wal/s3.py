@@ -312,13 +312,8 @@ class S3WAL(WALState):
     async def trim(self, offset: int) -> None:
         self._check_writable()
         async with self._trim_lock:
-            if offset <= self._trim_offset:
+            if not self._moves_trim_point(offset):
                 return
-            if offset > self._durable_offset:
-                raise WALError(
-                    f"{self._name}: cannot trim to offset {offset}: only offsets before {self._durable_offset} "
-                    "are durable"
-                )
             await self._verify_owner(f"trim to {offset}")
             await self._put(self._trim_key, TrimPoint(self._node_id, self._node_epoch, offset).encode())
             self._gate.release(offset - self._trim_offset)

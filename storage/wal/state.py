@@ -33,6 +33,17 @@ class WALState:
         """End of the acknowledged prefix."""
         return self._durable_offset
 
+    def _moves_trim_point(self, offset: int) -> bool:
+        """Whether trimming to ``offset`` moves the trim point (trimming again to an older offset is a no-op);
+        WALError for an offset past the acknowledged prefix, which must never be trimmed away."""
+        if offset <= self._trim_offset:
+            return False
+        if offset > self._durable_offset:
+            raise WALError(
+                f"{self._name}: cannot trim to offset {offset}: only offsets before {self._durable_offset} are durable"
+            )
+        return True
+
     def _require_started(self) -> None:
         if not self._started:
             raise WALError(f"{self._name}: not started")
