@@ -233,18 +233,85 @@ def _default_for(field: dataclasses.Field[Any]) -> object:
         raise TypeError(f"no default for field {field.name!r} of kafka type {kafka_type!r}") from None
 
 
-def _coerce(field: dataclasses.Field[Any], value: object) -> object:
-    """Lets handlers pass plain ints for error codes and millisecond durations, which kio rejects at encode time."""
-    kafka_type = field.metadata.get("kafka_type")
-    if kafka_type == "error_code" and isinstance(value, int) and not isinstance(value, ErrorCode):
+def _coerce_error_code(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, ErrorCode):
         return ErrorCode(value)
-    if kafka_type == "timedelta_i32" and isinstance(value, int):
-        return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
-    if kafka_type == "timedelta_i64" and isinstance(value, int):
-        return i64Timedelta.parse(datetime.timedelta(milliseconds=value))
-    if kafka_type == "uuid" and value is None and not is_optional(field):
-        return uuid_zero
     return value
+
+
+def _coerce_i32_ms(value: object) -> object:
+    if isinstance(value, int):
+        return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+    return value
+
+
+def _coerce_i64_ms(value: object) -> object:
+    if isinstance(value, int):
+        return i64Timedelta.parse(datetime.timedelta(milliseconds=value))
+    return value
+
+
+def _coerce_uuid(value: object) -> object:
+    return uuid_zero if value is None else value
+
+
+def _coercer(field: dataclasses.Field[Any]) -> Callable[[object], object] | None:
+    """Lets handlers pass plain ints for error codes and millisecond durations, which kio rejects at encode time
+    (and None for a non-nullable topic id)."""
+    kafka_type = field.metadata.get("kafka_type")
+    if kafka_type == "error_code":
+        return _coerce_error_code
+    if kafka_type == "timedelta_i32":
+        return _coerce_i32_ms
+    if kafka_type == "timedelta_i64":
+        return _coerce_i64_ms
+    if kafka_type == "uuid" and not is_optional(field):
+        return _coerce_uuid
+    return None
+
+
+def _coerce(field: dataclasses.Field[Any], value: object) -> object:
+    coerce = _coercer(field)
+    return value if coerce is None else coerce(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    """How ``build`` fills one field, worked out once per entity class: handlers build several entities per
+    request, and classifying kio fields on every call was a visible share of a small request's cost."""
+
+    name: str
+    coerce: Callable[[object], object] | None
+    #: The default when the field is not given; entities are frozen, so one default instance can be shared.
+    default: object
+    #: Called instead when the default must be fresh (a dataclass default_factory) or cannot exist (raises).
+    factory: Callable[[], object] | None
+
+
+_plans: dict[type[Any], tuple[_FieldPlan, ...]] = {}
+
+
+def _plan_field(field: dataclasses.Field[Any]) -> _FieldPlan:
+    coerce = _coercer(field)
+    if field.default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+        return _FieldPlan(field.name, coerce, None, field.default_factory)
+    try:
+        default = _default_for(field)
+    except TypeError as exc:
+        failure = exc
+
+        def fail() -> object:
+            raise failure
+
+        return _FieldPlan(field.name, coerce, None, fail)
+    return _FieldPlan(field.name, coerce, default, None)
+
+
+def _plan(entity_cls: type[Any]) -> tuple[_FieldPlan, ...]:
+    found = _plans.get(entity_cls)
+    if found is None:
+        found = _plans[entity_cls] = tuple(_plan_field(f) for f in _entity_fields(entity_cls))
+    return found
 
 
 def millis(value: datetime.timedelta | int) -> int:
@@ -262,21 +329,35 @@ def build(entity_cls: type[Any], /, **values: object) -> Any:
     Values for fields this version of the entity does not have are dropped, so one handler can fill every
     version from the same keyword arguments (``topic_id`` only lands in versions that carry it)."""
     kwargs: dict[str, object] = {}
-    for field in _entity_fields(entity_cls):
-        if field.name in values:
-            kwargs[field.name] = _coerce(field, values[field.name])
+    for field in _plan(entity_cls):
+        name = field.name
+        if name in values:
+            value = values[name]
+            kwargs[name] = value if field.coerce is None else field.coerce(value)
+        elif field.factory is not None:
+            kwargs[name] = field.factory()
         else:
-            kwargs[field.name] = _default_for(field)
+            kwargs[name] = field.default
     return entity_cls(**kwargs)
 
 
 def has_field(entity_cls: type[Any], name: str) -> bool:
     """Whether this version of an entity carries ``name``; handlers use it to fill version-specific fields."""
-    return any(f.name == name for f in _entity_fields(entity_cls))
+    return any(f.name == name for f in _plan(entity_cls))
+
+
+_nested: dict[tuple[type[Any], str], type[Any]] = {}
 
 
 def field_entity(entity_cls: type[Any], name: str) -> type[Any]:
     """The nested entity class of field ``name`` (element class for arrays), to build nested values."""
+    found = _nested.get((entity_cls, name))
+    if found is None:
+        found = _nested[(entity_cls, name)] = _find_field_entity(entity_cls, name)
+    return found
+
+
+def _find_field_entity(entity_cls: type[Any], name: str) -> type[Any]:
     for field in _entity_fields(entity_cls):
         if field.name == name:
             kind = classify_field(field)
