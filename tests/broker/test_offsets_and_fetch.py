@@ -408,3 +408,21 @@ def test_topic_configs_are_enforced(kafka: BrokerProcess, wire: Callable[[int], 
     big = build_batch([Record(None, b"x" * 5000)])
     too_large = client.request(produce_request(topic, 0, big)).responses[0].partition_responses[0]
     assert too_large.error_code == ErrorCode.message_too_large
+
+    # A config altered later reaches the partition that is already open.
+    incremental = codec.request_class(44, 1)
+    raise_limit = codec.build_nested(
+        codec.field_entity(incremental, "resources"), "configs", name="max.message.bytes", config_operation=0,
+        value="10000",
+    )
+    resource = codec.build_nested(
+        incremental, "resources", resource_type=2, resource_name=topic, configs=(raise_limit,)
+    )
+    (altered,) = client.request(codec.build(incremental, resources=(resource,), validate_only=False)).responses
+    assert altered.error_code == ErrorCode.none
+    deadline = time.monotonic() + 10
+    while (code := client.request(produce_request(topic, 0, big)).responses[0].partition_responses[0].error_code) != (
+        ErrorCode.none
+    ):
+        assert code == ErrorCode.message_too_large and time.monotonic() < deadline, code
+        time.sleep(0.05)
