@@ -40,6 +40,10 @@ DEFAULT_MAX_IN_FLIGHT = 64
 _STAGING_BYTES = 256 * 1024
 
 
+#: An encoded response frame: one buffer, or several written back to back (large record sets are not joined).
+Response = bytes | list[bytes]
+
+
 class ConnectionClosing(ProtocolError):
     """Raised by dispatch when the request must not be answered and the connection must close."""
 
@@ -65,7 +69,7 @@ class RequestDispatcher:
         self.handlers = dict(handlers if handlers is not None else load_handlers())
         self.versions: Mapping[int, VersionRange] = advertised(self.handlers)
 
-    async def dispatch(self, frame: bytes, peer: Peer) -> bytes | None:
+    async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
         prefix = codec.read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
         entry = self.versions.get(key)
@@ -106,7 +110,7 @@ class RequestDispatcher:
         self.metrics.observe_request(key, time.perf_counter() - started)
         if response is None:
             return None
-        return codec.encode_response(prefix.correlation_id, response)
+        return codec.encode_response_parts(prefix.correlation_id, response)
 
     def _error_response(self, ctx: RequestContext, exc: Exception) -> Any:
         """A response carrying the error when the API has a top-level error code; otherwise the connection is
@@ -217,7 +221,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._end = 0
         self._large: bytearray | None = None  # a frame too big for the staging buffer, being filled in place
         self._large_filled = 0
-        self._pending: collections.deque[asyncio.Task[bytes | None]] = collections.deque()
+        self._pending: collections.deque[asyncio.Task[Response | None]] = collections.deque()
         self._wakeup: asyncio.Event = asyncio.Event()
         self._reading_paused = False
         self._stop_reading = False  # EOF, a bad frame, or the connection was lost: dispatch nothing more
@@ -365,8 +369,10 @@ class _Connection(asyncio.BufferedProtocol):
                     transport.resume_reading()
                 if self._lost:
                     return
-                if data is not None:
+                if isinstance(data, bytes):
                     transport.write(data)
+                elif data is not None:
+                    transport.writelines(data)
                     if not self._can_write.is_set():
                         await self._can_write.wait()
         finally:

@@ -13,9 +13,10 @@ import datetime
 import functools
 import io
 import struct
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -150,6 +151,58 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
     _LENGTH.pack_into(out, 0, len(out) - 4)
     del out
     return buf.getvalue()
+
+
+#: Writes at least this long (record sets) are kept by reference in a response's parts rather than copied.
+_SPLICE_MIN: Final = 32 * 1024
+
+
+class _Parts:
+    """A write target for kio's entity writers that copies only the small pieces.
+
+    Small writes (headers, lengths, varints) are gathered in a bytearray; a large one - a partition's record
+    set - is kept as it is, so a Fetch response is a short list of buffers the transport writes with one
+    ``writelines`` and the records are never copied by the broker. (Writing them into a BytesIO copied each record
+    set once, and then the whole buffer again every time BytesIO grew.)"""
+
+    __slots__ = ("_small", "parts", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+        self._small = bytearray()
+
+    def write(self, data: bytes) -> int:
+        n = len(data)
+        if n >= _SPLICE_MIN:
+            if self._small:
+                self.parts.append(bytes(self._small))
+                self._small.clear()
+            self.parts.append(data)
+        else:
+            self._small += data
+        self.size += n
+        return n
+
+    def finish(self) -> list[bytes]:
+        if self._small:
+            self.parts.append(bytes(self._small))
+            self._small.clear()
+        return self.parts
+
+
+def encode_response_parts(correlation_id: int, response: Any) -> list[bytes]:
+    """The same frame as ``encode_response`` as a list of buffers (the length prefix first) that reference the
+    response's large record sets instead of copying them; for ``transport.writelines``."""
+    cls = type(response)
+    header_cls = cls.__header_schema__
+    out = _Parts()
+    target = typing.cast(IO[bytes], out)  # kio's writers only ever call write()
+    entity_writer(header_cls)(target, header_cls(correlation_id=correlation_id))
+    entity_writer(cls)(target, response)
+    parts = out.finish()
+    parts.insert(0, _LENGTH.pack(out.size))
+    return parts
 
 
 def encode_request(request: Any, correlation_id: int, client_id: str | None = "fjord") -> bytes:
