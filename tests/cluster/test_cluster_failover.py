@@ -7,6 +7,7 @@ import asyncio
 import signal
 import time
 
+import pytest
 from cluster_support import (
     SESSION_TIMEOUT_S,
     ProduceLoad,
@@ -114,11 +115,14 @@ def test_killing_the_active_controller_under_load_loses_nothing(cluster_factory:
     assert streams_before <= {row[0] for row in table_rows(shell_in_process(cluster).run("ls /streams"))}
 
 
-def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(cluster_factory: object) -> None:
+@pytest.mark.parametrize("wal", ["file", "s3"])
+def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(
+    cluster_factory: object, wal: str
+) -> None:
     # Small snapshot thresholds: controllers and the brokers' metadata replicas snapshot as they go, so the
     # restarted broker rebuilds its metadata from its own snapshot plus the log after it.
     cluster: LocalCluster = cluster_factory(  # type: ignore[operator]
-        extra={"metadata.log.max.record.bytes.between.snapshots": "4096"}
+        wal=wal, extra={"metadata.log.max.record.bytes.between.snapshots": "4096"}
     )
     bootstrap = cluster.bootstrap_servers
     topic = topic_name("broker-kill")
@@ -142,13 +146,16 @@ def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(
     assert victim not in live_brokers(others)
     assert set(after.values()) <= {b.spec.node_id for b in cluster.brokers} - {victim}
 
-    # With the file WAL, what the dead broker acknowledged but had not uploaded is in its WAL only: it comes
-    # back when the broker restarts (recovery uploads it and closes the streams, and the new leaders open them).
+    # What the dead broker acknowledged but had not uploaded is in its WAL only (its local directory, or its WAL
+    # objects in the bucket): it comes back when the broker restarts (recovery uploads it and closes the streams,
+    # and the new leaders open them). No other broker replays a dead broker's WAL yet.
     snapshots = data_dir_of(cluster, victim) / "metadata" / RAFT_DIR_NAME / "snapshots"
     assert list(snapshots.glob("*.checkpoint")), f"broker {victim} never snapshotted its metadata replica"
     cluster.node(victim).start()
     second = produce(bootstrap, topic, [f"b{i}" for i in range(240)], timeout=90)
-    assert len(second) == 240, f"only {len(second)} of 240 records acknowledged after the broker came back"
+    assert len(second) == 240, (
+        f"only {len(second)} of 240 records acknowledged after the broker came back\n{cluster.logs(4000)}"
+    )
     expected = first | second
     seen = consume_all(bootstrap, topic, 6, expected, timeout=60)
     missing = expected - set(seen)
@@ -191,7 +198,7 @@ def test_a_paused_broker_is_fenced_and_cannot_commit(cluster_factory: object) ->
 
     # Resumed, it steps down or rejoins; either way every partition serves again and nothing acknowledged is lost.
     second = produce(bootstrap, topic, [f"b{i}" for i in range(90)], timeout=90)
-    assert len(second) == 90
+    assert len(second) == 90, f"only {len(second)} of 90 acknowledged after the resume\n{cluster.logs(4000)}"
     expected = first | second
     seen = consume_all(bootstrap, topic, 3, expected, timeout=60)
     missing = expected - set(seen)
