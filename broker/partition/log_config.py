@@ -25,6 +25,13 @@ class LogConfig:
     timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
     timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
     index_interval_bytes: int = _default("index.interval.bytes")
+    #: ``cleanup.policy`` contains ``delete``: retention.ms / retention.bytes trim the log (compact-only topics such
+    #: as ``__consumer_offsets`` are left to compaction).
+    delete_retention_enabled: bool = "delete" in _default("cleanup.policy")
+    #: ``retention.ms``; negative keeps records forever.
+    retention_ms: int = _default("retention.ms")
+    #: ``retention.bytes``; negative means no size limit.
+    retention_bytes: int = _default("retention.bytes")
     producer_id_expiration_ms: int = BROKER_KEYS["producer.id.expiration.ms"].default
     #: Persist producer state and the partition record after this many appended bytes, bounding recovery.
     checkpoint_interval_bytes: int = 16 << 20
@@ -41,5 +48,8 @@ class LogConfig:
             timestamp_before_max_ms=effective["message.timestamp.before.max.ms"],
             timestamp_after_max_ms=effective["message.timestamp.after.max.ms"],
             index_interval_bytes=effective["index.interval.bytes"],
+            delete_retention_enabled="delete" in effective["cleanup.policy"],
+            retention_ms=effective["retention.ms"],
+            retention_bytes=effective["retention.bytes"],
             producer_id_expiration_ms=producer_id_expiration_ms,
         )

@@ -4,6 +4,7 @@ The manager subscribes to image changes and reconciles in one background task (c
 runs are coalesced into the next round): partitions this node now leads are opened with the image's leader epoch,
 partitions it lost (or whose leader epoch moved on) are closed cleanly, and partitions of deleted topics have
 their streams and KV entry destroyed. Internal topics (``__consumer_offsets``) are ordinary partitions here.
+A second task enforces retention on the open partitions every ``log.retention.check.interval.ms``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from broker.errors import KafkaError
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
+from broker.partition.retention import enforce_retention
 from controller.client import ControllerClient
 from controller.config import ServerConfig, effective_topic_configs
 from controller.image import MetadataImage, PartitionImage
@@ -55,6 +58,8 @@ class PartitionManager:
         self._changed = asyncio.Event()
         self._opened = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._retention_task: asyncio.Task[None] | None = None
+        self._retention_stop = asyncio.Event()
         self._stopping = False
         self._first_round = asyncio.Event()
         # LogConfig per topic id, for the image they were resolved against (every partition of a topic shares one).
@@ -70,6 +75,7 @@ class PartitionManager:
         self._node.controller.subscribe(self._on_image)
         self._changed.set()
         self._task = asyncio.create_task(self._run(), name="partition-manager")
+        self._retention_task = asyncio.create_task(self._retention_loop(), name="partition-retention")
         try:
             await asyncio.wait_for(self._first_round.wait(), _INITIAL_OPEN_TIMEOUT)
         except TimeoutError:
@@ -79,6 +85,16 @@ class PartitionManager:
         """Closes every open partition cleanly (force upload, clean-shutdown flag)."""
         self._stopping = True
         self._changed.set()
+        self._retention_stop.set()
+        if self._retention_task is not None:
+            # A retention round stops between partitions; let a trim in progress finish rather than cut it short.
+            try:
+                await asyncio.wait_for(asyncio.shield(self._retention_task), _STOP_ROUND_TIMEOUT)
+            except TimeoutError:
+                logger.warning("retention round still running after %.0fs; cancelling", _STOP_ROUND_TIMEOUT)
+                self._retention_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._retention_task
         if self._task is not None:
             # Let a round in progress finish (partitions it opens are closed right away) rather than cancel it
             # half-way through opening streams; cancel only if it hangs.
@@ -167,6 +183,26 @@ class PartitionManager:
         results = await self._bounded(*(self._open(image, key[0], part) for key, part in to_open))
         failed |= any(isinstance(r, BaseException) for r in results)
         return failed
+
+    # ------------------------------------------------------------------ retention
+    async def _retention_loop(self) -> None:
+        """Every ``log.retention.check.interval.ms``, applies retention to each open partition in turn (one at a
+        time: a round is background work and must not crowd out produce and fetch). Partitions read their
+        ``LogConfig`` as reconciliation last resolved it, so an altered retention.ms takes effect at the next check
+        after the new image arrives, without a restart."""
+        interval = int(self._node.config.value("log.retention.check.interval.ms")) / 1000
+        while not self._retention_stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._retention_stop.wait(), interval)
+            for log in self.open_partitions():
+                if self._retention_stop.is_set():
+                    return
+                try:
+                    await enforce_retention(log)
+                except KafkaError as exc:  # typically closed under us (leadership moved): nothing to retain
+                    logger.debug("retention check of %s skipped: %s", log.where, exc)
+                except Exception:
+                    logger.exception("retention check of %s (topic id %s) failed", log.where, log.topic_id)
 
     def _log_config(self, image: MetadataImage, topic_id: uuid.UUID) -> LogConfig:
         """Resolved once per topic and image: resolving every topic config costs about a third of a millisecond,

@@ -66,6 +66,8 @@ logger = logging.getLogger(__name__)
 _FETCH_CHUNK = 1 << 20
 _OPEN_RETRIES = 50
 _OPEN_RETRY_DELAY = 0.1
+#: DeleteRecords re-reads the deleted prefix when retention moved the log start meanwhile; this bounds the retries.
+_TRIM_ATTEMPTS = 5
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -149,6 +151,7 @@ class PartitionLog:
         self.log_start_offset = log.start_offset
         self._max_timestamp = -1
         self._max_timestamp_offset = -1
+        self._size_bytes = 0
         self._bytes_since_index = 0
         self._bytes_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
@@ -168,6 +171,12 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the stored batches not wholly below the log start (what retention.bytes limits); appends add
+        to it when their offsets are assigned, log-start moves subtract the batches they delete."""
+        return self._size_bytes
 
     # ------------------------------------------------------------------ open
     @classmethod
@@ -259,16 +268,19 @@ class PartitionLog:
                 logger.warning("producer snapshot of %s unreadable (%s); rebuilding from the log", self.where, exc)
                 snapshot_offset = self.log_start_offset
         end = self.high_watermark
+        size_from = self._restore_size(info.get("z"), end)
+        recover_from: int | None = None
         if not clean or snapshot_offset < end:
-            start = max(min(snapshot_offset, end), self.log_start_offset)
+            recover_from = max(min(snapshot_offset, end), self.log_start_offset)
             logger.info(
                 "recovering %s after %s shutdown: replaying log [%d, %d)",
                 self.where,
                 "a clean" if clean else "an unclean",
-                start,
+                recover_from,
                 end,
             )
-            await self._recover_from(start, end)
+        if recover_from is not None or size_from < end:
+            await self._replay_tail(recover_from, size_from, end)
         self.producers.evict_before(self.log_start_offset)
         if self.epochs.assign(self.leader_epoch, self.log_end_offset):
             logger.info("%s leader epoch %d starts at offset %d", self.where, self.leader_epoch, self.log_end_offset)
@@ -308,11 +320,37 @@ class PartitionLog:
                 if not visit(header, batch):
                     return
 
-    async def _recover_from(self, start: int, end: int) -> None:
-        """Rebuilds producer state and the time index from the log tail after an unclean shutdown."""
+    def _restore_size(self, checkpoint: object, end: int) -> int:
+        """Takes the partition size from PARTITION's ``z`` = [offset, bytes] (the size of the batches below that
+        offset) and returns the offset from which the tail's batch sizes must still be added.
+
+        Persisting the size is what keeps an open cheap: rebuilding it means reading every batch header of the
+        partition, which lives in object storage. The checkpoint is trusted only where it is consistent with the
+        log: an offset beyond the recovered end (a tail lost in a crash had been counted) or below the log start
+        falls back to that full rebuild, as does a partition written before sizes were persisted."""
+        if isinstance(checkpoint, list) and len(checkpoint) == 2:
+            offset, size = (int(x) for x in checkpoint)
+            if self.log_start_offset <= offset <= end and size >= 0:
+                self._size_bytes = size
+                return offset
+        self._size_bytes = 0
+        if end > self.log_start_offset:
+            logger.info(
+                "rebuilding the size of %s from the batch headers of [%d, %d)", self.where, self.log_start_offset, end
+            )
+        return self.log_start_offset
+
+    async def _replay_tail(self, recover_from: int | None, size_from: int, end: int) -> None:
+        """One walk over the log tail: adds the sizes of batches from ``size_from`` and, when ``recover_from`` is
+        set (unclean shutdown or an old snapshot), rebuilds producer state and the time index from there."""
         new_entries: list[TimeIndexEntry] = []
+        start = size_from if recover_from is None else min(recover_from, size_from)
 
         def visit(header: BatchHeader, batch: memoryview) -> bool:
+            if header.next_offset > size_from:
+                self._size_bytes += header.size
+            if recover_from is None or header.next_offset <= recover_from:
+                return True
             self.producers.record(header, header.base_offset)
             if header.max_timestamp > self._max_timestamp:
                 self._max_timestamp, self._max_timestamp_offset = header.max_timestamp, header.base_offset
@@ -430,6 +468,7 @@ class PartitionLog:
             next_offset += header.records_count
             pos += header.size
         pending = self._log.append(bytes(buf), next_offset - base)
+        self._size_bytes += len(buf)
         for entry in index_entries:
             # The index's durability follows the log's (same WAL, appended right after); a lost tail entry is
             # rebuilt by recovery, so nobody waits for it.
@@ -498,6 +537,7 @@ class PartitionLog:
                 "r": self.log_end_offset,
                 "cs": clean_shutdown,
                 "mt": [self._max_timestamp, self._max_timestamp_offset],
+                "z": [self.log_end_offset, self._size_bytes],
             }
         ).encode()
 
@@ -604,11 +644,19 @@ class PartitionLog:
         return self.epochs.end_offset_for(epoch, self.log_end_offset)
 
     # ------------------------------------------------------------------ delete records
+    async def scan_batches(self, start: int, end: int, visit: Callable[[BatchHeader, memoryview], bool]) -> None:
+        """Walks whole stored batches overlapping ``[start, end)`` in offset order; ``visit`` returns False to stop
+        (retention reads the headers of the oldest batches with it)."""
+        await self._scan(start, end, visit)
+
     async def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: moves the log start offset to ``offset`` (-1 = high watermark); returns the new low
-        watermark. Offsets beyond the high watermark are OFFSET_OUT_OF_RANGE."""
+        watermark. Offsets beyond the high watermark are OFFSET_OUT_OF_RANGE.
+
+        The headers of the deleted prefix are read first (outside the partition lock, so appends go on) to take
+        their bytes off the partition size; a log start that moved meanwhile (retention) means reading again."""
         self._check_open()
-        async with self._lock:
+        for _ in range(_TRIM_ATTEMPTS):
             hw = self.high_watermark
             target = hw if offset == -1 else offset
             if target < 0 or target > hw:
@@ -616,9 +664,52 @@ class PartitionLog:
                     ErrorCode.offset_out_of_range,
                     f"cannot delete records of {self.where} before {offset}: high watermark is {hw}",
                 )
+            start = self.log_start_offset
+            if target <= start:
+                return start
+            freed = await self._bytes_deleted(start, target)
+            if await self.trim_log_start(target, freed, expected_start=start, reason=f"DeleteRecords before {offset}"):
+                return target
+        raise KafkaError(
+            ErrorCode.request_timed_out,
+            f"{self.where}: the log start kept moving while deleting records before {offset}",
+        )
+
+    async def _bytes_deleted(self, start: int, target: int) -> int:
+        """Bytes of the batches that moving the log start from ``start`` to ``target`` deletes: those wholly below
+        ``target`` (a batch ``target`` cuts through stays stored, and counted)."""
+        total = 0
+
+        def visit(header: BatchHeader, batch: memoryview) -> bool:
+            nonlocal total
+            if header.next_offset > target:
+                return False
+            total += header.size
+            return True
+
+        await self._scan(start, target, visit)
+        return total
+
+    async def trim_log_start(self, target: int, freed_bytes: int, *, expected_start: int, reason: str) -> bool:
+        """Moves the log start offset to ``target`` (at most the high watermark) and persists it: trims the log
+        and time streams, producer state, the leader-epoch cache, and takes ``freed_bytes`` (the batches wholly
+        below ``target``, as the caller read them) off the partition size. The one path for DeleteRecords and
+        retention. Returns False, changing nothing, when the log start is no longer ``expected_start`` (another
+        trim won the race and ``freed_bytes`` is stale)."""
+        async with self._lock:
+            self._check_open()
+            if self.log_start_offset != expected_start:
+                return False
+            hw = self.high_watermark
+            if target > hw:
+                raise KafkaError(
+                    ErrorCode.offset_out_of_range,
+                    f"cannot move the log start of {self.where} to {target}: high watermark is {hw}",
+                )
             if target <= self.log_start_offset:
-                return self.log_start_offset
+                return True
             self.log_start_offset = target
+            self._size_bytes = max(0, self._size_bytes - freed_bytes)
             await self._log.trim(target)
             self.producers.evict_before(target)
             self.epochs.truncate_start(target)
@@ -631,8 +722,15 @@ class PartitionLog:
                 }
             )
         await put
-        logger.info("deleted records of %s before offset %d", self.where, target)
-        return target
+        logger.info(
+            "%s: log start offset %d -> %d (%s); %d bytes left",
+            self.where,
+            expected_start,
+            target,
+            reason,
+            self._size_bytes,
+        )
+        return True
 
     async def _trim_time_stream(self, log_start_offset: int) -> None:
         """Trims time-index records that point below the log start, so the time stream does not outgrow the log."""
