@@ -321,6 +321,14 @@ class MetadataShell:
         if not words:
             return ""
         command, args = words[0], words[1:]
+        try:
+            return self._run(command, args)
+        except ShellError as exc:
+            if str(exc).startswith(f"{command}:"):
+                raise
+            raise ShellError(f"{command}: {exc}") from None
+
+    def _run(self, command: str, args: list[str]) -> str:
         match command:
             case "ls":
                 return "\n".join(self._ls(p, len(args) > 1) for p in (args or ["."]))
@@ -346,7 +354,7 @@ class MetadataShell:
             case "exit" | "quit":
                 self.finished = True
                 return ""
-        raise ShellError(f"unknown command {command!r} (try help)")
+        raise ShellError("unknown command (try help)")
 
     def _ls(self, path: str | None, label: bool) -> str:
         resolved, entry = self._resolve(path)
