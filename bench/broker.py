@@ -8,7 +8,7 @@ feeding it never share the broker's GIL. Producers use the issue's settings: 1 K
 ``batch.size`` 1 MiB, ``linger.ms`` 5. Scenarios:
 
 - ``produce-1p`` / ``produce-16p``: closed-loop produce of a fixed volume to a topic with 1 or 16 partitions,
-  each on a fresh broker whose WAL cache (2 GiB) and upload threshold (1 GiB) keep uploads out of the run;
+  each on a fresh broker whose WAL cache (3 GiB) and upload threshold (2 GiB) keep uploads out of the run;
   MB/s from the first ``produce()`` to the end of ``flush()``; latency is librdkafka's per-message delivery
   latency (enqueue to acknowledgement, so it includes the client's own queue) sampled on every 64th record.
   ``produce-1p uploading`` (run by ``consume-catchup``) is the same with a 16 MiB upload threshold, so building
@@ -491,10 +491,11 @@ def main(argv: list[str] | None = None) -> int:
     ctx = mp.get_context("spawn")
     rows: list[Row] = []
 
-    # Caches large enough that nothing is uploaded or evicted while a scenario runs: produce-1p/16p measure the
-    # produce path alone and consume-tail reads what produce-1p left in the LogCache. The cost of uploading is
-    # measured by the catch-up fill, whose broker uploads every 16 MiB as it goes.
-    roomy = {"s3.wal.cache.size": "2GiB", "s3.wal.upload.threshold": "1GiB", "s3.block.cache.size": "64MiB"}
+    # Caches large enough that nothing is uploaded or evicted while a scenario runs (1 GiB from produce-1p plus
+    # 400 MB from e2e-latency stay under the 2 GiB threshold): produce-1p/16p measure the produce path alone and
+    # consume-tail reads what produce-1p left in the LogCache. The cost of uploading is measured by the catch-up
+    # fill, whose broker uploads every 16 MiB as it goes.
+    roomy = {"s3.wal.cache.size": "3GiB", "s3.wal.upload.threshold": "2GiB", "s3.block.cache.size": "64MiB"}
     hot = Broker(base / "hot", roomy)
     records_1p = sizes.produce_bytes // RECORD // args.producers * args.producers
 
