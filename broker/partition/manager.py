@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from broker.errors import KafkaError
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
-from broker.partition.retention import enforce_retention
+from broker.partition.retention import HeadCache, enforce_retention
 from controller.client import ControllerClient
 from controller.config import ServerConfig, effective_topic_configs
 from controller.image import MetadataImage, PartitionImage
@@ -60,6 +60,7 @@ class PartitionManager:
         self._task: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
         self._retention_stop = asyncio.Event()
+        self._retention_heads: HeadCache = {}
         self._stopping = False
         self._first_round = asyncio.Event()
         # LogConfig per topic id, for the image they were resolved against (every partition of a topic shares one).
@@ -194,11 +195,15 @@ class PartitionManager:
         while not self._retention_stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._retention_stop.wait(), interval)
-            for log in self.open_partitions():
+            logs = self.open_partitions()
+            live = {(log.topic_id, log.partition) for log in logs}
+            for stale in [key for key in self._retention_heads if key not in live]:
+                del self._retention_heads[stale]
+            for log in logs:
                 if self._retention_stop.is_set():
                     return
                 try:
-                    await enforce_retention(log)
+                    await enforce_retention(log, heads=self._retention_heads)
                 except KafkaError as exc:  # typically closed under us (leadership moved): nothing to retain
                     logger.debug("retention check of %s skipped: %s", log.where, exc)
                 except Exception:

@@ -18,10 +18,12 @@ from __future__ import annotations
 import enum
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.partition.log_config import LogConfig
+from broker.records.batch import BatchHeader
 
 if TYPE_CHECKING:
     from broker.partition.partition_log import PartitionLog
@@ -61,6 +63,22 @@ class RetentionPolicy:
     def active(self) -> bool:
         """False when nothing can ever be deleted (compact-only topic, or both limits unlimited)."""
         return self.delete_enabled and (self.retention_ms >= 0 or self.retention_bytes >= 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSummary:
+    """What retention knows of one stored batch (from its header)."""
+
+    base_offset: int
+    next_offset: int
+    max_timestamp: int
+    size: int
+
+
+#: The oldest batch of each partition as the last check read it, keyed by (topic id, partition): a check whose
+#: cutoff has not reached that batch's max timestamp (and with the size within retention.bytes) then reads nothing,
+#: so a quiet partition costs no object-storage read per check. A batch below the high watermark never changes.
+HeadCache = dict[tuple[uuid.UUID, int], BatchSummary]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +168,14 @@ class RetentionPlanner:
             self._reason |= Reason.SIZE
         return self.wants_batches
 
+    def keeps(self, head: BatchSummary) -> bool:
+        """True when ``head`` (the batch holding the log start) shows that nothing can be deleted: within
+        retention.bytes, and the head itself has not expired, so the time prefix is empty."""
+        if self._size_alive or not self._time_alive:
+            return not self.wants_batches
+        covers = head.base_offset <= self._log_start < head.next_offset
+        return covers and not 0 <= head.max_timestamp < self._cutoff
+
     def decision(self) -> RetentionDecision | None:
         """The prefix to delete, or None when nothing breached a limit."""
         if self._new_start <= self._log_start:
@@ -157,13 +183,15 @@ class RetentionPlanner:
         return RetentionDecision(self._log_start, self._new_start, self._freed, self._batches, self._reason)
 
 
-async def enforce_retention(log: PartitionLog, now_ms: int | None = None) -> RetentionDecision | None:
+async def enforce_retention(
+    log: PartitionLog, now_ms: int | None = None, heads: HeadCache | None = None
+) -> RetentionDecision | None:
     """Applies retention.ms / retention.bytes to one open partition; returns what was deleted (None if nothing).
 
     Reads only batch headers of the prefix being deleted plus the first batch kept (the per-partition size must
     drop by exactly the bytes deleted, so the deleted batches are read even where the time index alone would
     justify the cut); when only retention.ms applies, the time index bounds the read. With nothing to delete the
-    cost is one read of the oldest batch."""
+    cost is one read of the oldest batch, and none at all when ``heads`` remembers it."""
     policy = RetentionPolicy.of(log.config)
     if not policy.active or log.closed:
         return None
@@ -172,7 +200,9 @@ async def enforce_retention(log: PartitionLog, now_ms: int | None = None) -> Ret
     planner = RetentionPlanner(
         policy, now_ms=now, log_start=start, high_watermark=log.high_watermark, size_bytes=log.size_bytes
     )
-    if not planner.wants_batches:
+    key = (log.topic_id, log.partition)
+    known = heads.get(key) if heads is not None else None
+    if not planner.wants_batches or (known is not None and planner.keeps(known)):
         return None
     # The time index's newest entry (T, o) says the batch at o has max timestamp T: when T is not older than the
     # cutoff, no batch from o on can expire by time, which bounds the read when only retention.ms applies.
@@ -181,10 +211,22 @@ async def enforce_retention(log: PartitionLog, now_ms: int | None = None) -> Ret
     end = planner.time_bound(recent)
     if end <= start:
         return None
-    await log.scan_batches(
-        start, end, lambda h, _: planner.offer(h.base_offset, h.next_offset, h.max_timestamp, h.size)
-    )
+    last_read: list[BatchSummary] = []
+
+    def visit(header: BatchHeader, _: memoryview) -> bool:
+        summary = BatchSummary(header.base_offset, header.next_offset, header.max_timestamp, header.size)
+        last_read[:] = [summary]
+        return planner.offer(summary.base_offset, summary.next_offset, summary.max_timestamp, summary.size)
+
+    await log.scan_batches(start, end, visit)
     decision = planner.decision()
+    if heads is not None:
+        # The last batch read is the first one kept when the walk stopped on it; otherwise nothing is known.
+        new_start = start if decision is None else decision.new_start
+        if last_read and last_read[0].base_offset <= new_start < last_read[0].next_offset:
+            heads[key] = last_read[0]
+        else:
+            heads.pop(key, None)
     if decision is None:
         return None
     reason = (

@@ -16,14 +16,27 @@ from typing import Any
 import pytest
 from broker_support import BrokerProcess
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the package's stubs do not re-export these
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka_clients import module_broker, topic_name
 
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
-from broker.partition.retention import Reason, RetentionPlanner, RetentionPolicy, enforce_retention
+from broker.partition.retention import (
+    BatchSummary,
+    HeadCache,
+    Reason,
+    RetentionPlanner,
+    RetentionPolicy,
+    enforce_retention,
+)
 from broker.records.batch import Record, build_batch, iter_batches
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
@@ -131,6 +144,18 @@ def test_the_time_bound_applies_only_when_size_cannot_delete() -> None:
     assert planner(5).time_bound(2) == 6  # over retention.bytes: recent batches may go too
 
 
+def test_a_known_unexpired_head_batch_means_nothing_to_read() -> None:
+    def planner(retention_bytes: int, log_start: int = 0) -> RetentionPlanner:
+        policy = RetentionPolicy(True, HOUR, retention_bytes)
+        return RetentionPlanner(policy, now_ms=NOW, log_start=log_start, high_watermark=10, size_bytes=300)
+
+    recent, expired = BatchSummary(0, 2, NOW - 1, 100), BatchSummary(0, 2, NOW - 2 * HOUR, 100)
+    assert planner(-1).keeps(recent) and planner(-1, log_start=1).keeps(recent)
+    assert not planner(-1).keeps(expired)
+    assert not planner(-1, log_start=2).keeps(recent)  # the log start moved past it: another batch is the head
+    assert not planner(100).keeps(recent)  # over retention.bytes: the head may go whatever its age
+
+
 @given(
     st.lists(st.tuples(st.integers(-1, 2 * HOUR), st.integers(1, 500)), min_size=1, max_size=30),
     st.integers(-1, 2 * HOUR),
@@ -233,6 +258,18 @@ async def test_time_retention_on_a_partition_log_keeps_the_newest_batch(
         assert earliest is not None and earliest.offset == 4
         # Everything is expired now, but the newest batch is what Kafka's active segment is: it stays.
         assert await enforce_retention(log, now + 10 * HOUR) is None
+
+        # With a head cache, a check that keeps everything remembers the oldest batch, and one whose cutoff
+        # passes it still deletes.
+        await log.append(_batch(2, now))
+        heads: HeadCache = {}
+        before_expiry = now - 2 * HOUR - 1  # the batch at 4 (max timestamp now - 3 h + 1) is not an hour old yet
+        assert await enforce_retention(log, before_expiry, heads) is None
+        assert list(heads.values()) == [BatchSummary(4, 6, now - 3 * HOUR + 1, heads[(log.topic_id, 0)].size)]
+        assert await enforce_retention(log, before_expiry, heads) is None
+        decision = await enforce_retention(log, now, heads)
+        assert decision is not None and (decision.old_start, decision.new_start) == (4, 6)
+        assert log.log_start_offset == 6 and await enforce_retention(log, now, heads) is None
     finally:
         await log.close()
 
@@ -306,7 +343,9 @@ def _read_from_beginning(bootstrap: str, topic: str, expected: int) -> list[tupl
             if message is None:
                 continue
             assert message.error() is None, message.error()
-            got.append((message.offset(), message.value()))
+            offset, value = message.offset(), message.value()
+            assert offset is not None and value is not None
+            got.append((offset, value))
         return got
     finally:
         consumer.close()
