@@ -423,3 +423,34 @@ def test_retention_bytes_keeps_the_newest_data(retention_broker: BrokerProcess, 
     kept_bytes = (count - low) * value_size
     assert kept_bytes >= limit - value_size  # about retention.bytes stays (batch overhead counts towards it)...
     assert kept_bytes <= limit + value_size  # ...and not much more than one batch beyond it
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_the_partition_size_survives_a_restart_and_a_crash(
+    broker_factory: Callable[..., BrokerProcess], how: str
+) -> None:
+    """retention.bytes counts what was written before the restart: without it the log would grow past the limit."""
+    overrides = {"log.retention.check.interval.ms": str(CHECK_INTERVAL_MS)}
+    first = broker_factory(overrides=overrides)
+    topic = topic_name("ret-restart")
+    limit, value_size = 3000, 500
+    _create(AdminClient({"bootstrap.servers": first.bootstrap}), topic, {"retention.bytes": str(limit)})
+    before = [b"a%02d" % i + b"x" * (value_size - 3) for i in range(5)]  # about 2.8 kB: within the limit
+    _produce(first.bootstrap, topic, before, int(time.time() * 1000), batch_each=True)
+    _settled(first)
+    assert _watermarks(first.bootstrap, topic) == (0, len(before))
+    if how == "SIGKILL":
+        first.kill()
+    else:
+        assert first.stop() == 0
+
+    second = broker_factory(overrides=overrides, data_dir=first.data_dir)
+    after = [b"b%02d" % i + b"x" * (value_size - 3) for i in range(3)]  # alone, well within the limit
+    _produce(second.bootstrap, topic, after, int(time.time() * 1000), batch_each=True)
+    low = _wait_for(lambda: _watermarks(second.bootstrap, topic)[0], f"{topic} to shrink to retention.bytes")
+    _settled(second)
+    low, high = _watermarks(second.bootstrap, topic)
+    assert high == len(before) + len(after)
+    assert 0 < low < len(before)  # old data went first, and only as much as needed
+    kept = (high - low) * value_size
+    assert limit - value_size <= kept <= limit + value_size
