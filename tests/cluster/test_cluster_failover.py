@@ -143,7 +143,7 @@ def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(
 
     after = wait_for(f"partitions {sorted(led_by_victim)} led by a live broker", moved, timeout=SESSION_TIMEOUT_S + 10)
     assert time.monotonic() - killed_at >= SESSION_TIMEOUT_S * 0.5, "moved before the session could time out"
-    assert victim not in live_brokers(others)
+    wait_for(f"broker {victim} gone from Metadata", lambda: victim not in live_brokers(others), timeout=10)
     assert set(after.values()) <= {b.spec.node_id for b in cluster.brokers} - {victim}
 
     # What the dead broker acknowledged but had not uploaded is in its WAL only (its local directory, or its WAL
