@@ -230,7 +230,8 @@ async def enforce_retention(
     if decision is None:
         return None
     reason = (
-        f"retention: {decision.deleted_batches} batches / {decision.freed_bytes} bytes past "
+        f"retention: {decision.deleted_batches} batch{'' if decision.deleted_batches == 1 else 'es'} / "
+        f"{decision.freed_bytes} bytes past "
         f"{decision.reason.describe()} (retention.ms={policy.retention_ms}, retention.bytes={policy.retention_bytes})"
     )
     if not await log.trim_log_start(decision.new_start, decision.freed_bytes, expected_start=start, reason=reason):
