@@ -24,10 +24,10 @@ feeding it never share the broker's GIL. Producers use the issue's settings: 1 K
 Columns: MB/s (10^6 bytes of record values per second), records/s, latency p50/p99 in ms, the broker's peak RSS
 during the scenario (psutil, sampled every 50 ms), the broker's CPU seconds (all threads) per GB of record values
 (the figure to compare runs by on a shared machine: MB/s moves with other load, CPU per GB hardly does), the number
-of objects written to the object store and the
+of object-store PUT and GET requests (the broker's ``fjord_object_store_*`` counters) and the
 Produce/Fetch requests the broker served during the scenario (its Prometheus endpoint, ``metrics.port``), and
 the scenario's duration. The object store is the local filesystem (``file://``) so S3 server CPU does not eat the
-2 cores; objects written is counted from the store's directory (PUTs; nothing is deleted within one scenario).
+2 cores; it counts one request per call (a large object is one PUT here where S3 would take a multipart upload).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ RECORD = 1 * KiB
 CLIENT_TIMEOUT_S = 120.0
 _METRICS_PORT = re.compile(r"metrics served on http://[\d.]+:(\d+)/metrics")
 _REQUESTS = re.compile(r'^fjord_broker_requests_total\{api="(\w+)"\} ([\d.e+]+)$', re.MULTILINE)
+_STORE = re.compile(r"^fjord_object_store_(puts|gets)_total ([\d.e+]+)$", re.MULTILINE)
 _STAMP = struct.Struct(">q")
 
 PRODUCER_CONFIG: dict[str, object] = {
@@ -146,7 +147,8 @@ class Row:
     cpu_s_per_gb: float
     #: The same for the client processes together: a client near 1 CPU s per wall second is the bottleneck.
     client_cpu_s_per_gb: float
-    objects: int
+    #: Object-store PUT / GET requests during the scenario (the broker's fjord_object_store_* counters).
+    store: str
     requests: str
     seconds: float
     note: str = ""
@@ -316,7 +318,9 @@ class Broker:
             return {}
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
             text = response.read().decode()
-        return {api: float(value) for api, value in _REQUESTS.findall(text)}
+        found = {api: float(value) for api, value in _REQUESTS.findall(text)}
+        found.update({f"store {kind}": float(value) for kind, value in _STORE.findall(text)})
+        return found
 
     def create_topic(self, topic: str, partitions: int) -> None:
         from confluent_kafka.admin import AdminClient
@@ -356,6 +360,8 @@ class Broker:
             cpu = proc.cpu_times()
             out["cpu_s"] = (cpu.user + cpu.system) - (before_cpu.user + before_cpu.system)
             out["rss_mib"] = peak[0] / MiB
+            delta = {key: int(after.get(key, 0) - before_requests.get(key, 0)) for key in after}
+            out["store"] = f"{delta.get('store puts', 0)} / {delta.get('store gets', 0)}"
             out["objects"] = self.objects() - before_objects
             out["requests"] = ", ".join(
                 f"{api} {int(after.get(api, 0) - before_requests.get(api, 0))}" for api in ("Produce", "Fetch")
@@ -397,7 +403,7 @@ def _row(name: str, results: list[ClientResult], observed: dict[str, Any], wall:
         observed["rss_mib"],
         observed["cpu_s"] / max(value_bytes, 1) * 1e9,
         sum(r.cpu_s for r in results) / max(value_bytes, 1) * 1e9,
-        observed["objects"],
+        observed["store"],
         observed["requests"],
         wall,
         note=f"{sum(r.errors for r in results)} errors: {errors[0]}" if errors else "",
@@ -461,14 +467,14 @@ def _table(rows: list[Row], title: str) -> str:
 
     header = (
         "scenario", "MB/s", "records/s", "p50 ms", "p99 ms", "broker RSS MiB", "broker CPU s/GB", "client CPU s/GB",
-        "objects PUT", "requests", "seconds", "notes",
+        "store PUT / GET", "requests", "seconds", "notes",
     )
     align = ("---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---")
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     for r in rows:
         cells = (
             r.scenario, f"{r.mb_s:.1f}", f"{r.records_s:,.0f}", ms(r.p50_ms), ms(r.p99_ms), f"{r.rss_mib:.0f}",
-            f"{r.cpu_s_per_gb:.1f}", f"{r.client_cpu_s_per_gb:.1f}", str(r.objects), r.requests, f"{r.seconds:.1f}",
+            f"{r.cpu_s_per_gb:.1f}", f"{r.client_cpu_s_per_gb:.1f}", r.store, r.requests, f"{r.seconds:.1f}",
             r.note,
         )
         lines.append("| " + " | ".join(cells) + " |")

@@ -27,6 +27,8 @@ from broker.metrics import BrokerMetrics
 from broker.protocol import codec
 from broker.protocol.api_versions import API_VERSIONS_KEY, VersionRange, advertised, api_name
 from broker.protocol.codec import ProtocolError
+from storage.objectstore.base import StoreStats
+from storage.objectstore.metrics import StoreStatsCollector
 
 if TYPE_CHECKING:
     from broker.node import BrokerNode
@@ -68,6 +70,13 @@ class RequestDispatcher:
         self.metrics = metrics
         self.handlers = dict(handlers if handlers is not None else load_handlers())
         self.versions: Mapping[int, VersionRange] = advertised(self.handlers)
+        # Object-store request counts sit next to the request metrics on the same endpoint. The node's storage
+        # engine starts after its dispatcher exists, so the collector looks the store up at scrape time.
+        metrics.registry.register(StoreStatsCollector(self._store_stats))
+
+    def _store_stats(self) -> StoreStats | None:
+        storage = getattr(self.node, "storage", None)
+        return storage.store.stats if storage is not None else None
 
     async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
         prefix = codec.read_prefix(frame)
