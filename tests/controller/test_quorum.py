@@ -387,8 +387,12 @@ async def test_snapshots_bound_the_log_and_a_wiped_voter_catches_up(own_cluster:
             assert put.error_code == m.RpcError.NONE
     finally:
         await client.close()
-    snapshots = list((own_cluster.voters[leader].data_dir / "kraft").rglob("*.checkpoint"))
-    assert snapshots, "the leader took no snapshot"
+    # The leader writes its snapshot in the background once the log passes the threshold: wait for it, bounded.
+    kraft_dir = own_cluster.voters[leader].data_dir / "kraft"
+    deadline = time.monotonic() + 15
+    while not list(kraft_dir.rglob("*.checkpoint")) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert list(kraft_dir.rglob("*.checkpoint")), "the leader took no snapshot"
 
     wiped = next(v.node_id for v in own_cluster.voters if v.node_id != leader)
     assert own_cluster.stop(wiped) == 0
