@@ -1,6 +1,7 @@
 """Produce (key 0) v3-9.
 
-Partitions of one request are appended concurrently; the response is sent once every append is durable
+Partitions of one request are appended concurrently, and a connection's appends to one partition start in the
+order its requests arrived (append_order.py); the response is sent once every append is durable
 (acks=1 and acks=all alike: the WAL write is the only replication a partition has) or the request timeout
 passes. acks=0 gets no response at all. Transactional producers are refused with a clear code until
 transactions exist.
@@ -16,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.errors import KafkaError, error_code_for, error_code_logged, error_message_for
+from broker.handlers.append_order import append_order
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
 from broker.partition.partition_log import AppendResult
@@ -32,8 +34,12 @@ async def _append_one(
     try:
         if records is None or len(records) == 0:
             raise KafkaError(ErrorCode.invalid_record, f"{topic}-{partition}: produce request without records")
-        log = await leader_log(ctx.node, topic, partition)
-        return await log.append(bytes(records), required_acks=acks)
+        data = bytes(records)
+        # Taken before the first suspension: tasks first run in the order they were created (arrival order).
+        turn = append_order(ctx.node).take((ctx.client_host, ctx.client_port, ctx.listener_name, topic, partition))
+        return await turn.start(
+            leader_log(ctx.node, topic, partition), lambda log: log.append(data, required_acks=acks)
+        )
     except KafkaError as exc:
         return exc
     except Exception as exc:
