@@ -213,6 +213,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in (
         # identity and networking (static)
+        # The cluster id a quorum formats with (`kafka-storage format -t` in KRaft); unset: derived from the voters.
+        ConfigKey("cluster.id", _B.STRING, None),
         ConfigKey("node.id", _B.INT, 0, at_least(0)),  # fjord: the embedded default needs one (Kafka: required)
         ConfigKey("process.roles", _B.LIST, ["broker", "controller"], all_of("broker", "controller")),
         ConfigKey("listeners", _B.STRING, "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"),
