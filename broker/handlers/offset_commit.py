@@ -1,4 +1,8 @@
-"""OffsetCommit (key 8) v2-8: consumers store their positions; answered once the commit is durable."""
+"""OffsetCommit (key 8) v2-8: consumers store their positions; answered once the commit is durable.
+
+A commit in progress is registered (commit_order.py) so that an OffsetFetch sent after it on the same connection
+waits for it, as it would in Kafka.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import OffsetCommit
+from broker.handlers.commit_order import pending_commits
 from broker.handlers.group_common import coordinator, partition_errors
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
@@ -14,6 +19,17 @@ from broker.protocol import codec
 
 @handler(api_key=8)
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    # Registered before the first suspension: handlers start in arrival order.
+    pending = pending_commits(ctx.node)
+    key = (ctx.client_host, ctx.client_port, ctx.listener_name, request.group_id)
+    done = pending.begin(key)
+    try:
+        return await _commit(ctx, request)
+    finally:
+        pending.end(key, done)
+
+
+async def _commit(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     groups = coordinator(ctx)
     offsets: dict[tuple[str, int], OffsetCommit] = {}

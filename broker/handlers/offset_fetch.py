@@ -2,16 +2,19 @@
 
 A null topic list (v2+) asks for every partition the group has committed. ``require_stable`` (v7+) asks the
 broker to refuse while transactional commits are pending; this broker has no transactional offset commits yet,
-so every committed offset is stable.
+so every committed offset is stable. A fetch first waits for the commits its connection sent before it
+(commit_order.py), so a client reads back what it committed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import FetchedOffset
+from broker.handlers.commit_order import pending_commits
 from broker.handlers.group_common import coordinator
 from broker.handlers.registry import RequestContext, handler
 from broker.protocol import codec
@@ -57,6 +60,16 @@ def _topics(topic_cls: type[Any], fetched: list[FetchedOffset]) -> tuple[Any, ..
 
 @handler(api_key=9)
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    group_ids = [g.group_id for g in request.groups] if ctx.api_version >= 8 else [request.group_id]
+    # Taken before the first suspension: exactly the commits this connection sent before this request.
+    pending = pending_commits(ctx.node)
+    earlier = [
+        done
+        for group_id in group_ids
+        for done in pending.earlier((ctx.client_host, ctx.client_port, ctx.listener_name, group_id))
+    ]
+    if earlier:
+        await asyncio.wait(earlier)
     cls = ctx.response_class
     if ctx.api_version >= 8:
         group_cls = codec.field_entity(cls, "groups")
