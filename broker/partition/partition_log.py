@@ -555,7 +555,10 @@ class PartitionLog:
         """Whole batches from ``offset`` up to ``max_bytes`` (the first one even if larger, when ``min_one``)."""
         self._check_open()
         hw = self._check_offset(offset)
-        out = bytearray()
+        # The batches are collected as views into the stored payloads and joined once: the record bytes are copied
+        # exactly one time on their way to the response.
+        parts: list[bytes | memoryview] = []
+        size = 0
         if offset < hw and (max_bytes > 0 or min_one):
             try:
                 result = await self._log.fetch(offset, hw, max(max_bytes, 1))
@@ -566,13 +569,14 @@ class PartitionLog:
                 for header, batch in iter_batches(stored.payload):
                     if header.next_offset <= offset:
                         continue
-                    if (out or not min_one) and len(out) + header.size > max_bytes:
+                    if (parts or not min_one) and size + header.size > max_bytes:
                         done = True
                         break
-                    out += batch
+                    parts.append(batch)
+                    size += header.size
                 if done:
                     break
-        return ReadResult(bytes(out), hw, self.log_start_offset, hw)
+        return ReadResult(b"".join(parts), hw, self.log_start_offset, hw)
 
     async def wait_for_data(self, offset: int, timeout: float) -> bool:
         """Long poll: True once records at ``offset`` or later are readable."""
