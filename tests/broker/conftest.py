@@ -19,11 +19,15 @@ responses by correlation id, or write raw bytes, for protocol-level tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from broker_support import BrokerProcess, WireClient, start_broker
+
+from storage.config import BucketURL, StorageConfig
+from storage.engine import StorageEngine
+from storage.metadata.memory import InMemoryStreamMetadata
 
 
 @pytest.fixture
@@ -76,3 +80,22 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
         yield process
     finally:
         assert process.stop() == 0, process.log_text()
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[tuple[StorageEngine, InMemoryStreamMetadata]]:
+    """A started storage engine (file WAL, local objects under ``tmp_path``) and its in-process metadata, for
+    tests of the partition layer over real storage without a broker process; shut down at teardown."""
+    config = StorageConfig(
+        data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
+        wal_url=BucketURL(0, "file", str(tmp_path / "wal")),
+        cluster_id="test",
+        node_id=1,
+    )
+    metadata = InMemoryStreamMetadata()
+    eng = StorageEngine(config, metadata)
+    await eng.start()
+    try:
+        yield eng, metadata
+    finally:
+        await eng.shutdown()

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -38,7 +37,6 @@ from broker.partition.retention import (
     enforce_retention,
 )
 from broker.records.batch import Record, build_batch, iter_batches
-from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.memory import InMemoryStreamMetadata
 
@@ -181,23 +179,6 @@ def test_decisions_cut_on_batch_boundaries_and_only_breached_batches(
 
 
 # ---------------------------------------------------------------------- a PartitionLog over real storage
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[tuple[StorageEngine, InMemoryStreamMetadata]]:
-    config = StorageConfig(
-        data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
-        wal_url=BucketURL(0, "file", str(tmp_path / "wal")),
-        cluster_id="test",
-        node_id=1,
-    )
-    metadata = InMemoryStreamMetadata()
-    eng = StorageEngine(config, metadata)
-    await eng.start()
-    try:
-        yield eng, metadata
-    finally:
-        await eng.shutdown()
-
-
 async def _open(engine: tuple[StorageEngine, InMemoryStreamMetadata], epoch: int, config: LogConfig) -> PartitionLog:
     eng, metadata = engine
     return await PartitionLog.open(

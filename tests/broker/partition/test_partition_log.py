@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -22,28 +20,10 @@ from broker.records.batch import (
     iter_batches,
     validate_batch,
 )
-from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.memory import InMemoryStreamMetadata
 
 TOPIC_ID = uuid.UUID(int=42)
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[tuple[StorageEngine, InMemoryStreamMetadata]]:
-    config = StorageConfig(
-        data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
-        wal_url=BucketURL(0, "file", str(tmp_path / "wal")),
-        cluster_id="test",
-        node_id=1,
-    )
-    metadata = InMemoryStreamMetadata()
-    eng = StorageEngine(config, metadata)
-    await eng.start()
-    try:
-        yield eng, metadata
-    finally:
-        await eng.shutdown()
 
 
 async def _open(
