@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from controller.client import ControllerClient
 from controller.config import ServerConfig
 from controller.records import Endpoint
 from storage.config import ConfigError
+from storage.durable import DirectoryLockedError, lock_directory
 
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
@@ -95,6 +97,7 @@ class BrokerNode:
         self._metrics_port: int | None = None
         self._stopped = asyncio.Event()
         self._started = False
+        self._dir_locks: list[int] = []
 
     # -- the names handlers read ---------------------------------------------------------------------------------
 
@@ -141,7 +144,26 @@ class BrokerNode:
             await self.stop()
             raise
 
+    def _lock_data_dirs(self) -> None:
+        """One process per data directory, as Kafka's ``.lock`` in every log directory: a node started on the
+        directories of one still running (a restart racing the old process's shutdown) stops here, before it
+        opens the metadata log, instead of interleaving writes with it."""
+        for directory in dict.fromkeys((*self.config.log_dirs, self.config.metadata_dir)):
+            try:
+                self._dir_locks.append(lock_directory(directory))
+            except DirectoryLockedError:
+                raise ConfigError(
+                    f"log.dirs: {directory} is in use by another Fjord process (is a node already running on it?)"
+                ) from None
+            except OSError as exc:
+                raise ConfigError(f"log.dirs: cannot use {directory}: {exc.strerror}") from None
+
+    def _unlock_data_dirs(self) -> None:
+        while self._dir_locks:
+            os.close(self._dir_locks.pop())
+
     async def _start(self) -> None:
+        self._lock_data_dirs()
         if "broker" not in self.config.process_roles:
             await self._start_controller_only()
             return
@@ -242,6 +264,7 @@ class BrokerNode:
             except Exception:
                 logger.exception("node %d: stopping the %s failed", self.node_id, name)
         self.metrics.stop_http()
+        self._unlock_data_dirs()
         self._stopped.set()
         logger.info("node %d stopped", self.node_id)
 

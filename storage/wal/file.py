@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import errno
-import fcntl
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -37,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.config import GiB, MiB, StorageConfig
-from storage.durable import fsync_dir, write_atomically
+from storage.durable import DirectoryLockedError, fsync_dir, lock_directory, write_atomically
 from storage.errors import WALError
 from storage.record import StreamRecordBatch
 from storage.wal import record as walrecord
@@ -159,16 +157,10 @@ class FileWAL(WALState):
 
     def _open_sync(self) -> tuple[int, int, list[Segment]]:
         try:
-            self._dir.mkdir(parents=True, exist_ok=True)
-            lock_fd = os.open(self._dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            lock_fd = lock_directory(self._dir, LOCK_NAME)
+        except DirectoryLockedError:
+            raise WALError(f"{self._name}: directory is already open by another WAL instance") from None
         except OSError as exc:
-            raise WALError(f"{self._name}: cannot open the WAL directory: {exc.strerror}") from exc
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(lock_fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise WALError(f"{self._name}: directory is already open by another WAL instance") from None
             raise WALError(f"{self._name}: cannot lock the WAL directory: {exc.strerror}") from exc
         try:
             (self._dir / (CHECKPOINT_NAME + ".tmp")).unlink(missing_ok=True)

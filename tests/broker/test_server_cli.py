@@ -75,3 +75,17 @@ def test_data_directory_of_another_node_is_refused(broker_factory: Callable[...,
     settings = default_overrides(node.data_dir)
     settings.update({"node.id": "7", "controller.quorum.voters": "7@127.0.0.1:0"})
     assert_one_line_error(run_to_exit(server_command(None, settings)), "node.id")
+
+
+def test_a_second_node_on_a_running_nodes_data_directory_is_refused(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """A restart that races the old process (or two nodes given one log.dirs) must stop before it touches the
+    metadata log the running node is writing; the running node keeps serving and still stops cleanly."""
+    running = broker_factory()
+    settings = default_overrides(running.data_dir)  # same directories, new ports
+    assert_one_line_error(run_to_exit(server_command(None, settings)), "in use by another Fjord process")
+    assert running.proc.poll() is None, running.log_text()
+    assert running.stop() == 0, running.log_text()
+    restarted = broker_factory(data_dir=running.data_dir)  # the lock died with the first process
+    assert restarted.stop() == 0, restarted.log_text()
