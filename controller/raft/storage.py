@@ -45,6 +45,7 @@ from controller.raft.log import (
     SnapshotId,
     entries_after_snapshot,
 )
+from storage.durable import fsync_dir, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -73,23 +74,6 @@ def encode_entry(entry: LogEntry) -> bytes:
     return struct.pack(">I", crc32c.crc32c(body)) + body
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """temp file + fsync + rename + directory fsync: readers see the old or the new content, never a mix."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 @dataclass
@@ -257,7 +241,7 @@ class RaftStorage:
         for path in paths:
             path.unlink()
         if paths:
-            _fsync_dir(self._log_dir)
+            fsync_dir(self._log_dir)
 
     # ---- writes --------------------------------------------------------------------------------------------
     @property
@@ -285,7 +269,7 @@ class RaftStorage:
 
     def write_quorum_state(self, state: QuorumState) -> None:
         payload = {"leader_epoch": state.leader_epoch, "leader_id": state.leader_id, "voted_id": state.voted_id}
-        _write_atomically(self.directory / QUORUM_STATE_FILE, json.dumps(payload).encode())
+        write_atomically(self.directory / QUORUM_STATE_FILE, json.dumps(payload).encode())
 
     def append(self, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
         for entry in entries:
@@ -329,7 +313,7 @@ class RaftStorage:
         header = _SNAPSHOT_HEADER.pack(
             _SNAPSHOT_MAGIC, snapshot_id.end_offset, snapshot_id.epoch, crc32c.crc32c(data), len(data)
         )
-        _write_atomically(self._snapshot_dir / name, header + data)
+        write_atomically(self._snapshot_dir / name, header + data)
         for path in self._snapshot_dir.iterdir():
             if path.suffix == ".checkpoint" and path.name != name:
                 path.unlink()
@@ -356,7 +340,7 @@ class RaftStorage:
                     os.fsync(f.fileno())
         self._dirty_files.clear()
         if self._dirty_dir:
-            _fsync_dir(self._log_dir)
+            fsync_dir(self._log_dir)
             self._dirty_dir = False
         return self.end_offset
 

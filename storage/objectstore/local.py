@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from storage.durable import fsync_dir
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
 from storage.objectstore.base import ObjectInfo, StoreStats
 
@@ -63,11 +64,7 @@ class LocalObjectStore:
                     tmp.unlink(missing_ok=True)
             else:
                 os.replace(tmp, path)
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_dir(path.parent)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise ObjectStoreError(f"{self.name}: put {key!r} failed: {exc}") from exc
