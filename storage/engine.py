@@ -6,7 +6,8 @@ Life cycle:
   the streams the metadata still shows opened by this node are exactly those whose tail may exist only in the
   WAL; their WAL records at or beyond each stream's committed end are uploaded and committed through the normal
   pipeline, the WAL is reset, and those streams are closed, so the broker reopens them with a higher epoch and
-  finds every acknowledged append.
+  finds every acknowledged append. ``recover_wal`` is that same replay for any started WAL and owner: a live
+  node runs it on a dead node's S3 WAL when the controller assigns it the failover.
 - While running, a timer seals the LogCache's active block once it is older than ``wal_upload_interval_ms``.
 - ``shutdown()`` uploads everything, closes the open streams, then the WAL and the object store.
 - ``halt()`` drops everything *without* uploading or closing: exactly what a crash leaves behind.
@@ -236,14 +237,28 @@ class StorageEngine:
         logger.info("storage engine of node %d (epoch %d) started", self._node.node_id, self._node.node_epoch)
 
     async def _recover(self) -> None:
-        opening = await self._metadata.get_opening_streams(self._node)
+        await self.recover_wal(self._wal, self._node)
+
+    async def recover_wal(self, wal: WriteAheadLog, owner: NodeIdentity) -> int:
+        """Replays ``wal`` (started, not yet appended to), written by ``owner``: the records of the streams
+        ``owner`` still has opened at or beyond each one's committed end are uploaded and committed under the
+        streams' current epochs, then the WAL is reset and those streams are closed. Returns the batches replayed.
+
+        ``owner`` is this node at start (its own restart recovery), or a dead node whose WAL the controller
+        assigned to this one (failover): then commits and closes carry this node's identity and the controller
+        accepts them for the dead node's streams only while the assignment holds. Running it twice is harmless:
+        what was committed is below the committed end and skipped, closed streams are no longer opened."""
+        who = f"node {owner.node_id}"
+        if owner != self._node:
+            who += f" (failover by node {self._node.node_id})"
+        opening = await self._metadata.get_opening_streams(owner)
         expected = {s.stream_id: s.end_offset for s in opening}
         epochs = {s.stream_id: s.epoch for s in opening}
         threshold = self._config.wal_upload_threshold
         block = CacheBlock(-1)
         uploads: list[asyncio.Future[None]] = []
-        skipped = 0
-        async for record in self._wal.recover():
+        skipped = replayed = 0
+        async for record in wal.recover():
             batch = record.batch
             want = expected.get(batch.stream_id)
             if want is None or batch.last_offset <= want:
@@ -251,9 +266,9 @@ class StorageEngine:
                 continue
             if batch.base_offset != want:
                 logger.error(
-                    "WAL recovery of node %d: stream %d record at offset %d (WAL position %d) does not continue "
+                    "WAL recovery of %s: stream %d record at offset %d (WAL position %d) does not continue "
                     "the recovered end %d; dropping it",
-                    self._node.node_id,
+                    who,
                     batch.stream_id,
                     batch.base_offset,
                     record.offset,
@@ -262,7 +277,7 @@ class StorageEngine:
                 continue
             block.add(dataclasses.replace(batch, epoch=epochs[batch.stream_id]), record.offset, record.next_offset)
             expected[batch.stream_id] = batch.last_offset
-            self._recovered += 1
+            replayed += 1
             if block.size >= threshold:
                 uploads.append(self._submit_recovered(block, epochs))
                 block = CacheBlock(-1)
@@ -272,29 +287,29 @@ class StorageEngine:
             uploads.append(self._submit_recovered(block, epochs))
         for upload in uploads:
             await upload
-        await self._wal.reset()
-        if self._recovered or opening:
+        await wal.reset()
+        self._recovered += replayed
+        if replayed or opening:
             logger.info(
-                "WAL recovery of node %d: re-uploaded %d batches for %d streams (%d records skipped)",
-                self._node.node_id,
-                self._recovered,
+                "WAL recovery of %s: re-uploaded %d batches for %d streams (%d records skipped)",
+                who,
+                replayed,
                 len(opening),
                 skipped,
             )
-        await self._close_recovered(opening)
+        await self._close_recovered(opening, who)
+        return replayed
 
     def _submit_recovered(self, block: CacheBlock, epochs: dict[int, int]) -> asyncio.Future[None]:
         block.sealed = True
         return self._uploader.submit(block, epochs, on_committed=_nothing)
 
-    async def _close_recovered(self, opening: Sequence[OpeningStream]) -> None:
+    async def _close_recovered(self, opening: Sequence[OpeningStream], who: str) -> None:
         for stream in opening:
             try:
                 await self._metadata.close_stream(self._node, stream.stream_id, stream.epoch)
             except StreamFencedError as exc:
-                logger.info(
-                    "recovery of node %d: stream %d already moved on: %s", self._node.node_id, stream.stream_id, exc
-                )
+                logger.info("recovery of %s: stream %d already moved on: %s", who, stream.stream_id, exc)
 
     async def shutdown(self, timeout: float | None = 60.0) -> None:
         """Uploads everything, closes open streams, then the WAL and the store. Safe to call twice.

@@ -6,6 +6,7 @@ shared store; by default it is the engine's URL factory.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from storage.config import BucketURL, ConfigError, StorageConfig
@@ -32,3 +33,22 @@ def open_wal(config: StorageConfig, store_factory: StoreFactory | None = None) -
         store = (store_factory or _default_store_factory)(url, config)
         return S3WAL.from_config(config, store, owns_store=True)
     raise ConfigError(f"s3.wal.path: unsupported WAL URL {url.describe()} (use file://, s3:// or mem://)")
+
+
+def open_failover_wal(
+    config: StorageConfig, node_id: int, failover_epoch: int, store_factory: StoreFactory | None = None
+) -> S3WAL:
+    """Another node's S3 WAL, opened to replay it after that node died (not yet started).
+
+    The dead node's WAL is found under its node prefix in *this* node's ``s3.wal.path`` bucket: every broker of a
+    cluster shares the WAL bucket (storage/wal/s3_format.py), so a file-mode WAL cannot take part.
+    """
+    url = config.wal_url
+    if url.scheme not in ("s3", "mem"):
+        raise ConfigError(
+            f"s3.wal.path: node {config.node_id} has the WAL {url.describe()}; only a node with an s3 WAL in the "
+            f"cluster's shared WAL bucket can replay node {node_id}'s WAL"
+        )
+    store = (store_factory or _default_store_factory)(url, config)
+    dead = dataclasses.replace(config, node_id=node_id, node_epoch=failover_epoch)
+    return S3WAL.from_config(dead, store, owns_store=True, failover=True)

@@ -10,6 +10,11 @@ Ownership: at start the writer records (node id, node epoch) in the node's reser
 a newer epoch there — at start, after any upload, or before a trim — is fenced: its pending and future appends fail
 with WALFencedError. See storage/wal/s3_format.py for the key layout and how recovery tells a fenced writer's late
 objects from the log.
+
+Failover: another broker opens a dead node's WAL with ``failover=True`` under an epoch higher than the dead
+incarnation's. It takes the reservation (flagged as a failover, so a dead node that was only paused is fenced at its
+next check and its pending acks fail), replays the log like the node's own restart would, and resets it; it never
+appends. The restarted node later starts on the emptied log with its own, still higher, epoch.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ class S3WAL(WALState):
         capacity: int = 2 * GiB,
         max_inflight_uploads: int = DEFAULT_MAX_INFLIGHT_UPLOADS,
         owns_store: bool = False,
+        failover: bool = False,
     ) -> None:
         if batch_interval_ms <= 0 or max_bytes_in_batch <= 0 or max_inflight_uploads <= 0:
             raise WALError(
@@ -84,10 +90,12 @@ class S3WAL(WALState):
         self._interval = batch_interval_ms / 1000
         self._max_batch = max_bytes_in_batch
         self._owns_store = owns_store
+        self._reservation = Reservation(node_id, node_epoch, failover)
         self._prefix = s3_format.node_prefix(namespace, node_id)
         self._reservation_key = s3_format.reservation_key(namespace, node_id)
         self._trim_key = s3_format.trim_key(namespace, node_id)
-        self._name = f"S3 WAL {store.name}/{self._prefix} (node {node_id}, epoch {node_epoch})"
+        role = "failover of node" if failover else "node"
+        self._name = f"S3 WAL {store.name}/{self._prefix} ({role} {node_id}, epoch {node_epoch})"
         self._gate = CapacityGate(capacity, self._name, self._admit)
         self._slots = asyncio.Semaphore(max_inflight_uploads)
         self._chain: list[WALObjectKey] = []  # durable objects of the log, in offset order
@@ -108,8 +116,11 @@ class S3WAL(WALState):
         self.stats = S3WALStats()
 
     @classmethod
-    def from_config(cls, config: StorageConfig, store: ObjectStore, *, owns_store: bool = False) -> S3WAL:
-        """Honours AutoMQ's URL parameters too: ``s3.wal.path=0@s3://b?batchInterval=250&maxBytesInBatch=...``."""
+    def from_config(
+        cls, config: StorageConfig, store: ObjectStore, *, owns_store: bool = False, failover: bool = False
+    ) -> S3WAL:
+        """Honours AutoMQ's URL parameters too: ``s3.wal.path=0@s3://b?batchInterval=250&maxBytesInBatch=...``.
+        With ``failover``, ``config.node_id`` is the dead node's and ``config.node_epoch`` the failover epoch."""
         params = config.wal_url.params
         try:
             interval = int(params.get("batchInterval", config.wal_batch_interval_ms))
@@ -125,11 +136,16 @@ class S3WAL(WALState):
             max_bytes_in_batch=max_bytes,
             capacity=config.wal_capacity,
             owns_store=owns_store,
+            failover=failover,
         )
 
     @property
     def node_epoch(self) -> int:
         return self._node_epoch
+
+    @property
+    def failover(self) -> bool:
+        return self._reservation.failover
 
     @property
     def fenced(self) -> bool:
@@ -148,7 +164,7 @@ class S3WAL(WALState):
         if current is not None and current.node_epoch == self._node_epoch:
             logger.warning("%s: restarting with the epoch already reserved; it cannot fence a live writer of the "
                            "same epoch", self._name)
-        await self._put(self._reservation_key, Reservation(self._node_id, self._node_epoch).encode())
+        await self._put(self._reservation_key, self._reservation.encode())
         listing = await self._list()
         await self._verify_owner("start")  # a newer writer may have reserved between our put and our list
         trim = await self._read_trim()
@@ -217,6 +233,8 @@ class S3WAL(WALState):
 
     async def append(self, batch: StreamRecordBatch) -> WALRecord:
         self._check_writable()
+        if self._reservation.failover:
+            raise WALError(f"{self._name}: a failover only replays and resets a dead node's WAL; it never appends")
         self.stats.appends += 1
         return await PendingAppend.submit(self._gate, batch).future
 
@@ -380,8 +398,10 @@ class S3WAL(WALState):
     async def _verify_owner(self, when: str) -> None:
         self.stats.reservation_checks += 1
         current = await self._read_reservation()
-        if current != Reservation(self._node_id, self._node_epoch):
+        if current != self._reservation:
             holder = "nobody" if current is None else f"node {current.node_id} epoch {current.node_epoch}"
+            if current is not None and current.failover:
+                holder += " (a failover by another broker)"
             raise WALFencedError(f"{self._name}: fenced at {when}: the WAL reservation now belongs to {holder}")
 
     async def _read_trim(self) -> int | None:

@@ -2,9 +2,12 @@
 
 Everything of one node lives under ``wal/<namespace>/<nodeId>/``::
 
-    reservation                                   who owns this node's WAL: (nodeId, nodeEpoch)
+    reservation                                   who owns this node's WAL: (nodeId, nodeEpoch, failover)
     trim                                          the trim point, rewritten on every trim
     <nodeEpoch:020>/<startOffset:020>-<endOffset:020>    one WAL object per flushed batch
+
+Every broker of a cluster writes its WAL objects in the same ``s3.wal.path`` bucket, each under its own node
+prefix, so any broker can find a dead one's WAL from its node id alone (*failover*, storage/wal/s3.py).
 
 Zero-padded numbers make a prefix listing come back in epoch then offset order. A WAL object is a 48-byte header
 followed by WAL records (storage/wal/record.py) for logical offsets ``[startOffset, endOffset)``::
@@ -38,6 +41,7 @@ VERSION = 1
 OBJECT_HEADER = struct.Struct(">IHHiqqqq")
 OBJECT_HEADER_SIZE = OBJECT_HEADER.size + 4  # 48 with the CRC
 RESERVATION = struct.Struct(">IHiq")
+RESERVATION_V2 = struct.Struct(">IHiqB")  # v2 adds the failover flag
 TRIM = struct.Struct(">IHiqq")
 _CRC = struct.Struct(">I")
 
@@ -106,19 +110,27 @@ def _unseal(data: bytes, size: int, what: str, where: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
+    """Who may write a node's WAL. ``failover`` marks another broker replaying a dead node's WAL under
+    ``node_epoch`` (higher than the dead incarnation's, so a writer that is in fact only paused is fenced)."""
+
     node_id: int
     node_epoch: int
+    failover: bool = False
 
     def encode(self) -> bytes:
-        return _seal(RESERVATION.pack(RESERVATION_MAGIC, VERSION, self.node_id, self.node_epoch))
+        if not self.failover:  # the v1 layout, which nodes without failover support read too
+            return _seal(RESERVATION.pack(RESERVATION_MAGIC, VERSION, self.node_id, self.node_epoch))
+        return _seal(RESERVATION_V2.pack(RESERVATION_MAGIC, 2, self.node_id, self.node_epoch, 1))
 
     @staticmethod
     def decode(data: bytes, where: str) -> Reservation:
-        body = _unseal(data, RESERVATION.size, "WAL reservation", where)
-        magic, version, node_id, node_epoch = RESERVATION.unpack(body)
-        if magic != RESERVATION_MAGIC or version != VERSION:
+        v2 = len(data) == RESERVATION_V2.size + _CRC.size
+        layout = RESERVATION_V2 if v2 else RESERVATION
+        body = _unseal(data, layout.size, "WAL reservation", where)
+        magic, version, node_id, node_epoch, *flag = layout.unpack(body)
+        if magic != RESERVATION_MAGIC or version != (2 if v2 else VERSION):
             raise CorruptObjectError(f"{where}: not a WAL reservation (magic {magic:#x}, version {version})")
-        return Reservation(node_id, node_epoch)
+        return Reservation(node_id, node_epoch, bool(flag and flag[0]))
 
 
 @dataclass(frozen=True, slots=True)
