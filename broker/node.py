@@ -1,9 +1,10 @@
 """``BrokerNode``: one process's broker (with, in the combined mode, its controller), wired in start order.
 
 Start: controller (metadata replayed) → listeners bound (real ports known) → broker registered with its advertised
-endpoints → storage engine (WAL recovery) → partitions → group coordinator → listeners accept. Stop runs the same
-steps in reverse, so a SIGTERM closes every partition cleanly (force upload, clean-shutdown flag) before the storage
-engine and the controller go away.
+endpoints → S3 WAL location announced (and a failover of this broker's WAL by another one awaited) → storage engine
+(WAL recovery; with an S3 WAL, replays of dead brokers' WALs assigned to this one) → partitions → group coordinator
+→ listeners accept. Stop runs the same steps in reverse, so a SIGTERM closes every partition cleanly (force upload,
+clean-shutdown flag) before the storage engine and the controller go away.
 
 ``controller_factory`` lets a node use a controller other than its own in-process one (a Raft quorum client).
 """
@@ -28,10 +29,13 @@ from storage.durable import DirectoryLockedError, lock_directory
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
     from broker.partition.manager import PartitionManager
+    from broker.wal_failover import WALFailoverRunner
     from controller.quorum import QuorumController
     from storage.engine import StorageEngine
 
 logger = logging.getLogger(__name__)
+
+FAILOVER_WAIT_S = 120.0  # how long a restarted broker waits for another broker to finish replaying its WAL
 
 ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 
@@ -98,6 +102,7 @@ class BrokerNode:
         self._stopped = asyncio.Event()
         self._started = False
         self._dir_locks: list[int] = []
+        self._failover: WALFailoverRunner | None = None
 
     # -- the names handlers read ---------------------------------------------------------------------------------
 
@@ -204,8 +209,15 @@ class BrokerNode:
 
         storage_config = replace(self.config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
                                  node_epoch=self.node_epoch)
+        await self._announce_wal()
+        await self._wait_for_wal_failover()
         self.storage = StorageEngine(storage_config, self.controller.stream_metadata)
         await self.storage.start()
+        if storage_config.wal_url.scheme == "s3":
+            from broker.wal_failover import WALFailoverRunner
+
+            self._failover = WALFailoverRunner(self.controller, self.storage)
+            self._failover.start()
         self.partitions = PartitionManager(self)
         await self.partitions.start()
         self.groups = GroupCoordinator(self)
@@ -220,6 +232,42 @@ class BrokerNode:
             "node %d serving %s", self.node_id,
             ", ".join(f"{e.name}://{e.host}:{e.port}" for e in self.bound_endpoints),
         )
+
+    async def _announce_wal(self) -> None:
+        """Tells the controller where this broker's S3 WAL lives, so that if the broker dies another broker of the
+        same WAL bucket can replay it (``controller.wal_failover``); a file WAL has nothing to announce."""
+        from controller.wal_failover import wal_location_key
+
+        url = self.config.storage.wal_url
+        metadata = self.controller.stream_metadata
+        key = wal_location_key(self.node_id)
+        if url.scheme == "s3":
+            location = url.describe().encode()
+            if await metadata.get_kv(key) != location:
+                await metadata.put_kv(key, location)
+        elif await metadata.get_kv(key) is not None:
+            await metadata.delete_kv(key)
+
+    async def _wait_for_wal_failover(self) -> None:
+        """A broker restarted while another one still replays its WAL waits for that to finish before opening
+        the WAL itself (both would otherwise fence each other's reservation); bounded, then a clear error."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FAILOVER_WAIT_S
+        logged = False
+        while True:
+            failover = self.controller.image.wal_failovers.get(self.node_id)
+            if failover is None or failover.done:
+                return
+            if loop.time() >= deadline:
+                raise ConfigError(
+                    f"broker {self.node_id}: broker {failover.target_id} is still replaying this broker's WAL "
+                    f"(failover attempt {failover.attempt}) after {FAILOVER_WAIT_S:.0f} s; start it again later"
+                )
+            if not logged:
+                logger.info("broker %d waits for the failover of its WAL (by broker %d) to finish", self.node_id,
+                            failover.target_id)
+                logged = True
+            await asyncio.sleep(0.2)
 
     async def _start_controller_only(self) -> None:
         """``process.roles=controller``: a quorum voter serving only the CONTROLLER listener (no Kafka listener,
@@ -248,9 +296,11 @@ class BrokerNode:
         partitions = getattr(self, "partitions", None)
         storage = getattr(self, "storage", None)
         quorum = getattr(self, "quorum", None)
+        failover = self._failover
         steps: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
             ("group coordinator", groups.stop if groups is not None else None),
             ("partitions", partitions.stop if partitions is not None else None),
+            ("WAL failover", failover.stop if failover is not None else None),
             ("connections", self._close_servers),
             ("storage engine", storage.shutdown if storage is not None else None),
             ("controller", self._controller_handle.close if self._controller_handle is not None else None),

@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from controller.config import ConfigEntry
 from controller.image import MetadataImage
 from controller.records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
-from storage.metadata.api import StreamMetadata
+from storage.metadata.api import NodeIdentity, StreamMetadata
 
 if TYPE_CHECKING:
     from controller.controller import Controller
@@ -140,6 +140,11 @@ class ControllerClient(Protocol):
         """Gives each leaderless partition (all when ``partitions`` is None) a live leader."""
         ...
 
+    async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
+        """``node`` finished replaying the WAL of a dead broker the controller assigned to it
+        (``controller.wal_failover``)."""
+        ...
+
 
 class LocalControllerClient:
     """In-process :class:`ControllerClient`: the combined node's broker calls its own controller directly."""
@@ -190,3 +195,6 @@ class LocalControllerClient:
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
         return await self._controller.elect_leaders(partitions)
+
+    async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
+        await self._controller.complete_wal_failover(node, failed_node_id, failed_node_epoch)

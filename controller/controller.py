@@ -55,7 +55,11 @@ from controller.records import (
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
+    WALFailoverDoneRecord,
 )
+from controller.wal_failover import assign, needs_failover, reassignments, wal_location_key, zombie_failover
+from storage.errors import NodeEpochExpiredError
+from storage.metadata.api import NodeIdentity
 from storage.metadata.memory import InMemoryStreamMetadata, wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -122,11 +126,7 @@ class Controller:
         self._clock_ms = clock_ms
         self._lock = asyncio.Lock()
         self._listeners: list[ImageListener] = []
-        self._streams = InMemoryStreamMetadata(
-            sink=self._append_stream_records,
-            clock=clock_ms,
-            object_delete_retention_ms=config.storage.object_delete_retention_ms,
-        )
+        self._streams = self._new_stream_metadata()
         self._snapshot_task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -156,6 +156,18 @@ class Controller:
         )
         return controller
 
+    def _new_stream_metadata(self) -> InMemoryStreamMetadata:
+        return InMemoryStreamMetadata(
+            sink=self._append_stream_records,
+            clock=self._clock_ms,
+            object_delete_retention_ms=self._config.storage.object_delete_retention_ms,
+            delegations=self._failovers_delegated_to,
+        )
+
+    def _failovers_delegated_to(self, node: NodeIdentity) -> list[int]:
+        """The stream metadata's view of WAL failovers: whose opened streams ``node`` may commit to and close."""
+        return self._image.failovers_delegated_to(node.node_id, node.node_epoch)
+
     def _apply_stream_records(self, records: Sequence[MetadataRecord]) -> list[MetadataRecord]:
         """Hands the stream/object/KV records to the stream metadata and returns the cluster records, in log order,
         for the image: one log carries both, and each side replays only its own."""
@@ -184,11 +196,7 @@ class Controller:
     def reset(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
         """Replaces the whole state with a snapshot's (a lagging Raft member catching up); the stream metadata
         object is replaced too, so callers must fetch ``stream_metadata`` again afterwards."""
-        self._streams = InMemoryStreamMetadata(
-            sink=self._append_stream_records,
-            clock=self._clock_ms,
-            object_delete_retention_ms=self._config.storage.object_delete_retention_ms,
-        )
+        self._streams = self._new_stream_metadata()
         old = self._image
         self._image = MetadataImage(cluster_id=old.cluster_id, controller_id=old.controller_id)
         self._replay(records, last_offset)
@@ -311,9 +319,13 @@ class Controller:
             )
             return epoch
 
-    async def fence_broker(self, node_id: int, epoch: int) -> bool:
+    async def fence_broker(self, node_id: int, epoch: int, *, session_expired: bool = False) -> bool:
         """Fences ``node_id`` (session timeout or controlled shutdown) and moves the partitions it leads; False if
-        ``epoch`` is not its current registration (a late request from an older incarnation changes nothing)."""
+        ``epoch`` is not its current registration (a late request from an older incarnation changes nothing).
+
+        A broker fenced because its session expired may have died with acknowledged records only in its WAL: if
+        that WAL is in the shared S3 WAL bucket, the same write assigns it to a live broker to replay
+        (``controller.wal_failover``). A controlled shutdown uploaded and closed everything first."""
         async with self._lock:
             image = self._image
             broker = image.brokers.get(node_id)
@@ -321,9 +333,65 @@ class Controller:
                 logger.info("fence of broker %d epoch %d ignored: not its current registration", node_id, epoch)
                 return False
             changes = _leadership_on_fence(image, node_id)
-            await self._commit([FenceBrokerRecord(node_id, epoch), *changes])
+            records: list[MetadataRecord] = [FenceBrokerRecord(node_id, epoch), *changes]
+            if session_expired:
+                locations = await self._wal_locations()
+                if needs_failover(image, node_id, epoch, locations):
+                    records.append(assign(image, node_id, epoch, locations))
+            await self._commit(records)
             logger.info("broker %d (epoch %d) fenced; %d partitions moved", node_id, epoch, len(changes))
+            failover = self._image.wal_failovers.get(node_id)
+            if session_expired and failover is not None and failover.pending and failover.node_epoch == epoch:
+                if failover.target_id >= 0:
+                    logger.info("WAL of broker %d (epoch %d) assigned to broker %d for failover (attempt %d)",
+                                node_id, epoch, failover.target_id, failover.attempt)
+                else:
+                    logger.warning("WAL of broker %d (epoch %d) needs a failover but no live broker shares its WAL "
+                                   "bucket; it is assigned as soon as one is", node_id, epoch)
             return True
+
+    async def _wal_locations(self) -> dict[int, str]:
+        """Where each registered broker's S3 WAL lives, as it announced it (brokers with a file WAL have none)."""
+        out: dict[int, str] = {}
+        for node_id in self._image.brokers:
+            value = await self._streams.get_kv(wal_location_key(node_id))
+            if value:
+                out[node_id] = value.decode("utf-8", "replace")
+        return out
+
+    async def reconcile_wal_failovers(self) -> int:
+        """Gives every pending WAL failover whose target is gone (fenced, restarted, never found) to a live broker;
+        the active controller calls it periodically. Returns how many assignments changed."""
+        async with self._lock:
+            image = self._image
+            if not any(f.pending for f in image.wal_failovers.values()):
+                return 0
+            records = reassignments(image, await self._wal_locations())
+            await self._commit(records)
+            for record in records:
+                logger.info("WAL failover of broker %d (epoch %d) reassigned to broker %d (attempt %d)",
+                            record.node_id, record.node_epoch, record.target_id, record.attempt)
+            return len(records)
+
+    async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
+        """The target reports the failover of ``failed_node_id``'s WAL done; idempotent. NodeEpochExpiredError
+        when ``node`` is not (or no longer) the assigned target: its work may be redone by the current one."""
+        async with self._lock:
+            failover = self._image.wal_failovers.get(failed_node_id)
+            if failover is None or failover.node_epoch != failed_node_epoch:
+                raise NodeEpochExpiredError(
+                    f"node {node.node_id}: no WAL failover of broker {failed_node_id} epoch {failed_node_epoch}"
+                )
+            if failover.done:
+                return
+            if not failover.delegated_to(node.node_id, node.node_epoch):
+                raise NodeEpochExpiredError(
+                    f"node {node.node_id} (epoch {node.node_epoch}) is not the assigned target of the WAL failover "
+                    f"of broker {failed_node_id}: broker {failover.target_id} epoch {failover.target_epoch} is"
+                )
+            await self._commit([WALFailoverDoneRecord(failed_node_id, failed_node_epoch)])
+            logger.info("WAL failover of broker %d (epoch %d) done by broker %d", failed_node_id,
+                        failed_node_epoch, node.node_id)
 
     async def unfence_broker(self, node_id: int, epoch: int) -> bool:
         """Unfences ``node_id`` (it heartbeats again and caught up with the metadata log) and gives it the
@@ -333,6 +401,8 @@ class Controller:
             broker = image.brokers.get(node_id)
             if broker is None or broker.epoch != epoch or not broker.fenced:
                 return False
+            if zombie_failover(image, node_id, epoch) is not None:
+                return False  # its WAL was taken over: this incarnation can never write again
             changes = _leadership_on_register(image, node_id)
             await self._commit([UnfenceBrokerRecord(node_id, epoch), *changes])
             logger.info("broker %d (epoch %d) unfenced; it now leads %d partitions", node_id, epoch,

@@ -30,9 +30,19 @@ from controller.records import (
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    WALFailoverDoneRecord,
+    WALFailoverRecord,
 )
 
-__all__ = ["BrokerImage", "Endpoint", "MetadataImage", "PartitionImage", "TopicImage", "is_cluster_record"]
+__all__ = [
+    "BrokerImage",
+    "Endpoint",
+    "MetadataImage",
+    "PartitionImage",
+    "TopicImage",
+    "WALFailoverImage",
+    "is_cluster_record",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +81,27 @@ class BrokerImage:
     fenced: bool
 
 
+@dataclass(frozen=True, slots=True)
+class WALFailoverImage:
+    """The latest WAL failover of a broker (see ``controller.records.WALFailoverRecord``); ``done`` once the
+    target reported it finished. Kept after it is done so a resumed zombie of that incarnation stays fenced."""
+
+    node_id: int
+    node_epoch: int
+    target_id: int  # -1: waiting for a live broker
+    target_epoch: int
+    attempt: int
+    done: bool = False
+
+    @property
+    def pending(self) -> bool:
+        return not self.done
+
+    def delegated_to(self, node_id: int, node_epoch: int) -> bool:
+        """Whether this (pending) failover is assigned to broker ``node_id`` at registration ``node_epoch``."""
+        return not self.done and self.target_id == node_id and self.target_epoch == node_epoch
+
+
 def is_cluster_record(record: object) -> bool:
     """True for the records this image applies; the rest belong to the stream metadata."""
     return isinstance(record, CLUSTER_RECORD_TYPES)
@@ -87,6 +118,8 @@ class MetadataImage:
     controller_id: int = -1
     # Dynamic per-broker configs (ConfigRecord with a node id as resource name): node id -> key -> value.
     node_configs: Mapping[int, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
+    # The latest WAL failover of each broker whose S3 WAL another broker replays (or replayed) after it died.
+    wal_failovers: Mapping[int, WALFailoverImage] = field(default_factory=lambda: _EMPTY)
 
     def partition(self, topic: str, partition: int) -> PartitionImage | None:
         image = self.topics_by_name.get(topic)
@@ -103,6 +136,10 @@ class MetadataImage:
             for p in topic.partitions.values()
             if p.leader == node_id
         ]
+
+    def failovers_delegated_to(self, node_id: int, node_epoch: int) -> list[int]:
+        """The dead brokers whose WAL broker ``node_id`` (at ``node_epoch``) is assigned to replay now."""
+        return [f.node_id for f in self.wal_failovers.values() if f.delegated_to(node_id, node_epoch)]
 
     def apply(self, records: Iterable[object], last_offset: int) -> MetadataImage:
         """A new image with ``records`` applied (non-cluster records are skipped) ending at ``last_offset``."""
@@ -128,6 +165,11 @@ class MetadataImage:
         for node_id, configs in sorted(self.node_configs.items()):
             for key, value in sorted(configs.items()):
                 out.append(ConfigRecord(RESOURCE_BROKER, str(node_id), key, value))
+        for failover in sorted(self.wal_failovers.values(), key=lambda f: f.node_id):
+            out.append(WALFailoverRecord(failover.node_id, failover.node_epoch, failover.target_id,
+                                         failover.target_epoch, failover.attempt))
+            if failover.done:
+                out.append(WALFailoverDoneRecord(failover.node_id, failover.node_epoch))
         for topic in sorted(self.topics_by_name.values(), key=lambda t: t.name):
             out.append(TopicRecord(topic.name, str(topic.topic_id)))
             for key, value in sorted(topic.configs.items()):
@@ -152,6 +194,7 @@ class _Builder:
         self._brokers: dict[int, BrokerImage] | None = None
         self._broker_configs: dict[str, str] | None = None
         self._node_configs: dict[int, Mapping[str, str]] | None = None
+        self._failovers: dict[int, WALFailoverImage] | None = None
 
     def _topics(self) -> dict[uuid.UUID, TopicImage]:
         if self._by_id is None:
@@ -170,6 +213,11 @@ class _Builder:
         if self._brokers is None:
             self._brokers = dict(self._base.brokers)
         return self._brokers
+
+    def _failover_map(self) -> dict[int, WALFailoverImage]:
+        if self._failovers is None:
+            self._failovers = dict(self._base.wal_failovers)
+        return self._failovers
 
     def apply(self, record: object) -> None:
         match record:
@@ -213,6 +261,17 @@ class _Builder:
                 self._set_fenced(node_id, epoch, True)
             case UnfenceBrokerRecord(node_id=node_id, epoch=epoch):
                 self._set_fenced(node_id, epoch, False)
+            case WALFailoverRecord():
+                self._failover_map()[record.node_id] = WALFailoverImage(
+                    record.node_id, record.node_epoch, record.target_id, record.target_epoch, record.attempt
+                )
+            case WALFailoverDoneRecord(node_id=node_id, node_epoch=node_epoch):
+                current = self._failover_map().get(node_id)
+                if current is None or current.node_epoch != node_epoch:
+                    logger.info("failover completion of broker %d epoch %d ignored: not its current failover",
+                                node_id, node_epoch)
+                else:
+                    self._failover_map()[node_id] = replace(current, done=True)
             case _:
                 pass  # stream/object/KV records: replayed by the stream metadata
 
@@ -293,6 +352,7 @@ class _Builder:
             brokers=base.brokers if self._brokers is None else _frozen(self._brokers),
             broker_configs=base.broker_configs if self._broker_configs is None else _frozen(self._broker_configs),
             node_configs=base.node_configs if self._node_configs is None else _frozen(self._node_configs),
+            wal_failovers=base.wal_failovers if self._failovers is None else _frozen(self._failovers),
         )
 
 

@@ -22,8 +22,10 @@ snapshot to voters or observers that fall behind it.
 
 Broker sessions (active controller only, not replicated, as in KRaft): a registration or heartbeat refreshes the
 broker's session; a broker silent for ``broker.session.timeout.ms`` is fenced (`Controller.fence_broker` moves its
-partitions), and a fenced broker that heartbeats again with its current epoch is unfenced once its metadata offset
-has caught up. A new active controller gives every broker a fresh session.
+partitions, and hands its S3 WAL to a live broker to replay: ``controller.wal_failover``), and a fenced broker that
+heartbeats again with its current epoch is unfenced once its metadata offset has caught up — unless its WAL was
+taken over meanwhile: that incarnation must restart. Pending WAL failovers whose target died are reassigned. A new
+active controller gives every broker a fresh session.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from controller.rpc.messages import (
     encode_metadata_records,
 )
 from controller.rpc.transport import NetworkTransport
+from controller.wal_failover import zombie_failover
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
 from storage.metadata.memory import wall_clock_ms
@@ -66,6 +69,7 @@ logger = logging.getLogger(__name__)
 
 RAFT_DIR_NAME = "__cluster_metadata-0.raft"
 _POLL_S = 0.02
+_FAILOVER_CHECK_S = 1.0
 
 
 def quorum_cluster_id(config: ServerConfig) -> str:
@@ -161,6 +165,8 @@ class QuorumController:
         self._active_changed = asyncio.Event()
         self._sessions: dict[int, _Session] = {}
         self._fencing: set[int] = set()
+        self._next_failover_check = 0.0
+        self._failover_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._watcher: asyncio.Task[None] | None = None
         self.server: ControllerServer | None = None
@@ -315,6 +321,7 @@ class QuorumController:
                 self.controller.set_controller_id(leader if leader is not None else -1)
             if self.is_active:
                 self._expire_sessions()
+                self._reconcile_failovers()
             if self._bytes_since_snapshot >= self._snapshot_after_bytes and not self._pending:
                 try:
                     await self.snapshot()
@@ -355,11 +362,32 @@ class QuorumController:
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
 
+    def _reconcile_failovers(self) -> None:
+        """Every second, hands pending WAL failovers whose target is gone to a live broker (in the background:
+        the write must not hold up session expiry)."""
+        now = time.monotonic()
+        if now < self._next_failover_check or (self._failover_task is not None and not self._failover_task.done()):
+            return
+        self._next_failover_check = now + _FAILOVER_CHECK_S
+        if not any(f.pending for f in self.controller.image.wal_failovers.values()):
+            return
+        self._failover_task = asyncio.create_task(self._reassign_failovers())
+        self._background.add(self._failover_task)
+        self._failover_task.add_done_callback(self._background.discard)
+
+    async def _reassign_failovers(self) -> None:
+        try:
+            await self.controller.reconcile_wal_failovers()
+        except NotControllerError as exc:
+            logger.info("controller %d: WAL failover check abandoned: %s", self.node_id, exc)
+        except Exception:
+            logger.exception("controller %d: WAL failover check failed", self.node_id)
+
     async def _fence(self, node_id: int, epoch: int, silent_s: float) -> None:
         try:
             logger.info("controller %d: broker %d (epoch %d) sent no heartbeat for %.1f s; fencing it",
                         self.node_id, node_id, epoch, silent_s)
-            await self.controller.fence_broker(node_id, epoch)
+            await self.controller.fence_broker(node_id, epoch, session_expired=True)
         except NotControllerError as exc:
             logger.info("controller %d: fencing broker %d abandoned: %s", self.node_id, node_id, exc)
         except Exception:
@@ -384,6 +412,12 @@ class QuorumController:
             raise NodeFencedError(f"broker {node_id} is not registered")
         if broker.epoch != epoch:
             raise NodeFencedError(f"broker {node_id}: epoch {epoch} is not its current registration {broker.epoch}")
+        taken = zombie_failover(controller.image, node_id, epoch)
+        if taken is not None:
+            raise NodeFencedError(
+                f"broker {node_id} (epoch {epoch}) missed its session and broker {taken.target_id} took over its WAL; "
+                "it must restart and register again"
+            )
         now = time.monotonic()
         session = self._sessions.get(node_id)
         if session is None or session.epoch != epoch:

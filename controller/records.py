@@ -174,6 +174,50 @@ class UnfenceBrokerRecord(MetadataRecord):
     epoch: int
 
 
+# ---------------------------------------------------------------- WAL failover (Fjord's own ids, after AutoMQ's 5xx)
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class WALFailoverRecord(MetadataRecord):
+    """Broker ``target_id`` (at its registration ``target_epoch``) is to replay the S3 WAL that broker ``node_id``
+    left behind when its incarnation ``node_epoch`` was fenced by its session timeout. ``target_id`` -1: no live
+    broker can take it yet. ``attempt`` counts the assignments: the target opens the WAL at epoch
+    ``node_epoch + attempt`` (see :func:`failover_wal_epoch`), so each attempt fences the previous one. While the
+    assignment holds, the controller accepts the target's commits and closes for the streams ``node_id`` still
+    has opened. A newer record for the same node replaces it."""
+
+    TYPE: ClassVar[int] = 601
+    VERSION: ClassVar[int] = 0
+    node_id: int
+    node_epoch: int
+    target_id: int
+    target_epoch: int
+    attempt: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class WALFailoverDoneRecord(MetadataRecord):
+    """The failover of broker ``node_id``'s WAL (incarnation ``node_epoch``) finished: every acknowledged record
+    is committed, its streams are closed and its WAL is reset."""
+
+    TYPE: ClassVar[int] = 602
+    VERSION: ClassVar[int] = 0
+    node_id: int
+    node_epoch: int
+
+
+NO_TARGET = -1
+
+
+def failover_wal_epoch(node_epoch: int, attempt: int) -> int:
+    """The WAL reservation epoch of failover attempt ``attempt`` of incarnation ``node_epoch``: above the dead
+    incarnation's (fencing it), below the next incarnation's (node epochs are registration times in milliseconds,
+    seconds apart), and above every earlier attempt's."""
+    return node_epoch + attempt
+
+
 CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     TopicRecord,
     PartitionRecord,
@@ -184,6 +228,8 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     UnregisterBrokerRecord,
     FenceBrokerRecord,
     UnfenceBrokerRecord,
+    WALFailoverRecord,
+    WALFailoverDoneRecord,
 )
 
 
@@ -197,6 +243,7 @@ __all__ = [
     "ALL_RECORD_TYPES",
     "CLUSTER_RECORD_TYPES",
     "NO_LEADER",
+    "NO_TARGET",
     "RESOURCE_BROKER",
     "RESOURCE_TOPIC",
     "STREAM_RECORD_TYPES",
@@ -229,6 +276,9 @@ __all__ = [
     "TopicRecord",
     "UnfenceBrokerRecord",
     "UnregisterBrokerRecord",
+    "WALFailoverDoneRecord",
+    "WALFailoverRecord",
     "decode_record",
     "encode_record",
+    "failover_wal_epoch",
 ]

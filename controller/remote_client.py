@@ -887,6 +887,12 @@ class RemoteControllerClient:
                 ))
         return results
 
+    async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
+        """Reports this broker's replay of a dead broker's WAL done (``controller.wal_failover``)."""
+        await self.channel.stream(m.CompleteWALFailover(node, failed_node_id, failed_node_epoch),
+                                  f"complete the WAL failover of broker {failed_node_id}")
+        await self._sync_after(f"see the WAL failover of broker {failed_node_id} done")
+
     async def _sync_after(self, what: str) -> None:
         try:
             await self.sync(what=what)

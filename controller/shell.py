@@ -4,6 +4,7 @@ As Kafka's ``kafka-metadata-shell``: the state comes from a running quorum (Desc
 state), a snapshot file, or a metadata log directory, and is shown as directories and files::
 
     /brokers/<node id>                 registration: epoch, listeners, rack, fenced
+    /failovers/<node id>               the latest WAL failover of a dead broker: target, attempt, pending or done
     /topics/<name>/<partition>         replicas, leader, leader epoch   (/topics/<name>/configs, /topics/<name>/id)
     /streams/<stream id>               epoch, state, start/end offset, ranges (owner per epoch), stream objects
     /objects/<object id>               size, state, type, which streams it holds
@@ -142,6 +143,7 @@ def build_tree(records: Iterable[MetadataRecord], cluster_id: str = "") -> Entry
     state = replay(records, cluster_id)
     root = Entry("", children={})
     _brokers(root.child_dir("brokers"), state.image)
+    _failovers(root.child_dir("failovers"), state.image)
     _topics(root.child_dir("topics"), state.image)
     _streams(root.child_dir("streams"), state)
     _objects(root.child_dir("objects"), state)
@@ -159,6 +161,19 @@ def _brokers(folder: Entry, image: MetadataImage) -> None:
         folder.add_file(str(node_id), _fields([
             ("node id", node_id), ("epoch", broker.epoch), ("fenced", broker.fenced), ("rack", broker.rack or "-"),
             ("listeners", listeners or "-"),
+        ]))
+    folder.table = rows
+
+
+def _failovers(folder: Entry, image: MetadataImage) -> None:
+    rows: list[Row] = [("NODE", "EPOCH", "TARGET", "TARGET_EPOCH", "ATTEMPT", "STATE")]
+    for node_id, failover in sorted(image.wal_failovers.items()):
+        state = "done" if failover.done else "pending"
+        rows.append((str(node_id), str(failover.node_epoch), str(failover.target_id), str(failover.target_epoch),
+                     str(failover.attempt), state))
+        folder.add_file(str(node_id), _fields([
+            ("node id", node_id), ("node epoch", failover.node_epoch), ("target", failover.target_id),
+            ("target epoch", failover.target_epoch), ("attempt", failover.attempt), ("state", state),
         ]))
     folder.table = rows
 

@@ -61,7 +61,7 @@ from controller.rpc.raft_codec import (
     response_to_kio,
 )
 from storage.errors import StorageError
-from storage.metadata.api import StreamMetadata
+from storage.metadata.api import NodeIdentity, StreamMetadata
 
 if TYPE_CHECKING:
     from broker.node import BrokerNode
@@ -325,6 +325,9 @@ class ControllerDispatcher:
                 return await streams.put_kv(request.key, request.value)
             case m.DeleteKV():
                 return await streams.delete_kv(request.key)
+            case m.CompleteWALFailover():
+                return await controller.complete_wal_failover(node, request.failed_node_id,
+                                                              request.failed_node_epoch)
         raise ValueError(f"no handler for {what}")
 
 
@@ -422,3 +425,6 @@ class _AdminClient:
             return await self._client("elect leaders").elect_leaders(partitions)
         except m.NotControllerError as exc:
             return [ElectLeaderResult(t, p, ErrorCode.not_controller, str(exc)) for t, p in partitions or ()]
+
+    async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
+        await self._client("complete a WAL failover").complete_wal_failover(node, failed_node_id, failed_node_epoch)

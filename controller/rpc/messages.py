@@ -424,6 +424,17 @@ class DescribeMetadata(StreamRequest):
     MUTATES: ClassVar[bool] = False
 
 
+@dataclass(frozen=True, slots=True)
+class CompleteWALFailover(StreamRequest):
+    """``node`` (the assigned target) finished replaying the WAL of broker ``failed_node_id``'s incarnation
+    ``failed_node_epoch`` (controller.wal_failover)."""
+
+    API_KEY: ClassVar[int] = STREAM_API_BASE + 19
+    RESULT: ClassVar[Any] = None
+    failed_node_id: int = -1
+    failed_node_epoch: int = -1
+
+
 def encode_metadata_records(records: Sequence[MetadataRecord]) -> bytes:
     """Metadata records as ``controller.log`` batch frames (CRC'd), in chunks; one Raft entry, a snapshot or a
     MetadataDump all carry records this way."""
@@ -466,6 +477,7 @@ STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
         PutKV,
         DeleteKV,
         DescribeMetadata,
+        CompleteWALFailover,
     )
 }
 

@@ -15,7 +15,7 @@ import asyncio
 import bisect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from storage.errors import (
@@ -68,6 +68,12 @@ logger = logging.getLogger(__name__)
 
 Sink = Callable[[Sequence[Record]], Awaitable[None]]
 Clock = Callable[[], int]
+Delegations = Callable[[NodeIdentity], Collection[int]]
+"""The dead nodes whose opened streams a node may commit to and close for them (a WAL failover assigned to it)."""
+
+
+def no_delegations(_node: NodeIdentity) -> Collection[int]:
+    return ()
 
 
 def wall_clock_ms() -> int:
@@ -146,8 +152,10 @@ class InMemoryStreamMetadata:
         sink: Sink | None = None,
         clock: Clock = wall_clock_ms,
         object_delete_retention_ms: int = 60_000,
+        delegations: Delegations = no_delegations,
     ) -> None:
         self._sink = sink
+        self._delegations = delegations
         self._clock = clock
         self._retention_ms = object_delete_retention_ms
         self._lock = asyncio.Lock()
@@ -315,6 +323,9 @@ class InMemoryStreamMetadata:
                 f"stream {stream.stream_id}: cannot {action} at epoch {epoch}, the stream is at epoch {stream.epoch}"
             )
         current = stream.current_range
+        delegated = current is not None and action in ("commit", "close") and current.node_id != node.node_id
+        if delegated and current is not None and current.node_id in self._delegations(node):
+            return  # replaying the dead owner's WAL: its data, its epoch, committed by the assigned node
         if current is None or current.node_id != node.node_id:
             owner = current.node_id if current is not None else None
             raise StreamFencedError(

@@ -26,6 +26,8 @@ from controller.records import (
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    WALFailoverDoneRecord,
+    WALFailoverRecord,
     decode_record,
     encode_record,
 )
@@ -52,6 +54,9 @@ SAMPLES: list[MetadataRecord] = [
     UnregisterBrokerRecord(1, 5),
     FenceBrokerRecord(1, 5),
     UnfenceBrokerRecord(1, 5),
+    WALFailoverRecord(1, 1700000000000, 2, 1700000000500, 1),
+    WALFailoverRecord(1, 1700000000000, -1, -1, 0),
+    WALFailoverDoneRecord(1, 1700000000000),
 ]
 
 
