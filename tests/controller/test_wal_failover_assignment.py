@@ -1,0 +1,97 @@
+"""The controller's side of WAL failover: who gets a dead broker's S3 WAL, when, and that the assignment is durable
+metadata (it survives a controller restart and a snapshot) and fences commits by anyone but the target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.client import LocalControllerClient
+from controller.config import ServerConfig
+from controller.controller import Controller
+from controller.records import NO_TARGET, Endpoint
+from controller.shell import MetadataShell, build_tree
+from controller.wal_failover import wal_location_key
+from storage.errors import StreamFencedError
+from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+
+EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+SHARED = b"s3://wal-bucket at http://127.0.0.1:9000"
+
+
+async def _start(tmp_path: Path) -> Controller:
+    return await Controller.start(ServerConfig.load(None, [f"log.dirs={tmp_path}"]))
+
+
+async def _register(controller: Controller, locations: dict[int, bytes | None]) -> dict[int, int]:
+    client = LocalControllerClient(controller)
+    epochs = {}
+    for node_id, location in locations.items():
+        epochs[node_id] = await client.register_broker(node_id, EP, None)
+        if location is not None:
+            await controller.stream_metadata.put_kv(wal_location_key(node_id), location)
+    return epochs
+
+
+async def test_only_a_session_expiry_of_an_s3_wal_broker_assigns_a_failover(tmp_path: Path) -> None:
+    controller = await _start(tmp_path)
+    epochs = await _register(controller, {1: SHARED, 2: None, 3: SHARED, 4: b"s3://another-bucket"})
+    # A controlled shutdown uploaded and closed everything: nothing to take over.
+    assert await controller.fence_broker(3, epochs[3])
+    assert 3 not in controller.image.wal_failovers
+    # A file-WAL broker's data returns when it restarts; no other broker can read it.
+    assert await controller.fence_broker(2, epochs[2], session_expired=True)
+    assert 2 not in controller.image.wal_failovers
+    # Broker 1's WAL bucket is shared by no live broker (3 is fenced, 4 writes elsewhere): pending without target.
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    pending = controller.image.wal_failovers[1]
+    assert (pending.target_id, pending.attempt, pending.done) == (NO_TARGET, 0, False)
+    assert await controller.reconcile_wal_failovers() == 0
+
+    # Broker 3 comes back: the failover goes to it.
+    epochs[3] = await LocalControllerClient(controller).register_broker(3, EP, None)
+    assert await controller.reconcile_wal_failovers() == 1
+    assigned = controller.image.wal_failovers[1]
+    assert (assigned.target_id, assigned.target_epoch, assigned.attempt) == (3, epochs[3], 1)
+    await controller.close()
+
+    # The assignment is metadata: a restarted controller (log replay, then a snapshot) has it, and so does the shell.
+    restarted = await _start(tmp_path)
+    assert restarted.image.wal_failovers == {1: assigned}
+    await restarted.take_snapshot()
+    await restarted.close()
+    again = await _start(tmp_path)
+    assert again.image.wal_failovers == {1: assigned}
+    shell = MetadataShell(build_tree(again.snapshot_records()))
+    assert shell.run("ls /failovers").splitlines()[1].split() == ["1", str(epochs[1]), "3", str(epochs[3]), "1",
+                                                                  "pending"]
+    await again.close()
+
+
+async def test_only_the_assigned_target_commits_for_the_dead_brokers_streams(tmp_path: Path) -> None:
+    controller = await _start(tmp_path)
+    epochs = await _register(controller, {1: SHARED, 2: SHARED, 3: SHARED})
+    streams = controller.stream_metadata
+    dead = NodeIdentity(1, epochs[1])
+    stream_id = await streams.create_stream(dead)
+    await streams.open_stream(dead, stream_id, 1)
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    target = controller.image.wal_failovers[1].target_id
+    other = 5 - target  # of brokers 2 and 3, the one not assigned
+
+    async def commit(node: NodeIdentity, end: int, start: int = 0) -> None:
+        object_id = await streams.prepare_objects(node, 1, 60_000)
+        await streams.commit_stream_set_object(CommitStreamSetObjectRequest(
+            node, object_id, 100, (ObjectStreamRange(stream_id, start, end, 1),)))
+
+    with pytest.raises(StreamFencedError):
+        await commit(NodeIdentity(other, epochs[other]), 5)
+    with pytest.raises(StreamFencedError):  # the target, but at an epoch that is not its registration
+        await commit(NodeIdentity(target, epochs[target] + 1), 5)
+    await commit(NodeIdentity(target, epochs[target]), 5)
+    await LocalControllerClient(controller).complete_wal_failover(NodeIdentity(target, epochs[target]), 1, epochs[1])
+    # Done: the delegation ends with it.
+    with pytest.raises(StreamFencedError):
+        await commit(NodeIdentity(target, epochs[target]), 6, 5)
+    await controller.close()

@@ -1,0 +1,178 @@
+"""WAL failover in process: a real controller (local metadata log) assigns a dead broker's S3 WAL to a live one,
+which replays it with the storage engine's recovery; the new owner then reads every acknowledged append.
+
+Two storage engines share one object store for data and one for WALs (a shared WAL bucket, as in a cluster). Fault
+injection sits on top of the real parts only: a failover WAL whose reset fails stands for a target that dies after
+committing, before it could reset the WAL and close the streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from engine_support import payload, small_config
+
+from broker.wal_failover import WALFailoverRunner
+from controller.client import LocalControllerClient
+from controller.config import ServerConfig
+from controller.controller import Controller
+from controller.records import Endpoint, failover_wal_epoch
+from controller.wal_failover import wal_location_key
+from storage.config import BucketURL
+from storage.engine import StorageEngine
+from storage.errors import StorageError, StreamFencedError, StreamNotClosedError, WALError
+from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from storage.objectstore.memory import MemoryObjectStore
+from storage.stream import Stream
+from storage.wal.s3 import S3WAL
+
+EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+WAL_URL = BucketURL(0, "mem", "shared-wal")
+APPENDS = 12
+
+
+class _ResetFails(S3WAL):
+    """A failover WAL whose target "dies" after uploading and committing, before the reset."""
+
+    async def reset(self) -> None:
+        raise WALError(f"{self.failover and 'failover'} WAL: injected failure before the reset")
+
+
+@dataclasses.dataclass
+class _Cluster:
+    controller: Controller
+    client: LocalControllerClient
+    data: MemoryObjectStore
+    wals: MemoryObjectStore
+    tmp_path: Path
+    epochs: dict[int, int]
+
+    def wal(self, node_id: int, epoch: int, *, failover: bool = False, cls: type[S3WAL] = S3WAL) -> S3WAL:
+        return cls(self.wals, namespace="_fjord_test", node_id=node_id, node_epoch=epoch, batch_interval_ms=10,
+                   failover=failover)
+
+    def engine(self, node_id: int) -> StorageEngine:
+        epoch = self.epochs[node_id]
+        config = small_config(self.tmp_path / f"node-{node_id}", node_id=node_id, node_epoch=epoch, wal_url=WAL_URL)
+        return StorageEngine(config, self.controller.stream_metadata, store=self.data, wal=self.wal(node_id, epoch))
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[_Cluster]:
+    controller = await Controller.start(ServerConfig.load(None, [f"log.dirs={tmp_path / 'controller'}"]))
+    client = LocalControllerClient(controller)
+    epochs = {}
+    for node_id in (1, 2, 3):
+        epochs[node_id] = await client.register_broker(node_id, EP, None)
+        await controller.stream_metadata.put_kv(wal_location_key(node_id), WAL_URL.describe().encode())
+    try:
+        yield _Cluster(controller, client, MemoryObjectStore("data"), MemoryObjectStore("wal"), tmp_path, epochs)
+    finally:
+        await controller.close()
+
+
+async def _write(engine: StorageEngine, count: int) -> tuple[int, Stream, list[bytes]]:
+    stream_id = await engine.create_stream((("topic", "t"),))
+    stream = await engine.open_stream(stream_id, epoch=1)
+    payloads = [payload(stream_id, i, 700) for i in range(count)]
+    for data in payloads:
+        await stream.append(data, 1)  # acknowledged: durable in the S3 WAL only (no upload yet)
+    return stream_id, stream, payloads
+
+
+async def _read_all(engine: StorageEngine, stream_id: int, epoch: int) -> list[bytes]:
+    stream = await engine.open_stream(stream_id, epoch)
+    out: list[bytes] = []
+    offset = stream.start_offset
+    while offset < stream.confirm_offset:
+        result = await stream.fetch(offset, stream.confirm_offset, 1 << 20)
+        for batch in result.batches:
+            if batch.base_offset >= offset:
+                out.append(batch.payload)
+                offset = batch.last_offset
+    return out
+
+
+async def test_a_live_broker_replays_a_dead_brokers_wal_and_fences_its_late_append(cluster: _Cluster) -> None:
+    dead, live = cluster.engine(1), cluster.engine(2)
+    await dead.start()
+    await live.start()
+    stream_id, zombie_stream, payloads = await _write(dead, APPENDS)
+
+    # The dead broker is fenced by its session timeout: its WAL goes to the least loaded live broker.
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    failover = cluster.controller.image.wal_failovers[1]
+    assert (failover.target_id, failover.target_epoch, failover.attempt, failover.done) == (
+        2, cluster.epochs[2], 1, False)
+    with pytest.raises(StreamNotClosedError):  # the new leader cannot open before the replay closes the stream
+        await live.open_stream(stream_id, 2)
+
+    runner = WALFailoverRunner(cluster.client, live,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True))
+    assert await runner.replay(failover) == APPENDS
+    assert cluster.controller.image.wal_failovers[1].done
+    # The "dead" broker was only paused: its next append reaches its WAL after the failover took the reservation.
+    with pytest.raises(StorageError):
+        await asyncio.wait_for(zombie_stream.append(b"late", 1), 10)  # fenced at the reservation check: no ack
+
+    assert await _read_all(live, stream_id, 2) == payloads  # every acknowledged append, nothing else
+
+    # The paused broker's own commit of its old epoch is refused, and its incarnation is never unfenced.
+    node = NodeIdentity(1, cluster.epochs[1])
+    first = await cluster.controller.stream_metadata.prepare_objects(node, 1, 60_000)
+    with pytest.raises(StreamFencedError):
+        await cluster.controller.stream_metadata.commit_stream_set_object(CommitStreamSetObjectRequest(
+            node, first, 10, (ObjectStreamRange(stream_id, APPENDS, APPENDS + 1, 1),)))
+    assert not await cluster.controller.unfence_broker(1, cluster.epochs[1])
+
+    # The restarted broker starts cleanly on its emptied WAL: nothing is replayed twice.
+    await dead.halt()
+    cluster.epochs[1] = await cluster.client.register_broker(1, EP, None)
+    restarted = cluster.engine(1)
+    await restarted.start()
+    assert restarted.stats().recovered_batches == 0
+    await live.shutdown()
+    assert await _read_all(restarted, stream_id, 3) == payloads
+    await restarted.shutdown()
+
+
+async def test_replay_is_idempotent_when_a_target_dies_after_committing(cluster: _Cluster) -> None:
+    dead, first_target, second_target = cluster.engine(1), cluster.engine(2), cluster.engine(3)
+    for engine in (dead, first_target, second_target):
+        await engine.start()
+    stream_id, _stream, payloads = await _write(dead, APPENDS)
+    await dead.halt()
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    failover = cluster.controller.image.wal_failovers[1]
+    assert failover.target_id == 2
+
+    # The first target commits everything, then dies before resetting the WAL and closing the stream.
+    broken = WALFailoverRunner(cluster.client, first_target,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True, cls=_ResetFails))
+    with pytest.raises(WALError):
+        await broken.replay(failover)
+    committed = (await cluster.controller.stream_metadata.get_streams([stream_id]))[0].end_offset
+    assert committed == APPENDS
+    await first_target.halt()
+
+    # Only the assigned target may finish it; once its session expires the controller reassigns the failover.
+    with pytest.raises(StorageError):
+        await cluster.client.complete_wal_failover(NodeIdentity(3, cluster.epochs[3]), 1, cluster.epochs[1])
+    assert await cluster.controller.fence_broker(2, cluster.epochs[2], session_expired=True)
+    assert await cluster.controller.reconcile_wal_failovers() == 1
+    second = cluster.controller.image.wal_failovers[1]
+    assert (second.target_id, second.attempt) == (3, 2)
+    assert failover_wal_epoch(second.node_epoch, second.attempt) > failover_wal_epoch(failover.node_epoch, 1)
+
+    # The second attempt replays the same records: all below the committed end, so nothing is committed twice.
+    runner = WALFailoverRunner(cluster.client, second_target,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True))
+    assert await runner.replay(second) == 0
+    assert cluster.controller.image.wal_failovers[1].done
+    assert await _read_all(second_target, stream_id, 2) == payloads
+    for engine in (second_target,):
+        await engine.shutdown()
