@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -54,6 +55,18 @@ def run_start(args: argparse.Namespace) -> int:
         return 1
 
 
+def _freeze_startup_heap() -> None:
+    """Moves everything alive once the node serves (imported modules, botocore's service models, kio's schemas, the
+    replayed metadata image) out of the garbage collector's reach.
+
+    Those objects live as long as the process, yet every full collection walks all of them: with them in the heap a
+    gen-2 pass stalls the event loop for 15-45 ms, which was the tail of end-to-end latency. Frozen, a full pass only
+    walks what was made after the start."""
+    gc.collect()
+    gc.freeze()
+    logger.debug("%d startup objects frozen out of garbage collection", gc.get_freeze_count())
+
+
 async def _serve(config: ServerConfig) -> int:
     from broker.node import BrokerNode
 
@@ -67,6 +80,7 @@ async def _serve(config: ServerConfig) -> int:
     done, _ = await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
     if starting in done:
         starting.result()  # a failed start raises here (node.start already cleaned up)
+        _freeze_startup_heap()
         await stopper
         logger.info("signal received; shutting down node %d", node.node_id)
     else:
