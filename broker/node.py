@@ -25,6 +25,7 @@ from controller.config import ServerConfig
 from controller.records import Endpoint
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
+from storage.errors import StorageError
 
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
@@ -250,7 +251,10 @@ class BrokerNode:
 
     async def _wait_for_wal_failover(self) -> None:
         """A broker restarted while another one still replays its WAL waits for that to finish before opening
-        the WAL itself (both would otherwise fence each other's reservation); bounded, then a clear error."""
+        the WAL itself (both would otherwise fence each other's reservation); bounded, then a clear error. A
+        failover no live broker is assigned to is taken back: this broker's own recovery replays the same WAL."""
+        from storage.metadata.api import NodeIdentity
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FAILOVER_WAIT_S
         logged = False
@@ -258,6 +262,16 @@ class BrokerNode:
             failover = self.controller.image.wal_failovers.get(self.node_id)
             if failover is None or failover.done:
                 return
+            if failover.target_id < 0 and failover.node_epoch < self.node_epoch:
+                try:
+                    await self.controller.complete_wal_failover(
+                        NodeIdentity(self.node_id, self.node_epoch), self.node_id, failover.node_epoch
+                    )
+                    logger.info("broker %d takes back the failover of its WAL (no live broker was assigned it); "
+                                "its own recovery replays it", self.node_id)
+                    return
+                except StorageError as exc:  # assigned to a broker meanwhile: wait for it like for any other
+                    logger.info("broker %d could not take back the failover of its WAL: %s", self.node_id, exc)
             if loop.time() >= deadline:
                 raise ConfigError(
                     f"broker {self.node_id}: broker {failover.target_id} is still replaying this broker's WAL "

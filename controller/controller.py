@@ -375,7 +375,11 @@ class Controller:
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """The target reports the failover of ``failed_node_id``'s WAL done; idempotent. NodeEpochExpiredError
-        when ``node`` is not (or no longer) the assigned target: its work may be redone by the current one."""
+        when ``node`` is not (or no longer) the assigned target: its work may be redone by the current one.
+
+        A newer incarnation of the failed broker itself may also end a failover that has no live target at the
+        moment: its own restart recovery replays the same WAL (idempotently, fencing any earlier target's
+        reservation with its higher epoch), so it need not wait for a broker that may never come."""
         async with self._lock:
             failover = self._image.wal_failovers.get(failed_node_id)
             if failover is None or failover.node_epoch != failed_node_epoch:
@@ -384,7 +388,10 @@ class Controller:
                 )
             if failover.done:
                 return
-            if not failover.delegated_to(node.node_id, node.node_epoch):
+            taken_back = (
+                node.node_id == failed_node_id and node.node_epoch > failed_node_epoch and failover.target_id < 0
+            )
+            if not taken_back and not failover.delegated_to(node.node_id, node.node_epoch):
                 raise NodeEpochExpiredError(
                     f"node {node.node_id} (epoch {node.node_epoch}) is not the assigned target of the WAL failover "
                     f"of broker {failed_node_id}: broker {failover.target_id} epoch {failover.target_epoch} is"
@@ -403,8 +410,12 @@ class Controller:
                 return False
             if zombie_failover(image, node_id, epoch) is not None:
                 return False  # its WAL was taken over: this incarnation can never write again
+            records: list[MetadataRecord] = [UnfenceBrokerRecord(node_id, epoch)]
+            untouched = image.wal_failovers.get(node_id)
+            if untouched is not None and untouched.pending and untouched.node_epoch == epoch:
+                records.append(WALFailoverDoneRecord(node_id, epoch))  # back before any broker took its WAL
             changes = _leadership_on_register(image, node_id)
-            await self._commit([UnfenceBrokerRecord(node_id, epoch), *changes])
+            await self._commit([*records, *changes])
             logger.info("broker %d (epoch %d) unfenced; it now leads %d partitions", node_id, epoch,
                         len(self._image.partitions_led_by(node_id)))
             return True

@@ -88,7 +88,10 @@ def reassignments(image: MetadataImage, locations: Mapping[int, str]) -> list[WA
 
 
 def zombie_failover(image: MetadataImage, node_id: int, node_epoch: int) -> WALFailoverImage | None:
-    """The failover that took incarnation ``node_epoch``'s WAL, if any: such an incarnation (a paused broker
-    resumed) must not be unfenced, since its WAL is fenced for good; it has to restart and register again."""
+    """The failover that took (or may have taken) incarnation ``node_epoch``'s WAL, if any: such an incarnation (a
+    paused broker resumed) must not be unfenced, since its WAL is fenced for good; it has to restart and register
+    again. A failover never assigned to any broker (attempt 0) touched nothing: that incarnation may come back."""
     failover = image.wal_failovers.get(node_id)
-    return failover if failover is not None and failover.node_epoch == node_epoch else None
+    if failover is None or failover.node_epoch != node_epoch or failover.attempt == 0:
+        return None
+    return failover

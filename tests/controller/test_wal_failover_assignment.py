@@ -13,7 +13,7 @@ from controller.controller import Controller
 from controller.records import NO_TARGET, Endpoint
 from controller.shell import MetadataShell, build_tree
 from controller.wal_failover import wal_location_key
-from storage.errors import StreamFencedError
+from storage.errors import NodeEpochExpiredError, StreamFencedError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
@@ -94,4 +94,33 @@ async def test_only_the_assigned_target_commits_for_the_dead_brokers_streams(tmp
     # Done: the delegation ends with it.
     with pytest.raises(StreamFencedError):
         await commit(NodeIdentity(target, epochs[target]), 6, 5)
+    await controller.close()
+
+
+async def test_a_failover_nobody_took_ends_when_its_broker_comes_back(tmp_path: Path) -> None:
+    controller = await _start(tmp_path)
+    epochs = await _register(controller, {1: SHARED, 2: SHARED})
+    client = LocalControllerClient(controller)
+    # Broker 2 is gone too, so broker 1's failover has no target: its WAL is untouched.
+    assert await controller.fence_broker(2, epochs[2])
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    assert controller.image.wal_failovers[1].target_id == NO_TARGET
+    # The same incarnation resumes (it was only paused): nothing took its WAL, so it is unfenced and keeps it.
+    assert await controller.unfence_broker(1, epochs[1])
+    assert controller.image.wal_failovers[1].done
+
+    # Fenced again, then assigned to broker 2 once it is back: now that incarnation stays fenced for good.
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    epochs[2] = await client.register_broker(2, EP, None)
+    assert await controller.reconcile_wal_failovers() == 1
+    assert not await controller.unfence_broker(1, epochs[1])
+    # Broker 2 dies before finishing; broker 1 restarts (a new epoch) and takes the target-less failover back.
+    assert await controller.fence_broker(2, epochs[2], session_expired=True)
+    assert await controller.reconcile_wal_failovers() == 1
+    assert controller.image.wal_failovers[1].target_id == NO_TARGET
+    with pytest.raises(NodeEpochExpiredError):  # the old incarnation cannot
+        await client.complete_wal_failover(NodeIdentity(1, epochs[1]), 1, epochs[1])
+    restarted = await client.register_broker(1, EP, None)
+    await client.complete_wal_failover(NodeIdentity(1, restarted), 1, epochs[1])
+    assert controller.image.wal_failovers[1].done
     await controller.close()

@@ -178,7 +178,7 @@ async def test_replay_is_idempotent_when_a_target_dies_after_committing(cluster:
         await engine.shutdown()
 
 
-async def test_a_broker_restarted_during_its_failover_waits_for_it_then_fails_clearly(
+async def test_a_broker_restarted_during_its_failover_waits_for_it_or_takes_back_a_targetless_one(
     cluster: _Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from broker import node as broker_node
@@ -190,6 +190,7 @@ async def test_a_broker_restarted_during_its_failover_waits_for_it_then_fails_cl
         "listeners=PLAINTEXT://127.0.0.1:0", "controller.quorum.voters=0@127.0.0.1:9093",
     ]))
     restarted.controller = cluster.client
+    restarted.node_epoch = cluster.epochs[1]
 
     waiting = asyncio.ensure_future(restarted._wait_for_wal_failover())
     await asyncio.sleep(0.5)
@@ -200,6 +201,15 @@ async def test_a_broker_restarted_during_its_failover_waits_for_it_then_fails_cl
 
     # A failover that does not finish in time is a clear error naming who holds the WAL, not a hang.
     assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    restarted.node_epoch = cluster.epochs[1] = await cluster.client.register_broker(1, EP, None)
     monkeypatch.setattr(broker_node, "FAILOVER_WAIT_S", 0.3)
     with pytest.raises(ConfigError, match="broker 2 is still replaying"):
         await restarted._wait_for_wal_failover()
+
+    # Its target died and no other broker shares the WAL bucket: the restarted broker takes the failover back,
+    # since its own recovery replays the same WAL.
+    assert await cluster.controller.fence_broker(3, cluster.epochs[3])
+    assert await cluster.controller.fence_broker(2, cluster.epochs[2], session_expired=True)
+    assert await cluster.controller.reconcile_wal_failovers() == 1
+    await asyncio.wait_for(restarted._wait_for_wal_failover(), 5)
+    assert cluster.controller.image.wal_failovers[1].done
