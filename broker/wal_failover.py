@@ -106,6 +106,9 @@ class WALFailoverRunner:
             except StorageError as exc:
                 logger.error("WAL failover of broker %d by broker %d failed (try %d), retrying in %.0f s: %s",
                              failover.node_id, self.me.node_id, attempt, RETRY_DELAY_S, exc)
+            except Exception:
+                logger.exception("WAL failover of broker %d by broker %d failed (try %d), retrying in %.0f s",
+                                 failover.node_id, self.me.node_id, attempt, RETRY_DELAY_S)
             await asyncio.sleep(RETRY_DELAY_S)
 
     async def replay(self, failover: WALFailoverImage) -> int:
