@@ -477,8 +477,8 @@ class FileWAL(WALState):
         return group
 
     def _write_group_sync(self, group: list[PendingAppend], offset: int) -> Segment | None:
-        data = walrecord.encode_records([entry.batch for entry in group], offset)
-        return self._writer.write_group(data, offset)
+        parts = walrecord.encode_record_parts([entry.batch for entry in group], offset)
+        return self._writer.write_group(parts, offset)
 
     def _fail(self, failure: WALError, group: list[PendingAppend]) -> None:
         """A failed write leaves the file in an unknown state: nothing more may be acknowledged."""

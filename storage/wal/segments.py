@@ -39,6 +39,28 @@ CHECKPOINT_VERSION = 1
 _CHECKPOINT_CRC = struct.Struct(">I")
 
 fdatasync = getattr(os, "fdatasync", os.fsync)
+_IOV_MAX = 1024  # buffers per pwritev call (POSIX guarantees at least 16; Linux allows 1024)
+
+
+def write_all(fd: int, parts: Sequence[bytes], position: int) -> None:
+    """Writes ``parts`` back to back at file ``position`` with as few ``pwritev`` calls as the kernel allows: the
+    kernel gathers the buffers, so nothing is copied into one big buffer first. Short writes are continued."""
+    pending: list[bytes | memoryview] = list(parts)
+    while pending:
+        chunk = pending[:_IOV_MAX]
+        written = os.pwritev(fd, chunk, position)
+        position += written
+        expected = sum(len(p) for p in chunk)
+        if written == expected:
+            del pending[: len(chunk)]
+            continue
+        # A short write: drop what went out whole and continue inside the buffer it stopped in.
+        index = 0
+        while written >= len(pending[index]):
+            written -= len(pending[index])
+            index += 1
+        del pending[:index]
+        pending[0] = memoryview(pending[0])[written:]
 
 
 def segment_name(base_offset: int) -> str:
@@ -159,10 +181,12 @@ class SegmentWriter:
         """Bytes written to the active segment (0 if there is none)."""
         return self._size if self._fd >= 0 else 0
 
-    def write_group(self, data: bytearray, offset: int) -> Segment | None:
-        """Writes one group at logical ``offset`` and makes it durable; returns the new segment if it rolled."""
+    def write_group(self, parts: Sequence[bytes], offset: int) -> Segment | None:
+        """Writes one group (its buffers in order, see ``record.encode_record_parts``) at logical ``offset`` and
+        makes it durable; returns the new segment if it rolled."""
+        length = sum(len(part) for part in parts)
         rolled = None
-        if self._fd < 0 or (self._size > 0 and self._size + len(data) > self._segment_size):
+        if self._fd < 0 or (self._size > 0 and self._size + length > self._segment_size):
             rolled = self._roll(offset)
         assert self._path is not None
         if self._base + self._size != offset:
@@ -170,19 +194,14 @@ class SegmentWriter:
                 f"WAL segment {self._path}: group at offset {offset} does not follow the segment end "
                 f"{self._base + self._size}"
             )
-        view = memoryview(data)
         try:
-            written = 0
-            while written < len(data):
-                written += os.pwrite(self._fd, view[written:], self._size + written)
+            write_all(self._fd, parts, self._size)
             fdatasync(self._fd)
         except OSError as exc:
             raise WALError(
-                f"WAL segment {self._path}: write of {len(data)} bytes at offset {offset} failed: {exc.strerror}"
+                f"WAL segment {self._path}: write of {length} bytes at offset {offset} failed: {exc.strerror}"
             ) from exc
-        finally:
-            view.release()
-        self._size += len(data)
+        self._size += length
         return rolled
 
     def _roll(self, base_offset: int) -> Segment:
