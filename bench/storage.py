@@ -11,6 +11,9 @@ another's figures):
   WAL's disk (the same holds for ``latency``).
 - ``latency``:  open-loop appends of 64 KiB at a fixed 50 MB/s; latency is measured from each append's *scheduled*
   time, so a stall delays every append behind it (no coordinated omission).
+- ``wal-latency``: the bare file WAL's ack latency for fdatasync'd 100 KiB appends at 20 MB/s (open loop) while
+  it rolls 16 MiB segments with nothing to recycle, for each ``Preallocation`` mode: the earlier eager zero-fill
+  next to group commits, the paced zero-fill between them, and none.
 - ``puts``:     1 GiB spread over 1000 streams with ``s3.wal.upload.threshold`` 500 MiB; object-store PUT requests
   per GiB (``store.stats.puts``).
 - ``catchup``:  one stream written to a moto S3 server (``ThreadedMotoServer`` on 127.0.0.1 in the child), then
@@ -57,6 +60,7 @@ from storage.objectstore.memory import MemoryObjectStore  # noqa: E402
 from storage.record import StreamRecordBatch  # noqa: E402
 from storage.streams import StorageStream  # noqa: E402
 from storage.wal.file import FileWAL  # noqa: E402
+from storage.wal.segments import Preallocation  # noqa: E402
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -77,6 +81,8 @@ class Sizes:
     memory_bytes: int
     memory_wal_cache: int
     memory_block_cache: int
+    wal_latency_seconds: float = 8.0
+    wal_latency_rounds: int = 3
 
 
 FULL = Sizes(
@@ -100,6 +106,8 @@ QUICK = Sizes(
     memory_bytes=256 * MiB,
     memory_wal_cache=64 * MiB,
     memory_block_cache=32 * MiB,
+    wal_latency_seconds=4.0,
+    wal_latency_rounds=2,
 )
 
 
@@ -409,6 +417,72 @@ async def bench_puts(sizes: Sizes, root: Path) -> list[Row]:
     ]
 
 
+WAL_LATENCY_RATE = 20 * MB
+WAL_LATENCY_BATCH = 100 * KiB
+WAL_LATENCY_SEGMENT = 16 * MiB  # rolls every ~0.8 s at 20 MB/s
+
+
+async def bench_wal_latency(sizes: Sizes, root: Path) -> list[Row]:
+    """The file WAL's ack latency while it rolls segments with nothing to recycle (no trims), under each way of
+    preparing the next segment's file. Rounds alternate the modes so a noisy neighbour hurts them alike."""
+    modes = (Preallocation.EAGER, Preallocation.PACED, Preallocation.OFF)
+    latencies: dict[Preallocation, list[float]] = {mode: [] for mode in modes}
+    rolls: dict[Preallocation, list[int]] = {mode: [0, 0] for mode in modes}
+    for round_ in range(sizes.wal_latency_rounds):
+        for mode in modes:
+            wal = FileWAL(
+                root / f"{mode.value}-{round_}", segment_size=WAL_LATENCY_SEGMENT, capacity=4 * GiB, preallocate=mode
+            )
+            await wal.start()
+            try:
+                async for _record in wal.recover():
+                    pass
+                latencies[mode] += await wal_open_loop(wal, sizes.wal_latency_seconds)
+                rolls[mode][0] += wal.stats.segments_created
+                rolls[mode][1] += wal.stats.segments_preallocated
+            finally:
+                await wal.close()
+    rows = []
+    for mode in modes:
+        ordered = sorted(latencies[mode])
+        p50, p99, p999 = (percentile(ordered, q) * 1000 for q in (0.5, 0.99, 0.999))
+        created, preallocated = rolls[mode]
+        rows.append(
+            Row(
+                f"file WAL ack latency, 100 KiB at 20 MB/s while rolling, preallocation {mode.value} "
+                "(p50 / p99 / p999)",
+                f"{p50:.2f} / {p99:.2f} / {p999:.2f} ms",
+                note=f"{len(ordered)} appends in {sizes.wal_latency_rounds} rounds of "
+                f"{sizes.wal_latency_seconds:.0f} s; {created} segments, {preallocated} of them onto a preallocated "
+                f"file; max {ordered[-1] * 1000:.1f} ms; {load_average()}",
+            )
+        )
+    return rows
+
+
+async def wal_open_loop(wal: FileWAL, seconds: float) -> list[float]:
+    """Appends 100 KiB at 20 MB/s for ``seconds``; latency counts from each append's scheduled time."""
+    payload = os.urandom(WAL_LATENCY_BATCH)
+    interval = WAL_LATENCY_BATCH / WAL_LATENCY_RATE
+    latencies: list[float] = []
+    pending: list[asyncio.Future[Any]] = []
+
+    def done(scheduled: float) -> Callable[[asyncio.Future[Any]], None]:
+        return lambda _f: latencies.append(time.perf_counter() - scheduled)
+
+    started = time.perf_counter()
+    for i in range(int(seconds / interval)):
+        scheduled = started + i * interval
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        future = asyncio.ensure_future(wal.append(StreamRecordBatch(1, 0, i, 1, payload)))
+        future.add_done_callback(done(scheduled))
+        pending.append(future)
+    await asyncio.gather(*pending)
+    return latencies
+
+
 StoreFactory = Callable[[StorageConfig], ObjectStore]
 
 
@@ -561,6 +635,7 @@ async def bench_memory(sizes: Sizes, root: Path) -> list[Row]:
 SECTIONS: dict[str, Callable[[Sizes, Path], Coroutine[Any, Any, list[Row]]]] = {
     "append": bench_append,
     "latency": bench_latency,
+    "wal-latency": bench_wal_latency,
     "puts": bench_puts,
     "catchup": bench_catchup,
     "memory": bench_memory,

@@ -14,9 +14,11 @@ form the next group. Groups are written strictly one after another and acknowled
 acknowledged before one appended earlier, and a torn write can only ever affect the tail of the newest segment.
 
 Segments are preallocated: a new segment is a *spare* file renamed into place — either a trimmed segment recycled
-whole, or a file zero-filled in the background once the active segment is half full. Overwriting allocated blocks
-lets fdatasync skip the file-size metadata update, which cuts its latency several times over on ext4. Old bytes
-left in a recycled file cannot be mistaken for records: every record header carries its own logical position.
+whole (as many are kept as the WAL's capacity has room for, so a steady load rolls onto recycled files only), or,
+when none is left, a file zero-filled by the writer thread a step after each group commit (``Preallocation``).
+Overwriting allocated blocks lets fdatasync skip the file-size metadata update, which halves its latency on ext4.
+Old bytes left in a recycled file cannot be mistaken for records: every record header carries its own logical
+position.
 
 Recovery scans from the trim point and stops at the first torn or corrupt record; the intact prefix is kept, the
 tail is cut off (truncated), and appends continue at the end of the prefix in a fresh segment. A sealed segment is
@@ -49,6 +51,8 @@ from storage.wal.segments import (
     LOCK_NAME,
     SPARE_SEGMENTS,
     SPARE_SUFFIX,
+    PacedSpareFiller,
+    Preallocation,
     Segment,
     SegmentWriter,
     SparePool,
@@ -96,8 +100,10 @@ class FileWAL(WALState):
         segment_size: int = 64 * MiB,
         capacity: int = 2 * GiB,
         max_group_bytes: int = MAX_GROUP_BYTES,
-        preallocate: bool = True,
+        preallocate: bool | Preallocation = True,
     ) -> None:
+        """``preallocate``: how new segment files are prepared when no trimmed one can be recycled (True is
+        ``Preallocation.PACED``, False ``Preallocation.OFF``)."""
         if segment_size <= walrecord.HEADER_SIZE:
             raise WALError(f"WAL {directory}: segment size {segment_size} is too small")
         self._dir = Path(directory)
@@ -106,9 +112,12 @@ class FileWAL(WALState):
         self._max_group_bytes = max(1, min(max_group_bytes, segment_size))
         self._gate = CapacityGate(capacity, self._name, self._admit)
         self._executor: ThreadPoolExecutor | None = None
-        self._preallocate = preallocate
-        self._spares = SparePool(self._dir, SPARE_SEGMENTS if preallocate else 0)
-        self._zero_fill: asyncio.Task[None] | None = None
+        if isinstance(preallocate, bool):
+            preallocate = Preallocation.PACED if preallocate else Preallocation.OFF
+        self._preallocation = preallocate
+        self._spares = SparePool(self._dir, SPARE_SEGMENTS)
+        self._zero_fill: asyncio.Task[None] | None = None  # Preallocation.EAGER only
+        self._filler = PacedSpareFiller(self._spares, segment_size) if preallocate is Preallocation.PACED else None
         self._writer = SegmentWriter(self._dir, segment_size, self._spares)
         self._lock_fd = -1
         self._segments: list[Segment] = []
@@ -218,7 +227,7 @@ class FileWAL(WALState):
             entry.fail(self._failure or closed)
         self._pending.clear()
         if self._executor is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.close)
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_files_sync)
             self._executor.shutdown(wait=True)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # releases the flock
@@ -427,6 +436,7 @@ class FileWAL(WALState):
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._executor is not None
+        unpaced = 0  # bytes written since the paced zero-fill last took a step
         while True:
             if not self._pending:
                 self._idle.set()
@@ -453,11 +463,17 @@ class FileWAL(WALState):
             self.stats.bytes_written += end - start
             for entry in group:
                 entry.acknowledge()
+            if self._filler is not None:
+                unpaced += end - start
+                if not self._pending:  # appends waiting go first; the step's size catches up later
+                    await loop.run_in_executor(self._executor, self._filler.after_group, unpaced, self._writer.size)
+                    unpaced = 0
 
     def _maybe_preallocate(self) -> None:
-        """Once the active segment is half full, make sure a spare is ready for the next roll."""
+        """``Preallocation.EAGER``: once the active segment is half full, make sure a spare is ready for the next
+        roll."""
         if (
-            not self._preallocate
+            self._preallocation is not Preallocation.EAGER
             or self._closed
             or (self._zero_fill is not None and not self._zero_fill.done())
             or self._writer.size < self._segment_size // 2
@@ -479,6 +495,11 @@ class FileWAL(WALState):
     def _write_group_sync(self, group: list[PendingAppend], offset: int) -> Segment | None:
         parts = walrecord.encode_record_parts([entry.batch for entry in group], offset)
         return self._writer.write_group(parts, offset)
+
+    def _close_files_sync(self) -> None:
+        self._writer.close()
+        if self._filler is not None:
+            self._filler.abandon()
 
     def _fail(self, failure: WALError, group: list[PendingAppend]) -> None:
         """A failed write leaves the file in an unknown state: nothing more may be acknowledged."""
@@ -505,7 +526,10 @@ class FileWAL(WALState):
             doomed = [s for i, s in enumerate(self._segments[:-1]) if self._segments[i + 1].base_offset <= offset]
             if doomed:
                 del self._segments[: len(doomed)]
-                await asyncio.to_thread(self._retire_sync, doomed)
+                # Keep as many trimmed files as the capacity has room for beside the live log: a steady load then
+                # rolls onto recycled files only, and the disk never holds much more than the capacity.
+                room = (self._gate.capacity - self._gate.used) // self._segment_size
+                await asyncio.to_thread(self._retire_sync, doomed, room)
 
     def _write_checkpoint_sync(self, offset: int) -> None:
         path = self._dir / CHECKPOINT_NAME
@@ -514,14 +538,14 @@ class FileWAL(WALState):
         except OSError as exc:
             raise WALError(f"WAL {path}: cannot persist trim offset {offset}: {exc.strerror}") from exc
 
-    def _retire_sync(self, segments: list[Segment]) -> None:
+    def _retire_sync(self, segments: list[Segment], room: int) -> None:
         """Recycles trimmed segments as spares (while the pool has room) or deletes them."""
         for segment in segments:
             try:
                 # Segments roll a little before segment_size; a recycled file that short still saves almost all the
                 # allocation work.
                 big_enough = segment.path.stat().st_size >= self._segment_size // 2
-                if big_enough and self._spares.offer(segment.path):
+                if big_enough and self._spares.offer(segment.path, room):
                     self.stats.segments_recycled += 1
                     logger.debug("WAL segment %s: trimmed; kept as a spare", segment.path)
                     continue

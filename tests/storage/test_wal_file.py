@@ -396,3 +396,46 @@ async def test_a_full_wal_makes_appends_wait_until_trim_frees_space(tmp_path: Pa
     fifth = await asyncio.wait_for(behind, 5)
     assert fourth.offset == written[-1].next_offset and fifth.offset == fourth.next_offset
     await wal.close()
+
+
+async def test_paced_preallocation_rolls_onto_zero_filled_files_and_recovers_them(tmp_path: Path) -> None:
+    """With nothing to recycle (no trims), the writer zero-fills the next segment between group commits, so later
+    rolls land on preallocated files; a half-filled spare never outlives the WAL, and recovery reads exactly the
+    records, not the zeros after them."""
+    segment = 256 * 1024
+    wal, _ = await open_wal(tmp_path, segment_size=segment)
+    written = [await wal.append(batch(1, i, 20_000)) for i in range(60)]  # one at a time: the filler gets its turns
+    assert wal.stats.segments_created >= 4
+    assert wal.stats.segments_preallocated >= wal.stats.segments_created - 2
+    await wal.close()
+    assert not segment_files(tmp_path, "spare-*.tmp")
+    wal, recovered = await open_wal(tmp_path, segment_size=segment)
+    more = await wal.append(batch(2, 0))
+    await wal.close()
+    assert recovered == written
+    assert more.offset == written[-1].next_offset
+
+
+async def test_trimmed_segments_are_kept_for_reuse_while_the_capacity_has_room(tmp_path: Path) -> None:
+    wal, _ = await open_wal(tmp_path, segment_size=8192, capacity=1 << 20)
+    old = [await wal.append(batch(1, i, 1500)) for i in range(60)]
+    await wal.trim(old[-1].next_offset)
+    recycled = wal.stats.segments_recycled
+    assert recycled > 4  # more than the fixed minimum: the next segments all roll onto recycled files
+    assert len(segment_files(tmp_path, "*.wal-spare")) >= recycled
+    created, preallocated = wal.stats.segments_created, wal.stats.segments_preallocated
+    new = [await wal.append(batch(2, i, 1500)) for i in range(30)]
+    assert wal.stats.segments_created - created >= 4
+    assert wal.stats.segments_preallocated - preallocated == wal.stats.segments_created - created
+    await wal.close()
+    _, recovered = await open_wal(tmp_path, segment_size=8192, capacity=1 << 20)
+    assert recovered == new
+
+
+async def test_a_small_capacity_bounds_the_segments_kept_for_reuse(tmp_path: Path) -> None:
+    wal, _ = await open_wal(tmp_path, segment_size=8192, capacity=5 * 8192)
+    for round_ in range(3):
+        written = [await wal.append(batch(round_, i, 1500)) for i in range(20)]
+        await wal.trim(written[-1].next_offset)
+    await wal.close()
+    assert len(segment_files(tmp_path, "*.wal-spare")) <= 5
