@@ -66,6 +66,7 @@ logger = logging.getLogger(__name__)
 
 READ_CHUNK = 8 * MiB
 MAX_GROUP_BYTES = 32 * MiB
+_FILL_AFTER_IDLE_S = 0.001  # how long the WAL waits for another append before a paced zero-fill step
 
 
 @dataclass(slots=True)
@@ -442,7 +443,18 @@ class FileWAL(WALState):
                 self._idle.set()
                 if self._closed:
                     return
-                await self._wakeup.wait()
+                if self._filler is not None and unpaced:
+                    # The paced zero-fill takes its step only once the WAL has been idle for a moment: under a
+                    # steady stream of appends (closed-loop producers) it never delays a group, and the roll then
+                    # simply creates a new file; at a modest rate the idle gaps between groups fill the spare.
+                    try:
+                        await asyncio.wait_for(self._wakeup.wait(), _FILL_AFTER_IDLE_S)
+                    except TimeoutError:
+                        await loop.run_in_executor(self._executor, self._filler.after_group, unpaced, self._writer.size)
+                        unpaced = 0
+                        continue
+                else:
+                    await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
             group = self._take_group()
@@ -463,11 +475,7 @@ class FileWAL(WALState):
             self.stats.bytes_written += end - start
             for entry in group:
                 entry.acknowledge()
-            if self._filler is not None:
-                unpaced += end - start
-                if not self._pending:  # appends waiting go first; the step's size catches up later
-                    await loop.run_in_executor(self._executor, self._filler.after_group, unpaced, self._writer.size)
-                    unpaced = 0
+            unpaced += end - start
 
     def _maybe_preallocate(self) -> None:
         """``Preallocation.EAGER``: once the active segment is half full, make sure a spare is ready for the next

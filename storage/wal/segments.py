@@ -49,8 +49,8 @@ class Preallocation(enum.Enum):
     OFF = "off"
     """New segments are new files (trimmed segments are still recycled: they cost nothing)."""
     PACED = "paced"
-    """The spare is zero-filled in the WAL's writer thread between group commits, a step after each group sized to
-    finish just before the active segment is full: never concurrent with a group, never more than 1 MiB at once."""
+    """The spare is zero-filled in the WAL's writer thread while the WAL is idle between group commits, in steps
+    sized to finish just before the active segment is full: never concurrent with a group, at most 1 MiB at once."""
     EAGER = "eager"
     """The earlier behaviour, kept for comparison: a background thread zero-fills a whole spare in 2 MiB
     fdatasync'd chunks once the active segment is half full, concurrently with group commits."""
@@ -191,9 +191,10 @@ class SparePool:
 
 class PacedSpareFiller:
     """Zero-fills the next spare a step at a time (``Preallocation.PACED``). Runs only in the WAL's writer thread
-    after a group commit when no append is waiting, so the disk never sees zero-fill and a group commit at the same
-    time, and an append arriving meanwhile waits for one small step at most. Each step is sized so the spare is
-    ready when the active segment fills up: zero-filling goes as fast as the WAL writes and no faster."""
+    once the WAL has been idle for a moment after a group commit, so the disk never sees zero-fill and a group
+    commit at the same time, and an append arriving meanwhile waits for one small step at most. Each step is sized
+    so the spare is ready when the active segment fills up: zero-filling goes as fast as the WAL writes and no
+    faster."""
 
     def __init__(self, spares: SparePool, segment_size: int) -> None:
         self._spares = spares

@@ -399,12 +399,15 @@ async def test_a_full_wal_makes_appends_wait_until_trim_frees_space(tmp_path: Pa
 
 
 async def test_paced_preallocation_rolls_onto_zero_filled_files_and_recovers_them(tmp_path: Path) -> None:
-    """With nothing to recycle (no trims), the writer zero-fills the next segment between group commits, so later
-    rolls land on preallocated files; a half-filled spare never outlives the WAL, and recovery reads exactly the
-    records, not the zeros after them."""
+    """With nothing to recycle (no trims), the writer zero-fills the next segment while the WAL idles between
+    group commits, so later rolls land on preallocated files; a half-filled spare never outlives the WAL, and
+    recovery reads exactly the records, not the zeros after them."""
     segment = 256 * 1024
     wal, _ = await open_wal(tmp_path, segment_size=segment)
-    written = [await wal.append(batch(1, i, 20_000)) for i in range(60)]  # one at a time: the filler gets its turns
+    written = []
+    for i in range(60):  # a modest rate: the WAL idles between appends, which is when the filler takes its steps
+        written.append(await wal.append(batch(1, i, 20_000)))
+        await asyncio.sleep(0.005)
     assert wal.stats.segments_created >= 4
     assert wal.stats.segments_preallocated >= wal.stats.segments_created - 2
     await wal.close()
