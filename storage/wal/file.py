@@ -119,6 +119,8 @@ class FileWAL(WALState):
         self._spares = SparePool(self._dir, SPARE_SEGMENTS)
         self._zero_fill: asyncio.Task[None] | None = None  # Preallocation.EAGER only
         self._filler = PacedSpareFiller(self._spares, segment_size) if preallocate is Preallocation.PACED else None
+        self._unpaced = 0  # bytes written since the paced zero-fill last took a step
+        self._fill_timer: asyncio.TimerHandle | None = None
         self._writer = SegmentWriter(self._dir, segment_size, self._spares)
         self._lock_fd = -1
         self._segments: list[Segment] = []
@@ -224,6 +226,9 @@ class FileWAL(WALState):
             await self._flusher
         if self._zero_fill is not None:
             await self._zero_fill
+        if self._fill_timer is not None:
+            self._fill_timer.cancel()
+            self._fill_timer = None
         for entry in self._pending:  # only left when the flusher failed
             entry.fail(self._failure or closed)
         self._pending.clear()
@@ -437,24 +442,13 @@ class FileWAL(WALState):
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._executor is not None
-        unpaced = 0  # bytes written since the paced zero-fill last took a step
         while True:
             if not self._pending:
                 self._idle.set()
                 if self._closed:
                     return
-                if self._filler is not None and unpaced:
-                    # The paced zero-fill takes its step only once the WAL has been idle for a moment: under a
-                    # steady stream of appends (closed-loop producers) it never delays a group, and the roll then
-                    # simply creates a new file; at a modest rate the idle gaps between groups fill the spare.
-                    try:
-                        await asyncio.wait_for(self._wakeup.wait(), _FILL_AFTER_IDLE_S)
-                    except TimeoutError:
-                        await loop.run_in_executor(self._executor, self._filler.after_group, unpaced, self._writer.size)
-                        unpaced = 0
-                        continue
-                else:
-                    await self._wakeup.wait()
+                self._schedule_fill_step()
+                await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
             group = self._take_group()
@@ -475,7 +469,7 @@ class FileWAL(WALState):
             self.stats.bytes_written += end - start
             for entry in group:
                 entry.acknowledge()
-            unpaced += end - start
+            self._unpaced += end - start
 
     def _maybe_preallocate(self) -> None:
         """``Preallocation.EAGER``: once the active segment is half full, make sure a spare is ready for the next
@@ -503,6 +497,31 @@ class FileWAL(WALState):
     def _write_group_sync(self, group: list[PendingAppend], offset: int) -> Segment | None:
         parts = walrecord.encode_record_parts([entry.batch for entry in group], offset)
         return self._writer.write_group(parts, offset)
+
+    def _schedule_fill_step(self) -> None:
+        """The WAL went idle: if the paced zero-fill has work, it gets a step once the idleness lasts a moment.
+        Under a steady stream of appends (closed-loop producers) it never delays a group, and a roll then simply
+        creates a new file; at a modest rate the idle gaps between groups fill the spare."""
+        if self._filler is None or not self._unpaced or self._fill_timer is not None or not self._filler.busy:
+            return
+        self._fill_timer = asyncio.get_running_loop().call_later(_FILL_AFTER_IDLE_S, self._fill_step)
+
+    def _fill_step(self) -> None:
+        self._fill_timer = None
+        if self._filler is None or self._closed or self._pending or not self._idle.is_set():
+            return
+        # On the writer's own thread, so the step and group commits never overlap; an append arriving meanwhile
+        # waits for this one step at most.
+        unpaced, self._unpaced = self._unpaced, 0
+        assert self._executor is not None
+        step = asyncio.get_running_loop().run_in_executor(
+            self._executor, self._filler.after_group, unpaced, self._writer.size
+        )
+        step.add_done_callback(self._fill_step_done)
+
+    def _fill_step_done(self, step: asyncio.Future[None]) -> None:
+        if not step.cancelled() and step.exception() is not None:
+            logger.warning("%s: zero-filling a spare segment failed: %r", self._name, step.exception())
 
     def _close_files_sync(self) -> None:
         self._writer.close()

@@ -203,6 +203,11 @@ class PacedSpareFiller:
         self._path: Path | None = None
         self._filled = 0
 
+    @property
+    def busy(self) -> bool:
+        """A spare is being filled, or the next roll has none ready (a trimmed segment may still arrive)."""
+        return self._fd >= 0 or len(self._spares) == 0
+
     def after_group(self, group_bytes: int, active_size: int) -> None:
         """One step, after groups of ``group_bytes`` left ``active_size`` bytes in the active segment."""
         if self._fd < 0:
