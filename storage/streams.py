@@ -87,6 +87,7 @@ class StorageStream:
         self._durable: dict[int, tuple[StreamRecordBatch, WALRecord]] = {}
         self._confirmed: dict[int, asyncio.Future[None]] = {}
         self._appended = asyncio.Event()
+        self._waiting = 0  # wait_for_append calls waiting on ``_appended``
         self._close_task: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
@@ -133,17 +134,28 @@ class StorageStream:
         return task
 
     async def _append(self, batch: StreamRecordBatch) -> int:
-        confirmed = asyncio.get_running_loop().create_future()
-        self._confirmed[batch.base_offset] = confirmed
         try:
             record = await self._io.write(batch)
         except BaseException as exc:
             self._fail(exc)
             raise
-        self._durable[batch.base_offset] = (batch, record)
+        base = batch.base_offset
+        if self._failure is not None:
+            # An earlier append failed while this one was in the WAL: it can never be confirmed, and the WAL must
+            # not keep waiting for it to reach the cache.
+            self._io.discard(record)
+            raise StreamFencedError(
+                f"stream {self._stream_id}: append at offset {base} lost its predecessor: {self._failure}"
+            )
+        self._durable[base] = (batch, record)
         self._drain()
+        if self._confirm >= batch.last_offset:
+            return base  # confirmed by its own drain: the usual case, no future needed
+        # An earlier append is still in the WAL: its drain (or its failure) settles this one.
+        confirmed = asyncio.get_running_loop().create_future()
+        self._confirmed[base] = confirmed
         await confirmed
-        return batch.base_offset
+        return base
 
     def _drain(self) -> None:
         """Moves durable batches into the cache in offset order and advances ``confirm_offset``."""
@@ -156,9 +168,8 @@ class StorageStream:
             if future is not None and not future.done():
                 future.set_result(None)
             advanced = True
-        if advanced:
-            self._appended.set()
-            self._appended = asyncio.Event()
+        if advanced and self._waiting:
+            self._wake_waiters()
 
     def _fail(self, exc: BaseException) -> None:
         """A WAL append failed: offsets after it can never be confirmed, so the stream stops accepting writes."""
@@ -218,10 +229,13 @@ class StorageStream:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
+            self._waiting += 1
             try:
                 await asyncio.wait_for(self._appended.wait(), remaining)
             except TimeoutError:
                 return self._confirm > offset
+            finally:
+                self._waiting -= 1
         return self._confirm > offset
 
     # -------------------------------------------------------------------------------------------- lifecycle

@@ -41,10 +41,15 @@ class CacheBlock:
     uploaded: bool = False
 
     def add(self, batch: StreamRecordBatch, wal_offset: int, wal_next: int) -> None:
-        if not self.streams:
-            self.created = time.monotonic()  # age counts from the first append, for the upload interval
-        self.streams.setdefault(batch.stream_id, []).append(batch)
-        self.size += batch.size
+        streams = self.streams
+        batches = streams.get(batch.stream_id)
+        if batches is not None:
+            batches.append(batch)
+        else:
+            if not streams:
+                self.created = time.monotonic()  # age counts from the first append, for the upload interval
+            streams[batch.stream_id] = [batch]
+        self.size += len(batch.payload)
         if self.min_wal_offset is None or wal_offset < self.min_wal_offset:
             self.min_wal_offset = wal_offset
         self.wal_end = max(self.wal_end, wal_next)
@@ -242,12 +247,13 @@ class LogCache:
         self, batch: StreamRecordBatch, wal_offset: int, wal_next: int, *, reserved: bool = True
     ) -> CacheBlock | None:
         """Adds a durable batch; returns the block it sealed if the active block reached the threshold."""
+        size = len(batch.payload)
         if reserved:
-            self._reserved -= batch.size
+            self._reserved -= size
         active = self._active
         active.add(batch, wal_offset, wal_next)
-        self._size += batch.size
-        self._unuploaded += batch.size
+        self._size += size
+        self._unuploaded += size
         view = self._views.get(batch.stream_id)
         if view is None:
             view = self._views[batch.stream_id] = _StreamView()

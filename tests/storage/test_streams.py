@@ -308,15 +308,22 @@ async def test_concurrent_opens_and_closes_of_one_stream_are_serialized(tmp_path
 class LosingWAL:
     """Fault injection over the real file WAL: one chosen append fails (slowly), the others succeed."""
 
-    def __init__(self, inner: FileWAL, stream_id: int, offset: int) -> None:
+    def __init__(
+        self, inner: FileWAL, stream_id: int, offset: int, *, fail_after: float = 0.1, others_after: float = 0.0
+    ) -> None:
         self.inner = inner
         self.doomed = (stream_id, offset)
+        self.fail_after = fail_after
+        self.others_after = others_after
 
     async def append(self, batch: StreamRecordBatch) -> WALRecord:
         if (batch.stream_id, batch.base_offset) == self.doomed:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(self.fail_after)
             raise WALError(f"injected: append of stream {batch.stream_id} offset {batch.base_offset} lost")
-        return await self.inner.append(batch)
+        record = await self.inner.append(batch)
+        if self.others_after:
+            await asyncio.sleep(self.others_after)
+        return record
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -338,5 +345,28 @@ async def test_appends_after_a_lost_one_fail_and_give_their_room_back(tmp_path: 
             await after  # it reached the WAL, but offset 1 never will: it cannot be confirmed
         assert stream.confirm_offset == 1
         assert engine.log_cache.stats().unuploaded == 4  # only b"kept" still holds cache room
+    finally:
+        await engine.shutdown()
+
+
+async def test_an_append_made_durable_after_its_predecessor_failed_does_not_hold_the_wal_back(tmp_path: Path) -> None:
+    config = small_config(tmp_path)
+    wal = FileWAL(config.wal_url.path, segment_size=config.wal_segment_size, preallocate=False)
+    engine = make_engine(config, wal=LosingWAL(wal, stream_id=0, offset=1, fail_after=0.0, others_after=0.05))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), 0)
+        await stream.append(b"kept", 1)
+        lost = stream.append(b"lost", 1)
+        after = stream.append(b"durable only once offset 1 has failed", 1)
+        with pytest.raises(WALError):
+            await lost
+        with pytest.raises(StreamFencedError, match="offset 2"):
+            await after
+        assert engine.log_cache.stats().unuploaded == 4  # only b"kept" still holds cache room
+        other = await engine.open_stream(await engine.create_stream(), 0)
+        await other.append(b"more", 1)
+        await engine.force_upload()
+        assert engine.stats().wal_bytes == 0  # everything durable is uploaded or dropped: the WAL is trimmed
     finally:
         await engine.shutdown()
