@@ -185,7 +185,9 @@ class FileWAL(WALState):
             spares = [self._dir / n for n in os.listdir(self._dir) if n.endswith(SPARE_SUFFIX) or
                       (n.startswith("spare-") and n.endswith(".tmp"))]
             self._spares.adopt_existing(
-                [p for p in spares if p.name.endswith(SPARE_SUFFIX)], self._segment_size // 2
+                [p for p in spares if p.name.endswith(SPARE_SUFFIX)],
+                self._segment_size // 2,
+                limit=self._gate.capacity // self._segment_size,
             )
             for leftover in spares:
                 if leftover.name.endswith(".tmp"):

@@ -136,15 +136,17 @@ class SparePool:
     def _new_name(self) -> Path:
         return self._dir / f"spare-{uuid.uuid4().hex[:12]}{SPARE_SUFFIX}"
 
-    def adopt_existing(self, paths: list[Path], min_size: int) -> None:
-        """Takes over spares left by an earlier run (extra or undersized ones are deleted)."""
+    def adopt_existing(self, paths: list[Path], min_size: int, limit: int | None = None) -> None:
+        """Takes over spares left by an earlier run, up to ``limit`` (default: the pool's own limit); extra or
+        undersized ones are deleted."""
+        keep = max(self._limit, limit or 0)
         for path in paths:
             try:
                 fits = path.stat().st_size >= min_size
             except FileNotFoundError:
                 continue
             with self._lock:
-                if fits and len(self._spares) < self._limit:
+                if fits and len(self._spares) < keep:
                     self._spares.append(path)
                     continue
             path.unlink(missing_ok=True)

@@ -442,3 +442,20 @@ async def test_a_small_capacity_bounds_the_segments_kept_for_reuse(tmp_path: Pat
         await wal.trim(written[-1].next_offset)
     await wal.close()
     assert len(segment_files(tmp_path, "*.wal-spare")) <= 5
+
+
+async def test_spares_kept_for_reuse_survive_a_restart(tmp_path: Path) -> None:
+    wal, _ = await open_wal(tmp_path, segment_size=8192, capacity=1 << 20)
+    old = [await wal.append(batch(1, i, 1500)) for i in range(60)]
+    await wal.trim(old[-1].next_offset)
+    await wal.close()
+    spares = len(segment_files(tmp_path, "*.wal-spare"))
+    assert spares > 4
+    wal, recovered = await open_wal(tmp_path, segment_size=8192, capacity=1 << 20)
+    assert recovered == []
+    new = [await wal.append(batch(2, i, 1500)) for i in range(40)]
+    assert wal.stats.segments_created > 4
+    assert wal.stats.segments_preallocated == wal.stats.segments_created
+    await wal.close()
+    _, again = await open_wal(tmp_path, segment_size=8192, capacity=1 << 20)
+    assert again == new
