@@ -270,13 +270,14 @@ class UploadPipeline:
         async def put(index: int, part: _Part) -> tuple[int, int]:
             object_id = plan.first_id + index
             data = await asyncio.to_thread(self._build, part)
+            size = sum(len(p) for p in data)
             key = object_key(object_id, self._namespace)
             await self._retry(
-                f"upload of object {object_id} ({key}, {len(data)} bytes, streams "
+                f"upload of object {object_id} ({key}, {size} bytes, streams "
                 f"{_streams_text([sid for sid, _ in part.streams])}) to {self._store.name}",
                 lambda: self._store.put(key, data),
             )
-            return object_id, len(data)
+            return object_id, size
 
         results = await asyncio.gather(*(put(i, part) for i, part in enumerate(plan.parts)))
         stream_set_id, stream_set_size = -1, 0
@@ -319,11 +320,12 @@ class UploadPipeline:
             return epochs[stream_id]
         return batches[-1].epoch
 
-    def _build(self, part: _Part) -> bytes:
+    def _build(self, part: _Part) -> list[bytes]:
+        """The object's parts, not joined: the store joins them only if it has to (off the event loop)."""
         builder = ObjectBuilder(self._config.object_block_size)
         for _stream_id, batches in part.streams:
             builder.add_all(batches)
-        return builder.finish()
+        return builder.finish_parts()
 
     async def _retry(
         self,

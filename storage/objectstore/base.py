@@ -4,10 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 MULTIPART_THRESHOLD = 32 * 1024 * 1024
 """Objects larger than this are uploaded in parts (DESIGN.md §5)."""
+
+
+ObjectData: TypeAlias = bytes | Sequence[bytes]
+"""What ``put`` stores: one buffer, or *parts* stored back to back as one object (what ``ObjectBuilder`` produces,
+so an object is never copied into one buffer unless a backend needs it to be)."""
+
+
+def data_size(data: ObjectData) -> int:
+    """The object's size in bytes."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return len(data)
+    return sum(len(part) for part in data)
+
+
+def join_data(data: ObjectData) -> bytes:
+    """The object as one ``bytes``: the parts joined, in one copy made without the GIL for 1 MiB and more (call it
+    off the event loop for anything large)."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    return b"".join(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +61,10 @@ class ObjectStore(Protocol):
         """A URL-like description for logs and errors (never includes credentials)."""
         ...
 
-    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
-        """Stores ``data`` atomically; readers see all of it or none of it. Above ``MULTIPART_THRESHOLD``
-        backends that can upload in parts do. With ``if_none_match`` an existing key raises ObjectExistsError."""
+    async def put(self, key: str, data: ObjectData, *, if_none_match: bool = False) -> None:
+        """Stores ``data`` (one buffer, or parts stored back to back) atomically; readers see all of it or none
+        of it. Above ``MULTIPART_THRESHOLD`` backends that can upload in parts do. With ``if_none_match`` an
+        existing key raises ObjectExistsError."""
         ...
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from storage.objectstore.base import ObjectInfo, ObjectStore
+from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore
 
 T = TypeVar("T")
 
@@ -132,7 +132,7 @@ class FaultyObjectStore:
         error = fault.error
         return error(f"injected fault on {op} ({self.name})") if isinstance(error, type) else error
 
-    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+    async def put(self, key: str, data: ObjectData, *, if_none_match: bool = False) -> None:
         await self._call("put", lambda: self._inner.put(key, data, if_none_match=if_none_match))
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from storage.durable import fsync_dir
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
-from storage.objectstore.base import ObjectInfo, StoreStats
+from storage.objectstore.base import ObjectData, ObjectInfo, StoreStats, data_size
 
 _TMP_SUFFIX = ".fjord-tmp"
 
@@ -40,18 +40,23 @@ class LocalObjectStore:
             raise ObjectStoreError(f"{self.name}: invalid object key {key!r}")
         return self._root / key
 
-    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+    async def put(self, key: str, data: ObjectData, *, if_none_match: bool = False) -> None:
         path = self._path(key)
         self.stats.puts += 1
-        self.stats.bytes_put += len(data)
+        self.stats.bytes_put += data_size(data)
         await asyncio.to_thread(self._put_sync, path, key, data, if_none_match)
 
-    def _put_sync(self, path: Path, key: str, data: bytes, if_none_match: bool) -> None:
+    def _put_sync(self, path: Path, key: str, data: ObjectData, if_none_match: bool) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
         try:
             with open(tmp, "wb") as f:
-                f.write(data)
+                if isinstance(data, bytes | bytearray | memoryview):
+                    f.write(data)
+                else:
+                    # Parts go to the file as they are: the buffered writer copies only the small headers, large
+                    # payloads are written straight from their own memory. No copy of the whole object.
+                    f.writelines(data)
                 f.flush()
                 os.fsync(f.fileno())
             if if_none_match:

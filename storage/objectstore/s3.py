@@ -30,7 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTT
 
 from storage.config import BucketURL, StorageConfig
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
-from storage.objectstore.base import MULTIPART_THRESHOLD, ObjectInfo, StoreStats
+from storage.objectstore.base import MULTIPART_THRESHOLD, ObjectData, ObjectInfo, StoreStats, join_data
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +220,10 @@ class S3ObjectStore:
 
     # --- writes -------------------------------------------------------------------------------------------------
 
-    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+    async def put(self, key: str, data: ObjectData, *, if_none_match: bool = False) -> None:
+        if not isinstance(data, bytes):
+            # The request body (and its MD5) needs the object in one buffer: join the parts off the event loop.
+            data = await asyncio.to_thread(join_data, data)
         if len(data) > self._multipart_threshold:
             await self._put_multipart(key, data, if_none_match)
             return

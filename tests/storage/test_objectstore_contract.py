@@ -178,3 +178,17 @@ async def test_file_url_with_relative_path_resolves_against_working_dir(
     store = open_object_store(parse_bucket_url("0@file://data/objects"), StorageConfig())
     await store.put("k/1", b"v")
     assert (tmp_path / "data" / "objects" / "k" / "1").read_bytes() == b"v"
+
+
+async def test_put_of_parts_stores_them_back_to_back_as_one_object(store: ObjectStore) -> None:
+    data = _payload(70_000, seed=9)
+    parts = [data[:33], data[33:65_569], b"", data[65_569:]]  # as ObjectBuilder hands them over: headers, payloads
+    before = store.stats.bytes_put
+    await store.put("parts/one", parts)
+    assert await store.get("parts/one") == data
+    assert await store.size("parts/one") == len(data)
+    assert await store.get("parts/one", 30, 40) == data[30:40]  # a range across a part boundary
+    assert store.stats.bytes_put - before == len(data)
+    with pytest.raises(ObjectExistsError):
+        await store.put("parts/one", [b"x"], if_none_match=True)
+    assert await store.get("parts/one") == data

@@ -16,6 +16,7 @@ from storage.metadata.api import NodeIdentity, ObjectState, ObjectType
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.records import MetadataRecord, ObjectRecord
 from storage.objects.reader import ObjectReader
+from storage.objectstore.base import ObjectData
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
 from storage.record import StreamRecordBatch
@@ -87,7 +88,7 @@ class SlowObject(MemoryObjectStore):
         self.slow_id = slow_id
         self.delay = delay
 
-    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+    async def put(self, key: str, data: ObjectData, *, if_none_match: bool = False) -> None:
         if key.endswith(f"/{self.slow_id}"):
             await asyncio.sleep(self.delay)
         await super().put(key, data, if_none_match=if_none_match)

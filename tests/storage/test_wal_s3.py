@@ -14,7 +14,7 @@ import pytest
 
 from storage.config import BucketURL, StorageConfig, parse_bucket_url
 from storage.errors import ObjectStoreError, WALError, WALFencedError
-from storage.objectstore.base import ObjectInfo, ObjectStore
+from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
 from storage.record import StreamRecordBatch
@@ -165,7 +165,7 @@ class SlowFirstUpload:
     def name(self) -> str:
         return self.inner.name
 
-    async def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> None:
+    async def put(self, key: str, data: ObjectData, *, if_none_match: bool = False) -> None:
         parsed = s3_format.parse_object_key(key, PREFIX)
         if parsed is not None and not parsed.empty and not self._delayed:
             self._delayed = True
