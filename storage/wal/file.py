@@ -15,7 +15,7 @@ acknowledged before one appended earlier, and a torn write can only ever affect 
 
 Segments are preallocated: a new segment is a *spare* file renamed into place — either a trimmed segment recycled
 whole (as many are kept as the WAL's capacity has room for, so a steady load rolls onto recycled files only), or,
-when none is left, a file zero-filled by the writer thread a step after each group commit (``Preallocation``).
+when none is left, a file the writer thread zero-fills in steps while the WAL idles (``Preallocation``).
 Overwriting allocated blocks lets fdatasync skip the file-size metadata update, which halves its latency on ext4.
 Old bytes left in a recycled file cannot be mistaken for records: every record header carries its own logical
 position.
@@ -121,6 +121,7 @@ class FileWAL(WALState):
         self._filler = PacedSpareFiller(self._spares, segment_size) if preallocate is Preallocation.PACED else None
         self._unpaced = 0  # bytes written since the paced zero-fill last took a step
         self._fill_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0  # event-loop time the flusher last ran out of appends
         self._writer = SegmentWriter(self._dir, segment_size, self._spares)
         self._lock_fd = -1
         self._segments: list[Segment] = []
@@ -449,7 +450,8 @@ class FileWAL(WALState):
                 self._idle.set()
                 if self._closed:
                     return
-                self._schedule_fill_step()
+                self._idle_since = loop.time()
+                self._schedule_fill_step(_FILL_AFTER_IDLE_S)
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
@@ -500,17 +502,21 @@ class FileWAL(WALState):
         parts = walrecord.encode_record_parts([entry.batch for entry in group], offset)
         return self._writer.write_group(parts, offset)
 
-    def _schedule_fill_step(self) -> None:
+    def _schedule_fill_step(self, delay: float) -> None:
         """The WAL went idle: if the paced zero-fill has work, it gets a step once the idleness lasts a moment.
         Under a steady stream of appends (closed-loop producers) it never delays a group, and a roll then simply
         creates a new file; at a modest rate the idle gaps between groups fill the spare."""
         if self._filler is None or not self._unpaced or self._fill_timer is not None or not self._filler.busy:
             return
-        self._fill_timer = asyncio.get_running_loop().call_later(_FILL_AFTER_IDLE_S, self._fill_step)
+        self._fill_timer = asyncio.get_running_loop().call_later(delay, self._fill_step)
 
     def _fill_step(self) -> None:
         self._fill_timer = None
         if self._filler is None or self._closed or self._pending or not self._idle.is_set():
+            return
+        idle_for = asyncio.get_running_loop().time() - self._idle_since
+        if idle_for < _FILL_AFTER_IDLE_S:  # it was busy again meanwhile: wait for this idle spell to last
+            self._schedule_fill_step(_FILL_AFTER_IDLE_S - idle_for)
             return
         # On the writer's own thread, so the step and group commits never overlap; an append arriving meanwhile
         # waits for this one step at most.
