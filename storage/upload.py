@@ -43,7 +43,7 @@ from storage.metadata.api import (
     StreamState,
 )
 from storage.objects.format import ObjectBuilder, object_key
-from storage.objectstore.base import ObjectStore
+from storage.objectstore.base import ObjectStore, data_size
 from storage.record import StreamRecordBatch
 
 logger = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ class UploadPipeline:
         async def put(index: int, part: _Part) -> tuple[int, int]:
             object_id = plan.first_id + index
             data = await asyncio.to_thread(self._build, part)
-            size = sum(len(p) for p in data)
+            size = data_size(data)
             key = object_key(object_id, self._namespace)
             await self._retry(
                 f"upload of object {object_id} ({key}, {size} bytes, streams "
