@@ -12,6 +12,7 @@ import os
 import re
 import struct
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ SPARE_SEGMENTS = 4  # spares kept at least (more while the WAL's capacity has ro
 _ZEROS = bytes(2 * MiB)
 _PACED_MIN_STEP = 128 * 1024  # smallest zero-fill step worth an fdatasync of its own
 _PACED_MAX_STEP = 1 * MiB  # largest: the longest a group commit can wait behind the filler
+_PACED_RETRY_S = 10.0  # after a failed step (disk full), new segments are new files for this long
 
 
 class Preallocation(enum.Enum):
@@ -204,16 +206,17 @@ class PacedSpareFiller:
         self._fd = -1
         self._path: Path | None = None
         self._filled = 0
+        self._resume_at = 0.0  # monotonic time before which a failed filler does not try again
 
     @property
     def busy(self) -> bool:
         """A spare is being filled, or the next roll has none ready (a trimmed segment may still arrive)."""
-        return self._fd >= 0 or len(self._spares) == 0
+        return self._fd >= 0 or (len(self._spares) == 0 and time.monotonic() >= self._resume_at)
 
     def after_group(self, group_bytes: int, active_size: int) -> None:
         """One step, after groups of ``group_bytes`` left ``active_size`` bytes in the active segment."""
         if self._fd < 0:
-            if len(self._spares) > 0:
+            if not self.busy:
                 return  # the next roll has a file already (a recycled segment, most of the time)
             if not self._open():
                 return
@@ -229,6 +232,7 @@ class PacedSpareFiller:
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as exc:
             logger.warning("WAL %s: cannot create a spare segment: %s", path.parent, exc.strerror)
+            self._resume_at = time.monotonic() + _PACED_RETRY_S
             return False
         self._path, self._filled = path, 0
         return True
@@ -251,7 +255,13 @@ class PacedSpareFiller:
             if not self._spares.offer(path):
                 path.unlink()
         except OSError as exc:
-            logger.warning("WAL %s: cannot preallocate a segment: %s", path.parent, exc.strerror)
+            logger.warning(
+                "WAL %s: cannot preallocate a segment (new segments are new files for the next %.0f s): %s",
+                path.parent,
+                _PACED_RETRY_S,
+                exc.strerror,
+            )
+            self._resume_at = time.monotonic() + _PACED_RETRY_S
             self.abandon()
 
     def abandon(self) -> None:
