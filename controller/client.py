@@ -23,6 +23,7 @@ from storage.metadata.api import NodeIdentity, StreamMetadata
 
 if TYPE_CHECKING:
     from controller.controller import Controller
+    from controller.producer_ids import ProducerIdBlock
 
 __all__ = [
     "ConfigResource",
@@ -140,6 +141,12 @@ class ControllerClient(Protocol):
         """Gives each leaderless partition (all when ``partitions`` is None) a live leader."""
         ...
 
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        """AllocateProducerIds: a block of producer ids that no other broker of the cluster is ever given, durable
+        before it returns. Raises an error carrying the Kafka error code (``error``) when refused (an unknown
+        broker or a stale ``broker_epoch``)."""
+        ...
+
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """``node`` finished replaying the WAL of a dead broker the controller assigned to it
         (``controller.wal_failover``)."""
@@ -195,6 +202,9 @@ class LocalControllerClient:
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
         return await self._controller.elect_leaders(partitions)
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        return await self._controller.allocate_producer_ids(broker_id, broker_epoch)
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         await self._controller.complete_wal_failover(node, failed_node_id, failed_node_epoch)

@@ -41,6 +41,13 @@ from controller.config import (
 )
 from controller.image import MetadataImage, PartitionImage, is_cluster_record
 from controller.log import LocalMetadataLog, RecordLog
+from controller.producer_ids import (
+    ProducerIdBlock,
+    ProducerIdsExhaustedError,
+    decode_legacy_floor,
+    legacy_kv_key,
+    next_block,
+)
 from controller.records import (
     NO_LEADER,
     RESOURCE_BROKER,
@@ -419,6 +426,37 @@ class Controller:
             logger.info("broker %d (epoch %d) unfenced; it now leads %d partitions", node_id, epoch,
                         len(self._image.partitions_led_by(node_id)))
             return True
+
+    # ------------------------------------------------------------------ producer ids
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        """AllocateProducerIds: a block of producer ids no other broker was or will be given, durable in the
+        metadata log before it is returned. ControllerError for an unknown broker, a stale epoch, or when the id
+        space is exhausted."""
+        async with self._lock:
+            image = self._image
+            broker = image.brokers.get(broker_id)
+            if broker is None:
+                raise ControllerError(
+                    ErrorCode.broker_id_not_registered, f"broker {broker_id} asked for producer ids unregistered"
+                )
+            if broker.epoch != broker_epoch:
+                raise ControllerError(
+                    ErrorCode.stale_broker_epoch,
+                    f"broker {broker_id} asked for producer ids with epoch {broker_epoch}, its registration is "
+                    f"{broker.epoch}",
+                )
+            floor = 0
+            if image.producer_ids.next_producer_id == 0:  # first allocation: respect a pre-upgrade KV reservation
+                floor = decode_legacy_floor(await self._streams.get_kv(legacy_kv_key(image.cluster_id)))
+            try:
+                block, record = next_block(image, broker_id, broker_epoch, floor)
+            except ProducerIdsExhaustedError as exc:
+                raise ControllerError(ErrorCode.unknown_server_error, str(exc)) from None
+            await self._commit([record])
+            logger.info("producer ids [%d, %d) given to broker %d (epoch %d)", block.start, block.end, broker_id,
+                        broker_epoch)
+            return block
 
     # ------------------------------------------------------------------ topics
 

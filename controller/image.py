@@ -25,6 +25,7 @@ from controller.records import (
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -39,6 +40,7 @@ __all__ = [
     "Endpoint",
     "MetadataImage",
     "PartitionImage",
+    "ProducerIdsImage",
     "TopicImage",
     "WALFailoverImage",
     "is_cluster_record",
@@ -102,6 +104,16 @@ class WALFailoverImage:
         return not self.done and self.target_id == node_id and self.target_epoch == node_epoch
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerIdsImage:
+    """The last producer id block handed out (``controller.records.ProducerIdsRecord``): every id below
+    ``next_producer_id`` belongs to some broker's block, the next block starts at it."""
+
+    broker_id: int = -1
+    broker_epoch: int = -1
+    next_producer_id: int = 0
+
+
 def is_cluster_record(record: object) -> bool:
     """True for the records this image applies; the rest belong to the stream metadata."""
     return isinstance(record, CLUSTER_RECORD_TYPES)
@@ -120,6 +132,7 @@ class MetadataImage:
     node_configs: Mapping[int, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     # The latest WAL failover of each broker whose S3 WAL another broker replays (or replayed) after it died.
     wal_failovers: Mapping[int, WALFailoverImage] = field(default_factory=lambda: _EMPTY)
+    producer_ids: ProducerIdsImage = ProducerIdsImage()
 
     def partition(self, topic: str, partition: int) -> PartitionImage | None:
         image = self.topics_by_name.get(topic)
@@ -170,6 +183,9 @@ class MetadataImage:
                                          failover.target_epoch, failover.attempt))
             if failover.done:
                 out.append(WALFailoverDoneRecord(failover.node_id, failover.node_epoch))
+        if self.producer_ids.next_producer_id > 0:
+            ids = self.producer_ids
+            out.append(ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id))
         for topic in sorted(self.topics_by_name.values(), key=lambda t: t.name):
             out.append(TopicRecord(topic.name, str(topic.topic_id)))
             for key, value in sorted(topic.configs.items()):
@@ -195,6 +211,7 @@ class _Builder:
         self._broker_configs: dict[str, str] | None = None
         self._node_configs: dict[int, Mapping[str, str]] | None = None
         self._failovers: dict[int, WALFailoverImage] | None = None
+        self._producer_ids = base.producer_ids
 
     def _topics(self) -> dict[uuid.UUID, TopicImage]:
         if self._by_id is None:
@@ -272,6 +289,14 @@ class _Builder:
                                 node_id, node_epoch)
                 else:
                     self._failover_map()[node_id] = replace(current, done=True)
+            case ProducerIdsRecord():
+                if record.next_producer_id <= self._producer_ids.next_producer_id:
+                    logger.warning("ProducerIdsRecord of broker %d ending at %d ignored: blocks below %d are "
+                                   "already handed out", record.broker_id, record.next_producer_id,
+                                   self._producer_ids.next_producer_id)
+                else:
+                    self._producer_ids = ProducerIdsImage(record.broker_id, record.broker_epoch,
+                                                          record.next_producer_id)
             case _:
                 pass  # stream/object/KV records: replayed by the stream metadata
 
@@ -353,6 +378,7 @@ class _Builder:
             broker_configs=base.broker_configs if self._broker_configs is None else _frozen(self._broker_configs),
             node_configs=base.node_configs if self._node_configs is None else _frozen(self._node_configs),
             wal_failovers=base.wal_failovers if self._failovers is None else _frozen(self._failovers),
+            producer_ids=self._producer_ids,
         )
 
 

@@ -174,6 +174,21 @@ class UnfenceBrokerRecord(MetadataRecord):
     epoch: int
 
 
+@register_record
+@dataclass(frozen=True, slots=True)
+class ProducerIdsRecord(MetadataRecord):
+    """Broker ``broker_id`` (at registration ``broker_epoch``) was given the block of producer ids that ends just
+    below ``next_producer_id``; the next block starts there. Ids are only ever handed out by appending this record,
+    so two brokers can never hold overlapping blocks, and a block survives controller restarts and failovers.
+    ``broker_id`` -1 in snapshots and for the upgrade floor of a cluster that reserved ids in the KV store."""
+
+    TYPE: ClassVar[int] = 15
+    VERSION: ClassVar[int] = 0
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
 # ---------------------------------------------------------------- WAL failover (Fjord's own ids, after AutoMQ's 5xx)
 
 
@@ -228,6 +243,7 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     UnregisterBrokerRecord,
     FenceBrokerRecord,
     UnfenceBrokerRecord,
+    ProducerIdsRecord,
     WALFailoverRecord,
     WALFailoverDoneRecord,
 )
@@ -258,6 +274,7 @@ __all__ = [
     "ObjectRecord",
     "PartitionChangeRecord",
     "PartitionRecord",
+    "ProducerIdsRecord",
     "RangeEntry",
     "RangeRecord",
     "RecordDecodeError",

@@ -46,8 +46,9 @@ from controller.client import (
     NewTopic,
 )
 from controller.config import ConfigEntry, ConfigSource, ServerConfig, ensure_meta_properties
-from controller.controller import Controller
+from controller.controller import Controller, ControllerError
 from controller.image import MetadataImage
+from controller.producer_ids import ProducerIdBlock
 from controller.quorum import RAFT_DIR_NAME, quorum_cluster_id
 from controller.raft.core import RaftConfig
 from controller.raft.driver import RaftDriver
@@ -85,6 +86,7 @@ _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_S
 _BACKOFF_INITIAL_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _BROKER_REGISTRATION_VERSION = 2
+_ALLOCATE_PRODUCER_IDS_VERSION = 0
 _BROKER_HEARTBEAT_VERSION = 1
 _DESCRIBE_QUORUM_VERSION = 2
 _CREATE_TOPICS_VERSION = 7
@@ -886,6 +888,19 @@ class RemoteControllerClient:
                     "registers",
                 ))
         return results
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        """AllocateProducerIds (api key 67) to the active controller. A retry after a lost answer may cost a block
+        (never an overlap: each answer is its own committed record)."""
+        response = await self.channel.kafka(
+            m.ALLOCATE_PRODUCER_IDS, _ALLOCATE_PRODUCER_IDS_VERSION, f"allocate producer ids for broker {broker_id}",
+            broker_id=broker_id, broker_epoch=broker_epoch,
+        )
+        code = ErrorCode(int(response.error_code))
+        if code is not ErrorCode.none:
+            raise ControllerError(code, f"broker {broker_id} (epoch {broker_epoch}): the controller refused a "
+                                        f"producer id block: {code.name}")
+        return ProducerIdBlock(int(response.producer_id_start), int(response.producer_id_len))
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """Reports this broker's replay of a dead broker's WAL done (``controller.wal_failover``)."""

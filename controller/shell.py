@@ -5,6 +5,7 @@ state), a snapshot file, or a metadata log directory, and is shown as directorie
 
     /brokers/<node id>                 registration: epoch, listeners, rack, fenced
     /failovers/<node id>               the latest WAL failover of a dead broker: target, attempt, pending or done
+    /producerIds                       the last producer id block handed out: broker, its epoch, next id
     /topics/<name>/<partition>         replicas, leader, leader epoch   (/topics/<name>/configs, /topics/<name>/id)
     /streams/<stream id>               epoch, state, start/end offset, ranges (owner per epoch), stream objects
     /objects/<object id>               size, state, type, which streams it holds
@@ -144,6 +145,11 @@ def build_tree(records: Iterable[MetadataRecord], cluster_id: str = "") -> Entry
     root = Entry("", children={})
     _brokers(root.child_dir("brokers"), state.image)
     _failovers(root.child_dir("failovers"), state.image)
+    ids = state.image.producer_ids
+    root.add_file("producerIds", _fields([
+        ("last block broker", ids.broker_id), ("last block broker epoch", ids.broker_epoch),
+        ("next producer id", ids.next_producer_id),
+    ]))
     _topics(root.child_dir("topics"), state.image)
     _streams(root.child_dir("streams"), state)
     _objects(root.child_dir("objects"), state)

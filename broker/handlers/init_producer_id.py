@@ -16,7 +16,6 @@ from kio.schema.errors import ErrorCode
 
 from broker.errors import error_code_for
 from broker.handlers.registry import RequestContext, handler
-from broker.partition.manager import storage_namespace
 from broker.partition.producer_ids import ProducerIdAllocator
 
 logger = logging.getLogger(__name__)
@@ -28,7 +27,7 @@ _allocators: weakref.WeakKeyDictionary[Any, ProducerIdAllocator] = weakref.WeakK
 def producer_id_allocator(node: Any) -> ProducerIdAllocator:
     allocator = _allocators.get(node)
     if allocator is None:
-        allocator = ProducerIdAllocator(node.controller.stream_metadata, storage_namespace(node.cluster_id))
+        allocator = ProducerIdAllocator(node.controller, lambda: (node.node_id, node.node_epoch))
         _allocators[node] = allocator
     return allocator
 

@@ -34,7 +34,9 @@ from controller.client import (
     LocalControllerClient,
     NewTopic,
 )
+from controller.controller import ControllerError
 from controller.image import MetadataImage
+from controller.producer_ids import ProducerIdBlock
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -127,6 +129,8 @@ class ControllerDispatcher:
             response = await self._heartbeat(response_cls, request.body)
         elif api_key == m.DESCRIBE_CLUSTER:
             response = self._describe_cluster(response_cls, request.body)
+        elif api_key == m.ALLOCATE_PRODUCER_IDS:
+            response = await self._allocate_producer_ids(response_cls, request.body)
         else:
             response = await self._admin(api_key, prefix.api_version, prefix.correlation_id, request, peer)
         return codec.encode_response(prefix.correlation_id, response)
@@ -230,6 +234,22 @@ class ControllerDispatcher:
             is_fenced=fenced,
             should_shut_down=bool(body.want_shut_down),
         )
+
+    async def _allocate_producer_ids(self, response_cls: type[Any], body: Any) -> Any:
+        broker_id = int(body.broker_id)
+        try:
+            controller = self.quorum.active_controller(f"allocate producer ids for broker {broker_id}")
+            block = await controller.allocate_producer_ids(broker_id, int(body.broker_epoch))
+        except m.NotControllerError as exc:
+            logger.info("producer ids for broker %d: %s", broker_id, exc)
+            code = ErrorCode.not_controller
+        except ControllerError as exc:
+            logger.info("producer ids for broker %d refused: %s", broker_id, exc.message)
+            code = exc.error
+        else:
+            return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none,
+                               producer_id_start=block.start, producer_id_len=block.length)
+        return codec.build(response_cls, throttle_time=0, error_code=code, producer_id_start=-1, producer_id_len=0)
 
     # ---- admin APIs ----------------------------------------------------------------------------------------
     async def _admin(self, api_key: int, version: int, correlation_id: int, request: Any, peer: Peer) -> Any:
@@ -425,6 +445,11 @@ class _AdminClient:
             return await self._client("elect leaders").elect_leaders(partitions)
         except m.NotControllerError as exc:
             return [ElectLeaderResult(t, p, ErrorCode.not_controller, str(exc)) for t, p in partitions or ()]
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        return await self._client(f"allocate producer ids for broker {broker_id}").allocate_producer_ids(
+            broker_id, broker_epoch
+        )
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         await self._client("complete a WAL failover").complete_wal_failover(node, failed_node_id, failed_node_epoch)

@@ -29,6 +29,8 @@ BrokerHeartbeat     63    0-1       active controller: session keep-alive, fenci
 DescribeCluster     60    0-1       any voter: endpoint type 2 (KIP-919) lists the voters and the active
                                     controller (how ``kafka-metadata-quorum --bootstrap-controller`` finds
                                     the leader); type 1 lists the live brokers of this voter's image
+AllocateProducerIds 67    0         active controller: a block of producer ids for the calling broker,
+                                    committed as a ProducerIdsRecord before the answer
 ==================  ====  ========  ===================================================================
 
 A Kafka-protocol request that reaches a controller which is not the active one is answered with the response's
@@ -133,6 +135,7 @@ FETCH_SNAPSHOT: Final = 59
 BROKER_REGISTRATION: Final = 62
 BROKER_HEARTBEAT: Final = 63
 DESCRIBE_CLUSTER: Final = 60
+ALLOCATE_PRODUCER_IDS: Final = 67
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 METADATA_PARTITION: Final = 0
@@ -153,6 +156,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     BROKER_REGISTRATION: (0, 4),
     BROKER_HEARTBEAT: (0, 1),
     DESCRIBE_CLUSTER: (0, 1),
+    ALLOCATE_PRODUCER_IDS: (0, 0),
 }
 """(min, max) version of every Kafka-protocol RPC the CONTROLLER listener serves."""
 

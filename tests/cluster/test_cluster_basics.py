@@ -25,11 +25,13 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets_schema import partition_for
 from broker.local_cluster import LocalCluster
+from broker.partition.producer_ids import BLOCK_SIZE
 from broker.protocol import codec
 from controller.config import INTERNAL_TOPIC_PARTITIONS
 from controller.rpc.connection import ControllerConnection
 
 LIST_OFFSETS = 2
+INIT_PRODUCER_ID = 22
 DESCRIBE_QUORUM = 55
 
 
@@ -189,3 +191,35 @@ def test_describe_quorum_through_any_broker_reports_the_real_quorum(shared_clust
         assert partition.high_watermark > 0
         assert {n.node_id for n in response.nodes} == controllers
     assert len({r.topics[0].partitions[0].leader_id for r in answers}) == 1
+
+
+def test_idempotent_producers_on_different_brokers_get_distinct_producer_ids(shared_cluster: LocalCluster) -> None:
+    """What an idempotent producer sends first (InitProducerId without a transactional id), to every broker at
+    once: each broker hands out ids from its own block, so no two producers share an id."""
+
+    async def init_producer_ids(port: int, count: int) -> list[int]:
+        request = codec.build(codec.request_class(INIT_PRODUCER_ID, 4), transactional_id=None,
+                              transaction_timeout=-1, producer_id=-1, producer_epoch=-1)
+        connection = ControllerConnection("127.0.0.1", port, client_id="idempotent-producer")
+        await connection.connect(timeout=5)
+        try:
+            responses = await asyncio.gather(*(connection.request(request, timeout=20) for _ in range(count)))
+        finally:
+            await connection.close()
+        assert all(r.error_code == ErrorCode.none for r in responses), [r.error_code for r in responses]
+        assert all(r.producer_epoch == 0 for r in responses)
+        return [int(r.producer_id) for r in responses]
+
+    async def everywhere() -> list[list[int]]:
+        return list(await asyncio.gather(*(init_producer_ids(b.spec.port, 20) for b in shared_cluster.brokers)))
+
+    per_broker = asyncio.run(everywhere())
+    every = [pid for ids in per_broker for pid in ids]
+    assert len(set(every)) == len(every), f"producer ids handed out twice: {per_broker}"
+    blocks = [{pid // BLOCK_SIZE for pid in ids} for ids in per_broker]
+    for i, mine in enumerate(blocks):
+        for theirs in blocks[i + 1:]:
+            assert not mine & theirs, f"two brokers share a producer id block: {blocks}"
+    shown = metadata_shell(shared_cluster, "cat /producerIds")
+    next_id = int(shown.split("next producer id")[1].split(":")[1].split()[0])
+    assert next_id > max(every), shown

@@ -14,6 +14,7 @@ from controller.records import (
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -140,3 +141,11 @@ def test_to_records_rebuilds_an_equal_image() -> None:
     image = MetadataImage("c", controller_id=1).apply(records, 20)
     rebuilt = MetadataImage("c", controller_id=1).apply(image.to_records(), 20)
     assert rebuilt == image
+
+
+def test_producer_id_blocks_only_move_forward_and_survive_a_snapshot() -> None:
+    image = MetadataImage("c").apply([ProducerIdsRecord(1, 10, 1000), ProducerIdsRecord(2, 11, 2000)], 1)
+    assert (image.producer_ids.broker_id, image.producer_ids.next_producer_id) == (2, 2000)
+    # A record that would move the next block back (blocks below 2000 are handed out) changes nothing.
+    assert image.apply([ProducerIdsRecord(1, 10, 1500)], 2).producer_ids == image.producer_ids
+    assert MetadataImage("c").apply(image.to_records(), 1) == image

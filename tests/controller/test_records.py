@@ -19,6 +19,7 @@ from controller.records import (
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RecordDecodeError,
     RegisterBrokerRecord,
     RemoveTopicRecord,
@@ -57,6 +58,7 @@ SAMPLES: list[MetadataRecord] = [
     WALFailoverRecord(1, 1700000000000, 2, 1700000000500, 1),
     WALFailoverRecord(1, 1700000000000, -1, -1, 0),
     WALFailoverDoneRecord(1, 1700000000000),
+    ProducerIdsRecord(2, 1700000000500, 3000),
 ]
 
 
