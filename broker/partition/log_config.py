@@ -32,6 +32,17 @@ class LogConfig:
     retention_ms: int = _default("retention.ms")
     #: ``retention.bytes``; negative means no size limit.
     retention_bytes: int = _default("retention.bytes")
+    #: ``cleanup.policy`` contains ``compact``: the log cleaner keeps the latest record per key, and produce rejects
+    #: records without a key (as Kafka does).
+    compact: bool = "compact" in _default("cleanup.policy")
+    #: ``delete.retention.ms``: how long the cleaner keeps a tombstone (a record with a null value).
+    delete_retention_ms: int = _default("delete.retention.ms")
+    #: ``min.compaction.lag.ms``: records younger than this are never cleaned.
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    #: ``max.compaction.lag.ms``: a dirty record older than this makes the partition cleanable whatever its ratio.
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    #: ``min.cleanable.dirty.ratio``: the share of uncleaned bytes at which the partition is worth a round.
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
     producer_id_expiration_ms: int = BROKER_KEYS["producer.id.expiration.ms"].default
     #: Persist producer state and the partition record after this many appended bytes, bounding recovery.
     checkpoint_interval_bytes: int = 16 << 20
@@ -51,5 +62,10 @@ class LogConfig:
             delete_retention_enabled="delete" in effective["cleanup.policy"],
             retention_ms=effective["retention.ms"],
             retention_bytes=effective["retention.bytes"],
+            compact="compact" in effective["cleanup.policy"],
+            delete_retention_ms=effective["delete.retention.ms"],
+            min_compaction_lag_ms=effective["min.compaction.lag.ms"],
+            max_compaction_lag_ms=effective["max.compaction.lag.ms"],
+            min_cleanable_dirty_ratio=effective["min.cleanable.dirty.ratio"],
             producer_id_expiration_ms=producer_id_expiration_ms,
         )

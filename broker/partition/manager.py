@@ -4,7 +4,8 @@ The manager subscribes to image changes and reconciles in one background task (c
 runs are coalesced into the next round): partitions this node now leads are opened with the image's leader epoch,
 partitions it lost (or whose leader epoch moved on) are closed cleanly, and partitions of deleted topics have
 their streams and KV entry destroyed. Internal topics (``__consumer_offsets``) are ordinary partitions here.
-A second task enforces retention on the open partitions every ``log.retention.check.interval.ms``.
+A second task enforces retention on the open partitions every ``log.retention.check.interval.ms``, and the log
+cleaner (broker/partition/cleaner.py) compacts those whose ``cleanup.policy`` contains ``compact``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from broker.errors import KafkaError
+from broker.partition.cleaner import CleanerSettings, LogCleaner
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from broker.partition.retention import HeadCache, enforce_retention
@@ -65,6 +67,15 @@ class PartitionManager:
         self._first_round = asyncio.Event()
         # LogConfig per topic id, for the image they were resolved against (every partition of a topic shares one).
         self._configs: tuple[MetadataImage | None, dict[uuid.UUID, LogConfig]] = (None, {})
+        config = node.config
+        self._cleaner = LogCleaner(
+            CleanerSettings(
+                enabled=bool(config.value("log.cleaner.enable")),
+                backoff_ms=int(config.value("log.cleaner.backoff.ms")),
+                dedupe_buffer_bytes=int(config.value("log.cleaner.dedupe.buffer.size")),
+            ),
+            self.open_partitions,
+        )
 
     @property
     def streams(self) -> StreamClient:
@@ -77,6 +88,7 @@ class PartitionManager:
         self._changed.set()
         self._task = asyncio.create_task(self._run(), name="partition-manager")
         self._retention_task = asyncio.create_task(self._retention_loop(), name="partition-retention")
+        self._cleaner.start()
         try:
             await asyncio.wait_for(self._first_round.wait(), _INITIAL_OPEN_TIMEOUT)
         except TimeoutError:
@@ -87,6 +99,7 @@ class PartitionManager:
         self._stopping = True
         self._changed.set()
         self._retention_stop.set()
+        await self._cleaner.stop()
         if self._retention_task is not None:
             # A retention round stops between partitions; let a trim in progress finish rather than cut it short.
             try:

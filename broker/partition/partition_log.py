@@ -19,7 +19,7 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -59,6 +59,7 @@ from broker.records.batch import (
 )
 from storage import errors as storage_errors
 from storage.metadata.api import StreamMetadata
+from storage.record import StreamRecordBatch
 from storage.stream import Stream, StreamClient, read_batches
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,22 @@ async def _open_stream(streams: StreamClient, stream_id: int, epoch: int, where:
     raise AssertionError("unreachable")
 
 
+async def _delete_doomed(streams: StreamClient, stream_ids: list[int], epoch: int, where: str) -> list[int]:
+    """Deletes streams a cleaner round left behind (an interrupted round's output, or a replaced cleaned stream
+    whose deletion did not finish); one already gone is fine. Returns the ids that could not be deleted yet."""
+    left: list[int] = []
+    for stream_id in stream_ids:
+        try:
+            await streams.delete_stream(stream_id, epoch)
+            logger.info("deleted stream %d of %s left by an earlier cleaner round", stream_id, where)
+        except storage_errors.StreamNotFoundError:
+            pass
+        except storage_errors.StorageError as exc:
+            logger.warning("stream %d of %s left by a cleaner round is not deletable yet: %s", stream_id, where, exc)
+            left.append(stream_id)
+    return left
+
+
 class PartitionLog:
     """One open partition. Create with ``await PartitionLog.open(...)``; ``close`` persists a clean shutdown."""
 
@@ -131,6 +148,8 @@ class PartitionLog:
         streams: StreamClient,
         kv: StreamMetadata,
         kv_key: str,
+        log_info: dict[str, object] | None = None,
+        cleaned: Stream | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -157,6 +176,13 @@ class PartitionLog:
         self._last_checkpoint = time.monotonic()
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._closed = False
+        # Compaction (DESIGN §10): [log start, cleaner offset) lives in the cleaned stream, the rest in the log
+        # stream; ``_log_info`` is the LOG meta entry both are named in.
+        self._log_info: dict[str, object] = dict(log_info or {})
+        self._cleaned = cleaned
+        self.cleaner_offset = int(str(self._log_info.get("co", 0))) if cleaned is not None else 0
+        self._cleaned_bytes = 0
+        self._cleaning: Stream | None = None
 
     # ------------------------------------------------------------------ offsets
     @property
@@ -171,6 +197,16 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def cleaned_bytes(self) -> int:
+        """Bytes of the compacted prefix (the cleaned stream's batches not below the log start)."""
+        return self._cleaned_bytes
+
+    @property
+    def dirty_bytes(self) -> int:
+        """Bytes written since the last cleaner round: what ``min.cleanable.dirty.ratio`` weighs."""
+        return max(0, self._size_bytes - self._cleaned_bytes)
 
     @property
     def size_bytes(self) -> int:
@@ -214,14 +250,29 @@ class PartitionLog:
             if log_entry is None:
                 log_id = await streams.create_stream((*tags, ("type", "log")))
                 time_id = await streams.create_stream((*tags, ("type", "time")))
-                stream_map = {"log": log_id, "tim": time_id, "txn": -1}
-                await meta.put({KEY_LOG: json.dumps({"streamMap": stream_map}).encode()})
+                log_info: dict[str, object] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1}}
+                await meta.put({KEY_LOG: json.dumps(log_info).encode()})
             else:
-                stream_map = json.loads(log_entry)["streamMap"]
+                log_info = json.loads(log_entry)
+            stream_map = log_info["streamMap"]
+            assert isinstance(stream_map, dict)
             log = await _open_stream(streams, int(stream_map["log"]), leader_epoch, where)
             opened.append(log)
             time_stream = await _open_stream(streams, int(stream_map["tim"]), leader_epoch, where)
             opened.append(time_stream)
+            doomed = log_info.get("doomed")
+            if isinstance(doomed, list) and doomed:
+                log_info["doomed"] = await _delete_doomed(streams, [int(x) for x in doomed], leader_epoch, where)
+                await meta.put({KEY_LOG: json.dumps(log_info).encode()})
+            cleaned: Stream | None = None
+            cleaned_id = int(str(log_info.get("cleaned", -1)))
+            if cleaned_id >= 0:
+                cleaned = await _open_stream(streams, cleaned_id, leader_epoch, where)
+                opened.append(cleaned)
+                cleaner_offset = int(str(log_info.get("co", 0)))
+                if log.start_offset < cleaner_offset:
+                    # A crash between a round's switch and its trim: the prefix now lives in the cleaned stream.
+                    await log.trim(min(cleaner_offset, log.next_offset))
             self = cls(
                 topic=topic,
                 partition=partition,
@@ -234,6 +285,8 @@ class PartitionLog:
                 streams=streams,
                 kv=kv,
                 kv_key=key,
+                log_info=log_info,
+                cleaned=cleaned,
             )
             await self._restore()
         except BaseException:
@@ -251,7 +304,16 @@ class PartitionLog:
         info = json.loads(raw_info) if raw_info is not None else {}
         # A partition opened for the first time has nothing to recover.
         clean = bool(info.get("cs", False)) or (raw_info is None and self._log.confirm_offset == self._log.start_offset)
-        self.log_start_offset = max(int(info.get("s", 0)), self._log.start_offset)
+        stream_start = self._cleaned.start_offset if self._cleaned is not None else self._log.start_offset
+        self.log_start_offset = max(int(info.get("s", 0)), stream_start)
+        size_checkpoint = info.get("z")
+        if self._cleaned is not None:
+            if int(info.get("c", 0)) == self.cleaner_offset and "cb" in info:
+                self._cleaned_bytes = int(info["cb"])
+            else:
+                # The LOG switch of a cleaner round is newer than PARTITION: sizes from before the round are stale.
+                self._cleaned_bytes = int(str(self._log_info.get("cb", 0)))
+                size_checkpoint = None
         if "mt" in info:
             self._max_timestamp, self._max_timestamp_offset = (int(x) for x in info["mt"])
         raw_epochs = self._meta.get(KEY_LEADER_EPOCH_CHECKPOINT)
@@ -268,7 +330,7 @@ class PartitionLog:
                 logger.warning("producer snapshot of %s unreadable (%s); rebuilding from the log", self.where, exc)
                 snapshot_offset = self.log_start_offset
         end = self.high_watermark
-        size_from = self._restore_size(info.get("z"), end)
+        size_from = self._restore_size(size_checkpoint, end)
         recover_from: int | None = None
         if not clean or snapshot_offset < end:
             recover_from = max(min(snapshot_offset, end), self.log_start_offset)
@@ -311,9 +373,32 @@ class PartitionLog:
         if last is not None and last.timestamp > self._max_timestamp:
             self._max_timestamp, self._max_timestamp_offset = last.timestamp, last.offset
 
+    def _piece(self, offset: int, end: int) -> tuple[Stream, int]:
+        """The stream holding ``offset`` and where its part of ``[offset, end)`` ends: offsets below the cleaner
+        offset live in the cleaned stream, the rest in the log stream (both use Kafka offsets)."""
+        if self._cleaned is not None and offset < self.cleaner_offset:
+            return self._cleaned, min(end, self.cleaner_offset)
+        return self._log, end
+
+    async def iter_stored(self, start: int, end: int) -> AsyncIterator[StreamRecordBatch]:
+        """Each stored batch overlapping ``[start, end)`` once, in offset order, across the cleaned and log
+        streams (a cleaned-stream batch may hold no Kafka batch: it only covers offsets compaction removed)."""
+        offset = start
+        while offset < end:
+            stream, piece_end = self._piece(offset, end)
+            last = offset
+            async for stored in read_batches(stream, max(offset, stream.start_offset), piece_end, _FETCH_CHUNK):
+                last = stored.last_offset
+                yield stored
+            if last <= offset and piece_end < end:
+                last = piece_end  # nothing stored there (only possible below a trimmed start)
+            if last <= offset:
+                return
+            offset = last
+
     async def _scan(self, start: int, end: int, visit: Callable[[BatchHeader, memoryview], bool]) -> None:
         """Walks whole batches of the log in ``[start, end)``; ``visit`` returns False to stop."""
-        async for stored in read_batches(self._log, start, end, _FETCH_CHUNK):
+        async for stored in self.iter_stored(start, end):
             for header, batch in iter_batches(stored.payload):
                 if header.next_offset <= start:
                     continue  # the stored batch straddles ``start``
@@ -393,6 +478,8 @@ class PartitionLog:
                 raise KafkaError(ErrorCode.invalid_record, f"{self.where}: {exc}") from exc
             if header.is_control and origin == "client":
                 raise KafkaError(ErrorCode.invalid_record, f"{self.where}: clients may not write control batches")
+            if self.config.compact and origin == "client":
+                self._require_keys(view)
             if not self.config.log_append_time and header.timestamp_type != LOG_APPEND_TIME:
                 for ts in (header.base_timestamp, header.max_timestamp):
                     if ts < 0:
@@ -410,6 +497,20 @@ class PartitionLog:
                 f"{self.where}: idempotent produce requests must contain exactly one record batch per partition",
             )
         return headers
+
+    def _require_keys(self, batch: memoryview) -> None:
+        """Compaction keeps the latest record per key, so a compacted topic refuses records without one (as
+        Kafka does)."""
+        try:
+            records = decode_records(batch)
+        except InvalidBatchError as exc:
+            raise KafkaError(ErrorCode.corrupt_message, f"{self.where}: {exc}") from exc
+        for record in records:
+            if record.key is None:
+                raise KafkaError(
+                    ErrorCode.invalid_record,
+                    f"{self.where}: compacted topic cannot accept a record without a key (cleanup.policy=compact)",
+                )
 
     async def append(self, records: bytes, *, required_acks: int = -1, origin: str = "client") -> AppendResult:
         """Validates, assigns offsets and appends; returns once the records are durable in the WAL."""
@@ -533,7 +634,8 @@ class PartitionLog:
         return json.dumps(
             {
                 "s": self.log_start_offset,
-                "c": 0,
+                "c": self.cleaner_offset,
+                "cb": self._cleaned_bytes,
                 "r": self.log_end_offset,
                 "cs": clean_shutdown,
                 "mt": [self._max_timestamp, self._max_timestamp_offset],
@@ -559,12 +661,19 @@ class PartitionLog:
         # exactly one time on their way to the response.
         parts: list[bytes | memoryview] = []
         size = 0
-        if offset < hw and (max_bytes > 0 or min_one):
+        cursor = offset
+        done = not (offset < hw and (max_bytes > 0 or min_one))
+        # A read below the cleaner offset starts in the cleaned stream and continues into the log stream while
+        # max_bytes allows; an offset compaction removed is covered by the stored batch after it, so the read
+        # returns the next present batch.
+        while not done and cursor < hw:
+            stream, piece_end = self._piece(cursor, hw)
             try:
-                result = await self._log.fetch(offset, hw, max(max_bytes, 1))
+                result = await stream.fetch(cursor, piece_end, max(max_bytes - size, 1))
             except storage_errors.OffsetOutOfRangeError as exc:
                 raise KafkaError(ErrorCode.offset_out_of_range, f"{self.where}: {exc}") from exc
-            done = False
+            if not result.batches:
+                break
             for stored in result.batches:
                 for header, batch in iter_batches(stored.payload):
                     if header.next_offset <= offset:
@@ -576,6 +685,9 @@ class PartitionLog:
                     size += header.size
                 if done:
                     break
+            reached = result.batches[-1].last_offset
+            done = done or reached <= cursor or (reached < piece_end and bool(parts)) or size >= max_bytes
+            cursor = reached
         return ReadResult(b"".join(parts), hw, self.log_start_offset, hw)
 
     async def wait_for_data(self, offset: int, timeout: float) -> bool:
@@ -714,7 +826,12 @@ class PartitionLog:
                 return True
             self.log_start_offset = target
             self._size_bytes = max(0, self._size_bytes - freed_bytes)
-            await self._log.trim(target)
+            if self._cleaned is not None and target > self._cleaned.start_offset:
+                # The freed batches come from the cleaned prefix first.
+                self._cleaned_bytes = max(0, self._cleaned_bytes - freed_bytes) if target < self.cleaner_offset else 0
+                await self._cleaned.trim(min(target, self._cleaned.next_offset))
+            if target > self._log.start_offset:
+                await self._log.trim(target)
             self.producers.evict_before(target)
             self.epochs.truncate_start(target)
             self.time_index.drop_before(target)
@@ -749,6 +866,79 @@ class PartitionLog:
         if trim_to > self._time.start_offset:
             await self._time.trim(trim_to)
 
+    # ------------------------------------------------------------------ log cleaner (broker/partition/cleaner.py)
+    async def begin_cleaning(self) -> Stream:
+        """Creates and opens the stream a cleaner round writes, after naming it in LOG's ``doomed`` list: a round
+        interrupted by a crash or a leadership change leaves a stream the next open deletes."""
+        self._check_open()
+        tags = (("topic", self.topic), ("partition", str(self.partition)), ("type", "cleaned"))
+        stream_id = await self._streams.create_stream(tags)
+        await self._put_log_info(doomed=[*self._doomed(), stream_id])
+        stream = await _open_stream(self._streams, stream_id, self.leader_epoch, self.where)
+        self._cleaning = stream
+        if self._closed:  # closed while we were opening it: close() did not see it
+            await stream.close()
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{self.where} is no longer led by this broker")
+        return stream
+
+    async def abandon_cleaning(self, stream: Stream) -> None:
+        """Deletes an unfinished round's stream (best effort: the ``doomed`` entry covers a failure)."""
+        self._cleaning = None
+        try:
+            await stream.destroy()
+            if not self._closed:
+                await self._put_log_info(doomed=[x for x in self._doomed() if x != stream.stream_id])
+        except storage_errors.StorageError as exc:
+            logger.warning("deleting cleaner stream %d of %s failed: %s", stream.stream_id, self.where, exc)
+
+    async def install_cleaned(
+        self, stream: Stream, *, cleaner_offset: int, expected_start: int, read_bytes: int, written_bytes: int
+    ) -> bool:
+        """Switches the partition to a round's output: ``stream`` holds ``[expected_start, cleaner_offset)``
+        compacted, built from ``read_bytes`` of stored batches into ``written_bytes``. The switch is one LOG
+        meta record (new cleaned stream, cleaner offset, the replaced stream doomed); then the log stream is
+        trimmed to the cleaner offset and the replaced cleaned stream deleted. Returns False, changing nothing,
+        when the partition moved on meanwhile (log start moved, closed)."""
+        async with self._lock:
+            if self._closed or self.log_start_offset != expected_start or cleaner_offset <= self.cleaner_offset:
+                return False
+            old = self._cleaned
+            doomed = [x for x in self._doomed() if x != stream.stream_id]
+            if old is not None:
+                doomed.append(old.stream_id)
+            info = dict(self._log_info, cleaned=stream.stream_id, co=cleaner_offset, cb=written_bytes, doomed=doomed)
+            self._size_bytes = max(0, self._size_bytes - read_bytes + written_bytes)
+            self._cleaned_bytes = written_bytes
+            self._cleaned = stream
+            self._cleaning = None
+            self.cleaner_offset = cleaner_offset
+            self._log_info = info
+            put = self._meta.put(
+                {
+                    KEY_LOG: json.dumps(info).encode(),
+                    KEY_PARTITION: self._partition_record(clean_shutdown=False),
+                }
+            )
+        await put
+        await self._log.trim(cleaner_offset)
+        if old is not None:
+            try:
+                await old.destroy()
+            except storage_errors.StorageError as exc:
+                logger.warning("deleting replaced cleaned stream %d of %s failed: %s", old.stream_id, self.where, exc)
+                return True
+        if not self._closed:
+            await self._put_log_info(doomed=[x for x in doomed if old is None or x != old.stream_id])
+        return True
+
+    def _doomed(self) -> list[int]:
+        doomed = self._log_info.get("doomed")
+        return [int(x) for x in doomed] if isinstance(doomed, list) else []
+
+    async def _put_log_info(self, **changes: object) -> None:
+        self._log_info = dict(self._log_info, **changes)
+        await self._meta.put({KEY_LOG: json.dumps(self._log_info).encode()})
+
     # ------------------------------------------------------------------ close / delete
     async def close(self) -> None:
         """Clean close: waits for in-flight appends, force-uploads, and persists PARTITION(cs=true), producer
@@ -769,6 +959,9 @@ class PartitionLog:
                         await self._time.append(encode_time_entry(entry), 1)
             await self._log.close()
             await self._time.close()
+            for extra in (self._cleaned, self._cleaning):
+                if extra is not None:
+                    await extra.close()
             await self._meta.put(
                 {
                     KEY_PRODUCER_SNAPSHOTS: encode_snapshot(self.log_end_offset, self.producers),
@@ -786,7 +979,8 @@ class PartitionLog:
         """Destroys the partition's streams and its KV entry (topic deletion)."""
         async with self._lock:
             self._closed = True
-        for stream in (self._log, self._time, self._meta.stream):
+        extra = [s for s in (self._cleaned, self._cleaning) if s is not None]
+        for stream in (self._log, self._time, *extra, self._meta.stream):
             try:
                 await stream.destroy()
             except storage_errors.StorageError as exc:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -269,6 +269,50 @@ def decode_records(batch: bytes | memoryview) -> list[Record]:
     return out
 
 
+def filter_batch(batch: bytes | memoryview, keep: Callable[[Record], bool]) -> bytes | None:
+    """Rebuilds one batch with only the records ``keep`` accepts (log compaction); None when it keeps none.
+
+    Everything a consumer or producer-state rebuild relies on stays as it was: base offset and last offset delta
+    (so the batch still ends where the producer's batch ended), the records' own offset and timestamp deltas (their
+    bytes are copied unchanged), timestamps, producer id/epoch/base sequence, attributes and the codec. Only the
+    record count, the records section (re-compressed with the same codec), the length and the CRC-32C change. A
+    batch that keeps every record is returned as it was, byte for byte."""
+    header = parse_header(batch)
+    data = records_section(batch, header)
+    kept: list[bytes] = []
+    pos = 0
+    try:
+        for _ in range(header.records_count):
+            start = pos
+            record, pos = _decode_record(data, pos, header)
+            if keep(record):
+                kept.append(data[start:pos])
+    except VarintError as exc:
+        raise InvalidBatchError(f"malformed record varint: {exc}") from exc
+    if len(kept) == header.records_count:
+        return bytes(batch)
+    if not kept:
+        return None
+    try:
+        payload = compress(header.compression, b"".join(kept))
+    except CompressionError as exc:
+        raise InvalidBatchError(str(exc)) from exc
+    after_crc = _AFTER_CRC.pack(
+        header.attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(kept),
+    )
+    crc = crc32c(after_crc + payload)
+    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    prefix = struct.pack(">qiibI", header.base_offset, length, header.partition_leader_epoch, MAGIC_V2, crc)
+    return prefix + after_crc + payload
+
+
 def iter_records(records: bytes | memoryview) -> Iterator[tuple[BatchHeader, Record]]:
     """Every record of a record set, with the header of the batch it belongs to."""
     for header, batch in iter_batches(records):
@@ -360,6 +404,7 @@ __all__ = [
     "build_batch",
     "compute_crc",
     "decode_records",
+    "filter_batch",
     "iter_batches",
     "iter_records",
     "parse_header",

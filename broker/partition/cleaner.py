@@ -1,0 +1,320 @@
+"""The log cleaner: ``cleanup.policy=compact`` keeps the latest record per key (DESIGN.md §10, seed 002).
+
+A partition's log is the cleaned stream (the compacted prefix ``[log start, cleaner offset)``) followed by the log
+stream. A round:
+
+1. builds key hash -> last offset over the dirty range ``[cleaner offset, clean limit)`` in a map of bounded size
+   (``log.cleaner.dedupe.buffer.size``); when the map fills, the round ends there and the next round goes on from
+   that point, so a dirty range with more keys than the map holds converges over several rounds;
+2. writes a new cleaned stream from the old cleaned stream plus the dirty range, dropping records whose key has a
+   later offset and tombstones older than ``delete.retention.ms``. Each retained Kafka batch keeps its offsets and
+   is stored as a stream batch whose span starts where the previous one ended, so offsets stay Kafka offsets with
+   no gaps and a read at a removed offset returns the next present batch; a final empty stream batch covers
+   removed offsets up to the cleaner offset;
+3. switches with one LOG meta record (:meth:`PartitionLog.install_cleaned`); the stream being written was named in
+   LOG's ``doomed`` list beforehand, so a crash at any point leaves either the old layout or the new one, and the
+   next open deletes the leftover stream.
+
+The clean limit stays below the high watermark, leaves the newest stored batch alone (Kafka's active segment) and
+everything younger than ``min.compaction.lag.ms``. :class:`OffsetMap`, :class:`KeyMapBuilder` and
+:func:`retains` are the pure logic; :func:`clean_partition` is one round's I/O and :class:`LogCleaner` the
+per-broker task that picks partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.errors import KafkaError
+from broker.records.batch import BatchHeader, Record, decode_records, filter_batch, iter_batches
+from storage import errors as storage_errors
+
+if TYPE_CHECKING:
+    from broker.partition.partition_log import PartitionLog
+
+logger = logging.getLogger(__name__)
+
+#: What one map entry costs in Kafka's accounting (16-byte key hash + 8-byte offset); the dedupe buffer size is
+#: divided by it to get the number of keys a round may track.
+ENTRY_BYTES = 24
+#: Appends to the new cleaned stream in flight at once: bounds memory while still sharing WAL group commits.
+_WRITE_WINDOW = 256
+
+
+def key_hash(key: bytes) -> bytes:
+    """16-byte digest standing for a key in the map (seed 002: a fixed-size hash instead of the key itself)."""
+    return hashlib.md5(key, usedforsecurity=False).digest()
+
+
+class OffsetMap:
+    """Key hash -> offset of the key's latest record in the dirty range, holding at most ``slots`` keys."""
+
+    def __init__(self, buffer_bytes: int) -> None:
+        self.slots = max(1, buffer_bytes // ENTRY_BYTES)
+        self._offsets: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def room_for(self, new_keys: int) -> bool:
+        return len(self._offsets) + new_keys <= self.slots
+
+    def __contains__(self, digest: bytes) -> bool:
+        return digest in self._offsets
+
+    def put(self, digest: bytes, offset: int) -> None:
+        self._offsets[digest] = offset
+
+    def get(self, digest: bytes) -> int | None:
+        return self._offsets.get(digest)
+
+
+class KeyMapBuilder:
+    """Sans-I/O first pass of a round: fed the dirty range's stored batches in offset order, it fills the map and
+    decides where the round ends (always at a stored-batch boundary, which is where the log stream can be trimmed).
+
+    A stored batch is taken whole or not at all; the first one is always taken so a round makes progress even when
+    one stored batch holds more keys than the map (the map then exceeds its size for that batch only)."""
+
+    def __init__(self, offset_map: OffsetMap, *, start: int, high_watermark: int, lag_cutoff_ms: int | None) -> None:
+        self.map = offset_map
+        self.start = start
+        self.end = start
+        self._high_watermark = high_watermark
+        self._lag_cutoff_ms = lag_cutoff_ms
+        self.map_full = False
+
+    def offer(self, stored_end: int, batches: Sequence[tuple[BatchHeader, Sequence[Record]]]) -> bool:
+        """One stored batch ending at ``stored_end``; returns whether the next one is still wanted."""
+        if stored_end >= self._high_watermark:
+            return False  # the newest batch stays dirty, like Kafka's active segment
+        if self._lag_cutoff_ms is not None and any(h.max_timestamp > self._lag_cutoff_ms for h, _ in batches):
+            return False  # younger than min.compaction.lag.ms
+        latest: dict[bytes, int] = {}
+        for header, records in batches:
+            if header.is_control:
+                continue
+            for record in records:
+                if record.key is not None:
+                    latest[key_hash(record.key)] = record.offset
+        new_keys = sum(1 for digest in latest if digest not in self.map)
+        if self.end > self.start and not self.map.room_for(new_keys):
+            self.map_full = True
+            return False
+        for digest, offset in latest.items():
+            self.map.put(digest, offset)
+        self.end = stored_end
+        return True
+
+
+def retains(record: Record, offset_map: OffsetMap, tombstone_cutoff_ms: int) -> bool:
+    """Whether a record survives a round: keyless records stay (Kafka refuses them at produce time, older ones are
+    kept), a record whose key has a later offset in the map goes, and so does a tombstone older than
+    ``delete.retention.ms`` (by its timestamp)."""
+    if record.key is None:
+        return True
+    latest = offset_map.get(key_hash(record.key))
+    if latest is not None and record.offset < latest:
+        return False
+    expired_tombstone = record.value is None and record.timestamp is not None and record.timestamp < tombstone_cutoff_ms
+    return not expired_tombstone
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """One completed round: ``[start, end)`` rewritten from ``read_bytes`` into ``written_bytes``."""
+
+    start: int
+    end: int
+    read_bytes: int
+    written_bytes: int
+    kept_batches: int
+    map_full: bool
+
+
+async def clean_partition(
+    log: PartitionLog,
+    *,
+    dedupe_buffer_bytes: int,
+    now_ms: int | None = None,
+    after_write: Callable[[], Awaitable[None]] | None = None,
+) -> CleanResult | None:
+    """One round on one open partition; None when there was nothing to clean or the partition moved on meanwhile
+    (log start moved, leadership lost). ``after_write`` runs between writing the new stream and the switch (tests
+    inject crashes there)."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    config = log.config
+    start = log.log_start_offset
+    dirty_start = max(log.cleaner_offset, start)
+    lag = config.min_compaction_lag_ms
+    builder = KeyMapBuilder(
+        OffsetMap(dedupe_buffer_bytes),
+        start=dirty_start,
+        high_watermark=log.high_watermark,
+        lag_cutoff_ms=now - lag if lag > 0 else None,
+    )
+    async for stored in log.iter_stored(dirty_start, log.high_watermark):
+        batches = [
+            (h, [] if h.is_control else decode_records(b))
+            for h, b in iter_batches(stored.payload)
+            if h.next_offset > dirty_start
+        ]
+        if not builder.offer(stored.last_offset, batches):
+            break
+    end = builder.end
+    if end <= dirty_start:
+        return None
+    stream = await log.begin_cleaning()
+    try:
+        tombstone_cutoff = now - config.delete_retention_ms
+
+        def keep(record: Record) -> bool:
+            return retains(record, builder.map, tombstone_cutoff)
+
+        read_bytes = written_bytes = kept = 0
+        prev_end = stream.next_offset
+        window: list[Awaitable[int]] = []
+        async for stored in log.iter_stored(start, end):
+            for header, batch in iter_batches(stored.payload):
+                if header.next_offset <= start:
+                    continue
+                read_bytes += header.size
+                filtered = bytes(batch) if header.is_control else filter_batch(batch, keep)
+                if filtered is None:
+                    continue
+                # The span starts where the previous one ended: it also covers the removed offsets before it.
+                window.append(stream.append(filtered, header.next_offset - prev_end))
+                prev_end = header.next_offset
+                written_bytes += len(filtered)
+                kept += 1
+                if len(window) >= _WRITE_WINDOW:
+                    await asyncio.gather(*window)
+                    window.clear()
+        if prev_end < end:
+            window.append(stream.append(b"", end - prev_end))  # removed offsets up to the cleaner offset
+        await asyncio.gather(*window)
+        if start > stream.start_offset:
+            await stream.trim(start)
+        if after_write is not None:
+            await after_write()
+        installed = await log.install_cleaned(
+            stream, cleaner_offset=end, expected_start=start, read_bytes=read_bytes, written_bytes=written_bytes
+        )
+    except BaseException:
+        await log.abandon_cleaning(stream)
+        raise
+    if not installed:
+        await log.abandon_cleaning(stream)
+        logger.info("%s: cleaner round over [%d, %d) abandoned: the partition moved on", log.where, start, end)
+        return None
+    result = CleanResult(start, end, read_bytes, written_bytes, kept, builder.map_full)
+    logger.info(
+        "%s: cleaned [%d, %d) into stream %d: %d -> %d bytes, %d batches kept, %d keys in the map%s",
+        log.where,
+        start,
+        end,
+        stream.stream_id,
+        read_bytes,
+        written_bytes,
+        kept,
+        len(builder.map),
+        " (map full: the next round continues)" if builder.map_full else "",
+    )
+    return result
+
+
+def cleanable(log: PartitionLog, now_ms: int, first_dirty_timestamp: int | None = None) -> bool:
+    """Whether ``log`` is due a round: compaction enabled and ``min.cleanable.dirty.ratio`` reached, or a dirty
+    record older than ``max.compaction.lag.ms`` (``first_dirty_timestamp``, when the caller read it)."""
+    if not log.config.compact or log.closed or log.dirty_bytes <= 0:
+        return False
+    if log.size_bytes > 0 and log.dirty_bytes / log.size_bytes >= log.config.min_cleanable_dirty_ratio:
+        return True
+    return first_dirty_timestamp is not None and 0 <= first_dirty_timestamp < now_ms - log.config.max_compaction_lag_ms
+
+
+async def first_dirty_timestamp(log: PartitionLog) -> int | None:
+    """Max timestamp of the first dirty batch (one read), for ``max.compaction.lag.ms``."""
+    start = max(log.cleaner_offset, log.log_start_offset)
+    async for stored in log.iter_stored(start, log.high_watermark):
+        for header, _ in iter_batches(stored.payload):
+            if header.next_offset > start:
+                return header.max_timestamp
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerSettings:
+    """The broker keys the cleaner task reads (``log.cleaner.*``)."""
+
+    enabled: bool
+    backoff_ms: int
+    dedupe_buffer_bytes: int
+
+
+class LogCleaner:
+    """The broker's cleaner task: one round at a time over the open compacted partitions, the dirtiest first,
+    ``log.cleaner.backoff.ms`` between checks that found nothing to do."""
+
+    def __init__(self, settings: CleanerSettings, partitions: Callable[[], list[PartitionLog]]) -> None:
+        self._settings = settings
+        self._partitions = partitions
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if not self._settings.enabled:
+            logger.info("log cleaner disabled (log.cleaner.enable=false)")
+            return
+        self._task = asyncio.create_task(self._run(), name="log-cleaner")
+
+    async def stop(self) -> None:
+        """Abandons a round in progress (its stream is deleted; the partition closes normally)."""
+        self._stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            cleaned = False
+            try:
+                cleaned = await self.clean_once()
+            except Exception:
+                logger.exception("log cleaner round failed")
+            if not cleaned:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self._settings.backoff_ms / 1000)
+
+    async def clean_once(self, now_ms: int | None = None) -> bool:
+        """Cleans the dirtiest due partition; True when a round completed."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        due: list[PartitionLog] = []
+        for log in self._partitions():
+            if not log.config.compact or log.closed:
+                continue
+            oldest = None
+            if log.config.max_compaction_lag_ms < (1 << 62) and log.dirty_bytes > 0:
+                try:
+                    oldest = await first_dirty_timestamp(log)
+                except (KafkaError, storage_errors.StorageError):
+                    continue
+            if cleanable(log, now, oldest):
+                due.append(log)
+        due.sort(key=lambda log: log.dirty_bytes / max(1, log.size_bytes), reverse=True)
+        for log in due:
+            try:
+                if await clean_partition(log, dedupe_buffer_bytes=self._settings.dedupe_buffer_bytes, now_ms=now):
+                    return True
+            except (KafkaError, storage_errors.StorageError) as exc:
+                # Typically leadership moved under the round: the partition closed and its streams with it.
+                logger.info("cleaner round of %s abandoned: %s", log.where, exc)
+        return False

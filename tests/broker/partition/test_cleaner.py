@@ -1,0 +1,335 @@
+"""The log cleaner over the real storage engine (file WAL + local objects on tmp_path, in-memory stream metadata):
+batch filtering, a round's result, bounded memory, reads at removed offsets, reopen, and a crash at each point of a
+round (the engine halted as a crash leaves it, then a new engine incarnation recovers)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.errors import KafkaError
+from broker.partition.cleaner import ENTRY_BYTES, clean_partition
+from broker.partition.log_config import LogConfig
+from broker.partition.partition_log import PartitionLog
+from broker.records.batch import (
+    Compression,
+    Record,
+    build_batch,
+    compute_crc,
+    decode_records,
+    filter_batch,
+    iter_batches,
+    parse_header,
+)
+from storage.config import BucketURL, StorageConfig
+from storage.engine import StorageEngine
+from storage.errors import StorageError
+from storage.metadata.memory import InMemoryStreamMetadata
+
+TOPIC_ID = uuid.UUID(int=7)
+COMPACT = LogConfig(compact=True, delete_retention_enabled=False, delete_retention_ms=60_000)
+BIG_BUFFER = 1 << 20
+
+
+def _config(tmp_path: Path, node_epoch: int) -> StorageConfig:
+    return StorageConfig(
+        data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
+        wal_url=BucketURL(0, "file", str(tmp_path / "wal")),
+        cluster_id="test",
+        node_id=1,
+        node_epoch=node_epoch,
+        object_block_size=4 * 1024,
+        wal_upload_threshold=32 * 1024,
+    )
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """One engine incarnation at a time over the same disk and metadata; ``restart`` simulates a crash."""
+    metadata = InMemoryStreamMetadata()
+    state: dict[str, Any] = {"metadata": metadata, "epoch": 0}
+    state["engine"] = StorageEngine(_config(tmp_path, 0), metadata)
+    await state["engine"].start()
+
+    async def crash_and_restart() -> StorageEngine:
+        await state["engine"].halt()
+        state["epoch"] = state["engine"].node.node_epoch + 1
+        engine = StorageEngine(_config(tmp_path, state["epoch"]), metadata)
+        await engine.start()
+        state["engine"] = engine
+        return engine
+
+    state["restart"] = crash_and_restart
+    try:
+        yield state
+    finally:
+        await state["engine"].shutdown()
+
+
+async def _open(state: dict[str, Any], epoch: int, config: LogConfig = COMPACT) -> PartitionLog:
+    return await PartitionLog.open(
+        streams=state["engine"],
+        kv=state["metadata"],
+        namespace="_fjord_test",
+        topic="changelog",
+        partition=0,
+        topic_id=TOPIC_ID,
+        leader_epoch=epoch,
+        config=config,
+    )
+
+
+async def _read_all(log: PartitionLog, start: int | None = None, max_bytes: int = 700) -> list[Record]:
+    """Every record from ``start`` to the high watermark, read in small pieces the way a consumer does."""
+    position = log.log_start_offset if start is None else start
+    out: list[Record] = []
+    for _ in range(10_000):
+        if position >= log.high_watermark:
+            return out
+        result = await log.read(position, max_bytes)
+        assert result.records, f"read at {position} returned nothing below the high watermark {log.high_watermark}"
+        for header, batch in iter_batches(result.records):
+            out += [r for r in decode_records(batch) if r.offset >= position]
+            position = header.next_offset
+    raise AssertionError("read loop did not finish")
+
+
+def _latest(records: list[Record]) -> dict[bytes | None, Record]:
+    latest: dict[bytes | None, Record] = {}
+    for record in records:
+        latest[record.key] = record
+    return latest
+
+
+async def _fill(log: PartitionLog, rounds: int, keys: int, ts: int, per_batch: int = 3) -> list[Record]:
+    """Appends ``rounds`` updates of each key, ``per_batch`` records per batch; returns what was written."""
+    written: list[Record] = []
+    pending: list[Record] = []
+    for n in range(rounds):
+        for k in range(keys):
+            pending.append(Record(b"key-%d" % k, b"value-%d-%d" % (k, n) + b"." * 40, (), ts + len(written)))
+            if len(pending) == per_batch:
+                result = await log.append(build_batch(pending))
+                written += [dataclasses.replace(r, offset=result.base_offset + i) for i, r in enumerate(pending)]
+                pending = []
+    if pending:
+        result = await log.append(build_batch(pending))
+        written += [dataclasses.replace(r, offset=result.base_offset + i) for i, r in enumerate(pending)]
+    return written
+
+
+# ---------------------------------------------------------------------------------------------- batch filtering
+@pytest.mark.parametrize("codec", list(Compression))
+def test_filtered_batch_keeps_offsets_producer_fields_codec_and_a_valid_crc(codec: Compression) -> None:
+    records = [Record(b"k%d" % (i % 2), b"v%d" % i, (("h", b"x"),), 1_700_000_000_000 + i) for i in range(5)]
+    batch = build_batch(records, producer_id=9, producer_epoch=2, base_sequence=40, compression=codec, base_offset=100)
+    original = parse_header(batch)
+    filtered = filter_batch(batch, lambda r: r.offset in (101, 103))
+    assert filtered is not None
+    header = parse_header(filtered)
+    assert header.crc == compute_crc(filtered)
+    assert header.compression is codec
+    assert (header.base_offset, header.last_offset_delta, header.records_count) == (100, 4, 2)
+    same = ("producer_id", "producer_epoch", "base_sequence", "base_timestamp", "max_timestamp", "attributes")
+    assert all(getattr(header, f) == getattr(original, f) for f in same)
+    kept = decode_records(filtered)
+    assert [(r.offset, r.key, r.value, r.timestamp, tuple(r.headers)) for r in kept] == [
+        (101, b"k1", b"v1", 1_700_000_000_001, (("h", b"x"),)),
+        (103, b"k1", b"v3", 1_700_000_000_003, (("h", b"x"),)),
+    ]
+    assert filter_batch(batch, lambda r: True) == batch
+    assert filter_batch(batch, lambda r: False) is None
+
+
+# ---------------------------------------------------------------------------------------------- rounds
+async def test_round_keeps_the_latest_value_per_key_with_original_offsets(cluster: dict[str, Any]) -> None:
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    written = await _fill(log, rounds=12, keys=5, ts=now - 1000)
+    tail = await log.append(build_batch([Record(b"key-0", b"newest", (), now)]))
+    size_before = log.size_bytes
+
+    result = await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now)
+    assert result is not None and result.end == tail.base_offset  # the newest batch is left alone
+    assert log.cleaner_offset == tail.base_offset and log.size_bytes < size_before
+    records = await _read_all(log)
+    offsets = [r.offset for r in records]
+    assert offsets == sorted(offsets)
+    expected = _latest(written)
+    # One value per key below the tail (the latest), plus the tail's record: nothing else survives.
+    assert [(r.offset, r.key, r.value) for r in records] == sorted(
+        [(r.offset, r.key, r.value) for r in expected.values()] + [(tail.base_offset, b"key-0", b"newest")]
+    )
+
+    # A fetch at a removed offset returns the next present batch.
+    removed = written[0].offset
+    assert removed not in offsets
+    first = await log.read(removed, 1 << 20)
+    first_header = next(iter_batches(first.records))[0]
+    assert first_header.base_offset <= offsets[0] <= first_header.last_offset
+    # ListOffsets earliest/latest are unchanged; a timestamp lookup answers a readable offset.
+    assert (await log.offset_for_timestamp(-2)) is not None
+    found = await log.offset_for_timestamp(now - 1000)
+    assert found is not None and found.offset <= offsets[0]
+    assert (await _read_all(log, found.offset))[0].offset == offsets[0]
+
+    # New writes continue after the cleaned prefix; a second round over them (the tail aged) cleans again.
+    more = await _fill(log, rounds=2, keys=5, ts=now)
+    await log.append(build_batch([Record(b"key-9", b"tail", (), now)]))
+    assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+    records = await _read_all(log)
+    below_tail = [r for r in records if r.key != b"key-9"]
+    assert {r.key: r.value for r in below_tail} == {r.key: r.value for r in _latest(more).values()}
+    assert len(below_tail) == 5
+
+    # A clean close and reopen find the same data and sizes.
+    size, cleaned = log.size_bytes, log.cleaned_bytes
+    await log.close()
+    log = await _open(cluster, 2)
+    try:
+        assert (log.size_bytes, log.cleaned_bytes) == (size, cleaned)
+        assert [(r.offset, r.value) for r in await _read_all(log)] == [(r.offset, r.value) for r in records]
+    finally:
+        await log.close()
+
+
+async def test_tombstones_are_dropped_once_older_than_delete_retention(cluster: dict[str, Any]) -> None:
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    old = now - 10 * COMPACT.delete_retention_ms
+    await log.append(build_batch([Record(b"gone", b"v", (), old), Record(b"recent", b"v", (), old)]))
+    await log.append(build_batch([Record(b"gone", None, (), old + 1)]))  # expired tombstone
+    await log.append(build_batch([Record(b"recent", None, (), now - 1000)]))  # tombstone still retained
+    await log.append(build_batch([Record(b"other", b"tail", (), now)]))
+    try:
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+        records = await _read_all(log)
+        assert [(r.key, r.value) for r in records] == [(b"recent", None), (b"other", b"tail")]
+    finally:
+        await log.close()
+
+
+async def test_a_tiny_dedupe_buffer_converges_over_several_rounds(cluster: dict[str, Any]) -> None:
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    written = await _fill(log, rounds=6, keys=10, ts=now - 1000, per_batch=2)
+    await log.append(build_batch([Record(b"tail", b"t", (), now)]))
+    try:
+        rounds = 0
+        full_rounds = 0
+        while (result := await clean_partition(log, dedupe_buffer_bytes=3 * ENTRY_BYTES, now_ms=now)) is not None:
+            rounds += 1
+            full_rounds += result.map_full
+            assert rounds < 100
+        assert rounds > 3 and full_rounds == rounds - 1
+        records = await _read_all(log)
+        expected = _latest(written)
+        assert [(r.offset, r.value) for r in records[:-1]] == sorted((r.offset, r.value) for r in expected.values())
+    finally:
+        await log.close()
+
+
+async def test_compacted_topics_refuse_keyless_records(cluster: dict[str, Any]) -> None:
+    log = await _open(cluster, 1)
+    try:
+        with pytest.raises(KafkaError) as info:
+            await log.append(build_batch([Record(b"k", b"v"), Record(None, b"no key")]))
+        assert info.value.code == ErrorCode.invalid_record
+        assert log.log_end_offset == 0
+    finally:
+        await log.close()
+
+
+# ---------------------------------------------------------------------------------------------- crash points
+def _crash_in_append(stream: Any) -> None:
+    """Dies at the second append to ``stream`` (a round crashing while it writes, the first append made)."""
+    real = stream.append
+    calls = [0]
+
+    def append(payload: bytes, count: int) -> Awaitable[int]:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise _Crash()
+        return real(payload, count)  # type: ignore[no-any-return]
+
+    stream.append = append
+
+
+class _Crash(Exception):
+    """Stands for the process dying at the injection point (the engine is halted right after)."""
+
+
+@pytest.mark.parametrize("point", ["writing", "before-switch", "after-switch", "after-trim"])
+async def test_a_crash_at_any_point_of_a_round_leaves_every_latest_value(
+    cluster: dict[str, Any], point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    written = await _fill(log, rounds=5, keys=4, ts=now - 1000)
+    await log.append(build_batch([Record(b"tail", b"t", (), now)]))
+    if point in {"after-switch", "after-trim"}:
+        # A first round so that the crashing round replaces an existing cleaned stream.
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+        written += await _fill(log, rounds=2, keys=4, ts=now)
+        await log.append(build_batch([Record(b"tail", b"t2", (), now)]))
+    expected = {k: r.value for k, r in _latest(written).items()}
+
+    real_begin = log.begin_cleaning
+
+    async def begin() -> Any:
+        stream = await real_begin()
+        if point == "writing":
+            _crash_in_append(stream)
+        return stream
+
+    monkeypatch.setattr(log, "begin_cleaning", begin)
+
+    async def before_switch() -> None:
+        if point == "before-switch":
+            raise _Crash()
+
+    real_trim = log._log.trim
+
+    async def trim(offset: int) -> None:
+        if point == "after-switch":
+            raise _Crash()
+        await real_trim(offset)
+        if point == "after-trim":
+            assert log._doomed(), "the replaced cleaned stream is named doomed before it is deleted"
+            raise _Crash()
+
+    monkeypatch.setattr(log._log, "trim", trim)
+
+    async def no_cleanup(stream: Any) -> None:
+        return None  # a crashed process cleans nothing up
+
+    monkeypatch.setattr(log, "abandon_cleaning", no_cleanup)
+    with pytest.raises(_Crash):
+        await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now, after_write=before_switch)
+    await cluster["restart"]()
+
+    log = await _open(cluster, 2)
+    try:
+        assert log._doomed() == []  # whatever the crash left behind was deleted on open
+        records = await _read_all(log)
+        latest = {k: r.value for k, r in _latest(records).items() if k != b"tail"}
+        assert latest == {k: v for k, v in expected.items() if k != b"tail"}
+        offsets = [r.offset for r in records]
+        assert offsets == sorted(set(offsets))
+        # A round the crash interrupted before its switch runs again; one that switched left nothing dirty.
+        again = await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now)
+        assert (again is not None) == (point in ("writing", "before-switch"))
+        records = await _read_all(log)
+        assert len([r for r in records if r.key != b"tail"]) == 4
+    finally:
+        try:
+            await log.close()
+        except StorageError:
+            pass
