@@ -8,7 +8,9 @@ another's figures):
 - ``append``:   appends of 64 KiB from 16 concurrent writers through the engine with the file WAL (fsync'd group
   commits), closed loop; plus the bare file WAL under the same load and the disk's own 1 MiB write+fsync rate
   for reference. Uploads go to an in-memory store: in production they go to S3 over the network, not to the
-  WAL's disk (the same holds for ``latency``).
+  WAL's disk (the same holds for ``latency``). The machine is shared, so wall-clock MB/s is noisy: the last column
+  gives CPU seconds per GB appended (the process's user + sys, and the event-loop thread's share), engine and bare
+  WAL runs alternate (three of each; one with ``--quick``) and the median run by CPU is shown.
 - ``latency``:  open-loop appends of 64 KiB at a fixed 50 MB/s; latency is measured from each append's *scheduled*
   time, so a stall delays every append behind it (no coordinated omission).
 - ``wal-latency``: the bare file WAL's ack latency for fdatasync'd 100 KiB appends at 20 MB/s (open loop) while
