@@ -882,7 +882,10 @@ class PartitionLog:
         return stream
 
     async def abandon_cleaning(self, stream: Stream) -> None:
-        """Deletes an unfinished round's stream (best effort: the ``doomed`` entry covers a failure)."""
+        """Deletes an unfinished round's stream (best effort: the ``doomed`` entry covers a failure). A stream the
+        switch already installed (the round was interrupted after it) belongs to the partition and stays."""
+        if stream is self._cleaned:
+            return
         self._cleaning = None
         try:
             await stream.destroy()

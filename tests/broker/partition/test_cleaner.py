@@ -4,6 +4,7 @@ round (the engine halted as a crash leaves it, then a new engine incarnation rec
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -333,3 +334,33 @@ async def test_a_crash_at_any_point_of_a_round_leaves_every_latest_value(
             await log.close()
         except StorageError:
             pass
+
+
+async def test_a_round_cancelled_after_its_switch_keeps_the_installed_stream(
+    cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shutdown cancels the cleaner task; if that lands after the switch, the new cleaned stream is the partition's
+    own and must survive the round's clean-up."""
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    written = await _fill(log, rounds=4, keys=3, ts=now - 1000)
+    await log.append(build_batch([Record(b"tail", b"t", (), now)]))
+    real_trim = log._log.trim
+
+    async def trim(offset: int) -> None:
+        await real_trim(offset)
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(log._log, "trim", trim)
+    with pytest.raises(asyncio.CancelledError):
+        await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now)
+    monkeypatch.undo()
+    await log.close()
+    log = await _open(cluster, 2)
+    try:
+        records = await _read_all(log)
+        assert [(r.offset, r.value) for r in records[:-1]] == sorted(
+            (r.offset, r.value) for r in _latest(written).values()
+        )
+    finally:
+        await log.close()
