@@ -364,3 +364,36 @@ async def test_a_round_cancelled_after_its_switch_keeps_the_installed_stream(
         )
     finally:
         await log.close()
+
+
+async def test_delete_records_trims_into_the_cleaned_prefix_and_past_it(cluster: dict[str, Any]) -> None:
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    written = await _fill(log, rounds=4, keys=6, ts=now - 1000)
+    await log.append(build_batch([Record(b"tail", b"t", (), now)]))
+    assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+    survivors = sorted(r.offset for r in _latest(written).values())
+    size = log.size_bytes
+
+    # Into the cleaned prefix: the records from the new log start on stay readable, the size shrinks.
+    cut = survivors[3]  # the start of the second kept batch: the first one is deleted whole
+    assert await log.delete_records_before(cut) == cut
+    assert [r.offset for r in await _read_all(log)][:-1] == survivors[3:]
+    assert 0 < log.size_bytes < size and log.cleaned_bytes < log.size_bytes
+
+    # Past the cleaner offset: the cleaned prefix is gone entirely, and later rounds still work.
+    tail_offset = log.high_watermark - 1
+    assert await log.delete_records_before(tail_offset) == tail_offset
+    assert log.cleaned_bytes == 0
+    more = await _fill(log, rounds=2, keys=2, ts=now)
+    await log.append(build_batch([Record(b"tail", b"t2", (), now)]))
+    assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+    expected = sorted([(tail_offset, b"t"), *((r.offset, r.value) for r in _latest(more).values())])
+    assert [(r.offset, r.value) for r in await _read_all(log)][:-1] == expected
+    await log.close()
+    log = await _open(cluster, 2)
+    try:
+        assert log.log_start_offset == tail_offset
+        assert [(r.offset, r.value) for r in await _read_all(log)][:-1] == expected
+    finally:
+        await log.close()
