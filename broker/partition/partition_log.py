@@ -6,6 +6,12 @@ partition's leader epoch so an older leader can no longer make data visible. The
 clean-shutdown flag in ``PARTITION`` decides whether producer state and the time index must be rebuilt from the
 log tail, and the flag is flipped to false so a crash is detected next time.
 
+With ``cleanup.policy=compact`` the log is two streams (broker/partition/cleaner.py): the cleaned stream holds the
+compacted prefix ``[log start, cleaner offset)`` and the log stream the rest, both addressed by Kafka offsets. LOG
+names them: ``streamMap`` (log/time/txn), ``cleaned`` (stream id or -1), ``co`` (cleaner offset, also PARTITION's
+``c``), ``cb`` (the cleaned stream's bytes) and ``doomed`` (streams of interrupted or replaced rounds, deleted on the
+next open). Reads, scans and trims route each offset to the stream holding it.
+
 Appends run under a per-partition lock only up to the synchronous ``Stream.append`` (which assigns offsets at
 call time), then wait for durability outside it, so concurrent producers share WAL group commits. Fetch reads
 return whole Kafka batches exactly as produced (offsets and leader epoch rewritten, CRC untouched).
@@ -21,6 +27,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -148,7 +155,7 @@ class PartitionLog:
         streams: StreamClient,
         kv: StreamMetadata,
         kv_key: str,
-        log_info: dict[str, object] | None = None,
+        log_info: dict[str, Any] | None = None,
         cleaned: Stream | None = None,
     ) -> None:
         self.topic = topic
@@ -178,9 +185,9 @@ class PartitionLog:
         self._closed = False
         # Compaction (DESIGN §10): [log start, cleaner offset) lives in the cleaned stream, the rest in the log
         # stream; ``_log_info`` is the LOG meta entry both are named in.
-        self._log_info: dict[str, object] = dict(log_info or {})
+        self._log_info: dict[str, Any] = dict(log_info or {})
         self._cleaned = cleaned
-        self.cleaner_offset = int(str(self._log_info.get("co", 0))) if cleaned is not None else 0
+        self.cleaner_offset = int(self._log_info.get("co", 0)) if cleaned is not None else 0
         self._cleaned_bytes = 0
         self._cleaning: Stream | None = None
 
@@ -250,12 +257,11 @@ class PartitionLog:
             if log_entry is None:
                 log_id = await streams.create_stream((*tags, ("type", "log")))
                 time_id = await streams.create_stream((*tags, ("type", "time")))
-                log_info: dict[str, object] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1}}
+                log_info: dict[str, Any] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1}}
                 await meta.put({KEY_LOG: json.dumps(log_info).encode()})
             else:
                 log_info = json.loads(log_entry)
             stream_map = log_info["streamMap"]
-            assert isinstance(stream_map, dict)
             log = await _open_stream(streams, int(stream_map["log"]), leader_epoch, where)
             opened.append(log)
             time_stream = await _open_stream(streams, int(stream_map["tim"]), leader_epoch, where)
@@ -265,11 +271,11 @@ class PartitionLog:
                 log_info["doomed"] = await _delete_doomed(streams, [int(x) for x in doomed], leader_epoch, where)
                 await meta.put({KEY_LOG: json.dumps(log_info).encode()})
             cleaned: Stream | None = None
-            cleaned_id = int(str(log_info.get("cleaned", -1)))
+            cleaned_id = int(log_info.get("cleaned", -1))
             if cleaned_id >= 0:
                 cleaned = await _open_stream(streams, cleaned_id, leader_epoch, where)
                 opened.append(cleaned)
-                cleaner_offset = int(str(log_info.get("co", 0)))
+                cleaner_offset = int(log_info.get("co", 0))
                 if log.start_offset < cleaner_offset:
                     # A crash between a round's switch and its trim: the prefix now lives in the cleaned stream.
                     await log.trim(min(cleaner_offset, log.next_offset))
@@ -312,7 +318,7 @@ class PartitionLog:
                 self._cleaned_bytes = int(info["cb"])
             else:
                 # The LOG switch of a cleaner round is newer than PARTITION: sizes from before the round are stale.
-                self._cleaned_bytes = int(str(self._log_info.get("cb", 0)))
+                self._cleaned_bytes = int(self._log_info.get("cb", 0))
                 size_checkpoint = None
         if "mt" in info:
             self._max_timestamp, self._max_timestamp_offset = (int(x) for x in info["mt"])
