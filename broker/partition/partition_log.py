@@ -994,6 +994,11 @@ class PartitionLog:
                 await stream.destroy()
             except storage_errors.StorageError as exc:
                 logger.warning("deleting stream %d of %s failed: %s", stream.stream_id, self.where, exc)
+        # Streams of interrupted or replaced cleaner rounds not deleted yet would otherwise outlive the topic.
+        doomed = [x for x in self._doomed() if all(x != s.stream_id for s in extra)]
+        left = await _delete_doomed(self._streams, doomed, self.leader_epoch, self.where)
+        if left:
+            logger.warning("streams %s of deleted %s could not be deleted", left, self.where)
         await self._kv.delete_kv(self._kv_key)
         logger.info("deleted the streams of %s", self.where)
 

@@ -397,3 +397,17 @@ async def test_delete_records_trims_into_the_cleaned_prefix_and_past_it(cluster:
         assert [(r.offset, r.value) for r in await _read_all(log)][:-1] == expected
     finally:
         await log.close()
+
+
+async def test_deleting_a_partition_deletes_its_cleaned_stream_too(cluster: dict[str, Any]) -> None:
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    await _fill(log, rounds=3, keys=2, ts=now - 1000)
+    await log.append(build_batch([Record(b"tail", b"t", (), now)]))
+    assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+    assert log._cleaned is not None
+    ids = [log._log.stream_id, log._cleaned.stream_id, log._meta.stream.stream_id]
+    metadata: InMemoryStreamMetadata = cluster["metadata"]
+    assert len(await metadata.get_streams(ids)) == 3
+    await log.delete()
+    assert await metadata.get_streams(ids) == []
