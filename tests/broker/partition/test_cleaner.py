@@ -411,3 +411,23 @@ async def test_deleting_a_partition_deletes_its_cleaned_stream_too(cluster: dict
     assert len(await metadata.get_streams(ids)) == 3
     await log.delete()
     assert await metadata.get_streams(ids) == []
+
+
+async def test_leadership_lost_during_a_round_abandons_it_and_the_next_leader_cleans(cluster: dict[str, Any]) -> None:
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    written = await _fill(log, rounds=3, keys=3, ts=now - 1000)
+    await log.append(build_batch([Record(b"tail", b"t", (), now)]))
+
+    async def lose_leadership() -> None:
+        await log.close()  # what the partition manager does when the controller moves the partition
+
+    assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now, after_write=lose_leadership) is None
+    log = await _open(cluster, 2)
+    try:
+        assert log._doomed() == [] and log._cleaned is None
+        assert [r.offset for r in await _read_all(log)] == [*(r.offset for r in written), log.high_watermark - 1]
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+        assert len(await _read_all(log)) == 4
+    finally:
+        await log.close()
