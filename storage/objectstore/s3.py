@@ -221,7 +221,7 @@ class S3ObjectStore:
     # --- writes -------------------------------------------------------------------------------------------------
 
     async def put(self, key: str, data: ObjectData, *, if_none_match: bool = False) -> None:
-        if not isinstance(data, bytes):
+        if not isinstance(data, bytes | bytearray):
             # The request body (and its MD5) needs the object in one buffer: join the parts off the event loop.
             data = await asyncio.to_thread(join_data, data)
         if len(data) > self._multipart_threshold:
