@@ -41,9 +41,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: What one map entry costs in Kafka's accounting (16-byte key hash + 8-byte offset); the dedupe buffer size is
-#: divided by it to get the number of keys a round may track.
-ENTRY_BYTES = 24
+#: What one map entry costs in CPython (a 16-byte digest object, an int offset and the dict slot: about 140 bytes
+#: measured, against Kafka's 24 for its packed array), so ``log.cleaner.dedupe.buffer.size`` bounds the memory a
+#: round really uses; the buffer size divided by it is how many keys one round tracks.
+ENTRY_BYTES = 144
 #: Appends to the new cleaned stream in flight at once: bounds memory while still sharing WAL group commits.
 _WRITE_WINDOW = 256
 
