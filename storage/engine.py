@@ -457,7 +457,8 @@ class StorageEngine:
         self._read_path.readahead_evicted(stream_id)
 
     async def _write(self, batch: StreamRecordBatch) -> WALRecord:
-        await self._log_cache.reserve(batch.size)
+        if not self._log_cache.try_reserve(batch.size):
+            await self._log_cache.reserve(batch.size)
         pending = _PendingWrite()
         self._writes.append(pending)  # WAL positions follow append order, so this queue is in WAL order
         try:
@@ -501,6 +502,7 @@ class _EngineIO:
 
     def __init__(self, engine: StorageEngine) -> None:
         self._engine = engine
+        self.write = engine._write  # no coroutine of its own in between: it is on every append's path
 
     @property
     def node(self) -> NodeIdentity:
@@ -509,9 +511,6 @@ class _EngineIO:
     @property
     def metadata(self) -> StreamMetadata:
         return self._engine.metadata
-
-    async def write(self, batch: StreamRecordBatch) -> WALRecord:
-        return await self._engine._write(batch)
 
     def cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
         self._engine._cache(batch, record)

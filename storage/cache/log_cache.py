@@ -189,13 +189,20 @@ class LogCache:
 
     # ----------------------------------------------------------------------------------------- backpressure
 
+    def try_reserve(self, size: int) -> bool:
+        """Reserves ``size`` at once if it fits and nobody waits before it (the append path's usual case, without
+        a coroutine); False if the caller must ``await reserve(size)``."""
+        if self._error is None and not self._waiters and self._fits(size):
+            self._reserved += size
+            return True
+        return False
+
     async def reserve(self, size: int) -> None:
         """Waits until ``size`` more unuploaded bytes fit, in FIFO order. A batch larger than the whole cache
         is admitted once nothing else is pending, so it cannot wait forever."""
         if self._error is not None:
             raise self._error
-        if not self._waiters and self._fits(size):
-            self._reserved += size
+        if self.try_reserve(size):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((size, future))

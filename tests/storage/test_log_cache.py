@@ -177,3 +177,16 @@ def test_evicted_batches_are_released() -> None:
     now = [sys.getrefcount(payloads[i]) for i in range(30)]
     assert now[:first] == baseline[:first]
     assert all(n > b for n, b in zip(now[first:], baseline[first:], strict=True))
+
+
+async def test_try_reserve_admits_at_once_only_what_reserve_would_without_waiting() -> None:
+    cache = LogCache(capacity=1_000, block_threshold=500)
+    assert cache.try_reserve(600)
+    assert not cache.try_reserve(500)  # would overfill the cache
+    waiter = asyncio.ensure_future(cache.reserve(500))
+    await asyncio.sleep(0)
+    assert not cache.try_reserve(100)  # it fits, but an earlier append is waiting: no overtaking
+    cache.release(600)
+    await asyncio.wait_for(waiter, 1)
+    assert cache.try_reserve(100)
+    assert cache.stats().unuploaded == 600
