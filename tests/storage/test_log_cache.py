@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from storage.cache.log_cache import LogCache
+from storage.cache.log_cache import CacheBlock, LogCache
 from storage.record import StreamRecordBatch
 
 
@@ -22,7 +22,7 @@ class Wal:
     def __init__(self) -> None:
         self.position = 0
 
-    def put(self, cache: LogCache, b: StreamRecordBatch) -> object:
+    def put(self, cache: LogCache, b: StreamRecordBatch) -> CacheBlock | None:
         start = self.position
         self.position += b.size + 57
         return cache.put(b, start, self.position, reserved=False)
