@@ -289,9 +289,9 @@ async def test_force_split_then_stream_object_merge(tmp_path: Path) -> None:
         assert ssos == 0 and all(count >= uploads for count in sos.values())
         assert await rig.read_all() == before
 
-        result = await rig.stream_object().run_once([s.stream_id for s in rig.streams])
+        merge = await rig.stream_object().run_once([s.stream_id for s in rig.streams])
 
-        assert result.failures == [] and result.merged_objects > 0
+        assert merge.failures == [] and merge.merged_objects > 0
         _, merged = await rig.counts()
         small_size = rig.config.stream_object_compaction_small_size
         for stream in rig.streams:

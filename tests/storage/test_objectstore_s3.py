@@ -100,7 +100,7 @@ async def proxy(s3_server: S3Server) -> AsyncIterator[FaultProxy]:
     await site.start()
     server = site._server
     assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     fault_proxy.endpoint = f"http://127.0.0.1:{port}"
     try:
         yield fault_proxy

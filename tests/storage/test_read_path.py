@@ -178,7 +178,7 @@ async def test_random_fetches_match_what_was_appended(tmp_path: Path) -> None:
                 engine.log_cache.forget(stream.stream_id)  # as if evicted: objects only
             got = (await stream.fetch(start, end, max_bytes)).batches
             first = next(i for i, (b, c, _) in enumerate(batches) if b + c > start)
-            expected = []
+            expected: list[tuple[int, int, bytes]] = []
             budget = max_bytes
             for base, count, data in batches[first:]:
                 if base >= end or (expected and len(data) > budget):
