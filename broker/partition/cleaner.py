@@ -171,13 +171,24 @@ async def clean_partition(
             break
     end = builder.end
     if end <= dirty_start:
-        return None
+        horizon = log.tombstone_horizon_ms
+        if horizon is None or now < horizon or log.cleaner_offset <= start:
+            return None
+        end = log.cleaner_offset  # nothing new to clean, but tombstones in the cleaned prefix have expired
     stream = await log.begin_cleaning()
     try:
         tombstone_cutoff = now - config.delete_retention_ms
+        oldest_tombstone: int | None = None
 
         def keep(record: Record) -> bool:
-            return retains(record, builder.map, tombstone_cutoff)
+            nonlocal oldest_tombstone
+            if not retains(record, builder.map, tombstone_cutoff):
+                return False
+            if record.key is not None and record.value is None and record.timestamp is not None:
+                # The oldest tombstone kept decides when a round is due again to drop it.
+                ts = record.timestamp
+                oldest_tombstone = ts if oldest_tombstone is None else min(oldest_tombstone, ts)
+            return True
 
         read_bytes = written_bytes = kept = 0
         prev_end = stream.next_offset
@@ -205,8 +216,14 @@ async def clean_partition(
             await stream.trim(start)
         if after_write is not None:
             await after_write()
+        horizon = None if oldest_tombstone is None else oldest_tombstone + config.delete_retention_ms
         installed = await log.install_cleaned(
-            stream, cleaner_offset=end, expected_start=start, read_bytes=read_bytes, written_bytes=written_bytes
+            stream,
+            cleaner_offset=end,
+            expected_start=start,
+            read_bytes=read_bytes,
+            written_bytes=written_bytes,
+            tombstone_horizon_ms=horizon,
         )
     except BaseException:
         await log.abandon_cleaning(stream)
@@ -232,9 +249,14 @@ async def clean_partition(
 
 
 def cleanable(log: PartitionLog, now_ms: int, first_dirty_timestamp: int | None = None) -> bool:
-    """Whether ``log`` is due a round: compaction enabled and ``min.cleanable.dirty.ratio`` reached, or a dirty
-    record older than ``max.compaction.lag.ms`` (``first_dirty_timestamp``, when the caller read it)."""
-    if not log.config.compact or log.closed or log.dirty_bytes <= 0:
+    """Whether ``log`` is due a round: compaction enabled and ``min.cleanable.dirty.ratio`` reached, a dirty
+    record older than ``max.compaction.lag.ms`` (``first_dirty_timestamp``, when the caller read it), or a kept
+    tombstone past ``delete.retention.ms``."""
+    if not log.config.compact or log.closed:
+        return False
+    if log.tombstone_horizon_ms is not None and now_ms >= log.tombstone_horizon_ms:
+        return True
+    if log.dirty_bytes <= 0:
         return False
     if log.size_bytes > 0 and log.dirty_bytes / log.size_bytes >= log.config.min_cleanable_dirty_ratio:
         return True

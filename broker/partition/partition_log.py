@@ -190,6 +190,10 @@ class PartitionLog:
         self.cleaner_offset = int(self._log_info.get("co", 0)) if cleaned is not None else 0
         self._cleaned_bytes = 0
         self._cleaning: Stream | None = None
+        #: When the oldest tombstone kept in the cleaned stream outlives delete.retention.ms (LOG ``th``): from then
+        #: on a round is due even without new writes, so tombstones vanish on their own as Kafka's do.
+        horizon = self._log_info.get("th") if cleaned is not None else None
+        self.tombstone_horizon_ms: int | None = int(horizon) if horizon is not None else None
 
     # ------------------------------------------------------------------ offsets
     @property
@@ -901,7 +905,14 @@ class PartitionLog:
             logger.warning("deleting cleaner stream %d of %s failed: %s", stream.stream_id, self.where, exc)
 
     async def install_cleaned(
-        self, stream: Stream, *, cleaner_offset: int, expected_start: int, read_bytes: int, written_bytes: int
+        self,
+        stream: Stream,
+        *,
+        cleaner_offset: int,
+        expected_start: int,
+        read_bytes: int,
+        written_bytes: int,
+        tombstone_horizon_ms: int | None = None,
     ) -> bool:
         """Switches the partition to a round's output: ``stream`` holds ``[expected_start, cleaner_offset)``
         compacted, built from ``read_bytes`` of stored batches into ``written_bytes``. The switch is one LOG
@@ -909,13 +920,21 @@ class PartitionLog:
         trimmed to the cleaner offset and the replaced cleaned stream deleted. Returns False, changing nothing,
         when the partition moved on meanwhile (log start moved, closed)."""
         async with self._lock:
-            if self._closed or self.log_start_offset != expected_start or cleaner_offset <= self.cleaner_offset:
+            if self._closed or self.log_start_offset != expected_start or cleaner_offset < self.cleaner_offset:
                 return False
             old = self._cleaned
             doomed = [x for x in self._doomed() if x != stream.stream_id]
             if old is not None:
                 doomed.append(old.stream_id)
-            info = dict(self._log_info, cleaned=stream.stream_id, co=cleaner_offset, cb=written_bytes, doomed=doomed)
+            info = dict(
+                self._log_info,
+                cleaned=stream.stream_id,
+                co=cleaner_offset,
+                cb=written_bytes,
+                th=tombstone_horizon_ms,
+                doomed=doomed,
+            )
+            self.tombstone_horizon_ms = tombstone_horizon_ms
             self._size_bytes = max(0, self._size_bytes - read_bytes + written_bytes)
             self._cleaned_bytes = written_bytes
             self._cleaned = stream

@@ -16,7 +16,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.errors import KafkaError
-from broker.partition.cleaner import ENTRY_BYTES, clean_partition
+from broker.partition.cleaner import ENTRY_BYTES, clean_partition, cleanable
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from broker.records.batch import (
@@ -213,6 +213,18 @@ async def test_tombstones_are_dropped_once_older_than_delete_retention(cluster: 
         assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
         records = await _read_all(log)
         assert [(r.key, r.value) for r in records] == [(b"recent", None), (b"other", b"tail")]
+        # Without any new write, a round is due once the kept tombstone outlives delete.retention.ms, and drops it.
+        horizon = log.tombstone_horizon_ms
+        assert horizon == now - 1000 + COMPACT.delete_retention_ms
+        log.config = dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=1.0)  # only the horizon makes it due
+        assert not cleanable(log, horizon - 1) and cleanable(log, horizon)
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=horizon - 1) is None
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=horizon + 1) is not None
+        assert [(r.key, r.value) for r in await _read_all(log)] == [(b"other", b"tail")]
+        assert log.tombstone_horizon_ms is None
+        await log.close()
+        log = await _open(cluster, 2)
+        assert [(r.key, r.value) for r in await _read_all(log)] == [(b"other", b"tail")]
     finally:
         await log.close()
 
