@@ -43,6 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "config"
 CONTROLLER_CONFIG = "controller.properties"
 BROKER_CONFIG = "broker.properties"
+COMBINED_CONFIG = "server.properties"
 BROKER_ID_BASE = 100  # brokers are 100, 101, ...; controllers 0, 1, ... (KRaft needs distinct ids)
 _METADATA_VERSION = 12
 
@@ -61,11 +62,27 @@ def free_port() -> int:
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     node_id: int
-    role: str  # "controller" or "broker"
-    port: int
+    role: str  # "controller", "broker" or "combined" (process.roles=broker,controller: a voter and a broker)
+    port: int  # the Kafka listener of a broker or combined node; the CONTROLLER listener of a controller
     data_dir: Path
-    base_config: Path  # config/controller.properties or config/broker.properties
+    base_config: Path  # config/controller.properties, config/broker.properties or config/server.properties
     overrides: Mapping[str, str]  # the node's own settings, appended to the base file
+    controller_port: int | None = None  # a combined node's CONTROLLER listener
+
+    @property
+    def is_voter(self) -> bool:
+        return self.role in ("controller", "combined")
+
+    @property
+    def is_broker(self) -> bool:
+        return self.role in ("broker", "combined")
+
+    @property
+    def quorum_port(self) -> int:
+        """The port of this voter's CONTROLLER listener."""
+        if self.role == "combined" and self.controller_port is not None:
+            return self.controller_port
+        return self.port
 
     @property
     def config_path(self) -> Path:
@@ -93,14 +110,21 @@ def plan_cluster(
     wal: str = "file",
     extra: Mapping[str, str] | None = None,
     config_dir: Path = CONFIG_DIR,
+    combined: int = 0,
 ) -> list[NodeSpec]:
-    """Ids, free ports, directories under ``root`` and settings for every node (controllers first).
+    """Ids, free ports, directories under ``root`` and settings for every node (voters first).
 
+    ``combined`` > 0 plans that many combined nodes (ids 0, 1, ...: each a voter of the quorum and a broker, as
+    KRaft's combined mode) instead of separate controllers; ``brokers`` then adds broker-only nodes (may be 0).
     ``object_store`` is an ``s3.data.buckets`` URL; without one the brokers share ``root/objects`` (file://).
     ``wal`` is ``file`` (a directory per broker) or ``s3`` (WAL objects in the object store's bucket).
     ``extra`` settings go to every node (tests shorten timeouts with it).
     """
-    if controllers < 1 or brokers < 1:
+    if combined < 0 or controllers < 0 or brokers < 0:
+        raise ValueError("node counts cannot be negative")
+    if combined and controllers:
+        raise ValueError("a cluster has either combined nodes or separate controllers, not both")
+    if not combined and (controllers < 1 or brokers < 1):
         raise ValueError("a cluster needs at least one controller and one broker")
     if wal not in ("file", "s3"):
         raise ValueError(f"wal must be 'file' or 's3', not {wal!r}")
@@ -108,6 +132,9 @@ def plan_cluster(
     store = object_store or f"0@file://{root / 'objects'}"
     if wal == "s3" and "s3://" not in store:
         raise ValueError("an s3 WAL needs an s3:// object store")
+    if combined:
+        return _plan_combined(root, combined, brokers, store=store, wal=wal, extra=extra or {},
+                              config_dir=config_dir)
     controller_ports = [free_port() for _ in range(controllers)]
     voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(controller_ports))
     specs: list[NodeSpec] = []
@@ -121,6 +148,14 @@ def plan_cluster(
             **(extra or {}),
         }
         specs.append(NodeSpec(node_id, "controller", port, data_dir, config_dir / CONTROLLER_CONFIG, overrides))
+    specs.extend(_plan_brokers(root, brokers, voters=voters, store=store, wal=wal, extra=extra or {},
+                               config_dir=config_dir))
+    return specs
+
+
+def _plan_brokers(root: Path, brokers: int, *, voters: str, store: str, wal: str, extra: Mapping[str, str],
+                  config_dir: Path) -> list[NodeSpec]:
+    specs: list[NodeSpec] = []
     for index in range(brokers):
         node_id = BROKER_ID_BASE + index
         port = free_port()
@@ -133,9 +168,34 @@ def plan_cluster(
             "log.dirs": str(data_dir / "metadata"),
             "s3.data.buckets": store,
             "s3.wal.path": store if wal == "s3" else f"0@file://{data_dir / 'wal'}",
-            **(extra or {}),
+            **extra,
         }
         specs.append(NodeSpec(node_id, "broker", port, data_dir, config_dir / BROKER_CONFIG, overrides))
+    return specs
+
+
+def _plan_combined(root: Path, combined: int, brokers: int, *, store: str, wal: str, extra: Mapping[str, str],
+                   config_dir: Path) -> list[NodeSpec]:
+    """Combined nodes: a Kafka listener and a CONTROLLER listener each, every one a voter."""
+    ports = [(free_port(), free_port()) for _ in range(combined)]
+    voters = ",".join(f"{i}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
+    specs: list[NodeSpec] = []
+    for node_id, (port, controller_port) in enumerate(ports):
+        data_dir = root / f"node-{node_id}"
+        overrides = {
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "log.dirs": str(data_dir / "metadata"),
+            "s3.data.buckets": store,
+            "s3.wal.path": store if wal == "s3" else f"0@file://{data_dir / 'wal'}",
+            **extra,
+        }
+        specs.append(NodeSpec(node_id, "combined", port, data_dir, config_dir / COMBINED_CONFIG, overrides,
+                              controller_port))
+    specs.extend(_plan_brokers(root, brokers, voters=voters, store=store, wal=wal, extra=extra,
+                               config_dir=config_dir))
     return specs
 
 
@@ -207,11 +267,13 @@ class LocalCluster:
 
     @property
     def controllers(self) -> list[NodeProcess]:
-        return [n for n in self.nodes if n.spec.role == "controller"]
+        """The voters (controller and combined nodes)."""
+        return [n for n in self.nodes if n.spec.is_voter]
 
     @property
     def brokers(self) -> list[NodeProcess]:
-        return [n for n in self.nodes if n.spec.role == "broker"]
+        """The nodes serving Kafka clients (broker and combined nodes)."""
+        return [n for n in self.nodes if n.spec.is_broker]
 
     def node(self, node_id: int) -> NodeProcess:
         for node in self.nodes:
@@ -230,7 +292,11 @@ class LocalCluster:
     def stop_all(self, timeout: float = 30.0) -> dict[int, int]:
         """Brokers first (they close partitions through the controllers), then controllers; exit codes by id."""
         codes: dict[int, int] = {}
-        for group in (self.brokers, self.controllers):
+        broker_only = [n for n in self.nodes if not n.spec.is_voter]
+        combined = [n for n in self.nodes if n.spec.role == "combined"]
+        controllers = [n for n in self.nodes if n.spec.role == "controller"]
+        # Combined nodes one at a time: each closes its partitions through the quorum while most voters still run.
+        for group in (broker_only, *([n] for n in combined), controllers):
             for node in group:
                 if node.running:
                     node.terminate()
@@ -280,7 +346,8 @@ async def quorum_leader(controllers: Sequence[NodeSpec], timeout: float = 2.0) -
     )
     for spec in controllers:
         try:
-            response = await _request("127.0.0.1", spec.port, m.DESCRIBE_QUORUM, 2, timeout, topics=(topic,))
+            response = await _request("127.0.0.1", spec.quorum_port, m.DESCRIBE_QUORUM, 2, timeout,
+                                      topics=(topic,))
         except (OSError, TimeoutError, ConnectionClosedError):
             continue
         if int(response.error_code) == 0 and response.topics:

@@ -44,9 +44,20 @@ ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 class ControllerHandle:
     """A started controller: the client the broker uses and how to stop it."""
 
-    def __init__(self, client: ControllerClient, close: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        client: ControllerClient,
+        close: Callable[[], Awaitable[None]] | None = None,
+        stopping: Callable[[], None] | None = None,
+    ) -> None:
         self.client = client
         self._close = close
+        self._stopping = stopping
+
+    def stopping(self) -> None:
+        """The node begins to shut down (before the broker closes its partitions through the controller)."""
+        if self._stopping is not None:
+            self._stopping()
 
     async def close(self) -> None:
         if self._close is not None:
@@ -54,20 +65,48 @@ class ControllerHandle:
 
 
 async def open_local_controller(config: ServerConfig) -> ControllerHandle:
-    """The combined node's in-process controller over its local metadata log (the embedded default)."""
+    """The combined node's controller: in process over its local metadata log when it is the only voter (the
+    embedded default), else a voter of the Raft quorum (:func:`open_combined_voter`)."""
     from controller.client import LocalControllerClient
     from controller.controller import Controller
     from controller.quorum import uses_quorum
 
     if uses_quorum(config):
-        raise ConfigError(
-            "controller.quorum.voters: a combined broker,controller node with several voters needs a controller "
-            "client that follows the active controller; run process.roles=controller nodes for the quorum and "
-            "process.roles=broker nodes (or a single voter for the embedded default)"
-        )
-
+        return await open_combined_voter(config)
     controller = await Controller.start(config)
     return ControllerHandle(LocalControllerClient(controller), controller.close)
+
+
+async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
+    """A combined node among several voters, as KRaft's combined mode: this process runs a voter of the quorum
+    (serving the CONTROLLER listener) and its broker follows the active controller wherever it is, exactly like a
+    broker-only node, except that it reads the metadata its own voter applied instead of running an observer.
+    Closing the handle stops the broker's client (a controlled shutdown) and then the voter, which hands its
+    leadership over if it has it."""
+    from controller.quorum import QuorumController
+    from controller.remote_client import RemoteControllerClient, VoterFollower
+
+    quorum = await QuorumController.start(config)
+    try:
+        client = await RemoteControllerClient.start(config, replica=VoterFollower(quorum))
+    except BaseException:
+        await quorum.stop()
+        raise
+
+    async def close() -> None:
+        try:
+            await client.close()
+        finally:
+            await quorum.stop()
+
+    def stopping() -> None:
+        # The voters of a combined quorum stop one after another: the last ones have no majority left, so the
+        # broker's closing writes get a bounded budget instead of the full retry budget each.
+        request_s = int(config.value("controller.quorum.request.timeout.ms")) / 1000
+        election_s = int(config.value("controller.quorum.election.timeout.ms")) / 1000
+        client.channel.stopping(2 * request_s + election_s)
+
+    return ControllerHandle(client, close, stopping)
 
 
 async def open_quorum_client(config: ServerConfig) -> ControllerHandle:
@@ -303,6 +342,8 @@ class BrokerNode:
         if self._stopped.is_set():
             return
         logger.info("node %d shutting down", self.node_id)
+        if self._controller_handle is not None:
+            self._controller_handle.stopping()
         for server in self.servers:
             await server.stop_accepting()
         # A start that failed half-way stops only what it started.

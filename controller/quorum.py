@@ -153,11 +153,14 @@ class QuorumController:
             apply=self._apply,
             load_snapshot=self._load_snapshot,
             config=raft_config,
+            on_committed=self._committed,
         )
         self._snapshot_after_bytes = int(config.value("metadata.log.max.record.bytes.between.snapshots"))
         self._session_timeout_s = config.broker_session_timeout_ms / 1000
         self._pending: set[tuple[int, int]] = set()  # (epoch, offset) of own entries whose proposer applies them
         self._applied_end = 0
+        self._committed_end = 0  # every committed entry below it was handed to _apply (control entries counted)
+        self._progress = asyncio.Event()  # set whenever applied_end may have grown
         self._bytes_since_snapshot = 0
         self._leader_epoch: int | None = None  # the epoch this node leads (active or catching up)
         self._activation_offset = 0
@@ -266,6 +269,7 @@ class QuorumController:
             ) from None
         finally:
             self._pending.discard(key)
+            self._progress.set()
         if committed != offset:  # a broken invariant, not a runtime condition: stop applying rather than diverge
             raise RuntimeError(f"controller {self.node_id}: proposed at {offset} but committed at {committed}")
         self._applied_end = max(self._applied_end, offset + 1)
@@ -283,9 +287,31 @@ class QuorumController:
             self._applied_end = max(self._applied_end, entry.offset + 1)
             self._bytes_since_snapshot += len(entry.data)
 
+    def _committed(self, end: int) -> None:
+        if end > self._committed_end:
+            self._committed_end = end
+            self._progress.set()
+
+    @property
+    def applied_end(self) -> int:
+        """Every committed entry below this offset is applied to :attr:`controller` (its own proposals, which the
+        proposer applies when it resumes, included): what a broker in this process reads is at least that fresh."""
+        end = self._committed_end
+        for _, offset in self._pending:
+            end = min(end, offset)
+        return end
+
+    async def wait_applied(self, end: int, timeout: float) -> None:
+        """Waits until :attr:`applied_end` reaches ``end``; TimeoutError after ``timeout``."""
+        async with asyncio.timeout(timeout):
+            while self.applied_end < end:
+                self._progress.clear()
+                await self._progress.wait()
+
     def _load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         records = decode_metadata_records(data, f"metadata snapshot {snapshot_id}")
         self.controller.reset(records, snapshot_id.end_offset - 1)
+        self._committed(snapshot_id.end_offset)
         self._applied_end = snapshot_id.end_offset
         self._bytes_since_snapshot = 0
         logger.info("controller %d: loaded snapshot %s (%d records)", self.node_id, snapshot_id, len(records))

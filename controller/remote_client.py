@@ -31,7 +31,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -49,10 +49,9 @@ from controller.config import ConfigEntry, ConfigSource, ServerConfig, ensure_me
 from controller.controller import Controller, ControllerError
 from controller.image import MetadataImage
 from controller.producer_ids import ProducerIdBlock
-from controller.quorum import RAFT_DIR_NAME, quorum_cluster_id
+from controller.quorum import RAFT_DIR_NAME, QuorumController, quorum_cluster_id
 from controller.raft.core import RaftConfig
 from controller.raft.driver import RaftDriver
-from controller.raft.effects import Commit
 from controller.raft.log import LogEntry, SnapshotId
 from controller.records import Endpoint, MetadataRecord
 from controller.rpc import messages as m
@@ -60,7 +59,7 @@ from controller.rpc.connection import ConnectionClosedError, ControllerConnectio
 from controller.rpc.messages import NotControllerError, decode_metadata_records, encode_metadata_records
 from controller.rpc.transport import NetworkTransport
 from storage.config import ConfigError
-from storage.errors import StorageError
+from storage.errors import NodeEpochExpiredError, StorageError
 from storage.metadata.api import (
     CommitStreamObjectRequest,
     CommitStreamSetObjectRequest,
@@ -108,6 +107,12 @@ class ControllerUnavailableError(NotControllerError):
     """
 
 
+class ControllerLostWhileStoppingError(ControllerUnavailableError, NodeEpochExpiredError):
+    """The node is stopping and no active controller answers: this incarnation gives up on metadata writes, as a
+    fenced one does (it will never write again; its WAL keeps what it did not upload, recovered at its next
+    start). A NodeEpochExpiredError so the storage engine stops retrying rather than holding up the shutdown."""
+
+
 def _backoff(attempt: int) -> float:
     delay: float = min(_BACKOFF_MAX_S, _BACKOFF_INITIAL_S * 2.0 ** max(0, attempt - 1))
     return delay * (0.5 + random.random() / 2)
@@ -145,11 +150,21 @@ class ActiveControllerChannel:
         self._connecting: dict[int, asyncio.Lock] = {voter: asyncio.Lock() for voter in voters}
         self._active: int | None = None
         self._closed = False
+        self._stopping = False
+        self._unreachable = False  # stopping, and a call already ran out of budget: later calls fail at once
 
     @property
     def active_id(self) -> int | None:
         """The voter that last answered as the active controller."""
         return self._active
+
+    def stopping(self, budget_s: float) -> None:
+        """The node shuts down: each call gets at most ``budget_s``, and once one finds no active controller in
+        it the rest fail at once. A combined node stopping last finds no majority of voters left; its uploads
+        and closes cannot commit (its WAL keeps the data for its next start), so it must not spend the full
+        retry budget on each of them."""
+        self._stopping = True
+        self._retry_budget_s = min(self._retry_budget_s, budget_s)
 
     def _address(self, voter: int) -> str:
         host, port = self._voters[voter]
@@ -201,6 +216,11 @@ class ActiveControllerChannel:
         NOT_CONTROLLER and which leader it names. Raises ControllerUnavailableError when the budget runs out."""
         if self._closed:
             raise ControllerUnavailableError(f"{what}: the controller channel is closed")
+        if self._unreachable:
+            raise ControllerLostWhileStoppingError(
+                f"{what}: no active controller answered while the node is stopping; what is not uploaded stays in "
+                "the WAL for the next start"
+            )
         deadline = time.monotonic() + (self._retry_budget_s if budget_s is None else budget_s)
         voter = self._first_candidate()
         attempt = 0
@@ -217,6 +237,7 @@ class ActiveControllerChannel:
             else:
                 refused, named = redirect(response)
                 if not refused:
+                    self._unreachable = False
                     if self._active != voter:
                         logger.info("active controller is node %d (%s)", voter, self._address(voter))
                     self._active = voter
@@ -226,9 +247,11 @@ class ActiveControllerChannel:
                     self._active = None
             if time.monotonic() >= deadline or self._closed:
                 tried = "; ".join(f"node {v} at {self._address(v)}: {p}" for v, p in sorted(problems.items()))
-                raise ControllerUnavailableError(
-                    f"{what}: no active controller answered after {attempt} attempts ({tried})"
-                )
+                message = f"{what}: no active controller answered after {attempt} attempts ({tried})"
+                if self._stopping:
+                    self._unreachable = True
+                    raise ControllerLostWhileStoppingError(message)
+                raise ControllerUnavailableError(message)
             voter = self._next_candidate(voter, named)
             await asyncio.sleep(min(_backoff(attempt), max(0.0, deadline - time.monotonic())))
 
@@ -311,17 +334,61 @@ class _ReadOnlyLog:
         raise NotControllerError("a broker's metadata replica does not accept writes")
 
 
-class _ObserverDriver(RaftDriver):
-    """A RaftDriver that also tells the replica how far the committed log has been applied (control entries
-    included), which the write barrier waits on."""
+class MetadataFollower(Protocol):
+    """The broker's local copy of the committed metadata, wherever it comes from."""
 
-    def __init__(self, *args: Any, on_committed: Callable[[int], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_committed = on_committed
+    @property
+    def image(self) -> MetadataImage: ...
 
-    def _on_commit(self, commit: Commit) -> None:
-        super()._on_commit(commit)
-        self._on_committed(commit.high_watermark)
+    @property
+    def controller(self) -> Controller:
+        """The `Controller` the committed records are replayed into (image subscribers attach here)."""
+        ...
+
+    @property
+    def leader_id(self) -> int | None: ...
+
+    @property
+    def applied_end(self) -> int: ...
+
+    async def wait_applied(self, end: int, timeout: float) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class VoterFollower:
+    """A combined node's broker reads its own voter's state: the voter applies every committed entry (as leader
+    or follower), so no observer of its own is needed. Starting and stopping the voter is the node's business."""
+
+    def __init__(self, quorum: QuorumController) -> None:
+        self._quorum = quorum
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._quorum.image
+
+    @property
+    def controller(self) -> Controller:
+        return self._quorum.controller
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._quorum.leader_id
+
+    @property
+    def applied_end(self) -> int:
+        return self._quorum.applied_end
+
+    async def wait_applied(self, end: int, timeout: float) -> None:
+        await self._quorum.wait_applied(end, timeout)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
 
 
 class MetadataReplica:
@@ -343,7 +410,7 @@ class MetadataReplica:
         fetch_ms = int(config.value("controller.quorum.fetch.timeout.ms"))
         fetch_wait_ms = min(500, max(1, fetch_ms // 4))
         self.transport = NetworkTransport(self.node_id, voters, request_timeout_s=request_ms / 1000)
-        self.driver = _ObserverDriver(
+        self.driver = RaftDriver(
             self.node_id,
             sorted(voters),
             config.metadata_dir / RAFT_DIR_NAME,
@@ -576,17 +643,20 @@ class RemoteStreamMetadata:
 class RemoteControllerClient:
     """The broker's `ControllerClient` in a cluster; build it with :meth:`start`, stop it with :meth:`close`."""
 
-    def __init__(self, config: ServerConfig, cluster_id: str) -> None:
+    def __init__(self, config: ServerConfig, cluster_id: str, replica: MetadataFollower | None = None) -> None:
+        """``replica`` None: a broker-only node, following the metadata log as a Raft observer of its own. A
+        combined node passes its voter (:class:`VoterFollower`): the broker reads the voter's applied state and
+        sends its writes to the active controller like any broker."""
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = cluster_id
         voters = {v.node_id: (v.host, v.port) for v in config.voters}
-        if self.node_id in voters:
+        if replica is None and self.node_id in voters:
             raise ConfigError(
                 f"node.id {self.node_id} is one of the controller.quorum.voters; a broker-only node needs a node.id "
                 "of its own"
             )
-        self.replica = MetadataReplica(config, cluster_id, voters)
+        self.replica: MetadataFollower = replica or MetadataReplica(config, cluster_id, voters)
         request_s = int(config.value("controller.quorum.request.timeout.ms")) / 1000
         self.channel = ActiveControllerChannel(
             voters,
@@ -606,12 +676,15 @@ class RemoteControllerClient:
         self._heartbeat_error: ErrorCode | None = None  # the last refusal, logged once rather than every beat
 
     @classmethod
-    async def start(cls, config: ServerConfig, *, catch_up_timeout_s: float = 60.0) -> RemoteControllerClient:
-        """Formats or checks the metadata directory, starts the observer and waits until it has caught up with
-        the quorum's committed metadata (bounded: a quorum without a leader is a clear error, not a hang)."""
+    async def start(
+        cls, config: ServerConfig, *, catch_up_timeout_s: float = 60.0, replica: MetadataFollower | None = None
+    ) -> RemoteControllerClient:
+        """Formats or checks the metadata directory, starts the observer (or takes the combined node's voter as
+        ``replica``) and waits until it has caught up with the quorum's committed metadata (bounded: a quorum
+        without a leader is a clear error, not a hang)."""
         cluster_id = quorum_cluster_id(config)
         await asyncio.to_thread(ensure_meta_properties, config.metadata_dir, config.node_id, cluster_id)
-        client = cls(config, cluster_id)
+        client = cls(config, cluster_id, replica)
         await client.replica.start()
         try:
             await client.sync(timeout=catch_up_timeout_s, what="catch up with the metadata log")

@@ -43,8 +43,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Starts a controller quorum and brokers as separate processes on free 127.0.0.1 ports, prints "
                     "the bootstrap servers, and stops everything cleanly on Ctrl-C or SIGTERM.",
     )
-    up.add_argument("--controllers", type=int, default=3, metavar="N", help="controller quorum size (default 3)")
-    up.add_argument("--brokers", type=int, default=3, metavar="N", help="number of brokers (default 3)")
+    up.add_argument("--controllers", type=int, default=None, metavar="N",
+                    help="controller quorum size (default 3; none with --combined)")
+    up.add_argument("--brokers", type=int, default=None, metavar="N",
+                    help="number of broker-only nodes (default 3; 0 with --combined)")
+    up.add_argument("--combined", type=int, default=0, metavar="N",
+                    help="N combined nodes (process.roles=broker,controller): each is a voter of the quorum and "
+                         "a broker, as KRaft's combined mode; replaces --controllers")
     up.add_argument("--object-store", metavar="URL",
                     help="s3.data.buckets URL shared by the brokers, e.g. 0@s3://bucket?endpoint=http://...&"
                          "pathStyle=true (default: a directory under --data-dir)")
@@ -72,8 +77,20 @@ def _cluster_id(data_dir: Path) -> str:
 
 def run_up(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    if args.controllers < 1 or args.brokers < 1:
+    combined: int = args.combined
+    if combined < 0:
+        print("fjord: --combined must not be negative", file=sys.stderr)
+        return 2
+    if combined and args.controllers:
+        print("fjord: --combined nodes are the controllers; --controllers cannot be given with it", file=sys.stderr)
+        return 2
+    controllers: int = 0 if combined else (3 if args.controllers is None else args.controllers)
+    brokers: int = (0 if combined else 3) if args.brokers is None else args.brokers
+    if not combined and (controllers < 1 or brokers < 1):
         print("fjord: --controllers and --brokers must be at least 1", file=sys.stderr)
+        return 2
+    if brokers < 0:
+        print("fjord: --brokers must not be negative", file=sys.stderr)
         return 2
     try:
         extra = parse_overrides(args.override)
@@ -87,7 +104,7 @@ def run_up(args: argparse.Namespace) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     extra.setdefault("cluster.id", _cluster_id(data_dir))
     try:
-        specs = plan_cluster(data_dir, controllers=args.controllers, brokers=args.brokers,
+        specs = plan_cluster(data_dir, controllers=controllers, brokers=brokers, combined=combined,
                              object_store=args.object_store, wal=args.wal, extra=extra)
     except ValueError as exc:
         print(f"fjord: {exc}", file=sys.stderr)
@@ -104,7 +121,10 @@ def run_up(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     status = 0
     try:
-        print(f"starting {args.controllers} controllers and {args.brokers} brokers in {data_dir} ...", flush=True)
+        layout = f"{combined} combined nodes" if combined else f"{controllers} controllers"
+        if brokers or not combined:
+            layout += f" and {brokers} brokers"
+        print(f"starting {layout} in {data_dir} ...", flush=True)
         cluster.start_all()
         started = time.monotonic()
         leader = asyncio.run(wait_ready(cluster, args.timeout))

@@ -65,13 +65,17 @@ class RaftDriver:
         config: RaftConfig | None = None,
         rng: random.Random | None = None,
         segment_bytes: int = 16 << 20,
+        on_committed: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_committed(high_watermark)`` runs after the entries below it were handed to ``apply`` (control
+        entries included in the count): what a reader waiting for "applied up to" needs."""
         self.node_id = node_id
         self.voters = tuple(voters)
         self.storage = RaftStorage(directory, segment_bytes=segment_bytes)
         self.transport = transport
         self._apply = apply
         self._load_snapshot = load_snapshot
+        self._on_committed = on_committed
         self.config = config or RaftConfig()
         self._rng = rng or random.Random()
         self._origin = time.monotonic()
@@ -279,6 +283,8 @@ class RaftDriver:
             else:
                 still_waiting.append((offset, epoch, future))
         self._waiters = still_waiting
+        if self._on_committed is not None:
+            self._on_committed(commit.high_watermark)
 
     async def _on_role_changed(self, change: RoleChanged) -> None:
         logger.info("raft node %d: %s in epoch %d (leader %s)", self.node_id, change.role, change.epoch,

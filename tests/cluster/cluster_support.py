@@ -190,7 +190,7 @@ def metadata_shell(cluster: LocalCluster, *commands: str, via: str = "controller
 def shell_in_process(cluster: LocalCluster) -> MetadataShell:
     """The shell ``fjord metadata shell --controllers`` runs, loaded once in this process (one subprocess per
     command would cost seconds of start-up each)."""
-    addresses = [("127.0.0.1", n.spec.port) for n in cluster.controllers if n.running]
+    addresses = [("127.0.0.1", n.spec.quorum_port) for n in cluster.controllers if n.running]
     loaded = asyncio.run(from_controllers(addresses))
     return MetadataShell(build_tree(loaded.records))
 

@@ -23,10 +23,10 @@ READY_TIMEOUT_S = 60.0
 
 
 def start_cluster(root: Path, s3_server: S3Server, *, controllers: int = 3, brokers: int = 3, wal: str = "file",
-                  extra: Mapping[str, str] | None = None) -> LocalCluster:
+                  extra: Mapping[str, str] | None = None, combined: int = 0) -> LocalCluster:
     store = s3_server.bucket_url_text(s3_server.create_bucket("cluster"))
     cluster = LocalCluster(plan_cluster(root, controllers=controllers, brokers=brokers, object_store=store, wal=wal,
-                                        extra={**FAST, **(extra or {})}))
+                                        extra={**FAST, **(extra or {})}, combined=combined))
     cluster.start_all()
     try:
         asyncio.run(wait_ready(cluster, READY_TIMEOUT_S))

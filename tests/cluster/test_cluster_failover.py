@@ -45,7 +45,7 @@ def _controller_states(cluster: LocalCluster) -> list[tuple[int, list[object]]]:
     out = []
     for node in cluster.controllers:
         if node.running:
-            loaded = asyncio.run(from_controllers([("127.0.0.1", node.spec.port)]))
+            loaded = asyncio.run(from_controllers([("127.0.0.1", node.spec.quorum_port)]))
             offset = int(loaded.source.rsplit("offset ", 1)[1].rstrip(")"))
             out.append((offset, list(loaded.records)))
     return out
@@ -270,7 +270,7 @@ async def _ask_active(cluster: LocalCluster, requests: list[m.StreamRequest]) ->
         for _ in range(50):
             answer = None
             for node in cluster.controllers:
-                connection = ControllerConnection("127.0.0.1", node.spec.port, client_id="stale-test")
+                connection = ControllerConnection("127.0.0.1", node.spec.quorum_port, client_id="stale-test")
                 try:
                     await connection.connect(timeout=2)
                     response = await connection.stream_request(request, timeout=5)

@@ -24,9 +24,12 @@ UP_TIMEOUT_S = 90.0
 class ClusterUp:
     """A running ``fjord cluster up`` and the lines it printed."""
 
-    def __init__(self, data_dir: Path, controllers: int, brokers: int) -> None:
-        argv = [sys.executable, "-m", "broker.cli", "cluster", "up", "--controllers", str(controllers),
-                "--brokers", str(brokers), "--data-dir", str(data_dir), "--timeout", "120"]
+    def __init__(self, data_dir: Path, controllers: int = 0, brokers: int = 0, combined: int = 0) -> None:
+        layout = ["--combined", str(combined)] if combined else ["--controllers", str(controllers)]
+        if brokers or not combined:
+            layout += ["--brokers", str(brokers)]
+        argv = [sys.executable, "-m", "broker.cli", "cluster", "up", *layout, "--data-dir", str(data_dir),
+                "--timeout", "120"]
         for key, value in FAST.items():
             argv += ["--override", f"{key}={value}"]
         self.proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -68,7 +71,7 @@ class ClusterUp:
 
     def pids(self) -> list[int]:
         table = self.lines[self.lines.index(next(x for x in self.lines if x.startswith("ROLE"))):]
-        return [int(line.split()[3]) for line in table[1:] if line.startswith(("controller", "broker"))]
+        return [int(line.split()[3]) for line in table[1:] if line.startswith(("controller", "broker", "combined"))]
 
 
 def _alive(pid: int) -> bool:
@@ -118,3 +121,32 @@ def test_cluster_up_serves_clients_and_stops_cleanly_on_sigterm_and_ctrl_c(tmp_p
         code = again.stop(signal.SIGINT)
     assert code == 0, "\n".join(again.lines)
     assert "all nodes stopped cleanly" in again.lines
+
+
+def test_cluster_up_combined_runs_voters_that_are_brokers(tmp_path: Path) -> None:
+    up = ClusterUp(tmp_path / "combined", combined=3)
+    try:
+        up.wait_for_line(r"starting 3 combined nodes in", 10)
+        bootstrap = up.wait_for_line(r"bootstrap servers: (\S+)", UP_TIMEOUT_S).group(1)
+        roles = [line.split()[0] for line in up.lines if line.startswith(("controller", "broker", "combined"))]
+        assert roles == ["combined"] * 3, "\n".join(up.lines)
+        assert len(bootstrap.split(",")) == 3
+        topic = topic_name("combined-up")
+        create_topic(bootstrap, topic, 3)
+        assert set(leaders(bootstrap, topic, 3).values()) == {0, 1, 2}
+        acked = produce(bootstrap, topic, [f"c{i}" for i in range(30)])
+        assert set(consume_all(bootstrap, topic, 3, acked, timeout=30)) == acked == {f"c{i}" for i in range(30)}
+    finally:
+        code = up.stop(signal.SIGTERM)
+    assert code == 0, "\n".join(up.lines)
+    assert "all nodes stopped cleanly" in up.lines
+
+
+def test_cluster_up_refuses_controllers_with_combined_nodes(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "cluster", "up", "--combined", "3", "--controllers", "3",
+         "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False,
+    )
+    assert result.returncode == 2
+    assert "--combined nodes are the controllers" in result.stderr

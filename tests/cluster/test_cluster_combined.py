@@ -1,0 +1,74 @@
+"""Three combined nodes (process.roles=broker,controller, every one a voter and a broker) as real processes: one
+is the active controller, all three serve Kafka clients; kill -9 the node that is the active controller and a new
+one is elected, the dead node's partitions move to live nodes, producers carry on and nothing acknowledged is
+missing. The nodes use the s3 WAL, so a live node replays the dead one's WAL (with the file WAL, the dead node's
+partitions would wait for it to restart: their tail is on its disk only)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from cluster_support import (
+    SESSION_TIMEOUT_S,
+    ProduceLoad,
+    active_controller,
+    consume_all,
+    create_topic,
+    leaders,
+    live_brokers,
+    wait_for,
+)
+
+from broker.local_cluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(240)
+
+ELECTION_LIMIT_S = 3.0
+
+
+def test_three_combined_nodes_survive_killing_the_active_controller(cluster_factory: object) -> None:
+    cluster: LocalCluster = cluster_factory(combined=3, controllers=0, brokers=0, wal="s3")  # type: ignore[operator]
+    assert [n.spec.role for n in cluster.nodes] == ["combined"] * 3
+    bootstrap = cluster.bootstrap_servers
+    assert live_brokers(bootstrap) == {0, 1, 2}
+    topic = "combined-orders"
+    create_topic(bootstrap, topic, 6)
+    placement = leaders(bootstrap, topic, 6)
+    assert set(placement.values()) == {0, 1, 2}, f"partitions are not spread over the three nodes: {placement}"
+
+    load = ProduceLoad(bootstrap, topic).start()
+    try:
+        load.wait_acked(200, timeout=30)
+        victim = active_controller(cluster)
+        assert victim is not None
+        killed_at = time.monotonic()
+        cluster.node(victim).kill()
+
+        def elected() -> tuple[int] | None:  # a tuple: node 0 may be the leader, and 0 is falsy
+            leader = active_controller(cluster, exclude=[victim])
+            return None if leader is None else (leader,)
+
+        (successor,) = wait_for("a new active controller", elected, timeout=10, interval=0.05)
+        assert successor != victim
+        assert time.monotonic() - killed_at < ELECTION_LIMIT_S
+
+        survivors = ",".join(n.spec.address for n in cluster.brokers if n.spec.node_id != victim)
+
+        def moved() -> dict[int, int] | None:
+            now = leaders(survivors, topic, 6)
+            return now if victim not in now.values() else None
+
+        placement = wait_for(f"node {victim}'s partitions led elsewhere", moved, timeout=SESSION_TIMEOUT_S + 20)
+        assert set(placement.values()) <= {0, 1, 2} - {victim}
+        before = len(load.acked)
+        load.wait_acked(before + 200, timeout=40)  # producers carry on without the dead node
+    finally:
+        load.stop()
+    assert not load.failed, load.failed[:5]
+    seen = consume_all(survivors, topic, 6, load.acked, timeout=60)
+    missing = load.acked - set(seen)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+
+    cluster.node(victim).start()  # the restarted node joins the quorum and serves again
+    wait_for(f"node {victim} serving again", lambda: live_brokers(bootstrap) == {0, 1, 2}, timeout=60)
