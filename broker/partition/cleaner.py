@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 ENTRY_BYTES = 144
 #: Appends to the new cleaned stream in flight at once: bounds memory while still sharing WAL group commits.
 _WRITE_WINDOW = 256
+#: Shutdown waits this long for a round to reach its next batch before cancelling it.
+_STOP_TIMEOUT = 10.0
 
 
 def key_hash(key: bytes) -> bytes:
@@ -128,6 +130,10 @@ def retains(record: Record, offset_map: OffsetMap, tombstone_cutoff_ms: int) -> 
     return not expired_tombstone
 
 
+class CleanerStopped(Exception):
+    """The broker is shutting down: the round in progress is abandoned between two batches."""
+
+
 @dataclass(frozen=True, slots=True)
 class CleanResult:
     """One completed round: ``[start, end)`` rewritten from ``read_bytes`` into ``written_bytes``."""
@@ -146,10 +152,18 @@ async def clean_partition(
     dedupe_buffer_bytes: int,
     now_ms: int | None = None,
     after_write: Callable[[], Awaitable[None]] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> CleanResult | None:
     """One round on one open partition; None when there was nothing to clean or the partition moved on meanwhile
     (log start moved, leadership lost). ``after_write`` runs between writing the new stream and the switch (tests
-    inject crashes there)."""
+    inject crashes there). ``should_stop`` is asked between batches; when it says so the round is abandoned with
+    :class:`CleanerStopped`. Stopping is cooperative rather than by cancellation because a cancelled await on a
+    stream append cancels the append itself, which fails the stream (the meta stream included) for good."""
+
+    def check_stop() -> None:
+        if should_stop is not None and should_stop():
+            raise CleanerStopped(f"{log.where}: cleaner round abandoned for shutdown")
+
     now = int(time.time() * 1000) if now_ms is None else now_ms
     config = log.config
     start = log.log_start_offset
@@ -162,6 +176,7 @@ async def clean_partition(
         lag_cutoff_ms=now - lag if lag > 0 else None,
     )
     async for stored in log.iter_stored(dirty_start, log.high_watermark):
+        check_stop()
         batches = [
             (h, [] if h.is_control else decode_records(b))
             for h, b in iter_batches(stored.payload)
@@ -194,6 +209,7 @@ async def clean_partition(
         prev_end = stream.next_offset
         window: list[Awaitable[int]] = []
         async for stored in log.iter_stored(start, end):
+            check_stop()
             for header, batch in iter_batches(stored.payload):
                 if header.next_offset <= start:
                     continue
@@ -212,6 +228,7 @@ async def clean_partition(
         if prev_end < end:
             window.append(stream.append(b"", end - prev_end))  # removed offsets up to the cleaner offset
         await asyncio.gather(*window)
+        check_stop()
         if start > stream.start_offset:
             await stream.trim(start)
         if after_write is not None:
@@ -298,10 +315,16 @@ class LogCleaner:
             return
         self._task = asyncio.create_task(self._run(), name="log-cleaner")
 
-    async def stop(self) -> None:
-        """Abandons a round in progress (its stream is deleted; the partition closes normally)."""
+    async def stop(self, timeout: float = _STOP_TIMEOUT) -> None:
+        """Abandons a round in progress at its next batch (its stream is deleted; the partition closes normally);
+        cancels only a round that does not get there within ``timeout`` seconds (storage hanging)."""
         self._stop.set()
-        if self._task is not None:
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError:
+            logger.warning("log cleaner round still running %.0fs after shutdown began; cancelling it", timeout)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -311,6 +334,9 @@ class LogCleaner:
             cleaned = False
             try:
                 cleaned = await self.clean_once()
+            except CleanerStopped as exc:
+                logger.info("%s", exc)
+                return
             except Exception:
                 logger.exception("log cleaner round failed")
             if not cleaned:
@@ -335,7 +361,13 @@ class LogCleaner:
         due.sort(key=lambda log: log.dirty_bytes / max(1, log.size_bytes), reverse=True)
         for log in due:
             try:
-                if await clean_partition(log, dedupe_buffer_bytes=self._settings.dedupe_buffer_bytes, now_ms=now):
+                result = await clean_partition(
+                    log,
+                    dedupe_buffer_bytes=self._settings.dedupe_buffer_bytes,
+                    now_ms=now,
+                    should_stop=self._stop.is_set,
+                )
+                if result is not None:
                     return True
             except (KafkaError, storage_errors.StorageError) as exc:
                 # Typically leadership moved under the round: the partition closed and its streams with it.

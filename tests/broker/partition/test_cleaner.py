@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -16,7 +17,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.errors import KafkaError
-from broker.partition.cleaner import ENTRY_BYTES, clean_partition, cleanable
+from broker.partition.cleaner import ENTRY_BYTES, CleanerStopped, clean_partition, cleanable
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from broker.records.batch import (
@@ -458,5 +459,33 @@ async def test_min_compaction_lag_keeps_young_records_dirty(cluster: dict[str, A
         assert result.end <= young[0].offset
         offsets = [r.offset for r in await _read_all(log)]
         assert all(r.offset in offsets for r in young)
+    finally:
+        await log.close()
+
+
+async def test_a_stop_request_abandons_the_round_and_deletes_its_stream(
+    cluster: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    written = await _fill(log, rounds=4, keys=3, ts=now - 1000)
+    await log.append(build_batch([Record(b"tail", b"t", (), now)]))
+    asked = [0]
+
+    def stop_in_the_write_pass() -> bool:
+        asked[0] += 1
+        return asked[0] > 6  # past the key-map pass (5 batches), into the write pass
+
+    with pytest.raises(CleanerStopped):
+        await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now, should_stop=stop_in_the_write_pass)
+    assert log._doomed() == [] and log._cleaned is None
+    await log.close()
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="broker.partition.partition_log")
+    log = await _open(cluster, 2)
+    try:
+        # The partition closed cleanly (its meta stream was left intact), so the open recovers nothing.
+        assert "opened changelog-0" in caplog.text and "recovering" not in caplog.text
+        assert [r.offset for r in await _read_all(log)][:-1] == [r.offset for r in written]
     finally:
         await log.close()
