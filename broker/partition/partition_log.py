@@ -948,6 +948,10 @@ class PartitionLog:
                 }
             )
         await put
+        if self._checkpoint_task is None and not self._closed:
+            # A producer snapshot at the log end means a crash never rebuilds producer state from the cleaned
+            # prefix, where compaction may have removed a producer's last batch.
+            self._checkpoint_task = asyncio.create_task(self._checkpoint(), name=f"checkpoint {self.where}")
         await self._log.trim(cleaner_offset)
         if old is not None:
             try:
