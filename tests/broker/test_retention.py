@@ -273,11 +273,15 @@ def _create(admin: AdminClient, name: str, config: dict[str, str]) -> None:
         future.result(timeout=TIMEOUT)
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int, *, batch_each: bool = False) -> None:
-    """Produces with explicit CreateTime timestamps; ``batch_each`` flushes per record (one batch each)."""
+def _produce(
+    bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int, *, batch_each: bool = False, keyed: bool = False
+) -> None:
+    """Produces with explicit CreateTime timestamps; ``batch_each`` flushes per record (one batch each). ``keyed``
+    keys each record by its value: compacted topics refuse keyless records, and distinct keys leave compaction
+    nothing to remove."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     for i, value in enumerate(values):
-        producer.produce(topic, value, timestamp=timestamp_ms + i)
+        producer.produce(topic, value, key=value if keyed else None, timestamp=timestamp_ms + i)
         if batch_each:
             assert producer.flush(TIMEOUT) == 0
     assert producer.flush(TIMEOUT) == 0
@@ -349,8 +353,9 @@ def test_retention_ms_deletes_old_records_and_consumers_start_after_them(
     old = [b"old-%d" % i for i in range(5)]
     new = [b"new-%d" % i for i in range(3)]
     for name in (topic, compacted, forever):
-        _produce(bootstrap, name, [b"k" + v for v in old], now - 3 * HOUR)  # one batch, three hours old
-        _produce(bootstrap, name, [b"k" + v for v in new], now)
+        keyed = name == compacted
+        _produce(bootstrap, name, [b"k" + v for v in old], now - 3 * HOUR, keyed=keyed)  # one batch, 3 hours old
+        _produce(bootstrap, name, [b"k" + v for v in new], now, keyed=keyed)
 
     assert _wait_for(lambda: _watermarks(bootstrap, topic)[0] == len(old), f"{topic} to drop its old records")
     assert _watermarks(bootstrap, topic) == (len(old), len(old) + len(new))
