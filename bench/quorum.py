@@ -6,7 +6,9 @@ fsync), driven over the CONTROLLER listener with the RPCs a broker sends. Measur
 - stream open+close: each operation is one committed metadata write (validated by the active controller);
 - object commits: PrepareObjects + CommitStreamSetObject continuing a stream (the commit is the write that makes
   uploaded data visible);
-- KV puts with many in flight (the stream metadata validates one write at a time; Raft batches the fsyncs);
+- KV puts;
+
+each with one request in flight and with ``--concurrency`` (each in-flight worker on a stream / key of its own);
 - election time: from ``kill -9`` of the active controller until a survivor accepts writes, with the quorum
   timeouts given (the defaults are KRaft's production values).
 
@@ -25,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,51 +49,71 @@ def _ok(response: m.StreamResponse) -> object:
     return response.result
 
 
-async def _open_close(client: ControllerClient, seconds: float) -> float:
-    stream_id = _ok(await client.stream(m.CreateStream(NODE)))
-    assert isinstance(stream_id, int)
-    epoch, ops = 0, 0
-    deadline = time.perf_counter() + seconds
-    started = time.perf_counter()
-    while time.perf_counter() < deadline:
-        _ok(await client.stream(m.OpenStream(NODE, stream_id, epoch)))
-        _ok(await client.stream(m.CloseStream(NODE, stream_id, epoch)))
-        epoch += 1
-        ops += 2
-    return ops / (time.perf_counter() - started)
-
-
-async def _object_commits(client: ControllerClient, seconds: float) -> float:
-    stream_id = _ok(await client.stream(m.CreateStream(NODE)))
-    assert isinstance(stream_id, int)
-    _ok(await client.stream(m.OpenStream(NODE, stream_id, 0)))
-    offset, commits = 0, 0
-    deadline = time.perf_counter() + seconds
-    started = time.perf_counter()
-    while time.perf_counter() < deadline:
-        object_id = _ok(await client.stream(m.PrepareObjects(NODE, 1, 60_000)))
-        assert isinstance(object_id, int)
-        ranges = (ObjectStreamRange(stream_id, offset, offset + 100, 0),)
-        request = CommitStreamSetObjectRequest(NODE, object_id, 4096, ranges)
-        _ok(await client.stream(m.CommitStreamSetObject(NODE, request)))
-        offset += 100
-        commits += 1
-    return commits / (time.perf_counter() - started)
-
-
-async def _kv_puts(client: ControllerClient, seconds: float, concurrency: int) -> float:
+async def _concurrently(concurrency: int, seconds: float, operation: Callable[[int], Awaitable[int]]) -> float:
+    """Runs ``concurrency`` workers for ``seconds``, each repeating ``operation(worker index)`` (which returns how
+    many commits it made); returns commits per second."""
     done = 0
     deadline = time.perf_counter() + seconds
 
     async def worker(index: int) -> None:
         nonlocal done
         while time.perf_counter() < deadline:
-            _ok(await client.stream(m.PutKV(NODE, f"bench/{index}", b"x" * 16)))
-            done += 1
+            commits = await operation(index)  # not ``done += await ...``: that reads ``done`` before awaiting
+            done += commits
 
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(concurrency)))
     return done / (time.perf_counter() - started)
+
+
+async def _open_close(client: ControllerClient, seconds: float, concurrency: int) -> float:
+    """Each worker opens and closes a stream of its own (one committed write each)."""
+    streams: list[int] = []
+    for _ in range(concurrency):
+        stream_id = _ok(await client.stream(m.CreateStream(NODE)))
+        assert isinstance(stream_id, int)
+        streams.append(stream_id)
+    epochs = [0] * concurrency
+
+    async def open_close(index: int) -> int:
+        stream_id, epoch = streams[index], epochs[index]
+        _ok(await client.stream(m.OpenStream(NODE, stream_id, epoch)))
+        _ok(await client.stream(m.CloseStream(NODE, stream_id, epoch)))
+        epochs[index] = epoch + 1
+        return 2
+
+    return await _concurrently(concurrency, seconds, open_close)
+
+
+async def _object_commits(client: ControllerClient, seconds: float, concurrency: int) -> float:
+    """Each worker prepares an object and commits it continuing a stream of its own."""
+    streams: list[int] = []
+    for _ in range(concurrency):
+        stream_id = _ok(await client.stream(m.CreateStream(NODE)))
+        assert isinstance(stream_id, int)
+        _ok(await client.stream(m.OpenStream(NODE, stream_id, 0)))
+        streams.append(stream_id)
+    offsets = [0] * concurrency
+
+    async def commit(index: int) -> int:
+        object_id = _ok(await client.stream(m.PrepareObjects(NODE, 1, 60_000)))
+        assert isinstance(object_id, int)
+        offset = offsets[index]
+        ranges = (ObjectStreamRange(streams[index], offset, offset + 100, 0),)
+        request = CommitStreamSetObjectRequest(NODE, object_id, 4096, ranges)
+        _ok(await client.stream(m.CommitStreamSetObject(NODE, request)))
+        offsets[index] = offset + 100
+        return 1
+
+    return await _concurrently(concurrency, seconds, commit)
+
+
+async def _kv_puts(client: ControllerClient, seconds: float, concurrency: int) -> float:
+    async def put(index: int) -> int:
+        _ok(await client.stream(m.PutKV(NODE, f"bench/{index}", b"x" * 16)))
+        return 1
+
+    return await _concurrently(concurrency, seconds, put)
 
 
 async def _election_times(cluster: QuorumCluster, trials: int) -> list[float]:
@@ -115,7 +138,7 @@ def _percentile(values: list[float], p: float) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=5, help="elections to measure (0: none)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--election-timeout-ms", type=int, default=1000)
     parser.add_argument("--fetch-timeout-ms", type=int, default=2000)
@@ -134,23 +157,28 @@ async def main() -> None:
         try:
             leader, _ = await cluster.leader(timeout=60)
             client = await cluster.client(leader)
+            rows: list[tuple[str, int, float]] = []
             try:
-                open_close = await _open_close(client, args.seconds)
-                objects = await _object_commits(client, args.seconds)
-                puts = await _kv_puts(client, args.seconds, args.concurrency)
+                for concurrency in sorted({1, args.concurrency}):
+                    rows.append(("stream open/close", concurrency,
+                                 await _open_close(client, args.seconds, concurrency)))
+                    rows.append(("object commit (prepare + commit)", concurrency,
+                                 await _object_commits(client, args.seconds, concurrency)))
+                    rows.append(("KV put", concurrency, await _kv_puts(client, args.seconds, concurrency)))
             finally:
                 await client.close()
             elections = await _election_times(cluster, args.trials)
         finally:
             cluster.close()
-    print("| measurement (3 controller processes, 127.0.0.1) | result |")
-    print("|---|---|")
-    print(f"| stream open/close, 1 in flight | {open_close:,.0f} commits/s |")
-    print(f"| object commit (prepare + commit), 1 in flight | {objects:,.0f} commits/s |")
-    print(f"| KV put, {args.concurrency} in flight | {puts:,.0f} commits/s |")
+    print("| measurement (3 controller processes, 127.0.0.1) | in flight | result |")
+    print("|---|---|---|")
+    for name, concurrency, rate in sorted(rows, key=lambda row: (row[0], row[1])):
+        print(f"| {name} | {concurrency} | {rate:,.0f} commits/s |")
+    if not elections:
+        return
     print(
         f"| election after kill -9 (election {args.election_timeout_ms} ms, fetch {args.fetch_timeout_ms} ms), "
-        f"{len(elections)} trials | p50 {_percentile(elections, 50) * 1000:,.0f} ms, "
+        f"{len(elections)} trials | - | p50 {_percentile(elections, 50) * 1000:,.0f} ms, "
         f"p99 {_percentile(elections, 99) * 1000:,.0f} ms, mean {statistics.mean(elections) * 1000:,.0f} ms |"
     )
 

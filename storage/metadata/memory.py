@@ -1,6 +1,7 @@
 """``InMemoryStreamMetadata``: the StreamMetadata state machine, in process (DESIGN.md §3, §6.4, §8, §10).
 
-Every mutating call follows the same steps under one lock: validate the request against the current state
+Every mutating call follows the same steps, holding the keys it touches (``storage.metadata.write_locks``: writes
+on other streams, objects or KV keys proceed meanwhile): validate the request against the current state
 (node epoch, stream epoch and range ownership, commit continuity, object states), build the metadata records
 that express the change, hand them to the optional ``sink`` (the controller replicates them there before they
 take effect) and finally apply them with ``apply``. ``apply`` is pure state transition and is also what replays
@@ -11,11 +12,10 @@ The embedded single-node broker uses this class directly; the controller quorum 
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from storage.errors import (
@@ -63,6 +63,7 @@ from storage.metadata.records import (
     StreamRecord,
     StreamSetObjectRecord,
 )
+from storage.metadata.write_locks import EVERYTHING, WriteLocks
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,30 @@ Sink = Callable[[Sequence[Record]], Awaitable[None]]
 Clock = Callable[[], int]
 Delegations = Callable[[NodeIdentity], Collection[int]]
 """The dead nodes whose opened streams a node may commit to and close for them (a WAL failover assigned to it)."""
+
+
+def _stream_key(stream_id: int) -> tuple[str, int]:
+    return ("stream", stream_id)
+
+
+def _object_key(object_id: int) -> tuple[str, int]:
+    return ("object", object_id)
+
+
+def _kv_key(key: str) -> tuple[str, str]:
+    return ("kv", key)
+
+
+def _commit_keys(request: CommitStreamSetObjectRequest) -> list[Hashable] | None:
+    """What an upload commit reads and changes: its new objects and the streams it continues. A compaction
+    (compacted objects replaced) touches the streams of objects it does not name: it runs alone."""
+    if request.compacted_object_ids:
+        return EVERYTHING
+    keys: list[Hashable] = [_object_key(request.object_id)]
+    keys += [_object_key(so.object_id) for so in request.stream_objects]
+    keys += [_stream_key(r.stream_id) for r in request.ranges]
+    keys += [_stream_key(so.stream_id) for so in request.stream_objects]
+    return keys
 
 
 def no_delegations(_node: NodeIdentity) -> Collection[int]:
@@ -158,9 +183,13 @@ class InMemoryStreamMetadata:
         self._delegations = delegations
         self._clock = clock
         self._retention_ms = object_delete_retention_ms
-        self._lock = asyncio.Lock()
+        self._locks = WriteLocks()
         self._next_stream_id = 0
         self._next_object_id = 0
+        # Ids handed to writes still being committed: the next write takes the next ones without waiting. A write
+        # whose append fails leaves a gap (never an id given twice).
+        self._reserved_stream_id = 0
+        self._reserved_object_id = 0
         self._nodes: dict[int, int] = {}
         self._streams: dict[int, _Stream] = {}
         self._objects: dict[int, _Object] = {}
@@ -241,9 +270,10 @@ class InMemoryStreamMetadata:
                 if self._stream_objects.pop(record.object_id, None) is not None:
                     self._drop_placement(record.stream_id, record.object_id)
             case NextStreamIdRecord():
-                self._next_stream_id = record.next_stream_id
+                # max: writes taking ids concurrently may apply out of log order; the counter only grows.
+                self._next_stream_id = max(self._next_stream_id, record.next_stream_id)
             case NextObjectIdRecord():
-                self._next_object_id = record.next_object_id
+                self._next_object_id = max(self._next_object_id, record.next_object_id)
             case NodeEpochRecord():
                 self._nodes[record.node_id] = record.node_epoch
             case KVRecord():
@@ -294,7 +324,8 @@ class InMemoryStreamMetadata:
         return out
 
     async def _commit(self, records: Sequence[Record]) -> None:
-        """Persists (via the sink) then applies; called with the lock held so decisions and effects stay atomic."""
+        """Persists (via the sink) then applies; called holding the write's keys (``storage.metadata.write_locks``)
+        so its decision and its effect stay atomic for everything it read."""
         if not records:
             return
         if self._sink is not None:
@@ -337,7 +368,7 @@ class InMemoryStreamMetadata:
 
     async def register_node(self, node_id: int, node_epoch: int) -> None:
         """Records the node's epoch (its start time); requests with a lower epoch are then rejected."""
-        async with self._lock:
+        async with self._locks.hold(EVERYTHING):
             registered = self._nodes.get(node_id)
             if registered is not None and node_epoch < registered:
                 raise NodeEpochExpiredError(
@@ -349,9 +380,10 @@ class InMemoryStreamMetadata:
     # ---------------------------------------------------------------------------------------------- streams
 
     async def create_stream(self, node: NodeIdentity, tags: Sequence[tuple[str, str]] = ()) -> int:
-        async with self._lock:
+        async with self._locks.hold(()):
             self._check_node(node)
-            stream_id = self._next_stream_id
+            stream_id = max(self._next_stream_id, self._reserved_stream_id)
+            self._reserved_stream_id = stream_id + 1
             await self._commit(
                 [
                     NextStreamIdRecord(stream_id + 1),
@@ -362,7 +394,7 @@ class InMemoryStreamMetadata:
             return stream_id
 
     async def open_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> OpenStreamResult:
-        async with self._lock:
+        async with self._locks.hold((_stream_key(stream_id),)):
             self._check_node(node)
             stream = self._stream(stream_id)
             if epoch < stream.epoch:
@@ -409,7 +441,7 @@ class InMemoryStreamMetadata:
         )
 
     async def close_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
-        async with self._lock:
+        async with self._locks.hold((_stream_key(stream_id),)):
             self._check_node(node)
             stream = self._stream(stream_id)
             self._check_owner(node, stream, epoch, "close")
@@ -419,7 +451,7 @@ class InMemoryStreamMetadata:
             logger.debug("node %d closed stream %d at epoch %d", node.node_id, stream_id, epoch)
 
     async def trim_stream(self, node: NodeIdentity, stream_id: int, epoch: int, new_start_offset: int) -> None:
-        async with self._lock:
+        async with self._locks.hold((_stream_key(stream_id),)):
             self._check_node(node)
             stream = self._stream(stream_id)
             self._check_owner(node, stream, epoch, "trim")
@@ -436,7 +468,7 @@ class InMemoryStreamMetadata:
             await self._commit(records)
 
     async def delete_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
-        async with self._lock:
+        async with self._locks.hold((_stream_key(stream_id),)):
             self._check_node(node)
             stream = self._stream(stream_id)
             if epoch < stream.epoch:
@@ -479,9 +511,10 @@ class InMemoryStreamMetadata:
     async def prepare_objects(self, node: NodeIdentity, count: int, ttl_ms: int) -> int:
         if count <= 0:
             raise ValueError(f"node {node.node_id}: prepare_objects needs a positive count, got {count}")
-        async with self._lock:
+        async with self._locks.hold(()):
             self._check_node(node)
-            first = self._next_object_id
+            first = max(self._next_object_id, self._reserved_object_id)
+            self._reserved_object_id = first + count
             deadline = self._clock() + ttl_ms
             records: list[Record] = [NextObjectIdRecord(first + count)]
             records += [ObjectRecord(i, 0, ObjectState.PREPARED, deadline) for i in range(first, first + count)]
@@ -501,7 +534,7 @@ class InMemoryStreamMetadata:
         return obj is not None and obj.state == ObjectState.COMMITTED
 
     async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None:
-        async with self._lock:
+        async with self._locks.hold(_commit_keys(request)):
             self._check_node(request.node)
             what = f"node {request.node.node_id} commit of object {request.object_id}"
             new_ids = [request.object_id] if request.object_id != -1 else []
@@ -601,7 +634,9 @@ class InMemoryStreamMetadata:
         return ObjectRecord(object_id, size, ObjectState.MARK_DESTROYED, now, kind)
 
     async def commit_stream_object(self, request: CommitStreamObjectRequest) -> None:
-        async with self._lock:
+        keys = [_stream_key(request.stream_id), _object_key(request.object_id)]
+        keys += [_object_key(i) for i in request.source_object_ids]
+        async with self._locks.hold(keys):
             self._check_node(request.node)
             what = f"node {request.node.node_id} commit of stream object {request.object_id}"
             if request.object_id != -1 and self._is_committed(request.object_id):
@@ -695,7 +730,7 @@ class InMemoryStreamMetadata:
         return stream is not None and end_offset > stream.start_offset
 
     async def sweep_objects(self, now_ms: int) -> list[int]:
-        async with self._lock:
+        async with self._locks.hold(EVERYTHING):
             records: list[Record] = []
             for obj in self._objects.values():
                 if obj.state == ObjectState.PREPARED and obj.timestamp_ms <= now_ms:
@@ -717,7 +752,7 @@ class InMemoryStreamMetadata:
             )
 
     async def remove_objects(self, object_ids: Sequence[int]) -> None:
-        async with self._lock:
+        async with self._locks.hold(EVERYTHING):
             records: list[Record] = []
             for object_id in object_ids:
                 obj = self._objects.get(object_id)
@@ -739,10 +774,10 @@ class InMemoryStreamMetadata:
         return self._kv.get(key)
 
     async def put_kv(self, key: str, value: bytes) -> None:
-        async with self._lock:
+        async with self._locks.hold((_kv_key(key),)):
             await self._commit([KVRecord(key, bytes(value))])
 
     async def delete_kv(self, key: str) -> None:
-        async with self._lock:
+        async with self._locks.hold((_kv_key(key),)):
             if key in self._kv:
                 await self._commit([RemoveKVRecord(key)])
