@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from broker.local_cluster import REPO_ROOT, LocalCluster, quorum_leader
 from controller.shell import MetadataShell, build_tree
@@ -142,7 +143,7 @@ def produce(bootstrap: str, topic: str, values: Iterable[str], timeout: float = 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": int(timeout * 1000)})
     for value in values:
         producer.produce(topic, value=value.encode(),
-                         on_delivery=lambda err, msg: acked.add(msg.value().decode()) if err is None else None)
+                         on_delivery=lambda err, msg: acked.add((msg.value() or b"").decode()) if err is None else None)
         producer.poll(0)
     producer.flush(timeout)
     return acked
@@ -162,7 +163,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: set[str],
         while time.monotonic() < deadline and not expected <= set(seen):
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
-                seen.append(msg.value().decode())
+                seen.append((msg.value() or b"").decode())
     finally:
         consumer.close()
     return seen

@@ -111,7 +111,7 @@ def test_group_coordinator_is_the_leader_of_the_groups_offsets_partition(shared_
         while seen != acked and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
-                seen.add(msg.value().decode())
+                seen.add((msg.value() or b"").decode())
         consumer.commit(asynchronous=False)
         consumer.close()
         assert seen == acked, f"group {group} read {len(seen)} of {len(acked)} records"
