@@ -22,7 +22,9 @@ from broker.metrics import BrokerMetrics
 from broker.server import DEFAULT_MAX_IN_FLIGHT, BrokerServer, RequestDispatcher
 from controller.client import ControllerClient
 from controller.config import ServerConfig
+from controller.image import MetadataImage
 from controller.records import Endpoint
+from controller.wal_failover import zombie_failover
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
 from storage.errors import StorageError
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FAILOVER_WAIT_S = 120.0  # how long a restarted broker waits for another broker to finish replaying its WAL
+#: Exit status of a broker that halts because another broker took over its S3 WAL while it was fenced (a paused
+#: process resumed): non-zero so that a supervisor (docker-compose's restart policy, systemd) starts it again.
+WAL_TAKEN_OVER_EXIT_STATUS = 3
 
 ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 
@@ -143,6 +148,7 @@ class BrokerNode:
         self._started = False
         self._dir_locks: list[int] = []
         self._failover: WALFailoverRunner | None = None
+        self._halting = False
 
     # -- the names handlers read ---------------------------------------------------------------------------------
 
@@ -246,6 +252,8 @@ class BrokerNode:
         self.node_epoch = await self.controller.register_broker(self.node_id, self.bound_endpoints, rack)
         logger.info("broker %d registered with epoch %d in cluster %s", self.node_id, self.node_epoch,
                     self.cluster_id)
+        self.controller.subscribe(self._halt_if_wal_taken_over)
+        self._halt_if_wal_taken_over(self.controller.image, self.controller.image)
 
         storage_config = replace(self.config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
                                  node_epoch=self.node_epoch)
@@ -272,6 +280,28 @@ class BrokerNode:
             "node %d serving %s", self.node_id,
             ", ".join(f"{e.name}://{e.host}:{e.port}" for e in self.bound_endpoints),
         )
+
+    def _halt_if_wal_taken_over(self, old: MetadataImage, new: MetadataImage) -> None:
+        """Halts the process once the metadata shows that another broker took over this incarnation's S3 WAL.
+
+        Such an incarnation (fenced while paused, then resumed) can never be unfenced nor write again, and its
+        heartbeats are refused forever; as AutoMQ halts a fenced node, it exits at once instead of lingering until
+        an operator notices. Nothing is uploaded or committed on the way out (every such write would be refused:
+        the WAL belongs to the failover now), so the process skips the orderly stop and exits non-zero; a restart
+        registers a new incarnation, which waits for the failover to finish and serves again."""
+        if self._halting or self.node_epoch < 0:
+            return
+        failover = zombie_failover(new, self.node_id, self.node_epoch)
+        if failover is None:
+            return
+        self._halting = True
+        logger.error(
+            "node %d (epoch %d) was fenced and broker %d took over its S3 WAL (failover attempt %d): this incarnation "
+            "can never write again; it halts now and must be restarted (exit status %d)",
+            self.node_id, self.node_epoch, failover.target_id, failover.attempt, WAL_TAKEN_OVER_EXIT_STATUS,
+        )
+        logging.shutdown()  # flush the line above before the halt skips every other exit path
+        os._exit(WAL_TAKEN_OVER_EXIT_STATUS)
 
     async def _announce_wal(self) -> None:
         """Tells the controller where this broker's S3 WAL lives, so that if the broker dies another broker of the

@@ -287,3 +287,43 @@ async def _ask_active(cluster: LocalCluster, requests: list[m.StreamRequest]) ->
                 break
             await asyncio.sleep(0.1)
     return codes
+
+
+def test_a_resumed_broker_whose_s3_wal_was_taken_over_exits_and_restarts(cluster_factory: object) -> None:
+    cluster: LocalCluster = cluster_factory(wal="s3")  # type: ignore[operator]
+    bootstrap = cluster.bootstrap_servers
+    topic = topic_name("zombie")
+    create_topic(bootstrap, topic, 3)
+    victim = leaders(bootstrap, topic, 3)[0]
+    first = produce(bootstrap, topic, [f"a{i}" for i in range(60)])
+    node = cluster.node(victim)
+    node.signal(signal.SIGSTOP)
+    try:
+        def failover_target() -> str | None:
+            rows = {r[0]: r for r in table_rows(shell_in_process(cluster).run("ls /failovers"))}
+            row = rows.get(str(victim))
+            return row[2] if row is not None and row[5] == "done" else None
+
+        target = wait_for(f"another broker replaying broker {victim}'s WAL", failover_target,
+                          timeout=SESSION_TIMEOUT_S + 30)
+    finally:
+        node.signal(signal.SIGCONT)
+
+    # Resumed, it finds its WAL taken over: one ERROR line naming itself and the taker, then a non-zero exit.
+    status = node.wait(timeout=30)
+    log = node.log_text(20_000)
+    assert status not in (0, -9), f"broker {victim} exited with {status}\n{log[-3000:]}"
+    halt_lines = [line for line in log.splitlines() if "took over its S3 WAL" in line]
+    assert len(halt_lines) == 1, log[-3000:]
+    assert "ERROR" in halt_lines[0] and f"node {victim} " in halt_lines[0] and f"broker {target} " in halt_lines[0]
+    assert "restarted" in halt_lines[0]
+
+    # What a supervisor does: start it again. It rejoins, leads partitions again and nothing is lost.
+    node.start()
+    wait_for(f"broker {victim} back in Metadata", lambda: victim in live_brokers(bootstrap), timeout=30)
+    fresh = topic_name("after-halt")
+    create_topic(bootstrap, fresh, 3)
+    assert victim in set(leaders(bootstrap, fresh, 3).values())
+    assert len(produce(bootstrap, fresh, [f"c{i}" for i in range(30)], timeout=60)) == 30
+    seen = consume_all(bootstrap, topic, 3, first, timeout=60)
+    assert first <= set(seen) and len(seen) == len(set(seen))
