@@ -21,7 +21,12 @@ feeding it never share the broker's GIL. Producers use the issue's settings: 1 K
 - ``e2e-latency``: a producer at a fixed 20 MB/s stamps each record with ``time.time_ns()`` as it hands it to
   librdkafka; a consumer already waiting at the log end takes (receive time - stamp), polling record by record.
 
-Columns: MB/s (10^6 bytes of record values per second), records/s, latency p50/p99 in ms, the broker's peak RSS
+Columns: MB/s (10^6 bytes of record values per second), records/s, latency p50/p99 in ms; for e2e-latency the
+producer's own acknowledgement p99 (``ack p99``: linger + the produce round trip, so e2e minus ack is what the
+fetch side adds); from the broker's histograms, whose p99 is the upper bound of its bucket: the Produce handling p99
+(decoded request to encoded response: validation, WAL write and fdatasync, thread hand-offs), the event-loop lag
+p99 (how late a 10 ms timer fired: time any request spent waiting for the loop, the GIL or a CPU) and the gen-2
+garbage collections with the bucket bound of the longest; then the broker's peak RSS
 during the scenario (psutil, sampled every 50 ms), the broker's CPU seconds (all threads) per GB of record values
 (the figure to compare runs by on a shared machine: MB/s moves with other load, CPU per GB hardly does), the number
 of object-store PUT and GET requests (the broker's ``fjord_object_store_*`` counters) and the
@@ -64,6 +69,13 @@ CLIENT_TIMEOUT_S = 120.0
 _METRICS_PORT = re.compile(r"metrics served on http://[\d.]+:(\d+)/metrics")
 _REQUESTS = re.compile(r'^fjord_broker_requests_total\{api="(\w+)"\} ([\d.e+]+)$', re.MULTILINE)
 _STORE = re.compile(r"^fjord_object_store_(puts|gets)_total ([\d.e+]+)$", re.MULTILINE)
+_LAG_BUCKET = re.compile(r'^fjord_broker_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([\d.e+]+)$', re.MULTILINE)
+_GC_BUCKET = re.compile(
+    r'^fjord_broker_gc_seconds_bucket\{generation="2",le="([^"]+)"\} ([\d.e+]+)$', re.MULTILINE
+)
+_PRODUCE_BUCKET = re.compile(
+    r'^fjord_broker_request_seconds_bucket\{api="Produce",le="([^"]+)"\} ([\d.e+]+)$', re.MULTILINE
+)
 _STAMP = struct.Struct(">q")
 
 PRODUCER_CONFIG: dict[str, object] = {
@@ -152,6 +164,15 @@ class Row:
     requests: str
     seconds: float
     note: str = ""
+    #: e2e-latency only: the producer's own p99 (enqueue to acknowledgement, librdkafka's msg.latency()), so the
+    #: e2e figure splits into linger + produce round trip versus what the fetch side adds.
+    ack_p99_ms: float | None = None
+    #: The broker's event-loop lag p99 (upper bound of its histogram bucket) and its gen-2 GC passes: how much of
+    #: a request's wait was the loop being busy or stalled rather than the request's own work.
+    lag_p99_ms: float | None = None
+    gc2: str = "-"
+    #: The broker's own Produce time p99 (decoded request to encoded response: validation, WAL write, fsync).
+    produce_p99_ms: float | None = None
 
 
 # -- client processes (top-level functions: they are spawned) ---------------------------------------------------
@@ -320,6 +341,9 @@ class Broker:
             text = response.read().decode()
         found = {api: float(value) for api, value in _REQUESTS.findall(text)}
         found.update({f"store {kind}": float(value) for kind, value in _STORE.findall(text)})
+        found.update({f"lag le {le}": float(value) for le, value in _LAG_BUCKET.findall(text)})
+        found.update({f"gc2 le {le}": float(value) for le, value in _GC_BUCKET.findall(text)})
+        found.update({f"produce le {le}": float(value) for le, value in _PRODUCE_BUCKET.findall(text)})
         return found
 
     def create_topic(self, topic: str, partitions: int) -> None:
@@ -363,9 +387,29 @@ class Broker:
             delta = {key: int(after.get(key, 0) - before_requests.get(key, 0)) for key in after}
             out["store"] = f"{delta.get('store puts', 0)} / {delta.get('store gets', 0)}"
             out["objects"] = self.objects() - before_objects
+            out["lag_p99_ms"] = _bucket_percentile(delta, "lag le ", 0.99)
+            out["produce_p99_ms"] = _bucket_percentile(delta, "produce le ", 0.99)
+            gc2 = _bucket_counts(delta, "gc2 le ")
+            passes = gc2[-1][1] if gc2 else 0
+            worst = next((le for le, n in gc2 if n == passes), None) if passes else None
+            out["gc2"] = f"{passes}" + (f" (≤ {worst * 1000:g} ms)" if worst is not None else "")
             out["requests"] = ", ".join(
                 f"{api} {int(after.get(api, 0) - before_requests.get(api, 0))}" for api in ("Produce", "Fetch")
             )
+
+
+def _bucket_counts(delta: dict[str, int], prefix: str) -> list[tuple[float, int]]:
+    """Cumulative Prometheus histogram buckets (upper bound, count) found under ``prefix`` in a metrics delta."""
+    return sorted((float(key[len(prefix):]), n) for key, n in delta.items() if key.startswith(prefix))
+
+
+def _bucket_percentile(delta: dict[str, int], prefix: str, q: float) -> float | None:
+    """The upper bound (ms) of the bucket holding quantile ``q``: a histogram cannot say more precisely."""
+    buckets = _bucket_counts(delta, prefix)
+    if not buckets or not buckets[-1][1]:
+        return None
+    rank = q * buckets[-1][1]
+    return next(le * 1000 for le, n in buckets if n >= rank)
 
 
 def _collect(ctx: Any, procs: list[Any], results: Any) -> list[ClientResult]:
@@ -407,6 +451,9 @@ def _row(name: str, results: list[ClientResult], observed: dict[str, Any], wall:
         observed["requests"],
         wall,
         note=f"{sum(r.errors for r in results)} errors: {errors[0]}" if errors else "",
+        lag_p99_ms=observed.get("lag_p99_ms"),
+        produce_p99_ms=observed.get("produce_p99_ms"),
+        gc2=observed.get("gc2", "-"),
     )
 
 
@@ -453,7 +500,9 @@ def run_latency(ctx: Any, broker: Broker, sizes: Sizes) -> Row:
         producer.start()
         got = _collect(ctx, [consumer, producer], results)
     consumed = [r for r in got if r.latencies_ms and r.records == total // RECORD] or got
-    row = _row("e2e-latency", [max(consumed, key=lambda r: len(r.latencies_ms))], observed, time.monotonic() - wall)
+    reader_result = max(consumed, key=lambda r: len(r.latencies_ms))
+    row = _row("e2e-latency", [reader_result], observed, time.monotonic() - wall)
+    row.ack_p99_ms = _percentile([x for r in got if r is not reader_result for x in r.latencies_ms], 0.99)
     row.note = (row.note + f" fixed rate {sizes.latency_rate / MB:.0f} MB/s").strip()
     return row
 
@@ -466,14 +515,19 @@ def _table(rows: list[Row], title: str) -> str:
         return "-" if value is None else f"{value:.1f}"
 
     header = (
-        "scenario", "MB/s", "records/s", "p50 ms", "p99 ms", "broker RSS MiB", "broker CPU s/GB", "client CPU s/GB",
-        "store PUT / GET", "requests", "seconds", "notes",
+        "scenario", "MB/s", "records/s", "p50 ms", "p99 ms", "ack p99 ms", "broker produce p99 ms", "loop lag p99 ms",
+        "gen-2 GCs", "broker RSS MiB", "broker CPU s/GB", "client CPU s/GB", "store PUT / GET", "requests", "seconds",
+        "notes",
     )
-    align = ("---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---")
+    align = (
+        "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---",
+        "---:", "---",
+    )
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     for r in rows:
         cells = (
-            r.scenario, f"{r.mb_s:.1f}", f"{r.records_s:,.0f}", ms(r.p50_ms), ms(r.p99_ms), f"{r.rss_mib:.0f}",
+            r.scenario, f"{r.mb_s:.1f}", f"{r.records_s:,.0f}", ms(r.p50_ms), ms(r.p99_ms), ms(r.ack_p99_ms),
+            ms(r.produce_p99_ms), ms(r.lag_p99_ms), r.gc2, f"{r.rss_mib:.0f}",
             f"{r.cpu_s_per_gb:.1f}", f"{r.client_cpu_s_per_gb:.1f}", r.store, r.requests, f"{r.seconds:.1f}",
             r.note,
         )

@@ -6,8 +6,11 @@ without clashing on metric names. Label children are cached because ``labels()``
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import threading
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -15,6 +18,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from broker.protocol.api_versions import api_name
 
 logger = logging.getLogger(__name__)
+
+
+#: Seconds: fine at the low end, where a latency target of 10 ms lives.
+LAG_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0,
+    float("inf"),
+)
+#: The lag probe's period: often enough for a percentile over a short benchmark, rare enough to cost nothing.
+LOOP_LAG_PERIOD_S = 0.01
 
 
 class BrokerMetrics:
@@ -35,8 +47,24 @@ class BrokerMetrics:
         )
         self.request_seconds = Histogram(
             "fjord_broker_request_seconds", "Time from decoded request to encoded response", ["api"],
+            buckets=LAG_BUCKETS, registry=self.registry,
+        )
+        self.loop_lag_seconds = Histogram(
+            "fjord_broker_event_loop_lag_seconds",
+            "How late the event loop ran a timer due every LOOP_LAG_PERIOD_S: what any request waiting on the loop "
+            "waits extra",
+            buckets=LAG_BUCKETS,
             registry=self.registry,
         )
+        self.gc_seconds = Histogram(
+            "fjord_broker_gc_seconds",
+            "Garbage-collection passes by generation (a pass holds the GIL, so it stalls the event loop)",
+            ["generation"],
+            buckets=LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self._gc_children = [self.gc_seconds.labels(generation=str(g)) for g in range(3)]
+        self._gc_started = 0.0
         self._children: dict[tuple[str, int], Any] = {}
         self._http: Any = None
         self._http_thread: threading.Thread | None = None
@@ -55,6 +83,34 @@ class BrokerMetrics:
 
     def observe_failure(self, api_key: int) -> None:
         self._child("errors", self.request_errors, api_key).inc()
+
+    async def watch_loop_lag(self, period: float = LOOP_LAG_PERIOD_S) -> None:
+        """Runs until cancelled: sleeps ``period`` and records how much later than that the loop woke it.
+
+        The lag is the share of a request's latency that is nobody's handler: other callbacks, GC passes, the GIL
+        held by another thread, or the process not being scheduled at all on a busy machine."""
+        observe = self.loop_lag_seconds.observe
+        clock = time.perf_counter
+        while True:
+            started = clock()
+            await asyncio.sleep(period)
+            observe(max(0.0, clock() - started - period))
+
+    def watch_gc(self) -> None:
+        """Times every garbage-collection pass (``gc.callbacks``) until ``unwatch_gc``."""
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
+
+    def unwatch_gc(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started:
+            self._gc_children[info["generation"]].observe(time.perf_counter() - self._gc_started)
+            self._gc_started = 0.0
 
     def start_http(self, port: int, host: str = "127.0.0.1") -> int:
         """Serves ``/metrics`` on ``host:port`` (port 0 picks a free one); returns the bound port."""
