@@ -36,6 +36,8 @@ __all__ = [
     "IncrementalOp",
     "LocalControllerClient",
     "NewTopic",
+    "PartitionReassignment",
+    "ReassignmentResult",
 ]
 
 ImageListener = Callable[[MetadataImage, MetadataImage], None]
@@ -85,6 +87,23 @@ class ConfigResource:
 
     TOPIC = RESOURCE_TOPIC
     BROKER = RESOURCE_BROKER
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """One partition of an AlterPartitionReassignments request: ``replicas`` None cancels a pending move."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentResult:
+    topic: str
+    partition: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +158,13 @@ class ControllerClient(Protocol):
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
         """Gives each leaderless partition (all when ``partitions`` is None) a live leader."""
+        ...
+
+    async def alter_partition_reassignments(
+        self, reassignments: Sequence[PartitionReassignment]
+    ) -> list[ReassignmentResult]:
+        """AlterPartitionReassignments: moves each partition to its one new replica (DESIGN §9), or cancels the
+        pending move of those whose ``replicas`` is None; one result per item, in order."""
         ...
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
@@ -202,6 +228,11 @@ class LocalControllerClient:
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
         return await self._controller.elect_leaders(partitions)
+
+    async def alter_partition_reassignments(
+        self, reassignments: Sequence[PartitionReassignment]
+    ) -> list[ReassignmentResult]:
+        return await self._controller.alter_partition_reassignments(reassignments)
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
         return await self._controller.allocate_producer_ids(broker_id, broker_epoch)

@@ -248,6 +248,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # cluster membership
         ConfigKey("broker.session.timeout.ms", _B.INT, 9000, at_least(1)),
         ConfigKey("broker.heartbeat.interval.ms", _B.INT, 2000, at_least(1)),
+        # How long a reassigned partition waits for its source broker to close its streams before the target is
+        # elected anyway (a dead or stuck source; DESIGN §9). AutoMQ waits 10 s too.
+        ConfigKey("partition.reassignment.election.timeout.ms", _B.INT, 10000, at_least(0)),
         # topics
         ConfigKey("num.partitions", _B.INT, 1, at_least(1)),
         ConfigKey("default.replication.factor", _B.INT, 1, at_least(1)),

@@ -12,14 +12,17 @@ Request validation (the ``_plan_*`` methods and module helpers) reads only the i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import struct
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from controller import reassignment
 from controller.client import (
     ConfigResource,
     CreateTopicResult,
@@ -28,6 +31,8 @@ from controller.client import (
     ImageListener,
     IncrementalOp,
     NewTopic,
+    PartitionReassignment,
+    ReassignmentResult,
 )
 from controller.config import (
     ConfigType,
@@ -66,12 +71,13 @@ from controller.records import (
 )
 from controller.wal_failover import assign, needs_failover, reassignments, wal_location_key, zombie_failover
 from storage.errors import NodeEpochExpiredError
-from storage.metadata.api import NodeIdentity
+from storage.metadata.api import NodeIdentity, StreamState
 from storage.metadata.memory import InMemoryStreamMetadata, wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
 MAX_TOPIC_NAME_LENGTH = 249
+_REASSIGNMENT_POLL_S = 0.05  # how often the watch looks at the source's streams while a move waits
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -135,6 +141,9 @@ class Controller:
         self._listeners: list[ImageListener] = []
         self._streams = self._new_stream_metadata()
         self._snapshot_task: asyncio.Task[None] | None = None
+        self._reassign_task: asyncio.Task[None] | None = None
+        # (topic id, partition, leader epoch) of each reassignment in flight -> loop time this controller saw it.
+        self._reassign_seen: dict[tuple[uuid.UUID, int, int], float] = {}
 
     @classmethod
     async def start(cls, config: ServerConfig, *, clock_ms: Callable[[], int] = wall_clock_ms) -> Controller:
@@ -221,6 +230,10 @@ class Controller:
 
     async def close(self) -> None:
         """Waits for a running snapshot and closes the log; the controller must not be used afterwards."""
+        if self._reassign_task is not None:
+            self._reassign_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reassign_task
         async with self._lock:
             if self._snapshot_task is not None:
                 await self._snapshot_task
@@ -720,6 +733,83 @@ class Controller:
                 records.append(ConfigRecord(resource.type, resource.name, key, new))
         return records
 
+    # ------------------------------------------------------------------ reassignment
+
+    async def alter_partition_reassignments(
+        self, reassignments: Sequence[PartitionReassignment]
+    ) -> list[ReassignmentResult]:
+        """Starts (or cancels) moves of partitions to another broker (DESIGN §9): the partitions lose their leader
+        at once, and the target is elected by the reassignment watch once the source has closed their streams."""
+        async with self._lock:
+            planned = reassignment.plan(self._image, reassignments)
+            await self._commit(planned.records)
+        for record in planned.records:
+            logger.info("partition %s-%d: reassignment %s (replicas %s, leader epoch %s)", record.topic_id,
+                        record.partition, "started" if record.leader == NO_LEADER else "cancelled",
+                        list(record.replicas or ()), record.leader_epoch)
+        if planned.records:
+            self.watch_reassignments()
+        return planned.results
+
+    def watch_reassignments(self) -> None:
+        """Runs the reassignment watch unless it runs already; the active controller calls it after a
+        reassignment and when it takes over (moves a previous active controller started)."""
+        if self._reassign_task is None or self._reassign_task.done():
+            self._reassign_task = asyncio.create_task(self._watch_reassignments(), name="partition-reassignments")
+
+    async def _watch_reassignments(self) -> None:
+        while True:
+            try:
+                pending = await self.complete_reassignments()
+            except Exception as exc:  # NotControllerError after losing leadership, a log write failed, ...
+                logger.info("controller %d: reassignment watch stopped: %s", self._config.node_id, exc)
+                return
+            if not pending:
+                return
+            await asyncio.sleep(_REASSIGNMENT_POLL_S)
+
+    async def complete_reassignments(self) -> int:
+        """Elects the target of each reassigned partition whose source closed its streams, or whose election timer
+        (``partition.reassignment.election.timeout.ms``, from when this controller first saw the move) fired.
+        Returns how many reassignments are still waiting."""
+        timeout_s = int(self._config.value("partition.reassignment.election.timeout.ms")) / 1000
+        now = asyncio.get_running_loop().time()
+        async with self._lock:
+            image = self._image
+            moving = reassignment.in_flight(image)
+            keys = {(p.topic_id, p.partition, p.leader_epoch) for _, p in moving}
+            for stale in [k for k in self._reassign_seen if k not in keys]:
+                del self._reassign_seen[stale]
+            records: list[MetadataRecord] = []
+            for name, partition in moving:
+                seen = self._reassign_seen.setdefault((partition.topic_id, partition.partition,
+                                                       partition.leader_epoch), now)
+                closed = await self._streams_closed(image.cluster_id, partition)
+                if closed or now - seen >= timeout_s:
+                    records.append(reassignment.complete(image, partition))
+                    logger.info(
+                        "partition %s-%d: %s; electing broker %s (reassigned from %s)", name, partition.partition,
+                        "the source closed its streams" if closed else f"no close after {timeout_s:.1f} s",
+                        list(partition.replicas), list(partition.removing_replicas),
+                    )
+            await self._commit(records)
+            return len(moving) - len(records)
+
+    async def _streams_closed(self, cluster_id: str, partition: PartitionImage) -> bool:
+        """Whether the partition's streams are all closed: its meta stream is closed last (PartitionLog.close),
+        so its state says it. A partition never opened has no streams to wait for."""
+        from broker.partition.manager import storage_namespace  # the broker names the key; imported on first use
+        from broker.partition.partition_log import partition_kv_key
+
+        raw = await self._streams.get_kv(
+            partition_kv_key(storage_namespace(cluster_id), partition.topic_id, partition.partition)
+        )
+        if raw is None or len(raw) != 8:
+            return True
+        (meta_id,) = struct.unpack(">q", raw)
+        streams = await self._streams.get_streams([meta_id])
+        return not streams or streams[0].state is StreamState.CLOSED
+
     # ------------------------------------------------------------------ leadership
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
@@ -746,7 +836,16 @@ class Controller:
                     )
                     continue
                 preferred = next((r for r in partition.replicas if r in live), NO_LEADER)
-                if preferred == NO_LEADER:
+                if partition.reassigning:
+                    results.append(
+                        ElectLeaderResult(
+                            name,
+                            index,
+                            ErrorCode.reassignment_in_progress,
+                            f"Partition {name}-{index} is being reassigned; its target is elected when the move ends",
+                        )
+                    )
+                elif preferred == NO_LEADER:
                     results.append(
                         ElectLeaderResult(
                             name,
@@ -804,6 +903,8 @@ def _leadership_on_register(image: MetadataImage, node_id: int) -> list[Partitio
     changes: list[PartitionChangeRecord] = []
     for topic in image.topics_by_name.values():
         for partition in topic.partitions.values():
+            if partition.reassigning:
+                continue  # its target is elected when the source closed its streams (controller.reassignment)
             if partition.leader == node_id or (partition.leader == NO_LEADER and node_id in partition.replicas):
                 changes.append(_leader_change(partition, node_id, live))
             elif partition.leader == NO_LEADER and not live.intersection(partition.replicas):

@@ -64,6 +64,13 @@ class PartitionImage:
     leader: int  # -1: no leader
     leader_epoch: int
     partition_epoch: int
+    #: Non-empty while a reassignment moves the partition away from these brokers to ``replicas`` (which then has
+    #: no leader until the source closed its streams or the election timer fired; DESIGN §9).
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.removing_replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +201,8 @@ class MetadataImage:
                 p = topic.partitions[index]
                 out.append(
                     PartitionRecord(
-                        str(p.topic_id), p.partition, p.replicas, p.isr, p.leader, p.leader_epoch, p.partition_epoch
+                        str(p.topic_id), p.partition, p.replicas, p.isr, p.leader, p.leader_epoch, p.partition_epoch,
+                        p.removing_replicas,
                     )
                 )
         return out
@@ -254,6 +262,7 @@ class _Builder:
                         record.leader,
                         record.leader_epoch,
                         record.partition_epoch,
+                        tuple(record.removing_replicas),
                     ),
                 )
             case PartitionChangeRecord():
@@ -324,6 +333,9 @@ class _Builder:
             leader_epoch=current.leader_epoch if record.leader_epoch is None else record.leader_epoch,
             isr=current.isr if record.isr is None else tuple(record.isr),
             replicas=current.replicas if record.replicas is None else tuple(record.replicas),
+            removing_replicas=(
+                current.removing_replicas if record.removing_replicas is None else tuple(record.removing_replicas)
+            ),
             partition_epoch=current.partition_epoch + 1,
         )
         self._put_partition(topic_id, changed)

@@ -348,6 +348,9 @@ class QuorumController:
             if self.is_active:
                 self._expire_sessions()
                 self._reconcile_failovers()
+                if any(p.reassigning for t in self.controller.image.topics_by_name.values()
+                       for p in t.partitions.values()):
+                    self.controller.watch_reassignments()  # moves a previous active controller started
             if self._bytes_since_snapshot >= self._snapshot_after_bytes and not self._pending:
                 try:
                     await self.snapshot()

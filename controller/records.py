@@ -87,6 +87,8 @@ class PartitionRecord(MetadataRecord):
     leader: int
     leader_epoch: int
     partition_epoch: int = 0
+    #: Replicas a reassignment in flight takes the partition from (DESIGN §9; Kafka's removingReplicas).
+    removing_replicas: tuple[int, ...] = ()
 
 
 @register_record
@@ -107,6 +109,8 @@ class PartitionChangeRecord(MetadataRecord):
     leader_epoch: int | None = None
     isr: tuple[int, ...] | None = None
     replicas: tuple[int, ...] | None = None
+    #: A reassignment starts (the replicas it moves away from) or ends (``()``); ``None``: unchanged.
+    removing_replicas: tuple[int, ...] | None = None
 
 
 @register_record

@@ -44,6 +44,8 @@ from controller.client import (
     ElectLeaderResult,
     ImageListener,
     NewTopic,
+    PartitionReassignment,
+    ReassignmentResult,
 )
 from controller.config import ConfigEntry, ConfigSource, ServerConfig, ensure_meta_properties
 from controller.controller import Controller, ControllerError
@@ -94,6 +96,7 @@ _CREATE_PARTITIONS_VERSION = 3
 _ALTER_CONFIGS_VERSION = 2
 _INCREMENTAL_ALTER_CONFIGS_VERSION = 1
 _ADMIN_TIMEOUT_MS = 30_000
+_ALTER_PARTITION_REASSIGNMENTS_VERSION = 0
 #: The least time one attempt waits for its answer. A write that times out is sent again, and not every write is
 #: idempotent (a second CreateStream makes a second stream), so a busy controller gets seconds, not the Raft
 #: request timeout meant for peers; a dead one closes the connection and is left at once.
@@ -938,6 +941,38 @@ class RemoteControllerClient:
         if code is ErrorCode.none and not validate_only:
             await self._sync_after(what)
         return code, result.error_message
+
+    async def alter_partition_reassignments(
+        self, reassignments: Sequence[PartitionReassignment]
+    ) -> list[ReassignmentResult]:
+        cls = codec.request_class(m.ALTER_PARTITION_REASSIGNMENTS, _ALTER_PARTITION_REASSIGNMENTS_VERSION)
+        topic_cls = codec.field_entity(cls, "topics")
+        by_topic: dict[str, list[Any]] = {}
+        for r in reassignments:
+            by_topic.setdefault(r.topic, []).append(
+                codec.build_nested(topic_cls, "partitions", partition_index=r.partition, replicas=r.replicas)
+            )
+        topics = tuple(codec.build_nested(cls, "topics", name=n, partitions=tuple(p)) for n, p in by_topic.items())
+        try:
+            response = await self.channel.kafka(
+                m.ALTER_PARTITION_REASSIGNMENTS, _ALTER_PARTITION_REASSIGNMENTS_VERSION, "reassign partitions",
+                topics=topics,
+            )
+        except ControllerUnavailableError as exc:
+            return [ReassignmentResult(r.topic, r.partition, ErrorCode.not_controller, str(exc)) for r in reassignments]
+        answered = {
+            (t.name, int(p.partition_index)): (ErrorCode(int(p.error_code)), p.error_message)
+            for t in response.responses
+            for p in t.partitions
+        }
+        results = [
+            ReassignmentResult(r.topic, r.partition,
+                               *answered.get((r.topic, r.partition), (ErrorCode.unknown_server_error, "no answer")))
+            for r in reassignments
+        ]
+        if any(r.error is ErrorCode.none for r in results):
+            await self._sync_after("see the reassigned partitions")
+        return results
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
         """The quorum elects leaders itself (on registration and fencing); ElectLeaders is not among the RPCs the

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers import alter_partition_reassignments as reassignment_handlers
 from broker.handlers import configs as config_handlers
 from broker.handlers import topics as topic_handlers
 from broker.handlers.registry import RequestContext
@@ -33,6 +34,8 @@ from controller.client import (
     ImageListener,
     LocalControllerClient,
     NewTopic,
+    PartitionReassignment,
+    ReassignmentResult,
 )
 from controller.controller import ControllerError
 from controller.image import MetadataImage
@@ -79,6 +82,7 @@ _ADMIN_HANDLERS: Mapping[int, Callable[[RequestContext, Any], Awaitable[Any]]] =
     m.CREATE_PARTITIONS: topic_handlers.handle_create_partitions,
     m.ALTER_CONFIGS: config_handlers.handle_alter_configs,
     m.INCREMENTAL_ALTER_CONFIGS: config_handlers.handle_incremental_alter_configs,
+    m.ALTER_PARTITION_REASSIGNMENTS: reassignment_handlers.handle_alter_partition_reassignments,
 }
 
 
@@ -445,6 +449,14 @@ class _AdminClient:
             return await self._client("elect leaders").elect_leaders(partitions)
         except m.NotControllerError as exc:
             return [ElectLeaderResult(t, p, ErrorCode.not_controller, str(exc)) for t, p in partitions or ()]
+
+    async def alter_partition_reassignments(
+        self, reassignments: Sequence[PartitionReassignment]
+    ) -> list[ReassignmentResult]:
+        try:
+            return await self._client("reassign partitions").alter_partition_reassignments(reassignments)
+        except m.NotControllerError as exc:
+            return [ReassignmentResult(r.topic, r.partition, ErrorCode.not_controller, str(exc)) for r in reassignments]
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
         return await self._client(f"allocate producer ids for broker {broker_id}").allocate_producer_ids(

@@ -18,6 +18,7 @@ DeleteTopics        20    1-6       active controller
 AlterConfigs        33    0-2       active controller
 CreatePartitions    37    0-3       active controller
 IncrementalAlter..  44    0-1       active controller
+AlterPartitionRe..  45    0         active controller (DESIGN §9: the reassignment is the controller's)
 Vote                52    2         Raft (KIP-996 pre-vote)
 BeginQuorumEpoch    53    1         Raft
 EndQuorumEpoch      54    1         Raft
@@ -127,6 +128,7 @@ DELETE_TOPICS: Final = 20
 ALTER_CONFIGS: Final = 33
 CREATE_PARTITIONS: Final = 37
 INCREMENTAL_ALTER_CONFIGS: Final = 44
+ALTER_PARTITION_REASSIGNMENTS: Final = 45
 VOTE: Final = 52
 BEGIN_QUORUM_EPOCH: Final = 53
 END_QUORUM_EPOCH: Final = 54
@@ -148,6 +150,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ALTER_CONFIGS: (0, 2),
     CREATE_PARTITIONS: (0, 3),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     VOTE: (2, 2),
     BEGIN_QUORUM_EPOCH: (1, 1),
     END_QUORUM_EPOCH: (1, 1),

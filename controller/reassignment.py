@@ -1,0 +1,152 @@
+"""Partition reassignment (DESIGN §9, AutoMQ's six steps) — the controller's decisions, sans-I/O.
+
+A Fjord partition has one replica, its leader, and its data lives in object storage, so moving it copies nothing:
+
+1. ``plan`` validates an AlterPartitionReassignments request against the image and returns the records that set
+   ``replicas=[target]`` with no leader (the leader epoch bumped) and remember the source in ``removing_replicas``.
+2. The source broker sees it no longer leads the partition and closes it as on any leadership loss: appends stop,
+   meta is persisted with the clean-shutdown flag, its streams are force-uploaded and closed at the controller.
+3. ``complete`` elects the target once the source's streams are closed, or once the election timer fired (a dead or
+   stuck source: the data then comes back through its WAL). The target opens the streams with the new epoch.
+
+The I/O (reading stream states, the timer, committing) is ``controller.controller.Controller``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from controller.client import PartitionReassignment, ReassignmentResult
+from controller.image import MetadataImage, PartitionImage
+from controller.records import NO_LEADER, PartitionChangeRecord
+
+ONE_REPLICA_MESSAGE = (
+    "Fjord keeps exactly one replica per partition (its data lives in object storage, so the one broker that "
+    "leads it is the only replica); reassign it to a single broker"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    results: list[ReassignmentResult]
+    records: list[PartitionChangeRecord]
+
+
+def plan(image: MetadataImage, requests: Sequence[PartitionReassignment]) -> Plan:
+    """The result of each request item and the records of the accepted ones (validation reads only ``image``)."""
+    results: list[ReassignmentResult] = []
+    records: list[PartitionChangeRecord] = []
+    seen: set[tuple[str, int]] = set()
+    for request in requests:
+        where = f"{request.topic}-{request.partition}"
+        partition = image.partition(request.topic, request.partition)
+        if (request.topic, request.partition) in seen:
+            results.append(_error(request, ErrorCode.invalid_request, f"{where} appears twice in the request"))
+            continue
+        seen.add((request.topic, request.partition))
+        if partition is None:
+            results.append(_error(request, ErrorCode.unknown_topic_or_partition, f"Partition {where} does not exist."))
+            continue
+        if request.replicas is None:
+            if not partition.reassigning:
+                results.append(_error(request, ErrorCode.no_reassignment_in_progress,
+                                      f"no reassignment of {where} is in progress"))
+                continue
+            records.append(_cancel(image, partition))
+            results.append(ReassignmentResult(request.topic, request.partition))
+            continue
+        error = _invalid_target(image, where, request.replicas)
+        if error is not None:
+            results.append(_error(request, ErrorCode.invalid_replica_assignment, error))
+            continue
+        target = request.replicas[0]
+        if (partition.reassigning and partition.replicas == (target,)) or (
+            not partition.reassigning and partition.leader == target and partition.replicas == (target,)
+        ):
+            results.append(ReassignmentResult(request.topic, request.partition))  # already there or on its way
+            continue
+        records.append(_start(partition, target))
+        results.append(ReassignmentResult(request.topic, request.partition))
+    return Plan(results, records)
+
+
+def complete(image: MetadataImage, partition: PartitionImage) -> PartitionChangeRecord:
+    """Ends the reassignment of ``partition``: its target leads it, with a leader epoch above the source's. A target
+    gone meanwhile (fenced, unregistered) leaves the partition to the least loaded live broker, or leaderless for
+    the next broker that registers, as a fenced leader's partitions are."""
+    live = {b.node_id for b in image.live_brokers()}
+    target = next((r for r in partition.replicas if r in live), NO_LEADER)
+    if target == NO_LEADER and live:
+        load = {broker: 0 for broker in live}
+        for topic in image.topics_by_name.values():
+            for other in topic.partitions.values():
+                if other.leader in load:
+                    load[other.leader] += 1
+        target = min(load, key=lambda broker: (load[broker], broker))
+    return PartitionChangeRecord(
+        str(partition.topic_id),
+        partition.partition,
+        leader=target,
+        leader_epoch=partition.leader_epoch + 1,
+        isr=(target,) if target != NO_LEADER else (),
+        replicas=(target,) if target != NO_LEADER else partition.replicas,
+        removing_replicas=(),
+    )
+
+
+def in_flight(image: MetadataImage) -> list[tuple[str, PartitionImage]]:
+    """Every partition being reassigned, as (topic name, partition), in topic and partition order."""
+    return [
+        (topic.name, partition)
+        for topic in sorted(image.topics_by_name.values(), key=lambda t: t.name)
+        for _, partition in sorted(topic.partitions.items())
+        if partition.reassigning
+    ]
+
+
+def _start(partition: PartitionImage, target: int) -> PartitionChangeRecord:
+    source = partition.removing_replicas or tuple(r for r in partition.replicas if r != target)
+    return PartitionChangeRecord(
+        str(partition.topic_id),
+        partition.partition,
+        leader=NO_LEADER,
+        leader_epoch=partition.leader_epoch + 1,
+        isr=(),
+        replicas=(target,),
+        removing_replicas=source or partition.replicas,
+    )
+
+
+def _cancel(image: MetadataImage, partition: PartitionImage) -> PartitionChangeRecord:
+    """Back to the replicas the reassignment started from; the source reopens its streams with a new epoch."""
+    live = {b.node_id for b in image.live_brokers()}
+    original = partition.removing_replicas
+    leader = next((r for r in original if r in live), NO_LEADER)
+    return PartitionChangeRecord(
+        str(partition.topic_id),
+        partition.partition,
+        leader=leader,
+        leader_epoch=partition.leader_epoch + 1,
+        isr=(leader,) if leader != NO_LEADER else (),
+        replicas=original,
+        removing_replicas=(),
+    )
+
+
+def _invalid_target(image: MetadataImage, where: str, replicas: Sequence[int]) -> str | None:
+    if len(replicas) != 1:
+        return f"cannot reassign {where} to {list(replicas)}: {ONE_REPLICA_MESSAGE}"
+    target = replicas[0]
+    broker = image.brokers.get(target)
+    if broker is None:
+        return f"cannot reassign {where} to broker {target}: no such broker is registered"
+    if broker.fenced:
+        return f"cannot reassign {where} to broker {target}: it is fenced"
+    return None
+
+
+def _error(request: PartitionReassignment, code: ErrorCode, message: str) -> ReassignmentResult:
+    return ReassignmentResult(request.topic, request.partition, code, message)
