@@ -52,6 +52,8 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         37: VersionRange("CreatePartitions", 0, 3),
         42: VersionRange("DeleteGroups", 0, 2),
         44: VersionRange("IncrementalAlterConfigs", 0, 1),
+        45: VersionRange("AlterPartitionReassignments", 0, 0),
+        46: VersionRange("ListPartitionReassignments", 0, 0),
         47: VersionRange("OffsetDelete", 0, 0),
         55: VersionRange("DescribeQuorum", 0, 2),
         60: VersionRange("DescribeCluster", 0, 1),
