@@ -312,7 +312,10 @@ class _Connection(asyncio.BufferedProtocol):
             available = self._end - body
             if available >= size:
                 self._start = body + size
-                self._dispatch(bytes(staging[body : self._start]))
+                # Through a view: slicing the bytearray itself would copy the frame twice (slice, then bytes).
+                with memoryview(staging) as view:
+                    frame = bytes(view[body : self._start])
+                self._dispatch(frame)
                 continue
             if size > len(staging) - body:
                 # Does not fit behind its header: give it a buffer of its own and let the socket fill that.
