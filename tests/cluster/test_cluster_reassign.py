@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from cluster_support import create_topic, leaders, topic_name, wait_for
+from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, live_brokers, topic_name, wait_for
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
@@ -151,28 +151,33 @@ def test_bad_targets_are_refused_and_a_stuck_move_is_listed_until_the_timer(
     create_topic(bootstrap, topic, PARTITIONS)
     placement = leaders(bootstrap, topic, PARTITIONS)
     admin = admin_for(bootstrap)
-    tp = KafkaTopicPartition(topic, 0)
+    # kafka-python sends both requests to the broker its Metadata named controller (any broker, in Fjord): pause
+    # the leader of a partition whose leader is another broker, so the requests are still answered.
+    assert admin.list_partition_reassignments() == {}
+    answering = admin._controller_id
+    partition, source = next((p, leader) for p, leader in sorted(placement.items()) if leader != answering)
+    target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id not in (source, answering))
+    tp = KafkaTopicPartition(topic, partition)
     assert admin.alter_partition_reassignments({tp: [99]}) == {tp: InvalidReplicationAssignmentError}
-    source = placement[0]
-    target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id != source)
     assert admin.alter_partition_reassignments({tp: [source, target]}) == {tp: InvalidReplicationAssignmentError}
 
     # The source is paused: it cannot close its streams, so the move waits for the election timer.
     others = ",".join(b.spec.address for b in cluster.brokers if b.spec.node_id != source)
     time.sleep(1.0)  # let the source upload what opening the partition wrote
-    via_others = admin_for(others)
-    assert via_others.list_partition_reassignments() == {}  # finds its controller (a live broker) before the pause
     node = cluster.node(source)
     node.signal(signal.SIGSTOP)
     try:
         started = time.monotonic()
-        assert via_others.alter_partition_reassignments({tp: [target]}) == {tp: None}
-        listed = via_others.list_partition_reassignments()
+        assert admin.alter_partition_reassignments({tp: [target]}) == {tp: None}
+        listed = admin.list_partition_reassignments()
         assert listed == {tp: {"replicas": [target, source], "adding_replicas": [target],
                                "removing_replicas": [source]}}, listed
-        wait_for(f"{topic}-0 led by broker {target}", lambda: leaders(others, topic).get(0) == target,
-                 timeout=MOVE_LIMIT_S)
+        wait_for(f"{topic}-{partition} led by broker {target}",
+                 lambda: leaders(others, topic).get(partition) == target, timeout=MOVE_LIMIT_S)
         assert time.monotonic() - started >= ELECTION_TIMEOUT_MS / 1000 - 0.5
-        assert via_others.list_partition_reassignments() == {}
+        assert admin.list_partition_reassignments() == {}
+        # Fenced once its session expires, the paused broker is no valid target either.
+        wait_for(f"broker {source} fenced", lambda: source not in live_brokers(others), SESSION_TIMEOUT_S + 10)
+        assert admin.alter_partition_reassignments({tp: [source]}) == {tp: InvalidReplicationAssignmentError}
     finally:
         node.signal(signal.SIGCONT)
