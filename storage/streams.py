@@ -86,7 +86,9 @@ class StorageStream:
         self._inflight: set[asyncio.Task[int]] = set()
         self._durable: dict[int, tuple[StreamRecordBatch, WALRecord]] = {}
         self._confirmed: dict[int, asyncio.Future[None]] = {}
-        self._appended = asyncio.Event()
+        # Resolved (and replaced) when confirm_offset advances: one future shared by every long-polling reader of
+        # the stream, created only while someone waits, so an append wakes them all with one set_result.
+        self._appended: asyncio.Future[None] | None = None
         self._waiting = 0  # wait_for_append calls waiting on ``_appended``
         self._close_task: asyncio.Future[None] | None = None
 
@@ -229,11 +231,14 @@ class StorageStream:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
+            signal = self._appended
+            if signal is None or signal.done():
+                signal = self._appended = loop.create_future()
             self._waiting += 1
             try:
-                await asyncio.wait_for(self._appended.wait(), remaining)
-            except TimeoutError:
-                return self._confirm > offset
+                # asyncio.wait neither wraps the future in a task (wait_for would) nor cancels it on timeout or
+                # cancellation, so the other readers keep waiting on it.
+                await asyncio.wait((signal,), timeout=remaining)
             finally:
                 self._waiting -= 1
         return self._confirm > offset
@@ -282,8 +287,9 @@ class StorageStream:
         logger.debug("closed stream %d at epoch %d, end offset %d", self._stream_id, self._epoch, self._confirm)
 
     def _wake_waiters(self) -> None:
-        self._appended.set()
-        self._appended = asyncio.Event()
+        signal, self._appended = self._appended, None
+        if signal is not None and not signal.done():
+            signal.set_result(None)
 
     def abandon(self) -> None:
         """Stops the stream without flushing or closing it at the controller (engine halt, i.e. a crash)."""

@@ -128,15 +128,21 @@ async def _read_all(ctx: RequestContext, fetch: FetchContext, response_max_bytes
 
 
 async def _wait_for_any(results: list[_Result], timeout: float) -> None:
-    waiters = [
-        # Wait for data beyond what this pass already saw, so a partial result does not spin.
-        asyncio.ensure_future(r.log.wait_for_data(max(r.high_watermark, r.fetch_offset), timeout))
+    # Wait for data beyond what this pass already saw, so a partial result does not spin.
+    watched = [
+        (r.log, max(r.high_watermark, r.fetch_offset))
         for r in results
         if r.log is not None and r.error == ErrorCode.none
     ]
-    if not waiters:
+    if not watched:
         await asyncio.sleep(timeout)
         return
+    if len(watched) == 1:
+        # The usual tail reader: the partition's own long poll, with no task or asyncio.wait around it.
+        log, offset = watched[0]
+        await log.wait_for_data(offset, timeout)
+        return
+    waiters = [asyncio.ensure_future(log.wait_for_data(offset, timeout)) for log, offset in watched]
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -292,15 +292,28 @@ def _coerce_error_code(value: object) -> object:
     return value
 
 
+# kio's phantom-type parse is slow next to everything else in building a response, and almost every duration a
+# handler fills is one of a few values (throttle_time=0 in every response): parsed values are immutable, so the
+# common ones are parsed once.
+@functools.lru_cache(maxsize=256)
+def _i32_ms(value: int) -> object:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+
+
+@functools.lru_cache(maxsize=256)
+def _i64_ms(value: int) -> object:
+    return i64Timedelta.parse(datetime.timedelta(milliseconds=value))
+
+
 def _coerce_i32_ms(value: object) -> object:
     if isinstance(value, int):
-        return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+        return _i32_ms(value)
     return value
 
 
 def _coerce_i64_ms(value: object) -> object:
     if isinstance(value, int):
-        return i64Timedelta.parse(datetime.timedelta(milliseconds=value))
+        return _i64_ms(value)
     return value
 
 
@@ -394,9 +407,15 @@ def build(entity_cls: type[Any], /, **values: object) -> Any:
     return entity_cls(**kwargs)
 
 
+_has_field: dict[tuple[type[Any], str], bool] = {}
+
+
 def has_field(entity_cls: type[Any], name: str) -> bool:
     """Whether this version of an entity carries ``name``; handlers use it to fill version-specific fields."""
-    return any(f.name == name for f in _plan(entity_cls))
+    found = _has_field.get((entity_cls, name))
+    if found is None:
+        found = _has_field[(entity_cls, name)] = any(f.name == name for f in _plan(entity_cls))
+    return found
 
 
 _nested: dict[tuple[type[Any], str], type[Any]] = {}

@@ -132,6 +132,34 @@ async def test_wait_for_append_wakes_on_append_and_times_out(tmp_path: Path) -> 
         await engine.shutdown()
 
 
+async def test_readers_waiting_on_one_stream_are_woken_together_and_independently(tmp_path: Path) -> None:
+    """Long-polling readers share the stream's wake-up: one giving up (a fetch cancelled or timed out) must not take
+    the others' wake-up with it, one append wakes every reader it satisfies, and closing wakes the rest."""
+    engine = make_engine(small_config(tmp_path))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        quitter = asyncio.ensure_future(stream.wait_for_append(0, 5))
+        short = asyncio.ensure_future(stream.wait_for_append(0, 0.05))
+        readers = [asyncio.ensure_future(stream.wait_for_append(0, 5)) for _ in range(3)]
+        further = asyncio.ensure_future(stream.wait_for_append(1, 5))
+        await asyncio.sleep(0.01)
+        quitter.cancel()
+        assert await short is False
+        assert not any(r.done() for r in readers)
+        await stream.append(b"one", 1)
+        assert await asyncio.wait_for(asyncio.gather(*readers), 1) == [True, True, True]
+        await asyncio.sleep(0.01)
+        assert not further.done(), "offset 1 is not readable yet"
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await stream.close()
+        assert await asyncio.wait_for(further, 1) is False
+        assert loop.time() - started < 4
+    finally:
+        await engine.shutdown()
+
+
 async def test_close_uploads_and_a_higher_epoch_reopens_with_all_data(tmp_path: Path) -> None:
     metadata = InMemoryStreamMetadata()
     engine = make_engine(small_config(tmp_path), metadata)
