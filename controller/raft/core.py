@@ -192,6 +192,8 @@ class RaftNode:
         # Leader state.
         self._progress: dict[int, _ReplicaProgress] = {}
         self._parked: dict[int, _ParkedFetch] = {}
+        # The high watermark each replica was last told: a fetch is parked only if it has nothing newer to learn.
+        self._hw_sent: dict[int, int] = {}
         self._epoch_start_offset = 0
         self._begin_resend_at = 0
         self._discovery_target: int | None = None
@@ -447,6 +449,7 @@ class RaftNode:
         self._rejected.clear()
         self._progress.clear()
         self._parked.clear()
+        self._hw_sent.clear()
 
     def _new_epoch(self, epoch: int) -> None:
         if epoch > self._epoch:
@@ -822,7 +825,9 @@ class RaftNode:
         self._parked.pop(sender, None)
         if sender in self.voters:
             self._maybe_advance_hw(now_ms)
-        if req.fetch_offset < self._log.end_offset or req.max_wait_ms <= 0:
+        if req.fetch_offset < self._log.end_offset or req.max_wait_ms <= 0 or self._hw_sent.get(sender) != self._hw:
+            # Also when only the high watermark moved since this replica's last answer (its entries were sent before
+            # they committed): parked, it would learn of the commit only when the wait ends.
             self._answer_fetch(sender, req)
         else:
             self._parked[sender] = _ParkedFetch(
@@ -832,6 +837,7 @@ class RaftNode:
 
     def _answer_fetch(self, sender: int, req: FetchRequest) -> None:
         records = self._log.read(req.fetch_offset, max_bytes=min(req.max_bytes, self.config.fetch_max_bytes))
+        self._hw_sent[sender] = self._hw
         self._send(
             sender,
             FetchResponse(
