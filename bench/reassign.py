@@ -13,6 +13,9 @@ At the end every partition is read back: ``lost`` counts acknowledged records th
 twice.
 
     .venv/bin/python bench/reassign.py [--mb 100] [--moves 6] [--election-timeout-ms 10000]
+
+On the 2-core development machine (100 MB, 6 moves): leads p50 126 ms / p99 314 ms, serves p50 163 ms / p99
+361 ms, lost 0, dup 0. The first move of a run is the slowest (the target's first open of the partition).
 """
 
 from __future__ import annotations
