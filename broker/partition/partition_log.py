@@ -54,6 +54,7 @@ from broker.partition.meta_stream import (
 from broker.partition.producer_state import ProducerStateManager, SnapshotFormatError, decode_snapshot, encode_snapshot
 from broker.records.batch import (
     LOG_APPEND_TIME,
+    MAGIC_POS,
     BatchHeader,
     CorruptBatchError,
     InvalidBatchError,
@@ -561,31 +562,43 @@ class PartitionLog:
     ) -> tuple[int, int, Awaitable[int], int]:
         """Rewrites offsets and epochs, records producer state and hands the bytes to the stream (synchronously,
         so offsets are exactly the ones assigned here)."""
-        buf = bytearray(records)
+        # The payload is assembled by one join, so every produced byte is copied once: only each batch's first
+        # MAGIC_POS bytes (base offset, length, leader epoch: outside the CRC) are rewritten, in a small copy,
+        # unless LogAppendTime changes checksummed bytes and the batch is copied whole to be rewritten.
+        view = memoryview(records)
+        pieces: list[bytes | bytearray | memoryview] = []
         index_entries: list[TimeIndexEntry] = []
         base = self._log.next_offset
         next_offset = base
         pos = 0
         for header in headers:
-            set_base_offset(buf, next_offset, pos)
-            set_partition_leader_epoch(buf, self.leader_epoch, pos)
+            end = pos + header.size
+            head = bytearray(view[pos : end if log_append_ms >= 0 else pos + MAGIC_POS])
+            set_base_offset(head, next_offset)
+            set_partition_leader_epoch(head, self.leader_epoch)
             if log_append_ms >= 0:
-                set_log_append_time(buf, log_append_ms, pos)
+                set_log_append_time(head, log_append_ms)
+                pieces.append(head)
+            else:
+                pieces += (head, view[pos + MAGIC_POS : end])
             self.producers.record(header, next_offset)
             max_ts = log_append_ms if log_append_ms >= 0 else header.max_timestamp
             entry = self._note_timestamp(max_ts, next_offset, header.size)
             if entry is not None:
                 index_entries.append(entry)
             next_offset += header.records_count
-            pos += header.size
-        pending = self._log.append(bytes(buf), next_offset - base)
-        self._size_bytes += len(buf)
+            pos = end
+        if pos < len(records):
+            pieces.append(view[pos:])
+        payload = b"".join(pieces)
+        pending = self._log.append(payload, next_offset - base)
+        self._size_bytes += len(payload)
         for entry in index_entries:
             # The index's durability follows the log's (same WAL, appended right after); a lost tail entry is
             # rebuilt by recovery, so nobody waits for it.
             future = asyncio.ensure_future(self._time.append(encode_time_entry(entry), 1))
             future.add_done_callback(self._index_append_done)
-        return base, next_offset, pending, len(buf)
+        return base, next_offset, pending, len(payload)
 
     def _index_append_done(self, future: asyncio.Future[int]) -> None:
         if not future.cancelled() and future.exception() is not None:

@@ -117,6 +117,35 @@ async def test_log_append_time_rewrites_timestamps_and_keeps_batches_valid(
         await log.close()
 
 
+@pytest.mark.parametrize("log_append_time", [False, True])
+async def test_several_batches_in_one_request_get_consecutive_offsets_and_stay_valid(
+    engine: tuple[StorageEngine, InMemoryStreamMetadata], log_append_time: bool
+) -> None:
+    log = await _open(engine, 7, LogConfig(log_append_time=log_append_time))
+    try:
+        await log.append(_batch(2))
+        sent = [_batch(3, size=50), _batch(1, size=5000), _batch(4, size=1)]
+        result = await log.append(b"".join(sent))
+        assert (result.base_offset, result.last_offset) == (2, 9)
+        read = await log.read(2, 1 << 20)
+        got = list(iter_batches(read.records))
+        assert [h.base_offset for h, _ in got] == [2, 5, 6]
+        assert [h.partition_leader_epoch for h, _ in got] == [7, 7, 7]
+        for (header, stored), original in zip(got, sent, strict=True):
+            validate_batch(stored)  # CRC holds after the rewrite
+            assert header.size == len(original)
+            # Records (keys, values, headers) come back exactly as sent; only offsets/epoch/append time differ.
+            assert [(r.key, r.value) for r in decode_records(stored)] == [
+                (r.key, r.value) for r in decode_records(original)
+            ]
+            if not log_append_time:
+                assert bytes(stored[16:]) == original[16:]  # from the magic byte on: untouched
+        offsets = [r.offset for _, batch in got for r in decode_records(batch)]
+        assert offsets == list(range(2, 10))
+    finally:
+        await log.close()
+
+
 async def test_read_limits_return_whole_batches_and_always_the_first(
     engine: tuple[StorageEngine, InMemoryStreamMetadata],
 ) -> None:
