@@ -45,6 +45,7 @@ from controller.config import (
     validate_topic_config,
 )
 from controller.image import MetadataImage, PartitionImage, is_cluster_record
+from controller.kv_keys import partition_kv_key
 from controller.log import LocalMetadataLog, RecordLog
 from controller.producer_ids import (
     ProducerIdBlock,
@@ -73,6 +74,7 @@ from controller.wal_failover import assign, needs_failover, reassignments, wal_l
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import NodeIdentity, StreamState
 from storage.metadata.memory import InMemoryStreamMetadata, wall_clock_ms
+from storage.objects.format import namespace_for
 
 logger = logging.getLogger(__name__)
 
@@ -798,11 +800,8 @@ class Controller:
     async def _streams_closed(self, cluster_id: str, partition: PartitionImage) -> bool:
         """Whether the partition's streams are all closed: its meta stream is closed last (PartitionLog.close),
         so its state says it. A partition never opened has no streams to wait for."""
-        from broker.partition.manager import storage_namespace  # the broker names the key; imported on first use
-        from broker.partition.partition_log import partition_kv_key
-
         raw = await self._streams.get_kv(
-            partition_kv_key(storage_namespace(cluster_id), partition.topic_id, partition.partition)
+            partition_kv_key(namespace_for(cluster_id), partition.topic_id, partition.partition)
         )
         if raw is None or len(raw) != 8:
             return True

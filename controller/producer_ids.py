@@ -16,9 +16,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.partition.manager import storage_namespace
 from controller.image import MetadataImage
 from controller.records import ProducerIdsRecord
+from storage.objects.format import namespace_for
 
 BLOCK_SIZE = 1000
 """Ids per block (Kafka's ``ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE``)."""
@@ -47,7 +47,7 @@ class ProducerIdBlock:
 def legacy_kv_key(cluster_id: str) -> str:
     """Where clusters before ``ProducerIdsRecord`` kept the first id of their next unreserved block (in the
     cluster's KV namespace)."""
-    return f"{storage_namespace(cluster_id)}/producer_ids"
+    return f"{namespace_for(cluster_id)}/producer_ids"
 
 
 def decode_legacy_floor(value: bytes | None) -> int:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from storage.objects.format import namespace_for
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -218,7 +220,7 @@ class StorageConfig:
 
     @property
     def namespace(self) -> str:
-        return f"_fjord_{self.cluster_id}"
+        return namespace_for(self.cluster_id)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], **fixed: object) -> StorageConfig:

@@ -25,6 +25,7 @@ from broker.partition.retention import HeadCache, enforce_retention
 from controller.client import ControllerClient
 from controller.config import ServerConfig, effective_topic_configs
 from controller.image import MetadataImage, PartitionImage
+from storage.objects.format import namespace_for
 from storage.stream import StreamClient
 
 logger = logging.getLogger(__name__)
@@ -45,11 +46,6 @@ class PartitionHost(Protocol):
     config: ServerConfig
     controller: ControllerClient
     storage: Any  # a storage.stream.StreamClient (the StorageEngine)
-
-
-def storage_namespace(cluster_id: str) -> str:
-    """Prefix of this cluster's KV keys (the same namespace the object keys use)."""
-    return f"_fjord_{cluster_id}"
 
 
 class PartitionManager:
@@ -245,7 +241,7 @@ class PartitionManager:
             log = await PartitionLog.open(
                 streams=self.streams,
                 kv=self._node.controller.stream_metadata,
-                namespace=storage_namespace(self._node.cluster_id),
+                namespace=namespace_for(self._node.cluster_id),
                 topic=topic,
                 partition=part.partition,
                 topic_id=part.topic_id,

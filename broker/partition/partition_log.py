@@ -65,6 +65,7 @@ from broker.records.batch import (
     set_partition_leader_epoch,
     validate_batch,
 )
+from controller.kv_keys import partition_kv_key
 from storage import errors as storage_errors
 from storage.metadata.api import StreamMetadata
 from storage.record import StreamRecordBatch
@@ -104,10 +105,6 @@ class OffsetAndTimestamp:
     offset: int
     timestamp: int
     leader_epoch: int
-
-
-def partition_kv_key(namespace: str, topic_id: uuid.UUID, partition: int) -> str:
-    return f"{namespace}/{topic_id}/{partition}"
 
 
 async def _open_stream(streams: StreamClient, stream_id: int, epoch: int, where: str) -> Stream:

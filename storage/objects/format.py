@@ -383,6 +383,7 @@ def object_key(object_id: int, namespace: str) -> str:
 
 
 def namespace_for(cluster_id: str) -> str:
+    """A cluster's namespace: the middle part of its object keys and the prefix of its KV keys."""
     return f"_fjord_{cluster_id}"
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.partition.manager import storage_namespace
-from broker.partition.partition_log import partition_kv_key
 from controller.client import LocalControllerClient, NewTopic, PartitionReassignment
 from controller.config import ServerConfig
 from controller.controller import Controller
 from controller.image import PartitionImage
+from controller.kv_keys import partition_kv_key
 from controller.reassignment import in_flight
 from controller.records import Endpoint
 from storage.metadata.api import NodeIdentity
+from storage.objects.format import namespace_for
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 
@@ -52,7 +52,7 @@ async def _open_meta_stream(controller: Controller, node: int) -> tuple[NodeIden
     streams = controller.stream_metadata
     stream_id = await streams.create_stream(identity)
     await streams.open_stream(identity, stream_id, partition.leader_epoch)
-    key = partition_kv_key(storage_namespace(image.cluster_id), partition.topic_id, 0)
+    key = partition_kv_key(namespace_for(image.cluster_id), partition.topic_id, 0)
     await streams.put_kv(key, struct.pack(">q", stream_id))
     return identity, stream_id, partition.leader_epoch
 
