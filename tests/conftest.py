@@ -1,4 +1,5 @@
-"""Fixtures shared by every test package: a real S3-compatible HTTP server (moto) on 127.0.0.1.
+"""Fixtures shared by every test package: a real S3-compatible HTTP server (moto) on 127.0.0.1, and three controller
+voters in this process (``voters``, see tests/quorum_fixtures.py).
 
 ``s3_server`` is started once per session, in-process (moto's threaded server binds an ephemeral port), and
 stopped at the end. Each test that needs S3 takes a fresh, uniquely named bucket from ``s3_bucket_url`` so tests
@@ -7,17 +8,21 @@ never see each other's objects.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from controller.quorum import QuorumController
 from storage.config import BucketURL, parse_bucket_url
+from tests.quorum_fixtures import quorum_configs
 
 S3_ACCESS_KEY = "testing"
 S3_SECRET_KEY = "testing"
@@ -81,3 +86,14 @@ def s3_server() -> Iterator[S3Server]:
 def s3_bucket_url(s3_server: S3Server) -> BucketURL:
     """A fresh, empty bucket on the session's S3 server."""
     return s3_server.bucket_url(s3_server.create_bucket())
+
+
+@pytest.fixture
+async def voters(tmp_path: Path) -> AsyncIterator[list[QuorumController]]:
+    """Three controller voters in this process; a test may drop voters it stopped itself from the list."""
+    started = list(await asyncio.gather(*(QuorumController.start(c) for c in quorum_configs(tmp_path))))
+    try:
+        yield started
+    finally:
+        for quorum in started:
+            await quorum.stop(resign=False)

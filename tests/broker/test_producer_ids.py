@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.local_cluster import free_port
 from broker.partition.producer_ids import BLOCK_SIZE, ProducerIdAllocator
 from broker.protocol import codec
 from controller.client import LocalControllerClient
@@ -27,6 +26,7 @@ from controller.records import Endpoint
 from controller.rpc import messages as m
 from controller.rpc.connection import ControllerConnection
 from controller.shell import MetadataShell, build_tree
+from tests.quorum_fixtures import active_voter
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -122,44 +122,6 @@ async def test_a_stale_or_unknown_broker_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ through the controller RPC
 
 
-def _quorum_configs(root: Path) -> list[ServerConfig]:
-    ports = [free_port() for _ in range(3)]
-    voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(ports))
-    return [
-        ServerConfig.from_properties({
-            "process.roles": "controller",
-            "node.id": str(i),
-            "controller.quorum.voters": voters,
-            "listeners": f"CONTROLLER://127.0.0.1:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "log.dirs": str(root / f"c{i}"),
-            "controller.quorum.election.timeout.ms": "200",
-            "controller.quorum.fetch.timeout.ms": "400",
-            "controller.quorum.request.timeout.ms": "500",
-        })
-        for i, port in enumerate(ports)
-    ]
-
-
-@pytest.fixture
-async def voters(tmp_path: Path) -> AsyncIterator[list[QuorumController]]:
-    started = list(await asyncio.gather(*(QuorumController.start(c) for c in _quorum_configs(tmp_path))))
-    try:
-        yield started
-    finally:
-        for quorum in started:
-            await quorum.stop(resign=False)
-
-
-async def _active(voters: list[QuorumController]) -> QuorumController:
-    async with asyncio.timeout(10):
-        while True:
-            for quorum in voters:
-                if quorum.is_active:
-                    return quorum
-            await asyncio.sleep(0.02)
-
-
 async def _rpc_blocks(port: int, broker_id: int, epoch: int, count: int) -> list[tuple[int, int]]:
     """``count`` AllocateProducerIds requests of one broker, pipelined on one connection."""
     connection = ControllerConnection("127.0.0.1", port, client_id=f"broker-{broker_id}")
@@ -184,7 +146,7 @@ def _assert_disjoint(blocks: list[tuple[int, int]]) -> None:
 
 
 async def test_allocations_through_the_rpc_are_disjoint_across_a_failover(voters: list[QuorumController]) -> None:
-    active = await _active(voters)
+    active = await active_voter(voters)
     epochs = {b: await active.register_broker(b, EP, None) for b in (10, 11, 12)}
     port = active.voters[active.node_id][1]
     batches = await asyncio.gather(*(_rpc_blocks(port, b, e, 5) for b, e in epochs.items()))
@@ -194,7 +156,7 @@ async def test_allocations_through_the_rpc_are_disjoint_across_a_failover(voters
 
     await active.stop(resign=False)
     survivors = [v for v in voters if v is not active]
-    successor = await _active(survivors)
+    successor = await active_voter(survivors)
     epochs = {b: await successor.register_broker(b, EP, None) for b in (10, 11)}
     port = successor.voters[successor.node_id][1]
     after = [block for batch in await asyncio.gather(*(_rpc_blocks(port, b, e, 3) for b, e in epochs.items()))

@@ -6,12 +6,11 @@ and on every voter of a quorum."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from broker.local_cluster import free_port
 from controller.config import ServerConfig
 from controller.controller import Controller
 from controller.quorum import QuorumController
@@ -20,6 +19,7 @@ from storage.errors import OffsetNotMatchedError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange, StreamMetadata
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.write_locks import EVERYTHING, WriteLocks
+from tests.quorum_fixtures import active_voter
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -159,40 +159,8 @@ async def test_write_locks_disjoint_keys_together_everything_alone() -> None:
 # ------------------------------------------------------------------------------ a quorum of three
 
 
-def _quorum_configs(root: Path) -> list[ServerConfig]:
-    ports = [free_port() for _ in range(3)]
-    voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(ports))
-    return [
-        ServerConfig.from_properties({
-            "process.roles": "controller",
-            "node.id": str(i),
-            "controller.quorum.voters": voters,
-            "listeners": f"CONTROLLER://127.0.0.1:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "log.dirs": str(root / f"c{i}"),
-            "controller.quorum.election.timeout.ms": "200",
-            "controller.quorum.fetch.timeout.ms": "400",
-            "controller.quorum.request.timeout.ms": "500",
-        })
-        for i, port in enumerate(ports)
-    ]
-
-
-@pytest.fixture
-async def voters(tmp_path: Path) -> AsyncIterator[list[QuorumController]]:
-    started = list(await asyncio.gather(*(QuorumController.start(c) for c in _quorum_configs(tmp_path))))
-    try:
-        yield started
-    finally:
-        for quorum in started:
-            await quorum.stop(resign=False)
-
-
 async def test_every_voter_reaches_the_proposers_state(voters: list[QuorumController]) -> None:
-    async with asyncio.timeout(10):
-        while not any(q.is_active for q in voters):
-            await asyncio.sleep(0.02)
-    leader = next(q for q in voters if q.is_active)
+    leader = await active_voter(voters)
     await _traffic(leader.controller.stream_metadata)
     wanted = leader.controller.stream_metadata.snapshot()
     async with asyncio.timeout(10):

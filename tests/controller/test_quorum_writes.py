@@ -4,62 +4,21 @@ returns only once a majority has it, and a write in flight when leadership is lo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from test_quorum_support import free_port
 
-from controller.config import ServerConfig
 from controller.quorum import QuorumController
 from controller.rpc.messages import NotControllerError
 from storage.metadata.api import NodeIdentity
+from tests.quorum_fixtures import active_voter
 
 pytestmark = pytest.mark.timeout(60)
 
 NODE = NodeIdentity(-1, -1)
 
 
-def _configs(root: Path) -> list[ServerConfig]:
-    ports = [free_port() for _ in range(3)]
-    voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(ports))
-    return [
-        ServerConfig.from_properties({
-            "process.roles": "controller",
-            "node.id": str(i),
-            "controller.quorum.voters": voters,
-            "listeners": f"CONTROLLER://127.0.0.1:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "log.dirs": str(root / f"c{i}"),
-            "controller.quorum.election.timeout.ms": "200",
-            "controller.quorum.fetch.timeout.ms": "400",
-            "controller.quorum.request.timeout.ms": "500",
-        })
-        for i, port in enumerate(ports)
-    ]
-
-
-@pytest.fixture
-async def voters(tmp_path: Path) -> AsyncIterator[list[QuorumController]]:
-    started = list(await asyncio.gather(*(QuorumController.start(c) for c in _configs(tmp_path))))
-    try:
-        yield started
-    finally:
-        for quorum in started:
-            await quorum.stop(resign=False)
-
-
-async def _active(voters: list[QuorumController]) -> QuorumController:
-    async with asyncio.timeout(10):
-        while True:
-            for quorum in voters:
-                if quorum.is_active:
-                    return quorum
-            await asyncio.sleep(0.02)
-
-
 async def test_a_write_is_applied_on_every_voter_once_it_returns_committed(voters: list[QuorumController]) -> None:
-    leader = await _active(voters)
+    leader = await active_voter(voters)
     await leader.controller.stream_metadata.put_kv("written", b"1")
     assert leader.driver.high_watermark > leader.image.offset  # committed before it returned
     async with asyncio.timeout(5):
@@ -70,7 +29,7 @@ async def test_a_write_is_applied_on_every_voter_once_it_returns_committed(voter
 async def test_a_write_in_flight_when_leadership_is_lost_fails_with_not_controller(
     voters: list[QuorumController],
 ) -> None:
-    leader = await _active(voters)
+    leader = await active_voter(voters)
     followers = [q for q in voters if q is not leader]
     for follower in followers:
         await follower.stop(resign=False)  # the leader can no longer reach a majority
