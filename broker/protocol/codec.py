@@ -116,6 +116,7 @@ def decode_request(frame: bytes) -> DecodedRequest:
     data = frame if isinstance(frame, bytes) else bytes(frame)
     try:
         header, header_size = _reader(cls.__header_schema__)(data, 0)
+        _check_array_lengths(cls, data, header_size, len(data))
         body, body_size = _reader(cls)(data, header_size)
     except Exception as exc:  # kio raises KeyError, ValueError, BufferUnderflow, ... for bad input
         raise MalformedRequestError(
@@ -130,6 +131,131 @@ def decode_request(frame: bytes) -> DecodedRequest:
         body=body,
         consumed=header_size + body_size,
     )
+
+
+class _Truncated(Exception):
+    """The frame ends inside a field; the kio reader reports that itself, so the length check just stops."""
+
+
+_FIXED_SIZES: Final[dict[str, int]] = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+
+
+def _read_uvarint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < end and shift <= 28:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    raise _Truncated
+
+
+def _read_length(data: bytes, pos: int, end: int, flexible: bool, legacy: struct.Struct) -> tuple[int, int]:
+    """A length or count as the field encodes it; -1 for null."""
+    if flexible:
+        value, pos = _read_uvarint(data, pos, end)
+        return value - 1, pos
+    if pos + legacy.size > end:
+        raise _Truncated
+    return int(legacy.unpack_from(data, pos)[0]), pos + legacy.size
+
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def _skip_primitive(kafka_type: str, data: bytes, pos: int, end: int, flexible: bool) -> int:
+    size = _FIXED_SIZES.get(kafka_type)
+    if size is None:
+        legacy = _I16 if kafka_type == "string" else _I32
+        size, pos = _read_length(data, pos, end, flexible, legacy)
+        size = max(size, 0)
+    if pos + size > end:
+        raise _Truncated
+    return pos + size
+
+
+def _skip_field(field: dataclasses.Field[Any], data: bytes, pos: int, end: int, flexible: bool) -> int:
+    kind = classify_field(field)
+    if isinstance(kind, (EntityTupleField, PrimitiveTupleField)):
+        count, pos = _read_length(data, pos, end, flexible, _I32)
+        if count < 0 and not is_optional(field):
+            # kio decodes it as None, which every handler iterating the field would trip over.
+            raise MalformedRequestError(f"non-nullable array {field.name!r} is null")
+        if count > end - pos:
+            # kio's native reader reserves memory for the claimed count before reading an element: a 20-byte
+            # frame claiming 2**31 elements would abort the whole broker process, not just fail this request.
+            raise MalformedRequestError(f"array {field.name!r} claims {count} elements in {end - pos} bytes")
+        for _ in range(count):
+            if isinstance(kind, EntityTupleField):
+                pos = _skip_entity(kind.type_, data, pos, end)
+            else:
+                pos = _skip_primitive(str(field.metadata.get("kafka_type")), data, pos, end, flexible)
+        return pos
+    if isinstance(kind, EntityField):
+        if is_optional(field):  # nullable struct: a presence byte
+            if pos >= end:
+                raise _Truncated
+            pos += 1
+            if data[pos - 1] == 0xFF or data[pos - 1] == 0:
+                return pos
+        return _skip_entity(kind.type_, data, pos, end)
+    kafka_type = str(field.metadata.get("kafka_type"))
+    if kafka_type in _FIXED_SIZES or is_optional(field):
+        return _skip_primitive(kafka_type, data, pos, end, flexible)
+    size, _ = _read_length(data, pos, end, flexible, _I16 if kafka_type == "string" else _I32)
+    if size < 0:
+        raise MalformedRequestError(f"non-nullable field {field.name!r} is null")
+    return _skip_primitive(kafka_type, data, pos, end, flexible)
+
+
+def _skip_entity(entity_cls: type[Any], data: bytes, pos: int, end: int) -> int:
+    flexible = bool(entity_cls.__flexible__)
+    tagged: dict[int, dataclasses.Field[Any]] = {}
+    for field in _entity_fields(entity_cls):
+        tag = field.metadata.get("tag")
+        if tag is not None:
+            tagged[int(tag)] = field
+        else:
+            pos = _skip_field(field, data, pos, end, flexible)
+    if flexible:
+        count, pos = _read_uvarint(data, pos, end)
+        for _ in range(count):
+            tag, pos = _read_uvarint(data, pos, end)
+            size, pos = _read_uvarint(data, pos, end)
+            if pos + size > end:
+                raise _Truncated
+            if tag in tagged:
+                _skip_field(tagged[tag], data, pos, pos + size, flexible)
+            pos += size
+    return pos
+
+
+def _check_array_lengths(entity_cls: type[Any], data: bytes, pos: int, end: int) -> None:
+    """Refuses a body whose array counts exceed the bytes left, before kio's native reader sees it; any other
+    inconsistency is left to the reader, which raises a catchable error for it."""
+    try:
+        _skip_entity(entity_cls, data, pos, end)
+    except _Truncated:
+        pass
 
 
 def encode_entity(entity: Any) -> bytes:

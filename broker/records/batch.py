@@ -175,6 +175,12 @@ def validate_batch(batch: bytes | memoryview) -> BatchHeader:
     actual = compute_crc(batch)
     if actual != header.crc:
         raise CorruptBatchError(f"record batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
+    try:
+        compression_of(header.attributes)
+    except CompressionError as exc:
+        # Stored as-is, such a batch would fail every consumer that fetches it, long after the producer was told
+        # it was written.
+        raise InvalidBatchError(f"record batch attributes {header.attributes:#06x}: {exc}") from None
     if header.records_count <= 0:
         raise InvalidBatchError(f"record batch has {header.records_count} records")
     if header.last_offset_delta != header.records_count - 1:
