@@ -126,10 +126,13 @@ class RequestDispatcher:
         closed, which is what a Kafka client sees when a broker cannot answer a request at all."""
         code = error_code_for(exc)
         cls = ctx.response_class
+        # One line an operator can grep, naming the API; the traceback is for whoever debugs the handler.
+        failure = f"{api_name(ctx.api_key)} handler failed for {ctx.describe()}: {type(exc).__name__}: {exc}"
+        logger.debug("%s", failure, exc_info=exc)
         if not codec.has_field(cls, "error_code"):
-            logger.error("handler failed for %s; closing the connection", ctx.describe(), exc_info=exc)
+            logger.error("%s; closing the connection", failure)
             raise ConnectionClosing(f"handler for {api_name(ctx.api_key)} failed: {exc}") from exc
-        logger.error("handler failed for %s; answering %s", ctx.describe(), code.name, exc_info=exc)
+        logger.error("%s; answering %s", failure, code.name)
         fields: dict[str, object] = {"error_code": code}
         if codec.has_field(cls, "error_message"):
             fields["error_message"] = error_message_for(exc)
@@ -304,7 +307,10 @@ class _Connection(asyncio.BufferedProtocol):
             if size > self._server.max_request_bytes or size < codec.HEADER_PREFIX_SIZE:
                 logger.warning(
                     "closing connection from %s: request of %d bytes is outside [%d, %d] (socket.request.max.bytes)",
-                    self.peer, size, codec.HEADER_PREFIX_SIZE, self._server.max_request_bytes,
+                    self.peer,
+                    size,
+                    codec.HEADER_PREFIX_SIZE,
+                    self._server.max_request_bytes,
                 )
                 self._stop()
                 return

@@ -9,6 +9,7 @@ for tracebacks.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import struct
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,9 +23,11 @@ from kafka_clients import create_topic, fetch_request, list_offsets_request, pro
 from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 
+from broker.metrics import BrokerMetrics
 from broker.protocol import codec
 from broker.protocol.api_versions import API_VERSIONS
 from broker.records.batch import ATTRIBUTES_POS, CRC_POS, Record, build_batch, compute_crc
+from broker.server import Peer, RequestDispatcher
 
 CASE_TIMEOUT_S = 5.0
 
@@ -491,3 +494,27 @@ def test_arrays_that_lie_about_their_length_close_only_that_connection(
         client.send_raw(_frame(api_key, version, body))
         assert client.is_closed_by_peer(timeout=CASE_TIMEOUT_S)
     _still_serving(shared_broker)
+
+
+async def test_an_unexpected_handler_failure_is_one_error_line_naming_the_api(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Fault injection: a handler that raises. The request is answered with UNKNOWN_SERVER_ERROR (ApiVersions has
+    a top-level error code) and the log holds one ERROR line naming the API, no traceback."""
+
+    async def failing(ctx: Any, request: Any) -> Any:
+        raise RuntimeError("injected fault")
+
+    dispatcher = RequestDispatcher(node=None, metrics=BrokerMetrics(), handlers={18: failing})  # type: ignore[arg-type]
+    frame = codec.encode_request(api_versions_request(), 41, "hostile")[4:]
+    with caplog.at_level(logging.INFO, logger="broker.server"):
+        parts = await dispatcher.dispatch(frame, Peer("127.0.0.1", 1, "PLAINTEXT"))
+    assert parts is not None
+    data = parts if isinstance(parts, bytes) else b"".join(parts)
+    correlation_id, response = codec.decode_response(18, 3, data[4:])
+    assert (correlation_id, response.error_code) == (41, ErrorCode.unknown_server_error)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].exc_info is None
+    message = errors[0].getMessage()
+    assert "ApiVersions" in message and "injected fault" in message and "UNKNOWN_SERVER_ERROR" in message.upper()
