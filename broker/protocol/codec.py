@@ -182,60 +182,115 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
-def _skip_primitive(kafka_type: str, data: bytes, pos: int, end: int, flexible: bool) -> int:
-    size = _FIXED_SIZES.get(kafka_type)
-    if size is None:
-        legacy = _I16 if kafka_type == "string" else _I32
-        size, pos = _read_length(data, pos, end, flexible, legacy)
-        size = max(size, 0)
-    if pos + size > end:
+_FIXED, _VARIABLE, _ENTITY, _ENTITY_ARRAY, _PRIMITIVE_ARRAY = range(5)
+
+
+@dataclass(frozen=True, slots=True)
+class _Skip:
+    """How the length check steps over one field, worked out once per entity class (it runs on every request)."""
+
+    name: str
+    shape: int
+    #: Byte size of a fixed-size primitive (or of an array's elements), 0 when variable.
+    size: int
+    #: 2 for strings (int16 legacy length), 4 for bytes and records (int32).
+    legacy_length: struct.Struct
+    nullable: bool
+    nested: type[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _EntitySkips:
+    flexible: bool
+    fields: tuple[_Skip, ...]
+    tagged: dict[int, _Skip]
+
+
+_skips: dict[type[Any], _EntitySkips] = {}
+
+
+def _skip_plan(entity_cls: type[Any]) -> _EntitySkips:
+    found = _skips.get(entity_cls)
+    if found is not None:
+        return found
+    fields: list[_Skip] = []
+    tagged: dict[int, _Skip] = {}
+    for field in _entity_fields(entity_cls):
+        kind = classify_field(field)
+        kafka_type = str(field.metadata.get("kafka_type"))
+        size = _FIXED_SIZES.get(kafka_type, 0)
+        nested: type[Any] | None = None
+        if isinstance(kind, EntityTupleField):
+            shape, nested = _ENTITY_ARRAY, kind.type_
+        elif isinstance(kind, PrimitiveTupleField):
+            shape = _PRIMITIVE_ARRAY
+        elif isinstance(kind, EntityField):
+            shape, nested = _ENTITY, kind.type_
+        else:
+            shape = _FIXED if size else _VARIABLE
+        skip = _Skip(field.name, shape, size, _I16 if kafka_type == "string" else _I32, is_optional(field), nested)
+        tag = field.metadata.get("tag")
+        if tag is not None:
+            tagged[int(tag)] = skip
+        else:
+            fields.append(skip)
+    found = _skips[entity_cls] = _EntitySkips(bool(entity_cls.__flexible__), tuple(fields), tagged)
+    return found
+
+
+def _skip_variable(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool) -> int:
+    size, pos = _read_length(data, pos, end, flexible, skip.legacy_length)
+    if size < 0 and not skip.nullable:
+        # kio decodes it as None, which a handler using the field would trip over.
+        raise MalformedRequestError(f"non-nullable field {skip.name!r} is null")
+    pos += max(size, 0)
+    if pos > end:
         raise _Truncated
-    return pos + size
+    return pos
 
 
-def _skip_field(field: dataclasses.Field[Any], data: bytes, pos: int, end: int, flexible: bool) -> int:
-    kind = classify_field(field)
-    if isinstance(kind, (EntityTupleField, PrimitiveTupleField)):
-        count, pos = _read_length(data, pos, end, flexible, _I32)
-        if count < 0 and not is_optional(field):
-            # kio decodes it as None, which every handler iterating the field would trip over.
-            raise MalformedRequestError(f"non-nullable array {field.name!r} is null")
-        if count > end - pos:
-            # kio's native reader reserves memory for the claimed count before reading an element: a 20-byte
-            # frame claiming 2**31 elements would abort the whole broker process, not just fail this request.
-            raise MalformedRequestError(f"array {field.name!r} claims {count} elements in {end - pos} bytes")
-        for _ in range(count):
-            if isinstance(kind, EntityTupleField):
-                pos = _skip_entity(kind.type_, data, pos, end)
-            else:
-                pos = _skip_primitive(str(field.metadata.get("kafka_type")), data, pos, end, flexible)
-        return pos
-    if isinstance(kind, EntityField):
-        if is_optional(field):  # nullable struct: a presence byte
+def _skip_field(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool) -> int:
+    shape = skip.shape
+    if shape == _FIXED:
+        return pos + skip.size
+    if shape == _VARIABLE:
+        return _skip_variable(skip, data, pos, end, flexible)
+    if shape == _ENTITY:
+        assert skip.nested is not None
+        if skip.nullable:  # nullable struct: a presence byte
             if pos >= end:
                 raise _Truncated
             pos += 1
-            if data[pos - 1] == 0xFF or data[pos - 1] == 0:
+            if data[pos - 1] in (0, 0xFF):
                 return pos
-        return _skip_entity(kind.type_, data, pos, end)
-    kafka_type = str(field.metadata.get("kafka_type"))
-    if kafka_type in _FIXED_SIZES or is_optional(field):
-        return _skip_primitive(kafka_type, data, pos, end, flexible)
-    size, _ = _read_length(data, pos, end, flexible, _I16 if kafka_type == "string" else _I32)
-    if size < 0:
-        raise MalformedRequestError(f"non-nullable field {field.name!r} is null")
-    return _skip_primitive(kafka_type, data, pos, end, flexible)
+        return _skip_entity(skip.nested, data, pos, end)
+    count, pos = _read_length(data, pos, end, flexible, _I32)
+    if count < 0 and not skip.nullable:
+        raise MalformedRequestError(f"non-nullable array {skip.name!r} is null")
+    if count > end - pos:
+        # kio's native reader reserves memory for the claimed count before reading an element: a 20-byte frame
+        # claiming 2**31 elements would abort the whole broker process, not just fail this request.
+        raise MalformedRequestError(f"array {skip.name!r} claims {count} elements in {end - pos} bytes")
+    if shape == _ENTITY_ARRAY:
+        assert skip.nested is not None
+        for _ in range(count):
+            pos = _skip_entity(skip.nested, data, pos, end)
+    elif skip.size:
+        pos += max(count, 0) * skip.size
+    else:
+        element = dataclasses.replace(skip, nullable=True)
+        for _ in range(count):
+            pos = _skip_variable(element, data, pos, end, flexible)
+    return pos
 
 
 def _skip_entity(entity_cls: type[Any], data: bytes, pos: int, end: int) -> int:
-    flexible = bool(entity_cls.__flexible__)
-    tagged: dict[int, dataclasses.Field[Any]] = {}
-    for field in _entity_fields(entity_cls):
-        tag = field.metadata.get("tag")
-        if tag is not None:
-            tagged[int(tag)] = field
-        else:
-            pos = _skip_field(field, data, pos, end, flexible)
+    plan = _skip_plan(entity_cls)
+    flexible = plan.flexible
+    for skip in plan.fields:
+        pos = _skip_field(skip, data, pos, end, flexible)
+    if pos > end:
+        raise _Truncated
     if flexible:
         count, pos = _read_uvarint(data, pos, end)
         for _ in range(count):
@@ -243,8 +298,9 @@ def _skip_entity(entity_cls: type[Any], data: bytes, pos: int, end: int) -> int:
             size, pos = _read_uvarint(data, pos, end)
             if pos + size > end:
                 raise _Truncated
-            if tag in tagged:
-                _skip_field(tagged[tag], data, pos, pos + size, flexible)
+            tagged = plan.tagged.get(tag)
+            if tagged is not None:
+                _skip_field(tagged, data, pos, pos + size, flexible)
             pos += size
     return pos
 
