@@ -153,6 +153,25 @@ def plan_cluster(
     return specs
 
 
+def _serving_overrides(node_id: int, port: int, data_dir: Path, *, voters: str, store: str, wal: str,
+                       extra: Mapping[str, str], controller_port: int | None = None) -> dict[str, str]:
+    """The per-node keys of a node that serves Kafka clients (a broker, or a combined node when it also has a
+    CONTROLLER listener): its listeners, its metadata directory, the shared object store and its WAL."""
+    listeners = f"PLAINTEXT://127.0.0.1:{port}"
+    if controller_port is not None:
+        listeners += f",CONTROLLER://127.0.0.1:{controller_port}"
+    return {
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters,
+        "listeners": listeners,
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "log.dirs": str(data_dir / "metadata"),
+        "s3.data.buckets": store,
+        "s3.wal.path": store if wal == "s3" else f"0@file://{data_dir / 'wal'}",
+        **extra,
+    }
+
+
 def _plan_brokers(root: Path, brokers: int, *, voters: str, store: str, wal: str, extra: Mapping[str, str],
                   config_dir: Path) -> list[NodeSpec]:
     specs: list[NodeSpec] = []
@@ -160,16 +179,7 @@ def _plan_brokers(root: Path, brokers: int, *, voters: str, store: str, wal: str
         node_id = BROKER_ID_BASE + index
         port = free_port()
         data_dir = root / f"broker-{node_id}"
-        overrides = {
-            "node.id": str(node_id),
-            "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "log.dirs": str(data_dir / "metadata"),
-            "s3.data.buckets": store,
-            "s3.wal.path": store if wal == "s3" else f"0@file://{data_dir / 'wal'}",
-            **extra,
-        }
+        overrides = _serving_overrides(node_id, port, data_dir, voters=voters, store=store, wal=wal, extra=extra)
         specs.append(NodeSpec(node_id, "broker", port, data_dir, config_dir / BROKER_CONFIG, overrides))
     return specs
 
@@ -182,16 +192,8 @@ def _plan_combined(root: Path, combined: int, brokers: int, *, store: str, wal: 
     specs: list[NodeSpec] = []
     for node_id, (port, controller_port) in enumerate(ports):
         data_dir = root / f"node-{node_id}"
-        overrides = {
-            "node.id": str(node_id),
-            "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "log.dirs": str(data_dir / "metadata"),
-            "s3.data.buckets": store,
-            "s3.wal.path": store if wal == "s3" else f"0@file://{data_dir / 'wal'}",
-            **extra,
-        }
+        overrides = _serving_overrides(node_id, port, data_dir, voters=voters, store=store, wal=wal, extra=extra,
+                                       controller_port=controller_port)
         specs.append(NodeSpec(node_id, "combined", port, data_dir, config_dir / COMBINED_CONFIG, overrides,
                               controller_port))
     specs.extend(_plan_brokers(root, brokers, voters=voters, store=store, wal=wal, extra=extra,

@@ -154,6 +154,7 @@ class ActiveControllerChannel:
         self._active: int | None = None
         self._closed = False
         self._stopping = False
+        self._stop_deadline = float("inf")
         self._unreachable = False  # stopping, and a call already ran out of budget: later calls fail at once
 
     @property
@@ -168,6 +169,8 @@ class ActiveControllerChannel:
         retry budget on each of them."""
         self._stopping = True
         self._retry_budget_s = min(self._retry_budget_s, budget_s)
+        # Calls already retrying (a partition opening when the stop came) end by then too, not at their own deadline.
+        self._stop_deadline = time.monotonic() + budget_s
 
     def _address(self, voter: int) -> str:
         host, port = self._voters[voter]
@@ -248,7 +251,8 @@ class ActiveControllerChannel:
                 problems[voter] = "not the active controller" + (f" (names {named})" if named is not None else "")
                 if self._active == voter:
                     self._active = None
-            if time.monotonic() >= deadline or self._closed:
+            now = time.monotonic()
+            if now >= deadline or self._closed or now >= self._stop_deadline:
                 tried = "; ".join(f"node {v} at {self._address(v)}: {p}" for v, p in sorted(problems.items()))
                 message = f"{what}: no active controller answered after {attempt} attempts ({tried})"
                 if self._stopping:
