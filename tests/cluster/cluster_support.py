@@ -175,6 +175,30 @@ def active_controller(cluster: LocalCluster, exclude: Iterable[int] = ()) -> int
     return asyncio.run(quorum_leader(specs))
 
 
+def kill_active_controller(cluster: LocalCluster) -> tuple[int, int, float]:
+    """Kills the active controller (SIGKILL) and waits for another voter to win the election: (victim, successor,
+    seconds from the kill to the successor being active)."""
+    victim = active_controller(cluster)
+    assert victim is not None, "no active controller to kill"
+    killed_at = time.monotonic()
+    cluster.node(victim).kill()
+
+    def elected() -> tuple[int] | None:  # a tuple: node 0 may be the successor, and 0 is falsy
+        leader = active_controller(cluster, exclude=[victim])
+        return None if leader is None else (leader,)
+
+    (successor,) = wait_for("a new active controller", elected, timeout=10, interval=0.05)
+    return victim, successor, time.monotonic() - killed_at
+
+
+def assert_all_consumed(bootstrap: str, topic: str, partitions: int, acked: set[str], timeout: float = 60) -> list[str]:
+    """Reads ``topic`` until every acknowledged value is seen; fails naming what was lost. Returns what was read."""
+    seen = consume_all(bootstrap, topic, partitions, acked, timeout=timeout)
+    missing = acked - set(seen)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+    return seen
+
+
 def metadata_shell(cluster: LocalCluster, *commands: str, via: str = "controllers") -> str:
     """Runs ``fjord metadata shell --controllers ... -c ...`` (``via="bootstrap"``: ``--bootstrap`` brokers) and
     returns its output (exit 0 required)."""

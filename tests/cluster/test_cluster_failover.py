@@ -12,10 +12,11 @@ import pytest
 from cluster_support import (
     SESSION_TIMEOUT_S,
     ProduceLoad,
-    active_controller,
+    assert_all_consumed,
     consume_all,
     create_topic,
     data_dir_of,
+    kill_active_controller,
     leaders,
     live_brokers,
     produce,
@@ -61,17 +62,7 @@ def test_killing_the_active_controller_under_load_loses_nothing(cluster_factory:
     load = ProduceLoad(bootstrap, topic).start()
     try:
         load.wait_acked(300, timeout=30)
-        victim = active_controller(cluster)
-        assert victim is not None
-        killed_at = time.monotonic()
-        cluster.node(victim).kill()
-
-        def elected() -> tuple[int] | None:  # a tuple: node 0 is a leader too, and 0 is falsy
-            leader = active_controller(cluster, exclude=[victim])
-            return None if leader is None else (leader,)
-
-        (successor,) = wait_for("a new active controller", elected, timeout=10, interval=0.05)
-        elected_after = time.monotonic() - killed_at
+        victim, successor, elected_after = kill_active_controller(cluster)
         assert successor != victim
         assert elected_after < ELECTION_LIMIT_S, f"the new leader took {elected_after:.1f} s"
         before = len(load.acked)
@@ -83,9 +74,7 @@ def test_killing_the_active_controller_under_load_loses_nothing(cluster_factory:
     finally:
         load.stop()
     assert not load.failed, load.failed[:5]
-    seen = consume_all(bootstrap, topic, 6, load.acked, timeout=60)
-    missing = load.acked - set(seen)
-    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+    assert_all_consumed(bootstrap, topic, 6, load.acked)
 
     # The killed controller comes back and converges on exactly the others' metadata: nothing committed was lost.
     cluster.node(victim).start()
