@@ -9,7 +9,35 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from collections.abc import Sequence
 from pathlib import Path
+
+#: Flushes a file's data (and only the metadata needed to read it back); platforms without it get fsync.
+fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+_IOV_MAX = 1024  # buffers per pwritev call (POSIX guarantees at least 16; Linux allows 1024)
+
+
+def write_all(fd: int, parts: Sequence[bytes | memoryview], position: int) -> None:
+    """Writes ``parts`` back to back at file ``position`` with as few ``pwritev`` calls as the kernel allows: the
+    kernel gathers the buffers, so nothing is copied into one big buffer first. Short writes are continued."""
+    pending: list[bytes | memoryview] = list(parts)
+    while pending:
+        chunk = pending[:_IOV_MAX]
+        written = os.pwritev(fd, chunk, position)
+        position += written
+        expected = sum(len(p) for p in chunk)
+        if written == expected:
+            del pending[: len(chunk)]
+            continue
+        # A short write: drop what went out whole and continue inside the buffer it stopped in.
+        index = 0
+        while written >= len(pending[index]):
+            written -= len(pending[index])
+            index += 1
+        del pending[:index]
+        pending[0] = memoryview(pending[0])[written:]
 
 
 def fsync_dir(path: Path) -> None:

@@ -2,7 +2,8 @@
 
 Keys map to paths under the root. A put writes a temporary file in the same directory, fsyncs it and renames
 it over the key, so a reader (or a crash) sees the whole object or none of it. File I/O runs in the default
-thread pool to keep the event loop responsive.
+thread pool to keep the event loop responsive. Large objects are written at a pace that leaves the disk to the
+WAL half the time (``_write_paced``).
 """
 
 from __future__ import annotations
@@ -10,15 +11,49 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from storage.durable import fsync_dir
+from storage.durable import fdatasync, fsync_dir, write_all
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
 from storage.objectstore.base import ObjectData, ObjectInfo, StoreStats, data_size
 
 _TMP_SUFFIX = ".fjord-tmp"
+#: A put writes and flushes this much at a time; smaller objects are written whole and flushed once.
+_STEP_BYTES = 256 * 1024
+
+
+def _write_paced(fd: int, data: ObjectData) -> None:
+    """Writes ``data`` to the empty file ``fd`` in steps of ``_STEP_BYTES``, each flushed with fdatasync and followed
+    by a pause as long as that flush took.
+
+    The embedded store usually shares its disk with the file WAL, whose fdatasync every acknowledged produce
+    waits for. Written whole and flushed once, an upload of 100 MiB queued every WAL flush made meanwhile behind
+    up to 100 MiB of writeback: for the 160 ms the write took, group commits took 2-5 ms instead of 0.3, and that
+    decided the end-to-end p99 at 20 MB/s with the shipped cache sizes (10.6-11.6 ms). In steps a WAL flush waits
+    behind one step at most, and the pauses leave the disk half its time: 20-40 instead of about 95 group commits
+    over 1.5 ms per 30 s, and a p99 of 7.6-7.8 ms. An object takes about three times as long to write (100 MiB in
+    0.4-0.6 s), which the upload pipeline, writing one object per 100 MiB of produced data, has time for."""
+    parts = [data] if isinstance(data, bytes | bytearray | memoryview) else data
+    step: list[memoryview] = []
+    size = position = 0
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view:
+            piece = view[: _STEP_BYTES - size]
+            step.append(piece)
+            size += len(piece)
+            view = view[len(piece) :]
+            if size == _STEP_BYTES:
+                write_all(fd, step, position)
+                position += size
+                started = time.monotonic()
+                fdatasync(fd)
+                time.sleep(time.monotonic() - started)
+                step, size = [], 0
+    write_all(fd, step, position)
 
 
 class LocalObjectStore:
@@ -50,15 +85,13 @@ class LocalObjectStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
         try:
-            with open(tmp, "wb") as f:
-                if isinstance(data, bytes | bytearray | memoryview):
-                    f.write(data)
-                else:
-                    # Parts go to the file as they are: the buffered writer copies only the small headers, large
-                    # payloads are written straight from their own memory. No copy of the whole object.
-                    f.writelines(data)
-                f.flush()
-                os.fsync(f.fileno())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                # Parts go to the file as they are, straight from their own memory: no copy of the whole object.
+                _write_paced(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             if if_none_match:
                 # link() fails if the target exists: an atomic create-if-absent.
                 try:

@@ -21,7 +21,7 @@ from pathlib import Path
 import crc32c
 
 from storage.config import MiB
-from storage.durable import fsync_dir
+from storage.durable import fdatasync, fsync_dir, write_all
 from storage.errors import WALError
 
 logger = logging.getLogger(__name__)
@@ -57,34 +57,11 @@ class Preallocation(enum.Enum):
     """The earlier behaviour, kept for comparison: a background thread zero-fills a whole spare in 2 MiB
     fdatasync'd chunks once the active segment is half full, concurrently with group commits."""
 
+
 CHECKPOINT = struct.Struct(">IIq")  # magic | version | trim offset, then a CRC-32C of these 16 bytes
 CHECKPOINT_MAGIC = 0x464A5754  # "FJWT"
 CHECKPOINT_VERSION = 1
 _CHECKPOINT_CRC = struct.Struct(">I")
-
-fdatasync = getattr(os, "fdatasync", os.fsync)
-_IOV_MAX = 1024  # buffers per pwritev call (POSIX guarantees at least 16; Linux allows 1024)
-
-
-def write_all(fd: int, parts: Sequence[bytes], position: int) -> None:
-    """Writes ``parts`` back to back at file ``position`` with as few ``pwritev`` calls as the kernel allows: the
-    kernel gathers the buffers, so nothing is copied into one big buffer first. Short writes are continued."""
-    pending: list[bytes | memoryview] = list(parts)
-    while pending:
-        chunk = pending[:_IOV_MAX]
-        written = os.pwritev(fd, chunk, position)
-        position += written
-        expected = sum(len(p) for p in chunk)
-        if written == expected:
-            del pending[: len(chunk)]
-            continue
-        # A short write: drop what went out whole and continue inside the buffer it stopped in.
-        index = 0
-        while written >= len(pending[index]):
-            written -= len(pending[index])
-            index += 1
-        del pending[:index]
-        pending[0] = memoryview(pending[0])[written:]
 
 
 def segment_name(base_offset: int) -> str:
