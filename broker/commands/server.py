@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import gc
 import logging
 import signal
@@ -17,12 +18,18 @@ import uvloop
 
 from broker.logging_setup import configure_logging
 from controller.config import ServerConfig
-from storage.config import ConfigError
+from storage.config import ConfigError, MiB
 
 logger = logging.getLogger(__name__)
 
 #: CPython's GIL switch interval while the node serves (the default is 5 ms); see ``_shorten_gil_handoffs``.
 GIL_SWITCH_INTERVAL_S = 0.0005
+#: glibc malloc while the node serves; see ``_reuse_freed_memory``. Buffers smaller than the first are carved from
+#: the heap instead of mapped on their own, and the heap keeps up to the second of free memory at its top.
+MALLOC_MMAP_THRESHOLD = 16 * MiB
+MALLOC_TRIM_THRESHOLD = 64 * MiB
+_M_TRIM_THRESHOLD = -1  # mallopt parameter numbers, from glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -83,6 +90,28 @@ def _freeze_startup_heap() -> None:
     logger.debug("%d startup objects frozen out of garbage collection", gc.get_freeze_count())
 
 
+def _reuse_freed_memory() -> None:
+    """Every produce request, appended batch and fetch response is a buffer of about a producer's batch size (tens of
+    KiB to a few MiB), freed a moment later. glibc's defaults give such buffers back to the kernel: from 128 KiB up
+    each is a separate mmap (the adaptive threshold only follows the largest buffer freed so far), and the top of
+    the heap is trimmed whenever 128 KiB there are free. The next buffer then starts on fresh pages, one page
+    fault per 4 KiB, about 12 µs each on this 2-core VM while the broker is busy (30 faults, 0.35 ms, for one
+    112 KiB copy in ``PartitionLog.append``, counted with the thread's fault counter).
+
+    Keeping freed memory for reuse took the broker from 15-17 to 12-13 CPU s/GB in bench/broker.py e2e-latency
+    and its p99 from about 8.5 to 7.7 ms. Memory that only grows (a LogCache filling up) still faults once. The
+    price is up to MALLOC_TRIM_THRESHOLD of free heap kept resident. Other C libraries (musl, macOS) have no
+    mallopt or ignore it; there this does nothing."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    if not (mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)):
+        logger.debug("mallopt refused the thresholds; the C library's defaults stay")
+
+
 async def _serve(config: ServerConfig) -> int:
     from broker.node import BrokerNode
 
@@ -98,6 +127,7 @@ async def _serve(config: ServerConfig) -> int:
         starting.result()  # a failed start raises here (node.start already cleaned up)
         _freeze_startup_heap()
         _shorten_gil_handoffs()
+        _reuse_freed_memory()
         node.metrics.watch_gc()
         lag = asyncio.create_task(node.metrics.watch_loop_lag(), name="event-loop lag probe")
         try:
