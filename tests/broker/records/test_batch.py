@@ -9,12 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.records.batch import (
+    CRC_POS,
     LOG_APPEND_TIME,
     Compression,
     CorruptBatchError,
     InvalidBatchError,
     Record,
     build_batch,
+    compute_crc,
     decode_records,
     iter_batches,
     iter_records,
@@ -112,11 +114,25 @@ def test_record_count_must_match_offset_delta() -> None:
     buf = bytearray(build_batch(SAMPLE))
     buf[57:61] = (5).to_bytes(4, "big")
     # the count is inside the CRC: recompute it so the count check itself is exercised
-    from broker.records.batch import CRC_POS, compute_crc
-
     buf[CRC_POS : CRC_POS + 4] = compute_crc(buf).to_bytes(4, "big")
     with pytest.raises(InvalidBatchError, match="5 records but last offset delta 2"):
         validate_batch(buf)
+
+
+@pytest.mark.parametrize("size", [0, 50, 70, 8_100, 8_200, 1_100_000], ids=lambda n: f"value-{n}")
+def test_record_length_prefixes_of_every_width_are_walked(size: int) -> None:
+    # Values around the 1-, 2- and 3-byte varint boundaries of a record's length prefix (and beyond), in a batch
+    # built by aiokafka: the record-count walk of validate_batch must land exactly on the batch end.
+    records = [Record(b"k", bytes(size), (), 1_700_000_000_000 + i) for i in range(3)]
+    batch = _aiokafka_batch(Compression.NONE, records)
+    assert validate_batch(batch).records_count == 3
+    # The same records under a header that claims one more: the walk finds 3 and says so.
+    lying = bytearray(batch)
+    lying[23:27] = (3).to_bytes(4, "big")  # last offset delta
+    lying[57:61] = (4).to_bytes(4, "big")  # records count
+    lying[CRC_POS : CRC_POS + 4] = compute_crc(lying).to_bytes(4, "big")
+    with pytest.raises(InvalidBatchError, match="says 4 records but holds 3"):
+        validate_batch(lying)
 
 
 def test_record_set_iteration_spans_batches() -> None:
