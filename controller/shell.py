@@ -6,7 +6,8 @@ state), a snapshot file, or a metadata log directory, and is shown as directorie
     /brokers/<node id>                 registration: epoch, listeners, rack, fenced
     /failovers/<node id>               the latest WAL failover of a dead broker: target, attempt, pending or done
     /producerIds                       the last producer id block handed out: broker, its epoch, next id
-    /topics/<name>/<partition>         replicas, leader, leader epoch   (/topics/<name>/configs, /topics/<name>/id)
+    /topics/<name>/<partition>         replicas, leader, leader epoch, replicas a reassignment moves it away from
+                                       (/topics/<name>/configs, /topics/<name>/id, /topics/<name>/partitions)
     /streams/<stream id>               epoch, state, start/end offset, ranges (owner per epoch), stream objects
     /objects/<object id>               size, state, type, which streams it holds
     /nodes/<node id>/<object id>       each node's stream-set objects with their stream ranges
@@ -192,13 +193,16 @@ def _topics(folder: Entry, image: MetadataImage) -> None:
         directory = folder.child_dir(name)
         directory.add_file("id", str(topic.topic_id))
         directory.add_file("configs", _fields(sorted(topic.configs.items())) or "(no topic-level configs)")
-        table: list[Row] = [("PARTITION", "LEADER", "LEADER EPOCH", "REPLICAS", "ISR")]
+        table: list[Row] = [("PARTITION", "LEADER", "LEADER EPOCH", "REPLICAS", "ISR", "REMOVING")]
         for index, p in sorted(topic.partitions.items()):
             replicas, isr = ",".join(map(str, p.replicas)), ",".join(map(str, p.isr))
-            table.append((str(index), str(p.leader), str(p.leader_epoch), replicas, isr))
+            # A reassignment in flight: the brokers it moves the partition away from (Kafka's removingReplicas).
+            removing = ",".join(map(str, p.removing_replicas)) or "-"
+            table.append((str(index), str(p.leader), str(p.leader_epoch), replicas, isr, removing))
             directory.add_file(str(index), _fields([
                 ("topic", name), ("partition", index), ("leader", p.leader), ("leader epoch", p.leader_epoch),
                 ("partition epoch", p.partition_epoch), ("replicas", replicas), ("isr", isr),
+                ("removing replicas", removing),
             ]))
         directory.add_file("partitions", format_table(table))
     folder.table = rows

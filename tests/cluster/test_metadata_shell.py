@@ -15,7 +15,7 @@ from controller.client import LocalControllerClient, NewTopic
 from controller.config import ServerConfig
 from controller.controller import Controller
 from controller.log import LOG_DIR_NAME
-from controller.records import Endpoint
+from controller.records import Endpoint, PartitionRecord, TopicRecord
 from controller.shell import MetadataShell, ShellError, build_tree
 from controller.shell_sources import MetadataSourceError, from_directory, from_snapshot
 from storage.metadata.api import NodeIdentity
@@ -99,3 +99,19 @@ def test_shell_commands_and_errors(tmp_path: Path) -> None:
     (tmp_path / "junk.snapshot").write_bytes(b"not a snapshot")
     with pytest.raises(MetadataSourceError, match=r"junk\.snapshot"):
         from_snapshot(tmp_path / "junk.snapshot")
+
+
+def test_a_partition_being_reassigned_shows_the_replicas_it_leaves() -> None:
+    topic_id = "0b7a5a6e-3b0c-4c59-9d5e-1f2a3b4c5d6e"
+    shell = MetadataShell(build_tree([
+        TopicRecord("moving", topic_id),
+        PartitionRecord(topic_id, 0, replicas=(1,), isr=(1,), leader=-1, leader_epoch=3, removing_replicas=(0,)),
+        PartitionRecord(topic_id, 1, replicas=(0,), isr=(0,), leader=0, leader_epoch=0),
+    ]))
+    rows = [line.split() for line in shell.run("cat /topics/moving/partitions").splitlines()]
+    assert rows == [
+        ["PARTITION", "LEADER", "LEADER", "EPOCH", "REPLICAS", "ISR", "REMOVING"],
+        ["0", "-1", "3", "1", "1", "0"],
+        ["1", "0", "0", "0", "0", "-"],
+    ]
+    assert "removing replicas : 0" in shell.run("cat /topics/moving/0")
