@@ -1,4 +1,4 @@
-"""Crash-safe file primitives shared by the WAL, the metadata log and the node's own files.
+"""Crash-safe file primitives shared by the WAL, the metadata log, the local object store and the node's own files.
 
 POSIX makes a rename durable only once the directory holding it is fsync'd, and a file written in place can be left
 half old, half new by a crash. Every file that must survive power loss whole goes through here.

@@ -35,7 +35,10 @@ def _write_paced(fd: int, data: ObjectData) -> None:
     decided the end-to-end p99 at 20 MB/s with the shipped cache sizes (10.6-11.6 ms). In steps a WAL flush waits
     behind one step at most, and the pauses leave the disk half its time: 20-40 instead of about 95 group commits
     over 1.5 ms per 30 s, and a p99 of 7.6-7.8 ms. An object takes about three times as long to write (100 MiB in
-    0.4-0.6 s), which the upload pipeline, writing one object per 100 MiB of produced data, has time for."""
+    0.4-0.6 s), which the upload pipeline, writing one object per 100 MiB of produced data, has time for. Where
+    uploads are the bottleneck it shows: a closed-loop producer with a 16 MiB upload threshold (bench/broker.py,
+    "produce-1p uploading") gets 145-160 instead of about 255 MB/s, the price of short WAL flushes on a shared
+    disk."""
     parts = [data] if isinstance(data, bytes | bytearray | memoryview) else data
     step: list[memoryview] = []
     size = position = 0
