@@ -145,7 +145,8 @@ def test_metadata_shell_shows_the_running_cluster(shared_cluster: LocalCluster) 
 
     assert shell.run(f"cd /topics/{topic}") == ""
     assert shell.run("pwd") == f"/topics/{topic}"
-    assert f"leader          : {placement[0]}" in shell.run("cat 0")
+    fields = {key.strip(): value for key, value in (line.split(" : ", 1) for line in shell.run("cat 0").splitlines())}
+    assert fields["leader"] == str(placement[0])
     rows = {int(r[0]): int(r[1]) for r in table_rows(shell.run("cat partitions"))}
     assert rows == placement
 
