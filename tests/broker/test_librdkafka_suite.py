@@ -94,9 +94,9 @@ def _run_suite_test(test_id: str, suite_conf: Path) -> tuple[bool, str, str]:
 def test_librdkafka_test_passes(test_id: str, suite_conf: Path, suite_broker: BrokerProcess) -> None:
     ok, summary, output = _run_suite_test(test_id, suite_conf)
     if not ok:
-        # A few of these tests race the client's own timers against socket delays they inject (0086 expects a
-        # whole 10-message batch in the first ProduceRequest after a 500 ms stalled connect); on a loaded 2-core
-        # CI machine they can lose that race against any broker. A second failure is a real one.
+        # Some of these tests time the client's own batching against socket delays they inject: 0086 expects its
+        # first ProduceRequest to carry a whole batch of 10 messages (linger.ms 500, every socket delayed 500 ms),
+        # and on a loaded 2-core CI machine it once carried one. A second failure in a row is a real one.
         print(f"{summary}; running it once more\n{output[-2000:]}")
         ok, summary, output = _run_suite_test(test_id, suite_conf)
     assert ok, f"{summary}\n{output}\n--- broker log ---\n{suite_broker.log_text()[-3000:]}"
