@@ -29,14 +29,14 @@ run: $(STAMP)
 	$(BIN)/fjord server start --config config/server.properties
 
 lint: install
-	$(BIN)/ruff check broker controller storage spark_connector tests bench
+	$(BIN)/ruff check node broker spark_connector controller wire storage tests bench
 	$(BIN)/mypy
 
 unit: install
 	$(BIN)/pytest -q tests
 
 test: install $(RDK_RUNNER)
-	$(BIN)/ruff check broker controller storage spark_connector tests bench
+	$(BIN)/ruff check node broker spark_connector controller wire storage tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q tests
 

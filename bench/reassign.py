@@ -41,7 +41,7 @@ from confluent_kafka.cimpl import NewTopic  # noqa: E402
 from kafka import TopicPartition as KafkaTopicPartition  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
 
-from broker.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
+from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
 
 TOPIC = "reassign-bench"
 FILL_RECORD = 64 * 1024

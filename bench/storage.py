@@ -60,8 +60,8 @@ from storage.metadata.memory import InMemoryStreamMetadata  # noqa: E402
 from storage.objectstore.base import ObjectStore  # noqa: E402
 from storage.objectstore.local import LocalObjectStore  # noqa: E402
 from storage.objectstore.memory import MemoryObjectStore  # noqa: E402
-from storage.record import StreamRecordBatch  # noqa: E402
-from storage.streams import StorageStream  # noqa: E402
+from storage.stream_client import StorageStream  # noqa: E402
+from storage.stream_record_batch import StreamRecordBatch  # noqa: E402
 from storage.wal.file import FileWAL  # noqa: E402
 from storage.wal.segments import Preallocation  # noqa: E402
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError
+from wire.errors import KafkaError
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0

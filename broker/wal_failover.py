@@ -18,9 +18,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from controller.client import ControllerClient
+from controller.api import ControllerClient
 from controller.image import MetadataImage, WALFailoverImage
-from controller.records import failover_wal_epoch
+from controller.metadata_records import failover_wal_epoch
 from storage.engine import StorageEngine
 from storage.errors import StorageError, WALFencedError
 from storage.metadata.api import NodeIdentity

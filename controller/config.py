@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from controller.records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
+from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
 from storage.durable import write_atomically
 

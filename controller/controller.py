@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from controller import reassignment
-from controller.client import (
+from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
@@ -46,15 +46,8 @@ from controller.config import (
 )
 from controller.image import MetadataImage, PartitionImage, is_cluster_record
 from controller.kv_keys import partition_kv_key
-from controller.log import LocalMetadataLog, RecordLog
-from controller.producer_ids import (
-    ProducerIdBlock,
-    ProducerIdsExhaustedError,
-    decode_legacy_floor,
-    legacy_kv_key,
-    next_block,
-)
-from controller.records import (
+from controller.metadata_log import LocalMetadataLog, RecordLog
+from controller.metadata_records import (
     NO_LEADER,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
@@ -69,6 +62,13 @@ from controller.records import (
     TopicRecord,
     UnfenceBrokerRecord,
     WALFailoverDoneRecord,
+)
+from controller.producer_ids import (
+    ProducerIdBlock,
+    ProducerIdsExhaustedError,
+    decode_legacy_floor,
+    legacy_kv_key,
+    next_block,
 )
 from controller.wal_failover import assign, needs_failover, reassignments, wal_location_key, zombie_failover
 from storage.errors import NodeEpochExpiredError

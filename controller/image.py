@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from controller.records import (
+from controller.metadata_records import (
     CLUSTER_RECORD_TYPES,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
@@ -92,7 +92,7 @@ class BrokerImage:
 
 @dataclass(frozen=True, slots=True)
 class WALFailoverImage:
-    """The latest WAL failover of a broker (see ``controller.records.WALFailoverRecord``); ``done`` once the
+    """The latest WAL failover of a broker (see ``controller.metadata_records.WALFailoverRecord``); ``done`` once the
     target reported it finished. Kept after it is done so a resumed zombie of that incarnation stays fenced."""
 
     node_id: int
@@ -113,7 +113,7 @@ class WALFailoverImage:
 
 @dataclass(frozen=True, slots=True)
 class ProducerIdsImage:
-    """The last producer id block handed out (``controller.records.ProducerIdsRecord``): every id below
+    """The last producer id block handed out (``controller.metadata_records.ProducerIdsRecord``): every id below
     ``next_producer_id`` belongs to some broker's block, the next block starts at it."""
 
     broker_id: int = -1

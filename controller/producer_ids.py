@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass
 
 from controller.image import MetadataImage
-from controller.records import ProducerIdsRecord
+from controller.metadata_records import ProducerIdsRecord
 from storage.objects.format import namespace_for
 
 BLOCK_SIZE = 1000

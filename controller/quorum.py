@@ -1,8 +1,8 @@
 """The quorum controller: `Controller` on a Raft-replicated metadata log, served on the CONTROLLER listener.
 
 Every voter runs one. The Raft log holds metadata writes, one entry per write (the write's records as one
-``controller.log`` batch frame, so a write is applied all-or-nothing). Committed entries are applied on every voter
-to the same `Controller` state (image + stream metadata). The Raft leader is the *active controller*: its
+``controller.metadata_log`` batch frame, so a write is applied all-or-nothing). Committed entries are applied on
+every voter to the same `Controller` state (image + stream metadata). The Raft leader is the *active controller*: its
 `Controller` validates requests and appends their records through :class:`RaftRecordLog`, whose ``append``
 proposes one entry and returns only when it is committed; the `Controller` (or the stream metadata) then applies
 the records itself, as it does over the local log. The commit callback therefore skips exactly the entries whose
@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING
 from controller.config import Listener, ServerConfig, ensure_meta_properties, is_valid_cluster_id
 from controller.controller import Controller
 from controller.image import MetadataImage
+from controller.metadata_records import Endpoint, MetadataRecord
 from controller.raft.core import RaftConfig
 from controller.raft.driver import NotLeaderError, RaftDriver
 from controller.raft.effects import Role
 from controller.raft.log import LogEntry, SnapshotId
-from controller.records import Endpoint, MetadataRecord
 from controller.rpc.messages import (
     MetadataDump,
     NodeFencedError,

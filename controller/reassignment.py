@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller.client import PartitionReassignment, ReassignmentResult
+from controller.api import PartitionReassignment, ReassignmentResult
 from controller.image import MetadataImage, PartitionImage
-from controller.records import NO_LEADER, PartitionChangeRecord
+from controller.metadata_records import NO_LEADER, PartitionChangeRecord
 
 ONE_REPLICA_MESSAGE = (
     "Fjord keeps exactly one replica per partition (its data lives in object storage, so the one broker that "

@@ -35,9 +35,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.node import ControllerHandle
-from broker.protocol import codec
-from controller.client import (
+from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
@@ -50,12 +48,12 @@ from controller.client import (
 from controller.config import ConfigEntry, ConfigSource, ServerConfig, ensure_meta_properties
 from controller.controller import Controller, ControllerError
 from controller.image import MetadataImage
+from controller.metadata_records import Endpoint, MetadataRecord
 from controller.producer_ids import ProducerIdBlock
 from controller.quorum import RAFT_DIR_NAME, QuorumController, quorum_cluster_id
 from controller.raft.core import RaftConfig
 from controller.raft.driver import RaftDriver
 from controller.raft.log import LogEntry, SnapshotId
-from controller.records import Endpoint, MetadataRecord
 from controller.rpc import messages as m
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
 from controller.rpc.messages import NotControllerError, decode_metadata_records, encode_metadata_records
@@ -71,6 +69,7 @@ from storage.metadata.api import (
     S3ObjectMetadata,
     StreamMetadataRecord,
 )
+from wire import codec
 
 __all__ = [
     "ActiveControllerChannel",
@@ -78,7 +77,6 @@ __all__ = [
     "MetadataReplica",
     "RemoteControllerClient",
     "RemoteStreamMetadata",
-    "open_remote_controller",
 ]
 
 logger = logging.getLogger(__name__)
@@ -1035,9 +1033,3 @@ def _describe_quorum_topic() -> Any:
         partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
                                        partition_index=m.METADATA_PARTITION),),
     )
-
-
-async def open_remote_controller(config: ServerConfig) -> ControllerHandle:
-    """`broker.node.ControllerFactory` for ``process.roles=broker``: the quorum's client, closed with the node."""
-    client = await RemoteControllerClient.start(config)
-    return ControllerHandle(client, client.close)

@@ -14,7 +14,7 @@ state), a snapshot file, or a metadata log directory, and is shown as directorie
     /kv/<key>                          KV entries (a key's '/' makes sub-directories, as a partition's key does)
 
 Building the tree (:func:`build_tree`) and running a command line (:class:`MetadataShell`) are pure: no I/O, so
-the CLI (``broker.commands.metadata``) and the tests share exactly what is printed. Listing a top-level directory
+the CLI (``node.commands.metadata``) and the tests share exactly what is printed. Listing a top-level directory
 prints a table; the sources that load records live in :mod:`controller.shell_sources`.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from controller.image import MetadataImage, is_cluster_record
-from controller.records import MetadataRecord
+from controller.metadata_records import MetadataRecord
 from storage.metadata.api import ObjectState, ObjectType, StreamState
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.records import (

@@ -13,15 +13,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.protocol import codec
-from controller.log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, iter_batches, read_metadata
+from controller.metadata_log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, iter_batches, read_metadata
+from controller.metadata_records import MetadataRecord
 from controller.quorum import RAFT_DIR_NAME
 from controller.raft.log import EntryKind
 from controller.raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError
-from controller.records import MetadataRecord
 from controller.rpc import messages as m
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
 from storage.metadata.api import NodeIdentity
+from wire import codec
 
 __all__ = [
     "LoadedMetadata",

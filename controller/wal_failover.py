@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from controller.image import MetadataImage, WALFailoverImage
-from controller.records import NO_TARGET, WALFailoverRecord
+from controller.metadata_records import NO_TARGET, WALFailoverRecord
 
 _LOCATION_PREFIX = "_fjord/wal-location/"
 

@@ -34,8 +34,8 @@ from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
 from storage.read import ObjectReadPath
-from storage.record import StreamRecordBatch
-from storage.streams import StorageStream, StreamClientImpl
+from storage.stream_client import StorageStream, StreamClientImpl
+from storage.stream_record_batch import StreamRecordBatch
 from storage.upload import UploadAbortedError, UploadPipeline
 from storage.wal.base import WALRecord, WriteAheadLog
 
@@ -75,7 +75,7 @@ class _PendingWrite:
 
 
 class StorageEngine:
-    """See the module docstring. Implements ``storage.stream.StreamClient``."""
+    """See the module docstring. Implements ``storage.stream_api.StreamClient``."""
 
     def __init__(
         self,
@@ -498,7 +498,7 @@ class StorageEngine:
 
 
 class _EngineIO:
-    """The engine as seen by streams (``storage.streams.StreamIO``)."""
+    """The engine as seen by streams (``storage.stream_client.StreamIO``)."""
 
     def __init__(self, engine: StorageEngine) -> None:
         self._engine = engine
@@ -546,7 +546,7 @@ async def _nothing(_block: CacheBlock) -> None:
 
 if TYPE_CHECKING:
     from storage.metadata.memory import InMemoryStreamMetadata
-    from storage.stream import StreamClient
+    from storage.stream_api import StreamClient
 
     def _engine_conforms(engine: StorageEngine) -> StreamClient:
         return engine

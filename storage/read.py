@@ -26,7 +26,7 @@ from storage.errors import CorruptObjectError, ObjectNotFoundError
 from storage.metadata.api import S3ObjectMetadata, StreamMetadata
 from storage.objects import format as fmt
 from storage.objects.format import IndexEntry
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 logger = logging.getLogger(__name__)
 

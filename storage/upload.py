@@ -44,7 +44,7 @@ from storage.metadata.api import (
 )
 from storage.objects.format import ObjectBuilder, object_key
 from storage.objectstore.base import ObjectStore, data_size
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 logger = logging.getLogger(__name__)
 

@@ -6,17 +6,17 @@ election. Tests of quorum writes, metadata concurrency and producer-id allocatio
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from broker.local_cluster import free_port
 from controller.config import ServerConfig
 from controller.quorum import QuorumController
+from tests.ports import free_ports
+from tests.waiting import eventually_async
 
 
 def quorum_configs(root: Path, count: int = 3) -> list[ServerConfig]:
     """Configs of ``count`` controller-only voters with their metadata logs under ``root``."""
-    ports = [free_port() for _ in range(count)]
+    ports = free_ports(count)  # every voter's config lists every voter's address, so no voter can bind port 0
     voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(ports))
     return [
         ServerConfig.from_properties({
@@ -35,10 +35,8 @@ def quorum_configs(root: Path, count: int = 3) -> list[ServerConfig]:
 
 
 async def active_voter(voters: list[QuorumController], timeout: float = 10.0) -> QuorumController:
-    """The voter that is the active controller, once one is (TimeoutError after ``timeout`` seconds)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            for quorum in voters:
-                if quorum.is_active:
-                    return quorum
-            await asyncio.sleep(0.02)
+    """The voter that is the active controller, once one is (AssertionError after ``timeout`` seconds)."""
+    return await eventually_async(
+        lambda: next((quorum for quorum in voters if quorum.is_active), None),
+        timeout=timeout, interval=0.02, what=f"an active controller among voters {[q.node_id for q in voters]}",
+    )

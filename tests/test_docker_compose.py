@@ -2,7 +2,7 @@
 
 Docker does not run here, so the file is checked twice over: ``docker-compose config`` must accept and normalise it,
 and each controller/broker service must start ``fjord server start`` with the same config file and the same
-override keys ``broker.local_cluster.plan_cluster`` gives that role (the cluster tests run those), with settings
+override keys ``node.local_cluster.plan_cluster`` gives that role (the cluster tests run those), with settings
 that load as a valid configuration and agree with each other (voters, node ids, bucket).
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from broker.local_cluster import BROKER_CONFIG, CONFIG_DIR, CONTROLLER_CONFIG, plan_cluster
 from controller.config import ServerConfig
+from node.local_cluster import BROKER_CONFIG, CONFIG_DIR, CONTROLLER_CONFIG, plan_cluster
 from storage.config import parse_bucket_url, parse_overrides, read_properties
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,7 +24,6 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError, error_code_logged
 from broker.groups.group import CONSUMER_PROTOCOL_TYPE, Group, GroupConfig, JoinRequest, PendingWrite
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import (
@@ -44,10 +43,12 @@ from broker.groups.offsets_schema import (
     partition_for,
 )
 from broker.groups.state import GroupState, JoinResult, SyncResult
-from broker.records.batch import Record, build_batch, decode_records, iter_batches
-from controller.client import ControllerClient, NewTopic
+from controller.api import ControllerClient, NewTopic
 from controller.config import ServerConfig
+from controller.errors import error_code_logged
 from controller.image import MetadataImage
+from wire.errors import KafkaError
+from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ _STOP_DRAIN_SECONDS = 5.0
 
 
 class CoordinatorHost(Protocol):
-    """What the coordinator needs from the broker node (``broker.node.BrokerNode`` satisfies it)."""
+    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it)."""
 
     node_id: int
     config: ServerConfig

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from broker.errors import error_code_for, error_message_for
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
-from controller.client import PartitionReassignment, ReassignmentResult
+from controller.api import PartitionReassignment, ReassignmentResult
+from controller.errors import error_code_for, error_message_for
+from wire import codec
 
 logger = logging.getLogger(__name__)
 

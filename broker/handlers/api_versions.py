@@ -10,8 +10,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.registry import RequestContext, handler, load_handlers
-from broker.protocol import codec
-from broker.protocol.api_versions import API_VERSIONS_KEY, FEATURES, VersionRange, advertised
+from wire import codec
+from wire.api_versions import API_VERSIONS_KEY, FEATURES, VersionRange, advertised
 
 # KIP-511: client software name and version must look like this, else INVALID_REQUEST.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")

@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from broker import authorized_operations
 from broker.handlers.metadata import client_controller_id, live_endpoint
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
+from wire import codec
 
 ENDPOINT_TYPE_BROKERS = 1
 

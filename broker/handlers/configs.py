@@ -14,11 +14,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import error_code_logged, error_message_for
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
-from controller.client import ConfigResource, IncrementalOp
+from controller.api import ConfigResource, IncrementalOp
 from controller.config import ConfigEntry, describe_broker_configs, describe_topic_configs
+from controller.errors import error_code_logged, error_message_for
+from wire import codec
 
 logger = logging.getLogger(__name__)
 

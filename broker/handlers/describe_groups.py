@@ -14,7 +14,7 @@ from broker import authorized_operations
 from broker.groups.state import GroupState
 from broker.handlers.group_common import coordinator
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
+from wire import codec
 
 
 @handler(api_key=15)

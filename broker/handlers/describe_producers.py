@@ -7,11 +7,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import error_code_logged, error_message_for
 from broker.handlers.per_partition import answer_per_partition
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
-from broker.protocol import codec
+from controller.errors import error_code_logged, error_message_for
+from wire import codec
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
-from broker.errors import KafkaError, error_code_logged
 from broker.fetch_session import (
     FetchContext,
     FetchSessionCache,
@@ -32,7 +31,9 @@ from broker.fetch_session import (
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
-from broker.protocol import codec
+from controller.errors import error_code_logged
+from wire import codec
+from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.group_common import coordinator
 from broker.handlers.metadata import live_endpoint
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
+from wire import codec
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1

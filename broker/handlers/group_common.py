@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.registry import RequestContext
-from broker.protocol import codec
+from wire import codec
 
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
@@ -17,8 +17,7 @@ if TYPE_CHECKING:
 
 def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     """The node's group coordinator; None while the node runs without one (then COORDINATOR_NOT_AVAILABLE)."""
-    groups: GroupCoordinator | None = getattr(ctx.node, "groups", None)
-    return groups
+    return ctx.node.groups
 
 
 def member_host(ctx: RequestContext) -> str:

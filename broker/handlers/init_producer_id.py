@@ -14,9 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import error_code_for
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.producer_ids import ProducerIdAllocator
+from controller.errors import error_code_for
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from broker.groups.group import JoinRequest
 from broker.handlers.group_common import coordinator, member_host
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
+from wire import codec
 
 
 @handler(api_key=11)

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.group_common import coordinator
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
+from wire import codec
 
 
 @handler(api_key=13)

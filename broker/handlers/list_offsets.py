@@ -7,11 +7,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError, error_code_logged
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
 from broker.partition.partition_log import MAX_TIMESTAMP
-from broker.protocol import codec
+from controller.errors import error_code_logged
+from wire import codec
+from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
 

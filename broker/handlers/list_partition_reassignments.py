@@ -12,8 +12,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
 from controller.reassignment import in_flight
+from wire import codec
 
 
 @handler(api_key=46)

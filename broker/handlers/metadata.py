@@ -12,9 +12,9 @@ from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
-from controller.client import NewTopic
+from controller.api import NewTopic
 from controller.image import BrokerImage, MetadataImage, TopicImage
+from wire import codec
 
 logger = logging.getLogger(__name__)
 

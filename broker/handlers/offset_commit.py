@@ -14,7 +14,7 @@ from broker.groups.coordinator import OffsetCommit
 from broker.handlers.commit_order import pending_commits
 from broker.handlers.group_common import coordinator, partition_errors
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
+from wire import codec
 
 
 @handler(api_key=8)

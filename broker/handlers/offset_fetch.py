@@ -17,7 +17,7 @@ from broker.groups.coordinator import FetchedOffset
 from broker.handlers.commit_order import pending_commits
 from broker.handlers.group_common import coordinator
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
+from wire import codec
 
 
 def _requested(topics: Any) -> list[tuple[str, int]] | None:

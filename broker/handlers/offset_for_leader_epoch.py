@@ -8,11 +8,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import error_code_logged
 from broker.handlers.per_partition import answer_per_partition
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
-from broker.protocol import codec
+from controller.errors import error_code_logged
+from wire import codec
 
 logger = logging.getLogger(__name__)
 

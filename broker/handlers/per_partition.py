@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.handlers.registry import RequestContext
-from broker.protocol import codec
+from wire import codec
 
 #: ``answer(topic name, partition entity class, requested partition) -> partition entity``; must not raise for
 #: a partition's own failure (it answers with an error code instead).

@@ -16,12 +16,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError, error_code_for, error_code_logged, error_message_for
 from broker.handlers.append_order import append_order
 from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
 from broker.partition.partition_log import AppendResult
-from broker.protocol import codec
+from controller.errors import error_code_for, error_code_logged, error_message_for
+from wire import codec
+from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
 

@@ -14,12 +14,10 @@ import pkgutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from broker.protocol import codec
-
-if TYPE_CHECKING:
-    from broker.node import BrokerNode
+from broker.services import BrokerServices
+from wire import codec
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +35,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str
-    node: BrokerNode
+    node: BrokerServices
     #: Name of the listener the connection arrived on; Metadata answers with that listener's endpoints.
     listener_name: str = "PLAINTEXT"
     client_port: int = 0

@@ -14,11 +14,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
-from broker.errors import error_code_for, error_message_for
 from broker.handlers.registry import RequestContext, handler
-from broker.protocol import codec
-from controller.client import CreateTopicResult, NewTopic
+from controller.api import CreateTopicResult, NewTopic
 from controller.config import ConfigEntry
+from controller.errors import error_code_for, error_message_for
+from wire import codec
 
 logger = logging.getLogger(__name__)
 

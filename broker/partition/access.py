@@ -12,8 +12,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError
 from broker.partition.partition_log import PartitionLog
+from wire.errors import KafkaError
 
 #: How long a request waits for a partition this broker was just made leader of to finish opening.
 OPEN_WAIT_SECONDS = 5.0

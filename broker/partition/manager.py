@@ -17,16 +17,16 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from broker.errors import KafkaError
 from broker.partition.cleaner import CleanerSettings, LogCleaner
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from broker.partition.retention import HeadCache, enforce_retention
-from controller.client import ControllerClient
+from controller.api import ControllerClient
 from controller.config import ServerConfig, effective_topic_configs
 from controller.image import MetadataImage, PartitionImage
 from storage.objects.format import namespace_for
-from storage.stream import StreamClient
+from storage.stream_api import StreamClient
+from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -39,13 +39,13 @@ _STOP_ROUND_TIMEOUT = 30.0
 
 
 class PartitionHost(Protocol):
-    """What the manager needs from the broker node (``broker.node.BrokerNode`` satisfies it)."""
+    """What the manager needs from the broker node (``node.process.Node`` satisfies it)."""
 
     node_id: int
     cluster_id: str
     config: ServerConfig
     controller: ControllerClient
-    storage: Any  # a storage.stream.StreamClient (the StorageEngine)
+    storage: Any  # a storage.stream_api.StreamClient (the StorageEngine)
 
 
 class PartitionManager:

@@ -3,7 +3,7 @@
 Each stream record holds one entry ``magic 0x00 | keyLen i32 | key UTF-8 | value``; replay keeps the last value per
 key. The stream compacts itself: once most of its records are superseded it re-appends the live entries and trims
 everything before them, so reopening a long-lived partition replays a handful of records, not its whole history.
-``MetaState`` is the pure replay/compaction logic; ``MetaStream`` drives it over a ``storage.stream.Stream``.
+``MetaState`` is the pure replay/compaction logic; ``MetaStream`` drives it over a ``storage.stream_api.Stream``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import struct
 from dataclasses import dataclass
 
-from storage.stream import Stream, read_batches
+from storage.stream_api import Stream, read_batches
 
 logger = logging.getLogger(__name__)
 

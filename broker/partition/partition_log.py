@@ -31,7 +31,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError
 from broker.partition.indexes import (
     EpochEntry,
     IndexFormatError,
@@ -52,7 +51,13 @@ from broker.partition.meta_stream import (
     MetaStream,
 )
 from broker.partition.producer_state import ProducerStateManager, SnapshotFormatError, decode_snapshot, encode_snapshot
-from broker.records.batch import (
+from controller.kv_keys import partition_kv_key
+from storage import errors as storage_errors
+from storage.metadata.api import StreamMetadata
+from storage.stream_api import Stream, StreamClient, read_batches
+from storage.stream_record_batch import StreamRecordBatch
+from wire.errors import KafkaError
+from wire.record_batch import (
     LOG_APPEND_TIME,
     MAGIC_POS,
     BatchHeader,
@@ -65,11 +70,6 @@ from broker.records.batch import (
     set_partition_leader_epoch,
     validate_batch,
 )
-from controller.kv_keys import partition_kv_key
-from storage import errors as storage_errors
-from storage.metadata.api import StreamMetadata
-from storage.record import StreamRecordBatch
-from storage.stream import Stream, StreamClient, read_batches
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 class ProducerIdSource(Protocol):
-    """The part of ``controller.client.ControllerClient`` producer ids need."""
+    """The part of ``controller.api.ControllerClient`` producer ids need."""
 
     @property
     def image(self) -> MetadataImage: ...

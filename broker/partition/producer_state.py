@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError
-from broker.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from wire.errors import KafkaError
+from wire.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 
 MAX_CACHED_BATCHES = 5
 _INT32_MAX = 0x7FFFFFFF

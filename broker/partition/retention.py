@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.partition.log_config import LogConfig
-from broker.records.batch import BatchHeader
+from wire.record_batch import BatchHeader
 
 if TYPE_CHECKING:
     from broker.partition.partition_log import PartitionLog

@@ -15,8 +15,8 @@ import struct
 from collections import deque
 from typing import Any
 
-from broker.protocol import codec
 from controller.rpc.messages import StreamRequest, StreamResponse, decode_stream_response, encode_stream_request
+from wire import codec
 
 logger = logging.getLogger(__name__)
 

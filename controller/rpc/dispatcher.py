@@ -23,22 +23,19 @@ from broker.handlers import alter_partition_reassignments as reassignment_handle
 from broker.handlers import configs as config_handlers
 from broker.handlers import topics as topic_handlers
 from broker.handlers.registry import RequestContext
-from broker.metrics import BrokerMetrics
-from broker.protocol import codec
-from broker.protocol.codec import ProtocolError
-from controller.client import (
+from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
     ElectLeaderResult,
     ImageListener,
-    LocalControllerClient,
     NewTopic,
     PartitionReassignment,
     ReassignmentResult,
 )
-from controller.controller import ControllerError
+from controller.controller import Controller, ControllerError
 from controller.image import MetadataImage
+from controller.metadata_records import Endpoint
 from controller.producer_ids import ProducerIdBlock
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
@@ -56,7 +53,6 @@ from controller.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from controller.records import Endpoint
 from controller.rpc import messages as m
 from controller.rpc.raft_codec import (
     RAFT_API_KEYS,
@@ -67,11 +63,14 @@ from controller.rpc.raft_codec import (
 )
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
+from wire import codec
+from wire.codec import ProtocolError
+from wire.metrics import ServerMetrics
 
 if TYPE_CHECKING:
-    from broker.node import BrokerNode
-    from broker.server import Peer
     from controller.quorum import QuorumController
+    from node.process import Node
+    from wire.listener import Peer
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +90,11 @@ class ControllerProtocolError(ProtocolError):
 
 
 class ControllerDispatcher:
-    """What `broker.server.BrokerServer` needs from a dispatcher (``dispatch`` and ``metrics``)."""
+    """What `wire.listener.KafkaListener` needs from a dispatcher (``dispatch`` and ``metrics``)."""
 
-    def __init__(self, quorum: QuorumController, metrics: BrokerMetrics | None = None) -> None:
+    def __init__(self, quorum: QuorumController, metrics: ServerMetrics | None = None) -> None:
         self.quorum = quorum
-        self.metrics = metrics or BrokerMetrics()
+        self.metrics = metrics or ServerMetrics()
         timeout_ms = int(quorum.config.value("controller.quorum.request.timeout.ms"))
         self._raft_timeout_s = timeout_ms / 1000
 
@@ -273,7 +272,7 @@ class ControllerDispatcher:
             client_id=request.client_id,
             client_host=peer.host,
             client_port=peer.port,
-            node=typing.cast("BrokerNode", view),
+            node=typing.cast("Node", view),
             listener_name=peer.listener,
         )
         return await _ADMIN_HANDLERS[api_key](ctx, body)
@@ -374,7 +373,7 @@ def _unanswered(request: RaftRequest) -> RaftResponse:
 
 
 class _ControllerNodeView:
-    """The part of `BrokerNode` the admin handlers read: ``controller``, ``node_id`` and ``config``."""
+    """The part of `Node` the admin handlers read: ``controller``, ``node_id`` and ``config``."""
 
     def __init__(self, quorum: QuorumController, node_id: int) -> None:
         self.controller = _AdminClient(quorum)
@@ -388,8 +387,8 @@ class _AdminClient:
     def __init__(self, quorum: QuorumController) -> None:
         self._quorum = quorum
 
-    def _client(self, what: str) -> LocalControllerClient:
-        return LocalControllerClient(self._quorum.active_controller(what))
+    def _client(self, what: str) -> Controller:
+        return self._quorum.active_controller(what)
 
     @property
     def image(self) -> MetadataImage:

@@ -3,7 +3,7 @@
 All RPCs use Kafka's framing (``length i32`` then a request header and a body; responses carry the request's
 correlation id). A connection may pipeline requests; responses come back in request order.
 
-Kafka-protocol RPCs (kio entities, ``broker.protocol.codec`` encodes them; versions in :data:`KAFKA_API_VERSIONS`):
+Kafka-protocol RPCs (kio entities, ``wire.codec`` encodes them; versions in :data:`KAFKA_API_VERSIONS`):
 
 ==================  ====  ========  ===================================================================
 RPC                 key   versions  served by
@@ -93,8 +93,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from controller.log import SNAPSHOT_CHUNK, MetadataLogError, encode_batch, iter_batches
-from controller.records import MetadataRecord
+from controller.metadata_log import SNAPSHOT_CHUNK, MetadataLogError, encode_batch, iter_batches
+from controller.metadata_records import MetadataRecord
 from storage.errors import (
     CompactedObjectsNotFoundError,
     NodeEpochExpiredError,
@@ -443,7 +443,7 @@ class CompleteWALFailover(StreamRequest):
 
 
 def encode_metadata_records(records: Sequence[MetadataRecord]) -> bytes:
-    """Metadata records as ``controller.log`` batch frames (CRC'd), in chunks; one Raft entry, a snapshot or a
+    """Metadata records as ``controller.metadata_log`` batch frames (CRC'd), in chunks; one Raft entry, a snapshot or a
     MetadataDump all carry records this way."""
     return b"".join(
         encode_batch(start, records[start : start + SNAPSHOT_CHUNK]) for start in range(0, len(records), SNAPSHOT_CHUNK)

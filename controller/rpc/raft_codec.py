@@ -16,8 +16,6 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
-from broker.records.batch import Record, build_batch, decode_records, iter_batches
 from controller.raft.log import EntryKind, LogEntry, SnapshotId
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
@@ -48,6 +46,8 @@ from controller.rpc.messages import (
     METADATA_TOPIC,
     VOTE,
 )
+from wire import codec
+from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
 RAFT_API_KEYS: Final = frozenset({VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT})
 """The RPCs whose requests go to the Raft core (DescribeQuorum is answered by the server from the driver)."""

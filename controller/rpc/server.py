@@ -1,4 +1,4 @@
-"""The CONTROLLER listener: `broker.server.BrokerServer`'s framing and pipelining with the controller's dispatcher.
+"""The CONTROLLER listener: `wire.listener.KafkaListener` with the controller's dispatcher.
 
 One framing implementation serves both kinds of listener; only the dispatcher differs. Requests on a connection
 run concurrently and are answered in request order, so a long-polling Raft Fetch delays the responses queued
@@ -8,13 +8,12 @@ behind it on that connection only (each voter uses its own connection per peer).
 from __future__ import annotations
 
 import logging
-import typing
 from typing import TYPE_CHECKING
 
-from broker.server import DEFAULT_MAX_IN_FLIGHT, BrokerServer, RequestDispatcher
 from controller.config import Listener
 from controller.rpc.dispatcher import ControllerDispatcher
 from storage.config import ConfigError
+from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 
 if TYPE_CHECKING:
     from controller.quorum import QuorumController
@@ -26,8 +25,9 @@ class ControllerServer:
     def __init__(self, quorum: QuorumController, listener: Listener) -> None:
         self.listener = listener
         self.dispatcher = ControllerDispatcher(quorum)
-        self._server = BrokerServer(
-            typing.cast(RequestDispatcher, self.dispatcher),
+        self._server = KafkaListener(
+            self.dispatcher,
+            self.dispatcher.metrics,
             host=listener.host or "0.0.0.0",
             port=listener.port,
             listener_name=listener.name,

@@ -23,7 +23,6 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from broker.protocol import codec
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
     DescribeQuorumRequest,
@@ -37,6 +36,7 @@ from controller.raft.messages import (
 )
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
 from controller.rpc.raft_codec import request_to_kio, request_version, response_from_kio
+from wire import codec
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage.objects.format import IndexEntry
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 BlockKey = tuple[int, int]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from storage.errors import StorageError
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from storage import record
+from storage import stream_record_batch
 from storage.errors import CorruptObjectError
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 BLOCK_MAGIC = 0x5A
 BLOCK_FLAG = 0x02
@@ -154,9 +154,12 @@ class ObjectBuilder:
             parts.append(b"")  # the block header, once its length and count are known
         payload = batch.payload
         length = len(payload)
-        parts.append(record.HEADER.pack(record.MAGIC, stream_id, batch.epoch, base_offset, batch.count, length))
+        parts.append(
+            stream_record_batch.HEADER.pack(stream_record_batch.MAGIC, stream_id, batch.epoch, base_offset, batch.count,
+                                            length)
+        )
         parts.append(payload)
-        self._block_length += record.HEADER_SIZE + length
+        self._block_length += stream_record_batch.HEADER_SIZE + length
         self._block_end = last_offset
         self._block_records += 1
         self._block_payload += length
@@ -356,7 +359,7 @@ def parse_block(buf: bytes | memoryview, entry: IndexEntry, where: str) -> Itera
     seen = 0
     next_offset = entry.start_offset
     while pos < len(view):
-        batch, pos = record.decode(view, pos, f"{where} block@{entry.position}")
+        batch, pos = stream_record_batch.decode(view, pos, f"{where} block@{entry.position}")
         if batch.stream_id != entry.stream_id or batch.base_offset != next_offset:
             raise CorruptObjectError(
                 f"{where}: block at byte {entry.position} holds stream {batch.stream_id} offset "

@@ -20,7 +20,7 @@ from storage.errors import CorruptObjectError
 from storage.objects import format as fmt
 from storage.objects.format import Footer, IndexEntry
 from storage.objectstore.base import ObjectStore
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from storage.objects import format as fmt
 from storage.objects.format import Footer, IndexEntry
 from storage.objects.reader import ObjectDump, ObjectReader
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 RECORD_INDENT = "  "
 

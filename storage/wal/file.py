@@ -39,7 +39,7 @@ from pathlib import Path
 from storage.config import GiB, MiB, StorageConfig
 from storage.durable import DirectoryLockedError, fsync_dir, lock_directory, write_atomically
 from storage.errors import WALError
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import crc32c
 
-from storage import record
+from storage import stream_record_batch
 from storage.errors import CorruptObjectError
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 
 MAGIC = 0x87654321
@@ -53,7 +53,7 @@ def encode_record_parts(batches: Sequence[StreamRecordBatch], offset: int) -> li
     uncopied. Writing these with one ``pwritev`` saves copying every payload into a group buffer first."""
     parts: list[bytes] = []
     append = parts.append
-    pack_batch_header = record.HEADER.pack
+    pack_batch_header = stream_record_batch.HEADER.pack
     pack_prefix = _PREFIX.pack
     pack_crc = HEADER_CRC.pack
     crc = crc32c.crc32c
@@ -62,9 +62,9 @@ def encode_record_parts(batches: Sequence[StreamRecordBatch], offset: int) -> li
         payload = batch.payload
         length = len(payload)
         batch_header = pack_batch_header(
-            record.MAGIC, batch.stream_id, batch.epoch, batch.base_offset, batch.count, length
+            stream_record_batch.MAGIC, batch.stream_id, batch.epoch, batch.base_offset, batch.count, length
         )
-        body_length = record.HEADER_SIZE + length
+        body_length = stream_record_batch.HEADER_SIZE + length
         prefix = pack_prefix(MAGIC, body_length, position + HEADER_SIZE, crc(payload, crc(batch_header)))
         append(prefix + pack_crc(crc(prefix)) + batch_header)
         append(payload)
@@ -164,7 +164,7 @@ class RecordScanner:
             if crc32c.crc32c(buf[pos : pos + _CRC_COVERED]) != header_crc:
                 self._stopped(StopReason.BAD_HEADER_CRC)
                 return
-            if body_length < record.HEADER_SIZE or body_length > MAX_BODY_SIZE:
+            if body_length < stream_record_batch.HEADER_SIZE or body_length > MAX_BODY_SIZE:
                 self._stopped(StopReason.BAD_LENGTH, f"{body_length} bytes")
                 return
             if body_offset != offset + HEADER_SIZE:
@@ -189,7 +189,7 @@ class RecordScanner:
                 self.position = body_end
                 continue
             try:
-                batch, used = record.decode(body, 0, f"{self._where} record at WAL offset {offset}")
+                batch, used = stream_record_batch.decode(body, 0, f"{self._where} record at WAL offset {offset}")
             except CorruptObjectError as exc:
                 self._stopped(StopReason.BAD_BODY, str(exc))
                 return

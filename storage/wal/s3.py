@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from storage.config import GiB, MiB, StorageConfig
 from storage.errors import CorruptObjectError, ObjectNotFoundError, ObjectStoreError, WALError, WALFencedError
 from storage.objectstore.base import ObjectInfo, ObjectStore
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal import s3_format
 from storage.wal.base import WALRecord

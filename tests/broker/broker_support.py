@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.protocol import codec
+from wire import codec
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -134,7 +134,7 @@ class BrokerProcess:
 
 
 def server_command(config: Path | None, overrides: Mapping[str, str]) -> list[str]:
-    cmd = [sys.executable, "-m", "broker.cli", "server", "start"]
+    cmd = [sys.executable, "-m", "node.cli", "server", "start"]
     if config is not None:
         cmd += ["--config", str(config)]
     for key, value in overrides.items():

@@ -17,7 +17,7 @@ from typing import Any
 from broker_support import BrokerProcess, WireClient, start_broker
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
+from wire import codec
 
 
 def module_broker(data_dir: Path, overrides: dict[str, str] | None = None) -> Iterator[BrokerProcess]:
@@ -28,12 +28,6 @@ def module_broker(data_dir: Path, overrides: dict[str, str] | None = None) -> It
     finally:
         code = process.stop()
     assert code == 0, process.log_text()
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (for a listener whose port must be known before it starts)."""
-    with socket.create_server(("127.0.0.1", 0)) as sock:
-        return int(sock.getsockname()[1])
 
 
 def topic_name(prefix: str) -> str:

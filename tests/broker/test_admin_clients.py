@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
+from wire import codec
 
 TIMEOUT = 15.0
 

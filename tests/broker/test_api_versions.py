@@ -8,8 +8,8 @@ import pytest
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
-from broker.protocol.api_versions import API_VERSIONS
+from wire import codec
+from wire.api_versions import API_VERSIONS
 
 # Issue 3: (api key, highest version in Apache Kafka 3.6, lowest version Kafka 4.0 still accepts).
 REQUIRED = {

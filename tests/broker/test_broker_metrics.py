@@ -12,7 +12,7 @@ from collections.abc import Callable
 from broker_support import BrokerProcess
 from prometheus_client import generate_latest
 
-from broker.metrics import BrokerMetrics
+from wire.metrics import ServerMetrics
 
 
 def _sample(text: str, name: str, labels: str = "") -> float:
@@ -22,7 +22,7 @@ def _sample(text: str, name: str, labels: str = "") -> float:
 
 
 async def test_loop_lag_probe_sees_a_blocked_loop() -> None:
-    metrics = BrokerMetrics()
+    metrics = ServerMetrics()
     probe = asyncio.create_task(metrics.watch_loop_lag(period=0.005))
     try:
         await asyncio.sleep(0.05)  # a few on-time samples first
@@ -39,7 +39,7 @@ async def test_loop_lag_probe_sees_a_blocked_loop() -> None:
 
 
 def test_gc_passes_are_timed_per_generation() -> None:
-    metrics = BrokerMetrics()
+    metrics = ServerMetrics()
     metrics.watch_gc()
     try:
         gc.collect(2)

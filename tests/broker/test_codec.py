@@ -9,8 +9,8 @@ import pytest
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
-from broker.protocol.api_versions import API_VERSIONS
+from wire import codec
+from wire.api_versions import API_VERSIONS
 
 ADVERTISABLE = [(key, v) for key, r in API_VERSIONS.items() for v in range(r.min_version, r.max_version + 1)]
 

@@ -14,7 +14,7 @@ from broker_support import BrokerProcess, WireClient
 from kio.schema.errors import ErrorCode
 from test_groups_protocol import create_topic, find_coordinator
 
-from broker.protocol import codec
+from wire import codec
 
 ROUNDS = 8
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError
 from broker.fetch_session import FetchSessionCache, PartitionOutcome, PartitionRequest
+from wire.errors import KafkaError
 
 A0 = ("id-a", "a", 0)
 A1 = ("id-a", "a", 1)

@@ -21,13 +21,13 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from broker.groups.group import JoinRequest
-from broker.node import BrokerNode
 from controller.config import ServerConfig
+from node.process import Node
 
 DAY_S = 86_400.0
 
 
-async def start_node(data_dir: Path) -> BrokerNode:
+async def start_node(data_dir: Path) -> Node:
     overrides = {
         **default_overrides(data_dir),
         "group.initial.rebalance.delay.ms": "0",
@@ -35,16 +35,16 @@ async def start_node(data_dir: Path) -> BrokerNode:
         # too far in the future (Kafka's default allows one hour).
         "log.message.timestamp.after.max.ms": str(int(9 * DAY_S * 1000)),
     }
-    node = BrokerNode(ServerConfig.load(None, [f"{k}={v}" for k, v in overrides.items()]))
+    node = Node(ServerConfig.load(None, [f"{k}={v}" for k, v in overrides.items()]))
     await node.start()
     return node
 
 
 @pytest.fixture
 async def node_factory(tmp_path: Path) -> AsyncIterator[Callable[[], object]]:
-    nodes: list[BrokerNode] = []
+    nodes: list[Node] = []
 
-    async def factory() -> BrokerNode:
+    async def factory() -> Node:
         node = await start_node(tmp_path / "node")
         nodes.append(node)
         return node
@@ -54,11 +54,11 @@ async def node_factory(tmp_path: Path) -> AsyncIterator[Callable[[], object]]:
         await node.stop()
 
 
-def bootstrap(node: BrokerNode) -> str:
+def bootstrap(node: Node) -> str:
     return f"127.0.0.1:{node.server.bound_port}"
 
 
-async def create_topic(node: BrokerNode, topic: str) -> None:
+async def create_topic(node: Node, topic: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(node))
     await admin.start()
     try:
@@ -67,7 +67,7 @@ async def create_topic(node: BrokerNode, topic: str) -> None:
         await admin.close()
 
 
-async def committed(node: BrokerNode, group: str, tp: TopicPartition) -> int | None:
+async def committed(node: Node, group: str, tp: TopicPartition) -> int | None:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(node), group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -77,7 +77,7 @@ async def committed(node: BrokerNode, group: str, tp: TopicPartition) -> int | N
 
 
 async def test_offsets_of_empty_groups_expire_and_live_subscriptions_are_kept(node_factory: Callable) -> None:  # type: ignore[type-arg]
-    node: BrokerNode = await node_factory()
+    node: Node = await node_factory()
     topic = f"retained-{uuid.uuid4().hex[:8]}"
     tp = TopicPartition(topic, 0)
     await create_topic(node, topic)
@@ -145,7 +145,7 @@ async def test_offsets_of_empty_groups_expire_and_live_subscriptions_are_kept(no
 
     # The expiry was written as tombstones: a restarted node agrees.
     await node.stop()
-    restarted: BrokerNode = await node_factory()
+    restarted: Node = await node_factory()
     deadline = time.monotonic() + 30
     while (value := await committed(restarted, "live", tp)) is None:
         assert time.monotonic() < deadline, "the live group's offset was lost across the restart"
@@ -154,7 +154,7 @@ async def test_offsets_of_empty_groups_expire_and_live_subscriptions_are_kept(no
     assert await committed(restarted, "manual", tp) is None
 
 
-async def list_groups(node: BrokerNode) -> list[tuple[str, str]]:
+async def list_groups(node: Node) -> list[tuple[str, str]]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(node))
     await admin.start()
     try:
@@ -163,7 +163,7 @@ async def list_groups(node: BrokerNode) -> list[tuple[str, str]]:
         await admin.close()
 
 
-async def loaded_coordinator(node: BrokerNode, group: str) -> GroupCoordinator:
+async def loaded_coordinator(node: Node, group: str) -> GroupCoordinator:
     coordinator: GroupCoordinator = node.groups
     error, node_id, _ = await coordinator.find_coordinator(group)
     assert (error, node_id) == (ErrorCode.none, node.node_id)
@@ -189,7 +189,7 @@ def join_request(member_id: str = "", protocol_type: str = "consumer") -> JoinRe
 
 
 async def test_a_broken_offsets_partition_fails_sync_and_commit_with_not_coordinator(node_factory: Callable) -> None:  # type: ignore[type-arg]
-    node: BrokerNode = await node_factory()
+    node: Node = await node_factory()
     group = "fragile"
     coordinator = await loaded_coordinator(node, group)
     await create_topic(node, "input")
@@ -225,7 +225,7 @@ async def test_a_broken_offsets_partition_fails_sync_and_commit_with_not_coordin
 async def test_non_consumer_groups_keep_their_offsets(node_factory: Callable) -> None:  # type: ignore[type-arg]
     """A live group of another protocol type (Kafka Connect, Schema Registry) cannot lose offsets to OffsetDelete
     or to retention: its subscriptions are opaque to the broker."""
-    node: BrokerNode = await node_factory()
+    node: Node = await node_factory()
     group = "connect-cluster"
     coordinator = await loaded_coordinator(node, group)
     await create_topic(node, "configs")
@@ -267,7 +267,7 @@ async def test_requests_during_load_get_coordinator_load_in_progress(
 ) -> None:
     from broker.partition.manager import PartitionManager
 
-    node: BrokerNode = await node_factory()
+    node: Node = await node_factory()
     group = "slow-to-load"
     coordinator = await loaded_coordinator(node, group)
     await create_topic(node, "input")
@@ -291,7 +291,7 @@ async def test_requests_during_load_get_coordinator_load_in_progress(
         return await original(self, topic, partition, timeout)
 
     monkeypatch.setattr(PartitionManager, "wait_open", slow_wait_open)
-    restarted: BrokerNode = await node_factory()
+    restarted: Node = await node_factory()
     loading: GroupCoordinator = restarted.groups
     assert loading.coordinator_error(group) is ErrorCode.coordinator_load_in_progress
     assert (await loading.join_group(group, join_request())).error is ErrorCode.coordinator_load_in_progress

@@ -17,7 +17,7 @@ from broker_support import BrokerProcess, WireClient, start_broker
 from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets_schema import GroupKey, OffsetKey, decode_group_value, decode_key, decode_offset_value
-from broker.protocol import codec
+from wire import codec
 
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
 

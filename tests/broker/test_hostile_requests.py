@@ -23,11 +23,12 @@ from kafka_clients import create_topic, fetch_request, list_offsets_request, pro
 from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 
-from broker.metrics import BrokerMetrics
-from broker.protocol import codec
-from broker.protocol.api_versions import API_VERSIONS
-from broker.records.batch import ATTRIBUTES_POS, CRC_POS, Record, build_batch, compute_crc
-from broker.server import Peer, RequestDispatcher
+from broker.request_dispatcher import RequestDispatcher
+from wire import codec
+from wire.api_versions import API_VERSIONS
+from wire.listener import Peer
+from wire.metrics import ServerMetrics
+from wire.record_batch import ATTRIBUTES_POS, CRC_POS, Record, build_batch, compute_crc
 
 CASE_TIMEOUT_S = 5.0
 
@@ -490,9 +491,9 @@ async def test_an_unexpected_handler_failure_is_one_error_line_naming_the_api(
     async def failing(ctx: Any, request: Any) -> Any:
         raise RuntimeError("injected fault")
 
-    dispatcher = RequestDispatcher(node=None, metrics=BrokerMetrics(), handlers={18: failing})  # type: ignore[arg-type]
+    dispatcher = RequestDispatcher(node=None, metrics=ServerMetrics(), handlers={18: failing})  # type: ignore[arg-type]
     frame = codec.encode_request(api_versions_request(), 41, "hostile")[4:]
-    with caplog.at_level(logging.INFO, logger="broker.server"):
+    with caplog.at_level(logging.INFO, logger="broker.request_dispatcher"):
         parts = await dispatcher.dispatch(frame, Peer("127.0.0.1", 1, "PLAINTEXT"))
     assert parts is not None
     data = parts if isinstance(parts, bytes) else b"".join(parts)

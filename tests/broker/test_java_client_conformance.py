@@ -23,9 +23,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
-from broker.protocol import codec
-from broker.protocol.api_versions import API_VERSIONS, METADATA_VERSION
-from broker.records.batch import Record, build_batch, iter_batches
+from wire import codec
+from wire.api_versions import API_VERSIONS, METADATA_VERSION
+from wire.record_batch import Record, build_batch, iter_batches
 
 JAVA_SOFTWARE = {"client_software_name": "apache-kafka-java", "client_software_version": "3.7.0"}
 # ConfigSource codes of DescribeConfigs (Java's DescribeConfigsResponse.ConfigSource).

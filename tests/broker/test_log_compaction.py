@@ -15,6 +15,8 @@ from broker_support import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_clients import create_topic, topic_name
 
+from tests.waiting import eventually
+
 TIMEOUT = 20.0
 #: Small cleaner settings keep the test fast: a check every 100 ms, any dirty share worth a round.
 OVERRIDES = {
@@ -22,15 +24,6 @@ OVERRIDES = {
     "log.cleaner.min.cleanable.ratio": "0.01",
     "offsets.topic.num.partitions": "1",
 }
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]]) -> list[tuple[int, bytes]]:
@@ -92,8 +85,10 @@ def test_compacted_topic_keeps_latest_values_drops_tombstones_and_survives_resta
     # further write needed (the round that drops them is due when the oldest kept tombstone expires).
     expected = [(latest_offset[b"key-%02d" % k], b"key-%02d" % k, b"v7-of-key-%02d" % k) for k in range(5, 20)]
     expected.append((tail_offset, b"tail", b"t1"))
-    _wait_for(lambda: _cleaned_rounds(broker, topic) >= 2, f"cleaner rounds on {topic}")
-    _wait_for(lambda: _consume_all(broker.bootstrap, topic) == expected, f"{topic} to hold only the latest values")
+    eventually(lambda: _cleaned_rounds(broker, topic), until=lambda rounds: rounds >= 2, timeout=TIMEOUT,
+               interval=0.1, what=f"two cleaner rounds on {topic}")
+    eventually(lambda: _consume_all(broker.bootstrap, topic), until=lambda got: got == expected, timeout=TIMEOUT,
+               interval=0.1, what=f"{topic} to hold only the latest values {expected}")
 
     if shutil.which("kcat"):
         out = subprocess.run(
@@ -140,7 +135,8 @@ def test_consumer_offsets_compact_and_committed_offsets_survive_restart(
             consumer.commit(
                 offsets=[TopicPartition(topic, 0, n), TopicPartition(topic, 1, 1000 + n)], asynchronous=False
             )
-        _wait_for(lambda: _cleaned_rounds(broker, "__consumer_offsets") >= 1, "__consumer_offsets to be cleaned")
+        eventually(lambda: _cleaned_rounds(broker, "__consumer_offsets"), until=lambda rounds: rounds >= 1,
+                   timeout=TIMEOUT, interval=0.1, what="__consumer_offsets to be cleaned")
     finally:
         consumer.close()
     assert broker.stop() == 0, broker.log_text()

@@ -27,8 +27,8 @@ from kafka_clients import (
 )
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
-from broker.records.batch import Record, build_batch, iter_records
+from wire import codec
+from wire.record_batch import Record, build_batch, iter_records
 
 
 @pytest.fixture(scope="module")

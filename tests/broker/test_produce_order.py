@@ -15,8 +15,8 @@ from broker_support import BrokerProcess, WireClient
 from kafka_clients import fetch_request, produce_request
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
-from broker.records.batch import Record, build_batch, iter_records
+from wire import codec
+from wire.record_batch import Record, build_batch, iter_records
 
 REQUESTS = 60
 TOPICS = 4

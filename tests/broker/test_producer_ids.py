@@ -16,17 +16,16 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.partition.producer_ids import BLOCK_SIZE, ProducerIdAllocator
-from broker.protocol import codec
-from controller.client import LocalControllerClient
 from controller.config import ServerConfig
 from controller.controller import Controller, ControllerError
+from controller.metadata_records import Endpoint
 from controller.producer_ids import encode_legacy_floor, legacy_kv_key
 from controller.quorum import QuorumController
-from controller.records import Endpoint
 from controller.rpc import messages as m
 from controller.rpc.connection import ControllerConnection
 from controller.shell import MetadataShell, build_tree
 from tests.quorum_fixtures import active_voter
+from wire import codec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,7 +40,7 @@ def _fixed(identity: tuple[int, int]) -> Callable[[], tuple[int, int]]:
     return lambda: identity
 
 
-async def _allocators(client: LocalControllerClient, brokers: int) -> list[ProducerIdAllocator]:
+async def _allocators(client: Controller, brokers: int) -> list[ProducerIdAllocator]:
     out = []
     for node_id in range(brokers):
         epoch = await client.register_broker(node_id, EP, None)
@@ -60,7 +59,7 @@ async def _take(allocator: ProducerIdAllocator, count: int) -> list[int]:
 async def test_brokers_allocating_at_once_never_share_an_id(tmp_path: Path) -> None:
     controller = await Controller.start(_config(tmp_path))
     try:
-        client = LocalControllerClient(controller)
+        client = controller
         allocators = await _allocators(client, 3)
         per_broker = 2 * BLOCK_SIZE + 10  # three blocks each, fetched while the others fetch theirs
         results = await asyncio.gather(*(_take(a, per_broker) for a in allocators))
@@ -76,7 +75,7 @@ async def test_brokers_allocating_at_once_never_share_an_id(tmp_path: Path) -> N
 
     restarted = await Controller.start(_config(tmp_path))
     try:
-        allocators = await _allocators(LocalControllerClient(restarted), 1)
+        allocators = await _allocators(restarted, 1)
         assert await allocators[0].allocate() > high, "a restarted controller handed out a block again"
         await restarted.take_snapshot()
         shell = MetadataShell(build_tree(restarted.snapshot_records(), restarted.image.cluster_id))
@@ -95,7 +94,7 @@ async def test_the_first_block_starts_above_the_kv_reservation_of_an_older_clust
     controller = await Controller.start(_config(tmp_path))
     try:
         await controller.stream_metadata.put_kv(legacy_kv_key(controller.image.cluster_id), encode_legacy_floor(7000))
-        [allocator] = await _allocators(LocalControllerClient(controller), 1)
+        [allocator] = await _allocators(controller, 1)
         assert await allocator.allocate() == 7000
         assert await allocator.was_allocated(6999), "an id reserved before the upgrade is no longer known"
     finally:
@@ -105,7 +104,7 @@ async def test_the_first_block_starts_above_the_kv_reservation_of_an_older_clust
 async def test_a_stale_or_unknown_broker_is_refused(tmp_path: Path) -> None:
     controller = await Controller.start(_config(tmp_path))
     try:
-        client = LocalControllerClient(controller)
+        client = controller
         old = await client.register_broker(0, EP, None)
         await client.register_broker(0, EP, None)
         with pytest.raises(ControllerError) as stale:

@@ -12,7 +12,7 @@ import pytest
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
+from wire import codec
 
 ALTER, LIST = 45, 46
 

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_clients import create_topic, init_producer_id, list_offsets_request, produce_request, topic_name
 from kio.schema.errors import ErrorCode
 
-from broker.records.batch import Record, build_batch
+from wire.record_batch import Record, build_batch
 
 REPO = Path(__file__).resolve().parents[2]
 _MAX_RECORDS = 20_000
@@ -159,7 +159,7 @@ def test_objects_written_by_the_broker_decode_with_object_dump(broker_factory: C
     total_records = 0
     for path in objects:
         result = subprocess.run(
-            [sys.executable, "-m", "broker.cli", "object", "dump", "--records", str(path)],
+            [sys.executable, "-m", "node.cli", "object", "dump", "--records", str(path)],
             cwd=REPO,
             capture_output=True,
             text=True,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from broker_support import BrokerProcess
@@ -36,9 +35,10 @@ from broker.partition.retention import (
     RetentionPolicy,
     enforce_retention,
 )
-from broker.records.batch import Record, build_batch, iter_batches
 from storage.engine import StorageEngine
 from storage.metadata.memory import InMemoryStreamMetadata
+from tests.waiting import eventually
+from wire.record_batch import Record, build_batch, iter_batches
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000
@@ -307,16 +307,6 @@ def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
         consumer.close()
 
 
-def _wait_for(condition: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def _read_from_beginning(bootstrap: str, topic: str, expected: int) -> list[tuple[int, bytes]]:
     consumer = _consumer(bootstrap)
     try:
@@ -357,7 +347,8 @@ def test_retention_ms_deletes_old_records_and_consumers_start_after_them(
         _produce(bootstrap, name, [b"k" + v for v in old], now - 3 * HOUR, keyed=keyed)  # one batch, 3 hours old
         _produce(bootstrap, name, [b"k" + v for v in new], now, keyed=keyed)
 
-    assert _wait_for(lambda: _watermarks(bootstrap, topic)[0] == len(old), f"{topic} to drop its old records")
+    eventually(lambda: _watermarks(bootstrap, topic)[0], until=lambda low: low == len(old), timeout=TIMEOUT,
+               interval=0.1, what=f"{topic} to drop its old records (log start offset {len(old)})")
     assert _watermarks(bootstrap, topic) == (len(old), len(old) + len(new))
     got = _read_from_beginning(bootstrap, topic, len(new))
     assert got == [(len(old) + i, b"k" + v) for i, v in enumerate(new)]
@@ -388,7 +379,8 @@ def test_altering_retention_ms_takes_effect_without_a_restart(
     )
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=TIMEOUT)
-    assert _wait_for(lambda: _watermarks(bootstrap, topic)[0] == 4, f"the altered retention.ms to trim {topic}")
+    eventually(lambda: _watermarks(bootstrap, topic)[0], until=lambda low: low == 4, timeout=TIMEOUT, interval=0.1,
+               what=f"the altered retention.ms to trim {topic} (log start offset 4)")
     assert [v for _, v in _read_from_beginning(bootstrap, topic, 2)] == [b"fresh", b"fresh"]
 
 
@@ -400,7 +392,8 @@ def test_retention_bytes_keeps_the_newest_data(retention_broker: BrokerProcess, 
     values = [b"%02d" % i + b"x" * (value_size - 2) for i in range(count)]
     _produce(bootstrap, topic, values, int(time.time() * 1000), batch_each=True)
 
-    low = _wait_for(lambda: _watermarks(bootstrap, topic)[0], f"{topic} to shrink to retention.bytes")
+    eventually(lambda: _watermarks(bootstrap, topic)[0], timeout=TIMEOUT, interval=0.1,
+               what=f"{topic} to shrink to retention.bytes")
     _settled(retention_broker)
     low, high = _watermarks(bootstrap, topic)
     assert high == count
@@ -433,7 +426,8 @@ def test_the_partition_size_survives_a_restart_and_a_crash(
     second = broker_factory(overrides=overrides, data_dir=first.data_dir)
     after = [b"b%02d" % i + b"x" * (value_size - 3) for i in range(3)]  # alone, well within the limit
     _produce(second.bootstrap, topic, after, int(time.time() * 1000), batch_each=True)
-    low = _wait_for(lambda: _watermarks(second.bootstrap, topic)[0], f"{topic} to shrink to retention.bytes")
+    eventually(lambda: _watermarks(second.bootstrap, topic)[0], timeout=TIMEOUT, interval=0.1,
+               what=f"{topic} to shrink to retention.bytes")
     _settled(second)
     low, high = _watermarks(second.bootstrap, topic)
     assert high == len(before) + len(after)

@@ -13,7 +13,7 @@ from typing import Any
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
+from wire import codec
 
 
 def metadata_request(version: int, topics: list[str] | None, allow_auto: bool = True) -> Any:

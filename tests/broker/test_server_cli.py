@@ -55,7 +55,7 @@ def test_bad_config_is_one_line_and_exit_1(overrides: dict[str, str], fragment: 
 
 def test_missing_config_file_and_bad_override_syntax(tmp_path: Path) -> None:
     assert_one_line_error(run_to_exit(server_command(tmp_path / "absent.properties", {})), "absent.properties")
-    result = run_to_exit([sys.executable, "-m", "broker.cli", "server", "start", "--override", "novalue"])
+    result = run_to_exit([sys.executable, "-m", "node.cli", "server", "start", "--override", "novalue"])
     assert_one_line_error(result, "novalue")
 
 

@@ -13,8 +13,8 @@ from broker_support import BrokerProcess, WireClient
 from kafka_clients import create_topic, fetch_request, produce_request, topic_name
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
-from broker.records.batch import Record, build_batch, decode_records, iter_batches
+from wire import codec
+from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
 
 def _batch(values: list[bytes]) -> bytes:

@@ -1,6 +1,6 @@
 """Support for the cluster tests (no tests here): real controller and broker processes, real clients.
 
-The processes are ``broker.local_cluster``'s (what ``fjord cluster up`` runs), with timeouts shortened so failover
+The processes are ``node.local_cluster``'s (what ``fjord cluster up`` runs), with timeouts shortened so failover
 happens in seconds. Clients are confluent-kafka (librdkafka), as users run them; every wait is bounded.
 """
 
@@ -21,9 +21,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from broker.local_cluster import REPO_ROOT, LocalCluster, quorum_leader
 from controller.shell import MetadataShell, build_tree
 from controller.shell_sources import from_controllers
+from node.local_cluster import REPO_ROOT, LocalCluster, quorum_leader
+from tests.waiting import eventually
 
 FAST = {
     "controller.quorum.election.timeout.ms": "300",
@@ -76,19 +77,10 @@ def live_brokers(bootstrap: str) -> set[int]:
 
 
 def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
-    """Polls ``check()`` until it returns something truthy; AssertionError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as exc:  # a broker or controller in transition: keep polling
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} did not happen within {timeout} s (last: {last!r})")
+    """:func:`tests.waiting.eventually` as the cluster tests use it: polls ``check()`` until it returns something
+    truthy, and any exception it raises means "not yet" (a broker or controller in transition answers with errors
+    for a while); AssertionError naming ``what`` and the last value or exception after ``timeout``."""
+    return eventually(check, timeout=timeout, interval=interval, what=what, retry_on=(Exception,))
 
 
 @dataclass
@@ -204,7 +196,7 @@ def metadata_shell(cluster: LocalCluster, *commands: str, via: str = "controller
     returns its output (exit 0 required)."""
     nodes = cluster.controllers if via == "controllers" else cluster.brokers
     addresses = ",".join(n.spec.address for n in nodes if n.running)
-    argv = [sys.executable, "-m", "broker.cli", "metadata", "shell", f"--{via}", addresses]
+    argv = [sys.executable, "-m", "node.cli", "metadata", "shell", f"--{via}", addresses]
     for command in commands:
         argv += ["-c", command]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)

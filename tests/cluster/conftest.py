@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from cluster_support import FAST
 
-from broker.local_cluster import LocalCluster, plan_cluster, wait_ready
+from node.local_cluster import LocalCluster, plan_cluster, wait_ready
 
 if TYPE_CHECKING:
     from tests.conftest import S3Server

@@ -24,11 +24,11 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets_schema import partition_for
-from broker.local_cluster import LocalCluster
 from broker.partition.producer_ids import BLOCK_SIZE
-from broker.protocol import codec
 from controller.config import INTERNAL_TOPIC_PARTITIONS
 from controller.rpc.connection import ControllerConnection
+from node.local_cluster import LocalCluster
+from wire import codec
 
 LIST_OFFSETS = 2
 INIT_PRODUCER_ID = 22

@@ -18,7 +18,7 @@ from cluster_support import (
     wait_for,
 )
 
-from broker.local_cluster import LocalCluster
+from node.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -26,13 +26,13 @@ from cluster_support import (
     wait_for,
 )
 
-from broker.local_cluster import LocalCluster
 from controller.image import is_cluster_record
+from controller.metadata_records import MetadataRecord
 from controller.quorum import RAFT_DIR_NAME
-from controller.records import MetadataRecord
 from controller.rpc import messages as m
 from controller.rpc.connection import ControllerConnection
 from controller.shell_sources import from_controllers
+from node.local_cluster import LocalCluster
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 
 ELECTION_LIMIT_S = 3.0

@@ -13,13 +13,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, live_brokers, topic_name, wait_for
+from cluster_support import (
+    SESSION_TIMEOUT_S,
+    create_topic,
+    leaders,
+    live_brokers,
+    shell_in_process,
+    table_rows,
+    topic_name,
+    wait_for,
+)
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import InvalidReplicationAssignmentError
 
-from broker.local_cluster import LocalCluster
+from node.local_cluster import LocalCluster
 
 PARTITIONS = 3
 MOVE_LIMIT_S = 30.0  # generous: the figure is bench/reassign.py's; this only bounds a hang
@@ -163,7 +172,16 @@ def test_bad_targets_are_refused_and_a_stuck_move_is_listed_until_the_timer(
 
     # The source is paused: it cannot close its streams, so the move waits for the election timer.
     others = ",".join(b.spec.address for b in cluster.brokers if b.spec.node_id != source)
-    time.sleep(1.0)  # let the source upload what opening the partition wrote
+    # The source uploads what opening the partition wrote (its meta stream's records) within an upload interval:
+    # wait until the controller has it committed, or the paused source would hold it in its WAL only.
+    meta_stream = f"topic={topic},partition={partition},type=meta"
+
+    def meta_stream_committed() -> list[str] | None:
+        rows = table_rows(shell_in_process(cluster).run("ls /streams"))  # ID EPOCH STATE START END OWNER TAGS
+        return next((row for row in rows if row[6] == meta_stream and int(row[4]) > int(row[3])), None)
+
+    wait_for(f"the meta stream of {topic}-{partition} committed by broker {source}", meta_stream_committed,
+             timeout=30)
     node = cluster.node(source)
     node.signal(signal.SIGSTOP)
     try:

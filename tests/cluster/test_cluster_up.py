@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cluster_support import FAST, consume_all, create_topic, leaders, produce, topic_name
 
-from broker.local_cluster import REPO_ROOT
+from node.local_cluster import REPO_ROOT
 
 UP_TIMEOUT_S = 90.0
 
@@ -28,7 +28,7 @@ class ClusterUp:
         layout = ["--combined", str(combined)] if combined else ["--controllers", str(controllers)]
         if brokers or not combined:
             layout += ["--brokers", str(brokers)]
-        argv = [sys.executable, "-m", "broker.cli", "cluster", "up", *layout, "--data-dir", str(data_dir),
+        argv = [sys.executable, "-m", "node.cli", "cluster", "up", *layout, "--data-dir", str(data_dir),
                 "--timeout", "120"]
         for key, value in FAST.items():
             argv += ["--override", f"{key}={value}"]
@@ -105,7 +105,7 @@ def test_cluster_up_serves_clients_and_stops_cleanly_on_sigterm_and_ctrl_c(tmp_p
     # Offline, the Raft log of a controller and the one a broker replicated as an observer both hold the topic.
     for node in ("controller-0", "broker-100"):
         shell = subprocess.run(
-            [sys.executable, "-m", "broker.cli", "metadata", "shell",
+            [sys.executable, "-m", "node.cli", "metadata", "shell",
              "--metadata-dir", str(data_dir / node / "metadata"), "-c", "ls /topics"],
             capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False,
         )
@@ -144,7 +144,7 @@ def test_cluster_up_combined_runs_voters_that_are_brokers(tmp_path: Path) -> Non
 
 def test_cluster_up_refuses_controllers_with_combined_nodes(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "cluster", "up", "--combined", "3", "--controllers", "3",
+        [sys.executable, "-m", "node.cli", "cluster", "up", "--combined", "3", "--controllers", "3",
          "--data-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False,
     )

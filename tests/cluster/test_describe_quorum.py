@@ -14,10 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.local_cluster import REPO_ROOT, free_port
-from broker.protocol import codec
 from controller.rpc import messages as m
 from controller.rpc.connection import ControllerConnection
+from node.local_cluster import REPO_ROOT, free_port
+from wire import codec
 
 
 async def _describe(port: int, deadline: float) -> Any:
@@ -49,7 +49,7 @@ def test_a_combined_node_describes_itself_as_the_quorum(tmp_path: Path) -> None:
         "s3.data.buckets": f"0@file://{tmp_path / 'objects'}",
         "s3.wal.path": f"0@file://{tmp_path / 'wal'}",
     }
-    argv = [sys.executable, "-m", "broker.cli", "server", "start"]
+    argv = [sys.executable, "-m", "node.cli", "server", "start"]
     for key, value in overrides.items():
         argv += ["--override", f"{key}={value}"]
     log_path = tmp_path / "node.log"

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.local_cluster import REPO_ROOT
-from controller.client import LocalControllerClient, NewTopic
+from controller.api import NewTopic
 from controller.config import ServerConfig
 from controller.controller import Controller
-from controller.log import LOG_DIR_NAME
-from controller.records import Endpoint, PartitionRecord, TopicRecord
+from controller.metadata_log import LOG_DIR_NAME
+from controller.metadata_records import Endpoint, PartitionRecord, TopicRecord
 from controller.shell import MetadataShell, ShellError, build_tree
 from controller.shell_sources import MetadataSourceError, from_directory, from_snapshot
+from node.local_cluster import REPO_ROOT
 from storage.metadata.api import NodeIdentity
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
@@ -28,7 +28,7 @@ async def metadata_dir(tmp_path: Path) -> AsyncIterator[Path]:
     """A combined node's metadata log holding two brokers, two topics, a stream, an object and a KV entry."""
     config = ServerConfig.load(None, [f"log.dirs={tmp_path / 'node'}", "num.partitions=2"])
     controller = await Controller.start(config)
-    client = LocalControllerClient(controller)
+    client = controller
     epoch = await client.register_broker(0, EP, None)
     await client.register_broker(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9094),), "rack-b")
     await client.create_topics([NewTopic("orders", 3), NewTopic("audit", 1)], validate_only=False)
@@ -44,7 +44,7 @@ async def metadata_dir(tmp_path: Path) -> AsyncIterator[Path]:
 
 
 def _shell(source: Path, *commands: str, flag: str = "--metadata-dir") -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "broker.cli", "metadata", "shell", flag, str(source)]
+    argv = [sys.executable, "-m", "node.cli", "metadata", "shell", flag, str(source)]
     for command in commands:
         argv += ["-c", command]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)

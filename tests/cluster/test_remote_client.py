@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from broker.local_cluster import free_port
 from controller.config import ServerConfig
 from controller.remote_client import ActiveControllerChannel, ControllerUnavailableError, RemoteControllerClient
 from controller.rpc import messages as m
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
+from tests.ports import free_ports
 
 
 async def test_no_reachable_controller_fails_within_the_budget_naming_every_voter() -> None:
-    ports = [free_port(), free_port()]
+    ports = free_ports(2)  # where nothing listens
     channel = ActiveControllerChannel({0: ("127.0.0.1", ports[0]), 1: ("127.0.0.1", ports[1])},
                                       client_id="test", request_timeout_s=0.5, retry_budget_s=1.0)
     started = time.monotonic()

@@ -20,7 +20,7 @@ from controller.config import (
     validate_broker_config,
     validate_topic_config,
 )
-from controller.records import Endpoint
+from controller.metadata_records import Endpoint
 from storage.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,7 +223,7 @@ def test_effective_topic_configs_are_typed_and_follow_precedence() -> None:
 
 
 def test_metrics_port_is_typed_and_range_checked_when_the_config_loads() -> None:
-    # BrokerNode serves metrics on exactly this value; a bad port must stop the node at load, naming the key.
+    # Node serves metrics on exactly this value; a bad port must stop the node at load, naming the key.
     assert ServerConfig.load(None, ["metrics.port=9102"]).value("metrics.port") == 9102
     assert ServerConfig.load(None, []).value("metrics.port") is None
     for bad in ("70000", "-1", "x"):

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.client import ConfigResource, IncrementalOp, LocalControllerClient, NewTopic
+from controller.api import ConfigResource, IncrementalOp, NewTopic
 from controller.config import ServerConfig
 from controller.controller import Controller
 from controller.image import MetadataImage
-from controller.log import LOG_DIR_NAME, LOG_FILE, LocalMetadataLog, MetadataLogError, read_metadata
-from controller.records import Endpoint, TopicRecord
+from controller.metadata_log import LOG_DIR_NAME, LOG_FILE, LocalMetadataLog, MetadataLogError, read_metadata
+from controller.metadata_records import Endpoint, TopicRecord
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 
@@ -36,7 +36,7 @@ def _log_file(tmp_path: Path) -> Path:
 
 async def _populate(controller: Controller) -> tuple[int, int]:
     """Topics, configs and stream metadata (a stream with a committed object and a KV entry)."""
-    client = LocalControllerClient(controller)
+    client = controller
     epoch = await client.register_broker(0, EP, "rack-1")
     created = await client.create_topics(
         [NewTopic("a", 3, configs={"retention.ms": "1000"}), NewTopic("b", 1)], validate_only=False
@@ -103,7 +103,7 @@ async def test_reregistration_bumps_node_and_leader_epochs_once(tmp_path: Path) 
     second = await Controller.start(_config(tmp_path))
     assert second.image.topics_by_name["a"].topic_id == topic_id
     assert {p: _leader_epoch(second.image, "a", p) for p in range(3)} == leader_epochs
-    new_epoch = await LocalControllerClient(second).register_broker(0, EP, "rack-1")
+    new_epoch = await second.register_broker(0, EP, "rack-1")
     assert new_epoch > old_epoch
     for p in range(3):
         part = second.image.partition("a", p)
@@ -125,7 +125,7 @@ async def test_restart_from_a_snapshot_and_the_log_after_it(tmp_path: Path) -> N
     offset = await first.take_snapshot()
     assert offset == first.image.offset
     assert _log_file(tmp_path).stat().st_size == 0
-    client = LocalControllerClient(first)
+    client = first
     await client.create_topics([NewTopic("after", 2)], False)
     image, streams = first.image, first.stream_metadata.snapshot()
     await first.close()
@@ -140,7 +140,7 @@ async def test_restart_from_a_snapshot_and_the_log_after_it(tmp_path: Path) -> N
 async def test_snapshots_are_taken_automatically_and_bound_the_log(tmp_path: Path) -> None:
     config = _config(tmp_path, "metadata.log.max.record.bytes.between.snapshots=4000")
     controller = await Controller.start(config)
-    client = LocalControllerClient(controller)
+    client = controller
     await client.register_broker(0, EP, None)
     for i in range(40):
         [result] = await client.create_topics([NewTopic(f"t{i}", 2)], False)
@@ -158,7 +158,7 @@ async def test_snapshots_are_taken_automatically_and_bound_the_log(tmp_path: Pat
 
 async def test_torn_tail_is_cut_and_appends_continue(tmp_path: Path) -> None:
     first = await Controller.start(_config(tmp_path))
-    client = LocalControllerClient(first)
+    client = first
     await client.register_broker(0, EP, None)
     await client.create_topics([NewTopic("kept")], False)
     size_kept = _log_file(tmp_path).stat().st_size
@@ -174,7 +174,7 @@ async def test_torn_tail_is_cut_and_appends_continue(tmp_path: Path) -> None:
     second = await Controller.start(_config(tmp_path))
     assert set(second.image.topics_by_name) == {"kept"}
     assert _log_file(tmp_path).stat().st_size == size_kept
-    [result] = await LocalControllerClient(second).create_topics([NewTopic("later")], False)
+    [result] = await second.create_topics([NewTopic("later")], False)
     assert result.error is ErrorCode.none
     await second.close()
 
@@ -185,7 +185,7 @@ async def test_torn_tail_is_cut_and_appends_continue(tmp_path: Path) -> None:
 
 async def test_corrupt_batch_ends_recovery_at_the_last_good_one(tmp_path: Path) -> None:
     first = await Controller.start(_config(tmp_path))
-    client = LocalControllerClient(first)
+    client = first
     await client.register_broker(0, EP, None)
     await client.create_topics([NewTopic("good")], False)
     good_size = _log_file(tmp_path).stat().st_size
@@ -237,15 +237,15 @@ async def test_log_append_after_close_is_a_clear_error(tmp_path: Path) -> None:
 
 _CRASHER = """
 import asyncio, sys
-from controller.client import LocalControllerClient, NewTopic
+from controller.api import NewTopic
 from controller.config import ServerConfig
 from controller.controller import Controller
-from controller.records import Endpoint
+from controller.metadata_records import Endpoint
 
 async def main() -> None:
     overrides = [f"log.dirs={sys.argv[1]}", "metadata.log.max.record.bytes.between.snapshots=3000"]
     config = ServerConfig.load(None, overrides)
-    client = LocalControllerClient(await Controller.start(config))
+    client = await Controller.start(config)
     await client.register_broker(0, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), None)
     for i in range(100000):
         [result] = await client.create_topics([NewTopic(f"topic-{i}", 1)], False)
@@ -299,7 +299,7 @@ async def test_random_histories_replay_identically(tmp_path: Path, seed: int) ->
     rng = random.Random(seed)
     config = _config(tmp_path, "metadata.log.max.record.bytes.between.snapshots=6000")
     controller = await Controller.start(config)
-    client = LocalControllerClient(controller)
+    client = controller
     epoch = await client.register_broker(0, EP, None)
     streams: list[int] = []
     for step in range(120):
@@ -331,7 +331,7 @@ async def test_random_histories_replay_identically(tmp_path: Path, seed: int) ->
             image, state = controller.image, controller.stream_metadata.snapshot()
             await controller.close()
             controller = await Controller.start(config)
-            client = LocalControllerClient(controller)
+            client = controller
             _same_image(controller.image, image)
             assert controller.stream_metadata.snapshot() == state
     image, state = controller.image, controller.stream_metadata.snapshot()
@@ -345,7 +345,7 @@ async def test_random_histories_replay_identically(tmp_path: Path, seed: int) ->
 
 async def test_failed_fsync_fails_the_write_and_stops_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     controller = await Controller.start(_config(tmp_path))
-    client = LocalControllerClient(controller)
+    client = controller
     await client.register_broker(0, EP, None)
     await client.create_topics([NewTopic("before")], False)
 

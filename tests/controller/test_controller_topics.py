@@ -9,17 +9,16 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.client import (
+from controller.api import (
     ConfigResource,
     ControllerClient,
     IncrementalOp,
-    LocalControllerClient,
     NewTopic,
 )
 from controller.config import ConfigSource, ServerConfig
 from controller.controller import Controller
 from controller.image import MetadataImage
-from controller.records import Endpoint
+from controller.metadata_records import Endpoint
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 
@@ -28,7 +27,7 @@ EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 async def client(tmp_path: Path) -> AsyncIterator[ControllerClient]:
     config = ServerConfig.load(None, [f"log.dirs={tmp_path}", "num.partitions=2"])
     controller = await Controller.start(config)
-    local = LocalControllerClient(controller)
+    local = controller
     await local.register_broker(0, EP, None)
     yield local
     await controller.close()
@@ -295,8 +294,8 @@ async def test_placement_spreads_leaders_over_live_brokers(client: ControllerCli
 
 
 async def test_fencing_moves_leadership_with_a_higher_epoch(client: ControllerClient) -> None:
-    assert isinstance(client, LocalControllerClient)
-    controller = client.controller
+    assert isinstance(client, Controller)
+    controller = client
     epoch1 = await client.register_broker(1, EP, None)
     await client.create_topics([NewTopic("f", 4, 1)], False)
     before = _leaders(client.image, "f")
@@ -329,7 +328,7 @@ async def test_fencing_moves_leadership_with_a_higher_epoch(client: ControllerCl
 async def test_topic_deletion_can_be_disabled(tmp_path: Path) -> None:
     config = ServerConfig.load(None, [f"log.dirs={tmp_path}", "delete.topic.enable=false"])
     controller = await Controller.start(config)
-    client = LocalControllerClient(controller)
+    client = controller
     await client.register_broker(0, EP, None)
     await client.create_topics([NewTopic("keep")], False)
     [result] = await client.delete_topics(names=["keep"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from controller.image import MetadataImage
-from controller.records import (
+from controller.metadata_records import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     ConfigRecord,

@@ -13,13 +13,14 @@ import pytest
 
 from controller.config import ServerConfig
 from controller.controller import Controller
+from controller.metadata_records import MetadataRecord
 from controller.quorum import QuorumController
-from controller.records import MetadataRecord
 from storage.errors import OffsetNotMatchedError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange, StreamMetadata
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.write_locks import EVERYTHING, WriteLocks
 from tests.quorum_fixtures import active_voter
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -108,9 +109,9 @@ async def test_a_failed_append_among_concurrent_prepares_gives_no_id_twice() -> 
     sink = _FlakySink(fail_on=2)
     meta = InMemoryStreamMetadata(sink=sink)
     tasks = [asyncio.create_task(meta.prepare_objects(NODE, 3, 60_000)) for _ in range(4)]
-    async with asyncio.timeout(5):
-        while sink.calls < 4:  # all four are in flight at once: none waits for another's append
-            await asyncio.sleep(0.01)
+    # All four are in flight at once: none waits for another's append.
+    await eventually_async(lambda: sink.calls, until=lambda calls: calls >= 4, timeout=5, interval=0.01,
+                           what="four appends in flight together")
     sink.release.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     failed = [r for r in results if isinstance(r, OSError)]
@@ -148,7 +149,7 @@ async def test_write_locks_disjoint_keys_together_everything_alone() -> None:
     blocked = asyncio.create_task(keyed("c", ("s1",)))
     sweep = asyncio.create_task(everything())
     late = asyncio.create_task(keyed("d", ("s3",)))  # held back behind the waiting all-keys writer
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # time in which c, the all-keys writer and d would run if they were not held back
     assert order == ["a+", "b+", "b-"]
     a_out.set()
     await asyncio.gather(first, blocked, sweep, late)
@@ -163,6 +164,5 @@ async def test_every_voter_reaches_the_proposers_state(voters: list[QuorumContro
     leader = await active_voter(voters)
     await _traffic(leader.controller.stream_metadata)
     wanted = leader.controller.stream_metadata.snapshot()
-    async with asyncio.timeout(10):
-        while any(q.controller.stream_metadata.snapshot() != wanted for q in voters):
-            await asyncio.sleep(0.05)
+    await eventually_async(lambda: all(q.controller.stream_metadata.snapshot() == wanted for q in voters),
+                           timeout=10, what="every voter to reach the proposer's state")

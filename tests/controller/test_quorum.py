@@ -13,10 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
-from broker.protocol import codec
-from controller.raft.log import EntryKind
-from controller.raft.messages import Errors, FetchRequest, FetchResponse
-from controller.records import (
+from controller.metadata_records import (
     ConfigRecord,
     KVRecord,
     MetadataRecord,
@@ -25,9 +22,13 @@ from controller.records import (
     StreamSetObjectRecord,
     TopicRecord,
 )
+from controller.raft.log import EntryKind
+from controller.raft.messages import Errors, FetchRequest, FetchResponse
 from controller.rpc import messages as m
 from controller.rpc.raft_codec import request_to_kio, response_from_kio
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from tests.waiting import eventually_async
+from wire import codec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -336,15 +337,13 @@ async def test_broker_sessions_fence_a_silent_broker_and_refuse_its_writes(own_c
         assert stream.error_code == m.RpcError.NONE
 
         silent_beats.cancel()  # broker 300 goes quiet (as if paused with SIGSTOP)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        async def state_once_fenced() -> list[MetadataRecord] | None:
             state = metadata_records(await client.dump())
             registration = next(r for r in state if isinstance(r, RegisterBrokerRecord) and r.node_id == 300)
-            if registration.fenced:
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("broker 300 was never fenced")
+            return state if registration.fenced else None
+
+        state = await eventually_async(state_once_fenced, timeout=10, interval=0.1, what="broker 300 to be fenced")
         partitions = [r for r in state if isinstance(r, PartitionRecord)]
         assert len(partitions) == 4 and all(p.leader == 301 for p in partitions)
 
@@ -357,15 +356,14 @@ async def test_broker_sessions_fence_a_silent_broker_and_refuse_its_writes(own_c
         assert stale.error_code == ErrorCode.stale_broker_epoch
         # Heartbeating again with its current epoch and a caught-up offset unfences it.
         offset = (await client.dump()).offset
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+
+        async def unfenced_by_a_heartbeat() -> bool:
             beat = await client.heartbeat(300, silent_epoch, offset + 1)
             assert beat.error_code == ErrorCode.none
-            if not beat.is_fenced:
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("broker 300 stayed fenced while heartbeating")
+            return not beat.is_fenced
+
+        await eventually_async(unfenced_by_a_heartbeat, timeout=5, interval=0.1,
+                               what="broker 300 to be unfenced while heartbeating")
         reopened = await client.stream(m.OpenStream(silent, stream.result, 0))
         assert reopened.error_code == m.RpcError.NONE, reopened
         assert live_epoch > 0
@@ -389,10 +387,8 @@ async def test_snapshots_bound_the_log_and_a_wiped_voter_catches_up(own_cluster:
         await client.close()
     # The leader writes its snapshot in the background once the log passes the threshold: wait for it, bounded.
     kraft_dir = own_cluster.voters[leader].data_dir / "kraft"
-    deadline = time.monotonic() + 15
-    while not list(kraft_dir.rglob("*.checkpoint")) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    assert list(kraft_dir.rglob("*.checkpoint")), "the leader took no snapshot"
+    await eventually_async(lambda: list(kraft_dir.rglob("*.checkpoint")), timeout=15, interval=0.1,
+                           what="the leader to take a snapshot")
 
     wiped = next(v.node_id for v in own_cluster.voters if v.node_id != leader)
     assert own_cluster.stop(wiped) == 0

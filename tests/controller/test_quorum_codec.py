@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.protocol import codec
-from broker.records.batch import iter_batches
+from controller.metadata_records import KVRecord, TopicRecord
 from controller.raft.log import EntryKind, LogEntry, SnapshotId
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
@@ -24,7 +23,6 @@ from controller.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from controller.records import KVRecord, TopicRecord
 from controller.rpc import messages as m
 from controller.rpc.raft_codec import (
     RaftCodecError,
@@ -43,6 +41,8 @@ from storage.metadata.api import (
     ObjectType,
     S3ObjectMetadata,
 )
+from wire import codec
+from wire.record_batch import iter_batches
 
 REQUESTS: list[RaftRequest] = [
     VoteRequest("cluster", 3, 1, 2, 10, True, 2, 77),

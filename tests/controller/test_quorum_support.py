@@ -8,10 +8,8 @@ BrokerRegistration / BrokerHeartbeat and the admin APIs (kio entities over `Cont
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,21 +21,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.protocol import codec
-from controller.records import MetadataRecord
+from controller.metadata_records import MetadataRecord
 from controller.rpc import messages as m
 from controller.rpc.connection import ControllerConnection
 from storage.metadata.api import NodeIdentity
+from tests.ports import free_ports
+from tests.waiting import eventually_async
+from wire import codec
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -59,7 +53,7 @@ class Voter:
 
 class QuorumCluster:
     def __init__(self, root: Path, size: int = 3, overrides: Mapping[str, str] | None = None) -> None:
-        ports = [free_port() for _ in range(size)]
+        ports = free_ports(size)  # a voter's port must be known before it starts: every voter lists them all
         voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(ports))
         self.voters: list[Voter] = []
         for node_id, port in enumerate(ports):
@@ -93,7 +87,7 @@ class QuorumCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(log_path, "wb") as log:
             voter.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli", "server", "start", "--config", str(voter.config_path)],
+                [sys.executable, "-m", "node.cli", "server", "start", "--config", str(voter.config_path)],
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
             )
 
@@ -131,20 +125,23 @@ class QuorumCluster:
     # ---- waiting -----------------------------------------------------------------------------------------
     async def client(self, node_id: int, timeout: float = START_TIMEOUT_S) -> ControllerClient:
         """A connected client to voter ``node_id`` (waits for its listener)."""
-        deadline = time.monotonic() + timeout
         voter = self.voters[node_id]
-        while True:
+
+        async def connected() -> ControllerClient:
             if voter.proc is not None and voter.proc.poll() is not None:
                 raise AssertionError(f"controller {node_id} exited with {voter.proc.returncode}:\n{voter.log_text()}")
             connection = ControllerConnection("127.0.0.1", voter.port, client_id="quorum-tests")
             try:
                 await connection.connect(timeout=1.0)
-                return ControllerClient(connection)
             except (OSError, TimeoutError):
                 await connection.close()
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"controller {node_id} never listened:\n{voter.log_text()}") from None
-                await asyncio.sleep(0.05)
+                raise
+            return ControllerClient(connection)
+
+        return await eventually_async(
+            connected, timeout=timeout, retry_on=(OSError, TimeoutError),
+            what=lambda: f"controller {node_id} to listen on {voter.port}:\n{voter.log_text()}",
+        )
 
     async def leader(
         self, among: list[int] | None = None, timeout: float = 30.0, not_epoch: int = -1
@@ -152,8 +149,8 @@ class QuorumCluster:
         """(leader id, epoch) once exactly one of ``among`` (default all running) answers DescribeQuorum as the
         leader of an epoch other than ``not_epoch`` and the active controller accepts writes."""
         candidates = among if among is not None else [v.node_id for v in self.voters if v.running]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        async def active_leader() -> tuple[int, int] | None:
             for node_id in candidates:
                 try:
                     client = await self.client(node_id, timeout=2.0)
@@ -169,24 +166,29 @@ class QuorumCluster:
                     pass
                 finally:
                     await client.close()
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no active controller among {candidates} within {timeout}s\n{self.logs()}")
+            return None
+
+        return await eventually_async(
+            active_leader, timeout=timeout, what=lambda: f"an active controller among {candidates}\n{self.logs()}"
+        )
 
     async def converged_dumps(self, nodes: list[int], timeout: float = 10.0) -> dict[int, m.MetadataDump]:
         """Every node's dump once all of them applied the same offset."""
-        deadline = time.monotonic() + timeout
         dumps: dict[int, m.MetadataDump] = {}
-        while time.monotonic() < deadline:
+
+        async def converged() -> dict[int, m.MetadataDump] | None:
             for node_id in nodes:
                 client = await self.client(node_id)
                 try:
                     dumps[node_id] = await client.dump()
                 finally:
                     await client.close()
-            if len({d.offset for d in dumps.values()}) == 1:
-                return dumps
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"voters did not converge: offsets {({n: d.offset for n, d in dumps.items()})}")
+            return dumps if len({d.offset for d in dumps.values()}) == 1 else None
+
+        return await eventually_async(
+            converged, timeout=timeout, interval=0.1,
+            what=lambda: f"voters to converge: offsets {({n: d.offset for n, d in dumps.items()})}",
+        )
 
 
 def metadata_records(dump: m.MetadataDump) -> list[MetadataRecord]:

@@ -11,6 +11,7 @@ from controller.quorum import QuorumController
 from controller.rpc.messages import NotControllerError
 from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,9 +22,12 @@ async def test_a_write_is_applied_on_every_voter_once_it_returns_committed(voter
     leader = await active_voter(voters)
     await leader.controller.stream_metadata.put_kv("written", b"1")
     assert leader.driver.high_watermark > leader.image.offset  # committed before it returned
-    async with asyncio.timeout(5):
-        while [await q.controller.stream_metadata.get_kv("written") for q in voters] != [b"1"] * 3:
-            await asyncio.sleep(0.02)
+
+    async def values() -> list[bytes | None]:
+        return [await q.controller.stream_metadata.get_kv("written") for q in voters]
+
+    await eventually_async(values, until=lambda got: got == [b"1"] * 3, timeout=5, interval=0.02,
+                           what="every voter to apply the write")
 
 
 async def test_a_write_in_flight_when_leadership_is_lost_fails_with_not_controller(
@@ -34,7 +38,7 @@ async def test_a_write_in_flight_when_leadership_is_lost_fails_with_not_controll
     for follower in followers:
         await follower.stop(resign=False)  # the leader can no longer reach a majority
     write = asyncio.create_task(leader.controller.stream_metadata.put_kv("orphan", b"x"))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # time the write would need to return if it (wrongly) did not wait for a majority
     assert not write.done(), "a write returned without a majority"
     with pytest.raises(NotControllerError):
         async with asyncio.timeout(10):

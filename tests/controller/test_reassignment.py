@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.client import LocalControllerClient, NewTopic, PartitionReassignment
+from controller.api import NewTopic, PartitionReassignment
 from controller.config import ServerConfig
 from controller.controller import Controller
 from controller.image import PartitionImage
 from controller.kv_keys import partition_kv_key
+from controller.metadata_records import Endpoint
 from controller.reassignment import in_flight
-from controller.records import Endpoint
 from storage.metadata.api import NodeIdentity
 from storage.objects.format import namespace_for
+from tests.waiting import eventually_async
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 
@@ -29,7 +30,7 @@ async def controller(tmp_path: Path) -> AsyncIterator[Controller]:
     config = ServerConfig.load(None, [f"log.dirs={tmp_path}", "num.partitions=1",
                                       "partition.reassignment.election.timeout.ms=600"])
     controller = await Controller.start(config)
-    client = LocalControllerClient(controller)
+    client = controller
     for node in (0, 1, 2):
         await client.register_broker(node, EP, None)
     [created] = await client.create_topics([NewTopic("orders", -1, -1, {0: [0]})], validate_only=False)
@@ -60,9 +61,8 @@ async def _open_meta_stream(controller: Controller, node: int) -> tuple[NodeIden
 async def _wait_leader(controller: Controller, leader: int, timeout: float) -> float:
     loop = asyncio.get_running_loop()
     start = loop.time()
-    while _partition(controller).leader != leader:
-        assert loop.time() - start < timeout, f"leader still {_partition(controller).leader}"
-        await asyncio.sleep(0.02)
+    await eventually_async(lambda: _partition(controller).leader, until=lambda got: got == leader, timeout=timeout,
+                           interval=0.02, what=f"broker {leader} to lead the partition")
     return loop.time() - start
 
 
@@ -96,7 +96,7 @@ async def test_target_is_elected_once_the_source_closed_its_streams(controller: 
     assert [name for name, _ in in_flight(controller.image)] == ["orders"]
     [elect] = await controller.elect_leaders([("orders", 0)])
     assert elect.error is ErrorCode.reassignment_in_progress
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # time to elect the target, which must not happen while the source holds its streams
     assert _partition(controller).leader == -1  # the source still has its streams open
     await controller.stream_metadata.close_stream(source, meta_id, epoch)
     waited = await _wait_leader(controller, 1, timeout=5)

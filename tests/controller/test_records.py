@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from controller.records import (
+from controller.metadata_records import (
     ALL_RECORD_TYPES,
     CLUSTER_RECORD_TYPES,
     RESOURCE_TOPIC,

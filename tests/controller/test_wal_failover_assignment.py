@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.client import LocalControllerClient
 from controller.config import ServerConfig
 from controller.controller import Controller
-from controller.records import NO_TARGET, Endpoint
+from controller.metadata_records import NO_TARGET, Endpoint
 from controller.shell import MetadataShell, build_tree
 from controller.wal_failover import wal_location_key
 from storage.errors import NodeEpochExpiredError, StreamFencedError
@@ -25,7 +24,7 @@ async def _start(tmp_path: Path) -> Controller:
 
 
 async def _register(controller: Controller, locations: dict[int, bytes | None]) -> dict[int, int]:
-    client = LocalControllerClient(controller)
+    client = controller
     epochs = {}
     for node_id, location in locations.items():
         epochs[node_id] = await client.register_broker(node_id, EP, None)
@@ -50,7 +49,7 @@ async def test_only_a_session_expiry_of_an_s3_wal_broker_assigns_a_failover(tmp_
     assert await controller.reconcile_wal_failovers() == 0
 
     # Broker 3 comes back: the failover goes to it.
-    epochs[3] = await LocalControllerClient(controller).register_broker(3, EP, None)
+    epochs[3] = await controller.register_broker(3, EP, None)
     assert await controller.reconcile_wal_failovers() == 1
     assigned = controller.image.wal_failovers[1]
     assert (assigned.target_id, assigned.target_epoch, assigned.attempt) == (3, epochs[3], 1)
@@ -90,7 +89,7 @@ async def test_only_the_assigned_target_commits_for_the_dead_brokers_streams(tmp
     with pytest.raises(StreamFencedError):  # the target, but at an epoch that is not its registration
         await commit(NodeIdentity(target, epochs[target] + 1), 5)
     await commit(NodeIdentity(target, epochs[target]), 5)
-    await LocalControllerClient(controller).complete_wal_failover(NodeIdentity(target, epochs[target]), 1, epochs[1])
+    await controller.complete_wal_failover(NodeIdentity(target, epochs[target]), 1, epochs[1])
     # Done: the delegation ends with it.
     with pytest.raises(StreamFencedError):
         await commit(NodeIdentity(target, epochs[target]), 6, 5)
@@ -100,7 +99,7 @@ async def test_only_the_assigned_target_commits_for_the_dead_brokers_streams(tmp
 async def test_a_failover_nobody_took_ends_when_its_broker_comes_back(tmp_path: Path) -> None:
     controller = await _start(tmp_path)
     epochs = await _register(controller, {1: SHARED, 2: SHARED})
-    client = LocalControllerClient(controller)
+    client = controller
     # Broker 2 is gone too, so broker 1's failover has no target: its WAL is untouched.
     assert await controller.fence_broker(2, epochs[2])
     assert await controller.fence_broker(1, epochs[1], session_expired=True)

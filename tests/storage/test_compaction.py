@@ -45,7 +45,7 @@ from storage.objectstore.factory import open_object_store
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.local import LocalObjectStore
 from storage.read import ObjectReadPath
-from storage.streams import StorageStream
+from storage.stream_client import StorageStream
 from storage.wal.file import FileWAL
 
 HOUR_MS = 3_600_000

@@ -20,8 +20,8 @@ from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.records import decode_record
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.local import LocalObjectStore
-from storage.record import StreamRecordBatch
-from storage.stream import Stream
+from storage.stream_api import Stream
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
 

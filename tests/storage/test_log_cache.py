@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from storage.cache.log_cache import CacheBlock, LogCache
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 
 def batch(stream_id: int, offset: int, size: int = 100, count: int = 1) -> StreamRecordBatch:

@@ -11,7 +11,7 @@ import pytest
 
 from storage.config import BucketURL
 from storage.objects import format as fmt
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 if TYPE_CHECKING:
     from conftest import S3Server
@@ -20,7 +20,7 @@ FJORD = Path(sys.executable).parent / "fjord"
 
 
 def _fjord(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    command = [str(FJORD)] if FJORD.exists() else [sys.executable, "-m", "broker.cli"]
+    command = [str(FJORD)] if FJORD.exists() else [sys.executable, "-m", "node.cli"]
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from storage.errors import CorruptObjectError
 from storage.objects import format as fmt
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 
 def _batches(stream_id: int, start: int, n: int, size: int = 100) -> list[StreamRecordBatch]:

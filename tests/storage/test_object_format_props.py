@@ -23,7 +23,7 @@ from storage.errors import CorruptObjectError
 from storage.objects import format as fmt
 from storage.objects.reader import ObjectReader
 from storage.objectstore.memory import MemoryObjectStore
-from storage.record import HEADER_SIZE, StreamRecordBatch
+from storage.stream_record_batch import HEADER_SIZE, StreamRecordBatch
 
 NS = "_fjord_props"
 OBJECT_ID = 42

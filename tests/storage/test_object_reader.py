@@ -14,7 +14,7 @@ from storage.objects.reader import ObjectReader
 from storage.objectstore.factory import open_object_store
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 NS = "_fjord_test"
 

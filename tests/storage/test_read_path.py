@@ -12,8 +12,8 @@ from engine_support import make_engine, payload, small_config
 from storage.cache.block_cache import BlockCache, CachedBlock
 from storage.engine import StorageEngine
 from storage.objects.format import IndexEntry
-from storage.record import StreamRecordBatch
-from storage.stream import Stream
+from storage.stream_api import Stream
+from storage.stream_record_batch import StreamRecordBatch
 
 KiB = 1024
 

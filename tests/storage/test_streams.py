@@ -21,7 +21,7 @@ from storage.errors import (
     WALError,
 )
 from storage.metadata.memory import InMemoryStreamMetadata
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
 

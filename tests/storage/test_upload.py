@@ -19,7 +19,7 @@ from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectData
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.upload import UploadPipeline, plan_block
 
 NODE = NodeIdentity(1, 1)

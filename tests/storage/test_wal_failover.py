@@ -17,17 +17,16 @@ import pytest
 from engine_support import payload, small_config
 
 from broker.wal_failover import WALFailoverRunner
-from controller.client import LocalControllerClient
 from controller.config import ServerConfig
 from controller.controller import Controller
-from controller.records import Endpoint, failover_wal_epoch
+from controller.metadata_records import Endpoint, failover_wal_epoch
 from controller.wal_failover import wal_location_key
 from storage.config import BucketURL, ConfigError
 from storage.engine import StorageEngine
 from storage.errors import StorageError, StreamFencedError, StreamNotClosedError, WALError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from storage.objectstore.memory import MemoryObjectStore
-from storage.stream import Stream
+from storage.stream_api import Stream
 from storage.wal.s3 import S3WAL
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
@@ -45,7 +44,7 @@ class _ResetFails(S3WAL):
 @dataclasses.dataclass
 class _Cluster:
     controller: Controller
-    client: LocalControllerClient
+    client: Controller
     data: MemoryObjectStore
     wals: MemoryObjectStore
     tmp_path: Path
@@ -64,7 +63,7 @@ class _Cluster:
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[_Cluster]:
     controller = await Controller.start(ServerConfig.load(None, [f"log.dirs={tmp_path / 'controller'}"]))
-    client = LocalControllerClient(controller)
+    client = controller
     epochs = {}
     for node_id in (1, 2, 3):
         epochs[node_id] = await client.register_broker(node_id, EP, None)
@@ -185,7 +184,7 @@ async def test_a_broker_restarted_during_its_failover_waits_for_it_or_takes_back
 
     assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
     cluster.epochs[1] = await cluster.client.register_broker(1, EP, None)  # the dead broker is back, on a new epoch
-    restarted = broker_node.BrokerNode(ServerConfig.load(None, [
+    restarted = broker_node.Node(ServerConfig.load(None, [
         f"log.dirs={cluster.tmp_path / 'node-1'}", "node.id=1", "process.roles=broker",
         "listeners=PLAINTEXT://127.0.0.1:0", "controller.quorum.voters=0@127.0.0.1:9093",
     ]))

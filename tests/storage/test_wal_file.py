@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage.errors import WALError
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL

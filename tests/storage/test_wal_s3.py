@@ -17,7 +17,7 @@ from storage.errors import ObjectStoreError, WALError, WALFencedError
 from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal import s3_format
 from storage.wal.base import WALRecord

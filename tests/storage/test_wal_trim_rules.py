@@ -9,7 +9,7 @@ import pytest
 
 from storage.errors import WALError
 from storage.objectstore.memory import MemoryObjectStore
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.file import FileWAL
 from storage.wal.s3 import S3WAL
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import uvloop
 
 from storage.objectstore.local import LocalObjectStore
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WriteAheadLog
 from storage.wal.file import FileWAL
 from storage.wal.s3 import S3WAL

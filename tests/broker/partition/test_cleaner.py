@@ -16,11 +16,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError
 from broker.partition.cleaner import ENTRY_BYTES, CleanerStopped, clean_partition, cleanable
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
-from broker.records.batch import (
+from storage.config import BucketURL, StorageConfig
+from storage.engine import StorageEngine
+from storage.errors import StorageError
+from storage.metadata.memory import InMemoryStreamMetadata
+from wire.errors import KafkaError
+from wire.record_batch import (
     Compression,
     Record,
     build_batch,
@@ -30,10 +34,6 @@ from broker.records.batch import (
     iter_batches,
     parse_header,
 )
-from storage.config import BucketURL, StorageConfig
-from storage.engine import StorageEngine
-from storage.errors import StorageError
-from storage.metadata.memory import InMemoryStreamMetadata
 
 TOPIC_ID = uuid.UUID(int=7)
 COMPACT = LogConfig(compact=True, delete_retention_enabled=False, delete_retention_ms=60_000)

@@ -9,10 +9,12 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
-from broker.records.batch import (
+from storage.engine import StorageEngine
+from storage.metadata.memory import InMemoryStreamMetadata
+from wire.errors import KafkaError
+from wire.record_batch import (
     LOG_APPEND_TIME,
     Record,
     build_batch,
@@ -20,8 +22,6 @@ from broker.records.batch import (
     iter_batches,
     validate_batch,
 )
-from storage.engine import StorageEngine
-from storage.metadata.memory import InMemoryStreamMetadata
 
 TOPIC_ID = uuid.UUID(int=42)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.errors import KafkaError
 from broker.partition.producer_state import (
     ProducerStateManager,
     SnapshotFormatError,
     decode_snapshot,
     encode_snapshot,
 )
-from broker.records.batch import BatchHeader, Record, build_batch, parse_header
+from wire.errors import KafkaError
+from wire.record_batch import BatchHeader, Record, build_batch, parse_header
 
 
 def _header(pid: int, epoch: int, seq: int, n: int = 2, ts: int = 1000) -> BatchHeader:

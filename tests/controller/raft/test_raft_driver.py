@@ -16,6 +16,7 @@ from controller.raft.driver import NotLeaderError, RaftDriver
 from controller.raft.effects import Role
 from controller.raft.log import SnapshotId
 from controller.raft.transport import InProcessNetwork
+from tests.waiting import eventually_async
 
 CONFIG = RaftConfig(
     election_timeout_ms=100,
@@ -60,17 +61,20 @@ class Cluster:
         return driver
 
     async def leader(self, timeout: float = 5.0) -> RaftDriver:
-        async with asyncio.timeout(timeout):
-            while True:
-                leaders = [d for d in self.drivers.values() if d.role is Role.LEADER]
-                if len(leaders) == 1 and all(d.leader_id == leaders[0].node_id for d in self.drivers.values()):
-                    return leaders[0]
-                await asyncio.sleep(0.01)
+        def agreed_leader() -> RaftDriver | None:
+            leaders = [d for d in self.drivers.values() if d.role is Role.LEADER]
+            if len(leaders) == 1 and all(d.leader_id == leaders[0].node_id for d in self.drivers.values()):
+                return leaders[0]
+            return None
 
-    async def until(self, condition: Callable[[], bool], timeout: float = 5.0) -> None:
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await asyncio.sleep(0.01)
+        return await eventually_async(
+            agreed_leader, timeout=timeout, interval=0.01,
+            what=lambda: "one leader that every driver follows; roles and leaders: "
+            + str({n: (d.role.name, d.leader_id) for n, d in self.drivers.items()}),
+        )
+
+    async def until(self, condition: Callable[[], bool], timeout: float = 5.0, what: str = "the condition") -> None:
+        await eventually_async(condition, timeout=timeout, interval=0.01, what=what)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from broker.protocol.api_versions import api_name
+from wire.api_versions import api_name
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ LAG_BUCKETS = (
 LOOP_LAG_PERIOD_S = 0.01
 
 
-class BrokerMetrics:
+class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.connections = Gauge(

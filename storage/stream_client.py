@@ -25,8 +25,8 @@ from storage.errors import (
     StreamNotOpenedError,
 )
 from storage.metadata.api import NodeIdentity, StreamMetadata
-from storage.record import StreamRecordBatch
-from storage.stream import FetchResult
+from storage.stream_api import FetchResult
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 
 logger = logging.getLogger(__name__)
@@ -359,7 +359,7 @@ def _retrieve(task: asyncio.Future[None]) -> None:
 
 
 if TYPE_CHECKING:  # mypy proves the implementations satisfy the protocols the broker programs against
-    from storage.stream import Stream, StreamClient
+    from storage.stream_api import Stream, StreamClient
 
     def _stream_conforms(stream: StorageStream) -> Stream:
         return stream

@@ -1,6 +1,6 @@
 """``fjord cluster up``: a whole cluster (controller quorum + brokers) on 127.0.0.1, in the foreground.
 
-The processes are the ones ``broker.local_cluster`` plans (a generated properties file and a data directory per
+The processes are the ones ``node.local_cluster`` plans (a generated properties file and a data directory per
 node); this module is the terminal front end: it waits until the cluster is usable, prints the processes and the
 bootstrap servers, reports a node that dies, and on Ctrl-C or SIGTERM stops brokers then controllers cleanly and
 exits 0 (1 when a node had to be killed or failed). The cluster id is kept in the data directory, so ``cluster up``
@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from types import FrameType
 
-from broker.local_cluster import ClusterNotReadyError, LocalCluster, plan_cluster, wait_ready
+from node.local_cluster import ClusterNotReadyError, LocalCluster, plan_cluster, wait_ready
 from storage.config import ConfigError, parse_bucket_url, parse_overrides
 
 logger = logging.getLogger(__name__)

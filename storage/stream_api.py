@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from storage.record import StreamRecordBatch
+from storage.stream_record_batch import StreamRecordBatch
 
 
 @dataclass(frozen=True, slots=True)

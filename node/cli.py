@@ -1,4 +1,4 @@
-"""The ``fjord`` command line. Each command group lives in its own module under ``broker/commands`` and
+"""The ``fjord`` command line. Each command group lives in its own module under ``node/commands`` and
 registers itself here; this module only dispatches and turns expected errors into one-line messages."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-import broker.commands
+import node.commands
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fjord", description="Fjord: Kafka on object storage")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(broker.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"broker.commands.{info.name}")
+    for info in sorted(pkgutil.iter_modules(node.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"node.commands.{info.name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(sub)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from broker.records.compression import (
+from wire.compression import (
     Compression,
     CompressionError,
     check_frame,
@@ -30,7 +30,7 @@ from broker.records.compression import (
     compression_of,
     decompress,
 )
-from broker.records.varint import VarintError, read_varint, varint_size, write_varint
+from wire.varint import VarintError, read_varint, varint_size, write_varint
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLength

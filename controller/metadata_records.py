@@ -4,7 +4,7 @@ Brokers, the controller, the metadata log, snapshots and tools import record typ
 the cluster records (topics, partitions, configs, brokers) with Kafka's metadata record type ids, and re-exports
 the stream/object/KV records that the storage engine defines in ``storage.metadata.records`` (ids 501 and up, as
 AutoMQ's), so there is one registry and one codec for the whole log: ``type u16 | version u16 | JSON body``.
-Framing, CRCs and offsets belong to the log (``controller.log``), not to the records.
+Framing, CRCs and offsets belong to the log (``controller.metadata_log``), not to the records.
 
 Topic ids are carried as the UUID's canonical text: the shared codec has no UUID type, and the text form keeps
 snapshots readable. :class:`controller.image.TopicImage` exposes them as ``uuid.UUID``.

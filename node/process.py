@@ -1,4 +1,4 @@
-"""``BrokerNode``: one process's broker (with, in the combined mode, its controller), wired in start order.
+"""``Node``: one process, with its roles (broker, controller, or both), wired in start order.
 
 Start: controller (metadata replayed) → listeners bound (real ports known) → broker registered with its advertised
 endpoints → S3 WAL location announced (and a failover of this broker's WAL by another one awaited) → storage engine
@@ -16,25 +16,26 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from broker.metrics import BrokerMetrics
-from broker.server import DEFAULT_MAX_IN_FLIGHT, BrokerServer, RequestDispatcher
-from controller.client import ControllerClient
+from broker.groups.coordinator import GroupCoordinator
+from broker.partition.manager import PartitionManager
+from broker.request_dispatcher import RequestDispatcher
+from broker.wal_failover import WALFailoverRunner
+from controller.api import ControllerClient
 from controller.config import ServerConfig
 from controller.image import MetadataImage
-from controller.records import Endpoint
-from controller.wal_failover import zombie_failover
+from controller.metadata_records import Endpoint
+from controller.quorum import QuorumController
+from controller.wal_failover import wal_location_key, zombie_failover
+from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
+from storage.engine import StorageEngine
 from storage.errors import StorageError
-
-if TYPE_CHECKING:
-    from broker.groups.coordinator import GroupCoordinator
-    from broker.partition.manager import PartitionManager
-    from broker.wal_failover import WALFailoverRunner
-    from controller.quorum import QuorumController
-    from storage.engine import StorageEngine
+from storage.metadata.api import NodeIdentity
+from storage.objectstore.base import StoreStats
+from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
+from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -43,103 +44,19 @@ FAILOVER_WAIT_S = 120.0  # how long a restarted broker waits for another broker 
 #: process resumed): non-zero so that a supervisor (docker-compose's restart policy, systemd) starts it again.
 WAL_TAKEN_OVER_EXIT_STATUS = 3
 
-ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 
-
-class ControllerHandle:
-    """A started controller: the client the broker uses and how to stop it."""
-
-    def __init__(
-        self,
-        client: ControllerClient,
-        close: Callable[[], Awaitable[None]] | None = None,
-        stopping: Callable[[], None] | None = None,
-    ) -> None:
-        self.client = client
-        self._close = close
-        self._stopping = stopping
-
-    def stopping(self) -> None:
-        """The node begins to shut down (before the broker closes its partitions through the controller)."""
-        if self._stopping is not None:
-            self._stopping()
-
-    async def close(self) -> None:
-        if self._close is not None:
-            await self._close()
-
-
-async def open_local_controller(config: ServerConfig) -> ControllerHandle:
-    """The combined node's controller: in process over its local metadata log when it is the only voter (the
-    embedded default), else a voter of the Raft quorum (:func:`open_combined_voter`)."""
-    from controller.client import LocalControllerClient
-    from controller.controller import Controller
-    from controller.quorum import uses_quorum
-
-    if uses_quorum(config):
-        return await open_combined_voter(config)
-    controller = await Controller.start(config)
-    return ControllerHandle(LocalControllerClient(controller), controller.close)
-
-
-async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
-    """A combined node among several voters, as KRaft's combined mode: this process runs a voter of the quorum
-    (serving the CONTROLLER listener) and its broker follows the active controller wherever it is, exactly like a
-    broker-only node, except that it reads the metadata its own voter applied instead of running an observer.
-    Closing the handle stops the broker's client (a controlled shutdown) and then the voter, which hands its
-    leadership over if it has it."""
-    from controller.quorum import QuorumController
-    from controller.remote_client import RemoteControllerClient, VoterFollower
-
-    quorum = await QuorumController.start(config)
-    try:
-        client = await RemoteControllerClient.start(config, replica=VoterFollower(quorum))
-    except BaseException:
-        await quorum.stop()
-        raise
-
-    async def close() -> None:
-        try:
-            await client.close()
-        finally:
-            await quorum.stop()
-
-    def stopping() -> None:
-        # The voters of a combined quorum stop one after another: the last ones have no majority left, so the
-        # broker's closing writes get a bounded budget instead of the full retry budget each.
-        request_s = int(config.value("controller.quorum.request.timeout.ms")) / 1000
-        election_s = int(config.value("controller.quorum.election.timeout.ms")) / 1000
-        client.channel.stopping(2 * request_s + election_s)
-
-    return ControllerHandle(client, close, stopping)
-
-
-async def open_quorum_client(config: ServerConfig) -> ControllerHandle:
-    """A broker-only node's client of the controller quorum (``controller.remote_client``)."""
-    from controller.remote_client import open_remote_controller
-
-    return await open_remote_controller(config)
-
-
-def default_controller_factory(config: ServerConfig) -> ControllerFactory:
-    """``process.roles=broker`` follows the quorum over the network; a combined node runs its own controller."""
-    return open_local_controller if "controller" in config.process_roles else open_quorum_client
-
-
-class BrokerNode:
+class Node:
     # Set by start(), in this order; a handler only runs once all of them are.
     controller: ControllerClient
     storage: StorageEngine
     partitions: PartitionManager
-    groups: GroupCoordinator
-    quorum: QuorumController  # set on nodes with process.roles=controller
 
     def __init__(self, config: ServerConfig, *, controller_factory: ControllerFactory | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
-        self.metrics = BrokerMetrics()
-        self.servers: list[BrokerServer] = []
+        self.metrics = ServerMetrics()
+        self.servers: list[KafkaListener] = []
         self.node_epoch = -1
         self._controller_factory = controller_factory or default_controller_factory(config)
         self._controller_handle: ControllerHandle | None = None
@@ -149,11 +66,13 @@ class BrokerNode:
         self._dir_locks: list[int] = []
         self._failover: WALFailoverRunner | None = None
         self._halting = False
+        self.groups: GroupCoordinator | None = None
+        self.quorum: QuorumController | None = None  # set on nodes with process.roles=controller
 
     # -- the names handlers read ---------------------------------------------------------------------------------
 
     @property
-    def server(self) -> BrokerServer:
+    def server(self) -> KafkaListener:
         """The first client listener (most nodes have exactly one)."""
         return self.servers[0]
 
@@ -178,6 +97,11 @@ class BrokerNode:
                 for s in self.servers
             ]
         return tuple(out)
+
+    def _store_stats(self) -> StoreStats | None:
+        """The object store's request counts, once the storage engine runs (the metrics endpoint reads them)."""
+        storage: StorageEngine | None = getattr(self, "storage", None)
+        return storage.store.stats if storage is not None else None
 
     @property
     def metrics_port(self) -> int | None:
@@ -222,11 +146,12 @@ class BrokerNode:
         self.controller = self._controller_handle.client
         self.cluster_id = self.controller.image.cluster_id
 
-        dispatcher = RequestDispatcher(self, self.metrics)
+        dispatcher = RequestDispatcher(self, self.metrics, store_stats=self._store_stats)
         max_request = self.config.socket_request_max_bytes
         for listener in self.config.broker_listeners:
-            server = BrokerServer(
+            server = KafkaListener(
                 dispatcher,
+                self.metrics,
                 host=listener.host or "0.0.0.0",
                 port=listener.port,
                 listener_name=listener.name,
@@ -240,13 +165,6 @@ class BrokerNode:
                     f"listeners: cannot bind {listener.name} to {listener.host}:{listener.port}: {exc.strerror}"
                 ) from None
             self.servers.append(server)
-
-        # Imported here, not at module level: they import the handler and storage stacks, which the CLI does not
-        # need for ``--help`` or a configuration error. Before registering, so that the seconds these imports can
-        # take on a busy machine do not stall the heartbeats a registered broker owes its controller.
-        from broker.groups.coordinator import GroupCoordinator
-        from broker.partition.manager import PartitionManager
-        from storage.engine import StorageEngine
 
         rack = self.config.rack
         self.node_epoch = await self.controller.register_broker(self.node_id, self.bound_endpoints, rack)
@@ -262,8 +180,6 @@ class BrokerNode:
         self.storage = StorageEngine(storage_config, self.controller.stream_metadata)
         await self.storage.start()
         if storage_config.wal_url.scheme == "s3":
-            from broker.wal_failover import WALFailoverRunner
-
             self._failover = WALFailoverRunner(self.controller, self.storage)
             self._failover.start()
         self.partitions = PartitionManager(self)
@@ -306,8 +222,6 @@ class BrokerNode:
     async def _announce_wal(self) -> None:
         """Tells the controller where this broker's S3 WAL lives, so that if the broker dies another broker of the
         same WAL bucket can replay it (``controller.wal_failover``); a file WAL has nothing to announce."""
-        from controller.wal_failover import wal_location_key
-
         url = self.config.storage.wal_url
         metadata = self.controller.stream_metadata
         key = wal_location_key(self.node_id)
@@ -322,8 +236,6 @@ class BrokerNode:
         """A broker restarted while another one still replays its WAL waits for that to finish before opening
         the WAL itself (both would otherwise fence each other's reservation); bounded, then a clear error. A
         failover no live broker is assigned to is taken back: this broker's own recovery replays the same WAL."""
-        from storage.metadata.api import NodeIdentity
-
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FAILOVER_WAIT_S
         logged = False
@@ -355,8 +267,6 @@ class BrokerNode:
     async def _start_controller_only(self) -> None:
         """``process.roles=controller``: a quorum voter serving only the CONTROLLER listener (no Kafka listener,
         no storage engine)."""
-        from controller.quorum import QuorumController
-
         quorum = await QuorumController.start(self.config)
         self.quorum = quorum
         self.cluster_id = quorum.cluster_id
@@ -377,10 +287,10 @@ class BrokerNode:
         for server in self.servers:
             await server.stop_accepting()
         # A start that failed half-way stops only what it started.
-        groups = getattr(self, "groups", None)
+        groups = self.groups
         partitions = getattr(self, "partitions", None)
         storage = getattr(self, "storage", None)
-        quorum = getattr(self, "quorum", None)
+        quorum = self.quorum
         failover = self._failover
         steps: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
             ("group coordinator", groups.stop if groups is not None else None),

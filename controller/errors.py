@@ -1,7 +1,8 @@
-"""THE mapping from exceptions to Kafka error codes, and the broker's own exception type.
+"""THE mapping from exceptions to Kafka error codes.
 
-Every handler turns failures into protocol errors through ``error_code_for`` so the same storage, controller or
-broker failure is reported with the same code everywhere.
+Every handler, the broker's and the controller's alike, turns failures into protocol errors through
+``error_code_for`` so the same storage, controller or broker failure is reported with the same code everywhere. It
+lives here, not in ``wire``, because it knows storage's exceptions (``wire`` knows nothing of ours).
 """
 
 from __future__ import annotations
@@ -13,23 +14,9 @@ from kio.schema.errors import ErrorCode
 
 from storage import errors as storage_errors
 from storage.config import ConfigError
+from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
-
-
-class KafkaError(Exception):
-    """A failure with a definite Kafka error code; the message is what the client sees where a field exists."""
-
-    code: ErrorCode = ErrorCode.unknown_server_error
-
-    def __init__(self, code: ErrorCode | None = None, message: str | None = None) -> None:
-        if code is not None:
-            self.code = code
-        super().__init__(message or self.code.name)
-
-    @property
-    def message(self) -> str:
-        return str(self)
 
 
 _STORAGE_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (

@@ -1,9 +1,10 @@
-"""The interface the broker uses to reach the controller, and its in-process implementation.
+"""The controller as the broker sees it: the :class:`ControllerClient` Protocol and the types of its answers.
 
 The broker codes only against :class:`ControllerClient`: it reads the current :class:`MetadataImage`, subscribes to
-image changes, and sends write requests whose answers come back as Kafka error codes. Today
-:class:`LocalControllerClient` calls the node's own :class:`~controller.controller.Controller` directly; a Raft
-quorum will serve the same protocol over the network without changing the broker.
+image changes, and sends write requests whose answers come back as Kafka error codes. Two classes implement it:
+:class:`~controller.controller.Controller` itself (the embedded default's broker calls its own controller
+directly) and :class:`~controller.remote_client.RemoteControllerClient` (a broker of a cluster, over the network).
+This module is a leaf of the package: it imports none of them.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from kio.schema.errors import ErrorCode
 
 from controller.config import ConfigEntry
 from controller.image import MetadataImage
-from controller.records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
+from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
 from storage.metadata.api import NodeIdentity, StreamMetadata
 
 if TYPE_CHECKING:
-    from controller.controller import Controller
     from controller.producer_ids import ProducerIdBlock
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "Endpoint",
     "ImageListener",
     "IncrementalOp",
-    "LocalControllerClient",
     "NewTopic",
     "PartitionReassignment",
     "ReassignmentResult",
@@ -177,65 +176,3 @@ class ControllerClient(Protocol):
         """``node`` finished replaying the WAL of a dead broker the controller assigned to it
         (``controller.wal_failover``)."""
         ...
-
-
-class LocalControllerClient:
-    """In-process :class:`ControllerClient`: the combined node's broker calls its own controller directly."""
-
-    def __init__(self, controller: Controller) -> None:
-        self._controller = controller
-
-    @property
-    def controller(self) -> Controller:
-        return self._controller
-
-    @property
-    def image(self) -> MetadataImage:
-        return self._controller.image
-
-    def subscribe(self, listener: ImageListener) -> None:
-        self._controller.subscribe(listener)
-
-    @property
-    def stream_metadata(self) -> StreamMetadata:
-        return self._controller.stream_metadata
-
-    async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
-        return await self._controller.register_broker(node_id, listeners, rack)
-
-    async def create_topics(self, topics: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:
-        return await self._controller.create_topics(topics, validate_only)
-
-    async def delete_topics(self, names: Sequence[str] = (), ids: Sequence[uuid.UUID] = ()) -> list[DeleteTopicResult]:
-        return await self._controller.delete_topics(names, ids)
-
-    async def create_partitions(
-        self, topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool
-    ) -> tuple[ErrorCode, str | None]:
-        return await self._controller.create_partitions(topic, count, assignments, validate_only)
-
-    async def alter_configs(
-        self,
-        resource: ConfigResource,
-        changes: Mapping[str, str | None],
-        *,
-        incremental_ops: Mapping[str, int] | None,
-        validate_only: bool,
-    ) -> tuple[ErrorCode, str | None]:
-        return await self._controller.alter_configs(
-            resource, changes, incremental_ops=incremental_ops, validate_only=validate_only
-        )
-
-    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
-        return await self._controller.elect_leaders(partitions)
-
-    async def alter_partition_reassignments(
-        self, reassignments: Sequence[PartitionReassignment]
-    ) -> list[ReassignmentResult]:
-        return await self._controller.alter_partition_reassignments(reassignments)
-
-    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
-        return await self._controller.allocate_producer_ids(broker_id, broker_epoch)
-
-    async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
-        await self._controller.complete_wal_failover(node, failed_node_id, failed_node_epoch)

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import crc32c
 
-from controller.records import MetadataRecord, RecordDecodeError, decode_record, encode_record
+from controller.metadata_records import MetadataRecord, RecordDecodeError, decode_record, encode_record
 from storage.durable import fsync_dir
 from storage.errors import StorageError
 

@@ -16,8 +16,8 @@ import sys
 
 import uvloop
 
-from broker.logging_setup import configure_logging
 from controller.config import ServerConfig
+from node.logging_setup import configure_logging
 from storage.config import ConfigError, MiB
 
 logger = logging.getLogger(__name__)
@@ -113,13 +113,13 @@ def _reuse_freed_memory() -> None:
 
 
 async def _serve(config: ServerConfig) -> int:
-    from broker.node import BrokerNode
+    from node.process import Node
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    node = BrokerNode(config)
+    node = Node(config)
     starting = asyncio.create_task(node.start())
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)

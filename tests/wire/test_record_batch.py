@@ -8,7 +8,7 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.records.batch import (
+from wire.record_batch import (
     CRC_POS,
     LOG_APPEND_TIME,
     Compression,

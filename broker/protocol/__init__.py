@@ -1,1 +1,0 @@
-"""Kafka wire protocol: framing, the kio-based codec and the advertised ApiVersions table."""

@@ -1,1 +1,0 @@
-"""Kafka v2 RecordBatch handling: header parsing and validation, record codec, compression codecs."""

@@ -1,0 +1,40 @@
+"""What the broker's request handlers see of the node they run in: a narrow, typed view.
+
+Handlers read the controller, the partitions and the group coordinator through this Protocol, never the node
+itself (``node.process.Node`` satisfies it), so the broker does not depend on how a process wires its roles
+together, and a test can give handlers just the services it needs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from broker.groups.coordinator import GroupCoordinator
+from broker.partition.manager import PartitionManager
+from controller.api import ControllerClient
+from controller.config import ServerConfig
+
+
+class BrokerServices(Protocol):
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def controller(self) -> ControllerClient: ...
+
+    @property
+    def partitions(self) -> PartitionManager: ...
+
+    @property
+    def groups(self) -> GroupCoordinator | None:
+        """None until the node's coordinator runs (handlers then answer COORDINATOR_NOT_AVAILABLE)."""
+        ...
+
+    @property
+    def auto_create_topics_enable(self) -> bool: ...

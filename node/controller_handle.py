@@ -1,0 +1,90 @@
+"""How a node gets its controller: the in-process one, a voter of the Raft quorum, or a client of the quorum.
+
+A node's broker codes only against ``controller.api.ControllerClient``; which implementation it gets depends on
+the node's roles (``default_controller_factory``). This is the one place that chooses, so the controller package
+never needs to know about nodes, and tests can hand a node any controller they build.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from controller.api import ControllerClient
+from controller.config import ServerConfig
+from controller.controller import Controller
+from controller.quorum import QuorumController, uses_quorum
+from controller.remote_client import RemoteControllerClient, VoterFollower
+
+ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
+
+
+class ControllerHandle:
+    """A started controller: the client the broker uses and how to stop it."""
+
+    def __init__(
+        self,
+        client: ControllerClient,
+        close: Callable[[], Awaitable[None]] | None = None,
+        stopping: Callable[[], None] | None = None,
+    ) -> None:
+        self.client = client
+        self._close = close
+        self._stopping = stopping
+
+    def stopping(self) -> None:
+        """The node begins to shut down (before the broker closes its partitions through the controller)."""
+        if self._stopping is not None:
+            self._stopping()
+
+    async def close(self) -> None:
+        if self._close is not None:
+            await self._close()
+
+
+async def open_local_controller(config: ServerConfig) -> ControllerHandle:
+    """The combined node's controller: in process over its local metadata log when it is the only voter (the
+    embedded default), else a voter of the Raft quorum (:func:`open_combined_voter`)."""
+    if uses_quorum(config):
+        return await open_combined_voter(config)
+    controller = await Controller.start(config)
+    return ControllerHandle(controller, controller.close)
+
+
+async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
+    """A combined node among several voters, as KRaft's combined mode: this process runs a voter of the quorum
+    (serving the CONTROLLER listener) and its broker follows the active controller wherever it is, exactly like a
+    broker-only node, except that it reads the metadata its own voter applied instead of running an observer.
+    Closing the handle stops the broker's client (a controlled shutdown) and then the voter, which hands its
+    leadership over if it has it."""
+    quorum = await QuorumController.start(config)
+    try:
+        client = await RemoteControllerClient.start(config, replica=VoterFollower(quorum))
+    except BaseException:
+        await quorum.stop()
+        raise
+
+    async def close() -> None:
+        try:
+            await client.close()
+        finally:
+            await quorum.stop()
+
+    def stopping() -> None:
+        # The voters of a combined quorum stop one after another: the last ones have no majority left, so the
+        # broker's closing writes get a bounded budget instead of the full retry budget each.
+        request_s = int(config.value("controller.quorum.request.timeout.ms")) / 1000
+        election_s = int(config.value("controller.quorum.election.timeout.ms")) / 1000
+        client.channel.stopping(2 * request_s + election_s)
+
+    return ControllerHandle(client, close, stopping)
+
+
+async def open_quorum_client(config: ServerConfig) -> ControllerHandle:
+    """A broker-only node's client of the controller quorum (``controller.remote_client``), closed with the node."""
+    client = await RemoteControllerClient.start(config)
+    return ControllerHandle(client, client.close)
+
+
+def default_controller_factory(config: ServerConfig) -> ControllerFactory:
+    """``process.roles=broker`` follows the quorum over the network; a combined node runs its own controller."""
+    return open_local_controller if "controller" in config.process_roles else open_quorum_client

@@ -1,0 +1,1 @@
+"""Kafka bytes and nothing else: the codec, API versions, record batches, compression and the listener."""
