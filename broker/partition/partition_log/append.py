@@ -1,0 +1,143 @@
+"""The produce path's pure half (DESIGN.md §6 step 1): checking produced batches against the topic's config, and
+rewriting their headers with the offsets and leader epoch the partition assigns (Kafka's LogValidator).
+
+Checks of one batch on its own (magic, CRC-32C, sizes) live with the batch format in wire/record_batch.py; what is
+checked here depends on the partition: ``max.message.bytes``, ``cleanup.policy=compact`` (keys required), the
+timestamp bounds, who may write control batches. The stateful half (producer state, the lock that orders offset
+assignment, the stream append, the time index) is ``PartitionLog.append`` in :mod:`.log`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.partition.log_config import LogConfig
+from wire.errors import KafkaError
+from wire.record_batch import (
+    LOG_APPEND_TIME,
+    MAGIC_POS,
+    BatchHeader,
+    CorruptBatchError,
+    InvalidBatchError,
+    decode_records,
+    iter_batches,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batch,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 for CreateTime
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AssignedBatches:
+    """Produced batches with their offsets assigned: ``payload`` is what the log stream stores."""
+
+    payload: bytes
+    #: The base offset given to each batch, in order.
+    base_offsets: list[int]
+    #: The offset after the last record: the log end offset once the payload is appended.
+    next_offset: int
+
+
+def validate_produce(records: bytes, config: LogConfig, *, where: str, origin: str, now_ms: int) -> list[BatchHeader]:
+    """The headers of the batches in a produce request's ``records``, or the KafkaError a client expects.
+
+    ``origin`` is ``"client"`` for a produce request; the broker's own writers (group coordinator, transaction
+    markers) may write control batches and keyless records. ``now_ms`` is what timestamps are bounded against."""
+    try:
+        batches = list(iter_batches(records))
+    except InvalidBatchError as exc:
+        raise KafkaError(ErrorCode.corrupt_message, f"{where}: {exc}") from exc
+    if not batches:
+        raise KafkaError(ErrorCode.invalid_record, f"{where}: produce request has no record batches")
+    headers: list[BatchHeader] = []
+    for _, view in batches:
+        if len(view) > config.max_message_bytes:
+            raise KafkaError(
+                ErrorCode.message_too_large,
+                f"{where}: record batch of {len(view)} bytes exceeds max.message.bytes {config.max_message_bytes}",
+            )
+        try:
+            header = validate_batch(view)
+        except CorruptBatchError as exc:
+            raise KafkaError(ErrorCode.corrupt_message, f"{where}: {exc}") from exc
+        except InvalidBatchError as exc:
+            raise KafkaError(ErrorCode.invalid_record, f"{where}: {exc}") from exc
+        if header.is_control and origin == "client":
+            raise KafkaError(ErrorCode.invalid_record, f"{where}: clients may not write control batches")
+        if config.compact and origin == "client":
+            require_keys(view, where)
+        if not config.log_append_time and header.timestamp_type != LOG_APPEND_TIME:
+            for ts in (header.base_timestamp, header.max_timestamp):
+                if ts < 0:
+                    continue
+                if ts < now_ms - config.timestamp_before_max_ms or ts > now_ms + config.timestamp_after_max_ms:
+                    raise KafkaError(
+                        ErrorCode.invalid_timestamp,
+                        f"{where}: timestamp {ts} is out of range (now {now_ms}, "
+                        f"message.timestamp.before/after.max.ms)",
+                    )
+        headers.append(header)
+    if len(headers) > 1 and any(h.has_producer_id for h in headers):
+        raise KafkaError(
+            ErrorCode.invalid_record,
+            f"{where}: idempotent produce requests must contain exactly one record batch per partition",
+        )
+    return headers
+
+
+def require_keys(batch: memoryview, where: str) -> None:
+    """Compaction keeps the latest record per key, so a compacted topic refuses records without one (as
+    Kafka does)."""
+    try:
+        records = decode_records(batch)
+    except InvalidBatchError as exc:
+        raise KafkaError(ErrorCode.corrupt_message, f"{where}: {exc}") from exc
+    for record in records:
+        if record.key is None:
+            raise KafkaError(
+                ErrorCode.invalid_record,
+                f"{where}: compacted topic cannot accept a record without a key (cleanup.policy=compact)",
+            )
+
+
+def assign_offsets(
+    records: bytes, headers: list[BatchHeader], *, base_offset: int, leader_epoch: int, log_append_ms: int
+) -> AssignedBatches:
+    """Gives the validated batches of ``records`` consecutive offsets from ``base_offset`` and the leader epoch,
+    and with ``log_append_ms >= 0`` (LogAppendTime) that timestamp.
+
+    The payload is assembled by one join, so every produced byte is copied once: only each batch's first
+    MAGIC_POS bytes (base offset, length, leader epoch: outside the CRC) are rewritten, in a small copy, unless
+    LogAppendTime changes checksummed bytes and the batch is copied whole to be rewritten."""
+    view = memoryview(records)
+    pieces: list[bytes | bytearray | memoryview] = []
+    base_offsets: list[int] = []
+    next_offset = base_offset
+    pos = 0
+    for header in headers:
+        end = pos + header.size
+        head = bytearray(view[pos : end if log_append_ms >= 0 else pos + MAGIC_POS])
+        set_base_offset(head, next_offset)
+        set_partition_leader_epoch(head, leader_epoch)
+        if log_append_ms >= 0:
+            set_log_append_time(head, log_append_ms)
+            pieces.append(head)
+        else:
+            pieces += (head, view[pos + MAGIC_POS : end])
+        base_offsets.append(next_offset)
+        next_offset += header.records_count
+        pos = end
+    if pos < len(records):
+        pieces.append(view[pos:])
+    return AssignedBatches(b"".join(pieces), base_offsets, next_offset)

@@ -1,0 +1,136 @@
+"""Finding and opening the streams a partition is made of (DESIGN.md §4), before anything is read from them.
+
+The controller KV entry ``<namespace>/<topicId>/<partition>`` names the meta stream (created on first open); the
+meta stream's ``LOG`` entry names the log and time streams (created on first open too) and, with compaction, the
+cleaned stream. Every stream is opened with the partition's leader epoch, so an older leader can no longer make
+data visible. Streams that interrupted or replaced cleaner rounds left behind (LOG's ``doomed`` list) are deleted
+here, and a crash between a round's switch and its trim of the log stream is finished.
+
+This module only opens streams; what they hold is restored by :mod:`.recovery`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.partition.meta_stream import KEY_LOG, MetaStream
+from controller.kv_keys import partition_kv_key
+from storage import errors as storage_errors
+from storage.metadata.api import StreamMetadata
+from storage.stream_api import Stream, StreamClient
+from wire.errors import KafkaError
+
+logger = logging.getLogger(__name__)
+
+_OPEN_RETRIES = 50
+_OPEN_RETRY_DELAY = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedStreams:
+    """The open streams of one partition and the two meta entries that name them."""
+
+    kv_key: str
+    meta: MetaStream
+    log: Stream
+    time_stream: Stream
+    #: The LOG meta entry as JSON (``streamMap``, ``cleaned``, ``co``, ``cb``, ``th``, ``doomed``).
+    log_info: dict[str, Any]
+    cleaned: Stream | None
+
+
+async def open_stream(streams: StreamClient, stream_id: int, epoch: int, where: str) -> Stream:
+    """Opens a stream, waiting while its previous owner is still closing it (reassignment, crash recovery)."""
+    for attempt in range(_OPEN_RETRIES):
+        try:
+            return await streams.open_stream(stream_id, epoch)
+        except storage_errors.StreamNotClosedError:
+            if attempt == _OPEN_RETRIES - 1:
+                raise
+            logger.info("stream %d of %s is still open elsewhere; retrying", stream_id, where)
+            await asyncio.sleep(_OPEN_RETRY_DELAY)
+    raise AssertionError("unreachable")
+
+
+async def delete_doomed(streams: StreamClient, stream_ids: list[int], epoch: int, where: str) -> list[int]:
+    """Deletes streams a cleaner round left behind (an interrupted round's output, or a replaced cleaned stream
+    whose deletion did not finish); one already gone is fine. Returns the ids that could not be deleted yet."""
+    left: list[int] = []
+    for stream_id in stream_ids:
+        try:
+            await streams.delete_stream(stream_id, epoch)
+            logger.info("deleted stream %d of %s left by an earlier cleaner round", stream_id, where)
+        except storage_errors.StreamNotFoundError:
+            pass
+        except storage_errors.StorageError as exc:
+            logger.warning("stream %d of %s left by a cleaner round is not deletable yet: %s", stream_id, where, exc)
+            left.append(stream_id)
+    return left
+
+
+async def open_streams(
+    *,
+    streams: StreamClient,
+    kv: StreamMetadata,
+    namespace: str,
+    topic: str,
+    partition: int,
+    topic_id: uuid.UUID,
+    leader_epoch: int,
+    opened: list[Stream],
+) -> OpenedStreams:
+    """Opens (creating on first open) the meta, log, time and cleaned streams of ``topic``-``partition``.
+
+    Each stream is added to ``opened`` as soon as it is open, so the caller can close them all when this or what
+    follows it fails: the next attempt (or another node) must be able to open them."""
+    where = f"{topic}-{partition}"
+    key = partition_kv_key(namespace, topic_id, partition)
+    raw = await kv.get_kv(key)
+    tags = (("topic", topic), ("partition", str(partition)))
+    if raw is None:
+        meta_id = await streams.create_stream((*tags, ("type", "meta")))
+        await kv.put_kv(key, struct.pack(">q", meta_id))
+        logger.info("created meta stream %d for %s (kv %s)", meta_id, where, key)
+    else:
+        if len(raw) != 8:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"kv entry {key} of {where} is {len(raw)} bytes")
+        (meta_id,) = struct.unpack(">q", raw)
+    meta_stream = await open_stream(streams, meta_id, leader_epoch, where)
+    opened.append(meta_stream)
+    meta = MetaStream(meta_stream, where)
+    await meta.replay()
+    log_entry = meta.get(KEY_LOG)
+    if log_entry is None:
+        log_id = await streams.create_stream((*tags, ("type", "log")))
+        time_id = await streams.create_stream((*tags, ("type", "time")))
+        log_info: dict[str, Any] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1}}
+        await meta.put({KEY_LOG: json.dumps(log_info).encode()})
+    else:
+        log_info = json.loads(log_entry)
+    stream_map = log_info["streamMap"]
+    log = await open_stream(streams, int(stream_map["log"]), leader_epoch, where)
+    opened.append(log)
+    time_stream = await open_stream(streams, int(stream_map["tim"]), leader_epoch, where)
+    opened.append(time_stream)
+    doomed = log_info.get("doomed")
+    if isinstance(doomed, list) and doomed:
+        log_info["doomed"] = await delete_doomed(streams, [int(x) for x in doomed], leader_epoch, where)
+        await meta.put({KEY_LOG: json.dumps(log_info).encode()})
+    cleaned: Stream | None = None
+    cleaned_id = int(log_info.get("cleaned", -1))
+    if cleaned_id >= 0:
+        cleaned = await open_stream(streams, cleaned_id, leader_epoch, where)
+        opened.append(cleaned)
+        cleaner_offset = int(log_info.get("co", 0))
+        if log.start_offset < cleaner_offset:
+            # A crash between a round's switch and its trim: the prefix now lives in the cleaned stream.
+            await log.trim(min(cleaner_offset, log.next_offset))
+    return OpenedStreams(key, meta, log, time_stream, log_info, cleaned)

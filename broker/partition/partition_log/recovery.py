@@ -1,0 +1,152 @@
+"""Restoring a partition's in-memory state when it opens, replaying the log tail only when needed (Kafka's
+LogLoader).
+
+What the meta stream persisted is trusted where it can be: ``PARTITION`` (log start, cleaner offset and bytes,
+clean-shutdown flag ``cs``, max timestamp ``mt``, size checkpoint ``z``), ``LEADER_EPOCH_CHECKPOINT`` and
+``PRODUCER_SNAPSHOTS`` (producer state as of an offset). The log is read only from where that state ends: after
+an unclean shutdown (``cs`` false) or past an old producer snapshot, producer state and the time index are rebuilt
+from the batches that follow; the size is completed from the batch headers past its checkpoint. Reading the log is
+what an open must avoid, since it lives in object storage.
+
+:func:`recover` returns the rebuilt state as :class:`Recovered`; the partition adopts it before it serves anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.partition.indexes import (
+    LeaderEpochCache,
+    TimeIndex,
+    TimeIndexEntry,
+    decode_epoch_checkpoint,
+    encode_time_entry,
+)
+from broker.partition.meta_stream import KEY_LEADER_EPOCH_CHECKPOINT, KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS, MetaStream
+from broker.partition.partition_log.stored_log import StoredLog
+from broker.partition.partition_log.time_stream import load_time_index
+from broker.partition.producer_state import ProducerStateManager, SnapshotFormatError, decode_snapshot
+from storage.stream_api import Stream
+from wire.record_batch import BatchHeader
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Recovered:
+    """The partition state an open rebuilds: everything the partition keeps in memory about its log."""
+
+    producers: ProducerStateManager
+    log_start_offset: int = 0
+    cleaned_bytes: int = 0
+    size_bytes: int = 0
+    max_timestamp: int = -1
+    max_timestamp_offset: int = -1
+    time_index: TimeIndex = field(default_factory=TimeIndex)
+    epochs: LeaderEpochCache = field(default_factory=LeaderEpochCache)
+
+
+async def recover(
+    *, meta: MetaStream, stored: StoredLog, time_stream: Stream, log_info: dict[str, Any], where: str
+) -> Recovered:
+    """Rebuilds the state of a partition whose streams were just opened (``meta`` replayed), reading as little of
+    the log as the persisted state allows, and appending the time-index entries a replay finds missing."""
+    state = Recovered(ProducerStateManager(where))
+    raw_info = meta.get(KEY_PARTITION)
+    info = json.loads(raw_info) if raw_info is not None else {}
+    log = stored.log
+    # A partition opened for the first time has nothing to recover.
+    clean = bool(info.get("cs", False)) or (raw_info is None and log.confirm_offset == log.start_offset)
+    stream_start = stored.cleaned.start_offset if stored.cleaned is not None else log.start_offset
+    state.log_start_offset = max(int(info.get("s", 0)), stream_start)
+    size_checkpoint = info.get("z")
+    if stored.cleaned is not None:
+        if int(info.get("c", 0)) == stored.cleaner_offset and "cb" in info:
+            state.cleaned_bytes = int(info["cb"])
+        else:
+            # The LOG switch of a cleaner round is newer than PARTITION: sizes from before the round are stale.
+            state.cleaned_bytes = int(log_info.get("cb", 0))
+            size_checkpoint = None
+    if "mt" in info:
+        state.max_timestamp, state.max_timestamp_offset = (int(x) for x in info["mt"])
+    raw_epochs = meta.get(KEY_LEADER_EPOCH_CHECKPOINT)
+    if raw_epochs is not None:
+        state.epochs = LeaderEpochCache(decode_epoch_checkpoint(raw_epochs))
+    await load_time_index(time_stream, state.time_index, where)
+    last = state.time_index.last
+    if last is not None and last.timestamp > state.max_timestamp:
+        state.max_timestamp, state.max_timestamp_offset = last.timestamp, last.offset
+    snapshot_offset = state.log_start_offset
+    raw_snapshot = meta.get(KEY_PRODUCER_SNAPSHOTS)
+    if raw_snapshot is not None:
+        try:
+            snapshot_offset, entries = decode_snapshot(raw_snapshot)
+            state.producers.replace(entries)
+        except SnapshotFormatError as exc:
+            logger.warning("producer snapshot of %s unreadable (%s); rebuilding from the log", where, exc)
+            snapshot_offset = state.log_start_offset
+    end = log.confirm_offset  # the high watermark
+    size_from = _restore_size(state, size_checkpoint, end, where)
+    recover_from: int | None = None
+    if not clean or snapshot_offset < end:
+        recover_from = max(min(snapshot_offset, end), state.log_start_offset)
+        logger.info(
+            "recovering %s after %s shutdown: replaying log [%d, %d)",
+            where,
+            "a clean" if clean else "an unclean",
+            recover_from,
+            end,
+        )
+    if recover_from is not None or size_from < end:
+        await _replay_tail(state, stored, time_stream, recover_from=recover_from, size_from=size_from, end=end)
+    state.producers.evict_before(state.log_start_offset)
+    return state
+
+
+def _restore_size(state: Recovered, checkpoint: object, end: int, where: str) -> int:
+    """Takes the partition size from PARTITION's ``z`` = [offset, bytes] (the size of the batches below that
+    offset) and returns the offset from which the tail's batch sizes must still be added.
+
+    Persisting the size is what keeps an open cheap: rebuilding it means reading every batch header of the
+    partition, which lives in object storage. The checkpoint is trusted only where it is consistent with the
+    log: an offset beyond the recovered end (a tail lost in a crash had been counted) or below the log start
+    falls back to that full rebuild, as does a partition written before sizes were persisted."""
+    if isinstance(checkpoint, list) and len(checkpoint) == 2:
+        offset, size = (int(x) for x in checkpoint)
+        if state.log_start_offset <= offset <= end and size >= 0:
+            state.size_bytes = size
+            return offset
+    state.size_bytes = 0
+    if end > state.log_start_offset:
+        logger.info("rebuilding the size of %s from the batch headers of [%d, %d)", where, state.log_start_offset, end)
+    return state.log_start_offset
+
+
+async def _replay_tail(
+    state: Recovered, stored: StoredLog, time_stream: Stream, *, recover_from: int | None, size_from: int, end: int
+) -> None:
+    """One walk over the log tail: adds the sizes of batches from ``size_from`` and, when ``recover_from`` is
+    set (unclean shutdown or an old snapshot), rebuilds producer state and the time index from there."""
+    new_entries: list[TimeIndexEntry] = []
+    start = size_from if recover_from is None else min(recover_from, size_from)
+
+    def visit(header: BatchHeader, batch: memoryview) -> bool:
+        if header.next_offset > size_from:
+            state.size_bytes += header.size
+        if recover_from is None or header.next_offset <= recover_from:
+            return True
+        state.producers.record(header, header.base_offset)
+        if header.max_timestamp > state.max_timestamp:
+            state.max_timestamp, state.max_timestamp_offset = header.max_timestamp, header.base_offset
+            entry = TimeIndexEntry(header.max_timestamp, header.base_offset)
+            if state.time_index.add(entry):
+                new_entries.append(entry)
+        return True
+
+    await stored.scan(start, end, visit)
+    waits = [time_stream.append(encode_time_entry(e), 1) for e in new_entries]
+    for wait in waits:
+        await wait
