@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SYSTEM_STAMP := .cache/system-deps.installed
 RDK_RUNNER := .cache/librdkafka/src/tests/test-runner
+SOURCES := node broker spark_connector controller wire storage tests bench
 
 .PHONY: install run test lint unit bench clean
 
@@ -28,16 +29,17 @@ $(RDK_RUNNER): scripts/build-librdkafka-tests.sh $(SYSTEM_STAMP)
 run: $(STAMP)
 	$(BIN)/fjord server start --config config/server.properties
 
+# ruff, mypy strict, and the package layers of DESIGN.md section 2 (import-linter contracts in pyproject.toml).
 lint: install
-	$(BIN)/ruff check node broker spark_connector controller wire storage tests bench
+	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: install
 	$(BIN)/pytest -q tests
 
 test: install $(RDK_RUNNER)
-	$(BIN)/ruff check node broker spark_connector controller wire storage tests bench
-	$(BIN)/mypy
+	$(MAKE) lint
 	$(BIN)/pytest -q tests
 
 bench: install

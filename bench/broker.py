@@ -58,10 +58,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from storage.config import read_properties  # noqa: E402
 from tests.broker.broker_support import BrokerProcess, start_broker  # noqa: E402
 
 KiB = 1024
@@ -197,8 +202,6 @@ def _cpu_seconds() -> float:
 
 def produce_worker(job: Job, results: Any) -> None:
     """Produces ``job.amount`` bytes of 1 KiB records (spread over the partitions by librdkafka)."""
-    from confluent_kafka import KafkaException, Producer
-
     latencies: list[float] = []
     errors = _Errors()
 
@@ -256,8 +259,6 @@ def produce_worker(job: Job, results: Any) -> None:
 def consume_worker(job: Job, ready: Any, results: Any) -> None:
     """Reads ``job.amount`` records from offset 0 (or from the end, for the latency scenario, where every record
     carries its send time in its first 8 bytes)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
     from_end, expect = job.from_end, job.amount
     consumer = Consumer({"bootstrap.servers": job.bootstrap, "group.id": f"bench-{os.getpid()}", **CONSUMER_CONFIG})
     partitions = [TopicPartition(job.topic, p) for p in range(job.partitions)]
@@ -352,9 +353,6 @@ class Broker:
         return found
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        from confluent_kafka.admin import AdminClient
-        from confluent_kafka.cimpl import NewTopic
-
         client = AdminClient({"bootstrap.servers": self.bootstrap})
         futures = client.create_topics([NewTopic(topic, partitions, 1)])
         futures[topic].result(timeout=30)
@@ -362,8 +360,6 @@ class Broker:
     @contextmanager
     def observed(self) -> Iterator[dict[str, Any]]:
         """Samples the broker's RSS while the block runs; yields a dict filled with the deltas on exit."""
-        import psutil
-
         proc = psutil.Process(self.pid)
         peak = [proc.memory_info().rss]
         stop = threading.Event()
@@ -488,8 +484,6 @@ def run_consume(ctx: Any, broker: Broker, name: str, job: Job) -> Row:
 
 def shipped_cache_sizes() -> dict[str, str]:
     """The LogCache size, upload threshold and block cache size ``make run`` serves with."""
-    from storage.config import read_properties
-
     shipped = read_properties(SHIPPED_CONFIG)
     return {key: shipped[key] for key in _CACHE_KEYS if key in shipped}
 

@@ -50,6 +50,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import boto3
+import psutil
+import uvloop
+from moto.server import ThreadedMotoServer
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -57,9 +62,12 @@ if str(ROOT) not in sys.path:
 from storage.config import BucketURL, StorageConfig  # noqa: E402
 from storage.engine import StorageEngine  # noqa: E402
 from storage.metadata.memory import InMemoryStreamMetadata  # noqa: E402
+from storage.namespace import namespace_for  # noqa: E402
+from storage.objects.format import object_key  # noqa: E402
 from storage.objectstore.base import ObjectStore  # noqa: E402
 from storage.objectstore.local import LocalObjectStore  # noqa: E402
 from storage.objectstore.memory import MemoryObjectStore  # noqa: E402
+from storage.objectstore.s3 import S3ObjectStore  # noqa: E402
 from storage.stream_client import StorageStream  # noqa: E402
 from storage.stream_record_batch import StreamRecordBatch  # noqa: E402
 from storage.wal.file import FileWAL  # noqa: E402
@@ -238,8 +246,6 @@ def mb_per_s(nbytes: int, seconds: float) -> float:
 
 
 def rss() -> int:
-    import psutil
-
     return int(psutil.Process().memory_info().rss)
 
 
@@ -532,11 +538,6 @@ StoreFactory = Callable[[StorageConfig], ObjectStore]
 
 
 async def bench_catchup(sizes: Sizes, root: Path) -> list[Row]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    from storage.objectstore.s3 import S3ObjectStore
-
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ[key] = "bench"  # moto accepts anything; never real credentials
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -610,8 +611,6 @@ async def catchup_rows(
 
 async def raw_get_row(store: ObjectStore, metadata: InMemoryStreamMetadata, stream_id: int, where: str) -> Row:
     """What the store delivers without the engine: each object of the stream in one GET, in turn."""
-    from storage.objects.format import namespace_for, object_key
-
     try:
         objects = await metadata.get_objects(stream_id, 0, -1, 1_000_000)
         started = time.perf_counter()
@@ -692,12 +691,7 @@ SECTIONS: dict[str, Callable[[Sizes, Path], Coroutine[Any, Any, list[Row]]]] = {
 
 def run_child(name: str, sizes: Sizes, base: Path | None) -> None:
     """Runs one section and prints its rows as JSON on the last line of stdout."""
-    try:
-        import uvloop
-
-        runner: Callable[[Coroutine[Any, Any, list[Row]]], list[Row]] = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a project dependency
-        runner = asyncio.run
+    runner: Callable[[Coroutine[Any, Any, list[Row]]], list[Row]] = uvloop.run
     with tempfile.TemporaryDirectory(prefix=f"fjord-bench-{name}-", dir=base) as tmp:
         rows = runner(SECTIONS[name](sizes, Path(tmp)))
     print(json.dumps([dataclasses.asdict(r) for r in rows]))

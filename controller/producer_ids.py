@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from controller.image import MetadataImage
 from controller.metadata_records import ProducerIdsRecord
-from storage.objects.format import namespace_for
+from storage.namespace import namespace_for
 
 BLOCK_SIZE = 1000
 """Ids per block (Kafka's ``ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE``)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from storage.objects.format import namespace_for
+from storage.namespace import namespace_for
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -33,11 +33,13 @@ from storage.errors import StorageError, StreamFencedError
 from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
+from storage.objectstore.factory import open_object_store
 from storage.read import ObjectReadPath
 from storage.stream_client import StorageStream, StreamClientImpl
 from storage.stream_record_batch import StreamRecordBatch
 from storage.upload import UploadAbortedError, UploadPipeline
 from storage.wal.base import WALRecord, WriteAheadLog
+from storage.wal.factory import open_wal
 
 logger = logging.getLogger(__name__)
 
@@ -93,12 +95,8 @@ class StorageEngine:
         self._metadata = metadata
         self._node = NodeIdentity(config.node_id, config.node_epoch)
         if store is None:
-            from storage.objectstore.factory import open_object_store
-
             store = open_object_store(config.data_buckets[0], config)
         if wal is None:
-            from storage.wal.factory import open_wal
-
             wal = open_wal(config)
         self._store = store
         self._wal = wal

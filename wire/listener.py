@@ -16,7 +16,8 @@ import collections
 import logging
 import socket
 import typing
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from wire import codec
@@ -40,9 +41,17 @@ class ConnectionClosing(ProtocolError):
 
 @dataclass(frozen=True, slots=True)
 class Peer:
+    """The far end of one connection, handed to the dispatcher with each of its requests.
+
+    ``state`` is what the dispatcher keeps for this one connection (``KafkaListener``'s ``connection_state`` makes
+    it when the connection opens, and the connection lets go of it when it closes). The listener never looks
+    inside, so wire stays free of what a broker or a controller remembers per connection; a peer built outside a
+    listener (a test driving a dispatcher directly) has none."""
+
     host: str
     port: int
     listener: str
+    state: object = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port} on listener {self.listener}"
@@ -68,8 +77,11 @@ class KafkaListener:
         listener_name: str = "PLAINTEXT",
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        connection_state: Callable[[], object] | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        #: Makes the dispatcher's per-connection :attr:`Peer.state` when a connection opens (None: no state).
+        self.connection_state = connection_state
         self.host = host
         self.port = port
         self.listener_name = listener_name
@@ -135,10 +147,10 @@ class _Connection(asyncio.BufferedProtocol):
     """One client connection: cuts the byte stream into request frames and answers them in order.
 
     A protocol rather than a StreamReader because the stream reader's per-chunk buffer growth, wake-ups and
-    front-deletes cost a third of the broker's CPU under 1 MiB produce requests. Here the socket is read straight
-    into a staging buffer; a frame larger than what is left of it gets a buffer of its own, which the socket then
-    fills directly, so every byte of a request is copied once on its way to the handler. Frames are dispatched as
-    soon as they are complete (handlers run concurrently); a responder task writes the responses in request order.
+    front-deletes cost a third of the broker's CPU under 1 MiB produce requests. The socket is read straight into
+    the connection's :class:`~wire.frames.FrameBuffer`, so every byte of a request is copied once on its way to
+    the handler. Frames are dispatched as soon as they are complete (handlers run concurrently); a responder task
+    writes the responses in request order.
     Reading pauses while ``max_in_flight`` requests are outstanding, which pushes back on the client through TCP.
     """
 
@@ -167,7 +179,9 @@ class _Connection(asyncio.BufferedProtocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peername = transport.get_extra_info("peername") or ("?", 0)
-        self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name)
+        make_state = self._server.connection_state
+        state = make_state() if make_state is not None else None
+        self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name, state)
         self._server._opened(self)
         logger.debug("connection from %s", self.peer)
         self.responder = asyncio.get_running_loop().create_task(self._respond())
@@ -269,4 +283,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._pending.clear()
             transport.close()
             self._server._closed(self)
+            # The dispatcher's state for this connection goes with it (requests still running keep their own
+            # reference until they finish); the transport may hold this protocol object for a while longer.
+            self.peer = replace(self.peer, state=None)
             logger.debug("connection from %s closed", self.peer)

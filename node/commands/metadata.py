@@ -97,7 +97,7 @@ def run_shell(args: argparse.Namespace) -> int:
 
 def _interactive(shell: MetadataShell, source: str) -> int:
     try:
-        import readline  # noqa: F401 - line editing and history for input()
+        import readline  # noqa: F401, PLC0415 - line editing and history for input(), where the platform has it
     except ImportError:
         pass
     print(f"metadata from {source}; type help for commands")

@@ -16,7 +16,7 @@ import sys
 
 import uvloop
 
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from node.logging_setup import configure_logging
 from storage.config import ConfigError, MiB
 
@@ -113,7 +113,9 @@ def _reuse_freed_memory() -> None:
 
 
 async def _serve(config: ServerConfig) -> int:
-    from node.process import Node
+    # Imported when a node starts, not when the CLI loads: the node pulls in the broker, controller and storage
+    # stacks (about a second), which `fjord --help` and a configuration error have no use for.
+    from node.process import Node  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -385,11 +385,6 @@ def object_key(object_id: int, namespace: str) -> str:
     return f"{f'{object_id:08x}'[::-1]}/{namespace}/{object_id}"
 
 
-def namespace_for(cluster_id: str) -> str:
-    """A cluster's namespace: the middle part of its object keys and the prefix of its KV keys."""
-    return f"_fjord_{cluster_id}"
-
-
 def object_id_from_key(key: str) -> int | None:
     """The object id of a data-object key, or None if the key is not one."""
     parts = key.split("/")

@@ -25,7 +25,7 @@ def open_object_store(url: BucketURL, config: StorageConfig) -> ObjectStore:
     if url.scheme == "s3":
         # Imported on demand: aiobotocore and aiohttp take most of a second to import, which every
         # command-line call and every file-only process would otherwise pay.
-        from storage.objectstore.s3 import S3ObjectStore
+        from storage.objectstore.s3 import S3ObjectStore  # noqa: PLC0415 - see above
 
         return S3ObjectStore.from_url(url, config)
     if url.scheme == "mem":

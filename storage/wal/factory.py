@@ -11,17 +11,12 @@ from collections.abc import Callable
 
 from storage.config import BucketURL, ConfigError, StorageConfig
 from storage.objectstore.base import ObjectStore
+from storage.objectstore.factory import open_object_store
 from storage.wal.base import WriteAheadLog
 from storage.wal.file import FileWAL
 from storage.wal.s3 import S3WAL
 
 StoreFactory = Callable[[BucketURL, StorageConfig], ObjectStore]
-
-
-def _default_store_factory(url: BucketURL, config: StorageConfig) -> ObjectStore:
-    from storage.objectstore.factory import open_object_store
-
-    return open_object_store(url, config)
 
 
 def open_wal(config: StorageConfig, store_factory: StoreFactory | None = None) -> WriteAheadLog:
@@ -30,7 +25,7 @@ def open_wal(config: StorageConfig, store_factory: StoreFactory | None = None) -
     if url.scheme == "file":
         return FileWAL.from_config(config)
     if url.scheme in ("s3", "mem"):
-        store = (store_factory or _default_store_factory)(url, config)
+        store = (store_factory or open_object_store)(url, config)
         return S3WAL.from_config(config, store, owns_store=True)
     raise ConfigError(f"s3.wal.path: unsupported WAL URL {url.describe()} (use file://, s3:// or mem://)")
 
@@ -49,6 +44,6 @@ def open_failover_wal(
             f"s3.wal.path: node {config.node_id} has the WAL {url.describe()}; only a node with an s3 WAL in the "
             f"cluster's shared WAL bucket can replay node {node_id}'s WAL"
         )
-    store = (store_factory or _default_store_factory)(url, config)
+    store = (store_factory or open_object_store)(url, config)
     dead = dataclasses.replace(config, node_id=node_id, node_epoch=failover_epoch)
     return S3WAL.from_config(dead, store, owns_store=True, failover=True)

@@ -12,14 +12,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.api import NewTopic, PartitionReassignment
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.image import PartitionImage
 from controller.kv_keys import partition_kv_key
 from controller.metadata_records import Endpoint
 from controller.reassignment import in_flight
 from storage.metadata.api import NodeIdentity
-from storage.objects.format import namespace_for
+from storage.namespace import namespace_for
 from tests.waiting import eventually_async
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
