@@ -1,6 +1,8 @@
 """The broker's request dispatcher: one Kafka request frame in, one response frame out, through the handler table.
 
-Kept free of sockets (``wire.listener`` owns those) so tests can drive it directly. An API or version the broker
+Kept free of sockets (``wire.listener`` owns those) so tests can drive it directly. The listener asks it for a
+:class:`~broker.handlers.context.ConnectionState` when a connection opens (``connection_state``) and hands that back
+on every request of the connection as ``Peer.state``. An API or version the broker
 does not serve closes the connection (ApiVersions excepted: KIP-511 answers a newer client with our range); a
 handler that fails unexpectedly is answered with the API's top-level error code where it has one.
 """
@@ -14,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.handlers import api_versions as api_versions_handler
-from broker.handlers.registry import Handler, RequestContext, load_handlers
+from broker.handlers.context import ConnectionState, Handler, RequestContext
+from broker.handlers.table import HANDLERS
 from broker.services import BrokerServices
 from controller.errors import error_code_for, error_message_for
 from storage.objectstore.base import StoreStats
@@ -44,11 +47,15 @@ class RequestDispatcher:
     ):
         self.node = node
         self.metrics = metrics
-        self.handlers = dict(handlers if handlers is not None else load_handlers())
+        self.handlers = dict(handlers if handlers is not None else HANDLERS)
         self.versions: Mapping[int, VersionRange] = advertised(self.handlers)
         # Object-store request counts sit next to the request metrics on the same endpoint. The node's storage
         # engine starts after its dispatcher exists, so the collector looks the store up at scrape time.
         metrics.registry.register(StoreStatsCollector(store_stats))
+
+    def connection_state(self) -> ConnectionState:
+        """The state of a new connection: ``KafkaListener(connection_state=...)`` calls this as it opens."""
+        return ConnectionState()
 
     async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
         prefix = codec.read_prefix(frame)
@@ -79,6 +86,9 @@ class RequestDispatcher:
             client_port=peer.port,
             node=self.node,
             listener_name=peer.listener,
+            # A peer from outside a listener (a test driving the dispatcher) has no state: nothing to order.
+            connection=peer.state if isinstance(peer.state, ConnectionState) else ConnectionState(),
+            api_versions=self.versions,
         )
         started = time.perf_counter()
         try:

@@ -12,15 +12,19 @@ from typing import Protocol
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from controller.api import ControllerClient
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 
 
 class BrokerServices(Protocol):
+    """Exactly what the handlers read of the node; read-only properties, so the node may hold narrower types."""
+
     @property
     def node_id(self) -> int: ...
 
     @property
-    def cluster_id(self) -> str: ...
+    def node_epoch(self) -> int:
+        """The epoch of this broker's current registration (producer-id blocks are asked for with it)."""
+        ...
 
     @property
     def config(self) -> ServerConfig: ...

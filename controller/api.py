@@ -3,7 +3,7 @@
 The broker codes only against :class:`ControllerClient`: it reads the current :class:`MetadataImage`, subscribes to
 image changes, and sends write requests whose answers come back as Kafka error codes. Two classes implement it:
 :class:`~controller.controller.Controller` itself (the embedded default's broker calls its own controller
-directly) and :class:`~controller.remote_client.RemoteControllerClient` (a broker of a cluster, over the network).
+directly) and :class:`~controller.remote.client.RemoteControllerClient` (a broker of a cluster, over the network).
 This module is a leaf of the package: it imports none of them.
 """
 
@@ -13,11 +13,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kio.schema.errors import ErrorCode
 
-from controller.config import ConfigEntry
+from controller.config.describe import ConfigEntry
 from controller.image import MetadataImage
 from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
 from storage.metadata.api import NodeIdentity, StreamMetadata
@@ -36,6 +36,7 @@ __all__ = [
     "IncrementalOp",
     "NewTopic",
     "PartitionReassignment",
+    "QuorumForwarder",
     "ReassignmentResult",
 ]
 
@@ -175,4 +176,18 @@ class ControllerClient(Protocol):
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """``node`` finished replaying the WAL of a dead broker the controller assigned to it
         (``controller.wal_failover``)."""
+        ...
+
+
+@runtime_checkable
+class QuorumForwarder(Protocol):
+    """A controller client that is not the quorum itself (a broker following the Raft leader over the network).
+
+    Requests that only the Raft leader can answer (DescribeQuorum) are forwarded unchanged through it, as KRaft
+    brokers do; a controller running in the broker's own process does not have this, and the broker then answers
+    for its local metadata log. A separate, runtime-checkable Protocol rather than a :class:`ControllerClient`
+    method, so in-process controllers and test doubles need not say that they have nothing to forward to."""
+
+    async def forward_to_quorum_leader(self, api_key: int, version: int, request: object) -> object:
+        """Sends a client's request entity unchanged to the Raft leader and returns the leader's response entity."""
         ...

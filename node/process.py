@@ -22,7 +22,7 @@ from broker.partition.manager import PartitionManager
 from broker.request_dispatcher import RequestDispatcher
 from broker.wal_failover import WALFailoverRunner
 from controller.api import ControllerClient
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
 from controller.quorum import QuorumController
@@ -157,6 +157,7 @@ class Node:
                 listener_name=listener.name,
                 max_request_bytes=max_request,
                 max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+                connection_state=dispatcher.connection_state,
             )
             try:
                 await server.bind()

@@ -4,8 +4,8 @@ Each entry is the range a handler implements *in full* (flexible versions, tagge
 version has them). kio can decode far newer versions; copying its ranges would make clients pick versions we do
 not serve (Produce/Fetch v13 need topic ids; librdkafka calls GetTelemetrySubscriptions as soon as it is listed).
 
-An API is advertised only when a handler for its key is registered (``broker.handlers.registry``), so an entry
-for an API still being written is harmless. Handler authors edit only their own API's line.
+An API is advertised only when the server's handler table has a handler for its key (``advertised``), so an
+entry for an API still being written is harmless. Handler authors edit only their own API's line.
 """
 
 from __future__ import annotations

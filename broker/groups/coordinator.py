@@ -43,8 +43,9 @@ from broker.groups.offsets_schema import (
     partition_for,
 )
 from broker.groups.state import GroupState, JoinResult, SyncResult
+from broker.partition.manager import PartitionManager
 from controller.api import ControllerClient, NewTopic
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from controller.errors import error_code_logged
 from controller.image import MetadataImage
 from wire.errors import KafkaError
@@ -62,12 +63,20 @@ _STOP_DRAIN_SECONDS = 5.0
 
 
 class CoordinatorHost(Protocol):
-    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it)."""
+    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it). Read-only
+    properties, so the node may hold narrower types."""
 
-    node_id: int
-    config: ServerConfig
-    controller: ControllerClient
-    partitions: Any  # broker.partition.manager.PartitionManager
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def controller(self) -> ControllerClient: ...
+
+    @property
+    def partitions(self) -> PartitionManager: ...
 
 
 class _Load(enum.Enum):

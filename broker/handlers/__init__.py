@@ -1,2 +1,2 @@
-"""Request handlers, one module per API family. Modules register themselves with ``registry.handler``;
-``registry.load_handlers`` imports every module here, so adding a handler needs no edit to a shared file."""
+"""Request handlers, one module per API family; ``table`` lists which handler serves which API key, and
+``context`` holds what each handler receives with a request."""

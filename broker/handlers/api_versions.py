@@ -9,9 +9,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.registry import RequestContext, handler, load_handlers
+from broker.handlers.context import RequestContext
 from wire import codec
-from wire.api_versions import API_VERSIONS_KEY, FEATURES, VersionRange, advertised
+from wire.api_versions import API_VERSIONS_KEY, FEATURES, VersionRange
 
 # KIP-511: client software name and version must look like this, else INVALID_REQUEST.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -53,10 +53,9 @@ def _features(ctx: RequestContext) -> dict[str, object]:
     }
 
 
-@handler(api_key=API_VERSIONS_KEY)
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
-    versions = advertised(load_handlers())
+    versions = ctx.api_versions
     if ctx.api_version >= 3 and not (
         _SOFTWARE.fullmatch(request.client_software_name or "")
         and _SOFTWARE.fullmatch(request.client_software_version or "")

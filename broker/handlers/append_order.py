@@ -1,8 +1,8 @@
 """Keeps the appends of one connection to one partition in the order its Produce requests arrived.
 
-The server runs the requests of a connection concurrently (server.py), but Kafka clients rely on a connection's
-requests being applied in order: a producer with several Produce requests in flight to one partition expects
-their batches at increasing offsets. Concurrency alone breaks that whenever an earlier request has to wait for
+The listener runs the requests of a connection concurrently (``wire.listener``), but Kafka clients rely on a
+connection's requests being applied in order: a producer with several Produce requests in flight to one partition
+expects their batches at increasing offsets. Concurrency alone breaks that whenever an earlier request has to wait for
 something a later one does not, e.g. the first requests to a partition that is still opening wait in
 ``leader_log`` while a request arriving after the open finished goes straight to the log and is appended first.
 
@@ -11,20 +11,22 @@ starts its ``PartitionLog.append`` only after the previous turn on the same conn
 started its own. Starting is all that is ordered: ``PartitionLog.append`` assigns offsets under a FIFO lock
 before its first suspension, and asyncio steps tasks in the order they were scheduled, so appends started in
 order get offsets in order while their WAL writes still overlap.
+
+Each connection has its own :class:`AppendOrder` (``broker.handlers.context.ConnectionState``), so the queues go
+away with the connection and connections never wait for each other.
 """
 
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 P = TypeVar("P")
 T = TypeVar("T")
 
-#: (client host, client port, listener, topic, partition): one connection's appends to one partition.
-OrderKey = tuple[str, int, str, str, int]
+#: (topic, partition): the connection's appends to one partition.
+OrderKey = tuple[str, int]
 
 
 class AppendTurn:
@@ -59,7 +61,7 @@ class AppendTurn:
 
 
 class AppendOrder:
-    """The turn queues of one broker node; an entry lives only while its queue has an unstarted append."""
+    """The turn queues of one connection; an entry lives only while its queue has an unstarted append."""
 
     def __init__(self) -> None:
         self._tails: dict[OrderKey, asyncio.Future[None]] = {}
@@ -77,15 +79,3 @@ class AppendOrder:
 
     def __len__(self) -> int:
         return len(self._tails)
-
-
-_orders: weakref.WeakKeyDictionary[Any, AppendOrder] = weakref.WeakKeyDictionary()
-
-
-def append_order(node: Any) -> AppendOrder:
-    """The append order of a broker node (one per node, created on first use)."""
-    order = _orders.get(node)
-    if order is None:
-        order = AppendOrder()
-        _orders[node] = order
-    return order

@@ -7,14 +7,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker import authorized_operations
+from broker.handlers.context import RequestContext
 from broker.handlers.metadata import client_controller_id, live_endpoint
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 ENDPOINT_TYPE_BROKERS = 1
 
 
-@handler(api_key=60)
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     image = ctx.node.controller.image
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKERS)

@@ -6,12 +6,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 
-@handler(api_key=42)
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     groups = coordinator(ctx)
     names = list(request.groups_names)

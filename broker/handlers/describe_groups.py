@@ -12,12 +12,11 @@ from kio.schema.errors import ErrorCode
 
 from broker import authorized_operations
 from broker.groups.state import GroupState
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 
-@handler(api_key=15)
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     group_cls = codec.field_entity(ctx.response_class, "groups")
     groups = coordinator(ctx)

@@ -12,17 +12,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.registry import RequestContext, handler
+from broker.handlers.context import RequestContext
+from controller.api import QuorumForwarder
 from controller.raft.messages import DescribeQuorumResponse, Errors, ReplicaState
 from controller.rpc.raft_codec import describe_quorum_response
 
 
-@handler(api_key=55)
 async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
-    forward = getattr(ctx.node.controller, "forward_to_quorum_leader", None)
-    if forward is not None:
-        return await forward(ctx.api_key, ctx.api_version, request)
-    image = ctx.node.controller.image
+    controller = ctx.node.controller
+    if isinstance(controller, QuorumForwarder):
+        return await controller.forward_to_quorum_leader(ctx.api_key, ctx.api_version, request)
+    image = controller.image
     if "controller" not in ctx.node.config.process_roles:
         return ctx.build(error_code=ErrorCode.unknown_server_error,
                          error_message="this broker has no controller quorum to describe")

@@ -28,9 +28,10 @@ from broker.fetch_session import (
     PartitionRequest,
     SessionPartition,
 )
-from broker.handlers.registry import RequestContext, handler
+from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
+from broker.services import BrokerServices
 from controller.errors import error_code_logged
 from wire import codec
 from wire.errors import KafkaError
@@ -38,10 +39,10 @@ from wire.errors import KafkaError
 logger = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
-_caches: weakref.WeakKeyDictionary[Any, FetchSessionCache] = weakref.WeakKeyDictionary()
+_caches: weakref.WeakKeyDictionary[BrokerServices, FetchSessionCache] = weakref.WeakKeyDictionary()
 
 
-def session_cache(node: Any) -> FetchSessionCache:
+def session_cache(node: BrokerServices) -> FetchSessionCache:
     """The fetch-session cache of a broker node (one per node, created on first use)."""
     cache = _caches.get(node)
     if cache is None:
@@ -199,7 +200,6 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, session_id=fetch.session_id, responses=responses)
 
 
-@handler(api_key=1)
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     requested, forgotten = _requested(ctx, request)
     cache = session_cache(ctx.node)

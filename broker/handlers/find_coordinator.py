@@ -6,9 +6,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
 from broker.handlers.metadata import live_endpoint
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 KEY_TYPE_GROUP = 0
@@ -40,7 +40,6 @@ async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCo
     return ErrorCode.none, None, node_id, endpoint[0], endpoint[1]
 
 
-@handler(api_key=10)
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version >= 4:
         coordinators = []

@@ -4,15 +4,13 @@ per-partition error answer of the offsets APIs."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.registry import RequestContext
+from broker.groups.coordinator import GroupCoordinator
+from broker.handlers.context import RequestContext
 from wire import codec
-
-if TYPE_CHECKING:
-    from broker.groups.coordinator import GroupCoordinator
 
 
 def coordinator(ctx: RequestContext) -> GroupCoordinator | None:

@@ -6,11 +6,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from broker.handlers.registry import RequestContext, handler
 
 
-@handler(api_key=12)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     groups = coordinator(ctx)
     if groups is None:

@@ -14,17 +14,20 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.registry import RequestContext, handler
+from broker.handlers.context import RequestContext
 from broker.partition.producer_ids import ProducerIdAllocator
+from broker.services import BrokerServices
 from controller.errors import error_code_for
 
 logger = logging.getLogger(__name__)
 
 _MAX_EPOCH = 0x7FFF
-_allocators: weakref.WeakKeyDictionary[Any, ProducerIdAllocator] = weakref.WeakKeyDictionary()
+_allocators: weakref.WeakKeyDictionary[BrokerServices, ProducerIdAllocator] = weakref.WeakKeyDictionary()
 
 
-def producer_id_allocator(node: Any) -> ProducerIdAllocator:
+def producer_id_allocator(node: BrokerServices) -> ProducerIdAllocator:
+    """The producer-id allocator of a broker node (one per node, created on first use): ids come in blocks that
+    the node holds across requests and connections."""
     allocator = _allocators.get(node)
     if allocator is None:
         allocator = ProducerIdAllocator(node.controller, lambda: (node.node_id, node.node_epoch))
@@ -32,7 +35,6 @@ def producer_id_allocator(node: Any) -> ProducerIdAllocator:
     return allocator
 
 
-@handler(api_key=22)
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         logger.info(

@@ -7,12 +7,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.groups.group import JoinRequest
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator, member_host
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 
-@handler(api_key=11)
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     groups = coordinator(ctx)

@@ -10,12 +10,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 
-@handler(api_key=13)
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     groups = coordinator(ctx)
     if groups is None:

@@ -10,14 +10,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 CLASSIC_GROUP_TYPE = "classic"
 
 
-@handler(api_key=16)
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     groups = coordinator(ctx)
     if groups is None:

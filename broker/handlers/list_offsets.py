@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.registry import RequestContext, handler
+from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
 from broker.partition.partition_log import MAX_TIMESTAMP
 from controller.errors import error_code_logged
@@ -40,7 +40,6 @@ async def _lookup(ctx: RequestContext, part_cls: type[Any], topic: str, p: Any, 
         return codec.build(part_cls, partition_index=index, error_code=code, timestamp=-1, offset=-1, leader_epoch=-1)
 
 
-@handler(api_key=2)
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     topic_cls = codec.field_entity(ctx.response_class, "topics")
     part_cls = codec.field_entity(topic_cls, "partitions")

@@ -11,12 +11,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.registry import RequestContext, handler
+from broker.handlers.context import RequestContext
 from controller.reassignment import in_flight
 from wire import codec
 
 
-@handler(api_key=46)
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
     image = ctx.node.controller.image
     wanted: dict[str, set[int]] | None = None

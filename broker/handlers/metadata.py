@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
-from broker.handlers.registry import RequestContext, handler
+from broker.handlers.context import RequestContext
 from controller.api import NewTopic
 from controller.image import BrokerImage, MetadataImage, TopicImage
 from wire import codec
@@ -98,7 +98,6 @@ async def _auto_create(ctx: RequestContext, names: Sequence[str]) -> dict[str, E
     return out
 
 
-@handler(api_key=3)
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     node = ctx.node
     image = node.controller.image

@@ -11,17 +11,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import OffsetCommit
-from broker.handlers.commit_order import pending_commits
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator, partition_errors
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 
-@handler(api_key=8)
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     # Registered before the first suspension: handlers start in arrival order.
-    pending = pending_commits(ctx.node)
-    key = (ctx.client_host, ctx.client_port, ctx.listener_name, request.group_id)
+    pending = ctx.connection.commits
+    key = request.group_id
     done = pending.begin(key)
     try:
         return await _commit(ctx, request)

@@ -6,11 +6,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator, partition_errors
-from broker.handlers.registry import RequestContext, handler
 
 
-@handler(api_key=47)
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     groups = coordinator(ctx)
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]

@@ -14,9 +14,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import FetchedOffset
-from broker.handlers.commit_order import pending_commits
+from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from broker.handlers.registry import RequestContext, handler
 from wire import codec
 
 
@@ -58,16 +57,11 @@ def _topics(topic_cls: type[Any], fetched: list[FetchedOffset]) -> tuple[Any, ..
     )
 
 
-@handler(api_key=9)
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     group_ids = [g.group_id for g in request.groups] if ctx.api_version >= 8 else [request.group_id]
     # Taken before the first suspension: exactly the commits this connection sent before this request.
-    pending = pending_commits(ctx.node)
-    earlier = [
-        done
-        for group_id in group_ids
-        for done in pending.earlier((ctx.client_host, ctx.client_port, ctx.listener_name, group_id))
-    ]
+    pending = ctx.connection.commits
+    earlier = [done for group_id in group_ids for done in pending.earlier(group_id)]
     if earlier:
         await asyncio.wait(earlier)
     cls = ctx.response_class

@@ -8,8 +8,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers.context import RequestContext
 from broker.handlers.per_partition import answer_per_partition
-from broker.handlers.registry import RequestContext, handler
 from broker.partition.access import leader_log
 from controller.errors import error_code_logged
 from wire import codec
@@ -17,7 +17,6 @@ from wire import codec
 logger = logging.getLogger(__name__)
 
 
-@handler(api_key=23)
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     async def answer(topic: str, part_cls: type[Any], p: Any) -> Any:
         try:

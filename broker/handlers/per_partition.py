@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.handlers.registry import RequestContext
+from broker.handlers.context import RequestContext
 from wire import codec
 
 #: ``answer(topic name, partition entity class, requested partition) -> partition entity``; must not raise for

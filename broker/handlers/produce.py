@@ -16,8 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.append_order import append_order
-from broker.handlers.registry import RequestContext, handler
+from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
 from broker.partition.partition_log import AppendResult
 from controller.errors import error_code_for, error_code_logged, error_message_for
@@ -37,7 +36,7 @@ async def _append_one(
             raise KafkaError(ErrorCode.invalid_record, f"{topic}-{partition}: produce request without records")
         data = bytes(records)
         # Taken before the first suspension: tasks first run in the order they were created (arrival order).
-        turn = append_order(ctx.node).take((ctx.client_host, ctx.client_port, ctx.listener_name, topic, partition))
+        turn = ctx.connection.appends.take((topic, partition))
         return await turn.start(
             leader_log(ctx.node, topic, partition), lambda log: log.append(data, required_acks=acks)
         )
@@ -74,7 +73,6 @@ def _partition_response(cls: type[Any], index: int, outcome: AppendResult | Base
     )
 
 
-@handler(api_key=0)
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     topic_cls = codec.field_entity(ctx.response_class, "responses")

@@ -30,14 +30,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from broker.partition.partition_log import PartitionLog
 from storage import errors as storage_errors
 from wire.errors import KafkaError
 from wire.record_batch import BatchHeader, Record, decode_records, filter_batch, iter_batches
-
-if TYPE_CHECKING:
-    from broker.partition.partition_log import PartitionLog
 
 logger = logging.getLogger(__name__)
 

@@ -22,9 +22,10 @@ from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from broker.partition.retention import HeadCache, enforce_retention
 from controller.api import ControllerClient
-from controller.config import ServerConfig, effective_topic_configs
+from controller.config.describe import effective_topic_configs
+from controller.config.server import ServerConfig
 from controller.image import MetadataImage, PartitionImage
-from storage.objects.format import namespace_for
+from storage.namespace import namespace_for
 from storage.stream_api import StreamClient
 from wire.errors import KafkaError
 
@@ -39,13 +40,23 @@ _STOP_ROUND_TIMEOUT = 30.0
 
 
 class PartitionHost(Protocol):
-    """What the manager needs from the broker node (``node.process.Node`` satisfies it)."""
+    """What the manager needs from the broker node (``node.process.Node`` satisfies it). Read-only properties, so
+    the node may hold narrower types (its ``storage`` is the whole StorageEngine)."""
 
-    node_id: int
-    cluster_id: str
-    config: ServerConfig
-    controller: ControllerClient
-    storage: Any  # a storage.stream_api.StreamClient (the StorageEngine)
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def controller(self) -> ControllerClient: ...
+
+    @property
+    def storage(self) -> StreamClient: ...
 
 
 class PartitionManager:

@@ -20,13 +20,10 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from broker.partition.log_config import LogConfig
+from broker.partition.partition_log import PartitionLog
 from wire.record_batch import BatchHeader
-
-if TYPE_CHECKING:
-    from broker.partition.partition_log import PartitionLog
 
 logger = logging.getLogger(__name__)
 

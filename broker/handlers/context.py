@@ -1,0 +1,70 @@
+"""What a handler receives with each request: the :class:`RequestContext`, and the :class:`ConnectionState` of the
+connection the request arrived on.
+
+A handler is ``async def f(ctx: RequestContext, request) -> response | None``, listed by api key in
+``broker.handlers.table``. It receives the decoded kio request entity of the client's version and returns the kio
+response entity of the same version (``ctx.build`` makes one with every unspecified field defaulted), or None to
+send nothing (Produce with acks=0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from broker.handlers.append_order import AppendOrder
+from broker.handlers.commit_order import PendingCommits
+from broker.services import BrokerServices
+from wire import codec
+from wire.api_versions import VersionRange
+
+Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+
+
+@dataclass(slots=True, eq=False)
+class ConnectionState:
+    """What the broker keeps for one client connection, for as long as it is open.
+
+    Kafka applies a connection's requests in order; the listener runs them concurrently, so the few orderings
+    clients rely on are restored per connection here: Produce appends to a partition in arrival order, and an
+    OffsetFetch sees the OffsetCommits sent before it. The listener makes one per connection
+    (``RequestDispatcher.connection_state``) and drops it when the connection closes, so nothing keyed by client
+    address outlives its connection."""
+
+    appends: AppendOrder = field(default_factory=AppendOrder)
+    commits: PendingCommits = field(default_factory=PendingCommits)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    node: BrokerServices
+    #: Name of the listener the connection arrived on; Metadata answers with that listener's endpoints.
+    listener_name: str = "PLAINTEXT"
+    client_port: int = 0
+    #: The connection's own state; a context built outside a connection gets a fresh one (no ordering to keep).
+    connection: ConnectionState = field(default_factory=ConnectionState)
+    #: The API versions the dispatcher serves, for ApiVersions to advertise: handed in rather than imported,
+    #: since the handler table that defines them lists the ApiVersions handler itself.
+    api_versions: Mapping[int, VersionRange] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def response_class(self) -> type[Any]:
+        return codec.response_class(self.api_key, self.api_version)
+
+    def build(self, response_cls: type[Any] | None = None, /, **fields: object) -> Any:
+        """A response entity (by default this request's response class) with unspecified fields defaulted."""
+        return codec.build(response_cls if response_cls is not None else self.response_class, **fields)
+
+    def describe(self) -> str:
+        """For logs: who sent what."""
+        return (
+            f"api_key={self.api_key} v{self.api_version} correlation_id={self.correlation_id} "
+            f"client={self.client_id!r}@{self.client_host}:{self.client_port}"
+        )
