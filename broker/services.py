@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.fetch_session import FetchSessionCache
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
+from broker.partition.producer_ids import ProducerIdAllocator
 from controller.api import ControllerClient
 from controller.config.server import ServerConfig
 
@@ -22,8 +24,13 @@ class BrokerServices(Protocol):
     def node_id(self) -> int: ...
 
     @property
-    def node_epoch(self) -> int:
-        """The epoch of this broker's current registration (producer-id blocks are asked for with it)."""
+    def fetch_sessions(self) -> FetchSessionCache:
+        """The node's incremental fetch sessions (KIP-227), shared by every connection."""
+        ...
+
+    @property
+    def producer_ids(self) -> ProducerIdAllocator:
+        """The node's producer ids: blocks from the controller, held across requests and connections."""
         ...
 
     @property

@@ -17,8 +17,10 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from broker.fetch_session import FetchSessionCache
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
+from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
 from broker.wal_failover import WALFailoverRunner
 from controller.api import ControllerClient
@@ -50,12 +52,14 @@ class Node:
     controller: ControllerClient
     storage: StorageEngine
     partitions: PartitionManager
+    producer_ids: ProducerIdAllocator
 
     def __init__(self, config: ServerConfig, *, controller_factory: ControllerFactory | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
         self.metrics = ServerMetrics()
+        self.fetch_sessions = FetchSessionCache()
         self.servers: list[KafkaListener] = []
         self.node_epoch = -1
         self._controller_factory = controller_factory or default_controller_factory(config)
@@ -144,6 +148,7 @@ class Node:
             return
         self._controller_handle = await self._controller_factory(self.config)
         self.controller = self._controller_handle.client
+        self.producer_ids = ProducerIdAllocator(self.controller, lambda: (self.node_id, self.node_epoch))
         self.cluster_id = self.controller.image.cluster_id
 
         dispatcher = RequestDispatcher(self, self.metrics, store_stats=self._store_stats)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,6 @@ from kio.static.constants import uuid_zero
 
 from broker.fetch_session import (
     FetchContext,
-    FetchSessionCache,
     PartitionKey,
     PartitionOutcome,
     PartitionRequest,
@@ -31,7 +29,6 @@ from broker.fetch_session import (
 from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
-from broker.services import BrokerServices
 from controller.errors import error_code_logged
 from wire import codec
 from wire.errors import KafkaError
@@ -39,18 +36,6 @@ from wire.errors import KafkaError
 logger = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
-_caches: weakref.WeakKeyDictionary[BrokerServices, FetchSessionCache] = weakref.WeakKeyDictionary()
-
-
-def session_cache(node: BrokerServices) -> FetchSessionCache:
-    """The fetch-session cache of a broker node (one per node, created on first use)."""
-    cache = _caches.get(node)
-    if cache is None:
-        cache = FetchSessionCache()
-        _caches[node] = cache
-    return cache
-
-
 @dataclass(slots=True)
 class _Result:
     key: PartitionKey
@@ -202,7 +187,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     requested, forgotten = _requested(ctx, request)
-    cache = session_cache(ctx.node)
+    cache = ctx.node.fetch_sessions
     try:
         fetch = cache.resolve(
             getattr(request, "session_id", 0), getattr(request, "session_epoch", -1), requested, forgotten

@@ -9,32 +9,16 @@ it gets a fresh id instead. Transactional ids are refused with a clear code unti
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from broker.partition.producer_ids import ProducerIdAllocator
-from broker.services import BrokerServices
 from controller.errors import error_code_for
 
 logger = logging.getLogger(__name__)
 
 _MAX_EPOCH = 0x7FFF
-_allocators: weakref.WeakKeyDictionary[BrokerServices, ProducerIdAllocator] = weakref.WeakKeyDictionary()
-
-
-def producer_id_allocator(node: BrokerServices) -> ProducerIdAllocator:
-    """The producer-id allocator of a broker node (one per node, created on first use): ids come in blocks that
-    the node holds across requests and connections."""
-    allocator = _allocators.get(node)
-    if allocator is None:
-        allocator = ProducerIdAllocator(node.controller, lambda: (node.node_id, node.node_epoch))
-        _allocators[node] = allocator
-    return allocator
-
-
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         logger.info(
@@ -46,7 +30,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
-    allocator = producer_id_allocator(ctx.node)
+    allocator = ctx.node.producer_ids
     current_pid = getattr(request, "producer_id", -1)
     current_epoch = getattr(request, "producer_epoch", -1)
     try:
