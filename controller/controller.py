@@ -1,12 +1,17 @@
-"""The active controller: validates requests against the image and turns them into metadata records.
+"""The active controller: owns the image, the metadata log and the stream metadata, and implements
+``controller.api.ControllerClient``.
 
-Every write runs under one lock: validate against the current image, append the records to the metadata log
+Every write runs under one lock: decide against the current image, append the records to the metadata log
 (durable when ``append`` returns), then apply them to a new image and tell subscribers. A write therefore returns
 only after its records are durable and visible in :attr:`Controller.image`. Stream/object/KV records come from the
 composed stream metadata through its ``sink`` and land in the same log, interleaved in commit order.
 
-Request validation (the ``_plan_*`` methods and module helpers) reads only the image and returns records or a
-``ControllerError``, so the same logic can serve the Raft quorum's active controller.
+The decisions are not made here. As Kafka splits its QuorumController into control managers, each idea has its own
+module of pure functions that read the image and return the records to append (or the error to answer):
+``controller.brokers`` (registration, fencing, WAL failover), ``controller.leadership`` (who leads each partition),
+``controller.topics`` (topics, partitions, placement), ``controller.config_control`` (AlterConfigs) and
+``controller.reassignment``. This class does the I/O around them: the lock, reads of the stream metadata, appends,
+logs, snapshots and the reassignment watch; the same decisions serve the Raft quorum's active controller.
 """
 
 from __future__ import annotations
@@ -14,55 +19,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import struct
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller import reassignment
+from controller import brokers, leadership, reassignment
 from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
     ElectLeaderResult,
     ImageListener,
-    IncrementalOp,
     NewTopic,
     PartitionReassignment,
     ReassignmentResult,
 )
-from controller.config import (
-    ConfigType,
-    ConfigValueError,
-    ServerConfig,
-    config_key,
-    describe_topic_configs,
-    ensure_meta_properties,
-    validate_broker_config,
-    validate_topic_config,
-)
+from controller.config.meta_properties import ensure_meta_properties
+from controller.config.server import ServerConfig
+from controller.config_control import plan_alter_configs
+from controller.errors import ControllerError
 from controller.image import MetadataImage, PartitionImage, is_cluster_record
 from controller.kv_keys import partition_kv_key
 from controller.metadata_log import LocalMetadataLog, RecordLog
-from controller.metadata_records import (
-    NO_LEADER,
-    RESOURCE_BROKER,
-    RESOURCE_TOPIC,
-    ConfigRecord,
-    Endpoint,
-    FenceBrokerRecord,
-    MetadataRecord,
-    PartitionChangeRecord,
-    PartitionRecord,
-    RegisterBrokerRecord,
-    RemoveTopicRecord,
-    TopicRecord,
-    UnfenceBrokerRecord,
-    WALFailoverDoneRecord,
-)
+from controller.metadata_records import NO_LEADER, RESOURCE_TOPIC, Endpoint, MetadataRecord
 from controller.producer_ids import (
     ProducerIdBlock,
     ProducerIdsExhaustedError,
@@ -70,62 +51,21 @@ from controller.producer_ids import (
     legacy_kv_key,
     next_block,
 )
-from controller.wal_failover import assign, needs_failover, reassignments, wal_location_key, zombie_failover
-from storage.errors import NodeEpochExpiredError
+from controller.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
+from controller.wal_failover import reassignments, wal_location_key
 from storage.metadata.api import NodeIdentity, StreamState
 from storage.metadata.memory import InMemoryStreamMetadata, wall_clock_ms
-from storage.objects.format import namespace_for
+from storage.namespace import namespace_for
 
 logger = logging.getLogger(__name__)
 
-MAX_TOPIC_NAME_LENGTH = 249
 _REASSIGNMENT_POLL_S = 0.05  # how often the watch looks at the source's streams while a move waits
-_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-
-
-class ControllerError(Exception):
-    """A request the controller refuses; carries the Kafka error code the broker answers with."""
-
-    def __init__(self, error: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's topic name rules (``Topic.validate``)."""
-    if not name:
-        raise ControllerError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise ControllerError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise ControllerError(
-            ErrorCode.invalid_topic_exception,
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}",
-        )
-    if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        raise ControllerError(
-            ErrorCode.invalid_topic_exception,
-            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' "
-            "and '-'",
-        )
-
-
-def _collision_key(name: str) -> str:
-    """Kafka refuses topics differing only in '.' vs '_' (their metric names would collide)."""
-    return name.replace(".", "_")
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """A validated request: the records to append and what to answer."""
-
-    records: list[MetadataRecord]
-    results: list[CreateTopicResult]
 
 
 class Controller:
-    """The single active controller of the local node (the embedded default)."""
+    """The single active controller of the local node (the embedded default), and the state machine the Raft
+    quorum's active controller writes through: it implements ``controller.api.ControllerClient`` directly, so the
+    embedded broker calls it without a network hop."""
 
     def __init__(
         self,
@@ -325,12 +265,9 @@ class Controller:
 
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
         async with self._lock:
-            image = self._image
-            previous = image.brokers.get(node_id)
-            epoch = max(self._clock_ms(), previous.epoch + 1 if previous is not None else 0)
-            records: list[MetadataRecord] = [RegisterBrokerRecord(node_id, epoch, tuple(listeners), rack, fenced=False)]
-            records.extend(_leadership_on_register(image, node_id))
-            await self._commit(records)
+            registration = brokers.register(self._image, node_id, listeners, rack, self._clock_ms())
+            epoch = registration.epoch
+            await self._commit(registration.records)
             await self._streams.register_node(node_id, epoch)
             logger.info(
                 "broker %d registered with epoch %d (%s); leads %d partitions",
@@ -350,18 +287,13 @@ class Controller:
         (``controller.wal_failover``). A controlled shutdown uploaded and closed everything first."""
         async with self._lock:
             image = self._image
-            broker = image.brokers.get(node_id)
-            if broker is None or broker.epoch != epoch:
+            if not brokers.is_current(image, node_id, epoch):
                 logger.info("fence of broker %d epoch %d ignored: not its current registration", node_id, epoch)
                 return False
-            changes = _leadership_on_fence(image, node_id)
-            records: list[MetadataRecord] = [FenceBrokerRecord(node_id, epoch), *changes]
-            if session_expired:
-                locations = await self._wal_locations()
-                if needs_failover(image, node_id, epoch, locations):
-                    records.append(assign(image, node_id, epoch, locations))
-            await self._commit(records)
-            logger.info("broker %d (epoch %d) fenced; %d partitions moved", node_id, epoch, len(changes))
+            locations = await self._wal_locations() if session_expired else None
+            fencing = brokers.fence(image, node_id, epoch, locations)
+            await self._commit(fencing.records)
+            logger.info("broker %d (epoch %d) fenced; %d partitions moved", node_id, epoch, fencing.moved)
             failover = self._image.wal_failovers.get(node_id)
             if session_expired and failover is not None and failover.pending and failover.node_epoch == epoch:
                 if failover.target_id >= 0:
@@ -397,28 +329,12 @@ class Controller:
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """The target reports the failover of ``failed_node_id``'s WAL done; idempotent. NodeEpochExpiredError
-        when ``node`` is not (or no longer) the assigned target: its work may be redone by the current one.
-
-        A newer incarnation of the failed broker itself may also end a failover that has no live target at the
-        moment: its own restart recovery replays the same WAL (idempotently, fencing any earlier target's
-        reservation with its higher epoch), so it need not wait for a broker that may never come."""
+        when ``node`` is not (or no longer) the assigned target (``controller.brokers.wal_failover_done``)."""
         async with self._lock:
-            failover = self._image.wal_failovers.get(failed_node_id)
-            if failover is None or failover.node_epoch != failed_node_epoch:
-                raise NodeEpochExpiredError(
-                    f"node {node.node_id}: no WAL failover of broker {failed_node_id} epoch {failed_node_epoch}"
-                )
-            if failover.done:
+            record = brokers.wal_failover_done(self._image, node, failed_node_id, failed_node_epoch)
+            if record is None:
                 return
-            taken_back = (
-                node.node_id == failed_node_id and node.node_epoch > failed_node_epoch and failover.target_id < 0
-            )
-            if not taken_back and not failover.delegated_to(node.node_id, node.node_epoch):
-                raise NodeEpochExpiredError(
-                    f"node {node.node_id} (epoch {node.node_epoch}) is not the assigned target of the WAL failover "
-                    f"of broker {failed_node_id}: broker {failover.target_id} epoch {failover.target_epoch} is"
-                )
-            await self._commit([WALFailoverDoneRecord(failed_node_id, failed_node_epoch)])
+            await self._commit([record])
             logger.info("WAL failover of broker %d (epoch %d) done by broker %d", failed_node_id,
                         failed_node_epoch, node.node_id)
 
@@ -426,18 +342,10 @@ class Controller:
         """Unfences ``node_id`` (it heartbeats again and caught up with the metadata log) and gives it the
         partitions it should lead; False if ``epoch`` is not its current registration or it is not fenced."""
         async with self._lock:
-            image = self._image
-            broker = image.brokers.get(node_id)
-            if broker is None or broker.epoch != epoch or not broker.fenced:
+            records = brokers.unfence(self._image, node_id, epoch)
+            if records is None:
                 return False
-            if zombie_failover(image, node_id, epoch) is not None:
-                return False  # its WAL was taken over: this incarnation can never write again
-            records: list[MetadataRecord] = [UnfenceBrokerRecord(node_id, epoch)]
-            untouched = image.wal_failovers.get(node_id)
-            if untouched is not None and untouched.pending and untouched.node_epoch == epoch:
-                records.append(WALFailoverDoneRecord(node_id, epoch))  # back before any broker took its WAL
-            changes = _leadership_on_register(image, node_id)
-            await self._commit([*records, *changes])
+            await self._commit(records)
             logger.info("broker %d (epoch %d) unfenced; it now leads %d partitions", node_id, epoch,
                         len(self._image.partitions_led_by(node_id)))
             return True
@@ -450,17 +358,7 @@ class Controller:
         space is exhausted."""
         async with self._lock:
             image = self._image
-            broker = image.brokers.get(broker_id)
-            if broker is None:
-                raise ControllerError(
-                    ErrorCode.broker_id_not_registered, f"broker {broker_id} asked for producer ids unregistered"
-                )
-            if broker.epoch != broker_epoch:
-                raise ControllerError(
-                    ErrorCode.stale_broker_epoch,
-                    f"broker {broker_id} asked for producer ids with epoch {broker_epoch}, its registration is "
-                    f"{broker.epoch}",
-                )
+            brokers.check_producer_ids_request(image, broker_id, broker_epoch)
             floor = 0
             if image.producer_ids.next_producer_id == 0:  # first allocation: respect a pre-upgrade KV reservation
                 floor = decode_legacy_floor(await self._streams.get_kv(legacy_kv_key(image.cluster_id)))
@@ -477,12 +375,12 @@ class Controller:
 
     async def create_topics(self, topics: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:
         async with self._lock:
-            plan = self._plan_create_topics(self._image, topics)
+            plan = plan_create_topics(self._image, self._config, topics)
             if not validate_only:
                 await self._commit(plan.records)
             results: list[CreateTopicResult] = plan.results
             if validate_only:
-                results = [_without_id(r) for r in results]
+                results = [without_id(r) for r in results]
             for result in results:
                 if result.error is ErrorCode.none and not validate_only:
                     logger.info(
@@ -493,178 +391,26 @@ class Controller:
                     )
             return results
 
-    def _plan_create_topics(self, image: MetadataImage, topics: Sequence[NewTopic]) -> _Plan:
-        counts: dict[str, int] = {}
-        for topic in topics:
-            counts[topic.name] = counts.get(topic.name, 0) + 1
-        records: list[MetadataRecord] = []
-        results: list[CreateTopicResult] = []
-        taken = {_collision_key(name): name for name in image.topics_by_name}
-        live = [b.node_id for b in image.live_brokers()]
-        for topic in topics:
-            if counts[topic.name] > 1:
-                results.append(
-                    CreateTopicResult(
-                        topic.name,
-                        None,
-                        ErrorCode.invalid_request,
-                        f"Create topics request contains multiple entries for the topic {topic.name}",
-                    )
-                )
-                continue
-            try:
-                topic_records, result = self._plan_one_topic(image, topic, taken, live)
-            except ControllerError as exc:
-                results.append(CreateTopicResult(topic.name, None, exc.error, exc.message))
-                continue
-            taken[_collision_key(topic.name)] = topic.name
-            records.extend(topic_records)
-            results.append(result)
-        return _Plan(records, results)
-
-    def _plan_one_topic(
-        self, image: MetadataImage, topic: NewTopic, taken: Mapping[str, str], live: Sequence[int]
-    ) -> tuple[list[MetadataRecord], CreateTopicResult]:
-        validate_topic_name(topic.name)
-        if topic.name in image.topics_by_name:
-            raise ControllerError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
-        clash = taken.get(_collision_key(topic.name))
-        if clash is not None:
-            raise ControllerError(
-                ErrorCode.invalid_topic_exception, f"Topic '{topic.name}' collides with existing topic: {clash}"
-            )
-        configs = self._validated_topic_configs(topic.name, topic.configs)
-        if topic.assignments:
-            if topic.num_partitions != -1 or topic.replication_factor != -1:
-                raise ControllerError(
-                    ErrorCode.invalid_request,
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used "
-                    "at the same time.",
-                )
-            assignment = _validated_assignments(image, topic.assignments)
-        else:
-            num_partitions = self._config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
-            if num_partitions <= 0:
-                raise ControllerError(
-                    ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."
-                )
-            factor = (
-                self._config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
-            )
-            if factor <= 0:
-                raise ControllerError(
-                    ErrorCode.invalid_replication_factor,
-                    "Replication factor must be larger than 0, or -1 to use the default value.",
-                )
-            assignment = _place_replicas(live, num_partitions, factor, start=_placement_start(image))
-        topic_id = uuid.uuid4()
-        records: list[MetadataRecord] = [TopicRecord(topic.name, str(topic_id))]
-        records.extend(ConfigRecord(RESOURCE_TOPIC, topic.name, k, v) for k, v in sorted(configs.items()))
-        live_set = set(live)
-        for index, replicas in enumerate(assignment):
-            leader = next((r for r in replicas if r in live_set), NO_LEADER)
-            isr = tuple(r for r in replicas if r in live_set)
-            records.append(PartitionRecord(str(topic_id), index, tuple(replicas), isr, leader, 0, 0))
-        entries = describe_topic_configs(self._config, self._image.broker_configs, configs)
-        return records, CreateTopicResult(
-            topic.name, topic_id, ErrorCode.none, None, len(assignment), len(assignment[0]), entries
-        )
-
-    def _validated_topic_configs(self, topic: str, configs: Mapping[str, str | None]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for key, value in configs.items():
-            if value is None:
-                raise ControllerError(ErrorCode.invalid_request, f"Null value not supported for topic configs: {key}")
-            try:
-                out[key] = validate_topic_config(key, value)
-            except ConfigValueError as exc:
-                raise ControllerError(ErrorCode.invalid_config, f"{exc} (topic {topic})") from None
-        return out
-
     async def delete_topics(self, names: Sequence[str] = (), ids: Sequence[uuid.UUID] = ()) -> list[DeleteTopicResult]:
         async with self._lock:
-            image = self._image
-            results: list[DeleteTopicResult] = []
-            doomed: dict[uuid.UUID, str] = {}
-            if not self._config.value("delete.topic.enable"):
-                message = "Topic deletion is disabled."
-                return [DeleteTopicResult(n, None, ErrorCode.topic_deletion_disabled, message) for n in names] + [
-                    DeleteTopicResult(None, i, ErrorCode.topic_deletion_disabled, message) for i in ids
-                ]
-            for name in names:
-                topic = image.topics_by_name.get(name)
-                if topic is None:
-                    results.append(
-                        DeleteTopicResult(
-                            name,
-                            None,
-                            ErrorCode.unknown_topic_or_partition,
-                            "This server does not host this topic-partition.",
-                        )
-                    )
-                    continue
-                doomed[topic.topic_id] = topic.name
-                results.append(DeleteTopicResult(name, topic.topic_id, ErrorCode.none))
-            for topic_id in ids:
-                found = image.topics_by_id.get(topic_id)
-                if found is None:
-                    results.append(
-                        DeleteTopicResult(
-                            None, topic_id, ErrorCode.unknown_topic_id, "This server does not host this topic ID."
-                        )
-                    )
-                    continue
-                doomed[topic_id] = found.name
-                results.append(DeleteTopicResult(found.name, topic_id, ErrorCode.none))
-            await self._commit([RemoveTopicRecord(str(topic_id)) for topic_id in doomed])
-            for topic_id, name in doomed.items():
+            deletion = plan_delete_topics(self._image, self._config, names, ids)
+            await self._commit(deletion.records)
+            for topic_id, name in deletion.deleted.items():
                 logger.info("deleted topic %s (id %s)", name, topic_id)
-            return results
+            return deletion.results
 
     async def create_partitions(
         self, topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool
     ) -> tuple[ErrorCode, str | None]:
         async with self._lock:
-            image = self._image
-            current = image.topics_by_name.get(topic)
-            if current is None:
-                return ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist."
-            existing = len(current.partitions)
-            if count < existing:
-                return (
-                    ErrorCode.invalid_partitions,
-                    f"Topic currently has {existing} partitions, which is higher than the requested {count}.",
-                )
-            if count == existing:
-                return ErrorCode.invalid_partitions, f"Topic already has {existing} partitions."
-            factor = len(current.partitions[0].replicas) if current.partitions else 1
-            added = count - existing
             try:
-                if assignments is not None:
-                    if len(assignments) != added:
-                        raise ControllerError(
-                            ErrorCode.invalid_replica_assignment,
-                            f"Attempted to add {added} additional partition(s), but only {len(assignments)} "
-                            "assignment(s) were specified.",
-                        )
-                    placed = _validated_assignments(image, dict(enumerate(assignments)), factor)
-                else:
-                    live = [b.node_id for b in image.live_brokers()]
-                    placed = _place_replicas(live, added, factor, start=existing)
+                records = plan_create_partitions(self._image, topic, count, assignments)
             except ControllerError as exc:
                 return exc.error, exc.message
             if validate_only:
                 return ErrorCode.none, None
-            live_set = {b.node_id for b in image.live_brokers()}
-            records: list[MetadataRecord] = []
-            for offset, replicas in enumerate(placed):
-                leader = next((r for r in replicas if r in live_set), NO_LEADER)
-                isr = tuple(r for r in replicas if r in live_set)
-                records.append(
-                    PartitionRecord(str(current.topic_id), existing + offset, tuple(replicas), isr, leader, 0, 0)
-                )
             await self._commit(records)
-            logger.info("topic %s now has %d partitions (was %d)", topic, count, existing)
+            logger.info("topic %s now has %d partitions (was %d)", topic, count, count - len(records))
             return ErrorCode.none, None
 
     # ------------------------------------------------------------------ configs
@@ -679,7 +425,7 @@ class Controller:
     ) -> tuple[ErrorCode, str | None]:
         async with self._lock:
             try:
-                records = self._plan_alter_configs(self._image, resource, changes, incremental_ops)
+                records = plan_alter_configs(self._image, resource, changes, incremental_ops)
             except ControllerError as exc:
                 return exc.error, exc.message
             if not validate_only:
@@ -689,51 +435,9 @@ class Controller:
                         "configs of %s %r changed: %s",
                         "topic" if resource.type == RESOURCE_TOPIC else "broker",
                         resource.name,
-                        ", ".join(f"{r.name}={r.value}" for r in records if isinstance(r, ConfigRecord)),
+                        ", ".join(f"{r.name}={r.value}" for r in records),
                     )
             return ErrorCode.none, None
-
-    def _plan_alter_configs(
-        self,
-        image: MetadataImage,
-        resource: ConfigResource,
-        changes: Mapping[str, str | None],
-        incremental_ops: Mapping[str, int] | None,
-    ) -> list[MetadataRecord]:
-        if resource.type == RESOURCE_TOPIC:
-            topic = image.topics_by_name.get(resource.name)
-            if topic is None:
-                raise ControllerError(ErrorCode.unknown_topic_or_partition, f"Topic {resource.name} does not exist")
-            current: Mapping[str, str] = topic.configs
-        elif resource.type == RESOURCE_BROKER:
-            if resource.name != "":
-                try:
-                    node_id = int(resource.name)
-                except ValueError:
-                    raise ControllerError(
-                        ErrorCode.invalid_request, f"Broker id must be an integer, got {resource.name!r}"
-                    ) from None
-                current = image.node_configs.get(node_id, {})
-            else:
-                current = image.broker_configs
-        else:
-            raise ControllerError(ErrorCode.invalid_request, f"Unsupported config resource type {resource.type}")
-        wanted = _apply_config_ops(resource, current, changes, incremental_ops)
-        validated: dict[str, str] = {}
-        for key, value in wanted.items():
-            try:
-                if resource.type == RESOURCE_TOPIC:
-                    validated[key] = validate_topic_config(key, value)
-                else:
-                    validated[key] = validate_broker_config(key, value)
-            except ConfigValueError as exc:
-                raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
-        records: list[MetadataRecord] = []
-        for key in sorted(set(current) | set(validated)):
-            new = validated.get(key)
-            if current.get(key) != new:
-                records.append(ConfigRecord(resource.type, resource.name, key, new))
-        return records
 
     # ------------------------------------------------------------------ reassignment
 
@@ -813,236 +517,6 @@ class Controller:
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
         async with self._lock:
-            image = self._image
-            live = {b.node_id for b in image.live_brokers()}
-            targets: list[tuple[str, int]] = (
-                list(partitions)
-                if partitions is not None
-                else [(t.name, p) for t in image.topics_by_name.values() for p in sorted(t.partitions)]
-            )
-            results: list[ElectLeaderResult] = []
-            records: list[MetadataRecord] = []
-            for name, index in targets:
-                partition = image.partition(name, index)
-                if partition is None:
-                    results.append(
-                        ElectLeaderResult(
-                            name,
-                            index,
-                            ErrorCode.unknown_topic_or_partition,
-                            f"Partition {name}-{index} does not exist.",
-                        )
-                    )
-                    continue
-                preferred = next((r for r in partition.replicas if r in live), NO_LEADER)
-                if partition.reassigning:
-                    results.append(
-                        ElectLeaderResult(
-                            name,
-                            index,
-                            ErrorCode.reassignment_in_progress,
-                            f"Partition {name}-{index} is being reassigned; its target is elected when the move ends",
-                        )
-                    )
-                elif preferred == NO_LEADER:
-                    results.append(
-                        ElectLeaderResult(
-                            name,
-                            index,
-                            ErrorCode.eligible_leaders_not_available,
-                            f"No live replica of {name}-{index} among {list(partition.replicas)}",
-                        )
-                    )
-                elif partition.leader == preferred:
-                    results.append(
-                        ElectLeaderResult(
-                            name,
-                            index,
-                            ErrorCode.election_not_needed,
-                            f"Partition {name}-{index} already has its preferred leader",
-                        )
-                    )
-                else:
-                    records.append(_leader_change(partition, preferred, live))
-                    results.append(ElectLeaderResult(name, index, ErrorCode.none))
-            await self._commit(records)
-            return results
-
-
-# ---------------------------------------------------------------------- pure helpers
-
-
-def _without_id(result: CreateTopicResult) -> CreateTopicResult:
-    return CreateTopicResult(
-        result.name,
-        None,
-        result.error,
-        result.message,
-        result.num_partitions,
-        result.replication_factor,
-        result.configs,
-    )
-
-
-def _leader_change(partition: PartitionImage, leader: int, live: set[int]) -> PartitionChangeRecord:
-    return PartitionChangeRecord(
-        str(partition.topic_id),
-        partition.partition,
-        leader=leader,
-        leader_epoch=partition.leader_epoch + 1,
-        isr=tuple(r for r in partition.replicas if r in live),
-    )
-
-
-def _leadership_on_register(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
-    """A (re)registering broker keeps what it led with a bumped leader epoch (so it reopens its streams with a
-    strictly higher epoch), takes every leaderless partition it is a replica of, and adopts leaderless partitions
-    with no live replica at all: their data is in shared object storage, so any broker can serve them."""
-    live = {b.node_id for b in image.live_brokers()} | {node_id}
-    changes: list[PartitionChangeRecord] = []
-    for topic in image.topics_by_name.values():
-        for partition in topic.partitions.values():
-            if partition.reassigning:
-                continue  # its target is elected when the source closed its streams (controller.reassignment)
-            if partition.leader == node_id or (partition.leader == NO_LEADER and node_id in partition.replicas):
-                changes.append(_leader_change(partition, node_id, live))
-            elif partition.leader == NO_LEADER and not live.intersection(partition.replicas):
-                changes.append(_moved(partition, node_id))
-    return changes
-
-
-def _moved(partition: PartitionImage, target: int) -> PartitionChangeRecord:
-    """Reassigns a partition whose replicas are all gone to ``target`` alone."""
-    return PartitionChangeRecord(
-        str(partition.topic_id),
-        partition.partition,
-        leader=target,
-        leader_epoch=partition.leader_epoch + 1,
-        isr=(target,),
-        replicas=(target,),
-    )
-
-
-def _leadership_on_fence(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
-    """Moves every partition ``node_id`` leads: to another live replica, else to the live broker leading the
-    fewest partitions, else to no leader (the next broker to register adopts it)."""
-    live = {b.node_id for b in image.live_brokers()} - {node_id}
-    load = {broker: 0 for broker in live}
-    for topic in image.topics_by_name.values():
-        for partition in topic.partitions.values():
-            if partition.leader in load:
-                load[partition.leader] += 1
-    changes: list[PartitionChangeRecord] = []
-    for _, partition in sorted(image.partitions_led_by(node_id), key=lambda item: (item[0], item[1].partition)):
-        candidates = [r for r in partition.replicas if r in live]
-        if candidates:
-            changes.append(_leader_change(partition, candidates[0], live))
-            load[candidates[0]] += 1
-        elif load:
-            target = min(load, key=lambda broker: (load[broker], broker))
-            changes.append(_moved(partition, target))
-            load[target] += 1
-        else:
-            changes.append(
-                PartitionChangeRecord(
-                    str(partition.topic_id),
-                    partition.partition,
-                    leader=NO_LEADER,
-                    leader_epoch=partition.leader_epoch + 1,
-                    isr=(),
-                )
-            )
-    return changes
-
-
-def _placement_start(image: MetadataImage) -> int:
-    """Rotates where new topics' first replicas land so leadership spreads over brokers."""
-    return sum(len(t.partitions) for t in image.topics_by_name.values())
-
-
-def _place_replicas(live: Sequence[int], partitions: int, factor: int, start: int) -> list[list[int]]:
-    if factor > len(live):
-        raise ControllerError(
-            ErrorCode.invalid_replication_factor,
-            f"Unable to replicate the partition {factor} time(s): The target replication factor of {factor} cannot "
-            f"be reached because only {len(live)} broker(s) are registered.",
-        )
-    brokers = sorted(live)
-    return [[brokers[(start + p + r) % len(brokers)] for r in range(factor)] for p in range(partitions)]
-
-
-def _validated_assignments(
-    image: MetadataImage, assignments: Mapping[int, Sequence[int]], factor: int | None = None
-) -> list[list[int]]:
-    registered = set(image.brokers)
-    ordered: list[list[int]] = []
-    for expected, index in enumerate(sorted(assignments)):
-        if index != expected:
-            raise ControllerError(
-                ErrorCode.invalid_replica_assignment,
-                "Partitions in the manual replica assignment must be consecutive and start at 0.",
-            )
-        replicas = list(assignments[index])
-        if not replicas:
-            raise ControllerError(ErrorCode.invalid_replica_assignment, f"Partition {index} has an empty replica list.")
-        if len(set(replicas)) != len(replicas):
-            raise ControllerError(
-                ErrorCode.invalid_replica_assignment, f"Duplicate brokers in the assignment of partition {index}."
-            )
-        unknown = [r for r in replicas if r not in registered]
-        if unknown:
-            raise ControllerError(
-                ErrorCode.invalid_replica_assignment,
-                f"Partition {index} is assigned to broker(s) {unknown} that are not registered.",
-            )
-        wanted = factor if factor is not None else (len(ordered[0]) if ordered else len(replicas))
-        if len(replicas) != wanted:
-            raise ControllerError(
-                ErrorCode.invalid_replica_assignment,
-                f"All partitions must have the same replication factor ({wanted}); partition {index} has "
-                f"{len(replicas)}.",
-            )
-        ordered.append(replicas)
-    return ordered
-
-
-def _apply_config_ops(
-    resource: ConfigResource,
-    current: Mapping[str, str],
-    changes: Mapping[str, str | None],
-    incremental_ops: Mapping[str, int] | None,
-) -> dict[str, str]:
-    """The full set of dynamic configs after the request (before value validation)."""
-    if incremental_ops is None:
-        return {k: v for k, v in changes.items() if v is not None}
-    wanted = dict(current)
-    for key, value in changes.items():
-        op = incremental_ops.get(key, IncrementalOp.SET)
-        if op == IncrementalOp.SET:
-            if value is None:
-                raise ControllerError(ErrorCode.invalid_request, f"Null value not supported for SET of {key}")
-            wanted[key] = value
-        elif op == IncrementalOp.DELETE:
-            if config_key(resource.type, key) is None:
-                kind = "topic" if resource.type == RESOURCE_TOPIC else "broker"
-                raise ControllerError(ErrorCode.invalid_config, f"Unknown {kind} config name: {key}")
-            wanted.pop(key, None)
-        elif op in (IncrementalOp.APPEND, IncrementalOp.SUBTRACT):
-            definition = config_key(resource.type, key)
-            if definition is None or definition.type is not ConfigType.LIST:
-                raise ControllerError(
-                    ErrorCode.invalid_config,
-                    f"Config value {'append' if op == IncrementalOp.APPEND else 'subtract'} is not allowed for "
-                    f"config key: {key}",
-                )
-            base = wanted.get(key, definition.default_text() or "")
-            items = [item for item in base.split(",") if item.strip()]
-            given = [item.strip() for item in (value or "").split(",") if item.strip()]
-            if op == IncrementalOp.APPEND:
-                items.extend(item for item in given if item not in items)
-            else:
-                items = [item for item in items if item not in given]
-            wanted[key] = ",".join(items)
-        else:
-            raise ControllerError(ErrorCode.invalid_request, f"Unknown incremental config operation {op} for {key}")
-    return wanted
+            election = leadership.elect(self._image, partitions)
+            await self._commit(election.records)
+            return election.results

@@ -1,4 +1,4 @@
-"""THE mapping from exceptions to Kafka error codes.
+"""THE mapping from exceptions to Kafka error codes, and the controller's own refusal (:class:`ControllerError`).
 
 Every handler, the broker's and the controller's alike, turns failures into protocol errors through
 ``error_code_for`` so the same storage, controller or broker failure is reported with the same code everywhere. It
@@ -19,6 +19,24 @@ from wire.errors import KafkaError
 logger = logging.getLogger(__name__)
 
 
+class ControllerError(KafkaError):
+    """A request the controller refuses; carries the Kafka error code the broker answers with.
+
+    A :class:`~wire.errors.KafkaError`, so :func:`error_code_for` reports its code like any other. It lives here,
+    next to that mapping, so that the pure decision modules (``controller.topics``, ``controller.brokers``, ...),
+    the controller that runs them and the clients that report its refusals all share it without importing each
+    other.
+    """
+
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(error, message)
+
+    @property
+    def error(self) -> ErrorCode:
+        """The code under the name the controller's results use (``CreateTopicResult.error`` and the like)."""
+        return self.code
+
+
 _STORAGE_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (storage_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (storage_errors.StreamFencedError, ErrorCode.not_leader_or_follower),
@@ -36,8 +54,7 @@ def error_code_for(exc: BaseException) -> ErrorCode:
     by the caller with the topic/partition they concern)."""
     if isinstance(exc, KafkaError):
         return exc.code
-    # Controller (and other component) errors carry their code as an attribute rather than subclassing
-    # KafkaError, so that controller/ does not depend on broker/.
+    # Other components' errors may carry their code as an attribute rather than subclassing KafkaError.
     code = getattr(exc, "code", None) or getattr(exc, "error_code", None) or getattr(exc, "error", None)
     if isinstance(code, ErrorCode):
         return code

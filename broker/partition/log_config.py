@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config import BROKER_KEYS, TOPIC_CONFIGS
+from controller.config.keys import BROKER_KEYS, TOPIC_CONFIGS
 
 
 def _default(name: str) -> Any:
@@ -51,7 +51,7 @@ class LogConfig:
 
     @classmethod
     def from_effective(cls, effective: Mapping[str, Any], *, producer_id_expiration_ms: int) -> LogConfig:
-        """From a topic's typed values as :func:`controller.config.effective_topic_configs` resolves them (topic
+        """From a topic's typed values as :func:`controller.config.describe.effective_topic_configs` resolves them (topic
         override, dynamic and static broker synonyms, Kafka default; invalid values already replaced by defaults)."""
         return cls(
             max_message_bytes=effective["max.message.bytes"],

@@ -1,0 +1,296 @@
+"""A node's configuration: its ``server.properties`` plus ``--override`` pairs, typed and validated.
+
+:meth:`ServerConfig.load` parses every value with its key's definition in :mod:`controller.config.keys` (the
+``s3.*`` keys go to :class:`storage.config.StorageConfig`, composed here, not duplicated), then checks what only the
+whole file can tell: listeners, the controller quorum's voters, and the roles this node plays.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from controller.config.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
+from controller.metadata_records import Endpoint
+from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """A configured listener; ``host`` "" binds every interface."""
+
+    name: str
+    host: str
+    port: int
+
+    def endpoint(self, security_protocol: str) -> Endpoint:
+        return Endpoint(self.name, self.host, self.port, security_protocol)
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumVoter:
+    node_id: int
+    host: str
+    port: int
+
+
+def parse_listeners(text: str, key: str) -> tuple[Listener, ...]:
+    """``NAME://host:port,...`` (host may be empty or a bracketed IPv6 address); names must be unique."""
+    out: list[Listener] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, rest = item.partition("://")
+        if not sep or not name:
+            raise ConfigError(f"{key}: {item!r} is not NAME://host:port")
+        host, colon, port_text = rest.rpartition(":")
+        if not colon:
+            raise ConfigError(f"{key}: {item!r} has no port")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise ConfigError(f"{key}: port {port_text!r} of {item!r} is not a number") from None
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{key}: port {port} of {item!r} is out of range")
+        if any(existing.name == name.upper() for existing in out):
+            raise ConfigError(f"{key}: listener name {name} appears twice")
+        out.append(Listener(name.upper(), host, port))
+    return tuple(out)
+
+
+def parse_voters(items: Sequence[str], key: str = "controller.quorum.voters") -> tuple[QuorumVoter, ...]:
+    voters: list[QuorumVoter] = []
+    for item in items:
+        node, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not node.strip().isdigit() or not port.isdigit():
+            raise ConfigError(f"{key}: {item!r} is not id@host:port")
+        voters.append(QuorumVoter(int(node), host.strip("[]"), int(port)))
+    if len({v.node_id for v in voters}) != len(voters):
+        raise ConfigError(f"{key}: a node id appears twice in {','.join(items)}")
+    return tuple(voters)
+
+
+def _parse_protocol_map(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, colon, protocol = item.partition(":")
+        if not colon:
+            raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
+        out[name.strip().upper()] = protocol.strip().upper()
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """A node's configuration: the static values from its file and overrides, typed and validated."""
+
+    static: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # as given, for describe
+    values: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # typed, defaults filled
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    listeners: tuple[Listener, ...] = ()
+    advertised_listeners: tuple[Listener, ...] = ()
+    security_protocols: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    voters: tuple[QuorumVoter, ...] = ()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None = None, overrides: Iterable[str] = ()) -> ServerConfig:
+        """Reads ``path`` (None: built-in defaults only, the embedded default) then applies ``key=value``
+        overrides, as ``kafka-server-start --override`` does."""
+        props = read_properties(path) if path is not None else {}
+        props.update(parse_overrides(overrides))
+        return cls.from_properties(props)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> ServerConfig:
+        values: dict[str, Any] = {}
+        for name, key in BROKER_KEYS.items():
+            if name in props:
+                try:
+                    values[name] = key.parse(props[name])
+                except ConfigValueError as exc:
+                    raise ConfigError(str(exc)) from None
+            else:
+                values[name] = key.default
+        for name in props:
+            if name not in BROKER_KEYS and not name.startswith("s3."):
+                logger.warning("The configuration '%s' was supplied but isn't a known config.", name)
+        node_id: int = values["node.id"]
+        storage = StorageConfig.from_properties(props, node_id=node_id)
+        listeners = parse_listeners(values["listeners"], "listeners")
+        advertised_text = values["advertised.listeners"]
+        controller_names = {n.upper() for n in values["controller.listener.names"]}
+        if advertised_text is None:
+            advertised = tuple(
+                Listener(lst.name, lst.host or socket.gethostname(), lst.port)
+                for lst in listeners
+                if lst.name not in controller_names
+            )
+        else:
+            advertised = parse_listeners(advertised_text, "advertised.listeners")
+        config = cls(
+            static=MappingProxyType(dict(props)),
+            values=MappingProxyType(values),
+            storage=storage,
+            listeners=listeners,
+            advertised_listeners=advertised,
+            security_protocols=MappingProxyType(_parse_protocol_map(values["listener.security.protocol.map"])),
+            voters=parse_voters(values["controller.quorum.voters"]),
+        )
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        roles = set(self.process_roles)
+        if not roles:
+            raise ConfigError("process.roles: at least one of broker, controller is required")
+        names = {lst.name for lst in self.listeners}
+        for name in self.controller_listener_names:
+            if "controller" in roles and name not in names:
+                raise ConfigError(f"controller.listener.names: {name} is not one of the listeners ({', '.join(names)})")
+        for lst in (*self.listeners, *self.advertised_listeners):
+            if lst.name not in self.security_protocols:
+                raise ConfigError(
+                    f"listener.security.protocol.map: listener {lst.name} has no security protocol mapped"
+                )
+        for lst in self.advertised_listeners:
+            if lst.name in self.controller_listener_names and "broker" in roles and "controller" not in roles:
+                raise ConfigError(f"advertised.listeners: controller listener {lst.name} must not be advertised")
+        if not self.log_dirs:
+            raise ConfigError("log.dirs: at least one directory is required")
+        if "broker" in roles and not self.broker_listeners:
+            raise ConfigError("listeners: a broker needs at least one listener that is not a controller listener")
+        if "controller" in roles and self.node_id not in {v.node_id for v in self.voters}:
+            raise ConfigError(
+                f"controller.quorum.voters: this controller's node.id {self.node_id} is not among the voters "
+                f"({', '.join(str(v.node_id) for v in self.voters)})"
+            )
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
+            raise ConfigError("broker.heartbeat.interval.ms must be smaller than broker.session.timeout.ms")
+
+    def value(self, name: str) -> Any:
+        """The typed value of a broker key (its default when not set)."""
+        if name not in BROKER_KEYS:
+            raise KeyError(f"unknown broker config {name}")
+        return self.values.get(name, BROKER_KEYS[name].default)
+
+    # typed accessors for the keys other components read
+    @property
+    def node_id(self) -> int:
+        return int(self.value("node.id"))
+
+    @property
+    def process_roles(self) -> tuple[str, ...]:
+        return tuple(self.value("process.roles"))
+
+    @property
+    def controller_listener_names(self) -> tuple[str, ...]:
+        return tuple(n.upper() for n in self.value("controller.listener.names"))
+
+    @property
+    def broker_listeners(self) -> tuple[Listener, ...]:
+        return tuple(lst for lst in self.listeners if lst.name not in self.controller_listener_names)
+
+    def advertised_endpoints(self) -> tuple[Endpoint, ...]:
+        """What the broker registers with the controller (Metadata reports these)."""
+        return tuple(lst.endpoint(self.security_protocols[lst.name]) for lst in self.advertised_listeners)
+
+    @property
+    def log_dirs(self) -> tuple[Path, ...]:
+        """``log.dirs``, or Kafka's fallback ``log.dir`` when only that one is given."""
+        if "log.dirs" not in self.static and self.value("log.dir"):
+            return (Path(self.value("log.dir")),)
+        return tuple(Path(d) for d in self.value("log.dirs"))
+
+    @property
+    def metadata_dir(self) -> Path:
+        """Where meta.properties and the metadata log live (metadata.log.dir, else the first of log.dirs)."""
+        explicit = self.value("metadata.log.dir")
+        return Path(explicit) if explicit else self.log_dirs[0]
+
+    @property
+    def rack(self) -> str | None:
+        rack = self.value("broker.rack")
+        return str(rack) if rack else None
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.value("num.partitions"))
+
+    @property
+    def default_replication_factor(self) -> int:
+        return int(self.value("default.replication.factor"))
+
+    @property
+    def auto_create_topics_enable(self) -> bool:
+        return bool(self.value("auto.create.topics.enable"))
+
+    @property
+    def message_max_bytes(self) -> int:
+        return int(self.value("message.max.bytes"))
+
+    @property
+    def socket_request_max_bytes(self) -> int:
+        return int(self.value("socket.request.max.bytes"))
+
+    @property
+    def broker_session_timeout_ms(self) -> int:
+        return int(self.value("broker.session.timeout.ms"))
+
+    @property
+    def broker_heartbeat_interval_ms(self) -> int:
+        return int(self.value("broker.heartbeat.interval.ms"))
+
+    @property
+    def group_initial_rebalance_delay_ms(self) -> int:
+        return int(self.value("group.initial.rebalance.delay.ms"))
+
+    @property
+    def group_min_session_timeout_ms(self) -> int:
+        return int(self.value("group.min.session.timeout.ms"))
+
+    @property
+    def group_max_session_timeout_ms(self) -> int:
+        return int(self.value("group.max.session.timeout.ms"))
+
+    @property
+    def group_max_size(self) -> int:
+        return int(self.value("group.max.size"))
+
+    @property
+    def offsets_topic_num_partitions(self) -> int:
+        return int(self.value("offsets.topic.num.partitions"))
+
+    @property
+    def offsets_retention_ms(self) -> int:
+        return int(self.value("offsets.retention.minutes")) * MS_PER_MINUTE
+
+    @property
+    def offsets_commit_timeout_ms(self) -> int:
+        return int(self.value("offsets.commit.timeout.ms"))
+
+    @property
+    def transactional_id_expiration_ms(self) -> int:
+        return int(self.value("transactional.id.expiration.ms"))
+
+    @property
+    def transaction_max_timeout_ms(self) -> int:
+        return int(self.value("transaction.max.timeout.ms"))
+
+    @property
+    def transaction_state_log_num_partitions(self) -> int:
+        return int(self.value("transaction.state.log.num.partitions"))

@@ -1,0 +1,111 @@
+"""AlterConfigs and IncrementalAlterConfigs — the controller's config decisions, sans-I/O.
+
+A request is turned into the full set of dynamic configs the resource would have (the incremental operations
+applied to what it has now), each value is validated and normalized with its key's definition
+(``controller.config.keys``), and only the keys whose value changes become ``ConfigRecord``s: the controller
+appends them, and an unchanged request writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kio.schema.errors import ErrorCode
+
+from controller.api import ConfigResource, IncrementalOp
+from controller.config.keys import (
+    ConfigType,
+    ConfigValueError,
+    config_key,
+    validate_broker_config,
+    validate_topic_config,
+)
+from controller.errors import ControllerError
+from controller.image import MetadataImage
+from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC, ConfigRecord
+
+
+def plan_alter_configs(
+    image: MetadataImage,
+    resource: ConfigResource,
+    changes: Mapping[str, str | None],
+    incremental_ops: Mapping[str, int] | None,
+) -> list[ConfigRecord]:
+    """The records that give ``resource`` the configs the request asks for (``incremental_ops`` None: AlterConfigs,
+    whose ``changes`` replace every dynamic key); ControllerError with the code the client sees when refused."""
+    if resource.type == RESOURCE_TOPIC:
+        topic = image.topics_by_name.get(resource.name)
+        if topic is None:
+            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"Topic {resource.name} does not exist")
+        current: Mapping[str, str] = topic.configs
+    elif resource.type == RESOURCE_BROKER:
+        if resource.name != "":
+            try:
+                node_id = int(resource.name)
+            except ValueError:
+                raise ControllerError(
+                    ErrorCode.invalid_request, f"Broker id must be an integer, got {resource.name!r}"
+                ) from None
+            current = image.node_configs.get(node_id, {})
+        else:
+            current = image.broker_configs
+    else:
+        raise ControllerError(ErrorCode.invalid_request, f"Unsupported config resource type {resource.type}")
+    wanted = _apply_config_ops(resource, current, changes, incremental_ops)
+    validated: dict[str, str] = {}
+    for key, value in wanted.items():
+        try:
+            if resource.type == RESOURCE_TOPIC:
+                validated[key] = validate_topic_config(key, value)
+            else:
+                validated[key] = validate_broker_config(key, value)
+        except ConfigValueError as exc:
+            raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+    records: list[ConfigRecord] = []
+    for key in sorted(set(current) | set(validated)):
+        new = validated.get(key)
+        if current.get(key) != new:
+            records.append(ConfigRecord(resource.type, resource.name, key, new))
+    return records
+
+
+def _apply_config_ops(
+    resource: ConfigResource,
+    current: Mapping[str, str],
+    changes: Mapping[str, str | None],
+    incremental_ops: Mapping[str, int] | None,
+) -> dict[str, str]:
+    """The full set of dynamic configs after the request (before value validation)."""
+    if incremental_ops is None:
+        return {k: v for k, v in changes.items() if v is not None}
+    wanted = dict(current)
+    for key, value in changes.items():
+        op = incremental_ops.get(key, IncrementalOp.SET)
+        if op == IncrementalOp.SET:
+            if value is None:
+                raise ControllerError(ErrorCode.invalid_request, f"Null value not supported for SET of {key}")
+            wanted[key] = value
+        elif op == IncrementalOp.DELETE:
+            if config_key(resource.type, key) is None:
+                kind = "topic" if resource.type == RESOURCE_TOPIC else "broker"
+                raise ControllerError(ErrorCode.invalid_config, f"Unknown {kind} config name: {key}")
+            wanted.pop(key, None)
+        elif op in (IncrementalOp.APPEND, IncrementalOp.SUBTRACT):
+            definition = config_key(resource.type, key)
+            if definition is None or definition.type is not ConfigType.LIST:
+                raise ControllerError(
+                    ErrorCode.invalid_config,
+                    f"Config value {'append' if op == IncrementalOp.APPEND else 'subtract'} is not allowed for "
+                    f"config key: {key}",
+                )
+            base = wanted.get(key, definition.default_text() or "")
+            items = [item for item in base.split(",") if item.strip()]
+            given = [item.strip() for item in (value or "").split(",") if item.strip()]
+            if op == IncrementalOp.APPEND:
+                items.extend(item for item in given if item not in items)
+            else:
+                items = [item for item in items if item not in given]
+            wanted[key] = ",".join(items)
+        else:
+            raise ControllerError(ErrorCode.invalid_request, f"Unknown incremental config operation {op} for {key}")
+    return wanted

@@ -1,0 +1,157 @@
+"""Who leads each partition — the controller's leadership decisions, sans-I/O.
+
+A Fjord partition's data lives in shared object storage, so any live broker can lead it: leadership follows the
+brokers (a registering broker takes back what it led, a fenced one hands its partitions to live brokers) and the
+preferred-leader election of ElectLeaders. Each function reads only the image and returns the
+``PartitionChangeRecord``s to append; ``controller.controller.Controller`` appends them (``controller.brokers``
+composes the moves on register and fence into its membership records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from controller.api import ElectLeaderResult
+from controller.image import MetadataImage, PartitionImage
+from controller.metadata_records import NO_LEADER, PartitionChangeRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    """An ElectLeaders request decided: one result per partition asked, and the leader changes to append."""
+
+    results: list[ElectLeaderResult]
+    records: list[PartitionChangeRecord]
+
+
+def leader_change(partition: PartitionImage, leader: int, live: set[int]) -> PartitionChangeRecord:
+    """``leader`` leads ``partition`` with a higher leader epoch (so it reopens the streams with a strictly higher
+    epoch), its live replicas in sync."""
+    return PartitionChangeRecord(
+        str(partition.topic_id),
+        partition.partition,
+        leader=leader,
+        leader_epoch=partition.leader_epoch + 1,
+        isr=tuple(r for r in partition.replicas if r in live),
+    )
+
+
+def moved(partition: PartitionImage, target: int) -> PartitionChangeRecord:
+    """Reassigns a partition whose replicas are all gone to ``target`` alone."""
+    return PartitionChangeRecord(
+        str(partition.topic_id),
+        partition.partition,
+        leader=target,
+        leader_epoch=partition.leader_epoch + 1,
+        isr=(target,),
+        replicas=(target,),
+    )
+
+
+def on_register(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
+    """A (re)registering broker keeps what it led with a bumped leader epoch (so it reopens its streams with a
+    strictly higher epoch), takes every leaderless partition it is a replica of, and adopts leaderless partitions
+    with no live replica at all: their data is in shared object storage, so any broker can serve them."""
+    live = {b.node_id for b in image.live_brokers()} | {node_id}
+    changes: list[PartitionChangeRecord] = []
+    for topic in image.topics_by_name.values():
+        for partition in topic.partitions.values():
+            if partition.reassigning:
+                continue  # its target is elected when the source closed its streams (controller.reassignment)
+            if partition.leader == node_id or (partition.leader == NO_LEADER and node_id in partition.replicas):
+                changes.append(leader_change(partition, node_id, live))
+            elif partition.leader == NO_LEADER and not live.intersection(partition.replicas):
+                changes.append(moved(partition, node_id))
+    return changes
+
+
+def on_fence(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
+    """Moves every partition ``node_id`` leads: to another live replica, else to the live broker leading the
+    fewest partitions, else to no leader (the next broker to register adopts it)."""
+    live = {b.node_id for b in image.live_brokers()} - {node_id}
+    load = {broker: 0 for broker in live}
+    for topic in image.topics_by_name.values():
+        for partition in topic.partitions.values():
+            if partition.leader in load:
+                load[partition.leader] += 1
+    changes: list[PartitionChangeRecord] = []
+    for _, partition in sorted(image.partitions_led_by(node_id), key=lambda item: (item[0], item[1].partition)):
+        candidates = [r for r in partition.replicas if r in live]
+        if candidates:
+            changes.append(leader_change(partition, candidates[0], live))
+            load[candidates[0]] += 1
+        elif load:
+            target = min(load, key=lambda broker: (load[broker], broker))
+            changes.append(moved(partition, target))
+            load[target] += 1
+        else:
+            changes.append(
+                PartitionChangeRecord(
+                    str(partition.topic_id),
+                    partition.partition,
+                    leader=NO_LEADER,
+                    leader_epoch=partition.leader_epoch + 1,
+                    isr=(),
+                )
+            )
+    return changes
+
+
+def elect(image: MetadataImage, partitions: Sequence[tuple[str, int]] | None) -> Election:
+    """ElectLeaders (preferred election): each partition asked (all when ``partitions`` is None) gets its first
+    live replica as leader; a partition being reassigned is left to the reassignment, which elects its target."""
+    live = {b.node_id for b in image.live_brokers()}
+    targets: list[tuple[str, int]] = (
+        list(partitions)
+        if partitions is not None
+        else [(t.name, p) for t in image.topics_by_name.values() for p in sorted(t.partitions)]
+    )
+    results: list[ElectLeaderResult] = []
+    records: list[PartitionChangeRecord] = []
+    for name, index in targets:
+        partition = image.partition(name, index)
+        if partition is None:
+            results.append(
+                ElectLeaderResult(
+                    name,
+                    index,
+                    ErrorCode.unknown_topic_or_partition,
+                    f"Partition {name}-{index} does not exist.",
+                )
+            )
+            continue
+        preferred = next((r for r in partition.replicas if r in live), NO_LEADER)
+        if partition.reassigning:
+            results.append(
+                ElectLeaderResult(
+                    name,
+                    index,
+                    ErrorCode.reassignment_in_progress,
+                    f"Partition {name}-{index} is being reassigned; its target is elected when the move ends",
+                )
+            )
+        elif preferred == NO_LEADER:
+            results.append(
+                ElectLeaderResult(
+                    name,
+                    index,
+                    ErrorCode.eligible_leaders_not_available,
+                    f"No live replica of {name}-{index} among {list(partition.replicas)}",
+                )
+            )
+        elif partition.leader == preferred:
+            results.append(
+                ElectLeaderResult(
+                    name,
+                    index,
+                    ErrorCode.election_not_needed,
+                    f"Partition {name}-{index} already has its preferred leader",
+                )
+            )
+        else:
+            records.append(leader_change(partition, preferred, live))
+            results.append(ElectLeaderResult(name, index, ErrorCode.none))
+    return Election(results, records)

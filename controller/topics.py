@@ -1,0 +1,326 @@
+"""Topics and their partitions — CreateTopics, DeleteTopics, CreatePartitions and replica placement — sans-I/O.
+
+Each function validates a request against the image (and the node's defaults for partition counts and replication
+factors) and returns the records to append with what to answer, or raises :class:`ControllerError` with the Kafka
+code and message the client sees; ``controller.controller.Controller`` appends and logs. Kafka's rules and wording
+(``Topic.validate``, the topic-name collision check, manual assignment checks) are kept so that clients and their
+test suites see the errors they expect.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from controller.api import CreateTopicResult, DeleteTopicResult, NewTopic
+from controller.config.describe import describe_topic_configs
+from controller.config.keys import ConfigValueError, validate_topic_config
+from controller.config.server import ServerConfig
+from controller.errors import ControllerError
+from controller.image import MetadataImage
+from controller.metadata_records import (
+    NO_LEADER,
+    RESOURCE_TOPIC,
+    ConfigRecord,
+    MetadataRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsPlan:
+    """A validated CreateTopics request: the records to append and what to answer, one result per topic."""
+
+    records: list[MetadataRecord]
+    results: list[CreateTopicResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """A DeleteTopics request decided: the records to append, one result per name or id asked, and the topics that
+    go (id -> name; a topic asked twice appears once)."""
+
+    records: list[RemoveTopicRecord]
+    results: list[DeleteTopicResult]
+    deleted: dict[uuid.UUID, str]
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic name rules (``Topic.validate``)."""
+    if not name:
+        raise ControllerError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise ControllerError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise ControllerError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}",
+        )
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        raise ControllerError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' "
+            "and '-'",
+        )
+
+
+def _collision_key(name: str) -> str:
+    """Kafka refuses topics differing only in '.' vs '_' (their metric names would collide)."""
+    return name.replace(".", "_")
+
+
+# ---------------------------------------------------------------------- CreateTopics
+
+
+def plan_create_topics(image: MetadataImage, config: ServerConfig, topics: Sequence[NewTopic]) -> CreateTopicsPlan:
+    """Each topic is decided on its own (one refused topic does not refuse the others), but a name given twice is
+    refused for both, and topics of one request collide with each other as with existing ones."""
+    counts: dict[str, int] = {}
+    for topic in topics:
+        counts[topic.name] = counts.get(topic.name, 0) + 1
+    records: list[MetadataRecord] = []
+    results: list[CreateTopicResult] = []
+    taken = {_collision_key(name): name for name in image.topics_by_name}
+    live = [b.node_id for b in image.live_brokers()]
+    for topic in topics:
+        if counts[topic.name] > 1:
+            results.append(
+                CreateTopicResult(
+                    topic.name,
+                    None,
+                    ErrorCode.invalid_request,
+                    f"Create topics request contains multiple entries for the topic {topic.name}",
+                )
+            )
+            continue
+        try:
+            topic_records, result = _plan_one_topic(image, config, topic, taken, live)
+        except ControllerError as exc:
+            results.append(CreateTopicResult(topic.name, None, exc.error, exc.message))
+            continue
+        taken[_collision_key(topic.name)] = topic.name
+        records.extend(topic_records)
+        results.append(result)
+    return CreateTopicsPlan(records, results)
+
+
+def _plan_one_topic(
+    image: MetadataImage, config: ServerConfig, topic: NewTopic, taken: Mapping[str, str], live: Sequence[int]
+) -> tuple[list[MetadataRecord], CreateTopicResult]:
+    validate_topic_name(topic.name)
+    if topic.name in image.topics_by_name:
+        raise ControllerError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
+    clash = taken.get(_collision_key(topic.name))
+    if clash is not None:
+        raise ControllerError(
+            ErrorCode.invalid_topic_exception, f"Topic '{topic.name}' collides with existing topic: {clash}"
+        )
+    configs = _validated_topic_configs(topic.name, topic.configs)
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise ControllerError(
+                ErrorCode.invalid_request,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used "
+                "at the same time.",
+            )
+        assignment = _validated_assignments(image, topic.assignments)
+    else:
+        num_partitions = config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+        if num_partitions <= 0:
+            raise ControllerError(
+                ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."
+            )
+        factor = config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
+        if factor <= 0:
+            raise ControllerError(
+                ErrorCode.invalid_replication_factor,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            )
+        assignment = _place_replicas(live, num_partitions, factor, start=_placement_start(image))
+    topic_id = uuid.uuid4()
+    records: list[MetadataRecord] = [TopicRecord(topic.name, str(topic_id))]
+    records.extend(ConfigRecord(RESOURCE_TOPIC, topic.name, k, v) for k, v in sorted(configs.items()))
+    live_set = set(live)
+    for index, replicas in enumerate(assignment):
+        leader = next((r for r in replicas if r in live_set), NO_LEADER)
+        isr = tuple(r for r in replicas if r in live_set)
+        records.append(PartitionRecord(str(topic_id), index, tuple(replicas), isr, leader, 0, 0))
+    entries = describe_topic_configs(config, image.broker_configs, configs)
+    return records, CreateTopicResult(
+        topic.name, topic_id, ErrorCode.none, None, len(assignment), len(assignment[0]), entries
+    )
+
+
+def _validated_topic_configs(topic: str, configs: Mapping[str, str | None]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if value is None:
+            raise ControllerError(ErrorCode.invalid_request, f"Null value not supported for topic configs: {key}")
+        try:
+            out[key] = validate_topic_config(key, value)
+        except ConfigValueError as exc:
+            raise ControllerError(ErrorCode.invalid_config, f"{exc} (topic {topic})") from None
+    return out
+
+
+def without_id(result: CreateTopicResult) -> CreateTopicResult:
+    """A validate-only CreateTopics answer: the topic was not created, so it has no id."""
+    return CreateTopicResult(
+        result.name,
+        None,
+        result.error,
+        result.message,
+        result.num_partitions,
+        result.replication_factor,
+        result.configs,
+    )
+
+
+# ---------------------------------------------------------------------- DeleteTopics
+
+
+def plan_delete_topics(
+    image: MetadataImage, config: ServerConfig, names: Sequence[str], ids: Sequence[uuid.UUID]
+) -> Deletion:
+    """Topics asked by name, then by id; unknown ones are refused one by one, and none go while
+    ``delete.topic.enable`` is false."""
+    results: list[DeleteTopicResult] = []
+    doomed: dict[uuid.UUID, str] = {}
+    if not config.value("delete.topic.enable"):
+        message = "Topic deletion is disabled."
+        return Deletion(
+            [],
+            [DeleteTopicResult(n, None, ErrorCode.topic_deletion_disabled, message) for n in names]
+            + [DeleteTopicResult(None, i, ErrorCode.topic_deletion_disabled, message) for i in ids],
+            {},
+        )
+    for name in names:
+        topic = image.topics_by_name.get(name)
+        if topic is None:
+            results.append(
+                DeleteTopicResult(
+                    name,
+                    None,
+                    ErrorCode.unknown_topic_or_partition,
+                    "This server does not host this topic-partition.",
+                )
+            )
+            continue
+        doomed[topic.topic_id] = topic.name
+        results.append(DeleteTopicResult(name, topic.topic_id, ErrorCode.none))
+    for topic_id in ids:
+        found = image.topics_by_id.get(topic_id)
+        if found is None:
+            results.append(
+                DeleteTopicResult(
+                    None, topic_id, ErrorCode.unknown_topic_id, "This server does not host this topic ID."
+                )
+            )
+            continue
+        doomed[topic_id] = found.name
+        results.append(DeleteTopicResult(found.name, topic_id, ErrorCode.none))
+    return Deletion([RemoveTopicRecord(str(topic_id)) for topic_id in doomed], results, doomed)
+
+
+# ---------------------------------------------------------------------- CreatePartitions
+
+
+def plan_create_partitions(
+    image: MetadataImage, topic: str, count: int, assignments: Sequence[Sequence[int]] | None
+) -> list[PartitionRecord]:
+    """The partitions that grow ``topic`` to ``count``, placed as asked or spread over the live brokers with the
+    topic's replication factor; ControllerError with Kafka's code and message when refused."""
+    current = image.topics_by_name.get(topic)
+    if current is None:
+        raise ControllerError(ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist.")
+    existing = len(current.partitions)
+    if count < existing:
+        raise ControllerError(
+            ErrorCode.invalid_partitions,
+            f"Topic currently has {existing} partitions, which is higher than the requested {count}.",
+        )
+    if count == existing:
+        raise ControllerError(ErrorCode.invalid_partitions, f"Topic already has {existing} partitions.")
+    factor = len(current.partitions[0].replicas) if current.partitions else 1
+    added = count - existing
+    if assignments is not None:
+        if len(assignments) != added:
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment,
+                f"Attempted to add {added} additional partition(s), but only {len(assignments)} "
+                "assignment(s) were specified.",
+            )
+        placed = _validated_assignments(image, dict(enumerate(assignments)), factor)
+    else:
+        live = [b.node_id for b in image.live_brokers()]
+        placed = _place_replicas(live, added, factor, start=existing)
+    live_set = {b.node_id for b in image.live_brokers()}
+    records: list[PartitionRecord] = []
+    for offset, replicas in enumerate(placed):
+        leader = next((r for r in replicas if r in live_set), NO_LEADER)
+        isr = tuple(r for r in replicas if r in live_set)
+        records.append(PartitionRecord(str(current.topic_id), existing + offset, tuple(replicas), isr, leader, 0, 0))
+    return records
+
+
+# ---------------------------------------------------------------------- placement
+
+
+def _placement_start(image: MetadataImage) -> int:
+    """Rotates where new topics' first replicas land so leadership spreads over brokers."""
+    return sum(len(t.partitions) for t in image.topics_by_name.values())
+
+
+def _place_replicas(live: Sequence[int], partitions: int, factor: int, start: int) -> list[list[int]]:
+    if factor > len(live):
+        raise ControllerError(
+            ErrorCode.invalid_replication_factor,
+            f"Unable to replicate the partition {factor} time(s): The target replication factor of {factor} cannot "
+            f"be reached because only {len(live)} broker(s) are registered.",
+        )
+    brokers = sorted(live)
+    return [[brokers[(start + p + r) % len(brokers)] for r in range(factor)] for p in range(partitions)]
+
+
+def _validated_assignments(
+    image: MetadataImage, assignments: Mapping[int, Sequence[int]], factor: int | None = None
+) -> list[list[int]]:
+    registered = set(image.brokers)
+    ordered: list[list[int]] = []
+    for expected, index in enumerate(sorted(assignments)):
+        if index != expected:
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment,
+                "Partitions in the manual replica assignment must be consecutive and start at 0.",
+            )
+        replicas = list(assignments[index])
+        if not replicas:
+            raise ControllerError(ErrorCode.invalid_replica_assignment, f"Partition {index} has an empty replica list.")
+        if len(set(replicas)) != len(replicas):
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment, f"Duplicate brokers in the assignment of partition {index}."
+            )
+        unknown = [r for r in replicas if r not in registered]
+        if unknown:
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment,
+                f"Partition {index} is assigned to broker(s) {unknown} that are not registered.",
+            )
+        wanted = factor if factor is not None else (len(ordered[0]) if ordered else len(replicas))
+        if len(replicas) != wanted:
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment,
+                f"All partitions must have the same replication factor ({wanted}); partition {index} has "
+                f"{len(replicas)}.",
+            )
+        ordered.append(replicas)
+    return ordered
