@@ -39,9 +39,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from controller.config import Listener, ServerConfig, ensure_meta_properties, is_valid_cluster_id
+from controller.config.meta_properties import ensure_meta_properties, is_valid_cluster_id
+from controller.config.server import Listener, ServerConfig
 from controller.controller import Controller
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint, MetadataRecord
@@ -56,14 +56,12 @@ from controller.rpc.messages import (
     decode_metadata_records,
     encode_metadata_records,
 )
+from controller.rpc.server import ControllerServer
 from controller.rpc.transport import NetworkTransport
 from controller.wal_failover import zombie_failover
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
 from storage.metadata.memory import wall_clock_ms
-
-if TYPE_CHECKING:
-    from controller.rpc.server import ControllerServer
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +177,6 @@ class QuorumController:
     async def start(cls, config: ServerConfig) -> QuorumController:
         """Formats (first start) or checks the metadata directory, binds the CONTROLLER listener, starts the Raft
         member and serves. Raises ConfigError for a directory of another node or cluster or a port in use."""
-        from controller.rpc.server import ControllerServer
-
         cluster_id = quorum_cluster_id(config)
         listener = controller_listener(config)
         await asyncio.to_thread(ensure_meta_properties, config.metadata_dir, config.node_id, cluster_id)

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from controller.api import ControllerClient
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.quorum import QuorumController, uses_quorum
-from controller.remote_client import RemoteControllerClient, VoterFollower
+from controller.remote.client import RemoteControllerClient
+from controller.remote.replica import VoterFollower
 
 ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 
@@ -80,7 +81,7 @@ async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
 
 
 async def open_quorum_client(config: ServerConfig) -> ControllerHandle:
-    """A broker-only node's client of the controller quorum (``controller.remote_client``), closed with the node."""
+    """A broker-only node's client of the controller quorum (``controller.remote``), closed with the node."""
     client = await RemoteControllerClient.start(config)
     return ControllerHandle(client, client.close)
 

@@ -4,39 +4,38 @@ Raft requests go to the Raft core through the network transport and are answered
 DescribeQuorum is answered from the driver. Broker registration and heartbeats, the admin APIs brokers forward and
 Fjord's own stream RPCs need the active controller; elsewhere they are answered NOT_CONTROLLER.
 
-The admin APIs reuse the broker's handlers (``broker.handlers.topics`` / ``configs``), which translate every version
-of the Kafka request to `ControllerClient` calls and back: here they run against :class:`_AdminClient`, which calls
-the active `Controller` or answers NOT_CONTROLLER per topic/resource.
+The admin APIs are read and answered through ``controller.admin_wire``, the translation the broker's handlers use
+too, so a request answers the same item for item whether a client sent it to a broker or a broker forwarded it here.
+Only the party asked differs: here it is the active `Controller`, and a voter that is not active answers
+NOT_CONTROLLER on every topic, resource or partition, which the forwarding broker reads as "try the next voter".
+
+The dispatcher sees the voter through :class:`ServedQuorum`, the few things it asks of it; the quorum module builds
+the server and hands itself in, so the dependency runs one way (quorum → rpc).
 """
 
 from __future__ import annotations
 
 import logging
-import typing
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers import alter_partition_reassignments as reassignment_handlers
-from broker.handlers import configs as config_handlers
-from broker.handlers import topics as topic_handlers
-from broker.handlers.registry import RequestContext
+from controller import admin_wire
+from controller.admin_wire import ResourceRefused
 from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
-    ElectLeaderResult,
-    ImageListener,
-    NewTopic,
     PartitionReassignment,
     ReassignmentResult,
 )
-from controller.controller import Controller, ControllerError
+from controller.config.server import ServerConfig
+from controller.controller import Controller
+from controller.errors import ControllerError, error_code_for, error_code_logged, error_message_for
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
-from controller.producer_ids import ProducerIdBlock
+from controller.raft.driver import RaftDriver
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -61,6 +60,7 @@ from controller.rpc.raft_codec import (
     request_from_kio,
     response_to_kio,
 )
+from controller.rpc.transport import NetworkTransport
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from wire import codec
@@ -68,21 +68,57 @@ from wire.codec import ProtocolError
 from wire.metrics import ServerMetrics
 
 if TYPE_CHECKING:
-    from controller.quorum import QuorumController
-    from node.process import Node
     from wire.listener import Peer
 
 logger = logging.getLogger(__name__)
 
 _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
-_ADMIN_HANDLERS: Mapping[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
-    m.CREATE_TOPICS: topic_handlers.handle_create_topics,
-    m.DELETE_TOPICS: topic_handlers.handle_delete_topics,
-    m.CREATE_PARTITIONS: topic_handlers.handle_create_partitions,
-    m.ALTER_CONFIGS: config_handlers.handle_alter_configs,
-    m.INCREMENTAL_ALTER_CONFIGS: config_handlers.handle_incremental_alter_configs,
-    m.ALTER_PARTITION_REASSIGNMENTS: reassignment_handlers.handle_alter_partition_reassignments,
-}
+
+
+class ServedQuorum(Protocol):
+    """What the CONTROLLER listener asks of its voter (``controller.quorum.QuorumController``)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def voters(self) -> Mapping[int, tuple[str, int]]: ...
+
+    @property
+    def transport(self) -> NetworkTransport:
+        """Where Raft requests from peers are delivered to the local Raft core."""
+        ...
+
+    @property
+    def driver(self) -> RaftDriver:
+        """The Raft member, for DescribeQuorum."""
+        ...
+
+    @property
+    def leader_id(self) -> int | None: ...
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    def active_controller(self, what: str) -> Controller:
+        """The `Controller` to write with; NotControllerError (naming ``what``) unless this voter is active."""
+        ...
+
+    def check_node(self, node: NodeIdentity, what: str) -> None: ...
+
+    def dump(self) -> m.MetadataDump: ...
+
+    async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int: ...
+
+    async def heartbeat(
+        self, node_id: int, epoch: int, metadata_offset: int, *, want_fence: bool, want_shutdown: bool
+    ) -> tuple[bool, bool]: ...
 
 
 class ControllerProtocolError(ProtocolError):
@@ -92,7 +128,7 @@ class ControllerProtocolError(ProtocolError):
 class ControllerDispatcher:
     """What `wire.listener.KafkaListener` needs from a dispatcher (``dispatch`` and ``metrics``)."""
 
-    def __init__(self, quorum: QuorumController, metrics: ServerMetrics | None = None) -> None:
+    def __init__(self, quorum: ServedQuorum, metrics: ServerMetrics | None = None) -> None:
         self.quorum = quorum
         self.metrics = metrics or ServerMetrics()
         timeout_ms = int(quorum.config.value("controller.quorum.request.timeout.ms"))
@@ -135,7 +171,7 @@ class ControllerDispatcher:
         elif api_key == m.ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
         else:
-            response = await self._admin(api_key, prefix.api_version, prefix.correlation_id, request, peer)
+            response = await self._admin(api_key, response_cls, request)
         return codec.encode_response(prefix.correlation_id, response)
 
     # ---- Raft ----------------------------------------------------------------------------------------------
@@ -255,27 +291,111 @@ class ControllerDispatcher:
         return codec.build(response_cls, throttle_time=0, error_code=code, producer_id_start=-1, producer_id_len=0)
 
     # ---- admin APIs ----------------------------------------------------------------------------------------
-    async def _admin(self, api_key: int, version: int, correlation_id: int, request: Any, peer: Peer) -> Any:
+    async def _admin(self, api_key: int, response_cls: type[Any], request: Any) -> Any:
         body = request.body
-        node_id = self.quorum.node_id
-        if api_key in (m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS):
-            # The forwarding broker checked that a broker resource names itself; keep that name valid here.
-            names = {r.resource_name for r in body.resources if r.resource_type == ConfigResource.BROKER
-                     and r.resource_name.isdigit()}
-            if len(names) == 1:
-                node_id = int(names.pop())
-        view = _ControllerNodeView(self.quorum, node_id)
-        ctx = RequestContext(
-            api_key=api_key,
-            api_version=version,
-            correlation_id=correlation_id,
-            client_id=request.client_id,
-            client_host=peer.host,
-            client_port=peer.port,
-            node=typing.cast("Node", view),
-            listener_name=peer.listener,
-        )
-        return await _ADMIN_HANDLERS[api_key](ctx, body)
+        if api_key == m.CREATE_TOPICS:
+            return await self._create_topics(response_cls, admin_wire.read_create_topics(body, request.client_id))
+        if api_key == m.DELETE_TOPICS:
+            return await self._delete_topics(response_cls, admin_wire.read_delete_topics(body))
+        if api_key == m.CREATE_PARTITIONS:
+            return await self._create_partitions(response_cls, admin_wire.read_create_partitions(body))
+        if api_key == m.ALTER_CONFIGS:
+            return await self._alter_configs(response_cls, admin_wire.read_alter_configs(body))
+        if api_key == m.INCREMENTAL_ALTER_CONFIGS:
+            return await self._alter_configs(response_cls, admin_wire.read_incremental_alter_configs(body))
+        if api_key == m.ALTER_PARTITION_REASSIGNMENTS:
+            return await self._reassign(response_cls, admin_wire.read_alter_partition_reassignments(body))
+        raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
+                                      "no answer")
+
+    async def _create_topics(self, response_cls: type[Any], ask: admin_wire.CreateTopicsAsk) -> Any:
+        created: list[CreateTopicResult] = []
+        if ask.topics:
+            try:
+                created = await self.quorum.active_controller("create topics").create_topics(
+                    ask.topics, ask.validate_only
+                )
+            except m.NotControllerError as exc:
+                created = admin_wire.create_topics_refused(ask.topics, ErrorCode.not_controller, str(exc))
+            except Exception as exc:
+                code, message = error_code_for(exc), error_message_for(exc)
+                logger.error("create_topics %s failed: %s", [t.name for t in ask.topics], message, exc_info=exc)
+                created = admin_wire.create_topics_refused(ask.topics, code, message)
+        return admin_wire.create_topics_response(response_cls, ask, created)
+
+    async def _delete_topics(self, response_cls: type[Any], ask: admin_wire.DeleteTopicsAsk) -> Any:
+        deleted: list[DeleteTopicResult] = []
+        if ask.names or ask.ids:
+            try:
+                deleted = await self.quorum.active_controller("delete topics").delete_topics(ask.names, ask.ids)
+            except m.NotControllerError as exc:
+                deleted = admin_wire.delete_topics_refused(ask.names, ask.ids, ErrorCode.not_controller, str(exc))
+        return admin_wire.delete_topics_response(response_cls, ask, deleted)
+
+    async def _create_partitions(self, response_cls: type[Any], ask: admin_wire.PartitionsAsk) -> Any:
+        answers: list[tuple[str, ErrorCode, str | None]] = []
+        for topic in ask.topics:
+            code: ErrorCode
+            message: str | None
+            if topic.refused is not None:
+                code, message = topic.refused
+            else:
+                try:
+                    controller = self.quorum.active_controller(f"create partitions of {topic.topic}")
+                    code, message = await controller.create_partitions(
+                        topic.topic, topic.count, topic.assignments, ask.validate_only
+                    )
+                except m.NotControllerError as exc:
+                    code, message = ErrorCode.not_controller, str(exc)
+                except Exception as exc:
+                    code, message = error_code_for(exc), error_message_for(exc)
+                    logger.error("create_partitions for topic %s failed: %s", topic.topic, message, exc_info=exc)
+            answers.append((topic.topic, code, message))
+        return admin_wire.create_partitions_response(response_cls, answers)
+
+    async def _alter_configs(self, response_cls: type[Any], ask: admin_wire.ConfigAlterations) -> Any:
+        # The forwarding broker checked that a broker resource names itself; a request naming one broker is
+        # therefore checked against that broker here (anything else against this voter's own id).
+        named = {item.resource.name for item in ask.resources
+                 if item.resource.type == ConfigResource.BROKER and item.resource.name.isdigit()}
+        broker_id = int(named.pop()) if len(named) == 1 else self.quorum.node_id
+        answers: list[tuple[ConfigResource, ErrorCode, str | None]] = []
+        for item in ask.resources:
+            resource = item.resource
+            code: ErrorCode
+            message: str | None
+            try:
+                if item.refused is not None:
+                    code, message = item.refused
+                else:
+                    if resource.type == ConfigResource.BROKER:
+                        admin_wire.check_broker_resource(resource.name, broker_id)
+                    controller = self.quorum.active_controller("alter configs")
+                    code, message = await controller.alter_configs(
+                        resource, item.changes, incremental_ops=item.incremental_ops, validate_only=ask.validate_only
+                    )
+            except ResourceRefused as exc:
+                code, message = exc.code, str(exc)
+            except m.NotControllerError as exc:
+                code, message = ErrorCode.not_controller, str(exc)
+            except Exception as exc:
+                code = error_code_logged(exc, logger, "altering configs of resource type %d %r failed",
+                                         resource.type, resource.name)
+                message = error_message_for(exc)
+            answers.append((resource, code, message))
+        return admin_wire.alter_configs_response(response_cls, answers)
+
+    async def _reassign(self, response_cls: type[Any], asked: Sequence[PartitionReassignment]) -> Any:
+        results: list[ReassignmentResult]
+        try:
+            results = await self.quorum.active_controller("reassign partitions").alter_partition_reassignments(asked)
+        except m.NotControllerError as exc:
+            results = admin_wire.reassignments_refused(asked, ErrorCode.not_controller, str(exc))
+        except Exception as exc:
+            code, message = error_code_for(exc), error_message_for(exc)
+            logger.error("reassigning %d partitions failed: %s", len(asked), message, exc_info=exc)
+            results = admin_wire.reassignments_refused(asked, code, message)
+        return admin_wire.alter_partition_reassignments_response(response_cls, results)
 
     # ---- Fjord's stream RPCs -------------------------------------------------------------------------------
     async def _stream(self, frame: bytes, peer: Peer) -> bytes:
@@ -370,97 +490,3 @@ def _unanswered(request: RaftRequest) -> RaftResponse:
         case FetchSnapshotRequest():
             return FetchSnapshotResponse(error, request.snapshot_id, no_leader, 0, 0, b"", request.correlation_id)
     raise TypeError(f"{type(request).__name__} is not answered by the Raft core")
-
-
-class _ControllerNodeView:
-    """The part of `Node` the admin handlers read: ``controller``, ``node_id`` and ``config``."""
-
-    def __init__(self, quorum: QuorumController, node_id: int) -> None:
-        self.controller = _AdminClient(quorum)
-        self.node_id = node_id
-        self.config = quorum.config
-
-
-class _AdminClient:
-    """`ControllerClient` for the admin handlers: the active `Controller`, or NOT_CONTROLLER per item."""
-
-    def __init__(self, quorum: QuorumController) -> None:
-        self._quorum = quorum
-
-    def _client(self, what: str) -> Controller:
-        return self._quorum.active_controller(what)
-
-    @property
-    def image(self) -> MetadataImage:
-        return self._quorum.image
-
-    def subscribe(self, listener: ImageListener) -> None:
-        raise NotImplementedError("the controller listener does not subscribe to images")
-
-    @property
-    def stream_metadata(self) -> StreamMetadata:
-        return self._quorum.controller.stream_metadata
-
-    async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
-        return await self._quorum.register_broker(node_id, listeners, rack)
-
-    async def create_topics(self, topics: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:
-        try:
-            return await self._client("create topics").create_topics(topics, validate_only)
-        except m.NotControllerError as exc:
-            return [CreateTopicResult(t.name, None, ErrorCode.not_controller, str(exc)) for t in topics]
-
-    async def delete_topics(self, names: Sequence[str] = (), ids: Sequence[uuid.UUID] = ()) -> list[DeleteTopicResult]:
-        try:
-            return await self._client("delete topics").delete_topics(names, ids)
-        except m.NotControllerError as exc:
-            return [DeleteTopicResult(n, None, ErrorCode.not_controller, str(exc)) for n in names] + [
-                DeleteTopicResult(None, i, ErrorCode.not_controller, str(exc)) for i in ids
-            ]
-
-    async def create_partitions(
-        self, topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool
-    ) -> tuple[ErrorCode, str | None]:
-        try:
-            return await self._client(f"create partitions of {topic}").create_partitions(
-                topic, count, assignments, validate_only
-            )
-        except m.NotControllerError as exc:
-            return ErrorCode.not_controller, str(exc)
-
-    async def alter_configs(
-        self,
-        resource: ConfigResource,
-        changes: Mapping[str, str | None],
-        *,
-        incremental_ops: Mapping[str, int] | None,
-        validate_only: bool,
-    ) -> tuple[ErrorCode, str | None]:
-        try:
-            return await self._client("alter configs").alter_configs(
-                resource, changes, incremental_ops=incremental_ops, validate_only=validate_only
-            )
-        except m.NotControllerError as exc:
-            return ErrorCode.not_controller, str(exc)
-
-    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
-        try:
-            return await self._client("elect leaders").elect_leaders(partitions)
-        except m.NotControllerError as exc:
-            return [ElectLeaderResult(t, p, ErrorCode.not_controller, str(exc)) for t, p in partitions or ()]
-
-    async def alter_partition_reassignments(
-        self, reassignments: Sequence[PartitionReassignment]
-    ) -> list[ReassignmentResult]:
-        try:
-            return await self._client("reassign partitions").alter_partition_reassignments(reassignments)
-        except m.NotControllerError as exc:
-            return [ReassignmentResult(r.topic, r.partition, ErrorCode.not_controller, str(exc)) for r in reassignments]
-
-    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
-        return await self._client(f"allocate producer ids for broker {broker_id}").allocate_producer_ids(
-            broker_id, broker_epoch
-        )
-
-    async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
-        await self._client("complete a WAL failover").complete_wal_failover(node, failed_node_id, failed_node_epoch)

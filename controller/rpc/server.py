@@ -3,26 +3,25 @@
 One framing implementation serves both kinds of listener; only the dispatcher differs. Requests on a connection
 run concurrently and are answered in request order, so a long-polling Raft Fetch delays the responses queued
 behind it on that connection only (each voter uses its own connection per peer).
+
+The server knows its voter only as a :class:`~controller.rpc.dispatcher.ServedQuorum`: ``controller.quorum`` builds
+it and passes itself in, so the quorum depends on the server and never the other way round.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from controller.config import Listener
-from controller.rpc.dispatcher import ControllerDispatcher
+from controller.config.server import Listener
+from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
 from storage.config import ConfigError
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
-
-if TYPE_CHECKING:
-    from controller.quorum import QuorumController
 
 logger = logging.getLogger(__name__)
 
 
 class ControllerServer:
-    def __init__(self, quorum: QuorumController, listener: Listener) -> None:
+    def __init__(self, quorum: ServedQuorum, listener: Listener) -> None:
         self.listener = listener
         self.dispatcher = ControllerDispatcher(quorum)
         self._server = KafkaListener(

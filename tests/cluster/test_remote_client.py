@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.config import ServerConfig
-from controller.remote_client import ActiveControllerChannel, ControllerUnavailableError, RemoteControllerClient
+from controller.config.server import ServerConfig
+from controller.remote.channel import ActiveControllerChannel, ControllerUnavailableError
+from controller.remote.client import RemoteControllerClient
 from controller.rpc import messages as m
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity

@@ -1,0 +1,190 @@
+"""``controller.admin_wire``: what a broker forwards is read back by the controller as the same request, and what the
+controller answers is read back by the broker as the same results, through real frames; request-level checks answer
+their items without asking anyone."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from controller import admin_wire
+from controller.api import (
+    ConfigResource,
+    CreateTopicResult,
+    DeleteTopicResult,
+    IncrementalOp,
+    NewTopic,
+    PartitionReassignment,
+    ReassignmentResult,
+)
+from controller.config.describe import ConfigEntry, ConfigSource
+from wire import codec
+
+
+def _over_the_wire(request: Any) -> Any:
+    """The request as the controller listener decodes it (the frame without its length prefix)."""
+    return codec.decode_request(codec.encode_request(request, 7, client_id="broker-3")[4:]).body
+
+
+def _answer_over_the_wire(response: Any) -> Any:
+    cls = type(response)
+    _, body = codec.decode_response(cls.__api_key__, cls.__version__, codec.encode_response(7, response)[4:])
+    return body
+
+
+def test_create_topics_round_trip() -> None:
+    topics = [
+        NewTopic("orders", 3, 1, None, {"retention.ms": "1000"}),
+        NewTopic("placed", assignments={0: (1, 2), 1: (2, 1)}),
+    ]
+    ask = admin_wire.read_create_topics(_over_the_wire(admin_wire.create_topics_request(topics, True, 5000)), "c")
+    assert ask.validate_only is True
+    assert ask.order == ("orders", "placed")
+    assert not ask.refused
+    assert [(t.name, t.num_partitions, t.replication_factor, t.assignments, dict(t.configs)) for t in ask.topics] == [
+        ("orders", 3, 1, None, {"retention.ms": "1000"}),
+        ("placed", -1, -1, {0: (1, 2), 1: (2, 1)}, {}),
+    ]
+    topic_id = uuid.uuid4()
+    created = [
+        CreateTopicResult("orders", topic_id, ErrorCode.none, None, 3, 1,
+                          [ConfigEntry("retention.ms", "1000", ConfigSource.TOPIC_CONFIG, False, False)]),
+        CreateTopicResult("placed", None, ErrorCode.invalid_replica_assignment, "broker 2 is not registered"),
+    ]
+    response = admin_wire.create_topics_response(codec.response_class(19, 7), ask, created)
+    assert admin_wire.read_create_topics_response(_answer_over_the_wire(response)) == created
+
+
+def test_create_topics_refuses_duplicates_and_contradictions_in_request_order() -> None:
+    cls = codec.request_class(19, 5)
+    topic_cls = codec.field_entity(cls, "topics")
+    request = codec.build(cls, validate_only=False, topics=(
+        codec.build(topic_cls, name="b", num_partitions=1, replication_factor=-1),
+        codec.build(topic_cls, name="a", num_partitions=2, replication_factor=1, assignments=(
+            codec.build_nested(topic_cls, "assignments", partition_index=0, broker_ids=(1,)),)),
+        codec.build(topic_cls, name="b", num_partitions=1, replication_factor=-1),
+        codec.build(topic_cls, name="c", num_partitions=1, replication_factor=-1),
+    ))
+    ask = admin_wire.read_create_topics(request, "tool")
+    assert [t.name for t in ask.topics] == ["c"]
+    assert ask.order == ("b", "a", "c")
+    assert ask.refused["b"].message == "Create topics request from client 'tool' contains topic 'b' more than once"
+    assert ask.refused["a"].error is ErrorCode.invalid_request
+    created = admin_wire.create_topics_refused(ask.topics, ErrorCode.not_controller, "no active controller")
+    response = admin_wire.create_topics_response(codec.response_class(19, 5), ask, created)
+    assert [(t.name, t.error_code, t.num_partitions) for t in response.topics] == [
+        ("b", ErrorCode.invalid_request, -1), ("a", ErrorCode.invalid_request, -1), ("c", ErrorCode.not_controller, -1)
+    ]
+
+
+def test_delete_topics_round_trip_by_name_and_id() -> None:
+    topic_id = uuid.uuid4()
+    request = _over_the_wire(admin_wire.delete_topics_request(["orders"], [topic_id], 5000))
+    ask = admin_wire.read_delete_topics(request)
+    assert (ask.names, ask.ids, ask.refused) == (("orders",), (topic_id,), ())
+    deleted = [DeleteTopicResult("orders", None, ErrorCode.none),
+               DeleteTopicResult(None, topic_id, ErrorCode.unknown_topic_id, "no such topic id")]
+    response = admin_wire.delete_topics_response(codec.response_class(20, 6), ask, deleted)
+    assert admin_wire.read_delete_topics_response(_answer_over_the_wire(response)) == deleted
+
+
+def test_delete_topics_v6_refuses_both_or_neither_name_and_id() -> None:
+    cls = codec.request_class(20, 6)
+    request = codec.build(cls, topics=(
+        codec.build_nested(cls, "topics", name="x", topic_id=uuid.uuid4()),
+        codec.build_nested(cls, "topics", name=None, topic_id=uuid.UUID(int=0)),
+    ))
+    ask = admin_wire.read_delete_topics(request)
+    assert not ask.names and not ask.ids
+    assert [r.message for r in ask.refused] == [
+        "topic name and topic id cannot both be given", "neither topic name nor topic id given"
+    ]
+
+
+def test_create_partitions_round_trip_and_duplicates() -> None:
+    request = _over_the_wire(admin_wire.create_partitions_request("orders", 4, [[1], [2]], False, 5000))
+    ask = admin_wire.read_create_partitions(request)
+    assert ask.topics == (admin_wire.NewPartitions("orders", 4, ((1,), (2,))),)
+    response = admin_wire.create_partitions_response(
+        codec.response_class(37, 3), [("orders", ErrorCode.invalid_partitions, "too few")]
+    )
+    assert admin_wire.read_create_partitions_response(_answer_over_the_wire(response)) == (
+        ErrorCode.invalid_partitions, "too few"
+    )
+    cls = codec.request_class(37, 0)
+    twice = codec.build(cls, validate_only=True, topics=(
+        codec.build_nested(cls, "topics", name="t", count=2, assignments=None),
+        codec.build_nested(cls, "topics", name="t", count=3, assignments=None),
+    ))
+    assert [t.refused for t in admin_wire.read_create_partitions(twice).topics] == [
+        (ErrorCode.invalid_request, "duplicate topic 't' in the request")
+    ] * 2
+
+
+@pytest.mark.parametrize("ops", [None, {"retention.ms": IncrementalOp.SET, "cleanup.policy": IncrementalOp.DELETE}])
+def test_alter_configs_round_trip(ops: dict[str, int] | None) -> None:
+    resource = ConfigResource(ConfigResource.TOPIC, "orders")
+    changes: dict[str, str | None] = {"retention.ms": "1000", "cleanup.policy": None}
+    request = _over_the_wire(admin_wire.alter_configs_request(resource, changes, ops, True))
+    read = admin_wire.read_alter_configs if ops is None else admin_wire.read_incremental_alter_configs
+    ask = read(request)
+    assert ask.validate_only is True
+    assert ask.resources == (admin_wire.ConfigAlteration(resource, changes, ops),)
+    response = admin_wire.alter_configs_response(
+        codec.response_class(type(request).__api_key__, type(request).__version__),
+        [(resource, ErrorCode.invalid_config, "bad value")],
+    )
+    assert admin_wire.read_alter_configs_response(_answer_over_the_wire(response)) == (
+        ErrorCode.invalid_config, "bad value"
+    )
+
+
+def test_incremental_alter_configs_refuses_duplicates_unknown_ops_and_resource_types() -> None:
+    cls = codec.request_class(44, 1)
+    resource_cls = codec.field_entity(cls, "resources")
+
+    def resource(kind: int, *configs: tuple[str, int]) -> Any:
+        return codec.build(resource_cls, resource_type=kind, resource_name="r", configs=tuple(
+            codec.build_nested(resource_cls, "configs", name=n, config_operation=op, value="1") for n, op in configs
+        ))
+
+    request = codec.build(cls, validate_only=False, resources=(
+        resource(2, ("a", 0), ("a", 1)),
+        resource(2, ("a", 9)),
+        resource(7, ("a", 0)),
+        resource(4, ("a", 0)),
+    ))
+    refused = [item.refused for item in admin_wire.read_incremental_alter_configs(request).resources]
+    assert refused == [
+        (ErrorCode.invalid_request, "Error due to duplicate config keys ['a']"),
+        (ErrorCode.invalid_request, "Unknown alter config operation(s) [9]"),
+        (ErrorCode.invalid_request, "Unsupported resource type 7"),
+        None,
+    ]
+
+
+def test_a_broker_resource_must_name_the_answering_broker() -> None:
+    assert admin_wire.check_broker_resource("", 1) is True
+    assert admin_wire.check_broker_resource("1", 1) is False
+    with pytest.raises(admin_wire.ResourceRefused, match="expected 1 or empty string, but received 2"):
+        admin_wire.check_broker_resource("2", 1)
+    with pytest.raises(admin_wire.ResourceRefused, match="'x' is not a broker id"):
+        admin_wire.check_broker_resource("x", 1)
+
+
+def test_alter_partition_reassignments_round_trip() -> None:
+    asked = [PartitionReassignment("a", 0, (2,)), PartitionReassignment("a", 1, None),
+             PartitionReassignment("b", 0, (1,))]
+    request = _over_the_wire(admin_wire.alter_partition_reassignments_request(asked))
+    assert admin_wire.read_alter_partition_reassignments(request) == asked
+    results = [ReassignmentResult("a", 0), ReassignmentResult("a", 1, ErrorCode.no_reassignment_in_progress, "none"),
+               ReassignmentResult("b", 0, ErrorCode.not_controller, "moved")]
+    response = admin_wire.alter_partition_reassignments_response(codec.response_class(45, 0), results)
+    assert admin_wire.read_alter_partition_reassignments_response(_answer_over_the_wire(response), asked) == results
+    missing = admin_wire.read_alter_partition_reassignments_response(_answer_over_the_wire(response), [
+        PartitionReassignment("c", 0, (1,))
+    ])
+    assert missing == [ReassignmentResult("c", 0, ErrorCode.unknown_server_error, "no answer")]
