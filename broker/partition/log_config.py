@@ -51,8 +51,9 @@ class LogConfig:
 
     @classmethod
     def from_effective(cls, effective: Mapping[str, Any], *, producer_id_expiration_ms: int) -> LogConfig:
-        """From a topic's typed values as :func:`controller.config.describe.effective_topic_configs` resolves them (topic
-        override, dynamic and static broker synonyms, Kafka default; invalid values already replaced by defaults)."""
+        """From a topic's typed values as :func:`controller.config.describe.effective_topic_configs` resolves them
+        (topic override, dynamic and static broker synonyms, Kafka default; invalid values already replaced by
+        defaults)."""
         return cls(
             max_message_bytes=effective["max.message.bytes"],
             log_append_time=effective["message.timestamp.type"] == "LogAppendTime",
