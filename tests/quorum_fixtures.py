@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from controller.quorum import QuorumController
 from tests.ports import free_ports
 from tests.waiting import eventually_async

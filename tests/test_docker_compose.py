@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from node.local_cluster import BROKER_CONFIG, CONFIG_DIR, CONTROLLER_CONFIG, plan_cluster
 from storage.config import parse_bucket_url, parse_overrides, read_properties
 

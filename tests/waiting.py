@@ -10,10 +10,11 @@ was awaited and what the condition last returned (or raised)::
 
 A condition holds when it returns a truthy value, and that value is returned; with ``until`` the condition's value
 is passed to ``until`` instead, so that a timeout reports the last value itself (say an error code) rather than
-``False``. A condition signals "not yet" by returning a falsy value, or by raising one of ``retry_on`` (say
-``OSError`` while a listener is not up yet); any other exception ends the wait at once and propagates (a process
-that exited will never become ready). ``what`` is a description, or a callable building one when the wait fails
-(for log text that only matters then).
+``False``, and a falsy value such as error code 0 can be the answer. ``None`` always means "not yet" (so a
+condition typed ``() -> X | None`` gives an ``X``). A condition also signals "not yet" by raising one of
+``retry_on`` (say ``OSError`` while a listener is not up yet); any other exception ends the wait at once and
+propagates (a process that exited will never become ready). ``what`` is a description, or a callable building
+one when the wait fails (for log text that only matters then).
 
 Sleeps that deliberately let time pass (to show that something does *not* happen, or to age data past a limit)
 are not waits for a condition and stay plain sleeps.
@@ -25,7 +26,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 __all__ = ["eventually", "eventually_async"]
 
@@ -65,7 +66,7 @@ def _check_arguments(timeout: float, interval: float) -> None:
 
 
 def eventually(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     *,
     timeout: float,
     what: str | Callable[[], str],
@@ -91,23 +92,49 @@ def eventually(
             error = exc
         else:
             error, last = None, value
-            if until(value) if until is not None else value:
+            if value is not None and (until(value) if until is not None else value):
                 return value
         if tries >= limit or time.monotonic() >= deadline:
             raise _failure(what, timeout, time.monotonic() - started, tries, last=last, error=error) from error
         time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
 
 
+@overload
 async def eventually_async(
-    condition: Callable[[], Awaitable[T]] | Callable[[], T],
+    condition: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float,
+    what: str | Callable[[], str],
+    interval: float = ...,
+    until: Callable[[T], object] | None = ...,
+    retry_on: tuple[type[BaseException], ...] = ...,
+    attempts: int | None = ...,
+) -> T: ...
+
+
+@overload
+async def eventually_async(
+    condition: Callable[[], T | None],
+    *,
+    timeout: float,
+    what: str | Callable[[], str],
+    interval: float = ...,
+    until: Callable[[T], object] | None = ...,
+    retry_on: tuple[type[BaseException], ...] = ...,
+    attempts: int | None = ...,
+) -> T: ...
+
+
+async def eventually_async(
+    condition: Callable[[], Any],
     *,
     timeout: float,
     what: str | Callable[[], str],
     interval: float = DEFAULT_INTERVAL_S,
-    until: Callable[[T], object] | None = None,
+    until: Callable[[Any], object] | None = None,
     retry_on: tuple[type[BaseException], ...] = (),
     attempts: int | None = None,
-) -> T:
+) -> Any:
     """:func:`eventually` for a coroutine: ``condition`` is a coroutine function or a plain callable (checking
     in-process state), and the pauses between attempts are ``asyncio.sleep`` so that the loop keeps running."""
     _check_arguments(timeout, interval)
@@ -128,7 +155,7 @@ async def eventually_async(
             error = exc
         else:
             error, last = None, value
-            if until(value) if until is not None else value:
+            if value is not None and (until(value) if until is not None else value):
                 return value
         if tries >= limit or loop.time() >= deadline:
             raise _failure(what, timeout, loop.time() - started, tries, last=last, error=error) from error

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import eventually
 from wire import codec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +25,7 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 _SERVING = re.compile(r"node (\d+) serving (.*)$", re.MULTILINE)
 _ENDPOINT = re.compile(r"(\w+)://([^,\s:]+):(\d+)")
+_BOUND = re.compile(r"listener (\w+) bound to [^\s:]+:(\d+)")
 
 
 class WireClient:
@@ -105,6 +107,9 @@ class BrokerProcess:
     node_id: int = 0
     port: int = 0
     endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: The port each client listener bound (a listener configured with port 0 reports the one it got); it differs
+    #: from ``endpoints`` when ``advertised.listeners`` points clients elsewhere (at a proxy, say).
+    listener_ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -179,26 +184,28 @@ def start_broker(
         )
     broker = BrokerProcess(proc, data_dir, log_path, node_id=int(settings.get("node.id", "0")))
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def serving() -> re.Match[str] | None:
         if proc.poll() is not None:
             raise AssertionError(f"broker exited with {proc.returncode} while starting:\n{broker.log_text()}")
-        match = _SERVING.search(broker.log_text())
-        if match:
-            broker.endpoints = {m[0]: (m[1], int(m[2])) for m in _ENDPOINT.findall(match.group(2))}
-            broker.port = next(iter(broker.endpoints.values()))[1]
-            break
-        time.sleep(0.05)
-    else:
+        return _SERVING.search(broker.log_text())
+
+    def answers_api_versions(port: int) -> bool:
+        with WireClient(port, timeout=2.0) as client:
+            return bool(client.request(api_versions_request(3)).error_code == 0)
+
+    try:
+        match = eventually(serving, timeout=timeout, what=lambda: f"the broker to start:\n{broker.log_text()}")
+        broker.endpoints = {m[0]: (m[1], int(m[2])) for m in _ENDPOINT.findall(match.group(2))}
+        broker.port = next(iter(broker.endpoints.values()))[1]
+        broker.listener_ports = {name: int(port) for name, port in _BOUND.findall(broker.log_text())}
+        # Asked on the port the first listener bound: its advertised one may be a proxy's that is not up yet.
+        port = broker.listener_ports.get(next(iter(broker.endpoints)), broker.port)
+        eventually(lambda: answers_api_versions(port), timeout=max(deadline - time.monotonic(), 0.1),
+                   retry_on=(OSError,), what=lambda: f"the broker to answer ApiVersions:\n{broker.log_text()}")
+    except AssertionError:
         broker.kill()
-        raise AssertionError(f"broker did not start within {timeout}s:\n{broker.log_text()}")
-    while time.monotonic() < deadline:
-        try:
-            with WireClient(broker.port, timeout=2.0) as client:
-                if client.request(api_versions_request(3)).error_code == 0:
-                    return broker
-        except OSError:
-            time.sleep(0.05)
-    broker.kill()
-    raise AssertionError(f"broker did not answer ApiVersions within {timeout}s:\n{broker.log_text()}")
+        raise
+    return broker
 
 

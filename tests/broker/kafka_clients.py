@@ -148,7 +148,8 @@ class ResponseDroppingProxy:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=5)
         self._listener.close()
         for sock in list(self._sockets):
             sock.close()

@@ -20,6 +20,11 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
 )
+from kafka.admin import ConfigResource as KConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kafka.admin import NewPartitions as KNewPartitions
+from kafka.admin import NewTopic as KNewTopic
+from kafka.errors import TopicAlreadyExistsError
 from kio.schema.errors import ErrorCode
 
 from wire import codec
@@ -134,11 +139,6 @@ def test_broker_configs_describe_and_alter(admin: AdminClient, shared_broker: Br
 
 
 def test_kafka_python_admin_basics(shared_broker: BrokerProcess) -> None:
-    from kafka.admin import ConfigResource as KConfigResource
-    from kafka.admin import ConfigResourceType, KafkaAdminClient
-    from kafka.admin import NewPartitions as KNewPartitions
-    from kafka.admin import NewTopic as KNewTopic
-    from kafka.errors import TopicAlreadyExistsError
 
     client = KafkaAdminClient(bootstrap_servers=shared_broker.bootstrap, request_timeout_ms=10000)
     try:

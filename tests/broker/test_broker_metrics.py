@@ -12,6 +12,7 @@ from collections.abc import Callable
 from broker_support import BrokerProcess
 from prometheus_client import generate_latest
 
+from tests.waiting import eventually
 from wire.metrics import ServerMetrics
 
 
@@ -59,16 +60,13 @@ def test_running_node_serves_lag_gc_and_millisecond_request_buckets(
     found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", node.log_text())
     assert found is not None, node.log_text()
     url = f"http://127.0.0.1:{found.group(1)}/metrics"
-    deadline = time.monotonic() + 10
-    samples = 0.0
-    while time.monotonic() < deadline:
+
+    def scrape() -> str:
         with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-        samples = _sample(text, "fjord_broker_event_loop_lag_seconds_count")
-        if samples >= 5:
-            break
-        time.sleep(0.05)
-    assert samples >= 5, "the lag probe does not run in a serving node"
+            return str(response.read().decode())
+
+    text = eventually(scrape, until=lambda text: _sample(text, "fjord_broker_event_loop_lag_seconds_count") >= 5,
+                      timeout=10, what="the lag probe to take 5 samples in a serving node")
     assert 'fjord_broker_gc_seconds_bucket{generation="2",le="0.001"}' in text
     # The ApiVersions handshake of start_broker was timed, in buckets fine enough for a 10 ms latency target.
     assert _sample(text, "fjord_broker_request_seconds_count", '{api="ApiVersions"}') >= 1

@@ -18,6 +18,13 @@ import pytest
 from broker_support import REPO, BrokerProcess, start_broker
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KTopicPartition
+from kafka import errors as kafka_errors
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+from tests.waiting import eventually
 
 GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "300", "num.partitions": "6"}
 DEADLINE_S = 45.0
@@ -64,23 +71,27 @@ def poll_until(
     done: Callable[[], bool],
     on_message: Callable[[Consumer, Message], None],
     timeout: float = DEADLINE_S,
+    what: str = "the consumers to reach the awaited state",
 ) -> None:
     """Polls every consumer in turn (each poll is short) until ``done()``; fails after ``timeout`` seconds."""
     consumers = list(consumers)
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
+
+    def polled_until_done() -> bool:
+        if done():
+            return True
         for consumer in consumers:
             message = consumer.poll(0.05)
             if message is None:
                 continue
             assert message.error() is None, message.error()
             on_message(consumer, message)
+        return done()
+
+    eventually(polled_until_done, timeout=timeout, interval=0.001, what=what)  # the polls themselves wait
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Creates a topic with the Java-compatible kafka-python admin (confluent's CreateTopics path is not needed)."""
-    from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
     try:
@@ -148,10 +159,9 @@ def test_committed_offsets_survive_a_broker_restart(broker_factory: Callable[...
     second = broker_factory(overrides=GROUP_OVERRIDES, data_dir=first.data_dir)
     admin = AdminClient({"bootstrap.servers": second.bootstrap})
     # The coordinator replays __consumer_offsets in the background; until then ListGroups says it is loading.
-    deadline = time.monotonic() + DEADLINE_S
-    while group not in {g.group_id for g in admin.list_consumer_groups().result(timeout=20).valid}:
-        assert time.monotonic() < deadline, "the group was not restored from __consumer_offsets"
-        time.sleep(0.1)
+    eventually(lambda: {g.group_id for g in admin.list_consumer_groups().result(timeout=20).valid},
+               until=lambda groups: group in groups, timeout=DEADLINE_S, interval=0.1,
+               what=f"group {group} restored from __consumer_offsets")
     resumed = make_consumer(second.bootstrap, group)
     committed = resumed.committed([TopicPartition(topic, 0)], timeout=20)
     assert committed[0].offset == 10
@@ -239,9 +249,6 @@ def test_cooperative_sticky_moves_only_what_it_must(node: BrokerProcess) -> None
 
 
 def test_admin_clients_list_describe_delete_groups_and_offsets(node: BrokerProcess) -> None:
-    from kafka import TopicPartition as KTopicPartition
-    from kafka import errors as kafka_errors
-    from kafka.admin import KafkaAdminClient
 
     topic, group, idle = unique("admin"), unique("live"), unique("idle")
     create_topic(node.bootstrap, topic, 2)
@@ -309,8 +316,6 @@ def test_admin_clients_list_describe_delete_groups_and_offsets(node: BrokerProce
 
 def test_mixed_clients_agree_on_the_common_assignor(node: BrokerProcess) -> None:
     """kafka-python offers only roundrobin, librdkafka prefers range: the group must pick roundrobin."""
-    from kafka import KafkaConsumer
-    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
     topic, group = unique("mixed"), unique("mixed-group")
     create_topic(node.bootstrap, topic, 6)
@@ -328,15 +333,22 @@ def test_mixed_clients_agree_on_the_common_assignor(node: BrokerProcess) -> None
     rd_consumer = make_consumer(node.bootstrap, group, **{"partition.assignment.strategy": "range,roundrobin"})
     rd_consumer.subscribe([topic])
     seen: set[tuple[int, int]] = set()
-    deadline = time.monotonic() + DEADLINE_S
+
+    def all_read_and_assigned() -> bool:
+        if len(seen) == 60 and len(python_consumer.assignment()) == 3 and len(rd_consumer.assignment()) == 3:
+            return True
+        for records in python_consumer.poll(timeout_ms=50).values():
+            seen.update((r.partition, r.offset) for r in records)
+        message = rd_consumer.poll(0.05)
+        if message is not None and message.error() is None:
+            seen.add((message.partition(), message.offset()))
+        return False
+
     try:
-        while not (len(seen) == 60 and len(python_consumer.assignment()) == 3 and len(rd_consumer.assignment()) == 3):
-            assert time.monotonic() < deadline, (len(seen), python_consumer.assignment(), rd_consumer.assignment())
-            for records in python_consumer.poll(timeout_ms=50).values():
-                seen.update((r.partition, r.offset) for r in records)
-            message = rd_consumer.poll(0.05)
-            if message is not None and message.error() is None:
-                seen.add((message.partition(), message.offset()))
+        eventually(all_read_and_assigned, timeout=DEADLINE_S, interval=0.001, what=lambda: (
+            f"60 records read and 3 partitions each: read {len(seen)}, assigned {python_consumer.assignment()} and "
+            f"{rd_consumer.assignment()}"
+        ))
         admin = AdminClient({"bootstrap.servers": node.bootstrap})
         [description] = [f.result(timeout=20) for f in admin.describe_consumer_groups([group]).values()]
         assert description.partition_assignor == "roundrobin"

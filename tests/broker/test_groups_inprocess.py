@@ -8,7 +8,6 @@ else (listener, partitions, WAL, object store on disk) is the real thing.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,8 +20,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from broker.groups.group import JoinRequest
-from controller.config import ServerConfig
+from broker.partition.manager import PartitionManager
+from controller.config.server import ServerConfig
 from node.process import Node
+from tests.waiting import eventually_async
 
 DAY_S = 86_400.0
 
@@ -146,9 +147,8 @@ async def test_offsets_of_empty_groups_expire_and_live_subscriptions_are_kept(no
     # The expiry was written as tombstones: a restarted node agrees.
     await node.stop()
     restarted: Node = await node_factory()
-    deadline = time.monotonic() + 30
-    while (value := await committed(restarted, "live", tp)) is None:
-        assert time.monotonic() < deadline, "the live group's offset was lost across the restart"
+    value = await eventually_async(lambda: committed(restarted, "live", tp), timeout=30,
+                                   what="the live group's offset after the restart (lost across it?)")
     assert value == 1
     assert await committed(restarted, "left", tp) is None
     assert await committed(restarted, "manual", tp) is None
@@ -167,10 +167,8 @@ async def loaded_coordinator(node: Node, group: str) -> GroupCoordinator:
     coordinator: GroupCoordinator = node.groups
     error, node_id, _ = await coordinator.find_coordinator(group)
     assert (error, node_id) == (ErrorCode.none, node.node_id)
-    deadline = time.monotonic() + 30
-    while coordinator.coordinator_error(group) is not ErrorCode.none:
-        assert time.monotonic() < deadline, coordinator.coordinator_error(group)
-        await asyncio.sleep(0.05)
+    await eventually_async(lambda: coordinator.coordinator_error(group), until=lambda error: error is ErrorCode.none,
+                           timeout=30, what=f"the coordinator of group {group} to load")
     return coordinator
 
 
@@ -265,7 +263,6 @@ async def test_requests_during_load_get_coordinator_load_in_progress(
     node_factory: Callable,  # type: ignore[type-arg]
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from broker.partition.manager import PartitionManager
 
     node: Node = await node_factory()
     group = "slow-to-load"

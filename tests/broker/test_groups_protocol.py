@@ -14,9 +14,18 @@ from typing import Any
 
 import pytest
 from broker_support import BrokerProcess, WireClient, start_broker
+from confluent_kafka import Consumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from broker.groups.offsets_schema import GroupKey, OffsetKey, decode_group_value, decode_key, decode_offset_value
+from broker.groups.offsets_schema import (
+    GroupKey,
+    OffsetKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    partition_for,
+)
+from tests.waiting import eventually
 from wire import codec
 
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
@@ -48,14 +57,14 @@ def create_topic(client: WireClient, name: str, partitions: int) -> None:
 
 def find_coordinator(client: WireClient, group: str) -> Any:
     """FindCoordinator v3 until the coordinator's partition is loaded (it is created on first use)."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def ask() -> Any:
         response = client.request(req(10, 3, key=group, key_type=0))
-        if response.error_code == ErrorCode.none:
-            return response
-        assert response.error_code == ErrorCode.coordinator_not_available, response
-        assert time.monotonic() < deadline, response
-        time.sleep(0.1)
+        assert response.error_code in (ErrorCode.none, ErrorCode.coordinator_not_available), response
+        return response
+
+    return eventually(ask, until=lambda response: response.error_code == ErrorCode.none, timeout=30, interval=0.1,
+                      what=f"the coordinator of group {group} to load")
 
 
 def join(client: WireClient, version: int, group: str, member_id: str = "", **extra: Any) -> Any:
@@ -330,7 +339,6 @@ def test_group_state_is_persisted_in_kafkas_record_format(
 
 
 def partition_of(client: WireClient, group: str) -> int:
-    from broker.groups.offsets_schema import partition_for
 
     metadata = client.request(req(3, 12, topics=(nested(3, 12, "topics", name="__consumer_offsets"),)))
     return partition_for(group, len(metadata.topics[0].partitions))
@@ -338,7 +346,6 @@ def partition_of(client: WireClient, group: str) -> int:
 
 def read_partition(bootstrap: str, topic: str, partition: int) -> list[tuple[bytes, bytes | None]]:
     """Every keyed record of one partition, tombstones included, read with librdkafka."""
-    from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": False})
     try:

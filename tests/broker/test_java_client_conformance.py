@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
+from tests.waiting import eventually
 from wire import codec
 from wire.api_versions import API_VERSIONS, METADATA_VERSION
 from wire.record_batch import Record, build_batch, iter_batches
@@ -78,15 +79,12 @@ def metadata(client: WireClient, *topics: str, auto_create: bool = False, ops: b
 
 def wait_for_leader(client: WireClient, topic: str, partitions: int = 1) -> Any:
     """The topic's Metadata once every partition has a leader, as a Java client retries LEADER_NOT_AVAILABLE."""
-    deadline = time.monotonic() + 15
-    while True:
-        found = metadata(client, topic).topics[0]
-        if found.error_code == ErrorCode.none and len(found.partitions) == partitions and all(
-            p.leader_id >= 0 for p in found.partitions
-        ):
-            return found
-        assert time.monotonic() < deadline, f"{topic} has no leader: {found}"
-        time.sleep(0.05)
+    return eventually(
+        lambda: metadata(client, topic).topics[0],
+        until=lambda found: found.error_code == ErrorCode.none and len(found.partitions) == partitions
+        and all(p.leader_id >= 0 for p in found.partitions),
+        timeout=15, what=f"{topic} to have a leader for each of its {partitions} partition(s)",
+    )
 
 
 def create_topic(client: WireClient, name: str, partitions: int = 1, **configs: str) -> Any:
@@ -206,14 +204,13 @@ def join(client: WireClient, group: str, topic: str, member_id: str = "") -> Any
 
 def find_coordinator(client: WireClient, group: str) -> Any:
     """FindCoordinator v4 for one group, retried on COORDINATOR_NOT_AVAILABLE as every Java client does."""
-    deadline = time.monotonic() + 15
-    while True:
-        [found] = call(client, 10, 4, key_type=0, coordinator_keys=(group,)).coordinators
-        if found.error_code != ErrorCode.coordinator_not_available:
-            assert (found.key, found.error_code) == (group, ErrorCode.none)
-            return found
-        assert time.monotonic() < deadline, f"no coordinator for group {group}"
-        time.sleep(0.05)
+    [found] = eventually(
+        lambda: call(client, 10, 4, key_type=0, coordinator_keys=(group,)).coordinators,
+        until=lambda got: got[0].error_code != ErrorCode.coordinator_not_available,
+        timeout=15, what=f"a coordinator for group {group}",
+    )
+    assert (found.key, found.error_code) == (group, ErrorCode.none)
+    return found
 
 
 def offset_fetch(client: WireClient, groups: dict[str, dict[str, tuple[int, ...]] | None]) -> dict[str, Any]:

@@ -12,13 +12,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from broker_support import BrokerProcess, WireClient
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_clients import (
     ResponseDroppingProxy,
     create_topic,
     fetch_request,
-    free_port,
     init_producer_id,
     list_offsets_request,
     module_broker,
@@ -27,6 +26,7 @@ from kafka_clients import (
 )
 from kio.schema.errors import ErrorCode
 
+from tests.waiting import eventually
 from wire import codec
 from wire.record_batch import Record, build_batch, iter_records
 
@@ -86,13 +86,13 @@ def test_fetch_out_of_range_and_unknown_partition(kafka: BrokerProcess, wire: Ca
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "oor", "auto.offset.reset": "earliest"})
     try:
         consumer.assign([TopicPartition(topic, 0, 1000)])
-        deadline = time.monotonic() + 15
-        msg = None
-        while msg is None and time.monotonic() < deadline:
+
+        def message() -> Message | None:
             polled = consumer.poll(0.5)
-            if polled is not None and not polled.error():
-                msg = polled
-        assert msg is not None and msg.offset() == 0
+            return polled if polled is not None and not polled.error() else None
+
+        msg = eventually(message, timeout=15, interval=0.01, what="a message after the reset to earliest")
+        assert msg.offset() == 0
     finally:
         consumer.close()
 
@@ -204,16 +204,17 @@ def test_idempotent_client_with_lost_responses_has_no_duplicates(
     """confluent-kafka with enable.idempotence through a proxy that drops every 4th Produce response and cuts
     the connection: the client retries batches the broker already appended; each value must appear once."""
     proxy = ResponseDroppingProxy(every=4)
-    listen_port = free_port()
-    proxy.start(listen_port)
     try:
-        # Clients learn the proxy's address from Metadata, so every connection goes through it.
-        broker_factory(
+        # Clients learn the proxy's address from Metadata, so every connection goes through it. The broker binds
+        # port 0 and reports the port it got, which the proxy then forwards to.
+        node = broker_factory(
             overrides={
-                "listeners": f"PLAINTEXT://127.0.0.1:{listen_port},CONTROLLER://127.0.0.1:0",
+                "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}",
             }
         )
+        listen_port = node.listener_ports["PLAINTEXT"]
+        proxy.start(listen_port)
         bootstrap = f"127.0.0.1:{proxy.port}"
         topic = topic_name("idem-cf")
         create_topic(bootstrap, topic)
@@ -384,10 +385,8 @@ def test_deleting_a_topic_destroys_its_partition_streams(
     victim = codec.build(codec.field_entity(request_cls, "topics"), name=topic, topic_id=uuid.UUID(int=0))
     deleted = client.request(codec.build(request_cls, topics=(victim,), timeout=10_000))
     assert deleted.responses[0].error_code == ErrorCode.none
-    deadline = time.monotonic() + 15
-    while f"deleted the streams of {topic}-0" not in kafka.log_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert f"deleted the streams of {topic}-0" in kafka.log_text()
+    eventually(lambda: f"deleted the streams of {topic}-0" in kafka.log_text(), timeout=15, interval=0.1,
+               what=f"the broker to log 'deleted the streams of {topic}-0'")
     gone = _partition(client.request(fetch_request(topic, 0, 0)))
     assert gone.error_code == ErrorCode.unknown_topic_or_partition  # type: ignore[attr-defined]
 
@@ -420,9 +419,11 @@ def test_topic_configs_are_enforced(kafka: BrokerProcess, wire: Callable[[int], 
     )
     (altered,) = client.request(codec.build(incremental, resources=(resource,), validate_only=False)).responses
     assert altered.error_code == ErrorCode.none
-    deadline = time.monotonic() + 10
-    while (code := client.request(produce_request(topic, 0, big)).responses[0].partition_responses[0].error_code) != (
-        ErrorCode.none
-    ):
-        assert code == ErrorCode.message_too_large and time.monotonic() < deadline, code
-        time.sleep(0.05)
+
+    def produce_big() -> int:
+        code = client.request(produce_request(topic, 0, big)).responses[0].partition_responses[0].error_code
+        assert code in (ErrorCode.none, ErrorCode.message_too_large), code
+        return int(code)
+
+    eventually(produce_big, until=lambda code: code == ErrorCode.none, timeout=10,
+               what="the raised max.message.bytes to accept the big batch")

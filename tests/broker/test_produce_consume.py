@@ -13,8 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AioTP
 from broker_support import BrokerProcess
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTP
 from kafka_clients import create_topic, module_broker, topic_name
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -73,8 +77,6 @@ def test_confluent_round_trip_preserves_keys_headers_timestamps(kafka: BrokerPro
 
 
 def test_aiokafka_round_trip_every_codec(kafka: BrokerProcess) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    from aiokafka import TopicPartition as AioTP
 
     topic = topic_name("aio")
     create_topic(kafka.bootstrap, topic, partitions=len(CODECS))
@@ -130,8 +132,6 @@ def test_aiokafka_round_trip_every_codec(kafka: BrokerProcess) -> None:
 
 
 def test_kafka_python_idempotent_round_trip(kafka: BrokerProcess) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
-    from kafka import TopicPartition as KpTP
 
     topic = topic_name("kp")
     create_topic(kafka.bootstrap, topic)

@@ -16,8 +16,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.partition.producer_ids import BLOCK_SIZE, ProducerIdAllocator
-from controller.config import ServerConfig
-from controller.controller import Controller, ControllerError
+from controller.config.server import ServerConfig
+from controller.controller import Controller
+from controller.errors import ControllerError
 from controller.metadata_records import Endpoint
 from controller.producer_ids import encode_legacy_floor, legacy_kv_key
 from controller.quorum import QuorumController

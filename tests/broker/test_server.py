@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import struct
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from typing import Any
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
+from tests.waiting import eventually
 from wire import codec
 
 
@@ -119,13 +119,9 @@ def test_metadata_auto_creates_topics(shared_broker: BrokerProcess, wire: Callab
     client = wire(broker.port)
     first = client.request(metadata_request(9, ["auto-made"])).topics[0]
     assert first.error_code == ErrorCode.leader_not_available
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        topic = client.request(metadata_request(9, ["auto-made"])).topics[0]
-        if topic.error_code == ErrorCode.none:
-            break
-        time.sleep(0.05)
-    assert topic.error_code == ErrorCode.none
+    topic = eventually(lambda: client.request(metadata_request(9, ["auto-made"])).topics[0],
+                       until=lambda topic: topic.error_code == ErrorCode.none, timeout=10,
+                       what="the auto-created topic to be ready")
     assert len(topic.partitions) == 1  # num.partitions
 
 

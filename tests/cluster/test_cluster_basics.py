@@ -25,9 +25,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets_schema import partition_for
 from broker.partition.producer_ids import BLOCK_SIZE
-from controller.config import INTERNAL_TOPIC_PARTITIONS
+from controller.config.keys import INTERNAL_TOPIC_PARTITIONS
 from controller.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
+from tests.waiting import eventually
 from wire import codec
 
 LIST_OFFSETS = 2
@@ -78,12 +79,10 @@ def test_a_partition_asked_of_the_wrong_broker_is_refused(shared_cluster: LocalC
 
     def answer(port: int, partition: int) -> int:
         """The broker's answer once it knows the topic (each broker replays the metadata on its own)."""
-        deadline = time.monotonic() + 10
-        while True:
-            code = asyncio.run(list_offsets(port, partition))
-            if code != ErrorCode.unknown_topic_or_partition or time.monotonic() > deadline:
-                return code
-            time.sleep(0.1)
+        code: int = eventually(lambda: asyncio.run(list_offsets(port, partition)), timeout=10, interval=0.1,
+                               until=lambda code: code != ErrorCode.unknown_topic_or_partition,
+                               what=f"the broker on port {port} to know {topic}-{partition}")
+        return code
 
     for partition, leader in placement.items():
         for broker in shared_cluster.brokers:

@@ -4,6 +4,7 @@ produce load, a broker killed (-9), and a stale broker (paused past its session 
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
 from collections import Counter
@@ -34,6 +35,7 @@ from controller.rpc.connection import ControllerConnection
 from controller.shell_sources import from_controllers
 from node.local_cluster import LocalCluster
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from tests.waiting import eventually_async
 
 ELECTION_LIMIT_S = 3.0
 
@@ -255,27 +257,29 @@ def test_a_paused_broker_is_fenced_and_cannot_commit(cluster_factory: object) ->
 
 async def _ask_active(cluster: LocalCluster, requests: list[m.StreamRequest]) -> list[int]:
     """Sends each request to whichever controller answers as active; returns the error codes."""
-    codes = []
+    codes: list[int] = []
     for request in requests:
-        for _ in range(50):
-            answer = None
-            for node in cluster.controllers:
-                connection = ControllerConnection("127.0.0.1", node.spec.quorum_port, client_id="stale-test")
-                try:
-                    await connection.connect(timeout=2)
-                    response = await connection.stream_request(request, timeout=5)
-                except (OSError, TimeoutError):
-                    continue
-                finally:
-                    await connection.close()
-                if response.error_code != m.RpcError.NOT_CONTROLLER:
-                    answer = response.error_code
-                    break
-            if answer is not None:
-                codes.append(answer)
-                break
-            await asyncio.sleep(0.1)
+        codes.append(await eventually_async(
+            functools.partial(_answer_of_active, cluster, request), until=lambda code: code is not None,  # 0 is NONE
+            timeout=10, interval=0.1, what=f"an active controller to answer {type(request).__name__}",
+        ))
     return codes
+
+
+async def _answer_of_active(cluster: LocalCluster, request: m.StreamRequest) -> int | None:
+    """The error code of the first controller that does not answer NOT_CONTROLLER; None if none answered."""
+    for node in cluster.controllers:
+        connection = ControllerConnection("127.0.0.1", node.spec.quorum_port, client_id="stale-test")
+        try:
+            await connection.connect(timeout=2)
+            response = await connection.stream_request(request, timeout=5)
+        except (OSError, TimeoutError):
+            continue
+        finally:
+            await connection.close()
+        if response.error_code != m.RpcError.NOT_CONTROLLER:
+            return int(response.error_code)
+    return None
 
 
 def test_a_resumed_broker_whose_s3_wal_was_taken_over_exits_and_restarts(cluster_factory: object) -> None:

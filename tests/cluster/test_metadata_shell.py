@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from controller.api import NewTopic
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.metadata_log import LOG_DIR_NAME
 from controller.metadata_records import Endpoint, PartitionRecord, TopicRecord

@@ -6,20 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from controller.config import (
-    BROKER_KEYS,
-    TOPIC_CONFIGS,
+from controller.config.describe import (
     ConfigSource,
-    ConfigType,
-    ConfigValueError,
-    ServerConfig,
     describe_broker_configs,
     describe_topic_configs,
     effective_topic_configs,
     resolve_topic_config,
+)
+from controller.config.keys import (
+    BROKER_KEYS,
+    TOPIC_CONFIGS,
+    ConfigType,
+    ConfigValueError,
     validate_broker_config,
     validate_topic_config,
 )
+from controller.config.server import ServerConfig
 from controller.metadata_records import Endpoint
 from storage.config import ConfigError
 

@@ -15,7 +15,8 @@ from controller.api import (
     IncrementalOp,
     NewTopic,
 )
-from controller.config import ConfigSource, ServerConfig
+from controller.config.describe import ConfigSource
+from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint

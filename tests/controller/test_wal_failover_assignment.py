@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.metadata_records import NO_TARGET, Endpoint
 from controller.shell import MetadataShell, build_tree

@@ -47,6 +47,7 @@ from storage.objectstore.local import LocalObjectStore
 from storage.read import ObjectReadPath
 from storage.stream_client import StorageStream
 from storage.wal.file import FileWAL
+from tests.waiting import eventually_async
 
 HOUR_MS = 3_600_000
 RETENTION_MS = 30_000
@@ -451,12 +452,12 @@ async def test_engine_runs_compaction_and_the_lifecycle_in_the_background(tmp_pa
     try:
         await write_small_uploads(rig)
         before = await rig.read_all()
-        for _ in range(300):
-            if (await rig.counts())[0] == 1 and await rig.bucket_keys() == await rig.live_keys():
-                break
-            await asyncio.sleep(0.02)
-        assert (await rig.counts())[0] == 1
-        assert await rig.bucket_keys() == await rig.live_keys()  # replaced objects deleted from the bucket
+
+        async def compacted_and_swept() -> bool:
+            return (await rig.counts())[0] == 1 and await rig.bucket_keys() == await rig.live_keys()
+
+        await eventually_async(compacted_and_swept, timeout=10, interval=0.02,
+                               what="one stream-set object left and the replaced objects deleted from the bucket")
         assert await rig.read_all() == before
     finally:
         await rig.engine.shutdown()

@@ -24,6 +24,7 @@ from storage.metadata.memory import InMemoryStreamMetadata
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
+from tests.waiting import eventually_async
 
 
 async def test_append_assigns_offsets_at_call_time_and_fetch_reads_them_back(tmp_path: Path) -> None:
@@ -265,11 +266,8 @@ async def test_upload_interval_uploads_a_quiet_cache(tmp_path: Path) -> None:
     try:
         stream = await engine.open_stream(await engine.create_stream(), 0)
         await stream.append(b"small and alone", 1)  # far below the upload threshold
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        while engine.wal.used_bytes > 0 and loop.time() < deadline:  # trimmed once uploaded and committed
-            await asyncio.sleep(0.02)
-        assert engine.wal.used_bytes == 0
+        await eventually_async(lambda: engine.wal.used_bytes, until=lambda used: used == 0, timeout=5, interval=0.02,
+                               what="the WAL to be trimmed (once the record is uploaded and committed)")
         assert (await metadata.get_streams([stream.stream_id]))[0].end_offset == 1
         assert engine.stats().objects_uploaded == 1
     finally:

@@ -21,6 +21,7 @@ from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
 from storage.stream_record_batch import StreamRecordBatch
 from storage.upload import UploadPipeline, plan_block
+from tests.waiting import eventually_async
 
 NODE = NodeIdentity(1, 1)
 CONFIG = StorageConfig(
@@ -161,7 +162,8 @@ async def test_close_abandons_pending_work_with_an_error() -> None:
     store.fail("put", ObjectStoreError("down"))
     pipeline = UploadPipeline(config=CONFIG, metadata=meta, store=store, node=NODE, on_committed=_noop)
     future = pipeline.submit(make_block(0, {a: 1_000}))
-    await asyncio.sleep(0.1)
+    await eventually_async(lambda: store.injected["put"], timeout=5, interval=0.01,
+                           what="the pipeline to try (and fail) its first put")
     await pipeline.close()
     with pytest.raises(Exception, match="abandoned"):
         await future

@@ -17,10 +17,11 @@ import pytest
 from engine_support import payload, small_config
 
 from broker.wal_failover import WALFailoverRunner
-from controller.config import ServerConfig
+from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.metadata_records import Endpoint, failover_wal_epoch
 from controller.wal_failover import wal_location_key
+from node import process as node_process
 from storage.config import BucketURL, ConfigError
 from storage.engine import StorageEngine
 from storage.errors import StorageError, StreamFencedError, StreamNotClosedError, WALError
@@ -180,11 +181,10 @@ async def test_replay_is_idempotent_when_a_target_dies_after_committing(cluster:
 async def test_a_broker_restarted_during_its_failover_waits_for_it_or_takes_back_a_targetless_one(
     cluster: _Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from broker import node as broker_node
 
     assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
     cluster.epochs[1] = await cluster.client.register_broker(1, EP, None)  # the dead broker is back, on a new epoch
-    restarted = broker_node.Node(ServerConfig.load(None, [
+    restarted = node_process.Node(ServerConfig.load(None, [
         f"log.dirs={cluster.tmp_path / 'node-1'}", "node.id=1", "process.roles=broker",
         "listeners=PLAINTEXT://127.0.0.1:0", "controller.quorum.voters=0@127.0.0.1:9093",
     ]))
@@ -192,7 +192,7 @@ async def test_a_broker_restarted_during_its_failover_waits_for_it_or_takes_back
     restarted.node_epoch = cluster.epochs[1]
 
     waiting = asyncio.ensure_future(restarted._wait_for_wal_failover())
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # time in which the wait would (wrongly) end while the failover is still running
     assert not waiting.done()  # broker 2 still replays broker 1's WAL: opening it now would race the replay
     await cluster.client.complete_wal_failover(NodeIdentity(2, cluster.epochs[2]), 1, cluster.controller.image
                                                .wal_failovers[1].node_epoch)
@@ -201,7 +201,7 @@ async def test_a_broker_restarted_during_its_failover_waits_for_it_or_takes_back
     # A failover that does not finish in time is a clear error naming who holds the WAL, not a hang.
     assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
     restarted.node_epoch = cluster.epochs[1] = await cluster.client.register_broker(1, EP, None)
-    monkeypatch.setattr(broker_node, "FAILOVER_WAIT_S", 0.3)
+    monkeypatch.setattr(node_process, "FAILOVER_WAIT_S", 0.3)
     with pytest.raises(ConfigError, match="broker 2 is still replaying"):
         await restarted._wait_for_wal_failover()
 

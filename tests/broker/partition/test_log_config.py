@@ -4,7 +4,8 @@ topic is what its partitions enforce."""
 from __future__ import annotations
 
 from broker.partition.log_config import LogConfig
-from controller.config import ServerConfig, describe_topic_configs, effective_topic_configs
+from controller.config.describe import describe_topic_configs, effective_topic_configs
+from controller.config.server import ServerConfig
 
 
 def _enforced(config: ServerConfig, cluster: dict[str, str], topic: dict[str, str]) -> LogConfig:

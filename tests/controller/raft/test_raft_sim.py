@@ -8,9 +8,13 @@ its seed and the command that replays it (``python -m tests.controller.raft.sim 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from controller.raft import core
 from tests.controller.raft.sim import SimParams, Simulation, SimulationFailure
 
 SEEDS = int(os.environ.get("RAFT_SIM_SEEDS", "1500"))
@@ -56,7 +60,6 @@ def test_same_seed_replays_identically() -> None:
 
 def test_simulator_catches_a_broken_invariant() -> None:
     """Guard against a simulator that cannot fail: feed it a node that forgets to check candidates' logs."""
-    from controller.raft import core
 
     original = core.RaftNode._on_vote_request
 
@@ -83,9 +86,6 @@ def test_simulator_catches_a_broken_invariant() -> None:
 
 
 def test_a_seed_replays_from_the_command_line() -> None:
-    import subprocess
-    import sys
-    from pathlib import Path
 
     root = Path(__file__).resolve().parents[3]
     result = subprocess.run(
