@@ -1,4 +1,5 @@
-"""THE mapping from exceptions to Kafka error codes, and the controller's own refusal (:class:`ControllerError`).
+"""THE mapping from exceptions to Kafka error codes, and the controller's own refusals (:class:`ControllerError`,
+:class:`NotControllerError`, :class:`NodeFencedError`).
 
 Every handler, the broker's and the controller's alike, turns failures into protocol errors through
 ``error_code_for`` so the same storage, controller or broker failure is reported with the same code everywhere. It
@@ -35,6 +36,22 @@ class ControllerError(KafkaError):
     def error(self) -> ErrorCode:
         """The code under the name the controller's results use (``CreateTopicResult.error`` and the like)."""
         return self.code
+
+
+class NotControllerError(storage_errors.StorageError):
+    """The node asked is not the active controller (or lost leadership before the write committed).
+
+    A StorageError so the storage engine treats it like any failed metadata call and retries; ``leader_id`` is
+    where to retry, None when no leader is known yet.
+    """
+
+    def __init__(self, message: str, leader_id: int | None = None) -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+
+
+class NodeFencedError(storage_errors.NodeEpochExpiredError):
+    """The caller's node is fenced (missed its session timeout) or its epoch is not its current registration."""
 
 
 _STORAGE_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (

@@ -8,22 +8,14 @@ as a dropped connection.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from broker.handlers.context import RequestContext
-from controller import admin_wire
-from controller.errors import error_code_for, error_message_for
-
-logger = logging.getLogger(__name__)
+from controller import admin_requests, admin_wire
 
 
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
     asked = admin_wire.read_alter_partition_reassignments(request)
-    try:
-        results = await ctx.node.controller.alter_partition_reassignments(asked)
-    except Exception as exc:
-        code, message = error_code_for(exc), error_message_for(exc)
-        logger.error("reassigning %d partitions failed: %s", len(asked), message, exc_info=exc)
-        results = admin_wire.reassignments_refused(asked, code, message)
-    return admin_wire.alter_partition_reassignments_response(ctx.response_class, results)
+    return await admin_requests.alter_partition_reassignments(
+        ctx.response_class, asked, admin_requests.always(ctx.node.controller)
+    )

@@ -15,11 +15,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from controller import admin_wire
+from controller import admin_requests, admin_wire
 from controller.admin_wire import ResourceRefused
 from controller.api import ConfigResource
 from controller.config.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
-from controller.errors import error_code_logged, error_message_for
 from wire import codec
 
 logger = logging.getLogger(__name__)
@@ -92,34 +91,11 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     return ctx.build(throttle_time=0, results=results)
 
 
-async def _alter(ctx: RequestContext, ask: admin_wire.ConfigAlterations) -> Any:
-    answers: list[tuple[ConfigResource, ErrorCode, str | None]] = []
-    for item in ask.resources:
-        resource = item.resource
-        code: ErrorCode
-        message: str | None
-        try:
-            if item.refused is not None:
-                code, message = item.refused
-            else:
-                if resource.type == RESOURCE_BROKER:
-                    _check_broker_name(ctx, resource.name)
-                code, message = await ctx.node.controller.alter_configs(
-                    resource, item.changes, incremental_ops=item.incremental_ops, validate_only=ask.validate_only
-                )
-        except ResourceRefused as exc:
-            code, message = exc.code, str(exc)
-        except Exception as exc:
-            code = error_code_logged(exc, logger, "altering configs of resource type %d %r failed", resource.type,
-                                     resource.name)
-            message = error_message_for(exc)
-        answers.append((resource, code, message))
-    return admin_wire.alter_configs_response(ctx.response_class, answers)
-
-
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    return await _alter(ctx, admin_wire.read_alter_configs(request))
+    return await admin_requests.alter_configs(ctx.response_class, admin_wire.read_alter_configs(request),
+                                              admin_requests.always(ctx.node.controller), broker_id=ctx.node.node_id)
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    return await _alter(ctx, admin_wire.read_incremental_alter_configs(request))
+    return await admin_requests.alter_configs(ctx.response_class, admin_wire.read_incremental_alter_configs(request),
+                                              admin_requests.always(ctx.node.controller), broker_id=ctx.node.node_id)

@@ -21,18 +21,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from controller import admin_wire
-from controller.admin_wire import ResourceRefused
+from controller import admin_requests, admin_wire
 from controller.api import (
     ConfigResource,
-    CreateTopicResult,
-    DeleteTopicResult,
-    PartitionReassignment,
-    ReassignmentResult,
 )
 from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.errors import ControllerError, error_code_for, error_code_logged, error_message_for
+from controller.errors import ControllerError
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
 from controller.raft.driver import RaftDriver
@@ -292,110 +287,30 @@ class ControllerDispatcher:
 
     # ---- admin APIs ----------------------------------------------------------------------------------------
     async def _admin(self, api_key: int, response_cls: type[Any], request: Any) -> Any:
+        """The admin APIs brokers forward, asked of the active controller (NOT_CONTROLLER per item elsewhere)."""
         body = request.body
+        active = self.quorum.active_controller
         if api_key == m.CREATE_TOPICS:
-            return await self._create_topics(response_cls, admin_wire.read_create_topics(body, request.client_id))
+            topics = admin_wire.read_create_topics(body, request.client_id)
+            return await admin_requests.create_topics(response_cls, topics, active)
         if api_key == m.DELETE_TOPICS:
-            return await self._delete_topics(response_cls, admin_wire.read_delete_topics(body))
+            return await admin_requests.delete_topics(response_cls, admin_wire.read_delete_topics(body), active)
         if api_key == m.CREATE_PARTITIONS:
-            return await self._create_partitions(response_cls, admin_wire.read_create_partitions(body))
-        if api_key == m.ALTER_CONFIGS:
-            return await self._alter_configs(response_cls, admin_wire.read_alter_configs(body))
-        if api_key == m.INCREMENTAL_ALTER_CONFIGS:
-            return await self._alter_configs(response_cls, admin_wire.read_incremental_alter_configs(body))
+            return await admin_requests.create_partitions(response_cls, admin_wire.read_create_partitions(body), active)
+        if api_key in (m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS):
+            ask = (admin_wire.read_alter_configs(body) if api_key == m.ALTER_CONFIGS
+                   else admin_wire.read_incremental_alter_configs(body))
+            # The forwarding broker checked that a broker resource names itself; a request naming one broker is
+            # therefore checked against that broker here (anything else against this voter's own id).
+            named = {item.resource.name for item in ask.resources
+                     if item.resource.type == ConfigResource.BROKER and item.resource.name.isdigit()}
+            broker_id = int(named.pop()) if len(named) == 1 else self.quorum.node_id
+            return await admin_requests.alter_configs(response_cls, ask, active, broker_id=broker_id)
         if api_key == m.ALTER_PARTITION_REASSIGNMENTS:
-            return await self._reassign(response_cls, admin_wire.read_alter_partition_reassignments(body))
+            asked = admin_wire.read_alter_partition_reassignments(body)
+            return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
-
-    async def _create_topics(self, response_cls: type[Any], ask: admin_wire.CreateTopicsAsk) -> Any:
-        created: list[CreateTopicResult] = []
-        if ask.topics:
-            try:
-                created = await self.quorum.active_controller("create topics").create_topics(
-                    ask.topics, ask.validate_only
-                )
-            except m.NotControllerError as exc:
-                created = admin_wire.create_topics_refused(ask.topics, ErrorCode.not_controller, str(exc))
-            except Exception as exc:
-                code, message = error_code_for(exc), error_message_for(exc)
-                logger.error("create_topics %s failed: %s", [t.name for t in ask.topics], message, exc_info=exc)
-                created = admin_wire.create_topics_refused(ask.topics, code, message)
-        return admin_wire.create_topics_response(response_cls, ask, created)
-
-    async def _delete_topics(self, response_cls: type[Any], ask: admin_wire.DeleteTopicsAsk) -> Any:
-        deleted: list[DeleteTopicResult] = []
-        if ask.names or ask.ids:
-            try:
-                deleted = await self.quorum.active_controller("delete topics").delete_topics(ask.names, ask.ids)
-            except m.NotControllerError as exc:
-                deleted = admin_wire.delete_topics_refused(ask.names, ask.ids, ErrorCode.not_controller, str(exc))
-        return admin_wire.delete_topics_response(response_cls, ask, deleted)
-
-    async def _create_partitions(self, response_cls: type[Any], ask: admin_wire.PartitionsAsk) -> Any:
-        answers: list[tuple[str, ErrorCode, str | None]] = []
-        for topic in ask.topics:
-            code: ErrorCode
-            message: str | None
-            if topic.refused is not None:
-                code, message = topic.refused
-            else:
-                try:
-                    controller = self.quorum.active_controller(f"create partitions of {topic.topic}")
-                    code, message = await controller.create_partitions(
-                        topic.topic, topic.count, topic.assignments, ask.validate_only
-                    )
-                except m.NotControllerError as exc:
-                    code, message = ErrorCode.not_controller, str(exc)
-                except Exception as exc:
-                    code, message = error_code_for(exc), error_message_for(exc)
-                    logger.error("create_partitions for topic %s failed: %s", topic.topic, message, exc_info=exc)
-            answers.append((topic.topic, code, message))
-        return admin_wire.create_partitions_response(response_cls, answers)
-
-    async def _alter_configs(self, response_cls: type[Any], ask: admin_wire.ConfigAlterations) -> Any:
-        # The forwarding broker checked that a broker resource names itself; a request naming one broker is
-        # therefore checked against that broker here (anything else against this voter's own id).
-        named = {item.resource.name for item in ask.resources
-                 if item.resource.type == ConfigResource.BROKER and item.resource.name.isdigit()}
-        broker_id = int(named.pop()) if len(named) == 1 else self.quorum.node_id
-        answers: list[tuple[ConfigResource, ErrorCode, str | None]] = []
-        for item in ask.resources:
-            resource = item.resource
-            code: ErrorCode
-            message: str | None
-            try:
-                if item.refused is not None:
-                    code, message = item.refused
-                else:
-                    if resource.type == ConfigResource.BROKER:
-                        admin_wire.check_broker_resource(resource.name, broker_id)
-                    controller = self.quorum.active_controller("alter configs")
-                    code, message = await controller.alter_configs(
-                        resource, item.changes, incremental_ops=item.incremental_ops, validate_only=ask.validate_only
-                    )
-            except ResourceRefused as exc:
-                code, message = exc.code, str(exc)
-            except m.NotControllerError as exc:
-                code, message = ErrorCode.not_controller, str(exc)
-            except Exception as exc:
-                code = error_code_logged(exc, logger, "altering configs of resource type %d %r failed",
-                                         resource.type, resource.name)
-                message = error_message_for(exc)
-            answers.append((resource, code, message))
-        return admin_wire.alter_configs_response(response_cls, answers)
-
-    async def _reassign(self, response_cls: type[Any], asked: Sequence[PartitionReassignment]) -> Any:
-        results: list[ReassignmentResult]
-        try:
-            results = await self.quorum.active_controller("reassign partitions").alter_partition_reassignments(asked)
-        except m.NotControllerError as exc:
-            results = admin_wire.reassignments_refused(asked, ErrorCode.not_controller, str(exc))
-        except Exception as exc:
-            code, message = error_code_for(exc), error_message_for(exc)
-            logger.error("reassigning %d partitions failed: %s", len(asked), message, exc_info=exc)
-            results = admin_wire.reassignments_refused(asked, code, message)
-        return admin_wire.alter_partition_reassignments_response(response_cls, results)
 
     # ---- Fjord's stream RPCs -------------------------------------------------------------------------------
     async def _stream(self, frame: bytes, peer: Peer) -> bytes:

@@ -93,6 +93,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from controller.errors import NodeFencedError, NotControllerError
 from controller.metadata_log import SNAPSHOT_CHUNK, MetadataLogError, encode_batch, iter_batches
 from controller.metadata_records import MetadataRecord
 from storage.errors import (
@@ -190,22 +191,6 @@ class RpcError(enum.IntEnum):
     OFFSET_OUT_OF_RANGE = 1009
     OBJECT_NOT_PREPARED = 1010
     COMPACTED_OBJECTS_NOT_FOUND = 1011
-
-
-class NotControllerError(StorageError):
-    """The node asked is not the active controller (or lost leadership before the write committed).
-
-    A StorageError so the storage engine treats it like any failed metadata call and retries; ``leader_id`` is
-    where to retry, None when no leader is known yet.
-    """
-
-    def __init__(self, message: str, leader_id: int | None = None) -> None:
-        super().__init__(message)
-        self.leader_id = leader_id
-
-
-class NodeFencedError(NodeEpochExpiredError):
-    """The caller's node is fenced (missed its session timeout) or its epoch is not its current registration."""
 
 
 # Most specific first: the first matching class decides the code.
