@@ -1,7 +1,9 @@
-"""Prometheus metrics of one broker node.
+"""Prometheus metrics of one Kafka-protocol server: its connections, requests by API, and its event loop's lag.
 
-Each node gets its own ``CollectorRegistry`` so several nodes can run in one process (tests, embedded use)
-without clashing on metric names. Label children are cached because ``labels()`` is the slow part on hot paths.
+A broker node and a controller's CONTROLLER listener each keep one (the metric names say ``broker`` because that
+is what operators scrape them as). Each node gets its own ``CollectorRegistry`` so several nodes can run in one
+process (tests, embedded use) without clashing on metric names. Label children are cached because ``labels()``
+is the slow part on hot paths.
 """
 
 from __future__ import annotations
