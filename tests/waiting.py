@@ -35,34 +35,55 @@ T = TypeVar("T")
 DEFAULT_INTERVAL_S = 0.05
 
 
-def _max_attempts(timeout: float, interval: float, attempts: int | None) -> int:
-    if attempts is not None:
-        if attempts < 1:
+class _Wait:
+    """The bookkeeping of one wait, shared by both flavours (which differ only in how they call and sleep): the
+    attempts made, the last value or exception, and the two bounds."""
+
+    def __init__(self, *, timeout: float, interval: float, attempts: int | None, what: str | Callable[[], str],
+                 until: Callable[[Any], object] | None, clock: Callable[[], float]) -> None:
+        # A condition that blocks by itself (a consumer's poll) still takes a small interval: 0 would spin through
+        # the count bound at once whenever the condition returns quickly.
+        if timeout <= 0 or interval <= 0:
+            raise ValueError(f"timeout and interval must be positive, got {timeout} and {interval}")
+        if attempts is not None and attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
-        return attempts
-    # One attempt per interval over the timeout, plus the first one: the time bound is reached first unless the
-    # clock or the sleeps misbehave, and the count bound keeps the loop finite even then.
-    return math.ceil(timeout / interval) + 1
+        # One attempt per interval over the timeout, plus the first one: the time bound is reached first unless the
+        # clock or the sleeps misbehave, and the count bound keeps the loop finite even then.
+        self._limit = attempts if attempts is not None else math.ceil(timeout / interval) + 1
+        self._timeout, self._interval, self._what, self._until, self._clock = timeout, interval, what, until, clock
+        self._started = clock()
+        self._deadline = self._started + timeout
+        self._tries = 0
+        self._last: object = None
+        self._error: BaseException | None = None
 
+    def holds(self, value: object) -> bool:
+        """Records an attempt that returned ``value``; whether the wait is over."""
+        self._tries += 1
+        self._error, self._last = None, value
+        return value is not None and bool(self._until(value) if self._until is not None else value)
 
-def _failure(what: str | Callable[[], str], timeout: float, elapsed: float, tries: int, *, last: object,
-             error: BaseException | None) -> AssertionError:
-    description = what() if callable(what) else what
-    if error is not None:
-        outcome = f"last attempt raised {type(error).__name__}: {error}"
-    else:
-        text = repr(last)
-        outcome = f"last value {text if len(text) <= 2000 else text[:2000] + '...'}"
-    return AssertionError(
-        f"{description}: not within {timeout:g} s (gave up after {tries} attempts in {elapsed:.1f} s); {outcome}"
-    )
+    def raised(self, error: BaseException) -> None:
+        """Records an attempt that raised one of ``retry_on``."""
+        self._tries += 1
+        self._error = error
 
+    def pause(self) -> float:
+        """Seconds to sleep before the next attempt; AssertionError when a bound is reached."""
+        now = self._clock()
+        if self._tries >= self._limit or now >= self._deadline:
+            raise self._failure(now - self._started) from self._error
+        return max(0.0, min(self._interval, self._deadline - now))
 
-def _check_arguments(timeout: float, interval: float) -> None:
-    # A condition that blocks by itself (a consumer's poll) still takes a small interval: 0 would spin through the
-    # count bound at once whenever the condition returns quickly.
-    if timeout <= 0 or interval <= 0:
-        raise ValueError(f"timeout and interval must be positive, got {timeout} and {interval}")
+    def _failure(self, elapsed: float) -> AssertionError:
+        description = self._what() if callable(self._what) else self._what
+        if self._error is not None:
+            outcome = f"last attempt raised {type(self._error).__name__}: {self._error}"
+        else:
+            text = repr(self._last)
+            outcome = f"last value {text if len(text) <= 2000 else text[:2000] + '...'}"
+        return AssertionError(f"{description}: not within {self._timeout:g} s (gave up after {self._tries} attempts "
+                              f"in {elapsed:.1f} s); {outcome}")
 
 
 def eventually(
@@ -77,26 +98,16 @@ def eventually(
 ) -> T:
     """Calls ``condition`` every ``interval`` seconds until it holds and returns its value; raises AssertionError
     naming ``what`` and the last value (or exception) after ``timeout`` seconds or ``attempts`` attempts."""
-    _check_arguments(timeout, interval)
-    limit = _max_attempts(timeout, interval, attempts)
-    started = time.monotonic()
-    deadline = started + timeout
-    last: object = None
-    error: BaseException | None = None
-    tries = 0
+    wait = _Wait(timeout=timeout, interval=interval, attempts=attempts, what=what, until=until, clock=time.monotonic)
     while True:
-        tries += 1
         try:
             value = condition()
         except retry_on as exc:
-            error = exc
+            wait.raised(exc)
         else:
-            error, last = None, value
-            if value is not None and (until(value) if until is not None else value):
+            if wait.holds(value) and value is not None:
                 return value
-        if tries >= limit or time.monotonic() >= deadline:
-            raise _failure(what, timeout, time.monotonic() - started, tries, last=last, error=error) from error
-        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
+        time.sleep(wait.pause())
 
 
 @overload
@@ -137,26 +148,16 @@ async def eventually_async(
 ) -> Any:
     """:func:`eventually` for a coroutine: ``condition`` is a coroutine function or a plain callable (checking
     in-process state), and the pauses between attempts are ``asyncio.sleep`` so that the loop keeps running."""
-    _check_arguments(timeout, interval)
-    limit = _max_attempts(timeout, interval, attempts)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    deadline = started + timeout
-    last: object = None
-    error: BaseException | None = None
-    tries = 0
+    wait = _Wait(timeout=timeout, interval=interval, attempts=attempts, what=what, until=until,
+                 clock=asyncio.get_running_loop().time)
     while True:
-        tries += 1
         try:
             value = condition()
             if isinstance(value, Awaitable):
                 value = await value
         except retry_on as exc:
-            error = exc
+            wait.raised(exc)
         else:
-            error, last = None, value
-            if value is not None and (until(value) if until is not None else value):
+            if wait.holds(value):
                 return value
-        if tries >= limit or loop.time() >= deadline:
-            raise _failure(what, timeout, loop.time() - started, tries, last=last, error=error) from error
-        await asyncio.sleep(max(0.0, min(interval, deadline - loop.time())))
+        await asyncio.sleep(wait.pause())
