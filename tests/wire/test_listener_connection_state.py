@@ -9,6 +9,7 @@ import gc
 import struct
 import weakref
 
+from tests.waiting import eventually_async
 from wire.listener import KafkaListener, Peer, Response
 from wire.metrics import ServerMetrics
 
@@ -65,11 +66,13 @@ async def test_each_connection_has_its_own_state_until_it_closes() -> None:
         for _reader, writer in (first, second):
             writer.close()
             await writer.wait_closed()
-        deadline = asyncio.get_running_loop().time() + 5
-        while any(ref() is not None for ref in dispatcher.made):
-            assert asyncio.get_running_loop().time() < deadline, "the state outlived its connection"
-            await asyncio.sleep(0.01)
+
+
+        def released() -> bool:
             gc.collect()
+            return all(ref() is None for ref in dispatcher.made)
+
+        await eventually_async(released, timeout=5, interval=0.01, what="the states to go with their connections")
         assert len(dispatcher.made) == 2
     finally:
         await listener.close()
