@@ -3,10 +3,11 @@
 This package knows nothing about Kafka. Layers, from the bottom:
 
 - ``objectstore``: one async interface over the local filesystem, S3 and test doubles.
-- ``record`` and ``objects``: the StreamRecordBatch codec and the object format (DESIGN.md §5).
+- ``stream_record_batch`` and ``objects``: the StreamRecordBatch codec and the object format (DESIGN.md §5).
 - ``wal``: the write-ahead log (file or S3) that makes appends durable before they are uploaded.
 - ``cache``: the LogCache (unuploaded tail) and the block cache (LRU of object data blocks).
 - ``metadata``: the ``StreamMetadata`` interface the controller serves, and an in-process implementation.
-- ``upload``, ``read``, ``streams``: the pipelines that tie the above together into ``Stream`` objects.
+- ``upload``, ``read``, ``stream_client``: the pipelines that tie the above together into the ``Stream`` objects
+  of ``stream_api``.
 - ``compaction``: merging and splitting objects without changing what readers see.
 """
