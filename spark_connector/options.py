@@ -1,0 +1,266 @@
+"""The ``fjord`` source's options, parsed and checked once on the driver.
+
+The option names and their meaning are Spark's Kafka source's (``kafka.bootstrap.servers``, ``subscribe``,
+``startingOffsets``, ...), so that a pipeline moves from ``format("kafka")`` to ``format("fjord")`` by changing the
+format name only. Every check happens here, before anything connects, and a mistake raises one
+:class:`OptionError` naming the option and what it accepts; the readers then work with typed values only.
+
+Offsets in the per-partition JSON follow Spark's convention: ``-2`` is the earliest offset, ``-1`` the latest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Assign",
+    "FjordOptions",
+    "OptionError",
+    "Subscribe",
+    "SubscribePattern",
+    "parse_options",
+]
+
+#: Spark's markers in per-partition offset JSON.
+EARLIEST = -2
+LATEST = -1
+
+TopicPartition = tuple[str, int]
+
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+
+# Consumer settings the source owns: letting a user set them would change which records a range returns (Spark's
+# Kafka source refuses the same ones).
+_OWNED_KAFKA_PARAMS = {
+    "auto.offset.reset": "set startingOffsets instead",
+    "enable.auto.commit": "the source never commits offsets; progress lives in Spark's checkpoint",
+    "key.deserializer": "keys are always returned as binary",
+    "value.deserializer": "values are always returned as binary",
+    "enable.partition.eof": "the source needs partition EOF events to end a range early",
+}
+
+
+class OptionError(ValueError):
+    """An option of the ``fjord`` source is missing, unknown in its value, or contradicts another."""
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """``subscribe``: a fixed list of topics, all their partitions."""
+
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SubscribePattern:
+    """``subscribePattern``: every topic whose whole name matches the regular expression (Java-style ``matches``)."""
+
+    pattern: str
+
+    def matches(self, topic: str) -> bool:
+        return re.fullmatch(self.pattern, topic) is not None
+
+
+@dataclass(frozen=True)
+class Assign:
+    """``assign``: exactly these partitions."""
+
+    partitions: tuple[TopicPartition, ...]
+
+
+Subscription = Subscribe | SubscribePattern | Assign
+
+
+@dataclass(frozen=True)
+class FjordOptions:
+    """Every option of one ``fjord`` read, typed. ``starting``/``ending`` are ``"earliest"``, ``"latest"`` or a
+    per-partition map (Spark's JSON, ``-2``/``-1`` markers kept); ``starting_by_timestamp`` wins over ``starting``
+    when set, as in Spark."""
+
+    bootstrap_servers: str
+    subscription: Subscription
+    starting: str | dict[TopicPartition, int]
+    ending: str | dict[TopicPartition, int]
+    starting_by_timestamp: dict[TopicPartition, int] | None = None
+    starting_timestamp: int | None = None
+    by_timestamp_strategy: str = "error"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    #: The ``kafka.*`` options without their prefix, passed to the Kafka client as they are.
+    kafka_params: dict[str, str] = field(default_factory=dict)
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOptions:
+    """Checks ``options`` (case-insensitive names, as Spark passes them) for a batch or a streaming read."""
+    opts = {key.lower(): str(value) for key, value in options.items()}
+    bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise OptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
+    kafka_params = {key[len("kafka."):]: value for key, value in opts.items()
+                    if key.startswith("kafka.") and key != "kafka.bootstrap.servers"}
+    for name, why in _OWNED_KAFKA_PARAMS.items():
+        if name in kafka_params:
+            raise OptionError(f"option 'kafka.{name}' is not supported: {why}")
+
+    subscription = _subscription(opts)
+    default_start = "latest" if streaming else "earliest"
+    starting = _offsets_option(opts, "startingoffsets", "startingOffsets", default_start)
+    if not streaming and (starting == "latest" or (isinstance(starting, dict) and LATEST in starting.values())):
+        raise OptionError("option 'startingOffsets': 'latest' (or -1) is not allowed for batch queries")
+    if streaming and "endingoffsets" in opts:
+        raise OptionError("option 'endingOffsets' is not valid in streaming queries")
+    ending = _offsets_option(opts, "endingoffsets", "endingOffsets", "latest")
+    if ending == "earliest" or (isinstance(ending, dict) and EARLIEST in ending.values()):
+        raise OptionError("option 'endingOffsets': 'earliest' (or -2) is not allowed")
+
+    by_timestamp = None
+    if "startingoffsetsbytimestamp" in opts:
+        by_timestamp = _partition_json(opts["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp")
+        if any(ts < 0 for ts in by_timestamp.values()):
+            raise OptionError("option 'startingOffsetsByTimestamp': timestamps must be milliseconds >= 0")
+    starting_timestamp = None
+    if "startingtimestamp" in opts:
+        starting_timestamp = _non_negative_int(opts, "startingtimestamp", "startingTimestamp")
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}")
+
+    return FjordOptions(
+        bootstrap_servers=bootstrap,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        starting_by_timestamp=by_timestamp,
+        starting_timestamp=starting_timestamp,
+        by_timestamp_strategy=strategy,
+        max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
+        include_headers=_boolean(opts, "includeheaders", "includeHeaders", False),
+        fail_on_data_loss=_boolean(opts, "failondataloss", "failOnDataLoss", True),
+        poll_timeout_ms=_positive_int(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
+        or DEFAULT_POLL_TIMEOUT_MS,
+        kafka_params=kafka_params,
+    )
+
+
+def _subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [name for name in ("subscribe", "subscribepattern", "assign") if name in opts]
+    if len(given) != 1:
+        raise OptionError("exactly one of the options 'subscribe', 'subscribePattern', 'assign' must be set, got "
+                          f"{len(given)}")
+    if "subscribe" in opts:
+        topics = tuple(topic.strip() for topic in opts["subscribe"].split(",") if topic.strip())
+        if not topics:
+            raise OptionError("option 'subscribe' must list at least one topic (comma-separated)")
+        return Subscribe(topics)
+    if "subscribepattern" in opts:
+        pattern = opts["subscribepattern"].strip()
+        if not pattern:
+            raise OptionError("option 'subscribePattern' must not be empty")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option 'subscribePattern' is not a valid regular expression: {exc}") from exc
+        return SubscribePattern(pattern)
+    return Assign(_assign_json(opts["assign"]))
+
+
+def _assign_json(text: str) -> tuple[TopicPartition, ...]:
+    """``{"topicA":[0,1],"topicB":[2,4]}``."""
+    expected = """a JSON object of topic -> list of partitions, e.g. {"topicA":[0,1]}"""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"option 'assign' must be {expected}: {exc}") from exc
+    if not isinstance(value, dict) or not value:
+        raise OptionError(f"option 'assign' must be {expected}")
+    partitions: list[TopicPartition] = []
+    for topic, numbers in value.items():
+        if not isinstance(numbers, list) or not all(isinstance(n, int) and n >= 0 for n in numbers):
+            raise OptionError(f"option 'assign': topic {topic!r} must map to a list of partition numbers >= 0")
+        partitions.extend((topic, n) for n in numbers)
+    return tuple(sorted(set(partitions)))
+
+
+def _offsets_option(opts: Mapping[str, str], key: str, name: str, default: str) -> str | dict[TopicPartition, int]:
+    text = opts.get(key, default).strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    offsets = _partition_json(text, name)
+    if any(offset < EARLIEST for offset in offsets.values()):
+        raise OptionError(f"option '{name}': offsets must be >= 0, or -2 (earliest) or -1 (latest)")
+    return offsets
+
+
+def _partition_json(text: str, name: str) -> dict[TopicPartition, int]:
+    """Spark's per-partition JSON, ``{"topicA":{"0":23,"1":-1}}``, as ``{("topicA", 0): 23, ...}``."""
+    expected = """'earliest', 'latest' or JSON like {"topicA":{"0":23,"1":-1}}"""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"option '{name}' must be {expected}: {exc}") from exc
+    if not isinstance(value, dict) or not value:
+        raise OptionError(f"option '{name}' must be {expected}")
+    result: dict[TopicPartition, int] = {}
+    for topic, by_partition in value.items():
+        if not isinstance(by_partition, dict):
+            raise OptionError(f"option '{name}': topic {topic!r} must map to an object of partition -> number")
+        for partition, number in by_partition.items():
+            if not str(partition).isdigit() or isinstance(number, bool) or not isinstance(number, int):
+                raise OptionError(f"option '{name}': topic {topic!r} partition {partition!r} must be a partition "
+                                  f"number mapping to an integer, got {number!r}")
+            result[(topic, int(partition))] = number
+    return result
+
+
+def _positive_int(opts: Mapping[str, str], key: str, name: str) -> int | None:
+    if key not in opts:
+        return None
+    try:
+        value = int(opts[key])
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise OptionError(f"option '{name}' must be a positive integer, got {opts[key]!r}")
+    return value
+
+
+def _non_negative_int(opts: Mapping[str, str], key: str, name: str) -> int:
+    try:
+        value = int(opts[key])
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise OptionError(f"option '{name}' must be milliseconds since the epoch (>= 0), got {opts[key]!r}")
+    return value
+
+
+def _boolean(opts: Mapping[str, str], key: str, name: str, default: bool) -> bool:
+    if key not in opts:
+        return default
+    text = opts[key].strip().lower()
+    if text not in ("true", "false"):
+        raise OptionError(f"option '{name}' must be 'true' or 'false', got {opts[key]!r}")
+    return text == "true"
+
+
+def client_config(options: FjordOptions) -> dict[str, str | int | float | bool]:
+    """The settings every Kafka client of one read shares: the bootstrap servers and the user's ``kafka.*``
+    options (security, timeouts, ...). Each client adds the settings it owns on top."""
+    config: dict[str, str | int | float | bool] = dict(options.kafka_params)
+    config["bootstrap.servers"] = options.bootstrap_servers
+    return config
+
+
+def read_uncommitted(options: FjordOptions) -> bool:
+    """Spark's Kafka source reads uncommitted records unless ``kafka.isolation.level=read_committed`` says
+    otherwise (librdkafka's own default is the opposite)."""
+    return options.kafka_params.get("isolation.level", "read_uncommitted") != "read_committed"

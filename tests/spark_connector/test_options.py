@@ -1,0 +1,85 @@
+"""The ``fjord`` source's option parsing, without Spark: Spark's Kafka option names and rules, one error naming the
+option for each mistake."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_connector.options import (
+    EARLIEST,
+    LATEST,
+    Assign,
+    OptionError,
+    Subscribe,
+    SubscribePattern,
+    client_config,
+    parse_options,
+    read_uncommitted,
+)
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a, b"}
+
+
+def test_defaults_follow_sparks_kafka_source() -> None:
+    batch = parse_options(BASE, streaming=False)
+    assert batch.subscription == Subscribe(("a", "b"))
+    assert (batch.starting, batch.ending) == ("earliest", "latest")
+    assert batch.fail_on_data_loss and not batch.include_headers
+    assert batch.max_offsets_per_trigger is None and batch.min_partitions is None
+    assert parse_options(BASE, streaming=True).starting == "latest"
+
+
+def test_names_are_case_insensitive_and_kafka_params_pass_through() -> None:
+    options = parse_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "Subscribe": "t", "kafka.client.id": "me",
+                             "kafka.isolation.level": "read_committed", "INCLUDEHEADERS": "TRUE",
+                             "maxOffsetsPerTrigger": "50", "minPartitions": "4", "failOnDataLoss": "false"},
+                            streaming=True)
+    assert options.include_headers and not options.fail_on_data_loss
+    assert (options.max_offsets_per_trigger, options.min_partitions) == (50, 4)
+    assert client_config(options) == {"bootstrap.servers": "h:1", "client.id": "me",
+                                      "isolation.level": "read_committed"}
+    assert not read_uncommitted(options)
+    assert read_uncommitted(parse_options(BASE, streaming=True))
+
+
+def test_subscriptions() -> None:
+    pattern = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "ev.*"}, streaming=False)
+    assert isinstance(pattern.subscription, SubscribePattern)
+    assert pattern.subscription.matches("events") and not pattern.subscription.matches("xevents")
+    assign = parse_options({"kafka.bootstrap.servers": "h:1", "assign": '{"t": [1, 0], "u": [2]}'}, streaming=False)
+    assert assign.subscription == Assign((("t", 0), ("t", 1), ("u", 2)))
+
+
+def test_per_partition_json_with_markers() -> None:
+    options = parse_options({**BASE, "startingOffsets": '{"a": {"0": 5, "1": -2}}',
+                             "endingOffsets": '{"a": {"0": 9, "1": -1}}'}, streaming=False)
+    assert options.starting == {("a", 0): 5, ("a", 1): EARLIEST}
+    assert options.ending == {("a", 0): 9, ("a", 1): LATEST}
+    by_time = parse_options({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": 1000}}'}, streaming=True)
+    assert by_time.starting_by_timestamp == {("a", 0): 1000}
+
+
+@pytest.mark.parametrize(("options", "streaming", "names"), [
+    ({"subscribe": "t"}, False, "kafka.bootstrap.servers"),
+    ({"kafka.bootstrap.servers": "h:1"}, False, "'subscribe', 'subscribePattern', 'assign'"),
+    ({**BASE, "assign": '{"t":[0]}'}, False, "'subscribe', 'subscribePattern', 'assign'"),
+    ({"kafka.bootstrap.servers": "h:1", "assign": "[0]"}, False, "assign"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, False, "subscribePattern"),
+    ({**BASE, "startingOffsets": "latest"}, False, "startingOffsets"),
+    ({**BASE, "startingOffsets": '{"a": {"0": -1}}'}, False, "startingOffsets"),
+    ({**BASE, "startingOffsets": '{"a": {"x": 1}}'}, True, "startingOffsets"),
+    ({**BASE, "startingOffsets": "nope"}, True, "startingOffsets"),
+    ({**BASE, "endingOffsets": "earliest"}, False, "endingOffsets"),
+    ({**BASE, "endingOffsets": "latest"}, True, "endingOffsets"),
+    ({**BASE, "maxOffsetsPerTrigger": "0"}, True, "maxOffsetsPerTrigger"),
+    ({**BASE, "minPartitions": "many"}, False, "minPartitions"),
+    ({**BASE, "includeHeaders": "yes"}, False, "includeHeaders"),
+    ({**BASE, "failOnDataLoss": "1"}, False, "failOnDataLoss"),
+    ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": -5}}'}, False, "startingOffsetsByTimestamp"),
+    ({**BASE, "kafka.auto.offset.reset": "earliest"}, False, "kafka.auto.offset.reset"),
+    ({**BASE, "kafka.enable.auto.commit": "true"}, False, "kafka.enable.auto.commit"),
+])
+def test_mistakes_name_the_option(options: dict[str, str], streaming: bool, names: str) -> None:
+    with pytest.raises(OptionError) as error:
+        parse_options(options, streaming=streaming)
+    assert names in str(error.value)
