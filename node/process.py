@@ -154,6 +154,7 @@ class Node:
         dispatcher = RequestDispatcher(self, self.metrics, store_stats=self._store_stats)
         max_request = self.config.socket_request_max_bytes
         for listener in self.config.broker_listeners:
+            tls = self.config.tls.get(listener.name)
             server = KafkaListener(
                 dispatcher,
                 self.metrics,
@@ -163,6 +164,7 @@ class Node:
                 max_request_bytes=max_request,
                 max_in_flight=DEFAULT_MAX_IN_FLIGHT,
                 connection_state=dispatcher.connection_state,
+                ssl_context=tls.context() if tls is not None else None,
             )
             try:
                 await server.bind()

@@ -7,6 +7,13 @@ order, as the protocol requires. At most ``max_in_flight`` requests per connecti
 connection is not read, which pushes back on the client through TCP. A frame that is too large, malformed, or for
 an API/version the dispatcher does not serve closes only its own connection, after the responses to the requests
 before it have been written. Cutting frames out of the byte stream is ``wire.frames``'s (no I/O there).
+
+A listener given an :class:`ssl.SSLContext` (``wire.tls``) serves TLS. It accepts on its own socket and hands each
+connection to ``loop.connect_accepted_socket``, which returns once the handshake is done or raises: a failed
+handshake (or bytes that are not TLS at all) is logged with its peer and closes that connection only.
+``create_server(ssl=...)`` drops a failed handshake without a word (asyncio logs it only in debug mode), and
+``start_tls`` on an accepted transport loses the ClientHello under uvloop, which starts reading right after
+``connection_made`` even if the protocol paused the transport.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import asyncio
 import collections
 import logging
 import socket
+import ssl
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -29,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 DEFAULT_MAX_IN_FLIGHT = 64
+_TLS_BACKLOG = 100  # asyncio's create_server default
+_ACCEPT_RETRY_S = 0.1
 
 
 #: An encoded response frame: one buffer, or several written back to back (large record sets are not joined).
@@ -78,6 +88,7 @@ class KafkaListener:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         connection_state: Callable[[], object] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         #: Makes the dispatcher's per-connection :attr:`Peer.state` when a connection opens (None: no state).
@@ -87,7 +98,11 @@ class KafkaListener:
         self.listener_name = listener_name
         self.max_request_bytes = max_request_bytes
         self.max_in_flight = max_in_flight
+        self.ssl_context = ssl_context
         self._server: asyncio.Server | None = None
+        self._tls_socket: socket.socket | None = None  # a TLS listener's own listening socket
+        self._acceptor: asyncio.Task[None] | None = None
+        self._handshakes: set[asyncio.Task[None]] = set()
         self._connections: set[_Connection] = set()
         self._gauge = metrics.connections.labels(listener=listener_name)
         self._accepted = metrics.connections_total.labels(listener=listener_name)
@@ -95,33 +110,50 @@ class KafkaListener:
     @property
     def bound_port(self) -> int:
         """The actual port (differs from ``port`` when that was 0)."""
+        if self._tls_socket is not None and self._tls_socket.fileno() != -1:
+            return int(self._tls_socket.getsockname()[1])
         if self._server is None or not self._server.sockets:
             raise RuntimeError(f"listener {self.listener_name} is not bound")
         return int(self._server.sockets[0].getsockname()[1])
 
     async def bind(self) -> int:
         """Binds the socket without accepting yet, so the node can register its real port before serving."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self.port, start_serving=False, reuse_address=True
-        )
+        if self.ssl_context is not None:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            self._tls_socket = socket.create_server((self.host, self.port), family=family, backlog=_TLS_BACKLOG)
+            self._tls_socket.setblocking(False)
+        else:
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: _Connection(self), self.host, self.port, start_serving=False, reuse_address=True
+            )
         logger.info("listener %s bound to %s:%d", self.listener_name, self.host, self.bound_port)
         return self.bound_port
 
     async def start_serving(self) -> None:
-        if self._server is None:
+        if self._server is None and self._tls_socket is None:
             await self.bind()
-        assert self._server is not None
-        await self._server.start_serving()
+        if self._tls_socket is not None:
+            self._acceptor = asyncio.get_running_loop().create_task(self._accept_tls(self._tls_socket))
+        else:
+            assert self._server is not None
+            await self._server.start_serving()
         logger.info("listener %s accepting connections on %s:%d", self.listener_name, self.host, self.bound_port)
 
     async def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            await asyncio.gather(self._acceptor, return_exceptions=True)
+            self._acceptor = None
+        if self._tls_socket is not None:
+            self._tls_socket.close()
 
     async def close(self) -> None:
         """Stops accepting, closes every connection and waits for their responders."""
         await self.stop_accepting()
+        for handshake in list(self._handshakes):
+            handshake.cancel()
         connections = list(self._connections)
         for connection in connections:
             connection.abort()
@@ -131,6 +163,37 @@ class KafkaListener:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        if self._handshakes:
+            await asyncio.gather(*self._handshakes, return_exceptions=True)
+
+    async def _accept_tls(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = await loop.sock_accept(listening)
+            except OSError as exc:  # out of file descriptors, say: the listener stays, as asyncio's server does
+                logger.warning("listener %s cannot accept a connection: %s", self.listener_name, exc)
+                await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            task = loop.create_task(self._handshake(sock, address))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        """One TLS connection up to its first request: the handshake, or one line saying why it failed."""
+        assert self.ssl_context is not None
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Connection(self), sock, ssl=self.ssl_context
+            )
+        except OSError as exc:  # an SSLError, a reset, or the handshake timing out
+            reason = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else type(exc).__name__
+            logger.warning("TLS handshake failed with %s:%s on listener %s: %s", address[0], address[1],
+                           self.listener_name, reason)
+            sock.close()
+        except BaseException:
+            sock.close()
+            raise
 
     def _opened(self, connection: _Connection) -> None:
         self._connections.add(connection)
@@ -200,7 +263,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._stop()
-        return True  # keep the transport open: the responder still writes what it owes, then closes it
+        # Keep the transport open: the responder still writes what it owes, then closes it. A TLS transport closes
+        # itself at the peer's EOF whatever this returns (and asyncio warns when it is True).
+        return self._server.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True

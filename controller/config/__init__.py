@@ -4,6 +4,8 @@
   defaults and validators, and the checks of values clients set;
 - :mod:`controller.config.server`: :class:`~controller.config.server.ServerConfig`, a node's parsed and validated
   properties (listeners, quorum voters, roles);
+- :mod:`controller.config.security`: the TLS settings of SSL listeners, and the SASL, ACL and quota keys that stop
+  a node at start;
 - :mod:`controller.config.describe`: DescribeConfigs entries with their sources and synonyms, and the effective
   topic configs partitions enforce;
 - :mod:`controller.config.meta_properties`: a data directory's ``meta.properties``.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from controller.config.keys import BROKER_KEYS, TOPIC_CONFIGS, BrokerSynonym, ConfigType, ConfigValueError
@@ -190,7 +190,10 @@ def describe_broker_configs(
                 read_only=not key.dynamic,
                 is_sensitive=sensitive,
                 config_type=key.type,
-                synonyms=tuple(s for s in synonyms if s.value is not None),
+                # A password's value is never sent, not even as a synonym (Kafka sends null there too).
+                synonyms=tuple(
+                    replace(s, value=None) if sensitive else s for s in synonyms if s.value is not None
+                ),
             )
         )
     return out

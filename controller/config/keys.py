@@ -270,6 +270,20 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("max.incremental.fetch.session.cache.slots", _B.INT, 1000, at_least(0)),
         # fjord: the port of the Prometheus /metrics endpoint (absent: no endpoint)
         ConfigKey("metrics.port", _B.INT, None, between(0, 65535)),
+        # TLS of SSL client listeners (controller.config.security; listener.name.<name>.ssl.* overrides them). These
+        # are the only ssl.* keys Fjord reads; any other one, and every SASL, ACL and quota key, stops the node.
+        # fjord: PEM only, so PEM is the default (Kafka's is JKS, which the standard library cannot read).
+        ConfigKey("ssl.keystore.type", _B.STRING, "PEM", one_of("PEM", case_sensitive=False)),
+        ConfigKey("ssl.keystore.location", _B.STRING, None),
+        ConfigKey("ssl.keystore.key", _B.PASSWORD, None),
+        ConfigKey("ssl.keystore.certificate.chain", _B.PASSWORD, None),
+        ConfigKey("ssl.key.password", _B.PASSWORD, None),
+        ConfigKey("ssl.truststore.type", _B.STRING, "PEM", one_of("PEM", case_sensitive=False)),
+        ConfigKey("ssl.truststore.location", _B.STRING, None),
+        ConfigKey("ssl.truststore.certificates", _B.PASSWORD, None),
+        ConfigKey("ssl.client.auth", _B.STRING, "none", one_of("none", "requested", "required")),
+        ConfigKey("ssl.enabled.protocols", _B.LIST, ["TLSv1.2", "TLSv1.3"], all_of("TLSv1.2", "TLSv1.3")),
+        ConfigKey("ssl.cipher.suites", _B.LIST, []),
     )
 }
 

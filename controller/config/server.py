@@ -2,7 +2,8 @@
 
 :meth:`ServerConfig.load` parses every value with its key's definition in :mod:`controller.config.keys` (the
 ``s3.*`` keys go to :class:`storage.config.StorageConfig`, composed here, not duplicated), then checks what only the
-whole file can tell: listeners, the controller quorum's voters, and the roles this node plays.
+whole file can tell: listeners, the controller quorum's voters, and the roles this node plays. Security settings
+are :mod:`controller.config.security`'s: TLS of SSL listeners, and the SASL, ACL and quota keys that stop the node.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ from types import MappingProxyType
 from typing import Any
 
 from controller.config.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
+from controller.config.security import (
+    ListenerTls,
+    check_listener_protocols,
+    listener_override,
+    listener_tls,
+    refuse_unimplemented,
+)
 from controller.metadata_records import Endpoint
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
 
@@ -104,6 +112,8 @@ class ServerConfig:
     advertised_listeners: tuple[Listener, ...] = ()
     security_protocols: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     voters: tuple[QuorumVoter, ...] = ()
+    #: The TLS settings of each SSL listener, by listener name (checked at load: a bad key file stops the start).
+    tls: Mapping[str, ListenerTls] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None, overrides: Iterable[str] = ()) -> ServerConfig:
@@ -115,6 +125,7 @@ class ServerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ServerConfig:
+        refuse_unimplemented(props)
         values: dict[str, Any] = {}
         for name, key in BROKER_KEYS.items():
             if name in props:
@@ -125,7 +136,7 @@ class ServerConfig:
             else:
                 values[name] = key.default
         for name in props:
-            if name not in BROKER_KEYS and not name.startswith("s3."):
+            if name not in BROKER_KEYS and not name.startswith("s3.") and listener_override(name) is None:
                 logger.warning("The configuration '%s' was supplied but isn't a known config.", name)
         node_id: int = values["node.id"]
         storage = StorageConfig.from_properties(props, node_id=node_id)
@@ -140,14 +151,21 @@ class ServerConfig:
             )
         else:
             advertised = parse_listeners(advertised_text, "advertised.listeners")
+        protocols = _parse_protocol_map(values["listener.security.protocol.map"])
+        tls = {
+            lst.name: listener_tls(lst.name, props, values) for lst in listeners if protocols.get(lst.name) == "SSL"
+        }
+        if not tls and any(name.startswith("ssl.") for name in props):
+            logger.warning("ssl.* settings are given but no listener is SSL; they are not used")
         config = cls(
             static=MappingProxyType(dict(props)),
             values=MappingProxyType(values),
             storage=storage,
             listeners=listeners,
             advertised_listeners=advertised,
-            security_protocols=MappingProxyType(_parse_protocol_map(values["listener.security.protocol.map"])),
+            security_protocols=MappingProxyType(protocols),
             voters=parse_voters(values["controller.quorum.voters"]),
+            tls=MappingProxyType(tls),
         )
         config.validate()
         return config
@@ -165,6 +183,17 @@ class ServerConfig:
                 raise ConfigError(
                     f"listener.security.protocol.map: listener {lst.name} has no security protocol mapped"
                 )
+        check_listener_protocols(
+            tuple(lst.name for lst in (*self.listeners, *self.advertised_listeners)),
+            self.security_protocols,
+            self.controller_listener_names,
+        )
+        for name in self.static:
+            override = listener_override(name)
+            if override is not None and override[0] not in self.tls:
+                raise ConfigError(f"{name}: listener {override[0]} is not an SSL listener of this node")
+        for listener_tls_settings in self.tls.values():
+            listener_tls_settings.context()  # a missing file, wrong password or unknown suite stops the start here
         for lst in self.advertised_listeners:
             if lst.name in self.controller_listener_names and "broker" in roles and "controller" not in roles:
                 raise ConfigError(f"advertised.listeners: controller listener {lst.name} must not be advertised")

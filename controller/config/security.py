@@ -1,0 +1,170 @@
+"""A node's security settings: what Fjord serves (TLS on client listeners) and what stops it at start.
+
+Fjord serves PLAINTEXT and SSL (TLS) client listeners. SASL, ACLs (an authorizer) and quotas are not implemented;
+a setting for them must never be ignored silently (a "SASL_SSL" listener served as plaintext is worse than no
+listener), so :func:`refusal` names every such key and :class:`~controller.config.server.ServerConfig` stops the
+node with one line naming it. Messages name keys, never values: a ``sasl.jaas.config`` or a key password must not
+reach a terminal or a log.
+
+TLS settings are Kafka's ``ssl.*`` keys of the catalogue (:mod:`controller.config.keys`), each overridable per
+listener as ``listener.name.<name>.ssl.*``; :func:`listener_tls` resolves them for one listener into the plain
+:class:`~wire.tls.TlsSettings` that :mod:`wire.tls` turns into an :class:`ssl.SSLContext`. The CONTROLLER listener
+and the connections to it stay PLAINTEXT for now.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from controller.config.keys import BROKER_KEYS, ConfigValueError
+from storage.config import ConfigError
+from wire.tls import TlsError, TlsSettings, server_context
+
+#: The security protocols Kafka knows, and the ones Fjord's client listeners serve.
+KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+#: The ssl.* keys Fjord reads (every other ssl.* key is refused).
+SSL_KEYS = frozenset(name for name in BROKER_KEYS if name.startswith("ssl."))
+LISTENER_PREFIX = "listener.name."
+
+_SASL = "SASL is not implemented (Fjord's listeners serve PLAINTEXT and SSL only)"
+_ACL = "authorization (ACLs) is not implemented; every client may do everything"
+_QUOTA = "quotas are not implemented"
+_SSL = f"not implemented (Fjord's TLS reads {', '.join(sorted(SSL_KEYS))})"
+#: Keys that only mean something with an authorizer or a principal; refused unless empty (Kafka's default).
+_AUTHORIZATION_KEYS = frozenset(
+    ("authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found", "principal.builder.class")
+)
+#: TlsSettings field -> the ssl.* key that sets it.
+_FIELD_KEYS = {
+    "keystore_location": "ssl.keystore.location",
+    "keystore_key": "ssl.keystore.key",
+    "keystore_certificate_chain": "ssl.keystore.certificate.chain",
+    "key_password": "ssl.key.password",
+    "truststore_location": "ssl.truststore.location",
+    "truststore_certificates": "ssl.truststore.certificates",
+    "client_auth": "ssl.client.auth",
+    "enabled_protocols": "ssl.enabled.protocols",
+    "cipher_suites": "ssl.cipher.suites",
+}
+
+
+def refusal(name: str, value: str) -> str | None:
+    """Why the key ``name`` stops the node (a security feature Fjord does not implement), or None."""
+    lower = name.lower()
+    if lower.startswith(LISTENER_PREFIX):
+        _listener, dot, rest = lower[len(LISTENER_PREFIX):].partition(".")
+        if not dot:
+            return None
+        if rest.startswith("sasl.") or ".sasl." in rest:  # listener.name.x.plain.sasl.jaas.config
+            return _SASL
+        return refusal(rest, value)
+    if lower.startswith(("sasl.", "delegation.token.")):
+        return _SASL
+    if lower.startswith("ssl.") and lower not in SSL_KEYS:
+        return _SSL
+    if lower in _AUTHORIZATION_KEYS and value.strip():
+        return _ACL
+    if "quota" in lower.split("."):
+        return _QUOTA
+    if lower == "security.inter.broker.protocol" and value.strip().upper() != "PLAINTEXT":
+        return "Fjord brokers make no connections to each other; only PLAINTEXT is accepted"
+    return None
+
+
+def refuse_unimplemented(props: Mapping[str, str]) -> None:
+    """ConfigError naming the first key (in file order) of a security feature Fjord does not implement."""
+    for name, value in props.items():
+        reason = refusal(name, value)
+        if reason is not None:
+            raise ConfigError(f"{name}: {reason}")
+
+
+def listener_override(name: str) -> tuple[str, str] | None:
+    """(listener name, ssl key) of a ``listener.name.<name>.ssl.*`` key Fjord reads, else None."""
+    if not name.lower().startswith(LISTENER_PREFIX):
+        return None
+    listener, _, rest = name[len(LISTENER_PREFIX):].partition(".")
+    return (listener.upper(), rest) if rest in SSL_KEYS else None
+
+
+def check_listener_protocols(
+    listener_names: tuple[str, ...], protocols: Mapping[str, str], controller_names: tuple[str, ...]
+) -> None:
+    """Every listener's protocol is known and served; controller listeners (this node's or the quorum's it talks
+    to) are PLAINTEXT, since neither the CONTROLLER listener nor the connections to it speak TLS yet."""
+    key = "listener.security.protocol.map"
+    for name in listener_names:
+        protocol = protocols[name]
+        if protocol not in KNOWN_PROTOCOLS:
+            raise ConfigError(f"{key}: listener {name} has unknown security protocol {protocol} "
+                              f"(one of {', '.join(KNOWN_PROTOCOLS)})")
+        if protocol not in SERVED_PROTOCOLS:
+            raise ConfigError(f"{key}: listener {name} is {protocol}: {_SASL}")
+    for name in controller_names:
+        if protocols.get(name, "PLAINTEXT") != "PLAINTEXT":
+            raise ConfigError(f"{key}: controller listener {name} is {protocols[name]}: controller connections are "
+                              "PLAINTEXT only (TLS is served on client listeners)")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerTls:
+    """One SSL listener's TLS settings, with the key each came from (the listener's override or the global key),
+    so that an error names the key the operator has to fix."""
+
+    listener: str
+    settings: TlsSettings
+    keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def context(self) -> ssl.SSLContext:
+        """The listener's server context; ConfigError naming the key at fault (never its value)."""
+        try:
+            return server_context(self.settings)
+        except TlsError as exc:
+            key = self.keys.get(exc.setting, _FIELD_KEYS.get(exc.setting, "ssl"))
+            raise ConfigError(f"{key}: {exc} (listener {self.listener})") from None
+
+
+def listener_tls(listener: str, props: Mapping[str, str], values: Mapping[str, Any]) -> ListenerTls:
+    """Resolves the ssl.* settings of ``listener``: ``listener.name.<listener>.ssl.*`` first, then ``ssl.*``.
+    Kafka spells the listener lower-case in these keys; any case is accepted."""
+    overrides: dict[str, tuple[str, str]] = {}  # ssl key -> (the override's name, its text)
+    for name, given in props.items():
+        parsed = listener_override(name)
+        if parsed is not None and parsed[0] == listener:
+            overrides[parsed[1]] = (name, given)
+    chosen: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key in SSL_KEYS:
+        if key in overrides:
+            name, given = overrides[key]
+            try:
+                chosen[key] = replace(BROKER_KEYS[key], name=name).parse(given)
+            except ConfigValueError as exc:
+                raise ConfigError(str(exc)) from None
+            sources[key] = name
+        else:
+            chosen[key] = values[key]
+            sources[key] = key
+
+    def text(key: str) -> str | None:
+        value = chosen[key]
+        return None if value is None or not str(value).strip() else str(value)
+
+    settings = TlsSettings(
+        keystore_location=text("ssl.keystore.location"),
+        keystore_key=text("ssl.keystore.key"),
+        keystore_certificate_chain=text("ssl.keystore.certificate.chain"),
+        key_password=chosen["ssl.key.password"] or None,
+        truststore_location=text("ssl.truststore.location"),
+        truststore_certificates=text("ssl.truststore.certificates"),
+        client_auth=str(chosen["ssl.client.auth"]),
+        enabled_protocols=tuple(chosen["ssl.enabled.protocols"]),
+        cipher_suites=tuple(chosen["ssl.cipher.suites"]),
+    )
+    keys = {setting: sources[key] for setting, key in _FIELD_KEYS.items()}
+    return ListenerTls(listener, settings, MappingProxyType(keys))
