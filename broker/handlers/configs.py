@@ -8,7 +8,6 @@ with the controller listener); what stays here is the broker's own part: a broke
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,8 +19,6 @@ from controller.admin_wire import ResourceRefused
 from controller.api import ConfigResource
 from controller.config.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
 from wire import codec
-
-logger = logging.getLogger(__name__)
 
 RESOURCE_TOPIC = ConfigResource.TOPIC
 RESOURCE_BROKER = ConfigResource.BROKER
