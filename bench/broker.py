@@ -36,6 +36,12 @@ of object-store PUT and GET requests (the broker's ``fjord_object_store_*`` coun
 Produce/Fetch requests the broker served during the scenario (its Prometheus endpoint, ``metrics.port``), and
 the scenario's duration. The object store is the local filesystem (``file://``) so S3 server CPU does not eat the
 2 cores; it counts one request per call (a large object is one PUT here where S3 would take a multipart upload).
+
+Transactions (issue 9), ``txn``: on one fresh broker, a 16-partition topic is written by an idempotent producer
+(``produce-16p idempotent``), then another by a transactional producer committing every 100 ms
+(``produce-16p transactional``); the transactional topic is then read from offset 0 with ``isolation.level``
+read_uncommitted and read_committed (``consume-16p read_uncommitted`` / ``read_committed``). The figures to
+compare are the transactional/idempotent and read_committed/read_uncommitted ratios of the same run.
 """
 
 from __future__ import annotations
@@ -130,6 +136,11 @@ class Job:
     rate: int = 0
     #: Consumer starts at the log end (latency scenario) instead of offset 0.
     from_end: bool = False
+    #: Producer: "" (plain, no idempotence), "idempotent", or "transactional" (commit every ``commit_every_s``).
+    mode: str = ""
+    commit_every_s: float = 0.1
+    #: Consumer isolation.level.
+    isolation: str = "read_uncommitted"
 
 
 @dataclasses.dataclass
@@ -216,7 +227,18 @@ def produce_worker(job: Job, results: Any) -> None:
             errors.record(str(err))
 
     topic, rate = job.topic, job.rate
-    producer = Producer({"bootstrap.servers": job.bootstrap, **PRODUCER_CONFIG})
+    config: dict[str, object] = {"bootstrap.servers": job.bootstrap, **PRODUCER_CONFIG}
+    transactional = job.mode == "transactional"
+    if job.mode:
+        config["enable.idempotence"] = True
+    if transactional:
+        config["transactional.id"] = f"bench-{os.getpid()}"
+    producer = Producer(config)
+    next_commit = 0.0
+    if transactional:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        next_commit = time.monotonic() + job.commit_every_s
     value = os.urandom(RECORD)
     count = job.amount // RECORD
     produce = producer.produce
@@ -246,6 +268,12 @@ def produce_worker(job: Job, results: Any) -> None:
                 sent += 1
                 if sent % 1024 == 0:
                     producer.poll(0)
+                if transactional and sent % 64 == 0 and time.monotonic() >= next_commit:
+                    producer.commit_transaction(max(deadline - time.monotonic(), 1.0))
+                    producer.begin_transaction()
+                    next_commit = time.monotonic() + job.commit_every_s
+        if transactional:
+            producer.commit_transaction(max(deadline - time.monotonic(), 1.0))
         left = producer.flush(max(deadline - time.monotonic(), 1.0))
         if left:
             raise TimeoutError(f"{left} records still undelivered at the deadline")
@@ -260,7 +288,14 @@ def consume_worker(job: Job, ready: Any, results: Any) -> None:
     """Reads ``job.amount`` records from offset 0 (or from the end, for the latency scenario, where every record
     carries its send time in its first 8 bytes)."""
     from_end, expect = job.from_end, job.amount
-    consumer = Consumer({"bootstrap.servers": job.bootstrap, "group.id": f"bench-{os.getpid()}", **CONSUMER_CONFIG})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": job.bootstrap,
+            "group.id": f"bench-{os.getpid()}",
+            "isolation.level": job.isolation,
+            **CONSUMER_CONFIG,
+        }
+    )
     partitions = [TopicPartition(job.topic, p) for p in range(job.partitions)]
     for tp in partitions:
         # The latency reader starts at the current end, resolved here so no fetch is spent finding it.
@@ -550,7 +585,7 @@ def _announce(name: str) -> None:
     os.sync()
 
 
-SCENARIOS = ("produce-1p", "produce-16p", "consume-tail", "consume-catchup", "e2e-latency")
+SCENARIOS = ("produce-1p", "produce-16p", "consume-tail", "consume-catchup", "e2e-latency", "txn")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -625,6 +660,22 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             cold.stop()
 
+    def transactions() -> None:
+        # One broker for the four rows, so the ratios compare like with like.
+        txn = Broker(base / "txn", roomy)
+        txn.start()
+        try:
+            amount = sizes.produce_bytes // 2
+            for mode, topic in (("idempotent", "bench-idem"), ("transactional", "bench-txn")):
+                job = Job(txn.bootstrap, topic, 16, amount, mode=mode)
+                rows.append(run_produce(ctx, txn, f"produce-16p {mode}", job, args.producers))
+            records = amount // RECORD // args.producers * args.producers
+            for isolation in ("read_uncommitted", "read_committed"):
+                job = Job(txn.bootstrap, "bench-txn", 16, records, isolation=isolation)
+                rows.append(run_consume(ctx, txn, f"consume-16p {isolation}", job))
+        finally:
+            txn.stop()
+
     try:
         if chosen & {"produce-1p", "consume-tail"}:
             hot.start()
@@ -635,7 +686,12 @@ def main(argv: list[str] | None = None) -> int:
                         step()
             finally:
                 hot.stop()
-        for name, step in (("e2e-latency", latency), ("produce-16p", produce_16p), ("consume-catchup", catchup)):
+        for name, step in (
+            ("e2e-latency", latency),
+            ("produce-16p", produce_16p),
+            ("consume-catchup", catchup),
+            ("txn", transactions),
+        ):
             if name in chosen:
                 _announce(name)
                 step()

@@ -13,6 +13,7 @@ from broker.fetch_session import FetchSessionCache
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
+from broker.transactions.coordinator import TransactionCoordinator
 from controller.api import ControllerClient
 from controller.config.server import ServerConfig
 
@@ -45,6 +46,11 @@ class BrokerServices(Protocol):
     @property
     def groups(self) -> GroupCoordinator | None:
         """None until the node's coordinator runs (handlers then answer COORDINATOR_NOT_AVAILABLE)."""
+        ...
+
+    @property
+    def transactions(self) -> TransactionCoordinator | None:
+        """The node's transaction coordinator; None until it runs (handlers then answer COORDINATOR_NOT_AVAILABLE)."""
         ...
 
     @property

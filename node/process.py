@@ -22,6 +22,7 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
+from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
 from controller.api import ControllerClient
 from controller.config.server import ServerConfig
@@ -71,6 +72,7 @@ class Node:
         self._failover: WALFailoverRunner | None = None
         self._halting = False
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.quorum: QuorumController | None = None  # set on nodes with process.roles=controller
 
     # -- the names handlers read ---------------------------------------------------------------------------------
@@ -194,6 +196,8 @@ class Node:
         await self.partitions.start()
         self.groups = GroupCoordinator(self)
         await self.groups.start()
+        self.transactions = TransactionCoordinator(self)
+        await self.transactions.start()
 
         metrics_port = self._configured_metrics_port()
         if metrics_port is not None:
@@ -296,11 +300,13 @@ class Node:
             await server.stop_accepting()
         # A start that failed half-way stops only what it started.
         groups = self.groups
+        transactions = self.transactions
         partitions = getattr(self, "partitions", None)
         storage = getattr(self, "storage", None)
         quorum = self.quorum
         failover = self._failover
         steps: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
+            ("transaction coordinator", transactions.stop if transactions is not None else None),
             ("group coordinator", groups.stop if groups is not None else None),
             ("partitions", partitions.stop if partitions is not None else None),
             ("WAL failover", failover.stop if failover is not None else None),

@@ -47,6 +47,11 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         21: VersionRange("DeleteRecords", 0, 2),
         22: VersionRange("InitProducerId", 0, 4),
         23: VersionRange("OffsetForLeaderEpoch", 2, 4),
+        24: VersionRange("AddPartitionsToTxn", 0, 4),
+        25: VersionRange("AddOffsetsToTxn", 0, 3),
+        26: VersionRange("EndTxn", 0, 3),
+        27: VersionRange("WriteTxnMarkers", 1, 1),
+        28: VersionRange("TxnOffsetCommit", 0, 3),
         32: VersionRange("DescribeConfigs", 1, 4),
         33: VersionRange("AlterConfigs", 0, 2),
         37: VersionRange("CreatePartitions", 0, 3),
@@ -58,6 +63,8 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         55: VersionRange("DescribeQuorum", 0, 2),
         60: VersionRange("DescribeCluster", 0, 1),
         61: VersionRange("DescribeProducers", 0, 0),
+        65: VersionRange("DescribeTransactions", 0, 0),
+        66: VersionRange("ListTransactions", 0, 0),
     }
 )
 

@@ -43,11 +43,13 @@ from broker.groups.offsets_schema import (
     partition_for,
 )
 from broker.groups.state import GroupState, JoinResult, SyncResult
+from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
 from broker.partition.manager import PartitionManager
 from controller.api import ControllerClient, NewTopic
 from controller.config.server import ServerConfig
 from controller.errors import error_code_logged
 from controller.image import MetadataImage
+from wire.control_records import ControlRecordError, decode_marker
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
@@ -93,6 +95,18 @@ class _OwnedPartition:
     state: _Load = _Load.LOADING
     loaded: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    #: Transaction markers (producer id, commit) that reached the partition while it was loading.
+    completions: list[tuple[int, bool]] = field(default_factory=list)
+
+
+@dataclass
+class _Replayed:
+    """What replaying one ``__consumer_offsets`` partition found."""
+
+    group_values: dict[str, GroupValue | None] = field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartition, AppendedOffset]] = field(default_factory=dict)
+    pending: dict[str, PendingTxnOffsets] = field(default_factory=dict)
+    records: int = 0
 
 
 @dataclass(frozen=True)
@@ -267,7 +281,7 @@ class GroupCoordinator:
                     await asyncio.sleep(0.05)
                 elif log is None:
                     logger.info("waiting for %s to open before loading its groups", where)
-            group_values, offsets, records = await self._replay(log, where)
+            replayed = await self._replay(log, where)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -279,15 +293,27 @@ class GroupCoordinator:
         if self._owned.get(owned.partition) is not owned:
             return
         now = self._now_ms()
-        for group_id, value in group_values.items():
+        for group_id, value in replayed.group_values.items():
             if value is not None:
                 self._groups[group_id] = Group.restore(group_id, self.config, value, now)
-        for group_id, committed in offsets.items():
+        for group_id, committed in replayed.offsets.items():
             group = self._groups.get(group_id)
             if group is None:
                 group = self._groups[group_id] = Group(group_id, self.config, now)
             for (topic, partition), offset in committed.items():
-                group.offsets.put(topic, partition, offset)
+                group.offsets.put(topic, partition, offset.value, offset.log_offset)
+        for group_id, pending in replayed.pending.items():
+            if not pending:
+                continue
+            group = self._groups.get(group_id)
+            if group is None:
+                group = self._groups[group_id] = Group(group_id, self.config, now)
+            group.pending_txn_offsets = pending
+        # Markers written while the partition was being read (after the replay's end) were queued for it.
+        for producer_id, commit in owned.completions:
+            self._complete_in_partition(owned.partition, producer_id, commit)
+        owned.completions.clear()
+        records = replayed.records
         loaded = [g for g in self._groups.values() if self.partition_for(g.group_id) == owned.partition]
         for group in loaded:
             self._reschedule(group)
@@ -303,15 +329,12 @@ class GroupCoordinator:
             (time.monotonic() - started) * 1000,
         )
 
-    async def _replay(
-        self, log: Any, where: str
-    ) -> tuple[dict[str, GroupValue | None], dict[str, dict[TopicPartition, OffsetValue]], int]:
-        """Last value per key from the log start to its end; tombstones remove earlier values."""
-        group_values: dict[str, GroupValue | None] = {}
-        offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+    async def _replay(self, log: Any, where: str) -> _Replayed:
+        """Last value per key from the log start to its end; tombstones remove earlier values. Offsets committed in
+        a transaction stay pending until the transaction's marker, which applies or drops them."""
+        replayed = _Replayed()
         position = log.log_start_offset
         end = log.high_watermark
-        count = 0
         while position < end:
             result = await log.read(position, _LOAD_READ_BYTES)
             if not result.records:
@@ -320,38 +343,58 @@ class GroupCoordinator:
             for header, batch in iter_batches(result.records):
                 if header.next_offset <= position:
                     continue
-                if not header.is_control:
-                    for record in decode_records(batch):
-                        if record.offset >= position:
-                            count += 1
-                            self._apply_record(record, group_values, offsets, where)
+                producer_id = header.producer_id if header.is_transactional else -1
+                for record in decode_records(batch):
+                    if record.offset < position:
+                        continue
+                    replayed.records += 1
+                    if header.is_control:
+                        self._apply_marker(record, producer_id, replayed, where)
+                    else:
+                        self._apply_record(record, header.base_offset, producer_id, replayed, where)
                 position = header.next_offset
-        return group_values, offsets, count
+        return replayed
 
     @staticmethod
-    def _apply_record(
-        record: Record,
-        group_values: dict[str, GroupValue | None],
-        offsets: dict[str, dict[TopicPartition, OffsetValue]],
-        where: str,
-    ) -> None:
+    def _apply_marker(record: Record, producer_id: int, replayed: _Replayed, where: str) -> None:
+        try:
+            marker = decode_marker(record.key, record.value)
+        except ControlRecordError as exc:
+            logger.warning("%s: control record at offset %d does not decode (%s); skipped", where, record.offset, exc)
+            return
+        if marker is None or producer_id < 0:
+            return
+        for group_id, pending in replayed.pending.items():
+            committed = replayed.offsets.setdefault(group_id, {})
+            for tp, offset in pending.complete(producer_id, commit=marker.commit).items():
+                current = committed.get(tp)
+                if newer(current.log_offset if current is not None else None, offset):
+                    committed[tp] = offset
+
+    @staticmethod
+    def _apply_record(record: Record, batch_offset: int, producer_id: int, replayed: _Replayed, where: str) -> None:
         if record.key is None:
             logger.warning("%s: record at offset %d has no key; skipped", where, record.offset)
             return
         try:
             key = decode_key(record.key)
             if isinstance(key, OffsetKey):
-                committed = offsets.setdefault(key.group_id, {})
+                tp = (key.topic, key.partition)
+                if producer_id >= 0 and record.value is not None:
+                    offset = AppendedOffset(decode_offset_value(record.value), batch_offset)
+                    replayed.pending.setdefault(key.group_id, PendingTxnOffsets()).add(producer_id, tp, offset)
+                    return
+                committed = replayed.offsets.setdefault(key.group_id, {})
                 if record.value is None:
-                    committed.pop((key.topic, key.partition), None)
+                    committed.pop(tp, None)
                 else:
-                    committed[(key.topic, key.partition)] = decode_offset_value(record.value)
+                    committed[tp] = AppendedOffset(decode_offset_value(record.value), batch_offset)
             elif isinstance(key, GroupKey):
                 if record.value is None:
                     # Only the group metadata goes; its offsets have tombstones of their own (as in Kafka).
-                    group_values[key.group_id] = None
+                    replayed.group_values[key.group_id] = None
                 else:
-                    group_values[key.group_id] = decode_group_value(record.value)
+                    replayed.group_values[key.group_id] = decode_group_value(record.value)
             else:
                 logger.debug(
                     "%s: offset %d has key version %d, which this coordinator does not use",
@@ -459,6 +502,7 @@ class GroupCoordinator:
             and group.generation_id == 0
             and group.is_empty
             and not len(group.offsets)
+            and not group.pending_txn_offsets
             and self._groups.get(group.group_id) is group
         ):
             # Created by a join that failed before anyone became a member: nothing worth keeping.
@@ -467,12 +511,27 @@ class GroupCoordinator:
             return
         self._reschedule(group)
 
-    async def _append(self, group_id: str, records: Sequence[Record]) -> None:
+    async def _append(
+        self, group_id: str, records: Sequence[Record], *, producer_id: int = -1, producer_epoch: int = -1
+    ) -> int:
+        """Appends to the group's ``__consumer_offsets`` partition; returns the batch's base offset. With a
+        producer id the batch belongs to that producer's transaction (TxnOffsetCommit)."""
         partition = self.partition_for(group_id)
         log = self._node.partitions.get(OFFSETS_TOPIC, partition) if partition in self._owned else None
         if log is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{OFFSETS_TOPIC}-{partition} is not open here")
-        await log.append(build_batch(records), origin="coordinator")
+        transactional = producer_id >= 0
+        batch = build_batch(
+            records,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            # Kafka writes transactional offset commits at sequence 0; the coordinator's own appends are not
+            # sequence-checked (only client appends are).
+            base_sequence=0 if transactional else -1,
+            is_transactional=transactional,
+        )
+        result = await log.append(batch, origin="coordinator")
+        return result.base_offset
 
     async def _persist_group(self, group: Group, write: PendingWrite) -> None:
         try:
@@ -647,7 +706,7 @@ class GroupCoordinator:
                 for (t, p), v in accepted.items()
             ]
             try:
-                await self._append(group_id, records)
+                base = await self._append(group_id, records)
                 code = ErrorCode.none
             except Exception as exc:
                 code = _store_error(exc, offset_commit=True)
@@ -660,32 +719,136 @@ class GroupCoordinator:
                     exc,
                 )
             if code is ErrorCode.none and self._groups.get(group_id) is group:
-                for (t, p), v in accepted.items():
-                    group.offsets.put(t, p, v)
+                for index, ((t, p), v) in enumerate(accepted.items()):
+                    group.offsets.put(t, p, v, base + index)
             results.update(dict.fromkeys(accepted, code))
         if self._groups.get(group_id) is group:
             self._after(group)
         return {tp: results[tp] for tp in offsets}
 
+    async def commit_transactional_offsets(
+        self,
+        group_id: str,
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: appends the offsets to ``__consumer_offsets`` inside the producer's transaction and
+        keeps them pending until its marker (``complete_transaction``) commits or aborts them."""
+
+        def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return dict.fromkeys(offsets, code)
+
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return everyone(error)
+        now = self._now_ms()
+        if group is None:
+            group = self._groups[group_id] = Group(group_id, self.config, now)
+        error = group.validate_txn_offset_commit(member_id, group_instance_id, generation_id)
+        if error is not ErrorCode.none:
+            self._after(group)
+            return everyone(error)
+        image = self._node.controller.image
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, OffsetValue] = {}
+        for (topic, partition), commit in offsets.items():
+            metadata = commit.metadata or ""
+            if len(metadata.encode("utf-8")) > self._metadata_max_bytes:
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
+            elif image.partition(topic, partition) is None:
+                results[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+            else:
+                accepted[(topic, partition)] = OffsetValue(
+                    offset=commit.offset,
+                    metadata=metadata,
+                    commit_timestamp_ms=now,
+                    leader_epoch=commit.leader_epoch,
+                    expire_timestamp_ms=None,
+                )
+        if accepted:
+            records = [
+                Record(key=encode_offset_key(group_id, t, p), value=encode_offset_value(v), timestamp=now)
+                for (t, p), v in accepted.items()
+            ]
+            try:
+                base = await self._append(group_id, records, producer_id=producer_id, producer_epoch=producer_epoch)
+                code = ErrorCode.none
+            except Exception as exc:
+                code = _store_error(exc, offset_commit=True)
+                logger.warning(
+                    "group %s: committing %d offsets in transaction %r (producer %d epoch %d) to %s-%d failed: %s",
+                    group_id,
+                    len(accepted),
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    OFFSETS_TOPIC,
+                    self.partition_for(group_id),
+                    exc,
+                )
+            if code is ErrorCode.none and self._groups.get(group_id) is group:
+                for (t, p), v in accepted.items():
+                    group.pending_txn_offsets.add(producer_id, (t, p), AppendedOffset(v, base))
+            results.update(dict.fromkeys(accepted, code))
+        if self._groups.get(group_id) is group:
+            self._after(group)
+        return {tp: results[tp] for tp in offsets}
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker was written on ``__consumer_offsets-<offsets_partition>``: the producer's pending
+        offsets in the groups of that partition become committed (COMMIT) or are dropped (ABORT)."""
+        owned = self._owned.get(offsets_partition)
+        if owned is None:
+            return
+        if owned.state is _Load.LOADING:
+            owned.completions.append((producer_id, commit))
+            return
+        self._complete_in_partition(offsets_partition, producer_id, commit)
+
+    def _complete_in_partition(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        for group in list(self._groups.values()):
+            if not group.pending_txn_offsets.has_producer(producer_id):
+                continue
+            if self.partition_for(group.group_id) != offsets_partition:
+                continue
+            applied = group.pending_txn_offsets.complete(producer_id, commit=commit)
+            for (topic, partition), offset in applied.items():
+                if newer(group.offsets.log_offset(topic, partition), offset):
+                    group.offsets.put(topic, partition, offset.value, offset.log_offset)
+            logger.debug(
+                "group %s: transaction of producer %d %s (%d offsets)",
+                group.group_id,
+                producer_id,
+                "committed" if commit else "aborted",
+                len(applied),
+            )
+            self._after(group)
+
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None
+        self, group_id: str, partitions: Iterable[TopicPartition] | None, *, require_stable: bool = False
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
-        """Committed offsets (-1 where none); ``partitions=None`` means every partition the group committed."""
+        """Committed offsets (-1 where none); ``partitions=None`` means every partition the group committed. With
+        ``require_stable`` a partition whose offset is pending in an open transaction answers
+        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends)."""
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error, []
+        if group is None:
+            wanted = list(partitions) if partitions is not None else []
+            return ErrorCode.none, [FetchedOffset(t, p, -1, -1, "", ErrorCode.none) for t, p in wanted]
+        wanted = list(partitions) if partitions is not None else [tp for tp, _ in group.offsets]
         out: list[FetchedOffset] = []
-        if partitions is None:
-            if group is not None:
-                for (topic, partition), value in group.offsets:
-                    out.append(
-                        FetchedOffset(
-                            topic, partition, value.offset, value.leader_epoch, value.metadata, ErrorCode.none
-                        )
-                    )
-            return ErrorCode.none, out
-        for topic, partition in partitions:
-            found = group.offsets.get(topic, partition) if group is not None else None
+        for topic, partition in wanted:
+            if require_stable and group.pending_txn_offsets.is_pending((topic, partition)):
+                out.append(FetchedOffset(topic, partition, -1, -1, "", ErrorCode.unstable_offset_commit))
+                continue
+            found = group.offsets.get(topic, partition)
             if found is None:
                 out.append(FetchedOffset(topic, partition, -1, -1, "", ErrorCode.none))
             else:

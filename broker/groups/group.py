@@ -34,6 +34,7 @@ from broker.groups.state import (
     SyncCallback,
     SyncResult,
 )
+from broker.groups.txn_offsets import PendingTxnOffsets
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class Group:
         # Members that got their JoinGroup answer but have not sent SyncGroup yet.
         self.pending_sync: set[str] = set()
         self.offsets = GroupOffsets()
+        self.pending_txn_offsets = PendingTxnOffsets()
         self._join_deadline_ms: int | None = None
         self._sync_deadline_ms: int | None = None
         self._initial_delay = False
@@ -736,6 +738,21 @@ class Group:
         if self.state is not GroupState.EMPTY:
             # A group with members only takes commits from its members.
             return ErrorCode.unknown_member_id
+        return ErrorCode.none
+
+    def validate_txn_offset_commit(
+        self, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """Whether a TxnOffsetCommit may write, as Kafka checks it: a member id or generation, when given, must be
+        current (a producer with a stale consumer generation is a zombie); without them anyone may commit."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if member_id or group_instance_id is not None:
+            error = self._validate_member(member_id, group_instance_id)
+            if error is not ErrorCode.none:
+                return error
+        if generation_id >= 0 and generation_id != self.generation_id:
+            return ErrorCode.illegal_generation
         return ErrorCode.none
 
     # ------------------------------------------------------------------------------------------------ lifecycle

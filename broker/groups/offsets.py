@@ -22,6 +22,9 @@ class GroupOffsets:
 
     def __init__(self) -> None:
         self._offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        #: Where each committed value's record sits in ``__consumer_offsets`` (-1: not known), so a transactional
+        #: commit decided later cannot replace an ordinary commit written after it (txn_offsets.py).
+        self._log_offsets: dict[TopicPartition, int] = {}
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -32,10 +35,16 @@ class GroupOffsets:
     def get(self, topic: str, partition: int) -> OffsetAndMetadata | None:
         return self._offsets.get((topic, partition))
 
-    def put(self, topic: str, partition: int, value: OffsetAndMetadata) -> None:
+    def put(self, topic: str, partition: int, value: OffsetAndMetadata, log_offset: int = -1) -> None:
         self._offsets[(topic, partition)] = value
+        self._log_offsets[(topic, partition)] = log_offset
+
+    def log_offset(self, topic: str, partition: int) -> int | None:
+        """The ``__consumer_offsets`` offset of the committed value's record; None when nothing is committed."""
+        return self._log_offsets.get((topic, partition))
 
     def remove(self, topic: str, partition: int) -> OffsetAndMetadata | None:
+        self._log_offsets.pop((topic, partition), None)
         return self._offsets.pop((topic, partition), None)
 
     def topics(self) -> set[str]:

@@ -1,4 +1,5 @@
-"""DescribeProducers (key 61) v0: the idempotent producers a partition currently remembers."""
+"""DescribeProducers (key 61) v0: the idempotent and transactional producers a partition currently remembers, with
+the first offset of each one's open transaction (what ``kafka-transactions.sh find-hanging`` looks for)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
         producer_cls = codec.field_entity(part_cls, "active_producers")
         try:
             log = await leader_log(ctx.node, topic, index)
+            open_txns = log.ongoing_txn_start_offsets()
             producers = tuple(
                 codec.build(
                     producer_cls,
@@ -28,8 +30,8 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
                     producer_epoch=e.producer_epoch,
                     last_sequence=e.last_seq,
                     last_timestamp=e.last_timestamp,
-                    coordinator_epoch=-1,
-                    current_txn_start_offset=-1,
+                    coordinator_epoch=e.coordinator_epoch,
+                    current_txn_start_offset=open_txns.get(e.producer_id, -1),
                 )
                 for e in log.producers
             )

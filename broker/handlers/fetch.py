@@ -4,8 +4,9 @@ A fetch answers at once when it has ``min_bytes`` of data, an error, or ``max_wa
 waits until an append to one of its partitions (``PartitionLog.wait_for_data``) or the deadline, then reads
 again. Byte limits follow Kafka: each partition returns at most ``partition_max_bytes`` and the response at most
 ``max_bytes``, except that the first batch of the response is always returned whole so a consumer can never be
-stuck behind a batch larger than its limits. read_committed reads the same data as read_uncommitted until
-transactions exist (last stable offset = high watermark, no aborted transactions).
+stuck behind a batch larger than its limits. read_committed (isolation level 1) returns data only below the last
+stable offset, with the aborted transactions of the returned range; its long poll wakes on appends too, since a
+transaction marker is what moves the LSO. Both levels report the LSO, as Kafka does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from broker.fetch_session import (
 from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
+from broker.partition.txn_index import AbortedTxn
 from controller.errors import error_code_logged
 from wire import codec
 from wire.errors import KafkaError
@@ -36,6 +38,8 @@ from wire.errors import KafkaError
 logger = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
+
+
 @dataclass(slots=True)
 class _Result:
     key: PartitionKey
@@ -45,11 +49,17 @@ class _Result:
     records: bytes = b""
     log: PartitionLog | None = None
     fetch_offset: int = 0
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTxn, ...] = ()
 
     def outcome(self) -> PartitionOutcome:
-        lso = self.high_watermark
         return PartitionOutcome(
-            self.key, self.error, self.high_watermark, self.log_start_offset, lso, len(self.records) > 0
+            self.key,
+            self.error,
+            self.high_watermark,
+            self.log_start_offset,
+            self.last_stable_offset,
+            len(self.records) > 0,
         )
 
 
@@ -81,34 +91,52 @@ def _requested(ctx: RequestContext, request: Any) -> tuple[list[PartitionRequest
 
 
 async def _read_partition(
-    ctx: RequestContext, key: PartitionKey, state: SessionPartition, max_bytes: int, min_one: bool
+    ctx: RequestContext,
+    key: PartitionKey,
+    state: SessionPartition,
+    max_bytes: int,
+    *,
+    min_one: bool,
+    read_committed: bool,
 ) -> _Result:
     topic_id, name, partition = key
     try:
         if not name:
             raise KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")
         log = await leader_log(ctx.node, name, partition, state.current_leader_epoch)
-        read = await log.read(state.fetch_offset, max_bytes, min_one=min_one)
+        read = await log.read(state.fetch_offset, max_bytes, min_one=min_one, read_committed=read_committed)
         return _Result(
-            key, ErrorCode.none, read.high_watermark, read.log_start_offset, read.records, log, state.fetch_offset
+            key,
+            ErrorCode.none,
+            read.high_watermark,
+            read.log_start_offset,
+            read.records,
+            log,
+            state.fetch_offset,
+            read.last_stable_offset,
+            read.aborted_transactions,
         )
     except Exception as exc:
         code = error_code_logged(exc, logger, "fetch from %s-%d failed (%s)", name, partition, ctx.describe())
-        log_start = hw = -1
+        log_start = hw = lso = -1
         if code == ErrorCode.offset_out_of_range:
             found = ctx.node.partitions.get(name, partition) if ctx.node.partitions is not None else None
             if found is not None:
-                hw, log_start = found.high_watermark, found.log_start_offset
-        return _Result(key, code, hw, log_start, fetch_offset=state.fetch_offset)
+                hw, log_start, lso = found.high_watermark, found.log_start_offset, found.last_stable_offset
+        return _Result(key, code, hw, log_start, fetch_offset=state.fetch_offset, last_stable_offset=lso)
 
 
-async def _read_all(ctx: RequestContext, fetch: FetchContext, response_max_bytes: int) -> list[_Result]:
+async def _read_all(
+    ctx: RequestContext, fetch: FetchContext, response_max_bytes: int, read_committed: bool
+) -> list[_Result]:
     """One pass over the partitions, in order, honouring the response byte budget."""
     results: list[_Result] = []
     remaining = response_max_bytes
     for key, state in fetch.partitions:
         limit = max(min(state.max_bytes, remaining), 0)
-        result = await _read_partition(ctx, key, state, limit, min_one=remaining == response_max_bytes)
+        result = await _read_partition(
+            ctx, key, state, limit, min_one=remaining == response_max_bytes, read_committed=read_committed
+        )
         remaining -= len(result.records)
         results.append(result)
     return results
@@ -158,6 +186,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
     resp_cls = ctx.response_class
     topic_cls = codec.field_entity(resp_cls, "responses")
     part_cls = codec.field_entity(topic_cls, "partitions")
+    aborted_cls = codec.field_entity(part_cls, "aborted_transactions")
     include = set(fetch.filter(r.outcome() for r in results))
     grouped: dict[tuple[object, str], list[Any]] = {}
     for r in results:
@@ -170,9 +199,16 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
                 partition_index=partition,
                 error_code=r.error,
                 high_watermark=r.high_watermark,
-                last_stable_offset=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
                 log_start_offset=r.log_start_offset,
-                aborted_transactions=() if read_committed else None,
+                aborted_transactions=(
+                    tuple(
+                        codec.build(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
+                        for a in r.aborted
+                    )
+                    if read_committed
+                    else None
+                ),
                 preferred_read_replica=-1,
                 records=r.records,
                 **_current_leader(ctx, part_cls, r),
@@ -199,7 +235,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     deadline = time.monotonic() + max(codec.millis(request.max_wait), 0) / 1000
     while True:
-        results = await _read_all(ctx, fetch, max_bytes)
+        results = await _read_all(ctx, fetch, max_bytes, read_committed)
         total = sum(len(r.records) for r in results)
         errors = any(r.error != ErrorCode.none for r in results)
         remaining = deadline - time.monotonic()
@@ -210,5 +246,5 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             return _response(ctx, fetch, results, read_committed)
         await _wait_for_any(results, remaining)
         if time.monotonic() >= deadline:
-            results = await _read_all(ctx, fetch, max_bytes)
+            results = await _read_all(ctx, fetch, max_bytes, read_committed)
             return _response(ctx, fetch, results, read_committed)

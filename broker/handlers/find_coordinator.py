@@ -1,4 +1,5 @@
-"""FindCoordinator (key 10) v0-4: which broker coordinates a consumer group (v4: many keys per request)."""
+"""FindCoordinator (key 10) v0-4: which broker coordinates a consumer group (key type 0) or a transactional id
+(key type 1); v4 asks for many keys per request."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
 from broker.handlers.metadata import live_endpoint
+from broker.handlers.txn_common import transaction_coordinator
 from wire import codec
 
 KEY_TYPE_GROUP = 0
@@ -18,13 +20,19 @@ KEY_TYPE_TRANSACTION = 1
 async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, message, node id, host, port) for one coordinator key."""
     if key_type == KEY_TYPE_TRANSACTION:
-        return ErrorCode.invalid_request, "transactions are not supported by this broker yet", -1, "", -1
-    if key_type != KEY_TYPE_GROUP:
+        transactions = transaction_coordinator(ctx)
+        if transactions is None:
+            return ErrorCode.coordinator_not_available, "the transaction coordinator is not running", -1, "", -1
+        if not key:
+            return ErrorCode.invalid_request, "empty transactional id", -1, "", -1
+        error, node_id, message = await transactions.find_coordinator(key)
+    elif key_type != KEY_TYPE_GROUP:
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", -1, "", -1
-    groups = coordinator(ctx)
-    if groups is None:
-        return ErrorCode.coordinator_not_available, "the group coordinator is not running", -1, "", -1
-    error, node_id, message = await groups.find_coordinator(key)
+    else:
+        groups = coordinator(ctx)
+        if groups is None:
+            return ErrorCode.coordinator_not_available, "the group coordinator is not running", -1, "", -1
+        error, node_id, message = await groups.find_coordinator(key)
     if error is not ErrorCode.none:
         return error, message, -1, "", -1
     broker = ctx.node.controller.image.brokers.get(node_id)

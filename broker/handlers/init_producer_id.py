@@ -1,9 +1,10 @@
-"""InitProducerId (key 22) v0-4 for idempotent producers.
+"""InitProducerId (key 22) v0-4 for idempotent and transactional producers.
 
 A new producer gets a fresh id with epoch 0. A v3+ producer that passes its current id and epoch (KIP-360:
 recovering from an unknown-producer or sequence error) keeps its id with the epoch bumped, which every partition
 accepts as a new epoch starting at sequence 0; when the epoch is exhausted, or the id was never handed out here,
-it gets a fresh id instead. Transactional ids are refused with a clear code until transactions exist.
+it gets a fresh id instead. With a transactional id the transaction coordinator answers (Kafka's
+``handleInitProducerId``): the id's producer id with its epoch bumped, fencing any older instance of the producer.
 """
 
 from __future__ import annotations
@@ -14,25 +15,21 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
+from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
 from controller.errors import error_code_for
+from wire import codec
 
 logger = logging.getLogger(__name__)
 
 _MAX_EPOCH = 0x7FFF
+
+
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    if request.transactional_id is not None:
-        logger.info(
-            "refusing transactional id %r from %s: transactions not supported", request.transactional_id, ctx.describe()
-        )
-        return ctx.build(
-            throttle_time=0,
-            error_code=ErrorCode.transactional_id_authorization_failed,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-    allocator = ctx.node.producer_ids
     current_pid = getattr(request, "producer_id", -1)
     current_epoch = getattr(request, "producer_epoch", -1)
+    if request.transactional_id is not None:
+        return await _transactional(ctx, request, current_pid, current_epoch)
+    allocator = ctx.node.producer_ids
     try:
         if 0 <= current_epoch < _MAX_EPOCH - 1 and await allocator.was_allocated(current_pid):
             logger.info("bumping producer %d to epoch %d (%s)", current_pid, current_epoch + 1, ctx.describe())
@@ -44,3 +41,28 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
         logger.exception("producer id allocation failed (%s)", ctx.describe())
         return ctx.build(throttle_time=0, error_code=error_code_for(exc), producer_id=-1, producer_epoch=-1)
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)
+
+
+async def _transactional(ctx: RequestContext, request: Any, current_pid: int, current_epoch: int) -> Any:
+    coordinator = transaction_coordinator(ctx)
+    if coordinator is None:
+        return ctx.build(
+            throttle_time=0, error_code=ErrorCode.coordinator_not_available, producer_id=-1, producer_epoch=-1
+        )
+    # KIP-360: a producer recovering from an error names its current id and epoch (both -1 when it has none).
+    if (current_pid == -1) != (current_epoch == -1):
+        return ctx.build(throttle_time=0, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
+    expected = (current_pid, current_epoch) if current_pid != -1 else None
+    try:
+        error, pid, epoch = await coordinator.init_producer_id(
+            request.transactional_id, codec.millis(request.transaction_timeout), expected
+        )
+    except Exception as exc:
+        logger.exception("InitProducerId for transactional id %r failed (%s)", request.transactional_id, ctx.describe())
+        error, pid, epoch = error_code_for(exc), -1, -1
+    return ctx.build(
+        throttle_time=0,
+        error_code=fenced_for_version(error, ctx.api_version, 4),
+        producer_id=pid,
+        producer_epoch=epoch,
+    )

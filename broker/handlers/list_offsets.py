@@ -1,4 +1,7 @@
-"""ListOffsets (key 2) v1-8: earliest (-2), latest (-1), max timestamp (-3, v7+) and offset by timestamp."""
+"""ListOffsets (key 2) v1-8: earliest (-2), latest (-1), max timestamp (-3, v7+) and offset by timestamp.
+
+With isolation level 1 (read_committed, v2+) the latest offset is the last stable offset and lookups by timestamp
+find only records below it, as Kafka answers."""
 
 from __future__ import annotations
 
@@ -17,7 +20,12 @@ from wire.errors import KafkaError
 logger = logging.getLogger(__name__)
 
 
-async def _lookup(ctx: RequestContext, part_cls: type[Any], topic: str, p: Any, duplicate: bool) -> Any:
+READ_COMMITTED = 1
+
+
+async def _lookup(
+    ctx: RequestContext, part_cls: type[Any], topic: str, p: Any, duplicate: bool, *, read_committed: bool
+) -> Any:
     index = p.partition_index
     try:
         if duplicate:
@@ -25,7 +33,7 @@ async def _lookup(ctx: RequestContext, part_cls: type[Any], topic: str, p: Any, 
         if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7:
             raise KafkaError(ErrorCode.unsupported_version, "max-timestamp lookups need ListOffsets v7+")
         log = await leader_log(ctx.node, topic, index, getattr(p, "current_leader_epoch", -1))
-        found = await log.offset_for_timestamp(p.timestamp)
+        found = await log.offset_for_timestamp(p.timestamp, read_committed=read_committed)
         offset, timestamp, epoch = (found.offset, found.timestamp, found.leader_epoch) if found else (-1, -1, -1)
         return codec.build(
             part_cls,
@@ -44,10 +52,14 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     topic_cls = codec.field_entity(ctx.response_class, "topics")
     part_cls = codec.field_entity(topic_cls, "partitions")
     topics = []
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     for topic in request.topics:
         seen: dict[int, int] = {}
         for p in topic.partitions:
             seen[p.partition_index] = seen.get(p.partition_index, 0) + 1
-        parts = [await _lookup(ctx, part_cls, topic.name, p, seen[p.partition_index] > 1) for p in topic.partitions]
+        parts = [
+            await _lookup(ctx, part_cls, topic.name, p, seen[p.partition_index] > 1, read_committed=read_committed)
+            for p in topic.partitions
+        ]
         topics.append(codec.build(topic_cls, name=topic.name, partitions=tuple(parts)))
     return ctx.build(throttle_time=0, topics=tuple(topics))

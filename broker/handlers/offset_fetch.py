@@ -1,9 +1,10 @@
 """OffsetFetch (key 9) v1-8: committed positions of a group (v8: of several groups in one request).
 
 A null topic list (v2+) asks for every partition the group has committed. ``require_stable`` (v7+) asks the
-broker to refuse while transactional commits are pending; this broker has no transactional offset commits yet,
-so every committed offset is stable. A fetch first waits for the commits its connection sent before it
-(commit_order.py), so a client reads back what it committed.
+broker to answer UNSTABLE_OFFSET_COMMIT for a partition whose offset is pending in an open transaction
+(TxnOffsetCommit), so a consumer does not start from a position the transaction may still roll back. A fetch
+first waits for the commits its connection sent before it (commit_order.py), so a client reads back what it
+committed.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ def _requested(topics: Any) -> list[tuple[str, int]] | None:
     return [(t.name, p) for t in topics for p in t.partition_indexes]
 
 
-def _fetch(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[FetchedOffset]]:
+def _fetch(
+    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
+) -> tuple[ErrorCode, list[FetchedOffset]]:
     groups = coordinator(ctx)
     if groups is None:
         return ErrorCode.coordinator_not_available, []
-    return groups.fetch_offsets(group_id, _requested(topics))
+    return groups.fetch_offsets(group_id, _requested(topics), require_stable=require_stable)
 
 
 def _topics(topic_cls: type[Any], fetched: list[FetchedOffset]) -> tuple[Any, ...]:
@@ -65,18 +68,19 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     if earlier:
         await asyncio.wait(earlier)
     cls = ctx.response_class
+    require_stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
         group_cls = codec.field_entity(cls, "groups")
         topic_cls = codec.field_entity(group_cls, "topics")
         results = []
         for group in request.groups:
-            error, fetched = _fetch(ctx, group.group_id, group.topics)
+            error, fetched = _fetch(ctx, group.group_id, group.topics, require_stable)
             results.append(
                 codec.build(group_cls, group_id=group.group_id, topics=_topics(topic_cls, fetched), error_code=error)
             )
         return ctx.build(throttle_time=0, groups=tuple(results))
     topic_cls = codec.field_entity(cls, "topics")
-    error, fetched = _fetch(ctx, request.group_id, request.topics)
+    error, fetched = _fetch(ctx, request.group_id, request.topics, require_stable)
     if error is not ErrorCode.none and ctx.api_version < 2 and request.topics is not None:
         # v1 has no top-level error: every requested partition carries it.
         fetched = [FetchedOffset(t, p, -1, -1, "", error) for t, p in _requested(request.topics) or []]

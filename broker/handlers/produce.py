@@ -3,8 +3,11 @@
 Partitions of one request are appended concurrently, and a connection's appends to one partition start in the
 order its requests arrived (append_order.py); the response is sent once every append is durable
 (acks=1 and acks=all alike: the WAL write is the only replication a partition has) or the request timeout
-passes. acks=0 gets no response at all. Transactional producers are refused with a clear code until
-transactions exist.
+passes. acks=0 gets no response at all. Transactional batches need the request's transactional id (the partition
+checks it, with the producer's open transaction there). A transactional batch for a partition where its producer
+has no open transaction yet is first verified with the transaction coordinator (KIP-890 part 1): unless the
+partition was added to the ongoing transaction (AddPartitionsToTxn), it is refused with INVALID_TXN_STATE and
+nothing is appended, so no transaction can be left hanging on a partition its coordinator does not know of.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
-from broker.partition.partition_log import AppendResult
+from broker.partition.partition_log import AppendResult, PartitionLog
 from controller.errors import error_code_for, error_code_logged, error_message_for
 from wire import codec
 from wire.errors import KafkaError
+from wire.record_batch import InvalidBatchError, parse_header
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +33,13 @@ _MIN_TIMEOUT_MS = 1000
 
 
 async def _append_one(
-    ctx: RequestContext, topic: str, partition: int, records: bytes | None, acks: int
+    ctx: RequestContext,
+    topic: str,
+    partition: int,
+    records: bytes | None,
+    acks: int,
+    *,
+    transactional_id: str | None,
 ) -> AppendResult | BaseException:
     try:
         if records is None or len(records) == 0:
@@ -38,13 +48,52 @@ async def _append_one(
         # Taken before the first suspension: tasks first run in the order they were created (arrival order).
         turn = ctx.connection.appends.take((topic, partition))
         return await turn.start(
-            leader_log(ctx.node, topic, partition), lambda log: log.append(data, required_acks=acks)
+            _verified_leader_log(ctx, topic, partition, data, transactional_id),
+            lambda log: log.append(data, required_acks=acks, transactional_id=transactional_id),
         )
     except KafkaError as exc:
         return exc
     except Exception as exc:
         error_code_logged(exc, logger, "produce to %s-%d failed (%s)", topic, partition, ctx.describe())
         return exc
+
+
+async def _verified_leader_log(
+    ctx: RequestContext, topic: str, partition: int, data: bytes, transactional_id: str | None
+) -> PartitionLog:
+    log = await leader_log(ctx.node, topic, partition)
+    if transactional_id is None:
+        return log
+    try:
+        header = parse_header(data)
+    except InvalidBatchError:
+        return log  # the append validates the batch and answers with the precise error
+    if not header.is_transactional or header.is_control or log.has_ongoing_txn(header.producer_id):
+        return log
+    transactions = ctx.node.transactions
+    error = (
+        ErrorCode.not_enough_replicas
+        if transactions is None
+        else await transactions.verify_produce(
+            transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
+        )
+    )
+    if error is not ErrorCode.none:
+        logger.info(
+            "refusing transactional produce to %s-%d by %r (producer %d epoch %d): %s (%s)",
+            topic,
+            partition,
+            transactional_id,
+            header.producer_id,
+            header.producer_epoch,
+            error.name,
+            ctx.describe(),
+        )
+        raise KafkaError(
+            error,
+            f"{topic}-{partition} is not in the ongoing transaction of transactional id {transactional_id!r}",
+        )
+    return log
 
 
 def _partition_response(cls: type[Any], index: int, outcome: AppendResult | BaseException) -> Any:
@@ -82,18 +131,17 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     refusal: KafkaError | None = None
     if acks not in (0, 1, -1):
         refusal = KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1 (all), not {acks}")
-    elif request.transactional_id is not None:
-        refusal = KafkaError(
-            ErrorCode.transactional_id_authorization_failed,
-            f"transactional id {request.transactional_id!r}: transactions are not supported by this broker yet",
-        )
     for topic in request.topic_data:
         for part in topic.partition_data:
             keys.append((topic.name, part.index))
             if refusal is not None:
                 jobs.append(asyncio.sleep(0, refusal))
             else:
-                jobs.append(_append_one(ctx, topic.name, part.index, part.records, acks))
+                jobs.append(
+                    _append_one(
+                        ctx, topic.name, part.index, part.records, acks, transactional_id=request.transactional_id
+                    )
+                )
     # The timeout bounds the wait for durability; a WAL write always takes a moment, so a zero or tiny timeout
     # (which in Kafka would still succeed on a single-replica partition) is raised to a small floor.
     timeout_s = max(codec.millis(request.timeout), _MIN_TIMEOUT_MS) / 1000

@@ -11,6 +11,8 @@ from types import MappingProxyType
 from typing import Final
 
 from broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_partition_reassignments,
     api_versions,
     cluster,
@@ -20,6 +22,8 @@ from broker.handlers import (
     describe_groups,
     describe_producers,
     describe_quorum,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -29,6 +33,7 @@ from broker.handlers import (
     list_groups,
     list_offsets,
     list_partition_reassignments,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -37,6 +42,8 @@ from broker.handlers import (
     produce,
     sync_group,
     topics,
+    txn_offset_commit,
+    write_txn_markers,
 )
 from broker.handlers.context import Handler
 
@@ -61,6 +68,11 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         21: delete_records.handle_delete_records,  # DeleteRecords
         22: init_producer_id.handle_init_producer_id,  # InitProducerId
         23: offset_for_leader_epoch.handle_offset_for_leader_epoch,  # OffsetForLeaderEpoch
+        24: add_partitions_to_txn.handle_add_partitions_to_txn,  # AddPartitionsToTxn
+        25: add_offsets_to_txn.handle_add_offsets_to_txn,  # AddOffsetsToTxn
+        26: end_txn.handle_end_txn,  # EndTxn
+        27: write_txn_markers.handle_write_txn_markers,  # WriteTxnMarkers
+        28: txn_offset_commit.handle_txn_offset_commit,  # TxnOffsetCommit
         32: configs.handle_describe_configs,  # DescribeConfigs
         33: configs.handle_alter_configs,  # AlterConfigs
         37: topics.handle_create_partitions,  # CreatePartitions
@@ -72,5 +84,7 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         55: describe_quorum.handle_describe_quorum,  # DescribeQuorum
         60: cluster.handle_describe_cluster,  # DescribeCluster
         61: describe_producers.handle_describe_producers,  # DescribeProducers
+        65: describe_transactions.handle_describe_transactions,  # DescribeTransactions
+        66: list_transactions.handle_list_transactions,  # ListTransactions
     }
 )

@@ -15,10 +15,17 @@ stream. A round:
    LOG's ``doomed`` list beforehand, so a crash at any point leaves either the old layout or the new one, and the
    next open deletes the leftover stream.
 
-The clean limit stays below the high watermark, leaves the newest stored batch alone (Kafka's active segment) and
-everything younger than ``min.compaction.lag.ms``. :class:`OffsetMap`, :class:`KeyMapBuilder` and
-:func:`retains` are the pure logic; :func:`clean_partition` is one round's I/O and :class:`LogCleaner` the
-per-broker task that picks partitions.
+The clean limit stays below the last stable offset (an open transaction's records are not decided yet), leaves the
+newest stored batch alone (Kafka's active segment) and everything younger than ``min.compaction.lag.ms``.
+Transactions: records of aborted transactions never enter the key map, so an aborted write can never remove the
+committed value it would have replaced, and a round drops them (Kafka's cleaner does both). Control batches
+(markers) are always kept: a read_committed consumer told of an aborted transaction by the aborted-transaction
+index skips its producer until it meets the ABORT marker, so a marker may only go together with its index entry,
+which the append-only txn stream cannot drop from its middle (Kafka's removal of markers after
+``delete.retention.ms`` is therefore not done).
+
+:class:`OffsetMap`, :class:`KeyMapBuilder` and :func:`retains` are the pure logic; :func:`clean_partition` is one
+round's I/O and :class:`LogCleaner` the per-broker task that picks partitions.
 """
 
 from __future__ import annotations
@@ -32,9 +39,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from broker.partition.partition_log import PartitionLog
+from broker.partition.txn_index import AbortedFilter
 from storage import errors as storage_errors
+from wire.control_records import ControlRecordError, decode_marker
 from wire.errors import KafkaError
-from wire.record_batch import BatchHeader, Record, decode_records, filter_batch, iter_batches
+from wire.record_batch import BatchHeader, InvalidBatchError, Record, decode_records, filter_batch, iter_batches
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +136,18 @@ def retains(record: Record, offset_map: OffsetMap, tombstone_cutoff_ms: int) -> 
     return not expired_tombstone
 
 
+def is_abort_marker(header: BatchHeader, batch: memoryview) -> bool:
+    """Whether a batch is a control batch holding an ABORT transaction marker."""
+    if not header.is_control:
+        return False
+    try:
+        records = decode_records(batch)
+        marker = decode_marker(records[0].key, records[0].value) if records else None
+    except (ControlRecordError, InvalidBatchError):
+        return False
+    return marker is not None and not marker.commit
+
+
 class CleanerStopped(Exception):
     """The broker is shutting down: the round in progress is abandoned between two batches."""
 
@@ -166,16 +187,19 @@ async def clean_partition(
     start = log.log_start_offset
     dirty_start = max(log.cleaner_offset, start)
     lag = config.min_compaction_lag_ms
+    stable = log.last_stable_offset
     builder = KeyMapBuilder(
         OffsetMap(dedupe_buffer_bytes),
         start=dirty_start,
-        high_watermark=log.high_watermark,
+        high_watermark=stable,
         lag_cutoff_ms=now - lag if lag > 0 else None,
     )
-    async for stored in log.iter_stored(dirty_start, log.high_watermark):
+    aborted = AbortedFilter(log.aborted_transactions(dirty_start, stable))
+    async for stored in log.iter_stored(dirty_start, stable):
         check_stop()
         batches = [
-            (h, [] if h.is_control else decode_records(b))
+            # The filter sees every batch (markers included) in order: a marker ends its producer's aborted range.
+            (h, [] if aborted.is_aborted(h, is_abort_marker(h, b)) or h.is_control else decode_records(b))
             for h, b in iter_batches(stored.payload)
             if h.next_offset > dirty_start
         ]
@@ -205,12 +229,15 @@ async def clean_partition(
         read_bytes = written_bytes = kept = 0
         prev_end = stream.next_offset
         window: list[Awaitable[int]] = []
+        aborted_data = AbortedFilter(log.aborted_transactions(start, end))
         async for stored in log.iter_stored(start, end):
             check_stop()
             for header, batch in iter_batches(stored.payload):
                 if header.next_offset <= start:
                     continue
                 read_bytes += header.size
+                if aborted_data.is_aborted(header, is_abort_marker(header, batch)):
+                    continue  # an aborted transaction's records: nobody may read them as committed
                 filtered = bytes(batch) if header.is_control else filter_batch(batch, keep)
                 if filtered is None:
                     continue

@@ -89,6 +89,16 @@ class PartitionManager:
         client: StreamClient = self._node.storage
         return client
 
+    @property
+    def node_id(self) -> int:
+        """This broker's id: with :attr:`controller`, what finding a led partition's log needs
+        (``broker.partition.access.leader_log``)."""
+        return self._node.node_id
+
+    @property
+    def controller(self) -> ControllerClient:
+        return self._node.controller
+
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._node.controller.subscribe(self._on_image)

@@ -308,8 +308,12 @@ def test_produce_acks_and_transactional_refusal(kafka: BrokerProcess, wire: Call
 
     bad = client.request(produce_request(topic, 0, records, acks=2)).responses[0].partition_responses[0]
     assert bad.error_code == ErrorCode.invalid_required_acks
-    txn = dataclasses.replace(produce_request(topic, 0, records), transactional_id="txn-1")
-    refused = client.request(txn).responses[0].partition_responses[0]
+    # Transactional records need the request's transactional id, as Kafka's produce authorization checks.
+    pid, epoch = init_producer_id(client)
+    transactional = build_batch(
+        [Record(None, b"t")], producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True
+    )
+    refused = client.request(produce_request(topic, 0, transactional)).responses[0].partition_responses[0]
     assert refused.error_code == ErrorCode.transactional_id_authorization_failed
 
 

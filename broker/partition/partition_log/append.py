@@ -3,8 +3,8 @@ rewriting their headers with the offsets and leader epoch the partition assigns 
 
 Checks of one batch on its own (magic, CRC-32C, sizes) live with the batch format in wire/record_batch.py; what is
 checked here depends on the partition: ``max.message.bytes``, ``cleanup.policy=compact`` (keys required), the
-timestamp bounds, who may write control batches. The stateful half (producer state, the lock that orders offset
-assignment, the stream append, the time index) is ``PartitionLog.append`` in :mod:`.log`.
+timestamp bounds, who may write control batches and transactional ones. The stateful half (producer state, the
+lock that orders offset assignment, the stream append, the time index) is ``PartitionLog.append`` in :mod:`.log`.
 """
 
 from __future__ import annotations
@@ -49,11 +49,21 @@ class AssignedBatches:
     next_offset: int
 
 
-def validate_produce(records: bytes, config: LogConfig, *, where: str, origin: str, now_ms: int) -> list[BatchHeader]:
+def validate_produce(
+    records: bytes,
+    config: LogConfig,
+    *,
+    where: str,
+    origin: str,
+    now_ms: int,
+    transactional_id: str | None = None,
+) -> list[BatchHeader]:
     """The headers of the batches in a produce request's ``records``, or the KafkaError a client expects.
 
     ``origin`` is ``"client"`` for a produce request; the broker's own writers (group coordinator, transaction
-    markers) may write control batches and keyless records. ``now_ms`` is what timestamps are bounded against."""
+    markers) may write control batches and keyless records. ``now_ms`` is what timestamps are bounded against.
+    A client's transactional batch needs the request's ``transactional_id`` (Kafka answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one) and a producer id."""
     try:
         batches = list(iter_batches(records))
     except InvalidBatchError as exc:
@@ -75,6 +85,13 @@ def validate_produce(records: bytes, config: LogConfig, *, where: str, origin: s
             raise KafkaError(ErrorCode.invalid_record, f"{where}: {exc}") from exc
         if header.is_control and origin == "client":
             raise KafkaError(ErrorCode.invalid_record, f"{where}: clients may not write control batches")
+        if header.is_transactional and not header.has_producer_id:
+            raise KafkaError(ErrorCode.invalid_record, f"{where}: a transactional batch needs a producer id")
+        if header.is_transactional and origin == "client" and transactional_id is None:
+            raise KafkaError(
+                ErrorCode.transactional_id_authorization_failed,
+                f"{where}: transactional records from producer {header.producer_id} without a transactional id",
+            )
         if config.compact and origin == "client":
             require_keys(view, where)
         if not config.log_append_time and header.timestamp_type != LOG_APPEND_TIME:

@@ -1,10 +1,14 @@
 """``PartitionLog``: one open partition led by this broker, the object that owns its state (Kafka's UnifiedLog).
 
-It holds the partition's streams and everything kept in memory about them (log start, sizes, producer state, time
-index, leader epochs) and is the one place that changes that state, under a per-partition lock. The ideas it
-coordinates live next to it: :mod:`.opening` and :mod:`.recovery` (open), :mod:`.append` (produce),
-:mod:`.reads` (fetch, ListOffsets), :mod:`.stored_log` (which stream holds an offset), :mod:`.time_stream` and
-:mod:`.cleaned_stream` (LOG bookkeeping of the cleaner's streams).
+It holds the partition's streams and everything kept in memory about them (log start, sizes, producer state and
+open transactions, time index, aborted-transaction index, leader epochs) and is the one place that changes that
+state, under a per-partition lock. The ideas it coordinates live next to it: :mod:`.opening` and :mod:`.recovery`
+(open), :mod:`.append` (produce), :mod:`.reads` (fetch, ListOffsets), :mod:`.stored_log` (which stream holds an
+offset), :mod:`.time_stream`, :mod:`.txn_stream` and :mod:`.cleaned_stream` (LOG bookkeeping of the cleaner's
+streams).
+
+Transactions (KIP-98): transaction markers written by the coordinator (:meth:`PartitionLog.write_txn_marker`) go
+through the same append path as produced batches; the last stable offset bounds read_committed reads.
 
 Appends run under the lock only up to the synchronous ``Stream.append`` (which assigns offsets at call time), then
 wait for durability outside it, so concurrent producers share WAL group commits. The log start moves (DeleteRecords,
@@ -50,13 +54,16 @@ from broker.partition.partition_log.reads import (
 from broker.partition.partition_log.recovery import recover
 from broker.partition.partition_log.stored_log import BatchVisitor, StoredLog
 from broker.partition.partition_log.time_stream import trim_time_stream
+from broker.partition.partition_log.txn_stream import trim_txn_stream
 from broker.partition.producer_state import ProducerStateManager, encode_snapshot
+from broker.partition.txn_index import AbortedTxn, AbortedTxnEntry, TxnIndex, encode_entry
 from storage import errors as storage_errors
 from storage.metadata.api import StreamMetadata
 from storage.stream_api import Stream, StreamClient
 from storage.stream_record_batch import StreamRecordBatch
+from wire.control_records import ControlRecordError, TxnMarker, decode_marker, encode_marker_key, encode_marker_value
 from wire.errors import KafkaError
-from wire.record_batch import BatchHeader
+from wire.record_batch import BatchHeader, InvalidBatchError, Record, build_batch, decode_records
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +90,7 @@ class PartitionLog:
         kv_key: str,
         log_info: dict[str, Any] | None = None,
         cleaned: Stream | None = None,
+        txn_stream: Stream | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -99,6 +107,9 @@ class PartitionLog:
         self._lock = asyncio.Lock()
         self.producers = ProducerStateManager(self.where)
         self.time_index = TimeIndex()
+        self.txn_index = TxnIndex()
+        self._txn = txn_stream
+        self._txn_create_lock = asyncio.Lock()
         self.epochs = LeaderEpochCache()
         self.log_start_offset = log.start_offset
         self._max_timestamp = -1
@@ -129,6 +140,24 @@ class PartitionLog:
     def high_watermark(self) -> int:
         """Single replica: everything durable in the WAL is committed."""
         return self._log.confirm_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the oldest transaction not decided yet (open, or its marker not durable), else the high
+        watermark: read_committed consumers read only below it."""
+        return self.producers.first_unstable_offset(self.high_watermark)
+
+    def has_ongoing_txn(self, producer_id: int) -> bool:
+        """The producer has an open transaction on this partition."""
+        return self.producers.has_ongoing_txn(producer_id)
+
+    def ongoing_txn_start_offsets(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction (DescribeProducers, DescribeTransactions)."""
+        return self.producers.ongoing_txn_start_offsets()
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Every aborted transaction overlapping ``[start, end)``, as a read_committed Fetch reports them."""
+        return self.txn_index.collect(start, end)
 
     @property
     def closed(self) -> bool:
@@ -212,6 +241,7 @@ class PartitionLog:
                 kv_key=found.kv_key,
                 log_info=found.log_info,
                 cleaned=found.cleaned,
+                txn_stream=found.txn_stream,
             )
             await self._restore()
         except BaseException:
@@ -227,10 +257,22 @@ class PartitionLog:
     async def _restore(self) -> None:
         """Adopts the state recovery rebuilt, starts this leader epoch, and persists PARTITION with ``cs=false``."""
         state = await recover(
-            meta=self._meta, stored=self._stored, time_stream=self._time, log_info=self._log_info, where=self.where
+            meta=self._meta,
+            stored=self._stored,
+            time_stream=self._time,
+            log_info=self._log_info,
+            where=self.where,
+            txn_stream=self._txn,
         )
         self.producers = state.producers
         self.time_index = state.time_index
+        self.txn_index = state.txn_index
+        if state.unstored_aborts:
+            txn = await self._ensure_txn_stream()
+            waits = [(e, txn.append(encode_entry(e), 1)) for e in state.unstored_aborts]
+            for entry, wait in waits:
+                self.txn_index.mark_stored(entry.last_offset, await wait)
+            logger.info("%s: stored %d aborted transactions found in recovery", self.where, len(waits))
         self.epochs = state.epochs
         self.log_start_offset = state.log_start_offset
         self._cleaned_bytes = state.cleaned_bytes
@@ -245,15 +287,36 @@ class PartitionLog:
             }
         )
         logger.info(
-            "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers, %d time-index entries",
+            "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers (%d open transactions), "
+            "%d time-index entries, %d aborted transactions",
             self.where,
             self.topic_id,
             self.leader_epoch,
             self.log_start_offset,
             self.log_end_offset,
             len(self.producers),
+            len(self.producers.ongoing_txn_start_offsets()),
             len(self.time_index),
+            len(self.txn_index),
         )
+
+    async def _ensure_txn_stream(self) -> Stream:
+        """The txn stream, created (and named in LOG) on the partition's first abort."""
+        async with self._txn_create_lock:
+            if self._txn is not None:
+                return self._txn
+            self._check_open()
+            tags = (("topic", self.topic), ("partition", str(self.partition)), ("type", "txn"))
+            stream_id = await self._streams.create_stream(tags)
+            stream_map = dict(self._log_info.get("streamMap", {}), txn=stream_id)
+            await self._put_log_info(streamMap=stream_map)
+            stream = await open_stream(self._streams, stream_id, self.leader_epoch, self.where)
+            if self._closed:  # closed while we were opening it: close() did not see it
+                await stream.close()
+                raise KafkaError(ErrorCode.not_leader_or_follower, f"{self.where} is no longer led by this broker")
+            self._txn = stream
+            logger.info("%s: created txn stream %d for aborted transactions", self.where, stream_id)
+            return stream
 
     def iter_stored(self, start: int, end: int) -> AsyncIterator[StreamRecordBatch]:
         """Each stored batch overlapping ``[start, end)`` once, in offset order, across the cleaned and log
@@ -265,18 +328,36 @@ class PartitionLog:
         if self._closed:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{self.where} is no longer led by this broker")
 
-    async def append(self, records: bytes, *, required_acks: int = -1, origin: str = "client") -> AppendResult:
-        """Validates, assigns offsets and appends; returns once the records are durable in the WAL."""
+    async def append(
+        self,
+        records: bytes,
+        *,
+        required_acks: int = -1,
+        origin: str = "client",
+        transactional_id: str | None = None,
+    ) -> AppendResult:
+        """Validates, assigns offsets and appends; returns once the records are durable in the WAL.
+        ``transactional_id`` is the produce request's (transactional batches need one)."""
         self._check_open()
         headers = validate_produce(
-            records, self.config, where=self.where, origin=origin, now_ms=int(time.time() * 1000)
+            records,
+            self.config,
+            where=self.where,
+            origin=origin,
+            now_ms=int(time.time() * 1000),
+            transactional_id=transactional_id,
         )
+        marker = self._marker_of(records, headers[0]) if headers[0].is_control else None
         log_append_ms = int(time.time() * 1000) if self.config.log_append_time else -1
         async with self._lock:
             self._check_open()
-            duplicate = self.producers.check(headers[0]) if headers[0].has_producer_id else None
+            duplicate = None
+            if marker is not None:
+                self.producers.check_marker(headers[0].producer_id, headers[0].producer_epoch, marker.coordinator_epoch)
+            elif headers[0].has_producer_id:
+                duplicate = self.producers.check(headers[0], client=origin == "client")
             if duplicate is None:
-                base, next_offset, pending, size = self._append_locked(records, headers, log_append_ms)
+                base, next_offset, pending, size = self._append_locked(records, headers, log_append_ms, marker)
         if duplicate is not None:
             # A retry of a batch already appended: answer with its offsets once it is durable, append nothing.
             logger.debug(
@@ -301,11 +382,24 @@ class PartitionLog:
             self._checkpoint_task = asyncio.create_task(self._checkpoint(), name=f"checkpoint {self.where}")
         return AppendResult(base, next_offset - 1, log_append_ms, self.log_start_offset)
 
+    def _marker_of(self, records: bytes, header: BatchHeader) -> TxnMarker:
+        """The transaction marker a control batch written by the broker carries (INVALID_RECORD otherwise)."""
+        try:
+            decoded = decode_records(records[: header.size])
+            marker = decode_marker(decoded[0].key, decoded[0].value) if len(decoded) == 1 else None
+        except (InvalidBatchError, ControlRecordError) as exc:
+            raise KafkaError(ErrorCode.invalid_record, f"{self.where}: bad control batch: {exc}") from exc
+        if marker is None or not header.has_producer_id or not header.is_transactional:
+            raise KafkaError(
+                ErrorCode.invalid_record, f"{self.where}: a control batch must be one transactional marker record"
+            )
+        return marker
+
     def _append_locked(
-        self, records: bytes, headers: list[BatchHeader], log_append_ms: int
+        self, records: bytes, headers: list[BatchHeader], log_append_ms: int, marker: TxnMarker | None = None
     ) -> tuple[int, int, Awaitable[int], int]:
-        """Rewrites offsets and epochs, records producer state and hands the bytes to the stream (synchronously,
-        so offsets are exactly the ones assigned here)."""
+        """Rewrites offsets and epochs, records producer state (a marker closes its producer's transaction) and
+        hands the bytes to the stream (synchronously, so offsets are exactly the ones assigned here)."""
         base = self._log.next_offset
         assigned = assign_offsets(
             records, headers, base_offset=base, leader_epoch=self.leader_epoch, log_append_ms=log_append_ms
@@ -321,12 +415,74 @@ class PartitionLog:
         next_offset = assigned.next_offset
         pending = self._log.append(payload, next_offset - base)
         self._size_bytes += len(payload)
+        if marker is not None:
+            pending = self._complete_txn(headers[0], base, marker, pending)
         for entry in index_entries:
             # The index's durability follows the log's (same WAL, appended right after); a lost tail entry is
             # rebuilt by recovery, so nobody waits for it.
             future = asyncio.ensure_future(self._time.append(encode_time_entry(entry), 1))
             future.add_done_callback(self._index_append_done)
         return base, next_offset, pending, len(payload)
+
+    def _complete_txn(
+        self, header: BatchHeader, offset: int, marker: TxnMarker, pending: Awaitable[int]
+    ) -> Awaitable[int]:
+        """Applies a marker appended at ``offset`` to producer state; an abort of a transaction that wrote here is
+        added to the aborted index and appended to the txn stream right after the marker (same WAL, so it is
+        durable with it). Returns what to wait for: the marker, and its index entry."""
+        completed = self.producers.complete_txn(
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            coordinator_epoch=marker.coordinator_epoch,
+            commit=marker.commit,
+            marker_offset=offset,
+            timestamp=header.max_timestamp,
+        )
+        if completed is None or not completed.aborted:
+            return pending
+        entry = AbortedTxnEntry(
+            completed.producer_id,
+            completed.first_offset,
+            completed.last_offset,
+            self.producers.stable_offset_after(completed),
+        )
+        self.txn_index.add(entry)
+        if self._txn is None:  # write_txn_marker creates it before an abort; recovery would store the entry
+            logger.warning("%s: no txn stream for the abort at offset %d; recovery will store it", self.where, offset)
+            return pending
+        stream_offset = self._txn.next_offset
+        self.txn_index.mark_stored(entry.last_offset, stream_offset)
+        return _both(pending, self._txn.append(encode_entry(entry), 1))
+
+    async def write_txn_marker(
+        self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> int:
+        """Appends the coordinator's COMMIT or ABORT marker for ``producer_id`` (a control batch, through the
+        normal append path) and returns its offset once durable. A marker with an older producer epoch is fenced
+        (INVALID_PRODUCER_EPOCH) and appends nothing; one for a producer with no open transaction here is written
+        all the same and completes nothing, as Kafka does."""
+        self._check_open()
+        if not commit:
+            await self._ensure_txn_stream()
+        batch = build_batch(
+            [Record(encode_marker_key(commit), encode_marker_value(coordinator_epoch))],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_control=True,
+            is_transactional=True,
+        )
+        result = await self.append(batch, origin="coordinator")
+        self.producers.first_unstable_offset(self.high_watermark)  # forgets the transactions decided by now
+        logger.debug(
+            "%s: %s marker of producer %d epoch %d (coordinator epoch %d) at offset %d",
+            self.where,
+            "COMMIT" if commit else "ABORT",
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            result.base_offset,
+        )
+        return result.base_offset
 
     def _index_append_done(self, future: asyncio.Future[int]) -> None:
         if not future.cancelled() and future.exception() is not None:
@@ -397,10 +553,14 @@ class PartitionLog:
         ).encode()
 
     # ------------------------------------------------------------------ read (broker/partition/partition_log/reads.py)
-    async def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> ReadResult:
-        """Whole batches from ``offset`` up to ``max_bytes`` (the first one even if larger, when ``min_one``)."""
+    async def read(
+        self, offset: int, max_bytes: int, *, min_one: bool = True, read_committed: bool = False
+    ) -> ReadResult:
+        """Whole batches from ``offset`` up to ``max_bytes`` (the first one even if larger, when ``min_one``);
+        ``read_committed`` reads only below the last stable offset and lists the aborted transactions of the
+        range read."""
         self._check_open()
-        return await read_records(self, self._stored, offset, max_bytes, min_one=min_one)
+        return await read_records(self, self._stored, offset, max_bytes, min_one=min_one, read_committed=read_committed)
 
     async def wait_for_data(self, offset: int, timeout: float) -> bool:
         """Long poll: True once records at ``offset`` or later are readable."""
@@ -410,10 +570,11 @@ class PartitionLog:
             return True
         return await self._log.wait_for_append(offset, timeout)
 
-    async def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
-        """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp."""
+    async def offset_for_timestamp(self, timestamp: int, *, read_committed: bool = False) -> OffsetAndTimestamp | None:
+        """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp;
+        ``read_committed`` (isolation level 1) answers only offsets below the last stable offset."""
         self._check_open()
-        return await find_offset_for_timestamp(self, self._stored, timestamp)
+        return await find_offset_for_timestamp(self, self._stored, timestamp, read_committed=read_committed)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: ``(leader epoch, end offset)`` or (-1, -1) when the epoch is unknown."""
@@ -483,6 +644,9 @@ class PartitionLog:
             self.epochs.truncate_start(target)
             self.time_index.drop_before(target)
             await trim_time_stream(self._time, target)
+            txn_trim = self.txn_index.drop_before(target)
+            if self._txn is not None:
+                await trim_txn_stream(self._txn, txn_trim)
             put = self._meta.put(
                 {
                     KEY_PARTITION: self._partition_record(clean_shutdown=False),
@@ -611,7 +775,7 @@ class PartitionLog:
                         await self._time.append(encode_time_entry(entry), 1)
             await self._log.close()
             await self._time.close()
-            for extra in (self._stored.cleaned, self._cleaning):
+            for extra in (self._stored.cleaned, self._cleaning, self._txn):
                 if extra is not None:
                     await extra.close()
             await self._meta.put(
@@ -632,7 +796,8 @@ class PartitionLog:
         async with self._lock:
             self._closed = True
         extra = [s for s in (self._stored.cleaned, self._cleaning) if s is not None]
-        for stream in (self._log, self._time, *extra, self._meta.stream):
+        txn = [self._txn] if self._txn is not None else []
+        for stream in (self._log, self._time, *txn, *extra, self._meta.stream):
             try:
                 await stream.destroy()
             except storage_errors.StorageError as exc:
@@ -644,3 +809,10 @@ class PartitionLog:
             logger.warning("streams %s of deleted %s could not be deleted", left, self.where)
         await self._kv.delete_kv(self._kv_key)
         logger.info("deleted the streams of %s", self.where)
+
+
+async def _both(first: Awaitable[int], second: Awaitable[int]) -> int:
+    """Waits for two appends issued in this order; the first one's result (the marker's offset) is the answer."""
+    result = await first
+    await second
+    return result

@@ -1,9 +1,10 @@
 """The read path of a partition (DESIGN.md §7): Fetch reads, and ListOffsets' offset for a timestamp.
 
 Fetch returns whole Kafka batches exactly as produced (offsets and leader epoch rewritten at append, CRC
-untouched), across the cleaned stream and the log stream (:class:`StoredLog`). Everything here only reads: the
-partition's live state comes in through :class:`ReadableLog`, read as the walk goes (a trim or an append running
-meanwhile is seen, as it was when this code was part of the partition class).
+untouched), across the cleaned stream and the log stream (:class:`StoredLog`). read_committed reads stop at the
+last stable offset and carry the aborted transactions of the range they return (Kafka's collectAbortedTxns).
+Everything here only reads: the partition's live state comes in through :class:`ReadableLog`, read as the walk
+goes (a trim or an append running meanwhile is seen, as it was when this code was part of the partition class).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.partition.indexes import LeaderEpochCache, TimeIndex
 from broker.partition.partition_log.stored_log import StoredLog
+from broker.partition.txn_index import AbortedTxn
 from storage import errors as storage_errors
 from wire.errors import KafkaError
 from wire.record_batch import BatchHeader, decode_records, iter_batches
@@ -30,6 +32,8 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int
+    #: read_committed only: the aborted transactions overlapping the returned records.
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,11 @@ class ReadableLog(Protocol):
     @property
     def max_timestamp_offset(self) -> int: ...
 
+    @property
+    def last_stable_offset(self) -> int: ...
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]: ...
+
 
 def check_offset(log: ReadableLog, offset: int) -> int:
     """The high watermark, after checking that ``offset`` is readable (OFFSET_OUT_OF_RANGE otherwise)."""
@@ -79,21 +88,25 @@ def check_offset(log: ReadableLog, offset: int) -> int:
 
 
 async def read_records(
-    log: ReadableLog, stored: StoredLog, offset: int, max_bytes: int, *, min_one: bool
+    log: ReadableLog, stored: StoredLog, offset: int, max_bytes: int, *, min_one: bool, read_committed: bool = False
 ) -> ReadResult:
-    """Whole batches from ``offset`` up to ``max_bytes`` (the first one even if larger, when ``min_one``)."""
+    """Whole batches from ``offset`` up to ``max_bytes`` (the first one even if larger, when ``min_one``), below
+    the high watermark, or below the last stable offset when ``read_committed``."""
     hw = check_offset(log, offset)
+    lso = log.last_stable_offset
+    limit = lso if read_committed else hw
     # The batches are collected as views into the stored payloads and joined once: the record bytes are copied
     # exactly one time on their way to the response.
     parts: list[bytes | memoryview] = []
     size = 0
     cursor = offset
-    done = not (offset < hw and (max_bytes > 0 or min_one))
+    done = not (offset < limit and (max_bytes > 0 or min_one))
+    read_end = offset
     # A read below the cleaner offset starts in the cleaned stream and continues into the log stream while
     # max_bytes allows; an offset compaction removed is covered by the stored batch after it, so the read
     # returns the next present batch.
-    while not done and cursor < hw:
-        stream, piece_end = stored.piece(cursor, hw)
+    while not done and cursor < limit:
+        stream, piece_end = stored.piece(cursor, limit)
         try:
             result = await stream.fetch(cursor, piece_end, max(max_bytes - size, 1))
         except storage_errors.OffsetOutOfRangeError as exc:
@@ -104,22 +117,28 @@ async def read_records(
             for header, batch in iter_batches(stored_batch.payload):
                 if header.next_offset <= offset:
                     continue
-                if (parts or not min_one) and size + header.size > max_bytes:
+                if header.base_offset >= limit or ((parts or not min_one) and size + header.size > max_bytes):
                     done = True
                     break
                 parts.append(batch)
                 size += header.size
+                read_end = header.next_offset
             if done:
                 break
         reached = result.batches[-1].last_offset
         done = done or reached <= cursor or (reached < piece_end and bool(parts)) or size >= max_bytes
         cursor = reached
-    return ReadResult(b"".join(parts), hw, log.log_start_offset, hw)
+    aborted = tuple(log.aborted_transactions(offset, read_end)) if read_committed else ()
+    return ReadResult(b"".join(parts), hw, log.log_start_offset, lso, aborted)
 
 
-async def find_offset_for_timestamp(log: ReadableLog, stored: StoredLog, timestamp: int) -> OffsetAndTimestamp | None:
-    """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp."""
-    hw = log.high_watermark
+async def find_offset_for_timestamp(
+    log: ReadableLog, stored: StoredLog, timestamp: int, *, read_committed: bool = False
+) -> OffsetAndTimestamp | None:
+    """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp. With
+    ``read_committed`` the latest offset is the last stable offset and later records are not found (Kafka's
+    lastFetchableOffset)."""
+    hw = log.last_stable_offset if read_committed else log.high_watermark
     if timestamp == EARLIEST_TIMESTAMP:
         return OffsetAndTimestamp(log.log_start_offset, -1, epoch_at(log, log.log_start_offset))
     if timestamp == LATEST_TIMESTAMP:
@@ -144,7 +163,7 @@ async def find_offset_for_timestamp(log: ReadableLog, stored: StoredLog, timesta
         return True
 
     await stored.scan(log.time_index.scan_start(timestamp, log.log_start_offset), hw, visit)
-    return found[0] if found else None
+    return found[0] if found and found[0].offset < hw else None
 
 
 async def _max_timestamp_record(log: ReadableLog, stored: StoredLog) -> OffsetAndTimestamp:

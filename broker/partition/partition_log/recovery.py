@@ -3,9 +3,11 @@ LogLoader).
 
 What the meta stream persisted is trusted where it can be: ``PARTITION`` (log start, cleaner offset and bytes,
 clean-shutdown flag ``cs``, max timestamp ``mt``, size checkpoint ``z``), ``LEADER_EPOCH_CHECKPOINT`` and
-``PRODUCER_SNAPSHOTS`` (producer state as of an offset). The log is read only from where that state ends: after
-an unclean shutdown (``cs`` false) or past an old producer snapshot, producer state and the time index are rebuilt
-from the batches that follow; the size is completed from the batch headers past its checkpoint. Reading the log is
+``PRODUCER_SNAPSHOTS`` (producer state, open transactions included, as of an offset), and the txn stream (the
+aborted-transaction index). The log is read only from where that state ends: after an unclean shutdown (``cs``
+false) or past an old producer snapshot, producer state, open transactions, the time index and the aborted
+transactions the txn stream is missing are rebuilt from the batches that follow (transaction markers included);
+the size is completed from the batch headers past its checkpoint. Reading the log is
 what an open must avoid, since it lives in object storage.
 
 :func:`recover` returns the rebuilt state as :class:`Recovered`; the partition adopts it before it serves anything.
@@ -28,9 +30,12 @@ from broker.partition.indexes import (
 from broker.partition.meta_stream import KEY_LEADER_EPOCH_CHECKPOINT, KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS, MetaStream
 from broker.partition.partition_log.stored_log import StoredLog
 from broker.partition.partition_log.time_stream import load_time_index
+from broker.partition.partition_log.txn_stream import load_txn_index
 from broker.partition.producer_state import ProducerStateManager, SnapshotFormatError, decode_snapshot
+from broker.partition.txn_index import AbortedTxnEntry, TxnIndex
 from storage.stream_api import Stream
-from wire.record_batch import BatchHeader
+from wire.control_records import ControlRecordError, decode_marker
+from wire.record_batch import BatchHeader, InvalidBatchError, decode_records
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +52,19 @@ class Recovered:
     max_timestamp_offset: int = -1
     time_index: TimeIndex = field(default_factory=TimeIndex)
     epochs: LeaderEpochCache = field(default_factory=LeaderEpochCache)
+    txn_index: TxnIndex = field(default_factory=TxnIndex)
+    #: Aborted transactions the replay found that the txn stream does not hold yet: the partition stores them.
+    unstored_aborts: list[AbortedTxnEntry] = field(default_factory=list)
 
 
 async def recover(
-    *, meta: MetaStream, stored: StoredLog, time_stream: Stream, log_info: dict[str, Any], where: str
+    *,
+    meta: MetaStream,
+    stored: StoredLog,
+    time_stream: Stream,
+    log_info: dict[str, Any],
+    where: str,
+    txn_stream: Stream | None = None,
 ) -> Recovered:
     """Rebuilds the state of a partition whose streams were just opened (``meta`` replayed), reading as little of
     the log as the persisted state allows, and appending the time-index entries a replay finds missing."""
@@ -76,6 +90,8 @@ async def recover(
     if raw_epochs is not None:
         state.epochs = LeaderEpochCache(decode_epoch_checkpoint(raw_epochs))
     await load_time_index(time_stream, state.time_index, where)
+    if txn_stream is not None:
+        await load_txn_index(txn_stream, state.txn_index, where)
     last = state.time_index.last
     if last is not None and last.timestamp > state.max_timestamp:
         state.max_timestamp, state.max_timestamp_offset = last.timestamp, last.offset
@@ -101,8 +117,11 @@ async def recover(
             end,
         )
     if recover_from is not None or size_from < end:
-        await _replay_tail(state, stored, time_stream, recover_from=recover_from, size_from=size_from, end=end)
+        await _replay_tail(
+            state, stored, time_stream, recover_from=recover_from, size_from=size_from, end=end, where=where
+        )
     state.producers.evict_before(state.log_start_offset)
+    state.txn_index.drop_before(state.log_start_offset)
     return state
 
 
@@ -126,10 +145,18 @@ def _restore_size(state: Recovered, checkpoint: object, end: int, where: str) ->
 
 
 async def _replay_tail(
-    state: Recovered, stored: StoredLog, time_stream: Stream, *, recover_from: int | None, size_from: int, end: int
+    state: Recovered,
+    stored: StoredLog,
+    time_stream: Stream,
+    *,
+    recover_from: int | None,
+    size_from: int,
+    end: int,
+    where: str,
 ) -> None:
     """One walk over the log tail: adds the sizes of batches from ``size_from`` and, when ``recover_from`` is
-    set (unclean shutdown or an old snapshot), rebuilds producer state and the time index from there."""
+    set (unclean shutdown or an old snapshot), rebuilds producer state (open transactions too), the time index
+    and the aborted-transaction entries from there."""
     new_entries: list[TimeIndexEntry] = []
     start = size_from if recover_from is None else min(recover_from, size_from)
 
@@ -138,6 +165,8 @@ async def _replay_tail(
             state.size_bytes += header.size
         if recover_from is None or header.next_offset <= recover_from:
             return True
+        if header.is_control and header.has_producer_id:
+            _replay_marker(state, header, batch, where)
         state.producers.record(header, header.base_offset)
         if header.max_timestamp > state.max_timestamp:
             state.max_timestamp, state.max_timestamp_offset = header.max_timestamp, header.base_offset
@@ -150,3 +179,34 @@ async def _replay_tail(
     waits = [time_stream.append(encode_time_entry(e), 1) for e in new_entries]
     for wait in waits:
         await wait
+
+
+def _replay_marker(state: Recovered, header: BatchHeader, batch: memoryview, where: str) -> None:
+    """Applies a transaction marker met in the replay: it closes the producer's open transaction, and an abort the
+    txn stream does not hold yet (the crash came between the marker and its index entry) is queued to be stored."""
+    try:
+        records = decode_records(batch)
+        marker = decode_marker(records[0].key, records[0].value) if records else None
+    except (InvalidBatchError, ControlRecordError) as exc:
+        logger.warning(
+            "%s: unreadable control batch at offset %d skipped in recovery: %s", where, header.base_offset, exc
+        )
+        return
+    if marker is None:
+        return
+    producers = state.producers
+    completed = producers.complete_txn(
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        coordinator_epoch=marker.coordinator_epoch,
+        commit=marker.commit,
+        marker_offset=header.base_offset,
+        timestamp=header.max_timestamp,
+    )
+    if completed is None or not completed.aborted:
+        return
+    entry = AbortedTxnEntry(
+        completed.producer_id, completed.first_offset, completed.last_offset, producers.stable_offset_after(completed)
+    )
+    if state.txn_index.add(entry):
+        state.unstored_aborts.append(entry)

@@ -1,0 +1,23 @@
+"""AddOffsetsToTxn (key 25) v0-3: a transactional producer announces it will commit a group's offsets
+(``send_offsets_to_transaction``); the group's ``__consumer_offsets`` partition joins the transaction, so the
+transaction's marker lands there too and makes the TxnOffsetCommit visible (or drops it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.context import RequestContext
+from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+
+
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    coordinator = transaction_coordinator(ctx)
+    if coordinator is None:
+        error = ErrorCode.coordinator_not_available
+    else:
+        error = await coordinator.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+    return ctx.build(throttle_time=0, error_code=fenced_for_version(error, ctx.api_version, 2))

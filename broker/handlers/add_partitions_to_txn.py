@@ -1,0 +1,94 @@
+"""AddPartitionsToTxn (key 24) v0-4: partitions join a producer's transaction before it writes to them.
+
+v0-3 carry one transaction (a client's request). v4 batches many transactions and is what brokers send each
+other; its ``verify_only`` transactions change nothing and only report, per partition, whether it is already in
+the ongoing transaction (KIP-890 part 1: the produce path refuses transactional data for a partition that is not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.context import RequestContext
+from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+from broker.transactions.coordinator import TransactionCoordinator
+from broker.transactions.state import TopicPartition
+from wire import codec
+
+
+def _partitions(topics: Sequence[Any]) -> list[TopicPartition]:
+    return [(topic.name, p) for topic in topics for p in topic.partitions]
+
+
+def _topic_results(result_cls: type[Any], results: Mapping[TopicPartition, ErrorCode], version: int) -> tuple[Any, ...]:
+    """Results grouped by topic, in request order (``result_cls`` is the entity holding ``results_by_partition``)."""
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), error in results.items():
+        by_topic.setdefault(topic, []).append(
+            codec.build_nested(
+                result_cls,
+                "results_by_partition",
+                partition_index=partition,
+                partition_error_code=fenced_for_version(error, version, 2),
+            )
+        )
+    return tuple(
+        codec.build(result_cls, name=name, results_by_partition=tuple(parts)) for name, parts in by_topic.items()
+    )
+
+
+async def _one(
+    coordinator: TransactionCoordinator | None,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: list[TopicPartition],
+    *,
+    verify_only: bool,
+) -> dict[TopicPartition, ErrorCode]:
+    if coordinator is None:
+        return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+    if verify_only:
+        return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    return await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+
+
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    coordinator = transaction_coordinator(ctx)
+    if ctx.api_version <= 3:
+        partitions = _partitions(request.v3_and_below_topics)
+        results = await _one(
+            coordinator,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            partitions,
+            verify_only=False,
+        )
+        topic_cls = codec.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
+        return ctx.build(
+            throttle_time=0, results_by_topic_v3_and_below=_topic_results(topic_cls, results, ctx.api_version)
+        )
+    txn_cls = codec.field_entity(ctx.response_class, "results_by_transaction")
+    topic_cls = codec.field_entity(txn_cls, "topic_results")
+    answers = []
+    for txn in request.transactions:
+        results = await _one(
+            coordinator,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            _partitions(txn.topics),
+            verify_only=txn.verify_only,
+        )
+        answers.append(
+            codec.build(
+                txn_cls,
+                transactional_id=txn.transactional_id,
+                topic_results=_topic_results(topic_cls, results, ctx.api_version),
+            )
+        )
+    return ctx.build(throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(answers))

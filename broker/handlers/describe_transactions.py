@@ -1,0 +1,61 @@
+"""DescribeTransactions (key 65) v0: the state of transactional ids this broker coordinates
+(``kafka-transactions.sh describe``)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.context import RequestContext
+from broker.handlers.txn_common import transaction_coordinator
+from wire import codec
+
+
+async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    coordinator = transaction_coordinator(ctx)
+    state_cls = codec.field_entity(ctx.response_class, "transaction_states")
+    # An id that cannot be described carries only its error; the other fields keep the schema's defaults (0),
+    # as Kafka answers them.
+    epoch_zero = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
+    states = []
+    for transactional_id in request.transactional_ids:
+        if coordinator is None:
+            error, metadata = ErrorCode.coordinator_not_available, None
+        else:
+            error, metadata = coordinator.describe(transactional_id)
+        if metadata is None:
+            states.append(
+                codec.build(
+                    state_cls,
+                    error_code=error,
+                    transactional_id=transactional_id,
+                    transaction_state="",
+                    transaction_timeout=0,
+                    transaction_start_time=epoch_zero,
+                    producer_id=0,
+                    producer_epoch=0,
+                )
+            )
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(metadata.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(
+            codec.build(
+                state_cls,
+                error_code=ErrorCode.none,
+                transactional_id=transactional_id,
+                transaction_state=metadata.state.display,
+                transaction_timeout=metadata.timeout_ms,
+                transaction_start_time=datetime.datetime.fromtimestamp(metadata.txn_start_ms / 1000, tz=datetime.UTC),
+                producer_id=metadata.producer_id,
+                producer_epoch=metadata.producer_epoch,
+                topics=tuple(
+                    codec.build_nested(state_cls, "topics", topic=name, partitions=tuple(parts))
+                    for name, parts in by_topic.items()
+                ),
+            )
+        )
+    return ctx.build(throttle_time=0, transaction_states=tuple(states))

@@ -1,0 +1,25 @@
+"""EndTxn (key 26) v0-3: commit or abort a producer's transaction.
+
+Answered once PrepareCommit/PrepareAbort is durable in ``__transaction_state``; the coordinator then writes the
+markers on every partition of the transaction in the background (broker/transactions/coordinator.py), as Kafka does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.context import RequestContext
+from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+
+
+async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    coordinator = transaction_coordinator(ctx)
+    if coordinator is None:
+        error = ErrorCode.coordinator_not_available
+    else:
+        error = await coordinator.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        )
+    return ctx.build(throttle_time=0, error_code=fenced_for_version(error, ctx.api_version, 2))

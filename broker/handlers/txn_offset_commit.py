@@ -1,0 +1,44 @@
+"""TxnOffsetCommit (key 28) v0-3: a transactional producer commits its consumer group's positions inside its
+transaction (``send_offsets_to_transaction``); they become visible only when the transaction commits.
+
+The producer first adds the group's ``__consumer_offsets`` partition to its transaction (AddOffsetsToTxn), so
+the transaction coordinator writes a marker there; the group coordinator turns that marker into committed
+offsets (broker/groups/txn_offsets.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.coordinator import OffsetCommit
+from broker.handlers.context import RequestContext
+from broker.handlers.group_common import coordinator, partition_errors
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    offsets: dict[tuple[str, int], OffsetCommit] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            offsets[(topic.name, p.partition_index)] = OffsetCommit(
+                offset=p.committed_offset,
+                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                metadata=p.committed_metadata,
+            )
+    groups = coordinator(ctx)
+    if groups is None:
+        results = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
+    else:
+        # v3 (KIP-447) carries the consumer's generation so a zombie of an old generation is fenced.
+        results = await groups.commit_transactional_offsets(
+            request.group_id,
+            transactional_id=request.transactional_id,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            member_id=getattr(request, "member_id", ""),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            generation_id=getattr(request, "generation_id", -1),
+            offsets=offsets,
+        )
+    return ctx.build(throttle_time=0, topics=partition_errors(ctx.response_class, request.topics, results))

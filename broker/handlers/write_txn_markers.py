@@ -1,0 +1,49 @@
+"""WriteTxnMarkers (key 27) v1: a transaction coordinator asks this broker to write COMMIT/ABORT markers on
+partitions it leads (the inter-broker half of EndTxn; Kafka 4 no longer knows v0, and neither does the codec).
+
+Each partition is answered on its own through ``broker.transactions.markers.write_marker``, in request order, so
+one failing partition (moved leader, fenced epoch) does not hold the others back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.context import RequestContext
+from broker.transactions.markers import write_marker
+from wire import codec
+
+logger = logging.getLogger(__name__)
+
+
+async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
+    marker_cls = codec.field_entity(ctx.response_class, "markers")
+    topic_cls = codec.field_entity(marker_cls, "topics")
+    part_cls = codec.field_entity(topic_cls, "partitions")
+    markers = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            parts = []
+            for index in topic.partition_indexes:
+                if ctx.node.partitions is None:
+                    code = ErrorCode.kafka_storage_error  # the node runs without its partition layer
+                else:
+                    code = await write_marker(
+                        ctx.node.partitions,
+                        ctx.node.groups,
+                        topic=topic.name,
+                        partition=index,
+                        producer_id=marker.producer_id,
+                        producer_epoch=marker.producer_epoch,
+                        coordinator_epoch=marker.coordinator_epoch,
+                        commit=marker.transaction_result,
+                    )
+                parts.append(codec.build(part_cls, partition_index=index, error_code=code))
+            topics.append(codec.build(topic_cls, name=topic.name, partitions=tuple(parts)))
+        markers.append(codec.build(marker_cls, producer_id=marker.producer_id, topics=tuple(topics)))
+    logger.debug("WriteTxnMarkers from %s: %d markers", ctx.describe(), len(markers))
+    return ctx.build(markers=tuple(markers))

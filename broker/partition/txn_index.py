@@ -1,0 +1,144 @@
+"""The aborted-transaction index of a partition (DESIGN.md §4, the txn stream), sans-I/O: entries, their codec,
+the in-memory index with Kafka's ``collectAbortedTxns`` query, and the read_committed filter the log cleaner uses.
+
+An entry is appended when an ABORT marker closes a transaction that wrote data on the partition, so entries come in
+marker (``last_offset``) order. A read_committed Fetch returns, next to its records, every aborted transaction
+overlapping the fetched range; the consumer drops those producers' batches from the transaction's first offset
+until it meets the abort marker. The on-stream format is Kafka's transaction-index entry:
+``version i16 (0) | producer id i64 | first offset i64 | last offset i64 | last stable offset i64``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from wire.record_batch import BatchHeader
+
+_ENTRY = struct.Struct(">hqqqq")
+_VERSION = 0
+
+
+class TxnIndexFormatError(ValueError):
+    """A txn-stream record does not decode."""
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """What a read_committed Fetch reports per aborted transaction (its ``aborted_transactions`` entries)."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxnEntry:
+    """One aborted transaction: data from ``first_offset``, ABORT marker at ``last_offset``, and the partition's
+    LSO once it was decided."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+def encode_entry(entry: AbortedTxnEntry) -> bytes:
+    return _ENTRY.pack(_VERSION, entry.producer_id, entry.first_offset, entry.last_offset, entry.last_stable_offset)
+
+
+def decode_entry(data: bytes) -> AbortedTxnEntry:
+    if len(data) != _ENTRY.size:
+        raise TxnIndexFormatError(f"txn index entry of {len(data)} bytes, expected {_ENTRY.size}")
+    version, pid, first, last, lso = _ENTRY.unpack(data)
+    if version != _VERSION:
+        raise TxnIndexFormatError(f"unknown txn index entry version {version}")
+    return AbortedTxnEntry(pid, first, last, lso)
+
+
+class TxnIndex:
+    """The partition's aborted transactions in marker order, each with the txn-stream offset that stores it (-1
+    while it is not stored), so trimming the index says how far the stream may be trimmed."""
+
+    def __init__(self) -> None:
+        self._entries: list[AbortedTxnEntry] = []
+        self._last_offsets: list[int] = []
+        self._stream_offsets: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def entries(self) -> Sequence[AbortedTxnEntry]:
+        return self._entries
+
+    @property
+    def last_marker_offset(self) -> int:
+        """The marker offset of the newest entry, -1 when empty (recovery adds only markers after it)."""
+        return self._last_offsets[-1] if self._last_offsets else -1
+
+    def add(self, entry: AbortedTxnEntry, stream_offset: int = -1) -> bool:
+        """Appends ``entry``; False (nothing added) for an entry not newer than the last one (a replay seeing a
+        marker the stream already holds)."""
+        if entry.last_offset <= self.last_marker_offset:
+            return False
+        self._entries.append(entry)
+        self._last_offsets.append(entry.last_offset)
+        self._stream_offsets.append(stream_offset)
+        return True
+
+    def mark_stored(self, last_offset: int, stream_offset: int) -> None:
+        """Notes where the txn stream stored the entry whose marker is at ``last_offset`` (added unstored)."""
+        i = bisect.bisect_left(self._last_offsets, last_offset)
+        if i < len(self._last_offsets) and self._last_offsets[i] == last_offset:
+            self._stream_offsets[i] = stream_offset
+
+    def collect(self, start: int, end: int) -> list[AbortedTxn]:
+        """Every aborted transaction overlapping ``[start, end)``: its marker at or after ``start`` and its data
+        starting before ``end`` (Kafka's collectAbortedTxns). Entries are in marker order, so only those from the
+        first marker at ``start`` on are looked at."""
+        if end <= start:
+            return []
+        found: list[AbortedTxn] = []
+        for i in range(bisect.bisect_left(self._last_offsets, start), len(self._entries)):
+            entry = self._entries[i]
+            if entry.first_offset < end:
+                found.append(AbortedTxn(entry.producer_id, entry.first_offset))
+        return found
+
+    def drop_before(self, log_start_offset: int) -> int | None:
+        """Forgets entries wholly below the log start (marker before it); returns the txn-stream offset to trim
+        to (the first kept entry's, or one past the last dropped one), None when nothing stored was dropped."""
+        cut = bisect.bisect_left(self._last_offsets, log_start_offset)
+        if cut == 0:
+            return None
+        stored = [o for o in self._stream_offsets[:cut] if o >= 0]
+        kept = [o for o in self._stream_offsets[cut:] if o >= 0]
+        del self._entries[:cut], self._last_offsets[:cut], self._stream_offsets[:cut]
+        if kept:
+            return kept[0]
+        return stored[-1] + 1 if stored else None
+
+
+class AbortedFilter:
+    """Which data batches of a walk in offset order belong to aborted transactions, the way a read_committed
+    consumer decides it: a producer is "aborting" from its aborted transaction's first offset until its ABORT
+    marker. ``aborted`` is what :meth:`TxnIndex.collect` returned for the walked range."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._aborting: set[int] = set()
+
+    def is_aborted(self, header: BatchHeader, abort_marker: bool = False) -> bool:
+        """For each batch in order: True for a transactional data batch of an aborted transaction.
+        ``abort_marker`` says that a control batch is an ABORT marker (it ends its producer's aborted range)."""
+        while self._next < len(self._pending) and self._pending[self._next].first_offset <= header.last_offset:
+            self._aborting.add(self._pending[self._next].producer_id)
+            self._next += 1
+        if header.is_control:
+            if abort_marker:
+                self._aborting.discard(header.producer_id)
+            return False
+        return header.is_transactional and header.producer_id in self._aborting

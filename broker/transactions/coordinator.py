@@ -1,0 +1,770 @@
+"""The asyncio side of the transaction coordinator: ownership, persistence in ``__transaction_state``, markers, timers.
+
+A transactional id belongs to one ``__transaction_state`` partition (Kafka's hash of the id) and is served by that
+partition's leader, whose leader epoch is the *coordinator epoch* every marker carries (a partition refuses markers
+of an older coordinator). When this broker becomes leader of such a partition it replays it and answers
+COORDINATOR_LOAD_IN_PROGRESS until done; a transaction found half-ended (PrepareCommit/PrepareAbort) gets its
+markers written again and completes. When it loses the partition it drops those ids and answers NOT_COORDINATOR.
+
+Every state change is written to the partition (``append(origin="coordinator")``) before it takes effect and before
+the request that caused it is answered (:mod:`broker.transactions.state` holds the rules; this module feeds it the
+wall clock and does the I/O). EndTxn answers once PrepareCommit/PrepareAbort is durable, as Kafka does; the markers
+are then written by :class:`MarkerSender` and CompleteCommit/CompleteAbort recorded once all were taken. A timer
+aborts transactions older than their timeout (fencing their producer with an epoch bump) and forgets ids idle for
+``transactional.id.expiration.ms`` (a tombstone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.groups.offsets_schema import MAX_STORED_STRING_BYTES
+from broker.partition.manager import PartitionManager
+from broker.partition.producer_ids import ProducerIdAllocator
+from broker.transactions.log_schema import SchemaError, decode_key, decode_value, encode_key, encode_value
+from broker.transactions.log_schema import partition_for as txn_partition_for
+from broker.transactions.marker_sender import MarkerSender
+from broker.transactions.peers import Peers
+from broker.transactions.state import (
+    InvalidTransition,
+    TopicPartition,
+    TransactionMetadata,
+    TxnState,
+    TxnTransit,
+)
+from controller.api import ControllerClient, NewTopic
+from controller.config.server import ServerConfig
+from controller.errors import error_code_logged
+from controller.image import MetadataImage
+from wire import codec
+from wire.errors import KafkaError
+from wire.record_batch import Record, build_batch, decode_records, iter_batches
+
+logger = logging.getLogger(__name__)
+
+TRANSACTION_TOPIC = "__transaction_state"
+ADD_PARTITIONS_TO_TXN_KEY = 24
+_VERIFY_VERSION = 4
+_LOAD_READ_BYTES = 1 << 20
+_WAIT_OPEN_SECONDS = 5.0
+_FIND_WAIT_SECONDS = 3.0
+_STOP_DRAIN_SECONDS = 5.0
+_COMPLETE_RETRY_S = 0.5
+
+
+class TransactionHost(Protocol):
+    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def controller(self) -> ControllerClient: ...
+
+    @property
+    def partitions(self) -> PartitionManager: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdAllocator: ...
+
+    @property
+    def groups(self) -> GroupCoordinator | None: ...
+
+
+class _Load(enum.Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+
+
+@dataclass
+class _OwnedPartition:
+    """A ``__transaction_state`` partition this broker leads, at one leader (= coordinator) epoch."""
+
+    partition: int
+    leader_epoch: int
+    state: _Load = _Load.LOADING
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+def _store_error(exc: BaseException, transactional_id: str) -> ErrorCode:
+    """Kafka's translation of a failed ``__transaction_state`` append into what transactional clients understand."""
+    code = error_code_logged(exc, logger, "appending to %s for %r failed", TRANSACTION_TOPIC, transactional_id)
+    if code in (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+        ErrorCode.request_timed_out,
+    ):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
+        return ErrorCode.unknown_server_error
+    return code
+
+
+class TransactionCoordinator:
+    def __init__(self, node: TransactionHost, *, clock: Callable[[], float] = time.time) -> None:
+        self._node = node
+        #: Wall clock in seconds (timestamps are persisted); public so tests can move it.
+        self.clock = clock
+        cfg = node.config
+        self.max_timeout_ms = int(cfg.value("transaction.max.timeout.ms"))
+        self.expiration_ms = int(cfg.value("transactional.id.expiration.ms"))
+        self._check_interval_s = int(cfg.value("transaction.abort.timed.out.transaction.cleanup.interval.ms")) / 1000
+        self._txns: dict[str, TransactionMetadata] = {}
+        self._owned: dict[int, _OwnedPartition] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        #: Transactions whose markers are being written (by identity: a reloaded id is a new object).
+        self._completing: set[TransactionMetadata] = set()
+        self._create_lock = asyncio.Lock()
+        self._timer_task: asyncio.Task[None] | None = None
+        self._running = False
+        self._peers = Peers(node)
+        self._markers = MarkerSender(node, self._peers)
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._running = True
+        self._node.controller.subscribe(self._on_image)
+        self._reconcile(self._node.controller.image)
+        self._timer_task = asyncio.create_task(self._timer_loop(), name="transaction-timeouts")
+
+    async def stop(self) -> None:
+        """Lets in-flight writes finish (so their requests are answered), then drops every id; unfinished markers
+        are written by whoever leads the partition next."""
+        self._running = False
+        if self._timer_task is not None:
+            self._timer_task.cancel()
+        for owned in self._owned.values():
+            if owned.task is not None:
+                owned.task.cancel()
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=_STOP_DRAIN_SECONDS)
+        for task in (self._timer_task, *(o.task for o in self._owned.values()), *self._tasks):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        count = len(self._txns)
+        for partition in list(self._owned):
+            self._unload(partition)
+        await self._peers.close()
+        logger.info("transaction coordinator stopped (%d transactional ids unloaded)", count)
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------------------------------------ ownership
+
+    @property
+    def num_partitions(self) -> int:
+        """Partitions of ``__transaction_state``: the existing topic's count wins over the config (as in Kafka)."""
+        topic = self._node.controller.image.topics_by_name.get(TRANSACTION_TOPIC)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return int(self._node.config.value("transaction.state.log.num.partitions"))
+
+    def partition_for(self, transactional_id: str) -> int:
+        return txn_partition_for(transactional_id, self.num_partitions)
+
+    def _on_image(self, old: MetadataImage, new: MetadataImage) -> None:
+        if self._running:
+            self._reconcile(new)
+
+    def _reconcile(self, image: MetadataImage) -> None:
+        topic = image.topics_by_name.get(TRANSACTION_TOPIC)
+        led: dict[int, int] = {}
+        if topic is not None:
+            led = {p.partition: p.leader_epoch for p in topic.partitions.values() if p.leader == self._node.node_id}
+        for partition, owned in list(self._owned.items()):
+            if led.get(partition) != owned.leader_epoch:
+                self._unload(partition)
+        for partition, epoch in led.items():
+            if partition not in self._owned:
+                owned = _OwnedPartition(partition, epoch)
+                self._owned[partition] = owned
+                owned.task = asyncio.get_running_loop().create_task(
+                    self._load(owned), name=f"load {TRANSACTION_TOPIC}-{partition}"
+                )
+
+    def _unload(self, partition: int) -> None:
+        owned = self._owned.pop(partition, None)
+        if owned is None:
+            return
+        if owned.task is not None and not owned.task.done():
+            owned.task.cancel()
+        doomed = [t for t in self._txns if self.partition_for(t) == partition]
+        for transactional_id in doomed:
+            del self._txns[transactional_id]
+        logger.log(
+            logging.INFO if doomed or self._running else logging.DEBUG,
+            "no longer transaction coordinator for %s-%d (epoch %d): unloaded %d transactional ids",
+            TRANSACTION_TOPIC,
+            partition,
+            owned.leader_epoch,
+            len(doomed),
+        )
+
+    def _is_current(self, owned: _OwnedPartition) -> bool:
+        return self._running and self._owned.get(owned.partition) is owned and owned.state is _Load.ACTIVE
+
+    async def _load(self, owned: _OwnedPartition) -> None:
+        where = f"{TRANSACTION_TOPIC}-{owned.partition}"
+        started = time.monotonic()
+        try:
+            log = None
+            while log is None:
+                log = await self._node.partitions.wait_open(TRANSACTION_TOPIC, owned.partition, _WAIT_OPEN_SECONDS)
+                if self._owned.get(owned.partition) is not owned:
+                    return
+                if log is not None and log.leader_epoch != owned.leader_epoch:
+                    log = None  # still the previous incarnation, about to be reopened at our epoch
+                    await asyncio.sleep(0.05)
+                elif log is None:
+                    logger.info("waiting for %s to open before loading its transactions", where)
+            values, records = await self._replay(log, where)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("loading transactions from %s failed; retrying", where)
+            await asyncio.sleep(1.0)
+            if self._owned.get(owned.partition) is owned:
+                owned.task = asyncio.get_running_loop().create_task(self._load(owned), name=f"load {where}")
+            return
+        if self._owned.get(owned.partition) is not owned:
+            return
+        loaded = [TransactionMetadata.restore(tid, value) for tid, value in values.items() if value is not None]
+        for metadata in loaded:
+            self._txns[metadata.transactional_id] = metadata
+        owned.state = _Load.ACTIVE
+        owned.loaded.set()
+        logger.log(
+            logging.INFO if loaded or records else logging.DEBUG,
+            "loaded %d transactional ids from %s (%d records, coordinator epoch %d) in %.0f ms",
+            len(loaded),
+            where,
+            records,
+            owned.leader_epoch,
+            (time.monotonic() - started) * 1000,
+        )
+        for metadata in loaded:
+            if metadata.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                logger.info(
+                    "transactional id %r was left in %s by the previous coordinator: writing its markers",
+                    metadata.transactional_id,
+                    metadata.state.display,
+                )
+                self._start_completion(metadata, owned)
+
+    async def _replay(self, log: Any, where: str) -> tuple[dict[str, TxnTransit | None], int]:
+        """Last value per transactional id from the log start to its end; a tombstone removes the id."""
+        values: dict[str, TxnTransit | None] = {}
+        position = log.log_start_offset
+        end = log.high_watermark
+        count = 0
+        while position < end:
+            result = await log.read(position, _LOAD_READ_BYTES)
+            if not result.records:
+                logger.warning("%s: read at offset %d returned nothing before the end %d", where, position, end)
+                break
+            for header, batch in iter_batches(result.records):
+                if header.next_offset <= position:
+                    continue
+                if not header.is_control:
+                    for record in decode_records(batch):
+                        if record.offset < position or record.key is None:
+                            continue
+                        count += 1
+                        try:
+                            transactional_id = decode_key(record.key)
+                            values[transactional_id] = None if record.value is None else decode_value(record.value)
+                        except SchemaError as exc:
+                            logger.warning("%s: record at offset %d skipped: %s", where, record.offset, exc)
+                position = header.next_offset
+        return values, count
+
+    def coordinator_error(self, transactional_id: str) -> ErrorCode:
+        """NONE when this broker coordinates ``transactional_id`` right now; else the error the client acts on."""
+        if not self._running:
+            return ErrorCode.coordinator_not_available
+        owned = self._owned.get(self.partition_for(transactional_id))
+        if owned is None:
+            return ErrorCode.not_coordinator
+        if owned.state is _Load.LOADING:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
+
+    def _serving(self, metadata: TransactionMetadata) -> bool:
+        """Whether ``metadata`` is still the live state of its id here (not unloaded or reloaded meanwhile)."""
+        transactional_id = metadata.transactional_id
+        return (
+            self.coordinator_error(transactional_id) is ErrorCode.none and self._txns.get(transactional_id) is metadata
+        )
+
+    def _owner(self, transactional_id: str) -> _OwnedPartition:
+        return self._owned[self.partition_for(transactional_id)]
+
+    # ------------------------------------------------------------------------------------------------ find
+
+    async def _ensure_topic(self) -> tuple[ErrorCode, str | None]:
+        controller = self._node.controller
+        if TRANSACTION_TOPIC in controller.image.topics_by_name:
+            return ErrorCode.none, None
+        async with self._create_lock:
+            if TRANSACTION_TOPIC in controller.image.topics_by_name:
+                return ErrorCode.none, None
+            cfg = self._node.config
+            topic = NewTopic(
+                name=TRANSACTION_TOPIC,
+                num_partitions=int(cfg.value("transaction.state.log.num.partitions")),
+                replication_factor=int(cfg.value("transaction.state.log.replication.factor")),
+                configs={"cleanup.policy": "compact", "compression.type": "uncompressed"},
+            )
+            [result] = await controller.create_topics([topic], validate_only=False)
+            if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                logger.error("creating %s failed: %s %s", TRANSACTION_TOPIC, result.error.name, result.message or "")
+                return ErrorCode.coordinator_not_available, f"cannot create {TRANSACTION_TOPIC}: {result.message}"
+            logger.info("created %s with %d partitions", TRANSACTION_TOPIC, result.num_partitions)
+            return ErrorCode.none, None
+
+    async def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode, int, str | None]:
+        """(error, node id of the coordinator, message); creates ``__transaction_state`` on first use."""
+        error, message = await self._ensure_topic()
+        if error is not ErrorCode.none:
+            return error, -1, message
+        node_id = self.coordinator_node(transactional_id)
+        if node_id < 0:
+            partition = self.partition_for(transactional_id)
+            return ErrorCode.coordinator_not_available, -1, f"{TRANSACTION_TOPIC}-{partition} has no leader"
+        if node_id == self._node.node_id:
+            await self._wait_loaded(self.partition_for(transactional_id), _FIND_WAIT_SECONDS)
+        return ErrorCode.none, node_id, None
+
+    def coordinator_node(self, transactional_id: str) -> int:
+        """The broker leading the id's ``__transaction_state`` partition per the metadata (-1: none)."""
+        part = self._node.controller.image.partition(TRANSACTION_TOPIC, self.partition_for(transactional_id))
+        return part.leader if part is not None else -1
+
+    async def _wait_loaded(self, partition: int, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            owned = self._owned.get(partition)
+            if owned is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(owned.loaded.wait(), max(0.0, deadline - loop.time()))
+                return
+            await asyncio.sleep(0.02)
+
+    # ------------------------------------------------------------------------------------------------ persistence
+
+    async def _persist(self, metadata: TransactionMetadata, transit: TxnTransit, owned: _OwnedPartition) -> ErrorCode:
+        """Writes ``transit`` and, once durable and still ours, installs it; on failure the id stays as it was."""
+        transactional_id = metadata.transactional_id
+        value = None if transit.state is TxnState.DEAD else encode_value(transit)
+        try:
+            log = self._node.partitions.get(TRANSACTION_TOPIC, owned.partition)
+            if log is None or log.leader_epoch != owned.leader_epoch:
+                raise KafkaError(
+                    ErrorCode.not_leader_or_follower, f"{TRANSACTION_TOPIC}-{owned.partition} is not open here"
+                )
+            record = Record(key=encode_key(transactional_id), value=value, timestamp=self._now_ms())
+            await log.append(build_batch([record]), origin="coordinator")
+        except Exception as exc:
+            error = _store_error(exc, transactional_id)
+            logger.warning(
+                "transactional id %r: writing %s to %s-%d failed: %s",
+                transactional_id,
+                transit.state.display,
+                TRANSACTION_TOPIC,
+                owned.partition,
+                exc,
+            )
+            if self._txns.get(transactional_id) is metadata and metadata.pending_state is transit.state:
+                metadata.abandon_transition()
+            return error
+        if not self._is_current(owned) or self._txns.get(transactional_id) is not metadata:
+            return ErrorCode.not_coordinator
+        metadata.complete_transition(transit)
+        if transit.state is TxnState.DEAD:
+            del self._txns[transactional_id]
+        return ErrorCode.none
+
+    # ------------------------------------------------------------------------------------------------ requests
+
+    def _validate_id(self, transactional_id: str | None) -> ErrorCode:
+        if not transactional_id or len(transactional_id.encode("utf-8")) > MAX_STORED_STRING_BYTES:
+            # Empty, or longer than the int16-length key of ``__transaction_state`` can hold.
+            return ErrorCode.invalid_request
+        return self.coordinator_error(transactional_id)
+
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, producer id, epoch) for InitProducerId with a transactional id; ``expected`` is the KIP-360
+        (producer id, epoch) a recovering producer sends, None for a new one."""
+        error = self._validate_id(transactional_id)
+        if error is not ErrorCode.none:
+            return error, -1, -1
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return ErrorCode.invalid_transaction_timeout, -1, -1
+        metadata = self._txns.get(transactional_id)
+        if metadata is None:
+            producer_id = await self._node.producer_ids.allocate()
+            error = self.coordinator_error(transactional_id)
+            if error is not ErrorCode.none:
+                return error, -1, -1
+            metadata = self._txns.get(transactional_id)
+            if metadata is None:
+                metadata = TransactionMetadata.new(transactional_id, producer_id, timeout_ms, self._now_ms())
+                self._txns[transactional_id] = metadata
+        new_producer_id: int | None = None
+        if not metadata.pending and metadata.needs_new_producer_id(expected):
+            new_producer_id = await self._node.producer_ids.allocate()
+            if self._txns.get(transactional_id) is not metadata:
+                return ErrorCode.concurrent_transactions, -1, -1
+        owned = self._owner(transactional_id)
+        try:
+            result = metadata.init_producer_id(timeout_ms, expected, self._now_ms(), new_producer_id)
+        except InvalidTransition as exc:
+            logger.error("InitProducerId for %r: %s", transactional_id, exc)
+            return ErrorCode.concurrent_transactions, -1, -1
+        if isinstance(result, ErrorCode):
+            return result, -1, -1
+        if result.state is TxnState.PREPARE_EPOCH_FENCE:
+            logger.info(
+                "transactional id %r: a new producer fences epoch %d; aborting its ongoing transaction first",
+                transactional_id,
+                metadata.producer_epoch,
+            )
+            error = await self._end(
+                metadata, owned, result.producer_id, result.producer_epoch, commit=False, from_client=False
+            )
+            return (error if error is not ErrorCode.none else ErrorCode.concurrent_transactions), -1, -1
+        error = await self._persist(metadata, result, owned)
+        if error is not ErrorCode.none:
+            return error, -1, -1
+        logger.info(
+            "transactional id %r: producer id %d epoch %d (timeout %d ms)",
+            transactional_id,
+            metadata.producer_id,
+            metadata.producer_epoch,
+            metadata.timeout_ms,
+        )
+        return ErrorCode.none, metadata.producer_id, metadata.producer_epoch
+
+    def _unknown_partitions(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        image = self._node.controller.image
+        return {tp for tp in partitions if image.partition(*tp) is None}
+
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn: one error per partition (all the same unless some partitions do not exist)."""
+        error = self._validate_id(transactional_id)
+        if error is not ErrorCode.none:
+            return dict.fromkeys(partitions, error)
+        unknown = self._unknown_partitions(partitions)
+        if unknown:
+            return {
+                tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                for tp in partitions
+            }
+        metadata = self._txns.get(transactional_id)
+        if metadata is None:
+            return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)
+        result = metadata.add_partitions(producer_id, producer_epoch, partitions, self._now_ms())
+        if isinstance(result, ErrorCode):
+            return dict.fromkeys(partitions, result)
+        error = await self._persist(metadata, result, self._owner(transactional_id))
+        if error is ErrorCode.none:
+            added = sorted(set(partitions))
+            logger.debug("transactional id %r: partitions %s added", transactional_id, added)
+        return dict.fromkeys(partitions, error)
+
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn ``verify_only`` (KIP-890 part 1): INVALID_TXN_STATE for a partition not in the
+        ongoing transaction of this producer."""
+        error = self._validate_id(transactional_id)
+        if error is not ErrorCode.none:
+            return dict.fromkeys(partitions, error)
+        metadata = self._txns.get(transactional_id)
+        if metadata is None:
+            return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)
+        return metadata.verify_partitions(producer_id, producer_epoch, partitions)
+
+    async def add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
+        groups = self._node.groups
+        if groups is None:
+            return ErrorCode.coordinator_not_available
+        error = self._validate_id(transactional_id)
+        if error is not ErrorCode.none:
+            return error
+        if OFFSETS_TOPIC not in self._node.controller.image.topics_by_name:
+            # The group's coordinator lookup creates the topic; the marker needs the partition to exist.
+            error, _, _ = await groups.find_coordinator(group_id)
+            if error is not ErrorCode.none:
+                return ErrorCode.coordinator_not_available
+        results = await self.add_partitions(
+            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, groups.partition_for(group_id))]
+        )
+        return next(iter(results.values()))
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        error = self._validate_id(transactional_id)
+        if error is not ErrorCode.none:
+            return error
+        metadata = self._txns.get(transactional_id)
+        if metadata is None:
+            return ErrorCode.invalid_producer_id_mapping
+        return await self._end(
+            metadata, self._owner(transactional_id), producer_id, producer_epoch, commit=commit, from_client=True
+        )
+
+    async def _end(
+        self,
+        metadata: TransactionMetadata,
+        owned: _OwnedPartition,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        from_client: bool,
+    ) -> ErrorCode:
+        result = metadata.end_transaction(producer_id, producer_epoch, commit, self._now_ms(), from_client=from_client)
+        if isinstance(result, ErrorCode):
+            if metadata.pending_state is TxnState.PREPARE_EPOCH_FENCE:
+                metadata.abandon_transition()
+            if result is not ErrorCode.none:
+                logger.info(
+                    "transactional id %r: EndTxn(%s) by producer %d epoch %d refused in state %s: %s",
+                    metadata.transactional_id,
+                    "commit" if commit else "abort",
+                    producer_id,
+                    producer_epoch,
+                    metadata.state.display,
+                    result.name,
+                )
+            return result
+        error = await self._persist(metadata, result, owned)
+        if error is ErrorCode.none:
+            logger.info(
+                "transactional id %r: %s of producer %d epoch %d over %d partitions",
+                metadata.transactional_id,
+                result.state.display,
+                metadata.producer_id,
+                metadata.producer_epoch,
+                len(metadata.partitions),
+            )
+            self._start_completion(metadata, owned)
+        return error
+
+    # ------------------------------------------------------------------------------------------------ completion
+
+    def _start_completion(self, metadata: TransactionMetadata, owned: _OwnedPartition) -> None:
+        if metadata in self._completing:
+            return
+        self._completing.add(metadata)
+        self._spawn(self._complete(metadata, owned), name=f"complete transaction {metadata.transactional_id}")
+
+    async def _complete(self, metadata: TransactionMetadata, owned: _OwnedPartition) -> None:
+        """Writes the markers of a PrepareCommit/PrepareAbort, then records CompleteCommit/CompleteAbort."""
+        transactional_id = metadata.transactional_id
+
+        def still_valid() -> bool:
+            return self._is_current(owned) and self._txns.get(transactional_id) is metadata
+
+        try:
+            done = await self._markers.send(
+                transactional_id=transactional_id,
+                producer_id=metadata.producer_id,
+                producer_epoch=metadata.producer_epoch,
+                coordinator_epoch=owned.leader_epoch,
+                commit=metadata.state is TxnState.PREPARE_COMMIT,
+                partitions=set(metadata.partitions),
+                still_valid=still_valid,
+            )
+            # Retried for as long as the id is ours: a new coordinator would reload PrepareX and redo it all.
+            while done and still_valid():
+                transit = metadata.prepare_complete(self._now_ms())
+                error = await self._persist(metadata, transit, owned)
+                if error is ErrorCode.none:
+                    logger.info("transactional id %r: %s", transactional_id, metadata.state.display)
+                    return
+                await asyncio.sleep(_COMPLETE_RETRY_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("transactional id %r: completing the transaction failed", transactional_id)
+        finally:
+            self._completing.discard(metadata)
+
+    # ------------------------------------------------------------------------------------------------ timers
+
+    async def _timer_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._check_interval_s)
+            try:
+                await self.abort_timed_out_transactions()
+                await self.expire_transactional_ids()
+            except Exception:
+                logger.exception("transaction time-out round failed")
+
+    async def abort_timed_out_transactions(self) -> int:
+        """Aborts every ongoing transaction older than its timeout, fencing its producer; returns how many."""
+        now = self._now_ms()
+        aborted = 0
+        for metadata in list(self._txns.values()):
+            transactional_id = metadata.transactional_id
+            if not self._serving(metadata) or not metadata.timed_out(now):
+                continue
+            fence = metadata.prepare_fence_epoch()
+            logger.info(
+                "transactional id %r: transaction of producer %d epoch %d timed out after %d ms; aborting it",
+                transactional_id,
+                metadata.producer_id,
+                metadata.producer_epoch,
+                metadata.timeout_ms,
+            )
+            error = await self._end(
+                metadata,
+                self._owner(transactional_id),
+                fence.producer_id,
+                fence.producer_epoch,
+                commit=False,
+                from_client=False,
+            )
+            if error is ErrorCode.none:
+                aborted += 1
+        return aborted
+
+    async def expire_transactional_ids(self) -> int:
+        """Forgets ids idle for longer than ``transactional.id.expiration.ms``; returns how many."""
+        now = self._now_ms()
+        expired = 0
+        for metadata in list(self._txns.values()):
+            transactional_id = metadata.transactional_id
+            if not self._serving(metadata) or not metadata.expired(now, self.expiration_ms):
+                continue
+            transit = metadata.prepare_dead(now)
+            if await self._persist(metadata, transit, self._owner(transactional_id)) is ErrorCode.none:
+                expired += 1
+                logger.info("transactional id %r expired (producer id %d)", transactional_id, metadata.producer_id)
+        return expired
+
+    # ------------------------------------------------------------------------------------------------ admin
+
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        if not transactional_id:
+            return ErrorCode.transactional_id_not_found, None
+        error = self.coordinator_error(transactional_id)
+        if error is not ErrorCode.none:
+            return error, None
+        metadata = self._txns.get(transactional_id)
+        if metadata is None or metadata.state is TxnState.DEAD:
+            return ErrorCode.transactional_id_not_found, None
+        return ErrorCode.none, metadata
+
+    def list_transactions(
+        self, state_filters: Iterable[str], producer_id_filters: Iterable[int]
+    ) -> tuple[ErrorCode, list[TransactionMetadata], list[str]]:
+        """(error, transactions, unknown state names) of the ids this broker coordinates."""
+        if not self._running:
+            return ErrorCode.coordinator_not_available, [], []
+        if any(o.state is _Load.LOADING for o in self._owned.values()):
+            return ErrorCode.coordinator_load_in_progress, [], []
+        names = list(state_filters)
+        states = {s for s in (TxnState.from_display(n) for n in names) if s is not None}
+        unknown = [n for n in names if TxnState.from_display(n) is None]
+        pids = set(producer_id_filters)
+        found = [
+            m
+            for m in self._txns.values()
+            if m.state is not TxnState.DEAD and (not pids or m.producer_id in pids) and (not names or m.state in states)
+        ]
+        return ErrorCode.none, sorted(found, key=lambda m: m.transactional_id), unknown
+
+    # ------------------------------------------------------------------------------------------------ produce
+
+    async def verify_produce(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition
+    ) -> ErrorCode:
+        """KIP-890 part 1: whether ``partition`` is in the ongoing transaction of ``transactional_id``, asked of its
+        coordinator (here, or over the wire). NONE when it is; the error to refuse the produce with otherwise."""
+        node_id = self.coordinator_node(transactional_id)
+        if node_id == self._node.node_id:
+            local = self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
+            return _produce_verification_error(local)
+        if node_id < 0:
+            return ErrorCode.not_enough_replicas
+        request_cls = codec.request_class(ADD_PARTITIONS_TO_TXN_KEY, _VERIFY_VERSION)
+        txn_cls = codec.field_entity(request_cls, "transactions")
+        topic_cls = codec.field_entity(txn_cls, "topics")
+        request = codec.build(
+            request_cls,
+            transactions=(
+                codec.build(
+                    txn_cls,
+                    transactional_id=transactional_id,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    verify_only=True,
+                    topics=(codec.build(topic_cls, name=partition[0], partitions=(partition[1],)),),
+                ),
+            ),
+        )
+        try:
+            response = await self._peers.request(node_id, request)
+        except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
+            logger.info("verifying %r with coordinator %d failed: %s", transactional_id, node_id, exc)
+            return ErrorCode.not_enough_replicas
+        if response.error_code is not ErrorCode.none:
+            return _produce_verification_error(ErrorCode(response.error_code))
+        for result in response.results_by_transaction:
+            for topic in result.topic_results:
+                for part in topic.results_by_partition:
+                    if (topic.name, part.partition_index) == partition:
+                        return _produce_verification_error(ErrorCode(part.partition_error_code))
+        return ErrorCode.invalid_txn_state
+
+
+def _produce_verification_error(error: ErrorCode) -> ErrorCode:
+    """What a produce answers for a verification error, as Kafka's AddPartitionsToTxnManager: a coordinator that
+    is moving or busy becomes the retriable NOT_ENOUGH_REPLICAS, a fenced producer INVALID_PRODUCER_EPOCH."""
+    if error in (
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.concurrent_transactions,
+    ):
+        return ErrorCode.not_enough_replicas
+    if error is ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    return error

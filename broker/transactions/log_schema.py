@@ -1,0 +1,161 @@
+"""Kafka's key/value schemas for the records of ``__transaction_state``.
+
+The records are byte for byte Kafka's ``TransactionLogKey`` (version 0: the transactional id) and
+``TransactionLogValue`` (version 0, and the flexible version 1 that only adds tagged fields), each prefixed with
+its int16 version, so the topic reads like a Kafka cluster's (``kafka-dump-log --transaction-log-decoder``). We
+write value version 0, which every Kafka version reads, and read both. A record with a null value is a tombstone:
+the transactional id expired, and compaction eventually drops it altogether.
+
+The value keeps neither the last producer id nor the last epoch (Kafka's does not either): a coordinator that
+loads an id knows only its current producer id and epoch.
+
+The partition of an id is Kafka's ``abs(String.hashCode) % partitions``: the same computation as the group
+coordinator's, whose helper this module reuses.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+
+from broker.groups.offsets_schema import MAX_STORED_STRING_BYTES, SchemaError, _Reader
+from broker.groups.offsets_schema import partition_for as _java_hash_partition
+from broker.transactions.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition, TxnState, TxnTransit
+
+__all__ = [
+    "KEY_VERSION",
+    "VALUE_VERSION",
+    "SchemaError",
+    "decode_key",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+    "partition_for",
+]
+
+KEY_VERSION = 0
+VALUE_VERSION = 0
+_FLEXIBLE_VALUE_VERSION = 1
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+def partition_for(transactional_id: str, num_partitions: int) -> int:
+    """The ``__transaction_state`` partition of a transactional id, exactly as Kafka computes it."""
+    return _java_hash_partition(transactional_id, num_partitions)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _string(value: str, flexible: bool) -> bytes:
+    encoded = value.encode("utf-8")
+    if len(encoded) > MAX_STORED_STRING_BYTES:
+        raise SchemaError(f"string of {len(encoded)} bytes does not fit an int16 length")
+    return (_uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))) + encoded
+
+
+def _array_length(n: int | None, flexible: bool) -> bytes:
+    if flexible:
+        return _uvarint(0 if n is None else n + 1)
+    return _I32.pack(-1 if n is None else n)
+
+
+def encode_key(transactional_id: str) -> bytes:
+    return _I16.pack(KEY_VERSION) + _string(transactional_id, flexible=False)
+
+
+def decode_key(data: bytes) -> str:
+    reader = _Reader(data, "__transaction_state key")
+    version = reader.i16()
+    if version != KEY_VERSION:
+        raise SchemaError(f"__transaction_state key: unknown version {version}")
+    return reader.string()
+
+
+def _grouped(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return by_topic
+
+
+def encode_value(value: TxnTransit, version: int = VALUE_VERSION) -> bytes:
+    """A ``TransactionLogValue``; Empty is written with a null partition list, as Kafka writes it."""
+    if version not in (0, _FLEXIBLE_VALUE_VERSION):
+        raise SchemaError(f"__transaction_state value: cannot write version {version}")
+    if value.state is TxnState.EMPTY and value.partitions:
+        raise SchemaError("__transaction_state value: an Empty transaction cannot have partitions")
+    flexible = version >= _FLEXIBLE_VALUE_VERSION
+    out = bytearray(_I16.pack(version))
+    out += _I64.pack(value.producer_id)
+    out += _I16.pack(value.producer_epoch)
+    out += _I32.pack(value.timeout_ms)
+    out += _I8.pack(value.state.byte)
+    if value.state is TxnState.EMPTY:
+        out += _array_length(None, flexible)
+    else:
+        grouped = _grouped(value.partitions)
+        out += _array_length(len(grouped), flexible)
+        for topic, partitions in grouped.items():
+            out += _string(topic, flexible)
+            out += _array_length(len(partitions), flexible)
+            for partition in partitions:
+                out += _I32.pack(partition)
+            if flexible:
+                out += _uvarint(0)  # tagged fields of PartitionsSchema
+    out += _I64.pack(value.txn_last_update_ms)
+    out += _I64.pack(value.txn_start_ms)
+    if flexible:
+        out += _uvarint(0)
+    return bytes(out)
+
+
+def decode_value(data: bytes) -> TxnTransit:
+    version = _Reader(data, "__transaction_state value").i16()
+    if version not in (0, _FLEXIBLE_VALUE_VERSION):
+        raise SchemaError(f"__transaction_state value: unknown version {version}")
+    flexible = version >= _FLEXIBLE_VALUE_VERSION
+    reader = _Reader(data, f"__transaction_state value v{version}", flexible=flexible)
+    reader.pos = 2
+    producer_id = reader.i64()
+    epoch = reader.i16()
+    timeout_ms = reader.i32()
+    status = data[reader.pos] if reader.pos < len(data) else None
+    if status is None:
+        raise SchemaError(f"__transaction_state value v{version}: truncated at byte {reader.pos}")
+    reader.pos += 1
+    try:
+        state = TxnState.from_byte(_I8.unpack(bytes([status]))[0])
+    except ValueError as exc:
+        raise SchemaError(f"__transaction_state value v{version}: {exc}") from None
+    count = reader.uvarint() - 1 if flexible else reader.i32()
+    partitions: set[TopicPartition] = set()
+    for _ in range(max(count, 0)):
+        topic = reader.string()
+        for _ in range(reader.array_length()):
+            partitions.add((topic, reader.i32()))
+        reader.skip_tagged_fields()
+    last_update = reader.i64()
+    start = reader.i64()
+    reader.skip_tagged_fields()
+    return TxnTransit(
+        producer_id=producer_id,
+        last_producer_id=NO_PRODUCER_ID,
+        producer_epoch=epoch,
+        last_producer_epoch=NO_PRODUCER_EPOCH,
+        timeout_ms=timeout_ms,
+        state=state,
+        partitions=frozenset(partitions),
+        txn_start_ms=start,
+        txn_last_update_ms=last_update,
+    )

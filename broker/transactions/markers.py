@@ -1,0 +1,83 @@
+"""Writing one transaction marker on a partition this broker leads: the partition side of WriteTxnMarkers.
+
+The transaction coordinator calls :func:`write_marker` directly for partitions led here and sends WriteTxnMarkers
+(broker/handlers/write_txn_markers.py, which calls it too) to other leaders. A marker on a ``__consumer_offsets``
+partition also ends the transaction's pending offset commits in the group coordinator (TxnOffsetCommit): they
+become visible on COMMIT and are dropped on ABORT, once the marker is durable, as Kafka's GroupCoordinator does.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.partition.access import leader_log
+from broker.partition.manager import PartitionManager
+from controller.api import ControllerClient
+from controller.errors import error_code_for
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Host:
+    """What ``leader_log`` reads of the node, from the partition manager (so a marker gets the same
+    UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER answers as a produce)."""
+
+    node_id: int
+    controller: ControllerClient
+    partitions: PartitionManager
+
+
+async def write_marker(
+    partitions: PartitionManager,
+    groups: GroupCoordinator | None,
+    *,
+    topic: str,
+    partition: int,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    commit: bool,
+) -> ErrorCode:
+    """Appends the COMMIT/ABORT marker of ``producer_id`` to ``topic``-``partition`` and waits until it is
+    durable; the error code otherwise (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH
+    for a fenced epoch, ...)."""
+    try:
+        log = await leader_log(_Host(partitions.node_id, partitions.controller, partitions), topic, partition)
+        offset = await log.write_txn_marker(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            commit=commit,
+        )
+    except Exception as exc:
+        code = error_code_for(exc)
+        log_at = logging.ERROR if code == ErrorCode.unknown_server_error else logging.INFO
+        logger.log(
+            log_at,
+            "%s marker of producer %d epoch %d on %s-%d refused: %s (%s)",
+            "COMMIT" if commit else "ABORT",
+            producer_id,
+            producer_epoch,
+            topic,
+            partition,
+            code.name,
+            exc,
+            exc_info=exc if code == ErrorCode.unknown_server_error else None,
+        )
+        return code
+    logger.debug(
+        "%s marker of producer %d on %s-%d at offset %d",
+        "COMMIT" if commit else "ABORT",
+        producer_id,
+        topic,
+        partition,
+        offset,
+    )
+    if topic == OFFSETS_TOPIC and groups is not None:
+        groups.complete_transaction(partition, producer_id, commit)
+    return ErrorCode.none

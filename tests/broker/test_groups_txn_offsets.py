@@ -1,0 +1,167 @@
+"""Offsets committed in a transaction (TxnOffsetCommit): pending until the marker, then committed or dropped,
+and the same after the coordinator reloads ``__consumer_offsets`` from the log.
+
+The node runs in the test's event loop so the test can call the group coordinator and write markers through the
+same function the transaction coordinator and WriteTxnMarkers use; the partition, WAL and object store are real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from broker_support import default_overrides
+from kio.schema.errors import ErrorCode
+
+from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
+from broker.groups.offsets_schema import OffsetValue
+from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
+from broker.transactions.markers import write_marker
+from controller.api import NewTopic
+from controller.config.server import ServerConfig
+from node.process import Node
+from tests.waiting import eventually_async
+from wire.control_records import ControlRecordError, decode_marker, encode_marker_key, encode_marker_value
+
+GROUP = "txn-group"
+TOPIC = "input"
+
+
+def _value(offset: int) -> OffsetValue:
+    return OffsetValue(offset=offset, metadata="", commit_timestamp_ms=0, leader_epoch=-1, expire_timestamp_ms=None)
+
+
+def test_pending_offsets_apply_on_commit_and_vanish_on_abort() -> None:
+    pending = PendingTxnOffsets()
+    pending.add(7, ("t", 0), AppendedOffset(_value(10), 100))
+    pending.add(7, ("t", 0), AppendedOffset(_value(12), 105))
+    pending.add(8, ("t", 1), AppendedOffset(_value(3), 106))
+    assert pending.is_pending(("t", 0)) and pending.is_pending(("t", 1))
+    assert pending.complete(8, commit=False) == {}
+    assert not pending.is_pending(("t", 1))
+    applied = pending.complete(7, commit=True)
+    assert applied == {("t", 0): AppendedOffset(_value(12), 105)}
+    assert not pending
+
+
+def test_the_record_later_in_the_log_wins() -> None:
+    candidate = AppendedOffset(_value(5), 50)
+    assert newer(None, candidate)
+    assert newer(49, candidate)
+    # An ordinary OffsetCommit written after the transactional one is not overwritten by the later COMMIT.
+    assert not newer(51, candidate)
+
+
+def test_transaction_markers_round_trip_and_reject_truncated_records() -> None:
+    commit = decode_marker(encode_marker_key(True), encode_marker_value(4))
+    abort = decode_marker(encode_marker_key(False), encode_marker_value(9))
+    assert commit is not None and commit.commit and commit.coordinator_epoch == 4
+    assert abort is not None and not abort.commit and abort.coordinator_epoch == 9
+    with pytest.raises(ControlRecordError):
+        decode_marker(b"\x00", encode_marker_value(1))
+    with pytest.raises(ControlRecordError):
+        decode_marker(encode_marker_key(True), b"\x00\x00")
+
+
+async def _start(data_dir: Path) -> Node:
+    overrides = {**default_overrides(data_dir), "group.initial.rebalance.delay.ms": "0"}
+    node = Node(ServerConfig.load(None, [f"{k}={v}" for k, v in overrides.items()]))
+    await node.start()
+    return node
+
+
+@pytest.fixture
+async def node_dir(tmp_path: Path) -> AsyncIterator[Path]:
+    yield tmp_path / "node"
+
+
+def _groups(node: Node) -> GroupCoordinator:
+    assert node.groups is not None
+    return node.groups
+
+
+async def _ready(node: Node) -> GroupCoordinator:
+    groups = _groups(node)
+
+    async def serving() -> bool:
+        error, _, _ = await groups.find_coordinator(GROUP)
+        return error is ErrorCode.none and groups.coordinator_error(GROUP) is ErrorCode.none
+
+    await eventually_async(serving, timeout=30, what=f"the coordinator of {GROUP} to load")
+    return groups
+
+
+async def _commit_in_txn(groups: GroupCoordinator, producer_id: int, offset: int) -> None:
+    result = await groups.commit_transactional_offsets(
+        GROUP,
+        transactional_id="app-1",
+        producer_id=producer_id,
+        producer_epoch=0,
+        member_id="",
+        group_instance_id=None,
+        generation_id=-1,
+        offsets={(TOPIC, 0): OffsetCommit(offset=offset, leader_epoch=-1, metadata="in txn")},
+    )
+    assert result == {(TOPIC, 0): ErrorCode.none}
+
+
+async def _marker(node: Node, producer_id: int, *, commit: bool) -> None:
+    groups = _groups(node)
+    code = await write_marker(
+        node.partitions,
+        groups,
+        topic=OFFSETS_TOPIC,
+        partition=groups.partition_for(GROUP),
+        producer_id=producer_id,
+        producer_epoch=0,
+        coordinator_epoch=0,
+        commit=commit,
+    )
+    assert code is ErrorCode.none
+
+
+def _fetched(groups: GroupCoordinator, *, require_stable: bool) -> tuple[int, ErrorCode]:
+    error, [fetched] = groups.fetch_offsets(GROUP, [(TOPIC, 0)], require_stable=require_stable)
+    assert error is ErrorCode.none
+    return fetched.offset, fetched.error
+
+
+async def test_transactional_offsets_are_invisible_until_committed_and_survive_a_restart(node_dir: Path) -> None:
+    node = await _start(node_dir)
+    try:
+        await node.controller.create_topics(
+            [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False
+        )
+        groups = await _ready(node)
+        committed_pid = await node.producer_ids.allocate()
+        aborted_pid = await node.producer_ids.allocate()
+        open_pid = await node.producer_ids.allocate()
+
+        await _commit_in_txn(groups, committed_pid, 10)
+        # Pending: a stable fetch is told to retry, a plain fetch sees nothing committed yet.
+        assert _fetched(groups, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
+        assert _fetched(groups, require_stable=False) == (-1, ErrorCode.none)
+        await _marker(node, committed_pid, commit=True)
+        assert _fetched(groups, require_stable=True) == (10, ErrorCode.none)
+
+        await _commit_in_txn(groups, aborted_pid, 20)
+        await _marker(node, aborted_pid, commit=False)
+        assert _fetched(groups, require_stable=True) == (10, ErrorCode.none)
+
+        await _commit_in_txn(groups, open_pid, 30)
+        assert _fetched(groups, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
+    finally:
+        await node.stop()
+
+    # Reloaded from the log: the committed offset is back, the aborted one is gone, the open one still pending
+    # and committed by a marker that arrives after the restart.
+    node = await _start(node_dir)
+    try:
+        groups = await _ready(node)
+        assert _fetched(groups, require_stable=False) == (10, ErrorCode.none)
+        assert _fetched(groups, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
+        await _marker(node, open_pid, commit=True)
+        assert _fetched(groups, require_stable=True) == (30, ErrorCode.none)
+    finally:
+        await node.stop()

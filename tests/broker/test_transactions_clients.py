@@ -1,0 +1,549 @@
+"""The transaction coordinator against a real broker process: confluent-kafka transactional producers with a
+read_committed consumer, fencing of a zombie producer, the coordinator's own time-out abort, wire-level errors that
+change nothing (EndTxn for an unknown id, wrong epochs, requests in the wrong state), KIP-890 part 1 (a
+transactional produce to a partition not in the transaction is refused), and a restart in the middle of a
+transaction.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_support import BrokerProcess, WireClient, start_broker
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_clients import create_topic, produce_request, topic_name
+from kio.schema.errors import ErrorCode
+
+from tests.waiting import eventually
+from wire import codec
+from wire.record_batch import Record, build_batch
+
+DEADLINE_S = 45.0
+CLEANUP_MS = 300
+OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": str(CLEANUP_MS)}
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = start_broker(tmp_path_factory.mktemp("txn"), OVERRIDES)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()
+
+
+def transactional_producer(bootstrap: str, transactional_id: str, **extra: Any) -> Producer:
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
+    config.update(extra)
+    return Producer(config)
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes]]:
+    """Every record a read_committed consumer sees from offset 0 up to the end of each partition."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{topic}-{time.monotonic_ns()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        at_end: set[int] = set()
+        out: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"read {len(out)} records of {topic}; partitions at end: {at_end}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            out.append((msg.partition(), msg.value() or b""))
+        return out
+    finally:
+        consumer.close()
+
+
+# ------------------------------------------------------------------------------------------------ wire helpers
+
+
+def find_transaction_coordinator(client: WireClient, transactional_id: str) -> Any:
+    request = codec.build(codec.request_class(10, 4), key_type=1, coordinator_keys=(transactional_id,))
+    return eventually(
+        lambda: client.request(request).coordinators[0],
+        until=lambda c: c.error_code == ErrorCode.none,
+        timeout=DEADLINE_S,
+        what=f"a transaction coordinator for {transactional_id!r}",
+    )
+
+
+def init_producer_id(
+    client: WireClient, transactional_id: str, *, timeout_ms: int = 60_000, pid: int = -1, epoch: int = -1
+) -> Any:
+    request = codec.build(
+        codec.request_class(22, 4),
+        transactional_id=transactional_id,
+        transaction_timeout=timeout_ms,
+        producer_id=pid,
+        producer_epoch=epoch,
+    )
+    return client.request(request)
+
+
+def add_partitions(
+    client: WireClient, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], ErrorCode]:
+    request_cls = codec.request_class(24, 3)
+    topic_cls = codec.field_entity(request_cls, "v3_and_below_topics")
+    topics: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(partition)
+    request = codec.build(
+        request_cls,
+        v3_and_below_transactional_id=transactional_id,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=tuple(codec.build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in topics.items()),
+    )
+    response = client.request(request)
+    return {
+        (topic.name, part.partition_index): ErrorCode(part.partition_error_code)
+        for topic in response.results_by_topic_v3_and_below
+        for part in topic.results_by_partition
+    }
+
+
+def verify_partitions(
+    client: WireClient, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], ErrorCode]:
+    request_cls = codec.request_class(24, 4)
+    txn_cls = codec.field_entity(request_cls, "transactions")
+    topic_cls = codec.field_entity(txn_cls, "topics")
+    txn = codec.build(
+        txn_cls,
+        transactional_id=transactional_id,
+        producer_id=pid,
+        producer_epoch=epoch,
+        verify_only=True,
+        topics=tuple(codec.build(topic_cls, name=t, partitions=(p,)) for t, p in partitions),
+    )
+    response = client.request(codec.build(request_cls, transactions=(txn,)))
+    assert response.error_code == ErrorCode.none
+    return {
+        (topic.name, part.partition_index): ErrorCode(part.partition_error_code)
+        for result in response.results_by_transaction
+        for topic in result.topic_results
+        for part in topic.results_by_partition
+    }
+
+
+def end_txn(client: WireClient, transactional_id: str, pid: int, epoch: int, *, commit: bool, version: int = 3) -> Any:
+    request = codec.build(
+        codec.request_class(26, version),
+        transactional_id=transactional_id,
+        producer_id=pid,
+        producer_epoch=epoch,
+        committed=commit,
+    )
+    return ErrorCode(client.request(request).error_code)
+
+
+@dataclass(frozen=True)
+class DescribedTopic:
+    topic: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Described:
+    error_code: ErrorCode
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: tuple[DescribedTopic, ...]
+
+
+class _Flexible:
+    """Reads a flexible-version response by hand: DescribeTransactions answers a start time of -1 (no transaction
+    started yet) exactly as Kafka does, which kio's datetime field refuses to decode."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def fixed(self, fmt: str) -> int:
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return int(value)
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def string(self) -> str:
+        n = self.uvarint() - 1
+        self.pos += n
+        return self.data[self.pos - n : self.pos].decode()
+
+    def tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
+
+
+def describe(client: WireClient, transactional_id: str) -> Described:
+    request = codec.build(codec.request_class(65, 0), transactional_ids=(transactional_id,))
+    correlation_id = client.send(request)
+    reader = _Flexible(client.read_frame())
+    assert reader.fixed(">i") == correlation_id
+    reader.tags()
+    reader.fixed(">i")  # throttle time
+    states = []
+    for _ in range(reader.uvarint() - 1):
+        error, txn_id, state = ErrorCode(reader.fixed(">h")), reader.string(), reader.string()
+        timeout, start, pid, epoch = reader.fixed(">i"), reader.fixed(">q"), reader.fixed(">q"), reader.fixed(">h")
+        topics = []
+        for _ in range(reader.uvarint() - 1):
+            name = reader.string()
+            partitions = tuple(reader.fixed(">i") for _ in range(reader.uvarint() - 1))
+            reader.tags()
+            topics.append(DescribedTopic(name, partitions))
+        reader.tags()
+        states.append(Described(error, txn_id, state, timeout, start, pid, epoch, tuple(topics)))
+    [described] = states
+    return described
+
+
+def list_transactions(client: WireClient, states: tuple[str, ...] = (), pids: tuple[int, ...] = ()) -> Any:
+    request = codec.build(codec.request_class(66, 0), state_filters=states, producer_id_filters=pids)
+    return client.request(request)
+
+
+def wait_state(client: WireClient, transactional_id: str, state: str) -> Any:
+    return eventually(
+        lambda: describe(client, transactional_id),
+        until=lambda s: s.transaction_state == state,
+        timeout=DEADLINE_S,
+        what=lambda: f"{transactional_id!r} to reach {state} (now {describe(client, transactional_id)})",
+    )
+
+
+def log_end(client: WireClient, topic: str, partition: int) -> int:
+    request_cls = codec.request_class(2, 8)
+    topic_cls = codec.field_entity(request_cls, "topics")
+    part_cls = codec.field_entity(topic_cls, "partitions")
+    request = codec.build(
+        request_cls,
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            codec.build(
+                topic_cls,
+                name=topic,
+                partitions=(codec.build(part_cls, partition_index=partition, current_leader_epoch=-1, timestamp=-1),),
+            ),
+        ),
+    )
+    [part] = client.request(request).topics[0].partitions
+    assert part.error_code == ErrorCode.none
+    return int(part.offset)
+
+
+def transactional_batch(pid: int, epoch: int, value: bytes = b"v") -> bytes:
+    return build_batch(
+        [Record(key=None, value=value, timestamp=int(time.time() * 1000))],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+
+
+def produce_transactional(client: WireClient, transactional_id: str, topic: str, partition: int, batch: bytes) -> Any:
+    request = produce_request(topic, partition, batch)
+    request = codec.build(
+        type(request), transactional_id=transactional_id, acks=-1, timeout=10_000, topic_data=request.topic_data
+    )
+    [part] = client.request(request).responses[0].partition_responses
+    return part
+
+
+# ------------------------------------------------------------------------------------------------ clients
+
+
+def test_commit_is_read_exactly_once_and_abort_never(kafka: BrokerProcess) -> None:
+    topic = topic_name("txn")
+    create_topic(kafka.bootstrap, topic, partitions=3)
+    producer = transactional_producer(kafka.bootstrap, topic_name("tid"))
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    for i in range(9):
+        producer.produce(topic, value=f"committed-{i}".encode(), partition=i % 3)
+    producer.commit_transaction(DEADLINE_S)
+    producer.begin_transaction()
+    for i in range(9):
+        producer.produce(topic, value=f"aborted-{i}".encode(), partition=i % 3)
+    producer.flush(DEADLINE_S)
+    producer.abort_transaction(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed-last", partition=1)
+    producer.commit_transaction(DEADLINE_S)
+
+    seen = read_committed(kafka.bootstrap, topic, 3)
+    values = sorted(v.decode() for _, v in seen)
+    assert values == sorted([f"committed-{i}" for i in range(9)] + ["committed-last"])
+    assert all(p == int(v.decode().rsplit("-", 1)[1]) % 3 for p, v in seen if v != b"committed-last")
+
+
+def test_second_producer_with_the_same_id_fences_the_first(kafka: BrokerProcess) -> None:
+    topic = topic_name("fence")
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    transactional_id = topic_name("tid")
+    zombie = transactional_producer(kafka.bootstrap, transactional_id)
+    zombie.init_transactions(DEADLINE_S)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=0)
+    zombie.flush(DEADLINE_S)
+
+    successor = transactional_producer(kafka.bootstrap, transactional_id)
+    successor.init_transactions(DEADLINE_S)  # aborts the zombie's open transaction first
+    successor.begin_transaction()
+    successor.produce(topic, value=b"successor", partition=1)
+    successor.commit_transaction(DEADLINE_S)
+
+    with pytest.raises(KafkaException) as refused:
+        zombie.produce(topic, value=b"zombie-2", partition=0)
+        zombie.commit_transaction(DEADLINE_S)
+    error = refused.value.args[0]
+    assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), error
+    assert [v for _, v in read_committed(kafka.bootstrap, topic, 2)] == [b"successor"]
+
+
+def test_coordinator_aborts_a_timed_out_transaction_and_fences_its_producer(kafka: BrokerProcess) -> None:
+    topic = topic_name("timeout")
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    transactional_id = topic_name("tid")
+    producer = transactional_producer(
+        kafka.bootstrap, transactional_id, **{"transaction.timeout.ms": 2000, "message.timeout.ms": 2000}
+    )
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"too-slow", partition=0)
+    producer.flush(DEADLINE_S)
+    with WireClient(kafka.port) as client:
+        ongoing = describe(client, transactional_id)
+        assert (ongoing.error_code, ongoing.transaction_state) == (ErrorCode.none, "Ongoing")
+        assert [(t.topic, tuple(t.partitions)) for t in ongoing.topics] == [(topic, (0,))]
+        listed = list_transactions(client, states=("Ongoing", "NoSuchState"), pids=(ongoing.producer_id,))
+        assert [t.transactional_id for t in listed.transaction_states] == [transactional_id]
+        assert tuple(listed.unknown_state_filters) == ("NoSuchState",)
+
+        aborted = wait_state(client, transactional_id, "CompleteAbort")
+        assert aborted.producer_epoch == ongoing.producer_epoch + 1
+        assert not aborted.topics
+        assert [t.transactional_id for t in list_transactions(client, states=("Ongoing",)).transaction_states] == []
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(DEADLINE_S)
+    assert read_committed(kafka.bootstrap, topic, 1) == []
+
+
+# ------------------------------------------------------------------------------------------------ wire
+
+
+def test_bad_requests_get_clear_errors_and_change_nothing(kafka: BrokerProcess) -> None:
+    topic = topic_name("wire")
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    transactional_id = topic_name("tid")
+    with WireClient(kafka.port) as client:
+        coordinator = find_transaction_coordinator(client, transactional_id)
+        assert (coordinator.node_id, coordinator.port) == (kafka.node_id, kafka.port)
+        unknown = topic_name("unknown")
+        find_transaction_coordinator(client, unknown)  # its partition is loaded (no COORDINATOR_LOAD_IN_PROGRESS)
+        assert end_txn(client, unknown, 1, 0, commit=True) is ErrorCode.invalid_producer_id_mapping
+        assert end_txn(client, "", 1, 0, commit=True) is ErrorCode.invalid_request
+        assert init_producer_id(client, "x" * 40_000).error_code == ErrorCode.invalid_request  # too long to store
+        too_long = init_producer_id(client, transactional_id, timeout_ms=10**9)
+        assert too_long.error_code == ErrorCode.invalid_transaction_timeout
+
+        first = init_producer_id(client, transactional_id)
+        assert first.error_code == ErrorCode.none and first.producer_epoch == 0
+        pid = first.producer_id
+        before = describe(client, transactional_id)
+        assert (before.transaction_state, before.producer_epoch, before.transaction_start_time_ms) == ("Empty", 0, -1)
+        assert before.transaction_timeout_ms == 60_000
+
+        assert end_txn(client, transactional_id, pid, 0, commit=True) is ErrorCode.invalid_txn_state
+        assert end_txn(client, transactional_id, pid, 5, commit=False) is ErrorCode.producer_fenced
+        assert end_txn(client, transactional_id, pid, 5, commit=False, version=1) is ErrorCode.invalid_producer_epoch
+        assert end_txn(client, transactional_id, pid + 1, 0, commit=True) is ErrorCode.invalid_producer_id_mapping
+        assert add_partitions(client, transactional_id, pid + 1, 0, [(topic, 0)]) == {
+            (topic, 0): ErrorCode.invalid_producer_id_mapping
+        }
+        assert add_partitions(client, transactional_id, pid, 3, [(topic, 0)]) == {(topic, 0): ErrorCode.producer_fenced}
+        assert add_partitions(client, transactional_id, pid, 0, [(topic, 0), ("no-such-topic", 0)]) == {
+            (topic, 0): ErrorCode.operation_not_attempted,
+            ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition,
+        }
+        half = init_producer_id(client, transactional_id, pid=pid, epoch=-1)
+        assert half.error_code == ErrorCode.invalid_request  # an id without an epoch (KIP-360 needs both)
+        after = describe(client, transactional_id)
+        assert (after.transaction_state, after.producer_id, after.producer_epoch) == ("Empty", pid, 0)
+        assert not after.topics
+
+        # KIP-360: the producer recovers with its current id and epoch and keeps its id with the next epoch.
+        recovered = init_producer_id(client, transactional_id, pid=pid, epoch=0)
+        assert (recovered.error_code, recovered.producer_id, recovered.producer_epoch) == (ErrorCode.none, pid, 1)
+        stale = init_producer_id(client, transactional_id, pid=pid + 1, epoch=0)
+        assert stale.error_code == ErrorCode.producer_fenced
+        assert end_txn(client, transactional_id, pid, 0, commit=False) is ErrorCode.producer_fenced
+
+        # A transaction over both partitions commits; a retried EndTxn succeeds, the other outcome is refused.
+        assert add_partitions(client, transactional_id, pid, 1, [(topic, 0), (topic, 1)]) == {
+            (topic, 0): ErrorCode.none,
+            (topic, 1): ErrorCode.none,
+        }
+        assert verify_partitions(client, transactional_id, pid, 1, [(topic, 1)]) == {(topic, 1): ErrorCode.none}
+        assert end_txn(client, transactional_id, pid, 1, commit=True) is ErrorCode.none
+        wait_state(client, transactional_id, "CompleteCommit")
+        assert end_txn(client, transactional_id, pid, 1, commit=True) is ErrorCode.none  # a retry
+        assert end_txn(client, transactional_id, pid, 1, commit=False) is ErrorCode.invalid_txn_state
+
+        missing = describe(client, unknown)
+        assert missing.error_code == ErrorCode.transactional_id_not_found
+
+
+def test_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(kafka: BrokerProcess) -> None:
+    topic = topic_name("kip890")
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    transactional_id = topic_name("tid")
+    with WireClient(kafka.port) as client:
+        find_transaction_coordinator(client, transactional_id)
+        init = init_producer_id(client, transactional_id)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert add_partitions(client, transactional_id, pid, epoch, [(topic, 0)]) == {(topic, 0): ErrorCode.none}
+        assert verify_partitions(client, transactional_id, pid, epoch, [(topic, 0), (topic, 1)]) == {
+            (topic, 0): ErrorCode.none,
+            (topic, 1): ErrorCode.invalid_txn_state,
+        }
+
+        refused = produce_transactional(client, transactional_id, topic, 1, transactional_batch(pid, epoch))
+        assert refused.error_code == ErrorCode.invalid_txn_state
+        assert log_end(client, topic, 1) == 0
+        accepted = produce_transactional(client, transactional_id, topic, 0, transactional_batch(pid, epoch))
+        assert accepted.error_code == ErrorCode.none
+        assert log_end(client, topic, 0) == 1
+
+        assert end_txn(client, transactional_id, pid, epoch, commit=False) is ErrorCode.none
+        wait_state(client, transactional_id, "CompleteAbort")
+        assert eventually(
+            lambda: log_end(client, topic, 0),
+            until=lambda end: end == 2,
+            timeout=DEADLINE_S,
+            what="the ABORT marker on partition 0",
+        )
+        # After the abort the partition is no longer in a transaction: a stray batch is refused again.
+        late = produce_transactional(client, transactional_id, topic, 0, transactional_batch(pid, epoch, b"late"))
+        assert late.error_code == ErrorCode.invalid_txn_state
+        assert log_end(client, topic, 0) == 2 and log_end(client, topic, 1) == 0
+
+
+# ------------------------------------------------------------------------------------------------ restart
+
+
+def test_restart_mid_transaction(tmp_path: Path) -> None:
+    """Three transactions open across a restart (same port, so producers reconnect): one its producer commits
+    afterwards, one a new instance of its producer fences and replaces, one nobody comes back for, which the
+    coordinator aborts on its time-out."""
+    topic = topic_name("restart")
+    ids = {name: topic_name(name) for name in ("resumed", "replaced", "stuck")}
+    node = start_broker(tmp_path, OVERRIDES)
+    port = node.port
+    producers: dict[str, Producer] = {}
+    try:
+        create_topic(node.bootstrap, topic, partitions=3)
+        for partition, (name, transactional_id) in enumerate(ids.items()):
+            extra = {"transaction.timeout.ms": 4000, "message.timeout.ms": 4000} if name == "stuck" else {}
+            producer = producers[name] = transactional_producer(node.bootstrap, transactional_id, **extra)
+            producer.init_transactions(DEADLINE_S)
+            producer.begin_transaction()
+            producer.produce(topic, value=f"{name}-before".encode(), partition=partition)
+            producer.flush(DEADLINE_S)
+        assert node.stop() == 0, node.log_text()
+    finally:
+        node.kill()
+
+    node = start_broker(tmp_path, {**OVERRIDES, "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:0"})
+    try:
+        with WireClient(node.port) as client:
+            for transactional_id in ids.values():
+                find_transaction_coordinator(client, transactional_id)
+            loaded = describe(client, ids["resumed"])
+            assert (loaded.transaction_state, loaded.topics) == ("Ongoing", (DescribedTopic(topic, (0,)),))
+            # Nobody comes back for the stuck transaction: the coordinator aborts it when it times out.
+            wait_state(client, ids["stuck"], "CompleteAbort")
+
+        resumed = producers["resumed"]
+        resumed.produce(topic, value=b"resumed-after", partition=0)
+        resumed.commit_transaction(DEADLINE_S)
+        successor = transactional_producer(node.bootstrap, ids["replaced"])
+        successor.init_transactions(DEADLINE_S)  # aborts the replaced instance's transaction
+        successor.begin_transaction()
+        successor.produce(topic, value=b"replaced-after", partition=1)
+        successor.commit_transaction(DEADLINE_S)
+
+        seen = sorted(v for _, v in read_committed(node.bootstrap, topic, 3))
+        assert seen == [b"replaced-after", b"resumed-after", b"resumed-before"]
+        assert node.stop() == 0, node.log_text()
+    finally:
+        node.kill()
+
+
+def test_an_idle_transactional_id_expires(tmp_path: Path) -> None:
+    node = start_broker(tmp_path, {**OVERRIDES, "transactional.id.expiration.ms": "3000"})
+    try:
+        transactional_id = topic_name("idle")
+        with WireClient(node.port) as client:
+            find_transaction_coordinator(client, transactional_id)
+            first = init_producer_id(client, transactional_id)
+            assert first.error_code == ErrorCode.none
+            listed = eventually(
+                lambda: list_transactions(client),
+                until=lambda r: r.error_code == ErrorCode.none,  # not COORDINATOR_LOAD_IN_PROGRESS
+                timeout=DEADLINE_S,
+                what="every __transaction_state partition loaded",
+            )
+            assert [t.transactional_id for t in listed.transaction_states] == [transactional_id]
+            eventually(
+                lambda: describe(client, transactional_id).error_code,
+                until=lambda code: code == ErrorCode.transactional_id_not_found,
+                timeout=DEADLINE_S,
+                what=f"{transactional_id!r} to expire",
+            )
+            assert list_transactions(client).transaction_states == ()
+            # The id starts over: a new producer id at epoch 0.
+            again = init_producer_id(client, transactional_id)
+            assert (again.error_code, again.producer_epoch) == (ErrorCode.none, 0)
+            assert again.producer_id != first.producer_id
+        assert node.stop() == 0, node.log_text()
+    finally:
+        node.kill()

@@ -1,0 +1,225 @@
+"""Exactly-once with real clients against a real broker process: consume-transform-produce with the input offsets
+committed inside the transaction, and transactional producers of every client library read back by a
+read_committed consumer (committed records exactly once, aborted ones never).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from broker_support import BrokerProcess
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from kafka import KafkaProducer
+from kafka_clients import create_topic, module_broker, topic_name
+
+REPO = Path(__file__).resolve().parents[2]
+DEADLINE_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from module_broker(tmp_path_factory.mktemp("eos"))
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, *, isolation: str) -> list[tuple[int, str]]:
+    """Every record of ``topic`` from offset 0 to the end the isolation level lets a consumer see:
+    (partition, value), in offset order per partition."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{topic}-{isolation}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        at_end: set[int] = set()
+        out: list[tuple[int, str]] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"read {len(out)} records of {topic}; partitions at end: {at_end}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            out.append((msg.partition(), (msg.value() or b"").decode()))
+        return out
+    finally:
+        consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return [tp.offset for tp in got]
+    finally:
+        consumer.close()
+
+
+def test_consume_transform_produce_commits_output_and_input_offsets_together(kafka: BrokerProcess) -> None:
+    source, sink, group = topic_name("eos-in"), topic_name("eos-out"), topic_name("eos-app")
+    create_topic(kafka.bootstrap, source, partitions=3)
+    create_topic(kafka.bootstrap, sink, partitions=2)
+    feeder = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True})
+    inputs = [f"n{i}" for i in range(300)]
+    for i, value in enumerate(inputs):
+        feeder.produce(source, value.encode(), partition=i % 3)
+    assert feeder.flush(30) == 0
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"app-{group}"})
+    producer.init_transactions(30)
+    consumer.subscribe([source])
+    seen = 0
+    rounds = 0
+    aborted_once = False
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while seen < len(inputs):
+            assert time.monotonic() < deadline, f"transformed {seen} of {len(inputs)} records"
+            batch = [m for m in consumer.consume(num_messages=50, timeout=1.0) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for msg in batch:
+                producer.produce(sink, (msg.value() or b"").upper(), partition=msg.partition() % 2)
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+            )
+            rounds += 1
+            if rounds == 2 and not aborted_once:
+                # An aborted round: its output must never be read and its offsets never committed, so the same
+                # input is consumed again from the last committed position.
+                aborted_once = True
+                producer.abort_transaction(30)
+                committed = consumer.committed(consumer.assignment(), timeout=30)
+                for tp in committed:
+                    consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+                continue
+            producer.commit_transaction(30)
+            seen += len(batch)
+    finally:
+        consumer.close()
+
+    assert aborted_once
+    out = read_all(kafka.bootstrap, sink, 2, isolation="read_committed")
+    assert sorted(v for _, v in out) == sorted(v.upper() for v in inputs)
+    # read_uncommitted also sees the aborted round's records: the isolation level is what hid them.
+    uncommitted = read_all(kafka.bootstrap, sink, 2, isolation="read_uncommitted")
+    assert len(uncommitted) > len(out)
+    assert committed_offsets(kafka.bootstrap, group, source, 3) == [100, 100, 100]
+
+
+def _assert_committed_only(kafka: BrokerProcess, topic: str, committed: list[str], aborted: list[str]) -> None:
+    values = [v for _, v in read_all(kafka.bootstrap, topic, 1, isolation="read_committed")]
+    assert values == committed
+    everything = [v for _, v in read_all(kafka.bootstrap, topic, 1, isolation="read_uncommitted")]
+    assert sorted(everything) == sorted(committed + aborted)
+
+
+def test_kafka_python_transactional_producer(kafka: BrokerProcess) -> None:
+    topic = topic_name("txn-kp")
+    create_topic(kafka.bootstrap, topic)
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, transactional_id=f"kp-{topic}")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(5):
+            producer.send(topic, f"c{i}".encode(), partition=0)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        for i in range(5):
+            producer.send(topic, f"a{i}".encode(), partition=0)
+        producer.flush()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"c5", partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close(timeout=10)
+    _assert_committed_only(kafka, topic, [f"c{i}" for i in range(6)], [f"a{i}" for i in range(5)])
+
+
+def test_aiokafka_transactional_producer(kafka: BrokerProcess) -> None:
+    topic = topic_name("txn-aio")
+    create_topic(kafka.bootstrap, topic)
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, transactional_id=f"aio-{topic}")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i in range(5):
+                    await producer.send(topic, f"c{i}".encode(), partition=0)
+            await producer.begin_transaction()
+            for i in range(5):
+                await producer.send(topic, f"a{i}".encode(), partition=0)
+            await producer.flush()
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+    _assert_committed_only(kafka, topic, [f"c{i}" for i in range(5)], [f"a{i}" for i in range(5)])
+
+
+def test_kafkajs_transactional_producer(kafka: BrokerProcess) -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (scripts/install-system-deps.sh installs it): kafkajs cannot run")
+    js_dir = REPO / "tests" / "js"
+    if not (js_dir / "node_modules" / "kafkajs").exists():
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=js_dir, check=True, timeout=300)
+    topic = topic_name("txn-kjs")
+    create_topic(kafka.bootstrap, topic)
+    script = """
+const { Kafka, logLevel } = require('kafkajs');
+const [broker, topic] = process.argv.slice(1);
+(async () => {
+  const kafka = new Kafka({ clientId: 'fjord-test', brokers: [broker], logLevel: logLevel.NOTHING });
+  const producer = kafka.producer({ transactionalId: `kjs-${topic}`, idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  const committed = await producer.transaction();
+  await committed.send({ topic, messages: [0, 1, 2].map((i) => ({ partition: 0, value: `c${i}` })) });
+  await committed.commit();
+  const aborted = await producer.transaction();
+  await aborted.send({ topic, messages: [0, 1].map((i) => ({ partition: 0, value: `a${i}` })) });
+  await aborted.abort();
+  await producer.disconnect();
+  console.log(JSON.stringify('done'));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+    result = subprocess.run(
+        [node, "-e", script, kafka.bootstrap, topic],
+        cwd=js_dir,
+        text=True,
+        capture_output=True,
+        check=False,
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == "done"
+    _assert_committed_only(kafka, topic, ["c0", "c1", "c2"], ["a0", "a1"])

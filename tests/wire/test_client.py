@@ -1,0 +1,112 @@
+"""The small inter-broker client connection (wire/client.py) against a scripted Kafka-protocol peer: it answers,
+stays silent, hangs up, or answers the wrong request. Every failure closes the connection, and the next request
+connects afresh."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from wire import codec
+from wire.client import ClientConnection
+
+END_TXN = 26
+
+
+def end_txn_request() -> object:
+    return codec.build(
+        codec.request_class(END_TXN, 3), transactional_id="tx", producer_id=1, producer_epoch=0, committed=True
+    )
+
+
+class ScriptedPeer:
+    """Answers each request per ``behaviour``: "answer", "silent", "hang_up" or "wrong_id"."""
+
+    def __init__(self) -> None:
+        self.behaviour = "answer"
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                prefix = codec.read_prefix(await reader.readexactly(size))
+                if self.behaviour == "silent":
+                    continue
+                if self.behaviour == "hang_up":
+                    return
+                correlation_id = prefix.correlation_id + (1 if self.behaviour == "wrong_id" else 0)
+                response = codec.build(
+                    codec.response_class(prefix.api_key, prefix.api_version),
+                    throttle_time=0,
+                    error_code=ErrorCode.invalid_txn_state,
+                )
+                writer.write(codec.encode_response(correlation_id, response))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def peer() -> AsyncIterator[ScriptedPeer]:
+    scripted = ScriptedPeer()
+    scripted.server = await asyncio.start_server(scripted.serve, "127.0.0.1", 0)
+    try:
+        yield scripted
+    finally:
+        scripted.server.close()
+
+
+async def test_answers_are_decoded_on_one_connection(peer: ScriptedPeer) -> None:
+    client = ClientConnection("127.0.0.1", peer.port, timeout=5.0)
+    try:
+        for _ in range(3):
+            response = await client.request(end_txn_request())
+            assert response.error_code == ErrorCode.invalid_txn_state
+        assert peer.connections == 1
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "error"),
+    [("silent", TimeoutError), ("hang_up", ConnectionError), ("wrong_id", codec.ProtocolError)],
+)
+async def test_a_failed_exchange_closes_and_the_next_one_reconnects(
+    peer: ScriptedPeer, behaviour: str, error: type[Exception]
+) -> None:
+    client = ClientConnection("127.0.0.1", peer.port, timeout=0.5)
+    try:
+        peer.behaviour = behaviour
+        with pytest.raises(error):
+            await client.request(end_txn_request())
+        assert not client.connected
+        peer.behaviour = "answer"
+        response = await client.request(end_txn_request())
+        assert response.error_code == ErrorCode.invalid_txn_state
+        assert peer.connections == 2
+    finally:
+        await client.close()
+
+
+async def test_an_unreachable_peer_is_a_connection_error(peer: ScriptedPeer) -> None:
+    port = peer.port
+    assert peer.server is not None
+    peer.server.close()
+    await peer.server.wait_closed()
+    client = ClientConnection("127.0.0.1", port, timeout=2.0)
+    with pytest.raises(ConnectionError):
+        await client.request(end_txn_request())
