@@ -5,12 +5,18 @@ Kept free of sockets (``wire.listener`` owns those) so tests can drive it direct
 on every request of the connection as ``Peer.state``. An API or version the broker
 does not serve closes the connection (ApiVersions excepted: KIP-511 answers a newer client with our range); a
 handler that fails unexpectedly is answered with the API's top-level error code where it has one.
+
+On a SASL listener (``ServerConfig.sasl``) each connection gets a :class:`~broker.sasl_session.SaslSession` at its
+first request; until it has authenticated only ApiVersions, SaslHandshake and SaslAuthenticate are served and
+anything else closes the connection, as Kafka does. After SaslHandshake v0 the client's tokens arrive without a
+Kafka header and are answered the same way (length and bytes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,6 +24,7 @@ from typing import Any
 from broker.handlers import api_versions as api_versions_handler
 from broker.handlers.context import ConnectionState, Handler, RequestContext
 from broker.handlers.table import HANDLERS
+from broker.sasl_session import SaslSession, SaslStateError
 from broker.services import BrokerServices
 from controller.errors import error_code_for, error_message_for
 from storage.objectstore.base import StoreStats
@@ -27,6 +34,8 @@ from wire.api_versions import API_VERSIONS_KEY, VersionRange, advertised, api_na
 from wire.codec import ProtocolError
 from wire.listener import ConnectionClosing, Peer, Response
 from wire.metrics import ServerMetrics
+from wire.sasl import SaslAuthenticationError
+from wire.sasl.scram import ScramCredential
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +66,54 @@ class RequestDispatcher:
         """The state of a new connection: ``KafkaListener(connection_state=...)`` calls this as it opens."""
         return ConnectionState()
 
+    def _sasl_session(self, state: ConnectionState, peer: Peer) -> SaslSession | None:
+        """The connection's SASL session, made at its first request on a SASL listener; None elsewhere."""
+        if state.sasl is None:
+            settings = self.node.config.sasl.get(peer.listener)
+            if settings is None:
+                return None
+            controller = self.node.controller
+
+            def credential(user: str, mechanism: int) -> ScramCredential | None:
+                return controller.image.scram_credential(user, mechanism)  # the image as of each exchange
+
+            failures = self.metrics.authentication_failures
+            state.sasl = SaslSession(
+                settings,
+                credential,
+                peer=str(peer),
+                reauth_ms=int(self.node.config.value("connections.max.reauth.ms")),
+                on_failure=lambda mechanism: failures.labels(listener=peer.listener, mechanism=mechanism).inc(),
+                on_success=lambda mechanism: self._authenticated(peer, mechanism),
+            )
+        return state.sasl
+
+    def _authenticated(self, peer: Peer, mechanism: str) -> None:
+        self.metrics.authentications.labels(listener=peer.listener, mechanism=mechanism).inc()
+        if peer.lift_request_limit is not None:
+            peer.lift_request_limit()  # Kafka's sasl.server.max.receive.size no longer applies
+
+    def _raw_token(self, session: SaslSession, frame: bytes, peer: Peer) -> bytes:
+        """A SASL token sent without Kafka framing after SaslHandshake v0; the answer likewise. A failure closes
+        the connection (there is no error field to carry it)."""
+        try:
+            answer = session.authenticate(frame)
+        except (SaslAuthenticationError, SaslStateError) as exc:
+            raise ConnectionClosing(f"SASL authentication of {peer} failed: {exc}") from None
+        return struct.pack(">i", len(answer)) + answer
+
     async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
+        session = self._sasl_session(peer.state, peer) if isinstance(peer.state, ConnectionState) else None
+        if session is not None and session.raw_tokens:
+            return self._raw_token(session, frame, peer)
         prefix = codec.read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
+        if session is not None:
+            refusal = session.refusal(key)
+            if refusal is not None:
+                self.metrics.observe_failure(key)
+                raise ConnectionClosing(f"{api_name(key)} (correlation id {prefix.correlation_id}) from {peer} is "
+                                        f"refused: {refusal}")
         entry = self.versions.get(key)
         if entry is None or version not in entry:
             if key == API_VERSIONS_KEY:

@@ -2,7 +2,8 @@
 
 Both a broker (its handlers, with the node's controller client) and a controller voter (its CONTROLLER listener,
 with the active controller) answer CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs and AlterPartitionReassignments. They differ only in where the controller comes from:
+IncrementalAlterConfigs, AlterPartitionReassignments and AlterUserScramCredentials. They differ only in where the
+controller comes from:
 ``controller_for(what)`` returns it, or raises :class:`~controller.errors.NotControllerError` when there is none
 here (a voter that is not active), which every item it concerns answers as NOT_CONTROLLER so the client retries
 elsewhere. Any other failure becomes the item's error code (``controller.errors``), logged with what it concerns.
@@ -26,6 +27,7 @@ from controller.api import (
     DeleteTopicResult,
     PartitionReassignment,
     ReassignmentResult,
+    ScramAlterResult,
 )
 from controller.errors import NotControllerError, error_code_for, error_code_logged, error_message_for
 
@@ -128,3 +130,17 @@ async def alter_partition_reassignments(
         code, message = _refusal(exc, "reassigning %d partitions failed", len(asked))
         results = admin_wire.reassignments_refused(asked, code, message)
     return admin_wire.alter_partition_reassignments_response(response_cls, results)
+
+
+async def alter_user_scram_credentials(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:
+    deletions, upsertions = admin_wire.read_alter_user_scram_credentials(request)
+    results: list[ScramAlterResult] = []
+    if deletions or upsertions:
+        try:
+            results = await controller_for("alter SCRAM credentials").alter_user_scram_credentials(deletions,
+                                                                                                    upsertions)
+        except Exception as exc:
+            users = sorted({*(d.name for d in deletions), *(u.name for u in upsertions)})
+            code, message = _refusal(exc, "altering the SCRAM credentials of users %s failed", users)
+            results = admin_wire.scram_results_refused(deletions, upsertions, code, message)
+    return admin_wire.alter_user_scram_credentials_response(response_cls, results)

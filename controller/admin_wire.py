@@ -1,6 +1,6 @@
 """The admin APIs on the wire, both ways: Kafka entities of CreateTopics (19), DeleteTopics (20), CreatePartitions
-(37), AlterConfigs (33), IncrementalAlterConfigs (44) and AlterPartitionReassignments (45) to and from the
-`controller.api` dataclasses.
+(37), AlterConfigs (33), IncrementalAlterConfigs (44), AlterPartitionReassignments (45) and
+AlterUserScramCredentials (51) to and from the `controller.api` dataclasses.
 
 Three places speak these APIs: the broker's handlers (a client's request of any version, answered through the
 broker's `ControllerClient`), the CONTROLLER listener (the same requests, forwarded by brokers or sent by clients
@@ -34,6 +34,9 @@ from controller.api import (
     NewTopic,
     PartitionReassignment,
     ReassignmentResult,
+    ScramAlterResult,
+    ScramDeletion,
+    ScramUpsertion,
 )
 from controller.config.describe import ConfigEntry, ConfigSource
 from wire import codec
@@ -45,6 +48,7 @@ _ALTER_CONFIGS = 33
 _CREATE_PARTITIONS = 37
 _INCREMENTAL_ALTER_CONFIGS = 44
 _ALTER_PARTITION_REASSIGNMENTS = 45
+_ALTER_USER_SCRAM_CREDENTIALS = 51
 
 #: The versions the remote client forwards in (the newest each side of the controller listener serves).
 _CREATE_TOPICS_VERSION = 7
@@ -53,6 +57,7 @@ _CREATE_PARTITIONS_VERSION = 3
 _ALTER_CONFIGS_VERSION = 2
 _INCREMENTAL_ALTER_CONFIGS_VERSION = 1
 _ALTER_PARTITION_REASSIGNMENTS_VERSION = 0
+_ALTER_USER_SCRAM_CREDENTIALS_VERSION = 0
 
 _OPS = {IncrementalOp.SET, IncrementalOp.DELETE, IncrementalOp.APPEND, IncrementalOp.SUBTRACT}
 _KNOWN_RESOURCE_TYPES = {ConfigResource.TOPIC, ConfigResource.BROKER}
@@ -487,3 +492,48 @@ def read_alter_partition_reassignments_response(
                            *answered.get((r.topic, r.partition), (ErrorCode.unknown_server_error, "no answer")))
         for r in reassignments
     ]
+
+
+# --------------------------------------------------------------------------- AlterUserScramCredentials (51)
+
+
+def read_alter_user_scram_credentials(request: Any) -> tuple[list[ScramDeletion], list[ScramUpsertion]]:
+    deletions = [ScramDeletion(d.name, int(d.mechanism)) for d in request.deletions]
+    upsertions = [
+        ScramUpsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
+        for u in request.upsertions
+    ]
+    return deletions, upsertions
+
+
+def scram_results_refused(
+    deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion], code: ErrorCode, message: str
+) -> list[ScramAlterResult]:
+    users = dict.fromkeys([*(d.name for d in deletions), *(u.name for u in upsertions)])
+    return [ScramAlterResult(user, code, message) for user in users]
+
+
+def alter_user_scram_credentials_response(response_cls: type[Any], results: Sequence[ScramAlterResult]) -> Any:
+    return codec.build(response_cls, throttle_time=0, results=tuple(
+        codec.build_nested(response_cls, "results", user=r.user, error_code=r.error, error_message=r.message)
+        for r in results
+    ))
+
+
+def alter_user_scram_credentials_request(
+    deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+) -> Any:
+    cls = codec.request_class(_ALTER_USER_SCRAM_CREDENTIALS, _ALTER_USER_SCRAM_CREDENTIALS_VERSION)
+    return codec.build(
+        cls,
+        deletions=tuple(codec.build_nested(cls, "deletions", name=d.name, mechanism=d.mechanism) for d in deletions),
+        upsertions=tuple(
+            codec.build_nested(cls, "upsertions", name=u.name, mechanism=u.mechanism, iterations=u.iterations,
+                               salt=u.salt, salted_password=u.salted_password)
+            for u in upsertions
+        ),
+    )
+
+
+def read_alter_user_scram_credentials_response(response: Any) -> list[ScramAlterResult]:
+    return [ScramAlterResult(r.user, ErrorCode(int(r.error_code)), r.error_message) for r in response.results]

@@ -38,6 +38,9 @@ __all__ = [
     "PartitionReassignment",
     "QuorumForwarder",
     "ReassignmentResult",
+    "ScramAlterResult",
+    "ScramDeletion",
+    "ScramUpsertion",
 ]
 
 ImageListener = Callable[[MetadataImage, MetadataImage], None]
@@ -114,6 +117,35 @@ class ElectLeaderResult:
     message: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ScramDeletion:
+    """AlterUserScramCredentials: delete ``name``'s credential for ``mechanism`` (1 SCRAM-SHA-256, 2 -512)."""
+
+    name: str
+    mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramUpsertion:
+    """AlterUserScramCredentials: set ``name``'s credential for ``mechanism`` from the salted password the client
+    computed (Hi(password, salt, iterations)); the password never reaches the broker."""
+
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes = field(repr=False)
+    salted_password: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ScramAlterResult:
+    """One user's answer to AlterUserScramCredentials (Kafka answers per user, not per alteration)."""
+
+    user: str
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
 class ControllerClient(Protocol):
     @property
     def image(self) -> MetadataImage:
@@ -165,6 +197,13 @@ class ControllerClient(Protocol):
     ) -> list[ReassignmentResult]:
         """AlterPartitionReassignments: moves each partition to its one new replica (DESIGN §9), or cancels the
         pending move of those whose ``replicas`` is None; one result per item, in order."""
+        ...
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[ScramAlterResult]:
+        """AlterUserScramCredentials: one result per user named, in first-mention order; a user whose alterations
+        are not all valid gets none of them (Kafka's rule)."""
         ...
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:

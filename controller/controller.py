@@ -35,6 +35,9 @@ from controller.api import (
     NewTopic,
     PartitionReassignment,
     ReassignmentResult,
+    ScramAlterResult,
+    ScramDeletion,
+    ScramUpsertion,
 )
 from controller.config.meta_properties import ensure_meta_properties
 from controller.config.server import ServerConfig
@@ -51,6 +54,7 @@ from controller.producer_ids import (
     legacy_kv_key,
     next_block,
 )
+from controller.scram_control import plan_scram_alterations
 from controller.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
 from controller.wal_failover import reassignments, wal_location_key
 from storage.metadata.api import NodeIdentity, StreamState
@@ -438,6 +442,21 @@ class Controller:
                         ", ".join(f"{r.name}={r.value}" for r in records),
                     )
             return ErrorCode.none, None
+
+    # ------------------------------------------------------------------ SCRAM credentials
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[ScramAlterResult]:
+        async with self._lock:
+            plan = plan_scram_alterations(self._image, deletions, upsertions)
+            await self._commit(plan.records)
+        for result in plan.results:
+            if result.error is ErrorCode.none:
+                logger.info("SCRAM credentials of user %r altered", result.user)
+            else:
+                logger.info("SCRAM credentials of user %r not altered: %s", result.user, result.message)
+        return plan.results
 
     # ------------------------------------------------------------------ reassignment
 

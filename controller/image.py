@@ -28,12 +28,15 @@ from controller.metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
     WALFailoverDoneRecord,
     WALFailoverRecord,
 )
+from wire.sasl.scram import ScramCredential
 
 __all__ = [
     "BrokerImage",
@@ -140,6 +143,11 @@ class MetadataImage:
     # The latest WAL failover of each broker whose S3 WAL another broker replays (or replayed) after it died.
     wal_failovers: Mapping[int, WALFailoverImage] = field(default_factory=lambda: _EMPTY)
     producer_ids: ProducerIdsImage = ProducerIdsImage()
+    #: SCRAM credentials: user -> mechanism id (1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> salted keys, never a password.
+    scram_credentials: Mapping[str, Mapping[int, ScramCredential]] = field(default_factory=lambda: _EMPTY)
+
+    def scram_credential(self, user: str, mechanism: int) -> ScramCredential | None:
+        return self.scram_credentials.get(user, _EMPTY).get(mechanism)
 
     def partition(self, topic: str, partition: int) -> PartitionImage | None:
         image = self.topics_by_name.get(topic)
@@ -190,6 +198,10 @@ class MetadataImage:
                                          failover.target_epoch, failover.attempt))
             if failover.done:
                 out.append(WALFailoverDoneRecord(failover.node_id, failover.node_epoch))
+        for user, credentials in sorted(self.scram_credentials.items()):
+            for mechanism, credential in sorted(credentials.items()):
+                out.append(UserScramCredentialRecord(user, mechanism, credential.salt, credential.stored_key,
+                                                     credential.server_key, credential.iterations))
         if self.producer_ids.next_producer_id > 0:
             ids = self.producer_ids
             out.append(ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id))
@@ -219,6 +231,7 @@ class _Builder:
         self._broker_configs: dict[str, str] | None = None
         self._node_configs: dict[int, Mapping[str, str]] | None = None
         self._failovers: dict[int, WALFailoverImage] | None = None
+        self._scram: dict[str, Mapping[int, ScramCredential]] | None = None
         self._producer_ids = base.producer_ids
 
     def _topics(self) -> dict[uuid.UUID, TopicImage]:
@@ -306,6 +319,11 @@ class _Builder:
                 else:
                     self._producer_ids = ProducerIdsImage(record.broker_id, record.broker_epoch,
                                                           record.next_producer_id)
+            case UserScramCredentialRecord():
+                credential = ScramCredential(record.salt, record.stored_key, record.server_key, record.iterations)
+                self._set_scram(record.name, record.mechanism, credential)
+            case RemoveUserScramCredentialRecord(name=name, mechanism=mechanism):
+                self._set_scram(name, mechanism, None)
             case _:
                 pass  # stream/object/KV records: replayed by the stream metadata
 
@@ -367,6 +385,19 @@ class _Builder:
         else:
             logger.warning("config record for unsupported resource type %d ignored", record.resource_type)
 
+    def _set_scram(self, user: str, mechanism: int, credential: ScramCredential | None) -> None:
+        if self._scram is None:
+            self._scram = dict(self._base.scram_credentials)
+        credentials = dict(self._scram.get(user, {}))
+        if credential is None:
+            credentials.pop(mechanism, None)
+        else:
+            credentials[mechanism] = credential
+        if credentials:
+            self._scram[user] = _frozen(credentials)
+        else:
+            self._scram.pop(user, None)
+
     def _set_fenced(self, node_id: int, epoch: int, fenced: bool) -> None:
         broker = self._broker_map().get(node_id)
         if broker is None or broker.epoch != epoch:
@@ -391,6 +422,7 @@ class _Builder:
             node_configs=base.node_configs if self._node_configs is None else _frozen(self._node_configs),
             wal_failovers=base.wal_failovers if self._failovers is None else _frozen(self._failovers),
             producer_ids=self._producer_ids,
+            scram_credentials=base.scram_credentials if self._scram is None else _frozen(self._scram),
         )
 
 

@@ -12,7 +12,7 @@ snapshots readable. :class:`controller.image.TopicImage` exposes them as ``uuid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from storage.metadata.records import (
@@ -193,6 +193,34 @@ class ProducerIdsRecord(MetadataRecord):
     next_producer_id: int
 
 
+@register_record
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord(MetadataRecord):
+    """A user's SCRAM credential for one mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512), as Kafka's record: the salt,
+    iterations and the two keys derived from the salted password. The password itself is never stored; a newer
+    record for the same user and mechanism replaces it."""
+
+    TYPE: ClassVar[int] = 11
+    VERSION: ClassVar[int] = 0
+    name: str
+    mechanism: int
+    salt: bytes = field(repr=False)
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
+    iterations: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord(MetadataRecord):
+    """The user's SCRAM credential for ``mechanism`` is deleted."""
+
+    TYPE: ClassVar[int] = 12
+    VERSION: ClassVar[int] = 0
+    name: str
+    mechanism: int
+
+
 # ---------------------------------------------------------------- WAL failover (Fjord's own ids, after AutoMQ's 5xx)
 
 
@@ -248,6 +276,8 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     FenceBrokerRecord,
     UnfenceBrokerRecord,
     ProducerIdsRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
     WALFailoverRecord,
     WALFailoverDoneRecord,
 )
@@ -290,6 +320,7 @@ __all__ = [
     "RemoveStreamRecord",
     "RemoveStreamSetObjectRecord",
     "RemoveTopicRecord",
+    "RemoveUserScramCredentialRecord",
     "StreamEndOffsetsRecord",
     "StreamObjectRecord",
     "StreamRecord",
@@ -297,6 +328,7 @@ __all__ = [
     "TopicRecord",
     "UnfenceBrokerRecord",
     "UnregisterBrokerRecord",
+    "UserScramCredentialRecord",
     "WALFailoverDoneRecord",
     "WALFailoverRecord",
     "decode_record",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from broker.fetch_session import FetchSessionCache
@@ -24,11 +24,12 @@ from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
-from controller.api import ControllerClient
+from controller.api import ControllerClient, ScramUpsertion
 from controller.config.server import ServerConfig
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
 from controller.quorum import QuorumController
+from controller.scram_bootstrap import add_scram_credentials
 from controller.wal_failover import wal_location_key, zombie_failover
 from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
 from storage.config import ConfigError
@@ -39,6 +40,7 @@ from storage.metadata.api import NodeIdentity
 from storage.objectstore.base import StoreStats
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 from wire.metrics import ServerMetrics
+from wire.sasl import MAX_TOKEN_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +57,14 @@ class Node:
     partitions: PartitionManager
     producer_ids: ProducerIdAllocator
 
-    def __init__(self, config: ServerConfig, *, controller_factory: ControllerFactory | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        controller_factory: ControllerFactory | None = None,
+        scram_credentials: Sequence[ScramUpsertion] = (),
+    ) -> None:
+        """``scram_credentials``: SCRAM users to create before serving if they do not exist (``--add-scram``)."""
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
@@ -64,6 +73,7 @@ class Node:
         self.servers: list[KafkaListener] = []
         self.node_epoch = -1
         self._controller_factory = controller_factory or default_controller_factory(config)
+        self._scram_credentials = tuple(scram_credentials)
         self._controller_handle: ControllerHandle | None = None
         self._metrics_port: int | None = None
         self._stopped = asyncio.Event()
@@ -152,6 +162,7 @@ class Node:
         self.controller = self._controller_handle.client
         self.producer_ids = ProducerIdAllocator(self.controller, lambda: (self.node_id, self.node_epoch))
         self.cluster_id = self.controller.image.cluster_id
+        await add_scram_credentials(self.controller, self._scram_credentials)
 
         dispatcher = RequestDispatcher(self, self.metrics, store_stats=self._store_stats)
         max_request = self.config.socket_request_max_bytes
@@ -167,6 +178,7 @@ class Node:
                 max_in_flight=DEFAULT_MAX_IN_FLIGHT,
                 connection_state=dispatcher.connection_state,
                 ssl_context=tls.context() if tls is not None else None,
+                unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if listener.name in self.config.sasl else None,
             )
             try:
                 await server.bind()

@@ -23,8 +23,12 @@ class FrameBuffer:
     before it are still returned, and nothing after it ever is (the connection must close, after answering them).
     """
 
-    def __init__(self, *, max_frame_bytes: int, min_frame_bytes: int, staging_bytes: int = STAGING_BYTES) -> None:
+    def __init__(self, *, max_frame_bytes: int, min_frame_bytes: int, staging_bytes: int = STAGING_BYTES,
+                 limit_key: str = "socket.request.max.bytes") -> None:
+        #: The limit may change between reads (a SASL connection's is raised once it has authenticated);
+        #: ``limit_key`` is the setting an error names.
         self.max_frame_bytes = max_frame_bytes
+        self.limit_key = limit_key
         self.min_frame_bytes = min_frame_bytes
         self.error: str | None = None
         self._staging = bytearray(staging_bytes)
@@ -65,7 +69,7 @@ class FrameBuffer:
             if size > self.max_frame_bytes or size < self.min_frame_bytes:
                 self.error = (
                     f"request of {size} bytes is outside [{self.min_frame_bytes}, {self.max_frame_bytes}] "
-                    "(socket.request.max.bytes)"
+                    f"({self.limit_key})"
                 )
                 self._start = self._end = 0
                 return frames

@@ -62,6 +62,9 @@ class Peer:
     port: int
     listener: str
     state: object = field(default=None, compare=False, repr=False)
+    #: Raises the connection's request size limit from the listener's ``unauthenticated_max_request_bytes`` to its
+    #: ``max_request_bytes`` (the dispatcher calls it once a SASL client has authenticated); None: nothing to raise.
+    lift_request_limit: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port} on listener {self.listener}"
@@ -89,7 +92,11 @@ class KafkaListener:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         connection_state: Callable[[], object] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        unauthenticated_max_request_bytes: int | None = None,
     ) -> None:
+        """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
+        authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
+        broker buffer a ``max_request_bytes`` frame; :attr:`Peer.lift_request_limit` raises it."""
         self.dispatcher = dispatcher
         #: Makes the dispatcher's per-connection :attr:`Peer.state` when a connection opens (None: no state).
         self.connection_state = connection_state
@@ -99,6 +106,7 @@ class KafkaListener:
         self.max_request_bytes = max_request_bytes
         self.max_in_flight = max_in_flight
         self.ssl_context = ssl_context
+        self.unauthenticated_max_request_bytes = unauthenticated_max_request_bytes
         self._server: asyncio.Server | None = None
         self._tls_socket: socket.socket | None = None  # a TLS listener's own listening socket
         self._acceptor: asyncio.Task[None] | None = None
@@ -220,7 +228,13 @@ class _Connection(asyncio.BufferedProtocol):
     def __init__(self, server: KafkaListener) -> None:
         self._server = server
         self._dispatcher = server.dispatcher
-        self._frames = FrameBuffer(max_frame_bytes=server.max_request_bytes, min_frame_bytes=codec.HEADER_PREFIX_SIZE)
+        limited = server.unauthenticated_max_request_bytes
+        self._frames = (
+            FrameBuffer(max_frame_bytes=server.max_request_bytes, min_frame_bytes=codec.HEADER_PREFIX_SIZE)
+            if limited is None
+            else FrameBuffer(max_frame_bytes=min(limited, server.max_request_bytes),
+                             min_frame_bytes=codec.HEADER_PREFIX_SIZE, limit_key="sasl.server.max.receive.size")
+        )
         self._pending: collections.deque[asyncio.Task[Response | None]] = collections.deque()
         self._wakeup: asyncio.Event = asyncio.Event()
         self._reading_paused = False
@@ -244,10 +258,15 @@ class _Connection(asyncio.BufferedProtocol):
         peername = transport.get_extra_info("peername") or ("?", 0)
         make_state = self._server.connection_state
         state = make_state() if make_state is not None else None
-        self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name, state)
+        lift = self._lift_request_limit if self._server.unauthenticated_max_request_bytes is not None else None
+        self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name, state, lift)
         self._server._opened(self)
         logger.debug("connection from %s", self.peer)
         self.responder = asyncio.get_running_loop().create_task(self._respond())
+
+    def _lift_request_limit(self) -> None:
+        self._frames.max_frame_bytes = self._server.max_request_bytes
+        self._frames.limit_key = "socket.request.max.bytes"
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._frames.get_buffer()

@@ -51,6 +51,16 @@ class ServerMetrics:
             "fjord_broker_request_seconds", "Time from decoded request to encoded response", ["api"],
             buckets=LAG_BUCKETS, registry=self.registry,
         )
+        self.authentication_failures = Counter(
+            "fjord_broker_authentication_failures",
+            "SASL authentications that failed (wrong credentials, a malformed or out-of-order exchange)",
+            ["listener", "mechanism"],
+            registry=self.registry,
+        )
+        self.authentications = Counter(
+            "fjord_broker_authentications", "SASL authentications that succeeded (re-authentications included)",
+            ["listener", "mechanism"], registry=self.registry,
+        )
         self.loop_lag_seconds = Histogram(
             "fjord_broker_event_loop_lag_seconds",
             "How late the event loop ran a timer due every LOOP_LAG_PERIOD_S: what any request waiting on the loop "

@@ -16,6 +16,7 @@ from typing import Any
 
 from broker.handlers.append_order import AppendOrder
 from broker.handlers.commit_order import PendingCommits
+from broker.sasl_session import SaslSession
 from broker.services import BrokerServices
 from wire import codec
 from wire.api_versions import VersionRange
@@ -35,6 +36,13 @@ class ConnectionState:
 
     appends: AppendOrder = field(default_factory=AppendOrder)
     commits: PendingCommits = field(default_factory=PendingCommits)
+    #: On a SASL listener: the connection's authentication (made by the dispatcher at its first request).
+    sasl: SaslSession | None = None
+
+    @property
+    def principal(self) -> str | None:
+        """``User:<name>`` of an authenticated SASL connection (for ACLs, later), else None."""
+        return self.sasl.principal if self.sasl is not None else None
 
 
 @dataclass(slots=True)
@@ -64,7 +72,9 @@ class RequestContext:
 
     def describe(self) -> str:
         """For logs: who sent what."""
+        principal = self.connection.principal
         return (
             f"api_key={self.api_key} v{self.api_version} correlation_id={self.correlation_id} "
             f"client={self.client_id!r}@{self.client_host}:{self.client_port}"
+            + (f" principal={principal}" if principal is not None else "")
         )

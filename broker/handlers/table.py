@@ -40,6 +40,8 @@ from broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl,
+    scram_credentials,
     sync_group,
     topics,
     txn_offset_commit,
@@ -62,6 +64,7 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         14: sync_group.handle_sync_group,  # SyncGroup
         15: describe_groups.handle_describe_groups,  # DescribeGroups
         16: list_groups.handle_list_groups,  # ListGroups
+        17: sasl.handle_sasl_handshake,  # SaslHandshake
         18: api_versions.handle_api_versions,  # ApiVersions
         19: topics.handle_create_topics,  # CreateTopics
         20: topics.handle_delete_topics,  # DeleteTopics
@@ -75,12 +78,15 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         28: txn_offset_commit.handle_txn_offset_commit,  # TxnOffsetCommit
         32: configs.handle_describe_configs,  # DescribeConfigs
         33: configs.handle_alter_configs,  # AlterConfigs
+        36: sasl.handle_sasl_authenticate,  # SaslAuthenticate
         37: topics.handle_create_partitions,  # CreatePartitions
         42: delete_groups.handle_delete_groups,  # DeleteGroups
         44: configs.handle_incremental_alter_configs,  # IncrementalAlterConfigs
         45: alter_partition_reassignments.handle_alter_partition_reassignments,  # AlterPartitionReassignments
         46: list_partition_reassignments.handle_list_partition_reassignments,  # ListPartitionReassignments
         47: offset_delete.handle_offset_delete,  # OffsetDelete
+        50: scram_credentials.handle_describe_user_scram_credentials,  # DescribeUserScramCredentials
+        51: scram_credentials.handle_alter_user_scram_credentials,  # AlterUserScramCredentials
         55: describe_quorum.handle_describe_quorum,  # DescribeQuorum
         60: cluster.handle_describe_cluster,  # DescribeCluster
         61: describe_producers.handle_describe_producers,  # DescribeProducers

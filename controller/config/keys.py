@@ -271,7 +271,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # fjord: the port of the Prometheus /metrics endpoint (absent: no endpoint)
         ConfigKey("metrics.port", _B.INT, None, between(0, 65535)),
         # TLS of SSL client listeners (controller.config.security; listener.name.<name>.ssl.* overrides them). These
-        # are the only ssl.* keys Fjord reads; any other one, and every SASL, ACL and quota key, stops the node.
+        # are the only ssl.* keys Fjord reads; any other one, and every ACL and quota key, stops the node.
         # fjord: PEM only, so PEM is the default (Kafka's is JKS, which the standard library cannot read).
         ConfigKey("ssl.keystore.type", _B.STRING, "PEM", one_of("PEM", case_sensitive=False)),
         ConfigKey("ssl.keystore.location", _B.STRING, None),
@@ -284,6 +284,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("ssl.client.auth", _B.STRING, "none", one_of("none", "requested", "required")),
         ConfigKey("ssl.enabled.protocols", _B.LIST, ["TLSv1.2", "TLSv1.3"], all_of("TLSv1.2", "TLSv1.3")),
         ConfigKey("ssl.cipher.suites", _B.LIST, []),
+        # SASL of SASL_PLAINTEXT/SASL_SSL client listeners (controller.config.security; listener.name.<name>.*
+        # overrides them).
+        # Kafka's default mechanism is GSSAPI, which Fjord refuses at start: a SASL listener names its mechanisms.
+        ConfigKey("sasl.enabled.mechanisms", _B.LIST, ["GSSAPI"]),
+        ConfigKey("sasl.jaas.config", _B.PASSWORD, None),
+        # KIP-368: a SASL session's lifetime (0: none); the client re-authenticates before it ends.
+        ConfigKey("connections.max.reauth.ms", _B.LONG, 0, at_least(0)),
     )
 }
 

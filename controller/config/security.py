@@ -1,10 +1,17 @@
-"""A node's security settings: what Fjord serves (TLS on client listeners) and what stops it at start.
+"""A node's security settings: what Fjord serves (TLS and SASL on client listeners) and what stops it at start.
 
-Fjord serves PLAINTEXT and SSL (TLS) client listeners. SASL, ACLs (an authorizer) and quotas are not implemented;
-a setting for them must never be ignored silently (a "SASL_SSL" listener served as plaintext is worse than no
-listener), so :func:`refusal` names every such key and :class:`~controller.config.server.ServerConfig` stops the
-node with one line naming it. Messages name keys, never values: a ``sasl.jaas.config`` or a key password must not
-reach a terminal or a log.
+Fjord serves PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL client listeners, SASL with PLAIN, SCRAM-SHA-256 and
+SCRAM-SHA-512. ACLs (an authorizer), quotas, other SASL mechanisms (GSSAPI, OAUTHBEARER), SASL between nodes and a
+non-PLAINTEXT CONTROLLER listener are not implemented; a setting for them must never be ignored silently (a
+"SASL_SSL" listener served as plaintext is worse than no listener), so :func:`refusal` names every such key and
+:class:`~controller.config.server.ServerConfig` stops the node with one line naming it. Messages name keys, never
+values: a ``sasl.jaas.config`` or a key password must not reach a terminal or a log.
+
+SASL settings are Kafka's: ``sasl.enabled.mechanisms`` (default GSSAPI, which Fjord refuses, so a SASL listener
+needs it set, as with Kafka when GSSAPI is not configured) and the PLAIN users of a JAAS config,
+``listener.name.<name>.plain.sasl.jaas.config`` or ``sasl.jaas.config``, each overridable per listener;
+:func:`listener_sasl` resolves them into a :class:`ListenerSasl`. SCRAM credentials are not configuration: they are
+metadata records (AlterUserScramCredentials).
 
 TLS settings are Kafka's ``ssl.*`` keys of the catalogue (:mod:`controller.config.keys`), each overridable per
 listener as ``listener.name.<name>.ssl.*``; :func:`listener_tls` resolves them for one listener into the plain
@@ -20,18 +27,30 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasError, parse_jaas
 from controller.config.keys import BROKER_KEYS, ConfigValueError
 from storage.config import ConfigError
 from wire.tls import TlsError, TlsSettings, server_context
 
-#: The security protocols Kafka knows, and the ones Fjord's client listeners serve.
+#: The security protocols Kafka knows; Fjord's client listeners serve all four.
 KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+#: Listeners of these protocols speak TLS, and of these SASL.
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+#: The SASL mechanisms Fjord serves, and the sasl.* keys it reads (every other one is refused).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_KEYS = frozenset(("sasl.enabled.mechanisms", "sasl.jaas.config"))
+#: The per-listener SASL keys Fjord reads, after ``listener.name.<name>.``.
+_LISTENER_SASL_KEYS = frozenset(
+    ("sasl.enabled.mechanisms", *(f"{mechanism.lower()}.sasl.jaas.config" for mechanism in SASL_MECHANISMS))
+)
 #: The ssl.* keys Fjord reads (every other ssl.* key is refused).
 SSL_KEYS = frozenset(name for name in BROKER_KEYS if name.startswith("ssl."))
 LISTENER_PREFIX = "listener.name."
 
-_SASL = "SASL is not implemented (Fjord's listeners serve PLAINTEXT and SSL only)"
+_SASL = (f"not implemented (Fjord's SASL serves {', '.join(SASL_MECHANISMS)} on client listeners and reads "
+         f"{', '.join(sorted(SASL_KEYS))} and listener.name.<name>.{{sasl.enabled.mechanisms,"
+         f"<mechanism>.sasl.jaas.config}}; nodes make no SASL connections to each other or to controllers)")
 _ACL = "authorization (ACLs) is not implemented; every client may do everything"
 _QUOTA = "quotas are not implemented"
 _SSL = f"not implemented (Fjord's TLS reads {', '.join(sorted(SSL_KEYS))})"
@@ -61,10 +80,12 @@ def refusal(name: str, value: str) -> str | None:
         if not dot:
             return None
         if rest.startswith("sasl.") or ".sasl." in rest:  # listener.name.x.plain.sasl.jaas.config
-            return _SASL
+            return None if rest in _LISTENER_SASL_KEYS else _SASL
         return refusal(rest, value)
-    if lower.startswith(("sasl.", "delegation.token.")):
+    if lower.startswith("sasl.") and lower not in SASL_KEYS:
         return _SASL
+    if lower.startswith("delegation.token."):
+        return "delegation tokens are not implemented"
     if lower.startswith("ssl.") and lower not in SSL_KEYS:
         return _SSL
     if lower in _AUTHORIZATION_KEYS and value.strip():
@@ -92,23 +113,29 @@ def listener_override(name: str) -> tuple[str, str] | None:
     return (listener.upper(), rest) if rest in SSL_KEYS else None
 
 
+def sasl_listener_override(name: str) -> tuple[str, str] | None:
+    """(listener name, key) of a ``listener.name.<name>.`` SASL key Fjord reads, else None."""
+    if not name.lower().startswith(LISTENER_PREFIX):
+        return None
+    listener, _, rest = name[len(LISTENER_PREFIX):].partition(".")
+    return (listener.upper(), rest.lower()) if rest.lower() in _LISTENER_SASL_KEYS else None
+
+
 def check_listener_protocols(
     listener_names: tuple[str, ...], protocols: Mapping[str, str], controller_names: tuple[str, ...]
 ) -> None:
     """Every listener's protocol is known and served; controller listeners (this node's or the quorum's it talks
-    to) are PLAINTEXT, since neither the CONTROLLER listener nor the connections to it speak TLS yet."""
+    to) are PLAINTEXT, since neither the CONTROLLER listener nor the connections to it speak TLS or SASL yet."""
     key = "listener.security.protocol.map"
     for name in listener_names:
         protocol = protocols[name]
         if protocol not in KNOWN_PROTOCOLS:
             raise ConfigError(f"{key}: listener {name} has unknown security protocol {protocol} "
                               f"(one of {', '.join(KNOWN_PROTOCOLS)})")
-        if protocol not in SERVED_PROTOCOLS:
-            raise ConfigError(f"{key}: listener {name} is {protocol}: {_SASL}")
     for name in controller_names:
         if protocols.get(name, "PLAINTEXT") != "PLAINTEXT":
             raise ConfigError(f"{key}: controller listener {name} is {protocols[name]}: controller connections are "
-                              "PLAINTEXT only (TLS is served on client listeners)")
+                              "PLAINTEXT only (TLS and SASL are served on client listeners)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,3 +195,70 @@ def listener_tls(listener: str, props: Mapping[str, str], values: Mapping[str, A
     )
     keys = {setting: sources[key] for setting, key in _FIELD_KEYS.items()}
     return ListenerTls(listener, settings, MappingProxyType(keys))
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSasl:
+    """One SASL listener's mechanisms and PLAIN users (from its JAAS config), with the key each came from."""
+
+    listener: str
+    mechanisms: tuple[str, ...]
+    plain_users: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+
+
+def _listener_value(listener: str, key: str, props: Mapping[str, str]) -> tuple[str, str] | None:
+    """(the key's name as given, its text) of ``listener.name.<listener>.<key>`` in any case, else None."""
+    for name, given in props.items():
+        parsed = sasl_listener_override(name)
+        if parsed == (listener, key):
+            return name, given
+    return None
+
+
+def listener_sasl(listener: str, props: Mapping[str, str], values: Mapping[str, Any]) -> ListenerSasl:
+    """Resolves the SASL settings of ``listener``: ``listener.name.<listener>.*`` first, then the global keys.
+    ConfigError naming the key for a mechanism Fjord does not serve (GSSAPI is Kafka's default), a PLAIN listener
+    without users, or a malformed JAAS config (never its text)."""
+    given = _listener_value(listener, "sasl.enabled.mechanisms", props)
+    if given is not None:
+        key = given[0]
+        mechanisms = [item.strip() for item in given[1].split(",") if item.strip()]
+    else:
+        key = "sasl.enabled.mechanisms"
+        mechanisms = list(values[key])
+    if not mechanisms:
+        raise ConfigError(f"{key}: no SASL mechanism enabled for listener {listener}")
+    for mechanism in mechanisms:
+        if mechanism.upper() not in SASL_MECHANISMS:
+            raise ConfigError(f"{key}: mechanism {mechanism} is not implemented on listener {listener} "
+                              f"(Fjord serves {', '.join(SASL_MECHANISMS)}; Kafka's default is GSSAPI)")
+    enabled = tuple(dict.fromkeys(m.upper() for m in mechanisms))
+    users: dict[str, str] = {}
+    # Every JAAS config given is parsed, for an enabled mechanism or not: a malformed one never passes unnoticed.
+    for mechanism in SASL_MECHANISMS:
+        module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
+        given = _listener_value(listener, f"{mechanism.lower()}.sasl.jaas.config", props)
+        if given is None and values.get("sasl.jaas.config"):
+            given = "sasl.jaas.config", str(values["sasl.jaas.config"])
+        if given is None:
+            continue
+        name, text = given
+        try:
+            entry = parse_jaas(text)
+        except JaasError as exc:
+            raise ConfigError(f"{name}: malformed JAAS config: {exc}") from None
+        if entry.login_module not in (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE):
+            raise ConfigError(f"{name}: the login module must be {PLAIN_LOGIN_MODULE} or {SCRAM_LOGIN_MODULE}")
+        if entry.login_module != module:
+            if name == "sasl.jaas.config":
+                continue  # the global config serves the mechanism whose login module it names
+            raise ConfigError(f"{name}: the login module for {mechanism} must be {module}")
+        if mechanism == "PLAIN" and mechanism in enabled:
+            users = entry.users()
+            if not users:
+                raise ConfigError(f"{name}: no user_<name>=\"<password>\" option, so no user can authenticate with "
+                                  f"PLAIN on listener {listener}")
+    if "PLAIN" in enabled and not users:
+        raise ConfigError(f"listener.name.{listener.lower()}.plain.sasl.jaas.config: listener {listener} enables "
+                          f"PLAIN but no JAAS config ({PLAIN_LOGIN_MODULE} with user_<name> options) gives its users")
+    return ListenerSasl(listener, enabled, MappingProxyType(users))

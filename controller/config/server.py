@@ -3,7 +3,8 @@
 :meth:`ServerConfig.load` parses every value with its key's definition in :mod:`controller.config.keys` (the
 ``s3.*`` keys go to :class:`storage.config.StorageConfig`, composed here, not duplicated), then checks what only the
 whole file can tell: listeners, the controller quorum's voters, and the roles this node plays. Security settings
-are :mod:`controller.config.security`'s: TLS of SSL listeners, and the SASL, ACL and quota keys that stop the node.
+are :mod:`controller.config.security`'s: TLS of SSL and SASL_SSL listeners, SASL of SASL_* listeners, and the ACL and
+quota keys that stop the node.
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ from typing import Any
 
 from controller.config.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
 from controller.config.security import (
+    SASL_PROTOCOLS,
+    TLS_PROTOCOLS,
+    ListenerSasl,
     ListenerTls,
     check_listener_protocols,
     listener_override,
+    listener_sasl,
     listener_tls,
     refuse_unimplemented,
+    sasl_listener_override,
 )
 from controller.metadata_records import Endpoint
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
@@ -114,6 +120,8 @@ class ServerConfig:
     voters: tuple[QuorumVoter, ...] = ()
     #: The TLS settings of each SSL listener, by listener name (checked at load: a bad key file stops the start).
     tls: Mapping[str, ListenerTls] = field(default_factory=lambda: MappingProxyType({}))
+    #: The SASL settings of each SASL_PLAINTEXT or SASL_SSL listener, by listener name.
+    sasl: Mapping[str, ListenerSasl] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None, overrides: Iterable[str] = ()) -> ServerConfig:
@@ -136,7 +144,8 @@ class ServerConfig:
             else:
                 values[name] = key.default
         for name in props:
-            if name not in BROKER_KEYS and not name.startswith("s3.") and listener_override(name) is None:
+            if (name not in BROKER_KEYS and not name.startswith("s3.") and listener_override(name) is None
+                    and sasl_listener_override(name) is None):
                 logger.warning("The configuration '%s' was supplied but isn't a known config.", name)
         node_id: int = values["node.id"]
         storage = StorageConfig.from_properties(props, node_id=node_id)
@@ -153,10 +162,19 @@ class ServerConfig:
             advertised = parse_listeners(advertised_text, "advertised.listeners")
         protocols = _parse_protocol_map(values["listener.security.protocol.map"])
         tls = {
-            lst.name: listener_tls(lst.name, props, values) for lst in listeners if protocols.get(lst.name) == "SSL"
+            lst.name: listener_tls(lst.name, props, values)
+            for lst in listeners
+            if protocols.get(lst.name) in TLS_PROTOCOLS
         }
         if not tls and any(name.startswith("ssl.") for name in props):
             logger.warning("ssl.* settings are given but no listener is SSL; they are not used")
+        sasl = {
+            lst.name: listener_sasl(lst.name, props, values)
+            for lst in listeners
+            if protocols.get(lst.name) in SASL_PROTOCOLS and lst.name not in controller_names
+        }
+        if not sasl and any(name.startswith("sasl.") for name in props):
+            logger.warning("sasl.* settings are given but no listener is SASL_PLAINTEXT or SASL_SSL; they are not used")
         config = cls(
             static=MappingProxyType(dict(props)),
             values=MappingProxyType(values),
@@ -166,6 +184,7 @@ class ServerConfig:
             security_protocols=MappingProxyType(protocols),
             voters=parse_voters(values["controller.quorum.voters"]),
             tls=MappingProxyType(tls),
+            sasl=MappingProxyType(sasl),
         )
         config.validate()
         return config
@@ -192,6 +211,9 @@ class ServerConfig:
             override = listener_override(name)
             if override is not None and override[0] not in self.tls:
                 raise ConfigError(f"{name}: listener {override[0]} is not an SSL listener of this node")
+            sasl_override = sasl_listener_override(name)
+            if sasl_override is not None and sasl_override[0] not in self.sasl:
+                raise ConfigError(f"{name}: listener {sasl_override[0]} is not a SASL listener of this node")
         for listener_tls_settings in self.tls.values():
             listener_tls_settings.context()  # a missing file, wrong password or unknown suite stops the start here
         for lst in self.advertised_listeners:

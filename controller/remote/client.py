@@ -33,6 +33,9 @@ from controller.api import (
     NewTopic,
     PartitionReassignment,
     ReassignmentResult,
+    ScramAlterResult,
+    ScramDeletion,
+    ScramUpsertion,
 )
 from controller.config.meta_properties import ensure_meta_properties
 from controller.config.server import ServerConfig
@@ -307,6 +310,19 @@ class RemoteControllerClient:
         results = admin_wire.read_alter_partition_reassignments_response(response, reassignments)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the reassigned partitions")
+        return results
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[ScramAlterResult]:
+        request = admin_wire.alter_user_scram_credentials_request(deletions, upsertions)
+        try:
+            response = await self.channel.request(request, "alter SCRAM credentials")
+        except ControllerUnavailableError as exc:
+            return admin_wire.scram_results_refused(deletions, upsertions, ErrorCode.not_controller, str(exc))
+        results = admin_wire.read_alter_user_scram_credentials_response(response)
+        if any(r.error is ErrorCode.none for r in results):
+            await self._sync_after("see the altered SCRAM credentials")
         return results
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:

@@ -309,6 +309,8 @@ class ControllerDispatcher:
         if api_key == m.ALTER_PARTITION_REASSIGNMENTS:
             asked = admin_wire.read_alter_partition_reassignments(body)
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
+        if api_key == m.ALTER_USER_SCRAM_CREDENTIALS:
+            return await admin_requests.alter_user_scram_credentials(response_cls, body, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
 

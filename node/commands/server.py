@@ -13,10 +13,13 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 
 import uvloop
 
+from controller.api import ScramUpsertion
 from controller.config.server import ServerConfig
+from controller.scram_bootstrap import OPTION, parse_add_scram
 from node.logging_setup import configure_logging
 from storage.config import ConfigError, MiB
 
@@ -42,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="set one configuration key, overriding the file (repeatable)",
     )
     start.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO (default), WARNING or ERROR")
+    start.add_argument(
+        "--add-scram", metavar="'MECHANISM=[name=USER,password=PASSWORD]'", action="append", default=[],
+        help="create this SCRAM user before serving unless it exists, as kafka-storage format --add-scram does "
+             "(repeatable; a broker or combined node)",
+    )
     start.set_defaults(run=run_start)
 
 
@@ -49,11 +57,14 @@ def run_start(args: argparse.Namespace) -> int:
     try:
         configure_logging(args.log_level)
         config = ServerConfig.load(args.config, args.override)
+        scram = [parse_add_scram(text) for text in args.add_scram]
+        if scram and "broker" not in config.process_roles:
+            raise ConfigError(f"{OPTION}: give it to a broker or combined node (this node is a controller only)")
     except (ConfigError, ValueError) as exc:
         print(f"fjord: configuration error: {exc}", file=sys.stderr)
         return 1
     try:
-        return uvloop.run(_serve(config))
+        return uvloop.run(_serve(config, scram))
     except ConfigError as exc:
         print(f"fjord: configuration error: {exc}", file=sys.stderr)
         return 1
@@ -112,7 +123,7 @@ def _reuse_freed_memory() -> None:
         logger.debug("mallopt refused the thresholds; the C library's defaults stay")
 
 
-async def _serve(config: ServerConfig) -> int:
+async def _serve(config: ServerConfig, scram: Sequence[ScramUpsertion] = ()) -> int:
     # Imported when a node starts, not when the CLI loads: the node pulls in the broker, controller and storage
     # stacks (about a second), which `fjord --help` and a configuration error have no use for.
     from node.process import Node  # noqa: PLC0415
@@ -121,7 +132,7 @@ async def _serve(config: ServerConfig) -> int:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    node = Node(config)
+    node = Node(config, scram_credentials=scram)
     starting = asyncio.create_task(node.start())
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)

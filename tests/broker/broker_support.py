@@ -12,7 +12,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,13 +138,14 @@ class BrokerProcess:
             self.proc.wait(timeout=10)
 
 
-def server_command(config: Path | None, overrides: Mapping[str, str]) -> list[str]:
+def server_command(config: Path | None, overrides: Mapping[str, str], args: Sequence[str] = ()) -> list[str]:
+    """``args``: further options of ``fjord server start`` (``--add-scram ...``)."""
     cmd = [sys.executable, "-m", "node.cli", "server", "start"]
     if config is not None:
         cmd += ["--config", str(config)]
     for key, value in overrides.items():
         cmd += ["--override", f"{key}={value}"]
-    return cmd
+    return [*cmd, *args]
 
 
 def default_overrides(data_dir: Path) -> dict[str, str]:
@@ -171,6 +172,7 @@ def start_broker(
     *,
     config: Path | None = None,
     timeout: float = START_TIMEOUT_S,
+    args: Sequence[str] = (),
 ) -> BrokerProcess:
     """Starts a node and returns once it answers ApiVersions on its client listener."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +182,7 @@ def start_broker(
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            server_command(config, settings), cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
+            server_command(config, settings, args), cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
         )
     broker = BrokerProcess(proc, data_dir, log_path, node_id=int(settings.get("node.id", "0")))
     deadline = time.monotonic() + timeout

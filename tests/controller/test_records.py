@@ -23,10 +23,12 @@ from controller.metadata_records import (
     RecordDecodeError,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     StreamRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
     WALFailoverDoneRecord,
     WALFailoverRecord,
     decode_record,
@@ -59,6 +61,8 @@ SAMPLES: list[MetadataRecord] = [
     WALFailoverRecord(1, 1700000000000, -1, -1, 0),
     WALFailoverDoneRecord(1, 1700000000000),
     ProducerIdsRecord(2, 1700000000500, 3000),
+    UserScramCredentialRecord("alice", 2, b"salt", b"\x00stored", b"server\xff", 8192),
+    RemoveUserScramCredentialRecord("alice", 2),
 ]
 
 
@@ -76,6 +80,7 @@ def test_round_trip(record: MetadataRecord) -> None:
 def test_type_ids_are_kafkas_and_do_not_collide_with_storage() -> None:
     assert TopicRecord.TYPE == 2 and PartitionRecord.TYPE == 3 and PartitionChangeRecord.TYPE == 5
     assert RegisterBrokerRecord.TYPE == 0 and RemoveTopicRecord.TYPE == 9
+    assert UserScramCredentialRecord.TYPE == 11 and RemoveUserScramCredentialRecord.TYPE == 12
     for cls in (*CLUSTER_RECORD_TYPES, *STREAM_RECORD_TYPES):
         assert ALL_RECORD_TYPES[cls.TYPE] is cls
 
