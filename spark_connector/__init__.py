@@ -3,18 +3,24 @@
 ``register(spark)`` makes ``format("fjord")`` available on a session, for ``spark.read`` and ``spark.readStream``,
 with the options and output schema of Spark's Kafka source. It is pure Python: nothing is added to the classpath.
 This first slice reads through the Kafka protocol (``kafka_reader``); the modules are ``options`` (parsing),
-``offset_lookup`` (asking the cluster), ``offsets`` (planning ranges) and ``source`` (the Spark classes).
+``offset_lookup`` (asking the cluster), ``offsets`` (planning ranges) and ``source`` (the Spark classes). ``sink``
+writes (``df.write``/``writeStream.format("fjord")``), ``fjord_format`` joins both halves into the registered
+format, and ``pipeline`` runs declarative pipelines (``run(spec, spark)``, ``fjord pipeline run``).
 """
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
-
+from spark_connector.fjord_format import FjordFormat, register
+from spark_connector.pipeline import Pipeline, PipelineError, SpecError, load_pipeline, run
 from spark_connector.source import FjordDataSource
 
-__all__ = ["FjordDataSource", "register"]
-
-
-def register(spark: SparkSession) -> None:
-    """Registers the ``fjord`` format on ``spark`` (a registration is per session, as Spark keeps it)."""
-    spark.dataSource.register(FjordDataSource)
+__all__ = [
+    "FjordDataSource",
+    "FjordFormat",
+    "Pipeline",
+    "PipelineError",
+    "SpecError",
+    "load_pipeline",
+    "register",
+    "run",
+]
