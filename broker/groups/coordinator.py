@@ -27,12 +27,10 @@ from kio.schema.errors import ErrorCode
 from broker.groups.group import CONSUMER_PROTOCOL_TYPE, Group, GroupConfig, JoinRequest, PendingWrite
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import (
-    MAX_STORED_STRING_BYTES,
     GroupKey,
     GroupValue,
     OffsetKey,
     OffsetValue,
-    SchemaError,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -40,7 +38,6 @@ from broker.groups.offsets_schema import (
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
-    partition_for,
 )
 from broker.groups.state import GroupState, JoinResult, SyncResult
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
@@ -52,6 +49,7 @@ from controller.image import MetadataImage
 from wire.control_records import ControlRecordError, decode_marker
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
+from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError, partition_for
 
 logger = logging.getLogger(__name__)
 

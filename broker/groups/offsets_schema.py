@@ -18,22 +18,17 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from wire.stored_schema import SchemaError, SchemaReader, bytes_field, nullable_string, string
+
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
 
-# Keys and values use int16-length strings: ids longer than this cannot be persisted at all.
-MAX_STORED_STRING_BYTES = 0x7FFF
-
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-
-
-class SchemaError(ValueError):
-    """A ``__consumer_offsets`` record does not decode with any known schema version."""
 
 
 @dataclass(frozen=True)
@@ -90,27 +85,12 @@ class GroupValue:
 # ---------------------------------------------------------------------------------------------------------- writing
 
 
-def _string(value: str) -> bytes:
-    encoded = value.encode("utf-8")
-    if len(encoded) > MAX_STORED_STRING_BYTES:
-        raise SchemaError(f"string of {len(encoded)} bytes does not fit an int16 length")
-    return _I16.pack(len(encoded)) + encoded
-
-
-def _nullable_string(value: str | None) -> bytes:
-    return _I16.pack(-1) if value is None else _string(value)
-
-
-def _bytes(value: bytes) -> bytes:
-    return _I32.pack(len(value)) + value
-
-
 def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    return _I16.pack(OFFSET_COMMIT_KEY_VERSION) + _string(group_id) + _string(topic) + _I32.pack(partition)
+    return _I16.pack(OFFSET_COMMIT_KEY_VERSION) + string(group_id) + string(topic) + _I32.pack(partition)
 
 
 def encode_group_key(group_id: str) -> bytes:
-    return _I16.pack(GROUP_METADATA_KEY_VERSION) + _string(group_id)
+    return _I16.pack(GROUP_METADATA_KEY_VERSION) + string(group_id)
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
@@ -118,7 +98,7 @@ def encode_offset_value(value: OffsetValue) -> bytes:
         return (
             _I16.pack(OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY)
             + _I64.pack(value.offset)
-            + _string(value.metadata)
+            + string(value.metadata)
             + _I64.pack(value.commit_timestamp_ms)
             + _I64.pack(value.expire_timestamp_ms)
         )
@@ -126,115 +106,36 @@ def encode_offset_value(value: OffsetValue) -> bytes:
         _I16.pack(OFFSET_COMMIT_VALUE_VERSION)
         + _I64.pack(value.offset)
         + _I32.pack(value.leader_epoch)
-        + _string(value.metadata)
+        + string(value.metadata)
         + _I64.pack(value.commit_timestamp_ms)
     )
 
 
 def encode_group_value(value: GroupValue) -> bytes:
     out = bytearray(_I16.pack(GROUP_METADATA_VALUE_VERSION))
-    out += _string(value.protocol_type)
+    out += string(value.protocol_type)
     out += _I32.pack(value.generation)
-    out += _nullable_string(value.protocol)
-    out += _nullable_string(value.leader)
+    out += nullable_string(value.protocol)
+    out += nullable_string(value.leader)
     out += _I64.pack(value.current_state_timestamp_ms)
     out += _I32.pack(len(value.members))
     for member in value.members:
-        out += _string(member.member_id)
-        out += _nullable_string(member.group_instance_id)
-        out += _string(member.client_id)
-        out += _string(member.client_host)
+        out += string(member.member_id)
+        out += nullable_string(member.group_instance_id)
+        out += string(member.client_id)
+        out += string(member.client_host)
         out += _I32.pack(member.rebalance_timeout_ms)
         out += _I32.pack(member.session_timeout_ms)
-        out += _bytes(member.subscription)
-        out += _bytes(member.assignment)
+        out += bytes_field(member.subscription)
+        out += bytes_field(member.assignment)
     return bytes(out)
 
 
 # ---------------------------------------------------------------------------------------------------------- reading
 
 
-class _Reader:
-    """Cursor over one key or value; ``flexible`` switches strings/bytes/arrays to the compact encodings."""
-
-    def __init__(self, data: bytes, what: str, *, flexible: bool = False) -> None:
-        self.data = data
-        self.pos = 0
-        self.what = what
-        self.flexible = flexible
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise SchemaError(f"{self.what}: truncated at byte {self.pos} (need {n} of {len(self.data) - self.pos})")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def i16(self) -> int:
-        value: int = _I16.unpack(self._take(2))[0]
-        return value
-
-    def i32(self) -> int:
-        value: int = _I32.unpack(self._take(4))[0]
-        return value
-
-    def i64(self) -> int:
-        value: int = _I64.unpack(self._take(8))[0]
-        return value
-
-    def uvarint(self) -> int:
-        """Unsigned (not zig-zag) varint, as the flexible protocol encodings use for lengths and tags."""
-        value = shift = 0
-        while True:
-            (b,) = self._take(1)
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise SchemaError(f"{self.what}: unsigned varint longer than 5 bytes at byte {self.pos}")
-
-    def _length(self) -> int:
-        # Compact encodings store length + 1 so that 0 can mean null.
-        return self.uvarint() - 1 if self.flexible else self.i16()
-
-    def nullable_string(self) -> str | None:
-        n = self._length()
-        if n < 0:
-            return None
-        try:
-            return self._take(n).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise SchemaError(f"{self.what}: string is not UTF-8 at byte {self.pos}") from exc
-
-    def string(self) -> str:
-        value = self.nullable_string()
-        if value is None:
-            raise SchemaError(f"{self.what}: null where a string is required at byte {self.pos}")
-        return value
-
-    def bytes_(self) -> bytes:
-        n = self.uvarint() - 1 if self.flexible else self.i32()
-        if n < 0:
-            raise SchemaError(f"{self.what}: null where bytes are required at byte {self.pos}")
-        return self._take(n)
-
-    def array_length(self) -> int:
-        n = self.uvarint() - 1 if self.flexible else self.i32()
-        if n < 0:
-            raise SchemaError(f"{self.what}: null array at byte {self.pos}")
-        return n
-
-    def skip_tagged_fields(self) -> None:
-        if not self.flexible:
-            return
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
-
-
 def decode_key(data: bytes) -> OffsetKey | GroupKey | UnknownKey:
-    reader = _Reader(data, "__consumer_offsets key")
+    reader = SchemaReader(data, "__consumer_offsets key")
     version = reader.i16()
     if version in (0, 1):
         return OffsetKey(reader.string(), reader.string(), reader.i32())
@@ -246,10 +147,10 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | UnknownKey:
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
-    version = _Reader(data, "offset commit value").i16()
+    version = SchemaReader(data, "offset commit value").i16()
     if not 0 <= version <= 4:
         raise SchemaError(f"offset commit value: unknown version {version}")
-    reader = _Reader(data, f"offset commit value v{version}", flexible=version >= 4)
+    reader = SchemaReader(data, f"offset commit value v{version}", flexible=version >= 4)
     reader.pos = 2
     offset = reader.i64()
     leader_epoch = reader.i32() if version >= 3 else -1
@@ -267,10 +168,10 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 
 def decode_group_value(data: bytes) -> GroupValue:
-    version = _Reader(data, "group metadata value").i16()
+    version = SchemaReader(data, "group metadata value").i16()
     if not 0 <= version <= 4:
         raise SchemaError(f"group metadata value: unknown version {version}")
-    reader = _Reader(data, f"group metadata value v{version}", flexible=version >= 4)
+    reader = SchemaReader(data, f"group metadata value v{version}", flexible=version >= 4)
     reader.pos = 2
     protocol_type = reader.string()
     generation = reader.i32()
@@ -309,21 +210,3 @@ def decode_group_value(data: bytes) -> GroupValue:
         current_state_timestamp_ms=state_timestamp,
         members=tuple(members),
     )
-
-
-def java_string_hash(value: str) -> int:
-    """Java's ``String.hashCode``: 31-based over UTF-16 code units, wrapped to a signed 32-bit int."""
-    h = 0
-    encoded = value.encode("utf-16-be")
-    for i in range(0, len(encoded), 2):
-        h = (31 * h + ((encoded[i] << 8) | encoded[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group, exactly as Kafka computes it.
-
-    Kafka's ``Utils.abs`` maps Integer.MIN_VALUE to 0 rather than overflowing, so we do too.
-    """
-    h = java_string_hash(group_id)
-    return (0 if h == -0x80000000 else abs(h)) % num_partitions

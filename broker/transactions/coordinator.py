@@ -28,7 +28,6 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from broker.groups.offsets_schema import MAX_STORED_STRING_BYTES
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.transactions.log_schema import SchemaError, decode_key, decode_value, encode_key, encode_value
@@ -49,6 +48,7 @@ from controller.image import MetadataImage
 from wire import codec
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
+from wire.stored_schema import MAX_STORED_STRING_BYTES
 
 logger = logging.getLogger(__name__)
 

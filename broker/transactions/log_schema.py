@@ -9,8 +9,8 @@ the transactional id expired, and compaction eventually drops it altogether.
 The value keeps neither the last producer id nor the last epoch (Kafka's does not either): a coordinator that
 loads an id knows only its current producer id and epoch.
 
-The partition of an id is Kafka's ``abs(String.hashCode) % partitions``: the same computation as the group
-coordinator's, whose helper this module reuses.
+The partition of an id is Kafka's ``abs(String.hashCode) % partitions`` (``wire.stored_schema.partition_for``, the
+group coordinator's computation too).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from broker.groups.offsets_schema import MAX_STORED_STRING_BYTES, SchemaError, _Reader
-from broker.groups.offsets_schema import partition_for as _java_hash_partition
 from broker.transactions.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition, TxnState, TxnTransit
+from wire.stored_schema import SchemaError, SchemaReader, array_length, partition_for, string, uvarint
 
 __all__ = [
     "KEY_VERSION",
@@ -43,39 +42,12 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 
-def partition_for(transactional_id: str, num_partitions: int) -> int:
-    """The ``__transaction_state`` partition of a transactional id, exactly as Kafka computes it."""
-    return _java_hash_partition(transactional_id, num_partitions)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _string(value: str, flexible: bool) -> bytes:
-    encoded = value.encode("utf-8")
-    if len(encoded) > MAX_STORED_STRING_BYTES:
-        raise SchemaError(f"string of {len(encoded)} bytes does not fit an int16 length")
-    return (_uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))) + encoded
-
-
-def _array_length(n: int | None, flexible: bool) -> bytes:
-    if flexible:
-        return _uvarint(0 if n is None else n + 1)
-    return _I32.pack(-1 if n is None else n)
-
-
 def encode_key(transactional_id: str) -> bytes:
-    return _I16.pack(KEY_VERSION) + _string(transactional_id, flexible=False)
+    return _I16.pack(KEY_VERSION) + string(transactional_id, flexible=False)
 
 
 def decode_key(data: bytes) -> str:
-    reader = _Reader(data, "__transaction_state key")
+    reader = SchemaReader(data, "__transaction_state key")
     version = reader.i16()
     if version != KEY_VERSION:
         raise SchemaError(f"__transaction_state key: unknown version {version}")
@@ -102,30 +74,30 @@ def encode_value(value: TxnTransit, version: int = VALUE_VERSION) -> bytes:
     out += _I32.pack(value.timeout_ms)
     out += _I8.pack(value.state.byte)
     if value.state is TxnState.EMPTY:
-        out += _array_length(None, flexible)
+        out += array_length(None, flexible=flexible)
     else:
         grouped = _grouped(value.partitions)
-        out += _array_length(len(grouped), flexible)
+        out += array_length(len(grouped), flexible=flexible)
         for topic, partitions in grouped.items():
-            out += _string(topic, flexible)
-            out += _array_length(len(partitions), flexible)
+            out += string(topic, flexible=flexible)
+            out += array_length(len(partitions), flexible=flexible)
             for partition in partitions:
                 out += _I32.pack(partition)
             if flexible:
-                out += _uvarint(0)  # tagged fields of PartitionsSchema
+                out += uvarint(0)  # tagged fields of PartitionsSchema
     out += _I64.pack(value.txn_last_update_ms)
     out += _I64.pack(value.txn_start_ms)
     if flexible:
-        out += _uvarint(0)
+        out += uvarint(0)
     return bytes(out)
 
 
 def decode_value(data: bytes) -> TxnTransit:
-    version = _Reader(data, "__transaction_state value").i16()
+    version = SchemaReader(data, "__transaction_state value").i16()
     if version not in (0, _FLEXIBLE_VALUE_VERSION):
         raise SchemaError(f"__transaction_state value: unknown version {version}")
     flexible = version >= _FLEXIBLE_VALUE_VERSION
-    reader = _Reader(data, f"__transaction_state value v{version}", flexible=flexible)
+    reader = SchemaReader(data, f"__transaction_state value v{version}", flexible=flexible)
     reader.pos = 2
     producer_id = reader.i64()
     epoch = reader.i16()

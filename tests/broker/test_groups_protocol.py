@@ -23,10 +23,10 @@ from broker.groups.offsets_schema import (
     decode_group_value,
     decode_key,
     decode_offset_value,
-    partition_for,
 )
 from tests.waiting import eventually
 from wire import codec
+from wire.stored_schema import partition_for
 
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
 

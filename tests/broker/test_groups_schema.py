@@ -22,7 +22,6 @@ from broker.groups.offsets_schema import (
     MemberValue,
     OffsetKey,
     OffsetValue,
-    SchemaError,
     UnknownKey,
     decode_group_value,
     decode_key,
@@ -31,9 +30,8 @@ from broker.groups.offsets_schema import (
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
-    java_string_hash,
-    partition_for,
 )
+from wire.stored_schema import SchemaError, java_string_hash, partition_for
 
 text = st.text(max_size=40)
 

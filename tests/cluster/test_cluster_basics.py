@@ -23,13 +23,13 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from broker.groups.offsets_schema import partition_for
 from broker.partition.producer_ids import BLOCK_SIZE
 from controller.config.keys import INTERNAL_TOPIC_PARTITIONS
 from controller.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
 from tests.waiting import eventually
 from wire import codec
+from wire.stored_schema import partition_for
 
 LIST_OFFSETS = 2
 INIT_PRODUCER_ID = 22
