@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, read_committed, topic_name
-from confluent_kafka import Producer
+from confluent_kafka import IsolationLevel, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KafkaTopicPartition
 
 from broker.transactions.log_schema import partition_for
 from node.local_cluster import LocalCluster
@@ -84,3 +87,70 @@ def test_the_coordinator_stops_mid_transaction_and_its_successor_completes_it(
 
     seen = sorted(v.decode() for _, v in read_committed(others, topic, PARTITIONS))
     assert seen == sorted([f"before-{i}" for i in range(PARTITIONS)] + [f"after-{i}" for i in range(PARTITIONS)])
+
+
+def _stable_ends(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (last stable offset, log end offset), as ListOffsets reports them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    ends: dict[IsolationLevel, dict[int, int]] = {}
+    for isolation in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+        asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+        futures = admin.list_offsets(asked, isolation_level=isolation, request_timeout=10)
+        ends[isolation] = {tp.partition: f.result(timeout=15).offset for tp, f in futures.items()}
+    return {
+        p: (ends[IsolationLevel.READ_COMMITTED][p], ends[IsolationLevel.READ_UNCOMMITTED][p]) for p in range(PARTITIONS)
+    }
+
+
+def test_partitions_moved_mid_transaction_keep_it_open_then_commit_or_abort_it(
+    cluster_factory: Callable[..., LocalCluster],
+) -> None:
+    cluster = cluster_factory(controllers=1, brokers=2)
+    bootstrap = cluster.bootstrap_servers
+    brokers = sorted(b.spec.node_id for b in cluster.brokers)
+    topic = topic_name("moved-txn")
+    create_topic(bootstrap, topic, PARTITIONS)
+    placement = leaders(bootstrap, topic, PARTITIONS)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic_name("tid"), "linger.ms": 5})
+    producer.init_transactions(DEADLINE_S)
+
+    def move_every_partition() -> None:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            for partition in range(PARTITIONS):
+                source = leaders(bootstrap, topic, PARTITIONS)[partition]
+                target = brokers[(brokers.index(source) + 1) % len(brokers)]
+                result = admin.alter_partition_reassignments({KafkaTopicPartition(topic, partition): [target]})
+                assert result == {KafkaTopicPartition(topic, partition): None}, result
+                eventually(
+                    lambda p=partition, t=target: leaders(bootstrap, topic).get(p) == t,
+                    timeout=DEADLINE_S,
+                    what=f"{topic}-{partition} led by broker {target}",
+                )
+        finally:
+            admin.close()
+
+    # A transaction open across the moves: its records stay invisible (the new leaders know it is open) ...
+    producer.begin_transaction()
+    for i in range(PARTITIONS):
+        producer.produce(topic, value=f"kept-{i}".encode(), partition=i)
+    producer.flush(DEADLINE_S)
+    move_every_partition()
+    ends = _stable_ends(bootstrap, topic)
+    assert all(stable < end for stable, end in ends.values()), f"an open transaction exposed after a move: {ends}"
+    # ... and it goes on and commits on the new leaders.
+    for i in range(PARTITIONS):
+        producer.produce(topic, value=f"kept-late-{i}".encode(), partition=i)
+    producer.commit_transaction(DEADLINE_S)
+
+    # Another one moved back mid-transaction and aborted: none of it may appear.
+    producer.begin_transaction()
+    for i in range(PARTITIONS):
+        producer.produce(topic, value=f"dropped-{i}".encode(), partition=i)
+    producer.flush(DEADLINE_S)
+    move_every_partition()
+    producer.abort_transaction(DEADLINE_S)
+
+    seen = sorted(v.decode() for _, v in read_committed(bootstrap, topic, PARTITIONS))
+    expected = sorted([f"kept-{i}" for i in range(PARTITIONS)] + [f"kept-late-{i}" for i in range(PARTITIONS)])
+    assert seen == expected, f"first placement {placement}"
