@@ -108,6 +108,18 @@ class _Replayed:
 
 
 @dataclass(frozen=True)
+class _TxnCommit:
+    """The transaction a TxnOffsetCommit writes in."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+    def __str__(self) -> str:
+        return f"transaction {self.transactional_id!r} (producer {self.producer_id} epoch {self.producer_epoch})"
+
+
+@dataclass(frozen=True)
 class OffsetCommit:
     offset: int
     leader_epoch: int
@@ -349,7 +361,7 @@ class GroupCoordinator:
                     if header.is_control:
                         self._apply_marker(record, producer_id, replayed, where)
                     else:
-                        self._apply_record(record, header.base_offset, producer_id, replayed, where)
+                        self._apply_record(record, producer_id, replayed, where)
                 position = header.next_offset
         return replayed
 
@@ -370,7 +382,7 @@ class GroupCoordinator:
                     committed[tp] = offset
 
     @staticmethod
-    def _apply_record(record: Record, batch_offset: int, producer_id: int, replayed: _Replayed, where: str) -> None:
+    def _apply_record(record: Record, producer_id: int, replayed: _Replayed, where: str) -> None:
         if record.key is None:
             logger.warning("%s: record at offset %d has no key; skipped", where, record.offset)
             return
@@ -379,14 +391,14 @@ class GroupCoordinator:
             if isinstance(key, OffsetKey):
                 tp = (key.topic, key.partition)
                 if producer_id >= 0 and record.value is not None:
-                    offset = AppendedOffset(decode_offset_value(record.value), batch_offset)
+                    offset = AppendedOffset(decode_offset_value(record.value), record.offset)
                     replayed.pending.setdefault(key.group_id, PendingTxnOffsets()).add(producer_id, tp, offset)
                     return
                 committed = replayed.offsets.setdefault(key.group_id, {})
                 if record.value is None:
                     committed.pop(tp, None)
                 else:
-                    committed[tp] = AppendedOffset(decode_offset_value(record.value), batch_offset)
+                    committed[tp] = AppendedOffset(decode_offset_value(record.value), record.offset)
             elif isinstance(key, GroupKey):
                 if record.value is None:
                     # Only the group metadata goes; its offsets have tombstones of their own (as in Kafka).
@@ -681,48 +693,7 @@ class GroupCoordinator:
         # The commit counted as a heartbeat: re-arm the session timer (but do not let _after forget a group
         # created for this very commit before its offsets are in).
         self._reschedule(group)
-        image = self._node.controller.image
-        results: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, OffsetValue] = {}
-        for (topic, partition), commit in offsets.items():
-            metadata = commit.metadata or ""
-            if len(metadata.encode("utf-8")) > self._metadata_max_bytes:
-                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
-            elif image.partition(topic, partition) is None:
-                results[(topic, partition)] = ErrorCode.unknown_topic_or_partition
-            else:
-                accepted[(topic, partition)] = OffsetValue(
-                    offset=commit.offset,
-                    metadata=metadata,
-                    commit_timestamp_ms=now,
-                    leader_epoch=commit.leader_epoch,
-                    expire_timestamp_ms=now + retention_ms if retention_ms >= 0 else None,
-                )
-        if accepted:
-            records = [
-                Record(key=encode_offset_key(group_id, t, p), value=encode_offset_value(v), timestamp=now)
-                for (t, p), v in accepted.items()
-            ]
-            try:
-                base = await self._append(group_id, records)
-                code = ErrorCode.none
-            except Exception as exc:
-                code = _store_error(exc, offset_commit=True)
-                logger.warning(
-                    "group %s: committing %d offsets to %s-%d failed: %s",
-                    group_id,
-                    len(accepted),
-                    OFFSETS_TOPIC,
-                    self.partition_for(group_id),
-                    exc,
-                )
-            if code is ErrorCode.none and self._groups.get(group_id) is group:
-                for index, ((t, p), v) in enumerate(accepted.items()):
-                    group.offsets.put(t, p, v, base + index)
-            results.update(dict.fromkeys(accepted, code))
-        if self._groups.get(group_id) is group:
-            self._after(group)
-        return {tp: results[tp] for tp in offsets}
+        return await self._write_offsets(group, offsets, now, retention_ms=retention_ms)
 
     async def commit_transactional_offsets(
         self,
@@ -752,6 +723,21 @@ class GroupCoordinator:
         if error is not ErrorCode.none:
             self._after(group)
             return everyone(error)
+        txn = _TxnCommit(transactional_id, producer_id, producer_epoch)
+        return await self._write_offsets(group, offsets, now, txn=txn)
+
+    async def _write_offsets(
+        self,
+        group: Group,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+        now: int,
+        *,
+        retention_ms: int = -1,
+        txn: _TxnCommit | None = None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Checks and appends the offsets of an OffsetCommit, or of a TxnOffsetCommit (``txn``); once durable they
+        are the group's committed offsets, or, in a transaction, its pending ones."""
+        group_id = group.group_id
         image = self._node.controller.image
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetValue] = {}
@@ -767,7 +753,7 @@ class GroupCoordinator:
                     metadata=metadata,
                     commit_timestamp_ms=now,
                     leader_epoch=commit.leader_epoch,
-                    expire_timestamp_ms=None,
+                    expire_timestamp_ms=now + retention_ms if retention_ms >= 0 else None,
                 )
         if accepted:
             records = [
@@ -775,24 +761,30 @@ class GroupCoordinator:
                 for (t, p), v in accepted.items()
             ]
             try:
-                base = await self._append(group_id, records, producer_id=producer_id, producer_epoch=producer_epoch)
+                base = await self._append(
+                    group_id,
+                    records,
+                    producer_id=txn.producer_id if txn is not None else -1,
+                    producer_epoch=txn.producer_epoch if txn is not None else -1,
+                )
                 code = ErrorCode.none
             except Exception as exc:
                 code = _store_error(exc, offset_commit=True)
                 logger.warning(
-                    "group %s: committing %d offsets in transaction %r (producer %d epoch %d) to %s-%d failed: %s",
+                    "group %s: committing %d offsets%s to %s-%d failed: %s",
                     group_id,
                     len(accepted),
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
+                    f" in {txn}" if txn is not None else "",
                     OFFSETS_TOPIC,
                     self.partition_for(group_id),
                     exc,
                 )
             if code is ErrorCode.none and self._groups.get(group_id) is group:
-                for (t, p), v in accepted.items():
-                    group.pending_txn_offsets.add(producer_id, (t, p), AppendedOffset(v, base))
+                for index, ((t, p), v) in enumerate(accepted.items()):
+                    if txn is None:
+                        group.offsets.put(t, p, v, base + index)
+                    else:
+                        group.pending_txn_offsets.add(txn.producer_id, (t, p), AppendedOffset(v, base + index))
             results.update(dict.fromkeys(accepted, code))
         if self._groups.get(group_id) is group:
             self._after(group)

@@ -1,5 +1,5 @@
-"""What the consumer-group handlers share: finding the coordinator, the member host Kafka reports, and the
-per-partition error answer of the offsets APIs."""
+"""What the consumer-group handlers share: finding the coordinator, the member host Kafka reports, the offsets a
+commit asks for, and the per-partition error answer of the offsets APIs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import GroupCoordinator
+from broker.groups.coordinator import GroupCoordinator, OffsetCommit
 from broker.handlers.context import RequestContext
 from wire import codec
 
@@ -21,6 +21,19 @@ def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
 def member_host(ctx: RequestContext) -> str:
     """Kafka reports a member's host as ``/<address>`` (Java's InetAddress.toString); tools print it verbatim."""
     return f"/{ctx.client_host}"
+
+
+def requested_offsets(request_topics: Iterable[Any]) -> dict[tuple[str, int], OffsetCommit]:
+    """The offsets an OffsetCommit or TxnOffsetCommit asks to commit, by (topic, partition)."""
+    return {
+        (topic.name, p.partition_index): OffsetCommit(
+            offset=p.committed_offset,
+            leader_epoch=getattr(p, "committed_leader_epoch", -1),
+            metadata=p.committed_metadata,
+        )
+        for topic in request_topics
+        for p in topic.partitions
+    }
 
 
 def partition_errors(

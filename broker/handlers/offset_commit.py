@@ -10,9 +10,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import OffsetCommit
 from broker.handlers.context import RequestContext
-from broker.handlers.group_common import coordinator, partition_errors
+from broker.handlers.group_common import coordinator, partition_errors, requested_offsets
 from wire import codec
 
 
@@ -30,14 +29,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
 async def _commit(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     groups = coordinator(ctx)
-    offsets: dict[tuple[str, int], OffsetCommit] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            offsets[(topic.name, p.partition_index)] = OffsetCommit(
-                offset=p.committed_offset,
-                leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                metadata=p.committed_metadata,
-            )
+    offsets = requested_offsets(request.topics)
     if groups is None:
         results = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
     else:

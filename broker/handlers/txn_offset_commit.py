@@ -12,20 +12,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import OffsetCommit
 from broker.handlers.context import RequestContext
-from broker.handlers.group_common import coordinator, partition_errors
+from broker.handlers.group_common import coordinator, partition_errors, requested_offsets
 
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
-    offsets: dict[tuple[str, int], OffsetCommit] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            offsets[(topic.name, p.partition_index)] = OffsetCommit(
-                offset=p.committed_offset,
-                leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                metadata=p.committed_metadata,
-            )
+    offsets = requested_offsets(request.topics)
     groups = coordinator(ctx)
     if groups is None:
         results = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)

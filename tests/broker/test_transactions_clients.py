@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 from broker_support import BrokerProcess, WireClient, start_broker
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 from kafka_clients import create_topic, produce_request, topic_name
 from kio.schema.errors import ErrorCode
 
+from tests.reading import read_to_end
 from tests.waiting import eventually
 from wire import codec
 from wire.record_batch import Record, build_batch
@@ -42,38 +43,6 @@ def transactional_producer(bootstrap: str, transactional_id: str, **extra: Any) 
     config: dict[str, Any] = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
     config.update(extra)
     return Producer(config)
-
-
-def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes]]:
-    """Every record a read_committed consumer sees from offset 0 up to the end of each partition."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{topic}-{time.monotonic_ns()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        at_end: set[int] = set()
-        out: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + DEADLINE_S
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"read {len(out)} records of {topic}; partitions at end: {at_end}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            out.append((msg.partition(), msg.value() or b""))
-        return out
-    finally:
-        consumer.close()
 
 
 # ------------------------------------------------------------------------------------------------ wire helpers
@@ -309,7 +278,7 @@ def test_commit_is_read_exactly_once_and_abort_never(kafka: BrokerProcess) -> No
     producer.produce(topic, value=b"committed-last", partition=1)
     producer.commit_transaction(DEADLINE_S)
 
-    seen = read_committed(kafka.bootstrap, topic, 3)
+    seen = read_to_end(kafka.bootstrap, topic, 3)
     values = sorted(v.decode() for _, v in seen)
     assert values == sorted([f"committed-{i}" for i in range(9)] + ["committed-last"])
     assert all(p == int(v.decode().rsplit("-", 1)[1]) % 3 for p, v in seen if v != b"committed-last")
@@ -336,7 +305,7 @@ def test_second_producer_with_the_same_id_fences_the_first(kafka: BrokerProcess)
         zombie.commit_transaction(DEADLINE_S)
     error = refused.value.args[0]
     assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), error
-    assert [v for _, v in read_committed(kafka.bootstrap, topic, 2)] == [b"successor"]
+    assert [v for _, v in read_to_end(kafka.bootstrap, topic, 2)] == [b"successor"]
 
 
 def test_coordinator_aborts_a_timed_out_transaction_and_fences_its_producer(kafka: BrokerProcess) -> None:
@@ -364,7 +333,7 @@ def test_coordinator_aborts_a_timed_out_transaction_and_fences_its_producer(kafk
         assert [t.transactional_id for t in list_transactions(client, states=("Ongoing",)).transaction_states] == []
     with pytest.raises(KafkaException):
         producer.commit_transaction(DEADLINE_S)
-    assert read_committed(kafka.bootstrap, topic, 1) == []
+    assert read_to_end(kafka.bootstrap, topic, 1) == []
 
 
 # ------------------------------------------------------------------------------------------------ wire
@@ -511,7 +480,7 @@ def test_restart_mid_transaction(tmp_path: Path) -> None:
         successor.produce(topic, value=b"replaced-after", partition=1)
         successor.commit_transaction(DEADLINE_S)
 
-        seen = sorted(v for _, v in read_committed(node.bootstrap, topic, 3))
+        seen = sorted(v for _, v in read_to_end(node.bootstrap, topic, 3))
         assert seen == [b"replaced-after", b"resumed-after", b"resumed-before"]
         assert node.stop() == 0, node.log_text()
     finally:

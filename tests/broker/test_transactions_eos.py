@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from broker_support import BrokerProcess
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
 from kafka_clients import create_topic, module_broker, topic_name
+
+from tests.reading import read_to_end
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
@@ -27,39 +29,6 @@ DEADLINE_S = 60.0
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield from module_broker(tmp_path_factory.mktemp("eos"))
-
-
-def read_all(bootstrap: str, topic: str, partitions: int, *, isolation: str) -> list[tuple[int, str]]:
-    """Every record of ``topic`` from offset 0 to the end the isolation level lets a consumer see:
-    (partition, value), in offset order per partition."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{topic}-{isolation}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        at_end: set[int] = set()
-        out: list[tuple[int, str]] = []
-        deadline = time.monotonic() + DEADLINE_S
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"read {len(out)} records of {topic}; partitions at end: {at_end}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            out.append((msg.partition(), (msg.value() or b"").decode()))
-        return out
-    finally:
-        consumer.close()
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
@@ -125,18 +94,18 @@ def test_consume_transform_produce_commits_output_and_input_offsets_together(kaf
         consumer.close()
 
     assert aborted_once
-    out = read_all(kafka.bootstrap, sink, 2, isolation="read_committed")
-    assert sorted(v for _, v in out) == sorted(v.upper() for v in inputs)
+    out = read_to_end(kafka.bootstrap, sink, 2)
+    assert sorted(v.decode() for _, v in out) == sorted(v.upper() for v in inputs)
     # read_uncommitted also sees the aborted round's records: the isolation level is what hid them.
-    uncommitted = read_all(kafka.bootstrap, sink, 2, isolation="read_uncommitted")
+    uncommitted = read_to_end(kafka.bootstrap, sink, 2, isolation="read_uncommitted")
     assert len(uncommitted) > len(out)
     assert committed_offsets(kafka.bootstrap, group, source, 3) == [100, 100, 100]
 
 
 def _assert_committed_only(kafka: BrokerProcess, topic: str, committed: list[str], aborted: list[str]) -> None:
-    values = [v for _, v in read_all(kafka.bootstrap, topic, 1, isolation="read_committed")]
+    values = [v.decode() for _, v in read_to_end(kafka.bootstrap, topic, 1)]
     assert values == committed
-    everything = [v for _, v in read_all(kafka.bootstrap, topic, 1, isolation="read_uncommitted")]
+    everything = [v.decode() for _, v in read_to_end(kafka.bootstrap, topic, 1, isolation="read_uncommitted")]
     assert sorted(everything) == sorted(committed + aborted)
 
 

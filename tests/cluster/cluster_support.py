@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -69,39 +69,6 @@ def leaders(bootstrap: str, topic: str, partitions: int | None = None, timeout: 
         return read()
     result: dict[int, int] = wait_for(f"{partitions} led partitions of {topic}", complete, timeout)
     return result
-
-
-def read_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> list[tuple[int, bytes]]:
-    """Every record a read_committed consumer sees in ``topic`` from offset 0 to the end: (partition, value), in
-    offset order per partition."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": topic_name("reader"),
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        at_end: set[int] = set()
-        out: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + timeout
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"read {len(out)} records of {topic}; partitions at end: {at_end}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            out.append((msg.partition(), msg.value() or b""))
-        return out
-    finally:
-        consumer.close()
 
 
 def live_brokers(bootstrap: str) -> set[int]:

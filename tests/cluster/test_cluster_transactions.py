@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, read_committed, topic_name
+from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, topic_name
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka import KafkaAdminClient
@@ -14,6 +14,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from broker.transactions.log_schema import partition_for
 from node.local_cluster import LocalCluster
+from tests.reading import read_to_end
 from tests.waiting import eventually
 
 TRANSACTION_TOPIC = "__transaction_state"
@@ -48,7 +49,7 @@ def test_a_transaction_over_partitions_of_several_brokers(cluster_factory: Calla
     producer.produce(topic, value=b"committed-last", partition=PARTITIONS - 1)
     producer.commit_transaction(DEADLINE_S)
 
-    seen = sorted(v.decode() for _, v in read_committed(bootstrap, topic, PARTITIONS))
+    seen = sorted(v.decode() for _, v in read_to_end(bootstrap, topic, PARTITIONS))
     expected = sorted([f"committed-{i}" for i in range(PARTITIONS * 2)] + ["committed-last"])
     assert seen == expected, f"placement {placement}"
 
@@ -85,7 +86,7 @@ def test_the_coordinator_stops_mid_transaction_and_its_successor_completes_it(
         producer.produce(topic, value=f"after-{i}".encode(), partition=i)
     producer.commit_transaction(DEADLINE_S)
 
-    seen = sorted(v.decode() for _, v in read_committed(others, topic, PARTITIONS))
+    seen = sorted(v.decode() for _, v in read_to_end(others, topic, PARTITIONS))
     assert seen == sorted([f"before-{i}" for i in range(PARTITIONS)] + [f"after-{i}" for i in range(PARTITIONS)])
 
 
@@ -151,6 +152,6 @@ def test_partitions_moved_mid_transaction_keep_it_open_then_commit_or_abort_it(
     move_every_partition()
     producer.abort_transaction(DEADLINE_S)
 
-    seen = sorted(v.decode() for _, v in read_committed(bootstrap, topic, PARTITIONS))
+    seen = sorted(v.decode() for _, v in read_to_end(bootstrap, topic, PARTITIONS))
     expected = sorted([f"kept-{i}" for i in range(PARTITIONS)] + [f"kept-late-{i}" for i in range(PARTITIONS)])
     assert seen == expected, f"first placement {placement}"

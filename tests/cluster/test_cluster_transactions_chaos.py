@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, live_brokers, read_committed, topic_name, wait_for
+from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, live_brokers, topic_name, wait_for
 from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from broker.transactions.log_schema import partition_for
 from node.local_cluster import LocalCluster
+from tests.reading import read_to_end
 
 PARTITIONS = 6
 PRODUCERS = 3
@@ -216,7 +217,7 @@ def test_transactions_keep_all_or_nothing_while_brokers_are_killed(
         timeout=TXN_TIMEOUT_MS / 1000 + 60,
         interval=1.0,
     )
-    seen = read_committed(bootstrap, topic, PARTITIONS)
+    seen = read_to_end(bootstrap, topic, PARTITIONS)
     values = [v.decode() for _, v in seen]
     assert len(values) == len(set(values)), f"records read twice ({context})"
     present = set(values)
