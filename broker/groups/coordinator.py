@@ -3,7 +3,9 @@
 A group belongs to one ``__consumer_offsets`` partition (Kafka's hash of the group id) and is served by that
 partition's leader. When this broker becomes leader of such a partition it replays it from the log start to the
 end (offset commits, group metadata, tombstones) and answers COORDINATOR_LOAD_IN_PROGRESS until done; when it loses
-the partition it drops those groups and answers NOT_COORDINATOR, so clients look the coordinator up again.
+the partition it drops those groups and answers NOT_COORDINATOR, so clients look the coordinator up again. Owning
+the partitions is :mod:`broker.internal_topic` (shared with the transaction coordinator); this module installs and
+drops what they hold.
 
 Group state lives in :class:`broker.groups.group.Group` (sans-I/O). This module feeds it requests with the wall
 clock, arms one timer per group at the group's next deadline, and appends what the group asks to persist through
@@ -14,13 +16,11 @@ answered only once the write is durable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -41,60 +41,47 @@ from broker.groups.offsets_schema import (
 )
 from broker.groups.state import GroupState, JoinResult, SyncResult
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
-from broker.partition.manager import PartitionManager
-from controller.api import ControllerClient, NewTopic
+from broker.internal_topic import (
+    InternalTopic,
+    InternalTopicHost,
+    InternalTopicPartitions,
+    Load,
+    Loaded,
+    OwnedPartition,
+    replay,
+)
+from broker.partition.partition_log import PartitionLog
 from controller.config.server import ServerConfig
-from controller.errors import error_code_logged
-from controller.image import MetadataImage
 from wire.control_records import ControlRecordError, decode_marker
 from wire.errors import KafkaError
-from wire.record_batch import Record, build_batch, decode_records, iter_batches
-from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError, partition_for
+from wire.record_batch import Record, build_batch
+from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError
 
 logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-_LOAD_READ_BYTES = 1 << 20
-_WAIT_OPEN_SECONDS = 5.0
-# How long FindCoordinator waits for a freshly created or reassigned partition to load before it answers;
-# clients retry on COORDINATOR_NOT_AVAILABLE anyway, this only saves them a round of backoff.
-_FIND_WAIT_SECONDS = 3.0
-_STOP_DRAIN_SECONDS = 5.0
 
 
-class CoordinatorHost(Protocol):
-    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it). Read-only
-    properties, so the node may hold narrower types."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def controller(self) -> ControllerClient: ...
-
-    @property
-    def partitions(self) -> PartitionManager: ...
+def _offsets_topic_configs(cfg: ServerConfig) -> dict[str, str]:
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "segment.bytes": str(cfg.value("offsets.topic.segment.bytes")),
+    }
 
 
-class _Load(enum.Enum):
-    LOADING = "loading"
-    ACTIVE = "active"
+_OFFSETS = InternalTopic(
+    name=OFFSETS_TOPIC,
+    role="group coordinator",
+    items="groups",
+    partitions_key="offsets.topic.num.partitions",
+    replication_key="offsets.topic.replication.factor",
+    configs=_offsets_topic_configs,
+)
 
 
-@dataclass
-class _OwnedPartition:
-    """A ``__consumer_offsets`` partition this broker leads, at one leader epoch."""
-
-    partition: int
-    leader_epoch: int
-    state: _Load = _Load.LOADING
-    loaded: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    #: Transaction markers (producer id, commit) that reached the partition while it was loading.
-    completions: list[tuple[int, bool]] = field(default_factory=list)
+class CoordinatorHost(InternalTopicHost, Protocol):
+    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it)."""
 
 
 @dataclass
@@ -136,24 +123,6 @@ class FetchedOffset:
     error: ErrorCode
 
 
-def _store_error(exc: BaseException, *, offset_commit: bool = False) -> ErrorCode:
-    """Kafka's translation of a failed ``__consumer_offsets`` append into what group clients understand."""
-    code = error_code_logged(exc, logger, "unexpected failure appending to %s", OFFSETS_TOPIC)
-    if code in (
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.not_enough_replicas_after_append,
-        ErrorCode.request_timed_out,
-    ):
-        return ErrorCode.coordinator_not_available
-    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
-        # Too many offsets (or too much metadata) for one batch.
-        return ErrorCode.invalid_commit_offset_size if offset_commit else ErrorCode.unknown_server_error
-    return code
-
-
 def _tombstone(key: bytes, now_ms: int) -> Record:
     """A null-value record: compaction eventually drops the key from ``__consumer_offsets`` altogether."""
     return Record(key=key, value=None, timestamp=now_ms)
@@ -177,88 +146,44 @@ class GroupCoordinator:
         # offset.metadata.max.bytes, capped by what an int16-length string in the record format can hold.
         self._metadata_max_bytes = min(int(cfg.value("offset.metadata.max.bytes")), MAX_STORED_STRING_BYTES)
         self._groups: dict[str, Group] = {}
-        self._owned: dict[int, _OwnedPartition] = {}
+        #: Transaction markers (producer id, commit) that reached a partition while it was loading.
+        self._completions: dict[int, list[tuple[int, bool]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._create_lock = asyncio.Lock()
         self._cleanup_task: asyncio.Task[None] | None = None
-        self._running = False
+        self._partitions = InternalTopicPartitions(
+            node, _OFFSETS, read=self._replay, install=self._install, unload=self._unload_groups
+        )
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._running = True
-        self._node.controller.subscribe(self._on_image)
-        self._reconcile(self._node.controller.image)
+        self._partitions.start()
         self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="group-offsets-expiry")
 
     async def stop(self) -> None:
         """Lets in-flight writes finish (so their requests are answered), then drops every group."""
-        self._running = False
-        if self._cleanup_task is not None:
-            self._cleanup_task.cancel()
-        for owned in self._owned.values():
-            if owned.task is not None:
-                owned.task.cancel()
-        pending = [t for t in self._tasks if not t.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=_STOP_DRAIN_SECONDS)
-        for task in (self._cleanup_task, *(o.task for o in self._owned.values())):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await self._partitions.stop(self._cleanup_task, cancel_unfinished=False)
         groups = len(self._groups)
-        for partition in list(self._owned):
-            self._unload(partition)
+        self._partitions.unload_all()
         logger.info("group coordinator stopped (%d groups unloaded)", groups)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------------------------------------ ownership
 
     @property
     def num_partitions(self) -> int:
         """Partitions of ``__consumer_offsets``: the existing topic's count wins over the config (as in Kafka)."""
-        topic = self._node.controller.image.topics_by_name.get(OFFSETS_TOPIC)
-        if topic is not None and topic.partitions:
-            return len(topic.partitions)
-        return self._node.config.offsets_topic_num_partitions
+        return self._partitions.num_partitions
 
     def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+        return self._partitions.partition_for(group_id)
 
-    def _on_image(self, old: MetadataImage, new: MetadataImage) -> None:
-        if self._running:
-            self._reconcile(new)
-
-    def _reconcile(self, image: MetadataImage) -> None:
-        topic = image.topics_by_name.get(OFFSETS_TOPIC)
-        led: dict[int, int] = {}
-        if topic is not None:
-            led = {p.partition: p.leader_epoch for p in topic.partitions.values() if p.leader == self._node.node_id}
-        for partition, owned in list(self._owned.items()):
-            if led.get(partition) != owned.leader_epoch:
-                self._unload(partition)
-        for partition, epoch in led.items():
-            if partition not in self._owned:
-                owned = _OwnedPartition(partition, epoch)
-                self._owned[partition] = owned
-                owned.task = asyncio.get_running_loop().create_task(
-                    self._load(owned), name=f"load {OFFSETS_TOPIC}-{partition}"
-                )
-
-    def _unload(self, partition: int) -> None:
-        owned = self._owned.pop(partition, None)
-        if owned is None:
-            return
-        if owned.task is not None and not owned.task.done():
-            owned.task.cancel()
+    def _unload_groups(self, partition: int) -> int:
+        """Drops the groups of a partition this broker no longer leads (their members' requests then answer
+        NOT_COORDINATOR); returns how many."""
+        self._completions.pop(partition, None)
         now = self._now_ms()
         dropped = 0
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
@@ -267,41 +192,10 @@ class GroupCoordinator:
             if group.state is not GroupState.DEAD:
                 group.mark_dead(now, ErrorCode.not_coordinator)
             dropped += 1
-        logger.log(
-            logging.INFO if dropped or self._running else logging.DEBUG,
-            "no longer coordinator for %s-%d (epoch %d): unloaded %d groups",
-            OFFSETS_TOPIC,
-            partition,
-            owned.leader_epoch,
-            dropped,
-        )
+        return dropped
 
-    async def _load(self, owned: _OwnedPartition) -> None:
-        where = f"{OFFSETS_TOPIC}-{owned.partition}"
-        started = time.monotonic()
-        try:
-            log = None
-            while log is None:
-                log = await self._node.partitions.wait_open(OFFSETS_TOPIC, owned.partition, _WAIT_OPEN_SECONDS)
-                if self._owned.get(owned.partition) is not owned:
-                    return
-                if log is not None and log.leader_epoch != owned.leader_epoch:
-                    # Still the previous incarnation, about to be closed and reopened at our epoch.
-                    log = None
-                    await asyncio.sleep(0.05)
-                elif log is None:
-                    logger.info("waiting for %s to open before loading its groups", where)
-            replayed = await self._replay(log, where)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("loading groups from %s failed; retrying", where)
-            await asyncio.sleep(1.0)
-            if self._owned.get(owned.partition) is owned:
-                owned.task = asyncio.get_running_loop().create_task(self._load(owned), name=f"load {where}")
-            return
-        if self._owned.get(owned.partition) is not owned:
-            return
+    def _install(self, owned: OwnedPartition, replayed: _Replayed) -> Loaded:
+        """Installs the groups a replay found; the partition serves them right after."""
         now = self._now_ms()
         for group_id, value in replayed.group_values.items():
             if value is not None:
@@ -320,49 +214,24 @@ class GroupCoordinator:
                 group = self._groups[group_id] = Group(group_id, self.config, now)
             group.pending_txn_offsets = pending
         # Markers written while the partition was being read (after the replay's end) were queued for it.
-        for producer_id, commit in owned.completions:
+        for producer_id, commit in self._completions.pop(owned.partition, []):
             self._complete_in_partition(owned.partition, producer_id, commit)
-        owned.completions.clear()
-        records = replayed.records
         loaded = [g for g in self._groups.values() if self.partition_for(g.group_id) == owned.partition]
         for group in loaded:
             self._reschedule(group)
-        owned.state = _Load.ACTIVE
-        owned.loaded.set()
-        logger.log(
-            logging.INFO if loaded or records else logging.DEBUG,
-            "loaded %d groups from %s (%d records, epoch %d) in %.0f ms",
-            len(loaded),
-            where,
-            records,
-            owned.leader_epoch,
-            (time.monotonic() - started) * 1000,
-        )
+        return Loaded(len(loaded), replayed.records)
 
-    async def _replay(self, log: Any, where: str) -> _Replayed:
+    async def _replay(self, log: PartitionLog, where: str) -> _Replayed:
         """Last value per key from the log start to its end; tombstones remove earlier values. Offsets committed in
         a transaction stay pending until the transaction's marker, which applies or drops them."""
         replayed = _Replayed()
-        position = log.log_start_offset
-        end = log.high_watermark
-        while position < end:
-            result = await log.read(position, _LOAD_READ_BYTES)
-            if not result.records:
-                logger.warning("%s: read at offset %d returned nothing before the end %d", where, position, end)
-                break
-            for header, batch in iter_batches(result.records):
-                if header.next_offset <= position:
-                    continue
-                producer_id = header.producer_id if header.is_transactional else -1
-                for record in decode_records(batch):
-                    if record.offset < position:
-                        continue
-                    replayed.records += 1
-                    if header.is_control:
-                        self._apply_marker(record, producer_id, replayed, where)
-                    else:
-                        self._apply_record(record, producer_id, replayed, where)
-                position = header.next_offset
+        async for header, record in replay(log, where):
+            producer_id = header.producer_id if header.is_transactional else -1
+            replayed.records += 1
+            if header.is_control:
+                self._apply_marker(record, producer_id, replayed, where)
+            else:
+                self._apply_record(record, producer_id, replayed, where)
         return replayed
 
     @staticmethod
@@ -417,69 +286,13 @@ class GroupCoordinator:
 
     def coordinator_error(self, group_id: str) -> ErrorCode:
         """NONE when this broker serves ``group_id`` right now; else the error the client should act on."""
-        if not self._running:
-            return ErrorCode.coordinator_not_available
-        owned = self._owned.get(self.partition_for(group_id))
-        if owned is None:
-            return ErrorCode.not_coordinator
-        if owned.state is _Load.LOADING:
-            return ErrorCode.coordinator_load_in_progress
-        return ErrorCode.none
+        return self._partitions.coordinator_error(group_id)
 
     # ------------------------------------------------------------------------------------------------ find
 
-    async def _ensure_offsets_topic(self) -> tuple[ErrorCode, str | None]:
-        controller = self._node.controller
-        if OFFSETS_TOPIC in controller.image.topics_by_name:
-            return ErrorCode.none, None
-        async with self._create_lock:
-            if OFFSETS_TOPIC in controller.image.topics_by_name:
-                return ErrorCode.none, None
-            cfg = self._node.config
-            topic = NewTopic(
-                name=OFFSETS_TOPIC,
-                num_partitions=cfg.offsets_topic_num_partitions,
-                replication_factor=int(cfg.value("offsets.topic.replication.factor")),
-                configs={
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(cfg.value("offsets.topic.segment.bytes")),
-                },
-            )
-            [result] = await controller.create_topics([topic], validate_only=False)
-            if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
-                logger.error("creating %s failed: %s %s", OFFSETS_TOPIC, result.error.name, result.message or "")
-                return ErrorCode.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {result.message}"
-            logger.info("created %s with %d partitions", OFFSETS_TOPIC, result.num_partitions)
-            return ErrorCode.none, None
-
     async def find_coordinator(self, group_id: str) -> tuple[ErrorCode, int, str | None]:
         """(error, node id of the coordinator, message); creates ``__consumer_offsets`` on first use."""
-        error, message = await self._ensure_offsets_topic()
-        if error is not ErrorCode.none:
-            return error, -1, message
-        image = self._node.controller.image
-        topic = image.topics_by_name.get(OFFSETS_TOPIC)
-        partition = self.partition_for(group_id)
-        part = topic.partitions.get(partition) if topic is not None else None
-        if part is None or part.leader < 0:
-            return ErrorCode.coordinator_not_available, -1, f"{OFFSETS_TOPIC}-{partition} has no leader"
-        if part.leader == self._node.node_id:
-            await self._wait_loaded(partition, _FIND_WAIT_SECONDS)
-        return ErrorCode.none, part.leader, None
-
-    async def _wait_loaded(self, partition: int, timeout: float) -> None:
-        """Waits (bounded) until this broker has taken over and loaded ``partition``; the image listener that
-        starts the load may run after the controller call that created or moved the partition returned."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            owned = self._owned.get(partition)
-            if owned is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(owned.loaded.wait(), max(0.0, deadline - loop.time()))
-                return
-            await asyncio.sleep(0.02)
+        return await self._partitions.find_coordinator(group_id)
 
     # ------------------------------------------------------------------------------------------------ plumbing
 
@@ -506,7 +319,7 @@ class GroupCoordinator:
     def _after(self, group: Group) -> None:
         """After any call into a group: start its writes, re-arm its timer, forget it if nothing is left."""
         for write in group.take_writes():
-            self._spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
+            self._partitions.spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
         if (
             group.state is GroupState.EMPTY
             and group.generation_id == 0
@@ -527,7 +340,7 @@ class GroupCoordinator:
         """Appends to the group's ``__consumer_offsets`` partition; returns the batch's base offset. With a
         producer id the batch belongs to that producer's transaction (TxnOffsetCommit)."""
         partition = self.partition_for(group_id)
-        log = self._node.partitions.get(OFFSETS_TOPIC, partition) if partition in self._owned else None
+        log = self._node.partitions.get(OFFSETS_TOPIC, partition) if partition in self._partitions.owned else None
         if log is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{OFFSETS_TOPIC}-{partition} is not open here")
         transactional = producer_id >= 0
@@ -555,7 +368,7 @@ class GroupCoordinator:
             error = ErrorCode.invalid_request
             logger.warning("group %s: generation %d cannot be stored: %s", group.group_id, write.value.generation, exc)
         except Exception as exc:
-            error = _store_error(exc)
+            error = self._partitions.store_error(exc, group.group_id)
             logger.warning(
                 "group %s: persisting generation %d to %s-%d failed: %s",
                 group.group_id,
@@ -769,7 +582,8 @@ class GroupCoordinator:
                 )
                 code = ErrorCode.none
             except Exception as exc:
-                code = _store_error(exc, offset_commit=True)
+                # Too many offsets (or too much metadata) for one batch: INVALID_COMMIT_OFFSET_SIZE.
+                code = self._partitions.store_error(exc, group_id, too_large=ErrorCode.invalid_commit_offset_size)
                 logger.warning(
                     "group %s: committing %d offsets%s to %s-%d failed: %s",
                     group_id,
@@ -793,11 +607,11 @@ class GroupCoordinator:
     def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker was written on ``__consumer_offsets-<offsets_partition>``: the producer's pending
         offsets in the groups of that partition become committed (COMMIT) or are dropped (ABORT)."""
-        owned = self._owned.get(offsets_partition)
+        owned = self._partitions.owned.get(offsets_partition)
         if owned is None:
             return
-        if owned.state is _Load.LOADING:
-            owned.completions.append((producer_id, commit))
+        if owned.state is Load.LOADING:
+            self._completions.setdefault(offsets_partition, []).append((producer_id, commit))
             return
         self._complete_in_partition(offsets_partition, producer_id, commit)
 
@@ -882,7 +696,7 @@ class GroupCoordinator:
             await self._append(group.group_id, records)
         except Exception as exc:
             logger.warning("group %s: deleting %d offsets failed: %s", group.group_id, len(partitions), exc)
-            return _store_error(exc)
+            return self._partitions.store_error(exc, group.group_id)
         for t, p in partitions:
             group.offsets.remove(t, p)
         return ErrorCode.none
@@ -892,11 +706,9 @@ class GroupCoordinator:
     def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[Group]]:
         """Groups this broker coordinates, optionally only those in the named states (case-insensitive)."""
         wanted = {s.lower() for s in states}
-        error = ErrorCode.none
-        if not self._running:
-            return ErrorCode.coordinator_not_available, []
-        if any(o.state is _Load.LOADING for o in self._owned.values()):
-            error = ErrorCode.coordinator_load_in_progress
+        error = self._partitions.listing_error()
+        if error is ErrorCode.coordinator_not_available:
+            return error, []
         groups = [
             g
             for g in self._groups.values()
@@ -938,7 +750,7 @@ class GroupCoordinator:
             await self._append(group.group_id, records)
         except Exception as exc:
             logger.warning("group %s: writing its tombstones failed: %s", group.group_id, exc)
-            return _store_error(exc)
+            return self._partitions.store_error(exc, group.group_id)
         logger.info("group %s deleted (%d offsets)", group.group_id, len(records) - 1)
         return ErrorCode.none
 

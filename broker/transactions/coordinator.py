@@ -5,6 +5,7 @@ partition's leader, whose leader epoch is the *coordinator epoch* every marker c
 of an older coordinator). When this broker becomes leader of such a partition it replays it and answers
 COORDINATOR_LOAD_IN_PROGRESS until done; a transaction found half-ended (PrepareCommit/PrepareAbort) gets its
 markers written again and completes. When it loses the partition it drops those ids and answers NOT_COORDINATOR.
+Owning the partitions is :mod:`broker.internal_topic` (shared with the group coordinator).
 
 Every state change is written to the partition (``append(origin="coordinator")``) before it takes effect and before
 the request that caused it is answered (:mod:`broker.transactions.state` holds the rules; this module feeds it the
@@ -17,21 +18,26 @@ aborts transactions older than their timeout (fencing their producer with an epo
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from broker.partition.manager import PartitionManager
+from broker.internal_topic import (
+    InternalTopic,
+    InternalTopicHost,
+    InternalTopicPartitions,
+    Loaded,
+    OwnedPartition,
+    replay,
+)
+from broker.partition.partition_log import PartitionLog
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.transactions.log_schema import SchemaError, decode_key, decode_value, encode_key, encode_value
-from broker.transactions.log_schema import partition_for as txn_partition_for
 from broker.transactions.marker_sender import MarkerSender
 from broker.transactions.peers import Peers
 from broker.transactions.state import (
@@ -41,13 +47,10 @@ from broker.transactions.state import (
     TxnState,
     TxnTransit,
 )
-from controller.api import ControllerClient, NewTopic
 from controller.config.server import ServerConfig
-from controller.errors import error_code_logged
-from controller.image import MetadataImage
 from wire import codec
 from wire.errors import KafkaError
-from wire.record_batch import Record, build_batch, decode_records, iter_batches
+from wire.record_batch import Record, build_batch
 from wire.stored_schema import MAX_STORED_STRING_BYTES
 
 logger = logging.getLogger(__name__)
@@ -55,66 +58,31 @@ logger = logging.getLogger(__name__)
 TRANSACTION_TOPIC = "__transaction_state"
 ADD_PARTITIONS_TO_TXN_KEY = 24
 _VERIFY_VERSION = 4
-_LOAD_READ_BYTES = 1 << 20
-_WAIT_OPEN_SECONDS = 5.0
-_FIND_WAIT_SECONDS = 3.0
-_STOP_DRAIN_SECONDS = 5.0
 _COMPLETE_RETRY_S = 0.5
 
 
-class TransactionHost(Protocol):
+def _transaction_topic_configs(cfg: ServerConfig) -> dict[str, str]:
+    return {"cleanup.policy": "compact", "compression.type": "uncompressed"}
+
+
+_TRANSACTION_STATE = InternalTopic(
+    name=TRANSACTION_TOPIC,
+    role="transaction coordinator",
+    items="transactional ids",
+    partitions_key="transaction.state.log.num.partitions",
+    replication_key="transaction.state.log.replication.factor",
+    configs=_transaction_topic_configs,
+)
+
+
+class TransactionHost(InternalTopicHost, Protocol):
     """What the coordinator needs from the broker node (``node.process.Node`` satisfies it)."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def controller(self) -> ControllerClient: ...
-
-    @property
-    def partitions(self) -> PartitionManager: ...
 
     @property
     def producer_ids(self) -> ProducerIdAllocator: ...
 
     @property
     def groups(self) -> GroupCoordinator | None: ...
-
-
-class _Load(enum.Enum):
-    LOADING = "loading"
-    ACTIVE = "active"
-
-
-@dataclass
-class _OwnedPartition:
-    """A ``__transaction_state`` partition this broker leads, at one leader (= coordinator) epoch."""
-
-    partition: int
-    leader_epoch: int
-    state: _Load = _Load.LOADING
-    loaded: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-
-
-def _store_error(exc: BaseException, transactional_id: str) -> ErrorCode:
-    """Kafka's translation of a failed ``__transaction_state`` append into what transactional clients understand."""
-    code = error_code_logged(exc, logger, "appending to %s for %r failed", TRANSACTION_TOPIC, transactional_id)
-    if code in (
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.not_enough_replicas_after_append,
-        ErrorCode.request_timed_out,
-    ):
-        return ErrorCode.coordinator_not_available
-    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
-        return ErrorCode.unknown_server_error
-    return code
 
 
 class TransactionCoordinator:
@@ -127,148 +95,59 @@ class TransactionCoordinator:
         self.expiration_ms = int(cfg.value("transactional.id.expiration.ms"))
         self._check_interval_s = int(cfg.value("transaction.abort.timed.out.transaction.cleanup.interval.ms")) / 1000
         self._txns: dict[str, TransactionMetadata] = {}
-        self._owned: dict[int, _OwnedPartition] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
         #: Transactions whose markers are being written (by identity: a reloaded id is a new object).
         self._completing: set[TransactionMetadata] = set()
-        self._create_lock = asyncio.Lock()
         self._timer_task: asyncio.Task[None] | None = None
-        self._running = False
+        self._partitions = InternalTopicPartitions(
+            node, _TRANSACTION_STATE, read=self._replay, install=self._install, unload=self._unload_ids
+        )
         self._peers = Peers(node)
         self._markers = MarkerSender(node, self._peers)
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._running = True
-        self._node.controller.subscribe(self._on_image)
-        self._reconcile(self._node.controller.image)
+        self._partitions.start()
         self._timer_task = asyncio.create_task(self._timer_loop(), name="transaction-timeouts")
 
     async def stop(self) -> None:
         """Lets in-flight writes finish (so their requests are answered), then drops every id; unfinished markers
         are written by whoever leads the partition next."""
-        self._running = False
-        if self._timer_task is not None:
-            self._timer_task.cancel()
-        for owned in self._owned.values():
-            if owned.task is not None:
-                owned.task.cancel()
-        pending = [t for t in self._tasks if not t.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=_STOP_DRAIN_SECONDS)
-        for task in (self._timer_task, *(o.task for o in self._owned.values()), *self._tasks):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await self._partitions.stop(self._timer_task, cancel_unfinished=True)
         count = len(self._txns)
-        for partition in list(self._owned):
-            self._unload(partition)
+        self._partitions.unload_all()
         await self._peers.close()
         logger.info("transaction coordinator stopped (%d transactional ids unloaded)", count)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     # ------------------------------------------------------------------------------------------------ ownership
 
     @property
     def num_partitions(self) -> int:
         """Partitions of ``__transaction_state``: the existing topic's count wins over the config (as in Kafka)."""
-        topic = self._node.controller.image.topics_by_name.get(TRANSACTION_TOPIC)
-        if topic is not None and topic.partitions:
-            return len(topic.partitions)
-        return int(self._node.config.value("transaction.state.log.num.partitions"))
+        return self._partitions.num_partitions
 
     def partition_for(self, transactional_id: str) -> int:
-        return txn_partition_for(transactional_id, self.num_partitions)
+        return self._partitions.partition_for(transactional_id)
 
-    def _on_image(self, old: MetadataImage, new: MetadataImage) -> None:
-        if self._running:
-            self._reconcile(new)
-
-    def _reconcile(self, image: MetadataImage) -> None:
-        topic = image.topics_by_name.get(TRANSACTION_TOPIC)
-        led: dict[int, int] = {}
-        if topic is not None:
-            led = {p.partition: p.leader_epoch for p in topic.partitions.values() if p.leader == self._node.node_id}
-        for partition, owned in list(self._owned.items()):
-            if led.get(partition) != owned.leader_epoch:
-                self._unload(partition)
-        for partition, epoch in led.items():
-            if partition not in self._owned:
-                owned = _OwnedPartition(partition, epoch)
-                self._owned[partition] = owned
-                owned.task = asyncio.get_running_loop().create_task(
-                    self._load(owned), name=f"load {TRANSACTION_TOPIC}-{partition}"
-                )
-
-    def _unload(self, partition: int) -> None:
-        owned = self._owned.pop(partition, None)
-        if owned is None:
-            return
-        if owned.task is not None and not owned.task.done():
-            owned.task.cancel()
+    def _unload_ids(self, partition: int) -> int:
+        """Drops the ids of a partition this broker no longer leads; returns how many."""
         doomed = [t for t in self._txns if self.partition_for(t) == partition]
         for transactional_id in doomed:
             del self._txns[transactional_id]
-        logger.log(
-            logging.INFO if doomed or self._running else logging.DEBUG,
-            "no longer transaction coordinator for %s-%d (epoch %d): unloaded %d transactional ids",
-            TRANSACTION_TOPIC,
-            partition,
-            owned.leader_epoch,
-            len(doomed),
-        )
+        return len(doomed)
 
-    def _is_current(self, owned: _OwnedPartition) -> bool:
-        return self._running and self._owned.get(owned.partition) is owned and owned.state is _Load.ACTIVE
-
-    async def _load(self, owned: _OwnedPartition) -> None:
-        where = f"{TRANSACTION_TOPIC}-{owned.partition}"
-        started = time.monotonic()
-        try:
-            log = None
-            while log is None:
-                log = await self._node.partitions.wait_open(TRANSACTION_TOPIC, owned.partition, _WAIT_OPEN_SECONDS)
-                if self._owned.get(owned.partition) is not owned:
-                    return
-                if log is not None and log.leader_epoch != owned.leader_epoch:
-                    log = None  # still the previous incarnation, about to be reopened at our epoch
-                    await asyncio.sleep(0.05)
-                elif log is None:
-                    logger.info("waiting for %s to open before loading its transactions", where)
-            values, records = await self._replay(log, where)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("loading transactions from %s failed; retrying", where)
-            await asyncio.sleep(1.0)
-            if self._owned.get(owned.partition) is owned:
-                owned.task = asyncio.get_running_loop().create_task(self._load(owned), name=f"load {where}")
-            return
-        if self._owned.get(owned.partition) is not owned:
-            return
+    def _install(self, owned: OwnedPartition, replayed: tuple[dict[str, TxnTransit | None], int]) -> Loaded:
+        """Installs the ids a replay found; once the partition serves them, half-ended transactions complete."""
+        values, records = replayed
         loaded = [TransactionMetadata.restore(tid, value) for tid, value in values.items() if value is not None]
         for metadata in loaded:
             self._txns[metadata.transactional_id] = metadata
-        owned.state = _Load.ACTIVE
-        owned.loaded.set()
-        logger.log(
-            logging.INFO if loaded or records else logging.DEBUG,
-            "loaded %d transactional ids from %s (%d records, coordinator epoch %d) in %.0f ms",
-            len(loaded),
-            where,
-            records,
-            owned.leader_epoch,
-            (time.monotonic() - started) * 1000,
-        )
+        return Loaded(len(loaded), records, then=functools.partial(self._resume_completions, loaded, owned))
+
+    def _resume_completions(self, loaded: Sequence[TransactionMetadata], owned: OwnedPartition) -> None:
         for metadata in loaded:
             if metadata.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 logger.info(
@@ -278,43 +157,24 @@ class TransactionCoordinator:
                 )
                 self._start_completion(metadata, owned)
 
-    async def _replay(self, log: Any, where: str) -> tuple[dict[str, TxnTransit | None], int]:
+    async def _replay(self, log: PartitionLog, where: str) -> tuple[dict[str, TxnTransit | None], int]:
         """Last value per transactional id from the log start to its end; a tombstone removes the id."""
         values: dict[str, TxnTransit | None] = {}
-        position = log.log_start_offset
-        end = log.high_watermark
         count = 0
-        while position < end:
-            result = await log.read(position, _LOAD_READ_BYTES)
-            if not result.records:
-                logger.warning("%s: read at offset %d returned nothing before the end %d", where, position, end)
-                break
-            for header, batch in iter_batches(result.records):
-                if header.next_offset <= position:
-                    continue
-                if not header.is_control:
-                    for record in decode_records(batch):
-                        if record.offset < position or record.key is None:
-                            continue
-                        count += 1
-                        try:
-                            transactional_id = decode_key(record.key)
-                            values[transactional_id] = None if record.value is None else decode_value(record.value)
-                        except SchemaError as exc:
-                            logger.warning("%s: record at offset %d skipped: %s", where, record.offset, exc)
-                position = header.next_offset
+        async for header, record in replay(log, where):
+            if header.is_control or record.key is None:
+                continue
+            count += 1
+            try:
+                transactional_id = decode_key(record.key)
+                values[transactional_id] = None if record.value is None else decode_value(record.value)
+            except SchemaError as exc:
+                logger.warning("%s: record at offset %d skipped: %s", where, record.offset, exc)
         return values, count
 
     def coordinator_error(self, transactional_id: str) -> ErrorCode:
         """NONE when this broker coordinates ``transactional_id`` right now; else the error the client acts on."""
-        if not self._running:
-            return ErrorCode.coordinator_not_available
-        owned = self._owned.get(self.partition_for(transactional_id))
-        if owned is None:
-            return ErrorCode.not_coordinator
-        if owned.state is _Load.LOADING:
-            return ErrorCode.coordinator_load_in_progress
-        return ErrorCode.none
+        return self._partitions.coordinator_error(transactional_id)
 
     def _serving(self, metadata: TransactionMetadata) -> bool:
         """Whether ``metadata`` is still the live state of its id here (not unloaded or reloaded meanwhile)."""
@@ -323,64 +183,22 @@ class TransactionCoordinator:
             self.coordinator_error(transactional_id) is ErrorCode.none and self._txns.get(transactional_id) is metadata
         )
 
-    def _owner(self, transactional_id: str) -> _OwnedPartition:
-        return self._owned[self.partition_for(transactional_id)]
+    def _owner(self, transactional_id: str) -> OwnedPartition:
+        return self._partitions.owned[self.partition_for(transactional_id)]
 
     # ------------------------------------------------------------------------------------------------ find
 
-    async def _ensure_topic(self) -> tuple[ErrorCode, str | None]:
-        controller = self._node.controller
-        if TRANSACTION_TOPIC in controller.image.topics_by_name:
-            return ErrorCode.none, None
-        async with self._create_lock:
-            if TRANSACTION_TOPIC in controller.image.topics_by_name:
-                return ErrorCode.none, None
-            cfg = self._node.config
-            topic = NewTopic(
-                name=TRANSACTION_TOPIC,
-                num_partitions=int(cfg.value("transaction.state.log.num.partitions")),
-                replication_factor=int(cfg.value("transaction.state.log.replication.factor")),
-                configs={"cleanup.policy": "compact", "compression.type": "uncompressed"},
-            )
-            [result] = await controller.create_topics([topic], validate_only=False)
-            if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
-                logger.error("creating %s failed: %s %s", TRANSACTION_TOPIC, result.error.name, result.message or "")
-                return ErrorCode.coordinator_not_available, f"cannot create {TRANSACTION_TOPIC}: {result.message}"
-            logger.info("created %s with %d partitions", TRANSACTION_TOPIC, result.num_partitions)
-            return ErrorCode.none, None
-
     async def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode, int, str | None]:
         """(error, node id of the coordinator, message); creates ``__transaction_state`` on first use."""
-        error, message = await self._ensure_topic()
-        if error is not ErrorCode.none:
-            return error, -1, message
-        node_id = self.coordinator_node(transactional_id)
-        if node_id < 0:
-            partition = self.partition_for(transactional_id)
-            return ErrorCode.coordinator_not_available, -1, f"{TRANSACTION_TOPIC}-{partition} has no leader"
-        if node_id == self._node.node_id:
-            await self._wait_loaded(self.partition_for(transactional_id), _FIND_WAIT_SECONDS)
-        return ErrorCode.none, node_id, None
+        return await self._partitions.find_coordinator(transactional_id)
 
     def coordinator_node(self, transactional_id: str) -> int:
         """The broker leading the id's ``__transaction_state`` partition per the metadata (-1: none)."""
-        part = self._node.controller.image.partition(TRANSACTION_TOPIC, self.partition_for(transactional_id))
-        return part.leader if part is not None else -1
-
-    async def _wait_loaded(self, partition: int, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            owned = self._owned.get(partition)
-            if owned is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(owned.loaded.wait(), max(0.0, deadline - loop.time()))
-                return
-            await asyncio.sleep(0.02)
+        return self._partitions.coordinator_node(transactional_id)
 
     # ------------------------------------------------------------------------------------------------ persistence
 
-    async def _persist(self, metadata: TransactionMetadata, transit: TxnTransit, owned: _OwnedPartition) -> ErrorCode:
+    async def _persist(self, metadata: TransactionMetadata, transit: TxnTransit, owned: OwnedPartition) -> ErrorCode:
         """Writes ``transit`` and, once durable and still ours, installs it; on failure the id stays as it was."""
         transactional_id = metadata.transactional_id
         value = None if transit.state is TxnState.DEAD else encode_value(transit)
@@ -393,7 +211,7 @@ class TransactionCoordinator:
             record = Record(key=encode_key(transactional_id), value=value, timestamp=self._now_ms())
             await log.append(build_batch([record]), origin="coordinator")
         except Exception as exc:
-            error = _store_error(exc, transactional_id)
+            error = self._partitions.store_error(exc, transactional_id)
             logger.warning(
                 "transactional id %r: writing %s to %s-%d failed: %s",
                 transactional_id,
@@ -405,7 +223,7 @@ class TransactionCoordinator:
             if self._txns.get(transactional_id) is metadata and metadata.pending_state is transit.state:
                 metadata.abandon_transition()
             return error
-        if not self._is_current(owned) or self._txns.get(transactional_id) is not metadata:
+        if not self._partitions.serves(owned) or self._txns.get(transactional_id) is not metadata:
             return ErrorCode.not_coordinator
         metadata.complete_transition(transit)
         if transit.state is TxnState.DEAD:
@@ -551,7 +369,7 @@ class TransactionCoordinator:
     async def _end(
         self,
         metadata: TransactionMetadata,
-        owned: _OwnedPartition,
+        owned: OwnedPartition,
         producer_id: int,
         producer_epoch: int,
         *,
@@ -588,18 +406,20 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------------------------------------ completion
 
-    def _start_completion(self, metadata: TransactionMetadata, owned: _OwnedPartition) -> None:
+    def _start_completion(self, metadata: TransactionMetadata, owned: OwnedPartition) -> None:
         if metadata in self._completing:
             return
         self._completing.add(metadata)
-        self._spawn(self._complete(metadata, owned), name=f"complete transaction {metadata.transactional_id}")
+        self._partitions.spawn(
+            self._complete(metadata, owned), name=f"complete transaction {metadata.transactional_id}"
+        )
 
-    async def _complete(self, metadata: TransactionMetadata, owned: _OwnedPartition) -> None:
+    async def _complete(self, metadata: TransactionMetadata, owned: OwnedPartition) -> None:
         """Writes the markers of a PrepareCommit/PrepareAbort, then records CompleteCommit/CompleteAbort."""
         transactional_id = metadata.transactional_id
 
         def still_valid() -> bool:
-            return self._is_current(owned) and self._txns.get(transactional_id) is metadata
+            return self._partitions.serves(owned) and self._txns.get(transactional_id) is metadata
 
         try:
             done = await self._markers.send(
@@ -696,10 +516,9 @@ class TransactionCoordinator:
         self, state_filters: Iterable[str], producer_id_filters: Iterable[int]
     ) -> tuple[ErrorCode, list[TransactionMetadata], list[str]]:
         """(error, transactions, unknown state names) of the ids this broker coordinates."""
-        if not self._running:
-            return ErrorCode.coordinator_not_available, [], []
-        if any(o.state is _Load.LOADING for o in self._owned.values()):
-            return ErrorCode.coordinator_load_in_progress, [], []
+        error = self._partitions.listing_error()
+        if error is not ErrorCode.none:
+            return error, [], []
         names = list(state_filters)
         states = {s for s in (TxnState.from_display(n) for n in names) if s is not None}
         unknown = [n for n in names if TxnState.from_display(n) is None]
