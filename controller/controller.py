@@ -9,9 +9,10 @@ composed stream metadata through its ``sink`` and land in the same log, interlea
 The decisions are not made here. As Kafka splits its QuorumController into control managers, each idea has its own
 module of pure functions that read the image and return the records to append (or the error to answer):
 ``controller.brokers`` (registration, fencing, WAL failover), ``controller.leadership`` (who leads each partition),
-``controller.topics`` (topics, partitions, placement), ``controller.config_control`` (AlterConfigs) and
-``controller.reassignment``. This class does the I/O around them: the lock, reads of the stream metadata, appends,
-logs, snapshots and the reassignment watch; the same decisions serve the Raft quorum's active controller.
+``controller.topics`` (topics, partitions, placement), ``controller.config_control`` (AlterConfigs),
+``controller.reassignment`` and ``controller.balancer`` (the auto-balancer's moves). This class does the I/O around
+them: the lock, reads of the stream metadata, appends, logs, snapshots and the reassignment watch; the same
+decisions serve the Raft quorum's active controller.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from controller import brokers, leadership, reassignment
+from controller import balancer, brokers, leadership, reassignment
 from controller.api import (
     ConfigResource,
     CreateTopicResult,
@@ -475,6 +476,18 @@ class Controller:
         if planned.records:
             self.watch_reassignments()
         return planned.results
+
+    async def rebalance(self, decide: Callable[[MetadataImage], balancer.Decision]) -> balancer.Decision:
+        """Starts the moves ``decide`` (``controller.balancer.plan``) chooses on the current image, deciding and
+        committing under the write lock so that no request (an operator's reassignment) changes the image between
+        the two; ``controller.auto_balancer`` calls it and logs the moves."""
+        async with self._lock:
+            image = self._image
+            decision = decide(image)
+            await self._commit([reassignment.start(move.partition, move.target) for move in decision.moves])
+        if decision.moves:
+            self.watch_reassignments()
+        return decision
 
     def watch_reassignments(self) -> None:
         """Runs the reassignment watch unless it runs already; the active controller calls it after a

@@ -25,7 +25,8 @@ broker's session; a broker silent for ``broker.session.timeout.ms`` is fenced (`
 partitions, and hands its S3 WAL to a live broker to replay: ``controller.wal_failover``), and a fenced broker that
 heartbeats again with its current epoch is unfenced once its metadata offset has caught up — unless its WAL was
 taken over meanwhile: that incarnation must restart. Pending WAL failovers whose target died are reassigned. A new
-active controller gives every broker a fresh session.
+active controller gives every broker a fresh session. The auto-balancer (``controller.auto_balancer``) runs on the
+active controller only, from the same watch loop.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.auto_balancer import AutoBalancer
 from controller.config.meta_properties import ensure_meta_properties, is_valid_cluster_id
 from controller.config.server import Listener, ServerConfig
 from controller.controller import Controller
@@ -62,6 +64,7 @@ from controller.wal_failover import zombie_failover
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
 from storage.metadata.memory import wall_clock_ms
+from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +130,7 @@ class QuorumController:
         self.voters = {v.node_id: (v.host, v.port) for v in config.voters}
         image = MetadataImage(cluster_id=cluster_id, controller_id=-1)
         self.controller = Controller(config, image, RaftRecordLog(self), clock_ms=clock_ms)
+        self.balancer = AutoBalancer(self.controller, config)
         self.transport = NetworkTransport(
             self.node_id,
             self.voters,
@@ -174,14 +178,16 @@ class QuorumController:
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     @classmethod
-    async def start(cls, config: ServerConfig) -> QuorumController:
+    async def start(cls, config: ServerConfig, *, metrics: ServerMetrics | None = None) -> QuorumController:
         """Formats (first start) or checks the metadata directory, binds the CONTROLLER listener, starts the Raft
-        member and serves. Raises ConfigError for a directory of another node or cluster or a port in use."""
+        member and serves. Raises ConfigError for a directory of another node or cluster or a port in use.
+        ``metrics``: the registry the CONTROLLER listener and the auto-balancer report to (a node's own)."""
         cluster_id = quorum_cluster_id(config)
         listener = controller_listener(config)
         await asyncio.to_thread(ensure_meta_properties, config.metadata_dir, config.node_id, cluster_id)
         quorum = cls(config, cluster_id)
-        quorum.server = ControllerServer(quorum, listener)
+        quorum.server = ControllerServer(quorum, listener, metrics)
+        quorum.balancer.register_metrics(quorum.server.dispatcher.metrics.registry)
         await quorum.server.bind()
         try:
             await quorum.driver.start()
@@ -344,6 +350,7 @@ class QuorumController:
             if self.is_active:
                 self._expire_sessions()
                 self._reconcile_failovers()
+                self.balancer.tick()
                 if any(p.reassigning for t in self.controller.image.topics_by_name.values()
                        for p in t.partitions.values()):
                     self.controller.watch_reassignments()  # moves a previous active controller started
@@ -368,6 +375,7 @@ class QuorumController:
         if self._active:
             logger.info("controller %d is no longer active: %s", self.node_id, reason)
         self._active = False
+        self.balancer.reset()
         self._leader_epoch = None if self.driver.role is not Role.LEADER else self._leader_epoch
         self._sessions.clear()
         self._active_changed.set()

@@ -68,7 +68,7 @@ def plan(image: MetadataImage, requests: Sequence[PartitionReassignment]) -> Pla
         ):
             results.append(ReassignmentResult(request.topic, request.partition))  # already there or on its way
             continue
-        records.append(_start(partition, target))
+        records.append(start(partition, target))
         results.append(ReassignmentResult(request.topic, request.partition))
     return Plan(results, records)
 
@@ -107,7 +107,9 @@ def in_flight(image: MetadataImage) -> list[tuple[str, PartitionImage]]:
     ]
 
 
-def _start(partition: PartitionImage, target: int) -> PartitionChangeRecord:
+def start(partition: PartitionImage, target: int) -> PartitionChangeRecord:
+    """Starts moving ``partition`` to ``target``: no leader until the source closed its streams (an accepted
+    AlterPartitionReassignments item, or a move of the auto-balancer, ``controller.balancer``)."""
     source = partition.removing_replicas or tuple(r for r in partition.replicas if r != target)
     return PartitionChangeRecord(
         str(partition.topic_id),

@@ -3,6 +3,8 @@
 As Kafka's ``kafka-metadata-shell``: the state comes from a running quorum (DescribeMetadata, any voter's applied
 state), a snapshot file, or a metadata log directory, and is shown as directories and files::
 
+    /balancer/<node id>                the auto-balancer's view: partitions each broker leads, moves in flight
+    /balancer/status                   balanced or not, and the moves the balancer would start on this state
     /brokers/<node id>                 registration: epoch, listeners, rack, fenced
     /failovers/<node id>               the latest WAL failover of a dead broker: target, attempt, pending or done
     /producerIds                       the last producer id block handed out: broker, its epoch, next id
@@ -25,6 +27,8 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from controller import balancer
+from controller.config.keys import BROKER_KEYS, ConfigValueError
 from controller.image import MetadataImage, is_cluster_record
 from controller.metadata_records import MetadataRecord
 from storage.metadata.api import ObjectState, ObjectType, StreamState
@@ -144,6 +148,7 @@ def replay(records: Iterable[MetadataRecord], cluster_id: str = "") -> _State:
 def build_tree(records: Iterable[MetadataRecord], cluster_id: str = "") -> Entry:
     state = replay(records, cluster_id)
     root = Entry("", children={})
+    _balancer(root.child_dir("balancer"), state.image)
     _brokers(root.child_dir("brokers"), state.image)
     _failovers(root.child_dir("failovers"), state.image)
     ids = state.image.producer_ids
@@ -170,6 +175,55 @@ def _brokers(folder: Entry, image: MetadataImage) -> None:
             ("listeners", listeners or "-"),
         ]))
     folder.table = rows
+
+
+def _balancer(folder: Entry, image: MetadataImage) -> None:
+    """The leader counts the auto-balancer balances (a move in flight counts for its target) and its verdict.
+
+    The settings are the cluster-wide dynamic values, else the defaults: a controller's own file is not part of
+    the metadata. The clocks the active controller keeps (fenced and new brokers wait) are not either, so the
+    moves shown are those it starts once every broker has been in its current state long enough."""
+
+    def value(name: str) -> object:
+        try:
+            return BROKER_KEYS[name].parse(image.broker_configs[name])
+        except (KeyError, ConfigValueError):
+            return BROKER_KEYS[name].default
+
+    settings = balancer.Settings.from_values(value)
+    live = [b.node_id for b in image.live_brokers()]
+    counts, in_flight = balancer.leader_counts(image, image.brokers, settings.exclude_topics)
+    incoming = dict.fromkeys(image.brokers, 0)
+    outgoing = dict.fromkeys(image.brokers, 0)
+    for topic in image.topics_by_name.values():
+        for p in topic.partitions.values():
+            if p.reassigning:
+                for node_id in p.replicas:
+                    incoming[node_id] = incoming.get(node_id, 0) + 1
+                for node_id in p.removing_replicas:
+                    outgoing[node_id] = outgoing.get(node_id, 0) + 1
+    rows: list[Row] = [("BROKER", "STATE", "LEADS", "MOVING IN", "MOVING OUT")]
+    for node_id, broker in sorted(image.brokers.items()):
+        state = "fenced" if broker.fenced else "excluded" if node_id in settings.exclude_brokers else "active"
+        row = (str(node_id), state, str(counts[node_id]), str(incoming[node_id]), str(outgoing[node_id]))
+        rows.append(row)
+        folder.add_file(str(node_id), _fields(zip(("broker", "state", "leads", "moving in", "moving out"), row,
+                                                  strict=True)))
+    folder.table = rows
+    ages = dict.fromkeys(image.brokers, float("inf"))
+    decision = balancer.plan(image, settings, ages)
+    spread = [counts[b] for b in live if b not in settings.exclude_brokers]
+    lines = [_fields([
+        ("enabled (cluster-wide)", settings.enabled),
+        ("tolerance", settings.tolerance),
+        ("max moves in flight", settings.max_moves_in_flight),
+        ("moves in flight", in_flight),
+        ("leader spread", max(spread) - min(spread) if spread else 0),
+        ("verdict", decision.summary),
+    ])]
+    if decision.moves:
+        lines += ["", *(move.reason for move in decision.moves)]
+    folder.add_file("status", "\n".join(lines))
 
 
 def _failovers(folder: Entry, image: MetadataImage) -> None:

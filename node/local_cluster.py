@@ -35,6 +35,7 @@ __all__ = [
     "NodeProcess",
     "NodeSpec",
     "free_port",
+    "plan_added_broker",
     "plan_cluster",
     "wait_ready",
 ]
@@ -201,6 +202,30 @@ def _plan_combined(root: Path, combined: int, brokers: int, *, store: str, wal: 
     return specs
 
 
+_PER_NODE_KEYS = frozenset(
+    ("node.id", "controller.quorum.voters", "listeners", "advertised.listeners", "log.dirs", "s3.data.buckets",
+     "s3.wal.path")
+)
+
+
+def plan_added_broker(specs: Sequence[NodeSpec]) -> NodeSpec:
+    """One more broker for a planned cluster (scale-out): the next free id, a free port, a directory next to the
+    others, and the same voters, object store, WAL kind and extra settings as the cluster's existing brokers."""
+    template = next((s for s in specs if s.role == "broker"), None) or next((s for s in specs if s.is_broker), None)
+    if template is None:
+        raise ValueError("the cluster has no broker to model a new one on")
+    node_id = max(BROKER_ID_BASE - 1, *(s.node_id for s in specs)) + 1
+    own = template.overrides
+    store = own["s3.data.buckets"]
+    wal = "s3" if own["s3.wal.path"] == store else "file"
+    extra = {key: value for key, value in own.items() if key not in _PER_NODE_KEYS}
+    data_dir = template.data_dir.parent / f"broker-{node_id}"
+    port = free_port()
+    overrides = _serving_overrides(node_id, port, data_dir, voters=own["controller.quorum.voters"], store=store,
+                                   wal=wal, extra=extra)
+    return NodeSpec(node_id, "broker", port, data_dir, template.base_config.parent / BROKER_CONFIG, overrides)
+
+
 @dataclass
 class NodeProcess:
     spec: NodeSpec
@@ -276,6 +301,12 @@ class LocalCluster:
     def brokers(self) -> list[NodeProcess]:
         """The nodes serving Kafka clients (broker and combined nodes)."""
         return [n for n in self.nodes if n.spec.is_broker]
+
+    def add_broker(self) -> NodeProcess:
+        """Plans one more broker joining this cluster (:func:`plan_added_broker`); the caller starts it."""
+        node = NodeProcess(plan_added_broker([n.spec for n in self.nodes]))
+        self.nodes.append(node)
+        return node
 
     def node(self, node_id: int) -> NodeProcess:
         for node in self.nodes:

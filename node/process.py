@@ -291,9 +291,12 @@ class Node:
     async def _start_controller_only(self) -> None:
         """``process.roles=controller``: a quorum voter serving only the CONTROLLER listener (no Kafka listener,
         no storage engine)."""
-        quorum = await QuorumController.start(self.config)
+        quorum = await QuorumController.start(self.config, metrics=self.metrics)
         self.quorum = quorum
         self.cluster_id = quorum.cluster_id
+        metrics_port = self._configured_metrics_port()
+        if metrics_port is not None:  # the CONTROLLER listener's requests and the auto-balancer's moves
+            self._metrics_port = self.metrics.start_http(metrics_port)
         logger.info("node %d serving the controller quorum only", self.node_id)
 
     def _configured_metrics_port(self) -> int | None:

@@ -9,6 +9,8 @@ Life cycle:
   finds every acknowledged append. ``recover_wal`` is that same replay for any started WAL and owner: a live
   node runs it on a dead node's S3 WAL when the controller assigns it the failover.
 - While running, a timer seals the LogCache's active block once it is older than ``wal_upload_interval_ms``.
+- After each committed upload, the listeners added with ``add_upload_listener`` learn which streams it covered up to
+  which offset: the broker advances its partitions' recovery points then (``storage.stream_api.UploadEvents``).
 - ``shutdown()`` uploads everything, closes the open streams, then the WAL and the object store.
 - ``halt()`` drops everything *without* uploading or closing: exactly what a crash leaves behind.
 """
@@ -35,6 +37,7 @@ from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.factory import open_object_store
 from storage.read import ObjectReadPath
+from storage.stream_api import UploadListener
 from storage.stream_client import StorageStream, StreamClientImpl
 from storage.stream_record_batch import StreamRecordBatch
 from storage.upload import UploadAbortedError, UploadPipeline
@@ -132,6 +135,7 @@ class StorageEngine:
         self._appends = 0
         self._bytes_appended = 0
         self._recovered = 0
+        self._upload_listeners: list[UploadListener] = []
 
     # ------------------------------------------------------------------------------------------ properties
 
@@ -376,6 +380,11 @@ class StorageEngine:
                 await self._timer
             self._timer = None
 
+    def add_upload_listener(self, listener: UploadListener) -> None:
+        """``listener`` learns, after each committed upload of this node's LogCache, which streams it covered and up
+        to which end offset (``storage.stream_api.UploadEvents``)."""
+        self._upload_listeners.append(listener)
+
     async def force_upload(self, stream_id: int | None = None) -> None:
         """Uploads and commits everything appended so far (all streams share the block, so ``stream_id`` only
         names the reason in logs)."""
@@ -432,6 +441,12 @@ class StorageEngine:
                     exc,
                 )
         self._log_cache.mark_uploaded(block)
+        ends = {stream_id: batches[-1].last_offset for stream_id, batches in block.streams.items() if batches}
+        for listener in self._upload_listeners:
+            try:
+                listener(ends)
+            except Exception:
+                logger.exception("node %d: upload listener failed", self._node.node_id)
 
     async def _upload_timer(self) -> None:
         interval = self._config.wal_upload_interval_ms / 1000
@@ -544,9 +559,9 @@ async def _nothing(_block: CacheBlock) -> None:
 
 if TYPE_CHECKING:
     from storage.metadata.memory import InMemoryStreamMetadata
-    from storage.stream_api import StreamClient
+    from storage.stream_api import ObservedStreamClient
 
-    def _engine_conforms(engine: StorageEngine) -> StreamClient:
+    def _engine_conforms(engine: StorageEngine) -> ObservedStreamClient:
         return engine
 
     def _metadata_conforms(metadata: InMemoryStreamMetadata) -> StreamMetadata:

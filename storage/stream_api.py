@@ -9,7 +9,7 @@ LogCache, in the block cache or only in object storage.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -106,3 +106,20 @@ class StreamClient(Protocol):
     async def open_stream(self, stream_id: int, epoch: int) -> Stream: ...
 
     async def delete_stream(self, stream_id: int, epoch: int) -> None: ...
+
+
+#: Told after each upload committed data to object storage: stream id -> the end offset (exclusive) it committed.
+UploadListener = Callable[[Mapping[int, int]], None]
+
+
+class UploadEvents(Protocol):
+    """Uploads as an owner of streams sees them: durable in object storage, not only in the WAL. The broker
+    advances a partition's recovery point after each one, so a crash replays little (DESIGN.md §4)."""
+
+    def add_upload_listener(self, listener: UploadListener) -> None:
+        """``listener`` is called (on the event loop, must not block) after every committed upload."""
+        ...
+
+
+class ObservedStreamClient(StreamClient, UploadEvents, Protocol):
+    """A StreamClient that also reports its uploads (``storage.engine.StorageEngine``)."""

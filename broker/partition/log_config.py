@@ -18,6 +18,10 @@ def _default(name: str) -> Any:
     return TOPIC_CONFIGS[name].key.default
 
 
+_CHECKPOINT_MS: int = BROKER_KEYS["log.flush.offset.checkpoint.interval.ms"].default
+_CHECKPOINT_BYTES: int = BROKER_KEYS["log.flush.offset.checkpoint.interval.bytes"].default
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     max_message_bytes: int = _default("max.message.bytes")
@@ -44,16 +48,24 @@ class LogConfig:
     #: ``min.cleanable.dirty.ratio``: the share of uncleaned bytes at which the partition is worth a round.
     min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
     producer_id_expiration_ms: int = BROKER_KEYS["producer.id.expiration.ms"].default
-    #: Persist producer state and the partition record after this many appended bytes, bounding recovery.
-    checkpoint_interval_bytes: int = 16 << 20
-    #: ... or after this long with appends, whichever comes first.
-    checkpoint_interval_ms: int = 30_000
+    #: ``log.flush.offset.checkpoint.interval.bytes``: checkpoint the recovery point (producer snapshot, PARTITION)
+    #: once this many bytes were appended since the last one, bounding what an unclean restart replays ...
+    checkpoint_interval_bytes: int = _CHECKPOINT_BYTES
+    #: ... ``log.flush.offset.checkpoint.interval.ms``: or this long after the first append since the last one.
+    checkpoint_interval_ms: int = _CHECKPOINT_MS
 
     @classmethod
-    def from_effective(cls, effective: Mapping[str, Any], *, producer_id_expiration_ms: int) -> LogConfig:
+    def from_effective(
+        cls,
+        effective: Mapping[str, Any],
+        *,
+        producer_id_expiration_ms: int,
+        checkpoint_interval_ms: int = _CHECKPOINT_MS,
+        checkpoint_interval_bytes: int = _CHECKPOINT_BYTES,
+    ) -> LogConfig:
         """From a topic's typed values as :func:`controller.config.describe.effective_topic_configs` resolves them
         (topic override, dynamic and static broker synonyms, Kafka default; invalid values already replaced by
-        defaults)."""
+        defaults); the broker-only keys come from the server config."""
         return cls(
             max_message_bytes=effective["max.message.bytes"],
             log_append_time=effective["message.timestamp.type"] == "LogAppendTime",
@@ -69,4 +81,6 @@ class LogConfig:
             max_compaction_lag_ms=effective["max.compaction.lag.ms"],
             min_cleanable_dirty_ratio=effective["min.cleanable.dirty.ratio"],
             producer_id_expiration_ms=producer_id_expiration_ms,
+            checkpoint_interval_ms=checkpoint_interval_ms,
+            checkpoint_interval_bytes=checkpoint_interval_bytes,
         )

@@ -6,6 +6,11 @@ partitions it lost (or whose leader epoch moved on) are closed cleanly, and part
 their streams and KV entry destroyed. Internal topics (``__consumer_offsets``) are ordinary partitions here.
 A second task enforces retention on the open partitions every ``log.retention.check.interval.ms``, and the log
 cleaner (broker/partition/cleaner.py) compacts those whose ``cleanup.policy`` contains ``compact``.
+
+Recovery points (DESIGN §4) advance after every upload that covers a partition's log (the storage engine tells the
+manager which streams an upload committed, and the manager tells their partitions) and, for partitions written to
+between uploads, on a timer bounded by ``log.flush.offset.checkpoint.interval.ms``; the bytes bound is checked by
+each append.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from controller.config.describe import effective_topic_configs
 from controller.config.server import ServerConfig
 from controller.image import MetadataImage, PartitionImage
 from storage.namespace import namespace_for
-from storage.stream_api import StreamClient
+from storage.stream_api import ObservedStreamClient, StreamClient
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
@@ -56,7 +61,7 @@ class PartitionHost(Protocol):
     def controller(self) -> ControllerClient: ...
 
     @property
-    def storage(self) -> StreamClient: ...
+    def storage(self) -> ObservedStreamClient: ...
 
 
 class PartitionManager:
@@ -68,6 +73,9 @@ class PartitionManager:
         self._opened = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        #: The open partitions by the id of their log stream, what an upload names.
+        self._by_stream: dict[int, PartitionLog] = {}
         self._retention_stop = asyncio.Event()
         self._retention_heads: HeadCache = {}
         self._stopping = False
@@ -105,6 +113,8 @@ class PartitionManager:
         self._changed.set()
         self._task = asyncio.create_task(self._run(), name="partition-manager")
         self._retention_task = asyncio.create_task(self._retention_loop(), name="partition-retention")
+        self._checkpoint_task = asyncio.create_task(self._checkpoint_loop(), name="partition-checkpoints")
+        self._node.storage.add_upload_listener(self._uploaded)
         self._cleaner.start()
         try:
             await asyncio.wait_for(self._first_round.wait(), _INITIAL_OPEN_TIMEOUT)
@@ -117,6 +127,10 @@ class PartitionManager:
         self._changed.set()
         self._retention_stop.set()
         await self._cleaner.stop()
+        if self._checkpoint_task is not None:
+            self._checkpoint_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpoint_task
         if self._retention_task is not None:
             # A retention round stops between partitions; let a trim in progress finish rather than cut it short.
             try:
@@ -139,6 +153,7 @@ class PartitionManager:
         logs = list(self._logs.values())
         self._logs.clear()
         self._by_id.clear()
+        self._by_stream.clear()
         await self._bounded(*(log.close() for log in logs))
         logger.info("closed %d partitions", len(logs))
 
@@ -205,6 +220,7 @@ class PartitionManager:
                 continue
             del self._logs[key]
             self._by_id.pop((log.topic_id, log.partition), None)
+            self._by_stream.pop(log.log_stream_id, None)
         failed = False
         for log in to_close:
             logger.info("%s is no longer led by node %d at epoch %d; closing", log.where, node_id, log.leader_epoch)
@@ -214,6 +230,25 @@ class PartitionManager:
         results = await self._bounded(*(self._open(image, key[0], part) for key, part in to_open))
         failed |= any(isinstance(r, BaseException) for r in results)
         return failed
+
+    # ------------------------------------------------------------------ recovery points
+    def _uploaded(self, ends: Mapping[int, int]) -> None:
+        """An upload committed these streams up to these offsets: the partitions whose log it covered checkpoint."""
+        for stream_id, end in ends.items():
+            log = self._by_stream.get(stream_id)
+            if log is not None and not log.closed:
+                log.uploaded(end)
+
+    async def _checkpoint_loop(self) -> None:
+        """Checkpoints partitions written to since their last checkpoint once ``log.flush.offset.checkpoint.
+        interval.ms`` passed (each partition checks its own bound; this only gives it the chance to without an
+        append). Ticks at a quarter of the interval, at most every 5 s, so the bound holds within 25%."""
+        interval = int(self._node.config.value("log.flush.offset.checkpoint.interval.ms")) / 1000
+        tick = min(max(interval / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(tick)
+            for log in self.open_partitions():
+                log.maybe_checkpoint()
 
     # ------------------------------------------------------------------ retention
     async def _retention_loop(self) -> None:
@@ -253,8 +288,12 @@ class PartitionManager:
             server = self._node.config
             node_dynamic = image.node_configs.get(self._node.node_id, {})
             effective = effective_topic_configs(server, image.broker_configs, topic_configs, node_dynamic)
-            expiration_ms = int(server.value("producer.id.expiration.ms"))
-            config = by_topic[topic_id] = LogConfig.from_effective(effective, producer_id_expiration_ms=expiration_ms)
+            config = by_topic[topic_id] = LogConfig.from_effective(
+                effective,
+                producer_id_expiration_ms=int(server.value("producer.id.expiration.ms")),
+                checkpoint_interval_ms=int(server.value("log.flush.offset.checkpoint.interval.ms")),
+                checkpoint_interval_bytes=int(server.value("log.flush.offset.checkpoint.interval.bytes")),
+            )
         return config
 
     async def _open(self, image: MetadataImage, topic: str, part: PartitionImage) -> None:
@@ -277,6 +316,7 @@ class PartitionManager:
             return
         self._logs[(topic, part.partition)] = log
         self._by_id[(part.topic_id, part.partition)] = log
+        self._by_stream[log.log_stream_id] = log
         async with self._opened:
             self._opened.notify_all()
 

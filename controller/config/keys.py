@@ -202,6 +202,24 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # How long a reassigned partition waits for its source broker to close its streams before the target is
         # elected anyway (a dead or stuck source; DESIGN §9). AutoMQ waits 10 s too.
         ConfigKey("partition.reassignment.election.timeout.ms", _B.INT, 10000, at_least(0)),
+        # The auto-balancer (controller.balancer) on the active controller, with AutoMQ's names where AutoMQ has
+        # the idea; all dynamic (cluster-wide defaults), as AutoMQ's are reconfigurable.
+        # fjord: on by default (AutoMQ: off): without it a restarted or added broker leads nothing for ever. It
+        # does nothing on a single broker.
+        ConfigKey("autobalancer.controller.enable", _B.BOOLEAN, True, dynamic=True),
+        # fjord: 10 s, not AutoMQ's 60 s: a move costs a fraction of a second and no data copy.
+        ConfigKey("autobalancer.controller.anomaly.detect.interval.ms", _B.LONG, 10000, at_least(1), dynamic=True),
+        # How soon the next round runs while the balancer is moving partitions (AutoMQ's key, its default).
+        ConfigKey("autobalancer.controller.execution.interval.ms", _B.LONG, 1000, at_least(1), dynamic=True),
+        # fjord: the most reassignments in flight at once (an operator's included) before the balancer starts more.
+        ConfigKey("autobalancer.controller.max.moves.in.flight", _B.INT, 4, at_least(1), dynamic=True),
+        # fjord: the most the leader counts of two live brokers may differ before partitions move.
+        ConfigKey("autobalancer.controller.leader.count.tolerance", _B.INT, 1, at_least(1), dynamic=True),
+        # fjord: how long a fenced broker (dead, restarting, in controlled shutdown) pauses the balancer before the
+        # other brokers are balanced without it.
+        ConfigKey("autobalancer.controller.fenced.broker.wait.ms", _B.LONG, 300000, at_least(0), dynamic=True),
+        ConfigKey("autobalancer.controller.exclude.topics", _B.LIST, [], dynamic=True),
+        ConfigKey("autobalancer.controller.exclude.broker.ids", _B.LIST, [], dynamic=True),
         # topics
         ConfigKey("num.partitions", _B.INT, 1, at_least(1)),
         ConfigKey("default.replication.factor", _B.INT, 1, at_least(1)),
@@ -219,6 +237,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("log.retention.hours", _B.INT, 168, at_least(-1)),
         ConfigKey("log.retention.bytes", _B.LONG, -1, dynamic=True),
         ConfigKey("log.retention.check.interval.ms", _B.LONG, 300000, at_least(1)),
+        # The recovery point (DESIGN §4: PARTITION's recovery offset with the producer snapshot, leader epochs and
+        # time-index position) is checkpointed after every upload and at the latest this long after a partition's
+        # first write since the last checkpoint, so an unclean restart replays at most that much. Kafka's key.
+        ConfigKey("log.flush.offset.checkpoint.interval.ms", _B.INT, 60000, at_least(1)),
+        # fjord: ... or once this many bytes were appended since the last checkpoint, whichever comes first.
+        ConfigKey("log.flush.offset.checkpoint.interval.bytes", _B.LONG, 16 * 1024 * 1024, at_least(1)),
         ConfigKey("log.cleanup.policy", _B.LIST, ["delete"], all_of("compact", "delete"), dynamic=True),
         ConfigKey("log.cleaner.enable", _B.BOOLEAN, True),
         ConfigKey("log.cleaner.delete.retention.ms", _B.LONG, 86400000, at_least(0), dynamic=True),

@@ -16,14 +16,15 @@ from controller.config.server import Listener
 from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
 from storage.config import ConfigError
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
+from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
 
 
 class ControllerServer:
-    def __init__(self, quorum: ServedQuorum, listener: Listener) -> None:
+    def __init__(self, quorum: ServedQuorum, listener: Listener, metrics: ServerMetrics | None = None) -> None:
         self.listener = listener
-        self.dispatcher = ControllerDispatcher(quorum)
+        self.dispatcher = ControllerDispatcher(quorum, metrics)
         self._server = KafkaListener(
             self.dispatcher,
             self.dispatcher.metrics,

@@ -35,6 +35,8 @@ FAST = {
     "broker.heartbeat.interval.ms": "500",
     "s3.wal.upload.interval.ms": "500",
     "group.initial.rebalance.delay.ms": "0",
+    # Off unless a test is about it (test_cluster_balancer.py): the others place and move partitions themselves.
+    "autobalancer.controller.enable": "false",
 }
 SESSION_TIMEOUT_S = 4.0
 

@@ -81,12 +81,12 @@ def test_a_bad_command_fails_with_one_line(metadata_dir: Path) -> None:
 
 def test_shell_commands_and_errors(tmp_path: Path) -> None:
     shell = MetadataShell(build_tree([]))
-    assert shell.run("ls") == "brokers/\nfailovers/\nkv/\nnodes/\nobjects/\nproducerIds\nstreams/\ntopics/"
+    assert shell.run("ls") == "balancer/\nbrokers/\nfailovers/\nkv/\nnodes/\nobjects/\nproducerIds\nstreams/\ntopics/"
     assert shell.run("cd /streams") == ""
     assert shell.run("pwd") == "/streams"
     assert shell.run("cd ..") == "" and shell.run("pwd") == "/"
     assert shell.run("ls /topics") == "(empty)"
-    assert shell.run("tree").splitlines()[:2] == ["/", "├── brokers/"]
+    assert shell.run("tree").splitlines()[:2] == ["/", "├── balancer/"]
     for bad in ("cat /topics", "cd /nowhere", "ls /topics/x", "frobnicate", "cat"):
         with pytest.raises(ShellError):
             shell.run(bad)

@@ -118,6 +118,10 @@ class PartitionLog:
         self._bytes_since_index = 0
         self._bytes_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
+        #: The recovery point (DESIGN §4): the log end as of the last checkpoint (PARTITION ``r``, the producer
+        #: snapshot's offset), and the time stream's end then (``ti``). Only durable data is ever named here.
+        self._recovery_point = 0
+        self._time_checkpoint = 0
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._closed = False
         # Compaction (DESIGN §10): [log start, cleaner offset) lives in the cleaned stream, the rest in the log
@@ -162,6 +166,16 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def recovery_point(self) -> int:
+        """The offset an unclean restart would replay from: the last checkpoint's log end."""
+        return self._recovery_point
+
+    @property
+    def log_stream_id(self) -> int:
+        """The stream holding the log's tail, what an upload names (:meth:`uploaded`)."""
+        return self._log.stream_id
 
     @property
     def cleaner_offset(self) -> int:
@@ -278,14 +292,19 @@ class PartitionLog:
         self._cleaned_bytes = state.cleaned_bytes
         self._size_bytes = state.size_bytes
         self._max_timestamp, self._max_timestamp_offset = state.max_timestamp, state.max_timestamp_offset
+        self._recovery_point, self._time_checkpoint = state.recovery_point, state.time_checkpoint
         if self.epochs.assign(self.leader_epoch, self.log_end_offset):
             logger.info("%s leader epoch %d starts at offset %d", self.where, self.leader_epoch, self.log_end_offset)
-        await self._meta.put(
-            {
-                KEY_PARTITION: self._partition_record(clean_shutdown=False),
-                KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(self.epochs.entries),
-            }
-        )
+        entries: dict[str, bytes] = {}
+        if state.replayed_from is not None:
+            # Everything below the log end was just uploaded (WAL recovery) or was already in object storage, and
+            # the state rebuilt from it is complete: that is the new recovery point, so the next crash replays
+            # only what is written from now on (a crash loop must not replay a growing log).
+            self._recovery_point, self._time_checkpoint = self.log_end_offset, self._time.confirm_offset
+            entries[KEY_PRODUCER_SNAPSHOTS] = encode_snapshot(self.log_end_offset, self.producers)
+        entries[KEY_LEADER_EPOCH_CHECKPOINT] = encode_epoch_checkpoint(self.epochs.entries)
+        entries[KEY_PARTITION] = self._partition_record(clean_shutdown=False)
+        await self._meta.put(entries)
         logger.info(
             "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers (%d open transactions), "
             "%d time-index entries, %d aborted transactions",
@@ -378,8 +397,8 @@ class PartitionLog:
         except storage_errors.StorageError as exc:
             logger.error("append to %s failed at offset %d: %s", self.where, base, exc)
             raise
-        if self._checkpoint_due() and self._checkpoint_task is None:
-            self._checkpoint_task = asyncio.create_task(self._checkpoint(), name=f"checkpoint {self.where}")
+        if self._checkpoint_due():
+            self._start_checkpoint()
         return AppendResult(base, next_offset - 1, log_append_ms, self.log_start_offset)
 
     def _marker_of(self, records: bytes, header: BatchHeader) -> TxnMarker:
@@ -502,50 +521,82 @@ class PartitionLog:
         self._bytes_since_index = 0
         return entry
 
-    # ------------------------------------------------------------------ checkpoint
+    # ------------------------------------------------------------------ checkpoint (the recovery point)
     def _checkpoint_due(self) -> bool:
+        """Bytes or time bound (``log.flush.offset.checkpoint.interval.bytes`` / ``.ms``) reached with appends."""
         if self._bytes_since_checkpoint >= self.config.checkpoint_interval_bytes:
             return True
         elapsed_ms = (time.monotonic() - self._last_checkpoint) * 1000
         return self._bytes_since_checkpoint > 0 and elapsed_ms >= self.config.checkpoint_interval_ms
 
+    def maybe_checkpoint(self) -> None:
+        """The periodic check (the partition manager's timer): a partition written to less than the bytes bound
+        still gets a checkpoint within the time bound, even when no append comes to notice it."""
+        if self._checkpoint_due():
+            self._start_checkpoint()
+
+    def uploaded(self, end_offset: int) -> None:
+        """An upload committed the log up to ``end_offset`` to object storage: the recovery point may follow."""
+        if end_offset > self._recovery_point:
+            self._start_checkpoint()
+
+    def _start_checkpoint(self, *, force: bool = False) -> None:
+        """One checkpoint at a time per partition, in the background; ``force`` even with nothing appended since
+        the last one (the cleaner's switch changes what a replay would read)."""
+        if self._closed or self._checkpoint_task is not None:
+            return
+        if not force and self._bytes_since_checkpoint == 0 and self._recovery_point >= self._log.next_offset:
+            return
+        self._checkpoint_task = asyncio.create_task(self._checkpoint(), name=f"checkpoint {self.where}")
+
     async def _checkpoint(self) -> None:
-        """Persists producer state and PARTITION so a crash replays only the log written since."""
+        """Persists the recovery point: producer state (open transactions too), the leader-epoch cache, and
+        PARTITION with the recovery offset, size, max timestamp and time-index position, all as of the log end,
+        so a crash replays only the log written after it."""
         try:
             async with self._lock:
                 if self._closed:
                     return
                 # The snapshot must hold only durable batches: a crash loses non-durable ones, and a snapshot
-                # naming them would turn the producer's retry into a false duplicate.
+                # naming them would turn the producer's retry into a false duplicate. The time-index entries of
+                # those batches are appended right after them; the checkpoint names them too, so it waits for both.
                 end = self._log.next_offset
-                if self._log.confirm_offset < end:
-                    await self._log.wait_for_append(end - 1, 10.0)
-                    if self._log.confirm_offset < end:
-                        return
+                time_end = self._time.next_offset
+                if not await _durable(self._log, end) or not await _durable(self._time, time_end):
+                    logger.warning("%s: checkpoint at offset %d skipped: appends not durable in time", self.where, end)
+                    return
                 self._bytes_since_checkpoint = 0
                 self._last_checkpoint = time.monotonic()
                 expired = self.producers.expire(int(time.time() * 1000), self.config.producer_id_expiration_ms)
                 if expired:
                     logger.info("%s: expired %d idle producers", self.where, len(expired))
+                previous = self._recovery_point
+                self._recovery_point, self._time_checkpoint = end, time_end
                 entries = {
-                    KEY_PRODUCER_SNAPSHOTS: encode_snapshot(self.log_end_offset, self.producers),
+                    KEY_PRODUCER_SNAPSHOTS: encode_snapshot(end, self.producers),
+                    KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(self.epochs.entries),
                     KEY_PARTITION: self._partition_record(clean_shutdown=False),
                 }
                 put = self._meta.put(entries)
             await put
+            logger.debug("%s: recovery point %d -> %d", self.where, previous, end)
         except Exception:
             logger.exception("checkpoint of %s failed", self.where)
         finally:
             self._checkpoint_task = None
 
     def _partition_record(self, *, clean_shutdown: bool) -> bytes:
-        """The PARTITION meta entry; :mod:`.recovery` reads it back."""
+        """The PARTITION meta entry; :mod:`.recovery` reads it back. ``r`` is the recovery point and ``ti`` the
+        time stream's end with it; a clean shutdown's record names the log end for both."""
+        if clean_shutdown:
+            self._recovery_point, self._time_checkpoint = self.log_end_offset, self._time.next_offset
         return json.dumps(
             {
                 "s": self.log_start_offset,
                 "c": self.cleaner_offset,
                 "cb": self._cleaned_bytes,
-                "r": self.log_end_offset,
+                "r": self._recovery_point,
+                "ti": self._time_checkpoint,
                 "cs": clean_shutdown,
                 "mt": [self._max_timestamp, self._max_timestamp_offset],
                 "z": [self.log_end_offset, self._size_bytes],
@@ -733,10 +784,9 @@ class PartitionLog:
                 }
             )
         await put
-        if self._checkpoint_task is None and not self._closed:
-            # A producer snapshot at the log end means a crash never rebuilds producer state from the cleaned
-            # prefix, where compaction may have removed a producer's last batch.
-            self._checkpoint_task = asyncio.create_task(self._checkpoint(), name=f"checkpoint {self.where}")
+        # A producer snapshot at the log end means a crash never rebuilds producer state from the cleaned
+        # prefix, where compaction may have removed a producer's last batch.
+        self._start_checkpoint(force=True)
         await self._log.trim(cleaner_offset)
         if old is not None:
             try:
@@ -809,6 +859,13 @@ class PartitionLog:
             logger.warning("streams %s of deleted %s could not be deleted", left, self.where)
         await self._kv.delete_kv(self._kv_key)
         logger.info("deleted the streams of %s", self.where)
+
+
+async def _durable(stream: Stream, end: int) -> bool:
+    """Waits (bounded) until everything appended to ``stream`` below ``end`` is durable; False on timeout."""
+    if stream.confirm_offset < end:
+        await stream.wait_for_append(end - 1, 10.0)
+    return stream.confirm_offset >= end
 
 
 async def _both(first: Awaitable[int], second: Awaitable[int]) -> int:

@@ -4,11 +4,14 @@ LogLoader).
 What the meta stream persisted is trusted where it can be: ``PARTITION`` (log start, cleaner offset and bytes,
 clean-shutdown flag ``cs``, max timestamp ``mt``, size checkpoint ``z``), ``LEADER_EPOCH_CHECKPOINT`` and
 ``PRODUCER_SNAPSHOTS`` (producer state, open transactions included, as of an offset), and the txn stream (the
-aborted-transaction index). The log is read only from where that state ends: after an unclean shutdown (``cs``
+aborted-transaction index). The log is read only from where that state ends, the *recovery point* (the snapshot's
+offset, PARTITION ``r``; ``ti`` is the time stream's end as of it): after an unclean shutdown (``cs``
 false) or past an old producer snapshot, producer state, open transactions, the time index and the aborted
 transactions the txn stream is missing are rebuilt from the batches that follow (transaction markers included);
 the size is completed from the batch headers past its checkpoint. Reading the log is
-what an open must avoid, since it lives in object storage.
+what an open must avoid, since it lives in object storage; the partition advances the recovery point after every
+upload, periodically and right after a replay (:mod:`.log`), so the replay is bounded whatever the log's size. Each
+replay logs where it started and how many records, batches and bytes it read.
 
 :func:`recover` returns the rebuilt state as :class:`Recovered`; the partition adopts it before it serves anything.
 """
@@ -55,6 +58,13 @@ class Recovered:
     txn_index: TxnIndex = field(default_factory=TxnIndex)
     #: Aborted transactions the replay found that the txn stream does not hold yet: the partition stores them.
     unstored_aborts: list[AbortedTxnEntry] = field(default_factory=list)
+    #: The persisted recovery point (the producer snapshot's offset) and time-stream position found at open.
+    recovery_point: int = 0
+    time_checkpoint: int = 0
+    #: Where the replay of the log started (None: the persisted state was complete, nothing was replayed) ...
+    replayed_from: int | None = None
+    #: ... and what it read for producer state and indexes (records, batches, bytes).
+    replayed: tuple[int, int, int] = (0, 0, 0)
 
 
 async def recover(
@@ -105,6 +115,17 @@ async def recover(
             logger.warning("producer snapshot of %s unreadable (%s); rebuilding from the log", where, exc)
             snapshot_offset = state.log_start_offset
     end = log.confirm_offset  # the high watermark
+    state.recovery_point = min(snapshot_offset, end)
+    state.time_checkpoint = int(info.get("ti", 0))
+    if time_stream.confirm_offset < state.time_checkpoint:
+        # Never expected (the checkpoint names only durable entries); ListOffsets by time would miss entries.
+        logger.warning(
+            "time index of %s ends at %d, before its checkpointed position %d: time-index entries were lost",
+            where,
+            time_stream.confirm_offset,
+            state.time_checkpoint,
+        )
+        state.time_checkpoint = time_stream.confirm_offset
     size_from = _restore_size(state, size_checkpoint, end, where)
     recover_from: int | None = None
     if not clean or snapshot_offset < end:
@@ -116,9 +137,25 @@ async def recover(
             recover_from,
             end,
         )
+    state.replayed_from = recover_from
     if recover_from is not None or size_from < end:
         await _replay_tail(
             state, stored, time_stream, recover_from=recover_from, size_from=size_from, end=end, where=where
+        )
+    if recover_from is not None:
+        records, batches, size = state.replayed
+        logger.log(
+            logging.INFO if recover_from < end else logging.DEBUG,  # an empty replay: the line above says it all
+            "recovered %s: replayed %d records (%d batches, %d bytes) from offset %d to %d "
+            "(recovery point %d, log start %d)",
+            where,
+            records,
+            batches,
+            size,
+            recover_from,
+            end,
+            state.recovery_point,
+            state.log_start_offset,
         )
     state.producers.evict_before(state.log_start_offset)
     state.txn_index.drop_before(state.log_start_offset)
@@ -159,12 +196,17 @@ async def _replay_tail(
     and the aborted-transaction entries from there."""
     new_entries: list[TimeIndexEntry] = []
     start = size_from if recover_from is None else min(recover_from, size_from)
+    records = batches = size = 0
 
     def visit(header: BatchHeader, batch: memoryview) -> bool:
+        nonlocal records, batches, size
         if header.next_offset > size_from:
             state.size_bytes += header.size
         if recover_from is None or header.next_offset <= recover_from:
             return True
+        records += header.records_count
+        batches += 1
+        size += header.size
         if header.is_control and header.has_producer_id:
             _replay_marker(state, header, batch, where)
         state.producers.record(header, header.base_offset)
@@ -176,6 +218,7 @@ async def _replay_tail(
         return True
 
     await stored.scan(start, end, visit)
+    state.replayed = (records, batches, size)
     waits = [time_stream.append(encode_time_entry(e), 1) for e in new_entries]
     for wait in waits:
         await wait

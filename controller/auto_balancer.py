@@ -1,0 +1,127 @@
+"""The auto-balancer's asyncio shell: runs ``controller.balancer.plan`` on the active controller, periodically.
+
+The quorum controller calls :meth:`AutoBalancer.tick` from its watch loop while it is the active controller and
+:meth:`AutoBalancer.reset` when it stops being so; a round runs as a background task (a metadata write must not
+hold up session expiry), every ``autobalancer.controller.anomaly.detect.interval.ms`` while the cluster is
+balanced and every ``autobalancer.controller.execution.interval.ms`` while it is moving partitions. What the
+decision needs beyond the image is when this controller first saw each broker's current state (a fenced broker's
+wait, a new broker's settling); that is not replicated, so a new active controller starts those clocks afresh.
+
+Each move is logged with its reason and counted in ``fjord_autobalancer_moves_total``; the round's outcome (balanced,
+waiting, paused and why) is logged when it changes and kept in :attr:`AutoBalancer.status`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from controller import balancer
+from controller.config.keys import BROKER_KEYS, ConfigValueError
+from controller.config.server import ServerConfig
+from controller.controller import Controller
+from controller.image import MetadataImage
+
+logger = logging.getLogger(__name__)
+
+
+def effective_settings(config: ServerConfig, image: MetadataImage) -> balancer.Settings:
+    """The balancer's settings: a cluster-wide dynamic value (AlterConfigs on the default broker resource) wins
+    over the controller's own file, as for every dynamic broker key."""
+
+    def value(name: str) -> Any:
+        dynamic = image.broker_configs.get(name)
+        if dynamic is not None:
+            try:
+                return BROKER_KEYS[name].parse(dynamic)
+            except ConfigValueError as exc:  # validated when set; only a hand-edited log could get here
+                logger.warning("%s; using this controller's value", exc)
+        return config.value(name)
+
+    return balancer.Settings.from_values(value)
+
+
+class AutoBalancer:
+    def __init__(
+        self, controller: Controller, config: ServerConfig, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._controller = controller
+        self._config = config
+        self._clock = clock
+        # broker id -> (registration epoch, fenced, when this controller first saw that state)
+        self._seen: dict[int, tuple[int, bool, float]] = {}
+        self._next_round = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self.status = "not run yet"
+        self._state = ""
+        self._paused: str | None = None
+        self._moves_metric: Counter | None = None
+        self._in_flight_metric: Gauge | None = None
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        self._moves_metric = Counter(
+            "fjord_autobalancer_moves",
+            "Partition moves the auto-balancer started on this controller",
+            registry=registry,
+        )
+        self._in_flight_metric = Gauge(
+            "fjord_autobalancer_moves_in_flight",
+            "Partition reassignments in flight (the balancer's and operators') at the balancer's last round",
+            registry=registry,
+        )
+
+    def reset(self) -> None:
+        """This controller is no longer active: forget the clocks (the next active one starts its own)."""
+        self._seen.clear()
+        self._next_round = 0.0
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._task = None
+
+    def tick(self) -> None:
+        """Notes broker state changes and starts a round when one is due and none runs."""
+        now = self._clock()
+        self._observe(self._controller.image, now)
+        if now < self._next_round or (self._task is not None and not self._task.done()):
+            return
+        self._task = asyncio.create_task(self._round(), name="auto-balancer")
+
+    def _observe(self, image: MetadataImage, now: float) -> None:
+        for node_id, broker in image.brokers.items():
+            seen = self._seen.get(node_id)
+            if seen is None or seen[:2] != (broker.epoch, broker.fenced):
+                self._seen[node_id] = (broker.epoch, broker.fenced, now)
+        for gone in [n for n in self._seen if n not in image.brokers]:
+            del self._seen[gone]
+
+    def _ages(self, image: MetadataImage, now: float) -> dict[int, float]:
+        self._observe(image, now)
+        return {node_id: now - since for node_id, (_, _, since) in self._seen.items()}
+
+    async def _round(self) -> None:
+        settings = effective_settings(self._config, self._controller.image)
+        try:
+            decision = await self._controller.rebalance(
+                lambda image: balancer.plan(image, settings, self._ages(image, self._clock()))
+            )
+        except Exception as exc:  # NotControllerError after losing leadership, a log write failed, ...
+            logger.info("controller %d: auto-balancer round abandoned: %s", self._config.node_id, exc)
+            self._next_round = self._clock() + settings.execution_interval_s
+            return
+        for move in decision.moves:
+            logger.info("auto-balancer: %s", move.reason)
+        if self._moves_metric is not None:
+            self._moves_metric.inc(len(decision.moves))
+        if self._in_flight_metric is not None:
+            self._in_flight_metric.set(decision.in_flight + len(decision.moves))
+        busy = bool(decision.moves or decision.in_flight)
+        self._next_round = self._clock() + (settings.execution_interval_s if busy else settings.detect_interval_s)
+        if decision.state != self._state or decision.paused != self._paused:
+            logger.info("controller %d: auto-balancer %s", self._config.node_id, decision.summary)
+        self._state, self._paused = decision.state, decision.paused
+        self.status = decision.summary

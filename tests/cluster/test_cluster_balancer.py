@@ -1,0 +1,415 @@
+"""The auto-balancer (``controller.balancer``, run by ``controller.auto_balancer`` on the active controller).
+
+The decisions, on images built from metadata records: the band, the budget of moves in flight, operator moves left
+alone, fenced and new brokers, and convergence without oscillation. Then real processes (one controller, three
+brokers): a broker killed -9 and restarted under an idempotent producer leads partitions again and nothing
+acknowledged is lost or duplicated; a fourth broker started against the running cluster gets its share of leaders
+with no operator step, and the moves are logged, counted in /metrics and shown by the metadata shell.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster_support import (
+    SESSION_TIMEOUT_S,
+    create_topic,
+    leaders,
+    live_brokers,
+    shell_in_process,
+    table_rows,
+    topic_name,
+    wait_for,
+)
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from controller import balancer
+from controller.auto_balancer import effective_settings
+from controller.balancer import Settings, plan
+from controller.config.keys import BROKER_KEYS
+from controller.config.server import ServerConfig
+from controller.image import MetadataImage
+from controller.metadata_records import (
+    RESOURCE_BROKER,
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    WALFailoverRecord,
+)
+from controller.reassignment import complete
+from node.local_cluster import LocalCluster
+
+EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+SETTLED = 1e9  # seconds: a broker in its state for ever (no fenced or new-broker wait applies)
+
+
+# ------------------------------------------------------------------------------------------ the decisions
+
+
+def _image(
+    placement: Mapping[str, Sequence[int]],
+    brokers: Sequence[int] = (1, 2, 3),
+    *,
+    fenced: Sequence[int] = (),
+    moving: Mapping[tuple[str, int], tuple[int, int]] | None = None,
+    extra: Sequence[MetadataRecord] = (),
+) -> MetadataImage:
+    """Topics whose partition i is led by ``placement[topic][i]``; ``moving`` (topic, partition) -> (source,
+    target): a reassignment in flight."""
+    records: list[MetadataRecord] = [RegisterBrokerRecord(b, 10, EP, None, fenced=b in fenced) for b in brokers]
+    for name, leaders_of in placement.items():
+        topic_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
+        records.append(TopicRecord(name, topic_id))
+        for index, leader in enumerate(leaders_of):
+            source_target = (moving or {}).get((name, index))
+            if source_target is None:
+                records.append(PartitionRecord(topic_id, index, (leader,), (leader,), leader, 0, 0))
+            else:
+                source, target = source_target
+                records.append(PartitionRecord(topic_id, index, (target,), (), -1, 1, 1, (source,)))
+    records.extend(extra)
+    return MetadataImage(cluster_id="test").apply(records, len(records) - 1)
+
+
+def _ages(image: MetadataImage, age: float = SETTLED) -> dict[int, float]:
+    return dict.fromkeys(image.brokers, age)
+
+
+def _spread(counts: Mapping[int, int]) -> int:
+    return max(counts.values()) - min(counts.values())
+
+
+def _finish_moves(image: MetadataImage) -> MetadataImage:
+    """Every reassignment in flight completes (its target elected), as the reassignment watch does."""
+    records = [
+        complete(image, p) for t in image.topics_by_name.values() for p in t.partitions.values() if p.reassigning
+    ]
+    return image.apply(records, image.offset + 1)
+
+
+def _start_moves(image: MetadataImage, decision: balancer.Decision) -> MetadataImage:
+    records = [
+        PartitionChangeRecord(
+            str(m.partition.topic_id),
+            m.partition.partition,
+            leader=-1,
+            leader_epoch=m.partition.leader_epoch + 1,
+            isr=(),
+            replicas=(m.target,),
+            removing_replicas=(m.source,),
+        )
+        for m in decision.moves
+    ]
+    return image.apply(records, image.offset + 1)
+
+
+def test_a_balanced_cluster_gets_no_move() -> None:
+    image = _image({"orders": [1, 2, 3, 1, 2, 3, 1, 2], "__consumer_offsets": [3, 1, 2]})
+    decision = plan(image, Settings(), _ages(image))
+    assert decision.moves == [] and decision.state == "balanced"
+    assert dict(decision.leads) == {1: 4, 2: 4, 3: 3}
+
+
+def test_a_steady_skew_converges_in_a_bounded_number_of_moves_and_stays_put() -> None:
+    image = _image({"orders": [1] * 9, "__consumer_offsets": [1, 1, 2]}, brokers=(1, 2, 3))
+    settings = Settings(max_moves_in_flight=3)
+    total = 0
+    for _ in range(20):  # rounds; each finishes its moves before the next, as the reassignment watch would
+        decision = plan(image, settings, _ages(image))
+        assert len(decision.moves) <= settings.max_moves_in_flight
+        if not decision.moves:
+            break
+        for move in decision.moves:
+            assert move.source_leads - move.target_leads > settings.tolerance, move.reason
+        total += len(decision.moves)
+        image = _finish_moves(_start_moves(image, decision))
+    counts, _ = balancer.leader_counts(image, image.brokers)
+    assert counts == {1: 4, 2: 4, 3: 4}
+    assert total == 7  # the fewest moves that do it: broker 1 gives 7 of its 11
+    # No oscillation: a balanced state, planned again and again, moves nothing.
+    for _ in range(3):
+        assert plan(image, settings, _ages(image)).moves == []
+    # Topics spread too: each of the 9 orders partitions ends three to a broker.
+    orders = image.topics_by_name["orders"].partitions.values()
+    assert Counter(p.leader for p in orders) == {1: 3, 2: 3, 3: 3}
+
+
+def test_the_band_is_the_tolerance() -> None:
+    image = _image({"orders": [1, 1, 1, 1, 2, 2, 3]})  # 4, 2, 1: spread 3
+    assert [(m.source, m.target) for m in plan(image, Settings(tolerance=3), _ages(image)).moves] == []
+    moves = plan(image, Settings(tolerance=2), _ages(image)).moves
+    assert [(m.source, m.target) for m in moves] == [(1, 3)]
+    assert moves[0].reason == "moving orders-0 from broker 1 to 3: broker 1 leads 4, broker 3 leads 1, band ±2"
+    assert len(plan(image, Settings(tolerance=1), _ages(image)).moves) == 1  # 3, 2, 2 then
+
+
+def test_moves_in_flight_are_capped_and_operator_moves_are_left_alone() -> None:
+    # orders-0 and orders-1 are being moved by an operator from broker 1 to broker 2; they count for broker 2.
+    image = _image({"orders": [1] * 8}, moving={("orders", 0): (1, 2), ("orders", 1): (1, 2)})
+    decision = plan(image, Settings(max_moves_in_flight=3), _ages(image))
+    assert decision.in_flight == 2 and dict(decision.leads) == {1: 6, 2: 2, 3: 0}
+    assert [(m.topic, m.partition.partition, m.source, m.target) for m in decision.moves] == [("orders", 2, 1, 3)]
+    assert plan(image, Settings(max_moves_in_flight=2), _ages(image)).moves == []
+    many = plan(image, Settings(max_moves_in_flight=10), _ages(image))
+    assert all(m.partition.partition >= 2 for m in many.moves), "a partition being reassigned was moved again"
+
+
+def test_fenced_brokers_pause_it_then_are_balanced_without() -> None:
+    image = _image({"orders": [1, 1, 1, 1, 2]}, brokers=(1, 2, 3), fenced=(3,))
+    settings = Settings(fenced_broker_wait_s=60)
+    paused = plan(image, settings, {1: SETTLED, 2: SETTLED, 3: 5.0})
+    assert paused.moves == [] and paused.paused is not None and "broker 3 is fenced" in paused.paused
+    given_up = plan(image, settings, {1: SETTLED, 2: SETTLED, 3: 61.0})
+    assert [(m.source, m.target) for m in given_up.moves] == [(1, 2)]  # never to the fenced broker
+    failover = WALFailoverRecord(3, 10, 2, 10, 1)
+    replaying = _image({"orders": [1, 1, 1, 1, 2]}, fenced=(3,), extra=[failover])
+    assert plan(replaying, settings, _ages(replaying)).paused == "the WAL of broker 3 is being replayed"
+
+
+def test_a_new_broker_is_a_target_after_it_settled_and_exclusions_hold() -> None:
+    image = _image({"orders": [1, 2, 1, 2, 1, 2], "audit": [1, 1]}, brokers=(1, 2, 3))
+    settings = Settings(detect_interval_s=10)
+    settling = plan(image, settings, {1: SETTLED, 2: SETTLED, 3: 2.0})
+    assert settling.moves == [] and settling.paused == "broker 3 registered less than 10 s ago"
+    moves = plan(image, settings, {1: SETTLED, 2: SETTLED, 3: 10.0}).moves
+    assert {m.target for m in moves} == {3} and len(moves) == 2
+    no_audit = plan(image, Settings(exclude_topics=frozenset({"audit"})), _ages(image)).moves
+    assert [m.topic for m in no_audit] == ["orders", "orders"]
+    without_3 = plan(image, Settings(exclude_brokers=frozenset({3})), _ages(image))
+    assert [(m.source, m.target) for m in without_3.moves] == [(1, 2)] and 3 not in without_3.leads
+    assert plan(image, Settings(enabled=False), _ages(image)).paused == "autobalancer.controller.enable=false"
+
+
+def test_the_keys_are_in_the_catalogue_and_a_dynamic_value_wins(tmp_path: Path) -> None:
+    assert all(BROKER_KEYS[name].dynamic for name in balancer.KEYS)
+    defaults = Settings.from_values(lambda name: BROKER_KEYS[name].default)
+    assert defaults == Settings()  # the catalogue's defaults are the decision module's
+    config = ServerConfig.load(
+        None,
+        [
+            f"log.dirs={tmp_path}",
+            "autobalancer.controller.leader.count.tolerance=2",
+            "autobalancer.controller.exclude.broker.ids=7,x",
+        ],
+    )
+    image = _image(
+        {"orders": [1]}, extra=[ConfigRecord(RESOURCE_BROKER, "", "autobalancer.controller.enable", "false")]
+    )
+    settings = effective_settings(config, image)
+    assert (settings.enabled, settings.tolerance, settings.exclude_brokers) == (False, 2, frozenset({7}))
+
+
+# ------------------------------------------------------------------------------------------ real processes
+
+BALANCING = {
+    "autobalancer.controller.enable": "true",
+    "autobalancer.controller.anomaly.detect.interval.ms": "1000",
+    "autobalancer.controller.execution.interval.ms": "200",
+    "metrics.port": "0",  # every node its own free port
+}
+PARTITIONS = 6
+BALANCE_LIMIT_S = 60.0  # bounds a hang; a few balancing intervals and moves of ~0.2 s each are what it takes
+
+
+@dataclass
+class OrderedLoad:
+    """An idempotent producer sending ``<partition>:<seq>`` to each partition in turn until stopped."""
+
+    bootstrap: str
+    topic: str
+    acked: dict[int, list[int]] = field(default_factory=lambda: {p: [] for p in range(PARTITIONS)})
+    failed: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> OrderedLoad:
+        self._thread = threading.Thread(target=self._run, name=f"ordered-{self.topic}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.timeout.ms": 90000,
+                "linger.ms": 5,
+                "retry.backoff.ms": 50,
+            }
+        )
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            partition, seq = (msg.value() or b"").decode().split(":")
+            if err is None:
+                self.acked[int(partition)].append(int(seq))
+            else:
+                self.failed.append(f"{partition}:{seq}: {err}")
+
+        seq = 0
+        while not self._stop.is_set():
+            for partition in range(PARTITIONS):
+                producer.produce(
+                    self.topic, value=f"{partition}:{seq}".encode(), partition=partition, on_delivery=delivered
+                )
+            seq += 1
+            producer.poll(0.01)
+        producer.flush(90)
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def wait_more(self, extra: int, timeout: float) -> None:
+        target = self.count() + extra
+        wait_for(f"{target} records acknowledged on {self.topic}", lambda: self.count() >= target, timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=120)
+            assert not self._thread.is_alive(), "the producer did not finish flushing"
+
+
+def _read_exactly_once(bootstrap: str, load: OrderedLoad, timeout: float = 60) -> None:
+    """Reads every partition to the end: each one holds exactly the acknowledged sequence numbers, in order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": topic_name("check"),
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(load.topic, p, 0) for p in range(PARTITIONS)])
+    seen: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    expected = load.count()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and sum(len(v) for v in seen.values()) < expected:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                partition, seq = (msg.value() or b"").decode().split(":")
+                seen[int(partition)].append(int(seq))
+    finally:
+        consumer.close()
+    for partition in range(PARTITIONS):
+        acked = load.acked[partition]
+        assert seen[partition] == sorted(acked), (
+            f"{load.topic}-{partition}: {len(acked)} acknowledged, {len(seen[partition])} read; lost "
+            f"{sorted(set(acked) - set(seen[partition]))[:5]}, extra {sorted(set(seen[partition]) - set(acked))[:5]}"
+        )
+
+
+def _leader_counts(bootstrap: str, brokers: set[int]) -> tuple[dict[int, int], int]:
+    """Partitions each broker leads over every topic (internal ones included), from a broker's Metadata, and how
+    many partitions have no leader (a move in flight)."""
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    counts = dict.fromkeys(brokers, 0)
+    leaderless = 0
+    for topic in meta.topics.values():
+        for partition in topic.partitions.values():
+            if partition.leader in counts:
+                counts[partition.leader] += 1
+            else:
+                leaderless += 1
+    return counts, leaderless
+
+
+def _balanced_with(bootstrap: str, brokers: set[int], member: int) -> dict[int, int] | None:
+    """The leader counts once ``member`` leads partitions, the spread is within the band and every partition has
+    a leader (no move in flight)."""
+    counts, leaderless = _leader_counts(bootstrap, brokers)
+    return counts if counts[member] > 0 and _spread(counts) <= 1 and not leaderless else None
+
+
+def _controller_log(cluster: LocalCluster) -> str:
+    return "\n".join(n.log_text(tail=400_000) for n in cluster.controllers)
+
+
+def _moves_counted(cluster: LocalCluster) -> float:
+    """fjord_autobalancer_moves_total on the (only) controller's /metrics."""
+    found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", _controller_log(cluster))
+    assert found, "the controller serves no /metrics"
+    with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    sample = re.search(r"^fjord_autobalancer_moves_total (\S+)$", text, re.MULTILINE)
+    assert sample, "no fjord_autobalancer_moves_total on the controller's /metrics"
+    return float(sample.group(1))
+
+
+def test_a_restarted_broker_leads_again_and_nothing_acknowledged_is_lost(cluster_factory: Any) -> None:
+    cluster: LocalCluster = cluster_factory(controllers=1, brokers=3, wal="s3", extra=BALANCING)
+    bootstrap = cluster.bootstrap_servers
+    brokers = {b.spec.node_id for b in cluster.brokers}
+    topic = topic_name("balanced")
+    create_topic(bootstrap, topic, PARTITIONS)
+    placement = leaders(bootstrap, topic, PARTITIONS)
+    load = OrderedLoad(bootstrap, topic).start()
+    try:
+        load.wait_more(300, timeout=30)
+        victim = placement[0]
+        others = ",".join(b.spec.address for b in cluster.brokers if b.spec.node_id != victim)
+        cluster.node(victim).kill()
+        wait_for(f"broker {victim} fenced", lambda: victim not in live_brokers(others), SESSION_TIMEOUT_S + 10)
+        wait_for(
+            f"no partition led by broker {victim}",
+            lambda: _leader_counts(others, brokers)[0][victim] == 0 and min(leaders(others, topic).values()) >= 0,
+            timeout=30,
+        )
+        load.wait_more(300, timeout=60)  # served by the others meanwhile
+        cluster.node(victim).start()
+        counts = wait_for(
+            f"broker {victim} leading its share again",
+            lambda: _balanced_with(bootstrap, brokers, victim),
+            timeout=BALANCE_LIMIT_S,
+        )
+        assert counts[victim] >= sum(counts.values()) // 3, counts
+        load.wait_more(300, timeout=60)  # and the moved partitions serve again
+    finally:
+        load.stop()
+    assert not load.failed, load.failed[:5]
+    _read_exactly_once(bootstrap, load)
+    log = _controller_log(cluster)
+    assert re.search(
+        rf"auto-balancer: moving \S+ from broker \d+ to {victim}: broker \d+ leads \d+, broker {victim} "
+        r"leads \d+, band ±1",
+        log,
+    ), log[-4000:]
+    assert f"auto-balancer paused: broker {victim} is fenced" in log  # it stood aside meanwhile
+
+
+def test_a_broker_added_to_a_running_cluster_gets_its_share(cluster_factory: Any) -> None:
+    cluster: LocalCluster = cluster_factory(controllers=1, brokers=3, extra=BALANCING)
+    bootstrap = cluster.bootstrap_servers
+    topic = topic_name("scale-out")
+    create_topic(bootstrap, topic, 9)
+    leaders(bootstrap, topic, 9)
+    assert _moves_counted(cluster) == 0  # a cluster balanced from the start is left alone
+    added = cluster.add_broker()
+    added.start()
+    new = added.spec.node_id
+    brokers = {b.spec.node_id for b in cluster.brokers}
+    assert new in brokers and len(brokers) == 4
+    counts = wait_for(
+        f"broker {new} leading its share", lambda: _balanced_with(bootstrap, brokers, new), timeout=BALANCE_LIMIT_S
+    )
+    assert counts[new] >= 2, counts
+    moved = _moves_counted(cluster)
+    assert moved == counts[new], f"{moved} moves counted for the {counts[new]} partitions broker {new} leads"
+    rows = {r[0]: r for r in table_rows(shell_in_process(cluster).run("ls /balancer"))}  # BROKER STATE LEADS ...
+    assert rows[str(new)][1] == "active" and int(rows[str(new)][2]) == counts[new], rows
+    assert "verdict" in shell_in_process(cluster).run("cat /balancer/status")
