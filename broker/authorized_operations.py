@@ -1,29 +1,20 @@
 """The authorized-operations bit fields Metadata, DescribeCluster and DescribeGroups report (KIP-430).
 
-Fjord has no authorizer, and Kafka without one reports every operation a resource type supports as allowed, as a
-32-bit field with bit ``AclOperation.code`` set. When the client did not ask, the field carries Int.MinValue,
-which the Java Admin turns into "not requested" (null) rather than "nothing allowed".
+A 32-bit field with bit ``AclOperation.code`` set for each operation the request's principal may do on the
+resource: with no authorizer, every operation the resource type supports (as Kafka reports); with one, those the
+ACLs allow (``broker.authorization``). When the client did not ask, the field carries Int.MinValue, which the Java
+Admin turns into "not requested" (null) rather than "nothing allowed".
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
 from typing import Final
 
+from broker.authorization import BrokerAuthorizer
+from controller.acl.binding import AclOperation, ResourceType
 
-class AclOperation(IntEnum):
-    """Kafka's AclOperation codes (the bit positions of the field)."""
-
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
+__all__ = ["CLUSTER", "GROUP", "OMITTED", "TOPIC", "AclOperation", "bit_field", "operations_of", "reported",
+           "reported_for"]
 
 
 def bit_field(operations: frozenset[AclOperation]) -> int:
@@ -47,3 +38,20 @@ CLUSTER: Final = bit_field(frozenset({
 def reported(requested: object, allowed: int) -> int:
     """What a response carries for a resource whose allowed operations are ``allowed``."""
     return allowed if requested else OMITTED
+
+
+def operations_of(field: int) -> frozenset[AclOperation]:
+    return frozenset(op for op in AclOperation if op > AclOperation.ALL and field & (1 << op))
+
+
+def reported_for(
+    requested: object, authorizer: BrokerAuthorizer, principal: str, host: str, *, resource: ResourceType, name: str,
+    supported: int,
+) -> int:
+    """What a response carries for the resource ``name``: the operations of ``supported`` (the type's bit field)
+    that ``principal`` may do on it."""
+    if not requested:
+        return OMITTED
+    if not authorizer.enabled:
+        return supported
+    return bit_field(authorizer.operations(principal, host, resource, name, operations_of(supported)))

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from broker.authorization import BrokerAuthorizer
+from broker.handlers import acl_table
 from broker.handlers import api_versions as api_versions_handler
 from broker.handlers.context import ConnectionState, Handler, RequestContext
 from broker.handlers.table import HANDLERS
@@ -61,6 +63,13 @@ class RequestDispatcher:
         # Object-store request counts sit next to the request metrics on the same endpoint. The node's storage
         # engine starts after its dispatcher exists, so the collector looks the store up at scrape time.
         metrics.registry.register(StoreStatsCollector(store_stats))
+        self.authorizer = BrokerAuthorizer(
+            self._config_value, lambda: self.node.controller.image.acls, metrics.authorization_denials
+        )
+
+    def _config_value(self, key: str) -> object:
+        """The node's config, read when first needed (a dispatcher driven by a test may have no node)."""
+        return self.node.config.value(key)
 
     def connection_state(self) -> ConnectionState:
         """The state of a new connection: ``KafkaListener(connection_state=...)`` calls this as it opens."""
@@ -143,10 +152,11 @@ class RequestDispatcher:
             # A peer from outside a listener (a test driving the dispatcher) has no state: nothing to order.
             connection=peer.state if isinstance(peer.state, ConnectionState) else ConnectionState(),
             api_versions=self.versions,
+            authorizer=self.authorizer,
         )
         started = time.perf_counter()
         try:
-            response = await self.handlers[key](ctx, request.body)
+            response = await acl_table.serve(ctx, request.body, self.handlers[key])
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -2,7 +2,8 @@
 
 Both a broker (its handlers, with the node's controller client) and a controller voter (its CONTROLLER listener,
 with the active controller) answer CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs, AlterPartitionReassignments and AlterUserScramCredentials. They differ only in where the
+IncrementalAlterConfigs, AlterPartitionReassignments, AlterUserScramCredentials, CreateAcls and
+DeleteAcls. They differ only in where the
 controller comes from:
 ``controller_for(what)`` returns it, or raises :class:`~controller.errors.NotControllerError` when there is none
 here (a voter that is not active), which every item it concerns answers as NOT_CONTROLLER so the client retries
@@ -18,9 +19,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from controller import admin_wire
+from controller import acl_wire, admin_wire
 from controller.admin_wire import ResourceRefused
 from controller.api import (
+    AclCreateResult,
+    AclDeleteResult,
     ConfigResource,
     ControllerClient,
     CreateTopicResult,
@@ -144,3 +147,27 @@ async def alter_user_scram_credentials(response_cls: type[Any], request: Any, co
             code, message = _refusal(exc, "altering the SCRAM credentials of users %s failed", users)
             results = admin_wire.scram_results_refused(deletions, upsertions, code, message)
     return admin_wire.alter_user_scram_credentials_response(response_cls, results)
+
+
+async def create_acls(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:
+    bindings = acl_wire.read_create_acls(request)
+    results: list[AclCreateResult] = []
+    if bindings:
+        try:
+            results = await controller_for("create ACLs").create_acls(bindings)
+        except Exception as exc:
+            code, message = _refusal(exc, "creating ACLs %s failed", [b.describe() for b in bindings])
+            results = acl_wire.create_acls_refused(bindings, code, message)
+    return acl_wire.create_acls_response(response_cls, results)
+
+
+async def delete_acls(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:
+    filters = acl_wire.read_delete_acls(request)
+    results: list[AclDeleteResult] = []
+    if filters:
+        try:
+            results = await controller_for("delete ACLs").delete_acls(filters)
+        except Exception as exc:
+            code, message = _refusal(exc, "deleting ACLs matching %s failed", filters)
+            results = acl_wire.delete_acls_refused(filters, code, message)
+    return acl_wire.delete_acls_response(response_cls, results)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kio.schema.errors import ErrorCode
 
+from controller.acl.binding import AclBinding, AclBindingFilter
 from controller.config.describe import ConfigEntry
 from controller.image import MetadataImage
 from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from controller.producer_ids import ProducerIdBlock
 
 __all__ = [
+    "AclCreateResult",
+    "AclDeleteResult",
     "ConfigResource",
     "ControllerClient",
     "CreateTopicResult",
@@ -146,6 +149,23 @@ class ScramAlterResult:
     message: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class AclCreateResult:
+    """One creation's answer to CreateAcls (one per binding, in order)."""
+
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AclDeleteResult:
+    """One filter's answer to DeleteAcls: the bindings it deleted, or why it deleted none."""
+
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    deleted: tuple[AclBinding, ...] = ()
+
+
 class ControllerClient(Protocol):
     @property
     def image(self) -> MetadataImage:
@@ -204,6 +224,15 @@ class ControllerClient(Protocol):
     ) -> list[ScramAlterResult]:
         """AlterUserScramCredentials: one result per user named, in first-mention order; a user whose alterations
         are not all valid gets none of them (Kafka's rule)."""
+        ...
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclCreateResult]:
+        """CreateAcls: one result per binding, in order; a binding that exists already is a success that writes
+        nothing (Kafka's rule)."""
+        ...
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
+        """DeleteAcls: one result per filter, in order, with the bindings it matched and deleted."""
         ...
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:

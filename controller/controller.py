@@ -27,7 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from kio.schema.errors import ErrorCode
 
 from controller import balancer, brokers, leadership, reassignment
+from controller.acl.binding import AclBinding, AclBindingFilter
+from controller.acl_control import plan_create_acls, plan_delete_acls
 from controller.api import (
+    AclCreateResult,
+    AclDeleteResult,
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
@@ -457,6 +461,28 @@ class Controller:
                 logger.info("SCRAM credentials of user %r altered", result.user)
             else:
                 logger.info("SCRAM credentials of user %r not altered: %s", result.user, result.message)
+        return plan.results
+
+    # ------------------------------------------------------------------ ACLs
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclCreateResult]:
+        async with self._lock:
+            plan = plan_create_acls(self._image.acls, bindings)
+            await self._commit(plan.records)
+        for binding, result in zip(bindings, plan.results, strict=True):
+            if result.error is ErrorCode.none:
+                logger.info("ACL %s created", binding.describe())
+            else:
+                logger.info("ACL %s not created: %s", binding.describe(), result.message)
+        return plan.results
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
+        async with self._lock:
+            plan = plan_delete_acls(self._image.acls, filters)
+            await self._commit(plan.records)
+        for result in plan.results:
+            for binding in result.deleted:
+                logger.info("ACL %s deleted", binding.describe())
         return plan.results
 
     # ------------------------------------------------------------------ reassignment

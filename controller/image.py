@@ -15,10 +15,12 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from controller.acl.binding import AclBinding, operation, pattern_type, permission, resource_type
 from controller.metadata_records import (
     CLUSTER_RECORD_TYPES,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
+    AccessControlEntryRecord,
     ConfigRecord,
     Endpoint,
     FenceBrokerRecord,
@@ -27,6 +29,7 @@ from controller.metadata_records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -146,6 +149,9 @@ class MetadataImage:
     #: SCRAM credentials: user -> mechanism id (1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> salted keys, never a password.
     scram_credentials: Mapping[str, Mapping[int, ScramCredential]] = field(default_factory=lambda: _EMPTY)
 
+    #: ACL bindings by id (``controller.acl``), as AccessControlEntryRecords made them.
+    acls: Mapping[str, AclBinding] = field(default_factory=lambda: _EMPTY)
+
     def scram_credential(self, user: str, mechanism: int) -> ScramCredential | None:
         return self.scram_credentials.get(user, _EMPTY).get(mechanism)
 
@@ -202,6 +208,9 @@ class MetadataImage:
             for mechanism, credential in sorted(credentials.items()):
                 out.append(UserScramCredentialRecord(user, mechanism, credential.salt, credential.stored_key,
                                                      credential.server_key, credential.iterations))
+        for acl_id, acl in sorted(self.acls.items()):
+            out.append(AccessControlEntryRecord(acl_id, acl.resource_type, acl.resource_name, acl.pattern_type,
+                                                acl.principal, acl.host, acl.operation, acl.permission))
         if self.producer_ids.next_producer_id > 0:
             ids = self.producer_ids
             out.append(ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id))
@@ -232,6 +241,7 @@ class _Builder:
         self._node_configs: dict[int, Mapping[str, str]] | None = None
         self._failovers: dict[int, WALFailoverImage] | None = None
         self._scram: dict[str, Mapping[int, ScramCredential]] | None = None
+        self._acls: dict[str, AclBinding] | None = None
         self._producer_ids = base.producer_ids
 
     def _topics(self) -> dict[uuid.UUID, TopicImage]:
@@ -324,6 +334,14 @@ class _Builder:
                 self._set_scram(record.name, record.mechanism, credential)
             case RemoveUserScramCredentialRecord(name=name, mechanism=mechanism):
                 self._set_scram(name, mechanism, None)
+            case AccessControlEntryRecord():
+                self._acl_map()[record.id] = AclBinding(
+                    resource_type(record.resource_type), record.resource_name, pattern_type(record.pattern_type),
+                    record.principal, record.host, operation(record.operation), permission(record.permission_type),
+                )
+            case RemoveAccessControlEntryRecord(id=acl_id):
+                if self._acl_map().pop(acl_id, None) is None:
+                    logger.warning("RemoveAccessControlEntryRecord for unknown ACL id %s ignored", acl_id)
             case _:
                 pass  # stream/object/KV records: replayed by the stream metadata
 
@@ -398,6 +416,11 @@ class _Builder:
         else:
             self._scram.pop(user, None)
 
+    def _acl_map(self) -> dict[str, AclBinding]:
+        if self._acls is None:
+            self._acls = dict(self._base.acls)
+        return self._acls
+
     def _set_fenced(self, node_id: int, epoch: int, fenced: bool) -> None:
         broker = self._broker_map().get(node_id)
         if broker is None or broker.epoch != epoch:
@@ -423,6 +446,7 @@ class _Builder:
             wal_failovers=base.wal_failovers if self._failovers is None else _frozen(self._failovers),
             producer_ids=self._producer_ids,
             scram_credentials=base.scram_credentials if self._scram is None else _frozen(self._scram),
+            acls=base.acls if self._acls is None else _frozen(self._acls),
         )
 
 

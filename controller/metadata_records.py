@@ -221,6 +221,35 @@ class RemoveUserScramCredentialRecord(MetadataRecord):
     mechanism: int
 
 
+@register_record
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord(MetadataRecord):
+    """An ACL binding (Kafka's record of the same name and id): a resource pattern and an entry, with Kafka's enum
+    codes (``controller.acl.binding``). ``id`` is the binding's own (a UUID's text), chosen by the controller, so a
+    removal names exactly one binding."""
+
+    TYPE: ClassVar[int] = 17
+    VERSION: ClassVar[int] = 0
+    id: str
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord(MetadataRecord):
+    """The ACL binding ``id`` is deleted (DeleteAcls)."""
+
+    TYPE: ClassVar[int] = 18
+    VERSION: ClassVar[int] = 0
+    id: str
+
+
 # ---------------------------------------------------------------- WAL failover (Fjord's own ids, after AutoMQ's 5xx)
 
 
@@ -278,6 +307,8 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     ProducerIdsRecord,
     UserScramCredentialRecord,
     RemoveUserScramCredentialRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
     WALFailoverRecord,
     WALFailoverDoneRecord,
 )
@@ -297,6 +328,7 @@ __all__ = [
     "RESOURCE_BROKER",
     "RESOURCE_TOPIC",
     "STREAM_RECORD_TYPES",
+    "AccessControlEntryRecord",
     "ConfigRecord",
     "Endpoint",
     "FenceBrokerRecord",
@@ -313,6 +345,7 @@ __all__ = [
     "RangeRecord",
     "RecordDecodeError",
     "RegisterBrokerRecord",
+    "RemoveAccessControlEntryRecord",
     "RemoveKVRecord",
     "RemoveObjectRecord",
     "RemoveRangeRecord",

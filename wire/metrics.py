@@ -61,6 +61,10 @@ class ServerMetrics:
             "fjord_broker_authentications", "SASL authentications that succeeded (re-authentications included)",
             ["listener", "mechanism"], registry=self.registry,
         )
+        self.authorization_denials = Counter(
+            "fjord_broker_authorization_denials", "Requests (or parts of them) an ACL refused",
+            ["listener", "resource_type", "operation"], registry=self.registry,
+        )
         self.loop_lag_seconds = Histogram(
             "fjord_broker_event_loop_lag_seconds",
             "How late the event loop ran a timer due every LOOP_LAG_PERIOD_S: what any request waiting on the loop "

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 from broker import authorized_operations
 from broker.handlers.context import RequestContext
 from broker.handlers.metadata import client_controller_id, live_endpoint
+from controller.acl.binding import CLUSTER_NAME, ResourceType
 from wire import codec
 
 ENDPOINT_TYPE_BROKERS = 1
@@ -40,7 +41,8 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=image.cluster_id,
         controller_id=client_controller_id(image, ctx.node.node_id),
         brokers=tuple(brokers),
-        cluster_authorized_operations=authorized_operations.reported(
-            request.include_cluster_authorized_operations, authorized_operations.CLUSTER
+        cluster_authorized_operations=ctx.authorized_operations(
+            request.include_cluster_authorized_operations, ResourceType.CLUSTER, CLUSTER_NAME,
+            authorized_operations.CLUSTER,
         ),
     )

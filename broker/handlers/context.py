@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from broker import authorized_operations
+from broker.authorization import ANONYMOUS, BrokerAuthorizer
 from broker.handlers.append_order import AppendOrder
 from broker.handlers.commit_order import PendingCommits
 from broker.sasl_session import SaslSession
 from broker.services import BrokerServices
+from controller.acl.binding import AclOperation, ResourceType
 from wire import codec
 from wire.api_versions import VersionRange
 
@@ -61,6 +64,23 @@ class RequestContext:
     #: The API versions the dispatcher serves, for ApiVersions to advertise: handed in rather than imported,
     #: since the handler table that defines them lists the ApiVersions handler itself.
     api_versions: Mapping[int, VersionRange] = field(default_factory=lambda: MappingProxyType({}))
+    #: The node's authorizer (``broker.authorization``); a context built outside the dispatcher allows everything.
+    authorizer: BrokerAuthorizer = field(default_factory=BrokerAuthorizer.disabled)
+
+    @property
+    def principal(self) -> str:
+        """Who sent the request, for ACLs: the SASL principal, else ``User:ANONYMOUS`` (Kafka's name)."""
+        return self.connection.principal or ANONYMOUS
+
+    def allowed(self, op: AclOperation, resource: ResourceType, name: str, *, log_denial: bool = True) -> bool:
+        """Whether this request's principal may do ``op`` on the resource; a denial is counted and logged."""
+        return self.authorizer.allowed(self.principal, self.client_host, self.listener_name, op, resource=resource,
+                                       name=name, log_denial=log_denial)
+
+    def authorized_operations(self, requested: object, resource: ResourceType, name: str, supported: int) -> int:
+        """The KIP-430 field for the resource: ``supported``'s operations this principal may do (when asked)."""
+        return authorized_operations.reported_for(requested, self.authorizer, self.principal, self.client_host,
+                                                  resource=resource, name=name, supported=supported)
 
     @property
     def response_class(self) -> type[Any]:

@@ -14,17 +14,17 @@ from broker import authorized_operations
 from broker.groups.state import GroupState
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
+from controller.acl.binding import ResourceType
 from wire import codec
 
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     group_cls = codec.field_entity(ctx.response_class, "groups")
     groups = coordinator(ctx)
-    operations = authorized_operations.reported(
-        getattr(request, "include_authorized_operations", False), authorized_operations.GROUP
-    )
+    asked = getattr(request, "include_authorized_operations", False)
     described = []
     for group_id in request.groups:
+        operations = ctx.authorized_operations(asked, ResourceType.GROUP, group_id, authorized_operations.GROUP)
         if groups is None:
             error, group = ErrorCode.coordinator_not_available, None
         else:

@@ -12,6 +12,7 @@ from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
 from broker.handlers.context import RequestContext
+from controller.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from controller.api import NewTopic
 from controller.image import BrokerImage, MetadataImage, TopicImage
 from wire import codec
@@ -115,19 +116,29 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                                    port=endpoint[1], rack=broker.rack)
             )
 
-    # v8+: Kafka fills these for every topic in the response (and v8-10 for the cluster) only when asked.
-    ops = authorized_operations.reported(
-        getattr(request, "include_topic_authorized_operations", False), authorized_operations.TOPIC
-    )
+    # v8+: Kafka fills these for every topic in the response (and v8-10 for the cluster) only when asked; with an
+    # authorizer, the operations this principal may do on each.
+    asked_ops = getattr(request, "include_topic_authorized_operations", False)
+
+    def ops_on(topic: str | None) -> int:
+        return ctx.authorized_operations(asked_ops, ResourceType.TOPIC, topic or "", authorized_operations.TOPIC)
+
+    def visible(topic: str) -> bool:
+        """Kafka leaves out of a Metadata answer the topics the principal may not DESCRIBE, without logging."""
+        return ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_denial=False)
+
+    denied = ErrorCode.topic_authorization_failed
     requested = request.topics
     if ctx.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
     topics: list[Any] = []
     if requested is None:
         for topic_name in sorted(image.topics_by_name):
-            topics.append(_topic_entry(topic_cls, image.topics_by_name[topic_name], live, ops))
+            if visible(topic_name):
+                topics.append(_topic_entry(topic_cls, image.topics_by_name[topic_name], live, ops_on(topic_name)))
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and node.auto_create_topics_enable
+        may_create_any = ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
         missing: list[str] = []
         slots: list[tuple[str | None, uuid.UUID | None]] = []
         for wanted in requested:
@@ -137,24 +148,34 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 slots.append((None, topic_id))
                 continue
             slots.append((name, None))
-            if name and name not in image.topics_by_name and allow_auto and name not in missing:
+            if (name and name not in image.topics_by_name and allow_auto and name not in missing and visible(name)
+                    and (may_create_any or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name))):
                 missing.append(name)
         created = await _auto_create(ctx, missing) if missing else {}
         for name, topic_id in slots:
             if topic_id is not None:
                 found = image.topics_by_id.get(topic_id) if ctx.api_version >= 12 else None
                 if found is None:
-                    topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_id, None, topic_id, ops))
+                    topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_id, None, topic_id, ops_on(None)))
+                elif not visible(found.name):
+                    topics.append(_error_topic(topic_cls, denied, None, topic_id, ops_on(None)))
                 else:
-                    topics.append(_topic_entry(topic_cls, found, live, ops))
+                    topics.append(_topic_entry(topic_cls, found, live, ops_on(found.name)))
+            elif name and not visible(name):
+                ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)  # asked by name: a counted denial
+                topics.append(_error_topic(topic_cls, denied, name, None, ops_on(None)))
             elif not name:
-                topics.append(_error_topic(topic_cls, ErrorCode.invalid_topic_exception, name or "", None, ops))
+                topics.append(_error_topic(topic_cls, ErrorCode.invalid_topic_exception, name or "", None,
+                                           ops_on(None)))
             elif name in created:
-                topics.append(_error_topic(topic_cls, created[name], name, None, ops))
+                topics.append(_error_topic(topic_cls, created[name], name, None, ops_on(name)))
             elif name in image.topics_by_name:
-                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], live, ops))
+                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], live, ops_on(name)))
+            elif allow_auto and name not in missing:  # auto-creation refused by the ACLs
+                ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)
+                topics.append(_error_topic(topic_cls, denied, name, None, ops_on(name)))
             else:
-                topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_or_partition, name, None, ops))
+                topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_or_partition, name, None, ops_on(name)))
 
     return ctx.build(
         throttle_time=0,
@@ -162,7 +183,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         cluster_id=image.cluster_id,
         controller_id=client_controller_id(image, node.node_id),
         topics=tuple(topics),
-        cluster_authorized_operations=authorized_operations.reported(
-            getattr(request, "include_cluster_authorized_operations", False), authorized_operations.CLUSTER
+        cluster_authorized_operations=ctx.authorized_operations(
+            getattr(request, "include_cluster_authorized_operations", False), ResourceType.CLUSTER, CLUSTER_NAME,
+            authorized_operations.CLUSTER,
         ),
     )

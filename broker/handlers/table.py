@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Final
 
 from broker.handlers import (
+    acls,
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_partition_reassignments,
@@ -76,6 +77,9 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         26: end_txn.handle_end_txn,  # EndTxn
         27: write_txn_markers.handle_write_txn_markers,  # WriteTxnMarkers
         28: txn_offset_commit.handle_txn_offset_commit,  # TxnOffsetCommit
+        29: acls.handle_describe_acls,  # DescribeAcls
+        30: acls.handle_create_acls,  # CreateAcls
+        31: acls.handle_delete_acls,  # DeleteAcls
         32: configs.handle_describe_configs,  # DescribeConfigs
         33: configs.handle_alter_configs,  # AlterConfigs
         36: sasl.handle_sasl_authenticate,  # SaslAuthenticate

@@ -315,6 +315,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("sasl.jaas.config", _B.PASSWORD, None),
         # KIP-368: a SASL session's lifetime (0: none); the client re-authenticates before it ends.
         ConfigKey("connections.max.reauth.ms", _B.LONG, 0, at_least(0)),
+        # authorization (controller.acl): only Kafka's StandardAuthorizer is accepted (controller.config.security)
+        ConfigKey("authorizer.class.name", _B.STRING, ""),
+        ConfigKey("super.users", _B.STRING, ""),
+        ConfigKey("allow.everyone.if.no.acl.found", _B.BOOLEAN, False),
     )
 }
 

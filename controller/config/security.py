@@ -1,10 +1,12 @@
 """A node's security settings: what Fjord serves (TLS and SASL on client listeners) and what stops it at start.
 
 Fjord serves PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL client listeners, SASL with PLAIN, SCRAM-SHA-256 and
-SCRAM-SHA-512. ACLs (an authorizer), quotas, other SASL mechanisms (GSSAPI, OAUTHBEARER), SASL between nodes and a
-non-PLAINTEXT CONTROLLER listener are not implemented; a setting for them must never be ignored silently (a
-"SASL_SSL" listener served as plaintext is worse than no listener), so :func:`refusal` names every such key and
-:class:`~controller.config.server.ServerConfig` stops the node with one line naming it. Messages name keys, never
+SCRAM-SHA-512, and ACLs with Kafka's StandardAuthorizer (``authorizer.class.name``, ``super.users``,
+``allow.everyone.if.no.acl.found``; :data:`STANDARD_AUTHORIZER`). Other authorizers, quotas, other SASL mechanisms
+(GSSAPI, OAUTHBEARER), SASL between nodes and a non-PLAINTEXT CONTROLLER listener are not implemented; a setting
+for them must never be ignored silently (a "SASL_SSL" listener served as plaintext is worse than no listener),
+so :func:`refusal` names every such key and :class:`~controller.config.server.ServerConfig` stops the node with
+one line naming it. Messages name keys, never
 values: a ``sasl.jaas.config`` or a key password must not reach a terminal or a log.
 
 SASL settings are Kafka's: ``sasl.enabled.mechanisms`` (default GSSAPI, which Fjord refuses, so a SASL listener
@@ -51,13 +53,12 @@ LISTENER_PREFIX = "listener.name."
 _SASL = (f"not implemented (Fjord's SASL serves {', '.join(SASL_MECHANISMS)} on client listeners and reads "
          f"{', '.join(sorted(SASL_KEYS))} and listener.name.<name>.{{sasl.enabled.mechanisms,"
          f"<mechanism>.sasl.jaas.config}}; nodes make no SASL connections to each other or to controllers)")
-_ACL = "authorization (ACLs) is not implemented; every client may do everything"
+#: The one authorizer Fjord implements (ACLs in controller metadata, ``controller.acl``), as Kafka operators name it.
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+_AUTHORIZER = f"only {STANDARD_AUTHORIZER} is implemented (or leave it empty: no authorization)"
+_PRINCIPAL_BUILDER = "custom principal builders are not implemented"
 _QUOTA = "quotas are not implemented"
 _SSL = f"not implemented (Fjord's TLS reads {', '.join(sorted(SSL_KEYS))})"
-#: Keys that only mean something with an authorizer or a principal; refused unless empty (Kafka's default).
-_AUTHORIZATION_KEYS = frozenset(
-    ("authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found", "principal.builder.class")
-)
 #: TlsSettings field -> the ssl.* key that sets it.
 _FIELD_KEYS = {
     "keystore_location": "ssl.keystore.location",
@@ -88,8 +89,10 @@ def refusal(name: str, value: str) -> str | None:
         return "delegation tokens are not implemented"
     if lower.startswith("ssl.") and lower not in SSL_KEYS:
         return _SSL
-    if lower in _AUTHORIZATION_KEYS and value.strip():
-        return _ACL
+    if lower == "authorizer.class.name" and value.strip() not in ("", STANDARD_AUTHORIZER):
+        return _AUTHORIZER
+    if lower == "principal.builder.class" and value.strip():
+        return _PRINCIPAL_BUILDER
     if "quota" in lower.split("."):
         return _QUOTA
     if lower == "security.inter.broker.protocol" and value.strip().upper() != "PLAINTEXT":

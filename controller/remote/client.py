@@ -23,8 +23,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from controller import admin_wire
+from controller import acl_wire, admin_wire
+from controller.acl.binding import AclBinding, AclBindingFilter
 from controller.api import (
+    AclCreateResult,
+    AclDeleteResult,
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
@@ -323,6 +326,26 @@ class RemoteControllerClient:
         results = admin_wire.read_alter_user_scram_credentials_response(response)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the altered SCRAM credentials")
+        return results
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclCreateResult]:
+        try:
+            response = await self.channel.request(acl_wire.create_acls_request(bindings), "create ACLs")
+        except ControllerUnavailableError as exc:
+            return acl_wire.create_acls_refused(bindings, ErrorCode.not_controller, str(exc))
+        results = acl_wire.read_create_acls_response(response, bindings)
+        if any(r.error is ErrorCode.none for r in results):
+            await self._sync_after("see the created ACLs")
+        return results
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
+        try:
+            response = await self.channel.request(acl_wire.delete_acls_request(filters), "delete ACLs")
+        except ControllerUnavailableError as exc:
+            return acl_wire.delete_acls_refused(filters, ErrorCode.not_controller, str(exc))
+        results = acl_wire.read_delete_acls_response(response, filters)
+        if any(r.deleted for r in results):
+            await self._sync_after("see the deleted ACLs")
         return results
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:

@@ -311,6 +311,10 @@ class ControllerDispatcher:
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
         if api_key == m.ALTER_USER_SCRAM_CREDENTIALS:
             return await admin_requests.alter_user_scram_credentials(response_cls, body, active)
+        if api_key == m.CREATE_ACLS:
+            return await admin_requests.create_acls(response_cls, body, active)
+        if api_key == m.DELETE_ACLS:
+            return await admin_requests.delete_acls(response_cls, body, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
 

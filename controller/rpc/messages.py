@@ -20,6 +20,8 @@ CreatePartitions    37    0-3       active controller
 IncrementalAlter..  44    0-1       active controller
 AlterPartitionRe..  45    0         active controller (DESIGN §9: the reassignment is the controller's)
 AlterUserScramCr..  51    0         active controller (SCRAM credentials are metadata records)
+CreateAcls          30    1-3       active controller (ACL bindings are metadata records)
+DeleteAcls          31    1-3       active controller
 Vote                52    2         Raft (KIP-996 pre-vote)
 BeginQuorumEpoch    53    1         Raft
 EndQuorumEpoch      54    1         Raft
@@ -132,6 +134,8 @@ CREATE_PARTITIONS: Final = 37
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 ALTER_PARTITION_REASSIGNMENTS: Final = 45
 ALTER_USER_SCRAM_CREDENTIALS: Final = 51
+CREATE_ACLS: Final = 30
+DELETE_ACLS: Final = 31
 VOTE: Final = 52
 BEGIN_QUORUM_EPOCH: Final = 53
 END_QUORUM_EPOCH: Final = 54
@@ -155,6 +159,8 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
     VOTE: (2, 2),
     BEGIN_QUORUM_EPOCH: (1, 1),
     END_QUORUM_EPOCH: (1, 1),

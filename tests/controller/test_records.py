@@ -12,6 +12,7 @@ from controller.metadata_records import (
     CLUSTER_RECORD_TYPES,
     RESOURCE_TOPIC,
     STREAM_RECORD_TYPES,
+    AccessControlEntryRecord,
     ConfigRecord,
     Endpoint,
     FenceBrokerRecord,
@@ -22,6 +23,7 @@ from controller.metadata_records import (
     ProducerIdsRecord,
     RecordDecodeError,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     StreamRecord,
@@ -63,6 +65,8 @@ SAMPLES: list[MetadataRecord] = [
     ProducerIdsRecord(2, 1700000000500, 3000),
     UserScramCredentialRecord("alice", 2, b"salt", b"\x00stored", b"server\xff", 8192),
     RemoveUserScramCredentialRecord("alice", 2),
+    AccessControlEntryRecord(str(uuid.uuid4()), 2, "orders-", 4, "User:alice", "*", 3, 3),
+    RemoveAccessControlEntryRecord(str(uuid.uuid4())),
 ]
 
 

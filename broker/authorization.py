@@ -1,0 +1,135 @@
+"""The broker's authorizer: Kafka's StandardAuthorizer decision (``controller.acl.authorizer``) applied to a
+request's principal, host and listener, with the ACL bindings of the broker's current metadata image.
+
+Off (everything allowed, as before ACLs existed) unless ``authorizer.class.name`` names Kafka's StandardAuthorizer.
+A connection that did not authenticate with SASL is ``User:ANONYMOUS``, as Kafka names PLAINTEXT and SSL clients;
+so when brokers talk to each other over a PLAINTEXT listener (transaction markers, AddPartitionsToTxn
+verification), ``User:ANONYMOUS`` needs the rights Kafka gives a broker's own principal — put it in
+``super.users``, or serve the inter-broker listener with SASL and make that user a super user (see README).
+
+Every denial is counted (``fjord_broker_authorization_denials``) and logged once per (principal, operation,
+resource) with the host and listener, so a client retrying a forbidden request does not flood the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final, Protocol
+
+from controller.acl.authorizer import Authorizer, AuthorizerSettings, parse_super_users
+from controller.acl.binding import AclBinding, AclOperation, ResourceType
+from controller.config.security import STANDARD_AUTHORIZER
+
+logger = logging.getLogger(__name__)
+
+#: The principal of a connection that did not authenticate (Kafka's KafkaPrincipal.ANONYMOUS).
+ANONYMOUS: Final = "User:ANONYMOUS"
+#: How many distinct denials are remembered for logging once; past it, further distinct ones are still counted
+#: but no longer logged (a client probing names must not grow the broker's memory without bound).
+_LOGGED_DENIALS_MAX: Final = 10_000
+
+
+class DenialCounter(Protocol):
+    def labels(self, *, listener: str, resource_type: str, operation: str) -> _Incrementable: ...
+
+
+class _Incrementable(Protocol):
+    def inc(self) -> None: ...
+
+
+class BrokerAuthorizer:
+    """``value(key)`` reads the node's typed config (``ServerConfig.value``), at the first check rather than at
+    construction (the dispatcher exists before it serves); ``bindings()`` returns the ACL bindings of the current
+    image (read at each check)."""
+
+    def __init__(
+        self,
+        value: Callable[[str], object],
+        bindings: Callable[[], Mapping[str, AclBinding]],
+        denials: DenialCounter | None = None,
+    ) -> None:
+        self._value = value
+        self._configured: tuple[bool, Authorizer] | None = None
+        self._bindings = bindings
+        self._denials = denials
+        self._logged: set[tuple[str, AclOperation, ResourceType, str]] = set()
+
+    @classmethod
+    def disabled(cls) -> BrokerAuthorizer:
+        return cls(lambda _key: None, dict)
+
+    def _configuration(self) -> tuple[bool, Authorizer]:
+        if self._configured is None:
+            value = self._value
+            settings = AuthorizerSettings(
+                parse_super_users(str(value("super.users") or "")), bool(value("allow.everyone.if.no.acl.found"))
+            )
+            enabled = str(value("authorizer.class.name") or "").strip() == STANDARD_AUTHORIZER
+            self._configured = enabled, Authorizer(settings)
+        return self._configured
+
+    @property
+    def enabled(self) -> bool:
+        return self._configuration()[0]
+
+    @property
+    def _authorizer(self) -> Authorizer:
+        return self._configuration()[1]
+
+    def allowed(
+        self,
+        principal: str,
+        host: str,
+        listener: str,
+        op: AclOperation,
+        *,
+        resource: ResourceType,
+        name: str,
+        log_denial: bool = True,
+    ) -> bool:
+        """Whether the request may proceed. ``log_denial`` False for checks whose failure is not a refusal
+        (Metadata silently leaves out topics the principal may not describe, as Kafka does)."""
+        if not self.enabled:
+            return True
+        if self._authorizer.authorize(self._bindings(), principal, host, op, resource=resource, name=name):
+            return True
+        if log_denial:
+            self._denied(principal, host, listener, op, resource=resource, name=name)
+        return False
+
+    def allowed_on_some(self, principal: str, host: str, op: AclOperation, resource: ResourceType) -> bool:
+        """Whether ``op`` is allowed on at least one resource of the type (not logged: a fallback check)."""
+        if not self.enabled:
+            return True
+        return self._authorizer.allowed_on_some(self._bindings(), principal, host, op, resource)
+
+    def operations(
+        self, principal: str, host: str, resource: ResourceType, name: str, candidates: Iterable[AclOperation]
+    ) -> frozenset[AclOperation]:
+        """The operations of ``candidates`` the principal may do (all of them when authorization is off)."""
+        if not self.enabled:
+            return frozenset(candidates)
+        return self._authorizer.authorized_operations(
+            self._bindings(), principal, host, resource=resource, name=name, operations=candidates
+        )
+
+    def _denied(
+        self, principal: str, host: str, listener: str, op: AclOperation, *, resource: ResourceType, name: str
+    ) -> None:
+        if self._denials is not None:
+            self._denials.labels(listener=listener, resource_type=resource.name, operation=op.name).inc()
+        key = (principal, op, resource, name)
+        if key in self._logged or len(self._logged) >= _LOGGED_DENIALS_MAX:
+            return
+        self._logged.add(key)
+        logger.info(
+            "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s (listener %s); "
+            "further denials of it are counted, not logged",
+            principal,
+            op.name,
+            host,
+            resource.name,
+            name,
+            listener,
+        )

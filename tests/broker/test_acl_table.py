@@ -1,0 +1,366 @@
+"""The per-API ACL guards (``broker.handlers.acl_table``), in process: a request naming an allowed and a refused
+item reaches its handler with the allowed one only, the refused one is answered with Kafka's code in a response
+that encodes, and a request about one resource is refused whole without calling the handler.
+
+The principal is ``User:ANONYMOUS`` (no SASL), allowed exactly what the bindings below say."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.authorization import ANONYMOUS, BrokerAuthorizer
+from broker.handlers import acl_table
+from broker.handlers.context import RequestContext
+from broker.services import BrokerServices
+from controller.acl.binding import AclBinding, AclOperation, PatternType, PermissionType, ResourceType
+from controller.acl_control import binding_record
+from controller.config.security import STANDARD_AUTHORIZER
+from controller.image import MetadataImage
+from controller.metadata_records import PartitionRecord, TopicRecord
+from wire import codec
+
+ALLOWED_ID, REFUSED_ID = uuid.uuid4(), uuid.uuid4()
+
+
+def _acl(kind: ResourceType, name: str, op: AclOperation) -> AclBinding:
+    return AclBinding(kind, name, PatternType.LITERAL, ANONYMOUS, "*", op, PermissionType.ALLOW)
+
+
+BINDINGS = [
+    _acl(ResourceType.TOPIC, "allowed", AclOperation.ALL),
+    _acl(ResourceType.TOPIC, "refused", AclOperation.DESCRIBE),  # an ACL on it, none granting what is asked
+    _acl(ResourceType.GROUP, "allowed-group", AclOperation.ALL),
+    _acl(ResourceType.TRANSACTIONAL_ID, "allowed-txn", AclOperation.ALL),
+]
+IMAGE = MetadataImage("c").apply(
+    [
+        *(binding_record(str(i), b) for i, b in enumerate(BINDINGS)),
+        TopicRecord("allowed", str(ALLOWED_ID)),
+        PartitionRecord(str(ALLOWED_ID), 0, (0,), (0,), 0, 0),
+        TopicRecord("refused", str(REFUSED_ID)),
+        PartitionRecord(str(REFUSED_ID), 0, (0,), (0,), 0, 0),
+    ],
+    9,
+)
+
+
+@dataclass
+class _Controller:
+    image: MetadataImage = IMAGE
+
+
+@dataclass
+class _Node:
+    controller: _Controller = field(default_factory=_Controller)
+
+
+@dataclass
+class _Handler:
+    """Records what it was asked and answers with the response's defaults (empty lists)."""
+
+    asked: list[Any] = field(default_factory=list)
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        self.asked.append(request)
+        return ctx.build()
+
+
+def _context(api_key: int, version: int) -> RequestContext:
+    config = {"authorizer.class.name": STANDARD_AUTHORIZER}
+    return RequestContext(
+        api_key=api_key,
+        api_version=version,
+        correlation_id=7,
+        client_id="acl-table",
+        client_host="127.0.0.1",
+        node=cast(BrokerServices, _Node()),
+        authorizer=BrokerAuthorizer(config.get, lambda: IMAGE.acls),
+    )
+
+
+async def _serve(api_key: int, version: int, **fields: Any) -> tuple[Any, _Handler]:
+    ctx = _context(api_key, version)
+    request = codec.build(codec.request_class(api_key, version), **fields)
+    handler = _Handler()
+    response = await acl_table.serve(ctx, request, handler)
+    codec.encode_response(7, response)  # a refusal must be a well-formed answer
+    return response, handler
+
+
+def _nested(api_key: int, version: int, path: str, **fields: Any) -> Any:
+    cls = codec.request_class(api_key, version)
+    *outer, last = path.split(".")
+    for name in outer:
+        cls = codec.field_entity(cls, name)
+    return codec.build_nested(cls, last, **fields)
+
+
+def _errors(entry: Any, partitions: str = "partitions", code: str = "error_code") -> set[ErrorCode]:
+    return {getattr(p, code) for p in getattr(entry, partitions)}
+
+
+async def test_produce_serves_the_writable_topic_and_refuses_the_other() -> None:
+    def topic(name: str) -> Any:
+        return _nested(
+            0,
+            9,
+            "topic_data",
+            name=name,
+            partition_data=(_nested(0, 9, "topic_data.partition_data", index=0, records=None),),
+        )
+
+    response, handler = await _serve(0, 9, acks=-1, timeout=1000, topic_data=(topic("allowed"), topic("refused")))
+    assert [t.name for t in handler.asked[0].topic_data] == ["allowed"]
+    (refused,) = response.responses
+    assert refused.name == "refused"
+    assert _errors(refused, "partition_responses") == {ErrorCode.topic_authorization_failed}
+
+
+async def test_a_transactional_produce_needs_the_transactional_id() -> None:
+    topic = _nested(
+        0,
+        9,
+        "topic_data",
+        name="allowed",
+        partition_data=(_nested(0, 9, "topic_data.partition_data", index=0, records=None),),
+    )
+    response, handler = await _serve(0, 9, transactional_id="other-txn", acks=-1, timeout=1000, topic_data=(topic,))
+    assert handler.asked == []
+    assert _errors(response.responses[0], "partition_responses") == {ErrorCode.transactional_id_authorization_failed}
+
+
+async def test_a_fetch_answers_an_unreadable_topic_even_when_its_session_served_it() -> None:
+    def topic(name: str) -> Any:
+        return _nested(
+            1,
+            12,
+            "topics",
+            topic=name,
+            partitions=(_nested(1, 12, "topics.partitions", partition=0, fetch_offset=0, partition_max_bytes=1024),),
+        )
+
+    response, handler = await _serve(1, 12, max_wait=0, min_bytes=1, topics=(topic("allowed"), topic("refused")))
+    assert [t.topic for t in handler.asked[0].topics] == ["allowed"]
+    assert [(t.topic, _errors(t)) for t in response.responses] == [("refused", {ErrorCode.topic_authorization_failed})]
+
+    # an incremental fetch names no topic; the session's answer for "refused" carries records: they are withheld
+    ctx = _context(1, 12)
+    served = codec.build(
+        codec.response_class(1, 12),
+        responses=(
+            codec.build_nested(
+                codec.response_class(1, 12),
+                "responses",
+                topic="refused",
+                partitions=(
+                    codec.build_nested(
+                        codec.field_entity(codec.response_class(1, 12), "responses"),
+                        "partitions",
+                        partition_index=0,
+                        error_code=ErrorCode.none,
+                        records=b"secret",
+                    ),
+                ),
+            ),
+        ),
+    )
+
+    async def session(_ctx: RequestContext, _request: Any) -> Any:
+        return served
+
+    answered = await acl_table.serve(
+        ctx, codec.build(codec.request_class(1, 12), session_id=5, session_epoch=2), session
+    )
+    (partition,) = answered.responses[0].partitions
+    assert (partition.error_code, partition.records) == (ErrorCode.topic_authorization_failed, b"")
+
+
+async def test_list_offsets_and_delete_records_refuse_per_topic() -> None:
+    def offsets_topic(name: str) -> Any:
+        return _nested(
+            2, 8, "topics", name=name, partitions=(_nested(2, 8, "topics.partitions", partition_index=0, timestamp=-1),)
+        )
+
+    response, handler = await _serve(2, 8, replica_id=-1, topics=(offsets_topic("allowed"), offsets_topic("nope")))
+    assert [t.name for t in handler.asked[0].topics] == ["allowed"]
+    assert _errors(response.topics[0]) == {ErrorCode.topic_authorization_failed}
+
+    def records_topic(name: str) -> Any:
+        return _nested(
+            21, 2, "topics", name=name, partitions=(_nested(21, 2, "topics.partitions", partition_index=0, offset=1),)
+        )
+
+    response, handler = await _serve(21, 2, timeout=1000, topics=(records_topic("refused"),))
+    assert handler.asked == []
+    assert [(t.name, _errors(t)) for t in response.topics] == [("refused", {ErrorCode.topic_authorization_failed})]
+
+
+async def test_delete_topics_by_id_names_the_refused_topic() -> None:
+    topics = (
+        _nested(20, 6, "topics", name=None, topic_id=REFUSED_ID),
+        _nested(20, 6, "topics", name=None, topic_id=ALLOWED_ID),
+    )
+    response, handler = await _serve(20, 6, timeout_ms=1000, topics=topics)
+    assert [t.topic_id for t in handler.asked[0].topics] == [ALLOWED_ID]
+    assert [(r.name, r.error_code) for r in response.responses] == [("refused", ErrorCode.topic_authorization_failed)]
+
+
+async def test_describe_configs_refuses_topics_and_the_cluster_separately() -> None:
+    resources = (
+        _nested(32, 4, "resources", resource_type=2, resource_name="refused", configuration_keys=None),
+        _nested(32, 4, "resources", resource_type=4, resource_name="0", configuration_keys=None),
+        _nested(32, 4, "resources", resource_type=2, resource_name="allowed", configuration_keys=None),
+    )
+    response, handler = await _serve(32, 4, resources=resources)
+    assert [r.resource_name for r in handler.asked[0].resources] == ["allowed"]
+    assert [(r.resource_name, r.error_code) for r in response.results] == [
+        ("refused", ErrorCode.topic_authorization_failed),
+        ("0", ErrorCode.cluster_authorization_failed),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "fields", "response_list"),
+    [
+        (42, 2, {"groups_names": ("allowed-group", "other-group")}, "results"),
+        (15, 5, {"groups": ("allowed-group", "other-group")}, "groups"),
+    ],
+)
+async def test_group_apis_refuse_per_group(
+    api_key: int, version: int, fields: dict[str, Any], response_list: str
+) -> None:
+    response, handler = await _serve(api_key, version, **fields)
+    request_list = next(iter(fields))
+    assert getattr(handler.asked[0], request_list) == ("allowed-group",)
+    assert [(g.group_id, g.error_code) for g in getattr(response, response_list)] == [
+        ("other-group", ErrorCode.group_authorization_failed)
+    ]
+
+
+async def test_find_coordinator_refuses_per_key() -> None:
+    response, handler = await _serve(10, 4, key_type=1, coordinator_keys=("allowed-txn", "other-txn"))
+    assert handler.asked[0].coordinator_keys == ("allowed-txn",)
+    assert [(c.key, c.error_code) for c in response.coordinators] == [
+        ("other-txn", ErrorCode.transactional_id_authorization_failed)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "fields", "code"),
+    [
+        (
+            11,
+            9,
+            {"group_id": "other-group", "member_id": "", "protocol_type": "consumer", "protocols": ()},
+            ErrorCode.group_authorization_failed,
+        ),
+        (
+            26,
+            3,
+            {"transactional_id": "other-txn", "producer_id": 1, "producer_epoch": 0, "committed": True},
+            ErrorCode.transactional_id_authorization_failed,
+        ),
+        (22, 4, {"transactional_id": None, "transaction_timeout": 1000}, ErrorCode.none),  # WRITE on "allowed" suffices
+        (
+            22,
+            4,
+            {"transactional_id": "other-txn", "transaction_timeout": 1000},
+            ErrorCode.transactional_id_authorization_failed,
+        ),
+        (45, 0, {"timeout_ms": 1000, "topics": ()}, ErrorCode.cluster_authorization_failed),
+        (50, 0, {"users": None}, ErrorCode.cluster_authorization_failed),
+    ],
+)
+async def test_requests_about_one_resource_are_refused_whole(
+    api_key: int, version: int, fields: dict[str, Any], code: ErrorCode
+) -> None:
+    response, handler = await _serve(api_key, version, **fields)
+    assert response.error_code == code
+    assert len(handler.asked) == (1 if code is ErrorCode.none else 0)
+
+
+async def test_write_txn_markers_need_cluster_action() -> None:
+    marker = _nested(
+        27,
+        1,
+        "markers",
+        producer_id=3,
+        producer_epoch=0,
+        transaction_result=True,
+        coordinator_epoch=0,
+        topics=(_nested(27, 1, "markers.topics", name="allowed", partition_indexes=(0,)),),
+    )
+    response, handler = await _serve(27, 1, markers=(marker,))
+    assert handler.asked == []
+    assert _errors(response.markers[0].topics[0]) == {ErrorCode.cluster_authorization_failed}
+
+
+async def test_offset_fetch_hides_or_refuses_topics_the_principal_may_not_describe() -> None:
+    response_cls = codec.response_class(9, 8)
+    group_cls = codec.field_entity(response_cls, "groups")
+    topic_cls = codec.field_entity(group_cls, "topics")
+
+    def committed(*names: str) -> Any:
+        return codec.build(
+            response_cls,
+            groups=(
+                codec.build(
+                    group_cls,
+                    group_id="allowed-group",
+                    topics=tuple(
+                        codec.build(
+                            topic_cls,
+                            name=name,
+                            partitions=(
+                                codec.build_nested(
+                                    topic_cls, "partitions", partition_index=0, committed_offset=5, metadata=""
+                                ),
+                            ),
+                        )
+                        for name in names
+                    ),
+                ),
+            ),
+        )
+
+    async def offsets(_ctx: RequestContext, _request: Any) -> Any:
+        return committed("allowed", "hidden")
+
+    every_topic = _nested(9, 8, "groups", group_id="allowed-group", topics=None)
+    answered = await acl_table.serve(
+        _context(9, 8), codec.build(codec.request_class(9, 8), groups=(every_topic,)), offsets
+    )
+    assert [t.name for t in answered.groups[0].topics] == ["allowed"]
+
+    named = _nested(
+        9,
+        8,
+        "groups",
+        group_id="allowed-group",
+        topics=(
+            _nested(9, 8, "groups.topics", name="allowed", partition_indexes=(0,)),
+            _nested(9, 8, "groups.topics", name="hidden", partition_indexes=(0,)),
+        ),
+    )
+    answered = await acl_table.serve(_context(9, 8), codec.build(codec.request_class(9, 8), groups=(named,)), offsets)
+    codec.encode_response(7, answered)
+    assert [(t.name, _errors(t)) for t in answered.groups[0].topics] == [
+        ("allowed", {ErrorCode.none}),
+        ("hidden", {ErrorCode.topic_authorization_failed}),
+    ]
+
+
+async def test_offset_delete_needs_group_delete_then_topic_read() -> None:
+    def topic(name: str) -> Any:
+        return _nested(47, 0, "topics", name=name, partitions=(_nested(47, 0, "topics.partitions", partition_index=0),))
+
+    response, handler = await _serve(47, 0, group_id="other-group", topics=(topic("allowed"),))
+    assert handler.asked == [] and response.error_code == ErrorCode.group_authorization_failed
+    response, handler = await _serve(47, 0, group_id="allowed-group", topics=(topic("allowed"), topic("refused")))
+    assert [t.name for t in handler.asked[0].topics] == ["allowed"]
+    assert [(t.name, _errors(t)) for t in response.topics] == [("refused", {ErrorCode.topic_authorization_failed})]

@@ -1,0 +1,381 @@
+"""ACLs with a real broker process and real clients (Kafka's StandardAuthorizer semantics, ``controller.acl``).
+
+One broker serves the module with ``authorizer.class.name`` set: a SASL_PLAINTEXT listener with PLAIN users admin
+(a super user), alice and bob, and the PLAINTEXT listener ``start_broker`` waits on, whose ``User:ANONYMOUS`` is a
+super user too, as the inter-broker listener's principal must be (README). confluent-kafka's AdminClient manages
+the bindings; producers, consumers and admin calls as alice show, API by API, that without the ACL the request is
+refused with Kafka's code and nothing changes, and that with it the request works; Metadata hides the topics a
+principal may not describe; DENY beats ALLOW; prefixed patterns cover the names they start.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from broker_support import BrokerProcess, start_broker
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from kafka import KafkaAdminClient
+from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePatternFilter
+from kafka.admin import ResourceType as KafkaPythonResourceType
+from kafka.errors import ClusterAuthorizationFailedError
+
+from tests.waiting import eventually
+
+PASSWORD = "acl-pass-never-logged"
+JAAS = (
+    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+    f'password="{PASSWORD}" user_admin="{PASSWORD}" user_alice="{PASSWORD}" user_bob="{PASSWORD}";'
+)
+ALICE = "User:alice"
+
+
+@dataclass(frozen=True)
+class AclBroker:
+    broker: BrokerProcess
+
+    def config(self, user: str) -> dict[str, Any]:
+        host, port = self.broker.endpoints["SASL"]
+        return {
+            "bootstrap.servers": f"{host}:{port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": PASSWORD,
+        }
+
+    def admin(self, user: str = "admin") -> AdminClient:
+        return AdminClient(self.config(user))
+
+
+@pytest.fixture(scope="module")
+def acls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclBroker]:
+    overrides = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    broker = start_broker(tmp_path_factory.mktemp("acl-broker"), overrides)
+    try:
+        yield AclBroker(broker)
+    finally:
+        code = broker.stop()
+    assert code == 0, broker.log_text()
+    assert PASSWORD not in broker.log_text()
+
+
+def _kafka_python_admin(acls: AclBroker, user: str) -> KafkaAdminClient:
+    host, port = acls.broker.endpoints["SASL"]
+    return KafkaAdminClient(
+        bootstrap_servers=f"{host}:{port}",
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username=user,
+        sasl_plain_password=PASSWORD,
+    )
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _create_topic(admin: AdminClient, topic: str) -> None:
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+
+
+def _grant(admin: AdminClient, *bindings: AclBinding) -> None:
+    for future in admin.create_acls(list(bindings)).values():
+        future.result(30)
+
+
+def _allow(
+    resource: ResourceType,
+    name: str,
+    op: AclOperation,
+    *,
+    principal: str = ALICE,
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+    permission: AclPermissionType = AclPermissionType.ALLOW,
+) -> AclBinding:
+    return AclBinding(resource, name, pattern, principal, "*", op, permission)
+
+
+def _describe(admin: AdminClient, principal: str | None = None) -> list[AclBinding]:
+    acl_filter = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    result: list[AclBinding] = admin.describe_acls(acl_filter).result(30)
+    return result
+
+
+def _produce_error(config: dict[str, Any], topic: str) -> KafkaError | None:
+    """Produces one record; the delivery error (None when it was written)."""
+    errors: list[KafkaError | None] = []
+    producer = Producer({**config, "message.timeout.ms": 15000})
+    producer.produce(topic, b"value", on_delivery=lambda err, _msg: errors.append(err))
+    assert producer.flush(30) == 0
+    return errors[0]
+
+
+def _consume(config: dict[str, Any], topic: str, group: str) -> bytes | KafkaError:
+    """The first record of ``topic`` read in ``group``, or the first error the consumer reports."""
+    consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    try:
+
+        def outcome() -> bytes | KafkaError | None:
+            message = consumer.poll(1.0)
+            if message is None:
+                return None
+            error = message.error()
+            if error is not None:
+                return None if error.code() == KafkaError._PARTITION_EOF else error
+            return message.value()
+
+        result: bytes | KafkaError = eventually(outcome, timeout=60, what=f"a record or an error of {topic}")
+        return result
+    finally:
+        consumer.close()
+
+
+def test_only_a_principal_with_cluster_alter_creates_and_deletes_acls(acls: AclBroker) -> None:
+    topic = _unique("acl-admin")
+    binding = _allow(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:bob")
+    with pytest.raises(KafkaException) as refused:
+        _grant(acls.admin("alice"), binding)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert _describe(acls.admin(), "User:bob") == []
+    # librdkafka drops DescribeAcls' top-level error; kafka-python reports it
+    with pytest.raises(ClusterAuthorizationFailedError):
+        _kafka_python_admin(acls, "alice").describe_acls(
+            ACLFilter(
+                None,
+                None,
+                ACLOperation.ANY,
+                ACLPermissionType.ANY,
+                ResourcePatternFilter(KafkaPythonResourceType.ANY, None, ACLResourcePatternType.ANY),
+            )
+        )
+    _grant(acls.admin(), binding)
+    assert [(b.name, b.operation, b.permission_type) for b in _describe(acls.admin(), "User:bob")] == [
+        (topic, AclOperation.READ, AclPermissionType.ALLOW)
+    ]
+    acl_filter = AclBindingFilter(
+        ResourceType.TOPIC, topic, ResourcePatternType.MATCH, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    admin = acls.admin()  # kept: a client collected before its future completes cancels it
+    deleted = admin.delete_acls([acl_filter])[acl_filter].result(30)
+    assert [b.name for b in deleted] == [topic]
+    assert _describe(acls.admin(), "User:bob") == []
+
+
+def test_produce_needs_topic_write_and_metadata_hides_undescribable_topics(acls: AclBroker) -> None:
+    topic = _unique("acl-produce")
+    _create_topic(acls.admin(), topic)
+    alice = acls.config("alice")
+    assert topic not in AdminClient(alice).list_topics(timeout=20).topics
+    assert topic in acls.admin().list_topics(timeout=20).topics
+    for _ in range(2):
+        error = _produce_error(alice, topic)
+        assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    denial = f"Principal = User:alice is Denied operation = DESCRIBE from host = 127.0.0.1 on resource = TOPIC:{topic}"
+    assert acls.broker.log_text().count(denial) == 1  # logged once, however often the client asks
+
+    _grant(acls.admin(), _allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    alice_admin = AdminClient(alice)
+    assert topic in alice_admin.list_topics(timeout=20).topics  # WRITE implies DESCRIBE
+    assert _produce_error(alice, topic) is None
+    described = alice_admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic]
+    assert set(described.result(30).authorized_operations) == {AclOperation.WRITE, AclOperation.DESCRIBE}
+    cluster = alice_admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert not cluster.authorized_operations  # no ACL on the cluster
+
+
+def test_consume_needs_topic_and_group_read_and_deny_beats_allow(acls: AclBroker) -> None:
+    prefix = _unique("acl-consume")
+    topic, group, group_2 = f"{prefix}-orders", f"{prefix}-group", f"{prefix}-group-2"
+    _create_topic(acls.admin(), topic)
+    assert _produce_error(acls.config("admin"), topic) is None
+    alice = acls.config("alice")
+
+    _grant(acls.admin(), _allow(ResourceType.TOPIC, prefix, AclOperation.READ, pattern=ResourcePatternType.PREFIXED))
+    no_group = _consume(alice, topic, group)
+    assert isinstance(no_group, KafkaError) and no_group.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+    _grant(acls.admin(), _allow(ResourceType.GROUP, group, AclOperation.READ, pattern=ResourcePatternType.PREFIXED))
+    assert _consume(alice, topic, group) == b"value"
+
+    _grant(acls.admin(), _allow(ResourceType.TOPIC, topic, AclOperation.READ, permission=AclPermissionType.DENY))
+    denied = _consume(alice, topic, group_2)
+    assert isinstance(denied, KafkaError) and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_create_and_delete_topics_need_their_acls(acls: AclBroker) -> None:
+    prefix = _unique("acl-topics")
+    alice = acls.admin("alice")
+    refused = alice.create_topics([NewTopic(f"{prefix}-a", 1)])[f"{prefix}-a"]
+    with pytest.raises(KafkaException) as create_error:
+        refused.result(30)
+    assert create_error.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert f"{prefix}-a" not in acls.admin().list_topics(timeout=20).topics
+
+    _grant(acls.admin(), _allow(ResourceType.TOPIC, prefix, AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED))
+    _create_topic(alice, f"{prefix}-a")
+    with pytest.raises(KafkaException) as delete_error:
+        alice.delete_topics([f"{prefix}-a"])[f"{prefix}-a"].result(30)
+    assert delete_error.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert f"{prefix}-a" in acls.admin().list_topics(timeout=20).topics
+
+    _grant(acls.admin(), _allow(ResourceType.TOPIC, prefix, AclOperation.DELETE, pattern=ResourcePatternType.PREFIXED))
+    alice.delete_topics([f"{prefix}-a"])[f"{prefix}-a"].result(30)
+    eventually(
+        lambda: f"{prefix}-a" not in acls.admin().list_topics(timeout=20).topics,
+        timeout=30,
+        what="the deleted topic gone",
+    )
+
+
+def test_super_users_need_no_acl(acls: AclBroker) -> None:
+    topic = _unique("acl-super")
+    admin = acls.admin()
+    _create_topic(admin, topic)
+    assert _produce_error(acls.config("admin"), topic) is None
+    assert _consume(acls.config("admin"), topic, _unique("acl-super-group")) == b"value"
+    admin.delete_topics([topic])[topic].result(30)
+
+
+def _admin_error(future: Any) -> int | None:
+    try:
+        future.result(30)
+    except KafkaException as exc:
+        return int(exc.args[0].code())
+    return None
+
+
+def test_topic_admin_apis_need_alter_and_config_acls(acls: AclBroker) -> None:
+    topic = _unique("acl-configs")
+    _create_topic(acls.admin(), topic)
+    alice = acls.admin("alice")
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, {"retention.ms": "1234"})
+    assert _admin_error(alice.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)]) == (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    )
+    assert _admin_error(alice.alter_configs([resource])[resource]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert _admin_error(alice.create_partitions([NewPartitions(topic, 2)])[topic]) == (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    )
+    assert len(acls.admin().list_topics(topic, timeout=20).topics[topic].partitions) == 1
+
+    _grant(
+        acls.admin(),
+        _allow(ResourceType.TOPIC, topic, AclOperation.ALTER),
+        _allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS),
+    )
+    assert _admin_error(alice.alter_configs([resource])[resource]) is None
+    described = alice.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(30)
+    assert described["retention.ms"].value == "1234"  # DESCRIBE_CONFIGS is implied by ALTER_CONFIGS
+    assert _admin_error(alice.create_partitions([NewPartitions(topic, 2)])[topic]) is None
+
+
+def test_group_admin_apis_need_group_acls(acls: AclBroker) -> None:
+    prefix = _unique("acl-groups")
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    _create_topic(acls.admin(), topic)
+    assert _produce_error(acls.config("admin"), topic) is None
+    assert _consume(acls.config("admin"), topic, group) == b"value"
+    alice = acls.admin("alice")
+    assert _admin_error(alice.delete_consumer_groups([group])[group]) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    described = alice.describe_consumer_groups([group])[group]
+    assert _admin_error(described) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    admin = acls.admin()
+    assert group in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+    assert group not in {g.group_id for g in alice.list_consumer_groups().result(30).valid}
+
+    _grant(admin, _allow(ResourceType.GROUP, group, AclOperation.DELETE))
+    assert _admin_error(alice.delete_consumer_groups([group])[group]) is None
+
+
+def test_idempotent_and_transactional_producers_need_their_acls(acls: AclBroker) -> None:
+    prefix = _unique("acl-txn")
+    topic, transactional_id = f"{prefix}-t", f"{prefix}-id"
+    _create_topic(acls.admin(), topic)
+    alice = acls.config("alice")
+
+    producer = Producer({**alice, "transactional.id": transactional_id, "transaction.timeout.ms": 10000})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(30)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+    _grant(acls.admin(), _allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    assert _produce_error({**alice, "enable.idempotence": True}, topic) is None  # WRITE on a topic suffices
+
+    _grant(acls.admin(), _allow(ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE))
+    producer = Producer({**alice, "transactional.id": transactional_id, "transaction.timeout.ms": 10000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in a transaction")
+    producer.commit_transaction(30)
+
+
+def test_scram_users_need_cluster_alter(acls: AclBroker) -> None:
+    upsert = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw")
+    alice = acls.admin("alice")
+    assert _admin_error(alice.alter_user_scram_credentials([upsert])["carol"]) == (
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    )
+    admin = acls.admin()
+    assert _admin_error(admin.describe_user_scram_credentials(["carol"])["carol"]) == KafkaError.RESOURCE_NOT_FOUND
+
+
+def test_a_revoked_read_stops_a_running_consumer(acls: AclBroker) -> None:
+    prefix = _unique("acl-revoke")
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    _create_topic(acls.admin(), topic)
+    assert _produce_error(acls.config("admin"), topic) is None
+    _grant(
+        acls.admin(),
+        _allow(ResourceType.TOPIC, topic, AclOperation.READ),
+        _allow(ResourceType.GROUP, group, AclOperation.READ),
+    )
+    consumer = Consumer({**acls.config("alice"), "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    try:
+
+        def next_outcome() -> bytes | KafkaError | None:
+            message = consumer.poll(1.0)
+            if message is None:
+                return None
+            error = message.error()
+            if error is not None:
+                return None if error.code() == KafkaError._PARTITION_EOF else error
+            return message.value()
+
+        assert eventually(next_outcome, timeout=60, what="the first record") == b"value"
+        _grant(acls.admin(), _allow(ResourceType.TOPIC, topic, AclOperation.READ, permission=AclPermissionType.DENY))
+        assert _produce_error(acls.config("admin"), topic) is None
+        outcome = eventually(next_outcome, timeout=60, what="the consumer's next record or error")
+        assert isinstance(outcome, KafkaError) and outcome.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
