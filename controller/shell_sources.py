@@ -30,6 +30,7 @@ __all__ = [
     "from_controllers",
     "from_directory",
     "from_snapshot",
+    "quorum_voters",
 ]
 
 _RAFT_SNAPSHOT_SUFFIX = ".checkpoint"
@@ -72,8 +73,16 @@ async def from_controllers(addresses: list[tuple[str, int]], timeout: float = 5.
 
 
 async def from_brokers(addresses: list[tuple[str, int]], timeout: float = 5.0) -> LoadedMetadata:
-    """Via a broker: its DescribeQuorum answer (v2, forwarded to the Raft leader) lists the controllers'
-    listeners, which are then asked as :func:`from_controllers` does."""
+    """Via a broker: the controllers it names (:func:`quorum_voters`) are asked as :func:`from_controllers` does."""
+    voters = await quorum_voters(addresses, timeout)
+    return await from_controllers(list(voters.values()), timeout)
+
+
+async def quorum_voters(addresses: list[tuple[str, int]], timeout: float = 5.0,
+                        client_id: str = "fjord-metadata-shell") -> dict[int, tuple[str, int]]:
+    """The controller voters (id → listener address) that the first broker in ``addresses`` to answer names in its
+    DescribeQuorum answer (v2, forwarded to the Raft leader): how a client that knows only the bootstrap servers
+    reaches the quorum."""
     problems = []
     for host, port in addresses:
         cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
@@ -82,7 +91,7 @@ async def from_brokers(addresses: list[tuple[str, int]], timeout: float = 5.0) -
             partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
                                            partition_index=m.METADATA_PARTITION),),
         )
-        connection = ControllerConnection(host, port, client_id="fjord-metadata-shell")
+        connection = ControllerConnection(host, port, client_id=client_id)
         try:
             await connection.connect(timeout=timeout)
             response = await connection.request(codec.build(cls, topics=(topic,)), timeout=timeout)
@@ -91,11 +100,14 @@ async def from_brokers(addresses: list[tuple[str, int]], timeout: float = 5.0) -
             continue
         finally:
             await connection.close()
-        controllers = [(lst.host, int(lst.port)) for node in response.nodes for lst in node.listeners]
-        if not controllers:
+        voters: dict[int, tuple[str, int]] = {}
+        for node in response.nodes:
+            for listener in node.listeners:
+                voters.setdefault(int(node.node_id), (listener.host, int(listener.port)))
+        if not voters:
             problems.append(f"{host}:{port}: DescribeQuorum named no controller (error {int(response.error_code)})")
             continue
-        return await from_controllers(controllers, timeout)
+        return voters
     raise MetadataSourceError("no broker told where the controllers are: " + "; ".join(problems))
 
 

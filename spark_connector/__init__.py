@@ -2,8 +2,10 @@
 
 ``register(spark)`` makes ``format("fjord")`` available on a session, for ``spark.read`` and ``spark.readStream``,
 with the options and output schema of Spark's Kafka source. It is pure Python: nothing is added to the classpath.
-This first slice reads through the Kafka protocol (``kafka_reader``); the modules are ``options`` (parsing),
-``offset_lookup`` (asking the cluster), ``offsets`` (planning ranges) and ``source`` (the Spark classes). ``sink``
+The modules are ``options`` (parsing), ``offset_lookup`` (asking the cluster), ``offsets`` (planning ranges),
+``source`` (the Spark classes), ``kafka_reader`` (a range through the Kafka protocol) and, for the direct path that
+reads uploaded data straight from object storage, ``storage_lookup`` (locating it on the driver), ``direct_plan``
+(the split, no I/O) and ``direct_reader`` (reading it on executors). ``sink``
 writes (``df.write``/``writeStream.format("fjord")``), ``fjord_format`` joins both halves into the registered
 format, and ``pipeline`` runs declarative pipelines (``run(spec, spark)``, ``fjord pipeline run``).
 """

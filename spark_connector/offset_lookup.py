@@ -8,14 +8,17 @@ are plain maps that ``offsets`` turns into ranges.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 # Public in confluent_kafka.admin, but re-exported there without __all__, which mypy's strict mode does not count.
+from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._listoffsets import ListOffsetsResultInfo, OffsetSpec
+from confluent_kafka.admin._resource import ResourceType
 
 from spark_connector.options import Assign, FjordOptions, Subscribe, client_config, read_uncommitted
 
@@ -73,6 +76,50 @@ class OffsetLookup:
         """The first offset whose timestamp is at or after the given one, or None when no record is that recent."""
         found = self._list({tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()}, "by timestamp")
         return {tp: (offset if offset >= 0 else None) for tp, offset in found.items()}
+
+    def cluster_id(self) -> str:
+        """The cluster id (Metadata's), which names the cluster's objects and KV entries (``_fjord_<clusterId>``)."""
+        try:
+            found = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S).cluster_id
+        except KafkaException as exc:
+            raise ClusterLookupError(f"could not read the cluster id of {self._options.bootstrap_servers}: {exc}") \
+                from exc
+        if not found:
+            raise ClusterLookupError(f"{self._options.bootstrap_servers} did not say its cluster id")
+        return str(found)
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, uuid.UUID]:
+        """Each topic's id: the controller keys a partition's streams by it, not by name."""
+        names = sorted(set(topics))
+        if not names:
+            return {}
+        futures = self._admin.describe_topics(TopicCollection(names), request_timeout=REQUEST_TIMEOUT_S)
+        result: dict[str, uuid.UUID] = {}
+        for name, future in futures.items():
+            try:
+                topic_id = future.result().topic_id
+            except KafkaException as exc:
+                raise ClusterLookupError(f"could not describe topic {name}: {exc}") from exc
+            mask = (1 << 64) - 1
+            result[name] = uuid.UUID(int=((topic_id.get_most_significant_bits() & mask) << 64)
+                                     | (topic_id.get_least_significant_bits() & mask))
+        return result
+
+    def compacted(self, topics: Iterable[str]) -> set[str]:
+        """The topics whose ``cleanup.policy`` includes ``compact``."""
+        resources = [ConfigResource(ResourceType.TOPIC, name) for name in sorted(set(topics))]
+        if not resources:
+            return set()
+        futures = self._admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
+        result: set[str] = set()
+        for resource, future in futures.items():
+            try:
+                entry = future.result().get("cleanup.policy")
+            except KafkaException as exc:
+                raise ClusterLookupError(f"could not describe the configs of topic {resource.name}: {exc}") from exc
+            if entry is not None and "compact" in str(entry.value or ""):
+                result.add(resource.name)
+        return result
 
     def _list(self, specs: Mapping[TP, OffsetSpec], what: str) -> dict[TP, int]:
         if not specs:

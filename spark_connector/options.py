@@ -15,9 +15,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from storage.config import ConfigError, parse_bucket_url
+
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "READ_AUTO",
+    "READ_BROKER",
+    "READ_DIRECT",
     "Assign",
     "FjordOptions",
     "OptionError",
@@ -25,6 +30,11 @@ __all__ = [
     "SubscribePattern",
     "parse_options",
 ]
+
+#: ``fjord.read`` values.
+READ_AUTO = "auto"
+READ_DIRECT = "direct"
+READ_BROKER = "broker"
 
 #: Spark's markers in per-partition offset JSON.
 EARLIEST = -2
@@ -96,6 +106,10 @@ class FjordOptions:
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     #: The ``kafka.*`` options without their prefix, passed to the Kafka client as they are.
     kafka_params: dict[str, str] = field(default_factory=dict)
+    #: ``fjord.read``: ``auto`` (direct when ``fjord.object.store`` is set), ``direct`` or ``broker``.
+    read_path: str = READ_AUTO
+    #: ``fjord.object.store``: the cluster's ``s3.data.buckets`` URL, which executors read uploaded data from.
+    object_store: str | None = None
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOptions:
@@ -133,6 +147,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
     if strategy not in ("error", "latest"):
         raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}")
 
+    read_path, object_store = _read_path(opts)
     return FjordOptions(
         bootstrap_servers=bootstrap,
         subscription=subscription,
@@ -148,7 +163,29 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
         poll_timeout_ms=_positive_int(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
         or DEFAULT_POLL_TIMEOUT_MS,
         kafka_params=kafka_params,
+        read_path=read_path,
+        object_store=object_store,
     )
+
+
+def _read_path(opts: Mapping[str, str]) -> tuple[str, str | None]:
+    """``fjord.read`` and ``fjord.object.store``: reading directly needs the bucket, so ``direct`` without it is a
+    mistake, and ``auto`` without it reads through the brokers."""
+    read_path = opts.get("fjord.read", READ_AUTO).strip().lower()
+    if read_path not in (READ_AUTO, READ_DIRECT, READ_BROKER):
+        raise OptionError(f"option 'fjord.read' must be 'auto', 'direct' or 'broker', got {opts['fjord.read']!r}")
+    object_store = opts.get("fjord.object.store", "").strip() or None
+    if object_store is not None:
+        try:
+            url = parse_bucket_url(object_store, "fjord.object.store")
+        except ConfigError as exc:
+            raise OptionError(f"option 'fjord.object.store': {exc}") from exc
+        if url.scheme not in ("file", "s3"):
+            raise OptionError(f"option 'fjord.object.store' must be a file:// or s3:// URL, got {url.describe()}")
+    elif read_path == READ_DIRECT:
+        raise OptionError("option 'fjord.read=direct' needs 'fjord.object.store', the cluster's s3.data.buckets URL "
+                          "(e.g. s3://bucket?region=R&endpoint=URL or file:///path)")
+    return read_path, object_store
 
 
 def _subscription(opts: Mapping[str, str]) -> Subscription:

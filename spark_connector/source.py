@@ -1,7 +1,10 @@
 """The ``fjord`` data source for Spark's Python Data Source API: a batch reader and a micro-batch stream reader.
 
 Both plan on the driver (options → partitions and offsets → :class:`OffsetRange` tasks, see ``offsets``) and read
-on executors (``kafka_reader``). The stream's offset, the one Spark checkpoints, is the next offset to read in every
+on executors. With ``fjord.object.store`` set (and ``fjord.read`` not ``broker``), planning also locates each
+range's uploaded part (``storage_lookup``), which executors read straight from the bucket (``direct_reader``); the
+rest, and every range of a compacted topic or of a ``read_committed`` read, goes through the broker
+(``kafka_reader``). The stream's offset, the one Spark checkpoints, is the next offset to read in every
 partition (Spark's Kafka JSON shape), so a restarted query resumes exactly where the last committed batch ended.
 Partitions that appear while a query runs are read from their earliest offset; partitions that disappear, or whose
 offsets went backwards, are data loss (an error, or skipped with ``failOnDataLoss=false``).
@@ -9,15 +12,19 @@ offsets went backwards, are data loss (an error, or skipped with ``failOnDataLos
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from spark_connector.direct_plan import DirectRange
+from spark_connector.direct_reader import DirectSettings, read_direct
 from spark_connector.kafka_reader import ReadSettings, read_range
-from spark_connector.offset_lookup import OffsetLookup
+from spark_connector.offset_lookup import ClusterLookupError, OffsetLookup
 from spark_connector.offsets import (
     DataLossError,
     OffsetMap,
@@ -31,9 +38,20 @@ from spark_connector.offsets import (
     resolve_timestamp_offsets,
     to_stream_offset,
 )
-from spark_connector.options import FjordOptions, OptionError, client_config, parse_options, read_uncommitted
+from spark_connector.options import (
+    READ_BROKER,
+    READ_DIRECT,
+    FjordOptions,
+    OptionError,
+    client_config,
+    parse_options,
+    read_uncommitted,
+)
+from spark_connector.storage_lookup import ClusterFacts, StorageLookupError, locate_ranges
 
 __all__ = ["FjordDataSource", "schema"]
+
+logger = logging.getLogger(__name__)
 
 _COLUMNS = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
             "timestampType int")
@@ -87,15 +105,81 @@ def starting_offsets(options: FjordOptions, lookup: OffsetLookup, partitions: li
     return resolve_offsets(options.starting, partitions, earliest, latest, option="startingOffsets")
 
 
-def _tasks(ranges: list[OffsetRange]) -> list[InputPartition]:
-    return [InputPartition(offsets) for offsets in ranges]
+def direct_settings(options: FjordOptions) -> DirectSettings | None:
+    """The direct path's settings when this read may use it: a bucket is given, the broker path is not forced, and
+    the read is ``read_uncommitted`` (read_committed needs the aborted-transaction index, which only the broker
+    applies for now)."""
+    if options.object_store is None or options.read_path == READ_BROKER or not read_uncommitted(options):
+        return None
+    return DirectSettings(read_settings(options), options.object_store)
 
 
-def _read(settings: ReadSettings, partition: InputPartition | None) -> Iterator[tuple[Any, ...]]:
+def _tasks(options: FjordOptions, lookup: OffsetLookup | None,
+           ranges: list[OffsetRange]) -> list[InputPartition]:
+    """The planned ranges as Spark tasks; with the direct path, those whose uploaded part was located become
+    :class:`DirectRange` tasks. With ``fjord.read=auto`` a cluster whose storage cannot be located is read through
+    the brokers (logged); ``direct`` makes it an error."""
+    if lookup is None or direct_settings(options) is None or not ranges:
+        return [InputPartition(offsets) for offsets in ranges]
+    try:
+        planned = _locate(options, lookup, ranges)
+    except (StorageLookupError, ClusterLookupError) as exc:
+        if options.read_path == READ_DIRECT:
+            raise
+        logger.warning("reading through the brokers: %s", exc)
+        planned = list(ranges)
+    return [InputPartition(task) for task in planned]
+
+
+def _locate(options: FjordOptions, lookup: OffsetLookup,
+            ranges: list[OffsetRange]) -> list[OffsetRange | DirectRange]:
+    assert options.object_store is not None
+    ranges = _checked_heads(options, lookup, ranges)
+    compacted = lookup.compacted({r.topic for r in ranges})
+    direct = [r for r in ranges if r.topic not in compacted]
+    if not direct:
+        return list(ranges)
+    facts = ClusterFacts(_addresses(options.bootstrap_servers), lookup.cluster_id(),
+                         lookup.topic_ids({r.topic for r in direct}))
+    return [*locate_ranges(facts, options.object_store, direct), *(r for r in ranges if r.topic in compacted)]
+
+
+def _checked_heads(options: FjordOptions, lookup: OffsetLookup, ranges: list[OffsetRange]) -> list[OffsetRange]:
+    """Ranges starting below their partition's log start (retention, DeleteRecords) are data loss: an error with
+    ``failOnDataLoss``, else they start at the log start, as the broker path does."""
+    earliest = lookup.earliest({(r.topic, r.partition) for r in ranges})
+    checked: list[OffsetRange] = []
+    for r in ranges:
+        low = earliest[(r.topic, r.partition)]
+        if r.start >= low:
+            checked.append(r)
+        elif options.fail_on_data_loss:
+            raise DataLossError(data_loss_message(
+                f"cannot read {r.topic}-{r.partition} from offset {r.start}: the partition now starts at {low}"))
+        elif low < r.end:
+            checked.append(OffsetRange(r.topic, r.partition, low, r.end))
+    return checked
+
+
+def _addresses(bootstrap: str) -> list[tuple[str, int]]:
+    out = []
+    for item in bootstrap.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if host and port.isdigit():
+            out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def _read(settings: ReadSettings, direct: DirectSettings | None,
+          partition: InputPartition | None) -> Iterator[tuple[Any, ...]] | Iterator[pa.RecordBatch]:
     """The rows of one planned task. When planning found nothing to read, Spark still runs one task, with no
     partition value (or none at all), which reads nothing."""
-    offsets: OffsetRange | None = getattr(partition, "value", None)
-    return iter(()) if offsets is None else read_range(settings, offsets)
+    task: OffsetRange | DirectRange | None = getattr(partition, "value", None)
+    if isinstance(task, DirectRange) and direct is not None:
+        return read_direct(direct, task)
+    if isinstance(task, DirectRange):
+        task = task.offsets
+    return iter(()) if task is None else read_range(settings, task)
 
 
 class FjordBatchReader(DataSourceReader):
@@ -105,6 +189,7 @@ class FjordBatchReader(DataSourceReader):
     def __init__(self, options: FjordOptions) -> None:
         self._options = options
         self._settings = read_settings(options)
+        self._direct = direct_settings(options)
 
     def partitions(self) -> Sequence[InputPartition]:
         lookup = OffsetLookup(self._options)
@@ -113,10 +198,10 @@ class FjordBatchReader(DataSourceReader):
         start = starting_offsets(self._options, lookup, partitions, earliest, latest)
         end = resolve_offsets(self._options.ending, partitions, earliest, latest, option="endingOffsets")
         check_batch_bounds(start, end)
-        return _tasks(plan_ranges(start, end, self._options.min_partitions))
+        return _tasks(self._options, lookup, plan_ranges(start, end, self._options.min_partitions))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return _read(self._settings, partition)
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]] | Iterator[pa.RecordBatch]:
+        return _read(self._settings, self._direct, partition)
 
 
 class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -127,6 +212,7 @@ class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: FjordOptions) -> None:
         self._options = options
         self._settings = read_settings(options)
+        self._direct = direct_settings(options)
         self._target: OffsetMap | None = None
         self._lookup_client: OffsetLookup | None = None
 
@@ -178,10 +264,10 @@ class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if until[tp] < begin[tp]:
                 self._data_loss(f"the offset of {tp[0]}-{tp[1]} went back from {begin[tp]} to {until[tp]}")
                 until[tp] = begin[tp]
-        return _tasks(plan_ranges(begin, until, self._options.min_partitions))
+        return _tasks(self._options, self._lookup(), plan_ranges(begin, until, self._options.min_partitions))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return _read(self._settings, partition)
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]] | Iterator[pa.RecordBatch]:
+        return _read(self._settings, self._direct, partition)
 
     def _data_loss(self, message: str) -> None:
         if self._options.fail_on_data_loss:

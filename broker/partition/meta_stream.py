@@ -1,54 +1,50 @@
 """The partition's meta stream: a tiny key/value log (DESIGN.md §4).
 
-Each stream record holds one entry ``magic 0x00 | keyLen i32 | key UTF-8 | value``; replay keeps the last value per
-key. The stream compacts itself: once most of its records are superseded it re-appends the live entries and trims
-everything before them, so reopening a long-lived partition replays a handful of records, not its whole history.
-``MetaState`` is the pure replay/compaction logic; ``MetaStream`` drives it over a ``storage.stream_api.Stream``.
+Each stream record holds one entry (storage/meta_record.py: ``magic 0x00 | keyLen i32 | key UTF-8 | value``);
+replay keeps the last value per key. The stream compacts itself: once most of its records are superseded it
+re-appends the live entries and trims everything before them, so reopening a long-lived partition replays a handful
+of records, not its whole history. ``MetaState`` is the pure replay/compaction logic; ``MetaStream`` drives it over
+a ``storage.stream_api.Stream``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from dataclasses import dataclass
 
+from storage.meta_record import (
+    KEY_LEADER_EPOCH_CHECKPOINT,
+    KEY_LOG,
+    KEY_PARTITION,
+    KEY_PRODUCER_SNAPSHOTS,
+    META_MAGIC,
+    MetaFormatError,
+    decode_entry,
+    encode_entry,
+)
 from storage.stream_api import Stream, read_batches
 
 logger = logging.getLogger(__name__)
 
-META_MAGIC = 0x00
-_PREFIX = struct.Struct(">bi")
-
-KEY_PARTITION = "PARTITION"
-KEY_LOG = "LOG"
-KEY_LEADER_EPOCH_CHECKPOINT = "LEADER_EPOCH_CHECKPOINT"
-KEY_PRODUCER_SNAPSHOTS = "PRODUCER_SNAPSHOTS"
+# The record format is storage's (the Spark source reads meta streams too); re-exported for the partition code.
+__all__ = [
+    "COMPACT_MIN_RECORDS",
+    "KEY_LEADER_EPOCH_CHECKPOINT",
+    "KEY_LOG",
+    "KEY_PARTITION",
+    "KEY_PRODUCER_SNAPSHOTS",
+    "META_MAGIC",
+    "MetaFormatError",
+    "MetaState",
+    "MetaStream",
+    "decode_entry",
+    "encode_entry",
+]
 
 #: Never compact a stream shorter than this: re-appending would cost more than replaying.
 COMPACT_MIN_RECORDS = 16
 _FETCH_BYTES = 1 << 20
-
-
-class MetaFormatError(ValueError):
-    """A meta-stream record does not decode."""
-
-
-def encode_entry(key: str, value: bytes) -> bytes:
-    encoded = key.encode("utf-8")
-    return _PREFIX.pack(META_MAGIC, len(encoded)) + encoded + value
-
-
-def decode_entry(data: bytes) -> tuple[str, bytes]:
-    if len(data) < _PREFIX.size:
-        raise MetaFormatError(f"meta record of {len(data)} bytes is truncated")
-    magic, key_len = _PREFIX.unpack_from(data, 0)
-    if magic != META_MAGIC:
-        raise MetaFormatError(f"unknown meta record magic {magic}")
-    if key_len < 0 or _PREFIX.size + key_len > len(data):
-        raise MetaFormatError(f"meta record key length {key_len} exceeds the record ({len(data)} bytes)")
-    key = data[_PREFIX.size : _PREFIX.size + key_len].decode("utf-8")
-    return key, data[_PREFIX.size + key_len :]
 
 
 @dataclass(slots=True)

@@ -42,8 +42,8 @@ DEFAULT_LOG_LEVEL = "OFF"
 _VALUE = "__fjord_value"
 # The line of a Python or Java error inside Spark's report that says what happened.
 _CAUSE = re.compile(
-    r"\b((?:OptionError|ClusterLookupError|DataLossError|DeliveryError|KafkaException|TimeoutError|"
-    r"SpecError)): (.+)"
+    r"\b((?:OptionError|ClusterLookupError|StorageLookupError|DataLossError|DeliveryError|KafkaException|"
+    r"TimeoutError|SpecError)): (.+)"
 )
 
 
