@@ -222,3 +222,95 @@ def table_rows(text: str) -> list[list[str]]:
 
 def data_dir_of(cluster: LocalCluster, node_id: int) -> Path:
     return cluster.node(node_id).spec.data_dir
+
+
+@dataclass
+class OrderedLoad:
+    """An idempotent producer thread sending ``<partition>:<seq>`` to each partition in turn until stopped; remembers
+    which sequence numbers each partition acknowledged."""
+
+    bootstrap: str
+    topic: str
+    partitions: int
+    acked: dict[int, list[int]] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> OrderedLoad:
+        self.acked = {p: [] for p in range(self.partitions)}
+        self._thread = threading.Thread(target=self._run, name=f"ordered-{self.topic}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.timeout.ms": 90000,
+                "linger.ms": 5,
+                "retry.backoff.ms": 50,
+            }
+        )
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            partition, seq = (msg.value() or b"").decode().split(":")
+            if err is None:
+                self.acked[int(partition)].append(int(seq))
+            else:
+                self.failed.append(f"{partition}:{seq}: {err}")
+
+        seq = 0
+        while not self._stop.is_set():
+            for partition in range(self.partitions):
+                producer.produce(
+                    self.topic, value=f"{partition}:{seq}".encode(), partition=partition, on_delivery=delivered
+                )
+            seq += 1
+            producer.poll(0.005)
+        producer.flush(90)
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def wait_more(self, extra: int, timeout: float) -> None:
+        target = self.count() + extra
+        wait_for(f"{target} records acknowledged on {self.topic}", lambda: self.count() >= target, timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=120)
+            assert not self._thread.is_alive(), "the producer did not finish flushing"
+
+    def assert_read_exactly_once(self, bootstrap: str, timeout: float = 60) -> None:
+        """Reads every partition to the end: each holds exactly the acknowledged sequence numbers, in order."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": topic_name("check"),
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+        seen: dict[int, list[int]] = {p: [] for p in range(self.partitions)}
+        expected = self.count()
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline and sum(len(v) for v in seen.values()) < expected:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    partition, seq = (msg.value() or b"").decode().split(":")
+                    seen[int(partition)].append(int(seq))
+        finally:
+            consumer.close()
+        for partition in range(self.partitions):
+            acked = self.acked[partition]
+            assert seen[partition] == sorted(acked), (
+                f"{self.topic}-{partition}: {len(acked)} acknowledged, {len(seen[partition])} read; lost "
+                f"{sorted(set(acked) - set(seen[partition]))[:5]}, extra "
+                f"{sorted(set(seen[partition]) - set(acked))[:5]}"
+            )

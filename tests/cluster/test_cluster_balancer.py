@@ -10,18 +10,16 @@ with no operator step, and the moves are logged, counted in /metrics and shown b
 from __future__ import annotations
 
 import re
-import threading
-import time
 import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cluster_support import (
     SESSION_TIMEOUT_S,
+    OrderedLoad,
     create_topic,
     leaders,
     live_brokers,
@@ -30,7 +28,6 @@ from cluster_support import (
     topic_name,
     wait_for,
 )
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from controller import balancer
@@ -225,95 +222,6 @@ PARTITIONS = 6
 BALANCE_LIMIT_S = 60.0  # bounds a hang; a few balancing intervals and moves of ~0.2 s each are what it takes
 
 
-@dataclass
-class OrderedLoad:
-    """An idempotent producer sending ``<partition>:<seq>`` to each partition in turn until stopped."""
-
-    bootstrap: str
-    topic: str
-    acked: dict[int, list[int]] = field(default_factory=lambda: {p: [] for p in range(PARTITIONS)})
-    failed: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> OrderedLoad:
-        self._thread = threading.Thread(target=self._run, name=f"ordered-{self.topic}", daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "message.timeout.ms": 90000,
-                "linger.ms": 5,
-                "retry.backoff.ms": 50,
-            }
-        )
-
-        def delivered(err: KafkaError | None, msg: Any) -> None:
-            partition, seq = (msg.value() or b"").decode().split(":")
-            if err is None:
-                self.acked[int(partition)].append(int(seq))
-            else:
-                self.failed.append(f"{partition}:{seq}: {err}")
-
-        seq = 0
-        while not self._stop.is_set():
-            for partition in range(PARTITIONS):
-                producer.produce(
-                    self.topic, value=f"{partition}:{seq}".encode(), partition=partition, on_delivery=delivered
-                )
-            seq += 1
-            producer.poll(0.01)
-        producer.flush(90)
-
-    def count(self) -> int:
-        return sum(len(v) for v in self.acked.values())
-
-    def wait_more(self, extra: int, timeout: float) -> None:
-        target = self.count() + extra
-        wait_for(f"{target} records acknowledged on {self.topic}", lambda: self.count() >= target, timeout)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=120)
-            assert not self._thread.is_alive(), "the producer did not finish flushing"
-
-
-def _read_exactly_once(bootstrap: str, load: OrderedLoad, timeout: float = 60) -> None:
-    """Reads every partition to the end: each one holds exactly the acknowledged sequence numbers, in order."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": topic_name("check"),
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.assign([TopicPartition(load.topic, p, 0) for p in range(PARTITIONS)])
-    seen: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-    expected = load.count()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and sum(len(v) for v in seen.values()) < expected:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                partition, seq = (msg.value() or b"").decode().split(":")
-                seen[int(partition)].append(int(seq))
-    finally:
-        consumer.close()
-    for partition in range(PARTITIONS):
-        acked = load.acked[partition]
-        assert seen[partition] == sorted(acked), (
-            f"{load.topic}-{partition}: {len(acked)} acknowledged, {len(seen[partition])} read; lost "
-            f"{sorted(set(acked) - set(seen[partition]))[:5]}, extra {sorted(set(seen[partition]) - set(acked))[:5]}"
-        )
-
-
 def _leader_counts(bootstrap: str, brokers: set[int]) -> tuple[dict[int, int], int]:
     """Partitions each broker leads over every topic (internal ones included), from a broker's Metadata, and how
     many partitions have no leader (a move in flight)."""
@@ -358,7 +266,7 @@ def test_a_restarted_broker_leads_again_and_nothing_acknowledged_is_lost(cluster
     topic = topic_name("balanced")
     create_topic(bootstrap, topic, PARTITIONS)
     placement = leaders(bootstrap, topic, PARTITIONS)
-    load = OrderedLoad(bootstrap, topic).start()
+    load = OrderedLoad(bootstrap, topic, PARTITIONS).start()
     try:
         load.wait_more(300, timeout=30)
         victim = placement[0]
@@ -382,7 +290,7 @@ def test_a_restarted_broker_leads_again_and_nothing_acknowledged_is_lost(cluster
     finally:
         load.stop()
     assert not load.failed, load.failed[:5]
-    _read_exactly_once(bootstrap, load)
+    load.assert_read_exactly_once(bootstrap)
     log = _controller_log(cluster)
     assert re.search(
         rf"auto-balancer: moving \S+ from broker \d+ to {victim}: broker \d+ leads \d+, broker {victim} "

@@ -6,15 +6,14 @@ whose source cannot close is listed in flight until the election timer gives the
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from cluster_support import (
     SESSION_TIMEOUT_S,
+    OrderedLoad,
     create_topic,
     leaders,
     live_brokers,
@@ -23,7 +22,6 @@ from cluster_support import (
     topic_name,
     wait_for,
 )
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import InvalidReplicationAssignmentError
@@ -33,69 +31,6 @@ from node.local_cluster import LocalCluster
 PARTITIONS = 3
 MOVE_LIMIT_S = 30.0  # generous: the figure is bench/reassign.py's; this only bounds a hang
 ELECTION_TIMEOUT_MS = 3000
-
-
-@dataclass
-class OrderedLoad:
-    """An idempotent producer sending ``<partition>:<seq>`` to each partition in turn until stopped."""
-
-    bootstrap: str
-    topic: str
-    acked: dict[int, list[int]] = field(default_factory=lambda: {p: [] for p in range(PARTITIONS)})
-    failed: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> OrderedLoad:
-        self._thread = threading.Thread(target=self._run, name=f"ordered-{self.topic}", daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
-                             "message.timeout.ms": 60000, "linger.ms": 5, "retry.backoff.ms": 50})
-
-        def delivered(err: KafkaError | None, msg: Any) -> None:
-            partition, seq = (msg.value() or b"").decode().split(":")
-            if err is None:
-                self.acked[int(partition)].append(int(seq))
-            else:
-                self.failed.append(f"{partition}:{seq}: {err}")
-
-        seq = 0
-        while not self._stop.is_set():
-            for partition in range(PARTITIONS):
-                producer.produce(self.topic, value=f"{partition}:{seq}".encode(), partition=partition,
-                                 on_delivery=delivered)
-            seq += 1
-            producer.poll(0.005)
-        producer.flush(60)
-
-    def count(self) -> int:
-        return sum(len(v) for v in self.acked.values())
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=90)
-            assert not self._thread.is_alive(), "the producer did not finish flushing"
-
-
-def _read(bootstrap: str, topic: str, expected: int, timeout: float) -> dict[int, list[int]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reassign-check", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    seen: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and sum(len(v) for v in seen.values()) < expected:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                partition, seq = (msg.value() or b"").decode().split(":")
-                seen[int(partition)].append(int(seq))
-    finally:
-        consumer.close()
-    return seen
 
 
 @pytest.fixture
@@ -119,7 +54,7 @@ def test_every_partition_moves_under_load_without_loss(cluster_factory: Any, adm
     topic = topic_name("moving")
     create_topic(bootstrap, topic, PARTITIONS)
     admin = admin_for(bootstrap)
-    load = OrderedLoad(bootstrap, topic).start()
+    load = OrderedLoad(bootstrap, topic, PARTITIONS).start()
     try:
         wait_for("records acknowledged before the moves", lambda: load.count() >= 300, timeout=30)
         for partition in range(PARTITIONS):
@@ -141,13 +76,7 @@ def test_every_partition_moves_under_load_without_loss(cluster_factory: Any, adm
     finally:
         load.stop()
     assert not load.failed, load.failed[:5]
-    seen = _read(bootstrap, topic, load.count(), timeout=60)
-    for partition in range(PARTITIONS):
-        acked = load.acked[partition]
-        assert seen[partition] == sorted(acked), (
-            f"{topic}-{partition}: {len(acked)} acknowledged, {len(seen[partition])} read; lost "
-            f"{sorted(set(acked) - set(seen[partition]))[:5]}, extra {sorted(set(seen[partition]) - set(acked))[:5]}"
-        )
+    load.assert_read_exactly_once(bootstrap)
 
 
 def test_bad_targets_are_refused_and_a_stuck_move_is_listed_until_the_timer(
