@@ -7,13 +7,17 @@ suite fast; tests use unique topic names so they do not see each other's data.
 from __future__ import annotations
 
 import contextlib
+import json
+import shutil
 import socket
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from broker_support import BrokerProcess, WireClient, start_broker
 from kio.schema.errors import ErrorCode
 
@@ -226,3 +230,21 @@ def _cut(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+JS_DIR = Path(__file__).resolve().parents[1] / "js"
+
+
+def run_kafkajs(script: str, *args: str, timeout: float = 90) -> Any:
+    """Runs a kafkajs script with node (``tests/js``, installed by scripts/install-system-deps.sh or here with npm)
+    and returns the JSON its last stdout line prints; the test fails with node's stderr if the script fails."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (scripts/install-system-deps.sh installs it): kafkajs cannot run")
+    if not (JS_DIR / "node_modules" / "kafkajs").exists():
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=JS_DIR, check=True, timeout=300)
+    result = subprocess.run(
+        [node, "-e", script, *args], cwd=JS_DIR, text=True, capture_output=True, check=False, timeout=timeout
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -19,10 +19,9 @@ from broker_support import BrokerProcess
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTP
-from kafka_clients import create_topic, module_broker, topic_name
+from kafka_clients import create_topic, module_broker, run_kafkajs, topic_name
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -201,12 +200,6 @@ def test_kcat_round_trip(kafka: BrokerProcess, codec: str, tmp_path: Path) -> No
 
 
 def test_kafkajs_round_trip(kafka: BrokerProcess) -> None:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed: kafkajs cannot run")
-    js_dir = REPO / "tests" / "js"
-    if not (js_dir / "node_modules" / "kafkajs").exists():
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=js_dir, check=True, timeout=300)
     topic = topic_name("kjs")
     create_topic(kafka.bootstrap, topic)
     script = """
@@ -238,16 +231,7 @@ const [broker, topic] = process.argv.slice(1);
   console.log(JSON.stringify(got));
 })().catch((e) => { console.error(e); process.exit(1); });
 """
-    result = subprocess.run(
-        [node, "-e", script, kafka.bootstrap, topic],
-        cwd=js_dir,
-        text=True,
-        capture_output=True,
-        check=False,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    got = json.loads(result.stdout.strip().splitlines()[-1])
+    got = run_kafkajs(script, kafka.bootstrap, topic, timeout=60)
     expected = [
         [batch * 20 + i, f"k{i}", f"v{i}-{codec}", str(codec), str(1650000000000 + i)]
         for batch, codec in enumerate([0, 1])

@@ -6,23 +6,18 @@ read_committed consumer (committed records exactly once, aborted ones never).
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from broker_support import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
-from kafka_clients import create_topic, module_broker, topic_name
+from kafka_clients import create_topic, module_broker, run_kafkajs, topic_name
 
 from tests.reading import read_to_end
 
-REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
 
 
@@ -156,12 +151,6 @@ def test_aiokafka_transactional_producer(kafka: BrokerProcess) -> None:
 
 
 def test_kafkajs_transactional_producer(kafka: BrokerProcess) -> None:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed (scripts/install-system-deps.sh installs it): kafkajs cannot run")
-    js_dir = REPO / "tests" / "js"
-    if not (js_dir / "node_modules" / "kafkajs").exists():
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=js_dir, check=True, timeout=300)
     topic = topic_name("txn-kjs")
     create_topic(kafka.bootstrap, topic)
     script = """
@@ -181,14 +170,5 @@ const [broker, topic] = process.argv.slice(1);
   console.log(JSON.stringify('done'));
 })().catch((e) => { console.error(e); process.exit(1); });
 """
-    result = subprocess.run(
-        [node, "-e", script, kafka.bootstrap, topic],
-        cwd=js_dir,
-        text=True,
-        capture_output=True,
-        check=False,
-        timeout=90,
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == "done"
+    assert run_kafkajs(script, kafka.bootstrap, topic) == "done"
     _assert_committed_only(kafka, topic, ["c0", "c1", "c2"], ["a0", "a1"])
