@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,6 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-import spark_connector
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready
 from spark_connector.direct_plan import DirectRange, cover
 from spark_connector.offset_lookup import OffsetLookup
@@ -41,25 +39,6 @@ from tests.waiting import eventually
 
 UPLOAD_THRESHOLD = 64 * 1024
 READY_TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("fjord-direct-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 @dataclass(frozen=True)

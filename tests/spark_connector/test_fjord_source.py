@@ -7,8 +7,6 @@ test uses its own topics.
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,28 +17,12 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 
-import spark_connector
 from tests.broker.broker_support import BrokerProcess, start_broker
 from tests.waiting import eventually
 
 # (topic, partition, offset, key, value, timestamp ms, timestamp type, headers)
 Record = tuple[Any, ...]
 COLUMNS = ["topic", "partition", "offset", "key", "value", "unix_millis(timestamp) AS ts", "timestampType"]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    # The Python workers must run this venv's interpreter (they need pyarrow and the fjord package).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("fjord-source-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 @pytest.fixture(scope="module")
