@@ -42,17 +42,26 @@ Transactions (issue 9), ``txn``: on one fresh broker, a 16-partition topic is wr
 (``produce-16p transactional``); the transactional topic is then read from offset 0 with ``isolation.level``
 read_uncommitted and read_committed (``consume-16p read_uncommitted`` / ``read_committed``). The figures to
 compare are the transactional/idempotent and read_committed/read_uncommitted ratios of the same run.
+
+Security (issue 13), ``security``: one fresh broker with a PLAINTEXT, a SASL_PLAINTEXT and a SASL_SSL listener
+(SCRAM-SHA-512 user made with ``--add-scram``, TLS certificates made for the run). A 16-partition topic is produced
+and consumed over PLAINTEXT and another over SASL_SSL (``produce-16p`` / ``consume-16p`` PLAINTEXT and SASL_SSL: the
+SASL_SSL/PLAINTEXT ratios are the figures to read); then ``scram-connect``: 1,000 new connections (200 with
+``--quick``) each authenticate with SCRAM, 32 at a time, over SASL_PLAINTEXT and over SASL_SSL
+(``bench/scram_storm.py``); records/s is authenticated connections per second.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import multiprocessing as mp
 import os
 import re
 import resource
 import shutil
+import ssl
 import struct
 import sys
 import tempfile
@@ -72,8 +81,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.scram_storm import ScramStorm  # noqa: E402
 from storage.config import read_properties  # noqa: E402
 from tests.broker.broker_support import BrokerProcess, start_broker  # noqa: E402
+from tests.tls_certs import CertificateAuthority  # noqa: E402
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -117,10 +128,19 @@ class Sizes:
     catchup_bytes: int
     latency_seconds: float
     latency_rate: int
+    #: New SCRAM connections per listener in the security scenario.
+    scram_connections: int
 
 
-FULL = Sizes(produce_bytes=1024 * MiB, catchup_bytes=512 * MiB, latency_seconds=30.0, latency_rate=20 * MB)
-QUICK = Sizes(produce_bytes=128 * MiB, catchup_bytes=64 * MiB, latency_seconds=5.0, latency_rate=20 * MB)
+FULL = Sizes(produce_bytes=1024 * MiB, catchup_bytes=512 * MiB, latency_seconds=30.0, latency_rate=20 * MB,
+             scram_connections=1000)
+QUICK = Sizes(produce_bytes=128 * MiB, catchup_bytes=64 * MiB, latency_seconds=5.0, latency_rate=20 * MB,
+              scram_connections=200)
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SCRAM_USER = "bench"
+SCRAM_PASSWORD = "bench-scram-password"
+#: New connections in flight at once in the SCRAM storm: a fleet of clients starting together, not one by one.
+STORM_CONCURRENCY = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +161,9 @@ class Job:
     commit_every_s: float = 0.1
     #: Consumer isolation.level.
     isolation: str = "read_uncommitted"
+    #: Client settings added to the producer's or consumer's (security.protocol, sasl.*, ssl.* for the security
+    #: scenario); pairs rather than a dict so the job stays hashable plain data.
+    client: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass
@@ -227,7 +250,7 @@ def produce_worker(job: Job, results: Any) -> None:
             errors.record(str(err))
 
     topic, rate = job.topic, job.rate
-    config: dict[str, object] = {"bootstrap.servers": job.bootstrap, **PRODUCER_CONFIG}
+    config: dict[str, object] = {"bootstrap.servers": job.bootstrap, **PRODUCER_CONFIG, **dict(job.client)}
     transactional = job.mode == "transactional"
     if job.mode:
         config["enable.idempotence"] = True
@@ -294,6 +317,7 @@ def consume_worker(job: Job, ready: Any, results: Any) -> None:
             "group.id": f"bench-{os.getpid()}",
             "isolation.level": job.isolation,
             **CONSUMER_CONFIG,
+            **dict(job.client),
         }
     )
     partitions = [TopicPartition(job.topic, p) for p in range(job.partitions)]
@@ -345,14 +369,15 @@ def consume_worker(job: Job, ready: Any, results: Any) -> None:
 class Broker:
     """One broker process plus what the table reads from it: peak RSS, objects written, request counts."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str]) -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, str], args: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.overrides = {"metrics.port": "0", **overrides}
+        self.args = args
         self.process: BrokerProcess | None = None
         self.metrics_port = 0
 
     def start(self) -> None:
-        self.process = start_broker(self.data_dir, self.overrides)
+        self.process = start_broker(self.data_dir, self.overrides, args=self.args)
         found = _METRICS_PORT.search(self.process.log_text())
         self.metrics_port = int(found.group(1)) if found else 0
 
@@ -365,6 +390,10 @@ class Broker:
     def bootstrap(self) -> str:
         assert self.process is not None
         return self.process.bootstrap
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        assert self.process is not None
+        return self.process.endpoints[listener]
 
     @property
     def pid(self) -> int:
@@ -517,6 +546,29 @@ def run_consume(ctx: Any, broker: Broker, name: str, job: Job) -> Row:
     return _row(name, got, observed, time.monotonic() - wall)
 
 
+def run_scram_storm(broker: Broker, protocol: str, listener: str, ca: CertificateAuthority, connections: int) -> Row:
+    """``connections`` new connections authenticated with SCRAM on ``listener``, ``STORM_CONCURRENCY`` at a time;
+    records/s is authenticated connections per second, p50/p99 the connect-to-verified-server-final time."""
+    host, port = broker.endpoint(listener)
+    context = ssl.create_default_context(cafile=str(ca.cert_path)) if protocol == "SASL_SSL" else None
+    storm = ScramStorm(host, port, SCRAM_MECHANISM, user=SCRAM_USER, password=SCRAM_PASSWORD, tls=context)
+    wall = time.monotonic()
+    with broker.observed() as observed:
+        result = asyncio.run(storm.run(connections, STORM_CONCURRENCY, timeout_s=30.0))
+    done = len(result.latencies_ms)
+    note = (
+        f"{done} of {connections} {SCRAM_MECHANISM} authentications over {protocol} in {result.seconds:.2f} s, "
+        f"{STORM_CONCURRENCY} at a time; broker CPU {observed['cpu_s']:.1f} s"
+    )
+    if result.failures:
+        note += f"; {result.failures} errors: {result.last_failure}"
+    return Row(
+        f"scram-connect {protocol}", 0.0, done / max(result.seconds, 1e-9), _percentile(result.latencies_ms, 0.5),
+        _percentile(result.latencies_ms, 0.99), observed["rss_mib"], 0.0, 0.0, observed["store"], "-",
+        time.monotonic() - wall, note=note, lag_p99_ms=observed.get("lag_p99_ms"), gc2=observed.get("gc2", "-"),
+    )
+
+
 def shipped_cache_sizes() -> dict[str, str]:
     """The LogCache size, upload threshold and block cache size ``make run`` serves with."""
     shipped = read_properties(SHIPPED_CONFIG)
@@ -585,7 +637,7 @@ def _announce(name: str) -> None:
     os.sync()
 
 
-SCENARIOS = ("produce-1p", "produce-16p", "consume-tail", "consume-catchup", "e2e-latency", "txn")
+SCENARIOS = ("produce-1p", "produce-16p", "consume-tail", "consume-catchup", "e2e-latency", "txn", "security")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -676,6 +728,43 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             txn.stop()
 
+    def security() -> None:
+        # One broker serving the same data on a PLAINTEXT, a SASL_PLAINTEXT and a SASL_SSL listener (SCRAM-SHA-512),
+        # so the SASL_SSL / PLAINTEXT ratios compare like with like.
+        ca = CertificateAuthority(base / "certs")
+        server = ca.issue("server", server=True)
+        secured = Broker(
+            base / "security",
+            {
+                **roomy,
+                "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,SECURE://127.0.0.1:0,"
+                "CONTROLLER://127.0.0.1:0",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,"
+                "SECURE:SASL_SSL",
+                "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+                "ssl.keystore.location": str(server.keystore_path),
+            },
+            ("--add-scram", f"{SCRAM_MECHANISM}=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"),
+        )
+        secured.start()
+        try:
+            amount = sizes.produce_bytes // 2
+            records = amount // RECORD // args.producers * args.producers
+            sasl = (("sasl.mechanism", SCRAM_MECHANISM), ("sasl.username", SCRAM_USER),
+                    ("sasl.password", SCRAM_PASSWORD))
+            tls = (("security.protocol", "SASL_SSL"), ("ssl.ca.location", str(ca.cert_path)), *sasl)
+            for protocol, listener, client in (("PLAINTEXT", "PLAINTEXT", ()), ("SASL_SSL", "SECURE", tls)):
+                host, port = secured.endpoint(listener)
+                topic = f"bench-{protocol.lower()}"
+                job = Job(f"{host}:{port}", topic, 16, amount, client=client)
+                rows.append(run_produce(ctx, secured, f"produce-16p {protocol}", job, args.producers))
+                read = Job(f"{host}:{port}", topic, 16, records, client=client)
+                rows.append(run_consume(ctx, secured, f"consume-16p {protocol}", read))
+            for protocol, listener in (("SASL_PLAINTEXT", "SASL"), ("SASL_SSL", "SECURE")):
+                rows.append(run_scram_storm(secured, protocol, listener, ca, sizes.scram_connections))
+        finally:
+            secured.stop()
+
     try:
         if chosen & {"produce-1p", "consume-tail"}:
             hot.start()
@@ -691,6 +780,7 @@ def main(argv: list[str] | None = None) -> int:
             ("produce-16p", produce_16p),
             ("consume-catchup", catchup),
             ("txn", transactions),
+            ("security", security),
         ):
             if name in chosen:
                 _announce(name)
