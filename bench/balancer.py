@@ -1,0 +1,186 @@
+"""Scale-out benchmark (issue 12, "Performance"): how long a broker added to a loaded cluster takes to lead its share
+of partitions, and how long the producer stalls on each partition the auto-balancer moves.
+
+A cluster of ``fjord server start`` processes on 127.0.0.1 (1 controller, ``--brokers`` brokers, ``file://`` object
+storage and file WALs under a temporary directory) with the auto-balancer at its shipped settings (the controller's
+rounds every ``autobalancer.controller.anomaly.detect.interval.ms``, 10 s, and every
+``autobalancer.controller.execution.interval.ms``, 1 s, while it is moving partitions). An idempotent producer
+writes ``--rate`` records of 1 KiB per second spread over a ``--partitions`` topic; then one more broker is
+started, and the benchmark measures:
+
+- ``share``: from starting the new broker's process to the Metadata showing it leading its share (the leader counts
+  of all brokers within the balancer's band of ±1, no move in flight); process start-up and the wait for the next
+  balancing round are part of it, as they are for an operator;
+- ``stall`` per moved partition: the longest delivery latency (librdkafka's enqueue-to-acknowledgement time) of
+  any record sent to that partition while it moved, against the producer's p99 before the broker was added.
+
+At the end every record is read back: ``lost`` counts acknowledged records missing, ``dup`` those read twice.
+
+    .venv/bin/python bench/balancer.py [--brokers 3] [--partitions 24] [--rate 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (bench/storage.py shadows ``storage``)
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
+
+TOPIC = "balancer-bench"
+RECORD = 1024
+SHARE_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Load:
+    """An idempotent producer at a fixed rate over every partition; per record its partition, ack time and
+    delivery latency."""
+
+    bootstrap: str
+    partitions: int
+    rate: int
+    acked: list[tuple[int, float, float, int]] = field(default_factory=list)  # partition, acked at, latency s, seq
+    failed: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 20,
+                             "topic.metadata.refresh.interval.ms": 1000})
+        padding = b"x" * (RECORD - 16)
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                seq = int((msg.value() or b"-1")[:16])
+                self.acked.append((msg.partition(), time.monotonic(), msg.latency() or 0.0, seq))
+            else:
+                self.failed.append(f"{msg.partition()}: {err}")
+
+        started = time.monotonic()
+        seq = 0
+        while not self.stop.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            while seq < due:
+                value = b"%016d" % seq + padding
+                producer.produce(TOPIC, value=value, partition=seq % self.partitions, on_delivery=delivered)
+                seq += 1
+            producer.poll(0.002)
+        producer.flush(120)
+
+
+def leaders(bootstrap: str) -> dict[int, int]:
+    """Partition -> leader (-1 while a move is in flight) from a broker's Metadata."""
+    topic = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic=TOPIC, timeout=10).topics[TOPIC]
+    return {p: int(info.leader) for p, info in topic.partitions.items()}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _read_back(bootstrap: str, partitions: int, expected: int, timeout: float) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "balancer-bench", "enable.auto.commit": False,
+                         "fetch.max.bytes": 52428800})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    seqs: list[int] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and len(seqs) < expected:
+            seqs.extend(int((m.value() or b"-1")[:16]) for m in consumer.consume(2000, 0.5) if m.error() is None)
+    finally:
+        consumer.close()
+    return seqs
+
+
+def run(brokers: int, partitions: int, rate: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="fjord-balancer-bench-") as tmp:
+        cluster = LocalCluster(plan_cluster(Path(tmp), controllers=1, brokers=brokers))
+        cluster.start_all()
+        try:
+            asyncio.run(wait_ready(cluster, timeout=60))
+            bootstrap = cluster.bootstrap_servers
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(timeout=30)
+            load = Load(bootstrap, partitions, rate)
+            thread = threading.Thread(target=load.run, daemon=True)
+            thread.start()
+            time.sleep(5.0)  # a steady load before the broker joins: the baseline latency
+            before = leaders(bootstrap)
+            baseline = [latency for _, _, latency, _ in load.acked]
+            added = cluster.add_broker()
+            new = added.spec.node_id
+            t0 = time.monotonic()
+            added.start()
+            share = partitions // (brokers + 1)
+            placement: dict[int, int] = {}
+            while time.monotonic() - t0 < SHARE_TIMEOUT_S:
+                try:
+                    placement = leaders(bootstrap)
+                except Exception:  # a broker between metadata answers; ask again
+                    time.sleep(0.1)
+                    continue
+                counts = Counter(placement.values())
+                live = [counts.get(b.spec.node_id, 0) for b in cluster.brokers]
+                if -1 not in counts and counts.get(new, 0) >= share and max(live) - min(live) <= 1:
+                    break
+                time.sleep(0.1)
+            else:
+                raise SystemExit(f"broker {new} did not lead its share ({share}) within {SHARE_TIMEOUT_S:.0f} s: "
+                                 f"{dict(Counter(placement.values()))}")
+            reached = time.monotonic() - t0
+            time.sleep(3.0)  # let the moved partitions' in-flight records be acknowledged
+            load.stop.set()
+            thread.join(timeout=150)
+            moved = sorted(p for p, leader in placement.items() if before.get(p) != leader)
+            during: dict[int, list[float]] = defaultdict(list)
+            for partition, at, latency, _ in load.acked:
+                if at >= t0 and partition in moved:
+                    during[partition].append(latency)
+            stalls = [max(during[p]) for p in moved if during[p]]
+            acked = [seq for _, _, _, seq in load.acked]
+            counts_read = Counter(_read_back(bootstrap, partitions, len(acked), timeout=120))
+            lost = sum(1 for seq in acked if seq not in counts_read)
+            duplicated = sum(1 for c in counts_read.values() if c > 1)
+            print(f"\n{brokers} brokers + 1 added, {partitions} partitions, {rate} records/s of {RECORD} B "
+                  f"({len(acked)} acknowledged, {len(load.failed)} failed)")
+            print(f"broker {new} led its share ({share}+) {reached:.1f} s after its process started; "
+                  f"{len(moved)} partitions moved: {moved}")
+            print(f"{'':28} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+            print(f"{'delivery latency before':28} {statistics.median(baseline) * 1000:8.0f} "
+                  f"{_percentile(baseline, 0.99) * 1000:8.0f} {max(baseline) * 1000:8.0f}")
+            if stalls:
+                print(f"{'stall per moved partition':28} {statistics.median(stalls) * 1000:8.0f} "
+                      f"{_percentile(stalls, 0.99) * 1000:8.0f} {max(stalls) * 1000:8.0f}")
+            print(f"lost {lost}, dup {duplicated}")
+            return 0 if lost == 0 and duplicated == 0 and not load.failed else 1
+        finally:
+            cluster.stop_all(timeout=60)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--brokers", type=int, default=3, help="brokers before one more is added")
+    parser.add_argument("--partitions", type=int, default=24)
+    parser.add_argument("--rate", type=int, default=2000, help="records per second (1 KiB each)")
+    args = parser.parse_args()
+    return run(args.brokers, args.partitions, args.rate)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
