@@ -28,11 +28,13 @@ from controller.api import (
     ControllerClient,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectLeaderResult,
     PartitionReassignment,
     ReassignmentResult,
     ScramAlterResult,
 )
 from controller.errors import NotControllerError, error_code_for, error_code_logged, error_message_for
+from wire import codec
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +123,19 @@ async def alter_configs(
                 outcome = code, error_message_for(exc)
         answers.append((resource, *outcome))
     return admin_wire.alter_configs_response(response_cls, answers)
+
+
+async def elect_leaders(response_cls: type[Any], ask: admin_wire.ElectLeadersAsk, controller_for: ControllerFor) -> Any:
+    results: list[ElectLeaderResult]
+    try:
+        results = await controller_for("elect leaders").elect_leaders(ask.partitions, ask.election_type)
+    except Exception as exc:
+        what = "all partitions" if ask.partitions is None else f"{len(ask.partitions)} partitions"
+        code, message = _refusal(exc, "electing leaders of %s failed", what)
+        if ask.partitions is None:
+            return codec.build(response_cls, throttle_time=0, error_code=code, replica_election_results=())
+        results = admin_wire.elect_leaders_refused(ask, code, message)
+    return admin_wire.elect_leaders_response(response_cls, results)
 
 
 async def alter_partition_reassignments(

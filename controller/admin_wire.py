@@ -1,5 +1,5 @@
 """The admin APIs on the wire, both ways: Kafka entities of CreateTopics (19), DeleteTopics (20), CreatePartitions
-(37), AlterConfigs (33), IncrementalAlterConfigs (44), AlterPartitionReassignments (45) and
+(37), AlterConfigs (33), ElectLeaders (43), IncrementalAlterConfigs (44), AlterPartitionReassignments (45) and
 AlterUserScramCredentials (51) to and from the `controller.api` dataclasses.
 
 Three places speak these APIs: the broker's handlers (a client's request of any version, answered through the
@@ -30,6 +30,7 @@ from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectLeaderResult,
     IncrementalOp,
     NewTopic,
     PartitionReassignment,
@@ -46,6 +47,7 @@ _CREATE_TOPICS = 19
 _DELETE_TOPICS = 20
 _ALTER_CONFIGS = 33
 _CREATE_PARTITIONS = 37
+_ELECT_LEADERS = 43
 _INCREMENTAL_ALTER_CONFIGS = 44
 _ALTER_PARTITION_REASSIGNMENTS = 45
 _ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -55,12 +57,15 @@ _CREATE_TOPICS_VERSION = 7
 _DELETE_TOPICS_VERSION = 6
 _CREATE_PARTITIONS_VERSION = 3
 _ALTER_CONFIGS_VERSION = 2
+_ELECT_LEADERS_VERSION = 2
 _INCREMENTAL_ALTER_CONFIGS_VERSION = 1
 _ALTER_PARTITION_REASSIGNMENTS_VERSION = 0
 _ALTER_USER_SCRAM_CREDENTIALS_VERSION = 0
 
 _OPS = {IncrementalOp.SET, IncrementalOp.DELETE, IncrementalOp.APPEND, IncrementalOp.SUBTRACT}
 _KNOWN_RESOURCE_TYPES = {ConfigResource.TOPIC, ConfigResource.BROKER}
+#: IncrementalAlterConfigs also changes BROKER_LOGGER (8): answered by the broker named, never by the controller.
+_INCREMENTAL_RESOURCE_TYPES = {*_KNOWN_RESOURCE_TYPES, 8}
 
 #: A per-item answer: the error code and message.
 Outcome: TypeAlias = tuple[ErrorCode, str | None]
@@ -327,7 +332,8 @@ def read_create_partitions_response(response: Any) -> Outcome:
 @dataclass(frozen=True, slots=True)
 class ConfigAlteration:
     """One resource of an (Incremental)AlterConfigs request: ``incremental_ops`` None for legacy AlterConfigs (the
-    set replaces the resource's dynamic config); ``refused`` is the request-level check's answer (not sent on)."""
+    set replaces the resource's dynamic config); ``refused`` is the request-level check's answer, or the broker's own
+    answer for a resource it serves itself (BROKER_LOGGER): either way the controller is not asked."""
 
     resource: ConfigResource
     changes: Mapping[str, str | None]
@@ -341,8 +347,8 @@ class ConfigAlterations:
     validate_only: bool
 
 
-def _unsupported_type(resource: ConfigResource) -> Outcome | None:
-    if resource.type in _KNOWN_RESOURCE_TYPES:
+def _unsupported_type(resource: ConfigResource, known: set[int] = _KNOWN_RESOURCE_TYPES) -> Outcome | None:
+    if resource.type in known:
         return None
     return ErrorCode.invalid_request, f"Unsupported resource type {resource.type}"
 
@@ -371,7 +377,7 @@ def read_incremental_alter_configs(request: Any) -> ConfigAlterations:
         elif bad_ops:
             refused = ErrorCode.invalid_request, f"Unknown alter config operation(s) {bad_ops}"
         else:
-            refused = _unsupported_type(resource)
+            refused = _unsupported_type(resource, _INCREMENTAL_RESOURCE_TYPES)
         changes = {c.name: c.value for c in entry.configs}
         ops = {c.name: int(c.config_operation) for c in entry.configs}
         alterations.append(ConfigAlteration(resource, changes, ops, refused))
@@ -435,6 +441,68 @@ def read_alter_configs_response(response: Any) -> Outcome:
     """The answer for the one resource :func:`alter_configs_request` asks about."""
     result = response.responses[0]
     return ErrorCode(int(result.error_code)), result.error_message
+
+
+# ------------------------------------------------------------------------------------------ ElectLeaders (43)
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersAsk:
+    """``partitions`` None: every partition of the cluster (Kafka's null ``topic_partitions``)."""
+
+    election_type: int
+    partitions: tuple[tuple[str, int], ...] | None
+
+
+def read_elect_leaders(request: Any) -> ElectLeadersAsk:
+    """v0 has no election type: it is a preferred election."""
+    election_type = int(getattr(request, "election_type", 0))
+    if request.topic_partitions is None:
+        return ElectLeadersAsk(election_type, None)
+    asked = dict.fromkeys((t.topic, int(p)) for t in request.topic_partitions for p in t.partitions)
+    return ElectLeadersAsk(election_type, tuple(asked))
+
+
+def elect_leaders_refused(ask: ElectLeadersAsk, code: ErrorCode, message: str) -> list[ElectLeaderResult]:
+    return [ElectLeaderResult(topic, index, code, message) for topic, index in ask.partitions or ()]
+
+
+def elect_leaders_response(response_cls: type[Any], results: Sequence[ElectLeaderResult]) -> Any:
+    topic_cls = codec.field_entity(response_cls, "replica_election_results")
+    by_topic: dict[str, list[Any]] = {}
+    for result in results:
+        by_topic.setdefault(result.topic, []).append(
+            codec.build_nested(topic_cls, "partition_result", partition_id=result.partition, error_code=result.error,
+                               error_message=result.message)
+        )
+    return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none, replica_election_results=tuple(
+        codec.build(topic_cls, topic=name, partition_result=tuple(parts)) for name, parts in by_topic.items()
+    ))
+
+
+def elect_leaders_request(ask: ElectLeadersAsk) -> Any:
+    cls = codec.request_class(_ELECT_LEADERS, _ELECT_LEADERS_VERSION)
+    topics: tuple[Any, ...] | None = None
+    if ask.partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in ask.partitions:
+            by_topic.setdefault(topic, []).append(index)
+        topics = tuple(codec.build_nested(cls, "topic_partitions", topic=name, partitions=tuple(indexes))
+                       for name, indexes in by_topic.items())
+    return codec.build(cls, election_type=ask.election_type, topic_partitions=topics)
+
+
+def read_elect_leaders_response(response: Any, ask: ElectLeadersAsk) -> list[ElectLeaderResult]:
+    """The answer's results; a top-level error (the controller refused the whole request) answers every partition
+    asked with it."""
+    code = ErrorCode(int(response.error_code))
+    if code is not ErrorCode.none:
+        return elect_leaders_refused(ask, code, f"the controller refused the election: {code.name}")
+    return [
+        ElectLeaderResult(t.topic, int(p.partition_id), ErrorCode(int(p.error_code)), p.error_message)
+        for t in response.replica_election_results
+        for p in t.partition_result
+    ]
 
 
 # --------------------------------------------------------------------------- AlterPartitionReassignments (45)

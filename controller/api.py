@@ -34,6 +34,7 @@ __all__ = [
     "CreateTopicResult",
     "DeleteTopicResult",
     "ElectLeaderResult",
+    "ElectionType",
     "Endpoint",
     "ImageListener",
     "IncrementalOp",
@@ -110,6 +111,13 @@ class ReassignmentResult:
     partition: int
     error: ErrorCode = ErrorCode.none
     message: str | None = None
+
+
+class ElectionType:
+    """ElectLeaders election types (Kafka's ElectionType)."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +216,11 @@ class ControllerClient(Protocol):
         IncrementalAlterConfigs with one :class:`IncrementalOp` per key of ``changes``."""
         ...
 
-    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
-        """Gives each leaderless partition (all when ``partitions`` is None) a live leader."""
+    async def elect_leaders(
+        self, partitions: Sequence[tuple[str, int]] | None, election_type: int = ElectionType.PREFERRED
+    ) -> list[ElectLeaderResult]:
+        """ElectLeaders (``controller.leadership.elect``): one result per partition asked; when ``partitions`` is
+        None, one per partition of the cluster that needed an election."""
         ...
 
     async def alter_partition_reassignments(

@@ -35,6 +35,7 @@ from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectionType,
     ElectLeaderResult,
     ImageListener,
     NewTopic,
@@ -573,8 +574,14 @@ class Controller:
 
     # ------------------------------------------------------------------ leadership
 
-    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
+    async def elect_leaders(
+        self, partitions: Sequence[tuple[str, int]] | None, election_type: int = ElectionType.PREFERRED
+    ) -> list[ElectLeaderResult]:
         async with self._lock:
-            election = leadership.elect(self._image, partitions)
+            election = leadership.elect(self._image, partitions, election_type)
             await self._commit(election.records)
+            kind = "unclean" if election_type == ElectionType.UNCLEAN else "preferred"
+            for result, record in zip((r for r in election.results if r.error is ErrorCode.none), election.records,
+                                      strict=True):
+                logger.info("%s election: broker %d leads %s-%d", kind, record.leader, result.topic, result.partition)
             return election.results

@@ -2,7 +2,7 @@
 
 A Fjord partition's data lives in shared object storage, so any live broker can lead it: leadership follows the
 brokers (a registering broker takes back what it led, a fenced one hands its partitions to live brokers) and the
-preferred-leader election of ElectLeaders. Each function reads only the image and returns the
+preferred and unclean elections of ElectLeaders. Each function reads only the image and returns the
 ``PartitionChangeRecord``s to append; ``controller.controller.Controller`` appends them (``controller.brokers``
 composes the moves on register and fence into its membership records).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller.api import ElectLeaderResult
+from controller.api import ElectionType, ElectLeaderResult
 from controller.image import MetadataImage, PartitionImage
 from controller.metadata_records import NO_LEADER, PartitionChangeRecord
 
@@ -100,9 +100,16 @@ def on_fence(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
     return changes
 
 
-def elect(image: MetadataImage, partitions: Sequence[tuple[str, int]] | None) -> Election:
-    """ElectLeaders (preferred election): each partition asked (all when ``partitions`` is None) gets its first
-    live replica as leader; a partition being reassigned is left to the reassignment, which elects its target."""
+def elect(
+    image: MetadataImage, partitions: Sequence[tuple[str, int]] | None, election_type: int = ElectionType.PREFERRED
+) -> Election:
+    """ElectLeaders: one result per partition asked, or, when ``partitions`` is None, per partition of the cluster
+    that needed an election (Kafka leaves out the ELECTION_NOT_NEEDED ones then).
+
+    PREFERRED gives a partition its first replica when that broker is live. UNCLEAN gives a partition whose leader
+    is offline its first live replica: Kafka risks losing data there, Fjord does not (every replica reads the same
+    shared storage), so it is only a question of which broker serves. A partition being reassigned is left to the
+    reassignment, which elects its target."""
     live = {b.node_id for b in image.live_brokers()}
     targets: list[tuple[str, int]] = (
         list(partitions)
@@ -114,44 +121,55 @@ def elect(image: MetadataImage, partitions: Sequence[tuple[str, int]] | None) ->
     for name, index in targets:
         partition = image.partition(name, index)
         if partition is None:
-            results.append(
-                ElectLeaderResult(
-                    name,
-                    index,
-                    ErrorCode.unknown_topic_or_partition,
-                    f"Partition {name}-{index} does not exist.",
-                )
+            result = ElectLeaderResult(
+                name, index, ErrorCode.unknown_topic_or_partition, f"Partition {name}-{index} does not exist."
             )
-            continue
-        preferred = next((r for r in partition.replicas if r in live), NO_LEADER)
-        if partition.reassigning:
-            results.append(
-                ElectLeaderResult(
-                    name,
-                    index,
-                    ErrorCode.reassignment_in_progress,
-                    f"Partition {name}-{index} is being reassigned; its target is elected when the move ends",
-                )
-            )
-        elif preferred == NO_LEADER:
-            results.append(
-                ElectLeaderResult(
-                    name,
-                    index,
-                    ErrorCode.eligible_leaders_not_available,
-                    f"No live replica of {name}-{index} among {list(partition.replicas)}",
-                )
-            )
-        elif partition.leader == preferred:
-            results.append(
-                ElectLeaderResult(
-                    name,
-                    index,
-                    ErrorCode.election_not_needed,
-                    f"Partition {name}-{index} already has its preferred leader",
-                )
+        elif election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+            result = ElectLeaderResult(name, index, ErrorCode.invalid_request, f"Unknown election type {election_type}")
+        elif partition.reassigning:
+            result = ElectLeaderResult(
+                name,
+                index,
+                ErrorCode.reassignment_in_progress,
+                f"Partition {name}-{index} is being reassigned; its target is elected when the move ends",
             )
         else:
-            records.append(leader_change(partition, preferred, live))
-            results.append(ElectLeaderResult(name, index, ErrorCode.none))
+            leader, result = _choose(name, partition, live, election_type)
+            if leader != NO_LEADER:
+                records.append(leader_change(partition, leader, live))
+        if partitions is None and result.error is ErrorCode.election_not_needed:
+            continue
+        results.append(result)
     return Election(results, records)
+
+
+def _choose(name: str, partition: PartitionImage, live: set[int], election_type: int) -> tuple[int, ElectLeaderResult]:
+    """The broker to elect for one partition (NO_LEADER: none) and the partition's result."""
+    index = partition.partition
+    if election_type == ElectionType.PREFERRED:
+        preferred = partition.replicas[0] if partition.replicas else NO_LEADER
+        if partition.leader == preferred:
+            return NO_LEADER, ElectLeaderResult(
+                name, index, ErrorCode.election_not_needed, f"Partition {name}-{index} already has its preferred leader"
+            )
+        if preferred not in live:
+            return NO_LEADER, ElectLeaderResult(
+                name,
+                index,
+                ErrorCode.preferred_leader_not_available,
+                f"The preferred leader {preferred} of {name}-{index} is not live",
+            )
+        return preferred, ElectLeaderResult(name, index, ErrorCode.none)
+    if partition.leader in live:
+        return NO_LEADER, ElectLeaderResult(
+            name, index, ErrorCode.election_not_needed, f"Partition {name}-{index} has a live leader"
+        )
+    candidate = next((r for r in partition.replicas if r in live), NO_LEADER)
+    if candidate == NO_LEADER:
+        return NO_LEADER, ElectLeaderResult(
+            name,
+            index,
+            ErrorCode.eligible_leaders_not_available,
+            f"No live replica of {name}-{index} among {list(partition.replicas)}",
+        )
+    return candidate, ElectLeaderResult(name, index, ErrorCode.none)

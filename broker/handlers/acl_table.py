@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker.handlers.context import Handler, RequestContext
+from controller import admin_wire
 from controller.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from wire import codec
 
@@ -658,6 +659,20 @@ async def _delete_acls(ctx: RequestContext, request: Any, handler: Handler) -> A
     )
 
 
+async def _elect_leaders(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """Kafka refuses every partition asked (none when all were asked) and sets the top-level code (v1+)."""
+    if ctx.allowed(AclOperation.ALTER, _CLUSTER, CLUSTER_NAME):
+        return await handler(ctx, request)
+    ask = admin_wire.read_elect_leaders(request)
+    message = f"{ctx.principal} is not authorized: {_CLUSTER_DENIED.name}"
+    response = admin_wire.elect_leaders_response(
+        ctx.response_class, admin_wire.elect_leaders_refused(ask, _CLUSTER_DENIED, message)
+    )
+    if codec.has_field(ctx.response_class, "error_code"):
+        response = dataclasses.replace(response, error_code=_CLUSTER_DENIED)
+    return response
+
+
 def _group_id(request: Any) -> str:
     return str(request.group_id)
 
@@ -691,8 +706,10 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         31: _delete_acls,  # DeleteAcls: CLUSTER ALTER
         32: _configs(AclOperation.DESCRIBE_CONFIGS, "results"),  # DescribeConfigs
         33: _configs(AclOperation.ALTER_CONFIGS, "responses"),  # AlterConfigs
+        35: _cluster(_DESCRIBE),  # DescribeLogDirs
         37: _create_partitions,  # CreatePartitions: TOPIC ALTER
         42: _groups(AclOperation.DELETE, "results")("groups_names"),  # DeleteGroups: GROUP DELETE
+        43: _elect_leaders,  # ElectLeaders: CLUSTER ALTER
         44: _configs(AclOperation.ALTER_CONFIGS, "responses"),  # IncrementalAlterConfigs
         45: _cluster(AclOperation.ALTER),  # AlterPartitionReassignments
         46: _cluster(_DESCRIBE),  # ListPartitionReassignments

@@ -1,19 +1,24 @@
 """DescribeConfigs (key 32) v1-4, AlterConfigs (key 33) v0-2 and IncrementalAlterConfigs (key 44) v0-1, for topic
-and broker resources.
+and broker resources, and (DescribeConfigs, IncrementalAlterConfigs) this broker's loggers.
 
 Which keys exist, their types, defaults, synonyms and sources are ``controller.config``'s; changes are validated
 and applied by the controller. The alter requests are read and answered through ``controller.admin_wire`` (shared
-with the controller listener); what stays here is the broker's own part: a broker resource must name this broker.
+with the controller listener); what stays here is the broker's own part: a broker resource must name this broker,
+and a BROKER_LOGGER resource is this process's loggers (``broker.logger_levels``), changed here and never sent to
+the controller (not persisted, as in Kafka).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
+from broker.logger_levels import RESOURCE_BROKER_LOGGER, LoggerConfigError, alter_loggers, describe_loggers
 from controller import admin_requests, admin_wire
 from controller.admin_wire import ResourceRefused
 from controller.api import ConfigResource
@@ -22,6 +27,18 @@ from wire import codec
 
 RESOURCE_TOPIC = ConfigResource.TOPIC
 RESOURCE_BROKER = ConfigResource.BROKER
+
+logger = logging.getLogger(__name__)
+
+
+def _check_logger_resource(ctx: RequestContext, name: str) -> None:
+    """A BROKER_LOGGER resource names the broker whose loggers it is; only that broker answers for them."""
+    if name == "":
+        raise ResourceRefused(ErrorCode.invalid_request, "Broker id must not be empty")
+    if name != str(ctx.node.node_id):
+        raise ResourceRefused(
+            ErrorCode.invalid_request, f"Unexpected broker id, expected {ctx.node.node_id} but received {name}"
+        )
 
 
 def _check_broker_name(ctx: RequestContext, name: str) -> bool:
@@ -43,12 +60,16 @@ def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str
         return describe_broker_configs(
             ctx.node.config, image.broker_configs, node_dynamic, keys, cluster_default=cluster_default
         )
+    if resource_type == RESOURCE_BROKER_LOGGER:
+        _check_logger_resource(ctx, name)
+        return describe_loggers(keys)
     raise ResourceRefused(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
 
 
 def _describe_result(ctx: RequestContext, result_cls: type[Any], resource: Any, request: Any) -> Any:
     entry_cls = codec.field_entity(result_cls, "configs")
     include_synonyms = bool(getattr(request, "include_synonyms", False))
+    include_documentation = bool(getattr(request, "include_documentation", False))
     keys = tuple(resource.configuration_keys) if resource.configuration_keys is not None else None
     try:
         entries = _entries(ctx, resource.resource_type, resource.resource_name, keys)
@@ -74,7 +95,7 @@ def _describe_result(ctx: RequestContext, result_cls: type[Any], resource: Any, 
                 is_sensitive=entry.is_sensitive,
                 synonyms=synonyms,
                 config_type=int(entry.config_type),
-                documentation=None,  # no per-key documentation text is kept; the field is nullable
+                documentation=entry.documentation if include_documentation else None,
             )
         )
     return codec.build(result_cls, error_code=ErrorCode.none, error_message=None,
@@ -93,6 +114,26 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
                                               admin_requests.always(ctx.node.controller), broker_id=ctx.node.node_id)
 
 
+def _alter_loggers(ctx: RequestContext, item: admin_wire.ConfigAlteration, validate_only: bool) -> admin_wire.Outcome:
+    try:
+        _check_logger_resource(ctx, item.resource.name)
+        applied = alter_loggers(item.changes, item.incremental_ops or {}, validate_only=validate_only)
+    except (ResourceRefused, LoggerConfigError) as exc:
+        return exc.code, str(exc)
+    for name, level in applied:
+        logger.info("broker %d: logger %s %s (%s)", ctx.node.node_id, name,
+                    f"set to {level}" if level is not None else "unset, inheriting its parent's level",
+                    ctx.describe())
+    return ErrorCode.none, None
+
+
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    return await admin_requests.alter_configs(ctx.response_class, admin_wire.read_incremental_alter_configs(request),
-                                              admin_requests.always(ctx.node.controller), broker_id=ctx.node.node_id)
+    ask = admin_wire.read_incremental_alter_configs(request)
+    # Logger resources are answered here, so the controller is never asked about them.
+    ask = dataclasses.replace(ask, resources=tuple(
+        dataclasses.replace(item, refused=_alter_loggers(ctx, item, ask.validate_only))
+        if item.resource.type == RESOURCE_BROKER_LOGGER and item.refused is None else item
+        for item in ask.resources
+    ))
+    return await admin_requests.alter_configs(ctx.response_class, ask, admin_requests.always(ctx.node.controller),
+                                              broker_id=ctx.node.node_id)

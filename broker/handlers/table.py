@@ -21,9 +21,11 @@ from broker.handlers import (
     delete_groups,
     delete_records,
     describe_groups,
+    describe_log_dirs,
     describe_producers,
     describe_quorum,
     describe_transactions,
+    elect_leaders,
     end_txn,
     fetch,
     find_coordinator,
@@ -82,9 +84,11 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         31: acls.handle_delete_acls,  # DeleteAcls
         32: configs.handle_describe_configs,  # DescribeConfigs
         33: configs.handle_alter_configs,  # AlterConfigs
+        35: describe_log_dirs.handle_describe_log_dirs,  # DescribeLogDirs
         36: sasl.handle_sasl_authenticate,  # SaslAuthenticate
         37: topics.handle_create_partitions,  # CreatePartitions
         42: delete_groups.handle_delete_groups,  # DeleteGroups
+        43: elect_leaders.handle_elect_leaders,  # ElectLeaders
         44: configs.handle_incremental_alter_configs,  # IncrementalAlterConfigs
         45: alter_partition_reassignments.handle_alter_partition_reassignments,  # AlterPartitionReassignments
         46: list_partition_reassignments.handle_list_partition_reassignments,  # ListPartitionReassignments

@@ -52,6 +52,7 @@ class ConfigEntry:
     is_sensitive: bool = False
     config_type: ConfigType = ConfigType.STRING
     synonyms: tuple[ConfigSynonym, ...] = ()
+    documentation: str | None = None  # DescribeConfigs v3+ (when asked): the key's ``doc``
 
 
 
@@ -100,6 +101,7 @@ def resolve_topic_config(
         is_sensitive=definition.key.type is ConfigType.PASSWORD,
         config_type=definition.key.type,
         synonyms=tuple(synonyms),
+        documentation=definition.key.doc,
     )
 
 
@@ -172,6 +174,7 @@ def describe_broker_configs(
                         synonyms=(
                             ConfigSynonym(name, cluster_dynamic[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
                         ),
+                        documentation=key.doc,
                     )
                 )
             continue
@@ -194,6 +197,7 @@ def describe_broker_configs(
                 synonyms=tuple(
                     replace(s, value=None) if sensitive else s for s in synonyms if s.value is not None
                 ),
+                documentation=key.doc,
             )
         )
     return out

@@ -11,6 +11,7 @@ Deliberate departures from Kafka's defaults are marked ``# fjord:`` with the rea
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,8 @@ class ConfigKey:
     default: Any = None
     validator: Validator | None = None
     dynamic: bool = False  # brokers: may be changed with AlterConfigs (cluster-wide or per broker)
+    #: What DescribeConfigs v3+ sends as the key's documentation (when asked); None: no text is kept for the key.
+    doc: str | None = None
 
     def parse(self, text: str) -> Any:
         """The typed value of ``text``; ConfigValueError with Kafka's message if it is not valid."""
@@ -148,6 +151,13 @@ class ConfigKey:
 
 
 # ---------------------------------------------------------------------- broker keys
+
+#: The documentation of the replication-throttle keys (broker rates and topic replica lists).
+NO_REPLICATION_TRAFFIC = (
+    "Accepted for Kafka's tools (kafka-reassign-partitions.sh --throttle sets it, --verify removes it) and has no "
+    "effect in Fjord: a partition's data lives in shared object storage, so a reassignment moves leadership without "
+    "copying data, and there is no replication or log-dir copy traffic to throttle."
+)
 
 _B = ConfigType
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -291,6 +301,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("transaction.state.log.min.isr", _B.INT, 1, at_least(1)),
         ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", _B.INT, 10000, at_least(1)),
         ConfigKey("producer.id.expiration.ms", _B.INT, 86400000, at_least(1), dynamic=True),
+        # The throttles kafka-reassign-partitions.sh --throttle sets and --verify deletes: accepted so the tool works,
+        # with no effect (NO_REPLICATION_TRAFFIC says why; DescribeConfigs shows it).
+        ConfigKey("leader.replication.throttled.rate", _B.LONG, LONG_MAX, at_least(0), dynamic=True,
+                  doc=NO_REPLICATION_TRAFFIC),
+        ConfigKey("follower.replication.throttled.rate", _B.LONG, LONG_MAX, at_least(0), dynamic=True,
+                  doc=NO_REPLICATION_TRAFFIC),
+        ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", _B.LONG, LONG_MAX, at_least(0), dynamic=True,
+                  doc=NO_REPLICATION_TRAFFIC),
         ConfigKey("max.incremental.fetch.session.cache.slots", _B.INT, 1000, at_least(0)),
         # fjord: the port of the Prometheus /metrics endpoint (absent: no endpoint)
         ConfigKey("metrics.port", _B.INT, None, between(0, 65535)),
@@ -358,6 +376,21 @@ def _topic(
     return TopicConfigDef(ConfigKey(name, kind, default, validator), syns)
 
 
+def _throttled_replicas_valid(replicas: Any) -> str | None:
+    """Kafka's ThrottledReplicaListValidator: ``*`` alone, or ``partition:broker`` pairs."""
+    items = list(replicas or [])
+    if items == ["*"] or all(re.fullmatch(r"\d+:\d+", item) for item in items):
+        return None
+    return (
+        "must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
+
+
+def _throttled_replicas(name: str) -> TopicConfigDef:
+    return TopicConfigDef(ConfigKey(name, _B.LIST, [], _throttled_replicas_valid, doc=NO_REPLICATION_TRAFFIC))
+
+
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     d.name: d
     for d in (
@@ -370,8 +403,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _topic("file.delete.delay.ms", _B.LONG, 60000, at_least(0), "log.segment.delete.delay.ms"),
         _topic("flush.messages", _B.LONG, LONG_MAX, at_least(1), "log.flush.interval.messages"),
         _topic("flush.ms", _B.LONG, LONG_MAX, at_least(0), "log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-        _topic("follower.replication.throttled.replicas", _B.LIST, []),
-        _topic("leader.replication.throttled.replicas", _B.LIST, []),
+        _throttled_replicas("follower.replication.throttled.replicas"),
+        _throttled_replicas("leader.replication.throttled.replicas"),
         _topic("index.interval.bytes", _B.INT, 4096, at_least(0), "log.index.interval.bytes"),
         _topic("max.compaction.lag.ms", _B.LONG, LONG_MAX, at_least(1), "log.cleaner.max.compaction.lag.ms"),
         _topic("max.message.bytes", _B.INT, 1048588, at_least(0), "message.max.bytes"),

@@ -31,6 +31,7 @@ from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectionType,
     ElectLeaderResult,
     ImageListener,
     NewTopic,
@@ -348,27 +349,20 @@ class RemoteControllerClient:
             await self._sync_after("see the deleted ACLs")
         return results
 
-    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectLeaderResult]:
-        """The quorum elects leaders itself (on registration and fencing); ElectLeaders is not among the RPCs the
-        controller listener serves, so an explicit request reports which partitions still have no leader."""
-        image = self.image
-        wanted = partitions if partitions is not None else [
-            (t.name, p) for t in image.topics_by_name.values() for p in t.partitions
-        ]
-        results = []
-        for topic, index in wanted:
-            part = image.partition(topic, index)
-            if part is None:
-                results.append(ElectLeaderResult(topic, index, ErrorCode.unknown_topic_or_partition,
-                                                 f"{topic}-{index} does not exist"))
-            elif part.leader >= 0:
-                results.append(ElectLeaderResult(topic, index, ErrorCode.election_not_needed, None))
-            else:
-                results.append(ElectLeaderResult(
-                    topic, index, ErrorCode.eligible_leaders_not_available,
-                    f"{topic}-{index} has no live broker to lead it; the controller elects one when a broker "
-                    "registers",
-                ))
+    async def elect_leaders(
+        self, partitions: Sequence[tuple[str, int]] | None, election_type: int = ElectionType.PREFERRED
+    ) -> list[ElectLeaderResult]:
+        """ElectLeaders, forwarded to the active controller as KRaft brokers do."""
+        ask = admin_wire.ElectLeadersAsk(election_type, None if partitions is None else tuple(partitions))
+        try:
+            response = await self.channel.request(admin_wire.elect_leaders_request(ask), "elect leaders")
+        except ControllerUnavailableError as exc:
+            if ask.partitions is None:
+                raise
+            return admin_wire.elect_leaders_refused(ask, ErrorCode.not_controller, str(exc))
+        results = admin_wire.read_elect_leaders_response(response, ask)
+        if any(r.error is ErrorCode.none for r in results):
+            await self._sync_after("see the elected leaders")
         return results
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:

@@ -306,6 +306,8 @@ class ControllerDispatcher:
                      if item.resource.type == ConfigResource.BROKER and item.resource.name.isdigit()}
             broker_id = int(named.pop()) if len(named) == 1 else self.quorum.node_id
             return await admin_requests.alter_configs(response_cls, ask, active, broker_id=broker_id)
+        if api_key == m.ELECT_LEADERS:
+            return await admin_requests.elect_leaders(response_cls, admin_wire.read_elect_leaders(body), active)
         if api_key == m.ALTER_PARTITION_REASSIGNMENTS:
             asked = admin_wire.read_alter_partition_reassignments(body)
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)

@@ -17,6 +17,7 @@ CreateTopics        19    2-7       active controller (forwarded by brokers)
 DeleteTopics        20    1-6       active controller
 AlterConfigs        33    0-2       active controller
 CreatePartitions    37    0-3       active controller
+ElectLeaders        43    0-2       active controller (preferred and unclean elections, ``controller.leadership``)
 IncrementalAlter..  44    0-1       active controller
 AlterPartitionRe..  45    0         active controller (DESIGN §9: the reassignment is the controller's)
 AlterUserScramCr..  51    0         active controller (SCRAM credentials are metadata records)
@@ -131,6 +132,7 @@ CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
 ALTER_CONFIGS: Final = 33
 CREATE_PARTITIONS: Final = 37
+ELECT_LEADERS: Final = 43
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 ALTER_PARTITION_REASSIGNMENTS: Final = 45
 ALTER_USER_SCRAM_CREDENTIALS: Final = 51
@@ -156,6 +158,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DELETE_TOPICS: (1, 6),
     ALTER_CONFIGS: (0, 2),
     CREATE_PARTITIONS: (0, 3),
+    ELECT_LEADERS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),

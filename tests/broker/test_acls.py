@@ -17,7 +17,15 @@ from typing import Any
 
 import pytest
 from broker_support import BrokerProcess, start_broker
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -34,7 +42,15 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from kafka import KafkaAdminClient
-from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePatternFilter
+from kafka.admin import (
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    ConfigResourceType,
+    ResourcePatternFilter,
+)
+from kafka.admin import ConfigResource as KafkaPythonConfigResource
 from kafka.admin import ResourceType as KafkaPythonResourceType
 from kafka.errors import ClusterAuthorizationFailedError
 
@@ -379,3 +395,32 @@ def test_a_revoked_read_stops_a_running_consumer(acls: AclBroker) -> None:
         assert isinstance(outcome, KafkaError) and outcome.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         consumer.close()
+
+
+def test_operator_tools_need_cluster_acls(acls: AclBroker) -> None:
+    """ElectLeaders needs CLUSTER ALTER, DescribeLogDirs CLUSTER DESCRIBE, a BROKER_LOGGER change CLUSTER
+    ALTER_CONFIGS (tests/broker/test_operator_tools.py has what each does when allowed)."""
+    topic = _unique("ops-acl")
+    _create_topic(acls.admin(), topic)
+
+    def election_error(admin: AdminClient) -> int | None:
+        try:
+            results = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(timeout=30)
+        except KafkaException as exc:
+            return int(exc.args[0].code())
+        [error] = results.values()  # None, or the partition's KafkaError
+        return None if error is None else int(error.code())
+
+    assert election_error(acls.admin("alice")) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert election_error(acls.admin()) == KafkaError.ELECTION_NOT_NEEDED
+    alice, admin = _kafka_python_admin(acls, "alice"), _kafka_python_admin(acls, "admin")
+    try:
+        [refused] = alice.describe_log_dirs({topic: [0]})
+        [described] = admin.describe_log_dirs({topic: [0]})
+        assert refused["log_dirs"] == [] and described["log_dirs"] != []
+        change = [KafkaPythonConfigResource(ConfigResourceType.BROKER_LOGGER, "0", {"broker": "DEBUG"})]
+        result = alice.alter_configs(change, raise_on_unknown=False)["broker_logger"]["0"]
+        assert "ClusterAuthorizationFailed" in result, result
+    finally:
+        alice.close()
+        admin.close()

@@ -1,7 +1,9 @@
 """Partition reassignment in a 3-controller, 3-broker cluster with a real admin client (kafka-python's
 ``alter_partition_reassignments``, as ``kafka-reassign-partitions.sh`` sends it): every partition moved under an
 idempotent producer's load loses, duplicates and reorders nothing; bad targets get Kafka's error code; a move
-whose source cannot close is listed in flight until the election timer gives the partition to its target."""
+whose source cannot close is listed in flight until the election timer gives the partition to its target. The same
+test elects a preferred leader (kafka-python's ``elect_leaders``, as ``kafka-leader-election.sh`` sends it) through
+a broker's remote controller client: refused while the preferred broker is fenced, done once it is back."""
 
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ from cluster_support import (
     wait_for,
 )
 from kafka import TopicPartition as KafkaTopicPartition
-from kafka.admin import KafkaAdminClient
+from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import InvalidReplicationAssignmentError
+from kio.schema.errors import ErrorCode
 
 from node.local_cluster import LocalCluster
 
@@ -98,6 +101,10 @@ def test_bad_targets_are_refused_and_a_stuck_move_is_listed_until_the_timer(
     tp = KafkaTopicPartition(topic, partition)
     assert admin.alter_partition_reassignments({tp: [99]}) == {tp: InvalidReplicationAssignmentError}
     assert admin.alter_partition_reassignments({tp: [source, target]}) == {tp: InvalidReplicationAssignmentError}
+    # A partition whose preferred leader is the broker about to be paused, and the target as its second replica.
+    preferred = topic_name("preferred")
+    admin.create_topics([NewTopic(preferred, -1, -1, replica_assignments={0: [source, target]})])
+    wait_for(f"{preferred}-0 led by broker {source}", lambda: leaders(bootstrap, preferred).get(0) == source, 15)
 
     # The source is paused: it cannot close its streams, so the move waits for the election timer.
     others = ",".join(b.spec.address for b in cluster.brokers if b.spec.node_id != source)
@@ -126,5 +133,18 @@ def test_bad_targets_are_refused_and_a_stuck_move_is_listed_until_the_timer(
         # Fenced once its session expires, the paused broker is no valid target either.
         wait_for(f"broker {source} fenced", lambda: source not in live_brokers(others), SESSION_TIMEOUT_S + 10)
         assert admin.alter_partition_reassignments({tp: [source]}) == {tp: InvalidReplicationAssignmentError}
+        wait_for(f"{preferred}-0 led by broker {target}", lambda: leaders(others, preferred).get(0) == target, 15)
+        assert _election(admin, preferred) == ErrorCode.preferred_leader_not_available
     finally:
         node.signal(signal.SIGCONT)
+    wait_for(f"broker {source} live again", lambda: source in live_brokers(bootstrap), SESSION_TIMEOUT_S + 20)
+    assert _election(admin, preferred) == ErrorCode.none
+    wait_for(f"{preferred}-0 led by broker {source} again", lambda: leaders(bootstrap, preferred).get(0) == source, 15)
+    assert _election(admin, preferred) == ErrorCode.election_not_needed
+
+
+def _election(admin: KafkaAdminClient, topic: str) -> ErrorCode:
+    """The result of a preferred election of ``topic``-0."""
+    response = admin.elect_leaders(0, {topic: [0]}, raise_errors=False)
+    [code] = [p.error_code for t in response.replica_election_results for p in t.partition_result]
+    return ErrorCode(code)

@@ -1,0 +1,19 @@
+"""ElectLeaders (key 43) v0-2: what ``kafka-leader-election.sh`` and admin clients' ``elect_leaders`` send.
+
+The controller decides (``controller.leadership.elect``: preferred, or unclean, which in Fjord loses nothing since
+every replica reads the same shared storage); a broker of a cluster forwards the request to the active controller,
+which answers it through the same translation (``controller.admin_wire``). The CLUSTER ALTER check is
+``broker.handlers.acl_table``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.handlers.context import RequestContext
+from controller import admin_requests, admin_wire
+
+
+async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
+    ask = admin_wire.read_elect_leaders(request)
+    return await admin_requests.elect_leaders(ctx.response_class, ask, admin_requests.always(ctx.node.controller))
