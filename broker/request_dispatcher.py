@@ -26,6 +26,7 @@ from broker.handlers import acl_table
 from broker.handlers import api_versions as api_versions_handler
 from broker.handlers.context import ConnectionState, Handler, RequestContext
 from broker.handlers.table import HANDLERS
+from broker.metrics import TopicTraffic
 from broker.sasl_session import SaslSession, SaslStateError
 from broker.services import BrokerServices
 from controller.errors import error_code_for, error_message_for
@@ -66,6 +67,7 @@ class RequestDispatcher:
         self.authorizer = BrokerAuthorizer(
             self._config_value, lambda: self.node.controller.image.acls, metrics.authorization_denials
         )
+        self.traffic = TopicTraffic(metrics.registry, lambda: self.node.node_id)
 
     def _config_value(self, key: str) -> object:
         """The node's config, read when first needed (a dispatcher driven by a test may have no node)."""
@@ -153,6 +155,7 @@ class RequestDispatcher:
             connection=peer.state if isinstance(peer.state, ConnectionState) else ConnectionState(),
             api_versions=self.versions,
             authorizer=self.authorizer,
+            traffic=self.traffic,
         )
         started = time.perf_counter()
         try:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
@@ -53,6 +54,7 @@ from controller.image import MetadataImage, PartitionImage, is_cluster_record
 from controller.kv_keys import partition_kv_key
 from controller.metadata_log import LocalMetadataLog, RecordLog
 from controller.metadata_records import NO_LEADER, RESOURCE_TOPIC, Endpoint, MetadataRecord
+from controller.metrics import commit_histogram
 from controller.producer_ids import (
     ProducerIdBlock,
     ProducerIdsExhaustedError,
@@ -90,6 +92,7 @@ class Controller:
         self._log = log
         self._clock_ms = clock_ms
         self._lock = asyncio.Lock()
+        self.commit_seconds = commit_histogram()
         self._listeners: list[ImageListener] = []
         self._streams = self._new_stream_metadata()
         self._snapshot_task: asyncio.Task[None] | None = None
@@ -213,7 +216,7 @@ class Controller:
         """Appends durably, then publishes the new image. Callers hold ``self._lock``."""
         if not records:
             return
-        last_offset = await self._log.append(records)
+        last_offset = await self._timed_append(records)
         self._publish(records, last_offset)
         self._maybe_snapshot()
 
@@ -223,10 +226,17 @@ class Controller:
         The image does not hold stream state, but its ``offset`` still advances so that it always names the last
         record of the log, live and after a replay alike; subscribers are not called for an offset-only change.
         """
-        last_offset = await self._log.append(records)
+        last_offset = await self._timed_append(records)
         if last_offset > self._image.offset:
             self._image = self._image.with_offset(last_offset)
         self._maybe_snapshot()
+
+    async def _timed_append(self, records: Sequence[MetadataRecord]) -> int:
+        """Appends to the log (durable, or committed by the quorum), timing it for ``commit_seconds``."""
+        started = time.perf_counter()
+        last_offset = await self._log.append(records)
+        self.commit_seconds.observe(time.perf_counter() - started)
+        return last_offset
 
     def _maybe_snapshot(self) -> None:
         """Starts a background snapshot when the log has grown enough.

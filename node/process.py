@@ -32,6 +32,7 @@ from controller.quorum import QuorumController
 from controller.scram_bootstrap import add_scram_credentials
 from controller.wal_failover import wal_location_key, zombie_failover
 from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
+from node.metrics import register_node_metrics
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
 from storage.engine import StorageEngine
@@ -84,6 +85,7 @@ class Node:
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.quorum: QuorumController | None = None  # set on nodes with process.roles=controller
+        register_node_metrics(self)  # storage, partitions, groups and controller, read at scrape time
 
     # -- the names handlers read ---------------------------------------------------------------------------------
 
@@ -213,7 +215,7 @@ class Node:
 
         metrics_port = self._configured_metrics_port()
         if metrics_port is not None:
-            self._metrics_port = self.metrics.start_http(metrics_port)
+            self._metrics_port = self.metrics.start_http(metrics_port, self.config.value("metrics.host"))
         for server in self.servers:
             await server.start_serving()
         logger.info(
@@ -296,7 +298,7 @@ class Node:
         self.cluster_id = quorum.cluster_id
         metrics_port = self._configured_metrics_port()
         if metrics_port is not None:  # the CONTROLLER listener's requests and the auto-balancer's moves
-            self._metrics_port = self.metrics.start_http(metrics_port)
+            self._metrics_port = self.metrics.start_http(metrics_port, self.config.value("metrics.host"))
         logger.info("node %d serving the controller quorum only", self.node_id)
 
     def _configured_metrics_port(self) -> int | None:

@@ -33,9 +33,11 @@ from storage.compaction.scheduler import CompactionScheduler
 from storage.config import StorageConfig
 from storage.errors import StorageError, StreamFencedError
 from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
+from storage.metrics import EngineStats, StorageMetrics
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.factory import open_object_store
+from storage.objectstore.metered import MeteredStore
 from storage.read import ObjectReadPath
 from storage.stream_api import UploadListener
 from storage.stream_client import StorageStream, StreamClientImpl
@@ -45,30 +47,6 @@ from storage.wal.base import WALRecord, WriteAheadLog
 from storage.wal.factory import open_wal
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    """A point-in-time view for metrics and benchmarks."""
-
-    appends: int
-    bytes_appended: int
-    blocks_uploaded: int
-    objects_uploaded: int
-    stream_set_objects: int
-    stream_objects: int
-    bytes_uploaded: int
-    upload_failures: int
-    puts: int
-    gets: int
-    log_cache_bytes: int
-    log_cache_unuploaded_bytes: int
-    block_cache_bytes: int
-    block_cache_hits: int
-    block_cache_misses: int
-    wal_bytes: int
-    open_streams: int
-    recovered_batches: int
 
 
 @dataclass(slots=True)
@@ -97,10 +75,12 @@ class StorageEngine:
         self._config = config
         self._metadata = metadata
         self._node = NodeIdentity(config.node_id, config.node_epoch)
+        self.metrics = StorageMetrics()
         if store is None:
             store = open_object_store(config.data_buckets[0], config)
+        store = MeteredStore(store, self.metrics.store_seconds, self.metrics.store_errors)  # times every request
         if wal is None:
-            wal = open_wal(config)
+            wal = open_wal(config, observe_flush=self.metrics.wal_flush_seconds.observe)
         self._store = store
         self._wal = wal
         self._log_cache = LogCache(config.wal_cache_size, config.wal_upload_threshold, on_full=self._cache_full)
@@ -114,7 +94,8 @@ class StorageEngine:
             readahead_max=config.readahead_max,
         )
         self._uploader = UploadPipeline(
-            config=config, metadata=metadata, store=store, node=self._node, on_committed=self._on_committed
+            config=config, metadata=metadata, store=store, node=self._node, on_committed=self._on_committed,
+            observe_upload=self.metrics.upload_seconds.observe,
         )
         self._compaction = CompactionScheduler(
             config=config,
@@ -123,6 +104,7 @@ class StorageEngine:
             node=self._node,
             streams=lambda: list(self._client.open_streams),
             clock=lambda: int(time.time() * 1000),
+            observe_round=self.metrics.observe_compaction,
         )
         self._io = _EngineIO(self)
         self._client = StreamClientImpl(self._io)
@@ -135,6 +117,8 @@ class StorageEngine:
         self._appends = 0
         self._bytes_appended = 0
         self._recovered = 0
+        self._log_cache_hits = 0
+        self._log_cache_misses = 0
         self._upload_listeners: list[UploadListener] = []
 
     # ------------------------------------------------------------------------------------------ properties
@@ -202,6 +186,8 @@ class StorageEngine:
             wal_bytes=self._wal.used_bytes,
             open_streams=len(self._client.open_streams),
             recovered_batches=self._recovered,
+            log_cache_hits=self._log_cache_hits,
+            log_cache_misses=self._log_cache_misses,
         )
 
     # --------------------------------------------------------------------------------------------- StreamClient
@@ -474,6 +460,7 @@ class StorageEngine:
             await self._log_cache.reserve(batch.size)
         pending = _PendingWrite()
         self._writes.append(pending)  # WAL positions follow append order, so this queue is in WAL order
+        started = time.perf_counter()
         try:
             record = await self._wal.append(batch)
         except BaseException:
@@ -485,6 +472,7 @@ class StorageEngine:
         self._unsettled[record.offset] = pending
         self._appends += 1
         self._bytes_appended += batch.size
+        self.metrics.wal_append_seconds.observe(time.perf_counter() - started)
         return record
 
     def _cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
@@ -533,7 +521,10 @@ class _EngineIO:
         self._engine._settle(record)
 
     def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
-        return self._engine.log_cache.read(stream_id, start, end, max_bytes)
+        found = self._engine.log_cache.read(stream_id, start, end, max_bytes)
+        if found:
+            self._engine._log_cache_hits += 1
+        return found
 
     def cache_first_offset(self, stream_id: int) -> int | None:
         return self._engine.log_cache.first_offset(stream_id)
@@ -542,6 +533,7 @@ class _EngineIO:
         self._engine.log_cache.trim(stream_id, new_start)
 
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
+        self._engine._log_cache_misses += 1
         return await self._engine.read_path.read(stream_id, start, end, max_bytes)
 
     async def flush(self, stream_id: int | None) -> None:

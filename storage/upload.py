@@ -138,8 +138,11 @@ class UploadPipeline:
         store: ObjectStore,
         node: NodeIdentity,
         on_committed: Callable[[CacheBlock], Awaitable[None]],
+        observe_upload: Callable[[float], None] = lambda _seconds: None,
     ) -> None:
+        """``observe_upload`` gets the seconds each block took from being planned to being committed (for metrics)."""
         self._config = config
+        self._observe_upload = observe_upload
         self._metadata = metadata
         self._store = store
         self._node = node
@@ -233,6 +236,7 @@ class UploadPipeline:
     async def _upload_and_commit(
         self, job: _Job, previous: _Job | None, block: CacheBlock, epochs: Mapping[int, int] | None
     ) -> None:
+        started = time.perf_counter()
         plan = await asyncio.to_thread(plan_block, block, self._config.stream_object_split_size)
         streams = plan.stream_ids
         if previous is not None:
@@ -264,6 +268,7 @@ class UploadPipeline:
             break
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
+        self._observe_upload(time.perf_counter() - started)
         logger.debug("committed cache block %d as objects %s", block.block_id, _ids_text(plan))
 
     async def _upload(self, plan: UploadPlan, epochs: Mapping[int, int] | None) -> CommitStreamSetObjectRequest:

@@ -3,11 +3,14 @@
 Docker does not run here, so the file is checked twice over: ``docker-compose config`` must accept and normalise it,
 and each controller/broker service must start ``fjord server start`` with the same config file and the same
 override keys ``node.local_cluster.plan_cluster`` gives that role (the cluster tests run those), with settings
-that load as a valid configuration and agree with each other (voters, node ids, bucket).
+that load as a valid configuration and agree with each other (voters, node ids, bucket). Beyond the local
+cluster's keys every node serves /metrics on all interfaces, and the Prometheus and Grafana services scrape each
+node there and show the dashboard of config/grafana (tests/broker/test_metrics_dashboard.py checks its queries).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,6 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
 DOCKER_COMPOSE = shutil.which("docker-compose") or "/usr/bin/docker-compose"
 CONFIG_FILES = {"controller": CONTROLLER_CONFIG, "broker": BROKER_CONFIG}
+#: What the compose nodes set beyond the local cluster's keys: /metrics reachable from the Prometheus container.
+METRICS_OVERRIDES = {"metrics.port": "9464", "metrics.host": "0.0.0.0"}
+PROMETHEUS_CONFIG = REPO / "config" / "prometheus" / "prometheus.yml"
+GRAFANA = REPO / "config" / "grafana"
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +80,7 @@ def test_every_service_runs_what_the_local_cluster_runs(normalised: dict[str, An
     for name, (role, overrides) in _fjord_services(normalised).items():
         spec = local[role]
         assert spec.base_config == CONFIG_DIR / CONFIG_FILES[role]
+        assert {k: overrides.pop(k, None) for k in METRICS_OVERRIDES} == METRICS_OVERRIDES, name
         assert set(overrides) == set(spec.overrides), (
             f"{name} sets {sorted(overrides)}, the local cluster's {role}s set {sorted(spec.overrides)}"
         )
@@ -110,3 +118,37 @@ def test_service_settings_load_and_agree(normalised: dict[str, Any]) -> None:
         assert advertised["PLAINTEXT"].host == name, f"{name} advertises {advertised['PLAINTEXT'].host}"
         published = {int(p["published"]) for p in normalised["services"][name].get("ports", [])}
         assert advertised["EXTERNAL"].port in published, f"{name}'s EXTERNAL listener is not published"
+
+
+def _mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """container path -> host path of a service's bind mounts (both spellings docker-compose normalises to)."""
+    out = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source, target = volume.split(":")[:2]
+        else:
+            source, target = volume["source"], volume["target"]
+        out[target] = Path(source)
+    return out
+
+
+def test_prometheus_scrapes_every_node_and_grafana_shows_the_dashboard(normalised: dict[str, Any]) -> None:
+    services = normalised["services"]
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    assert _mounts(prometheus)["/etc/prometheus/prometheus.yml"] == PROMETHEUS_CONFIG
+    scrape = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    targets = {t for job in scrape["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    port = METRICS_OVERRIDES["metrics.port"]
+    assert targets == {f"{name}:{port}" for name in _fjord_services(normalised)}, "Prometheus misses a node"
+
+    mounts = _mounts(grafana)
+    assert mounts["/etc/grafana/provisioning"] == GRAFANA / "provisioning"
+    providers = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "fjord.yml").read_text())["providers"]
+    (dashboards_dir,) = {p["options"]["path"] for p in providers}
+    assert mounts[f"{dashboards_dir}/fjord-dashboard.json"] == GRAFANA / "fjord-dashboard.json"
+    sources = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    (source,) = sources["datasources"]
+    assert source["url"] == "http://prometheus:9090"
+    dashboard = json.loads((GRAFANA / "fjord-dashboard.json").read_text())
+    used = {p["datasource"]["uid"] for p in dashboard["panels"] if p["type"] != "row"}
+    assert used == {source["uid"]}, "the dashboard's panels use a data source Grafana is not given"

@@ -94,6 +94,8 @@ class ServerMetrics:
         return child
 
     def observe_request(self, api_key: int, seconds: float) -> None:
+        if ("requests", api_key) not in self._children:  # failures of a served API show as 0, not as absent
+            self._child("errors", self.request_errors, api_key)
         self._child("requests", self.requests, api_key).inc()
         self._child("seconds", self.request_seconds, api_key).observe(seconds)
 

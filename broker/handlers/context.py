@@ -18,6 +18,7 @@ from broker import authorized_operations
 from broker.authorization import ANONYMOUS, BrokerAuthorizer
 from broker.handlers.append_order import AppendOrder
 from broker.handlers.commit_order import PendingCommits
+from broker.metrics import TopicTraffic
 from broker.sasl_session import SaslSession
 from broker.services import BrokerServices
 from controller.acl.binding import AclOperation, ResourceType
@@ -66,6 +67,8 @@ class RequestContext:
     api_versions: Mapping[int, VersionRange] = field(default_factory=lambda: MappingProxyType({}))
     #: The node's authorizer (``broker.authorization``); a context built outside the dispatcher allows everything.
     authorizer: BrokerAuthorizer = field(default_factory=BrokerAuthorizer.disabled)
+    #: The node's per-topic traffic counters (``broker.metrics``); a context built outside a node counts into none.
+    traffic: TopicTraffic = field(default_factory=TopicTraffic.disabled)
 
     @property
     def principal(self) -> str:

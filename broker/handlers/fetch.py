@@ -193,6 +193,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
         if r.key not in include:
             continue
         topic_id, name, partition = r.key
+        ctx.traffic.fetched(name, r.records)
         grouped.setdefault((topic_id, name), []).append(
             codec.build(
                 part_cls,

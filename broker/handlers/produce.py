@@ -47,10 +47,12 @@ async def _append_one(
         data = bytes(records)
         # Taken before the first suspension: tasks first run in the order they were created (arrival order).
         turn = ctx.connection.appends.take((topic, partition))
-        return await turn.start(
+        result = await turn.start(
             _verified_leader_log(ctx, topic, partition, data, transactional_id),
             lambda log: log.append(data, required_acks=acks, transactional_id=transactional_id),
         )
+        ctx.traffic.produced(topic, len(data), result.last_offset - result.base_offset + 1)
+        return result
     except KafkaError as exc:
         return exc
     except Exception as exc:

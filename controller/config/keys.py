@@ -312,6 +312,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("max.incremental.fetch.session.cache.slots", _B.INT, 1000, at_least(0)),
         # fjord: the port of the Prometheus /metrics endpoint (absent: no endpoint)
         ConfigKey("metrics.port", _B.INT, None, between(0, 65535)),
+        # fjord: the address /metrics binds (0.0.0.0 where a Prometheus in another container or host scrapes it)
+        ConfigKey("metrics.host", _B.STRING, "127.0.0.1"),
         # TLS of SSL client listeners (controller.config.security; listener.name.<name>.ssl.* overrides them). These
         # are the only ssl.* keys Fjord reads; any other one, and every ACL and quota key, stops the node.
         # fjord: PEM only, so PEM is the default (Kafka's is JKS, which the standard library cannot read).

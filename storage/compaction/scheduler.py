@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from storage.compaction.lifecycle import ObjectSweeper
@@ -44,8 +45,11 @@ class CompactionScheduler:
         streams: Callable[[], Iterable[int]],
         clock: Callable[[], int],
         run_lifecycle: bool = True,
+        observe_round: Callable[[str, float, int], None] = lambda _kind, _seconds, _bytes: None,
     ) -> None:
+        """``observe_round(kind, seconds, bytes_written)`` learns of each compaction round (for metrics)."""
         self._config = config
+        self._observe_round = observe_round
         self._node = node
         self._streams = streams
         self._run_lifecycle = run_lifecycle
@@ -98,11 +102,15 @@ class CompactionScheduler:
 
     async def _stream_set_round(self) -> None:
         async with self._turn:
-            await self.stream_set.run_once()
+            started = time.perf_counter()
+            result = await self.stream_set.run_once()
+            self._observe_round("stream_set", time.perf_counter() - started, result.bytes_written)
 
     async def _stream_object_round(self) -> None:
         async with self._turn:
-            await self.stream_object.run_once(sorted(self._streams()))
+            started = time.perf_counter()
+            result = await self.stream_object.run_once(sorted(self._streams()))
+            self._observe_round("stream_object", time.perf_counter() - started, result.bytes_written)
 
     async def _sweep(self) -> None:
         await self.sweeper.run_once()

@@ -19,14 +19,26 @@ from storage.wal.s3 import S3WAL
 StoreFactory = Callable[[BucketURL, StorageConfig], ObjectStore]
 
 
-def open_wal(config: StorageConfig, store_factory: StoreFactory | None = None) -> WriteAheadLog:
-    """A WAL for ``config.wal_url``, not yet started. An S3-mode WAL owns (and closes) the store it opens."""
+def open_wal(
+    config: StorageConfig,
+    store_factory: StoreFactory | None = None,
+    *,
+    observe_flush: Callable[[float], None] | None = None,
+) -> WriteAheadLog:
+    """A WAL for ``config.wal_url``, not yet started. An S3-mode WAL owns (and closes) the store it opens.
+    ``observe_flush`` learns the seconds of each flush: a file WAL's write + fdatasync, an S3 WAL's object PUT."""
     url = config.wal_url
+    wal: FileWAL | S3WAL
     if url.scheme == "file":
-        return FileWAL.from_config(config)
-    if url.scheme in ("s3", "mem"):
+        wal = FileWAL.from_config(config)
+    elif url.scheme in ("s3", "mem"):
         store = (store_factory or open_object_store)(url, config)
-        return S3WAL.from_config(config, store, owns_store=True)
+        wal = S3WAL.from_config(config, store, owns_store=True)
+    else:
+        raise ConfigError(f"s3.wal.path: unsupported WAL URL {url.describe()} (use file://, s3:// or mem://)")
+    if observe_flush is not None:
+        wal.observe_flush = observe_flush
+    return wal
     raise ConfigError(f"s3.wal.path: unsupported WAL URL {url.describe()} (use file://, s3:// or mem://)")
 
 

@@ -31,7 +31,7 @@ import asyncio
 import collections
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +143,8 @@ class FileWAL(WALState):
         self._closed = False
         self._failure: WALError | None = None
         self.stats = FileWALStats()
+        #: Learns the seconds of each group's write + fdatasync (the engine's ``fjord_wal_flush_seconds``).
+        self.observe_flush: Callable[[float], None] = lambda _seconds: None
 
     @classmethod
     def from_config(cls, config: StorageConfig) -> FileWAL:
@@ -457,6 +459,7 @@ class FileWAL(WALState):
                 continue
             group = self._take_group()
             start, end = group[0].offset, group[-1].next_offset
+            flush_started = loop.time()
             try:
                 rolled = await loop.run_in_executor(self._executor, self._write_group_sync, group, start)
             except Exception as exc:
@@ -469,6 +472,7 @@ class FileWAL(WALState):
                 self.stats.segments_preallocated += self._writer.preallocated
             self._maybe_preallocate()
             self._durable_offset = end
+            self.observe_flush(loop.time() - flush_started)
             self.stats.groups += 1
             self.stats.bytes_written += end - start
             for entry in group:

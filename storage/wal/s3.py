@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from storage.config import GiB, MiB, StorageConfig
@@ -114,6 +115,8 @@ class S3WAL(WALState):
         self._closed = False
         self._failure: WALError | None = None
         self.stats = S3WALStats()
+        #: Learns the seconds of each WAL object's PUT (the engine's ``fjord_wal_flush_seconds``).
+        self.observe_flush: Callable[[float], None] = lambda _seconds: None
 
     @classmethod
     def from_config(
@@ -270,7 +273,9 @@ class S3WAL(WALState):
                 if self._failure is not None:
                     return
                 data = await asyncio.to_thread(self._encode_object, upload)
+                put_started = time.perf_counter()
                 await self._put(upload.key.key, data, attempts=UPLOAD_ATTEMPTS)
+                self.observe_flush(time.perf_counter() - put_started)
                 self.stats.objects += 1
                 self.stats.bytes_uploaded += len(data)
                 await self._verify_owner(f"upload of {upload.key.key}")
