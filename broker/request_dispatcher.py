@@ -10,6 +10,10 @@ On a SASL listener (``ServerConfig.sasl``) each connection gets a :class:`~broke
 first request; until it has authenticated only ApiVersions, SaslHandshake and SaslAuthenticate are served and
 anything else closes the connection, as Kafka does. After SaslHandshake v0 the client's tokens arrive without a
 Kafka header and are answered the same way (length and bytes).
+
+On an SSL listener a client that presented a certificate is ``User:<name>``, the name mapped from the certificate's
+subject DN by the listener's ``ssl.principal.mapping.rules`` at its first request (``wire.tls_principal``); one no
+rule maps closes the connection, as Kafka refuses it. On SASL_SSL the SASL principal is the connection's.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from wire.listener import ConnectionClosing, Peer, Response
 from wire.metrics import ServerMetrics
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.scram import ScramCredential
+from wire.tls_principal import parse_rules, subject_dn
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +118,22 @@ class RequestDispatcher:
             raise ConnectionClosing(f"SASL authentication of {peer} failed: {exc}") from None
         return struct.pack(">i", len(answer)) + answer
 
+    def _certificate_principal(self, state: ConnectionState, peer: Peer, certificate: bytes) -> None:
+        """Names the connection by its client certificate (KIP-371), once; a DN no rule maps closes the connection,
+        as Kafka refuses it, and counts as an authentication failure."""
+        tls = self.node.config.tls.get(peer.listener)
+        mapper = tls.principal_mapper if tls is not None else parse_rules(None)
+        try:
+            state.tls_principal = f"User:{mapper.name(subject_dn(certificate))}"
+        except ValueError as exc:  # PrincipalMappingError, or a certificate that cannot be read
+            self.metrics.authentication_failures.labels(listener=peer.listener, mechanism="SSL").inc()
+            raise ConnectionClosing(f"the client certificate of {peer} names no principal: {exc}") from None
+
     async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
         session = self._sasl_session(peer.state, peer) if isinstance(peer.state, ConnectionState) else None
+        if (session is None and peer.certificate is not None and isinstance(peer.state, ConnectionState)
+                and peer.state.tls_principal is None):
+            self._certificate_principal(peer.state, peer, peer.certificate)
         if session is not None and session.raw_tokens:
             return self._raw_token(session, frame, peer)
         prefix = codec.read_prefix(frame)

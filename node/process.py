@@ -42,6 +42,7 @@ from storage.objectstore.base import StoreStats
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 from wire.metrics import ServerMetrics
 from wire.sasl import MAX_TOKEN_BYTES
+from wire.tls_reload import CertificateReloader
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class Node:
         self.metrics = ServerMetrics()
         self.fetch_sessions = FetchSessionCache()
         self.servers: list[KafkaListener] = []
+        self._tls_reloaders: list[CertificateReloader] = []  # one per SSL listener: new certificates, no restart
         self.node_epoch = -1
         self._controller_factory = controller_factory or default_controller_factory(config)
         self._scram_credentials = tuple(scram_credentials)
@@ -189,6 +191,10 @@ class Node:
                     f"listeners: cannot bind {listener.name} to {listener.host}:{listener.port}: {exc.strerror}"
                 ) from None
             self.servers.append(server)
+            if tls is not None:
+                self._tls_reloaders.append(
+                    CertificateReloader(server, tls.watched_files(), tls.context, tls.reload_interval_ms / 1000)
+                )
 
         rack = self.config.rack
         self.node_epoch = await self.controller.register_broker(self.node_id, self.bound_endpoints, rack)
@@ -218,6 +224,8 @@ class Node:
             self._metrics_port = self.metrics.start_http(metrics_port, self.config.value("metrics.host"))
         for server in self.servers:
             await server.start_serving()
+        for reloader in self._tls_reloaders:
+            reloader.start()
         logger.info(
             "node %d serving %s", self.node_id,
             ", ".join(f"{e.name}://{e.host}:{e.port}" for e in self.bound_endpoints),
@@ -313,6 +321,8 @@ class Node:
         logger.info("node %d shutting down", self.node_id)
         if self._controller_handle is not None:
             self._controller_handle.stopping()
+        for reloader in self._tls_reloaders:
+            await reloader.stop()
         for server in self.servers:
             await server.stop_accepting()
         # A start that failed half-way stops only what it started.

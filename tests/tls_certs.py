@@ -74,13 +74,14 @@ class CertificateAuthority:
         self.cert_path = directory / f"{name.replace(' ', '-')}.pem"
         self.cert_path.write_text(self.cert_pem)
 
-    def issue(self, stem: str, *, server: bool, password: str | None = None) -> Identity:
-        """A certificate for 127.0.0.1 and localhost (server) or a client named ``stem``."""
+    def issue(self, stem: str, *, server: bool, password: str | None = None,
+              subject: x509.Name | None = None) -> Identity:
+        """A certificate for 127.0.0.1 and localhost (server) or a client named ``stem`` (or ``subject``)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         builder = (
             x509.CertificateBuilder()
-            .subject_name(_name("localhost" if server else stem))
+            .subject_name(subject if subject is not None else _name("localhost" if server else stem))
             .issuer_name(self._cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
@@ -88,7 +89,12 @@ class CertificateAuthority:
             .not_valid_after(now + 30 * _DAY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+                # A node's certificate also identifies it on its own connections (to the CONTROLLER listener).
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                    if server
+                    else [ExtendedKeyUsageOID.CLIENT_AUTH]
+                ),
                 critical=False,
             )
         )

@@ -6,11 +6,19 @@ long-polling Fetch does not hold up the Metadata request behind it in a handler)
 order, as the protocol requires. At most ``max_in_flight`` requests per connection are outstanding; beyond that the
 connection is not read, which pushes back on the client through TCP. A frame that is too large, malformed, or for
 an API/version the dispatcher does not serve closes only its own connection, after the responses to the requests
-before it have been written. Cutting frames out of the byte stream is ``wire.frames``'s (no I/O there).
+before it have been written. A dispatcher may *mute* a connection (:attr:`Peer.mute`, KIP-219: a client over its
+quota): for that long no more of its requests are read or dispatched, while the responses already due are written.
+From its first mute on, a connection's requests are dispatched one at a time, each once the one before it is
+answered, as Kafka serves every connection: each request of a client over its quota is then measured and throttled
+on its own, instead of a pipelined burst going through on one measurement.
+Cutting frames out of the byte stream is ``wire.frames``'s (no I/O there).
 
-A listener given an :class:`ssl.SSLContext` (``wire.tls``) serves TLS. It accepts on its own socket and hands each
-connection to ``loop.connect_accepted_socket``, which returns once the handshake is done or raises: a failed
-handshake (or bytes that are not TLS at all) is logged with its peer and closes that connection only.
+A listener given an :class:`ssl.SSLContext` (``wire.tls``) serves TLS; the context of each new handshake is read
+from ``ssl_context`` then, so replacing it (``wire.tls_reload``) serves new certificates to new connections while
+the open ones continue. A client certificate is handed to the dispatcher in :attr:`Peer.certificate`. It accepts
+on its own socket and hands each connection to ``loop.connect_accepted_socket``, which returns once the handshake
+is done or raises: a failed handshake (or bytes that are not TLS at all) is logged with its peer and closes that
+connection only.
 ``create_server(ssl=...)`` drops a failed handshake without a word (asyncio logs it only in debug mode), and
 ``start_tls`` on an accepted transport loses the ClientHello under uvloop, which starts reading right after
 ``connection_made`` even if the protocol paused the transport.
@@ -65,6 +73,12 @@ class Peer:
     #: Raises the connection's request size limit from the listener's ``unauthenticated_max_request_bytes`` to its
     #: ``max_request_bytes`` (the dispatcher calls it once a SASL client has authenticated); None: nothing to raise.
     lift_request_limit: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    #: On a TLS listener that asks for client certificates: the DER certificate the client presented (verified
+    #: against the listener's CAs in the handshake), from which the dispatcher names the principal; else None.
+    certificate: bytes | None = field(default=None, compare=False, repr=False)
+    #: Mutes the connection for the given seconds from now (a throttled client, KIP-219): no request is read or
+    #: dispatched until then; a longer mute extends it. None: a peer outside a listener, nothing to mute.
+    mute: Callable[[float], None] | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port} on listener {self.listener}"
@@ -238,6 +252,10 @@ class _Connection(asyncio.BufferedProtocol):
         self._pending: collections.deque[asyncio.Task[Response | None]] = collections.deque()
         self._wakeup: asyncio.Event = asyncio.Event()
         self._reading_paused = False
+        self._muted_until = 0.0  # loop time until which the connection is muted (a throttled client)
+        self._unmute: asyncio.TimerHandle | None = None
+        self._held: collections.deque[bytes] = collections.deque()  # frames waiting for their turn (serial)
+        self._serial = False  # muted once: one request at a time from now on
         self._stop_reading = False  # EOF, a bad frame, or the connection was lost: dispatch nothing more
         self._lost = False
         self._can_write: asyncio.Event = asyncio.Event()
@@ -259,7 +277,10 @@ class _Connection(asyncio.BufferedProtocol):
         make_state = self._server.connection_state
         state = make_state() if make_state is not None else None
         lift = self._lift_request_limit if self._server.unauthenticated_max_request_bytes is not None else None
-        self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name, state, lift)
+        ssl_object = transport.get_extra_info("ssl_object")
+        certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name, state, lift,
+                         certificate=certificate or None, mute=self._mute)
         self._server._opened(self)
         logger.debug("connection from %s", self.peer)
         self.responder = asyncio.get_running_loop().create_task(self._respond())
@@ -275,7 +296,11 @@ class _Connection(asyncio.BufferedProtocol):
         if self._stop_reading:
             return
         for frame in self._frames.buffer_updated(nbytes):
-            self._dispatch(frame)
+            if self._serial:
+                self._held.append(frame)
+            else:
+                self._dispatch(frame)
+        self._release()
         if self._frames.error is not None:
             logger.warning("closing connection from %s: %s", self.peer, self._frames.error)
             self._stop()
@@ -288,6 +313,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        if self._unmute is not None:
+            self._unmute.cancel()
+            self._unmute = None
         self._stop()
         self._can_write.set()
         if exc is not None:
@@ -304,9 +332,44 @@ class _Connection(asyncio.BufferedProtocol):
     def _dispatch(self, frame: bytes) -> None:
         self._pending.append(asyncio.ensure_future(self._dispatcher.dispatch(frame, self.peer)))
         self._wakeup.set()
-        if len(self._pending) >= self._server.max_in_flight and not self._reading_paused and self._transport:
+        self._pace()
+
+    def _pace(self) -> None:
+        """Reads while neither muted nor ``max_in_flight`` requests are outstanding."""
+        if self._transport is None or self._lost:
+            return
+        limit = self._server.max_in_flight
+        wanted = self._unmute is None and len(self._pending) < limit and len(self._held) < limit
+        if not wanted and not self._reading_paused:
             self._reading_paused = True
             self._transport.pause_reading()
+        elif wanted and self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def _mute(self, seconds: float) -> None:
+        if seconds <= 0 or self._stop_reading:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        self._serial = True
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self._unmute = loop.call_at(until, self._unmuted)
+        self._pace()
+
+    def _unmuted(self) -> None:
+        self._unmute = None
+        self._release()
+        self._pace()
+
+    def _release(self) -> None:
+        """Serial mode: the next waiting request, once the one before it has been answered and no mute holds."""
+        if self._held and self._unmute is None and not self._pending and not self._stop_reading:
+            self._dispatch(self._held.popleft())
 
     def _stop(self) -> None:
         """No more requests are read; the responder answers those already dispatched, then closes."""
@@ -349,9 +412,8 @@ class _Connection(asyncio.BufferedProtocol):
                     logger.exception("closing connection from %s: failed to produce a response", self.peer)
                     return
                 self._pending.popleft()
-                if self._reading_paused and len(self._pending) < self._server.max_in_flight and not self._lost:
-                    self._reading_paused = False
-                    transport.resume_reading()
+                self._release()
+                self._pace()
                 if self._lost:
                     return
                 if isinstance(data, bytes):

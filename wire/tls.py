@@ -1,4 +1,5 @@
-"""TLS for Kafka listeners: an :class:`ssl.SSLContext` built from PEM files or PEM text, with the standard library.
+"""TLS for Kafka listeners: an :class:`ssl.SSLContext` built from PEM files or PEM text, with the standard library;
+the server side of a listener (:func:`server_context`) and a node's own connections to one (:func:`client_context`).
 
 Kept apart from the config keys (``controller.config.security`` reads ``ssl.*`` and per-listener overrides, and
 names the key in its errors): this module only knows plain paths, PEM strings and the choices Kafka's ``ssl.*``
@@ -45,6 +46,7 @@ class TlsSettings:
     client_auth: str = "none"
     enabled_protocols: tuple[str, ...] = ("TLSv1.2", "TLSv1.3")
     cipher_suites: tuple[str, ...] = ()  # empty: OpenSSL's defaults
+    check_hostname: bool = True  # of a server this node connects to (client contexts only)
 
 
 def server_context(settings: TlsSettings) -> ssl.SSLContext:
@@ -60,6 +62,23 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
     context.verify_mode = CLIENT_AUTH[settings.client_auth]
     if context.verify_mode != ssl.CERT_NONE and not has_truststore:
         raise TlsError("client_auth", f"{settings.client_auth} needs a truststore to check client certificates")
+    return context
+
+
+def client_context(settings: TlsSettings) -> ssl.SSLContext:
+    """The context of a node's own connections to an SSL listener (a broker or voter to the CONTROLLER
+    listener): the server is checked against the truststore (the system's CAs without one) and its host name, as
+    Kafka's ``ssl.endpoint.identification.algorithm=https`` (its default) does; the keystore, when there is one, is the
+    client certificate a listener with ``ssl.client.auth`` asks for. :class:`TlsError` as for
+    :func:`server_context`."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = settings.check_hostname
+    versions = _set_protocols(context, settings.enabled_protocols)
+    _set_cipher_suites(context, settings.cipher_suites, versions)
+    if settings.keystore_location is not None or settings.keystore_key is not None:
+        _load_keystore(context, settings)
+    if not _load_truststore(context, settings):
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
     return context
 
 
@@ -136,7 +155,10 @@ def _load_keystore(context: ssl.SSLContext, settings: TlsSettings) -> None:
 
 def _load_chain(context: ssl.SSLContext, path: str, pem: bytes, password: str | None, source: str) -> None:
     """Loads the certificate chain and private key from one PEM file. The password is always given as a callable,
-    so an encrypted key without one fails here instead of OpenSSL prompting on the terminal."""
+    so an encrypted key without one fails here instead of OpenSSL prompting on the terminal. A file without a whole
+    certificate (cut short while being written, say) is said to be so, not blamed on the key's password."""
+    if b"-----END CERTIFICATE-----" not in pem:
+        raise TlsError(source, "no complete PEM certificate (a file cut short, or only a key)")
     try:
         context.load_cert_chain(path, password=lambda: password or "")
     except ssl.SSLError as exc:

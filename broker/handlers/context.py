@@ -42,11 +42,15 @@ class ConnectionState:
     commits: PendingCommits = field(default_factory=PendingCommits)
     #: On a SASL listener: the connection's authentication (made by the dispatcher at its first request).
     sasl: SaslSession | None = None
+    #: On an SSL listener, of a client that presented a certificate: ``User:<name>`` mapped from its subject DN by
+    #: ``ssl.principal.mapping.rules`` (set by the dispatcher at the first request).
+    tls_principal: str | None = None
 
     @property
     def principal(self) -> str | None:
-        """``User:<name>`` of an authenticated SASL connection (for ACLs, later), else None."""
-        return self.sasl.principal if self.sasl is not None else None
+        """``User:<name>`` of an authenticated SASL connection, else of its client certificate (on SASL_SSL the
+        SASL principal wins, as in Kafka), else None."""
+        return self.sasl.principal if self.sasl is not None else self.tls_principal
 
 
 @dataclass(slots=True)
@@ -72,7 +76,7 @@ class RequestContext:
 
     @property
     def principal(self) -> str:
-        """Who sent the request, for ACLs: the SASL principal, else ``User:ANONYMOUS`` (Kafka's name)."""
+        """Who sent the request, for ACLs: the SASL or certificate principal, else ``User:ANONYMOUS`` (Kafka's)."""
         return self.connection.principal or ANONYMOUS
 
     def allowed(self, op: AclOperation, resource: ResourceType, name: str, *, log_denial: bool = True) -> bool:

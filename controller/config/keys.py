@@ -328,6 +328,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("ssl.client.auth", _B.STRING, "none", one_of("none", "requested", "required")),
         ConfigKey("ssl.enabled.protocols", _B.LIST, ["TLSv1.2", "TLSv1.3"], all_of("TLSv1.2", "TLSv1.3")),
         ConfigKey("ssl.cipher.suites", _B.LIST, []),
+        # KIP-371: how a client certificate's subject DN becomes the principal (wire.tls_principal).
+        ConfigKey("ssl.principal.mapping.rules", _B.STRING, "DEFAULT"),
+        # A node's own connections to an SSL CONTROLLER listener check the host name ("https") or not ("").
+        ConfigKey(
+            "ssl.endpoint.identification.algorithm", _B.STRING, "https", one_of("https", "", case_sensitive=False)
+        ),
+        # fjord: how often an SSL listener checks its keystore and truststore files (mtime, size) and, when they
+        # changed, serves new connections with them (wire.tls_reload); 0: never. Kafka reloads only through
+        # IncrementalAlterConfigs of listener.name.<l>.ssl.keystore.location.
+        ConfigKey("ssl.reload.interval.ms", _B.LONG, 5000, at_least(0)),
         # SASL of SASL_PLAINTEXT/SASL_SSL client listeners (controller.config.security; listener.name.<name>.*
         # overrides them).
         # Kafka's default mechanism is GSSAPI, which Fjord refuses at start: a SASL listener names its mechanisms.

@@ -17,8 +17,13 @@ metadata records (AlterUserScramCredentials).
 
 TLS settings are Kafka's ``ssl.*`` keys of the catalogue (:mod:`controller.config.keys`), each overridable per
 listener as ``listener.name.<name>.ssl.*``; :func:`listener_tls` resolves them for one listener into the plain
-:class:`~wire.tls.TlsSettings` that :mod:`wire.tls` turns into an :class:`ssl.SSLContext`. The CONTROLLER listener
-and the connections to it stay PLAINTEXT for now.
+:class:`~wire.tls.TlsSettings` that :mod:`wire.tls` turns into an :class:`ssl.SSLContext`, the parsed
+``ssl.principal.mapping.rules`` (:mod:`wire.tls_principal`; bad rules stop the node naming the key) and how often
+the listener's files are checked for new certificates (``ssl.reload.interval.ms``, :mod:`wire.tls_reload`). The
+CONTROLLER listener may be SSL too (``listener.security.protocol.map`` CONTROLLER:SSL): voters serve it with its
+``ssl.*`` keys, and every node connects to it with the same keys read as client settings (its truststore checks
+the controller's certificate and host name, its keystore is the client certificate), as Kafka reads
+``listener.name.controller.ssl.*`` for a node's own controller connections.
 """
 
 from __future__ import annotations
@@ -32,13 +37,16 @@ from typing import Any
 from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasError, parse_jaas
 from controller.config.keys import BROKER_KEYS, ConfigValueError
 from storage.config import ConfigError
-from wire.tls import TlsError, TlsSettings, server_context
+from wire.tls import TlsError, TlsSettings, client_context, server_context
+from wire.tls_principal import PrincipalMapper, PrincipalRulesError, parse_rules
 
 #: The security protocols Kafka knows; Fjord's client listeners serve all four.
 KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: Listeners of these protocols speak TLS, and of these SASL.
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+#: What a CONTROLLER listener (and a node's connections to it) may speak.
+CONTROLLER_PROTOCOLS = ("PLAINTEXT", "SSL")
 #: The SASL mechanisms Fjord serves, and the sasl.* keys it reads (every other one is refused).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_KEYS = frozenset(("sasl.enabled.mechanisms", "sasl.jaas.config"))
@@ -70,6 +78,7 @@ _FIELD_KEYS = {
     "client_auth": "ssl.client.auth",
     "enabled_protocols": "ssl.enabled.protocols",
     "cipher_suites": "ssl.cipher.suites",
+    "check_hostname": "ssl.endpoint.identification.algorithm",
 }
 
 
@@ -128,7 +137,7 @@ def check_listener_protocols(
     listener_names: tuple[str, ...], protocols: Mapping[str, str], controller_names: tuple[str, ...]
 ) -> None:
     """Every listener's protocol is known and served; controller listeners (this node's or the quorum's it talks
-    to) are PLAINTEXT, since neither the CONTROLLER listener nor the connections to it speak TLS or SASL yet."""
+    to) are PLAINTEXT or SSL, since nodes make no SASL connections to each other."""
     key = "listener.security.protocol.map"
     for name in listener_names:
         protocol = protocols[name]
@@ -136,9 +145,9 @@ def check_listener_protocols(
             raise ConfigError(f"{key}: listener {name} has unknown security protocol {protocol} "
                               f"(one of {', '.join(KNOWN_PROTOCOLS)})")
     for name in controller_names:
-        if protocols.get(name, "PLAINTEXT") != "PLAINTEXT":
+        if protocols.get(name, "PLAINTEXT") not in CONTROLLER_PROTOCOLS:
             raise ConfigError(f"{key}: controller listener {name} is {protocols[name]}: controller connections are "
-                              "PLAINTEXT only (TLS and SASL are served on client listeners)")
+                              "PLAINTEXT or SSL (SASL is served on client listeners)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,14 +158,33 @@ class ListenerTls:
     listener: str
     settings: TlsSettings
     keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: ``ssl.principal.mapping.rules``: the principal of a client certificate (KIP-371).
+    principal_mapper: PrincipalMapper = field(default_factory=lambda: parse_rules(None))
+    #: ``ssl.reload.interval.ms``: how often the key and CA files are checked for changes (0: never).
+    reload_interval_ms: int = 0
 
     def context(self) -> ssl.SSLContext:
         """The listener's server context; ConfigError naming the key at fault (never its value)."""
         try:
             return server_context(self.settings)
         except TlsError as exc:
-            key = self.keys.get(exc.setting, _FIELD_KEYS.get(exc.setting, "ssl"))
-            raise ConfigError(f"{key}: {exc} (listener {self.listener})") from None
+            raise self._error(exc) from None
+
+    def client_context(self) -> ssl.SSLContext:
+        """The context of this node's own connections to the listener (the CONTROLLER listener of the quorum):
+        the same keys, read as Kafka reads a node's client settings; ConfigError naming the key at fault."""
+        try:
+            return client_context(self.settings)
+        except TlsError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: TlsError) -> ConfigError:
+        key = self.keys.get(exc.setting, _FIELD_KEYS.get(exc.setting, "ssl"))
+        return ConfigError(f"{key}: {exc} (listener {self.listener})")
+
+    def watched_files(self) -> tuple[str, ...]:
+        """The files the listener's TLS is read from (its keystore and truststore locations), to reload on change."""
+        return tuple(path for path in (self.settings.keystore_location, self.settings.truststore_location) if path)
 
 
 def listener_tls(listener: str, props: Mapping[str, str], values: Mapping[str, Any]) -> ListenerTls:
@@ -195,9 +223,14 @@ def listener_tls(listener: str, props: Mapping[str, str], values: Mapping[str, A
         client_auth=str(chosen["ssl.client.auth"]),
         enabled_protocols=tuple(chosen["ssl.enabled.protocols"]),
         cipher_suites=tuple(chosen["ssl.cipher.suites"]),
+        check_hostname=str(chosen["ssl.endpoint.identification.algorithm"]).lower() == "https",
     )
     keys = {setting: sources[key] for setting, key in _FIELD_KEYS.items()}
-    return ListenerTls(listener, settings, MappingProxyType(keys))
+    try:
+        mapper = parse_rules(text("ssl.principal.mapping.rules"))
+    except PrincipalRulesError as exc:
+        raise ConfigError(f"{sources['ssl.principal.mapping.rules']}: {exc} (listener {listener})") from None
+    return ListenerTls(listener, settings, MappingProxyType(keys), mapper, int(chosen["ssl.reload.interval.ms"]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +123,9 @@ class ServerConfig:
     tls: Mapping[str, ListenerTls] = field(default_factory=lambda: MappingProxyType({}))
     #: The SASL settings of each SASL_PLAINTEXT or SASL_SSL listener, by listener name.
     sasl: Mapping[str, ListenerSasl] = field(default_factory=lambda: MappingProxyType({}))
+    #: The TLS settings of the quorum's CONTROLLER listener when it is SSL: voters serve it with them (they are in
+    #: ``tls`` too) and every node's own connections to it use them as client settings. None: PLAINTEXT.
+    controller_tls: ListenerTls | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None, overrides: Iterable[str] = ()) -> ServerConfig:
@@ -166,7 +170,14 @@ class ServerConfig:
             for lst in listeners
             if protocols.get(lst.name) in TLS_PROTOCOLS
         }
-        if not tls and any(name.startswith("ssl.") for name in props):
+        # The quorum's CONTROLLER listener, when SSL: every node connects to it (a broker-only node does not list it).
+        controller_name = next((str(n).upper() for n in values["controller.listener.names"]), None)
+        controller_tls = (
+            tls.get(controller_name) or listener_tls(controller_name, props, values)
+            if controller_name is not None and protocols.get(controller_name) == "SSL"
+            else None
+        )
+        if not tls and controller_tls is None and any(name.startswith("ssl.") for name in props):
             logger.warning("ssl.* settings are given but no listener is SSL; they are not used")
         sasl = {
             lst.name: listener_sasl(lst.name, props, values)
@@ -184,6 +195,7 @@ class ServerConfig:
             security_protocols=MappingProxyType(protocols),
             voters=parse_voters(values["controller.quorum.voters"]),
             tls=MappingProxyType(tls),
+            controller_tls=controller_tls,
             sasl=MappingProxyType(sasl),
         )
         config.validate()
@@ -209,13 +221,17 @@ class ServerConfig:
         )
         for name in self.static:
             override = listener_override(name)
-            if override is not None and override[0] not in self.tls:
+            if override is not None and override[0] not in self.tls and (
+                self.controller_tls is None or override[0] != self.controller_tls.listener
+            ):
                 raise ConfigError(f"{name}: listener {override[0]} is not an SSL listener of this node")
             sasl_override = sasl_listener_override(name)
             if sasl_override is not None and sasl_override[0] not in self.sasl:
                 raise ConfigError(f"{name}: listener {sasl_override[0]} is not a SASL listener of this node")
         for listener_tls_settings in self.tls.values():
             listener_tls_settings.context()  # a missing file, wrong password or unknown suite stops the start here
+        if self.controller_tls is not None:
+            self.controller_tls.client_context()
         for lst in self.advertised_listeners:
             if lst.name in self.controller_listener_names and "broker" in roles and "controller" not in roles:
                 raise ConfigError(f"advertised.listeners: controller listener {lst.name} must not be advertised")
@@ -251,6 +267,10 @@ class ServerConfig:
     @property
     def controller_listener_names(self) -> tuple[str, ...]:
         return tuple(n.upper() for n in self.value("controller.listener.names"))
+
+    def controller_client_context(self) -> ssl.SSLContext | None:
+        """The TLS context of this node's connections to the quorum's CONTROLLER listener (None: PLAINTEXT)."""
+        return self.controller_tls.client_context() if self.controller_tls is not None else None
 
     @property
     def broker_listeners(self) -> tuple[Listener, ...]:

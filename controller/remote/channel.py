@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -67,12 +68,14 @@ class ActiveControllerChannel:
         request_timeout_s: float,
         retry_budget_s: float,
         leader_hint: Callable[[], int | None] = lambda: None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not voters:
             raise ConfigError("controller.quorum.voters: a broker needs at least one controller")
         self._voters = dict(voters)
         self._order = sorted(voters)
         self._client_id = client_id
+        self._ssl_context = ssl_context  # the CONTROLLER listener is SSL
         self._request_timeout_s = request_timeout_s  # connecting
         self._attempt_timeout_s = max(request_timeout_s, _MIN_ATTEMPT_TIMEOUT_S)  # waiting for an answer
         self._retry_budget_s = retry_budget_s
@@ -124,7 +127,7 @@ class ActiveControllerChannel:
             if existing is not None and existing.connected:
                 return existing
             host, port = self._voters[voter]
-            connection = ControllerConnection(host, port, client_id=self._client_id)
+            connection = ControllerConnection(host, port, client_id=self._client_id, ssl_context=self._ssl_context)
             try:
                 await connection.connect(timeout=self._request_timeout_s)
             except BaseException:

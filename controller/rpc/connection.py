@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import struct
 from collections import deque
 from typing import Any
@@ -29,10 +30,14 @@ class ConnectionClosedError(ConnectionError):
 
 
 class ControllerConnection:
-    def __init__(self, host: str, port: int, *, client_id: str = "fjord") -> None:
+    def __init__(
+        self, host: str, port: int, *, client_id: str = "fjord", ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_context``)."""
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.ssl_context = ssl_context
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: deque[tuple[int, asyncio.Future[bytes]]] = deque()
@@ -49,7 +54,9 @@ class ControllerConnection:
 
     async def connect(self, timeout: float = 5.0) -> None:
         async with asyncio.timeout(timeout):
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, ssl=self.ssl_context, server_hostname=self.host if self.ssl_context else None
+            )
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"controller-conn-{self.host}:{self.port}")
 
     def next_correlation_id(self) -> int:

@@ -6,6 +6,10 @@ behind it on that connection only (each voter uses its own connection per peer).
 
 The server knows its voter only as a :class:`~controller.rpc.dispatcher.ServedQuorum`: ``controller.quorum`` builds
 it and passes itself in, so the quorum depends on the server and never the other way round.
+
+With ``CONTROLLER:SSL`` in ``listener.security.protocol.map`` the listener serves TLS with its ``ssl.*`` keys
+(``ServerConfig.tls``) and reloads renewed certificate files (``wire.tls_reload``); the nodes connecting to it use
+``ServerConfig.controller_client_context``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
 from storage.config import ConfigError
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 from wire.metrics import ServerMetrics
+from wire.tls_reload import CertificateReloader
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +30,7 @@ class ControllerServer:
     def __init__(self, quorum: ServedQuorum, listener: Listener, metrics: ServerMetrics | None = None) -> None:
         self.listener = listener
         self.dispatcher = ControllerDispatcher(quorum, metrics)
+        tls = quorum.config.tls.get(listener.name)  # CONTROLLER:SSL in listener.security.protocol.map
         self._server = KafkaListener(
             self.dispatcher,
             self.dispatcher.metrics,
@@ -33,6 +39,13 @@ class ControllerServer:
             listener_name=listener.name,
             max_request_bytes=quorum.config.socket_request_max_bytes,
             max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+            ssl_context=tls.context() if tls is not None else None,
+        )
+        # An SSL CONTROLLER listener picks up renewed certificate files as client listeners do.
+        self._reloader = (
+            CertificateReloader(self._server, tls.watched_files(), tls.context, tls.reload_interval_ms / 1000)
+            if tls is not None
+            else None
         )
 
     @property
@@ -50,6 +63,10 @@ class ControllerServer:
 
     async def start_serving(self) -> None:
         await self._server.start_serving()
+        if self._reloader is not None:
+            self._reloader.start()
 
     async def close(self) -> None:
+        if self._reloader is not None:
+            await self._reloader.stop()
         await self._server.close()

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -69,8 +70,11 @@ class NetworkTransport:
         max_inbound: int = 4096,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_context``)."""
         self.node_id = node_id
+        self._ssl_context = ssl_context
         self.inbound: asyncio.Queue[tuple[int, RaftMessage]] = asyncio.Queue(maxsize=max_inbound)
         self._peers = {
             peer_id: _Peer(peer_id, host, port, max_queued)
@@ -160,7 +164,8 @@ class NetworkTransport:
         if peer.failures:
             delay = min(self._backoff_max_s, self._backoff_initial_s * 2 ** (peer.failures - 1))
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
-        connection = ControllerConnection(peer.host, peer.port, client_id=f"raft-{self.node_id}")
+        connection = ControllerConnection(peer.host, peer.port, client_id=f"raft-{self.node_id}",
+                                          ssl_context=self._ssl_context)
         try:
             await connection.connect(timeout=self._request_timeout_s)
         except (OSError, TimeoutError) as exc:

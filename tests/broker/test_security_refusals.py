@@ -76,9 +76,9 @@ SECRET = "s3cr3t-never-printed"
         ({"ssl.truststore.type": "PKCS12"}, "ssl.truststore.type"),
         ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols"),
         ({"security.inter.broker.protocol": "SSL"}, "security.inter.broker.protocol"),
-        (
+        (  # an SSL CONTROLLER listener is served, but not without its keystore
             {"listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT"},
-            "listener.security.protocol.map: controller listener CONTROLLER is SSL",
+            "ssl.keystore.location: an SSL listener needs a keystore",
         ),
         (
             {
