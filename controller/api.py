@@ -30,6 +30,7 @@ __all__ = [
     "AclCreateResult",
     "AclDeleteResult",
     "ConfigResource",
+    "ControlledShutdown",
     "ControllerClient",
     "CreateTopicResult",
     "DeleteTopicResult",
@@ -255,6 +256,23 @@ class ControllerClient(Protocol):
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """``node`` finished replaying the WAL of a dead broker the controller assigned to it
         (``controller.wal_failover``)."""
+        ...
+
+    async def unregister_broker(self, node_id: int) -> None:
+        """UnregisterBroker: removes a stopped broker from the cluster. Raises an error carrying the Kafka error
+        code (``error``) when refused: an unknown id, a live broker (``controller.controlled_shutdown``)."""
+        ...
+
+
+@runtime_checkable
+class ControlledShutdown(Protocol):
+    """A controller client through which a stopping broker hands its partitions to other brokers first (a broker
+    of a multi-broker cluster; an embedded single node has nobody to hand them to). Runtime-checkable and apart
+    from :class:`ControllerClient`, as :class:`QuorumForwarder` is."""
+
+    async def request_controlled_shutdown(self, timeout_s: float) -> bool:
+        """Waits (at most ``timeout_s``) until the controller moved every partition this broker leads elsewhere;
+        False if it had not by then."""
         ...
 
 

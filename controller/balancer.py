@@ -187,7 +187,8 @@ def plan(image: MetadataImage, settings: Settings, ages: Mapping[int, float]) ->
                 paused=f"broker {broker.node_id} is fenced (the others are balanced without it "
                 f"{settings.fenced_broker_wait_s:.0f} s after it was fenced)"
             )
-    balanced = [b.node_id for b in image.live_brokers() if b.node_id not in settings.exclude_brokers]
+    # A broker in controlled shutdown is neither a target nor balanced over: its partitions are moving away.
+    balanced = [b.node_id for b in image.leader_candidates() if b.node_id not in settings.exclude_brokers]
     counts, in_flight = leader_counts(image, balanced, settings.exclude_topics)
     if len(balanced) < 2:
         return Decision(leads=counts, in_flight=in_flight)

@@ -10,7 +10,8 @@ The decisions are not made here. As Kafka splits its QuorumController into contr
 module of pure functions that read the image and return the records to append (or the error to answer):
 ``controller.brokers`` (registration, fencing, WAL failover), ``controller.leadership`` (who leads each partition),
 ``controller.topics`` (topics, partitions, placement), ``controller.config_control`` (AlterConfigs),
-``controller.reassignment`` and ``controller.balancer`` (the auto-balancer's moves). This class does the I/O around
+``controller.reassignment`` and ``controller.balancer`` (the auto-balancer's moves), ``controller.controlled_shutdown``
+(a stopping broker's partitions moved first, UnregisterBroker). This class does the I/O around
 them: the lock, reads of the stream metadata, appends, logs, snapshots and the reassignment watch; the same
 decisions serve the Raft quorum's active controller.
 """
@@ -27,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from controller import balancer, brokers, leadership, reassignment
+from controller import balancer, brokers, controlled_shutdown, leadership, reassignment
 from controller.acl.binding import AclBinding, AclBindingFilter
 from controller.acl_control import plan_create_acls, plan_delete_acls
 from controller.api import (
@@ -369,6 +370,31 @@ class Controller:
             logger.info("broker %d (epoch %d) unfenced; it now leads %d partitions", node_id, epoch,
                         len(self._image.partitions_led_by(node_id)))
             return True
+
+    async def controlled_shutdown(self, node_id: int, epoch: int) -> int:
+        """A ``wantShutDown`` heartbeat of ``node_id`` (current registration ``epoch``, unfenced): it enters
+        controlled shutdown and the partitions it leads start moving to other brokers
+        (``controller.controlled_shutdown``). Returns how many are still to move: 0 means it may stop."""
+        async with self._lock:
+            shutdown = controlled_shutdown.plan(self._image, node_id, epoch)
+            await self._commit(shutdown.records)
+        if shutdown.started:
+            logger.info("broker %d (epoch %d) is in controlled shutdown: it is given no leadership and its %d "
+                        "partitions move away", node_id, epoch, shutdown.remaining)
+        for move in shutdown.moves:
+            logger.info("controlled shutdown of broker %d: moving %s-%d to broker %d", node_id, move.topic,
+                        move.partition, move.target)
+        if shutdown.moves:
+            self.watch_reassignments()
+        return shutdown.remaining
+
+    async def unregister_broker(self, node_id: int) -> None:
+        """UnregisterBroker: removes a stopped broker from the cluster; ControllerError when refused
+        (``controller.controlled_shutdown.unregister``)."""
+        async with self._lock:
+            record = controlled_shutdown.unregister(self._image, node_id)
+            await self._commit([record])
+        logger.info("broker %d (epoch %d) unregistered", node_id, record.epoch)
 
     # ------------------------------------------------------------------ producer ids
 

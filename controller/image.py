@@ -21,6 +21,7 @@ from controller.metadata_records import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     AccessControlEntryRecord,
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     Endpoint,
     FenceBrokerRecord,
@@ -94,6 +95,8 @@ class BrokerImage:
     listeners: tuple[Endpoint, ...]
     rack: str | None
     fenced: bool
+    #: Asked for a controlled shutdown (``controller.controlled_shutdown``): serving, but given no leadership.
+    in_controlled_shutdown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,10 @@ class MetadataImage:
         """Registered, unfenced brokers in node-id order: the ones that may lead partitions."""
         return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
 
+    def leader_candidates(self) -> list[BrokerImage]:
+        """Live brokers that may be given leadership: not fenced and not in controlled shutdown."""
+        return [b for b in self.live_brokers() if not b.in_controlled_shutdown]
+
     def partitions_led_by(self, node_id: int) -> list[tuple[str, PartitionImage]]:
         return [
             (topic.name, p)
@@ -194,6 +201,8 @@ class MetadataImage:
         out: list[MetadataRecord] = []
         for broker in sorted(self.brokers.values(), key=lambda b: b.node_id):
             out.append(RegisterBrokerRecord(broker.node_id, broker.epoch, broker.listeners, broker.rack, broker.fenced))
+            if broker.in_controlled_shutdown:
+                out.append(BrokerRegistrationChangeRecord(broker.node_id, broker.epoch, True))
         for key, value in sorted(self.broker_configs.items()):
             out.append(ConfigRecord(RESOURCE_BROKER, "", key, value))
         for node_id, configs in sorted(self.node_configs.items()):
@@ -310,6 +319,12 @@ class _Builder:
                 self._set_fenced(node_id, epoch, True)
             case UnfenceBrokerRecord(node_id=node_id, epoch=epoch):
                 self._set_fenced(node_id, epoch, False)
+            case BrokerRegistrationChangeRecord(node_id=node_id, epoch=epoch):
+                broker = self._broker_map().get(node_id)
+                if broker is not None and broker.epoch == epoch:
+                    self._broker_map()[node_id] = replace(
+                        broker, in_controlled_shutdown=record.in_controlled_shutdown
+                    )
             case WALFailoverRecord():
                 self._failover_map()[record.node_id] = WALFailoverImage(
                     record.node_id, record.node_epoch, record.target_id, record.target_epoch, record.attempt

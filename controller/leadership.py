@@ -70,8 +70,9 @@ def on_register(image: MetadataImage, node_id: int) -> list[PartitionChangeRecor
 
 def on_fence(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
     """Moves every partition ``node_id`` leads: to another live replica, else to the live broker leading the
-    fewest partitions, else to no leader (the next broker to register adopts it)."""
-    live = {b.node_id for b in image.live_brokers()} - {node_id}
+    fewest partitions, else to no leader (the next broker to register adopts it). A broker in controlled shutdown
+    is given none (``controller.controlled_shutdown``)."""
+    live = {b.node_id for b in image.leader_candidates()} - {node_id}
     load = {broker: 0 for broker in live}
     for topic in image.topics_by_name.values():
         for partition in topic.partitions.values():

@@ -284,6 +284,21 @@ class WALFailoverDoneRecord(MetadataRecord):
     node_epoch: int
 
 
+@register_record
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChangeRecord(MetadataRecord):
+    """Broker ``node_id`` (registration ``epoch``) entered controlled shutdown (Kafka's record of this name sets
+    ``inControlledShutdown``; its id 17 is taken here by ACL entries). It still serves what it leads while its
+    partitions move away, but is never given leadership again: the auto-balancer, reassignments and elections
+    skip it until a new registration (a restart) replaces it."""
+
+    TYPE: ClassVar[int] = 603
+    VERSION: ClassVar[int] = 0
+    node_id: int
+    epoch: int
+    in_controlled_shutdown: bool = True
+
+
 NO_TARGET = -1
 
 
@@ -311,6 +326,7 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     RemoveAccessControlEntryRecord,
     WALFailoverRecord,
     WALFailoverDoneRecord,
+    BrokerRegistrationChangeRecord,
 )
 
 
@@ -329,6 +345,7 @@ __all__ = [
     "RESOURCE_TOPIC",
     "STREAM_RECORD_TYPES",
     "AccessControlEntryRecord",
+    "BrokerRegistrationChangeRecord",
     "ConfigRecord",
     "Endpoint",
     "FenceBrokerRecord",

@@ -437,9 +437,13 @@ class QuorumController:
 
     async def heartbeat(
         self, node_id: int, epoch: int, metadata_offset: int, *, want_fence: bool, want_shutdown: bool
-    ) -> tuple[bool, bool]:
-        """A broker's heartbeat; returns (is_caught_up, is_fenced). Raises NotControllerError, or NodeFencedError
-        for an unknown broker or a stale epoch (the broker must register again)."""
+    ) -> tuple[bool, bool, bool]:
+        """A broker's heartbeat; returns (is_caught_up, is_fenced, should_shut_down). Raises NotControllerError, or
+        NodeFencedError for an unknown broker or a stale epoch (the broker must register again).
+
+        ``want_shutdown`` alone is a controlled shutdown (``controller.controlled_shutdown``): the broker's
+        partitions move away and ``should_shut_down`` is true once it leads nothing; ``want_fence`` (a stopping
+        broker's last heartbeat, after it uploaded its WAL) fences it."""
         controller = self.active_controller(f"accept a heartbeat from broker {node_id}")
         broker = controller.image.brokers.get(node_id)
         if broker is None:
@@ -457,18 +461,21 @@ class QuorumController:
         if session is None or session.epoch != epoch:
             session = self._sessions[node_id] = _Session(epoch, now, -1)
         session.last_heartbeat = now
-        if want_fence or want_shutdown:
+        if want_fence:
             if not broker.fenced:
                 await controller.fence_broker(node_id, epoch)
-            return True, True
-        if not broker.fenced:
-            return True, False
+            return True, True, want_shutdown
+        if want_shutdown and not broker.fenced:
+            remaining = await controller.controlled_shutdown(node_id, epoch)
+            return True, False, remaining == 0
+        if want_shutdown or not broker.fenced:
+            return True, broker.fenced, want_shutdown  # a fenced broker leads nothing: it may stop
         if session.caught_up_offset < 0:
             session.caught_up_offset = controller.image.offset
         caught_up = metadata_offset >= session.caught_up_offset
         if caught_up and await controller.unfence_broker(node_id, epoch):
-            return True, False
-        return caught_up, True
+            return True, False, False
+        return caught_up, True, False
 
     def dump(self) -> MetadataDump:
         """This voter's applied state and its view of the quorum (DescribeMetadata)."""

@@ -76,8 +76,9 @@ def plan(image: MetadataImage, requests: Sequence[PartitionReassignment]) -> Pla
 def complete(image: MetadataImage, partition: PartitionImage) -> PartitionChangeRecord:
     """Ends the reassignment of ``partition``: its target leads it, with a leader epoch above the source's. A target
     gone meanwhile (fenced, unregistered) leaves the partition to the least loaded live broker, or leaderless for
-    the next broker that registers, as a fenced leader's partitions are."""
-    live = {b.node_id for b in image.live_brokers()}
+    the next broker that registers, as a fenced leader's partitions are. A target in controlled shutdown counts as
+    gone (``controller.controlled_shutdown``)."""
+    live = {b.node_id for b in image.leader_candidates()}
     target = next((r for r in partition.replicas if r in live), NO_LEADER)
     if target == NO_LEADER and live:
         load = {broker: 0 for broker in live}
@@ -147,6 +148,8 @@ def _invalid_target(image: MetadataImage, where: str, replicas: Sequence[int]) -
         return f"cannot reassign {where} to broker {target}: no such broker is registered"
     if broker.fenced:
         return f"cannot reassign {where} to broker {target}: it is fenced"
+    if broker.in_controlled_shutdown:
+        return f"cannot reassign {where} to broker {target}: it is shutting down"
     return None
 
 

@@ -5,7 +5,7 @@ state), a snapshot file, or a metadata log directory, and is shown as directorie
 
     /balancer/<node id>                the auto-balancer's view: partitions each broker leads, moves in flight
     /balancer/status                   balanced or not, and the moves the balancer would start on this state
-    /brokers/<node id>                 registration: epoch, listeners, rack, fenced
+    /brokers/<node id>                 registration: epoch, listeners, rack, fenced, shutdown (controlled)
     /failovers/<node id>               the latest WAL failover of a dead broker: target, attempt, pending or done
     /producerIds                       the last producer id block handed out: broker, its epoch, next id
     /topics/<name>/<partition>         replicas, leader, leader epoch, replicas a reassignment moves it away from
@@ -168,10 +168,11 @@ def _brokers(folder: Entry, image: MetadataImage) -> None:
     rows: list[Row] = [("ID", "EPOCH", "STATE", "RACK", "LISTENERS")]
     for node_id, broker in sorted(image.brokers.items()):
         listeners = ",".join(f"{e.name}://{e.host}:{e.port}" for e in broker.listeners)
-        state = "fenced" if broker.fenced else "active"
+        state = "fenced" if broker.fenced else "shutting-down" if broker.in_controlled_shutdown else "active"
         rows.append((str(node_id), str(broker.epoch), state, broker.rack or "-", listeners))
         folder.add_file(str(node_id), _fields([
-            ("node id", node_id), ("epoch", broker.epoch), ("fenced", broker.fenced), ("rack", broker.rack or "-"),
+            ("node id", node_id), ("epoch", broker.epoch), ("fenced", broker.fenced),
+            ("shutdown", broker.in_controlled_shutdown), ("rack", broker.rack or "-"),
             ("listeners", listeners or "-"),
         ]))
     folder.table = rows

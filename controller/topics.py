@@ -90,7 +90,7 @@ def plan_create_topics(image: MetadataImage, config: ServerConfig, topics: Seque
     records: list[MetadataRecord] = []
     results: list[CreateTopicResult] = []
     taken = {_collision_key(name): name for name in image.topics_by_name}
-    live = [b.node_id for b in image.live_brokers()]
+    live = _placement_brokers(image)
     for topic in topics:
         if counts[topic.name] > 1:
             results.append(
@@ -261,8 +261,7 @@ def plan_create_partitions(
             )
         placed = _validated_assignments(image, dict(enumerate(assignments)), factor)
     else:
-        live = [b.node_id for b in image.live_brokers()]
-        placed = _place_replicas(live, added, factor, start=existing)
+        placed = _place_replicas(_placement_brokers(image), added, factor, start=existing)
     live_set = {b.node_id for b in image.live_brokers()}
     records: list[PartitionRecord] = []
     for offset, replicas in enumerate(placed):
@@ -273,6 +272,12 @@ def plan_create_partitions(
 
 
 # ---------------------------------------------------------------------- placement
+
+
+def _placement_brokers(image: MetadataImage) -> list[int]:
+    """The brokers new partitions are placed on: live ones not in controlled shutdown (``controller.
+    controlled_shutdown``: it would only have to move them again), unless every live broker is shutting down."""
+    return [b.node_id for b in image.leader_candidates() or image.live_brokers()]
 
 
 def _placement_start(image: MetadataImage) -> int:

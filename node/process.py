@@ -3,7 +3,8 @@
 Start: controller (metadata replayed) → listeners bound (real ports known) → broker registered with its advertised
 endpoints → S3 WAL location announced (and a failover of this broker's WAL by another one awaited) → storage engine
 (WAL recovery; with an S3 WAL, replays of dead brokers' WALs assigned to this one) → partitions → group coordinator
-→ listeners accept. Stop runs the same steps in reverse, so a SIGTERM closes every partition cleanly (force upload,
+→ listeners accept. Stop first has the controller move what a broker of a cluster leads to other brokers (controlled
+shutdown), then runs the same steps in reverse, so a SIGTERM closes every partition cleanly (force upload,
 clean-shutdown flag) before the storage engine and the controller go away.
 
 ``controller_factory`` lets a node use a controller other than its own in-process one (a Raft quorum client).
@@ -24,7 +25,7 @@ from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
-from controller.api import ControllerClient, ScramUpsertion
+from controller.api import ControlledShutdown, ControllerClient, ScramUpsertion
 from controller.config.server import ServerConfig
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
@@ -319,6 +320,7 @@ class Node:
         if self._stopped.is_set():
             return
         logger.info("node %d shutting down", self.node_id)
+        await self._controlled_shutdown()
         if self._controller_handle is not None:
             self._controller_handle.stopping()
         for reloader in self._tls_reloaders:
@@ -353,6 +355,35 @@ class Node:
         self._unlock_data_dirs()
         self._stopped.set()
         logger.info("node %d stopped", self.node_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Before anything stops, a broker of a cluster has the controller move every partition it leads to other
+        brokers while it still serves them (``controller.controlled_shutdown``): clients see a leader change of
+        a fraction of a second instead of partitions unavailable until a fence. Bounded by
+        ``controlled.shutdown.timeout.ms``; after that it stops anyway, which loses nothing (what it still leads
+        is uploaded on the way out, and its fence hands the partitions over)."""
+        controller = getattr(self, "controller", None)
+        if not isinstance(controller, ControlledShutdown) or self.node_epoch < 0 or self._halting:
+            return
+        if not self.config.value("controlled.shutdown.enable"):
+            return
+        timeout_s = int(self.config.value("controlled.shutdown.timeout.ms")) / 1000
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            done = await controller.request_controlled_shutdown(timeout_s)
+        except Exception:
+            logger.exception("node %d: controlled shutdown failed; stopping anyway", self.node_id)
+            return
+        led = len(self.controller.image.partitions_led_by(self.node_id))
+        if done:
+            logger.info("node %d: controlled shutdown done in %.1f s: it leads %d partitions%s", self.node_id,
+                        loop.time() - started, led, " (no other broker can take them)" if led else "")
+        else:
+            logger.warning("node %d: controlled shutdown not done after %.1f s (controlled.shutdown.timeout.ms is "
+                           "%.0f s; or no controller answers, or this registration is gone); stopping anyway while it "
+                           "leads %d partitions (their data is uploaded on the way out)",
+                           self.node_id, loop.time() - started, timeout_s, led)
 
     async def _close_servers(self) -> None:
         for server in self.servers:

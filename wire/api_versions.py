@@ -72,6 +72,7 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         55: VersionRange("DescribeQuorum", 0, 2),
         60: VersionRange("DescribeCluster", 0, 1),
         61: VersionRange("DescribeProducers", 0, 0),
+        64: VersionRange("UnregisterBroker", 0, 0),
         65: VersionRange("DescribeTransactions", 0, 0),
         66: VersionRange("ListTransactions", 0, 0),
     }

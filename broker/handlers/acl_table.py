@@ -718,6 +718,7 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         51: _alter_user_scram_credentials,  # AlterUserScramCredentials: CLUSTER ALTER
         55: _cluster(_DESCRIBE),  # DescribeQuorum
         61: _describe_producers,  # DescribeProducers: TOPIC READ
+        64: _cluster(AclOperation.ALTER),  # UnregisterBroker
         65: _describe_transactions,  # DescribeTransactions: TRANSACTIONAL_ID DESCRIBE
         66: _list_transactions,  # ListTransactions: only the ids the principal may DESCRIBE
     }

@@ -48,6 +48,7 @@ from broker.handlers import (
     sync_group,
     topics,
     txn_offset_commit,
+    unregister_broker,
     write_txn_markers,
 )
 from broker.handlers.context import Handler
@@ -98,6 +99,7 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         55: describe_quorum.handle_describe_quorum,  # DescribeQuorum
         60: cluster.handle_describe_cluster,  # DescribeCluster
         61: describe_producers.handle_describe_producers,  # DescribeProducers
+        64: unregister_broker.handle_unregister_broker,  # UnregisterBroker
         65: describe_transactions.handle_describe_transactions,  # DescribeTransactions
         66: list_transactions.handle_list_transactions,  # ListTransactions
     }

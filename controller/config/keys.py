@@ -209,6 +209,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # cluster membership
         ConfigKey("broker.session.timeout.ms", _B.INT, 9000, at_least(1)),
         ConfigKey("broker.heartbeat.interval.ms", _B.INT, 2000, at_least(1)),
+        # Controlled shutdown (controller.controlled_shutdown): a broker of a multi-broker cluster stopping cleanly
+        # first has the controller move every partition it leads to other brokers (Kafka's key and default).
+        ConfigKey("controlled.shutdown.enable", _B.BOOLEAN, True),
+        # fjord: how long it waits for that before it stops anyway (Kafka bounds it with
+        # controlled.shutdown.max.retries x retry.backoff.ms); nothing is lost then: the partitions' data is in its
+        # WAL, uploaded on the way out or replayed by a WAL failover.
+        ConfigKey("controlled.shutdown.timeout.ms", _B.LONG, 30000, at_least(0)),
         # How long a reassigned partition waits for its source broker to close its streams before the target is
         # elected anyway (a dead or stuck source; DESIGN §9). AutoMQ waits 10 s too.
         ConfigKey("partition.reassignment.election.timeout.ms", _B.INT, 10000, at_least(0)),

@@ -63,6 +63,7 @@ _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_S
 _BROKER_REGISTRATION_VERSION = 2
 _ALLOCATE_PRODUCER_IDS_VERSION = 0
 _BROKER_HEARTBEAT_VERSION = 1
+_UNREGISTER_BROKER_VERSION = 0
 _DESCRIBE_QUORUM_VERSION = 2
 _ADMIN_TIMEOUT_MS = 30_000
 
@@ -102,6 +103,8 @@ class RemoteControllerClient:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._incarnation = uuid.uuid4()
         self._heartbeat_error: ErrorCode | None = None  # the last refusal, logged once rather than every beat
+        self._want_shutdown = False  # in controlled shutdown: every heartbeat asks for it
+        self._may_shut_down = asyncio.Event()  # the controller answered shouldShutDown
 
     @classmethod
     async def start(
@@ -132,7 +135,7 @@ class RemoteControllerClient:
                 await self._heartbeat_task
             self._heartbeat_task = None
             with contextlib.suppress(StorageError, OSError, TimeoutError):
-                await self._heartbeat(want_shutdown=True, budget_s=min(5.0, self._session_timeout_s))
+                await self._heartbeat(want_fence=True, want_shutdown=True, budget_s=min(5.0, self._session_timeout_s))
         await self.channel.close()
         await self.replica.stop()
 
@@ -197,11 +200,48 @@ class RemoteControllerClient:
             self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name=f"broker-{node_id}-heartbeat")
         return epoch
 
-    async def _heartbeat(self, *, want_shutdown: bool = False, budget_s: float) -> None:
+    async def request_controlled_shutdown(self, timeout_s: float) -> bool:
+        """Asks the controller to move every partition this broker leads to other brokers before it stops
+        (``controller.controlled_shutdown``), heartbeating with ``wantShutDown`` until the answer is
+        ``shouldShutDown``; False if that did not come within ``timeout_s``, or no controller answered for a
+        session timeout (it fences this broker anyway), or the broker is no longer registered (the caller stops
+        anyway)."""
+        self._want_shutdown = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        answered = loop.time()
+        interval = min(self._heartbeat_interval_s, 0.25)
+        while not self._may_shut_down.is_set():
+            left = deadline - loop.time()
+            if left <= 0 or loop.time() - answered > self._session_timeout_s:
+                return False
+            try:
+                await self._heartbeat(want_shutdown=True, budget_s=max(0.1, min(left, self._heartbeat_interval_s)))
+                answered = loop.time()
+            except ControllerUnavailableError as exc:
+                logger.info("broker %d: controlled-shutdown heartbeat failed: %s", self.node_id, exc)
+            if self._heartbeat_error is not None:
+                return False  # no longer registered as this incarnation: there is nothing to hand over
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._may_shut_down.wait(), max(0.0, min(interval, deadline - loop.time())))
+        return True
+
+    async def unregister_broker(self, node_id: int) -> None:
+        """UnregisterBroker (api key 64) to the active controller; ControllerError with its code when refused."""
+        response = await self.channel.kafka(
+            m.UNREGISTER_BROKER, _UNREGISTER_BROKER_VERSION, f"unregister broker {node_id}", broker_id=node_id
+        )
+        code = ErrorCode(int(response.error_code))
+        if code is not ErrorCode.none:
+            raise ControllerError(code, response.error_message or code.name)
+        await self._sync_after(f"see broker {node_id} unregistered")
+
+    async def _heartbeat(self, *, want_fence: bool = False, want_shutdown: bool = False, budget_s: float) -> None:
+        want_shutdown = want_shutdown or self._want_shutdown
         response = await self.channel.kafka(
             m.BROKER_HEARTBEAT, _BROKER_HEARTBEAT_VERSION, f"heartbeat of broker {self.node_id}",
             budget_s=budget_s, idempotent=True, broker_id=self.node_id, broker_epoch=self.node_epoch,
-            current_metadata_offset=self.image.offset, want_fence=False, want_shut_down=want_shutdown,
+            current_metadata_offset=self.image.offset, want_fence=want_fence, want_shut_down=want_shutdown,
         )
         code = ErrorCode(int(response.error_code))
         if code is not ErrorCode.none:
@@ -211,6 +251,8 @@ class RemoteControllerClient:
             self._heartbeat_error = code
             return
         self._heartbeat_error = None
+        if want_shutdown and bool(response.should_shut_down):
+            self._may_shut_down.set()
         fenced = bool(response.is_fenced)
         if fenced != self.is_fenced and not want_shutdown:
             logger.warning("broker %d is %s by the controller", self.node_id, "fenced" if fenced else "unfenced")

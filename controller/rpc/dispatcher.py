@@ -113,7 +113,7 @@ class ServedQuorum(Protocol):
 
     async def heartbeat(
         self, node_id: int, epoch: int, metadata_offset: int, *, want_fence: bool, want_shutdown: bool
-    ) -> tuple[bool, bool]: ...
+    ) -> tuple[bool, bool, bool]: ...
 
 
 class ControllerProtocolError(ProtocolError):
@@ -161,6 +161,8 @@ class ControllerDispatcher:
             response = await self._register(response_cls, request.body)
         elif api_key == m.BROKER_HEARTBEAT:
             response = await self._heartbeat(response_cls, request.body)
+        elif api_key == m.UNREGISTER_BROKER:
+            response = await self._unregister(response_cls, request.body)
         elif api_key == m.DESCRIBE_CLUSTER:
             response = self._describe_cluster(response_cls, request.body)
         elif api_key == m.ALLOCATE_PRODUCER_IDS:
@@ -247,7 +249,7 @@ class ControllerDispatcher:
 
     async def _heartbeat(self, response_cls: type[Any], body: Any) -> Any:
         try:
-            caught_up, fenced = await self.quorum.heartbeat(
+            caught_up, fenced, shut_down = await self.quorum.heartbeat(
                 int(body.broker_id),
                 int(body.broker_epoch),
                 int(body.current_metadata_offset),
@@ -266,8 +268,20 @@ class ControllerDispatcher:
             error_code=ErrorCode.none,
             is_caught_up=caught_up,
             is_fenced=fenced,
-            should_shut_down=bool(body.want_shut_down),
+            should_shut_down=shut_down,
         )
+
+    async def _unregister(self, response_cls: type[Any], body: Any) -> Any:
+        broker_id = int(body.broker_id)
+        try:
+            await self.quorum.active_controller(f"unregister broker {broker_id}").unregister_broker(broker_id)
+        except m.NotControllerError as exc:
+            return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.not_controller,
+                               error_message=str(exc))
+        except ControllerError as exc:
+            logger.info("unregistering broker %d refused: %s", broker_id, exc.message)
+            return codec.build(response_cls, throttle_time=0, error_code=exc.code, error_message=exc.message)
+        return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None)
 
     async def _allocate_producer_ids(self, response_cls: type[Any], body: Any) -> Any:
         broker_id = int(body.broker_id)

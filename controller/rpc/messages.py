@@ -30,7 +30,9 @@ DescribeQuorum      55    0-2       the leader answers with voters, observers, e
                                     a follower answers NOT_LEADER_OR_FOLLOWER (kafka-metadata-quorum)
 FetchSnapshot       59    1         Raft: snapshot download by a lagging voter or observer
 BrokerRegistration  62    0-4       active controller: returns the broker epoch
-BrokerHeartbeat     63    0-1       active controller: session keep-alive, fencing and unfencing
+BrokerHeartbeat     63    0-1       active controller: session keep-alive, fencing and unfencing, controlled
+                                    shutdown (``want_shut_down``: the broker's partitions move away first)
+UnregisterBroker    64    0         active controller: removes a stopped broker (forwarded by brokers)
 DescribeCluster     60    0-1       any voter: endpoint type 2 (KIP-919) lists the voters and the active
                                     controller (how ``kafka-metadata-quorum --bootstrap-controller`` finds
                                     the leader); type 1 lists the live brokers of this voter's image
@@ -145,6 +147,7 @@ DESCRIBE_QUORUM: Final = 55
 FETCH_SNAPSHOT: Final = 59
 BROKER_REGISTRATION: Final = 62
 BROKER_HEARTBEAT: Final = 63
+UNREGISTER_BROKER: Final = 64
 DESCRIBE_CLUSTER: Final = 60
 ALLOCATE_PRODUCER_IDS: Final = 67
 
@@ -171,6 +174,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH_SNAPSHOT: (1, 1),
     BROKER_REGISTRATION: (0, 4),
     BROKER_HEARTBEAT: (0, 1),
+    UNREGISTER_BROKER: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
     ALLOCATE_PRODUCER_IDS: (0, 0),
 }

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from types import FrameType
 
+from node.commands import cluster_drain
 from node.local_cluster import ClusterNotReadyError, LocalCluster, plan_cluster, wait_ready
 from storage.config import ConfigError, parse_bucket_url, parse_overrides
 
@@ -62,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                     help="how long to wait for the cluster to be ready (default 60)")
     up.set_defaults(run=run_up)
+    cluster_drain.register(actions)
 
 
 def _cluster_id(data_dir: Path) -> str:

@@ -37,6 +37,9 @@ FAST = {
     "group.initial.rebalance.delay.ms": "0",
     # Off unless a test is about it (test_cluster_balancer.py): the others place and move partitions themselves.
     "autobalancer.controller.enable": "false",
+    # Off unless a test is about it (test_cluster_drain.py): a clean stop then closes partitions without first
+    # moving them, as these tests expect (and teardowns stay short).
+    "controlled.shutdown.enable": "false",
 }
 SESSION_TIMEOUT_S = 4.0
 

@@ -8,12 +8,14 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
 from controller.metadata_records import (
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     KVRecord,
     MetadataRecord,
@@ -246,6 +248,59 @@ async def test_forwarded_admin_requests_change_the_replicated_image(cluster: Quo
         dumps = await cluster.converged_dumps([0, 1, 2])
         assert all(not any(isinstance(r, TopicRecord) and r.name == "admin" for r in metadata_records(d))
                    for d in dumps.values())
+    finally:
+        heartbeats.cancel()
+        await client.close()
+
+
+async def test_controlled_shutdown_moves_a_brokers_partitions_before_it_may_stop(cluster: QuorumCluster) -> None:
+    """BrokerHeartbeat ``wantShutDown`` (KIP-631): the partitions move first, ``shouldShutDown`` once they have;
+    ``wantFence`` fences; UnregisterBroker then removes the stopped broker (and refuses a live or unknown one)."""
+    leader, _ = await cluster.leader()
+    _, heartbeats = await _register_with_heartbeats(cluster, leader, 110)
+    client = await cluster.client(leader)
+    try:
+        epoch = int((await client.register_broker(111, await _cluster_id(cluster, leader))).broker_epoch)
+        cls = codec.request_class(m.CREATE_TOPICS, 7)
+        assignments = tuple(
+            codec.build_nested(codec.field_entity(cls, "topics"), "assignments", partition_index=p, broker_ids=(111,))
+            for p in range(2)
+        )
+        topic = codec.build_nested(cls, "topics", name="leaving", num_partitions=-1, replication_factor=-1,
+                                   assignments=assignments)
+        created = await client.connection.request(codec.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
+        assert created.topics[0].error_code == ErrorCode.none, created
+
+        async def beat(**wants: bool) -> Any:
+            answer = await client.request(m.BROKER_HEARTBEAT, 1, broker_id=111, broker_epoch=epoch,
+                                          current_metadata_offset=1 << 40, **wants)
+            assert answer.error_code == ErrorCode.none, answer
+            return answer
+
+        async def may_shut_down() -> bool:
+            answer = await beat(want_shut_down=True)
+            assert not answer.is_fenced
+            return bool(answer.should_shut_down)
+
+        assert not await may_shut_down()  # it leads both partitions: they start moving
+        await eventually_async(may_shut_down, timeout=10, interval=0.1, what="broker 111 to lead nothing")
+        state = metadata_records(await client.dump())
+        assert BrokerRegistrationChangeRecord(111, epoch, True) in state
+        topic_id = next(r.topic_id for r in state if isinstance(r, TopicRecord) and r.name == "leaving")
+        moved = [r.leader for r in state if isinstance(r, PartitionRecord) and r.topic_id == topic_id]
+        assert len(moved) == 2 and all(leader not in (111, -1) for leader in moved), moved
+        fenced = await beat(want_fence=True, want_shut_down=True)
+        assert fenced.is_fenced and fenced.should_shut_down
+
+        async def unregister(broker_id: int) -> ErrorCode:
+            answer = await client.request(m.UNREGISTER_BROKER, 0, broker_id=broker_id)
+            return ErrorCode(answer.error_code)
+
+        assert await unregister(110) == ErrorCode.invalid_request  # alive
+        assert await unregister(111) == ErrorCode.none
+        assert await unregister(111) == ErrorCode.broker_id_not_registered
+        state = metadata_records(await client.dump())
+        assert not any(isinstance(r, RegisterBrokerRecord) and r.node_id == 111 for r in state)
     finally:
         heartbeats.cancel()
         await client.close()

@@ -1,0 +1,101 @@
+"""Controlled shutdown and unregistration of a broker — the controller's decisions, sans-I/O.
+
+Controlled shutdown (Kafka's KIP-631 BrokerHeartbeat ``wantShutDown``): a broker about to stop asks the active
+controller, in its heartbeats, to take its partitions first. :func:`plan` marks it ``in_controlled_shutdown`` (it is
+given no leadership from then on: ``MetadataImage.leader_candidates``) and starts moving each partition it leads
+to the live broker leading the fewest, through the reassignment mechanism (``controller.reassignment``: the source
+closes and uploads its streams, the target opens them, no data copied). The answer is ``shouldShutDown`` once it
+leads nothing and no move from it waits for its streams to close; the broker then uploads what its WAL still holds
+and stops, and its last heartbeat (``wantFence``) fences it. With no other broker to take them the partitions
+stay, and the fence at the end leaves them to the next broker that registers, as before.
+
+Unregistration (UnregisterBroker, ``kafka-cluster.sh unregister``): removes a broker that is gone for good from
+the image (DescribeCluster, Metadata). Kafka 3.6 removes whatever broker id it is asked; Fjord refuses a live one
+(it would keep writing to its WAL and streams with nobody fencing it: stop it first, which drains it) and one
+whose WAL a failover still replays (its acknowledged records are not all in object storage yet).
+
+``controller.controller.Controller`` holds the lock, commits and logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from controller import reassignment
+from controller.errors import ControllerError
+from controller.image import MetadataImage, PartitionImage
+from controller.metadata_records import BrokerRegistrationChangeRecord, MetadataRecord, UnregisterBrokerRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    topic: str
+    partition: int
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """A controlled-shutdown heartbeat decided: the records to append, the moves they start, and how many of the
+    broker's partitions are still to move (0: it may shut down)."""
+
+    records: list[MetadataRecord]
+    moves: list[Move]
+    remaining: int
+    started: bool  # this heartbeat put the broker in controlled shutdown
+
+
+def plan(image: MetadataImage, node_id: int, epoch: int) -> Shutdown:
+    """What a ``wantShutDown`` heartbeat of ``node_id`` at registration ``epoch`` (current and unfenced: the
+    caller checked) changes: it enters controlled shutdown, and every partition it leads, or that is on its way
+    to it, moves to the other leader candidate leading the fewest partitions."""
+    broker = image.brokers[node_id]
+    records: list[MetadataRecord] = []
+    started = not broker.in_controlled_shutdown
+    if started:
+        records.append(BrokerRegistrationChangeRecord(node_id, epoch, True))
+    load = {b.node_id: 0 for b in image.leader_candidates() if b.node_id != node_id}
+    mine: list[tuple[str, PartitionImage]] = []
+    waiting = 0
+    for topic in sorted(image.topics_by_name.values(), key=lambda t: t.name):
+        for _, partition in sorted(topic.partitions.items()):
+            holder = partition.replicas[0] if partition.reassigning and partition.replicas else partition.leader
+            if holder in load:
+                load[holder] += 1
+            if holder == node_id:
+                mine.append((topic.name, partition))
+            elif partition.reassigning and node_id in partition.removing_replicas:
+                waiting += 1  # moving away already: waits for this broker to close its streams
+    if not load:
+        return Shutdown(records, [], 0, started)
+    moves: list[Move] = []
+    for name, partition in mine:
+        target = min(load, key=lambda b: (load[b], b))
+        load[target] += 1
+        records.append(reassignment.start(partition, target))
+        moves.append(Move(name, partition.partition, target))
+    return Shutdown(records, moves, waiting + len(mine), started)
+
+
+def unregister(image: MetadataImage, node_id: int) -> UnregisterBrokerRecord:
+    """The record removing ``node_id``; ControllerError BROKER_ID_NOT_REGISTERED for an unknown id (Kafka's
+    answer), INVALID_REQUEST for a live broker or one whose WAL failover is pending (see the module docstring)."""
+    broker = image.brokers.get(node_id)
+    if broker is None:
+        raise ControllerError(ErrorCode.broker_id_not_registered, f"Broker ID {node_id} is not currently registered")
+    if not broker.fenced:
+        raise ControllerError(
+            ErrorCode.invalid_request,
+            f"broker {node_id} is alive (registered with epoch {broker.epoch}, not fenced): stop it first (a clean "
+            "stop moves its partitions away and empties its WAL), then unregister it",
+        )
+    failover = image.wal_failovers.get(node_id)
+    if failover is not None and failover.pending:
+        raise ControllerError(
+            ErrorCode.invalid_request,
+            f"the WAL of broker {node_id} is still being replayed (failover attempt {failover.attempt}, broker "
+            f"{failover.target_id}); unregister it once that is done",
+        )
+    return UnregisterBrokerRecord(node_id, broker.epoch)

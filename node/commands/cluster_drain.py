@@ -1,0 +1,294 @@
+"""``fjord cluster drain --bootstrap-server H:P --node N``: moves every partition off broker N before it leaves.
+
+A thin front end over the admin API a Kafka tool would use, so an operator sees the moves where they look for
+them (``kafka-reassign-partitions.sh --list``, ListPartitionReassignments):
+
+1. Metadata names the live brokers and the partitions N leads;
+2. IncrementalAlterConfigs appends N to the cluster-wide ``autobalancer.controller.exclude.broker.ids``, so the
+   auto-balancer does not move partitions back to it (subtract it again to use the broker once more);
+3. AlterPartitionReassignments moves each of them to the other live broker leading the fewest (the controller's
+   reassignment: the source closes and uploads its streams, the target opens them, nothing is copied);
+4. ListPartitionReassignments and Metadata are polled (bounded by ``--timeout``) while progress is printed.
+
+It ends with a table of what moved where and exits 0 once N leads nothing; 1 with a one-line reason otherwise
+(unknown broker, no other broker, refused moves, timeout). Stopping the broker afterwards (SIGTERM) finds nothing
+left to move, and ``kafka-cluster.sh unregister --id N`` then removes it from the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from wire import codec
+from wire.client import ClientConnection
+
+METADATA = 3
+INCREMENTAL_ALTER_CONFIGS = 44
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
+_METADATA_VERSION = 12
+_EXCLUDE_BROKERS = "autobalancer.controller.exclude.broker.ids"
+_RESOURCE_BROKER = 4
+_OP_APPEND = 2
+_POLL_S = 0.25
+_REQUEST_TIMEOUT_S = 15.0
+
+
+class DrainError(Exception):
+    """Why the drain cannot go on: printed as one line, exit status 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    topic: str
+    partition: int
+    source: int
+    target: int
+
+
+def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    drain = actions.add_parser(
+        "drain",
+        help="move every partition off a broker before it leaves the cluster",
+        description="Moves every partition broker --node leads to the other live brokers (AlterPartitionReassignments, "
+        "visible in ListPartitionReassignments), keeps the auto-balancer from moving any back, prints "
+        "progress and a table of the moves, and exits 0 once the broker leads nothing.",
+    )
+    drain.add_argument(
+        "--bootstrap-server",
+        required=True,
+        metavar="HOST:PORT[,...]",
+        help="brokers to ask (any live broker of the cluster)",
+    )
+    drain.add_argument("--node", required=True, type=int, metavar="N", help="the broker to drain")
+    drain.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long to wait for the moves to finish (default 120)",
+    )
+    drain.set_defaults(run=run_drain)
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    try:
+        addresses = _addresses(args.bootstrap_server)
+        moves = asyncio.run(drain(addresses, args.node, args.timeout))
+    except DrainError as exc:
+        print(f"fjord cluster drain: {exc}", file=sys.stderr)
+        return 1
+    if moves:
+        print(render_table(moves))
+    print(f"broker {args.node} leads no partition")
+    return 0
+
+
+async def drain(addresses: Sequence[tuple[str, int]], node: int, timeout_s: float) -> list[Move]:
+    connection = await _connect(addresses)
+    try:
+        return await _drain(connection, node, timeout_s)
+    finally:
+        await connection.close()
+
+
+async def _drain(connection: ClientConnection, node: int, timeout_s: float) -> list[Move]:
+    brokers, led = await _metadata(connection)
+    if node not in brokers:
+        raise DrainError(
+            f"broker {node} is not a live broker of this cluster (live: "
+            f"{', '.join(map(str, sorted(brokers))) or 'none'})"
+        )
+    others = sorted(b for b in brokers if b != node)
+    await _exclude_from_balancer(connection, node)
+    moves = _plan(led, node, others, in_flight=await _reassigning(connection))
+    if moves:
+        await _reassign(connection, moves)
+        print(f"moving {len(moves)} partitions off broker {node}", flush=True)
+    await _wait_moved(connection, node, others, moves, timeout_s)
+    return moves
+
+
+def _plan(
+    led: Mapping[tuple[str, int], int], node: int, others: Sequence[int], in_flight: Collection[tuple[str, int]]
+) -> list[Move]:
+    """A move for each partition ``node`` leads and nobody is moving yet, to the other broker leading the fewest."""
+    mine = sorted(key for key, leader in led.items() if leader == node and key not in in_flight)
+    if mine and not others:
+        raise DrainError(f"broker {node} leads {len(mine)} partitions and no other live broker can take them")
+    load = {b: sum(1 for leader in led.values() if leader == b) for b in others}
+    moves: list[Move] = []
+    for topic, partition in mine:
+        target = min(others, key=lambda b: (load[b], b))
+        load[target] += 1
+        moves.append(Move(topic, partition, node, target))
+    return moves
+
+
+async def _wait_moved(
+    connection: ClientConnection, node: int, others: Sequence[int], moves: list[Move], timeout_s: float
+) -> None:
+    """Polls until ``node`` leads nothing and neither ``moves`` nor any move to ``node`` is in flight; a partition
+    that lands on ``node`` meanwhile (a move someone else had started to it) is moved off too."""
+    deadline = time.monotonic() + timeout_s
+    reported: tuple[int, int] | None = None
+    while True:
+        in_flight = await _reassigning(connection)
+        _, led = await _metadata(connection)
+        late = _plan(led, node, others, in_flight)
+        if late:
+            await _reassign(connection, late)
+            moves.extend(late)
+            print(f"moving {len(late)} more partitions that came to broker {node}", flush=True)
+        ours = {(m.topic, m.partition) for m in moves}
+        waiting = [key for key, replicas in in_flight.items() if key in ours or node in replicas]
+        done = sum(
+            1 for m in moves if (m.topic, m.partition) not in in_flight and led.get((m.topic, m.partition)) == m.target
+        )
+        if (done, len(waiting)) != reported:
+            reported = (done, len(waiting))
+            print(f"{done}/{len(moves)} moved, {len(waiting)} still moving", flush=True)
+        if not late and not waiting and not any(leader == node for leader in led.values()):
+            return
+        if time.monotonic() >= deadline:
+            raise DrainError(
+                f"broker {node} still leads {sum(1 for leader in led.values() if leader == node)} partitions after "
+                f"{timeout_s:.0f} s ({len(waiting)} of its moves still in flight)"
+            )
+        await asyncio.sleep(_POLL_S)
+
+
+def render_table(moves: Sequence[Move]) -> str:
+    rows = [("TOPIC", "PARTITION", "FROM", "TO")]
+    rows.extend((m.topic, str(m.partition), str(m.source), str(m.target)) for m in moves)
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
+
+
+# ---- the admin requests ------------------------------------------------------------------------------------------
+
+
+async def _metadata(connection: ClientConnection) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], int]]:
+    """(live broker id -> address, (topic, partition) -> leader id) from a Metadata request for every topic."""
+    cls = codec.request_class(METADATA, _METADATA_VERSION)
+    response = await _request(connection, codec.build(cls, topics=None, allow_auto_topic_creation=False), "Metadata")
+    brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
+    led: dict[tuple[str, int], int] = {}
+    for topic in response.topics:
+        if ErrorCode(int(topic.error_code)) is not ErrorCode.none or topic.is_internal or topic.name is None:
+            continue
+        for partition in topic.partitions:
+            led[(str(topic.name), int(partition.partition_index))] = int(partition.leader_id)
+    return brokers, led
+
+
+async def _exclude_from_balancer(connection: ClientConnection, node: int) -> None:
+    cls = codec.request_class(INCREMENTAL_ALTER_CONFIGS, 0)
+    resource_cls = codec.field_entity(cls, "resources")
+    config = codec.build_nested(
+        resource_cls, "configs", name=_EXCLUDE_BROKERS, config_operation=_OP_APPEND, value=str(node)
+    )
+    resource = codec.build_nested(cls, "resources", resource_type=_RESOURCE_BROKER, resource_name="", configs=(config,))
+    response = await _request(
+        connection, codec.build(cls, resources=(resource,), validate_only=False), "IncrementalAlterConfigs"
+    )
+    for answer in response.responses:
+        code = ErrorCode(int(answer.error_code))
+        if code is not ErrorCode.none:
+            raise DrainError(
+                f"cannot exclude broker {node} from the auto-balancer ({_EXCLUDE_BROKERS}): "
+                f"{code.name}: {answer.error_message or ''}".rstrip(": ")
+            )
+    print(f"broker {node} excluded from auto-balancing ({_EXCLUDE_BROKERS})", flush=True)
+
+
+async def _reassign(connection: ClientConnection, moves: Sequence[Move]) -> None:
+    cls = codec.request_class(ALTER_PARTITION_REASSIGNMENTS, 0)
+    topic_cls = codec.field_entity(cls, "topics")
+    by_topic: dict[str, list[Move]] = {}
+    for move in moves:
+        by_topic.setdefault(move.topic, []).append(move)
+    topics = tuple(
+        codec.build_nested(
+            cls,
+            "topics",
+            name=topic,
+            partitions=tuple(
+                codec.build_nested(topic_cls, "partitions", partition_index=m.partition, replicas=(m.target,))
+                for m in items
+            ),
+        )
+        for topic, items in by_topic.items()
+    )
+    response = await _request(
+        connection,
+        codec.build(cls, timeout=int(_REQUEST_TIMEOUT_S * 1000), topics=topics),
+        "AlterPartitionReassignments",
+    )
+    code = ErrorCode(int(response.error_code))
+    if code is not ErrorCode.none:
+        raise DrainError(f"the reassignment was refused: {code.name}: {response.error_message or ''}".rstrip(": "))
+    refused = [
+        f"{topic.name}-{p.partition_index}: {ErrorCode(int(p.error_code)).name} {p.error_message or ''}".rstrip()
+        for topic in response.responses
+        for p in topic.partitions
+        if ErrorCode(int(p.error_code)) is not ErrorCode.none
+    ]
+    if refused:
+        raise DrainError(f"{len(refused)} moves refused: {'; '.join(refused[:5])}")
+
+
+async def _reassigning(connection: ClientConnection) -> dict[tuple[str, int], tuple[int, ...]]:
+    """Every reassignment in flight: (topic, partition) -> the replicas it moves the partition to."""
+    cls = codec.request_class(LIST_PARTITION_REASSIGNMENTS, 0)
+    response = await _request(
+        connection, codec.build(cls, timeout=int(_REQUEST_TIMEOUT_S * 1000), topics=None), "ListPartitionReassignments"
+    )
+    code = ErrorCode(int(response.error_code))
+    if code is not ErrorCode.none:
+        raise DrainError(f"listing the reassignments failed: {code.name}")
+    return {
+        (str(t.name), int(p.partition_index)): tuple(int(r) for r in p.replicas)
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
+async def _request(connection: ClientConnection, request: Any, what: str) -> Any:
+    try:
+        return await connection.request(request, timeout=_REQUEST_TIMEOUT_S)
+    except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
+        raise DrainError(f"{what} to {connection.host}:{connection.port} failed: {exc}") from None
+
+
+async def _connect(addresses: Sequence[tuple[str, int]]) -> ClientConnection:
+    """A connection to the first bootstrap server that answers a Metadata request."""
+    problems = []
+    for host, port in addresses:
+        connection = ClientConnection(host, port, client_id="fjord-cluster-drain", timeout=_REQUEST_TIMEOUT_S)
+        try:
+            await connection.request(codec.build(codec.request_class(METADATA, _METADATA_VERSION), topics=()))
+        except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
+            problems.append(f"{host}:{port}: {exc}")
+            await connection.close()
+            continue
+        return connection
+    raise DrainError(f"no bootstrap server answered ({'; '.join(problems)})")
+
+
+def _addresses(text: str) -> list[tuple[str, int]]:
+    out = []
+    for item in text.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise DrainError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT")
+        out.append((host, int(port)))
+    return out

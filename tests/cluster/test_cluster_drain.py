@@ -1,0 +1,112 @@
+"""Scale-in (issue 12): a broker drained with ``fjord cluster drain``, stopped with SIGTERM (a controlled shutdown)
+and unregistered (UnregisterBroker, as ``kafka-cluster.sh unregister`` sends it), under an idempotent producer's
+load: every acknowledged record is read exactly once in order, the producer keeps being acknowledged through the
+moves, the stopped broker led nothing and left its WAL empty, and the cluster then lists two brokers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+from cluster_support import (
+    OrderedLoad,
+    create_topic,
+    leaders,
+    live_brokers,
+    metadata_shell,
+    table_rows,
+    topic_name,
+    wait_for,
+)
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+
+from node.local_cluster import REPO_ROOT, LocalCluster
+from tests.broker.broker_support import WireClient
+from wire import codec
+
+PARTITIONS = 6
+UNREGISTER_BROKER = 64
+MOVE_LIMIT_S = 30.0  # bounds a hang only: a move takes a fraction of a second
+
+
+def _unregister(port: int, broker_id: int) -> Any:
+    with WireClient(port, timeout=30) as client:
+        return client.request(codec.build(codec.request_class(UNREGISTER_BROKER, 0), broker_id=broker_id))
+
+
+def _drain(bootstrap: str, node: int) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "node.cli", "cluster", "drain", "--bootstrap-server", bootstrap]
+    argv += ["--node", str(node), "--timeout", str(MOVE_LIMIT_S)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=MOVE_LIMIT_S + 30, cwd=REPO_ROOT, check=False)
+
+
+def test_drained_broker_stops_with_nothing_lost_and_is_unregistered(cluster_factory: Any) -> None:
+    cluster: LocalCluster = cluster_factory(extra={"controlled.shutdown.enable": "true"})
+    ids = sorted(b.spec.node_id for b in cluster.brokers)
+    drained = ids[-1]
+    staying = cluster.node(ids[0])
+    bootstrap = cluster.bootstrap_servers
+    topic = topic_name("drain")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    create_topic(bootstrap, topic, PARTITIONS)  # placed round-robin: each broker leads two
+    led_before = leaders(bootstrap, topic, PARTITIONS)
+    moved = sorted(p for p, leader in led_before.items() if leader == drained)
+    assert moved, led_before
+
+    # Unregistering a live broker is refused: it must stop (and drain) first.
+    refused = _unregister(staying.spec.port, drained)
+    assert refused.error_code == ErrorCode.invalid_request, refused
+
+    load = OrderedLoad(bootstrap, topic, PARTITIONS).start()
+    try:
+        load.wait_more(300, timeout=30)
+        result = _drain(staying.spec.address, drained)
+        assert result.returncode == 0, f"drain failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        rows = [line.split() for line in result.stdout.splitlines()]  # TOPIC PARTITION FROM TO
+        table = {int(row[1]): (int(row[2]), int(row[3])) for row in rows if len(row) == 4 and row[0] == topic}
+        assert sorted(table) == moved, result.stdout
+        assert all(source == drained and target != drained for source, target in table.values()), result.stdout
+        assert f"broker {drained} leads no partition" in result.stdout
+        assert f"broker {drained} excluded from auto-balancing" in result.stdout  # nothing moves back
+        led_after = leaders(bootstrap, topic, PARTITIONS)
+        assert drained not in led_after.values(), led_after
+        assert {p: led_after[p] for p in moved} == {p: table[p][1] for p in moved}
+        # Serving: every moved partition acknowledges records again, at its new leader.
+        for partition in moved:
+            acked = len(load.acked[partition])
+            wait_for(
+                f"{topic}-{partition} acknowledged after its move",
+                lambda p=partition, n=acked: len(load.acked[p]) > n + 20,
+                timeout=MOVE_LIMIT_S,
+            )
+
+        # SIGTERM: a controlled shutdown that finds nothing left to move, then the WAL is uploaded and emptied.
+        node = cluster.node(drained)
+        assert node.stop(timeout=MOVE_LIMIT_S) == 0, node.log_text()
+        log = node.log_text(200_000)
+        assert f"node {drained}: controlled shutdown done in" in log and "it leads 0 partitions" in log, log[-4000:]
+        assert f"storage engine of node {drained} stopped; WAL empty" in log, log[-4000:]
+        load.wait_more(300, timeout=30)
+    finally:
+        load.stop()
+    assert not load.failed, load.failed[:5]
+    load.assert_read_exactly_once(bootstrap)
+
+    unknown = _drain(staying.spec.address, 999)
+    assert unknown.returncode == 1 and unknown.stdout == "", unknown
+    assert unknown.stderr.strip().splitlines() == [
+        f"fjord cluster drain: broker 999 is not a live broker of this cluster (live: {', '.join(map(str, ids[:-1]))})"
+    ]
+
+    # kafka-cluster.sh unregister --id N: the stopped broker leaves the cluster's metadata.
+    wait_for(f"broker {drained} fenced", lambda: drained not in live_brokers(staying.spec.address), timeout=30)
+    answer = _unregister(staying.spec.port, drained)
+    assert answer.error_code == ErrorCode.none, answer
+    again = _unregister(staying.spec.port, drained)
+    assert again.error_code == ErrorCode.broker_id_not_registered, again
+    described = admin.describe_cluster(request_timeout=30).result(timeout=30)
+    assert sorted(n.id for n in described.nodes) == ids[:-1]
+    registered = [int(row[0]) for row in table_rows(metadata_shell(cluster, "ls /brokers"))]
+    assert registered == ids[:-1], registered
