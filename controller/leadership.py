@@ -110,8 +110,9 @@ def elect(
     PREFERRED gives a partition its first replica when that broker is live. UNCLEAN gives a partition whose leader
     is offline its first live replica: Kafka risks losing data there, Fjord does not (every replica reads the same
     shared storage), so it is only a question of which broker serves. A partition being reassigned is left to the
-    reassignment, which elects its target."""
-    live = {b.node_id for b in image.live_brokers()}
+    reassignment, which elects its target. A broker in controlled shutdown counts as not live: it is never given
+    leadership (``controller.controlled_shutdown``)."""
+    live = {b.node_id for b in image.leader_candidates()}
     targets: list[tuple[str, int]] = (
         list(partitions)
         if partitions is not None

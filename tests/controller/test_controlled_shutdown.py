@@ -59,7 +59,7 @@ async def test_partitions_move_to_the_least_loaded_and_the_broker_may_then_stop(
     assert await controller.controlled_shutdown(3, epochs[3]) == 0
 
     # Never given leadership again: not a reassignment target, not balanced over, not where new partitions go,
-    # not a fenced leader's heir.
+    # not a preferred leader elected, not a fenced leader's heir.
     [refused] = await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (3,))])
     assert refused.error is ErrorCode.invalid_replica_assignment and "shutting down" in (refused.message or "")
     decision = balancer.plan(controller.image, balancer.Settings(), {1: 999.0, 2: 999.0, 3: 999.0})
@@ -67,6 +67,11 @@ async def test_partitions_move_to_the_least_loaded_and_the_broker_may_then_stop(
     [fresh] = await controller.create_topics([NewTopic("fresh", 4, -1)], validate_only=False)
     assert fresh.error is ErrorCode.none
     assert {p.leader for p in controller.image.topics_by_name["fresh"].partitions.values()} == {1, 2}
+    [preferred] = await controller.create_topics([NewTopic("preferred", -1, -1, {0: [3, 2]})], validate_only=False)
+    assert preferred.error is ErrorCode.none
+    [election] = await controller.elect_leaders([("preferred", 0)])
+    assert election.error is ErrorCode.preferred_leader_not_available
+    assert controller.image.topics_by_name["preferred"].partitions[0].leader == 2
     assert await controller.fence_broker(2, epochs[2])
     assert set(_leaders(controller).values()) == {1}
 
