@@ -48,6 +48,9 @@ CRC_START = ATTRIBUTES_POS
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+#: KIP-534: the base timestamp holds the batch's delete horizon (Kafka's cleaner sets it on batches with tombstones
+#: and on transaction markers; Fjord's on markers, its tombstones go by their own timestamps).
+DELETE_HORIZON_MASK = 0x40
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -113,6 +116,11 @@ class BatchHeader:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the log cleaner may remove the batch (KIP-534: flagged batches carry it in the base timestamp)."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
 
     @property
     def has_producer_id(self) -> bool:
@@ -365,6 +373,36 @@ def filter_batch(batch: bytes | memoryview, keep: Callable[[Record], bool]) -> b
     return prefix + after_crc + payload
 
 
+def set_delete_horizon(batch: bytes | memoryview, horizon_ms: int) -> bytes:
+    """Rebuilds one batch with its delete horizon set, as Kafka's cleaner does (KIP-534): the delete-horizon
+    attribute bit on and the horizon in the base timestamp, every record's timestamp delta re-based on it so each
+    record keeps its timestamp (deltas may go negative). Offsets, producer fields, max timestamp and codec stay."""
+    header = parse_header(batch)
+    body = bytearray()
+    for record in decode_records(batch):
+        ts = header.base_timestamp if record.timestamp is None else record.timestamp
+        delta = 0 if header.timestamp_type == LOG_APPEND_TIME else ts - horizon_ms
+        _encode_record(body, record, record.offset - header.base_offset, delta)
+    try:
+        payload = compress(header.compression, bytes(body))
+    except CompressionError as exc:
+        raise InvalidBatchError(str(exc)) from exc
+    after_crc = _AFTER_CRC.pack(
+        header.attributes | DELETE_HORIZON_MASK,
+        header.last_offset_delta,
+        horizon_ms,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.records_count,
+    )
+    crc = crc32c(after_crc + payload)
+    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    prefix = struct.pack(">qiibI", header.base_offset, length, header.partition_leader_epoch, MAGIC_V2, crc)
+    return prefix + after_crc + payload
+
+
 def iter_records(records: bytes | memoryview) -> Iterator[tuple[BatchHeader, Record]]:
     """Every record of a record set, with the header of the batch it belongs to."""
     for header, batch in iter_batches(records):
@@ -462,6 +500,7 @@ __all__ = [
     "parse_header",
     "records_section",
     "set_base_offset",
+    "set_delete_horizon",
     "set_log_append_time",
     "set_partition_leader_epoch",
     "validate_batch",

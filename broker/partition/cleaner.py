@@ -18,11 +18,10 @@ stream. A round:
 The clean limit stays below the last stable offset (an open transaction's records are not decided yet), leaves the
 newest stored batch alone (Kafka's active segment) and everything younger than ``min.compaction.lag.ms``.
 Transactions: records of aborted transactions never enter the key map, so an aborted write can never remove the
-committed value it would have replaced, and a round drops them (Kafka's cleaner does both). Control batches
-(markers) are always kept: a read_committed consumer told of an aborted transaction by the aborted-transaction
-index skips its producer until it meets the ABORT marker, so a marker may only go together with its index entry,
-which the append-only txn stream cannot drop from its middle (Kafka's removal of markers after
-``delete.retention.ms`` is therefore not done).
+committed value it would have replaced, and a round drops them (Kafka's cleaner does both). A transaction marker
+whose transaction has no data left gets a delete horizon and goes in a round after it, its aborted-transaction index
+entry with it (:mod:`broker.partition.marker_retention` has the rules); the LOG's ``th`` is then the earliest of the
+kept tombstones' and markers' horizons, so a round comes due to remove them.
 
 :class:`OffsetMap`, :class:`KeyMapBuilder` and :func:`retains` are the pure logic; :func:`clean_partition` is one
 round's I/O and :class:`LogCleaner` the per-broker task that picks partitions.
@@ -38,10 +37,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from broker.partition.marker_retention import MarkerRetention
 from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedFilter
 from storage import errors as storage_errors
-from wire.control_records import ControlRecordError, decode_marker
+from wire.control_records import ControlRecordError, TxnMarker, decode_marker
 from wire.errors import KafkaError
 from wire.record_batch import BatchHeader, InvalidBatchError, Record, decode_records, filter_batch, iter_batches
 
@@ -136,15 +136,20 @@ def retains(record: Record, offset_map: OffsetMap, tombstone_cutoff_ms: int) -> 
     return not expired_tombstone
 
 
-def is_abort_marker(header: BatchHeader, batch: memoryview) -> bool:
-    """Whether a batch is a control batch holding an ABORT transaction marker."""
+def txn_marker(header: BatchHeader, batch: memoryview) -> TxnMarker | None:
+    """The COMMIT or ABORT marker a control batch holds; None for data batches and other control records."""
     if not header.is_control:
-        return False
+        return None
     try:
         records = decode_records(batch)
-        marker = decode_marker(records[0].key, records[0].value) if records else None
+        return decode_marker(records[0].key, records[0].value) if records else None
     except (ControlRecordError, InvalidBatchError):
-        return False
+        return None
+
+
+def is_abort_marker(header: BatchHeader, batch: memoryview) -> bool:
+    """Whether a batch is a control batch holding an ABORT transaction marker."""
+    marker = txn_marker(header, batch)
     return marker is not None and not marker.commit
 
 
@@ -230,15 +235,25 @@ async def clean_partition(
         prev_end = stream.next_offset
         window: list[Awaitable[int]] = []
         aborted_data = AbortedFilter(log.aborted_transactions(start, end))
+        markers = MarkerRetention(now, config.delete_retention_ms, *log.aborted_markers(start, end))
         async for stored in log.iter_stored(start, end):
             check_stop()
             for header, batch in iter_batches(stored.payload):
                 if header.next_offset <= start:
                     continue
                 read_bytes += header.size
-                if aborted_data.is_aborted(header, is_abort_marker(header, batch)):
+                marker = txn_marker(header, batch)
+                abort = marker is not None and not marker.commit
+                if aborted_data.is_aborted(header, abort):
                     continue  # an aborted transaction's records: nobody may read them as committed
-                filtered = bytes(batch) if header.is_control else filter_batch(batch, keep)
+                if marker is not None:
+                    filtered = markers.on_marker(header, batch, abort=abort)
+                elif header.is_control:
+                    filtered = bytes(batch)  # another kind of control record: kept, as Kafka keeps it
+                else:
+                    filtered = filter_batch(batch, keep)
+                    if filtered is not None:
+                        markers.on_data(header)
                 if filtered is None:
                     continue
                 # The span starts where the previous one ended: it also covers the removed offsets before it.
@@ -255,9 +270,15 @@ async def clean_partition(
         check_stop()
         if start > stream.start_offset:
             await stream.trim(start)
+        if markers.dropped_through is not None:
+            # Before the switch: the index entries must not outlive their markers (see forget_aborted_through).
+            await log.forget_aborted_through(markers.dropped_through)
         if after_write is not None:
             await after_write()
-        horizon = None if oldest_tombstone is None else oldest_tombstone + config.delete_retention_ms
+        horizons = [markers.next_horizon_ms]
+        if oldest_tombstone is not None:
+            horizons.append(oldest_tombstone + config.delete_retention_ms)
+        horizon = min((h for h in horizons if h is not None), default=None)
         installed = await log.install_cleaned(
             stream,
             cleaner_offset=end,
@@ -275,7 +296,7 @@ async def clean_partition(
         return None
     result = CleanResult(start, end, read_bytes, written_bytes, kept, builder.map_full)
     logger.info(
-        "%s: cleaned [%d, %d) into stream %d: %d -> %d bytes, %d batches kept, %d keys in the map%s",
+        "%s: cleaned [%d, %d) into stream %d: %d -> %d bytes, %d batches kept, %d markers gone, %d keys in the map%s",
         log.where,
         start,
         end,
@@ -283,6 +304,7 @@ async def clean_partition(
         read_bytes,
         written_bytes,
         kept,
+        markers.removed,
         len(builder.map),
         " (map full: the next round continues)" if builder.map_full else "",
     )
@@ -292,7 +314,7 @@ async def clean_partition(
 def cleanable(log: PartitionLog, now_ms: int, first_dirty_timestamp: int | None = None) -> bool:
     """Whether ``log`` is due a round: compaction enabled and ``min.cleanable.dirty.ratio`` reached, a dirty
     record older than ``max.compaction.lag.ms`` (``first_dirty_timestamp``, when the caller read it), or a kept
-    tombstone past ``delete.retention.ms``."""
+    tombstone or transaction marker past its delete horizon."""
     if not log.config.compact or log.closed:
         return False
     if log.tombstone_horizon_ms is not None and now_ms >= log.tombstone_horizon_ms:

@@ -107,6 +107,13 @@ class TxnIndex:
                 found.append(AbortedTxn(entry.producer_id, entry.first_offset))
         return found
 
+    def markers_in(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``(marker offset, txn-stream offset)`` of the entries whose marker lies in ``[start, end)``, in marker
+        order (the log cleaner removes a marker only together with its entry)."""
+        lo = bisect.bisect_left(self._last_offsets, start)
+        hi = bisect.bisect_left(self._last_offsets, end)
+        return list(zip(self._last_offsets[lo:hi], self._stream_offsets[lo:hi], strict=True))
+
     def drop_before(self, log_start_offset: int) -> int | None:
         """Forgets entries wholly below the log start (marker before it); returns the txn-stream offset to trim
         to (the first kept entry's, or one past the last dropped one), None when nothing stored was dropped."""

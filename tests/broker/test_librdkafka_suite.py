@@ -7,22 +7,15 @@ is built by ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from broker_support import BrokerProcess, start_broker
 
-ROOT = Path(__file__).resolve().parents[2]
-SUITE = ROOT / ".cache" / "librdkafka" / "src"
-RUNNER = SUITE / "tests" / "test-runner"
+from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
+
 ALLOWLIST = Path(__file__).with_name("librdkafka_allowlist.txt")
-TIMEOUT_S = 300
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_RESULT = re.compile(r"\|\s*(\d{4}_\S+)\s*\|\s*(PASSED|FAILED|SKIPPED)\s*\|")
 
 #: Tests that race the client's own timers against socket delays they inject, so that a loaded machine can make
 #: them fail against any broker: each runs once more after a failure, and a second failure in a row counts. Every
@@ -48,10 +41,7 @@ def allowlisted() -> list[str]:
 def suite_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A node configured like the suite's "default" scenario (auto-created topics get 4 partitions)."""
     if not RUNNER.exists():
-        pytest.skip(
-            "librdkafka's test suite is not built: run scripts/build-librdkafka-tests.sh "
-            "(needs Debian's librdkafka source package, gcc, libssl-dev and zlib1g-dev)"
-        )
+        pytest.skip(NOT_BUILT)
     process = start_broker(tmp_path_factory.mktemp("librdkafka-broker"), {"num.partitions": "4"})
     try:
         yield process
@@ -61,51 +51,17 @@ def suite_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
 
 @pytest.fixture(scope="module")
 def suite_conf(suite_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    conf = tmp_path_factory.mktemp("librdkafka") / "test.conf"
-    conf.write_text(f"metadata.broker.list={suite_broker.bootstrap}\ntest.timeout.multiplier=3\n")
-    return conf
-
-
-def _run_suite_test(test_id: str, suite_conf: Path) -> tuple[bool, str, str]:
-    """Runs one librdkafka test: (passed, a one-line summary, the end of its output)."""
-    env = dict(os.environ)
-    env.update(
-        TESTS=test_id,
-        TEST_KAFKA_VERSION="3.6.0",
-        RDKAFKA_TEST_CONF=str(suite_conf),
-        LD_LIBRARY_PATH=f"{SUITE / 'src'}:{SUITE / 'src-cpp'}",
-    )
-    try:
-        # -L: only tests that need a broker (local-only tests prove nothing about Fjord). Full mode, not quick (-Q):
-        # quick mode skips the SUB_TEST()s of many tests, which would then "pass" without doing anything.
-        done = subprocess.run(
-            [str(RUNNER), "-L"],
-            check=False,
-            cwd=SUITE / "tests",
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as exc:
-        tail = _ANSI.sub("", (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or "")
-        return False, f"librdkafka test {test_id} did not finish in {TIMEOUT_S} s", tail[-3000:]
-    output = _ANSI.sub("", done.stdout + done.stderr)
-    results = {name: status for name, status in _RESULT.findall(output) if name.startswith(test_id)}
-    passed = [name for name, status in results.items() if status == "PASSED"]
-    failed = [name for name, status in results.items() if status == "FAILED"]
-    ok = done.returncode == 0 and bool(passed) and not failed
-    return ok, f"librdkafka test {test_id}: exit {done.returncode}, passed {passed}, failed {failed}", output[-4000:]
+    return write_suite_conf(tmp_path_factory.mktemp("librdkafka") / "test.conf", suite_broker.bootstrap)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("test_id", allowlisted())
 def test_librdkafka_test_passes(test_id: str, suite_conf: Path, suite_broker: BrokerProcess) -> None:
-    ok, summary, output = _run_suite_test(test_id, suite_conf)
+    ok, summary, output = run_suite_test(test_id, suite_conf)
     if not ok and test_id in RACES_THE_CLIENTS_TIMERS:
         # Printed, so pytest keeps the first attempt's output in the captured log of the test.
         print(f"{summary}; running it once more ({RACES_THE_CLIENTS_TIMERS[test_id]})\n{output[-2000:]}")
-        ok, summary, output = _run_suite_test(test_id, suite_conf)
+        ok, summary, output = run_suite_test(test_id, suite_conf)
     assert ok, f"{summary}\n{output}\n--- broker log ---\n{suite_broker.log_text()[-3000:]}"
 
 

@@ -1,13 +1,16 @@
 """A 3-controller, 3-broker cluster on moto S3 serving real clients: topics spread over brokers, produce and
 consume across them, the wrong broker refusing with NOT_LEADER_OR_FOLLOWER, group coordinators on the broker that
-leads the group's ``__consumer_offsets`` partition, and the metadata shell showing all of it."""
+leads the group's ``__consumer_offsets`` partition, and the metadata shell showing all of it. librdkafka's own
+transactions test (0103) runs here too: it creates its topics with replication factor 3."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cluster_support import (
     consume_all,
     create_topic,
@@ -27,6 +30,7 @@ from broker.partition.producer_ids import BLOCK_SIZE
 from controller.config.keys import INTERNAL_TOPIC_PARTITIONS
 from controller.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
+from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
 from tests.waiting import eventually
 from wire import codec
 from wire.stored_schema import partition_for
@@ -223,3 +227,15 @@ def test_idempotent_producers_on_different_brokers_get_distinct_producer_ids(sha
     shown = metadata_shell(shared_cluster, "cat /producerIds")
     next_id = int(shown.split("next producer id")[1].split(":")[1].split()[0])
     assert next_id > max(every), shown
+
+
+@pytest.mark.slow
+def test_librdkafka_transactions_test_passes_on_three_brokers(shared_cluster: LocalCluster, tmp_path: Path) -> None:
+    """librdkafka 2.0.2's 0103_transactions (commit, abort, consume-transform-produce, fencing, empty transactions,
+    read_committed watermarks) needs replication factor 3, so it cannot run in the single-node allowlist run
+    (tests/broker/test_librdkafka_suite.py)."""
+    if not RUNNER.exists():
+        pytest.skip(NOT_BUILT)
+    conf = write_suite_conf(tmp_path / "test.conf", shared_cluster.bootstrap_servers)
+    ok, summary, output = run_suite_test("0103", conf)
+    assert ok, f"{summary}\n{output}\n--- cluster logs ---\n{shared_cluster.logs(tail=3000)}"

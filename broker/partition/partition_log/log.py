@@ -163,6 +163,30 @@ class PartitionLog:
         """Every aborted transaction overlapping ``[start, end)``, as a read_committed Fetch reports them."""
         return self.txn_index.collect(start, end)
 
+    def aborted_markers(self, start: int, end: int) -> tuple[list[int], int]:
+        """The marker offsets of the aborted-transaction index entries in ``[start, end)``, and how many of them,
+        from the first, the txn stream holds durably: the log cleaner may remove only those markers, with their
+        entries (:meth:`forget_aborted_through`)."""
+        entries = self.txn_index.markers_in(start, end)
+        confirmed = self._txn.confirm_offset if self._txn is not None else 0
+        droppable = 0
+        for _, stream_offset in entries:
+            if not 0 <= stream_offset < confirmed:
+                break
+            droppable += 1
+        return [marker for marker, _ in entries], droppable
+
+    async def forget_aborted_through(self, marker_offset: int) -> None:
+        """Drops the aborted-transaction index entries whose ABORT marker is at or before ``marker_offset`` and
+        trims them off the txn stream. The log cleaner calls it before switching to a log without those markers:
+        an entry left behind by a crash in between would make read_committed consumers skip the producer's later
+        data (the marker that ends the skip is gone), while a marker outliving its entry is harmless."""
+        async with self._lock:
+            self._check_open()
+            txn_trim = self.txn_index.drop_before(marker_offset + 1)
+            if self._txn is not None:
+                await trim_txn_stream(self._txn, txn_trim)
+
     @property
     def closed(self) -> bool:
         return self._closed

@@ -1,0 +1,59 @@
+"""Running one test of librdkafka's own suite (2.0.2, from Debian's source package, built by
+``scripts/build-librdkafka-tests.sh``) against a Fjord node or cluster: shared by the single-node allowlist run
+(tests/broker/test_librdkafka_suite.py) and the tests that need three brokers (tests/cluster/)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / ".cache" / "librdkafka" / "src"
+RUNNER = SUITE / "tests" / "test-runner"
+TIMEOUT_S = 300
+NOT_BUILT = (
+    "librdkafka's test suite is not built: run scripts/build-librdkafka-tests.sh "
+    "(needs Debian's librdkafka source package, gcc, libssl-dev and zlib1g-dev)"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RESULT = re.compile(r"\|\s*(\d{4}_\S+)\s*\|\s*(PASSED|FAILED|SKIPPED)\s*\|")
+
+
+def write_suite_conf(path: Path, bootstrap: str) -> Path:
+    """The suite's ``test.conf`` for the brokers at ``bootstrap`` (timeouts x3 for a loaded machine)."""
+    path.write_text(f"metadata.broker.list={bootstrap}\ntest.timeout.multiplier=3\n")
+    return path
+
+
+def run_suite_test(test_id: str, suite_conf: Path) -> tuple[bool, str, str]:
+    """Runs one librdkafka test: (passed, a one-line summary, the end of its output)."""
+    env = dict(os.environ)
+    env.update(
+        TESTS=test_id,
+        TEST_KAFKA_VERSION="3.6.0",
+        RDKAFKA_TEST_CONF=str(suite_conf),
+        LD_LIBRARY_PATH=f"{SUITE / 'src'}:{SUITE / 'src-cpp'}",
+    )
+    try:
+        # -L: only tests that need a broker (local-only tests prove nothing about Fjord). Full mode, not quick (-Q):
+        # quick mode skips the SUB_TEST()s of many tests, which would then "pass" without doing anything.
+        done = subprocess.run(
+            [str(RUNNER), "-L"],
+            check=False,
+            cwd=SUITE / "tests",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        tail = _ANSI.sub("", (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or "")
+        return False, f"librdkafka test {test_id} did not finish in {TIMEOUT_S} s", tail[-3000:]
+    output = _ANSI.sub("", done.stdout + done.stderr)
+    results = {name: status for name, status in _RESULT.findall(output) if name.startswith(test_id)}
+    passed = [name for name, status in results.items() if status == "PASSED"]
+    failed = [name for name, status in results.items() if status == "FAILED"]
+    ok = done.returncode == 0 and bool(passed) and not failed
+    return ok, f"librdkafka test {test_id}: exit {done.returncode}, passed {passed}, failed {failed}", output[-4000:]
