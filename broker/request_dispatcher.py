@@ -31,8 +31,11 @@ from broker.handlers import api_versions as api_versions_handler
 from broker.handlers.context import ConnectionState, Handler, RequestContext
 from broker.handlers.table import HANDLERS
 from broker.metrics import TopicTraffic
+from broker.quotas.enforcer import QuotaEnforcer
+from broker.quotas.manager import QuotaType, QuotaWindows
 from broker.sasl_session import SaslSession, SaslStateError
 from broker.services import BrokerServices
+from controller.client_quotas import QuotaEntity
 from controller.errors import error_code_for, error_message_for
 from storage.objectstore.base import StoreStats
 from storage.objectstore.metrics import StoreStatsCollector
@@ -73,6 +76,19 @@ class RequestDispatcher:
             self._config_value, lambda: self.node.controller.image.acls, metrics.authorization_denials
         )
         self.traffic = TopicTraffic(metrics.registry, lambda: self.node.node_id)
+        self.quotas = QuotaEnforcer(self._client_quotas, self._quota_windows, self._throttled)
+
+    def _client_quotas(self) -> Mapping[QuotaEntity, Mapping[str, float]]:
+        """The cluster's client quotas (none for a dispatcher a test drives without a node)."""
+        node: BrokerServices | None = self.node
+        return node.controller.image.client_quotas if node is not None else {}
+
+    def _quota_windows(self) -> QuotaWindows:
+        return QuotaWindows(int(self.node.config.value("quota.window.num")),
+                            float(self.node.config.value("quota.window.size.seconds")))
+
+    def _throttled(self, kind: QuotaType, user: str, seconds: float) -> None:
+        self.metrics.throttle_seconds.labels(quota=kind.name.lower(), user=user).inc(seconds)
 
     def _config_value(self, key: str) -> object:
         """The node's config, read when first needed (a dispatcher driven by a test may have no node)."""
@@ -177,14 +193,22 @@ class RequestDispatcher:
             traffic=self.traffic,
         )
         started = time.perf_counter()
+        # Client quotas (broker.quotas): None, and nothing to do, while the cluster has none.
+        charge = self.quotas.charge(key, ctx.principal, request.client_id)
         try:
-            response = await acl_table.serve(ctx, request.body, self.handlers[key])
+            if charge is None:
+                response = await acl_table.serve(ctx, request.body, self.handlers[key])
+            else:
+                body = charge.admit(request.body, len(frame))
+                response = await charge.timed(acl_table.serve(ctx, body, self.handlers[key]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.metrics.observe_failure(key)
             response = self._error_response(ctx, exc)
         self.metrics.observe_request(key, time.perf_counter() - started)
+        if charge is not None:
+            return charge.respond(prefix.correlation_id, response, peer)
         if response is None:
             return None
         return codec.encode_response_parts(prefix.correlation_id, response)

@@ -1,9 +1,9 @@
 """Answering the admin APIs against a controller, item by item: the one place that asks and reports failures.
 
 Both a broker (its handlers, with the node's controller client) and a controller voter (its CONTROLLER listener,
-with the active controller) answer CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs, AlterPartitionReassignments, AlterUserScramCredentials, CreateAcls and
-DeleteAcls. They differ only in where the
+with the active controller) answer CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, ElectLeaders,
+IncrementalAlterConfigs, AlterPartitionReassignments, AlterUserScramCredentials, CreateAcls,
+DeleteAcls and AlterClientQuotas. They differ only in where the
 controller comes from:
 ``controller_for(what)`` returns it, or raises :class:`~controller.errors.NotControllerError` when there is none
 here (a voter that is not active), which every item it concerns answers as NOT_CONTROLLER so the client retries
@@ -19,7 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from controller import acl_wire, admin_wire
+from controller import acl_wire, admin_wire, client_quota_wire
 from controller.admin_wire import ResourceRefused
 from controller.api import (
     AclCreateResult,
@@ -33,6 +33,7 @@ from controller.api import (
     ReassignmentResult,
     ScramAlterResult,
 )
+from controller.client_quotas import QuotaAlterResult, describe_entity
 from controller.errors import NotControllerError, error_code_for, error_code_logged, error_message_for
 from wire import codec
 
@@ -186,3 +187,16 @@ async def delete_acls(response_cls: type[Any], request: Any, controller_for: Con
             code, message = _refusal(exc, "deleting ACLs matching %s failed", filters)
             results = acl_wire.delete_acls_refused(filters, code, message)
     return acl_wire.delete_acls_response(response_cls, results)
+
+
+async def alter_client_quotas(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:
+    alterations, validate_only = client_quota_wire.read_alter_client_quotas(request)
+    results: list[QuotaAlterResult] = []
+    if alterations:
+        try:
+            results = await controller_for("alter client quotas").alter_client_quotas(alterations, validate_only)
+        except Exception as exc:
+            code, message = _refusal(exc, "altering the client quotas of %s failed",
+                                     [describe_entity(a.entity) for a in alterations])
+            results = client_quota_wire.alter_client_quotas_refused(alterations, code, message)
+    return client_quota_wire.alter_client_quotas_response(response_cls, results)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from kio.schema.errors import ErrorCode
 
 from controller.acl.binding import AclBinding, AclBindingFilter
+from controller.client_quotas import QuotaAlteration, QuotaAlterResult
 from controller.config.describe import ConfigEntry
 from controller.image import MetadataImage
 from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC, Endpoint
@@ -245,6 +246,13 @@ class ControllerClient(Protocol):
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
         """DeleteAcls: one result per filter, in order, with the bindings it matched and deleted."""
+        ...
+
+    async def alter_client_quotas(
+        self, alterations: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[QuotaAlterResult]:
+        """AlterClientQuotas (``controller.client_quotas``): one result per entry, in order; each entry is applied
+        or refused on its own."""
         ...
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:

@@ -47,6 +47,7 @@ from controller.api import (
     ScramDeletion,
     ScramUpsertion,
 )
+from controller.client_quotas import QuotaAlteration, QuotaAlterResult, describe_entity, plan_alter_client_quotas
 from controller.config.meta_properties import ensure_meta_properties
 from controller.config.server import ServerConfig
 from controller.config_control import plan_alter_configs
@@ -498,6 +499,24 @@ class Controller:
                 logger.info("SCRAM credentials of user %r altered", result.user)
             else:
                 logger.info("SCRAM credentials of user %r not altered: %s", result.user, result.message)
+        return plan.results
+
+    # ------------------------------------------------------------------ client quotas
+
+    async def alter_client_quotas(
+        self, alterations: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[QuotaAlterResult]:
+        async with self._lock:
+            plan = plan_alter_client_quotas(self._image.client_quotas, alterations)
+            if not validate_only:
+                await self._commit(plan.records)
+        for alteration, result in zip(alterations, plan.results, strict=True):
+            entity = describe_entity(alteration.entity)
+            if result.error is not ErrorCode.none:
+                logger.info("client quotas of %s not altered: %s", entity, result.message)
+            elif not validate_only:
+                logger.info("client quotas of %s altered: %s", entity,
+                            ", ".join(f"{k}={'removed' if v is None else v}" for k, v in alteration.ops))
         return plan.results
 
     # ------------------------------------------------------------------ ACLs

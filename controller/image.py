@@ -16,12 +16,14 @@ from types import MappingProxyType
 from typing import Any
 
 from controller.acl.binding import AclBinding, operation, pattern_type, permission, resource_type
+from controller.client_quotas import QuotaEntity
 from controller.metadata_records import (
     CLUSTER_RECORD_TYPES,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     Endpoint,
     FenceBrokerRecord,
@@ -154,6 +156,8 @@ class MetadataImage:
 
     #: ACL bindings by id (``controller.acl``), as AccessControlEntryRecords made them.
     acls: Mapping[str, AclBinding] = field(default_factory=lambda: _EMPTY)
+    #: Client quotas (``controller.client_quotas``): entity -> quota key -> value.
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
 
     def scram_credential(self, user: str, mechanism: int) -> ScramCredential | None:
         return self.scram_credentials.get(user, _EMPTY).get(mechanism)
@@ -220,6 +224,9 @@ class MetadataImage:
         for acl_id, acl in sorted(self.acls.items()):
             out.append(AccessControlEntryRecord(acl_id, acl.resource_type, acl.resource_name, acl.pattern_type,
                                                 acl.principal, acl.host, acl.operation, acl.permission))
+        for entity, quotas in sorted(self.client_quotas.items(), key=lambda item: repr(item[0])):
+            for quota_key, quota in sorted(quotas.items()):
+                out.append(ClientQuotaRecord(entity, quota_key, quota))
         if self.producer_ids.next_producer_id > 0:
             ids = self.producer_ids
             out.append(ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id))
@@ -251,6 +258,7 @@ class _Builder:
         self._failovers: dict[int, WALFailoverImage] | None = None
         self._scram: dict[str, Mapping[int, ScramCredential]] | None = None
         self._acls: dict[str, AclBinding] | None = None
+        self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
         self._producer_ids = base.producer_ids
 
     def _topics(self) -> dict[uuid.UUID, TopicImage]:
@@ -357,6 +365,8 @@ class _Builder:
             case RemoveAccessControlEntryRecord(id=acl_id):
                 if self._acl_map().pop(acl_id, None) is None:
                     logger.warning("RemoveAccessControlEntryRecord for unknown ACL id %s ignored", acl_id)
+            case ClientQuotaRecord():
+                self._set_quota(record)
             case _:
                 pass  # stream/object/KV records: replayed by the stream metadata
 
@@ -431,6 +441,20 @@ class _Builder:
         else:
             self._scram.pop(user, None)
 
+    def _set_quota(self, record: ClientQuotaRecord) -> None:
+        if self._quotas is None:
+            self._quotas = dict(self._base.client_quotas)
+        entity = tuple((t, n) for t, n in record.entity)
+        quotas = dict(self._quotas.get(entity, {}))
+        if record.remove:
+            quotas.pop(record.key, None)
+        else:
+            quotas[record.key] = record.value
+        if quotas:
+            self._quotas[entity] = _frozen(quotas)
+        else:
+            self._quotas.pop(entity, None)
+
     def _acl_map(self) -> dict[str, AclBinding]:
         if self._acls is None:
             self._acls = dict(self._base.acls)
@@ -462,6 +486,7 @@ class _Builder:
             producer_ids=self._producer_ids,
             scram_credentials=base.scram_credentials if self._scram is None else _frozen(self._scram),
             acls=base.acls if self._acls is None else _frozen(self._acls),
+            client_quotas=base.client_quotas if self._quotas is None else _frozen(self._quotas),
         )
 
 

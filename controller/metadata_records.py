@@ -250,6 +250,22 @@ class RemoveAccessControlEntryRecord(MetadataRecord):
     id: str
 
 
+@register_record
+@dataclass(frozen=True, slots=True)
+class ClientQuotaRecord(MetadataRecord):
+    """A client quota (Kafka's record of the same name and id, KIP-546): ``key`` of the quota entity ``entity``
+    is set to ``value``, or removed when ``remove``. ``entity`` is (entity type, name) pairs sorted by type, with
+    types ``user``/``client-id`` and a None name for the type's default entity (``<default>``); see
+    ``controller.client_quotas``."""
+
+    TYPE: ClassVar[int] = 14
+    VERSION: ClassVar[int] = 0
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float
+    remove: bool = False
+
+
 # ---------------------------------------------------------------- WAL failover (Fjord's own ids, after AutoMQ's 5xx)
 
 
@@ -324,6 +340,7 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     RemoveUserScramCredentialRecord,
     AccessControlEntryRecord,
     RemoveAccessControlEntryRecord,
+    ClientQuotaRecord,
     WALFailoverRecord,
     WALFailoverDoneRecord,
     BrokerRegistrationChangeRecord,
@@ -346,6 +363,7 @@ __all__ = [
     "STREAM_RECORD_TYPES",
     "AccessControlEntryRecord",
     "BrokerRegistrationChangeRecord",
+    "ClientQuotaRecord",
     "ConfigRecord",
     "Endpoint",
     "FenceBrokerRecord",

@@ -67,6 +67,8 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         45: VersionRange("AlterPartitionReassignments", 0, 0),
         46: VersionRange("ListPartitionReassignments", 0, 0),
         47: VersionRange("OffsetDelete", 0, 0),
+        48: VersionRange("DescribeClientQuotas", 0, 1),
+        49: VersionRange("AlterClientQuotas", 0, 1),
         50: VersionRange("DescribeUserScramCredentials", 0, 0),
         51: VersionRange("AlterUserScramCredentials", 0, 0),
         55: VersionRange("DescribeQuorum", 0, 2),

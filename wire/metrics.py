@@ -65,6 +65,10 @@ class ServerMetrics:
             "fjord_broker_authorization_denials", "Requests (or parts of them) an ACL refused",
             ["listener", "resource_type", "operation"], registry=self.registry,
         )
+        self.throttle_seconds = Counter(
+            "fjord_broker_quota_throttle_seconds", "Time clients were throttled (muted) for exceeding a client quota",
+            ["quota", "user"], registry=self.registry,
+        )
         self.loop_lag_seconds = Histogram(
             "fjord_broker_event_loop_lag_seconds",
             "How late the event loop ran a timer due every LOOP_LAG_PERIOD_S: what any request waiting on the loop "

@@ -638,6 +638,26 @@ async def _alter_user_scram_credentials(ctx: RequestContext, request: Any, handl
     )
 
 
+async def _alter_client_quotas(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    if ctx.allowed(AclOperation.ALTER_CONFIGS, _CLUSTER, CLUSTER_NAME):
+        return await handler(ctx, request)
+    entry_cls = codec.field_entity(ctx.response_class, "entries")
+    return ctx.build(
+        entries=tuple(
+            codec.build(
+                entry_cls,
+                error_code=_CLUSTER_DENIED,
+                error_message=f"{ctx.principal} is not authorized: {_CLUSTER_DENIED.name}",
+                entity=tuple(
+                    codec.build_nested(entry_cls, "entity", entity_type=e.entity_type, entity_name=e.entity_name)
+                    for e in entry.entity
+                ),
+            )
+            for entry in request.entries
+        )
+    )
+
+
 async def _create_acls(ctx: RequestContext, request: Any, handler: Handler) -> Any:
     if ctx.allowed(AclOperation.ALTER, _CLUSTER, CLUSTER_NAME):
         return await handler(ctx, request)
@@ -714,6 +734,8 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         45: _cluster(AclOperation.ALTER),  # AlterPartitionReassignments
         46: _cluster(_DESCRIBE),  # ListPartitionReassignments
         47: _offset_delete,  # OffsetDelete: GROUP DELETE, then TOPIC READ
+        48: _cluster(AclOperation.DESCRIBE_CONFIGS),  # DescribeClientQuotas
+        49: _alter_client_quotas,  # AlterClientQuotas: CLUSTER ALTER_CONFIGS
         50: _cluster(_DESCRIBE),  # DescribeUserScramCredentials
         51: _alter_user_scram_credentials,  # AlterUserScramCredentials: CLUSTER ALTER
         55: _cluster(_DESCRIBE),  # DescribeQuorum

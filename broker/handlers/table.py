@@ -16,6 +16,7 @@ from broker.handlers import (
     add_partitions_to_txn,
     alter_partition_reassignments,
     api_versions,
+    client_quotas,
     cluster,
     configs,
     delete_groups,
@@ -94,6 +95,8 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         45: alter_partition_reassignments.handle_alter_partition_reassignments,  # AlterPartitionReassignments
         46: list_partition_reassignments.handle_list_partition_reassignments,  # ListPartitionReassignments
         47: offset_delete.handle_offset_delete,  # OffsetDelete
+        48: client_quotas.handle_describe_client_quotas,  # DescribeClientQuotas
+        49: client_quotas.handle_alter_client_quotas,  # AlterClientQuotas
         50: scram_credentials.handle_describe_user_scram_credentials,  # DescribeUserScramCredentials
         51: scram_credentials.handle_alter_user_scram_credentials,  # AlterUserScramCredentials
         55: describe_quorum.handle_describe_quorum,  # DescribeQuorum

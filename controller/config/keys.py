@@ -327,7 +327,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # fjord: the address /metrics binds (0.0.0.0 where a Prometheus in another container or host scrapes it)
         ConfigKey("metrics.host", _B.STRING, "127.0.0.1"),
         # TLS of SSL client listeners (controller.config.security; listener.name.<name>.ssl.* overrides them). These
-        # are the only ssl.* keys Fjord reads; any other one, and every ACL and quota key, stops the node.
+        # are the only ssl.* keys Fjord reads; any other one, and every quota key but quota.window.*, stops the node.
         # fjord: PEM only, so PEM is the default (Kafka's is JKS, which the standard library cannot read).
         ConfigKey("ssl.keystore.type", _B.STRING, "PEM", one_of("PEM", case_sensitive=False)),
         ConfigKey("ssl.keystore.location", _B.STRING, None),
@@ -357,6 +357,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("sasl.jaas.config", _B.PASSWORD, None),
         # KIP-368: a SASL session's lifetime (0: none); the client re-authenticates before it ends.
         ConfigKey("connections.max.reauth.ms", _B.LONG, 0, at_least(0)),
+        # client quotas (broker.quotas): the windows a client's rates are measured over, as Kafka's
+        ConfigKey("quota.window.num", _B.INT, 11, at_least(1)),
+        ConfigKey("quota.window.size.seconds", _B.INT, 1, at_least(1)),
         # authorization (controller.acl): only Kafka's StandardAuthorizer is accepted (controller.config.security)
         ConfigKey("authorizer.class.name", _B.STRING, ""),
         ConfigKey("super.users", _B.STRING, ""),

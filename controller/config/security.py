@@ -2,8 +2,9 @@
 
 Fjord serves PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL client listeners, SASL with PLAIN, SCRAM-SHA-256 and
 SCRAM-SHA-512, and ACLs with Kafka's StandardAuthorizer (``authorizer.class.name``, ``super.users``,
-``allow.everyone.if.no.acl.found``; :data:`STANDARD_AUTHORIZER`). Other authorizers, quotas, other SASL mechanisms
-(GSSAPI, OAUTHBEARER), SASL between nodes and a non-PLAINTEXT CONTROLLER listener are not implemented; a setting
+``allow.everyone.if.no.acl.found``; :data:`STANDARD_AUTHORIZER`), and client quotas (set with AlterClientQuotas;
+the only quota keys read are :data:`QUOTA_KEYS`). Other authorizers, other quota keys, other SASL mechanisms
+(GSSAPI, OAUTHBEARER), SASL between nodes and a SASL CONTROLLER listener are not implemented; a setting
 for them must never be ignored silently (a "SASL_SSL" listener served as plaintext is worse than no listener),
 so :func:`refusal` names every such key and :class:`~controller.config.server.ServerConfig` stops the node with
 one line naming it. Messages name keys, never
@@ -65,7 +66,11 @@ _SASL = (f"not implemented (Fjord's SASL serves {', '.join(SASL_MECHANISMS)} on 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 _AUTHORIZER = f"only {STANDARD_AUTHORIZER} is implemented (or leave it empty: no authorization)"
 _PRINCIPAL_BUILDER = "custom principal builders are not implemented"
-_QUOTA = "quotas are not implemented"
+_QUOTA = ("only client quotas are implemented (set with AlterClientQuotas, kafka-configs.sh); of the quota keys "
+          "Fjord reads quota.window.num and quota.window.size.seconds")
+#: The quota keys Fjord reads (``broker.quotas``); every other one (replication quotas, quota callbacks, the
+#: long-removed ``quota.producer.default``) stops the node.
+QUOTA_KEYS = frozenset({"quota.window.num", "quota.window.size.seconds"})
 _SSL = f"not implemented (Fjord's TLS reads {', '.join(sorted(SSL_KEYS))})"
 #: TlsSettings field -> the ssl.* key that sets it.
 _FIELD_KEYS = {
@@ -102,7 +107,7 @@ def refusal(name: str, value: str) -> str | None:
         return _AUTHORIZER
     if lower == "principal.builder.class" and value.strip():
         return _PRINCIPAL_BUILDER
-    if "quota" in lower.split("."):
+    if "quota" in lower.split(".") and lower not in QUOTA_KEYS:
         return _QUOTA
     if lower == "security.inter.broker.protocol" and value.strip().upper() != "PLAINTEXT":
         return "Fjord brokers make no connections to each other; only PLAINTEXT is accepted"

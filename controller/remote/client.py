@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from controller import acl_wire, admin_wire
+from controller import acl_wire, admin_wire, client_quota_wire
 from controller.acl.binding import AclBinding, AclBindingFilter
 from controller.api import (
     AclCreateResult,
@@ -41,6 +41,7 @@ from controller.api import (
     ScramDeletion,
     ScramUpsertion,
 )
+from controller.client_quotas import QuotaAlteration, QuotaAlterResult
 from controller.config.meta_properties import ensure_meta_properties
 from controller.config.server import ServerConfig
 from controller.errors import ControllerError
@@ -370,6 +371,19 @@ class RemoteControllerClient:
         results = admin_wire.read_alter_user_scram_credentials_response(response)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the altered SCRAM credentials")
+        return results
+
+    async def alter_client_quotas(
+        self, alterations: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[QuotaAlterResult]:
+        request = client_quota_wire.alter_client_quotas_request(alterations, validate_only)
+        try:
+            response = await self.channel.request(request, "alter client quotas")
+        except ControllerUnavailableError as exc:
+            return client_quota_wire.alter_client_quotas_refused(alterations, ErrorCode.not_controller, str(exc))
+        results = client_quota_wire.read_alter_client_quotas_response(response, alterations)
+        if not validate_only and any(r.error is ErrorCode.none for r in results):
+            await self._sync_after("see the altered client quotas")
         return results
 
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclCreateResult]:

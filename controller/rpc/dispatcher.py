@@ -331,6 +331,8 @@ class ControllerDispatcher:
             return await admin_requests.create_acls(response_cls, body, active)
         if api_key == m.DELETE_ACLS:
             return await admin_requests.delete_acls(response_cls, body, active)
+        if api_key == m.ALTER_CLIENT_QUOTAS:
+            return await admin_requests.alter_client_quotas(response_cls, body, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
 

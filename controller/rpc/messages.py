@@ -23,6 +23,7 @@ AlterPartitionRe..  45    0         active controller (DESIGN §9: the reassignm
 AlterUserScramCr..  51    0         active controller (SCRAM credentials are metadata records)
 CreateAcls          30    1-3       active controller (ACL bindings are metadata records)
 DeleteAcls          31    1-3       active controller
+AlterClientQuotas   49    0-1       active controller (client quotas are metadata records)
 Vote                52    2         Raft (KIP-996 pre-vote)
 BeginQuorumEpoch    53    1         Raft
 EndQuorumEpoch      54    1         Raft
@@ -140,6 +141,7 @@ ALTER_PARTITION_REASSIGNMENTS: Final = 45
 ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
+ALTER_CLIENT_QUOTAS: Final = 49
 VOTE: Final = 52
 BEGIN_QUORUM_EPOCH: Final = 53
 END_QUORUM_EPOCH: Final = 54
@@ -167,6 +169,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
+    ALTER_CLIENT_QUOTAS: (0, 1),
     VOTE: (2, 2),
     BEGIN_QUORUM_EPOCH: (1, 1),
     END_QUORUM_EPOCH: (1, 1),

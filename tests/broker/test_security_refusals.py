@@ -69,7 +69,7 @@ SECRET = "s3cr3t-never-printed"
         ),
         ({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}, "authorizer.class.name"),
         ({"principal.builder.class": "com.example.Builder"}, "principal.builder.class"),
-        ({"quota.window.num": "11"}, "quota.window.num"),
+        ({"quota.producer.default": "1024"}, "quota.producer.default"),
         ({"client.quota.callback.class": "com.example.Quotas"}, "client.quota.callback.class"),
         ({"ssl.keystore.password": SECRET}, "ssl.keystore.password"),
         ({"ssl.keystore.type": "JKS"}, "ssl.keystore.type"),

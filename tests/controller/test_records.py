@@ -14,6 +14,7 @@ from controller.metadata_records import (
     STREAM_RECORD_TYPES,
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     Endpoint,
     FenceBrokerRecord,
@@ -69,6 +70,8 @@ SAMPLES: list[MetadataRecord] = [
     RemoveUserScramCredentialRecord("alice", 2),
     AccessControlEntryRecord(str(uuid.uuid4()), 2, "orders-", 4, "User:alice", "*", 3, 3),
     RemoveAccessControlEntryRecord(str(uuid.uuid4())),
+    ClientQuotaRecord((("client-id", None), ("user", "alice")), "producer_byte_rate", 1024.0),
+    ClientQuotaRecord((("user", None),), "request_percentage", 0.0, remove=True),
 ]
 
 

@@ -1,0 +1,36 @@
+"""DescribeClientQuotas (key 48) and AlterClientQuotas (49) v0-1: client quotas, as ``kafka-configs.sh
+--entity-type users/clients`` and the admin clients manage them (KIP-546).
+
+Alterations go to the controller (``controller.admin_requests``, forwarded to the active controller in a quorum),
+which validates them and keeps the quotas as metadata records; descriptions are read from this broker's metadata
+image, as a KRaft broker answers from its metadata cache. The CLUSTER checks (DESCRIBE_CONFIGS to describe,
+ALTER_CONFIGS to alter, as Kafka's) are ``broker.handlers.acl_table``'s; enforcement is ``broker.quotas``'.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers.context import RequestContext
+from controller import admin_requests, client_quota_wire
+from controller.admin_requests import always
+from controller.client_quotas import QuotaRequestError, quota_filter
+
+
+async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
+    return await admin_requests.alter_client_quotas(ctx.response_class, request, always(ctx.node.controller))
+
+
+async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
+    components, strict = client_quota_wire.read_describe_client_quotas(request)
+    try:
+        wanted = quota_filter(components, strict)
+    except QuotaRequestError as exc:
+        return client_quota_wire.describe_client_quotas_response(
+            ctx.response_class, {}, ErrorCode.invalid_request, str(exc)
+        )
+    quotas = ctx.node.controller.image.client_quotas
+    matched = {entity: values for entity, values in quotas.items() if wanted.matches(entity)}
+    return client_quota_wire.describe_client_quotas_response(ctx.response_class, matched)

@@ -1,0 +1,140 @@
+"""The dispatcher's side of client quotas: per request, what to charge and how the answer is throttled.
+
+:meth:`QuotaEnforcer.charge` returns None when the image holds no quota at all (the common case costs one
+lookup), else a :class:`RequestCharge` that the dispatcher runs the request through:
+
+- ``admit``: a Produce is charged its request size before it is handled (Kafka's count); a Fetch's ``max_bytes``
+  is capped at what the quota allows over ``quota.window.num - 1`` windows (Kafka's cap), so one response cannot
+  be many seconds' worth of quota;
+- ``timed``: the handler's own event-loop time, charged to ``request_percentage`` (``busy_time``);
+- ``respond``: a Fetch is charged its response size; the longest throttle of the request's quotas goes into the
+  response's ``throttle_time_ms`` and the connection is muted for that long (KIP-219: answer at once, then read
+  nothing more from the client until the time has passed).
+
+Fjord departs from Kafka in one way: a Fetch that goes over its quota is answered with its data (and the throttle),
+where Kafka sends an empty response; the mute holds the client back just the same, and no fetch-session state is
+thrown away. ApiVersions, the SASL requests and WriteTxnMarkers are never charged to ``request_percentage``, as in
+Kafka.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Final
+
+from broker.quotas.busy_time import BusyTime, timed
+from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
+from broker.quotas.resolution import resolve
+from controller.client_quotas import QuotaEntity
+from wire import codec
+from wire.listener import Peer, Response
+
+_PRODUCE: Final = 0
+_FETCH: Final = 1
+#: Never charged to request_percentage, as Kafka exempts them: a client must be able to connect and authenticate
+#: (SaslHandshake, ApiVersions, SaslAuthenticate), and a broker's own WriteTxnMarkers are cluster actions.
+_EXEMPT: Final = frozenset({17, 18, 27, 36})
+_PERCENT: Final = 100.0
+
+
+def quota_user(principal: str) -> str:
+    """The ``user`` entity name of a principal: ``User:alice`` -> ``alice`` (``ANONYMOUS`` unauthenticated)."""
+    kind, colon, name = principal.partition(":")
+    return name if colon and kind == "User" else principal
+
+
+class QuotaEnforcer:
+    """One per broker: the rates of every client with a quota (``manager``), the image's quotas read per request."""
+
+    def __init__(
+        self,
+        quotas_of: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]],
+        windows_of: Callable[[], QuotaWindows],
+        on_throttle: Callable[[QuotaType, str, float], None] | None = None,
+    ) -> None:
+        self._quotas_of = quotas_of
+        self._windows_of = windows_of
+        self._on_throttle = on_throttle
+        self._manager: ClientQuotas | None = None
+
+    def charge(self, api_key: int, principal: str, client_id: str | None) -> RequestCharge | None:
+        quotas = self._quotas_of()
+        if not quotas:
+            return None
+        if self._manager is None:
+            self._manager = ClientQuotas(self._windows_of(), self._on_throttle)
+        return RequestCharge(self._manager, quotas, api_key, quota_user(principal), client_id or "")
+
+
+class RequestCharge:
+    """One request's use of its quotas, from admission to the encoded response."""
+
+    def __init__(
+        self,
+        manager: ClientQuotas,
+        quotas: Mapping[QuotaEntity, Mapping[str, float]],
+        api_key: int,
+        user: str,
+        client_id: str,
+    ) -> None:
+        self._manager = manager
+        self._quotas = quotas
+        self._api_key = api_key
+        self._user = user
+        self._client_id = client_id
+        self._throttle = 0.0
+        self._busy: BusyTime | None = None
+
+    def _record(self, kind: QuotaType, value: float) -> None:
+        throttle = self._manager.record(
+            self._quotas, kind, user=self._user, client_id=self._client_id, value=value, now=time.monotonic()
+        )
+        self._throttle = max(self._throttle, throttle)
+
+    def admit(self, body: Any, frame_bytes: int) -> Any:
+        """The request to handle: charged (Produce) or capped (Fetch)."""
+        if self._api_key == _PRODUCE:
+            self._record(QuotaType.PRODUCE, frame_bytes)
+        elif self._api_key == _FETCH:
+            resolved = resolve(self._quotas, QuotaType.FETCH.value, self._user, self._client_id)
+            if resolved is not None and codec.has_field(type(body), "max_bytes"):
+                windows = self._manager.windows
+                cap = max(1, int(resolved.limit * max(1, windows.samples - 1) * windows.window_s))
+                if body.max_bytes > cap:
+                    body = dataclasses.replace(body, max_bytes=cap)
+        return body
+
+    async def timed(self, handling: Coroutine[Any, Any, Any]) -> Any:
+        """Awaits the handler, timing its own steps when the client has a ``request_percentage`` quota."""
+        if (
+            self._api_key in _EXEMPT
+            or resolve(self._quotas, QuotaType.REQUEST.value, self._user, self._client_id) is None
+        ):
+            return await handling
+        self._busy = BusyTime()
+        return await timed(handling, self._busy)
+
+    def respond(self, correlation_id: int, response: Any, peer: Peer) -> Response | None:
+        """The encoded response, carrying the throttle time; the connection is muted when there is one."""
+        parts = None if response is None else codec.encode_response_parts(correlation_id, response)
+        if self._api_key == _FETCH and parts is not None:
+            self._record(QuotaType.FETCH, sum(len(p) for p in parts))
+        if self._busy is not None:
+            self._record(QuotaType.REQUEST, self._busy.seconds * _PERCENT)
+        if self._throttle <= 0:
+            return parts
+        throttle_ms = max(1, round(self._throttle * 1000))
+        if response is not None and codec.has_field(type(response), "throttle_time"):
+            throttled = codec.build(
+                type(response),
+                **{
+                    f.name: getattr(response, f.name) for f in dataclasses.fields(response) if f.name != "throttle_time"
+                },
+                throttle_time=throttle_ms,
+            )
+            parts = codec.encode_response_parts(correlation_id, throttled)
+        if peer.mute is not None:
+            peer.mute(throttle_ms / 1000)
+        return parts

@@ -1,0 +1,506 @@
+"""Client quotas (issue 13): AlterClientQuotas/DescribeClientQuotas as ``kafka-configs.sh`` sends them, the
+controller's validation, the entity precedence, and real confluent-kafka clients held to their byte rates.
+
+Neither confluent-kafka nor kafka-python has a client-quota admin API, so the admin requests go over a raw
+``WireClient`` in the shape Kafka's ``kafka-configs.sh --entity-type users/clients`` sends them (AlterClientQuotas
+v1, DescribeClientQuotas v1). One broker for the module, with ``quota.window.num=3`` so a client's rate settles
+within seconds instead of Kafka's ten or more (a new client's allowance is ``quota.window.num - 1`` windows of
+quota). Throughput is the slope of the client's own cumulative delivered/consumed bytes over ``MEASURE_S``, once the
+allowance is spent: Kafka's windowed rate lets a greedy client through in bursts (one each time an old window is
+dropped), so bytes counted between two instants swing with where the instants fall among the bursts, while the
+least-squares slope over a few windows does not. The remote-controller path runs on in-process voters, the ACL
+checks on the dispatcher's guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from broker_support import BrokerProcess, WireClient, start_broker
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from kio.schema.errors import ErrorCode
+
+from broker.authorization import BrokerAuthorizer
+from broker.handlers import acl_table
+from broker.handlers.context import RequestContext
+from broker.quotas.busy_time import BusyTime, timed
+from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
+from broker.quotas.resolution import QuotaTags, resolve
+from broker.services import BrokerServices
+from controller.client_quotas import QuotaAlteration, plan_alter_client_quotas
+from controller.config.security import STANDARD_AUTHORIZER, refusal
+from controller.config.server import ServerConfig
+from controller.image import MetadataImage
+from controller.metadata_records import ClientQuotaRecord
+from controller.quorum import QuorumController
+from controller.remote.client import RemoteControllerClient
+from tests.quorum_fixtures import active_voter
+from tests.waiting import eventually
+from wire import codec
+
+QUOTA = 200_000.0  # bytes/s
+VALUE = b"q" * 1000
+# Measured from this long after the first throttle (the initial allowance is spent by then), for this long.
+WARM_UP_S = 1.0
+MEASURE_S = 8.0
+
+Entity = list[tuple[str, str | None]]
+
+
+@pytest.fixture(scope="module")
+def quota_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = start_broker(tmp_path_factory.mktemp("quotas"), {"quota.window.num": "3", "metrics.port": "0"})
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()
+
+
+def _alter(
+    client: WireClient, entries: list[tuple[Entity, dict[str, float | None]]], validate_only: bool = False
+) -> list[tuple[ErrorCode, str | None]]:
+    cls = codec.request_class(49, 1)
+    entry_cls = codec.field_entity(cls, "entries")
+    request = codec.build(
+        cls,
+        validate_only=validate_only,
+        entries=tuple(
+            codec.build(
+                entry_cls,
+                entity=tuple(codec.build_nested(entry_cls, "entity", entity_type=t, entity_name=n) for t, n in entity),
+                ops=tuple(
+                    codec.build_nested(entry_cls, "ops", key=k, value=0.0 if v is None else v, remove=v is None)
+                    for k, v in ops.items()
+                ),
+            )
+            for entity, ops in entries
+        ),
+    )
+    response = client.request(request)
+    return [(ErrorCode(int(e.error_code)), e.error_message) for e in response.entries]
+
+
+def _describe(client: WireClient, components: list[tuple[str, int, str | None]], strict: bool = False) -> Any:
+    cls = codec.request_class(48, 1)
+    return client.request(
+        codec.build(
+            cls,
+            strict=strict,
+            components=tuple(
+                codec.build_nested(cls, "components", entity_type=t, match_type=m, match=name)
+                for t, m, name in components
+            ),
+        )
+    )
+
+
+def _described(response: Any) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+    assert response.error_code == ErrorCode.none, response.error_message
+    return {
+        tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {v.key: v.value for v in entry.values}
+        for entry in response.entries
+    }
+
+
+# ------------------------------------------------------------------------------------ pure: resolution, rules
+
+
+def test_entity_precedence_follows_kafka() -> None:
+    user_client = (("client-id", "app"), ("user", "alice"))
+    levels = [
+        (user_client, QuotaTags("alice", "app")),
+        ((("client-id", None), ("user", "alice")), QuotaTags("alice", "app")),
+        ((("user", "alice"),), QuotaTags("alice", "")),
+        ((("client-id", "app"), ("user", None)), QuotaTags("alice", "app")),
+        ((("client-id", None), ("user", None)), QuotaTags("alice", "app")),
+        ((("user", None),), QuotaTags("alice", "")),
+        ((("client-id", "app"),), QuotaTags("", "app")),
+        ((("client-id", None),), QuotaTags("", "app")),
+    ]
+    quotas = {entity: {"producer_byte_rate": float(1000 + i)} for i, (entity, _) in enumerate(levels)}
+    # Remove the most specific level one at a time: the next one in Kafka's order takes over.
+    for i, (entity, tags) in enumerate(levels):
+        resolved = resolve(quotas, "producer_byte_rate", "alice", "app")
+        assert resolved is not None
+        assert (resolved.entity, resolved.tags, resolved.limit) == (entity, tags, 1000 + i)
+        del quotas[entity]
+    assert resolve(quotas, "producer_byte_rate", "alice", "app") is None
+    # Another user's quota or another key never applies; each key resolves on its own.
+    other = {(("user", "bob"),): {"producer_byte_rate": 5.0}, (("user", None),): {"consumer_byte_rate": 7.0}}
+    assert resolve(other, "producer_byte_rate", "alice", "app") is None
+    fetch = resolve(other, "consumer_byte_rate", "alice", "app")
+    assert fetch is not None and fetch.limit == 7.0
+
+
+def test_rate_throttles_to_the_quota() -> None:
+    quotas = {(("client-id", "p"),): {"producer_byte_rate": 1000.0}}
+    manager = ClientQuotas(QuotaWindows(samples=3, window_s=1.0))
+
+    def record(value: float, now: float) -> float:
+        return manager.record(quotas, QuotaType.PRODUCE, user="ANONYMOUS", client_id="p", value=value, now=now)
+
+    assert record(1500, 0.0) == 0  # 1500 over the 2-window floor: 750/s
+    # 3000 over 2.5 s (0.5 s elapsed plus the floor) is 1200/s, 20 % above: 0.2 x 2.5 s brings it back.
+    assert record(1500, 0.5) == pytest.approx(0.5)
+    assert (
+        manager.record(quotas, QuotaType.PRODUCE, user="ANONYMOUS", client_id="other", value=10**6, now=0.5) == 0
+    )  # no quota for that client
+    assert manager.record(quotas, QuotaType.FETCH, user="ANONYMOUS", client_id="p", value=10**6, now=0.5) == 0
+
+
+def test_alterations_are_validated() -> None:
+    def refusal(entity: Entity, ops: dict[str, float | None]) -> str | None:
+        plan = plan_alter_client_quotas({}, [QuotaAlteration(tuple(entity), tuple(ops.items()))])
+        result = plan.results[0]
+        assert (result.error is ErrorCode.none) == (result.message is None)
+        return result.message
+
+    assert refusal([("user", "alice")], {"producer_byte_rate": 1024.0}) is None
+    assert refusal([("user", None), ("client-id", "c")], {"request_percentage": 12.5}) is None
+    assert "Invalid configuration key unknown_rate" in (refusal([("user", "a")], {"unknown_rate": 1.0}) or "")
+    assert "must be a Long" in (refusal([("user", "a")], {"producer_byte_rate": 1.5}) or "")
+    assert "greater than 0" in (refusal([("user", "a")], {"consumer_byte_rate": -1.0}) or "")
+    assert "finite" in (refusal([("user", "a")], {"request_percentage": float("inf")}) or "")
+    assert "controller_mutation_rate is not supported" in (
+        refusal([("user", "a")], {"controller_mutation_rate": 10.0}) or ""
+    )
+    assert "empty" in (refusal([], {"producer_byte_rate": 1.0}) or "")
+    assert "Duplicate entity type" in (refusal([("user", "a"), ("user", "b")], {"producer_byte_rate": 1.0}) or "")
+    assert "IP entity" in (refusal([("ip", "1.2.3.4"), ("user", "a")], {"producer_byte_rate": 1.0}) or "")
+    assert "Unhandled client quota entity type: group" in (refusal([("group", "g")], {"producer_byte_rate": 1.0}) or "")
+
+
+# ------------------------------------------------------------------------------------ the APIs on a broker
+
+
+def test_alter_and_describe_client_quotas(quota_broker: BrokerProcess) -> None:
+    alice: Entity = [("user", "alice")]
+    default_clients: Entity = [("client-id", None)]
+    alice_app: Entity = [("client-id", "app"), ("user", "alice")]  # --entity-type users --entity-type clients
+    with WireClient(quota_broker.port) as client:
+        # kafka-configs.sh --entity-type users --entity-name alice --alter --add-config producer_byte_rate=1024
+        assert _alter(client, [(alice, {"producer_byte_rate": 1024.0})]) == [(ErrorCode.none, None)]
+        # --entity-type clients --entity-default ..., and a user+client combination, in one request
+        assert _alter(
+            client,
+            [
+                (default_clients, {"consumer_byte_rate": 2048.0}),
+                (alice_app, {"request_percentage": 50.0, "producer_byte_rate": 4096.0}),
+            ],
+        ) == [(ErrorCode.none, None), (ErrorCode.none, None)]
+        # validate_only stores nothing; an invalid entry is refused alone, with a message
+        assert _alter(client, [([("user", "bob")], {"producer_byte_rate": 1.0})], validate_only=True) == [
+            (ErrorCode.none, None)
+        ]
+        results = _alter(
+            client, [([("user", "carol")], {"bogus_rate": 1.0}), ([("user", "dave")], {"producer_byte_rate": 8.0})]
+        )
+        assert results[0][0] is ErrorCode.invalid_request and "bogus_rate" in (results[0][1] or "")
+        assert results[1] == (ErrorCode.none, None)
+
+        everything = _described(_describe(client, []))
+        assert everything == {
+            (("user", "alice"),): {"producer_byte_rate": 1024.0},
+            (("client-id", None),): {"consumer_byte_rate": 2048.0},
+            (("client-id", "app"), ("user", "alice")): {"request_percentage": 50.0, "producer_byte_rate": 4096.0},
+            (("user", "dave"),): {"producer_byte_rate": 8.0},
+        }
+        # exact (0), default (1) and any (2) matches; strict leaves out entities with other types
+        assert set(_described(_describe(client, [("user", 0, "alice")]))) == {
+            (("user", "alice"),),
+            (("client-id", "app"), ("user", "alice")),
+        }
+        assert set(_described(_describe(client, [("user", 0, "alice")], strict=True))) == {(("user", "alice"),)}
+        assert set(_described(_describe(client, [("client-id", 1, None)]))) == {(("client-id", None),)}
+        assert set(_described(_describe(client, [("client-id", 2, None)]))) == {
+            (("client-id", None),),
+            (("client-id", "app"), ("user", "alice")),
+        }
+        assert set(_described(_describe(client, [("user", 2, None), ("client-id", 0, "app")], strict=True))) == {
+            (("client-id", "app"), ("user", "alice"))
+        }
+        refused = _describe(client, [("user", 0, None)])
+        assert refused.error_code == ErrorCode.invalid_request and refused.entries is None
+
+        # --delete-config: removing every key removes the entity; removing an unset key is no error
+        assert (
+            _alter(
+                client,
+                [
+                    (alice, {"producer_byte_rate": None}),
+                    (default_clients, {"consumer_byte_rate": None}),
+                    (alice_app, {"request_percentage": None, "producer_byte_rate": None}),
+                    ([("user", "dave")], {"producer_byte_rate": None, "consumer_byte_rate": None}),
+                ],
+            )
+            == [(ErrorCode.none, None)] * 4
+        )
+        assert _described(_describe(client, [])) == {}
+
+
+# ------------------------------------------------------------------------------------ enforcement, real clients
+
+
+def _set_quota(broker: BrokerProcess, client_id: str, key: str, value: float | None) -> None:
+    with WireClient(broker.port) as client:
+        assert _alter(client, [([("client-id", client_id)], {key: value})]) == [(ErrorCode.none, None)]
+
+
+def _measured_rate(deliveries: list[tuple[float, int]], first_throttle: float) -> float:
+    """Bytes per second: the least-squares slope of the cumulative bytes against time over the measured span."""
+    start = first_throttle + WARM_UP_S
+    end = start + MEASURE_S
+    points: list[tuple[float, float]] = []
+    total = 0
+    for at, size in deliveries:
+        total += size
+        if start <= at < end:
+            points.append((at, total))
+    assert len(points) > 10, f"only {len(points)} deliveries in the measured span"
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_b = sum(b for _, b in points) / len(points)
+    return sum((t - mean_t) * (b - mean_b) for t, b in points) / sum((t - mean_t) ** 2 for t, _ in points)
+
+
+def test_throttled_producer_stays_within_its_quota(quota_broker: BrokerProcess) -> None:
+    topic = f"quota-produce-{uuid.uuid4().hex[:8]}"
+    client_id = "quota-producer"
+    _set_quota(quota_broker, client_id, "producer_byte_rate", QUOTA)
+    throttles: list[tuple[float, float]] = []
+    deliveries: list[tuple[float, int]] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": quota_broker.bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            "batch.size": 16384,
+            "queue.buffering.max.kbytes": 128,
+            # librdkafka also reports the end of a throttle (0 ms); only the throttles count here
+            "throttle_cb": lambda event: (
+                event.throttle_time > 0 and throttles.append((time.monotonic(), event.throttle_time))
+            ),
+        }
+    )
+
+    def delivered(err: Any, msg: Any) -> None:
+        assert err is None, err
+        deliveries.append((time.monotonic(), len(msg.value())))
+
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline and (not throttles or time.monotonic() < throttles[0][0] + WARM_UP_S + MEASURE_S):
+        try:
+            producer.produce(topic, VALUE, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(10)
+    _set_quota(quota_broker, client_id, "producer_byte_rate", None)
+    assert throttles, "the producer never saw a throttle time"
+    rate = _measured_rate(deliveries, throttles[0][0])
+    assert abs(rate - QUOTA) <= 0.1 * QUOTA, f"{rate:.0f} B/s against a quota of {QUOTA:.0f}"
+    eventually(
+        lambda: (
+            f"client '{client_id}' of principal User:ANONYMOUS exceeds its producer_byte_rate quota"
+            in quota_broker.log_text()
+        ),
+        timeout=5.0,
+        what="the throttled producer to be logged",
+    )
+    assert quota_broker.log_text().count(f"client '{client_id}' of principal User:ANONYMOUS exceeds") == 1
+    found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", quota_broker.log_text())
+    assert found is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    throttled = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith('fjord_broker_quota_throttle_seconds_total{quota="produce",user="ANONYMOUS"}')
+    ]
+    assert throttled and throttled[0] > 0, metrics
+
+
+def test_throttled_consumer_stays_within_its_quota(quota_broker: BrokerProcess) -> None:
+    topic = f"quota-fetch-{uuid.uuid4().hex[:8]}"
+    client_id = "quota-consumer"
+    loader = Producer(
+        {"bootstrap.servers": quota_broker.bootstrap, "client.id": "quota-loader", "linger.ms": 5, "batch.size": 16384}
+    )
+    for _ in range(4500):  # ~4.5 MB: more than the allowances plus WARM_UP_S + MEASURE_S at the quota
+        loader.produce(topic, VALUE)
+        loader.poll(0)
+    assert loader.flush(20) == 0
+    _set_quota(quota_broker, client_id, "consumer_byte_rate", QUOTA)
+    throttles: list[tuple[float, float]] = []
+    deliveries: list[tuple[float, int]] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": quota_broker.bootstrap,
+            "client.id": client_id,
+            "group.id": f"quota-group-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "max.partition.fetch.bytes": 65536,
+            # librdkafka also reports the end of a throttle (0 ms); only the throttles count here
+            "throttle_cb": lambda event: (
+                event.throttle_time > 0 and throttles.append((time.monotonic(), event.throttle_time))
+            ),
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join to wait for
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline and (
+            not throttles or time.monotonic() < throttles[0][0] + WARM_UP_S + MEASURE_S
+        ):
+            for message in consumer.consume(num_messages=100, timeout=0.05):
+                assert message.error() is None, message.error()
+                deliveries.append((time.monotonic(), len(message.value() or b"")))
+    finally:
+        consumer.close()
+        _set_quota(quota_broker, client_id, "consumer_byte_rate", None)
+    assert throttles, "the consumer never saw a throttle time"
+    assert sum(size for _, size in deliveries) < 4500 * len(VALUE), "the consumer ran out of data to fetch"
+    rate = _measured_rate(deliveries, throttles[0][0])
+    assert abs(rate - QUOTA) <= 0.1 * QUOTA, f"{rate:.0f} B/s against a quota of {QUOTA:.0f}"
+
+
+def test_quota_window_keys_are_accepted() -> None:
+    """The quota keys Fjord reads no longer stop a node (any other quota key still does: test_security_refusals)."""
+    assert refusal("quota.window.num", "3") is None
+    assert refusal("quota.window.size.seconds", "1") is None
+    assert refusal("quota.producer.default", "1") is not None
+
+
+def test_image_keeps_quotas_and_snapshots_them() -> None:
+    entity = (("client-id", None), ("user", "alice"))
+    image = MetadataImage("cluster").apply(
+        [
+            ClientQuotaRecord(entity, "producer_byte_rate", 1024.0),
+            ClientQuotaRecord(entity, "request_percentage", 25.0),
+            ClientQuotaRecord((("user", "bob"),), "consumer_byte_rate", 10.0),
+            ClientQuotaRecord((("user", "bob"),), "consumer_byte_rate", 0.0, remove=True),
+        ],
+        3,
+    )
+    assert image.client_quotas == {entity: {"producer_byte_rate": 1024.0, "request_percentage": 25.0}}
+    rebuilt = MetadataImage("cluster").apply(image.to_records(), 3)
+    assert rebuilt.client_quotas == image.client_quotas
+
+
+def test_request_percentage_throttles_and_mutes_the_connection(quota_broker: BrokerProcess) -> None:
+    client_id = "quota-busy"
+    _set_quota(quota_broker, client_id, "request_percentage", 0.01)  # 0.1 ms of event loop per second
+    metadata = codec.build(codec.request_class(3, 12), topics=(), allow_auto_topic_creation=False)
+    try:
+        with WireClient(quota_broker.port) as client:
+            throttle_ms = 0
+            for _ in range(50):
+                correlation_id = client.send(metadata, client_id=client_id)
+                got, response = client.receive(3, 12)
+                assert got == correlation_id
+                throttle_ms = codec.millis(response.throttle_time)
+                if throttle_ms > 0:
+                    break
+            assert throttle_ms > 0, "50 Metadata requests were never throttled"
+            # Muted: the next request is not even read until the throttle time has passed.
+            client.send(metadata, client_id=client_id)
+            client.sock.settimeout(min(throttle_ms / 2000, 0.5))
+            with pytest.raises(TimeoutError):
+                client.read_frame()
+    finally:
+        _set_quota(quota_broker, client_id, "request_percentage", None)
+
+
+async def test_a_broker_of_a_quorum_alters_quotas_through_the_active_controller(
+    voters: list[QuorumController], tmp_path: Path
+) -> None:
+    """The multi-process path, in this process: a broker's remote controller client forwards AlterClientQuotas to
+    the active voter over the CONTROLLER listener, and sees the result in its own replica of the image."""
+    await active_voter(voters)
+    broker = ServerConfig.from_properties(
+        {
+            "process.roles": "broker",
+            "node.id": "7",
+            "controller.quorum.voters": ",".join(voters[0].config.value("controller.quorum.voters")),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(tmp_path / "broker"),
+            "s3.data.buckets": f"0@file://{tmp_path / 'objects'}",
+        }
+    )
+    client = await RemoteControllerClient.start(broker, catch_up_timeout_s=20)
+    try:
+        alice = (("user", "alice"),)
+        results = await client.alter_client_quotas(
+            [
+                QuotaAlteration(alice, (("producer_byte_rate", 1024.0),)),
+                QuotaAlteration((("user", "bob"),), (("nonsense", 1.0),)),
+            ],
+            validate_only=False,
+        )
+        assert [r.error for r in results] == [ErrorCode.none, ErrorCode.invalid_request]
+        assert "nonsense" in (results[1].message or "")
+        assert client.image.client_quotas == {alice: {"producer_byte_rate": 1024.0}}
+    finally:
+        await client.close()
+
+
+async def test_quota_apis_need_cluster_describe_configs_and_alter_configs() -> None:
+    """Kafka's checks: DescribeClientQuotas needs DESCRIBE_CONFIGS and AlterClientQuotas ALTER_CONFIGS on the
+    cluster; refused, the handler never runs and every entry carries CLUSTER_AUTHORIZATION_FAILED."""
+    settings: dict[str, object] = {"authorizer.class.name": STANDARD_AUTHORIZER}
+    authorizer = BrokerAuthorizer(settings.get, dict)  # no binding: nothing is allowed
+
+    async def never(_ctx: RequestContext, _request: Any) -> Any:
+        raise AssertionError("the handler ran without the ACL")
+
+    def context(api_key: int) -> RequestContext:
+        return RequestContext(
+            api_key=api_key,
+            api_version=1,
+            correlation_id=1,
+            client_id="quota-acl",
+            client_host="127.0.0.1",
+            node=cast(BrokerServices, None),
+            authorizer=authorizer,
+        )
+
+    describe = await acl_table.serve(context(48), codec.build(codec.request_class(48, 1), components=()), never)
+    assert describe.error_code == ErrorCode.cluster_authorization_failed
+    alter_cls = codec.request_class(49, 1)
+    entry = codec.build_nested(
+        alter_cls,
+        "entries",
+        entity=(
+            codec.build_nested(
+                codec.field_entity(alter_cls, "entries"), "entity", entity_type="user", entity_name="alice"
+            ),
+        ),
+        ops=(),
+    )
+    altered = await acl_table.serve(context(49), codec.build(alter_cls, entries=(entry,)), never)
+    assert [(e.error_code, [(x.entity_type, x.entity_name) for x in e.entity]) for e in altered.entries] == [
+        (ErrorCode.cluster_authorization_failed, [("user", "alice")])
+    ]
+
+
+async def test_busy_time_counts_the_handlers_own_steps_not_its_waits() -> None:
+    async def handler() -> str:
+        spin_until = time.perf_counter() + 0.02
+        while time.perf_counter() < spin_until:
+            pass
+        await asyncio.sleep(0.2)  # waiting (storage, a long poll) is not the handler's time
+        return "done"
+
+    busy = BusyTime()
+    started = time.perf_counter()
+    assert await timed(handler(), busy) == "done"
+    assert 0.02 <= busy.seconds <= time.perf_counter() - started - 0.2
