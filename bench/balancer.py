@@ -17,6 +17,11 @@ started, and the benchmark measures:
 At the end every record is read back: ``lost`` counts acknowledged records missing, ``dup`` those read twice.
 
     .venv/bin/python bench/balancer.py [--brokers 3] [--partitions 24] [--rate 2000]
+
+On the 2-core development machine (2026-11-26, load average about 2, defaults): the fourth broker led its share
+(6 of 24) 16.0 s after its process started (the next 10 s balancing round, then four moves in flight at a time);
+the producer's delivery latency p99 was 99 ms before, and the longest latency on each moved partition 707 ms at the
+median and 720 ms at worst (librdkafka's NOT_LEADER retry and metadata refresh included); lost 0, dup 0.
 """
 
 from __future__ import annotations
