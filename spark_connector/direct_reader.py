@@ -7,6 +7,12 @@ codec); control batches are skipped, as a consumer never returns them. Records o
 that straddles a bound are dropped, so rows are exactly the Kafka path's. The part after the last uploaded offset is
 read by ``kafka_reader`` through the broker.
 
+A ``read_committed`` task (its range ends at the LSO) drops the batches of aborted transactions the way a
+read_committed consumer does (``wire.aborted_txns.AbortedFilter``, fed the planned aborted transactions and every
+batch in order, ABORT markers included). At the first transactional batch from the plan's ``known_below`` on, whose
+outcome the uploaded txn stream may not tell yet, the rest of the range goes through the broker (see
+``direct_plan``).
+
 If an object disappeared since planning (retention or compaction removed it), the rest of the range goes through the
 broker too, which applies the ``failOnDataLoss`` rules to what is there now.
 
@@ -26,14 +32,16 @@ from itertools import islice
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_connector.direct_plan import DirectRange
+from spark_connector.direct_plan import CommittedView, DirectRange
 from spark_connector.kafka_reader import ReadSettings, Row, read_range
 from spark_connector.offsets import OffsetRange
 from storage.config import StorageConfig, parse_bucket_url
 from storage.errors import ObjectNotFoundError
 from storage.objects.reader import ObjectReader
 from storage.objectstore.factory import open_object_store
-from wire.record_batch import LOG_APPEND_TIME, decode_records, iter_batches
+from wire.aborted_txns import AbortedFilter
+from wire.control_records import ControlType, control_type
+from wire.record_batch import LOG_APPEND_TIME, BatchHeader, decode_records, iter_batches
 
 __all__ = ["Columns", "DirectSettings", "arrow_batches", "read_direct"]
 
@@ -77,16 +85,18 @@ def read_direct(settings: DirectSettings, task: DirectRange) -> Iterator[pa.Reco
     loop = asyncio.new_event_loop()
     store = open_object_store(parse_bucket_url(settings.object_store, "fjord.object.store"), StorageConfig())
     reader = ObjectReader(store, task.namespace, _INDEX_CACHE)
-    columns = Columns(offsets.topic, offsets.partition, include_headers)
+    columns = Columns(offsets.topic, offsets.partition, include_headers, task.committed)
     position = offsets.start
     try:
         for piece in task.slices:
+            if columns.stopped_at is not None:
+                break
             cursor = max(piece.start, position)
             while cursor < piece.end:
                 try:
                     batches = loop.run_until_complete(
                         reader.read_range(
-                            piece.object_id, task.stream_id, cursor, piece.end, CHUNK_BYTES, piece.object_size
+                            piece.object_id, piece.stream_id, cursor, piece.end, CHUNK_BYTES, piece.object_size
                         )
                     )
                 except ObjectNotFoundError:
@@ -97,12 +107,18 @@ def read_direct(settings: DirectSettings, task: DirectRange) -> Iterator[pa.Reco
                     columns.add(batch.payload, max(position, piece.start), piece.end)
                     if len(columns) >= ARROW_BATCH_ROWS:
                         yield columns.flush()
+                    if columns.stopped_at is not None:
+                        break
+                if columns.stopped_at is not None:
+                    break
                 cursor = batches[-1].last_offset
             else:
                 position = max(position, piece.end)
                 continue
             position = max(position, columns.next_offset)
             break
+        if columns.stopped_at is not None:
+            position = columns.stopped_at
         if len(columns):
             yield columns.flush()
         if position < offsets.end:
@@ -117,7 +133,9 @@ class Columns:
     """Records of one partition gathered column by column into Arrow batches of the source's schema: building
     Arrow arrays from lists of plain values is what keeps the direct path cheap per record."""
 
-    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+    def __init__(
+        self, topic: str, partition: int, include_headers: bool, committed: CommittedView | None = None
+    ) -> None:
         self._topic = topic
         self._partition = partition
         self._include_headers = include_headers
@@ -129,15 +147,24 @@ class Columns:
         self._headers: list[list[tuple[str, bytes | None]] | None] = []
         #: The offset after the last record added (or the start, before any).
         self.next_offset = 0
+        self._committed = committed
+        self._aborted = AbortedFilter(committed.aborted) if committed is not None else None
+        #: read_committed: the offset of the first batch whose outcome the plan does not know (nothing is added
+        #: from there on; the caller reads the rest through the broker).
+        self.stopped_at: int | None = None
 
     def __len__(self) -> int:
         return len(self._offsets)
 
     def add(self, payload: bytes, start: int, end: int) -> None:
         """The records in ``payload`` (Kafka record batches) with offsets in ``[start, end)``; control batches are
-        skipped, as a consumer never returns them."""
+        skipped, as a consumer never returns them, and so are aborted ones in a read_committed task."""
         for header, batch in iter_batches(payload):
-            if header.is_control or header.next_offset <= start or header.base_offset >= end:
+            if self.stopped_at is not None or header.base_offset >= end:
+                return
+            if header.next_offset <= start:
+                continue
+            if self._skipped(header, batch, start):
                 continue
             spark_type = _SPARK_LOG_APPEND_TIME if header.timestamp_type == LOG_APPEND_TIME else _SPARK_CREATE_TIME
             for record in decode_records(batch):
@@ -152,6 +179,20 @@ class Columns:
                 if self._include_headers:
                     self._headers.append(list(record.headers) or None)
                 self.next_offset = offset + 1
+
+    def _skipped(self, header: BatchHeader, batch: bytes | memoryview, start: int) -> bool:
+        """Control batches, and in a read_committed task the batches of aborted transactions; sets
+        :attr:`stopped_at` at a transactional batch the plan cannot decide."""
+        if self._committed is None or self._aborted is None:
+            return header.is_control
+        if header.is_transactional and header.base_offset >= self._committed.known_below:
+            self.stopped_at = max(header.base_offset, start)
+            return True
+        abort_marker = False
+        if header.is_control:
+            marker = next(iter(decode_records(batch)), None)
+            abort_marker = marker is not None and control_type(marker.key) is ControlType.ABORT
+        return self._aborted.is_aborted(header, abort_marker) or header.is_control
 
     def flush(self) -> pa.RecordBatch:
         """The records added since the last flush, as one batch."""

@@ -8,6 +8,7 @@ are plain maps that ``offsets`` turns into ranges.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
@@ -16,9 +17,7 @@ from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, Top
 from confluent_kafka.admin import AdminClient
 
 # Public in confluent_kafka.admin, but re-exported there without __all__, which mypy's strict mode does not count.
-from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._listoffsets import ListOffsetsResultInfo, OffsetSpec
-from confluent_kafka.admin._resource import ResourceType
 
 from spark_connector.options import Assign, FjordOptions, Subscribe, client_config, read_uncommitted
 
@@ -27,6 +26,8 @@ __all__ = ["ClusterLookupError", "OffsetLookup"]
 TP = tuple[str, int]
 
 REQUEST_TIMEOUT_S = 30.0
+#: Between two lookups of offsets a partition did not answer (its leader moving or restarting).
+RETRY_PAUSE_S = 0.5
 
 
 class ClusterLookupError(RuntimeError):
@@ -67,10 +68,35 @@ class OffsetLookup:
 
     def earliest(self, partitions: Iterable[TP]) -> dict[TP, int]:
         # confluent-kafka leaves OffsetSpec.earliest()/latest() unannotated.
-        return self._list({tp: OffsetSpec.earliest() for tp in partitions}, "earliest")  # type: ignore[no-untyped-call]
+        return self._positions(OffsetSpec.earliest(), partitions, "earliest")  # type: ignore[no-untyped-call]
 
     def latest(self, partitions: Iterable[TP]) -> dict[TP, int]:
-        return self._list({tp: OffsetSpec.latest() for tp in partitions}, "latest")  # type: ignore[no-untyped-call]
+        return self._positions(OffsetSpec.latest(), partitions, "latest")  # type: ignore[no-untyped-call]
+
+    def _positions(self, spec: OffsetSpec, partitions: Iterable[TP], what: str) -> dict[TP, int]:
+        """Earliest or latest offsets. While a partition has no leader for a moment (its broker restarting), the
+        answer is an error or no offset (-1001), which a streaming query must not take for the partition's end
+        (nor for data loss): such partitions are asked again until ``REQUEST_TIMEOUT_S`` has passed, as Spark's
+        Kafka source retries its offset lookups. After an error the admin client is made anew: librdkafka's keeps
+        asking with the leader epoch it cached (FENCED_LEADER_EPOCH once the restarted leader has a new one)."""
+        wanted = list(partitions)
+        found: dict[TP, int] = {}
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        while True:
+            error: ClusterLookupError | None = None
+            try:
+                answer = self._list({tp: spec for tp in wanted if tp not in found}, what)
+            except ClusterLookupError as exc:
+                answer, error = {}, exc
+                self._admin = AdminClient(client_config(self._options))
+            found.update((tp, offset) for tp, offset in answer.items() if offset >= 0)
+            missing = [tp for tp in wanted if tp not in found]
+            if not missing:
+                return found
+            if time.monotonic() >= deadline:
+                names = ", ".join(f"{topic}-{partition}" for topic, partition in missing)
+                raise error or ClusterLookupError(f"no {what} offset of {names} within {REQUEST_TIMEOUT_S:.0f} s")
+            time.sleep(RETRY_PAUSE_S)
 
     def for_timestamps(self, timestamps: Mapping[TP, int]) -> dict[TP, int | None]:
         """The first offset whose timestamp is at or after the given one, or None when no record is that recent."""
@@ -103,22 +129,6 @@ class OffsetLookup:
             mask = (1 << 64) - 1
             result[name] = uuid.UUID(int=((topic_id.get_most_significant_bits() & mask) << 64)
                                      | (topic_id.get_least_significant_bits() & mask))
-        return result
-
-    def compacted(self, topics: Iterable[str]) -> set[str]:
-        """The topics whose ``cleanup.policy`` includes ``compact``."""
-        resources = [ConfigResource(ResourceType.TOPIC, name) for name in sorted(set(topics))]
-        if not resources:
-            return set()
-        futures = self._admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S)
-        result: set[str] = set()
-        for resource, future in futures.items():
-            try:
-                entry = future.result().get("cleanup.policy")
-            except KafkaException as exc:
-                raise ClusterLookupError(f"could not describe the configs of topic {resource.name}: {exc}") from exc
-            if entry is not None and "compact" in str(entry.value or ""):
-                result.add(resource.name)
         return result
 
     def _list(self, specs: Mapping[TP, OffsetSpec], what: str) -> dict[TP, int]:

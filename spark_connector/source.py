@@ -1,11 +1,12 @@
 """The ``fjord`` data source for Spark's Python Data Source API: a batch reader and a micro-batch stream reader.
 
-Both plan on the driver (options → partitions and offsets → :class:`OffsetRange` tasks, see ``offsets``) and read
-on executors. With ``fjord.object.store`` set (and ``fjord.read`` not ``broker``), planning also locates each
-range's uploaded part (``storage_lookup``), which executors read straight from the bucket (``direct_reader``); the
-rest, and every range of a compacted topic or of a ``read_committed`` read, goes through the broker
-(``kafka_reader``). The stream's offset, the one Spark checkpoints, is the next offset to read in every
-partition (Spark's Kafka JSON shape), so a restarted query resumes exactly where the last committed batch ended.
+Both plan on the driver (options → partitions and offsets → :class:`OffsetRange` tasks, see ``offsets``) and read on
+executors. With ``fjord.object.store`` set (and ``fjord.read`` not ``broker``), planning also locates each range's
+uploaded part (``storage_lookup``), which executors read straight from the bucket (``direct_reader``); the rest goes
+through the broker (``kafka_reader``); a compacted topic's cleaned prefix is read directly too. A ``read_committed``
+read ends at the LSO (ListOffsets with isolation level 1) and drops aborted transactions on the direct path too. The
+stream's offset, the one Spark checkpoints, is the next offset to read in every partition (Spark's Kafka JSON
+shape), so a restarted query resumes exactly where the last committed batch ended.
 Partitions that appear while a query runs are read from their earliest offset; partitions that disappear, or whose
 offsets went backwards, are data loss (an error, or skipped with ``failOnDataLoss=false``).
 """
@@ -106,10 +107,8 @@ def starting_offsets(options: FjordOptions, lookup: OffsetLookup, partitions: li
 
 
 def direct_settings(options: FjordOptions) -> DirectSettings | None:
-    """The direct path's settings when this read may use it: a bucket is given, the broker path is not forced, and
-    the read is ``read_uncommitted`` (read_committed needs the aborted-transaction index, which only the broker
-    applies for now)."""
-    if options.object_store is None or options.read_path == READ_BROKER or not read_uncommitted(options):
+    """The direct path's settings when this read may use it: a bucket is given and the broker path is not forced."""
+    if options.object_store is None or options.read_path == READ_BROKER:
         return None
     return DirectSettings(read_settings(options), options.object_store)
 
@@ -135,13 +134,11 @@ def _locate(options: FjordOptions, lookup: OffsetLookup,
             ranges: list[OffsetRange]) -> list[OffsetRange | DirectRange]:
     assert options.object_store is not None
     ranges = _checked_heads(options, lookup, ranges)
-    compacted = lookup.compacted({r.topic for r in ranges})
-    direct = [r for r in ranges if r.topic not in compacted]
-    if not direct:
-        return list(ranges)
+    if not ranges:
+        return []
     facts = ClusterFacts(_addresses(options.bootstrap_servers), lookup.cluster_id(),
-                         lookup.topic_ids({r.topic for r in direct}))
-    return [*locate_ranges(facts, options.object_store, direct), *(r for r in ranges if r.topic in compacted)]
+                         lookup.topic_ids({r.topic for r in ranges}))
+    return locate_ranges(facts, options.object_store, ranges, read_committed=not read_uncommitted(options))
 
 
 def _checked_heads(options: FjordOptions, lookup: OffsetLookup, ranges: list[OffsetRange]) -> list[OffsetRange]:

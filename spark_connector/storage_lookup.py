@@ -4,12 +4,17 @@ The driver knows only the bootstrap servers. A broker's DescribeQuorum answer na
 (``controller.shell_sources.quorum_voters``, what ``fjord metadata shell --bootstrap`` does), and the active
 controller answers Fjord's read-only stream RPCs (GetKV, GetStreams, GetObjects) through the same
 ``RemoteStreamMetadata`` a broker uses. Per partition: the KV entry ``<namespace>/<topicId>/<partition>`` names the
-meta stream; its uploaded records (read from the bucket, as the executors will) name the log stream; GetObjects says
-which committed objects hold ``[start, end)`` of it (``direct_plan.cover`` splits the range).
+meta stream; its uploaded records (read from the bucket, as the executors will) name the log stream, and for a
+compacted partition the cleaned stream and the cleaner offset; GetObjects says which committed objects hold
+``[start, end)`` of them (``direct_plan.cover_slices`` splits the range). A ``read_committed`` read also reads the
+uploaded entries of the partition's txn stream (its aborted transactions; see ``direct_plan.committed_view``).
+
+The LOG entry read is the newest uploaded one, which may lag the broker's: a cleaner round that switched streams
+since is not seen, and the older cleaned stream and cleaner offset are read instead (the records a consumer saw
+before that round), until their objects are deleted, from where the executor reads through the broker.
 
 A partition the direct path cannot serve keeps its plain :class:`OffsetRange`, which the executor reads through the
-broker: one whose KV entry or LOG entry is not uploaded yet, or whose topic is compacted once the cleaner has run
-(reading the cleaned stream is the broker's job here). Everything here is asked once per planned batch.
+broker: one whose KV entry or LOG entry is not uploaded yet. Everything here is asked once per planned batch.
 """
 
 from __future__ import annotations
@@ -19,19 +24,28 @@ import logging
 import struct
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.kv_keys import partition_kv_key
 from controller.remote.channel import ActiveControllerChannel
 from controller.remote.stream_metadata import RemoteStreamMetadata
 from controller.shell_sources import MetadataSourceError, quorum_voters
-from spark_connector.direct_plan import DirectRange, cover, log_stream_id
+from spark_connector.direct_plan import (
+    DirectRange,
+    ObjectSlice,
+    PartitionStreams,
+    committed_view,
+    cover_slices,
+    partition_streams,
+)
 from spark_connector.offsets import OffsetRange
 from storage.config import StorageConfig, parse_bucket_url
 from storage.errors import StorageError
+from storage.metadata.api import S3ObjectMetadata
 from storage.namespace import namespace_for
 from storage.objects.reader import ObjectReader
 from storage.objectstore.factory import open_object_store
+from wire.aborted_txns import AbortedTxnEntry, TxnIndexFormatError, decode_entry
 
 __all__ = ["StorageLookupError", "locate_ranges"]
 
@@ -59,11 +73,12 @@ class ClusterFacts:
 
 
 def locate_ranges(
-    facts: ClusterFacts, object_store: str, ranges: Sequence[OffsetRange]
+    facts: ClusterFacts, object_store: str, ranges: Sequence[OffsetRange], *, read_committed: bool = False
 ) -> list[OffsetRange | DirectRange]:
-    """Each range as a :class:`DirectRange` where its partition's log stream is found, else unchanged."""
+    """Each range as a :class:`DirectRange` where its partition's log stream is found, else unchanged; with
+    ``read_committed``, each with its :class:`CommittedView` from the partition's txn stream."""
     try:
-        return asyncio.run(_locate(facts, object_store, ranges))
+        return asyncio.run(_locate(facts, object_store, ranges, read_committed))
     # ValueError: a meta stream record or a controller answer that does not decode.
     except (MetadataSourceError, StorageError, ValueError, OSError, TimeoutError) as exc:
         raise StorageLookupError(
@@ -73,7 +88,7 @@ def locate_ranges(
 
 
 async def _locate(
-    facts: ClusterFacts, object_store: str, ranges: Sequence[OffsetRange]
+    facts: ClusterFacts, object_store: str, ranges: Sequence[OffsetRange], read_committed: bool
 ) -> list[OffsetRange | DirectRange]:
     try:
         voters = await quorum_voters(list(facts.bootstrap), REQUEST_TIMEOUT_S, client_id=CLIENT_ID)
@@ -90,71 +105,105 @@ async def _locate(
     try:
         metadata = RemoteStreamMetadata(channel, node_id=-1, node_epoch=lambda: -1)
         reader = ObjectReader(store, namespace)
-        streams: dict[tuple[str, int], int | None] = {}
+        streams: dict[tuple[str, int], PartitionStreams | None] = {}
+        aborted: dict[tuple[str, int], list[AbortedTxnEntry]] = {}
         out: list[OffsetRange | DirectRange] = []
         for offsets in ranges:
             tp = (offsets.topic, offsets.partition)
             if tp not in streams:
-                streams[tp] = await _log_stream(metadata, reader, namespace, facts.topic_ids[offsets.topic], tp)
-            stream_id = streams[tp]
-            if stream_id is None or offsets.size <= 0:
+                streams[tp] = await _partition_streams(metadata, reader, namespace, facts.topic_ids[offsets.topic], tp)
+                found_streams = streams[tp]
+                if read_committed and found_streams is not None:
+                    aborted[tp] = await _aborted_entries(metadata, reader, found_streams, f"{tp[0]}-{tp[1]}")
+            partition = streams[tp]
+            if partition is None or offsets.size <= 0:
                 out.append(offsets)
                 continue
-            objects = []
-            cursor = offsets.start
-            while cursor < offsets.end:
-                found = await metadata.get_objects(stream_id, cursor, offsets.end, OBJECTS_PER_CALL)
-                ends = [r.end_offset for obj in found for r in obj.ranges if r.stream_id == stream_id]
-                if not ends or max(ends) <= cursor:
+            slices: tuple[ObjectSlice, ...] = ()
+            for stream_id, start, end in partition.pieces(offsets):
+                covered = cover_slices(start, end, stream_id, await _objects(metadata, stream_id, start, end))
+                slices += covered
+                if (covered[-1].end if covered else start) < end:
                     break
-                objects.extend(found)
-                cursor = max(ends)
-            out.append(cover(offsets, stream_id, namespace, objects))
+            planned = DirectRange(offsets, namespace, slices)
+            if read_committed:
+                planned = replace(planned, committed=committed_view(offsets, aborted[tp]))
+            out.append(planned)
         return out
     finally:
         await channel.close()
         await store.close()
 
 
-async def _log_stream(
+async def _objects(metadata: RemoteStreamMetadata, stream_id: int, start: int, end: int) -> list[S3ObjectMetadata]:
+    """The committed objects holding ``[start, end)`` of a stream, asked in pages from where each answer ended."""
+    objects: list[S3ObjectMetadata] = []
+    cursor = start
+    while cursor < end:
+        found = await metadata.get_objects(stream_id, cursor, end, OBJECTS_PER_CALL)
+        ends = [r.end_offset for obj in found for r in obj.ranges if r.stream_id == stream_id]
+        if not ends or max(ends) <= cursor:
+            break
+        objects.extend(found)
+        cursor = max(ends)
+    return objects
+
+
+async def _partition_streams(
     metadata: RemoteStreamMetadata, reader: ObjectReader, namespace: str, topic_id: uuid.UUID, tp: tuple[str, int]
-) -> int | None:
-    """The partition's log stream id, or None when the direct path cannot read it (see the module docstring)."""
+) -> PartitionStreams | None:
+    """The partition's stream ids, or None when the direct path cannot read it (see the module docstring)."""
     where = f"{tp[0]}-{tp[1]}"
     raw = await metadata.get_kv(partition_kv_key(namespace, topic_id, tp[1]))
     if raw is None or len(raw) != 8:
         logger.info("%s: no meta stream known to the controller yet; reading it through the broker", where)
         return None
     (meta_id,) = struct.unpack(">q", raw)
-    found = await metadata.get_streams([meta_id])
-    if not found:
+    streams = partition_streams(await _uploaded_records(metadata, reader, meta_id), where)
+    if streams is None:
+        logger.info("%s: its LOG entry is not uploaded yet; reading it through the broker", where)
         return None
-    meta = found[0]
+    return streams
+
+
+async def _aborted_entries(
+    metadata: RemoteStreamMetadata, reader: ObjectReader, streams: PartitionStreams, where: str
+) -> list[AbortedTxnEntry]:
+    """The uploaded entries of the partition's txn stream, in marker order (none when it has no txn stream)."""
+    if streams.txn < 0:
+        return []
+    try:
+        return [decode_entry(p) for p in await _uploaded_records(metadata, reader, streams.txn)]
+    except TxnIndexFormatError as exc:
+        raise StorageLookupError(f"txn stream {streams.txn} of {where}: {exc}") from exc
+
+
+async def _uploaded_records(metadata: RemoteStreamMetadata, reader: ObjectReader, stream_id: int) -> list[bytes]:
+    """The payloads of a (small) stream's records that committed objects hold, in offset order: a prefix of the
+    stream, as a gap ends it (the txn stream's entries are only complete up to the last one returned)."""
+    found = await metadata.get_streams([stream_id])
+    if not found:
+        return []
+    stream = found[0]
     payloads: list[bytes] = []
-    cursor = meta.start_offset
-    while cursor < meta.end_offset:
-        objects = await metadata.get_objects(meta_id, cursor, meta.end_offset, OBJECTS_PER_CALL)
+    cursor = stream.start_offset
+    while cursor < stream.end_offset:
+        objects = await metadata.get_objects(stream_id, cursor, stream.end_offset, OBJECTS_PER_CALL)
         if not objects:
             break
         for obj in objects:
             for part in obj.ranges:
-                if part.stream_id != meta_id or part.end_offset <= cursor:
+                if part.stream_id != stream_id or part.end_offset <= cursor:
                     continue
+                if part.start_offset > cursor:
+                    return payloads
                 while cursor < part.end_offset:
                     batches = await reader.read_range(
-                        obj.object_id, meta_id, cursor, part.end_offset, _META_READ_BYTES, obj.object_size
+                        obj.object_id, stream_id, cursor, part.end_offset, _META_READ_BYTES, obj.object_size
                     )
                     if not batches:
-                        break
+                        return payloads
                     payloads.extend(b.payload for b in batches if b.base_offset >= cursor)
                     cursor = batches[-1].last_offset
                 cursor = max(cursor, part.end_offset)
-    streams = log_stream_id(payloads, where)
-    if streams is None:
-        logger.info("%s: its LOG entry is not uploaded yet; reading it through the broker", where)
-        return None
-    log_id, cleaned_id = streams
-    if cleaned_id >= 0:
-        logger.info("%s: compacted (cleaned stream %d); reading it through the broker", where, cleaned_id)
-        return None
-    return log_id
+    return payloads

@@ -1,5 +1,6 @@
-"""The aborted-transaction index of a partition (DESIGN.md §4, the txn stream), sans-I/O: entries, their codec,
-the in-memory index with Kafka's ``collectAbortedTxns`` query, and the read_committed filter the log cleaner uses.
+"""The aborted-transaction index of a partition (DESIGN.md §4, the txn stream), sans-I/O: the in-memory index
+with Kafka's ``collectAbortedTxns`` query. The entries, their codec and the read_committed filter the log cleaner
+uses live in wire/aborted_txns.py (re-exported here), since the Spark source's direct reads apply them too.
 
 An entry is appended when an ABORT marker closes a transaction that wrote data on the partition, so entries come in
 marker (``last_offset``) order. A read_committed Fetch returns, next to its records, every aborted transaction
@@ -11,50 +12,26 @@ until it meets the abort marker. The on-stream format is Kafka's transaction-ind
 from __future__ import annotations
 
 import bisect
-import struct
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from wire.record_batch import BatchHeader
+from wire.aborted_txns import (
+    AbortedFilter,
+    AbortedTxn,
+    AbortedTxnEntry,
+    TxnIndexFormatError,
+    decode_entry,
+    encode_entry,
+)
 
-_ENTRY = struct.Struct(">hqqqq")
-_VERSION = 0
-
-
-class TxnIndexFormatError(ValueError):
-    """A txn-stream record does not decode."""
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    """What a read_committed Fetch reports per aborted transaction (its ``aborted_transactions`` entries)."""
-
-    producer_id: int
-    first_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTxnEntry:
-    """One aborted transaction: data from ``first_offset``, ABORT marker at ``last_offset``, and the partition's
-    LSO once it was decided."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
-
-
-def encode_entry(entry: AbortedTxnEntry) -> bytes:
-    return _ENTRY.pack(_VERSION, entry.producer_id, entry.first_offset, entry.last_offset, entry.last_stable_offset)
-
-
-def decode_entry(data: bytes) -> AbortedTxnEntry:
-    if len(data) != _ENTRY.size:
-        raise TxnIndexFormatError(f"txn index entry of {len(data)} bytes, expected {_ENTRY.size}")
-    version, pid, first, last, lso = _ENTRY.unpack(data)
-    if version != _VERSION:
-        raise TxnIndexFormatError(f"unknown txn index entry version {version}")
-    return AbortedTxnEntry(pid, first, last, lso)
+__all__ = [
+    "AbortedFilter",
+    "AbortedTxn",
+    "AbortedTxnEntry",
+    "TxnIndex",
+    "TxnIndexFormatError",
+    "decode_entry",
+    "encode_entry",
+]
 
 
 class TxnIndex:
@@ -126,26 +103,3 @@ class TxnIndex:
         if kept:
             return kept[0]
         return stored[-1] + 1 if stored else None
-
-
-class AbortedFilter:
-    """Which data batches of a walk in offset order belong to aborted transactions, the way a read_committed
-    consumer decides it: a producer is "aborting" from its aborted transaction's first offset until its ABORT
-    marker. ``aborted`` is what :meth:`TxnIndex.collect` returned for the walked range."""
-
-    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
-        self._pending = sorted(aborted, key=lambda t: t.first_offset)
-        self._next = 0
-        self._aborting: set[int] = set()
-
-    def is_aborted(self, header: BatchHeader, abort_marker: bool = False) -> bool:
-        """For each batch in order: True for a transactional data batch of an aborted transaction.
-        ``abort_marker`` says that a control batch is an ABORT marker (it ends its producer's aborted range)."""
-        while self._next < len(self._pending) and self._pending[self._next].first_offset <= header.last_offset:
-            self._aborting.add(self._pending[self._next].producer_id)
-            self._next += 1
-        if header.is_control:
-            if abort_marker:
-                self._aborting.discard(header.producer_id)
-            return False
-        return header.is_transactional and header.producer_id in self._aborting

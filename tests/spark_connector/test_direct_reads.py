@@ -1,12 +1,15 @@
 """The ``fjord`` source's direct path: uploaded data read by Spark straight from the bucket, the WAL-only tail
 through the broker, and exactly the records a plain confluent-kafka consumer reads.
 
-The cluster is one controller and one broker (real processes; the direct path asks the controller quorum where the
+The cluster is one controller and two brokers (real processes; the direct path asks the controller quorum where the
 data is, which the embedded single node does not serve over the network) over a bucket on the session's moto S3
 server, so executors read through the s3:// object store. The broker uploads as soon as its LogCache holds 64 KiB
 (never on a timer during a test), so a topic produced in two rounds has an uploaded head and a tail that is only in
 the WAL; the tests check that planning found both parts before reading. Proving a read direct: the broker's Fetch
-counter (Prometheus ``/metrics``) stays put while Spark reads a range that is all uploaded.
+counter (Prometheus ``/metrics``) stays put while Spark reads a range that is all uploaded. The same holds for a
+read_committed read (aborted transactions dropped from the bucket's data) and a compacted topic (its cleaned stream
+read from the bucket). The streaming test moves a partition and restarts a broker, so it comes after the other tests
+of the cluster.
 """
 
 from __future__ import annotations
@@ -22,20 +25,26 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
 from pyspark.sql import SparkSession
 
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready
-from spark_connector.direct_plan import DirectRange, cover
+from spark_connector.direct_plan import DirectRange, PartitionStreams, committed_view, cover
+from spark_connector.direct_reader import Columns
 from spark_connector.offset_lookup import OffsetLookup
 from spark_connector.offsets import OffsetRange
 from spark_connector.options import OptionError, parse_options
 from spark_connector.storage_lookup import ClusterFacts, locate_ranges
 from storage.metadata.api import ObjectStreamRange, ObjectType, S3ObjectMetadata
-from tests.cluster.cluster_support import FAST
+from tests.cluster.cluster_support import FAST, leaders
 from tests.conftest import S3Server
 from tests.spark_connector.test_fjord_source import consume, new_topic, read, rows, without_headers
 from tests.waiting import eventually
+from wire.aborted_txns import AbortedTxn, AbortedTxnEntry
+from wire.control_records import encode_marker_key, encode_marker_value
+from wire.record_batch import Record, build_batch
 
 UPLOAD_THRESHOLD = 64 * 1024
 READY_TIMEOUT_S = 60.0
@@ -43,12 +52,17 @@ READY_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class Cluster:
-    """The running cluster as the tests use it: its broker's address, the bucket URL, the broker's log."""
+    """The running cluster as the tests use it: its broker's address, the bucket URL, the processes."""
 
     bootstrap: str
     port: int
     store: str
-    broker_log: Path
+    cluster: LocalCluster
+
+    @property
+    def broker_logs(self) -> list[Path]:
+        """The log of each broker's latest start (it names the broker's metrics port)."""
+        return [broker.logs[-1] for broker in self.cluster.brokers]
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +73,19 @@ def kafka(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iter
         "s3.wal.upload.threshold": str(UPLOAD_THRESHOLD),
         "s3.wal.upload.interval.ms": "3600000",
         "metrics.port": "0",
+        # Compacted topics get a cleaner round soon after their first records (min.cleanable.dirty.ratio per topic).
+        "log.cleaner.backoff.ms": "100",
     }
     cluster = LocalCluster(
         plan_cluster(
-            tmp_path_factory.mktemp("direct-cluster"), controllers=1, brokers=1, object_store=store, extra=extra
+            tmp_path_factory.mktemp("direct-cluster"), controllers=1, brokers=2, object_store=store, extra=extra
         )
     )
     cluster.start_all()
     try:
         asyncio.run(wait_ready(cluster, READY_TIMEOUT_S))
         broker = cluster.brokers[0]
-        yield Cluster(broker.spec.address, broker.spec.port, store, broker.logs[-1])
+        yield Cluster(broker.spec.address, broker.spec.port, store, cluster)
     finally:
         codes = cluster.stop_all(timeout=30)
         assert all(code == 0 for code in codes.values()), f"unclean stop {codes}:\n{cluster.logs()}"
@@ -79,20 +95,24 @@ def object_store(kafka: Cluster) -> str:
     return kafka.store
 
 
-def plan(kafka: Cluster, topic: str, partitions: int) -> list[OffsetRange | DirectRange]:
-    """What the driver plans for the whole topic: one task per partition, located in the bucket where it can be."""
-    options = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic}, streaming=False)
+def plan(kafka: Cluster, topic: str, partitions: int, committed: bool = False) -> list[OffsetRange | DirectRange]:
+    """What the driver plans for the whole topic: one task per partition, located in the bucket where it can be
+    (``committed``: a read_committed read, up to the LSO)."""
+    isolation = {"kafka.isolation.level": "read_committed"} if committed else {}
+    options = parse_options(
+        {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, **isolation}, streaming=False
+    )
     lookup = OffsetLookup(options)
     tps = [(topic, p) for p in range(partitions)]
     earliest, latest = lookup.earliest(tps), lookup.latest(tps)
     facts = ClusterFacts([("127.0.0.1", kafka.port)], lookup.cluster_id(), lookup.topic_ids([topic]))
     ranges = [OffsetRange(topic, p, earliest[(topic, p)], latest[(topic, p)]) for p in range(partitions)]
-    return locate_ranges(facts, object_store(kafka), ranges)
+    return locate_ranges(facts, object_store(kafka), ranges, read_committed=committed)
 
 
-def located(kafka: Cluster, topic: str, partitions: int) -> list[DirectRange] | None:
+def located(kafka: Cluster, topic: str, partitions: int, committed: bool = False) -> list[DirectRange] | None:
     """The plan when every partition has an uploaded head, else None."""
-    planned = plan(kafka, topic, partitions)
+    planned = plan(kafka, topic, partitions, committed)
     direct = [t for t in planned if isinstance(t, DirectRange) and t.direct_end > t.offsets.start]
     return direct if len(direct) == partitions else None
 
@@ -138,13 +158,17 @@ def add_wal_tail(kafka: Cluster, topic: str, partitions: int, start: int, codec:
 
 
 def fetch_count(kafka: Cluster) -> float:
-    log = kafka.broker_log.read_text(errors="replace")
-    match = re.search(r"metrics served on http://[0-9.]+:(\d+)/metrics", log)
-    assert match, log
-    with urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/metrics", timeout=5) as http:
-        text = http.read().decode()
-    found = re.search(r'fjord_broker_requests_total\{api="Fetch"\} ([0-9.e+]+)', text)
-    return float(found.group(1)) if found else 0.0
+    """Fetch requests the brokers have answered, all brokers together."""
+    total = 0.0
+    for path in kafka.broker_logs:
+        log = path.read_text(errors="replace")
+        match = re.search(r"metrics served on http://[0-9.]+:(\d+)/metrics", log)
+        assert match, log
+        with urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/metrics", timeout=5) as http:
+            text = http.read().decode()
+        found = re.search(r'fjord_broker_requests_total\{api="Fetch"\} ([0-9.e+]+)', text)
+        total += float(found.group(1)) if found else 0.0
+    return total
 
 
 def settled_fetch_count(kafka: Cluster) -> float:
@@ -152,11 +176,11 @@ def settled_fetch_count(kafka: Cluster) -> float:
     still being answered: two readings a second apart agree."""
     seen: list[float] = []
 
-    def settled() -> float | None:
+    def settled() -> tuple[float] | None:  # a tuple: a count of 0 is an answer too
         seen.append(fetch_count(kafka))
-        return seen[-1] if len(seen) > 1 and seen[-1] == seen[-2] else None
+        return (seen[-1],) if len(seen) > 1 and seen[-1] == seen[-2] else None
 
-    return eventually(settled, timeout=20, interval=1.0, what="the broker's Fetch count to settle")
+    return eventually(settled, timeout=20, interval=1.0, what="the broker's Fetch count to settle")[0]
 
 
 def direct_read(spark: SparkSession, kafka: Cluster, topic: str, **options: str) -> list[tuple[object, ...]]:
@@ -267,3 +291,192 @@ def test_cover_stops_at_the_first_gap() -> None:
     assert planned.direct_end == 50
     assert cover(offsets, 7, "_fjord_c", [obj(3, (7, 20, 80))]).direct_end == 15
     assert cover(OffsetRange("t", 0, 15, 40), 7, "_fjord_c", [obj(1, (7, 0, 90))]).slices[0].end == 40
+
+
+def test_read_committed_reads_directly_without_aborted_records(spark: SparkSession, kafka: Cluster) -> None:
+    """Committed and aborted transactions interleaved with plain records, uploaded, then a transaction left open:
+    the read stops at the LSO, drops the aborted records (the plain ones produced inside an aborted transaction
+    stay), and the uploaded range costs the broker no Fetch."""
+    topic = new_topic(kafka.bootstrap, 2)
+    # A timeout longer than the test: the last transaction stays open while Spark reads.
+    txn = Producer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "transactional.id": f"tx-{topic}",
+            "linger.ms": 5,
+            "transaction.timeout.ms": 600_000,
+        }
+    )
+    txn.init_transactions(30)
+    for round_ in range(6):
+        txn.begin_transaction()
+        for i in range(150):
+            txn.produce(topic, value=f"txn-{round_}-{i}".encode(), key=f"t{i}".encode(), partition=i % 2)
+        txn.flush(30)
+        produce_mixed(kafka.bootstrap, topic, 100, partitions=2, start=100 * round_)
+        if round_ % 2:
+            txn.abort_transaction(30)
+        else:
+            txn.commit_transaction(30)
+    produce_mixed(kafka.bootstrap, topic, 3000, partitions=2, start=600)
+    txn.begin_transaction()
+    for i in range(10):
+        txn.produce(topic, value=f"open-{i}".encode(), partition=i % 2)
+    txn.flush(30)
+
+    def planned_with_aborts() -> list[DirectRange] | None:
+        found = located(kafka, topic, 2, committed=True)
+        ok = found is not None and all(t.committed is not None and len(t.committed.aborted) == 3 for t in found)
+        return found if ok else None
+
+    planned = eventually(planned_with_aborts, timeout=30, what=f"{topic}'s aborted transactions to be uploaded")
+    ends = {t.offsets.partition: t.direct_end for t in planned}
+    assert all(t.direct_end <= t.offsets.end for t in planned)  # planned up to the LSO
+    ending = ", ".join(f'"{p}": {end}' for p, end in ends.items())
+    committed = {"kafka.isolation.level": "read_committed"}
+    before = settled_fetch_count(kafka)
+    got = direct_read(spark, kafka, topic, endingOffsets=f'{{"{topic}": {{{ending}}}}}', **committed)
+    assert fetch_count(kafka) == before
+    assert got == without_headers(consume(kafka.bootstrap, topic, partitions=2, end=ends, isolation="read_committed"))
+    values = [bytes(r[4]).decode() for r in got]
+    assert sum(v.startswith("txn-") for v in values) == 3 * 150
+    assert not any(v.startswith(("txn-1-", "txn-3-", "txn-5-")) for v in values)
+    assert sum(v.startswith("value-") for v in values) == sum(ends.values()) - 6 * 150 - 6 * 2  # no markers
+    whole = direct_read(spark, kafka, topic, **committed)
+    assert whole == without_headers(consume(kafka.bootstrap, topic, partitions=2, isolation="read_committed"))
+    assert not any(bytes(r[4]).startswith(b"open-") for r in whole)
+    txn.abort_transaction(30)
+
+
+def test_compacted_topic_reads_the_cleaned_stream_directly(spark: SparkSession, kafka: Cluster) -> None:
+    """After a cleaner round, the cleaned prefix (fewer records, offsets unchanged) and the log stream after it are
+    read from the bucket: the records a consumer reads, and no Fetch."""
+    topic = new_topic(kafka.bootstrap, 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5, "acks": "all"})
+    for i in range(3000):  # in ten rounds, so ten batches: the cleaner leaves the newest batch alone
+        producer.produce(topic, key=f"key-{i % 300}".encode(), value=f"v{i}-".encode() + os.urandom(40).hex().encode())
+        if i % 300 == 299:
+            assert producer.flush(30) == 0
+    eventually(
+        lambda: len(consume(kafka.bootstrap, topic, partitions=1)) < 3000, timeout=30, what=f"{topic} to be compacted"
+    )
+    # No further round (new records are never old enough), so the plan and the consumer see one cleaned state.
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    lag = ConfigEntry("min.compaction.lag.ms", "86400000", incremental_operation=AlterConfigOpType.SET)
+    for future in admin.incremental_alter_configs(
+        [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[lag])]
+    ).values():
+        future.result(timeout=15)
+
+    def cleaned_and_uploaded() -> list[DirectRange] | None:
+        # The switch to the cleaned stream is uploaded once later records fill the LogCache.
+        produce_mixed(kafka.bootstrap, topic, 500, partitions=1, start=3000)
+        found = located(kafka, topic, 1)
+        return found if found is not None and len({s.stream_id for s in found[0].slices}) == 2 else None
+
+    planned = eventually(cleaned_and_uploaded, timeout=120, what=f"{topic}'s cleaned stream to be uploaded")
+    ends = {0: planned[0].direct_end}
+    expected = without_headers(consume(kafka.bootstrap, topic, partitions=1, end=ends))
+    assert len(expected) < ends[0] - 500  # the cleaned part has gaps
+    before = settled_fetch_count(kafka)
+    got = direct_read(spark, kafka, topic, endingOffsets=f'{{"{topic}": {{"0": {ends[0]}}}}}')
+    assert fetch_count(kafka) == before
+    assert got == expected
+
+
+def test_streaming_direct_reads_follow_new_data_a_moved_partition_and_a_broker_restart(
+    spark: SparkSession, kafka: Cluster
+) -> None:
+    """A streaming query on the direct path: records that arrive while it runs, a partition reassigned to the other
+    broker, and that broker restarted between batches: every record ends up in the sink exactly once (no gap, no
+    duplicate)."""
+    topic = new_topic(kafka.bootstrap, 2)
+    produce_mixed(kafka.bootstrap, topic, 3000, partitions=2, codec="lz4")
+    uploaded_head(kafka, topic, 2)
+    name = f"direct_{topic.replace('-', '_')}"
+    query = (
+        spark.readStream.format("fjord")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("fjord.object.store", object_store(kafka))
+        .option("fjord.read", "direct")
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap, request_timeout_ms=30000)
+    try:
+        query.processAllAvailable()
+        produce_mixed(kafka.bootstrap, topic, 1000, partitions=2, start=3000)
+        query.processAllAvailable()
+        source = leaders(kafka.bootstrap, topic, 2)[0]
+        target = next(b.spec.node_id for b in kafka.cluster.brokers if b.spec.node_id != source)
+        moved = admin.alter_partition_reassignments({KafkaTopicPartition(topic, 0): [target]})
+        assert moved == {KafkaTopicPartition(topic, 0): None}, moved
+        eventually(lambda: leaders(kafka.bootstrap, topic).get(0) == target, timeout=30, what=f"{topic}-0 on {target}")
+        produce_mixed(kafka.bootstrap, topic, 200, partitions=2, start=4000)
+        query.processAllAvailable()
+        broker = kafka.cluster.node(target)
+        assert broker.stop(timeout=30) == 0, broker.log_text()
+        broker.start()
+        asyncio.run(wait_ready(kafka.cluster, READY_TIMEOUT_S))
+        produce_mixed(kafka.bootstrap, topic, 200, partitions=2, start=4200)
+        query.processAllAvailable()
+    finally:
+        admin.close()
+        query.stop()
+    got = rows(spark.sql(f"SELECT * FROM {name}"))
+    assert got == without_headers(consume(kafka.bootstrap, topic, partitions=2))
+    assert len(got) == 4400
+
+
+def test_committed_view_pieces_and_the_read_committed_walk() -> None:
+    """The pure parts: which aborted transactions a range needs and up to where they decide it, which stream holds
+    which offsets of a compacted partition, and the walk that drops aborted batches and stops at the first
+    transactional batch whose outcome is not known."""
+    entries = [AbortedTxnEntry(7, 2, 5, 6), AbortedTxnEntry(8, 10, 20, 12), AbortedTxnEntry(7, 30, 40, 41)]
+    view = committed_view(OffsetRange("t", 0, 6, 35), entries)
+    assert view.aborted == (AbortedTxn(8, 10), AbortedTxn(7, 30)) and view.known_below == 41
+    assert committed_view(OffsetRange("t", 0, 6, 35), []).known_below == 6
+
+    compacted = PartitionStreams(log=1, cleaned=2, txn=-1, cleaner_offset=100)
+    assert compacted.pieces(OffsetRange("t", 0, 40, 150)) == [(2, 40, 100), (1, 100, 150)]
+    assert compacted.pieces(OffsetRange("t", 0, 120, 150)) == [(1, 120, 150)]
+    assert compacted.pieces(OffsetRange("t", 0, 10, 60)) == [(2, 10, 60)]
+    assert PartitionStreams(1, -1, -1).pieces(OffsetRange("t", 0, 0, 9)) == [(1, 0, 9)]
+
+    def data(offset: int, pid: int, value: bytes, txn: bool = True) -> bytes:
+        return build_batch(
+            [Record(None, value)], base_offset=offset, producer_id=pid, producer_epoch=0, is_transactional=txn
+        )
+
+    def marker(offset: int, pid: int, commit: bool) -> bytes:
+        record = Record(encode_marker_key(commit), encode_marker_value(0))
+        return build_batch(
+            [record], base_offset=offset, producer_id=pid, producer_epoch=0, is_control=True, is_transactional=True
+        )
+
+    log = b"".join(
+        [
+            data(0, 7, b"aborted-7"),
+            data(1, 8, b"committed-8"),
+            data(2, -1, b"plain", txn=False),
+            marker(3, 7, commit=False),
+            marker(4, 8, commit=True),
+            data(5, 7, b"committed-7"),
+            marker(6, 7, commit=True),
+            data(7, -1, b"plain-after", txn=False),
+            data(8, 9, b"unknown-9"),
+            data(9, -1, b"never-reached", txn=False),
+        ]
+    )
+    columns = Columns("t", 0, False, committed_view(OffsetRange("t", 0, 0, 10), [AbortedTxnEntry(7, 0, 3, 8)]))
+    columns.add(log, 0, 10)
+    assert columns.flush().column("value").to_pylist() == [b"committed-8", b"plain", b"committed-7", b"plain-after"]
+    assert columns.stopped_at == 8
+    uncommitted = Columns("t", 0, False)
+    uncommitted.add(log, 1, 10)
+    assert len(uncommitted) == 6 and uncommitted.stopped_at is None  # every data record from offset 1 on

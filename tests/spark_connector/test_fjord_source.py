@@ -60,11 +60,11 @@ def produce(bootstrap: str, topic: str, count: int, *, partitions: int = 3, star
 
 
 def consume(bootstrap: str, topic: str, partitions: int = 3, start: Mapping[int, int] | None = None,
-            end: Mapping[int, int] | None = None) -> list[Record]:
+            end: Mapping[int, int] | None = None, *, isolation: str = "read_uncommitted") -> list[Record]:
     """What a plain consumer reads: each partition from ``start`` (default beginning) up to ``end`` or its end."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "spark-tests-reference",
                          "enable.partition.eof": True, "enable.auto.commit": False,
-                         "isolation.level": "read_uncommitted"})
+                         "isolation.level": isolation})
     starts = start or {}
     consumer.assign([TopicPartition(topic, p, starts.get(p, -2)) for p in range(partitions)])
     records: list[Record] = []
