@@ -6,16 +6,26 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 
 def read_to_end(
-    bootstrap: str, topic: str, partitions: int, *, isolation: str = "read_committed", timeout: float = 60.0
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    *,
+    isolation: str = "read_committed",
+    timeout: float = 60.0,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[tuple[int, bytes]]:
-    """(partition, value) of every record ``isolation`` lets a consumer see, in offset order per partition."""
+    """(partition, value) of every record ``isolation`` lets a consumer see, in offset order per partition.
+    ``settings``: more client settings (security.protocol, SASL and TLS of a secured listener)."""
     consumer = Consumer(
         {
+            **(settings or {}),
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{uuid.uuid4().hex[:8]}",
             "isolation.level": isolation,

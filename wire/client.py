@@ -6,34 +6,78 @@ Both are plain request/response exchanges with a known peer, so this is delibera
 peer, opened on first use and again after any failure, one request in flight at a time, every exchange bounded by
 a timeout. Callers retry; a failed exchange closes the connection so that the next one starts clean (a response
 that arrives late can never be mistaken for the answer to a later request).
+
+The inter-broker listener may be secured as Kafka's ``security.inter.broker.protocol`` allows: with
+``ssl_context`` the connection speaks TLS (checking the peer's host name when the context does, per
+``ssl.endpoint.identification.algorithm``), and with ``sasl`` it authenticates right after connecting, as a Kafka
+client does: SaslHandshake v1 names the mechanism, SaslAuthenticate v2 carries the tokens of a
+:mod:`wire.sasl.client` state machine. When the server sets a session lifetime (``connections.max.reauth.ms``,
+KIP-368) the connection re-authenticates in-band before the lifetime ends, at a random 85-95% of it as Kafka's
+clients do, or reconnects when it sat idle past the end. A failed authentication raises
+:class:`SaslAuthenticationFailed` (no secret in its message) and closes the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import ssl
 import struct
+import time
+from collections.abc import Callable
 from typing import Any
 
 from wire import codec
+from wire.sasl import SaslAuthenticationError
+from wire.sasl.client import SaslCredentials
 
 _LENGTH = struct.Struct(">i")
 #: A broker's answer to the requests we send is small; anything bigger is a broken or hostile peer.
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION = 17, 1
+SASL_AUTHENTICATE_KEY, SASL_AUTHENTICATE_VERSION = 36, 2
+#: Kafka's clients re-authenticate at a random point in this share of the session lifetime (KIP-368).
+REAUTH_WINDOW = (0.85, 0.95)
+#: A SASL exchange that has not finished after this many tokens is a broken peer.
+MAX_SASL_STEPS = 8
+
+
+class SaslAuthenticationFailed(ConnectionError):
+    """The peer refused this node's credentials (or could not prove its own, for SCRAM); the message names the
+    endpoint, mechanism and user, never a password or token."""
 
 
 class ClientConnection:
     """A connection to one Kafka-protocol endpoint; :meth:`request` connects (again) when needed."""
 
-    def __init__(self, host: str, port: int, *, client_id: str = "fjord-broker", timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "fjord-broker",
+        timeout: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``ssl_context``: speak TLS (SSL, SASL_SSL); ``sasl``: authenticate (SASL_PLAINTEXT, SASL_SSL)."""
         self.host = host
         self.port = port
         self.client_id = client_id
         self.timeout = timeout
+        self.ssl_context = ssl_context
+        self.sasl = sasl
+        self._clock = clock
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
         self._correlation = 0
+        self._reauth_at: float | None = None  # when to re-authenticate in-band (None: the session does not expire)
+        self._expires_at: float | None = None  # when the server's session ends
+        #: How many SASL exchanges succeeded on this object (first authentications and re-authentications).
+        self.authentications = 0
 
     def __repr__(self) -> str:
         return f"ClientConnection({self.host}:{self.port})"
@@ -45,7 +89,8 @@ class ClientConnection:
     async def request(self, request: Any, timeout: float | None = None) -> Any:
         """Sends ``request`` (a kio request entity) and returns the decoded response of the same version.
 
-        Raises ``ConnectionError`` (peer unreachable or gone), ``TimeoutError``, or ``codec.ProtocolError`` for an
+        Raises ``ConnectionError`` (peer unreachable or gone, TLS failed, or :class:`SaslAuthenticationFailed`),
+        ``TimeoutError``, or ``codec.ProtocolError`` for an
         undecodable answer; the connection is closed in every such case."""
         limit = self.timeout if timeout is None else timeout
         async with self._lock:
@@ -54,6 +99,9 @@ class ClientConnection:
             except TimeoutError:
                 await self._close_locked()
                 raise TimeoutError(f"{self.host}:{self.port} did not answer within {limit:.1f} s") from None
+            except SaslAuthenticationFailed:
+                await self._close_locked()
+                raise
             except (OSError, asyncio.IncompleteReadError) as exc:
                 await self._close_locked()
                 raise ConnectionError(f"{self.host}:{self.port}: {exc}") from exc
@@ -62,8 +110,64 @@ class ClientConnection:
                 raise
 
     async def _exchange(self, request: Any) -> Any:
+        now = self._clock()
+        if self.connected and self._expires_at is not None and now >= self._expires_at:
+            await self._close_locked()  # idle past the session's end: the server refuses it; start afresh
         if not self.connected:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host,
+                self.port,
+                ssl=self.ssl_context,
+                server_hostname=self.host if self.ssl_context is not None else None,
+            )
+            if self.sasl is not None:
+                await self._authenticate(self.sasl)
+        elif self.sasl is not None and self._reauth_at is not None and now >= self._reauth_at:
+            await self._authenticate(self.sasl)
+        return await self._send(request)
+
+    async def _authenticate(self, credentials: SaslCredentials) -> None:
+        """SaslHandshake then SaslAuthenticate until the mechanism is complete; sets the re-authentication time."""
+        where = f"{self.host}:{self.port} ({credentials.mechanism}, user {credentials.user})"
+        shake = await self._send(
+            codec.build(
+                codec.request_class(SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION), mechanism=credentials.mechanism
+            )
+        )
+        if shake.error_code:
+            raise SaslAuthenticationFailed(
+                f"{where}: SaslHandshake answered error {int(shake.error_code)} "
+                f"(enabled mechanisms: {', '.join(shake.mechanisms)})"
+            )
+        client = credentials.client()
+        token: bytes | None = client.first()
+        lifetime_ms = 0
+        try:
+            for _ in range(MAX_SASL_STEPS):
+                if token is None:
+                    break
+                answer = await self._send(
+                    codec.build(codec.request_class(SASL_AUTHENTICATE_KEY, SASL_AUTHENTICATE_VERSION), auth_bytes=token)
+                )
+                if answer.error_code:
+                    raise SaslAuthenticationFailed(
+                        f"{where}: SaslAuthenticate answered error {int(answer.error_code)}: {answer.error_message}"
+                    )
+                lifetime_ms = int(answer.session_lifetime.total_seconds() * 1000)
+                token = client.step(bytes(answer.auth_bytes))
+        except SaslAuthenticationError as exc:
+            raise SaslAuthenticationFailed(f"{where}: {exc}") from None
+        if not client.complete:
+            raise SaslAuthenticationFailed(f"{where}: the exchange did not complete in {MAX_SASL_STEPS} steps")
+        self.authentications += 1
+        now = self._clock()
+        if lifetime_ms > 0:
+            self._expires_at = now + lifetime_ms / 1000
+            self._reauth_at = now + lifetime_ms / 1000 * random.uniform(*REAUTH_WINDOW)
+        else:
+            self._expires_at = self._reauth_at = None
+
+    async def _send(self, request: Any) -> Any:
         assert self._reader is not None and self._writer is not None
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         correlation_id = self._correlation
@@ -90,6 +194,7 @@ class ClientConnection:
 
     async def _close_locked(self) -> None:
         writer, self._reader, self._writer = self._writer, None, None
+        self._reauth_at = self._expires_at = None
         if writer is not None:
             writer.close()
             with contextlib.suppress(Exception):

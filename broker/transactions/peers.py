@@ -1,9 +1,11 @@
 """Connections from this broker to the other brokers of the cluster, for the transaction coordinator's requests.
 
 A peer is reached at the endpoint it registered with the controller (the metadata image), on the inter-broker
-listener (``inter.broker.listener.name``, else the first PLAINTEXT broker listener), as FindCoordinator finds
-endpoints for clients. One :class:`wire.client.ClientConnection` per peer is kept and replaced when the peer
-registers a new endpoint (it restarted elsewhere).
+listener (``inter.broker.listener.name`` or ``security.inter.broker.protocol``, else the first PLAINTEXT broker
+listener: :mod:`controller.config.inter_broker`), as FindCoordinator finds endpoints for clients, with that
+listener's TLS and this node's own SASL user when the listener is secured; the peer then authorizes the requests as
+that user (which, as in Kafka, is normally a super user). One :class:`wire.client.ClientConnection` per peer is
+kept and replaced when the peer registers a new endpoint (it restarted elsewhere).
 """
 
 from __future__ import annotations
@@ -37,16 +39,12 @@ class Peers:
     def __init__(self, node: PeerHost) -> None:
         self._node = node
         self._connections: dict[int, ClientConnection] = {}
+        settings = node.config.inter_broker
+        self._ssl_context = settings.client_context() if settings is not None else None
 
     def _listener_name(self) -> str:
-        cfg = self._node.config
-        named = cfg.value("inter.broker.listener.name")
-        if named:
-            return str(named).upper()
-        for listener in cfg.broker_listeners:
-            if cfg.security_protocols.get(listener.name, "PLAINTEXT") == "PLAINTEXT":
-                return listener.name
-        return cfg.broker_listeners[0].name if cfg.broker_listeners else "PLAINTEXT"
+        settings = self._node.config.inter_broker
+        return settings.listener if settings is not None else "PLAINTEXT"
 
     def endpoint(self, node_id: int) -> tuple[str, int]:
         broker = self._node.controller.image.brokers.get(node_id)
@@ -65,8 +63,14 @@ class Peers:
         if connection is None or (connection.host, connection.port) != (host, port):
             if connection is not None:
                 await connection.close()
+            settings = self._node.config.inter_broker
             connection = ClientConnection(
-                host, port, client_id=f"fjord-broker-{self._node.node_id}", timeout=PEER_REQUEST_TIMEOUT_S
+                host,
+                port,
+                client_id=f"fjord-broker-{self._node.node_id}",
+                timeout=PEER_REQUEST_TIMEOUT_S,
+                ssl_context=self._ssl_context,
+                sasl=settings.sasl if settings is not None else None,
             )
             self._connections[node_id] = connection
         return await connection.request(request)

@@ -355,6 +355,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # Kafka's default mechanism is GSSAPI, which Fjord refuses at start: a SASL listener names its mechanisms.
         ConfigKey("sasl.enabled.mechanisms", _B.LIST, ["GSSAPI"]),
         ConfigKey("sasl.jaas.config", _B.PASSWORD, None),
+        # How brokers reach each other (controller.config.inter_broker): the listener named after this protocol
+        # unless inter.broker.listener.name is set, and the SASL mechanism of their own connections (GSSAPI, Kafka's
+        # default, stops a broker whose inter-broker listener is SASL).
+        ConfigKey("security.inter.broker.protocol", _B.STRING, "PLAINTEXT"),
+        ConfigKey("sasl.mechanism.inter.broker.protocol", _B.STRING, "GSSAPI"),
         # KIP-368: a SASL session's lifetime (0: none); the client re-authenticates before it ends.
         ConfigKey("connections.max.reauth.ms", _B.LONG, 0, at_least(0)),
         # client quotas (broker.quotas): the windows a client's rates are measured over, as Kafka's

@@ -4,7 +4,7 @@ Fjord serves PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL client listeners, SASL 
 SCRAM-SHA-512, and ACLs with Kafka's StandardAuthorizer (``authorizer.class.name``, ``super.users``,
 ``allow.everyone.if.no.acl.found``; :data:`STANDARD_AUTHORIZER`), and client quotas (set with AlterClientQuotas;
 the only quota keys read are :data:`QUOTA_KEYS`). Other authorizers, other quota keys, other SASL mechanisms
-(GSSAPI, OAUTHBEARER), SASL between nodes and a SASL CONTROLLER listener are not implemented; a setting
+(GSSAPI, OAUTHBEARER) and a SASL CONTROLLER listener are not implemented; a setting
 for them must never be ignored silently (a "SASL_SSL" listener served as plaintext is worse than no listener),
 so :func:`refusal` names every such key and :class:`~controller.config.server.ServerConfig` stops the node with
 one line naming it. Messages name keys, never
@@ -14,7 +14,8 @@ SASL settings are Kafka's: ``sasl.enabled.mechanisms`` (default GSSAPI, which Fj
 needs it set, as with Kafka when GSSAPI is not configured) and the PLAIN users of a JAAS config,
 ``listener.name.<name>.plain.sasl.jaas.config`` or ``sasl.jaas.config``, each overridable per listener;
 :func:`listener_sasl` resolves them into a :class:`ListenerSasl`. SCRAM credentials are not configuration: they are
-metadata records (AlterUserScramCredentials).
+metadata records (AlterUserScramCredentials). How a broker connects to the others (the inter-broker listener,
+``sasl.mechanism.inter.broker.protocol`` and its own JAAS user) is :mod:`controller.config.inter_broker`'s.
 
 TLS settings are Kafka's ``ssl.*`` keys of the catalogue (:mod:`controller.config.keys`), each overridable per
 listener as ``listener.name.<name>.ssl.*``; :func:`listener_tls` resolves them for one listener into the plain
@@ -50,7 +51,7 @@ SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 CONTROLLER_PROTOCOLS = ("PLAINTEXT", "SSL")
 #: The SASL mechanisms Fjord serves, and the sasl.* keys it reads (every other one is refused).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-SASL_KEYS = frozenset(("sasl.enabled.mechanisms", "sasl.jaas.config"))
+SASL_KEYS = frozenset(("sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.mechanism.inter.broker.protocol"))
 #: The per-listener SASL keys Fjord reads, after ``listener.name.<name>.``.
 _LISTENER_SASL_KEYS = frozenset(
     ("sasl.enabled.mechanisms", *(f"{mechanism.lower()}.sasl.jaas.config" for mechanism in SASL_MECHANISMS))
@@ -61,7 +62,7 @@ LISTENER_PREFIX = "listener.name."
 
 _SASL = (f"not implemented (Fjord's SASL serves {', '.join(SASL_MECHANISMS)} on client listeners and reads "
          f"{', '.join(sorted(SASL_KEYS))} and listener.name.<name>.{{sasl.enabled.mechanisms,"
-         f"<mechanism>.sasl.jaas.config}}; nodes make no SASL connections to each other or to controllers)")
+         f"<mechanism>.sasl.jaas.config}}; nodes make no SASL connections to controllers)")
 #: The one authorizer Fjord implements (ACLs in controller metadata, ``controller.acl``), as Kafka operators name it.
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 _AUTHORIZER = f"only {STANDARD_AUTHORIZER} is implemented (or leave it empty: no authorization)"
@@ -109,8 +110,8 @@ def refusal(name: str, value: str) -> str | None:
         return _PRINCIPAL_BUILDER
     if "quota" in lower.split(".") and lower not in QUOTA_KEYS:
         return _QUOTA
-    if lower == "security.inter.broker.protocol" and value.strip().upper() != "PLAINTEXT":
-        return "Fjord brokers make no connections to each other; only PLAINTEXT is accepted"
+    if lower == "security.inter.broker.protocol" and value.strip().upper() not in KNOWN_PROTOCOLS:
+        return f"unknown security protocol (one of {', '.join(KNOWN_PROTOCOLS)})"
     return None
 
 
@@ -142,7 +143,7 @@ def check_listener_protocols(
     listener_names: tuple[str, ...], protocols: Mapping[str, str], controller_names: tuple[str, ...]
 ) -> None:
     """Every listener's protocol is known and served; controller listeners (this node's or the quorum's it talks
-    to) are PLAINTEXT or SSL, since nodes make no SASL connections to each other."""
+    to) are PLAINTEXT or SSL, since nodes make no SASL connections to controllers."""
     key = "listener.security.protocol.map"
     for name in listener_names:
         protocol = protocols[name]

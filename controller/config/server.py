@@ -4,7 +4,7 @@
 ``s3.*`` keys go to :class:`storage.config.StorageConfig`, composed here, not duplicated), then checks what only the
 whole file can tell: listeners, the controller quorum's voters, and the roles this node plays. Security settings
 are :mod:`controller.config.security`'s: TLS of SSL and SASL_SSL listeners, SASL of SASL_* listeners, and the ACL and
-quota keys that stop the node.
+quota keys that stop the node; :mod:`controller.config.inter_broker` resolves how this broker reaches the others.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from controller.config.inter_broker import InterBrokerSettings, inter_broker_settings
 from controller.config.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
 from controller.config.security import (
     SASL_PROTOCOLS,
@@ -126,6 +127,9 @@ class ServerConfig:
     #: The TLS settings of the quorum's CONTROLLER listener when it is SSL: voters serve it with them (they are in
     #: ``tls`` too) and every node's own connections to it use them as client settings. None: PLAINTEXT.
     controller_tls: ListenerTls | None = None
+    #: How this broker connects to the other brokers (the inter-broker listener, its TLS and SASL client settings);
+    #: None on a controller-only node.
+    inter_broker: InterBrokerSettings | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None, overrides: Iterable[str] = ()) -> ServerConfig:
@@ -186,6 +190,18 @@ class ServerConfig:
         }
         if not sasl and any(name.startswith("sasl.") for name in props):
             logger.warning("sasl.* settings are given but no listener is SASL_PLAINTEXT or SASL_SSL; they are not used")
+        inter_broker = (
+            inter_broker_settings(
+                props,
+                values,
+                [lst.name for lst in listeners if lst.name not in controller_names],
+                protocols,
+                tls=tls,
+                sasl=sasl,
+            )
+            if "broker" in values["process.roles"]
+            else None
+        )
         config = cls(
             static=MappingProxyType(dict(props)),
             values=MappingProxyType(values),
@@ -197,6 +213,7 @@ class ServerConfig:
             tls=MappingProxyType(tls),
             controller_tls=controller_tls,
             sasl=MappingProxyType(sasl),
+            inter_broker=inter_broker,
         )
         config.validate()
         return config
@@ -232,6 +249,8 @@ class ServerConfig:
             listener_tls_settings.context()  # a missing file, wrong password or unknown suite stops the start here
         if self.controller_tls is not None:
             self.controller_tls.client_context()
+        if self.inter_broker is not None:
+            self.inter_broker.client_context()
         for lst in self.advertised_listeners:
             if lst.name in self.controller_listener_names and "broker" in roles and "controller" not in roles:
                 raise ConfigError(f"advertised.listeners: controller listener {lst.name} must not be advertised")

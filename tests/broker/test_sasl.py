@@ -1,5 +1,6 @@
 """SASL on client listeners, with a real broker process and real clients: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 over
-SASL_PLAINTEXT and SASL_SSL with confluent-kafka, kafka-python, aiokafka and kcat; SCRAM users created with
+SASL_PLAINTEXT and SASL_SSL with confluent-kafka, kafka-python, aiokafka, kcat and kafkajs, and with the broker's own
+inter-broker client (``wire.client.ClientConnection``); SCRAM users created with
 ``--add-scram`` and with AlterUserScramCredentials; and what wrong passwords, requests before authenticating,
 garbage and huge tokens do (a failure for that connection only, one log line, no secret in it).
 
@@ -35,11 +36,15 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError as KafkaPythonError
+from kafka_clients import run_kafkajs
 from kio.schema.errors import ErrorCode
 
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually
 from wire import codec
+from wire.client import ClientConnection, SaslAuthenticationFailed
+from wire.sasl.client import SaslCredentials
+from wire.tls import TlsSettings, client_context
 
 PLAIN_PASSWORD = "plain-pass-never-logged"
 SCRAM_PASSWORD = "scram-pass-never-logged"
@@ -210,6 +215,78 @@ def test_aiokafka_round_trip(sasl: SaslBroker, listener: str, mechanism: str) ->
         return bytes(message.value or b"")
 
     assert asyncio.run(run()) == b"over sasl"
+
+
+_KAFKAJS_ROUND_TRIP = r"""
+const fs = require('fs');
+const { Kafka, logLevel } = require('kafkajs');
+const [bootstrap, topic, mechanism, password, ca] = process.argv.slice(1);
+const kafka = new Kafka({
+  clientId: 'fjord-sasl-test', brokers: [bootstrap], logLevel: logLevel.NOTHING,
+  ssl: ca ? { ca: [fs.readFileSync(ca, 'utf-8')] } : false,
+  sasl: { mechanism, username: 'admin', password },
+});
+(async () => {
+  const producer = kafka.producer();
+  await producer.connect();
+  await producer.send({ topic, messages: [{ value: 'over sasl' }] });
+  await producer.disconnect();
+  const consumer = kafka.consumer({ groupId: `g-${topic}`, maxWaitTimeInMs: 200 });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const value = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('no record within 25 s')), 25000);
+    consumer.run({ eachMessage: async ({ message }) => { clearTimeout(timer); resolve(message.value.toString()); } });
+  });
+  await consumer.disconnect();
+  console.log(JSON.stringify(value));
+})().catch((e) => { console.error(e.message); process.exit(1); });
+"""
+
+
+@pytest.mark.parametrize(("listener", "mechanism"), [("SECURE", "SCRAM-SHA-512"), ("SASL", "PLAIN")])
+def test_kafkajs_round_trip(sasl: SaslBroker, listener: str, mechanism: str) -> None:
+    topic = f"sasl-kafkajs-{uuid.uuid4().hex[:8]}"
+    ca = str(sasl.ca.cert_path) if listener == "SECURE" else ""
+    got = run_kafkajs(_KAFKAJS_ROUND_TRIP, sasl.bootstrap(listener), topic, mechanism.lower(), _password(mechanism), ca)
+    assert got == "over sasl"
+
+
+@pytest.mark.parametrize(("listener", "mechanism"), [("SECURE", "SCRAM-SHA-512"), ("SASL", "PLAIN")])
+def test_the_inter_broker_client_connection_authenticates(sasl: SaslBroker, listener: str, mechanism: str) -> None:
+    """wire.client.ClientConnection, as brokers connect to each other: TLS with the host name checked, SaslHandshake
+    and SaslAuthenticate with the product's client state machines, then requests; before the session lifetime the
+    broker announced (connections.max.reauth.ms) ends it re-authenticates on the same connection, and after an idle
+    spell past the end it reconnects; a wrong password is refused."""
+    tls = client_context(TlsSettings(truststore_location=str(sasl.ca.cert_path))) if listener == "SECURE" else None
+    now = [0.0]
+
+    async def run(password: str) -> list[tuple[int, int, int]]:
+        connection = ClientConnection(
+            "127.0.0.1",
+            sasl.port(listener),
+            ssl_context=tls,
+            sasl=SaslCredentials(mechanism, "admin", password),
+            timeout=15,
+            clock=lambda: now[0],
+        )
+        seen: list[tuple[int, int, int]] = []
+        try:
+            for advance_s in (0.0, REAUTH_MS / 1000 * 0.5, REAUTH_MS / 1000 * 0.46, REAUTH_MS / 1000 * 2):
+                now[0] += advance_s
+                answer = await connection.request(_metadata())
+                assert connection._writer is not None
+                seen.append((len(answer.brokers), connection.authentications, id(connection._writer)))
+        finally:
+            await connection.close()
+        return seen
+
+    seen = asyncio.run(run(_password(mechanism)))
+    assert [(brokers, count) for brokers, count, _ in seen] == [(1, 1), (1, 1), (1, 2), (1, 3)]
+    writers = [writer for _, _, writer in seen]
+    assert writers[0] == writers[1] == writers[2], "re-authentication kept the connection"
+    with pytest.raises(SaslAuthenticationFailed, match=f"{mechanism}, user admin"):
+        asyncio.run(run(WRONG_PASSWORD))
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/install-system-deps.sh")

@@ -3,9 +3,9 @@
 The issue's new user: a node given a SASL_SSL listener, ``sasl.enabled.mechanisms`` and keystore settings started
 without a word and served that listener as plaintext. SASL listeners with PLAIN and SCRAM are served now
 (tests/broker/test_sasl.py); every setting Fjord still does not implement (GSSAPI and OAUTHBEARER, Kafka's default
-mechanism GSSAPI left in place, SASL between nodes or on the CONTROLLER listener, ACLs, quotas, ssl.* keys Fjord
-does not read) must end the start: exit status 1, one line, no traceback, and never the value (a JAAS config or a
-password) on the terminal.
+mechanism GSSAPI left in place, also for a SASL inter-broker listener, which needs the broker's own user too; SASL
+on the CONTROLLER listener, ACLs, quotas, ssl.* keys Fjord does not read) must end the start: exit status 1, one
+line, no traceback, and never the value (a JAAS config or a password) on the terminal.
 """
 
 from __future__ import annotations
@@ -55,7 +55,27 @@ SECRET = "s3cr3t-never-printed"
             },
             "listener CLIENTS enables PLAIN but no JAAS config",
         ),
-        ({"sasl.mechanism.inter.broker.protocol": "PLAIN"}, "sasl.mechanism.inter.broker.protocol"),
+        # a SASL inter-broker listener left with Kafka's default inter-broker mechanism, GSSAPI
+        (
+            {
+                "listeners": "CLIENTS://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,CLIENTS:SASL_PLAINTEXT",
+                "inter.broker.listener.name": "CLIENTS",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            },
+            "sasl.mechanism.inter.broker.protocol: the inter-broker listener CLIENTS is SASL_PLAINTEXT",
+        ),
+        # ... and without this broker's own user for it
+        (
+            {
+                "listeners": "CLIENTS://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,CLIENTS:SASL_PLAINTEXT",
+                "inter.broker.listener.name": "CLIENTS",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+            },
+            "listener.name.clients.scram-sha-256.sasl.jaas.config: the inter-broker listener CLIENTS uses SASL",
+        ),
         ({"sasl.mechanism.controller.protocol": "PLAIN"}, "sasl.mechanism.controller.protocol"),
         ({"sasl.oauthbearer.jwks.endpoint.url": "https://idp"}, "sasl.oauthbearer.jwks.endpoint.url"),
         (
@@ -75,7 +95,7 @@ SECRET = "s3cr3t-never-printed"
         ({"ssl.keystore.type": "JKS"}, "ssl.keystore.type"),
         ({"ssl.truststore.type": "PKCS12"}, "ssl.truststore.type"),
         ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols"),
-        ({"security.inter.broker.protocol": "SSL"}, "security.inter.broker.protocol"),
+        ({"security.inter.broker.protocol": "SSL"}, "security.inter.broker.protocol: the inter-broker listener SSL"),
         (  # an SSL CONTROLLER listener is served, but not without its keystore
             {"listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT"},
             "ssl.keystore.location: an SSL listener needs a keystore",

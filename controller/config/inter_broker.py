@@ -1,0 +1,145 @@
+"""How this broker connects to the other brokers: the inter-broker listener, its TLS and its SASL client settings.
+
+Brokers talk to each other for transactions (WriteTxnMarkers, AddPartitionsToTxn ``verify_only``) on the listener
+Kafka's keys name: ``inter.broker.listener.name``, or else the listener named after
+``security.inter.broker.protocol`` (Kafka forbids setting both); with neither, Fjord takes the first PLAINTEXT
+broker listener (else the first broker listener), as it always has. The listener must be one of this node's own
+broker listeners (every broker of a cluster serves the same listener names), so its protocol and its ``ssl.*``
+settings are this node's:
+
+- SSL / SASL_SSL: the node connects with the listener's ``ssl.*`` keys read as client settings (truststore for
+  the peer's certificate, ``ssl.endpoint.identification.algorithm`` for its host name, keystore as the client
+  certificate), as ``controller_client_context`` does for the CONTROLLER listener.
+- SASL_PLAINTEXT / SASL_SSL: ``sasl.mechanism.inter.broker.protocol`` picks the mechanism (Kafka's default is
+  GSSAPI, which Fjord does not implement: it must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, and enabled on the
+  listener), and the node's own user is the ``username``/``password`` of
+  ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (else ``sasl.jaas.config``), as Kafka's brokers read
+  their client login. The peers then see this node as ``User:<username>``, which needs CLUSTER_ACTION when ACLs
+  are on: as in Kafka, that user is normally in ``super.users``.
+
+Every error is a ConfigError naming the key to fix, never a password.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasError, parse_jaas
+from controller.config.security import SASL_PROTOCOLS, TLS_PROTOCOLS, ListenerSasl, ListenerTls, sasl_listener_override
+from storage.config import ConfigError
+from wire.sasl.client import CLIENT_MECHANISMS, SaslCredentials
+
+MECHANISM_KEY = "sasl.mechanism.inter.broker.protocol"
+PROTOCOL_KEY = "security.inter.broker.protocol"
+LISTENER_KEY = "inter.broker.listener.name"
+
+
+@dataclass(frozen=True, slots=True)
+class InterBrokerSettings:
+    """The listener brokers reach each other on and what this node needs to connect to it."""
+
+    listener: str
+    protocol: str
+    tls: ListenerTls | None = None
+    sasl: SaslCredentials | None = None
+
+    def client_context(self) -> ssl.SSLContext | None:
+        """The TLS context of this node's connections to its peers (None: the listener does not speak TLS)."""
+        return self.tls.client_context() if self.tls is not None else None
+
+
+def inter_broker_listener(
+    props: Mapping[str, str], broker_listeners: Sequence[str], protocols: Mapping[str, str]
+) -> str | None:
+    """The inter-broker listener's name as Kafka's keys give it (None: no broker listener at all)."""
+    named = (props.get(LISTENER_KEY) or "").strip()
+    by_protocol = (props.get(PROTOCOL_KEY) or "").strip()
+    if named and by_protocol:
+        raise ConfigError(f"{PROTOCOL_KEY}: only one of {LISTENER_KEY} and {PROTOCOL_KEY} may be set")
+    if named or by_protocol:
+        name = (named or by_protocol).upper()
+        if name not in broker_listeners:
+            key = LISTENER_KEY if named else PROTOCOL_KEY
+            raise ConfigError(
+                f"{key}: the inter-broker listener {name} is not one of this broker's listeners "
+                f"({', '.join(broker_listeners) or 'none'})"
+            )
+        return name
+    for name in broker_listeners:
+        if protocols.get(name, "PLAINTEXT") == "PLAINTEXT":
+            return name
+    return broker_listeners[0] if broker_listeners else None
+
+
+def _credentials(listener: str, mechanism: str, props: Mapping[str, str], values: Mapping[str, Any]) -> SaslCredentials:
+    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
+    given: tuple[str, str] | None = None
+    for name, text in props.items():
+        if sasl_listener_override(name) == (listener, f"{mechanism.lower()}.sasl.jaas.config"):
+            given = name, text
+    if given is None and values.get("sasl.jaas.config"):
+        given = "sasl.jaas.config", str(values["sasl.jaas.config"])
+    missing = (
+        f"{key}: the inter-broker listener {listener} uses SASL {mechanism}, so this broker needs its own "
+        f'user as username="..." password="..." of {module}'
+    )
+    if given is None:
+        raise ConfigError(missing)
+    name, text = given
+    try:
+        entry = parse_jaas(text)
+    except JaasError as exc:
+        raise ConfigError(f"{name}: malformed JAAS config: {exc}") from None
+    if entry.login_module != module:
+        if name == "sasl.jaas.config":
+            raise ConfigError(missing)
+        raise ConfigError(f"{name}: the login module for {mechanism} must be {module}")
+    user, password = entry.options.get("username"), entry.options.get("password")
+    if not user or not password:
+        raise ConfigError(
+            f"{name}: the inter-broker listener {listener} uses SASL {mechanism}, so this JAAS config "
+            "needs this broker's own username and password options"
+        )
+    return SaslCredentials(mechanism, user, password)
+
+
+def inter_broker_settings(
+    props: Mapping[str, str],
+    values: Mapping[str, Any],
+    broker_listeners: Sequence[str],
+    protocols: Mapping[str, str],
+    *,
+    tls: Mapping[str, ListenerTls],
+    sasl: Mapping[str, ListenerSasl],
+) -> InterBrokerSettings | None:
+    """Resolves the inter-broker listener and this node's client settings for it; ConfigError naming the key."""
+    listener = inter_broker_listener(props, broker_listeners, protocols)
+    if listener is None:
+        return None
+    protocol = protocols.get(listener, "PLAINTEXT")
+    mechanism_text = (props.get(MECHANISM_KEY) or "").strip()
+    if protocol not in SASL_PROTOCOLS:
+        return InterBrokerSettings(listener, protocol, tls.get(listener) if protocol in TLS_PROTOCOLS else None)
+    mechanism = (mechanism_text or str(values.get(MECHANISM_KEY) or "GSSAPI")).upper()
+    if mechanism not in CLIENT_MECHANISMS:
+        raise ConfigError(
+            f"{MECHANISM_KEY}: the inter-broker listener {listener} is {protocol}, so brokers "
+            f"authenticate to each other with {', '.join(CLIENT_MECHANISMS)}; {mechanism} is not "
+            "implemented (Kafka's default is GSSAPI: set this key)"
+        )
+    served = sasl.get(listener)
+    if served is not None and mechanism not in served.mechanisms:
+        raise ConfigError(
+            f"{MECHANISM_KEY}: {mechanism} is not enabled on the inter-broker listener {listener} "
+            f"(enabled: {', '.join(served.mechanisms)})"
+        )
+    return InterBrokerSettings(
+        listener,
+        protocol,
+        tls.get(listener) if protocol in TLS_PROTOCOLS else None,
+        _credentials(listener, mechanism, props, values),
+    )

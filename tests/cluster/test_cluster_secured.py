@@ -1,0 +1,214 @@
+"""A cluster with every listener secured (issue 13): one controller and three brokers as real processes, the
+CONTROLLER listener SSL (client certificates required), the client listener SASL_SSL with SCRAM-SHA-512, and the
+brokers reaching each other on that same listener as ``User:broker`` (``inter.broker.listener.name``,
+``sasl.mechanism.inter.broker.protocol`` and the listener's ScramLoginModule JAAS config), with ACLs on and
+``User:broker`` a super user, as Kafka's brokers are.
+
+A transactional producer (confluent-kafka, as ``alice`` with ACLs for her topic, transactional id and group) commits a
+transaction over partitions led by all three brokers, so the coordinator's WriteTxnMarkers and the leaders'
+AddPartitionsToTxn verification go broker to broker over SASL_SSL; a read_committed consumer reads it (the last
+stable offset only moves once every marker is written). A plaintext connection to any listener gets no answer, and
+no node's log holds a password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_support import FAST
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from node.local_cluster import LocalCluster, NodeSpec, plan_cluster
+from tests.reading import read_to_end
+from tests.tls_certs import CertificateAuthority
+from tests.waiting import eventually
+from wire import codec
+from wire.client import ClientConnection
+
+BROKER_PASSWORD = "broker-pass-never-logged"
+ADMIN_PASSWORD = "admin-pass-never-logged"
+ALICE_PASSWORD = "alice-pass-never-logged"
+MECHANISM = "SCRAM-SHA-512"
+PARTITIONS = 6
+DEADLINE_S = 30.0
+SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _BootstrapSpec(NodeSpec):
+    """A planned node started with ``--add-scram`` options (the cluster's first SCRAM users)."""
+
+    add_scram: tuple[str, ...] = ()
+
+    def command(self) -> list[str]:
+        return [*NodeSpec.command(self), *(arg for user in self.add_scram for arg in ("--add-scram", user))]
+
+
+def _secured_specs(root: Path, ca: CertificateAuthority) -> list[NodeSpec]:
+    identity = ca.issue("node", server=True)
+    common = {
+        **FAST,
+        "listener.security.protocol.map": "CONTROLLER:SSL,SECURE:SASL_SSL",
+        "ssl.keystore.location": str(identity.keystore_path),
+        "ssl.truststore.location": str(ca.cert_path),
+        "listener.name.controller.ssl.client.auth": "required",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:broker;User:admin",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+    brokers = {
+        "inter.broker.listener.name": "SECURE",
+        "sasl.enabled.mechanisms": MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": MECHANISM,
+        "listener.name.secure.scram-sha-512.sasl.jaas.config": SCRAM_JAAS.format("broker", BROKER_PASSWORD),
+    }
+    specs = plan_cluster(root, controllers=1, brokers=3, extra=common)
+    out: list[NodeSpec] = []
+    for index, spec in enumerate(s for s in specs if s.is_broker):
+        overrides = {
+            **spec.overrides,
+            **brokers,
+            "listeners": spec.overrides["listeners"].replace("PLAINTEXT://", "SECURE://"),
+            "advertised.listeners": spec.overrides["advertised.listeners"].replace("PLAINTEXT://", "SECURE://"),
+        }
+        users = (
+            tuple(
+                f"{MECHANISM}=[name={name},password={password}]"
+                for name, password in (
+                    ("broker", BROKER_PASSWORD),
+                    ("admin", ADMIN_PASSWORD),
+                    ("alice", ALICE_PASSWORD),
+                )
+            )
+            if index == 0
+            else ()
+        )
+        fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(NodeSpec)}
+        out.append(_BootstrapSpec(**{**fields, "overrides": overrides}, add_scram=users))
+    return [*(s for s in specs if not s.is_broker), *out]
+
+
+def _client(cluster: LocalCluster, ca: CertificateAuthority, user: str, password: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": MECHANISM,
+        "sasl.username": user,
+        "sasl.password": password,
+        "ssl.ca.location": str(ca.cert_path),
+    }
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[tuple[LocalCluster, CertificateAuthority]]:
+    ca = CertificateAuthority(tmp_path / "certs")
+    cluster = LocalCluster(_secured_specs(tmp_path / "cluster", ca))
+    cluster.start_all()
+    try:
+        admins = [
+            AdminClient({**_client(cluster, ca, "admin", ADMIN_PASSWORD), "bootstrap.servers": node.spec.address})
+            for node in cluster.brokers
+        ]
+        expected = {node.spec.node_id for node in cluster.brokers}
+
+        def ready() -> bool:
+            assert not cluster.exited(), f"a node stopped:\n{cluster.logs()}"
+            return all(set(admin.list_topics(timeout=5).brokers) == expected for admin in admins)
+
+        eventually(
+            ready,
+            timeout=DEADLINE_S,
+            interval=0.3,
+            what="every broker to list every broker over SASL_SSL",
+            retry_on=(Exception,),
+        )
+        yield cluster, ca
+    finally:
+        codes = cluster.stop_all(timeout=20)
+        logs = "\n".join(node.log_text(tail=10**7) for node in cluster.nodes)
+        for secret in (BROKER_PASSWORD, ADMIN_PASSWORD, ALICE_PASSWORD):
+            assert secret not in logs, "a password reached a node's log"
+    assert all(code == 0 for code in codes.values()), f"unclean stop {codes}:\n{cluster.logs()}"
+
+
+def _leaders(admin: AdminClient, topic: str) -> dict[int, int]:
+    found = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+    return {} if found is None or found.error is not None else {p.id: p.leader for p in found.partitions.values()}
+
+
+def _answers_plaintext(port: int) -> bool:
+    """Whether a listener answers ApiVersions sent without TLS (it must not: the first bytes end the connection)."""
+
+    async def ask() -> Any:
+        connection = ClientConnection("127.0.0.1", port, client_id="plaintext-probe", timeout=5)
+        try:
+            return await connection.request(
+                codec.build(codec.request_class(18, 3), client_software_name="probe", client_software_version="1")
+            )
+        finally:
+            await connection.close()
+
+    try:
+        asyncio.run(ask())
+    except (ConnectionError, TimeoutError, codec.ProtocolError):
+        return False
+    return True
+
+
+def test_a_transaction_over_sasl_ssl_brokers_with_an_ssl_controller_listener(
+    secured: tuple[LocalCluster, CertificateAuthority],
+) -> None:
+    cluster, ca = secured
+    topic = f"secured-{uuid.uuid4().hex[:8]}"
+    transactional_id = f"tid-{topic}"
+    admin = AdminClient(_client(cluster, ca, "admin", ADMIN_PASSWORD))
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=20)[topic].result(timeout=DEADLINE_S)
+    bindings = [
+        AclBinding(kind, name, pattern, "User:alice", "*", AclOperation.ALL, AclPermissionType.ALLOW)
+        for kind, name, pattern in (
+            (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL),
+            (ResourceType.TRANSACTIONAL_ID, transactional_id, ResourcePatternType.LITERAL),
+            (ResourceType.GROUP, "reader-", ResourcePatternType.PREFIXED),  # tests.reading's consumer groups
+        )
+    ]
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=DEADLINE_S)
+    alice = _client(cluster, ca, "alice", ALICE_PASSWORD)
+    placement = eventually(
+        lambda: _leaders(admin, topic),
+        until=lambda found: len(found) == PARTITIONS and len(set(found.values())) == 3,
+        timeout=DEADLINE_S,
+        what="partitions led by all three brokers",
+        retry_on=(Exception,),
+    )
+
+    producer = Producer({**alice, "transactional.id": transactional_id, "linger.ms": 5})
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    for i in range(PARTITIONS * 2):
+        producer.produce(topic, value=f"committed-{i}".encode(), partition=i % PARTITIONS)
+    producer.commit_transaction(DEADLINE_S)
+
+    seen = sorted(
+        v.decode()
+        for _, v in read_to_end(cluster.bootstrap_servers, topic, PARTITIONS, settings=alice, timeout=DEADLINE_S)
+    )
+    assert seen == sorted(f"committed-{i}" for i in range(PARTITIONS * 2)), f"placement {placement}"
+
+    answered = [f"{n.spec.role} {n.spec.node_id}" for n in cluster.nodes if _answers_plaintext(n.spec.port)]
+    assert not answered, f"answered a plaintext request: {answered}"
