@@ -26,7 +26,8 @@ from wire.record_batch import InvalidBatchError, iter_batches
 
 
 class TopicTraffic:
-    """Bytes and records in (produced) and out (fetched) per topic, labelled with this broker's node id."""
+    """Bytes and records in (produced) and out (fetched) per topic, labelled with this broker's node id; and bytes
+    per partition, unexported, which the broker reports to the active controller for the auto-balancer."""
 
     def __init__(self, registry: CollectorRegistry | None, node_id: Callable[[], int]) -> None:
         """``node_id`` is read when a topic is first counted (a dispatcher exists before its node is complete)."""
@@ -48,13 +49,26 @@ class TopicTraffic:
         )
         self._in: dict[str, tuple[Any, Any]] = {}
         self._out: dict[str, tuple[Any, Any]] = {}
+        # (topic, partition) -> [bytes in, bytes out] since start: the load reports' source (controller.broker_load)
+        self._partition_bytes: dict[tuple[str, int], list[int]] = {}
 
     @classmethod
     def disabled(cls) -> TopicTraffic:
         """Counts into no registry (a request context built outside a node)."""
         return cls(None, lambda: -1)
 
-    def produced(self, topic: str, size: int, records: int) -> None:
+    def partition_bytes(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """A copy of the cumulative (bytes in, bytes out) per partition this broker counted."""
+        return {key: (counts[0], counts[1]) for key, counts in self._partition_bytes.items()}
+
+    def _count_partition(self, topic: str, partition: int, direction: int, size: int) -> None:
+        counts = self._partition_bytes.get((topic, partition))
+        if counts is None:
+            counts = self._partition_bytes[(topic, partition)] = [0, 0]
+        counts[direction] += size
+
+    def produced(self, topic: str, partition: int, size: int, records: int) -> None:
+        self._count_partition(topic, partition, 0, size)
         children = self._in.get(topic)
         if children is None:
             children = self._in[topic] = (
@@ -64,10 +78,11 @@ class TopicTraffic:
         children[0].inc(size)
         children[1].inc(records)
 
-    def fetched(self, topic: str, records: bytes) -> None:
+    def fetched(self, topic: str, partition: int, records: bytes) -> None:
         """Counts one partition's fetched batches; records are counted from the batch headers (offsets spanned)."""
         if not records:
             return
+        self._count_partition(topic, partition, 1, len(records))
         children = self._out.get(topic)
         if children is None:
             children = self._out[topic] = (

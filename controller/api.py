@@ -285,6 +285,18 @@ class ControlledShutdown(Protocol):
 
 
 @runtime_checkable
+class LoadReporting(Protocol):
+    """A controller client through which a broker of a cluster reports its per-partition traffic to the active
+    controller for the auto-balancer's load goal (``controller.broker_load``); an embedded single node has nobody
+    to balance with. Runtime-checkable and apart from :class:`ControllerClient`, as :class:`ControlledShutdown` is."""
+
+    def report_load_from(self, counters: Callable[[], Mapping[tuple[str, int], tuple[int, int]]]) -> None:
+        """Reports every ``autobalancer.reporter.metrics.reporting.interval.ms`` the growth of ``counters`` (the
+        cumulative bytes in and out per (topic, partition)) as rates, until the client closes."""
+        ...
+
+
+@runtime_checkable
 class QuorumForwarder(Protocol):
     """A controller client that is not the quorum itself (a broker following the Raft leader over the network).
 

@@ -7,8 +7,13 @@ balanced and every ``autobalancer.controller.execution.interval.ms`` while it is
 decision needs beyond the image is when this controller first saw each broker's current state (a fenced broker's
 wait, a new broker's settling); that is not replicated, so a new active controller starts those clocks afresh.
 
-Each move is logged with its reason and counted in ``fjord_autobalancer_moves_total``; the round's outcome (balanced,
-waiting, paused and why) is logged when it changes and kept in :attr:`AutoBalancer.status`.
+The brokers' load reports (ReportBrokerLoad, ``controller.broker_load``) are kept here too, in memory: the load goal
+plans on them, and :meth:`reset` forgets them with the clocks, so a new active controller waits for fresh reports
+before it moves anything for load.
+
+Each move is logged with its reason and counted in ``fjord_autobalancer_moves_total`` (label ``goal``:
+``leader_count`` or ``load``); the round's outcome (balanced, waiting, paused and why) is logged when it changes and
+kept in :attr:`AutoBalancer.status`.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from controller import balancer
+from controller.broker_load import BrokerLoad, LoadReports, PartitionLoad
 from controller.config.keys import BROKER_KEYS, ConfigValueError
 from controller.config.server import ServerConfig
 from controller.controller import Controller
@@ -62,22 +68,36 @@ class AutoBalancer:
         self._paused: str | None = None
         self._moves_metric: Counter | None = None
         self._in_flight_metric: Gauge | None = None
+        self._reports = LoadReports()
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         self._moves_metric = Counter(
             "fjord_autobalancer_moves",
-            "Partition moves the auto-balancer started on this controller",
+            "Partition moves the auto-balancer started on this controller, by the goal that made them",
+            ["goal"],
             registry=registry,
         )
+        for goal in balancer.GOALS:  # every series exists from the start, at 0
+            self._moves_metric.labels(goal=goal)
         self._in_flight_metric = Gauge(
             "fjord_autobalancer_moves_in_flight",
             "Partition reassignments in flight (the balancer's and operators') at the balancer's last round",
             registry=registry,
         )
 
+    def record_load(self, node_id: int, node_epoch: int, partitions: Sequence[PartitionLoad]) -> None:
+        """A broker's load report (ReportBrokerLoad), replacing its previous one."""
+        self._reports.record(node_id, node_epoch, partitions, self._clock())
+
+    def loads(self, image: MetadataImage) -> dict[int, BrokerLoad]:
+        """The latest report of each broker's current registration, with its age."""
+        return self._reports.snapshot(self._clock(), {b.node_id: b.epoch for b in image.brokers.values()})
+
     def reset(self) -> None:
-        """This controller is no longer active: forget the clocks (the next active one starts its own)."""
+        """This controller is no longer active: forget the clocks and the load reports (the next active one
+        starts its own)."""
         self._seen.clear()
+        self._reports.clear()
         self._next_round = 0.0
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -107,7 +127,7 @@ class AutoBalancer:
         settings = effective_settings(self._config, self._controller.image)
         try:
             decision = await self._controller.rebalance(
-                lambda image: balancer.plan(image, settings, self._ages(image, self._clock()))
+                lambda image: balancer.plan(image, settings, self._ages(image, self._clock()), self.loads(image))
             )
         except Exception as exc:  # NotControllerError after losing leadership, a log write failed, ...
             logger.info("controller %d: auto-balancer round abandoned: %s", self._config.node_id, exc)
@@ -116,7 +136,8 @@ class AutoBalancer:
         for move in decision.moves:
             logger.info("auto-balancer: %s", move.reason)
         if self._moves_metric is not None:
-            self._moves_metric.inc(len(decision.moves))
+            for move in decision.moves:
+                self._moves_metric.labels(goal=move.goal).inc()
         if self._in_flight_metric is not None:
             self._in_flight_metric.set(decision.in_flight + len(decision.moves))
         busy = bool(decision.moves or decision.in_flight)

@@ -24,6 +24,19 @@ It stands aside rather than fight other mechanisms:
   others meanwhile would only move partitions twice.
 Internal topics (``__consumer_offsets``, ``__transaction_state``) are balanced like any other: the group and
 transaction coordinators follow their partitions' leaders.
+
+The load goal runs after the leader-count goal, on the traffic the brokers report (``controller.broker_load``: bytes
+in plus bytes out per partition; a partition is attributed to the broker the image says holds it, so a move in
+flight already counts for its target). A broker whose load exceeds the mean of the balanced brokers by more than
+``load_tolerance`` (the band) gives its hottest partition at or above ``load_min_partition_rate`` to the least
+loaded broker that stays within the band with it. When a plain move would take the leader counts out of their band,
+the target gives back its coldest movable partition (a swap: two moves, the counts unchanged), so the leader-count
+goal never has a reason to undo a load move. Why it cannot oscillate either: a load move is made only when the
+target stays within the band, which is below the source's load, so it strictly lowers the sum of the squared broker
+loads; under steady rates that sum takes finitely many values (placements are finite), so moves stop, and the
+leader counts stay within their band throughout. The goal waits (moves nothing for load) until every balanced
+broker has a report younger than ``STALE_INTERVALS`` reporting intervals: a controller that just became active has
+none, and a broker's stale numbers would mislead.
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.broker_load import REPORT_INTERVAL, STALE_INTERVALS, BrokerLoad, PartitionKey, format_rate
 from controller.image import MetadataImage, PartitionImage
 from controller.metadata_records import NO_LEADER
 
@@ -43,6 +57,11 @@ TOLERANCE = "autobalancer.controller.leader.count.tolerance"
 FENCED_BROKER_WAIT = "autobalancer.controller.fenced.broker.wait.ms"
 EXCLUDE_TOPICS = "autobalancer.controller.exclude.topics"
 EXCLUDE_BROKERS = "autobalancer.controller.exclude.broker.ids"
+LOAD_TOLERANCE = "autobalancer.controller.load.tolerance"
+LOAD_MIN_PARTITION_RATE = "autobalancer.controller.load.min.partition.bytes.per.sec"
+
+#: What a move is for: the leader counts or the load (``Move.goal``, the moves metric's label).
+GOALS = ("leader_count", "load")
 
 #: Every key the balancer reads (defined with types and defaults in ``controller.config.keys``).
 KEYS = (
@@ -54,6 +73,8 @@ KEYS = (
     FENCED_BROKER_WAIT,
     EXCLUDE_TOPICS,
     EXCLUDE_BROKERS,
+    LOAD_TOLERANCE,
+    LOAD_MIN_PARTITION_RATE,
 )
 
 
@@ -67,6 +88,9 @@ class Settings:
     fenced_broker_wait_s: float = 300.0
     exclude_topics: frozenset[str] = frozenset()
     exclude_brokers: frozenset[int] = frozenset()
+    load_tolerance: float = 0.2
+    load_min_partition_rate: float = 102400.0
+    report_interval_s: float = 10.0
 
     @property
     def new_broker_wait_s(self) -> float:
@@ -92,13 +116,17 @@ class Settings:
             fenced_broker_wait_s=int(value(FENCED_BROKER_WAIT)) / 1000,
             exclude_topics=frozenset(value(EXCLUDE_TOPICS) or []),
             exclude_brokers=brokers,
+            load_tolerance=float(value(LOAD_TOLERANCE)),
+            load_min_partition_rate=float(value(LOAD_MIN_PARTITION_RATE)),
+            report_interval_s=int(value(REPORT_INTERVAL)) / 1000,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Move:
     """One partition to move from ``source`` to ``target``, with the leader counts (moves in flight included)
-    that made the balancer choose it: what the log line says."""
+    that made the balancer choose it: what the log line says. ``goal``: ``leader_count`` or ``load`` (the moves
+    metric's label); a load move carries its own ``note`` (the loads that made it)."""
 
     topic: str
     partition: PartitionImage
@@ -107,9 +135,13 @@ class Move:
     source_leads: int
     target_leads: int
     tolerance: int
+    goal: str = "leader_count"
+    note: str = ""
 
     @property
     def reason(self) -> str:
+        if self.note:
+            return self.note
         return (
             f"moving {self.topic}-{self.partition.partition} from broker {self.source} to {self.target}: "
             f"broker {self.source} leads {self.source_leads}, broker {self.target} leads {self.target_leads}, "
@@ -127,6 +159,10 @@ class Decision:
     leads: Mapping[int, int] = field(default_factory=dict)
     in_flight: int = 0
     paused: str | None = None
+    #: bytes/s per balanced broker after this round's leader-count moves (empty: the load goal did not run)
+    loads: Mapping[int, float] = field(default_factory=dict)
+    #: why the load goal did not run (no recent report from a broker), else None
+    load_waiting: str | None = None
 
     @property
     def state(self) -> str:
@@ -140,6 +176,10 @@ class Decision:
         if self.paused is not None:
             return f"paused: {self.paused}"
         counts = ", ".join(f"{broker}:{count}" for broker, count in sorted(self.leads.items())) or "none"
+        if self.loads:
+            counts += "; load " + ", ".join(f"{b}:{format_rate(rate)}" for b, rate in sorted(self.loads.items()))
+        elif self.load_waiting:
+            counts += f"; load goal waiting: {self.load_waiting}"
         if self.moves:
             return f"balancing: {len(self.moves)} moves started, {self.in_flight} in flight; leaders {counts}"
         if self.in_flight:
@@ -172,9 +212,15 @@ def leader_counts(
     return counts, in_flight
 
 
-def plan(image: MetadataImage, settings: Settings, ages: Mapping[int, float]) -> Decision:
+def plan(
+    image: MetadataImage,
+    settings: Settings,
+    ages: Mapping[int, float],
+    loads: Mapping[int, BrokerLoad] | None = None,
+) -> Decision:
     """The moves to start now. ``ages``: seconds since this controller first saw each broker's current state
-    (its registration epoch and fenced flag); a broker missing from it counts as just seen."""
+    (its registration epoch and fenced flag); a broker missing from it counts as just seen. ``loads``: the
+    brokers' latest load reports (None: no load goal, as where nobody reports)."""
     if not settings.enabled:
         return Decision(paused=f"{ENABLE}=false")
     pending = sorted(f.node_id for f in image.wal_failovers.values() if f.pending)
@@ -219,7 +265,143 @@ def plan(image: MetadataImage, settings: Settings, ages: Mapping[int, float]) ->
         projected[source] -= 1
         projected[target] += 1
         budget -= 1
-    return Decision(moves=moves, leads=counts, in_flight=in_flight)
+    if loads is None:
+        return Decision(moves=moves, leads=counts, in_flight=in_flight)
+    waiting = _missing_reports(balanced, loads, settings)
+    if waiting is not None:
+        return Decision(moves=moves, leads=counts, in_flight=in_flight, load_waiting=waiting)
+    goal = _LoadGoal(image, settings, balanced, loads=loads, counts=projected, planned=moves)
+    before = dict(goal.load)
+    moves += goal.run(budget)
+    return Decision(moves=moves, leads=counts, in_flight=in_flight, loads=before)
+
+
+def _missing_reports(balanced: list[int], loads: Mapping[int, BrokerLoad], settings: Settings) -> str | None:
+    bound = settings.report_interval_s * STALE_INTERVALS
+    missing = [b for b in balanced if b not in loads or loads[b].age_s > bound]
+    if not missing:
+        return None
+    return f"no load report younger than {bound:.0f} s from broker {', '.join(map(str, missing))}"
+
+
+class _LoadGoal:
+    """One round of the load goal over the placement the image and this round's earlier moves give."""
+
+    def __init__(
+        self,
+        image: MetadataImage,
+        settings: Settings,
+        balanced: list[int],
+        *,
+        loads: Mapping[int, BrokerLoad],
+        counts: dict[int, int],
+        planned: list[Move],
+    ) -> None:
+        self.settings = settings
+        self.balanced = balanced
+        self.counts = dict(counts)
+        bound = settings.report_interval_s * STALE_INTERVALS
+        # A partition just moved may be in two reports (its old and new leader's windows): the larger rate is
+        # the better guess of its traffic.
+        self.rate: dict[PartitionKey, float] = {}
+        for report in loads.values():
+            if report.age_s <= bound:
+                for key, partition_load in report.partitions.items():
+                    self.rate[key] = max(self.rate.get(key, 0.0), partition_load.load)
+        planned_keys = {(m.topic, m.partition.partition): m.target for m in planned}
+        self.load = dict.fromkeys(balanced, 0.0)
+        self.movable: dict[int, list[tuple[str, PartitionImage]]] = {b: [] for b in balanced}
+        for name, partition in _partitions(image):
+            key = (name, partition.partition)
+            holder = planned_keys.get(key)
+            if holder is None:
+                holder = partition.replicas[0] if partition.reassigning and partition.replicas else partition.leader
+                if holder in self.movable and not partition.reassigning and name not in settings.exclude_topics:
+                    self.movable[holder].append((name, partition))
+            if holder in self.load:
+                self.load[holder] += self.rate.get(key, 0.0)
+        for candidates in self.movable.values():  # hottest first; ties by name and number
+            candidates.sort(key=lambda item: (-self._rate(item), item[0], item[1].partition))
+        self.mean = sum(self.load.values()) / len(balanced)
+        self.band = self.mean * (1 + settings.load_tolerance)
+
+    def _rate(self, item: tuple[str, PartitionImage]) -> float:
+        return self.rate.get((item[0], item[1].partition), 0.0)
+
+    def run(self, budget: int) -> list[Move]:
+        moves: list[Move] = []
+        while budget > 0 and self.mean > 0:
+            source = max(self.balanced, key=lambda b: (self.load[b], -b))
+            if self.load[source] <= self.band:
+                break
+            chosen = self._choose(source, budget)
+            if not chosen:
+                break  # its partitions are each too hot for any other broker's band, or too cold to matter
+            moves += chosen
+            budget -= len(chosen)
+        return moves
+
+    def _choose(self, source: int, budget: int) -> list[Move]:
+        """The move (or swap) that gives ``source``'s hottest possible partition to the least loaded broker that
+        stays within the band; none if no partition fits anywhere."""
+        targets = sorted((b for b in self.balanced if b != source), key=lambda b: (self.load[b], b))
+        tolerance = self.settings.tolerance
+        for item in self.movable[source]:
+            rate = self._rate(item)
+            if rate < self.settings.load_min_partition_rate:
+                break  # hottest first: the rest are colder still
+            for target in targets:
+                if self.load[target] + rate > self.band:
+                    break  # the coldest targets come first: no later one fits either
+                counts = dict(self.counts)
+                counts[source] -= 1
+                counts[target] += 1
+                why = (
+                    f"broker {source} load (bytes in+out) {format_rate(self.load[source])}, "
+                    f"{self.load[source] / self.mean:.1f}x the mean {format_rate(self.mean)} "
+                    f"(band +{self.settings.load_tolerance:.0%}); moving {_name(item)} ({format_rate(rate)}) "
+                    f"to broker {target} ({format_rate(self.load[target])})"
+                )
+                if max(counts.values()) - min(counts.values()) <= tolerance:
+                    return [self._apply(item, source, target, why)]
+                if budget < 2:
+                    continue
+                colder = [c for c in self.movable[target] if self._rate(c) < rate]
+                back = min(colder, key=lambda c: (self._rate(c), c[0], c[1].partition), default=None)
+                if back is None or self.load[target] + rate - self._rate(back) > self.band:
+                    continue
+                back_why = (
+                    f"moving {_name(back)} ({format_rate(self._rate(back))}) from broker {target} to {source} in "
+                    f"exchange for {_name(item)}, keeping the leader counts within ±{tolerance}"
+                )
+                why += f" in exchange for {_name(back)} ({format_rate(self._rate(back))})"
+                return [self._apply(item, source, target, why), self._apply(back, target, source, back_why)]
+        return []
+
+    def _apply(self, item: tuple[str, PartitionImage], source: int, target: int, why: str) -> Move:
+        name, partition = item
+        rate = self._rate(item)
+        move = Move(
+            name,
+            partition,
+            source,
+            target,
+            self.counts[source],
+            self.counts[target],
+            self.settings.tolerance,
+            goal="load",
+            note=why,
+        )
+        self.movable[source].remove(item)
+        self.load[source] -= rate
+        self.load[target] += rate
+        self.counts[source] -= 1
+        self.counts[target] += 1
+        return move
+
+
+def _name(item: tuple[str, PartitionImage]) -> str:
+    return f"{item[0]}-{item[1].partition}"
 
 
 def _pick(

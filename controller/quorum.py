@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.auto_balancer import AutoBalancer
+from controller.broker_load import BrokerLoad, PartitionLoad
 from controller.config.meta_properties import ensure_meta_properties, is_valid_cluster_id
 from controller.config.server import Listener, ServerConfig
 from controller.controller import Controller
@@ -488,6 +489,16 @@ class QuorumController:
             self.controller.image.offset,
             encode_metadata_records(self.controller.snapshot_records()),
         )
+
+    def record_load(self, node: NodeIdentity, partitions: Sequence[PartitionLoad]) -> None:
+        """Keeps the report of a registered broker's current incarnation; any other is dropped (it would never be
+        used, and must not grow the controller's memory)."""
+        broker = self.controller.image.brokers.get(node.node_id)
+        if broker is not None and broker.epoch == node.node_epoch:
+            self.balancer.record_load(node.node_id, node.node_epoch, partitions)
+
+    def broker_loads(self) -> list[BrokerLoad]:
+        return sorted(self.balancer.loads(self.controller.image).values(), key=lambda load: load.node_id)
 
     def check_node(self, node: NodeIdentity, what: str) -> None:
         """Refuses a mutation from a fenced broker or from an older incarnation of one (NodeFencedError)."""

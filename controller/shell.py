@@ -3,7 +3,8 @@
 As Kafka's ``kafka-metadata-shell``: the state comes from a running quorum (DescribeMetadata, any voter's applied
 state), a snapshot file, or a metadata log directory, and is shown as directories and files::
 
-    /balancer/<node id>                the auto-balancer's view: partitions each broker leads, moves in flight
+    /balancer/<node id>                the auto-balancer's view: partitions each broker leads, moves in flight,
+                                       its load (bytes in+out per second; from a running quorum only)
     /balancer/status                   balanced or not, and the moves the balancer would start on this state
     /brokers/<node id>                 registration: epoch, listeners, rack, fenced, shutdown (controlled)
     /failovers/<node id>               the latest WAL failover of a dead broker: target, attempt, pending or done
@@ -24,10 +25,11 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller import balancer
+from controller.broker_load import BrokerLoad, format_rate
 from controller.config.keys import BROKER_KEYS, ConfigValueError
 from controller.image import MetadataImage, is_cluster_record
 from controller.metadata_records import MetadataRecord
@@ -145,10 +147,13 @@ def replay(records: Iterable[MetadataRecord], cluster_id: str = "") -> _State:
 # ------------------------------------------------------------------------------------------ the tree
 
 
-def build_tree(records: Iterable[MetadataRecord], cluster_id: str = "") -> Entry:
+def build_tree(
+    records: Iterable[MetadataRecord], cluster_id: str = "", loads: Mapping[int, BrokerLoad] | None = None
+) -> Entry:
+    """``loads``: the brokers' load reports the active controller holds (not metadata: a running quorum's only)."""
     state = replay(records, cluster_id)
     root = Entry("", children={})
-    _balancer(root.child_dir("balancer"), state.image)
+    _balancer(root.child_dir("balancer"), state.image, loads)
     _brokers(root.child_dir("brokers"), state.image)
     _failovers(root.child_dir("failovers"), state.image)
     ids = state.image.producer_ids
@@ -178,8 +183,9 @@ def _brokers(folder: Entry, image: MetadataImage) -> None:
     folder.table = rows
 
 
-def _balancer(folder: Entry, image: MetadataImage) -> None:
-    """The leader counts the auto-balancer balances (a move in flight counts for its target) and its verdict.
+def _balancer(folder: Entry, image: MetadataImage, loads: Mapping[int, BrokerLoad] | None) -> None:
+    """The leader counts the auto-balancer balances (a move in flight counts for its target), the brokers' load
+    when the active controller's reports are at hand, and its verdict.
 
     The settings are the cluster-wide dynamic values, else the defaults: a controller's own file is not part of
     the metadata. The clocks the active controller keeps (fenced and new brokers wait) are not either, so the
@@ -203,16 +209,19 @@ def _balancer(folder: Entry, image: MetadataImage) -> None:
                     incoming[node_id] = incoming.get(node_id, 0) + 1
                 for node_id in p.removing_replicas:
                     outgoing[node_id] = outgoing.get(node_id, 0) + 1
-    rows: list[Row] = [("BROKER", "STATE", "LEADS", "MOVING IN", "MOVING OUT")]
+    ages = dict.fromkeys(image.brokers, float("inf"))
+    decision = balancer.plan(image, settings, ages, loads)
+    reported = {b: sum(p.load for p in report.partitions.values()) for b, report in (loads or {}).items()}
+    rows: list[Row] = [("BROKER", "STATE", "LEADS", "MOVING IN", "MOVING OUT", "LOAD")]
     for node_id, broker in sorted(image.brokers.items()):
         state = "fenced" if broker.fenced else "excluded" if node_id in settings.exclude_brokers else "active"
-        row = (str(node_id), state, str(counts[node_id]), str(incoming[node_id]), str(outgoing[node_id]))
+        load = decision.loads.get(node_id, reported.get(node_id))
+        row = (str(node_id), state, str(counts[node_id]), str(incoming[node_id]), str(outgoing[node_id]),
+               "-" if load is None else format_rate(load).replace(" ", ""))
         rows.append(row)
-        folder.add_file(str(node_id), _fields(zip(("broker", "state", "leads", "moving in", "moving out"), row,
-                                                  strict=True)))
+        folder.add_file(str(node_id), _fields(zip(("broker", "state", "leads", "moving in", "moving out",
+                                                   "load (bytes in+out)"), row, strict=True)))
     folder.table = rows
-    ages = dict.fromkeys(image.brokers, float("inf"))
-    decision = balancer.plan(image, settings, ages)
     spread = [counts[b] for b in live if b not in settings.exclude_brokers]
     lines = [_fields([
         ("enabled (cluster-wide)", settings.enabled),
@@ -220,6 +229,8 @@ def _balancer(folder: Entry, image: MetadataImage) -> None:
         ("max moves in flight", settings.max_moves_in_flight),
         ("moves in flight", in_flight),
         ("leader spread", max(spread) - min(spread) if spread else 0),
+        ("load tolerance", f"{settings.load_tolerance:.0%}"),
+        ("load reports", "none (not a running quorum's view)" if loads is None else len(loads)),
         ("verdict", decision.summary),
     ])]
     if decision.moves:

@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.broker_load import BrokerLoad
 from controller.metadata_log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, iter_batches, read_metadata
 from controller.metadata_records import MetadataRecord
 from controller.quorum import RAFT_DIR_NAME
@@ -44,6 +45,7 @@ class MetadataSourceError(Exception):
 class LoadedMetadata:
     records: list[MetadataRecord]
     source: str  # what was read, for the shell's banner
+    loads: dict[int, BrokerLoad] | None = None  # the active controller's load reports (a running quorum only)
 
 
 async def from_controllers(addresses: list[tuple[str, int]], timeout: float = 5.0) -> LoadedMetadata:
@@ -67,9 +69,31 @@ async def from_controllers(addresses: list[tuple[str, int]], timeout: float = 5.
         records = m.decode_metadata_records(dump.records, f"DescribeMetadata from {host}:{port}")
         leader = f"leader {dump.leader_id}" if dump.leader_id >= 0 else "no leader known"
         return LoadedMetadata(
-            records, f"controller {dump.node_id} at {host}:{port} (epoch {dump.epoch}, {leader}, offset {dump.offset})"
+            records, f"controller {dump.node_id} at {host}:{port} (epoch {dump.epoch}, {leader}, offset {dump.offset})",
+            await _broker_loads(addresses, timeout),
         )
     raise MetadataSourceError("no controller answered DescribeMetadata: " + "; ".join(problems))
+
+
+async def _broker_loads(addresses: list[tuple[str, int]], timeout: float) -> dict[int, BrokerLoad] | None:
+    """The load reports the active controller keeps (DescribeBrokerLoad; the others answer NOT_CONTROLLER), or None
+    when no voter answers with them: the shell then shows the metadata without load."""
+    for host, port in addresses:
+        connection = ControllerConnection(host, port, client_id="fjord-metadata-shell")
+        try:
+            await connection.connect(timeout=timeout)
+            response = await connection.stream_request(m.DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=timeout)
+        except (OSError, TimeoutError, ConnectionClosedError):
+            continue
+        finally:
+            await connection.close()
+        if response.error_code == m.RpcError.NONE and isinstance(response.result, tuple):
+            return {
+                report.node_id: BrokerLoad(report.node_id, report.age_s,
+                                           {(p.topic, p.partition): p for p in report.partitions})
+                for report in response.result
+            }
+    return None
 
 
 async def from_brokers(addresses: list[tuple[str, int]], timeout: float = 5.0) -> LoadedMetadata:

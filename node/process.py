@@ -25,7 +25,7 @@ from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
-from controller.api import ControlledShutdown, ControllerClient, ScramUpsertion
+from controller.api import ControlledShutdown, ControllerClient, LoadReporting, ScramUpsertion
 from controller.config.server import ServerConfig
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
@@ -219,6 +219,8 @@ class Node:
         await self.groups.start()
         self.transactions = TransactionCoordinator(self)
         await self.transactions.start()
+        if isinstance(self.controller, LoadReporting):  # a broker of a cluster: its traffic, for the auto-balancer
+            self.controller.report_load_from(dispatcher.traffic.partition_bytes)
 
         metrics_port = self._configured_metrics_port()
         if metrics_port is not None:

@@ -193,7 +193,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
         if r.key not in include:
             continue
         topic_id, name, partition = r.key
-        ctx.traffic.fetched(name, r.records)
+        ctx.traffic.fetched(name, partition, r.records)
         grouped.setdefault((topic_id, name), []).append(
             codec.build(
                 part_cls,

@@ -51,7 +51,7 @@ async def _append_one(
             _verified_leader_log(ctx, topic, partition, data, transactional_id),
             lambda log: log.append(data, required_acks=acks, transactional_id=transactional_id),
         )
-        ctx.traffic.produced(topic, len(data), result.last_offset - result.base_offset + 1)
+        ctx.traffic.produced(topic, partition, len(data), result.last_offset - result.base_offset + 1)
         return result
     except KafkaError as exc:
         return exc

@@ -242,6 +242,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("autobalancer.controller.fenced.broker.wait.ms", _B.LONG, 300000, at_least(0), dynamic=True),
         ConfigKey("autobalancer.controller.exclude.topics", _B.LIST, [], dynamic=True),
         ConfigKey("autobalancer.controller.exclude.broker.ids", _B.LIST, [], dynamic=True),
+        # The load goal (controller.broker_load): a broker whose bytes in+out exceed the mean of the balanced brokers
+        # by more than this fraction gives hot partitions to the least loaded broker (fjord; AutoMQ-like name).
+        ConfigKey("autobalancer.controller.load.tolerance", _B.DOUBLE, 0.2, at_least(0), dynamic=True),
+        # fjord: a partition with less traffic (bytes in+out per second) is not moved for load: noise, not load.
+        ConfigKey("autobalancer.controller.load.min.partition.bytes.per.sec", _B.LONG, 102400, at_least(0),
+                  dynamic=True),
+        # How often a broker of a cluster reports its per-partition traffic to the active controller (AutoMQ's
+        # key; fjord: 10 s, AutoMQ 60 s). The controller ignores a report older than three of its own intervals.
+        ConfigKey("autobalancer.reporter.metrics.reporting.interval.ms", _B.LONG, 10000, at_least(1)),
         # topics
         ConfigKey("num.partitions", _B.INT, 1, at_least(1)),
         ConfigKey("default.replication.factor", _B.INT, 1, at_least(1)),

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -41,6 +41,7 @@ from controller.api import (
     ScramDeletion,
     ScramUpsertion,
 )
+from controller.broker_load import REPORT_INTERVAL, PartitionKey, rates
 from controller.client_quotas import QuotaAlteration, QuotaAlterResult
 from controller.config.meta_properties import ensure_meta_properties
 from controller.config.server import ServerConfig
@@ -106,6 +107,7 @@ class RemoteControllerClient:
         self._heartbeat_error: ErrorCode | None = None  # the last refusal, logged once rather than every beat
         self._want_shutdown = False  # in controlled shutdown: every heartbeat asks for it
         self._may_shut_down = asyncio.Event()  # the controller answered shouldShutDown
+        self._load_task: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(
@@ -130,6 +132,11 @@ class RemoteControllerClient:
     async def close(self) -> None:
         """Stops heartbeating (telling the controller the broker is going, so its partitions move now rather
         than after the session timeout) and stops the replica."""
+        if self._load_task is not None:
+            self._load_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._load_task
+            self._load_task = None
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -290,6 +297,31 @@ class RemoteControllerClient:
                 logger.warning("broker %d: heartbeat failed: %s", self.node_id, exc)
             except Exception:
                 logger.exception("broker %d: heartbeat failed", self.node_id)
+
+    # ---- load reports ----------------------------------------------------------------------------------------
+    def report_load_from(self, counters: Callable[[], Mapping[PartitionKey, tuple[int, int]]]) -> None:
+        if self._load_task is None:
+            self._load_task = asyncio.create_task(self._load_report_loop(counters),
+                                                  name=f"broker-{self.node_id}-load-reports")
+
+    async def _load_report_loop(self, counters: Callable[[], Mapping[PartitionKey, tuple[int, int]]]) -> None:
+        """Every reporting interval, the rates since the previous report (ReportBrokerLoad). A report the controller
+        does not get is logged and skipped: the next one carries the next window, and the balancer ignores a
+        broker whose reports stopped rather than plan on old numbers."""
+        interval_s = int(self.config.value(REPORT_INTERVAL)) / 1000
+        loop = asyncio.get_running_loop()
+        previous, then = dict(counters()), loop.time()
+        while True:
+            await asyncio.sleep(interval_s)
+            current, now = dict(counters()), loop.time()
+            partitions = rates(previous, current, now - then)
+            previous, then = current, now
+            request = m.ReportBrokerLoad(NodeIdentity(self.node_id, self.node_epoch), tuple(partitions))
+            try:
+                await self.channel.stream(request, f"report the load of broker {self.node_id}")
+            except (ControllerUnavailableError, StorageError, OSError, TimeoutError) as exc:
+                logger.info("broker %d: load report of %d partitions not delivered: %s", self.node_id,
+                            len(partitions), exc)
 
     # ---- admin writes --------------------------------------------------------------------------------------
     async def create_topics(self, topics: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:

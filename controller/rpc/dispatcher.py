@@ -25,6 +25,7 @@ from controller import admin_requests, admin_wire
 from controller.api import (
     ConfigResource,
 )
+from controller.broker_load import BrokerLoad, PartitionLoad
 from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.errors import ControllerError
@@ -114,6 +115,14 @@ class ServedQuorum(Protocol):
     async def heartbeat(
         self, node_id: int, epoch: int, metadata_offset: int, *, want_fence: bool, want_shutdown: bool
     ) -> tuple[bool, bool, bool]: ...
+
+    def record_load(self, node: NodeIdentity, partitions: Sequence[PartitionLoad]) -> None:
+        """Keeps a broker's load report (ReportBrokerLoad) for the auto-balancer; in memory, active voter only."""
+        ...
+
+    def broker_loads(self) -> list[BrokerLoad]:
+        """The reports kept, of the brokers' current registrations (DescribeBrokerLoad)."""
+        ...
 
 
 class ControllerProtocolError(ProtocolError):
@@ -410,6 +419,11 @@ class ControllerDispatcher:
             case m.CompleteWALFailover():
                 return await controller.complete_wal_failover(node, request.failed_node_id,
                                                               request.failed_node_epoch)
+            case m.ReportBrokerLoad():
+                return self.quorum.record_load(node, request.partitions)
+            case m.DescribeBrokerLoad():
+                return tuple(m.BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
+                             for load in self.quorum.broker_loads())
         raise ValueError(f"no handler for {what}")
 
 

@@ -71,7 +71,14 @@ key    RPC                     request fields                                 re
 10016  PutKV                   node, key, value                               -
 10017  DeleteKV                node, key                                      -
 10018  DescribeMetadata        node                                           MetadataDump
+10019  CompleteWALFailover     node, failed_node_id, failed_node_epoch        -
+10020  ReportBrokerLoad        node, partitions (PartitionLoad...)            -
+10021  DescribeBrokerLoad      node                                           BrokerLoadReport...
 =====  ======================  =============================================  ====================================
+
+ReportBrokerLoad is a broker's per-partition traffic over its last reporting interval, kept in memory by the active
+controller for the auto-balancer's load goal (``controller.broker_load``); DescribeBrokerLoad returns what it keeps
+(the metadata shell's ``/balancer`` view). Both need the active controller; neither is a metadata write.
 
 DescribeMetadata is answered by *any* voter from its own applied state (no leadership needed): the whole metadata
 state as records (:func:`decode_metadata_records`), with the voter's view of the quorum. Tests compare voters with
@@ -100,6 +107,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from controller.broker_load import PartitionLoad
 from controller.errors import NodeFencedError, NotControllerError
 from controller.metadata_log import SNAPSHOT_CHUNK, MetadataLogError, encode_batch, iter_batches
 from controller.metadata_records import MetadataRecord
@@ -446,6 +454,32 @@ class CompleteWALFailover(StreamRequest):
     failed_node_epoch: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class ReportBrokerLoad(StreamRequest):
+    """``node`` (a broker) reports its partitions' traffic (bytes/s) over its last reporting interval."""
+
+    API_KEY: ClassVar[int] = STREAM_API_BASE + 20
+    RESULT: ClassVar[Any] = None
+    MUTATES: ClassVar[bool] = False  # kept in memory only; a report of a superseded registration is ignored
+    partitions: tuple[PartitionLoad, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLoadReport:
+    """A broker's latest report as the active controller holds it, and how old it is."""
+
+    node_id: int = -1
+    age_s: float = 0.0
+    partitions: tuple[PartitionLoad, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeBrokerLoad(StreamRequest):
+    API_KEY: ClassVar[int] = STREAM_API_BASE + 21
+    RESULT: ClassVar[Any] = tuple[BrokerLoadReport, ...]
+    MUTATES: ClassVar[bool] = False
+
+
 def encode_metadata_records(records: Sequence[MetadataRecord]) -> bytes:
     """Metadata records as ``controller.metadata_log`` batch frames (CRC'd), in chunks; one Raft entry, a snapshot or a
     MetadataDump all carry records this way."""
@@ -489,6 +523,8 @@ STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
         DeleteKV,
         DescribeMetadata,
         CompleteWALFailover,
+        ReportBrokerLoad,
+        DescribeBrokerLoad,
     )
 }
 
@@ -590,12 +626,14 @@ __all__ = [
     "STREAM_API_BASE",
     "STREAM_API_VERSION",
     "STREAM_REQUESTS",
+    "BrokerLoadReport",
     "CloseStream",
     "CommitStreamObject",
     "CommitStreamSetObject",
     "CreateStream",
     "DeleteKV",
     "DeleteStream",
+    "DescribeBrokerLoad",
     "DescribeMetadata",
     "GetKV",
     "GetObjects",
@@ -610,6 +648,7 @@ __all__ = [
     "PrepareObjects",
     "PutKV",
     "RemoveObjects",
+    "ReportBrokerLoad",
     "RpcError",
     "StreamCodecError",
     "StreamRequest",

@@ -76,7 +76,7 @@ def run_shell(args: argparse.Namespace) -> int:
     except (MetadataSourceError, ValueError) as exc:
         print(f"fjord: {exc}", file=sys.stderr)
         return 1
-    shell = MetadataShell(build_tree(loaded.records))
+    shell = MetadataShell(build_tree(loaded.records, loads=loaded.loads))
     commands = list(args.command) + ([" ".join(args.words)] if args.words else [])
     if commands:
         status = 0

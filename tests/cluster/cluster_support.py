@@ -214,7 +214,7 @@ def shell_in_process(cluster: LocalCluster) -> MetadataShell:
     command would cost seconds of start-up each)."""
     addresses = [("127.0.0.1", n.spec.quorum_port) for n in cluster.controllers if n.running]
     loaded = asyncio.run(from_controllers(addresses))
-    return MetadataShell(build_tree(loaded.records))
+    return MetadataShell(build_tree(loaded.records, loads=loaded.loads))
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -230,11 +230,12 @@ def data_dir_of(cluster: LocalCluster, node_id: int) -> Path:
 @dataclass
 class OrderedLoad:
     """An idempotent producer thread sending ``<partition>:<seq>`` to each partition in turn until stopped; remembers
-    which sequence numbers each partition acknowledged."""
+    which sequence numbers each partition acknowledged. ``only``: the partitions to send to (default: all)."""
 
     bootstrap: str
     topic: str
     partitions: int
+    only: tuple[int, ...] | None = None
     acked: dict[int, list[int]] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -266,8 +267,9 @@ class OrderedLoad:
                 self.failed.append(f"{partition}:{seq}: {err}")
 
         seq = 0
+        targets = range(self.partitions) if self.only is None else self.only
         while not self._stop.is_set():
-            for partition in range(self.partitions):
+            for partition in targets:
                 producer.produce(
                     self.topic, value=f"{partition}:{seq}".encode(), partition=partition, on_delivery=delivered
                 )
