@@ -22,7 +22,6 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets import OffsetAndMetadata, TopicPartition
 from broker.partition.manager import PartitionManager
 from storage.metrics import loop_state_snapshot
-from wire.record_batch import InvalidBatchError, iter_batches
 
 
 class TopicTraffic:
@@ -61,6 +60,21 @@ class TopicTraffic:
         """A copy of the cumulative (bytes in, bytes out) per partition this broker counted."""
         return {key: (counts[0], counts[1]) for key, counts in self._partition_bytes.items()}
 
+    def forget(self, topic: str, partition: int) -> None:
+        """Drops a partition this broker no longer has open (leadership moved, topic deleted), so topic churn does
+        not grow the counters and a deleted topic is not exported forever; with the topic's last partition go its
+        exported series. A partition opened here again counts from zero, which the load reports take as a reset."""
+        self._partition_bytes.pop((topic, partition), None)
+        if any(key[0] == topic for key in self._partition_bytes):
+            return
+        node = str(self._node_id())
+        if self._in.pop(topic, None) is not None:
+            self.bytes_in.remove(node, topic)
+            self.messages_in.remove(node, topic)
+        if self._out.pop(topic, None) is not None:
+            self.bytes_out.remove(node, topic)
+            self.messages_out.remove(node, topic)
+
     def _count_partition(self, topic: str, partition: int, direction: int, size: int) -> None:
         counts = self._partition_bytes.get((topic, partition))
         if counts is None:
@@ -78,31 +92,20 @@ class TopicTraffic:
         children[0].inc(size)
         children[1].inc(records)
 
-    def fetched(self, topic: str, partition: int, records: bytes) -> None:
-        """Counts one partition's fetched batches; records are counted from the batch headers (offsets spanned)."""
-        if not records:
+    def fetched(self, topic: str, partition: int, size: int, records: int) -> None:
+        """Counts one partition's fetched batches: ``size`` bytes spanning ``records`` offsets (the read counted
+        them from the batch headers it walked)."""
+        if not size:
             return
-        self._count_partition(topic, partition, 1, len(records))
+        self._count_partition(topic, partition, 1, size)
         children = self._out.get(topic)
         if children is None:
             children = self._out[topic] = (
                 self.bytes_out.labels(node=str(self._node_id()), topic=topic),
                 self.messages_out.labels(node=str(self._node_id()), topic=topic),
             )
-        children[0].inc(len(records))
-        children[1].inc(_record_count(records))
-
-
-def _record_count(records: bytes) -> int:
-    """Records in a fetched run of batches: each batch's last offset delta + 1 (a truncated last batch, which a
-    fetch may return at its size limit, is not counted)."""
-    count = 0
-    try:
-        for header, _batch in iter_batches(records):
-            count += header.last_offset_delta + 1
-    except InvalidBatchError:
-        pass
-    return count
+        children[0].inc(size)
+        children[1].inc(records)
 
 
 class BrokerStateCollector(Collector):

@@ -18,9 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from controller.image import MetadataImage
-
-#: Seconds: a local fsync at the low end, a Raft round trip under load at the high end.
-COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, float("inf"))
+from storage.metrics import LATENCY_BUCKETS
 
 
 def commit_histogram() -> Histogram:
@@ -28,26 +26,32 @@ def commit_histogram() -> Histogram:
     return Histogram(
         "fjord_controller_commit_seconds",
         "Time to append a metadata write durably (fsync of the embedded log, Raft commit on a quorum)",
-        buckets=COMMIT_BUCKETS,
+        buckets=LATENCY_BUCKETS,  # a local fsync at the low end, a Raft round trip under load at the high end
         registry=None,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerView:
-    """What this node knows of the controller. ``epoch`` None: not known here (a broker following the quorum)."""
+    """What this node knows of the controller. ``epoch`` and ``high_watermark`` None: not known here (a broker
+    following the quorum is no voter; what it applied says nothing of what the quorum committed)."""
 
     active: bool
     leader_id: int
     epoch: int | None
     metadata_offset: int
-    high_watermark: int
+    high_watermark: int | None
     reassignments_in_flight: int
     commit_seconds: Histogram | None = None
 
 
 def image_view(
-    image: MetadataImage, *, active: bool, epoch: int | None, high_watermark: int, commit_seconds: Histogram | None
+    image: MetadataImage,
+    *,
+    active: bool,
+    epoch: int | None,
+    high_watermark: int | None,
+    commit_seconds: Histogram | None,
 ) -> ControllerView:
     """The view with what the metadata image says (leader, applied offset, reassignments in flight)."""
     reassigning = sum(
@@ -87,11 +91,12 @@ class ControllerCollector(Collector):
             "Offset of the last metadata record this node applied",
             value=view.metadata_offset,
         )
-        yield GaugeMetricFamily(
-            "fjord_controller_high_watermark",
-            "Metadata log offset up to which records are committed",
-            value=view.high_watermark,
-        )
+        if view.high_watermark is not None:
+            yield GaugeMetricFamily(
+                "fjord_controller_high_watermark",
+                "Metadata log offset up to which records are committed",
+                value=view.high_watermark,
+            )
         yield GaugeMetricFamily(
             "fjord_controller_reassignments_in_flight",
             "Partitions being moved between brokers (the auto-balancer's moves and operators' reassignments)",

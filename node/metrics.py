@@ -50,7 +50,8 @@ def _partitions(node: MeteredNode) -> PartitionManager | None:
 
 def _controller_view(node: MeteredNode) -> ControllerView | None:
     """A controller-only node reports its Raft voter; a combined embedded node its in-process controller (the only
-    voter: always active, epoch 0, everything it applied committed); a broker its view of the quorum."""
+    voter: always active, epoch 0, everything it applied committed); a broker its view of the quorum, without the
+    epoch and high watermark only a voter knows."""
     quorum = node.quorum
     if quorum is not None:
         return _quorum_view(quorum)
@@ -63,7 +64,7 @@ def _controller_view(node: MeteredNode) -> ControllerView | None:
     if client is None:
         return None
     image = client.image
-    return image_view(image, active=False, epoch=None, high_watermark=image.offset + 1, commit_seconds=None)
+    return image_view(image, active=False, epoch=None, high_watermark=None, commit_seconds=None)
 
 
 def _quorum_view(quorum: QuorumController) -> ControllerView:

@@ -213,7 +213,7 @@ class Node:
         if storage_config.wal_url.scheme == "s3":
             self._failover = WALFailoverRunner(self.controller, self.storage)
             self._failover.start()
-        self.partitions = PartitionManager(self)
+        self.partitions = PartitionManager(self, on_removed=dispatcher.traffic.forget)
         await self.partitions.start()
         self.groups = GroupCoordinator(self)
         await self.groups.start()

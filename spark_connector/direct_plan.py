@@ -5,8 +5,9 @@ A Kafka partition's log stream holds the RecordBatches exactly as produced, stre
 cleaned prefix in the cleaned stream, also addressed by Kafka offsets (:meth:`PartitionStreams.pieces`). A range
 ``[start, end)`` therefore splits into a head that committed objects cover contiguously from ``start`` (read by the
 executor with range GETs) and a tail that is only in the leader's WAL and LogCache (read through the broker with
-Fetch). :func:`cover` makes that split from the controller's answer; :func:`partition_streams` finds the log (and
-txn) stream in the partition's meta stream.
+Fetch). :func:`cover_slices` makes that split from the controller's answer, per stream piece
+(``storage_lookup`` calls it); :func:`partition_streams` finds the log (and txn) stream in the partition's meta
+stream.
 
 A ``read_committed`` read also needs the partition's aborted transactions, which the broker keeps in the txn stream
 (one entry per ABORT marker, in marker order, each with the LSO right after that abort). The driver reads the

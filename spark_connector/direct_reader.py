@@ -39,8 +39,7 @@ from storage.config import StorageConfig, parse_bucket_url
 from storage.errors import ObjectNotFoundError
 from storage.objects.reader import ObjectReader
 from storage.objectstore.factory import open_object_store
-from wire.aborted_txns import AbortedFilter
-from wire.control_records import ControlType, control_type
+from wire.aborted_txns import AbortedFilter, is_abort_marker
 from wire.record_batch import LOG_APPEND_TIME, BatchHeader, decode_records, iter_batches
 
 __all__ = ["Columns", "DirectSettings", "arrow_batches", "read_direct"]
@@ -188,11 +187,7 @@ class Columns:
         if header.is_transactional and header.base_offset >= self._committed.known_below:
             self.stopped_at = max(header.base_offset, start)
             return True
-        abort_marker = False
-        if header.is_control:
-            marker = next(iter(decode_records(batch)), None)
-            abort_marker = marker is not None and control_type(marker.key) is ControlType.ABORT
-        return self._aborted.is_aborted(header, abort_marker) or header.is_control
+        return self._aborted.is_aborted(header, is_abort_marker(header, batch)) or header.is_control
 
     def flush(self) -> pa.RecordBatch:
         """The records added since the last flush, as one batch."""

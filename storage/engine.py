@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from storage.cache.block_cache import BlockCache
 from storage.cache.log_cache import CacheBlock, LogCache
 from storage.compaction.scheduler import CompactionScheduler
-from storage.config import StorageConfig
+from storage.config import BucketURL, StorageConfig
 from storage.errors import StorageError, StreamFencedError
 from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
 from storage.metrics import EngineStats, StorageMetrics
@@ -80,7 +80,7 @@ class StorageEngine:
             store = open_object_store(config.data_buckets[0], config)
         store = MeteredStore(store, self.metrics.store_seconds, self.metrics.store_errors)  # times every request
         if wal is None:
-            wal = open_wal(config, observe_flush=self.metrics.wal_flush_seconds.observe)
+            wal = open_wal(config, self._metered_store, observe_flush=self.metrics.wal_flush_seconds.observe)
         self._store = store
         self._wal = wal
         self._log_cache = LogCache(config.wal_cache_size, config.wal_upload_threshold, on_full=self._cache_full)
@@ -118,8 +118,11 @@ class StorageEngine:
         self._bytes_appended = 0
         self._recovered = 0
         self._log_cache_hits = 0
-        self._log_cache_misses = 0
         self._upload_listeners: list[UploadListener] = []
+
+    def _metered_store(self, url: BucketURL, config: StorageConfig) -> ObjectStore:
+        """The S3 WAL's store, timed like the data store so ``fjord_object_store_request_seconds`` covers its PUTs."""
+        return MeteredStore(open_object_store(url, config), self.metrics.store_seconds, self.metrics.store_errors)
 
     # ------------------------------------------------------------------------------------------ properties
 
@@ -187,7 +190,8 @@ class StorageEngine:
             open_streams=len(self._client.open_streams),
             recovered_batches=self._recovered,
             log_cache_hits=self._log_cache_hits,
-            log_cache_misses=self._log_cache_misses,
+            # A miss is a fetch that needed objects: the read path counts those already.
+            log_cache_misses=self._read_path.stats.object_reads,
         )
 
     # --------------------------------------------------------------------------------------------- StreamClient
@@ -528,10 +532,10 @@ class _EngineIO:
         self._engine._settle(record)
 
     def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
-        found = self._engine.log_cache.read(stream_id, start, end, max_bytes)
-        if found:
-            self._engine._log_cache_hits += 1
-        return found
+        return self._engine.log_cache.read(stream_id, start, end, max_bytes)
+
+    def cache_hit(self) -> None:
+        self._engine._log_cache_hits += 1
 
     def cache_first_offset(self, stream_id: int) -> int | None:
         return self._engine.log_cache.first_offset(stream_id)
@@ -540,7 +544,6 @@ class _EngineIO:
         self._engine.log_cache.trim(stream_id, new_start)
 
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
-        self._engine._log_cache_misses += 1
         return await self._engine.read_path.read(stream_id, start, end, max_bytes)
 
     async def flush(self, stream_id: int | None) -> None:

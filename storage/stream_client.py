@@ -55,6 +55,11 @@ class StreamIO(Protocol):
 
     def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]: ...
 
+    def cache_hit(self) -> None:
+        """A fetch was served from the LogCache alone (a fetch that needed objects is counted by the read path,
+        the cache's hand-over included, so it is not also a hit)."""
+        ...
+
     def cache_first_offset(self, stream_id: int) -> int | None: ...
 
     def cache_trim(self, stream_id: int, new_start: int) -> None: ...
@@ -204,7 +209,10 @@ class StorageStream:
         max_bytes = max(0, max_bytes)
         first_cached = self._io.cache_first_offset(self._stream_id)
         if first_cached is not None and first_cached <= start_offset:
-            return FetchResult(self._io.cache_read(self._stream_id, start_offset, end, max_bytes), True)
+            cached = self._io.cache_read(self._stream_id, start_offset, end, max_bytes)
+            if cached:
+                self._io.cache_hit()
+            return FetchResult(cached, True)
         object_end = end if first_cached is None else min(end, first_cached)
         batches = await self._io.object_read(self._stream_id, start_offset, object_end, max_bytes)
         if not batches:

@@ -13,9 +13,19 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from wire.record_batch import BatchHeader
+from wire.control_records import ControlRecordError, TxnMarker, decode_marker
+from wire.record_batch import BatchHeader, InvalidBatchError, decode_records
 
-__all__ = ["AbortedFilter", "AbortedTxn", "AbortedTxnEntry", "TxnIndexFormatError", "decode_entry", "encode_entry"]
+__all__ = [
+    "AbortedFilter",
+    "AbortedTxn",
+    "AbortedTxnEntry",
+    "TxnIndexFormatError",
+    "decode_entry",
+    "encode_entry",
+    "is_abort_marker",
+    "txn_marker",
+]
 
 _ENTRY = struct.Struct(">hqqqq")
 _VERSION = 0
@@ -78,3 +88,22 @@ class AbortedFilter:
                 self._aborting.discard(header.producer_id)
             return False
         return header.is_transactional and header.producer_id in self._aborting
+
+
+def txn_marker(header: BatchHeader, batch: bytes | memoryview) -> TxnMarker | None:
+    """The COMMIT or ABORT marker a control batch holds; None for data batches and other control records (and for
+    a marker that does not decode: the batch is skipped as control either way)."""
+    if not header.is_control:
+        return None
+    try:
+        records = decode_records(batch)
+        return decode_marker(records[0].key, records[0].value) if records else None
+    except (ControlRecordError, InvalidBatchError):
+        return None
+
+
+def is_abort_marker(header: BatchHeader, batch: bytes | memoryview) -> bool:
+    """Whether a batch is a control batch holding an ABORT transaction marker: what :meth:`AbortedFilter.is_aborted`
+    is told for each batch, here so the cleaner and the Spark direct reads decide it the same way."""
+    marker = txn_marker(header, batch)
+    return marker is not None and not marker.commit

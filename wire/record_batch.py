@@ -354,23 +354,22 @@ def filter_batch(batch: bytes | memoryview, keep: Callable[[Record], bool]) -> b
     if not kept:
         return None
     try:
-        payload = compress(header.compression, b"".join(kept))
+        return _assemble(
+            header.compression,
+            b"".join(kept),
+            base_offset=header.base_offset,
+            partition_leader_epoch=header.partition_leader_epoch,
+            attributes=header.attributes,
+            last_offset_delta=header.last_offset_delta,
+            base_timestamp=header.base_timestamp,
+            max_timestamp=header.max_timestamp,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            records_count=len(kept),
+        )
     except CompressionError as exc:
         raise InvalidBatchError(str(exc)) from exc
-    after_crc = _AFTER_CRC.pack(
-        header.attributes,
-        header.last_offset_delta,
-        header.base_timestamp,
-        header.max_timestamp,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        len(kept),
-    )
-    crc = crc32c(after_crc + payload)
-    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    prefix = struct.pack(">qiibI", header.base_offset, length, header.partition_leader_epoch, MAGIC_V2, crc)
-    return prefix + after_crc + payload
 
 
 def set_delete_horizon(batch: bytes | memoryview, horizon_ms: int) -> bytes:
@@ -384,23 +383,22 @@ def set_delete_horizon(batch: bytes | memoryview, horizon_ms: int) -> bytes:
         delta = 0 if header.timestamp_type == LOG_APPEND_TIME else ts - horizon_ms
         _encode_record(body, record, record.offset - header.base_offset, delta)
     try:
-        payload = compress(header.compression, bytes(body))
+        return _assemble(
+            header.compression,
+            bytes(body),
+            base_offset=header.base_offset,
+            partition_leader_epoch=header.partition_leader_epoch,
+            attributes=header.attributes | DELETE_HORIZON_MASK,
+            last_offset_delta=header.last_offset_delta,
+            base_timestamp=horizon_ms,
+            max_timestamp=header.max_timestamp,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            records_count=header.records_count,
+        )
     except CompressionError as exc:
         raise InvalidBatchError(str(exc)) from exc
-    after_crc = _AFTER_CRC.pack(
-        header.attributes | DELETE_HORIZON_MASK,
-        header.last_offset_delta,
-        horizon_ms,
-        header.max_timestamp,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        header.records_count,
-    )
-    crc = crc32c(after_crc + payload)
-    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    prefix = struct.pack(">qiibI", header.base_offset, length, header.partition_leader_epoch, MAGIC_V2, crc)
-    return prefix + after_crc + payload
 
 
 def iter_records(records: bytes | memoryview) -> Iterator[tuple[BatchHeader, Record]]:
@@ -459,7 +457,6 @@ def build_batch(
     body = bytearray()
     for delta, (record, ts) in enumerate(zip(records, timestamps, strict=True)):
         _encode_record(body, record, delta, ts - base_ts)
-    payload = compress(compression, bytes(body))
     attributes = int(compression)
     if timestamp_type == LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_MASK
@@ -467,8 +464,50 @@ def build_batch(
         attributes |= TRANSACTIONAL_MASK
     if is_control:
         attributes |= CONTROL_MASK
+    return _assemble(
+        compression,
+        bytes(body),
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=len(records) - 1,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=len(records),
+    )
+
+
+def _assemble(
+    codec: Compression,
+    records: bytes,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records_count: int,
+) -> bytes:
+    """One v2 batch from its encoded records and header fields: the records compressed with ``codec``, the length
+    and the CRC-32C computed. The one place a batch's bytes are laid out (build, compaction filter, delete horizon),
+    so they cannot drift apart. Raises CompressionError from the codec."""
+    payload = compress(codec, records)
     after_crc = _AFTER_CRC.pack(
-        attributes, len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records)
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records_count,
     )
     crc = crc32c(after_crc + payload)
     length = HEADER_SIZE - LOG_OVERHEAD + len(payload)

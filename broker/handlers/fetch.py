@@ -51,6 +51,7 @@ class _Result:
     fetch_offset: int = 0
     last_stable_offset: int = -1
     aborted: tuple[AbortedTxn, ...] = ()
+    record_count: int = 0
 
     def outcome(self) -> PartitionOutcome:
         return PartitionOutcome(
@@ -115,6 +116,7 @@ async def _read_partition(
             state.fetch_offset,
             read.last_stable_offset,
             read.aborted_transactions,
+            read.record_count,
         )
     except Exception as exc:
         code = error_code_logged(exc, logger, "fetch from %s-%d failed (%s)", name, partition, ctx.describe())
@@ -193,7 +195,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
         if r.key not in include:
             continue
         topic_id, name, partition = r.key
-        ctx.traffic.fetched(name, partition, r.records)
+        ctx.traffic.fetched(name, partition, len(r.records), r.record_count)
         grouped.setdefault((topic_id, name), []).append(
             codec.build(
                 part_cls,

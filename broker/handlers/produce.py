@@ -51,13 +51,14 @@ async def _append_one(
             _verified_leader_log(ctx, topic, partition, data, transactional_id),
             lambda log: log.append(data, required_acks=acks, transactional_id=transactional_id),
         )
-        ctx.traffic.produced(topic, partition, len(data), result.last_offset - result.base_offset + 1)
-        return result
     except KafkaError as exc:
         return exc
     except Exception as exc:
         error_code_logged(exc, logger, "produce to %s-%d failed (%s)", topic, partition, ctx.describe())
         return exc
+    # Counted once the append succeeded, outside the try: a metrics fault must not turn it into an error reply.
+    ctx.traffic.produced(topic, partition, len(data), result.last_offset - result.base_offset + 1)
+    return result
 
 
 async def _verified_leader_log(

@@ -41,9 +41,9 @@ from broker.partition.marker_retention import MarkerRetention
 from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedFilter
 from storage import errors as storage_errors
-from wire.control_records import ControlRecordError, TxnMarker, decode_marker
+from wire.aborted_txns import is_abort_marker, txn_marker
 from wire.errors import KafkaError
-from wire.record_batch import BatchHeader, InvalidBatchError, Record, decode_records, filter_batch, iter_batches
+from wire.record_batch import BatchHeader, Record, decode_records, filter_batch, iter_batches
 
 logger = logging.getLogger(__name__)
 
@@ -134,23 +134,6 @@ def retains(record: Record, offset_map: OffsetMap, tombstone_cutoff_ms: int) -> 
         return False
     expired_tombstone = record.value is None and record.timestamp is not None and record.timestamp < tombstone_cutoff_ms
     return not expired_tombstone
-
-
-def txn_marker(header: BatchHeader, batch: memoryview) -> TxnMarker | None:
-    """The COMMIT or ABORT marker a control batch holds; None for data batches and other control records."""
-    if not header.is_control:
-        return None
-    try:
-        records = decode_records(batch)
-        return decode_marker(records[0].key, records[0].value) if records else None
-    except (ControlRecordError, InvalidBatchError):
-        return None
-
-
-def is_abort_marker(header: BatchHeader, batch: memoryview) -> bool:
-    """Whether a batch is a control batch holding an ABORT transaction marker."""
-    marker = txn_marker(header, batch)
-    return marker is not None and not marker.commit
 
 
 class CleanerStopped(Exception):

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from broker.partition.cleaner import CleanerSettings, LogCleaner
@@ -65,8 +65,13 @@ class PartitionHost(Protocol):
 
 
 class PartitionManager:
-    def __init__(self, node: PartitionHost) -> None:
+    def __init__(
+        self, node: PartitionHost, *, on_removed: Callable[[str, int], None] = lambda topic, partition: None
+    ) -> None:
+        """``on_removed`` is told of each partition closed or deleted while the broker runs (its traffic counters,
+        ``broker.metrics.TopicTraffic.forget``, are dropped with it)."""
         self._node = node
+        self._on_removed = on_removed
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._by_id: dict[tuple[uuid.UUID, int], PartitionLog] = {}
         self._changed = asyncio.Event()
@@ -221,6 +226,7 @@ class PartitionManager:
             del self._logs[key]
             self._by_id.pop((log.topic_id, log.partition), None)
             self._by_stream.pop(log.log_stream_id, None)
+            self._on_removed(log.topic, log.partition)
         failed = False
         for log in to_close:
             logger.info("%s is no longer led by node %d at epoch %d; closing", log.where, node_id, log.leader_epoch)

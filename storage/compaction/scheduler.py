@@ -47,7 +47,8 @@ class CompactionScheduler:
         run_lifecycle: bool = True,
         observe_round: Callable[[str, float, int], None] = lambda _kind, _seconds, _bytes: None,
     ) -> None:
-        """``observe_round(kind, seconds, bytes_written)`` learns of each compaction round (for metrics)."""
+        """``observe_round(kind, seconds, bytes_written)`` learns of each compaction round that wrote an object (for
+        metrics; an idle round would only drag the latency and size series towards zero)."""
         self._config = config
         self._observe_round = observe_round
         self._node = node
@@ -104,13 +105,15 @@ class CompactionScheduler:
         async with self._turn:
             started = time.perf_counter()
             result = await self.stream_set.run_once()
-            self._observe_round("stream_set", time.perf_counter() - started, result.bytes_written)
+            if result.bytes_written > 0:  # a round that found nothing to compact is no compaction
+                self._observe_round("stream_set", time.perf_counter() - started, result.bytes_written)
 
     async def _stream_object_round(self) -> None:
         async with self._turn:
             started = time.perf_counter()
             result = await self.stream_object.run_once(sorted(self._streams()))
-            self._observe_round("stream_object", time.perf_counter() - started, result.bytes_written)
+            if result.bytes_written > 0:  # a round that found nothing to compact is no compaction
+                self._observe_round("stream_object", time.perf_counter() - started, result.bytes_written)
 
     async def _sweep(self) -> None:
         await self.sweeper.run_once()

@@ -39,7 +39,6 @@ def open_wal(
     if observe_flush is not None:
         wal.observe_flush = observe_flush
     return wal
-    raise ConfigError(f"s3.wal.path: unsupported WAL URL {url.describe()} (use file://, s3:// or mem://)")
 
 
 def open_failover_wal(

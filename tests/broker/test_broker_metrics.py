@@ -10,8 +10,9 @@ import urllib.request
 from collections.abc import Callable
 
 from broker_support import BrokerProcess
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from broker.metrics import TopicTraffic
 from tests.waiting import eventually
 from wire.metrics import ServerMetrics
 
@@ -71,3 +72,23 @@ def test_running_node_serves_lag_gc_and_millisecond_request_buckets(
     # The ApiVersions handshake of start_broker was timed, in buckets fine enough for a 10 ms latency target.
     assert _sample(text, "fjord_broker_request_seconds_count", '{api="ApiVersions"}') >= 1
     assert 'fjord_broker_request_seconds_bucket{api="ApiVersions",le="0.0005"}' in text
+
+
+def test_forgotten_partitions_leave_the_counters_and_their_topic_the_export() -> None:
+    """Topic churn must not grow the traffic counters, nor a deleted topic stay exported forever."""
+    registry = CollectorRegistry()
+    traffic = TopicTraffic(registry, lambda: 1)
+    for partition in (0, 1):
+        traffic.produced("gone", partition, 100, 2)
+        traffic.fetched("gone", partition, 100, 2)
+    traffic.produced("kept", 0, 10, 1)
+    traffic.forget("gone", 0)
+    assert set(traffic.partition_bytes()) == {("gone", 1), ("kept", 0)}
+    assert 'topic="gone"' in generate_latest(registry).decode()  # partition 1 is still open here
+    traffic.forget("gone", 1)
+    assert set(traffic.partition_bytes()) == {("kept", 0)}
+    text = generate_latest(registry).decode()
+    assert 'topic="gone"' not in text
+    assert _sample(text, "fjord_topic_bytes_in_total", '{node="1",topic="kept"}') == 10
+    traffic.produced("gone", 0, 5, 1)  # opened here again: counts from zero
+    assert _sample(generate_latest(registry).decode(), "fjord_topic_bytes_in_total", '{node="1",topic="gone"}') == 5

@@ -34,6 +34,9 @@ class ReadResult:
     last_stable_offset: int
     #: read_committed only: the aborted transactions overlapping the returned records.
     aborted_transactions: tuple[AbortedTxn, ...] = ()
+    #: Offsets the returned batches span (each batch's last offset delta + 1), counted while they are walked so
+    #: the fetch metrics need not parse the headers again.
+    record_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ async def read_records(
     # exactly one time on their way to the response.
     parts: list[bytes | memoryview] = []
     size = 0
+    record_count = 0
     cursor = offset
     done = not (offset < limit and (max_bytes > 0 or min_one))
     read_end = offset
@@ -122,6 +126,7 @@ async def read_records(
                     break
                 parts.append(batch)
                 size += header.size
+                record_count += header.last_offset_delta + 1
                 read_end = header.next_offset
             if done:
                 break
@@ -129,7 +134,7 @@ async def read_records(
         done = done or reached <= cursor or (reached < piece_end and bool(parts)) or size >= max_bytes
         cursor = reached
     aborted = tuple(log.aborted_transactions(offset, read_end)) if read_committed else ()
-    return ReadResult(b"".join(parts), hw, log.log_start_offset, lso, aborted)
+    return ReadResult(b"".join(parts), hw, log.log_start_offset, lso, aborted, record_count)
 
 
 async def find_offset_for_timestamp(
