@@ -23,17 +23,12 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 
 from controller.config.security import ListenerSasl
+from wire.api_versions import PRE_AUTHENTICATION_KEYS
 from wire.sasl import SaslAuthenticationError, SaslServer
 from wire.sasl.plain import PlainServer
 from wire.sasl.scram import MECHANISMS, ScramCredential, ScramServer
 
 logger = logging.getLogger(__name__)
-
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
-API_VERSIONS_KEY = 18
-#: What a client may send before it is authenticated (and while it re-authenticates).
-PRE_AUTHENTICATION_KEYS = frozenset((API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY))
 
 #: (user, mechanism id) -> the user's SCRAM credential, read from the current metadata image at each exchange.
 CredentialLookup = Callable[[str, int], ScramCredential | None]

@@ -81,6 +81,12 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
 )
 
 API_VERSIONS_KEY: Final = 18
+SASL_HANDSHAKE_KEY: Final = 17
+SASL_AUTHENTICATE_KEY: Final = 36
+WRITE_TXN_MARKERS_KEY: Final = 27
+#: What a SASL client may send before it is authenticated (and while it re-authenticates): the broker's session
+#: refuses anything else, and quotas never charge these, so a client over its quota can still connect.
+PRE_AUTHENTICATION_KEYS: Final = frozenset((API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,21 +22,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import ssl
 import struct
 import time
 from collections.abc import Callable
 from typing import Any
 
 from wire import codec
+from wire.api_versions import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.client import SaslCredentials
+from wire.tls import ClientTls, current_context
 
 _LENGTH = struct.Struct(">i")
 #: A broker's answer to the requests we send is small; anything bigger is a broken or hostile peer.
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION = 17, 1
-SASL_AUTHENTICATE_KEY, SASL_AUTHENTICATE_VERSION = 36, 2
+SASL_HANDSHAKE_VERSION = 1
+SASL_AUTHENTICATE_VERSION = 2
 #: Kafka's clients re-authenticate at a random point in this share of the session lifetime (KIP-368).
 REAUTH_WINDOW = (0.85, 0.95)
 #: A SASL exchange that has not finished after this many tokens is a broken peer.
@@ -58,11 +59,12 @@ class ClientConnection:
         *,
         client_id: str = "fjord-broker",
         timeout: float = 30.0,
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ClientTls | None = None,
         sasl: SaslCredentials | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``ssl_context``: speak TLS (SSL, SASL_SSL); ``sasl``: authenticate (SASL_PLAINTEXT, SASL_SSL)."""
+        """``ssl_context``: speak TLS (SSL, SASL_SSL), with the context it gives at each connect when a callable
+        (reloaded certificates reach reconnections); ``sasl``: authenticate (SASL_PLAINTEXT, SASL_SSL)."""
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -114,11 +116,12 @@ class ClientConnection:
         if self.connected and self._expires_at is not None and now >= self._expires_at:
             await self._close_locked()  # idle past the session's end: the server refuses it; start afresh
         if not self.connected:
+            context = current_context(self.ssl_context)
             self._reader, self._writer = await asyncio.open_connection(
                 self.host,
                 self.port,
-                ssl=self.ssl_context,
-                server_hostname=self.host if self.ssl_context is not None else None,
+                ssl=context,
+                server_hostname=self.host if context is not None else None,
             )
             if self.sasl is not None:
                 await self._authenticate(self.sasl)

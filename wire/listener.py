@@ -367,8 +367,11 @@ class _Connection(asyncio.BufferedProtocol):
         self._pace()
 
     def _release(self) -> None:
-        """Serial mode: the next waiting request, once the one before it has been answered and no mute holds."""
-        if self._held and self._unmute is None and not self._pending and not self._stop_reading:
+        """Serial mode: the next waiting request, once the one before it has been answered and no mute holds.
+
+        Held requests are still released after reading stopped (EOF, a bad frame): they came before it and are owed
+        an answer; only a lost connection, which no answer can reach, drops them."""
+        if self._held and self._unmute is None and not self._pending and not self._lost:
             self._dispatch(self._held.popleft())
 
     def _stop(self) -> None:
@@ -393,8 +396,8 @@ class _Connection(asyncio.BufferedProtocol):
         try:
             while True:
                 if not self._pending:
-                    if self._stop_reading:
-                        return
+                    if self._stop_reading and (not self._held or self._lost):
+                        return  # held requests still owed an answer wait for their unmute (``_release``)
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue

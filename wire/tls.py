@@ -13,7 +13,7 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,15 @@ from pathlib import Path
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 #: ``ssl.enabled.protocols``: TLS 1.0 and 1.1 are left out (Kafka disabled them by default in 3.0).
 PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+#: What a client connection speaks TLS with: a context, or a callable read at each connect that gives the current
+#: one (``wire.tls_reload.ReloadingClientContext``), so renewed certificates reach the node's own connections too.
+ClientTls = ssl.SSLContext | Callable[[], ssl.SSLContext]
+
+
+def current_context(tls: ClientTls | None) -> ssl.SSLContext | None:
+    """The context to connect with now (None: plaintext)."""
+    return tls() if callable(tls) else tls
 
 
 class TlsError(ValueError):
@@ -67,10 +76,10 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
 
 def client_context(settings: TlsSettings) -> ssl.SSLContext:
     """The context of a node's own connections to an SSL listener (a broker or voter to the CONTROLLER
-    listener): the server is checked against the truststore (the system's CAs without one) and its host name, as
-    Kafka's ``ssl.endpoint.identification.algorithm=https`` (its default) does; the keystore, when there is one, is the
-    client certificate a listener with ``ssl.client.auth`` asks for. :class:`TlsError` as for
-    :func:`server_context`."""
+    listener, a broker to its peers' inter-broker listener): the server is checked against the truststore (the
+    system's CAs without one) and its host name, as Kafka's ``ssl.endpoint.identification.algorithm=https`` (its
+    default) does; the keystore, when there is one, is the client certificate a listener with ``ssl.client.auth``
+    asks for. :class:`TlsError` as for :func:`server_context`."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = settings.check_hostname
     versions = _set_protocols(context, settings.enabled_protocols)

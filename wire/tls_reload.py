@@ -8,6 +8,10 @@ every ``ssl.reload.interval.ms`` the (inode, size, mtime) of each file is compar
 load (half written, a key that does not match, a wrong password) keeps the previous context and is logged once per
 change, naming the listener and the file and never a password; the next change is tried again, so a writer that
 finishes a half-written file is picked up at the next poll.
+
+A node's own connections (to the quorum's CONTROLLER listener, to its peers' inter-broker listener) present the
+same certificates as a client: :class:`ReloadingClientContext` compares the stamps at each connect instead of on a
+timer, so a renewed certificate reaches the next (re)connection.
 """
 
 from __future__ import annotations
@@ -73,26 +77,50 @@ class CertificateReloader:
         now = stamps(self.paths)
         if now == self._seen:
             return False
-        changed = [path for path, old, new in zip(self.paths, self._seen, now, strict=True) if old != new]
-        self._seen = now
-        name = self.listener.listener_name
-        try:
-            context = self.build()
-        except Exception as exc:  # any failure keeps the old context; the next change is tried again
-            logger.warning(
-                "listener %s keeps its previous TLS certificates: %s changed but does not load: %s",
-                name,
-                ", ".join(changed),
-                exc,
-            )
+        seen, self._seen = self._seen, now
+        context = _rebuild(f"listener {self.listener.listener_name}", self.paths, seen, now, self.build)
+        if context is None:
             return False
         self.listener.ssl_context = context
-        logger.info(
-            "listener %s serves new connections with the TLS certificates reloaded from %s", name, ", ".join(changed)
-        )
         return True
 
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
             self.check()
+
+
+class ReloadingClientContext:
+    """The client context of a node's own TLS connections, called at each connect: rebuilt when its files' stamps
+    changed since the last call, else the one built before (a file that does not load keeps it, as for a listener).
+
+    ``name`` says whose connections these are in the log lines; ``build`` is as for :class:`CertificateReloader`
+    and is called once here, so a context that does not load fails where the caller is built."""
+
+    def __init__(self, name: str, paths: Sequence[str], build: Callable[[], ssl.SSLContext]) -> None:
+        self.name = name
+        self.paths = tuple(paths)
+        self.build = build
+        self._seen = stamps(self.paths)
+        self._context = build()
+
+    def __call__(self) -> ssl.SSLContext:
+        now = stamps(self.paths)
+        if now != self._seen:
+            seen, self._seen = self._seen, now
+            self._context = _rebuild(self.name, self.paths, seen, now, self.build) or self._context
+        return self._context
+
+
+def _rebuild(
+    name: str, paths: Sequence[str], seen: Sequence[Stamp], now: Sequence[Stamp], build: Callable[[], ssl.SSLContext]
+) -> ssl.SSLContext | None:
+    """The context built from changed files, logged either way; None when they do not load (keep the old one)."""
+    changed = ", ".join(path for path, old, new in zip(paths, seen, now, strict=True) if old != new)
+    try:
+        context = build()
+    except Exception as exc:  # any failure keeps the old context; the next change is tried again
+        logger.warning("%s keeps its previous TLS certificates: %s changed but does not load: %s", name, changed, exc)
+        return None
+    logger.info("%s uses the TLS certificates reloaded from %s for new connections", name, changed)
+    return context

@@ -20,23 +20,29 @@ Kafka.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import struct
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final
 
+from kio.static.primitive import i32Timedelta
+
 from broker.quotas.busy_time import BusyTime, timed
 from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
-from broker.quotas.resolution import resolve
+from broker.quotas.resolution import ResolvedQuota, resolve
 from controller.client_quotas import QuotaEntity
 from wire import codec
+from wire.api_versions import PRE_AUTHENTICATION_KEYS, WRITE_TXN_MARKERS_KEY
 from wire.listener import Peer, Response
 
 _PRODUCE: Final = 0
 _FETCH: Final = 1
 #: Never charged to request_percentage, as Kafka exempts them: a client must be able to connect and authenticate
 #: (SaslHandshake, ApiVersions, SaslAuthenticate), and a broker's own WriteTxnMarkers are cluster actions.
-_EXEMPT: Final = frozenset({17, 18, 27, 36})
+_EXEMPT: Final = PRE_AUTHENTICATION_KEYS | {WRITE_TXN_MARKERS_KEY}
 _PERCENT: Final = 100.0
+_THROTTLE = struct.Struct(">i")  # throttle_time_ms, an int32 in every response that has it
 
 
 def quota_user(principal: str) -> str:
@@ -80,25 +86,35 @@ class RequestCharge:
         client_id: str,
     ) -> None:
         self._manager = manager
-        self._quotas = quotas
         self._api_key = api_key
         self._user = user
         self._client_id = client_id
         self._throttle = 0.0
         self._busy: BusyTime | None = None
+        # Each quota this request can be charged to, resolved once here (None: the client has none of that kind).
+        self._request = (
+            None if api_key in _EXEMPT else resolve(quotas, QuotaType.REQUEST.value, user, client_id)
+        )
+        self._bytes: ResolvedQuota | None = None
+        if api_key == _PRODUCE:
+            self._bytes = resolve(quotas, QuotaType.PRODUCE.value, user, client_id)
+        elif api_key == _FETCH:
+            self._bytes = resolve(quotas, QuotaType.FETCH.value, user, client_id)
 
-    def _record(self, kind: QuotaType, value: float) -> None:
-        throttle = self._manager.record(
-            self._quotas, kind, user=self._user, client_id=self._client_id, value=value, now=time.monotonic()
+    def _record(self, resolved: ResolvedQuota | None, kind: QuotaType, value: float) -> None:
+        if resolved is None:
+            return
+        throttle = self._manager.record_resolved(
+            resolved, kind, user=self._user, client_id=self._client_id, value=value, now=time.monotonic()
         )
         self._throttle = max(self._throttle, throttle)
 
     def admit(self, body: Any, frame_bytes: int) -> Any:
         """The request to handle: charged (Produce) or capped (Fetch)."""
         if self._api_key == _PRODUCE:
-            self._record(QuotaType.PRODUCE, frame_bytes)
+            self._record(self._bytes, QuotaType.PRODUCE, frame_bytes)
         elif self._api_key == _FETCH:
-            resolved = resolve(self._quotas, QuotaType.FETCH.value, self._user, self._client_id)
+            resolved = self._bytes
             if resolved is not None and codec.has_field(type(body), "max_bytes"):
                 windows = self._manager.windows
                 cap = max(1, int(resolved.limit * max(1, windows.samples - 1) * windows.window_s))
@@ -108,33 +124,56 @@ class RequestCharge:
 
     async def timed(self, handling: Coroutine[Any, Any, Any]) -> Any:
         """Awaits the handler, timing its own steps when the client has a ``request_percentage`` quota."""
-        if (
-            self._api_key in _EXEMPT
-            or resolve(self._quotas, QuotaType.REQUEST.value, self._user, self._client_id) is None
-        ):
+        if self._request is None:
             return await handling
         self._busy = BusyTime()
         return await timed(handling, self._busy)
 
     def respond(self, correlation_id: int, response: Any, peer: Peer) -> Response | None:
-        """The encoded response, carrying the throttle time; the connection is muted when there is one."""
-        parts = None if response is None else codec.encode_response_parts(correlation_id, response)
-        if self._api_key == _FETCH and parts is not None:
-            self._record(QuotaType.FETCH, sum(len(p) for p in parts))
+        """The encoded response, carrying the throttle time; the connection is muted when there is one.
+
+        Encoded once: a Fetch is charged its encoded size, so its throttle time is written over the encoded
+        field; any other response is charged before it is encoded, with the throttle time already in it."""
         if self._busy is not None:
-            self._record(QuotaType.REQUEST, self._busy.seconds * _PERCENT)
-        if self._throttle <= 0:
-            return parts
-        throttle_ms = max(1, round(self._throttle * 1000))
-        if response is not None and codec.has_field(type(response), "throttle_time"):
-            throttled = codec.build(
-                type(response),
-                **{
-                    f.name: getattr(response, f.name) for f in dataclasses.fields(response) if f.name != "throttle_time"
-                },
-                throttle_time=throttle_ms,
-            )
-            parts = codec.encode_response_parts(correlation_id, throttled)
-        if peer.mute is not None:
+            self._record(self._request, QuotaType.REQUEST, self._busy.seconds * _PERCENT)
+        if self._api_key == _FETCH:
+            parts = None if response is None else codec.encode_response_parts(correlation_id, response)
+            if parts is not None:
+                self._record(self._bytes, QuotaType.FETCH, sum(len(p) for p in parts))
+            throttle_ms = self._throttle_ms()
+            if throttle_ms and parts is not None and codec.has_field(type(response), "throttle_time"):
+                parts[1] = _with_throttle(parts[1], _throttle_offset(type(response)), throttle_ms)
+        else:
+            throttle_ms = self._throttle_ms()
+            if throttle_ms and response is not None and codec.has_field(type(response), "throttle_time"):
+                response = dataclasses.replace(
+                    response, throttle_time=i32Timedelta.parse(datetime.timedelta(milliseconds=throttle_ms))
+                )
+            parts = None if response is None else codec.encode_response_parts(correlation_id, response)
+        if throttle_ms and peer.mute is not None:
             peer.mute(throttle_ms / 1000)
         return parts
+
+    def _throttle_ms(self) -> int:
+        """The request's throttle in whole milliseconds, at least 1 when there is one (0: none)."""
+        return max(1, round(self._throttle * 1000)) if self._throttle > 0 else 0
+
+
+_header_sizes: dict[type[Any], int] = {}
+
+
+def _throttle_offset(response_cls: type[Any]) -> int:
+    """Where throttle_time_ms starts in the first buffer after the length prefix of an encoded response: right after
+    the response header, as it is the first field of every Fetch version that has it (v1 on)."""
+    header_cls = response_cls.__header_schema__
+    size = _header_sizes.get(header_cls)
+    if size is None:
+        size = _header_sizes[header_cls] = len(codec.encode_entity(header_cls(correlation_id=0)))
+    return size
+
+
+def _with_throttle(head: bytes, offset: int, throttle_ms: int) -> bytes:
+    """``head`` (the header and the fields before the first record set, a few bytes) with the throttle written."""
+    out = bytearray(head)
+    _THROTTLE.pack_into(out, offset, throttle_ms)
+    return bytes(out)

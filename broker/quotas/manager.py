@@ -76,6 +76,13 @@ class ClientQuotas:
         resolved = resolve(quotas, kind.value, user, client_id)
         if resolved is None:
             return 0.0
+        return self.record_resolved(resolved, kind, user=user, client_id=client_id, value=value, now=now)
+
+    def record_resolved(
+        self, resolved: ResolvedQuota, kind: QuotaType, *, user: str, client_id: str, value: float, now: float
+    ) -> float:
+        """:meth:`record` for a quota already resolved: a request resolves each of its quotas once
+        (``RequestCharge``), not again at every charge."""
         self._sweep(now)
         key = (kind, resolved.tags)
         rate = self._rates.get(key)

@@ -24,10 +24,10 @@ from broker.transactions.state import TopicPartition
 from controller.api import ControllerClient
 from controller.errors import error_code_logged
 from wire import codec
+from wire.api_versions import WRITE_TXN_MARKERS_KEY
 
 logger = logging.getLogger(__name__)
 
-WRITE_TXN_MARKERS_KEY = 27
 WRITE_TXN_MARKERS_VERSION = 1
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 1.0

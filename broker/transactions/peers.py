@@ -40,7 +40,7 @@ class Peers:
         self._node = node
         self._connections: dict[int, ClientConnection] = {}
         settings = node.config.inter_broker
-        self._ssl_context = settings.client_context() if settings is not None else None
+        self._ssl_context = settings.client_tls() if settings is not None else None
 
     def _listener_name(self) -> str:
         settings = self._node.config.inter_broker

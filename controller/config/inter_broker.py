@@ -27,10 +27,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasError, parse_jaas
-from controller.config.security import SASL_PROTOCOLS, TLS_PROTOCOLS, ListenerSasl, ListenerTls, sasl_listener_override
+from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
+from controller.config.security import SASL_PROTOCOLS, TLS_PROTOCOLS, ListenerSasl, ListenerTls, jaas_entry
 from storage.config import ConfigError
 from wire.sasl.client import CLIENT_MECHANISMS, SaslCredentials
+from wire.tls import ClientTls
 
 MECHANISM_KEY = "sasl.mechanism.inter.broker.protocol"
 PROTOCOL_KEY = "security.inter.broker.protocol"
@@ -49,6 +50,11 @@ class InterBrokerSettings:
     def client_context(self) -> ssl.SSLContext | None:
         """The TLS context of this node's connections to its peers (None: the listener does not speak TLS)."""
         return self.tls.client_context() if self.tls is not None else None
+
+    def client_tls(self) -> ClientTls | None:
+        """What those connections connect with, reloaded when the certificate files change
+        (:meth:`ListenerTls.client_tls`); None: the listener does not speak TLS."""
+        return self.tls.client_tls() if self.tls is not None else None
 
 
 def inter_broker_listener(
@@ -75,29 +81,15 @@ def inter_broker_listener(
 
 
 def _credentials(listener: str, mechanism: str, props: Mapping[str, str], values: Mapping[str, Any]) -> SaslCredentials:
-    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
-    module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
-    given: tuple[str, str] | None = None
-    for name, text in props.items():
-        if sasl_listener_override(name) == (listener, f"{mechanism.lower()}.sasl.jaas.config"):
-            given = name, text
-    if given is None and values.get("sasl.jaas.config"):
-        given = "sasl.jaas.config", str(values["sasl.jaas.config"])
-    missing = (
-        f"{key}: the inter-broker listener {listener} uses SASL {mechanism}, so this broker needs its own "
-        f'user as username="..." password="..." of {module}'
-    )
-    if given is None:
-        raise ConfigError(missing)
-    name, text = given
-    try:
-        entry = parse_jaas(text)
-    except JaasError as exc:
-        raise ConfigError(f"{name}: malformed JAAS config: {exc}") from None
-    if entry.login_module != module:
-        if name == "sasl.jaas.config":
-            raise ConfigError(missing)
-        raise ConfigError(f"{name}: the login module for {mechanism} must be {module}")
+    found = jaas_entry(listener, mechanism, props, values)
+    if found is None:
+        module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
+        raise ConfigError(
+            f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config: the inter-broker listener "
+            f'{listener} uses SASL {mechanism}, so this broker needs its own user as username="..." '
+            f'password="..." of {module}'
+        )
+    name, entry = found
     user, password = entry.options.get("username"), entry.options.get("password")
     if not user or not password:
         raise ConfigError(
@@ -121,18 +113,17 @@ def inter_broker_settings(
     if listener is None:
         return None
     protocol = protocols.get(listener, "PLAINTEXT")
-    mechanism_text = (props.get(MECHANISM_KEY) or "").strip()
     if protocol not in SASL_PROTOCOLS:
         return InterBrokerSettings(listener, protocol, tls.get(listener) if protocol in TLS_PROTOCOLS else None)
-    mechanism = (mechanism_text or str(values.get(MECHANISM_KEY) or "GSSAPI")).upper()
+    mechanism = (str(values.get(MECHANISM_KEY) or "").strip() or "GSSAPI").upper()
     if mechanism not in CLIENT_MECHANISMS:
         raise ConfigError(
             f"{MECHANISM_KEY}: the inter-broker listener {listener} is {protocol}, so brokers "
             f"authenticate to each other with {', '.join(CLIENT_MECHANISMS)}; {mechanism} is not "
             "implemented (Kafka's default is GSSAPI: set this key)"
         )
-    served = sasl.get(listener)
-    if served is not None and mechanism not in served.mechanisms:
+    served = sasl[listener]  # every SASL broker listener has its settings, the inter-broker one among them
+    if mechanism not in served.mechanisms:
         raise ConfigError(
             f"{MECHANISM_KEY}: {mechanism} is not enabled on the inter-broker listener {listener} "
             f"(enabled: {', '.join(served.mechanisms)})"

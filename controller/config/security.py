@@ -36,11 +36,12 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasError, parse_jaas
+from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasEntry, JaasError, parse_jaas
 from controller.config.keys import BROKER_KEYS, ConfigValueError
 from storage.config import ConfigError
-from wire.tls import TlsError, TlsSettings, client_context, server_context
+from wire.tls import ClientTls, TlsError, TlsSettings, client_context, server_context
 from wire.tls_principal import PrincipalMapper, PrincipalRulesError, parse_rules
+from wire.tls_reload import ReloadingClientContext
 
 #: The security protocols Kafka knows; Fjord's client listeners serve all four.
 KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -177,12 +178,22 @@ class ListenerTls:
             raise self._error(exc) from None
 
     def client_context(self) -> ssl.SSLContext:
-        """The context of this node's own connections to the listener (the CONTROLLER listener of the quorum):
-        the same keys, read as Kafka reads a node's client settings; ConfigError naming the key at fault."""
+        """The context of this node's own connections to the listener (the CONTROLLER listener of the quorum, or
+        the inter-broker listener of its peers): the same keys, read as Kafka reads a node's client settings;
+        ConfigError naming the key at fault."""
         try:
             return client_context(self.settings)
         except TlsError as exc:
             raise self._error(exc) from None
+
+    def client_tls(self) -> ClientTls:
+        """What this node's own connections to the listener connect with: with ``ssl.reload.interval.ms`` set, a
+        callable that rebuilds :meth:`client_context` when the watched files changed, so a renewed certificate
+        reaches the next (re)connection as it reaches the listener's new connections; else the one context."""
+        files = self.watched_files()
+        if self.reload_interval_ms > 0 and files:
+            return ReloadingClientContext(f"connections to listener {self.listener}", files, self.client_context)
+        return self.client_context()
 
     def _error(self, exc: TlsError) -> ConfigError:
         key = self.keys.get(exc.setting, _FIELD_KEYS.get(exc.setting, "ssl"))
@@ -257,6 +268,34 @@ def _listener_value(listener: str, key: str, props: Mapping[str, str]) -> tuple[
     return None
 
 
+def jaas_entry(
+    listener: str, mechanism: str, props: Mapping[str, str], values: Mapping[str, Any]
+) -> tuple[str, JaasEntry] | None:
+    """(the key it came from, the parsed entry) of the JAAS config for ``mechanism`` on ``listener``:
+    ``listener.name.<listener>.<mechanism>.sasl.jaas.config``, else ``sasl.jaas.config`` when it names the
+    mechanism's login module (the global config serves the mechanism whose module it names); None: neither.
+    One reading for the listener's own users (:func:`listener_sasl`) and this node's inter-broker login, so both
+    take the same key. ConfigError naming the key for a malformed config or a wrong login module."""
+    module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
+    given = _listener_value(listener, f"{mechanism.lower()}.sasl.jaas.config", props)
+    if given is None and values.get("sasl.jaas.config"):
+        given = "sasl.jaas.config", str(values["sasl.jaas.config"])
+    if given is None:
+        return None
+    name, text = given
+    try:
+        entry = parse_jaas(text)
+    except JaasError as exc:
+        raise ConfigError(f"{name}: malformed JAAS config: {exc}") from None
+    if entry.login_module not in (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE):
+        raise ConfigError(f"{name}: the login module must be {PLAIN_LOGIN_MODULE} or {SCRAM_LOGIN_MODULE}")
+    if entry.login_module != module:
+        if name == "sasl.jaas.config":
+            return None
+        raise ConfigError(f"{name}: the login module for {mechanism} must be {module}")
+    return name, entry
+
+
 def listener_sasl(listener: str, props: Mapping[str, str], values: Mapping[str, Any]) -> ListenerSasl:
     """Resolves the SASL settings of ``listener``: ``listener.name.<listener>.*`` first, then the global keys.
     ConfigError naming the key for a mechanism Fjord does not serve (GSSAPI is Kafka's default), a PLAIN listener
@@ -278,23 +317,10 @@ def listener_sasl(listener: str, props: Mapping[str, str], values: Mapping[str, 
     users: dict[str, str] = {}
     # Every JAAS config given is parsed, for an enabled mechanism or not: a malformed one never passes unnoticed.
     for mechanism in SASL_MECHANISMS:
-        module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
-        given = _listener_value(listener, f"{mechanism.lower()}.sasl.jaas.config", props)
-        if given is None and values.get("sasl.jaas.config"):
-            given = "sasl.jaas.config", str(values["sasl.jaas.config"])
-        if given is None:
+        found = jaas_entry(listener, mechanism, props, values)
+        if found is None:
             continue
-        name, text = given
-        try:
-            entry = parse_jaas(text)
-        except JaasError as exc:
-            raise ConfigError(f"{name}: malformed JAAS config: {exc}") from None
-        if entry.login_module not in (PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE):
-            raise ConfigError(f"{name}: the login module must be {PLAIN_LOGIN_MODULE} or {SCRAM_LOGIN_MODULE}")
-        if entry.login_module != module:
-            if name == "sasl.jaas.config":
-                continue  # the global config serves the mechanism whose login module it names
-            raise ConfigError(f"{name}: the login module for {mechanism} must be {module}")
+        name, entry = found
         if mechanism == "PLAIN" and mechanism in enabled:
             users = entry.users()
             if not users:

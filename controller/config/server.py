@@ -35,6 +35,7 @@ from controller.config.security import (
 )
 from controller.metadata_records import Endpoint
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
+from wire.tls import ClientTls
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +160,8 @@ class ServerConfig:
         storage = StorageConfig.from_properties(props, node_id=node_id)
         listeners = parse_listeners(values["listeners"], "listeners")
         advertised_text = values["advertised.listeners"]
-        controller_names = {n.upper() for n in values["controller.listener.names"]}
+        controller_listener_names = tuple(str(n).upper() for n in values["controller.listener.names"])
+        controller_names = set(controller_listener_names)
         if advertised_text is None:
             advertised = tuple(
                 Listener(lst.name, lst.host or socket.gethostname(), lst.port)
@@ -175,7 +177,7 @@ class ServerConfig:
             if protocols.get(lst.name) in TLS_PROTOCOLS
         }
         # The quorum's CONTROLLER listener, when SSL: every node connects to it (a broker-only node does not list it).
-        controller_name = next((str(n).upper() for n in values["controller.listener.names"]), None)
+        controller_name = controller_listener_names[0] if controller_listener_names else None
         controller_tls = (
             tls.get(controller_name) or listener_tls(controller_name, props, values)
             if controller_name is not None and protocols.get(controller_name) == "SSL"
@@ -290,6 +292,11 @@ class ServerConfig:
     def controller_client_context(self) -> ssl.SSLContext | None:
         """The TLS context of this node's connections to the quorum's CONTROLLER listener (None: PLAINTEXT)."""
         return self.controller_tls.client_context() if self.controller_tls is not None else None
+
+    def controller_client_tls(self) -> ClientTls | None:
+        """What those connections connect with, reloaded when the certificate files change
+        (:meth:`ListenerTls.client_tls`); None: PLAINTEXT."""
+        return self.controller_tls.client_tls() if self.controller_tls is not None else None
 
     @property
     def broker_listeners(self) -> tuple[Listener, ...]:

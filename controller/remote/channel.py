@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,6 +23,7 @@ from controller.rpc.messages import NotControllerError
 from storage.config import ConfigError
 from storage.errors import NodeEpochExpiredError
 from wire import codec
+from wire.tls import ClientTls
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class ActiveControllerChannel:
         request_timeout_s: float,
         retry_budget_s: float,
         leader_hint: Callable[[], int | None] = lambda: None,
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ClientTls | None = None,
     ) -> None:
         if not voters:
             raise ConfigError("controller.quorum.voters: a broker needs at least one controller")

@@ -11,13 +11,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import ssl
 import struct
 from collections import deque
 from typing import Any
 
 from controller.rpc.messages import StreamRequest, StreamResponse, decode_stream_response, encode_stream_request
 from wire import codec
+from wire.tls import ClientTls, current_context
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +31,10 @@ class ConnectionClosedError(ConnectionError):
 
 class ControllerConnection:
     def __init__(
-        self, host: str, port: int, *, client_id: str = "fjord", ssl_context: ssl.SSLContext | None = None
+        self, host: str, port: int, *, client_id: str = "fjord", ssl_context: ClientTls | None = None
     ) -> None:
-        """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_context``)."""
+        """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_tls``); a callable
+        is read at :meth:`connect`, so reloaded certificates reach new connections."""
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -53,9 +54,10 @@ class ControllerConnection:
         return self._writer is not None and not self._closed
 
     async def connect(self, timeout: float = 5.0) -> None:
+        context = current_context(self.ssl_context)
         async with asyncio.timeout(timeout):
             self._reader, self._writer = await asyncio.open_connection(
-                self.host, self.port, ssl=self.ssl_context, server_hostname=self.host if self.ssl_context else None
+                self.host, self.port, ssl=context, server_hostname=self.host if context else None
             )
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"controller-conn-{self.host}:{self.port}")
 

@@ -9,7 +9,7 @@ it and passes itself in, so the quorum depends on the server and never the other
 
 With ``CONTROLLER:SSL`` in ``listener.security.protocol.map`` the listener serves TLS with its ``ssl.*`` keys
 (``ServerConfig.tls``) and reloads renewed certificate files (``wire.tls_reload``); the nodes connecting to it use
-``ServerConfig.controller_client_context``.
+``ServerConfig.controller_client_tls``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import ssl
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -38,6 +37,7 @@ from controller.raft.messages import (
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
 from controller.rpc.raft_codec import request_to_kio, request_version, response_from_kio
 from wire import codec
+from wire.tls import ClientTls
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +70,9 @@ class NetworkTransport:
         max_inbound: int = 4096,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ClientTls | None = None,
     ) -> None:
-        """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_context``)."""
+        """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_tls``)."""
         self.node_id = node_id
         self._ssl_context = ssl_context
         self.inbound: asyncio.Queue[tuple[int, RaftMessage]] = asyncio.Queue(maxsize=max_inbound)

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.plain import MECHANISM as PLAIN
-from wire.sasl.scram import MECHANISMS, ScramMechanism, encode_saslname
+from wire.sasl.scram import MAX_ITERATIONS, MECHANISMS, ScramMechanism, b64decode, encode_saslname, parse_attributes
 
 #: The mechanisms a node can authenticate with to another broker.
 CLIENT_MECHANISMS = (PLAIN, *MECHANISMS)
@@ -72,28 +72,18 @@ class PlainClient:
         return None
 
 
-def _parse(message: str, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for part in message.split(","):
-        key, eq, value = part.partition("=")
-        if len(key) != 1 or not eq:
-            raise SaslAuthenticationError(f"Invalid SCRAM {what}: malformed attribute")
-        out.setdefault(key, value)
-    return out
-
-
-def _b64decode(text: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError):
-        raise SaslAuthenticationError(f"Invalid SCRAM {what}: bad base64") from None
+def _fields(message: str, what: str) -> dict[str, str]:
+    """The attributes of a server message by key; the first of a repeated key counts."""
+    return dict(reversed(parse_attributes(message, what)))
 
 
 class ScramClient:
     """SCRAM: client-first, then client-final in answer to server-first, then server-final is verified.
 
     ``nonce`` makes the client nonce (tests pass RFC 7677's). The iteration count the server asks for is bounded
-    (``max_iterations``) so that a hostile peer cannot make this node spend seconds in PBKDF2."""
+    (``max_iterations``, the most a server may store) so that a hostile peer cannot make this node spend seconds in
+    PBKDF2. ``salted_password`` computes SaltedPassword for (salt, iterations) in place of the password's PBKDF2,
+    for a caller that reconnects often with one password and keeps it (the connection-storm bench)."""
 
     def __init__(
         self,
@@ -102,13 +92,15 @@ class ScramClient:
         password: str,
         *,
         nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24),
-        max_iterations: int = 16384,
+        max_iterations: int = MAX_ITERATIONS,
+        salted_password: Callable[[bytes, int], bytes] | None = None,
     ) -> None:
         self._mechanism = mechanism
         self._user = user
         self._password = password
         self._nonce = nonce()
         self._max_iterations = max_iterations
+        self._salted_password = salted_password
         self._state = "initial"
         self._client_first_bare = ""
         self._expected_signature = b""
@@ -145,7 +137,7 @@ class ScramClient:
         raise SaslAuthenticationError(f"unexpected SCRAM server message in state {state}", self._user)
 
     def _server_first(self, text: str) -> bytes:
-        fields = _parse(text, "server first message")
+        fields = _fields(text, "server first message")
         if "m" in fields:
             raise SaslAuthenticationError("Invalid SCRAM server first message: mandatory extension", self._user)
         nonce, salt_text, iterations_text = fields.get("r"), fields.get("s"), fields.get("i")
@@ -157,25 +149,30 @@ class ScramClient:
             raise SaslAuthenticationError(
                 f"Invalid SCRAM server first message: iteration count not in 1..{self._max_iterations}", self._user
             )
-        salt = _b64decode(salt_text, "server first message")
+        salt = b64decode(salt_text, "server first message")
         m = self._mechanism
-        salted = m.salted_password(self._password, salt, int(iterations_text))
-        client_key = m.hmac(salted, b"Client Key")
+        iterations = int(iterations_text)
+        salted = (
+            m.salted_password(self._password, salt, iterations)
+            if self._salted_password is None
+            else self._salted_password(salt, iterations)
+        )
+        client_key = m.client_key(salted)
         without_proof = f"c=biws,r={nonce}"
         auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
         signature = m.hmac(m.hash(client_key), auth_message)
         proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-        self._expected_signature = m.hmac(m.hmac(salted, b"Server Key"), auth_message)
+        self._expected_signature = m.hmac(m.server_key(salted), auth_message)
         return f"{without_proof},p={base64.b64encode(proof).decode('ascii')}".encode()
 
     def _server_final(self, text: str) -> None:
-        fields = _parse(text, "server final message")
+        fields = _fields(text, "server final message")
         if "e" in fields:
             raise SaslAuthenticationError(f"Authentication failed: the server answered error {fields['e']}", self._user)
         verifier = fields.get("v")
         if verifier is None:
             raise SaslAuthenticationError("Invalid SCRAM server final message: no verifier", self._user)
-        if not hmac.compare_digest(_b64decode(verifier, "server final message"), self._expected_signature):
+        if not hmac.compare_digest(b64decode(verifier, "server final message"), self._expected_signature):
             raise SaslAuthenticationError(
                 "Authentication failed: the server's SCRAM signature does not verify", self._user
             )

@@ -47,6 +47,14 @@ class ScramMechanism:
         """Hi(password, salt, i): PBKDF2 with the mechanism's HMAC (what an admin client sends as salted_password)."""
         return hashlib.pbkdf2_hmac(self.hash_name, password.encode("utf-8"), salt, iterations)
 
+    def client_key(self, salted_password: bytes) -> bytes:
+        """ClientKey = HMAC(SaltedPassword, "Client Key"): the client proves it holds this."""
+        return self.hmac(salted_password, b"Client Key")
+
+    def server_key(self, salted_password: bytes) -> bytes:
+        """ServerKey = HMAC(SaltedPassword, "Server Key"): the server proves it holds this."""
+        return self.hmac(salted_password, b"Server Key")
+
 
 SCRAM_SHA_256 = ScramMechanism("SCRAM-SHA-256", "sha256", 1)
 SCRAM_SHA_512 = ScramMechanism("SCRAM-SHA-512", "sha512", 2)
@@ -68,8 +76,9 @@ def credential_from_salted(
     mechanism: ScramMechanism, salted_password: bytes, salt: bytes, iterations: int
 ) -> ScramCredential:
     """StoredKey = H(HMAC(SaltedPassword, "Client Key")), ServerKey = HMAC(SaltedPassword, "Server Key")."""
-    client_key = mechanism.hmac(salted_password, b"Client Key")
-    return ScramCredential(salt, mechanism.hash(client_key), mechanism.hmac(salted_password, b"Server Key"), iterations)
+    return ScramCredential(
+        salt, mechanism.hash(mechanism.client_key(salted_password)), mechanism.server_key(salted_password), iterations
+    )
 
 
 def new_credential(
@@ -103,8 +112,8 @@ def encode_saslname(name: str) -> str:
     return name.replace("=", "=3D").replace(",", "=2C")
 
 
-def _attributes(message: str, what: str) -> list[tuple[str, str]]:
-    """``k=v`` pairs of a SCRAM message, in order; each key one letter."""
+def parse_attributes(message: str, what: str) -> list[tuple[str, str]]:
+    """``k=v`` pairs of a SCRAM message, in order; each key one letter (the client's parser too)."""
     out = []
     for part in message.split(","):
         key, eq, value = part.partition("=")
@@ -114,7 +123,7 @@ def _attributes(message: str, what: str) -> list[tuple[str, str]]:
     return out
 
 
-def _b64decode(text: str, what: str) -> bytes:
+def b64decode(text: str, what: str) -> bytes:
     try:
         return base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
@@ -200,7 +209,7 @@ class ScramServer:
                 raise SaslAuthenticationError("Invalid SCRAM client first message: bad authorization id")
             authzid = decode_saslname(authzid_part[2:])
         head, extension_parts = bare.split(",")[:2], bare.split(",")[2:]
-        attributes = _attributes(",".join(head), "client first message")
+        attributes = parse_attributes(",".join(head), "client first message")
         if len(attributes) < 2 or attributes[0][0] != "n" or attributes[1][0] != "r":
             raise SaslAuthenticationError("Invalid SCRAM client first message: expected n=<user>,r=<nonce>")
         user = decode_saslname(attributes[0][1])
@@ -235,17 +244,17 @@ class ScramServer:
         without_proof, sep, proof_text = text.rpartition(",p=")
         if not sep:
             raise SaslAuthenticationError("Invalid SCRAM client final message: no proof", user)
-        attributes = dict(_attributes(without_proof, "client final message"))
+        attributes = dict(parse_attributes(without_proof, "client final message"))
         if attributes.get("c") is None or attributes.get("r") is None:
             raise SaslAuthenticationError("Invalid SCRAM client final message: expected c=...,r=...", user)
-        if _b64decode(attributes["c"], "client final message") != self._gs2_header.encode("utf-8"):
+        if b64decode(attributes["c"], "client final message") != self._gs2_header.encode("utf-8"):
             raise SaslAuthenticationError("Invalid SCRAM client final message: channel binding does not match", user)
         # Kafka's check (ScramSaslServer): the nonce ends with the one the server sent, rather than RFC 5802's
         # equality. librdkafka up to 2.x sends its own nonce again in front of it, and Kafka accepts that; the
         # server's fresh part is still bound into the proof, so a replay of another exchange still fails.
         if not attributes["r"].endswith(self._nonce):
             raise SaslAuthenticationError("Invalid SCRAM client final message: nonce does not match", user)
-        proof = _b64decode(proof_text, "client final message")
+        proof = b64decode(proof_text, "client final message")
         mechanism = self._mechanism
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         signature = mechanism.hmac(self._credential.stored_key, auth_message)
