@@ -21,8 +21,6 @@ from controller.api import IncrementalOp
 from controller.config.describe import ConfigEntry, ConfigSource, ConfigSynonym
 from controller.config.keys import ConfigType
 
-#: Kafka's ConfigResource.Type.BROKER_LOGGER.
-RESOURCE_BROKER_LOGGER: Final = 8
 ROOT_LOGGER: Final = "root"
 #: The top-level packages whose loggers are Fjord's (pyproject's packages).
 FJORD_PACKAGES: Final = ("node", "broker", "spark_connector", "controller", "wire", "storage")

@@ -35,7 +35,6 @@ from controller.api import (
 )
 from controller.client_quotas import QuotaAlterResult, describe_entity
 from controller.errors import NotControllerError, error_code_for, error_code_logged, error_message_for
-from wire import codec
 
 logger = logging.getLogger(__name__)
 
@@ -133,9 +132,8 @@ async def elect_leaders(response_cls: type[Any], ask: admin_wire.ElectLeadersAsk
     except Exception as exc:
         what = "all partitions" if ask.partitions is None else f"{len(ask.partitions)} partitions"
         code, message = _refusal(exc, "electing leaders of %s failed", what)
-        if ask.partitions is None:
-            return codec.build(response_cls, throttle_time=0, error_code=code, replica_election_results=())
-        results = admin_wire.elect_leaders_refused(ask, code, message)
+        refused = admin_wire.elect_leaders_refused(ask, code, message)
+        return admin_wire.elect_leaders_response(response_cls, refused, code)
     return admin_wire.elect_leaders_response(response_cls, results)
 
 

@@ -40,6 +40,7 @@ from controller.api import (
     ScramUpsertion,
 )
 from controller.config.describe import ConfigEntry, ConfigSource
+from controller.errors import ControllerError
 from wire import codec
 
 # The API keys, here rather than from controller.rpc.messages: that package serves this module, not the reverse.
@@ -64,8 +65,8 @@ _ALTER_USER_SCRAM_CREDENTIALS_VERSION = 0
 
 _OPS = {IncrementalOp.SET, IncrementalOp.DELETE, IncrementalOp.APPEND, IncrementalOp.SUBTRACT}
 _KNOWN_RESOURCE_TYPES = {ConfigResource.TOPIC, ConfigResource.BROKER}
-#: IncrementalAlterConfigs also changes BROKER_LOGGER (8): answered by the broker named, never by the controller.
-_INCREMENTAL_RESOURCE_TYPES = {*_KNOWN_RESOURCE_TYPES, 8}
+#: IncrementalAlterConfigs also changes BROKER_LOGGER: answered by the broker named, never by the controller.
+_INCREMENTAL_RESOURCE_TYPES = {*_KNOWN_RESOURCE_TYPES, ConfigResource.BROKER_LOGGER}
 
 #: A per-item answer: the error code and message.
 Outcome: TypeAlias = tuple[ErrorCode, str | None]
@@ -384,11 +385,15 @@ def read_incremental_alter_configs(request: Any) -> ConfigAlterations:
     return ConfigAlterations(tuple(alterations), bool(request.validate_only))
 
 
-def check_broker_resource(name: str, node_id: int) -> bool:
+def check_broker_resource(name: str, node_id: int, *, cluster_default: bool = True) -> bool:
     """True for the cluster-wide default resource (""); ResourceRefused for a name that is not ``node_id``: a
-    broker's own configs are asked of that broker (as Kafka's admin clients do)."""
+    broker's own configs are asked of that broker (as Kafka's admin clients do). ``cluster_default`` False: a
+    resource with no such default (BROKER_LOGGER), where "" is refused too. A name is read as a number, so "01"
+    names broker 1."""
     if name == "":
-        return True
+        if cluster_default:
+            return True
+        raise ResourceRefused(ErrorCode.invalid_request, "Broker id must not be empty")
     try:
         named = int(name)
     except ValueError:
@@ -396,7 +401,8 @@ def check_broker_resource(name: str, node_id: int) -> bool:
     if named != node_id:
         raise ResourceRefused(
             ErrorCode.invalid_request,
-            f"Unexpected broker id, expected {node_id} or empty string, but received {name}",
+            f"Unexpected broker id, expected {node_id}{' or empty string,' if cluster_default else ''} but received "
+            f"{name}",
         )
     return False
 
@@ -467,7 +473,10 @@ def elect_leaders_refused(ask: ElectLeadersAsk, code: ErrorCode, message: str) -
     return [ElectLeaderResult(topic, index, code, message) for topic, index in ask.partitions or ()]
 
 
-def elect_leaders_response(response_cls: type[Any], results: Sequence[ElectLeaderResult]) -> Any:
+def elect_leaders_response(
+    response_cls: type[Any], results: Sequence[ElectLeaderResult], error: ErrorCode = ErrorCode.none
+) -> Any:
+    """``error``: the request's top-level refusal (Kafka answers it beside the same error for every partition)."""
     topic_cls = codec.field_entity(response_cls, "replica_election_results")
     by_topic: dict[str, list[Any]] = {}
     for result in results:
@@ -475,7 +484,7 @@ def elect_leaders_response(response_cls: type[Any], results: Sequence[ElectLeade
             codec.build_nested(topic_cls, "partition_result", partition_id=result.partition, error_code=result.error,
                                error_message=result.message)
         )
-    return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none, replica_election_results=tuple(
+    return codec.build(response_cls, throttle_time=0, error_code=error, replica_election_results=tuple(
         codec.build(topic_cls, topic=name, partition_result=tuple(parts)) for name, parts in by_topic.items()
     ))
 
@@ -493,11 +502,12 @@ def elect_leaders_request(ask: ElectLeadersAsk) -> Any:
 
 
 def read_elect_leaders_response(response: Any, ask: ElectLeadersAsk) -> list[ElectLeaderResult]:
-    """The answer's results; a top-level error (the controller refused the whole request) answers every partition
-    asked with it."""
+    """The answer's results. A top-level error (the controller refused the whole request) is raised as a
+    ControllerError, so the caller refuses the request as the controller did: returning no results would answer a
+    null partition list ("all partitions") with success."""
     code = ErrorCode(int(response.error_code))
     if code is not ErrorCode.none:
-        return elect_leaders_refused(ask, code, f"the controller refused the election: {code.name}")
+        raise ControllerError(code, f"the controller refused the election: {code.name}")
     return [
         ElectLeaderResult(t.topic, int(p.partition_id), ErrorCode(int(p.error_code)), p.error_message)
         for t in response.replica_election_results

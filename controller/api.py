@@ -91,11 +91,13 @@ class DeleteTopicResult:
 
 @dataclass(frozen=True, slots=True)
 class ConfigResource:
-    type: int  # 2 topic, 4 broker (Kafka's ConfigResource.Type)
+    type: int  # 2 topic, 4 broker, 8 broker logger (Kafka's ConfigResource.Type)
     name: str  # topic name; for brokers a node id, or "" for the cluster-wide default
 
     TOPIC = RESOURCE_TOPIC
     BROKER = RESOURCE_BROKER
+    #: A broker's loggers: answered by the broker named, never by the controller (nor persisted, as in Kafka).
+    BROKER_LOGGER = 8
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,36 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from controller import balancer
-from controller.broker_load import BrokerLoad, LoadReports, PartitionLoad
-from controller.config.keys import BROKER_KEYS, ConfigValueError
+from controller.broker_load import REPORT_INTERVAL, BrokerLoad, LoadReports, PartitionLoad
 from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.image import MetadataImage
 
 logger = logging.getLogger(__name__)
-
-
-def effective_settings(config: ServerConfig, image: MetadataImage) -> balancer.Settings:
-    """The balancer's settings: a cluster-wide dynamic value (AlterConfigs on the default broker resource) wins
-    over the controller's own file, as for every dynamic broker key."""
-
-    def value(name: str) -> Any:
-        dynamic = image.broker_configs.get(name)
-        if dynamic is not None:
-            try:
-                return BROKER_KEYS[name].parse(dynamic)
-            except ConfigValueError as exc:  # validated when set; only a hand-edited log could get here
-                logger.warning("%s; using this controller's value", exc)
-        return config.value(name)
-
-    return balancer.Settings.from_values(value)
 
 
 class AutoBalancer:
@@ -69,6 +52,10 @@ class AutoBalancer:
         self._moves_metric: Counter | None = None
         self._in_flight_metric: Gauge | None = None
         self._reports = LoadReports()
+        # When a round last saw moves started or in flight, or first saw none after that (so at or after the
+        # moves landed): reports whose window started earlier measured traffic the moves have redistributed.
+        self.last_busy_at = -math.inf
+        self._busy = False
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         self._moves_metric = Counter(
@@ -85,19 +72,30 @@ class AutoBalancer:
             registry=registry,
         )
 
-    def record_load(self, node_id: int, node_epoch: int, partitions: Sequence[PartitionLoad]) -> None:
-        """A broker's load report (ReportBrokerLoad), replacing its previous one."""
-        self._reports.record(node_id, node_epoch, partitions, self._clock())
+    def record_load(
+        self, node_id: int, node_epoch: int, partitions: Sequence[PartitionLoad], interval_ms: int = 0
+    ) -> None:
+        """A broker's load report (ReportBrokerLoad), replacing its previous one. ``interval_ms``: the broker's
+        reporting interval, which its report is judged by (0, from a broker that does not send it: this
+        controller's own value)."""
+        interval_s = (interval_ms or int(self._config.value(REPORT_INTERVAL))) / 1000
+        self._reports.record(node_id, node_epoch, partitions, self._clock(), interval_s)
 
-    def loads(self, image: MetadataImage) -> dict[int, BrokerLoad]:
-        """The latest report of each broker's current registration, with its age."""
-        return self._reports.snapshot(self._clock(), {b.node_id: b.epoch for b in image.brokers.values()})
+    def loads(self, image: MetadataImage, *, after_moves: bool = False) -> dict[int, BrokerLoad]:
+        """The latest report of each broker's current registration, with its age. ``after_moves`` (what the load
+        goal plans on): none whose window started before the last partition move finished (:attr:`last_busy_at`);
+        the shell (DescribeBrokerLoad) shows every report."""
+        epochs = {b.node_id: b.epoch for b in image.brokers.values()}
+        since = self.last_busy_at if after_moves else -math.inf
+        return self._reports.snapshot(self._clock(), epochs, since=since)
 
     def reset(self) -> None:
         """This controller is no longer active: forget the clocks and the load reports (the next active one
         starts its own)."""
         self._seen.clear()
         self._reports.clear()
+        self.last_busy_at = -math.inf
+        self._busy = False
         self._next_round = 0.0
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -124,10 +122,12 @@ class AutoBalancer:
         return {node_id: now - since for node_id, (_, _, since) in self._seen.items()}
 
     async def _round(self) -> None:
-        settings = effective_settings(self._config, self._controller.image)
+        settings = balancer.effective_settings(self._config, self._controller.image)
         try:
             decision = await self._controller.rebalance(
-                lambda image: balancer.plan(image, settings, self._ages(image, self._clock()), self.loads(image))
+                lambda image: balancer.plan(
+                    image, settings, self._ages(image, self._clock()), self.loads(image, after_moves=True)
+                )
             )
         except Exception as exc:  # NotControllerError after losing leadership, a log write failed, ...
             logger.info("controller %d: auto-balancer round abandoned: %s", self._config.node_id, exc)
@@ -141,6 +141,9 @@ class AutoBalancer:
         if self._in_flight_metric is not None:
             self._in_flight_metric.set(decision.in_flight + len(decision.moves))
         busy = bool(decision.moves or decision.in_flight)
+        if busy or self._busy:
+            self.last_busy_at = self._clock()
+        self._busy = busy
         self._next_round = self._clock() + (settings.execution_interval_s if busy else settings.detect_interval_s)
         if decision.state != self._state or decision.paused != self._paused:
             logger.info("controller %d: auto-balancer %s", self._config.node_id, decision.summary)

@@ -26,28 +26,35 @@ Internal topics (``__consumer_offsets``, ``__transaction_state``) are balanced l
 transaction coordinators follow their partitions' leaders.
 
 The load goal runs after the leader-count goal, on the traffic the brokers report (``controller.broker_load``: bytes
-in plus bytes out per partition; a partition is attributed to the broker the image says holds it, so a move in
-flight already counts for its target). A broker whose load exceeds the mean of the balanced brokers by more than
-``load_tolerance`` (the band) gives its hottest partition at or above ``load_min_partition_rate`` to the least
-loaded broker that stays within the band with it. When a plain move would take the leader counts out of their band,
+in plus bytes out per partition), and only in a round where no move is in flight and the leader-count goal planned
+none: a report measured while partitions moved shows traffic that has since changed brokers, and for the same
+reason ``AutoBalancer.loads`` leaves out every report whose window started before the last move finished.
+A broker whose load exceeds the mean of the balanced brokers by more than ``load_tolerance`` (the band) gives its
+hottest partition at or above ``load_min_partition_rate`` to the least loaded broker that stays within the band
+with it. When a plain move would take the leader counts out of their band,
 the target gives back its coldest movable partition (a swap: two moves, the counts unchanged), so the leader-count
 goal never has a reason to undo a load move. Why it cannot oscillate either: a load move is made only when the
 target stays within the band, which is below the source's load, so it strictly lowers the sum of the squared broker
 loads; under steady rates that sum takes finitely many values (placements are finite), so moves stop, and the
-leader counts stay within their band throughout. The goal waits (moves nothing for load) until every balanced
-broker has a report younger than ``STALE_INTERVALS`` reporting intervals: a controller that just became active has
-none, and a broker's stale numbers would mislead.
+leader counts stay within their band throughout. The argument holds only for rates measured on the placement being
+planned, which is why the goal waits for moves to land and for fresh windows after them. It also waits (moves nothing
+for load) until every balanced broker has a report younger than ``STALE_INTERVALS`` of that broker's own reporting
+intervals: a controller that just became active has none, and a broker's stale numbers would mislead.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller.broker_load import REPORT_INTERVAL, STALE_INTERVALS, BrokerLoad, PartitionKey, format_rate
+from controller.config.keys import BROKER_KEYS, ConfigValueError
+from controller.config.server import ServerConfig
 from controller.image import MetadataImage, PartitionImage
-from controller.metadata_records import NO_LEADER
+
+logger = logging.getLogger(__name__)
 
 ENABLE = "autobalancer.controller.enable"
 DETECT_INTERVAL = "autobalancer.controller.anomaly.detect.interval.ms"
@@ -120,6 +127,23 @@ class Settings:
             load_min_partition_rate=float(value(LOAD_MIN_PARTITION_RATE)),
             report_interval_s=int(value(REPORT_INTERVAL)) / 1000,
         )
+
+
+def effective_settings(config: ServerConfig, image: MetadataImage) -> Settings:
+    """The balancer's settings: a cluster-wide dynamic value (AlterConfigs on the default broker resource) wins
+    over the controller's own file, as for every dynamic broker key. Here rather than in ``controller.auto_balancer``
+    because controlled shutdown (``controller.controller``) reads ``exclude_brokers`` from it too."""
+
+    def value(name: str) -> Any:
+        dynamic = image.broker_configs.get(name)
+        if dynamic is not None:
+            try:
+                return BROKER_KEYS[name].parse(dynamic)
+            except ConfigValueError as exc:  # validated when set; only a hand-edited log could get here
+                logger.warning("%s; using this controller's value", exc)
+        return config.value(name)
+
+    return Settings.from_values(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +228,8 @@ def leader_counts(
     for name, partition in _partitions(image):
         if partition.reassigning:
             in_flight += 1
-            holder = partition.replicas[0] if partition.replicas else NO_LEADER
-        else:
-            holder = partition.leader
-        if name not in exclude_topics and holder in counts:
-            counts[holder] += 1
+        if name not in exclude_topics and partition.holder in counts:
+            counts[partition.holder] += 1
     return counts, in_flight
 
 
@@ -265,7 +286,9 @@ def plan(
         projected[source] -= 1
         projected[target] += 1
         budget -= 1
-    if loads is None:
+    if loads is None or in_flight or moves:
+        # Rates measured while partitions move describe neither the old placement nor the new one: the load goal
+        # waits until the moves landed and the brokers reported a window after that (``AutoBalancer.loads``).
         return Decision(moves=moves, leads=counts, in_flight=in_flight)
     waiting = _missing_reports(balanced, loads, settings)
     if waiting is not None:
@@ -277,8 +300,8 @@ def plan(
 
 
 def _missing_reports(balanced: list[int], loads: Mapping[int, BrokerLoad], settings: Settings) -> str | None:
-    bound = settings.report_interval_s * STALE_INTERVALS
-    missing = [b for b in balanced if b not in loads or loads[b].age_s > bound]
+    bound = settings.report_interval_s * STALE_INTERVALS  # for the message: this controller's expectation
+    missing = [b for b in balanced if b not in loads or loads[b].stale]
     if not missing:
         return None
     return f"no load report younger than {bound:.0f} s from broker {', '.join(map(str, missing))}"
@@ -300,12 +323,11 @@ class _LoadGoal:
         self.settings = settings
         self.balanced = balanced
         self.counts = dict(counts)
-        bound = settings.report_interval_s * STALE_INTERVALS
         # A partition just moved may be in two reports (its old and new leader's windows): the larger rate is
         # the better guess of its traffic.
         self.rate: dict[PartitionKey, float] = {}
         for report in loads.values():
-            if report.age_s <= bound:
+            if not report.stale:
                 for key, partition_load in report.partitions.items():
                     self.rate[key] = max(self.rate.get(key, 0.0), partition_load.load)
         planned_keys = {(m.topic, m.partition.partition): m.target for m in planned}
@@ -315,7 +337,7 @@ class _LoadGoal:
             key = (name, partition.partition)
             holder = planned_keys.get(key)
             if holder is None:
-                holder = partition.replicas[0] if partition.reassigning and partition.replicas else partition.leader
+                holder = partition.holder
                 if holder in self.movable and not partition.reassigning and name not in settings.exclude_topics:
                     self.movable[holder].append((name, partition))
             if holder in self.load:
@@ -411,8 +433,7 @@ def _pick(
     spread each topic as well as the totals (ties: topic name, then partition number)."""
     per_topic: dict[tuple[str, int], int] = {}
     for name, partition in _partitions(image):
-        holder = partition.replicas[0] if partition.reassigning and partition.replicas else partition.leader
-        per_topic[(name, holder)] = per_topic.get((name, holder), 0) + 1
+        per_topic[(name, partition.holder)] = per_topic.get((name, partition.holder), 0) + 1
     for move in planned:
         per_topic[(move.topic, move.source)] -= 1
         per_topic[(move.topic, move.target)] = per_topic.get((move.topic, move.target), 0) + 1

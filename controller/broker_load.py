@@ -20,7 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-#: The broker key (AutoMQ's name) for how often a broker reports; the controller reads its own value to judge age.
+#: The broker key (AutoMQ's name) for how often a broker reports. Each report carries the sender's value and is
+#: judged against it: a controller need not set a broker key, and brokers may differ.
 REPORT_INTERVAL = "autobalancer.reporter.metrics.reporting.interval.ms"
 #: A report older than this many intervals is ignored (a broker that stopped reporting: its numbers are stale).
 STALE_INTERVALS = 3
@@ -44,11 +45,18 @@ class PartitionLoad:
 
 @dataclass(frozen=True, slots=True)
 class BrokerLoad:
-    """A broker's last report as the controller holds it: its partitions' rates and how old the report is."""
+    """A broker's last report as the controller holds it: its partitions' rates, how old the report is, and the
+    broker's reporting interval (the report covers the ``interval_s`` before it arrived)."""
 
     node_id: int
     age_s: float
     partitions: Mapping[PartitionKey, PartitionLoad] = field(default_factory=dict)
+    interval_s: float = 10.0
+
+    @property
+    def stale(self) -> bool:
+        """Older than ``STALE_INTERVALS`` of the broker's own intervals: it stopped reporting."""
+        return self.age_s > self.interval_s * STALE_INTERVALS
 
 
 def rates(
@@ -72,13 +80,18 @@ class LoadReports:
     """The latest report of each broker, kept by the active controller (times from its monotonic clock)."""
 
     def __init__(self) -> None:
-        self._reports: dict[int, tuple[int, float, dict[PartitionKey, PartitionLoad]]] = {}
+        # node id -> (registration epoch, when received, the broker's interval in seconds, rates)
+        self._reports: dict[int, tuple[int, float, float, dict[PartitionKey, PartitionLoad]]] = {}
 
-    def record(self, node_id: int, node_epoch: int, partitions: Sequence[PartitionLoad], now: float) -> None:
-        """Replaces the broker's report; a rate that is negative or not finite (a bad report) is dropped."""
+    def record(
+        self, node_id: int, node_epoch: int, partitions: Sequence[PartitionLoad], now: float, interval_s: float = 10.0
+    ) -> None:
+        """Replaces the broker's report (covering the ``interval_s`` before ``now``); a rate that is negative or
+        not finite (a bad report) is dropped."""
         self._reports[node_id] = (
             node_epoch,
             now,
+            interval_s,
             {
                 (p.topic, p.partition): p
                 for p in partitions
@@ -90,13 +103,14 @@ class LoadReports:
         """This controller stopped being active: a later term starts afresh (reports from then on only)."""
         self._reports.clear()
 
-    def snapshot(self, now: float, epochs: Mapping[int, int]) -> dict[int, BrokerLoad]:
+    def snapshot(self, now: float, epochs: Mapping[int, int], since: float = -math.inf) -> dict[int, BrokerLoad]:
         """The reports of the brokers registered with ``epochs`` (node id -> epoch); one from an earlier
-        registration of the broker is dropped (the restarted broker's traffic starts anew)."""
+        registration of the broker is dropped (the restarted broker's traffic starts anew), and so is one whose
+        window started before ``since`` (it measured traffic that partition moves have since redistributed)."""
         return {
-            node_id: BrokerLoad(node_id, now - at, dict(partitions))
-            for node_id, (epoch, at, partitions) in self._reports.items()
-            if epochs.get(node_id) == epoch
+            node_id: BrokerLoad(node_id, now - at, dict(partitions), interval_s)
+            for node_id, (epoch, at, interval_s, partitions) in self._reports.items()
+            if epochs.get(node_id) == epoch and at - interval_s >= since
         }
 
 

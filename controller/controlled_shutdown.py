@@ -19,11 +19,12 @@ whose WAL a failover still replays (its acknowledged records are not all in obje
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller import reassignment
+from controller import balancer, reassignment
 from controller.errors import ControllerError
 from controller.image import MetadataImage, PartitionImage
 from controller.metadata_records import BrokerRegistrationChangeRecord, MetadataRecord, UnregisterBrokerRecord
@@ -47,24 +48,29 @@ class Shutdown:
     started: bool  # this heartbeat put the broker in controlled shutdown
 
 
-def plan(image: MetadataImage, node_id: int, epoch: int) -> Shutdown:
-    """What a ``wantShutDown`` heartbeat of ``node_id`` at registration ``epoch`` (current and unfenced: the
-    caller checked) changes: it enters controlled shutdown, and every partition it leads, or that is on its way
-    to it, moves to the other leader candidate leading the fewest partitions."""
-    broker = image.brokers[node_id]
+def plan(image: MetadataImage, node_id: int, epoch: int, exclude: Collection[int] = frozenset()) -> Shutdown:
+    """What a ``wantShutDown`` heartbeat of ``node_id`` at registration ``epoch`` changes: it enters controlled
+    shutdown, and every partition it leads, or that is on its way to it, moves to the other leader candidate
+    leading the fewest partitions. ``exclude`` (``autobalancer.controller.exclude.broker.ids``): brokers taken
+    only when no other is left, since a drained broker leads nothing and would otherwise be picked first.
+
+    The heartbeat checked the registration outside the controller's lock; a broker that meanwhile is gone, has
+    registered again or was fenced changes nothing here (an empty Shutdown)."""
+    broker = image.brokers.get(node_id)
+    if broker is None or broker.epoch != epoch or broker.fenced:
+        return Shutdown([], [], 0, False)
     records: list[MetadataRecord] = []
     started = not broker.in_controlled_shutdown
     if started:
         records.append(BrokerRegistrationChangeRecord(node_id, epoch, True))
-    load = {b.node_id: 0 for b in image.leader_candidates() if b.node_id != node_id}
+    candidates = [b.node_id for b in image.leader_candidates() if b.node_id != node_id]
+    targets = [b for b in candidates if b not in exclude] or candidates
+    load, _ = balancer.leader_counts(image, targets)
     mine: list[tuple[str, PartitionImage]] = []
     waiting = 0
     for topic in sorted(image.topics_by_name.values(), key=lambda t: t.name):
         for _, partition in sorted(topic.partitions.items()):
-            holder = partition.replicas[0] if partition.reassigning and partition.replicas else partition.leader
-            if holder in load:
-                load[holder] += 1
-            if holder == node_id:
+            if partition.holder == node_id:
                 mine.append((topic.name, partition))
             elif partition.reassigning and node_id in partition.removing_replicas:
                 waiting += 1  # moving away already: waits for this broker to close its streams

@@ -377,7 +377,8 @@ class Controller:
         controlled shutdown and the partitions it leads start moving to other brokers
         (``controller.controlled_shutdown``). Returns how many are still to move: 0 means it may stop."""
         async with self._lock:
-            shutdown = controlled_shutdown.plan(self._image, node_id, epoch)
+            exclude = balancer.effective_settings(self._config, self._image).exclude_brokers
+            shutdown = controlled_shutdown.plan(self._image, node_id, epoch, exclude)
             await self._commit(shutdown.records)
         if shutdown.started:
             logger.info("broker %d (epoch %d) is in controlled shutdown: it is given no leadership and its %d "

@@ -81,6 +81,12 @@ class PartitionImage:
     def reassigning(self) -> bool:
         return bool(self.removing_replicas)
 
+    @property
+    def holder(self) -> int:
+        """The broker that leads the partition or is receiving it (a reassignment's target): whom the
+        balancer and controlled shutdown count it for, so a move in flight is not planned twice."""
+        return self.replicas[0] if self.reassigning and self.replicas else self.leader
+
 
 @dataclass(frozen=True, slots=True)
 class TopicImage:

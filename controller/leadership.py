@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from controller.api import ElectionType, ElectLeaderResult
+from controller.errors import ControllerError
 from controller.image import MetadataImage, PartitionImage
 from controller.metadata_records import NO_LEADER, PartitionChangeRecord
 
@@ -112,6 +113,9 @@ def elect(
     shared storage), so it is only a question of which broker serves. A partition being reassigned is left to the
     reassignment, which elects its target. A broker in controlled shutdown counts as not live: it is never given
     leadership (``controller.controlled_shutdown``)."""
+    if election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        # Kafka refuses the request as a whole (its parser rejects the type), not each partition.
+        raise ControllerError(ErrorCode.invalid_request, f"Unknown election type {election_type}")
     live = {b.node_id for b in image.leader_candidates()}
     targets: list[tuple[str, int]] = (
         list(partitions)
@@ -126,8 +130,6 @@ def elect(
             result = ElectLeaderResult(
                 name, index, ErrorCode.unknown_topic_or_partition, f"Partition {name}-{index} does not exist."
             )
-        elif election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
-            result = ElectLeaderResult(name, index, ErrorCode.invalid_request, f"Unknown election type {election_type}")
         elif partition.reassigning:
             result = ElectLeaderResult(
                 name,

@@ -490,12 +490,12 @@ class QuorumController:
             encode_metadata_records(self.controller.snapshot_records()),
         )
 
-    def record_load(self, node: NodeIdentity, partitions: Sequence[PartitionLoad]) -> None:
+    def record_load(self, node: NodeIdentity, partitions: Sequence[PartitionLoad], interval_ms: int = 0) -> None:
         """Keeps the report of a registered broker's current incarnation; any other is dropped (it would never be
         used, and must not grow the controller's memory)."""
         broker = self.controller.image.brokers.get(node.node_id)
         if broker is not None and broker.epoch == node.node_epoch:
-            self.balancer.record_load(node.node_id, node.node_epoch, partitions)
+            self.balancer.record_load(node.node_id, node.node_epoch, partitions, interval_ms)
 
     def broker_loads(self) -> list[BrokerLoad]:
         return sorted(self.balancer.loads(self.controller.image).values(), key=lambda load: load.node_id)

@@ -18,7 +18,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from broker.logger_levels import RESOURCE_BROKER_LOGGER, LoggerConfigError, alter_loggers, describe_loggers
+from broker.logger_levels import LoggerConfigError, alter_loggers, describe_loggers
 from controller import admin_requests, admin_wire
 from controller.admin_wire import ResourceRefused
 from controller.api import ConfigResource
@@ -27,18 +27,15 @@ from wire import codec
 
 RESOURCE_TOPIC = ConfigResource.TOPIC
 RESOURCE_BROKER = ConfigResource.BROKER
+RESOURCE_BROKER_LOGGER = ConfigResource.BROKER_LOGGER
 
 logger = logging.getLogger(__name__)
 
 
 def _check_logger_resource(ctx: RequestContext, name: str) -> None:
-    """A BROKER_LOGGER resource names the broker whose loggers it is; only that broker answers for them."""
-    if name == "":
-        raise ResourceRefused(ErrorCode.invalid_request, "Broker id must not be empty")
-    if name != str(ctx.node.node_id):
-        raise ResourceRefused(
-            ErrorCode.invalid_request, f"Unexpected broker id, expected {ctx.node.node_id} but received {name}"
-        )
+    """A BROKER_LOGGER resource names the broker whose loggers it is (read as a broker resource name is, so "01"
+    is broker 1); only that broker answers for them, and there is no cluster-wide default ("")."""
+    admin_wire.check_broker_resource(name, ctx.node.node_id, cluster_default=False)
 
 
 def _check_broker_name(ctx: RequestContext, name: str) -> bool:

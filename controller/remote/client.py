@@ -308,7 +308,8 @@ class RemoteControllerClient:
         """Every reporting interval, the rates since the previous report (ReportBrokerLoad). A report the controller
         does not get is logged and skipped: the next one carries the next window, and the balancer ignores a
         broker whose reports stopped rather than plan on old numbers."""
-        interval_s = int(self.config.value(REPORT_INTERVAL)) / 1000
+        interval_ms = int(self.config.value(REPORT_INTERVAL))
+        interval_s = interval_ms / 1000
         loop = asyncio.get_running_loop()
         previous, then = dict(counters()), loop.time()
         while True:
@@ -316,7 +317,7 @@ class RemoteControllerClient:
             current, now = dict(counters()), loop.time()
             partitions = rates(previous, current, now - then)
             previous, then = current, now
-            request = m.ReportBrokerLoad(NodeIdentity(self.node_id, self.node_epoch), tuple(partitions))
+            request = m.ReportBrokerLoad(NodeIdentity(self.node_id, self.node_epoch), tuple(partitions), interval_ms)
             try:
                 await self.channel.stream(request, f"report the load of broker {self.node_id}")
             except (ControllerUnavailableError, StorageError, OSError, TimeoutError) as exc:

@@ -116,7 +116,7 @@ class ServedQuorum(Protocol):
         self, node_id: int, epoch: int, metadata_offset: int, *, want_fence: bool, want_shutdown: bool
     ) -> tuple[bool, bool, bool]: ...
 
-    def record_load(self, node: NodeIdentity, partitions: Sequence[PartitionLoad]) -> None:
+    def record_load(self, node: NodeIdentity, partitions: Sequence[PartitionLoad], interval_ms: int = 0) -> None:
         """Keeps a broker's load report (ReportBrokerLoad) for the auto-balancer; in memory, active voter only."""
         ...
 
@@ -420,7 +420,7 @@ class ControllerDispatcher:
                 return await controller.complete_wal_failover(node, request.failed_node_id,
                                                               request.failed_node_epoch)
             case m.ReportBrokerLoad():
-                return self.quorum.record_load(node, request.partitions)
+                return self.quorum.record_load(node, request.partitions, request.interval_ms)
             case m.DescribeBrokerLoad():
                 return tuple(m.BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
                              for load in self.quorum.broker_loads())

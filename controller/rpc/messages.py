@@ -72,7 +72,7 @@ key    RPC                     request fields                                 re
 10017  DeleteKV                node, key                                      -
 10018  DescribeMetadata        node                                           MetadataDump
 10019  CompleteWALFailover     node, failed_node_id, failed_node_epoch        -
-10020  ReportBrokerLoad        node, partitions (PartitionLoad...)            -
+10020  ReportBrokerLoad        node, partitions (PartitionLoad...), interval  -
 10021  DescribeBrokerLoad      node                                           BrokerLoadReport...
 =====  ======================  =============================================  ====================================
 
@@ -462,6 +462,8 @@ class ReportBrokerLoad(StreamRequest):
     RESULT: ClassVar[Any] = None
     MUTATES: ClassVar[bool] = False  # kept in memory only; a report of a superseded registration is ignored
     partitions: tuple[PartitionLoad, ...] = ()
+    #: the broker's reporting interval: the controller judges the report's age by it (0: unknown, its own value)
+    interval_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,10 @@
 A thin front end over the admin API a Kafka tool would use, so an operator sees the moves where they look for
 them (``kafka-reassign-partitions.sh --list``, ListPartitionReassignments):
 
-1. Metadata names the live brokers and the partitions N leads;
+1. Metadata names the live brokers and the partitions N leads (internal topics too: ``__consumer_offsets`` and
+   ``__transaction_state`` partitions move like any other, their coordinators follow the leaders), and
+   DescribeConfigs the brokers already in ``autobalancer.controller.exclude.broker.ids`` (drained earlier: they lead
+   nothing, so they would be picked first), which take partitions only when no other broker is left;
 2. IncrementalAlterConfigs appends N to the cluster-wide ``autobalancer.controller.exclude.broker.ids``, so the
    auto-balancer does not move partitions back to it (subtract it again to use the broker once more);
 3. AlterPartitionReassignments moves each of them to the other live broker leading the fewest (the controller's
@@ -31,6 +34,7 @@ from wire import codec
 from wire.client import ClientConnection
 
 METADATA = 3
+DESCRIBE_CONFIGS = 32
 INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
@@ -107,7 +111,9 @@ async def _drain(connection: ClientConnection, node: int, timeout_s: float) -> l
             f"broker {node} is not a live broker of this cluster (live: "
             f"{', '.join(map(str, sorted(brokers))) or 'none'})"
         )
+    excluded = await _excluded_brokers(connection)
     others = sorted(b for b in brokers if b != node)
+    others = [b for b in others if b not in excluded] or others
     await _exclude_from_balancer(connection, node)
     moves = _plan(led, node, others, in_flight=await _reassigning(connection))
     if moves:
@@ -183,11 +189,31 @@ async def _metadata(connection: ClientConnection) -> tuple[dict[int, tuple[str, 
     brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
     led: dict[tuple[str, int], int] = {}
     for topic in response.topics:
-        if ErrorCode(int(topic.error_code)) is not ErrorCode.none or topic.is_internal or topic.name is None:
+        if ErrorCode(int(topic.error_code)) is not ErrorCode.none or topic.name is None:
             continue
         for partition in topic.partitions:
             led[(str(topic.name), int(partition.partition_index))] = int(partition.leader_id)
     return brokers, led
+
+
+async def _excluded_brokers(connection: ClientConnection) -> frozenset[int]:
+    """The broker ids in the cluster-wide ``autobalancer.controller.exclude.broker.ids`` (DescribeConfigs of the
+    default broker resource), as the balancer reads them: an item that is not a number names no broker."""
+    cls = codec.request_class(DESCRIBE_CONFIGS, 4)
+    resource = codec.build_nested(
+        cls, "resources", resource_type=_RESOURCE_BROKER, resource_name="", configuration_keys=(_EXCLUDE_BROKERS,)
+    )
+    response = await _request(connection, codec.build(cls, resources=(resource,)), "DescribeConfigs")
+    excluded: set[int] = set()
+    for result in response.results:
+        code = ErrorCode(int(result.error_code))
+        if code is not ErrorCode.none:
+            raise DrainError(f"cannot read {_EXCLUDE_BROKERS}: {code.name}: {result.error_message or ''}".rstrip(": "))
+        for entry in result.configs:
+            for item in (entry.value or "").split(","):
+                if item.strip().lstrip("-").isdigit():
+                    excluded.add(int(item))
+    return frozenset(excluded)
 
 
 async def _exclude_from_balancer(connection: ClientConnection, node: int) -> None:

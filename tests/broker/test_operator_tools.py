@@ -145,6 +145,11 @@ def test_elect_leaders_with_kafka_python_and_every_version(
     # Null partitions: every partition, and only those that needed an election are answered (none here).
     everything = _elect(client, 2, ElectionType.PREFERRED, None)
     assert everything.error_code == ErrorCode.none and (topic, 0) not in _errors(everything)
+    # An unknown election type refuses the request as a whole (top-level code), as Kafka does.
+    for partitions in ({topic: [0, 1]}, None):
+        unknown = _elect(client, 2, 9, partitions)
+        assert unknown.error_code == ErrorCode.invalid_request, unknown
+        assert set(_errors(unknown).values()) <= {ErrorCode.invalid_request}, unknown
 
 
 def _log_dirs(admin: KafkaAdminClient, topic: str) -> dict[str, dict[str, Any]]:

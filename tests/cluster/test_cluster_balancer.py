@@ -32,8 +32,7 @@ from cluster_support import (
 from confluent_kafka.admin import AdminClient
 
 from controller import balancer
-from controller.auto_balancer import effective_settings
-from controller.balancer import Settings, plan
+from controller.balancer import Settings, effective_settings, plan
 from controller.broker_load import BrokerLoad, LoadReports, PartitionLoad, rates
 from controller.config.keys import BROKER_KEYS
 from controller.config.server import ServerConfig
@@ -333,6 +332,23 @@ def test_load_moves_keep_the_leader_count_band_and_the_budget() -> None:
         m.target != 2
         for m in plan(image, Settings(exclude_brokers=frozenset({2})), _ages(image), _loads(image, HOT)).moves
     )
+
+
+def test_no_load_move_while_moves_are_in_flight() -> None:
+    """Rates measured while partitions move describe a placement that is changing: the load goal waits for the
+    moves to land (and, in ``AutoBalancer.loads``, for reports whose window starts after that)."""
+    image = _image({"hot": [1, 1, 1], "orders": [2, 3, 2, 3, 2]}, moving={("orders", 4): (2, 3)})  # leads 3, 2, 3
+    moving = plan(image, Settings(), _ages(image), _loads(image, HOT))
+    assert moving.moves == [] and moving.in_flight == 1 and moving.loads == {}
+    landed = _finish_moves(image)
+    assert {m.goal for m in plan(landed, Settings(), _ages(landed), _loads(landed, HOT)).moves} == {"load"}
+    # A report covers the interval before it arrived: one whose window began before the moves landed is dropped,
+    # and each report is judged stale by its broker's own interval.
+    reports = LoadReports()
+    reports.record(1, 10, [PartitionLoad("hot", 0, 1.0, 1.0)], now=50.0, interval_s=20.0)
+    assert list(reports.snapshot(60.0, {1: 10}, since=30.0)) == [1]
+    assert reports.snapshot(60.0, {1: 10}, since=31.0) == {}
+    assert not reports.snapshot(100.0, {1: 10})[1].stale and reports.snapshot(111.0, {1: 10})[1].stale
 
 
 def test_stale_or_missing_reports_stop_the_load_goal() -> None:

@@ -15,12 +15,14 @@ from controller.api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectionType,
     IncrementalOp,
     NewTopic,
     PartitionReassignment,
     ReassignmentResult,
 )
 from controller.config.describe import ConfigEntry, ConfigSource
+from controller.errors import ControllerError
 from wire import codec
 
 
@@ -173,6 +175,26 @@ def test_a_broker_resource_must_name_the_answering_broker() -> None:
         admin_wire.check_broker_resource("2", 1)
     with pytest.raises(admin_wire.ResourceRefused, match="'x' is not a broker id"):
         admin_wire.check_broker_resource("x", 1)
+    # BROKER_LOGGER (no cluster-wide default): the same reading of the name, "" refused.
+    assert admin_wire.check_broker_resource("01", 1, cluster_default=False) is False
+    with pytest.raises(admin_wire.ResourceRefused, match="Broker id must not be empty"):
+        admin_wire.check_broker_resource("", 1, cluster_default=False)
+    with pytest.raises(admin_wire.ResourceRefused, match="expected 1 but received 2"):
+        admin_wire.check_broker_resource("2", 1, cluster_default=False)
+
+
+@pytest.mark.parametrize("partitions", [None, (("a", 0),)])
+def test_a_refused_elect_leaders_is_raised_not_answered_as_no_results(
+    partitions: tuple[tuple[str, int], ...] | None,
+) -> None:
+    """A controller's top-level refusal must reach the broker's answer: read as no results, a forwarded "all
+    partitions" election the controller refused would be answered NONE."""
+    ask = admin_wire.ElectLeadersAsk(ElectionType.PREFERRED, partitions)
+    assert admin_wire.read_elect_leaders(_over_the_wire(admin_wire.elect_leaders_request(ask))) == ask
+    refused = admin_wire.elect_leaders_response(codec.response_class(43, 2), [], ErrorCode.not_controller)
+    with pytest.raises(ControllerError) as caught:
+        admin_wire.read_elect_leaders_response(_answer_over_the_wire(refused), ask)
+    assert caught.value.code is ErrorCode.not_controller
 
 
 def test_alter_partition_reassignments_round_trip() -> None:

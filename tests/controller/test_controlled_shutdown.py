@@ -87,6 +87,26 @@ async def test_partitions_move_to_the_least_loaded_and_the_broker_may_then_stop(
         await restarted.close()
 
 
+async def test_an_excluded_broker_takes_partitions_only_when_no_other_is_left(tmp_path: Path) -> None:
+    """A drained broker (in ``autobalancer.controller.exclude.broker.ids``) leads nothing, so "the fewest" would
+    pick it first; a heartbeat of a superseded registration changes nothing."""
+    config = ServerConfig.load(None, [f"log.dirs={tmp_path}", "autobalancer.controller.exclude.broker.ids=2"])
+    controller = await Controller.start(config)
+    try:
+        epochs = await _cluster(controller)
+        assert await controller.controlled_shutdown(3, epochs[3] + 1) == 0  # stale epoch: no controlled shutdown
+        assert not controller.image.brokers[3].in_controlled_shutdown
+        assert await controller.controlled_shutdown(3, epochs[3]) == 3
+        moving = controller.image.topics_by_name["orders"].partitions.values()
+        assert {m.replicas for m in moving if m.reassigning} == {(1,)}
+        assert await controller.complete_reassignments() == 0
+        assert await controller.controlled_shutdown(1, epochs[1]) == 4  # only broker 2 is left: it takes them
+        moving = controller.image.topics_by_name["orders"].partitions.values()
+        assert {m.replicas for m in moving if m.reassigning} == {(2,)}
+    finally:
+        await controller.close()
+
+
 async def test_the_last_broker_may_stop_at_once(controller: Controller) -> None:
     epoch = await controller.register_broker(1, EP, None)
     await controller.create_topics([NewTopic("solo", 2, -1)], validate_only=False)
