@@ -30,6 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from node.client_config import ClientConfigError, ClientSecurity, load_client_config
 from wire import codec
 from wire.client import ClientConnection
 
@@ -74,6 +75,12 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     drain.add_argument("--node", required=True, type=int, metavar="N", help="the broker to drain")
     drain.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties for a secured cluster, as Kafka's tools take them (security.protocol, sasl.mechanism, "
+        "sasl.jaas.config, ssl.truststore.location, ...; PEM files)",
+    )
+    drain.add_argument(
         "--timeout",
         type=float,
         default=120.0,
@@ -86,8 +93,9 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def run_drain(args: argparse.Namespace) -> int:
     try:
         addresses = _addresses(args.bootstrap_server)
-        moves = asyncio.run(drain(addresses, args.node, args.timeout))
-    except DrainError as exc:
+        security = load_client_config(args.command_config)
+        moves = asyncio.run(drain(addresses, args.node, args.timeout, security))
+    except (DrainError, ClientConfigError) as exc:
         print(f"fjord cluster drain: {exc}", file=sys.stderr)
         return 1
     if moves:
@@ -96,8 +104,10 @@ def run_drain(args: argparse.Namespace) -> int:
     return 0
 
 
-async def drain(addresses: Sequence[tuple[str, int]], node: int, timeout_s: float) -> list[Move]:
-    connection = await _connect(addresses)
+async def drain(
+    addresses: Sequence[tuple[str, int]], node: int, timeout_s: float, security: ClientSecurity | None = None
+) -> list[Move]:
+    connection = await _connect(addresses, security or ClientSecurity())
     try:
         return await _drain(connection, node, timeout_s)
     finally:
@@ -295,11 +305,19 @@ async def _request(connection: ClientConnection, request: Any, what: str) -> Any
         raise DrainError(f"{what} to {connection.host}:{connection.port} failed: {exc}") from None
 
 
-async def _connect(addresses: Sequence[tuple[str, int]]) -> ClientConnection:
-    """A connection to the first bootstrap server that answers a Metadata request."""
+async def _connect(addresses: Sequence[tuple[str, int]], security: ClientSecurity) -> ClientConnection:
+    """A connection to the first bootstrap server that answers a Metadata request (authenticated first when the
+    --command-config says so; a refused login is one of the problems reported)."""
     problems = []
     for host, port in addresses:
-        connection = ClientConnection(host, port, client_id="fjord-cluster-drain", timeout=_REQUEST_TIMEOUT_S)
+        connection = ClientConnection(
+            host,
+            port,
+            client_id="fjord-cluster-drain",
+            timeout=_REQUEST_TIMEOUT_S,
+            ssl_context=security.tls,
+            sasl=security.sasl,
+        )
         try:
             await connection.request(codec.build(codec.request_class(METADATA, _METADATA_VERSION), topics=()))
         except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:

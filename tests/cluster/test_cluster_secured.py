@@ -8,13 +8,16 @@ A transactional producer (confluent-kafka, as ``alice`` with ACLs for her topic,
 transaction over partitions led by all three brokers, so the coordinator's WriteTxnMarkers and the leaders'
 AddPartitionsToTxn verification go broker to broker over SASL_SSL; a read_committed consumer reads it (the last
 stable offset only moves once every marker is written). A plaintext connection to any listener gets no answer, and
-no node's log holds a password.
+no node's log holds a password. Last, ``fjord cluster drain`` reaches the cluster with a Kafka tool's
+``--command-config`` file: refused with a wrong password, draining a broker with the admin's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +36,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from node.local_cluster import LocalCluster, NodeSpec, plan_cluster
+from node.local_cluster import REPO_ROOT, LocalCluster, NodeSpec, plan_cluster
 from tests.reading import read_to_end
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually
@@ -171,7 +174,7 @@ def _answers_plaintext(port: int) -> bool:
 
 
 def test_a_transaction_over_sasl_ssl_brokers_with_an_ssl_controller_listener(
-    secured: tuple[LocalCluster, CertificateAuthority],
+    secured: tuple[LocalCluster, CertificateAuthority], tmp_path: Path
 ) -> None:
     cluster, ca = secured
     topic = f"secured-{uuid.uuid4().hex[:8]}"
@@ -212,3 +215,32 @@ def test_a_transaction_over_sasl_ssl_brokers_with_an_ssl_controller_listener(
 
     answered = [f"{n.spec.role} {n.spec.node_id}" for n in cluster.nodes if _answers_plaintext(n.spec.port)]
     assert not answered, f"answered a plaintext request: {answered}"
+
+    # The operator's tool reaches the secured cluster with Kafka's --command-config file: a wrong password is one
+    # line and exit 1 (the password in no output); the admin's drains a broker.
+    drained = sorted({n.spec.node_id for n in cluster.brokers})[-1]
+    wrong = _drain(cluster, drained, _command_config(tmp_path, ca, "admin", "not-the-admin-password"))
+    assert wrong.returncode == 1 and "authentication" in wrong.stderr.lower(), wrong.stderr
+    assert "not-the-admin-password" not in wrong.stdout + wrong.stderr
+    done = _drain(cluster, drained, _command_config(tmp_path, ca, "admin", ADMIN_PASSWORD))
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert f"broker {drained} leads no partition" in done.stdout
+    assert drained not in _leaders(admin, topic).values()
+
+
+def _command_config(directory: Path, ca: CertificateAuthority, user: str, password: str) -> Path:
+    """A Kafka tool's client properties for this cluster's SASL_SSL listener."""
+    path = directory / f"{user}-{uuid.uuid4().hex[:6]}.properties"
+    path.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"sasl.mechanism={MECHANISM}\n"
+        f"sasl.jaas.config={SCRAM_JAAS.format(user, password)}\n"
+        f"ssl.truststore.location={ca.cert_path}\n"
+    )
+    return path
+
+
+def _drain(cluster: LocalCluster, node: int, config: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "node.cli", "cluster", "drain", "--bootstrap-server", cluster.bootstrap_servers,
+            "--node", str(node), "--command-config", str(config), "--timeout", str(DEADLINE_S)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE_S + 30, cwd=REPO_ROOT, check=False)
