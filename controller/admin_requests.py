@@ -49,12 +49,17 @@ def always(client: ControllerClient) -> ControllerFor:
 
 
 def _refusal(exc: Exception, failed: str, *args: object) -> tuple[ErrorCode, str]:
-    """The (code, message) an item gets when asking the controller about it failed."""
+    """The (code, message) an item gets when asking the controller about it failed. A refusal with a Kafka code of
+    its own (a ControllerError: an unknown election type, say) is one info line; only a failure that becomes
+    UNKNOWN_SERVER_ERROR is logged with its traceback, as ``error_code_logged`` does."""
     if isinstance(exc, NotControllerError):
         return ErrorCode.not_controller, str(exc)
     code = error_code_for(exc)
     message = error_message_for(exc)
-    logger.error(failed + ": %s", *args, message, exc_info=exc)
+    if code == ErrorCode.unknown_server_error:
+        logger.error(failed + ": %s", *args, message, exc_info=exc)
+    else:
+        logger.info(failed + ": %s (%s)", *args, message, code.name)
     return code, message
 
 
