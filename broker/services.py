@@ -55,3 +55,9 @@ class BrokerServices(Protocol):
 
     @property
     def auto_create_topics_enable(self) -> bool: ...
+
+    @property
+    def controller_address(self) -> tuple[str, int] | None:
+        """Where the node's embedded controller serves its CONTROLLER listener (None: it serves none, or the
+        controller is a quorum DescribeQuorum is forwarded to)."""
+        ...

@@ -137,6 +137,7 @@ class QuorumController:
             self.voters,
             request_timeout_s=int(config.value("controller.quorum.request.timeout.ms")) / 1000,
             ssl_context=config.controller_client_tls(),
+            sasl=config.controller_client_sasl(),
         )
         election_ms = int(config.value("controller.quorum.election.timeout.ms"))
         fetch_ms = int(config.value("controller.quorum.fetch.timeout.ms"))

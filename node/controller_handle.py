@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from controller.api import ControllerClient
 from controller.config.server import ServerConfig
 from controller.controller import Controller
+from controller.embedded_listener import EmbeddedControllerListener, embedded_controller_listener
 from controller.quorum import QuorumController, uses_quorum
 from controller.remote.client import RemoteControllerClient
 from controller.remote.replica import VoterFollower
@@ -20,17 +21,20 @@ ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 
 
 class ControllerHandle:
-    """A started controller: the client the broker uses and how to stop it."""
+    """A started controller: the client the broker uses and how to stop it. ``controller_address``: where an
+    embedded controller serves its CONTROLLER listener (what the broker's DescribeQuorum names), else None."""
 
     def __init__(
         self,
         client: ControllerClient,
         close: Callable[[], Awaitable[None]] | None = None,
         stopping: Callable[[], None] | None = None,
+        controller_address: tuple[str, int] | None = None,
     ) -> None:
         self.client = client
         self._close = close
         self._stopping = stopping
+        self.controller_address = controller_address
 
     def stopping(self) -> None:
         """The node begins to shut down (before the broker closes its partitions through the controller)."""
@@ -44,11 +48,28 @@ class ControllerHandle:
 
 async def open_local_controller(config: ServerConfig) -> ControllerHandle:
     """The combined node's controller: in process over its local metadata log when it is the only voter (the
-    embedded default), else a voter of the Raft quorum (:func:`open_combined_voter`)."""
+    embedded default), else a voter of the Raft quorum (:func:`open_combined_voter`). An embedded controller serves
+    its CONTROLLER listener, when the node lists one, for the clients that read the metadata (Spark's direct reads;
+    ``controller.embedded_listener``)."""
     if uses_quorum(config):
         return await open_combined_voter(config)
     controller = await Controller.start(config)
-    return ControllerHandle(controller, controller.close)
+    listener = embedded_controller_listener(config)
+    if listener is None:
+        return ControllerHandle(controller, controller.close)
+    try:
+        served = await EmbeddedControllerListener.start(config, controller, listener)
+    except BaseException:
+        await controller.close()
+        raise
+
+    async def close() -> None:
+        try:
+            await served.close()
+        finally:
+            await controller.close()
+
+    return ControllerHandle(controller, close, controller_address=served.address)
 
 
 async def open_combined_voter(config: ServerConfig) -> ControllerHandle:

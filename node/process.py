@@ -102,6 +102,11 @@ class Node:
         return self.config.auto_create_topics_enable
 
     @property
+    def controller_address(self) -> tuple[str, int] | None:
+        handle = self._controller_handle
+        return handle.controller_address if handle is not None else None
+
+    @property
     def bound_endpoints(self) -> tuple[Endpoint, ...]:
         """The advertised endpoints with ports resolved: a listener configured with port 0 advertises the port it
         actually bound (tests and ``fjord cluster up`` rely on this)."""

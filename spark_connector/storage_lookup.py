@@ -1,9 +1,10 @@
 """Planning the direct path on the driver: where each partition's log stream is and which objects hold a range.
 
 The driver knows only the bootstrap servers. A broker's DescribeQuorum answer names the controller voters
-(``controller.shell_sources.quorum_voters``, what ``fjord metadata shell --bootstrap`` does), and the active
-controller answers Fjord's read-only stream RPCs (GetKV, GetStreams, GetObjects) through the same
-``RemoteStreamMetadata`` a broker uses. Per partition: the KV entry ``<namespace>/<topicId>/<partition>`` names the
+(``controller.shell_sources.quorum_voters``, what ``fjord metadata shell --bootstrap`` does; an embedded single node
+names its own read-only CONTROLLER listener, ``controller.embedded_listener``), and the active controller answers
+Fjord's read-only stream RPCs (GetKV, GetStreams, GetObjects) through the same ``RemoteStreamMetadata`` a broker
+uses. Per partition: the KV entry ``<namespace>/<topicId>/<partition>`` names the
 meta stream; its uploaded records (read from the bucket, as the executors will) name the log stream, and for a
 compacted partition the cleaned stream and the cleaner offset; GetObjects says which committed objects hold
 ``[start, end)`` of them (``direct_plan.cover_slices`` splits the range). A ``read_committed`` read also reads the
@@ -94,8 +95,8 @@ async def _locate(
         voters = await quorum_voters(list(facts.bootstrap), REQUEST_TIMEOUT_S, client_id=CLIENT_ID)
     except MetadataSourceError as exc:
         raise StorageLookupError(
-            f"{exc}; reading directly needs a controller quorum reachable over the network (a cluster; a single "
-            "combined node keeps its metadata in process): use fjord.read=broker or auto"
+            f"{exc}; reading directly needs the controllers reachable over the network (a cluster, or a single "
+            "combined node with a CONTROLLER listener): use fjord.read=broker or auto"
         ) from exc
     channel = ActiveControllerChannel(
         voters, client_id=CLIENT_ID, request_timeout_s=REQUEST_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S

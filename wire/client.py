@@ -24,7 +24,7 @@ import contextlib
 import random
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from wire import codec
@@ -47,6 +47,51 @@ MAX_SASL_STEPS = 8
 class SaslAuthenticationFailed(ConnectionError):
     """The peer refused this node's credentials (or could not prove its own, for SCRAM); the message names the
     endpoint, mechanism and user, never a password or token."""
+
+
+async def sasl_exchange(send: Callable[[Any], Awaitable[Any]], credentials: SaslCredentials, where: str) -> int:
+    """Authenticates a connection as a Kafka client does: SaslHandshake v1 names the mechanism, SaslAuthenticate v2
+    carries its tokens until the exchange is complete. ``send`` sends one request and returns its response (this
+    module's connection, or a controller connection). Returns the session lifetime the server set in ms (0: none);
+    :class:`SaslAuthenticationFailed` naming ``where``, the mechanism and the user (never a secret)."""
+    where = f"{where} ({credentials.mechanism}, user {credentials.user})"
+    shake = await send(
+        codec.build(codec.request_class(SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION), mechanism=credentials.mechanism)
+    )
+    if shake.error_code:
+        raise SaslAuthenticationFailed(
+            f"{where}: SaslHandshake answered error {int(shake.error_code)} "
+            f"(enabled mechanisms: {', '.join(shake.mechanisms)})"
+        )
+    client = credentials.client()
+    token: bytes | None = client.first()
+    lifetime_ms = 0
+    try:
+        for _ in range(MAX_SASL_STEPS):
+            if token is None:
+                break
+            answer = await send(
+                codec.build(codec.request_class(SASL_AUTHENTICATE_KEY, SASL_AUTHENTICATE_VERSION), auth_bytes=token)
+            )
+            if answer.error_code:
+                raise SaslAuthenticationFailed(
+                    f"{where}: SaslAuthenticate answered error {int(answer.error_code)}: {answer.error_message}"
+                )
+            lifetime_ms = int(answer.session_lifetime.total_seconds() * 1000)
+            token = client.step(bytes(answer.auth_bytes))
+    except SaslAuthenticationError as exc:
+        raise SaslAuthenticationFailed(f"{where}: {exc}") from None
+    if not client.complete:
+        raise SaslAuthenticationFailed(f"{where}: the exchange did not complete in {MAX_SASL_STEPS} steps")
+    return lifetime_ms
+
+
+def session_deadlines(now: float, lifetime_ms: int) -> tuple[float | None, float | None]:
+    """(when the server's session ends, when to re-authenticate: a random 85-95% of the lifetime, KIP-368) for a
+    session authenticated at ``now``; (None, None) when it does not expire."""
+    if lifetime_ms <= 0:
+        return None, None
+    return now + lifetime_ms / 1000, now + lifetime_ms / 1000 * random.uniform(*REAUTH_WINDOW)
 
 
 class ClientConnection:
@@ -131,44 +176,9 @@ class ClientConnection:
 
     async def _authenticate(self, credentials: SaslCredentials) -> None:
         """SaslHandshake then SaslAuthenticate until the mechanism is complete; sets the re-authentication time."""
-        where = f"{self.host}:{self.port} ({credentials.mechanism}, user {credentials.user})"
-        shake = await self._send(
-            codec.build(
-                codec.request_class(SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION), mechanism=credentials.mechanism
-            )
-        )
-        if shake.error_code:
-            raise SaslAuthenticationFailed(
-                f"{where}: SaslHandshake answered error {int(shake.error_code)} "
-                f"(enabled mechanisms: {', '.join(shake.mechanisms)})"
-            )
-        client = credentials.client()
-        token: bytes | None = client.first()
-        lifetime_ms = 0
-        try:
-            for _ in range(MAX_SASL_STEPS):
-                if token is None:
-                    break
-                answer = await self._send(
-                    codec.build(codec.request_class(SASL_AUTHENTICATE_KEY, SASL_AUTHENTICATE_VERSION), auth_bytes=token)
-                )
-                if answer.error_code:
-                    raise SaslAuthenticationFailed(
-                        f"{where}: SaslAuthenticate answered error {int(answer.error_code)}: {answer.error_message}"
-                    )
-                lifetime_ms = int(answer.session_lifetime.total_seconds() * 1000)
-                token = client.step(bytes(answer.auth_bytes))
-        except SaslAuthenticationError as exc:
-            raise SaslAuthenticationFailed(f"{where}: {exc}") from None
-        if not client.complete:
-            raise SaslAuthenticationFailed(f"{where}: the exchange did not complete in {MAX_SASL_STEPS} steps")
+        lifetime_ms = await sasl_exchange(self._send, credentials, f"{self.host}:{self.port}")
         self.authentications += 1
-        now = self._clock()
-        if lifetime_ms > 0:
-            self._expires_at = now + lifetime_ms / 1000
-            self._reauth_at = now + lifetime_ms / 1000 * random.uniform(*REAUTH_WINDOW)
-        else:
-            self._expires_at = self._reauth_at = None
+        self._expires_at, self._reauth_at = session_deadlines(self._clock(), lifetime_ms)
 
     async def _send(self, request: Any) -> Any:
         assert self._reader is not None and self._writer is not None

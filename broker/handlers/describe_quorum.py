@@ -2,19 +2,20 @@
 
 In a cluster the request is forwarded unchanged to the Raft leader (KRaft brokers forward it too), so voters,
 observers (the brokers replaying the metadata log), epoch and high watermark are the quorum's own. A combined
-single node has no Raft quorum: it answers for itself as the only voter, leader of its local metadata log.
+single node has no Raft quorum: it answers for itself as the only voter, leader of its local metadata log, and
+(v2) names its CONTROLLER listener when it serves one (``controller.embedded_listener``), which is how a client
+that knows only the bootstrap servers finds where to read the metadata, as it does in a cluster.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from controller.api import QuorumForwarder
-from controller.raft.messages import DescribeQuorumResponse, Errors, ReplicaState
+from controller.embedded_listener import sole_voter_description
 from controller.rpc.raft_codec import describe_quorum_response
 
 
@@ -26,9 +27,10 @@ async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
     if "controller" not in ctx.node.config.process_roles:
         return ctx.build(error_code=ErrorCode.unknown_server_error,
                          error_message="this broker has no controller quorum to describe")
-    end = image.offset + 1
-    # A leader reports itself as fetched and caught up just now, as the Raft core (and Kafka) do.
-    now_ms = int(time.time() * 1000)
-    me = ReplicaState(ctx.node.node_id, end, now_ms, now_ms)
-    answer = DescribeQuorumResponse(Errors.NONE, ctx.node.node_id, 0, end, (me,), ())
-    return describe_quorum_response(ctx.response_class, answer)
+    address = ctx.node.controller_address
+    return describe_quorum_response(
+        ctx.response_class,
+        sole_voter_description(ctx.node.node_id, image),
+        {ctx.node.node_id: address} if address is not None else None,
+        ctx.node.config.controller_listener_names[0] if address is not None else "",
+    )

@@ -80,21 +80,26 @@ def inter_broker_listener(
     return broker_listeners[0] if broker_listeners else None
 
 
-def _credentials(listener: str, mechanism: str, props: Mapping[str, str], values: Mapping[str, Any]) -> SaslCredentials:
+def client_credentials(
+    listener: str, mechanism: str, props: Mapping[str, str], values: Mapping[str, Any], *, what: str = "inter-broker"
+) -> SaslCredentials:
+    """This node's own SASL login on ``listener`` (the ``what`` listener: inter-broker, or the CONTROLLER listener
+    of ``controller.config.controller_sasl``): username and password of its JAAS config; ConfigError naming the key."""
+    who = "broker" if what == "inter-broker" else "node"
     found = jaas_entry(listener, mechanism, props, values)
     if found is None:
         module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
         raise ConfigError(
-            f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config: the inter-broker listener "
-            f'{listener} uses SASL {mechanism}, so this broker needs its own user as username="..." '
+            f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config: the {what} listener "
+            f'{listener} uses SASL {mechanism}, so this {who} needs its own user as username="..." '
             f'password="..." of {module}'
         )
     name, entry = found
     user, password = entry.options.get("username"), entry.options.get("password")
     if not user or not password:
         raise ConfigError(
-            f"{name}: the inter-broker listener {listener} uses SASL {mechanism}, so this JAAS config "
-            "needs this broker's own username and password options"
+            f"{name}: the {what} listener {listener} uses SASL {mechanism}, so this JAAS config "
+            f"needs this {who}'s own username and password options"
         )
     return SaslCredentials(mechanism, user, password)
 
@@ -132,5 +137,5 @@ def inter_broker_settings(
         listener,
         protocol,
         tls.get(listener) if protocol in TLS_PROTOCOLS else None,
-        _credentials(listener, mechanism, props, values),
+        client_credentials(listener, mechanism, props, values),
     )

@@ -369,6 +369,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # default, stops a broker whose inter-broker listener is SASL).
         ConfigKey("security.inter.broker.protocol", _B.STRING, "PLAINTEXT"),
         ConfigKey("sasl.mechanism.inter.broker.protocol", _B.STRING, "GSSAPI"),
+        ConfigKey("sasl.mechanism.controller.protocol", _B.STRING, "GSSAPI"),
         # KIP-368: a SASL session's lifetime (0: none); the client re-authenticates before it ends.
         ConfigKey("connections.max.reauth.ms", _B.LONG, 0, at_least(0)),
         # client quotas (broker.quotas): the windows a client's rates are measured over, as Kafka's

@@ -4,7 +4,7 @@ Fjord serves PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL client listeners, SASL 
 SCRAM-SHA-512, and ACLs with Kafka's StandardAuthorizer (``authorizer.class.name``, ``super.users``,
 ``allow.everyone.if.no.acl.found``; :data:`STANDARD_AUTHORIZER`), and client quotas (set with AlterClientQuotas;
 the only quota keys read are :data:`QUOTA_KEYS`). Other authorizers, other quota keys, other SASL mechanisms
-(GSSAPI, OAUTHBEARER) and a SASL CONTROLLER listener are not implemented; a setting
+(GSSAPI, OAUTHBEARER) are not implemented; a setting
 for them must never be ignored silently (a "SASL_SSL" listener served as plaintext is worse than no listener),
 so :func:`refusal` names every such key and :class:`~controller.config.server.ServerConfig` stops the node with
 one line naming it. Messages name keys, never
@@ -25,7 +25,8 @@ the listener's files are checked for new certificates (``ssl.reload.interval.ms`
 CONTROLLER listener may be SSL too (``listener.security.protocol.map`` CONTROLLER:SSL): voters serve it with its
 ``ssl.*`` keys, and every node connects to it with the same keys read as client settings (its truststore checks
 the controller's certificate and host name, its keystore is the client certificate), as Kafka reads
-``listener.name.controller.ssl.*`` for a node's own controller connections.
+``listener.name.controller.ssl.*`` for a node's own controller connections. It may be SASL_PLAINTEXT or SASL_SSL
+too: :mod:`controller.config.controller_sasl`.
 """
 
 from __future__ import annotations
@@ -48,11 +49,16 @@ KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: Listeners of these protocols speak TLS, and of these SASL.
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
-#: What a CONTROLLER listener (and a node's connections to it) may speak.
-CONTROLLER_PROTOCOLS = ("PLAINTEXT", "SSL")
 #: The SASL mechanisms Fjord serves, and the sasl.* keys it reads (every other one is refused).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-SASL_KEYS = frozenset(("sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.mechanism.inter.broker.protocol"))
+SASL_KEYS = frozenset(
+    (
+        "sasl.enabled.mechanisms",
+        "sasl.jaas.config",
+        "sasl.mechanism.inter.broker.protocol",
+        "sasl.mechanism.controller.protocol",
+    )
+)
 #: The per-listener SASL keys Fjord reads, after ``listener.name.<name>.``.
 _LISTENER_SASL_KEYS = frozenset(
     ("sasl.enabled.mechanisms", *(f"{mechanism.lower()}.sasl.jaas.config" for mechanism in SASL_MECHANISMS))
@@ -61,9 +67,9 @@ _LISTENER_SASL_KEYS = frozenset(
 SSL_KEYS = frozenset(name for name in BROKER_KEYS if name.startswith("ssl."))
 LISTENER_PREFIX = "listener.name."
 
-_SASL = (f"not implemented (Fjord's SASL serves {', '.join(SASL_MECHANISMS)} on client listeners and reads "
+_SASL = (f"not implemented (Fjord's SASL serves {', '.join(SASL_MECHANISMS)} and reads "
          f"{', '.join(sorted(SASL_KEYS))} and listener.name.<name>.{{sasl.enabled.mechanisms,"
-         f"<mechanism>.sasl.jaas.config}}; nodes make no SASL connections to controllers)")
+         f"<mechanism>.sasl.jaas.config}})")
 #: The one authorizer Fjord implements (ACLs in controller metadata, ``controller.acl``), as Kafka operators name it.
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 _AUTHORIZER = f"only {STANDARD_AUTHORIZER} is implemented (or leave it empty: no authorization)"
@@ -143,8 +149,8 @@ def sasl_listener_override(name: str) -> tuple[str, str] | None:
 def check_listener_protocols(
     listener_names: tuple[str, ...], protocols: Mapping[str, str], controller_names: tuple[str, ...]
 ) -> None:
-    """Every listener's protocol is known and served; controller listeners (this node's or the quorum's it talks
-    to) are PLAINTEXT or SSL, since nodes make no SASL connections to controllers."""
+    """Every listener's protocol is known and served, controller listeners (this node's or the quorum's it talks
+    to) included: SASL there is ``controller.config.controller_sasl``'s."""
     key = "listener.security.protocol.map"
     for name in listener_names:
         protocol = protocols[name]
@@ -152,9 +158,9 @@ def check_listener_protocols(
             raise ConfigError(f"{key}: listener {name} has unknown security protocol {protocol} "
                               f"(one of {', '.join(KNOWN_PROTOCOLS)})")
     for name in controller_names:
-        if protocols.get(name, "PLAINTEXT") not in CONTROLLER_PROTOCOLS:
-            raise ConfigError(f"{key}: controller listener {name} is {protocols[name]}: controller connections are "
-                              "PLAINTEXT or SSL (SASL is served on client listeners)")
+        if protocols.get(name, "PLAINTEXT") not in KNOWN_PROTOCOLS:
+            raise ConfigError(f"{key}: controller listener {name} has unknown security protocol {protocols[name]} "
+                              f"(one of {', '.join(KNOWN_PROTOCOLS)})")
 
 
 @dataclass(frozen=True, slots=True)

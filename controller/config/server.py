@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from controller.config.controller_sasl import ControllerSasl, controller_sasl
 from controller.config.inter_broker import InterBrokerSettings, inter_broker_settings
 from controller.config.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
 from controller.config.security import (
@@ -35,6 +36,7 @@ from controller.config.security import (
 )
 from controller.metadata_records import Endpoint
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
+from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
 logger = logging.getLogger(__name__)
@@ -125,9 +127,12 @@ class ServerConfig:
     tls: Mapping[str, ListenerTls] = field(default_factory=lambda: MappingProxyType({}))
     #: The SASL settings of each SASL_PLAINTEXT or SASL_SSL listener, by listener name.
     sasl: Mapping[str, ListenerSasl] = field(default_factory=lambda: MappingProxyType({}))
-    #: The TLS settings of the quorum's CONTROLLER listener when it is SSL: voters serve it with them (they are in
-    #: ``tls`` too) and every node's own connections to it use them as client settings. None: PLAINTEXT.
+    #: The TLS settings of the quorum's CONTROLLER listener when it is SSL or SASL_SSL: voters serve it with them
+    #: (they are in ``tls`` too) and every node's own connections to it use them as client settings. None: no TLS.
     controller_tls: ListenerTls | None = None
+    #: SASL on the quorum's CONTROLLER listener: this node's own login and, on a voter, what it serves. None: the
+    #: listener is not SASL.
+    controller_sasl: ControllerSasl | None = None
     #: How this broker connects to the other brokers (the inter-broker listener, its TLS and SASL client settings);
     #: None on a controller-only node.
     inter_broker: InterBrokerSettings | None = None
@@ -176,11 +181,12 @@ class ServerConfig:
             for lst in listeners
             if protocols.get(lst.name) in TLS_PROTOCOLS
         }
-        # The quorum's CONTROLLER listener, when SSL: every node connects to it (a broker-only node does not list it).
+        # The quorum's CONTROLLER listener, when SSL or SASL_SSL: every node connects to it (a broker-only node does
+        # not list it).
         controller_name = controller_listener_names[0] if controller_listener_names else None
         controller_tls = (
             tls.get(controller_name) or listener_tls(controller_name, props, values)
-            if controller_name is not None and protocols.get(controller_name) == "SSL"
+            if controller_name is not None and protocols.get(controller_name) in TLS_PROTOCOLS
             else None
         )
         if not tls and controller_tls is None and any(name.startswith("ssl.") for name in props):
@@ -190,7 +196,10 @@ class ServerConfig:
             for lst in listeners
             if protocols.get(lst.name) in SASL_PROTOCOLS and lst.name not in controller_names
         }
-        if not sasl and any(name.startswith("sasl.") for name in props):
+        controller_sasl_settings = controller_sasl(
+            controller_name, protocols, props, values, serves="controller" in values["process.roles"]
+        )
+        if not sasl and controller_sasl_settings is None and any(name.startswith("sasl.") for name in props):
             logger.warning("sasl.* settings are given but no listener is SASL_PLAINTEXT or SASL_SSL; they are not used")
         inter_broker = (
             inter_broker_settings(
@@ -214,6 +223,7 @@ class ServerConfig:
             voters=parse_voters(values["controller.quorum.voters"]),
             tls=MappingProxyType(tls),
             controller_tls=controller_tls,
+            controller_sasl=controller_sasl_settings,
             sasl=MappingProxyType(sasl),
             inter_broker=inter_broker,
         )
@@ -245,7 +255,9 @@ class ServerConfig:
             ):
                 raise ConfigError(f"{name}: listener {override[0]} is not an SSL listener of this node")
             sasl_override = sasl_listener_override(name)
-            if sasl_override is not None and sasl_override[0] not in self.sasl:
+            if sasl_override is not None and sasl_override[0] not in self.sasl and (
+                self.controller_sasl is None or sasl_override[0] != self.controller_sasl.listener
+            ):
                 raise ConfigError(f"{name}: listener {sasl_override[0]} is not a SASL listener of this node")
         for listener_tls_settings in self.tls.values():
             listener_tls_settings.context()  # a missing file, wrong password or unknown suite stops the start here
@@ -292,6 +304,10 @@ class ServerConfig:
     def controller_client_context(self) -> ssl.SSLContext | None:
         """The TLS context of this node's connections to the quorum's CONTROLLER listener (None: PLAINTEXT)."""
         return self.controller_tls.client_context() if self.controller_tls is not None else None
+
+    def controller_client_sasl(self) -> SaslCredentials | None:
+        """This node's own SASL login on the quorum's CONTROLLER listener; None: it is not SASL."""
+        return self.controller_sasl.credentials if self.controller_sasl is not None else None
 
     def controller_client_tls(self) -> ClientTls | None:
         """What those connections connect with, reloaded when the certificate files change

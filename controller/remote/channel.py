@@ -23,6 +23,7 @@ from controller.rpc.messages import NotControllerError
 from storage.config import ConfigError
 from storage.errors import NodeEpochExpiredError
 from wire import codec
+from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class ActiveControllerChannel:
         retry_budget_s: float,
         leader_hint: Callable[[], int | None] = lambda: None,
         ssl_context: ClientTls | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         if not voters:
             raise ConfigError("controller.quorum.voters: a broker needs at least one controller")
@@ -76,6 +78,7 @@ class ActiveControllerChannel:
         self._order = sorted(voters)
         self._client_id = client_id
         self._ssl_context = ssl_context  # the CONTROLLER listener is SSL
+        self._sasl = sasl  # the CONTROLLER listener is SASL: this node's own login
         self._request_timeout_s = request_timeout_s  # connecting
         self._attempt_timeout_s = max(request_timeout_s, _MIN_ATTEMPT_TIMEOUT_S)  # waiting for an answer
         self._retry_budget_s = retry_budget_s
@@ -127,7 +130,9 @@ class ActiveControllerChannel:
             if existing is not None and existing.connected:
                 return existing
             host, port = self._voters[voter]
-            connection = ControllerConnection(host, port, client_id=self._client_id, ssl_context=self._ssl_context)
+            connection = ControllerConnection(
+                host, port, client_id=self._client_id, ssl_context=self._ssl_context, sasl=self._sasl
+            )
             try:
                 await connection.connect(timeout=self._request_timeout_s)
             except BaseException:

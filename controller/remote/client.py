@@ -95,6 +95,7 @@ class RemoteControllerClient:
             retry_budget_s=max(int(config.value("request.timeout.ms")) / 1000, 2 * request_s),
             leader_hint=lambda: self.replica.leader_id,
             ssl_context=config.controller_client_tls(),
+            sasl=config.controller_client_sasl(),
         )
         self._stream_metadata = RemoteStreamMetadata(self.channel, self.node_id, lambda: self.node_epoch,
                                                      self.wait_unfenced)

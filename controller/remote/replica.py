@@ -111,7 +111,8 @@ class MetadataReplica:
         fetch_ms = int(config.value("controller.quorum.fetch.timeout.ms"))
         fetch_wait_ms = min(500, max(1, fetch_ms // 4))
         self.transport = NetworkTransport(self.node_id, voters, request_timeout_s=request_ms / 1000,
-                                          ssl_context=config.controller_client_tls())
+                                          ssl_context=config.controller_client_tls(),
+                                          sasl=config.controller_client_sasl())
         self.driver = RaftDriver(
             self.node_id,
             sorted(voters),

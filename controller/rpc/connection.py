@@ -3,6 +3,13 @@
 Used by the Raft transport (voter to voter), by brokers talking to the quorum, and by tests and tools. One
 connection carries any mix of Kafka-protocol (kio) requests and Fjord's own stream RPCs; the server answers them in
 request order, so the oldest outstanding request owns the next response frame (its correlation id is checked).
+
+On a SASL_PLAINTEXT or SASL_SSL CONTROLLER listener (``sasl``: ``ServerConfig.controller_client_sasl``) the
+connection authenticates in :meth:`ControllerConnection.connect`, with the exchange the inter-broker client uses
+(``wire.client.sasl_exchange``); a refusal raises ``SaslAuthenticationFailed`` (a ConnectionError, so callers back
+off and retry as for an unreachable voter). When the server sets a session lifetime (``connections.max.reauth.ms``)
+the next request after a random 85-95% of it re-authenticates in-band first, as Kafka's clients do; a connection
+idle past the end is closed instead (the server would refuse it), and the caller reconnects.
 """
 
 from __future__ import annotations
@@ -12,11 +19,15 @@ import contextlib
 import itertools
 import logging
 import struct
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from controller.rpc.messages import StreamRequest, StreamResponse, decode_stream_response, encode_stream_request
 from wire import codec
+from wire.client import SaslAuthenticationFailed, sasl_exchange, session_deadlines
+from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls, current_context
 
 logger = logging.getLogger(__name__)
@@ -31,14 +42,28 @@ class ConnectionClosedError(ConnectionError):
 
 class ControllerConnection:
     def __init__(
-        self, host: str, port: int, *, client_id: str = "fjord", ssl_context: ClientTls | None = None
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "fjord",
+        ssl_context: ClientTls | None = None,
+        sasl: SaslCredentials | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_tls``); a callable
-        is read at :meth:`connect`, so reloaded certificates reach new connections."""
+        is read at :meth:`connect`, so reloaded certificates reach new connections. ``sasl``: it is SASL
+        (``ServerConfig.controller_client_sasl``): authenticate on connect."""
         self.host = host
         self.port = port
         self.client_id = client_id
         self.ssl_context = ssl_context
+        self.sasl = sasl
+        self._clock = clock
+        self._reauth_at: float | None = None  # when the next request re-authenticates first (None: never)
+        self._expires_at: float | None = None  # when the server's session ends
+        #: How many SASL exchanges succeeded on this connection (the first one and re-authentications).
+        self.authentications = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: deque[tuple[int, asyncio.Future[bytes]]] = deque()
@@ -60,6 +85,35 @@ class ControllerConnection:
                 self.host, self.port, ssl=context, server_hostname=self.host if context else None
             )
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"controller-conn-{self.host}:{self.port}")
+        if self.sasl is not None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._authenticate(self.sasl)
+            except SaslAuthenticationFailed as exc:
+                self._fail(str(exc))
+                raise
+
+    async def _authenticate(self, credentials: SaslCredentials) -> None:
+        lifetime_ms = await sasl_exchange(self._request, credentials, str(self))
+        self.authentications += 1
+        self._expires_at, self._reauth_at = session_deadlines(self._clock(), lifetime_ms)
+
+    async def _session_check(self) -> None:
+        """Before a request: re-authenticate when due, or close a connection whose SASL session has ended."""
+        if self.sasl is None or self._closed:
+            return
+        now = self._clock()
+        if self._expires_at is not None and now >= self._expires_at:
+            reason = f"{self}: the SASL session ended while the connection was idle"
+            self._fail(reason)
+            raise ConnectionClosedError(reason)
+        if self._reauth_at is not None and now >= self._reauth_at:
+            self._reauth_at = None  # one re-authentication at a time; concurrent requests go on meanwhile
+            try:
+                await self._authenticate(self.sasl)
+            except SaslAuthenticationFailed as exc:
+                self._fail(str(exc))
+                raise ConnectionClosedError(str(exc)) from None
 
     def next_correlation_id(self) -> int:
         return next(self._correlation) & 0x7FFFFFFF
@@ -79,6 +133,10 @@ class ControllerConnection:
 
     async def request(self, entity: Any, *, timeout: float = 10.0, correlation_id: int | None = None) -> Any:
         """Sends a kio request entity; returns the decoded kio response entity."""
+        await self._session_check()
+        return await self._request(entity, timeout=timeout, correlation_id=correlation_id)
+
+    async def _request(self, entity: Any, *, timeout: float = 10.0, correlation_id: int | None = None) -> Any:
         cid = self.next_correlation_id() if correlation_id is None else correlation_id
         frame = codec.encode_request(entity, cid, client_id=self.client_id)
         async with asyncio.timeout(timeout):
@@ -88,6 +146,7 @@ class ControllerConnection:
 
     async def stream_request(self, request: StreamRequest, *, timeout: float = 10.0) -> StreamResponse:
         """Sends one of Fjord's own RPCs; returns its response (errors are not raised here)."""
+        await self._session_check()
         cid = self.next_correlation_id()
         frame = encode_stream_request(request, cid, client_id=self.client_id)
         async with asyncio.timeout(timeout):

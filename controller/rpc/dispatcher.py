@@ -4,6 +4,13 @@ Raft requests go to the Raft core through the network transport and are answered
 DescribeQuorum is answered from the driver. Broker registration and heartbeats, the admin APIs brokers forward and
 Fjord's own stream RPCs need the active controller; elsewhere they are answered NOT_CONTROLLER.
 
+A *read-only* dispatcher (the embedded single node's CONTROLLER listener, ``controller.embedded_listener``) answers
+only what reads the stream metadata: ApiVersions, DescribeQuorum, DescribeCluster and the stream RPCs that change
+nothing (GetKV, GetStreams, GetObjects, ...). Its controller's writes go through its own broker, which authorizes
+them; a write arriving on a listener that checks no principal would bypass that, so the mutating stream RPCs (and
+DescribeMetadata, the whole metadata) are answered INVALID_REQUEST and every other Kafka API is not served (the
+connection closes, as for any unknown API).
+
 The admin APIs are read and answered through ``controller.admin_wire``, the translation the broker's handlers use
 too, so a request answers the same item for item whether a client sent it to a broker or a broker forwarded it here.
 Only the party asked differs: here it is the active `Controller`, and a voter that is not active answers
@@ -31,10 +38,10 @@ from controller.controller import Controller
 from controller.errors import ControllerError
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
-from controller.raft.driver import RaftDriver
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
+    DescribeQuorumResponse,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
     Errors,
@@ -49,6 +56,7 @@ from controller.raft.messages import (
     VoteResponse,
 )
 from controller.rpc import messages as m
+from controller.rpc import sasl
 from controller.rpc.raft_codec import (
     RAFT_API_KEYS,
     RaftCodecError,
@@ -56,7 +64,7 @@ from controller.rpc.raft_codec import (
     request_from_kio,
     response_to_kio,
 )
-from controller.rpc.transport import NetworkTransport
+from controller.rpc.sasl import SaslGate
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from wire import codec
@@ -69,6 +77,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
+#: The Kafka APIs a read-only dispatcher serves (they read the quorum, never write; SASL authenticates first).
+_READ_ONLY_KAFKA_APIS = (m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE, m.DESCRIBE_QUORUM, m.DESCRIBE_CLUSTER)
+
+
+class RaftMember(Protocol):
+    """What DescribeQuorum reads of the Raft member (``controller.raft.driver.RaftDriver``)."""
+
+    def describe(self) -> DescribeQuorumResponse: ...
+
+
+class RaftInbox(Protocol):
+    """Where Raft requests from peers go (``controller.rpc.transport.NetworkTransport``)."""
+
+    async def deliver_request(self, sender: int, request: RaftRequest, timeout_s: float) -> RaftResponse | None: ...
 
 
 class ServedQuorum(Protocol):
@@ -87,12 +109,12 @@ class ServedQuorum(Protocol):
     def voters(self) -> Mapping[int, tuple[str, int]]: ...
 
     @property
-    def transport(self) -> NetworkTransport:
+    def transport(self) -> RaftInbox:
         """Where Raft requests from peers are delivered to the local Raft core."""
         ...
 
     @property
-    def driver(self) -> RaftDriver:
+    def driver(self) -> RaftMember:
         """The Raft member, for DescribeQuorum."""
         ...
 
@@ -132,8 +154,18 @@ class ControllerProtocolError(ProtocolError):
 class ControllerDispatcher:
     """What `wire.listener.KafkaListener` needs from a dispatcher (``dispatch`` and ``metrics``)."""
 
-    def __init__(self, quorum: ServedQuorum, metrics: ServerMetrics | None = None) -> None:
+    def __init__(
+        self,
+        quorum: ServedQuorum,
+        metrics: ServerMetrics | None = None,
+        *,
+        read_only: bool = False,
+        sasl: SaslGate | None = None,
+    ) -> None:
+        """``sasl``: the listener is SASL_PLAINTEXT or SASL_SSL; every connection authenticates first."""
         self.quorum = quorum
+        self.read_only = read_only
+        self.sasl = sasl
         self.metrics = metrics or ServerMetrics()
         timeout_ms = int(quorum.config.value("controller.quorum.request.timeout.ms"))
         self._raft_timeout_s = timeout_ms / 1000
@@ -144,9 +176,13 @@ class ControllerDispatcher:
         except m.StreamCodecError as exc:
             raise ControllerProtocolError(f"{exc} from {peer}") from None
         if m.is_stream_api(api_key):
+            if self.sasl is not None:
+                self.sasl.check(peer, api_key, f"stream RPC {api_key}")
             return await self._stream(frame, peer)
         prefix = codec.read_prefix(frame)
-        versions = m.KAFKA_API_VERSIONS.get(api_key)
+        if self.sasl is not None:
+            self.sasl.check(peer, api_key, f"api key {api_key} (correlation id {prefix.correlation_id})")
+        versions = self._kafka_api_versions().get(api_key)
         if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
             if api_key == m.API_VERSIONS:
                 response = codec.build(
@@ -164,6 +200,10 @@ class ControllerDispatcher:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
         elif api_key == m.API_VERSIONS:
             response = codec.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
+        elif api_key == m.SASL_HANDSHAKE:
+            response = sasl.handshake(self.sasl, peer, response_cls, request.body, prefix.api_version)
+        elif api_key == m.SASL_AUTHENTICATE:
+            response = sasl.authenticate(self.sasl, peer, response_cls, request.body)
         elif api_key == m.DESCRIBE_QUORUM:
             response = self._describe_quorum(response_cls)
         elif api_key == m.BROKER_REGISTRATION:
@@ -193,20 +233,8 @@ class ControllerDispatcher:
         return entity
 
     def _describe_quorum(self, response_cls: type[Any]) -> Any:
-        response = describe_quorum_response(response_cls, self.quorum.driver.describe())
-        if codec.has_field(response_cls, "nodes"):
-            node_cls = codec.field_entity(response_cls, "nodes")
-            name = self.quorum.config.controller_listener_names[0]
-            nodes = tuple(
-                codec.build(
-                    node_cls,
-                    node_id=voter_id,
-                    listeners=(codec.build_nested(node_cls, "listeners", name=name, host=host, port=port),),
-                )
-                for voter_id, (host, port) in sorted(self.quorum.voters.items())
-            )
-            response = codec.build(response_cls, topics=response.topics, nodes=nodes)
-        return response
+        return describe_quorum_response(response_cls, self.quorum.driver.describe(), self.quorum.voters,
+                                        self.quorum.config.controller_listener_names[0])
 
     def _describe_cluster(self, response_cls: type[Any], body: Any) -> Any:
         leader = self.quorum.leader_id
@@ -232,9 +260,15 @@ class ControllerDispatcher:
             cluster_authorized_operations=-2147483648,
         )
 
+    def _kafka_api_versions(self) -> Mapping[int, tuple[int, int]]:
+        if not self.read_only:
+            return m.KAFKA_API_VERSIONS
+        return {key: m.KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS}
+
     def _api_keys(self, response_cls: type[Any]) -> tuple[Any, ...]:
-        keys = [(key, low, high) for key, (low, high) in sorted(m.KAFKA_API_VERSIONS.items())]
-        keys.extend((key, m.STREAM_API_VERSION, m.STREAM_API_VERSION) for key in sorted(m.STREAM_REQUESTS))
+        keys = [(key, low, high) for key, (low, high) in sorted(self._kafka_api_versions().items())]
+        keys.extend((key, m.STREAM_API_VERSION, m.STREAM_API_VERSION) for key, request in
+                    sorted(m.STREAM_REQUESTS.items()) if self._serves(request))
         return tuple(
             codec.build_nested(response_cls, "api_keys", api_key=key, min_version=low, max_version=high)
             for key, low, high in keys
@@ -365,8 +399,17 @@ class ControllerDispatcher:
                                         leader if leader is not None else -1)
         return m.encode_stream_response(correlation_id, response)
 
+    def _serves(self, request: type[m.StreamRequest]) -> bool:
+        """Whether this listener answers a stream RPC: read-only, only those that change nothing, and not the dump
+        of the whole metadata (SCRAM credentials and ACLs among it, which its broker shows only to whom it
+        authorizes)."""
+        return not self.read_only or not (request.MUTATES or request is m.DescribeMetadata)
+
     async def _serve_stream(self, request: m.StreamRequest) -> Any:
         what = type(request).__name__
+        if not self._serves(type(request)):
+            raise ValueError(f"the CONTROLLER listener of an embedded controller (node {self.quorum.node_id}) serves "
+                             "only reads of the stream metadata; its writes go through its broker")
         if isinstance(request, m.DescribeMetadata):
             return self.quorum.dump()
         controller = self.quorum.active_controller(f"serve {what}")

@@ -39,6 +39,8 @@ DescribeCluster     60    0-1       any voter: endpoint type 2 (KIP-919) lists t
                                     the leader); type 1 lists the live brokers of this voter's image
 AllocateProducerIds 67    0         active controller: a block of producer ids for the calling broker,
                                     committed as a ProducerIdsRecord before the answer
+SaslHandshake       17    1         a SASL CONTROLLER listener's authentication (``controller.rpc.sasl``);
+SaslAuthenticate    36    0-2       before it, only ApiVersions is served; elsewhere ILLEGAL_SASL_STATE
 ==================  ====  ========  ===================================================================
 
 A Kafka-protocol request that reaches a controller which is not the active one is answered with the response's
@@ -160,6 +162,8 @@ BROKER_HEARTBEAT: Final = 63
 UNREGISTER_BROKER: Final = 64
 DESCRIBE_CLUSTER: Final = 60
 ALLOCATE_PRODUCER_IDS: Final = 67
+SASL_HANDSHAKE: Final = 17
+SASL_AUTHENTICATE: Final = 36
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 METADATA_PARTITION: Final = 0
@@ -188,6 +192,8 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     UNREGISTER_BROKER: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
     ALLOCATE_PRODUCER_IDS: (0, 0),
+    SASL_HANDSHAKE: (1, 1),
+    SASL_AUTHENTICATE: (0, 2),
 }
 """(min, max) version of every Kafka-protocol RPC the CONTROLLER listener serves."""
 

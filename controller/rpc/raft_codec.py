@@ -12,6 +12,7 @@ Correlation ids are the Raft core's own (a response echoes its request's), carri
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -294,8 +295,14 @@ def response_to_kio(message: RaftResponse) -> tuple[int, Any]:
     raise TypeError(f"{type(message).__name__} is not a Raft response")
 
 
-def describe_quorum_response(response_cls: type[Any], answer: DescribeQuorumResponse) -> Any:
-    """The kio DescribeQuorum response (any version) for the Raft core's answer."""
+def describe_quorum_response(
+    response_cls: type[Any],
+    answer: DescribeQuorumResponse,
+    voters: Mapping[int, tuple[str, int]] | None = None,
+    listener_name: str = "",
+) -> Any:
+    """The kio DescribeQuorum response (any version) for the Raft core's answer; from v2 on, ``voters`` (id →
+    address of their ``listener_name`` listener) are its ``nodes``, where clients find the controllers."""
     partition_cls = codec.field_entity(codec.field_entity(response_cls, "topics"), "partitions")
 
     def replicas(field: str, states: tuple[ReplicaState, ...]) -> tuple[Any, ...]:
@@ -322,7 +329,19 @@ def describe_quorum_response(response_cls: type[Any], answer: DescribeQuorumResp
         current_voters=replicas("current_voters", answer.current_voters),
         observers=replicas("observers", answer.observers),
     )
-    return codec.build(response_cls, topics=_topics(response_cls, "topics", "topic_name", part))
+    topics = _topics(response_cls, "topics", "topic_name", part)
+    if voters is None or not codec.has_field(response_cls, "nodes"):
+        return codec.build(response_cls, topics=topics)
+    node_cls = codec.field_entity(response_cls, "nodes")
+    nodes = tuple(
+        codec.build(
+            node_cls,
+            node_id=voter_id,
+            listeners=(codec.build_nested(node_cls, "listeners", name=listener_name, host=host, port=port),),
+        )
+        for voter_id, (host, port) in sorted(voters.items())
+    )
+    return codec.build(response_cls, topics=topics, nodes=nodes)
 
 
 # ---------------------------------------------------------------------------------------- kio -> raft

@@ -9,7 +9,9 @@ it and passes itself in, so the quorum depends on the server and never the other
 
 With ``CONTROLLER:SSL`` in ``listener.security.protocol.map`` the listener serves TLS with its ``ssl.*`` keys
 (``ServerConfig.tls``) and reloads renewed certificate files (``wire.tls_reload``); the nodes connecting to it use
-``ServerConfig.controller_client_tls``.
+``ServerConfig.controller_client_tls``. With CONTROLLER:SASL_PLAINTEXT or SASL_SSL every connection authenticates
+first (``controller.rpc.sasl``; settings: ``controller.config.controller_sasl``), and until it has, its requests are
+cut at ``sasl.server.max.receive.size`` as on a client listener.
 """
 
 from __future__ import annotations
@@ -18,19 +20,38 @@ import logging
 
 from controller.config.server import Listener
 from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
+from controller.rpc.sasl import SaslConnection, SaslGate
 from storage.config import ConfigError
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 from wire.metrics import ServerMetrics
+from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls_reload import CertificateReloader
 
 logger = logging.getLogger(__name__)
 
 
 class ControllerServer:
-    def __init__(self, quorum: ServedQuorum, listener: Listener, metrics: ServerMetrics | None = None) -> None:
+    def __init__(
+        self, quorum: ServedQuorum, listener: Listener, metrics: ServerMetrics | None = None, *, read_only: bool = False
+    ) -> None:
+        """``read_only``: serve only the reads of the metadata (an embedded controller; see the dispatcher)."""
         self.listener = listener
-        self.dispatcher = ControllerDispatcher(quorum, metrics)
-        tls = quorum.config.tls.get(listener.name)  # CONTROLLER:SSL in listener.security.protocol.map
+        metrics = metrics or ServerMetrics()
+        config = quorum.config
+        served = config.controller_sasl.served if config.controller_sasl is not None else None
+        gate = (
+            SaslGate(
+                served,
+                # Not the bound method: the image is replaced as metadata arrives; each exchange reads the current one.
+                lambda user, mechanism: quorum.image.scram_credential(user, mechanism),  # noqa: PLW0108
+                metrics,
+                reauth_ms=int(config.value("connections.max.reauth.ms")),
+            )
+            if served is not None and served.listener == listener.name
+            else None
+        )
+        self.dispatcher = ControllerDispatcher(quorum, metrics, read_only=read_only, sasl=gate)
+        tls = config.tls.get(listener.name)  # CONTROLLER:SSL (or SASL_SSL) in listener.security.protocol.map
         self._server = KafkaListener(
             self.dispatcher,
             self.dispatcher.metrics,
@@ -40,6 +61,8 @@ class ControllerServer:
             max_request_bytes=quorum.config.socket_request_max_bytes,
             max_in_flight=DEFAULT_MAX_IN_FLIGHT,
             ssl_context=tls.context() if tls is not None else None,
+            connection_state=SaslConnection if gate is not None else None,
+            unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if gate is not None else None,
         )
         # An SSL CONTROLLER listener picks up renewed certificate files as client listeners do.
         self._reloader = (

@@ -37,6 +37,7 @@ from controller.raft.messages import (
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
 from controller.rpc.raft_codec import request_to_kio, request_version, response_from_kio
 from wire import codec
+from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
 logger = logging.getLogger(__name__)
@@ -71,10 +72,13 @@ class NetworkTransport:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
         ssl_context: ClientTls | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
-        """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_tls``)."""
+        """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_tls``); ``sasl``: it
+        is SASL and this voter logs in with these credentials (``ServerConfig.controller_client_sasl``)."""
         self.node_id = node_id
         self._ssl_context = ssl_context
+        self._sasl = sasl
         self.inbound: asyncio.Queue[tuple[int, RaftMessage]] = asyncio.Queue(maxsize=max_inbound)
         self._peers = {
             peer_id: _Peer(peer_id, host, port, max_queued)
@@ -165,7 +169,7 @@ class NetworkTransport:
             delay = min(self._backoff_max_s, self._backoff_initial_s * 2 ** (peer.failures - 1))
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
         connection = ControllerConnection(peer.host, peer.port, client_id=f"raft-{self.node_id}",
-                                          ssl_context=self._ssl_context)
+                                          ssl_context=self._ssl_context, sasl=self._sasl)
         try:
             await connection.connect(timeout=self._request_timeout_s)
         except (OSError, TimeoutError) as exc:

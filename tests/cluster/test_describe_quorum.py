@@ -43,3 +43,8 @@ def test_a_combined_node_describes_itself_as_the_quorum(tmp_path: Path) -> None:
     assert partition.leader_id == 7
     assert [v.replica_id for v in partition.current_voters] == [7]
     assert partition.high_watermark > 0, "the node registered itself, so its log is not empty"
+    # v2 names its CONTROLLER listener, where the metadata is read (the Spark source's direct path).
+    [me] = response.nodes
+    assert me.node_id == 7
+    assert [(lst.name, lst.host) for lst in me.listeners] == [("CONTROLLER", "127.0.0.1")]
+    assert me.listeners[0].port not in (0, node.port)

@@ -15,7 +15,6 @@ from controller.metadata_records import Endpoint
 from controller.quorum import QuorumController
 from controller.remote.client import RemoteControllerClient
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
-from storage.config import ConfigError
 from tests.ports import free_ports
 from tests.quorum_fixtures import active_voter
 from tests.tls_certs import CertificateAuthority
@@ -87,17 +86,6 @@ async def test_voters_and_a_broker_speak_tls_on_the_controller_listener(tmp_path
             await client.close()
         for quorum in started:
             await quorum.stop(resign=False)
-
-
-def test_a_sasl_controller_listener_stops_the_node_naming_the_key(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"^listener\.security\.protocol\.map: controller listener CONTROLLER is "):
-        ServerConfig.from_properties(
-            {
-                "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
-                "listener.security.protocol.map": "CONTROLLER:SASL_SSL,PLAINTEXT:PLAINTEXT",
-                "log.dirs": str(tmp_path),
-            }
-        )
 
 
 @pytest.mark.parametrize(("algorithm", "checked"), [(None, True), ("https", True), ("", False)])

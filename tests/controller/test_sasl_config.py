@@ -135,7 +135,6 @@ def test_the_global_jaas_config_serves_plain() -> None:
             },
             "listener OTHER is not a SASL listener",
         ),
-        ({"sasl.mechanism.controller.protocol": "PLAIN"}, "sasl.mechanism.controller.protocol: not implemented"),
         ({"sasl.kerberos.service.name": "kafka"}, "sasl.kerberos.service.name: not implemented"),
     ],
 )
@@ -148,16 +147,6 @@ def test_sasl_settings_fjord_cannot_serve_stop_the_load(props: dict[str, str], f
     with pytest.raises(ConfigError, match=fragment.replace("<", ".").replace(">", ".")) as failure:
         ServerConfig.from_properties(base)
     assert SECRET not in str(failure.value)
-
-
-def test_a_sasl_controller_listener_stays_refused() -> None:
-    with pytest.raises(ConfigError, match="controller listener CONTROLLER is SASL_PLAINTEXT"):
-        ServerConfig.from_properties(
-            {
-                "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-            }
-        )
 
 
 def test_add_scram_salts_and_hashes_the_password() -> None:

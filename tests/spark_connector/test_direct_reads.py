@@ -2,14 +2,14 @@
 through the broker, and exactly the records a plain confluent-kafka consumer reads.
 
 The cluster is one controller and two brokers (real processes; the direct path asks the controller quorum where the
-data is, which the embedded single node does not serve over the network) over a bucket on the session's moto S3
-server, so executors read through the s3:// object store. The broker uploads as soon as its LogCache holds 64 KiB
-(never on a timer during a test), so a topic produced in two rounds has an uploaded head and a tail that is only in
-the WAL; the tests check that planning found both parts before reading. Proving a read direct: the broker's Fetch
-counter (Prometheus ``/metrics``) stays put while Spark reads a range that is all uploaded. The same holds for a
-read_committed read (aborted transactions dropped from the bucket's data) and a compacted topic (its cleaned stream
-read from the bucket). The streaming test moves a partition and restarts a broker, so it comes after the other tests
-of the cluster.
+data is; the embedded single node, which serves it on its own CONTROLLER listener, is test_embedded_direct_reads')
+over a bucket on the session's moto S3 server, so executors read through the s3:// object store. The broker uploads
+as soon as its LogCache holds 64 KiB (never on a timer during a test), so a topic produced in two rounds has an
+uploaded head and a tail that is only in the WAL; the tests check that planning found both parts before reading.
+Proving a read direct: the broker's Fetch counter (Prometheus ``/metrics``) stays put while Spark reads a range that
+is all uploaded. The same holds for a read_committed read (aborted transactions dropped from the bucket's data) and
+a compacted topic (its cleaned stream read from the bucket). The streaming test moves a partition and restarts a
+broker, so it comes after the other tests of the cluster.
 """
 
 from __future__ import annotations

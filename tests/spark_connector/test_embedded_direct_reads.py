@@ -1,0 +1,104 @@
+"""The ``fjord`` source's direct path on the embedded single node: ``make run``'s config/server.properties (ports
+and directories overridden) serves its CONTROLLER listener read-only, so the driver finds the uploaded data as in a
+cluster (DescribeQuorum on the broker names the listener; GetKV, GetStreams and GetObjects answer there) and Spark
+reads it straight from the node's file:// bucket. Directness is proved as in test_direct_reads: the broker's Fetch
+counter stays put while Spark reads a range that is all uploaded. The listener refuses writes: the node's own go
+through its broker, which authorizes them, and the dump of the whole metadata is not served either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from controller.rpc import messages as m
+from controller.rpc.connection import ControllerConnection
+from controller.shell_sources import quorum_voters
+from storage.metadata.api import NodeIdentity
+from tests.broker.broker_support import REPO, BrokerProcess, start_broker
+from tests.spark_connector.test_direct_reads import (
+    UPLOAD_THRESHOLD,
+    direct_read,
+    fetch_count,
+    produce_mixed,
+    settled_fetch_count,
+    uploaded_head,
+)
+from tests.spark_connector.test_fjord_source import consume, new_topic, without_headers
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """The node as test_direct_reads' helpers use a cluster: its address, its bucket, its log."""
+
+    process: BrokerProcess
+    store: str
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap
+
+    @property
+    def port(self) -> int:
+        return self.process.port
+
+    @property
+    def broker_logs(self) -> list[Path]:
+        return [self.process.log_path]
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
+    data = tmp_path_factory.mktemp("embedded-direct")
+    overrides = {
+        "s3.wal.upload.threshold": str(UPLOAD_THRESHOLD),
+        "s3.wal.upload.interval.ms": "3600000",
+        "metrics.port": "0",
+    }
+    process = start_broker(data, overrides, config=REPO / "config" / "server.properties")
+    try:
+        yield Embedded(process, f"0@file://{data / 'objects'}")
+    finally:
+        assert process.stop() == 0, process.log_text()
+
+
+def test_embedded_node_reads_uploaded_range_directly(spark: SparkSession, embedded: Embedded) -> None:
+    topic = new_topic(embedded.bootstrap, 2)
+    produce_mixed(embedded.bootstrap, topic, 3000, partitions=2, codec="lz4")
+    planned = uploaded_head(embedded, topic, 2)
+    ends = {t.offsets.partition: t.direct_end for t in planned}
+    ending = ", ".join(f'"{p}": {end}' for p, end in ends.items())
+    before = settled_fetch_count(embedded)
+    got = direct_read(spark, embedded, topic, endingOffsets=f'{{"{topic}": {{{ending}}}}}')
+    assert fetch_count(embedded) == before
+    expected = without_headers(consume(embedded.bootstrap, topic, partitions=2, end=ends))
+    assert got == expected
+    assert len(got) == sum(ends.values())
+
+
+def test_embedded_controller_listener_is_read_only(embedded: Embedded) -> None:
+    async def ask() -> tuple[dict[int, tuple[str, int]], m.StreamResponse, m.StreamResponse, m.StreamResponse]:
+        voters = await quorum_voters([("127.0.0.1", embedded.port)], 5.0)
+        host, port = voters[0]
+        connection = ControllerConnection(host, port, client_id="embedded-test")
+        try:
+            await connection.connect(timeout=5.0)
+            write = await connection.stream_request(m.CreateStream(NodeIdentity(0, 1)), timeout=5.0)
+            dump = await connection.stream_request(m.DescribeMetadata(NodeIdentity(-1, -1)), timeout=5.0)
+            read = await connection.stream_request(m.GetStreams(NodeIdentity(-1, -1), (1,)), timeout=5.0)
+        finally:
+            await connection.close()
+        return voters, write, dump, read
+
+    voters, write, dump, read = asyncio.run(ask())
+    assert list(voters) == [0]
+    assert voters[0][1] not in (0, embedded.port)
+    assert write.error_code == m.RpcError.INVALID_REQUEST
+    assert "serves only reads" in (write.error_message or "")
+    assert dump.error_code == m.RpcError.INVALID_REQUEST  # the whole metadata, SCRAM credentials among it
+    assert read.error_code == m.RpcError.NONE
