@@ -29,7 +29,7 @@ from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
 from controller.quorum import controller_listener
 from controller.raft.messages import DescribeQuorumResponse, Errors, RaftRequest, RaftResponse, ReplicaState
-from controller.rpc.messages import MetadataDump, NotControllerError, encode_metadata_records
+from controller.rpc.messages import MetadataDump, NotControllerError
 from controller.rpc.server import ControllerServer
 from storage.metadata.api import NodeIdentity
 
@@ -114,16 +114,9 @@ class SoleVoter:
         """Never asked: the read-only dispatcher refuses every mutation before."""
 
     def dump(self) -> MetadataDump:
-        """Never asked either (the read-only dispatcher does not serve DescribeMetadata); what a voter would say."""
-        image = self._controller.image
-        return MetadataDump(
-            self.node_id,
-            self.node_id,
-            0,
-            image.offset + 1,
-            image.offset,
-            encode_metadata_records(self._controller.snapshot_records()),
-        )
+        """Never served: the read-only dispatcher refuses DescribeMetadata, the whole metadata with its SCRAM
+        credentials and ACLs; refusing here too keeps a later change to that filter from handing it out."""
+        raise self._no_other_broker("dump the whole metadata")
 
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
         raise self._no_other_broker(f"register broker {node_id}")

@@ -69,6 +69,7 @@ from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from wire import codec
 from wire.codec import ProtocolError
+from wire.listener import ConnectionClosing
 from wire.metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -77,6 +78,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
+#: What any connection may send before its principal is checked: the version table and the SASL exchange.
+_BEFORE_PRINCIPAL = frozenset({m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE})
+ANONYMOUS = "User:ANONYMOUS"
+
 #: The Kafka APIs a read-only dispatcher serves (they read the quorum, never write; SASL authenticates first).
 _READ_ONLY_KAFKA_APIS = (m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE, m.DESCRIBE_QUORUM, m.DESCRIBE_CLUSTER)
 
@@ -161,11 +166,18 @@ class ControllerDispatcher:
         *,
         read_only: bool = False,
         sasl: SaslGate | None = None,
+        super_users: frozenset[str] | None = None,
     ) -> None:
-        """``sasl``: the listener is SASL_PLAINTEXT or SASL_SSL; every connection authenticates first."""
+        """``sasl``: the listener is SASL_PLAINTEXT or SASL_SSL; every connection authenticates first.
+        ``super_users``: an authorizer is configured, and on a SASL or read-only listener only these principals are
+        served (see :meth:`_check_principal`)."""
         self.quorum = quorum
         self.read_only = read_only
         self.sasl = sasl
+        self.super_users = super_users if (sasl is not None or read_only) else None
+        self._versions: Mapping[int, tuple[int, int]] = (
+            {key: m.KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS} if read_only else m.KAFKA_API_VERSIONS
+        )
         self.metrics = metrics or ServerMetrics()
         timeout_ms = int(quorum.config.value("controller.quorum.request.timeout.ms"))
         self._raft_timeout_s = timeout_ms / 1000
@@ -178,10 +190,13 @@ class ControllerDispatcher:
         if m.is_stream_api(api_key):
             if self.sasl is not None:
                 self.sasl.check(peer, api_key, f"stream RPC {api_key}")
+            self._check_principal(peer, api_key, f"stream RPC {api_key}")
             return await self._stream(frame, peer)
         prefix = codec.read_prefix(frame)
+        what = f"api key {api_key} (correlation id {prefix.correlation_id})"
         if self.sasl is not None:
-            self.sasl.check(peer, api_key, f"api key {api_key} (correlation id {prefix.correlation_id})")
+            self.sasl.check(peer, api_key, what)
+        self._check_principal(peer, api_key, what)
         versions = self._kafka_api_versions().get(api_key)
         if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
             if api_key == m.API_VERSIONS:
@@ -260,10 +275,24 @@ class ControllerDispatcher:
             cluster_authorized_operations=-2147483648,
         )
 
+    def _check_principal(self, peer: Peer, api_key: int, what: str) -> None:
+        """With an authorizer configured, a SASL CONTROLLER listener serves only super users (the nodes' own
+        controller users belong in ``super.users``), as Kafka's controller asks CLUSTER_ACTION of its callers: its
+        SCRAM users are the cluster's client users, who must not reach the quorum's writes. The embedded node's
+        read-only listener applies the same rule (``User:ANONYMOUS`` without SASL), so a secured node does not hand
+        its stream metadata to whoever reaches the port. ApiVersions and the SASL exchange itself come first."""
+        if self.super_users is None or api_key in _BEFORE_PRINCIPAL:
+            return
+        session = self.sasl.session(peer) if self.sasl is not None else None
+        principal = session.principal if session is not None and session.principal else ANONYMOUS
+        if principal not in self.super_users:
+            raise ConnectionClosing(
+                f"{what} from {peer} is refused: {principal} is not a super user, and with an authorizer the "
+                "CONTROLLER listener serves only super users"
+            )
+
     def _kafka_api_versions(self) -> Mapping[int, tuple[int, int]]:
-        if not self.read_only:
-            return m.KAFKA_API_VERSIONS
-        return {key: m.KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS}
+        return self._versions
 
     def _api_keys(self, response_cls: type[Any]) -> tuple[Any, ...]:
         keys = [(key, low, high) for key, (low, high) in sorted(self._kafka_api_versions().items())]

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 
+from controller.acl.authorizer import parse_super_users
+from controller.config.security import STANDARD_AUTHORIZER
 from controller.config.server import Listener
 from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
 from controller.rpc.sasl import SaslConnection, SaslGate
@@ -50,7 +52,11 @@ class ControllerServer:
             if served is not None and served.listener == listener.name
             else None
         )
-        self.dispatcher = ControllerDispatcher(quorum, metrics, read_only=read_only, sasl=gate)
+        authorizer = str(config.value("authorizer.class.name") or "").strip() == STANDARD_AUTHORIZER
+        super_users = parse_super_users(str(config.value("super.users") or "")) if authorizer else None
+        self.dispatcher = ControllerDispatcher(
+            quorum, metrics, read_only=read_only, sasl=gate, super_users=super_users
+        )
         tls = config.tls.get(listener.name)  # CONTROLLER:SSL (or SASL_SSL) in listener.security.protocol.map
         self._server = KafkaListener(
             self.dispatcher,

@@ -152,3 +152,46 @@ async def test_voters_and_a_broker_authenticate_on_the_controller_listener(
             await client.close()
         for quorum in started:
             await quorum.stop(resign=False)
+
+
+async def test_with_an_authorizer_only_super_users_are_served(tmp_path: Path) -> None:
+    """With ACLs on, authenticating is not enough: a SASL CONTROLLER listener serves only super users (the nodes'
+    own controller users), so a client user who can log in there (alice) reaches none of the quorum's requests."""
+    [port] = free_ports(1)
+    jaas = (
+        f'{PLAIN} required username="controller" password="{SECRET}" user_controller="{SECRET}" '
+        f'user_alice="{SECRET}";'
+    )
+    config = ServerConfig.from_properties(
+        {
+            "process.roles": "controller",
+            "node.id": "0",
+            "controller.quorum.voters": f"0@127.0.0.1:{port}",
+            "listeners": f"CONTROLLER://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(tmp_path / "c0"),
+            "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": jaas,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:controller",
+        }
+    )
+    voter = await QuorumController.start(config)
+    try:
+        await active_voter([voter])
+        describe = codec.build(codec.request_class(m.DESCRIBE_QUORUM, 0))
+        for user, served in (("controller", True), ("alice", False)):
+            connection = ControllerConnection("127.0.0.1", port, sasl=SaslCredentials("PLAIN", user, SECRET))
+            await connection.connect()
+            try:
+                if served:
+                    await connection.request(describe, timeout=5)
+                else:
+                    with pytest.raises(ConnectionClosedError):
+                        await connection.request(describe, timeout=5)
+            finally:
+                await connection.close()
+    finally:
+        await voter.stop(resign=False)

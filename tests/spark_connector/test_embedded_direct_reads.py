@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from controller.rpc import messages as m
-from controller.rpc.connection import ControllerConnection
+from controller.rpc.connection import ConnectionClosedError, ControllerConnection
 from controller.shell_sources import quorum_voters
 from storage.metadata.api import NodeIdentity
 from tests.broker.broker_support import REPO, BrokerProcess, start_broker
@@ -102,3 +102,30 @@ def test_embedded_controller_listener_is_read_only(embedded: Embedded) -> None:
     assert "serves only reads" in (write.error_message or "")
     assert dump.error_code == m.RpcError.INVALID_REQUEST  # the whole metadata, SCRAM credentials among it
     assert read.error_code == m.RpcError.NONE
+
+
+def test_with_an_authorizer_only_super_users_read_the_controller_listener(tmp_path: Path) -> None:
+    """A node with ACLs does not hand its stream metadata to whoever reaches the CONTROLLER port: there only super
+    users are served (User:ANONYMOUS on PLAINTEXT is not one here), so the connection closes at the first read."""
+    overrides = {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+    }
+    process = start_broker(tmp_path / "acl-node", overrides, config=REPO / "config" / "server.properties")
+    try:
+
+        port = process.listener_ports["CONTROLLER"]  # the broker's DescribeQuorum is refused to ANONYMOUS too
+
+        async def ask() -> m.StreamResponse:
+            connection = ControllerConnection("127.0.0.1", port, client_id="anonymous-reader")
+            try:
+                await connection.connect(timeout=5.0)
+                return await connection.stream_request(m.GetStreams(NodeIdentity(-1, -1), (1,)), timeout=5.0)
+            finally:
+                await connection.close()
+
+        with pytest.raises(ConnectionClosedError):
+            asyncio.run(ask())
+        assert "User:ANONYMOUS is not a super user" in process.log_text()
+    finally:
+        assert process.stop() == 0, process.log_text()
