@@ -20,9 +20,13 @@ records and ``serves`` does not grow with the partition size.
     .venv/bin/python bench/recovery.py [--small-mb 10] [--large-mb 300] [--cycles 3] [--tail 5000]
 
 The default large size is what fills and runs within about two minutes on the 2-core development machine.
-There (2026-11-25, a full test run sharing the machine), medians of 3 cycles: 10 MB 2.06 s, 300 MB 3.08 s from
-kill -9 to serving; every replay read at most the 5,001 records written since the last checkpoint (the first cycle of
-the 300 MB partition none: an upload had checkpointed its whole tail), where the log grew to 322,202 records.
+There (2026-11-26, load average about 1), medians of 3 cycles from kill -9 to serving: 10 MB 1.05 s, 300 MB 1.03 s;
+with ``--large-mb 10240`` (10 GB, 10.5 M records) 2.05 s against 1.05 s for 10 MB (partition open after 1.52-1.57 s
+against 0.84-0.89 s: about 0.6 s more at that size, none of it replay). Every replay read at most the 5,001 records
+written since the last checkpoint. The first cycle after a fill re-uploads what its WAL still held (119-193 MB):
+2.05 s at 300 MB, 3.07 s at 10 GB. About 0.8 s of each restart is the Python process starting and importing its
+modules, so that is the floor here. (The probe was idempotent until 2026-11-26, which added librdkafka's
+producer-id retry, up to a second, to every figure: 2.06 / 3.08 s on 2026-11-25.)
 """
 
 from __future__ import annotations
@@ -133,12 +137,12 @@ class Node:
                 self.proc.wait(timeout=10)
 
 
-def _producer(bootstrap: str) -> Producer:
+def _producer(bootstrap: str, *, idempotent: bool = True) -> Producer:
     return Producer(
         {
             "bootstrap.servers": bootstrap,
             "acks": "all",
-            "enable.idempotence": True,
+            "enable.idempotence": idempotent,
             "linger.ms": 20,
             "batch.size": 1_000_000,
             "queue.buffering.max.kbytes": 262144,
@@ -172,8 +176,12 @@ def _write(bootstrap: str, records: int) -> None:
 
 
 def _serve_once(bootstrap: str, killed_at: float) -> float:
-    """Produces one record and fetches it back, retrying while the node restarts; seconds since ``killed_at``."""
-    producer = _producer(bootstrap)
+    """Produces one record and fetches it back, retrying while the node restarts; seconds since ``killed_at``.
+
+    The probe is a plain ``acks=all`` producer: an idempotent one first needs a producer id, and librdkafka retries
+    InitProducerId on a timer of its own after a refused connection, which would add up to a second of client
+    waiting to a figure meant to time the broker (the load before the kill is idempotent)."""
+    producer = _producer(bootstrap, idempotent=False)
     offsets: list[int] = []
     producer.produce(TOPIC, value=b"probe", partition=0, on_delivery=lambda e, m: offsets.append(m.offset()))
     if producer.flush(START_TIMEOUT_S) or not offsets or offsets[0] < 0:
