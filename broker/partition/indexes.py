@@ -62,6 +62,17 @@ class TimeIndex:
         self._offsets.append(entry.offset)
         return True
 
+    def prepend(self, older: list[TimeIndexEntry]) -> None:
+        """Puts entries read from the time stream after the newer ones were added (a partition loads its older
+        entries only when a lookup needs them) in front; an entry that would not extend the merged index, such as
+        the newest stored one the open already added, is left out as :meth:`add` would."""
+        merged = TimeIndex()
+        for entry in older:
+            merged.add(entry)
+        for timestamp, offset in zip(self._timestamps, self._offsets, strict=True):
+            merged.add(TimeIndexEntry(timestamp, offset))
+        self._timestamps, self._offsets = merged._timestamps, merged._offsets
+
     def drop_before(self, log_start_offset: int) -> int:
         """Forgets entries pointing below the log start (they can no longer narrow a search); returns how many."""
         n = bisect.bisect_left(self._offsets, log_start_offset)

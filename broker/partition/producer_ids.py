@@ -55,8 +55,10 @@ class ProducerIdAllocator:
                 broker_id, broker_epoch = self._identity()
                 block = await self._source.allocate_producer_ids(broker_id, broker_epoch)
                 if block.length <= 0 or block.start < 0:
-                    raise ValueError(f"broker {broker_id}: the controller answered an empty producer id block "
-                                     f"[{block.start}, {block.end})")
+                    raise ValueError(
+                        f"broker {broker_id}: the controller answered an empty producer id block "
+                        f"[{block.start}, {block.end})"
+                    )
                 self._next, self._end = block.start, block.end
                 logger.info("broker %d reserved producer id block [%d, %d)", broker_id, block.start, block.end)
             pid = self._next

@@ -169,7 +169,7 @@ class _Node:
         self.engine = StorageEngine(self._config(self.engine.node.node_epoch + 1), self.metadata)
         await self.start()
 
-    async def open(self, leader_epoch: int) -> PartitionLog:
+    async def open(self, leader_epoch: int, config: LogConfig | None = None) -> PartitionLog:
         return await PartitionLog.open(
             streams=self.engine,
             kv=self.metadata,
@@ -178,7 +178,7 @@ class _Node:
             partition=0,
             topic_id=uuid.UUID(int=12),
             leader_epoch=leader_epoch,
-            config=LogConfig(),
+            config=config or LogConfig(),
         )
 
 
@@ -282,5 +282,39 @@ async def test_an_open_transaction_before_the_recovery_point_survives_a_crash(no
         assert log.log_end_offset == 11
         assert log.has_ongoing_txn(_PRODUCER_ID + 1)
         assert log.last_stable_offset == 5
+    finally:
+        await log.close()
+
+
+async def test_an_open_reads_only_the_newest_time_index_entry_and_lookups_by_time_stay_exact(node: _Node) -> None:
+    """The time stream holds an entry per index interval of the whole log (10,000 for 10 GB): an open reads only its
+    newest entry, so it does not grow with the partition, and the first lookup by timestamp reads the rest."""
+    config = LogConfig(index_interval_bytes=1)  # an entry for every batch: batch i has timestamps 10_000 * i + j
+    log = await node.open(leader_epoch=1, config=config)
+
+    def timed(i: int) -> bytes:
+        return build_batch([Record(None, b"v", (), 10_000 * i + j) for j in range(5)])
+
+    for i in range(40):
+        await log.append(timed(i))
+    await node.engine.force_upload()
+    log.uploaded(200)
+    await eventually_async(lambda: log.recovery_point == 200, timeout=10, what="the recovery point to reach 200")
+    await eventually_async(lambda: log._checkpoint_task is None, timeout=10, what="the checkpoint to be persisted")
+    for i in range(40, 45):
+        await log.append(timed(i))  # replayed after the crash, which re-adds their entries
+    expected = {ts: await log.offset_for_timestamp(ts) for ts in (0, 3, 10_001, 155_000, 399_999, 420_002, 440_004)}
+    assert all(found is not None for found in expected.values())
+
+    await node.crash_and_restart()
+    log = await node.open(leader_epoch=2, config=config)
+    try:
+        assert log.log_end_offset == 225
+        assert len(log.time_index) <= 1 + 5, "the open read the whole time stream"
+        assert log._time.confirm_offset - log._time.start_offset == 45, "the replay wrote entries twice"
+        for ts, found in expected.items():
+            assert await log.offset_for_timestamp(ts) == found, ts
+        assert len(log.time_index) == 45
+        assert await log.offset_for_timestamp(450_000) is None
     finally:
         await log.close()

@@ -53,7 +53,7 @@ from broker.partition.partition_log.reads import (
 )
 from broker.partition.partition_log.recovery import recover
 from broker.partition.partition_log.stored_log import BatchVisitor, StoredLog
-from broker.partition.partition_log.time_stream import trim_time_stream
+from broker.partition.partition_log.time_stream import read_time_entries, trim_time_stream
 from broker.partition.partition_log.txn_stream import trim_txn_stream
 from broker.partition.producer_state import ProducerStateManager, encode_snapshot
 from broker.partition.txn_index import AbortedTxn, AbortedTxnEntry, TxnIndex, encode_entry
@@ -107,6 +107,10 @@ class PartitionLog:
         self._lock = asyncio.Lock()
         self.producers = ProducerStateManager(self.where)
         self.time_index = TimeIndex()
+        #: The stream offset below which the time stream's entries are not in ``time_index`` yet (an open reads
+        #: only the newest, :mod:`.time_stream`); None once they are. The lock makes one lookup read them.
+        self._time_unloaded_end: int | None = None
+        self._time_load_lock = asyncio.Lock()
         self.txn_index = TxnIndex()
         self._txn = txn_stream
         self._txn_create_lock = asyncio.Lock()
@@ -303,7 +307,7 @@ class PartitionLog:
             txn_stream=self._txn,
         )
         self.producers = state.producers
-        self.time_index = state.time_index
+        self.time_index, self._time_unloaded_end = state.time_index, state.time_unloaded_end
         self.txn_index = state.txn_index
         if state.unstored_aborts:
             txn = await self._ensure_txn_stream()
@@ -331,7 +335,7 @@ class PartitionLog:
         await self._meta.put(entries)
         logger.info(
             "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers (%d open transactions), "
-            "%d time-index entries, %d aborted transactions",
+            "%d time-index entries stored, %d aborted transactions",
             self.where,
             self.topic_id,
             self.leader_epoch,
@@ -339,7 +343,7 @@ class PartitionLog:
             self.log_end_offset,
             len(self.producers),
             len(self.producers.ongoing_txn_start_offsets()),
-            len(self.time_index),
+            self._time.confirm_offset - self._time.start_offset,
             len(self.txn_index),
         )
 
@@ -649,7 +653,22 @@ class PartitionLog:
         """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp;
         ``read_committed`` (isolation level 1) answers only offsets below the last stable offset."""
         self._check_open()
+        if timestamp >= 0:
+            await self._load_time_index()
         return await find_offset_for_timestamp(self, self._stored, timestamp, read_committed=read_committed)
+
+    async def _load_time_index(self) -> None:
+        """Reads the time stream's stored entries into the index, once, when a lookup by timestamp first needs them
+        (appends and the open's replay have been adding the newer ones meanwhile)."""
+        if self._time_unloaded_end is None:
+            return
+        async with self._time_load_lock:
+            if self._time_unloaded_end is None:
+                return
+            older = await read_time_entries(self._time, self._time_unloaded_end, self.where)
+            self.time_index.prepend(older)
+            self.time_index.drop_before(self.log_start_offset)
+            self._time_unloaded_end = None
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: ``(leader epoch, end offset)`` or (-1, -1) when the epoch is unknown."""
@@ -717,8 +736,9 @@ class PartitionLog:
                 await self._log.trim(target)
             self.producers.evict_before(target)
             self.epochs.truncate_start(target)
-            self.time_index.drop_before(target)
-            await trim_time_stream(self._time, target)
+            async with self._time_load_lock:  # a load in progress reads the entries this trims
+                self.time_index.drop_before(target)
+                await trim_time_stream(self._time, target)
             txn_trim = self.txn_index.drop_before(target)
             if self._txn is not None:
                 await trim_txn_stream(self._txn, txn_trim)

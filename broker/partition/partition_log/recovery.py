@@ -32,7 +32,7 @@ from broker.partition.indexes import (
 )
 from broker.partition.meta_stream import KEY_LEADER_EPOCH_CHECKPOINT, KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS, MetaStream
 from broker.partition.partition_log.stored_log import StoredLog
-from broker.partition.partition_log.time_stream import load_time_index
+from broker.partition.partition_log.time_stream import read_newest_time_entry
 from broker.partition.partition_log.txn_stream import load_txn_index
 from broker.partition.producer_state import ProducerStateManager, SnapshotFormatError, decode_snapshot
 from broker.partition.txn_index import AbortedTxnEntry, TxnIndex
@@ -56,6 +56,9 @@ class Recovered:
     time_index: TimeIndex = field(default_factory=TimeIndex)
     epochs: LeaderEpochCache = field(default_factory=LeaderEpochCache)
     txn_index: TxnIndex = field(default_factory=TxnIndex)
+    #: The time index holds only the time stream's newest entry (and what a replay adds): the stored entries below
+    #: this stream offset are read when a lookup by timestamp first needs them (None: nothing left to read).
+    time_unloaded_end: int | None = None
     #: Aborted transactions the replay found that the txn stream does not hold yet: the partition stores them.
     unstored_aborts: list[AbortedTxnEntry] = field(default_factory=list)
     #: The persisted recovery point (the producer snapshot's offset) and time-stream position found at open.
@@ -99,7 +102,10 @@ async def recover(
     raw_epochs = meta.get(KEY_LEADER_EPOCH_CHECKPOINT)
     if raw_epochs is not None:
         state.epochs = LeaderEpochCache(decode_epoch_checkpoint(raw_epochs))
-    await load_time_index(time_stream, state.time_index, where)
+    newest = await read_newest_time_entry(time_stream, where)
+    if newest is not None:
+        state.time_index.add(newest)
+        state.time_unloaded_end = time_stream.confirm_offset
     if txn_stream is not None:
         await load_txn_index(txn_stream, state.txn_index, where)
     last = state.time_index.last
