@@ -93,8 +93,7 @@ def client_security(props: dict[str, str], *, where: str) -> ClientSecurity:
             entry = parse_jaas(props["sasl.jaas.config"])
         except JaasError as exc:
             raise fail("sasl.jaas.config", str(exc)) from None
-        user, password = entry.options.get("username"), entry.options.get("password")
-        if not user or password is None:
+        sasl = entry.login(mechanism)
+        if sasl is None:
             raise fail("sasl.jaas.config", 'needs username="..." and password="..."')
-        sasl = SaslCredentials(mechanism, user, password)
     return ClientSecurity(tls, sasl)

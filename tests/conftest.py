@@ -8,7 +8,6 @@ never see each other's objects.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +21,7 @@ from moto.server import ThreadedMotoServer
 
 from controller.quorum import QuorumController
 from storage.config import BucketURL, parse_bucket_url
-from tests.quorum_fixtures import quorum_configs
+from tests.quorum_fixtures import quorum_configs, running_voters
 
 S3_ACCESS_KEY = "testing"
 S3_SECRET_KEY = "testing"
@@ -91,9 +90,5 @@ def s3_bucket_url(s3_server: S3Server) -> BucketURL:
 @pytest.fixture
 async def voters(tmp_path: Path) -> AsyncIterator[list[QuorumController]]:
     """Three controller voters in this process; a test may drop voters it stopped itself from the list."""
-    started = list(await asyncio.gather(*(QuorumController.start(c) for c in quorum_configs(tmp_path))))
-    try:
+    async with running_voters(quorum_configs(tmp_path)) as started:
         yield started
-    finally:
-        for quorum in started:
-            await quorum.stop(resign=False)

@@ -8,7 +8,7 @@ as Kafka reads them for KRaft):
   SCRAM-SHA-256 or SCRAM-SHA-512, and on a voter enabled on the listener
   (``listener.name.<controller>.sasl.enabled.mechanisms``, else ``sasl.enabled.mechanisms``).
 - The node's own user is the ``username``/``password`` of ``listener.name.<controller>.<mech>.sasl.jaas.config``
-  (else ``sasl.jaas.config``), read by the same helper as the inter-broker login.
+  (else ``sasl.jaas.config``), read as the inter-broker login is (``controller.config.client_login``).
 - A voter serves the listener as a client listener serves SASL (``controller.config.security.listener_sasl``):
   PLAIN users are the JAAS config's ``user_<name>`` entries, SCRAM credentials the quorum's own metadata.
 
@@ -27,10 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config.inter_broker import client_credentials
+from controller.config.client_login import client_credentials, client_mechanism, require_enabled
 from controller.config.security import SASL_PROTOCOLS, ListenerSasl, listener_sasl
-from storage.config import ConfigError
-from wire.sasl.client import CLIENT_MECHANISMS, SaslCredentials
+from wire.sasl.client import SaslCredentials
 
 MECHANISM_KEY = "sasl.mechanism.controller.protocol"
 
@@ -57,19 +56,12 @@ def controller_sasl(
     voter serving it. ConfigError naming the key at fault."""
     if listener is None or protocols.get(listener) not in SASL_PROTOCOLS:
         return None
-    protocol = protocols[listener]
-    mechanism = (str(values.get(MECHANISM_KEY) or "").strip() or "GSSAPI").upper()
-    if mechanism not in CLIENT_MECHANISMS:
-        raise ConfigError(
-            f"{MECHANISM_KEY}: the controller listener {listener} is {protocol}, so nodes authenticate to the "
-            f"quorum with {', '.join(CLIENT_MECHANISMS)}; {mechanism} is not implemented (Kafka's default is "
-            "GSSAPI: set this key)"
-        )
+    what = "controller"
+    mechanism = client_mechanism(
+        MECHANISM_KEY, values, listener, protocols[listener], what=what, who="nodes authenticate to the quorum"
+    )
     served = listener_sasl(listener, props, values) if serves else None
-    if served is not None and mechanism not in served.mechanisms:
-        raise ConfigError(
-            f"{MECHANISM_KEY}: {mechanism} is not enabled on the controller listener {listener} "
-            f"(enabled: {', '.join(served.mechanisms)})"
-        )
-    credentials = client_credentials(listener, mechanism, props, values, what="controller")
+    if served is not None:
+        require_enabled(MECHANISM_KEY, mechanism, listener, served, what=what)
+    credentials = client_credentials(listener, mechanism, props, values, what=what)
     return ControllerSasl(listener, credentials, served)

@@ -14,8 +14,9 @@ settings are this node's:
   GSSAPI, which Fjord does not implement: it must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, and enabled on the
   listener), and the node's own user is the ``username``/``password`` of
   ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (else ``sasl.jaas.config``), as Kafka's brokers read
-  their client login. The peers then see this node as ``User:<username>``, which needs CLUSTER_ACTION when ACLs
-  are on: as in Kafka, that user is normally in ``super.users``.
+  their client login (``controller.config.client_login``, as for the CONTROLLER listener). The peers then see
+  this node as ``User:<username>``, which needs CLUSTER_ACTION when ACLs are on: as in Kafka, that user is
+  normally in ``super.users``.
 
 Every error is a ConfigError naming the key to fix, never a password.
 """
@@ -27,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
-from controller.config.security import SASL_PROTOCOLS, TLS_PROTOCOLS, ListenerSasl, ListenerTls, jaas_entry
+from controller.config.client_login import client_credentials, client_mechanism, require_enabled
+from controller.config.security import SASL_PROTOCOLS, TLS_PROTOCOLS, ListenerSasl, ListenerTls
 from storage.config import ConfigError
-from wire.sasl.client import CLIENT_MECHANISMS, SaslCredentials
+from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
 MECHANISM_KEY = "sasl.mechanism.inter.broker.protocol"
@@ -80,30 +81,6 @@ def inter_broker_listener(
     return broker_listeners[0] if broker_listeners else None
 
 
-def client_credentials(
-    listener: str, mechanism: str, props: Mapping[str, str], values: Mapping[str, Any], *, what: str = "inter-broker"
-) -> SaslCredentials:
-    """This node's own SASL login on ``listener`` (the ``what`` listener: inter-broker, or the CONTROLLER listener
-    of ``controller.config.controller_sasl``): username and password of its JAAS config; ConfigError naming the key."""
-    who = "broker" if what == "inter-broker" else "node"
-    found = jaas_entry(listener, mechanism, props, values)
-    if found is None:
-        module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
-        raise ConfigError(
-            f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config: the {what} listener "
-            f'{listener} uses SASL {mechanism}, so this {who} needs its own user as username="..." '
-            f'password="..." of {module}'
-        )
-    name, entry = found
-    user, password = entry.options.get("username"), entry.options.get("password")
-    if not user or not password:
-        raise ConfigError(
-            f"{name}: the {what} listener {listener} uses SASL {mechanism}, so this JAAS config "
-            f"needs this {who}'s own username and password options"
-        )
-    return SaslCredentials(mechanism, user, password)
-
-
 def inter_broker_settings(
     props: Mapping[str, str],
     values: Mapping[str, Any],
@@ -120,22 +97,15 @@ def inter_broker_settings(
     protocol = protocols.get(listener, "PLAINTEXT")
     if protocol not in SASL_PROTOCOLS:
         return InterBrokerSettings(listener, protocol, tls.get(listener) if protocol in TLS_PROTOCOLS else None)
-    mechanism = (str(values.get(MECHANISM_KEY) or "").strip() or "GSSAPI").upper()
-    if mechanism not in CLIENT_MECHANISMS:
-        raise ConfigError(
-            f"{MECHANISM_KEY}: the inter-broker listener {listener} is {protocol}, so brokers "
-            f"authenticate to each other with {', '.join(CLIENT_MECHANISMS)}; {mechanism} is not "
-            "implemented (Kafka's default is GSSAPI: set this key)"
-        )
-    served = sasl[listener]  # every SASL broker listener has its settings, the inter-broker one among them
-    if mechanism not in served.mechanisms:
-        raise ConfigError(
-            f"{MECHANISM_KEY}: {mechanism} is not enabled on the inter-broker listener {listener} "
-            f"(enabled: {', '.join(served.mechanisms)})"
-        )
+    what = "inter-broker"
+    mechanism = client_mechanism(
+        MECHANISM_KEY, values, listener, protocol, what=what, who="brokers authenticate to each other"
+    )
+    # Every SASL broker listener has its settings, the inter-broker one among them.
+    require_enabled(MECHANISM_KEY, mechanism, listener, sasl[listener], what=what)
     return InterBrokerSettings(
         listener,
         protocol,
         tls.get(listener) if protocol in TLS_PROTOCOLS else None,
-        client_credentials(listener, mechanism, props, values),
+        client_credentials(listener, mechanism, props, values, what=what),
     )

@@ -9,6 +9,10 @@ Only the shape Kafka's JaasConfig accepts is taken: exactly one ``<class> <flag>
 quoted (with backslash escapes) or bare words. Anything else is a :class:`JaasError`, whose message describes what
 is wrong by position and option *name*, never by value: the text holds passwords, and the error ends up on the
 operator's terminal naming the key (``controller.config.security``).
+
+A client's own login (:meth:`JaasEntry.login`: its ``username`` and ``password`` options) is read here for both
+kinds of client, a node logging in to its peers (``controller.config.client_login``) and an operator tool's
+``--command-config`` (``node.client_config``), so the two accept the same entries.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from wire.sasl.client import SaslCredentials
 
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -36,6 +42,15 @@ class JaasEntry:
     def users(self) -> dict[str, str]:
         """PlainLoginModule's ``user_<name>="<password>"`` options as name -> password."""
         return {name[len("user_") :]: value for name, value in self.options.items() if name.startswith("user_")}
+
+    def login(self, mechanism: str) -> SaslCredentials | None:
+        """The ``username`` and ``password`` options as what a client authenticates with over ``mechanism``;
+        None when either is missing or empty: a server refuses an empty user or PLAIN password anyway, so the
+        caller names the key to fix before any peer is asked."""
+        user, password = self.options.get("username"), self.options.get("password")
+        if not user or not password:
+            return None
+        return SaslCredentials(mechanism, user, password)
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:

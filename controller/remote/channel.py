@@ -131,7 +131,7 @@ class ActiveControllerChannel:
                 return existing
             host, port = self._voters[voter]
             connection = ControllerConnection(
-                host, port, client_id=self._client_id, ssl_context=self._ssl_context, sasl=self._sasl
+                host, port, client_id=self._client_id, ssl_context=self._ssl_context, sasl=self._sasl, node_id=voter
             )
             try:
                 await connection.connect(timeout=self._request_timeout_s)

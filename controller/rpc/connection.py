@@ -9,7 +9,10 @@ connection authenticates in :meth:`ControllerConnection.connect`, with the excha
 (``wire.client.sasl_exchange``); a refusal raises ``SaslAuthenticationFailed`` (a ConnectionError, so callers back
 off and retry as for an unreachable voter). When the server sets a session lifetime (``connections.max.reauth.ms``)
 the next request after a random 85-95% of it re-authenticates in-band first, as Kafka's clients do; a connection
-idle past the end is closed instead (the server would refuse it), and the caller reconnects.
+idle past the end is closed instead (the server would refuse it), and the caller reconnects. A re-authentication
+that fails in any way (refused, unanswered within the request's timeout, cut off) closes the connection with a
+warning naming the controller node, the mechanism and the user: a half-done exchange leaves the server mid-SASL,
+so nothing else may use the connection, and ``connected`` turning false is what makes the callers reconnect.
 """
 
 from __future__ import annotations
@@ -50,12 +53,15 @@ class ControllerConnection:
         ssl_context: ClientTls | None = None,
         sasl: SaslCredentials | None = None,
         clock: Callable[[], float] = time.monotonic,
+        node_id: int | None = None,
     ) -> None:
         """``ssl_context``: the CONTROLLER listener is SSL (``ServerConfig.controller_client_tls``); a callable
         is read at :meth:`connect`, so reloaded certificates reach new connections. ``sasl``: it is SASL
-        (``ServerConfig.controller_client_sasl``): authenticate on connect."""
+        (``ServerConfig.controller_client_sasl``): authenticate on connect. ``node_id``: the controller node at
+        ``host``:``port``, when the caller knows it, for messages."""
         self.host = host
         self.port = port
+        self.node_id = node_id
         self.client_id = client_id
         self.ssl_context = ssl_context
         self.sasl = sasl
@@ -72,7 +78,8 @@ class ControllerConnection:
         self._closed = False
 
     def __str__(self) -> str:
-        return f"controller connection to {self.host}:{self.port}"
+        node = f"node {self.node_id} at " if self.node_id is not None else ""
+        return f"controller connection to {node}{self.host}:{self.port}"
 
     @property
     def connected(self) -> bool:
@@ -98,9 +105,11 @@ class ControllerConnection:
         self.authentications += 1
         self._expires_at, self._reauth_at = session_deadlines(self._clock(), lifetime_ms)
 
-    async def _session_check(self) -> None:
-        """Before a request: re-authenticate when due, or close a connection whose SASL session has ended."""
-        if self.sasl is None or self._closed:
+    async def _session_check(self, timeout: float) -> None:
+        """Before a request: re-authenticate when due (within ``timeout``, the request's), or close a connection
+        whose SASL session has ended. ConnectionClosedError when the connection is closed for either reason."""
+        credentials = self.sasl
+        if credentials is None or self._closed:
             return
         now = self._clock()
         if self._expires_at is not None and now >= self._expires_at:
@@ -110,10 +119,19 @@ class ControllerConnection:
         if self._reauth_at is not None and now >= self._reauth_at:
             self._reauth_at = None  # one re-authentication at a time; concurrent requests go on meanwhile
             try:
-                await self._authenticate(self.sasl)
-            except SaslAuthenticationFailed as exc:
-                self._fail(str(exc))
-                raise ConnectionClosedError(str(exc)) from None
+                async with asyncio.timeout(timeout):
+                    await self._authenticate(credentials)
+            except BaseException as exc:  # a cancelled exchange is as half-done as a failed one
+                if isinstance(exc, SaslAuthenticationFailed):
+                    reason = str(exc)  # names this connection, the mechanism and the user
+                else:
+                    problem = "the voter did not answer in time" if isinstance(exc, TimeoutError) else repr(exc)
+                    reason = f"{self} ({credentials.mechanism}, user {credentials.user}): {problem}"
+                logger.warning("SASL re-authentication failed, closing the connection: %s", reason)
+                self._fail(reason)
+                if isinstance(exc, Exception):
+                    raise ConnectionClosedError(reason) from None
+                raise
 
     def next_correlation_id(self) -> int:
         return next(self._correlation) & 0x7FFFFFFF
@@ -133,7 +151,7 @@ class ControllerConnection:
 
     async def request(self, entity: Any, *, timeout: float = 10.0, correlation_id: int | None = None) -> Any:
         """Sends a kio request entity; returns the decoded kio response entity."""
-        await self._session_check()
+        await self._session_check(timeout)
         return await self._request(entity, timeout=timeout, correlation_id=correlation_id)
 
     async def _request(self, entity: Any, *, timeout: float = 10.0, correlation_id: int | None = None) -> Any:
@@ -146,7 +164,7 @@ class ControllerConnection:
 
     async def stream_request(self, request: StreamRequest, *, timeout: float = 10.0) -> StreamResponse:
         """Sends one of Fjord's own RPCs; returns its response (errors are not raised here)."""
-        await self._session_check()
+        await self._session_check(timeout)
         cid = self.next_correlation_id()
         frame = encode_stream_request(request, cid, client_id=self.client_id)
         async with asyncio.timeout(timeout):

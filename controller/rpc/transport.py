@@ -169,7 +169,7 @@ class NetworkTransport:
             delay = min(self._backoff_max_s, self._backoff_initial_s * 2 ** (peer.failures - 1))
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
         connection = ControllerConnection(peer.host, peer.port, client_id=f"raft-{self.node_id}",
-                                          ssl_context=self._ssl_context, sasl=self._sasl)
+                                          ssl_context=self._ssl_context, sasl=self._sasl, node_id=peer.node_id)
         try:
             await connection.connect(timeout=self._request_timeout_s)
         except (OSError, TimeoutError) as exc:

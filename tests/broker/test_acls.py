@@ -10,12 +10,12 @@ principal may not describe; DENY beats ALLOW; prefixed patterns cover the names 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from acl_clients import allow, grant, new_topic, produce_error
 from broker_support import BrokerProcess, start_broker
 from confluent_kafka import (
     Consumer,
@@ -53,6 +53,7 @@ from kafka.admin import (
 from kafka.admin import ConfigResource as KafkaPythonConfigResource
 from kafka.admin import ResourceType as KafkaPythonResourceType
 from kafka.errors import ClusterAuthorizationFailedError
+from kafka_clients import topic_name
 
 from tests.waiting import eventually
 
@@ -61,7 +62,6 @@ JAAS = (
     'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
     f'password="{PASSWORD}" user_admin="{PASSWORD}" user_alice="{PASSWORD}" user_bob="{PASSWORD}";'
 )
-ALICE = "User:alice"
 
 
 @dataclass(frozen=True)
@@ -113,31 +113,6 @@ def _kafka_python_admin(acls: AclBroker, user: str) -> KafkaAdminClient:
     )
 
 
-def _unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _create_topic(admin: AdminClient, topic: str) -> None:
-    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
-
-
-def _grant(admin: AdminClient, *bindings: AclBinding) -> None:
-    for future in admin.create_acls(list(bindings)).values():
-        future.result(30)
-
-
-def _allow(
-    resource: ResourceType,
-    name: str,
-    op: AclOperation,
-    *,
-    principal: str = ALICE,
-    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
-    permission: AclPermissionType = AclPermissionType.ALLOW,
-) -> AclBinding:
-    return AclBinding(resource, name, pattern, principal, "*", op, permission)
-
-
 def _describe(admin: AdminClient, principal: str | None = None) -> list[AclBinding]:
     acl_filter = AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY, AclPermissionType.ANY
@@ -146,13 +121,17 @@ def _describe(admin: AdminClient, principal: str | None = None) -> list[AclBindi
     return result
 
 
-def _produce_error(config: dict[str, Any], topic: str) -> KafkaError | None:
-    """Produces one record; the delivery error (None when it was written)."""
-    errors: list[KafkaError | None] = []
-    producer = Producer({**config, "message.timeout.ms": 15000})
-    producer.produce(topic, b"value", on_delivery=lambda err, _msg: errors.append(err))
-    assert producer.flush(30) == 0
-    return errors[0]
+def _poll_outcome(consumer: Consumer) -> bytes | KafkaError | None:
+    """One poll: the next record's value, the error the consumer reports, or None (nothing yet, or end of a
+    partition)."""
+    message = consumer.poll(1.0)
+    if message is None:
+        return None
+    error = message.error()
+    if error is not None:
+        return None if error.code() == KafkaError._PARTITION_EOF else error
+    value: bytes = message.value()
+    return value
 
 
 def _consume(config: dict[str, Any], topic: str, group: str) -> bytes | KafkaError:
@@ -160,27 +139,19 @@ def _consume(config: dict[str, Any], topic: str, group: str) -> bytes | KafkaErr
     consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     try:
-
-        def outcome() -> bytes | KafkaError | None:
-            message = consumer.poll(1.0)
-            if message is None:
-                return None
-            error = message.error()
-            if error is not None:
-                return None if error.code() == KafkaError._PARTITION_EOF else error
-            return message.value()
-
-        result: bytes | KafkaError = eventually(outcome, timeout=60, what=f"a record or an error of {topic}")
+        result: bytes | KafkaError = eventually(
+            lambda: _poll_outcome(consumer), timeout=60, what=f"a record or an error of {topic}"
+        )
         return result
     finally:
         consumer.close()
 
 
 def test_only_a_principal_with_cluster_alter_creates_and_deletes_acls(acls: AclBroker) -> None:
-    topic = _unique("acl-admin")
-    binding = _allow(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:bob")
+    topic = topic_name("acl-admin")
+    binding = allow(ResourceType.TOPIC, topic, AclOperation.READ, principal="User:bob")
     with pytest.raises(KafkaException) as refused:
-        _grant(acls.admin("alice"), binding)
+        grant(acls.admin("alice"), binding)
     assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     assert _describe(acls.admin(), "User:bob") == []
     # librdkafka drops DescribeAcls' top-level error; kafka-python reports it
@@ -194,7 +165,7 @@ def test_only_a_principal_with_cluster_alter_creates_and_deletes_acls(acls: AclB
                 ResourcePatternFilter(KafkaPythonResourceType.ANY, None, ACLResourcePatternType.ANY),
             )
         )
-    _grant(acls.admin(), binding)
+    grant(acls.admin(), binding)
     assert [(b.name, b.operation, b.permission_type) for b in _describe(acls.admin(), "User:bob")] == [
         (topic, AclOperation.READ, AclPermissionType.ALLOW)
     ]
@@ -208,21 +179,21 @@ def test_only_a_principal_with_cluster_alter_creates_and_deletes_acls(acls: AclB
 
 
 def test_produce_needs_topic_write_and_metadata_hides_undescribable_topics(acls: AclBroker) -> None:
-    topic = _unique("acl-produce")
-    _create_topic(acls.admin(), topic)
+    topic = topic_name("acl-produce")
+    new_topic(acls.admin(), topic)
     alice = acls.config("alice")
     assert topic not in AdminClient(alice).list_topics(timeout=20).topics
     assert topic in acls.admin().list_topics(timeout=20).topics
     for _ in range(2):
-        error = _produce_error(alice, topic)
+        error = produce_error(alice, topic)
         assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     denial = f"Principal = User:alice is Denied operation = DESCRIBE from host = 127.0.0.1 on resource = TOPIC:{topic}"
     assert acls.broker.log_text().count(denial) == 1  # logged once, however often the client asks
 
-    _grant(acls.admin(), _allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    grant(acls.admin(), allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
     alice_admin = AdminClient(alice)
     assert topic in alice_admin.list_topics(timeout=20).topics  # WRITE implies DESCRIBE
-    assert _produce_error(alice, topic) is None
+    assert produce_error(alice, topic) is None
     described = alice_admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic]
     assert set(described.result(30).authorized_operations) == {AclOperation.WRITE, AclOperation.DESCRIBE}
     cluster = alice_admin.describe_cluster(include_authorized_operations=True).result(30)
@@ -230,26 +201,26 @@ def test_produce_needs_topic_write_and_metadata_hides_undescribable_topics(acls:
 
 
 def test_consume_needs_topic_and_group_read_and_deny_beats_allow(acls: AclBroker) -> None:
-    prefix = _unique("acl-consume")
+    prefix = topic_name("acl-consume")
     topic, group, group_2 = f"{prefix}-orders", f"{prefix}-group", f"{prefix}-group-2"
-    _create_topic(acls.admin(), topic)
-    assert _produce_error(acls.config("admin"), topic) is None
+    new_topic(acls.admin(), topic)
+    assert produce_error(acls.config("admin"), topic) is None
     alice = acls.config("alice")
 
-    _grant(acls.admin(), _allow(ResourceType.TOPIC, prefix, AclOperation.READ, pattern=ResourcePatternType.PREFIXED))
+    grant(acls.admin(), allow(ResourceType.TOPIC, prefix, AclOperation.READ, pattern=ResourcePatternType.PREFIXED))
     no_group = _consume(alice, topic, group)
     assert isinstance(no_group, KafkaError) and no_group.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
-    _grant(acls.admin(), _allow(ResourceType.GROUP, group, AclOperation.READ, pattern=ResourcePatternType.PREFIXED))
+    grant(acls.admin(), allow(ResourceType.GROUP, group, AclOperation.READ, pattern=ResourcePatternType.PREFIXED))
     assert _consume(alice, topic, group) == b"value"
 
-    _grant(acls.admin(), _allow(ResourceType.TOPIC, topic, AclOperation.READ, permission=AclPermissionType.DENY))
+    grant(acls.admin(), allow(ResourceType.TOPIC, topic, AclOperation.READ, permission=AclPermissionType.DENY))
     denied = _consume(alice, topic, group_2)
     assert isinstance(denied, KafkaError) and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_create_and_delete_topics_need_their_acls(acls: AclBroker) -> None:
-    prefix = _unique("acl-topics")
+    prefix = topic_name("acl-topics")
     alice = acls.admin("alice")
     refused = alice.create_topics([NewTopic(f"{prefix}-a", 1)])[f"{prefix}-a"]
     with pytest.raises(KafkaException) as create_error:
@@ -257,14 +228,14 @@ def test_create_and_delete_topics_need_their_acls(acls: AclBroker) -> None:
     assert create_error.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert f"{prefix}-a" not in acls.admin().list_topics(timeout=20).topics
 
-    _grant(acls.admin(), _allow(ResourceType.TOPIC, prefix, AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED))
-    _create_topic(alice, f"{prefix}-a")
+    grant(acls.admin(), allow(ResourceType.TOPIC, prefix, AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED))
+    new_topic(alice, f"{prefix}-a")
     with pytest.raises(KafkaException) as delete_error:
         alice.delete_topics([f"{prefix}-a"])[f"{prefix}-a"].result(30)
     assert delete_error.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert f"{prefix}-a" in acls.admin().list_topics(timeout=20).topics
 
-    _grant(acls.admin(), _allow(ResourceType.TOPIC, prefix, AclOperation.DELETE, pattern=ResourcePatternType.PREFIXED))
+    grant(acls.admin(), allow(ResourceType.TOPIC, prefix, AclOperation.DELETE, pattern=ResourcePatternType.PREFIXED))
     alice.delete_topics([f"{prefix}-a"])[f"{prefix}-a"].result(30)
     eventually(
         lambda: f"{prefix}-a" not in acls.admin().list_topics(timeout=20).topics,
@@ -274,11 +245,11 @@ def test_create_and_delete_topics_need_their_acls(acls: AclBroker) -> None:
 
 
 def test_super_users_need_no_acl(acls: AclBroker) -> None:
-    topic = _unique("acl-super")
+    topic = topic_name("acl-super")
     admin = acls.admin()
-    _create_topic(admin, topic)
-    assert _produce_error(acls.config("admin"), topic) is None
-    assert _consume(acls.config("admin"), topic, _unique("acl-super-group")) == b"value"
+    new_topic(admin, topic)
+    assert produce_error(acls.config("admin"), topic) is None
+    assert _consume(acls.config("admin"), topic, topic_name("acl-super-group")) == b"value"
     admin.delete_topics([topic])[topic].result(30)
 
 
@@ -291,8 +262,8 @@ def _admin_error(future: Any) -> int | None:
 
 
 def test_topic_admin_apis_need_alter_and_config_acls(acls: AclBroker) -> None:
-    topic = _unique("acl-configs")
-    _create_topic(acls.admin(), topic)
+    topic = topic_name("acl-configs")
+    new_topic(acls.admin(), topic)
     alice = acls.admin("alice")
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, {"retention.ms": "1234"})
     assert _admin_error(alice.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)]) == (
@@ -304,10 +275,10 @@ def test_topic_admin_apis_need_alter_and_config_acls(acls: AclBroker) -> None:
     )
     assert len(acls.admin().list_topics(topic, timeout=20).topics[topic].partitions) == 1
 
-    _grant(
+    grant(
         acls.admin(),
-        _allow(ResourceType.TOPIC, topic, AclOperation.ALTER),
-        _allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS),
+        allow(ResourceType.TOPIC, topic, AclOperation.ALTER),
+        allow(ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS),
     )
     assert _admin_error(alice.alter_configs([resource])[resource]) is None
     described = alice.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(30)
@@ -316,10 +287,10 @@ def test_topic_admin_apis_need_alter_and_config_acls(acls: AclBroker) -> None:
 
 
 def test_group_admin_apis_need_group_acls(acls: AclBroker) -> None:
-    prefix = _unique("acl-groups")
+    prefix = topic_name("acl-groups")
     topic, group = f"{prefix}-t", f"{prefix}-g"
-    _create_topic(acls.admin(), topic)
-    assert _produce_error(acls.config("admin"), topic) is None
+    new_topic(acls.admin(), topic)
+    assert produce_error(acls.config("admin"), topic) is None
     assert _consume(acls.config("admin"), topic, group) == b"value"
     alice = acls.admin("alice")
     assert _admin_error(alice.delete_consumer_groups([group])[group]) == KafkaError.GROUP_AUTHORIZATION_FAILED
@@ -329,14 +300,14 @@ def test_group_admin_apis_need_group_acls(acls: AclBroker) -> None:
     assert group in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
     assert group not in {g.group_id for g in alice.list_consumer_groups().result(30).valid}
 
-    _grant(admin, _allow(ResourceType.GROUP, group, AclOperation.DELETE))
+    grant(admin, allow(ResourceType.GROUP, group, AclOperation.DELETE))
     assert _admin_error(alice.delete_consumer_groups([group])[group]) is None
 
 
 def test_idempotent_and_transactional_producers_need_their_acls(acls: AclBroker) -> None:
-    prefix = _unique("acl-txn")
+    prefix = topic_name("acl-txn")
     topic, transactional_id = f"{prefix}-t", f"{prefix}-id"
-    _create_topic(acls.admin(), topic)
+    new_topic(acls.admin(), topic)
     alice = acls.config("alice")
 
     producer = Producer({**alice, "transactional.id": transactional_id, "transaction.timeout.ms": 10000})
@@ -344,10 +315,10 @@ def test_idempotent_and_transactional_producers_need_their_acls(acls: AclBroker)
         producer.init_transactions(30)
     assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
-    _grant(acls.admin(), _allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
-    assert _produce_error({**alice, "enable.idempotence": True}, topic) is None  # WRITE on a topic suffices
+    grant(acls.admin(), allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    assert produce_error({**alice, "enable.idempotence": True}, topic) is None  # WRITE on a topic suffices
 
-    _grant(acls.admin(), _allow(ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE))
+    grant(acls.admin(), allow(ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE))
     producer = Producer({**alice, "transactional.id": transactional_id, "transaction.timeout.ms": 10000})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -366,32 +337,22 @@ def test_scram_users_need_cluster_alter(acls: AclBroker) -> None:
 
 
 def test_a_revoked_read_stops_a_running_consumer(acls: AclBroker) -> None:
-    prefix = _unique("acl-revoke")
+    prefix = topic_name("acl-revoke")
     topic, group = f"{prefix}-t", f"{prefix}-g"
-    _create_topic(acls.admin(), topic)
-    assert _produce_error(acls.config("admin"), topic) is None
-    _grant(
+    new_topic(acls.admin(), topic)
+    assert produce_error(acls.config("admin"), topic) is None
+    grant(
         acls.admin(),
-        _allow(ResourceType.TOPIC, topic, AclOperation.READ),
-        _allow(ResourceType.GROUP, group, AclOperation.READ),
+        allow(ResourceType.TOPIC, topic, AclOperation.READ),
+        allow(ResourceType.GROUP, group, AclOperation.READ),
     )
     consumer = Consumer({**acls.config("alice"), "group.id": group, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     try:
-
-        def next_outcome() -> bytes | KafkaError | None:
-            message = consumer.poll(1.0)
-            if message is None:
-                return None
-            error = message.error()
-            if error is not None:
-                return None if error.code() == KafkaError._PARTITION_EOF else error
-            return message.value()
-
-        assert eventually(next_outcome, timeout=60, what="the first record") == b"value"
-        _grant(acls.admin(), _allow(ResourceType.TOPIC, topic, AclOperation.READ, permission=AclPermissionType.DENY))
-        assert _produce_error(acls.config("admin"), topic) is None
-        outcome = eventually(next_outcome, timeout=60, what="the consumer's next record or error")
+        assert eventually(lambda: _poll_outcome(consumer), timeout=60, what="the first record") == b"value"
+        grant(acls.admin(), allow(ResourceType.TOPIC, topic, AclOperation.READ, permission=AclPermissionType.DENY))
+        assert produce_error(acls.config("admin"), topic) is None
+        outcome = eventually(lambda: _poll_outcome(consumer), timeout=60, what="the consumer's next record or error")
         assert isinstance(outcome, KafkaError) and outcome.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         consumer.close()
@@ -400,8 +361,8 @@ def test_a_revoked_read_stops_a_running_consumer(acls: AclBroker) -> None:
 def test_operator_tools_need_cluster_acls(acls: AclBroker) -> None:
     """ElectLeaders needs CLUSTER ALTER, DescribeLogDirs CLUSTER DESCRIBE, a BROKER_LOGGER change CLUSTER
     ALTER_CONFIGS (tests/broker/test_operator_tools.py has what each does when allowed)."""
-    topic = _unique("ops-acl")
-    _create_topic(acls.admin(), topic)
+    topic = topic_name("ops-acl")
+    new_topic(acls.admin(), topic)
 
     def election_error(admin: AdminClient) -> int | None:
         try:

@@ -10,29 +10,23 @@ listener whose key file the tests replace while the broker runs; ``ssl.reload.in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import ssl
 import struct
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from acl_clients import allow, grant, new_topic, produce_error
 from broker_support import BrokerProcess, start_broker
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    NewTopic,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 from cryptography import x509
+from kafka_clients import topic_name
 
 from controller.config.server import ServerConfig
 from storage.config import ConfigError
@@ -47,14 +41,22 @@ API_VERSIONS = struct.pack(">ihhih", 10, 18, 0, 7, -1)
 
 
 @dataclass(frozen=True)
-class MtlsBroker:
-    broker: BrokerProcess
+class Certificates:
+    """Every certificate of the module, made once (key generation is what costs)."""
+
     clients_ca: CertificateAuthority  # signs the MTLS listener's certificate and the clients'
+    server: Identity  # the broker's certificate on its TLS listeners but RELOAD
     alice: Identity
     bob: Identity
     carol: Identity  # CN=carol alone: the rule (which needs a comma after the CN) does not map it
     ca_a: CertificateAuthority  # signs the RELOAD listener's first certificate
     ca_b: CertificateAuthority  # signs the one that replaces it
+
+
+@dataclass(frozen=True)
+class MtlsBroker:
+    broker: BrokerProcess
+    certs: Certificates
     keystore: Path  # the RELOAD listener's key file
 
     def port(self, listener: str) -> int:
@@ -64,7 +66,7 @@ class MtlsBroker:
         return {
             "bootstrap.servers": f"127.0.0.1:{self.port('MTLS')}",
             "security.protocol": "SSL",
-            "ssl.ca.location": str(self.clients_ca.cert_path),
+            "ssl.ca.location": str(self.certs.clients_ca.cert_path),
             "ssl.certificate.location": str(client.cert_path),
             "ssl.key.location": str(client.key_path),
         }
@@ -75,10 +77,9 @@ class MtlsBroker:
 
 
 @pytest.fixture(scope="module")
-def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MtlsBroker]:
-    certs = tmp_path_factory.mktemp("certs")
-    clients_ca = CertificateAuthority(certs / "clients", "clients CA")
-    server = clients_ca.issue("mtls-server", server=True)
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    root = tmp_path_factory.mktemp("certs")
+    clients_ca = CertificateAuthority(root / "clients", "clients CA")
     alice, bob, carol = (
         clients_ca.issue(name, server=False, subject=x509.Name.from_rfc4514_string(dn))
         for name, dn in (
@@ -87,18 +88,28 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MtlsBroker]:
             ("carol", "CN=carol"),
         )
     )
-    ca_a = CertificateAuthority(certs / "a", "CA A")
-    ca_b = CertificateAuthority(certs / "b", "CA B")
-    keystore = certs / "reload" / "keystore.pem"
-    keystore.parent.mkdir()
-    keystore.write_text(ca_a.issue("reload-a", server=True, password=KEY_PASSWORD).keystore_path.read_text())
+    return Certificates(
+        clients_ca,
+        clients_ca.issue("mtls-server", server=True),
+        alice,
+        bob,
+        carol,
+        CertificateAuthority(root / "a", "CA A"),
+        CertificateAuthority(root / "b", "CA B"),
+    )
+
+
+@pytest.fixture(scope="module")
+def mtls(certs: Certificates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MtlsBroker]:
+    keystore = tmp_path_factory.mktemp("reload") / "keystore.pem"
+    keystore.write_text(certs.ca_a.issue("reload-a", server=True, password=KEY_PASSWORD).keystore_path.read_text())
     overrides = {
         "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0,SASLSSL://127.0.0.1:0,RELOAD://127.0.0.1:0,"
         "CONTROLLER://127.0.0.1:0",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,MTLS:SSL,SASLSSL:SASL_SSL,"
         "RELOAD:SSL",
-        "ssl.keystore.location": str(server.keystore_path),
-        "ssl.truststore.location": str(clients_ca.cert_path),
+        "ssl.keystore.location": str(certs.server.keystore_path),
+        "ssl.truststore.location": str(certs.clients_ca.cert_path),
         "ssl.client.auth": "required",
         "ssl.principal.mapping.rules": RULES,
         "sasl.enabled.mechanisms": "PLAIN",
@@ -116,7 +127,7 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MtlsBroker]:
     }
     broker = start_broker(tmp_path_factory.mktemp("mtls-broker"), overrides)
     try:
-        yield MtlsBroker(broker, clients_ca, alice, bob, carol, ca_a, ca_b, keystore)
+        yield MtlsBroker(broker, certs, keystore)
     finally:
         code = broker.stop()
     assert code == 0, broker.log_text()
@@ -124,13 +135,13 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MtlsBroker]:
     assert "PRIVATE KEY" not in broker.log_text()
 
 
-def _produce_error(config: dict[str, Any], topic: str) -> KafkaError | None:
-    """Produces one record; the delivery error (None when it was written)."""
-    errors: list[KafkaError | None] = []
-    producer = Producer({**config, "message.timeout.ms": 15000})
-    producer.produce(topic, b"value", on_delivery=lambda err, _msg: errors.append(err))
-    assert producer.flush(30) == 0
-    return errors[0]
+def _topic_alice_may_write(mtls: MtlsBroker, prefix: str) -> str:
+    """A new topic with an ACL letting User:alice write to it (and nobody else but the super user)."""
+    topic = topic_name(prefix)
+    admin = mtls.admin()
+    new_topic(admin, topic)
+    grant(admin, allow(ResourceType.TOPIC, topic, AclOperation.WRITE))
+    return topic
 
 
 def _context(cafile: Path, client: Identity | None = None) -> ssl.SSLContext:
@@ -140,13 +151,20 @@ def _context(cafile: Path, client: Identity | None = None) -> ssl.SSLContext:
     return context
 
 
-def _api_versions_answer(port: int, context: ssl.SSLContext) -> bytes:
-    """Opens a TLS connection, sends ApiVersions, and returns what comes back before the broker closes (b"" when it
-    closes at once)."""
+@contextlib.contextmanager
+def _tls_socket(port: int, context: ssl.SSLContext) -> Iterator[ssl.SSLSocket]:
+    """A TLS connection to the broker's ``port`` (handshake done: the served certificate verified by ``context``)."""
     with (
         socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
         context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
     ):
+        yield tls
+
+
+def _api_versions_answer(port: int, context: ssl.SSLContext) -> bytes:
+    """Opens a TLS connection, sends ApiVersions, and returns what comes back before the broker closes (b"" when it
+    closes at once)."""
+    with _tls_socket(port, context) as tls:
         tls.sendall(API_VERSIONS)
         try:
             return tls.recv(4)
@@ -155,10 +173,7 @@ def _api_versions_answer(port: int, context: ssl.SSLContext) -> bytes:
 
 
 def _served_certificate(port: int, context: ssl.SSLContext) -> bytes:
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
-        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-    ):
+    with _tls_socket(port, context) as tls:
         served = tls.getpeercert(binary_form=True)
     assert served is not None
     return served
@@ -174,23 +189,10 @@ def _replace(path: Path, text: str) -> None:
 def test_acls_apply_to_the_principal_mapped_from_the_certificate(mtls: MtlsBroker) -> None:
     """alice's certificate (CN=alice,OU=eng,...) is User:alice, whom an ACL lets write; bob's is User:bob, who has
     no ACL and is refused (were he User:ANONYMOUS, a super user here, he would be let through)."""
-    topic = f"mtls-{uuid.uuid4().hex[:8]}"
-    admin = mtls.admin()
-    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
-    binding = AclBinding(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        "User:alice",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
-    for future in admin.create_acls([binding]).values():
-        future.result(30)
+    topic = _topic_alice_may_write(mtls, "mtls")
 
-    assert _produce_error(mtls.client_config(mtls.alice), topic) is None
-    denied = _produce_error(mtls.client_config(mtls.bob), topic)
+    assert produce_error(mtls.client_config(mtls.certs.alice), topic) is None
+    denied = produce_error(mtls.client_config(mtls.certs.bob), topic)
     assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     eventually(lambda: "User:bob" in mtls.broker.log_text(), timeout=10, what="the denial of User:bob to be logged")
 
@@ -198,43 +200,28 @@ def test_acls_apply_to_the_principal_mapped_from_the_certificate(mtls: MtlsBroke
 def test_sasl_ssl_keeps_the_sasl_principal(mtls: MtlsBroker) -> None:
     """On SASL_SSL the principal is the SASL user's even when a client certificate was given (Kafka's rule): bob
     logging in with alice's certificate is bob, and refused where alice may write."""
-    topic = f"mtls-sasl-{uuid.uuid4().hex[:8]}"
-    admin = mtls.admin()
-    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
-    binding = AclBinding(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        "User:alice",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
-    for future in admin.create_acls([binding]).values():
-        future.result(30)
+    topic = _topic_alice_may_write(mtls, "mtls-sasl")
     config = {
-        **mtls.client_config(mtls.alice),
+        **mtls.client_config(mtls.certs.alice),
         "bootstrap.servers": f"127.0.0.1:{mtls.port('SASLSSL')}",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
         "sasl.username": "bob",
         "sasl.password": SASL_PASSWORD,
     }
-    denied = _produce_error(config, topic)
+    denied = produce_error(config, topic)
     assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert _produce_error(mtls.client_config(mtls.alice), topic) is None
+    assert produce_error(mtls.client_config(mtls.certs.alice), topic) is None
 
 
 @pytest.mark.parametrize("key", ["ssl.principal.mapping.rules", "listener.name.mtls.ssl.principal.mapping.rules"])
-def test_bad_mapping_rules_stop_the_node_naming_the_key(key: str, tmp_path: Path) -> None:
-    ca = CertificateAuthority(tmp_path)
-    server = ca.issue("server", server=True)
+def test_bad_mapping_rules_stop_the_node_naming_the_key(key: str, certs: Certificates) -> None:
     with pytest.raises(ConfigError) as error:
         ServerConfig.from_properties(
             {
                 "listeners": "MTLS://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,MTLS:SSL",
-                "ssl.keystore.location": str(server.keystore_path),
+                "ssl.keystore.location": str(certs.server.keystore_path),
                 key: "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L/U",
             }
         )
@@ -244,28 +231,26 @@ def test_bad_mapping_rules_stop_the_node_naming_the_key(key: str, tmp_path: Path
 
 def test_a_certificate_no_rule_maps_is_refused(mtls: MtlsBroker) -> None:
     """Kafka refuses a connection whose DN no rule maps; alice's, on the same listener, is answered."""
-    assert _api_versions_answer(mtls.port("MTLS"), _context(mtls.clients_ca.cert_path, mtls.carol)) == b""
+    certs = mtls.certs
+    assert _api_versions_answer(mtls.port("MTLS"), _context(certs.clients_ca.cert_path, certs.carol)) == b""
     line = eventually(
         lambda: next((ln for ln in mtls.broker.log_text().splitlines() if "names no principal" in ln), None),
         timeout=10,
         what="the broker to log the unmapped certificate",
     )
     assert "CN=carol" in line and "on listener MTLS" in line
-    assert len(_api_versions_answer(mtls.port("MTLS"), _context(mtls.clients_ca.cert_path, mtls.alice))) == 4
+    assert len(_api_versions_answer(mtls.port("MTLS"), _context(certs.clients_ca.cert_path, certs.alice))) == 4
 
 
 def test_certificates_are_reloaded_without_a_restart(mtls: MtlsBroker) -> None:
     port = mtls.port("RELOAD")
-    trusts_a, trusts_b = _context(mtls.ca_a.cert_path), _context(mtls.ca_b.cert_path)
+    trusts_a, trusts_b = _context(mtls.certs.ca_a.cert_path), _context(mtls.certs.ca_b.cert_path)
     first = _served_certificate(port, trusts_a)
     with pytest.raises(ssl.SSLCertVerificationError):
         _served_certificate(port, trusts_b)
     # A connection opened before the change goes on with the old certificate.
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
-        trusts_a.wrap_socket(raw, server_hostname="127.0.0.1") as before,
-    ):
-        renewed = mtls.ca_b.issue("reload-b", server=True, password=KEY_PASSWORD)
+    with _tls_socket(port, trusts_a) as before:
+        renewed = mtls.certs.ca_b.issue("reload-b", server=True, password=KEY_PASSWORD)
         _replace(mtls.keystore, renewed.keystore_path.read_text())
 
         served = eventually(
@@ -284,7 +269,7 @@ def test_certificates_are_reloaded_without_a_restart(mtls: MtlsBroker) -> None:
             {
                 "bootstrap.servers": f"127.0.0.1:{port}",
                 "security.protocol": "SSL",
-                "ssl.ca.location": str(mtls.ca_b.cert_path),
+                "ssl.ca.location": str(mtls.certs.ca_b.cert_path),
             }
         )
         .list_topics(timeout=20)

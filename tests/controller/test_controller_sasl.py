@@ -2,8 +2,9 @@
 ``sasl.mechanism.controller.protocol=PLAIN``): two voters elect a leader over it, a broker's controller client
 follows the metadata log and registers over it, each logging in as its own JAAS user; a connection that does not
 authenticate is closed at its first request, a wrong password is refused and logged without the password, and a
-client re-authenticates before the session lifetime (``connections.max.reauth.ms``) ends. The voters and the
-broker's client run in this process."""
+client re-authenticates before the session lifetime (``connections.max.reauth.ms``) ends; a re-authentication that
+fails closes the connection with a warning naming the node and mechanism. The voters and the broker's client run in
+this process."""
 
 from __future__ import annotations
 
@@ -13,14 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.config.server import ServerConfig
 from controller.metadata_records import Endpoint
-from controller.quorum import QuorumController
 from controller.remote.client import RemoteControllerClient
 from controller.rpc import messages as m
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
-from tests.ports import free_ports
-from tests.quorum_fixtures import active_voter
+from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
 from wire import codec
 from wire.client import SaslAuthenticationFailed
@@ -32,13 +30,22 @@ WRONG = "wrong-password-never-logged"
 REAUTH_MS = 60_000
 
 
-def _sasl(protocol: str, user: str, ca: CertificateAuthority | None, name: str) -> dict[str, str]:
+def _sasl(
+    protocol: str,
+    user: str,
+    ca: CertificateAuthority | None = None,
+    name: str = "",
+    users: tuple[str, ...] = ("controller", "broker"),
+) -> dict[str, str]:
+    """A node's CONTROLLER listener settings: SASL PLAIN logging in as ``user``, serving ``users`` (all with the
+    password SECRET), with ``ca``'s certificate for ``name`` on SASL_SSL."""
+    served = " ".join(f'user_{served}="{SECRET}"' for served in users)
     props = {
         "listener.security.protocol.map": f"CONTROLLER:{protocol},PLAINTEXT:PLAINTEXT",
         "sasl.mechanism.controller.protocol": "PLAIN",
         "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.controller.plain.sasl.jaas.config": (
-            f'{PLAIN} required username="{user}" password="{SECRET}" user_controller="{SECRET}" user_broker="{SECRET}";'
+            f'{PLAIN} required username="{user}" password="{SECRET}" {served};'
         ),
         "connections.max.reauth.ms": str(REAUTH_MS),
     }
@@ -61,126 +68,130 @@ async def test_voters_and_a_broker_authenticate_on_the_controller_listener(
     protocol: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     ca = CertificateAuthority(tmp_path / "certs") if protocol == "SASL_SSL" else None
-    ports = free_ports(2)
-    voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(ports))
-    configs = [
-        ServerConfig.from_properties(
-            {
-                "process.roles": "controller",
-                "node.id": str(i),
-                "controller.quorum.voters": voters,
-                "listeners": f"CONTROLLER://127.0.0.1:{port}",
-                "controller.listener.names": "CONTROLLER",
-                "log.dirs": str(tmp_path / f"c{i}"),
-                "controller.quorum.election.timeout.ms": "200",
-                "controller.quorum.fetch.timeout.ms": "400",
-                "controller.quorum.request.timeout.ms": "500",
-                **_sasl(protocol, "controller", ca, f"controller-{i}"),
-            }
-        )
-        for i, port in enumerate(ports)
-    ]
-    started = list(await asyncio.gather(*(QuorumController.start(config) for config in configs)))
+    configs = quorum_configs(tmp_path, 2, extra=lambda i: _sasl(protocol, "controller", ca, f"controller-{i}"))
     client: RemoteControllerClient | None = None
-    try:
-        active = await active_voter(started)
-        broker = ServerConfig.from_properties(
-            {
-                "process.roles": "broker",
-                "node.id": "5",
-                "controller.quorum.voters": voters,
-                "listeners": "PLAINTEXT://127.0.0.1:0",
-                "controller.listener.names": "CONTROLLER",
-                "log.dirs": str(tmp_path / "broker"),
-                "s3.data.buckets": f"0@file://{tmp_path / 'objects'}",
-                **_sasl(protocol, "broker", ca, "broker-5"),
-            }
-        )
-        client = await RemoteControllerClient.start(broker, catch_up_timeout_s=20)
-        assert client.image.cluster_id == active.cluster_id
-        epoch = await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None)
-        assert epoch > 0
+    async with running_voters(configs) as started:
+        try:
+            active = await active_voter(started)
+            broker = broker_config(tmp_path, configs, _sasl(protocol, "broker", ca, "broker-5"))
+            client = await RemoteControllerClient.start(broker, catch_up_timeout_s=20)
+            assert client.image.cluster_id == active.cluster_id
+            epoch = await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None)
+            assert epoch > 0
 
-        port = ports[0]
-        tls = broker.controller_client_tls()
+            port = configs[0].voters[0].port
+            tls = broker.controller_client_tls()
+            describe = codec.build(codec.request_class(m.DESCRIBE_QUORUM, 0))
+
+            # Without SASL, ApiVersions is answered (clients ask it first) but nothing else: the connection closes.
+            anonymous = ControllerConnection("127.0.0.1", port, ssl_context=tls)
+            await anonymous.connect()
+            try:
+                versions = await anonymous.request(codec.build(codec.request_class(m.API_VERSIONS, 0)), timeout=5)
+                assert {k.api_key for k in versions.api_keys} >= {m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE}
+                with pytest.raises(ConnectionClosedError):
+                    await anonymous.request(describe, timeout=5)
+            finally:
+                await anonymous.close()
+
+            # A wrong password is refused, and the voter's log names the user but never a password.
+            caplog.set_level(logging.WARNING)
+            wrong = ControllerConnection(
+                "127.0.0.1", port, ssl_context=tls, sasl=SaslCredentials("PLAIN", "broker", WRONG)
+            )
+            try:
+                with pytest.raises(SaslAuthenticationFailed, match="user broker"):
+                    await wrong.connect()
+            finally:
+                await wrong.close()
+            assert any(
+                "SASL authentication failed" in r.getMessage() and "'broker'" in r.getMessage() for r in caplog.records
+            )
+            assert WRONG not in caplog.text and SECRET not in caplog.text
+
+            # The server set a session lifetime: past 85-95% of it the next request re-authenticates first, and a
+            # connection idle past its end is closed rather than used.
+            clock = _Clock()
+            login = broker.controller_client_sasl()
+            assert login is not None
+            renewing = ControllerConnection("127.0.0.1", port, ssl_context=tls, sasl=login, clock=clock)
+            await renewing.connect()
+            try:
+                await renewing.request(describe, timeout=5)
+                assert renewing.authentications == 1
+                clock.now += REAUTH_MS / 1000 * 0.96
+                await renewing.request(describe, timeout=5)
+                assert renewing.authentications == 2
+                clock.now += REAUTH_MS / 1000 * 1.01
+                with pytest.raises(ConnectionClosedError, match="SASL session ended"):
+                    await renewing.request(describe, timeout=5)
+            finally:
+                await renewing.close()
+        finally:
+            if client is not None:
+                await client.close()
+
+
+@pytest.mark.parametrize("failure", ["refused", "unanswered"])
+async def test_a_failed_reauthentication_closes_the_connection(
+    failure: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A re-authentication the voter refuses (the node's password is no longer its user's) or does not answer
+    within the request's timeout closes the connection, with one warning naming the node and the mechanism (never
+    the password): the exchange is half done, so the connection is not used again, and ``connected`` turning false
+    is what makes the Raft transport and the controller channel open a new one. A new connection with the right
+    login is served."""
+    configs = quorum_configs(tmp_path, 1, extra=lambda _: _sasl("SASL_PLAINTEXT", "controller"))
+    async with running_voters(configs) as started:
+        await active_voter(started)
+        port = configs[0].voters[0].port
         describe = codec.build(codec.request_class(m.DESCRIBE_QUORUM, 0))
-
-        # Without SASL, ApiVersions is answered (clients ask it first) but nothing else: the connection closes.
-        anonymous = ControllerConnection("127.0.0.1", port, ssl_context=tls)
-        await anonymous.connect()
+        login = SaslCredentials("PLAIN", "broker", SECRET)
+        clock = _Clock()
+        connection = ControllerConnection("127.0.0.1", port, sasl=login, clock=clock, node_id=0)
+        await connection.connect()
+        caplog.set_level(logging.WARNING, logger="controller.rpc.connection")
         try:
-            versions = await anonymous.request(codec.build(codec.request_class(m.API_VERSIONS, 0)), timeout=5)
-            assert {k.api_key for k in versions.api_keys} >= {m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE}
-            with pytest.raises(ConnectionClosedError):
-                await anonymous.request(describe, timeout=5)
+            await connection.request(describe, timeout=5)
+            clock.now += REAUTH_MS / 1000 * 0.96  # the next request re-authenticates first
+            timeout = 5.0
+            if failure == "refused":
+                connection.sasl = SaslCredentials("PLAIN", "broker", WRONG)
+            else:
+                # Expires before the voter (in this event loop) can read the SaslHandshake, let alone answer it.
+                timeout = 1e-6
+            with pytest.raises(ConnectionClosedError, match=r"node 0 at .*\(PLAIN, user broker\)"):
+                await connection.request(describe, timeout=timeout)
+            assert not connection.connected
+            async with asyncio.timeout(5):  # not a hang: a closed connection refuses at once
+                with pytest.raises(ConnectionClosedError):
+                    await connection.request(describe, timeout=5)
         finally:
-            await anonymous.close()
-
-        # A wrong password is refused, and the voter's log names the user but never a password.
-        caplog.set_level(logging.WARNING)
-        wrong = ControllerConnection("127.0.0.1", port, ssl_context=tls, sasl=SaslCredentials("PLAIN", "broker", WRONG))
-        try:
-            with pytest.raises(SaslAuthenticationFailed, match="user broker"):
-                await wrong.connect()
-        finally:
-            await wrong.close()
-        assert any(
-            "SASL authentication failed" in r.getMessage() and "'broker'" in r.getMessage() for r in caplog.records
-        )
+            await connection.close()
+        [warning] = [r.getMessage() for r in caplog.records if r.name == "controller.rpc.connection"]
+        assert "SASL re-authentication failed" in warning and "node 0 at" in warning and "PLAIN" in warning
         assert WRONG not in caplog.text and SECRET not in caplog.text
 
-        # The server set a session lifetime: past 85-95% of it the next request re-authenticates first, and a
-        # connection idle past its end is closed rather than used.
-        clock = _Clock()
-        login = broker.controller_client_sasl()
-        assert login is not None
-        renewing = ControllerConnection("127.0.0.1", port, ssl_context=tls, sasl=login, clock=clock)
-        await renewing.connect()
+        fresh = ControllerConnection("127.0.0.1", port, sasl=login, node_id=0)
+        await fresh.connect()
         try:
-            await renewing.request(describe, timeout=5)
-            assert renewing.authentications == 1
-            clock.now += REAUTH_MS / 1000 * 0.96
-            await renewing.request(describe, timeout=5)
-            assert renewing.authentications == 2
-            clock.now += REAUTH_MS / 1000 * 1.01
-            with pytest.raises(ConnectionClosedError, match="SASL session ended"):
-                await renewing.request(describe, timeout=5)
+            await fresh.request(describe, timeout=5)
         finally:
-            await renewing.close()
-    finally:
-        if client is not None:
-            await client.close()
-        for quorum in started:
-            await quorum.stop(resign=False)
+            await fresh.close()
 
 
 async def test_with_an_authorizer_only_super_users_are_served(tmp_path: Path) -> None:
     """With ACLs on, authenticating is not enough: a SASL CONTROLLER listener serves only super users (the nodes'
     own controller users), so a client user who can log in there (alice) reaches none of the quorum's requests."""
-    [port] = free_ports(1)
-    jaas = (
-        f'{PLAIN} required username="controller" password="{SECRET}" user_controller="{SECRET}" '
-        f'user_alice="{SECRET}";'
-    )
-    config = ServerConfig.from_properties(
-        {
-            "process.roles": "controller",
-            "node.id": "0",
-            "controller.quorum.voters": f"0@127.0.0.1:{port}",
-            "listeners": f"CONTROLLER://127.0.0.1:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "log.dirs": str(tmp_path / "c0"),
-            "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT",
-            "sasl.mechanism.controller.protocol": "PLAIN",
-            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.controller.plain.sasl.jaas.config": jaas,
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:controller",
-        }
-    )
-    voter = await QuorumController.start(config)
-    try:
-        await active_voter([voter])
+    secured = {
+        **_sasl("SASL_PLAINTEXT", "controller", users=("controller", "alice")),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:controller",
+    }
+    configs = quorum_configs(tmp_path, 1, extra=lambda _: secured)
+    async with running_voters(configs) as started:
+        await active_voter(started)
+        port = configs[0].voters[0].port
         describe = codec.build(codec.request_class(m.DESCRIBE_QUORUM, 0))
         for user, served in (("controller", True), ("alice", False)):
             connection = ControllerConnection("127.0.0.1", port, sasl=SaslCredentials("PLAIN", user, SECRET))
@@ -193,5 +204,3 @@ async def test_with_an_authorizer_only_super_users_are_served(tmp_path: Path) ->
                         await connection.request(describe, timeout=5)
             finally:
                 await connection.close()
-    finally:
-        await voter.stop(resign=False)

@@ -5,18 +5,15 @@ client run in this process."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from controller.config.server import ServerConfig
 from controller.metadata_records import Endpoint
-from controller.quorum import QuorumController
 from controller.remote.client import RemoteControllerClient
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
-from tests.ports import free_ports
-from tests.quorum_fixtures import active_voter
+from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
 from wire import codec
 
@@ -33,59 +30,29 @@ def _tls(ca: CertificateAuthority, name: str) -> dict[str, str]:
 
 async def test_voters_and_a_broker_speak_tls_on_the_controller_listener(tmp_path: Path) -> None:
     ca = CertificateAuthority(tmp_path / "certs")
-    ports = free_ports(2)
-    voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(ports))
-    configs = [
-        ServerConfig.from_properties(
-            {
-                "process.roles": "controller",
-                "node.id": str(i),
-                "controller.quorum.voters": voters,
-                "listeners": f"CONTROLLER://127.0.0.1:{port}",
-                "controller.listener.names": "CONTROLLER",
-                "log.dirs": str(tmp_path / f"c{i}"),
-                "controller.quorum.election.timeout.ms": "200",
-                "controller.quorum.fetch.timeout.ms": "400",
-                "controller.quorum.request.timeout.ms": "500",
-                **_tls(ca, f"controller-{i}"),
-            }
-        )
-        for i, port in enumerate(ports)
-    ]
-    started = list(await asyncio.gather(*(QuorumController.start(config) for config in configs)))
+    configs = quorum_configs(tmp_path, 2, extra=lambda i: _tls(ca, f"controller-{i}"))
     client: RemoteControllerClient | None = None
-    try:
-        active = await active_voter(started)
-        broker = ServerConfig.from_properties(
-            {
-                "process.roles": "broker",
-                "node.id": "5",
-                "controller.quorum.voters": voters,
-                "listeners": "PLAINTEXT://127.0.0.1:0",
-                "controller.listener.names": "CONTROLLER",
-                "log.dirs": str(tmp_path / "broker"),
-                "s3.data.buckets": f"0@file://{tmp_path / 'objects'}",
-                **_tls(ca, "broker-5"),
-            }
-        )
-        client = await RemoteControllerClient.start(broker, catch_up_timeout_s=20)
-        assert client.image.cluster_id == active.cluster_id
-        epoch = await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None)
-        assert epoch > 0
-
-        # A connection without TLS gets no answer: the listener closes it at its first bytes.
-        plain = ControllerConnection("127.0.0.1", ports[0])
-        await plain.connect()
+    async with running_voters(configs) as started:
         try:
-            with pytest.raises((ConnectionClosedError, TimeoutError)):
-                await plain.request(codec.build(codec.request_class(18, 0)), timeout=5)
+            active = await active_voter(started)
+            client = await RemoteControllerClient.start(
+                broker_config(tmp_path, configs, _tls(ca, "broker-5")), catch_up_timeout_s=20
+            )
+            assert client.image.cluster_id == active.cluster_id
+            epoch = await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None)
+            assert epoch > 0
+
+            # A connection without TLS gets no answer: the listener closes it at its first bytes.
+            plain = ControllerConnection("127.0.0.1", configs[0].voters[0].port)
+            await plain.connect()
+            try:
+                with pytest.raises((ConnectionClosedError, TimeoutError)):
+                    await plain.request(codec.build(codec.request_class(18, 0)), timeout=5)
+            finally:
+                await plain.close()
         finally:
-            await plain.close()
-    finally:
-        if client is not None:
-            await client.close()
-        for quorum in started:
-            await quorum.stop(resign=False)
+            if client is not None:
+                await client.close()
 
 
 @pytest.mark.parametrize(("algorithm", "checked"), [(None, True), ("https", True), ("", False)])
