@@ -4,6 +4,13 @@ Offline sources are read without changing them: a Raft directory is recovered fr
 cuts torn tails and removes temporary files, which an inspection tool must not do to a node's data). Entries of a
 Raft log that were written but maybe never committed are included: offline, nothing says where the quorum's
 commit point was, and Kafka's shell reads a log directory the same way.
+
+A secured cluster is reached with the TLS context and SASL credentials of the operator's client properties
+(``fjord metadata shell --command-config``). Through ``--bootstrap`` they were written for the brokers' listener,
+while the controllers the brokers name may listen on SSL alone (mutual TLS between the nodes, SCRAM for clients is
+the usual split, and the client cannot learn the CONTROLLER listener's protocol): a voter that answers the
+SaslHandshake ILLEGAL_SASL_STATE is asked again over the same TLS without SASL. Named directly (``--controllers``),
+the file is taken to describe the CONTROLLER listener and such an answer is the error it is.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ from controller.rpc import messages as m
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
 from storage.metadata.api import NodeIdentity
 from wire import codec
+from wire.client import SaslNotEnabled
+from wire.sasl.client import SaslCredentials
+from wire.tls import ClientTls
 
 __all__ = [
     "LoadedMetadata",
@@ -48,17 +58,29 @@ class LoadedMetadata:
     loads: dict[int, BrokerLoad] | None = None  # the active controller's load reports (a running quorum only)
 
 
-async def from_controllers(addresses: list[tuple[str, int]], timeout: float = 5.0) -> LoadedMetadata:
+_CLIENT_ID = "fjord-metadata-shell"
+
+
+async def from_controllers(
+    addresses: list[tuple[str, int]],
+    timeout: float = 5.0,
+    *,
+    tls: ClientTls | None = None,
+    sasl: SaslCredentials | None = None,
+    sasl_optional: bool = False,
+) -> LoadedMetadata:
     """The applied state of the first voter in ``addresses`` that answers DescribeMetadata. Any voter will do:
-    each serves the committed records it has applied, so a follower is at most a heartbeat behind."""
+    each serves the committed records it has applied, so a follower is at most a heartbeat behind. ``tls``/``sasl``:
+    how the CONTROLLER listener is reached; ``sasl_optional``: a listener that does not speak SASL is asked without
+    (see the module docstring)."""
     problems = []
     for host, port in addresses:
-        connection = ControllerConnection(host, port, client_id="fjord-metadata-shell")
+        connection = ControllerConnection(host, port, client_id=_CLIENT_ID, ssl_context=tls, sasl=sasl)
         try:
-            await connection.connect(timeout=timeout)
+            connection = await _connect(connection, timeout, sasl_optional)
             response = await connection.stream_request(m.DescribeMetadata(NodeIdentity(-1, -1)), timeout=timeout)
         except (OSError, TimeoutError, ConnectionClosedError) as exc:
-            problems.append(f"{host}:{port}: {type(exc).__name__} {exc}".rstrip())
+            problems.append(_problem(host, port, exc, tls))
             continue
         finally:
             await connection.close()
@@ -70,18 +92,58 @@ async def from_controllers(addresses: list[tuple[str, int]], timeout: float = 5.
         leader = f"leader {dump.leader_id}" if dump.leader_id >= 0 else "no leader known"
         return LoadedMetadata(
             records, f"controller {dump.node_id} at {host}:{port} (epoch {dump.epoch}, {leader}, offset {dump.offset})",
-            await _broker_loads(addresses, timeout),
+            await _broker_loads(addresses, timeout, tls, sasl, sasl_optional),
         )
     raise MetadataSourceError("no controller answered DescribeMetadata: " + "; ".join(problems))
 
 
-async def _broker_loads(addresses: list[tuple[str, int]], timeout: float) -> dict[int, BrokerLoad] | None:
+def _problem(host: str, port: int, exc: BaseException, tls: ClientTls | None) -> str:
+    """Why ``host:port`` gave no answer, for the one-line error. A listener that requires a client certificate
+    ends a TLS 1.3 connection without one only after the handshake, so the client sees no more than a closed
+    connection: the likely cause is named with it."""
+    text = f"{host}:{port}: {type(exc).__name__} {exc}".rstrip()
+    if tls is not None and isinstance(exc, ConnectionClosedError):
+        text += " (closed unanswered over TLS, as a listener with ssl.client.auth=required does without a client "
+        text += "certificate: ssl.keystore.location)"
+    return text
+
+
+async def _connect(connection: ControllerConnection, timeout: float, sasl_optional: bool) -> ControllerConnection:
+    """``connection`` connected (and authenticated); with ``sasl_optional``, a listener that does not speak SASL is
+    connected to again over the same TLS without it. The caller closes ``connection`` (connected or not) and what is
+    returned."""
+    try:
+        await connection.connect(timeout=timeout)
+    except SaslNotEnabled:
+        if not sasl_optional:
+            raise
+    else:
+        return connection
+    await connection.close()
+    plain = ControllerConnection(
+        connection.host, connection.port, client_id=connection.client_id, ssl_context=connection.ssl_context
+    )
+    try:
+        await plain.connect(timeout=timeout)
+    except BaseException:
+        await plain.close()
+        raise
+    return plain
+
+
+async def _broker_loads(
+    addresses: list[tuple[str, int]],
+    timeout: float,
+    tls: ClientTls | None,
+    sasl: SaslCredentials | None,
+    sasl_optional: bool,
+) -> dict[int, BrokerLoad] | None:
     """The load reports the active controller keeps (DescribeBrokerLoad; the others answer NOT_CONTROLLER), or None
     when no voter answers with them: the shell then shows the metadata without load."""
     for host, port in addresses:
-        connection = ControllerConnection(host, port, client_id="fjord-metadata-shell")
+        connection = ControllerConnection(host, port, client_id=_CLIENT_ID, ssl_context=tls, sasl=sasl)
         try:
-            await connection.connect(timeout=timeout)
+            connection = await _connect(connection, timeout, sasl_optional)
             response = await connection.stream_request(m.DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=timeout)
         except (OSError, TimeoutError, ConnectionClosedError):
             continue
@@ -96,17 +158,30 @@ async def _broker_loads(addresses: list[tuple[str, int]], timeout: float) -> dic
     return None
 
 
-async def from_brokers(addresses: list[tuple[str, int]], timeout: float = 5.0) -> LoadedMetadata:
-    """Via a broker: the controllers it names (:func:`quorum_voters`) are asked as :func:`from_controllers` does."""
-    voters = await quorum_voters(addresses, timeout)
-    return await from_controllers(list(voters.values()), timeout)
+async def from_brokers(
+    addresses: list[tuple[str, int]],
+    timeout: float = 5.0,
+    *,
+    tls: ClientTls | None = None,
+    sasl: SaslCredentials | None = None,
+) -> LoadedMetadata:
+    """Via a broker: the controllers it names (:func:`quorum_voters`) are asked as :func:`from_controllers` does,
+    with the brokers' ``tls`` and, where their listener speaks SASL, ``sasl``."""
+    voters = await quorum_voters(addresses, timeout, tls=tls, sasl=sasl)
+    return await from_controllers(list(voters.values()), timeout, tls=tls, sasl=sasl, sasl_optional=True)
 
 
-async def quorum_voters(addresses: list[tuple[str, int]], timeout: float = 5.0,
-                        client_id: str = "fjord-metadata-shell") -> dict[int, tuple[str, int]]:
+async def quorum_voters(
+    addresses: list[tuple[str, int]],
+    timeout: float = 5.0,
+    client_id: str = _CLIENT_ID,
+    *,
+    tls: ClientTls | None = None,
+    sasl: SaslCredentials | None = None,
+) -> dict[int, tuple[str, int]]:
     """The controller voters (id → listener address) that the first broker in ``addresses`` to answer names in its
     DescribeQuorum answer (v2, forwarded to the Raft leader): how a client that knows only the bootstrap servers
-    reaches the quorum."""
+    reaches the quorum. ``tls``/``sasl``: how the brokers' listener is reached."""
     problems = []
     for host, port in addresses:
         cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
@@ -115,12 +190,12 @@ async def quorum_voters(addresses: list[tuple[str, int]], timeout: float = 5.0,
             partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
                                            partition_index=m.METADATA_PARTITION),),
         )
-        connection = ControllerConnection(host, port, client_id=client_id)
+        connection = ControllerConnection(host, port, client_id=client_id, ssl_context=tls, sasl=sasl)
         try:
             await connection.connect(timeout=timeout)
             response = await connection.request(codec.build(cls, topics=(topic,)), timeout=timeout)
         except (OSError, TimeoutError, ConnectionClosedError) as exc:
-            problems.append(f"{host}:{port}: {type(exc).__name__} {exc}".rstrip())
+            problems.append(_problem(host, port, exc, tls))
             continue
         finally:
             await connection.close()

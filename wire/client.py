@@ -27,6 +27,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from wire import codec
 from wire.api_versions import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from wire.sasl import SaslAuthenticationError
@@ -49,6 +51,12 @@ class SaslAuthenticationFailed(ConnectionError):
     endpoint, mechanism and user, never a password or token."""
 
 
+class SaslNotEnabled(SaslAuthenticationFailed):
+    """The listener does not speak SASL: its SaslHandshake answer is ILLEGAL_SASL_STATE, as Kafka answers on a
+    PLAINTEXT or SSL listener. Apart from the other refusals so that a caller who only guessed the listener's
+    protocol (the metadata shell reaching the controllers the brokers name) can go on without SASL."""
+
+
 async def sasl_exchange(send: Callable[[Any], Awaitable[Any]], credentials: SaslCredentials, where: str) -> int:
     """Authenticates a connection as a Kafka client does: SaslHandshake v1 names the mechanism, SaslAuthenticate v2
     carries its tokens until the exchange is complete. ``send`` sends one request and returns its response (this
@@ -58,6 +66,8 @@ async def sasl_exchange(send: Callable[[Any], Awaitable[Any]], credentials: Sasl
     shake = await send(
         codec.build(codec.request_class(SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION), mechanism=credentials.mechanism)
     )
+    if int(shake.error_code) == ErrorCode.illegal_sasl_state.value:
+        raise SaslNotEnabled(f"{where}: the listener does not speak SASL (SaslHandshake answered ILLEGAL_SASL_STATE)")
     if shake.error_code:
         raise SaslAuthenticationFailed(
             f"{where}: SaslHandshake answered error {int(shake.error_code)} "

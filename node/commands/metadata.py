@@ -4,6 +4,10 @@ The state comes from a running quorum (``--controllers``, or ``--bootstrap`` bro
 file (``--snapshot``) or a node's metadata directory (``--metadata-dir``). Commands run from ``-c`` (repeatable) or
 trailing words, as Kafka's ``kafka-metadata-shell`` takes them; otherwise the shell is interactive. A bad command
 prints one line on stderr (exit status 1 in the non-interactive form), never a traceback.
+
+A secured cluster is reached with ``--command-config FILE``, the client properties Kafka's tools take there
+(``kafka-metadata-quorum.sh`` among them), read by ``node.client_config`` as for ``fjord cluster drain``. A bad file,
+a refused login or a failed TLS handshake is one line naming the file or the host:port, never a secret.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from controller.shell_sources import (
     from_directory,
     from_snapshot,
 )
+from node.client_config import load_client_config
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,6 +43,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="brokers of a running cluster (they name the controllers)")
     source.add_argument("--snapshot", metavar="FILE", help="a metadata snapshot file")
     source.add_argument("--metadata-dir", metavar="DIR", help="a node's metadata directory (offline)")
+    shell.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties for a secured cluster's --controllers or --bootstrap listener, as Kafka's tools "
+        "take them (security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location, "
+        "ssl.keystore.location, ...; PEM files)",
+    )
     shell.add_argument("-c", "--command", action="append", default=[], metavar="COMMAND",
                        help="run this command and exit (repeatable)")
     shell.add_argument("words", nargs="*", metavar="COMMAND", help="a command to run, e.g. ls /topics")
@@ -61,10 +73,16 @@ def _addresses(text: str, option: str = "--controllers") -> list[tuple[str, int]
 
 
 def _load(args: argparse.Namespace) -> LoadedMetadata:
+    if args.command_config is not None and not (args.controllers or args.bootstrap):
+        raise ValueError("--command-config: only a running cluster (--controllers or --bootstrap) is connected to")
     if args.controllers:
-        return asyncio.run(from_controllers(_addresses(args.controllers)))
+        addresses = _addresses(args.controllers)
+        security = load_client_config(args.command_config)
+        return asyncio.run(from_controllers(addresses, tls=security.tls, sasl=security.sasl))
     if args.bootstrap:
-        return asyncio.run(from_brokers(_addresses(args.bootstrap, "--bootstrap")))
+        addresses = _addresses(args.bootstrap, "--bootstrap")
+        security = load_client_config(args.command_config)
+        return asyncio.run(from_brokers(addresses, tls=security.tls, sasl=security.sasl))
     if args.snapshot:
         return from_snapshot(Path(args.snapshot))
     return from_directory(Path(args.metadata_dir))

@@ -2,14 +2,19 @@
 CONTROLLER listener SSL (client certificates required), the client listener SASL_SSL with SCRAM-SHA-512, and the
 brokers reaching each other on that same listener as ``User:broker`` (``inter.broker.listener.name``,
 ``sasl.mechanism.inter.broker.protocol`` and the listener's ScramLoginModule JAAS config), with ACLs on and
-``User:broker`` a super user, as Kafka's brokers are.
+``User:broker`` a super user, as Kafka's brokers are. On the CONTROLLER listener the nodes are named by their
+certificate (``User:CN=localhost``, the default ``ssl.principal.mapping.rules``), a super user too, as Kafka's
+controller asks CLUSTER_ACTION of its callers; so is the operator whose certificate reads the whole metadata.
 
 A transactional producer (confluent-kafka, as ``alice`` with ACLs for her topic, transactional id and group) commits a
 transaction over partitions led by all three brokers, so the coordinator's WriteTxnMarkers and the leaders'
 AddPartitionsToTxn verification go broker to broker over SASL_SSL; a read_committed consumer reads it (the last
 stable offset only moves once every marker is written). A plaintext connection to any listener gets no answer, and
 no node's log holds a password. Last, ``fjord cluster drain`` reaches the cluster with a Kafka tool's
-``--command-config`` file: refused with a wrong password, draining a broker with the admin's.
+``--command-config`` file: refused with a wrong password, draining a broker with the admin's. ``fjord metadata
+shell --command-config`` lists the brokers through the SSL CONTROLLER listener (an operator's client certificate)
+and through a SASL_SSL broker, and a wrong password or a missing certificate is one line naming host:port. The
+cluster is started once for the module.
 """
 
 from __future__ import annotations
@@ -71,7 +76,8 @@ def _secured_specs(root: Path, ca: CertificateAuthority) -> list[NodeSpec]:
         "ssl.truststore.location": str(ca.cert_path),
         "listener.name.controller.ssl.client.auth": "required",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:broker;User:admin",
+        # The nodes' certificate principal on the CONTROLLER listener, and the metadata shell's operator there.
+        "super.users": "User:broker;User:admin;User:CN=localhost;User:CN=operator",
         "allow.everyone.if.no.acl.found": "false",
     }
     brokers = {
@@ -117,10 +123,11 @@ def _client(cluster: LocalCluster, ca: CertificateAuthority, user: str, password
     }
 
 
-@pytest.fixture
-def secured(tmp_path: Path) -> Iterator[tuple[LocalCluster, CertificateAuthority]]:
-    ca = CertificateAuthority(tmp_path / "certs")
-    cluster = LocalCluster(_secured_specs(tmp_path / "cluster", ca))
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, CertificateAuthority]]:
+    root = tmp_path_factory.mktemp("secured")
+    ca = CertificateAuthority(root / "certs")
+    cluster = LocalCluster(_secured_specs(root / "cluster", ca))
     cluster.start_all()
     try:
         admins = [
@@ -228,14 +235,18 @@ def test_a_transaction_over_sasl_ssl_brokers_with_an_ssl_controller_listener(
     assert drained not in _leaders(admin, topic).values()
 
 
-def _command_config(directory: Path, ca: CertificateAuthority, user: str, password: str) -> Path:
-    """A Kafka tool's client properties for this cluster's SASL_SSL listener."""
+def _command_config(
+    directory: Path, ca: CertificateAuthority, user: str, password: str, keystore: Path | None = None
+) -> Path:
+    """A Kafka tool's client properties for this cluster's SASL_SSL listener (with ``keystore``, a client
+    certificate too, which the SSL CONTROLLER listener asks for)."""
     path = directory / f"{user}-{uuid.uuid4().hex[:6]}.properties"
     path.write_text(
         "security.protocol=SASL_SSL\n"
         f"sasl.mechanism={MECHANISM}\n"
         f"sasl.jaas.config={SCRAM_JAAS.format(user, password)}\n"
         f"ssl.truststore.location={ca.cert_path}\n"
+        + (f"ssl.keystore.location={keystore}\n" if keystore is not None else "")
     )
     return path
 
@@ -244,3 +255,60 @@ def _drain(cluster: LocalCluster, node: int, config: Path) -> subprocess.Complet
     argv = [sys.executable, "-m", "node.cli", "cluster", "drain", "--bootstrap-server", cluster.bootstrap_servers,
             "--node", str(node), "--command-config", str(config), "--timeout", str(DEADLINE_S)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE_S + 30, cwd=REPO_ROOT, check=False)
+
+
+def test_the_metadata_shell_reaches_the_secured_listeners_with_a_command_config(
+    secured: tuple[LocalCluster, CertificateAuthority], tmp_path: Path
+) -> None:
+    cluster, ca = secured
+    brokers = sorted(n.spec.node_id for n in cluster.brokers)
+    operator = ca.issue("operator", server=False)
+    controllers = ",".join(f"127.0.0.1:{n.spec.quorum_port}" for n in cluster.controllers)
+    mtls = tmp_path / "controller.properties"
+    mtls.write_text(
+        f"security.protocol=SSL\nssl.truststore.location={ca.cert_path}\nssl.keystore.location={operator.keystore_path}\n"
+    )
+
+    # Named directly: the SSL CONTROLLER listener with the operator's certificate.
+    direct = _metadata_shell("--controllers", controllers, mtls)
+    assert direct.returncode == 0, direct.stderr
+    assert _listed_brokers(direct.stdout) == brokers, direct.stdout
+    # Through a SASL_SSL broker as the admin: the brokers name the controllers, reached over the same TLS (the
+    # CONTROLLER listener speaks no SASL, so none is sent there).
+    admin = _command_config(tmp_path, ca, "admin", ADMIN_PASSWORD, keystore=operator.keystore_path)
+    via_brokers = _metadata_shell("--bootstrap", cluster.bootstrap_servers, admin)
+    assert via_brokers.returncode == 0, via_brokers.stderr
+    assert _listed_brokers(via_brokers.stdout) == brokers, via_brokers.stdout
+
+    # A wrong password, and a CONTROLLER listener that wants a certificate the file does not hold: one line each,
+    # naming where, no traceback and no password.
+    wrong = _metadata_shell(
+        "--bootstrap",
+        cluster.brokers[0].spec.address,
+        _command_config(tmp_path, ca, "admin", "not-the-admin-password", keystore=operator.keystore_path),
+    )
+    no_certificate = tmp_path / "no-certificate.properties"
+    no_certificate.write_text(f"security.protocol=SSL\nssl.truststore.location={ca.cert_path}\n")
+    refused = _metadata_shell("--controllers", controllers, no_certificate)
+    for result, where in ((wrong, cluster.brokers[0].spec.address), (refused, controllers.split(",")[0])):
+        assert result.returncode == 1 and result.stdout == "", result
+        assert len(result.stderr.strip().splitlines()) == 1 and where in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and "not-the-admin-password" not in result.stderr
+    assert "authentication" in wrong.stderr.lower(), wrong.stderr
+    assert "ssl.keystore.location" in refused.stderr, refused.stderr
+    # Named directly, the CONTROLLER listener is taken to be what the file says: SASL where it speaks none is refused.
+    mismatch = _metadata_shell("--controllers", controllers, admin)
+    assert mismatch.returncode == 1 and "does not speak SASL" in mismatch.stderr, mismatch.stderr
+
+
+def _metadata_shell(flag: str, addresses: str, config: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "node.cli", "metadata", "shell", flag, addresses, "--command-config", str(config),
+            "-c", "ls /brokers"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE_S + 30, cwd=REPO_ROOT, check=False)
+
+
+def _listed_brokers(output: str) -> list[int]:
+    """The broker ids of ``ls /brokers`` (a table headed ID EPOCH STATE ...)."""
+    lines = output.splitlines()
+    assert lines and lines[0].split()[:3] == ["ID", "EPOCH", "STATE"], output
+    return [int(line.split()[0]) for line in lines[1:] if line.strip()]

@@ -79,6 +79,22 @@ def test_a_bad_command_fails_with_one_line(metadata_dir: Path) -> None:
     assert missing.returncode == 1 and "no such directory" in missing.stderr and "Traceback" not in missing.stderr
 
 
+def test_a_bad_command_config_is_one_line(metadata_dir: Path, tmp_path: Path) -> None:
+    unknown = tmp_path / "client.properties"
+    unknown.write_text("security.protocol=SASL_SSL\nsasl.password=hunter2\n")
+    for flag, source, config, expected in (
+        ("--controllers", "127.0.0.1:9", tmp_path / "missing.properties", "missing.properties"),
+        ("--bootstrap", "127.0.0.1:9", unknown, "sasl.password: not a setting"),
+        ("--metadata-dir", str(metadata_dir), unknown, "only a running cluster"),
+    ):
+        argv = [sys.executable, "-m", "node.cli", "metadata", "shell", flag, source, "--command-config", str(config),
+                "-c", "ls /brokers"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)
+        assert result.returncode == 1 and result.stdout == "", result
+        assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+        assert "hunter2" not in result.stderr
+
+
 def test_shell_commands_and_errors(tmp_path: Path) -> None:
     shell = MetadataShell(build_tree([]))
     assert shell.run("ls") == "balancer/\nbrokers/\nfailovers/\nkv/\nnodes/\nobjects/\nproducerIds\nstreams/\ntopics/"
