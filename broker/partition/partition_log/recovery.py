@@ -105,6 +105,7 @@ async def recover(
     newest = await read_newest_time_entry(time_stream, where)
     if newest is not None:
         state.time_index.add(newest)
+    if time_stream.confirm_offset > time_stream.start_offset:
         state.time_unloaded_end = time_stream.confirm_offset
     if txn_stream is not None:
         await load_txn_index(txn_stream, state.txn_index, where)
