@@ -46,7 +46,7 @@ from wire.listener import ConnectionClosing, Peer, Response
 from wire.metrics import ServerMetrics
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.scram import ScramCredential
-from wire.tls_principal import parse_rules, subject_dn
+from wire.tls_principal import certificate_principal, parse_rules
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class RequestDispatcher:
         tls = self.node.config.tls.get(peer.listener)
         mapper = tls.principal_mapper if tls is not None else parse_rules(None)
         try:
-            state.tls_principal = f"User:{mapper.name(subject_dn(certificate))}"
+            state.tls_principal = certificate_principal(certificate, mapper)
         except ValueError as exc:  # PrincipalMappingError, or a certificate that cannot be read
             self.metrics.authentication_failures.labels(listener=peer.listener, mechanism="SSL").inc()
             raise ConnectionClosing(f"the client certificate of {peer} names no principal: {exc}") from None

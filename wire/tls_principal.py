@@ -295,3 +295,11 @@ def subject_dn(certificate: bytes) -> str:
         raise ValueError("a certificate without a subject")
     _, subject_start, subject_end, _ = fields[4]
     return name_dn(certificate, subject_start, subject_end)
+
+
+def certificate_principal(certificate: bytes, mapper: PrincipalMapper) -> str:
+    """``User:<name>`` of a DER client certificate, its subject DN mapped by the listener's rules: how Kafka names
+    an SSL connection, on a client listener and on the CONTROLLER listener alike. ValueError (a
+    :class:`PrincipalMappingError`, or bytes that are not a certificate) when it names no principal: Kafka refuses
+    such a connection."""
+    return f"User:{mapper.name(subject_dn(certificate))}"

@@ -11,6 +11,10 @@ them; a write arriving on a listener that checks no principal would bypass that,
 DescribeMetadata, the whole metadata) are answered INVALID_REQUEST and every other Kafka API is not served (the
 connection closes, as for any unknown API).
 
+With an authorizer configured, every CONTROLLER listener (PLAINTEXT, SSL, SASL, and the read-only one) checks each
+request's caller first, as Kafka's controller does (``controller.rpc.authorization``): only ApiVersions and the SASL
+exchange come before that check.
+
 The admin APIs are read and answered through ``controller.admin_wire``, the translation the broker's handlers use
 too, so a request answers the same item for item whether a client sent it to a broker or a broker forwarded it here.
 Only the party asked differs: here it is the active `Controller`, and a voter that is not active answers
@@ -57,6 +61,7 @@ from controller.raft.messages import (
 )
 from controller.rpc import messages as m
 from controller.rpc import sasl
+from controller.rpc.authorization import ControllerAuthorizer
 from controller.rpc.raft_codec import (
     RAFT_API_KEYS,
     RaftCodecError,
@@ -69,7 +74,6 @@ from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from wire import codec
 from wire.codec import ProtocolError
-from wire.listener import ConnectionClosing
 from wire.metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -80,7 +84,6 @@ logger = logging.getLogger(__name__)
 _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 #: What any connection may send before its principal is checked: the version table and the SASL exchange.
 _BEFORE_PRINCIPAL = frozenset({m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE})
-ANONYMOUS = "User:ANONYMOUS"
 
 #: The Kafka APIs a read-only dispatcher serves (they read the quorum, never write; SASL authenticates first).
 _READ_ONLY_KAFKA_APIS = (m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE, m.DESCRIBE_QUORUM, m.DESCRIBE_CLUSTER)
@@ -166,15 +169,15 @@ class ControllerDispatcher:
         *,
         read_only: bool = False,
         sasl: SaslGate | None = None,
-        super_users: frozenset[str] | None = None,
+        authorizer: ControllerAuthorizer | None = None,
     ) -> None:
         """``sasl``: the listener is SASL_PLAINTEXT or SASL_SSL; every connection authenticates first.
-        ``super_users``: an authorizer is configured, and on a SASL or read-only listener only these principals are
-        served (see :meth:`_check_principal`)."""
+        ``authorizer``: one is configured; it checks the caller of every request but ApiVersions and the SASL
+        exchange (see :meth:`_check_principal`)."""
         self.quorum = quorum
         self.read_only = read_only
         self.sasl = sasl
-        self.super_users = super_users if (sasl is not None or read_only) else None
+        self.authorizer = authorizer
         self._versions: Mapping[int, tuple[int, int]] = (
             {key: m.KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS} if read_only else m.KAFKA_API_VERSIONS
         )
@@ -276,20 +279,14 @@ class ControllerDispatcher:
         )
 
     def _check_principal(self, peer: Peer, api_key: int, what: str) -> None:
-        """With an authorizer configured, a SASL CONTROLLER listener serves only super users (the nodes' own
-        controller users belong in ``super.users``), as Kafka's controller asks CLUSTER_ACTION of its callers: its
-        SCRAM users are the cluster's client users, who must not reach the quorum's writes. The embedded node's
-        read-only listener applies the same rule (``User:ANONYMOUS`` without SASL), so a secured node does not hand
-        its stream metadata to whoever reaches the port. ApiVersions and the SASL exchange itself come first."""
-        if self.super_users is None or api_key in _BEFORE_PRINCIPAL:
+        """With an authorizer configured, the caller (SASL user, mapped client certificate, or ``User:ANONYMOUS``)
+        must be a super user or granted CLUSTER_ACTION on the cluster, as Kafka's controller asks of its callers: a
+        client user who can log in or a certificate the CA signed must not reach the quorum's writes or the whole
+        metadata, and the embedded node's read-only listener does not hand its stream metadata to whoever reaches
+        the port. ApiVersions and the SASL exchange itself come first."""
+        if self.authorizer is None or api_key in _BEFORE_PRINCIPAL:
             return
-        session = self.sasl.session(peer) if self.sasl is not None else None
-        principal = session.principal if session is not None and session.principal else ANONYMOUS
-        if principal not in self.super_users:
-            raise ConnectionClosing(
-                f"{what} from {peer} is refused: {principal} is not a super user, and with an authorizer the "
-                "CONTROLLER listener serves only super users"
-            )
+        self.authorizer.check(peer, what)
 
     def _kafka_api_versions(self) -> Mapping[int, tuple[int, int]]:
         return self._versions

@@ -11,16 +11,19 @@ With ``CONTROLLER:SSL`` in ``listener.security.protocol.map`` the listener serve
 (``ServerConfig.tls``) and reloads renewed certificate files (``wire.tls_reload``); the nodes connecting to it use
 ``ServerConfig.controller_client_tls``. With CONTROLLER:SASL_PLAINTEXT or SASL_SSL every connection authenticates
 first (``controller.rpc.sasl``; settings: ``controller.config.controller_sasl``), and until it has, its requests are
-cut at ``sasl.server.max.receive.size`` as on a client listener.
+cut at ``sasl.server.max.receive.size`` as on a client listener. With an authorizer configured, every request's caller
+is checked (``controller.rpc.authorization``): on SSL, by its client certificate mapped with the listener's
+``ssl.principal.mapping.rules``, remembered per connection.
 """
 
 from __future__ import annotations
 
 import logging
 
-from controller.acl.authorizer import parse_super_users
+from controller.acl.authorizer import AuthorizerSettings, parse_super_users
 from controller.config.security import STANDARD_AUTHORIZER
 from controller.config.server import Listener
+from controller.rpc.authorization import CertificateConnection, ControllerAuthorizer
 from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
 from controller.rpc.sasl import SaslConnection, SaslGate
 from storage.config import ConfigError
@@ -52,12 +55,26 @@ class ControllerServer:
             if served is not None and served.listener == listener.name
             else None
         )
-        authorizer = str(config.value("authorizer.class.name") or "").strip() == STANDARD_AUTHORIZER
-        super_users = parse_super_users(str(config.value("super.users") or "")) if authorizer else None
-        self.dispatcher = ControllerDispatcher(
-            quorum, metrics, read_only=read_only, sasl=gate, super_users=super_users
-        )
         tls = config.tls.get(listener.name)  # CONTROLLER:SSL (or SASL_SSL) in listener.security.protocol.map
+        authorizer = (
+            ControllerAuthorizer(
+                AuthorizerSettings(
+                    parse_super_users(str(config.value("super.users") or "")),
+                    bool(config.value("allow.everyone.if.no.acl.found")),
+                ),
+                lambda: quorum.image.acls,  # the image as of each check
+                mapper=tls.principal_mapper if tls is not None else None,
+                sasl=gate,
+            )
+            if str(config.value("authorizer.class.name") or "").strip() == STANDARD_AUTHORIZER
+            else None
+        )
+        self.dispatcher = ControllerDispatcher(quorum, metrics, read_only=read_only, sasl=gate, authorizer=authorizer)
+        connection_state: type[SaslConnection | CertificateConnection] | None = None
+        if gate is not None:
+            connection_state = SaslConnection
+        elif authorizer is not None and tls is not None:
+            connection_state = CertificateConnection
         self._server = KafkaListener(
             self.dispatcher,
             self.dispatcher.metrics,
@@ -67,7 +84,7 @@ class ControllerServer:
             max_request_bytes=quorum.config.socket_request_max_bytes,
             max_in_flight=DEFAULT_MAX_IN_FLIGHT,
             ssl_context=tls.context() if tls is not None else None,
-            connection_state=SaslConnection if gate is not None else None,
+            connection_state=connection_state,
             unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if gate is not None else None,
         )
         # An SSL CONTROLLER listener picks up renewed certificate files as client listeners do.
