@@ -27,10 +27,14 @@ def write_suite_conf(path: Path, bootstrap: str) -> Path:
     return path
 
 
-def run_suite_test(test_id: str, suite_conf: Path, unset: tuple[str, ...] = ()) -> tuple[bool, str, str]:
+def run_suite_test(
+    test_id: str, suite_conf: Path, unset: tuple[str, ...] = (), *, quick: bool = False
+) -> tuple[bool, str, str]:
     """Runs one librdkafka test: (passed, a one-line summary, the end of its output).
 
     ``unset`` names environment variables the test must not see (0055 skips itself whenever ``CI`` is set).
+    ``quick`` runs it in the suite's quick mode (-Q): only for a test whose quick mode still runs each of its checks
+    once (0081's skips just the repeat of every subtest through a consumer handle).
     """
     env = {key: value for key, value in os.environ.items() if key not in unset}
     env.update(
@@ -40,10 +44,10 @@ def run_suite_test(test_id: str, suite_conf: Path, unset: tuple[str, ...] = ()) 
         LD_LIBRARY_PATH=f"{SUITE / 'src'}:{SUITE / 'src-cpp'}",
     )
     try:
-        # -L: only tests that need a broker (local-only tests prove nothing about Fjord). Full mode, not quick (-Q):
-        # quick mode skips the SUB_TEST()s of many tests, which would then "pass" without doing anything.
+        # -L: only tests that need a broker (local-only tests prove nothing about Fjord). Full mode unless asked:
+        # quick mode (-Q) skips the SUB_TEST()s of many tests, which would then "pass" without doing anything.
         done = subprocess.run(
-            [str(RUNNER), "-L"],
+            [str(RUNNER), "-L", *(["-Q"] if quick else [])],
             check=False,
             cwd=SUITE / "tests",
             env=env,

@@ -159,6 +159,13 @@ NO_REPLICATION_TRAFFIC = (
     "copying data, and there is no replication or log-dir copy traffic to throttle."
 )
 
+#: The documentation of the Kerberos keys Kafka lets AlterConfigs change on a running broker.
+NO_GSSAPI = (
+    "Accepted because Kafka makes it a dynamic broker key (admin clients and librdkafka's own tests set it with "
+    "AlterConfigs) and has no effect in Fjord: it tunes Kerberos (SASL GSSAPI), which Fjord does not implement; a "
+    "node refuses GSSAPI, and this key in its properties file, at start."
+)
+
 _B = ConfigType
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -370,6 +377,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("security.inter.broker.protocol", _B.STRING, "PLAINTEXT"),
         ConfigKey("sasl.mechanism.inter.broker.protocol", _B.STRING, "GSSAPI"),
         ConfigKey("sasl.mechanism.controller.protocol", _B.STRING, "GSSAPI"),
+        # Kafka's dynamic Kerberos keys (DynamicListenerConfig), with its types and defaults: accepted by
+        # AlterConfigs with no effect (NO_GSSAPI says why; DescribeConfigs shows it). In a properties file they
+        # still stop the node (controller.config.security.refusal): written there, they ask for Kerberos.
+        ConfigKey("sasl.kerberos.service.name", _B.STRING, None, dynamic=True, doc=NO_GSSAPI),
+        ConfigKey("sasl.kerberos.kinit.cmd", _B.STRING, "/usr/bin/kinit", dynamic=True, doc=NO_GSSAPI),
+        ConfigKey("sasl.kerberos.ticket.renew.window.factor", _B.DOUBLE, 0.8, dynamic=True, doc=NO_GSSAPI),
+        ConfigKey("sasl.kerberos.ticket.renew.jitter", _B.DOUBLE, 0.05, dynamic=True, doc=NO_GSSAPI),
+        ConfigKey("sasl.kerberos.min.time.before.relogin", _B.LONG, 60000, dynamic=True, doc=NO_GSSAPI),
+        ConfigKey("sasl.kerberos.principal.to.local.rules", _B.LIST, ["DEFAULT"], dynamic=True, doc=NO_GSSAPI),
         # KIP-368: a SASL session's lifetime (0: none); the client re-authenticates before it ends.
         ConfigKey("connections.max.reauth.ms", _B.LONG, 0, at_least(0)),
         # client quotas (broker.quotas): the windows a client's rates are measured over, as Kafka's

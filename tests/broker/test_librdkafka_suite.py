@@ -1,8 +1,9 @@
 """librdkafka's own test suite (from Debian's librdkafka source package) against a Fjord broker.
 
 These are the conformance tests librdkafka's authors run against Apache Kafka. ``librdkafka_allowlist.txt`` beside
-this file lists the ones Fjord must pass; each runs as its own pytest case so a regression names the test. The suite
-is built by ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
+this file lists the ones Fjord must pass on a node configured like the suite's "default" scenario; the few that need
+ACLs (:data:`NEEDS_AUTHORIZER`) run against a second node with an authorizer. Each runs as its own pytest case so a
+regression names the test. The suite is built by ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from broker_support import BrokerProcess, start_broker
 
+from controller.config.security import STANDARD_AUTHORIZER
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
 
 ALLOWLIST = Path(__file__).with_name("librdkafka_allowlist.txt")
@@ -32,6 +34,34 @@ MEASURES_LATENCY = {
     # 0055 producer_latency checks each message's delivery latency against linger.ms for acks 0/1/all, idempotent
     # and transactional producers: a broker that delays a produce response or a transaction's end fails it.
     "0055": "per-message delivery latency is checked against linger.ms, which a loaded 2-core machine can exceed",
+}
+
+#: Tests that need ACLs (Create/Describe/DeleteAcls answer SECURITY_DISABLED without an authorizer): they run against
+#: a node of their own, :data:`AUTHORIZER_NODE`, not the allowlist's.
+NEEDS_AUTHORIZER = {
+    # 0081 admin: every admin API librdkafka has (topics, partitions, ACLs, configs, records, groups, offsets).
+    "0081": "its CreateAcls/DescribeAcls/DeleteAcls subtests need an authorizer",
+}
+
+#: The suite's quick mode (-Q) for tests whose quick mode still runs each of their checks once (CI time).
+QUICK_MODE = {
+    # 0081 runs all its ~40 subtests through a producer handle, then (not in quick mode) all again through a
+    # consumer handle: the same requests, about 37 s each time, mostly the test's own sleeps (2 s after each
+    # validate_only CreateTopics, 6 s for static members' sessions to expire, 1 s for "propagation" in each
+    # consumer-group-offsets subtest, 1 s polls waiting for an assignment).
+    "0081": "its second pass repeats every subtest through a consumer handle",
+}
+
+#: The authorizer node: what the suite's "default" scenario needs (4 partitions per auto-created topic), Kafka's
+#: StandardAuthorizer with the suite's plaintext clients (User:ANONYMOUS) a super user, so that the ACLs the test
+#: creates are kept and checked but never deny it, and no initial rebalance delay, as Kafka's own
+#: config/server.properties ships for development and testing: with Kafka's 3 s default, each of the ~20 groups 0081
+#: creates waits 3 s before its first assignment, against Kafka as against Fjord (about 70 s more per pass).
+AUTHORIZER_NODE = {
+    "num.partitions": "4",
+    "authorizer.class.name": STANDARD_AUTHORIZER,
+    "super.users": "User:ANONYMOUS",
+    "group.initial.rebalance.delay.ms": "0",
 }
 
 
@@ -66,15 +96,39 @@ def suite_conf(suite_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFac
 @pytest.mark.parametrize("test_id", allowlisted())
 def test_librdkafka_test_passes(test_id: str, suite_conf: Path, suite_broker: BrokerProcess) -> None:
     unset = ("CI",) if test_id in MEASURES_LATENCY else ()
-    ok, summary, output = run_suite_test(test_id, suite_conf, unset)
+    ok, summary, output = run_suite_test(test_id, suite_conf, unset, quick=test_id in QUICK_MODE)
     reason = RACES_THE_CLIENTS_TIMERS.get(test_id) or MEASURES_LATENCY.get(test_id)
     if not ok and reason:
         # Printed, so pytest keeps the first attempt's output in the captured log of the test.
         print(f"{summary}; running it once more ({reason})\n{output[-2000:]}")
-        ok, summary, output = run_suite_test(test_id, suite_conf, unset)
+        ok, summary, output = run_suite_test(test_id, suite_conf, unset, quick=test_id in QUICK_MODE)
     assert ok, f"{summary}\n{output}\n--- broker log ---\n{suite_broker.log_text()[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def authorizer_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """The node of :data:`NEEDS_AUTHORIZER`'s tests (:data:`AUTHORIZER_NODE`)."""
+    if not RUNNER.exists():
+        pytest.skip(NOT_BUILT)
+    process = start_broker(tmp_path_factory.mktemp("librdkafka-authorizer-broker"), AUTHORIZER_NODE)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("test_id", sorted(NEEDS_AUTHORIZER))
+def test_librdkafka_test_passes_with_an_authorizer(
+    test_id: str, authorizer_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    suite_conf = write_suite_conf(tmp_path / "test.conf", authorizer_broker.bootstrap)
+    ok, summary, output = run_suite_test(test_id, suite_conf, quick=test_id in QUICK_MODE)
+    assert ok, f"{summary}\n{output}\n--- broker log ---\n{authorizer_broker.log_text()[-3000:]}"
 
 
 def test_only_allowlisted_tests_get_a_second_run() -> None:
     assert set(RACES_THE_CLIENTS_TIMERS) <= set(allowlisted()), "a rerun entry names a test that no longer runs"
     assert set(MEASURES_LATENCY) <= set(allowlisted()), "a latency entry names a test that no longer runs"
+    assert not set(NEEDS_AUTHORIZER) & set(allowlisted()), "a test runs on both nodes"
+    assert set(QUICK_MODE) <= set(allowlisted()) | set(NEEDS_AUTHORIZER), "a quick entry names a test that never runs"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from controller.config.describe import (
 )
 from controller.config.keys import (
     BROKER_KEYS,
+    NO_GSSAPI,
     TOPIC_CONFIGS,
     ConfigType,
     ConfigValueError,
@@ -153,6 +155,33 @@ def test_broker_configs_must_be_known_and_dynamic() -> None:
         validate_broker_config("node.id", "2")
     with pytest.raises(ConfigValueError, match="Unknown broker config"):
         validate_broker_config("nope", "2")
+
+
+#: Kafka's dynamic Kerberos keys (DynamicListenerConfig) and their defaults.
+KERBEROS_KEYS = {
+    "sasl.kerberos.service.name": None,
+    "sasl.kerberos.kinit.cmd": "/usr/bin/kinit",
+    "sasl.kerberos.ticket.renew.window.factor": "0.8",
+    "sasl.kerberos.ticket.renew.jitter": "0.05",
+    "sasl.kerberos.min.time.before.relogin": "60000",
+    "sasl.kerberos.principal.to.local.rules": "DEFAULT",
+}
+
+
+def test_kafkas_dynamic_kerberos_keys_are_accepted_without_effect_at_run_time_and_refused_in_a_file() -> None:
+    # What librdkafka's 0081 admin test sets on broker 0 with AlterConfigs, as Kafka accepts it without GSSAPI.
+    assert validate_broker_config("sasl.kerberos.min.time.before.relogin", "58000") == "58000"
+    assert validate_broker_config("sasl.kerberos.ticket.renew.jitter", "0.1") == "0.1"
+    with pytest.raises(ConfigValueError, match=re.escape("sasl.kerberos.min.time.before.relogin: Not a number")):
+        validate_broker_config("sasl.kerberos.min.time.before.relogin", "soon")
+    node = {"sasl.kerberos.min.time.before.relogin": "58000"}
+    entries = {e.name: e for e in describe_broker_configs(ServerConfig.load(None), {}, node, names=KERBEROS_KEYS)}
+    assert {name: e.value for name, e in entries.items()} == {**KERBEROS_KEYS, **node}
+    assert entries["sasl.kerberos.min.time.before.relogin"].source is ConfigSource.DYNAMIC_BROKER_CONFIG
+    assert all(not e.read_only and e.documentation == NO_GSSAPI for e in entries.values())
+    # Written in a node's file they ask for Kerberos, which Fjord does not serve: the node does not start.
+    with pytest.raises(ConfigError, match=re.escape("sasl.kerberos.min.time.before.relogin: not implemented")):
+        ServerConfig.load(None, ["sasl.kerberos.min.time.before.relogin=58000"])
 
 
 def test_topic_config_defaults_come_from_the_broker_synonym() -> None:
