@@ -195,6 +195,7 @@ class RequestDispatcher:
         started = time.perf_counter()
         # Client quotas (broker.quotas): None, and nothing to do, while the cluster has none.
         charge = self.quotas.charge(key, ctx.principal, request.client_id)
+        ctx.quota_charge = charge
         try:
             if charge is None:
                 response = await acl_table.serve(ctx, request.body, self.handlers[key])

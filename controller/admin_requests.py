@@ -9,13 +9,22 @@ controller comes from:
 here (a voter that is not active), which every item it concerns answers as NOT_CONTROLLER so the client retries
 elsewhere. Any other failure becomes the item's error code (``controller.errors``), logged with what it concerns.
 The bytes both ways are ``controller.admin_wire``'s.
+
+CreateTopics, DeleteTopics and CreatePartitions also take the client's controller mutation quota (KIP-599), a
+:class:`MutationQuota`, or None when none applies (no quota set, or a controller answering a broker's forwarded
+request: the broker charged the client already). As in Kafka's controller, each topic is charged the partitions it
+creates or deletes once it passed validation, and a strict quota refuses a topic with THROTTLING_QUOTA_EXCEEDED
+only when the quota is already spent before it: the quota is checked before a topic and charged after it, so the
+topic that crosses the quota still goes through. Under a strict quota the topics of a request are therefore asked of
+the controller one at a time, so each is checked against the ones before it.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -35,8 +44,30 @@ from controller.api import (
 )
 from controller.client_quotas import QuotaAlterResult, describe_entity
 from controller.errors import NotControllerError, error_code_for, error_code_logged, error_message_for
+from controller.image import MetadataImage
 
 logger = logging.getLogger(__name__)
+
+#: Kafka's message for THROTTLING_QUOTA_EXCEEDED.
+THROTTLED: Final = "The throttling quota has been exceeded."
+
+
+class MutationQuota(Protocol):
+    """One request's controller mutation quota (KIP-599), measured by the broker for the request's (user, client id)
+    (``broker.quotas.mutations``). A strict quota (the request versions whose clients retry THROTTLING_QUOTA_EXCEEDED)
+    refuses what is asked while the quota is spent; a permissive one (older versions) never refuses, it only makes
+    the response throttle the client."""
+
+    def exhausted(self) -> bool:
+        """Whether the next topic must be refused: always False for a permissive quota."""
+        ...
+
+    def record(self, partitions: int) -> None:
+        """Charges the partitions a topic created or deleted."""
+        ...
+
+    @property
+    def strict(self) -> bool: ...
 
 #: The controller to ask, given what is being done (for the NOT_CONTROLLER message); raises NotControllerError.
 ControllerFor = Callable[[str], ControllerClient]
@@ -63,41 +94,101 @@ def _refusal(exc: Exception, failed: str, *args: object) -> tuple[ErrorCode, str
     return code, message
 
 
-async def create_topics(response_cls: type[Any], ask: admin_wire.CreateTopicsAsk, controller_for: ControllerFor) -> Any:
+_T = TypeVar("_T")
+
+
+def _batches(items: Sequence[_T], quota: MutationQuota | None) -> list[Sequence[_T]]:
+    """The items in one batch, or one at a time under a strict quota (each is checked after the one before)."""
+    if quota is not None and quota.strict:
+        return [(item,) for item in items]
+    return [items] if items else []
+
+
+async def create_topics(
+    response_cls: type[Any],
+    ask: admin_wire.CreateTopicsAsk,
+    controller_for: ControllerFor,
+    quota: MutationQuota | None = None,
+) -> Any:
     created: list[CreateTopicResult] = []
-    if ask.topics:
+    for batch in _batches(ask.topics, quota):
+        if quota is not None and quota.exhausted():
+            created.extend(admin_wire.create_topics_refused(batch, ErrorCode.throttling_quota_exceeded, THROTTLED))
+            continue
         try:
-            created = await controller_for("create topics").create_topics(ask.topics, ask.validate_only)
+            results = await controller_for("create topics").create_topics(batch, ask.validate_only)
         except Exception as exc:
-            code, message = _refusal(exc, "create_topics %s failed", [t.name for t in ask.topics])
-            created = admin_wire.create_topics_refused(ask.topics, code, message)
+            code, message = _refusal(exc, "create_topics %s failed", [t.name for t in batch])
+            results = admin_wire.create_topics_refused(batch, code, message)
+        if quota is not None:
+            quota.record(sum(r.num_partitions for r in results if r.error == ErrorCode.none))
+        created.extend(results)
     return admin_wire.create_topics_response(response_cls, ask, created)
 
 
-async def delete_topics(response_cls: type[Any], ask: admin_wire.DeleteTopicsAsk, controller_for: ControllerFor) -> Any:
+def _partition_count(image: MetadataImage, name: str | None, topic_id: uuid.UUID | None) -> int:
+    """The partitions a topic has now (0 for an unknown one: the controller refuses it, nothing is charged)."""
+    if name is not None:
+        topic = image.topics_by_name.get(name)
+    else:
+        topic = None if topic_id is None else image.topics_by_id.get(topic_id)
+    return 0 if topic is None else len(topic.partitions)
+
+
+async def delete_topics(
+    response_cls: type[Any],
+    ask: admin_wire.DeleteTopicsAsk,
+    controller_for: ControllerFor,
+    quota: MutationQuota | None = None,
+) -> Any:
     deleted: list[DeleteTopicResult] = []
-    if ask.names or ask.ids:
+    asked: list[tuple[str | None, uuid.UUID | None]] = [(n, None) for n in ask.names] + [(None, i) for i in ask.ids]
+    for batch in _batches(asked, quota):
+        names = [n for n, _ in batch if n is not None]
+        ids = [i for _, i in batch if i is not None]
+        if quota is not None and quota.exhausted():
+            deleted.extend(admin_wire.delete_topics_refused(names, ids, ErrorCode.throttling_quota_exceeded,
+                                                            THROTTLED))
+            continue
+        results: list[DeleteTopicResult]
         try:
-            deleted = await controller_for("delete topics").delete_topics(ask.names, ask.ids)
+            controller = controller_for("delete topics")
+            image = controller.image
+            results = await controller.delete_topics(names, ids)
         except Exception as exc:
-            code, message = _refusal(exc, "delete_topics %s failed", [*ask.names, *ask.ids])
-            deleted = admin_wire.delete_topics_refused(ask.names, ask.ids, code, message)
+            code, message = _refusal(exc, "delete_topics %s failed", [*names, *ids])
+            results = admin_wire.delete_topics_refused(names, ids, code, message)
+        else:
+            if quota is not None:
+                quota.record(sum(_partition_count(image, r.name, r.topic_id)
+                                 for r in results if r.error == ErrorCode.none))
+        deleted.extend(results)
     return admin_wire.delete_topics_response(response_cls, ask, deleted)
 
 
 async def create_partitions(
-    response_cls: type[Any], ask: admin_wire.PartitionsAsk, controller_for: ControllerFor
+    response_cls: type[Any],
+    ask: admin_wire.PartitionsAsk,
+    controller_for: ControllerFor,
+    quota: MutationQuota | None = None,
 ) -> Any:
     answers: list[tuple[str, ErrorCode, str | None]] = []
     for topic in ask.topics:
         outcome = topic.refused
+        if outcome is None and quota is not None and quota.exhausted():
+            outcome = ErrorCode.throttling_quota_exceeded, THROTTLED
         if outcome is None:
             try:
-                outcome = await controller_for(f"create partitions of {topic.topic}").create_partitions(
+                controller = controller_for(f"create partitions of {topic.topic}")
+                before = _partition_count(controller.image, topic.topic, None)
+                outcome = await controller.create_partitions(
                     topic.topic, topic.count, topic.assignments, ask.validate_only
                 )
             except Exception as exc:
                 outcome = _refusal(exc, "create_partitions for topic %s failed", topic.topic)
+            else:
+                if quota is not None and outcome[0] == ErrorCode.none:
+                    quota.record(max(0, topic.count - before))
         answers.append((topic.topic, *outcome))
     return admin_wire.create_partitions_response(response_cls, answers)
 

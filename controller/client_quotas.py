@@ -6,10 +6,11 @@ default entity, ``<default>`` in Kafka's tools), or ``ip``. It is kept as a tupl
 one spelling whatever order a request listed its parts in. Each entity maps quota keys to values
 (``MetadataImage.client_quotas``), replicated as ``ClientQuotaRecord``s.
 
-Keys: ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes/s, whole numbers) and ``request_percentage`` (% of
-one request thread per quota window) are enforced by the brokers (``broker.quotas``). Kafka's
-``controller_mutation_rate`` and the ``ip`` entity's ``connection_creation_rate`` are refused with INVALID_REQUEST
-naming the key: Fjord does not apply them, and storing a limit nothing enforces would mislead an operator.
+Keys: ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes/s, whole numbers), ``request_percentage`` (% of
+one request thread per quota window) and ``controller_mutation_rate`` (partitions created or deleted per second,
+KIP-599) are enforced by the brokers (``broker.quotas``). The ``ip`` entity's ``connection_creation_rate`` is
+refused with INVALID_REQUEST naming the key: Fjord does not apply it, and storing a limit nothing enforces would
+mislead an operator.
 Kafka's rules otherwise (ClientQuotaControlManager): each entry is decided on its own, a removal of a key that is
 not set is a success, ``validate_only`` writes nothing.
 """
@@ -33,15 +34,17 @@ ENTITY_TYPES: Final = (USER, CLIENT_ID, IP)
 PRODUCER_BYTE_RATE: Final = "producer_byte_rate"
 CONSUMER_BYTE_RATE: Final = "consumer_byte_rate"
 REQUEST_PERCENTAGE: Final = "request_percentage"
+CONTROLLER_MUTATION_RATE: Final = "controller_mutation_rate"
 #: The keys brokers enforce; ``True``: the value must be a whole number (Kafka's LONG keys).
 ENFORCED_KEYS: Final[Mapping[str, bool]] = {
     PRODUCER_BYTE_RATE: True,
     CONSUMER_BYTE_RATE: True,
     REQUEST_PERCENTAGE: False,
+    CONTROLLER_MUTATION_RATE: False,
 }
 _NOT_APPLIED: Final[Mapping[str, str]] = {
-    "controller_mutation_rate": "Fjord does not apply controller mutation quotas (KIP-599)",
-    "connection_creation_rate": "Fjord does not apply connection creation quotas (KIP-612)",
+    "connection_creation_rate": "Fjord does not apply per-IP connection creation quotas (KIP-612); "
+    "max.connection.creation.rate limits the broker",
 }
 
 #: An entity: (type, name or None for the default) pairs, sorted by type.

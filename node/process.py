@@ -40,7 +40,7 @@ from storage.engine import StorageEngine
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity
 from storage.objectstore.base import StoreStats
-from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
+from wire.listener import DEFAULT_MAX_IN_FLIGHT, ConnectionGate, KafkaListener
 from wire.metrics import ServerMetrics
 from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls_reload import CertificateReloader
@@ -74,6 +74,7 @@ class Node:
         self.metrics = ServerMetrics()
         self.fetch_sessions = FetchSessionCache()
         self.servers: list[KafkaListener] = []
+        self.connection_gate: ConnectionGate | None = None  # a broker's connection quotas, once it starts
         self._tls_reloaders: list[CertificateReloader] = []  # one per SSL listener: new certificates, no restart
         self.node_epoch = -1
         self._controller_factory = controller_factory or default_controller_factory(config)
@@ -176,6 +177,11 @@ class Node:
 
         dispatcher = RequestDispatcher(self, self.metrics, store_stats=self._store_stats)
         max_request = self.config.socket_request_max_bytes
+        # Kafka's connection quotas, shared by the client listeners; dynamic (_apply_connection_limits).
+        image = self.controller.image
+        self.connection_gate = ConnectionGate(
+            self.config.connection_limits(image.broker_configs, image.node_configs.get(self.node_id)), self.metrics
+        )
         for listener in self.config.broker_listeners:
             tls = self.config.tls.get(listener.name)
             server = KafkaListener(
@@ -189,6 +195,7 @@ class Node:
                 connection_state=dispatcher.connection_state,
                 ssl_context=tls.context() if tls is not None else None,
                 unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if listener.name in self.config.sasl else None,
+                gate=self.connection_gate,
             )
             try:
                 await server.bind()
@@ -207,6 +214,7 @@ class Node:
         logger.info("broker %d registered with epoch %d in cluster %s", self.node_id, self.node_epoch,
                     self.cluster_id)
         self.controller.subscribe(self._halt_if_wal_taken_over)
+        self.controller.subscribe(self._apply_connection_limits)
         self._halt_if_wal_taken_over(self.controller.image, self.controller.image)
 
         storage_config = replace(self.config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
@@ -238,6 +246,15 @@ class Node:
             "node %d serving %s", self.node_id,
             ", ".join(f"{e.name}://{e.host}:{e.port}" for e in self.bound_endpoints),
         )
+
+    def _apply_connection_limits(self, old: MetadataImage, new: MetadataImage) -> None:
+        """max.connections and the other connection quota keys changed with AlterConfigs (cluster-wide or on this
+        broker) apply to the connections accepted from now on."""
+        node_dynamic = new.node_configs.get(self.node_id)
+        if (self.connection_gate is None or (new.broker_configs == old.broker_configs
+                                              and node_dynamic == old.node_configs.get(self.node_id))):
+            return
+        self.connection_gate.reconfigure(self.config.connection_limits(new.broker_configs, node_dynamic))
 
     def _halt_if_wal_taken_over(self, old: MetadataImage, new: MetadataImage) -> None:
         """Halts the process once the metadata shows that another broker took over this incarnation's S3 WAL.

@@ -22,6 +22,11 @@ connection only.
 ``create_server(ssl=...)`` drops a failed handshake without a word (asyncio logs it only in debug mode), and
 ``start_tls`` on an accepted transport loses the ClientHello under uvloop, which starts reading right after
 ``connection_made`` even if the protocol paused the transport.
+
+A listener given a :class:`ConnectionGate` (a broker's listeners share one) applies Kafka's connection quotas
+(``wire.connection_limits``) in the same accept loop: before a socket is served the gate may hold the loop (the
+creation rate over its quota, or ``max.connections`` reached: the next connections wait in the kernel's backlog, as
+behind Kafka's blocked acceptor) or close the socket at once (its address at ``max.connections.per.ip``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import collections
 import logging
 import socket
 import ssl
+import time
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -38,6 +44,7 @@ from typing import Protocol
 
 from wire import codec
 from wire.codec import ProtocolError
+from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings
 from wire.frames import FrameBuffer
 from wire.metrics import ServerMetrics
 
@@ -45,8 +52,12 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 DEFAULT_MAX_IN_FLIGHT = 64
-_TLS_BACKLOG = 100  # asyncio's create_server default
+_BACKLOG = 100  # asyncio's create_server default
 _ACCEPT_RETRY_S = 0.1
+#: A refused or delayed connection is logged at most once a minute per address (and a held acceptor once a minute
+#: per listener): a flood of connections must not flood the log.
+_LOG_EVERY_S = 60.0
+_LOG_MEMORY = 4096  # addresses remembered for that; beyond it the oldest are forgotten
 
 
 #: An encoded response frame: one buffer, or several written back to back (large record sets are not joined).
@@ -91,6 +102,118 @@ class Dispatcher(Protocol):
     async def dispatch(self, frame: bytes, peer: Peer) -> Response | None: ...
 
 
+class ConnectionGate:
+    """The asyncio shell of :class:`~wire.connection_limits.ConnectionLimits`, shared by one node's listeners.
+
+    :meth:`admit` is awaited by a listener's accept loop for every socket: it returns once the socket may be
+    served (True) or must be closed at once (False), holding the loop meanwhile. Every admitted connection is
+    released once (:meth:`release`) when it closes, which wakes the held acceptors. :meth:`reconfigure` applies
+    new settings (dynamic broker configs) to the connections to come; open ones stay, except that an over-full
+    broker closes the least recently active connections of its unprotected listeners (KIP-402)."""
+
+    def __init__(self, settings: ConnectionLimitSettings, metrics: ServerMetrics) -> None:
+        self.limits = ConnectionLimits(settings)
+        self._metrics = metrics
+        self._changed = asyncio.Event()
+        self._listeners: dict[str, KafkaListener] = {}
+        self._logged: dict[tuple[str, str], float] = {}  # (what, address or listener) -> when it was last logged
+
+    def add_listener(self, listener: KafkaListener) -> None:
+        self._listeners[listener.listener_name] = listener
+        self.limits.add_listener(listener.listener_name)
+
+    def reconfigure(self, settings: ConnectionLimitSettings) -> None:
+        if settings == self.limits.settings:
+            return
+        self.limits.reconfigure(settings)
+        logger.info("connection quotas now %s", settings)
+        self._wake()
+        self._evict()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _refused(self, listener: str, reason: str) -> None:
+        self._metrics.connections_refused.labels(listener=listener, reason=reason).inc()
+
+    def _should_log(self, what: str, subject: str, now: float) -> bool:
+        key = (what, subject)
+        last = self._logged.get(key)
+        if last is not None and now - last < _LOG_EVERY_S:
+            return False
+        if len(self._logged) >= _LOG_MEMORY:
+            for old in [k for k, at in self._logged.items() if now - at >= _LOG_EVERY_S] or list(self._logged):
+                del self._logged[old]
+        self._logged[key] = now
+        return True
+
+    async def admit(self, listener: str, address: str) -> bool:
+        """Kafka's three steps for one accepted socket from ``address`` on ``listener`` (the module docstring of
+        ``wire.connection_limits``): waits out the creation-rate throttle and for a free slot, then counts it or
+        answers False (too many connections from that address; the caller closes the socket)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        delay = self.limits.record_creation(listener, now)
+        if delay > 0:
+            self._refused(listener, "creation_rate")
+            if self._should_log("rate", address, time.monotonic()):
+                logger.info("delaying the connection from %s on listener %s by %.0f ms: the connection creation "
+                            "rate is over max.connection.creation.rate", address, listener, delay * 1000)
+        deadline = now + delay
+        held = False
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                if self.limits.slot_available(listener):
+                    break
+                if not held:
+                    held = True
+                    self._refused(listener, "max_connections")
+                    if self._should_log("slots", listener, time.monotonic()):
+                        logger.info("listener %s stops accepting until a connection closes: it has %d connections "
+                                    "and the broker %d (max.connections)", listener, self.limits.count(listener),
+                                    self.limits.count())
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), remaining if remaining > 0 else None)
+            except TimeoutError:
+                pass
+        refusal = self.limits.admit(listener, address)
+        if refusal is not None:
+            self._refused(listener, "per_ip")
+            if self._should_log("ip", refusal.address, time.monotonic()):
+                logger.info("refused a connection from %s on listener %s: the address already has the configured "
+                            "maximum of %d connections (max.connections.per.ip)", refusal.address, listener,
+                            refusal.limit)
+            return False
+        self._evict()
+        return True
+
+    def release(self, listener: str, address: str) -> None:
+        self.limits.release(listener, address)
+        self._wake()
+
+    def _evict(self) -> None:
+        """Closes the least recently active connections of unprotected listeners while the broker is over
+        ``max.connections``: the protected inter-broker listener's connections took it there, or the limit was
+        lowered (Kafka's processors close one such connection per poll until the total is back under it)."""
+        excess = self.limits.excess()
+        if not excess:
+            return
+        candidates = sorted(
+            (c for name, lst in self._listeners.items() if not self.limits.protected(name) for c in lst._connections
+             if c.holds_slot),
+            key=lambda c: c.last_active,
+        )
+        for connection in candidates[:excess]:
+            self._refused(connection.peer.listener, "evicted")
+            logger.info("closing the least recently active connection, from %s: the broker is over max.connections "
+                        "(%d) and the inter-broker listener %s needs room", connection.peer,
+                        self.limits.settings.max_connections, self.limits.settings.inter_broker_listener)
+            connection.evict()
+
+
 class KafkaListener:
     """One listening socket (one Kafka listener) feeding a :class:`Dispatcher`."""
 
@@ -107,10 +230,12 @@ class KafkaListener:
         connection_state: Callable[[], object] | None = None,
         ssl_context: ssl.SSLContext | None = None,
         unauthenticated_max_request_bytes: int | None = None,
+        gate: ConnectionGate | None = None,
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
-        broker buffer a ``max_request_bytes`` frame; :attr:`Peer.lift_request_limit` raises it."""
+        broker buffer a ``max_request_bytes`` frame; :attr:`Peer.lift_request_limit` raises it. ``gate``: the
+        connection quotas this listener shares with the node's other listeners (None: no limits)."""
         self.dispatcher = dispatcher
         #: Makes the dispatcher's per-connection :attr:`Peer.state` when a connection opens (None: no state).
         self.connection_state = connection_state
@@ -121,8 +246,11 @@ class KafkaListener:
         self.max_in_flight = max_in_flight
         self.ssl_context = ssl_context
         self.unauthenticated_max_request_bytes = unauthenticated_max_request_bytes
+        self.gate = gate
+        if gate is not None:
+            gate.add_listener(self)
         self._server: asyncio.Server | None = None
-        self._tls_socket: socket.socket | None = None  # a TLS listener's own listening socket
+        self._own_socket: socket.socket | None = None  # the own listening socket of a TLS or gated listener
         self._acceptor: asyncio.Task[None] | None = None
         self._handshakes: set[asyncio.Task[None]] = set()
         self._connections: set[_Connection] = set()
@@ -132,18 +260,18 @@ class KafkaListener:
     @property
     def bound_port(self) -> int:
         """The actual port (differs from ``port`` when that was 0)."""
-        if self._tls_socket is not None and self._tls_socket.fileno() != -1:
-            return int(self._tls_socket.getsockname()[1])
+        if self._own_socket is not None and self._own_socket.fileno() != -1:
+            return int(self._own_socket.getsockname()[1])
         if self._server is None or not self._server.sockets:
             raise RuntimeError(f"listener {self.listener_name} is not bound")
         return int(self._server.sockets[0].getsockname()[1])
 
     async def bind(self) -> int:
         """Binds the socket without accepting yet, so the node can register its real port before serving."""
-        if self.ssl_context is not None:
+        if self.ssl_context is not None or self.gate is not None:
             family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-            self._tls_socket = socket.create_server((self.host, self.port), family=family, backlog=_TLS_BACKLOG)
-            self._tls_socket.setblocking(False)
+            self._own_socket = socket.create_server((self.host, self.port), family=family, backlog=_BACKLOG)
+            self._own_socket.setblocking(False)
         else:
             self._server = await asyncio.get_running_loop().create_server(
                 lambda: _Connection(self), self.host, self.port, start_serving=False, reuse_address=True
@@ -152,10 +280,10 @@ class KafkaListener:
         return self.bound_port
 
     async def start_serving(self) -> None:
-        if self._server is None and self._tls_socket is None:
+        if self._server is None and self._own_socket is None:
             await self.bind()
-        if self._tls_socket is not None:
-            self._acceptor = asyncio.get_running_loop().create_task(self._accept_tls(self._tls_socket))
+        if self._own_socket is not None:
+            self._acceptor = asyncio.get_running_loop().create_task(self._accept_own(self._own_socket))
         else:
             assert self._server is not None
             await self._server.start_serving()
@@ -168,8 +296,8 @@ class KafkaListener:
             self._acceptor.cancel()
             await asyncio.gather(self._acceptor, return_exceptions=True)
             self._acceptor = None
-        if self._tls_socket is not None:
-            self._tls_socket.close()
+        if self._own_socket is not None:
+            self._own_socket.close()
 
     async def close(self) -> None:
         """Stops accepting, closes every connection and waits for their responders."""
@@ -188,7 +316,7 @@ class KafkaListener:
         if self._handshakes:
             await asyncio.gather(*self._handshakes, return_exceptions=True)
 
-    async def _accept_tls(self, listening: socket.socket) -> None:
+    async def _accept_own(self, listening: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -197,23 +325,35 @@ class KafkaListener:
                 logger.warning("listener %s cannot accept a connection: %s", self.listener_name, exc)
                 await asyncio.sleep(_ACCEPT_RETRY_S)
                 continue
+            host = str(address[0])
+            if self.gate is not None:
+                try:
+                    admitted = await self.gate.admit(self.listener_name, host)
+                except BaseException:
+                    sock.close()
+                    raise
+                if not admitted:
+                    sock.close()
+                    continue
             task = loop.create_task(self._handshake(sock, address))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
     async def _handshake(self, sock: socket.socket, address: tuple[str, int]) -> None:
-        """One TLS connection up to its first request: the handshake, or one line saying why it failed."""
-        assert self.ssl_context is not None
+        """One connection accepted on the own socket up to its first request: on a TLS listener the handshake, or
+        one line saying why it failed."""
+        connection = _Connection(self, slot=str(address[0]) if self.gate is not None else None)
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: _Connection(self), sock, ssl=self.ssl_context
-            )
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock, ssl=self.ssl_context)
         except OSError as exc:  # an SSLError, a reset, or the handshake timing out
+            connection.release_slot()
             reason = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else type(exc).__name__
-            logger.warning("TLS handshake failed with %s:%s on listener %s: %s", address[0], address[1],
-                           self.listener_name, reason)
+            logger.warning("%s with %s:%s on listener %s: %s",
+                           "TLS handshake failed" if self.ssl_context is not None else "cannot serve a connection",
+                           address[0], address[1], self.listener_name, reason)
             sock.close()
         except BaseException:
+            connection.release_slot()
             sock.close()
             raise
 
@@ -223,6 +363,7 @@ class KafkaListener:
         self._accepted.inc()
 
     def _closed(self, connection: _Connection) -> None:
+        connection.release_slot()
         if connection in self._connections:
             self._connections.discard(connection)
             self._gauge.dec()
@@ -239,8 +380,12 @@ class _Connection(asyncio.BufferedProtocol):
     Reading pauses while ``max_in_flight`` requests are outstanding, which pushes back on the client through TCP.
     """
 
-    def __init__(self, server: KafkaListener) -> None:
+    def __init__(self, server: KafkaListener, slot: str | None = None) -> None:
         self._server = server
+        #: The address this connection is counted under in its listener's gate until it closes (None: not counted).
+        self._slot = slot
+        #: When it last read bytes (monotonic): the least recently active connection is the first evicted.
+        self.last_active = time.monotonic()
         self._dispatcher = server.dispatcher
         limited = server.unauthenticated_max_request_bytes
         self._frames = (
@@ -293,6 +438,7 @@ class _Connection(asyncio.BufferedProtocol):
         return self._frames.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         if self._stop_reading:
             return
         for frame in self._frames.buffer_updated(nbytes):
@@ -378,6 +524,21 @@ class _Connection(asyncio.BufferedProtocol):
         """No more requests are read; the responder answers those already dispatched, then closes."""
         self._stop_reading = True
         self._wakeup.set()
+
+    @property
+    def holds_slot(self) -> bool:
+        return self._slot is not None
+
+    def release_slot(self) -> None:
+        """Gives the connection's place in the gate back (once, however the connection ends)."""
+        slot, self._slot = self._slot, None
+        if slot is not None and self._server.gate is not None:
+            self._server.gate.release(self._server.listener_name, slot)
+
+    def evict(self) -> None:
+        """Closed to make room for the inter-broker listener (KIP-402): its place is free at once."""
+        self.release_slot()
+        self.abort()
 
     def abort(self) -> None:
         """Server shutdown: drop the connection and every request still in flight on it."""

@@ -40,6 +40,14 @@ class ServerMetrics:
         self.connections_total = Counter(
             "fjord_broker_connections_accepted", "Client connections accepted", ["listener"], registry=self.registry
         )
+        self.connections_refused = Counter(
+            "fjord_broker_connections_refused",
+            "Connections a connection quota acted on (wire.connection_limits), by reason: per_ip (closed at once), "
+            "max_connections (the acceptor held until one closed), creation_rate (delayed), evicted (closed to make "
+            "room for the inter-broker listener)",
+            ["listener", "reason"],
+            registry=self.registry,
+        )
         self.requests = Counter("fjord_broker_requests", "Requests served", ["api"], registry=self.registry)
         self.request_errors = Counter(
             "fjord_broker_request_failures",

@@ -19,9 +19,11 @@ from broker.authorization import ANONYMOUS, BrokerAuthorizer
 from broker.handlers.append_order import AppendOrder
 from broker.handlers.commit_order import PendingCommits
 from broker.metrics import TopicTraffic
+from broker.quotas.enforcer import RequestCharge
 from broker.sasl_session import SaslSession
 from broker.services import BrokerServices
 from controller.acl.binding import AclOperation, ResourceType
+from controller.admin_requests import MutationQuota
 from wire import codec
 from wire.api_versions import VersionRange
 
@@ -73,6 +75,8 @@ class RequestContext:
     authorizer: BrokerAuthorizer = field(default_factory=BrokerAuthorizer.disabled)
     #: The node's per-topic traffic counters (``broker.metrics``); a context built outside a node counts into none.
     traffic: TopicTraffic = field(default_factory=TopicTraffic.disabled)
+    #: The request's client quotas (``broker.quotas.enforcer``), set by the dispatcher; None while the cluster has none.
+    quota_charge: RequestCharge | None = None
 
     @property
     def principal(self) -> str:
@@ -88,6 +92,13 @@ class RequestContext:
         """The KIP-430 field for the resource: ``supported``'s operations this principal may do (when asked)."""
         return authorized_operations.reported_for(requested, self.authorizer, self.principal, self.client_host,
                                                   resource=resource, name=name, supported=supported)
+
+    def mutation_quota(self, strict_since: int) -> MutationQuota | None:
+        """The client's controller mutation quota for this admin request (KIP-599), strict from API version
+        ``strict_since`` on (Kafka's ``strictSinceVersion``); None when no quota applies."""
+        if self.quota_charge is None:
+            return None
+        return self.quota_charge.mutations(self.api_version >= strict_since)
 
     @property
     def response_class(self) -> type[Any]:

@@ -7,6 +7,8 @@ lookup), else a :class:`RequestCharge` that the dispatcher runs the request thro
   is capped at what the quota allows over ``quota.window.num - 1`` windows (Kafka's cap), so one response cannot
   be many seconds' worth of quota;
 - ``timed``: the handler's own event-loop time, charged to ``request_percentage`` (``busy_time``);
+- ``mutations``: CreateTopics, DeleteTopics and CreatePartitions take the request's controller mutation quota
+  (``mutations``) to the admin code that charges it per topic;
 - ``respond``: a Fetch is charged its response size; the longest throttle of the request's quotas goes into the
   response's ``throttle_time_ms`` and the connection is muted for that long (KIP-219: answer at once, then read
   nothing more from the client until the time has passed).
@@ -30,6 +32,7 @@ from kio.static.primitive import i32Timedelta
 
 from broker.quotas.busy_time import BusyTime, timed
 from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
+from broker.quotas.mutations import RequestMutations
 from broker.quotas.resolution import ResolvedQuota, resolve
 from controller.client_quotas import QuotaEntity
 from wire import codec
@@ -86,11 +89,13 @@ class RequestCharge:
         client_id: str,
     ) -> None:
         self._manager = manager
+        self._quotas = quotas
         self._api_key = api_key
         self._user = user
         self._client_id = client_id
         self._throttle = 0.0
         self._busy: BusyTime | None = None
+        self._mutations: RequestMutations | None = None
         # Each quota this request can be charged to, resolved once here (None: the client has none of that kind).
         self._request = (
             None if api_key in _EXEMPT else resolve(quotas, QuotaType.REQUEST.value, user, client_id)
@@ -122,6 +127,17 @@ class RequestCharge:
                     body = dataclasses.replace(body, max_bytes=cap)
         return body
 
+    def mutations(self, strict: bool) -> RequestMutations | None:
+        """The request's controller mutation quota, strict or permissive as its version asks (None: unlimited);
+        its throttle goes into the response."""
+        resolved = resolve(self._quotas, QuotaType.CONTROLLER_MUTATION.value, self._user, self._client_id)
+        if resolved is None:
+            return None
+        self._mutations = RequestMutations(
+            self._manager, resolved, user=self._user, client_id=self._client_id, strict=strict
+        )
+        return self._mutations
+
     async def timed(self, handling: Coroutine[Any, Any, Any]) -> Any:
         """Awaits the handler, timing its own steps when the client has a ``request_percentage`` quota."""
         if self._request is None:
@@ -136,6 +152,8 @@ class RequestCharge:
         field; any other response is charged before it is encoded, with the throttle time already in it."""
         if self._busy is not None:
             self._record(self._request, QuotaType.REQUEST, self._busy.seconds * _PERCENT)
+        if self._mutations is not None:
+            self._throttle = max(self._throttle, self._mutations.throttle_s())
         if self._api_key == _FETCH:
             parts = None if response is None else codec.encode_response_parts(correlation_id, response)
             if parts is not None:

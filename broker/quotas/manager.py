@@ -1,7 +1,8 @@
 """What each client used against its quotas, and how long it must be throttled (Kafka's ClientQuotaManager).
 
 The dispatcher reports, per request, the bytes a Produce appended (its request size, as Kafka counts it), the bytes
-a Fetch returned (its response size) and the handler's own time (``busy_time``); :meth:`ClientQuotas.record` adds
+a Fetch returned (its response size) and the handler's own time (``busy_time``), and the admin requests the
+partitions they created or deleted (``mutations``); :meth:`ClientQuotas.record` adds
 them to the rate of whoever shares that quota (``resolution``) and answers the throttle time: 0 while within the
 quota, else how long the rate needs to fall back to it, at most all the quota windows together (so one huge
 request cannot mute its client for hours).
@@ -16,15 +17,16 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from broker.quotas.rate import SampledRate
 from broker.quotas.resolution import QuotaTags, ResolvedQuota, resolve
 from controller.client_quotas import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     QuotaEntity,
     describe_entity,
 )
+from wire.sampled_rate import SampledRate
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class QuotaType(enum.Enum):
     PRODUCE = PRODUCER_BYTE_RATE
     FETCH = CONSUMER_BYTE_RATE
     REQUEST = REQUEST_PERCENTAGE
+    CONTROLLER_MUTATION = CONTROLLER_MUTATION_RATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +82,19 @@ class ClientQuotas:
         return self.record_resolved(resolved, kind, user=user, client_id=client_id, value=value, now=now)
 
     def record_resolved(
-        self, resolved: ResolvedQuota, kind: QuotaType, *, user: str, client_id: str, value: float, now: float
+        self,
+        resolved: ResolvedQuota,
+        kind: QuotaType,
+        *,
+        user: str,
+        client_id: str,
+        value: float,
+        now: float,
+        check: bool = True,
     ) -> float:
         """:meth:`record` for a quota already resolved: a request resolves each of its quotas once
-        (``RequestCharge``), not again at every charge."""
+        (``RequestCharge``), not again at every charge. ``check=False`` records without asking for a throttle
+        (0): a strict controller mutation quota checks before it records, never after (``mutations``)."""
         self._sweep(now)
         key = (kind, resolved.tags)
         rate = self._rates.get(key)
@@ -90,6 +102,22 @@ class ClientQuotas:
             rate = self._rates[key] = SampledRate(self.windows.samples, self.windows.window_s)
         rate.record(value, now)
         self._used[key] = now
+        if not check:
+            return 0.0
+        throttle = rate.throttle_s(resolved.limit, now, self.windows.samples * self.windows.window_s)
+        if throttle > 0:
+            self._throttled(kind, (user, client_id), resolved, throttle)
+        return throttle
+
+    def over_quota(
+        self, resolved: ResolvedQuota, kind: QuotaType, *, user: str, client_id: str, now: float
+    ) -> float:
+        """How long the client must wait before its rate is back within the quota, recording nothing: 0 while it
+        is within (Kafka's ``Sensor.checkQuotas``, what a strict controller mutation quota asks before it records)."""
+        self._sweep(now)
+        rate = self._rates.get((kind, resolved.tags))
+        if rate is None:
+            return 0.0
         throttle = rate.throttle_s(resolved.limit, now, self.windows.samples * self.windows.window_s)
         if throttle > 0:
             self._throttled(kind, (user, client_id), resolved, throttle)

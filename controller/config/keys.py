@@ -18,6 +18,7 @@ from typing import Any
 
 from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC
 from storage.config import ConfigError
+from wire.connection_limits import parse_ip_overrides
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -166,6 +167,31 @@ NO_GSSAPI = (
     "node refuses GSSAPI, and this key in its properties file, at start."
 )
 
+#: The documentation of the connection quota keys (wire.connection_limits). Their listener.name.<l>. forms are read
+#: from the properties file only.
+MAX_CONNECTIONS_DOC = (
+    "The most connections the broker keeps open; at the limit its listeners stop accepting until one closes. The "
+    "inter-broker listener is not held by it (KIP-402): other listeners close their least recently active "
+    "connections to make room. listener.name.<listener>.max.connections limits one listener (static in Fjord: "
+    "properties file only)."
+)
+MAX_CONNECTIONS_PER_IP_DOC = "The most connections one IP address may open; more are closed at once."
+PER_IP_OVERRIDES_DOC = "Per-address exceptions to max.connections.per.ip, as host:count,ip:count."
+CREATION_RATE_DOC = (
+    "The most new connections the broker accepts per second, over the client quotas' windows; more are delayed. "
+    "listener.name.<listener>.max.connection.creation.rate limits one listener (static in Fjord: properties file "
+    "only)."
+)
+
+
+def _ip_overrides_valid(value: Any) -> str | None:
+    try:
+        parse_ip_overrides(str(value or ""))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 _B = ConfigType
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -214,7 +240,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("socket.send.buffer.bytes", _B.INT, 102400),
         ConfigKey("socket.receive.buffer.bytes", _B.INT, 102400),
         ConfigKey("connections.max.idle.ms", _B.LONG, 600000),
-        ConfigKey("max.connections", _B.INT, INT_MAX, at_least(0), dynamic=True),
+        # Connection quotas (wire.connection_limits: Kafka's ConnectionQuotas, KIP-402, KIP-612), dynamic as Kafka's.
+        ConfigKey("max.connections", _B.INT, INT_MAX, at_least(0), dynamic=True, doc=MAX_CONNECTIONS_DOC),
+        ConfigKey("max.connections.per.ip", _B.INT, INT_MAX, at_least(0), dynamic=True, doc=MAX_CONNECTIONS_PER_IP_DOC),
+        ConfigKey("max.connections.per.ip.overrides", _B.STRING, "", _ip_overrides_valid, dynamic=True,
+                  doc=PER_IP_OVERRIDES_DOC),
+        ConfigKey("max.connection.creation.rate", _B.INT, INT_MAX, at_least(0), dynamic=True,
+                  doc=CREATION_RATE_DOC),
         ConfigKey("num.network.threads", _B.INT, 3, at_least(1), dynamic=True),
         ConfigKey("num.io.threads", _B.INT, 8, at_least(1), dynamic=True),
         ConfigKey("request.timeout.ms", _B.INT, 30000, at_least(0)),

@@ -19,6 +19,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from controller.config.connection_limits import (
+    check_per_ip,
+    connection_limit_settings,
+    listener_connection_limits,
+    listener_connection_override,
+)
 from controller.config.controller_sasl import ControllerSasl, controller_sasl
 from controller.config.inter_broker import InterBrokerSettings, inter_broker_settings
 from controller.config.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
@@ -36,6 +42,7 @@ from controller.config.security import (
 )
 from controller.metadata_records import Endpoint
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
+from wire.connection_limits import ConnectionLimitSettings
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
@@ -159,7 +166,7 @@ class ServerConfig:
                 values[name] = key.default
         for name in props:
             if (name not in BROKER_KEYS and not name.startswith("s3.") and listener_override(name) is None
-                    and sasl_listener_override(name) is None):
+                    and sasl_listener_override(name) is None and listener_connection_override(name) is None):
                 logger.warning("The configuration '%s' was supplied but isn't a known config.", name)
         node_id: int = values["node.id"]
         storage = StorageConfig.from_properties(props, node_id=node_id)
@@ -277,6 +284,8 @@ class ServerConfig:
                 f"controller.quorum.voters: this controller's node.id {self.node_id} is not among the voters "
                 f"({', '.join(str(v.node_id) for v in self.voters)})"
             )
+        listener_connection_limits(self.static)  # a bad listener.name.<l>.max.connections stops the start here
+        check_per_ip(int(self.value("max.connections.per.ip")), str(self.value("max.connections.per.ip.overrides")))
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
@@ -287,6 +296,14 @@ class ServerConfig:
         if name not in BROKER_KEYS:
             raise KeyError(f"unknown broker config {name}")
         return self.values.get(name, BROKER_KEYS[name].default)
+
+    def connection_limits(
+        self, cluster_dynamic: Mapping[str, str] | None = None, node_dynamic: Mapping[str, str] | None = None
+    ) -> ConnectionLimitSettings:
+        """The connection quotas of this broker's listeners, with the dynamic broker configs applied
+        (:mod:`controller.config.connection_limits`)."""
+        inter_broker = self.inter_broker.listener if self.inter_broker is not None else None
+        return connection_limit_settings(self.value, self.static, inter_broker, cluster_dynamic, node_dynamic)
 
     # typed accessors for the keys other components read
     @property

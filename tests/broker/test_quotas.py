@@ -33,13 +33,16 @@ from broker.handlers import acl_table
 from broker.handlers.context import RequestContext
 from broker.quotas.busy_time import BusyTime, timed
 from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
+from broker.quotas.mutations import RequestMutations
 from broker.quotas.resolution import QuotaTags, resolve
 from broker.services import BrokerServices
+from controller import admin_requests, admin_wire
 from controller.client_quotas import QuotaAlteration, plan_alter_client_quotas
 from controller.config.security import STANDARD_AUTHORIZER, refusal
 from controller.config.server import ServerConfig
+from controller.controller import Controller
 from controller.image import MetadataImage
-from controller.metadata_records import ClientQuotaRecord
+from controller.metadata_records import ClientQuotaRecord, Endpoint
 from controller.quorum import QuorumController
 from controller.remote.client import RemoteControllerClient
 from tests.quorum_fixtures import active_voter
@@ -169,9 +172,7 @@ def test_alterations_are_validated() -> None:
     assert "must be a Long" in (refusal([("user", "a")], {"producer_byte_rate": 1.5}) or "")
     assert "greater than 0" in (refusal([("user", "a")], {"consumer_byte_rate": -1.0}) or "")
     assert "finite" in (refusal([("user", "a")], {"request_percentage": float("inf")}) or "")
-    assert "controller_mutation_rate is not supported" in (
-        refusal([("user", "a")], {"controller_mutation_rate": 10.0}) or ""
-    )
+    assert refusal([("user", "a")], {"controller_mutation_rate": 2.5}) is None  # partitions/s, not whole (KIP-599)
     assert "empty" in (refusal([], {"producer_byte_rate": 1.0}) or "")
     assert "Duplicate entity type" in (refusal([("user", "a"), ("user", "b")], {"producer_byte_rate": 1.0}) or "")
     assert "IP entity" in (refusal([("ip", "1.2.3.4"), ("user", "a")], {"producer_byte_rate": 1.0}) or "")
@@ -504,3 +505,159 @@ async def test_busy_time_counts_the_handlers_own_steps_not_its_waits() -> None:
     started = time.perf_counter()
     assert await timed(handler(), busy) == "done"
     assert 0.02 <= busy.seconds <= time.perf_counter() - started - 0.2
+
+
+# ------------------------------------------------------------------ controller_mutation_rate (KIP-599)
+
+
+def _create_topics_request(version: int, topics: dict[str, int]) -> Any:
+    cls = codec.request_class(19, version)
+    entries = tuple(
+        codec.build_nested(
+            cls, "topics", name=name, num_partitions=count, replication_factor=1, assignments=(), configs=()
+        )
+        for name, count in topics.items()
+    )
+    return codec.build(cls, topics=entries, timeout=15_000, validate_only=False)
+
+
+async def test_admin_requests_charge_each_topics_partitions_checking_before_recording(tmp_path: Path) -> None:
+    """Kafka's strict quota: a topic is refused only when the quota is already spent before it, and a topic
+    charges its partitions (created, deleted, or added) once the controller made the change; the permissive quota
+    of older versions refuses nothing and throttles the response."""
+    controller = await Controller.start(ServerConfig.load(None, [f"log.dirs={tmp_path}"]))
+    try:
+        await controller.register_broker(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), None)
+        now = [0.0]
+        manager = ClientQuotas(QuotaWindows(samples=3, window_s=1.0))  # the rate is measured over >= 2 s
+        alice = resolve(
+            {(("user", "alice"),): {"controller_mutation_rate": 2.0}}, "controller_mutation_rate", "alice", "app"
+        )
+        assert alice is not None
+        assert (
+            resolve({(("user", "alice"),): {"controller_mutation_rate": 2.0}}, "controller_mutation_rate", "bob", "app")
+            is None
+        )  # another user has no quota: unbounded
+
+        def quota(strict: bool) -> RequestMutations:
+            return RequestMutations(manager, alice, user="alice", client_id="app", strict=strict, clock=lambda: now[0])
+
+        ask_of = admin_requests.always(controller)
+        # CreateTopics v6: 3 partitions (rate 0 before), 3 more (1.5/s before: within), then over (3/s): refused.
+        strict = quota(True)
+        ask = admin_wire.read_create_topics(_create_topics_request(6, {"m1": 3, "m2": 3, "m3": 1}), "app")
+        response = await admin_requests.create_topics(codec.response_class(19, 6), ask, ask_of, strict)
+        assert [(t.name, t.error_code) for t in response.topics] == [
+            ("m1", ErrorCode.none),
+            ("m2", ErrorCode.none),
+            ("m3", ErrorCode.throttling_quota_exceeded),
+        ]
+        assert response.topics[2].error_message == admin_requests.THROTTLED
+        assert "m3" not in controller.image.topics_by_name
+        assert strict.throttle_s() == pytest.approx(1.0)  # (3/s - 2/s) / 2/s over the 2 s measured
+        now[0] = 0.5
+        assert strict.throttle_s() == pytest.approx(0.5)  # what is left of it when the response is sent
+
+        # DeleteTopics v5, still over: refused, nothing deleted. Once the windows passed: both go, 6 charged.
+        delete = admin_wire.read_delete_topics(
+            codec.build(codec.request_class(20, 5), topic_names=("m1", "m2"), timeout=5000)
+        )
+        refused = await admin_requests.delete_topics(codec.response_class(20, 5), delete, ask_of, quota(True))
+        assert {r.error_code for r in refused.responses} == {ErrorCode.throttling_quota_exceeded}
+        assert {"m1", "m2"} <= set(controller.image.topics_by_name)
+        now[0] = 3.0
+        deleted = await admin_requests.delete_topics(codec.response_class(20, 5), delete, ask_of, quota(True))
+        assert [(r.name, r.error_code) for r in deleted.responses] == [("m1", ErrorCode.none), ("m2", ErrorCode.none)]
+        assert manager.over_quota(
+            alice, QuotaType.CONTROLLER_MUTATION, user="alice", client_id="app", now=3.0
+        ) == pytest.approx(1.0)
+
+        # CreatePartitions v2 (permissive): over the quota, still done; charged the added partitions; throttled.
+        now[0] = 6.0
+        await admin_requests.create_topics(
+            codec.response_class(19, 6),
+            admin_wire.read_create_topics(_create_topics_request(6, {"grown": 1}), "app"),
+            ask_of,
+            None,
+        )
+        permissive = quota(False)
+        assert not permissive.exhausted()
+        grow_cls = codec.request_class(37, 2)
+        grow = admin_wire.read_create_partitions(
+            codec.build(
+                grow_cls,
+                topics=(codec.build_nested(grow_cls, "topics", name="grown", count=6, assignments=None),),
+                timeout=5000,
+                validate_only=False,
+            )
+        )
+        grown = await admin_requests.create_partitions(codec.response_class(37, 2), grow, ask_of, permissive)
+        assert [r.error_code for r in grown.results] == [ErrorCode.none]
+        assert len(controller.image.topics_by_name["grown"].partitions) == 6
+        assert permissive.throttle_s() == pytest.approx(0.5)  # 5 added: (2.5/s - 2/s) / 2/s over 2 s
+    finally:
+        await controller.close()
+
+
+def _create_one(client: WireClient, version: int, name: str, client_id: str) -> tuple[ErrorCode, str | None, int]:
+    correlation_id = client.send(_create_topics_request(version, {name: 1}), client_id=client_id)
+    got, response = client.receive(19, version)
+    assert got == correlation_id
+    (topic,) = response.topics
+    return ErrorCode(int(topic.error_code)), topic.error_message, codec.millis(response.throttle_time)
+
+
+def test_controller_mutation_rate_refuses_new_clients_and_throttles_old_ones(quota_broker: BrokerProcess) -> None:
+    """``kafka-configs.sh --add-config controller_mutation_rate=2``: CreateTopics v6 of one partition at a time is
+    accepted for the initial burst, then refused with THROTTLING_QUOTA_EXCEEDED and a throttle time; a client
+    without the quota is unaffected; CreateTopics v5 is never refused, only throttled."""
+    strict_id, permissive_id = f"mut-strict-{uuid.uuid4().hex[:6]}", f"mut-old-{uuid.uuid4().hex[:6]}"
+    for client_id in (strict_id, permissive_id):
+        _set_quota(quota_broker, client_id, "controller_mutation_rate", 2.0)
+    created: list[str] = []
+    try:
+        with WireClient(quota_broker.port) as client:
+            outcome = (ErrorCode.none, None, 0)
+            for i in range(30):
+                name = f"{strict_id}-{i}"
+                outcome = _create_one(client, 6, name, strict_id)
+                if outcome[0] != ErrorCode.none:
+                    break
+                assert outcome[2] == 0, "an accepted topic's response is not throttled (strict quota)"
+                created.append(name)
+            assert outcome[:2] == (ErrorCode.throttling_quota_exceeded, admin_requests.THROTTLED), outcome
+            assert outcome[2] > 0
+            assert 1 <= len(created) < 30
+        with WireClient(quota_broker.port) as other:
+            name = f"mut-free-{uuid.uuid4().hex[:6]}"
+            assert _create_one(other, 6, name, "mut-free") == (ErrorCode.none, None, 0)
+            created.append(name)
+        with WireClient(quota_broker.port) as old:
+            throttled = 0
+            for i in range(30):
+                name = f"{permissive_id}-{i}"
+                code, message, throttled = _create_one(old, 5, name, permissive_id)
+                assert (code, message) == (ErrorCode.none, None)
+                created.append(name)
+                if throttled > 0:
+                    break
+            assert throttled > 0, "30 CreateTopics v5 over the quota were never throttled"
+    finally:
+        for client_id in (strict_id, permissive_id):
+            _set_quota(quota_broker, client_id, "controller_mutation_rate", None)
+        with WireClient(quota_broker.port) as client:
+            cls = codec.request_class(20, 5)
+            deleted = client.request(codec.build(cls, topic_names=tuple(created), timeout=15_000))
+            assert {r.error_code for r in deleted.responses} <= {ErrorCode.none}
+
+
+def test_controller_mutation_rate_round_trips_through_the_quota_apis(quota_broker: BrokerProcess) -> None:
+    alice: Entity = [("user", "alice-mutations")]
+    with WireClient(quota_broker.port) as client:
+        assert _alter(client, [(alice, {"controller_mutation_rate": 2.5})]) == [(ErrorCode.none, None)]
+        try:
+            described = _described(_describe(client, [("user", 0, "alice-mutations")]))
+            assert described == {(("user", "alice-mutations"),): {"controller_mutation_rate": 2.5}}
+        finally:
+            assert _alter(client, [(alice, {"controller_mutation_rate": None})]) == [(ErrorCode.none, None)]
+        assert _described(_describe(client, [("user", 0, "alice-mutations")])) == {}

@@ -1,4 +1,5 @@
-"""A rate over sampled windows, as Kafka's ``Rate`` over a ``SampledStat`` (the measure client quotas use).
+"""A rate over sampled windows, as Kafka's ``Rate`` over a ``SampledStat``: the measure of client quotas
+(``broker.quotas``) and of connection creation rates (``wire.connection_limits``), hence here in ``wire``, below both.
 
 Values are summed into ``samples`` windows of ``window_s`` seconds each (``quota.window.num`` x
 ``quota.window.size.seconds``); a window starts when the first value after the previous one's end arrives, and

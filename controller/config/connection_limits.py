@@ -1,0 +1,126 @@
+"""A node's connection quota settings (``wire.connection_limits``) from its properties and the dynamic broker configs.
+
+The broker-wide keys (``max.connections``, ``max.connections.per.ip``, ``max.connections.per.ip.overrides``,
+``max.connection.creation.rate``) are dynamic, as in Kafka: a value set on this broker with AlterConfigs wins over the
+cluster-wide default (the "" broker resource), which wins over the properties file. The per-listener forms
+``listener.name.<l>.max.connections`` and ``listener.name.<l>.max.connection.creation.rate`` are read from the
+properties file only: Fjord's config catalogue has no templated dynamic keys, so AlterConfigs refuses them as
+unknown. Host names in the overrides are resolved here, once per settings change, so the accept path compares
+addresses only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from controller.config.keys import BROKER_KEYS, ConfigValueError
+from storage.config import ConfigError
+from wire.connection_limits import ConnectionLimitSettings, ip_key, parse_ip_overrides
+
+logger = logging.getLogger(__name__)
+
+_LISTENER_PREFIX = "listener.name."
+#: The connection quota keys a listener may override (Kafka's ``SocketServer.ListenerReconfigurableConfigs``).
+LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
+
+
+def listener_connection_override(name: str) -> tuple[str, str] | None:
+    """(listener name, key) of ``listener.name.<listener>.max.connections`` or ``...max.connection.creation.rate``,
+    else None."""
+    if not name.lower().startswith(_LISTENER_PREFIX):
+        return None
+    listener, dot, key = name[len(_LISTENER_PREFIX) :].partition(".")
+    return (listener.upper(), key) if dot and listener and key in LISTENER_KEYS else None
+
+
+def listener_connection_limits(props: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """{listener: {key: value}} of the per-listener connection quota keys in ``props``; ConfigError naming a bad one."""
+    out: dict[str, dict[str, int]] = {}
+    for name, text in props.items():
+        override = listener_connection_override(name)
+        if override is None:
+            continue
+        listener, key = override
+        try:
+            value = BROKER_KEYS[key].parse(text)
+        except ConfigValueError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+        out.setdefault(listener, {})[key] = int(value)
+    return out
+
+
+def check_per_ip(max_per_ip: int, overrides_text: str) -> None:
+    """Kafka's rule: ``max.connections.per.ip`` may be 0 (no address may connect) only with overrides (the
+    addresses that may)."""
+    if max_per_ip == 0 and not parse_ip_overrides(overrides_text):
+        raise ConfigError(
+            "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."
+        )
+
+
+def _resolve(overrides: Mapping[str, int]) -> dict[str, int]:
+    """The overrides by address: IP literals as they are, host names as every address they resolve to."""
+    out: dict[str, int] = {}
+    for host, count in overrides.items():
+        try:
+            ipaddress.ip_address(host)
+            out[ip_key(host)] = count
+            continue
+        except ValueError:
+            pass
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError as exc:
+            logger.warning(
+                "max.connections.per.ip.overrides: cannot resolve %s (%s); its override is not applied", host, exc
+            )
+            continue
+        for info in infos:
+            out[ip_key(str(info[4][0]))] = count
+    return out
+
+
+def connection_limit_settings(
+    value: Callable[[str], Any],
+    static: Mapping[str, str],
+    inter_broker_listener: str | None,
+    cluster_dynamic: Mapping[str, str] | None = None,
+    node_dynamic: Mapping[str, str] | None = None,
+) -> ConnectionLimitSettings:
+    """The settings in force: ``value`` reads a broker key from the properties (its default when absent),
+    ``static`` holds them as given (the per-listener keys), ``cluster_dynamic``/``node_dynamic`` are the image's
+    dynamic broker configs (cluster-wide default, this broker's own)."""
+    layers = (node_dynamic or {}, cluster_dynamic or {})
+
+    def effective(name: str) -> Any:
+        for layer in layers:
+            text = layer.get(name)
+            if text is not None:
+                try:
+                    return BROKER_KEYS[name].parse(text)
+                except ConfigValueError as exc:  # validated when altered; an old record must not stop the broker
+                    logger.warning("ignoring the dynamic value of %s: %s", name, exc)
+        return value(name)
+
+    per_listener = listener_connection_limits(static)
+    return ConnectionLimitSettings(
+        max_connections=int(effective("max.connections")),
+        max_connections_per_ip=int(effective("max.connections.per.ip")),
+        per_ip_overrides=_resolve(parse_ip_overrides(str(effective("max.connections.per.ip.overrides") or ""))),
+        max_connection_creation_rate=int(effective("max.connection.creation.rate")),
+        listener_max_connections={
+            name: limits["max.connections"] for name, limits in per_listener.items() if "max.connections" in limits
+        },
+        listener_max_connection_creation_rate={
+            name: limits["max.connection.creation.rate"]
+            for name, limits in per_listener.items()
+            if "max.connection.creation.rate" in limits
+        },
+        inter_broker_listener=inter_broker_listener,
+        quota_window_num=int(value("quota.window.num")),
+        quota_window_s=float(value("quota.window.size.seconds")),
+    )

@@ -1,0 +1,234 @@
+"""Kafka's connection quotas (issue 13): the counts and decisions of ``wire.connection_limits``, and listeners sharing
+a ``ConnectionGate`` serving raw sockets on 127.0.0.1: the per-IP limit and its override close the extra connection
+at once, a listener at ``max.connections`` holds its acceptor until a connection closes, the inter-broker listener is
+not held by the broker-wide limit (a client connection is closed to make room), and a creation rate over its quota
+delays a burst without refusing any of it."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import pytest
+
+from tests.waiting import eventually_async
+from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings, ip_key, parse_ip_overrides
+from wire.listener import ConnectionGate, KafkaListener, Peer, Response
+from wire.metrics import ServerMetrics
+
+TIMEOUT_S = 5.0
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+# ---------------------------------------------------------------------- the decisions, sans-I/O
+
+
+def test_parse_ip_overrides_and_address_keys() -> None:
+    assert parse_ip_overrides(" 127.0.0.1:3, host-a:5,[::1]:2,") == {"127.0.0.1": 3, "host-a": 5, "::1": 2}
+    assert parse_ip_overrides("") == {}
+    for bad in ("127.0.0.1", "host:x", ":4"):
+        with pytest.raises(ValueError, match="host:count"):
+            parse_ip_overrides(bad)
+    assert ip_key("::ffff:10.0.0.1") == "10.0.0.1"
+    assert ip_key("0:0:0:0:0:0:0:1") == "::1"
+
+
+def test_per_ip_slots_and_protection_decisions() -> None:
+    settings = ConnectionLimitSettings(
+        max_connections=2, max_connections_per_ip=1, per_ip_overrides={"10.0.0.9": 3}, inter_broker_listener="BROKER"
+    )
+    limits = ConnectionLimits(settings, ["BROKER"])
+    assert not limits.protected("BROKER"), "protection needs another listener to protect it from"
+    limits.add_listener("CLIENT")
+    assert limits.protected("BROKER") and not limits.protected("CLIENT")
+    assert limits.admit("CLIENT", "10.0.0.1") is None
+    refusal = limits.admit("CLIENT", "::ffff:10.0.0.1")
+    assert refusal is not None and (refusal.address, refusal.limit) == ("10.0.0.1", 1)
+    assert limits.admit("CLIENT", "10.0.0.9") is None
+    assert not limits.slot_available("CLIENT") and limits.slot_available("BROKER")
+    assert limits.admit("BROKER", "10.0.0.9") is None
+    assert limits.excess() == 1 and limits.count() == 3 and limits.count(address="10.0.0.9") == 2
+    limits.release("CLIENT", "10.0.0.1")
+    assert limits.excess() == 0 and limits.count("CLIENT") == 1
+
+
+def test_creation_rate_throttle_is_bounded_by_one_window() -> None:
+    settings = ConnectionLimitSettings(max_connection_creation_rate=2, quota_window_num=2, quota_window_s=1.0)
+    limits = ConnectionLimits(settings, ["CLIENT"])
+    delays = [limits.record_creation("CLIENT", 100.0) for _ in range(50)]
+    assert delays[:2] == [0.0, 0.0]
+    assert 0 < delays[2] < delays[10] <= delays[49] == 1.0
+
+
+# ---------------------------------------------------------------------- listeners sharing a gate
+
+
+class _Answering:
+    """Answers each request with its correlation id."""
+
+    async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
+        _key, _version, correlation_id = struct.unpack_from(">hhi", frame)
+        return struct.pack(">ii", 4, correlation_id)
+
+
+def _frame(correlation_id: int) -> bytes:
+    body = struct.pack(">hhih", 18, 0, correlation_id, -1)  # an ApiVersions v0 header with a null client id
+    return struct.pack(">i", len(body)) + body
+
+
+@asynccontextmanager
+async def _gated(
+    settings: ConnectionLimitSettings, names: Sequence[str] = ("CLIENT",)
+) -> AsyncIterator[tuple[ConnectionGate, dict[str, KafkaListener], ServerMetrics]]:
+    metrics = ServerMetrics()
+    gate = ConnectionGate(settings, metrics)
+    listeners = {
+        name: KafkaListener(_Answering(), metrics, host="127.0.0.1", port=0, listener_name=name, gate=gate)
+        for name in names
+    }
+    for listener in listeners.values():
+        await listener.start_serving()
+    try:
+        yield gate, listeners, metrics
+    finally:
+        for listener in listeners.values():
+            await listener.close()
+
+
+def _refused(metrics: ServerMetrics, listener: str, reason: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "fjord_broker_connections_refused_total", {"listener": listener, "reason": reason}
+    )
+    return value or 0.0
+
+
+async def _connect(listener: KafkaListener) -> Stream:
+    return await asyncio.open_connection("127.0.0.1", listener.bound_port)
+
+
+async def _served(stream: Stream, correlation_id: int) -> bool:
+    """Whether a request on ``stream`` is answered (False: the broker closed the connection)."""
+    reader, writer = stream
+    try:
+        writer.write(_frame(correlation_id))
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readexactly(8), TIMEOUT_S)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return False
+    assert struct.unpack(">ii", answer) == (4, correlation_id)
+    return True
+
+
+async def _closed_by_broker(stream: Stream) -> bool:
+    try:
+        return await asyncio.wait_for(stream[0].read(1), TIMEOUT_S) == b""
+    except ConnectionError:
+        return True
+
+
+def _close(*streams: Stream) -> None:
+    for _reader, writer in streams:
+        writer.close()
+
+
+async def test_per_ip_limit_closes_only_the_extra_connection() -> None:
+    async with _gated(ConnectionLimitSettings(max_connections_per_ip=2)) as (gate, listeners, metrics):
+        client = listeners["CLIENT"]
+        first, second = await _connect(client), await _connect(client)
+        assert await _served(first, 1) and await _served(second, 2)
+        third = await _connect(client)
+        assert await _closed_by_broker(third)
+        assert await _served(first, 3) and await _served(second, 4), "the connections already open are still served"
+        assert _refused(metrics, "CLIENT", "per_ip") == 1
+        _close(first, third)
+        await eventually_async(
+            lambda: gate.limits.count(address="127.0.0.1") == 1,
+            timeout=TIMEOUT_S,
+            what="the closed connection gives its place back",
+        )
+        fourth = await _connect(client)
+        assert await _served(fourth, 5)
+        _close(second, fourth)
+
+
+async def test_override_for_an_address_replaces_the_per_ip_limit() -> None:
+    settings = ConnectionLimitSettings(max_connections_per_ip=1, per_ip_overrides={"127.0.0.1": 3})
+    async with _gated(settings) as (_gate, listeners, _metrics):
+        streams = [await _connect(listeners["CLIENT"]) for _ in range(3)]
+        assert [await _served(stream, n) for n, stream in enumerate(streams)] == [True, True, True]
+        extra = await _connect(listeners["CLIENT"])
+        assert await _closed_by_broker(extra)
+        _close(*streams, extra)
+
+
+async def test_listener_at_max_connections_holds_its_acceptor_until_one_closes() -> None:
+    settings = ConnectionLimitSettings(listener_max_connections={"CLIENT": 2})
+    async with _gated(settings) as (gate, listeners, metrics):
+        client = listeners["CLIENT"]
+        first, second = await _connect(client), await _connect(client)
+        assert await _served(first, 1) and await _served(second, 2)
+        waiting = await _connect(client)  # completes in the kernel's backlog
+        waiting[1].write(_frame(3))
+        await eventually_async(
+            lambda: _refused(metrics, "CLIENT", "max_connections") == 1,
+            timeout=TIMEOUT_S,
+            what="the acceptor holds at the listener's limit",
+        )
+        assert gate.limits.count("CLIENT") == 2
+        assert not waiting[0].at_eof(), "held, not refused"
+        _close(first)
+        answer = await asyncio.wait_for(waiting[0].readexactly(8), TIMEOUT_S)
+        assert struct.unpack(">ii", answer) == (4, 3)
+        assert await _served(second, 4)
+        _close(second, waiting)
+
+
+async def test_inter_broker_listener_is_not_held_by_the_broker_wide_limit() -> None:
+    settings = ConnectionLimitSettings(max_connections=2, inter_broker_listener="BROKER")
+    async with _gated(settings, ("CLIENT", "BROKER")) as (gate, listeners, metrics):
+        client = listeners["CLIENT"]
+        idle, active = await _connect(client), await _connect(client)
+        assert await _served(idle, 1) and await _served(active, 2)
+        assert await _served(active, 3)  # the other one is now the least recently active
+        held = await _connect(client)
+        await eventually_async(
+            lambda: _refused(metrics, "CLIENT", "max_connections") == 1,
+            timeout=TIMEOUT_S,
+            what="the client listener holds at max.connections",
+        )
+        broker = await _connect(listeners["BROKER"])
+        assert await _served(broker, 4), "the inter-broker listener accepts beyond max.connections"
+        assert await _closed_by_broker(idle), "the least recently active client connection made room"
+        assert _refused(metrics, "CLIENT", "evicted") == 1
+        assert await _served(active, 5)
+        assert gate.limits.count() == 2 and gate.limits.count("CLIENT") == 1
+        _close(active, held, broker)
+
+
+async def test_creation_rate_over_its_quota_delays_a_burst_and_refuses_none() -> None:
+    # Two windows of one second: the rate is measured over one second from the start, so the third connection
+    # of the burst is the first over 2/s; each one after it waits up to a window.
+    settings = ConnectionLimitSettings(max_connection_creation_rate=2, quota_window_num=2, quota_window_s=1.0)
+    async with _gated(settings) as (gate, listeners, metrics):
+        burst = [await _connect(listeners["CLIENT"]) for _ in range(5)]
+        assert await _served(burst[0], 0) and await _served(burst[1], 1)
+        assert gate.limits.count() < len(burst), "the end of the burst is still waiting"
+        answered = await asyncio.gather(*(_served(stream, n) for n, stream in enumerate(burst) if n >= 2))
+        assert answered == [True, True, True]
+        assert _refused(metrics, "CLIENT", "creation_rate") >= 1
+        assert _refused(metrics, "CLIENT", "per_ip") == 0
+        _close(*burst)
+
+
+async def test_lowering_max_connections_closes_the_least_recently_active() -> None:
+    async with _gated(ConnectionLimitSettings()) as (gate, listeners, metrics):
+        client = listeners["CLIENT"]
+        idle, active = await _connect(client), await _connect(client)
+        assert await _served(idle, 1) and await _served(active, 2) and await _served(active, 3)
+        gate.reconfigure(ConnectionLimitSettings(max_connections=1))
+        assert await _closed_by_broker(idle)
+        assert await _served(active, 4)
+        assert _refused(metrics, "CLIENT", "evicted") == 1 and gate.limits.count() == 1
+        _close(idle, active)
