@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from controller.config.kafka_broker_keys import NO_EFFECT_KEYS
 from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC
 from storage.config import ConfigError
 from wire.connection_limits import parse_ip_overrides
@@ -429,6 +430,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("allow.everyone.if.no.acl.found", _B.BOOLEAN, False),
     )
 }
+# Kafka 3.6 keys whose purpose Fjord's design makes moot (controller.config.kafka_broker_keys): Kafka's type, default
+# and update mode, so they load, describe and alter as Kafka's do; their doc says why they change nothing.
+BROKER_KEYS.update(
+    (k.name, ConfigKey(k.name, ConfigType[k.type], k.default, dynamic=k.dynamic, doc=k.doc)) for k in NO_EFFECT_KEYS
+)
 
 
 # ---------------------------------------------------------------------- topic configs

@@ -5,6 +5,8 @@
 whole file can tell: listeners, the controller quorum's voters, and the roles this node plays. Security settings
 are :mod:`controller.config.security`'s: TLS of SSL and SASL_SSL listeners, SASL of SASL_* listeners, and the ACL and
 quota keys that stop the node; :mod:`controller.config.inter_broker` resolves how this broker reaches the others.
+Kafka's other broker keys are :mod:`controller.config.kafka_broker_keys`'s: refused at start naming the key, or
+accepted with an INFO line saying why they have no effect; only a key Kafka does not know gets Kafka's warning.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ from controller.config.connection_limits import (
 )
 from controller.config.controller_sasl import ControllerSasl, controller_sasl
 from controller.config.inter_broker import InterBrokerSettings, inter_broker_settings
+from controller.config.kafka_broker_keys import (
+    KAFKA_BROKER_KEYS,
+    NODE_ID_SYNONYM,
+    accepted_as_fjord_does,
+    kafka_key_refusal,
+    no_effect_reason,
+)
 from controller.config.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
 from controller.config.security import (
     SASL_PROTOCOLS,
@@ -119,6 +128,31 @@ def _parse_protocol_map(text: str) -> dict[str, str]:
     return out
 
 
+def _check_kafka_keys(props: Mapping[str, str]) -> dict[str, str]:
+    """Applies what Fjord does with the Kafka keys outside its catalogue (:mod:`controller.config.kafka_broker_keys`):
+    ConfigError naming the first refused key (in file order); ``broker.id`` read as ``node.id``, Kafka's synonym;
+    one INFO line per accepted key that changes nothing. Returns the properties to load."""
+    for name, value in props.items():
+        reason = kafka_key_refusal(name, value)
+        if reason is not None:
+            raise ConfigError(f"{name}: {reason}")
+    out = dict(props)
+    if NODE_ID_SYNONYM in props:
+        given = props[NODE_ID_SYNONYM].strip()
+        if "node.id" not in props:
+            out["node.id"] = given
+        elif given != props["node.id"].strip():
+            raise ConfigError(f"{NODE_ID_SYNONYM}: {given} differs from node.id {props['node.id'].strip()} "
+                              "(broker.id is Kafka's other name for node.id; give one of them)")
+    for name, value in props.items():
+        reason = no_effect_reason(name)
+        if reason is not None:
+            logger.info("%s has no effect in Fjord: %s", name, reason)
+        elif accepted_as_fjord_does(name, value):
+            logger.info("%s=%s is accepted: it is what Fjord does", name, value.strip())
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """A node's configuration: the static values from its file and overrides, typed and validated."""
@@ -155,6 +189,7 @@ class ServerConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ServerConfig:
         refuse_unimplemented(props)
+        props = _check_kafka_keys(props)
         values: dict[str, Any] = {}
         for name, key in BROKER_KEYS.items():
             if name in props:
@@ -165,8 +200,9 @@ class ServerConfig:
             else:
                 values[name] = key.default
         for name in props:
-            if (name not in BROKER_KEYS and not name.startswith("s3.") and listener_override(name) is None
-                    and sasl_listener_override(name) is None and listener_connection_override(name) is None):
+            if (name not in BROKER_KEYS and name not in KAFKA_BROKER_KEYS and not name.startswith("s3.")
+                    and listener_override(name) is None and sasl_listener_override(name) is None
+                    and listener_connection_override(name) is None):
                 logger.warning("The configuration '%s' was supplied but isn't a known config.", name)
         node_id: int = values["node.id"]
         storage = StorageConfig.from_properties(props, node_id=node_id)
