@@ -20,13 +20,13 @@ records and ``serves`` does not grow with the partition size.
     .venv/bin/python bench/recovery.py [--small-mb 10] [--large-mb 300] [--cycles 3] [--tail 5000]
 
 The default large size is what fills and runs within about two minutes on the 2-core development machine.
-There (2026-11-26, load average about 1), medians of 3 cycles from kill -9 to serving: 10 MB 1.05 s, 300 MB 1.03 s;
-with ``--large-mb 10240`` (10 GB, 10.5 M records) 2.05 s against 1.05 s for 10 MB (partition open after 1.52-1.57 s
-against 0.84-0.89 s: about 0.6 s more at that size, none of it replay). Every replay read at most the 5,001 records
-written since the last checkpoint. The first cycle after a fill re-uploads what its WAL still held (119-193 MB):
-2.05 s at 300 MB, 3.07 s at 10 GB. About 0.8 s of each restart is the Python process starting and importing its
-modules, so that is the floor here. (The probe was idempotent until 2026-11-26, which added librdkafka's
-producer-id retry, up to a second, to every figure: 2.06 / 3.08 s on 2026-11-25.)
+There (2026-11-26, load average about 1), medians of 3 cycles from kill -9 to serving: 10 MB 1.08 s, 10 GB
+(``--large-mb 10240``, 10.5 M records) 1.14 s, partition open after 0.94-1.05 s against 0.96-1.14 s; every replay
+read at most the 5,001 records written since the last checkpoint. Until the same day an open also read the whole
+time stream (one index entry per index interval of the log: 10,855 entries, 0.14-0.22 s at 10 GB), which made
+10 GB serve after 2.05 s; it now reads only the newest entry and leaves the rest to the first lookup by timestamp.
+The first cycle after a fill re-uploads what its WAL still held (125 MB here: 1.70 s). About 0.8 s of each restart
+is the Python process starting and importing its modules, so that is the floor here.
 """
 
 from __future__ import annotations

@@ -736,9 +736,7 @@ class PartitionLog:
                 await self._log.trim(target)
             self.producers.evict_before(target)
             self.epochs.truncate_start(target)
-            async with self._time_load_lock:  # a load in progress reads the entries this trims
-                self.time_index.drop_before(target)
-                await trim_time_stream(self._time, target)
+            self.time_index.drop_before(target)  # a load in progress drops them again when it merges
             txn_trim = self.txn_index.drop_before(target)
             if self._txn is not None:
                 await trim_txn_stream(self._txn, txn_trim)
@@ -749,6 +747,14 @@ class PartitionLog:
                 }
             )
         await put
+        # Not under the append lock: the first lookup by timestamp may be reading the time stream (the lock keeps
+        # this trim from cutting entries under it), and a produce must not wait for that. A trim that fails here
+        # is caught up by the next one, which trims from the stream's start up to the log start.
+        async with self._time_load_lock:
+            try:
+                await trim_time_stream(self._time, target)
+            except storage_errors.StorageError as exc:
+                logger.warning("trimming the time stream of %s to offset %d failed: %s", self.where, target, exc)
         logger.info(
             "%s: log start offset %d -> %d (%s); %d bytes left",
             self.where,
