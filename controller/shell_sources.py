@@ -9,12 +9,16 @@ A secured cluster is reached with the TLS context and SASL credentials of the op
 (``fjord metadata shell --command-config``). Through ``--bootstrap`` they were written for the brokers' listener,
 while the controllers the brokers name may listen on SSL alone (mutual TLS between the nodes, SCRAM for clients is
 the usual split, and the client cannot learn the CONTROLLER listener's protocol): a voter that answers the
-SaslHandshake ILLEGAL_SASL_STATE is asked again over the same TLS without SASL. Named directly (``--controllers``),
-the file is taken to describe the CONTROLLER listener and such an answer is the error it is.
+SaslHandshake ILLEGAL_SASL_STATE is asked again over the same TLS without SASL (its certificate, checked against the
+truststore, still names the server; a warning on stderr says SASL was skipped). Never without TLS: over plaintext
+that answer could come from anyone on the path, and skipping SASL would drop the only proof of the server (SCRAM's
+server signature). Named directly (``--controllers``), the file is taken to describe the CONTROLLER listener and
+such an answer is the error it is.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -33,6 +37,8 @@ from wire import codec
 from wire.client import SaslNotEnabled
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "LoadedMetadata",
@@ -124,6 +130,11 @@ async def _connect(connection: ControllerConnection, timeout: float, sasl_option
     else:
         return connection
     await connection.close()
+    logger.warning(
+        "%s:%d does not speak SASL: reading it over TLS without SASL, authenticated by the client certificate",
+        connection.host,
+        connection.port,
+    )
     plain = ControllerConnection(
         connection.host, connection.port, client_id=connection.client_id, ssl_context=connection.ssl_context
     )
@@ -172,7 +183,7 @@ async def from_brokers(
     """Via a broker: the controllers it names (:func:`quorum_voters`) are asked as :func:`from_controllers` does,
     with the brokers' ``tls`` and, where their listener speaks SASL, ``sasl``."""
     voters = await quorum_voters(addresses, timeout, tls=tls, sasl=sasl)
-    return await from_controllers(list(voters.values()), timeout, tls=tls, sasl=sasl, sasl_optional=True)
+    return await from_controllers(list(voters.values()), timeout, tls=tls, sasl=sasl, sasl_optional=tls is not None)
 
 
 async def quorum_voters(

@@ -105,12 +105,14 @@ class ControllerConnection:
         self.authentications += 1
         self._expires_at, self._reauth_at = session_deadlines(self._clock(), lifetime_ms)
 
-    async def _session_check(self, timeout: float) -> None:
+    async def _session_check(self, timeout: float) -> float:
         """Before a request: re-authenticate when due (within ``timeout``, the request's), or close a connection
-        whose SASL session has ended. ConnectionClosedError when the connection is closed for either reason."""
+        whose SASL session has ended. Returns what is left of ``timeout`` for the request itself, so the two never
+        take longer than the caller allowed; ConnectionClosedError when the connection is closed for either
+        reason."""
         credentials = self.sasl
         if credentials is None or self._closed:
-            return
+            return timeout
         now = self._clock()
         if self._expires_at is not None and now >= self._expires_at:
             reason = f"{self}: the SASL session ended while the connection was idle"
@@ -118,10 +120,18 @@ class ControllerConnection:
             raise ConnectionClosedError(reason)
         if self._reauth_at is not None and now >= self._reauth_at:
             self._reauth_at = None  # one re-authentication at a time; concurrent requests go on meanwhile
+            started = time.monotonic()
             try:
                 async with asyncio.timeout(timeout):
                     await self._authenticate(credentials)
-            except BaseException as exc:  # a cancelled exchange is as half-done as a failed one
+            except asyncio.CancelledError:
+                # The request was cancelled (a shutdown, a caller's own timeout): not a failure worth a warning, but
+                # the exchange is as half-done as a failed one, so the connection cannot be used again.
+                reason = f"{self}: re-authentication ({credentials.mechanism}, user {credentials.user}) cancelled"
+                logger.debug("%s; closing the connection", reason)
+                self._fail(reason)
+                raise
+            except Exception as exc:
                 if isinstance(exc, SaslAuthenticationFailed):
                     reason = str(exc)  # names this connection, the mechanism and the user
                 else:
@@ -129,9 +139,9 @@ class ControllerConnection:
                     reason = f"{self} ({credentials.mechanism}, user {credentials.user}): {problem}"
                 logger.warning("SASL re-authentication failed, closing the connection: %s", reason)
                 self._fail(reason)
-                if isinstance(exc, Exception):
-                    raise ConnectionClosedError(reason) from None
-                raise
+                raise ConnectionClosedError(reason) from None
+            return max(0.0, timeout - (time.monotonic() - started))
+        return timeout
 
     def next_correlation_id(self) -> int:
         return next(self._correlation) & 0x7FFFFFFF
@@ -151,7 +161,7 @@ class ControllerConnection:
 
     async def request(self, entity: Any, *, timeout: float = 10.0, correlation_id: int | None = None) -> Any:
         """Sends a kio request entity; returns the decoded kio response entity."""
-        await self._session_check(timeout)
+        timeout = await self._session_check(timeout)
         return await self._request(entity, timeout=timeout, correlation_id=correlation_id)
 
     async def _request(self, entity: Any, *, timeout: float = 10.0, correlation_id: int | None = None) -> Any:
@@ -164,7 +174,7 @@ class ControllerConnection:
 
     async def stream_request(self, request: StreamRequest, *, timeout: float = 10.0) -> StreamResponse:
         """Sends one of Fjord's own RPCs; returns its response (errors are not raised here)."""
-        await self._session_check(timeout)
+        timeout = await self._session_check(timeout)
         cid = self.next_correlation_id()
         frame = encode_stream_request(request, cid, client_id=self.client_id)
         async with asyncio.timeout(timeout):
