@@ -235,7 +235,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         logger.debug("fetch session error for %s: %s", ctx.describe(), exc)
         return ctx.build(throttle_time=0, error_code=exc.code, session_id=0, responses=())
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    # Kafka's bound: the request's max_bytes, at most the broker's fetch.max.bytes.
+    max_bytes = min(request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF, ctx.node.config.fetch_max_bytes)
     deadline = time.monotonic() + max(codec.millis(request.max_wait), 0) / 1000
     while True:
         results = await _read_all(ctx, fetch, max_bytes, read_committed)

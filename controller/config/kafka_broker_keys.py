@@ -462,9 +462,9 @@ _NO_EFFECT_REASONS = {key.name: key.reason for key in NO_EFFECT_KEYS}
 KRAFT_ONLY = "Fjord runs KRaft only; there is no ZooKeeper (the controller quorum is controller.quorum.voters)"
 JAVA_PLUGIN = "Fjord is not a JVM and loads no Java plugin classes"
 AUTO_BALANCER = (
-    "not implemented: Fjord has no preferred replicas to elect back; its auto-balancer spreads leaders instead "
-    "(autobalancer.controller.enable, autobalancer.controller.leader.count.tolerance, "
-    "autobalancer.controller.anomaly.detect.interval.ms)"
+    "Fjord has no preferred replicas to elect back; its auto-balancer spreads leaders instead, so only Kafka's "
+    "default is accepted (tune or switch it off with autobalancer.controller.enable, "
+    "autobalancer.controller.leader.count.tolerance, autobalancer.controller.anomaly.detect.interval.ms)"
 )
 
 
@@ -481,9 +481,9 @@ _REFUSED: dict[str, Refused] = {
         "a ZooKeeper-mode listener for the controller's connections to brokers; Fjord runs KRaft only, where "
         "controllers listen on controller.listener.names"
     ),
-    "auto.leader.rebalance.enable": Refused(AUTO_BALANCER),
-    "leader.imbalance.check.interval.seconds": Refused(AUTO_BALANCER),
-    "leader.imbalance.per.broker.percentage": Refused(AUTO_BALANCER),
+    "auto.leader.rebalance.enable": Refused(AUTO_BALANCER, accepts="true"),
+    "leader.imbalance.check.interval.seconds": Refused(AUTO_BALANCER, accepts="300"),
+    "leader.imbalance.per.broker.percentage": Refused(AUTO_BALANCER, accepts="10"),
     "early.start.listeners": Refused("not implemented: a node starts all its listeners together"),
     "log.cleaner.threads": Refused("not implemented: the log cleaner is one task per broker", accepts="1"),
     "log.cleaner.io.max.bytes.per.second": Refused(
@@ -494,7 +494,6 @@ _REFUSED: dict[str, Refused] = {
         "log.message.timestamp.after.max.ms (KIP-937), which Fjord enforces",
         accepts="9223372036854775807",
     ),
-    "fetch.max.bytes": Refused("not implemented: a fetch response is bounded by the request's own max_bytes only"),
     "initial.broker.registration.timeout.ms": Refused(
         "not implemented: a broker waits for its registration with no deadline"
     ),
@@ -504,7 +503,10 @@ _REFUSED: dict[str, Refused] = {
     "connection.failed.authentication.delay.ms": Refused(
         "not implemented: a failed authentication is answered at once", accepts="0"
     ),
-    "queued.max.requests": Refused("not implemented: requests are not bounded by a broker-wide queue"),
+    "queued.max.requests": Refused(
+        "not implemented: requests are bounded per connection (64 in flight), not by a broker-wide queue",
+        accepts="500",
+    ),
     "queued.max.request.bytes": Refused(
         "not implemented: requests are not bounded by a broker-wide queue", accepts="-1"
     ),

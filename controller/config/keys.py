@@ -238,6 +238,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("metadata.log.max.record.bytes.between.snapshots", _B.LONG, 20 * 1024 * 1024, at_least(1)),
         ConfigKey("broker.rack", _B.STRING, None),
         ConfigKey("socket.request.max.bytes", _B.INT, 104857600, at_least(1)),
+        # The most bytes one Fetch response carries, whatever its max_bytes asks (broker.handlers.fetch).
+        ConfigKey("fetch.max.bytes", _B.INT, 57671680, at_least(1024)),
         ConfigKey("socket.send.buffer.bytes", _B.INT, 102400),
         ConfigKey("socket.receive.buffer.bytes", _B.INT, 102400),
         ConfigKey("connections.max.idle.ms", _B.LONG, 600000),

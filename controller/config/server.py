@@ -414,6 +414,10 @@ class ServerConfig:
         return int(self.value("socket.request.max.bytes"))
 
     @property
+    def fetch_max_bytes(self) -> int:
+        return int(self.value("fetch.max.bytes"))
+
+    @property
     def broker_session_timeout_ms(self) -> int:
         return int(self.value("broker.session.timeout.ms"))
 

@@ -431,3 +431,23 @@ def test_topic_configs_are_enforced(kafka: BrokerProcess, wire: Callable[[int], 
 
     eventually(produce_big, until=lambda code: code == ErrorCode.none, timeout=10,
                what="the raised max.message.bytes to accept the big batch")
+
+
+def test_fetch_max_bytes_bounds_a_response_that_asks_for_more(
+    broker_factory: Callable[..., BrokerProcess], wire: Callable[[int], WireClient]
+) -> None:
+    """Kafka's broker-wide fetch.max.bytes caps every Fetch response below the request's own max_bytes (50 MiB
+    here), always returning the first batch whole."""
+    node = broker_factory(overrides={"fetch.max.bytes": "4096"})
+    topic = topic_name("fetch-max")
+    create_topic(node.bootstrap, topic)
+    client = wire(node.port)
+    for i in range(8):  # eight batches of about 1.1 KB
+        batch = build_batch([Record(None, b"%d" % i + b"x" * 1000, (), None)])
+        response = client.request(produce_request(topic, 0, batch))
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+    part = _partition(client.request(fetch_request(topic, 0, 0, partition_max_bytes=50 << 20)))
+    offsets = [record.offset for _, record in iter_records(part.records)]  # type: ignore[attr-defined]
+    assert 1 <= len(offsets) <= 4, f"{len(offsets)} records in a response capped at 4096 bytes"
+    assert len(part.records) <= 4096  # type: ignore[attr-defined]
+    assert offsets == list(range(len(offsets)))
