@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,23 +22,33 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _RESULT = re.compile(r"\|\s*(\d{4}_\S+)\s*\|\s*(PASSED|FAILED|SKIPPED)\s*\|")
 
 
-def write_suite_conf(path: Path, bootstrap: str) -> Path:
-    """The suite's ``test.conf`` for the brokers at ``bootstrap`` (timeouts x3 for a loaded machine)."""
-    path.write_text(f"metadata.broker.list={bootstrap}\ntest.timeout.multiplier=3\n")
+def write_suite_conf(path: Path, bootstrap: str, client: Mapping[str, str] | None = None) -> Path:
+    """The suite's ``test.conf`` for the brokers at ``bootstrap`` (timeouts x3 for a loaded machine), with
+    ``client``'s properties for every client the tests make (``security.protocol``, ``sasl.*``, ``ssl.*``)."""
+    lines = [f"metadata.broker.list={bootstrap}", "test.timeout.multiplier=3"]
+    lines += [f"{key}={value}" for key, value in (client or {}).items()]
+    path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def run_suite_test(
-    test_id: str, suite_conf: Path, unset: tuple[str, ...] = (), *, quick: bool = False
+    test_id: str,
+    suite_conf: Path,
+    unset: tuple[str, ...] = (),
+    *,
+    quick: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[bool, str, str]:
     """Runs one librdkafka test: (passed, a one-line summary, the end of its output).
 
     ``unset`` names environment variables the test must not see (0055 skips itself whenever ``CI`` is set).
     ``quick`` runs it in the suite's quick mode (-Q): only for a test whose quick mode still runs each of its checks
     once (0081's skips just the repeat of every subtest through a consumer handle).
+    ``env`` adds environment variables, as trivup sets them for some tests (0097's ``SSL_*`` certificate files).
     """
-    env = {key: value for key, value in os.environ.items() if key not in unset}
-    env.update(
+    child_env = {key: value for key, value in os.environ.items() if key not in unset}
+    child_env.update(env or {})
+    child_env.update(
         TESTS=test_id,
         TEST_KAFKA_VERSION="3.6.0",
         RDKAFKA_TEST_CONF=str(suite_conf),
@@ -50,7 +61,7 @@ def run_suite_test(
             [str(RUNNER), "-L", *(["-Q"] if quick else [])],
             check=False,
             cwd=SUITE / "tests",
-            env=env,
+            env=child_env,
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,

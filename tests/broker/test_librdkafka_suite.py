@@ -2,13 +2,15 @@
 
 These are the conformance tests librdkafka's authors run against Apache Kafka. ``librdkafka_allowlist.txt`` beside
 this file lists the ones Fjord must pass on a node configured like the suite's "default" scenario; the few that need
-ACLs (:data:`NEEDS_AUTHORIZER`) run against a second node with an authorizer. Each runs as its own pytest case so a
-regression names the test. The suite is built by ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
+ACLs (:data:`NEEDS_AUTHORIZER`) run against a second node with an authorizer, which also serves the SSL and SASL
+listeners of the tests that need one (:data:`NEEDS_SECURITY`). Each runs as its own pytest case so a regression names
+the test. The suite is built by ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ from broker_support import BrokerProcess, start_broker
 
 from controller.config.security import STANDARD_AUTHORIZER
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
+from tests.tls_certs import CertificateAuthority
+from tests.trivup_certs import TrivupClientCertificate, write_trivup_client_certificate
 
 ALLOWLIST = Path(__file__).with_name("librdkafka_allowlist.txt")
 
@@ -64,6 +68,46 @@ AUTHORIZER_NODE = {
     "group.initial.rebalance.delay.ms": "0",
 }
 
+#: Tests that need an SSL or SASL listener: they run against :data:`AUTHORIZER_NODE`'s, with the ``test.conf`` client
+#: properties and (0097) the ``SSL_*`` certificate files trivup gives them (without, each skips itself: a failure here).
+NEEDS_SECURITY = {
+    # 0097 ssl_verify: a client certificate loaded in each form librdkafka takes (files, PEM strings, PEM, DER and
+    # PKCS#12 bytes) must be accepted by a listener requiring client certificates; a client whose verify callback
+    # refuses the broker's certificate must not connect; a key set without its certificate fails client creation.
+    "0097": "SSL",
+    # 0135 sasl_credentials: wrong SASL credentials fail authentication (ERR__AUTHENTICATION), then the right ones
+    # set at runtime (sasl_set_credentials) are used on the next connection.
+    "0135": "SASL_PLAINTEXT",
+}
+
+#: The user 0135 authenticates as (a SCRAM-SHA-256 credential made at bootstrap, as trivup's ``sasl_users``) and the
+#: password of every key and SASL credential of :data:`NEEDS_SECURITY`'s tests.
+SASL_USER = "librdkafka"
+SUITE_PASSWORD = "suite-pass-never-logged"
+
+
+@dataclass(frozen=True)
+class SuiteCertificates:
+    """The CA of the authorizer node's SSL listener and the suite's client certificate it signed."""
+
+    ca: CertificateAuthority
+    client: TrivupClientCertificate
+
+
+def security_listeners(certs: SuiteCertificates) -> dict[str, str]:
+    """The authorizer node's SSL (client certificates required) and SASL_PLAINTEXT (SCRAM-SHA-256) listeners besides
+    the PLAINTEXT one of :data:`NEEDS_AUTHORIZER`'s tests."""
+    server = certs.ca.issue("suite-server", server=True)
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,"
+        "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "ssl.keystore.location": str(server.keystore_path),
+        "ssl.truststore.location": str(certs.ca.cert_path),
+        "ssl.client.auth": "required",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+    }
+
 
 def allowlisted() -> list[str]:
     """Test numbers (``0001``) from the allowlist; ``#`` starts a comment."""
@@ -106,15 +150,28 @@ def test_librdkafka_test_passes(test_id: str, suite_conf: Path, suite_broker: Br
 
 
 @pytest.fixture(scope="module")
-def authorizer_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """The node of :data:`NEEDS_AUTHORIZER`'s tests (:data:`AUTHORIZER_NODE`)."""
+def suite_certificates(tmp_path_factory: pytest.TempPathFactory) -> SuiteCertificates:
+    ca = CertificateAuthority(tmp_path_factory.mktemp("librdkafka-certs"), "suite CA")
+    return SuiteCertificates(ca, write_trivup_client_certificate(ca, SUITE_PASSWORD))
+
+
+@pytest.fixture(scope="module")
+def authorizer_broker(
+    suite_certificates: SuiteCertificates, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    """The node of :data:`NEEDS_AUTHORIZER`'s tests (:data:`AUTHORIZER_NODE`) and :data:`NEEDS_SECURITY`'s."""
     if not RUNNER.exists():
         pytest.skip(NOT_BUILT)
-    process = start_broker(tmp_path_factory.mktemp("librdkafka-authorizer-broker"), AUTHORIZER_NODE)
+    process = start_broker(
+        tmp_path_factory.mktemp("librdkafka-authorizer-broker"),
+        {**AUTHORIZER_NODE, **security_listeners(suite_certificates)},
+        args=["--add-scram", f"SCRAM-SHA-256=[name={SASL_USER},password={SUITE_PASSWORD}]"],
+    )
     try:
         yield process
     finally:
         assert process.stop() == 0, process.log_text()
+    assert SUITE_PASSWORD not in process.log_text()
 
 
 @pytest.mark.slow
@@ -127,8 +184,31 @@ def test_librdkafka_test_passes_with_an_authorizer(
     assert ok, f"{summary}\n{output}\n--- broker log ---\n{authorizer_broker.log_text()[-3000:]}"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("test_id", sorted(NEEDS_SECURITY))
+def test_librdkafka_test_passes_on_a_secured_listener(
+    test_id: str, authorizer_broker: BrokerProcess, suite_certificates: SuiteCertificates, tmp_path: Path
+) -> None:
+    listener = NEEDS_SECURITY[test_id]
+    host, port = authorizer_broker.endpoints[listener]
+    if listener == "SSL":
+        client, env = suite_certificates.client.client_conf, suite_certificates.client.env
+    else:
+        client = {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": SASL_USER,
+            "sasl.password": SUITE_PASSWORD,
+        }
+        env = {}
+    suite_conf = write_suite_conf(tmp_path / "test.conf", f"{host}:{port}", client)
+    ok, summary, output = run_suite_test(test_id, suite_conf, env=env)
+    assert ok, f"{summary}\n{output}\n--- broker log ---\n{authorizer_broker.log_text()[-3000:]}"
+
+
 def test_only_allowlisted_tests_get_a_second_run() -> None:
     assert set(RACES_THE_CLIENTS_TIMERS) <= set(allowlisted()), "a rerun entry names a test that no longer runs"
     assert set(MEASURES_LATENCY) <= set(allowlisted()), "a latency entry names a test that no longer runs"
     assert not set(NEEDS_AUTHORIZER) & set(allowlisted()), "a test runs on both nodes"
+    assert not set(NEEDS_SECURITY) & (set(allowlisted()) | set(NEEDS_AUTHORIZER)), "a test runs twice"
     assert set(QUICK_MODE) <= set(allowlisted()) | set(NEEDS_AUTHORIZER), "a quick entry names a test that never runs"
