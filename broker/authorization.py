@@ -17,14 +17,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Protocol
 
-from controller.acl.authorizer import Authorizer, AuthorizerSettings, parse_super_users
+from controller.acl.authorizer import Authorizer, AuthorizerSettings, settings_from
 from controller.acl.binding import AclBinding, AclOperation, ResourceType
-from controller.config.security import STANDARD_AUTHORIZER
 
 logger = logging.getLogger(__name__)
 
-#: The principal of a connection that did not authenticate (Kafka's KafkaPrincipal.ANONYMOUS).
-ANONYMOUS: Final = "User:ANONYMOUS"
 #: How many distinct denials are remembered for logging once; past it, further distinct ones are still counted
 #: but no longer logged (a client probing names must not grow the broker's memory without bound).
 _LOGGED_DENIALS_MAX: Final = 10_000
@@ -61,12 +58,8 @@ class BrokerAuthorizer:
 
     def _configuration(self) -> tuple[bool, Authorizer]:
         if self._configured is None:
-            value = self._value
-            settings = AuthorizerSettings(
-                parse_super_users(str(value("super.users") or "")), bool(value("allow.everyone.if.no.acl.found"))
-            )
-            enabled = str(value("authorizer.class.name") or "").strip() == STANDARD_AUTHORIZER
-            self._configured = enabled, Authorizer(settings)
+            settings = settings_from(self._value)
+            self._configured = settings is not None, Authorizer(settings or AuthorizerSettings())
         return self._configured
 
     @property

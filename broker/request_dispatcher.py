@@ -41,12 +41,13 @@ from storage.objectstore.base import StoreStats
 from storage.objectstore.metrics import StoreStatsCollector
 from wire import codec
 from wire.api_versions import API_VERSIONS_KEY, VersionRange, advertised, api_name
+from wire.certificate_auth import connection_principal
 from wire.codec import ProtocolError
 from wire.listener import ConnectionClosing, Peer, Response
 from wire.metrics import ServerMetrics
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.scram import ScramCredential
-from wire.tls_principal import certificate_principal, parse_rules
+from wire.tls_principal import parse_rules
 
 logger = logging.getLogger(__name__)
 
@@ -139,11 +140,7 @@ class RequestDispatcher:
         as Kafka refuses it, and counts as an authentication failure."""
         tls = self.node.config.tls.get(peer.listener)
         mapper = tls.principal_mapper if tls is not None else parse_rules(None)
-        try:
-            state.tls_principal = certificate_principal(certificate, mapper)
-        except ValueError as exc:  # PrincipalMappingError, or a certificate that cannot be read
-            self.metrics.authentication_failures.labels(listener=peer.listener, mechanism="SSL").inc()
-            raise ConnectionClosing(f"the client certificate of {peer} names no principal: {exc}") from None
+        state.tls_principal = connection_principal(peer, certificate, mapper, self.metrics)
 
     async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
         session = self._sasl_session(peer.state, peer) if isinstance(peer.state, ConnectionState) else None

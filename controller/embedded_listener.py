@@ -107,6 +107,10 @@ class SoleVoter:
     def image(self) -> MetadataImage:
         return self._controller.image
 
+    def metadata_loaded(self) -> bool:
+        """Always: the node replayed its local metadata log before it serves, and it is the only writer."""
+        return True
+
     def active_controller(self, what: str) -> Controller:
         return self._controller
 

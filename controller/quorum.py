@@ -171,6 +171,7 @@ class QuorumController:
         self._activation_offset = 0
         self._active = False
         self._active_changed = asyncio.Event()
+        self._metadata_loaded = False  # latched by metadata_loaded()
         self._sessions: dict[int, _Session] = {}
         self._fencing: set[int] = set()
         self._next_failover_check = 0.0
@@ -233,6 +234,20 @@ class QuorumController:
     @property
     def image(self) -> MetadataImage:
         return self.controller.image
+
+    def metadata_loaded(self) -> bool:
+        """Whether this voter has applied the metadata log up to the commit offset it learned from the quorum since
+        it started: it is the active controller (which applied everything committed before its epoch), or it
+        applied what the leader's first fetch answer reported committed. Until then a restarted voter serves from
+        its snapshot and local log, whose ACLs may be stale, so the CONTROLLER listener serves super users only
+        (Kafka's StandardAuthorizer initial load). Once true it stays true, as in Kafka."""
+        if not self._metadata_loaded:
+            learned = self.driver.node.first_leader_high_watermark
+            if self.is_active or (learned is not None and self.applied_end >= learned):
+                self._metadata_loaded = True
+                logger.info("controller %d: metadata applied up to offset %d, the quorum's commit offset it learned; "
+                            "ACLs now decide for callers that are not super users", self.node_id, self.applied_end)
+        return self._metadata_loaded
 
     def not_controller(self, what: str) -> NotControllerError:
         leader = self.driver.leader_id

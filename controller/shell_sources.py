@@ -106,15 +106,17 @@ async def from_controllers(
 def _problem(host: str, port: int, exc: BaseException, tls: ClientTls | None) -> str:
     """Why ``host:port`` gave no answer, for the one-line error. A listener that requires a client certificate
     ends a TLS 1.3 connection without one only after the handshake, so the client sees no more than a closed
-    connection: the likely cause is named with it. So does a listener with an authorizer, to a caller whose principal
-    (SASL user, certificate, or User:ANONYMOUS) is not a super user."""
+    connection: the likely cause is named with it. So does a listener with an authorizer to a caller whose principal
+    (SASL user, certificate, or User:ANONYMOUS) lacks the right: DescribeMetadata, the whole metadata, is served to
+    super users only."""
     text = f"{host}:{port}: {type(exc).__name__} {exc}".rstrip()
     if tls is not None and isinstance(exc, ConnectionClosedError):
         text += " (closed unanswered over TLS, as a listener with ssl.client.auth=required does without a client "
         text += "certificate: ssl.keystore.location, and one with an authorizer when the certificate's principal is "
-        text += "not a super user)"
+        text += "not a super user: DescribeMetadata is served to super users only)"
     elif isinstance(exc, ConnectionClosedError):
-        text += " (closed unanswered, as a listener with an authorizer does when the caller is not a super user)"
+        text += " (closed unanswered, as a listener with an authorizer does when the caller is not a super user: "
+        text += "DescribeMetadata is served to super users only)"
     return text
 
 

@@ -15,14 +15,14 @@ from types import MappingProxyType
 from typing import Any
 
 from broker import authorized_operations
-from broker.authorization import ANONYMOUS, BrokerAuthorizer
+from broker.authorization import BrokerAuthorizer
 from broker.handlers.append_order import AppendOrder
 from broker.handlers.commit_order import PendingCommits
 from broker.metrics import TopicTraffic
 from broker.quotas.enforcer import RequestCharge
 from broker.sasl_session import SaslSession
 from broker.services import BrokerServices
-from controller.acl.binding import AclOperation, ResourceType
+from controller.acl.binding import ANONYMOUS, AclOperation, ResourceType
 from controller.admin_requests import MutationQuota
 from wire import codec
 from wire.api_versions import VersionRange

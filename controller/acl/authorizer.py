@@ -18,7 +18,7 @@ cache key), so a check costs a scan of that type's bindings only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -31,6 +31,7 @@ from controller.acl.binding import (
     PermissionType,
     ResourceType,
 )
+from controller.config.security import STANDARD_AUTHORIZER
 
 #: operation asked -> the ALLOWed operations that grant it besides itself and ALL.
 _IMPLIED_BY: Final[Mapping[AclOperation, frozenset[AclOperation]]] = {
@@ -50,6 +51,17 @@ class AuthorizerSettings:
 def parse_super_users(text: str | None) -> frozenset[str]:
     """``super.users``: principals separated by semicolons, as Kafka reads it (blanks ignored)."""
     return frozenset(p.strip() for p in (text or "").split(";") if p.strip())
+
+
+def settings_from(value: Callable[[str], object]) -> AuthorizerSettings | None:
+    """The settings a node's config gives the authorizer (``value(key)``: ``ServerConfig.value``), or None when
+    ``authorizer.class.name`` names none (authorization off). One reading for the broker's listeners and the
+    CONTROLLER listener, so both decide with the same ``super.users`` and ``allow.everyone.if.no.acl.found``."""
+    if str(value("authorizer.class.name") or "").strip() != STANDARD_AUTHORIZER:
+        return None
+    return AuthorizerSettings(
+        parse_super_users(str(value("super.users") or "")), bool(value("allow.everyone.if.no.acl.found"))
+    )
 
 
 @dataclass(slots=True)

@@ -18,6 +18,9 @@ _E = TypeVar("_E", bound=IntEnum)
 WILDCARD: Final = "*"
 #: The principal that stands for every user.
 WILDCARD_PRINCIPAL: Final = "User:*"
+#: The principal of a connection that authenticated neither with SASL nor with a client certificate (Kafka's
+#: KafkaPrincipal.ANONYMOUS), on a client listener and on the CONTROLLER listener alike.
+ANONYMOUS: Final = "User:ANONYMOUS"
 #: The only name of the CLUSTER resource.
 CLUSTER_NAME: Final = "kafka-cluster"
 

@@ -176,6 +176,8 @@ class RaftNode:
         # Commit state (not persisted: relearned from the leader after a restart, as in KRaft).
         self._hw = self._log.start_offset
         self._applied = self._log.start_offset
+        # The leader's high watermark as this follower first learned it in this process (None before).
+        self._first_leader_hw: int | None = None
         self._flushed_end = self._log.end_offset
         # Timers.
         self._election_deadline = now_ms + self._random_election_timeout()
@@ -229,6 +231,13 @@ class RaftNode:
     @property
     def high_watermark(self) -> int:
         return self._hw
+
+    @property
+    def first_leader_high_watermark(self) -> int | None:
+        """The commit offset the leader reported in the first fetch answer this follower took since it started
+        (None before any): what a restarted voter must have applied before it knows it has caught up once, as
+        Kafka's controller completes its authorizer's initial load."""
+        return self._first_leader_hw
 
     @property
     def log(self) -> RaftLog:
@@ -961,6 +970,8 @@ class RaftNode:
             return
         self._fetch_deadline = now_ms + self.config.fetch_timeout_ms
         self._last_leader_contact_ms = now_ms
+        if self._first_leader_hw is None:
+            self._first_leader_hw = resp.high_watermark
         if resp.diverging_epoch is not None:
             # The high watermark in this answer says nothing about our log until a fetch validates it.
             self._truncate_diverged(resp.diverging_epoch)

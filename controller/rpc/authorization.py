@@ -1,40 +1,96 @@
-"""Who calls the CONTROLLER listener, and whether it may, once an authorizer is configured.
+"""Who calls the CONTROLLER listener, and what each caller may ask of it, once an authorizer is configured.
 
-Kafka's controller asks CLUSTER_ACTION on the cluster of the nodes that call it (Raft's Vote, BeginQuorumEpoch and
-Fetch, broker registration and heartbeats, producer id blocks), through its StandardAuthorizer, where a super user may
-do everything. The caller's principal there is the one every Kafka listener names: the SASL principal on a SASL
-listener; else, on an SSL listener, the client certificate's subject DN mapped by that listener's
-``ssl.principal.mapping.rules`` (KIP-371, ``wire.tls_principal``, the mapping the broker's listeners use too); else
-``User:ANONYMOUS``. That is why Kafka's documentation tells a cluster with a PLAINTEXT CONTROLLER listener and an
-authorizer to make ``User:ANONYMOUS`` a super user, and a TLS quorum to make its nodes' certificate principals super
-users.
+The caller's principal is the one every Kafka listener names: the SASL principal on a SASL listener; else, on an
+SSL listener, the client certificate's subject DN mapped by that listener's ``ssl.principal.mapping.rules``
+(KIP-371, ``wire.certificate_auth``, the mapping the broker's listeners use too); else ``User:ANONYMOUS``.
 
-Fjord's own stream RPCs are node-to-controller calls of the same kind, and DescribeMetadata hands out the whole
-metadata (SCRAM credentials and ACLs among it), so one right covers every request on the listener (Fjord's brokers
-send DescribeQuorum and DescribeCluster there themselves): CLUSTER_ACTION on the cluster resource, decided by
-StandardAuthorizer's rules (``controller.acl.authorizer``) against the voter's own metadata image. A super user
-passes; anyone else needs an ACL granting it, or ``allow.everyone.if.no.acl.found`` with no ACL on the cluster
-resource, as in Kafka. Kafka also refuses every non-super user until its authorizer has loaded the metadata; here
-a voter decides from what it has replayed.
+Each request asks one right, decided by StandardAuthorizer's rules (``controller.acl.authorizer``) against the
+voter's own metadata image, as Kafka's ControllerApis asks it of each API (:func:`kafka_operation`,
+:func:`stream_operation`):
 
-A refused caller, or a certificate no rule maps, has its connection closed (``ConnectionClosing``; the listener logs
-one line naming the peer and listener, and the message names the principal). ApiVersions and the SASL exchange come
-before the check (the dispatcher decides which requests those are).
+- CLUSTER_ACTION on the cluster: Raft (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot), broker
+  registration and heartbeats, producer id blocks, and Fjord's stream RPCs (node-to-controller calls of the same
+  kind);
+- DESCRIBE on the cluster: DescribeQuorum; ALTER on the cluster: DescribeCluster (Kafka's controller asks that
+  much, as its list of controllers is for operators), UnregisterBroker, ElectLeaders, AlterPartitionReassignments,
+  AlterUserScramCredentials, CreateAcls and DeleteAcls; ALTER_CONFIGS on the cluster: AlterClientQuotas; CREATE
+  and DELETE on the cluster: CreateTopics and DeleteTopics (Kafka grants every topic with those);
+- a super user only: CreatePartitions, AlterConfigs and IncrementalAlterConfigs, which Kafka decides topic by
+  topic (a right on the cluster is not enough there, and the controller does not check item by item: the
+  forwarding broker did), and DescribeMetadata, Fjord's dump of the whole metadata with SCRAM credentials and ACLs
+  (Kafka has no such API).
+
+So a principal granted CLUSTER_ACTION reaches what a node needs and no admin API: it cannot CreateAcls and grant
+itself more. A super user passes everything; anyone else needs an ACL granting the right, or
+``allow.everyone.if.no.acl.found`` with no ACL on the cluster resource.
+
+As Kafka's StandardAuthorizer, a voter refuses every non-super user until its initial load is complete
+(``ready()``: the voter has applied the metadata up to the commit offset it learned from the quorum), since a
+restarted voter serves from its snapshot until then and could otherwise grant what a newer ACL denies. That is
+also why the nodes' own principals (the voters' and brokers' SASL users or certificates, or ``User:ANONYMOUS`` on
+a PLAINTEXT CONTROLLER listener) must be super users, not merely granted CLUSTER_ACTION: after a full restart no
+voter is ready until a leader is elected, and the election itself needs Vote requests to pass.
+
+A refused Kafka request is answered CLUSTER_AUTHORIZATION_FAILED (the connection stays open, as in Kafka); a
+refused stream RPC, which has no error field a node would read as a refusal, has its connection closed
+(``ConnectionClosing``; the listener logs one line naming the peer and listener, the message names the principal),
+as does a certificate no rule maps (counted as a failed SSL authentication). Refusals are counted
+(``fjord_broker_authorization_denials``, operation ``SUPER_USER`` where only a super user may) and logged once per
+principal and request kind. ApiVersions and the SASL exchange come before the check (the dispatcher decides
+which requests those are).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Final
 
 from controller.acl.authorizer import Authorizer, AuthorizerSettings
-from controller.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
+from controller.acl.binding import ANONYMOUS, CLUSTER_NAME, AclBinding, AclOperation, ResourceType
+from controller.rpc import messages as m
 from controller.rpc.sasl import SaslGate
+from wire.certificate_auth import connection_principal
 from wire.listener import ConnectionClosing, Peer
-from wire.tls_principal import PrincipalMapper, certificate_principal
+from wire.metrics import ServerMetrics
+from wire.tls_principal import PrincipalMapper
 
-#: The principal of a connection that neither authenticated with SASL nor presented a client certificate.
-ANONYMOUS: Final = "User:ANONYMOUS"
+logger = logging.getLogger(__name__)
+
+#: What Kafka's controller asks on the cluster resource for each API it serves here; absent: super users only.
+_KAFKA_OPERATIONS: Final[Mapping[int, AclOperation]] = {
+    m.VOTE: AclOperation.CLUSTER_ACTION,
+    m.BEGIN_QUORUM_EPOCH: AclOperation.CLUSTER_ACTION,
+    m.END_QUORUM_EPOCH: AclOperation.CLUSTER_ACTION,
+    m.FETCH: AclOperation.CLUSTER_ACTION,
+    m.FETCH_SNAPSHOT: AclOperation.CLUSTER_ACTION,
+    m.BROKER_REGISTRATION: AclOperation.CLUSTER_ACTION,
+    m.BROKER_HEARTBEAT: AclOperation.CLUSTER_ACTION,
+    m.ALLOCATE_PRODUCER_IDS: AclOperation.CLUSTER_ACTION,
+    m.DESCRIBE_QUORUM: AclOperation.DESCRIBE,
+    m.DESCRIBE_CLUSTER: AclOperation.ALTER,
+    m.UNREGISTER_BROKER: AclOperation.ALTER,
+    m.ELECT_LEADERS: AclOperation.ALTER,
+    m.ALTER_PARTITION_REASSIGNMENTS: AclOperation.ALTER,
+    m.ALTER_USER_SCRAM_CREDENTIALS: AclOperation.ALTER,
+    m.CREATE_ACLS: AclOperation.ALTER,
+    m.DELETE_ACLS: AclOperation.ALTER,
+    m.ALTER_CLIENT_QUOTAS: AclOperation.ALTER_CONFIGS,
+    m.CREATE_TOPICS: AclOperation.CREATE,
+    m.DELETE_TOPICS: AclOperation.DELETE,
+}
+#: How many distinct refusals are remembered for logging once (a caller probing must not grow memory unbounded).
+_LOGGED_REFUSALS_MAX: Final = 10_000
+
+
+def kafka_operation(api_key: int) -> AclOperation | None:
+    """The right a Kafka request asks on the cluster; None: only a super user may send it."""
+    return _KAFKA_OPERATIONS.get(api_key)
+
+
+def stream_operation(request: type[m.StreamRequest]) -> AclOperation | None:
+    """The right a stream RPC asks on the cluster; None (DescribeMetadata, the whole metadata): super users only."""
+    return None if request is m.DescribeMetadata else AclOperation.CLUSTER_ACTION
 
 
 class CertificateConnection:
@@ -49,25 +105,32 @@ class CertificateConnection:
 
 class ControllerAuthorizer:
     """The CONTROLLER listener's check of each request's caller. ``bindings()`` returns the ACL bindings of the
-    voter's current metadata image (read at each check); ``mapper``: the listener's ``ssl.principal.mapping.rules``
-    when it serves TLS; ``sasl``: its SASL gate when it is SASL_PLAINTEXT or SASL_SSL."""
+    voter's current metadata image (read at each check); ``ready()`` whether the voter has completed its initial
+    load (until then only super users pass); ``mapper``: the listener's ``ssl.principal.mapping.rules`` when it
+    serves TLS; ``sasl``: its SASL gate when it is SASL_PLAINTEXT or SASL_SSL."""
 
     def __init__(
         self,
         settings: AuthorizerSettings,
         bindings: Callable[[], Mapping[str, AclBinding]],
+        ready: Callable[[], bool],
+        metrics: ServerMetrics,
         *,
         mapper: PrincipalMapper | None = None,
         sasl: SaslGate | None = None,
     ) -> None:
+        self._settings = settings
         self._authorizer = Authorizer(settings)
         self._bindings = bindings
+        self._ready = ready
+        self._metrics = metrics
         self._mapper = mapper
         self._sasl = sasl
+        self._logged: set[tuple[str, str]] = set()
 
-    def principal(self, peer: Peer, what: str) -> str:
-        """The caller's principal; ConnectionClosing when its client certificate names none (``what``: the request,
-        for the message)."""
+    def principal(self, peer: Peer) -> str:
+        """The caller's principal; ConnectionClosing (an SSL authentication failure, counted) when its client
+        certificate names none."""
         if self._sasl is not None:
             session = self._sasl.session(peer)
             return session.principal if session is not None and session.principal else ANONYMOUS
@@ -76,29 +139,45 @@ class ControllerAuthorizer:
         state = peer.state
         if isinstance(state, CertificateConnection) and state.principal is not None:
             return state.principal
-        try:
-            principal = certificate_principal(peer.certificate, self._mapper)
-        except ValueError as exc:  # PrincipalMappingError, or a certificate that cannot be read
-            raise ConnectionClosing(
-                f"{what} from {peer} is refused: its client certificate names no principal: {exc}"
-            ) from None
+        principal = connection_principal(peer, peer.certificate, self._mapper, self._metrics)
         if isinstance(state, CertificateConnection):
             state.principal = principal
         return principal
 
-    def check(self, peer: Peer, what: str) -> None:
-        """ConnectionClosing naming the principal unless the caller may CLUSTER_ACTION on the cluster."""
-        principal = self.principal(peer, what)
-        if self._authorizer.authorize(
-            self._bindings(),
-            principal,
-            peer.host,
-            AclOperation.CLUSTER_ACTION,
-            resource=ResourceType.CLUSTER,
-            name=CLUSTER_NAME,
+    def refusal(self, peer: Peer, operation: AclOperation | None, kind: str, what: str) -> str | None:
+        """None when the caller may send the request; else why not, naming the principal (counted, and logged once
+        per principal and ``kind``, the request's name). ``operation``: the right it asks on the cluster, None for
+        super users only; ``what``: the request, for the message."""
+        principal = self.principal(peer)
+        if principal in self._settings.super_users:
+            return None
+        if operation is None:
+            reason = f"{principal} is not a super user, and only super users may send {kind} to a controller"
+        elif not self._ready():
+            reason = (
+                f"{principal} is not a super user, and this controller has not loaded the metadata (ACLs "
+                "among it) up to the quorum's commit offset yet; only super users are served until it has"
+            )
+        elif self._authorizer.authorize(
+            self._bindings(), principal, peer.host, operation, resource=ResourceType.CLUSTER, name=CLUSTER_NAME
         ):
-            return
-        raise ConnectionClosing(
-            f"{what} from {peer} is refused: {principal} is not a super user and is not granted CLUSTER_ACTION on "
-            "the cluster, which the CONTROLLER listener asks of every caller when an authorizer is configured"
-        )
+            return None
+        else:
+            reason = f"{principal} is not a super user and is not granted {operation.name} on the cluster"
+        self._metrics.authorization_denials.labels(
+            listener=peer.listener,
+            resource_type=ResourceType.CLUSTER.name,
+            operation=operation.name if operation is not None else "SUPER_USER",
+        ).inc()
+        message = f"{what} from {peer} is refused: {reason}"
+        key = (principal, kind)
+        if key not in self._logged and len(self._logged) < _LOGGED_REFUSALS_MAX:
+            self._logged.add(key)
+            logger.info("%s; further refusals of %s to %s are counted, not logged", message, kind, principal)
+        return message
+
+    def check_stream(self, peer: Peer, request: type[m.StreamRequest], what: str) -> None:
+        """ConnectionClosing naming the principal unless the caller may send this stream RPC."""
+        refusal = self.refusal(peer, stream_operation(request), request.__name__, what)
+        if refusal is not None:
+            raise ConnectionClosing(refusal)

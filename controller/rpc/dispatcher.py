@@ -11,9 +11,14 @@ them; a write arriving on a listener that checks no principal would bypass that,
 DescribeMetadata, the whole metadata) are answered INVALID_REQUEST and every other Kafka API is not served (the
 connection closes, as for any unknown API).
 
-With an authorizer configured, every CONTROLLER listener (PLAINTEXT, SSL, SASL, and the read-only one) checks each
-request's caller first, as Kafka's controller does (``controller.rpc.authorization``): only ApiVersions and the SASL
-exchange come before that check.
+With an authorizer configured, every CONTROLLER listener (PLAINTEXT, SSL, SASL, and the read-only one) checks the
+right each request asks of its caller, as Kafka's controller does (``controller.rpc.authorization``): CLUSTER_ACTION
+for what nodes send (Raft, registration, heartbeats, producer ids, the stream RPCs), Kafka's own right for the
+admin APIs and DescribeQuorum, a super user for DescribeMetadata and the admin APIs Kafka authorizes item by item;
+and until the voter has loaded the metadata up to the quorum's commit offset, only super users are served. Only
+ApiVersions and the SASL exchange come before that check. A refused Kafka request is answered
+CLUSTER_AUTHORIZATION_FAILED (on each item of an admin request, as Kafka's error responses are), and the connection
+stays open; a refused stream RPC closes it.
 
 The admin APIs are read and answered through ``controller.admin_wire``, the translation the broker's handlers use
 too, so a request answers the same item for item whether a client sent it to a broker or a broker forwarded it here.
@@ -61,7 +66,7 @@ from controller.raft.messages import (
 )
 from controller.rpc import messages as m
 from controller.rpc import sasl
-from controller.rpc.authorization import ControllerAuthorizer
+from controller.rpc.authorization import ControllerAuthorizer, kafka_operation
 from controller.rpc.raft_codec import (
     RAFT_API_KEYS,
     RaftCodecError,
@@ -73,7 +78,9 @@ from controller.rpc.sasl import SaslGate
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from wire import codec
+from wire.api_versions import api_name
 from wire.codec import ProtocolError
+from wire.listener import ConnectionClosing
 from wire.metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -84,6 +91,23 @@ logger = logging.getLogger(__name__)
 _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 #: What any connection may send before its principal is checked: the version table and the SASL exchange.
 _BEFORE_PRINCIPAL = frozenset({m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE})
+
+#: The admin APIs brokers forward (:meth:`ControllerDispatcher._admin`), answered item by item.
+_ADMIN_APIS = frozenset(
+    {
+        m.CREATE_TOPICS,
+        m.DELETE_TOPICS,
+        m.CREATE_PARTITIONS,
+        m.ALTER_CONFIGS,
+        m.INCREMENTAL_ALTER_CONFIGS,
+        m.ELECT_LEADERS,
+        m.ALTER_PARTITION_REASSIGNMENTS,
+        m.ALTER_USER_SCRAM_CREDENTIALS,
+        m.CREATE_ACLS,
+        m.DELETE_ACLS,
+        m.ALTER_CLIENT_QUOTAS,
+    }
+)
 
 #: The Kafka APIs a read-only dispatcher serves (they read the quorum, never write; SASL authenticates first).
 _READ_ONLY_KAFKA_APIS = (m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE, m.DESCRIBE_QUORUM, m.DESCRIBE_CLUSTER)
@@ -132,6 +156,11 @@ class ServedQuorum(Protocol):
     @property
     def image(self) -> MetadataImage: ...
 
+    def metadata_loaded(self) -> bool:
+        """Whether the voter has applied the metadata up to the commit offset it learned from the quorum (until
+        then, with an authorizer, only super users are served: ``controller.rpc.authorization``)."""
+        ...
+
     def active_controller(self, what: str) -> Controller:
         """The `Controller` to write with; NotControllerError (naming ``what``) unless this voter is active."""
         ...
@@ -173,7 +202,7 @@ class ControllerDispatcher:
     ) -> None:
         """``sasl``: the listener is SASL_PLAINTEXT or SASL_SSL; every connection authenticates first.
         ``authorizer``: one is configured; it checks the caller of every request but ApiVersions and the SASL
-        exchange (see :meth:`_check_principal`)."""
+        exchange (see :meth:`_refusal`)."""
         self.quorum = quorum
         self.read_only = read_only
         self.sasl = sasl
@@ -193,13 +222,11 @@ class ControllerDispatcher:
         if m.is_stream_api(api_key):
             if self.sasl is not None:
                 self.sasl.check(peer, api_key, f"stream RPC {api_key}")
-            self._check_principal(peer, api_key, f"stream RPC {api_key}")
             return await self._stream(frame, peer)
         prefix = codec.read_prefix(frame)
         what = f"api key {api_key} (correlation id {prefix.correlation_id})"
         if self.sasl is not None:
             self.sasl.check(peer, api_key, what)
-        self._check_principal(peer, api_key, what)
         versions = self._kafka_api_versions().get(api_key)
         if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
             if api_key == m.API_VERSIONS:
@@ -214,7 +241,10 @@ class ControllerDispatcher:
             )
         request = codec.decode_request(frame)
         response_cls = codec.response_class(api_key, prefix.api_version)
-        if api_key in RAFT_API_KEYS:
+        refusal = self._refusal(peer, api_key, what)
+        if refusal is not None and api_key not in _ADMIN_APIS:
+            response = _refused(response_cls, refusal, peer)
+        elif api_key in RAFT_API_KEYS:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
         elif api_key == m.API_VERSIONS:
             response = codec.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
@@ -235,7 +265,7 @@ class ControllerDispatcher:
         elif api_key == m.ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
         else:
-            response = await self._admin(api_key, response_cls, request)
+            response = await self._admin(api_key, response_cls, request, refusal)
         return codec.encode_response(prefix.correlation_id, response)
 
     # ---- Raft ----------------------------------------------------------------------------------------------
@@ -278,15 +308,15 @@ class ControllerDispatcher:
             cluster_authorized_operations=-2147483648,
         )
 
-    def _check_principal(self, peer: Peer, api_key: int, what: str) -> None:
-        """With an authorizer configured, the caller (SASL user, mapped client certificate, or ``User:ANONYMOUS``)
-        must be a super user or granted CLUSTER_ACTION on the cluster, as Kafka's controller asks of its callers: a
-        client user who can log in or a certificate the CA signed must not reach the quorum's writes or the whole
-        metadata, and the embedded node's read-only listener does not hand its stream metadata to whoever reaches
-        the port. ApiVersions and the SASL exchange itself come first."""
+    def _refusal(self, peer: Peer, api_key: int, what: str) -> str | None:
+        """Why the caller (SASL user, mapped client certificate, or ``User:ANONYMOUS``) may not send this Kafka
+        request, or None: with an authorizer configured it needs the right Kafka's controller asks for the API (a
+        client user who can log in, or a certificate the CA signed, must not reach the quorum's writes, and one
+        granted only CLUSTER_ACTION no admin API), and the embedded node's read-only listener does not answer
+        whoever reaches the port. ApiVersions and the SASL exchange itself come first."""
         if self.authorizer is None or api_key in _BEFORE_PRINCIPAL:
-            return
-        self.authorizer.check(peer, what)
+            return None
+        return self.authorizer.refusal(peer, kafka_operation(api_key), api_name(api_key), what)
 
     def _kafka_api_versions(self) -> Mapping[int, tuple[int, int]]:
         return self._versions
@@ -369,10 +399,14 @@ class ControllerDispatcher:
         return codec.build(response_cls, throttle_time=0, error_code=code, producer_id_start=-1, producer_id_len=0)
 
     # ---- admin APIs ----------------------------------------------------------------------------------------
-    async def _admin(self, api_key: int, response_cls: type[Any], request: Any) -> Any:
-        """The admin APIs brokers forward, asked of the active controller (NOT_CONTROLLER per item elsewhere)."""
+    async def _admin(self, api_key: int, response_cls: type[Any], request: Any, refusal: str | None) -> Any:
+        """The admin APIs brokers forward, asked of the active controller (NOT_CONTROLLER per item elsewhere). A
+        ``refusal`` (the caller lacks the right) answers every item CLUSTER_AUTHORIZATION_FAILED instead, through
+        the same per-item answers."""
         body = request.body
-        active = self.quorum.active_controller
+        active: admin_requests.ControllerFor = self.quorum.active_controller
+        if refusal is not None:
+            active = _refuse_with(refusal)
         if api_key == m.CREATE_TOPICS:
             topics = admin_wire.read_create_topics(body, request.client_id)
             return await admin_requests.create_topics(response_cls, topics, active)
@@ -411,6 +445,9 @@ class ControllerDispatcher:
             correlation_id, request = m.decode_stream_request(frame)
         except m.StreamCodecError as exc:
             raise ControllerProtocolError(f"{exc} (from {peer})") from None
+        if self.authorizer is not None:
+            what = f"{type(request).__name__} (correlation id {correlation_id})"
+            self.authorizer.check_stream(peer, type(request), what)
         leader = self.quorum.leader_id
         try:
             result = await self._serve_stream(request)
@@ -494,6 +531,27 @@ class ControllerDispatcher:
                 return tuple(m.BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
                              for load in self.quorum.broker_loads())
         raise ValueError(f"no handler for {what}")
+
+
+def _refused(response_cls: type[Any], refusal: str, peer: Peer) -> Any:
+    """The answer to a Kafka request its caller may not send: CLUSTER_AUTHORIZATION_FAILED in the top-level error
+    code every such API the controller serves carries (the connection stays open, as in Kafka)."""
+    if not codec.has_field(response_cls, "error_code"):  # not one of the controller's APIs: nothing to carry it
+        raise ConnectionClosing(refusal)
+    fields: dict[str, object] = {"error_code": ErrorCode.cluster_authorization_failed}
+    if codec.has_field(response_cls, "error_message"):
+        fields["error_message"] = refusal
+    logger.debug("answering %s CLUSTER_AUTHORIZATION_FAILED: %s", peer, refusal)
+    return codec.build(response_cls, **fields)
+
+
+def _refuse_with(refusal: str) -> admin_requests.ControllerFor:
+    """A ``controller_for`` that refuses every item of an admin request with CLUSTER_AUTHORIZATION_FAILED."""
+
+    def refuse(_what: str) -> Controller:
+        raise ControllerError(ErrorCode.cluster_authorization_failed, refusal)
+
+    return refuse
 
 
 def _unanswered(request: RaftRequest) -> RaftResponse:

@@ -11,8 +11,9 @@ With ``CONTROLLER:SSL`` in ``listener.security.protocol.map`` the listener serve
 (``ServerConfig.tls``) and reloads renewed certificate files (``wire.tls_reload``); the nodes connecting to it use
 ``ServerConfig.controller_client_tls``. With CONTROLLER:SASL_PLAINTEXT or SASL_SSL every connection authenticates
 first (``controller.rpc.sasl``; settings: ``controller.config.controller_sasl``), and until it has, its requests are
-cut at ``sasl.server.max.receive.size`` as on a client listener. With an authorizer configured, every request's caller
-is checked (``controller.rpc.authorization``): on SSL, by its client certificate mapped with the listener's
+cut at ``sasl.server.max.receive.size`` as on a client listener. With an authorizer configured (read as the broker's
+listeners read it, ``controller.acl.authorizer.settings_from``), every request's caller is checked
+(``controller.rpc.authorization``): on SSL, by its client certificate mapped with the listener's
 ``ssl.principal.mapping.rules``, remembered per connection.
 """
 
@@ -20,8 +21,7 @@ from __future__ import annotations
 
 import logging
 
-from controller.acl.authorizer import AuthorizerSettings, parse_super_users
-from controller.config.security import STANDARD_AUTHORIZER
+from controller.acl.authorizer import settings_from
 from controller.config.server import Listener
 from controller.rpc.authorization import CertificateConnection, ControllerAuthorizer
 from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
@@ -56,17 +56,17 @@ class ControllerServer:
             else None
         )
         tls = config.tls.get(listener.name)  # CONTROLLER:SSL (or SASL_SSL) in listener.security.protocol.map
+        settings = settings_from(config.value)
         authorizer = (
             ControllerAuthorizer(
-                AuthorizerSettings(
-                    parse_super_users(str(config.value("super.users") or "")),
-                    bool(config.value("allow.everyone.if.no.acl.found")),
-                ),
+                settings,
                 lambda: quorum.image.acls,  # the image as of each check
+                quorum.metadata_loaded,
+                metrics,
                 mapper=tls.principal_mapper if tls is not None else None,
                 sasl=gate,
             )
-            if str(config.value("authorizer.class.name") or "").strip() == STANDARD_AUTHORIZER
+            if settings is not None
             else None
         )
         self.dispatcher = ControllerDispatcher(quorum, metrics, read_only=read_only, sasl=gate, authorizer=authorizer)

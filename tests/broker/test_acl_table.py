@@ -13,11 +13,11 @@ from typing import Any, cast
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.authorization import ANONYMOUS, BrokerAuthorizer
+from broker.authorization import BrokerAuthorizer
 from broker.handlers import acl_table
 from broker.handlers.context import RequestContext
 from broker.services import BrokerServices
-from controller.acl.binding import AclBinding, AclOperation, PatternType, PermissionType, ResourceType
+from controller.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
 from controller.acl_control import binding_record
 from controller.config.security import STANDARD_AUTHORIZER
 from controller.image import MetadataImage

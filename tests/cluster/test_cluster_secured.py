@@ -3,8 +3,9 @@ CONTROLLER listener SSL (client certificates required), the client listener SASL
 brokers reaching each other on that same listener as ``User:broker`` (``inter.broker.listener.name``,
 ``sasl.mechanism.inter.broker.protocol`` and the listener's ScramLoginModule JAAS config), with ACLs on and
 ``User:broker`` a super user, as Kafka's brokers are. On the CONTROLLER listener the nodes are named by their
-certificate (``User:CN=localhost``, the default ``ssl.principal.mapping.rules``), a super user too, as Kafka's
-controller asks CLUSTER_ACTION of its callers; so is the operator whose certificate reads the whole metadata.
+certificate (``User:CN=localhost``, the default ``ssl.principal.mapping.rules``), a super user too, as the nodes'
+principals must be there; so is the operator whose certificate reads the whole metadata (DescribeMetadata, served
+to super users only).
 
 A transactional producer (confluent-kafka, as ``alice`` with ACLs for her topic, transactional id and group) commits a
 transaction over partitions led by all three brokers, so the coordinator's WriteTxnMarkers and the leaders'

@@ -13,11 +13,13 @@ import logging
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from controller.metadata_records import Endpoint
 from controller.remote.client import RemoteControllerClient
 from controller.rpc import messages as m
 from controller.rpc.connection import ConnectionClosedError, ControllerConnection
+from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
 from wire import codec
@@ -180,9 +182,11 @@ async def test_a_failed_reauthentication_closes_the_connection(
             await fresh.close()
 
 
-async def test_with_an_authorizer_only_super_users_are_served(tmp_path: Path) -> None:
-    """With ACLs on, authenticating is not enough: a SASL CONTROLLER listener serves only super users (the nodes'
-    own controller users), so a client user who can log in there (alice) reaches none of the quorum's requests."""
+async def test_with_an_authorizer_authenticating_is_not_enough(tmp_path: Path) -> None:
+    """With ACLs on, authenticating is not enough: a client user who can log in on a SASL CONTROLLER listener (alice,
+    granted nothing) is answered CLUSTER_AUTHORIZATION_FAILED on DescribeQuorum (Kafka asks DESCRIBE on the cluster)
+    on a connection that stays open, and has her connection closed on a stream RPC; the nodes' own controller user,
+    a super user, is served."""
     secured = {
         **_sasl("SASL_PLAINTEXT", "controller", users=("controller", "alice")),
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -197,10 +201,14 @@ async def test_with_an_authorizer_only_super_users_are_served(tmp_path: Path) ->
             connection = ControllerConnection("127.0.0.1", port, sasl=SaslCredentials("PLAIN", user, SECRET))
             await connection.connect()
             try:
+                expected = ErrorCode.none if served else ErrorCode.cluster_authorization_failed
+                for _ in range(2):  # the connection stays usable after a refusal
+                    assert (await connection.request(describe, timeout=5)).error_code == expected
+                kv = m.GetKV(NodeIdentity(-1, -1), "any")
                 if served:
-                    await connection.request(describe, timeout=5)
+                    assert (await connection.stream_request(kv, timeout=5)).error_code == m.RpcError.NONE
                 else:
                     with pytest.raises(ConnectionClosedError):
-                        await connection.request(describe, timeout=5)
+                        await connection.stream_request(kv, timeout=5)
             finally:
                 await connection.close()

@@ -1,8 +1,8 @@
 """The CONTROLLER listener over TLS (``listener.security.protocol.map`` CONTROLLER:SSL): voters elect a leader
 over it, a broker's controller client follows the metadata log and registers over it, each with its own
-certificate (``ssl.client.auth=required``), and a connection without TLS is refused. With an authorizer, only
-callers whose certificate maps to a super user are served. Two voters and the broker's client run in this
-process."""
+certificate (``ssl.client.auth=required``), and a connection without TLS is refused. With an authorizer, each
+request asks its caller, named by the certificate, the right Kafka's controller asks. Two voters and the broker's
+client run in this process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import ssl
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from controller.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
 from controller.config.server import ServerConfig
 from controller.metadata_records import Endpoint
 from controller.remote.client import RemoteControllerClient
@@ -20,6 +22,7 @@ from controller.rpc.connection import ConnectionClosedError, ControllerConnectio
 from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
+from tests.waiting import eventually_async
 from wire import codec
 from wire.tls import TlsSettings, client_context
 
@@ -61,14 +64,17 @@ async def test_voters_and_a_broker_speak_tls_on_the_controller_listener(tmp_path
                 await client.close()
 
 
-async def test_with_an_authorizer_only_super_users_certificates_are_served(
+async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A certificate the CA signed is not enough once ACLs are on: the CONTROLLER listener names its caller by the
-    certificate, mapped with that listener's ``ssl.principal.mapping.rules``, and serves super users only, as
-    Kafka's controller asks CLUSTER_ACTION. The nodes (certificates of CN=localhost, ``User:localhost``) elect and
-    register; the operator reads the whole metadata; mallory, from the same CA, gets her connection closed, on a
-    stream RPC as on a Kafka request, with one log line naming her principal, her address and the listener."""
+    certificate, mapped with that listener's ``ssl.principal.mapping.rules``, and asks each request the right Kafka's
+    controller asks. The nodes (certificates of CN=localhost, ``User:localhost``, super users) elect and register;
+    the operator (a super user) reads the whole metadata. Worker, granted CLUSTER_ACTION only, heartbeats and reads
+    stream metadata but gets CLUSTER_AUTHORIZATION_FAILED on CreateAcls, CreateTopics and DescribeQuorum (DESCRIBE),
+    on a connection that stays open, and cannot read the whole metadata. Mallory, from the same CA and granted
+    nothing, is answered CLUSTER_AUTHORIZATION_FAILED on a Kafka request and has her connection closed on a stream
+    RPC, with one log line naming her principal, her address and the listener."""
     ca = CertificateAuthority(tmp_path / "certs")
     secured = {
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -77,7 +83,7 @@ async def test_with_an_authorizer_only_super_users_certificates_are_served(
     }
     configs = quorum_configs(tmp_path, 2, extra=lambda i: {**_tls(ca, f"controller-{i}"), **secured})
     async with running_voters(configs) as started:
-        await active_voter(started)
+        active = await active_voter(started)
         client = await RemoteControllerClient.start(
             broker_config(tmp_path, configs, _tls(ca, "broker-5")), catch_up_timeout_s=20
         )
@@ -85,6 +91,14 @@ async def test_with_an_authorizer_only_super_users_certificates_are_served(
             assert await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None) > 0
         finally:
             await client.close()
+        grant = AclBinding(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:worker", "*",
+                           AclOperation.CLUSTER_ACTION, PermissionType.ALLOW)
+        await active.controller.create_acls([grant])
+        # Both voters serve the grant once they have it (the follower, once it has caught up with the leader).
+        await eventually_async(
+            lambda: all(q.metadata_loaded() and grant in q.image.acls.values() for q in started),
+            timeout=10, what="both voters loaded the grant",
+        )
 
         port = configs[0].voters[0].port
         dump = m.DescribeMetadata(NodeIdentity(-1, -1))
@@ -94,28 +108,60 @@ async def test_with_an_authorizer_only_super_users_certificates_are_served(
         try:
             response = await operator.stream_request(dump, timeout=5)
             assert response.error_code == m.RpcError.NONE and response.result is not None
-            await operator.request(describe, timeout=5)
+            assert (await operator.request(describe, timeout=5)).error_code != ErrorCode.cluster_authorization_failed
         finally:
             await operator.close()
 
-        mallory = _client_tls(ca, "mallory")
+        refused = ErrorCode.cluster_authorization_failed
+        worker = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "worker"))
+        await worker.connect()
+        try:
+            heartbeat = codec.build(codec.request_class(m.BROKER_HEARTBEAT, 1), broker_id=7, broker_epoch=1,
+                                    current_metadata_offset=0)
+            assert (await worker.request(heartbeat, timeout=5)).error_code != refused  # not registered, not refused
+            loads = await worker.stream_request(m.DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=5)
+            assert loads.error_code in (m.RpcError.NONE, m.RpcError.NOT_CONTROLLER)
+            create_acls = codec.build(
+                codec.request_class(m.CREATE_ACLS, 3),
+                creations=(codec.build_nested(
+                    codec.request_class(m.CREATE_ACLS, 3), "creations", resource_type=ResourceType.CLUSTER,
+                    resource_name=CLUSTER_NAME, resource_pattern_type=PatternType.LITERAL, principal="User:worker",
+                    host="*", operation=AclOperation.ALL, permission_type=PermissionType.ALLOW,
+                ),),
+            )
+            assert [r.error_code for r in (await worker.request(create_acls, timeout=5)).results] == [refused]
+            create_topics = codec.build(
+                codec.request_class(m.CREATE_TOPICS, 7),
+                topics=(codec.build_nested(codec.request_class(m.CREATE_TOPICS, 7), "topics", name="grabbed",
+                                           num_partitions=1, replication_factor=1),),
+                timeout=5000,
+            )
+            assert [t.error_code for t in (await worker.request(create_topics, timeout=5)).topics] == [refused]
+            assert (await worker.request(describe, timeout=5)).error_code == refused
+            assert (await worker.request(heartbeat, timeout=5)).error_code != refused  # still open, still served
+            with pytest.raises(ConnectionClosedError):
+                await worker.stream_request(dump, timeout=5)
+        finally:
+            await worker.close()
+        assert not any(b.principal == "User:worker" and b.operation is AclOperation.ALL
+                       for b in active.image.acls.values())
+        assert "grabbed" not in active.image.topics_by_name
+
+        mallory = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "mallory"))
         with caplog.at_level(logging.WARNING, logger="wire.listener"):
-            for ask in ("stream", "kafka"):
-                connection = ControllerConnection("127.0.0.1", port, ssl_context=mallory)
-                await connection.connect()
-                try:
-                    # ApiVersions comes before the check, as in Kafka; then the connection closes.
-                    await connection.request(codec.build(codec.request_class(m.API_VERSIONS, 0)), timeout=5)
-                    with pytest.raises(ConnectionClosedError):
-                        if ask == "stream":
-                            await connection.stream_request(dump, timeout=5)
-                        else:
-                            await connection.request(describe, timeout=5)
-                finally:
-                    await connection.close()
-        refusals = [r.getMessage() for r in caplog.records if "User:mallory" in r.getMessage()]
-        assert len(refusals) == 2, refusals
-        assert all("127.0.0.1" in line and "listener CONTROLLER" in line for line in refusals), refusals
+            await mallory.connect()
+            try:
+                # ApiVersions comes before the check, as in Kafka.
+                await mallory.request(codec.build(codec.request_class(m.API_VERSIONS, 0)), timeout=5)
+                assert (await mallory.request(describe, timeout=5)).error_code == refused
+                with pytest.raises(ConnectionClosedError):
+                    await mallory.stream_request(m.GetKV(NodeIdentity(-1, -1), "any"), timeout=5)
+            finally:
+                await mallory.close()
+        closed = [r.getMessage() for r in caplog.records
+                  if r.name == "wire.listener" and "User:mallory" in r.getMessage()]
+        assert len(closed) == 1, closed
+        assert "127.0.0.1" in closed[0] and "listener CONTROLLER" in closed[0], closed
 
 
 def _client_tls(ca: CertificateAuthority, name: str) -> ssl.SSLContext:

@@ -105,8 +105,9 @@ def test_embedded_controller_listener_is_read_only(embedded: Embedded) -> None:
 
 
 def test_with_an_authorizer_only_super_users_read_the_controller_listener(tmp_path: Path) -> None:
-    """A node with ACLs does not hand its stream metadata to whoever reaches the CONTROLLER port: there only super
-    users are served (User:ANONYMOUS on PLAINTEXT is not one here), so the connection closes at the first read."""
+    """A node with ACLs does not hand its stream metadata to whoever reaches the CONTROLLER port: a stream read asks
+    CLUSTER_ACTION on the cluster (User:ANONYMOUS on PLAINTEXT is neither a super user here nor granted it), so the
+    connection closes at the first read."""
     overrides = {
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin",
