@@ -12,11 +12,15 @@ The bytes both ways are ``controller.admin_wire``'s.
 
 CreateTopics, DeleteTopics and CreatePartitions also take the client's controller mutation quota (KIP-599), a
 :class:`MutationQuota`, or None when none applies (no quota set, or a controller answering a broker's forwarded
-request: the broker charged the client already). As in Kafka's controller, each topic is charged the partitions it
-creates or deletes once it passed validation, and a strict quota refuses a topic with THROTTLING_QUOTA_EXCEEDED
-only when the quota is already spent before it: the quota is checked before a topic and charged after it, so the
-topic that crosses the quota still goes through. Under a strict quota the topics of a request are therefore asked of
-the controller one at a time, so each is checked against the ones before it.
+request: the broker charged the client already). As in Kafka, the quota comes after validation and is checked
+and charged before anything is created: every topic of a request is decided at once, with no await in between (so
+concurrent requests of one client cannot all pass the check before any is charged), on the partitions it is
+predicted to create or delete; the topics admitted go to the controller in one batch, and what it refuses is given
+back. A strict quota refuses a topic with THROTTLING_QUOTA_EXCEEDED only when it is already spent before it, so the
+topic that crosses the quota still goes through, and every topic after a refused one is refused too. A topic that
+fails anyway keeps its own error: the image screens out existing (CreateTopics) and absent (DeleteTopics) topics,
+which are not charged, and a throttled topic is validated by the controller (validate only) before it is answered
+THROTTLING_QUOTA_EXCEEDED.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -38,6 +42,7 @@ from controller.api import (
     CreateTopicResult,
     DeleteTopicResult,
     ElectLeaderResult,
+    NewTopic,
     PartitionReassignment,
     ReassignmentResult,
     ScramAlterResult,
@@ -55,19 +60,17 @@ THROTTLED: Final = "The throttling quota has been exceeded."
 class MutationQuota(Protocol):
     """One request's controller mutation quota (KIP-599), measured by the broker for the request's (user, client id)
     (``broker.quotas.mutations``). A strict quota (the request versions whose clients retry THROTTLING_QUOTA_EXCEEDED)
-    refuses what is asked while the quota is spent; a permissive one (older versions) never refuses, it only makes
+    refuses what is asked once the quota is spent; a permissive one (older versions) never refuses, it only makes
     the response throttle the client."""
 
-    def exhausted(self) -> bool:
-        """Whether the next topic must be refused: always False for a permissive quota."""
+    def admit(self, partitions: int) -> bool:
+        """Checks the quota and charges a topic's ``partitions`` in one step: False (nothing charged) when a strict
+        quota refuses it; always True for a permissive one."""
         ...
 
-    def record(self, partitions: int) -> None:
-        """Charges the partitions a topic created or deleted."""
+    def adjust(self, partitions: int) -> None:
+        """Corrects the charge once the controller answered: negative gives back what a refused topic was charged."""
         ...
-
-    @property
-    def strict(self) -> bool: ...
 
 #: The controller to ask, given what is being done (for the NOT_CONTROLLER message); raises NotControllerError.
 ControllerFor = Callable[[str], ControllerClient]
@@ -94,36 +97,72 @@ def _refusal(exc: Exception, failed: str, *args: object) -> tuple[ErrorCode, str
     return code, message
 
 
-_T = TypeVar("_T")
-
-
-def _batches(items: Sequence[_T], quota: MutationQuota | None) -> list[Sequence[_T]]:
-    """The items in one batch, or one at a time under a strict quota (each is checked after the one before)."""
-    if quota is not None and quota.strict:
-        return [(item,) for item in items]
-    return [items] if items else []
-
-
 async def create_topics(
     response_cls: type[Any],
     ask: admin_wire.CreateTopicsAsk,
     controller_for: ControllerFor,
     quota: MutationQuota | None = None,
+    *,
+    default_partitions: int = 1,
 ) -> Any:
+    """``default_partitions``: the broker's ``num.partitions``, the charge predicted for a topic that asks for -1
+    (corrected by what the controller created)."""
+    topics = list(ask.topics)
     created: list[CreateTopicResult] = []
-    for batch in _batches(ask.topics, quota):
-        if quota is not None and quota.exhausted():
-            created.extend(admin_wire.create_topics_refused(batch, ErrorCode.throttling_quota_exceeded, THROTTLED))
-            continue
-        try:
-            results = await controller_for("create topics").create_topics(batch, ask.validate_only)
-        except Exception as exc:
-            code, message = _refusal(exc, "create_topics %s failed", [t.name for t in batch])
-            results = admin_wire.create_topics_refused(batch, code, message)
-        if quota is not None:
-            quota.record(sum(r.num_partitions for r in results if r.error == ErrorCode.none))
-        created.extend(results)
+    try:
+        controller = controller_for("create topics")
+    except Exception as exc:
+        code, message = _refusal(exc, "create_topics %s failed", [t.name for t in topics])
+        refused = admin_wire.create_topics_refused(topics, code, message)
+        return admin_wire.create_topics_response(response_cls, ask, refused)
+    charged: dict[str, int] = {}
+    throttled: list[NewTopic] = []
+    if quota is not None:
+        image = controller.image
+        for topic in topics:
+            if topic.name in image.topics_by_name:
+                continue  # refused by the controller as TOPIC_ALREADY_EXISTS, whatever the quota: nothing charged
+            partitions = _predicted_partitions(topic, default_partitions)
+            if partitions <= 0:
+                continue  # refused by the controller as invalid: nothing charged
+            if quota.admit(partitions):
+                charged[topic.name] = partitions
+            else:
+                throttled.append(topic)
+    refused_names = {t.name for t in throttled}
+    asked = [t for t in topics if t.name not in refused_names]
+    if asked:
+        created.extend(await _ask_create(controller, asked, ask.validate_only))
+    if throttled:
+        # Kafka validates a topic before it applies the quota: one that would fail anyway gets its own error.
+        validated = await _ask_create(controller, throttled, True)
+        throttled_result = ErrorCode.throttling_quota_exceeded, THROTTLED
+        created.extend(r if r.error != ErrorCode.none else CreateTopicResult(r.name, None, *throttled_result)
+                       for r in validated)
+    if quota is not None:
+        for result in created:
+            if result.error == ErrorCode.throttling_quota_exceeded:
+                continue
+            done = result.num_partitions if result.error == ErrorCode.none else 0
+            quota.adjust(done - charged.get(result.name, 0))
     return admin_wire.create_topics_response(response_cls, ask, created)
+
+
+def _predicted_partitions(topic: NewTopic, default_partitions: int) -> int:
+    """The partitions CreateTopics will make of ``topic``, charged before the controller is asked."""
+    if topic.assignments:
+        return len(topic.assignments)
+    return default_partitions if topic.num_partitions == -1 else topic.num_partitions
+
+
+async def _ask_create(
+    controller: ControllerClient, topics: Sequence[NewTopic], validate_only: bool
+) -> list[CreateTopicResult]:
+    try:
+        return await controller.create_topics(topics, validate_only)
+    except Exception as exc:
+        code, message = _refusal(exc, "create_topics %s failed", [t.name for t in topics])
+        return admin_wire.create_topics_refused(topics, code, message)
 
 
 def _partition_count(image: MetadataImage, name: str | None, topic_id: uuid.UUID | None) -> int:
@@ -141,28 +180,43 @@ async def delete_topics(
     controller_for: ControllerFor,
     quota: MutationQuota | None = None,
 ) -> Any:
-    deleted: list[DeleteTopicResult] = []
     asked: list[tuple[str | None, uuid.UUID | None]] = [(n, None) for n in ask.names] + [(None, i) for i in ask.ids]
-    for batch in _batches(asked, quota):
-        names = [n for n, _ in batch if n is not None]
-        ids = [i for _, i in batch if i is not None]
-        if quota is not None and quota.exhausted():
-            deleted.extend(admin_wire.delete_topics_refused(names, ids, ErrorCode.throttling_quota_exceeded,
-                                                            THROTTLED))
-            continue
-        results: list[DeleteTopicResult]
-        try:
-            controller = controller_for("delete topics")
+    deleted: list[DeleteTopicResult] = []
+    charged: dict[str | uuid.UUID, int] = {}
+    try:
+        controller = controller_for("delete topics")
+        if quota is not None:
             image = controller.image
-            results = await controller.delete_topics(names, ids)
-        except Exception as exc:
-            code, message = _refusal(exc, "delete_topics %s failed", [*names, *ids])
-            results = admin_wire.delete_topics_refused(names, ids, code, message)
-        else:
-            if quota is not None:
-                quota.record(sum(_partition_count(image, r.name, r.topic_id)
-                                 for r in results if r.error == ErrorCode.none))
-        deleted.extend(results)
+            admitted: list[tuple[str | None, uuid.UUID | None]] = []
+            for name, topic_id in asked:
+                partitions = _partition_count(image, name, topic_id)
+                key: str | uuid.UUID | None = name if name is not None else topic_id
+                assert key is not None
+                if partitions == 0:  # refused by the controller as UNKNOWN_TOPIC_OR_PARTITION: nothing charged
+                    admitted.append((name, topic_id))
+                elif quota.admit(partitions):
+                    charged[key] = partitions
+                    admitted.append((name, topic_id))
+                else:
+                    deleted.extend(admin_wire.delete_topics_refused(
+                        [name] if name is not None else [], [topic_id] if topic_id is not None else [],
+                        ErrorCode.throttling_quota_exceeded, THROTTLED,
+                    ))
+            asked = admitted
+        names = [n for n, _ in asked if n is not None]
+        ids = [i for _, i in asked if i is not None]
+        results = await controller.delete_topics(names, ids) if asked else []
+    except Exception as exc:
+        names = [n for n, _ in asked if n is not None]
+        ids = [i for _, i in asked if i is not None]
+        code, message = _refusal(exc, "delete_topics %s failed", [*names, *ids])
+        results = admin_wire.delete_topics_refused(names, ids, code, message)
+    if quota is not None:
+        for result in results:
+            if result.error != ErrorCode.none:
+                asked_as = result.name if result.name in charged else result.topic_id
+                quota.adjust(-charged.pop(asked_as, 0) if asked_as is not None else 0)
+    deleted.extend(results)
     return admin_wire.delete_topics_response(response_cls, ask, deleted)
 
 
@@ -173,22 +227,39 @@ async def create_partitions(
     quota: MutationQuota | None = None,
 ) -> Any:
     answers: list[tuple[str, ErrorCode, str | None]] = []
-    for topic in ask.topics:
+    try:
+        controller = controller_for("create partitions")
+    except Exception as exc:
+        code, message = _refusal(exc, "create_partitions for topics %s failed", [t.topic for t in ask.topics])
+        return admin_wire.create_partitions_response(
+            response_cls, [(t.topic, *(t.refused or (code, message))) for t in ask.topics]
+        )
+    # Every topic is checked and charged before the controller is asked about any (Kafka's order).
+    charged: dict[int, int] = {}
+    throttled: set[int] = set()
+    if quota is not None:
+        image = controller.image
+        for index, topic in enumerate(ask.topics):
+            added = topic.count - _partition_count(image, topic.topic, None)
+            if topic.refused is not None or added <= 0 or topic.topic not in image.topics_by_name:
+                continue  # refused by the controller (or already): nothing charged
+            if quota.admit(added):
+                charged[index] = added
+            else:
+                throttled.add(index)
+    for index, topic in enumerate(ask.topics):
         outcome = topic.refused
-        if outcome is None and quota is not None and quota.exhausted():
-            outcome = ErrorCode.throttling_quota_exceeded, THROTTLED
         if outcome is None:
+            validate_only = ask.validate_only or index in throttled
             try:
-                controller = controller_for(f"create partitions of {topic.topic}")
-                before = _partition_count(controller.image, topic.topic, None)
-                outcome = await controller.create_partitions(
-                    topic.topic, topic.count, topic.assignments, ask.validate_only
-                )
+                outcome = await controller.create_partitions(topic.topic, topic.count, topic.assignments,
+                                                             validate_only)
             except Exception as exc:
                 outcome = _refusal(exc, "create_partitions for topic %s failed", topic.topic)
-            else:
-                if quota is not None and outcome[0] == ErrorCode.none:
-                    quota.record(max(0, topic.count - before))
+            if index in throttled and outcome[0] == ErrorCode.none:
+                outcome = ErrorCode.throttling_quota_exceeded, THROTTLED
+            elif quota is not None and outcome[0] != ErrorCode.none:
+                quota.adjust(-charged.get(index, 0))
         answers.append((topic.topic, *outcome))
     return admin_wire.create_partitions_response(response_cls, answers)
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from kio.schema.errors import ErrorCode
 
 from controller.api import ConfigResource, IncrementalOp
+from controller.config.connection_limits import per_ip_refusal
 from controller.config.keys import (
     ConfigType,
     ConfigValueError,
@@ -61,12 +62,26 @@ def plan_alter_configs(
                 validated[key] = validate_broker_config(key, value)
         except ConfigValueError as exc:
             raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+    if resource.type == RESOURCE_BROKER:
+        _check_broker_values(validated if resource.name == "" else {**image.broker_configs, **validated})
     records: list[ConfigRecord] = []
     for key in sorted(set(current) | set(validated)):
         new = validated.get(key)
         if current.get(key) != new:
             records.append(ConfigRecord(resource.type, resource.name, key, new))
     return records
+
+
+def _check_broker_values(effective: Mapping[str, str]) -> None:
+    """Kafka validates a broker's dynamic configs together, with those they merge with (``validateValues``): a broker
+    resource's values over the cluster-wide defaults (which are checked on their own) must not lock every client
+    out (``max.connections.per.ip=0`` without overrides)."""
+    per_ip = effective.get("max.connections.per.ip")
+    if per_ip is None:
+        return
+    refused = per_ip_refusal(int(per_ip), effective.get("max.connections.per.ip.overrides", ""))
+    if refused is not None:
+        raise ControllerError(ErrorCode.invalid_config, refused)
 
 
 def _apply_config_ops(

@@ -26,6 +26,7 @@ from broker.request_dispatcher import RequestDispatcher
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
 from controller.api import ControlledShutdown, ControllerClient, LoadReporting, ScramUpsertion
+from controller.config.connection_limits import dynamic_texts
 from controller.config.server import ServerConfig
 from controller.image import MetadataImage
 from controller.metadata_records import Endpoint
@@ -40,6 +41,7 @@ from storage.engine import StorageEngine
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity
 from storage.objectstore.base import StoreStats
+from wire.connection_limits import ConnectionLimitSettings
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, ConnectionGate, KafkaListener
 from wire.metrics import ServerMetrics
 from wire.sasl import MAX_TOKEN_BYTES
@@ -75,6 +77,7 @@ class Node:
         self.fetch_sessions = FetchSessionCache()
         self.servers: list[KafkaListener] = []
         self.connection_gate: ConnectionGate | None = None  # a broker's connection quotas, once it starts
+        self._connection_limit_texts: tuple[str | None, ...] = ()  # their dynamic values last asked for
         self._tls_reloaders: list[CertificateReloader] = []  # one per SSL listener: new certificates, no restart
         self.node_epoch = -1
         self._controller_factory = controller_factory or default_controller_factory(config)
@@ -182,6 +185,7 @@ class Node:
         self.connection_gate = ConnectionGate(
             self.config.connection_limits(image.broker_configs, image.node_configs.get(self.node_id)), self.metrics
         )
+        idle_ms = int(self.config.value("connections.max.idle.ms"))
         for listener in self.config.broker_listeners:
             tls = self.config.tls.get(listener.name)
             server = KafkaListener(
@@ -196,6 +200,7 @@ class Node:
                 ssl_context=tls.context() if tls is not None else None,
                 unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if listener.name in self.config.sasl else None,
                 gate=self.connection_gate,
+                idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else None,  # Kafka: negative, never
             )
             try:
                 await server.bind()
@@ -249,12 +254,26 @@ class Node:
 
     def _apply_connection_limits(self, old: MetadataImage, new: MetadataImage) -> None:
         """max.connections and the other connection quota keys changed with AlterConfigs (cluster-wide or on this
-        broker) apply to the connections accepted from now on."""
+        broker) apply to the connections accepted from now on. Rebuilt only when one of their values changed, off
+        the event loop (host names in the overrides are resolved); a later change finished first is not undone."""
         node_dynamic = new.node_configs.get(self.node_id)
-        if (self.connection_gate is None or (new.broker_configs == old.broker_configs
-                                              and node_dynamic == old.node_configs.get(self.node_id))):
+        wanted = dynamic_texts(new.broker_configs, node_dynamic)
+        gate = self.connection_gate
+        if gate is None or wanted == dynamic_texts(old.broker_configs, old.node_configs.get(self.node_id)):
             return
-        self.connection_gate.reconfigure(self.config.connection_limits(new.broker_configs, node_dynamic))
+        self._connection_limit_texts = wanted
+
+        def apply(built: asyncio.Future[ConnectionLimitSettings]) -> None:
+            if built.cancelled() or wanted != self._connection_limit_texts:
+                return
+            if built.exception() is not None:
+                logger.error("cannot apply the new connection quotas: %s", built.exception())
+                return
+            gate.reconfigure(built.result())
+
+        asyncio.get_running_loop().run_in_executor(
+            None, self.config.connection_limits, new.broker_configs, node_dynamic
+        ).add_done_callback(apply)
 
     def _halt_if_wal_taken_over(self, old: MetadataImage, new: MetadataImage) -> None:
         """Halts the process once the metadata shows that another broker took over this incarnation's S3 WAL.

@@ -26,18 +26,22 @@ Rates are ``wire.sampled_rate``'s, over the client quotas' windows (``quota.wind
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from wire.sampled_rate import SampledRate
+
+logger = logging.getLogger(__name__)
 
 #: Kafka's "no limit" (Integer.MAX_VALUE), the default of every connection quota key.
 UNLIMITED = 2**31 - 1
 
 
 def ip_key(host: str) -> str:
-    """The address ``host`` is counted under: its canonical text, an IPv4-mapped IPv6 address as the IPv4 one (a
-    dual-stack listener sees IPv4 clients that way), or ``host`` itself when it is not an address."""
+    """The address ``host`` is counted under: its canonical text (so ``0:0:0:0:0:0:0:1`` in the overrides matches a
+    client on ``::1``), an IPv4-mapped IPv6 address as the IPv4 one it stands for, or ``host`` itself when it is not
+    an address."""
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
@@ -106,15 +110,8 @@ class ConnectionLimits:
         self._per_listener.setdefault(listener, 0)
 
     def reconfigure(self, settings: ConnectionLimitSettings) -> None:
-        """New settings (a dynamic config change); counts are kept, rates too unless their windows changed."""
-        windows_changed = (settings.quota_window_num, settings.quota_window_s) != (
-            self.settings.quota_window_num,
-            self.settings.quota_window_s,
-        )
+        """New settings (a dynamic config change); counts and rates are kept (the rates' windows are static)."""
         self.settings = settings
-        if windows_changed:
-            self._broker_rate = self._new_rate()
-            self._listener_rates.clear()
 
     def protected(self, listener: str) -> bool:
         """Whether ``listener`` is the inter-broker listener KIP-402 protects (only when there is another one)."""
@@ -160,13 +157,13 @@ class ConnectionLimits:
 
     # -- step 3: per IP, then counted ---------------------------------------------------------------------------
 
-    def max_for(self, address: str) -> int:
-        key = ip_key(address)
+    def max_for(self, key: str) -> int:
+        """The most connections address ``key`` (:func:`ip_key`) may have."""
         return self.settings.per_ip_overrides.get(key, self.settings.max_connections_per_ip)
 
-    def admit(self, listener: str, address: str) -> Refusal | None:
-        """Counts a connection from ``address`` on ``listener``, or answers why it must be closed at once."""
-        key = ip_key(address)
+    def admit(self, listener: str, key: str) -> Refusal | None:
+        """Counts a connection from address ``key`` (:func:`ip_key`, worked out once per connection by the caller,
+        which keeps it for :meth:`release`) on ``listener``, or answers why it must be closed at once."""
         limit = self.max_for(key)
         count = self._per_ip.get(key, 0)
         if count >= limit:
@@ -176,17 +173,20 @@ class ConnectionLimits:
         self.total += 1
         return None
 
-    def release(self, listener: str, address: str) -> None:
-        """An admitted connection closed."""
-        key = ip_key(address)
+    def release(self, listener: str, key: str) -> None:
+        """A connection admitted from address ``key`` on ``listener`` closed. A release that was never admitted (a
+        bug: counts must never go wrong silently) is logged and changes nothing."""
         count = self._per_ip.get(key, 0)
-        if count <= 1:
-            self._per_ip.pop(key, None)
+        if count <= 0 or self._per_listener.get(listener, 0) <= 0 or self.total <= 0:
+            logger.error("connection quotas: released a connection from %s on listener %s that is not counted "
+                         "(a double release)", key, listener)
+            return
+        if count == 1:
+            del self._per_ip[key]
         else:
             self._per_ip[key] = count - 1
-        if self._per_listener.get(listener, 0) > 0:
-            self._per_listener[listener] -= 1
-        self.total = max(0, self.total - 1)
+        self._per_listener[listener] -= 1
+        self.total -= 1
 
     def excess(self) -> int:
         """How many connections of unprotected listeners must close: the total over ``max.connections``, which only

@@ -26,7 +26,13 @@ connection only.
 A listener given a :class:`ConnectionGate` (a broker's listeners share one) applies Kafka's connection quotas
 (``wire.connection_limits``) in the same accept loop: before a socket is served the gate may hold the loop (the
 creation rate over its quota, or ``max.connections`` reached: the next connections wait in the kernel's backlog, as
-behind Kafka's blocked acceptor) or close the socket at once (its address at ``max.connections.per.ip``).
+behind Kafka's blocked acceptor) or close the socket at once (its address at ``max.connections.per.ip``). A failure
+of the gate costs that one connection, never the accept loop. Such a listener binds one socket per address its
+host resolves to (``localhost``: 127.0.0.1 and ::1), each with its own accept loop, as asyncio's server does.
+
+A listener given ``idle_timeout_s`` (Kafka's ``connections.max.idle.ms``) closes connections that neither read nor
+wrote for that long, so abandoned ones cannot keep ``max.connections`` spent: a periodic sweep, so that a read costs
+only setting a flag.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from typing import Protocol
 
 from wire import codec
 from wire.codec import ProtocolError
-from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings
+from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings, ip_key
 from wire.frames import FrameBuffer
 from wire.metrics import ServerMetrics
 
@@ -54,6 +60,10 @@ DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.byte
 DEFAULT_MAX_IN_FLIGHT = 64
 _BACKLOG = 100  # asyncio's create_server default
 _ACCEPT_RETRY_S = 0.1
+_BIND_ATTEMPTS = 5  # port 0 on several addresses: the first one's port may be taken on another
+#: How often idle connections are looked for: a quarter of connections.max.idle.ms, within these bounds.
+_IDLE_SWEEP_MIN_S = 0.01
+_IDLE_SWEEP_MAX_S = 10.0
 #: A refused or delayed connection is logged at most once a minute per address (and a held acceptor once a minute
 #: per listener): a flood of connections must not flood the log.
 _LOG_EVERY_S = 60.0
@@ -116,7 +126,8 @@ class ConnectionGate:
         self._metrics = metrics
         self._changed = asyncio.Event()
         self._listeners: dict[str, KafkaListener] = {}
-        self._logged: dict[tuple[str, str], float] = {}  # (what, address or listener) -> when it was last logged
+        #: (what, address or listener) -> when it was last logged, oldest first (the first forgotten).
+        self._logged: collections.OrderedDict[tuple[str, str], float] = collections.OrderedDict()
 
     def add_listener(self, listener: KafkaListener) -> None:
         self._listeners[listener.listener_name] = listener
@@ -128,7 +139,7 @@ class ConnectionGate:
         self.limits.reconfigure(settings)
         logger.info("connection quotas now %s", settings)
         self._wake()
-        self._evict()
+        self._evict("max.connections was lowered")
 
     def _wake(self) -> None:
         self._changed.set()
@@ -142,16 +153,17 @@ class ConnectionGate:
         last = self._logged.get(key)
         if last is not None and now - last < _LOG_EVERY_S:
             return False
-        if len(self._logged) >= _LOG_MEMORY:
-            for old in [k for k, at in self._logged.items() if now - at >= _LOG_EVERY_S] or list(self._logged):
-                del self._logged[old]
         self._logged[key] = now
+        self._logged.move_to_end(key)
+        if len(self._logged) > _LOG_MEMORY:
+            self._logged.popitem(last=False)
         return True
 
-    async def admit(self, listener: str, address: str) -> bool:
+    async def admit(self, listener: str, address: str) -> str | None:
         """Kafka's three steps for one accepted socket from ``address`` on ``listener`` (the module docstring of
-        ``wire.connection_limits``): waits out the creation-rate throttle and for a free slot, then counts it or
-        answers False (too many connections from that address; the caller closes the socket)."""
+        ``wire.connection_limits``): waits out the creation-rate throttle and for a free slot, then counts it and
+        answers the key it is counted under (:func:`~wire.connection_limits.ip_key`, for :meth:`release`), or None
+        (too many connections from that address; the caller closes the socket)."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         delay = self.limits.record_creation(listener, now)
@@ -179,25 +191,29 @@ class ConnectionGate:
                 await asyncio.wait_for(changed.wait(), remaining if remaining > 0 else None)
             except TimeoutError:
                 pass
-        refusal = self.limits.admit(listener, address)
+        key = ip_key(address)
+        refusal = self.limits.admit(listener, key)
         if refusal is not None:
             self._refused(listener, "per_ip")
             if self._should_log("ip", refusal.address, time.monotonic()):
                 logger.info("refused a connection from %s on listener %s: the address already has the configured "
                             "maximum of %d connections (max.connections.per.ip)", refusal.address, listener,
                             refusal.limit)
-            return False
-        self._evict()
-        return True
+            return None
+        if self.limits.protected(listener):
+            self._evict(f"the inter-broker listener {listener} took it over")
+        return key
 
-    def release(self, listener: str, address: str) -> None:
-        self.limits.release(listener, address)
+    def release(self, listener: str, key: str) -> None:
+        """A connection admitted under ``key`` (what :meth:`admit` answered) closed."""
+        self.limits.release(listener, key)
         self._wake()
 
-    def _evict(self) -> None:
+    def _evict(self, cause: str) -> None:
         """Closes the least recently active connections of unprotected listeners while the broker is over
         ``max.connections``: the protected inter-broker listener's connections took it there, or the limit was
-        lowered (Kafka's processors close one such connection per poll until the total is back under it)."""
+        lowered (``cause`` says which; Kafka's processors close one such connection per poll until the total is
+        back under it)."""
         excess = self.limits.excess()
         if not excess:
             return
@@ -209,8 +225,7 @@ class ConnectionGate:
         for connection in candidates[:excess]:
             self._refused(connection.peer.listener, "evicted")
             logger.info("closing the least recently active connection, from %s: the broker is over max.connections "
-                        "(%d) and the inter-broker listener %s needs room", connection.peer,
-                        self.limits.settings.max_connections, self.limits.settings.inter_broker_listener)
+                        "(%d) since %s", connection.peer, self.limits.settings.max_connections, cause)
             connection.evict()
 
 
@@ -231,11 +246,15 @@ class KafkaListener:
         ssl_context: ssl.SSLContext | None = None,
         unauthenticated_max_request_bytes: int | None = None,
         gate: ConnectionGate | None = None,
+        idle_timeout_s: float | None = None,
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
         broker buffer a ``max_request_bytes`` frame; :attr:`Peer.lift_request_limit` raises it. ``gate``: the
-        connection quotas this listener shares with the node's other listeners (None: no limits)."""
+        connection quotas this listener shares with the node's other listeners (None: no limits).
+        ``idle_timeout_s``: Kafka's ``connections.max.idle.ms``, a connection that neither read nor wrote a byte
+        for that long (and has no request outstanding) is closed (None: never), so abandoned connections do not
+        keep ``max.connections`` spent for ever."""
         self.dispatcher = dispatcher
         #: Makes the dispatcher's per-connection :attr:`Peer.state` when a connection opens (None: no state).
         self.connection_state = connection_state
@@ -249,9 +268,12 @@ class KafkaListener:
         self.gate = gate
         if gate is not None:
             gate.add_listener(self)
+        self.idle_timeout_s = idle_timeout_s
         self._server: asyncio.Server | None = None
-        self._own_socket: socket.socket | None = None  # the own listening socket of a TLS or gated listener
-        self._acceptor: asyncio.Task[None] | None = None
+        #: The own listening sockets of a TLS or gated listener: one per address the host resolves to.
+        self._own_sockets: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._sweeper: asyncio.Task[None] | None = None
         self._handshakes: set[asyncio.Task[None]] = set()
         self._connections: set[_Connection] = set()
         self._gauge = metrics.connections.labels(listener=listener_name)
@@ -260,8 +282,8 @@ class KafkaListener:
     @property
     def bound_port(self) -> int:
         """The actual port (differs from ``port`` when that was 0)."""
-        if self._own_socket is not None and self._own_socket.fileno() != -1:
-            return int(self._own_socket.getsockname()[1])
+        if self._own_sockets and self._own_sockets[0].fileno() != -1:
+            return int(self._own_sockets[0].getsockname()[1])
         if self._server is None or not self._server.sockets:
             raise RuntimeError(f"listener {self.listener_name} is not bound")
         return int(self._server.sockets[0].getsockname()[1])
@@ -269,9 +291,7 @@ class KafkaListener:
     async def bind(self) -> int:
         """Binds the socket without accepting yet, so the node can register its real port before serving."""
         if self.ssl_context is not None or self.gate is not None:
-            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-            self._own_socket = socket.create_server((self.host, self.port), family=family, backlog=_BACKLOG)
-            self._own_socket.setblocking(False)
+            self._own_sockets = await self._bind_own()
         else:
             self._server = await asyncio.get_running_loop().create_server(
                 lambda: _Connection(self), self.host, self.port, start_serving=False, reuse_address=True
@@ -279,29 +299,72 @@ class KafkaListener:
         logger.info("listener %s bound to %s:%d", self.listener_name, self.host, self.bound_port)
         return self.bound_port
 
+    async def _bind_own(self) -> list[socket.socket]:
+        """One listening socket per address ``host`` resolves to (``localhost``: 127.0.0.1 and ::1), as asyncio's
+        own server binds; an empty host or 0.0.0.0 is every IPv4 address. With port 0 the first socket's port is
+        used for the others (tried again, a few times, when another process has it on one of the addresses)."""
+        if self.host in ("", "0.0.0.0"):
+            addresses: list[tuple[socket.AddressFamily, tuple[typing.Any, ...]]] = [
+                (socket.AF_INET, (self.host, self.port))
+            ]
+        else:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+            addresses = list(dict.fromkeys((family, tuple(sockaddr)) for family, _t, _p, _c, sockaddr in infos))
+        attempts = _BIND_ATTEMPTS if self.port == 0 and len(addresses) > 1 else 1
+        attempt = 1
+        while True:
+            try:
+                return self._bind_each(addresses)
+            except OSError:
+                if attempt >= attempts:
+                    raise
+                attempt += 1
+
+    def _bind_each(self, addresses: list[tuple[socket.AddressFamily, tuple[typing.Any, ...]]]) -> list[socket.socket]:
+        bound: list[socket.socket] = []
+        try:
+            for family, sockaddr in addresses:
+                port = int(bound[0].getsockname()[1]) if bound else self.port
+                bound.append(socket.create_server((sockaddr[0], port, *sockaddr[2:]), family=family, backlog=_BACKLOG))
+                bound[-1].setblocking(False)
+        except OSError:
+            for sock in bound:
+                sock.close()
+            raise
+        return bound
+
     async def start_serving(self) -> None:
-        if self._server is None and self._own_socket is None:
+        if self._server is None and not self._own_sockets:
             await self.bind()
-        if self._own_socket is not None:
-            self._acceptor = asyncio.get_running_loop().create_task(self._accept_own(self._own_socket))
+        loop = asyncio.get_running_loop()
+        if self._own_sockets:
+            self._acceptors = [loop.create_task(self._accept_own(sock)) for sock in self._own_sockets]
         else:
             assert self._server is not None
             await self._server.start_serving()
+        if self.idle_timeout_s is not None and self._sweeper is None:
+            self._sweeper = loop.create_task(self._expire_idle(self.idle_timeout_s))
         logger.info("listener %s accepting connections on %s:%d", self.listener_name, self.host, self.bound_port)
 
     async def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
-        if self._acceptor is not None:
-            self._acceptor.cancel()
-            await asyncio.gather(self._acceptor, return_exceptions=True)
-            self._acceptor = None
-        if self._own_socket is not None:
-            self._own_socket.close()
+        for acceptor in self._acceptors:
+            acceptor.cancel()
+        await asyncio.gather(*self._acceptors, return_exceptions=True)
+        self._acceptors = []
+        for sock in self._own_sockets:
+            sock.close()
 
     async def close(self) -> None:
         """Stops accepting, closes every connection and waits for their responders."""
         await self.stop_accepting()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
         for handshake in list(self._handshakes):
             handshake.cancel()
         connections = list(self._connections)
@@ -325,24 +388,29 @@ class KafkaListener:
                 logger.warning("listener %s cannot accept a connection: %s", self.listener_name, exc)
                 await asyncio.sleep(_ACCEPT_RETRY_S)
                 continue
-            host = str(address[0])
+            slot: str | None = None
             if self.gate is not None:
                 try:
-                    admitted = await self.gate.admit(self.listener_name, host)
-                except BaseException:
+                    slot = await self.gate.admit(self.listener_name, str(address[0]))
+                except asyncio.CancelledError:
                     sock.close()
                     raise
-                if not admitted:
+                except Exception:  # a bug in the quotas must cost one connection, never the listener
+                    logger.exception("listener %s: closing the connection from %s:%s, the connection quotas "
+                                     "failed on it", self.listener_name, address[0], address[1])
                     sock.close()
                     continue
-            task = loop.create_task(self._handshake(sock, address))
+                if slot is None:
+                    sock.close()
+                    continue
+            task = loop.create_task(self._handshake(sock, address, slot))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
-    async def _handshake(self, sock: socket.socket, address: tuple[str, int]) -> None:
+    async def _handshake(self, sock: socket.socket, address: tuple[str, int], slot: str | None) -> None:
         """One connection accepted on the own socket up to its first request: on a TLS listener the handshake, or
-        one line saying why it failed."""
-        connection = _Connection(self, slot=str(address[0]) if self.gate is not None else None)
+        one line saying why it failed. ``slot``: the key the gate counts it under (None: not counted)."""
+        connection = _Connection(self, slot=slot)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock, ssl=self.ssl_context)
         except OSError as exc:  # an SSLError, a reset, or the handshake timing out
@@ -356,6 +424,18 @@ class KafkaListener:
             connection.release_slot()
             sock.close()
             raise
+
+    async def _expire_idle(self, idle_s: float) -> None:
+        """Kafka's ``connections.max.idle.ms``: every so often, closes the connections idle for longer. A sweep
+        rather than a timer per connection keeps a read's cost to setting one flag; a connection is closed between
+        ``idle_s`` and ``idle_s`` plus one sweep period after its last byte."""
+        period = min(max(idle_s / 4, _IDLE_SWEEP_MIN_S), _IDLE_SWEEP_MAX_S)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for connection in list(self._connections):
+                connection.expire_if_idle(now, idle_s)
 
     def _opened(self, connection: _Connection) -> None:
         self._connections.add(connection)
@@ -382,10 +462,15 @@ class _Connection(asyncio.BufferedProtocol):
 
     def __init__(self, server: KafkaListener, slot: str | None = None) -> None:
         self._server = server
-        #: The address this connection is counted under in its listener's gate until it closes (None: not counted).
+        #: The key (``ip_key``) this connection is counted under in its listener's gate until it closes (None: not
+        #: counted).
         self._slot = slot
-        #: When it last read bytes (monotonic): the least recently active connection is the first evicted.
+        #: When it last read bytes (monotonic), kept only while it holds a slot: the least recently active
+        #: connection is the first evicted.
         self.last_active = time.monotonic()
+        #: Read or wrote since the idle sweep last looked; ``_seen``: loop time the sweep last saw it active.
+        self._active = False
+        self._seen = 0.0
         self._dispatcher = server.dispatcher
         limited = server.unauthenticated_max_request_bytes
         self._frames = (
@@ -426,6 +511,7 @@ class _Connection(asyncio.BufferedProtocol):
         certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name, state, lift,
                          certificate=certificate or None, mute=self._mute)
+        self._seen = asyncio.get_running_loop().time()
         self._server._opened(self)
         logger.debug("connection from %s", self.peer)
         self.responder = asyncio.get_running_loop().create_task(self._respond())
@@ -438,7 +524,9 @@ class _Connection(asyncio.BufferedProtocol):
         return self._frames.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = time.monotonic()
+        self._active = True
+        if self._slot is not None:
+            self.last_active = time.monotonic()
         if self._stop_reading:
             return
         for frame in self._frames.buffer_updated(nbytes):
@@ -525,6 +613,21 @@ class _Connection(asyncio.BufferedProtocol):
         self._stop_reading = True
         self._wakeup.set()
 
+    def expire_if_idle(self, now: float, idle_s: float) -> None:
+        """Closes the connection when it has neither read nor written since ``idle_s`` before ``now`` (loop time)
+        and owes no answer (Kafka's idle expiry; a request still being handled or held by a mute is activity)."""
+        if self._active or self._pending or self._held:
+            self._active = False
+            self._seen = now
+            return
+        if now - self._seen < idle_s or self._stop_reading:
+            return
+        logger.debug("closing connection from %s: idle for longer than connections.max.idle.ms (%.0f ms)",
+                     self.peer, idle_s * 1000)
+        self._stop()
+        if self._transport is not None:
+            self._transport.close()
+
     @property
     def holds_slot(self) -> bool:
         return self._slot is not None
@@ -580,6 +683,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self._pace()
                 if self._lost:
                     return
+                self._active = True
                 if isinstance(data, bytes):
                     transport.write(data)
                 elif data is not None:

@@ -58,8 +58,11 @@ class SampledRate:
     def throttle_s(self, quota: float, now: float, max_s: float) -> float:
         """How long the client must wait for the rate to fall back to ``quota`` (Kafka's
         ``QuotaUtils.throttleTime``: the excess over the quota, as a share of the quota, times the window),
-        at most ``max_s``; 0 while within the quota."""
+        at most ``max_s``; 0 while within the quota. A quota of 0 (or less) allows nothing: ``max_s``, as Kafka
+        bounds the infinite throttle it computes for it."""
         observed = self.rate(now)
         if observed <= quota:
             return 0.0
+        if quota <= 0:
+            return max_s
         return min((observed - quota) / quota * self.window_size(now), max_s)

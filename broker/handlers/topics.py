@@ -25,7 +25,11 @@ _STRICT_CREATE_PARTITIONS: Final = 3
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     ask = admin_wire.read_create_topics(request, ctx.client_id)
     return await admin_requests.create_topics(
-        ctx.response_class, ask, admin_requests.always(ctx.node.controller), ctx.mutation_quota(_STRICT_CREATE_TOPICS)
+        ctx.response_class,
+        ask,
+        admin_requests.always(ctx.node.controller),
+        ctx.mutation_quota(_STRICT_CREATE_TOPICS),
+        default_partitions=ctx.node.config.num_partitions,
     )
 
 

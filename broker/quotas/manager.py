@@ -104,27 +104,25 @@ class ClientQuotas:
         self._used[key] = now
         if not check:
             return 0.0
-        throttle = rate.throttle_s(resolved.limit, now, self.windows.samples * self.windows.window_s)
+        throttle = self.over_quota(resolved, kind, now=now)
         if throttle > 0:
-            self._throttled(kind, (user, client_id), resolved, throttle)
+            self.report_throttle(kind, user, client_id, resolved, throttle)
         return throttle
 
-    def over_quota(
-        self, resolved: ResolvedQuota, kind: QuotaType, *, user: str, client_id: str, now: float
-    ) -> float:
-        """How long the client must wait before its rate is back within the quota, recording nothing: 0 while it
-        is within (Kafka's ``Sensor.checkQuotas``, what a strict controller mutation quota asks before it records)."""
+    def over_quota(self, resolved: ResolvedQuota, kind: QuotaType, *, now: float) -> float:
+        """How long the client must wait before its rate is back within the quota, recording nothing and reporting
+        nothing: 0 while it is within (Kafka's ``Sensor.checkQuotas``, what a strict controller mutation quota asks
+        before it records)."""
         self._sweep(now)
         rate = self._rates.get((kind, resolved.tags))
         if rate is None:
             return 0.0
-        throttle = rate.throttle_s(resolved.limit, now, self.windows.samples * self.windows.window_s)
-        if throttle > 0:
-            self._throttled(kind, (user, client_id), resolved, throttle)
-        return throttle
+        return rate.throttle_s(resolved.limit, now, self.windows.samples * self.windows.window_s)
 
-    def _throttled(self, kind: QuotaType, who: tuple[str, str], resolved: ResolvedQuota, throttle: float) -> None:
-        user, client_id = who
+    def report_throttle(
+        self, kind: QuotaType, user: str, client_id: str, resolved: ResolvedQuota, throttle: float
+    ) -> None:
+        """Counts one throttled request in the metrics and logs the client's first."""
         entity, limit = resolved.entity, resolved.limit
         if self._on_throttle is not None:
             self._on_throttle(kind, user, throttle)

@@ -5,8 +5,8 @@ The broker-wide keys (``max.connections``, ``max.connections.per.ip``, ``max.con
 cluster-wide default (the "" broker resource), which wins over the properties file. The per-listener forms
 ``listener.name.<l>.max.connections`` and ``listener.name.<l>.max.connection.creation.rate`` are read from the
 properties file only: Fjord's config catalogue has no templated dynamic keys, so AlterConfigs refuses them as
-unknown. Host names in the overrides are resolved here, once per settings change, so the accept path compares
-addresses only.
+unknown. Host names in the overrides are resolved here, so the accept path compares addresses only: once per change
+of the keys' values (:func:`dynamic_texts`), and off the event loop (``node.process``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from controller.config.keys import BROKER_KEYS, ConfigValueError
+from controller.config.security import listener_prefixed
 from storage.config import ConfigError
-from wire.connection_limits import ConnectionLimitSettings, ip_key, parse_ip_overrides
+from wire.connection_limits import UNLIMITED, ConnectionLimitSettings, ip_key, parse_ip_overrides
 
 logger = logging.getLogger(__name__)
 
-_LISTENER_PREFIX = "listener.name."
 #: The connection quota keys a listener may override (Kafka's ``SocketServer.ListenerReconfigurableConfigs``).
 LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
 
@@ -31,10 +31,8 @@ LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
 def listener_connection_override(name: str) -> tuple[str, str] | None:
     """(listener name, key) of ``listener.name.<listener>.max.connections`` or ``...max.connection.creation.rate``,
     else None."""
-    if not name.lower().startswith(_LISTENER_PREFIX):
-        return None
-    listener, dot, key = name[len(_LISTENER_PREFIX) :].partition(".")
-    return (listener.upper(), key) if dot and listener and key in LISTENER_KEYS else None
+    split = listener_prefixed(name)
+    return split if split is not None and split[1] in LISTENER_KEYS else None
 
 
 def listener_connection_limits(props: Mapping[str, str]) -> dict[str, dict[str, int]]:
@@ -53,13 +51,38 @@ def listener_connection_limits(props: Mapping[str, str]) -> dict[str, dict[str, 
     return out
 
 
-def check_per_ip(max_per_ip: int, overrides_text: str) -> None:
-    """Kafka's rule: ``max.connections.per.ip`` may be 0 (no address may connect) only with overrides (the
-    addresses that may)."""
+#: The broker-wide connection quota keys, dynamic as in Kafka.
+DYNAMIC_KEYS = (
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
+    "max.connection.creation.rate",
+)
+_PER_IP_ZERO = "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."
+
+
+def per_ip_refusal(max_per_ip: int, overrides_text: str) -> str | None:
+    """Kafka's rule (``KafkaConfig.validateValues``): ``max.connections.per.ip`` may be 0 (no address may connect)
+    only with overrides (the addresses that may); the message when it is broken, else None."""
     if max_per_ip == 0 and not parse_ip_overrides(overrides_text):
-        raise ConfigError(
-            "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."
-        )
+        return _PER_IP_ZERO
+    return None
+
+
+def check_per_ip(max_per_ip: int, overrides_text: str) -> None:
+    """:func:`per_ip_refusal` of the properties file: ConfigError."""
+    refused = per_ip_refusal(max_per_ip, overrides_text)
+    if refused is not None:
+        raise ConfigError(refused)
+
+
+def dynamic_texts(
+    cluster_dynamic: Mapping[str, str] | None, node_dynamic: Mapping[str, str] | None
+) -> tuple[str | None, ...]:
+    """The dynamic values of :data:`DYNAMIC_KEYS` in force (this broker's own, else the cluster-wide default): the
+    settings are rebuilt (and host names resolved) only when these change, not at every broker config change."""
+    node, cluster = node_dynamic or {}, cluster_dynamic or {}
+    return tuple(node.get(key, cluster.get(key)) for key in DYNAMIC_KEYS)
 
 
 def _resolve(overrides: Mapping[str, int]) -> dict[str, int]:
@@ -107,10 +130,17 @@ def connection_limit_settings(
         return value(name)
 
     per_listener = listener_connection_limits(static)
+    overrides_text = str(effective("max.connections.per.ip.overrides") or "")
+    per_ip = int(effective("max.connections.per.ip"))
+    if per_ip_refusal(per_ip, overrides_text) is not None:  # refused when altered; an old record must not lock out
+        static_per_ip = int(value("max.connections.per.ip"))
+        per_ip = static_per_ip if static_per_ip != 0 else UNLIMITED
+        logger.warning("ignoring max.connections.per.ip=0 without max.connections.per.ip.overrides (no address "
+                       "could connect); %d applies", per_ip)
     return ConnectionLimitSettings(
         max_connections=int(effective("max.connections")),
-        max_connections_per_ip=int(effective("max.connections.per.ip")),
-        per_ip_overrides=_resolve(parse_ip_overrides(str(effective("max.connections.per.ip.overrides") or ""))),
+        max_connections_per_ip=per_ip,
+        per_ip_overrides=_resolve(parse_ip_overrides(overrides_text)),
         max_connection_creation_rate=int(effective("max.connection.creation.rate")),
         listener_max_connections={
             name: limits["max.connections"] for name, limits in per_listener.items() if "max.connections" in limits

@@ -99,9 +99,10 @@ def refusal(name: str, value: str) -> str | None:
     """Why the key ``name`` stops the node (a security feature Fjord does not implement), or None."""
     lower = name.lower()
     if lower.startswith(LISTENER_PREFIX):
-        _listener, dot, rest = lower[len(LISTENER_PREFIX):].partition(".")
-        if not dot:
+        split = listener_prefixed(lower)
+        if split is None:
             return None
+        rest = split[1]
         if rest.startswith("sasl.") or ".sasl." in rest:  # listener.name.x.plain.sasl.jaas.config
             return None if rest in _LISTENER_SASL_KEYS else _SASL
         return refusal(rest, value)
@@ -130,20 +131,25 @@ def refuse_unimplemented(props: Mapping[str, str]) -> None:
             raise ConfigError(f"{name}: {reason}")
 
 
-def listener_override(name: str) -> tuple[str, str] | None:
-    """(listener name, ssl key) of a ``listener.name.<name>.ssl.*`` key Fjord reads, else None."""
+def listener_prefixed(name: str) -> tuple[str, str] | None:
+    """(listener name upper-cased, the rest) of a ``listener.name.<listener>.<rest>`` key, else None: the one split
+    of Kafka's per-listener keys (SSL, SASL, connection quotas)."""
     if not name.lower().startswith(LISTENER_PREFIX):
         return None
-    listener, _, rest = name[len(LISTENER_PREFIX):].partition(".")
-    return (listener.upper(), rest) if rest in SSL_KEYS else None
+    listener, dot, rest = name[len(LISTENER_PREFIX):].partition(".")
+    return (listener.upper(), rest) if dot and listener and rest else None
+
+
+def listener_override(name: str) -> tuple[str, str] | None:
+    """(listener name, ssl key) of a ``listener.name.<name>.ssl.*`` key Fjord reads, else None."""
+    split = listener_prefixed(name)
+    return split if split is not None and split[1] in SSL_KEYS else None
 
 
 def sasl_listener_override(name: str) -> tuple[str, str] | None:
     """(listener name, key) of a ``listener.name.<name>.`` SASL key Fjord reads, else None."""
-    if not name.lower().startswith(LISTENER_PREFIX):
-        return None
-    listener, _, rest = name[len(LISTENER_PREFIX):].partition(".")
-    return (listener.upper(), rest.lower()) if rest.lower() in _LISTENER_SASL_KEYS else None
+    split = listener_prefixed(name)
+    return (split[0], split[1].lower()) if split is not None and split[1].lower() in _LISTENER_SASL_KEYS else None
 
 
 def check_listener_protocols(

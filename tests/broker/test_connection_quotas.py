@@ -123,6 +123,28 @@ async def test_connection_quota_keys_at_start_and_altered_at_runtime(node: Node)
     # Per-listener keys are static in Fjord: AlterConfigs does not know them.
     unknown = {"listener.name.plaintext.max.connections": "5"}
     assert await asyncio.to_thread(_incremental_alter, port, broker, unknown) == ErrorCode.invalid_config
+    # max.connections.per.ip=0 without overrides would lock every client out: refused as Kafka's validateValues does,
+    # whether it is asked cluster-wide or of this broker; with overrides it is Kafka's allow-list.
+    locked_out = {"max.connections.per.ip": "0"}
+    for resource in ("", broker):
+        assert await asyncio.to_thread(_incremental_alter, port, resource, locked_out) == ErrorCode.invalid_config
+    allow_list = {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "127.0.0.1:5"}
+    assert await asyncio.to_thread(_incremental_alter, port, broker, allow_list) == ErrorCode.none
+    await eventually_async(
+        lambda: (gate.limits.settings.max_connections_per_ip, dict(gate.limits.settings.per_ip_overrides))
+        == (0, {"127.0.0.1": 5}),
+        timeout=TIMEOUT_S,
+        what="the allow-list reaches the listener",
+    )
+
+
+def test_a_recorded_per_ip_zero_without_overrides_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    """The safety net behind the AlterConfigs check: a record written before it (or by an older controller) does not
+    lock every client out of the broker."""
+    config = ServerConfig.from_properties({"max.connections.per.ip": "9"})
+    settings = config.connection_limits({"max.connections.per.ip": "0"}, None)
+    assert settings.max_connections_per_ip == 9
+    assert "ignoring max.connections.per.ip=0" in caplog.text
 
 
 @pytest.mark.parametrize(

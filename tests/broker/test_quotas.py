@@ -568,9 +568,7 @@ async def test_admin_requests_charge_each_topics_partitions_checking_before_reco
         now[0] = 3.0
         deleted = await admin_requests.delete_topics(codec.response_class(20, 5), delete, ask_of, quota(True))
         assert [(r.name, r.error_code) for r in deleted.responses] == [("m1", ErrorCode.none), ("m2", ErrorCode.none)]
-        assert manager.over_quota(
-            alice, QuotaType.CONTROLLER_MUTATION, user="alice", client_id="app", now=3.0
-        ) == pytest.approx(1.0)
+        assert manager.over_quota(alice, QuotaType.CONTROLLER_MUTATION, now=3.0) == pytest.approx(1.0)
 
         # CreatePartitions v2 (permissive): over the quota, still done; charged the added partitions; throttled.
         now[0] = 6.0
@@ -595,6 +593,74 @@ async def test_admin_requests_charge_each_topics_partitions_checking_before_reco
         assert [r.error_code for r in grown.results] == [ErrorCode.none]
         assert len(controller.image.topics_by_name["grown"].partitions) == 6
         assert permissive.throttle_s() == pytest.approx(0.5)  # 5 added: (2.5/s - 2/s) / 2/s over 2 s
+    finally:
+        await controller.close()
+
+
+async def test_strict_quota_decides_before_the_controller_and_validates_first(tmp_path: Path) -> None:
+    """Concurrent CreateTopics v6 of one client cannot overshoot the quota (each topic is checked and charged before
+    any controller round trip: no more get through than sent one after the other), and a throttled client still gets
+    TOPIC_ALREADY_EXISTS / INVALID_PARTITIONS for topics that would fail anyway, charged nothing; the throttle is
+    counted once per request."""
+    controller = await Controller.start(ServerConfig.load(None, [f"log.dirs={tmp_path}"]))
+    try:
+        await controller.register_broker(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), None)
+        throttles: list[float] = []
+        quotas = {(("user", "alice"),): {"controller_mutation_rate": 2.0}}
+        alice = resolve(quotas, "controller_mutation_rate", "alice", "app")
+        assert alice is not None
+        ask_of = admin_requests.always(controller)
+
+        def created_of(managers: ClientQuotas, names: list[str], sequential: bool) -> Any:
+            def quota() -> RequestMutations:
+                return RequestMutations(managers, alice, user="alice", client_id="app", strict=True, clock=lambda: 0.0)
+
+            async def one(name: str) -> ErrorCode:
+                ask = admin_wire.read_create_topics(_create_topics_request(6, {name: 1}), "app")
+                response = await admin_requests.create_topics(codec.response_class(19, 6), ask, ask_of, quota())
+                return ErrorCode(int(response.topics[0].error_code))
+
+            async def run() -> list[ErrorCode]:
+                if sequential:
+                    return [await one(name) for name in names]
+                return list(await asyncio.gather(*(one(name) for name in names)))
+
+            return run()
+
+        sequential = await created_of(ClientQuotas(QuotaWindows(3, 1.0)), [f"seq{i}" for i in range(8)], True)
+        concurrent = await created_of(ClientQuotas(QuotaWindows(3, 1.0)), [f"par{i}" for i in range(8)], False)
+        admitted = sequential.count(ErrorCode.none)
+        assert 1 <= admitted < 8
+        assert set(sequential[admitted:]) == {ErrorCode.throttling_quota_exceeded}
+        assert concurrent.count(ErrorCode.none) <= admitted, concurrent
+        assert set(concurrent) == {ErrorCode.none, ErrorCode.throttling_quota_exceeded}
+
+        manager = ClientQuotas(QuotaWindows(3, 1.0), on_throttle=lambda _k, _u, seconds: throttles.append(seconds))
+        manager.record_resolved(alice, QuotaType.CONTROLLER_MUTATION, user="alice", client_id="app", value=6.0,
+                                now=0.0, check=False)
+        spent = RequestMutations(manager, alice, user="alice", client_id="app", strict=True, clock=lambda: 0.0)
+        bad = _create_topics_request(6, {"seq0": 1, "zero": 0, "fresh-a": 1, "fresh-b": 2})
+        response = await admin_requests.create_topics(
+            codec.response_class(19, 6), admin_wire.read_create_topics(bad, "app"), ask_of, spent
+        )
+        assert [(t.name, t.error_code) for t in response.topics] == [
+            ("seq0", ErrorCode.topic_already_exists),
+            ("zero", ErrorCode.invalid_partitions),
+            ("fresh-a", ErrorCode.throttling_quota_exceeded),
+            ("fresh-b", ErrorCode.throttling_quota_exceeded),
+        ]
+        assert "fresh-a" not in controller.image.topics_by_name
+        assert manager.over_quota(alice, QuotaType.CONTROLLER_MUTATION, now=0.0) == pytest.approx(1.0)  # the 6 only
+        gone = admin_wire.read_delete_topics(
+            codec.build(codec.request_class(20, 5), topic_names=("seq0", "never-was"), timeout=5000)
+        )
+        deleted = await admin_requests.delete_topics(codec.response_class(20, 5), gone, ask_of, spent)
+        assert [(r.name, r.error_code) for r in deleted.responses] == [
+            ("seq0", ErrorCode.throttling_quota_exceeded),
+            ("never-was", ErrorCode.unknown_topic_or_partition),
+        ]
+        assert spent.throttle_s() > 0 and spent.throttle_s() > 0
+        assert len(throttles) == 1, "counted once for the request, not per refused topic"
     finally:
         await controller.close()
 

@@ -7,7 +7,9 @@ delays a burst without refusing any of it."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
+import typing
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -44,7 +46,7 @@ def test_per_ip_slots_and_protection_decisions() -> None:
     limits.add_listener("CLIENT")
     assert limits.protected("BROKER") and not limits.protected("CLIENT")
     assert limits.admit("CLIENT", "10.0.0.1") is None
-    refusal = limits.admit("CLIENT", "::ffff:10.0.0.1")
+    refusal = limits.admit("CLIENT", ip_key("::ffff:10.0.0.1"))
     assert refusal is not None and (refusal.address, refusal.limit) == ("10.0.0.1", 1)
     assert limits.admit("CLIENT", "10.0.0.9") is None
     assert not limits.slot_available("CLIENT") and limits.slot_available("BROKER")
@@ -232,3 +234,116 @@ async def test_lowering_max_connections_closes_the_least_recently_active() -> No
         assert await _served(active, 4)
         assert _refused(metrics, "CLIENT", "evicted") == 1 and gate.limits.count() == 1
         _close(idle, active)
+
+
+def test_a_creation_rate_of_zero_delays_by_one_window_and_a_double_release_changes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = ConnectionLimitSettings(max_connection_creation_rate=0, quota_window_num=2, quota_window_s=0.5)
+    limits = ConnectionLimits(settings, ["CLIENT"])
+    assert [limits.record_creation("CLIENT", 10.0) for _ in range(3)] == [0.5, 0.5, 0.5]
+    assert limits.admit("CLIENT", "10.0.0.1") is None
+    limits.release("CLIENT", "10.0.0.1")
+    limits.release("CLIENT", "10.0.0.1")
+    assert limits.count() == 0 and limits.count("CLIENT") == 0
+    assert "double release" in caplog.text
+
+
+async def test_a_creation_rate_of_zero_keeps_accepting_one_window_apart() -> None:
+    """``max.connection.creation.rate=0`` (dynamic in Kafka) once divided by zero and ended the acceptor: every
+    connection is now delayed by one window and still served."""
+    settings = ConnectionLimitSettings(max_connection_creation_rate=0, quota_window_num=2, quota_window_s=0.2)
+    async with _gated(settings) as (gate, listeners, metrics):
+        streams = [await _connect(listeners["CLIENT"]) for _ in range(3)]
+        answered = await asyncio.gather(*(_served(stream, n) for n, stream in enumerate(streams)))
+        assert answered == [True, True, True]
+        assert _refused(metrics, "CLIENT", "creation_rate") == 3
+        assert gate.limits.count() == 3
+        _close(*streams)
+
+
+async def test_an_accept_loop_survives_a_failing_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with _gated(ConnectionLimitSettings()) as (gate, listeners, _metrics):
+        real_admit = gate.admit
+        calls = [0]
+
+        async def failing_once(listener: str, address: str) -> str | None:
+            calls[0] += 1
+            if calls[0] == 1:
+                raise ZeroDivisionError("a bug in the quotas")
+            return await real_admit(listener, address)
+
+        monkeypatch.setattr(gate, "admit", failing_once)
+        first = await _connect(listeners["CLIENT"])
+        assert await _closed_by_broker(first), "the connection the gate failed on is closed"
+        second = await _connect(listeners["CLIENT"])
+        assert await _served(second, 1), "the listener still accepts"
+        _close(first, second)
+
+
+async def test_an_idle_connection_is_closed_after_connections_max_idle_ms() -> None:
+    metrics = ServerMetrics()
+    gate = ConnectionGate(ConnectionLimitSettings(max_connections=1), metrics)
+    listener = KafkaListener(
+        _Answering(), metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate, idle_timeout_s=0.3
+    )
+    await listener.start_serving()
+    try:
+        idle = await _connect(listener)
+        assert await _served(idle, 1)
+        waiting = await _connect(listener)  # held: max.connections is spent by the idle one
+        waiting[1].write(_frame(2))
+        assert await _closed_by_broker(idle), "closed once idle for connections.max.idle.ms"
+        answer = await asyncio.wait_for(waiting[0].readexactly(8), TIMEOUT_S)
+        assert struct.unpack(">ii", answer) == (4, 2), "its slot went to the held connection"
+        for n in range(3, 8):  # active for longer than the idle time: kept
+            assert await _served(waiting, n)
+            await asyncio.sleep(0.1)
+        _close(idle, waiting)
+    finally:
+        await listener.close()
+
+
+def _can_bind_ipv6_loopback() -> bool:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+async def test_a_listener_on_localhost_accepts_on_every_address_it_resolves_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``PLAINTEXT://localhost:9092`` serves 127.0.0.1 and ::1, one socket each on the same port. Where the hosts
+    file maps localhost to 127.0.0.1 only, the resolver answers as a usual one does (both), if ::1 is configured."""
+    loop = asyncio.get_running_loop()
+    resolved = {info[4][0] for info in await loop.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM)}
+    ipv6 = _can_bind_ipv6_loopback()
+    if ipv6 and "::1" not in resolved:
+        real = loop.getaddrinfo
+
+        async def both(host: object, port: object, **kwargs: object) -> list[typing.Any]:
+            infos = list(await real(host, port, **kwargs))  # type: ignore[arg-type]
+            if host == "localhost":
+                infos += await real("::1", port, **kwargs)  # type: ignore[arg-type]
+            return infos
+
+        monkeypatch.setattr(loop, "getaddrinfo", both)
+    metrics = ServerMetrics()
+    gate = ConnectionGate(ConnectionLimitSettings(), metrics)
+    listener = KafkaListener(_Answering(), metrics, host="localhost", port=0, listener_name="CLIENT", gate=gate)
+    await listener.start_serving()
+    try:
+        port = listener.bound_port
+        on_ipv4 = await asyncio.open_connection("127.0.0.1", port)
+        assert await _served(on_ipv4, 1)
+        _close(on_ipv4)
+        if ipv6:
+            on_ipv6 = await asyncio.open_connection("::1", port)
+            assert await _served(on_ipv6, 2)
+            _close(on_ipv6)
+    finally:
+        await listener.close()
+    if not ipv6:
+        pytest.skip("::1 is not configured on this machine: only the 127.0.0.1 part ran")
