@@ -8,31 +8,20 @@ verification), ``User:ANONYMOUS`` needs the rights Kafka gives a broker's own pr
 ``super.users``, or serve the inter-broker listener with SASL and make that user a super user (see README).
 
 Every denial is counted (``fjord_broker_authorization_denials``) and logged once per (principal, operation,
-resource) with the host and listener, so a client retrying a forbidden request does not flood the log.
+resource) with the host and listener (``controller.acl.denials``, shared with the CONTROLLER listener), so a client
+retrying a forbidden request does not flood the log.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, Protocol
 
 from controller.acl.authorizer import Authorizer, AuthorizerSettings, settings_from
 from controller.acl.binding import AclBinding, AclOperation, ResourceType
+from controller.acl.denials import DenialCounter, DenialLog
 
 logger = logging.getLogger(__name__)
-
-#: How many distinct denials are remembered for logging once; past it, further distinct ones are still counted
-#: but no longer logged (a client probing names must not grow the broker's memory without bound).
-_LOGGED_DENIALS_MAX: Final = 10_000
-
-
-class DenialCounter(Protocol):
-    def labels(self, *, listener: str, resource_type: str, operation: str) -> _Incrementable: ...
-
-
-class _Incrementable(Protocol):
-    def inc(self) -> None: ...
 
 
 class BrokerAuthorizer:
@@ -49,8 +38,7 @@ class BrokerAuthorizer:
         self._value = value
         self._configured: tuple[bool, Authorizer] | None = None
         self._bindings = bindings
-        self._denials = denials
-        self._logged: set[tuple[str, AclOperation, ResourceType, str]] = set()
+        self._denials = DenialLog(denials, logger)
 
     @classmethod
     def disabled(cls) -> BrokerAuthorizer:
@@ -88,7 +76,7 @@ class BrokerAuthorizer:
         if self._authorizer.authorize(self._bindings(), principal, host, op, resource=resource, name=name):
             return True
         if log_denial:
-            self._denied(principal, host, listener, op, resource=resource, name=name)
+            self._denials.operation_denied(principal, host, listener, op, resource=resource, name=name)
         return False
 
     def allowed_on_some(self, principal: str, host: str, op: AclOperation, resource: ResourceType) -> bool:
@@ -105,24 +93,4 @@ class BrokerAuthorizer:
             return frozenset(candidates)
         return self._authorizer.authorized_operations(
             self._bindings(), principal, host, resource=resource, name=name, operations=candidates
-        )
-
-    def _denied(
-        self, principal: str, host: str, listener: str, op: AclOperation, *, resource: ResourceType, name: str
-    ) -> None:
-        if self._denials is not None:
-            self._denials.labels(listener=listener, resource_type=resource.name, operation=op.name).inc()
-        key = (principal, op, resource, name)
-        if key in self._logged or len(self._logged) >= _LOGGED_DENIALS_MAX:
-            return
-        self._logged.add(key)
-        logger.info(
-            "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s (listener %s); "
-            "further denials of it are counted, not logged",
-            principal,
-            op.name,
-            host,
-            resource.name,
-            name,
-            listener,
         )

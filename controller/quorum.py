@@ -238,7 +238,9 @@ class QuorumController:
     def metadata_loaded(self) -> bool:
         """Whether this voter has applied the metadata log up to the commit offset it learned from the quorum since
         it started: it is the active controller (which applied everything committed before its epoch), or it
-        applied what the leader's first fetch answer reported committed. Until then a restarted voter serves from
+        applied what the leader's first fetch answer reported committed (a newly elected leader reports nothing
+        until it has committed in its epoch, so a follower does not take the leader's stale value after a full
+        restart for the quorum's). Until then a restarted voter serves from
         its snapshot and local log, whose ACLs may be stale, so the CONTROLLER listener serves super users only
         (Kafka's StandardAuthorizer initial load). Once true it stays true, as in Kafka."""
         if not self._metadata_loaded:

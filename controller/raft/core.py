@@ -5,7 +5,8 @@ entries, a diverging-epoch hint (the follower truncates and refetches) or a snap
 snapshot in chunks with FetchSnapshot). A follower's fetch offset is its durable log end, so it doubles as its
 acknowledgement: the leader's high watermark is the majority-median of the voters' fetch offsets (its own counted
 up to its flushed end), and only advances over entries of its own epoch (a leader commits a previous epoch's entries
-only by committing its own no-op leader-change entry after them).
+only by committing its own no-op leader-change entry after them); until then its fetch answers carry no high
+watermark (-1), as KRaft's, since what it knows is only what it learned as a follower.
 
 Elections: a follower that has not heard from its leader within ``fetch_timeout_ms`` becomes *prospective* and runs
 a pre-vote (KIP-996): nobody changes epoch, and voters that have heard from a leader recently say no, so a node that
@@ -199,6 +200,8 @@ class RaftNode:
         self._epoch_start_offset = 0
         self._begin_resend_at = 0
         self._discovery_target: int | None = None
+        # Peers whose authorizer refused this node (CLUSTER_AUTHORIZATION_FAILED), warned about once each.
+        self._refused_by: set[int] = set()
 
         if self._log.start_offset > 0:
             self._emit(LoadSnapshot(self._log.snapshot_id, snapshot_data))
@@ -234,8 +237,9 @@ class RaftNode:
 
     @property
     def first_leader_high_watermark(self) -> int | None:
-        """The commit offset the leader reported in the first fetch answer this follower took since it started
-        (None before any): what a restarted voter must have applied before it knows it has caught up once, as
+        """The commit offset the leader reported in the first fetch answer this follower took since it started that
+        carried one (None before any; a new leader reports none until it has committed an entry of its epoch, see
+        `_reported_hw`): what a restarted voter must have applied before it knows it has caught up once, as
         Kafka's controller completes its authorizer's initial load."""
         return self._first_leader_hw
 
@@ -355,6 +359,7 @@ class RaftNode:
             case FetchSnapshotResponse():
                 self._on_fetch_snapshot_response(sender, message, now_ms)
             case BeginQuorumEpochResponse() | EndQuorumEpochResponse():
+                self._note_refusal(sender, message)
                 self._observe_leader(message.leader_epoch, message.leader_id, now_ms)
             case DescribeQuorumRequest():
                 reply = self.describe(now_ms)
@@ -556,6 +561,7 @@ class RaftNode:
         ):
             return
         self._fetch_inflight = None
+        self._note_refusal(sender, resp)
         leader = resp.current_leader
         if resp.error_code is Errors.NONE and leader.leader_id == sender:
             self._become_follower(leader.leader_epoch, sender, now_ms, heard_from_leader=True)
@@ -674,6 +680,7 @@ class RaftNode:
         if voter is None or voter != sender or self._role not in (Role.PROSPECTIVE, Role.CANDIDATE):
             return
         if resp.error_code is not Errors.NONE:
+            self._note_refusal(sender, resp)
             self._rejected.add(sender)
             return
         if resp.vote_granted:
@@ -801,7 +808,7 @@ class RaftNode:
                 sender,
                 FetchResponse(
                     error,
-                    self._hw,
+                    self._reported_hw(),
                     self._log.start_offset,
                     self._current_leader(),
                     diverging_epoch=diverging,
@@ -844,6 +851,15 @@ class RaftNode:
             )
         self._complete_parked(now_ms)
 
+    def _reported_hw(self) -> int:
+        """The high watermark a fetch answer carries: -1 (unknown) from a leader that has not yet committed an entry
+        of its own epoch, as KRaft's leader reports none until then. Its ``_hw`` is only what it learned as a
+        follower (after a restart, its log start), not the quorum's commit offset; a follower taking it as such would
+        think itself caught up before it is (``first_leader_high_watermark``)."""
+        if self._role is Role.LEADER and self._hw <= self._epoch_start_offset:
+            return -1
+        return self._hw
+
     def _answer_fetch(self, sender: int, req: FetchRequest) -> None:
         records = self._log.read(req.fetch_offset, max_bytes=min(req.max_bytes, self.config.fetch_max_bytes))
         self._hw_sent[sender] = self._hw
@@ -851,7 +867,7 @@ class RaftNode:
             sender,
             FetchResponse(
                 Errors.NONE,
-                self._hw,
+                self._reported_hw(),
                 self._log.start_offset,
                 self._current_leader(),
                 records=tuple(records),
@@ -951,6 +967,28 @@ class RaftNode:
         self._fetch_inflight = None
         return True
 
+    def _note_refusal(
+        self,
+        sender: int,
+        resp: FetchResponse | FetchSnapshotResponse | VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse,
+    ) -> None:
+        """Warns once per peer that refused this node's principal: the quorum cannot work until an operator fixes
+        ``super.users`` (the node only retries), and at DEBUG the refusal would be invisible on this node."""
+        if resp.error_code is not Errors.CLUSTER_AUTHORIZATION_FAILED or sender in self._refused_by:
+            return
+        self._refused_by.add(sender)
+        kind = type(resp).__name__.removesuffix("Response")
+        logger.warning(
+            "node %d: node %d refused this node's %s request with CLUSTER_AUTHORIZATION_FAILED: this node's principal "
+            "on the CONTROLLER listener must be a super user (super.users) of node %d; retrying, further refusals "
+            "by node %d are not logged",
+            self.node_id,
+            sender,
+            kind,
+            sender,
+            sender,
+        )
+
     def _on_fetch_error(self, error: Errors, leader: LeaderIdAndEpoch, now_ms: int) -> None:
         if self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
             return
@@ -966,11 +1004,12 @@ class RaftNode:
         if not self._accept_response(sender, resp.correlation_id) or self._snapshot_download is not None:
             return
         if resp.error_code is not Errors.NONE:
+            self._note_refusal(sender, resp)
             self._on_fetch_error(resp.error_code, resp.current_leader, now_ms)
             return
         self._fetch_deadline = now_ms + self.config.fetch_timeout_ms
         self._last_leader_contact_ms = now_ms
-        if self._first_leader_hw is None:
+        if self._first_leader_hw is None and resp.high_watermark >= 0:  # -1: the leader has not committed yet
             self._first_leader_hw = resp.high_watermark
         if resp.diverging_epoch is not None:
             # The high watermark in this answer says nothing about our log until a fetch validates it.
@@ -1043,6 +1082,7 @@ class RaftNode:
             return
         if resp.error_code is not Errors.NONE:
             # e.g. SNAPSHOT_NOT_FOUND: the leader took a newer snapshot; a plain fetch will name it.
+            self._note_refusal(sender, resp)
             self._snapshot_download = None
             self._on_fetch_error(resp.error_code, resp.current_leader, now_ms)
             return

@@ -23,6 +23,7 @@ class Errors(IntEnum):
 
     NONE = 0
     NOT_LEADER_OR_FOLLOWER = 6
+    CLUSTER_AUTHORIZATION_FAILED = 31  # the peer's authorizer refused this node's principal
     INVALID_REQUEST = 42
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75

@@ -13,12 +13,15 @@ voter's own metadata image, as Kafka's ControllerApis asks it of each API (:func
   kind);
 - DESCRIBE on the cluster: DescribeQuorum; ALTER on the cluster: DescribeCluster (Kafka's controller asks that
   much, as its list of controllers is for operators), UnregisterBroker, ElectLeaders, AlterPartitionReassignments,
-  AlterUserScramCredentials, CreateAcls and DeleteAcls; ALTER_CONFIGS on the cluster: AlterClientQuotas; CREATE
-  and DELETE on the cluster: CreateTopics and DeleteTopics (Kafka grants every topic with those);
-- a super user only: CreatePartitions, AlterConfigs and IncrementalAlterConfigs, which Kafka decides topic by
-  topic (a right on the cluster is not enough there, and the controller does not check item by item: the
-  forwarding broker did), and DescribeMetadata, Fjord's dump of the whole metadata with SCRAM credentials and ACLs
-  (Kafka has no such API).
+  AlterUserScramCredentials, CreateAcls and DeleteAcls; ALTER_CONFIGS on the cluster: AlterClientQuotas;
+- a super user only: DescribeMetadata, Fjord's dump of the whole metadata with SCRAM credentials and ACLs (Kafka has
+  no such API).
+
+CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterConfigs are decided item by item, as
+Kafka's controller does (:meth:`ControllerAuthorizer.item_check`, the rights in ``controller.rpc.item_authorization``):
+CREATE or DELETE on the cluster grants every topic of CreateTopics or DeleteTopics at once; otherwise each topic
+asks its own right and a refused one is answered TOPIC_AUTHORIZATION_FAILED (a BROKER or BROKER_LOGGER config
+resource asks ALTER_CONFIGS on the cluster, refused CLUSTER_AUTHORIZATION_FAILED) while the others proceed.
 
 So a principal granted CLUSTER_ACTION reaches what a node needs and no admin API: it cannot CreateAcls and grant
 itself more. A super user passes everything; anyone else needs an ACL granting the right, or
@@ -36,7 +39,8 @@ refused stream RPC, which has no error field a node would read as a refusal, has
 (``ConnectionClosing``; the listener logs one line naming the peer and listener, the message names the principal),
 as does a certificate no rule maps (counted as a failed SSL authentication). Refusals are counted
 (``fjord_broker_authorization_denials``, operation ``SUPER_USER`` where only a super user may) and logged once per
-principal and request kind. ApiVersions and the SASL exchange come before the check (the dispatcher decides
+principal and request kind, a refused item once per principal, operation and resource (``controller.acl.denials``,
+as the broker's listeners do). ApiVersions and the SASL exchange come before the check (the dispatcher decides
 which requests those are).
 """
 
@@ -48,8 +52,11 @@ from typing import Final
 
 from controller.acl.authorizer import Authorizer, AuthorizerSettings
 from controller.acl.binding import ANONYMOUS, CLUSTER_NAME, AclBinding, AclOperation, ResourceType
+from controller.acl.denials import DenialLog
 from controller.rpc import messages as m
+from controller.rpc.item_authorization import Allowed
 from controller.rpc.sasl import SaslGate
+from wire.api_versions import api_name
 from wire.certificate_auth import connection_principal
 from wire.listener import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics
@@ -76,15 +83,22 @@ _KAFKA_OPERATIONS: Final[Mapping[int, AclOperation]] = {
     m.CREATE_ACLS: AclOperation.ALTER,
     m.DELETE_ACLS: AclOperation.ALTER,
     m.ALTER_CLIENT_QUOTAS: AclOperation.ALTER_CONFIGS,
+}
+#: The admin APIs decided item by item (``controller.rpc.item_authorization``), with the right on the cluster that
+#: grants every item at once (None: none does).
+_PER_ITEM: Final[Mapping[int, AclOperation | None]] = {
     m.CREATE_TOPICS: AclOperation.CREATE,
     m.DELETE_TOPICS: AclOperation.DELETE,
+    m.CREATE_PARTITIONS: None,
+    m.ALTER_CONFIGS: None,
+    m.INCREMENTAL_ALTER_CONFIGS: None,
 }
-#: How many distinct refusals are remembered for logging once (a caller probing must not grow memory unbounded).
-_LOGGED_REFUSALS_MAX: Final = 10_000
+PER_ITEM_APIS: Final = frozenset(_PER_ITEM)
 
 
 def kafka_operation(api_key: int) -> AclOperation | None:
-    """The right a Kafka request asks on the cluster; None: only a super user may send it."""
+    """The right a Kafka request asks on the cluster; None: only a super user may send it (or, for
+    :data:`PER_ITEM_APIS`, it is decided item by item instead)."""
     return _KAFKA_OPERATIONS.get(api_key)
 
 
@@ -119,14 +133,13 @@ class ControllerAuthorizer:
         mapper: PrincipalMapper | None = None,
         sasl: SaslGate | None = None,
     ) -> None:
-        self._settings = settings
         self._authorizer = Authorizer(settings)
         self._bindings = bindings
         self._ready = ready
         self._metrics = metrics
         self._mapper = mapper
         self._sasl = sasl
-        self._logged: set[tuple[str, str]] = set()
+        self._denials = DenialLog(metrics.authorization_denials, logger)
 
     def principal(self, peer: Peer) -> str:
         """The caller's principal; ConnectionClosing (an SSL authentication failure, counted) when its client
@@ -149,31 +162,74 @@ class ControllerAuthorizer:
         per principal and ``kind``, the request's name). ``operation``: the right it asks on the cluster, None for
         super users only; ``what``: the request, for the message."""
         principal = self.principal(peer)
-        if principal in self._settings.super_users:
+        if principal in self._authorizer.settings.super_users:
             return None
         if operation is None:
             reason = f"{principal} is not a super user, and only super users may send {kind} to a controller"
         elif not self._ready():
-            reason = (
-                f"{principal} is not a super user, and this controller has not loaded the metadata (ACLs "
-                "among it) up to the quorum's commit offset yet; only super users are served until it has"
-            )
+            reason = self._not_ready(principal)
         elif self._authorizer.authorize(
             self._bindings(), principal, peer.host, operation, resource=ResourceType.CLUSTER, name=CLUSTER_NAME
         ):
             return None
         else:
             reason = f"{principal} is not a super user and is not granted {operation.name} on the cluster"
-        self._metrics.authorization_denials.labels(
+        return self._refused(
+            peer,
+            principal,
+            operation.name if operation is not None else "SUPER_USER",
+            kind,
+            f"{what} from {peer} is refused: {reason}",
+        )
+
+    def item_check(self, peer: Peer, api_key: int, what: str) -> tuple[str | None, Allowed | None]:
+        """For one of :data:`PER_ITEM_APIS`: (a refusal of the whole request, naming the principal, or None; the
+        check of each item, or None when every item may proceed). Every item proceeds for a super user, and for
+        a caller granted the right on the cluster that covers them all; until the voter has loaded the metadata
+        the whole request is refused (as :meth:`refusal`); otherwise each item asks its right (refusals counted
+        and logged once per principal, operation and resource)."""
+        principal = self.principal(peer)
+        settings = self._authorizer.settings
+        if principal in settings.super_users:
+            return None, None
+        kind = api_name(api_key)
+        if not self._ready():
+            return self._refused(
+                peer, principal, "SUPER_USER", kind, f"{what} from {peer} is refused: {self._not_ready(principal)}"
+            ), None
+        covering = _PER_ITEM[api_key]
+        if covering is not None and self._authorizer.authorize(
+            self._bindings(), principal, peer.host, covering, resource=ResourceType.CLUSTER, name=CLUSTER_NAME
+        ):
+            return None, None
+
+        def allowed(operation: AclOperation, resource: ResourceType, name: str) -> bool:
+            if self._authorizer.authorize(
+                self._bindings(), principal, peer.host, operation, resource=resource, name=name
+            ):
+                return True
+            self._denials.operation_denied(principal, peer.host, peer.listener, operation, resource=resource, name=name)
+            return False
+
+        return None, allowed
+
+    @staticmethod
+    def _not_ready(principal: str) -> str:
+        return (
+            f"{principal} is not a super user, and this controller has not loaded the metadata (ACLs "
+            "among it) up to the quorum's commit offset yet; only super users are served until it has"
+        )
+
+    def _refused(self, peer: Peer, principal: str, operation: str, kind: str, message: str) -> str:
+        """Counts and logs (once per principal and request kind) a refusal on the cluster resource."""
+        self._denials.denied(
+            (principal, kind),
             listener=peer.listener,
             resource_type=ResourceType.CLUSTER.name,
-            operation=operation.name if operation is not None else "SUPER_USER",
-        ).inc()
-        message = f"{what} from {peer} is refused: {reason}"
-        key = (principal, kind)
-        if key not in self._logged and len(self._logged) < _LOGGED_REFUSALS_MAX:
-            self._logged.add(key)
-            logger.info("%s; further refusals of %s to %s are counted, not logged", message, kind, principal)
+            operation=operation,
+            message="%s; further refusals of %s to %s are counted, not logged",
+            args=(message, kind, principal),
+        )
         return message
 
     def check_stream(self, peer: Peer, request: type[m.StreamRequest], what: str) -> None:

@@ -14,11 +14,12 @@ connection closes, as for any unknown API).
 With an authorizer configured, every CONTROLLER listener (PLAINTEXT, SSL, SASL, and the read-only one) checks the
 right each request asks of its caller, as Kafka's controller does (``controller.rpc.authorization``): CLUSTER_ACTION
 for what nodes send (Raft, registration, heartbeats, producer ids, the stream RPCs), Kafka's own right for the
-admin APIs and DescribeQuorum, a super user for DescribeMetadata and the admin APIs Kafka authorizes item by item;
-and until the voter has loaded the metadata up to the quorum's commit offset, only super users are served. Only
-ApiVersions and the SASL exchange come before that check. A refused Kafka request is answered
-CLUSTER_AUTHORIZATION_FAILED (on each item of an admin request, as Kafka's error responses are), and the connection
-stays open; a refused stream RPC closes it.
+admin APIs and DescribeQuorum, a super user for DescribeMetadata; the admin APIs Kafka authorizes item by item
+(CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs) answer each refused topic or
+resource with its own error and send the others on (``controller.rpc.item_authorization``). Until the voter has
+loaded the metadata up to the quorum's commit offset, only super users are served. Only ApiVersions and the SASL
+exchange come before that check. A refused Kafka request is answered CLUSTER_AUTHORIZATION_FAILED (on each item of
+an admin request, as Kafka's error responses are), and the connection stays open; a refused stream RPC closes it.
 
 The admin APIs are read and answered through ``controller.admin_wire``, the translation the broker's handlers use
 too, so a request answers the same item for item whether a client sent it to a broker or a broker forwarded it here.
@@ -64,9 +65,9 @@ from controller.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from controller.rpc import item_authorization, sasl
 from controller.rpc import messages as m
-from controller.rpc import sasl
-from controller.rpc.authorization import ControllerAuthorizer, kafka_operation
+from controller.rpc.authorization import PER_ITEM_APIS, ControllerAuthorizer, kafka_operation
 from controller.rpc.raft_codec import (
     RAFT_API_KEYS,
     RaftCodecError,
@@ -265,7 +266,10 @@ class ControllerDispatcher:
         elif api_key == m.ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
         else:
-            response = await self._admin(api_key, response_cls, request, refusal)
+            check: item_authorization.Allowed | None = None
+            if self.authorizer is not None and api_key in PER_ITEM_APIS:
+                refusal, check = self.authorizer.item_check(peer, api_key, what)
+            response = await self._admin(api_key, response_cls, request, refusal, check)
         return codec.encode_response(prefix.correlation_id, response)
 
     # ---- Raft ----------------------------------------------------------------------------------------------
@@ -314,8 +318,8 @@ class ControllerDispatcher:
         client user who can log in, or a certificate the CA signed, must not reach the quorum's writes, and one
         granted only CLUSTER_ACTION no admin API), and the embedded node's read-only listener does not answer
         whoever reaches the port. ApiVersions and the SASL exchange itself come first."""
-        if self.authorizer is None or api_key in _BEFORE_PRINCIPAL:
-            return None
+        if self.authorizer is None or api_key in _BEFORE_PRINCIPAL or api_key in PER_ITEM_APIS:
+            return None  # PER_ITEM_APIS: decided item by item in dispatch
         return self.authorizer.refusal(peer, kafka_operation(api_key), api_name(api_key), what)
 
     def _kafka_api_versions(self) -> Mapping[int, tuple[int, int]]:
@@ -399,24 +403,36 @@ class ControllerDispatcher:
         return codec.build(response_cls, throttle_time=0, error_code=code, producer_id_start=-1, producer_id_len=0)
 
     # ---- admin APIs ----------------------------------------------------------------------------------------
-    async def _admin(self, api_key: int, response_cls: type[Any], request: Any, refusal: str | None) -> Any:
+    async def _admin(self, api_key: int, response_cls: type[Any], request: Any, refusal: str | None,
+                     check: item_authorization.Allowed | None) -> Any:
         """The admin APIs brokers forward, asked of the active controller (NOT_CONTROLLER per item elsewhere). A
         ``refusal`` (the caller lacks the right) answers every item CLUSTER_AUTHORIZATION_FAILED instead, through
-        the same per-item answers."""
+        the same per-item answers; ``check``: the caller's right on each item, for the APIs decided item by item
+        (its refused items are answered before the controller is asked about the others)."""
         body = request.body
         active: admin_requests.ControllerFor = self.quorum.active_controller
         if refusal is not None:
             active = _refuse_with(refusal)
         if api_key == m.CREATE_TOPICS:
             topics = admin_wire.read_create_topics(body, request.client_id)
+            if check is not None:
+                topics = item_authorization.create_topics(topics, check)
             return await admin_requests.create_topics(response_cls, topics, active)
         if api_key == m.DELETE_TOPICS:
-            return await admin_requests.delete_topics(response_cls, admin_wire.read_delete_topics(body), active)
+            deletions = admin_wire.read_delete_topics(body)
+            if check is not None:
+                deletions = item_authorization.delete_topics(deletions, check, self.quorum.image.topics_by_id)
+            return await admin_requests.delete_topics(response_cls, deletions, active)
         if api_key == m.CREATE_PARTITIONS:
-            return await admin_requests.create_partitions(response_cls, admin_wire.read_create_partitions(body), active)
+            partitions = admin_wire.read_create_partitions(body)
+            if check is not None:
+                partitions = item_authorization.create_partitions(partitions, check)
+            return await admin_requests.create_partitions(response_cls, partitions, active)
         if api_key in (m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS):
             ask = (admin_wire.read_alter_configs(body) if api_key == m.ALTER_CONFIGS
                    else admin_wire.read_incremental_alter_configs(body))
+            if check is not None:
+                ask = item_authorization.alter_configs(ask, check)
             # The forwarding broker checked that a broker resource names itself; a request naming one broker is
             # therefore checked against that broker here (anything else against this voter's own id).
             named = {item.resource.name for item in ask.resources

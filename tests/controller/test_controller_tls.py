@@ -70,11 +70,13 @@ async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate
     """A certificate the CA signed is not enough once ACLs are on: the CONTROLLER listener names its caller by the
     certificate, mapped with that listener's ``ssl.principal.mapping.rules``, and asks each request the right Kafka's
     controller asks. The nodes (certificates of CN=localhost, ``User:localhost``, super users) elect and register;
-    the operator (a super user) reads the whole metadata. Worker, granted CLUSTER_ACTION only, heartbeats and reads
-    stream metadata but gets CLUSTER_AUTHORIZATION_FAILED on CreateAcls, CreateTopics and DescribeQuorum (DESCRIBE),
-    on a connection that stays open, and cannot read the whole metadata. Mallory, from the same CA and granted
-    nothing, is answered CLUSTER_AUTHORIZATION_FAILED on a Kafka request and has her connection closed on a stream
-    RPC, with one log line naming her principal, her address and the listener."""
+    the operator (a super user) reads the whole metadata. Worker, granted CLUSTER_ACTION and CREATE on topics
+    ``worker-*`` only, heartbeats and reads stream metadata but gets CLUSTER_AUTHORIZATION_FAILED on CreateAcls and
+    DescribeQuorum (DESCRIBE) and TOPIC_AUTHORIZATION_FAILED on a topic of another name in CreateTopics (its own
+    topic goes on to the controller), on a connection that stays open, and cannot read the whole metadata.
+    Mallory, from the same CA and granted nothing, is answered CLUSTER_AUTHORIZATION_FAILED on a Kafka request and
+    has her connection closed on a stream RPC, with one log line naming her principal, her address and the
+    listener."""
     ca = CertificateAuthority(tmp_path / "certs")
     secured = {
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -93,7 +95,9 @@ async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate
             await client.close()
         grant = AclBinding(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:worker", "*",
                            AclOperation.CLUSTER_ACTION, PermissionType.ALLOW)
-        await active.controller.create_acls([grant])
+        own_topics = AclBinding(ResourceType.TOPIC, "worker-", PatternType.PREFIXED, "User:worker", "*",
+                                AclOperation.CREATE, PermissionType.ALLOW)
+        await active.controller.create_acls([grant, own_topics])
         # Both voters serve the grant once they have it (the follower, once it has caught up with the leader).
         await eventually_async(
             lambda: all(q.metadata_loaded() and grant in q.image.acls.values() for q in started),
@@ -132,11 +136,14 @@ async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate
             assert [r.error_code for r in (await worker.request(create_acls, timeout=5)).results] == [refused]
             create_topics = codec.build(
                 codec.request_class(m.CREATE_TOPICS, 7),
-                topics=(codec.build_nested(codec.request_class(m.CREATE_TOPICS, 7), "topics", name="grabbed",
-                                           num_partitions=1, replication_factor=1),),
+                topics=tuple(codec.build_nested(codec.request_class(m.CREATE_TOPICS, 7), "topics", name=name,
+                                                num_partitions=1, replication_factor=1)
+                             for name in ("grabbed", "worker-own")),
                 timeout=5000,
             )
-            assert [t.error_code for t in (await worker.request(create_topics, timeout=5)).topics] == [refused]
+            answered = {t.name: t.error_code for t in (await worker.request(create_topics, timeout=5)).topics}
+            assert answered["grabbed"] == ErrorCode.topic_authorization_failed
+            assert answered["worker-own"] not in (ErrorCode.topic_authorization_failed, refused), answered
             assert (await worker.request(describe, timeout=5)).error_code == refused
             assert (await worker.request(heartbeat, timeout=5)).error_code != refused  # still open, still served
             with pytest.raises(ConnectionClosedError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from controller.metadata_records import KVRecord, TopicRecord
 from controller.raft.log import EntryKind, LogEntry, SnapshotId
@@ -103,6 +104,15 @@ def test_log_entries_travel_as_kafka_record_batches_per_epoch_and_kind() -> None
         (3, 1, 2, True),
         (4, 1, 2, False),
     ]
+
+
+@pytest.mark.parametrize("api_key", [m.FETCH, m.VOTE, m.BEGIN_QUORUM_EPOCH])
+def test_a_refusal_by_the_peers_authorizer_reaches_the_raft_core_as_such(api_key: int) -> None:
+    """The CONTROLLER listener refuses a Raft request with a top-level CLUSTER_AUTHORIZATION_FAILED; the core must
+    see that code (it warns that its principal must be a super user), not an INVALID_REQUEST it would only retry."""
+    cls = codec.response_class(api_key, request_version(api_key))
+    response = response_from_kio(api_key, codec.build(cls, error_code=ErrorCode.cluster_authorization_failed), 4)
+    assert response.error_code is Errors.CLUSTER_AUTHORIZATION_FAILED and response.correlation_id == 4
 
 
 def test_a_request_for_another_partition_is_refused() -> None:

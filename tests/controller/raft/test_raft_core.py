@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 
@@ -21,11 +22,13 @@ from controller.raft.effects import (
 )
 from controller.raft.log import EntryKind, LogEntry, RaftLog
 from controller.raft.messages import (
+    BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
     Errors,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
+    LeaderIdAndEpoch,
     RaftMessage,
     VoteRequest,
     VoteResponse,
@@ -417,3 +420,51 @@ def test_refused_candidates_do_not_push_back_a_voters_election_timer() -> None:
     node.tick(deadline)
     node.drain()
     assert node.role is Role.CANDIDATE or node.role is Role.PROSPECTIVE
+
+
+def test_a_new_leader_reports_no_high_watermark_until_it_commits_in_its_epoch() -> None:
+    """After a full restart every voter's high watermark is its log start. A new leader's own value is not the
+    quorum's commit offset until it has committed an entry of its epoch (its leader-change entry), so it answers
+    fetches with -1 until then, and a follower learns as its first commit offset (what a restarted voter must apply
+    before it serves ACL decisions) the real one, past the entries written before the restart."""
+    old = [LogEntry(0, 1, b"a"), LogEntry(1, 1, b"b"), LogEntry(2, 1, b"c")]
+    logs = {i: RaftLog(entries=list(old)) for i in (1, 2, 3)}
+    net = Net([1, 2, 3], logs=logs, states={i: QuorumState(1, None, None) for i in (1, 2, 3)})
+    assert all(n.high_watermark == 0 and n.first_leader_high_watermark is None for n in net.nodes.values())
+    leader = net.elect()
+    answers = [(d, m) for s, d, m in net.sent if s == leader and isinstance(m, FetchResponse)]
+    for follower in (i for i in net.ids if i != leader):
+        mine = [m for d, m in answers if d == follower]
+        # The first answer, sent before the leader-change entry at offset 3 was acknowledged by a majority.
+        assert mine and mine[0].error_code is Errors.NONE and mine[0].high_watermark == -1
+        assert all(m.high_watermark == -1 or m.high_watermark > 3 for m in mine)
+        learned = net.nodes[follower].first_leader_high_watermark
+        assert learned is not None and learned > 3
+        assert learned <= net.nodes[leader].high_watermark
+        assert data_of(net.applied[follower]) == [b"a", b"b", b"c"]  # applied only once really committed
+
+
+def test_a_peer_refusing_this_nodes_principal_is_warned_about_once_per_peer(caplog: pytest.LogCaptureFixture) -> None:
+    """A voter whose principal a peer's authorizer refuses gets CLUSTER_AUTHORIZATION_FAILED (not INVALID_REQUEST)
+    and says so at WARNING, once per peer however often it retries, naming the peer and the fix."""
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    follower, other = (i for i in net.ids if i != leader)
+    node = net.nodes[follower]
+    net.cut = {leader}
+    refused = Errors.CLUSTER_AUTHORIZATION_FAILED
+    with caplog.at_level(logging.WARNING, logger="controller.raft.core"):
+        for _ in range(3):
+            fetch = [m for s, d, m in net.sent if s == follower and d == leader and isinstance(m, FetchRequest)][-1]
+            answer = FetchResponse(refused, -1, -1, LeaderIdAndEpoch(-1, -1), correlation_id=fetch.correlation_id)
+            node.receive(leader, answer, net.now)
+            net.pump(follower)
+            net.run(CONFIG.retry_backoff_ms)  # the follower retries its fetch (the cut leader never answers it)
+        node.receive(other, BeginQuorumEpochResponse(refused, -1, -1, 0), net.now)
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "super user" in r.getMessage()
+    ]
+    assert len(warnings) == 2, warnings
+    assert f"node {leader} refused this node's Fetch request with CLUSTER_AUTHORIZATION_FAILED" in warnings[0]
+    assert f"node {other} refused this node's BeginQuorumEpoch request" in warnings[1]
+    assert node.role is Role.FOLLOWER and node.leader_id == leader  # still retrying the same leader
