@@ -116,6 +116,7 @@ class RequestDispatcher:
                 credential,
                 peer=str(peer),
                 reauth_ms=int(self.node.config.value("connections.max.reauth.ms")),
+                failure_delay_ms=int(self.node.config.value("connection.failed.authentication.delay.ms")),
                 on_failure=lambda mechanism: failures.labels(listener=peer.listener, mechanism=mechanism).inc(),
                 on_success=lambda mechanism: self._authenticated(peer, mechanism),
             )
@@ -126,12 +127,14 @@ class RequestDispatcher:
         if peer.lift_request_limit is not None:
             peer.lift_request_limit()  # Kafka's sasl.server.max.receive.size no longer applies
 
-    def _raw_token(self, session: SaslSession, frame: bytes, peer: Peer) -> bytes:
+    async def _raw_token(self, session: SaslSession, frame: bytes, peer: Peer) -> bytes:
         """A SASL token sent without Kafka framing after SaslHandshake v0; the answer likewise. A failure closes
-        the connection (there is no error field to carry it)."""
+        the connection (there is no error field to carry it), ``connection.failed.authentication.delay.ms`` after
+        it (KIP-306)."""
         try:
             answer = session.authenticate(frame)
         except (SaslAuthenticationError, SaslStateError) as exc:
+            await asyncio.sleep(session.failure_delay_s)  # this connection's answer waits; no other one does
             raise ConnectionClosing(f"SASL authentication of {peer} failed: {exc}") from None
         return struct.pack(">i", len(answer)) + answer
 
@@ -148,7 +151,7 @@ class RequestDispatcher:
                 and peer.state.tls_principal is None):
             self._certificate_principal(peer.state, peer, peer.certificate)
         if session is not None and session.raw_tokens:
-            return self._raw_token(session, frame, peer)
+            return await self._raw_token(session, frame, peer)
         prefix = codec.read_prefix(frame)
         key, version = prefix.api_key, prefix.api_version
         if session is not None:

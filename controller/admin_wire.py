@@ -229,6 +229,16 @@ def read_delete_topics(request: Any) -> DeleteTopicsAsk:
                                                  "neither topic name nor topic id given"))
     else:
         names.extend(request.topic_names)
+    # A topic named (or identified) twice is refused once, as Kafka's controller does, before the quota charges it
+    # twice or the controller is asked to delete it twice.
+    duplicate_names = [name for name, count in Counter(names).items() if count > 1]
+    duplicate_ids = [topic_id for topic_id, count in Counter(ids).items() if count > 1]
+    refused.extend(DeleteTopicResult(name, None, ErrorCode.invalid_request, "Duplicate topic name.")
+                   for name in duplicate_names)
+    refused.extend(DeleteTopicResult(None, topic_id, ErrorCode.invalid_request, "Duplicate topic id.")
+                   for topic_id in duplicate_ids)
+    names = [name for name in dict.fromkeys(names) if name not in duplicate_names]
+    ids = [topic_id for topic_id in dict.fromkeys(ids) if topic_id not in duplicate_ids]
     return DeleteTopicsAsk(tuple(names), tuple(ids), tuple(refused))
 
 

@@ -75,11 +75,15 @@ def plan_alter_configs(
 def _check_broker_values(effective: Mapping[str, str]) -> None:
     """Kafka validates a broker's dynamic configs together, with those they merge with (``validateValues``): a broker
     resource's values over the cluster-wide defaults (which are checked on their own) must not lock every client
-    out (``max.connections.per.ip=0`` without overrides)."""
+    out (``max.connections.per.ip=0`` without overrides). The controller cannot see the brokers' properties files,
+    which the dynamic values merge with too, so only a pair set dynamically in full is judged here: a
+    ``max.connections.per.ip=0`` that relies on a file's overrides is accepted, as Kafka accepts it, and a broker
+    whose merged pair would still lock every client out keeps its file's pair (``connection_limit_settings``)."""
     per_ip = effective.get("max.connections.per.ip")
-    if per_ip is None:
+    overrides = effective.get("max.connections.per.ip.overrides")
+    if per_ip is None or overrides is None:
         return
-    refused = per_ip_refusal(int(per_ip), effective.get("max.connections.per.ip.overrides", ""))
+    refused = per_ip_refusal(int(per_ip), overrides)
     if refused is not None:
         raise ControllerError(ErrorCode.invalid_config, refused)
 

@@ -186,6 +186,7 @@ class Node:
             self.config.connection_limits(image.broker_configs, image.node_configs.get(self.node_id)), self.metrics
         )
         idle_ms = int(self.config.value("connections.max.idle.ms"))
+        backlog = int(self.config.value("socket.listen.backlog.size"))
         for listener in self.config.broker_listeners:
             tls = self.config.tls.get(listener.name)
             server = KafkaListener(
@@ -201,6 +202,7 @@ class Node:
                 unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if listener.name in self.config.sasl else None,
                 gate=self.connection_gate,
                 idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else None,  # Kafka: negative, never
+                backlog=backlog,
             )
             try:
                 await server.bind()

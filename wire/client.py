@@ -15,6 +15,11 @@ client does: SaslHandshake v1 names the mechanism, SaslAuthenticate v2 carries t
 KIP-368) the connection re-authenticates in-band before the lifetime ends, at a random 85-95% of it as Kafka's
 clients do, or reconnects when it sat idle past the end. A failed authentication raises
 :class:`SaslAuthenticationFailed` (no secret in its message) and closes the connection.
+
+A connection kept for ever between rare exchanges would meet the server's idle expiry (``connections.max.idle.ms``,
+10 minutes by default): the server closes it and the next exchange fails. So, as Kafka's clients do (their own
+``connections.max.idle.ms``, 9 minutes, below the server's), a connection idle past ``idle_timeout`` is dropped
+before the next exchange, which connects afresh.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ SASL_AUTHENTICATE_VERSION = 2
 REAUTH_WINDOW = (0.85, 0.95)
 #: A SASL exchange that has not finished after this many tokens is a broken peer.
 MAX_SASL_STEPS = 8
+#: Kafka's client default of ``connections.max.idle.ms`` (9 minutes): under the brokers' 10, so the client lets go
+#: of a quiet connection before the server expires it under it.
+DEFAULT_IDLE_TIMEOUT_S = 540.0
 
 
 class SaslAuthenticationFailed(ConnectionError):
@@ -117,9 +125,11 @@ class ClientConnection:
         ssl_context: ClientTls | None = None,
         sasl: SaslCredentials | None = None,
         clock: Callable[[], float] = time.monotonic,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S,
     ) -> None:
         """``ssl_context``: speak TLS (SSL, SASL_SSL), with the context it gives at each connect when a callable
-        (reloaded certificates reach reconnections); ``sasl``: authenticate (SASL_PLAINTEXT, SASL_SSL)."""
+        (reloaded certificates reach reconnections); ``sasl``: authenticate (SASL_PLAINTEXT, SASL_SSL);
+        ``idle_timeout``: seconds after its last exchange a connection is no longer used (None: kept for ever)."""
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -127,6 +137,8 @@ class ClientConnection:
         self.ssl_context = ssl_context
         self.sasl = sasl
         self._clock = clock
+        self.idle_timeout = idle_timeout
+        self._last_used = 0.0  # clock time the last exchange ended
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -170,6 +182,8 @@ class ClientConnection:
         now = self._clock()
         if self.connected and self._expires_at is not None and now >= self._expires_at:
             await self._close_locked()  # idle past the session's end: the server refuses it; start afresh
+        elif self.connected and self.idle_timeout is not None and now - self._last_used >= self.idle_timeout:
+            await self._close_locked()  # the server may have expired it meanwhile: start afresh
         if not self.connected:
             context = current_context(self.ssl_context)
             self._reader, self._writer = await asyncio.open_connection(
@@ -182,7 +196,9 @@ class ClientConnection:
                 await self._authenticate(self.sasl)
         elif self.sasl is not None and self._reauth_at is not None and now >= self._reauth_at:
             await self._authenticate(self.sasl)
-        return await self._send(request)
+        response = await self._send(request)
+        self._last_used = self._clock()
+        return response
 
     async def _authenticate(self, credentials: SaslCredentials) -> None:
         """SaslHandshake then SaslAuthenticate until the mechanism is complete; sets the re-authentication time."""

@@ -28,11 +28,14 @@ A listener given a :class:`ConnectionGate` (a broker's listeners share one) appl
 creation rate over its quota, or ``max.connections`` reached: the next connections wait in the kernel's backlog, as
 behind Kafka's blocked acceptor) or close the socket at once (its address at ``max.connections.per.ip``). A failure
 of the gate costs that one connection, never the accept loop. Such a listener binds one socket per address its
-host resolves to (``localhost``: 127.0.0.1 and ::1), each with its own accept loop, as asyncio's server does.
+host resolves to (``localhost``: 127.0.0.1 and ::1), each with its own accept loop, as asyncio's server does, and
+like it skips an address whose kind of socket this host cannot make (::1 where IPv6 is off) while another binds.
 
 A listener given ``idle_timeout_s`` (Kafka's ``connections.max.idle.ms``) closes connections that neither read nor
 wrote for that long, so abandoned ones cannot keep ``max.connections`` spent: a periodic sweep, so that a read costs
-only setting a flag.
+only setting a flag. A connection the broker muted (a throttled client) is waiting on the broker, not idle. The same
+sweep's record of activity orders the connections evicted for the inter-broker listener (least recently active
+first).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 DEFAULT_MAX_IN_FLIGHT = 64
-_BACKLOG = 100  # asyncio's create_server default
+DEFAULT_BACKLOG = 100  # asyncio's create_server default; a broker passes socket.listen.backlog.size
 _ACCEPT_RETRY_S = 0.1
 _BIND_ATTEMPTS = 5  # port 0 on several addresses: the first one's port may be taken on another
 #: How often idle connections are looked for: a quarter of connections.max.idle.ms, within these bounds.
@@ -201,7 +204,11 @@ class ConnectionGate:
                             refusal.limit)
             return None
         if self.limits.protected(listener):
-            self._evict(f"the inter-broker listener {listener} took it over")
+            try:
+                self._evict(f"the inter-broker listener {listener} took it over")
+            except Exception:  # the connection is counted now: a failure to make room must not lose its slot
+                logger.exception("connection quotas: could not close connections of other listeners to make room "
+                                 "for the connection from %s on the inter-broker listener %s", address, listener)
         return key
 
     def release(self, listener: str, key: str) -> None:
@@ -220,7 +227,7 @@ class ConnectionGate:
         candidates = sorted(
             (c for name, lst in self._listeners.items() if not self.limits.protected(name) for c in lst._connections
              if c.holds_slot),
-            key=lambda c: c.last_active,
+            key=lambda c: c.recency(),
         )
         for connection in candidates[:excess]:
             self._refused(connection.peer.listener, "evicted")
@@ -247,6 +254,7 @@ class KafkaListener:
         unauthenticated_max_request_bytes: int | None = None,
         gate: ConnectionGate | None = None,
         idle_timeout_s: float | None = None,
+        backlog: int = DEFAULT_BACKLOG,
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
@@ -254,7 +262,9 @@ class KafkaListener:
         connection quotas this listener shares with the node's other listeners (None: no limits).
         ``idle_timeout_s``: Kafka's ``connections.max.idle.ms``, a connection that neither read nor wrote a byte
         for that long (and has no request outstanding) is closed (None: never), so abandoned connections do not
-        keep ``max.connections`` spent for ever."""
+        keep ``max.connections`` spent for ever. ``backlog``: how many connections the kernel queues before they
+        are accepted (Kafka's ``socket.listen.backlog.size``), which is also where connections wait while the gate
+        holds the acceptor."""
         self.dispatcher = dispatcher
         #: Makes the dispatcher's per-connection :attr:`Peer.state` when a connection opens (None: no state).
         self.connection_state = connection_state
@@ -269,6 +279,7 @@ class KafkaListener:
         if gate is not None:
             gate.add_listener(self)
         self.idle_timeout_s = idle_timeout_s
+        self.backlog = backlog
         self._server: asyncio.Server | None = None
         #: The own listening sockets of a TLS or gated listener: one per address the host resolves to.
         self._own_sockets: list[socket.socket] = []
@@ -294,7 +305,8 @@ class KafkaListener:
             self._own_sockets = await self._bind_own()
         else:
             self._server = await asyncio.get_running_loop().create_server(
-                lambda: _Connection(self), self.host, self.port, start_serving=False, reuse_address=True
+                lambda: _Connection(self), self.host, self.port, start_serving=False, reuse_address=True,
+                backlog=self.backlog,
             )
         logger.info("listener %s bound to %s:%d", self.listener_name, self.host, self.bound_port)
         return self.bound_port
@@ -323,16 +335,37 @@ class KafkaListener:
                 attempt += 1
 
     def _bind_each(self, addresses: list[tuple[socket.AddressFamily, tuple[typing.Any, ...]]]) -> list[socket.socket]:
+        """Listening sockets for ``addresses``, all on one port (with port 0, the first one's). An address whose
+        socket cannot even be made (its address family unsupported on this host: ::1 without IPv6) is skipped, as
+        asyncio's server skips it, as long as another binds; every error names its address."""
         bound: list[socket.socket] = []
+        skipped: OSError | None = None
         try:
             for family, sockaddr in addresses:
                 port = int(bound[0].getsockname()[1]) if bound else self.port
-                bound.append(socket.create_server((sockaddr[0], port, *sockaddr[2:]), family=family, backlog=_BACKLOG))
-                bound[-1].setblocking(False)
+                try:
+                    sock = socket.socket(family, socket.SOCK_STREAM)
+                except OSError as exc:
+                    skipped = OSError(exc.errno, f"{sockaddr[0]}:{port}: {exc.strerror}")
+                    logger.warning("listener %s does not listen on %s: %s", self.listener_name, sockaddr[0],
+                                   exc.strerror)
+                    continue
+                bound.append(sock)
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:  # the IPv4 addresses have their own sockets
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    sock.bind((sockaddr[0], port, *sockaddr[2:]))
+                    sock.listen(self.backlog)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"{sockaddr[0]}:{port}: {exc.strerror}") from None
+                sock.setblocking(False)
         except OSError:
             for sock in bound:
                 sock.close()
             raise
+        if not bound:
+            raise skipped if skipped is not None else OSError(f"{self.host}: no address to listen on")
         return bound
 
     async def start_serving(self) -> None:
@@ -465,10 +498,8 @@ class _Connection(asyncio.BufferedProtocol):
         #: The key (``ip_key``) this connection is counted under in its listener's gate until it closes (None: not
         #: counted).
         self._slot = slot
-        #: When it last read bytes (monotonic), kept only while it holds a slot: the least recently active
-        #: connection is the first evicted.
-        self.last_active = time.monotonic()
-        #: Read or wrote since the idle sweep last looked; ``_seen``: loop time the sweep last saw it active.
+        #: Read or wrote since the idle sweep last looked; ``_seen``: loop time the sweep last saw it active. Both
+        #: also order eviction (:meth:`recency`), so a read costs no clock read.
         self._active = False
         self._seen = 0.0
         self._dispatcher = server.dispatcher
@@ -525,8 +556,6 @@ class _Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._active = True
-        if self._slot is not None:
-            self.last_active = time.monotonic()
         if self._stop_reading:
             return
         for frame in self._frames.buffer_updated(nbytes):
@@ -547,6 +576,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        self.release_slot()  # at once: the responder may still be awaiting a handler before its finally runs
         if self._unmute is not None:
             self._unmute.cancel()
             self._unmute = None
@@ -615,8 +645,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def expire_if_idle(self, now: float, idle_s: float) -> None:
         """Closes the connection when it has neither read nor written since ``idle_s`` before ``now`` (loop time)
-        and owes no answer (Kafka's idle expiry; a request still being handled or held by a mute is activity)."""
-        if self._active or self._pending or self._held:
+        and owes no answer (Kafka's idle expiry; a request still being handled or held, or a mute the broker put on
+        it, is activity: the client is waiting on the broker)."""
+        if self._active or self._pending or self._held or self._unmute is not None:
             self._active = False
             self._seen = now
             return
@@ -627,6 +658,12 @@ class _Connection(asyncio.BufferedProtocol):
         self._stop()
         if self._transport is not None:
             self._transport.close()
+
+    def recency(self) -> tuple[bool, float]:
+        """Orders connections from the least recently active: those the idle sweep has not seen active since it
+        last looked come first, by when it last saw them active (the sweep's granularity is enough to choose whom
+        to evict; on a listener without idle expiry, by when they opened)."""
+        return self._active, self._seen
 
     @property
     def holds_slot(self) -> bool:

@@ -7,6 +7,11 @@ windows older than all of them together are forgotten. The rate is the sum over 
 since the oldest one began, but never by less than ``samples - 1`` windows: that is Kafka's guard against a burst
 at start (one big request in an empty window) counting as an enormous rate, and it is what lets a new client send
 up to that many windows' worth of quota before it is first throttled.
+
+A negative value gives back part of what was recorded before (a charge the work it paid for did not happen): it is
+taken off the newest windows, never taking one below 0 nor opening a window of its own. A give-back that arrives
+after its charge's window was forgotten therefore takes off what later windows hold at most, and never becomes
+credit for what comes next.
 """
 
 from __future__ import annotations
@@ -27,7 +32,17 @@ class SampledRate:
     _windows: list[_Sample] = field(default_factory=list)
 
     def record(self, value: float, now: float) -> None:
+        """Adds ``value`` at ``now``; a negative ``value`` is given back (the module docstring)."""
         self._purge(now)
+        if value < 0:
+            owed = -value
+            for sample in reversed(self._windows):
+                taken = min(sample.value, owed)
+                sample.value -= taken
+                owed -= taken
+                if owed <= 0:
+                    break
+            return
         if not self._windows or now - self._windows[-1].start >= self.window_s:
             self._windows.append(_Sample(now))
             if len(self._windows) > self.samples:

@@ -2,13 +2,16 @@
 
 The connection's :class:`~broker.sasl_session.SaslSession` holds the state; these handlers only translate. On a
 listener that is not SASL both are answered ILLEGAL_SASL_STATE, as Kafka's request handler does. A failed
-exchange is answered (SASL_AUTHENTICATION_FAILED with a message that names no secret) and the session refuses
-everything after it, so the connection closes on the client's next request. SaslAuthenticate v1+ reports the
-session lifetime (``connections.max.reauth.ms``, KIP-368).
+exchange is answered (SASL_AUTHENTICATION_FAILED with a message that names no secret)
+``connection.failed.authentication.delay.ms`` after it failed (KIP-306: a client guessing passwords gets few tries a
+second; only this connection's answer waits), and the session refuses everything after it, so the connection closes
+on the client's next request. SaslAuthenticate v1+ reports the session lifetime (``connections.max.reauth.ms``,
+KIP-368).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -25,6 +28,8 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     if session is None:
         return ctx.build(error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     code = session.handshake(str(request.mechanism), ctx.api_version)
+    if session.failed:
+        await asyncio.sleep(session.failure_delay_s)
     return ctx.build(error_code=code, mechanisms=session.mechanisms)
 
 
@@ -35,8 +40,10 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     try:
         answer = session.authenticate(bytes(request.auth_bytes))
     except SaslStateError as exc:
+        await asyncio.sleep(session.failure_delay_s)
         return ctx.build(error_code=ErrorCode.illegal_sasl_state, error_message=str(exc), auth_bytes=b"")
     except SaslAuthenticationError as exc:
+        await asyncio.sleep(session.failure_delay_s)
         return ctx.build(error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc), auth_bytes=b"")
     return ctx.build(
         error_code=ErrorCode.none,

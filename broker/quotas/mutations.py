@@ -102,7 +102,8 @@ class RequestMutations:
         return True
 
     def adjust(self, partitions: int) -> None:
-        """Adds ``partitions`` to the charge (negative: gives back what a refused topic was charged)."""
+        """Adds ``partitions`` to the charge (negative: gives back what a refused topic was charged, off the newest
+        windows and never below nothing: ``wire.sampled_rate``; a late give-back is never credit)."""
         if partitions == 0:
             return
         self._manager.record_resolved(

@@ -62,7 +62,12 @@ _COMPLETE_RETRY_S = 0.5
 
 
 def _transaction_topic_configs(cfg: ServerConfig) -> dict[str, str]:
-    return {"cleanup.policy": "compact", "compression.type": "uncompressed"}
+    # As Kafka's TransactionLog does; segment.bytes sizes nothing in a stream, but DescribeConfigs shows what was set.
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "uncompressed",
+        "segment.bytes": str(cfg.value("transaction.state.log.segment.bytes")),
+    }
 
 
 _TRANSACTION_STATE = InternalTopic(

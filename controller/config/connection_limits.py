@@ -20,7 +20,7 @@ from typing import Any
 from controller.config.keys import BROKER_KEYS, ConfigValueError
 from controller.config.security import listener_prefixed
 from storage.config import ConfigError
-from wire.connection_limits import UNLIMITED, ConnectionLimitSettings, ip_key, parse_ip_overrides
+from wire.connection_limits import ConnectionLimitSettings, ip_key, parse_ip_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -132,11 +132,19 @@ def connection_limit_settings(
     per_listener = listener_connection_limits(static)
     overrides_text = str(effective("max.connections.per.ip.overrides") or "")
     per_ip = int(effective("max.connections.per.ip"))
-    if per_ip_refusal(per_ip, overrides_text) is not None:  # refused when altered; an old record must not lock out
-        static_per_ip = int(value("max.connections.per.ip"))
-        per_ip = static_per_ip if static_per_ip != 0 else UNLIMITED
-        logger.warning("ignoring max.connections.per.ip=0 without max.connections.per.ip.overrides (no address "
-                       "could connect); %d applies", per_ip)
+    if per_ip_refusal(per_ip, overrides_text) is not None:
+        # The dynamic values merged with the file's lock every address out: AlterConfigs could not refuse it, as
+        # the controller does not see this broker's file. The file's pair applies, both keys together (start-up
+        # checked it): never its per.ip alone, whose 0 without the overrides it came with would mean no limit.
+        per_ip = int(value("max.connections.per.ip"))
+        overrides_text = str(value("max.connections.per.ip.overrides") or "")
+        logger.warning(
+            "ignoring the dynamic max.connections.per.ip and max.connections.per.ip.overrides: together "
+            "with the properties file they set max.connections.per.ip=0 without overrides (no address "
+            "could connect); the properties file's max.connections.per.ip=%d and overrides %r apply",
+            per_ip,
+            overrides_text,
+        )
     return ConnectionLimitSettings(
         max_connections=int(effective("max.connections")),
         max_connections_per_ip=per_ip,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from controller.config.kafka_broker_keys import NODE_ID_SYNONYM
 from controller.config.keys import BROKER_KEYS, TOPIC_CONFIGS, BrokerSynonym, ConfigType, ConfigValueError
 from controller.config.server import ServerConfig
 
@@ -149,6 +150,25 @@ def effective_topic_configs(
     return out
 
 
+_BROKER_ID_DOC = "Kafka's other name for node.id: always equal to it, and set with it in the properties file."
+
+
+def _broker_id_entry(config: ServerConfig) -> ConfigEntry:
+    """``broker.id``, as a KRaft Kafka describes it: read-only, the node id, from the file that gave either name."""
+    given = NODE_ID_SYNONYM in config.static or "node.id" in config.static
+    source = ConfigSource.STATIC_BROKER_CONFIG if given else ConfigSource.DEFAULT_CONFIG
+    value = str(config.node_id)
+    return ConfigEntry(
+        NODE_ID_SYNONYM,
+        value,
+        source,
+        read_only=True,
+        config_type=ConfigType.INT,
+        synonyms=(ConfigSynonym(NODE_ID_SYNONYM, value, source),),
+        documentation=_BROKER_ID_DOC,
+    )
+
+
 def describe_broker_configs(
     config: ServerConfig,
     cluster_dynamic: Mapping[str, str],
@@ -159,9 +179,14 @@ def describe_broker_configs(
 ) -> list[ConfigEntry]:
     """Every broker key (or just ``names``); ``cluster_default`` describes the "" resource (dynamic defaults only),
     which Kafka answers with the dynamic cluster-wide values alone."""
-    wanted = sorted(BROKER_KEYS) if names is None else [n for n in names if n in BROKER_KEYS]
+    known = [*BROKER_KEYS, NODE_ID_SYNONYM]
+    wanted = sorted(known) if names is None else [n for n in names if n in known]
     out: list[ConfigEntry] = []
     for name in wanted:
+        if name == NODE_ID_SYNONYM:
+            if not cluster_default:
+                out.append(_broker_id_entry(config))
+            continue
         key = BROKER_KEYS[name]
         if cluster_default:
             if name in cluster_dynamic:

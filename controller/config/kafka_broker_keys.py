@@ -11,9 +11,12 @@ silently ignored. So a Kafka user's ``server.properties`` is read key by key aga
   default, joins the catalogue (so DescribeConfigs shows it with its reason and AlterConfigs takes it as Kafka does),
   and the node logs once at start, at INFO, that it has no effect and why.
 * **Refused** (:func:`kafka_key_refusal`): the purpose still exists in Fjord but Fjord does not do what the key
-  asks, so the node stops naming the key. Where Fjord's fixed behaviour equals one value of the key (one cleaner
-  task, KIP-890 verification always on, no Java plugin), that value is accepted: it asks for what Fjord does.
-* ``broker.id``: Kafka's other name for ``node.id``; it sets the node id when ``node.id`` is not given.
+  asks, so the node stops naming the key. Two values never stop it: Kafka 3.6's default (a file dumped or templated
+  from a running Kafka must start; a default asks for nothing special), and, where Fjord's fixed behaviour equals
+  one value of the key (one cleaner task, KIP-890 verification always on, no Java plugin), that value: it asks for
+  what Fjord does. Both start with an INFO line saying what Fjord does instead.
+* ``broker.id``: Kafka's other name for ``node.id``; it sets the node id when ``node.id`` is not given, and
+  DescribeConfigs shows it, read-only, equal to ``node.id``.
 
 A key outside Kafka's list keeps Kafka's behaviour: a warning, and the start goes on.
 
@@ -313,6 +316,10 @@ NO_LOCAL_LOG = (
     "a partition has no log files on the broker: its leader recovers it from its streams when it opens the partition "
     "and its log start offset is written to its meta stream when it moves (DESIGN §4)"
 )
+FIXED_OPEN_PARALLELISM = (
+    "a partition has no log files on the broker to recover: a broker opens its partitions from their streams, at "
+    "most 8 at a time whatever its data directories (broker/partition/manager.py), recovering each one as it opens"
+)
 NO_PURGATORY = (
     "delayed requests wait as asyncio futures that go away when they complete; there is no purgatory to purge"
 )
@@ -370,6 +377,8 @@ NO_EFFECT_KEYS: tuple[NoEffectKey, ...] = (
     *_no_effect(
         NOT_REPLICATED,
         ("num.replica.fetchers", "INT", 1, True),
+        # KIP-392: Fetch always answers preferred_read_replica -1, there being no follower to read from.
+        ("replica.selector.class", "CLASS", None),
         ("replica.fetch.min.bytes", "INT", 1),
         ("replica.fetch.wait.max.ms", "INT", 500),
         ("replica.fetch.backoff.ms", "INT", 1000),
@@ -385,17 +394,15 @@ NO_EFFECT_KEYS: tuple[NoEffectKey, ...] = (
         ZOOKEEPER_MODE,
         ("broker.id.generation.enable", "BOOLEAN", True),
         ("reserved.broker.max.id", "INT", 1000),
-        ("controller.socket.timeout.ms", "INT", 30000),
         ("controlled.shutdown.max.retries", "INT", 3),
         ("controlled.shutdown.retry.backoff.ms", "LONG", 5000),
         ("inter.broker.protocol.version", "STRING", "3.6-IV2"),
     ),
+    *_no_effect(FIXED_OPEN_PARALLELISM, ("num.recovery.threads.per.data.dir", "INT", 1, True)),
     *_no_effect(
         NO_LOCAL_LOG,
-        ("num.recovery.threads.per.data.dir", "INT", 1, True),
         ("num.replica.alter.log.dirs.threads", "INT", None),
         ("log.flush.start.offset.checkpoint.interval.ms", "INT", 60000),
-        ("transaction.state.log.segment.bytes", "INT", 104857600),
     ),
     *_no_effect(
         NO_PURGATORY,
@@ -461,6 +468,12 @@ _NO_EFFECT_REASONS = {key.name: key.reason for key in NO_EFFECT_KEYS}
 
 KRAFT_ONLY = "Fjord runs KRaft only; there is no ZooKeeper (the controller quorum is controller.quorum.voters)"
 JAVA_PLUGIN = "Fjord is not a JVM and loads no Java plugin classes"
+_CONNECT_TIMEOUT = (
+    "not implemented: the node's own connections are set up within the timeout of the request that needs them "
+    "(controller.quorum.request.timeout.ms to the controller quorum), with no timeout or exponential back-off of "
+    "their own"
+)
+_LOAD_READS = "not implemented: a coordinator loads its partition in 1 MiB reads"
 AUTO_BALANCER = (
     "Fjord has no preferred replicas to elect back; its auto-balancer spreads leaders instead, so only Kafka's "
     "default is accepted (tune or switch it off with autobalancer.controller.enable, "
@@ -470,21 +483,53 @@ AUTO_BALANCER = (
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """Why a Kafka key stops the node; ``accepts`` is the one value that asks for what Fjord does anyway."""
+    """Why a Kafka key stops the node; ``accepts`` is the one value that asks for what Fjord does anyway, and
+    ``default`` Kafka 3.6's default when that is another value (None: the same one), accepted too."""
 
     reason: str
     accepts: str | None = None
+    default: str | None = None
+
+    @property
+    def kafka_default(self) -> str | None:
+        return self.accepts if self.default is None else self.default
+
+
+#: Kafka 3.6's defaults of its ZooKeeper-mode keys ("": none); any other value asks for ZooKeeper.
+_ZOOKEEPER_DEFAULTS = {
+    "zookeeper.connect": "",
+    "zookeeper.clientCnxnSocket": "",
+    "zookeeper.connection.timeout.ms": "",
+    "zookeeper.max.in.flight.requests": "10",
+    "zookeeper.metadata.migration.enable": "false",
+    "zookeeper.session.timeout.ms": "18000",
+    "zookeeper.set.acl": "false",
+    "zookeeper.ssl.cipher.suites": "",
+    "zookeeper.ssl.client.enable": "false",
+    "zookeeper.ssl.crl.enable": "false",
+    "zookeeper.ssl.enabled.protocols": "",
+    "zookeeper.ssl.endpoint.identification.algorithm": "HTTPS",
+    "zookeeper.ssl.keystore.location": "",
+    "zookeeper.ssl.keystore.password": "",
+    "zookeeper.ssl.keystore.type": "",
+    "zookeeper.ssl.ocsp.enable": "false",
+    "zookeeper.ssl.protocol": "TLSv1.2",
+    "zookeeper.ssl.truststore.location": "",
+    "zookeeper.ssl.truststore.password": "",
+    "zookeeper.ssl.truststore.type": "",
+}
 
 
 _REFUSED: dict[str, Refused] = {
     "control.plane.listener.name": Refused(
         "a ZooKeeper-mode listener for the controller's connections to brokers; Fjord runs KRaft only, where "
-        "controllers listen on controller.listener.names"
+        "controllers listen on controller.listener.names",
+        default="",
     ),
     "auto.leader.rebalance.enable": Refused(AUTO_BALANCER, accepts="true"),
     "leader.imbalance.check.interval.seconds": Refused(AUTO_BALANCER, accepts="300"),
     "leader.imbalance.per.broker.percentage": Refused(AUTO_BALANCER, accepts="10"),
-    "early.start.listeners": Refused("not implemented: a node starts all its listeners together"),
+    "early.start.listeners": Refused("not implemented: a node starts all its listeners together", default=""),
     "log.cleaner.threads": Refused("not implemented: the log cleaner is one task per broker", accepts="1"),
     "log.cleaner.io.max.bytes.per.second": Refused(
         "not implemented: the log cleaner's I/O is not throttled", accepts="1.7976931348623157E308"
@@ -495,14 +540,10 @@ _REFUSED: dict[str, Refused] = {
         accepts="9223372036854775807",
     ),
     "initial.broker.registration.timeout.ms": Refused(
-        "not implemented: a broker waits for its registration with no deadline"
+        "not implemented: a broker waits for its registration with no deadline", default="60000"
     ),
-    "socket.connection.setup.timeout.ms": Refused("not implemented for the node's own connections"),
-    "socket.connection.setup.timeout.max.ms": Refused("not implemented for the node's own connections"),
-    "socket.listen.backlog.size": Refused("not implemented: listeners use a backlog of 100", accepts="100"),
-    "connection.failed.authentication.delay.ms": Refused(
-        "not implemented: a failed authentication is answered at once", accepts="0"
-    ),
+    "socket.connection.setup.timeout.ms": Refused(_CONNECT_TIMEOUT, default="10000"),
+    "socket.connection.setup.timeout.max.ms": Refused(_CONNECT_TIMEOUT, default="30000"),
     "queued.max.requests": Refused(
         "not implemented: requests are bounded per connection (64 in flight), not by a broker-wide queue",
         accepts="500",
@@ -510,23 +551,27 @@ _REFUSED: dict[str, Refused] = {
     "queued.max.request.bytes": Refused(
         "not implemented: requests are not bounded by a broker-wide queue", accepts="-1"
     ),
-    "offsets.load.buffer.size": Refused("not implemented: a coordinator loads its partition in 1 MiB reads"),
-    "transaction.state.log.load.buffer.size": Refused(
-        "not implemented: a coordinator loads its partition in 1 MiB reads"
-    ),
+    "offsets.load.buffer.size": Refused(_LOAD_READS, accepts="1048576", default="5242880"),
+    "transaction.state.log.load.buffer.size": Refused(_LOAD_READS, accepts="1048576", default="5242880"),
     "offsets.topic.compression.codec": Refused("not implemented: offset commits are written uncompressed", accepts="0"),
-    "metadata.log.segment.bytes": Refused("not implemented: the metadata log's segment size is fixed"),
-    "metadata.log.segment.ms": Refused("not implemented: the metadata log does not roll segments by time"),
+    "metadata.log.segment.bytes": Refused(
+        "not implemented: the metadata log's segments are a fixed 16 MiB", accepts="16777216", default="1073741824"
+    ),
+    "metadata.log.segment.ms": Refused(
+        "not implemented: the metadata log does not roll segments by time", default="604800000"
+    ),
     "metadata.log.max.snapshot.interval.ms": Refused(
         "not implemented: metadata snapshots are taken by size only (metadata.log.max.record.bytes.between.snapshots)",
         accepts="0",
+        default="3600000",
     ),
     "metadata.max.idle.interval.ms": Refused(
-        "not implemented: the active controller appends no no-op records", accepts="0"
+        "not implemented: the active controller appends no no-op records", accepts="0", default="500"
     ),
     "controller.quorum.append.linger.ms": Refused(
         "not implemented: the quorum leader flushes at once (what arrives during one fsync goes into the next)",
         accepts="0",
+        default="25",
     ),
     "controller.quorum.retry.backoff.ms": Refused(
         "not implemented: the quorum retries failed requests after a fixed 20 ms", accepts="20"
@@ -539,12 +584,12 @@ _REFUSED: dict[str, Refused] = {
         "(the s3.* keys)",
         accepts="false",
     ),
+    **{name: Refused(KRAFT_ONLY, default=default) for name, default in _ZOOKEEPER_DEFAULTS.items()},
     **{
         name: Refused(JAVA_PLUGIN, accepts="")
         for name in (
             "alter.config.policy.class.name",
             "create.topic.policy.class.name",
-            "replica.selector.class",
             "metric.reporters",
             "kafka.metrics.reporters",
             "security.providers",
@@ -568,10 +613,8 @@ def _accepted(value: str, accepts: str) -> bool:
 
 def kafka_key_refusal(name: str, value: str) -> str | None:
     """Why the Kafka key ``name`` set to ``value`` stops the node, or None (it is not refused here)."""
-    if name.startswith("zookeeper."):
-        return KRAFT_ONLY
     refused = _REFUSED.get(name)
-    if refused is None or (refused.accepts is not None and _accepted(value, refused.accepts)):
+    if refused is None or accepted_as_fjord_does(name, value) or accepted_as_kafka_default(name, value):
         return None
     return refused.reason
 
@@ -582,6 +625,18 @@ def accepted_as_fjord_does(name: str, value: str) -> bool:
     return refused is not None and refused.accepts is not None and _accepted(value, refused.accepts)
 
 
+def accepted_as_kafka_default(name: str, value: str) -> bool:
+    """True for a refusable key set to Kafka 3.6's default when that is not what Fjord does: it starts anyway."""
+    refused = _REFUSED.get(name)
+    return refused is not None and refused.default is not None and _accepted(value, refused.default)
+
+
+def refusal_reason(name: str) -> str | None:
+    """What Fjord does not do that the refusable key ``name`` asks for (its INFO line at Kafka's default)."""
+    refused = _REFUSED.get(name)
+    return None if refused is None else refused.reason
+
+
 def no_effect_reason(name: str) -> str | None:
     """Why the Kafka key ``name`` is accepted with no effect, or None."""
     return _NO_EFFECT_REASONS.get(name)
@@ -589,4 +644,9 @@ def no_effect_reason(name: str) -> str | None:
 
 def refused_keys() -> frozenset[str]:
     """The Kafka keys :func:`kafka_key_refusal` may refuse (for checks that every Kafka key has a disposition)."""
-    return frozenset(_REFUSED) | {name for name in KAFKA_BROKER_KEYS if name.startswith("zookeeper.")}
+    return frozenset(_REFUSED)
+
+
+def refused_kafka_defaults() -> dict[str, str]:
+    """Kafka 3.6's default of each refusable key ("": none), every one of which starts a node."""
+    return {name: refused.kafka_default for name, refused in _REFUSED.items() if refused.kafka_default is not None}

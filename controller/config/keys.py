@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config.kafka_broker_keys import NO_EFFECT_KEYS
+from controller.config.kafka_broker_keys import NO_EFFECT_KEYS, NODE_ID_SYNONYM
 from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC
 from storage.config import ConfigError
 from wire.connection_limits import parse_ip_overrides
@@ -185,6 +185,13 @@ CREATION_RATE_DOC = (
 )
 
 
+#: ssl.protocol's documentation (DescribeConfigs).
+SSL_PROTOCOL_DOC = (
+    "The SSL protocol Kafka's JVM builds its SSLContext with: TLSv1.2, TLSv1.3 (Kafka's default) or TLS. In Fjord, as "
+    "on Kafka's listeners, the versions served and used are ssl.enabled.protocols'; ssl.protocol changes none of them."
+)
+
+
 def _ip_overrides_valid(value: Any) -> str | None:
     try:
         parse_ip_overrides(str(value or ""))
@@ -232,6 +239,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("controller.quorum.fetch.timeout.ms", _B.INT, 2000, at_least(1)),
         ConfigKey("controller.quorum.election.backoff.max.ms", _B.INT, 1000, at_least(1)),
         ConfigKey("controller.quorum.request.timeout.ms", _B.INT, 2000, at_least(1)),
+        # Caps each attempt (connecting included) of a broker's requests to the active controller, as Kafka's
+        # NodeToControllerChannelManager does; Fjord's attempts are shorter by default (controller.remote.client).
+        ConfigKey("controller.socket.timeout.ms", _B.INT, 30000, at_least(1)),
         ConfigKey("log.dirs", _B.LIST, ["data/kraft"]),
         ConfigKey("log.dir", _B.STRING, None),  # fjord: no /tmp default; used only when log.dirs is not set
         ConfigKey("metadata.log.dir", _B.STRING, None),
@@ -243,6 +253,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("socket.send.buffer.bytes", _B.INT, 102400),
         ConfigKey("socket.receive.buffer.bytes", _B.INT, 102400),
         ConfigKey("connections.max.idle.ms", _B.LONG, 600000),
+        # The broker listeners' listen backlog (wire.listener), where connections also wait while quotas hold them.
+        ConfigKey("socket.listen.backlog.size", _B.INT, 50, at_least(1)),
         # Connection quotas (wire.connection_limits: Kafka's ConnectionQuotas, KIP-402, KIP-612), dynamic as Kafka's.
         ConfigKey("max.connections", _B.INT, INT_MAX, at_least(0), dynamic=True, doc=MAX_CONNECTIONS_DOC),
         ConfigKey("max.connections.per.ip", _B.INT, INT_MAX, at_least(0), dynamic=True, doc=MAX_CONNECTIONS_PER_IP_DOC),
@@ -362,6 +374,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("transaction.state.log.num.partitions", _B.INT, TRANSACTION_STATE_PARTITIONS, at_least(1)),
         ConfigKey("transaction.state.log.replication.factor", _B.SHORT, 1, at_least(1)),  # fjord: as above
         ConfigKey("transaction.state.log.min.isr", _B.INT, 1, at_least(1)),
+        ConfigKey("transaction.state.log.segment.bytes", _B.INT, 104857600, at_least(1)),
         ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", _B.INT, 10000, at_least(1)),
         ConfigKey("producer.id.expiration.ms", _B.INT, 86400000, at_least(1), dynamic=True),
         # The throttles kafka-reassign-partitions.sh --throttle sets and --verify deletes: accepted so the tool works,
@@ -390,6 +403,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("ssl.truststore.certificates", _B.PASSWORD, None),
         ConfigKey("ssl.client.auth", _B.STRING, "none", one_of("none", "requested", "required")),
         ConfigKey("ssl.enabled.protocols", _B.LIST, ["TLSv1.2", "TLSv1.3"], all_of("TLSv1.2", "TLSv1.3")),
+        # Kafka's SSLContext protocol. A listener serves the versions of ssl.enabled.protocols whatever it says (as
+        # Kafka's broker does), and so do Fjord's own connections; any name Kafka's JVM takes for TLS 1.2+ is accepted.
+        ConfigKey("ssl.protocol", _B.STRING, "TLSv1.3", one_of("TLSv1.2", "TLSv1.3", "TLS"), doc=SSL_PROTOCOL_DOC),
         ConfigKey("ssl.cipher.suites", _B.LIST, []),
         # KIP-371: how a client certificate's subject DN becomes the principal (wire.tls_principal).
         ConfigKey("ssl.principal.mapping.rules", _B.STRING, "DEFAULT"),
@@ -423,6 +439,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("sasl.kerberos.principal.to.local.rules", _B.LIST, ["DEFAULT"], dynamic=True, doc=NO_GSSAPI),
         # KIP-368: a SASL session's lifetime (0: none); the client re-authenticates before it ends.
         ConfigKey("connections.max.reauth.ms", _B.LONG, 0, at_least(0)),
+        # KIP-306: a failed SASL authentication is answered this long after it failed (and nothing after it is).
+        ConfigKey("connection.failed.authentication.delay.ms", _B.INT, 100, at_least(0)),
         # client quotas (broker.quotas): the windows a client's rates are measured over, as Kafka's
         ConfigKey("quota.window.num", _B.INT, 11, at_least(1)),
         ConfigKey("quota.window.size.seconds", _B.INT, 1, at_least(1)),
@@ -572,8 +590,8 @@ def validate_topic_config(name: str, value: str) -> str:
 def validate_broker_config(name: str, value: str) -> str:
     """The normalized text of a dynamic broker config value; ConfigValueError if unknown, static or invalid."""
     key = BROKER_KEYS.get(name)
-    if key is None:
+    if key is None and name != NODE_ID_SYNONYM:  # broker.id: described read-only, as node.id
         raise ConfigValueError(f"Unknown broker config name: {name}")
-    if not key.dynamic:
+    if key is None or not key.dynamic:
         raise ConfigValueError(f"Cannot update these configs dynamically: {name}")
     return key.render(key.parse(value)) or ""

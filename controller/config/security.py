@@ -8,7 +8,10 @@ the only quota keys read are :data:`QUOTA_KEYS`). Other authorizers, other quota
 for them must never be ignored silently (a "SASL_SSL" listener served as plaintext is worse than no listener),
 so :func:`refusal` names every such key and :class:`~controller.config.server.ServerConfig` stops the node with
 one line naming it. Messages name keys, never
-values: a ``sasl.jaas.config`` or a key password must not reach a terminal or a log.
+values: a ``sasl.jaas.config`` or a key password must not reach a terminal or a log. Two such keys accept the one
+value that is what Fjord does, Kafka's default: ``sasl.server.max.receive.size=524288`` (the limit on what an
+unauthenticated peer may send, :data:`wire.sasl.MAX_TOKEN_BYTES`) and ``principal.builder.class`` set to
+:data:`DEFAULT_PRINCIPAL_BUILDER` (a SASL user, else a mapped certificate, else ANONYMOUS).
 
 SASL settings are Kafka's: ``sasl.enabled.mechanisms`` (default GSSAPI, which Fjord refuses, so a SASL listener
 needs it set, as with Kafka when GSSAPI is not configured) and the PLAIN users of a JAAS config,
@@ -18,7 +21,9 @@ metadata records (AlterUserScramCredentials). How a broker connects to the other
 ``sasl.mechanism.inter.broker.protocol`` and its own JAAS user) is :mod:`controller.config.inter_broker`'s.
 
 TLS settings are Kafka's ``ssl.*`` keys of the catalogue (:mod:`controller.config.keys`), each overridable per
-listener as ``listener.name.<name>.ssl.*``; :func:`listener_tls` resolves them for one listener into the plain
+listener as ``listener.name.<name>.ssl.*`` (``ssl.protocol``, the JVM's SSLContext name, takes Kafka's TLSv1.2, TLSv1.3
+and TLS and changes nothing: as on Kafka's listeners, the versions are ``ssl.enabled.protocols``');
+:func:`listener_tls` resolves them for one listener into the plain
 :class:`~wire.tls.TlsSettings` that :mod:`wire.tls` turns into an :class:`ssl.SSLContext`, the parsed
 ``ssl.principal.mapping.rules`` (:mod:`wire.tls_principal`; bad rules stop the node naming the key) and how often
 the listener's files are checked for new certificates (``ssl.reload.interval.ms``, :mod:`wire.tls_reload`). The
@@ -40,6 +45,7 @@ from typing import Any
 from controller.config.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasEntry, JaasError, parse_jaas
 from controller.config.keys import BROKER_KEYS, ConfigValueError
 from storage.config import ConfigError
+from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls import ClientTls, TlsError, TlsSettings, client_context, server_context
 from wire.tls_principal import PrincipalMapper, PrincipalRulesError, parse_rules
 from wire.tls_reload import ReloadingClientContext
@@ -73,7 +79,14 @@ _SASL = (f"not implemented (Fjord's SASL serves {', '.join(SASL_MECHANISMS)} and
 #: The one authorizer Fjord implements (ACLs in controller metadata, ``controller.acl``), as Kafka operators name it.
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 _AUTHORIZER = f"only {STANDARD_AUTHORIZER} is implemented (or leave it empty: no authorization)"
-_PRINCIPAL_BUILDER = "custom principal builders are not implemented"
+#: Kafka's default principal builder, which is what Fjord does (SASL user, else mapped certificate, else ANONYMOUS).
+DEFAULT_PRINCIPAL_BUILDER = "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+_PRINCIPAL_BUILDER = (
+    f"custom principal builders are not implemented (only {DEFAULT_PRINCIPAL_BUILDER}, Kafka's default)"
+)
+#: sasl.server.max.receive.size: the one value accepted is the limit Fjord enforces, Kafka's default.
+_SASL_MAX_RECEIVE = "sasl.server.max.receive.size"
+_SASL_MAX_RECEIVE_REASON = f"not configurable: an unauthenticated SASL peer may send at most {MAX_TOKEN_BYTES} bytes"
 _QUOTA = ("only client quotas are implemented (set with AlterClientQuotas, kafka-configs.sh); of the quota keys "
           "Fjord reads quota.window.num and quota.window.size.seconds")
 #: The quota keys Fjord reads (``broker.quotas``); every other one (replication quotas, quota callbacks, the
@@ -106,6 +119,8 @@ def refusal(name: str, value: str) -> str | None:
         if rest.startswith("sasl.") or ".sasl." in rest:  # listener.name.x.plain.sasl.jaas.config
             return None if rest in _LISTENER_SASL_KEYS else _SASL
         return refusal(rest, value)
+    if lower == _SASL_MAX_RECEIVE:
+        return None if value.strip() == str(MAX_TOKEN_BYTES) else _SASL_MAX_RECEIVE_REASON
     if lower.startswith("sasl.") and lower not in SASL_KEYS:
         return _SASL
     if lower.startswith("delegation.token."):
@@ -114,7 +129,7 @@ def refusal(name: str, value: str) -> str | None:
         return _SSL
     if lower == "authorizer.class.name" and value.strip() not in ("", STANDARD_AUTHORIZER):
         return _AUTHORIZER
-    if lower == "principal.builder.class" and value.strip():
+    if lower == "principal.builder.class" and value.strip() not in ("", DEFAULT_PRINCIPAL_BUILDER):
         return _PRINCIPAL_BUILDER
     if "quota" in lower.split(".") and lower not in QUOTA_KEYS:
         return _QUOTA

@@ -33,8 +33,10 @@ from controller.config.kafka_broker_keys import (
     KAFKA_BROKER_KEYS,
     NODE_ID_SYNONYM,
     accepted_as_fjord_does,
+    accepted_as_kafka_default,
     kafka_key_refusal,
     no_effect_reason,
+    refusal_reason,
 )
 from controller.config.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
 from controller.config.security import (
@@ -139,9 +141,16 @@ def _check_kafka_keys(props: Mapping[str, str]) -> dict[str, str]:
     out = dict(props)
     if NODE_ID_SYNONYM in props:
         given = props[NODE_ID_SYNONYM].strip()
+        try:
+            broker_id = BROKER_KEYS["node.id"].parse(given)
+        except ConfigValueError:
+            raise ConfigError(
+                f"{NODE_ID_SYNONYM}: {given!r} is not a node id (a number of at least 0; broker.id is "
+                "Kafka's other name for node.id)"
+            ) from None
         if "node.id" not in props:
             out["node.id"] = given
-        elif given != props["node.id"].strip():
+        elif _as_int(props["node.id"]) not in (None, broker_id):  # 01 and 1 name the same node
             raise ConfigError(f"{NODE_ID_SYNONYM}: {given} differs from node.id {props['node.id'].strip()} "
                               "(broker.id is Kafka's other name for node.id; give one of them)")
     for name, value in props.items():
@@ -150,7 +159,22 @@ def _check_kafka_keys(props: Mapping[str, str]) -> dict[str, str]:
             logger.info("%s has no effect in Fjord: %s", name, reason)
         elif accepted_as_fjord_does(name, value):
             logger.info("%s=%s is accepted: it is what Fjord does", name, value.strip())
+        elif accepted_as_kafka_default(name, value):
+            logger.info(
+                "%s=%s is accepted as Kafka's default, though Fjord does not do what it asks: %s",
+                name,
+                value.strip(),
+                refusal_reason(name),
+            )
     return out
+
+
+def _as_int(text: str) -> int | None:
+    """``text`` as a number, None if it is not one (the key's own parse then says so, naming it)."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

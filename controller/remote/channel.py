@@ -71,7 +71,9 @@ class ActiveControllerChannel:
         leader_hint: Callable[[], int | None] = lambda: None,
         ssl_context: ClientTls | None = None,
         sasl: SaslCredentials | None = None,
+        max_attempt_s: float = float("inf"),
     ) -> None:
+        """``max_attempt_s`` caps every attempt, the floor for writes included (``controller.socket.timeout.ms``)."""
         if not voters:
             raise ConfigError("controller.quorum.voters: a broker needs at least one controller")
         self._voters = dict(voters)
@@ -79,8 +81,8 @@ class ActiveControllerChannel:
         self._client_id = client_id
         self._ssl_context = ssl_context  # the CONTROLLER listener is SSL
         self._sasl = sasl  # the CONTROLLER listener is SASL: this node's own login
-        self._request_timeout_s = request_timeout_s  # connecting
-        self._attempt_timeout_s = max(request_timeout_s, _MIN_ATTEMPT_TIMEOUT_S)  # waiting for an answer
+        self._request_timeout_s = min(request_timeout_s, max_attempt_s)  # connecting
+        self._attempt_timeout_s = min(max(request_timeout_s, _MIN_ATTEMPT_TIMEOUT_S), max_attempt_s)  # an answer
         self._retry_budget_s = retry_budget_s
         self._leader_hint = leader_hint
         self._connections: dict[int, ControllerConnection] = {}

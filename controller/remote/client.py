@@ -88,11 +88,17 @@ class RemoteControllerClient:
             )
         self.replica: MetadataFollower = replica or MetadataReplica(config, cluster_id, voters)
         request_s = int(config.value("controller.quorum.request.timeout.ms")) / 1000
+        retry_budget_s = max(int(config.value("request.timeout.ms")) / 1000, 2 * request_s)
+        # Kafka's NodeToControllerChannelManager bounds each attempt by min(controller.socket.timeout.ms, its retry
+        # timeout); Fjord's attempts are shorter by default (a dead controller is left after the quorum's request
+        # timeout), and controller.socket.timeout.ms caps them as Kafka's does.
+        socket_s = int(config.value("controller.socket.timeout.ms")) / 1000
         self.channel = ActiveControllerChannel(
             voters,
             client_id=f"broker-{self.node_id}",
             request_timeout_s=request_s,
-            retry_budget_s=max(int(config.value("request.timeout.ms")) / 1000, 2 * request_s),
+            retry_budget_s=retry_budget_s,
+            max_attempt_s=min(socket_s, retry_budget_s),
             leader_hint=lambda: self.replica.leader_id,
             ssl_context=config.controller_client_tls(),
             sasl=config.controller_client_sasl(),

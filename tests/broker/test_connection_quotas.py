@@ -15,8 +15,12 @@ import pytest
 from broker_support import WireClient, api_versions_request, default_overrides
 from kio.schema.errors import ErrorCode
 
+from controller.api import ConfigResource
 from controller.config.describe import ConfigSource
 from controller.config.server import ServerConfig
+from controller.config_control import plan_alter_configs
+from controller.errors import ControllerError
+from controller.image import MetadataImage
 from node.process import Node
 from storage.config import ConfigError
 from tests.waiting import eventually_async
@@ -29,6 +33,7 @@ STATIC = {
     "max.connection.creation.rate": "1000",
     "listener.name.plaintext.max.connections": "40",
     "listener.name.plaintext.max.connection.creation.rate": "500",
+    "socket.listen.backlog.size": "7",
 }
 KEYS = ("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connection.creation.rate")
 
@@ -82,6 +87,7 @@ async def test_connection_quota_keys_at_start_and_altered_at_runtime(node: Node)
     assert settings.max_connection_creation_rate == 1000
     assert dict(settings.listener_max_connections) == {"PLAINTEXT": 40}
     assert dict(settings.listener_max_connection_creation_rate) == {"PLAINTEXT": 500}
+    assert node.server.backlog == 7, "socket.listen.backlog.size is the listeners' listen backlog"
     port = node.server.bound_port
     broker = str(node.node_id)
 
@@ -123,28 +129,61 @@ async def test_connection_quota_keys_at_start_and_altered_at_runtime(node: Node)
     # Per-listener keys are static in Fjord: AlterConfigs does not know them.
     unknown = {"listener.name.plaintext.max.connections": "5"}
     assert await asyncio.to_thread(_incremental_alter, port, broker, unknown) == ErrorCode.invalid_config
-    # max.connections.per.ip=0 without overrides would lock every client out: refused as Kafka's validateValues does,
-    # whether it is asked cluster-wide or of this broker; with overrides it is Kafka's allow-list.
-    locked_out = {"max.connections.per.ip": "0"}
+    # max.connections.per.ip=0 with empty overrides would lock every client out: refused as Kafka's validateValues
+    # does, whether it is asked cluster-wide or of this broker; with overrides it is Kafka's allow-list.
+    locked_out = {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": ""}
     for resource in ("", broker):
         assert await asyncio.to_thread(_incremental_alter, port, resource, locked_out) == ErrorCode.invalid_config
     allow_list = {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "127.0.0.1:5"}
     assert await asyncio.to_thread(_incremental_alter, port, broker, allow_list) == ErrorCode.none
     await eventually_async(
-        lambda: (gate.limits.settings.max_connections_per_ip, dict(gate.limits.settings.per_ip_overrides))
-        == (0, {"127.0.0.1": 5}),
+        lambda: (
+            (gate.limits.settings.max_connections_per_ip, dict(gate.limits.settings.per_ip_overrides))
+            == (0, {"127.0.0.1": 5})
+        ),
         timeout=TIMEOUT_S,
         what="the allow-list reaches the listener",
     )
 
 
 def test_a_recorded_per_ip_zero_without_overrides_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
-    """The safety net behind the AlterConfigs check: a record written before it (or by an older controller) does not
-    lock every client out of the broker."""
+    """The safety net behind the AlterConfigs check, which cannot see the brokers' files: dynamic values that, merged
+    with the file, would lock every client out give way to the file's pair, both keys together."""
     config = ServerConfig.from_properties({"max.connections.per.ip": "9"})
     settings = config.connection_limits({"max.connections.per.ip": "0"}, None)
-    assert settings.max_connections_per_ip == 9
-    assert "ignoring max.connections.per.ip=0" in caplog.text
+    assert (settings.max_connections_per_ip, dict(settings.per_ip_overrides)) == (9, {})
+    assert "ignoring the dynamic max.connections.per.ip" in caplog.text
+
+
+def test_an_allow_list_in_the_file_never_falls_open_to_unlimited() -> None:
+    """The file's allow-list (per.ip=0 with overrides) emptied dynamically: the file's allow-list stays in force, not
+    its per.ip alone (0 without overrides once meant no limit at all)."""
+    config = ServerConfig.from_properties(
+        {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "127.0.0.1:5"}
+    )
+    for cluster, node in (
+        ({"max.connections.per.ip.overrides": ""}, None),
+        (None, {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": ""}),
+    ):
+        settings = config.connection_limits(cluster, node)
+        assert (settings.max_connections_per_ip, dict(settings.per_ip_overrides)) == (0, {"127.0.0.1": 5})
+
+
+def test_a_dynamic_per_ip_zero_relying_on_the_files_overrides_is_accepted() -> None:
+    """Kafka merges a dynamic max.connections.per.ip=0 with the file's overrides: the controller, which cannot see
+    that file, accepts it and judges only a pair set dynamically in full."""
+    image = MetadataImage(cluster_id="test")
+    for name in ("", "1"):
+        resource = ConfigResource(ConfigResource.BROKER, name)
+        (record,) = plan_alter_configs(image, resource, {"max.connections.per.ip": "0"}, {})
+        assert (record.name, record.value) == ("max.connections.per.ip", "0")
+        with pytest.raises(ControllerError, match=r"only if max\.connections\.per\.ip\.overrides"):
+            plan_alter_configs(
+                image, resource, {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": ""}, {}
+            )
+    config = ServerConfig.from_properties({"max.connections.per.ip.overrides": "127.0.0.1:5"})
+    settings = config.connection_limits(None, {"max.connections.per.ip": "0"})
+    assert (settings.max_connections_per_ip, dict(settings.per_ip_overrides)) == (0, {"127.0.0.1": 5})
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ import pytest
 from broker_support import BrokerProcess, WireClient, start_broker
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
+from kio.static.constants import uuid_zero
 
 from broker.authorization import BrokerAuthorizer
 from broker.handlers import acl_table
@@ -661,6 +662,93 @@ async def test_strict_quota_decides_before_the_controller_and_validates_first(tm
         ]
         assert spent.throttle_s() > 0 and spent.throttle_s() > 0
         assert len(throttles) == 1, "counted once for the request, not per refused topic"
+    finally:
+        await controller.close()
+
+
+def test_a_late_give_back_is_never_credit() -> None:
+    """A refused topic's charge is given back. Given back after the charge's window was forgotten, it once left a
+    negative window that let the client's next topics through uncharged; now it takes off only what the windows
+    hold, and a give-back within the window still cancels its charge."""
+    quotas = {(("user", "alice"),): {"controller_mutation_rate": 2.0}}
+    alice = resolve(quotas, "controller_mutation_rate", "alice", "app")
+    assert alice is not None
+    manager = ClientQuotas(QuotaWindows(samples=3, window_s=1.0))  # measured over >= 2 s, forgotten after 3 s
+    now = [0.0]
+
+    def quota() -> RequestMutations:
+        return RequestMutations(manager, alice, user="alice", client_id="app", strict=True, clock=lambda: now[0])
+
+    assert quota().admit(6)
+    now[0] = 0.5
+    quota().adjust(-6)
+    assert manager.over_quota(alice, QuotaType.CONTROLLER_MUTATION, now=0.5) == 0.0, "given back in its window"
+    assert quota().admit(4)
+    now[0] = 10.0  # the 4's window is long forgotten when they are given back
+    quota().adjust(-4)
+    assert quota().admit(6)
+    assert manager.over_quota(alice, QuotaType.CONTROLLER_MUTATION, now=10.0) == pytest.approx(1.0), (
+        "the 6 charged in full: (3/s - 2/s) / 2/s over 2 s"
+    )
+
+
+async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path: Path) -> None:
+    """DeleteTopics naming (or identifying) a topic twice: Kafka's controller answers INVALID_REQUEST once for it,
+    and it must not be charged twice to the mutation quota (nor at all); CreateTopics likewise."""
+    controller = await Controller.start(ServerConfig.load(None, [f"log.dirs={tmp_path}"]))
+    try:
+        await controller.register_broker(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), None)
+        ask_of = admin_requests.always(controller)
+        setup = admin_wire.read_create_topics(_create_topics_request(6, {"twice": 2, "by-id": 2, "once": 1}), "app")
+        await admin_requests.create_topics(codec.response_class(19, 6), setup, ask_of, None)
+        quotas = {(("user", "alice"),): {"controller_mutation_rate": 0.5}}
+        alice = resolve(quotas, "controller_mutation_rate", "alice", "app")
+        assert alice is not None
+        manager = ClientQuotas(QuotaWindows(3, 1.0))
+
+        def quota() -> RequestMutations:
+            return RequestMutations(manager, alice, user="alice", client_id="app", strict=True, clock=lambda: 0.0)
+
+        create_cls = codec.request_class(19, 6)
+        twice = codec.build_nested(
+            create_cls, "topics", name="new", num_partitions=1, replication_factor=1, assignments=(), configs=()
+        )
+        create = codec.build(create_cls, topics=(twice, twice), timeout=15_000, validate_only=False)
+        created = await admin_requests.create_topics(
+            codec.response_class(19, 6), admin_wire.read_create_topics(create, "app"), ask_of, quota()
+        )
+        assert [(t.name, t.error_code) for t in created.topics] == [("new", ErrorCode.invalid_request)]
+
+        by_name = admin_wire.read_delete_topics(
+            codec.build(codec.request_class(20, 5), topic_names=("twice", "twice"), timeout=5000)
+        )
+        deleted = await admin_requests.delete_topics(codec.response_class(20, 5), by_name, ask_of, quota())
+        assert [(r.name, r.error_code, r.error_message) for r in deleted.responses] == [
+            ("twice", ErrorCode.invalid_request, "Duplicate topic name.")
+        ]
+        cls = codec.request_class(20, 6)
+        topic_id = controller.image.topics_by_name["by-id"].topic_id
+        by_id = admin_wire.read_delete_topics(
+            codec.build(
+                cls,
+                topics=(
+                    codec.build_nested(cls, "topics", name=None, topic_id=topic_id),
+                    codec.build_nested(cls, "topics", name=None, topic_id=topic_id),
+                    codec.build_nested(cls, "topics", name="once", topic_id=uuid_zero),
+                ),
+                timeout=5000,
+            )
+        )
+        deleted = await admin_requests.delete_topics(codec.response_class(20, 6), by_id, ask_of, quota())
+        assert [(r.name, r.error_code, r.error_message) for r in deleted.responses] == [
+            (None, ErrorCode.invalid_request, "Duplicate topic id."),
+            ("once", ErrorCode.none, None),
+        ]
+        assert deleted.responses[0].topic_id == topic_id
+        assert {"twice", "by-id"} <= set(
+            controller.image.topics_by_name
+        ) and "new" not in controller.image.topics_by_name
+        assert manager.over_quota(alice, QuotaType.CONTROLLER_MUTATION, now=0.0) == 0.0, "only once's 1 partition"
     finally:
         await controller.close()
 

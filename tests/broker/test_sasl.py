@@ -16,10 +16,13 @@ import re
 import shutil
 import struct
 import subprocess
+import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +42,8 @@ from kafka.errors import KafkaError as KafkaPythonError
 from kafka_clients import run_kafkajs
 from kio.schema.errors import ErrorCode
 
+from controller.config.server import ServerConfig
+from node.process import Node
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually
 from wire import codec
@@ -269,6 +274,7 @@ def test_the_inter_broker_client_connection_authenticates(sasl: SaslBroker, list
             sasl=SaslCredentials(mechanism, "admin", password),
             timeout=15,
             clock=lambda: now[0],
+            idle_timeout=None,  # the spells between requests are session lifetimes, longer than the client's idle
         )
         seen: list[tuple[int, int, int]] = []
         try:
@@ -602,3 +608,58 @@ def test_describe_and_alter_user_scram_credentials_on_the_wire(sasl: SaslBroker)
             ("weak", ErrorCode.unacceptable_credential),
             ("odd", ErrorCode.unsupported_sasl_mechanism),
         ]
+
+
+FAILURE_DELAY_MS = 1500
+
+
+def _fail_authentication(port: int, sent: threading.Event) -> tuple[int, float]:
+    """A wrong PLAIN password: the error code answered and how long after the token was sent."""
+    with WireClient(port) as client:
+        assert _handshake(client, "PLAIN").error_code == ErrorCode.none
+        token = f"\x00alice\x00{WRONG_PASSWORD}".encode()
+        started = time.monotonic()
+        client.send(codec.build(codec.request_class(36, 2), auth_bytes=token))
+        sent.set()
+        _, answer = client.receive(36, 2)
+        return int(answer.error_code), time.monotonic() - started
+
+
+def _api_versions_once_sent(port: int, sent: threading.Event) -> int:
+    assert sent.wait(10.0)
+    with WireClient(port) as client:
+        return int(client.request(api_versions_request(3)).error_code)
+
+
+async def test_a_failed_authentication_is_answered_after_the_delay_and_holds_no_other_connection(
+    tmp_path: Path,
+) -> None:
+    """KIP-306: ``connection.failed.authentication.delay.ms`` holds the answer to a failed exchange, so a password
+    guesser gets few tries a second; the connections next to it are served meanwhile. A node of its own, in this
+    process, with a delay long enough to tell the two apart."""
+    overrides = {
+        "node.id": "0",
+        "controller.quorum.voters": "0@127.0.0.1:0",
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl.plain.sasl.jaas.config": JAAS,
+        "connection.failed.authentication.delay.ms": str(FAILURE_DELAY_MS),
+        "log.dirs": str(tmp_path / "kraft"),
+        "s3.data.buckets": f"0@file://{tmp_path / 'objects'}",
+        "s3.wal.path": f"0@file://{tmp_path / 'wal'}",
+    }
+    node = Node(ServerConfig.load(None, [f"{key}={value}" for key, value in overrides.items()]))
+    await node.start()
+    try:
+        port = next(endpoint.port for endpoint in node.bound_endpoints if endpoint.name == "SASL")
+        sent = threading.Event()
+        failing = asyncio.create_task(asyncio.to_thread(_fail_authentication, port, sent))
+        other = asyncio.create_task(asyncio.to_thread(_api_versions_once_sent, port, sent))
+        done, _ = await asyncio.wait({failing, other}, timeout=30.0, return_when=asyncio.FIRST_COMPLETED)
+        assert done == {other} and other.result() == 0  # answered while the failure's answer was held
+        code, elapsed = await asyncio.wait_for(failing, 30.0)
+        assert code == ErrorCode.sasl_authentication_failed
+        assert elapsed >= FAILURE_DELAY_MS / 1000
+    finally:
+        await node.stop()

@@ -46,6 +46,7 @@ def test_sigterm_and_sigint_stop_cleanly(broker_factory: Callable[..., BrokerPro
         ({"s3.data.buckets": "0@ftp://bucket"}, "s3.data.buckets"),
         ({"num.partitions": "-3"}, "num.partitions"),
         ({"zookeeper.connect": "localhost:2181"}, "zookeeper.connect: Fjord runs KRaft only"),  # a refused Kafka key
+        ({"broker.id": "one"}, "broker.id: 'one' is not a node id"),  # Kafka's other name for node.id
     ],
 )
 def test_bad_config_is_one_line_and_exit_1(overrides: dict[str, str], fragment: str, tmp_path: Path) -> None:

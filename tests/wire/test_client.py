@@ -110,3 +110,24 @@ async def test_an_unreachable_peer_is_a_connection_error(peer: ScriptedPeer) -> 
     client = ClientConnection("127.0.0.1", port, timeout=2.0)
     with pytest.raises(ConnectionError):
         await client.request(end_txn_request())
+
+
+async def test_a_connection_idle_past_its_idle_timeout_reconnects_before_the_next_exchange(
+    peer: ScriptedPeer,
+) -> None:
+    """The server expires a connection quiet for ``connections.max.idle.ms``; the client lets go of it first (Kafka's
+    clients: 9 minutes against the server's 10), so a peer connection kept between rare exchanges never fails on
+    one the server closed."""
+    now = [1000.0]
+    client = ClientConnection("127.0.0.1", peer.port, timeout=5.0, clock=lambda: now[0], idle_timeout=540.0)
+    try:
+        await client.request(end_txn_request())
+        now[0] += 539.0
+        await client.request(end_txn_request())
+        assert peer.connections == 1, "used within its idle timeout: kept"
+        now[0] += 540.0
+        response = await client.request(end_txn_request())
+        assert response.error_code == ErrorCode.invalid_txn_state
+        assert peer.connections == 2, "idle for its idle timeout: dropped and connected afresh"
+    finally:
+        await client.close()

@@ -347,3 +347,157 @@ async def test_a_listener_on_localhost_accepts_on_every_address_it_resolves_to(
         await listener.close()
     if not ipv6:
         pytest.skip("::1 is not configured on this machine: only the 127.0.0.1 part ran")
+
+
+async def test_a_listener_skips_an_address_it_cannot_make_a_socket_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host resolving to an address of a family this machine lacks (::1 with IPv6 off) is still served on the
+    others, as asyncio's server would; when nothing binds, or a bind fails, the error names the address."""
+    loop = asyncio.get_running_loop()
+    unsupported = typing.cast(socket.AddressFamily, 255)  # no such address family: socket() fails (EAFNOSUPPORT)
+    unreachable = (unsupported, socket.SOCK_STREAM, 6, "", ("fd00::9", 0))
+    answers: dict[object, list[typing.Any]] = {
+        "dual.example": [unreachable, (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0))],
+        "v6.example": [unreachable],
+    }
+    real = loop.getaddrinfo
+
+    async def resolved(host: object, port: object, **kwargs: object) -> list[typing.Any]:
+        if host in answers:
+            return answers[host]
+        return list(await real(host, port, **kwargs))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "getaddrinfo", resolved)
+    metrics = ServerMetrics()
+    gate = ConnectionGate(ConnectionLimitSettings(), metrics)
+    listener = KafkaListener(_Answering(), metrics, host="dual.example", port=0, listener_name="CLIENT", gate=gate)
+    await listener.start_serving()
+    try:
+        stream = await _connect(listener)
+        assert await _served(stream, 1)
+        _close(stream)
+    finally:
+        await listener.close()
+    nothing = KafkaListener(_Answering(), metrics, host="v6.example", port=0, listener_name="OTHER", gate=gate)
+    with pytest.raises(OSError, match=r"fd00::9:0: "):
+        await nothing.bind()
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = KafkaListener(_Answering(), metrics, host="127.0.0.1", port=port, listener_name="BUSY", gate=gate)
+        with pytest.raises(OSError, match=f"127.0.0.1:{port}: "):
+            await busy.bind()
+
+
+class _Blocking:
+    """Answers once ``release`` is set (a handler still running when its client goes away)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
+        self.started.set()
+        await self.release.wait()
+        return await _Answering().dispatch(frame, peer)
+
+
+async def test_a_lost_connection_gives_its_slot_back_before_its_handler_ends() -> None:
+    metrics = ServerMetrics()
+    gate = ConnectionGate(ConnectionLimitSettings(max_connections=1), metrics)
+    dispatcher = _Blocking()
+    listener = KafkaListener(dispatcher, metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate)
+    await listener.start_serving()
+    try:
+        gone = await _connect(listener)
+        gone[1].write(_frame(1))
+        await asyncio.wait_for(dispatcher.started.wait(), TIMEOUT_S)
+        sock = gone[1].get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        _close(gone)  # a reset: the connection is lost, not just half-closed
+        await eventually_async(
+            lambda: gate.limits.count() == 0, timeout=TIMEOUT_S, what="the lost connection's slot is free"
+        )
+        assert not dispatcher.release.is_set(), "while its handler still runs"
+        dispatcher.release.set()
+        next_one = await _connect(listener)
+        assert await _served(next_one, 2)
+        _close(next_one)
+    finally:
+        dispatcher.release.set()
+        await listener.close()
+
+
+async def test_a_failure_to_make_room_for_the_inter_broker_listener_costs_no_connection(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = ConnectionLimitSettings(max_connections=1, inter_broker_listener="BROKER")
+    async with _gated(settings, ("CLIENT", "BROKER")) as (gate, listeners, _metrics):
+        client = await _connect(listeners["CLIENT"])
+        assert await _served(client, 1)
+
+        def failing(cause: str) -> None:
+            raise ZeroDivisionError("a bug in the eviction")
+
+        monkeypatch.setattr(gate, "_evict", failing)
+        broker = await _connect(listeners["BROKER"])
+        assert await _served(broker, 2), "admitted and served"
+        assert gate.limits.count("BROKER") == 1 and gate.limits.count() == 2, "and counted"
+        assert "could not close connections of other listeners" in caplog.text
+        _close(client, broker)
+
+
+async def test_eviction_closes_the_connection_the_idle_sweep_saw_active_least_recently() -> None:
+    """The older connection stays busy, the newer one goes quiet: lowering max.connections closes the quiet one,
+    as the idle sweep's record of activity (reads and writes) orders them."""
+    metrics = ServerMetrics()
+    gate = ConnectionGate(ConnectionLimitSettings(), metrics)
+    listener = KafkaListener(
+        _Answering(), metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate, idle_timeout_s=4.0
+    )
+    await listener.start_serving()
+    try:
+        busy = await _connect(listener)
+        assert await _served(busy, 1)
+        quiet = await _connect(listener)
+        assert await _served(quiet, 2)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 2.5  # the sweep (every second) looks at least twice meanwhile
+        for n in range(3, 100):
+            if loop.time() >= until:
+                break
+            assert await _served(busy, n)
+            await asyncio.sleep(0.1)  # the busy one's pace, not a synchronisation
+        gate.reconfigure(ConnectionLimitSettings(max_connections=1))
+        assert await _closed_by_broker(quiet)
+        assert await _served(busy, 100)
+        _close(busy, quiet)
+    finally:
+        await listener.close()
+
+
+class _Muting:
+    """Answers each request and mutes its connection for ``seconds`` (a client over its quota)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def dispatch(self, frame: bytes, peer: Peer) -> Response | None:
+        assert peer.mute is not None
+        peer.mute(self.seconds)
+        return await _Answering().dispatch(frame, peer)
+
+
+async def test_a_muted_connection_is_not_idle() -> None:
+    """The broker mutes a throttled client and reads nothing from it meanwhile: the client is waiting on the broker,
+    so the idle expiry (here much shorter than the mute) must not close it."""
+    metrics = ServerMetrics()
+    listener = KafkaListener(
+        _Muting(1.0), metrics, host="127.0.0.1", port=0, listener_name="CLIENT", idle_timeout_s=0.2
+    )
+    await listener.start_serving()
+    try:
+        stream = await _connect(listener)
+        assert await _served(stream, 1)
+        assert await _served(stream, 2), "answered once the mute ends, not closed as idle"
+        _close(stream)
+    finally:
+        await listener.close()

@@ -58,6 +58,7 @@ class SaslSession:
         *,
         peer: str,
         reauth_ms: int = 0,
+        failure_delay_ms: int = 0,
         on_failure: Callable[[str], None] = lambda _mechanism: None,
         on_success: Callable[[str], None] = lambda _mechanism: None,
         clock: Callable[[], float] = time.monotonic,
@@ -66,6 +67,9 @@ class SaslSession:
         self._credentials = credentials
         self._peer = peer
         self._reauth_ms = reauth_ms
+        #: ``connection.failed.authentication.delay.ms`` (KIP-306): how long the shell holds the answer to a failed
+        #: exchange, so a client guessing passwords gets few tries a second; it sleeps, the session does not.
+        self.failure_delay_s = failure_delay_ms / 1000
         self._on_failure = on_failure
         self._on_success = on_success
         self._clock = clock
