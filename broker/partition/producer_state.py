@@ -156,7 +156,7 @@ class ProducerStateManager:
         pid = header.producer_id
         entry = self._entries.get(pid)
         if entry is None:
-            # Unknown producer (new, or all its data was deleted/expired): accept any sequence, like Kafka.
+            # Unknown producer (new, or expired after producer.id.expiration.ms): accept any sequence, like Kafka.
             return None
         self._check_epoch(entry, header.producer_epoch)
         if header.is_control:
@@ -283,13 +283,12 @@ class ProducerStateManager:
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
         return completed
 
-    def evict_before(self, log_start_offset: int) -> None:
-        """Forgets producers all of whose batches were deleted (DeleteRecords/retention), as Kafka does; their
-        open transactions go with them. A producer known only from a marker (no batch here) stays until it
-        expires: it carries the epoch a coordinator's bump fenced its zombie with."""
-        for pid in [p for p, e in self._entries.items() if e.batches and e.last_offset < log_start_offset]:
-            del self._entries[pid]
-            self._ongoing.pop(pid, None)
+    def on_log_start_advanced(self, log_start_offset: int) -> None:
+        """Forgets decided transactions whose markers a log-start move (DeleteRecords, retention) deleted. The
+        producers themselves stay, as in Kafka since KIP-360: their epochs and sequence numbers still check their
+        next batches, so a producer whose records were all deleted continues its sequence, and a marker that lands
+        after the deletion does not leave an empty entry that refuses it. Only ``producer.id.expiration.ms``
+        forgets a producer (:meth:`expire`)."""
         self._unreplicated = [t for t in self._unreplicated if t[1] >= log_start_offset]
 
     def expire(self, now_ms: int, max_idle_ms: int) -> list[int]:

@@ -152,8 +152,9 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """First offset of the oldest transaction not decided yet (open, or its marker not durable), else the high
-        watermark: read_committed consumers read only below it."""
-        return self.producers.first_unstable_offset(self.high_watermark)
+        watermark: read_committed consumers read only below it. Never below the log start: an open transaction
+        may have begun in records a log-start move deleted (Kafka clamps it the same way)."""
+        return max(self.log_start_offset, self.producers.first_unstable_offset(self.high_watermark))
 
     def has_ongoing_txn(self, producer_id: int) -> bool:
         """The producer has an open transaction on this partition."""
@@ -734,7 +735,7 @@ class PartitionLog:
                 await cleaned.trim(min(target, cleaned.next_offset))
             if target > self._log.start_offset:
                 await self._log.trim(target)
-            self.producers.evict_before(target)
+            self.producers.on_log_start_advanced(target)
             self.epochs.truncate_start(target)
             self.time_index.drop_before(target)  # a load in progress drops them again when it merges
             txn_trim = self.txn_index.drop_before(target)

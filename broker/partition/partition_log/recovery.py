@@ -164,7 +164,7 @@ async def recover(
             state.recovery_point,
             state.log_start_offset,
         )
-    state.producers.evict_before(state.log_start_offset)
+    state.producers.on_log_start_advanced(state.log_start_offset)
     state.txn_index.drop_before(state.log_start_offset)
     return state
 

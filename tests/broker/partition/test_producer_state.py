@@ -64,12 +64,22 @@ def test_stale_epoch_is_rejected_and_new_epoch_must_start_at_zero() -> None:
     assert state.check(_header(7, 4, 2)) is None
 
 
-def test_unknown_producer_accepts_any_sequence_and_eviction_forgets() -> None:
+def test_unknown_producer_accepts_any_sequence() -> None:
     state = ProducerStateManager("t-0")
-    _append(state, _header(9, 0, 40), 0)
-    state.evict_before(5)
-    assert state.get(9) is None
     assert state.check(_header(9, 0, 77)) is None
+
+
+def test_a_log_start_move_keeps_the_producer_and_its_sequence() -> None:
+    """As Kafka since KIP-360: deleting all of a producer's records (DeleteRecords, retention) does not forget it,
+    so its next batch continues its sequence and a gap is still refused."""
+    state = ProducerStateManager("t-0")
+    _append(state, _header(9, 0, 0, n=6), 0)
+    state.on_log_start_advanced(6)
+    assert state.get(9) is not None
+    assert state.check(_header(9, 0, 6)) is None
+    with pytest.raises(KafkaError) as info:
+        state.check(_header(9, 0, 8))
+    assert info.value.code == ErrorCode.out_of_order_sequence_number
 
 
 def test_sequence_wraps_at_int32_max() -> None:

@@ -103,7 +103,7 @@ def test_marker_without_an_open_transaction_completes_nothing() -> None:
     assert _marker(state, 5, 3, 0, commit=True) is None
     entry = state.get(5)
     assert entry is not None and entry.producer_epoch == 3 and entry.coordinator_epoch == 0
-    state.evict_before(100)  # it has no batch for a log-start move to delete: its epoch still fences
+    state.on_log_start_advanced(100)  # a log-start move forgets no producer: its epoch still fences
     with pytest.raises(KafkaError) as info:
         state.check(_header(5, 2, 0))
     assert info.value.code == ErrorCode.invalid_producer_epoch
@@ -441,6 +441,22 @@ async def test_delete_records_drops_aborted_entries_below_the_log_start(storage:
         await log.close()
 
 
+async def test_deleting_an_open_transactions_records_keeps_the_lso_at_the_log_start_and_the_sequence(
+    storage: dict[str, Any],
+) -> None:
+    log = await _open(storage, 0)
+    try:
+        await log.append(_batch(7, 0, 0, n=6), transactional_id=TXN_ID)  # 0-5, its marker not written yet
+        assert await log.delete_records_before(6) == 6
+        assert log.last_stable_offset == 6  # the open transaction began below the log start
+        await log.write_txn_marker(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=True)  # 6
+        assert log.last_stable_offset == 7
+        await log.append(_batch(7, 0, 6, n=4), transactional_id=TXN_ID)  # 7-10: the sequence continues
+        assert log.ongoing_txn_start_offsets() == {7: 7}
+    finally:
+        await log.close()
+
+
 async def test_compaction_drops_aborted_writes_keeps_markers_and_never_loses_a_committed_value(
     storage: dict[str, Any],
 ) -> None:
@@ -631,3 +647,14 @@ async def test_a_crash_after_the_index_entries_went_but_before_the_switch_keeps_
         assert await _committed_values(log) == expected
     finally:
         await log.close()
+
+
+def test_a_marker_after_the_transactions_records_were_deleted_keeps_the_producers_sequence() -> None:
+    """The EndTxn answer comes before the markers are written, so a DeleteRecords of a just-committed transaction
+    can move the log start before its marker lands (librdkafka's 0103 does this). The producer's next batch
+    continues its sequence, as on Kafka."""
+    state = ProducerStateManager("orders-0")
+    _append(state, _header(5, 0, 0, n=6), 0)
+    state.on_log_start_advanced(6)
+    assert _marker(state, 5, 0, 6, commit=True) is not None
+    assert state.check(_header(5, 0, 6)) is None
