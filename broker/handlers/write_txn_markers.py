@@ -1,19 +1,21 @@
 """WriteTxnMarkers (key 27) v1: a transaction coordinator asks this broker to write COMMIT/ABORT markers on
 partitions it leads (the inter-broker half of EndTxn; Kafka 4 no longer knows v0, and neither does the codec).
 
-Each partition is answered on its own through ``broker.transactions.markers.write_marker``, in request order, so
-one failing partition (moved leader, fenced epoch) does not hold the others back.
+Each partition is answered on its own through ``broker.transactions.markers.write_markers``, all of them written
+at once, so one failing partition (moved leader, fenced epoch) does not hold the others back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from broker.transactions.markers import write_marker
+from broker.transactions.markers import write_markers
+from broker.transactions.state import TopicPartition
 from wire import codec
 
 logger = logging.getLogger(__name__)
@@ -23,25 +25,31 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     marker_cls = codec.field_entity(ctx.response_class, "markers")
     topic_cls = codec.field_entity(marker_cls, "topics")
     part_cls = codec.field_entity(topic_cls, "partitions")
+    partitions = ctx.node.partitions
+    written: list[dict[TopicPartition, ErrorCode]] = []
+    if partitions is not None:
+        written = await asyncio.gather(
+            *(
+                write_markers(
+                    partitions,
+                    ctx.node.groups,
+                    ((topic.name, index) for topic in marker.topics for index in topic.partition_indexes),
+                    producer_id=marker.producer_id,
+                    producer_epoch=marker.producer_epoch,
+                    coordinator_epoch=marker.coordinator_epoch,
+                    commit=marker.transaction_result,
+                )
+                for marker in request.markers
+            )
+        )
     markers = []
-    for marker in request.markers:
+    for number, marker in enumerate(request.markers):
         topics = []
         for topic in marker.topics:
             parts = []
             for index in topic.partition_indexes:
-                if ctx.node.partitions is None:
-                    code = ErrorCode.kafka_storage_error  # the node runs without its partition layer
-                else:
-                    code = await write_marker(
-                        ctx.node.partitions,
-                        ctx.node.groups,
-                        topic=topic.name,
-                        partition=index,
-                        producer_id=marker.producer_id,
-                        producer_epoch=marker.producer_epoch,
-                        coordinator_epoch=marker.coordinator_epoch,
-                        commit=marker.transaction_result,
-                    )
+                # No partition layer (a node serving only the controller quorum): nothing here stores partitions.
+                code = written[number][(topic.name, index)] if written else ErrorCode.kafka_storage_error
                 parts.append(codec.build(part_cls, partition_index=index, error_code=code))
             topics.append(codec.build(topic_cls, name=topic.name, partitions=tuple(parts)))
         markers.append(codec.build(marker_cls, producer_id=marker.producer_id, topics=tuple(topics)))

@@ -18,11 +18,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
-from broker.transactions.markers import write_marker
+from broker.transactions.markers import write_markers
 from broker.transactions.peers import Peers
 from broker.transactions.state import TopicPartition
 from controller.api import ControllerClient
-from controller.errors import error_code_logged
 from wire import codec
 from wire.api_versions import WRITE_TXN_MARKERS_KEY
 
@@ -150,24 +149,15 @@ class MarkerSender:
         commit: bool,
     ) -> dict[TopicPartition, ErrorCode]:
         if leader == self._node.node_id:
-            results: dict[TopicPartition, ErrorCode] = {}
-            for topic, partition in partitions:
-                try:
-                    results[(topic, partition)] = await write_marker(
-                        self._node.partitions,
-                        self._node.groups,
-                        topic=topic,
-                        partition=partition,
-                        producer_id=producer_id,
-                        producer_epoch=producer_epoch,
-                        coordinator_epoch=coordinator_epoch,
-                        commit=commit,
-                    )
-                except Exception as exc:
-                    results[(topic, partition)] = error_code_logged(
-                        exc, logger, "writing a marker on %s-%d failed", topic, partition
-                    )
-            return results
+            return await write_markers(
+                self._node.partitions,
+                self._node.groups,
+                partitions,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+                commit=commit,
+            )
         return await self._write_remote(
             leader, partitions, producer_id, producer_epoch, coordinator_epoch=coordinator_epoch, commit=commit
         )

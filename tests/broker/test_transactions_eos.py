@@ -6,8 +6,10 @@ read_committed consumer (committed records exactly once, aborted ones never).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -17,6 +19,7 @@ from kafka import KafkaProducer
 from kafka_clients import create_topic, module_broker, run_kafkajs, topic_name
 
 from tests.reading import read_to_end
+from tests.waiting import eventually
 
 DEADLINE_S = 60.0
 
@@ -172,3 +175,48 @@ const [broker, topic] = process.argv.slice(1);
 """
     assert run_kafkajs(script, kafka.bootstrap, topic) == "done"
     _assert_committed_only(kafka, topic, ["c0", "c1", "c2"], ["a0", "a1"])
+
+
+def test_a_commit_writes_its_markers_on_every_partition_in_one_wal_flush(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """A commit's markers are written on all its partitions at once, so the WAL makes them durable together; one
+    at a time they cost a WAL round trip per partition, and the producer's next transaction waited for all of
+    them (its AddPartitionsToTxn is refused with CONCURRENT_TRANSACTIONS until the markers are written)."""
+    node = broker_factory(overrides={"metrics.port": "0"})
+    found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", node.log_text())
+    assert found is not None, node.log_text()
+    url = f"http://127.0.0.1:{found.group(1)}/metrics"
+
+    def wal() -> tuple[float, float]:
+        """(appends made durable, WAL flushes)"""
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        appends = re.search(r"^fjord_wal_appends_total ([\d.e+]+)$", text, re.MULTILINE)
+        flushes = re.search(r"^fjord_wal_flush_seconds_count ([\d.e+]+)$", text, re.MULTILINE)
+        assert appends is not None and flushes is not None, text
+        return float(appends.group(1)), float(flushes.group(1))
+
+    partitions = 16
+    topic = topic_name("markers")
+    create_topic(node.bootstrap, topic, partitions=partitions)
+    producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": f"markers-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for partition in range(partitions):
+        producer.produce(topic, b"v", partition=partition)
+    assert producer.flush(30) == 0
+
+    def settled() -> tuple[float, float] | None:
+        """The WAL counters once the appends' own follow-ups (checkpoints) are done: unchanged for 0.3 s."""
+        first = wal()
+        time.sleep(0.3)
+        return first if wal() == first else None
+
+    appends_before, flushes_before = eventually(settled, timeout=DEADLINE_S, what="the WAL to go quiet")
+    producer.commit_transaction(30)
+    # PrepareCommit, a marker per partition and CompleteCommit: every one of them durable.
+    _, flushes = eventually(
+        wal, until=lambda now: now[0] - appends_before >= partitions + 2, timeout=DEADLINE_S, what="the markers"
+    )
+    assert flushes - flushes_before <= 8, f"{flushes - flushes_before} WAL flushes for {partitions} markers"
