@@ -59,6 +59,11 @@ TRANSACTION_TOPIC = "__transaction_state"
 ADD_PARTITIONS_TO_TXN_KEY = 24
 _VERIFY_VERSION = 4
 _COMPLETE_RETRY_S = 0.5
+#: How long AddPartitionsToTxn waits for the markers of the id's previous transaction before it answers
+#: CONCURRENT_TRANSACTIONS. A producer's next transaction starts while they are written (EndTxn is answered once
+#: PrepareCommit is durable), and the refusal costs it a client back-off (20 ms in librdkafka and the Java client)
+#: where the markers take a WAL flush or two.
+_MARKERS_WAIT_S = 0.1
 
 
 def _transaction_topic_configs(cfg: ServerConfig) -> dict[str, str]:
@@ -100,8 +105,9 @@ class TransactionCoordinator:
         self.expiration_ms = int(cfg.value("transactional.id.expiration.ms"))
         self._check_interval_s = int(cfg.value("transaction.abort.timed.out.transaction.cleanup.interval.ms")) / 1000
         self._txns: dict[str, TransactionMetadata] = {}
-        #: Transactions whose markers are being written (by identity: a reloaded id is a new object).
-        self._completing: set[TransactionMetadata] = set()
+        #: Transactions whose markers are being written (by identity: a reloaded id is a new object), each with the
+        #: event set once they and CompleteCommit/CompleteAbort are written (or the attempt ended).
+        self._completing: dict[TransactionMetadata, asyncio.Event] = {}
         self._timer_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
             node, _TRANSACTION_STATE, read=self._replay, install=self._install, unload=self._unload_ids
@@ -318,6 +324,7 @@ class TransactionCoordinator:
         metadata = self._txns.get(transactional_id)
         if metadata is None:
             return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)
+        await self._markers_written(metadata)
         result = metadata.add_partitions(producer_id, producer_epoch, partitions, self._now_ms())
         if isinstance(result, ErrorCode):
             return dict.fromkeys(partitions, result)
@@ -326,6 +333,15 @@ class TransactionCoordinator:
             added = sorted(set(partitions))
             logger.debug("transactional id %r: partitions %s added", transactional_id, added)
         return dict.fromkeys(partitions, error)
+
+    async def _markers_written(self, metadata: TransactionMetadata) -> None:
+        """Waits, at most ``_MARKERS_WAIT_S``, while the markers of the id's previous transaction are written."""
+        ended = self._completing.get(metadata)
+        if ended is not None:
+            try:
+                await asyncio.wait_for(ended.wait(), _MARKERS_WAIT_S)
+            except TimeoutError:
+                pass  # still writing: the state machine answers CONCURRENT_TRANSACTIONS and the client retries
 
     def verify_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
@@ -398,7 +414,8 @@ class TransactionCoordinator:
             return result
         error = await self._persist(metadata, result, owned)
         if error is ErrorCode.none:
-            logger.info(
+            # DEBUG, as Kafka's coordinator logs them: a producer committing every 100 ms would write 20 lines/s.
+            logger.debug(
                 "transactional id %r: %s of producer %d epoch %d over %d partitions",
                 metadata.transactional_id,
                 result.state.display,
@@ -414,7 +431,7 @@ class TransactionCoordinator:
     def _start_completion(self, metadata: TransactionMetadata, owned: OwnedPartition) -> None:
         if metadata in self._completing:
             return
-        self._completing.add(metadata)
+        self._completing[metadata] = asyncio.Event()
         self._partitions.spawn(
             self._complete(metadata, owned), name=f"complete transaction {metadata.transactional_id}"
         )
@@ -441,7 +458,7 @@ class TransactionCoordinator:
                 transit = metadata.prepare_complete(self._now_ms())
                 error = await self._persist(metadata, transit, owned)
                 if error is ErrorCode.none:
-                    logger.info("transactional id %r: %s", transactional_id, metadata.state.display)
+                    logger.debug("transactional id %r: %s", transactional_id, metadata.state.display)
                     return
                 await asyncio.sleep(_COMPLETE_RETRY_S)
         except asyncio.CancelledError:
@@ -449,7 +466,9 @@ class TransactionCoordinator:
         except Exception:
             logger.exception("transactional id %r: completing the transaction failed", transactional_id)
         finally:
-            self._completing.discard(metadata)
+            ended = self._completing.pop(metadata, None)
+            if ended is not None:
+                ended.set()
 
     # ------------------------------------------------------------------------------------------------ timers
 

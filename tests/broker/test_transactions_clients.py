@@ -436,6 +436,37 @@ def test_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(
         assert log_end(client, topic, 0) == 2 and log_end(client, topic, 1) == 0
 
 
+def test_the_next_transaction_is_not_refused_while_the_last_ones_markers_are_written(kafka: BrokerProcess) -> None:
+    """EndTxn is answered once PrepareCommit is durable, so a producer's next AddPartitionsToTxn arrives while the
+    markers are written. The coordinator lets it wait for them rather than answer CONCURRENT_TRANSACTIONS, which
+    would cost the client a retry back-off on every commit."""
+    partitions = 8
+    topic = topic_name("next-txn")
+    create_topic(kafka.bootstrap, topic, partitions=partitions)
+    transactional_id = topic_name("tid")
+    targets = [(topic, p) for p in range(partitions)]
+    with WireClient(kafka.port) as client:
+        find_transaction_coordinator(client, transactional_id)
+        init = init_producer_id(client, transactional_id)
+        pid, epoch = init.producer_id, init.producer_epoch
+        for sequence in range(5):
+            added = add_partitions(client, transactional_id, pid, epoch, targets)
+            assert added == dict.fromkeys(targets, ErrorCode.none), f"transaction {sequence + 1}"
+            for _, partition in targets:
+                batch = build_batch(
+                    [Record(key=None, value=b"v", timestamp=int(time.time() * 1000))],
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    base_sequence=sequence,
+                    is_transactional=True,
+                )
+                assert produce_transactional(client, transactional_id, topic, partition, batch).error_code == 0
+            assert end_txn(client, transactional_id, pid, epoch, commit=True) is ErrorCode.none
+        wait_state(client, transactional_id, "CompleteCommit")
+        # Each partition: 5 records and 5 COMMIT markers.
+        assert [log_end(client, topic, p) for p in range(partitions)] == [10] * partitions
+
+
 # ------------------------------------------------------------------------------------------------ restart
 
 

@@ -81,6 +81,7 @@ def test_consume_transform_produce_commits_output_and_input_offsets_together(kaf
                 # An aborted round: its output must never be read and its offsets never committed, so the same
                 # input is consumed again from the last committed position.
                 aborted_once = True
+                producer.flush(30)  # abort_transaction() drops what the client has not sent yet: send it first
                 producer.abort_transaction(30)
                 committed = consumer.committed(consumer.assignment(), timeout=30)
                 for tp in committed:
