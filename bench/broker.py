@@ -1,7 +1,7 @@
 """Broker benchmark (issue 3, "Performance"): real ``fjord server start`` processes driven by confluent-kafka
 clients, one Markdown table on stdout.
 
-    .venv/bin/python bench/broker.py [--quick] [--only NAME ...] [--producers N] [--dir DIR]
+    .venv/bin/python bench/broker.py [--quick] [--only NAME ...] [--producers N] [--rounds N] [--dir DIR]
 
 Every client runs in a process of its own (``multiprocessing``, spawn) so that librdkafka and the Python loops
 feeding it never share the broker's GIL. Producers use the issue's settings: 1 KiB records, ``acks=all``,
@@ -37,11 +37,13 @@ Produce/Fetch requests the broker served during the scenario (its Prometheus end
 the scenario's duration. The object store is the local filesystem (``file://``) so S3 server CPU does not eat the
 2 cores; it counts one request per call (a large object is one PUT here where S3 would take a multipart upload).
 
-Transactions (issue 9), ``txn``: on one fresh broker, a 16-partition topic is written by an idempotent producer
-(``produce-16p idempotent``), then another by a transactional producer committing every 100 ms
-(``produce-16p transactional``); the transactional topic is then read from offset 0 with ``isolation.level``
-read_uncommitted and read_committed (``consume-16p read_uncommitted`` / ``read_committed``). The figures to
-compare are the transactional/idempotent and read_committed/read_uncommitted ratios of the same run.
+Transactions (issue 9), ``txn``: a 16-partition topic is written by an idempotent producer
+(``produce-16p idempotent``), and on another fresh broker by a transactional producer committing every 100 ms
+(``produce-16p transactional``), which that broker's topic then serves from offset 0 with ``isolation.level``
+read_uncommitted and read_committed (``consume-16p read_uncommitted`` / ``read_committed``, in alternating order).
+The figures to compare are the transactional/idempotent and read_committed/read_uncommitted ratios. Single runs of a
+few seconds move by half on a 2-core box, so the scenario runs ``--rounds`` times (5): the table shows each row's
+median round, and the lines after it each round's ratios and their medians.
 
 Security (issue 13), ``security``: one fresh broker with a PLAINTEXT, a SASL_PLAINTEXT and a SASL_SSL listener
 (SCRAM-SHA-512 user made with ``--add-scram``, TLS certificates made for the run). A 16-partition topic is produced
@@ -62,6 +64,7 @@ import re
 import resource
 import shutil
 import ssl
+import statistics
 import struct
 import sys
 import tempfile
@@ -629,6 +632,27 @@ def _table(rows: list[Row], title: str) -> str:
     return "\n".join(lines)
 
 
+def median_rows(rounds: list[dict[str, Row]]) -> list[Row]:
+    """Per scenario, the row of the round with the median MB/s (every column from that one run), its note listing
+    every round's MB/s: a 2-core box moves single runs by half (a consume measured 150 and 390 MB/s back to back)."""
+    out: list[Row] = []
+    for name in rounds[0]:
+        runs = sorted((got[name] for got in rounds), key=lambda r: r.mb_s)
+        middle = dataclasses.replace(runs[(len(runs) - 1) // 2])
+        if len(runs) > 1:
+            listed = ", ".join(f"{got[name].mb_s:.0f}" for got in rounds)
+            middle.note = (middle.note + f" median of {len(runs)} rounds (MB/s: {listed})").strip()
+        out.append(middle)
+    return out
+
+
+def ratio_line(rounds: list[dict[str, Row]], label: str, top: str, bottom: str) -> str:
+    """``label``: the ratio of two scenarios' MB/s in each round, and its median (the figure to compare)."""
+    each = [got[top].mb_s / got[bottom].mb_s if got[bottom].mb_s else 0.0 for got in rounds]
+    listed = ", ".join(f"{x:.2f}" for x in each)
+    return f"{label}: median {statistics.median(each):.2f}x over {len(each)} rounds ({listed})"
+
+
 def _announce(name: str) -> None:
     """Starts a scenario on a quiet disk: what earlier scenarios wrote (gigabytes of WAL segments and objects,
     kept until the run ends) is flushed first, so its writeback does not compete with this scenario's fdatasyncs
@@ -646,12 +670,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, help="run only these scenarios")
     parser.add_argument("--producers", type=int, default=1, help="producer processes per produce scenario")
     parser.add_argument("--dir", type=Path, help="data directory (default: a temporary one, removed after)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="rounds of the txn scenario, each on a fresh broker (medians reported)"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     chosen = set(args.only or SCENARIOS)
     base = args.dir or Path(tempfile.mkdtemp(prefix="fjord-bench-"))
     ctx = mp.get_context("spawn")
     rows: list[Row] = []
+    ratios: list[str] = []
 
     # Caches large enough that nothing is uploaded or evicted while a scenario runs (1 GiB from produce-1p stays
     # under the 2 GiB threshold): produce-1p/16p measure the produce path alone and consume-tail reads what
@@ -713,20 +741,35 @@ def main(argv: list[str] | None = None) -> int:
             cold.stop()
 
     def transactions() -> None:
-        # One broker for the four rows, so the ratios compare like with like.
-        txn = Broker(base / "txn", roomy)
-        txn.start()
-        try:
-            amount = sizes.produce_bytes // 2
-            for mode, topic in (("idempotent", "bench-idem"), ("transactional", "bench-txn")):
-                job = Job(txn.bootstrap, topic, 16, amount, mode=mode)
-                rows.append(run_produce(ctx, txn, f"produce-16p {mode}", job, args.producers))
-            records = amount // RECORD // args.producers * args.producers
-            for isolation in ("read_uncommitted", "read_committed"):
-                job = Job(txn.bootstrap, "bench-txn", 16, records, isolation=isolation)
-                rows.append(run_consume(ctx, txn, f"consume-16p {isolation}", job))
-        finally:
-            txn.stop()
+        # Each produce row on a fresh broker (a broker's second 512 MiB ran 15-30% slower than its first, whatever
+        # the mode, so sharing one broker favoured whichever row ran first), the reads on the transactional one in
+        # alternating order; every round repeats the four rows, the table keeps each one's median round and the
+        # ratios' medians follow it.
+        rounds: list[dict[str, Row]] = []
+        amount = sizes.produce_bytes // 2
+        records = amount // RECORD // args.producers * args.producers
+        isolations = ["read_uncommitted", "read_committed"]
+        for number in range(1, args.rounds + 1):
+            got: dict[str, Row] = {}
+            for mode in ("idempotent", "transactional"):
+                txn = Broker(base / f"txn-{number}-{mode}", roomy)
+                txn.start()
+                try:
+                    job = Job(txn.bootstrap, "bench-txn", 16, amount, mode=mode)
+                    got[f"produce-16p {mode}"] = run_produce(ctx, txn, f"produce-16p {mode}", job, args.producers)
+                    if mode == "transactional":
+                        for isolation in isolations:
+                            read = Job(txn.bootstrap, "bench-txn", 16, records, isolation=isolation)
+                            got[f"consume-16p {isolation}"] = run_consume(ctx, txn, f"consume-16p {isolation}", read)
+                        isolations.reverse()
+                finally:
+                    txn.stop()
+            rounds.append(got)
+            print(f"  round {number}: " + ", ".join(f"{k} {r.mb_s:.1f}" for k, r in got.items()), file=sys.stderr)
+        rows.extend(median_rows(rounds))
+        for kind, a, b in (("produce-16p", "transactional", "idempotent"),
+                           ("consume-16p", "read_committed", "read_uncommitted")):
+            ratios.append(ratio_line(rounds, f"{kind} {a} / {b}", f"{kind} {a}", f"{kind} {b}"))
 
     def security() -> None:
         # One broker serving the same data on a PLAINTEXT, a SASL_PLAINTEXT and a SASL_SSL listener (SCRAM-SHA-512),
@@ -794,6 +837,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.producers} producer process(es), 1 KiB records, acks=all, batch.size 1 MiB, linger.ms 5"
     )
     print(_table(rows, title))
+    if ratios:
+        print("\n" + "\n".join(ratios))
     if any(r.note and "errors" in r.note for r in rows):
         return 1
     return 0
