@@ -287,18 +287,35 @@ class ProducerStateManager:
         """Forgets decided transactions whose markers a log-start move (DeleteRecords, retention) deleted. The
         producers themselves stay, as in Kafka since KIP-360: their epochs and sequence numbers still check their
         next batches, so a producer whose records were all deleted continues its sequence, and a marker that lands
-        after the deletion does not leave an empty entry that refuses it. Only ``producer.id.expiration.ms``
-        forgets a producer (:meth:`expire`)."""
+        after the deletion does not leave an empty entry that refuses it. A running partition forgets a producer
+        only when it expires (:meth:`expire`); a recovery from a snapshot older than the log start drops what that
+        snapshot cannot vouch for (:meth:`drop_stale`)."""
         self._unreplicated = [t for t in self._unreplicated if t[1] >= log_start_offset]
+
+    def drop_stale(self, log_start_offset: int) -> None:
+        """Recovery from a snapshot taken before the log start moved past it: a producer whose last batch lies below
+        the log start may have written batches and markers since, in records that are gone, so its sequence and
+        any transaction the snapshot shows open cannot be trusted (that transaction's marker may be among the
+        deleted records, and would pin the last stable offset for ever). Kafka rebuilds producer state from the
+        log start in that case; such producers become unknown here, which accepts their next sequence. A
+        producer known only from a marker keeps the epoch that fences its zombie."""
+        for pid in [p for p, e in self._entries.items() if e.batches and e.last_offset < log_start_offset]:
+            del self._entries[pid]
+            self._ongoing.pop(pid, None)
+        self.on_log_start_advanced(log_start_offset)
+
+    @staticmethod
+    def _expired(entry: ProducerEntry, now_ms: int, max_idle_ms: int) -> bool:
+        idle = entry.last_timestamp >= 0 and now_ms - entry.last_timestamp > max_idle_ms
+        return idle and entry.current_txn_first_offset < 0
+
+    def any_expired(self, now_ms: int, max_idle_ms: int) -> bool:
+        return any(self._expired(e, now_ms, max_idle_ms) for e in self._entries.values())
 
     def expire(self, now_ms: int, max_idle_ms: int) -> list[int]:
         """Drops producers idle longer than ``producer.id.expiration.ms``; returns their ids. A producer with an
         open transaction is never expired (its transaction would vanish from the LSO)."""
-        expired = [
-            p
-            for p, e in self._entries.items()
-            if e.last_timestamp >= 0 and now_ms - e.last_timestamp > max_idle_ms and e.current_txn_first_offset < 0
-        ]
+        expired = [p for p, e in self._entries.items() if self._expired(e, now_ms, max_idle_ms)]
         for pid in expired:
             del self._entries[pid]
         return expired

@@ -62,8 +62,9 @@ _COMPLETE_RETRY_S = 0.5
 #: How long AddPartitionsToTxn waits for the markers of the id's previous transaction before it answers
 #: CONCURRENT_TRANSACTIONS. A producer's next transaction starts while they are written (EndTxn is answered once
 #: PrepareCommit is durable), and the refusal costs it a client back-off (20 ms in librdkafka and the Java client)
-#: where the markers take a WAL flush or two.
-_MARKERS_WAIT_S = 0.1
+#: where the markers take a WAL flush or two. The wait ends as soon as they are written, so the bound only matters
+#: when a partition leader cannot take its marker; it stays well inside any client's request time-out.
+_MARKERS_WAIT_S = 1.0
 
 
 def _transaction_topic_configs(cfg: ServerConfig) -> dict[str, str]:
@@ -324,7 +325,13 @@ class TransactionCoordinator:
         metadata = self._txns.get(transactional_id)
         if metadata is None:
             return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)
-        await self._markers_written(metadata)
+        if (producer_id, producer_epoch) == (metadata.producer_id, metadata.producer_epoch):
+            await self._markers_written(metadata)
+            error = self._validate_id(transactional_id)  # the wait may have seen the id's partition move away
+            if error is ErrorCode.none and not self._serving(metadata):
+                error = ErrorCode.concurrent_transactions  # reloaded meanwhile: the client retries on the new state
+            if error is not ErrorCode.none:
+                return dict.fromkeys(partitions, error)
         result = metadata.add_partitions(producer_id, producer_epoch, partitions, self._now_ms())
         if isinstance(result, ErrorCode):
             return dict.fromkeys(partitions, result)

@@ -1,6 +1,6 @@
 """Writing a transaction's COMMIT/ABORT markers on every partition of it: Kafka's TransactionMarkerChannelManager.
 
-Markers go to each partition's current leader: through ``markers.write_marker`` when that is this broker, as a
+Markers go to each partition's current leader: through ``markers.write_markers`` when that is this broker, as a
 WriteTxnMarkers request (api 27) otherwise. A partition is done when its leader took the marker; retriable errors
 (leader moved, partition still opening, peer unreachable, time-out) are retried with a growing back-off against the
 metadata as it is then, until every partition is done or the coordinator lost the transaction (``still_valid``

@@ -1,4 +1,4 @@
-"""Writing one transaction marker on a partition this broker leads: the partition side of WriteTxnMarkers.
+"""Writing transaction markers on partitions this broker leads: the partition side of WriteTxnMarkers.
 
 The transaction coordinator calls :func:`write_markers` directly for partitions led here and sends WriteTxnMarkers
 (broker/handlers/write_txn_markers.py, which calls it too) to other leaders. The markers of one transaction are
@@ -23,7 +23,7 @@ from broker.partition.access import leader_log
 from broker.partition.manager import PartitionManager
 from broker.transactions.state import TopicPartition
 from controller.api import ControllerClient
-from controller.errors import error_code_for
+from controller.errors import error_code_for, error_code_logged
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +99,12 @@ async def write_markers(
     coordinator_epoch: int,
     commit: bool,
 ) -> dict[TopicPartition, ErrorCode]:
-    """:func:`write_marker` on every partition of ``targets`` at once; each partition's error code."""
+    """:func:`write_marker` on every partition of ``targets`` at once; each partition's error code. A caller
+    cancelled meanwhile (a coordinator stopping) leaves the markers to finish on their own, as a produce's appends
+    do: an append cancelled half way would leave its stream unwritable."""
     chosen = list(dict.fromkeys(targets))
-    codes = await asyncio.gather(
-        *(
+    tasks = [
+        asyncio.ensure_future(
             write_marker(
                 partitions,
                 groups,
@@ -113,7 +115,17 @@ async def write_markers(
                 coordinator_epoch=coordinator_epoch,
                 commit=commit,
             )
-            for topic, partition in chosen
         )
-    )
-    return dict(zip(chosen, codes, strict=True))
+        for topic, partition in chosen
+    ]
+    if tasks:
+        await asyncio.wait(tasks)
+    codes: dict[TopicPartition, ErrorCode] = {}
+    for (topic, partition), task in zip(chosen, tasks, strict=True):
+        failure = task.exception()
+        codes[(topic, partition)] = (
+            task.result()
+            if failure is None
+            else error_code_logged(failure, logger, "writing a marker on %s-%d failed", topic, partition)
+        )
+    return codes

@@ -178,12 +178,12 @@ const [broker, topic] = process.argv.slice(1);
     _assert_committed_only(kafka, topic, ["c0", "c1", "c2"], ["a0", "a1"])
 
 
-def test_a_commit_writes_its_markers_on_every_partition_in_one_wal_flush(
+def test_a_commit_writes_its_markers_on_every_partition_in_a_few_wal_flushes(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    """A commit's markers are written on all its partitions at once, so the WAL makes them durable together; one
-    at a time they cost a WAL round trip per partition, and the producer's next transaction waited for all of
-    them (its AddPartitionsToTxn is refused with CONCURRENT_TRANSACTIONS until the markers are written)."""
+    """A commit's markers are written on all its partitions at once, so the WAL makes them durable together (one
+    at a time, a 16-partition commit took 18 WAL flushes), and the producer's next AddPartitionsToTxn, which waits
+    for them, waits that much less."""
     node = broker_factory(overrides={"metrics.port": "0"})
     found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", node.log_text())
     assert found is not None, node.log_text()
@@ -198,26 +198,26 @@ def test_a_commit_writes_its_markers_on_every_partition_in_one_wal_flush(
         assert appends is not None and flushes is not None, text
         return float(appends.group(1)), float(flushes.group(1))
 
+    def settled() -> tuple[float, float] | None:
+        """The WAL counters once nothing else is written: unchanged for half a second."""
+        first = wal()
+        time.sleep(0.5)
+        return first if wal() == first else None
+
     partitions = 16
     topic = topic_name("markers")
     create_topic(node.bootstrap, topic, partitions=partitions)
     producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": f"markers-{topic}"})
     producer.init_transactions(30)
-    producer.begin_transaction()
-    for partition in range(partitions):
-        producer.produce(topic, b"v", partition=partition)
-    assert producer.flush(30) == 0
-
-    def settled() -> tuple[float, float] | None:
-        """The WAL counters once the appends' own follow-ups (checkpoints) are done: unchanged for 0.3 s."""
-        first = wal()
-        time.sleep(0.3)
-        return first if wal() == first else None
-
-    appends_before, flushes_before = eventually(settled, timeout=DEADLINE_S, what="the WAL to go quiet")
-    producer.commit_transaction(30)
+    for _ in range(2):  # the first commit also has __transaction_state created and loaded: the second is measured
+        producer.begin_transaction()
+        for partition in range(partitions):
+            producer.produce(topic, b"v", partition=partition)
+        assert producer.flush(30) == 0
+        appends_before, flushes_before = eventually(settled, timeout=DEADLINE_S, what="the WAL to go quiet")
+        producer.commit_transaction(30)
     # PrepareCommit, a marker per partition and CompleteCommit: every one of them durable.
     _, flushes = eventually(
         wal, until=lambda now: now[0] - appends_before >= partitions + 2, timeout=DEADLINE_S, what="the markers"
     )
-    assert flushes - flushes_before <= 8, f"{flushes - flushes_before} WAL flushes for {partitions} markers"
+    assert flushes - flushes_before <= 6, f"{flushes - flushes_before} WAL flushes for {partitions} markers"

@@ -69,6 +69,8 @@ logger = logging.getLogger(__name__)
 
 #: DeleteRecords re-reads the deleted prefix when retention moved the log start meanwhile; this bounds the retries.
 _TRIM_ATTEMPTS = 5
+#: How often an idle partition looks for producers to expire (Kafka's producer.id.expiration.check.interval.ms).
+_EXPIRY_CHECK_INTERVAL_S = 600.0
 
 
 class PartitionLog:
@@ -122,6 +124,7 @@ class PartitionLog:
         self._bytes_since_index = 0
         self._bytes_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
+        self._next_expiry_check = time.monotonic() + _EXPIRY_CHECK_INTERVAL_S
         #: The recovery point (DESIGN §4): the log end as of the last checkpoint (PARTITION ``r``, the producer
         #: snapshot's offset), and the time stream's end then (``ti``). Only durable data is ever named here.
         self._recovery_point = 0
@@ -560,9 +563,15 @@ class PartitionLog:
 
     def maybe_checkpoint(self) -> None:
         """The periodic check (the partition manager's timer): a partition written to less than the bytes bound
-        still gets a checkpoint within the time bound, even when no append comes to notice it."""
+        still gets a checkpoint within the time bound, even when no append comes to notice it; and one with
+        producers idle past ``producer.id.expiration.ms`` gets one that expires them, every
+        ``_EXPIRY_CHECK_INTERVAL_S`` (Kafka's ``producer.id.expiration.check.interval.ms``), appends or not."""
         if self._checkpoint_due():
             self._start_checkpoint()
+        elif time.monotonic() >= self._next_expiry_check:
+            self._next_expiry_check = time.monotonic() + _EXPIRY_CHECK_INTERVAL_S
+            if self.producers.any_expired(int(time.time() * 1000), self.config.producer_id_expiration_ms):
+                self._start_checkpoint(force=True)
 
     def uploaded(self, end_offset: int) -> None:
         """An upload committed the log up to ``end_offset`` to object storage: the recovery point may follow."""
@@ -748,6 +757,9 @@ class PartitionLog:
                 }
             )
         await put
+        # A fresh producer snapshot: one older than the new log start would make a crash recovery drop the
+        # producers it cannot vouch for (ProducerStateManager.drop_stale) rather than keep their sequences.
+        self._start_checkpoint(force=True)
         # Not under the append lock: the first lookup by timestamp may be reading the time stream (the lock keeps
         # this trim from cutting entries under it), and a produce must not wait for that. A trim that fails here
         # is caught up by the next one, which trims from the stream's start up to the log start.

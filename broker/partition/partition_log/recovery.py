@@ -164,7 +164,10 @@ async def recover(
             state.recovery_point,
             state.log_start_offset,
         )
-    state.producers.on_log_start_advanced(state.log_start_offset)
+    if snapshot_offset < state.log_start_offset:
+        state.producers.drop_stale(state.log_start_offset)
+    else:
+        state.producers.on_log_start_advanced(state.log_start_offset)
     state.txn_index.drop_before(state.log_start_offset)
     return state
 

@@ -162,8 +162,9 @@ def test_producers_with_open_transactions_do_not_expire() -> None:
     _append(state, _header(7, 0, 0), 0)
     _append(state, _header(8, 0, 0, transactional=False), 2)
     now = int(time.time() * 1000) + 10_000_000
+    assert state.any_expired(now, 1000) and not state.any_expired(now - 10_000_000, 1000)
     assert state.expire(now, 1000) == [8]
-    assert state.has_ongoing_txn(7)
+    assert state.has_ongoing_txn(7) and not state.any_expired(now, 1000)
 
 
 def test_snapshot_round_trip_keeps_open_transactions_and_version_1_still_decodes() -> None:
@@ -457,6 +458,34 @@ async def test_deleting_an_open_transactions_records_keeps_the_lso_at_the_log_st
         await log.close()
 
 
+async def test_a_crash_after_deleting_a_decided_transaction_does_not_bring_it_back_open(
+    storage: dict[str, Any],
+) -> None:
+    """The last producer snapshot still shows the transaction open; its marker was deleted with its records, and
+    the crash came before the snapshot taken after the deletion. Recovery must not trust that snapshot's view of
+    the transaction, or the last stable offset would stay at the log start for ever."""
+    log = await _open(storage, 0)
+    await log.append(_batch(7, 0, 0, n=6), transactional_id=TXN_ID)  # 0-5
+    log._start_checkpoint(force=True)  # a snapshot with the transaction open
+    checkpoint = log._checkpoint_task
+    assert checkpoint is not None
+    await checkpoint
+    await log.write_txn_marker(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=True)  # 6
+    assert await log.delete_records_before(7) == 7
+    fresh = log._checkpoint_task
+    assert fresh is not None  # the deletion asked for a fresh snapshot: crash before it is written
+    fresh.cancel()
+    await storage["crash"]()
+    log = await _open(storage, 1)
+    try:
+        await log.append(_batch(8, 0, 0, transactional=False))  # 7-8: another producer's data
+        assert log.last_stable_offset == log.high_watermark == 9
+        await log.append(_batch(7, 0, 6), transactional_id=TXN_ID)  # the producer's next transaction
+        assert log.ongoing_txn_start_offsets() == {7: 9}
+    finally:
+        await log.close()
+
+
 async def test_compaction_drops_aborted_writes_keeps_markers_and_never_loses_a_committed_value(
     storage: dict[str, Any],
 ) -> None:
@@ -647,6 +676,17 @@ async def test_a_crash_after_the_index_entries_went_but_before_the_switch_keeps_
         assert await _committed_values(log) == expected
     finally:
         await log.close()
+
+
+def test_a_stale_snapshot_drops_producers_below_the_log_start_but_not_a_fencing_epoch() -> None:
+    state = ProducerStateManager("orders-0")
+    _append(state, _header(5, 0, 0, n=6), 0)  # open, its marker deleted with it
+    assert _marker(state, 6, 3, 2, commit=False) is None  # known only from a marker: its epoch fences
+    _append(state, _header(9, 0, 0), 20)  # above the log start: stays
+    state.drop_stale(10)
+    assert state.get(5) is None and not state.has_ongoing_txn(5)
+    assert state.get(6) is not None and state.get(9) is not None
+    assert state.first_unstable_offset(30) == 20
 
 
 def test_a_marker_after_the_transactions_records_were_deleted_keeps_the_producers_sequence() -> None:
