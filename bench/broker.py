@@ -39,13 +39,13 @@ the scenario's duration. The object store is the local filesystem (``file://``) 
 
 Transactions (issue 9), ``txn``: a 16-partition topic is written by an idempotent producer
 (``produce-16p idempotent``), and on another fresh broker by a transactional producer committing every 100 ms
-(``produce-16p transactional``; that broker has created and loaded ``__transaction_state`` and gone quiet before
-the row starts, as a running cluster would have), which that broker's topic then serves from offset 0 with
-``isolation.level`` read_uncommitted and read_committed (``consume-16p read_uncommitted`` / ``read_committed``, in
-alternating order).
-The figures to compare are the transactional/idempotent and read_committed/read_uncommitted ratios. Single runs of a
-few seconds move by half on a 2-core box, so the scenario runs ``--rounds`` times (5): the table shows each row's
-median round, and the lines after it each round's ratios and their medians.
+(``produce-16p transactional``; that broker has created and loaded ``__transaction_state`` first, as a running
+cluster has it; both brokers are quiet and the disk synced before their row). The transactional topic is then
+read from offset 0 with ``isolation.level`` read_uncommitted and read_committed (``consume-16p read_uncommitted`` /
+``read_committed``, in alternating order). The figures to compare are the transactional/idempotent and
+read_committed/read_uncommitted ratios. Single runs of a few seconds move by half on a 2-core box, so the scenario
+runs ``--rounds`` times (5): the table shows each row's median round, and the lines after it each round's ratios and
+their medians.
 
 Security (issue 13), ``security``: one fresh broker with a PLAINTEXT, a SASL_PLAINTEXT and a SASL_SSL listener
 (SCRAM-SHA-512 user made with ``--add-scram``, TLS certificates made for the run). A 16-partition topic is produced
@@ -423,11 +423,10 @@ class Broker:
 
     def warm_transactions(self) -> None:
         """Has the transaction coordinator create and load ``__transaction_state`` (50 partitions), as a running
-        cluster has it, and waits for the broker to go quiet: a transactional row then measures transactions, not
-        that one-time set-up running next to its first seconds."""
+        cluster has it: with :meth:`wait_quiet` after it, a transactional row measures transactions, not that
+        one-time set-up running next to its first seconds."""
         producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "bench-warm-up"})
         producer.init_transactions(30)
-        self.wait_quiet()
 
     def wait_quiet(self, timeout_s: float = 30.0) -> None:
         """Until the broker uses under a tenth of a CPU over a quarter second (or ``timeout_s`` passed)."""
@@ -660,7 +659,7 @@ def median_rows(rounds: list[dict[str, Row]]) -> list[Row]:
     out: list[Row] = []
     for name in rounds[0]:
         runs = sorted((got[name] for got in rounds), key=lambda r: r.mb_s)
-        middle = dataclasses.replace(runs[(len(runs) - 1) // 2])
+        middle = dataclasses.replace(runs[len(runs) // 2])
         if len(runs) > 1:
             listed = ", ".join(f"{got[name].mb_s:.0f}" for got in rounds)
             middle.note = (middle.note + f" median of {len(runs)} rounds (MB/s: {listed})").strip()
@@ -696,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds", type=int, default=5, help="rounds of the txn scenario, each on a fresh broker (medians reported)"
     )
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     sizes = QUICK if args.quick else FULL
     chosen = set(args.only or SCENARIOS)
     base = args.dir or Path(tempfile.mkdtemp(prefix="fjord-bench-"))
@@ -774,11 +775,13 @@ def main(argv: list[str] | None = None) -> int:
         for number in range(1, args.rounds + 1):
             got: dict[str, Row] = {}
             for mode in ("idempotent", "transactional"):
+                os.sync()  # the last broker's writeback must not compete with this one's fdatasyncs (see _announce)
                 txn = Broker(base / f"txn-{number}-{mode}", roomy)
                 txn.start()
                 try:
                     if mode == "transactional":
                         txn.warm_transactions()
+                    txn.wait_quiet()
                     job = Job(txn.bootstrap, "bench-txn", 16, amount, mode=mode)
                     got[f"produce-16p {mode}"] = run_produce(ctx, txn, f"produce-16p {mode}", job, args.producers)
                     if mode == "transactional":
@@ -788,6 +791,7 @@ def main(argv: list[str] | None = None) -> int:
                         isolations.reverse()
                 finally:
                     txn.stop()
+                    shutil.rmtree(txn.data_dir, ignore_errors=True)
             rounds.append(got)
             print(f"  round {number}: " + ", ".join(f"{k} {r.mb_s:.1f}" for k, r in got.items()), file=sys.stderr)
         rows.extend(median_rows(rounds))
