@@ -40,7 +40,7 @@ the scenario's duration. The object store is the local filesystem (``file://``) 
 Transactions (issue 9), ``txn``: a 16-partition topic is written by an idempotent producer
 (``produce-16p idempotent``), and on another fresh broker by a transactional producer committing every 100 ms
 (``produce-16p transactional``; that broker has created and loaded ``__transaction_state`` first, as a running
-cluster has it; both brokers are quiet and the disk synced before their row). The transactional topic is then
+cluster has it; the disk is synced and the broker quiet before every row). The transactional topic is then
 read from offset 0 with ``isolation.level`` read_uncommitted and read_committed (``consume-16p read_uncommitted`` /
 ``read_committed``, in alternating order). The figures to compare are the transactional/idempotent and
 read_committed/read_uncommitted ratios. Single runs of a few seconds move by half on a 2-core box, so the scenario
@@ -786,6 +786,8 @@ def main(argv: list[str] | None = None) -> int:
                     got[f"produce-16p {mode}"] = run_produce(ctx, txn, f"produce-16p {mode}", job, args.producers)
                     if mode == "transactional":
                         for isolation in isolations:
+                            os.sync()
+                            txn.wait_quiet()
                             read = Job(txn.bootstrap, "bench-txn", 16, records, isolation=isolation)
                             got[f"consume-16p {isolation}"] = run_consume(ctx, txn, f"consume-16p {isolation}", read)
                         isolations.reverse()
