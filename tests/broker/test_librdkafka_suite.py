@@ -3,7 +3,8 @@
 These are the conformance tests librdkafka's authors run against Apache Kafka. ``librdkafka_allowlist.txt`` beside
 this file lists the ones Fjord must pass on a node configured like the suite's "default" scenario; the few that need
 ACLs (:data:`NEEDS_AUTHORIZER`) run against a second node with an authorizer, which also serves the SSL and SASL
-listeners of the tests that need one (:data:`NEEDS_SECURITY`). Each runs as its own pytest case so a regression names
+listeners of the tests that need one (:data:`NEEDS_SECURITY`), and the one that needs Kafka's initial rebalance delay
+(:data:`NEEDS_REBALANCE_DELAY`) against a third node that has it. Each runs as its own pytest case so a regression names
 the test. The suite is built by ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
 """
 
@@ -56,16 +57,28 @@ QUICK_MODE = {
     "0081": "its second pass repeats every subtest through a consumer handle",
 }
 
-#: The authorizer node: what the suite's "default" scenario needs (4 partitions per auto-created topic), Kafka's
-#: StandardAuthorizer with the suite's plaintext clients (User:ANONYMOUS) a super user, so that the ACLs the test
-#: creates are kept and checked but never deny it, and no initial rebalance delay, as Kafka's own
-#: config/server.properties ships for development and testing: with Kafka's 3 s default, each of the ~20 groups 0081
-#: creates waits 3 s before its first assignment, against Kafka as against Fjord (about 70 s more per pass).
+#: The allowlist's node: what the suite's "default" scenario needs (4 partitions per auto-created topic), and no
+#: initial rebalance delay, as Kafka's own config/server.properties ships for development and testing. With Kafka's
+#: 3 s default every new group waits 3 s before its first assignment, against Kafka as against Fjord: the ~20 groups
+#: of 0081 took about 70 s more per pass, and the allowlist as a whole about 3 minutes more (0030 51 s against 13 s,
+#: 0033 65 s against 35 s).
+SUITE_NODE = {"num.partitions": "4", "group.initial.rebalance.delay.ms": "0"}
+
+#: Tests that need Kafka's default initial rebalance delay (3 s), as trivup's brokers have it: they run against a node
+#: of their own, :data:`SUITE_NODE` with Kafka's default.
+NEEDS_REBALANCE_DELAY = {
+    # 0102 static_group_rebalance: two static members subscribe one after the other, and both must be assigned in the
+    # group's first generation. The delay holds that generation open for the second; without it the first member is
+    # assigned every partition alone, then revoked when the second joins, which the test refuses.
+    "0102": "both static members must be assigned in the group's first generation",
+}
+
+#: The authorizer node: :data:`SUITE_NODE` with Kafka's StandardAuthorizer and the suite's plaintext clients
+#: (User:ANONYMOUS) a super user, so that the ACLs the test creates are kept and checked but never deny it.
 AUTHORIZER_NODE = {
-    "num.partitions": "4",
+    **SUITE_NODE,
     "authorizer.class.name": STANDARD_AUTHORIZER,
     "super.users": "User:ANONYMOUS",
-    "group.initial.rebalance.delay.ms": "0",
 }
 
 #: Tests that need an SSL or SASL listener: they run against :data:`AUTHORIZER_NODE`'s, with the ``test.conf`` client
@@ -121,10 +134,23 @@ def allowlisted() -> list[str]:
 
 @pytest.fixture(scope="module")
 def suite_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """A node configured like the suite's "default" scenario (auto-created topics get 4 partitions)."""
+    """The allowlist's node, :data:`SUITE_NODE`."""
     if not RUNNER.exists():
         pytest.skip(NOT_BUILT)
-    process = start_broker(tmp_path_factory.mktemp("librdkafka-broker"), {"num.partitions": "4"})
+    process = start_broker(tmp_path_factory.mktemp("librdkafka-broker"), SUITE_NODE)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()
+
+
+@pytest.fixture(scope="module")
+def delayed_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """The node of :data:`NEEDS_REBALANCE_DELAY`'s tests: :data:`SUITE_NODE` with Kafka's default delay."""
+    if not RUNNER.exists():
+        pytest.skip(NOT_BUILT)
+    node = {key: value for key, value in SUITE_NODE.items() if key != "group.initial.rebalance.delay.ms"}
+    process = start_broker(tmp_path_factory.mktemp("librdkafka-delayed-broker"), node)
     try:
         yield process
     finally:
@@ -175,6 +201,16 @@ def authorizer_broker(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("test_id", sorted(NEEDS_REBALANCE_DELAY))
+def test_librdkafka_test_passes_with_kafkas_rebalance_delay(
+    test_id: str, delayed_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    suite_conf = write_suite_conf(tmp_path / "test.conf", delayed_broker.bootstrap)
+    ok, summary, output = run_suite_test(test_id, suite_conf)
+    assert ok, f"{summary}\n{output}\n--- broker log ---\n{delayed_broker.log_text()[-3000:]}"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("test_id", sorted(NEEDS_AUTHORIZER))
 def test_librdkafka_test_passes_with_an_authorizer(
     test_id: str, authorizer_broker: BrokerProcess, tmp_path: Path
@@ -210,5 +246,6 @@ def test_only_allowlisted_tests_get_a_second_run() -> None:
     assert set(RACES_THE_CLIENTS_TIMERS) <= set(allowlisted()), "a rerun entry names a test that no longer runs"
     assert set(MEASURES_LATENCY) <= set(allowlisted()), "a latency entry names a test that no longer runs"
     assert not set(NEEDS_AUTHORIZER) & set(allowlisted()), "a test runs on both nodes"
+    assert not set(NEEDS_REBALANCE_DELAY) & (set(allowlisted()) | set(NEEDS_AUTHORIZER)), "a test runs twice"
     assert not set(NEEDS_SECURITY) & (set(allowlisted()) | set(NEEDS_AUTHORIZER)), "a test runs twice"
     assert set(QUICK_MODE) <= set(allowlisted()) | set(NEEDS_AUTHORIZER), "a quick entry names a test that never runs"
