@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import re
 import time
-import urllib.request
 from collections.abc import Callable
 
 from broker_support import BrokerProcess
 from prometheus_client import CollectorRegistry, generate_latest
 
 from broker.metrics import TopicTraffic
+from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.waiting import eventually
 from wire.metrics import ServerMetrics
 
 
 def _sample(text: str, name: str, labels: str = "") -> float:
-    found = re.search(rf"^{re.escape(name)}{re.escape(labels)} ([\d.e+-]+)$", text, re.MULTILINE)
+    found = sample(text, name, labels)
     assert found is not None, f"{name}{labels} missing from:\n{text}"
-    return float(found.group(1))
+    return found
 
 
 async def test_loop_lag_probe_sees_a_blocked_loop() -> None:
@@ -57,17 +56,13 @@ def test_gc_passes_are_timed_per_generation() -> None:
 def test_running_node_serves_lag_gc_and_millisecond_request_buckets(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    node = broker_factory(overrides={"metrics.port": "0"})
-    found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", node.log_text())
-    assert found is not None, node.log_text()
-    url = f"http://127.0.0.1:{found.group(1)}/metrics"
-
-    def scrape() -> str:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return str(response.read().decode())
-
-    text = eventually(scrape, until=lambda text: _sample(text, "fjord_broker_event_loop_lag_seconds_count") >= 5,
-                      timeout=10, what="the lag probe to take 5 samples in a serving node")
+    url = metrics_url(broker_factory(overrides={"metrics.port": "0"}).log_text())
+    text = eventually(
+        lambda: scrape(url),
+        until=lambda text: _sample(text, "fjord_broker_event_loop_lag_seconds_count") >= 5,
+        timeout=10,
+        what="the lag probe to take 5 samples in a serving node",
+    )
     assert 'fjord_broker_gc_seconds_bucket{generation="2",le="0.001"}' in text
     # The ApiVersions handshake of start_broker was timed, in buckets fine enough for a 10 ms latency target.
     assert _sample(text, "fjord_broker_request_seconds_count", '{api="ApiVersions"}') >= 1

@@ -15,9 +15,7 @@ checks on the dispatcher's guard.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +44,7 @@ from controller.image import MetadataImage
 from controller.metadata_records import ClientQuotaRecord, Endpoint
 from controller.quorum import QuorumController
 from controller.remote.client import RemoteControllerClient
+from tests.metrics_scrape import metrics_url, scrape
 from tests.quorum_fixtures import active_voter
 from tests.waiting import eventually
 from wire import codec
@@ -317,10 +316,7 @@ def test_throttled_producer_stays_within_its_quota(quota_broker: BrokerProcess) 
         what="the throttled producer to be logged",
     )
     assert quota_broker.log_text().count(f"client '{client_id}' of principal User:ANONYMOUS exceeds") == 1
-    found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", quota_broker.log_text())
-    assert found is not None
-    with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=5) as response:
-        metrics = response.read().decode()
+    metrics = scrape(metrics_url(quota_broker.log_text()))
     throttled = [
         float(line.rsplit(" ", 1)[1])
         for line in metrics.splitlines()

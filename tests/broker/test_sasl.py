@@ -12,7 +12,6 @@ PLAIN users from ``listener.name.*.plain.sasl.jaas.config`` and SCRAM users from
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import struct
 import subprocess
@@ -44,6 +43,7 @@ from kio.schema.errors import ErrorCode
 
 from controller.config.server import ServerConfig
 from node.process import Node
+from tests.metrics_scrape import metrics_url, scrape
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually
 from wire import codec
@@ -536,15 +536,12 @@ def test_sessions_end_after_connections_max_reauth_ms_and_clients_reauthenticate
             eventually(closed, timeout=20, interval=0.2, what="the expired session's connection to close")
         assert "expired (connections.max.reauth.ms=1500)" in broker.log_text()
 
-        found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", broker.log_text())
-        assert found is not None
-        url = f"http://127.0.0.1:{found.group(1)}/metrics"
+        url = metrics_url(broker.log_text())
         with WireClient(port) as wrong:
             assert _handshake(wrong, "PLAIN").error_code == ErrorCode.none
             failed = _authenticate(wrong, f"\x00alice\x00{WRONG_PASSWORD}".encode())
             assert failed.error_code == ErrorCode.sasl_authentication_failed
-        with urllib.request.urlopen(url, timeout=5) as response:
-            counted = response.read().decode()
+        counted = scrape(url)
         assert 'fjord_broker_authentication_failures_total{listener="SASL",mechanism="PLAIN"} 1.0' in counted
         topic = f"sasl-reauth-{uuid.uuid4().hex[:8]}"
         producer = Producer(

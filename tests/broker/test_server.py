@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
 import struct
-import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
+from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.waiting import eventually
 from wire import codec
 
@@ -141,14 +140,12 @@ def test_metrics_port_serves_connection_and_request_counts(
     broker_factory: Callable[..., BrokerProcess], wire: Callable[[int], WireClient]
 ) -> None:
     node = broker_factory({"metrics.port": "0"})
-    match = re.search(r"metrics served on http://127\.0\.0\.1:(\d+)/metrics", node.log_text())
-    assert match, node.log_text()
+    url = metrics_url(node.log_text())
     client = wire(node.port)
     for _ in range(3):
         client.request(metadata_request(12, None))
-    with urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/metrics", timeout=5) as http:
-        text = http.read().decode()
-    served = re.search(r'fjord_broker_requests_total\{api="Metadata"\} (\d+)', text)
-    assert served and float(served.group(1)) >= 3
-    open_now = re.search(r'fjord_broker_connections\{listener="PLAINTEXT"\} (\d+)', text)
-    assert open_now and float(open_now.group(1)) >= 1
+    text = scrape(url)
+    served = sample(text, "fjord_broker_requests_total", '{api="Metadata"}')
+    assert served is not None and served >= 3
+    open_now = sample(text, "fjord_broker_connections", '{listener="PLAINTEXT"}')
+    assert open_now is not None and open_now >= 1

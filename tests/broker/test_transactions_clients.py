@@ -238,12 +238,12 @@ def log_end(client: WireClient, topic: str, partition: int) -> int:
     return int(part.offset)
 
 
-def transactional_batch(pid: int, epoch: int, value: bytes = b"v") -> bytes:
+def transactional_batch(pid: int, epoch: int, value: bytes = b"v", base_sequence: int = 0) -> bytes:
     return build_batch(
         [Record(key=None, value=value, timestamp=int(time.time() * 1000))],
         producer_id=pid,
         producer_epoch=epoch,
-        base_sequence=0,
+        base_sequence=base_sequence,
         is_transactional=True,
     )
 
@@ -453,13 +453,7 @@ def test_the_next_transaction_is_not_refused_while_the_last_ones_markers_are_wri
             added = add_partitions(client, transactional_id, pid, epoch, targets)
             assert added == dict.fromkeys(targets, ErrorCode.none), f"transaction {sequence + 1}"
             for _, partition in targets:
-                batch = build_batch(
-                    [Record(key=None, value=b"v", timestamp=int(time.time() * 1000))],
-                    producer_id=pid,
-                    producer_epoch=epoch,
-                    base_sequence=sequence,
-                    is_transactional=True,
-                )
+                batch = transactional_batch(pid, epoch, base_sequence=sequence)
                 assert produce_transactional(client, transactional_id, topic, partition, batch).error_code == 0
             assert end_txn(client, transactional_id, pid, epoch, commit=True) is ErrorCode.none
         wait_state(client, transactional_id, "CompleteCommit")

@@ -6,9 +6,7 @@ read_committed consumer (committed records exactly once, aborted ones never).
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -18,6 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
 from kafka_clients import create_topic, module_broker, run_kafkajs, topic_name
 
+from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.reading import read_to_end
 from tests.waiting import eventually
 
@@ -185,18 +184,14 @@ def test_a_commit_writes_its_markers_on_every_partition_in_a_few_wal_flushes(
     at a time, a 16-partition commit took 18 WAL flushes), and the producer's next AddPartitionsToTxn, which waits
     for them, waits that much less."""
     node = broker_factory(overrides={"metrics.port": "0"})
-    found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", node.log_text())
-    assert found is not None, node.log_text()
-    url = f"http://127.0.0.1:{found.group(1)}/metrics"
+    url = metrics_url(node.log_text())
 
     def wal() -> tuple[float, float]:
         """(appends made durable, WAL flushes)"""
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-        appends = re.search(r"^fjord_wal_appends_total ([\d.e+]+)$", text, re.MULTILINE)
-        flushes = re.search(r"^fjord_wal_flush_seconds_count ([\d.e+]+)$", text, re.MULTILINE)
+        text = scrape(url)
+        appends, flushes = sample(text, "fjord_wal_appends_total"), sample(text, "fjord_wal_flush_seconds_count")
         assert appends is not None and flushes is not None, text
-        return float(appends.group(1)), float(flushes.group(1))
+        return appends, flushes
 
     def settled() -> tuple[float, float] | None:
         """The WAL counters once nothing else is written: unchanged for half a second."""

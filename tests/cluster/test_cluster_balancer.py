@@ -10,7 +10,6 @@ with no operator step, and the moves are logged, counted in /metrics and shown b
 from __future__ import annotations
 
 import re
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -51,6 +50,7 @@ from controller.metadata_records import (
 from controller.reassignment import complete
 from controller.shell import MetadataShell, build_tree
 from node.local_cluster import LocalCluster
+from tests.metrics_scrape import metrics_url, sample, scrape
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 SETTLED = 1e9  # seconds: a broker in its state for ever (no fenced or new-broker wait applies)
@@ -444,13 +444,9 @@ def _controller_log(cluster: LocalCluster) -> str:
 
 def _moves_counted(cluster: LocalCluster, goal: str = "leader_count") -> float:
     """fjord_autobalancer_moves_total{goal=...} on the (only) controller's /metrics (0 before the first such move)."""
-    found = re.search(r"metrics served on http://[\d.]+:(\d+)/metrics", _controller_log(cluster))
-    assert found, "the controller serves no /metrics"
-    with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=10) as response:
-        text = response.read().decode()
+    text = scrape(metrics_url(_controller_log(cluster)), timeout=10)
     assert "# TYPE fjord_autobalancer_moves_total counter" in text, "no moves metric on the controller's /metrics"
-    sample = re.search(rf'^fjord_autobalancer_moves_total{{goal="{goal}"}} (\S+)$', text, re.MULTILINE)
-    return float(sample.group(1)) if sample else 0.0
+    return sample(text, "fjord_autobalancer_moves_total", f'{{goal="{goal}"}}') or 0.0
 
 
 def test_a_restarted_broker_leads_again_and_nothing_acknowledged_is_lost(cluster_factory: Any) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from spark_connector.storage_lookup import ClusterFacts, locate_ranges
 from storage.metadata.api import ObjectStreamRange, ObjectType, S3ObjectMetadata
 from tests.cluster.cluster_support import FAST, leaders
 from tests.conftest import S3Server
+from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.spark_connector.test_fjord_source import consume, new_topic, read, rows, without_headers
 from tests.waiting import eventually
 from wire.aborted_txns import AbortedTxn, AbortedTxnEntry
@@ -161,13 +161,8 @@ def fetch_count(kafka: Cluster) -> float:
     """Fetch requests the brokers have answered, all brokers together."""
     total = 0.0
     for path in kafka.broker_logs:
-        log = path.read_text(errors="replace")
-        match = re.search(r"metrics served on http://[0-9.]+:(\d+)/metrics", log)
-        assert match, log
-        with urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/metrics", timeout=5) as http:
-            text = http.read().decode()
-        found = re.search(r'fjord_broker_requests_total\{api="Fetch"\} ([0-9.e+]+)', text)
-        total += float(found.group(1)) if found else 0.0
+        text = scrape(metrics_url(path.read_text(errors="replace")))
+        total += sample(text, "fjord_broker_requests_total", '{api="Fetch"}') or 0.0
     return total
 
 
