@@ -356,11 +356,12 @@ def test_a_wrong_password_is_an_authentication_failure(sasl: SaslBroker, mechani
 
 
 def test_kafka_python_reports_a_wrong_password(sasl: SaslBroker, caplog: pytest.LogCaptureFixture) -> None:
-    """kafka-python retries its bootstrap until ``max_block_ms``; each attempt reports the broker's error code."""
+    """kafka-python retries its bootstrap until ``bootstrap_timeout_ms`` (30 s unless set); each attempt reports the
+    broker's error code."""
     options = _kafka_python(sasl, "SASL", "SCRAM-SHA-256")
     options["sasl_plain_username"], options["sasl_plain_password"] = "mallory-kp", WRONG_PASSWORD
     with pytest.raises(KafkaPythonError):
-        KafkaProducer(**options, max_block_ms=3000)
+        KafkaProducer(**options, bootstrap_timeout_ms=3000)
     assert any("SaslAuthenticationFailedError" in r.getMessage() for r in caplog.records)
     eventually(lambda: _failure_lines(sasl, "mallory-kp"), timeout=10, what="the broker to log the failure")
 
