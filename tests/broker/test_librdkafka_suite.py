@@ -10,7 +10,8 @@ the test. The suite is built by ``scripts/build-librdkafka-tests.sh`` (``make te
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,29 +133,31 @@ def allowlisted() -> list[str]:
     return tests
 
 
-@pytest.fixture(scope="module")
-def suite_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """The allowlist's node, :data:`SUITE_NODE`."""
+@contextlib.contextmanager
+def suite_node(directory: Path, config: Mapping[str, str], args: Sequence[str] = ()) -> Iterator[BrokerProcess]:
+    """A node for the suite's tests (skipped when the suite is not built), which must stop cleanly after them."""
     if not RUNNER.exists():
         pytest.skip(NOT_BUILT)
-    process = start_broker(tmp_path_factory.mktemp("librdkafka-broker"), SUITE_NODE)
+    process = start_broker(directory, config, args=args)
     try:
         yield process
     finally:
         assert process.stop() == 0, process.log_text()
+
+
+@pytest.fixture(scope="module")
+def suite_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """The allowlist's node, :data:`SUITE_NODE`."""
+    with suite_node(tmp_path_factory.mktemp("librdkafka-broker"), SUITE_NODE) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")
 def delayed_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """The node of :data:`NEEDS_REBALANCE_DELAY`'s tests: :data:`SUITE_NODE` with Kafka's default delay."""
-    if not RUNNER.exists():
-        pytest.skip(NOT_BUILT)
     node = {key: value for key, value in SUITE_NODE.items() if key != "group.initial.rebalance.delay.ms"}
-    process = start_broker(tmp_path_factory.mktemp("librdkafka-delayed-broker"), node)
-    try:
+    with suite_node(tmp_path_factory.mktemp("librdkafka-delayed-broker"), node) as process:
         yield process
-    finally:
-        assert process.stop() == 0, process.log_text()
 
 
 @pytest.fixture(scope="module")
@@ -186,17 +189,12 @@ def authorizer_broker(
     suite_certificates: SuiteCertificates, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
     """The node of :data:`NEEDS_AUTHORIZER`'s tests (:data:`AUTHORIZER_NODE`) and :data:`NEEDS_SECURITY`'s."""
-    if not RUNNER.exists():
-        pytest.skip(NOT_BUILT)
-    process = start_broker(
+    with suite_node(
         tmp_path_factory.mktemp("librdkafka-authorizer-broker"),
         {**AUTHORIZER_NODE, **security_listeners(suite_certificates)},
         args=["--add-scram", f"SCRAM-SHA-256=[name={SASL_USER},password={SUITE_PASSWORD}]"],
-    )
-    try:
+    ) as process:
         yield process
-    finally:
-        assert process.stop() == 0, process.log_text()
     assert SUITE_PASSWORD not in process.log_text()
 
 
