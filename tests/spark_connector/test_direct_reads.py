@@ -126,17 +126,27 @@ def produce_mixed(
     start: int = 0,
     codec: str = "none",
     headers: list[tuple[str, bytes | None]] | None = None,
+    null_keys: bool = True,
 ) -> None:
-    """Records whose values compress only about twice (so a few thousand of them fill several uploads)."""
+    """Records whose values compress only about twice (so a few thousand of them fill several uploads); every
+    seventh has no key, unless ``null_keys`` is off (a compacted topic refuses a batch holding one). Every record
+    must be delivered: a refused batch fails the caller here, not later as records that never arrived."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all", "compression.type": codec})
+    refused: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            refused.append(str(err))
+
     for i in range(start, start + count):
-        key = None if i % 7 == 0 else f"k{i}".encode()
+        key = None if null_keys and i % 7 == 0 else f"k{i}".encode()
         value = f"value-{i}-".encode() + os.urandom(40).hex().encode()
         extra: dict[str, Any] = {}
         if headers is not None and i % 2 == 0:
             extra["headers"] = [*headers, ("n", str(i).encode())]
-        producer.produce(topic, value=value, key=key, partition=i % partitions, **extra)
+        producer.produce(topic, value=value, key=key, partition=i % partitions, on_delivery=delivered, **extra)
     assert producer.flush(30) == 0
+    assert not refused, f"{topic}: {len(refused)} of {count} records refused, e.g. {refused[0]}"
 
 
 def uploaded_head(kafka: Cluster, topic: str, partitions: int) -> list[DirectRange]:
@@ -364,8 +374,9 @@ def test_compacted_topic_reads_the_cleaned_stream_directly(spark: SparkSession, 
         future.result(timeout=15)
 
     def cleaned_and_uploaded() -> list[DirectRange] | None:
-        # The switch to the cleaned stream is uploaded once later records fill the LogCache.
-        produce_mixed(kafka.bootstrap, topic, 500, partitions=1, start=3000)
+        # The switch to the cleaned stream is uploaded once later records fill the LogCache (keyed: the topic is
+        # compacted, and a batch with a keyless record would be refused).
+        produce_mixed(kafka.bootstrap, topic, 500, partitions=1, start=3000, null_keys=False)
         found = located(kafka, topic, 1)
         return found if found is not None and len({s.stream_id for s in found[0].slices}) == 2 else None
 
