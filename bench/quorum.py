@@ -37,7 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "controller")]
 
 from test_quorum_support import ControllerClient, QuorumCluster  # noqa: E402
 
-from controller.rpc import messages as m  # noqa: E402
+from metadata.rpc import messages as m  # noqa: E402
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange  # noqa: E402
 
 NODE = NodeIdentity(1000, 1)

@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.raft.core import RaftConfig
-from controller.raft.driver import RaftDriver
-from controller.raft.effects import Role
-from controller.raft.transport import InProcessNetwork
+from raft.core import RaftConfig
+from raft.driver import RaftDriver
+from raft.effects import Role
+from raft.transport import InProcessNetwork
 
 VOTERS = [1, 2, 3]
 

@@ -1,4 +1,4 @@
-"""The broker's authorizer: Kafka's StandardAuthorizer decision (``controller.acl.authorizer``) applied to a
+"""The broker's authorizer: Kafka's StandardAuthorizer decision (``metadata.acl.authorizer``) applied to a
 request's principal, host and listener, with the ACL bindings of the broker's current metadata image.
 
 Off (everything allowed, as before ACLs existed) unless ``authorizer.class.name`` names Kafka's StandardAuthorizer.
@@ -8,7 +8,7 @@ verification), ``User:ANONYMOUS`` needs the rights Kafka gives a broker's own pr
 ``super.users``, or serve the inter-broker listener with SASL and make that user a super user (see README).
 
 Every denial is counted (``fjord_broker_authorization_denials``) and logged once per (principal, operation,
-resource) with the host and listener (``controller.acl.denials``, shared with the CONTROLLER listener), so a client
+resource) with the host and listener (``metadata.acl.denials``, shared with the CONTROLLER listener), so a client
 retrying a forbidden request does not flood the log.
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from controller.acl.authorizer import Authorizer, AuthorizerSettings, settings_from
-from controller.acl.binding import AclBinding, AclOperation, ResourceType
-from controller.acl.denials import DenialCounter, DenialLog
+from metadata.acl.authorizer import Authorizer, AuthorizerSettings, settings_from
+from metadata.acl.binding import AclBinding, AclOperation, ResourceType
+from metadata.acl.denials import DenialCounter, DenialLog
 
 logger = logging.getLogger(__name__)
 

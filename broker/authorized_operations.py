@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from broker.authorization import BrokerAuthorizer
-from controller.acl.binding import AclOperation, ResourceType
+from metadata.acl.binding import AclOperation, ResourceType
 
 __all__ = ["CLUSTER", "GROUP", "OMITTED", "TOPIC", "AclOperation", "bit_field", "operations_of", "reported",
            "reported_for"]

@@ -28,10 +28,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.partition.manager import PartitionManager
 from broker.partition.partition_log import PartitionLog
-from controller.api import ControllerClient, NewTopic
-from controller.config.server import ServerConfig
-from controller.errors import error_code_logged
-from controller.image import MetadataImage
+from metadata.controller_api import ControllerClient, NewTopic
+from metadata.errors import error_code_logged
+from metadata.image import MetadataImage
+from settings.server import ServerConfig
 from wire.record_batch import BatchHeader, Record, decode_records, iter_batches
 from wire.stored_schema import partition_for
 

@@ -17,9 +17,9 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode
 
-from controller.api import IncrementalOp
-from controller.config.describe import ConfigEntry, ConfigSource, ConfigSynonym
-from controller.config.keys import ConfigType
+from metadata.controller_api import IncrementalOp
+from settings.describe import ConfigEntry, ConfigSource, ConfigSynonym
+from settings.keys import ConfigType
 
 ROOT_LOGGER: Final = "root"
 #: The top-level packages whose loggers are Fjord's (pyproject's packages).

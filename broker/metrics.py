@@ -48,7 +48,7 @@ class TopicTraffic:
         )
         self._in: dict[str, tuple[Any, Any]] = {}
         self._out: dict[str, tuple[Any, Any]] = {}
-        # (topic, partition) -> [bytes in, bytes out] since start: the load reports' source (controller.broker_load)
+        # (topic, partition) -> [bytes in, bytes out] since start: the load reports' source (metadata.broker_load)
         self._partition_bytes: dict[tuple[str, int], list[int]] = {}
 
     @classmethod

@@ -35,8 +35,8 @@ from broker.quotas.enforcer import QuotaEnforcer
 from broker.quotas.manager import QuotaType, QuotaWindows
 from broker.sasl_session import SaslSession, SaslStateError
 from broker.services import BrokerServices
-from controller.client_quotas import QuotaEntity
-from controller.errors import error_code_for, error_message_for
+from metadata.client_quotas import QuotaEntity
+from metadata.errors import error_code_for, error_message_for
 from storage.objectstore.base import StoreStats
 from storage.objectstore.metrics import StoreStatsCollector
 from wire import codec

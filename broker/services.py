@@ -14,8 +14,8 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.transactions.coordinator import TransactionCoordinator
-from controller.api import ControllerClient
-from controller.config.server import ServerConfig
+from metadata.controller_api import ControllerClient
+from settings.server import ServerConfig
 
 
 class BrokerServices(Protocol):

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller.acl.binding import AclBinding, AclBindingFilter, invalid_binding
-from controller.api import AclCreateResult, AclDeleteResult
-from controller.metadata_records import AccessControlEntryRecord, MetadataRecord, RemoveAccessControlEntryRecord
+from metadata.acl.binding import AclBinding, AclBindingFilter, invalid_binding
+from metadata.controller_api import AclCreateResult, AclDeleteResult
+from metadata.records import AccessControlEntryRecord, MetadataRecord, RemoveAccessControlEntryRecord
 
 
 @dataclass(frozen=True, slots=True)

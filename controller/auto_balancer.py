@@ -7,7 +7,7 @@ balanced and every ``autobalancer.controller.execution.interval.ms`` while it is
 decision needs beyond the image is when this controller first saw each broker's current state (a fenced broker's
 wait, a new broker's settling); that is not replicated, so a new active controller starts those clocks afresh.
 
-The brokers' load reports (ReportBrokerLoad, ``controller.broker_load``) are kept here too, in memory: the load goal
+The brokers' load reports (ReportBrokerLoad, ``metadata.broker_load``) are kept here too, in memory: the load goal
 plans on them, and :meth:`reset` forgets them with the clocks, so a new active controller waits for fresh reports
 before it moves anything for load.
 
@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from controller import balancer
-from controller.broker_load import REPORT_INTERVAL, BrokerLoad, LoadReports, PartitionLoad
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.image import MetadataImage
+from metadata.broker_load import REPORT_INTERVAL, BrokerLoad, LoadReports, PartitionLoad
+from metadata.image import MetadataImage
+from settings.server import ServerConfig
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ It stands aside rather than fight other mechanisms:
 Internal topics (``__consumer_offsets``, ``__transaction_state``) are balanced like any other: the group and
 transaction coordinators follow their partitions' leaders.
 
-The load goal runs after the leader-count goal, on the traffic the brokers report (``controller.broker_load``: bytes
+The load goal runs after the leader-count goal, on the traffic the brokers report (``metadata.broker_load``: bytes
 in plus bytes out per partition), and only in a round where no move is in flight and the leader-count goal planned
 none: a report measured while partitions moved shows traffic that has since changed brokers, and for the same
 reason ``AutoBalancer.loads`` leaves out every report whose window started before the last move finished.
@@ -49,10 +49,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.broker_load import REPORT_INTERVAL, STALE_INTERVALS, BrokerLoad, PartitionKey, format_rate
-from controller.config.keys import BROKER_KEYS, ConfigValueError
-from controller.config.server import ServerConfig
-from controller.image import MetadataImage, PartitionImage
+from metadata.broker_load import REPORT_INTERVAL, STALE_INTERVALS, BrokerLoad, PartitionKey, format_rate
+from metadata.image import MetadataImage, PartitionImage
+from settings.keys import BROKER_KEYS, ConfigValueError
+from settings.server import ServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ LOAD_MIN_PARTITION_RATE = "autobalancer.controller.load.min.partition.bytes.per.
 #: What a move is for: the leader counts or the load (``Move.goal``, the moves metric's label).
 GOALS = ("leader_count", "load")
 
-#: Every key the balancer reads (defined with types and defaults in ``controller.config.keys``).
+#: Every key the balancer reads (defined with types and defaults in ``settings.keys``).
 KEYS = (
     ENABLE,
     DETECT_INTERVAL,

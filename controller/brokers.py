@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from controller import leadership
-from controller.errors import ControllerError
-from controller.image import MetadataImage
-from controller.metadata_records import (
-    Endpoint,
+from controller.wal_failover import assign, needs_failover, zombie_failover
+from metadata.errors import ControllerError
+from metadata.image import MetadataImage
+from metadata.records import (
     FenceBrokerRecord,
     MetadataRecord,
     RegisterBrokerRecord,
     UnfenceBrokerRecord,
     WALFailoverDoneRecord,
 )
-from controller.wal_failover import assign, needs_failover, zombie_failover
+from settings.endpoint import Endpoint
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import NodeIdentity
 

@@ -2,7 +2,7 @@
 
 A request is turned into the full set of dynamic configs the resource would have (the incremental operations
 applied to what it has now), each value is validated and normalized with its key's definition
-(``controller.config.keys``), and only the keys whose value changes become ``ConfigRecord``s: the controller
+(``settings.keys``), and only the keys whose value changes become ``ConfigRecord``s: the controller
 appends them, and an unchanged request writes nothing.
 """
 
@@ -12,18 +12,20 @@ from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
-from controller.api import ConfigResource, IncrementalOp
-from controller.config.connection_limits import per_ip_refusal
-from controller.config.keys import (
+from metadata.controller_api import ConfigResource, IncrementalOp
+from metadata.errors import ControllerError
+from metadata.image import MetadataImage
+from metadata.records import ConfigRecord
+from settings.connection_limits import per_ip_refusal
+from settings.keys import (
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
     ConfigType,
     ConfigValueError,
     config_key,
     validate_broker_config,
     validate_topic_config,
 )
-from controller.errors import ControllerError
-from controller.image import MetadataImage
-from controller.metadata_records import RESOURCE_BROKER, RESOURCE_TOPIC, ConfigRecord
 
 
 def plan_alter_configs(

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from controller import balancer, reassignment
-from controller.errors import ControllerError
-from controller.image import MetadataImage, PartitionImage
-from controller.metadata_records import BrokerRegistrationChangeRecord, MetadataRecord, UnregisterBrokerRecord
+from metadata.errors import ControllerError
+from metadata.image import MetadataImage, PartitionImage
+from metadata.records import BrokerRegistrationChangeRecord, MetadataRecord, UnregisterBrokerRecord
 
 
 @dataclass(frozen=True, slots=True)

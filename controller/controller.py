@@ -1,5 +1,5 @@
 """The active controller: owns the image, the metadata log and the stream metadata, and implements
-``controller.api.ControllerClient``.
+``metadata.controller_api.ControllerClient``.
 
 Every write runs under one lock: decide against the current image, append the records to the metadata log
 (durable when ``append`` returns), then apply them to a new image and tell subscribers. A write therefore returns
@@ -29,9 +29,15 @@ from collections.abc import Callable, Mapping, Sequence
 from kio.schema.errors import ErrorCode
 
 from controller import balancer, brokers, controlled_shutdown, leadership, reassignment
-from controller.acl.binding import AclBinding, AclBindingFilter
 from controller.acl_control import plan_create_acls, plan_delete_acls
-from controller.api import (
+from controller.config_control import plan_alter_configs
+from controller.metrics import commit_histogram
+from controller.scram_control import plan_scram_alterations
+from controller.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
+from controller.wal_failover import reassignments, wal_location_key
+from metadata.acl.binding import AclBinding, AclBindingFilter
+from metadata.client_quotas import QuotaAlteration, QuotaAlterResult, describe_entity, plan_alter_client_quotas
+from metadata.controller_api import (
     AclCreateResult,
     AclDeleteResult,
     ConfigResource,
@@ -47,26 +53,22 @@ from controller.api import (
     ScramDeletion,
     ScramUpsertion,
 )
-from controller.client_quotas import QuotaAlteration, QuotaAlterResult, describe_entity, plan_alter_client_quotas
-from controller.config.meta_properties import ensure_meta_properties
-from controller.config.server import ServerConfig
-from controller.config_control import plan_alter_configs
-from controller.errors import ControllerError
-from controller.image import MetadataImage, PartitionImage, is_cluster_record
-from controller.kv_keys import partition_kv_key
-from controller.metadata_log import LocalMetadataLog, RecordLog
-from controller.metadata_records import NO_LEADER, RESOURCE_TOPIC, Endpoint, MetadataRecord
-from controller.metrics import commit_histogram
-from controller.producer_ids import (
+from metadata.errors import ControllerError
+from metadata.image import MetadataImage, PartitionImage, is_cluster_record, reassigning
+from metadata.kv_keys import partition_kv_key
+from metadata.log import LocalMetadataLog, RecordLog
+from metadata.producer_ids import (
     ProducerIdBlock,
     ProducerIdsExhaustedError,
     decode_legacy_floor,
     legacy_kv_key,
     next_block,
 )
-from controller.scram_control import plan_scram_alterations
-from controller.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
-from controller.wal_failover import reassignments, wal_location_key
+from metadata.records import NO_LEADER, MetadataRecord
+from settings.endpoint import Endpoint
+from settings.keys import RESOURCE_TOPIC
+from settings.meta_properties import ensure_meta_properties
+from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity, StreamState
 from storage.metadata.memory import InMemoryStreamMetadata, wall_clock_ms
 from storage.namespace import namespace_for
@@ -78,8 +80,8 @@ _REASSIGNMENT_POLL_S = 0.05  # how often the watch looks at the source's streams
 
 class Controller:
     """The single active controller of the local node (the embedded default), and the state machine the Raft
-    quorum's active controller writes through: it implements ``controller.api.ControllerClient`` directly, so the
-    embedded broker calls it without a network hop."""
+    quorum's active controller writes through: it implements ``metadata.controller_api.ControllerClient`` directly,
+    so the embedded broker calls it without a network hop."""
 
     def __init__(
         self,
@@ -125,7 +127,7 @@ class Controller:
             meta.cluster_id,
             recovered.last_offset,
             len(controller.image.topics_by_name),
-            len(controller.image.brokers),
+            len(controller.image.topics_by_name),
         )
         return controller
 
@@ -597,7 +599,7 @@ class Controller:
         now = asyncio.get_running_loop().time()
         async with self._lock:
             image = self._image
-            moving = reassignment.in_flight(image)
+            moving = reassigning(image)
             keys = {(p.topic_id, p.partition, p.leader_epoch) for _, p in moving}
             for stale in [k for k in self._reassign_seen if k not in keys]:
                 del self._reassign_seen[stale]

@@ -9,42 +9,34 @@ it is served here with the dispatcher a voter's listener uses (``controller.rpc.
 the in-process controller, read-only (see ``controller.rpc.dispatcher``): the node's own writes go through its
 broker, which authorizes them, a broker of another process cannot join an embedded controller, and the dump of the
 whole metadata (DescribeMetadata, with SCRAM credentials and ACLs) is not served. Its security protocol and its
-rules are a voter's CONTROLLER listener's (``listener.security.protocol.map``, ``controller.config.security``).
+rules are a voter's CONTROLLER listener's (``listener.security.protocol.map``, ``settings.security``).
 
 :class:`SoleVoter` is what the dispatcher asks of a quorum, answered for a node that is its whole quorum: it always
-leads, DescribeQuorum names it alone (:func:`sole_voter_description`, which the broker's DescribeQuorum answers
-with too), Raft requests get NOT_LEADER_OR_FOLLOWER (no peer sends any), and it keeps no broker sessions or loads.
+leads, DescribeQuorum names it alone (``metadata.rpc.raft_codec.sole_voter_description``, which the broker's
+DescribeQuorum answers with too), Raft requests get NOT_LEADER_OR_FOLLOWER (no peer sends any), and it keeps
+no broker sessions or loads.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 
-from controller.broker_load import BrokerLoad, PartitionLoad
-from controller.config.server import Listener, ServerConfig
 from controller.controller import Controller
-from controller.image import MetadataImage
-from controller.metadata_records import Endpoint
 from controller.quorum import controller_listener
-from controller.raft.messages import DescribeQuorumResponse, Errors, RaftRequest, RaftResponse, ReplicaState
-from controller.rpc.messages import MetadataDump, NotControllerError
 from controller.rpc.server import ControllerServer
+from metadata.broker_load import BrokerLoad, PartitionLoad
+from metadata.image import MetadataImage
+from metadata.rpc.messages import MetadataDump, NotControllerError
+from metadata.rpc.raft_codec import sole_voter_description
+from raft.messages import DescribeQuorumResponse, RaftRequest, RaftResponse
+from settings.endpoint import Endpoint
+from settings.server import Listener, ServerConfig
 from storage.metadata.api import NodeIdentity
 
-__all__ = ["EmbeddedControllerListener", "SoleVoter", "embedded_controller_listener", "sole_voter_description"]
+__all__ = ["EmbeddedControllerListener", "SoleVoter", "embedded_controller_listener"]
 
 logger = logging.getLogger(__name__)
-
-
-def sole_voter_description(node_id: int, image: MetadataImage) -> DescribeQuorumResponse:
-    """DescribeQuorum for a node that is its only voter: the leader of its local metadata log, fetched and caught
-    up just now, as the Raft core (and Kafka) report a leader."""
-    end = image.offset + 1
-    now_ms = int(time.time() * 1000)
-    me = ReplicaState(node_id, end, now_ms, now_ms)
-    return DescribeQuorumResponse(Errors.NONE, node_id, 0, end, (me,), ())
 
 
 def embedded_controller_listener(config: ServerConfig) -> Listener | None:

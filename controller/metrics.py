@@ -17,7 +17,7 @@ from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controller.image import MetadataImage
+from metadata.image import MetadataImage
 from storage.metrics import LATENCY_BUCKETS
 
 

@@ -1,7 +1,7 @@
 """The quorum controller: `Controller` on a Raft-replicated metadata log, served on the CONTROLLER listener.
 
 Every voter runs one. The Raft log holds metadata writes, one entry per write (the write's records as one
-``controller.metadata_log`` batch frame, so a write is applied all-or-nothing). Committed entries are applied on
+``metadata.log`` batch frame, so a write is applied all-or-nothing). Committed entries are applied on
 every voter to the same `Controller` state (image + stream metadata). The Raft leader is the *active controller*: its
 `Controller` validates requests and appends their records through :class:`RaftRecordLog`, whose ``append``
 proposes one entry and returns only when it is committed; the `Controller` (or the stream metadata) then applies
@@ -12,7 +12,7 @@ commit them), are applied by the callback like on a follower.
 
 A new leader becomes active only once its own first entry (the leader-change entry) is committed: everything
 before it is then committed and applied, so validation sees the whole history. A deposed leader refuses writes at
-once (:class:`~controller.rpc.messages.NotControllerError`); writes it had in flight fail the same way when the
+once (:class:`~metadata.rpc.messages.NotControllerError`); writes it had in flight fail the same way when the
 driver reports the role change, so the client retries on the new leader.
 
 Snapshots: when the entries applied since the last snapshot exceed
@@ -32,36 +32,35 @@ active controller only, from the same watch loop.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller.auto_balancer import AutoBalancer
-from controller.broker_load import BrokerLoad, PartitionLoad
-from controller.config.meta_properties import ensure_meta_properties, is_valid_cluster_id
-from controller.config.server import Listener, ServerConfig
 from controller.controller import Controller
-from controller.image import MetadataImage
-from controller.metadata_records import Endpoint, MetadataRecord
-from controller.raft.core import RaftConfig
-from controller.raft.driver import NotLeaderError, RaftDriver
-from controller.raft.effects import Role
-from controller.raft.log import LogEntry, SnapshotId
-from controller.rpc.messages import (
+from controller.rpc.server import ControllerServer
+from controller.rpc.transport import NetworkTransport
+from controller.wal_failover import zombie_failover
+from metadata.broker_load import BrokerLoad, PartitionLoad
+from metadata.image import MetadataImage
+from metadata.records import MetadataRecord
+from metadata.rpc.messages import (
     MetadataDump,
     NodeFencedError,
     NotControllerError,
     decode_metadata_records,
     encode_metadata_records,
 )
-from controller.rpc.server import ControllerServer
-from controller.rpc.transport import NetworkTransport
-from controller.wal_failover import zombie_failover
+from raft.core import RaftConfig
+from raft.driver import NotLeaderError, RaftDriver
+from raft.effects import Role
+from raft.log import LogEntry, SnapshotId
+from settings.endpoint import Endpoint
+from settings.meta_properties import ensure_meta_properties, quorum_cluster_id
+from settings.server import Listener, ServerConfig
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
 from storage.metadata.memory import wall_clock_ms
@@ -72,19 +71,6 @@ logger = logging.getLogger(__name__)
 RAFT_DIR_NAME = "__cluster_metadata-0.raft"
 _POLL_S = 0.02
 _FAILOVER_CHECK_S = 1.0
-
-
-def quorum_cluster_id(config: ServerConfig) -> str:
-    """The cluster id every voter formats with: ``cluster.id`` when configured, else one derived from the voter
-    list, so the voters of one quorum agree without a separate format step (KRaft's ``kafka-storage format -t``)."""
-    configured = config.static.get("cluster.id")
-    if configured:
-        if not is_valid_cluster_id(configured):
-            raise ConfigError(f"cluster.id {configured!r} is not a 22-character base64url UUID")
-        return configured
-    voters = ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in sorted(config.voters, key=lambda v: v.node_id))
-    derived = uuid.uuid5(uuid.NAMESPACE_URL, f"fjord-quorum:{voters}")
-    return base64.urlsafe_b64encode(derived.bytes).decode().rstrip("=")
 
 
 def controller_listener(config: ServerConfig) -> Listener:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller.api import PartitionReassignment, ReassignmentResult
-from controller.image import MetadataImage, PartitionImage
-from controller.metadata_records import NO_LEADER, PartitionChangeRecord
+from metadata.controller_api import PartitionReassignment, ReassignmentResult
+from metadata.image import MetadataImage, PartitionImage
+from metadata.records import NO_LEADER, PartitionChangeRecord
 
 ONE_REPLICA_MESSAGE = (
     "Fjord keeps exactly one replica per partition (its data lives in object storage, so the one broker that "
@@ -96,16 +96,6 @@ def complete(image: MetadataImage, partition: PartitionImage) -> PartitionChange
         replicas=(target,) if target != NO_LEADER else partition.replicas,
         removing_replicas=(),
     )
-
-
-def in_flight(image: MetadataImage) -> list[tuple[str, PartitionImage]]:
-    """Every partition being reassigned, as (topic name, partition), in topic and partition order."""
-    return [
-        (topic.name, partition)
-        for topic in sorted(image.topics_by_name.values(), key=lambda t: t.name)
-        for _, partition in sorted(topic.partitions.items())
-        if partition.reassigning
-    ]
 
 
 def start(partition: PartitionImage, target: int) -> PartitionChangeRecord:

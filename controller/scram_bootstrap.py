@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from controller.api import ControllerClient, ScramUpsertion
+from metadata.controller_api import ControllerClient, ScramUpsertion
 from storage.config import ConfigError
 from wire.sasl.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 

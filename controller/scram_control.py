@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller.api import ScramAlterResult, ScramDeletion, ScramUpsertion
-from controller.image import MetadataImage
-from controller.metadata_records import MetadataRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from metadata.controller_api import ScramAlterResult, ScramDeletion, ScramUpsertion
+from metadata.image import MetadataImage
+from metadata.records import MetadataRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from wire.sasl.scram import MAX_ITERATIONS, MECHANISMS_BY_ID, MIN_ITERATIONS, credential_from_salted
 
 

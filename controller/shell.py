@@ -29,10 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller import balancer
-from controller.broker_load import BrokerLoad, format_rate
-from controller.config.keys import BROKER_KEYS, ConfigValueError
-from controller.image import MetadataImage, is_cluster_record
-from controller.metadata_records import MetadataRecord
+from metadata.broker_load import BrokerLoad, format_rate
+from metadata.image import MetadataImage, is_cluster_record
+from metadata.records import MetadataRecord
+from settings.keys import BROKER_KEYS, ConfigValueError
 from storage.metadata.api import ObjectState, ObjectType, StreamState
 from storage.metadata.memory import InMemoryStreamMetadata
 from storage.metadata.records import (

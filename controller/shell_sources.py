@@ -24,16 +24,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.broker_load import BrokerLoad
-from controller.metadata_log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, iter_batches, read_metadata
-from controller.metadata_records import MetadataRecord
 from controller.quorum import RAFT_DIR_NAME
-from controller.raft.log import EntryKind
-from controller.raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError
-from controller.rpc import messages as m
-from controller.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.broker_load import BrokerLoad
+from metadata.log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, iter_batches, read_metadata
+from metadata.records import MetadataRecord
+from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters, unanswered
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from raft.log import EntryKind
+from raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError
 from storage.metadata.api import NodeIdentity
-from wire import codec
 from wire.client import SaslNotEnabled
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
@@ -86,7 +86,7 @@ async def from_controllers(
             connection = await _connect(connection, timeout, sasl_optional)
             response = await connection.stream_request(m.DescribeMetadata(NodeIdentity(-1, -1)), timeout=timeout)
         except (OSError, TimeoutError, ConnectionClosedError) as exc:
-            problems.append(_problem(host, port, exc, tls))
+            problems.append(unanswered(host, port, exc, tls))
             continue
         finally:
             await connection.close()
@@ -101,23 +101,6 @@ async def from_controllers(
             await _broker_loads(addresses, timeout, tls, sasl, sasl_optional),
         )
     raise MetadataSourceError("no controller answered DescribeMetadata: " + "; ".join(problems))
-
-
-def _problem(host: str, port: int, exc: BaseException, tls: ClientTls | None) -> str:
-    """Why ``host:port`` gave no answer, for the one-line error. A listener that requires a client certificate
-    ends a TLS 1.3 connection without one only after the handshake, so the client sees no more than a closed
-    connection: the likely cause is named with it. So does a listener with an authorizer to a caller whose principal
-    (SASL user, certificate, or User:ANONYMOUS) lacks the right: DescribeMetadata, the whole metadata, is served to
-    super users only."""
-    text = f"{host}:{port}: {type(exc).__name__} {exc}".rstrip()
-    if tls is not None and isinstance(exc, ConnectionClosedError):
-        text += " (closed unanswered over TLS, as a listener with ssl.client.auth=required does without a client "
-        text += "certificate: ssl.keystore.location, and one with an authorizer when the certificate's principal is "
-        text += "not a super user: DescribeMetadata is served to super users only)"
-    elif isinstance(exc, ConnectionClosedError):
-        text += " (closed unanswered, as a listener with an authorizer does when the caller is not a super user: "
-        text += "DescribeMetadata is served to super users only)"
-    return text
 
 
 async def _connect(connection: ControllerConnection, timeout: float, sasl_optional: bool) -> ControllerConnection:
@@ -184,47 +167,11 @@ async def from_brokers(
 ) -> LoadedMetadata:
     """Via a broker: the controllers it names (:func:`quorum_voters`) are asked as :func:`from_controllers` does,
     with the brokers' ``tls`` and, where their listener speaks SASL, ``sasl``."""
-    voters = await quorum_voters(addresses, timeout, tls=tls, sasl=sasl)
+    try:
+        voters = await quorum_voters(addresses, timeout, _CLIENT_ID, tls=tls, sasl=sasl)
+    except QuorumDiscoveryError as exc:
+        raise MetadataSourceError(str(exc)) from exc
     return await from_controllers(list(voters.values()), timeout, tls=tls, sasl=sasl, sasl_optional=tls is not None)
-
-
-async def quorum_voters(
-    addresses: list[tuple[str, int]],
-    timeout: float = 5.0,
-    client_id: str = _CLIENT_ID,
-    *,
-    tls: ClientTls | None = None,
-    sasl: SaslCredentials | None = None,
-) -> dict[int, tuple[str, int]]:
-    """The controller voters (id → listener address) that the first broker in ``addresses`` to answer names in its
-    DescribeQuorum answer (v2, forwarded to the Raft leader): how a client that knows only the bootstrap servers
-    reaches the quorum. ``tls``/``sasl``: how the brokers' listener is reached."""
-    problems = []
-    for host, port in addresses:
-        cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
-        topic = codec.build_nested(
-            cls, "topics", topic_name=m.METADATA_TOPIC,
-            partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
-                                           partition_index=m.METADATA_PARTITION),),
-        )
-        connection = ControllerConnection(host, port, client_id=client_id, ssl_context=tls, sasl=sasl)
-        try:
-            await connection.connect(timeout=timeout)
-            response = await connection.request(codec.build(cls, topics=(topic,)), timeout=timeout)
-        except (OSError, TimeoutError, ConnectionClosedError) as exc:
-            problems.append(_problem(host, port, exc, tls))
-            continue
-        finally:
-            await connection.close()
-        voters: dict[int, tuple[str, int]] = {}
-        for node in response.nodes:
-            for listener in node.listeners:
-                voters.setdefault(int(node.node_id), (listener.host, int(listener.port)))
-        if not voters:
-            problems.append(f"{host}:{port}: DescribeQuorum named no controller (error {int(response.error_code)})")
-            continue
-        return voters
-    raise MetadataSourceError("no broker told where the controllers are: " + "; ".join(problems))
 
 
 def from_snapshot(path: Path) -> LoadedMetadata:

@@ -16,21 +16,13 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller.api import CreateTopicResult, DeleteTopicResult, NewTopic
-from controller.config.describe import describe_topic_configs
-from controller.config.keys import ConfigValueError, validate_topic_config
-from controller.config.server import ServerConfig
-from controller.errors import ControllerError
-from controller.image import MetadataImage
-from controller.metadata_records import (
-    NO_LEADER,
-    RESOURCE_TOPIC,
-    ConfigRecord,
-    MetadataRecord,
-    PartitionRecord,
-    RemoveTopicRecord,
-    TopicRecord,
-)
+from metadata.controller_api import CreateTopicResult, DeleteTopicResult, NewTopic
+from metadata.errors import ControllerError
+from metadata.image import MetadataImage
+from metadata.records import NO_LEADER, ConfigRecord, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
+from settings.describe import describe_topic_configs
+from settings.keys import RESOURCE_TOPIC, ConfigValueError, validate_topic_config
+from settings.server import ServerConfig
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.config.jaas import JaasError, parse_jaas
+from settings.jaas import JaasError, parse_jaas
 from storage.config import ConfigError, read_properties
 from wire.sasl.client import CLIENT_MECHANISMS, SaslCredentials
 from wire.tls import ClientTls, TlsError, TlsSettings, client_context

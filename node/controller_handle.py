@@ -1,6 +1,6 @@
 """How a node gets its controller: the in-process one, a voter of the Raft quorum, or a client of the quorum.
 
-A node's broker codes only against ``controller.api.ControllerClient``; which implementation it gets depends on
+A node's broker codes only against ``metadata.controller_api.ControllerClient``; which implementation it gets depends on
 the node's roles (``default_controller_factory``). This is the one place that chooses, so the controller package
 never needs to know about nodes, and tests can hand a node any controller they build.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from controller.api import ControllerClient
-from controller.config.server import ServerConfig
 from controller.controller import Controller
 from controller.embedded_listener import EmbeddedControllerListener, embedded_controller_listener
+from controller.metadata_replica import MetadataReplica, VoterFollower
 from controller.quorum import QuorumController, uses_quorum
-from controller.remote.client import RemoteControllerClient
-from controller.remote.replica import VoterFollower
+from metadata.controller_api import ControllerClient
+from metadata.remote.client import RemoteControllerClient
+from settings.server import ServerConfig
 
 ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 
@@ -80,7 +80,7 @@ async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
     leadership over if it has it."""
     quorum = await QuorumController.start(config)
     try:
-        client = await RemoteControllerClient.start(config, replica=VoterFollower(quorum))
+        client = await RemoteControllerClient.start(config, lambda _cluster_id: VoterFollower(quorum))
     except BaseException:
         await quorum.stop()
         raise
@@ -101,9 +101,17 @@ async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
     return ControllerHandle(client, close, stopping)
 
 
+async def start_quorum_client(config: ServerConfig, catch_up_timeout_s: float = 60.0) -> RemoteControllerClient:
+    """A broker-only node's client of the controller quorum (``metadata.remote``), following the metadata log as a
+    Raft observer of its own (``controller.metadata_replica``), caught up."""
+    return await RemoteControllerClient.start(
+        config, lambda cluster_id: MetadataReplica(config, cluster_id), catch_up_timeout_s=catch_up_timeout_s
+    )
+
+
 async def open_quorum_client(config: ServerConfig) -> ControllerHandle:
-    """A broker-only node's client of the controller quorum (``controller.remote``), closed with the node."""
-    client = await RemoteControllerClient.start(config)
+    """A broker-only node's client of the controller quorum, closed with the node."""
+    client = await start_quorum_client(config)
     return ControllerHandle(client, client.close)
 
 

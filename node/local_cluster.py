@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.rpc import messages as m
-from controller.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
 from wire import codec
 
 __all__ = [

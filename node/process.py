@@ -25,16 +25,16 @@ from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
-from controller.api import ControlledShutdown, ControllerClient, LoadReporting, ScramUpsertion
-from controller.config.connection_limits import dynamic_texts
-from controller.config.server import ServerConfig
-from controller.image import MetadataImage
-from controller.metadata_records import Endpoint
 from controller.quorum import QuorumController
 from controller.scram_bootstrap import add_scram_credentials
 from controller.wal_failover import wal_location_key, zombie_failover
+from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting, ScramUpsertion
+from metadata.image import MetadataImage
 from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
 from node.metrics import register_node_metrics
+from settings.connection_limits import dynamic_texts
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
 from storage.engine import StorageEngine
@@ -356,7 +356,7 @@ class Node:
         logger.info("node %d serving the controller quorum only", self.node_id)
 
     def _configured_metrics_port(self) -> int | None:
-        """``metrics.port`` (off when unset); controller.config parsed and range-checked it when the config loaded."""
+        """``metrics.port`` (off when unset); settings parsed and range-checked it when the config loaded."""
         port: int | None = self.config.value("metrics.port")
         return port
 

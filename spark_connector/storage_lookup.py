@@ -1,7 +1,7 @@
 """Planning the direct path on the driver: where each partition's log stream is and which objects hold a range.
 
 The driver knows only the bootstrap servers. A broker's DescribeQuorum answer names the controller voters
-(``controller.shell_sources.quorum_voters``, what ``fjord metadata shell --bootstrap`` does; an embedded single node
+(``metadata.remote.discovery.quorum_voters``, what ``fjord metadata shell --bootstrap`` does; an embedded single node
 names its own read-only CONTROLLER listener, ``controller.embedded_listener``), and the active controller answers
 Fjord's read-only stream RPCs (GetKV, GetStreams, GetObjects) through the same ``RemoteStreamMetadata`` a broker
 uses. Per partition: the KV entry ``<namespace>/<topicId>/<partition>`` names the
@@ -27,10 +27,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.kv_keys import partition_kv_key
-from controller.remote.channel import ActiveControllerChannel
-from controller.remote.stream_metadata import RemoteStreamMetadata
-from controller.shell_sources import MetadataSourceError, quorum_voters
+from metadata.kv_keys import partition_kv_key
+from metadata.remote.channel import ActiveControllerChannel
+from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters
+from metadata.remote.stream_metadata import RemoteStreamMetadata
 from spark_connector.direct_plan import (
     DirectRange,
     ObjectSlice,
@@ -81,7 +81,7 @@ def locate_ranges(
     try:
         return asyncio.run(_locate(facts, object_store, ranges, read_committed))
     # ValueError: a meta stream record or a controller answer that does not decode.
-    except (MetadataSourceError, StorageError, ValueError, OSError, TimeoutError) as exc:
+    except (QuorumDiscoveryError, StorageError, ValueError, OSError, TimeoutError) as exc:
         raise StorageLookupError(
             f"could not locate the uploaded data of the cluster at "
             f"{','.join(f'{h}:{p}' for h, p in facts.bootstrap)}: {exc}"
@@ -93,7 +93,7 @@ async def _locate(
 ) -> list[OffsetRange | DirectRange]:
     try:
         voters = await quorum_voters(list(facts.bootstrap), REQUEST_TIMEOUT_S, client_id=CLIENT_ID)
-    except MetadataSourceError as exc:
+    except QuorumDiscoveryError as exc:
         raise StorageLookupError(
             f"{exc}; reading directly needs the controllers reachable over the network (a cluster, or a single "
             "combined node with a CONTROLLER listener): use fjord.read=broker or auto"

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from controller.config.server import ServerConfig
 from controller.quorum import QuorumController
+from settings.server import ServerConfig
 from tests.ports import free_ports
 from tests.waiting import eventually_async
 

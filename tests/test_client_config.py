@@ -49,7 +49,7 @@ def test_sasl_ssl_gives_a_context_checking_the_server_and_the_user(tmp_path: Pat
              "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required username="ops";'},
             "sasl.jaas.config",
         ),
-        (  # an empty password, refused as in a node's own JAAS login (controller.config.jaas JaasEntry.login)
+        (  # an empty password, refused as in a node's own JAAS login (settings.jaas JaasEntry.login)
             {
                 "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "SCRAM-SHA-512",

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.config.server import ServerConfig
 from node.local_cluster import BROKER_CONFIG, CONFIG_DIR, CONTROLLER_CONFIG, plan_cluster
+from settings.server import ServerConfig
 from storage.config import parse_bucket_url, parse_overrides, read_properties
 
 REPO = Path(__file__).resolve().parents[1]

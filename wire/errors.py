@@ -1,7 +1,7 @@
 """The exception that carries a Kafka error code.
 
 Raised wherever a failure has a definite code (a handler, the group coordinator, the controller), so that
-``controller.errors.error_code_for`` reports it as that code and its message is what the client sees.
+``metadata.errors.error_code_for`` reports it as that code and its message is what the client sees.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """TLS for Kafka listeners: an :class:`ssl.SSLContext` built from PEM files or PEM text, with the standard library;
 the server side of a listener (:func:`server_context`) and a node's own connections to one (:func:`client_context`).
 
-Kept apart from the config keys (``controller.config.security`` reads ``ssl.*`` and per-listener overrides, and
+Kept apart from the config keys (``settings.security`` reads ``ssl.*`` and per-listener overrides, and
 names the key in its errors): this module only knows plain paths, PEM strings and the choices Kafka's ``ssl.*``
 settings offer. Each :class:`TlsError` names the :class:`TlsSettings` field at fault, never a secret's value, so the
 caller can turn it into a one-line error that names the key without echoing a password or key material.

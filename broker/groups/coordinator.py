@@ -51,7 +51,7 @@ from broker.internal_topic import (
     replay,
 )
 from broker.partition.partition_log import PartitionLog
-from controller.config.server import ServerConfig
+from settings.server import ServerConfig
 from wire.control_records import ControlRecordError, decode_marker
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch

@@ -24,8 +24,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker.handlers.context import Handler, RequestContext
-from controller import admin_wire
-from controller.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
+from metadata.admin import wire as admin_wire
 from wire import codec
 
 Guard = Callable[[RequestContext, Any, Handler], Awaitable[Any]]

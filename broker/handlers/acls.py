@@ -1,7 +1,7 @@
 """DescribeAcls (key 29), CreateAcls (30) and DeleteAcls (31) v1-3: ACL bindings, as ``kafka-acls.sh`` and the
 admin clients manage them.
 
-Creations and deletions go to the controller (``controller.admin_requests``, forwarded to the active controller in
+Creations and deletions go to the controller (``metadata.admin.requests``, forwarded to the active controller in
 a quorum), which keeps the bindings as metadata records; descriptions are read from this broker's metadata image,
 as a KRaft broker answers from its metadata cache. The CLUSTER checks (ALTER to change, DESCRIBE to list) are
 ``broker.handlers.acl_table``'s. Without an authorizer Kafka answers these APIs with SECURITY_DISABLED; so does
@@ -15,8 +15,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from controller import acl_wire, admin_requests
-from controller.admin_requests import always
+from metadata.admin import acl_wire
+from metadata.admin import requests as admin_requests
+from metadata.admin.requests import always
 from wire import codec
 
 _SECURITY_DISABLED = "No Authorizer is configured (authorizer.class.name)"

@@ -2,7 +2,7 @@
 
 The controller validates and moves the partitions (``controller.reassignment``, DESIGN §9); brokers of a cluster
 forward the request to the active controller, which reads and answers it through the same translation
-(``controller.admin_wire``). A failure to reach the controller is reported on every partition of the request, never
+(``metadata.admin.wire``). A failure to reach the controller is reported on every partition of the request, never
 as a dropped connection.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from broker.handlers.context import RequestContext
-from controller import admin_requests, admin_wire
+from metadata.admin import requests as admin_requests
+from metadata.admin import wire as admin_wire
 
 
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:

@@ -1,7 +1,7 @@
 """DescribeClientQuotas (key 48) and AlterClientQuotas (49) v0-1: client quotas, as ``kafka-configs.sh
 --entity-type users/clients`` and the admin clients manage them (KIP-546).
 
-Alterations go to the controller (``controller.admin_requests``, forwarded to the active controller in a quorum),
+Alterations go to the controller (``metadata.admin.requests``, forwarded to the active controller in a quorum),
 which validates them and keeps the quotas as metadata records; descriptions are read from this broker's metadata
 image, as a KRaft broker answers from its metadata cache. The CLUSTER checks (DESCRIBE_CONFIGS to describe,
 ALTER_CONFIGS to alter, as Kafka's) are ``broker.handlers.acl_table``'s; enforcement is ``broker.quotas``'.
@@ -14,9 +14,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from controller import admin_requests, client_quota_wire
-from controller.admin_requests import always
-from controller.client_quotas import QuotaRequestError, quota_filter
+from metadata.admin import quota_wire as client_quota_wire
+from metadata.admin import requests as admin_requests
+from metadata.admin.requests import always
+from metadata.client_quotas import QuotaRequestError, quota_filter
 
 
 async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:

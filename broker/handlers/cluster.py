@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from broker import authorized_operations
 from broker.handlers.context import RequestContext
 from broker.handlers.metadata import client_controller_id, live_endpoint
-from controller.acl.binding import CLUSTER_NAME, ResourceType
+from metadata.acl.binding import CLUSTER_NAME, ResourceType
 from wire import codec
 
 ENDPOINT_TYPE_BROKERS = 1

@@ -1,8 +1,8 @@
 """DescribeConfigs (key 32) v1-4, AlterConfigs (key 33) v0-2 and IncrementalAlterConfigs (key 44) v0-1, for topic
 and broker resources, and (DescribeConfigs, IncrementalAlterConfigs) this broker's loggers.
 
-Which keys exist, their types, defaults, synonyms and sources are ``controller.config``'s; changes are validated
-and applied by the controller. The alter requests are read and answered through ``controller.admin_wire`` (shared
+Which keys exist, their types, defaults, synonyms and sources are ``settings``'s; changes are validated
+and applied by the controller. The alter requests are read and answered through ``metadata.admin.wire`` (shared
 with the controller listener); what stays here is the broker's own part: a broker resource must name this broker,
 and a BROKER_LOGGER resource is this process's loggers (``broker.logger_levels``), changed here and never sent to
 the controller (not persisted, as in Kafka).
@@ -19,10 +19,11 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.logger_levels import LoggerConfigError, alter_loggers, describe_loggers
-from controller import admin_requests, admin_wire
-from controller.admin_wire import ResourceRefused
-from controller.api import ConfigResource
-from controller.config.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
+from metadata.admin import requests as admin_requests
+from metadata.admin import wire as admin_wire
+from metadata.admin.wire import ResourceRefused
+from metadata.controller_api import ConfigResource
+from settings.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
 from wire import codec
 
 RESOURCE_TOPIC = ConfigResource.TOPIC

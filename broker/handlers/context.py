@@ -22,8 +22,8 @@ from broker.metrics import TopicTraffic
 from broker.quotas.enforcer import RequestCharge
 from broker.sasl_session import SaslSession
 from broker.services import BrokerServices
-from controller.acl.binding import ANONYMOUS, AclOperation, ResourceType
-from controller.admin_requests import MutationQuota
+from metadata.acl.binding import ANONYMOUS, AclOperation, ResourceType
+from metadata.admin.requests import MutationQuota
 from wire import codec
 from wire.api_versions import VersionRange
 

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.handlers.per_partition import answer_per_partition
 from broker.partition.access import leader_log
-from controller.errors import error_code_logged
+from metadata.errors import error_code_logged
 from wire import codec
 
 logger = logging.getLogger(__name__)

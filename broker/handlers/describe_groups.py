@@ -14,7 +14,7 @@ from broker import authorized_operations
 from broker.groups.state import GroupState
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from controller.acl.binding import ResourceType
+from metadata.acl.binding import ResourceType
 from wire import codec
 
 

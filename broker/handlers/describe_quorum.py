@@ -3,8 +3,8 @@
 In a cluster the request is forwarded unchanged to the Raft leader (KRaft brokers forward it too), so voters,
 observers (the brokers replaying the metadata log), epoch and high watermark are the quorum's own. A combined
 single node has no Raft quorum: it answers for itself as the only voter, leader of its local metadata log, and
-(v2) names its CONTROLLER listener when it serves one (``controller.embedded_listener``), which is how a client
-that knows only the bootstrap servers finds where to read the metadata, as it does in a cluster.
+(v2) names its CONTROLLER listener when it serves one (``controller.embedded_listener`` serves it), which is
+how a client that knows only the bootstrap servers finds where to read the metadata, as it does in a cluster.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from controller.api import QuorumForwarder
-from controller.embedded_listener import sole_voter_description
-from controller.rpc.raft_codec import describe_quorum_response
+from metadata.controller_api import QuorumForwarder
+from metadata.rpc.raft_codec import describe_quorum_response, sole_voter_description
 
 
 async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:

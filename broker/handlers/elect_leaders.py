@@ -2,7 +2,7 @@
 
 The controller decides (``controller.leadership.elect``: preferred, or unclean, which in Fjord loses nothing since
 every replica reads the same shared storage); a broker of a cluster forwards the request to the active controller,
-which answers it through the same translation (``controller.admin_wire``). The CLUSTER ALTER check is
+which answers it through the same translation (``metadata.admin.wire``). The CLUSTER ALTER check is
 ``broker.handlers.acl_table``'s.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from broker.handlers.context import RequestContext
-from controller import admin_requests, admin_wire
+from metadata.admin import requests as admin_requests
+from metadata.admin import wire as admin_wire
 
 
 async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:

@@ -31,7 +31,7 @@ from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedTxn
-from controller.errors import error_code_logged
+from metadata.errors import error_code_logged
 from wire import codec
 from wire.errors import KafkaError
 

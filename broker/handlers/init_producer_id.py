@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
-from controller.errors import error_code_for
+from metadata.errors import error_code_for
 from wire import codec
 
 logger = logging.getLogger(__name__)

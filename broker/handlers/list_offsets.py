@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
 from broker.partition.partition_log import MAX_TIMESTAMP
-from controller.errors import error_code_logged
+from metadata.errors import error_code_logged
 from wire import codec
 from wire.errors import KafkaError
 

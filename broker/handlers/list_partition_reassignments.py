@@ -12,7 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from controller.reassignment import in_flight
+from metadata.image import reassigning
 from wire import codec
 
 
@@ -25,7 +25,7 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
             wanted.setdefault(topic.name, set()).update(int(p) for p in topic.partition_indexes)
     topic_cls = codec.field_entity(ctx.response_class, "topics")
     by_topic: dict[str, list[Any]] = {}
-    for name, partition in in_flight(image):
+    for name, partition in reassigning(image):
         if wanted is not None and partition.partition not in wanted.get(name, ()):
             continue
         adding = tuple(r for r in partition.replicas if r not in partition.removing_replicas)

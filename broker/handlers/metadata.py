@@ -12,9 +12,9 @@ from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
 from broker.handlers.context import RequestContext
-from controller.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from controller.api import NewTopic
-from controller.image import BrokerImage, MetadataImage, TopicImage
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
+from metadata.controller_api import NewTopic
+from metadata.image import BrokerImage, MetadataImage, TopicImage
 from wire import codec
 
 logger = logging.getLogger(__name__)

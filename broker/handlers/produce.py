@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.partition.access import leader_log
 from broker.partition.partition_log import AppendResult, PartitionLog
-from controller.errors import error_code_for, error_code_logged, error_message_for
+from metadata.errors import error_code_for, error_code_logged, error_message_for
 from wire import codec
 from wire.errors import KafkaError
 from wire.record_batch import InvalidBatchError, parse_header

@@ -1,7 +1,7 @@
 """DescribeUserScramCredentials (key 50) v0 and AlterUserScramCredentials (key 51) v0: SCRAM users, as
 ``kafka-configs.sh --entity-type users`` and the admin clients manage them.
 
-Alterations go to the controller (``controller.admin_requests``, forwarded to the active controller in a quorum),
+Alterations go to the controller (``metadata.admin.requests``, forwarded to the active controller in a quorum),
 which keeps the credentials as metadata records; descriptions are read from this broker's metadata image, as a
 KRaft broker answers from its metadata cache. Only mechanisms and iteration counts are ever described.
 """
@@ -14,9 +14,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from controller import admin_requests
-from controller.admin_requests import always
-from controller.image import MetadataImage
+from metadata.admin import requests as admin_requests
+from metadata.admin.requests import always
+from metadata.image import MetadataImage
 from wire import codec
 
 

@@ -1,8 +1,8 @@
 """CreateTopics (key 19) v2-7, DeleteTopics (key 20) v1-6 and CreatePartitions (key 37) v0-3.
 
 Validation of names, counts, replication factors, assignments and configs is the controller's. The checks about the
-request itself (duplicates, contradictory fields) and the translation of every version are ``controller.admin_wire``'s;
-asking the controller item by item and reporting failures per topic is ``controller.admin_requests``'s. Both are
+request itself (duplicates, contradictory fields) and the translation of every version are ``metadata.admin.wire``'s;
+asking the controller item by item and reporting failures per topic is ``metadata.admin.requests``'s. Both are
 shared with the controller listener, which answers the same requests when a broker forwards them.
 
 Each is charged to the client's controller mutation quota (KIP-599) there too; the versions from which the quota is
@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from broker.handlers.context import RequestContext
-from controller import admin_requests, admin_wire
+from metadata.admin import requests as admin_requests
+from metadata.admin import wire as admin_wire
 
 #: The first versions whose clients retry THROTTLING_QUOTA_EXCEEDED (KIP-599).
 _STRICT_CREATE_TOPICS: Final = 6

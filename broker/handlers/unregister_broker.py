@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from controller.errors import error_code_for, error_message_for
+from metadata.errors import error_code_for, error_message_for
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.partition.manager import PartitionManager
 from broker.partition.partition_log import PartitionLog
-from controller.api import ControllerClient
+from metadata.controller_api import ControllerClient
 from wire.errors import KafkaError
 
 #: How long a request waits for a partition this broker was just made leader of to finish opening.

@@ -1,6 +1,6 @@
 """The topic configs the partition log enforces, with Kafka's names.
 
-controller.config is the one definition of every topic config (type, broker synonyms, Kafka's default) and of how
+settings is the one definition of every topic config (type, broker synonyms, Kafka's default) and of how
 a topic's effective values resolve; this module only picks the values the partition log acts on into a typed record,
 so the log never re-implements a lookup or carries a default of its own.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.config.keys import BROKER_KEYS, TOPIC_CONFIGS
+from settings.keys import BROKER_KEYS, TOPIC_CONFIGS
 
 
 def _default(name: str) -> Any:
@@ -63,7 +63,7 @@ class LogConfig:
         checkpoint_interval_ms: int = _CHECKPOINT_MS,
         checkpoint_interval_bytes: int = _CHECKPOINT_BYTES,
     ) -> LogConfig:
-        """From a topic's typed values as :func:`controller.config.describe.effective_topic_configs` resolves them
+        """From a topic's typed values as :func:`settings.describe.effective_topic_configs` resolves them
         (topic override, dynamic and static broker synonyms, Kafka default; invalid values already replaced by
         defaults); the broker-only keys come from the server config."""
         return cls(

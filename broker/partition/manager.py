@@ -26,10 +26,10 @@ from broker.partition.cleaner import CleanerSettings, LogCleaner
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from broker.partition.retention import HeadCache, enforce_retention
-from controller.api import ControllerClient
-from controller.config.describe import effective_topic_configs
-from controller.config.server import ServerConfig
-from controller.image import MetadataImage, PartitionImage
+from metadata.controller_api import ControllerClient
+from metadata.image import MetadataImage, PartitionImage
+from settings.describe import effective_topic_configs
+from settings.server import ServerConfig
 from storage.namespace import namespace_for
 from storage.stream_api import ObservedStreamClient, StreamClient
 from wire.errors import KafkaError

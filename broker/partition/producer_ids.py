@@ -1,6 +1,6 @@
 """Producer-id allocation for InitProducerId: blocks from the active controller, ids handed out one by one.
 
-The broker asks the controller for a block with AllocateProducerIds (``controller.producer_ids``): the controller
+The broker asks the controller for a block with AllocateProducerIds (``metadata.producer_ids``): the controller
 commits each block to the metadata log before answering, so the brokers of a cluster never hold overlapping blocks
 and a block is never given twice, across broker and controller restarts alike. A broker restart skips the rest of
 its block, as Kafka's ProducerIdManager does. The combined node's broker calls its own controller in process; a
@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from controller.image import MetadataImage
-from controller.producer_ids import BLOCK_SIZE, ProducerIdBlock
-from controller.producer_ids import was_allocated as allocated_in_image
+from metadata.image import MetadataImage
+from metadata.producer_ids import BLOCK_SIZE, ProducerIdBlock
+from metadata.producer_ids import was_allocated as allocated_in_image
 
 __all__ = ["BLOCK_SIZE", "ProducerIdAllocator", "ProducerIdSource"]
 
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 class ProducerIdSource(Protocol):
-    """The part of ``controller.api.ControllerClient`` producer ids need."""
+    """The part of ``metadata.controller_api.ControllerClient`` producer ids need."""
 
     @property
     def image(self) -> MetadataImage: ...

@@ -34,7 +34,7 @@ from broker.quotas.busy_time import BusyTime, timed
 from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
 from broker.quotas.mutations import RequestMutations
 from broker.quotas.resolution import ResolvedQuota, resolve
-from controller.client_quotas import QuotaEntity
+from metadata.client_quotas import QuotaEntity
 from wire import codec
 from wire.api_versions import PRE_AUTHENTICATION_KEYS, WRITE_TXN_MARKERS_KEY
 from wire.listener import Peer, Response

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from broker.quotas.resolution import QuotaTags, ResolvedQuota, resolve
-from controller.client_quotas import (
+from metadata.client_quotas import (
     CONSUMER_BYTE_RATE,
     CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,

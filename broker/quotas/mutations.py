@@ -2,7 +2,7 @@
 
 ``controller_mutation_rate`` limits the partitions a (user, client id) creates (CreateTopics, CreatePartitions) or
 deletes (DeleteTopics) per second, measured with the same windowed rate and entity precedence as the other client
-quotas (``manager``, ``resolution``). ``controller.admin_requests`` checks and charges each topic before the
+quotas (``manager``, ``resolution``). ``metadata.admin.requests`` checks and charges each topic before the
 controller creates or deletes anything, and gives back what the controller refused:
 
 - strict (CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+, whose clients retry THROTTLING_QUOTA_EXCEEDED):
@@ -36,7 +36,7 @@ _KIND = QuotaType.CONTROLLER_MUTATION
 
 
 class RequestMutations:
-    """One request's controller mutation quota: a ``controller.admin_requests.MutationQuota``.
+    """One request's controller mutation quota: a ``metadata.admin.requests.MutationQuota``.
 
     :meth:`admit` checks and charges a topic in one synchronous step, so concurrent requests of one client cannot
     all pass the check before any of them is charged; :meth:`adjust` corrects the charge once the controller

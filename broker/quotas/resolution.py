@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controller.client_quotas import CLIENT_ID, USER, QuotaEntity
+from metadata.client_quotas import CLIENT_ID, USER, QuotaEntity
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from broker.transactions.state import (
     TxnState,
     TxnTransit,
 )
-from controller.config.server import ServerConfig
+from settings.server import ServerConfig
 from wire import codec
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch

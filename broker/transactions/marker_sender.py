@@ -21,7 +21,7 @@ from broker.partition.manager import PartitionManager
 from broker.transactions.markers import write_markers
 from broker.transactions.peers import Peers
 from broker.transactions.state import TopicPartition
-from controller.api import ControllerClient
+from metadata.controller_api import ControllerClient
 from wire import codec
 from wire.api_versions import WRITE_TXN_MARKERS_KEY
 

@@ -22,8 +22,8 @@ from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.partition.access import leader_log
 from broker.partition.manager import PartitionManager
 from broker.transactions.state import TopicPartition
-from controller.api import ControllerClient
-from controller.errors import error_code_for, error_code_logged
+from metadata.controller_api import ControllerClient
+from metadata.errors import error_code_for, error_code_logged
 
 logger = logging.getLogger(__name__)
 

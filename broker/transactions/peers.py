@@ -2,7 +2,7 @@
 
 A peer is reached at the endpoint it registered with the controller (the metadata image), on the inter-broker
 listener (``inter.broker.listener.name`` or ``security.inter.broker.protocol``, else the first PLAINTEXT broker
-listener: :mod:`controller.config.inter_broker`), as FindCoordinator finds endpoints for clients, with that
+listener: :mod:`settings.inter_broker`), as FindCoordinator finds endpoints for clients, with that
 listener's TLS and this node's own SASL user when the listener is secured; the peer then authorizes the requests as
 that user (which, as in Kafka, is normally a super user). One :class:`wire.client.ClientConnection` per peer is
 kept and replaced when the peer registers a new endpoint (it restarted elsewhere).
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from controller.api import ControllerClient
-from controller.config.server import ServerConfig
+from metadata.controller_api import ControllerClient
+from settings.server import ServerConfig
 from wire.client import ClientConnection
 
 #: How long one inter-broker exchange may take before it is abandoned and retried.

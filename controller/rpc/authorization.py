@@ -4,7 +4,7 @@ The caller's principal is the one every Kafka listener names: the SASL principal
 SSL listener, the client certificate's subject DN mapped by that listener's ``ssl.principal.mapping.rules``
 (KIP-371, ``wire.certificate_auth``, the mapping the broker's listeners use too); else ``User:ANONYMOUS``.
 
-Each request asks one right, decided by StandardAuthorizer's rules (``controller.acl.authorizer``) against the
+Each request asks one right, decided by StandardAuthorizer's rules (``metadata.acl.authorizer``) against the
 voter's own metadata image, as Kafka's ControllerApis asks it of each API (:func:`kafka_operation`,
 :func:`stream_operation`):
 
@@ -39,7 +39,7 @@ refused stream RPC, which has no error field a node would read as a refusal, has
 (``ConnectionClosing``; the listener logs one line naming the peer and listener, the message names the principal),
 as does a certificate no rule maps (counted as a failed SSL authentication). Refusals are counted
 (``fjord_broker_authorization_denials``, operation ``SUPER_USER`` where only a super user may) and logged once per
-principal and request kind, a refused item once per principal, operation and resource (``controller.acl.denials``,
+principal and request kind, a refused item once per principal, operation and resource (``metadata.acl.denials``,
 as the broker's listeners do). ApiVersions and the SASL exchange come before the check (the dispatcher decides
 which requests those are).
 """
@@ -50,12 +50,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from controller.acl.authorizer import Authorizer, AuthorizerSettings
-from controller.acl.binding import ANONYMOUS, CLUSTER_NAME, AclBinding, AclOperation, ResourceType
-from controller.acl.denials import DenialLog
-from controller.rpc import messages as m
 from controller.rpc.item_authorization import Allowed
 from controller.rpc.sasl import SaslGate
+from metadata.acl.authorizer import Authorizer, AuthorizerSettings
+from metadata.acl.binding import ANONYMOUS, CLUSTER_NAME, AclBinding, AclOperation, ResourceType
+from metadata.acl.denials import DenialLog
+from metadata.rpc import messages as m
 from wire.api_versions import api_name
 from wire.certificate_auth import connection_principal
 from wire.listener import ConnectionClosing, Peer

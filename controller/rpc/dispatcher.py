@@ -21,7 +21,7 @@ loaded the metadata up to the quorum's commit offset, only super users are serve
 exchange come before that check. A refused Kafka request is answered CLUSTER_AUTHORIZATION_FAILED (on each item of
 an admin request, as Kafka's error responses are), and the connection stays open; a refused stream RPC closes it.
 
-The admin APIs are read and answered through ``controller.admin_wire``, the translation the broker's handlers use
+The admin APIs are read and answered through ``metadata.admin.wire``, the translation the broker's handlers use
 too, so a request answers the same item for item whether a client sent it to a broker or a broker forwarded it here.
 Only the party asked differs: here it is the active `Controller`, and a voter that is not active answers
 NOT_CONTROLLER on every topic, resource or partition, which the forwarding broker reads as "try the next voter".
@@ -38,17 +38,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from controller import admin_requests, admin_wire
-from controller.api import (
-    ConfigResource,
-)
-from controller.broker_load import BrokerLoad, PartitionLoad
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.errors import ControllerError
-from controller.image import MetadataImage
-from controller.metadata_records import Endpoint
-from controller.raft.messages import (
+from controller.rpc import item_authorization, sasl
+from controller.rpc.authorization import PER_ITEM_APIS, ControllerAuthorizer, kafka_operation
+from controller.rpc.sasl import SaslGate
+from metadata.admin import requests as admin_requests
+from metadata.admin import wire as admin_wire
+from metadata.broker_load import BrokerLoad, PartitionLoad
+from metadata.controller_api import ConfigResource
+from metadata.errors import ControllerError
+from metadata.image import MetadataImage
+from metadata.rpc import messages as m
+from metadata.rpc.raft_codec import (
+    RAFT_API_KEYS,
+    RaftCodecError,
+    describe_quorum_response,
+    request_from_kio,
+    response_to_kio,
+)
+from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     DescribeQuorumResponse,
@@ -65,17 +73,8 @@ from controller.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from controller.rpc import item_authorization, sasl
-from controller.rpc import messages as m
-from controller.rpc.authorization import PER_ITEM_APIS, ControllerAuthorizer, kafka_operation
-from controller.rpc.raft_codec import (
-    RAFT_API_KEYS,
-    RaftCodecError,
-    describe_quorum_response,
-    request_from_kio,
-    response_to_kio,
-)
-from controller.rpc.sasl import SaslGate
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from wire import codec
@@ -115,7 +114,7 @@ _READ_ONLY_KAFKA_APIS = (m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE, 
 
 
 class RaftMember(Protocol):
-    """What DescribeQuorum reads of the Raft member (``controller.raft.driver.RaftDriver``)."""
+    """What DescribeQuorum reads of the Raft member (``raft.driver.RaftDriver``)."""
 
     def describe(self) -> DescribeQuorumResponse: ...
 

@@ -10,7 +10,7 @@ on to the controller.
   TOPIC_AUTHORIZATION_FAILED), ALTER_CONFIGS on the cluster for a BROKER or BROKER_LOGGER one (refused
   CLUSTER_AUTHORIZATION_FAILED).
 
-Pure: each function takes the request as read (``controller.admin_wire``) and ``allowed``, the caller's check of
+Pure: each function takes the request as read (``metadata.admin.wire``) and ``allowed``, the caller's check of
 one operation on one resource (``ControllerAuthorizer.item_check``: it counts and logs what it refuses), and returns
 the request with the refused items answered already.
 """
@@ -24,10 +24,10 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode
 
-from controller.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from controller.admin_wire import ConfigAlterations, CreateTopicsAsk, DeleteTopicsAsk, PartitionsAsk
-from controller.api import ConfigResource, CreateTopicResult, DeleteTopicResult
-from controller.image import TopicImage
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
+from metadata.admin.wire import ConfigAlterations, CreateTopicsAsk, DeleteTopicsAsk, PartitionsAsk
+from metadata.controller_api import ConfigResource, CreateTopicResult, DeleteTopicResult
+from metadata.image import TopicImage
 
 #: May the caller do this operation on this resource (``allowed(operation, resource_type, name)``)?
 Allowed = Callable[[AclOperation, ResourceType, str], bool]

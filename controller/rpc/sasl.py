@@ -3,7 +3,7 @@
 The state machine is the client listeners' (:class:`wire.sasl.session.SaslSession`); this module keeps one per
 connection (``KafkaListener``'s ``connection_state``) and answers SaslHandshake v1 and SaslAuthenticate v0-2 from
 it. PLAIN users are the listener's JAAS ``user_<name>`` entries; SCRAM credentials are read from the voter's own
-metadata image at each exchange (so a fresh quorum has none: see ``controller.config.controller_sasl``). A failed
+metadata image at each exchange (so a fresh quorum has none: see ``settings.controller_sasl``). A failed
 exchange is answered SASL_AUTHENTICATION_FAILED (no secret in the message), logged once by the session naming the
 peer and the claimed user, and the connection is closed at its next request, as on a client listener.
 ``connections.max.reauth.ms`` sets the session lifetime (KIP-368).
@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from controller.config.security import ListenerSasl
+from settings.security import ListenerSasl
 from wire import codec
 from wire.listener import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics

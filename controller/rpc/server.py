@@ -10,9 +10,9 @@ it and passes itself in, so the quorum depends on the server and never the other
 With ``CONTROLLER:SSL`` in ``listener.security.protocol.map`` the listener serves TLS with its ``ssl.*`` keys
 (``ServerConfig.tls``) and reloads renewed certificate files (``wire.tls_reload``); the nodes connecting to it use
 ``ServerConfig.controller_client_tls``. With CONTROLLER:SASL_PLAINTEXT or SASL_SSL every connection authenticates
-first (``controller.rpc.sasl``; settings: ``controller.config.controller_sasl``), and until it has, its requests are
+first (``controller.rpc.sasl``; settings: ``settings.controller_sasl``), and until it has, its requests are
 cut at ``sasl.server.max.receive.size`` as on a client listener. With an authorizer configured (read as the broker's
-listeners read it, ``controller.acl.authorizer.settings_from``), every request's caller is checked
+listeners read it, ``metadata.acl.authorizer.settings_from``), every request's caller is checked
 (``controller.rpc.authorization``): on SSL, by its client certificate mapped with the listener's
 ``ssl.principal.mapping.rules``, remembered per connection.
 """
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import logging
 
-from controller.acl.authorizer import settings_from
-from controller.config.server import Listener
 from controller.rpc.authorization import CertificateConnection, ControllerAuthorizer
 from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
 from controller.rpc.sasl import SaslConnection, SaslGate
+from metadata.acl.authorizer import settings_from
+from settings.server import Listener
 from storage.config import ConfigError
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 from wire.metrics import ServerMetrics

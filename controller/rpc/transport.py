@@ -1,4 +1,4 @@
-"""The Raft transport over TCP: `controller.raft.transport.Transport` on the CONTROLLER listener.
+"""The Raft transport over TCP: `raft.transport.Transport` on the CONTROLLER listener.
 
 Requests the core sends to a voter go out on one connection per peer (opened on demand, reopened with exponential
 backoff after a failure) and their responses come back to ``inbound`` tagged with that peer. Requests that peers
@@ -23,7 +23,9 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from controller.raft.messages import (
+from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.rpc.raft_codec import request_to_kio, request_version, response_from_kio
+from raft.messages import (
     BeginQuorumEpochRequest,
     DescribeQuorumRequest,
     EndQuorumEpochRequest,
@@ -34,8 +36,6 @@ from controller.raft.messages import (
     RaftResponse,
     VoteRequest,
 )
-from controller.rpc.connection import ConnectionClosedError, ControllerConnection
-from controller.rpc.raft_codec import request_to_kio, request_version, response_from_kio
 from wire import codec
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls

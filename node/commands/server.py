@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 import uvloop
 
-from controller.api import ScramUpsertion
-from controller.config.server import ServerConfig
 from controller.scram_bootstrap import OPTION, parse_add_scram
+from metadata.controller_api import ScramUpsertion
 from node.logging_setup import configure_logging
+from settings.server import ServerConfig
 from storage.config import ConfigError, MiB
 
 logger = logging.getLogger(__name__)

@@ -17,11 +17,11 @@ from broker.authorization import BrokerAuthorizer
 from broker.handlers import acl_table
 from broker.handlers.context import RequestContext
 from broker.services import BrokerServices
-from controller.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
 from controller.acl_control import binding_record
-from controller.config.security import STANDARD_AUTHORIZER
-from controller.image import MetadataImage
-from controller.metadata_records import PartitionRecord, TopicRecord
+from metadata.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
+from metadata.image import MetadataImage
+from metadata.records import PartitionRecord, TopicRecord
+from settings.security import STANDARD_AUTHORIZER
 from wire import codec
 
 ALLOWED_ID, REFUSED_ID = uuid.uuid4(), uuid.uuid4()

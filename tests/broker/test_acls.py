@@ -1,4 +1,4 @@
-"""ACLs with a real broker process and real clients (Kafka's StandardAuthorizer semantics, ``controller.acl``).
+"""ACLs with a real broker process and real clients (Kafka's StandardAuthorizer semantics, ``metadata.acl``).
 
 One broker serves the module with ``authorizer.class.name`` set: a SASL_PLAINTEXT listener with PLAIN users admin
 (a super user), alice and bob, and the PLAINTEXT listener ``start_broker`` waits on, whose ``User:ANONYMOUS`` is a

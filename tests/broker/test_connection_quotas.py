@@ -15,13 +15,13 @@ import pytest
 from broker_support import WireClient, api_versions_request, default_overrides
 from kio.schema.errors import ErrorCode
 
-from controller.api import ConfigResource
-from controller.config.describe import ConfigSource
-from controller.config.server import ServerConfig
 from controller.config_control import plan_alter_configs
-from controller.errors import ControllerError
-from controller.image import MetadataImage
+from metadata.controller_api import ConfigResource
+from metadata.errors import ControllerError
+from metadata.image import MetadataImage
 from node.process import Node
+from settings.describe import ConfigSource
+from settings.server import ServerConfig
 from storage.config import ConfigError
 from tests.waiting import eventually_async
 from wire import codec

@@ -21,8 +21,8 @@ from kio.schema.errors import ErrorCode
 from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from broker.groups.group import JoinRequest
 from broker.partition.manager import PartitionManager
-from controller.config.server import ServerConfig
 from node.process import Node
+from settings.server import ServerConfig
 from tests.waiting import eventually_async
 
 DAY_S = 86_400.0

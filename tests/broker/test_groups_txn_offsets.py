@@ -18,9 +18,9 @@ from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCom
 from broker.groups.offsets_schema import OffsetValue
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
 from broker.transactions.markers import write_marker
-from controller.api import NewTopic
-from controller.config.server import ServerConfig
+from metadata.controller_api import NewTopic
 from node.process import Node
+from settings.server import ServerConfig
 from tests.waiting import eventually_async
 from wire.control_records import ControlRecordError, decode_marker, encode_marker_key, encode_marker_value
 

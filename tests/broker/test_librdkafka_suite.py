@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from broker_support import BrokerProcess, start_broker
 
-from controller.config.security import STANDARD_AUTHORIZER
+from settings.security import STANDARD_AUTHORIZER
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
 from tests.tls_certs import CertificateAuthority
 from tests.trivup_certs import TrivupClientCertificate, write_trivup_client_certificate

@@ -22,8 +22,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from broker_support import default_overrides
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.config.server import ServerConfig
 from node.process import Node
+from settings.server import ServerConfig
 from storage.metrics import SNAPSHOT_ATTEMPTS, loop_state_snapshot
 from tests.ports import free_port
 from tests.waiting import eventually_async

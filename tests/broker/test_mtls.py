@@ -28,7 +28,7 @@ from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 from cryptography import x509
 from kafka_clients import topic_name
 
-from controller.config.server import ServerConfig
+from settings.server import ServerConfig
 from storage.config import ConfigError
 from tests.tls_certs import CertificateAuthority, Identity
 from tests.waiting import eventually

@@ -16,12 +16,10 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
 from kio.schema.errors import ErrorCode
 
-from controller.api import ElectionType
-from controller.config.keys import NO_REPLICATION_TRAFFIC
-from controller.image import MetadataImage
 from controller.leadership import elect
-from controller.metadata_records import (
-    Endpoint,
+from metadata.controller_api import ElectionType
+from metadata.image import MetadataImage
+from metadata.records import (
     FenceBrokerRecord,
     MetadataRecord,
     PartitionRecord,
@@ -29,6 +27,8 @@ from controller.metadata_records import (
     TopicRecord,
     UnfenceBrokerRecord,
 )
+from settings.endpoint import Endpoint
+from settings.keys import NO_REPLICATION_TRAFFIC
 from wire import codec
 
 ELECT_LEADERS, DESCRIBE_LOG_DIRS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, ALTER_CONFIGS = 43, 35, 32, 44, 33

@@ -16,15 +16,15 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.partition.producer_ids import BLOCK_SIZE, ProducerIdAllocator
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.errors import ControllerError
-from controller.metadata_records import Endpoint
-from controller.producer_ids import encode_legacy_floor, legacy_kv_key
 from controller.quorum import QuorumController
-from controller.rpc import messages as m
-from controller.rpc.connection import ControllerConnection
 from controller.shell import MetadataShell, build_tree
+from metadata.errors import ControllerError
+from metadata.producer_ids import encode_legacy_floor, legacy_kv_key
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ControllerConnection
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 from tests.quorum_fixtures import active_voter
 from wire import codec
 

@@ -35,15 +35,17 @@ from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
 from broker.quotas.mutations import RequestMutations
 from broker.quotas.resolution import QuotaTags, resolve
 from broker.services import BrokerServices
-from controller import admin_requests, admin_wire
-from controller.client_quotas import QuotaAlteration, plan_alter_client_quotas
-from controller.config.security import STANDARD_AUTHORIZER, refusal
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.image import MetadataImage
-from controller.metadata_records import ClientQuotaRecord, Endpoint
 from controller.quorum import QuorumController
-from controller.remote.client import RemoteControllerClient
+from metadata.admin import requests as admin_requests
+from metadata.admin import wire as admin_wire
+from metadata.client_quotas import QuotaAlteration, plan_alter_client_quotas
+from metadata.image import MetadataImage
+from metadata.records import ClientQuotaRecord
+from node.controller_handle import start_quorum_client
+from settings.endpoint import Endpoint
+from settings.security import STANDARD_AUTHORIZER, refusal
+from settings.server import ServerConfig
 from tests.metrics_scrape import metrics_url, scrape
 from tests.quorum_fixtures import active_voter
 from tests.waiting import eventually
@@ -434,7 +436,7 @@ async def test_a_broker_of_a_quorum_alters_quotas_through_the_active_controller(
             "s3.data.buckets": f"0@file://{tmp_path / 'objects'}",
         }
     )
-    client = await RemoteControllerClient.start(broker, catch_up_timeout_s=20)
+    client = await start_quorum_client(broker, catch_up_timeout_s=20)
     try:
         alice = (("user", "alice"),)
         results = await client.alter_client_quotas(

@@ -41,8 +41,8 @@ from kafka.errors import KafkaError as KafkaPythonError
 from kafka_clients import run_kafkajs
 from kio.schema.errors import ErrorCode
 
-from controller.config.server import ServerConfig
 from node.process import Node
+from settings.server import ServerConfig
 from tests.metrics_scrape import metrics_url, scrape
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually

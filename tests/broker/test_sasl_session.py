@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import ConnectionState, RequestContext
 from broker.sasl_session import SaslSession, SaslStateError
 from broker.services import BrokerServices
-from controller.config.security import ListenerSasl
+from settings.security import ListenerSasl
 from wire.sasl import SaslAuthenticationError
 
 METADATA = 3

@@ -25,8 +25,8 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from test_server_cli import assert_one_line_error, run_to_exit
 
-from controller.config.describe import describe_broker_configs
-from controller.config.server import ServerConfig
+from settings.describe import describe_broker_configs
+from settings.server import ServerConfig
 from tests.tls_certs import CertificateAuthority, Identity
 from tests.waiting import eventually
 

@@ -32,14 +32,12 @@ from confluent_kafka.admin import AdminClient
 
 from controller import balancer
 from controller.balancer import Settings, effective_settings, plan
-from controller.broker_load import BrokerLoad, LoadReports, PartitionLoad, rates
-from controller.config.keys import BROKER_KEYS
-from controller.config.server import ServerConfig
-from controller.image import MetadataImage
-from controller.metadata_records import (
-    RESOURCE_BROKER,
+from controller.reassignment import complete
+from controller.shell import MetadataShell, build_tree
+from metadata.broker_load import BrokerLoad, LoadReports, PartitionLoad, rates
+from metadata.image import MetadataImage
+from metadata.records import (
     ConfigRecord,
-    Endpoint,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -47,9 +45,10 @@ from controller.metadata_records import (
     TopicRecord,
     WALFailoverRecord,
 )
-from controller.reassignment import complete
-from controller.shell import MetadataShell, build_tree
 from node.local_cluster import LocalCluster
+from settings.endpoint import Endpoint
+from settings.keys import BROKER_KEYS, RESOURCE_BROKER
+from settings.server import ServerConfig
 from tests.metrics_scrape import metrics_url, sample, scrape
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)

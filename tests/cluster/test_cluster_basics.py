@@ -27,9 +27,9 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from broker.partition.producer_ids import BLOCK_SIZE
-from controller.config.keys import INTERNAL_TOPIC_PARTITIONS
-from controller.rpc.connection import ControllerConnection
+from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
+from settings.keys import INTERNAL_TOPIC_PARTITIONS
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
 from tests.waiting import eventually
 from wire import codec

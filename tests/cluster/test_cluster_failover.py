@@ -27,12 +27,12 @@ from cluster_support import (
     wait_for,
 )
 
-from controller.image import is_cluster_record
-from controller.metadata_records import MetadataRecord
 from controller.quorum import RAFT_DIR_NAME
-from controller.rpc import messages as m
-from controller.rpc.connection import ControllerConnection
 from controller.shell_sources import from_controllers
+from metadata.image import is_cluster_record
+from metadata.records import MetadataRecord
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from tests.waiting import eventually_async

@@ -9,8 +9,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from controller.rpc import messages as m
-from controller.rpc.connection import ControllerConnection
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ControllerConnection
 from tests.broker.broker_support import start_broker
 from wire import codec
 

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from controller.api import NewTopic
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.metadata_log import LOG_DIR_NAME
-from controller.metadata_records import Endpoint, PartitionRecord, TopicRecord
 from controller.shell import MetadataShell, ShellError, build_tree
 from controller.shell_sources import MetadataSourceError, from_directory, from_snapshot
+from metadata.controller_api import NewTopic
+from metadata.log import LOG_DIR_NAME
+from metadata.records import PartitionRecord, TopicRecord
 from node.local_cluster import REPO_ROOT
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.config.server import ServerConfig
-from controller.remote.channel import ActiveControllerChannel, ControllerUnavailableError
-from controller.remote.client import RemoteControllerClient
-from controller.rpc import messages as m
+from controller.metadata_replica import MetadataReplica
+from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError
+from metadata.rpc import messages as m
+from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
 from tests.ports import free_ports
@@ -39,4 +39,4 @@ def test_a_broker_cannot_share_a_voters_node_id(tmp_path: Path) -> None:
         "log.dirs": str(tmp_path), "s3.data.buckets": f"0@file://{tmp_path}/objects",
     })
     with pytest.raises(ConfigError, match=r"node\.id 1 is one of the controller\.quorum\.voters"):
-        RemoteControllerClient(config, "AAAAAAAAAAAAAAAAAAAAAA")
+        MetadataReplica(config, "AAAAAAAAAAAAAAAAAAAAAA")

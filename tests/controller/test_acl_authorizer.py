@@ -11,8 +11,9 @@ import itertools
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.acl.authorizer import Authorizer, AuthorizerSettings, parse_super_users
-from controller.acl.binding import (
+from controller.acl_control import plan_create_acls, plan_delete_acls
+from metadata.acl.authorizer import Authorizer, AuthorizerSettings, parse_super_users
+from metadata.acl.binding import (
     CLUSTER_NAME,
     AclBinding,
     AclBindingFilter,
@@ -21,8 +22,7 @@ from controller.acl.binding import (
     PermissionType,
     ResourceType,
 )
-from controller.acl_control import plan_create_acls, plan_delete_acls
-from controller.image import MetadataImage
+from metadata.image import MetadataImage
 
 Op, Rt, Pt, Perm = AclOperation, ResourceType, PatternType, PermissionType
 ALICE, BOB = "User:alice", "User:bob"

@@ -1,4 +1,4 @@
-"""``controller.admin_wire``: what a broker forwards is read back by the controller as the same request, and what the
+"""``metadata.admin.wire``: what a broker forwards is read back by the controller as the same request, and what the
 controller answers is read back by the broker as the same results, through real frames; request-level checks answer
 their items without asking anyone."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller import admin_wire
-from controller.api import (
+from metadata.admin import wire as admin_wire
+from metadata.controller_api import (
     ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
@@ -21,8 +21,8 @@ from controller.api import (
     PartitionReassignment,
     ReassignmentResult,
 )
-from controller.config.describe import ConfigEntry, ConfigSource
-from controller.errors import ControllerError
+from metadata.errors import ControllerError
+from settings.describe import ConfigEntry, ConfigSource
 from wire import codec
 
 

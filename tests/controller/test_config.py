@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from controller.config.describe import (
+from settings.describe import (
     ConfigSource,
     describe_broker_configs,
     describe_topic_configs,
     effective_topic_configs,
     resolve_topic_config,
 )
-from controller.config.keys import (
+from settings.endpoint import Endpoint
+from settings.keys import (
     BROKER_KEYS,
     NO_GSSAPI,
     TOPIC_CONFIGS,
@@ -23,8 +24,7 @@ from controller.config.keys import (
     validate_broker_config,
     validate_topic_config,
 )
-from controller.config.server import ServerConfig
-from controller.metadata_records import Endpoint
+from settings.server import ServerConfig
 from storage.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

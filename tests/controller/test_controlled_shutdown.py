@@ -11,11 +11,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller import balancer
-from controller.api import NewTopic, PartitionReassignment
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.errors import ControllerError
-from controller.metadata_records import NO_LEADER, Endpoint
+from metadata.controller_api import NewTopic, PartitionReassignment
+from metadata.errors import ControllerError
+from metadata.records import NO_LEADER
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 

@@ -13,20 +13,7 @@ from collections.abc import Mapping
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.acl.authorizer import AuthorizerSettings
-from controller.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
-from controller.admin_wire import (
-    ConfigAlteration,
-    ConfigAlterations,
-    CreateTopicsAsk,
-    DeleteTopicsAsk,
-    NewPartitions,
-    PartitionsAsk,
-)
-from controller.api import ConfigResource, NewTopic
-from controller.image import TopicImage
 from controller.rpc import item_authorization
-from controller.rpc import messages as m
 from controller.rpc.authorization import (
     PER_ITEM_APIS,
     CertificateConnection,
@@ -34,6 +21,19 @@ from controller.rpc.authorization import (
     kafka_operation,
     stream_operation,
 )
+from metadata.acl.authorizer import AuthorizerSettings
+from metadata.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
+from metadata.admin.wire import (
+    ConfigAlteration,
+    ConfigAlterations,
+    CreateTopicsAsk,
+    DeleteTopicsAsk,
+    NewPartitions,
+    PartitionsAsk,
+)
+from metadata.controller_api import ConfigResource, NewTopic
+from metadata.image import TopicImage
+from metadata.rpc import messages as m
 from wire.listener import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics
 from wire.tls_principal import parse_rules

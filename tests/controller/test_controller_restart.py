@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.api import ConfigResource, IncrementalOp, NewTopic
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.image import MetadataImage
-from controller.metadata_log import LOG_DIR_NAME, LOG_FILE, LocalMetadataLog, MetadataLogError, read_metadata
-from controller.metadata_records import Endpoint, TopicRecord
+from metadata.controller_api import ConfigResource, IncrementalOp, NewTopic
+from metadata.image import MetadataImage
+from metadata.log import LOG_DIR_NAME, LOG_FILE, LocalMetadataLog, MetadataLogError, read_metadata
+from metadata.records import TopicRecord
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 
@@ -237,10 +238,10 @@ async def test_log_append_after_close_is_a_clear_error(tmp_path: Path) -> None:
 
 _CRASHER = """
 import asyncio, sys
-from controller.api import NewTopic
-from controller.config.server import ServerConfig
+from metadata.controller_api import NewTopic
+from settings.server import ServerConfig
 from controller.controller import Controller
-from controller.metadata_records import Endpoint
+from metadata.records import Endpoint
 
 async def main() -> None:
     overrides = [f"log.dirs={sys.argv[1]}", "metadata.log.max.record.bytes.between.snapshots=3000"]
@@ -354,11 +355,11 @@ async def test_failed_fsync_fails_the_write_and_stops_the_log(tmp_path: Path, mo
     def failing_fsync(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("controller.metadata_log.os.fsync", failing_fsync)
+    monkeypatch.setattr("metadata.log.os.fsync", failing_fsync)
     with pytest.raises(MetadataLogError, match="Input/output error"):
         await client.create_topics([NewTopic("during")], False)
     assert "during" not in controller.image.topics_by_name  # never acknowledged, never visible
-    monkeypatch.setattr("controller.metadata_log.os.fsync", real_fsync)
+    monkeypatch.setattr("metadata.log.os.fsync", real_fsync)
     with pytest.raises(MetadataLogError, match="accepts no writes"):
         await client.create_topics([NewTopic("after")], False)
     with pytest.raises(MetadataLogError):

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.metadata_records import Endpoint
-from controller.remote.client import RemoteControllerClient
-from controller.rpc import messages as m
-from controller.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.remote.client import RemoteControllerClient
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from node.controller_handle import start_quorum_client
+from settings.endpoint import Endpoint
 from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
@@ -76,7 +77,7 @@ async def test_voters_and_a_broker_authenticate_on_the_controller_listener(
         try:
             active = await active_voter(started)
             broker = broker_config(tmp_path, configs, _sasl(protocol, "broker", ca, "broker-5"))
-            client = await RemoteControllerClient.start(broker, catch_up_timeout_s=20)
+            client = await start_quorum_client(broker, catch_up_timeout_s=20)
             assert client.image.cluster_id == active.cluster_id
             epoch = await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None)
             assert epoch > 0
@@ -152,7 +153,7 @@ async def test_a_failed_reauthentication_closes_the_connection(
         clock = _Clock()
         connection = ControllerConnection("127.0.0.1", port, sasl=login, clock=clock, node_id=0)
         await connection.connect()
-        caplog.set_level(logging.WARNING, logger="controller.rpc.connection")
+        caplog.set_level(logging.WARNING, logger="metadata.rpc.connection")
         try:
             await connection.request(describe, timeout=5)
             clock.now += REAUTH_MS / 1000 * 0.96  # the next request re-authenticates first
@@ -170,7 +171,7 @@ async def test_a_failed_reauthentication_closes_the_connection(
                     await connection.request(describe, timeout=5)
         finally:
             await connection.close()
-        [warning] = [r.getMessage() for r in caplog.records if r.name == "controller.rpc.connection"]
+        [warning] = [r.getMessage() for r in caplog.records if r.name == "metadata.rpc.connection"]
         assert "SASL re-authentication failed" in warning and "node 0 at" in warning and "PLAIN" in warning
         assert WRONG not in caplog.text and SECRET not in caplog.text
 

@@ -1,4 +1,4 @@
-"""SASL on the CONTROLLER listener from Kafka's keys, without a quorum (controller.config.controller_sasl): the
+"""SASL on the CONTROLLER listener from Kafka's keys, without a quorum (settings.controller_sasl): the
 mechanism (``sasl.mechanism.controller.protocol``), what a voter serves and the node's own login from the
 listener's JAAS config, and the one-line errors (naming the key, never a password) for what cannot work."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.config.server import ServerConfig
+from settings.server import ServerConfig
 from storage.config import ConfigError
 
 SECRET = "controller-secret-never-printed"

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
-from controller.config.server import ServerConfig
-from controller.metadata_records import Endpoint
-from controller.remote.client import RemoteControllerClient
-from controller.rpc import messages as m
-from controller.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
+from metadata.remote.client import RemoteControllerClient
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from node.controller_handle import start_quorum_client
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
@@ -44,7 +45,7 @@ async def test_voters_and_a_broker_speak_tls_on_the_controller_listener(tmp_path
     async with running_voters(configs) as started:
         try:
             active = await active_voter(started)
-            client = await RemoteControllerClient.start(
+            client = await start_quorum_client(
                 broker_config(tmp_path, configs, _tls(ca, "broker-5")), catch_up_timeout_s=20
             )
             assert client.image.cluster_id == active.cluster_id
@@ -86,7 +87,7 @@ async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate
     configs = quorum_configs(tmp_path, 2, extra=lambda i: {**_tls(ca, f"controller-{i}"), **secured})
     async with running_voters(configs) as started:
         active = await active_voter(started)
-        client = await RemoteControllerClient.start(
+        client = await start_quorum_client(
             broker_config(tmp_path, configs, _tls(ca, "broker-5")), catch_up_timeout_s=20
         )
         try:

@@ -9,17 +9,12 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.api import (
-    ConfigResource,
-    ControllerClient,
-    IncrementalOp,
-    NewTopic,
-)
-from controller.config.describe import ConfigSource
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.image import MetadataImage
-from controller.metadata_records import Endpoint
+from metadata.controller_api import ConfigResource, ControllerClient, IncrementalOp, NewTopic
+from metadata.image import MetadataImage
+from settings.describe import ConfigSource
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 

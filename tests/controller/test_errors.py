@@ -7,7 +7,7 @@ import logging
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.errors import ControllerError, error_code_for, error_code_logged, error_message_for
+from metadata.errors import ControllerError, error_code_for, error_code_logged, error_message_for
 from storage import errors as storage_errors
 from storage.config import ConfigError
 from wire.errors import KafkaError

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from controller.image import MetadataImage
-from controller.metadata_records import (
-    RESOURCE_BROKER,
-    RESOURCE_TOPIC,
+from metadata.image import MetadataImage
+from metadata.records import (
     ConfigRecord,
-    Endpoint,
     FenceBrokerRecord,
     MetadataRecord,
     PartitionChangeRecord,
@@ -21,6 +18,8 @@ from controller.metadata_records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
+from settings.endpoint import Endpoint
+from settings.keys import RESOURCE_BROKER, RESOURCE_TOPIC
 from storage.metadata.records import KVRecord
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)

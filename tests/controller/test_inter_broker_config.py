@@ -1,4 +1,4 @@
-"""The inter-broker listener and this broker's client settings for it (controller.config.inter_broker), from Kafka's
+"""The inter-broker listener and this broker's client settings for it (settings.inter_broker), from Kafka's
 keys, without a broker: which listener, its TLS client context, the SASL mechanism and the broker's own user from
 the listener's JAAS config, and the one-line errors (naming the key, never a password) for what cannot work."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.config.server import ServerConfig
+from settings.server import ServerConfig
 from storage.config import ConfigError
 from tests.tls_certs import CertificateAuthority
 

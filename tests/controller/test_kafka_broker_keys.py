@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from broker.transactions.coordinator import _transaction_topic_configs
-from controller.config.describe import ConfigSource, describe_broker_configs
-from controller.config.kafka_broker_keys import (
+from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError
+from metadata.rpc import messages as m
+from node.process import Node
+from settings.describe import ConfigSource, describe_broker_configs
+from settings.kafka_broker_keys import (
     KAFKA_BROKER_KEYS,
     KRAFT_ONLY,
     NO_EFFECT_KEYS,
@@ -22,16 +25,13 @@ from controller.config.kafka_broker_keys import (
     refused_kafka_defaults,
     refused_keys,
 )
-from controller.config.keys import BROKER_KEYS, ConfigValueError, validate_broker_config
-from controller.config.security import refusal as security_refusal
-from controller.config.server import ServerConfig
-from controller.remote.channel import ActiveControllerChannel, ControllerUnavailableError
-from controller.rpc import messages as m
-from node.process import Node
+from settings.keys import BROKER_KEYS, ConfigValueError, validate_broker_config
+from settings.security import refusal as security_refusal
+from settings.server import ServerConfig
 from storage.config import ConfigError
 from tests.broker.broker_support import WireClient, api_versions_request
 
-SERVER_LOGGER = "controller.config.server"
+SERVER_LOGGER = "settings.server"
 
 #: Kafka 3.6's config/kraft/server.properties, its keys and values as Kafka ships them (comments left out).
 KAFKA_36_KRAFT_SERVER_PROPERTIES = """\

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from controller.config.meta_properties import (
+from controller.controller import Controller
+from settings.meta_properties import (
     MetaProperties,
     ensure_meta_properties,
     new_cluster_id,
     read_meta_properties,
     write_meta_properties,
 )
-from controller.config.server import ServerConfig
-from controller.controller import Controller
+from settings.server import ServerConfig
 from storage.config import ConfigError, read_properties
 
 
@@ -101,7 +101,7 @@ def test_a_real_process_formats_then_refuses_a_different_node(tmp_path: Path) ->
     """The check happens in a fresh interpreter, as on a real restart."""
     script = (
         "import sys\n"
-        "from controller.config.meta_properties import ensure_meta_properties\n"
+        "from settings.meta_properties import ensure_meta_properties\n"
         "from storage.config import ConfigError\n"
         "try:\n"
         "    print(ensure_meta_properties(sys.argv[1], int(sys.argv[2])).cluster_id)\n"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.metadata_records import MetadataRecord
 from controller.quorum import QuorumController
+from metadata.records import MetadataRecord
+from settings.server import ServerConfig
 from storage.errors import OffsetNotMatchedError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange, StreamMetadata
 from storage.metadata.memory import InMemoryStreamMetadata

@@ -14,7 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
-from controller.metadata_records import (
+from metadata.records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     KVRecord,
@@ -24,10 +24,10 @@ from controller.metadata_records import (
     StreamSetObjectRecord,
     TopicRecord,
 )
-from controller.raft.log import EntryKind
-from controller.raft.messages import Errors, FetchRequest, FetchResponse
-from controller.rpc import messages as m
-from controller.rpc.raft_codec import request_to_kio, response_from_kio
+from metadata.rpc import messages as m
+from metadata.rpc.raft_codec import request_to_kio, response_from_kio
+from raft.log import EntryKind
+from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from tests.waiting import eventually_async
 from wire import codec

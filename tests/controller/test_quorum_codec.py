@@ -5,9 +5,19 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.metadata_records import KVRecord, TopicRecord
-from controller.raft.log import EntryKind, LogEntry, SnapshotId
-from controller.raft.messages import (
+from metadata.records import KVRecord, TopicRecord
+from metadata.rpc import messages as m
+from metadata.rpc.raft_codec import (
+    RaftCodecError,
+    encode_entries,
+    request_from_kio,
+    request_to_kio,
+    request_version,
+    response_from_kio,
+    response_to_kio,
+)
+from raft.log import EntryKind, LogEntry, SnapshotId
+from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
@@ -23,16 +33,6 @@ from controller.raft.messages import (
     RaftResponse,
     VoteRequest,
     VoteResponse,
-)
-from controller.rpc import messages as m
-from controller.rpc.raft_codec import (
-    RaftCodecError,
-    encode_entries,
-    request_from_kio,
-    request_to_kio,
-    request_version,
-    response_from_kio,
-    response_to_kio,
 )
 from storage.errors import OffsetNotMatchedError, StorageError, StreamFencedError, StreamNotFoundError
 from storage.metadata.api import (

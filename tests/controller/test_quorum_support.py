@@ -21,9 +21,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from controller.metadata_records import MetadataRecord
-from controller.rpc import messages as m
-from controller.rpc.connection import ControllerConnection
+from metadata.records import MetadataRecord
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ControllerConnection
 from storage.metadata.api import NodeIdentity
 from tests.ports import free_ports
 from tests.waiting import eventually_async

@@ -7,16 +7,14 @@ import uuid
 
 import pytest
 
-from controller.metadata_records import (
+from metadata.records import (
     ALL_RECORD_TYPES,
     CLUSTER_RECORD_TYPES,
-    RESOURCE_TOPIC,
     STREAM_RECORD_TYPES,
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ClientQuotaRecord,
     ConfigRecord,
-    Endpoint,
     FenceBrokerRecord,
     KVRecord,
     MetadataRecord,
@@ -38,6 +36,8 @@ from controller.metadata_records import (
     decode_record,
     encode_record,
 )
+from settings.endpoint import Endpoint
+from settings.keys import RESOURCE_TOPIC
 from storage.metadata.api import StreamState
 
 TOPIC_ID = str(uuid.uuid4())

@@ -8,18 +8,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.api import ScramDeletion, ScramUpsertion
-from controller.config.jaas import JaasError, parse_jaas
-from controller.config.server import ServerConfig
-from controller.image import MetadataImage
-from controller.metadata_records import (
-    RemoveUserScramCredentialRecord,
-    UserScramCredentialRecord,
-    decode_record,
-    encode_record,
-)
 from controller.scram_bootstrap import parse_add_scram
 from controller.scram_control import plan_scram_alterations
+from metadata.controller_api import ScramDeletion, ScramUpsertion
+from metadata.image import MetadataImage
+from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord, decode_record, encode_record
+from settings.jaas import JaasError, parse_jaas
+from settings.server import ServerConfig
 from storage.config import ConfigError
 from wire.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, credential_from_salted
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.metadata_records import NO_TARGET, Endpoint
 from controller.shell import MetadataShell, build_tree
 from controller.wal_failover import wal_location_key
+from metadata.records import NO_TARGET
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 from storage.errors import NodeEpochExpiredError, StreamFencedError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 

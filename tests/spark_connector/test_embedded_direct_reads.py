@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from controller.rpc import messages as m
-from controller.rpc.connection import ConnectionClosedError, ControllerConnection
-from controller.shell_sources import quorum_voters
+from metadata.remote.discovery import quorum_voters
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
 from storage.metadata.api import NodeIdentity
 from tests.broker.broker_support import REPO, BrokerProcess, start_broker
 from tests.spark_connector.test_direct_reads import (
@@ -83,7 +83,7 @@ def test_embedded_node_reads_uploaded_range_directly(spark: SparkSession, embedd
 
 def test_embedded_controller_listener_is_read_only(embedded: Embedded) -> None:
     async def ask() -> tuple[dict[int, tuple[str, int]], m.StreamResponse, m.StreamResponse, m.StreamResponse]:
-        voters = await quorum_voters([("127.0.0.1", embedded.port)], 5.0)
+        voters = await quorum_voters([("127.0.0.1", embedded.port)], 5.0, "fjord-test")
         host, port = voters[0]
         connection = ControllerConnection(host, port, client_id="embedded-test")
         try:

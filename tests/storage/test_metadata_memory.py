@@ -350,7 +350,7 @@ def test_record_codec_round_trips_and_rejects_bad_input() -> None:
 
 
 def test_registry_is_extensible_but_rejects_collisions() -> None:
-    # A type id no module registers: ids 0-9 belong to controller.metadata_records, which other tests may have imported.
+    # A type id no module registers: ids 0-9 belong to metadata.records, which other tests may have imported.
     free = 4000
     assert free not in RECORD_TYPES
 

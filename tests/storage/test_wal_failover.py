@@ -17,11 +17,12 @@ import pytest
 from engine_support import payload, small_config
 
 from broker.wal_failover import WALFailoverRunner
-from controller.config.server import ServerConfig
 from controller.controller import Controller
-from controller.metadata_records import Endpoint, failover_wal_epoch
 from controller.wal_failover import wal_location_key
+from metadata.records import failover_wal_epoch
 from node import process as node_process
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
 from storage.config import BucketURL, ConfigError
 from storage.engine import StorageEngine
 from storage.errors import StorageError, StreamFencedError, StreamNotClosedError, WALError

@@ -37,7 +37,7 @@ CredentialLookup = Callable[[str, int], ScramCredential | None]
 
 
 class SaslSettings(Protocol):
-    """A SASL listener's settings as the session reads them (``controller.config.security.ListenerSasl``)."""
+    """A SASL listener's settings as the session reads them (``settings.security.ListenerSasl``)."""
 
     @property
     def mechanisms(self) -> tuple[str, ...]: ...

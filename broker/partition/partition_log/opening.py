@@ -23,7 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.partition.meta_stream import KEY_LOG, MetaStream
-from controller.kv_keys import partition_kv_key
+from metadata.kv_keys import partition_kv_key
 from storage import errors as storage_errors
 from storage.metadata.api import StreamMetadata
 from storage.stream_api import Stream, StreamClient

@@ -1,11 +1,11 @@
-"""LogConfig takes its defaults and values from controller.config's resolution, so what DescribeConfigs reports for a
+"""LogConfig takes its defaults and values from settings's resolution, so what DescribeConfigs reports for a
 topic is what its partitions enforce."""
 
 from __future__ import annotations
 
 from broker.partition.log_config import LogConfig
-from controller.config.describe import describe_topic_configs, effective_topic_configs
-from controller.config.server import ServerConfig
+from settings.describe import describe_topic_configs, effective_topic_configs
+from settings.server import ServerConfig
 
 
 def _enforced(config: ServerConfig, cluster: dict[str, str], topic: dict[str, str]) -> LogConfig:

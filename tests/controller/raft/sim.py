@@ -1,4 +1,4 @@
-"""Deterministic simulation of a Raft quorum built from `controller.raft.core.RaftNode`s.
+"""Deterministic simulation of a Raft quorum built from `raft.core.RaftNode`s.
 
 One seed fixes everything: message delays, drops, duplicates (and so reordering), crashes that lose whatever a node
 had not made durable, network partitions that later heal, proposals, snapshots and resignations. The simulated
@@ -29,8 +29,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.raft.core import RaftConfig, RaftNode
-from controller.raft.effects import (
+from raft.core import RaftConfig, RaftNode
+from raft.effects import (
     AppendEntries,
     Commit,
     LoadSnapshot,
@@ -45,8 +45,8 @@ from controller.raft.effects import (
     TrimLogPrefix,
     TruncateLog,
 )
-from controller.raft.log import EMPTY_SNAPSHOT, EntryKind, LogEntry, RaftLog, SnapshotId, entries_after_snapshot
-from controller.raft.messages import RaftMessage, VoteResponse
+from raft.log import EMPTY_SNAPSHOT, EntryKind, LogEntry, RaftLog, SnapshotId, entries_after_snapshot
+from raft.messages import RaftMessage, VoteResponse
 
 SIM_CONFIG = RaftConfig(
     election_timeout_ms=300,

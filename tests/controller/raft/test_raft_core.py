@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from controller.raft.core import NotLeader, RaftConfig, RaftNode
-from controller.raft.effects import (
+from raft.core import NotLeader, RaftConfig, RaftNode
+from raft.effects import (
     AppendEntries,
     Commit,
     Effect,
@@ -20,8 +20,8 @@ from controller.raft.effects import (
     Send,
     TruncateLog,
 )
-from controller.raft.log import EntryKind, LogEntry, RaftLog
-from controller.raft.messages import (
+from raft.log import EntryKind, LogEntry, RaftLog
+from raft.messages import (
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
     Errors,
@@ -453,7 +453,7 @@ def test_a_peer_refusing_this_nodes_principal_is_warned_about_once_per_peer(capl
     node = net.nodes[follower]
     net.cut = {leader}
     refused = Errors.CLUSTER_AUTHORIZATION_FAILED
-    with caplog.at_level(logging.WARNING, logger="controller.raft.core"):
+    with caplog.at_level(logging.WARNING, logger="raft.core"):
         for _ in range(3):
             fetch = [m for s, d, m in net.sent if s == follower and d == leader and isinstance(m, FetchRequest)][-1]
             answer = FetchResponse(refused, -1, -1, LeaderIdAndEpoch(-1, -1), correlation_id=fetch.correlation_id)

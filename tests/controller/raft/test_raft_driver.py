@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.raft.core import RaftConfig
-from controller.raft.driver import NotLeaderError, RaftDriver
-from controller.raft.effects import Role
-from controller.raft.log import SnapshotId
-from controller.raft.transport import InProcessNetwork
+from raft.core import RaftConfig
+from raft.driver import NotLeaderError, RaftDriver
+from raft.effects import Role
+from raft.log import SnapshotId
+from raft.transport import InProcessNetwork
 from tests.waiting import eventually_async
 
 CONFIG = RaftConfig(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.raft.log import LogEntry, LogInvariantError, RaftLog, SnapshotId
+from raft.log import LogEntry, LogInvariantError, RaftLog, SnapshotId
 
 # An operation: ("append", epoch bump, count) | ("truncate", fraction) | ("snapshot", fraction)
 operations = st.lists(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.raft import core
+from raft import core
 from tests.controller.raft.sim import SimParams, Simulation, SimulationFailure
 
 SEEDS = int(os.environ.get("RAFT_SIM_SEEDS", "1500"))

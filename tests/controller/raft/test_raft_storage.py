@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.raft.effects import PersistQuorumState, QuorumState, ResetLog, TrimLogPrefix
-from controller.raft.log import EntryKind, LogEntry, SnapshotId
-from controller.raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError, encode_entry
+from raft.effects import PersistQuorumState, QuorumState, ResetLog, TrimLogPrefix
+from raft.log import EntryKind, LogEntry, SnapshotId
+from raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError, encode_entry
 
 
 def entries(start: int, count: int, epoch: int = 1) -> list[LogEntry]:

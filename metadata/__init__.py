@@ -1,0 +1,9 @@
+"""The shared metadata layer under the broker and the controller roles (DESIGN §2, README's Layout).
+
+What both roles (and Spark) need and neither owns: the metadata records and the image they replay into
+(``records``, ``image``), the ``ControllerClient`` API a broker codes against (``controller_api``) and the client
+of a remote quorum (``remote``), the CONTROLLER listener's messages (``rpc``), the one exception-to-error-code
+mapping (``errors``), ACL bindings and the authorizer's decision (``acl``), and the one translation of the admin
+APIs between Kafka's wire and the ``ControllerClient`` (``admin``). Nothing here imports ``broker`` or
+``controller``.
+"""

@@ -1,0 +1,170 @@
+"""The authorization decision of Kafka's StandardAuthorizer, pure: may ``principal`` from ``host`` do ``operation``
+on a resource, given the ACL bindings of the metadata image.
+
+Kafka's rules, in order:
+
+1. A super user (``super.users``) may do everything.
+2. The bindings that apply are those whose pattern covers the resource: the LITERAL name, the LITERAL ``*``, and
+   every PREFIXED pattern the name starts with.
+3. If none applies (whoever they name), the answer is ``allow.everyone.if.no.acl.found`` (default false).
+4. Among those naming the principal (or ``User:*``) and the host (or ``*``), a DENY of the operation (or of ALL)
+   wins over everything; else an ALLOW of the operation, of ALL, or of an operation implying it allows:
+   DESCRIBE is implied by READ, WRITE, DELETE and ALTER, DESCRIBE_CONFIGS by ALTER_CONFIGS.
+5. Otherwise the answer is no.
+
+The bindings are indexed by resource type once per image (the image's map is immutable, so its identity is the
+cache key), so a check costs a scan of that type's bindings only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from metadata.acl.binding import (
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclBinding,
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+)
+from settings.security import STANDARD_AUTHORIZER
+
+#: operation asked -> the ALLOWed operations that grant it besides itself and ALL.
+_IMPLIED_BY: Final[Mapping[AclOperation, frozenset[AclOperation]]] = {
+    AclOperation.DESCRIBE: frozenset({AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}),
+    AclOperation.DESCRIBE_CONFIGS: frozenset({AclOperation.ALTER_CONFIGS}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizerSettings:
+    """``super.users`` (principals such as ``User:admin``) and ``allow.everyone.if.no.acl.found``."""
+
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
+
+
+def parse_super_users(text: str | None) -> frozenset[str]:
+    """``super.users``: principals separated by semicolons, as Kafka reads it (blanks ignored)."""
+    return frozenset(p.strip() for p in (text or "").split(";") if p.strip())
+
+
+def settings_from(value: Callable[[str], object]) -> AuthorizerSettings | None:
+    """The settings a node's config gives the authorizer (``value(key)``: ``ServerConfig.value``), or None when
+    ``authorizer.class.name`` names none (authorization off). One reading for the broker's listeners and the
+    CONTROLLER listener, so both decide with the same ``super.users`` and ``allow.everyone.if.no.acl.found``."""
+    if str(value("authorizer.class.name") or "").strip() != STANDARD_AUTHORIZER:
+        return None
+    return AuthorizerSettings(
+        parse_super_users(str(value("super.users") or "")), bool(value("allow.everyone.if.no.acl.found"))
+    )
+
+
+@dataclass(slots=True)
+class Authorizer:
+    settings: AuthorizerSettings = field(default_factory=AuthorizerSettings)
+    _indexed: Mapping[str, AclBinding] | None = None
+    _index: dict[ResourceType, tuple[AclBinding, ...]] = field(default_factory=dict)
+
+    def authorize(
+        self,
+        bindings: Mapping[str, AclBinding],
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        *,
+        resource: ResourceType,
+        name: str,
+    ) -> bool:
+        if principal in self.settings.super_users:
+            return True
+        applying = [b for b in self._of_type(bindings, resource) if b.pattern_matches(resource, name)]
+        if not applying:
+            return self.settings.allow_everyone_if_no_acl_found
+        return _decide(applying, principal, host, operation)
+
+    def authorized_operations(
+        self,
+        bindings: Mapping[str, AclBinding],
+        principal: str,
+        host: str,
+        *,
+        resource: ResourceType,
+        name: str,
+        operations: Iterable[AclOperation],
+    ) -> frozenset[AclOperation]:
+        """The subset of ``operations`` the principal may do on the resource (KIP-430's authorized operations)."""
+        return frozenset(
+            op for op in operations if self.authorize(bindings, principal, host, op, resource=resource, name=name)
+        )
+
+    def allowed_on_some(
+        self,
+        bindings: Mapping[str, AclBinding],
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource: ResourceType,
+    ) -> bool:
+        """Whether the principal may do ``operation`` on at least one resource of the type (Kafka's
+        authorizeByResourceType: InitProducerId without a transactional id is allowed with WRITE on any topic).
+        An ALLOW counts unless a DENY covers its whole pattern: a LITERAL ``*`` DENY covers everything, a DENY on
+        the same literal name or on a prefix of the pattern covers it."""
+        if principal in self.settings.super_users:
+            return True
+        of_type = self._of_type(bindings, resource)
+        if not of_type:
+            return self.settings.allow_everyone_if_no_acl_found
+        implied = _IMPLIED_BY.get(operation, frozenset())
+        mine = [b for b in of_type if b.principal in (principal, WILDCARD_PRINCIPAL) and b.host in (host, WILDCARD)]
+        denies = [
+            b for b in mine if b.permission is PermissionType.DENY and b.operation in (operation, AclOperation.ALL)
+        ]
+        if any(d.pattern_type is PatternType.LITERAL and d.resource_name == WILDCARD for d in denies):
+            return False
+
+        def covered(allow: AclBinding) -> bool:
+            for deny in denies:
+                if deny.pattern_type is PatternType.PREFIXED and allow.resource_name.startswith(deny.resource_name):
+                    return True
+                if (
+                    deny.pattern_type is PatternType.LITERAL
+                    and allow.pattern_type is PatternType.LITERAL
+                    and deny.resource_name == allow.resource_name
+                ):
+                    return True
+            return False
+
+        return any(
+            b.permission is PermissionType.ALLOW
+            and (b.operation in (operation, AclOperation.ALL) or b.operation in implied)
+            and not covered(b)
+            for b in mine
+        )
+
+    def _of_type(self, bindings: Mapping[str, AclBinding], resource: ResourceType) -> tuple[AclBinding, ...]:
+        if self._indexed is not bindings:
+            index: dict[ResourceType, list[AclBinding]] = {}
+            for binding in bindings.values():
+                index.setdefault(binding.resource_type, []).append(binding)
+            self._index = {kind: tuple(items) for kind, items in index.items()}
+            self._indexed = bindings
+        return self._index.get(resource, ())
+
+
+def _decide(applying: Iterable[AclBinding], principal: str, host: str, operation: AclOperation) -> bool:
+    allowed = False
+    implied = _IMPLIED_BY.get(operation, frozenset())
+    for binding in applying:
+        if binding.principal not in (principal, WILDCARD_PRINCIPAL) or binding.host not in (host, WILDCARD):
+            continue
+        if binding.permission is PermissionType.DENY:
+            if binding.operation in (operation, AclOperation.ALL):
+                return False
+        elif binding.operation in (operation, AclOperation.ALL) or binding.operation in implied:
+            allowed = True
+    return allowed

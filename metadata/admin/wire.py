@@ -1,0 +1,627 @@
+"""The admin APIs on the wire, both ways: Kafka entities of CreateTopics (19), DeleteTopics (20), CreatePartitions
+(37), AlterConfigs (33), ElectLeaders (43), IncrementalAlterConfigs (44), AlterPartitionReassignments (45) and
+AlterUserScramCredentials (51) to and from the `metadata.controller_api` dataclasses.
+
+Three places speak these APIs: the broker's handlers (a client's request of any version, answered through the
+broker's `ControllerClient`), the CONTROLLER listener (the same requests, forwarded by brokers or sent by clients
+that bootstrap from the controllers, answered by the active `Controller`) and the broker's remote client (which
+forwards a write as a request of one fixed version and reads the answer back). They must agree item for item on
+what a request asks and on what each error code and message becomes, so both directions live here, once, and the
+three callers only decide whom to ask and what a failure to ask means.
+
+Reading a request also applies the checks that concern the request itself, not the cluster (a topic named twice,
+contradictory fields, an unknown config operation or resource type): those items are answered here and never sent
+on. Whether a broker resource names the right broker depends on who answers, so :func:`check_broker_resource` takes
+that node's id from its caller.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from kio.schema.errors import ErrorCode
+from kio.static.constants import uuid_zero
+
+from metadata.controller_api import (
+    ConfigResource,
+    CreateTopicResult,
+    DeleteTopicResult,
+    ElectLeaderResult,
+    IncrementalOp,
+    NewTopic,
+    PartitionReassignment,
+    ReassignmentResult,
+    ScramAlterResult,
+    ScramDeletion,
+    ScramUpsertion,
+)
+from metadata.errors import ControllerError
+from settings.describe import ConfigEntry, ConfigSource
+from wire import codec
+
+# The API keys, here rather than from metadata.rpc.messages: that package serves this module, not the reverse.
+_CREATE_TOPICS = 19
+_DELETE_TOPICS = 20
+_ALTER_CONFIGS = 33
+_CREATE_PARTITIONS = 37
+_ELECT_LEADERS = 43
+_INCREMENTAL_ALTER_CONFIGS = 44
+_ALTER_PARTITION_REASSIGNMENTS = 45
+_ALTER_USER_SCRAM_CREDENTIALS = 51
+
+#: The versions the remote client forwards in (the newest each side of the controller listener serves).
+_CREATE_TOPICS_VERSION = 7
+_DELETE_TOPICS_VERSION = 6
+_CREATE_PARTITIONS_VERSION = 3
+_ALTER_CONFIGS_VERSION = 2
+_ELECT_LEADERS_VERSION = 2
+_INCREMENTAL_ALTER_CONFIGS_VERSION = 1
+_ALTER_PARTITION_REASSIGNMENTS_VERSION = 0
+_ALTER_USER_SCRAM_CREDENTIALS_VERSION = 0
+
+_OPS = {IncrementalOp.SET, IncrementalOp.DELETE, IncrementalOp.APPEND, IncrementalOp.SUBTRACT}
+_KNOWN_RESOURCE_TYPES = {ConfigResource.TOPIC, ConfigResource.BROKER}
+#: IncrementalAlterConfigs also changes BROKER_LOGGER: answered by the broker named, never by the controller.
+_INCREMENTAL_RESOURCE_TYPES = {*_KNOWN_RESOURCE_TYPES, ConfigResource.BROKER_LOGGER}
+
+#: A per-item answer: the error code and message.
+Outcome: TypeAlias = tuple[ErrorCode, str | None]
+
+
+class ResourceRefused(Exception):
+    """One topic or resource refused by a request-level check; answered with ``code`` and the message, the
+    controller is not asked."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------------------------------ CreateTopics (19)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsAsk:
+    """A CreateTopics request read: ``topics`` go to the controller, ``refused`` are answered already, and the
+    response lists every name once, in ``order`` (the request's)."""
+
+    topics: tuple[NewTopic, ...]
+    refused: Mapping[str, CreateTopicResult]
+    order: tuple[str, ...]
+    validate_only: bool
+
+
+def read_create_topics(request: Any, client_id: str | None) -> CreateTopicsAsk:
+    counts = Counter(topic.name for topic in request.topics)
+    refused: dict[str, CreateTopicResult] = {}
+    topics: list[NewTopic] = []
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            refused[topic.name] = CreateTopicResult(
+                topic.name, None, ErrorCode.invalid_request,
+                f"Create topics request from client {client_id!r} contains topic {topic.name!r} more than once",
+            )
+            continue
+        if topic.assignments and (topic.num_partitions != -1 or topic.replication_factor != -1):
+            refused[topic.name] = CreateTopicResult(
+                topic.name, None, ErrorCode.invalid_request,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used "
+                "at the same time.",
+            )
+            continue
+        topics.append(
+            NewTopic(
+                name=topic.name,
+                num_partitions=topic.num_partitions,
+                replication_factor=topic.replication_factor,
+                assignments={a.partition_index: tuple(a.broker_ids) for a in topic.assignments} or None,
+                configs={c.name: c.value for c in topic.configs if c.value is not None},
+            )
+        )
+    order = tuple(dict.fromkeys(topic.name for topic in request.topics))
+    return CreateTopicsAsk(tuple(topics), refused, order, bool(request.validate_only))
+
+
+def create_topics_refused(topics: Sequence[NewTopic], code: ErrorCode, message: str) -> list[CreateTopicResult]:
+    """Every topic failed the same way (no controller answered, or asking it raised)."""
+    return [CreateTopicResult(t.name, None, code, message) for t in topics]
+
+
+def _config_entries(result_cls: type[Any], configs: list[ConfigEntry]) -> tuple[Any, ...]:
+    return tuple(
+        codec.build_nested(
+            result_cls,
+            "configs",
+            name=entry.name,
+            value=None if entry.is_sensitive else entry.value,
+            read_only=entry.read_only,
+            config_source=int(entry.source),
+            is_sensitive=entry.is_sensitive,
+        )
+        for entry in configs
+    )
+
+
+def _create_result(result_cls: type[Any], result: CreateTopicResult) -> Any:
+    ok = result.error == ErrorCode.none
+    return codec.build(
+        result_cls,
+        name=result.name,
+        topic_id=result.topic_id or uuid_zero,
+        error_code=result.error,
+        error_message=result.message,
+        num_partitions=result.num_partitions if ok else -1,
+        replication_factor=result.replication_factor if ok else -1,
+        configs=_config_entries(result_cls, result.configs) if ok and codec.has_field(result_cls, "configs") else None,
+    )
+
+
+def create_topics_response(response_cls: type[Any], ask: CreateTopicsAsk, created: Sequence[CreateTopicResult]) -> Any:
+    result_cls = codec.field_entity(response_cls, "topics")
+    results = dict(ask.refused)
+    results.update((result.name, result) for result in created)
+    return codec.build(
+        response_cls, throttle_time=0, topics=tuple(_create_result(result_cls, results[name]) for name in ask.order)
+    )
+
+
+def create_topics_request(topics: Sequence[NewTopic], validate_only: bool, timeout_ms: int) -> Any:
+    cls = codec.request_class(_CREATE_TOPICS, _CREATE_TOPICS_VERSION)
+    topic_cls = codec.field_entity(cls, "topics")
+    entries = tuple(
+        codec.build_nested(
+            cls, "topics", name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+            assignments=tuple(
+                codec.build_nested(topic_cls, "assignments", partition_index=p, broker_ids=tuple(r))
+                for p, r in sorted((t.assignments or {}).items())
+            ),
+            configs=tuple(codec.build_nested(topic_cls, "configs", name=k, value=v) for k, v in t.configs.items()),
+        )
+        for t in topics
+    )
+    return codec.build(cls, topics=entries, timeout=timeout_ms, validate_only=validate_only)
+
+
+def read_create_topics_response(response: Any) -> list[CreateTopicResult]:
+    return [
+        CreateTopicResult(
+            r.name, r.topic_id if r.error_code == ErrorCode.none else None, ErrorCode(int(r.error_code)),
+            r.error_message, int(r.num_partitions), int(r.replication_factor),
+            [ConfigEntry(c.name, c.value, ConfigSource(int(c.config_source)), bool(c.read_only),
+                         bool(c.is_sensitive)) for c in (r.configs or ())],
+        )
+        for r in response.topics
+    ]
+
+
+# ------------------------------------------------------------------------------------------ DeleteTopics (20)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsAsk:
+    """A DeleteTopics request read: topics by name and by id, and the entries refused (answered first)."""
+
+    names: tuple[str, ...]
+    ids: tuple[uuid.UUID, ...]
+    refused: tuple[DeleteTopicResult, ...]
+
+
+def read_delete_topics(request: Any) -> DeleteTopicsAsk:
+    names: list[str] = []
+    ids: list[uuid.UUID] = []
+    refused: list[DeleteTopicResult] = []
+    if hasattr(request, "topics"):  # v6: by name or by id
+        for state in request.topics:
+            has_id = state.topic_id is not None and state.topic_id != uuid_zero
+            if state.name is not None and has_id:
+                refused.append(DeleteTopicResult(state.name, state.topic_id, ErrorCode.invalid_request,
+                                                 "topic name and topic id cannot both be given"))
+            elif has_id:
+                ids.append(state.topic_id)
+            elif state.name is not None:
+                names.append(state.name)
+            else:
+                refused.append(DeleteTopicResult(None, None, ErrorCode.invalid_request,
+                                                 "neither topic name nor topic id given"))
+    else:
+        names.extend(request.topic_names)
+    # A topic named (or identified) twice is refused once, as Kafka's controller does, before the quota charges it
+    # twice or the controller is asked to delete it twice.
+    duplicate_names = [name for name, count in Counter(names).items() if count > 1]
+    duplicate_ids = [topic_id for topic_id, count in Counter(ids).items() if count > 1]
+    refused.extend(DeleteTopicResult(name, None, ErrorCode.invalid_request, "Duplicate topic name.")
+                   for name in duplicate_names)
+    refused.extend(DeleteTopicResult(None, topic_id, ErrorCode.invalid_request, "Duplicate topic id.")
+                   for topic_id in duplicate_ids)
+    names = [name for name in dict.fromkeys(names) if name not in duplicate_names]
+    ids = [topic_id for topic_id in dict.fromkeys(ids) if topic_id not in duplicate_ids]
+    return DeleteTopicsAsk(tuple(names), tuple(ids), tuple(refused))
+
+
+def delete_topics_refused(
+    names: Sequence[str], ids: Sequence[uuid.UUID], code: ErrorCode, message: str
+) -> list[DeleteTopicResult]:
+    return [DeleteTopicResult(n, None, code, message) for n in names] + [
+        DeleteTopicResult(None, i, code, message) for i in ids
+    ]
+
+
+def delete_topics_response(response_cls: type[Any], ask: DeleteTopicsAsk, deleted: Sequence[DeleteTopicResult]) -> Any:
+    result_cls = codec.field_entity(response_cls, "responses")
+    responses = tuple(
+        codec.build(result_cls, name=r.name, topic_id=r.topic_id or uuid_zero, error_code=r.error,
+                    error_message=r.message)
+        for r in (*ask.refused, *deleted)
+    )
+    return codec.build(response_cls, throttle_time=0, responses=responses)
+
+
+def delete_topics_request(names: Sequence[str], ids: Sequence[uuid.UUID], timeout_ms: int) -> Any:
+    cls = codec.request_class(_DELETE_TOPICS, _DELETE_TOPICS_VERSION)
+    entries = tuple(codec.build_nested(cls, "topics", name=n, topic_id=uuid_zero) for n in names) + tuple(
+        codec.build_nested(cls, "topics", name=None, topic_id=i) for i in ids
+    )
+    return codec.build(cls, topics=entries, timeout=timeout_ms)
+
+
+def read_delete_topics_response(response: Any) -> list[DeleteTopicResult]:
+    return [
+        DeleteTopicResult(r.name, None if r.topic_id == uuid_zero else r.topic_id, ErrorCode(int(r.error_code)),
+                          r.error_message)
+        for r in response.responses
+    ]
+
+
+# -------------------------------------------------------------------------------------- CreatePartitions (37)
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartitions:
+    """One topic of a CreatePartitions request; ``refused`` is the request-level check's answer (not sent on)."""
+
+    topic: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] | None
+    refused: Outcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsAsk:
+    topics: tuple[NewPartitions, ...]
+    validate_only: bool
+
+
+def read_create_partitions(request: Any) -> PartitionsAsk:
+    counts = Counter(topic.name for topic in request.topics)
+    topics = []
+    for topic in request.topics:
+        assignments = None
+        if topic.assignments is not None:
+            assignments = tuple(tuple(a.broker_ids) for a in topic.assignments)
+        refused: Outcome | None = None
+        if counts[topic.name] > 1:
+            refused = ErrorCode.invalid_request, f"duplicate topic {topic.name!r} in the request"
+        topics.append(NewPartitions(topic.name, topic.count, assignments, refused))
+    return PartitionsAsk(tuple(topics), bool(request.validate_only))
+
+
+def create_partitions_response(response_cls: type[Any], answers: Sequence[tuple[str, ErrorCode, str | None]]) -> Any:
+    """``answers``: (topic, code, message) per topic of the request, in its order."""
+    return codec.build(response_cls, throttle_time=0, results=tuple(
+        codec.build_nested(response_cls, "results", name=topic, error_code=code, error_message=message)
+        for topic, code, message in answers
+    ))
+
+
+def create_partitions_request(
+    topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool, timeout_ms: int
+) -> Any:
+    cls = codec.request_class(_CREATE_PARTITIONS, _CREATE_PARTITIONS_VERSION)
+    topic_cls = codec.field_entity(cls, "topics")
+    entry = codec.build_nested(
+        cls, "topics", name=topic, count=count,
+        assignments=None if assignments is None else tuple(
+            codec.build_nested(topic_cls, "assignments", broker_ids=tuple(a)) for a in assignments
+        ),
+    )
+    return codec.build(cls, topics=(entry,), timeout=timeout_ms, validate_only=validate_only)
+
+
+def read_create_partitions_response(response: Any) -> Outcome:
+    """The answer for the one topic :func:`create_partitions_request` asks about."""
+    result = response.results[0]
+    return ErrorCode(int(result.error_code)), result.error_message
+
+
+# ----------------------------------------------------------------- AlterConfigs (33), IncrementalAlterConfigs (44)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigAlteration:
+    """One resource of an (Incremental)AlterConfigs request: ``incremental_ops`` None for legacy AlterConfigs (the
+    set replaces the resource's dynamic config); ``refused`` is the request-level check's answer, or the broker's own
+    answer for a resource it serves itself (BROKER_LOGGER): either way the controller is not asked."""
+
+    resource: ConfigResource
+    changes: Mapping[str, str | None]
+    incremental_ops: Mapping[str, int] | None
+    refused: Outcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigAlterations:
+    resources: tuple[ConfigAlteration, ...]
+    validate_only: bool
+
+
+def _unsupported_type(resource: ConfigResource, known: set[int] = _KNOWN_RESOURCE_TYPES) -> Outcome | None:
+    if resource.type in known:
+        return None
+    return ErrorCode.invalid_request, f"Unsupported resource type {resource.type}"
+
+
+def read_alter_configs(request: Any) -> ConfigAlterations:
+    """Legacy AlterConfigs replaces the whole resource config and, as Kafka does, folds repeated keys into one map
+    where the last value wins (clients that re-send described configs plus a change rely on it)."""
+    alterations = []
+    for entry in request.resources:
+        resource = ConfigResource(int(entry.resource_type), entry.resource_name)
+        changes = {c.name: c.value for c in entry.configs}
+        alterations.append(ConfigAlteration(resource, changes, None, _unsupported_type(resource)))
+    return ConfigAlterations(tuple(alterations), bool(request.validate_only))
+
+
+def read_incremental_alter_configs(request: Any) -> ConfigAlterations:
+    """Unlike legacy AlterConfigs, a key named twice in one resource is refused, as is an unknown operation."""
+    alterations = []
+    for entry in request.resources:
+        resource = ConfigResource(int(entry.resource_type), entry.resource_name)
+        duplicates = [k for k, n in Counter(c.name for c in entry.configs).items() if n > 1]
+        bad_ops = sorted({int(c.config_operation) for c in entry.configs} - _OPS)
+        refused: Outcome | None
+        if duplicates:
+            refused = ErrorCode.invalid_request, f"Error due to duplicate config keys {sorted(duplicates)}"
+        elif bad_ops:
+            refused = ErrorCode.invalid_request, f"Unknown alter config operation(s) {bad_ops}"
+        else:
+            refused = _unsupported_type(resource, _INCREMENTAL_RESOURCE_TYPES)
+        changes = {c.name: c.value for c in entry.configs}
+        ops = {c.name: int(c.config_operation) for c in entry.configs}
+        alterations.append(ConfigAlteration(resource, changes, ops, refused))
+    return ConfigAlterations(tuple(alterations), bool(request.validate_only))
+
+
+def check_broker_resource(name: str, node_id: int, *, cluster_default: bool = True) -> bool:
+    """True for the cluster-wide default resource (""); ResourceRefused for a name that is not ``node_id``: a
+    broker's own configs are asked of that broker (as Kafka's admin clients do). ``cluster_default`` False: a
+    resource with no such default (BROKER_LOGGER), where "" is refused too. A name is read as a number, so "01"
+    names broker 1."""
+    if name == "":
+        if cluster_default:
+            return True
+        raise ResourceRefused(ErrorCode.invalid_request, "Broker id must not be empty")
+    try:
+        named = int(name)
+    except ValueError:
+        raise ResourceRefused(ErrorCode.invalid_request, f"broker resource name {name!r} is not a broker id") from None
+    if named != node_id:
+        raise ResourceRefused(
+            ErrorCode.invalid_request,
+            f"Unexpected broker id, expected {node_id}{' or empty string,' if cluster_default else ''} but received "
+            f"{name}",
+        )
+    return False
+
+
+def alter_configs_response(
+    response_cls: type[Any], answers: Sequence[tuple[ConfigResource, ErrorCode, str | None]]
+) -> Any:
+    """``answers``: (resource, code, message) per resource of the request, in its order."""
+    return codec.build(response_cls, throttle_time=0, responses=tuple(
+        codec.build_nested(response_cls, "responses", error_code=code, error_message=message,
+                           resource_type=resource.type, resource_name=resource.name)
+        for resource, code, message in answers
+    ))
+
+
+def alter_configs_request(
+    resource: ConfigResource,
+    changes: Mapping[str, str | None],
+    incremental_ops: Mapping[str, int] | None,
+    validate_only: bool,
+) -> Any:
+    """AlterConfigs when ``incremental_ops`` is None, else IncrementalAlterConfigs, for one resource."""
+    if incremental_ops is None:
+        cls = codec.request_class(_ALTER_CONFIGS, _ALTER_CONFIGS_VERSION)
+        configs = tuple(
+            codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=k, value=v)
+            for k, v in changes.items()
+        )
+    else:
+        cls = codec.request_class(_INCREMENTAL_ALTER_CONFIGS, _INCREMENTAL_ALTER_CONFIGS_VERSION)
+        configs = tuple(
+            codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=k,
+                               config_operation=incremental_ops.get(k, 0), value=v)
+            for k, v in changes.items()
+        )
+    entry = codec.build_nested(cls, "resources", resource_type=resource.type, resource_name=resource.name,
+                               configs=configs)
+    return codec.build(cls, resources=(entry,), validate_only=validate_only)
+
+
+def read_alter_configs_response(response: Any) -> Outcome:
+    """The answer for the one resource :func:`alter_configs_request` asks about."""
+    result = response.responses[0]
+    return ErrorCode(int(result.error_code)), result.error_message
+
+
+# ------------------------------------------------------------------------------------------ ElectLeaders (43)
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersAsk:
+    """``partitions`` None: every partition of the cluster (Kafka's null ``topic_partitions``)."""
+
+    election_type: int
+    partitions: tuple[tuple[str, int], ...] | None
+
+
+def read_elect_leaders(request: Any) -> ElectLeadersAsk:
+    """v0 has no election type: it is a preferred election."""
+    election_type = int(getattr(request, "election_type", 0))
+    if request.topic_partitions is None:
+        return ElectLeadersAsk(election_type, None)
+    asked = dict.fromkeys((t.topic, int(p)) for t in request.topic_partitions for p in t.partitions)
+    return ElectLeadersAsk(election_type, tuple(asked))
+
+
+def elect_leaders_refused(ask: ElectLeadersAsk, code: ErrorCode, message: str) -> list[ElectLeaderResult]:
+    return [ElectLeaderResult(topic, index, code, message) for topic, index in ask.partitions or ()]
+
+
+def elect_leaders_response(
+    response_cls: type[Any], results: Sequence[ElectLeaderResult], error: ErrorCode = ErrorCode.none
+) -> Any:
+    """``error``: the request's top-level refusal (Kafka answers it beside the same error for every partition)."""
+    topic_cls = codec.field_entity(response_cls, "replica_election_results")
+    by_topic: dict[str, list[Any]] = {}
+    for result in results:
+        by_topic.setdefault(result.topic, []).append(
+            codec.build_nested(topic_cls, "partition_result", partition_id=result.partition, error_code=result.error,
+                               error_message=result.message)
+        )
+    return codec.build(response_cls, throttle_time=0, error_code=error, replica_election_results=tuple(
+        codec.build(topic_cls, topic=name, partition_result=tuple(parts)) for name, parts in by_topic.items()
+    ))
+
+
+def elect_leaders_request(ask: ElectLeadersAsk) -> Any:
+    cls = codec.request_class(_ELECT_LEADERS, _ELECT_LEADERS_VERSION)
+    topics: tuple[Any, ...] | None = None
+    if ask.partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in ask.partitions:
+            by_topic.setdefault(topic, []).append(index)
+        topics = tuple(codec.build_nested(cls, "topic_partitions", topic=name, partitions=tuple(indexes))
+                       for name, indexes in by_topic.items())
+    return codec.build(cls, election_type=ask.election_type, topic_partitions=topics)
+
+
+def read_elect_leaders_response(response: Any, ask: ElectLeadersAsk) -> list[ElectLeaderResult]:
+    """The answer's results. A top-level error (the controller refused the whole request) is raised as a
+    ControllerError, so the caller refuses the request as the controller did: returning no results would answer a
+    null partition list ("all partitions") with success."""
+    code = ErrorCode(int(response.error_code))
+    if code is not ErrorCode.none:
+        raise ControllerError(code, f"the controller refused the election: {code.name}")
+    return [
+        ElectLeaderResult(t.topic, int(p.partition_id), ErrorCode(int(p.error_code)), p.error_message)
+        for t in response.replica_election_results
+        for p in t.partition_result
+    ]
+
+
+# --------------------------------------------------------------------------- AlterPartitionReassignments (45)
+
+
+def read_alter_partition_reassignments(request: Any) -> list[PartitionReassignment]:
+    return [
+        PartitionReassignment(topic.name, int(p.partition_index), None if p.replicas is None else tuple(p.replicas))
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+
+
+def reassignments_refused(
+    reassignments: Sequence[PartitionReassignment], code: ErrorCode, message: str
+) -> list[ReassignmentResult]:
+    return [ReassignmentResult(r.topic, r.partition, code, message) for r in reassignments]
+
+
+def alter_partition_reassignments_response(response_cls: type[Any], results: Sequence[ReassignmentResult]) -> Any:
+    topic_cls = codec.field_entity(response_cls, "responses")
+    by_topic: dict[str, list[Any]] = {}
+    for result in results:
+        by_topic.setdefault(result.topic, []).append(
+            codec.build_nested(topic_cls, "partitions", partition_index=result.partition, error_code=result.error,
+                               error_message=result.message)
+        )
+    responses = tuple(codec.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    return codec.build(response_cls, throttle_time=0, responses=responses)
+
+
+def alter_partition_reassignments_request(reassignments: Sequence[PartitionReassignment]) -> Any:
+    cls = codec.request_class(_ALTER_PARTITION_REASSIGNMENTS, _ALTER_PARTITION_REASSIGNMENTS_VERSION)
+    topic_cls = codec.field_entity(cls, "topics")
+    by_topic: dict[str, list[Any]] = {}
+    for r in reassignments:
+        by_topic.setdefault(r.topic, []).append(
+            codec.build_nested(topic_cls, "partitions", partition_index=r.partition, replicas=r.replicas)
+        )
+    topics = tuple(codec.build_nested(cls, "topics", name=n, partitions=tuple(p)) for n, p in by_topic.items())
+    return codec.build(cls, topics=topics)
+
+
+def read_alter_partition_reassignments_response(
+    response: Any, reassignments: Sequence[PartitionReassignment]
+) -> list[ReassignmentResult]:
+    """One result per item asked, in its order; a partition the answer leaves out is UNKNOWN_SERVER_ERROR."""
+    answered = {
+        (t.name, int(p.partition_index)): (ErrorCode(int(p.error_code)), p.error_message)
+        for t in response.responses
+        for p in t.partitions
+    }
+    return [
+        ReassignmentResult(r.topic, r.partition,
+                           *answered.get((r.topic, r.partition), (ErrorCode.unknown_server_error, "no answer")))
+        for r in reassignments
+    ]
+
+
+# --------------------------------------------------------------------------- AlterUserScramCredentials (51)
+
+
+def read_alter_user_scram_credentials(request: Any) -> tuple[list[ScramDeletion], list[ScramUpsertion]]:
+    deletions = [ScramDeletion(d.name, int(d.mechanism)) for d in request.deletions]
+    upsertions = [
+        ScramUpsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
+        for u in request.upsertions
+    ]
+    return deletions, upsertions
+
+
+def scram_results_refused(
+    deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion], code: ErrorCode, message: str
+) -> list[ScramAlterResult]:
+    users = dict.fromkeys([*(d.name for d in deletions), *(u.name for u in upsertions)])
+    return [ScramAlterResult(user, code, message) for user in users]
+
+
+def alter_user_scram_credentials_response(response_cls: type[Any], results: Sequence[ScramAlterResult]) -> Any:
+    return codec.build(response_cls, throttle_time=0, results=tuple(
+        codec.build_nested(response_cls, "results", user=r.user, error_code=r.error, error_message=r.message)
+        for r in results
+    ))
+
+
+def alter_user_scram_credentials_request(
+    deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+) -> Any:
+    cls = codec.request_class(_ALTER_USER_SCRAM_CREDENTIALS, _ALTER_USER_SCRAM_CREDENTIALS_VERSION)
+    return codec.build(
+        cls,
+        deletions=tuple(codec.build_nested(cls, "deletions", name=d.name, mechanism=d.mechanism) for d in deletions),
+        upsertions=tuple(
+            codec.build_nested(cls, "upsertions", name=u.name, mechanism=u.mechanism, iterations=u.iterations,
+                               salt=u.salt, salted_password=u.salted_password)
+            for u in upsertions
+        ),
+    )
+
+
+def read_alter_user_scram_credentials_response(response: Any) -> list[ScramAlterResult]:
+    return [ScramAlterResult(r.user, ErrorCode(int(r.error_code)), r.error_message) for r in response.results]

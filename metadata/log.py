@@ -1,0 +1,315 @@
+"""The local metadata log: durable, CRC-checked record batches plus snapshots (the single-node embedded default).
+
+Layout, under ``<metadata dir>/__cluster_metadata-0/``:
+
+- ``metadata.log`` — appended batches. Each batch frame is
+  ``length u32 | crc32c u32 | base_offset i64 | count u32 | (record_length u32 | record)*`` where ``length`` counts
+  the bytes after the CRC and the CRC covers exactly those bytes. Every record gets the next offset.
+- ``snapshot-<20-digit last offset>.snapshot`` — the whole state at that offset, as the same frames (with offsets
+  up to the snapshot's). Written to a temporary file, fsync'd and renamed, so a snapshot is either complete or
+  absent; only then is the log truncated.
+
+Recovery loads the newest snapshot, then replays log batches after its offset; a torn or corrupt tail (a crash
+mid-append) ends the replay at the last complete batch and is cut off so new appends follow good data. Batches at or
+below the snapshot's offset are skipped, which covers a crash between writing a snapshot and truncating the log.
+
+The Raft quorum will replace this class behind :class:`RecordLog`; the controller only appends and snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import crc32c
+
+from metadata.records import MetadataRecord, RecordDecodeError, decode_record, encode_record
+from storage.durable import fsync_dir
+from storage.errors import StorageError
+
+logger = logging.getLogger(__name__)
+
+LOG_DIR_NAME = "__cluster_metadata-0"
+LOG_FILE = "metadata.log"
+_SNAPSHOT = re.compile(r"snapshot-(\d{20})\.snapshot")
+_FRAME = struct.Struct(">II")  # length, crc
+_BATCH = struct.Struct(">qI")  # base offset, count
+_LEN = struct.Struct(">I")
+MAX_BATCH_BYTES = 256 * 1024 * 1024  # a length above this is corruption, not a batch
+SNAPSHOT_CHUNK = 1000  # records per frame in a snapshot file
+
+
+class MetadataLogError(StorageError):
+    """The metadata log cannot be read or written; the message names the file.
+
+    A StorageError because stream/object commits reach this log through the stream metadata: the storage engine
+    then sees a failed commit as one of its own errors and retries or fails the request as it does for others.
+    """
+
+
+class RecordLog(Protocol):
+    """What the controller needs from a metadata log (local file now, Raft later)."""
+
+    async def append(self, records: Sequence[MetadataRecord]) -> int:
+        """Appends durably; returns the offset of the last record."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    base_offset: int
+    records: tuple[MetadataRecord, ...]
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + len(self.records) - 1
+
+
+@dataclass(slots=True)
+class Recovered:
+    """What a restart replays: the snapshot (if any) then the batches after it."""
+
+    snapshot_offset: int = -1
+    snapshot_records: list[MetadataRecord] = field(default_factory=list)
+    batches: list[Batch] = field(default_factory=list)
+    log_valid_bytes: int = 0  # the intact prefix of the log file
+    log_total_bytes: int = 0
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else self.snapshot_offset
+
+
+def encode_batch(base_offset: int, records: Sequence[MetadataRecord]) -> bytes:
+    parts = [_BATCH.pack(base_offset, len(records))]
+    for record in records:
+        data = encode_record(record)
+        parts.append(_LEN.pack(len(data)))
+        parts.append(data)
+    body = b"".join(parts)
+    return _FRAME.pack(len(body), crc32c.crc32c(body)) + body
+
+
+def iter_batches(data: bytes, source: str) -> Iterator[tuple[int, Batch]]:
+    """Yields ``(end position, batch)`` for each intact frame; stops at the first torn or corrupt one."""
+    position = 0
+    while position + _FRAME.size <= len(data):
+        length, crc = _FRAME.unpack_from(data, position)
+        start = position + _FRAME.size
+        if length < _BATCH.size or length > MAX_BATCH_BYTES or start + length > len(data):
+            return
+        body = data[start : start + length]
+        if crc32c.crc32c(body) != crc:
+            logger.warning("%s: CRC mismatch in the batch at byte %d; ignoring it and what follows", source, position)
+            return
+        base_offset, count = _BATCH.unpack_from(body, 0)
+        records: list[MetadataRecord] = []
+        cursor = _BATCH.size
+        try:
+            for _ in range(count):
+                (size,) = _LEN.unpack_from(body, cursor)
+                cursor += _LEN.size
+                records.append(decode_record(body[cursor : cursor + size]))
+                cursor += size
+        except (struct.error, RecordDecodeError) as exc:
+            # The CRC matched, so this is not a torn write: the log holds records this code cannot read.
+            raise MetadataLogError(f"{source}: batch at offset {base_offset} cannot be decoded: {exc}") from None
+        position = start + length
+        yield position, Batch(base_offset, tuple(records))
+
+
+def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
+    """(offset, path) of every complete snapshot in ``directory``, oldest first."""
+    found = []
+    for entry in directory.iterdir():
+        match = _SNAPSHOT.fullmatch(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+def read_metadata(directory: str | os.PathLike[str]) -> Recovered:
+    """Reads a metadata log directory without changing it (restart recovery, and offline tools such as a
+    metadata shell): the newest snapshot, then the intact batches after it."""
+    folder = Path(directory)
+    recovered = Recovered()
+    snapshots = list_snapshots(folder) if folder.is_dir() else []
+    if snapshots:
+        offset, path = snapshots[-1]
+        data = path.read_bytes()
+        consumed = 0
+        for position, batch in iter_batches(data, str(path)):
+            recovered.snapshot_records.extend(batch.records)
+            consumed = position
+        if consumed != len(data):
+            raise MetadataLogError(f"snapshot {path} is damaged at byte {consumed} of {len(data)}")
+        recovered.snapshot_offset = offset
+    log_path = folder / LOG_FILE
+    data = log_path.read_bytes() if log_path.exists() else b""
+    recovered.log_total_bytes = len(data)
+    for end, batch in iter_batches(data, str(log_path)):
+        recovered.log_valid_bytes = end
+        if batch.last_offset <= recovered.snapshot_offset:
+            continue  # already in the snapshot (a crash came between writing it and truncating the log)
+        expected = recovered.last_offset + 1
+        if batch.base_offset != expected:
+            raise MetadataLogError(
+                f"{log_path}: batch at offset {batch.base_offset} does not follow offset {expected - 1}"
+            )
+        recovered.batches.append(batch)
+    return recovered
+
+
+class LocalMetadataLog:
+    """A single-writer metadata log in one directory. Open with :meth:`open`, then :meth:`recover` once."""
+
+    def __init__(self, directory: Path, snapshot_after_bytes: int) -> None:
+        self._dir = directory
+        self._path = directory / LOG_FILE
+        self._snapshot_after_bytes = snapshot_after_bytes
+        self._lock = asyncio.Lock()
+        self._next_offset = 0
+        self._file: int | None = None
+        self._log_bytes = 0  # also the file's size: the log is truncated to 0 by each snapshot
+        self._failure: str | None = None
+
+    @classmethod
+    def open(
+        cls, metadata_dir: str | os.PathLike[str], snapshot_after_bytes: int = 20 * 1024 * 1024
+    ) -> LocalMetadataLog:
+        directory = Path(metadata_dir) / LOG_DIR_NAME
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MetadataLogError(f"cannot create metadata log directory {directory}: {exc.strerror}") from None
+        return cls(directory, snapshot_after_bytes)
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def log_bytes(self) -> int:
+        """Bytes in the log since the last snapshot."""
+        return self._log_bytes
+
+    def should_snapshot(self) -> bool:
+        return self._log_bytes >= self._snapshot_after_bytes
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self) -> Recovered:
+        """Reads the newest snapshot and the log after it, cuts a torn tail, and opens the log for appends."""
+        for leftover in self._dir.glob("*.tmp"):
+            leftover.unlink()
+        recovered = read_metadata(self._dir)
+        if recovered.log_valid_bytes != recovered.log_total_bytes:
+            logger.warning(
+                "%s: torn tail of %d bytes after byte %d (offset %d) cut off",
+                self._path,
+                recovered.log_total_bytes - recovered.log_valid_bytes,
+                recovered.log_valid_bytes,
+                recovered.last_offset,
+            )
+            with open(self._path, "r+b") as handle:
+                handle.truncate(recovered.log_valid_bytes)
+                os.fsync(handle.fileno())
+        self._next_offset = recovered.last_offset + 1
+        self._log_bytes = recovered.log_valid_bytes
+        self._file = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fsync_dir(self._dir)
+        logger.info(
+            "metadata log %s recovered: snapshot at offset %d (%d records), %d batches after it, next offset %d",
+            self._dir,
+            recovered.snapshot_offset,
+            len(recovered.snapshot_records),
+            len(recovered.batches),
+            self._next_offset,
+        )
+        return recovered
+
+    # ------------------------------------------------------------------ appends
+
+    async def append(self, records: Sequence[MetadataRecord]) -> int:
+        if not records:
+            raise ValueError("append needs at least one record")
+        async with self._lock:
+            fd = self._require_open()
+            base = self._next_offset
+            frame = encode_batch(base, records)
+            await asyncio.to_thread(self._write_durably, fd, frame)
+            self._next_offset = base + len(records)
+            self._log_bytes += len(frame)
+            return self._next_offset - 1
+
+    def _require_open(self) -> int:
+        if self._failure is not None:
+            raise MetadataLogError(f"metadata log {self._path} failed earlier and accepts no writes: {self._failure}")
+        if self._file is None:
+            raise MetadataLogError(f"metadata log {self._path} is not open (call recover() first, or it was closed)")
+        return self._file
+
+    def _write_durably(self, fd: int, frame: bytes) -> None:
+        """Writes and fsyncs one frame. After a failure the file's state is unknown (a failed fsync may have lost
+        pages already reported written), so the log refuses every later write instead of guessing; a restart
+        recovers the last intact batch."""
+        try:
+            view = memoryview(frame)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        except OSError as exc:
+            self._failure = exc.strerror or str(exc)
+            logger.error("metadata log %s: append failed (%s); no further writes until restart", self._path, exc)
+            raise MetadataLogError(f"cannot append to metadata log {self._path}: {exc.strerror}") from None
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def snapshot(self, capture: Callable[[], Sequence[MetadataRecord]]) -> int:
+        """Writes a snapshot of the state at the last appended offset and truncates the log.
+
+        ``capture`` is called with appends blocked and must return, without awaiting, records that rebuild the
+        state as of the last appended record. Returns the snapshot's offset.
+        """
+        async with self._lock:
+            fd = self._require_open()
+            offset = self._next_offset - 1
+            records = list(capture())
+            await asyncio.to_thread(self._write_snapshot, fd, offset, records)
+            self._log_bytes = 0
+            return offset
+
+    def _write_snapshot(self, fd: int, offset: int, records: list[MetadataRecord]) -> None:
+        final = self._dir / f"snapshot-{offset:020d}.snapshot"
+        tmp = final.with_name(final.name + ".tmp")
+        base = max(offset - len(records) + 1, 0)
+        with open(tmp, "wb") as handle:
+            for start in range(0, len(records), SNAPSHOT_CHUNK):
+                handle.write(encode_batch(base + start, records[start : start + SNAPSHOT_CHUNK]))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+        fsync_dir(self._dir)
+        os.ftruncate(fd, 0)
+        os.fsync(fd)
+        for older, path in list_snapshots(self._dir):
+            if older < offset:
+                path.unlink()
+        logger.info("metadata snapshot %s written (%d records); log truncated", final, len(records))
+
+    def close(self) -> None:
+        if self._file is not None:
+            os.close(self._file)
+            self._file = None

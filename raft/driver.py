@@ -1,0 +1,294 @@
+"""Runs a `RaftNode` on asyncio with a real clock, a transport and on-disk storage.
+
+One task owns the node. Each turn it takes every inbound message that has arrived, ticks the node, and executes the
+node's effects under the durability contract of `raft.effects`: persistence effects are applied to
+`RaftStorage` and made durable (in a worker thread, the only blocking part) before any message that follows them is
+sent, and the log end that became durable is reported back with ``log_flushed``. Everything that piles up while one
+fsync runs goes into the next one, so a burst of proposals costs one fsync (group commit).
+
+Committed DATA entries are handed to the ``apply`` callback in offset order; a snapshot to load goes to
+``load_snapshot``. Both run on the event loop and must not block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from raft.core import NotLeader, RaftConfig, RaftNode
+from raft.effects import PERSIST_EFFECTS, Commit, Effect, LoadSnapshot, PersistEffect, Role, RoleChanged, Send
+from raft.log import EntryKind, LogEntry, SnapshotId
+from raft.messages import DescribeQuorumResponse, RaftMessage
+from raft.storage import RaftStorage
+from raft.transport import Transport
+
+logger = logging.getLogger(__name__)
+
+ApplyCallback = Callable[[Sequence[LogEntry]], None]
+LoadSnapshotCallback = Callable[[SnapshotId, bytes], None]
+
+
+class NotLeaderError(Exception):
+    """The proposal cannot be (or was not) committed by this node; ``leader_id`` is where to retry, if known."""
+
+    def __init__(self, node_id: int, leader_id: int | None, epoch: int, detail: str = "") -> None:
+        where = f"leader is {leader_id}" if leader_id is not None else "no leader known"
+        super().__init__(f"node {node_id} is not the leader of epoch {epoch} ({where}){detail}")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+class RaftDriver:
+    def __init__(
+        self,
+        node_id: int,
+        voters: Sequence[int],
+        directory: Path | str,
+        transport: Transport,
+        *,
+        apply: ApplyCallback,
+        load_snapshot: LoadSnapshotCallback | None = None,
+        config: RaftConfig | None = None,
+        rng: random.Random | None = None,
+        segment_bytes: int = 16 << 20,
+        on_committed: Callable[[int], None] | None = None,
+    ) -> None:
+        """``on_committed(high_watermark)`` runs after the entries below it were handed to ``apply`` (control
+        entries included in the count): what a reader waiting for "applied up to" needs."""
+        self.node_id = node_id
+        self.voters = tuple(voters)
+        self.storage = RaftStorage(directory, segment_bytes=segment_bytes)
+        self.transport = transport
+        self._apply = apply
+        self._load_snapshot = load_snapshot
+        self._on_committed = on_committed
+        self.config = config or RaftConfig()
+        self._rng = rng or random.Random()
+        self._origin = time.monotonic()
+        self._node: RaftNode | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._inbound: list[tuple[int, RaftMessage]] = []
+        self._waiters: list[tuple[int, int, asyncio.Future[int]]] = []  # (offset, epoch, future)
+        self._leader_change = asyncio.Condition()
+        self._stopping: str | None = None
+        self._inflight_write: asyncio.Future[int] | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int((time.monotonic() - self._origin) * 1000)
+
+    async def start(self) -> None:
+        recovered = await asyncio.to_thread(self.storage.recover)
+        self._node = RaftNode(
+            self.node_id,
+            self.voters,
+            rng=self._rng,
+            now_ms=self.now_ms(),
+            config=self.config,
+            quorum_state=recovered.quorum_state,
+            log=recovered.log,
+            snapshot_data=recovered.snapshot_data,
+        )
+        # The recovered snapshot reaches the state machine before start() returns.
+        await self._execute(self._node.drain())
+        self._pump_task = asyncio.create_task(self._pump(), name=f"raft-{self.node_id}-inbound")
+        self._task = asyncio.create_task(self._run(), name=f"raft-{self.node_id}")
+
+    async def stop(self, *, resign: bool = True) -> None:
+        """Stop after the current turn; a leader first hands over with EndQuorumEpoch unless ``resign`` is False."""
+        if self._node is None:
+            return  # never started: nothing was opened
+        self._stopping = "resign" if resign else "quiet"
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        await self._cancel_tasks()
+        self._fail_waiters(detail="; the node stopped")
+        await asyncio.to_thread(self.storage.close)
+
+    async def crash(self) -> None:
+        """Stop abruptly, as a kill -9 would: nothing more is sent, flushed or handed over (tests and benches).
+
+        Writes already handed to the OS stay there: an in-process crash cannot lose the page cache.
+        """
+        await self._cancel_tasks()
+        self._fail_waiters(detail="; the node crashed")
+
+    async def _cancel_tasks(self) -> None:
+        for task in (self._task, self._pump_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._pump_task = None
+        if self._inflight_write is not None:
+            # The storage thread cannot be interrupted; let it finish before anyone reopens the directory.
+            await asyncio.wait([self._inflight_write])
+            self._inflight_write = None
+
+    # ---- queries -------------------------------------------------------------------------------------------
+    @property
+    def node(self) -> RaftNode:
+        if self._node is None:
+            raise RuntimeError(f"raft node {self.node_id} is not started")
+        return self._node
+
+    @property
+    def role(self) -> Role:
+        return self.node.role
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.node.leader_id
+
+    @property
+    def epoch(self) -> int:
+        return self.node.epoch
+
+    @property
+    def high_watermark(self) -> int:
+        return self.node.high_watermark
+
+    def describe(self) -> DescribeQuorumResponse:
+        return self.node.describe(self.now_ms())
+
+    async def wait_for_leader(self, timeout: float) -> int:
+        """Block until this node knows a leader (possibly itself); returns its id."""
+        async with asyncio.timeout(timeout), self._leader_change:
+            await self._leader_change.wait_for(lambda: self.node.leader_id is not None and self.node.role in (
+                Role.LEADER, Role.FOLLOWER))
+            leader = self.node.leader_id
+            assert leader is not None
+            return leader
+
+    # ---- writes --------------------------------------------------------------------------------------------
+    async def propose(self, entries: Sequence[bytes]) -> int:
+        """Append ``entries`` and wait until they are committed; returns the offset of the last one.
+
+        Raises `NotLeaderError` at once on a non-leader, or later if leadership moves before the commit (the
+        entries may or may not end up committed by the next leader then).
+        """
+        node = self.node
+        result = node.propose(entries, self.now_ms())
+        if isinstance(result, NotLeader):
+            raise NotLeaderError(self.node_id, result.leader_id, result.epoch)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters.append((result, node.epoch, future))
+        self._wake.set()
+        return await future
+
+    async def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId | None:
+        """Hand the state machine's image at ``end_offset`` (applied) to Raft; the log below it is then deleted."""
+        snapshot_id = self.node.snapshot_taken(end_offset, data, self.now_ms())
+        self._wake.set()
+        return snapshot_id
+
+    # ---- the loop ------------------------------------------------------------------------------------------
+    async def _pump(self) -> None:
+        while True:
+            item = await self.transport.inbound.get()
+            self._inbound.append(item)
+            self._wake.set()
+
+    async def _run(self) -> None:
+        node = self.node
+        try:
+            while True:
+                await self._execute(node.drain())
+                if self._stopping is not None:
+                    if self._stopping == "resign" and node.role is Role.LEADER:
+                        node.resign(self.now_ms())
+                        await self._execute(node.drain())
+                    return
+                now = self.now_ms()
+                wait_s = max(0.0, (node.next_deadline_ms(now) - now) / 1000)
+                if not self._inbound:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait_s):
+                            await self._wake.wait()
+                self._wake.clear()
+                now = self.now_ms()
+                inbound, self._inbound = self._inbound, []
+                for sender, message in inbound:
+                    node.receive(sender, message, now)
+                node.tick(now)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("raft node %d: driver loop failed; the node stops", self.node_id)
+            self._fail_waiters(detail="; the raft driver failed")
+            raise
+
+    async def _execute(self, effects: list[Effect]) -> None:
+        node = self.node
+        while effects:
+            batch: list[PersistEffect] = []
+            for effect in effects:
+                if isinstance(effect, PERSIST_EFFECTS):
+                    batch.append(effect)
+                    continue
+                if isinstance(effect, Send):
+                    if batch:
+                        await self._persist(batch)
+                        batch = []
+                    self.transport.send(effect.destination, effect.message)
+                elif isinstance(effect, Commit):
+                    self._on_commit(effect)
+                elif isinstance(effect, LoadSnapshot):
+                    if self._load_snapshot is not None:
+                        self._load_snapshot(effect.snapshot_id, effect.data)
+                elif isinstance(effect, RoleChanged):
+                    await self._on_role_changed(effect)
+            if batch:
+                await self._persist(batch)
+            effects = node.drain()
+
+    async def _persist(self, batch: list[PersistEffect]) -> None:
+        def write() -> int:
+            for effect in batch:
+                self.storage.apply(effect)
+            return self.storage.flush()
+
+        self._inflight_write = asyncio.ensure_future(asyncio.to_thread(write))
+        durable_end = await asyncio.shield(self._inflight_write)
+        self._inflight_write = None
+        self.node.log_flushed(durable_end, self.now_ms())
+
+    def _on_commit(self, commit: Commit) -> None:
+        data = [e for e in commit.entries if e.kind is EntryKind.DATA]
+        if data:
+            self._apply(data)
+        still_waiting = []
+        for offset, epoch, future in self._waiters:
+            if offset < commit.high_watermark:
+                if not future.done():
+                    future.set_result(offset)
+            else:
+                still_waiting.append((offset, epoch, future))
+        self._waiters = still_waiting
+        if self._on_committed is not None:
+            self._on_committed(commit.high_watermark)
+
+    async def _on_role_changed(self, change: RoleChanged) -> None:
+        logger.info("raft node %d: %s in epoch %d (leader %s)", self.node_id, change.role, change.epoch,
+                    change.leader_id)
+        if change.role is not Role.LEADER:
+            self._fail_waiters(detail=f"; leadership moved in epoch {change.epoch}, outcome unknown")
+        async with self._leader_change:
+            self._leader_change.notify_all()
+
+    def _fail_waiters(self, detail: str) -> None:
+        node = self._node
+        for _, epoch, future in self._waiters:
+            if not future.done():
+                leader = node.leader_id if node is not None else None
+                future.set_exception(NotLeaderError(self.node_id, leader, epoch, detail))
+        self._waiters = []

@@ -1,0 +1,111 @@
+"""``meta.properties``: the identity of a data directory (which node owns it, which cluster it belongs to).
+
+A node formats its directory on first start and checks it on every later one, as KRaft does, so that a directory
+copied to another node or cluster is refused instead of silently mixing two clusters' metadata.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from settings.server import ServerConfig
+from storage.config import ConfigError, read_properties
+from storage.durable import write_atomically
+
+logger = logging.getLogger(__name__)
+
+META_PROPERTIES = "meta.properties"
+
+
+@dataclass(frozen=True, slots=True)
+class MetaProperties:
+    """The identity of a data directory: which node owns it and which cluster it belongs to (KRaft v1)."""
+
+    node_id: int
+    cluster_id: str
+    version: int = 1
+
+
+def new_cluster_id() -> str:
+    """A random UUID in URL-safe base64 without padding: 22 characters, as ``kafka-storage random-uuid``."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def is_valid_cluster_id(text: str) -> bool:
+    if len(text) != 22:
+        return False
+    try:
+        return len(base64.urlsafe_b64decode(text + "==")) == 16
+    except ValueError:
+        return False
+
+
+def read_meta_properties(directory: str | os.PathLike[str]) -> MetaProperties | None:
+    """The directory's identity, or None if it was never formatted. ConfigError names the file if it is bad."""
+    path = Path(directory) / META_PROPERTIES
+    if not path.exists():
+        return None
+    props = read_properties(path)
+    try:
+        version = int(props.get("version", ""))
+    except ValueError:
+        raise ConfigError(f"{path}: version {props.get('version')!r} is not a number") from None
+    if version != 1:
+        raise ConfigError(f"{path}: unsupported version {version} (this node writes and reads version=1)")
+    node_text = props.get("node.id")
+    cluster_id = props.get("cluster.id")
+    if node_text is None or not node_text.strip().lstrip("-").isdigit():
+        raise ConfigError(f"{path}: node.id is missing or not a number")
+    if not cluster_id or not is_valid_cluster_id(cluster_id):
+        raise ConfigError(f"{path}: cluster.id {cluster_id!r} is not a 22-character base64url UUID")
+    return MetaProperties(int(node_text), cluster_id, version)
+
+
+def write_meta_properties(directory: str | os.PathLike[str], meta: MetaProperties) -> None:
+    """Atomically (temp file, fsync, rename, fsync the directory) so a crash never leaves half a file."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    text = f"#\nnode.id={meta.node_id}\nversion={meta.version}\ncluster.id={meta.cluster_id}\n"
+    write_atomically(folder / META_PROPERTIES, text.encode("utf-8"))
+
+
+def ensure_meta_properties(
+    directory: str | os.PathLike[str], node_id: int, cluster_id: str | None = None
+) -> MetaProperties:
+    """Formats ``directory`` on first start (a new cluster id unless one is given) and checks it afterwards: a
+    directory that belongs to another node or cluster is refused with a one-line ConfigError."""
+    path = Path(directory) / META_PROPERTIES
+    existing = read_meta_properties(directory)
+    if existing is None:
+        if cluster_id is not None and not is_valid_cluster_id(cluster_id):
+            raise ConfigError(f"cluster id {cluster_id!r} is not a 22-character base64url UUID")
+        meta = MetaProperties(node_id, cluster_id or new_cluster_id())
+        write_meta_properties(directory, meta)
+        logger.info("formatted %s: node.id=%d cluster.id=%s", path, meta.node_id, meta.cluster_id)
+        return meta
+    if existing.node_id != node_id:
+        raise ConfigError(
+            f"{path} has node.id={existing.node_id} but the configuration has node.id={node_id}; "
+            "use the matching node.id or another log.dirs"
+        )
+    if cluster_id is not None and existing.cluster_id != cluster_id:
+        raise ConfigError(f"{path} belongs to cluster {existing.cluster_id}, not {cluster_id}")
+    return existing
+
+
+def quorum_cluster_id(config: ServerConfig) -> str:
+    """The cluster id every voter formats with: ``cluster.id`` when configured, else one derived from the voter
+    list, so the voters of one quorum agree without a separate format step (KRaft's ``kafka-storage format -t``)."""
+    configured = config.static.get("cluster.id")
+    if configured:
+        if not is_valid_cluster_id(configured):
+            raise ConfigError(f"cluster.id {configured!r} is not a 22-character base64url UUID")
+        return configured
+    voters = ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in sorted(config.voters, key=lambda v: v.node_id))
+    derived = uuid.uuid5(uuid.NAMESPACE_URL, f"fjord-quorum:{voters}")
+    return base64.urlsafe_b64encode(derived.bytes).decode().rstrip("=")
