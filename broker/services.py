@@ -1,7 +1,7 @@
 """What the broker's request handlers see of the node they run in: a narrow, typed view.
 
 Handlers read the controller, the partitions and the group coordinator through this Protocol, never the node
-itself (``node.process.Node`` satisfies it), so the broker does not depend on how a process wires its roles
+itself (``broker.broker.Broker`` satisfies it), so the broker does not depend on how a process wires its roles
 together, and a test can give handlers just the services it needs.
 """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from controller import leadership
-from controller.wal_failover import assign, needs_failover, zombie_failover
+from controller.wal_failover import assign, needs_failover
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
 from metadata.records import (
@@ -24,6 +24,7 @@ from metadata.records import (
     UnfenceBrokerRecord,
     WALFailoverDoneRecord,
 )
+from metadata.wal_failover import zombie_failover
 from settings.endpoint import Endpoint
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import NodeIdentity

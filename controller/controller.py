@@ -34,7 +34,7 @@ from controller.config_control import plan_alter_configs
 from controller.metrics import commit_histogram
 from controller.scram_control import plan_scram_alterations
 from controller.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
-from controller.wal_failover import reassignments, wal_location_key
+from controller.wal_failover import reassignments
 from metadata.acl.binding import AclBinding, AclBindingFilter
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult, describe_entity, plan_alter_client_quotas
 from metadata.controller_api import (
@@ -65,6 +65,7 @@ from metadata.producer_ids import (
     next_block,
 )
 from metadata.records import NO_LEADER, MetadataRecord
+from metadata.wal_failover import wal_location_key
 from settings.endpoint import Endpoint
 from settings.keys import RESOURCE_TOPIC
 from settings.meta_properties import ensure_meta_properties

@@ -43,7 +43,6 @@ from controller.auto_balancer import AutoBalancer
 from controller.controller import Controller
 from controller.rpc.server import ControllerServer
 from controller.rpc.transport import NetworkTransport
-from controller.wal_failover import zombie_failover
 from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.image import MetadataImage
 from metadata.records import MetadataRecord
@@ -54,6 +53,7 @@ from metadata.rpc.messages import (
     decode_metadata_records,
     encode_metadata_records,
 )
+from metadata.wal_failover import zombie_failover
 from raft.core import RaftConfig
 from raft.driver import NotLeaderError, RaftDriver
 from raft.effects import Role

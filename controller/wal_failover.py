@@ -8,10 +8,10 @@ broker replays the WAL exactly like the dead one's restart would (``StorageEngin
 accepts its commits and closes for the dead broker's opened streams while the assignment holds, then the new
 leaders open those streams with a higher epoch and see every acknowledged record.
 
-Each broker announces where its WAL lives in the KV entry :func:`wal_location_key` when it starts (no entry: a
-``file`` WAL, nothing another broker could read). A target that dies mid-way is replaced (the attempt count grows,
-so the next target's WAL reservation fences the previous one); the replay is idempotent, so a second attempt only
-finishes what the first left.
+Each broker announces where its WAL lives in the KV entry ``metadata.wal_failover.wal_location_key`` when it
+starts (no entry: a ``file`` WAL, nothing another broker could read). A target that dies mid-way is replaced (the
+attempt count grows, so the next target's WAL reservation fences the previous one); the replay is idempotent, so a
+second attempt only finishes what the first left.
 """
 
 from __future__ import annotations
@@ -20,13 +20,6 @@ from collections.abc import Mapping
 
 from metadata.image import MetadataImage, WALFailoverImage
 from metadata.records import NO_TARGET, WALFailoverRecord
-
-_LOCATION_PREFIX = "_fjord/wal-location/"
-
-
-def wal_location_key(node_id: int) -> str:
-    """The KV key where broker ``node_id`` announces its S3 WAL's bucket (as ``BucketURL.describe()``)."""
-    return f"{_LOCATION_PREFIX}{node_id}"
 
 
 def needs_failover(image: MetadataImage, node_id: int, node_epoch: int, locations: Mapping[int, str]) -> bool:
@@ -85,13 +78,3 @@ def reassignments(image: MetadataImage, locations: Mapping[int, str]) -> list[WA
         out.append(WALFailoverRecord(failover.node_id, failover.node_epoch, target, target_epoch,
                                      failover.attempt + 1))
     return out
-
-
-def zombie_failover(image: MetadataImage, node_id: int, node_epoch: int) -> WALFailoverImage | None:
-    """The failover that took (or may have taken) incarnation ``node_epoch``'s WAL, if any: such an incarnation (a
-    paused broker resumed) must not be unfenced, since its WAL is fenced for good; it has to restart and register
-    again. A failover never assigned to any broker (attempt 0) touched nothing: that incarnation may come back."""
-    failover = image.wal_failovers.get(node_id)
-    if failover is None or failover.node_epoch != node_epoch or failover.attempt == 0:
-        return None
-    return failover

@@ -1,8 +1,8 @@
 """Registers every layer's scrape-time collectors on a node's one ``CollectorRegistry``.
 
 Each layer keeps its own metrics (``storage.metrics``, ``broker.metrics``, ``controller.metrics``); only the node
-knows which storage engine, partitions, group coordinator and controller it runs, and those exist only once the
-node has started, so each collector gets a callable that looks them up at scrape time and reports nothing before.
+knows which roles it runs, and its broker exists only once it has joined its cluster, so each collector gets a
+callable that looks the role up at scrape time and reports nothing before.
 """
 
 from __future__ import annotations
@@ -10,42 +10,33 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol
 
-from broker.groups.coordinator import GroupCoordinator
+from broker.broker import Broker
 from broker.metrics import BrokerStateCollector
-from broker.partition.manager import PartitionManager
 from controller.controller import Controller
 from controller.metrics import ControllerCollector, ControllerView, image_view
 from controller.quorum import QuorumController
-from storage.engine import StorageEngine
 from storage.metrics import StorageCollector
 from wire.metrics import ServerMetrics
 
 
 class MeteredNode(Protocol):
-    """What the collectors read of ``node.process.Node``; its storage, partitions and controller are looked up with
-    ``getattr`` because they are set only as the node starts."""
+    """What the collectors read of ``node.process.Node``."""
 
     metrics: ServerMetrics
     node_id: int
-    groups: GroupCoordinator | None
+    broker: Broker | None
     quorum: QuorumController | None
 
 
 def register_node_metrics(node: MeteredNode) -> None:
     registry = node.metrics.registry
-    registry.register(StorageCollector(lambda: _storage(node)))
-    registry.register(BrokerStateCollector(node.node_id, lambda: _partitions(node), lambda: node.groups))
+    registry.register(StorageCollector(lambda: node.broker.storage if node.broker is not None else None))
+    registry.register(BrokerStateCollector(
+        node.node_id,
+        lambda: node.broker.partitions if node.broker is not None else None,
+        lambda: node.broker.groups if node.broker is not None else None,
+    ))
     registry.register(ControllerCollector(lambda: _controller_view(node)))
-
-
-def _storage(node: MeteredNode) -> StorageEngine | None:
-    storage: StorageEngine | None = getattr(node, "storage", None)
-    return storage
-
-
-def _partitions(node: MeteredNode) -> PartitionManager | None:
-    partitions: PartitionManager | None = getattr(node, "partitions", None)
-    return partitions
 
 
 def _controller_view(node: MeteredNode) -> ControllerView | None:
@@ -55,14 +46,14 @@ def _controller_view(node: MeteredNode) -> ControllerView | None:
     quorum = node.quorum
     if quorum is not None:
         return _quorum_view(quorum)
-    client = getattr(node, "controller", None)
+    if node.broker is None:
+        return None
+    client = node.broker.controller
     if isinstance(client, Controller):
         image = client.image
         return image_view(
             image, active=True, epoch=0, high_watermark=image.offset + 1, commit_seconds=client.commit_seconds
         )
-    if client is None:
-        return None
     image = client.image
     return image_view(image, active=False, epoch=None, high_watermark=None, commit_seconds=None)
 

@@ -241,7 +241,6 @@ class KafkaListener:
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
         metrics: ServerMetrics,
         *,
         host: str,
@@ -249,7 +248,6 @@ class KafkaListener:
         listener_name: str = "PLAINTEXT",
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        connection_state: Callable[[], object] | None = None,
         ssl_context: ssl.SSLContext | None = None,
         unauthenticated_max_request_bytes: int | None = None,
         gate: ConnectionGate | None = None,
@@ -265,9 +263,11 @@ class KafkaListener:
         keep ``max.connections`` spent for ever. ``backlog``: how many connections the kernel queues before they
         are accepted (Kafka's ``socket.listen.backlog.size``), which is also where connections wait while the gate
         holds the acceptor."""
-        self.dispatcher = dispatcher
+        #: What the listener serves, from :meth:`start_serving` on: a listener binds before its server exists
+        #: (a broker registers the port it bound, and only its registration makes the rest of it).
+        self._dispatcher: Dispatcher | None = None
         #: Makes the dispatcher's per-connection :attr:`Peer.state` when a connection opens (None: no state).
-        self.connection_state = connection_state
+        self.connection_state: Callable[[], object] | None = None
         self.host = host
         self.port = port
         self.listener_name = listener_name
@@ -289,6 +289,12 @@ class KafkaListener:
         self._connections: set[_Connection] = set()
         self._gauge = metrics.connections.labels(listener=listener_name)
         self._accepted = metrics.connections_total.labels(listener=listener_name)
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None:
+            raise RuntimeError(f"listener {self.listener_name} is not serving")
+        return self._dispatcher
 
     @property
     def bound_port(self) -> int:
@@ -368,7 +374,13 @@ class KafkaListener:
             raise skipped if skipped is not None else OSError(f"{self.host}: no address to listen on")
         return bound
 
-    async def start_serving(self) -> None:
+    async def start_serving(
+        self, dispatcher: Dispatcher, *, connection_state: Callable[[], object] | None = None
+    ) -> None:
+        """Accepts connections and hands their requests to ``dispatcher``; ``connection_state`` makes the state it
+        keeps per connection (:attr:`Peer.state`). Binds first if :meth:`bind` was not called."""
+        self._dispatcher = dispatcher
+        self.connection_state = connection_state
         if self._server is None and not self._own_sockets:
             await self.bind()
         loop = asyncio.get_running_loop()

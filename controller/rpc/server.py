@@ -70,13 +70,12 @@ class ControllerServer:
             else None
         )
         self.dispatcher = ControllerDispatcher(quorum, metrics, read_only=read_only, sasl=gate, authorizer=authorizer)
-        connection_state: type[SaslConnection | CertificateConnection] | None = None
+        self._connection_state: type[SaslConnection | CertificateConnection] | None = None
         if gate is not None:
-            connection_state = SaslConnection
+            self._connection_state = SaslConnection
         elif authorizer is not None and tls is not None:
-            connection_state = CertificateConnection
+            self._connection_state = CertificateConnection
         self._server = KafkaListener(
-            self.dispatcher,
             self.dispatcher.metrics,
             host=listener.host or "0.0.0.0",
             port=listener.port,
@@ -84,7 +83,6 @@ class ControllerServer:
             max_request_bytes=quorum.config.socket_request_max_bytes,
             max_in_flight=DEFAULT_MAX_IN_FLIGHT,
             ssl_context=tls.context() if tls is not None else None,
-            connection_state=connection_state,
             unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if gate is not None else None,
         )
         # An SSL CONTROLLER listener picks up renewed certificate files as client listeners do.
@@ -108,7 +106,7 @@ class ControllerServer:
             ) from None
 
     async def start_serving(self) -> None:
-        await self._server.start_serving()
+        await self._server.start_serving(self.dispatcher, connection_state=self._connection_state)
         if self._reloader is not None:
             self._reloader.start()
 

@@ -80,15 +80,15 @@ def _api_versions_served(client: WireClient) -> bool:
 
 
 async def test_connection_quota_keys_at_start_and_altered_at_runtime(node: Node) -> None:
-    gate = node.connection_gate
+    gate = node.broker.connection_gate
     assert gate is not None
     settings = gate.limits.settings
     assert (settings.max_connections_per_ip, dict(settings.per_ip_overrides)) == (50, {"10.1.1.1": 7})
     assert settings.max_connection_creation_rate == 1000
     assert dict(settings.listener_max_connections) == {"PLAINTEXT": 40}
     assert dict(settings.listener_max_connection_creation_rate) == {"PLAINTEXT": 500}
-    assert node.server.backlog == 7, "socket.listen.backlog.size is the listeners' listen backlog"
-    port = node.server.bound_port
+    assert node.broker.server.backlog == 7, "socket.listen.backlog.size is the listeners' listen backlog"
+    port = node.broker.server.bound_port
     broker = str(node.node_id)
 
     described = await asyncio.to_thread(_describe, port, broker)

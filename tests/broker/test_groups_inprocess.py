@@ -56,7 +56,7 @@ async def node_factory(tmp_path: Path) -> AsyncIterator[Callable[[], object]]:
 
 
 def bootstrap(node: Node) -> str:
-    return f"127.0.0.1:{node.server.bound_port}"
+    return f"127.0.0.1:{node.broker.server.bound_port}"
 
 
 async def create_topic(node: Node, topic: str) -> None:
@@ -126,7 +126,7 @@ async def test_offsets_of_empty_groups_expire_and_live_subscriptions_are_kept(no
             "manual": 4,
         }
 
-        coordinator = node.groups
+        coordinator = node.broker.groups
         assert await coordinator.expire_offsets() == 0  # nothing is old enough yet
         real = coordinator.clock
         coordinator.clock = lambda: real() + 8 * DAY_S
@@ -164,7 +164,7 @@ async def list_groups(node: Node) -> list[tuple[str, str]]:
 
 
 async def loaded_coordinator(node: Node, group: str) -> GroupCoordinator:
-    coordinator: GroupCoordinator = node.groups
+    coordinator: GroupCoordinator = node.broker.groups
     error, node_id, _ = await coordinator.find_coordinator(group)
     assert (error, node_id) == (ErrorCode.none, node.node_id)
     await eventually_async(lambda: coordinator.coordinator_error(group), until=lambda error: error is ErrorCode.none,
@@ -194,7 +194,7 @@ async def test_a_broken_offsets_partition_fails_sync_and_commit_with_not_coordin
     joined = await coordinator.join_group(group, join_request())
     assert joined.error is ErrorCode.none and joined.generation_id == 1
     # Fault: the partition holding this group is closed underneath the coordinator.
-    log = node.partitions.get(OFFSETS_TOPIC, coordinator.partition_for(group))
+    log = node.broker.partitions.get(OFFSETS_TOPIC, coordinator.partition_for(group))
     await log.close()
     synced = await coordinator.sync_group(
         group,
@@ -289,7 +289,7 @@ async def test_requests_during_load_get_coordinator_load_in_progress(
 
     monkeypatch.setattr(PartitionManager, "wait_open", slow_wait_open)
     restarted: Node = await node_factory()
-    loading: GroupCoordinator = restarted.groups
+    loading: GroupCoordinator = restarted.broker.groups
     assert loading.coordinator_error(group) is ErrorCode.coordinator_load_in_progress
     assert (await loading.join_group(group, join_request())).error is ErrorCode.coordinator_load_in_progress
     assert loading.heartbeat(group, "m", None, 1) is ErrorCode.coordinator_load_in_progress

@@ -14,6 +14,7 @@ import pytest
 from broker_support import default_overrides
 from kio.schema.errors import ErrorCode
 
+from broker.broker import Broker
 from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from broker.groups.offsets_schema import OffsetValue
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
@@ -76,9 +77,13 @@ async def node_dir(tmp_path: Path) -> AsyncIterator[Path]:
     yield tmp_path / "node"
 
 
+def _broker(node: Node) -> Broker:
+    assert node.broker is not None
+    return node.broker
+
+
 def _groups(node: Node) -> GroupCoordinator:
-    assert node.groups is not None
-    return node.groups
+    return _broker(node).groups
 
 
 async def _ready(node: Node) -> GroupCoordinator:
@@ -109,7 +114,7 @@ async def _commit_in_txn(groups: GroupCoordinator, producer_id: int, offset: int
 async def _marker(node: Node, producer_id: int, *, commit: bool) -> None:
     groups = _groups(node)
     code = await write_marker(
-        node.partitions,
+        _broker(node).partitions,
         groups,
         topic=OFFSETS_TOPIC,
         partition=groups.partition_for(GROUP),
@@ -130,13 +135,13 @@ def _fetched(groups: GroupCoordinator, *, require_stable: bool) -> tuple[int, Er
 async def test_transactional_offsets_are_invisible_until_committed_and_survive_a_restart(node_dir: Path) -> None:
     node = await _start(node_dir)
     try:
-        await node.controller.create_topics(
+        await _broker(node).controller.create_topics(
             [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False
         )
         groups = await _ready(node)
-        committed_pid = await node.producer_ids.allocate()
-        aborted_pid = await node.producer_ids.allocate()
-        open_pid = await node.producer_ids.allocate()
+        committed_pid = await _broker(node).producer_ids.allocate()
+        aborted_pid = await _broker(node).producer_ids.allocate()
+        open_pid = await _broker(node).producer_ids.allocate()
 
         await _commit_in_txn(groups, committed_pid, 10)
         # Pending: a stable fetch is told to retry, a plain fetch sees nothing committed yet.

@@ -184,7 +184,7 @@ async def test_every_dashboard_metric_is_served_and_follows_the_clients(node: No
     assert node.metrics_port is not None and controller_node.metrics_port is not None
     before = await scrape(node.metrics_port)
     assert not any(labels.get("topic") == TOPIC for labels, _ in before.get("fjord_topic_bytes_in_total", []))
-    await produce_and_consume(f"127.0.0.1:{node.server.bound_port}")
+    await produce_and_consume(f"127.0.0.1:{node.broker.server.bound_port}")
 
     served = await scrape(node.metrics_port)
     node_id = str(node.node_id)

@@ -650,7 +650,7 @@ async def test_a_failed_authentication_is_answered_after_the_delay_and_holds_no_
     node = Node(ServerConfig.load(None, [f"{key}={value}" for key, value in overrides.items()]))
     await node.start()
     try:
-        port = next(endpoint.port for endpoint in node.bound_endpoints if endpoint.name == "SASL")
+        port = next(endpoint.port for endpoint in node.broker.bound_endpoints if endpoint.name == "SASL")
         sent = threading.Event()
         failing = asyncio.create_task(asyncio.to_thread(_fail_authentication, port, sent))
         other = asyncio.create_task(asyncio.to_thread(_api_versions_once_sent, port, sent))

@@ -309,7 +309,7 @@ async def test_kafkas_shipped_kraft_server_properties_start_a_node(
     assert any(line.startswith("num.recovery.threads.per.data.dir has no effect in Fjord") for line in infos_of(caplog))
     await node.start()
     try:
-        assert await asyncio.to_thread(api_versions_error, node.server.bound_port) == 0
+        assert await asyncio.to_thread(api_versions_error, node.broker.server.bound_port) == 0
     finally:
         await node.stop()
 

@@ -17,10 +17,10 @@ import pytest
 from engine_support import payload, small_config
 
 from broker.wal_failover import WALFailoverRunner
+from broker.wal_ownership import wait_for_wal_failover
 from controller.controller import Controller
-from controller.wal_failover import wal_location_key
 from metadata.records import failover_wal_epoch
-from node import process as node_process
+from metadata.wal_failover import wal_location_key
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.config import BucketURL, ConfigError
@@ -180,19 +180,12 @@ async def test_replay_is_idempotent_when_a_target_dies_after_committing(cluster:
 
 
 async def test_a_broker_restarted_during_its_failover_waits_for_it_or_takes_back_a_targetless_one(
-    cluster: _Cluster, monkeypatch: pytest.MonkeyPatch
+    cluster: _Cluster,
 ) -> None:
 
     assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
     cluster.epochs[1] = await cluster.client.register_broker(1, EP, None)  # the dead broker is back, on a new epoch
-    restarted = node_process.Node(ServerConfig.load(None, [
-        f"log.dirs={cluster.tmp_path / 'node-1'}", "node.id=1", "process.roles=broker",
-        "listeners=PLAINTEXT://127.0.0.1:0", "controller.quorum.voters=0@127.0.0.1:9093",
-    ]))
-    restarted.controller = cluster.client
-    restarted.node_epoch = cluster.epochs[1]
-
-    waiting = asyncio.ensure_future(restarted._wait_for_wal_failover())
+    waiting = asyncio.ensure_future(wait_for_wal_failover(cluster.client, 1, cluster.epochs[1]))
     await asyncio.sleep(0.5)  # time in which the wait would (wrongly) end while the failover is still running
     assert not waiting.done()  # broker 2 still replays broker 1's WAL: opening it now would race the replay
     await cluster.client.complete_wal_failover(NodeIdentity(2, cluster.epochs[2]), 1, cluster.controller.image
@@ -201,15 +194,14 @@ async def test_a_broker_restarted_during_its_failover_waits_for_it_or_takes_back
 
     # A failover that does not finish in time is a clear error naming who holds the WAL, not a hang.
     assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
-    restarted.node_epoch = cluster.epochs[1] = await cluster.client.register_broker(1, EP, None)
-    monkeypatch.setattr(node_process, "FAILOVER_WAIT_S", 0.3)
+    cluster.epochs[1] = await cluster.client.register_broker(1, EP, None)
     with pytest.raises(ConfigError, match="broker 2 is still replaying"):
-        await restarted._wait_for_wal_failover()
+        await wait_for_wal_failover(cluster.client, 1, cluster.epochs[1], wait_s=0.3)
 
     # Its target died and no other broker shares the WAL bucket: the restarted broker takes the failover back,
     # since its own recovery replays the same WAL.
     assert await cluster.controller.fence_broker(3, cluster.epochs[3])
     assert await cluster.controller.fence_broker(2, cluster.epochs[2], session_expired=True)
     assert await cluster.controller.reconcile_wal_failovers() == 1
-    await asyncio.wait_for(restarted._wait_for_wal_failover(), 5)
+    await asyncio.wait_for(wait_for_wal_failover(cluster.client, 1, cluster.epochs[1]), 5)
     assert cluster.controller.image.wal_failovers[1].done

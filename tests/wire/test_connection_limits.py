@@ -87,11 +87,11 @@ async def _gated(
     metrics = ServerMetrics()
     gate = ConnectionGate(settings, metrics)
     listeners = {
-        name: KafkaListener(_Answering(), metrics, host="127.0.0.1", port=0, listener_name=name, gate=gate)
+        name: KafkaListener(metrics, host="127.0.0.1", port=0, listener_name=name, gate=gate)
         for name in names
     }
     for listener in listeners.values():
-        await listener.start_serving()
+        await listener.start_serving(_Answering())
     try:
         yield gate, listeners, metrics
     finally:
@@ -285,9 +285,9 @@ async def test_an_idle_connection_is_closed_after_connections_max_idle_ms() -> N
     metrics = ServerMetrics()
     gate = ConnectionGate(ConnectionLimitSettings(max_connections=1), metrics)
     listener = KafkaListener(
-        _Answering(), metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate, idle_timeout_s=0.3
+        metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate, idle_timeout_s=0.3
     )
-    await listener.start_serving()
+    await listener.start_serving(_Answering())
     try:
         idle = await _connect(listener)
         assert await _served(idle, 1)
@@ -332,8 +332,8 @@ async def test_a_listener_on_localhost_accepts_on_every_address_it_resolves_to(
         monkeypatch.setattr(loop, "getaddrinfo", both)
     metrics = ServerMetrics()
     gate = ConnectionGate(ConnectionLimitSettings(), metrics)
-    listener = KafkaListener(_Answering(), metrics, host="localhost", port=0, listener_name="CLIENT", gate=gate)
-    await listener.start_serving()
+    listener = KafkaListener(metrics, host="localhost", port=0, listener_name="CLIENT", gate=gate)
+    await listener.start_serving(_Answering())
     try:
         port = listener.bound_port
         on_ipv4 = await asyncio.open_connection("127.0.0.1", port)
@@ -369,20 +369,20 @@ async def test_a_listener_skips_an_address_it_cannot_make_a_socket_for(monkeypat
     monkeypatch.setattr(loop, "getaddrinfo", resolved)
     metrics = ServerMetrics()
     gate = ConnectionGate(ConnectionLimitSettings(), metrics)
-    listener = KafkaListener(_Answering(), metrics, host="dual.example", port=0, listener_name="CLIENT", gate=gate)
-    await listener.start_serving()
+    listener = KafkaListener(metrics, host="dual.example", port=0, listener_name="CLIENT", gate=gate)
+    await listener.start_serving(_Answering())
     try:
         stream = await _connect(listener)
         assert await _served(stream, 1)
         _close(stream)
     finally:
         await listener.close()
-    nothing = KafkaListener(_Answering(), metrics, host="v6.example", port=0, listener_name="OTHER", gate=gate)
+    nothing = KafkaListener(metrics, host="v6.example", port=0, listener_name="OTHER", gate=gate)
     with pytest.raises(OSError, match=r"fd00::9:0: "):
         await nothing.bind()
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        busy = KafkaListener(_Answering(), metrics, host="127.0.0.1", port=port, listener_name="BUSY", gate=gate)
+        busy = KafkaListener(metrics, host="127.0.0.1", port=port, listener_name="BUSY", gate=gate)
         with pytest.raises(OSError, match=f"127.0.0.1:{port}: "):
             await busy.bind()
 
@@ -404,8 +404,8 @@ async def test_a_lost_connection_gives_its_slot_back_before_its_handler_ends() -
     metrics = ServerMetrics()
     gate = ConnectionGate(ConnectionLimitSettings(max_connections=1), metrics)
     dispatcher = _Blocking()
-    listener = KafkaListener(dispatcher, metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate)
-    await listener.start_serving()
+    listener = KafkaListener(metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate)
+    await listener.start_serving(dispatcher)
     try:
         gone = await _connect(listener)
         gone[1].write(_frame(1))
@@ -451,9 +451,9 @@ async def test_eviction_closes_the_connection_the_idle_sweep_saw_active_least_re
     metrics = ServerMetrics()
     gate = ConnectionGate(ConnectionLimitSettings(), metrics)
     listener = KafkaListener(
-        _Answering(), metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate, idle_timeout_s=4.0
+        metrics, host="127.0.0.1", port=0, listener_name="CLIENT", gate=gate, idle_timeout_s=4.0
     )
-    await listener.start_serving()
+    await listener.start_serving(_Answering())
     try:
         busy = await _connect(listener)
         assert await _served(busy, 1)
@@ -491,9 +491,9 @@ async def test_a_muted_connection_is_not_idle() -> None:
     so the idle expiry (here much shorter than the mute) must not close it."""
     metrics = ServerMetrics()
     listener = KafkaListener(
-        _Muting(1.0), metrics, host="127.0.0.1", port=0, listener_name="CLIENT", idle_timeout_s=0.2
+        metrics, host="127.0.0.1", port=0, listener_name="CLIENT", idle_timeout_s=0.2
     )
-    await listener.start_serving()
+    await listener.start_serving(_Muting(1.0))
     try:
         stream = await _connect(listener)
         assert await _served(stream, 1)

@@ -48,10 +48,8 @@ async def _ask(writer: asyncio.StreamWriter, reader: asyncio.StreamReader, corre
 
 async def test_each_connection_has_its_own_state_until_it_closes() -> None:
     dispatcher = _RecordingDispatcher()
-    listener = KafkaListener(
-        dispatcher, ServerMetrics(), host="127.0.0.1", port=0, connection_state=dispatcher.connection_state
-    )
-    await listener.start_serving()
+    listener = KafkaListener(ServerMetrics(), host="127.0.0.1", port=0)
+    await listener.start_serving(dispatcher, connection_state=dispatcher.connection_state)
     try:
         first = await asyncio.open_connection("127.0.0.1", listener.bound_port)
         second = await asyncio.open_connection("127.0.0.1", listener.bound_port)
@@ -80,8 +78,8 @@ async def test_each_connection_has_its_own_state_until_it_closes() -> None:
 
 async def test_without_a_state_factory_peers_carry_none() -> None:
     dispatcher = _RecordingDispatcher()
-    listener = KafkaListener(dispatcher, ServerMetrics(), host="127.0.0.1", port=0)
-    await listener.start_serving()
+    listener = KafkaListener(ServerMetrics(), host="127.0.0.1", port=0)
+    await listener.start_serving(dispatcher)
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", listener.bound_port)
         await _ask(writer, reader, 7)

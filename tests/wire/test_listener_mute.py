@@ -42,8 +42,8 @@ async def _answers(reader: asyncio.StreamReader) -> list[int]:
 
 
 async def _held_requests_answered(ending: bytes | None) -> list[int]:
-    listener = KafkaListener(_MutingDispatcher(), ServerMetrics(), host="127.0.0.1", port=0, max_request_bytes=1024)
-    await listener.start_serving()
+    listener = KafkaListener(ServerMetrics(), host="127.0.0.1", port=0, max_request_bytes=1024)
+    await listener.start_serving(_MutingDispatcher())
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", listener.bound_port)
         writer.write(_frame(1))

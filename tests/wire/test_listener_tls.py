@@ -36,10 +36,9 @@ def _frame(correlation_id: int) -> bytes:
 
 async def _serve_garbage_then_tls(ca: CertificateAuthority, server_keystore: Path) -> None:
     context = server_context(TlsSettings(keystore_location=str(server_keystore)))
-    listener = KafkaListener(_Echo(), ServerMetrics(), host="127.0.0.1", port=0, listener_name="SSL",
-                             ssl_context=context)
+    listener = KafkaListener(ServerMetrics(), host="127.0.0.1", port=0, listener_name="SSL", ssl_context=context)
     port = await listener.bind()
-    await listener.start_serving()
+    await listener.start_serving(_Echo())
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ssl.create_default_context(
             cafile=str(ca.cert_path)))

@@ -1,0 +1,270 @@
+"""``Broker``: the broker role of a node, the object that owns what a broker owns.
+
+A broker joins its cluster in :meth:`Broker.join`: its client listeners are bound (so it advertises the ports it
+really has), it registers with the controller and gets its node epoch, announces its S3 WAL and waits for any
+failover of that WAL to end. Only then can the rest exist (the storage engine's WAL is fenced by the node epoch), so
+the broker is constructed complete there: storage engine, WAL failover runner, request dispatcher, partitions, the
+group and transaction coordinators. :meth:`start` starts them in that order, :meth:`serve` opens the listeners, and
+:meth:`stop` stops what was started, in reverse.
+
+Handlers and coordinators see the broker through ``broker.services.BrokerServices``, never this class, and the
+node (``node.process``) only composes roles: it gives the broker a controller client and its metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from broker.connection_limits import ConnectionLimitsWatcher
+from broker.fetch_session import FetchSessionCache
+from broker.groups.coordinator import GroupCoordinator
+from broker.partition.manager import PartitionManager
+from broker.partition.producer_ids import ProducerIdAllocator
+from broker.request_dispatcher import RequestDispatcher
+from broker.transactions.coordinator import TransactionCoordinator
+from broker.wal_failover import WALFailoverRunner
+from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_failover
+from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting
+from settings.endpoint import Endpoint
+from settings.server import ServerConfig
+from storage.config import ConfigError
+from storage.engine import StorageEngine
+from wire.listener import DEFAULT_MAX_IN_FLIGHT, ConnectionGate, KafkaListener
+from wire.metrics import ServerMetrics
+from wire.sasl import MAX_TOKEN_BYTES
+from wire.tls_reload import CertificateReloader
+
+logger = logging.getLogger(__name__)
+
+
+class Broker:
+    """A broker that has joined its cluster; build it with :meth:`join`."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        controller: ControllerClient,
+        metrics: ServerMetrics,
+        *,
+        listeners: list[KafkaListener],
+        gate: ConnectionGate,
+        node_epoch: int,
+        takeover: TakeoverGuard,
+        controller_address: tuple[str, int] | None = None,
+    ) -> None:
+        """Everything a broker owns, constructed and not yet started. ``listeners`` are bound; ``node_epoch`` is the
+        registration's; ``controller_address``: where an embedded controller serves its CONTROLLER listener (what
+        DescribeQuorum names)."""
+        self.config = config
+        self.node_id = config.node_id
+        self.controller = controller
+        self.cluster_id = controller.image.cluster_id
+        self.node_epoch = node_epoch
+        self.metrics = metrics
+        self.listeners = listeners
+        self.connection_gate = gate
+        self.controller_address = controller_address
+        self._takeover = takeover
+        self.fetch_sessions = FetchSessionCache()
+        self.producer_ids = ProducerIdAllocator(controller, lambda: (self.node_id, self.node_epoch))
+        storage_config = replace(config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
+                                 node_epoch=node_epoch)
+        self.storage = StorageEngine(storage_config, controller.stream_metadata)
+        self.wal_failover = (
+            WALFailoverRunner(controller, self.storage) if storage_config.wal_url.scheme == "s3" else None
+        )
+        self.dispatcher = RequestDispatcher(self, metrics, store_stats=lambda: self.storage.store.stats)
+        self.partitions = PartitionManager(self, on_removed=self.dispatcher.traffic.forget)
+        self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self)
+        self._tls_reloaders = [
+            CertificateReloader(server, tls.watched_files(), tls.context, tls.reload_interval_ms / 1000)
+            for server in listeners
+            if (tls := config.tls.get(server.listener_name)) is not None
+        ]
+        #: What :meth:`start` started, each with how it stops.
+        self._started: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+
+    @classmethod
+    async def join(
+        cls,
+        config: ServerConfig,
+        controller: ControllerClient,
+        metrics: ServerMetrics,
+        *,
+        controller_address: tuple[str, int] | None = None,
+    ) -> Broker:
+        """Binds the client listeners, registers this broker with their real ports, announces its WAL and waits
+        for a failover of it to end; then the broker is built. Closes the listeners if any step fails."""
+        node_id = config.node_id
+        image = controller.image
+        gate = ConnectionGate(config.connection_limits(image.broker_configs, image.node_configs.get(node_id)), metrics)
+        listeners = _client_listeners(config, metrics, gate)
+        try:
+            for server in listeners:
+                try:
+                    await server.bind()
+                except OSError as exc:
+                    raise ConfigError(f"listeners: cannot bind {server.listener_name} to {server.host}:{server.port}: "
+                                      f"{exc.strerror}") from None
+            node_epoch = await controller.register_broker(node_id, bound_endpoints(config, listeners), config.rack)
+            logger.info("broker %d registered with epoch %d in cluster %s", node_id, node_epoch, image.cluster_id)
+            takeover = TakeoverGuard(node_id, node_epoch)
+            controller.subscribe(takeover)
+            controller.subscribe(ConnectionLimitsWatcher(config, gate))
+            takeover(controller.image, controller.image)
+            await announce_wal(config, controller)
+            await wait_for_wal_failover(controller, node_id, node_epoch)
+        except BaseException:
+            for server in listeners:
+                await server.close()
+            raise
+        return cls(config, controller, metrics, listeners=listeners, gate=gate, node_epoch=node_epoch,
+                   takeover=takeover, controller_address=controller_address)
+
+    # -- what handlers read (broker.services.BrokerServices) ------------------------------------------------------
+
+    @property
+    def auto_create_topics_enable(self) -> bool:
+        return self.config.auto_create_topics_enable
+
+    @property
+    def server(self) -> KafkaListener:
+        """The first client listener (most brokers have exactly one)."""
+        return self.listeners[0]
+
+    @property
+    def bound_endpoints(self) -> tuple[Endpoint, ...]:
+        return bound_endpoints(self.config, self.listeners)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Starts the storage engine (WAL recovery), the WAL failover runner, the partitions this broker leads and
+        both coordinators, in that order; nothing is served yet."""
+        await self._start("storage engine", self.storage.start(), self.storage.shutdown)
+        if self.wal_failover is not None:
+            self.wal_failover.start()
+            self._started.append(("WAL failover", self.wal_failover.stop))
+        await self._start("partitions", self.partitions.start(), self.partitions.stop)
+        await self._start("group coordinator", self.groups.start(), self.groups.stop)
+        await self._start("transaction coordinator", self.transactions.start(), self.transactions.stop)
+        if isinstance(self.controller, LoadReporting):  # a broker of a cluster: its traffic, for the auto-balancer
+            self.controller.report_load_from(self.dispatcher.traffic.partition_bytes)
+
+    async def _start(self, name: str, starting: Awaitable[None], stop: Callable[[], Awaitable[None]]) -> None:
+        # Recorded before it is awaited: a start that fails half-way still has its part stopped.
+        self._started.append((name, stop))
+        await starting
+
+    async def serve(self) -> None:
+        """Accepts connections on every client listener, and reloads their renewed certificates from now on."""
+        for server in self.listeners:
+            await server.start_serving(self.dispatcher, connection_state=self.dispatcher.connection_state)
+        for reloader in self._tls_reloaders:
+            reloader.start()
+        # "node N serving ..." is the line operators and tools wait for (a node serves once its broker does).
+        logger.info("node %d serving %s", self.node_id,
+                    ", ".join(f"{e.name}://{e.host}:{e.port}" for e in self.bound_endpoints))
+
+    async def controlled_shutdown(self) -> None:
+        """Before anything stops, a broker of a cluster has the controller move every partition it leads to other
+        brokers while it still serves them (``controller.controlled_shutdown``): clients see a leader change of
+        a fraction of a second instead of partitions unavailable until a fence. Bounded by
+        ``controlled.shutdown.timeout.ms``; after that it stops anyway, which loses nothing (what it still leads
+        is uploaded on the way out, and its fence hands the partitions over)."""
+        controller = self.controller
+        if not isinstance(controller, ControlledShutdown) or self._takeover.halting:
+            return
+        if not self.config.value("controlled.shutdown.enable"):
+            return
+        timeout_s = int(self.config.value("controlled.shutdown.timeout.ms")) / 1000
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            done = await controller.request_controlled_shutdown(timeout_s)
+        except Exception:
+            logger.exception("node %d: controlled shutdown failed; stopping anyway", self.node_id)
+            return
+        led = len(controller.image.partitions_led_by(self.node_id))
+        if done:
+            logger.info("node %d: controlled shutdown done in %.1f s: it leads %d partitions%s", self.node_id,
+                        loop.time() - started, led, " (no other broker can take them)" if led else "")
+        else:
+            logger.warning("node %d: controlled shutdown not done after %.1f s (controlled.shutdown.timeout.ms is "
+                           "%.0f s; or no controller answers, or this registration is gone); stopping anyway while it "
+                           "leads %d partitions (their data is uploaded on the way out)",
+                           self.node_id, loop.time() - started, timeout_s, led)
+
+    async def stop_accepting(self) -> None:
+        """No new connections (the first step of a stop; open connections are served until the partitions close)."""
+        for reloader in self._tls_reloaders:
+            await reloader.stop()
+        for server in self.listeners:
+            await server.stop_accepting()
+
+    async def stop(self) -> None:
+        """Stops, in reverse start order, what was started: the coordinators, the partitions (each closed cleanly:
+        force upload, clean-shutdown flag), the WAL failover runner, the connections, the storage engine. Each
+        step runs even if an earlier one failed (and is logged)."""
+        await self.stop_accepting()
+        # The connections close after the partitions (requests in flight are answered), before the storage engine.
+        order = ["transaction coordinator", "group coordinator", "partitions", "WAL failover", "connections",
+                 "storage engine"]
+        started = dict(self._started)
+        self._started.clear()
+        for name in order:
+            step = started.get(name) if name != "connections" else self._close_listeners
+            if step is None:
+                continue
+            try:
+                await step()
+            except Exception:
+                logger.exception("node %d: stopping the %s failed", self.node_id, name)
+
+    async def _close_listeners(self) -> None:
+        for server in self.listeners:
+            await server.close()
+
+
+def _client_listeners(config: ServerConfig, metrics: ServerMetrics, gate: ConnectionGate) -> list[KafkaListener]:
+    """One unbound ``KafkaListener`` per client listener, sharing Kafka's connection quotas (``gate``)."""
+    idle_ms = int(config.value("connections.max.idle.ms"))
+    backlog = int(config.value("socket.listen.backlog.size"))
+    listeners = []
+    for listener in config.broker_listeners:
+        tls = config.tls.get(listener.name)
+        listeners.append(KafkaListener(
+            metrics,
+            host=listener.host or "0.0.0.0",
+            port=listener.port,
+            listener_name=listener.name,
+            max_request_bytes=config.socket_request_max_bytes,
+            max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+            ssl_context=tls.context() if tls is not None else None,
+            unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if listener.name in config.sasl else None,
+            gate=gate,
+            idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else None,  # Kafka: negative, never
+            backlog=backlog,
+        ))
+    return listeners
+
+
+def bound_endpoints(config: ServerConfig, listeners: list[KafkaListener]) -> tuple[Endpoint, ...]:
+    """The advertised endpoints with ports resolved: a listener configured with port 0 advertises the port it
+    actually bound (tests and ``fjord cluster up`` rely on this)."""
+    bound = {server.listener_name: server.bound_port for server in listeners}
+    out = []
+    for endpoint in config.advertised_endpoints():
+        if endpoint.port == 0 and endpoint.name in bound:
+            endpoint = replace(endpoint, port=bound[endpoint.name])
+        out.append(endpoint)
+    if not out:  # advertised.listeners defaults to the bound listeners
+        out = [
+            Endpoint(s.listener_name, s.host, s.bound_port, config.security_protocols.get(s.listener_name, "PLAINTEXT"))
+            for s in listeners
+        ]
+    return tuple(out)

@@ -1,0 +1,107 @@
+"""Who owns this broker's S3 WAL: announced when the broker joins, a failover by another broker awaited, and the
+halt of an incarnation whose WAL another broker took over.
+
+A broker's S3 WAL can be replayed by any broker of the same bucket when it dies (``broker.wal_failover``). So before
+a broker opens its WAL it tells the controller where the WAL lives, and a broker restarted while another one still
+replays its WAL waits for that replay to end (both would otherwise fence each other's reservation). A fenced
+incarnation that resumes after its WAL was taken over can never write again: it halts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from metadata.controller_api import ControllerClient
+from metadata.image import MetadataImage
+from metadata.wal_failover import wal_location_key, zombie_failover
+from settings.server import ServerConfig
+from storage.config import ConfigError
+from storage.errors import StorageError
+from storage.metadata.api import NodeIdentity
+
+logger = logging.getLogger(__name__)
+
+FAILOVER_WAIT_S = 120.0  # how long a restarted broker waits for another broker to finish replaying its WAL
+#: Exit status of a broker that halts because another broker took over its S3 WAL while it was fenced (a paused
+#: process resumed): non-zero so that a supervisor (docker-compose's restart policy, systemd) starts it again.
+WAL_TAKEN_OVER_EXIT_STATUS = 3
+
+
+async def announce_wal(config: ServerConfig, controller: ControllerClient) -> None:
+    """Tells the controller where this broker's S3 WAL lives, so that if the broker dies another broker of the
+    same WAL bucket can replay it; a file WAL has nothing to announce (a stale announcement is removed)."""
+    url = config.storage.wal_url
+    metadata = controller.stream_metadata
+    key = wal_location_key(config.node_id)
+    if url.scheme == "s3":
+        location = url.describe().encode()
+        if await metadata.get_kv(key) != location:
+            await metadata.put_kv(key, location)
+    elif await metadata.get_kv(key) is not None:
+        await metadata.delete_kv(key)
+
+
+async def wait_for_wal_failover(
+    controller: ControllerClient, node_id: int, node_epoch: int, wait_s: float = FAILOVER_WAIT_S
+) -> None:
+    """A broker restarted while another one still replays its WAL waits for that to finish before opening
+    the WAL itself; bounded by ``wait_s``, then a clear error. A failover no live broker is assigned to is taken
+    back: this broker's own recovery replays the same WAL."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    logged = False
+    while True:
+        failover = controller.image.wal_failovers.get(node_id)
+        if failover is None or failover.done:
+            return
+        if failover.target_id < 0 and failover.node_epoch < node_epoch:
+            try:
+                await controller.complete_wal_failover(NodeIdentity(node_id, node_epoch), node_id, failover.node_epoch)
+                logger.info("broker %d takes back the failover of its WAL (no live broker was assigned it); "
+                            "its own recovery replays it", node_id)
+                return
+            except StorageError as exc:  # assigned to a broker meanwhile: wait for it like for any other
+                logger.info("broker %d could not take back the failover of its WAL: %s", node_id, exc)
+        if loop.time() >= deadline:
+            raise ConfigError(
+                f"broker {node_id}: broker {failover.target_id} is still replaying this broker's WAL "
+                f"(failover attempt {failover.attempt}) after {wait_s:.0f} s; start it again later"
+            )
+        if not logged:
+            logger.info("broker %d waits for the failover of its WAL (by broker %d) to finish", node_id,
+                        failover.target_id)
+            logged = True
+        await asyncio.sleep(0.2)
+
+
+class TakeoverGuard:
+    """Halts the process once the metadata shows that another broker took over this incarnation's S3 WAL.
+
+    Such an incarnation (fenced while paused, then resumed) can never be unfenced nor write again, and its
+    heartbeats are refused forever; as AutoMQ halts a fenced node, it exits at once instead of lingering until an
+    operator notices. Nothing is uploaded or committed on the way out (every such write would be refused: the WAL
+    belongs to the failover now), so the process skips the orderly stop and exits non-zero; a restart registers a
+    new incarnation, which waits for the failover to finish and serves again. Subscribed to the image as soon as
+    the broker has registered."""
+
+    def __init__(self, node_id: int, node_epoch: int) -> None:
+        self.node_id = node_id
+        self.node_epoch = node_epoch
+        self.halting = False
+
+    def __call__(self, old: MetadataImage, new: MetadataImage) -> None:
+        if self.halting:
+            return
+        failover = zombie_failover(new, self.node_id, self.node_epoch)
+        if failover is None:
+            return
+        self.halting = True
+        logger.error(
+            "node %d (epoch %d) was fenced and broker %d took over its S3 WAL (failover attempt %d): this incarnation "
+            "can never write again; it halts now and must be restarted (exit status %d)",
+            self.node_id, self.node_epoch, failover.target_id, failover.attempt, WAL_TAKEN_OVER_EXIT_STATUS,
+        )
+        logging.shutdown()  # flush the line above before the halt skips every other exit path
+        os._exit(WAL_TAKEN_OVER_EXIT_STATUS)
