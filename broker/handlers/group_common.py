@@ -1,5 +1,6 @@
 """What the consumer-group handlers share: finding the coordinator, the member host Kafka reports, the offsets a
-commit asks for, and the per-partition error answer of the offsets APIs."""
+commit asks for, the per-partition error answer of the offsets APIs, and the ACL check of a member's requests (the
+same for JoinGroup, Heartbeat, LeaveGroup and SyncGroup, so written once here)."""
 
 from __future__ import annotations
 
