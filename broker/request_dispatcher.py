@@ -26,10 +26,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.authorization import BrokerAuthorizer
-from broker.handlers import acl_table
 from broker.handlers import api_versions as api_versions_handler
 from broker.handlers.context import ConnectionState, Handler, RequestContext
-from broker.handlers.table import HANDLERS
+from broker.handlers.table import HANDLERS, serve_authorized
 from broker.metrics import TopicTraffic
 from broker.quotas.enforcer import QuotaEnforcer
 from broker.quotas.manager import QuotaType, QuotaWindows
@@ -198,10 +197,10 @@ class RequestDispatcher:
         ctx.quota_charge = charge
         try:
             if charge is None:
-                response = await acl_table.serve(ctx, request.body, self.handlers[key])
+                response = await serve_authorized(ctx, request.body, self.handlers[key])
             else:
                 body = charge.admit(request.body, len(frame))
-                response = await charge.timed(acl_table.serve(ctx, body, self.handlers[key]))
+                response = await charge.timed(serve_authorized(ctx, body, self.handlers[key]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

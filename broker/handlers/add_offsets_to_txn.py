@@ -8,8 +8,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import GROUP_DENIED, TXN_DENIED, refused_whole
 from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
@@ -21,3 +23,12 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
         )
     return ctx.build(throttle_time=0, error_code=fenced_for_version(error, ctx.api_version, 2))
+
+
+async def authorize_add_offsets_to_txn(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TRANSACTIONAL_ID WRITE, then GROUP READ, as Kafka checks; either refusal refuses the whole request."""
+    if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return refused_whole(ctx, TXN_DENIED)
+    if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return refused_whole(ctx, GROUP_DENIED)
+    return await handler(ctx, request)

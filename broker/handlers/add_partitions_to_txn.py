@@ -12,10 +12,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import CLUSTER_DENIED, TOPIC_DENIED, TXN_DENIED, refused_whole
 from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.state import TopicPartition
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from wire import codec
 
 
@@ -92,3 +94,34 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             )
         )
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(answers))
+
+
+async def authorize_add_partitions_to_txn(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """v0-3: TRANSACTIONAL_ID WRITE and TOPIC WRITE on every topic; any refusal answers every partition with its
+    code, as Kafka does. v4 (brokers verifying, KIP-890): CLUSTER CLUSTER_ACTION."""
+    if ctx.api_version >= 4:  # the brokers' own verification (KIP-890): CLUSTER_ACTION, as Kafka checks
+        if ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return await handler(ctx, request)
+        return refused_whole(ctx, CLUSTER_DENIED)
+    topics = request.v3_and_below_topics
+    allowed_txn = ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.v3_and_below_transactional_id)
+    code = None if allowed_txn else TXN_DENIED
+    if code is None:
+        denied = [t.name for t in topics if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name)]
+        if not denied:
+            return await handler(ctx, request)
+        code = TOPIC_DENIED
+    topic_cls = codec.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
+    return ctx.build(
+        results_by_topic_v3_and_below=tuple(
+            codec.build(
+                topic_cls,
+                name=t.name,
+                results_by_partition=tuple(
+                    codec.build_nested(topic_cls, "results_by_partition", partition_index=p, partition_error_code=code)
+                    for p in t.partitions
+                ),
+            )
+            for t in topics
+        )
+    )

@@ -8,9 +8,11 @@ as a dropped connection.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from broker.handlers.context import RequestContext
+from broker.handlers.guards import Guard, cluster
+from metadata.acl.binding import AclOperation
 from metadata.admin import requests as admin_requests
 from metadata.admin import wire as admin_wire
 
@@ -20,3 +22,7 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
     return await admin_requests.alter_partition_reassignments(
         ctx.response_class, asked, admin_requests.always(ctx.node.controller)
     )
+
+
+#: CLUSTER ALTER, as Kafka checks; a refusal refuses the whole request.
+authorize_alter_partition_reassignments: Final[Guard] = cluster(AclOperation.ALTER)

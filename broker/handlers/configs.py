@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import CLUSTER_DENIED, TOPIC_DENIED, Guard, split
 from broker.logger_levels import LoggerConfigError, alter_loggers, describe_loggers
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import requests as admin_requests
 from metadata.admin import wire as admin_wire
 from metadata.admin.wire import ResourceRefused
@@ -135,3 +137,32 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     ))
     return await admin_requests.alter_configs(ctx.response_class, ask, admin_requests.always(ctx.node.controller),
                                               broker_id=ctx.node.node_id)
+
+
+def _authorize_resources(op: AclOperation, response_field: str) -> Guard:
+    """``op`` on each resource, as Kafka checks: on the topic for a topic resource, on the cluster for a broker or
+    broker-logger one."""
+
+    async def guard(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+        def denial(resource: Any) -> ErrorCode | None:
+            if int(resource.resource_type) == RESOURCE_TOPIC:
+                return None if ctx.allowed(op, ResourceType.TOPIC, resource.resource_name) else TOPIC_DENIED
+            return None if ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME) else CLUSTER_DENIED
+
+        def refused(response_cls: type[Any], resource: Any, code: ErrorCode) -> Any:
+            return codec.build_nested(
+                response_cls,
+                response_field,
+                error_code=code,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+
+        return await split(ctx, request, handler, ("resources", response_field), denial=denial, refused=refused)
+
+    return guard
+
+
+authorize_describe_configs: Final[Guard] = _authorize_resources(AclOperation.DESCRIBE_CONFIGS, "results")
+authorize_alter_configs: Final[Guard] = _authorize_resources(AclOperation.ALTER_CONFIGS, "responses")
+authorize_incremental_alter_configs: Final[Guard] = _authorize_resources(AclOperation.ALTER_CONFIGS, "responses")

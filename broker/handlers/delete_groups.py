@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
+from broker.handlers.guards import Guard, per_group
+from metadata.acl.binding import AclOperation
 from wire import codec
 
 
@@ -27,3 +29,7 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
             for name in dict.fromkeys(names)
         ),
     )
+
+
+#: GROUP DELETE on each group, as Kafka checks.
+authorize_delete_groups: Final[Guard] = per_group(AclOperation.DELETE, "groups_names", "results")

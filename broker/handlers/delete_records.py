@@ -7,9 +7,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import partitions_entry, split, topics_denied
 from broker.handlers.per_partition import answer_per_partition
 from broker.partition.access import leader_log
+from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
 from wire import codec
 
@@ -29,3 +31,11 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
             return codec.build(part_cls, partition_index=p.partition_index, low_watermark=-1, error_code=code)
 
     return await answer_per_partition(ctx, request, answer)
+
+
+async def authorize_delete_records(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TOPIC DELETE on each topic, as Kafka checks."""
+    refused = partitions_entry("topics", "partitions", "partition_index", low_watermark=-1)
+    return await split(
+        ctx, request, handler, ("topics", "topics"), denial=topics_denied(ctx, AclOperation.DELETE), refused=refused
+    )

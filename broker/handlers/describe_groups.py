@@ -6,7 +6,7 @@ assignments are only filled in while the group is Stable.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
@@ -14,7 +14,8 @@ from broker import authorized_operations
 from broker.groups.state import GroupState
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from metadata.acl.binding import ResourceType
+from broker.handlers.guards import Guard, per_group
+from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 
@@ -68,3 +69,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             )
         )
     return ctx.build(throttle_time=0, groups=tuple(described))
+
+
+#: GROUP DESCRIBE on each group, as Kafka checks.
+authorize_describe_groups: Final[Guard] = per_group(AclOperation.DESCRIBE, "groups", "groups")

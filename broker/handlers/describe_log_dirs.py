@@ -8,7 +8,7 @@ every partition this broker leads, each with its size (the partition's own accou
 never a future replica. The node's ``log.dirs`` (its metadata log and meta.properties) are reported too, empty of
 partitions, so an operator sees every directory the broker writes. The disk sizes (v4) are the filesystem's; a WAL
 in S3 has none (-1, as Kafka reports an unknown size). kio has no v0 of this API, so v1 is the first served. The
-CLUSTER DESCRIBE check is ``broker.handlers.acl_table``'s.
+CLUSTER DESCRIBE check is ``authorize_describe_log_dirs``, below.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
+from broker.handlers.guards import Guard, cluster
+from metadata.acl.binding import AclOperation
 from wire import codec
 
 #: How long a partition this broker leads but is still opening is waited for.
@@ -120,3 +122,7 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
             )
         )
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, results=tuple(results))
+
+
+#: CLUSTER DESCRIBE, as Kafka checks; a refusal refuses the whole request.
+authorize_describe_log_dirs: Final[Guard] = cluster(AclOperation.DESCRIBE)

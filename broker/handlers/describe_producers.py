@@ -8,9 +8,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import partitions_entry, split, topics_denied
 from broker.handlers.per_partition import answer_per_partition
 from broker.partition.access import leader_log
+from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged, error_message_for
 from wire import codec
 
@@ -53,3 +55,13 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
             )
 
     return await answer_per_partition(ctx, request, answer, partitions_field="partition_indexes")
+
+
+async def authorize_describe_producers(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TOPIC READ on each topic, as Kafka checks."""
+    refused = partitions_entry(
+        "topics", "partitions", "partition_index", item_partitions="partition_indexes", item_index=None
+    )
+    return await split(
+        ctx, request, handler, ("topics", "topics"), denial=topics_denied(ctx, AclOperation.READ), refused=refused
+    )

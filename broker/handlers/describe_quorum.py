@@ -9,11 +9,13 @@ how a client that knows only the bootstrap servers finds where to read the metad
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
+from broker.handlers.guards import Guard, cluster
+from metadata.acl.binding import AclOperation
 from metadata.controller_api import QuorumForwarder
 from metadata.rpc.raft_codec import describe_quorum_response, sole_voter_description
 
@@ -33,3 +35,7 @@ async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
         {ctx.node.node_id: address} if address is not None else None,
         ctx.node.config.controller_listener_names[0] if address is not None else "",
     )
+
+
+#: CLUSTER DESCRIBE, as Kafka checks; a refusal refuses the whole request.
+authorize_describe_quorum: Final[Guard] = cluster(AclOperation.DESCRIBE)

@@ -8,8 +8,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import TXN_DENIED, split
 from broker.handlers.txn_common import transaction_coordinator
+from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 
@@ -59,3 +61,26 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
             )
         )
     return ctx.build(throttle_time=0, transaction_states=tuple(states))
+
+
+async def authorize_describe_transactions(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TRANSACTIONAL_ID DESCRIBE on each id, as Kafka checks."""
+
+    def refused(response_cls: type[Any], transactional_id: str, code: ErrorCode) -> Any:
+        return codec.build_nested(
+            response_cls,
+            "transaction_states",
+            transactional_id=transactional_id,
+            error_code=code,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+
+    return await split(
+        ctx,
+        request,
+        handler,
+        ("transactional_ids", "transaction_states"),
+        denial=lambda t: None if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t) else TXN_DENIED,
+        refused=refused,
+    )

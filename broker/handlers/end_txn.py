@@ -6,12 +6,14 @@ markers on every partition of the transaction in the background (broker/transact
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
+from broker.handlers.guards import TXN_DENIED, Guard, whole
 from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
@@ -23,3 +25,9 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed
         )
     return ctx.build(throttle_time=0, error_code=fenced_for_version(error, ctx.api_version, 2))
+
+
+#: TRANSACTIONAL_ID WRITE, as Kafka checks; a refusal refuses the whole request.
+authorize_end_txn: Final[Guard] = whole(
+    ResourceType.TRANSACTIONAL_ID, AclOperation.WRITE, lambda r: r.transactional_id, TXN_DENIED
+)

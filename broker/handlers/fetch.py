@@ -12,6 +12,7 @@ transaction marker is what moves the LSO. Both levels report the LSO, as Kafka d
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -27,10 +28,12 @@ from broker.fetch_session import (
     PartitionRequest,
     SessionPartition,
 )
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import TOPIC_DENIED, partitions_entry, split, topics_denied
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedTxn
+from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
 from wire import codec
 from wire.errors import KafkaError
@@ -252,3 +255,66 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         if time.monotonic() >= deadline:
             results = await _read_all(ctx, fetch, max_bytes, read_committed)
             return _response(ctx, fetch, results, read_committed)
+
+
+async def authorize_fetch(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TOPIC READ on each topic (no follower fetches: Fjord brokers do not replicate), on the topics the request
+    names and again on those its fetch session answers."""
+    refused = partitions_entry(
+        "responses",
+        "partitions",
+        "partition_index",
+        topic_field="topic",
+        item_index="partition",
+        high_watermark=-1,
+        last_stable_offset=-1,
+        log_start_offset=-1,
+        records=b"",
+    )
+    response = await split(
+        ctx,
+        request,
+        handler,
+        ("topics", "responses"),
+        denial=topics_denied(ctx, AclOperation.READ, "topic"),
+        refused=refused,
+    )
+    return _without_unreadable(ctx, response)
+
+
+def _without_unreadable(ctx: RequestContext, response: Any) -> Any:
+    """A fetch session (KIP-227) serves partitions its request does not name: each answered topic is checked again,
+    so a READ revoked while a consumer's session lives stops the records at once, as Kafka re-checks every fetch."""
+    check = topics_denied(ctx, AclOperation.READ, "topic")
+    codes = [
+        None if topic.partitions and all(p.error_code == TOPIC_DENIED for p in topic.partitions) else check(topic)
+        for topic in response.responses
+    ]
+    if all(code is None for code in codes):
+        return response
+    topic_cls = codec.field_entity(type(response), "responses")
+
+    def refused(topic: Any, code: ErrorCode) -> Any:
+        return dataclasses.replace(
+            topic,
+            partitions=tuple(
+                codec.build_nested(
+                    topic_cls,
+                    "partitions",
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    records=b"",
+                )
+                for p in topic.partitions
+            ),
+        )
+
+    return dataclasses.replace(
+        response,
+        responses=tuple(
+            t if code is None else refused(t, code) for t, code in zip(response.responses, codes, strict=True)
+        ),
+    )

@@ -7,10 +7,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import coordinator
+from broker.handlers.guards import GROUP_DENIED, TXN_DENIED, split, whole
 from broker.handlers.metadata import live_endpoint
 from broker.handlers.txn_common import transaction_coordinator
+from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 KEY_TYPE_GROUP = 0
@@ -69,3 +71,25 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     error, message, node_id, host, port = await _lookup(ctx, request.key, key_type)
     return ctx.build(throttle_time=0, error_code=error, error_message=message, node_id=node_id, host=host, port=port)
+
+
+async def authorize_find_coordinator(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """DESCRIBE on the group or transactional id (v4+: on each key), as Kafka checks."""
+    kind = ResourceType.TRANSACTIONAL_ID if int(request.key_type) == 1 else ResourceType.GROUP
+    code = TXN_DENIED if kind is ResourceType.TRANSACTIONAL_ID else GROUP_DENIED
+    if ctx.api_version < 4:
+        return await whole(kind, AclOperation.DESCRIBE, lambda r: r.key, code)(ctx, request, handler)
+
+    def refused(response_cls: type[Any], key: str, denied: ErrorCode) -> Any:
+        return codec.build_nested(
+            response_cls, "coordinators", key=key, node_id=-1, host="", port=-1, error_code=denied
+        )
+
+    return await split(
+        ctx,
+        request,
+        handler,
+        ("coordinator_keys", "coordinators"),
+        denial=lambda key: None if ctx.allowed(AclOperation.DESCRIBE, kind, key) else code,
+        refused=refused,
+    )

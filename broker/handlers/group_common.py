@@ -1,15 +1,18 @@
 """What the consumer-group handlers share: finding the coordinator, the member host Kafka reports, the offsets a
-commit asks for, and the per-partition error answer of the offsets APIs."""
+commit asks for, the per-partition error answer of the offsets APIs, and the ACL check of a member's requests (the
+same for JoinGroup, Heartbeat, LeaveGroup and SyncGroup, so written once here)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import GroupCoordinator, OffsetCommit
 from broker.handlers.context import RequestContext
+from broker.handlers.guards import GROUP_DENIED, Guard, whole
+from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 
@@ -58,3 +61,12 @@ def partition_errors(
         )
         for topic in request_topics
     )
+
+
+def _group_id(request: Any) -> str:
+    return str(request.group_id)
+
+
+#: The check of a member's requests (JoinGroup, Heartbeat, LeaveGroup, SyncGroup): GROUP READ, as Kafka checks; a
+#: refusal refuses the whole request.
+authorize_group_member: Final[Guard] = whole(ResourceType.GROUP, AclOperation.READ, _group_id, GROUP_DENIED)

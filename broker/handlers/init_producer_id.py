@@ -14,8 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import CLUSTER_DENIED, TXN_DENIED, refused_whole
 from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.errors import error_code_for
 from wire import codec
 
@@ -66,3 +68,19 @@ async def _transactional(ctx: RequestContext, request: Any, current_pid: int, cu
         producer_id=pid,
         producer_epoch=epoch,
     )
+
+
+async def authorize_init_producer_id(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TRANSACTIONAL_ID WRITE for a transactional producer; for an idempotent one CLUSTER IDEMPOTENT_WRITE, or WRITE
+    on some topic, as Kafka checks."""
+    transactional_id = request.transactional_id
+    if transactional_id is not None:
+        if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return refused_whole(ctx, TXN_DENIED)
+    elif not (
+        ctx.allowed(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
+        or ctx.authorizer.allowed_on_some(ctx.principal, ctx.client_host, AclOperation.WRITE, ResourceType.TOPIC)
+    ):
+        ctx.allowed(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)  # counted and logged
+        return refused_whole(ctx, CLUSTER_DENIED)
+    return await handler(ctx, request)

@@ -6,12 +6,14 @@ tools ask for "consumer" groups, KIP-848) matches nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import coordinator
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from wire import codec
 
 CLASSIC_GROUP_TYPE = "classic"
@@ -38,5 +40,21 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
                 group_type=CLASSIC_GROUP_TYPE,
             )
             for g in listed
+        ),
+    )
+
+
+async def authorize_list_groups(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """Kafka lists only the groups the principal may describe (all of them with CLUSTER DESCRIBE; no error for the
+    others)."""
+    response = await handler(ctx, request)
+    if ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+        return response
+    return dataclasses.replace(
+        response,
+        groups=tuple(
+            g
+            for g in response.groups
+            if ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denial=False)
         ),
     )

@@ -10,9 +10,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import partitions_entry, split, topics_denied
 from broker.partition.access import leader_log
 from broker.partition.partition_log import MAX_TIMESTAMP
+from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
 from wire import codec
 from wire.errors import KafkaError
@@ -63,3 +65,11 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
         ]
         topics.append(codec.build(topic_cls, name=topic.name, partitions=tuple(parts)))
     return ctx.build(throttle_time=0, topics=tuple(topics))
+
+
+async def authorize_list_offsets(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TOPIC DESCRIBE on each topic, as Kafka checks."""
+    refused = partitions_entry("topics", "partitions", "partition_index", timestamp=-1, offset=-1)
+    return await split(
+        ctx, request, handler, ("topics", "topics"), denial=topics_denied(ctx, AclOperation.DESCRIBE), refused=refused
+    )

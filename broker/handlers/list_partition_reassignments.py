@@ -7,11 +7,13 @@ As Kafka reports them: ``replicas`` is the target followed by the brokers the pa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
+from broker.handlers.guards import Guard, cluster
+from metadata.acl.binding import AclOperation
 from metadata.image import reassigning
 from wire import codec
 
@@ -37,3 +39,7 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
         )
     topics = tuple(codec.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, error_message=None, topics=topics)
+
+
+#: CLUSTER DESCRIBE, as Kafka checks; a refusal refuses the whole request.
+authorize_list_partition_reassignments: Final[Guard] = cluster(AclOperation.DESCRIBE)

@@ -3,12 +3,14 @@ states or of the given producer ids (``kafka-transactions.sh list`` asks every b
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
 from broker.handlers.txn_common import transaction_coordinator
+from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 
@@ -30,5 +32,18 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
                 transaction_state=m.state.display,
             )
             for m in found
+        ),
+    )
+
+
+async def authorize_list_transactions(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """Kafka lists only the transactional ids the principal may describe (no error for the others)."""
+    response = await handler(ctx, request)
+    return dataclasses.replace(
+        response,
+        transaction_states=tuple(
+            t
+            for t in response.transaction_states
+            if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id, log_denial=False)
         ),
     )

@@ -10,8 +10,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import coordinator, partition_errors, requested_offsets
+from broker.handlers.guards import GROUP_DENIED, partitions_entry, split, topics_denied
+from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 
@@ -44,3 +46,13 @@ async def _commit(ctx: RequestContext, request: Any) -> Any:
             retention_ms=retention,
         )
     return ctx.build(throttle_time=0, topics=partition_errors(cls, request.topics, results))
+
+
+async def authorize_offset_commit(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """GROUP READ (refusing every partition when denied), then TOPIC READ on each topic, as Kafka checks."""
+    refused = partitions_entry("topics", "partitions", "partition_index")
+    if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.build(topics=tuple(refused(ctx.response_class, t, GROUP_DENIED) for t in request.topics))
+    return await split(
+        ctx, request, handler, ("topics", "topics"), denial=topics_denied(ctx, AclOperation.READ), refused=refused
+    )

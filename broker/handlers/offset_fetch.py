@@ -10,13 +10,17 @@ committed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import FetchedOffset
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import coordinator
+from broker.handlers.guards import GROUP_DENIED, TOPIC_DENIED, split
+from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 
@@ -85,3 +89,85 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         # v1 has no top-level error: every requested partition carries it.
         fetched = [FetchedOffset(t, p, -1, -1, "", error) for t, p in _requested(request.topics) or []]
     return ctx.build(throttle_time=0, error_code=error, topics=_topics(topic_cls, fetched))
+
+
+def _describable(ctx: RequestContext, topics: Sequence[Any], named: bool) -> tuple[Any, ...]:
+    """OffsetFetch's answered topics as Kafka shows them: a topic the principal may not DESCRIBE is left out of an
+    every-topic answer, and answered TOPIC_AUTHORIZATION_FAILED when the request named it."""
+    out = []
+    for topic in topics:
+        if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name, log_denial=named):
+            out.append(topic)
+        elif named:
+            topic_cls = type(topic)
+            out.append(
+                dataclasses.replace(
+                    topic,
+                    partitions=tuple(
+                        codec.build_nested(
+                            topic_cls,
+                            "partitions",
+                            partition_index=p.partition_index,
+                            committed_offset=-1,
+                            metadata="",
+                            error_code=TOPIC_DENIED,
+                        )
+                        for p in topic.partitions
+                    ),
+                )
+            )
+    return tuple(out)
+
+
+async def authorize_offset_fetch(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """GROUP DESCRIBE on each group (v8: per group; before: the whole request), then TOPIC DESCRIBE on the
+    answered topics (:func:`_describable`), as Kafka checks."""
+    if ctx.api_version >= 8:
+
+        def refused_group(response_cls: type[Any], group: Any, code: ErrorCode) -> Any:
+            return codec.build_nested(response_cls, "groups", group_id=group.group_id, error_code=code)
+
+        response = await split(
+            ctx,
+            request,
+            handler,
+            ("groups", "groups"),
+            denial=lambda g: (
+                None if ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id) else GROUP_DENIED
+            ),
+            refused=refused_group,
+        )
+        named = {g.group_id: g.topics is not None for g in request.groups}
+        return dataclasses.replace(
+            response,
+            groups=tuple(
+                dataclasses.replace(g, topics=_describable(ctx, g.topics, named.get(g.group_id, False)))
+                for g in response.groups
+            ),
+        )
+    if ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        response = await handler(ctx, request)
+        return dataclasses.replace(response, topics=_describable(ctx, response.topics, request.topics is not None))
+    if ctx.api_version >= 2:
+        return ctx.build(error_code=GROUP_DENIED)
+    topic_cls = codec.field_entity(ctx.response_class, "topics")
+    return ctx.build(
+        topics=tuple(
+            codec.build(
+                topic_cls,
+                name=t.name,
+                partitions=tuple(
+                    codec.build_nested(
+                        topic_cls,
+                        "partitions",
+                        partition_index=p,
+                        committed_offset=-1,
+                        metadata="",
+                        error_code=GROUP_DENIED,
+                    )
+                    for p in t.partition_indexes
+                ),
+            )
+            for t in request.topics or ()
+        )
+    )

@@ -8,9 +8,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import partitions_entry, split, topics_denied
 from broker.handlers.per_partition import answer_per_partition
 from broker.partition.access import leader_log
+from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
 from wire import codec
 
@@ -30,3 +32,18 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
             return codec.build(part_cls, partition=p.partition, error_code=code, leader_epoch=-1, end_offset=-1)
 
     return await answer_per_partition(ctx, request, answer, topic_field="topic")
+
+
+async def authorize_offset_for_leader_epoch(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TOPIC DESCRIBE on each topic, as Kafka checks a consumer's request."""
+    refused = partitions_entry(
+        "topics", "partitions", "partition", topic_field="topic", item_index="partition", end_offset=-1, leader_epoch=-1
+    )
+    return await split(
+        ctx,
+        request,
+        handler,
+        ("topics", "topics"),
+        denial=topics_denied(ctx, AclOperation.DESCRIBE, "topic"),
+        refused=refused,
+    )

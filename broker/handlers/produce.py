@@ -19,9 +19,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import TXN_DENIED, partitions_entry, split, topics_denied
 from broker.partition.access import leader_log
 from broker.partition.partition_log import AppendResult, PartitionLog
+from metadata.acl.binding import AclOperation, ResourceType
 from metadata.errors import error_code_for, error_code_logged, error_message_for
 from wire import codec
 from wire.errors import KafkaError
@@ -169,3 +171,31 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         codec.build(topic_cls, name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()
     )
     return ctx.build(responses=responses, throttle_time=0)
+
+
+async def authorize_produce(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TOPIC WRITE on each topic, as Kafka checks; a transactional request without TRANSACTIONAL_ID WRITE has every
+    topic refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    refused = partitions_entry(
+        "responses",
+        "partition_responses",
+        "index",
+        item_partitions="partition_data",
+        item_index="index",
+        base_offset=-1,
+    )
+    transactional_id = getattr(request, "transactional_id", None)
+    if transactional_id is not None and not ctx.allowed(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+    ):
+        return await split(
+            ctx, request, handler, ("topic_data", "responses"), denial=lambda _t: TXN_DENIED, refused=refused
+        )
+    return await split(
+        ctx,
+        request,
+        handler,
+        ("topic_data", "responses"),
+        denial=topics_denied(ctx, AclOperation.WRITE),
+        refused=refused,
+    )

@@ -9,11 +9,13 @@ KRaft broker answers from its metadata cache. Only mechanisms and iteration coun
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import CLUSTER_DENIED, Guard, cluster
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import requests as admin_requests
 from metadata.admin.requests import always
 from metadata.image import MetadataImage
@@ -59,3 +61,19 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
         users = list(dict.fromkeys(names))
     results = tuple(_describe_user(ctx, image, user, counts[user] > 1) for user in users)
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, error_message=None, results=results)
+
+
+#: CLUSTER DESCRIBE, as Kafka checks.
+authorize_describe_user_scram_credentials: Final[Guard] = cluster(AclOperation.DESCRIBE)
+
+
+async def authorize_alter_user_scram_credentials(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """CLUSTER ALTER, as Kafka checks; a refusal answers every user the request names."""
+    if ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return await handler(ctx, request)
+    users = dict.fromkeys([*(d.name for d in request.deletions), *(u.name for u in request.upsertions)])
+    return ctx.build(
+        results=tuple(
+            codec.build_nested(ctx.response_class, "results", user=user, error_code=CLUSTER_DENIED) for user in users
+        )
+    )

@@ -1,14 +1,22 @@
-"""Every Kafka API this broker serves, by api key, with the handler that serves it: the one place to read them.
+"""Every Kafka API this broker serves, by api key, with the handler that serves it and the ACL check (guard) that
+runs before it: the one place to read them, and which operation on which resource each request needs (Kafka's
+KafkaApis checks).
 
-An API is advertised in ApiVersions exactly when it is listed here (``wire.api_versions.advertised`` restricts the
-version table to these keys). Adding an API means writing its handler module and adding its line below.
+An API is advertised in ApiVersions exactly when it is listed in :data:`HANDLERS` (``wire.api_versions.advertised``
+restricts the version table to these keys). Adding an API means writing its handler module, and its guard beside
+the handler, and adding its lines below. The guards' shared parts (refusing whole, splitting per item) are
+``broker.handlers.guards``'; Metadata (hiding topics, auto-creation) and the authorized-operations fields are
+checked in their handlers, so those APIs have no guard here.
+
+This module imports the handler modules, never the other way, so a handler module may import the guards' helpers
+without an import circle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from broker.handlers import (
     acls,
@@ -30,6 +38,7 @@ from broker.handlers import (
     end_txn,
     fetch,
     find_coordinator,
+    group_common,
     heartbeat,
     init_producer_id,
     join_group,
@@ -52,7 +61,8 @@ from broker.handlers import (
     unregister_broker,
     write_txn_markers,
 )
-from broker.handlers.context import Handler
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import Guard
 
 HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
     {
@@ -107,3 +117,69 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         66: list_transactions.handle_list_transactions,  # ListTransactions
     }
 )
+
+#: Each API's ACL check, applied by :func:`serve_authorized` when ``authorizer.class.name`` is set; an API not listed
+#: here has none (or, like Metadata, checks in its handler).
+GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
+    {
+        0: produce.authorize_produce,  # Produce: TOPIC WRITE; TRANSACTIONAL_ID WRITE when transactional
+        1: fetch.authorize_fetch,  # Fetch: TOPIC READ (no follower fetches: Fjord brokers do not replicate)
+        2: list_offsets.authorize_list_offsets,  # ListOffsets: TOPIC DESCRIBE
+        8: offset_commit.authorize_offset_commit,  # OffsetCommit: GROUP READ, then TOPIC READ
+        9: offset_fetch.authorize_offset_fetch,  # OffsetFetch: GROUP DESCRIBE
+        10: find_coordinator.authorize_find_coordinator,  # FindCoordinator: GROUP / TRANSACTIONAL_ID DESCRIBE
+        11: group_common.authorize_group_member,  # JoinGroup: GROUP READ
+        12: group_common.authorize_group_member,  # Heartbeat: GROUP READ
+        13: group_common.authorize_group_member,  # LeaveGroup: GROUP READ
+        14: group_common.authorize_group_member,  # SyncGroup: GROUP READ
+        15: describe_groups.authorize_describe_groups,  # DescribeGroups: GROUP DESCRIBE
+        # ListGroups: only the groups the principal may DESCRIBE (all of them with CLUSTER DESCRIBE)
+        16: list_groups.authorize_list_groups,
+        19: topics.authorize_create_topics,  # CreateTopics: CLUSTER CREATE or TOPIC CREATE
+        20: topics.authorize_delete_topics,  # DeleteTopics: TOPIC DELETE
+        21: delete_records.authorize_delete_records,  # DeleteRecords: TOPIC DELETE
+        # InitProducerId: TRANSACTIONAL_ID WRITE, or CLUSTER IDEMPOTENT_WRITE (or WRITE on some topic)
+        22: init_producer_id.authorize_init_producer_id,
+        23: offset_for_leader_epoch.authorize_offset_for_leader_epoch,  # OffsetForLeaderEpoch: TOPIC DESCRIBE
+        # AddPartitionsToTxn: TRANSACTIONAL_ID WRITE and TOPIC WRITE (v4, between brokers: CLUSTER CLUSTER_ACTION)
+        24: add_partitions_to_txn.authorize_add_partitions_to_txn,
+        25: add_offsets_to_txn.authorize_add_offsets_to_txn,  # AddOffsetsToTxn: TRANSACTIONAL_ID WRITE and GROUP READ
+        26: end_txn.authorize_end_txn,  # EndTxn: TRANSACTIONAL_ID WRITE
+        27: write_txn_markers.authorize_write_txn_markers,  # WriteTxnMarkers: CLUSTER CLUSTER_ACTION
+        # TxnOffsetCommit: TRANSACTIONAL_ID WRITE, GROUP READ, TOPIC READ
+        28: txn_offset_commit.authorize_txn_offset_commit,
+        29: acls.authorize_describe_acls,  # DescribeAcls: CLUSTER DESCRIBE
+        30: acls.authorize_create_acls,  # CreateAcls: CLUSTER ALTER
+        31: acls.authorize_delete_acls,  # DeleteAcls: CLUSTER ALTER
+        32: configs.authorize_describe_configs,  # DescribeConfigs: TOPIC or CLUSTER DESCRIBE_CONFIGS
+        33: configs.authorize_alter_configs,  # AlterConfigs: TOPIC or CLUSTER ALTER_CONFIGS
+        35: describe_log_dirs.authorize_describe_log_dirs,  # DescribeLogDirs: CLUSTER DESCRIBE
+        37: topics.authorize_create_partitions,  # CreatePartitions: TOPIC ALTER
+        42: delete_groups.authorize_delete_groups,  # DeleteGroups: GROUP DELETE
+        43: elect_leaders.authorize_elect_leaders,  # ElectLeaders: CLUSTER ALTER
+        44: configs.authorize_incremental_alter_configs,  # IncrementalAlterConfigs: TOPIC or CLUSTER ALTER_CONFIGS
+        # AlterPartitionReassignments: CLUSTER ALTER
+        45: alter_partition_reassignments.authorize_alter_partition_reassignments,
+        # ListPartitionReassignments: CLUSTER DESCRIBE
+        46: list_partition_reassignments.authorize_list_partition_reassignments,
+        47: offset_delete.authorize_offset_delete,  # OffsetDelete: GROUP DELETE, then TOPIC READ
+        48: client_quotas.authorize_describe_client_quotas,  # DescribeClientQuotas: CLUSTER DESCRIBE_CONFIGS
+        49: client_quotas.authorize_alter_client_quotas,  # AlterClientQuotas: CLUSTER ALTER_CONFIGS
+        # DescribeUserScramCredentials: CLUSTER DESCRIBE
+        50: scram_credentials.authorize_describe_user_scram_credentials,
+        51: scram_credentials.authorize_alter_user_scram_credentials,  # AlterUserScramCredentials: CLUSTER ALTER
+        55: describe_quorum.authorize_describe_quorum,  # DescribeQuorum: CLUSTER DESCRIBE
+        61: describe_producers.authorize_describe_producers,  # DescribeProducers: TOPIC READ
+        64: unregister_broker.authorize_unregister_broker,  # UnregisterBroker: CLUSTER ALTER
+        65: describe_transactions.authorize_describe_transactions,  # DescribeTransactions: TRANSACTIONAL_ID DESCRIBE
+        66: list_transactions.authorize_list_transactions,  # ListTransactions: only the ids the principal may DESCRIBE
+    }
+)
+
+
+async def serve_authorized(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """Answers ``request`` through ``handler`` with the API's ACL checks applied (none when authorization is off)."""
+    guard = GUARDS.get(ctx.api_key)
+    if guard is None or not ctx.authorizer.enabled:
+        return await handler(ctx, request)
+    return await guard(ctx, request, handler)

@@ -13,9 +13,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from broker.handlers.context import RequestContext
+from kio.schema.errors import ErrorCode
+from kio.static.constants import uuid_zero
+
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import TOPIC_DENIED, split, topic_name, topics_denied
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import requests as admin_requests
 from metadata.admin import wire as admin_wire
+from wire import codec
 
 #: The first versions whose clients retry THROTTLING_QUOTA_EXCEEDED (KIP-599).
 _STRICT_CREATE_TOPICS: Final = 6
@@ -48,4 +54,72 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
         ask,
         admin_requests.always(ctx.node.controller),
         ctx.mutation_quota(_STRICT_CREATE_PARTITIONS),
+    )
+
+
+async def authorize_create_topics(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """CLUSTER CREATE allows every topic; without it, TOPIC CREATE on each topic, as Kafka checks."""
+    if ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+        return await handler(ctx, request)
+
+    def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
+        return codec.build_nested(
+            response_cls,
+            "topics",
+            name=topic.name,
+            error_code=code,
+            error_message=f"{ctx.principal} may not create topic {topic.name}",
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=None,
+        )
+
+    return await split(
+        ctx, request, handler, ("topics", "topics"), denial=topics_denied(ctx, AclOperation.CREATE), refused=refused
+    )
+
+
+async def authorize_delete_topics(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TOPIC DELETE on each topic (v6+: named or by id), as Kafka checks."""
+    if ctx.api_version >= 6:
+
+        def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
+            return codec.build_nested(
+                response_cls,
+                "responses",
+                name=topic_name(ctx, topic) or topic.name,
+                topic_id=topic.topic_id or uuid_zero,
+                error_code=code,
+            )
+
+        return await split(
+            ctx,
+            request,
+            handler,
+            ("topics", "responses"),
+            denial=topics_denied(ctx, AclOperation.DELETE),
+            refused=refused,
+        )
+
+    def refused_name(response_cls: type[Any], name: str, code: ErrorCode) -> Any:
+        return codec.build_nested(response_cls, "responses", name=name, error_code=code)
+
+    return await split(
+        ctx,
+        request,
+        handler,
+        ("topic_names", "responses"),
+        denial=lambda n: None if ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, n) else TOPIC_DENIED,
+        refused=refused_name,
+    )
+
+
+async def authorize_create_partitions(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TOPIC ALTER on each topic, as Kafka checks."""
+
+    def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
+        return codec.build_nested(response_cls, "results", name=topic.name, error_code=code)
+
+    return await split(
+        ctx, request, handler, ("topics", "results"), denial=topics_denied(ctx, AclOperation.ALTER), refused=refused
     )

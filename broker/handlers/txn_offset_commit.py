@@ -12,8 +12,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import coordinator, partition_errors, requested_offsets
+from broker.handlers.guards import GROUP_DENIED, TXN_DENIED, partitions_entry, split, topics_denied
+from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
@@ -34,3 +36,19 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             offsets=offsets,
         )
     return ctx.build(throttle_time=0, topics=partition_errors(ctx.response_class, request.topics, results))
+
+
+async def authorize_txn_offset_commit(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """TRANSACTIONAL_ID WRITE, then GROUP READ (either refusing every partition when denied), then TOPIC READ on
+    each topic, in Kafka's order."""
+    refused = partitions_entry("topics", "partitions", "partition_index")
+    for resource, name, code in (
+        (ResourceType.TRANSACTIONAL_ID, request.transactional_id, TXN_DENIED),
+        (ResourceType.GROUP, request.group_id, GROUP_DENIED),
+    ):
+        op = AclOperation.WRITE if resource is ResourceType.TRANSACTIONAL_ID else AclOperation.READ
+        if not ctx.allowed(op, resource, name):
+            return ctx.build(topics=tuple(refused(ctx.response_class, t, code) for t in request.topics))
+    return await split(
+        ctx, request, handler, ("topics", "topics"), denial=topics_denied(ctx, AclOperation.READ), refused=refused
+    )

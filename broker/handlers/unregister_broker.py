@@ -9,11 +9,13 @@ answer, never a dropped connection.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
+from broker.handlers.guards import Guard, cluster
+from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_for, error_message_for
 
 logger = logging.getLogger(__name__)
@@ -29,3 +31,7 @@ async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
             logger.error("unregistering broker %d failed", broker_id, exc_info=exc)
         return ctx.build(throttle_time=0, error_code=code, error_message=error_message_for(exc))
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, error_message=None)
+
+
+#: CLUSTER ALTER, as Kafka checks; a refusal refuses the whole request.
+authorize_unregister_broker: Final[Guard] = cluster(AclOperation.ALTER)

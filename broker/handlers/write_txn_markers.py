@@ -13,9 +13,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
+from broker.handlers.context import Handler, RequestContext
+from broker.handlers.guards import CLUSTER_DENIED
 from broker.transactions.markers import write_markers
 from broker.transactions.state import TopicPartition
+from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from wire import codec
 
 logger = logging.getLogger(__name__)
@@ -55,3 +57,31 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
         markers.append(codec.build(marker_cls, producer_id=marker.producer_id, topics=tuple(topics)))
     logger.debug("WriteTxnMarkers from %s: %d markers", ctx.describe(), len(markers))
     return ctx.build(markers=tuple(markers))
+
+
+async def authorize_write_txn_markers(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """CLUSTER CLUSTER_ACTION (only brokers write markers), as Kafka checks; a refusal answers every partition."""
+    if ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return await handler(ctx, request)
+    marker_cls = codec.field_entity(ctx.response_class, "markers")
+    topic_cls = codec.field_entity(marker_cls, "topics")
+    return ctx.build(
+        markers=tuple(
+            codec.build(
+                marker_cls,
+                producer_id=m.producer_id,
+                topics=tuple(
+                    codec.build(
+                        topic_cls,
+                        name=t.name,
+                        partitions=tuple(
+                            codec.build_nested(topic_cls, "partitions", partition_index=p, error_code=CLUSTER_DENIED)
+                            for p in t.partition_indexes
+                        ),
+                    )
+                    for t in m.topics
+                ),
+            )
+            for m in request.markers
+        )
+    )

@@ -28,8 +28,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker.authorization import BrokerAuthorizer
-from broker.handlers import acl_table
 from broker.handlers.context import RequestContext
+from broker.handlers.table import serve_authorized
 from broker.quotas.busy_time import BusyTime, timed
 from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
 from broker.quotas.mutations import RequestMutations
@@ -473,7 +473,7 @@ async def test_quota_apis_need_cluster_describe_configs_and_alter_configs() -> N
             authorizer=authorizer,
         )
 
-    describe = await acl_table.serve(context(48), codec.build(codec.request_class(48, 1), components=()), never)
+    describe = await serve_authorized(context(48), codec.build(codec.request_class(48, 1), components=()), never)
     assert describe.error_code == ErrorCode.cluster_authorization_failed
     alter_cls = codec.request_class(49, 1)
     entry = codec.build_nested(
@@ -486,7 +486,7 @@ async def test_quota_apis_need_cluster_describe_configs_and_alter_configs() -> N
         ),
         ops=(),
     )
-    altered = await acl_table.serve(context(49), codec.build(alter_cls, entries=(entry,)), never)
+    altered = await serve_authorized(context(49), codec.build(alter_cls, entries=(entry,)), never)
     assert [(e.error_code, [(x.entity_type, x.entity_name) for x in e.entity]) for e in altered.entries] == [
         (ErrorCode.cluster_authorization_failed, [("user", "alice")])
     ]

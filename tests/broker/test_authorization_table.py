@@ -1,6 +1,7 @@
-"""The per-API ACL guards (``broker.handlers.acl_table``), in process: a request naming an allowed and a refused
-item reaches its handler with the allowed one only, the refused one is answered with Kafka's code in a response
-that encodes, and a request about one resource is refused whole without calling the handler.
+"""The per-API ACL guards (each beside its handler, listed in ``broker.handlers.table``), in process: a request
+naming an allowed and a refused item reaches its handler with the allowed one only, the refused one is answered
+with Kafka's code in a response that encodes, and a request about one resource is refused whole without calling
+the handler.
 
 The principal is ``User:ANONYMOUS`` (no SASL), allowed exactly what the bindings below say."""
 
@@ -14,8 +15,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.authorization import BrokerAuthorizer
-from broker.handlers import acl_table
 from broker.handlers.context import RequestContext
+from broker.handlers.table import serve_authorized
 from broker.services import BrokerServices
 from controller.acl_control import binding_record
 from metadata.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
@@ -87,7 +88,7 @@ async def _serve(api_key: int, version: int, **fields: Any) -> tuple[Any, _Handl
     ctx = _context(api_key, version)
     request = codec.build(codec.request_class(api_key, version), **fields)
     handler = _Handler()
-    response = await acl_table.serve(ctx, request, handler)
+    response = await serve_authorized(ctx, request, handler)
     codec.encode_response(7, response)  # a refusal must be a well-formed answer
     return response, handler
 
@@ -173,7 +174,7 @@ async def test_a_fetch_answers_an_unreadable_topic_even_when_its_session_served_
     async def session(_ctx: RequestContext, _request: Any) -> Any:
         return served
 
-    answered = await acl_table.serve(
+    answered = await serve_authorized(
         ctx, codec.build(codec.request_class(1, 12), session_id=5, session_epoch=2), session
     )
     (partition,) = answered.responses[0].partitions
@@ -332,7 +333,7 @@ async def test_offset_fetch_hides_or_refuses_topics_the_principal_may_not_descri
         return committed("allowed", "hidden")
 
     every_topic = _nested(9, 8, "groups", group_id="allowed-group", topics=None)
-    answered = await acl_table.serve(
+    answered = await serve_authorized(
         _context(9, 8), codec.build(codec.request_class(9, 8), groups=(every_topic,)), offsets
     )
     assert [t.name for t in answered.groups[0].topics] == ["allowed"]
@@ -347,7 +348,7 @@ async def test_offset_fetch_hides_or_refuses_topics_the_principal_may_not_descri
             _nested(9, 8, "groups.topics", name="hidden", partition_indexes=(0,)),
         ),
     )
-    answered = await acl_table.serve(_context(9, 8), codec.build(codec.request_class(9, 8), groups=(named,)), offsets)
+    answered = await serve_authorized(_context(9, 8), codec.build(codec.request_class(9, 8), groups=(named,)), offsets)
     codec.encode_response(7, answered)
     assert [(t.name, _errors(t)) for t in answered.groups[0].topics] == [
         ("allowed", {ErrorCode.none}),
