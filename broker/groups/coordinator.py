@@ -7,7 +7,7 @@ the partition it drops those groups and answers NOT_COORDINATOR, so clients look
 the partitions is :mod:`broker.internal_topic` (shared with the transaction coordinator); this module installs and
 drops what they hold.
 
-Group state lives in :class:`broker.groups.group.Group` (sans-I/O). This module feeds it requests with the wall
+Group state lives in :class:`broker.groups.classic.group.Group` (sans-I/O). This module feeds it requests with the wall
 clock, arms one timer per group at the group's next deadline, and appends what the group asks to persist through
 the partition layer (``PartitionLog.append(origin="coordinator")``); a request whose answer depends on a write is
 answered only once the write is durable.
@@ -24,7 +24,10 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.group import CONSUMER_PROTOCOL_TYPE, Group, GroupConfig, JoinRequest, PendingWrite
+from broker.groups.classic.group import Group, JoinRequest
+from broker.groups.classic.protocols import CONSUMER_PROTOCOL_TYPE
+from broker.groups.classic.rebalance import GroupConfig, PendingWrite
+from broker.groups.classic.state import GroupState, JoinResult, SyncResult
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import (
     GroupKey,
@@ -39,7 +42,6 @@ from broker.groups.offsets_schema import (
     encode_offset_key,
     encode_offset_value,
 )
-from broker.groups.state import GroupState, JoinResult, SyncResult
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
 from broker.internal_topic import (
     InternalTopic,
