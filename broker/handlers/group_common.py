@@ -8,7 +8,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import GroupCoordinator, OffsetCommit
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.offset_commits import OffsetCommit
 from broker.handlers.context import RequestContext
 from wire import codec
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import FetchedOffset
+from broker.groups.offset_commits import FetchedOffset
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
 from wire import codec
