@@ -1,1 +1,35 @@
-"""The classic consumer-group coordinator: a sans-I/O state machine plus the asyncio driver and its persistence."""
+"""The group coordinator: consumer groups, their membership and their committed offsets, kept in ``__consumer_offsets``.
+
+Split by what every group type shares and what one protocol alone needs, so that each new group type is a
+sub-package for its state machine plus a module for its requests, and nothing shared has to move again.
+
+Shared by every group type:
+
+* ``offsets`` (one group's committed offsets and KIP-211 expiry), ``txn_offsets`` (offsets pending in a
+  transaction), ``offsets_schema`` (Kafka's record formats of ``__consumer_offsets``), ``offsets_topic`` (the topic
+  itself and replaying one of its partitions);
+* ``runtime``: the loaded groups, loading and dropping them with their ``__consumer_offsets`` partitions, timers,
+  persisting their writes, deleting a group;
+* ``offset_commits``: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete and expiry;
+* ``coordinator``: the ``GroupCoordinator`` the broker runs, assembled from the parts, with what concerns every
+  group whatever its type (start and stop, FindCoordinator, DescribeGroups, ListGroups, DeleteGroups).
+
+Specific to the classic protocol:
+
+* ``classic/``: the sans-I/O state machine (states, members, protocol selection, the rebalance, JoinGroup,
+  SyncGroup, Heartbeat and LeaveGroup);
+* ``classic_membership``: those requests at the coordinator (the asyncio side).
+
+Where the next group types go:
+
+* KIP-848 consumer groups: their sans-I/O state machine (member epochs, target and current assignments,
+  reconciliation) in ``consumer/``, the server-side assignors (``uniform``, ``range``) beside it in
+  ``consumer/assignors/``, and ConsumerGroupHeartbeat and ConsumerGroupDescribe at the coordinator in
+  ``consumer_membership``, a part of ``GroupCoordinator`` like ``classic_membership``. Their records (key versions
+  3 and up) join ``offsets_schema`` and ``offsets_topic``'s replay; their offsets are ``offset_commits``' with the
+  member-epoch check as the group's own.
+* KIP-932 share groups: membership (ShareGroupHeartbeat, ShareGroupDescribe, the share assignor) in ``share/`` and
+  ``share_membership``, in the same way. The state of the share partitions (acquired records, delivery counts, the
+  share-partition start offset) is not group membership and belongs beside the partitions it describes, outside this
+  package.
+"""

@@ -11,7 +11,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from broker import authorized_operations
-from broker.groups.state import GroupState
+from broker.groups.classic.state import GroupState
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
 from broker.handlers.guards import Guard, per_group

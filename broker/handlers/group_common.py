@@ -9,7 +9,8 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import GroupCoordinator, OffsetCommit
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.offset_commits import OffsetCommit
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import GROUP_DENIED, Guard, whole
 from metadata.acl.binding import AclOperation, ResourceType

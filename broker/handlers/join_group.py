@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.group import JoinRequest
+from broker.groups.classic.group import JoinRequest
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator, member_host
 from wire import codec

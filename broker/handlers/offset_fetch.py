@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import FetchedOffset
+from broker.groups.offset_commits import FetchedOffset
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import coordinator
 from broker.handlers.guards import GROUP_DENIED, TOPIC_DENIED, split

@@ -26,7 +26,8 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.internal_topic import (
     InternalTopic,
     InternalTopicHost,

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.partition.access import leader_log
 from broker.partition.manager import PartitionManager
 from broker.transactions.state import TopicPartition

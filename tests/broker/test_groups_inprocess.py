@@ -18,8 +18,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from broker_support import default_overrides
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
-from broker.groups.group import JoinRequest
+from broker.groups.classic.group import JoinRequest
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.offset_commits import OffsetCommit
+from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.partition.manager import PartitionManager
 from node.process import Node
 from settings.server import ServerConfig

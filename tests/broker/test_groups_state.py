@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.groups.group import Group, GroupConfig, JoinRequest, parse_subscription_topics
+from broker.groups.classic.group import Group, JoinRequest
+from broker.groups.classic.protocols import parse_subscription_topics
+from broker.groups.classic.rebalance import GroupConfig
+from broker.groups.classic.state import GroupState, JoinResult, SyncResult
 from broker.groups.offsets_schema import decode_group_value, encode_group_value
-from broker.groups.state import GroupState, JoinResult, SyncResult
 
 SESSION = 10_000
 REBALANCE = 30_000

@@ -15,8 +15,10 @@ from broker_support import default_overrides
 from kio.schema.errors import ErrorCode
 
 from broker.broker import Broker
-from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.offset_commits import OffsetCommit
 from broker.groups.offsets_schema import OffsetValue
+from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
 from broker.transactions.markers import write_marker
 from metadata.controller_api import NewTopic

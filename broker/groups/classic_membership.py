@@ -1,0 +1,108 @@
+"""The classic protocol's requests at the coordinator: JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+
+Each checks the coordinator (this broker serves the group, the id fits the record format), finds or creates the
+group, hands the request to the sans-I/O :class:`broker.groups.classic.group.Group` with the wall clock and, for the
+requests that wait on the rebalance, parks on a future the group's callback resolves. Apart from the runtime
+because it is specific to the classic protocol; the KIP-848 ConsumerGroupHeartbeat is meant to get a module of its
+own beside this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.classic.group import Group, JoinRequest
+from broker.groups.classic.state import JoinResult, SyncResult
+from broker.groups.runtime import CoordinatorRuntime
+
+
+class ClassicMembership(CoordinatorRuntime):
+    """The classic group membership requests of :class:`broker.groups.coordinator.GroupCoordinator`."""
+
+    async def join_group(self, group_id: str, request: JoinRequest) -> JoinResult:
+        if not group_id:
+            return JoinResult(ErrorCode.invalid_group_id, request.member_id)
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return JoinResult(error, request.member_id)
+        if group is None:
+            if request.member_id:
+                return JoinResult(ErrorCode.unknown_member_id, request.member_id)
+            group = self._groups[group_id] = Group(group_id, self.config, self._now_ms())
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+
+        def answer(result: JoinResult) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        group.join(self._now_ms(), request, answer)
+        self._after(group)
+        return await future
+
+    async def sync_group(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Mapping[str, bytes],
+    ) -> SyncResult:
+        if not group_id:
+            return SyncResult(ErrorCode.invalid_group_id)
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return SyncResult(error)
+        if group is None:
+            return SyncResult(ErrorCode.unknown_member_id)
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+
+        def answer(result: SyncResult) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        group.sync(
+            self._now_ms(),
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            generation_id=generation_id,
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignments=assignments,
+            callback=answer,
+        )
+        self._after(group)
+        return await future
+
+    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> ErrorCode:
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return error
+        if group is None:
+            return ErrorCode.unknown_member_id
+        error = group.heartbeat(self._now_ms(), member_id, group_instance_id, generation_id)
+        self._after(group)
+        return error
+
+    def leave_group(
+        self, group_id: str, members: Sequence[tuple[str, str | None]], reason: str | None = None
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """(top-level error, one error per (member id, instance id) in request order)."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, []
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return error, []
+        if group is None:
+            return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
+        now = self._now_ms()
+        results = [group.leave(now, member_id, instance_id, reason) for member_id, instance_id in members]
+        self._after(group)
+        return ErrorCode.none, results

@@ -1,0 +1,307 @@
+"""Committed offsets, as every group type has them: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, expiry.
+
+Offsets are stored per group in ``__consumer_offsets`` next to the group's metadata; a commit is acknowledged once
+its records are durable. Offsets committed in a transaction stay pending (:mod:`broker.groups.txn_offsets`) until
+the transaction's marker commits or aborts them. Retention follows KIP-211 (:mod:`broker.groups.offsets`).
+
+Whether a commit is accepted depends on the group type (a classic group checks member id and generation; a KIP-848
+consumer group will check member epochs); that check is the group's own (``validate_offset_commit``), and so is
+which topics a live group still reads (``is_subscribed_to``), so the rest of this module is what every type shares.
+Two rules still read the classic group's state directly: OffsetDelete and expiry only touch a live group whose
+subscriptions can be read (an Empty group, or one of the ``consumer`` protocol type); a new group type must answer
+the same question there. Groups that only commit (no membership) are classic groups, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.classic.group import Group
+from broker.groups.classic.protocols import CONSUMER_PROTOCOL_TYPE
+from broker.groups.classic.state import GroupState
+from broker.groups.offsets import TopicPartition
+from broker.groups.offsets_schema import OffsetValue, encode_offset_key, encode_offset_value
+from broker.groups.offsets_topic import OFFSETS_TOPIC
+from broker.groups.runtime import CoordinatorRuntime
+from broker.groups.txn_offsets import AppendedOffset
+from broker.internal_topic import Load
+from wire.record_batch import Record
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _TxnCommit:
+    """The transaction a TxnOffsetCommit writes in."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+    def __str__(self) -> str:
+        return f"transaction {self.transactional_id!r} (producer {self.producer_id} epoch {self.producer_epoch})"
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    """One partition's offset as a client commits it (OffsetCommit, TxnOffsetCommit)."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True)
+class FetchedOffset:
+    """One partition's answer to OffsetFetch: the committed offset, -1 when none, or the partition's error."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    error: ErrorCode
+
+
+class OffsetCommits(CoordinatorRuntime):
+    """The committed-offsets requests of :class:`broker.groups.coordinator.GroupCoordinator`."""
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+        retention_ms: int = -1,
+    ) -> dict[TopicPartition, ErrorCode]:
+        def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return dict.fromkeys(offsets, code)
+
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return everyone(error)
+        now = self._now_ms()
+        if group is None:
+            if generation_id >= 0:
+                return everyone(ErrorCode.illegal_generation)
+            group = self._groups[group_id] = Group(group_id, self.config, now)
+        error = group.validate_offset_commit(now, member_id, group_instance_id, generation_id)
+        if error is not ErrorCode.none:
+            self._after(group)
+            return everyone(error)
+        # The commit counted as a heartbeat: re-arm the session timer (but do not let _after forget a group
+        # created for this very commit before its offsets are in).
+        self._reschedule(group)
+        return await self._write_offsets(group, offsets, now, retention_ms=retention_ms)
+
+    async def commit_transactional_offsets(
+        self,
+        group_id: str,
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: appends the offsets to ``__consumer_offsets`` inside the producer's transaction and
+        keeps them pending until its marker (``complete_transaction``) commits or aborts them."""
+
+        def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return dict.fromkeys(offsets, code)
+
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return everyone(error)
+        now = self._now_ms()
+        if group is None:
+            group = self._groups[group_id] = Group(group_id, self.config, now)
+        error = group.validate_txn_offset_commit(member_id, group_instance_id, generation_id)
+        if error is not ErrorCode.none:
+            self._after(group)
+            return everyone(error)
+        txn = _TxnCommit(transactional_id, producer_id, producer_epoch)
+        return await self._write_offsets(group, offsets, now, txn=txn)
+
+    async def _write_offsets(
+        self,
+        group: Group,
+        offsets: Mapping[TopicPartition, OffsetCommit],
+        now: int,
+        *,
+        retention_ms: int = -1,
+        txn: _TxnCommit | None = None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Checks and appends the offsets of an OffsetCommit, or of a TxnOffsetCommit (``txn``); once durable they
+        are the group's committed offsets, or, in a transaction, its pending ones."""
+        group_id = group.group_id
+        image = self._node.controller.image
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, OffsetValue] = {}
+        for (topic, partition), commit in offsets.items():
+            metadata = commit.metadata or ""
+            if len(metadata.encode("utf-8")) > self._metadata_max_bytes:
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
+            elif image.partition(topic, partition) is None:
+                results[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+            else:
+                accepted[(topic, partition)] = OffsetValue(
+                    offset=commit.offset,
+                    metadata=metadata,
+                    commit_timestamp_ms=now,
+                    leader_epoch=commit.leader_epoch,
+                    expire_timestamp_ms=now + retention_ms if retention_ms >= 0 else None,
+                )
+        if accepted:
+            records = [
+                Record(key=encode_offset_key(group_id, t, p), value=encode_offset_value(v), timestamp=now)
+                for (t, p), v in accepted.items()
+            ]
+            try:
+                base = await self._append(
+                    group_id,
+                    records,
+                    producer_id=txn.producer_id if txn is not None else -1,
+                    producer_epoch=txn.producer_epoch if txn is not None else -1,
+                )
+                code = ErrorCode.none
+            except Exception as exc:
+                # Too many offsets (or too much metadata) for one batch: INVALID_COMMIT_OFFSET_SIZE.
+                code = self._partitions.store_error(exc, group_id, too_large=ErrorCode.invalid_commit_offset_size)
+                logger.warning(
+                    "group %s: committing %d offsets%s to %s-%d failed: %s",
+                    group_id,
+                    len(accepted),
+                    f" in {txn}" if txn is not None else "",
+                    OFFSETS_TOPIC,
+                    self.partition_for(group_id),
+                    exc,
+                )
+            if code is ErrorCode.none and self._groups.get(group_id) is group:
+                for index, ((t, p), v) in enumerate(accepted.items()):
+                    if txn is None:
+                        group.offsets.put(t, p, v, base + index)
+                    else:
+                        group.pending_txn_offsets.add(txn.producer_id, (t, p), AppendedOffset(v, base + index))
+            results.update(dict.fromkeys(accepted, code))
+        if self._groups.get(group_id) is group:
+            self._after(group)
+        return {tp: results[tp] for tp in offsets}
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker was written on ``__consumer_offsets-<offsets_partition>``: the producer's pending
+        offsets in the groups of that partition become committed (COMMIT) or are dropped (ABORT)."""
+        owned = self._partitions.owned.get(offsets_partition)
+        if owned is None:
+            return
+        if owned.state is Load.LOADING:
+            self._completions.setdefault(offsets_partition, []).append((producer_id, commit))
+            return
+        self._complete_in_partition(offsets_partition, producer_id, commit)
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None, *, require_stable: bool = False
+    ) -> tuple[ErrorCode, list[FetchedOffset]]:
+        """Committed offsets (-1 where none); ``partitions=None`` means every partition the group committed. With
+        ``require_stable`` a partition whose offset is pending in an open transaction answers
+        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends)."""
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return error, []
+        if group is None:
+            wanted = list(partitions) if partitions is not None else []
+            return ErrorCode.none, [FetchedOffset(t, p, -1, -1, "", ErrorCode.none) for t, p in wanted]
+        wanted = list(partitions) if partitions is not None else [tp for tp, _ in group.offsets]
+        out: list[FetchedOffset] = []
+        for topic, partition in wanted:
+            if require_stable and group.pending_txn_offsets.is_pending((topic, partition)):
+                out.append(FetchedOffset(topic, partition, -1, -1, "", ErrorCode.unstable_offset_commit))
+                continue
+            found = group.offsets.get(topic, partition)
+            if found is None:
+                out.append(FetchedOffset(topic, partition, -1, -1, "", ErrorCode.none))
+            else:
+                out.append(
+                    FetchedOffset(topic, partition, found.offset, found.leader_epoch, found.metadata, ErrorCode.none)
+                )
+        return ErrorCode.none, out
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        group, error = self._group_or_error(group_id)
+        if error is not ErrorCode.none:
+            return error, {}
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found, {}
+        if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            # Only consumer-protocol subscriptions can be read; other live groups keep all their offsets.
+            return ErrorCode.non_empty_group, {}
+        results: dict[TopicPartition, ErrorCode] = {}
+        doomed: list[TopicPartition] = []
+        for tp in partitions:
+            if group.is_subscribed_to(tp[0]):
+                results[tp] = ErrorCode.group_subscribed_to_topic
+            else:
+                results[tp] = ErrorCode.none
+                if group.offsets.get(*tp) is not None:
+                    doomed.append(tp)
+        if doomed:
+            error = await self._tombstone_offsets(group, doomed)
+            if error is not ErrorCode.none:
+                return error, {}
+        return ErrorCode.none, results
+
+    async def _tombstone_offsets(self, group: Group, partitions: Sequence[TopicPartition]) -> ErrorCode:
+        now = self._now_ms()
+        records = [
+            Record(key=encode_offset_key(group.group_id, t, p), value=None, timestamp=now) for t, p in partitions
+        ]
+        try:
+            await self._append(group.group_id, records)
+        except Exception as exc:
+            logger.warning("group %s: deleting %d offsets failed: %s", group.group_id, len(partitions), exc)
+            return self._partitions.store_error(exc, group.group_id)
+        for t, p in partitions:
+            group.offsets.remove(t, p)
+        return ErrorCode.none
+
+    # ------------------------------------------------------------------------------------------------ retention
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._retention_check_s)
+            try:
+                await self.expire_offsets()
+            except Exception:
+                logger.exception("offset expiration round failed")
+
+    async def expire_offsets(self) -> int:
+        """One retention round (offsets.retention.minutes); returns how many offsets were removed."""
+        now = self._now_ms()
+        removed = 0
+        for group in list(self._groups.values()):
+            if self.coordinator_error(group.group_id) is not ErrorCode.none or group.state is GroupState.DEAD:
+                continue
+            managed = group.protocol_type is not None
+            if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                continue
+            empty_since = group.state_timestamp_ms if managed and group.state is GroupState.EMPTY else None
+            expired = group.offsets.expired(
+                now, self._retention_ms, empty_since_ms=empty_since, keep=group.is_subscribed_to
+            )
+            if expired and await self._tombstone_offsets(group, expired) is ErrorCode.none:
+                removed += len(expired)
+                logger.info("group %s: %d committed offsets expired", group.group_id, len(expired))
+            if group.state is GroupState.EMPTY and group.is_empty and not len(group.offsets):
+                await self._delete_group(group)
+        return removed

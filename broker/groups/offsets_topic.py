@@ -1,0 +1,129 @@
+"""The ``__consumer_offsets`` topic every group type keeps its state in: its definition and reading it back.
+
+A group belongs to one ``__consumer_offsets`` partition (Kafka's hash of the group id), served by that partition's
+leader. When this broker becomes the leader it replays the partition from the log start to the end and only then
+serves its groups. What a replay finds (committed offsets, offsets pending in a transaction, group metadata) is the
+same for every group type, so it is read here once; the coordinator turns it into groups.
+
+Keys are Kafka's (:mod:`broker.groups.offsets_schema`): offset commits and classic group metadata are collected;
+the KIP-848 consumer-group and share-group records (key versions 3 and up) are skipped today and are meant to be
+collected here, beside ``group_values``, when those group types land.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from broker.groups.offsets import TopicPartition
+from broker.groups.offsets_schema import (
+    GroupKey,
+    GroupValue,
+    OffsetKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
+from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
+from broker.internal_topic import InternalTopic, replay
+from broker.partition.partition_log import PartitionLog
+from settings.server import ServerConfig
+from wire.control_records import ControlRecordError, decode_marker
+from wire.record_batch import Record
+from wire.stored_schema import SchemaError
+
+logger = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _offsets_topic_configs(cfg: ServerConfig) -> dict[str, str]:
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "segment.bytes": str(cfg.value("offsets.topic.segment.bytes")),
+    }
+
+
+OFFSETS_INTERNAL_TOPIC = InternalTopic(
+    name=OFFSETS_TOPIC,
+    role="group coordinator",
+    items="groups",
+    partitions_key="offsets.topic.num.partitions",
+    replication_key="offsets.topic.replication.factor",
+    configs=_offsets_topic_configs,
+)
+
+
+@dataclass
+class ReplayedPartition:
+    """What replaying one ``__consumer_offsets`` partition found."""
+
+    group_values: dict[str, GroupValue | None] = field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartition, AppendedOffset]] = field(default_factory=dict)
+    pending: dict[str, PendingTxnOffsets] = field(default_factory=dict)
+    records: int = 0
+
+
+async def replay_offsets_partition(log: PartitionLog, where: str) -> ReplayedPartition:
+    """Last value per key from the log start to its end; tombstones remove earlier values. Offsets committed in
+    a transaction stay pending until the transaction's marker, which applies or drops them."""
+    replayed = ReplayedPartition()
+    async for header, record in replay(log, where):
+        producer_id = header.producer_id if header.is_transactional else -1
+        replayed.records += 1
+        if header.is_control:
+            _apply_marker(record, producer_id, replayed, where)
+        else:
+            _apply_record(record, producer_id, replayed, where)
+    return replayed
+
+
+def _apply_marker(record: Record, producer_id: int, replayed: ReplayedPartition, where: str) -> None:
+    try:
+        marker = decode_marker(record.key, record.value)
+    except ControlRecordError as exc:
+        logger.warning("%s: control record at offset %d does not decode (%s); skipped", where, record.offset, exc)
+        return
+    if marker is None or producer_id < 0:
+        return
+    for group_id, pending in replayed.pending.items():
+        committed = replayed.offsets.setdefault(group_id, {})
+        for tp, offset in pending.complete(producer_id, commit=marker.commit).items():
+            current = committed.get(tp)
+            if newer(current.log_offset if current is not None else None, offset):
+                committed[tp] = offset
+
+
+def _apply_record(record: Record, producer_id: int, replayed: ReplayedPartition, where: str) -> None:
+    if record.key is None:
+        logger.warning("%s: record at offset %d has no key; skipped", where, record.offset)
+        return
+    try:
+        key = decode_key(record.key)
+        if isinstance(key, OffsetKey):
+            tp = (key.topic, key.partition)
+            if producer_id >= 0 and record.value is not None:
+                offset = AppendedOffset(decode_offset_value(record.value), record.offset)
+                replayed.pending.setdefault(key.group_id, PendingTxnOffsets()).add(producer_id, tp, offset)
+                return
+            committed = replayed.offsets.setdefault(key.group_id, {})
+            if record.value is None:
+                committed.pop(tp, None)
+            else:
+                committed[tp] = AppendedOffset(decode_offset_value(record.value), record.offset)
+        elif isinstance(key, GroupKey):
+            if record.value is None:
+                # Only the group metadata goes; its offsets have tombstones of their own (as in Kafka).
+                replayed.group_values[key.group_id] = None
+            else:
+                replayed.group_values[key.group_id] = decode_group_value(record.value)
+        else:
+            logger.debug(
+                "%s: offset %d has key version %d, which this coordinator does not use",
+                where,
+                record.offset,
+                key.version,
+            )
+    except SchemaError as exc:
+        logger.warning("%s: record at offset %d does not decode (%s); skipped", where, record.offset, exc)

@@ -1,0 +1,283 @@
+"""What every part of the group coordinator works through: the loaded groups, their timers and their writes.
+
+:class:`CoordinatorRuntime` is the base the coordinator's parts build on, one module each: the classic protocol's
+requests (:mod:`broker.groups.classic_membership`), committed offsets (:mod:`broker.groups.offset_commits`), and
+the service that ties them together with group lookup, listing and deletion (:mod:`broker.groups.coordinator`).
+It holds what they all share, whatever the group type:
+
+* ownership: when this broker becomes leader of a ``__consumer_offsets`` partition it replays it
+  (:mod:`broker.groups.offsets_topic`) and installs the groups it held, answering COORDINATOR_LOAD_IN_PROGRESS
+  until done; when it loses the partition it drops those groups and answers NOT_COORDINATOR, so clients look the
+  coordinator up again. Owning the partitions is :mod:`broker.internal_topic` (shared with the transaction
+  coordinator); this module installs and drops what they hold;
+* the wall clock, and looking a group up with the coordinator checks every request makes;
+* one timer per group at the group's next deadline, and appending what a group asks to persist through the
+  partition layer (``PartitionLog.append(origin="coordinator")``); a request whose answer depends on a write is
+  answered only once the write is durable;
+* deleting a group with its tombstones (DeleteGroups, and offset expiry emptying a group).
+
+Groups are the classic protocol's sans-I/O :class:`broker.groups.classic.group.Group`, the only type today; the
+KIP-848 consumer groups and share groups are meant to live in the same table, keyed by group id, with their own
+timers and writes driven from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.classic.group import Group
+from broker.groups.classic.rebalance import GroupConfig, PendingWrite
+from broker.groups.classic.state import GroupState
+from broker.groups.offsets_schema import encode_group_key, encode_group_value, encode_offset_key
+from broker.groups.offsets_topic import (
+    OFFSETS_INTERNAL_TOPIC,
+    OFFSETS_TOPIC,
+    ReplayedPartition,
+    replay_offsets_partition,
+)
+from broker.groups.txn_offsets import newer
+from broker.internal_topic import InternalTopicHost, InternalTopicPartitions, Loaded, OwnedPartition
+from wire.errors import KafkaError
+from wire.record_batch import Record, build_batch
+from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError
+
+logger = logging.getLogger(__name__)
+
+
+class CoordinatorHost(InternalTopicHost, Protocol):
+    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it)."""
+
+
+class CoordinatorRuntime:
+    """The loaded groups of this broker and the plumbing every request to them goes through (module docstring)."""
+
+    def __init__(self, node: CoordinatorHost, *, clock: Callable[[], float] = time.time) -> None:
+        self._node = node
+        # Wall clock in seconds: group timestamps are persisted, so it is time.time, not the loop's monotonic
+        # clock. Public so that tests can move it (retention is measured in days).
+        self.clock = clock
+        cfg = node.config
+        self.config = GroupConfig(
+            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            max_size=cfg.group_max_size,
+        )
+        # Committed offsets' settings (used by offset_commits.py).
+        self._retention_ms = cfg.offsets_retention_ms
+        self._retention_check_s = int(cfg.value("offsets.retention.check.interval.ms")) / 1000
+        # offset.metadata.max.bytes, capped by what an int16-length string in the record format can hold.
+        self._metadata_max_bytes = min(int(cfg.value("offset.metadata.max.bytes")), MAX_STORED_STRING_BYTES)
+        self._groups: dict[str, Group] = {}
+        #: Transaction markers (producer id, commit) that reached a partition while it was loading.
+        self._completions: dict[int, list[tuple[int, bool]]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._cleanup_task: asyncio.Task[None] | None = None
+        self._partitions = InternalTopicPartitions(
+            node,
+            OFFSETS_INTERNAL_TOPIC,
+            read=replay_offsets_partition,
+            install=self._install,
+            unload=self._unload_groups,
+        )
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # ------------------------------------------------------------------------------------------------ ownership
+
+    @property
+    def num_partitions(self) -> int:
+        """Partitions of ``__consumer_offsets``: the existing topic's count wins over the config (as in Kafka)."""
+        return self._partitions.num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return self._partitions.partition_for(group_id)
+
+    def _unload_groups(self, partition: int) -> int:
+        """Drops the groups of a partition this broker no longer leads (their members' requests then answer
+        NOT_COORDINATOR); returns how many."""
+        self._completions.pop(partition, None)
+        now = self._now_ms()
+        dropped = 0
+        for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
+            group = self._groups.pop(group_id)
+            self._cancel_timer(group_id)
+            if group.state is not GroupState.DEAD:
+                group.mark_dead(now, ErrorCode.not_coordinator)
+            dropped += 1
+        return dropped
+
+    def _install(self, owned: OwnedPartition, replayed: ReplayedPartition) -> Loaded:
+        """Installs the groups a replay found; the partition serves them right after."""
+        now = self._now_ms()
+        for group_id, value in replayed.group_values.items():
+            if value is not None:
+                self._groups[group_id] = Group.restore(group_id, self.config, value, now)
+        for group_id, committed in replayed.offsets.items():
+            group = self._groups.get(group_id)
+            if group is None:
+                group = self._groups[group_id] = Group(group_id, self.config, now)
+            for (topic, partition), offset in committed.items():
+                group.offsets.put(topic, partition, offset.value, offset.log_offset)
+        for group_id, pending in replayed.pending.items():
+            if not pending:
+                continue
+            group = self._groups.get(group_id)
+            if group is None:
+                group = self._groups[group_id] = Group(group_id, self.config, now)
+            group.pending_txn_offsets = pending
+        # Markers written while the partition was being read (after the replay's end) were queued for it.
+        for producer_id, commit in self._completions.pop(owned.partition, []):
+            self._complete_in_partition(owned.partition, producer_id, commit)
+        loaded = [g for g in self._groups.values() if self.partition_for(g.group_id) == owned.partition]
+        for group in loaded:
+            self._reschedule(group)
+        return Loaded(len(loaded), replayed.records)
+
+    def coordinator_error(self, group_id: str) -> ErrorCode:
+        """NONE when this broker serves ``group_id`` right now; else the error the client should act on."""
+        return self._partitions.coordinator_error(group_id)
+
+    def _complete_in_partition(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """Applies a transaction's outcome to the pending offsets of one partition's groups. Here rather than with
+        the other offset operations because loading a partition applies the markers queued during the load."""
+        for group in list(self._groups.values()):
+            if not group.pending_txn_offsets.has_producer(producer_id):
+                continue
+            if self.partition_for(group.group_id) != offsets_partition:
+                continue
+            applied = group.pending_txn_offsets.complete(producer_id, commit=commit)
+            for (topic, partition), offset in applied.items():
+                if newer(group.offsets.log_offset(topic, partition), offset):
+                    group.offsets.put(topic, partition, offset.value, offset.log_offset)
+            logger.debug(
+                "group %s: transaction of producer %d %s (%d offsets)",
+                group.group_id,
+                producer_id,
+                "committed" if commit else "aborted",
+                len(applied),
+            )
+            self._after(group)
+
+    # ------------------------------------------------------------------------------------------------ plumbing
+
+    def _cancel_timer(self, group_id: str) -> None:
+        timer = self._timers.pop(group_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _reschedule(self, group: Group) -> None:
+        self._cancel_timer(group.group_id)
+        deadline = group.next_deadline_ms()
+        if deadline is None or group.state is GroupState.DEAD:
+            return
+        delay = max(0.0, (deadline - self._now_ms()) / 1000)
+        self._timers[group.group_id] = asyncio.get_running_loop().call_later(delay, self._on_timer, group)
+
+    def _on_timer(self, group: Group) -> None:
+        self._timers.pop(group.group_id, None)
+        if self._groups.get(group.group_id) is not group:
+            return
+        group.tick(self._now_ms())
+        self._after(group)
+
+    def _after(self, group: Group) -> None:
+        """After any call into a group: start its writes, re-arm its timer, forget it if nothing is left."""
+        for write in group.take_writes():
+            self._partitions.spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
+        if (
+            group.state is GroupState.EMPTY
+            and group.generation_id == 0
+            and group.is_empty
+            and not len(group.offsets)
+            and not group.pending_txn_offsets
+            and self._groups.get(group.group_id) is group
+        ):
+            # Created by a join that failed before anyone became a member: nothing worth keeping.
+            del self._groups[group.group_id]
+            self._cancel_timer(group.group_id)
+            return
+        self._reschedule(group)
+
+    async def _append(
+        self, group_id: str, records: Sequence[Record], *, producer_id: int = -1, producer_epoch: int = -1
+    ) -> int:
+        """Appends to the group's ``__consumer_offsets`` partition; returns the batch's base offset. With a
+        producer id the batch belongs to that producer's transaction (TxnOffsetCommit)."""
+        partition = self.partition_for(group_id)
+        log = self._node.partitions.get(OFFSETS_TOPIC, partition) if partition in self._partitions.owned else None
+        if log is None:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{OFFSETS_TOPIC}-{partition} is not open here")
+        transactional = producer_id >= 0
+        batch = build_batch(
+            records,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            # Kafka writes transactional offset commits at sequence 0; the coordinator's own appends are not
+            # sequence-checked (only client appends are).
+            base_sequence=0 if transactional else -1,
+            is_transactional=transactional,
+        )
+        result = await log.append(batch, origin="coordinator")
+        return result.base_offset
+
+    async def _persist_group(self, group: Group, write: PendingWrite) -> None:
+        try:
+            record = Record(
+                key=encode_group_key(group.group_id), value=encode_group_value(write.value), timestamp=self._now_ms()
+            )
+            await self._append(group.group_id, [record])
+            error = ErrorCode.none
+        except SchemaError as exc:
+            # A member or instance id longer than the record format can hold (int16 string lengths).
+            error = ErrorCode.invalid_request
+            logger.warning("group %s: generation %d cannot be stored: %s", group.group_id, write.value.generation, exc)
+        except Exception as exc:
+            error = self._partitions.store_error(exc, group.group_id)
+            logger.warning(
+                "group %s: persisting generation %d to %s-%d failed: %s",
+                group.group_id,
+                write.value.generation,
+                OFFSETS_TOPIC,
+                self.partition_for(group.group_id),
+                exc,
+            )
+        write.on_done(error, self._now_ms())
+        if self._groups.get(group.group_id) is group:
+            self._after(group)
+
+    def _group_or_error(self, group_id: str) -> tuple[Group | None, ErrorCode]:
+        if len(group_id.encode("utf-8")) > MAX_STORED_STRING_BYTES:
+            return None, ErrorCode.invalid_group_id
+        error = self.coordinator_error(group_id)
+        if error is not ErrorCode.none:
+            return None, error
+        return self._groups.get(group_id), ErrorCode.none
+
+    # ------------------------------------------------------------------------------------------------ deletion
+
+    async def _delete_group(self, group: Group) -> ErrorCode:
+        now = self._now_ms()
+        records = [
+            Record(key=encode_offset_key(group.group_id, t, p), value=None, timestamp=now)
+            for (t, p), _ in group.offsets
+        ]
+        records.append(Record(key=encode_group_key(group.group_id), value=None, timestamp=now))
+        group.mark_dead(now, ErrorCode.coordinator_not_available)
+        self._cancel_timer(group.group_id)
+        if self._groups.get(group.group_id) is group:
+            del self._groups[group.group_id]
+        try:
+            await self._append(group.group_id, records)
+        except Exception as exc:
+            logger.warning("group %s: writing its tombstones failed: %s", group.group_id, exc)
+            return self._partitions.store_error(exc, group.group_id)
+        logger.info("group %s deleted (%d offsets)", group.group_id, len(records) - 1)
+        return ErrorCode.none
