@@ -212,10 +212,12 @@ async def test_an_upload_advances_the_recovery_point_and_a_crash_replays_only_wh
     assert any(u.get(log.log_stream_id) == 50 for u in node.uploads), node.uploads
     log.uploaded(50)  # what the partition manager does when the engine reports the upload
     await eventually_async(lambda: log.recovery_point == 50, timeout=10, what="the recovery point to reach 50")
-    await eventually_async(lambda: log._checkpoint_task is None, timeout=10, what="the checkpoint to be persisted")
-    partition = json.loads(log._meta.get(KEY_PARTITION) or b"{}")
+    await eventually_async(
+        lambda: log._state.checkpoint.task is None, timeout=10, what="the checkpoint to be persisted"
+    )
+    partition = json.loads(log._state.meta.get(KEY_PARTITION) or b"{}")
     assert partition["r"] == 50 and partition["cs"] is False
-    snapshot = log._meta.get(KEY_PRODUCER_SNAPSHOTS)
+    snapshot = log._state.meta.get(KEY_PRODUCER_SNAPSHOTS)
     assert snapshot is not None and decode_snapshot(snapshot)[0] == 50
     last = _idempotent(55)
     for seq in (50, 55):
@@ -243,17 +245,17 @@ async def test_the_time_bound_checkpoints_a_partition_written_to_between_uploads
     try:
         log.config = LogConfig(checkpoint_interval_ms=1)
         log.maybe_checkpoint()  # nothing appended since the open: nothing to checkpoint
-        assert log._checkpoint_task is None
+        assert log._state.checkpoint.task is None
         await log.append(_idempotent(0))
         await eventually_async(
             lambda: log.maybe_checkpoint() or log.recovery_point == 5,
             timeout=10,
             what=lambda: f"the timer to checkpoint offset 5, recovery point {log.recovery_point}",
         )
-        await eventually_async(lambda: log._checkpoint_task is None, timeout=10, what="the checkpoint to finish")
-        assert json.loads(log._meta.get(KEY_PARTITION) or b"{}")["r"] == 5
+        await eventually_async(lambda: log._state.checkpoint.task is None, timeout=10, what="the checkpoint to finish")
+        assert json.loads(log._state.meta.get(KEY_PARTITION) or b"{}")["r"] == 5
         log.uploaded(5)  # an upload of what the checkpoint already covers starts nothing
-        assert log._checkpoint_task is None
+        assert log._state.checkpoint.task is None
     finally:
         await log.close()
 
@@ -273,7 +275,9 @@ async def test_an_open_transaction_before_the_recovery_point_survives_a_crash(no
     await node.engine.force_upload()
     log.uploaded(6)
     await eventually_async(lambda: log.recovery_point == 6, timeout=10, what="the recovery point to reach 6")
-    await eventually_async(lambda: log._checkpoint_task is None, timeout=10, what="the checkpoint to be persisted")
+    await eventually_async(
+        lambda: log._state.checkpoint.task is None, timeout=10, what="the checkpoint to be persisted"
+    )
     await log.append(_idempotent(5))  # 6-10, replayed after the crash
 
     await node.crash_and_restart()
@@ -300,7 +304,9 @@ async def test_an_open_reads_only_the_newest_time_index_entry_and_lookups_by_tim
     await node.engine.force_upload()
     log.uploaded(200)
     await eventually_async(lambda: log.recovery_point == 200, timeout=10, what="the recovery point to reach 200")
-    await eventually_async(lambda: log._checkpoint_task is None, timeout=10, what="the checkpoint to be persisted")
+    await eventually_async(
+        lambda: log._state.checkpoint.task is None, timeout=10, what="the checkpoint to be persisted"
+    )
     for i in range(40, 45):
         await log.append(timed(i))  # replayed after the crash, which re-adds their entries
     expected = {ts: await log.offset_for_timestamp(ts) for ts in (0, 3, 10_001, 155_000, 399_999, 420_002, 440_004)}
@@ -311,7 +317,7 @@ async def test_an_open_reads_only_the_newest_time_index_entry_and_lookups_by_tim
     try:
         assert log.log_end_offset == 225
         assert len(log.time_index) <= 1 + 5, "the open read the whole time stream"
-        assert log._time.confirm_offset - log._time.start_offset == 45, "the replay wrote entries twice"
+        assert log._state.time.confirm_offset - log._state.time.start_offset == 45, "the replay wrote entries twice"
         for ts, found in expected.items():
             assert await log.offset_for_timestamp(ts) == found, ts
         assert len(log.time_index) == 45

@@ -4,7 +4,7 @@ rewriting their headers with the offsets and leader epoch the partition assigns 
 Checks of one batch on its own (magic, CRC-32C, sizes) live with the batch format in wire/record_batch.py; what is
 checked here depends on the partition: ``max.message.bytes``, ``cleanup.policy=compact`` (keys required), the
 timestamp bounds, who may write control batches and transactional ones. The stateful half (producer state, the
-lock that orders offset assignment, the stream append, the time index) is ``PartitionLog.append`` in :mod:`.log`.
+lock that orders offset assignment, the stream append, the time index) is :mod:`.produce`.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ LOG names the cleaned stream (``cleaned``, -1 without one), the cleaner offset (
 (``cb``), when its oldest kept tombstone or transaction marker expires (``th``) and the ``doomed`` streams: a round's
 output stream is named doomed before it is written, so a crash or a leadership change at any point leaves either the
 old layout or the new one plus streams the next open deletes. Installing a round's output is one LOG record that
-names the new stream and dooms the one it replaces. These functions compute those records; ``PartitionLog`` (in
-:mod:`.log`) writes them under its lock and trims or deletes the streams they make obsolete.
+names the new stream and dooms the one it replaces. These functions compute those records; :mod:`.cleaner_switch` writes
+them under the partition's lock and trims or deletes the streams they make obsolete.
 """
 
 from __future__ import annotations

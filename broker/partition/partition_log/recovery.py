@@ -10,8 +10,8 @@ false) or past an old producer snapshot, producer state, open transactions, the 
 transactions the txn stream is missing are rebuilt from the batches that follow (transaction markers included);
 the size is completed from the batch headers past its checkpoint. Reading the log is
 what an open must avoid, since it lives in object storage; the partition advances the recovery point after every
-upload, periodically and right after a replay (:mod:`.log`), so the replay is bounded whatever the log's size. Each
-replay logs where it started and how many records, batches and bytes it read.
+upload, periodically (:mod:`.checkpoints`) and right after a replay (:mod:`.lifecycle`), so the replay is bounded
+whatever the log's size. Each replay logs where it started and how many records, batches and bytes it read.
 
 :func:`recover` returns the rebuilt state as :class:`Recovered`; the partition adopts it before it serves anything.
 """

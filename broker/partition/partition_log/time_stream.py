@@ -4,7 +4,7 @@ outgrow the log. The entries' format lives in broker/partition/indexes.py.
 An open reads only the stream's newest entry (:func:`read_newest_time_entry`): reading every entry is work that
 grows with the partition (about 10,000 entries and 0.2 s for 10 GB), and only a lookup by timestamp needs them, so
 the partition reads them (:func:`read_time_entries`) when the first such lookup comes, as Kafka maps its index
-files lazily.
+files lazily (:func:`load_time_index`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from broker.partition.indexes import IndexFormatError, TimeIndexEntry, decode_time_entry
+from broker.partition.partition_log.state import PartitionState
 from broker.partition.partition_log.stored_log import FETCH_CHUNK
 from storage.stream_api import Stream, read_batches
 
@@ -31,6 +32,20 @@ async def read_time_entries(time_stream: Stream, end: int, where: str) -> list[T
         except IndexFormatError as exc:
             logger.warning("skipping bad time-index record %d of %s: %s", batch.base_offset, where, exc)
     return entries
+
+
+async def load_time_index(state: PartitionState) -> None:
+    """Reads the time stream's stored entries into the partition's index, once, when a lookup by timestamp first
+    needs them (appends and the open's replay have been adding the newer ones meanwhile)."""
+    if state.time_unloaded_end is None:
+        return
+    async with state.time_load_lock:
+        if state.time_unloaded_end is None:
+            return
+        older = await read_time_entries(state.time, state.time_unloaded_end, state.where)
+        state.time_index.prepend(older)
+        state.time_index.drop_before(state.log_start_offset)
+        state.time_unloaded_end = None
 
 
 async def read_newest_time_entry(time_stream: Stream, where: str) -> TimeIndexEntry | None:

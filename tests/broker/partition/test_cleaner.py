@@ -309,17 +309,17 @@ async def test_a_crash_at_any_point_of_a_round_leaves_every_latest_value(
         if point == "before-switch":
             raise _Crash()
 
-    real_trim = log._log.trim
+    real_trim = log._state.log.trim
 
     async def trim(offset: int) -> None:
         if point == "after-switch":
             raise _Crash()
         await real_trim(offset)
         if point == "after-trim":
-            assert log._doomed(), "the replaced cleaned stream is named doomed before it is deleted"
+            assert log._state.doomed(), "the replaced cleaned stream is named doomed before it is deleted"
             raise _Crash()
 
-    monkeypatch.setattr(log._log, "trim", trim)
+    monkeypatch.setattr(log._state.log, "trim", trim)
 
     async def no_cleanup(stream: Any) -> None:
         return None  # a crashed process cleans nothing up
@@ -331,7 +331,7 @@ async def test_a_crash_at_any_point_of_a_round_leaves_every_latest_value(
 
     log = await _open(cluster, 2)
     try:
-        assert log._doomed() == []  # whatever the crash left behind was deleted on open
+        assert log._state.doomed() == []  # whatever the crash left behind was deleted on open
         records = await _read_all(log)
         latest = {k: r.value for k, r in _latest(records).items() if k != b"tail"}
         assert latest == {k: v for k, v in expected.items() if k != b"tail"}
@@ -358,13 +358,13 @@ async def test_a_round_cancelled_after_its_switch_keeps_the_installed_stream(
     now = int(time.time() * 1000)
     written = await _fill(log, rounds=4, keys=3, ts=now - 1000)
     await log.append(build_batch([Record(b"tail", b"t", (), now)]))
-    real_trim = log._log.trim
+    real_trim = log._state.log.trim
 
     async def trim(offset: int) -> None:
         await real_trim(offset)
         raise asyncio.CancelledError
 
-    monkeypatch.setattr(log._log, "trim", trim)
+    monkeypatch.setattr(log._state.log, "trim", trim)
     with pytest.raises(asyncio.CancelledError):
         await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now)
     monkeypatch.undo()
@@ -418,8 +418,8 @@ async def test_deleting_a_partition_deletes_its_cleaned_stream_too(cluster: dict
     await _fill(log, rounds=3, keys=2, ts=now - 1000)
     await log.append(build_batch([Record(b"tail", b"t", (), now)]))
     assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
-    assert log._cleaned is not None
-    ids = [log._log.stream_id, log._cleaned.stream_id, log._meta.stream.stream_id]
+    assert log._state.stored.cleaned is not None
+    ids = [log._state.log.stream_id, log._state.stored.cleaned.stream_id, log._state.meta.stream.stream_id]
     metadata: InMemoryStreamMetadata = cluster["metadata"]
     assert len(await metadata.get_streams(ids)) == 3
     await log.delete()
@@ -438,7 +438,7 @@ async def test_leadership_lost_during_a_round_abandons_it_and_the_next_leader_cl
     assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now, after_write=lose_leadership) is None
     log = await _open(cluster, 2)
     try:
-        assert log._doomed() == [] and log._cleaned is None
+        assert log._state.doomed() == [] and log._state.stored.cleaned is None
         assert [r.offset for r in await _read_all(log)] == [*(r.offset for r in written), log.high_watermark - 1]
         assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
         assert len(await _read_all(log)) == 4
@@ -478,7 +478,7 @@ async def test_a_stop_request_abandons_the_round_and_deletes_its_stream(
 
     with pytest.raises(CleanerStopped):
         await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now, should_stop=stop_in_the_write_pass)
-    assert log._doomed() == [] and log._cleaned is None
+    assert log._state.doomed() == [] and log._state.stored.cleaned is None
     await log.close()
     caplog.clear()
     caplog.set_level(logging.INFO, logger="broker.partition.partition_log")

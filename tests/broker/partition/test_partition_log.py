@@ -62,7 +62,7 @@ async def test_offsets_continue_across_reopens_and_meta_stream_compacts(
     log = await _open(engine, 25)
     try:
         # 26 opens wrote far more meta records than there are keys: the meta stream trimmed itself.
-        assert log._meta.stream.start_offset > 0
+        assert log._state.meta.stream.start_offset > 0
         assert log.end_offset_for_epoch(3) == (3, 8)
         assert log.end_offset_for_epoch(25) == (25, 50)
         found = await log.offset_for_timestamp(base_ts + 10 * 7 + 1)
@@ -176,7 +176,7 @@ async def test_delete_records_trims_and_persists_log_start(
         await log.append(_batch(4, ts=1_000_000 + 100 * i))
     assert len(log.time_index) == 3
     assert await log.delete_records_before(6) == 6
-    assert log._time.start_offset == 2  # the entries for offsets 0 and 4 are gone from the time stream
+    assert log._state.time.start_offset == 2  # the entries for offsets 0 and 4 are gone from the time stream
     with pytest.raises(KafkaError) as info:
         await log.delete_records_before(99)
     assert info.value.code == ErrorCode.offset_out_of_range
@@ -199,7 +199,7 @@ async def test_delete_destroys_streams_and_kv_entry(engine: tuple[StorageEngine,
     _, metadata = engine
     log = await _open(engine, 0)
     await log.append(_batch(3))
-    stream_ids = [log._log.stream_id, log._time.stream_id, log._meta.stream.stream_id]
+    stream_ids = [log._state.log.stream_id, log._state.time.stream_id, log._state.meta.stream.stream_id]
     assert len(await metadata.get_streams(stream_ids)) == 3
     await log.delete()
     assert await metadata.get_kv(f"_fjord_test/{TOPIC_ID}/3") is None

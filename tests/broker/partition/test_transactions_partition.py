@@ -24,6 +24,7 @@ from broker.partition.log_config import LogConfig
 from broker.partition.marker_retention import MarkerRetention
 from broker.partition.meta_stream import KEY_LOG
 from broker.partition.partition_log import PartitionLog
+from broker.partition.partition_log.checkpoints import start_checkpoint
 from broker.partition.producer_state import ProducerStateManager, decode_snapshot, encode_snapshot
 from broker.partition.txn_index import (
     AbortedFilter,
@@ -338,7 +339,7 @@ async def test_aborted_transactions_are_listed_and_survive_close_and_reopen(stor
         await log.close()
     log = await _open(storage, 1)
     try:
-        info = json.loads(log._meta.get(KEY_LOG) or b"{}")
+        info = json.loads(log._state.meta.get(KEY_LOG) or b"{}")
         assert info["streamMap"]["txn"] >= 0  # created on the first abort
         assert log.aborted_transactions(0, 10) == [AbortedTxn(7, 0)]
         assert log.ongoing_txn_start_offsets() == {8: 8} and log.last_stable_offset == 8
@@ -399,7 +400,7 @@ async def test_unclean_recovery_rebuilds_open_transactions_and_the_aborted_index
     await log.append(_batch(9, 0, 0), transactional_id=TXN_ID)  # 5-6
     await log.write_txn_marker(producer_id=9, producer_epoch=0, coordinator_epoch=0, commit=False)  # 7
     # Lose the index entries, as a crash between a marker and its entry would.
-    txn = log._txn
+    txn = log._state.txn
     assert txn is not None
     await txn.trim(txn.confirm_offset)
     await storage["crash"]()  # no clean close: no snapshot, PARTITION.cs stays false
@@ -426,7 +427,7 @@ async def test_delete_records_drops_aborted_entries_below_the_log_start(storage:
         await log.write_txn_marker(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=False)  # 2
         await log.append(_batch(8, 0, 0), transactional_id=TXN_ID)  # 3-4
         await log.write_txn_marker(producer_id=8, producer_epoch=0, coordinator_epoch=0, commit=False)  # 5
-        txn = log._txn
+        txn = log._state.txn
         assert txn is not None and txn.start_offset == 0
         assert await log.delete_records_before(3) == 3
         assert log.aborted_transactions(0, 6) == [AbortedTxn(8, 3)]
@@ -466,13 +467,13 @@ async def test_a_crash_after_deleting_a_decided_transaction_does_not_bring_it_ba
     the transaction, or the last stable offset would stay at the log start for ever."""
     log = await _open(storage, 0)
     await log.append(_batch(7, 0, 0, n=6), transactional_id=TXN_ID)  # 0-5
-    log._start_checkpoint(force=True)  # a snapshot with the transaction open
-    checkpoint = log._checkpoint_task
+    start_checkpoint(log._state, force=True)  # a snapshot with the transaction open
+    checkpoint = log._state.checkpoint.task
     assert checkpoint is not None
     await checkpoint
     await log.write_txn_marker(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=True)  # 6
     assert await log.delete_records_before(7) == 7
-    fresh = log._checkpoint_task
+    fresh = log._state.checkpoint.task
     assert fresh is not None  # the deletion asked for a fresh snapshot: crash before it is written
     fresh.cancel()
     await storage["crash"]()
@@ -618,7 +619,7 @@ async def test_compaction_removes_markers_after_delete_retention_and_read_commit
         assert [(o, control) for o, control, _ in stored] == [(4, False), (5, True), (6, False), (7, True), (10, False)]
         assert log.tombstone_horizon_ms is None
         assert log.aborted_transactions(0, 11) == [] and len(log.txn_index) == 0
-        txn = log._txn
+        txn = log._state.txn
         assert txn is not None and txn.start_offset == txn.confirm_offset == 2  # both entries trimmed away
         assert (await log.read(0, 1 << 20, read_committed=True)).aborted_transactions == ()
         assert await _committed_values(log) == expected

@@ -1,0 +1,130 @@
+"""A partition's life once its streams are open: adopting what recovery rebuilt, the clean close, deletion.
+
+:mod:`.opening` finds and opens the streams and :mod:`.recovery` rebuilds the in-memory state from them;
+:func:`restore` installs that state, starts this broker's leader epoch and persists ``PARTITION`` with the
+clean-shutdown flag down, so a crash from now on is detected at the next open. :func:`close` does the reverse: it
+persists everything the next open needs (producer snapshot, leader epochs, ``PARTITION`` with the flag up and the
+recovery point at the log end), so that open reads none of the log. :func:`delete` is the end of a deleted topic's
+partition: every stream it owns, the cleaner's leftovers included, and its KV entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.partition.indexes import TimeIndexEntry, encode_epoch_checkpoint, encode_time_entry
+from broker.partition.meta_stream import KEY_LEADER_EPOCH_CHECKPOINT, KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS
+from broker.partition.partition_log import checkpoints, txn_markers
+from broker.partition.partition_log.opening import delete_doomed
+from broker.partition.partition_log.recovery import recover
+from broker.partition.partition_log.state import PartitionState
+from broker.partition.producer_state import encode_snapshot
+from storage import errors as storage_errors
+
+logger = logging.getLogger(__name__)
+
+
+async def restore(state: PartitionState) -> None:
+    """Adopts the state recovery rebuilt, starts this leader epoch, and persists PARTITION with ``cs=false``."""
+    recovered = await recover(
+        meta=state.meta,
+        stored=state.stored,
+        time_stream=state.time,
+        log_info=state.log_info,
+        where=state.where,
+        txn_stream=state.txn,
+    )
+    state.producers = recovered.producers
+    state.time_index, state.time_unloaded_end = recovered.time_index, recovered.time_unloaded_end
+    state.txn_index = recovered.txn_index
+    if recovered.unstored_aborts:
+        await txn_markers.store_recovered_aborts(state, recovered.unstored_aborts)
+    state.epochs = recovered.epochs
+    state.log_start_offset = recovered.log_start_offset
+    state.cleaned_bytes = recovered.cleaned_bytes
+    state.size_bytes = recovered.size_bytes
+    state.max_timestamp, state.max_timestamp_offset = recovered.max_timestamp, recovered.max_timestamp_offset
+    progress = state.checkpoint
+    progress.recovery_point, progress.time_checkpoint = recovered.recovery_point, recovered.time_checkpoint
+    if state.epochs.assign(state.leader_epoch, state.log_end_offset):
+        logger.info("%s leader epoch %d starts at offset %d", state.where, state.leader_epoch, state.log_end_offset)
+    entries: dict[str, bytes] = {}
+    if recovered.replayed_from is not None:
+        # Everything below the log end was just uploaded (WAL recovery) or was already in object storage, and
+        # the state rebuilt from it is complete: that is the new recovery point, so the next crash replays
+        # only what is written from now on (a crash loop must not replay a growing log).
+        progress.recovery_point, progress.time_checkpoint = state.log_end_offset, state.time.confirm_offset
+        entries[KEY_PRODUCER_SNAPSHOTS] = encode_snapshot(state.log_end_offset, state.producers)
+    entries[KEY_LEADER_EPOCH_CHECKPOINT] = encode_epoch_checkpoint(state.epochs.entries)
+    entries[KEY_PARTITION] = checkpoints.partition_record(state, clean_shutdown=False)
+    await state.meta.put(entries)
+    logger.info(
+        "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers (%d open transactions), "
+        "%d time-index entries stored, %d aborted transactions",
+        state.where,
+        state.topic_id,
+        state.leader_epoch,
+        state.log_start_offset,
+        state.log_end_offset,
+        len(state.producers),
+        len(state.producers.ongoing_txn_start_offsets()),
+        state.time.confirm_offset - state.time.start_offset,
+        len(state.txn_index),
+    )
+
+
+async def close(state: PartitionState) -> None:
+    """Clean close: waits for in-flight appends, force-uploads, and persists PARTITION(cs=true), producer
+    snapshots and the leader-epoch checkpoint so the next open skips recovery."""
+    if state.closed:
+        return
+    async with state.lock:
+        state.closed = True
+        task = state.checkpoint.task
+    if task is not None:
+        await asyncio.gather(task, return_exceptions=True)
+    try:
+        if state.max_timestamp >= 0:
+            last = state.time_index.last
+            if last is None or last.timestamp < state.max_timestamp:
+                entry = TimeIndexEntry(state.max_timestamp, state.max_timestamp_offset)
+                if state.time_index.add(entry):
+                    await state.time.append(encode_time_entry(entry), 1)
+        await state.log.close()
+        await state.time.close()
+        for extra in (state.stored.cleaned, state.cleaning, state.txn):
+            if extra is not None:
+                await extra.close()
+        await state.meta.put(
+            {
+                KEY_PRODUCER_SNAPSHOTS: encode_snapshot(state.log_end_offset, state.producers),
+                KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(state.epochs.entries),
+                KEY_PARTITION: checkpoints.partition_record(state, clean_shutdown=True),
+            }
+        )
+        await state.meta.stream.close()
+        logger.info("closed %s cleanly at offset %d", state.where, state.log_end_offset)
+    except storage_errors.StorageError as exc:
+        # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
+        logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
+
+
+async def delete(state: PartitionState) -> None:
+    """Destroys the partition's streams and its KV entry (topic deletion)."""
+    async with state.lock:
+        state.closed = True
+    extra = [s for s in (state.stored.cleaned, state.cleaning) if s is not None]
+    txn = [state.txn] if state.txn is not None else []
+    for stream in (state.log, state.time, *txn, *extra, state.meta.stream):
+        try:
+            await stream.destroy()
+        except storage_errors.StorageError as exc:
+            logger.warning("deleting stream %d of %s failed: %s", stream.stream_id, state.where, exc)
+    # Streams of interrupted or replaced cleaner rounds not deleted yet would otherwise outlive the topic.
+    doomed = [x for x in state.doomed() if all(x != s.stream_id for s in extra)]
+    left = await delete_doomed(state.streams, doomed, state.leader_epoch, state.where)
+    if left:
+        logger.warning("streams %s of deleted %s could not be deleted", left, state.where)
+    await state.kv.delete_kv(state.kv_key)
+    logger.info("deleted the streams of %s", state.where)
