@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from broker.broker_context import BrokerContext
 from broker.connection_limits import ConnectionLimitsWatcher
 from broker.fetch_session import FetchSessionCache
 from broker.groups.coordinator import GroupCoordinator
@@ -68,6 +69,8 @@ class Broker:
         self.connection_gate = gate
         self.controller_address = controller_address
         self._takeover = takeover
+        #: What the broker's parts read of it (``broker.broker_context``).
+        self.context = BrokerContext(self.node_id, self.cluster_id, config, controller)
         self.fetch_sessions = FetchSessionCache()
         self.producer_ids = ProducerIdAllocator(controller, lambda: (self.node_id, self.node_epoch))
         storage_config = replace(config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
@@ -77,9 +80,9 @@ class Broker:
             WALFailoverRunner(controller, self.storage) if storage_config.wal_url.scheme == "s3" else None
         )
         self.dispatcher = RequestDispatcher(self, metrics, store_stats=lambda: self.storage.store.stats)
-        self.partitions = PartitionManager(self, on_removed=self.dispatcher.traffic.forget)
-        self.groups = GroupCoordinator(self)
-        self.transactions = TransactionCoordinator(self)
+        self.partitions = PartitionManager(self.context, self.storage, on_removed=self.dispatcher.traffic.forget)
+        self.groups = GroupCoordinator(self.context, self.partitions)
+        self.transactions = TransactionCoordinator(self.context, self.partitions, self.producer_ids, self.groups)
         self._tls_reloaders = [
             CertificateReloader(server, tls.watched_files(), tls.context, tls.reload_interval_ms / 1000)
             for server in listeners

@@ -22,13 +22,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from broker.broker_context import BrokerContext
 from broker.partition.manager import PartitionManager
 from broker.partition.partition_log import PartitionLog
-from metadata.controller_api import ControllerClient, NewTopic
+from metadata.controller_api import NewTopic
 from metadata.errors import error_code_logged
 from metadata.image import MetadataImage
 from settings.server import ServerConfig
@@ -46,23 +47,6 @@ _STOP_DRAIN_SECONDS = 5.0
 _LOAD_RETRY_SECONDS = 1.0
 
 ReplayedT = TypeVar("ReplayedT")
-
-
-class InternalTopicHost(Protocol):
-    """What owning internal-topic partitions needs from the broker node (``node.process.Node`` satisfies it).
-    Read-only properties, so the node may hold narrower types."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def controller(self) -> ControllerClient: ...
-
-    @property
-    def partitions(self) -> PartitionManager: ...
 
 
 @dataclass(frozen=True)
@@ -138,14 +122,16 @@ class InternalTopicPartitions(Generic[ReplayedT]):
 
     def __init__(
         self,
-        host: InternalTopicHost,
+        broker: BrokerContext,
+        partitions: PartitionManager,
         topic: InternalTopic,
         *,
         read: Callable[[PartitionLog, str], Awaitable[ReplayedT]],
         install: Callable[[OwnedPartition, ReplayedT], Loaded],
         unload: Callable[[int], int],
     ) -> None:
-        self._host = host
+        self._broker = broker
+        self._partitions = partitions
         self._topic = topic
         self._read = read
         self._install = install
@@ -163,8 +149,8 @@ class InternalTopicPartitions(Generic[ReplayedT]):
 
     def start(self) -> None:
         self._running = True
-        self._host.controller.subscribe(self._on_image)
-        self._reconcile(self._host.controller.image)
+        self._broker.controller.subscribe(self._on_image)
+        self._reconcile(self._broker.controller.image)
 
     async def stop(self, *others: asyncio.Task[None] | None, cancel_unfinished: bool) -> None:
         """Stops following the metadata, cancels the loads and ``others`` (the coordinator's timers), and lets the
@@ -204,10 +190,10 @@ class InternalTopicPartitions(Generic[ReplayedT]):
     @property
     def num_partitions(self) -> int:
         """Partitions of the topic: the existing topic's count wins over the config (as in Kafka)."""
-        topic = self._host.controller.image.topics_by_name.get(self._topic.name)
+        topic = self._broker.controller.image.topics_by_name.get(self._topic.name)
         if topic is not None and topic.partitions:
             return len(topic.partitions)
-        return int(self._host.config.value(self._topic.partitions_key))
+        return int(self._broker.config.value(self._topic.partitions_key))
 
     def partition_for(self, key: str) -> int:
         return partition_for(key, self.num_partitions)
@@ -244,7 +230,7 @@ class InternalTopicPartitions(Generic[ReplayedT]):
         topic = image.topics_by_name.get(self._topic.name)
         led: dict[int, int] = {}
         if topic is not None:
-            led = {p.partition: p.leader_epoch for p in topic.partitions.values() if p.leader == self._host.node_id}
+            led = {p.partition: p.leader_epoch for p in topic.partitions.values() if p.leader == self._broker.node_id}
         for partition, owned in list(self._owned.items()):
             if led.get(partition) != owned.leader_epoch:
                 self._unload(partition)
@@ -277,7 +263,7 @@ class InternalTopicPartitions(Generic[ReplayedT]):
         try:
             log = None
             while log is None:
-                log = await self._host.partitions.wait_open(self._topic.name, owned.partition, _WAIT_OPEN_SECONDS)
+                log = await self._partitions.wait_open(self._topic.name, owned.partition, _WAIT_OPEN_SECONDS)
                 if self._owned.get(owned.partition) is not owned:
                     return
                 if log is not None and log.leader_epoch != owned.leader_epoch:
@@ -318,14 +304,14 @@ class InternalTopicPartitions(Generic[ReplayedT]):
 
     async def ensure_topic(self) -> tuple[ErrorCode, str | None]:
         """Creates the topic unless it exists: (error, message for the client)."""
-        controller = self._host.controller
+        controller = self._broker.controller
         name = self._topic.name
         if name in controller.image.topics_by_name:
             return ErrorCode.none, None
         async with self._create_lock:
             if name in controller.image.topics_by_name:
                 return ErrorCode.none, None
-            cfg = self._host.config
+            cfg = self._broker.config
             topic = NewTopic(
                 name=name,
                 num_partitions=int(cfg.value(self._topic.partitions_key)),
@@ -341,7 +327,7 @@ class InternalTopicPartitions(Generic[ReplayedT]):
 
     def coordinator_node(self, key: str) -> int:
         """The broker leading ``key``'s partition per the metadata (-1: none)."""
-        part = self._host.controller.image.partition(self._topic.name, self.partition_for(key))
+        part = self._broker.controller.image.partition(self._topic.name, self.partition_for(key))
         return part.leader if part is not None else -1
 
     async def find_coordinator(self, key: str) -> tuple[ErrorCode, int, str | None]:
@@ -354,7 +340,7 @@ class InternalTopicPartitions(Generic[ReplayedT]):
         node_id = self.coordinator_node(key)
         if node_id < 0:
             return ErrorCode.coordinator_not_available, -1, f"{self._topic.name}-{partition} has no leader"
-        if node_id == self._host.node_id:
+        if node_id == self._broker.node_id:
             await self._wait_loaded(partition, _FIND_WAIT_SECONDS)
         return ErrorCode.none, node_id, None
 

@@ -27,10 +27,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from broker.broker_context import BrokerContext
 from broker.groups.classic.group import Group
 from broker.groups.classic.rebalance import GroupConfig, PendingWrite
 from broker.groups.classic.state import GroupState
@@ -42,7 +42,8 @@ from broker.groups.offsets_topic import (
     replay_offsets_partition,
 )
 from broker.groups.txn_offsets import newer
-from broker.internal_topic import InternalTopicHost, InternalTopicPartitions, Loaded, OwnedPartition
+from broker.internal_topic import InternalTopicPartitions, Loaded, OwnedPartition
+from broker.partition.manager import PartitionManager
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch
 from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError
@@ -50,19 +51,18 @@ from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError
 logger = logging.getLogger(__name__)
 
 
-class CoordinatorHost(InternalTopicHost, Protocol):
-    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it)."""
-
-
 class CoordinatorRuntime:
     """The loaded groups of this broker and the plumbing every request to them goes through (module docstring)."""
 
-    def __init__(self, node: CoordinatorHost, *, clock: Callable[[], float] = time.time) -> None:
-        self._node = node
+    def __init__(
+        self, broker: BrokerContext, partitions: PartitionManager, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._broker = broker
+        self._logs = partitions
         # Wall clock in seconds: group timestamps are persisted, so it is time.time, not the loop's monotonic
         # clock. Public so that tests can move it (retention is measured in days).
         self.clock = clock
-        cfg = node.config
+        cfg = broker.config
         self.config = GroupConfig(
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
@@ -80,7 +80,8 @@ class CoordinatorRuntime:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._cleanup_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
-            node,
+            broker,
+            partitions,
             OFFSETS_INTERNAL_TOPIC,
             read=replay_offsets_partition,
             install=self._install,
@@ -212,7 +213,7 @@ class CoordinatorRuntime:
         """Appends to the group's ``__consumer_offsets`` partition; returns the batch's base offset. With a
         producer id the batch belongs to that producer's transaction (TxnOffsetCommit)."""
         partition = self.partition_for(group_id)
-        log = self._node.partitions.get(OFFSETS_TOPIC, partition) if partition in self._partitions.owned else None
+        log = self._logs.get(OFFSETS_TOPIC, partition) if partition in self._partitions.owned else None
         if log is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{OFFSETS_TOPIC}-{partition} is not open here")
         transactional = producer_id >= 0

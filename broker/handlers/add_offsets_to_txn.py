@@ -6,22 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import GROUP_DENIED, TXN_DENIED, refused_whole
-from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+from broker.handlers.txn_common import fenced_for_version
 from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
-    coordinator = transaction_coordinator(ctx)
-    if coordinator is None:
-        error = ErrorCode.coordinator_not_available
-    else:
-        error = await coordinator.add_offsets(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
-        )
+    coordinator = ctx.node.transactions
+    error = await coordinator.add_offsets(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+    )
     return ctx.build(throttle_time=0, error_code=fenced_for_version(error, ctx.api_version, 2))
 
 

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import CLUSTER_DENIED, TOPIC_DENIED, TXN_DENIED, refused_whole
-from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+from broker.handlers.txn_common import fenced_for_version
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.state import TopicPartition
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
@@ -43,7 +43,7 @@ def _topic_results(result_cls: type[Any], results: Mapping[TopicPartition, Error
 
 
 async def _one(
-    coordinator: TransactionCoordinator | None,
+    coordinator: TransactionCoordinator,
     transactional_id: str,
     producer_id: int,
     producer_epoch: int,
@@ -51,15 +51,13 @@ async def _one(
     *,
     verify_only: bool,
 ) -> dict[TopicPartition, ErrorCode]:
-    if coordinator is None:
-        return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
     return await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
 
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
-    coordinator = transaction_coordinator(ctx)
+    coordinator = ctx.node.transactions
     if ctx.api_version <= 3:
         partitions = _partitions(request.v3_and_below_topics)
         results = await _one(

@@ -7,21 +7,17 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from broker.handlers.group_common import coordinator
 from broker.handlers.guards import Guard, per_group
 from metadata.acl.binding import AclOperation
 from wire import codec
 
 
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
-    groups = coordinator(ctx)
+    groups = ctx.node.groups
     names = list(request.groups_names)
-    if groups is None:
-        results = dict.fromkeys(names, ErrorCode.coordinator_not_available)
-    else:
-        valid = [n for n in names if n]
-        results = await groups.delete_groups(list(dict.fromkeys(valid)))
-        results.update(dict.fromkeys((n for n in names if not n), ErrorCode.invalid_group_id))
+    valid = [n for n in names if n]
+    results = await groups.delete_groups(list(dict.fromkeys(valid)))
+    results.update(dict.fromkeys((n for n in names if not n), ErrorCode.invalid_group_id))
     return ctx.build(
         throttle_time=0,
         results=tuple(

@@ -13,7 +13,6 @@ from kio.schema.errors import ErrorCode
 from broker import authorized_operations
 from broker.groups.classic.state import GroupState
 from broker.handlers.context import RequestContext
-from broker.handlers.group_common import coordinator
 from broker.handlers.guards import Guard, per_group
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
@@ -21,15 +20,12 @@ from wire import codec
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     group_cls = codec.field_entity(ctx.response_class, "groups")
-    groups = coordinator(ctx)
+    groups = ctx.node.groups
     asked = getattr(request, "include_authorized_operations", False)
     described = []
     for group_id in request.groups:
         operations = ctx.authorized_operations(asked, ResourceType.GROUP, group_id, authorized_operations.GROUP)
-        if groups is None:
-            error, group = ErrorCode.coordinator_not_available, None
-        else:
-            error, group = groups.describe_group(group_id)
+        error, group = groups.describe_group(group_id)
         if group is None or error is not ErrorCode.none:
             described.append(
                 codec.build(

@@ -10,23 +10,19 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import TXN_DENIED, split
-from broker.handlers.txn_common import transaction_coordinator
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 
 async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
-    coordinator = transaction_coordinator(ctx)
+    coordinator = ctx.node.transactions
     state_cls = codec.field_entity(ctx.response_class, "transaction_states")
     # An id that cannot be described carries only its error; the other fields keep the schema's defaults (0),
     # as Kafka answers them.
     epoch_zero = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
     states = []
     for transactional_id in request.transactional_ids:
-        if coordinator is None:
-            error, metadata = ErrorCode.coordinator_not_available, None
-        else:
-            error, metadata = coordinator.describe(transactional_id)
+        error, metadata = coordinator.describe(transactional_id)
         if metadata is None:
             states.append(
                 codec.build(

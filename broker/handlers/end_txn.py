@@ -8,22 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kio.schema.errors import ErrorCode
-
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import TXN_DENIED, Guard, whole
-from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+from broker.handlers.txn_common import fenced_for_version
 from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
-    coordinator = transaction_coordinator(ctx)
-    if coordinator is None:
-        error = ErrorCode.coordinator_not_available
-    else:
-        error = await coordinator.end_txn(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
-        )
+    coordinator = ctx.node.transactions
+    error = await coordinator.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+    )
     return ctx.build(throttle_time=0, error_code=fenced_for_version(error, ctx.api_version, 2))
 
 

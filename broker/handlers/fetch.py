@@ -107,7 +107,7 @@ async def _read_partition(
     try:
         if not name:
             raise KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")
-        log = await leader_log(ctx.node, name, partition, state.current_leader_epoch)
+        log = await leader_log(ctx.node.partitions, name, partition, state.current_leader_epoch)
         read = await log.read(state.fetch_offset, max_bytes, min_one=min_one, read_committed=read_committed)
         return _Result(
             key,

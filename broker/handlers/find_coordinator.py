@@ -8,10 +8,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import Handler, RequestContext
-from broker.handlers.group_common import coordinator
 from broker.handlers.guards import GROUP_DENIED, TXN_DENIED, split, whole
 from broker.handlers.metadata import live_endpoint
-from broker.handlers.txn_common import transaction_coordinator
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
@@ -22,18 +20,14 @@ KEY_TYPE_TRANSACTION = 1
 async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, message, node id, host, port) for one coordinator key."""
     if key_type == KEY_TYPE_TRANSACTION:
-        transactions = transaction_coordinator(ctx)
-        if transactions is None:
-            return ErrorCode.coordinator_not_available, "the transaction coordinator is not running", -1, "", -1
+        transactions = ctx.node.transactions
         if not key:
             return ErrorCode.invalid_request, "empty transactional id", -1, "", -1
         error, node_id, message = await transactions.find_coordinator(key)
     elif key_type != KEY_TYPE_GROUP:
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", -1, "", -1
     else:
-        groups = coordinator(ctx)
-        if groups is None:
-            return ErrorCode.coordinator_not_available, "the group coordinator is not running", -1, "", -1
+        groups = ctx.node.groups
         error, node_id, message = await groups.find_coordinator(key)
     if error is not ErrorCode.none:
         return error, message, -1, "", -1

@@ -9,17 +9,11 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offset_commits import OffsetCommit
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import GROUP_DENIED, Guard, whole
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
-
-
-def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
-    """The node's group coordinator; None while the node runs without one (then COORDINATOR_NOT_AVAILABLE)."""
-    return ctx.node.groups
 
 
 def member_host(ctx: RequestContext) -> str:

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import CLUSTER_DENIED, TXN_DENIED, refused_whole
-from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
+from broker.handlers.txn_common import fenced_for_version
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.errors import error_code_for
 from wire import codec
@@ -46,11 +46,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _transactional(ctx: RequestContext, request: Any, current_pid: int, current_epoch: int) -> Any:
-    coordinator = transaction_coordinator(ctx)
-    if coordinator is None:
-        return ctx.build(
-            throttle_time=0, error_code=ErrorCode.coordinator_not_available, producer_id=-1, producer_epoch=-1
-        )
+    coordinator = ctx.node.transactions
     # KIP-360: a producer recovering from an error names its current id and epoch (both -1 when it has none).
     if (current_pid == -1) != (current_epoch == -1):
         return ctx.build(throttle_time=0, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)

@@ -4,26 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker.groups.classic.group import JoinRequest
 from broker.handlers.context import RequestContext
-from broker.handlers.group_common import coordinator, member_host
+from broker.handlers.group_common import member_host
 from wire import codec
 
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
-    groups = coordinator(ctx)
+    groups = ctx.node.groups
     # Before v7 the protocol name is a non-nullable string; an unset one is sent empty.
     nullable_name = codec.is_nullable(cls, "protocol_name")
-    if groups is None:
-        return ctx.build(
-            error_code=ErrorCode.coordinator_not_available,
-            generation_id=-1,
-            member_id=request.member_id,
-            protocol_name=None if nullable_name else "",
-        )
     session_ms = codec.millis(request.session_timeout)
     join = JoinRequest(
         member_id=request.member_id,

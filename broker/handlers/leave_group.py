@@ -11,14 +11,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from broker.handlers.group_common import coordinator
 from wire import codec
 
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
-    groups = coordinator(ctx)
-    if groups is None:
-        return ctx.build(error_code=ErrorCode.coordinator_not_available)
+    groups = ctx.node.groups
     if ctx.api_version < 3:
         error, results = groups.leave_group(request.group_id, [(request.member_id, None)])
         return ctx.build(throttle_time=0, error_code=results[0] if error is ErrorCode.none else error)

@@ -9,10 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker.handlers.context import Handler, RequestContext
-from broker.handlers.group_common import coordinator
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from wire import codec
 
@@ -20,9 +17,7 @@ CLASSIC_GROUP_TYPE = "classic"
 
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
-    groups = coordinator(ctx)
-    if groups is None:
-        return ctx.build(error_code=ErrorCode.coordinator_not_available)
+    groups = ctx.node.groups
     error, listed = groups.list_groups(getattr(request, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     if types and CLASSIC_GROUP_TYPE not in types:

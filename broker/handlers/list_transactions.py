@@ -6,18 +6,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker.handlers.context import Handler, RequestContext
-from broker.handlers.txn_common import transaction_coordinator
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
-    coordinator = transaction_coordinator(ctx)
-    if coordinator is None:
-        return ctx.build(throttle_time=0, error_code=ErrorCode.coordinator_not_available)
+    coordinator = ctx.node.transactions
     error, found, unknown = coordinator.list_transactions(request.state_filters, request.producer_id_filters)
     return ctx.build(
         throttle_time=0,

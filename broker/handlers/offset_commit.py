@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker.handlers.context import Handler, RequestContext
-from broker.handlers.group_common import coordinator, partition_errors, requested_offsets
+from broker.handlers.group_common import partition_errors, requested_offsets
 from broker.handlers.guards import GROUP_DENIED, partitions_entry, split, topics_denied
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
@@ -30,21 +28,17 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 async def _commit(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
-    groups = coordinator(ctx)
+    groups = ctx.node.groups
     offsets = requested_offsets(request.topics)
-    if groups is None:
-        results = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
-    else:
-        # v2-v4 may ask for a retention of their own (-1: the broker's offsets.retention.minutes).
-        retention = codec.millis(request.retention_time) if ctx.api_version <= 4 else -1
-        results = await groups.commit_offsets(
-            request.group_id,
-            member_id=request.member_id,
-            group_instance_id=getattr(request, "group_instance_id", None),
-            generation_id=request.generation_id_or_member_epoch,
-            offsets=offsets,
-            retention_ms=retention,
-        )
+    retention = codec.millis(request.retention_time) if ctx.api_version <= 4 else -1
+    results = await groups.commit_offsets(
+        request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        generation_id=request.generation_id_or_member_epoch,
+        offsets=offsets,
+        retention_ms=retention,
+    )
     return ctx.build(throttle_time=0, topics=partition_errors(cls, request.topics, results))
 
 

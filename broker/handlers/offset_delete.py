@@ -7,16 +7,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import Handler, RequestContext
-from broker.handlers.group_common import coordinator, partition_errors
+from broker.handlers.group_common import partition_errors
 from broker.handlers.guards import GROUP_DENIED, partitions_entry, refused_whole, split, topics_denied
 from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
-    groups = coordinator(ctx)
+    groups = ctx.node.groups
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    if groups is None:
-        return ctx.build(error_code=ErrorCode.coordinator_not_available, throttle_time=0)
     error, results = await groups.delete_offsets(request.group_id, wanted)
     if error is not ErrorCode.none:
         return ctx.build(error_code=error, throttle_time=0)

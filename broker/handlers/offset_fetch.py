@@ -18,7 +18,6 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.offset_commits import FetchedOffset
 from broker.handlers.context import Handler, RequestContext
-from broker.handlers.group_common import coordinator
 from broker.handlers.guards import GROUP_DENIED, TOPIC_DENIED, split
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import codec
@@ -33,9 +32,7 @@ def _requested(topics: Any) -> list[tuple[str, int]] | None:
 def _fetch(
     ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
 ) -> tuple[ErrorCode, list[FetchedOffset]]:
-    groups = coordinator(ctx)
-    if groups is None:
-        return ErrorCode.coordinator_not_available, []
+    groups = ctx.node.groups
     return groups.fetch_offsets(group_id, _requested(topics), require_stable=require_stable)
 
 

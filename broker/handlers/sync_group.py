@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker.handlers.context import RequestContext
-from broker.handlers.group_common import coordinator
 
 
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
-    groups = coordinator(ctx)
-    if groups is None:
-        return ctx.build(error_code=ErrorCode.coordinator_not_available, assignment=b"")
+    groups = ctx.node.groups
     assignments: dict[str, bytes] = {}
     for item in request.assignments:
         assignments[item.member_id] = bytes(item.assignment)

@@ -5,14 +5,6 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.handlers.context import RequestContext
-from broker.transactions.coordinator import TransactionCoordinator
-
-
-def transaction_coordinator(ctx: RequestContext) -> TransactionCoordinator | None:
-    """The node's transaction coordinator; None while the node runs without one (COORDINATOR_NOT_AVAILABLE)."""
-    return ctx.node.transactions
-
 
 def fenced_for_version(error: ErrorCode, api_version: int, first_fenced_version: int) -> ErrorCode:
     """PRODUCER_FENCED exists from the given version of each API on (KIP-588); older clients get

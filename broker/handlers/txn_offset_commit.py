@@ -10,31 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker.handlers.context import Handler, RequestContext
-from broker.handlers.group_common import coordinator, partition_errors, requested_offsets
+from broker.handlers.group_common import partition_errors, requested_offsets
 from broker.handlers.guards import GROUP_DENIED, TXN_DENIED, partitions_entry, split, topics_denied
 from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     offsets = requested_offsets(request.topics)
-    groups = coordinator(ctx)
-    if groups is None:
-        results = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
-    else:
-        # v3 (KIP-447) carries the consumer's generation so a zombie of an old generation is fenced.
-        results = await groups.commit_transactional_offsets(
-            request.group_id,
-            transactional_id=request.transactional_id,
-            producer_id=request.producer_id,
-            producer_epoch=request.producer_epoch,
-            member_id=getattr(request, "member_id", ""),
-            group_instance_id=getattr(request, "group_instance_id", None),
-            generation_id=getattr(request, "generation_id", -1),
-            offsets=offsets,
-        )
+    groups = ctx.node.groups
+    results = await groups.commit_transactional_offsets(
+        request.group_id,
+        transactional_id=request.transactional_id,
+        producer_id=request.producer_id,
+        producer_epoch=request.producer_epoch,
+        member_id=getattr(request, "member_id", ""),
+        group_instance_id=getattr(request, "group_instance_id", None),
+        generation_id=getattr(request, "generation_id", -1),
+        offsets=offsets,
+    )
     return ctx.build(throttle_time=0, topics=partition_errors(ctx.response_class, request.topics, results))
 
 

@@ -8,32 +8,14 @@ client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKN
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from kio.schema.errors import ErrorCode
 
 from broker.partition.manager import PartitionManager
 from broker.partition.partition_log import PartitionLog
-from metadata.controller_api import ControllerClient
 from wire.errors import KafkaError
 
 #: How long a request waits for a partition this broker was just made leader of to finish opening.
 OPEN_WAIT_SECONDS = 5.0
-
-
-class LeaderLogHost(Protocol):
-    """What ``leader_log`` reads of the broker node (``broker.services.BrokerServices`` has all of it)."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def controller(self) -> ControllerClient: ...
-
-    @property
-    def partitions(self) -> PartitionManager | None:
-        """None when the node runs without its partition layer (then KAFKA_STORAGE_ERROR)."""
-        ...
 
 
 def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
@@ -51,19 +33,17 @@ def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
         )
 
 
-async def leader_log(node: LeaderLogHost, topic: str, partition: int, current_leader_epoch: int = -1) -> PartitionLog:
+async def leader_log(
+    manager: PartitionManager, topic: str, partition: int, current_leader_epoch: int = -1
+) -> PartitionLog:
     """The open PartitionLog of ``topic``-``partition`` on this broker, or a KafkaError saying why not."""
-    manager = node.partitions
-    if manager is None:
-        # The node runs without its storage engine / partition layer (failed or not installed).
-        raise KafkaError(ErrorCode.kafka_storage_error, f"{topic}-{partition}: partitions are not available")
     log = manager.get(topic, partition)
     if log is None:
-        image = node.controller.image
+        image = manager.controller.image
         part = image.partition(topic, partition)
         if part is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
-        if part.leader != node.node_id:
+        if part.leader != manager.node_id:
             raise KafkaError(
                 ErrorCode.not_leader_or_follower, f"{topic}-{partition} is led by node {part.leader}, not this one"
             )

@@ -20,8 +20,9 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
+from broker.broker_context import BrokerContext
 from broker.partition.cleaner import CleanerSettings, LogCleaner
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
@@ -29,7 +30,6 @@ from broker.partition.retention import HeadCache, enforce_retention
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage, PartitionImage
 from settings.describe import effective_topic_configs
-from settings.server import ServerConfig
 from storage.namespace import namespace_for
 from storage.stream_api import ObservedStreamClient, StreamClient
 from wire.errors import KafkaError
@@ -44,33 +44,19 @@ _INITIAL_OPEN_TIMEOUT = 60.0
 _STOP_ROUND_TIMEOUT = 30.0
 
 
-class PartitionHost(Protocol):
-    """What the manager needs from the broker node (``node.process.Node`` satisfies it). Read-only properties, so
-    the node may hold narrower types (its ``storage`` is the whole StorageEngine)."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def cluster_id(self) -> str: ...
-
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def controller(self) -> ControllerClient: ...
-
-    @property
-    def storage(self) -> ObservedStreamClient: ...
-
-
 class PartitionManager:
     def __init__(
-        self, node: PartitionHost, *, on_removed: Callable[[str, int], None] = lambda topic, partition: None
+        self,
+        broker: BrokerContext,
+        storage: ObservedStreamClient,
+        *,
+        on_removed: Callable[[str, int], None] = lambda topic, partition: None,
     ) -> None:
-        """``on_removed`` is told of each partition closed or deleted while the broker runs (its traffic counters,
+        """``storage``: the broker's storage engine, whose streams the partitions are made of. ``on_removed`` is
+        told of each partition closed or deleted while the broker runs (its traffic counters,
         ``broker.metrics.TopicTraffic.forget``, are dropped with it)."""
-        self._node = node
+        self._broker = broker
+        self._storage = storage
         self._on_removed = on_removed
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._by_id: dict[tuple[uuid.UUID, int], PartitionLog] = {}
@@ -87,7 +73,7 @@ class PartitionManager:
         self._first_round = asyncio.Event()
         # LogConfig per topic id, for the image they were resolved against (every partition of a topic shares one).
         self._configs: tuple[MetadataImage | None, dict[uuid.UUID, LogConfig]] = (None, {})
-        config = node.config
+        config = broker.config
         self._cleaner = LogCleaner(
             CleanerSettings(
                 enabled=bool(config.value("log.cleaner.enable")),
@@ -99,27 +85,27 @@ class PartitionManager:
 
     @property
     def streams(self) -> StreamClient:
-        client: StreamClient = self._node.storage
+        client: StreamClient = self._storage
         return client
 
     @property
     def node_id(self) -> int:
         """This broker's id: with :attr:`controller`, what finding a led partition's log needs
         (``broker.partition.access.leader_log``)."""
-        return self._node.node_id
+        return self._broker.node_id
 
     @property
     def controller(self) -> ControllerClient:
-        return self._node.controller
+        return self._broker.controller
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        self._node.controller.subscribe(self._on_image)
+        self._broker.controller.subscribe(self._on_image)
         self._changed.set()
         self._task = asyncio.create_task(self._run(), name="partition-manager")
         self._retention_task = asyncio.create_task(self._retention_loop(), name="partition-retention")
         self._checkpoint_task = asyncio.create_task(self._checkpoint_loop(), name="partition-checkpoints")
-        self._node.storage.add_upload_listener(self._uploaded)
+        self._storage.add_upload_listener(self._uploaded)
         self._cleaner.start()
         try:
             await asyncio.wait_for(self._first_round.wait(), _INITIAL_OPEN_TIMEOUT)
@@ -197,7 +183,7 @@ class PartitionManager:
             if self._stopping:
                 return
             try:
-                retry = await self._reconcile(self._node.controller.image)
+                retry = await self._reconcile(self._broker.controller.image)
             except Exception:
                 logger.exception("partition reconciliation failed; retrying")
                 retry = True
@@ -207,7 +193,7 @@ class PartitionManager:
 
     async def _reconcile(self, image: MetadataImage) -> bool:
         """One round; returns True when something failed and should be retried."""
-        node_id = self._node.node_id
+        node_id = self._broker.node_id
         wanted: dict[tuple[str, int], PartitionImage] = {}
         for topic, part in image.partitions_led_by(node_id):
             wanted[(topic, part.partition)] = part
@@ -249,7 +235,7 @@ class PartitionManager:
         """Checkpoints partitions written to since their last checkpoint once ``log.flush.offset.checkpoint.
         interval.ms`` passed (each partition checks its own bound; this only gives it the chance to without an
         append). Ticks at a quarter of the interval, at most every 5 s, so the bound holds within 25%."""
-        interval = int(self._node.config.value("log.flush.offset.checkpoint.interval.ms")) / 1000
+        interval = int(self._broker.config.value("log.flush.offset.checkpoint.interval.ms")) / 1000
         tick = min(max(interval / 4, 0.05), 5.0)
         while True:
             await asyncio.sleep(tick)
@@ -262,7 +248,7 @@ class PartitionManager:
         time: a round is background work and must not crowd out produce and fetch). Partitions read their
         ``LogConfig`` as reconciliation last resolved it, so an altered retention.ms takes effect at the next check
         after the new image arrives, without a restart."""
-        interval = int(self._node.config.value("log.retention.check.interval.ms")) / 1000
+        interval = int(self._broker.config.value("log.retention.check.interval.ms")) / 1000
         while not self._retention_stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._retention_stop.wait(), interval)
@@ -291,8 +277,8 @@ class PartitionManager:
         if config is None:
             topic_image = image.topics_by_id.get(topic_id)
             topic_configs: Mapping[str, str] = topic_image.configs if topic_image is not None else {}
-            server = self._node.config
-            node_dynamic = image.node_configs.get(self._node.node_id, {})
+            server = self._broker.config
+            node_dynamic = image.node_configs.get(self._broker.node_id, {})
             effective = effective_topic_configs(server, image.broker_configs, topic_configs, node_dynamic)
             config = by_topic[topic_id] = LogConfig.from_effective(
                 effective,
@@ -306,8 +292,8 @@ class PartitionManager:
         try:
             log = await PartitionLog.open(
                 streams=self.streams,
-                kv=self._node.controller.stream_metadata,
-                namespace=namespace_for(self._node.cluster_id),
+                kv=self._broker.controller.stream_metadata,
+                namespace=namespace_for(self._broker.cluster_id),
                 topic=topic,
                 partition=part.partition,
                 topic_id=part.topic_id,

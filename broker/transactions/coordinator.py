@@ -22,20 +22,20 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from broker.broker_context import BrokerContext
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.internal_topic import (
     InternalTopic,
-    InternalTopicHost,
     InternalTopicPartitions,
     Loaded,
     OwnedPartition,
     replay,
 )
+from broker.partition.manager import PartitionManager
 from broker.partition.partition_log import PartitionLog
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.transactions.log_schema import SchemaError, decode_key, decode_value, encode_key, encode_value
@@ -87,22 +87,25 @@ _TRANSACTION_STATE = InternalTopic(
 )
 
 
-class TransactionHost(InternalTopicHost, Protocol):
-    """What the coordinator needs from the broker node (``node.process.Node`` satisfies it)."""
-
-    @property
-    def producer_ids(self) -> ProducerIdAllocator: ...
-
-    @property
-    def groups(self) -> GroupCoordinator | None: ...
-
-
 class TransactionCoordinator:
-    def __init__(self, node: TransactionHost, *, clock: Callable[[], float] = time.time) -> None:
-        self._node = node
+    def __init__(
+        self,
+        broker: BrokerContext,
+        partitions: PartitionManager,
+        producer_ids: ProducerIdAllocator,
+        groups: GroupCoordinator,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``groups``: the broker's group coordinator, which writes the markers of transactional offset commits
+        (AddOffsetsToTxn) on its ``__consumer_offsets`` partitions."""
+        self._broker = broker
+        self._logs = partitions
+        self._producer_ids = producer_ids
+        self._groups = groups
         #: Wall clock in seconds (timestamps are persisted); public so tests can move it.
         self.clock = clock
-        cfg = node.config
+        cfg = broker.config
         self.max_timeout_ms = int(cfg.value("transaction.max.timeout.ms"))
         self.expiration_ms = int(cfg.value("transactional.id.expiration.ms"))
         self._check_interval_s = int(cfg.value("transaction.abort.timed.out.transaction.cleanup.interval.ms")) / 1000
@@ -112,10 +115,10 @@ class TransactionCoordinator:
         self._completing: dict[TransactionMetadata, asyncio.Event] = {}
         self._timer_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
-            node, _TRANSACTION_STATE, read=self._replay, install=self._install, unload=self._unload_ids
+            broker, partitions, _TRANSACTION_STATE, read=self._replay, install=self._install, unload=self._unload_ids
         )
-        self._peers = Peers(node)
-        self._markers = MarkerSender(node, self._peers)
+        self._peers = Peers(broker)
+        self._markers = MarkerSender(broker, partitions, groups, self._peers)
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
@@ -216,7 +219,7 @@ class TransactionCoordinator:
         transactional_id = metadata.transactional_id
         value = None if transit.state is TxnState.DEAD else encode_value(transit)
         try:
-            log = self._node.partitions.get(TRANSACTION_TOPIC, owned.partition)
+            log = self._logs.get(TRANSACTION_TOPIC, owned.partition)
             if log is None or log.leader_epoch != owned.leader_epoch:
                 raise KafkaError(
                     ErrorCode.not_leader_or_follower, f"{TRANSACTION_TOPIC}-{owned.partition} is not open here"
@@ -263,7 +266,7 @@ class TransactionCoordinator:
             return ErrorCode.invalid_transaction_timeout, -1, -1
         metadata = self._txns.get(transactional_id)
         if metadata is None:
-            producer_id = await self._node.producer_ids.allocate()
+            producer_id = await self._producer_ids.allocate()
             error = self.coordinator_error(transactional_id)
             if error is not ErrorCode.none:
                 return error, -1, -1
@@ -273,7 +276,7 @@ class TransactionCoordinator:
                 self._txns[transactional_id] = metadata
         new_producer_id: int | None = None
         if not metadata.pending and metadata.needs_new_producer_id(expected):
-            new_producer_id = await self._node.producer_ids.allocate()
+            new_producer_id = await self._producer_ids.allocate()
             if self._txns.get(transactional_id) is not metadata:
                 return ErrorCode.concurrent_transactions, -1, -1
         owned = self._owner(transactional_id)
@@ -307,7 +310,7 @@ class TransactionCoordinator:
         return ErrorCode.none, metadata.producer_id, metadata.producer_epoch
 
     def _unknown_partitions(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        image = self._node.controller.image
+        image = self._broker.controller.image
         return {tp for tp in partitions if image.partition(*tp) is None}
 
     async def add_partitions(
@@ -368,13 +371,11 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> ErrorCode:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
-        groups = self._node.groups
-        if groups is None:
-            return ErrorCode.coordinator_not_available
+        groups = self._groups
         error = self._validate_id(transactional_id)
         if error is not ErrorCode.none:
             return error
-        if OFFSETS_TOPIC not in self._node.controller.image.topics_by_name:
+        if OFFSETS_TOPIC not in self._broker.controller.image.topics_by_name:
             # The group's coordinator lookup creates the topic; the marker needs the partition to exist.
             error, _, _ = await groups.find_coordinator(group_id)
             if error is not ErrorCode.none:
@@ -570,7 +571,7 @@ class TransactionCoordinator:
         """KIP-890 part 1: whether ``partition`` is in the ongoing transaction of ``transactional_id``, asked of its
         coordinator (here, or over the wire). NONE when it is; the error to refuse the produce with otherwise."""
         node_id = self.coordinator_node(transactional_id)
-        if node_id == self._node.node_id:
+        if node_id == self._broker.node_id:
             local = self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
             return _produce_verification_error(local)
         if node_id < 0:

@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from broker.broker_context import BrokerContext
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.transactions.markers import write_markers
 from broker.transactions.peers import Peers
 from broker.transactions.state import TopicPartition
-from metadata.controller_api import ControllerClient
 from wire import codec
 from wire.api_versions import WRITE_TXN_MARKERS_KEY
 
@@ -49,23 +48,13 @@ _RETRIABLE = frozenset(
 _FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced})
 
 
-class MarkerHost(Protocol):
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def controller(self) -> ControllerClient: ...
-
-    @property
-    def partitions(self) -> PartitionManager: ...
-
-    @property
-    def groups(self) -> GroupCoordinator | None: ...
-
-
 class MarkerSender:
-    def __init__(self, node: MarkerHost, peers: Peers) -> None:
-        self._node = node
+    def __init__(
+        self, broker: BrokerContext, partitions: PartitionManager, groups: GroupCoordinator, peers: Peers
+    ) -> None:
+        self._broker = broker
+        self._partitions = partitions
+        self._groups = groups
         self._peers = peers
 
     async def send(
@@ -86,7 +75,7 @@ class MarkerSender:
         while remaining:
             if not still_valid():
                 return False
-            image = self._node.controller.image
+            image = self._broker.controller.image
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in sorted(remaining):
                 part = image.partition(*tp)
@@ -148,10 +137,10 @@ class MarkerSender:
         coordinator_epoch: int,
         commit: bool,
     ) -> dict[TopicPartition, ErrorCode]:
-        if leader == self._node.node_id:
+        if leader == self._broker.node_id:
             return await write_markers(
-                self._node.partitions,
-                self._node.groups,
+                self._partitions,
+                self._groups,
                 partitions,
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -23,20 +22,9 @@ from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.partition.access import leader_log
 from broker.partition.manager import PartitionManager
 from broker.transactions.state import TopicPartition
-from metadata.controller_api import ControllerClient
 from metadata.errors import error_code_for, error_code_logged
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Host:
-    """What ``leader_log`` reads of the node, from the partition manager (so a marker gets the same
-    UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER answers as a produce)."""
-
-    node_id: int
-    controller: ControllerClient
-    partitions: PartitionManager
 
 
 async def write_marker(
@@ -54,7 +42,7 @@ async def write_marker(
     durable; the error code otherwise (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH
     for a fenced epoch, ...)."""
     try:
-        log = await leader_log(_Host(partitions.node_id, partitions.controller, partitions), topic, partition)
+        log = await leader_log(partitions, topic, partition)
         offset = await log.write_txn_marker(
             producer_id=producer_id,
             producer_epoch=producer_epoch,

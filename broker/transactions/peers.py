@@ -10,25 +10,13 @@ kept and replaced when the peer registers a new endpoint (it restarted elsewhere
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from metadata.controller_api import ControllerClient
-from settings.server import ServerConfig
+from broker.broker_context import BrokerContext
 from wire.client import ClientConnection
 
 #: How long one inter-broker exchange may take before it is abandoned and retried.
 PEER_REQUEST_TIMEOUT_S = 10.0
-
-
-class PeerHost(Protocol):
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def controller(self) -> ControllerClient: ...
 
 
 class PeerUnavailable(ConnectionError):
@@ -36,18 +24,18 @@ class PeerUnavailable(ConnectionError):
 
 
 class Peers:
-    def __init__(self, node: PeerHost) -> None:
-        self._node = node
+    def __init__(self, broker: BrokerContext) -> None:
+        self._broker = broker
         self._connections: dict[int, ClientConnection] = {}
-        settings = node.config.inter_broker
+        settings = broker.config.inter_broker
         self._ssl_context = settings.client_tls() if settings is not None else None
 
     def _listener_name(self) -> str:
-        settings = self._node.config.inter_broker
+        settings = self._broker.config.inter_broker
         return settings.listener if settings is not None else "PLAINTEXT"
 
     def endpoint(self, node_id: int) -> tuple[str, int]:
-        broker = self._node.controller.image.brokers.get(node_id)
+        broker = self._broker.controller.image.brokers.get(node_id)
         if broker is None or broker.fenced:
             raise PeerUnavailable(f"broker {node_id} is not registered or is fenced")
         listener = self._listener_name()
@@ -63,11 +51,11 @@ class Peers:
         if connection is None or (connection.host, connection.port) != (host, port):
             if connection is not None:
                 await connection.close()
-            settings = self._node.config.inter_broker
+            settings = self._broker.config.inter_broker
             connection = ClientConnection(
                 host,
                 port,
-                client_id=f"fjord-broker-{self._node.node_id}",
+                client_id=f"fjord-broker-{self._broker.node_id}",
                 timeout=PEER_REQUEST_TIMEOUT_S,
                 ssl_context=self._ssl_context,
                 sasl=settings.sasl if settings is not None else None,
