@@ -17,7 +17,8 @@ import pytest
 
 from tests.waiting import eventually_async
 from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings, ip_key, parse_ip_overrides
-from wire.listener import ConnectionGate, KafkaListener, Peer, Response
+from wire.dispatch import Peer, Response
+from wire.listener import ConnectionGate, KafkaListener
 from wire.metrics import ServerMetrics
 
 TIMEOUT_S = 5.0
