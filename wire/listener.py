@@ -23,11 +23,9 @@ connection only.
 ``start_tls`` on an accepted transport loses the ClientHello under uvloop, which starts reading right after
 ``connection_made`` even if the protocol paused the transport.
 
-A listener given a :class:`ConnectionGate` (a broker's listeners share one) applies Kafka's connection quotas
-(``wire.connection_limits``) in the same accept loop: before a socket is served the gate may hold the loop (the
-creation rate over its quota, or ``max.connections`` reached: the next connections wait in the kernel's backlog, as
-behind Kafka's blocked acceptor) or close the socket at once (its address at ``max.connections.per.ip``). A failure
-of the gate costs that one connection, never the accept loop. Such a listener binds one socket per address its
+A listener given a :class:`~wire.connection_gate.ConnectionGate` (a broker's listeners share one) applies Kafka's
+connection quotas in the same accept loop: the gate may hold the loop or close the socket at once. A failure of the
+gate costs that one connection, never the accept loop. Such a listener binds one socket per address its
 host resolves to (``localhost``: 127.0.0.1 and ::1), each with its own accept loop, as asyncio's server does, and
 like it skips an address whose kind of socket this host cannot make (::1 where IPv6 is off) while another binds.
 
@@ -45,14 +43,13 @@ import collections
 import logging
 import socket
 import ssl
-import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import replace
 
 from wire import codec
 from wire.codec import ProtocolError
-from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings, ip_key
+from wire.connection_gate import ConnectionGate
 from wire.dispatch import Dispatcher, Peer, Response
 from wire.frames import FrameBuffer
 from wire.metrics import ServerMetrics
@@ -67,131 +64,6 @@ _BIND_ATTEMPTS = 5  # port 0 on several addresses: the first one's port may be t
 #: How often idle connections are looked for: a quarter of connections.max.idle.ms, within these bounds.
 _IDLE_SWEEP_MIN_S = 0.01
 _IDLE_SWEEP_MAX_S = 10.0
-#: A refused or delayed connection is logged at most once a minute per address (and a held acceptor once a minute
-#: per listener): a flood of connections must not flood the log.
-_LOG_EVERY_S = 60.0
-_LOG_MEMORY = 4096  # addresses remembered for that; beyond it the oldest are forgotten
-
-
-class ConnectionGate:
-    """The asyncio shell of :class:`~wire.connection_limits.ConnectionLimits`, shared by one node's listeners.
-
-    :meth:`admit` is awaited by a listener's accept loop for every socket: it returns once the socket may be
-    served (True) or must be closed at once (False), holding the loop meanwhile. Every admitted connection is
-    released once (:meth:`release`) when it closes, which wakes the held acceptors. :meth:`reconfigure` applies
-    new settings (dynamic broker configs) to the connections to come; open ones stay, except that an over-full
-    broker closes the least recently active connections of its unprotected listeners (KIP-402)."""
-
-    def __init__(self, settings: ConnectionLimitSettings, metrics: ServerMetrics) -> None:
-        self.limits = ConnectionLimits(settings)
-        self._metrics = metrics
-        self._changed = asyncio.Event()
-        self._listeners: dict[str, KafkaListener] = {}
-        #: (what, address or listener) -> when it was last logged, oldest first (the first forgotten).
-        self._logged: collections.OrderedDict[tuple[str, str], float] = collections.OrderedDict()
-
-    def add_listener(self, listener: KafkaListener) -> None:
-        self._listeners[listener.listener_name] = listener
-        self.limits.add_listener(listener.listener_name)
-
-    def reconfigure(self, settings: ConnectionLimitSettings) -> None:
-        if settings == self.limits.settings:
-            return
-        self.limits.reconfigure(settings)
-        logger.info("connection quotas now %s", settings)
-        self._wake()
-        self._evict("max.connections was lowered")
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    def _refused(self, listener: str, reason: str) -> None:
-        self._metrics.connections_refused.labels(listener=listener, reason=reason).inc()
-
-    def _should_log(self, what: str, subject: str, now: float) -> bool:
-        key = (what, subject)
-        last = self._logged.get(key)
-        if last is not None and now - last < _LOG_EVERY_S:
-            return False
-        self._logged[key] = now
-        self._logged.move_to_end(key)
-        if len(self._logged) > _LOG_MEMORY:
-            self._logged.popitem(last=False)
-        return True
-
-    async def admit(self, listener: str, address: str) -> str | None:
-        """Kafka's three steps for one accepted socket from ``address`` on ``listener`` (the module docstring of
-        ``wire.connection_limits``): waits out the creation-rate throttle and for a free slot, then counts it and
-        answers the key it is counted under (:func:`~wire.connection_limits.ip_key`, for :meth:`release`), or None
-        (too many connections from that address; the caller closes the socket)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        delay = self.limits.record_creation(listener, now)
-        if delay > 0:
-            self._refused(listener, "creation_rate")
-            if self._should_log("rate", address, time.monotonic()):
-                logger.info("delaying the connection from %s on listener %s by %.0f ms: the connection creation "
-                            "rate is over max.connection.creation.rate", address, listener, delay * 1000)
-        deadline = now + delay
-        held = False
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                if self.limits.slot_available(listener):
-                    break
-                if not held:
-                    held = True
-                    self._refused(listener, "max_connections")
-                    if self._should_log("slots", listener, time.monotonic()):
-                        logger.info("listener %s stops accepting until a connection closes: it has %d connections "
-                                    "and the broker %d (max.connections)", listener, self.limits.count(listener),
-                                    self.limits.count())
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), remaining if remaining > 0 else None)
-            except TimeoutError:
-                pass
-        key = ip_key(address)
-        refusal = self.limits.admit(listener, key)
-        if refusal is not None:
-            self._refused(listener, "per_ip")
-            if self._should_log("ip", refusal.address, time.monotonic()):
-                logger.info("refused a connection from %s on listener %s: the address already has the configured "
-                            "maximum of %d connections (max.connections.per.ip)", refusal.address, listener,
-                            refusal.limit)
-            return None
-        if self.limits.protected(listener):
-            try:
-                self._evict(f"the inter-broker listener {listener} took it over")
-            except Exception:  # the connection is counted now: a failure to make room must not lose its slot
-                logger.exception("connection quotas: could not close connections of other listeners to make room "
-                                 "for the connection from %s on the inter-broker listener %s", address, listener)
-        return key
-
-    def release(self, listener: str, key: str) -> None:
-        """A connection admitted under ``key`` (what :meth:`admit` answered) closed."""
-        self.limits.release(listener, key)
-        self._wake()
-
-    def _evict(self, cause: str) -> None:
-        """Closes the least recently active connections of unprotected listeners while the broker is over
-        ``max.connections``: the protected inter-broker listener's connections took it there, or the limit was
-        lowered (``cause`` says which; Kafka's processors close one such connection per poll until the total is
-        back under it)."""
-        excess = self.limits.excess()
-        if not excess:
-            return
-        candidates = sorted(
-            (c for name, lst in self._listeners.items() if not self.limits.protected(name) for c in lst._connections
-             if c.holds_slot),
-            key=lambda c: c.recency(),
-        )
-        for connection in candidates[:excess]:
-            self._refused(connection.peer.listener, "evicted")
-            logger.info("closing the least recently active connection, from %s: the broker is over max.connections "
-                        "(%d) since %s", connection.peer, self.limits.settings.max_connections, cause)
-            connection.evict()
 
 
 class KafkaListener:
@@ -439,6 +311,12 @@ class KafkaListener:
             now = loop.time()
             for connection in list(self._connections):
                 connection.expire_if_idle(now, idle_s)
+
+    @property
+    def connections(self) -> Set[_Connection]:
+        """The open connections (counted from ``connection_made`` until they closed); the gate chooses among them
+        whom to evict."""
+        return self._connections
 
     def _opened(self, connection: _Connection) -> None:
         self._connections.add(connection)
