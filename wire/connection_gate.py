@@ -9,7 +9,7 @@ beyond it, or the limit was lowered) the gate closes the least recently active c
 (KIP-402).
 
 The gate sees a listener only as a :class:`GatedListener` and a connection only as an :class:`Evictable`, so it
-does not depend on ``wire.listener``, which admits through the gate.
+depends on neither ``wire.listener`` (which admits through the gate) nor ``wire.connection``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What a listener and the dispatcher it serves exchange: the :class:`Peer` each request comes from, the encoded
 :class:`Response` it is answered with, and :class:`ConnectionClosing` to answer nothing and close.
 
-A module of its own, apart from the sockets (``wire.listener``), so that the dispatchers (a broker's, a
-controller's, the authentication and quota layers in front of them) and the tests that drive them directly depend
-on this contract only, never on asyncio's transports.
+A module of its own, apart from the sockets (``wire.listener``, ``wire.connection``), so that the dispatchers (a
+broker's, a controller's, the authentication and quota layers in front of them) and the tests that drive them
+directly depend on this contract only, never on asyncio's transports.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ class Peer:
     #: On a TLS listener that asks for client certificates: the DER certificate the client presented (verified
     #: against the listener's CAs in the handshake), from which the dispatcher names the principal; else None.
     certificate: bytes | None = field(default=None, compare=False, repr=False)
-    #: Mutes the connection for the given seconds from now (a throttled client, KIP-219): no request is read or
-    #: dispatched until then; a longer mute extends it. None: a peer outside a listener, nothing to mute.
+    #: Mutes the connection for the given seconds from now (a throttled client, KIP-219, ``wire.muting``): no
+    #: request is read or dispatched until then; a longer mute extends it. None: a peer outside a listener, nothing
+    #: to mute.
     mute: Callable[[float], None] | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
