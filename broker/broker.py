@@ -33,7 +33,8 @@ from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.engine import StorageEngine
-from wire.listener import DEFAULT_MAX_IN_FLIGHT, ConnectionGate, KafkaListener
+from wire.connection_gate import ConnectionGate
+from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 from wire.metrics import ServerMetrics
 from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls_reload import CertificateReloader

@@ -1,8 +1,8 @@
 """Kafka's connection quotas on a running broker: ``max.connections`` and its siblings changed with AlterConfigs
 (cluster-wide or on this broker) apply to the connections accepted from now on.
 
-The listeners share one ``wire.listener.ConnectionGate``; this watches the metadata image and reconfigures the gate
-when one of the dynamic values changed. The new settings are built off the event loop (host names in the per-IP
+The listeners share one ``wire.connection_gate.ConnectionGate``; this watches the metadata image and reconfigures
+the gate when one of the dynamic values changed. The new settings are built off the event loop (host names in the per-IP
 overrides are resolved), and a later change that finished first is not undone by an earlier one.
 """
 
@@ -14,8 +14,8 @@ import logging
 from metadata.image import MetadataImage
 from settings.connection_limits import dynamic_texts
 from settings.server import ServerConfig
+from wire.connection_gate import ConnectionGate
 from wire.connection_limits import ConnectionLimitSettings
-from wire.listener import ConnectionGate
 
 logger = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from wire import codec
 from wire.api_versions import API_VERSIONS_KEY, VersionRange, advertised, api_name
 from wire.certificate_auth import connection_principal
 from wire.codec import ProtocolError
-from wire.listener import ConnectionClosing, Peer, Response
+from wire.dispatch import ConnectionClosing, Peer, Response
 from wire.metrics import ServerMetrics
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.scram import ScramCredential

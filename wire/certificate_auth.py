@@ -10,7 +10,7 @@ connection (the certificate cannot change on it), so the refusal and its count
 
 from __future__ import annotations
 
-from wire.listener import ConnectionClosing, Peer
+from wire.dispatch import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics
 from wire.tls_principal import PrincipalMapper, certificate_principal
 

@@ -18,8 +18,8 @@ brokers off from each other. Its connections still count in the total, and while
 ``max.connections`` the other listeners close their least recently active connections (:meth:`excess`) to make
 room, as Kafka's processors do.
 
-:class:`ConnectionLimits` keeps the counts; the asyncio shell (``wire.listener.ConnectionGate``) waits and closes.
-Rates are ``wire.sampled_rate``'s, over the client quotas' windows (``quota.window.num`` x
+:class:`ConnectionLimits` keeps the counts; the asyncio shell (``wire.connection_gate.ConnectionGate``) waits and
+closes. Rates are ``wire.sampled_rate``'s, over the client quotas' windows (``quota.window.num`` x
 ``quota.window.size.seconds``).
 """
 

@@ -3,8 +3,8 @@
 A Kafka request is ``length i32 | length bytes``. The socket is read straight into a staging buffer; frames that
 fit are cut out of it with one copy each, and a frame larger than what is left of the staging buffer gets a buffer
 of its own that the socket then fills directly, so every byte of a request is copied once on its way to the handler.
-The listener (``wire.listener``) owns the socket; this module owns only the bytes, so framing is tested by feeding
-it bytes in any split.
+The connection (``wire.connection``) owns the socket; this module owns only the bytes, so framing is tested by
+feeding it bytes in any split.
 """
 
 from __future__ import annotations

@@ -1,60 +1,44 @@
-"""The asyncio Kafka-protocol listener: one socket, its connections, per-connection pipelining.
+"""The asyncio Kafka-protocol listener: binds one listening address, accepts its connections and serves them.
 
 Brokers (client listeners) and controllers (the CONTROLLER listener) serve the Kafka protocol through this one
-implementation; only the :class:`Dispatcher` differs. Requests on one connection are dispatched concurrently (so a
-long-polling Fetch does not hold up the Metadata request behind it in a handler) but answered strictly in request
-order, as the protocol requires. At most ``max_in_flight`` requests per connection are outstanding; beyond that the
-connection is not read, which pushes back on the client through TCP. A frame that is too large, malformed, or for
-an API/version the dispatcher does not serve closes only its own connection, after the responses to the requests
-before it have been written. A dispatcher may *mute* a connection (:attr:`Peer.mute`, KIP-219: a client over its
-quota): for that long no more of its requests are read or dispatched, while the responses already due are written.
-From its first mute on, a connection's requests are dispatched one at a time, each once the one before it is
-answered, as Kafka serves every connection: each request of a client over its quota is then measured and throttled
-on its own, instead of a pipelined burst going through on one measurement.
-Cutting frames out of the byte stream is ``wire.frames``'s (no I/O there).
+implementation; only the :class:`~wire.dispatch.Dispatcher` differs. Each accepted socket becomes a
+:class:`~wire.connection.Connection`, which reads its requests, dispatches them and answers them in order; the
+listener binds, accepts, keeps the set of open connections (for metrics, the idle sweep, eviction and shutdown) and
+closes them all when it closes.
 
 A listener given an :class:`ssl.SSLContext` (``wire.tls``) serves TLS; the context of each new handshake is read
 from ``ssl_context`` then, so replacing it (``wire.tls_reload``) serves new certificates to new connections while
-the open ones continue. A client certificate is handed to the dispatcher in :attr:`Peer.certificate`. It accepts
-on its own socket and hands each connection to ``loop.connect_accepted_socket``, which returns once the handshake
-is done or raises: a failed handshake (or bytes that are not TLS at all) is logged with its peer and closes that
-connection only.
+the open ones continue. A client certificate is handed to the dispatcher in :attr:`~wire.dispatch.Peer.certificate`.
+It accepts on its own socket and hands each connection to ``loop.connect_accepted_socket``, which returns once the
+handshake is done or raises: a failed handshake (or bytes that are not TLS at all) is logged with its peer and
+closes that connection only.
 ``create_server(ssl=...)`` drops a failed handshake without a word (asyncio logs it only in debug mode), and
 ``start_tls`` on an accepted transport loses the ClientHello under uvloop, which starts reading right after
 ``connection_made`` even if the protocol paused the transport.
 
-A listener given a :class:`ConnectionGate` (a broker's listeners share one) applies Kafka's connection quotas
-(``wire.connection_limits``) in the same accept loop: before a socket is served the gate may hold the loop (the
-creation rate over its quota, or ``max.connections`` reached: the next connections wait in the kernel's backlog, as
-behind Kafka's blocked acceptor) or close the socket at once (its address at ``max.connections.per.ip``). A failure
-of the gate costs that one connection, never the accept loop. Such a listener binds one socket per address its
-host resolves to (``localhost``: 127.0.0.1 and ::1), each with its own accept loop, as asyncio's server does, and
-like it skips an address whose kind of socket this host cannot make (::1 where IPv6 is off) while another binds.
+A listener given a :class:`~wire.connection_gate.ConnectionGate` (a broker's listeners share one) applies Kafka's
+connection quotas in the same accept loop: the gate may hold the loop or close the socket at once. A failure of the
+gate costs that one connection, never the accept loop. Such a listener binds one socket per address its host
+resolves to (``localhost``: 127.0.0.1 and ::1), each with its own accept loop, as asyncio's server does, and like it
+skips an address whose kind of socket this host cannot make (::1 where IPv6 is off) while another binds.
 
 A listener given ``idle_timeout_s`` (Kafka's ``connections.max.idle.ms``) closes connections that neither read nor
-wrote for that long, so abandoned ones cannot keep ``max.connections`` spent: a periodic sweep, so that a read costs
-only setting a flag. A connection the broker muted (a throttled client) is waiting on the broker, not idle. The same
-sweep's record of activity orders the connections evicted for the inter-broker listener (least recently active
-first).
+wrote for that long, so abandoned ones cannot keep ``max.connections`` spent: a periodic sweep over its connections
+(:meth:`~wire.connection.Connection.expire_if_idle`), so that a read costs only setting a flag.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import socket
 import ssl
-import time
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from collections.abc import Callable, Set
 
-from wire import codec
-from wire.codec import ProtocolError
-from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings, ip_key
-from wire.frames import FrameBuffer
+from wire.connection import Connection
+from wire.connection_gate import ConnectionGate
+from wire.dispatch import Dispatcher
 from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -67,177 +51,10 @@ _BIND_ATTEMPTS = 5  # port 0 on several addresses: the first one's port may be t
 #: How often idle connections are looked for: a quarter of connections.max.idle.ms, within these bounds.
 _IDLE_SWEEP_MIN_S = 0.01
 _IDLE_SWEEP_MAX_S = 10.0
-#: A refused or delayed connection is logged at most once a minute per address (and a held acceptor once a minute
-#: per listener): a flood of connections must not flood the log.
-_LOG_EVERY_S = 60.0
-_LOG_MEMORY = 4096  # addresses remembered for that; beyond it the oldest are forgotten
-
-
-#: An encoded response frame: one buffer, or several written back to back (large record sets are not joined).
-Response = bytes | list[bytes]
-
-
-class ConnectionClosing(ProtocolError):
-    """Raised by dispatch when the request must not be answered and the connection must close."""
-
-
-@dataclass(frozen=True, slots=True)
-class Peer:
-    """The far end of one connection, handed to the dispatcher with each of its requests.
-
-    ``state`` is what the dispatcher keeps for this one connection (``KafkaListener``'s ``connection_state`` makes
-    it when the connection opens, and the connection lets go of it when it closes). The listener never looks
-    inside, so wire stays free of what a broker or a controller remembers per connection; a peer built outside a
-    listener (a test driving a dispatcher directly) has none."""
-
-    host: str
-    port: int
-    listener: str
-    state: object = field(default=None, compare=False, repr=False)
-    #: Raises the connection's request size limit from the listener's ``unauthenticated_max_request_bytes`` to its
-    #: ``max_request_bytes`` (the dispatcher calls it once a SASL client has authenticated); None: nothing to raise.
-    lift_request_limit: Callable[[], None] | None = field(default=None, compare=False, repr=False)
-    #: On a TLS listener that asks for client certificates: the DER certificate the client presented (verified
-    #: against the listener's CAs in the handshake), from which the dispatcher names the principal; else None.
-    certificate: bytes | None = field(default=None, compare=False, repr=False)
-    #: Mutes the connection for the given seconds from now (a throttled client, KIP-219): no request is read or
-    #: dispatched until then; a longer mute extends it. None: a peer outside a listener, nothing to mute.
-    mute: Callable[[float], None] | None = field(default=None, compare=False, repr=False)
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port} on listener {self.listener}"
-
-
-class Dispatcher(Protocol):
-    """Turns one request frame into one encoded response frame, or None to send nothing (Produce with acks=0).
-    Raising :class:`~wire.codec.ProtocolError` closes the connection after the responses before it."""
-
-    async def dispatch(self, frame: bytes, peer: Peer) -> Response | None: ...
-
-
-class ConnectionGate:
-    """The asyncio shell of :class:`~wire.connection_limits.ConnectionLimits`, shared by one node's listeners.
-
-    :meth:`admit` is awaited by a listener's accept loop for every socket: it returns once the socket may be
-    served (True) or must be closed at once (False), holding the loop meanwhile. Every admitted connection is
-    released once (:meth:`release`) when it closes, which wakes the held acceptors. :meth:`reconfigure` applies
-    new settings (dynamic broker configs) to the connections to come; open ones stay, except that an over-full
-    broker closes the least recently active connections of its unprotected listeners (KIP-402)."""
-
-    def __init__(self, settings: ConnectionLimitSettings, metrics: ServerMetrics) -> None:
-        self.limits = ConnectionLimits(settings)
-        self._metrics = metrics
-        self._changed = asyncio.Event()
-        self._listeners: dict[str, KafkaListener] = {}
-        #: (what, address or listener) -> when it was last logged, oldest first (the first forgotten).
-        self._logged: collections.OrderedDict[tuple[str, str], float] = collections.OrderedDict()
-
-    def add_listener(self, listener: KafkaListener) -> None:
-        self._listeners[listener.listener_name] = listener
-        self.limits.add_listener(listener.listener_name)
-
-    def reconfigure(self, settings: ConnectionLimitSettings) -> None:
-        if settings == self.limits.settings:
-            return
-        self.limits.reconfigure(settings)
-        logger.info("connection quotas now %s", settings)
-        self._wake()
-        self._evict("max.connections was lowered")
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    def _refused(self, listener: str, reason: str) -> None:
-        self._metrics.connections_refused.labels(listener=listener, reason=reason).inc()
-
-    def _should_log(self, what: str, subject: str, now: float) -> bool:
-        key = (what, subject)
-        last = self._logged.get(key)
-        if last is not None and now - last < _LOG_EVERY_S:
-            return False
-        self._logged[key] = now
-        self._logged.move_to_end(key)
-        if len(self._logged) > _LOG_MEMORY:
-            self._logged.popitem(last=False)
-        return True
-
-    async def admit(self, listener: str, address: str) -> str | None:
-        """Kafka's three steps for one accepted socket from ``address`` on ``listener`` (the module docstring of
-        ``wire.connection_limits``): waits out the creation-rate throttle and for a free slot, then counts it and
-        answers the key it is counted under (:func:`~wire.connection_limits.ip_key`, for :meth:`release`), or None
-        (too many connections from that address; the caller closes the socket)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        delay = self.limits.record_creation(listener, now)
-        if delay > 0:
-            self._refused(listener, "creation_rate")
-            if self._should_log("rate", address, time.monotonic()):
-                logger.info("delaying the connection from %s on listener %s by %.0f ms: the connection creation "
-                            "rate is over max.connection.creation.rate", address, listener, delay * 1000)
-        deadline = now + delay
-        held = False
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                if self.limits.slot_available(listener):
-                    break
-                if not held:
-                    held = True
-                    self._refused(listener, "max_connections")
-                    if self._should_log("slots", listener, time.monotonic()):
-                        logger.info("listener %s stops accepting until a connection closes: it has %d connections "
-                                    "and the broker %d (max.connections)", listener, self.limits.count(listener),
-                                    self.limits.count())
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), remaining if remaining > 0 else None)
-            except TimeoutError:
-                pass
-        key = ip_key(address)
-        refusal = self.limits.admit(listener, key)
-        if refusal is not None:
-            self._refused(listener, "per_ip")
-            if self._should_log("ip", refusal.address, time.monotonic()):
-                logger.info("refused a connection from %s on listener %s: the address already has the configured "
-                            "maximum of %d connections (max.connections.per.ip)", refusal.address, listener,
-                            refusal.limit)
-            return None
-        if self.limits.protected(listener):
-            try:
-                self._evict(f"the inter-broker listener {listener} took it over")
-            except Exception:  # the connection is counted now: a failure to make room must not lose its slot
-                logger.exception("connection quotas: could not close connections of other listeners to make room "
-                                 "for the connection from %s on the inter-broker listener %s", address, listener)
-        return key
-
-    def release(self, listener: str, key: str) -> None:
-        """A connection admitted under ``key`` (what :meth:`admit` answered) closed."""
-        self.limits.release(listener, key)
-        self._wake()
-
-    def _evict(self, cause: str) -> None:
-        """Closes the least recently active connections of unprotected listeners while the broker is over
-        ``max.connections``: the protected inter-broker listener's connections took it there, or the limit was
-        lowered (``cause`` says which; Kafka's processors close one such connection per poll until the total is
-        back under it)."""
-        excess = self.limits.excess()
-        if not excess:
-            return
-        candidates = sorted(
-            (c for name, lst in self._listeners.items() if not self.limits.protected(name) for c in lst._connections
-             if c.holds_slot),
-            key=lambda c: c.recency(),
-        )
-        for connection in candidates[:excess]:
-            self._refused(connection.peer.listener, "evicted")
-            logger.info("closing the least recently active connection, from %s: the broker is over max.connections "
-                        "(%d) since %s", connection.peer, self.limits.settings.max_connections, cause)
-            connection.evict()
 
 
 class KafkaListener:
-    """One listening socket (one Kafka listener) feeding a :class:`Dispatcher`."""
+    """One listening socket (one Kafka listener) feeding a :class:`~wire.dispatch.Dispatcher`."""
 
     def __init__(
         self,
@@ -256,8 +73,8 @@ class KafkaListener:
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
-        broker buffer a ``max_request_bytes`` frame; :attr:`Peer.lift_request_limit` raises it. ``gate``: the
-        connection quotas this listener shares with the node's other listeners (None: no limits).
+        broker buffer a ``max_request_bytes`` frame; :attr:`~wire.dispatch.Peer.lift_request_limit` raises it.
+        ``gate``: the connection quotas this listener shares with the node's other listeners (None: no limits).
         ``idle_timeout_s``: Kafka's ``connections.max.idle.ms``, a connection that neither read nor wrote a byte
         for that long (and has no request outstanding) is closed (None: never), so abandoned connections do not
         keep ``max.connections`` spent for ever. ``backlog``: how many connections the kernel queues before they
@@ -266,7 +83,8 @@ class KafkaListener:
         #: What the listener serves, from :meth:`start_serving` on: a listener binds before its server exists
         #: (a broker registers the port it bound, and only its registration makes the rest of it).
         self._dispatcher: Dispatcher | None = None
-        #: Makes the dispatcher's per-connection :attr:`Peer.state` when a connection opens (None: no state).
+        #: Makes the dispatcher's per-connection :attr:`~wire.dispatch.Peer.state` when a connection opens (None: no
+        #: state).
         self.connection_state: Callable[[], object] | None = None
         self.host = host
         self.port = port
@@ -286,7 +104,7 @@ class KafkaListener:
         self._acceptors: list[asyncio.Task[None]] = []
         self._sweeper: asyncio.Task[None] | None = None
         self._handshakes: set[asyncio.Task[None]] = set()
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._gauge = metrics.connections.labels(listener=listener_name)
         self._accepted = metrics.connections_total.labels(listener=listener_name)
 
@@ -311,7 +129,7 @@ class KafkaListener:
             self._own_sockets = await self._bind_own()
         else:
             self._server = await asyncio.get_running_loop().create_server(
-                lambda: _Connection(self), self.host, self.port, start_serving=False, reuse_address=True,
+                lambda: Connection(self), self.host, self.port, start_serving=False, reuse_address=True,
                 backlog=self.backlog,
             )
         logger.info("listener %s bound to %s:%d", self.listener_name, self.host, self.bound_port)
@@ -378,7 +196,7 @@ class KafkaListener:
         self, dispatcher: Dispatcher, *, connection_state: Callable[[], object] | None = None
     ) -> None:
         """Accepts connections and hands their requests to ``dispatcher``; ``connection_state`` makes the state it
-        keeps per connection (:attr:`Peer.state`). Binds first if :meth:`bind` was not called."""
+        keeps per connection (:attr:`~wire.dispatch.Peer.state`). Binds first if :meth:`bind` was not called."""
         self._dispatcher = dispatcher
         self.connection_state = connection_state
         if self._server is None and not self._own_sockets:
@@ -455,7 +273,7 @@ class KafkaListener:
     async def _handshake(self, sock: socket.socket, address: tuple[str, int], slot: str | None) -> None:
         """One connection accepted on the own socket up to its first request: on a TLS listener the handshake, or
         one line saying why it failed. ``slot``: the key the gate counts it under (None: not counted)."""
-        connection = _Connection(self, slot=slot)
+        connection = Connection(self, slot=slot)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock, ssl=self.ssl_context)
         except OSError as exc:  # an SSLError, a reset, or the handshake timing out
@@ -482,271 +300,25 @@ class KafkaListener:
             for connection in list(self._connections):
                 connection.expire_if_idle(now, idle_s)
 
-    def _opened(self, connection: _Connection) -> None:
+    # -- what its connections (wire.connection.ConnectionHost) and its gate (GatedListener) use -------------------
+
+    @property
+    def connections(self) -> Set[Connection]:
+        """The open connections (counted from ``connection_made`` until they closed); the gate chooses among them
+        whom to evict."""
+        return self._connections
+
+    def connection_opened(self, connection: Connection) -> None:
         self._connections.add(connection)
         self._gauge.inc()
         self._accepted.inc()
 
-    def _closed(self, connection: _Connection) -> None:
+    def connection_closed(self, connection: Connection) -> None:
         connection.release_slot()
         if connection in self._connections:
             self._connections.discard(connection)
             self._gauge.dec()
 
-
-class _Connection(asyncio.BufferedProtocol):
-    """One client connection: cuts the byte stream into request frames and answers them in order.
-
-    A protocol rather than a StreamReader because the stream reader's per-chunk buffer growth, wake-ups and
-    front-deletes cost a third of the broker's CPU under 1 MiB produce requests. The socket is read straight into
-    the connection's :class:`~wire.frames.FrameBuffer`, so every byte of a request is copied once on its way to
-    the handler. Frames are dispatched as soon as they are complete (handlers run concurrently); a responder task
-    writes the responses in request order.
-    Reading pauses while ``max_in_flight`` requests are outstanding, which pushes back on the client through TCP.
-    """
-
-    def __init__(self, server: KafkaListener, slot: str | None = None) -> None:
-        self._server = server
-        #: The key (``ip_key``) this connection is counted under in its listener's gate until it closes (None: not
-        #: counted).
-        self._slot = slot
-        #: Read or wrote since the idle sweep last looked; ``_seen``: loop time the sweep last saw it active. Both
-        #: also order eviction (:meth:`recency`), so a read costs no clock read.
-        self._active = False
-        self._seen = 0.0
-        self._dispatcher = server.dispatcher
-        limited = server.unauthenticated_max_request_bytes
-        self._frames = (
-            FrameBuffer(max_frame_bytes=server.max_request_bytes, min_frame_bytes=codec.HEADER_PREFIX_SIZE)
-            if limited is None
-            else FrameBuffer(max_frame_bytes=min(limited, server.max_request_bytes),
-                             min_frame_bytes=codec.HEADER_PREFIX_SIZE, limit_key="sasl.server.max.receive.size")
-        )
-        self._pending: collections.deque[asyncio.Task[Response | None]] = collections.deque()
-        self._wakeup: asyncio.Event = asyncio.Event()
-        self._reading_paused = False
-        self._muted_until = 0.0  # loop time until which the connection is muted (a throttled client)
-        self._unmute: asyncio.TimerHandle | None = None
-        self._held: collections.deque[bytes] = collections.deque()  # frames waiting for their turn (serial)
-        self._serial = False  # muted once: one request at a time from now on
-        self._stop_reading = False  # EOF, a bad frame, or the connection was lost: dispatch nothing more
-        self._lost = False
-        self._can_write: asyncio.Event = asyncio.Event()
-        self._can_write.set()
-        self._transport: asyncio.Transport | None = None
-        self.peer = Peer("?", 0, server.listener_name)
-        self.responder: asyncio.Task[None] | None = None
-
-    # -- asyncio.BufferedProtocol ------------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's TCP transport is not an asyncio.Transport subclass, but it is one in every way used here.
-        transport = typing.cast(asyncio.Transport, transport)
-        self._transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peername = transport.get_extra_info("peername") or ("?", 0)
-        make_state = self._server.connection_state
-        state = make_state() if make_state is not None else None
-        lift = self._lift_request_limit if self._server.unauthenticated_max_request_bytes is not None else None
-        ssl_object = transport.get_extra_info("ssl_object")
-        certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        self.peer = Peer(str(peername[0]), int(peername[1]), self._server.listener_name, state, lift,
-                         certificate=certificate or None, mute=self._mute)
-        self._seen = asyncio.get_running_loop().time()
-        self._server._opened(self)
-        logger.debug("connection from %s", self.peer)
-        self.responder = asyncio.get_running_loop().create_task(self._respond())
-
-    def _lift_request_limit(self) -> None:
-        self._frames.max_frame_bytes = self._server.max_request_bytes
-        self._frames.limit_key = "socket.request.max.bytes"
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._frames.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self._active = True
-        if self._stop_reading:
-            return
-        for frame in self._frames.buffer_updated(nbytes):
-            if self._serial:
-                self._held.append(frame)
-            else:
-                self._dispatch(frame)
-        self._release()
-        if self._frames.error is not None:
-            logger.warning("closing connection from %s: %s", self.peer, self._frames.error)
-            self._stop()
-
-    def eof_received(self) -> bool:
-        self._stop()
-        # Keep the transport open: the responder still writes what it owes, then closes it. A TLS transport closes
-        # itself at the peer's EOF whatever this returns (and asyncio warns when it is True).
-        return self._server.ssl_context is None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self.release_slot()  # at once: the responder may still be awaiting a handler before its finally runs
-        if self._unmute is not None:
-            self._unmute.cancel()
-            self._unmute = None
-        self._stop()
-        self._can_write.set()
-        if exc is not None:
-            logger.debug("connection from %s lost: %s", self.peer, exc)
-
-    def pause_writing(self) -> None:
-        self._can_write.clear()
-
-    def resume_writing(self) -> None:
-        self._can_write.set()
-
-    # -- dispatch ----------------------------------------------------------------------------------------------
-
-    def _dispatch(self, frame: bytes) -> None:
-        self._pending.append(asyncio.ensure_future(self._dispatcher.dispatch(frame, self.peer)))
-        self._wakeup.set()
-        self._pace()
-
-    def _pace(self) -> None:
-        """Reads while neither muted nor ``max_in_flight`` requests are outstanding."""
-        if self._transport is None or self._lost:
-            return
-        limit = self._server.max_in_flight
-        wanted = self._unmute is None and len(self._pending) < limit and len(self._held) < limit
-        if not wanted and not self._reading_paused:
-            self._reading_paused = True
-            self._transport.pause_reading()
-        elif wanted and self._reading_paused:
-            self._reading_paused = False
-            self._transport.resume_reading()
-
-    def _mute(self, seconds: float) -> None:
-        if seconds <= 0 or self._stop_reading:
-            return
-        loop = asyncio.get_running_loop()
-        until = loop.time() + seconds
-        if until <= self._muted_until:
-            return
-        self._muted_until = until
-        self._serial = True
-        if self._unmute is not None:
-            self._unmute.cancel()
-        self._unmute = loop.call_at(until, self._unmuted)
-        self._pace()
-
-    def _unmuted(self) -> None:
-        self._unmute = None
-        self._release()
-        self._pace()
-
-    def _release(self) -> None:
-        """Serial mode: the next waiting request, once the one before it has been answered and no mute holds.
-
-        Held requests are still released after reading stopped (EOF, a bad frame): they came before it and are owed
-        an answer; only a lost connection, which no answer can reach, drops them."""
-        if self._held and self._unmute is None and not self._pending and not self._lost:
-            self._dispatch(self._held.popleft())
-
-    def _stop(self) -> None:
-        """No more requests are read; the responder answers those already dispatched, then closes."""
-        self._stop_reading = True
-        self._wakeup.set()
-
-    def expire_if_idle(self, now: float, idle_s: float) -> None:
-        """Closes the connection when it has neither read nor written since ``idle_s`` before ``now`` (loop time)
-        and owes no answer (Kafka's idle expiry; a request still being handled or held, or a mute the broker put on
-        it, is activity: the client is waiting on the broker)."""
-        if self._active or self._pending or self._held or self._unmute is not None:
-            self._active = False
-            self._seen = now
-            return
-        if now - self._seen < idle_s or self._stop_reading:
-            return
-        logger.debug("closing connection from %s: idle for longer than connections.max.idle.ms (%.0f ms)",
-                     self.peer, idle_s * 1000)
-        self._stop()
-        if self._transport is not None:
-            self._transport.close()
-
-    def recency(self) -> tuple[bool, float]:
-        """Orders connections from the least recently active: those the idle sweep has not seen active since it
-        last looked come first, by when it last saw them active (the sweep's granularity is enough to choose whom
-        to evict; on a listener without idle expiry, by when they opened)."""
-        return self._active, self._seen
-
-    @property
-    def holds_slot(self) -> bool:
-        return self._slot is not None
-
-    def release_slot(self) -> None:
-        """Gives the connection's place in the gate back (once, however the connection ends)."""
-        slot, self._slot = self._slot, None
-        if slot is not None and self._server.gate is not None:
-            self._server.gate.release(self._server.listener_name, slot)
-
-    def evict(self) -> None:
-        """Closed to make room for the inter-broker listener (KIP-402): its place is free at once."""
-        self.release_slot()
-        self.abort()
-
-    def abort(self) -> None:
-        """Server shutdown: drop the connection and every request still in flight on it."""
-        self._stop()
-        for task in self._pending:
-            task.cancel()
-        if self._transport is not None:
-            self._transport.abort()
-
-    # -- responses ---------------------------------------------------------------------------------------------
-
-    async def _respond(self) -> None:
-        """Writes responses in request order; on any failure closes the transport so reading ends."""
-        transport = self._transport
-        assert transport is not None
-        try:
-            while True:
-                if not self._pending:
-                    if self._stop_reading and (not self._held or self._lost):
-                        return  # held requests still owed an answer wait for their unmute (``_release``)
-                    self._wakeup.clear()
-                    await self._wakeup.wait()
-                    continue
-                task = self._pending[0]
-                try:
-                    data = await task
-                except ProtocolError as exc:
-                    logger.warning("closing connection from %s: %s", self.peer, exc)
-                    return
-                except asyncio.CancelledError:
-                    if self._lost or task.cancelled():
-                        return
-                    raise
-                except Exception:
-                    logger.exception("closing connection from %s: failed to produce a response", self.peer)
-                    return
-                self._pending.popleft()
-                self._release()
-                self._pace()
-                if self._lost:
-                    return
-                self._active = True
-                if isinstance(data, bytes):
-                    transport.write(data)
-                elif data is not None:
-                    transport.writelines(data)
-                    if not self._can_write.is_set():
-                        await self._can_write.wait()
-        finally:
-            self._stop()
-            for leftover in self._pending:
-                leftover.cancel()
-            self._pending.clear()
-            transport.close()
-            self._server._closed(self)
-            # The dispatcher's state for this connection goes with it (requests still running keep their own
-            # reference until they finish); the transport may hold this protocol object for a while longer.
-            self.peer = replace(self.peer, state=None)
-            logger.debug("connection from %s closed", self.peer)
+    def return_slot(self, slot: str) -> None:
+        if self.gate is not None:
+            self.gate.release(self.listener_name, slot)

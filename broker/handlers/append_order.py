@@ -1,6 +1,6 @@
 """Keeps the appends of one connection to one partition in the order its Produce requests arrived.
 
-The listener runs the requests of a connection concurrently (``wire.listener``), but Kafka clients rely on a
+The listener runs the requests of a connection concurrently (``wire.connection``), but Kafka clients rely on a
 connection's requests being applied in order: a producer with several Produce requests in flight to one partition
 expects their batches at increasing offsets. Concurrency alone breaks that whenever an earlier request has to wait for
 something a later one does not, e.g. the first requests to a partition that is still opening wait in

@@ -2,7 +2,7 @@
 
 Kafka applies a connection's requests in order, so a client that pipelines a commit and then a fetch of the
 committed offsets on one connection reads what it just committed. The listener here runs a connection's requests
-concurrently (``wire.listener``), and a commit only reaches the group's offsets once it is durable in
+concurrently (``wire.connection``), and a commit only reaches the group's offsets once it is durable in
 ``__consumer_offsets``: a fetch that ran meanwhile answered with the previous offset. OffsetCommit registers
 itself when it is dispatched (synchronously, so in arrival order) and OffsetFetch waits for the commits of its
 connection and group that were registered before it. Commits from other connections are not waited for, as in

@@ -37,7 +37,7 @@ from broker.quotas.resolution import ResolvedQuota, resolve
 from metadata.client_quotas import QuotaEntity
 from wire import codec
 from wire.api_versions import PRE_AUTHENTICATION_KEYS, WRITE_TXN_MARKERS_KEY
-from wire.listener import Peer, Response
+from wire.dispatch import Peer, Response
 
 _PRODUCE: Final = 0
 _FETCH: Final = 1

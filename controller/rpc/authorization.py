@@ -58,7 +58,7 @@ from metadata.acl.denials import DenialLog
 from metadata.rpc import messages as m
 from wire.api_versions import api_name
 from wire.certificate_auth import connection_principal
-from wire.listener import ConnectionClosing, Peer
+from wire.dispatch import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics
 from wire.tls_principal import PrincipalMapper
 

@@ -80,11 +80,11 @@ from storage.metadata.api import NodeIdentity, StreamMetadata
 from wire import codec
 from wire.api_versions import api_name
 from wire.codec import ProtocolError
-from wire.listener import ConnectionClosing
+from wire.dispatch import ConnectionClosing
 from wire.metrics import ServerMetrics
 
 if TYPE_CHECKING:
-    from wire.listener import Peer
+    from wire.dispatch import Peer
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from settings.security import ListenerSasl
 from wire import codec
-from wire.listener import ConnectionClosing, Peer
+from wire.dispatch import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.scram import ScramCredential

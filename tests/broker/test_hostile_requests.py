@@ -26,7 +26,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTuple
 from broker.request_dispatcher import RequestDispatcher
 from wire import codec
 from wire.api_versions import API_VERSIONS
-from wire.listener import Peer
+from wire.dispatch import Peer
 from wire.metrics import ServerMetrics
 from wire.record_batch import ATTRIBUTES_POS, CRC_POS, Record, build_batch, compute_crc
 

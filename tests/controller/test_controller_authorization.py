@@ -34,7 +34,7 @@ from metadata.admin.wire import (
 from metadata.controller_api import ConfigResource, NewTopic
 from metadata.image import TopicImage
 from metadata.rpc import messages as m
-from wire.listener import ConnectionClosing, Peer
+from wire.dispatch import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics
 from wire.tls_principal import parse_rules
 

@@ -16,8 +16,10 @@ from contextlib import asynccontextmanager
 import pytest
 
 from tests.waiting import eventually_async
+from wire.connection_gate import ConnectionGate
 from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings, ip_key, parse_ip_overrides
-from wire.listener import ConnectionGate, KafkaListener, Peer, Response
+from wire.dispatch import Peer, Response
+from wire.listener import KafkaListener
 from wire.metrics import ServerMetrics
 
 TIMEOUT_S = 5.0

@@ -10,7 +10,8 @@ import struct
 import weakref
 
 from tests.waiting import eventually_async
-from wire.listener import KafkaListener, Peer, Response
+from wire.dispatch import Peer, Response
+from wire.listener import KafkaListener
 from wire.metrics import ServerMetrics
 
 

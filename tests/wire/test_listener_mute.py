@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from wire.listener import KafkaListener, Peer, Response
+from wire.dispatch import Peer, Response
+from wire.listener import KafkaListener
 from wire.metrics import ServerMetrics
 
 _MUTE_S = 0.05

@@ -19,7 +19,8 @@ import pytest
 import uvloop
 
 from tests.tls_certs import CertificateAuthority
-from wire.listener import KafkaListener, Peer, Response
+from wire.dispatch import Peer, Response
+from wire.listener import KafkaListener
 from wire.metrics import ServerMetrics
 from wire.tls import TlsSettings, server_context
 

@@ -1,0 +1,325 @@
+"""One Kafka-protocol connection served by a listener: reading request frames, dispatching them, writing the
+responses in request order, and idle expiry.
+
+Requests on one connection are dispatched concurrently (so a long-polling Fetch does not hold up the Metadata
+request behind it in a handler) but answered strictly in request order, as the protocol requires. At most
+``max_in_flight`` requests per connection are outstanding; beyond that the connection is not read, which pushes back
+on the client through TCP. A frame that is too large, malformed, or for an API/version the dispatcher does not serve
+closes only its own connection, after the responses to the requests before it have been written. A muted connection
+(a client over its quota) is not read while its mute lasts and is then served one request at a time
+(``wire.muting``). Cutting frames out of the byte stream is ``wire.frames``'s (no I/O there).
+
+A connection closes once it has neither read nor written for the listener's ``idle_timeout_s`` (Kafka's
+``connections.max.idle.ms``) when the listener's periodic sweep looks (:meth:`Connection.expire_if_idle`), so that a
+read costs only setting a flag. A connection the broker muted is waiting on the broker, not idle. The same record
+of activity orders the connections a node's connection gate evicts (``wire.connection_gate``, least recently active
+first).
+
+What a connection needs of the listener that accepted it is :class:`ConnectionHost`, so this module does not depend
+on ``wire.listener`` (which makes the connections).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+import ssl
+import typing
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
+
+from wire import codec
+from wire.codec import ProtocolError
+from wire.dispatch import Dispatcher, Peer, Response
+from wire.frames import FrameBuffer
+from wire.muting import Muting
+
+#: The listener's logger: operators configure (and tests filter) one logger for all a listener does with its
+#: connections, however its code is divided.
+logger = logging.getLogger("wire.listener")
+
+
+class ConnectionHost(Protocol):
+    """The listener a connection was accepted on, as far as the connection uses it. Its settings are read when
+    they are needed (a listener's ``ssl_context`` is replaced when its certificates are reloaded)."""
+
+    @property
+    def listener_name(self) -> str: ...
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def connection_state(self) -> Callable[[], object] | None: ...
+
+    @property
+    def max_request_bytes(self) -> int: ...
+
+    @property
+    def unauthenticated_max_request_bytes(self) -> int | None: ...
+
+    @property
+    def max_in_flight(self) -> int: ...
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None: ...
+
+    def connection_opened(self, connection: Connection) -> None:
+        """The connection is established and serving (counted as open from now on)."""
+
+    def connection_closed(self, connection: Connection) -> None:
+        """The connection has closed and answered all it will; it gives back its slot if it still holds one."""
+
+    def return_slot(self, slot: str) -> None:
+        """Gives the listener's connection gate back the slot counted under ``slot`` (``ip_key``)."""
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One client connection: cuts the byte stream into request frames and answers them in order.
+
+    A protocol rather than a StreamReader because the stream reader's per-chunk buffer growth, wake-ups and
+    front-deletes cost a third of the broker's CPU under 1 MiB produce requests. The socket is read straight into
+    the connection's :class:`~wire.frames.FrameBuffer`, so every byte of a request is copied once on its way to
+    the handler. Frames are dispatched as soon as they are complete (handlers run concurrently); a responder task
+    writes the responses in request order.
+    Reading pauses while ``max_in_flight`` requests are outstanding, which pushes back on the client through TCP.
+    """
+
+    def __init__(self, host: ConnectionHost, slot: str | None = None) -> None:
+        self._host = host
+        #: The key (``ip_key``) this connection is counted under in its listener's gate until it closes (None: not
+        #: counted).
+        self._slot = slot
+        #: Read or wrote since the idle sweep last looked; ``_seen``: loop time the sweep last saw it active. Both
+        #: also order eviction (:meth:`recency`), so a read costs no clock read.
+        self._active = False
+        self._seen = 0.0
+        self._dispatcher = host.dispatcher
+        limited = host.unauthenticated_max_request_bytes
+        self._frames = (
+            FrameBuffer(max_frame_bytes=host.max_request_bytes, min_frame_bytes=codec.HEADER_PREFIX_SIZE)
+            if limited is None
+            else FrameBuffer(max_frame_bytes=min(limited, host.max_request_bytes),
+                             min_frame_bytes=codec.HEADER_PREFIX_SIZE, limit_key="sasl.server.max.receive.size")
+        )
+        self._pending: collections.deque[asyncio.Task[Response | None]] = collections.deque()
+        self._wakeup: asyncio.Event = asyncio.Event()
+        self._reading_paused = False
+        self._muting = Muting(self._unmuted)
+        self._stop_reading = False  # EOF, a bad frame, or the connection was lost: dispatch nothing more
+        self._lost = False
+        self._can_write: asyncio.Event = asyncio.Event()
+        self._can_write.set()
+        self._transport: asyncio.Transport | None = None
+        self.peer = Peer("?", 0, host.listener_name)
+        self.responder: asyncio.Task[None] | None = None
+
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCP transport is not an asyncio.Transport subclass, but it is one in every way used here.
+        transport = typing.cast(asyncio.Transport, transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peername = transport.get_extra_info("peername") or ("?", 0)
+        make_state = self._host.connection_state
+        state = make_state() if make_state is not None else None
+        lift = self._lift_request_limit if self._host.unauthenticated_max_request_bytes is not None else None
+        ssl_object = transport.get_extra_info("ssl_object")
+        certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        self.peer = Peer(str(peername[0]), int(peername[1]), self._host.listener_name, state, lift,
+                         certificate=certificate or None, mute=self._mute)
+        self._seen = asyncio.get_running_loop().time()
+        self._host.connection_opened(self)
+        logger.debug("connection from %s", self.peer)
+        self.responder = asyncio.get_running_loop().create_task(self._respond())
+
+    def _lift_request_limit(self) -> None:
+        self._frames.max_frame_bytes = self._host.max_request_bytes
+        self._frames.limit_key = "socket.request.max.bytes"
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._active = True
+        if self._stop_reading:
+            return
+        for frame in self._frames.buffer_updated(nbytes):
+            if not self._muting.hold(frame):
+                self._dispatch(frame)
+        self._release()
+        if self._frames.error is not None:
+            logger.warning("closing connection from %s: %s", self.peer, self._frames.error)
+            self._stop()
+
+    def eof_received(self) -> bool:
+        self._stop()
+        # Keep the transport open: the responder still writes what it owes, then closes it. A TLS transport closes
+        # itself at the peer's EOF whatever this returns (and asyncio warns when it is True).
+        return self._host.ssl_context is None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self.release_slot()  # at once: the responder may still be awaiting a handler before its finally runs
+        self._muting.cancel()
+        self._stop()
+        self._can_write.set()
+        if exc is not None:
+            logger.debug("connection from %s lost: %s", self.peer, exc)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # -- dispatch ----------------------------------------------------------------------------------------------
+
+    def _dispatch(self, frame: bytes) -> None:
+        self._pending.append(asyncio.ensure_future(self._dispatcher.dispatch(frame, self.peer)))
+        self._wakeup.set()
+        self._pace()
+
+    def _pace(self) -> None:
+        """Reads while neither muted nor ``max_in_flight`` requests are outstanding."""
+        if self._transport is None or self._lost:
+            return
+        limit = self._host.max_in_flight
+        wanted = not self._muting.muted and len(self._pending) < limit and self._muting.held < limit
+        if not wanted and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+        elif wanted and self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def _mute(self, seconds: float) -> None:
+        """:attr:`Peer.mute`: a connection that reads no more has nothing left to mute."""
+        if self._stop_reading:
+            return
+        if self._muting.mute(seconds):
+            self._pace()
+
+    def _unmuted(self) -> None:
+        self._release()
+        self._pace()
+
+    def _release(self) -> None:
+        """Once muted: the next waiting request, once the one before it has been answered and no mute holds.
+
+        Held requests are still released after reading stopped (EOF, a bad frame): they came before it and are owed
+        an answer; only a lost connection, which no answer can reach, drops them."""
+        if self._lost:
+            return
+        frame = self._muting.next_request(answered=not self._pending)
+        if frame is not None:
+            self._dispatch(frame)
+
+    def _stop(self) -> None:
+        """No more requests are read; the responder answers those already dispatched, then closes."""
+        self._stop_reading = True
+        self._wakeup.set()
+
+    def expire_if_idle(self, now: float, idle_s: float) -> None:
+        """Closes the connection when it has neither read nor written since ``idle_s`` before ``now`` (loop time)
+        and owes no answer (Kafka's idle expiry; a request still being handled or held, or a mute the broker put on
+        it, is activity: the client is waiting on the broker)."""
+        if self._active or self._pending or self._muting.waiting_on_broker:
+            self._active = False
+            self._seen = now
+            return
+        if now - self._seen < idle_s or self._stop_reading:
+            return
+        logger.debug("closing connection from %s: idle for longer than connections.max.idle.ms (%.0f ms)",
+                     self.peer, idle_s * 1000)
+        self._stop()
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- the connection gate -----------------------------------------------------------------------------------
+
+    def recency(self) -> tuple[bool, float]:
+        """Orders connections from the least recently active: those the idle sweep has not seen active since it
+        last looked come first, by when it last saw them active (the sweep's granularity is enough to choose whom
+        to evict; on a listener without idle expiry, by when they opened)."""
+        return self._active, self._seen
+
+    @property
+    def holds_slot(self) -> bool:
+        return self._slot is not None
+
+    def release_slot(self) -> None:
+        """Gives the connection's place in the gate back (once, however the connection ends)."""
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            self._host.return_slot(slot)
+
+    def evict(self) -> None:
+        """Closed to make room for the inter-broker listener (KIP-402): its place is free at once."""
+        self.release_slot()
+        self.abort()
+
+    def abort(self) -> None:
+        """Server shutdown: drop the connection and every request still in flight on it."""
+        self._stop()
+        for task in self._pending:
+            task.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- responses ---------------------------------------------------------------------------------------------
+
+    async def _respond(self) -> None:
+        """Writes responses in request order; on any failure closes the transport so reading ends."""
+        transport = self._transport
+        assert transport is not None
+        try:
+            while True:
+                if not self._pending:
+                    if self._stop_reading and (not self._muting.held or self._lost):
+                        return  # held requests still owed an answer wait for their unmute (``_release``)
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                task = self._pending[0]
+                try:
+                    data = await task
+                except ProtocolError as exc:
+                    logger.warning("closing connection from %s: %s", self.peer, exc)
+                    return
+                except asyncio.CancelledError:
+                    if self._lost or task.cancelled():
+                        return
+                    raise
+                except Exception:
+                    logger.exception("closing connection from %s: failed to produce a response", self.peer)
+                    return
+                self._pending.popleft()
+                self._release()
+                self._pace()
+                if self._lost:
+                    return
+                self._active = True
+                if isinstance(data, bytes):
+                    transport.write(data)
+                elif data is not None:
+                    transport.writelines(data)
+                    if not self._can_write.is_set():
+                        await self._can_write.wait()
+        finally:
+            self._stop()
+            for leftover in self._pending:
+                leftover.cancel()
+            self._pending.clear()
+            transport.close()
+            self._host.connection_closed(self)
+            # The dispatcher's state for this connection goes with it (requests still running keep their own
+            # reference until they finish); the transport may hold this protocol object for a while longer.
+            self.peer = replace(self.peer, state=None)
+            logger.debug("connection from %s closed", self.peer)
