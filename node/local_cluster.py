@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.rpc.kafka_apis import DESCRIBE_QUORUM, METADATA_TOPIC
 from wire import codec
 
 __all__ = [
@@ -372,14 +372,14 @@ async def _request(host: str, port: int, api_key: int, version: int, timeout: fl
 
 async def quorum_leader(controllers: Sequence[NodeSpec], timeout: float = 2.0) -> int | None:
     """The Raft leader's id as the voters report it (DescribeQuorum), None when no voter names one."""
-    cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
+    cls = codec.request_class(DESCRIBE_QUORUM, 2)
     topic = codec.build_nested(
-        cls, "topics", topic_name=m.METADATA_TOPIC,
+        cls, "topics", topic_name=METADATA_TOPIC,
         partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=0),),
     )
     for spec in controllers:
         try:
-            response = await _request("127.0.0.1", spec.quorum_port, m.DESCRIBE_QUORUM, 2, timeout,
+            response = await _request("127.0.0.1", spec.quorum_port, DESCRIBE_QUORUM, 2, timeout,
                                       topics=(topic,))
         except (OSError, TimeoutError, ConnectionClosedError):
             continue

@@ -46,15 +46,70 @@ from metadata.admin import requests as admin_requests
 from metadata.admin import wire as admin_wire
 from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.controller_api import ConfigResource
-from metadata.errors import ControllerError
+from metadata.errors import ControllerError, NodeFencedError, NotControllerError
 from metadata.image import MetadataImage
-from metadata.rpc import messages as m
+from metadata.rpc.error_codes import RpcError, error_code_for
+from metadata.rpc.kafka_apis import (
+    ALLOCATE_PRODUCER_IDS,
+    ALTER_CLIENT_QUOTAS,
+    ALTER_CONFIGS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+    API_VERSIONS,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    CREATE_ACLS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_ACLS,
+    DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_QUORUM,
+    ELECT_LEADERS,
+    INCREMENTAL_ALTER_CONFIGS,
+    KAFKA_API_VERSIONS,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    UNREGISTER_BROKER,
+)
 from metadata.rpc.raft_codec import (
     RAFT_API_KEYS,
     RaftCodecError,
     describe_quorum_response,
     request_from_kio,
     response_to_kio,
+)
+from metadata.rpc.stream_codec import StreamCodecError, api_key_of, decode_stream_request, encode_stream_response
+from metadata.rpc.stream_rpcs import (
+    STREAM_API_VERSION,
+    STREAM_REQUESTS,
+    BrokerLoadReport,
+    CloseStream,
+    CommitStreamObject,
+    CommitStreamSetObject,
+    CompleteWALFailover,
+    CreateStream,
+    DeleteKV,
+    DeleteStream,
+    DescribeBrokerLoad,
+    DescribeMetadata,
+    GetKV,
+    GetObjects,
+    GetOpeningStreams,
+    GetStreamObjects,
+    GetStreams,
+    GetStreamSetObjects,
+    MetadataDump,
+    OpenStream,
+    PrepareObjects,
+    PutKV,
+    RemoveObjects,
+    ReportBrokerLoad,
+    StreamRequest,
+    StreamResponse,
+    SweepObjects,
+    TrimStream,
+    is_stream_api,
 )
 from raft.messages import (
     BeginQuorumEpochRequest,
@@ -90,27 +145,27 @@ logger = logging.getLogger(__name__)
 
 _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 #: What any connection may send before its principal is checked: the version table and the SASL exchange.
-_BEFORE_PRINCIPAL = frozenset({m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE})
+_BEFORE_PRINCIPAL = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 #: The admin APIs brokers forward (:meth:`ControllerDispatcher._admin`), answered item by item.
 _ADMIN_APIS = frozenset(
     {
-        m.CREATE_TOPICS,
-        m.DELETE_TOPICS,
-        m.CREATE_PARTITIONS,
-        m.ALTER_CONFIGS,
-        m.INCREMENTAL_ALTER_CONFIGS,
-        m.ELECT_LEADERS,
-        m.ALTER_PARTITION_REASSIGNMENTS,
-        m.ALTER_USER_SCRAM_CREDENTIALS,
-        m.CREATE_ACLS,
-        m.DELETE_ACLS,
-        m.ALTER_CLIENT_QUOTAS,
+        CREATE_TOPICS,
+        DELETE_TOPICS,
+        CREATE_PARTITIONS,
+        ALTER_CONFIGS,
+        INCREMENTAL_ALTER_CONFIGS,
+        ELECT_LEADERS,
+        ALTER_PARTITION_REASSIGNMENTS,
+        ALTER_USER_SCRAM_CREDENTIALS,
+        CREATE_ACLS,
+        DELETE_ACLS,
+        ALTER_CLIENT_QUOTAS,
     }
 )
 
 #: The Kafka APIs a read-only dispatcher serves (they read the quorum, never write; SASL authenticates first).
-_READ_ONLY_KAFKA_APIS = (m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE, m.DESCRIBE_QUORUM, m.DESCRIBE_CLUSTER)
+_READ_ONLY_KAFKA_APIS = (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE, DESCRIBE_QUORUM, DESCRIBE_CLUSTER)
 
 
 class RaftMember(Protocol):
@@ -167,7 +222,7 @@ class ServedQuorum(Protocol):
 
     def check_node(self, node: NodeIdentity, what: str) -> None: ...
 
-    def dump(self) -> m.MetadataDump: ...
+    def dump(self) -> MetadataDump: ...
 
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int: ...
 
@@ -208,7 +263,7 @@ class ControllerDispatcher:
         self.sasl = sasl
         self.authorizer = authorizer
         self._versions: Mapping[int, tuple[int, int]] = (
-            {key: m.KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS} if read_only else m.KAFKA_API_VERSIONS
+            {key: KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS} if read_only else KAFKA_API_VERSIONS
         )
         self.metrics = metrics or ServerMetrics()
         timeout_ms = int(quorum.config.value("controller.quorum.request.timeout.ms"))
@@ -216,10 +271,10 @@ class ControllerDispatcher:
 
     async def dispatch(self, frame: bytes, peer: Peer) -> bytes | None:
         try:
-            api_key = m.api_key_of(frame)
-        except m.StreamCodecError as exc:
+            api_key = api_key_of(frame)
+        except StreamCodecError as exc:
             raise ControllerProtocolError(f"{exc} from {peer}") from None
-        if m.is_stream_api(api_key):
+        if is_stream_api(api_key):
             if self.sasl is not None:
                 self.sasl.check(peer, api_key, f"stream RPC {api_key}")
             return await self._stream(frame, peer)
@@ -229,11 +284,11 @@ class ControllerDispatcher:
             self.sasl.check(peer, api_key, what)
         versions = self._kafka_api_versions().get(api_key)
         if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
-            if api_key == m.API_VERSIONS:
+            if api_key == API_VERSIONS:
                 response = codec.build(
-                    codec.response_class(m.API_VERSIONS, 0),
+                    codec.response_class(API_VERSIONS, 0),
                     error_code=ErrorCode.unsupported_version,
-                    api_keys=self._api_keys(codec.response_class(m.API_VERSIONS, 0)),
+                    api_keys=self._api_keys(codec.response_class(API_VERSIONS, 0)),
                 )
                 return codec.encode_response(prefix.correlation_id, response)
             raise ControllerProtocolError(
@@ -246,23 +301,23 @@ class ControllerDispatcher:
             response = _refused(response_cls, refusal, peer)
         elif api_key in RAFT_API_KEYS:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
-        elif api_key == m.API_VERSIONS:
+        elif api_key == API_VERSIONS:
             response = codec.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
-        elif api_key == m.SASL_HANDSHAKE:
+        elif api_key == SASL_HANDSHAKE:
             response = sasl.handshake(self.sasl, peer, response_cls, request.body, prefix.api_version)
-        elif api_key == m.SASL_AUTHENTICATE:
+        elif api_key == SASL_AUTHENTICATE:
             response = sasl.authenticate(self.sasl, peer, response_cls, request.body)
-        elif api_key == m.DESCRIBE_QUORUM:
+        elif api_key == DESCRIBE_QUORUM:
             response = self._describe_quorum(response_cls)
-        elif api_key == m.BROKER_REGISTRATION:
+        elif api_key == BROKER_REGISTRATION:
             response = await self._register(response_cls, request.body)
-        elif api_key == m.BROKER_HEARTBEAT:
+        elif api_key == BROKER_HEARTBEAT:
             response = await self._heartbeat(response_cls, request.body)
-        elif api_key == m.UNREGISTER_BROKER:
+        elif api_key == UNREGISTER_BROKER:
             response = await self._unregister(response_cls, request.body)
-        elif api_key == m.DESCRIBE_CLUSTER:
+        elif api_key == DESCRIBE_CLUSTER:
             response = self._describe_cluster(response_cls, request.body)
-        elif api_key == m.ALLOCATE_PRODUCER_IDS:
+        elif api_key == ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
         else:
             check: item_authorization.Allowed | None = None
@@ -326,8 +381,8 @@ class ControllerDispatcher:
 
     def _api_keys(self, response_cls: type[Any]) -> tuple[Any, ...]:
         keys = [(key, low, high) for key, (low, high) in sorted(self._kafka_api_versions().items())]
-        keys.extend((key, m.STREAM_API_VERSION, m.STREAM_API_VERSION) for key, request in
-                    sorted(m.STREAM_REQUESTS.items()) if self._serves(request))
+        keys.extend((key, STREAM_API_VERSION, STREAM_API_VERSION) for key, request in
+                    sorted(STREAM_REQUESTS.items()) if self._serves(request))
         return tuple(
             codec.build_nested(response_cls, "api_keys", api_key=key, min_version=low, max_version=high)
             for key, low, high in keys
@@ -344,7 +399,7 @@ class ControllerDispatcher:
         )
         try:
             epoch = await self.quorum.register_broker(int(body.broker_id), listeners, body.rack)
-        except m.NotControllerError as exc:
+        except NotControllerError as exc:
             logger.info("broker %d registration: %s", body.broker_id, exc)
             return codec.build(response_cls, error_code=ErrorCode.not_controller, broker_epoch=-1)
         return codec.build(response_cls, error_code=ErrorCode.none, broker_epoch=epoch)
@@ -358,9 +413,9 @@ class ControllerDispatcher:
                 want_fence=bool(body.want_fence),
                 want_shutdown=bool(body.want_shut_down),
             )
-        except m.NotControllerError:
+        except NotControllerError:
             return codec.build(response_cls, error_code=ErrorCode.not_controller, is_fenced=True)
-        except m.NodeFencedError as exc:
+        except NodeFencedError as exc:
             logger.info("heartbeat refused: %s", exc)
             registered = int(body.broker_id) in self.quorum.image.brokers
             code = ErrorCode.stale_broker_epoch if registered else ErrorCode.broker_id_not_registered
@@ -377,7 +432,7 @@ class ControllerDispatcher:
         broker_id = int(body.broker_id)
         try:
             await self.quorum.active_controller(f"unregister broker {broker_id}").unregister_broker(broker_id)
-        except m.NotControllerError as exc:
+        except NotControllerError as exc:
             return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.not_controller,
                                error_message=str(exc))
         except ControllerError as exc:
@@ -390,7 +445,7 @@ class ControllerDispatcher:
         try:
             controller = self.quorum.active_controller(f"allocate producer ids for broker {broker_id}")
             block = await controller.allocate_producer_ids(broker_id, int(body.broker_epoch))
-        except m.NotControllerError as exc:
+        except NotControllerError as exc:
             logger.info("producer ids for broker %d: %s", broker_id, exc)
             code = ErrorCode.not_controller
         except ControllerError as exc:
@@ -412,23 +467,23 @@ class ControllerDispatcher:
         active: admin_requests.ControllerFor = self.quorum.active_controller
         if refusal is not None:
             active = _refuse_with(refusal)
-        if api_key == m.CREATE_TOPICS:
+        if api_key == CREATE_TOPICS:
             topics = admin_wire.read_create_topics(body, request.client_id)
             if check is not None:
                 topics = item_authorization.create_topics(topics, check)
             return await admin_requests.create_topics(response_cls, topics, active)
-        if api_key == m.DELETE_TOPICS:
+        if api_key == DELETE_TOPICS:
             deletions = admin_wire.read_delete_topics(body)
             if check is not None:
                 deletions = item_authorization.delete_topics(deletions, check, self.quorum.image.topics_by_id)
             return await admin_requests.delete_topics(response_cls, deletions, active)
-        if api_key == m.CREATE_PARTITIONS:
+        if api_key == CREATE_PARTITIONS:
             partitions = admin_wire.read_create_partitions(body)
             if check is not None:
                 partitions = item_authorization.create_partitions(partitions, check)
             return await admin_requests.create_partitions(response_cls, partitions, active)
-        if api_key in (m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS):
-            ask = (admin_wire.read_alter_configs(body) if api_key == m.ALTER_CONFIGS
+        if api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS):
+            ask = (admin_wire.read_alter_configs(body) if api_key == ALTER_CONFIGS
                    else admin_wire.read_incremental_alter_configs(body))
             if check is not None:
                 ask = item_authorization.alter_configs(ask, check)
@@ -438,18 +493,18 @@ class ControllerDispatcher:
                      if item.resource.type == ConfigResource.BROKER and item.resource.name.isdigit()}
             broker_id = int(named.pop()) if len(named) == 1 else self.quorum.node_id
             return await admin_requests.alter_configs(response_cls, ask, active, broker_id=broker_id)
-        if api_key == m.ELECT_LEADERS:
+        if api_key == ELECT_LEADERS:
             return await admin_requests.elect_leaders(response_cls, admin_wire.read_elect_leaders(body), active)
-        if api_key == m.ALTER_PARTITION_REASSIGNMENTS:
+        if api_key == ALTER_PARTITION_REASSIGNMENTS:
             asked = admin_wire.read_alter_partition_reassignments(body)
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
-        if api_key == m.ALTER_USER_SCRAM_CREDENTIALS:
+        if api_key == ALTER_USER_SCRAM_CREDENTIALS:
             return await admin_requests.alter_user_scram_credentials(response_cls, body, active)
-        if api_key == m.CREATE_ACLS:
+        if api_key == CREATE_ACLS:
             return await admin_requests.create_acls(response_cls, body, active)
-        if api_key == m.DELETE_ACLS:
+        if api_key == DELETE_ACLS:
             return await admin_requests.delete_acls(response_cls, body, active)
-        if api_key == m.ALTER_CLIENT_QUOTAS:
+        if api_key == ALTER_CLIENT_QUOTAS:
             return await admin_requests.alter_client_quotas(response_cls, body, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
@@ -457,8 +512,8 @@ class ControllerDispatcher:
     # ---- Fjord's stream RPCs -------------------------------------------------------------------------------
     async def _stream(self, frame: bytes, peer: Peer) -> bytes:
         try:
-            correlation_id, request = m.decode_stream_request(frame)
-        except m.StreamCodecError as exc:
+            correlation_id, request = decode_stream_request(frame)
+        except StreamCodecError as exc:
             raise ControllerProtocolError(f"{exc} (from {peer})") from None
         if self.authorizer is not None:
             what = f"{type(request).__name__} (correlation id {correlation_id})"
@@ -466,29 +521,29 @@ class ControllerDispatcher:
         leader = self.quorum.leader_id
         try:
             result = await self._serve_stream(request)
-            response = m.StreamResponse(m.RpcError.NONE, None, leader if leader is not None else -1, result)
+            response = StreamResponse(RpcError.NONE, None, leader if leader is not None else -1, result)
         except StorageError as exc:
-            code = m.error_code_for(exc)
-            if isinstance(exc, m.NotControllerError):
+            code = error_code_for(exc)
+            if isinstance(exc, NotControllerError):
                 leader = exc.leader_id
-            response = m.StreamResponse(code, str(exc), leader if leader is not None else -1)
+            response = StreamResponse(code, str(exc), leader if leader is not None else -1)
         except (ValueError, TypeError) as exc:
-            response = m.StreamResponse(m.RpcError.INVALID_REQUEST, f"{type(request).__name__}: {exc}",
+            response = StreamResponse(RpcError.INVALID_REQUEST, f"{type(request).__name__}: {exc}",
                                         leader if leader is not None else -1)
-        return m.encode_stream_response(correlation_id, response)
+        return encode_stream_response(correlation_id, response)
 
-    def _serves(self, request: type[m.StreamRequest]) -> bool:
+    def _serves(self, request: type[StreamRequest]) -> bool:
         """Whether this listener answers a stream RPC: read-only, only those that change nothing, and not the dump
         of the whole metadata (SCRAM credentials and ACLs among it, which its broker shows only to whom it
         authorizes)."""
-        return not self.read_only or not (request.MUTATES or request is m.DescribeMetadata)
+        return not self.read_only or not (request.MUTATES or request is DescribeMetadata)
 
-    async def _serve_stream(self, request: m.StreamRequest) -> Any:
+    async def _serve_stream(self, request: StreamRequest) -> Any:
         what = type(request).__name__
         if not self._serves(type(request)):
             raise ValueError(f"the CONTROLLER listener of an embedded controller (node {self.quorum.node_id}) serves "
                              "only reads of the stream metadata; its writes go through its broker")
-        if isinstance(request, m.DescribeMetadata):
+        if isinstance(request, DescribeMetadata):
             return self.quorum.dump()
         controller = self.quorum.active_controller(f"serve {what}")
         if request.MUTATES:
@@ -496,54 +551,54 @@ class ControllerDispatcher:
         streams: StreamMetadata = controller.stream_metadata
         node = request.node
         match request:
-            case m.CreateStream():
+            case CreateStream():
                 return await streams.create_stream(node, request.tags)
-            case m.OpenStream():
+            case OpenStream():
                 return await streams.open_stream(node, request.stream_id, request.epoch)
-            case m.CloseStream():
+            case CloseStream():
                 return await streams.close_stream(node, request.stream_id, request.epoch)
-            case m.TrimStream():
+            case TrimStream():
                 return await streams.trim_stream(node, request.stream_id, request.epoch, request.new_start_offset)
-            case m.DeleteStream():
+            case DeleteStream():
                 return await streams.delete_stream(node, request.stream_id, request.epoch)
-            case m.GetStreams():
+            case GetStreams():
                 return await streams.get_streams(request.stream_ids)
-            case m.GetOpeningStreams():
+            case GetOpeningStreams():
                 return await streams.get_opening_streams(node)
-            case m.PrepareObjects():
+            case PrepareObjects():
                 return await streams.prepare_objects(node, request.count, request.ttl_ms)
-            case m.CommitStreamSetObject():
+            case CommitStreamSetObject():
                 if request.request is None or request.request.node != node:
                     raise ValueError("the commit must be present and name the calling node")
                 return await streams.commit_stream_set_object(request.request)
-            case m.CommitStreamObject():
+            case CommitStreamObject():
                 if request.request is None or request.request.node != node:
                     raise ValueError("the commit must be present and name the calling node")
                 return await streams.commit_stream_object(request.request)
-            case m.GetObjects():
+            case GetObjects():
                 return await streams.get_objects(request.stream_id, request.start_offset, request.end_offset,
                                                  request.limit)
-            case m.GetStreamSetObjects():
+            case GetStreamSetObjects():
                 return await streams.get_stream_set_objects(request.node_id)
-            case m.GetStreamObjects():
+            case GetStreamObjects():
                 return await streams.get_stream_objects(request.stream_id)
-            case m.SweepObjects():
+            case SweepObjects():
                 return await streams.sweep_objects(request.now_ms)
-            case m.RemoveObjects():
+            case RemoveObjects():
                 return await streams.remove_objects(request.object_ids)
-            case m.GetKV():
+            case GetKV():
                 return await streams.get_kv(request.key)
-            case m.PutKV():
+            case PutKV():
                 return await streams.put_kv(request.key, request.value)
-            case m.DeleteKV():
+            case DeleteKV():
                 return await streams.delete_kv(request.key)
-            case m.CompleteWALFailover():
+            case CompleteWALFailover():
                 return await controller.complete_wal_failover(node, request.failed_node_id,
                                                               request.failed_node_epoch)
-            case m.ReportBrokerLoad():
+            case ReportBrokerLoad():
                 return self.quorum.record_load(node, request.partitions, request.interval_ms)
-            case m.DescribeBrokerLoad():
-                return tuple(m.BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
+            case DescribeBrokerLoad():
+                return tuple(BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
                              for load in self.quorum.broker_loads())
         raise ValueError(f"no handler for {what}")
 

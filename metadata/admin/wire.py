@@ -43,7 +43,7 @@ from metadata.errors import ControllerError
 from settings.describe import ConfigEntry, ConfigSource
 from wire import codec
 
-# The API keys, here rather than from metadata.rpc.messages: that package serves this module, not the reverse.
+# The API keys, here rather than from metadata.rpc.kafka_apis: that package serves this module, not the reverse.
 _CREATE_TOPICS = 19
 _DELETE_TOPICS = 20
 _ALTER_CONFIGS = 33

@@ -51,7 +51,16 @@ from metadata.producer_ids import ProducerIdBlock
 from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError, describe_quorum_redirect
 from metadata.remote.follower import MetadataFollower
 from metadata.remote.stream_metadata import RemoteStreamMetadata
-from metadata.rpc import messages as m
+from metadata.rpc.kafka_apis import (
+    ALLOCATE_PRODUCER_IDS,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    DESCRIBE_QUORUM,
+    METADATA_PARTITION,
+    METADATA_TOPIC,
+    UNREGISTER_BROKER,
+)
+from metadata.rpc.stream_rpcs import CompleteWALFailover, ReportBrokerLoad
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties, quorum_cluster_id
 from settings.server import ServerConfig
@@ -172,7 +181,7 @@ class RemoteControllerClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         response = await self.channel.kafka(
-            m.DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION, what, budget_s=timeout,
+            DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION, what, budget_s=timeout,
             redirect=describe_quorum_redirect, idempotent=True, topics=(_describe_quorum_topic(),),
         )
         partition = response.topics[0].partitions[0]
@@ -193,14 +202,14 @@ class RemoteControllerClient:
 
     # ---- brokers -------------------------------------------------------------------------------------------
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
-        cls = codec.request_class(m.BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION)
+        cls = codec.request_class(BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION)
         entries = tuple(
             codec.build_nested(cls, "listeners", name=e.name, host=e.host, port=e.port,
                                security_protocol=_SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
             for e in listeners
         )
         response = await self.channel.kafka(
-            m.BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION, f"register broker {node_id}",
+            BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION, f"register broker {node_id}",
             broker_id=node_id, cluster_id=self.cluster_id, incarnation_id=self._incarnation,
             listeners=entries, rack=rack,
         )
@@ -244,7 +253,7 @@ class RemoteControllerClient:
     async def unregister_broker(self, node_id: int) -> None:
         """UnregisterBroker (api key 64) to the active controller; ControllerError with its code when refused."""
         response = await self.channel.kafka(
-            m.UNREGISTER_BROKER, _UNREGISTER_BROKER_VERSION, f"unregister broker {node_id}", broker_id=node_id
+            UNREGISTER_BROKER, _UNREGISTER_BROKER_VERSION, f"unregister broker {node_id}", broker_id=node_id
         )
         code = ErrorCode(int(response.error_code))
         if code is not ErrorCode.none:
@@ -254,7 +263,7 @@ class RemoteControllerClient:
     async def _heartbeat(self, *, want_fence: bool = False, want_shutdown: bool = False, budget_s: float) -> None:
         want_shutdown = want_shutdown or self._want_shutdown
         response = await self.channel.kafka(
-            m.BROKER_HEARTBEAT, _BROKER_HEARTBEAT_VERSION, f"heartbeat of broker {self.node_id}",
+            BROKER_HEARTBEAT, _BROKER_HEARTBEAT_VERSION, f"heartbeat of broker {self.node_id}",
             budget_s=budget_s, idempotent=True, broker_id=self.node_id, broker_epoch=self.node_epoch,
             current_metadata_offset=self.image.offset, want_fence=want_fence, want_shut_down=want_shutdown,
         )
@@ -324,7 +333,7 @@ class RemoteControllerClient:
             current, now = dict(counters()), loop.time()
             partitions = rates(previous, current, now - then)
             previous, then = current, now
-            request = m.ReportBrokerLoad(NodeIdentity(self.node_id, self.node_epoch), tuple(partitions), interval_ms)
+            request = ReportBrokerLoad(NodeIdentity(self.node_id, self.node_epoch), tuple(partitions), interval_ms)
             try:
                 await self.channel.stream(request, f"report the load of broker {self.node_id}")
             except (ControllerUnavailableError, StorageError, OSError, TimeoutError) as exc:
@@ -466,7 +475,7 @@ class RemoteControllerClient:
         """AllocateProducerIds (api key 67) to the active controller. A retry after a lost answer may cost a block
         (never an overlap: each answer is its own committed record)."""
         response = await self.channel.kafka(
-            m.ALLOCATE_PRODUCER_IDS, _ALLOCATE_PRODUCER_IDS_VERSION, f"allocate producer ids for broker {broker_id}",
+            ALLOCATE_PRODUCER_IDS, _ALLOCATE_PRODUCER_IDS_VERSION, f"allocate producer ids for broker {broker_id}",
             broker_id=broker_id, broker_epoch=broker_epoch,
         )
         code = ErrorCode(int(response.error_code))
@@ -477,7 +486,7 @@ class RemoteControllerClient:
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """Reports this broker's replay of a dead broker's WAL done (``controller.wal_failover``)."""
-        await self.channel.stream(m.CompleteWALFailover(node, failed_node_id, failed_node_epoch),
+        await self.channel.stream(CompleteWALFailover(node, failed_node_id, failed_node_epoch),
                                   f"complete the WAL failover of broker {failed_node_id}")
         await self._sync_after(f"see the WAL failover of broker {failed_node_id} done")
 
@@ -490,9 +499,9 @@ class RemoteControllerClient:
 
 
 def _describe_quorum_topic() -> Any:
-    cls = codec.request_class(m.DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION)
+    cls = codec.request_class(DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION)
     return codec.build_nested(
-        cls, "topics", topic_name=m.METADATA_TOPIC,
+        cls, "topics", topic_name=METADATA_TOPIC,
         partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
-                                       partition_index=m.METADATA_PARTITION),),
+                                       partition_index=METADATA_PARTITION),),
     )

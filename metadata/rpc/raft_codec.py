@@ -19,7 +19,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from metadata.image import MetadataImage
-from metadata.rpc.messages import (
+from metadata.rpc.kafka_apis import (
     BEGIN_QUORUM_EPOCH,
     END_QUORUM_EPOCH,
     FETCH,

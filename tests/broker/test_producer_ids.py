@@ -21,7 +21,7 @@ from controller.quorum import QuorumController
 from controller.shell import MetadataShell, build_tree
 from metadata.errors import ControllerError
 from metadata.producer_ids import encode_legacy_floor, legacy_kv_key
-from metadata.rpc import messages as m
+from metadata.rpc import kafka_apis as m
 from metadata.rpc.connection import ControllerConnection
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig

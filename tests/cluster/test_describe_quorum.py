@@ -9,7 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.rpc import messages as m
+from metadata.rpc import kafka_apis as m
 from metadata.rpc.connection import ControllerConnection
 from tests.broker.broker_support import start_broker
 from wire import codec
