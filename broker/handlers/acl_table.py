@@ -26,7 +26,7 @@ from kio.static.constants import uuid_zero
 from broker.handlers.context import Handler, RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import wire as admin_wire
-from wire import codec
+from wire import schema
 
 Guard = Callable[[RequestContext, Any, Handler], Awaitable[Any]]
 
@@ -58,7 +58,7 @@ async def serve(ctx: RequestContext, request: Any, handler: Handler) -> Any:
 
 def _refused_whole(ctx: RequestContext, code: ErrorCode) -> Any:
     fields: dict[str, object] = {"error_code": code}
-    if codec.has_field(ctx.response_class, "error_message"):
+    if schema.has_field(ctx.response_class, "error_message"):
         fields["error_message"] = f"{ctx.principal} is not authorized: {code.name}"
     return ctx.build(**fields)
 
@@ -147,9 +147,9 @@ def _partitions_entry(
     """The response entry of a refused topic: every partition the request named, with the code."""
 
     def refused(response_cls: type[Any], item: Any, code: ErrorCode) -> Any:
-        topic_cls = codec.field_entity(response_cls, topic_list)
+        topic_cls = schema.field_entity(response_cls, topic_list)
         partitions = tuple(
-            codec.build_nested(
+            schema.build_nested(
                 topic_cls,
                 partition_list,
                 **{index_field: p if item_index is None else getattr(p, item_index), code_field: code},
@@ -157,7 +157,7 @@ def _partitions_entry(
             )
             for p in getattr(item, item_partitions)
         )
-        return codec.build(
+        return schema.build(
             topic_cls,
             **{
                 topic_field: getattr(item, topic_field, None) or getattr(item, "name", ""),
@@ -219,13 +219,13 @@ def _without_unreadable(ctx: RequestContext, response: Any) -> Any:
     ]
     if all(code is None for code in codes):
         return response
-    topic_cls = codec.field_entity(type(response), "responses")
+    topic_cls = schema.field_entity(type(response), "responses")
 
     def refused(topic: Any, code: ErrorCode) -> Any:
         return dataclasses.replace(
             topic,
             partitions=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     topic_cls,
                     "partitions",
                     partition_index=p.partition_index,
@@ -302,7 +302,7 @@ def _describable(ctx: RequestContext, topics: Sequence[Any], named: bool) -> tup
                 dataclasses.replace(
                     topic,
                     partitions=tuple(
-                        codec.build_nested(
+                        schema.build_nested(
                             topic_cls,
                             "partitions",
                             partition_index=p.partition_index,
@@ -321,7 +321,7 @@ async def _offset_fetch(ctx: RequestContext, request: Any, handler: Handler) -> 
     if ctx.api_version >= 8:
 
         def refused_group(response_cls: type[Any], group: Any, code: ErrorCode) -> Any:
-            return codec.build_nested(response_cls, "groups", group_id=group.group_id, error_code=code)
+            return schema.build_nested(response_cls, "groups", group_id=group.group_id, error_code=code)
 
         response = await _split(
             ctx,
@@ -344,14 +344,14 @@ async def _offset_fetch(ctx: RequestContext, request: Any, handler: Handler) -> 
         return dataclasses.replace(response, topics=_describable(ctx, response.topics, request.topics is not None))
     if ctx.api_version >= 2:
         return ctx.build(error_code=_GROUP_DENIED)
-    topic_cls = codec.field_entity(ctx.response_class, "topics")
+    topic_cls = schema.field_entity(ctx.response_class, "topics")
     return ctx.build(
         topics=tuple(
-            codec.build(
+            schema.build(
                 topic_cls,
                 name=t.name,
                 partitions=tuple(
-                    codec.build_nested(
+                    schema.build_nested(
                         topic_cls,
                         "partitions",
                         partition_index=p,
@@ -378,7 +378,7 @@ def _groups(op: AclOperation, response_field: str) -> Callable[[str], Guard]:
     def make(request_field: str) -> Guard:
         async def guard(ctx: RequestContext, request: Any, handler: Handler) -> Any:
             def refused(response_cls: type[Any], group: str, code: ErrorCode) -> Any:
-                return codec.build_nested(response_cls, response_field, group_id=group, error_code=code)
+                return schema.build_nested(response_cls, response_field, group_id=group, error_code=code)
 
             return await _split(
                 ctx,
@@ -421,7 +421,7 @@ async def _create_topics(ctx: RequestContext, request: Any, handler: Handler) ->
         return await handler(ctx, request)
 
     def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
-        return codec.build_nested(
+        return schema.build_nested(
             response_cls,
             "topics",
             name=topic.name,
@@ -441,7 +441,7 @@ async def _delete_topics(ctx: RequestContext, request: Any, handler: Handler) ->
     if ctx.api_version >= 6:
 
         def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
-            return codec.build_nested(
+            return schema.build_nested(
                 response_cls,
                 "responses",
                 name=_topic_name(ctx, topic) or topic.name,
@@ -459,7 +459,7 @@ async def _delete_topics(ctx: RequestContext, request: Any, handler: Handler) ->
         )
 
     def refused_name(response_cls: type[Any], name: str, code: ErrorCode) -> Any:
-        return codec.build_nested(response_cls, "responses", name=name, error_code=code)
+        return schema.build_nested(response_cls, "responses", name=name, error_code=code)
 
     return await _split(
         ctx,
@@ -473,7 +473,7 @@ async def _delete_topics(ctx: RequestContext, request: Any, handler: Handler) ->
 
 async def _create_partitions(ctx: RequestContext, request: Any, handler: Handler) -> Any:
     def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
-        return codec.build_nested(response_cls, "results", name=topic.name, error_code=code)
+        return schema.build_nested(response_cls, "results", name=topic.name, error_code=code)
 
     return await _split(
         ctx, request, handler, ("topics", "results"), denial=_topics_denied(ctx, AclOperation.ALTER), refused=refused
@@ -488,7 +488,7 @@ def _configs(op: AclOperation, response_field: str) -> Guard:
             return None if ctx.allowed(op, _CLUSTER, CLUSTER_NAME) else _CLUSTER_DENIED
 
         def refused(response_cls: type[Any], resource: Any, code: ErrorCode) -> Any:
-            return codec.build_nested(
+            return schema.build_nested(
                 response_cls,
                 response_field,
                 error_code=code,
@@ -535,14 +535,14 @@ async def _add_partitions_to_txn(ctx: RequestContext, request: Any, handler: Han
         if not denied:
             return await handler(ctx, request)
         code = _TOPIC_DENIED
-    topic_cls = codec.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
+    topic_cls = schema.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
     return ctx.build(
         results_by_topic_v3_and_below=tuple(
-            codec.build(
+            schema.build(
                 topic_cls,
                 name=t.name,
                 results_by_partition=tuple(
-                    codec.build_nested(topic_cls, "results_by_partition", partition_index=p, partition_error_code=code)
+                    schema.build_nested(topic_cls, "results_by_partition", partition_index=p, partition_error_code=code)
                     for p in t.partitions
                 ),
             )
@@ -554,19 +554,19 @@ async def _add_partitions_to_txn(ctx: RequestContext, request: Any, handler: Han
 async def _write_txn_markers(ctx: RequestContext, request: Any, handler: Handler) -> Any:
     if ctx.allowed(AclOperation.CLUSTER_ACTION, _CLUSTER, CLUSTER_NAME):
         return await handler(ctx, request)
-    marker_cls = codec.field_entity(ctx.response_class, "markers")
-    topic_cls = codec.field_entity(marker_cls, "topics")
+    marker_cls = schema.field_entity(ctx.response_class, "markers")
+    topic_cls = schema.field_entity(marker_cls, "topics")
     return ctx.build(
         markers=tuple(
-            codec.build(
+            schema.build(
                 marker_cls,
                 producer_id=m.producer_id,
                 topics=tuple(
-                    codec.build(
+                    schema.build(
                         topic_cls,
                         name=t.name,
                         partitions=tuple(
-                            codec.build_nested(topic_cls, "partitions", partition_index=p, error_code=_CLUSTER_DENIED)
+                            schema.build_nested(topic_cls, "partitions", partition_index=p, error_code=_CLUSTER_DENIED)
                             for p in t.partition_indexes
                         ),
                     )
@@ -585,7 +585,7 @@ async def _find_coordinator(ctx: RequestContext, request: Any, handler: Handler)
         return await _whole(kind, _DESCRIBE, lambda r: r.key, code)(ctx, request, handler)
 
     def refused(response_cls: type[Any], key: str, denied: ErrorCode) -> Any:
-        return codec.build_nested(
+        return schema.build_nested(
             response_cls, "coordinators", key=key, node_id=-1, host="", port=-1, error_code=denied
         )
 
@@ -601,7 +601,7 @@ async def _find_coordinator(ctx: RequestContext, request: Any, handler: Handler)
 
 async def _describe_transactions(ctx: RequestContext, request: Any, handler: Handler) -> Any:
     def refused(response_cls: type[Any], transactional_id: str, code: ErrorCode) -> Any:
-        return codec.build_nested(
+        return schema.build_nested(
             response_cls,
             "transaction_states",
             transactional_id=transactional_id,
@@ -633,7 +633,7 @@ async def _alter_user_scram_credentials(ctx: RequestContext, request: Any, handl
     users = dict.fromkeys([*(d.name for d in request.deletions), *(u.name for u in request.upsertions)])
     return ctx.build(
         results=tuple(
-            codec.build_nested(ctx.response_class, "results", user=user, error_code=_CLUSTER_DENIED) for user in users
+            schema.build_nested(ctx.response_class, "results", user=user, error_code=_CLUSTER_DENIED) for user in users
         )
     )
 
@@ -641,15 +641,15 @@ async def _alter_user_scram_credentials(ctx: RequestContext, request: Any, handl
 async def _alter_client_quotas(ctx: RequestContext, request: Any, handler: Handler) -> Any:
     if ctx.allowed(AclOperation.ALTER_CONFIGS, _CLUSTER, CLUSTER_NAME):
         return await handler(ctx, request)
-    entry_cls = codec.field_entity(ctx.response_class, "entries")
+    entry_cls = schema.field_entity(ctx.response_class, "entries")
     return ctx.build(
         entries=tuple(
-            codec.build(
+            schema.build(
                 entry_cls,
                 error_code=_CLUSTER_DENIED,
                 error_message=f"{ctx.principal} is not authorized: {_CLUSTER_DENIED.name}",
                 entity=tuple(
-                    codec.build_nested(entry_cls, "entity", entity_type=e.entity_type, entity_name=e.entity_name)
+                    schema.build_nested(entry_cls, "entity", entity_type=e.entity_type, entity_name=e.entity_name)
                     for e in entry.entity
                 ),
             )
@@ -663,7 +663,7 @@ async def _create_acls(ctx: RequestContext, request: Any, handler: Handler) -> A
         return await handler(ctx, request)
     return ctx.build(
         results=tuple(
-            codec.build_nested(ctx.response_class, "results", error_code=_CLUSTER_DENIED) for _ in request.creations
+            schema.build_nested(ctx.response_class, "results", error_code=_CLUSTER_DENIED) for _ in request.creations
         )
     )
 
@@ -673,7 +673,7 @@ async def _delete_acls(ctx: RequestContext, request: Any, handler: Handler) -> A
         return await handler(ctx, request)
     return ctx.build(
         filter_results=tuple(
-            codec.build_nested(ctx.response_class, "filter_results", error_code=_CLUSTER_DENIED, matching_acls=())
+            schema.build_nested(ctx.response_class, "filter_results", error_code=_CLUSTER_DENIED, matching_acls=())
             for _ in request.filters
         )
     )
@@ -688,7 +688,7 @@ async def _elect_leaders(ctx: RequestContext, request: Any, handler: Handler) ->
     response = admin_wire.elect_leaders_response(
         ctx.response_class, admin_wire.elect_leaders_refused(ask, _CLUSTER_DENIED, message)
     )
-    if codec.has_field(ctx.response_class, "error_code"):
+    if schema.has_field(ctx.response_class, "error_code"):
         response = dataclasses.replace(response, error_code=_CLUSTER_DENIED)
     return response
 

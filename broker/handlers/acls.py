@@ -18,7 +18,7 @@ from broker.handlers.context import RequestContext
 from metadata.admin import acl_wire
 from metadata.admin import requests as admin_requests
 from metadata.admin.requests import always
-from wire import codec
+from wire import schema
 
 _SECURITY_DISABLED = "No Authorizer is configured (authorizer.class.name)"
 
@@ -28,7 +28,7 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(
             throttle_time=0,
             results=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     ctx.response_class,
                     "results",
                     error_code=ErrorCode.security_disabled,
@@ -45,7 +45,7 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(
             throttle_time=0,
             filter_results=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     ctx.response_class,
                     "filter_results",
                     error_code=ErrorCode.security_disabled,

@@ -24,7 +24,7 @@ from metadata.admin import wire as admin_wire
 from metadata.admin.wire import ResourceRefused
 from metadata.controller_api import ConfigResource
 from settings.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
-from wire import codec
+from wire import schema
 
 RESOURCE_TOPIC = ConfigResource.TOPIC
 RESOURCE_BROKER = ConfigResource.BROKER
@@ -65,26 +65,26 @@ def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str
 
 
 def _describe_result(ctx: RequestContext, result_cls: type[Any], resource: Any, request: Any) -> Any:
-    entry_cls = codec.field_entity(result_cls, "configs")
+    entry_cls = schema.field_entity(result_cls, "configs")
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     include_documentation = bool(getattr(request, "include_documentation", False))
     keys = tuple(resource.configuration_keys) if resource.configuration_keys is not None else None
     try:
         entries = _entries(ctx, resource.resource_type, resource.resource_name, keys)
     except ResourceRefused as exc:
-        return codec.build(result_cls, error_code=exc.code, error_message=str(exc),
+        return schema.build(result_cls, error_code=exc.code, error_message=str(exc),
                            resource_type=resource.resource_type, resource_name=resource.resource_name)
     configs = []
     for entry in entries:
         synonyms = ()
         if include_synonyms:
             synonyms = tuple(
-                codec.build_nested(entry_cls, "synonyms", name=s.name, value=None if entry.is_sensitive else s.value,
+                schema.build_nested(entry_cls, "synonyms", name=s.name, value=None if entry.is_sensitive else s.value,
                                    source=int(s.source))
                 for s in entry.synonyms
             )
         configs.append(
-            codec.build(
+            schema.build(
                 entry_cls,
                 name=entry.name,
                 value=None if entry.is_sensitive else entry.value,
@@ -96,13 +96,13 @@ def _describe_result(ctx: RequestContext, result_cls: type[Any], resource: Any, 
                 documentation=entry.documentation if include_documentation else None,
             )
         )
-    return codec.build(result_cls, error_code=ErrorCode.none, error_message=None,
+    return schema.build(result_cls, error_code=ErrorCode.none, error_message=None,
                        resource_type=resource.resource_type, resource_name=resource.resource_name,
                        configs=tuple(configs))
 
 
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
-    result_cls = codec.field_entity(ctx.response_class, "results")
+    result_cls = schema.field_entity(ctx.response_class, "results")
     results = tuple(_describe_result(ctx, result_cls, resource, request) for resource in request.resources)
     return ctx.build(throttle_time=0, results=results)
 

@@ -11,7 +11,7 @@ from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
 from broker.handlers.metadata import live_endpoint
 from broker.handlers.txn_common import transaction_coordinator
-from wire import codec
+from wire import schema
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -54,7 +54,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         for key in request.coordinator_keys:
             error, message, node_id, host, port = await _lookup(ctx, key, request.key_type)
             coordinators.append(
-                codec.build_nested(
+                schema.build_nested(
                     ctx.response_class,
                     "coordinators",
                     key=key,

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.coordinator import GroupCoordinator, OffsetCommit
 from broker.handlers.context import RequestContext
-from wire import codec
+from wire import schema
 
 
 def coordinator(ctx: RequestContext) -> GroupCoordinator | None:
@@ -41,13 +41,13 @@ def partition_errors(
 ) -> tuple[Any, ...]:
     """The ``topics`` of a response that answers every requested partition with only an error code (OffsetCommit,
     OffsetDelete), in request order; a partition ``codes`` does not mention succeeded."""
-    topic_cls = codec.field_entity(response_cls, "topics")
+    topic_cls = schema.field_entity(response_cls, "topics")
     return tuple(
-        codec.build(
+        schema.build(
             topic_cls,
             name=topic.name,
             partitions=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     topic_cls,
                     "partitions",
                     partition_index=p.partition_index,

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.handlers.txn_common import fenced_for_version, transaction_coordinator
 from metadata.errors import error_code_for
-from wire import codec
+from wire import schema
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ async def _transactional(ctx: RequestContext, request: Any, current_pid: int, cu
     expected = (current_pid, current_epoch) if current_pid != -1 else None
     try:
         error, pid, epoch = await coordinator.init_producer_id(
-            request.transactional_id, codec.millis(request.transaction_timeout), expected
+            request.transactional_id, schema.millis(request.transaction_timeout), expected
         )
     except Exception as exc:
         logger.exception("InitProducerId for transactional id %r failed (%s)", request.transactional_id, ctx.describe())

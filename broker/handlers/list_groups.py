@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from wire import codec
+from wire import schema
 
 CLASSIC_GROUP_TYPE = "classic"
 
@@ -29,7 +29,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         throttle_time=0,
         error_code=error,
         groups=tuple(
-            codec.build_nested(
+            schema.build_nested(
                 ctx.response_class,
                 "groups",
                 group_id=g.group_id,

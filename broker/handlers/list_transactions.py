@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.handlers.txn_common import transaction_coordinator
-from wire import codec
+from wire import schema
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
@@ -22,7 +22,7 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
         error_code=error,
         unknown_state_filters=tuple(unknown),
         transaction_states=tuple(
-            codec.build_nested(
+            schema.build_nested(
                 ctx.response_class,
                 "transaction_states",
                 transactional_id=m.transactional_id,

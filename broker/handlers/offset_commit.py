@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator, partition_errors, requested_offsets
-from wire import codec
+from wire import schema
 
 
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
@@ -34,7 +34,7 @@ async def _commit(ctx: RequestContext, request: Any) -> Any:
         results = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
     else:
         # v2-v4 may ask for a retention of their own (-1: the broker's offsets.retention.minutes).
-        retention = codec.millis(request.retention_time) if ctx.api_version <= 4 else -1
+        retention = schema.millis(request.retention_time) if ctx.api_version <= 4 else -1
         results = await groups.commit_offsets(
             request.group_id,
             member_id=request.member_id,

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.groups.coordinator import FetchedOffset
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import coordinator
-from wire import codec
+from wire import schema
 
 
 def _requested(topics: Any) -> list[tuple[str, int]] | None:
@@ -40,11 +40,11 @@ def _topics(topic_cls: type[Any], fetched: list[FetchedOffset]) -> tuple[Any, ..
     for f in fetched:
         by_topic.setdefault(f.topic, []).append(f)
     return tuple(
-        codec.build(
+        schema.build(
             topic_cls,
             name=name,
             partitions=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     topic_cls,
                     "partitions",
                     partition_index=f.partition,
@@ -70,16 +70,16 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     require_stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
-        group_cls = codec.field_entity(cls, "groups")
-        topic_cls = codec.field_entity(group_cls, "topics")
+        group_cls = schema.field_entity(cls, "groups")
+        topic_cls = schema.field_entity(group_cls, "topics")
         results = []
         for group in request.groups:
             error, fetched = _fetch(ctx, group.group_id, group.topics, require_stable)
             results.append(
-                codec.build(group_cls, group_id=group.group_id, topics=_topics(topic_cls, fetched), error_code=error)
+                schema.build(group_cls, group_id=group.group_id, topics=_topics(topic_cls, fetched), error_code=error)
             )
         return ctx.build(throttle_time=0, groups=tuple(results))
-    topic_cls = codec.field_entity(cls, "topics")
+    topic_cls = schema.field_entity(cls, "topics")
     error, fetched = _fetch(ctx, request.group_id, request.topics, require_stable)
     if error is not ErrorCode.none and ctx.api_version < 2 and request.topics is not None:
         # v1 has no top-level error: every requested partition carries it.

@@ -17,7 +17,7 @@ from broker.handlers.context import RequestContext
 from metadata.admin import requests as admin_requests
 from metadata.admin.requests import always
 from metadata.image import MetadataImage
-from wire import codec
+from wire import schema
 
 
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
@@ -26,7 +26,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
 
 def _describe_user(ctx: RequestContext, image: MetadataImage, user: str, duplicated: bool) -> Any:
     credentials = image.scram_credentials.get(user)
-    result_cls = codec.field_entity(ctx.response_class, "results")
+    result_cls = schema.field_entity(ctx.response_class, "results")
     code: ErrorCode
     message: str | None
     if duplicated:
@@ -41,11 +41,11 @@ def _describe_user(ctx: RequestContext, image: MetadataImage, user: str, duplica
         ()
         if code is not ErrorCode.none or credentials is None
         else tuple(
-            codec.build_nested(result_cls, "credential_infos", mechanism=mechanism, iterations=credential.iterations)
+            schema.build_nested(result_cls, "credential_infos", mechanism=mechanism, iterations=credential.iterations)
             for mechanism, credential in sorted(credentials.items())
         )
     )
-    return codec.build(result_cls, user=user, error_code=code, error_message=message, credential_infos=infos)
+    return schema.build(result_cls, user=user, error_code=code, error_message=message, credential_infos=infos)
 
 
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:

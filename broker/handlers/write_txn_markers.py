@@ -16,15 +16,15 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.transactions.markers import write_markers
 from broker.transactions.state import TopicPartition
-from wire import codec
+from wire import schema
 
 logger = logging.getLogger(__name__)
 
 
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
-    marker_cls = codec.field_entity(ctx.response_class, "markers")
-    topic_cls = codec.field_entity(marker_cls, "topics")
-    part_cls = codec.field_entity(topic_cls, "partitions")
+    marker_cls = schema.field_entity(ctx.response_class, "markers")
+    topic_cls = schema.field_entity(marker_cls, "topics")
+    part_cls = schema.field_entity(topic_cls, "partitions")
     partitions = ctx.node.partitions
     written: list[dict[TopicPartition, ErrorCode]] = []
     if partitions is not None:
@@ -50,8 +50,8 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
             for index in topic.partition_indexes:
                 # No partition layer (a node serving only the controller quorum): nothing here stores partitions.
                 code = written[number][(topic.name, index)] if written else ErrorCode.kafka_storage_error
-                parts.append(codec.build(part_cls, partition_index=index, error_code=code))
-            topics.append(codec.build(topic_cls, name=topic.name, partitions=tuple(parts)))
-        markers.append(codec.build(marker_cls, producer_id=marker.producer_id, topics=tuple(topics)))
+                parts.append(schema.build(part_cls, partition_index=index, error_code=code))
+            topics.append(schema.build(topic_cls, name=topic.name, partitions=tuple(parts)))
+        markers.append(schema.build(marker_cls, producer_id=marker.producer_id, topics=tuple(topics)))
     logger.debug("WriteTxnMarkers from %s: %d markers", ctx.describe(), len(markers))
     return ctx.build(markers=tuple(markers))

@@ -48,7 +48,7 @@ from broker.transactions.state import (
     TxnTransit,
 )
 from settings.server import ServerConfig
-from wire import codec
+from wire import codec, schema
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch
 from wire.stored_schema import MAX_STORED_STRING_BYTES
@@ -575,18 +575,18 @@ class TransactionCoordinator:
         if node_id < 0:
             return ErrorCode.not_enough_replicas
         request_cls = codec.request_class(ADD_PARTITIONS_TO_TXN_KEY, _VERIFY_VERSION)
-        txn_cls = codec.field_entity(request_cls, "transactions")
-        topic_cls = codec.field_entity(txn_cls, "topics")
-        request = codec.build(
+        txn_cls = schema.field_entity(request_cls, "transactions")
+        topic_cls = schema.field_entity(txn_cls, "topics")
+        request = schema.build(
             request_cls,
             transactions=(
-                codec.build(
+                schema.build(
                     txn_cls,
                     transactional_id=transactional_id,
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
                     verify_only=True,
-                    topics=(codec.build(topic_cls, name=partition[0], partitions=(partition[1],)),),
+                    topics=(schema.build(topic_cls, name=partition[0], partitions=(partition[1],)),),
                 ),
             ),
         )

@@ -132,7 +132,7 @@ from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import api_name
 from wire.codec import ProtocolError
 from wire.listener import ConnectionClosing
@@ -285,7 +285,7 @@ class ControllerDispatcher:
         versions = self._kafka_api_versions().get(api_key)
         if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
             if api_key == API_VERSIONS:
-                response = codec.build(
+                response = schema.build(
                     codec.response_class(API_VERSIONS, 0),
                     error_code=ErrorCode.unsupported_version,
                     api_keys=self._api_keys(codec.response_class(API_VERSIONS, 0)),
@@ -302,7 +302,7 @@ class ControllerDispatcher:
         elif api_key in RAFT_API_KEYS:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
         elif api_key == API_VERSIONS:
-            response = codec.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
+            response = schema.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
         elif api_key == SASL_HANDSHAKE:
             response = sasl.handshake(self.sasl, peer, response_cls, request.body, prefix.api_version)
         elif api_key == SASL_AUTHENTICATE:
@@ -353,14 +353,14 @@ class ControllerDispatcher:
             for broker in self.quorum.image.live_brokers():
                 if broker.listeners:
                     nodes.append((broker.node_id, broker.listeners[0].host, broker.listeners[0].port, broker.rack))
-        return codec.build(
+        return schema.build(
             response_cls,
             error_code=ErrorCode.none,
             endpoint_type=2 if controllers else 1,
             cluster_id=self.quorum.cluster_id,
             controller_id=leader if leader is not None else -1,
             brokers=tuple(
-                codec.build_nested(response_cls, "brokers", broker_id=node_id, host=host, port=port, rack=rack)
+                schema.build_nested(response_cls, "brokers", broker_id=node_id, host=host, port=port, rack=rack)
                 for node_id, host, port, rack in nodes
             ),
             cluster_authorized_operations=-2147483648,
@@ -384,14 +384,14 @@ class ControllerDispatcher:
         keys.extend((key, STREAM_API_VERSION, STREAM_API_VERSION) for key, request in
                     sorted(STREAM_REQUESTS.items()) if self._serves(request))
         return tuple(
-            codec.build_nested(response_cls, "api_keys", api_key=key, min_version=low, max_version=high)
+            schema.build_nested(response_cls, "api_keys", api_key=key, min_version=low, max_version=high)
             for key, low, high in keys
         )
 
     # ---- brokers -------------------------------------------------------------------------------------------
     async def _register(self, response_cls: type[Any], body: Any) -> Any:
         if body.cluster_id != self.quorum.cluster_id:
-            return codec.build(response_cls, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1)
+            return schema.build(response_cls, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1)
         listeners = tuple(
             Endpoint(lst.name, lst.host, int(lst.port), _SECURITY_PROTOCOLS.get(int(lst.security_protocol),
                                                                                  "PLAINTEXT"))
@@ -401,8 +401,8 @@ class ControllerDispatcher:
             epoch = await self.quorum.register_broker(int(body.broker_id), listeners, body.rack)
         except NotControllerError as exc:
             logger.info("broker %d registration: %s", body.broker_id, exc)
-            return codec.build(response_cls, error_code=ErrorCode.not_controller, broker_epoch=-1)
-        return codec.build(response_cls, error_code=ErrorCode.none, broker_epoch=epoch)
+            return schema.build(response_cls, error_code=ErrorCode.not_controller, broker_epoch=-1)
+        return schema.build(response_cls, error_code=ErrorCode.none, broker_epoch=epoch)
 
     async def _heartbeat(self, response_cls: type[Any], body: Any) -> Any:
         try:
@@ -414,13 +414,13 @@ class ControllerDispatcher:
                 want_shutdown=bool(body.want_shut_down),
             )
         except NotControllerError:
-            return codec.build(response_cls, error_code=ErrorCode.not_controller, is_fenced=True)
+            return schema.build(response_cls, error_code=ErrorCode.not_controller, is_fenced=True)
         except NodeFencedError as exc:
             logger.info("heartbeat refused: %s", exc)
             registered = int(body.broker_id) in self.quorum.image.brokers
             code = ErrorCode.stale_broker_epoch if registered else ErrorCode.broker_id_not_registered
-            return codec.build(response_cls, error_code=code, is_fenced=True)
-        return codec.build(
+            return schema.build(response_cls, error_code=code, is_fenced=True)
+        return schema.build(
             response_cls,
             error_code=ErrorCode.none,
             is_caught_up=caught_up,
@@ -433,12 +433,12 @@ class ControllerDispatcher:
         try:
             await self.quorum.active_controller(f"unregister broker {broker_id}").unregister_broker(broker_id)
         except NotControllerError as exc:
-            return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.not_controller,
+            return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.not_controller,
                                error_message=str(exc))
         except ControllerError as exc:
             logger.info("unregistering broker %d refused: %s", broker_id, exc.message)
-            return codec.build(response_cls, throttle_time=0, error_code=exc.code, error_message=exc.message)
-        return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None)
+            return schema.build(response_cls, throttle_time=0, error_code=exc.code, error_message=exc.message)
+        return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None)
 
     async def _allocate_producer_ids(self, response_cls: type[Any], body: Any) -> Any:
         broker_id = int(body.broker_id)
@@ -452,9 +452,9 @@ class ControllerDispatcher:
             logger.info("producer ids for broker %d refused: %s", broker_id, exc.message)
             code = exc.error
         else:
-            return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none,
+            return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.none,
                                producer_id_start=block.start, producer_id_len=block.length)
-        return codec.build(response_cls, throttle_time=0, error_code=code, producer_id_start=-1, producer_id_len=0)
+        return schema.build(response_cls, throttle_time=0, error_code=code, producer_id_start=-1, producer_id_len=0)
 
     # ---- admin APIs ----------------------------------------------------------------------------------------
     async def _admin(self, api_key: int, response_cls: type[Any], request: Any, refusal: str | None,
@@ -606,13 +606,13 @@ class ControllerDispatcher:
 def _refused(response_cls: type[Any], refusal: str, peer: Peer) -> Any:
     """The answer to a Kafka request its caller may not send: CLUSTER_AUTHORIZATION_FAILED in the top-level error
     code every such API the controller serves carries (the connection stays open, as in Kafka)."""
-    if not codec.has_field(response_cls, "error_code"):  # not one of the controller's APIs: nothing to carry it
+    if not schema.has_field(response_cls, "error_code"):  # not one of the controller's APIs: nothing to carry it
         raise ConnectionClosing(refusal)
     fields: dict[str, object] = {"error_code": ErrorCode.cluster_authorization_failed}
-    if codec.has_field(response_cls, "error_message"):
+    if schema.has_field(response_cls, "error_message"):
         fields["error_message"] = refusal
     logger.debug("answering %s CLUSTER_AUTHORIZATION_FAILED: %s", peer, refusal)
-    return codec.build(response_cls, **fields)
+    return schema.build(response_cls, **fields)
 
 
 def _refuse_with(refusal: str) -> admin_requests.ControllerFor:

@@ -41,7 +41,7 @@ from metadata.controller_api import (
 )
 from metadata.errors import ControllerError
 from settings.describe import ConfigEntry, ConfigSource
-from wire import codec
+from wire import codec, schema
 
 # The API keys, here rather than from metadata.rpc.kafka_apis: that package serves this module, not the reverse.
 _CREATE_TOPICS = 19
@@ -133,7 +133,7 @@ def create_topics_refused(topics: Sequence[NewTopic], code: ErrorCode, message: 
 
 def _config_entries(result_cls: type[Any], configs: list[ConfigEntry]) -> tuple[Any, ...]:
     return tuple(
-        codec.build_nested(
+        schema.build_nested(
             result_cls,
             "configs",
             name=entry.name,
@@ -148,7 +148,7 @@ def _config_entries(result_cls: type[Any], configs: list[ConfigEntry]) -> tuple[
 
 def _create_result(result_cls: type[Any], result: CreateTopicResult) -> Any:
     ok = result.error == ErrorCode.none
-    return codec.build(
+    return schema.build(
         result_cls,
         name=result.name,
         topic_id=result.topic_id or uuid_zero,
@@ -156,34 +156,34 @@ def _create_result(result_cls: type[Any], result: CreateTopicResult) -> Any:
         error_message=result.message,
         num_partitions=result.num_partitions if ok else -1,
         replication_factor=result.replication_factor if ok else -1,
-        configs=_config_entries(result_cls, result.configs) if ok and codec.has_field(result_cls, "configs") else None,
+        configs=_config_entries(result_cls, result.configs) if ok and schema.has_field(result_cls, "configs") else None,
     )
 
 
 def create_topics_response(response_cls: type[Any], ask: CreateTopicsAsk, created: Sequence[CreateTopicResult]) -> Any:
-    result_cls = codec.field_entity(response_cls, "topics")
+    result_cls = schema.field_entity(response_cls, "topics")
     results = dict(ask.refused)
     results.update((result.name, result) for result in created)
-    return codec.build(
+    return schema.build(
         response_cls, throttle_time=0, topics=tuple(_create_result(result_cls, results[name]) for name in ask.order)
     )
 
 
 def create_topics_request(topics: Sequence[NewTopic], validate_only: bool, timeout_ms: int) -> Any:
     cls = codec.request_class(_CREATE_TOPICS, _CREATE_TOPICS_VERSION)
-    topic_cls = codec.field_entity(cls, "topics")
+    topic_cls = schema.field_entity(cls, "topics")
     entries = tuple(
-        codec.build_nested(
+        schema.build_nested(
             cls, "topics", name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
             assignments=tuple(
-                codec.build_nested(topic_cls, "assignments", partition_index=p, broker_ids=tuple(r))
+                schema.build_nested(topic_cls, "assignments", partition_index=p, broker_ids=tuple(r))
                 for p, r in sorted((t.assignments or {}).items())
             ),
-            configs=tuple(codec.build_nested(topic_cls, "configs", name=k, value=v) for k, v in t.configs.items()),
+            configs=tuple(schema.build_nested(topic_cls, "configs", name=k, value=v) for k, v in t.configs.items()),
         )
         for t in topics
     )
-    return codec.build(cls, topics=entries, timeout=timeout_ms, validate_only=validate_only)
+    return schema.build(cls, topics=entries, timeout=timeout_ms, validate_only=validate_only)
 
 
 def read_create_topics_response(response: Any) -> list[CreateTopicResult]:
@@ -251,21 +251,21 @@ def delete_topics_refused(
 
 
 def delete_topics_response(response_cls: type[Any], ask: DeleteTopicsAsk, deleted: Sequence[DeleteTopicResult]) -> Any:
-    result_cls = codec.field_entity(response_cls, "responses")
+    result_cls = schema.field_entity(response_cls, "responses")
     responses = tuple(
-        codec.build(result_cls, name=r.name, topic_id=r.topic_id or uuid_zero, error_code=r.error,
+        schema.build(result_cls, name=r.name, topic_id=r.topic_id or uuid_zero, error_code=r.error,
                     error_message=r.message)
         for r in (*ask.refused, *deleted)
     )
-    return codec.build(response_cls, throttle_time=0, responses=responses)
+    return schema.build(response_cls, throttle_time=0, responses=responses)
 
 
 def delete_topics_request(names: Sequence[str], ids: Sequence[uuid.UUID], timeout_ms: int) -> Any:
     cls = codec.request_class(_DELETE_TOPICS, _DELETE_TOPICS_VERSION)
-    entries = tuple(codec.build_nested(cls, "topics", name=n, topic_id=uuid_zero) for n in names) + tuple(
-        codec.build_nested(cls, "topics", name=None, topic_id=i) for i in ids
+    entries = tuple(schema.build_nested(cls, "topics", name=n, topic_id=uuid_zero) for n in names) + tuple(
+        schema.build_nested(cls, "topics", name=None, topic_id=i) for i in ids
     )
-    return codec.build(cls, topics=entries, timeout=timeout_ms)
+    return schema.build(cls, topics=entries, timeout=timeout_ms)
 
 
 def read_delete_topics_response(response: Any) -> list[DeleteTopicResult]:
@@ -311,8 +311,8 @@ def read_create_partitions(request: Any) -> PartitionsAsk:
 
 def create_partitions_response(response_cls: type[Any], answers: Sequence[tuple[str, ErrorCode, str | None]]) -> Any:
     """``answers``: (topic, code, message) per topic of the request, in its order."""
-    return codec.build(response_cls, throttle_time=0, results=tuple(
-        codec.build_nested(response_cls, "results", name=topic, error_code=code, error_message=message)
+    return schema.build(response_cls, throttle_time=0, results=tuple(
+        schema.build_nested(response_cls, "results", name=topic, error_code=code, error_message=message)
         for topic, code, message in answers
     ))
 
@@ -321,14 +321,14 @@ def create_partitions_request(
     topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool, timeout_ms: int
 ) -> Any:
     cls = codec.request_class(_CREATE_PARTITIONS, _CREATE_PARTITIONS_VERSION)
-    topic_cls = codec.field_entity(cls, "topics")
-    entry = codec.build_nested(
+    topic_cls = schema.field_entity(cls, "topics")
+    entry = schema.build_nested(
         cls, "topics", name=topic, count=count,
         assignments=None if assignments is None else tuple(
-            codec.build_nested(topic_cls, "assignments", broker_ids=tuple(a)) for a in assignments
+            schema.build_nested(topic_cls, "assignments", broker_ids=tuple(a)) for a in assignments
         ),
     )
-    return codec.build(cls, topics=(entry,), timeout=timeout_ms, validate_only=validate_only)
+    return schema.build(cls, topics=(entry,), timeout=timeout_ms, validate_only=validate_only)
 
 
 def read_create_partitions_response(response: Any) -> Outcome:
@@ -421,8 +421,8 @@ def alter_configs_response(
     response_cls: type[Any], answers: Sequence[tuple[ConfigResource, ErrorCode, str | None]]
 ) -> Any:
     """``answers``: (resource, code, message) per resource of the request, in its order."""
-    return codec.build(response_cls, throttle_time=0, responses=tuple(
-        codec.build_nested(response_cls, "responses", error_code=code, error_message=message,
+    return schema.build(response_cls, throttle_time=0, responses=tuple(
+        schema.build_nested(response_cls, "responses", error_code=code, error_message=message,
                            resource_type=resource.type, resource_name=resource.name)
         for resource, code, message in answers
     ))
@@ -438,19 +438,19 @@ def alter_configs_request(
     if incremental_ops is None:
         cls = codec.request_class(_ALTER_CONFIGS, _ALTER_CONFIGS_VERSION)
         configs = tuple(
-            codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=k, value=v)
+            schema.build_nested(schema.field_entity(cls, "resources"), "configs", name=k, value=v)
             for k, v in changes.items()
         )
     else:
         cls = codec.request_class(_INCREMENTAL_ALTER_CONFIGS, _INCREMENTAL_ALTER_CONFIGS_VERSION)
         configs = tuple(
-            codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=k,
+            schema.build_nested(schema.field_entity(cls, "resources"), "configs", name=k,
                                config_operation=incremental_ops.get(k, 0), value=v)
             for k, v in changes.items()
         )
-    entry = codec.build_nested(cls, "resources", resource_type=resource.type, resource_name=resource.name,
+    entry = schema.build_nested(cls, "resources", resource_type=resource.type, resource_name=resource.name,
                                configs=configs)
-    return codec.build(cls, resources=(entry,), validate_only=validate_only)
+    return schema.build(cls, resources=(entry,), validate_only=validate_only)
 
 
 def read_alter_configs_response(response: Any) -> Outcome:
@@ -487,15 +487,15 @@ def elect_leaders_response(
     response_cls: type[Any], results: Sequence[ElectLeaderResult], error: ErrorCode = ErrorCode.none
 ) -> Any:
     """``error``: the request's top-level refusal (Kafka answers it beside the same error for every partition)."""
-    topic_cls = codec.field_entity(response_cls, "replica_election_results")
+    topic_cls = schema.field_entity(response_cls, "replica_election_results")
     by_topic: dict[str, list[Any]] = {}
     for result in results:
         by_topic.setdefault(result.topic, []).append(
-            codec.build_nested(topic_cls, "partition_result", partition_id=result.partition, error_code=result.error,
+            schema.build_nested(topic_cls, "partition_result", partition_id=result.partition, error_code=result.error,
                                error_message=result.message)
         )
-    return codec.build(response_cls, throttle_time=0, error_code=error, replica_election_results=tuple(
-        codec.build(topic_cls, topic=name, partition_result=tuple(parts)) for name, parts in by_topic.items()
+    return schema.build(response_cls, throttle_time=0, error_code=error, replica_election_results=tuple(
+        schema.build(topic_cls, topic=name, partition_result=tuple(parts)) for name, parts in by_topic.items()
     ))
 
 
@@ -506,9 +506,9 @@ def elect_leaders_request(ask: ElectLeadersAsk) -> Any:
         by_topic: dict[str, list[int]] = {}
         for topic, index in ask.partitions:
             by_topic.setdefault(topic, []).append(index)
-        topics = tuple(codec.build_nested(cls, "topic_partitions", topic=name, partitions=tuple(indexes))
+        topics = tuple(schema.build_nested(cls, "topic_partitions", topic=name, partitions=tuple(indexes))
                        for name, indexes in by_topic.items())
-    return codec.build(cls, election_type=ask.election_type, topic_partitions=topics)
+    return schema.build(cls, election_type=ask.election_type, topic_partitions=topics)
 
 
 def read_elect_leaders_response(response: Any, ask: ElectLeadersAsk) -> list[ElectLeaderResult]:
@@ -543,27 +543,27 @@ def reassignments_refused(
 
 
 def alter_partition_reassignments_response(response_cls: type[Any], results: Sequence[ReassignmentResult]) -> Any:
-    topic_cls = codec.field_entity(response_cls, "responses")
+    topic_cls = schema.field_entity(response_cls, "responses")
     by_topic: dict[str, list[Any]] = {}
     for result in results:
         by_topic.setdefault(result.topic, []).append(
-            codec.build_nested(topic_cls, "partitions", partition_index=result.partition, error_code=result.error,
+            schema.build_nested(topic_cls, "partitions", partition_index=result.partition, error_code=result.error,
                                error_message=result.message)
         )
-    responses = tuple(codec.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
-    return codec.build(response_cls, throttle_time=0, responses=responses)
+    responses = tuple(schema.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    return schema.build(response_cls, throttle_time=0, responses=responses)
 
 
 def alter_partition_reassignments_request(reassignments: Sequence[PartitionReassignment]) -> Any:
     cls = codec.request_class(_ALTER_PARTITION_REASSIGNMENTS, _ALTER_PARTITION_REASSIGNMENTS_VERSION)
-    topic_cls = codec.field_entity(cls, "topics")
+    topic_cls = schema.field_entity(cls, "topics")
     by_topic: dict[str, list[Any]] = {}
     for r in reassignments:
         by_topic.setdefault(r.topic, []).append(
-            codec.build_nested(topic_cls, "partitions", partition_index=r.partition, replicas=r.replicas)
+            schema.build_nested(topic_cls, "partitions", partition_index=r.partition, replicas=r.replicas)
         )
-    topics = tuple(codec.build_nested(cls, "topics", name=n, partitions=tuple(p)) for n, p in by_topic.items())
-    return codec.build(cls, topics=topics)
+    topics = tuple(schema.build_nested(cls, "topics", name=n, partitions=tuple(p)) for n, p in by_topic.items())
+    return schema.build(cls, topics=topics)
 
 
 def read_alter_partition_reassignments_response(
@@ -602,8 +602,8 @@ def scram_results_refused(
 
 
 def alter_user_scram_credentials_response(response_cls: type[Any], results: Sequence[ScramAlterResult]) -> Any:
-    return codec.build(response_cls, throttle_time=0, results=tuple(
-        codec.build_nested(response_cls, "results", user=r.user, error_code=r.error, error_message=r.message)
+    return schema.build(response_cls, throttle_time=0, results=tuple(
+        schema.build_nested(response_cls, "results", user=r.user, error_code=r.error, error_message=r.message)
         for r in results
     ))
 
@@ -612,11 +612,11 @@ def alter_user_scram_credentials_request(
     deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
 ) -> Any:
     cls = codec.request_class(_ALTER_USER_SCRAM_CREDENTIALS, _ALTER_USER_SCRAM_CREDENTIALS_VERSION)
-    return codec.build(
+    return schema.build(
         cls,
-        deletions=tuple(codec.build_nested(cls, "deletions", name=d.name, mechanism=d.mechanism) for d in deletions),
+        deletions=tuple(schema.build_nested(cls, "deletions", name=d.name, mechanism=d.mechanism) for d in deletions),
         upsertions=tuple(
-            codec.build_nested(cls, "upsertions", name=u.name, mechanism=u.mechanism, iterations=u.iterations,
+            schema.build_nested(cls, "upsertions", name=u.name, mechanism=u.mechanism, iterations=u.iterations,
                                salt=u.salt, salted_password=u.salted_password)
             for u in upsertions
         ),

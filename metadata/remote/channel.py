@@ -23,7 +23,7 @@ from metadata.rpc.error_codes import RpcError, raise_for_error
 from metadata.rpc.stream_rpcs import StreamRequest, StreamResponse
 from storage.config import ConfigError
 from storage.errors import NodeEpochExpiredError
-from wire import codec
+from wire import codec, schema
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
@@ -214,7 +214,7 @@ class ActiveControllerChannel:
     ) -> Any:
         """A Kafka-protocol request (kio entity built from ``fields``) answered by the active controller; see
         :meth:`request`."""
-        entity = codec.build(codec.request_class(api_key, version), **fields)
+        entity = schema.build(codec.request_class(api_key, version), **fields)
         return await self.request(entity, what, budget_s=budget_s, redirect=redirect, idempotent=idempotent)
 
     async def request(

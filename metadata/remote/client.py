@@ -67,7 +67,7 @@ from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity
-from wire import codec
+from wire import codec, schema
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class RemoteControllerClient:
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
         cls = codec.request_class(BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION)
         entries = tuple(
-            codec.build_nested(cls, "listeners", name=e.name, host=e.host, port=e.port,
+            schema.build_nested(cls, "listeners", name=e.name, host=e.host, port=e.port,
                                security_protocol=_SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
             for e in listeners
         )
@@ -500,8 +500,8 @@ class RemoteControllerClient:
 
 def _describe_quorum_topic() -> Any:
     cls = codec.request_class(DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION)
-    return codec.build_nested(
+    return schema.build_nested(
         cls, "topics", topic_name=METADATA_TOPIC,
-        partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
+        partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions",
                                        partition_index=METADATA_PARTITION),),
     )

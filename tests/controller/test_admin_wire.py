@@ -23,7 +23,7 @@ from metadata.controller_api import (
 )
 from metadata.errors import ControllerError
 from settings.describe import ConfigEntry, ConfigSource
-from wire import codec
+from wire import codec, schema
 
 
 def _over_the_wire(request: Any) -> Any:
@@ -62,13 +62,13 @@ def test_create_topics_round_trip() -> None:
 
 def test_create_topics_refuses_duplicates_and_contradictions_in_request_order() -> None:
     cls = codec.request_class(19, 5)
-    topic_cls = codec.field_entity(cls, "topics")
-    request = codec.build(cls, validate_only=False, topics=(
-        codec.build(topic_cls, name="b", num_partitions=1, replication_factor=-1),
-        codec.build(topic_cls, name="a", num_partitions=2, replication_factor=1, assignments=(
-            codec.build_nested(topic_cls, "assignments", partition_index=0, broker_ids=(1,)),)),
-        codec.build(topic_cls, name="b", num_partitions=1, replication_factor=-1),
-        codec.build(topic_cls, name="c", num_partitions=1, replication_factor=-1),
+    topic_cls = schema.field_entity(cls, "topics")
+    request = schema.build(cls, validate_only=False, topics=(
+        schema.build(topic_cls, name="b", num_partitions=1, replication_factor=-1),
+        schema.build(topic_cls, name="a", num_partitions=2, replication_factor=1, assignments=(
+            schema.build_nested(topic_cls, "assignments", partition_index=0, broker_ids=(1,)),)),
+        schema.build(topic_cls, name="b", num_partitions=1, replication_factor=-1),
+        schema.build(topic_cls, name="c", num_partitions=1, replication_factor=-1),
     ))
     ask = admin_wire.read_create_topics(request, "tool")
     assert [t.name for t in ask.topics] == ["c"]
@@ -95,9 +95,9 @@ def test_delete_topics_round_trip_by_name_and_id() -> None:
 
 def test_delete_topics_v6_refuses_both_or_neither_name_and_id() -> None:
     cls = codec.request_class(20, 6)
-    request = codec.build(cls, topics=(
-        codec.build_nested(cls, "topics", name="x", topic_id=uuid.uuid4()),
-        codec.build_nested(cls, "topics", name=None, topic_id=uuid.UUID(int=0)),
+    request = schema.build(cls, topics=(
+        schema.build_nested(cls, "topics", name="x", topic_id=uuid.uuid4()),
+        schema.build_nested(cls, "topics", name=None, topic_id=uuid.UUID(int=0)),
     ))
     ask = admin_wire.read_delete_topics(request)
     assert not ask.names and not ask.ids
@@ -117,9 +117,9 @@ def test_create_partitions_round_trip_and_duplicates() -> None:
         ErrorCode.invalid_partitions, "too few"
     )
     cls = codec.request_class(37, 0)
-    twice = codec.build(cls, validate_only=True, topics=(
-        codec.build_nested(cls, "topics", name="t", count=2, assignments=None),
-        codec.build_nested(cls, "topics", name="t", count=3, assignments=None),
+    twice = schema.build(cls, validate_only=True, topics=(
+        schema.build_nested(cls, "topics", name="t", count=2, assignments=None),
+        schema.build_nested(cls, "topics", name="t", count=3, assignments=None),
     ))
     assert [t.refused for t in admin_wire.read_create_partitions(twice).topics] == [
         (ErrorCode.invalid_request, "duplicate topic 't' in the request")
@@ -146,14 +146,14 @@ def test_alter_configs_round_trip(ops: dict[str, int] | None) -> None:
 
 def test_incremental_alter_configs_refuses_duplicates_unknown_ops_and_resource_types() -> None:
     cls = codec.request_class(44, 1)
-    resource_cls = codec.field_entity(cls, "resources")
+    resource_cls = schema.field_entity(cls, "resources")
 
     def resource(kind: int, *configs: tuple[str, int]) -> Any:
-        return codec.build(resource_cls, resource_type=kind, resource_name="r", configs=tuple(
-            codec.build_nested(resource_cls, "configs", name=n, config_operation=op, value="1") for n, op in configs
+        return schema.build(resource_cls, resource_type=kind, resource_name="r", configs=tuple(
+            schema.build_nested(resource_cls, "configs", name=n, config_operation=op, value="1") for n, op in configs
         ))
 
-    request = codec.build(cls, validate_only=False, resources=(
+    request = schema.build(cls, validate_only=False, resources=(
         resource(2, ("a", 0), ("a", 1)),
         resource(2, ("a", 9)),
         resource(7, ("a", 0)),

@@ -25,7 +25,7 @@ from settings.endpoint import Endpoint
 from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
-from wire import codec
+from wire import codec, schema
 from wire.client import SaslAuthenticationFailed
 from wire.sasl.client import SaslCredentials
 
@@ -86,13 +86,13 @@ async def test_voters_and_a_broker_authenticate_on_the_controller_listener(
 
             port = configs[0].voters[0].port
             tls = broker.controller_client_tls()
-            describe = codec.build(codec.request_class(DESCRIBE_QUORUM, 0))
+            describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
 
             # Without SASL, ApiVersions is answered (clients ask it first) but nothing else: the connection closes.
             anonymous = ControllerConnection("127.0.0.1", port, ssl_context=tls)
             await anonymous.connect()
             try:
-                versions = await anonymous.request(codec.build(codec.request_class(API_VERSIONS, 0)), timeout=5)
+                versions = await anonymous.request(schema.build(codec.request_class(API_VERSIONS, 0)), timeout=5)
                 assert {k.api_key for k in versions.api_keys} >= {SASL_HANDSHAKE, SASL_AUTHENTICATE}
                 with pytest.raises(ConnectionClosedError):
                     await anonymous.request(describe, timeout=5)
@@ -150,7 +150,7 @@ async def test_a_failed_reauthentication_closes_the_connection(
     async with running_voters(configs) as started:
         await active_voter(started)
         port = configs[0].voters[0].port
-        describe = codec.build(codec.request_class(DESCRIBE_QUORUM, 0))
+        describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
         login = SaslCredentials("PLAIN", "broker", SECRET)
         clock = _Clock()
         connection = ControllerConnection("127.0.0.1", port, sasl=login, clock=clock, node_id=0)
@@ -199,7 +199,7 @@ async def test_with_an_authorizer_authenticating_is_not_enough(tmp_path: Path) -
     async with running_voters(configs) as started:
         await active_voter(started)
         port = configs[0].voters[0].port
-        describe = codec.build(codec.request_class(DESCRIBE_QUORUM, 0))
+        describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
         for user, served in (("controller", True), ("alice", False)):
             connection = ControllerConnection("127.0.0.1", port, sasl=SaslCredentials("PLAIN", user, SECRET))
             await connection.connect()

@@ -54,7 +54,7 @@ from raft.log import EntryKind
 from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from tests.waiting import eventually_async
-from wire import codec
+from wire import codec, schema
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -242,17 +242,17 @@ async def test_forwarded_admin_requests_change_the_replicated_image(cluster: Quo
     try:
         assert (await client.create_topic("admin", 1)).error_code == ErrorCode.none
         grown = await client.request(
-            CREATE_PARTITIONS, 3, topics=(codec.build_nested(
+            CREATE_PARTITIONS, 3, topics=(schema.build_nested(
                 codec.request_class(CREATE_PARTITIONS, 3), "topics", name="admin", count=3, assignments=None
             ),), timeout=10_000, validate_only=False,
         )
         assert grown.results[0].error_code == ErrorCode.none, grown
         config_cls = codec.request_class(INCREMENTAL_ALTER_CONFIGS, 1)
-        resource_cls = codec.field_entity(config_cls, "resources")
+        resource_cls = schema.field_entity(config_cls, "resources")
         altered = await client.request(
-            INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(codec.build(
+            INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(schema.build(
                 resource_cls, resource_type=2, resource_name="admin",
-                configs=(codec.build_nested(resource_cls, "configs", name="retention.ms", config_operation=0,
+                configs=(schema.build_nested(resource_cls, "configs", name="retention.ms", config_operation=0,
                                             value="60000"),),
             ),),
         )
@@ -264,7 +264,7 @@ async def test_forwarded_admin_requests_change_the_replicated_image(cluster: Quo
             assert sum(isinstance(r, PartitionRecord) and r.topic_id == topic.topic_id for r in state) == 3
             assert ConfigRecord(2, "admin", "retention.ms", "60000") in state
         deleted = await client.request(
-            DELETE_TOPICS, 6, timeout=10_000, topics=(codec.build_nested(
+            DELETE_TOPICS, 6, timeout=10_000, topics=(schema.build_nested(
                 codec.request_class(DELETE_TOPICS, 6), "topics", name="admin", topic_id=None
             ),),
         )
@@ -287,12 +287,12 @@ async def test_controlled_shutdown_moves_a_brokers_partitions_before_it_may_stop
         epoch = int((await client.register_broker(111, await _cluster_id(cluster, leader))).broker_epoch)
         cls = codec.request_class(CREATE_TOPICS, 7)
         assignments = tuple(
-            codec.build_nested(codec.field_entity(cls, "topics"), "assignments", partition_index=p, broker_ids=(111,))
+            schema.build_nested(schema.field_entity(cls, "topics"), "assignments", partition_index=p, broker_ids=(111,))
             for p in range(2)
         )
-        topic = codec.build_nested(cls, "topics", name="leaving", num_partitions=-1, replication_factor=-1,
+        topic = schema.build_nested(cls, "topics", name="leaving", num_partitions=-1, replication_factor=-1,
                                    assignments=assignments)
-        created = await client.connection.request(codec.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
+        created = await client.connection.request(schema.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
         assert created.topics[0].error_code == ErrorCode.none, created
 
         async def beat(**wants: bool) -> Any:

@@ -61,7 +61,7 @@ from storage.metadata.api import (
     ObjectType,
     S3ObjectMetadata,
 )
-from wire import codec
+from wire import codec, schema
 from wire.record_batch import iter_batches
 
 REQUESTS: list[RaftRequest] = [
@@ -130,16 +130,16 @@ def test_a_refusal_by_the_peers_authorizer_reaches_the_raft_core_as_such(api_key
     """The CONTROLLER listener refuses a Raft request with a top-level CLUSTER_AUTHORIZATION_FAILED; the core must
     see that code (it warns that its principal must be a super user), not an INVALID_REQUEST it would only retry."""
     cls = codec.response_class(api_key, request_version(api_key))
-    response = response_from_kio(api_key, codec.build(cls, error_code=ErrorCode.cluster_authorization_failed), 4)
+    response = response_from_kio(api_key, schema.build(cls, error_code=ErrorCode.cluster_authorization_failed), 4)
     assert response.error_code is Errors.CLUSTER_AUTHORIZATION_FAILED and response.correlation_id == 4
 
 
 def test_a_request_for_another_partition_is_refused() -> None:
     api_key, entity = request_to_kio(FetchRequest("cluster", 1, 500, 3, 10, 2, 0, 1 << 20, 9))
     cls = type(entity)
-    other = codec.build_nested(cls, "topics", topic="orders", partitions=entity.topics[0].partitions)
+    other = schema.build_nested(cls, "topics", topic="orders", partitions=entity.topics[0].partitions)
     with pytest.raises(RaftCodecError, match="orders"):
-        request_from_kio(api_key, codec.build(cls, replica_id=1, topics=(other,)), 1)
+        request_from_kio(api_key, schema.build(cls, replica_id=1, topics=(other,)), 1)
 
 
 def test_stream_requests_and_responses_round_trip() -> None:

@@ -36,7 +36,7 @@ from metadata.rpc.stream_rpcs import DescribeMetadata, GetKV, MetadataDump, Stre
 from storage.metadata.api import NodeIdentity
 from tests.ports import free_ports
 from tests.waiting import eventually_async
-from wire import codec
+from wire import codec, schema
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -214,7 +214,7 @@ class ControllerClient:
         await self.connection.close()
 
     async def request(self, api_key: int, version: int, **fields: Any) -> Any:
-        entity = codec.build(codec.request_class(api_key, version), **fields)
+        entity = schema.build(codec.request_class(api_key, version), **fields)
         return await self.connection.request(entity, timeout=10.0)
 
     async def stream(self, request: StreamRequest) -> StreamResponse:
@@ -232,16 +232,16 @@ class ControllerClient:
 
     async def describe_quorum(self, version: int = 2) -> Any:
         cls = codec.request_class(DESCRIBE_QUORUM, version)
-        topic = codec.build_nested(
+        topic = schema.build_nested(
             cls, "topics", topic_name=METADATA_TOPIC,
-            partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=0),),
+            partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions", partition_index=0),),
         )
-        response = await self.connection.request(codec.build(cls, topics=(topic,)), timeout=10.0)
+        response = await self.connection.request(schema.build(cls, topics=(topic,)), timeout=10.0)
         return response.topics[0].partitions[0]
 
     async def register_broker(self, broker_id: int, cluster_id: str, port: int = 9092) -> Any:
         cls = codec.request_class(BROKER_REGISTRATION, 2)
-        listener = codec.build_nested(cls, "listeners", name="PLAINTEXT", host="127.0.0.1", port=port,
+        listener = schema.build_nested(cls, "listeners", name="PLAINTEXT", host="127.0.0.1", port=port,
                                       security_protocol=0)
         return await self.request(
             BROKER_REGISTRATION, 2, broker_id=broker_id, cluster_id=cluster_id, incarnation_id=uuid.uuid4(),
@@ -255,7 +255,7 @@ class ControllerClient:
 
     async def create_topic(self, name: str, partitions: int, replication: int = 1) -> Any:
         cls = codec.request_class(CREATE_TOPICS, 7)
-        topic = codec.build_nested(cls, "topics", name=name, num_partitions=partitions,
+        topic = schema.build_nested(cls, "topics", name=name, num_partitions=partitions,
                                    replication_factor=replication)
-        response = await self.connection.request(codec.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
+        response = await self.connection.request(schema.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
         return response.topics[0]
