@@ -25,7 +25,7 @@ from kio.static.constants import uuid_zero
 
 from broker.handlers.context import Handler, RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from metadata.admin import wire as admin_wire
+from metadata.admin import topic_wire
 from wire import schema
 
 Guard = Callable[[RequestContext, Any, Handler], Awaitable[Any]]
@@ -683,10 +683,10 @@ async def _elect_leaders(ctx: RequestContext, request: Any, handler: Handler) ->
     """Kafka refuses every partition asked (none when all were asked) and sets the top-level code (v1+)."""
     if ctx.allowed(AclOperation.ALTER, _CLUSTER, CLUSTER_NAME):
         return await handler(ctx, request)
-    ask = admin_wire.read_elect_leaders(request)
+    ask = topic_wire.read_elect_leaders(request)
     message = f"{ctx.principal} is not authorized: {_CLUSTER_DENIED.name}"
-    response = admin_wire.elect_leaders_response(
-        ctx.response_class, admin_wire.elect_leaders_refused(ask, _CLUSTER_DENIED, message)
+    response = topic_wire.elect_leaders_response(
+        ctx.response_class, topic_wire.elect_leaders_refused(ask, _CLUSTER_DENIED, message)
     )
     if schema.has_field(ctx.response_class, "error_code"):
         response = dataclasses.replace(response, error_code=_CLUSTER_DENIED)

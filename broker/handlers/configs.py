@@ -2,7 +2,7 @@
 and broker resources, and (DescribeConfigs, IncrementalAlterConfigs) this broker's loggers.
 
 Which keys exist, their types, defaults, synonyms and sources are ``settings``'s; changes are validated
-and applied by the controller. The alter requests are read and answered through ``metadata.admin.wire`` (shared
+and applied by the controller. The alter requests are read and answered through ``metadata.admin.config_wire`` (shared
 with the controller listener); what stays here is the broker's own part: a broker resource must name this broker,
 and a BROKER_LOGGER resource is this process's loggers (``broker.logger_levels``), changed here and never sent to
 the controller (not persisted, as in Kafka).
@@ -19,9 +19,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.logger_levels import LoggerConfigError, alter_loggers, describe_loggers
+from metadata.admin import config_wire
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
-from metadata.admin.wire import ResourceRefused
+from metadata.admin.config_wire import ResourceRefused
 from metadata.controller_api import ConfigResource
 from settings.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
 from wire import schema
@@ -36,13 +36,13 @@ logger = logging.getLogger(__name__)
 def _check_logger_resource(ctx: RequestContext, name: str) -> None:
     """A BROKER_LOGGER resource names the broker whose loggers it is (read as a broker resource name is, so "01"
     is broker 1); only that broker answers for them, and there is no cluster-wide default ("")."""
-    admin_wire.check_broker_resource(name, ctx.node.node_id, cluster_default=False)
+    config_wire.check_broker_resource(name, ctx.node.node_id, cluster_default=False)
 
 
 def _check_broker_name(ctx: RequestContext, name: str) -> bool:
     """True for the cluster-wide default resource (""); raises for a broker other than this one, which a client
     must ask directly (as Kafka's admin clients do)."""
-    return admin_wire.check_broker_resource(name, ctx.node.node_id)
+    return config_wire.check_broker_resource(name, ctx.node.node_id)
 
 
 def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str, ...] | None) -> list[ConfigEntry]:
@@ -108,11 +108,11 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    return await admin_requests.alter_configs(ctx.response_class, admin_wire.read_alter_configs(request),
+    return await admin_requests.alter_configs(ctx.response_class, config_wire.read_alter_configs(request),
                                               admin_requests.always(ctx.node.controller), broker_id=ctx.node.node_id)
 
 
-def _alter_loggers(ctx: RequestContext, item: admin_wire.ConfigAlteration, validate_only: bool) -> admin_wire.Outcome:
+def _alter_loggers(ctx: RequestContext, item: config_wire.ConfigAlteration, validate_only: bool) -> config_wire.Outcome:
     try:
         _check_logger_resource(ctx, item.resource.name)
         applied = alter_loggers(item.changes, item.incremental_ops or {}, validate_only=validate_only)
@@ -126,7 +126,7 @@ def _alter_loggers(ctx: RequestContext, item: admin_wire.ConfigAlteration, valid
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    ask = admin_wire.read_incremental_alter_configs(request)
+    ask = config_wire.read_incremental_alter_configs(request)
     # Logger resources are answered here, so the controller is never asked about them.
     ask = dataclasses.replace(ask, resources=tuple(
         dataclasses.replace(item, refused=_alter_loggers(ctx, item, ask.validate_only))

@@ -2,7 +2,7 @@
 
 The controller decides (``controller.leadership.elect``: preferred, or unclean, which in Fjord loses nothing since
 every replica reads the same shared storage); a broker of a cluster forwards the request to the active controller,
-which answers it through the same translation (``metadata.admin.wire``). The CLUSTER ALTER check is
+which answers it through the same translation (``metadata.admin.topic_wire``). The CLUSTER ALTER check is
 ``broker.handlers.acl_table``'s.
 """
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from broker.handlers.context import RequestContext
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
+from metadata.admin import topic_wire
 
 
 async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
-    ask = admin_wire.read_elect_leaders(request)
+    ask = topic_wire.read_elect_leaders(request)
     return await admin_requests.elect_leaders(ctx.response_class, ask, admin_requests.always(ctx.node.controller))

@@ -21,7 +21,7 @@ loaded the metadata up to the quorum's commit offset, only super users are serve
 exchange come before that check. A refused Kafka request is answered CLUSTER_AUTHORIZATION_FAILED (on each item of
 an admin request, as Kafka's error responses are), and the connection stays open; a refused stream RPC closes it.
 
-The admin APIs are read and answered through ``metadata.admin.wire``, the translation the broker's handlers use
+The admin APIs are read and answered through ``metadata.admin``'s translations, the ones the broker's handlers use
 too, so a request answers the same item for item whether a client sent it to a broker or a broker forwarded it here.
 Only the party asked differs: here it is the active `Controller`, and a voter that is not active answers
 NOT_CONTROLLER on every topic, resource or partition, which the forwarding broker reads as "try the next voter".
@@ -42,8 +42,8 @@ from controller.controller import Controller
 from controller.rpc import item_authorization, sasl
 from controller.rpc.authorization import PER_ITEM_APIS, ControllerAuthorizer, kafka_operation
 from controller.rpc.sasl import SaslGate
+from metadata.admin import config_wire, topic_wire
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
 from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.controller_api import ConfigResource
 from metadata.errors import ControllerError, NodeFencedError, NotControllerError
@@ -468,23 +468,23 @@ class ControllerDispatcher:
         if refusal is not None:
             active = _refuse_with(refusal)
         if api_key == CREATE_TOPICS:
-            topics = admin_wire.read_create_topics(body, request.client_id)
+            topics = topic_wire.read_create_topics(body, request.client_id)
             if check is not None:
                 topics = item_authorization.create_topics(topics, check)
             return await admin_requests.create_topics(response_cls, topics, active)
         if api_key == DELETE_TOPICS:
-            deletions = admin_wire.read_delete_topics(body)
+            deletions = topic_wire.read_delete_topics(body)
             if check is not None:
                 deletions = item_authorization.delete_topics(deletions, check, self.quorum.image.topics_by_id)
             return await admin_requests.delete_topics(response_cls, deletions, active)
         if api_key == CREATE_PARTITIONS:
-            partitions = admin_wire.read_create_partitions(body)
+            partitions = topic_wire.read_create_partitions(body)
             if check is not None:
                 partitions = item_authorization.create_partitions(partitions, check)
             return await admin_requests.create_partitions(response_cls, partitions, active)
         if api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS):
-            ask = (admin_wire.read_alter_configs(body) if api_key == ALTER_CONFIGS
-                   else admin_wire.read_incremental_alter_configs(body))
+            ask = (config_wire.read_alter_configs(body) if api_key == ALTER_CONFIGS
+                   else config_wire.read_incremental_alter_configs(body))
             if check is not None:
                 ask = item_authorization.alter_configs(ask, check)
             # The forwarding broker checked that a broker resource names itself; a request naming one broker is
@@ -494,9 +494,9 @@ class ControllerDispatcher:
             broker_id = int(named.pop()) if len(named) == 1 else self.quorum.node_id
             return await admin_requests.alter_configs(response_cls, ask, active, broker_id=broker_id)
         if api_key == ELECT_LEADERS:
-            return await admin_requests.elect_leaders(response_cls, admin_wire.read_elect_leaders(body), active)
+            return await admin_requests.elect_leaders(response_cls, topic_wire.read_elect_leaders(body), active)
         if api_key == ALTER_PARTITION_REASSIGNMENTS:
-            asked = admin_wire.read_alter_partition_reassignments(body)
+            asked = topic_wire.read_alter_partition_reassignments(body)
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
         if api_key == ALTER_USER_SCRAM_CREDENTIALS:
             return await admin_requests.alter_user_scram_credentials(response_cls, body, active)

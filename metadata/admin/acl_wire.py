@@ -1,7 +1,7 @@
 """CreateAcls (30), DescribeAcls (29) and DeleteAcls (31) on the wire, both ways, to and from
 ``metadata.acl.binding``'s bindings and filters and ``metadata.controller_api``'s results.
 
-As with ``metadata.admin.wire`` (whose role this module plays for ACLs), three places speak them: the broker's
+As with ``metadata.admin.topic_wire`` (whose role this module plays for ACLs), three places speak them: the broker's
 handlers (any version a client sends), the CONTROLLER listener (CreateAcls and DeleteAcls forwarded by brokers) and
 the broker's remote client (which forwards in one fixed version and reads the answer back), so both directions live
 here once. Versions 1-3 are served (v0, without pattern types, was removed in Kafka 4 and by the schemas).

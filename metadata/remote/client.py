@@ -3,7 +3,7 @@
 :class:`RemoteControllerClient` ties the parts of ``metadata.remote`` together: it reads the image of its
 :class:`~metadata.remote.follower.MetadataFollower`; admin writes (topics, partitions, configs, reassignments) are
 forwarded through the :class:`~metadata.remote.channel.ActiveControllerChannel` as the Kafka requests brokers
-forward in KRaft, built and read by ``metadata.admin.wire`` (the translation the controller answers them with);
+forward in KRaft, built and read by ``metadata.admin``'s translations (the ones the controller answers them with);
 stream and object operations are Fjord's own RPCs (:class:`~metadata.remote.stream_metadata.RemoteStreamMetadata`);
 registration and the heartbeat timer are BrokerRegistration / BrokerHeartbeat.
 
@@ -24,9 +24,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import AclBinding, AclBindingFilter
-from metadata.admin import acl_wire
+from metadata.admin import acl_wire, config_wire, scram_wire, topic_wire
 from metadata.admin import quota_wire as client_quota_wire
-from metadata.admin import wire as admin_wire
 from metadata.broker_load import REPORT_INTERVAL, PartitionKey, rates
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult
 from metadata.controller_api import (
@@ -343,23 +342,23 @@ class RemoteControllerClient:
     # ---- admin writes --------------------------------------------------------------------------------------
     async def create_topics(self, topics: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:
         names = ", ".join(t.name for t in topics)
-        request = admin_wire.create_topics_request(topics, validate_only, _ADMIN_TIMEOUT_MS)
+        request = topic_wire.create_topics_request(topics, validate_only, _ADMIN_TIMEOUT_MS)
         try:
             response = await self.channel.request(request, f"create topics {names}")
         except ControllerUnavailableError as exc:
-            return admin_wire.create_topics_refused(topics, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_create_topics_response(response)
+            return topic_wire.create_topics_refused(topics, ErrorCode.not_controller, str(exc))
+        results = topic_wire.read_create_topics_response(response)
         if not validate_only and any(r.error is ErrorCode.none for r in results):
             await self._sync_after(f"see topics {names}")
         return results
 
     async def delete_topics(self, names: Sequence[str] = (), ids: Sequence[uuid.UUID] = ()) -> list[DeleteTopicResult]:
-        request = admin_wire.delete_topics_request(names, ids, _ADMIN_TIMEOUT_MS)
+        request = topic_wire.delete_topics_request(names, ids, _ADMIN_TIMEOUT_MS)
         try:
             response = await self.channel.request(request, "delete topics")
         except ControllerUnavailableError as exc:
-            return admin_wire.delete_topics_refused(names, ids, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_delete_topics_response(response)
+            return topic_wire.delete_topics_refused(names, ids, ErrorCode.not_controller, str(exc))
+        results = topic_wire.read_delete_topics_response(response)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see deleted topics")
         return results
@@ -367,12 +366,12 @@ class RemoteControllerClient:
     async def create_partitions(
         self, topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool
     ) -> tuple[ErrorCode, str | None]:
-        request = admin_wire.create_partitions_request(topic, count, assignments, validate_only, _ADMIN_TIMEOUT_MS)
+        request = topic_wire.create_partitions_request(topic, count, assignments, validate_only, _ADMIN_TIMEOUT_MS)
         try:
             response = await self.channel.request(request, f"create partitions of {topic}")
         except ControllerUnavailableError as exc:
             return ErrorCode.not_controller, str(exc)
-        code, message = admin_wire.read_create_partitions_response(response)
+        code, message = topic_wire.read_create_partitions_response(response)
         if code is ErrorCode.none and not validate_only:
             await self._sync_after(f"see the new partitions of {topic}")
         return code, message
@@ -386,12 +385,12 @@ class RemoteControllerClient:
         validate_only: bool,
     ) -> tuple[ErrorCode, str | None]:
         what = f"alter configs of resource type {resource.type} {resource.name!r}"
-        request = admin_wire.alter_configs_request(resource, changes, incremental_ops, validate_only)
+        request = config_wire.alter_configs_request(resource, changes, incremental_ops, validate_only)
         try:
             response = await self.channel.request(request, what)
         except ControllerUnavailableError as exc:
             return ErrorCode.not_controller, str(exc)
-        code, message = admin_wire.read_alter_configs_response(response)
+        code, message = config_wire.read_alter_configs_response(response)
         if code is ErrorCode.none and not validate_only:
             await self._sync_after(what)
         return code, message
@@ -399,12 +398,12 @@ class RemoteControllerClient:
     async def alter_partition_reassignments(
         self, reassignments: Sequence[PartitionReassignment]
     ) -> list[ReassignmentResult]:
-        request = admin_wire.alter_partition_reassignments_request(reassignments)
+        request = topic_wire.alter_partition_reassignments_request(reassignments)
         try:
             response = await self.channel.request(request, "reassign partitions")
         except ControllerUnavailableError as exc:
-            return admin_wire.reassignments_refused(reassignments, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_alter_partition_reassignments_response(response, reassignments)
+            return topic_wire.reassignments_refused(reassignments, ErrorCode.not_controller, str(exc))
+        results = topic_wire.read_alter_partition_reassignments_response(response, reassignments)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the reassigned partitions")
         return results
@@ -412,12 +411,12 @@ class RemoteControllerClient:
     async def alter_user_scram_credentials(
         self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
     ) -> list[ScramAlterResult]:
-        request = admin_wire.alter_user_scram_credentials_request(deletions, upsertions)
+        request = scram_wire.alter_user_scram_credentials_request(deletions, upsertions)
         try:
             response = await self.channel.request(request, "alter SCRAM credentials")
         except ControllerUnavailableError as exc:
-            return admin_wire.scram_results_refused(deletions, upsertions, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_alter_user_scram_credentials_response(response)
+            return scram_wire.scram_results_refused(deletions, upsertions, ErrorCode.not_controller, str(exc))
+        results = scram_wire.read_alter_user_scram_credentials_response(response)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the altered SCRAM credentials")
         return results
@@ -459,14 +458,14 @@ class RemoteControllerClient:
         self, partitions: Sequence[tuple[str, int]] | None, election_type: int = ElectionType.PREFERRED
     ) -> list[ElectLeaderResult]:
         """ElectLeaders, forwarded to the active controller as KRaft brokers do."""
-        ask = admin_wire.ElectLeadersAsk(election_type, None if partitions is None else tuple(partitions))
+        ask = topic_wire.ElectLeadersAsk(election_type, None if partitions is None else tuple(partitions))
         try:
-            response = await self.channel.request(admin_wire.elect_leaders_request(ask), "elect leaders")
+            response = await self.channel.request(topic_wire.elect_leaders_request(ask), "elect leaders")
         except ControllerUnavailableError as exc:
             if ask.partitions is None:
                 raise
-            return admin_wire.elect_leaders_refused(ask, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_elect_leaders_response(response, ask)
+            return topic_wire.elect_leaders_refused(ask, ErrorCode.not_controller, str(exc))
+        results = topic_wire.read_elect_leaders_response(response, ask)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the elected leaders")
         return results

@@ -38,7 +38,7 @@ from broker.services import BrokerServices
 from controller.controller import Controller
 from controller.quorum import QuorumController
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
+from metadata.admin import topic_wire
 from metadata.client_quotas import QuotaAlteration, plan_alter_client_quotas
 from metadata.image import MetadataImage
 from metadata.records import ClientQuotaRecord
@@ -544,7 +544,7 @@ async def test_admin_requests_charge_each_topics_partitions_checking_before_reco
         ask_of = admin_requests.always(controller)
         # CreateTopics v6: 3 partitions (rate 0 before), 3 more (1.5/s before: within), then over (3/s): refused.
         strict = quota(True)
-        ask = admin_wire.read_create_topics(_create_topics_request(6, {"m1": 3, "m2": 3, "m3": 1}), "app")
+        ask = topic_wire.read_create_topics(_create_topics_request(6, {"m1": 3, "m2": 3, "m3": 1}), "app")
         response = await admin_requests.create_topics(codec.response_class(19, 6), ask, ask_of, strict)
         assert [(t.name, t.error_code) for t in response.topics] == [
             ("m1", ErrorCode.none),
@@ -558,7 +558,7 @@ async def test_admin_requests_charge_each_topics_partitions_checking_before_reco
         assert strict.throttle_s() == pytest.approx(0.5)  # what is left of it when the response is sent
 
         # DeleteTopics v5, still over: refused, nothing deleted. Once the windows passed: both go, 6 charged.
-        delete = admin_wire.read_delete_topics(
+        delete = topic_wire.read_delete_topics(
             schema.build(codec.request_class(20, 5), topic_names=("m1", "m2"), timeout=5000)
         )
         refused = await admin_requests.delete_topics(codec.response_class(20, 5), delete, ask_of, quota(True))
@@ -573,14 +573,14 @@ async def test_admin_requests_charge_each_topics_partitions_checking_before_reco
         now[0] = 6.0
         await admin_requests.create_topics(
             codec.response_class(19, 6),
-            admin_wire.read_create_topics(_create_topics_request(6, {"grown": 1}), "app"),
+            topic_wire.read_create_topics(_create_topics_request(6, {"grown": 1}), "app"),
             ask_of,
             None,
         )
         permissive = quota(False)
         assert not permissive.exhausted()
         grow_cls = codec.request_class(37, 2)
-        grow = admin_wire.read_create_partitions(
+        grow = topic_wire.read_create_partitions(
             schema.build(
                 grow_cls,
                 topics=(schema.build_nested(grow_cls, "topics", name="grown", count=6, assignments=None),),
@@ -615,7 +615,7 @@ async def test_strict_quota_decides_before_the_controller_and_validates_first(tm
                 return RequestMutations(managers, alice, user="alice", client_id="app", strict=True, clock=lambda: 0.0)
 
             async def one(name: str) -> ErrorCode:
-                ask = admin_wire.read_create_topics(_create_topics_request(6, {name: 1}), "app")
+                ask = topic_wire.read_create_topics(_create_topics_request(6, {name: 1}), "app")
                 response = await admin_requests.create_topics(codec.response_class(19, 6), ask, ask_of, quota())
                 return ErrorCode(int(response.topics[0].error_code))
 
@@ -640,7 +640,7 @@ async def test_strict_quota_decides_before_the_controller_and_validates_first(tm
         spent = RequestMutations(manager, alice, user="alice", client_id="app", strict=True, clock=lambda: 0.0)
         bad = _create_topics_request(6, {"seq0": 1, "zero": 0, "fresh-a": 1, "fresh-b": 2})
         response = await admin_requests.create_topics(
-            codec.response_class(19, 6), admin_wire.read_create_topics(bad, "app"), ask_of, spent
+            codec.response_class(19, 6), topic_wire.read_create_topics(bad, "app"), ask_of, spent
         )
         assert [(t.name, t.error_code) for t in response.topics] == [
             ("seq0", ErrorCode.topic_already_exists),
@@ -650,7 +650,7 @@ async def test_strict_quota_decides_before_the_controller_and_validates_first(tm
         ]
         assert "fresh-a" not in controller.image.topics_by_name
         assert manager.over_quota(alice, QuotaType.CONTROLLER_MUTATION, now=0.0) == pytest.approx(1.0)  # the 6 only
-        gone = admin_wire.read_delete_topics(
+        gone = topic_wire.read_delete_topics(
             schema.build(codec.request_class(20, 5), topic_names=("seq0", "never-was"), timeout=5000)
         )
         deleted = await admin_requests.delete_topics(codec.response_class(20, 5), gone, ask_of, spent)
@@ -697,7 +697,7 @@ async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path:
     try:
         await controller.register_broker(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), None)
         ask_of = admin_requests.always(controller)
-        setup = admin_wire.read_create_topics(_create_topics_request(6, {"twice": 2, "by-id": 2, "once": 1}), "app")
+        setup = topic_wire.read_create_topics(_create_topics_request(6, {"twice": 2, "by-id": 2, "once": 1}), "app")
         await admin_requests.create_topics(codec.response_class(19, 6), setup, ask_of, None)
         quotas = {(("user", "alice"),): {"controller_mutation_rate": 0.5}}
         alice = resolve(quotas, "controller_mutation_rate", "alice", "app")
@@ -713,11 +713,11 @@ async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path:
         )
         create = schema.build(create_cls, topics=(twice, twice), timeout=15_000, validate_only=False)
         created = await admin_requests.create_topics(
-            codec.response_class(19, 6), admin_wire.read_create_topics(create, "app"), ask_of, quota()
+            codec.response_class(19, 6), topic_wire.read_create_topics(create, "app"), ask_of, quota()
         )
         assert [(t.name, t.error_code) for t in created.topics] == [("new", ErrorCode.invalid_request)]
 
-        by_name = admin_wire.read_delete_topics(
+        by_name = topic_wire.read_delete_topics(
             schema.build(codec.request_class(20, 5), topic_names=("twice", "twice"), timeout=5000)
         )
         deleted = await admin_requests.delete_topics(codec.response_class(20, 5), by_name, ask_of, quota())
@@ -726,7 +726,7 @@ async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path:
         ]
         cls = codec.request_class(20, 6)
         topic_id = controller.image.topics_by_name["by-id"].topic_id
-        by_id = admin_wire.read_delete_topics(
+        by_id = topic_wire.read_delete_topics(
             schema.build(
                 cls,
                 topics=(

@@ -23,14 +23,8 @@ from controller.rpc.authorization import (
 )
 from metadata.acl.authorizer import AuthorizerSettings
 from metadata.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
-from metadata.admin.wire import (
-    ConfigAlteration,
-    ConfigAlterations,
-    CreateTopicsAsk,
-    DeleteTopicsAsk,
-    NewPartitions,
-    PartitionsAsk,
-)
+from metadata.admin.config_wire import ConfigAlteration, ConfigAlterations
+from metadata.admin.topic_wire import CreateTopicsAsk, DeleteTopicsAsk, NewPartitions, PartitionsAsk
 from metadata.controller_api import ConfigResource, NewTopic
 from metadata.image import TopicImage
 from metadata.rpc.kafka_apis import (
