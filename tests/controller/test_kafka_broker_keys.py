@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.transactions.coordinator import _transaction_topic_configs
+from broker.transactions.state_topic import _transaction_topic_configs
 from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError
 from metadata.rpc import kafka_apis as m
 from node.process import Node
