@@ -48,30 +48,8 @@ from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.controller_api import ConfigResource
 from metadata.errors import ControllerError, NodeFencedError, NotControllerError
 from metadata.image import MetadataImage
+from metadata.rpc import kafka_apis, stream_rpcs
 from metadata.rpc.error_codes import RpcError, error_code_for
-from metadata.rpc.kafka_apis import (
-    ALLOCATE_PRODUCER_IDS,
-    ALTER_CLIENT_QUOTAS,
-    ALTER_CONFIGS,
-    ALTER_PARTITION_REASSIGNMENTS,
-    ALTER_USER_SCRAM_CREDENTIALS,
-    API_VERSIONS,
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
-    CREATE_ACLS,
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_ACLS,
-    DELETE_TOPICS,
-    DESCRIBE_CLUSTER,
-    DESCRIBE_QUORUM,
-    ELECT_LEADERS,
-    INCREMENTAL_ALTER_CONFIGS,
-    KAFKA_API_VERSIONS,
-    SASL_AUTHENTICATE,
-    SASL_HANDSHAKE,
-    UNREGISTER_BROKER,
-)
 from metadata.rpc.raft_codec import (
     RAFT_API_KEYS,
     RaftCodecError,
@@ -80,37 +58,6 @@ from metadata.rpc.raft_codec import (
     response_to_kio,
 )
 from metadata.rpc.stream_codec import StreamCodecError, api_key_of, decode_stream_request, encode_stream_response
-from metadata.rpc.stream_rpcs import (
-    STREAM_API_VERSION,
-    STREAM_REQUESTS,
-    BrokerLoadReport,
-    CloseStream,
-    CommitStreamObject,
-    CommitStreamSetObject,
-    CompleteWALFailover,
-    CreateStream,
-    DeleteKV,
-    DeleteStream,
-    DescribeBrokerLoad,
-    DescribeMetadata,
-    GetKV,
-    GetObjects,
-    GetOpeningStreams,
-    GetStreamObjects,
-    GetStreams,
-    GetStreamSetObjects,
-    MetadataDump,
-    OpenStream,
-    PrepareObjects,
-    PutKV,
-    RemoveObjects,
-    ReportBrokerLoad,
-    StreamRequest,
-    StreamResponse,
-    SweepObjects,
-    TrimStream,
-    is_stream_api,
-)
 from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -145,27 +92,33 @@ logger = logging.getLogger(__name__)
 
 _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 #: What any connection may send before its principal is checked: the version table and the SASL exchange.
-_BEFORE_PRINCIPAL = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+_BEFORE_PRINCIPAL = frozenset({kafka_apis.API_VERSIONS, kafka_apis.SASL_HANDSHAKE, kafka_apis.SASL_AUTHENTICATE})
 
 #: The admin APIs brokers forward (:meth:`ControllerDispatcher._admin`), answered item by item.
 _ADMIN_APIS = frozenset(
     {
-        CREATE_TOPICS,
-        DELETE_TOPICS,
-        CREATE_PARTITIONS,
-        ALTER_CONFIGS,
-        INCREMENTAL_ALTER_CONFIGS,
-        ELECT_LEADERS,
-        ALTER_PARTITION_REASSIGNMENTS,
-        ALTER_USER_SCRAM_CREDENTIALS,
-        CREATE_ACLS,
-        DELETE_ACLS,
-        ALTER_CLIENT_QUOTAS,
+        kafka_apis.CREATE_TOPICS,
+        kafka_apis.DELETE_TOPICS,
+        kafka_apis.CREATE_PARTITIONS,
+        kafka_apis.ALTER_CONFIGS,
+        kafka_apis.INCREMENTAL_ALTER_CONFIGS,
+        kafka_apis.ELECT_LEADERS,
+        kafka_apis.ALTER_PARTITION_REASSIGNMENTS,
+        kafka_apis.ALTER_USER_SCRAM_CREDENTIALS,
+        kafka_apis.CREATE_ACLS,
+        kafka_apis.DELETE_ACLS,
+        kafka_apis.ALTER_CLIENT_QUOTAS,
     }
 )
 
 #: The Kafka APIs a read-only dispatcher serves (they read the quorum, never write; SASL authenticates first).
-_READ_ONLY_KAFKA_APIS = (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE, DESCRIBE_QUORUM, DESCRIBE_CLUSTER)
+_READ_ONLY_KAFKA_APIS = (
+    kafka_apis.API_VERSIONS,
+    kafka_apis.SASL_HANDSHAKE,
+    kafka_apis.SASL_AUTHENTICATE,
+    kafka_apis.DESCRIBE_QUORUM,
+    kafka_apis.DESCRIBE_CLUSTER,
+)
 
 
 class RaftMember(Protocol):
@@ -222,7 +175,7 @@ class ServedQuorum(Protocol):
 
     def check_node(self, node: NodeIdentity, what: str) -> None: ...
 
-    def dump(self) -> MetadataDump: ...
+    def dump(self) -> stream_rpcs.MetadataDump: ...
 
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int: ...
 
@@ -263,7 +216,9 @@ class ControllerDispatcher:
         self.sasl = sasl
         self.authorizer = authorizer
         self._versions: Mapping[int, tuple[int, int]] = (
-            {key: KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS} if read_only else KAFKA_API_VERSIONS
+            {key: kafka_apis.KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS}
+            if read_only
+            else kafka_apis.KAFKA_API_VERSIONS
         )
         self.metrics = metrics or ServerMetrics()
         timeout_ms = int(quorum.config.value("controller.quorum.request.timeout.ms"))
@@ -274,7 +229,7 @@ class ControllerDispatcher:
             api_key = api_key_of(frame)
         except StreamCodecError as exc:
             raise ControllerProtocolError(f"{exc} from {peer}") from None
-        if is_stream_api(api_key):
+        if stream_rpcs.is_stream_api(api_key):
             if self.sasl is not None:
                 self.sasl.check(peer, api_key, f"stream RPC {api_key}")
             return await self._stream(frame, peer)
@@ -284,11 +239,11 @@ class ControllerDispatcher:
             self.sasl.check(peer, api_key, what)
         versions = self._kafka_api_versions().get(api_key)
         if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
-            if api_key == API_VERSIONS:
+            if api_key == kafka_apis.API_VERSIONS:
                 response = schema.build(
-                    codec.response_class(API_VERSIONS, 0),
+                    codec.response_class(kafka_apis.API_VERSIONS, 0),
                     error_code=ErrorCode.unsupported_version,
-                    api_keys=self._api_keys(codec.response_class(API_VERSIONS, 0)),
+                    api_keys=self._api_keys(codec.response_class(kafka_apis.API_VERSIONS, 0)),
                 )
                 return codec.encode_response(prefix.correlation_id, response)
             raise ControllerProtocolError(
@@ -301,23 +256,23 @@ class ControllerDispatcher:
             response = _refused(response_cls, refusal, peer)
         elif api_key in RAFT_API_KEYS:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
-        elif api_key == API_VERSIONS:
+        elif api_key == kafka_apis.API_VERSIONS:
             response = schema.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
-        elif api_key == SASL_HANDSHAKE:
+        elif api_key == kafka_apis.SASL_HANDSHAKE:
             response = sasl.handshake(self.sasl, peer, response_cls, request.body, prefix.api_version)
-        elif api_key == SASL_AUTHENTICATE:
+        elif api_key == kafka_apis.SASL_AUTHENTICATE:
             response = sasl.authenticate(self.sasl, peer, response_cls, request.body)
-        elif api_key == DESCRIBE_QUORUM:
+        elif api_key == kafka_apis.DESCRIBE_QUORUM:
             response = self._describe_quorum(response_cls)
-        elif api_key == BROKER_REGISTRATION:
+        elif api_key == kafka_apis.BROKER_REGISTRATION:
             response = await self._register(response_cls, request.body)
-        elif api_key == BROKER_HEARTBEAT:
+        elif api_key == kafka_apis.BROKER_HEARTBEAT:
             response = await self._heartbeat(response_cls, request.body)
-        elif api_key == UNREGISTER_BROKER:
+        elif api_key == kafka_apis.UNREGISTER_BROKER:
             response = await self._unregister(response_cls, request.body)
-        elif api_key == DESCRIBE_CLUSTER:
+        elif api_key == kafka_apis.DESCRIBE_CLUSTER:
             response = self._describe_cluster(response_cls, request.body)
-        elif api_key == ALLOCATE_PRODUCER_IDS:
+        elif api_key == kafka_apis.ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
         else:
             check: item_authorization.Allowed | None = None
@@ -381,8 +336,8 @@ class ControllerDispatcher:
 
     def _api_keys(self, response_cls: type[Any]) -> tuple[Any, ...]:
         keys = [(key, low, high) for key, (low, high) in sorted(self._kafka_api_versions().items())]
-        keys.extend((key, STREAM_API_VERSION, STREAM_API_VERSION) for key, request in
-                    sorted(STREAM_REQUESTS.items()) if self._serves(request))
+        keys.extend((key, stream_rpcs.STREAM_API_VERSION, stream_rpcs.STREAM_API_VERSION) for key, request in
+                    sorted(stream_rpcs.STREAM_REQUESTS.items()) if self._serves(request))
         return tuple(
             schema.build_nested(response_cls, "api_keys", api_key=key, min_version=low, max_version=high)
             for key, low, high in keys
@@ -467,23 +422,23 @@ class ControllerDispatcher:
         active: admin_requests.ControllerFor = self.quorum.active_controller
         if refusal is not None:
             active = _refuse_with(refusal)
-        if api_key == CREATE_TOPICS:
+        if api_key == kafka_apis.CREATE_TOPICS:
             topics = topic_wire.read_create_topics(body, request.client_id)
             if check is not None:
                 topics = item_authorization.create_topics(topics, check)
             return await admin_requests.create_topics(response_cls, topics, active)
-        if api_key == DELETE_TOPICS:
+        if api_key == kafka_apis.DELETE_TOPICS:
             deletions = topic_wire.read_delete_topics(body)
             if check is not None:
                 deletions = item_authorization.delete_topics(deletions, check, self.quorum.image.topics_by_id)
             return await admin_requests.delete_topics(response_cls, deletions, active)
-        if api_key == CREATE_PARTITIONS:
+        if api_key == kafka_apis.CREATE_PARTITIONS:
             partitions = topic_wire.read_create_partitions(body)
             if check is not None:
                 partitions = item_authorization.create_partitions(partitions, check)
             return await admin_requests.create_partitions(response_cls, partitions, active)
-        if api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS):
-            ask = (config_wire.read_alter_configs(body) if api_key == ALTER_CONFIGS
+        if api_key in (kafka_apis.ALTER_CONFIGS, kafka_apis.INCREMENTAL_ALTER_CONFIGS):
+            ask = (config_wire.read_alter_configs(body) if api_key == kafka_apis.ALTER_CONFIGS
                    else config_wire.read_incremental_alter_configs(body))
             if check is not None:
                 ask = item_authorization.alter_configs(ask, check)
@@ -493,18 +448,18 @@ class ControllerDispatcher:
                      if item.resource.type == ConfigResource.BROKER and item.resource.name.isdigit()}
             broker_id = int(named.pop()) if len(named) == 1 else self.quorum.node_id
             return await admin_requests.alter_configs(response_cls, ask, active, broker_id=broker_id)
-        if api_key == ELECT_LEADERS:
+        if api_key == kafka_apis.ELECT_LEADERS:
             return await admin_requests.elect_leaders(response_cls, topic_wire.read_elect_leaders(body), active)
-        if api_key == ALTER_PARTITION_REASSIGNMENTS:
+        if api_key == kafka_apis.ALTER_PARTITION_REASSIGNMENTS:
             asked = topic_wire.read_alter_partition_reassignments(body)
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
-        if api_key == ALTER_USER_SCRAM_CREDENTIALS:
+        if api_key == kafka_apis.ALTER_USER_SCRAM_CREDENTIALS:
             return await admin_requests.alter_user_scram_credentials(response_cls, body, active)
-        if api_key == CREATE_ACLS:
+        if api_key == kafka_apis.CREATE_ACLS:
             return await admin_requests.create_acls(response_cls, body, active)
-        if api_key == DELETE_ACLS:
+        if api_key == kafka_apis.DELETE_ACLS:
             return await admin_requests.delete_acls(response_cls, body, active)
-        if api_key == ALTER_CLIENT_QUOTAS:
+        if api_key == kafka_apis.ALTER_CLIENT_QUOTAS:
             return await admin_requests.alter_client_quotas(response_cls, body, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
@@ -521,29 +476,29 @@ class ControllerDispatcher:
         leader = self.quorum.leader_id
         try:
             result = await self._serve_stream(request)
-            response = StreamResponse(RpcError.NONE, None, leader if leader is not None else -1, result)
+            response = stream_rpcs.StreamResponse(RpcError.NONE, None, leader if leader is not None else -1, result)
         except StorageError as exc:
             code = error_code_for(exc)
             if isinstance(exc, NotControllerError):
                 leader = exc.leader_id
-            response = StreamResponse(code, str(exc), leader if leader is not None else -1)
+            response = stream_rpcs.StreamResponse(code, str(exc), leader if leader is not None else -1)
         except (ValueError, TypeError) as exc:
-            response = StreamResponse(RpcError.INVALID_REQUEST, f"{type(request).__name__}: {exc}",
+            response = stream_rpcs.StreamResponse(RpcError.INVALID_REQUEST, f"{type(request).__name__}: {exc}",
                                         leader if leader is not None else -1)
         return encode_stream_response(correlation_id, response)
 
-    def _serves(self, request: type[StreamRequest]) -> bool:
+    def _serves(self, request: type[stream_rpcs.StreamRequest]) -> bool:
         """Whether this listener answers a stream RPC: read-only, only those that change nothing, and not the dump
         of the whole metadata (SCRAM credentials and ACLs among it, which its broker shows only to whom it
         authorizes)."""
-        return not self.read_only or not (request.MUTATES or request is DescribeMetadata)
+        return not self.read_only or not (request.MUTATES or request is stream_rpcs.DescribeMetadata)
 
-    async def _serve_stream(self, request: StreamRequest) -> Any:
+    async def _serve_stream(self, request: stream_rpcs.StreamRequest) -> Any:
         what = type(request).__name__
         if not self._serves(type(request)):
             raise ValueError(f"the CONTROLLER listener of an embedded controller (node {self.quorum.node_id}) serves "
                              "only reads of the stream metadata; its writes go through its broker")
-        if isinstance(request, DescribeMetadata):
+        if isinstance(request, stream_rpcs.DescribeMetadata):
             return self.quorum.dump()
         controller = self.quorum.active_controller(f"serve {what}")
         if request.MUTATES:
@@ -551,54 +506,54 @@ class ControllerDispatcher:
         streams: StreamMetadata = controller.stream_metadata
         node = request.node
         match request:
-            case CreateStream():
+            case stream_rpcs.CreateStream():
                 return await streams.create_stream(node, request.tags)
-            case OpenStream():
+            case stream_rpcs.OpenStream():
                 return await streams.open_stream(node, request.stream_id, request.epoch)
-            case CloseStream():
+            case stream_rpcs.CloseStream():
                 return await streams.close_stream(node, request.stream_id, request.epoch)
-            case TrimStream():
+            case stream_rpcs.TrimStream():
                 return await streams.trim_stream(node, request.stream_id, request.epoch, request.new_start_offset)
-            case DeleteStream():
+            case stream_rpcs.DeleteStream():
                 return await streams.delete_stream(node, request.stream_id, request.epoch)
-            case GetStreams():
+            case stream_rpcs.GetStreams():
                 return await streams.get_streams(request.stream_ids)
-            case GetOpeningStreams():
+            case stream_rpcs.GetOpeningStreams():
                 return await streams.get_opening_streams(node)
-            case PrepareObjects():
+            case stream_rpcs.PrepareObjects():
                 return await streams.prepare_objects(node, request.count, request.ttl_ms)
-            case CommitStreamSetObject():
+            case stream_rpcs.CommitStreamSetObject():
                 if request.request is None or request.request.node != node:
                     raise ValueError("the commit must be present and name the calling node")
                 return await streams.commit_stream_set_object(request.request)
-            case CommitStreamObject():
+            case stream_rpcs.CommitStreamObject():
                 if request.request is None or request.request.node != node:
                     raise ValueError("the commit must be present and name the calling node")
                 return await streams.commit_stream_object(request.request)
-            case GetObjects():
+            case stream_rpcs.GetObjects():
                 return await streams.get_objects(request.stream_id, request.start_offset, request.end_offset,
                                                  request.limit)
-            case GetStreamSetObjects():
+            case stream_rpcs.GetStreamSetObjects():
                 return await streams.get_stream_set_objects(request.node_id)
-            case GetStreamObjects():
+            case stream_rpcs.GetStreamObjects():
                 return await streams.get_stream_objects(request.stream_id)
-            case SweepObjects():
+            case stream_rpcs.SweepObjects():
                 return await streams.sweep_objects(request.now_ms)
-            case RemoveObjects():
+            case stream_rpcs.RemoveObjects():
                 return await streams.remove_objects(request.object_ids)
-            case GetKV():
+            case stream_rpcs.GetKV():
                 return await streams.get_kv(request.key)
-            case PutKV():
+            case stream_rpcs.PutKV():
                 return await streams.put_kv(request.key, request.value)
-            case DeleteKV():
+            case stream_rpcs.DeleteKV():
                 return await streams.delete_kv(request.key)
-            case CompleteWALFailover():
+            case stream_rpcs.CompleteWALFailover():
                 return await controller.complete_wal_failover(node, request.failed_node_id,
                                                               request.failed_node_epoch)
-            case ReportBrokerLoad():
+            case stream_rpcs.ReportBrokerLoad():
                 return self.quorum.record_load(node, request.partitions, request.interval_ms)
-            case DescribeBrokerLoad():
-                return tuple(BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
+            case stream_rpcs.DescribeBrokerLoad():
+                return tuple(stream_rpcs.BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
                              for load in self.quorum.broker_loads())
         raise ValueError(f"no handler for {what}")
 
