@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SYSTEM_STAMP := .cache/system-deps.installed
 RDK_RUNNER := .cache/librdkafka/src/tests/test-runner
-SOURCES := node broker spark_connector controller metadata settings raft wire storage tests bench
+SOURCES := node broker spark_connector controller metadata settings raft wire storage tests bench scripts
 
 .PHONY: install run test lint unit bench clean
 
@@ -29,11 +29,14 @@ $(RDK_RUNNER): scripts/build-librdkafka-tests.sh $(SYSTEM_STAMP)
 run: $(STAMP)
 	$(BIN)/fjord server start --config config/server.properties
 
-# ruff, mypy strict, and the package layers of DESIGN.md section 2 (import-linter contracts in pyproject.toml).
+# ruff, mypy strict, the package layers of DESIGN.md section 2 (import-linter contracts in pyproject.toml), and
+# the module size limit ([tool.fjord.module-size] in pyproject.toml: past it a module usually holds two ideas).
 lint: install
 	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/mypy
+	$(BIN)/mypy --strict scripts/check_module_size.py
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_module_size.py
 
 unit: install
 	$(BIN)/pytest -q tests

@@ -37,14 +37,23 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "controller")]
 
 from test_quorum_support import ControllerClient, QuorumCluster  # noqa: E402
 
-from metadata.rpc import messages as m  # noqa: E402
+from metadata.rpc.error_codes import RpcError  # noqa: E402
+from metadata.rpc.stream_rpcs import (  # noqa: E402
+    CloseStream,
+    CommitStreamSetObject,
+    CreateStream,
+    OpenStream,
+    PrepareObjects,
+    PutKV,
+    StreamResponse,
+)
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange  # noqa: E402
 
 NODE = NodeIdentity(1000, 1)
 
 
-def _ok(response: m.StreamResponse) -> object:
-    if response.error_code != m.RpcError.NONE:
+def _ok(response: StreamResponse) -> object:
+    if response.error_code != RpcError.NONE:
         raise RuntimeError(f"controller error {response.error_code}: {response.error_message}")
     return response.result
 
@@ -70,15 +79,15 @@ async def _open_close(client: ControllerClient, seconds: float, concurrency: int
     """Each worker opens and closes a stream of its own (one committed write each)."""
     streams: list[int] = []
     for _ in range(concurrency):
-        stream_id = _ok(await client.stream(m.CreateStream(NODE)))
+        stream_id = _ok(await client.stream(CreateStream(NODE)))
         assert isinstance(stream_id, int)
         streams.append(stream_id)
     epochs = [0] * concurrency
 
     async def open_close(index: int) -> int:
         stream_id, epoch = streams[index], epochs[index]
-        _ok(await client.stream(m.OpenStream(NODE, stream_id, epoch)))
-        _ok(await client.stream(m.CloseStream(NODE, stream_id, epoch)))
+        _ok(await client.stream(OpenStream(NODE, stream_id, epoch)))
+        _ok(await client.stream(CloseStream(NODE, stream_id, epoch)))
         epochs[index] = epoch + 1
         return 2
 
@@ -89,19 +98,19 @@ async def _object_commits(client: ControllerClient, seconds: float, concurrency:
     """Each worker prepares an object and commits it continuing a stream of its own."""
     streams: list[int] = []
     for _ in range(concurrency):
-        stream_id = _ok(await client.stream(m.CreateStream(NODE)))
+        stream_id = _ok(await client.stream(CreateStream(NODE)))
         assert isinstance(stream_id, int)
-        _ok(await client.stream(m.OpenStream(NODE, stream_id, 0)))
+        _ok(await client.stream(OpenStream(NODE, stream_id, 0)))
         streams.append(stream_id)
     offsets = [0] * concurrency
 
     async def commit(index: int) -> int:
-        object_id = _ok(await client.stream(m.PrepareObjects(NODE, 1, 60_000)))
+        object_id = _ok(await client.stream(PrepareObjects(NODE, 1, 60_000)))
         assert isinstance(object_id, int)
         offset = offsets[index]
         ranges = (ObjectStreamRange(streams[index], offset, offset + 100, 0),)
         request = CommitStreamSetObjectRequest(NODE, object_id, 4096, ranges)
-        _ok(await client.stream(m.CommitStreamSetObject(NODE, request)))
+        _ok(await client.stream(CommitStreamSetObject(NODE, request)))
         offsets[index] = offset + 100
         return 1
 
@@ -110,7 +119,7 @@ async def _object_commits(client: ControllerClient, seconds: float, concurrency:
 
 async def _kv_puts(client: ControllerClient, seconds: float, concurrency: int) -> float:
     async def put(index: int) -> int:
-        _ok(await client.stream(m.PutKV(NODE, f"bench/{index}", b"x" * 16)))
+        _ok(await client.stream(PutKV(NODE, f"bench/{index}", b"x" * 16)))
         return 1
 
     return await _concurrently(concurrency, seconds, put)

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import API_VERSIONS_KEY, SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.client import ScramClient
@@ -81,9 +81,9 @@ class ScramStorm:
         )
         try:
             conn = _Connection(reader, writer)
-            await conn.request(codec.build(codec.request_class(API_VERSIONS_KEY, 3), client_software_name="bench",
+            await conn.request(schema.build(codec.request_class(API_VERSIONS_KEY, 3), client_software_name="bench",
                                            client_software_version="1"))
-            shake = await conn.request(codec.build(codec.request_class(SASL_HANDSHAKE_KEY, 1),
+            shake = await conn.request(schema.build(codec.request_class(SASL_HANDSHAKE_KEY, 1),
                                                    mechanism=self.mechanism.name))
             if shake.error_code:
                 raise AuthenticationFailed(f"SaslHandshake answered error {shake.error_code}")
@@ -100,7 +100,7 @@ class ScramStorm:
 
     @staticmethod
     async def _step(conn: _Connection, token: bytes) -> bytes:
-        answer = await conn.request(codec.build(codec.request_class(SASL_AUTHENTICATE_KEY, 2), auth_bytes=token))
+        answer = await conn.request(schema.build(codec.request_class(SASL_AUTHENTICATE_KEY, 2), auth_bytes=token))
         if answer.error_code:
             raise AuthenticationFailed(f"SaslAuthenticate answered error {answer.error_code}: {answer.error_message}")
         return bytes(answer.auth_bytes)

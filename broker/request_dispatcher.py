@@ -38,7 +38,7 @@ from metadata.client_quotas import QuotaEntity
 from metadata.errors import error_code_for, error_message_for
 from storage.objectstore.base import StoreStats
 from storage.objectstore.metrics import StoreStatsCollector
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import API_VERSIONS_KEY, VersionRange, advertised, api_name
 from wire.certificate_auth import connection_principal
 from wire.codec import ProtocolError
@@ -221,13 +221,13 @@ class RequestDispatcher:
         # One line an operator can grep, naming the API; the traceback is for whoever debugs the handler.
         failure = f"{api_name(ctx.api_key)} handler failed for {ctx.describe()}: {type(exc).__name__}: {exc}"
         logger.debug("%s", failure, exc_info=exc)
-        if not codec.has_field(cls, "error_code"):
+        if not schema.has_field(cls, "error_code"):
             logger.error("%s; closing the connection", failure)
             raise ConnectionClosing(f"handler for {api_name(ctx.api_key)} failed: {exc}") from exc
         logger.error("%s; answering %s", failure, code.name)
         fields: dict[str, object] = {"error_code": code}
-        if codec.has_field(cls, "error_message"):
+        if schema.has_field(cls, "error_message"):
             fields["error_message"] = error_message_for(exc)
-        return codec.build(cls, **fields)
+        return schema.build(cls, **fields)
 
 

@@ -66,8 +66,8 @@ from metadata.producer_ids import (
 )
 from metadata.records import NO_LEADER, MetadataRecord
 from metadata.wal_failover import wal_location_key
+from settings.config_resources import RESOURCE_TOPIC
 from settings.endpoint import Endpoint
-from settings.keys import RESOURCE_TOPIC
 from settings.meta_properties import ensure_meta_properties
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity, StreamState

@@ -26,9 +26,10 @@ from controller.controller import Controller
 from controller.quorum import controller_listener
 from controller.rpc.server import ControllerServer
 from metadata.broker_load import BrokerLoad, PartitionLoad
+from metadata.errors import NotControllerError
 from metadata.image import MetadataImage
-from metadata.rpc.messages import MetadataDump, NotControllerError
 from metadata.rpc.raft_codec import sole_voter_description
+from metadata.rpc.stream_rpcs import MetadataDump
 from raft.messages import DescribeQuorumResponse, RaftRequest, RaftResponse
 from settings.endpoint import Endpoint
 from settings.server import Listener, ServerConfig

@@ -17,9 +17,10 @@ from controller.controller import Controller
 from controller.quorum import RAFT_DIR_NAME, QuorumController
 from controller.rpc.transport import NetworkTransport
 from metadata.controller_api import ImageListener
+from metadata.errors import NotControllerError
 from metadata.image import MetadataImage
+from metadata.log import decode_metadata_records, encode_metadata_records
 from metadata.records import MetadataRecord
-from metadata.rpc.messages import NotControllerError, decode_metadata_records, encode_metadata_records
 from raft.core import RaftConfig
 from raft.driver import RaftDriver
 from raft.log import LogEntry, SnapshotId

@@ -12,7 +12,7 @@ commit them), are applied by the callback like on a follower.
 
 A new leader becomes active only once its own first entry (the leader-change entry) is committed: everything
 before it is then committed and applied, so validation sees the whole history. A deposed leader refuses writes at
-once (:class:`~metadata.rpc.messages.NotControllerError`); writes it had in flight fail the same way when the
+once (:class:`~metadata.errors.NotControllerError`); writes it had in flight fail the same way when the
 driver reports the role change, so the client retries on the new leader.
 
 Snapshots: when the entries applied since the last snapshot exceed
@@ -44,15 +44,11 @@ from controller.controller import Controller
 from controller.rpc.server import ControllerServer
 from controller.rpc.transport import NetworkTransport
 from metadata.broker_load import BrokerLoad, PartitionLoad
+from metadata.errors import NodeFencedError, NotControllerError
 from metadata.image import MetadataImage
+from metadata.log import decode_metadata_records, encode_metadata_records
 from metadata.records import MetadataRecord
-from metadata.rpc.messages import (
-    MetadataDump,
-    NodeFencedError,
-    NotControllerError,
-    decode_metadata_records,
-    encode_metadata_records,
-)
+from metadata.rpc.stream_rpcs import MetadataDump
 from metadata.wal_failover import zombie_failover
 from raft.core import RaftConfig
 from raft.driver import NotLeaderError, RaftDriver

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from controller.quorum import RAFT_DIR_NAME
 from metadata.broker_load import BrokerLoad
-from metadata.log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, iter_batches, read_metadata
+from metadata.log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, decode_metadata_records, iter_batches, read_metadata
 from metadata.records import MetadataRecord
 from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters, unanswered
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.rpc.error_codes import RpcError
+from metadata.rpc.stream_rpcs import DescribeBrokerLoad, DescribeMetadata, MetadataDump
 from raft.log import EntryKind
 from raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError
 from storage.metadata.api import NodeIdentity
@@ -84,17 +85,17 @@ async def from_controllers(
         connection = ControllerConnection(host, port, client_id=_CLIENT_ID, ssl_context=tls, sasl=sasl)
         try:
             connection = await _connect(connection, timeout, sasl_optional)
-            response = await connection.stream_request(m.DescribeMetadata(NodeIdentity(-1, -1)), timeout=timeout)
+            response = await connection.stream_request(DescribeMetadata(NodeIdentity(-1, -1)), timeout=timeout)
         except (OSError, TimeoutError, ConnectionClosedError) as exc:
             problems.append(unanswered(host, port, exc, tls))
             continue
         finally:
             await connection.close()
-        if response.error_code != m.RpcError.NONE or not isinstance(response.result, m.MetadataDump):
+        if response.error_code != RpcError.NONE or not isinstance(response.result, MetadataDump):
             problems.append(f"{host}:{port}: error {response.error_code} {response.error_message or ''}".rstrip())
             continue
         dump = response.result
-        records = m.decode_metadata_records(dump.records, f"DescribeMetadata from {host}:{port}")
+        records = decode_metadata_records(dump.records, f"DescribeMetadata from {host}:{port}")
         leader = f"leader {dump.leader_id}" if dump.leader_id >= 0 else "no leader known"
         return LoadedMetadata(
             records, f"controller {dump.node_id} at {host}:{port} (epoch {dump.epoch}, {leader}, offset {dump.offset})",
@@ -144,12 +145,12 @@ async def _broker_loads(
         connection = ControllerConnection(host, port, client_id=_CLIENT_ID, ssl_context=tls, sasl=sasl)
         try:
             connection = await _connect(connection, timeout, sasl_optional)
-            response = await connection.stream_request(m.DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=timeout)
+            response = await connection.stream_request(DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=timeout)
         except (OSError, TimeoutError, ConnectionClosedError):
             continue
         finally:
             await connection.close()
-        if response.error_code == m.RpcError.NONE and isinstance(response.result, tuple):
+        if response.error_code == RpcError.NONE and isinstance(response.result, tuple):
             return {
                 report.node_id: BrokerLoad(report.node_id, report.age_s,
                                            {(p.topic, p.partition): p for p in report.partitions})
@@ -187,7 +188,7 @@ def from_snapshot(path: Path) -> LoadedMetadata:
             data = _recover(Path(scratch), str(path))[0]
         if not data:
             raise MetadataSourceError(f"{path}: not a readable Raft snapshot (bad header or CRC)")
-        return LoadedMetadata(m.decode_metadata_records(data, str(path)), f"Raft snapshot {path}")
+        return LoadedMetadata(decode_metadata_records(data, str(path)), f"Raft snapshot {path}")
     raw = path.read_bytes()
     records: list[MetadataRecord] = []
     consumed = 0
@@ -230,9 +231,9 @@ def _raft_directory(directory: Path) -> LoadedMetadata:
         copy = Path(scratch) / "raft"
         shutil.copytree(directory, copy)
         snapshot, entries, end = _recover(copy, str(directory))
-    records = m.decode_metadata_records(snapshot, f"{directory} snapshot") if snapshot else []
+    records = decode_metadata_records(snapshot, f"{directory} snapshot") if snapshot else []
     for offset, data in entries:
-        records.extend(m.decode_metadata_records(data, f"{directory} entry {offset}"))
+        records.extend(decode_metadata_records(data, f"{directory} entry {offset}"))
     return LoadedMetadata(records, f"Raft log {directory} (to offset {end - 1})")
 
 

@@ -20,8 +20,9 @@ from metadata.controller_api import CreateTopicResult, DeleteTopicResult, NewTop
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
 from metadata.records import NO_LEADER, ConfigRecord, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
+from settings.config_resources import RESOURCE_TOPIC
 from settings.describe import describe_topic_configs
-from settings.keys import RESOURCE_TOPIC, ConfigValueError, validate_topic_config
+from settings.keys import ConfigValueError, validate_topic_config
 from settings.server import ServerConfig
 
 MAX_TOPIC_NAME_LENGTH = 249

@@ -20,9 +20,9 @@ from kio.schema.errors import ErrorCode
 from metadata.acl.binding import AclBinding, AclBindingFilter
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult
 from metadata.image import MetadataImage
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.describe import ConfigEntry
 from settings.endpoint import Endpoint
-from settings.keys import RESOURCE_BROKER, RESOURCE_TOPIC
 from storage.metadata.api import NodeIdentity, StreamMetadata
 
 if TYPE_CHECKING:

@@ -39,8 +39,8 @@ from metadata.records import (
     WALFailoverDoneRecord,
     WALFailoverRecord,
 )
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
-from settings.keys import RESOURCE_BROKER, RESOURCE_TOPIC
 from wire.sasl.scram import ScramCredential
 
 __all__ = [

@@ -13,6 +13,9 @@ Recovery loads the newest snapshot, then replays log batches after its offset; a
 mid-append) ends the replay at the last complete batch and is cut off so new appends follow good data. Batches at or
 below the snapshot's offset are skipped, which covers a crash between writing a snapshot and truncating the log.
 
+The same frames carry metadata records wherever they travel as bytes (a Raft entry, a snapshot chunk, a voter's
+MetadataDump): :func:`encode_metadata_records` and :func:`decode_metadata_records`, so there is one record framing.
+
 The Raft quorum will replace this class behind :class:`RecordLog`; the controller only appends and snapshots.
 """
 
@@ -123,6 +126,27 @@ def iter_batches(data: bytes, source: str) -> Iterator[tuple[int, Batch]]:
             raise MetadataLogError(f"{source}: batch at offset {base_offset} cannot be decoded: {exc}") from None
         position = start + length
         yield position, Batch(base_offset, tuple(records))
+
+
+def encode_metadata_records(records: Sequence[MetadataRecord]) -> bytes:
+    """Metadata records as ``metadata.log`` batch frames (CRC'd), in chunks; one Raft entry, a snapshot or a
+    MetadataDump all carry records this way."""
+    return b"".join(
+        encode_batch(start, records[start : start + SNAPSHOT_CHUNK]) for start in range(0, len(records), SNAPSHOT_CHUNK)
+    )
+
+
+def decode_metadata_records(data: bytes, source: str) -> list[MetadataRecord]:
+    """Inverse of :func:`encode_metadata_records`; ``source`` names the data in errors (MetadataLogError)."""
+    records: list[MetadataRecord] = []
+    intact = 0
+    for position, batch in iter_batches(data, source):
+        records.extend(batch.records)
+        intact = position
+    if intact != len(data):
+        raise MetadataLogError(f"{source}: {len(data) - intact} bytes after the last intact batch")
+    return records
+
 
 
 def list_snapshots(directory: Path) -> list[tuple[int, Path]]:

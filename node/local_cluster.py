@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
-from wire import codec
+from metadata.rpc.kafka_apis import DESCRIBE_QUORUM, METADATA_TOPIC
+from wire import codec, schema
 
 __all__ = [
     "CONFIG_DIR",
@@ -364,7 +364,7 @@ async def _request(host: str, port: int, api_key: int, version: int, timeout: fl
     connection = ControllerConnection(host, port, client_id="fjord-cluster")
     try:
         await connection.connect(timeout=timeout)
-        entity = codec.build(codec.request_class(api_key, version), **fields)
+        entity = schema.build(codec.request_class(api_key, version), **fields)
         return await connection.request(entity, timeout=timeout)
     finally:
         await connection.close()
@@ -372,14 +372,14 @@ async def _request(host: str, port: int, api_key: int, version: int, timeout: fl
 
 async def quorum_leader(controllers: Sequence[NodeSpec], timeout: float = 2.0) -> int | None:
     """The Raft leader's id as the voters report it (DescribeQuorum), None when no voter names one."""
-    cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
-    topic = codec.build_nested(
-        cls, "topics", topic_name=m.METADATA_TOPIC,
-        partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=0),),
+    cls = codec.request_class(DESCRIBE_QUORUM, 2)
+    topic = schema.build_nested(
+        cls, "topics", topic_name=METADATA_TOPIC,
+        partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions", partition_index=0),),
     )
     for spec in controllers:
         try:
-            response = await _request("127.0.0.1", spec.quorum_port, m.DESCRIBE_QUORUM, 2, timeout,
+            response = await _request("127.0.0.1", spec.quorum_port, DESCRIBE_QUORUM, 2, timeout,
                                       topics=(topic,))
         except (OSError, TimeoutError, ConnectionClosedError):
             continue

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.kafka_broker_keys import NO_EFFECT_KEYS, NODE_ID_SYNONYM
 from storage.config import ConfigError
 from wire.connection_limits import parse_ip_overrides
@@ -562,11 +563,6 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _topic("unclean.leader.election.enable", _B.BOOLEAN, False, None, "unclean.leader.election.enable"),
     )
 }
-
-
-# Resource types of configs (DescribeConfigs, AlterConfigs, ConfigRecord), with Kafka's numbering (ConfigResource.Type).
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 
 
 def topic_config_def(name: str) -> TopicConfigDef | None:

@@ -1,1 +1,2 @@
-"""Kafka bytes and nothing else: the codec, API versions, record batches, compression and the listener."""
+"""Kafka bytes and nothing else: the codec (frames <-> kio entities), the schema helpers that build entities, API
+versions, record batches, compression and the listener."""

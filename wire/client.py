@@ -34,7 +34,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.client import SaslCredentials
@@ -72,7 +72,7 @@ async def sasl_exchange(send: Callable[[Any], Awaitable[Any]], credentials: Sasl
     :class:`SaslAuthenticationFailed` naming ``where``, the mechanism and the user (never a secret)."""
     where = f"{where} ({credentials.mechanism}, user {credentials.user})"
     shake = await send(
-        codec.build(codec.request_class(SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION), mechanism=credentials.mechanism)
+        schema.build(codec.request_class(SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION), mechanism=credentials.mechanism)
     )
     if int(shake.error_code) == ErrorCode.illegal_sasl_state.value:
         raise SaslNotEnabled(f"{where}: the listener does not speak SASL (SaslHandshake answered ILLEGAL_SASL_STATE)")
@@ -89,7 +89,7 @@ async def sasl_exchange(send: Callable[[Any], Awaitable[Any]], credentials: Sasl
             if token is None:
                 break
             answer = await send(
-                codec.build(codec.request_class(SASL_AUTHENTICATE_KEY, SASL_AUTHENTICATE_VERSION), auth_bytes=token)
+                schema.build(codec.request_class(SASL_AUTHENTICATE_KEY, SASL_AUTHENTICATE_VERSION), auth_bytes=token)
             )
             if answer.error_code:
                 raise SaslAuthenticationFailed(

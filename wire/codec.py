@@ -1,4 +1,5 @@
-"""Request decoding, response encoding and default-building of kio entities.
+"""Kafka frames <-> kio entities: request decoding (with a length check before kio's native reader sees the
+bytes), response encoding, and the request side for tests and tools. Building the entities is ``wire.schema``'s.
 
 Everything here is pure (no I/O) so the server, the handlers and the tests share one codec. kio's schema lookup
 goes through ``pkgutil.resolve_name`` and is slow, so every class and reader is cached per (api key, version).
@@ -9,7 +10,6 @@ kio's native readers only accept read-only buffers and raise ``KeyError`` on unk
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 import io
 import struct
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import IO, Any, Final
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import (
     EntityField,
@@ -28,12 +27,11 @@ from kio.serial._introspect import (
     classify_field,
     is_optional,
 )
-from kio.static.constants import uuid_zero
-from kio.static.primitive import i32Timedelta, i64Timedelta
+
+from wire.schema import entity_fields
 
 _PREFIX = struct.Struct(">hhi")
 _LENGTH = struct.Struct(">i")
-_ONE_MS: Final = datetime.timedelta(milliseconds=1)
 #: api_key, api_version, correlation_id: the part of the request header shared by every header version.
 HEADER_PREFIX_SIZE: Final = _PREFIX.size
 
@@ -99,7 +97,6 @@ def response_class(api_key: int, api_version: int) -> type[Any]:
 
 
 _readers: dict[type[Any], Callable[[Any, int], tuple[Any, int]]] = {}
-_fields: dict[type[Any], tuple[dataclasses.Field[Any], ...]] = {}
 
 
 def _reader(entity_cls: type[Any]) -> Callable[[Any, int], tuple[Any, int]]:
@@ -215,7 +212,7 @@ def _skip_plan(entity_cls: type[Any]) -> _EntitySkips:
         return found
     fields: list[_Skip] = []
     tagged: dict[int, _Skip] = {}
-    for field in _entity_fields(entity_cls):
+    for field in entity_fields(entity_cls):
         kind = classify_field(field)
         kafka_type = str(field.metadata.get("kafka_type"))
         size = _FIXED_SIZES.get(kafka_type, 0)
@@ -415,220 +412,3 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     header, header_size = _reader(cls.__header_schema__)(frame, 0)
     body, _ = _reader(cls)(frame, header_size)
     return int(header.correlation_id), body
-
-
-# -- default builder -------------------------------------------------------------------------------------------
-
-_ZERO_PRIMITIVES: Final[dict[str, object]] = {
-    "int8": 0,
-    "int16": 0,
-    "int32": 0,
-    "int64": 0,
-    "uint8": 0,
-    "uint16": 0,
-    "uint32": 0,
-    "uint64": 0,
-    "float64": 0.0,
-    "bool": False,
-    "string": "",
-    "bytes": b"",
-    "records": b"",
-    "uuid": uuid_zero,
-    "error_code": ErrorCode.none,
-    "timedelta_i32": i32Timedelta.parse(datetime.timedelta(0)),
-    "timedelta_i64": i64Timedelta.parse(datetime.timedelta(0)),
-}
-
-
-def _entity_fields(entity_cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
-    found = _fields.get(entity_cls)
-    if found is None:
-        found = _fields[entity_cls] = tuple(dataclasses.fields(entity_cls))
-    return found
-
-
-def _default_for(field: dataclasses.Field[Any]) -> object:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    kind = classify_field(field)
-    if isinstance(kind, (EntityTupleField, PrimitiveTupleField)):
-        return ()
-    if is_optional(field):
-        return None
-    if isinstance(kind, EntityField):
-        return build(kind.type_)
-    kafka_type = field.metadata.get("kafka_type")
-    if kafka_type == "datetime_i64":
-        return datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
-    try:
-        return _ZERO_PRIMITIVES[str(kafka_type)]
-    except KeyError:
-        raise TypeError(f"no default for field {field.name!r} of kafka type {kafka_type!r}") from None
-
-
-def _coerce_error_code(value: object) -> object:
-    if isinstance(value, int) and not isinstance(value, ErrorCode):
-        return ErrorCode(value)
-    return value
-
-
-# kio's phantom-type parse is slow next to everything else in building a response, and almost every duration a
-# handler fills is one of a few values (throttle_time=0 in every response): parsed values are immutable, so the
-# common ones are parsed once.
-@functools.lru_cache(maxsize=256)
-def _i32_ms(value: int) -> object:
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
-
-
-@functools.lru_cache(maxsize=256)
-def _i64_ms(value: int) -> object:
-    return i64Timedelta.parse(datetime.timedelta(milliseconds=value))
-
-
-def _coerce_i32_ms(value: object) -> object:
-    if isinstance(value, int):
-        return _i32_ms(value)
-    return value
-
-
-def _coerce_i64_ms(value: object) -> object:
-    if isinstance(value, int):
-        return _i64_ms(value)
-    return value
-
-
-def _coerce_uuid(value: object) -> object:
-    return uuid_zero if value is None else value
-
-
-def _coercer(field: dataclasses.Field[Any]) -> Callable[[object], object] | None:
-    """Lets handlers pass plain ints for error codes and millisecond durations, which kio rejects at encode time
-    (and None for a non-nullable topic id)."""
-    kafka_type = field.metadata.get("kafka_type")
-    if kafka_type == "error_code":
-        return _coerce_error_code
-    if kafka_type == "timedelta_i32":
-        return _coerce_i32_ms
-    if kafka_type == "timedelta_i64":
-        return _coerce_i64_ms
-    if kafka_type == "uuid" and not is_optional(field):
-        return _coerce_uuid
-    return None
-
-
-def _coerce(field: dataclasses.Field[Any], value: object) -> object:
-    coerce = _coercer(field)
-    return value if coerce is None else coerce(value)
-
-
-@dataclass(frozen=True, slots=True)
-class _FieldPlan:
-    """How ``build`` fills one field, worked out once per entity class: handlers build several entities per
-    request, and classifying kio fields on every call was a visible share of a small request's cost."""
-
-    name: str
-    coerce: Callable[[object], object] | None
-    #: The default when the field is not given; entities are frozen, so one default instance can be shared.
-    default: object
-    #: Called instead when the default must be fresh (a dataclass default_factory) or cannot exist (raises).
-    factory: Callable[[], object] | None
-
-
-_plans: dict[type[Any], tuple[_FieldPlan, ...]] = {}
-
-
-def _plan_field(field: dataclasses.Field[Any]) -> _FieldPlan:
-    coerce = _coercer(field)
-    if field.default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
-        return _FieldPlan(field.name, coerce, None, field.default_factory)
-    try:
-        default = _default_for(field)
-    except TypeError as exc:
-        failure = exc
-
-        def fail() -> object:
-            raise failure
-
-        return _FieldPlan(field.name, coerce, None, fail)
-    return _FieldPlan(field.name, coerce, default, None)
-
-
-def _plan(entity_cls: type[Any]) -> tuple[_FieldPlan, ...]:
-    found = _plans.get(entity_cls)
-    if found is None:
-        found = _plans[entity_cls] = tuple(_plan_field(f) for f in _entity_fields(entity_cls))
-    return found
-
-
-def millis(value: datetime.timedelta | int) -> int:
-    """The reverse of ``_coerce`` for durations: kio decodes Kafka's millisecond fields as timedeltas, while the
-    broker and controller compute with integer milliseconds (exact integer arithmetic, no float round trip)."""
-    if isinstance(value, int):
-        return value
-    return value // _ONE_MS
-
-
-def build(entity_cls: type[Any], /, **values: object) -> Any:
-    """An instance of a kio entity with every field not given set to its schema default (or the type's zero,
-    recursively for nested entities).
-
-    Values for fields this version of the entity does not have are dropped, so one handler can fill every
-    version from the same keyword arguments (``topic_id`` only lands in versions that carry it)."""
-    kwargs: dict[str, object] = {}
-    for field in _plan(entity_cls):
-        name = field.name
-        if name in values:
-            value = values[name]
-            kwargs[name] = value if field.coerce is None else field.coerce(value)
-        elif field.factory is not None:
-            kwargs[name] = field.factory()
-        else:
-            kwargs[name] = field.default
-    return entity_cls(**kwargs)
-
-
-_has_field: dict[tuple[type[Any], str], bool] = {}
-
-
-def has_field(entity_cls: type[Any], name: str) -> bool:
-    """Whether this version of an entity carries ``name``; handlers use it to fill version-specific fields."""
-    found = _has_field.get((entity_cls, name))
-    if found is None:
-        found = _has_field[(entity_cls, name)] = any(f.name == name for f in _plan(entity_cls))
-    return found
-
-
-_nested: dict[tuple[type[Any], str], type[Any]] = {}
-
-
-def field_entity(entity_cls: type[Any], name: str) -> type[Any]:
-    """The nested entity class of field ``name`` (element class for arrays), to build nested values."""
-    found = _nested.get((entity_cls, name))
-    if found is None:
-        found = _nested[(entity_cls, name)] = _find_field_entity(entity_cls, name)
-    return found
-
-
-def _find_field_entity(entity_cls: type[Any], name: str) -> type[Any]:
-    for field in _entity_fields(entity_cls):
-        if field.name == name:
-            kind = classify_field(field)
-            if isinstance(kind, (EntityField, EntityTupleField)):
-                return kind.type_
-            raise TypeError(f"{entity_cls.__qualname__}.{name} is not an entity field")
-    raise TypeError(f"{entity_cls.__qualname__} v{entity_cls.__version__} has no field {name!r}")
-
-
-def build_nested(entity_cls: type[Any], field_name: str, /, **values: object) -> Any:
-    """``build`` for the nested entity that field ``name`` of ``entity_cls`` holds."""
-    return build(field_entity(entity_cls, field_name), **values)
-
-
-def is_nullable(entity_cls: type[Any], name: str) -> bool:
-    """Whether field ``name`` of this version accepts None (nullable strings and arrays)."""
-    for field in _entity_fields(entity_cls):
-        if field.name == name:
-            return is_optional(field)
-    return False

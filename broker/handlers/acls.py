@@ -20,7 +20,7 @@ from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import acl_wire
 from metadata.admin import requests as admin_requests
 from metadata.admin.requests import always
-from wire import codec
+from wire import schema
 
 _SECURITY_DISABLED = "No Authorizer is configured (authorizer.class.name)"
 
@@ -30,7 +30,7 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(
             throttle_time=0,
             results=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     ctx.response_class,
                     "results",
                     error_code=ErrorCode.security_disabled,
@@ -47,7 +47,7 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(
             throttle_time=0,
             filter_results=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     ctx.response_class,
                     "filter_results",
                     error_code=ErrorCode.security_disabled,
@@ -81,7 +81,7 @@ async def authorize_create_acls(ctx: RequestContext, request: Any, handler: Hand
         return await handler(ctx, request)
     return ctx.build(
         results=tuple(
-            codec.build_nested(ctx.response_class, "results", error_code=CLUSTER_DENIED) for _ in request.creations
+            schema.build_nested(ctx.response_class, "results", error_code=CLUSTER_DENIED) for _ in request.creations
         )
     )
 
@@ -92,7 +92,7 @@ async def authorize_delete_acls(ctx: RequestContext, request: Any, handler: Hand
         return await handler(ctx, request)
     return ctx.build(
         filter_results=tuple(
-            codec.build_nested(ctx.response_class, "filter_results", error_code=CLUSTER_DENIED, matching_acls=())
+            schema.build_nested(ctx.response_class, "filter_results", error_code=CLUSTER_DENIED, matching_acls=())
             for _ in request.filters
         )
     )

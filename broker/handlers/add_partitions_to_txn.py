@@ -18,7 +18,7 @@ from broker.handlers.txn_common import fenced_for_version
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.state import TopicPartition
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 
 def _partitions(topics: Sequence[Any]) -> list[TopicPartition]:
@@ -30,7 +30,7 @@ def _topic_results(result_cls: type[Any], results: Mapping[TopicPartition, Error
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), error in results.items():
         by_topic.setdefault(topic, []).append(
-            codec.build_nested(
+            schema.build_nested(
                 result_cls,
                 "results_by_partition",
                 partition_index=partition,
@@ -38,7 +38,7 @@ def _topic_results(result_cls: type[Any], results: Mapping[TopicPartition, Error
             )
         )
     return tuple(
-        codec.build(result_cls, name=name, results_by_partition=tuple(parts)) for name, parts in by_topic.items()
+        schema.build(result_cls, name=name, results_by_partition=tuple(parts)) for name, parts in by_topic.items()
     )
 
 
@@ -68,12 +68,12 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             partitions,
             verify_only=False,
         )
-        topic_cls = codec.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
+        topic_cls = schema.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
         return ctx.build(
             throttle_time=0, results_by_topic_v3_and_below=_topic_results(topic_cls, results, ctx.api_version)
         )
-    txn_cls = codec.field_entity(ctx.response_class, "results_by_transaction")
-    topic_cls = codec.field_entity(txn_cls, "topic_results")
+    txn_cls = schema.field_entity(ctx.response_class, "results_by_transaction")
+    topic_cls = schema.field_entity(txn_cls, "topic_results")
     answers = []
     for txn in request.transactions:
         results = await _one(
@@ -85,7 +85,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             verify_only=txn.verify_only,
         )
         answers.append(
-            codec.build(
+            schema.build(
                 txn_cls,
                 transactional_id=txn.transactional_id,
                 topic_results=_topic_results(topic_cls, results, ctx.api_version),
@@ -109,14 +109,14 @@ async def authorize_add_partitions_to_txn(ctx: RequestContext, request: Any, han
         if not denied:
             return await handler(ctx, request)
         code = TOPIC_DENIED
-    topic_cls = codec.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
+    topic_cls = schema.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
     return ctx.build(
         results_by_topic_v3_and_below=tuple(
-            codec.build(
+            schema.build(
                 topic_cls,
                 name=t.name,
                 results_by_partition=tuple(
-                    codec.build_nested(topic_cls, "results_by_partition", partition_index=p, partition_error_code=code)
+                    schema.build_nested(topic_cls, "results_by_partition", partition_index=p, partition_error_code=code)
                     for p in t.partitions
                 ),
             )

@@ -2,7 +2,7 @@
 
 The controller validates and moves the partitions (``controller.reassignment``, DESIGN §9); brokers of a cluster
 forward the request to the active controller, which reads and answers it through the same translation
-(``metadata.admin.wire``). A failure to reach the controller is reported on every partition of the request, never
+(``metadata.admin.topic_wire``). A failure to reach the controller is reported on every partition of the request, never
 as a dropped connection.
 """
 
@@ -14,11 +14,11 @@ from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, cluster
 from metadata.acl.binding import AclOperation
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
+from metadata.admin import topic_wire
 
 
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
-    asked = admin_wire.read_alter_partition_reassignments(request)
+    asked = topic_wire.read_alter_partition_reassignments(request)
     return await admin_requests.alter_partition_reassignments(
         ctx.response_class, asked, admin_requests.always(ctx.node.controller)
     )

@@ -10,7 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import API_VERSIONS_KEY, FEATURES, VersionRange
 
 # KIP-511: client software name and version must look like this, else INVALID_REQUEST.
@@ -19,7 +19,7 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 def _api_keys(response_cls: type[Any], versions: Mapping[int, VersionRange]) -> tuple[Any, ...]:
     return tuple(
-        codec.build_nested(response_cls, "api_keys", api_key=key, min_version=v.min_version, max_version=v.max_version)
+        schema.build_nested(response_cls, "api_keys", api_key=key, min_version=v.min_version, max_version=v.max_version)
         for key, v in versions.items()
     )
 
@@ -28,7 +28,7 @@ def unsupported_version_response(versions: Mapping[int, VersionRange]) -> Any:
     """The v0 response a client gets when it asks with an ApiVersions version we do not serve: it carries
     UNSUPPORTED_VERSION and our key list, from which the client picks a version and asks again."""
     cls = codec.response_class(API_VERSIONS_KEY, 0)
-    return codec.build(cls, error_code=ErrorCode.unsupported_version, api_keys=_api_keys(cls, versions))
+    return schema.build(cls, error_code=ErrorCode.unsupported_version, api_keys=_api_keys(cls, versions))
 
 
 def _features(ctx: RequestContext) -> dict[str, object]:
@@ -39,13 +39,13 @@ def _features(ctx: RequestContext) -> dict[str, object]:
     cls = ctx.response_class
     return {
         "supported_features": tuple(
-            codec.build_nested(cls, "supported_features", name=f.name, min_version=f.min_version,
+            schema.build_nested(cls, "supported_features", name=f.name, min_version=f.min_version,
                                max_version=f.max_version)
             for f in FEATURES
         ),
         "finalized_features_epoch": max(ctx.node.controller.image.offset, 0),
         "finalized_features": tuple(
-            codec.build_nested(cls, "finalized_features", name=f.name, max_version_level=f.finalized_level,
+            schema.build_nested(cls, "finalized_features", name=f.name, max_version_level=f.finalized_level,
                                min_version_level=f.finalized_level)
             for f in FEATURES
         ),

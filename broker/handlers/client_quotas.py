@@ -20,7 +20,7 @@ from metadata.admin import quota_wire as client_quota_wire
 from metadata.admin import requests as admin_requests
 from metadata.admin.requests import always
 from metadata.client_quotas import QuotaRequestError, quota_filter
-from wire import codec
+from wire import schema
 
 
 async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
@@ -48,15 +48,15 @@ async def authorize_alter_client_quotas(ctx: RequestContext, request: Any, handl
     """CLUSTER ALTER_CONFIGS, as Kafka checks; a refusal answers every entry the request names."""
     if ctx.allowed(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
         return await handler(ctx, request)
-    entry_cls = codec.field_entity(ctx.response_class, "entries")
+    entry_cls = schema.field_entity(ctx.response_class, "entries")
     return ctx.build(
         entries=tuple(
-            codec.build(
+            schema.build(
                 entry_cls,
                 error_code=CLUSTER_DENIED,
                 error_message=f"{ctx.principal} is not authorized: {CLUSTER_DENIED.name}",
                 entity=tuple(
-                    codec.build_nested(entry_cls, "entity", entity_type=e.entity_type, entity_name=e.entity_name)
+                    schema.build_nested(entry_cls, "entity", entity_type=e.entity_type, entity_name=e.entity_name)
                     for e in entry.entity
                 ),
             )

@@ -10,7 +10,7 @@ from broker import authorized_operations
 from broker.handlers.context import RequestContext
 from broker.handlers.metadata import client_controller_id, live_endpoint
 from metadata.acl.binding import CLUSTER_NAME, ResourceType
-from wire import codec
+from wire import schema
 
 ENDPOINT_TYPE_BROKERS = 1
 
@@ -31,7 +31,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         endpoint = live_endpoint(broker, ctx.listener_name)
         if endpoint is not None:
             brokers.append(
-                codec.build_nested(ctx.response_class, "brokers", broker_id=broker.node_id, host=endpoint[0],
+                schema.build_nested(ctx.response_class, "brokers", broker_id=broker.node_id, host=endpoint[0],
                                    port=endpoint[1], rack=broker.rack)
             )
     return ctx.build(

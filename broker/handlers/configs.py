@@ -2,7 +2,7 @@
 and broker resources, and (DescribeConfigs, IncrementalAlterConfigs) this broker's loggers.
 
 Which keys exist, their types, defaults, synonyms and sources are ``settings``'s; changes are validated
-and applied by the controller. The alter requests are read and answered through ``metadata.admin.wire`` (shared
+and applied by the controller. The alter requests are read and answered through ``metadata.admin.config_wire`` (shared
 with the controller listener); what stays here is the broker's own part: a broker resource must name this broker,
 and a BROKER_LOGGER resource is this process's loggers (``broker.logger_levels``), changed here and never sent to
 the controller (not persisted, as in Kafka).
@@ -21,12 +21,12 @@ from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import CLUSTER_DENIED, TOPIC_DENIED, Guard, split
 from broker.logger_levels import LoggerConfigError, alter_loggers, describe_loggers
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
+from metadata.admin import config_wire
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
-from metadata.admin.wire import ResourceRefused
+from metadata.admin.config_wire import ResourceRefused
 from metadata.controller_api import ConfigResource
 from settings.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
-from wire import codec
+from wire import schema
 
 RESOURCE_TOPIC = ConfigResource.TOPIC
 RESOURCE_BROKER = ConfigResource.BROKER
@@ -38,13 +38,13 @@ logger = logging.getLogger(__name__)
 def _check_logger_resource(ctx: RequestContext, name: str) -> None:
     """A BROKER_LOGGER resource names the broker whose loggers it is (read as a broker resource name is, so "01"
     is broker 1); only that broker answers for them, and there is no cluster-wide default ("")."""
-    admin_wire.check_broker_resource(name, ctx.node.node_id, cluster_default=False)
+    config_wire.check_broker_resource(name, ctx.node.node_id, cluster_default=False)
 
 
 def _check_broker_name(ctx: RequestContext, name: str) -> bool:
     """True for the cluster-wide default resource (""); raises for a broker other than this one, which a client
     must ask directly (as Kafka's admin clients do)."""
-    return admin_wire.check_broker_resource(name, ctx.node.node_id)
+    return config_wire.check_broker_resource(name, ctx.node.node_id)
 
 
 def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str, ...] | None) -> list[ConfigEntry]:
@@ -67,26 +67,26 @@ def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str
 
 
 def _describe_result(ctx: RequestContext, result_cls: type[Any], resource: Any, request: Any) -> Any:
-    entry_cls = codec.field_entity(result_cls, "configs")
+    entry_cls = schema.field_entity(result_cls, "configs")
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     include_documentation = bool(getattr(request, "include_documentation", False))
     keys = tuple(resource.configuration_keys) if resource.configuration_keys is not None else None
     try:
         entries = _entries(ctx, resource.resource_type, resource.resource_name, keys)
     except ResourceRefused as exc:
-        return codec.build(result_cls, error_code=exc.code, error_message=str(exc),
+        return schema.build(result_cls, error_code=exc.code, error_message=str(exc),
                            resource_type=resource.resource_type, resource_name=resource.resource_name)
     configs = []
     for entry in entries:
         synonyms = ()
         if include_synonyms:
             synonyms = tuple(
-                codec.build_nested(entry_cls, "synonyms", name=s.name, value=None if entry.is_sensitive else s.value,
+                schema.build_nested(entry_cls, "synonyms", name=s.name, value=None if entry.is_sensitive else s.value,
                                    source=int(s.source))
                 for s in entry.synonyms
             )
         configs.append(
-            codec.build(
+            schema.build(
                 entry_cls,
                 name=entry.name,
                 value=None if entry.is_sensitive else entry.value,
@@ -98,23 +98,23 @@ def _describe_result(ctx: RequestContext, result_cls: type[Any], resource: Any, 
                 documentation=entry.documentation if include_documentation else None,
             )
         )
-    return codec.build(result_cls, error_code=ErrorCode.none, error_message=None,
+    return schema.build(result_cls, error_code=ErrorCode.none, error_message=None,
                        resource_type=resource.resource_type, resource_name=resource.resource_name,
                        configs=tuple(configs))
 
 
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
-    result_cls = codec.field_entity(ctx.response_class, "results")
+    result_cls = schema.field_entity(ctx.response_class, "results")
     results = tuple(_describe_result(ctx, result_cls, resource, request) for resource in request.resources)
     return ctx.build(throttle_time=0, results=results)
 
 
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    return await admin_requests.alter_configs(ctx.response_class, admin_wire.read_alter_configs(request),
+    return await admin_requests.alter_configs(ctx.response_class, config_wire.read_alter_configs(request),
                                               admin_requests.always(ctx.node.controller), broker_id=ctx.node.node_id)
 
 
-def _alter_loggers(ctx: RequestContext, item: admin_wire.ConfigAlteration, validate_only: bool) -> admin_wire.Outcome:
+def _alter_loggers(ctx: RequestContext, item: config_wire.ConfigAlteration, validate_only: bool) -> config_wire.Outcome:
     try:
         _check_logger_resource(ctx, item.resource.name)
         applied = alter_loggers(item.changes, item.incremental_ops or {}, validate_only=validate_only)
@@ -128,7 +128,7 @@ def _alter_loggers(ctx: RequestContext, item: admin_wire.ConfigAlteration, valid
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    ask = admin_wire.read_incremental_alter_configs(request)
+    ask = config_wire.read_incremental_alter_configs(request)
     # Logger resources are answered here, so the controller is never asked about them.
     ask = dataclasses.replace(ask, resources=tuple(
         dataclasses.replace(item, refused=_alter_loggers(ctx, item, ask.validate_only))
@@ -150,7 +150,7 @@ def _authorize_resources(op: AclOperation, response_field: str) -> Guard:
             return None if ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME) else CLUSTER_DENIED
 
         def refused(response_cls: type[Any], resource: Any, code: ErrorCode) -> Any:
-            return codec.build_nested(
+            return schema.build_nested(
                 response_cls,
                 response_field,
                 error_code=code,

@@ -24,7 +24,7 @@ from broker.sasl_session import SaslSession
 from broker.services import BrokerServices
 from metadata.acl.binding import ANONYMOUS, AclOperation, ResourceType
 from metadata.admin.requests import MutationQuota
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import VersionRange
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
@@ -106,7 +106,7 @@ class RequestContext:
 
     def build(self, response_cls: type[Any] | None = None, /, **fields: object) -> Any:
         """A response entity (by default this request's response class) with unspecified fields defaulted."""
-        return codec.build(response_cls if response_cls is not None else self.response_class, **fields)
+        return schema.build(response_cls if response_cls is not None else self.response_class, **fields)
 
     def describe(self) -> str:
         """For logs: who sent what."""

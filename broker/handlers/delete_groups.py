@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, per_group
 from metadata.acl.binding import AclOperation
-from wire import codec
+from wire import schema
 
 
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
@@ -21,7 +21,7 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     return ctx.build(
         throttle_time=0,
         results=tuple(
-            codec.build_nested(ctx.response_class, "results", group_id=name, error_code=results[name])
+            schema.build_nested(ctx.response_class, "results", group_id=name, error_code=results[name])
             for name in dict.fromkeys(names)
         ),
     )

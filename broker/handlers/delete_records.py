@@ -13,7 +13,7 @@ from broker.handlers.per_partition import answer_per_partition
 from broker.partition.access import leader_log
 from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
-from wire import codec
+from wire import schema
 
 logger = logging.getLogger(__name__)
 
@@ -23,12 +23,12 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
         try:
             log = await leader_log(ctx.node.partitions, topic, p.partition_index)
             low = await log.delete_records_before(p.offset)
-            return codec.build(
+            return schema.build(
                 part_cls, partition_index=p.partition_index, low_watermark=low, error_code=ErrorCode.none
             )
         except Exception as exc:
             code = error_code_logged(exc, logger, "delete records of %s-%d failed", topic, p.partition_index)
-            return codec.build(part_cls, partition_index=p.partition_index, low_watermark=-1, error_code=code)
+            return schema.build(part_cls, partition_index=p.partition_index, low_watermark=-1, error_code=code)
 
     return await answer_per_partition(ctx, request, answer)
 

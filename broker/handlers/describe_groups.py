@@ -15,11 +15,11 @@ from broker.groups.classic.state import GroupState
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, per_group
 from metadata.acl.binding import AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
-    group_cls = codec.field_entity(ctx.response_class, "groups")
+    group_cls = schema.field_entity(ctx.response_class, "groups")
     groups = ctx.node.groups
     asked = getattr(request, "include_authorized_operations", False)
     described = []
@@ -28,7 +28,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
         error, group = groups.describe_group(group_id)
         if group is None or error is not ErrorCode.none:
             described.append(
-                codec.build(
+                schema.build(
                     group_cls,
                     error_code=error,
                     group_id=group_id,
@@ -40,7 +40,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             )
             continue
         members = tuple(
-            codec.build_nested(
+            schema.build_nested(
                 group_cls,
                 "members",
                 member_id=member.member_id,
@@ -53,7 +53,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             for member, metadata, assignment in group.describe_members()
         )
         described.append(
-            codec.build(
+            schema.build(
                 group_cls,
                 error_code=ErrorCode.none,
                 group_id=group_id,

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, cluster
 from metadata.acl.binding import AclOperation
-from wire import codec
+from wire import schema
 
 #: How long a partition this broker leads but is still opening is waited for.
 _OPEN_WAIT_S = 5.0
@@ -93,14 +93,14 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     wal_url = config.storage.wal_url
     wal = (str(wal_url.path), wal_url.path) if wal_url.scheme == "file" else (wal_url.describe(), None)
     partitions = await _led_partitions(ctx, _wanted(request))
-    result_cls = codec.field_entity(ctx.response_class, "results")
-    topic_cls = codec.field_entity(result_cls, "topics")
+    result_cls = schema.field_entity(ctx.response_class, "results")
+    topic_cls = schema.field_entity(result_cls, "topics")
     results = []
     for log_dir in log_dirs(wal, config.log_dirs, partitions):
         by_topic: dict[str, list[Any]] = {}
         for topic, index, size in log_dir.partitions:
             by_topic.setdefault(topic, []).append(
-                codec.build_nested(
+                schema.build_nested(
                     topic_cls,
                     "partitions",
                     partition_index=index,
@@ -110,12 +110,12 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
                 )
             )
         results.append(
-            codec.build(
+            schema.build(
                 result_cls,
                 error_code=log_dir.error,
                 log_dir=log_dir.name,
                 topics=tuple(
-                    codec.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+                    schema.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
                 ),
                 total_bytes=log_dir.total_bytes,
                 usable_bytes=log_dir.usable_bytes,

@@ -14,19 +14,19 @@ from broker.handlers.per_partition import answer_per_partition
 from broker.partition.access import leader_log
 from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged, error_message_for
-from wire import codec
+from wire import schema
 
 logger = logging.getLogger(__name__)
 
 
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     async def answer(topic: str, part_cls: type[Any], index: int) -> Any:
-        producer_cls = codec.field_entity(part_cls, "active_producers")
+        producer_cls = schema.field_entity(part_cls, "active_producers")
         try:
             log = await leader_log(ctx.node.partitions, topic, index)
             open_txns = log.ongoing_txn_start_offsets()
             producers = tuple(
-                codec.build(
+                schema.build(
                     producer_cls,
                     producer_id=e.producer_id,
                     producer_epoch=e.producer_epoch,
@@ -37,7 +37,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
                 )
                 for e in log.producers
             )
-            return codec.build(
+            return schema.build(
                 part_cls,
                 partition_index=index,
                 error_code=ErrorCode.none,
@@ -46,7 +46,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
             )
         except Exception as exc:
             code = error_code_logged(exc, logger, "describe producers of %s-%d failed", topic, index)
-            return codec.build(
+            return schema.build(
                 part_cls,
                 partition_index=index,
                 error_code=code,

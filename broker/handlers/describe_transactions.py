@@ -11,12 +11,12 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import TXN_DENIED, split
 from metadata.acl.binding import AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 
 async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
     coordinator = ctx.node.transactions
-    state_cls = codec.field_entity(ctx.response_class, "transaction_states")
+    state_cls = schema.field_entity(ctx.response_class, "transaction_states")
     # An id that cannot be described carries only its error; the other fields keep the schema's defaults (0),
     # as Kafka answers them.
     epoch_zero = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
@@ -25,7 +25,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
         error, metadata = coordinator.describe(transactional_id)
         if metadata is None:
             states.append(
-                codec.build(
+                schema.build(
                     state_cls,
                     error_code=error,
                     transactional_id=transactional_id,
@@ -41,7 +41,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
         for topic, partition in sorted(metadata.partitions):
             by_topic.setdefault(topic, []).append(partition)
         states.append(
-            codec.build(
+            schema.build(
                 state_cls,
                 error_code=ErrorCode.none,
                 transactional_id=transactional_id,
@@ -51,7 +51,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
                 producer_id=metadata.producer_id,
                 producer_epoch=metadata.producer_epoch,
                 topics=tuple(
-                    codec.build_nested(state_cls, "topics", topic=name, partitions=tuple(parts))
+                    schema.build_nested(state_cls, "topics", topic=name, partitions=tuple(parts))
                     for name, parts in by_topic.items()
                 ),
             )
@@ -63,7 +63,7 @@ async def authorize_describe_transactions(ctx: RequestContext, request: Any, han
     """TRANSACTIONAL_ID DESCRIBE on each id, as Kafka checks."""
 
     def refused(response_cls: type[Any], transactional_id: str, code: ErrorCode) -> Any:
-        return codec.build_nested(
+        return schema.build_nested(
             response_cls,
             "transaction_states",
             transactional_id=transactional_id,

@@ -2,7 +2,7 @@
 
 The controller decides (``controller.leadership.elect``: preferred, or unclean, which in Fjord loses nothing since
 every replica reads the same shared storage); a broker of a cluster forwards the request to the active controller,
-which answers it through the same translation (``metadata.admin.wire``). The CLUSTER ALTER check is
+which answers it through the same translation (``metadata.admin.topic_wire``). The CLUSTER ALTER check is
 ``authorize_elect_leaders``, below.
 """
 
@@ -15,12 +15,12 @@ from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import CLUSTER_DENIED
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
-from wire import codec
+from metadata.admin import topic_wire
+from wire import schema
 
 
 async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
-    ask = admin_wire.read_elect_leaders(request)
+    ask = topic_wire.read_elect_leaders(request)
     return await admin_requests.elect_leaders(ctx.response_class, ask, admin_requests.always(ctx.node.controller))
 
 
@@ -29,11 +29,11 @@ async def authorize_elect_leaders(ctx: RequestContext, request: Any, handler: Ha
     top-level code (v1+)."""
     if ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         return await handler(ctx, request)
-    ask = admin_wire.read_elect_leaders(request)
+    ask = topic_wire.read_elect_leaders(request)
     message = f"{ctx.principal} is not authorized: {CLUSTER_DENIED.name}"
-    response = admin_wire.elect_leaders_response(
-        ctx.response_class, admin_wire.elect_leaders_refused(ask, CLUSTER_DENIED, message)
+    response = topic_wire.elect_leaders_response(
+        ctx.response_class, topic_wire.elect_leaders_refused(ask, CLUSTER_DENIED, message)
     )
-    if codec.has_field(ctx.response_class, "error_code"):
+    if schema.has_field(ctx.response_class, "error_code"):
         response = dataclasses.replace(response, error_code=CLUSTER_DENIED)
     return response

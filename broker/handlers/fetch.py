@@ -35,7 +35,7 @@ from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedTxn
 from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
-from wire import codec
+from wire import schema
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
@@ -177,21 +177,21 @@ def _current_leader(ctx: RequestContext, part_cls: type[Any], r: _Result) -> dic
     """v12+: where the partition's leadership is now, for the errors that mean the client's view is stale (as
     Kafka fills it), so a client can retry at the right broker and epoch without a metadata round trip first."""
     _, name, partition = r.key
-    if r.error not in _LEADER_MOVED or not codec.has_field(part_cls, "current_leader"):
+    if r.error not in _LEADER_MOVED or not schema.has_field(part_cls, "current_leader"):
         return {}
     topic = ctx.node.controller.image.topics_by_name.get(name)
     found = topic.partitions.get(partition) if topic is not None else None
     if found is None or found.leader < 0:
         return {}
-    leader = codec.build_nested(part_cls, "current_leader", leader_id=found.leader, leader_epoch=found.leader_epoch)
+    leader = schema.build_nested(part_cls, "current_leader", leader_id=found.leader, leader_epoch=found.leader_epoch)
     return {"current_leader": leader}
 
 
 def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], read_committed: bool) -> Any:
     resp_cls = ctx.response_class
-    topic_cls = codec.field_entity(resp_cls, "responses")
-    part_cls = codec.field_entity(topic_cls, "partitions")
-    aborted_cls = codec.field_entity(part_cls, "aborted_transactions")
+    topic_cls = schema.field_entity(resp_cls, "responses")
+    part_cls = schema.field_entity(topic_cls, "partitions")
+    aborted_cls = schema.field_entity(part_cls, "aborted_transactions")
     include = set(fetch.filter(r.outcome() for r in results))
     grouped: dict[tuple[object, str], list[Any]] = {}
     for r in results:
@@ -200,7 +200,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
         topic_id, name, partition = r.key
         ctx.traffic.fetched(name, partition, len(r.records), r.record_count)
         grouped.setdefault((topic_id, name), []).append(
-            codec.build(
+            schema.build(
                 part_cls,
                 partition_index=partition,
                 error_code=r.error,
@@ -209,7 +209,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
                 log_start_offset=r.log_start_offset,
                 aborted_transactions=(
                     tuple(
-                        codec.build(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
+                        schema.build(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
                         for a in r.aborted
                     )
                     if read_committed
@@ -221,7 +221,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
             )
         )
     responses = tuple(
-        codec.build(topic_cls, topic=name, topic_id=topic_id, partitions=tuple(parts))
+        schema.build(topic_cls, topic=name, topic_id=topic_id, partitions=tuple(parts))
         for (topic_id, name), parts in grouped.items()
     )
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, session_id=fetch.session_id, responses=responses)
@@ -240,7 +240,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # Kafka's bound: the request's max_bytes, at most the broker's fetch.max.bytes.
     max_bytes = min(request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF, ctx.node.config.fetch_max_bytes)
-    deadline = time.monotonic() + max(codec.millis(request.max_wait), 0) / 1000
+    deadline = time.monotonic() + max(schema.millis(request.max_wait), 0) / 1000
     while True:
         results = await _read_all(ctx, fetch, max_bytes, read_committed)
         total = sum(len(r.records) for r in results)
@@ -292,13 +292,13 @@ def _without_unreadable(ctx: RequestContext, response: Any) -> Any:
     ]
     if all(code is None for code in codes):
         return response
-    topic_cls = codec.field_entity(type(response), "responses")
+    topic_cls = schema.field_entity(type(response), "responses")
 
     def refused(topic: Any, code: ErrorCode) -> Any:
         return dataclasses.replace(
             topic,
             partitions=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     topic_cls,
                     "partitions",
                     partition_index=p.partition_index,

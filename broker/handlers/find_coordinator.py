@@ -11,7 +11,7 @@ from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import GROUP_DENIED, TXN_DENIED, split, whole
 from broker.handlers.metadata import live_endpoint
 from metadata.acl.binding import AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -50,7 +50,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         for key in request.coordinator_keys:
             error, message, node_id, host, port = await _lookup(ctx, key, request.key_type)
             coordinators.append(
-                codec.build_nested(
+                schema.build_nested(
                     ctx.response_class,
                     "coordinators",
                     key=key,
@@ -75,7 +75,7 @@ async def authorize_find_coordinator(ctx: RequestContext, request: Any, handler:
         return await whole(kind, AclOperation.DESCRIBE, lambda r: r.key, code)(ctx, request, handler)
 
     def refused(response_cls: type[Any], key: str, denied: ErrorCode) -> Any:
-        return codec.build_nested(
+        return schema.build_nested(
             response_cls, "coordinators", key=key, node_id=-1, host="", port=-1, error_code=denied
         )
 

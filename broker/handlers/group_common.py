@@ -13,7 +13,7 @@ from broker.groups.offset_commits import OffsetCommit
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import GROUP_DENIED, Guard, whole
 from metadata.acl.binding import AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 
 def member_host(ctx: RequestContext) -> str:
@@ -39,13 +39,13 @@ def partition_errors(
 ) -> tuple[Any, ...]:
     """The ``topics`` of a response that answers every requested partition with only an error code (OffsetCommit,
     OffsetDelete), in request order; a partition ``codes`` does not mention succeeded."""
-    topic_cls = codec.field_entity(response_cls, "topics")
+    topic_cls = schema.field_entity(response_cls, "topics")
     return tuple(
-        codec.build(
+        schema.build(
             topic_cls,
             name=topic.name,
             partitions=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     topic_cls,
                     "partitions",
                     partition_index=p.partition_index,

@@ -27,7 +27,7 @@ from kio.static.constants import uuid_zero
 
 from broker.handlers.context import Handler, RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 Guard = Callable[[RequestContext, Any, Handler], Awaitable[Any]]
 
@@ -43,7 +43,7 @@ Refused = Callable[[type[Any], Any, ErrorCode], Any]
 def refused_whole(ctx: RequestContext, code: ErrorCode) -> Any:
     """The response refusing the whole request: its top-level code (and a message where the response has one)."""
     fields: dict[str, object] = {"error_code": code}
-    if codec.has_field(ctx.response_class, "error_message"):
+    if schema.has_field(ctx.response_class, "error_message"):
         fields["error_message"] = f"{ctx.principal} is not authorized: {code.name}"
     return ctx.build(**fields)
 
@@ -136,9 +136,9 @@ def partitions_entry(
     """The response entry of a refused topic: every partition the request named, with the code."""
 
     def refused(response_cls: type[Any], item: Any, code: ErrorCode) -> Any:
-        topic_cls = codec.field_entity(response_cls, topic_list)
+        topic_cls = schema.field_entity(response_cls, topic_list)
         partitions = tuple(
-            codec.build_nested(
+            schema.build_nested(
                 topic_cls,
                 partition_list,
                 **{index_field: p if item_index is None else getattr(p, item_index), code_field: code},
@@ -146,7 +146,7 @@ def partitions_entry(
             )
             for p in getattr(item, item_partitions)
         )
-        return codec.build(
+        return schema.build(
             topic_cls,
             **{
                 topic_field: getattr(item, topic_field, None) or getattr(item, "name", ""),
@@ -164,7 +164,7 @@ def per_group(op: AclOperation, request_field: str, response_field: str) -> Guar
 
     async def guard(ctx: RequestContext, request: Any, handler: Handler) -> Any:
         def refused(response_cls: type[Any], group: str, code: ErrorCode) -> Any:
-            return codec.build_nested(response_cls, response_field, group_id=group, error_code=code)
+            return schema.build_nested(response_cls, response_field, group_id=group, error_code=code)
 
         return await split(
             ctx,

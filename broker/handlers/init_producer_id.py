@@ -19,7 +19,7 @@ from broker.handlers.guards import CLUSTER_DENIED, TXN_DENIED, refused_whole
 from broker.handlers.txn_common import fenced_for_version
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.errors import error_code_for
-from wire import codec
+from wire import schema
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ async def _transactional(ctx: RequestContext, request: Any, current_pid: int, cu
     expected = (current_pid, current_epoch) if current_pid != -1 else None
     try:
         error, pid, epoch = await coordinator.init_producer_id(
-            request.transactional_id, codec.millis(request.transaction_timeout), expected
+            request.transactional_id, schema.millis(request.transaction_timeout), expected
         )
     except Exception as exc:
         logger.exception("InitProducerId for transactional id %r failed (%s)", request.transactional_id, ctx.describe())

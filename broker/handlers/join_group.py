@@ -7,15 +7,15 @@ from typing import Any
 from broker.groups.classic.group import JoinRequest
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import member_host
-from wire import codec
+from wire import schema
 
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     groups = ctx.node.groups
     # Before v7 the protocol name is a non-nullable string; an unset one is sent empty.
-    nullable_name = codec.is_nullable(cls, "protocol_name")
-    session_ms = codec.millis(request.session_timeout)
+    nullable_name = schema.is_nullable(cls, "protocol_name")
+    session_ms = schema.millis(request.session_timeout)
     join = JoinRequest(
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -23,7 +23,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         client_host=member_host(ctx),
         session_timeout_ms=session_ms,
         # v0 has no rebalance timeout: the session timeout doubled as one.
-        rebalance_timeout_ms=codec.millis(request.rebalance_timeout) if ctx.api_version >= 1 else session_ms,
+        rebalance_timeout_ms=schema.millis(request.rebalance_timeout) if ctx.api_version >= 1 else session_ms,
         protocol_type=request.protocol_type,
         protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
         require_known_member_id=ctx.api_version >= 4,
@@ -32,7 +32,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     )
     result = await groups.join_group(request.group_id, join)
     members = tuple(
-        codec.build_nested(cls, "members", member_id=member_id, group_instance_id=instance_id, metadata=metadata)
+        schema.build_nested(cls, "members", member_id=member_id, group_instance_id=instance_id, metadata=metadata)
         for member_id, instance_id, metadata in result.members
     )
     return ctx.build(

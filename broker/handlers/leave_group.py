@@ -11,7 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from wire import codec
+from wire import schema
 
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
@@ -23,7 +23,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     reasons = {r for m in request.members if (r := getattr(m, "reason", None))}
     error, results = groups.leave_group(request.group_id, identities, "; ".join(sorted(reasons)) or None)
     members = tuple(
-        codec.build_nested(
+        schema.build_nested(
             ctx.response_class, "members", member_id=member_id, group_instance_id=instance_id, error_code=code
         )
         for (member_id, instance_id), code in zip(identities, results, strict=False)

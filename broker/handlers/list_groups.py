@@ -11,7 +11,7 @@ from typing import Any
 
 from broker.handlers.context import Handler, RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 CLASSIC_GROUP_TYPE = "classic"
 
@@ -26,7 +26,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         throttle_time=0,
         error_code=error,
         groups=tuple(
-            codec.build_nested(
+            schema.build_nested(
                 ctx.response_class,
                 "groups",
                 group_id=g.group_id,

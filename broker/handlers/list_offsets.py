@@ -16,7 +16,7 @@ from broker.partition.access import leader_log
 from broker.partition.partition_log import MAX_TIMESTAMP
 from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
-from wire import codec
+from wire import schema
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ async def _lookup(
         log = await leader_log(ctx.node.partitions, topic, index, getattr(p, "current_leader_epoch", -1))
         found = await log.offset_for_timestamp(p.timestamp, read_committed=read_committed)
         offset, timestamp, epoch = (found.offset, found.timestamp, found.leader_epoch) if found else (-1, -1, -1)
-        return codec.build(
+        return schema.build(
             part_cls,
             partition_index=index,
             error_code=ErrorCode.none,
@@ -47,12 +47,12 @@ async def _lookup(
         )
     except Exception as exc:
         code = error_code_logged(exc, logger, "list offsets of %s-%d failed (%s)", topic, index, ctx.describe())
-        return codec.build(part_cls, partition_index=index, error_code=code, timestamp=-1, offset=-1, leader_epoch=-1)
+        return schema.build(part_cls, partition_index=index, error_code=code, timestamp=-1, offset=-1, leader_epoch=-1)
 
 
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
-    topic_cls = codec.field_entity(ctx.response_class, "topics")
-    part_cls = codec.field_entity(topic_cls, "partitions")
+    topic_cls = schema.field_entity(ctx.response_class, "topics")
+    part_cls = schema.field_entity(topic_cls, "partitions")
     topics = []
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     for topic in request.topics:
@@ -63,7 +63,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             await _lookup(ctx, part_cls, topic.name, p, seen[p.partition_index] > 1, read_committed=read_committed)
             for p in topic.partitions
         ]
-        topics.append(codec.build(topic_cls, name=topic.name, partitions=tuple(parts)))
+        topics.append(schema.build(topic_cls, name=topic.name, partitions=tuple(parts)))
     return ctx.build(throttle_time=0, topics=tuple(topics))
 
 

@@ -15,7 +15,7 @@ from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, cluster
 from metadata.acl.binding import AclOperation
 from metadata.image import reassigning
-from wire import codec
+from wire import schema
 
 
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
@@ -25,7 +25,7 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
         wanted = {}
         for topic in request.topics:
             wanted.setdefault(topic.name, set()).update(int(p) for p in topic.partition_indexes)
-    topic_cls = codec.field_entity(ctx.response_class, "topics")
+    topic_cls = schema.field_entity(ctx.response_class, "topics")
     by_topic: dict[str, list[Any]] = {}
     for name, partition in reassigning(image):
         if wanted is not None and partition.partition not in wanted.get(name, ()):
@@ -33,11 +33,11 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
         adding = tuple(r for r in partition.replicas if r not in partition.removing_replicas)
         removing = tuple(r for r in partition.removing_replicas if r not in partition.replicas)
         by_topic.setdefault(name, []).append(
-            codec.build_nested(topic_cls, "partitions", partition_index=partition.partition,
+            schema.build_nested(topic_cls, "partitions", partition_index=partition.partition,
                                replicas=partition.replicas + removing, adding_replicas=adding,
                                removing_replicas=removing)
         )
-    topics = tuple(codec.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    topics = tuple(schema.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, error_message=None, topics=topics)
 
 

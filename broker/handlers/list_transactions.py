@@ -8,7 +8,7 @@ from typing import Any
 
 from broker.handlers.context import Handler, RequestContext
 from metadata.acl.binding import AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
@@ -19,7 +19,7 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
         error_code=error,
         unknown_state_filters=tuple(unknown),
         transaction_states=tuple(
-            codec.build_nested(
+            schema.build_nested(
                 ctx.response_class,
                 "transaction_states",
                 transactional_id=m.transactional_id,

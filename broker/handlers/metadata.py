@@ -15,7 +15,7 @@ from broker.handlers.context import RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.controller_api import NewTopic
 from metadata.image import BrokerImage, MetadataImage, TopicImage
-from wire import codec
+from wire import schema
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def _partition_entries(topic_cls: type[Any], topic: TopicImage, live: set[int]) 
         p = topic.partitions[index]
         leader_ok = p.leader >= 0 and p.leader in live
         out.append(
-            codec.build_nested(
+            schema.build_nested(
                 topic_cls,
                 "partitions",
                 error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
@@ -60,7 +60,7 @@ def _partition_entries(topic_cls: type[Any], topic: TopicImage, live: set[int]) 
 
 
 def _topic_entry(topic_cls: type[Any], topic: TopicImage, live: set[int], ops: int) -> Any:
-    return codec.build(
+    return schema.build(
         topic_cls,
         error_code=ErrorCode.none,
         name=topic.name,
@@ -74,10 +74,10 @@ def _topic_entry(topic_cls: type[Any], topic: TopicImage, live: set[int], ops: i
 def _error_topic(
     topic_cls: type[Any], code: ErrorCode, name: str | None, topic_id: uuid.UUID | None, ops: int
 ) -> Any:
-    return codec.build(
+    return schema.build(
         topic_cls,
         error_code=code,
-        name=name if name is not None else ("" if not codec.is_nullable(topic_cls, "name") else None),
+        name=name if name is not None else ("" if not schema.is_nullable(topic_cls, "name") else None),
         topic_id=topic_id or uuid_zero,
         is_internal=name in INTERNAL_TOPICS,
         topic_authorized_operations=ops,
@@ -103,7 +103,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     node = ctx.node
     image = node.controller.image
     response_cls = ctx.response_class
-    topic_cls = codec.field_entity(response_cls, "topics")
+    topic_cls = schema.field_entity(response_cls, "topics")
     live_brokers = image.live_brokers()
     live = {b.node_id for b in live_brokers}
 
@@ -112,7 +112,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         endpoint = live_endpoint(broker, ctx.listener_name)
         if endpoint is not None:
             brokers.append(
-                codec.build_nested(response_cls, "brokers", node_id=broker.node_id, host=endpoint[0],
+                schema.build_nested(response_cls, "brokers", node_id=broker.node_id, host=endpoint[0],
                                    port=endpoint[1], rack=broker.rack)
             )
 

@@ -12,7 +12,7 @@ from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import partition_errors, requested_offsets
 from broker.handlers.guards import GROUP_DENIED, partitions_entry, split, topics_denied
 from metadata.acl.binding import AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
@@ -30,7 +30,7 @@ async def _commit(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     groups = ctx.node.groups
     offsets = requested_offsets(request.topics)
-    retention = codec.millis(request.retention_time) if ctx.api_version <= 4 else -1
+    retention = schema.millis(request.retention_time) if ctx.api_version <= 4 else -1
     results = await groups.commit_offsets(
         request.group_id,
         member_id=request.member_id,

@@ -20,7 +20,7 @@ from broker.groups.offset_commits import FetchedOffset
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import GROUP_DENIED, TOPIC_DENIED, split
 from metadata.acl.binding import AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 
 def _requested(topics: Any) -> list[tuple[str, int]] | None:
@@ -41,11 +41,11 @@ def _topics(topic_cls: type[Any], fetched: list[FetchedOffset]) -> tuple[Any, ..
     for f in fetched:
         by_topic.setdefault(f.topic, []).append(f)
     return tuple(
-        codec.build(
+        schema.build(
             topic_cls,
             name=name,
             partitions=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     topic_cls,
                     "partitions",
                     partition_index=f.partition,
@@ -71,16 +71,16 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     require_stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
-        group_cls = codec.field_entity(cls, "groups")
-        topic_cls = codec.field_entity(group_cls, "topics")
+        group_cls = schema.field_entity(cls, "groups")
+        topic_cls = schema.field_entity(group_cls, "topics")
         results = []
         for group in request.groups:
             error, fetched = _fetch(ctx, group.group_id, group.topics, require_stable)
             results.append(
-                codec.build(group_cls, group_id=group.group_id, topics=_topics(topic_cls, fetched), error_code=error)
+                schema.build(group_cls, group_id=group.group_id, topics=_topics(topic_cls, fetched), error_code=error)
             )
         return ctx.build(throttle_time=0, groups=tuple(results))
-    topic_cls = codec.field_entity(cls, "topics")
+    topic_cls = schema.field_entity(cls, "topics")
     error, fetched = _fetch(ctx, request.group_id, request.topics, require_stable)
     if error is not ErrorCode.none and ctx.api_version < 2 and request.topics is not None:
         # v1 has no top-level error: every requested partition carries it.
@@ -101,7 +101,7 @@ def _describable(ctx: RequestContext, topics: Sequence[Any], named: bool) -> tup
                 dataclasses.replace(
                     topic,
                     partitions=tuple(
-                        codec.build_nested(
+                        schema.build_nested(
                             topic_cls,
                             "partitions",
                             partition_index=p.partition_index,
@@ -122,7 +122,7 @@ async def authorize_offset_fetch(ctx: RequestContext, request: Any, handler: Han
     if ctx.api_version >= 8:
 
         def refused_group(response_cls: type[Any], group: Any, code: ErrorCode) -> Any:
-            return codec.build_nested(response_cls, "groups", group_id=group.group_id, error_code=code)
+            return schema.build_nested(response_cls, "groups", group_id=group.group_id, error_code=code)
 
         response = await split(
             ctx,
@@ -147,14 +147,14 @@ async def authorize_offset_fetch(ctx: RequestContext, request: Any, handler: Han
         return dataclasses.replace(response, topics=_describable(ctx, response.topics, request.topics is not None))
     if ctx.api_version >= 2:
         return ctx.build(error_code=GROUP_DENIED)
-    topic_cls = codec.field_entity(ctx.response_class, "topics")
+    topic_cls = schema.field_entity(ctx.response_class, "topics")
     return ctx.build(
         topics=tuple(
-            codec.build(
+            schema.build(
                 topic_cls,
                 name=t.name,
                 partitions=tuple(
-                    codec.build_nested(
+                    schema.build_nested(
                         topic_cls,
                         "partitions",
                         partition_index=p,

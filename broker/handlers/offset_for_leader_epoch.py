@@ -14,7 +14,7 @@ from broker.handlers.per_partition import answer_per_partition
 from broker.partition.access import leader_log
 from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
-from wire import codec
+from wire import schema
 
 logger = logging.getLogger(__name__)
 
@@ -24,12 +24,12 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
         try:
             log = await leader_log(ctx.node.partitions, topic, p.partition, getattr(p, "current_leader_epoch", -1))
             epoch, end_offset = log.end_offset_for_epoch(p.leader_epoch)
-            return codec.build(
+            return schema.build(
                 part_cls, partition=p.partition, error_code=ErrorCode.none, leader_epoch=epoch, end_offset=end_offset
             )
         except Exception as exc:
             code = error_code_logged(exc, logger, "leader epoch lookup of %s-%d failed", topic, p.partition)
-            return codec.build(part_cls, partition=p.partition, error_code=code, leader_epoch=-1, end_offset=-1)
+            return schema.build(part_cls, partition=p.partition, error_code=code, leader_epoch=-1, end_offset=-1)
 
     return await answer_per_partition(ctx, request, answer, topic_field="topic")
 

@@ -25,7 +25,7 @@ from broker.partition.access import leader_log
 from broker.partition.partition_log import AppendResult, PartitionLog
 from metadata.acl.binding import AclOperation, ResourceType
 from metadata.errors import error_code_for, error_code_logged, error_message_for
-from wire import codec
+from wire import schema
 from wire.errors import KafkaError
 from wire.record_batch import InvalidBatchError, parse_header
 
@@ -103,7 +103,7 @@ def _partition_response(cls: type[Any], index: int, outcome: AppendResult | Base
             if outcome.log_append_time_ms >= 0
             else None
         )
-        return codec.build(
+        return schema.build(
             cls,
             index=index,
             error_code=ErrorCode.none,
@@ -111,7 +111,7 @@ def _partition_response(cls: type[Any], index: int, outcome: AppendResult | Base
             log_append_time=append_time,
             log_start_offset=outcome.log_start_offset,
         )
-    return codec.build(
+    return schema.build(
         cls,
         index=index,
         error_code=error_code_for(outcome),
@@ -124,8 +124,8 @@ def _partition_response(cls: type[Any], index: int, outcome: AppendResult | Base
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
-    topic_cls = codec.field_entity(ctx.response_class, "responses")
-    part_cls = codec.field_entity(topic_cls, "partition_responses")
+    topic_cls = schema.field_entity(ctx.response_class, "responses")
+    part_cls = schema.field_entity(topic_cls, "partition_responses")
     keys: list[tuple[str, int]] = []
     jobs: list[Any] = []
     refusal: KafkaError | None = None
@@ -144,7 +144,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 )
     # The timeout bounds the wait for durability; a WAL write always takes a moment, so a zero or tiny timeout
     # (which in Kafka would still succeed on a single-replica partition) is raised to a small floor.
-    timeout_s = max(codec.millis(request.timeout), _MIN_TIMEOUT_MS) / 1000
+    timeout_s = max(schema.millis(request.timeout), _MIN_TIMEOUT_MS) / 1000
     tasks = [asyncio.ensure_future(job) for job in jobs]
     outcomes: list[AppendResult | BaseException] = []
     if tasks:
@@ -163,7 +163,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     for (topic_name, index), outcome in zip(keys, outcomes, strict=True):
         by_topic.setdefault(topic_name, []).append(_partition_response(part_cls, index, outcome))
     responses = tuple(
-        codec.build(topic_cls, name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()
+        schema.build(topic_cls, name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()
     )
     return ctx.build(responses=responses, throttle_time=0)
 

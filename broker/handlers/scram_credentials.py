@@ -19,7 +19,7 @@ from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import requests as admin_requests
 from metadata.admin.requests import always
 from metadata.image import MetadataImage
-from wire import codec
+from wire import schema
 
 
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
@@ -28,7 +28,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
 
 def _describe_user(ctx: RequestContext, image: MetadataImage, user: str, duplicated: bool) -> Any:
     credentials = image.scram_credentials.get(user)
-    result_cls = codec.field_entity(ctx.response_class, "results")
+    result_cls = schema.field_entity(ctx.response_class, "results")
     code: ErrorCode
     message: str | None
     if duplicated:
@@ -43,11 +43,11 @@ def _describe_user(ctx: RequestContext, image: MetadataImage, user: str, duplica
         ()
         if code is not ErrorCode.none or credentials is None
         else tuple(
-            codec.build_nested(result_cls, "credential_infos", mechanism=mechanism, iterations=credential.iterations)
+            schema.build_nested(result_cls, "credential_infos", mechanism=mechanism, iterations=credential.iterations)
             for mechanism, credential in sorted(credentials.items())
         )
     )
-    return codec.build(result_cls, user=user, error_code=code, error_message=message, credential_infos=infos)
+    return schema.build(result_cls, user=user, error_code=code, error_message=message, credential_infos=infos)
 
 
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
@@ -74,6 +74,6 @@ async def authorize_alter_user_scram_credentials(ctx: RequestContext, request: A
     users = dict.fromkeys([*(d.name for d in request.deletions), *(u.name for u in request.upsertions)])
     return ctx.build(
         results=tuple(
-            codec.build_nested(ctx.response_class, "results", user=user, error_code=CLUSTER_DENIED) for user in users
+            schema.build_nested(ctx.response_class, "results", user=user, error_code=CLUSTER_DENIED) for user in users
         )
     )

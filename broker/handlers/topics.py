@@ -1,9 +1,10 @@
 """CreateTopics (key 19) v2-7, DeleteTopics (key 20) v1-6 and CreatePartitions (key 37) v0-3.
 
 Validation of names, counts, replication factors, assignments and configs is the controller's. The checks about the
-request itself (duplicates, contradictory fields) and the translation of every version are ``metadata.admin.wire``'s;
-asking the controller item by item and reporting failures per topic is ``metadata.admin.requests``'s. Both are
-shared with the controller listener, which answers the same requests when a broker forwards them.
+request itself (duplicates, contradictory fields) and the translation of every version are
+``metadata.admin.topic_wire``'s; asking the controller item by item and reporting failures per topic is
+``metadata.admin.requests``'s. Both are shared with the controller listener, which answers the same requests when a
+broker forwards them.
 
 Each is charged to the client's controller mutation quota (KIP-599) there too; the versions from which the quota is
 strict (refusing with THROTTLING_QUOTA_EXCEEDED rather than only throttling) are Kafka's.
@@ -20,8 +21,8 @@ from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import TOPIC_DENIED, split, topic_name, topics_denied
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
-from wire import codec
+from metadata.admin import topic_wire
+from wire import schema
 
 #: The first versions whose clients retry THROTTLING_QUOTA_EXCEEDED (KIP-599).
 _STRICT_CREATE_TOPICS: Final = 6
@@ -30,7 +31,7 @@ _STRICT_CREATE_PARTITIONS: Final = 3
 
 
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
-    ask = admin_wire.read_create_topics(request, ctx.client_id)
+    ask = topic_wire.read_create_topics(request, ctx.client_id)
     return await admin_requests.create_topics(
         ctx.response_class,
         ask,
@@ -41,14 +42,14 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
-    ask = admin_wire.read_delete_topics(request)
+    ask = topic_wire.read_delete_topics(request)
     return await admin_requests.delete_topics(
         ctx.response_class, ask, admin_requests.always(ctx.node.controller), ctx.mutation_quota(_STRICT_DELETE_TOPICS)
     )
 
 
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
-    ask = admin_wire.read_create_partitions(request)
+    ask = topic_wire.read_create_partitions(request)
     return await admin_requests.create_partitions(
         ctx.response_class,
         ask,
@@ -63,7 +64,7 @@ async def authorize_create_topics(ctx: RequestContext, request: Any, handler: Ha
         return await handler(ctx, request)
 
     def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
-        return codec.build_nested(
+        return schema.build_nested(
             response_cls,
             "topics",
             name=topic.name,
@@ -84,7 +85,7 @@ async def authorize_delete_topics(ctx: RequestContext, request: Any, handler: Ha
     if ctx.api_version >= 6:
 
         def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
-            return codec.build_nested(
+            return schema.build_nested(
                 response_cls,
                 "responses",
                 name=topic_name(ctx, topic) or topic.name,
@@ -102,7 +103,7 @@ async def authorize_delete_topics(ctx: RequestContext, request: Any, handler: Ha
         )
 
     def refused_name(response_cls: type[Any], name: str, code: ErrorCode) -> Any:
-        return codec.build_nested(response_cls, "responses", name=name, error_code=code)
+        return schema.build_nested(response_cls, "responses", name=name, error_code=code)
 
     return await split(
         ctx,
@@ -118,7 +119,7 @@ async def authorize_create_partitions(ctx: RequestContext, request: Any, handler
     """TOPIC ALTER on each topic, as Kafka checks."""
 
     def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
-        return codec.build_nested(response_cls, "results", name=topic.name, error_code=code)
+        return schema.build_nested(response_cls, "results", name=topic.name, error_code=code)
 
     return await split(
         ctx, request, handler, ("topics", "results"), denial=topics_denied(ctx, AclOperation.ALTER), refused=refused

@@ -18,15 +18,15 @@ from broker.handlers.guards import CLUSTER_DENIED
 from broker.transactions.markers import write_markers
 from broker.transactions.state import TopicPartition
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from wire import codec
+from wire import schema
 
 logger = logging.getLogger(__name__)
 
 
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
-    marker_cls = codec.field_entity(ctx.response_class, "markers")
-    topic_cls = codec.field_entity(marker_cls, "topics")
-    part_cls = codec.field_entity(topic_cls, "partitions")
+    marker_cls = schema.field_entity(ctx.response_class, "markers")
+    topic_cls = schema.field_entity(marker_cls, "topics")
+    part_cls = schema.field_entity(topic_cls, "partitions")
     partitions = ctx.node.partitions
     written: list[dict[TopicPartition, ErrorCode]] = []
     if partitions is not None:
@@ -52,9 +52,9 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
             for index in topic.partition_indexes:
                 # No partition layer (a node serving only the controller quorum): nothing here stores partitions.
                 code = written[number][(topic.name, index)] if written else ErrorCode.kafka_storage_error
-                parts.append(codec.build(part_cls, partition_index=index, error_code=code))
-            topics.append(codec.build(topic_cls, name=topic.name, partitions=tuple(parts)))
-        markers.append(codec.build(marker_cls, producer_id=marker.producer_id, topics=tuple(topics)))
+                parts.append(schema.build(part_cls, partition_index=index, error_code=code))
+            topics.append(schema.build(topic_cls, name=topic.name, partitions=tuple(parts)))
+        markers.append(schema.build(marker_cls, producer_id=marker.producer_id, topics=tuple(topics)))
     logger.debug("WriteTxnMarkers from %s: %d markers", ctx.describe(), len(markers))
     return ctx.build(markers=tuple(markers))
 
@@ -63,19 +63,19 @@ async def authorize_write_txn_markers(ctx: RequestContext, request: Any, handler
     """CLUSTER CLUSTER_ACTION (only brokers write markers), as Kafka checks; a refusal answers every partition."""
     if ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         return await handler(ctx, request)
-    marker_cls = codec.field_entity(ctx.response_class, "markers")
-    topic_cls = codec.field_entity(marker_cls, "topics")
+    marker_cls = schema.field_entity(ctx.response_class, "markers")
+    topic_cls = schema.field_entity(marker_cls, "topics")
     return ctx.build(
         markers=tuple(
-            codec.build(
+            schema.build(
                 marker_cls,
                 producer_id=m.producer_id,
                 topics=tuple(
-                    codec.build(
+                    schema.build(
                         topic_cls,
                         name=t.name,
                         partitions=tuple(
-                            codec.build_nested(topic_cls, "partitions", partition_index=p, error_code=CLUSTER_DENIED)
+                            schema.build_nested(topic_cls, "partitions", partition_index=p, error_code=CLUSTER_DENIED)
                             for p in t.partition_indexes
                         ),
                     )

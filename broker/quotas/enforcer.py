@@ -35,7 +35,7 @@ from broker.quotas.manager import ClientQuotas, QuotaType, QuotaWindows
 from broker.quotas.mutations import RequestMutations
 from broker.quotas.resolution import ResolvedQuota, resolve
 from metadata.client_quotas import QuotaEntity
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import PRE_AUTHENTICATION_KEYS, WRITE_TXN_MARKERS_KEY
 from wire.dispatch import Peer, Response
 
@@ -120,7 +120,7 @@ class RequestCharge:
             self._record(self._bytes, QuotaType.PRODUCE, frame_bytes)
         elif self._api_key == _FETCH:
             resolved = self._bytes
-            if resolved is not None and codec.has_field(type(body), "max_bytes"):
+            if resolved is not None and schema.has_field(type(body), "max_bytes"):
                 windows = self._manager.windows
                 cap = max(1, int(resolved.limit * max(1, windows.samples - 1) * windows.window_s))
                 if body.max_bytes > cap:
@@ -159,11 +159,11 @@ class RequestCharge:
             if parts is not None:
                 self._record(self._bytes, QuotaType.FETCH, sum(len(p) for p in parts))
             throttle_ms = self._throttle_ms()
-            if throttle_ms and parts is not None and codec.has_field(type(response), "throttle_time"):
+            if throttle_ms and parts is not None and schema.has_field(type(response), "throttle_time"):
                 parts[1] = _with_throttle(parts[1], _throttle_offset(type(response)), throttle_ms)
         else:
             throttle_ms = self._throttle_ms()
-            if throttle_ms and response is not None and codec.has_field(type(response), "throttle_time"):
+            if throttle_ms and response is not None and schema.has_field(type(response), "throttle_time"):
                 response = dataclasses.replace(
                     response, throttle_time=i32Timedelta.parse(datetime.timedelta(milliseconds=throttle_ms))
                 )

@@ -5,14 +5,16 @@ partition's leader, whose leader epoch is the *coordinator epoch* every marker c
 of an older coordinator). When this broker becomes leader of such a partition it replays it and answers
 COORDINATOR_LOAD_IN_PROGRESS until done; a transaction found half-ended (PrepareCommit/PrepareAbort) gets its
 markers written again and completes. When it loses the partition it drops those ids and answers NOT_COORDINATOR.
-Owning the partitions is :mod:`broker.internal_topic` (shared with the group coordinator).
+Owning the partitions is :mod:`broker.internal_topic` (shared with the group coordinator); the topic and how a
+partition is replayed are :mod:`broker.transactions.state_topic`'s.
 
 Every state change is written to the partition (``append(origin="coordinator")``) before it takes effect and before
 the request that caused it is answered (:mod:`broker.transactions.state` holds the rules; this module feeds it the
 wall clock and does the I/O). EndTxn answers once PrepareCommit/PrepareAbort is durable, as Kafka does; the markers
 are then written by :class:`MarkerSender` and CompleteCommit/CompleteAbort recorded once all were taken. A timer
 aborts transactions older than their timeout (fencing their producer with an epoch bump) and forgets ids idle for
-``transactional.id.expiration.ms`` (a tombstone).
+``transactional.id.expiration.ms`` (a tombstone). A produce's transaction is verified here when this broker
+coordinates its id, else by :mod:`broker.transactions.produce_verification` (KIP-890).
 """
 
 from __future__ import annotations
@@ -29,18 +31,16 @@ from broker.broker_context import BrokerContext
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.internal_topic import (
-    InternalTopic,
     InternalTopicPartitions,
     Loaded,
     OwnedPartition,
-    replay,
 )
 from broker.partition.manager import PartitionManager
-from broker.partition.partition_log import PartitionLog
 from broker.partition.producer_ids import ProducerIdAllocator
-from broker.transactions.log_schema import SchemaError, decode_key, decode_value, encode_key, encode_value
+from broker.transactions.log_schema import encode_key, encode_value
 from broker.transactions.marker_sender import MarkerSender
 from broker.transactions.peers import Peers
+from broker.transactions.produce_verification import produce_verification_error, verify_remotely
 from broker.transactions.state import (
     InvalidTransition,
     TopicPartition,
@@ -48,17 +48,13 @@ from broker.transactions.state import (
     TxnState,
     TxnTransit,
 )
-from settings.server import ServerConfig
-from wire import codec
+from broker.transactions.state_topic import TRANSACTION_STATE, TRANSACTION_TOPIC, replay_transactions
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch
 from wire.stored_schema import MAX_STORED_STRING_BYTES
 
 logger = logging.getLogger(__name__)
 
-TRANSACTION_TOPIC = "__transaction_state"
-ADD_PARTITIONS_TO_TXN_KEY = 24
-_VERIFY_VERSION = 4
 _COMPLETE_RETRY_S = 0.5
 #: How long AddPartitionsToTxn waits for the markers of the id's previous transaction before it answers
 #: CONCURRENT_TRANSACTIONS. A producer's next transaction starts while they are written (EndTxn is answered once
@@ -68,23 +64,6 @@ _COMPLETE_RETRY_S = 0.5
 _MARKERS_WAIT_S = 1.0
 
 
-def _transaction_topic_configs(cfg: ServerConfig) -> dict[str, str]:
-    # As Kafka's TransactionLog does; segment.bytes sizes nothing in a stream, but DescribeConfigs shows what was set.
-    return {
-        "cleanup.policy": "compact",
-        "compression.type": "uncompressed",
-        "segment.bytes": str(cfg.value("transaction.state.log.segment.bytes")),
-    }
-
-
-_TRANSACTION_STATE = InternalTopic(
-    name=TRANSACTION_TOPIC,
-    role="transaction coordinator",
-    items="transactional ids",
-    partitions_key="transaction.state.log.num.partitions",
-    replication_key="transaction.state.log.replication.factor",
-    configs=_transaction_topic_configs,
-)
 
 
 class TransactionCoordinator:
@@ -115,7 +94,12 @@ class TransactionCoordinator:
         self._completing: dict[TransactionMetadata, asyncio.Event] = {}
         self._timer_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
-            broker, partitions, _TRANSACTION_STATE, read=self._replay, install=self._install, unload=self._unload_ids
+            broker,
+            partitions,
+            TRANSACTION_STATE,
+            read=replay_transactions,
+            install=self._install,
+            unload=self._unload_ids,
         )
         self._peers = Peers(broker)
         self._markers = MarkerSender(broker, partitions, groups, self._peers)
@@ -172,21 +156,6 @@ class TransactionCoordinator:
                     metadata.state.display,
                 )
                 self._start_completion(metadata, owned)
-
-    async def _replay(self, log: PartitionLog, where: str) -> tuple[dict[str, TxnTransit | None], int]:
-        """Last value per transactional id from the log start to its end; a tombstone removes the id."""
-        values: dict[str, TxnTransit | None] = {}
-        count = 0
-        async for header, record in replay(log, where):
-            if header.is_control or record.key is None:
-                continue
-            count += 1
-            try:
-                transactional_id = decode_key(record.key)
-                values[transactional_id] = None if record.value is None else decode_value(record.value)
-            except SchemaError as exc:
-                logger.warning("%s: record at offset %d skipped: %s", where, record.offset, exc)
-        return values, count
 
     def coordinator_error(self, transactional_id: str) -> ErrorCode:
         """NONE when this broker coordinates ``transactional_id`` right now; else the error the client acts on."""
@@ -573,50 +542,14 @@ class TransactionCoordinator:
         node_id = self.coordinator_node(transactional_id)
         if node_id == self._broker.node_id:
             local = self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
-            return _produce_verification_error(local)
+            return produce_verification_error(local)
         if node_id < 0:
             return ErrorCode.not_enough_replicas
-        request_cls = codec.request_class(ADD_PARTITIONS_TO_TXN_KEY, _VERIFY_VERSION)
-        txn_cls = codec.field_entity(request_cls, "transactions")
-        topic_cls = codec.field_entity(txn_cls, "topics")
-        request = codec.build(
-            request_cls,
-            transactions=(
-                codec.build(
-                    txn_cls,
-                    transactional_id=transactional_id,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    verify_only=True,
-                    topics=(codec.build(topic_cls, name=partition[0], partitions=(partition[1],)),),
-                ),
-            ),
+        return await verify_remotely(
+            self._peers,
+            node_id,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            partition=partition,
         )
-        try:
-            response = await self._peers.request(node_id, request)
-        except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
-            logger.info("verifying %r with coordinator %d failed: %s", transactional_id, node_id, exc)
-            return ErrorCode.not_enough_replicas
-        if response.error_code is not ErrorCode.none:
-            return _produce_verification_error(ErrorCode(response.error_code))
-        for result in response.results_by_transaction:
-            for topic in result.topic_results:
-                for part in topic.results_by_partition:
-                    if (topic.name, part.partition_index) == partition:
-                        return _produce_verification_error(ErrorCode(part.partition_error_code))
-        return ErrorCode.invalid_txn_state
-
-
-def _produce_verification_error(error: ErrorCode) -> ErrorCode:
-    """What a produce answers for a verification error, as Kafka's AddPartitionsToTxnManager: a coordinator that
-    is moving or busy becomes the retriable NOT_ENOUGH_REPLICAS, a fenced producer INVALID_PRODUCER_EPOCH."""
-    if error in (
-        ErrorCode.coordinator_not_available,
-        ErrorCode.not_coordinator,
-        ErrorCode.coordinator_load_in_progress,
-        ErrorCode.concurrent_transactions,
-    ):
-        return ErrorCode.not_enough_replicas
-    if error is ErrorCode.producer_fenced:
-        return ErrorCode.invalid_producer_epoch
-    return error

@@ -21,7 +21,7 @@ from broker.partition.manager import PartitionManager
 from broker.transactions.markers import write_markers
 from broker.transactions.peers import Peers
 from broker.transactions.state import TopicPartition
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import WRITE_TXN_MARKERS_KEY
 
 logger = logging.getLogger(__name__)
@@ -162,22 +162,22 @@ class MarkerSender:
         commit: bool,
     ) -> dict[TopicPartition, ErrorCode]:
         request_cls = codec.request_class(WRITE_TXN_MARKERS_KEY, WRITE_TXN_MARKERS_VERSION)
-        marker_cls = codec.field_entity(request_cls, "markers")
-        topic_cls = codec.field_entity(marker_cls, "topics")
+        marker_cls = schema.field_entity(request_cls, "markers")
+        topic_cls = schema.field_entity(marker_cls, "topics")
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
-        request = codec.build(
+        request = schema.build(
             request_cls,
             markers=(
-                codec.build(
+                schema.build(
                     marker_cls,
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
                     transaction_result=commit,
                     coordinator_epoch=coordinator_epoch,
                     topics=tuple(
-                        codec.build(topic_cls, name=name, partition_indexes=tuple(parts))
+                        schema.build(topic_cls, name=name, partition_indexes=tuple(parts))
                         for name, parts in by_topic.items()
                     ),
                 ),

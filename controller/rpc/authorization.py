@@ -55,7 +55,31 @@ from controller.rpc.sasl import SaslGate
 from metadata.acl.authorizer import Authorizer, AuthorizerSettings
 from metadata.acl.binding import ANONYMOUS, CLUSTER_NAME, AclBinding, AclOperation, ResourceType
 from metadata.acl.denials import DenialLog
-from metadata.rpc import messages as m
+from metadata.rpc.kafka_apis import (
+    ALLOCATE_PRODUCER_IDS,
+    ALTER_CLIENT_QUOTAS,
+    ALTER_CONFIGS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+    BEGIN_QUORUM_EPOCH,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    CREATE_ACLS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_ACLS,
+    DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_QUORUM,
+    ELECT_LEADERS,
+    END_QUORUM_EPOCH,
+    FETCH,
+    FETCH_SNAPSHOT,
+    INCREMENTAL_ALTER_CONFIGS,
+    UNREGISTER_BROKER,
+    VOTE,
+)
+from metadata.rpc.stream_rpcs import DescribeMetadata, StreamRequest
 from wire.api_versions import api_name
 from wire.certificate_auth import connection_principal
 from wire.dispatch import ConnectionClosing, Peer
@@ -66,32 +90,32 @@ logger = logging.getLogger(__name__)
 
 #: What Kafka's controller asks on the cluster resource for each API it serves here; absent: super users only.
 _KAFKA_OPERATIONS: Final[Mapping[int, AclOperation]] = {
-    m.VOTE: AclOperation.CLUSTER_ACTION,
-    m.BEGIN_QUORUM_EPOCH: AclOperation.CLUSTER_ACTION,
-    m.END_QUORUM_EPOCH: AclOperation.CLUSTER_ACTION,
-    m.FETCH: AclOperation.CLUSTER_ACTION,
-    m.FETCH_SNAPSHOT: AclOperation.CLUSTER_ACTION,
-    m.BROKER_REGISTRATION: AclOperation.CLUSTER_ACTION,
-    m.BROKER_HEARTBEAT: AclOperation.CLUSTER_ACTION,
-    m.ALLOCATE_PRODUCER_IDS: AclOperation.CLUSTER_ACTION,
-    m.DESCRIBE_QUORUM: AclOperation.DESCRIBE,
-    m.DESCRIBE_CLUSTER: AclOperation.ALTER,
-    m.UNREGISTER_BROKER: AclOperation.ALTER,
-    m.ELECT_LEADERS: AclOperation.ALTER,
-    m.ALTER_PARTITION_REASSIGNMENTS: AclOperation.ALTER,
-    m.ALTER_USER_SCRAM_CREDENTIALS: AclOperation.ALTER,
-    m.CREATE_ACLS: AclOperation.ALTER,
-    m.DELETE_ACLS: AclOperation.ALTER,
-    m.ALTER_CLIENT_QUOTAS: AclOperation.ALTER_CONFIGS,
+    VOTE: AclOperation.CLUSTER_ACTION,
+    BEGIN_QUORUM_EPOCH: AclOperation.CLUSTER_ACTION,
+    END_QUORUM_EPOCH: AclOperation.CLUSTER_ACTION,
+    FETCH: AclOperation.CLUSTER_ACTION,
+    FETCH_SNAPSHOT: AclOperation.CLUSTER_ACTION,
+    BROKER_REGISTRATION: AclOperation.CLUSTER_ACTION,
+    BROKER_HEARTBEAT: AclOperation.CLUSTER_ACTION,
+    ALLOCATE_PRODUCER_IDS: AclOperation.CLUSTER_ACTION,
+    DESCRIBE_QUORUM: AclOperation.DESCRIBE,
+    DESCRIBE_CLUSTER: AclOperation.ALTER,
+    UNREGISTER_BROKER: AclOperation.ALTER,
+    ELECT_LEADERS: AclOperation.ALTER,
+    ALTER_PARTITION_REASSIGNMENTS: AclOperation.ALTER,
+    ALTER_USER_SCRAM_CREDENTIALS: AclOperation.ALTER,
+    CREATE_ACLS: AclOperation.ALTER,
+    DELETE_ACLS: AclOperation.ALTER,
+    ALTER_CLIENT_QUOTAS: AclOperation.ALTER_CONFIGS,
 }
 #: The admin APIs decided item by item (``controller.rpc.item_authorization``), with the right on the cluster that
 #: grants every item at once (None: none does).
 _PER_ITEM: Final[Mapping[int, AclOperation | None]] = {
-    m.CREATE_TOPICS: AclOperation.CREATE,
-    m.DELETE_TOPICS: AclOperation.DELETE,
-    m.CREATE_PARTITIONS: None,
-    m.ALTER_CONFIGS: None,
-    m.INCREMENTAL_ALTER_CONFIGS: None,
+    CREATE_TOPICS: AclOperation.CREATE,
+    DELETE_TOPICS: AclOperation.DELETE,
+    CREATE_PARTITIONS: None,
+    ALTER_CONFIGS: None,
+    INCREMENTAL_ALTER_CONFIGS: None,
 }
 PER_ITEM_APIS: Final = frozenset(_PER_ITEM)
 
@@ -102,9 +126,9 @@ def kafka_operation(api_key: int) -> AclOperation | None:
     return _KAFKA_OPERATIONS.get(api_key)
 
 
-def stream_operation(request: type[m.StreamRequest]) -> AclOperation | None:
+def stream_operation(request: type[StreamRequest]) -> AclOperation | None:
     """The right a stream RPC asks on the cluster; None (DescribeMetadata, the whole metadata): super users only."""
-    return None if request is m.DescribeMetadata else AclOperation.CLUSTER_ACTION
+    return None if request is DescribeMetadata else AclOperation.CLUSTER_ACTION
 
 
 class CertificateConnection:
@@ -232,7 +256,7 @@ class ControllerAuthorizer:
         )
         return message
 
-    def check_stream(self, peer: Peer, request: type[m.StreamRequest], what: str) -> None:
+    def check_stream(self, peer: Peer, request: type[StreamRequest], what: str) -> None:
         """ConnectionClosing naming the principal unless the caller may send this stream RPC."""
         refusal = self.refusal(peer, stream_operation(request), request.__name__, what)
         if refusal is not None:

@@ -21,7 +21,7 @@ loaded the metadata up to the quorum's commit offset, only super users are serve
 exchange come before that check. A refused Kafka request is answered CLUSTER_AUTHORIZATION_FAILED (on each item of
 an admin request, as Kafka's error responses are), and the connection stays open; a refused stream RPC closes it.
 
-The admin APIs are read and answered through ``metadata.admin.wire``, the translation the broker's handlers use
+The admin APIs are read and answered through ``metadata.admin``'s translations, the ones the broker's handlers use
 too, so a request answers the same item for item whether a client sent it to a broker or a broker forwarded it here.
 Only the party asked differs: here it is the active `Controller`, and a voter that is not active answers
 NOT_CONTROLLER on every topic, resource or partition, which the forwarding broker reads as "try the next voter".
@@ -42,13 +42,14 @@ from controller.controller import Controller
 from controller.rpc import item_authorization, sasl
 from controller.rpc.authorization import PER_ITEM_APIS, ControllerAuthorizer, kafka_operation
 from controller.rpc.sasl import SaslGate
+from metadata.admin import config_wire, topic_wire
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
 from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.controller_api import ConfigResource
-from metadata.errors import ControllerError
+from metadata.errors import ControllerError, NodeFencedError, NotControllerError
 from metadata.image import MetadataImage
-from metadata.rpc import messages as m
+from metadata.rpc import kafka_apis, stream_rpcs
+from metadata.rpc.error_codes import RpcError, error_code_for
 from metadata.rpc.raft_codec import (
     RAFT_API_KEYS,
     RaftCodecError,
@@ -56,6 +57,7 @@ from metadata.rpc.raft_codec import (
     request_from_kio,
     response_to_kio,
 )
+from metadata.rpc.stream_codec import StreamCodecError, api_key_of, decode_stream_request, encode_stream_response
 from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -77,7 +79,7 @@ from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import api_name
 from wire.codec import ProtocolError
 from wire.dispatch import ConnectionClosing
@@ -90,27 +92,33 @@ logger = logging.getLogger(__name__)
 
 _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 #: What any connection may send before its principal is checked: the version table and the SASL exchange.
-_BEFORE_PRINCIPAL = frozenset({m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE})
+_BEFORE_PRINCIPAL = frozenset({kafka_apis.API_VERSIONS, kafka_apis.SASL_HANDSHAKE, kafka_apis.SASL_AUTHENTICATE})
 
 #: The admin APIs brokers forward (:meth:`ControllerDispatcher._admin`), answered item by item.
 _ADMIN_APIS = frozenset(
     {
-        m.CREATE_TOPICS,
-        m.DELETE_TOPICS,
-        m.CREATE_PARTITIONS,
-        m.ALTER_CONFIGS,
-        m.INCREMENTAL_ALTER_CONFIGS,
-        m.ELECT_LEADERS,
-        m.ALTER_PARTITION_REASSIGNMENTS,
-        m.ALTER_USER_SCRAM_CREDENTIALS,
-        m.CREATE_ACLS,
-        m.DELETE_ACLS,
-        m.ALTER_CLIENT_QUOTAS,
+        kafka_apis.CREATE_TOPICS,
+        kafka_apis.DELETE_TOPICS,
+        kafka_apis.CREATE_PARTITIONS,
+        kafka_apis.ALTER_CONFIGS,
+        kafka_apis.INCREMENTAL_ALTER_CONFIGS,
+        kafka_apis.ELECT_LEADERS,
+        kafka_apis.ALTER_PARTITION_REASSIGNMENTS,
+        kafka_apis.ALTER_USER_SCRAM_CREDENTIALS,
+        kafka_apis.CREATE_ACLS,
+        kafka_apis.DELETE_ACLS,
+        kafka_apis.ALTER_CLIENT_QUOTAS,
     }
 )
 
 #: The Kafka APIs a read-only dispatcher serves (they read the quorum, never write; SASL authenticates first).
-_READ_ONLY_KAFKA_APIS = (m.API_VERSIONS, m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE, m.DESCRIBE_QUORUM, m.DESCRIBE_CLUSTER)
+_READ_ONLY_KAFKA_APIS = (
+    kafka_apis.API_VERSIONS,
+    kafka_apis.SASL_HANDSHAKE,
+    kafka_apis.SASL_AUTHENTICATE,
+    kafka_apis.DESCRIBE_QUORUM,
+    kafka_apis.DESCRIBE_CLUSTER,
+)
 
 
 class RaftMember(Protocol):
@@ -167,7 +175,7 @@ class ServedQuorum(Protocol):
 
     def check_node(self, node: NodeIdentity, what: str) -> None: ...
 
-    def dump(self) -> m.MetadataDump: ...
+    def dump(self) -> stream_rpcs.MetadataDump: ...
 
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int: ...
 
@@ -208,7 +216,9 @@ class ControllerDispatcher:
         self.sasl = sasl
         self.authorizer = authorizer
         self._versions: Mapping[int, tuple[int, int]] = (
-            {key: m.KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS} if read_only else m.KAFKA_API_VERSIONS
+            {key: kafka_apis.KAFKA_API_VERSIONS[key] for key in _READ_ONLY_KAFKA_APIS}
+            if read_only
+            else kafka_apis.KAFKA_API_VERSIONS
         )
         self.metrics = metrics or ServerMetrics()
         timeout_ms = int(quorum.config.value("controller.quorum.request.timeout.ms"))
@@ -216,10 +226,10 @@ class ControllerDispatcher:
 
     async def dispatch(self, frame: bytes, peer: Peer) -> bytes | None:
         try:
-            api_key = m.api_key_of(frame)
-        except m.StreamCodecError as exc:
+            api_key = api_key_of(frame)
+        except StreamCodecError as exc:
             raise ControllerProtocolError(f"{exc} from {peer}") from None
-        if m.is_stream_api(api_key):
+        if stream_rpcs.is_stream_api(api_key):
             if self.sasl is not None:
                 self.sasl.check(peer, api_key, f"stream RPC {api_key}")
             return await self._stream(frame, peer)
@@ -229,11 +239,11 @@ class ControllerDispatcher:
             self.sasl.check(peer, api_key, what)
         versions = self._kafka_api_versions().get(api_key)
         if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
-            if api_key == m.API_VERSIONS:
-                response = codec.build(
-                    codec.response_class(m.API_VERSIONS, 0),
+            if api_key == kafka_apis.API_VERSIONS:
+                response = schema.build(
+                    codec.response_class(kafka_apis.API_VERSIONS, 0),
                     error_code=ErrorCode.unsupported_version,
-                    api_keys=self._api_keys(codec.response_class(m.API_VERSIONS, 0)),
+                    api_keys=self._api_keys(codec.response_class(kafka_apis.API_VERSIONS, 0)),
                 )
                 return codec.encode_response(prefix.correlation_id, response)
             raise ControllerProtocolError(
@@ -246,23 +256,23 @@ class ControllerDispatcher:
             response = _refused(response_cls, refusal, peer)
         elif api_key in RAFT_API_KEYS:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
-        elif api_key == m.API_VERSIONS:
-            response = codec.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
-        elif api_key == m.SASL_HANDSHAKE:
+        elif api_key == kafka_apis.API_VERSIONS:
+            response = schema.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
+        elif api_key == kafka_apis.SASL_HANDSHAKE:
             response = sasl.handshake(self.sasl, peer, response_cls, request.body, prefix.api_version)
-        elif api_key == m.SASL_AUTHENTICATE:
+        elif api_key == kafka_apis.SASL_AUTHENTICATE:
             response = sasl.authenticate(self.sasl, peer, response_cls, request.body)
-        elif api_key == m.DESCRIBE_QUORUM:
+        elif api_key == kafka_apis.DESCRIBE_QUORUM:
             response = self._describe_quorum(response_cls)
-        elif api_key == m.BROKER_REGISTRATION:
+        elif api_key == kafka_apis.BROKER_REGISTRATION:
             response = await self._register(response_cls, request.body)
-        elif api_key == m.BROKER_HEARTBEAT:
+        elif api_key == kafka_apis.BROKER_HEARTBEAT:
             response = await self._heartbeat(response_cls, request.body)
-        elif api_key == m.UNREGISTER_BROKER:
+        elif api_key == kafka_apis.UNREGISTER_BROKER:
             response = await self._unregister(response_cls, request.body)
-        elif api_key == m.DESCRIBE_CLUSTER:
+        elif api_key == kafka_apis.DESCRIBE_CLUSTER:
             response = self._describe_cluster(response_cls, request.body)
-        elif api_key == m.ALLOCATE_PRODUCER_IDS:
+        elif api_key == kafka_apis.ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
         else:
             check: item_authorization.Allowed | None = None
@@ -298,14 +308,14 @@ class ControllerDispatcher:
             for broker in self.quorum.image.live_brokers():
                 if broker.listeners:
                     nodes.append((broker.node_id, broker.listeners[0].host, broker.listeners[0].port, broker.rack))
-        return codec.build(
+        return schema.build(
             response_cls,
             error_code=ErrorCode.none,
             endpoint_type=2 if controllers else 1,
             cluster_id=self.quorum.cluster_id,
             controller_id=leader if leader is not None else -1,
             brokers=tuple(
-                codec.build_nested(response_cls, "brokers", broker_id=node_id, host=host, port=port, rack=rack)
+                schema.build_nested(response_cls, "brokers", broker_id=node_id, host=host, port=port, rack=rack)
                 for node_id, host, port, rack in nodes
             ),
             cluster_authorized_operations=-2147483648,
@@ -326,17 +336,17 @@ class ControllerDispatcher:
 
     def _api_keys(self, response_cls: type[Any]) -> tuple[Any, ...]:
         keys = [(key, low, high) for key, (low, high) in sorted(self._kafka_api_versions().items())]
-        keys.extend((key, m.STREAM_API_VERSION, m.STREAM_API_VERSION) for key, request in
-                    sorted(m.STREAM_REQUESTS.items()) if self._serves(request))
+        keys.extend((key, stream_rpcs.STREAM_API_VERSION, stream_rpcs.STREAM_API_VERSION) for key, request in
+                    sorted(stream_rpcs.STREAM_REQUESTS.items()) if self._serves(request))
         return tuple(
-            codec.build_nested(response_cls, "api_keys", api_key=key, min_version=low, max_version=high)
+            schema.build_nested(response_cls, "api_keys", api_key=key, min_version=low, max_version=high)
             for key, low, high in keys
         )
 
     # ---- brokers -------------------------------------------------------------------------------------------
     async def _register(self, response_cls: type[Any], body: Any) -> Any:
         if body.cluster_id != self.quorum.cluster_id:
-            return codec.build(response_cls, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1)
+            return schema.build(response_cls, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1)
         listeners = tuple(
             Endpoint(lst.name, lst.host, int(lst.port), _SECURITY_PROTOCOLS.get(int(lst.security_protocol),
                                                                                  "PLAINTEXT"))
@@ -344,10 +354,10 @@ class ControllerDispatcher:
         )
         try:
             epoch = await self.quorum.register_broker(int(body.broker_id), listeners, body.rack)
-        except m.NotControllerError as exc:
+        except NotControllerError as exc:
             logger.info("broker %d registration: %s", body.broker_id, exc)
-            return codec.build(response_cls, error_code=ErrorCode.not_controller, broker_epoch=-1)
-        return codec.build(response_cls, error_code=ErrorCode.none, broker_epoch=epoch)
+            return schema.build(response_cls, error_code=ErrorCode.not_controller, broker_epoch=-1)
+        return schema.build(response_cls, error_code=ErrorCode.none, broker_epoch=epoch)
 
     async def _heartbeat(self, response_cls: type[Any], body: Any) -> Any:
         try:
@@ -358,14 +368,14 @@ class ControllerDispatcher:
                 want_fence=bool(body.want_fence),
                 want_shutdown=bool(body.want_shut_down),
             )
-        except m.NotControllerError:
-            return codec.build(response_cls, error_code=ErrorCode.not_controller, is_fenced=True)
-        except m.NodeFencedError as exc:
+        except NotControllerError:
+            return schema.build(response_cls, error_code=ErrorCode.not_controller, is_fenced=True)
+        except NodeFencedError as exc:
             logger.info("heartbeat refused: %s", exc)
             registered = int(body.broker_id) in self.quorum.image.brokers
             code = ErrorCode.stale_broker_epoch if registered else ErrorCode.broker_id_not_registered
-            return codec.build(response_cls, error_code=code, is_fenced=True)
-        return codec.build(
+            return schema.build(response_cls, error_code=code, is_fenced=True)
+        return schema.build(
             response_cls,
             error_code=ErrorCode.none,
             is_caught_up=caught_up,
@@ -377,29 +387,29 @@ class ControllerDispatcher:
         broker_id = int(body.broker_id)
         try:
             await self.quorum.active_controller(f"unregister broker {broker_id}").unregister_broker(broker_id)
-        except m.NotControllerError as exc:
-            return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.not_controller,
+        except NotControllerError as exc:
+            return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.not_controller,
                                error_message=str(exc))
         except ControllerError as exc:
             logger.info("unregistering broker %d refused: %s", broker_id, exc.message)
-            return codec.build(response_cls, throttle_time=0, error_code=exc.code, error_message=exc.message)
-        return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None)
+            return schema.build(response_cls, throttle_time=0, error_code=exc.code, error_message=exc.message)
+        return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None)
 
     async def _allocate_producer_ids(self, response_cls: type[Any], body: Any) -> Any:
         broker_id = int(body.broker_id)
         try:
             controller = self.quorum.active_controller(f"allocate producer ids for broker {broker_id}")
             block = await controller.allocate_producer_ids(broker_id, int(body.broker_epoch))
-        except m.NotControllerError as exc:
+        except NotControllerError as exc:
             logger.info("producer ids for broker %d: %s", broker_id, exc)
             code = ErrorCode.not_controller
         except ControllerError as exc:
             logger.info("producer ids for broker %d refused: %s", broker_id, exc.message)
             code = exc.error
         else:
-            return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none,
+            return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.none,
                                producer_id_start=block.start, producer_id_len=block.length)
-        return codec.build(response_cls, throttle_time=0, error_code=code, producer_id_start=-1, producer_id_len=0)
+        return schema.build(response_cls, throttle_time=0, error_code=code, producer_id_start=-1, producer_id_len=0)
 
     # ---- admin APIs ----------------------------------------------------------------------------------------
     async def _admin(self, api_key: int, response_cls: type[Any], request: Any, refusal: str | None,
@@ -412,24 +422,24 @@ class ControllerDispatcher:
         active: admin_requests.ControllerFor = self.quorum.active_controller
         if refusal is not None:
             active = _refuse_with(refusal)
-        if api_key == m.CREATE_TOPICS:
-            topics = admin_wire.read_create_topics(body, request.client_id)
+        if api_key == kafka_apis.CREATE_TOPICS:
+            topics = topic_wire.read_create_topics(body, request.client_id)
             if check is not None:
                 topics = item_authorization.create_topics(topics, check)
             return await admin_requests.create_topics(response_cls, topics, active)
-        if api_key == m.DELETE_TOPICS:
-            deletions = admin_wire.read_delete_topics(body)
+        if api_key == kafka_apis.DELETE_TOPICS:
+            deletions = topic_wire.read_delete_topics(body)
             if check is not None:
                 deletions = item_authorization.delete_topics(deletions, check, self.quorum.image.topics_by_id)
             return await admin_requests.delete_topics(response_cls, deletions, active)
-        if api_key == m.CREATE_PARTITIONS:
-            partitions = admin_wire.read_create_partitions(body)
+        if api_key == kafka_apis.CREATE_PARTITIONS:
+            partitions = topic_wire.read_create_partitions(body)
             if check is not None:
                 partitions = item_authorization.create_partitions(partitions, check)
             return await admin_requests.create_partitions(response_cls, partitions, active)
-        if api_key in (m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS):
-            ask = (admin_wire.read_alter_configs(body) if api_key == m.ALTER_CONFIGS
-                   else admin_wire.read_incremental_alter_configs(body))
+        if api_key in (kafka_apis.ALTER_CONFIGS, kafka_apis.INCREMENTAL_ALTER_CONFIGS):
+            ask = (config_wire.read_alter_configs(body) if api_key == kafka_apis.ALTER_CONFIGS
+                   else config_wire.read_incremental_alter_configs(body))
             if check is not None:
                 ask = item_authorization.alter_configs(ask, check)
             # The forwarding broker checked that a broker resource names itself; a request naming one broker is
@@ -438,18 +448,18 @@ class ControllerDispatcher:
                      if item.resource.type == ConfigResource.BROKER and item.resource.name.isdigit()}
             broker_id = int(named.pop()) if len(named) == 1 else self.quorum.node_id
             return await admin_requests.alter_configs(response_cls, ask, active, broker_id=broker_id)
-        if api_key == m.ELECT_LEADERS:
-            return await admin_requests.elect_leaders(response_cls, admin_wire.read_elect_leaders(body), active)
-        if api_key == m.ALTER_PARTITION_REASSIGNMENTS:
-            asked = admin_wire.read_alter_partition_reassignments(body)
+        if api_key == kafka_apis.ELECT_LEADERS:
+            return await admin_requests.elect_leaders(response_cls, topic_wire.read_elect_leaders(body), active)
+        if api_key == kafka_apis.ALTER_PARTITION_REASSIGNMENTS:
+            asked = topic_wire.read_alter_partition_reassignments(body)
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
-        if api_key == m.ALTER_USER_SCRAM_CREDENTIALS:
+        if api_key == kafka_apis.ALTER_USER_SCRAM_CREDENTIALS:
             return await admin_requests.alter_user_scram_credentials(response_cls, body, active)
-        if api_key == m.CREATE_ACLS:
+        if api_key == kafka_apis.CREATE_ACLS:
             return await admin_requests.create_acls(response_cls, body, active)
-        if api_key == m.DELETE_ACLS:
+        if api_key == kafka_apis.DELETE_ACLS:
             return await admin_requests.delete_acls(response_cls, body, active)
-        if api_key == m.ALTER_CLIENT_QUOTAS:
+        if api_key == kafka_apis.ALTER_CLIENT_QUOTAS:
             return await admin_requests.alter_client_quotas(response_cls, body, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
@@ -457,8 +467,8 @@ class ControllerDispatcher:
     # ---- Fjord's stream RPCs -------------------------------------------------------------------------------
     async def _stream(self, frame: bytes, peer: Peer) -> bytes:
         try:
-            correlation_id, request = m.decode_stream_request(frame)
-        except m.StreamCodecError as exc:
+            correlation_id, request = decode_stream_request(frame)
+        except StreamCodecError as exc:
             raise ControllerProtocolError(f"{exc} (from {peer})") from None
         if self.authorizer is not None:
             what = f"{type(request).__name__} (correlation id {correlation_id})"
@@ -466,29 +476,29 @@ class ControllerDispatcher:
         leader = self.quorum.leader_id
         try:
             result = await self._serve_stream(request)
-            response = m.StreamResponse(m.RpcError.NONE, None, leader if leader is not None else -1, result)
+            response = stream_rpcs.StreamResponse(RpcError.NONE, None, leader if leader is not None else -1, result)
         except StorageError as exc:
-            code = m.error_code_for(exc)
-            if isinstance(exc, m.NotControllerError):
+            code = error_code_for(exc)
+            if isinstance(exc, NotControllerError):
                 leader = exc.leader_id
-            response = m.StreamResponse(code, str(exc), leader if leader is not None else -1)
+            response = stream_rpcs.StreamResponse(code, str(exc), leader if leader is not None else -1)
         except (ValueError, TypeError) as exc:
-            response = m.StreamResponse(m.RpcError.INVALID_REQUEST, f"{type(request).__name__}: {exc}",
+            response = stream_rpcs.StreamResponse(RpcError.INVALID_REQUEST, f"{type(request).__name__}: {exc}",
                                         leader if leader is not None else -1)
-        return m.encode_stream_response(correlation_id, response)
+        return encode_stream_response(correlation_id, response)
 
-    def _serves(self, request: type[m.StreamRequest]) -> bool:
+    def _serves(self, request: type[stream_rpcs.StreamRequest]) -> bool:
         """Whether this listener answers a stream RPC: read-only, only those that change nothing, and not the dump
         of the whole metadata (SCRAM credentials and ACLs among it, which its broker shows only to whom it
         authorizes)."""
-        return not self.read_only or not (request.MUTATES or request is m.DescribeMetadata)
+        return not self.read_only or not (request.MUTATES or request is stream_rpcs.DescribeMetadata)
 
-    async def _serve_stream(self, request: m.StreamRequest) -> Any:
+    async def _serve_stream(self, request: stream_rpcs.StreamRequest) -> Any:
         what = type(request).__name__
         if not self._serves(type(request)):
             raise ValueError(f"the CONTROLLER listener of an embedded controller (node {self.quorum.node_id}) serves "
                              "only reads of the stream metadata; its writes go through its broker")
-        if isinstance(request, m.DescribeMetadata):
+        if isinstance(request, stream_rpcs.DescribeMetadata):
             return self.quorum.dump()
         controller = self.quorum.active_controller(f"serve {what}")
         if request.MUTATES:
@@ -496,54 +506,54 @@ class ControllerDispatcher:
         streams: StreamMetadata = controller.stream_metadata
         node = request.node
         match request:
-            case m.CreateStream():
+            case stream_rpcs.CreateStream():
                 return await streams.create_stream(node, request.tags)
-            case m.OpenStream():
+            case stream_rpcs.OpenStream():
                 return await streams.open_stream(node, request.stream_id, request.epoch)
-            case m.CloseStream():
+            case stream_rpcs.CloseStream():
                 return await streams.close_stream(node, request.stream_id, request.epoch)
-            case m.TrimStream():
+            case stream_rpcs.TrimStream():
                 return await streams.trim_stream(node, request.stream_id, request.epoch, request.new_start_offset)
-            case m.DeleteStream():
+            case stream_rpcs.DeleteStream():
                 return await streams.delete_stream(node, request.stream_id, request.epoch)
-            case m.GetStreams():
+            case stream_rpcs.GetStreams():
                 return await streams.get_streams(request.stream_ids)
-            case m.GetOpeningStreams():
+            case stream_rpcs.GetOpeningStreams():
                 return await streams.get_opening_streams(node)
-            case m.PrepareObjects():
+            case stream_rpcs.PrepareObjects():
                 return await streams.prepare_objects(node, request.count, request.ttl_ms)
-            case m.CommitStreamSetObject():
+            case stream_rpcs.CommitStreamSetObject():
                 if request.request is None or request.request.node != node:
                     raise ValueError("the commit must be present and name the calling node")
                 return await streams.commit_stream_set_object(request.request)
-            case m.CommitStreamObject():
+            case stream_rpcs.CommitStreamObject():
                 if request.request is None or request.request.node != node:
                     raise ValueError("the commit must be present and name the calling node")
                 return await streams.commit_stream_object(request.request)
-            case m.GetObjects():
+            case stream_rpcs.GetObjects():
                 return await streams.get_objects(request.stream_id, request.start_offset, request.end_offset,
                                                  request.limit)
-            case m.GetStreamSetObjects():
+            case stream_rpcs.GetStreamSetObjects():
                 return await streams.get_stream_set_objects(request.node_id)
-            case m.GetStreamObjects():
+            case stream_rpcs.GetStreamObjects():
                 return await streams.get_stream_objects(request.stream_id)
-            case m.SweepObjects():
+            case stream_rpcs.SweepObjects():
                 return await streams.sweep_objects(request.now_ms)
-            case m.RemoveObjects():
+            case stream_rpcs.RemoveObjects():
                 return await streams.remove_objects(request.object_ids)
-            case m.GetKV():
+            case stream_rpcs.GetKV():
                 return await streams.get_kv(request.key)
-            case m.PutKV():
+            case stream_rpcs.PutKV():
                 return await streams.put_kv(request.key, request.value)
-            case m.DeleteKV():
+            case stream_rpcs.DeleteKV():
                 return await streams.delete_kv(request.key)
-            case m.CompleteWALFailover():
+            case stream_rpcs.CompleteWALFailover():
                 return await controller.complete_wal_failover(node, request.failed_node_id,
                                                               request.failed_node_epoch)
-            case m.ReportBrokerLoad():
+            case stream_rpcs.ReportBrokerLoad():
                 return self.quorum.record_load(node, request.partitions, request.interval_ms)
-            case m.DescribeBrokerLoad():
-                return tuple(m.BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
+            case stream_rpcs.DescribeBrokerLoad():
+                return tuple(stream_rpcs.BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))
                              for load in self.quorum.broker_loads())
         raise ValueError(f"no handler for {what}")
 
@@ -551,13 +561,13 @@ class ControllerDispatcher:
 def _refused(response_cls: type[Any], refusal: str, peer: Peer) -> Any:
     """The answer to a Kafka request its caller may not send: CLUSTER_AUTHORIZATION_FAILED in the top-level error
     code every such API the controller serves carries (the connection stays open, as in Kafka)."""
-    if not codec.has_field(response_cls, "error_code"):  # not one of the controller's APIs: nothing to carry it
+    if not schema.has_field(response_cls, "error_code"):  # not one of the controller's APIs: nothing to carry it
         raise ConnectionClosing(refusal)
     fields: dict[str, object] = {"error_code": ErrorCode.cluster_authorization_failed}
-    if codec.has_field(response_cls, "error_message"):
+    if schema.has_field(response_cls, "error_message"):
         fields["error_message"] = refusal
     logger.debug("answering %s CLUSTER_AUTHORIZATION_FAILED: %s", peer, refusal)
-    return codec.build(response_cls, **fields)
+    return schema.build(response_cls, **fields)
 
 
 def _refuse_with(refusal: str) -> admin_requests.ControllerFor:

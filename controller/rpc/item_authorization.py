@@ -10,9 +10,9 @@ on to the controller.
   TOPIC_AUTHORIZATION_FAILED), ALTER_CONFIGS on the cluster for a BROKER or BROKER_LOGGER one (refused
   CLUSTER_AUTHORIZATION_FAILED).
 
-Pure: each function takes the request as read (``metadata.admin.wire``) and ``allowed``, the caller's check of
-one operation on one resource (``ControllerAuthorizer.item_check``: it counts and logs what it refuses), and returns
-the request with the refused items answered already.
+Pure: each function takes the request as read (``metadata.admin.topic_wire`` and ``config_wire``) and
+``allowed``, the caller's check of one operation on one resource (``ControllerAuthorizer.item_check``: it counts and
+logs what it refuses), and returns the request with the refused items answered already.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Final
 from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from metadata.admin.wire import ConfigAlterations, CreateTopicsAsk, DeleteTopicsAsk, PartitionsAsk
+from metadata.admin.config_wire import ConfigAlterations
+from metadata.admin.topic_wire import CreateTopicsAsk, DeleteTopicsAsk, PartitionsAsk
 from metadata.controller_api import ConfigResource, CreateTopicResult, DeleteTopicResult
 from metadata.image import TopicImage
 

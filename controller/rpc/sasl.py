@@ -17,7 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from settings.security import ListenerSasl
-from wire import codec
+from wire import schema
 from wire.dispatch import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics
 from wire.sasl import SaslAuthenticationError
@@ -88,29 +88,29 @@ class SaslGate:
 def handshake(sasl: SaslGate | None, peer: Peer, response_cls: type[Any], body: Any, version: int) -> Any:
     session = sasl.session(peer) if sasl is not None else None
     if session is None:
-        return codec.build(response_cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
+        return schema.build(response_cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     code = session.handshake(str(body.mechanism), version)
-    return codec.build(response_cls, error_code=code, mechanisms=session.mechanisms)
+    return schema.build(response_cls, error_code=code, mechanisms=session.mechanisms)
 
 
 def authenticate(sasl: SaslGate | None, peer: Peer, response_cls: type[Any], body: Any) -> Any:
     session = sasl.session(peer) if sasl is not None else None
     if session is None:
-        return codec.build(
+        return schema.build(
             response_cls, error_code=ErrorCode.illegal_sasl_state, error_message=_NOT_SASL, auth_bytes=b""
         )
     try:
         answer = session.authenticate(bytes(body.auth_bytes))
     except SaslStateError as exc:
-        return codec.build(
+        return schema.build(
             response_cls, error_code=ErrorCode.illegal_sasl_state, error_message=str(exc), auth_bytes=b""
         )
     except SaslAuthenticationError as exc:
-        return codec.build(
+        return schema.build(
             response_cls, error_code=ErrorCode.sasl_authentication_failed, error_message=str(exc), auth_bytes=b""
         )
-    # v0 has no session_lifetime: codec.build drops it there.
-    return codec.build(
+    # v0 has no session_lifetime: schema.build drops it there.
+    return schema.build(
         response_cls,
         error_code=ErrorCode.none,
         error_message=None,

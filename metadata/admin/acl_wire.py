@@ -1,7 +1,7 @@
 """CreateAcls (30), DescribeAcls (29) and DeleteAcls (31) on the wire, both ways, to and from
 ``metadata.acl.binding``'s bindings and filters and ``metadata.controller_api``'s results.
 
-As with ``metadata.admin.wire`` (whose role this module plays for ACLs), three places speak them: the broker's
+As with ``metadata.admin.topic_wire`` (whose role this module plays for ACLs), three places speak them: the broker's
 handlers (any version a client sends), the CONTROLLER listener (CreateAcls and DeleteAcls forwarded by brokers) and
 the broker's remote client (which forwards in one fixed version and reads the answer back), so both directions live
 here once. Versions 1-3 are served (v0, without pattern types, was removed in Kafka 4 and by the schemas).
@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import AclBinding, AclBindingFilter, operation, pattern_type, permission, resource_type
 from metadata.controller_api import AclCreateResult, AclDeleteResult
-from wire import codec
+from wire import codec, schema
 
 _CREATE_ACLS: Final = 30
 _DELETE_ACLS: Final = 31
@@ -73,21 +73,23 @@ def create_acls_refused(bindings: Sequence[AclBinding], code: ErrorCode, message
 
 
 def create_acls_response(response_cls: type[Any], results: Sequence[AclCreateResult]) -> Any:
-    return codec.build(
+    return schema.build(
         response_cls,
         throttle_time=0,
         results=tuple(
-            codec.build_nested(response_cls, "results", error_code=r.error, error_message=r.message) for r in results
+            schema.build_nested(response_cls, "results", error_code=r.error, error_message=r.message) for r in results
         ),
     )
 
 
 def create_acls_request(bindings: Sequence[AclBinding]) -> Any:
     cls = codec.request_class(_CREATE_ACLS, _CREATE_ACLS_VERSION)
-    return codec.build(
+    return schema.build(
         cls,
         creations=tuple(
-            codec.build_nested(cls, "creations", **{**_binding_fields(b), "resource_pattern_type": int(b.pattern_type)})
+            schema.build_nested(
+                cls, "creations", **{**_binding_fields(b), "resource_pattern_type": int(b.pattern_type)}
+            )
             for b in bindings
         ),
     )
@@ -122,15 +124,15 @@ def describe_acls_response(
     for binding in matched:
         key = (int(binding.resource_type), binding.resource_name, int(binding.pattern_type))
         by_pattern.setdefault(key, []).append(binding)
-    resource_cls = codec.field_entity(response_cls, "resources")
+    resource_cls = schema.field_entity(response_cls, "resources")
     resources = tuple(
-        codec.build(
+        schema.build(
             resource_cls,
             resource_type=kind,
             resource_name=name,
             pattern_type=pattern,
             acls=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     resource_cls,
                     "acls",
                     principal=b.principal,
@@ -143,7 +145,7 @@ def describe_acls_response(
         )
         for (kind, name, pattern), bindings in sorted(by_pattern.items())
     )
-    return codec.build(response_cls, throttle_time=0, error_code=error, error_message=message, resources=resources)
+    return schema.build(response_cls, throttle_time=0, error_code=error, error_message=message, resources=resources)
 
 
 # --------------------------------------------------------------------------- DeleteAcls (31)
@@ -158,17 +160,17 @@ def delete_acls_refused(filters: Sequence[AclBindingFilter], code: ErrorCode, me
 
 
 def delete_acls_response(response_cls: type[Any], results: Sequence[AclDeleteResult]) -> Any:
-    result_cls = codec.field_entity(response_cls, "filter_results")
-    return codec.build(
+    result_cls = schema.field_entity(response_cls, "filter_results")
+    return schema.build(
         response_cls,
         throttle_time=0,
         filter_results=tuple(
-            codec.build(
+            schema.build(
                 result_cls,
                 error_code=r.error,
                 error_message=r.message,
                 matching_acls=tuple(
-                    codec.build_nested(
+                    schema.build_nested(
                         result_cls, "matching_acls", error_code=ErrorCode.none, error_message=None, **_binding_fields(b)
                     )
                     for b in r.deleted
@@ -181,10 +183,10 @@ def delete_acls_response(response_cls: type[Any], results: Sequence[AclDeleteRes
 
 def delete_acls_request(filters: Sequence[AclBindingFilter]) -> Any:
     cls = codec.request_class(_DELETE_ACLS, _DELETE_ACLS_VERSION)
-    return codec.build(
+    return schema.build(
         cls,
         filters=tuple(
-            codec.build_nested(
+            schema.build_nested(
                 cls,
                 "filters",
                 resource_type_filter=int(f.resource_type),

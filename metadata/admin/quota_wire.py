@@ -13,7 +13,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult, QuotaEntity
-from wire import codec
+from wire import codec, schema
 
 _ALTER_CLIENT_QUOTAS: Final = 49
 #: The version the remote client forwards in.
@@ -21,7 +21,7 @@ _ALTER_CLIENT_QUOTAS_VERSION: Final = 1
 
 
 def _entity_fields(cls: type[Any], field: str, entity: Iterable[tuple[str, str | None]]) -> tuple[Any, ...]:
-    return tuple(codec.build_nested(cls, field, entity_type=t, entity_name=n) for t, n in entity)
+    return tuple(schema.build_nested(cls, field, entity_type=t, entity_name=n) for t, n in entity)
 
 
 # --------------------------------------------------------------------------- AlterClientQuotas (49)
@@ -41,13 +41,13 @@ def read_alter_client_quotas(request: Any) -> tuple[list[QuotaAlteration], bool]
 
 def alter_client_quotas_request(alterations: Sequence[QuotaAlteration], validate_only: bool) -> Any:
     cls = codec.request_class(_ALTER_CLIENT_QUOTAS, _ALTER_CLIENT_QUOTAS_VERSION)
-    entry_cls = codec.field_entity(cls, "entries")
+    entry_cls = schema.field_entity(cls, "entries")
     entries = tuple(
-        codec.build(
+        schema.build(
             entry_cls,
             entity=_entity_fields(entry_cls, "entity", a.entity),
             ops=tuple(
-                codec.build_nested(
+                schema.build_nested(
                     entry_cls, "ops", key=key, value=0.0 if value is None else value, remove=value is None
                 )
                 for key, value in a.ops
@@ -55,16 +55,16 @@ def alter_client_quotas_request(alterations: Sequence[QuotaAlteration], validate
         )
         for a in alterations
     )
-    return codec.build(cls, entries=entries, validate_only=validate_only)
+    return schema.build(cls, entries=entries, validate_only=validate_only)
 
 
 def alter_client_quotas_response(response_cls: type[Any], results: Sequence[QuotaAlterResult]) -> Any:
-    entry_cls = codec.field_entity(response_cls, "entries")
-    return codec.build(
+    entry_cls = schema.field_entity(response_cls, "entries")
+    return schema.build(
         response_cls,
         throttle_time=0,
         entries=tuple(
-            codec.build(
+            schema.build(
                 entry_cls,
                 error_code=r.error,
                 error_message=r.message,
@@ -113,14 +113,14 @@ def describe_client_quotas_response(
 ) -> Any:
     """Kafka answers a refused request with null entries."""
     if error is not ErrorCode.none:
-        return codec.build(response_cls, throttle_time=0, error_code=error, error_message=message, entries=None)
-    entry_cls = codec.field_entity(response_cls, "entries")
+        return schema.build(response_cls, throttle_time=0, error_code=error, error_message=message, entries=None)
+    entry_cls = schema.field_entity(response_cls, "entries")
     entries = tuple(
-        codec.build(
+        schema.build(
             entry_cls,
             entity=_entity_fields(entry_cls, "entity", entity),
-            values=tuple(codec.build_nested(entry_cls, "values", key=k, value=v) for k, v in sorted(values.items())),
+            values=tuple(schema.build_nested(entry_cls, "values", key=k, value=v) for k, v in sorted(values.items())),
         )
         for entity, values in sorted(matched.items(), key=lambda item: repr(item[0]))
     )
-    return codec.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=entries)
+    return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=entries)

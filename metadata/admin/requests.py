@@ -8,7 +8,7 @@ controller comes from:
 ``controller_for(what)`` returns it, or raises :class:`~metadata.errors.NotControllerError` when there is none
 here (a voter that is not active), which every item it concerns answers as NOT_CONTROLLER so the client retries
 elsewhere. Any other failure becomes the item's error code (``metadata.errors``), logged with what it concerns.
-The bytes both ways are ``metadata.admin.wire``'s.
+The bytes both ways are the ``metadata.admin`` translations' (``topic_wire``, ``config_wire``, ...).
 
 CreateTopics, DeleteTopics and CreatePartitions also take the client's controller mutation quota (KIP-599), a
 :class:`MutationQuota`, or None when none applies (no quota set, or a controller answering a broker's forwarded
@@ -32,10 +32,9 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from metadata.admin import acl_wire
+from metadata.admin import acl_wire, config_wire, scram_wire, topic_wire
 from metadata.admin import quota_wire as client_quota_wire
-from metadata.admin import wire as admin_wire
-from metadata.admin.wire import ResourceRefused
+from metadata.admin.config_wire import ResourceRefused
 from metadata.client_quotas import QuotaAlterResult, describe_entity
 from metadata.controller_api import (
     AclCreateResult,
@@ -101,7 +100,7 @@ def _refusal(exc: Exception, failed: str, *args: object) -> tuple[ErrorCode, str
 
 async def create_topics(
     response_cls: type[Any],
-    ask: admin_wire.CreateTopicsAsk,
+    ask: topic_wire.CreateTopicsAsk,
     controller_for: ControllerFor,
     quota: MutationQuota | None = None,
     *,
@@ -115,8 +114,8 @@ async def create_topics(
         controller = controller_for("create topics")
     except Exception as exc:
         code, message = _refusal(exc, "create_topics %s failed", [t.name for t in topics])
-        refused = admin_wire.create_topics_refused(topics, code, message)
-        return admin_wire.create_topics_response(response_cls, ask, refused)
+        refused = topic_wire.create_topics_refused(topics, code, message)
+        return topic_wire.create_topics_response(response_cls, ask, refused)
     charged: dict[str, int] = {}
     throttled: list[NewTopic] = []
     if quota is not None:
@@ -147,7 +146,7 @@ async def create_topics(
                 continue
             done = result.num_partitions if result.error == ErrorCode.none else 0
             quota.adjust(done - charged.get(result.name, 0))
-    return admin_wire.create_topics_response(response_cls, ask, created)
+    return topic_wire.create_topics_response(response_cls, ask, created)
 
 
 def _predicted_partitions(topic: NewTopic, default_partitions: int) -> int:
@@ -164,7 +163,7 @@ async def _ask_create(
         return await controller.create_topics(topics, validate_only)
     except Exception as exc:
         code, message = _refusal(exc, "create_topics %s failed", [t.name for t in topics])
-        return admin_wire.create_topics_refused(topics, code, message)
+        return topic_wire.create_topics_refused(topics, code, message)
 
 
 def _partition_count(image: MetadataImage, name: str | None, topic_id: uuid.UUID | None) -> int:
@@ -178,7 +177,7 @@ def _partition_count(image: MetadataImage, name: str | None, topic_id: uuid.UUID
 
 async def delete_topics(
     response_cls: type[Any],
-    ask: admin_wire.DeleteTopicsAsk,
+    ask: topic_wire.DeleteTopicsAsk,
     controller_for: ControllerFor,
     quota: MutationQuota | None = None,
 ) -> Any:
@@ -200,7 +199,7 @@ async def delete_topics(
                     charged[key] = partitions
                     admitted.append((name, topic_id))
                 else:
-                    deleted.extend(admin_wire.delete_topics_refused(
+                    deleted.extend(topic_wire.delete_topics_refused(
                         [name] if name is not None else [], [topic_id] if topic_id is not None else [],
                         ErrorCode.throttling_quota_exceeded, THROTTLED,
                     ))
@@ -212,19 +211,19 @@ async def delete_topics(
         names = [n for n, _ in asked if n is not None]
         ids = [i for _, i in asked if i is not None]
         code, message = _refusal(exc, "delete_topics %s failed", [*names, *ids])
-        results = admin_wire.delete_topics_refused(names, ids, code, message)
+        results = topic_wire.delete_topics_refused(names, ids, code, message)
     if quota is not None:
         for result in results:
             if result.error != ErrorCode.none:
                 asked_as = result.name if result.name in charged else result.topic_id
                 quota.adjust(-charged.pop(asked_as, 0) if asked_as is not None else 0)
     deleted.extend(results)
-    return admin_wire.delete_topics_response(response_cls, ask, deleted)
+    return topic_wire.delete_topics_response(response_cls, ask, deleted)
 
 
 async def create_partitions(
     response_cls: type[Any],
-    ask: admin_wire.PartitionsAsk,
+    ask: topic_wire.PartitionsAsk,
     controller_for: ControllerFor,
     quota: MutationQuota | None = None,
 ) -> Any:
@@ -233,7 +232,7 @@ async def create_partitions(
         controller = controller_for("create partitions")
     except Exception as exc:
         code, message = _refusal(exc, "create_partitions for topics %s failed", [t.topic for t in ask.topics])
-        return admin_wire.create_partitions_response(
+        return topic_wire.create_partitions_response(
             response_cls, [(t.topic, *(t.refused or (code, message))) for t in ask.topics]
         )
     # Every topic is checked and charged before the controller is asked about any (Kafka's order).
@@ -263,11 +262,11 @@ async def create_partitions(
             elif quota is not None and outcome[0] != ErrorCode.none:
                 quota.adjust(-charged.get(index, 0))
         answers.append((topic.topic, *outcome))
-    return admin_wire.create_partitions_response(response_cls, answers)
+    return topic_wire.create_partitions_response(response_cls, answers)
 
 
 async def alter_configs(
-    response_cls: type[Any], ask: admin_wire.ConfigAlterations, controller_for: ControllerFor, *, broker_id: int
+    response_cls: type[Any], ask: config_wire.ConfigAlterations, controller_for: ControllerFor, *, broker_id: int
 ) -> Any:
     """``broker_id``: the only broker whose resource may be altered here (a broker's own configs are asked of
     that broker, as Kafka's admin clients do); the cluster-wide default ("") may be altered anywhere."""
@@ -278,7 +277,7 @@ async def alter_configs(
         if outcome is None:
             try:
                 if resource.type == ConfigResource.BROKER:
-                    admin_wire.check_broker_resource(resource.name, broker_id)
+                    config_wire.check_broker_resource(resource.name, broker_id)
                 outcome = await controller_for("alter configs").alter_configs(
                     resource, item.changes, incremental_ops=item.incremental_ops, validate_only=ask.validate_only
                 )
@@ -291,19 +290,19 @@ async def alter_configs(
                                          resource.type, resource.name)
                 outcome = code, error_message_for(exc)
         answers.append((resource, *outcome))
-    return admin_wire.alter_configs_response(response_cls, answers)
+    return config_wire.alter_configs_response(response_cls, answers)
 
 
-async def elect_leaders(response_cls: type[Any], ask: admin_wire.ElectLeadersAsk, controller_for: ControllerFor) -> Any:
+async def elect_leaders(response_cls: type[Any], ask: topic_wire.ElectLeadersAsk, controller_for: ControllerFor) -> Any:
     results: list[ElectLeaderResult]
     try:
         results = await controller_for("elect leaders").elect_leaders(ask.partitions, ask.election_type)
     except Exception as exc:
         what = "all partitions" if ask.partitions is None else f"{len(ask.partitions)} partitions"
         code, message = _refusal(exc, "electing leaders of %s failed", what)
-        refused = admin_wire.elect_leaders_refused(ask, code, message)
-        return admin_wire.elect_leaders_response(response_cls, refused, code)
-    return admin_wire.elect_leaders_response(response_cls, results)
+        refused = topic_wire.elect_leaders_refused(ask, code, message)
+        return topic_wire.elect_leaders_response(response_cls, refused, code)
+    return topic_wire.elect_leaders_response(response_cls, results)
 
 
 async def alter_partition_reassignments(
@@ -314,12 +313,12 @@ async def alter_partition_reassignments(
         results = await controller_for("reassign partitions").alter_partition_reassignments(asked)
     except Exception as exc:
         code, message = _refusal(exc, "reassigning %d partitions failed", len(asked))
-        results = admin_wire.reassignments_refused(asked, code, message)
-    return admin_wire.alter_partition_reassignments_response(response_cls, results)
+        results = topic_wire.reassignments_refused(asked, code, message)
+    return topic_wire.alter_partition_reassignments_response(response_cls, results)
 
 
 async def alter_user_scram_credentials(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:
-    deletions, upsertions = admin_wire.read_alter_user_scram_credentials(request)
+    deletions, upsertions = scram_wire.read_alter_user_scram_credentials(request)
     results: list[ScramAlterResult] = []
     if deletions or upsertions:
         try:
@@ -328,8 +327,8 @@ async def alter_user_scram_credentials(response_cls: type[Any], request: Any, co
         except Exception as exc:
             users = sorted({*(d.name for d in deletions), *(u.name for u in upsertions)})
             code, message = _refusal(exc, "altering the SCRAM credentials of users %s failed", users)
-            results = admin_wire.scram_results_refused(deletions, upsertions, code, message)
-    return admin_wire.alter_user_scram_credentials_response(response_cls, results)
+            results = scram_wire.scram_results_refused(deletions, upsertions, code, message)
+    return scram_wire.alter_user_scram_credentials_response(response_cls, results)
 
 
 async def create_acls(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:

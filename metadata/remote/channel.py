@@ -17,12 +17,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.rpc import messages as m
+from metadata.errors import NotControllerError
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
-from metadata.rpc.messages import NotControllerError
+from metadata.rpc.error_codes import RpcError, raise_for_error
+from metadata.rpc.stream_rpcs import StreamRequest, StreamResponse
 from storage.config import ConfigError
 from storage.errors import NodeEpochExpiredError
-from wire import codec
+from wire import codec, schema
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
@@ -213,7 +214,7 @@ class ActiveControllerChannel:
     ) -> Any:
         """A Kafka-protocol request (kio entity built from ``fields``) answered by the active controller; see
         :meth:`request`."""
-        entity = codec.build(codec.request_class(api_key, version), **fields)
+        entity = schema.build(codec.request_class(api_key, version), **fields)
         return await self.request(entity, what, budget_s=budget_s, redirect=redirect, idempotent=idempotent)
 
     async def request(
@@ -235,19 +236,19 @@ class ActiveControllerChannel:
 
         return await self._call(what, send, redirect or _kafka_redirect, budget_s=budget_s)
 
-    async def stream(self, request: m.StreamRequest, what: str, *, stream_id: int = -1) -> Any:
+    async def stream(self, request: StreamRequest, what: str, *, stream_id: int = -1) -> Any:
         """One of Fjord's own RPCs; returns its result or raises the storage error it carries."""
 
-        async def send(connection: ControllerConnection) -> m.StreamResponse:
+        async def send(connection: ControllerConnection) -> StreamResponse:
             return await connection.stream_request(request, timeout=self._attempt_timeout_s)
 
-        def redirect(response: m.StreamResponse) -> tuple[bool, int | None]:
-            if response.error_code != m.RpcError.NOT_CONTROLLER:
+        def redirect(response: StreamResponse) -> tuple[bool, int | None]:
+            if response.error_code != RpcError.NOT_CONTROLLER:
                 return False, None
             return True, response.leader_id if response.leader_id >= 0 else None
 
-        response: m.StreamResponse = await self._call(what, send, redirect)
-        m.raise_for_error(response.error_code, response.error_message, response.leader_id, stream_id)
+        response: StreamResponse = await self._call(what, send, redirect)
+        raise_for_error(response.error_code, response.error_message, response.leader_id, stream_id)
         return response.result
 
     async def close(self) -> None:

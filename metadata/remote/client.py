@@ -3,7 +3,7 @@
 :class:`RemoteControllerClient` ties the parts of ``metadata.remote`` together: it reads the image of its
 :class:`~metadata.remote.follower.MetadataFollower`; admin writes (topics, partitions, configs, reassignments) are
 forwarded through the :class:`~metadata.remote.channel.ActiveControllerChannel` as the Kafka requests brokers
-forward in KRaft, built and read by ``metadata.admin.wire`` (the translation the controller answers them with);
+forward in KRaft, built and read by ``metadata.admin``'s translations (the ones the controller answers them with);
 stream and object operations are Fjord's own RPCs (:class:`~metadata.remote.stream_metadata.RemoteStreamMetadata`);
 registration and the heartbeat timer are BrokerRegistration / BrokerHeartbeat.
 
@@ -24,9 +24,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import AclBinding, AclBindingFilter
-from metadata.admin import acl_wire
+from metadata.admin import acl_wire, config_wire, scram_wire, topic_wire
 from metadata.admin import quota_wire as client_quota_wire
-from metadata.admin import wire as admin_wire
 from metadata.broker_load import REPORT_INTERVAL, PartitionKey, rates
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult
 from metadata.controller_api import (
@@ -51,14 +50,23 @@ from metadata.producer_ids import ProducerIdBlock
 from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError, describe_quorum_redirect
 from metadata.remote.follower import MetadataFollower
 from metadata.remote.stream_metadata import RemoteStreamMetadata
-from metadata.rpc import messages as m
+from metadata.rpc.kafka_apis import (
+    ALLOCATE_PRODUCER_IDS,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    DESCRIBE_QUORUM,
+    METADATA_PARTITION,
+    METADATA_TOPIC,
+    UNREGISTER_BROKER,
+)
+from metadata.rpc.stream_rpcs import CompleteWALFailover, ReportBrokerLoad
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties, quorum_cluster_id
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity
-from wire import codec
+from wire import codec, schema
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +180,7 @@ class RemoteControllerClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         response = await self.channel.kafka(
-            m.DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION, what, budget_s=timeout,
+            DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION, what, budget_s=timeout,
             redirect=describe_quorum_redirect, idempotent=True, topics=(_describe_quorum_topic(),),
         )
         partition = response.topics[0].partitions[0]
@@ -193,14 +201,14 @@ class RemoteControllerClient:
 
     # ---- brokers -------------------------------------------------------------------------------------------
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
-        cls = codec.request_class(m.BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION)
+        cls = codec.request_class(BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION)
         entries = tuple(
-            codec.build_nested(cls, "listeners", name=e.name, host=e.host, port=e.port,
+            schema.build_nested(cls, "listeners", name=e.name, host=e.host, port=e.port,
                                security_protocol=_SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
             for e in listeners
         )
         response = await self.channel.kafka(
-            m.BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION, f"register broker {node_id}",
+            BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION, f"register broker {node_id}",
             broker_id=node_id, cluster_id=self.cluster_id, incarnation_id=self._incarnation,
             listeners=entries, rack=rack,
         )
@@ -244,7 +252,7 @@ class RemoteControllerClient:
     async def unregister_broker(self, node_id: int) -> None:
         """UnregisterBroker (api key 64) to the active controller; ControllerError with its code when refused."""
         response = await self.channel.kafka(
-            m.UNREGISTER_BROKER, _UNREGISTER_BROKER_VERSION, f"unregister broker {node_id}", broker_id=node_id
+            UNREGISTER_BROKER, _UNREGISTER_BROKER_VERSION, f"unregister broker {node_id}", broker_id=node_id
         )
         code = ErrorCode(int(response.error_code))
         if code is not ErrorCode.none:
@@ -254,7 +262,7 @@ class RemoteControllerClient:
     async def _heartbeat(self, *, want_fence: bool = False, want_shutdown: bool = False, budget_s: float) -> None:
         want_shutdown = want_shutdown or self._want_shutdown
         response = await self.channel.kafka(
-            m.BROKER_HEARTBEAT, _BROKER_HEARTBEAT_VERSION, f"heartbeat of broker {self.node_id}",
+            BROKER_HEARTBEAT, _BROKER_HEARTBEAT_VERSION, f"heartbeat of broker {self.node_id}",
             budget_s=budget_s, idempotent=True, broker_id=self.node_id, broker_epoch=self.node_epoch,
             current_metadata_offset=self.image.offset, want_fence=want_fence, want_shut_down=want_shutdown,
         )
@@ -324,7 +332,7 @@ class RemoteControllerClient:
             current, now = dict(counters()), loop.time()
             partitions = rates(previous, current, now - then)
             previous, then = current, now
-            request = m.ReportBrokerLoad(NodeIdentity(self.node_id, self.node_epoch), tuple(partitions), interval_ms)
+            request = ReportBrokerLoad(NodeIdentity(self.node_id, self.node_epoch), tuple(partitions), interval_ms)
             try:
                 await self.channel.stream(request, f"report the load of broker {self.node_id}")
             except (ControllerUnavailableError, StorageError, OSError, TimeoutError) as exc:
@@ -334,23 +342,23 @@ class RemoteControllerClient:
     # ---- admin writes --------------------------------------------------------------------------------------
     async def create_topics(self, topics: Sequence[NewTopic], validate_only: bool) -> list[CreateTopicResult]:
         names = ", ".join(t.name for t in topics)
-        request = admin_wire.create_topics_request(topics, validate_only, _ADMIN_TIMEOUT_MS)
+        request = topic_wire.create_topics_request(topics, validate_only, _ADMIN_TIMEOUT_MS)
         try:
             response = await self.channel.request(request, f"create topics {names}")
         except ControllerUnavailableError as exc:
-            return admin_wire.create_topics_refused(topics, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_create_topics_response(response)
+            return topic_wire.create_topics_refused(topics, ErrorCode.not_controller, str(exc))
+        results = topic_wire.read_create_topics_response(response)
         if not validate_only and any(r.error is ErrorCode.none for r in results):
             await self._sync_after(f"see topics {names}")
         return results
 
     async def delete_topics(self, names: Sequence[str] = (), ids: Sequence[uuid.UUID] = ()) -> list[DeleteTopicResult]:
-        request = admin_wire.delete_topics_request(names, ids, _ADMIN_TIMEOUT_MS)
+        request = topic_wire.delete_topics_request(names, ids, _ADMIN_TIMEOUT_MS)
         try:
             response = await self.channel.request(request, "delete topics")
         except ControllerUnavailableError as exc:
-            return admin_wire.delete_topics_refused(names, ids, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_delete_topics_response(response)
+            return topic_wire.delete_topics_refused(names, ids, ErrorCode.not_controller, str(exc))
+        results = topic_wire.read_delete_topics_response(response)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see deleted topics")
         return results
@@ -358,12 +366,12 @@ class RemoteControllerClient:
     async def create_partitions(
         self, topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool
     ) -> tuple[ErrorCode, str | None]:
-        request = admin_wire.create_partitions_request(topic, count, assignments, validate_only, _ADMIN_TIMEOUT_MS)
+        request = topic_wire.create_partitions_request(topic, count, assignments, validate_only, _ADMIN_TIMEOUT_MS)
         try:
             response = await self.channel.request(request, f"create partitions of {topic}")
         except ControllerUnavailableError as exc:
             return ErrorCode.not_controller, str(exc)
-        code, message = admin_wire.read_create_partitions_response(response)
+        code, message = topic_wire.read_create_partitions_response(response)
         if code is ErrorCode.none and not validate_only:
             await self._sync_after(f"see the new partitions of {topic}")
         return code, message
@@ -377,12 +385,12 @@ class RemoteControllerClient:
         validate_only: bool,
     ) -> tuple[ErrorCode, str | None]:
         what = f"alter configs of resource type {resource.type} {resource.name!r}"
-        request = admin_wire.alter_configs_request(resource, changes, incremental_ops, validate_only)
+        request = config_wire.alter_configs_request(resource, changes, incremental_ops, validate_only)
         try:
             response = await self.channel.request(request, what)
         except ControllerUnavailableError as exc:
             return ErrorCode.not_controller, str(exc)
-        code, message = admin_wire.read_alter_configs_response(response)
+        code, message = config_wire.read_alter_configs_response(response)
         if code is ErrorCode.none and not validate_only:
             await self._sync_after(what)
         return code, message
@@ -390,12 +398,12 @@ class RemoteControllerClient:
     async def alter_partition_reassignments(
         self, reassignments: Sequence[PartitionReassignment]
     ) -> list[ReassignmentResult]:
-        request = admin_wire.alter_partition_reassignments_request(reassignments)
+        request = topic_wire.alter_partition_reassignments_request(reassignments)
         try:
             response = await self.channel.request(request, "reassign partitions")
         except ControllerUnavailableError as exc:
-            return admin_wire.reassignments_refused(reassignments, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_alter_partition_reassignments_response(response, reassignments)
+            return topic_wire.reassignments_refused(reassignments, ErrorCode.not_controller, str(exc))
+        results = topic_wire.read_alter_partition_reassignments_response(response, reassignments)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the reassigned partitions")
         return results
@@ -403,12 +411,12 @@ class RemoteControllerClient:
     async def alter_user_scram_credentials(
         self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
     ) -> list[ScramAlterResult]:
-        request = admin_wire.alter_user_scram_credentials_request(deletions, upsertions)
+        request = scram_wire.alter_user_scram_credentials_request(deletions, upsertions)
         try:
             response = await self.channel.request(request, "alter SCRAM credentials")
         except ControllerUnavailableError as exc:
-            return admin_wire.scram_results_refused(deletions, upsertions, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_alter_user_scram_credentials_response(response)
+            return scram_wire.scram_results_refused(deletions, upsertions, ErrorCode.not_controller, str(exc))
+        results = scram_wire.read_alter_user_scram_credentials_response(response)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the altered SCRAM credentials")
         return results
@@ -450,14 +458,14 @@ class RemoteControllerClient:
         self, partitions: Sequence[tuple[str, int]] | None, election_type: int = ElectionType.PREFERRED
     ) -> list[ElectLeaderResult]:
         """ElectLeaders, forwarded to the active controller as KRaft brokers do."""
-        ask = admin_wire.ElectLeadersAsk(election_type, None if partitions is None else tuple(partitions))
+        ask = topic_wire.ElectLeadersAsk(election_type, None if partitions is None else tuple(partitions))
         try:
-            response = await self.channel.request(admin_wire.elect_leaders_request(ask), "elect leaders")
+            response = await self.channel.request(topic_wire.elect_leaders_request(ask), "elect leaders")
         except ControllerUnavailableError as exc:
             if ask.partitions is None:
                 raise
-            return admin_wire.elect_leaders_refused(ask, ErrorCode.not_controller, str(exc))
-        results = admin_wire.read_elect_leaders_response(response, ask)
+            return topic_wire.elect_leaders_refused(ask, ErrorCode.not_controller, str(exc))
+        results = topic_wire.read_elect_leaders_response(response, ask)
         if any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the elected leaders")
         return results
@@ -466,7 +474,7 @@ class RemoteControllerClient:
         """AllocateProducerIds (api key 67) to the active controller. A retry after a lost answer may cost a block
         (never an overlap: each answer is its own committed record)."""
         response = await self.channel.kafka(
-            m.ALLOCATE_PRODUCER_IDS, _ALLOCATE_PRODUCER_IDS_VERSION, f"allocate producer ids for broker {broker_id}",
+            ALLOCATE_PRODUCER_IDS, _ALLOCATE_PRODUCER_IDS_VERSION, f"allocate producer ids for broker {broker_id}",
             broker_id=broker_id, broker_epoch=broker_epoch,
         )
         code = ErrorCode(int(response.error_code))
@@ -477,7 +485,7 @@ class RemoteControllerClient:
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """Reports this broker's replay of a dead broker's WAL done (``controller.wal_failover``)."""
-        await self.channel.stream(m.CompleteWALFailover(node, failed_node_id, failed_node_epoch),
+        await self.channel.stream(CompleteWALFailover(node, failed_node_id, failed_node_epoch),
                                   f"complete the WAL failover of broker {failed_node_id}")
         await self._sync_after(f"see the WAL failover of broker {failed_node_id} done")
 
@@ -490,9 +498,9 @@ class RemoteControllerClient:
 
 
 def _describe_quorum_topic() -> Any:
-    cls = codec.request_class(m.DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION)
-    return codec.build_nested(
-        cls, "topics", topic_name=m.METADATA_TOPIC,
-        partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
-                                       partition_index=m.METADATA_PARTITION),),
+    cls = codec.request_class(DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION)
+    return schema.build_nested(
+        cls, "topics", topic_name=METADATA_TOPIC,
+        partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions",
+                                       partition_index=METADATA_PARTITION),),
     )

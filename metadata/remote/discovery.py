@@ -7,9 +7,9 @@ cluster; an embedded single node names its own listener).
 
 from __future__ import annotations
 
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
-from wire import codec
+from metadata.rpc.kafka_apis import DESCRIBE_QUORUM, METADATA_PARTITION, METADATA_TOPIC
+from wire import codec, schema
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
@@ -31,16 +31,16 @@ async def quorum_voters(
     reaches the quorum. ``tls``/``sasl``: how the brokers' listener is reached."""
     problems = []
     for host, port in addresses:
-        cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
-        topic = codec.build_nested(
-            cls, "topics", topic_name=m.METADATA_TOPIC,
-            partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions",
-                                           partition_index=m.METADATA_PARTITION),),
+        cls = codec.request_class(DESCRIBE_QUORUM, 2)
+        topic = schema.build_nested(
+            cls, "topics", topic_name=METADATA_TOPIC,
+            partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions",
+                                           partition_index=METADATA_PARTITION),),
         )
         connection = ControllerConnection(host, port, client_id=client_id, ssl_context=tls, sasl=sasl)
         try:
             await connection.connect(timeout=timeout)
-            response = await connection.request(codec.build(cls, topics=(topic,)), timeout=timeout)
+            response = await connection.request(schema.build(cls, topics=(topic,)), timeout=timeout)
         except (OSError, TimeoutError, ConnectionClosedError) as exc:
             problems.append(unanswered(host, port, exc, tls))
             continue

@@ -12,8 +12,29 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from metadata.errors import NodeFencedError
 from metadata.remote.channel import ActiveControllerChannel
-from metadata.rpc import messages as m
+from metadata.rpc.stream_rpcs import (
+    CloseStream,
+    CommitStreamObject,
+    CommitStreamSetObject,
+    CreateStream,
+    DeleteKV,
+    DeleteStream,
+    GetKV,
+    GetObjects,
+    GetOpeningStreams,
+    GetStreamObjects,
+    GetStreams,
+    GetStreamSetObjects,
+    OpenStream,
+    PrepareObjects,
+    PutKV,
+    RemoveObjects,
+    StreamRequest,
+    SweepObjects,
+    TrimStream,
+)
 from storage.metadata.api import (
     CommitStreamObjectRequest,
     CommitStreamSetObjectRequest,
@@ -57,12 +78,12 @@ class RemoteStreamMetadata:
         """The identity read-only calls carry (mutations carry the caller's own NodeIdentity)."""
         return NodeIdentity(self._node_id, self._node_epoch())
 
-    async def _call(self, request: m.StreamRequest, what: str, *, stream_id: int = -1) -> Any:
+    async def _call(self, request: StreamRequest, what: str, *, stream_id: int = -1) -> Any:
         attempt = 0
         while True:
             try:
                 return await self._channel.stream(request, what, stream_id=stream_id)
-            except m.NodeFencedError as exc:
+            except NodeFencedError as exc:
                 attempt += 1
                 if not request.MUTATES or self._wait_unfenced is None or attempt > self._FENCE_RETRIES:
                     raise
@@ -72,80 +93,80 @@ class RemoteStreamMetadata:
                     raise
 
     async def create_stream(self, node: NodeIdentity, tags: Sequence[tuple[str, str]] = ()) -> int:
-        result: int = await self._call(m.CreateStream(node, tuple(tags)), "create a stream")
+        result: int = await self._call(CreateStream(node, tuple(tags)), "create a stream")
         return result
 
     async def open_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> OpenStreamResult:
         result: OpenStreamResult = await self._call(
-            m.OpenStream(node, stream_id, epoch), f"open stream {stream_id} at epoch {epoch}", stream_id=stream_id
+            OpenStream(node, stream_id, epoch), f"open stream {stream_id} at epoch {epoch}", stream_id=stream_id
         )
         return result
 
     async def close_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
-        await self._call(m.CloseStream(node, stream_id, epoch), f"close stream {stream_id}",
+        await self._call(CloseStream(node, stream_id, epoch), f"close stream {stream_id}",
                                    stream_id=stream_id)
 
     async def trim_stream(self, node: NodeIdentity, stream_id: int, epoch: int, new_start_offset: int) -> None:
-        await self._call(m.TrimStream(node, stream_id, epoch, new_start_offset),
+        await self._call(TrimStream(node, stream_id, epoch, new_start_offset),
                                    f"trim stream {stream_id} to {new_start_offset}", stream_id=stream_id)
 
     async def delete_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
-        await self._call(m.DeleteStream(node, stream_id, epoch), f"delete stream {stream_id}",
+        await self._call(DeleteStream(node, stream_id, epoch), f"delete stream {stream_id}",
                                    stream_id=stream_id)
 
     async def get_streams(self, stream_ids: Sequence[int]) -> list[StreamMetadataRecord]:
-        result = await self._call(m.GetStreams(self._self(), tuple(stream_ids)), "read streams")
+        result = await self._call(GetStreams(self._self(), tuple(stream_ids)), "read streams")
         return list(result or ())
 
     async def get_opening_streams(self, node: NodeIdentity) -> list[OpeningStream]:
-        result = await self._call(m.GetOpeningStreams(node), f"list streams opened by node {node.node_id}")
+        result = await self._call(GetOpeningStreams(node), f"list streams opened by node {node.node_id}")
         return list(result or ())
 
     async def prepare_objects(self, node: NodeIdentity, count: int, ttl_ms: int) -> int:
-        result: int = await self._call(m.PrepareObjects(node, count, ttl_ms), f"prepare {count} objects")
+        result: int = await self._call(PrepareObjects(node, count, ttl_ms), f"prepare {count} objects")
         return result
 
     async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None:
-        await self._call(m.CommitStreamSetObject(request.node, request),
+        await self._call(CommitStreamSetObject(request.node, request),
                                    f"commit stream-set object {request.object_id}")
 
     async def commit_stream_object(self, request: CommitStreamObjectRequest) -> None:
-        await self._call(m.CommitStreamObject(request.node, request),
+        await self._call(CommitStreamObject(request.node, request),
                                    f"commit stream object {request.object_id}")
 
     async def get_objects(
         self, stream_id: int, start_offset: int, end_offset: int, limit: int
     ) -> list[S3ObjectMetadata]:
         result = await self._call(
-            m.GetObjects(self._self(), stream_id, start_offset, end_offset, limit),
+            GetObjects(self._self(), stream_id, start_offset, end_offset, limit),
             f"find objects of stream {stream_id} [{start_offset}, {end_offset})", stream_id=stream_id,
         )
         return list(result or ())
 
     async def get_stream_set_objects(self, node_id: int) -> list[S3ObjectMetadata]:
-        result = await self._call(m.GetStreamSetObjects(self._self(), node_id),
+        result = await self._call(GetStreamSetObjects(self._self(), node_id),
                                             f"list stream-set objects of node {node_id}")
         return list(result or ())
 
     async def get_stream_objects(self, stream_id: int) -> list[S3ObjectMetadata]:
-        result = await self._call(m.GetStreamObjects(self._self(), stream_id),
+        result = await self._call(GetStreamObjects(self._self(), stream_id),
                                             f"list stream objects of stream {stream_id}", stream_id=stream_id)
         return list(result or ())
 
     async def sweep_objects(self, now_ms: int) -> list[int]:
-        result = await self._call(m.SweepObjects(self._self(), now_ms), "sweep expired objects")
+        result = await self._call(SweepObjects(self._self(), now_ms), "sweep expired objects")
         return list(result or ())
 
     async def remove_objects(self, object_ids: Sequence[int]) -> None:
-        await self._call(m.RemoveObjects(self._self(), tuple(object_ids)),
+        await self._call(RemoveObjects(self._self(), tuple(object_ids)),
                                    f"remove {len(object_ids)} objects")
 
     async def get_kv(self, key: str) -> bytes | None:
-        result: bytes | None = await self._call(m.GetKV(self._self(), key), f"read KV {key}")
+        result: bytes | None = await self._call(GetKV(self._self(), key), f"read KV {key}")
         return result
 
     async def put_kv(self, key: str, value: bytes) -> None:
-        await self._call(m.PutKV(self._self(), key, value), f"write KV {key}")
+        await self._call(PutKV(self._self(), key, value), f"write KV {key}")
 
     async def delete_kv(self, key: str) -> None:
-        await self._call(m.DeleteKV(self._self(), key), f"delete KV {key}")
+        await self._call(DeleteKV(self._self(), key), f"delete KV {key}")

@@ -27,7 +27,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from metadata.rpc.messages import StreamRequest, StreamResponse, decode_stream_response, encode_stream_request
+from metadata.rpc.stream_codec import decode_stream_response, encode_stream_request
+from metadata.rpc.stream_rpcs import StreamRequest, StreamResponse
 from wire import codec
 from wire.client import SaslAuthenticationFailed, sasl_exchange, session_deadlines
 from wire.sasl.client import SaslCredentials

@@ -19,7 +19,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from metadata.image import MetadataImage
-from metadata.rpc.messages import (
+from metadata.rpc.kafka_apis import (
     BEGIN_QUORUM_EPOCH,
     END_QUORUM_EPOCH,
     FETCH,
@@ -49,7 +49,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from wire import codec
+from wire import codec, schema
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
 RAFT_API_KEYS: Final = frozenset({VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT})
@@ -132,16 +132,16 @@ def _response_cls(api_key: int) -> type[Any]:
 
 
 def _topics(cls: type[Any], field: str, name_field: str, partition: Any) -> tuple[Any, ...]:
-    return (codec.build_nested(cls, field, **{name_field: METADATA_TOPIC, "partitions": (partition,)}),)
+    return (schema.build_nested(cls, field, **{name_field: METADATA_TOPIC, "partitions": (partition,)}),)
 
 
 def _partition(cls: type[Any], field: str, **values: object) -> Any:
-    topic_cls = codec.field_entity(cls, field)
-    return codec.build_nested(topic_cls, "partitions", **values)
+    topic_cls = schema.field_entity(cls, field)
+    return schema.build_nested(topic_cls, "partitions", **values)
 
 
 def _leader(cls: type[Any], field: str, leader: LeaderIdAndEpoch) -> Any:
-    return codec.build_nested(cls, field, leader_id=leader.leader_id, leader_epoch=leader.leader_epoch)
+    return schema.build_nested(cls, field, leader_id=leader.leader_id, leader_epoch=leader.leader_epoch)
 
 
 # ---------------------------------------------------------------------------------------- raft -> kio
@@ -162,7 +162,7 @@ def request_to_kio(message: RaftRequest) -> tuple[int, Any]:
                 last_offset=message.last_offset,
                 pre_vote=message.pre_vote,
             )
-            return VOTE, codec.build(
+            return VOTE, schema.build(
                 cls, cluster_id=message.cluster_id, voter_id=message.voter_id,
                 topics=_topics(cls, "topics", "topic_name", part),
             )
@@ -172,22 +172,22 @@ def request_to_kio(message: RaftRequest) -> tuple[int, Any]:
                 cls, "topics", partition_index=METADATA_PARTITION, leader_id=message.leader_id,
                 leader_epoch=message.leader_epoch,
             )
-            return BEGIN_QUORUM_EPOCH, codec.build(
+            return BEGIN_QUORUM_EPOCH, schema.build(
                 cls, cluster_id=message.cluster_id, voter_id=message.voter_id,
                 topics=_topics(cls, "topics", "topic_name", part),
             )
         case EndQuorumEpochRequest():
             cls = _request_cls(END_QUORUM_EPOCH)
-            partition_cls = codec.field_entity(codec.field_entity(cls, "topics"), "partitions")
+            partition_cls = schema.field_entity(schema.field_entity(cls, "topics"), "partitions")
             candidates = tuple(
-                codec.build_nested(partition_cls, "preferred_candidates", candidate_id=c)
+                schema.build_nested(partition_cls, "preferred_candidates", candidate_id=c)
                 for c in message.preferred_successors
             )
             part = _partition(
                 cls, "topics", partition_index=METADATA_PARTITION, leader_id=message.leader_id,
                 leader_epoch=message.leader_epoch, preferred_candidates=candidates,
             )
-            return END_QUORUM_EPOCH, codec.build(
+            return END_QUORUM_EPOCH, schema.build(
                 cls, cluster_id=message.cluster_id, topics=_topics(cls, "topics", "topic_name", part)
             )
         case FetchRequest():
@@ -202,7 +202,7 @@ def request_to_kio(message: RaftRequest) -> tuple[int, Any]:
                 log_start_offset=message.log_start_offset,
                 partition_max_bytes=message.max_bytes,
             )
-            return FETCH, codec.build(
+            return FETCH, schema.build(
                 cls,
                 cluster_id=message.cluster_id,
                 replica_id=message.replica_id,
@@ -214,19 +214,19 @@ def request_to_kio(message: RaftRequest) -> tuple[int, Any]:
             )
         case FetchSnapshotRequest():
             cls = _request_cls(FETCH_SNAPSHOT)
-            partition_cls = codec.field_entity(codec.field_entity(cls, "topics"), "partitions")
+            partition_cls = schema.field_entity(schema.field_entity(cls, "topics"), "partitions")
             part = _partition(
                 cls,
                 "topics",
                 partition=METADATA_PARTITION,
                 current_leader_epoch=message.current_leader_epoch,
-                snapshot_id=codec.build_nested(
+                snapshot_id=schema.build_nested(
                     partition_cls, "snapshot_id", end_offset=message.snapshot_id.end_offset,
                     epoch=message.snapshot_id.epoch,
                 ),
                 position=message.position,
             )
-            return FETCH_SNAPSHOT, codec.build(
+            return FETCH_SNAPSHOT, schema.build(
                 cls, cluster_id=message.cluster_id, replica_id=message.replica_id, max_bytes=message.max_bytes,
                 topics=_topics(cls, "topics", "name", part),
             )
@@ -242,7 +242,7 @@ def response_to_kio(message: RaftResponse) -> tuple[int, Any]:
                 cls, "topics", partition_index=METADATA_PARTITION, error_code=int(message.error_code),
                 leader_id=message.leader_id, leader_epoch=message.leader_epoch, vote_granted=message.vote_granted,
             )
-            return VOTE, codec.build(cls, topics=_topics(cls, "topics", "topic_name", part))
+            return VOTE, schema.build(cls, topics=_topics(cls, "topics", "topic_name", part))
         case BeginQuorumEpochResponse() | EndQuorumEpochResponse():
             key = BEGIN_QUORUM_EPOCH if isinstance(message, BeginQuorumEpochResponse) else END_QUORUM_EPOCH
             cls = _response_cls(key)
@@ -250,10 +250,10 @@ def response_to_kio(message: RaftResponse) -> tuple[int, Any]:
                 cls, "topics", partition_index=METADATA_PARTITION, error_code=int(message.error_code),
                 leader_id=message.leader_id, leader_epoch=message.leader_epoch,
             )
-            return key, codec.build(cls, topics=_topics(cls, "topics", "topic_name", part))
+            return key, schema.build(cls, topics=_topics(cls, "topics", "topic_name", part))
         case FetchResponse():
             cls = _response_cls(FETCH)
-            partition_cls = codec.field_entity(codec.field_entity(cls, "responses"), "partitions")
+            partition_cls = schema.field_entity(schema.field_entity(cls, "responses"), "partitions")
             values: dict[str, object] = {
                 "partition_index": METADATA_PARTITION,
                 "error_code": int(message.error_code),
@@ -264,25 +264,25 @@ def response_to_kio(message: RaftResponse) -> tuple[int, Any]:
                 "records": encode_entries(message.records) if message.records else None,
             }
             if message.diverging_epoch is not None:
-                values["diverging_epoch"] = codec.build_nested(
+                values["diverging_epoch"] = schema.build_nested(
                     partition_cls, "diverging_epoch", epoch=message.diverging_epoch.epoch,
                     end_offset=message.diverging_epoch.end_offset,
                 )
             if message.snapshot_id is not None:
-                values["snapshot_id"] = codec.build_nested(
+                values["snapshot_id"] = schema.build_nested(
                     partition_cls, "snapshot_id", end_offset=message.snapshot_id.end_offset,
                     epoch=message.snapshot_id.epoch,
                 )
-            part = codec.build(partition_cls, **values)
-            return FETCH, codec.build(cls, responses=_topics(cls, "responses", "topic", part))
+            part = schema.build(partition_cls, **values)
+            return FETCH, schema.build(cls, responses=_topics(cls, "responses", "topic", part))
         case FetchSnapshotResponse():
             cls = _response_cls(FETCH_SNAPSHOT)
-            partition_cls = codec.field_entity(codec.field_entity(cls, "topics"), "partitions")
-            part = codec.build(
+            partition_cls = schema.field_entity(schema.field_entity(cls, "topics"), "partitions")
+            part = schema.build(
                 partition_cls,
                 index=METADATA_PARTITION,
                 error_code=int(message.error_code),
-                snapshot_id=codec.build_nested(
+                snapshot_id=schema.build_nested(
                     partition_cls, "snapshot_id", end_offset=message.snapshot_id.end_offset,
                     epoch=message.snapshot_id.epoch,
                 ),
@@ -291,7 +291,7 @@ def response_to_kio(message: RaftResponse) -> tuple[int, Any]:
                 position=message.position,
                 unaligned_records=message.unaligned_records,
             )
-            return FETCH_SNAPSHOT, codec.build(cls, topics=_topics(cls, "topics", "name", part))
+            return FETCH_SNAPSHOT, schema.build(cls, topics=_topics(cls, "topics", "name", part))
         case DescribeQuorumResponse():
             raise TypeError("DescribeQuorum responses are built with describe_quorum_response")
     raise TypeError(f"{type(message).__name__} is not a Raft response")
@@ -305,11 +305,11 @@ def describe_quorum_response(
 ) -> Any:
     """The kio DescribeQuorum response (any version) for the Raft core's answer; from v2 on, ``voters`` (id →
     address of their ``listener_name`` listener) are its ``nodes``, where clients find the controllers."""
-    partition_cls = codec.field_entity(codec.field_entity(response_cls, "topics"), "partitions")
+    partition_cls = schema.field_entity(schema.field_entity(response_cls, "topics"), "partitions")
 
     def replicas(field: str, states: tuple[ReplicaState, ...]) -> tuple[Any, ...]:
         return tuple(
-            codec.build_nested(
+            schema.build_nested(
                 partition_cls,
                 field,
                 replica_id=s.replica_id,
@@ -321,7 +321,7 @@ def describe_quorum_response(
         )
 
     error = ErrorCode(int(answer.error_code))
-    part = codec.build(
+    part = schema.build(
         partition_cls,
         partition_index=METADATA_PARTITION,
         error_code=error,
@@ -332,18 +332,18 @@ def describe_quorum_response(
         observers=replicas("observers", answer.observers),
     )
     topics = _topics(response_cls, "topics", "topic_name", part)
-    if voters is None or not codec.has_field(response_cls, "nodes"):
-        return codec.build(response_cls, topics=topics)
-    node_cls = codec.field_entity(response_cls, "nodes")
+    if voters is None or not schema.has_field(response_cls, "nodes"):
+        return schema.build(response_cls, topics=topics)
+    node_cls = schema.field_entity(response_cls, "nodes")
     nodes = tuple(
-        codec.build(
+        schema.build(
             node_cls,
             node_id=voter_id,
-            listeners=(codec.build_nested(node_cls, "listeners", name=listener_name, host=host, port=port),),
+            listeners=(schema.build_nested(node_cls, "listeners", name=listener_name, host=host, port=port),),
         )
         for voter_id, (host, port) in sorted(voters.items())
     )
-    return codec.build(response_cls, topics=topics, nodes=nodes)
+    return schema.build(response_cls, topics=topics, nodes=nodes)
 
 
 # ---------------------------------------------------------------------------------------- kio -> raft
@@ -375,7 +375,7 @@ def request_from_kio(api_key: int, entity: Any, correlation_id: int) -> tuple[in
         return entity.replica_id, FetchRequest(
             entity.cluster_id or "",
             entity.replica_id,
-            codec.millis(entity.max_wait),
+            schema.millis(entity.max_wait),
             p.current_leader_epoch,
             p.fetch_offset,
             p.last_fetched_epoch,

@@ -31,7 +31,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from node.client_config import ClientConfigError, ClientSecurity, load_client_config
-from wire import codec
+from wire import codec, schema
 from wire.client import ClientConnection
 
 METADATA = 3
@@ -195,7 +195,7 @@ def render_table(moves: Sequence[Move]) -> str:
 async def _metadata(connection: ClientConnection) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], int]]:
     """(live broker id -> address, (topic, partition) -> leader id) from a Metadata request for every topic."""
     cls = codec.request_class(METADATA, _METADATA_VERSION)
-    response = await _request(connection, codec.build(cls, topics=None, allow_auto_topic_creation=False), "Metadata")
+    response = await _request(connection, schema.build(cls, topics=None, allow_auto_topic_creation=False), "Metadata")
     brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
     led: dict[tuple[str, int], int] = {}
     for topic in response.topics:
@@ -210,10 +210,10 @@ async def _excluded_brokers(connection: ClientConnection) -> frozenset[int]:
     """The broker ids in the cluster-wide ``autobalancer.controller.exclude.broker.ids`` (DescribeConfigs of the
     default broker resource), as the balancer reads them: an item that is not a number names no broker."""
     cls = codec.request_class(DESCRIBE_CONFIGS, 4)
-    resource = codec.build_nested(
+    resource = schema.build_nested(
         cls, "resources", resource_type=_RESOURCE_BROKER, resource_name="", configuration_keys=(_EXCLUDE_BROKERS,)
     )
-    response = await _request(connection, codec.build(cls, resources=(resource,)), "DescribeConfigs")
+    response = await _request(connection, schema.build(cls, resources=(resource,)), "DescribeConfigs")
     excluded: set[int] = set()
     for result in response.results:
         code = ErrorCode(int(result.error_code))
@@ -228,13 +228,15 @@ async def _excluded_brokers(connection: ClientConnection) -> frozenset[int]:
 
 async def _exclude_from_balancer(connection: ClientConnection, node: int) -> None:
     cls = codec.request_class(INCREMENTAL_ALTER_CONFIGS, 0)
-    resource_cls = codec.field_entity(cls, "resources")
-    config = codec.build_nested(
+    resource_cls = schema.field_entity(cls, "resources")
+    config = schema.build_nested(
         resource_cls, "configs", name=_EXCLUDE_BROKERS, config_operation=_OP_APPEND, value=str(node)
     )
-    resource = codec.build_nested(cls, "resources", resource_type=_RESOURCE_BROKER, resource_name="", configs=(config,))
+    resource = schema.build_nested(
+        cls, "resources", resource_type=_RESOURCE_BROKER, resource_name="", configs=(config,)
+    )
     response = await _request(
-        connection, codec.build(cls, resources=(resource,), validate_only=False), "IncrementalAlterConfigs"
+        connection, schema.build(cls, resources=(resource,), validate_only=False), "IncrementalAlterConfigs"
     )
     for answer in response.responses:
         code = ErrorCode(int(answer.error_code))
@@ -248,17 +250,17 @@ async def _exclude_from_balancer(connection: ClientConnection, node: int) -> Non
 
 async def _reassign(connection: ClientConnection, moves: Sequence[Move]) -> None:
     cls = codec.request_class(ALTER_PARTITION_REASSIGNMENTS, 0)
-    topic_cls = codec.field_entity(cls, "topics")
+    topic_cls = schema.field_entity(cls, "topics")
     by_topic: dict[str, list[Move]] = {}
     for move in moves:
         by_topic.setdefault(move.topic, []).append(move)
     topics = tuple(
-        codec.build_nested(
+        schema.build_nested(
             cls,
             "topics",
             name=topic,
             partitions=tuple(
-                codec.build_nested(topic_cls, "partitions", partition_index=m.partition, replicas=(m.target,))
+                schema.build_nested(topic_cls, "partitions", partition_index=m.partition, replicas=(m.target,))
                 for m in items
             ),
         )
@@ -266,7 +268,7 @@ async def _reassign(connection: ClientConnection, moves: Sequence[Move]) -> None
     )
     response = await _request(
         connection,
-        codec.build(cls, timeout=int(_REQUEST_TIMEOUT_S * 1000), topics=topics),
+        schema.build(cls, timeout=int(_REQUEST_TIMEOUT_S * 1000), topics=topics),
         "AlterPartitionReassignments",
     )
     code = ErrorCode(int(response.error_code))
@@ -286,7 +288,7 @@ async def _reassigning(connection: ClientConnection) -> dict[tuple[str, int], tu
     """Every reassignment in flight: (topic, partition) -> the replicas it moves the partition to."""
     cls = codec.request_class(LIST_PARTITION_REASSIGNMENTS, 0)
     response = await _request(
-        connection, codec.build(cls, timeout=int(_REQUEST_TIMEOUT_S * 1000), topics=None), "ListPartitionReassignments"
+        connection, schema.build(cls, timeout=int(_REQUEST_TIMEOUT_S * 1000), topics=None), "ListPartitionReassignments"
     )
     code = ErrorCode(int(response.error_code))
     if code is not ErrorCode.none:
@@ -319,7 +321,7 @@ async def _connect(addresses: Sequence[tuple[str, int]], security: ClientSecurit
             sasl=security.sasl,
         )
         try:
-            await connection.request(codec.build(codec.request_class(METADATA, _METADATA_VERSION), topics=()))
+            await connection.request(schema.build(codec.request_class(METADATA, _METADATA_VERSION), topics=()))
         except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
             problems.append(f"{host}:{port}: {exc}")
             await connection.close()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyspark
 
-from spark_connector.pipeline.spec import Pipeline
+from spark_connector.pipeline.model import Pipeline
 
 __all__ = ["REPOSITORY_ENV", "ClasspathError", "check_obtainable", "packages_for", "repository", "scala_version"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from spark_connector.pipeline.spec import Decode, Pipeline
+from spark_connector.pipeline.model import Decode, Pipeline
 
 __all__ = ["describe"]
 

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from spark_connector.offset_lookup import ClusterLookupError, OffsetLookup
 from spark_connector.offsets import resolve_offsets
 from spark_connector.options import OptionError, client_config, parse_options
-from spark_connector.pipeline.spec import TOPIC_FORMATS, Pipeline
+from spark_connector.pipeline.model import TOPIC_FORMATS, Pipeline
 
 __all__ = ["PreflightError", "check_cluster"]
 

@@ -30,8 +30,8 @@ from pyspark.sql.types import StructType
 
 from spark_connector.fjord_format import register
 from spark_connector.pipeline.classpath import REPOSITORY_ENV, ClasspathError, check_obtainable, packages_for
+from spark_connector.pipeline.model import FILE_FORMATS, RECORD_COLUMNS, TOPIC_FORMATS, Decode, Pipeline, field_clashes
 from spark_connector.pipeline.preflight import PreflightError, check_cluster
-from spark_connector.pipeline.spec import FILE_FORMATS, RECORD_COLUMNS, TOPIC_FORMATS, Decode, Pipeline, field_clashes
 
 __all__ = ["PipelineError", "check_classpath", "execute", "one_line", "run", "session", "start"]
 

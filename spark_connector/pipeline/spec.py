@@ -9,45 +9,36 @@ or a broker, and fails with one :class:`SpecError` whose text names the key path
 ``--set KEY.PATH=VALUE`` overrides (see :func:`apply_overrides`) edit the parsed YAML before the checks, so one
 example file serves any broker, topic or directory: the value is read as YAML (``--set trigger=once``,
 ``--set source.options.maxOffsetsPerTrigger=100``).
+
+The checked result is :mod:`spark_connector.pipeline.model`'s ``Pipeline``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = [
-    "FILE_FORMATS",
-    "RECORD_COLUMNS",
-    "TOPIC_FORMATS",
-    "Decode",
-    "Pipeline",
-    "Sink",
-    "Source",
-    "SpecError",
-    "Trigger",
-    "Watermark",
-    "apply_overrides",
-    "field_clashes",
-    "load_pipeline",
-    "parse_pipeline",
-]
+from spark_connector.pipeline.model import (
+    DECODE_FORMATS,
+    FILE_FORMATS,
+    OUTPUT_MODES,
+    SINK_FORMATS,
+    SOURCE_FORMATS,
+    TOPIC_FORMATS,
+    Decode,
+    Pipeline,
+    Sink,
+    Source,
+    Trigger,
+    Watermark,
+)
 
-SOURCE_FORMATS = ("fjord", "kafka")
-DECODE_FORMATS = ("json", "csv", "avro", "raw", "string")
-FILE_FORMATS = ("parquet", "json", "csv")
-TOPIC_FORMATS = ("fjord", "kafka")
-SINK_FORMATS = (*FILE_FORMATS, *TOPIC_FORMATS, "console")
-OUTPUT_MODES = ("append", "update", "complete")
-#: The columns every decoded row has besides the value's fields (Spark's Kafka source's, ``key`` decoded).
-RECORD_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 #: Source options the runner sets from the keys of ``source`` itself; setting them in ``source.options`` too would
 #: leave two answers to one question.
 _RUNNER_SOURCE_OPTIONS = (
@@ -70,103 +61,6 @@ class SpecError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}" if key else message)
         self.key = key
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where records come from; ``starting_offsets`` is ``earliest``, ``latest`` or Spark's per-partition JSON."""
-
-    format: str
-    bootstrap: str
-    subscribe: tuple[str, ...] = ()
-    subscribe_pattern: str | None = None
-    assign: tuple[tuple[str, int], ...] = ()
-    starting_offsets: str = "earliest"
-    starting_timestamp: int | None = None
-    options: Mapping[str, str] = field(default_factory=dict)
-
-    def spark_options(self) -> dict[str, str]:
-        """The options of the Spark source, the same for ``fjord`` and ``kafka`` (they share option names)."""
-        options = {"kafka.bootstrap.servers": self.bootstrap, "includeHeaders": "true"}
-        if self.subscribe:
-            options["subscribe"] = ",".join(self.subscribe)
-        elif self.subscribe_pattern is not None:
-            options["subscribePattern"] = self.subscribe_pattern
-        else:
-            by_topic: dict[str, list[int]] = {}
-            for topic, partition in self.assign:
-                by_topic.setdefault(topic, []).append(partition)
-            options["assign"] = json.dumps(by_topic, sort_keys=True)
-        if self.starting_timestamp is not None:
-            options["startingTimestamp"] = str(self.starting_timestamp)
-        else:
-            options["startingOffsets"] = self.starting_offsets
-        options.update(self.options)
-        return options
-
-
-@dataclass(frozen=True)
-class Decode:
-    """How a key or value is decoded: ``schema`` is Spark DDL (json, csv) or the Avro schema's JSON text (avro)."""
-
-    format: str
-    schema: str | None = None
-    schema_file: str | None = None
-    options: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def structured(self) -> bool:
-        return self.format in ("json", "csv", "avro")
-
-
-@dataclass(frozen=True)
-class Watermark:
-    column: str
-    delay: str
-
-
-@dataclass(frozen=True)
-class Sink:
-    """Where results go: files at ``path``, a topic (``topic`` or a ``topic`` column), or the console."""
-
-    format: str
-    checkpoint: str | None
-    output_mode: str = "append"
-    path: str | None = None
-    partition_by: tuple[str, ...] = ()
-    topic: str | None = None
-    bootstrap: str | None = None
-    options: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """``availableNow``, ``once``, ``processingTime`` (with ``interval``) or ``default`` (Spark's: each
-    micro-batch as soon as the previous one is done, forever)."""
-
-    kind: str
-    interval: str | None = None
-
-    def describe(self) -> str:
-        if self.kind == "default":
-            return "default (each micro-batch as soon as the previous one is done, until stopped)"
-        return f"processingTime {self.interval}" if self.interval else self.kind
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    name: str
-    source: Source
-    value: Decode
-    key: Decode
-    sql: str
-    watermark: Watermark | None
-    sink: Sink
-    trigger: Trigger
-    master: str | None = None
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-    #: Where the pipeline was read from, for messages (empty for a pipeline built in code).
-    origin: str = ""
 
 
 def load_pipeline(path: str | Path, overrides: Sequence[str] = ()) -> Pipeline:
@@ -596,9 +490,3 @@ def _kind(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return repr(value)
-
-
-def field_clashes(fields: Iterable[str]) -> list[str]:
-    """The value's fields that have a record column's name (they cannot both be columns of ``source``)."""
-    record = {name.lower() for name in RECORD_COLUMNS}
-    return [name for name in fields if name.lower() in record]

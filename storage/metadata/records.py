@@ -93,7 +93,7 @@ def decode_record(data: bytes | memoryview) -> MetadataRecord:
 def to_json(value: Any) -> Any:
     """A record or any value inside one as compact JSON (dataclasses as positional arrays, bytes as base64).
 
-    Public because the controller's stream RPCs (metadata.rpc.messages) carry the same dataclasses on the wire
+    Public because the controller's stream RPCs (metadata.rpc.stream_rpcs) carry the same dataclasses on the wire
     and must encode them exactly as the metadata log does."""
     if isinstance(value, bool | str | None):
         return value

@@ -21,8 +21,8 @@ Old bytes left in a recycled file cannot be mistaken for records: every record h
 position.
 
 Recovery scans from the trim point and stops at the first torn or corrupt record; the intact prefix is kept, the
-tail is cut off (truncated), and appends continue at the end of the prefix in a fresh segment. A sealed segment is
-scanned only up to where the next segment begins, so a preallocated tail is never read as data.
+tail is cut off (truncated), and appends continue at the end of the prefix in a fresh segment
+(``storage.wal.recovery``).
 """
 
 from __future__ import annotations
@@ -37,17 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.config import GiB, MiB, StorageConfig
-from storage.durable import DirectoryLockedError, fsync_dir, lock_directory, write_atomically
+from storage.durable import DirectoryLockedError, lock_directory, write_atomically
 from storage.errors import WALError
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
 from storage.wal.pending import PendingAppend
-from storage.wal.record import RecordScanner, StopReason
+from storage.wal.recovery import SegmentScan, finish_recovery_sync
 from storage.wal.segments import (
     CHECKPOINT_NAME,
-    DISCARDED_SUFFIX,
     LOCK_NAME,
     SPARE_SEGMENTS,
     SPARE_SUFFIX,
@@ -64,7 +63,6 @@ from storage.wal.state import WALState
 
 logger = logging.getLogger(__name__)
 
-READ_CHUNK = 8 * MiB
 MAX_GROUP_BYTES = 32 * MiB
 _FILL_AFTER_IDLE_S = 0.001  # how long the WAL waits for another append before a paced zero-fill step
 
@@ -80,15 +78,6 @@ class FileWALStats:
     segments_preallocated: int = 0  # of those, how many were spares (recycled or zero-filled) rather than new files
     segments_deleted: int = 0
     segments_recycled: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _SegmentEnd:
-    length: int  # bytes of the segment holding intact records
-    complete: bool  # a sealed segment held every byte up to the next segment
-
-
-_NEVER = 1 << 62  # a skip_below that skips every record (validation-only scans)
 
 
 class FileWAL(WALState):
@@ -276,141 +265,18 @@ class FileWAL(WALState):
 
     async def _scan(self, *, decode: bool) -> AsyncIterator[WALRecord]:
         trim = self._trim_offset
-        segments = list(self._segments)
-        trimmed = [s for i, s in enumerate(segments[:-1]) if segments[i + 1].base_offset <= trim]
-        live = segments[len(trimmed) :]
-        end = live[0].base_offset if live else trim
-        kept = 0  # segments holding the intact log (the last of them possibly cut short)
-        for index, segment in enumerate(live):
-            following = live[index + 1] if index + 1 < len(live) else None
-            complete = True
-            async for item in self._scan_segment(segment, trim, decode, following):
-                if isinstance(item, WALRecord):
-                    yield item
-                    continue
-                end = segment.base_offset + item.length
-                kept = index + 1
-                complete = item.complete
-            if not complete:
-                break
+        scan = SegmentScan(list(self._segments), trim, decode=decode)
+        async for rec in scan.records():
+            yield rec
         assert self._executor is not None
         self._segments = await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._finish_recovery_sync, trimmed, live, kept, end, trim
+            self._executor, finish_recovery_sync, self._dir, scan
         )
-        end = max(end, trim)
+        end = max(scan.end, trim)
         self._next_offset = self._durable_offset = end
         self._gate.open(end - trim)
         self._recovered = True
         logger.info("WAL %s: recovered up to offset %d (trim offset %d)", self._dir, end, trim)
-
-    async def _scan_segment(
-        self, segment: Segment, trim: int, decode: bool, following: Segment | None
-    ) -> AsyncIterator[WALRecord | _SegmentEnd]:
-        """Yields the segment's intact records, then where they end. A sealed segment (one with a ``following``
-        segment) must be intact up to exactly where that one starts; the last segment ends wherever its records stop.
-        Reads in chunks so recovery memory stays bounded by the chunk (or the largest record)."""
-        where = f"WAL segment {segment.path}"
-        limit = None if following is None else following.base_offset - segment.base_offset
-        try:
-            fd = await asyncio.to_thread(os.open, segment.path, os.O_RDONLY)
-        except OSError as exc:
-            raise WALError(f"{where}: cannot open for recovery: {exc.strerror}") from exc
-        try:
-            consumed = 0  # bytes of the file before ``buf``
-            buf = b""
-            while True:
-                want = READ_CHUNK
-                if len(buf) >= walrecord.HEADER_SIZE:
-                    # A record bigger than a chunk: read the rest of it at once.
-                    _magic, body_length, *_ = walrecord.HEADER.unpack_from(buf)
-                    want = max(want, walrecord.HEADER_SIZE + body_length - len(buf))
-                position = consumed + len(buf)
-                if limit is not None:
-                    want = min(want, limit - position)
-                chunk = await asyncio.to_thread(os.pread, fd, want, position) if want > 0 else b""
-                eof = not chunk
-                buf = buf + chunk if buf else chunk
-                scanner = RecordScanner(
-                    buf,
-                    segment.base_offset + consumed,
-                    where=where,
-                    skip_below=trim if decode else _NEVER,
-                    verify_skipped_bodies=not decode,
-                )
-                for rec in scanner:
-                    yield rec
-                stop = scanner.stop
-                assert stop is not None
-                consumed += scanner.position
-                buf = buf[scanner.position :]
-                if (stop.reason is StopReason.END or stop.reason.truncated) and not eof:
-                    continue
-                if limit is None:
-                    self._log_tail(where, stop)
-                    yield _SegmentEnd(consumed, complete=True)
-                elif consumed == limit:
-                    yield _SegmentEnd(consumed, complete=True)
-                else:
-                    reason = stop.describe(where) if stop.reason is not StopReason.END else (
-                        f"{where}: ends at byte {consumed}"
-                    )
-                    assert following is not None
-                    logger.error(
-                        "%s, but the next segment %s starts at offset %d; recovery keeps the %d intact bytes before "
-                        "it and sets later segments aside", reason, following.path, following.base_offset, consumed,
-                    )
-                    yield _SegmentEnd(consumed, complete=False)
-                return
-        except OSError as exc:
-            raise WALError(f"{where}: read failed during recovery: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
-
-    @staticmethod
-    def _log_tail(where: str, stop: walrecord.ScanStop) -> None:
-        """Where the newest segment's records end is normal; only a torn or damaged record there is news."""
-        if stop.reason is StopReason.END:
-            return
-        if (stop.reason is StopReason.BAD_MAGIC and stop.detail.endswith("0x00000000")) or (
-            stop.reason is StopReason.BAD_POSITION
-        ):
-            logger.debug("%s: end of the log in a preallocated segment", stop.describe(where))
-        else:
-            logger.warning("%s; cutting off the torn tail", stop.describe(where))
-
-    def _finish_recovery_sync(
-        self, trimmed: list[Segment], live: list[Segment], kept: int, end: int, trim: int
-    ) -> list[Segment]:
-        """Makes the directory match the recovered log: trimmed segments deleted, segments after a corrupt one set
-        aside, the last intact segment cut at the end of its records. New appends then start a fresh segment, so
-        nothing written before the crash beyond that end can ever be read again."""
-        for segment in trimmed:
-            segment.path.unlink(missing_ok=True)
-        for segment in live[kept:]:
-            aside = segment.path.with_name(segment.path.name + DISCARDED_SUFFIX)
-            logger.error("WAL segment %s follows a corrupt record; set aside as %s", segment.path, aside.name)
-            os.replace(segment.path, aside)
-        keep = live[:kept]
-        if keep and end < trim:
-            # Everything left is below the trim point: start afresh at it.
-            for segment in keep:
-                segment.path.unlink(missing_ok=True)
-            keep = []
-        if keep:
-            last = keep[-1]
-            length = end - last.base_offset
-            try:
-                if length == 0:
-                    last.path.unlink()
-                    keep.pop()
-                elif last.path.stat().st_size > length:
-                    os.truncate(last.path, length)
-                    with open(last.path, "rb") as f:
-                        os.fsync(f.fileno())
-            except OSError as exc:
-                raise WALError(f"WAL segment {last.path}: cannot cut off the tail at byte {length}: {exc}") from exc
-        fsync_dir(self._dir)
-        return keep
 
     # ---------------------------------------------------------------- appends
 

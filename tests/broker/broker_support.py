@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -94,7 +94,7 @@ def api_versions_request(version: int = 3) -> Any:
     fields: dict[str, object] = {}
     if version >= 3:
         fields = {"client_software_name": "fjord-tests", "client_software_version": "1.0"}
-    return codec.build(codec.request_class(18, version), **fields)
+    return schema.build(codec.request_class(18, version), **fields)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import pytest
 from broker_support import BrokerProcess, WireClient, start_broker
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 
 
 def module_broker(data_dir: Path, overrides: dict[str, str] | None = None) -> Iterator[BrokerProcess]:
@@ -41,16 +41,16 @@ def topic_name(prefix: str) -> str:
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
     """CreateTopics v7 over the wire (independent of any client library's admin API)."""
     request_cls = codec.request_class(19, 7)
-    topic_cls = codec.field_entity(request_cls, "topics")
-    config_cls = codec.field_entity(topic_cls, "configs")
-    topic = codec.build(
+    topic_cls = schema.field_entity(request_cls, "topics")
+    config_cls = schema.field_entity(topic_cls, "configs")
+    topic = schema.build(
         topic_cls,
         name=name,
         num_partitions=partitions,
         replication_factor=1,
-        configs=tuple(codec.build(config_cls, name=k, value=v) for k, v in (config or {}).items()),
+        configs=tuple(schema.build(config_cls, name=k, value=v) for k, v in (config or {}).items()),
     )
-    request = codec.build(request_cls, topics=(topic,), timeout=15_000, validate_only=False)
+    request = schema.build(request_cls, topics=(topic,), timeout=15_000, validate_only=False)
     port = int(bootstrap.rsplit(":", 1)[1])
     with WireClient(port) as client:
         response = client.request(request)
@@ -60,10 +60,12 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[st
 
 def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -1, version: int = 9) -> Any:
     request_cls = codec.request_class(0, version)
-    topic_cls = codec.field_entity(request_cls, "topic_data")
-    part_cls = codec.field_entity(topic_cls, "partition_data")
-    data = codec.build(topic_cls, name=topic, partition_data=(codec.build(part_cls, index=partition, records=records),))
-    return codec.build(request_cls, transactional_id=None, acks=acks, timeout=10_000, topic_data=(data,))
+    topic_cls = schema.field_entity(request_cls, "topic_data")
+    part_cls = schema.field_entity(topic_cls, "partition_data")
+    data = schema.build(
+        topic_cls, name=topic, partition_data=(schema.build(part_cls, index=partition, records=records),)
+    )
+    return schema.build(request_cls, transactional_id=None, acks=acks, timeout=10_000, topic_data=(data,))
 
 
 def fetch_request(
@@ -80,11 +82,11 @@ def fetch_request(
 ) -> Any:
     """A consumer Fetch for one partition (``topic=None``: no partitions, e.g. an empty incremental fetch)."""
     request_cls = codec.request_class(1, version)
-    topic_cls = codec.field_entity(request_cls, "topics")
-    part_cls = codec.field_entity(topic_cls, "partitions")
+    topic_cls = schema.field_entity(request_cls, "topics")
+    part_cls = schema.field_entity(topic_cls, "partitions")
     topics: tuple[Any, ...] = ()
     if topic is not None:
-        part = codec.build(
+        part = schema.build(
             part_cls,
             partition=partition,
             fetch_offset=offset,
@@ -93,8 +95,8 @@ def fetch_request(
             last_fetched_epoch=-1,
             log_start_offset=-1,
         )
-        topics = (codec.build(topic_cls, topic=topic, partitions=(part,)),)
-    return codec.build(
+        topics = (schema.build(topic_cls, topic=topic, partitions=(part,)),)
+    return schema.build(
         request_cls,
         replica_id=-1,
         max_wait=max_wait_ms,
@@ -111,16 +113,16 @@ def fetch_request(
 
 def list_offsets_request(topic: str, partition: int, timestamp: int, *, version: int = 8) -> Any:
     request_cls = codec.request_class(2, version)
-    topic_cls = codec.field_entity(request_cls, "topics")
-    part_cls = codec.field_entity(topic_cls, "partitions")
-    part = codec.build(part_cls, partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)
-    return codec.build(
-        request_cls, replica_id=-1, isolation_level=0, topics=(codec.build(topic_cls, name=topic, partitions=(part,)),)
+    topic_cls = schema.field_entity(request_cls, "topics")
+    part_cls = schema.field_entity(topic_cls, "partitions")
+    part = schema.build(part_cls, partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)
+    return schema.build(
+        request_cls, replica_id=-1, isolation_level=0, topics=(schema.build(topic_cls, name=topic, partitions=(part,)),)
     )
 
 
 def init_producer_id(client: WireClient) -> tuple[int, int]:
-    request = codec.build(
+    request = schema.build(
         codec.request_class(22, 4), transactional_id=None, transaction_timeout=60_000, producer_id=-1, producer_epoch=-1
     )
     response = client.request(request)

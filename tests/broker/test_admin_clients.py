@@ -27,7 +27,7 @@ from kafka.admin import NewTopic as KNewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 
 TIMEOUT = 15.0
 
@@ -183,10 +183,10 @@ def test_describe_cluster(admin: AdminClient, shared_broker: BrokerProcess) -> N
 
 def _wire_create(client: WireClient, name: str, configs: dict[str, str] | None = None) -> uuid.UUID:
     cls = codec.request_class(19, 7)
-    entries = tuple(codec.build_nested(codec.field_entity(cls, "topics"), "configs",
+    entries = tuple(schema.build_nested(schema.field_entity(cls, "topics"), "configs",
                                        name=k, value=v) for k, v in (configs or {}).items())
-    topic = codec.build_nested(cls, "topics", name=name, num_partitions=1, replication_factor=1, configs=entries)
-    result = client.request(codec.build(cls, topics=(topic,), timeout=5000)).topics[0]
+    topic = schema.build_nested(cls, "topics", name=name, num_partitions=1, replication_factor=1, configs=entries)
+    result = client.request(schema.build(cls, topics=(topic,), timeout=5000)).topics[0]
     assert result.error_code == ErrorCode.none
     topic_id: uuid.UUID = result.topic_id
     return topic_id
@@ -200,20 +200,20 @@ def test_delete_topics_by_id_and_by_name_on_the_wire(
     _wire_create(client, "wire-del-name")
     v6 = codec.request_class(20, 6)
     states = (
-        codec.build_nested(v6, "topics", name=None, topic_id=by_id),
-        codec.build_nested(v6, "topics", name=None, topic_id=uuid.uuid4()),
-        codec.build_nested(v6, "topics", name="wire-del-id", topic_id=by_id),  # both given: invalid
+        schema.build_nested(v6, "topics", name=None, topic_id=by_id),
+        schema.build_nested(v6, "topics", name=None, topic_id=uuid.uuid4()),
+        schema.build_nested(v6, "topics", name="wire-del-id", topic_id=by_id),  # both given: invalid
     )
-    results = client.request(codec.build(v6, topics=states, timeout=5000)).responses
+    results = client.request(schema.build(v6, topics=states, timeout=5000)).responses
     codes = sorted((r.error_code for r in results), key=int)
     assert codes == sorted([ErrorCode.none, ErrorCode.unknown_topic_id, ErrorCode.invalid_request], key=int)
     deleted = next(r for r in results if r.error_code == ErrorCode.none)
     assert (deleted.name, deleted.topic_id) == ("wire-del-id", by_id)
 
     v1 = codec.request_class(20, 1)
-    (result,) = client.request(codec.build(v1, topic_names=("wire-del-name",), timeout=5000)).responses
+    (result,) = client.request(schema.build(v1, topic_names=("wire-del-name",), timeout=5000)).responses
     assert (result.name, result.error_code) == ("wire-del-name", ErrorCode.none)
-    names = {t.name for t in client.request(codec.build(codec.request_class(3, 12), topics=None)).topics}
+    names = {t.name for t in client.request(schema.build(codec.request_class(3, 12), topics=None)).topics}
     assert not names & {"wire-del-id", "wire-del-name"}
 
 
@@ -224,11 +224,11 @@ def test_describe_configs_synonyms_types_and_key_filter(
     _wire_create(client, "wire-configs", {"retention.ms": "1234"})
     for version in range(1, 5):
         cls = codec.request_class(32, version)
-        resource = codec.build_nested(
+        resource = schema.build_nested(
             cls, "resources", resource_type=2, resource_name="wire-configs",
             configuration_keys=("retention.ms", "no.such.key"),
         )
-        response = client.request(codec.build(cls, resources=(resource,), include_synonyms=True,
+        response = client.request(schema.build(cls, resources=(resource,), include_synonyms=True,
                                               include_documentation=True))
         (result,) = response.results
         assert result.error_code == ErrorCode.none
@@ -244,8 +244,8 @@ def test_describe_configs_synonyms_types_and_key_filter(
 
 def _topic_config(client: WireClient, topic: str, key: str) -> str | None:
     cls = codec.request_class(32, 4)
-    resource = codec.build_nested(cls, "resources", resource_type=2, resource_name=topic, configuration_keys=(key,))
-    (result,) = client.request(codec.build(cls, resources=(resource,))).results
+    resource = schema.build_nested(cls, "resources", resource_type=2, resource_name=topic, configuration_keys=(key,))
+    (result,) = client.request(schema.build(cls, resources=(resource,))).results
     (entry,) = result.configs
     value: str | None = entry.value
     return value
@@ -260,22 +260,22 @@ def test_repeated_keys_last_wins_in_alter_configs_but_are_rejected_incrementally
     _wire_create(client, "wire-dup-keys")
     legacy = codec.request_class(33, 1)
     entries = tuple(
-        codec.build_nested(codec.field_entity(legacy, "resources"), "configs", name="retention.ms", value=v)
+        schema.build_nested(schema.field_entity(legacy, "resources"), "configs", name="retention.ms", value=v)
         for v in ("1000", "2000")
     )
-    resource = codec.build_nested(legacy, "resources", resource_type=2, resource_name="wire-dup-keys", configs=entries)
-    (result,) = client.request(codec.build(legacy, resources=(resource,), validate_only=False)).responses
+    resource = schema.build_nested(legacy, "resources", resource_type=2, resource_name="wire-dup-keys", configs=entries)
+    (result,) = client.request(schema.build(legacy, resources=(resource,), validate_only=False)).responses
     assert result.error_code == ErrorCode.none
     assert _topic_config(client, "wire-dup-keys", "retention.ms") == "2000"
 
     incremental = codec.request_class(44, 1)
     ops = tuple(
-        codec.build_nested(codec.field_entity(incremental, "resources"), "configs", name="retention.ms",
+        schema.build_nested(schema.field_entity(incremental, "resources"), "configs", name="retention.ms",
                            config_operation=0, value=v)
         for v in ("3000", "4000")
     )
-    resource = codec.build_nested(incremental, "resources", resource_type=2, resource_name="wire-dup-keys",
+    resource = schema.build_nested(incremental, "resources", resource_type=2, resource_name="wire-dup-keys",
                                   configs=ops)
-    (result,) = client.request(codec.build(incremental, resources=(resource,), validate_only=False)).responses
+    (result,) = client.request(schema.build(incremental, resources=(resource,), validate_only=False)).responses
     assert result.error_code == ErrorCode.invalid_request
     assert _topic_config(client, "wire-dup-keys", "retention.ms") == "2000"

@@ -8,7 +8,7 @@ import pytest
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import API_VERSIONS
 
 # Issue 3: (api key, highest version in Apache Kafka 3.6, lowest version Kafka 4.0 still accepts).
@@ -53,7 +53,7 @@ def test_every_advertised_version_is_answered(shared_broker: BrokerProcess, wire
             fields: dict[str, object] = {"acks": -1, "timeout": 1000} if key == 0 else {}
             if key == 18 and version >= 3:
                 fields = {"client_software_name": "t", "client_software_version": "1"}
-            request = codec.build(codec.request_class(key, version), **fields)
+            request = schema.build(codec.request_class(key, version), **fields)
             correlation_id = client.send(request)
             got, _ = client.receive(key, version)
             assert got == correlation_id, (key, version)
@@ -82,5 +82,5 @@ def test_newer_api_versions_gets_v0_fallback(shared_broker: BrokerProcess, wire:
 def test_invalid_client_software_name_is_invalid_request(
     shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
 ) -> None:
-    request = codec.build(codec.request_class(18, 3), client_software_name="bad name!", client_software_version="1")
+    request = schema.build(codec.request_class(18, 3), client_software_name="bad name!", client_software_version="1")
     assert wire(shared_broker.port).request(request).error_code == ErrorCode.invalid_request

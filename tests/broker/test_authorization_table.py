@@ -23,7 +23,7 @@ from metadata.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternTyp
 from metadata.image import MetadataImage
 from metadata.records import PartitionRecord, TopicRecord
 from settings.security import STANDARD_AUTHORIZER
-from wire import codec
+from wire import codec, schema
 
 ALLOWED_ID, REFUSED_ID = uuid.uuid4(), uuid.uuid4()
 
@@ -86,7 +86,7 @@ def _context(api_key: int, version: int) -> RequestContext:
 
 async def _serve(api_key: int, version: int, **fields: Any) -> tuple[Any, _Handler]:
     ctx = _context(api_key, version)
-    request = codec.build(codec.request_class(api_key, version), **fields)
+    request = schema.build(codec.request_class(api_key, version), **fields)
     handler = _Handler()
     response = await serve_authorized(ctx, request, handler)
     codec.encode_response(7, response)  # a refusal must be a well-formed answer
@@ -97,8 +97,8 @@ def _nested(api_key: int, version: int, path: str, **fields: Any) -> Any:
     cls = codec.request_class(api_key, version)
     *outer, last = path.split(".")
     for name in outer:
-        cls = codec.field_entity(cls, name)
-    return codec.build_nested(cls, last, **fields)
+        cls = schema.field_entity(cls, name)
+    return schema.build_nested(cls, last, **fields)
 
 
 def _errors(entry: Any, partitions: str = "partitions", code: str = "error_code") -> set[ErrorCode]:
@@ -151,16 +151,16 @@ async def test_a_fetch_answers_an_unreadable_topic_even_when_its_session_served_
 
     # an incremental fetch names no topic; the session's answer for "refused" carries records: they are withheld
     ctx = _context(1, 12)
-    served = codec.build(
+    served = schema.build(
         codec.response_class(1, 12),
         responses=(
-            codec.build_nested(
+            schema.build_nested(
                 codec.response_class(1, 12),
                 "responses",
                 topic="refused",
                 partitions=(
-                    codec.build_nested(
-                        codec.field_entity(codec.response_class(1, 12), "responses"),
+                    schema.build_nested(
+                        schema.field_entity(codec.response_class(1, 12), "responses"),
                         "partitions",
                         partition_index=0,
                         error_code=ErrorCode.none,
@@ -175,7 +175,7 @@ async def test_a_fetch_answers_an_unreadable_topic_even_when_its_session_served_
         return served
 
     answered = await serve_authorized(
-        ctx, codec.build(codec.request_class(1, 12), session_id=5, session_epoch=2), session
+        ctx, schema.build(codec.request_class(1, 12), session_id=5, session_epoch=2), session
     )
     (partition,) = answered.responses[0].partitions
     assert (partition.error_code, partition.records) == (ErrorCode.topic_authorization_failed, b"")
@@ -303,22 +303,22 @@ async def test_write_txn_markers_need_cluster_action() -> None:
 
 async def test_offset_fetch_hides_or_refuses_topics_the_principal_may_not_describe() -> None:
     response_cls = codec.response_class(9, 8)
-    group_cls = codec.field_entity(response_cls, "groups")
-    topic_cls = codec.field_entity(group_cls, "topics")
+    group_cls = schema.field_entity(response_cls, "groups")
+    topic_cls = schema.field_entity(group_cls, "topics")
 
     def committed(*names: str) -> Any:
-        return codec.build(
+        return schema.build(
             response_cls,
             groups=(
-                codec.build(
+                schema.build(
                     group_cls,
                     group_id="allowed-group",
                     topics=tuple(
-                        codec.build(
+                        schema.build(
                             topic_cls,
                             name=name,
                             partitions=(
-                                codec.build_nested(
+                                schema.build_nested(
                                     topic_cls, "partitions", partition_index=0, committed_offset=5, metadata=""
                                 ),
                             ),
@@ -334,7 +334,7 @@ async def test_offset_fetch_hides_or_refuses_topics_the_principal_may_not_descri
 
     every_topic = _nested(9, 8, "groups", group_id="allowed-group", topics=None)
     answered = await serve_authorized(
-        _context(9, 8), codec.build(codec.request_class(9, 8), groups=(every_topic,)), offsets
+        _context(9, 8), schema.build(codec.request_class(9, 8), groups=(every_topic,)), offsets
     )
     assert [t.name for t in answered.groups[0].topics] == ["allowed"]
 
@@ -348,7 +348,7 @@ async def test_offset_fetch_hides_or_refuses_topics_the_principal_may_not_descri
             _nested(9, 8, "groups.topics", name="hidden", partition_indexes=(0,)),
         ),
     )
-    answered = await serve_authorized(_context(9, 8), codec.build(codec.request_class(9, 8), groups=(named,)), offsets)
+    answered = await serve_authorized(_context(9, 8), schema.build(codec.request_class(9, 8), groups=(named,)), offsets)
     codec.encode_response(7, answered)
     assert [(t.name, _errors(t)) for t in answered.groups[0].topics] == [
         ("allowed", {ErrorCode.none}),

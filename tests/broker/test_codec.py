@@ -9,7 +9,7 @@ import pytest
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import API_VERSIONS
 
 ADVERTISABLE = [(key, v) for key, r in API_VERSIONS.items() for v in range(r.min_version, r.max_version + 1)]
@@ -17,7 +17,7 @@ ADVERTISABLE = [(key, v) for key, r in API_VERSIONS.items() for v in range(r.min
 
 @pytest.mark.parametrize(("api_key", "version"), ADVERTISABLE)
 def test_request_and_response_round_trip(api_key: int, version: int) -> None:
-    request = codec.build(codec.request_class(api_key, version))
+    request = schema.build(codec.request_class(api_key, version))
     frame = codec.encode_request(request, correlation_id=77, client_id="round-trip")
     (length,) = struct.unpack_from(">i", frame)
     assert length == len(frame) - 4
@@ -27,7 +27,7 @@ def test_request_and_response_round_trip(api_key: int, version: int) -> None:
     assert decoded.body == request
     assert decoded.consumed == len(frame) - 4
 
-    response = codec.build(codec.response_class(api_key, version))
+    response = schema.build(codec.response_class(api_key, version))
     encoded = codec.encode_response(78, response)
     correlation_id, body = codec.decode_response(api_key, version, encoded[4:])
     assert correlation_id == 78 and body == response
@@ -35,21 +35,21 @@ def test_request_and_response_round_trip(api_key: int, version: int) -> None:
 
 def test_builder_defaults_nested_entities_and_coerces_plain_values() -> None:
     cls = codec.response_class(3, 12)
-    partition = codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=4, error_code=5)
+    partition = schema.build_nested(schema.field_entity(cls, "topics"), "partitions", partition_index=4, error_code=5)
     assert partition.error_code == ErrorCode.leader_not_available
     assert partition.leader_epoch == -1  # the schema's default, not a zero
-    response = codec.build(cls, throttle_time=250, cluster_id="c")
+    response = schema.build(cls, throttle_time=250, cluster_id="c")
     assert response.throttle_time.total_seconds() == 0.25
     assert response.controller_id == -1 and response.brokers == () and response.topics == ()
     # Fields a version lacks are dropped, so one handler fills every version.
-    assert codec.build(codec.response_class(3, 0), cluster_id="ignored", brokers=()).brokers == ()
+    assert schema.build(codec.response_class(3, 0), cluster_id="ignored", brokers=()).brokers == ()
 
 
 @pytest.mark.parametrize("ms", [-1, 0, 1, 999, 45_000, 7 * 86_400_000 + 1, 2**31 - 1])
 def test_durations_a_client_sends_come_back_as_the_same_milliseconds(ms: int) -> None:
     # JoinGroup v5 carries an i32 duration (session timeout), OffsetCommit v2 an i64 one (retention, -1 = default).
-    join = codec.build(codec.request_class(11, 5), group_id="g", session_timeout=ms, rebalance_timeout=ms)
-    commit = codec.build(codec.request_class(8, 2), group_id="g", retention_time=ms)
+    join = schema.build(codec.request_class(11, 5), group_id="g", session_timeout=ms, rebalance_timeout=ms)
+    commit = schema.build(codec.request_class(8, 2), group_id="g", retention_time=ms)
     for request in (join, commit):
         body = codec.decode_request(codec.encode_request(request, correlation_id=1)[4:]).body
         durations = [
@@ -57,12 +57,12 @@ def test_durations_a_client_sends_come_back_as_the_same_milliseconds(ms: int) ->
             for name in ("session_timeout", "rebalance_timeout", "retention_time")
             if hasattr(body, name)
         ]
-        assert durations and [codec.millis(d) for d in durations] == [ms] * len(durations)
-    assert codec.millis(ms) == ms
+        assert durations and [schema.millis(d) for d in durations] == [ms] * len(durations)
+    assert schema.millis(ms) == ms
 
 
 def test_trailing_bytes_are_tolerated() -> None:
-    request = codec.build(codec.request_class(3, 12), topics=None)
+    request = schema.build(codec.request_class(3, 12), topics=None)
     frame = codec.encode_request(request, correlation_id=5)[4:] + b"\0\0\0\1"
     decoded = codec.decode_request(frame)
     assert decoded.body == request and decoded.consumed == len(frame) - 4
@@ -75,7 +75,7 @@ def _with_unknown_tag(frame: bytes) -> bytes:
 
 
 def test_unknown_tagged_field_and_truncation_are_malformed() -> None:
-    frame = codec.encode_request(codec.build(codec.request_class(3, 12), topics=None), 9)[4:]
+    frame = codec.encode_request(schema.build(codec.request_class(3, 12), topics=None), 9)[4:]
     with pytest.raises(codec.MalformedRequestError, match="MetadataRequest v12"):
         codec.decode_request(_with_unknown_tag(frame))
     with pytest.raises(codec.MalformedRequestError):
@@ -94,7 +94,7 @@ def test_bad_frames_close_only_their_connection(
     shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
 ) -> None:
     healthy = wire(shared_broker.port)
-    metadata = codec.encode_request(codec.build(codec.request_class(3, 12), topics=None), 1)[4:]
+    metadata = codec.encode_request(schema.build(codec.request_class(3, 12), topics=None), 1)[4:]
 
     tagged = wire(shared_broker.port)
     tagged.send_raw(_framed(_with_unknown_tag(metadata)))

@@ -14,27 +14,29 @@ from broker_support import BrokerProcess, WireClient
 from kio.schema.errors import ErrorCode
 from test_groups_protocol import create_topic, find_coordinator
 
-from wire import codec
+from wire import codec, schema
 
 ROUNDS = 8
 
 
 def _commit(group: str, topic: str, offset: int) -> Any:
     cls = codec.request_class(8, 8)
-    topic_cls = codec.field_entity(cls, "topics")
-    part = codec.build_nested(topic_cls, "partitions", partition_index=0, committed_offset=offset)
-    entry = codec.build(topic_cls, name=topic, partitions=(part,))
-    return codec.build(cls, group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=(entry,))
+    topic_cls = schema.field_entity(cls, "topics")
+    part = schema.build_nested(topic_cls, "partitions", partition_index=0, committed_offset=offset)
+    entry = schema.build(topic_cls, name=topic, partitions=(part,))
+    return schema.build(cls, group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=(entry,))
 
 
 def _fetch(group: str, topic: str, version: int) -> Any:
     cls = codec.request_class(9, version)
     if version >= 8:
-        group_cls = codec.field_entity(cls, "groups")
-        entry = codec.build_nested(group_cls, "topics", name=topic, partition_indexes=(0,))
-        return codec.build(cls, groups=(codec.build(group_cls, group_id=group, topics=(entry,)),), require_stable=True)
-    entry = codec.build_nested(cls, "topics", name=topic, partition_indexes=(0,))
-    return codec.build(cls, group_id=group, topics=(entry,), require_stable=True)
+        group_cls = schema.field_entity(cls, "groups")
+        entry = schema.build_nested(group_cls, "topics", name=topic, partition_indexes=(0,))
+        return schema.build(
+            cls, groups=(schema.build(group_cls, group_id=group, topics=(entry,)),), require_stable=True
+        )
+    entry = schema.build_nested(cls, "topics", name=topic, partition_indexes=(0,))
+    return schema.build(cls, group_id=group, topics=(entry,), require_stable=True)
 
 
 def _fetched_offset(body: Any, version: int) -> int:

@@ -24,7 +24,7 @@ from settings.describe import ConfigSource
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from tests.waiting import eventually_async
-from wire import codec
+from wire import codec, schema
 
 TIMEOUT_S = 10.0
 STATIC = {
@@ -52,9 +52,9 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
 def _describe(port: int, broker: str) -> dict[str, tuple[str | None, int, bool]]:
     """{key: (value, source, read only)} of the connection quota keys of broker resource ``broker``."""
     cls = codec.request_class(32, 4)
-    resource = codec.build_nested(cls, "resources", resource_type=4, resource_name=broker, configuration_keys=KEYS)
+    resource = schema.build_nested(cls, "resources", resource_type=4, resource_name=broker, configuration_keys=KEYS)
     with WireClient(port) as client:
-        (result,) = client.request(codec.build(cls, resources=(resource,))).results
+        (result,) = client.request(schema.build(cls, resources=(resource,))).results
     assert result.error_code == ErrorCode.none, result.error_message
     return {entry.name: (entry.value, entry.config_source, entry.read_only) for entry in result.configs}
 
@@ -62,12 +62,12 @@ def _describe(port: int, broker: str) -> dict[str, tuple[str | None, int, bool]]
 def _incremental_alter(port: int, broker: str, values: Mapping[str, str]) -> ErrorCode:
     cls = codec.request_class(44, 1)
     ops = tuple(
-        codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=k, config_operation=0, value=v)
+        schema.build_nested(schema.field_entity(cls, "resources"), "configs", name=k, config_operation=0, value=v)
         for k, v in values.items()
     )
-    resource = codec.build_nested(cls, "resources", resource_type=4, resource_name=broker, configs=ops)
+    resource = schema.build_nested(cls, "resources", resource_type=4, resource_name=broker, configs=ops)
     with WireClient(port) as client:
-        (result,) = client.request(codec.build(cls, resources=(resource,), validate_only=False)).responses
+        (result,) = client.request(schema.build(cls, resources=(resource,), validate_only=False)).responses
     code: ErrorCode = result.error_code
     return code
 

@@ -25,7 +25,7 @@ from broker.groups.offsets_schema import (
     decode_offset_value,
 )
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 from wire.stored_schema import partition_for
 
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
@@ -42,11 +42,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def req(api_key: int, version: int, /, **fields: Any) -> Any:
-    return codec.build(codec.request_class(api_key, version), **fields)
+    return schema.build(codec.request_class(api_key, version), **fields)
 
 
 def nested(api_key: int, version: int, field_name: str, /, **fields: Any) -> Any:
-    return codec.build_nested(codec.request_class(api_key, version), field_name, **fields)
+    return schema.build_nested(codec.request_class(api_key, version), field_name, **fields)
 
 
 def create_topic(client: WireClient, name: str, partitions: int) -> None:
@@ -132,8 +132,8 @@ def test_old_protocol_versions_run_a_whole_group_lifecycle(
             "topics",
             name=topic,
             partitions=(
-                codec.build_nested(
-                    codec.field_entity(codec.request_class(8, 2), "topics"),
+                schema.build_nested(
+                    schema.field_entity(codec.request_class(8, 2), "topics"),
                     "partitions",
                     partition_index=1,
                     committed_offset=42,
@@ -211,14 +211,14 @@ def test_offset_commit_validation_and_batched_fetch(node: BrokerProcess, wire: C
     topic, group = unique("validate"), unique("simple")
     create_topic(client, topic, 1)
     find_coordinator(client, group)
-    topic_cls = codec.field_entity(codec.request_class(8, 8), "topics")
+    topic_cls = schema.field_entity(codec.request_class(8, 8), "topics")
 
     def commit(name: str, partition: int, metadata: str, generation: int = -1) -> ErrorCode:
-        entry = codec.build(
+        entry = schema.build(
             topic_cls,
             name=name,
             partitions=(
-                codec.build_nested(
+                schema.build_nested(
                     topic_cls,
                     "partitions",
                     partition_index=partition,
@@ -246,8 +246,8 @@ def test_offset_commit_validation_and_batched_fetch(node: BrokerProcess, wire: C
             "groups",
             group_id=unique("nobody"),
             topics=(
-                codec.build_nested(
-                    codec.field_entity(codec.request_class(9, 8), "groups"),
+                schema.build_nested(
+                    schema.field_entity(codec.request_class(9, 8), "groups"),
                     "topics",
                     name=topic,
                     partition_indexes=(0,),
@@ -289,12 +289,12 @@ def test_group_state_is_persisted_in_kafkas_record_format(
         )
     )
     assert synced.error_code == ErrorCode.none and synced.protocol_name == "range"
-    topic_cls = codec.field_entity(codec.request_class(8, 8), "topics")
-    entry = codec.build(
+    topic_cls = schema.field_entity(codec.request_class(8, 8), "topics")
+    entry = schema.build(
         topic_cls,
         name=topic,
         partitions=(
-            codec.build_nested(
+            schema.build_nested(
                 topic_cls,
                 "partitions",
                 partition_index=0,

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 
 from broker.request_dispatcher import RequestDispatcher
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import API_VERSIONS
 from wire.dispatch import Peer
 from wire.metrics import ServerMetrics
@@ -91,7 +91,7 @@ def hostile(entity_cls: type[Any], profile: Profile) -> Any:
                 value = (value,) * profile.copies
             if value is not None:
                 values[field.name] = value
-    return codec.build(entity_cls, **values)
+    return schema.build(entity_cls, **values)
 
 
 def _primitive(kafka_type: str, name: str, profile: Profile) -> object:
@@ -131,7 +131,7 @@ def _error_codes(entity: Any) -> Iterator[ErrorCode]:
 def _still_serving(broker: BrokerProcess) -> None:
     with WireClient(broker.port, timeout=CASE_TIMEOUT_S) as client:
         assert client.request(api_versions_request()).error_code == ErrorCode.none
-        metadata = client.request(codec.build(codec.request_class(3, 12), topics=None))
+        metadata = client.request(schema.build(codec.request_class(3, 12), topics=None))
         assert metadata.brokers, "Metadata answered without brokers"
 
 
@@ -159,9 +159,9 @@ def victim(shared_broker: BrokerProcess) -> str:
 
 def _ensure_topic(broker: BrokerProcess, name: str) -> None:
     create_cls = codec.request_class(19, 7)
-    creatable = codec.build_nested(create_cls, "topics", name=name, num_partitions=2, replication_factor=1)
+    creatable = schema.build_nested(create_cls, "topics", name=name, num_partitions=2, replication_factor=1)
     with WireClient(broker.port, timeout=CASE_TIMEOUT_S) as client:
-        code = client.request(codec.build(create_cls, topics=(creatable,), timeout=5000)).topics[0].error_code
+        code = client.request(schema.build(create_cls, topics=(creatable,), timeout=5000)).topics[0].error_code
     assert code in {ErrorCode.none, ErrorCode.topic_already_exists}, code
 
 
@@ -347,9 +347,9 @@ def test_fetch_of_partition_minus_one_past_the_end_and_unknown_topic_id_get_kafk
             part = client.request(request).responses[0].partitions[0]
             assert part.error_code in expected, f"{name}: {part.error_code!r}"
         request_cls = codec.request_class(1, 13)
-        topic_cls = codec.field_entity(request_cls, "topics")
-        part_cls = codec.field_entity(topic_cls, "partitions")
-        unknown = codec.build(
+        topic_cls = schema.field_entity(request_cls, "topics")
+        part_cls = schema.field_entity(topic_cls, "partitions")
+        unknown = schema.build(
             request_cls,
             replica_id=-1,
             max_wait=0,
@@ -357,10 +357,10 @@ def test_fetch_of_partition_minus_one_past_the_end_and_unknown_topic_id_get_kafk
             max_bytes=1 << 20,
             session_epoch=-1,
             topics=(
-                codec.build(
+                schema.build(
                     topic_cls,
                     topic_id=uuid.uuid4(),
-                    partitions=(codec.build(part_cls, partition=0, fetch_offset=0, partition_max_bytes=1 << 20),),
+                    partitions=(schema.build(part_cls, partition=0, fetch_offset=0, partition_max_bytes=1 << 20),),
                 ),
             ),
         )
@@ -389,12 +389,12 @@ def test_metadata_and_create_topics_refuse_invalid_topic_names(
 ) -> None:
     with WireClient(shared_broker.port, timeout=CASE_TIMEOUT_S) as client:
         metadata_cls = codec.request_class(3, 12)
-        wanted = codec.build_nested(metadata_cls, "topics", name=name, topic_id=None)
-        metadata = client.request(codec.build(metadata_cls, topics=(wanted,), allow_auto_topic_creation=True))
+        wanted = schema.build_nested(metadata_cls, "topics", name=name, topic_id=None)
+        metadata = client.request(schema.build(metadata_cls, topics=(wanted,), allow_auto_topic_creation=True))
         assert [t.error_code for t in metadata.topics] == [expected]
         create_cls = codec.request_class(19, 7)
-        creatable = codec.build_nested(create_cls, "topics", name=name, num_partitions=1, replication_factor=1)
-        created = client.request(codec.build(create_cls, topics=(creatable,), timeout=5000))
+        creatable = schema.build_nested(create_cls, "topics", name=name, num_partitions=1, replication_factor=1)
+        created = client.request(schema.build(create_cls, topics=(creatable,), timeout=5000))
         assert [t.error_code for t in created.topics] == [expected]
     _still_serving(shared_broker)
 
@@ -413,10 +413,10 @@ def test_create_topics_refuses_bad_counts(
 ) -> None:
     with WireClient(shared_broker.port, timeout=CASE_TIMEOUT_S) as client:
         create_cls = codec.request_class(19, 7)
-        creatable = codec.build_nested(
+        creatable = schema.build_nested(
             create_cls, "topics", name=topic_name("badcount"), num_partitions=partitions, replication_factor=replication
         )
-        created = client.request(codec.build(create_cls, topics=(creatable,), timeout=5000))
+        created = client.request(schema.build(create_cls, topics=(creatable,), timeout=5000))
         assert [t.error_code for t in created.topics] == [expected]
     _still_serving(shared_broker)
 
@@ -444,7 +444,7 @@ def test_random_bytes_after_a_valid_header_close_at_most_that_connection(
 
 def _frame(api_key: int, version: int, body: bytes) -> bytes:
     """A length-prefixed request frame: a valid header for (api_key, version), then ``body``."""
-    default = codec.build(codec.request_class(api_key, version))
+    default = schema.build(codec.request_class(api_key, version))
     encoded = codec.encode_request(default, 7, "hostile")
     frame = encoded[4 : len(encoded) - len(codec.encode_entity(default))] + body
     return struct.pack(">i", len(frame)) + frame

@@ -24,7 +24,7 @@ from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 from wire.api_versions import API_VERSIONS, METADATA_VERSION
 from wire.record_batch import Record, build_batch, iter_batches
 
@@ -58,12 +58,12 @@ def entity(api_key: int, version: int, *path: str) -> type[Any]:
     """The request entity class of ``api_key`` v``version``, or a nested one along ``path``."""
     cls = codec.request_class(api_key, version)
     for name in path:
-        cls = codec.field_entity(cls, name)
+        cls = schema.field_entity(cls, name)
     return cls
 
 
 def call(client: WireClient, api_key: int, version: int, **fields: object) -> Any:
-    return client.request(codec.build(entity(api_key, version), **fields))
+    return client.request(schema.build(entity(api_key, version), **fields))
 
 
 def metadata(client: WireClient, *topics: str, auto_create: bool = False, ops: bool = False) -> Any:
@@ -71,7 +71,7 @@ def metadata(client: WireClient, *topics: str, auto_create: bool = False, ops: b
     topic_cls = entity(3, 12, "topics")
     return call(
         client, 3, 12,
-        topics=tuple(codec.build(topic_cls, name=t, topic_id=uuid_zero) for t in topics),
+        topics=tuple(schema.build(topic_cls, name=t, topic_id=uuid_zero) for t in topics),
         allow_auto_topic_creation=auto_create,
         include_topic_authorized_operations=ops,
     )
@@ -89,10 +89,10 @@ def wait_for_leader(client: WireClient, topic: str, partitions: int = 1) -> Any:
 
 def create_topic(client: WireClient, name: str, partitions: int = 1, **configs: str) -> Any:
     topic_cls = entity(19, 7, "topics")
-    config_cls = codec.field_entity(topic_cls, "configs")
-    topic = codec.build(
+    config_cls = schema.field_entity(topic_cls, "configs")
+    topic = schema.build(
         topic_cls, name=name, num_partitions=partitions, replication_factor=-1, assignments=(),
-        configs=tuple(codec.build(config_cls, name=k.replace("_", "."), value=v) for k, v in configs.items()),
+        configs=tuple(schema.build(config_cls, name=k.replace("_", "."), value=v) for k, v in configs.items()),
     )
     return call(client, 19, 7, topics=(topic,), timeout=30_000, validate_only=False).topics[0]
 
@@ -100,12 +100,12 @@ def create_topic(client: WireClient, name: str, partitions: int = 1, **configs: 
 def produce(client: WireClient, topic: str, partition: int, batch: bytes) -> Any:
     """Produce v9 with acks=all (the Java producer's default), one partition; returns its partition response."""
     topic_cls = entity(0, 9, "topic_data")
-    part = codec.build(codec.field_entity(topic_cls, "partition_data"), index=partition, records=batch)
+    part = schema.build(schema.field_entity(topic_cls, "partition_data"), index=partition, records=batch)
     response = call(
         client, 0, 9, transactional_id=None, acks=-1, timeout=30_000,
-        topic_data=(codec.build(topic_cls, name=topic, partition_data=(part,)),),
+        topic_data=(schema.build(topic_cls, name=topic, partition_data=(part,)),),
     )
-    assert codec.millis(response.throttle_time) == 0
+    assert schema.millis(response.throttle_time) == 0
     [topic_response] = response.responses
     assert topic_response.name == topic
     [part_response] = topic_response.partition_responses
@@ -118,13 +118,13 @@ def list_offsets(
     isolation: int = READ_UNCOMMITTED, version: int = 8,
 ) -> Any:
     topic_cls = entity(2, version, "topics")
-    part = codec.build(
-        codec.field_entity(topic_cls, "partitions"),
+    part = schema.build(
+        schema.field_entity(topic_cls, "partitions"),
         partition_index=partition, current_leader_epoch=leader_epoch, timestamp=timestamp,
     )
     response = call(
         client, 2, version, replica_id=-1, isolation_level=isolation,
-        topics=(codec.build(topic_cls, name=topic, partitions=(part,)),),
+        topics=(schema.build(topic_cls, name=topic, partitions=(part,)),),
     )
     [topic_response] = response.topics
     [part_response] = topic_response.partitions
@@ -138,12 +138,12 @@ def fetch(
 ) -> Any:
     """Fetch v15 as the Java consumer sends it: topic ids, a fetch session, replica state -1, no last epoch."""
     topic_cls = entity(1, 15, "topics")
-    part = codec.build(
-        codec.field_entity(topic_cls, "partitions"),
+    part = schema.build(
+        schema.field_entity(topic_cls, "partitions"),
         partition=0, current_leader_epoch=leader_epoch, fetch_offset=offset, last_fetched_epoch=-1,
         log_start_offset=-1, partition_max_bytes=1 << 20,
     )
-    topics = (codec.build(topic_cls, topic_id=topic_id, partitions=(part,)),) if partitions else ()
+    topics = (schema.build(topic_cls, topic_id=topic_id, partitions=(part,)),) if partitions else ()
     return call(
         client, 1, 15, replica_id=-1, max_wait=max_wait_ms, min_bytes=1, max_bytes=50 << 20,
         isolation_level=isolation, session_id=session_id, session_epoch=session_epoch, topics=topics,
@@ -168,7 +168,7 @@ def records(
 
 
 def describe_configs(client: WireClient, resource_type: int, name: str, keys: tuple[str, ...] | None) -> Any:
-    resource = codec.build(
+    resource = schema.build(
         entity(32, 4, "resources"), resource_type=resource_type, resource_name=name, configuration_keys=keys
     )
     response = call(client, 32, 4, resources=(resource,), include_synonyms=True, include_documentation=False)
@@ -180,10 +180,10 @@ def describe_configs(client: WireClient, resource_type: int, name: str, keys: tu
 def alter_configs(client: WireClient, resource_type: int, name: str, *ops: tuple[str, int, str | None]) -> Any:
     """IncrementalAlterConfigs v1 (operation 0 SET, 1 DELETE) for one resource; returns its result."""
     resource_cls = entity(44, 1, "resources")
-    config_cls = codec.field_entity(resource_cls, "configs")
-    resource = codec.build(
+    config_cls = schema.field_entity(resource_cls, "configs")
+    resource = schema.build(
         resource_cls, resource_type=resource_type, resource_name=name,
-        configs=tuple(codec.build(config_cls, name=k, config_operation=op, value=v) for k, op, v in ops),
+        configs=tuple(schema.build(config_cls, name=k, config_operation=op, value=v) for k, op, v in ops),
     )
     [result] = call(client, 44, 1, resources=(resource,), validate_only=False).responses
     assert (result.resource_type, result.resource_name) == (resource_type, name)
@@ -192,7 +192,7 @@ def alter_configs(client: WireClient, resource_type: int, name: str, *ops: tuple
 
 def join(client: WireClient, group: str, topic: str, member_id: str = "") -> Any:
     """JoinGroup v9 as the Java consumer sends it (range assignor, no static membership)."""
-    protocol = codec.build(
+    protocol = schema.build(
         entity(11, 9, "protocols"), name="range",
         metadata=_SUBSCRIPTION_HEADER + len(topic).to_bytes(2, "big") + topic.encode() + b"\xff\xff\xff\xff",
     )
@@ -216,20 +216,20 @@ def find_coordinator(client: WireClient, group: str) -> Any:
 def offset_fetch(client: WireClient, groups: dict[str, dict[str, tuple[int, ...]] | None]) -> dict[str, Any]:
     """OffsetFetch v8 with several groups in one request (the Java admin batches them); by group id."""
     group_cls = entity(9, 8, "groups")
-    topic_cls = codec.field_entity(group_cls, "topics")
+    topic_cls = schema.field_entity(group_cls, "topics")
     response = call(
         client, 9, 8, require_stable=True,
         groups=tuple(
-            codec.build(
+            schema.build(
                 group_cls, group_id=group,
                 topics=None if topics is None else tuple(
-                    codec.build(topic_cls, name=t, partition_indexes=parts) for t, parts in topics.items()
+                    schema.build(topic_cls, name=t, partition_indexes=parts) for t, parts in topics.items()
                 ),
             )
             for group, topics in groups.items()
         ),
     )
-    assert codec.millis(response.throttle_time) == 0
+    assert schema.millis(response.throttle_time) == 0
     return {g.group_id: g for g in response.groups}
 
 
@@ -237,14 +237,14 @@ def offset_fetch(client: WireClient, groups: dict[str, dict[str, tuple[int, ...]
 def test_api_versions_as_java_3_and_4_clients_negotiate_it(client: WireClient) -> None:
     # A Kafka 4.0 client opens with ApiVersions v4, newer than ours: the answer is a v0 body with
     # UNSUPPORTED_VERSION and our ranges, from which the client picks v3 and asks again.
-    client.send(codec.build(entity(18, 4), client_software_name="apache-kafka-java", client_software_version="4.0.0"))
+    client.send(schema.build(entity(18, 4), client_software_name="apache-kafka-java", client_software_version="4.0.0"))
     _, fallback = client.receive(18, 0)
     assert fallback.error_code == ErrorCode.unsupported_version
     assert {k.api_key: k.max_version for k in fallback.api_keys}[18] == 3
 
     # ApiVersions answers with response header v0 even at flexible v3 (no header tagged fields), which Java
     # parses before it knows any version: correlation id, then straight into the body's error code.
-    correlation_id = client.send(codec.build(entity(18, 3), **JAVA_SOFTWARE))
+    correlation_id = client.send(schema.build(entity(18, 3), **JAVA_SOFTWARE))
     frame = client.read_frame()
     assert frame[:4] == correlation_id.to_bytes(4, "big") and frame[4:6] == b"\x00\x00"
     _, response = codec.decode_response(18, 3, frame)
@@ -252,11 +252,11 @@ def test_api_versions_as_java_3_and_4_clients_negotiate_it(client: WireClient) -
     assert frame[6] == len(response.api_keys) + 1  # compact array length right after the error code
     # Other flexible responses carry header v1: one (empty) tagged-field byte after the correlation id, here
     # followed by Metadata v12's throttle time (0) and the compact array of our one broker (length + 1).
-    correlation_id = client.send(codec.build(entity(3, 12), topics=(), allow_auto_topic_creation=False))
+    correlation_id = client.send(schema.build(entity(3, 12), topics=(), allow_auto_topic_creation=False))
     frame = client.read_frame()
     assert frame[:4] == correlation_id.to_bytes(4, "big")
     assert (frame[4], frame[5:9], frame[9]) == (0, bytes(4), 2)
-    assert codec.millis(response.throttle_time) == 0
+    assert schema.millis(response.throttle_time) == 0
     served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert served == {
         key: (API_VERSIONS[key].min_version, API_VERSIONS[key].max_version) for key in served
@@ -300,7 +300,7 @@ def test_console_producer_idempotent_sequence(client: WireClient) -> None:
 
     # enable.idempotence=true: a producer id first, then sequenced batches.
     init = call(client, 22, 4, transactional_id=None, transaction_timeout=2**31 - 1, producer_id=-1, producer_epoch=-1)
-    assert (init.error_code, codec.millis(init.throttle_time)) == (ErrorCode.none, 0)
+    assert (init.error_code, schema.millis(init.throttle_time)) == (ErrorCode.none, 0)
     assert init.producer_id >= 0 and init.producer_epoch >= 0
     ids = {"producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
     sent = produce(client, topic, 0, records(3, base_sequence=0, **ids))
@@ -373,7 +373,7 @@ def test_console_consumer_group_sequence(client: WireClient) -> None:
     synced = call(
         client, 14, 5, group_id=group, generation_id=joined.generation_id, member_id=member,
         group_instance_id=None, protocol_type="consumer", protocol_name="range",
-        assignments=(codec.build(entity(14, 5, "assignments"), member_id=member, assignment=assignment),),
+        assignments=(schema.build(entity(14, 5, "assignments"), member_id=member, assignment=assignment),),
     )
     assert (synced.error_code, synced.protocol_type, synced.protocol_name) == (ErrorCode.none, "consumer", "range")
     assert synced.assignment == assignment
@@ -393,7 +393,7 @@ def test_console_consumer_group_sequence(client: WireClient) -> None:
 
     # Fetch v15: a full fetch (session 0, epoch 0) creates a session; then incremental fetches.
     full = fetch(client, topic_id, 0)
-    assert full.session_id > 0 and codec.millis(full.throttle_time) == 0
+    assert full.session_id > 0 and schema.millis(full.throttle_time) == 0
     assert full.responses[0].topic_id == topic_id
     part = one_partition(full)
     assert (part.error_code, part.high_watermark, part.last_stable_offset, part.log_start_offset) == (
@@ -414,15 +414,15 @@ def test_console_consumer_group_sequence(client: WireClient) -> None:
 
     heartbeat = call(client, 12, 4, group_id=group, generation_id=joined.generation_id, member_id=member,
                      group_instance_id=None)
-    assert (heartbeat.error_code, codec.millis(heartbeat.throttle_time)) == (ErrorCode.none, 0)
+    assert (heartbeat.error_code, schema.millis(heartbeat.throttle_time)) == (ErrorCode.none, 0)
     commit_topic = entity(8, 8, "topics")
-    committed_part = codec.build(
-        codec.field_entity(commit_topic, "partitions"), partition_index=0, committed_offset=5,
+    committed_part = schema.build(
+        schema.field_entity(commit_topic, "partitions"), partition_index=0, committed_offset=5,
         committed_leader_epoch=latest.leader_epoch, committed_metadata="",
     )
     commit = call(
         client, 8, 8, group_id=group, generation_id_or_member_epoch=joined.generation_id, member_id=member,
-        group_instance_id=None, topics=(codec.build(commit_topic, name=topic, partitions=(committed_part,)),),
+        group_instance_id=None, topics=(schema.build(commit_topic, name=topic, partitions=(committed_part,)),),
     )
     assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in commit.topics] == [
         (topic, [(0, ErrorCode.none)])
@@ -432,7 +432,7 @@ def test_console_consumer_group_sequence(client: WireClient) -> None:
 
     left = call(
         client, 13, 5, group_id=group,
-        members=(codec.build(entity(13, 5, "members"), member_id=member, group_instance_id=None,
+        members=(schema.build(entity(13, 5, "members"), member_id=member, group_instance_id=None,
                              reason="the consumer is being closed"),),
     )
     assert left.error_code == ErrorCode.none
@@ -480,21 +480,21 @@ def test_kafka_topics_create_describe_alter_delete(client: WireClient) -> None:
 
     # --alter --partitions 4 (CreatePartitions v3), and shrinking is refused per topic.
     topics_cls = entity(37, 3, "topics")
-    grown = call(client, 37, 3, topics=(codec.build(topics_cls, name=topic, count=4, assignments=None),),
+    grown = call(client, 37, 3, topics=(schema.build(topics_cls, name=topic, count=4, assignments=None),),
                  timeout=30_000, validate_only=False)
     assert [(r.name, r.error_code, r.error_message) for r in grown.results] == [(topic, ErrorCode.none, None)]
     wait_for_leader(client, topic, partitions=4)
-    shrunk = call(client, 37, 3, topics=(codec.build(topics_cls, name=topic, count=3, assignments=None),),
+    shrunk = call(client, 37, 3, topics=(schema.build(topics_cls, name=topic, count=3, assignments=None),),
                   timeout=30_000, validate_only=False)
     assert shrunk.results[0].error_code == ErrorCode.invalid_partitions and shrunk.results[0].error_message
 
     # --delete by name (DeleteTopics v6): the answer carries the topic id; a second delete is per-topic unknown.
-    deleted = call(client, 20, 6, topics=(codec.build(entity(20, 6, "topics"), name=topic, topic_id=uuid_zero),),
+    deleted = call(client, 20, 6, topics=(schema.build(entity(20, 6, "topics"), name=topic, topic_id=uuid_zero),),
                    timeout=30_000)
     assert [(r.name, r.topic_id, r.error_code) for r in deleted.responses] == [
         (topic, created.topic_id, ErrorCode.none)
     ]
-    gone = call(client, 20, 6, topics=(codec.build(entity(20, 6, "topics"), name=topic, topic_id=uuid_zero),),
+    gone = call(client, 20, 6, topics=(schema.build(entity(20, 6, "topics"), name=topic, topic_id=uuid_zero),),
                 timeout=30_000)
     assert gone.responses[0].error_code == ErrorCode.unknown_topic_or_partition
     [unknown] = metadata(client, topic).topics
@@ -547,10 +547,10 @@ def test_kafka_consumer_groups_describe_list_reset_delete(client: WireClient) ->
     assignment = b"\x00\x03\x00\x00\x00\x00" + bytes(4)
     call(client, 14, 5, group_id=group, generation_id=member.generation_id, member_id=member.member_id,
          group_instance_id=None, protocol_type="consumer", protocol_name="range",
-         assignments=(codec.build(entity(14, 5, "assignments"), member_id=member.member_id, assignment=assignment),))
+         assignments=(schema.build(entity(14, 5, "assignments"), member_id=member.member_id, assignment=assignment),))
 
     listed = call(client, 16, 4, states_filter=("Stable",))
-    assert (listed.error_code, codec.millis(listed.throttle_time)) == (ErrorCode.none, 0)
+    assert (listed.error_code, schema.millis(listed.throttle_time)) == (ErrorCode.none, 0)
     assert (group, "consumer", "Stable") in {(g.group_id, g.protocol_type, g.group_state) for g in listed.groups}
     assert group not in {g.group_id for g in call(client, 16, 4, states_filter=("Empty",)).groups}
     # v5 (Kafka 3.7+ tools with --type): every group here is a classic one.
@@ -575,15 +575,15 @@ def test_kafka_consumer_groups_describe_list_reset_delete(client: WireClient) ->
     # --delete on an active group is refused; once the member left, the group and its offsets go.
     busy = call(client, 42, 2, groups_names=(group,))
     assert [(r.group_id, r.error_code) for r in busy.results] == [(group, ErrorCode.non_empty_group)]
-    call(client, 13, 5, group_id=group, members=(codec.build(entity(13, 5, "members"), member_id=member.member_id,
+    call(client, 13, 5, group_id=group, members=(schema.build(entity(13, 5, "members"), member_id=member.member_id,
                                                              group_instance_id=None, reason=None),))
     # --reset-offsets --to-earliest --execute: ListOffsets then a commit from outside the (now empty) group.
     earliest = list_offsets(client, topic, EARLIEST)
     commit_topic = entity(8, 8, "topics")
     reset = call(
         client, 8, 8, group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
-        topics=(codec.build(commit_topic, name=topic, partitions=(codec.build(
-            codec.field_entity(commit_topic, "partitions"), partition_index=0, committed_offset=earliest.offset,
+        topics=(schema.build(commit_topic, name=topic, partitions=(schema.build(
+            schema.field_entity(commit_topic, "partitions"), partition_index=0, committed_offset=earliest.offset,
             committed_leader_epoch=-1, committed_metadata=None),)),),
     )
     assert reset.topics[0].partitions[0].error_code == ErrorCode.none
@@ -591,8 +591,8 @@ def test_kafka_consumer_groups_describe_list_reset_delete(client: WireClient) ->
     assert (stored.name, [(p.partition_index, p.committed_offset) for p in stored.partitions]) == (topic, [(0, 0)])
     # --delete-offsets (OffsetDelete v0) then --delete (DeleteGroups v2).
     offset_delete_topic = entity(47, 0, "topics")
-    removed = call(client, 47, 0, group_id=group, topics=(codec.build(offset_delete_topic, name=topic, partitions=(
-        codec.build(codec.field_entity(offset_delete_topic, "partitions"), partition_index=0),)),))
+    removed = call(client, 47, 0, group_id=group, topics=(schema.build(offset_delete_topic, name=topic, partitions=(
+        schema.build(schema.field_entity(offset_delete_topic, "partitions"), partition_index=0),)),))
     assert removed.error_code == ErrorCode.none
     assert [(p.partition_index, p.error_code) for p in removed.topics[0].partitions] == [(0, ErrorCode.none)]
     assert offset_fetch(client, {group: None})[group].topics == ()
@@ -607,10 +607,10 @@ def test_kafka_metadata_quorum_describe_quorum_and_cluster(
     client: WireClient, kafka: BrokerProcess, version: int
 ) -> None:
     request_topic = entity(55, version, "topics")
-    partition = codec.build(codec.field_entity(request_topic, "partitions"), partition_index=0)
+    partition = schema.build(schema.field_entity(request_topic, "partitions"), partition_index=0)
     before = int(time.time() * 1000)
     quorum = call(client, 55, version,
-                  topics=(codec.build(request_topic, topic_name="__cluster_metadata", partitions=(partition,)),))
+                  topics=(schema.build(request_topic, topic_name="__cluster_metadata", partitions=(partition,)),))
     assert quorum.error_code == ErrorCode.none
     [topic] = quorum.topics
     [state] = topic.partitions
@@ -716,11 +716,11 @@ def test_position_validation_after_a_leader_epoch_bump(broker_factory: Callable[
 
         def end_of(epoch: int, current: int) -> Any:
             topic_cls = entity(23, 4, "topics")
-            part = codec.build(codec.field_entity(topic_cls, "partitions"), partition=0,
+            part = schema.build(schema.field_entity(topic_cls, "partitions"), partition=0,
                                current_leader_epoch=current, leader_epoch=epoch)
-            response = call(client, 23, 4, replica_id=-1, topics=(codec.build(topic_cls, topic=topic,
+            response = call(client, 23, 4, replica_id=-1, topics=(schema.build(topic_cls, topic=topic,
                                                                               partitions=(part,)),))
-            assert codec.millis(response.throttle_time) == 0 and response.topics[0].topic == topic
+            assert schema.millis(response.throttle_time) == 0 and response.topics[0].topic == topic
             return response.topics[0].partitions[0]
 
         ended = end_of(old_epoch, new_epoch)

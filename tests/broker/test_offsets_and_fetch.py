@@ -27,7 +27,7 @@ from kafka_clients import (
 from kio.schema.errors import ErrorCode
 
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 from wire.record_batch import Record, build_batch, iter_records
 
 
@@ -263,9 +263,9 @@ def _consume(bootstrap: str, topic: str, count: int) -> list[object]:
 
 def _topic_id(client: WireClient, topic: str) -> uuid.UUID:
     request_cls = codec.request_class(3, 12)
-    wanted = codec.build(codec.field_entity(request_cls, "topics"), topic_id=None, name=topic)
+    wanted = schema.build(schema.field_entity(request_cls, "topics"), topic_id=None, name=topic)
     response = client.request(
-        codec.build(
+        schema.build(
             request_cls, topics=(wanted,), allow_auto_topic_creation=False, include_topic_authorized_operations=False
         )
     )
@@ -280,16 +280,16 @@ def test_fetch_by_topic_id(kafka: BrokerProcess, wire: Callable[[int], WireClien
     client = wire(kafka.port)
     topic_id = _topic_id(client, topic)
     request = fetch_request(topic, 0, 0, version=version)
-    request_topic = codec.build(
-        codec.field_entity(type(request), "topics"), topic_id=topic_id, partitions=request.topics[0].partitions
+    request_topic = schema.build(
+        schema.field_entity(type(request), "topics"), topic_id=topic_id, partitions=request.topics[0].partitions
     )
     response = client.request(dataclasses.replace(request, topics=(request_topic,)))
     assert response.responses[0].topic_id == topic_id
     part = response.responses[0].partitions[0]
     assert part.error_code == ErrorCode.none and part.high_watermark == 4
     assert [r.value for _, r in iter_records(part.records)] == [b"m0", b"m1", b"m2", b"m3"]
-    unknown = codec.build(
-        codec.field_entity(type(request), "topics"), topic_id=uuid.uuid4(), partitions=request.topics[0].partitions
+    unknown = schema.build(
+        schema.field_entity(type(request), "topics"), topic_id=uuid.uuid4(), partitions=request.topics[0].partitions
     )
     missing = client.request(dataclasses.replace(request, topics=(unknown,)))
     assert missing.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_id
@@ -330,13 +330,13 @@ def test_offset_for_leader_epoch_and_describe_producers(
     assert client.request(produce_request(topic, 0, records)).responses[0].partition_responses[0].error_code == 0
 
     request_cls = codec.request_class(23, 4)
-    topic_cls = codec.field_entity(request_cls, "topics")
-    part = codec.build(
-        codec.field_entity(topic_cls, "partitions"), partition=0, current_leader_epoch=-1, leader_epoch=0
+    topic_cls = schema.field_entity(request_cls, "topics")
+    part = schema.build(
+        schema.field_entity(topic_cls, "partitions"), partition=0, current_leader_epoch=-1, leader_epoch=0
     )
     answer = (
         client.request(
-            codec.build(request_cls, replica_id=-1, topics=(codec.build(topic_cls, topic=topic, partitions=(part,)),))
+            schema.build(request_cls, replica_id=-1, topics=(schema.build(topic_cls, topic=topic, partitions=(part,)),))
         )
         .topics[0]
         .partitions[0]
@@ -344,8 +344,8 @@ def test_offset_for_leader_epoch_and_describe_producers(
     assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (ErrorCode.none, 0, 2)
 
     describe_cls = codec.request_class(61, 0)
-    wanted = codec.build(codec.field_entity(describe_cls, "topics"), name=topic, partition_indexes=(0,))
-    described = client.request(codec.build(describe_cls, topics=(wanted,))).topics[0].partitions[0]
+    wanted = schema.build(schema.field_entity(describe_cls, "topics"), name=topic, partition_indexes=(0,))
+    described = client.request(schema.build(describe_cls, topics=(wanted,))).topics[0].partitions[0]
     assert described.error_code == ErrorCode.none
     assert [(p.producer_id, p.producer_epoch, p.last_sequence) for p in described.active_producers] == [(pid, epoch, 1)]
 
@@ -365,7 +365,7 @@ def test_init_producer_id_bumps_epoch_and_fences_the_old_one(
         return client.request(produce_request(topic, 0, records)).responses[0].partition_responses[0]
 
     assert send(epoch, 0).error_code == ErrorCode.none  # type: ignore[attr-defined]
-    bump = codec.build(
+    bump = schema.build(
         codec.request_class(22, 4),
         transactional_id=None,
         transaction_timeout=60_000,
@@ -386,8 +386,8 @@ def test_deleting_a_topic_destroys_its_partition_streams(
     _produce(kafka.bootstrap, topic, 10)
     client = wire(kafka.port)
     request_cls = codec.request_class(20, 6)
-    victim = codec.build(codec.field_entity(request_cls, "topics"), name=topic, topic_id=uuid.UUID(int=0))
-    deleted = client.request(codec.build(request_cls, topics=(victim,), timeout=10_000))
+    victim = schema.build(schema.field_entity(request_cls, "topics"), name=topic, topic_id=uuid.UUID(int=0))
+    deleted = client.request(schema.build(request_cls, topics=(victim,), timeout=10_000))
     assert deleted.responses[0].error_code == ErrorCode.none
     eventually(lambda: f"deleted the streams of {topic}-0" in kafka.log_text(), timeout=15, interval=0.1,
                what=f"the broker to log 'deleted the streams of {topic}-0'")
@@ -414,14 +414,14 @@ def test_topic_configs_are_enforced(kafka: BrokerProcess, wire: Callable[[int], 
 
     # A config altered later reaches the partition that is already open.
     incremental = codec.request_class(44, 1)
-    raise_limit = codec.build_nested(
-        codec.field_entity(incremental, "resources"), "configs", name="max.message.bytes", config_operation=0,
+    raise_limit = schema.build_nested(
+        schema.field_entity(incremental, "resources"), "configs", name="max.message.bytes", config_operation=0,
         value="10000",
     )
-    resource = codec.build_nested(
+    resource = schema.build_nested(
         incremental, "resources", resource_type=2, resource_name=topic, configs=(raise_limit,)
     )
-    (altered,) = client.request(codec.build(incremental, resources=(resource,), validate_only=False)).responses
+    (altered,) = client.request(schema.build(incremental, resources=(resource,), validate_only=False)).responses
     assert altered.error_code == ErrorCode.none
 
     def produce_big() -> int:

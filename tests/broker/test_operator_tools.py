@@ -29,7 +29,7 @@ from metadata.records import (
 )
 from settings.endpoint import Endpoint
 from settings.keys import NO_REPLICATION_TRAFFIC
-from wire import codec
+from wire import codec, schema
 
 ELECT_LEADERS, DESCRIBE_LOG_DIRS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, ALTER_CONFIGS = 43, 35, 32, 44, 33
 BROKER_LOGGER = 8
@@ -104,10 +104,10 @@ def _elect(client: WireClient, version: int, election_type: int, partitions: dic
         None
         if partitions is None
         else tuple(
-            codec.build_nested(cls, "topic_partitions", topic=t, partitions=tuple(p)) for t, p in partitions.items()
+            schema.build_nested(cls, "topic_partitions", topic=t, partitions=tuple(p)) for t, p in partitions.items()
         )
     )
-    return client.request(codec.build(cls, election_type=election_type, topic_partitions=topics, timeout=15000))
+    return client.request(schema.build(cls, election_type=election_type, topic_partitions=topics, timeout=15000))
 
 
 def _errors(response: Any) -> dict[tuple[str, int], ErrorCode]:
@@ -188,11 +188,11 @@ def test_describe_log_dirs_reports_the_wal_and_the_node_directory_with_partition
 
 def _describe(client: WireClient, resource_type: int, name: str, keys: tuple[str, ...] | None) -> Any:
     cls = codec.request_class(DESCRIBE_CONFIGS, 4)
-    resource = codec.build_nested(
+    resource = schema.build_nested(
         cls, "resources", resource_type=resource_type, resource_name=name, configuration_keys=keys
     )
     [result] = client.request(
-        codec.build(cls, resources=(resource,), include_synonyms=False, include_documentation=True)
+        schema.build(cls, resources=(resource,), include_synonyms=False, include_documentation=True)
     ).results
     return result
 
@@ -200,11 +200,11 @@ def _describe(client: WireClient, resource_type: int, name: str, keys: tuple[str
 def _alter(client: WireClient, resource_type: int, name: str, ops: dict[str, tuple[int, str | None]]) -> Any:
     cls = codec.request_class(INCREMENTAL_ALTER_CONFIGS, 1)
     configs = tuple(
-        codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=k, config_operation=op, value=v)
+        schema.build_nested(schema.field_entity(cls, "resources"), "configs", name=k, config_operation=op, value=v)
         for k, (op, v) in ops.items()
     )
-    resource = codec.build_nested(cls, "resources", resource_type=resource_type, resource_name=name, configs=configs)
-    [result] = client.request(codec.build(cls, resources=(resource,), validate_only=False)).responses
+    resource = schema.build_nested(cls, "resources", resource_type=resource_type, resource_name=name, configs=configs)
+    [result] = client.request(schema.build(cls, resources=(resource,), validate_only=False)).responses
     return result
 
 
@@ -287,12 +287,12 @@ def test_broker_logger_levels_are_read_and_changed_at_run_time(
     assert other.error_code == ErrorCode.invalid_request and "received 7" in other.error_message
     # Legacy AlterConfigs has no BROKER_LOGGER, as in Kafka.
     cls = codec.request_class(ALTER_CONFIGS, 2)
-    entry = codec.build_nested(
+    entry = schema.build_nested(
         cls,
         "resources",
         resource_type=logger_resource,
         resource_name="0",
-        configs=(codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=LOGGER, value="DEBUG"),),
+        configs=(schema.build_nested(schema.field_entity(cls, "resources"), "configs", name=LOGGER, value="DEBUG"),),
     )
-    [legacy] = client.request(codec.build(cls, resources=(entry,), validate_only=False)).responses
+    [legacy] = client.request(schema.build(cls, resources=(entry,), validate_only=False)).responses
     assert legacy.error_code == ErrorCode.invalid_request

@@ -15,7 +15,7 @@ from broker_support import BrokerProcess, WireClient
 from kafka_clients import fetch_request, produce_request
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 from wire.record_batch import Record, build_batch, iter_records
 
 REQUESTS = 60
@@ -24,8 +24,8 @@ TOPICS = 4
 
 def _create(client: WireClient, topic: str) -> None:
     cls = codec.request_class(19, 7)
-    entry = codec.build_nested(cls, "topics", name=topic, num_partitions=1, replication_factor=-1)
-    response = client.request(codec.build(cls, topics=(entry,), timeout=5000))
+    entry = schema.build_nested(cls, "topics", name=topic, num_partitions=1, replication_factor=-1)
+    response = client.request(schema.build(cls, topics=(entry,), timeout=5000))
     assert response.topics[0].error_code == ErrorCode.none, response
 
 

@@ -21,12 +21,12 @@ from controller.quorum import QuorumController
 from controller.shell import MetadataShell, build_tree
 from metadata.errors import ControllerError
 from metadata.producer_ids import encode_legacy_floor, legacy_kv_key
-from metadata.rpc import messages as m
+from metadata.rpc import kafka_apis as m
 from metadata.rpc.connection import ControllerConnection
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from tests.quorum_fixtures import active_voter
-from wire import codec
+from wire import codec, schema
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -128,7 +128,7 @@ async def _rpc_blocks(port: int, broker_id: int, epoch: int, count: int) -> list
     await connection.connect(timeout=5)
     try:
         cls = codec.request_class(m.ALLOCATE_PRODUCER_IDS, 0)
-        request = codec.build(cls, broker_id=broker_id, broker_epoch=epoch)
+        request = schema.build(cls, broker_id=broker_id, broker_epoch=epoch)
         responses = await asyncio.gather(*(connection.request(request, timeout=10) for _ in range(count)))
     finally:
         await connection.close()

@@ -38,7 +38,7 @@ from broker.services import BrokerServices
 from controller.controller import Controller
 from controller.quorum import QuorumController
 from metadata.admin import requests as admin_requests
-from metadata.admin import wire as admin_wire
+from metadata.admin import topic_wire
 from metadata.client_quotas import QuotaAlteration, plan_alter_client_quotas
 from metadata.image import MetadataImage
 from metadata.records import ClientQuotaRecord
@@ -49,7 +49,7 @@ from settings.server import ServerConfig
 from tests.metrics_scrape import metrics_url, scrape
 from tests.quorum_fixtures import active_voter
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 
 QUOTA = 200_000.0  # bytes/s
 VALUE = b"q" * 1000
@@ -73,16 +73,16 @@ def _alter(
     client: WireClient, entries: list[tuple[Entity, dict[str, float | None]]], validate_only: bool = False
 ) -> list[tuple[ErrorCode, str | None]]:
     cls = codec.request_class(49, 1)
-    entry_cls = codec.field_entity(cls, "entries")
-    request = codec.build(
+    entry_cls = schema.field_entity(cls, "entries")
+    request = schema.build(
         cls,
         validate_only=validate_only,
         entries=tuple(
-            codec.build(
+            schema.build(
                 entry_cls,
-                entity=tuple(codec.build_nested(entry_cls, "entity", entity_type=t, entity_name=n) for t, n in entity),
+                entity=tuple(schema.build_nested(entry_cls, "entity", entity_type=t, entity_name=n) for t, n in entity),
                 ops=tuple(
-                    codec.build_nested(entry_cls, "ops", key=k, value=0.0 if v is None else v, remove=v is None)
+                    schema.build_nested(entry_cls, "ops", key=k, value=0.0 if v is None else v, remove=v is None)
                     for k, v in ops.items()
                 ),
             )
@@ -96,11 +96,11 @@ def _alter(
 def _describe(client: WireClient, components: list[tuple[str, int, str | None]], strict: bool = False) -> Any:
     cls = codec.request_class(48, 1)
     return client.request(
-        codec.build(
+        schema.build(
             cls,
             strict=strict,
             components=tuple(
-                codec.build_nested(cls, "components", entity_type=t, match_type=m, match=name)
+                schema.build_nested(cls, "components", entity_type=t, match_type=m, match=name)
                 for t, m, name in components
             ),
         )
@@ -398,7 +398,7 @@ def test_image_keeps_quotas_and_snapshots_them() -> None:
 def test_request_percentage_throttles_and_mutes_the_connection(quota_broker: BrokerProcess) -> None:
     client_id = "quota-busy"
     _set_quota(quota_broker, client_id, "request_percentage", 0.01)  # 0.1 ms of event loop per second
-    metadata = codec.build(codec.request_class(3, 12), topics=(), allow_auto_topic_creation=False)
+    metadata = schema.build(codec.request_class(3, 12), topics=(), allow_auto_topic_creation=False)
     try:
         with WireClient(quota_broker.port) as client:
             throttle_ms = 0
@@ -406,7 +406,7 @@ def test_request_percentage_throttles_and_mutes_the_connection(quota_broker: Bro
                 correlation_id = client.send(metadata, client_id=client_id)
                 got, response = client.receive(3, 12)
                 assert got == correlation_id
-                throttle_ms = codec.millis(response.throttle_time)
+                throttle_ms = schema.millis(response.throttle_time)
                 if throttle_ms > 0:
                     break
             assert throttle_ms > 0, "50 Metadata requests were never throttled"
@@ -473,20 +473,20 @@ async def test_quota_apis_need_cluster_describe_configs_and_alter_configs() -> N
             authorizer=authorizer,
         )
 
-    describe = await serve_authorized(context(48), codec.build(codec.request_class(48, 1), components=()), never)
+    describe = await serve_authorized(context(48), schema.build(codec.request_class(48, 1), components=()), never)
     assert describe.error_code == ErrorCode.cluster_authorization_failed
     alter_cls = codec.request_class(49, 1)
-    entry = codec.build_nested(
+    entry = schema.build_nested(
         alter_cls,
         "entries",
         entity=(
-            codec.build_nested(
-                codec.field_entity(alter_cls, "entries"), "entity", entity_type="user", entity_name="alice"
+            schema.build_nested(
+                schema.field_entity(alter_cls, "entries"), "entity", entity_type="user", entity_name="alice"
             ),
         ),
         ops=(),
     )
-    altered = await serve_authorized(context(49), codec.build(alter_cls, entries=(entry,)), never)
+    altered = await serve_authorized(context(49), schema.build(alter_cls, entries=(entry,)), never)
     assert [(e.error_code, [(x.entity_type, x.entity_name) for x in e.entity]) for e in altered.entries] == [
         (ErrorCode.cluster_authorization_failed, [("user", "alice")])
     ]
@@ -512,12 +512,12 @@ async def test_busy_time_counts_the_handlers_own_steps_not_its_waits() -> None:
 def _create_topics_request(version: int, topics: dict[str, int]) -> Any:
     cls = codec.request_class(19, version)
     entries = tuple(
-        codec.build_nested(
+        schema.build_nested(
             cls, "topics", name=name, num_partitions=count, replication_factor=1, assignments=(), configs=()
         )
         for name, count in topics.items()
     )
-    return codec.build(cls, topics=entries, timeout=15_000, validate_only=False)
+    return schema.build(cls, topics=entries, timeout=15_000, validate_only=False)
 
 
 async def test_admin_requests_charge_each_topics_partitions_checking_before_recording(tmp_path: Path) -> None:
@@ -544,7 +544,7 @@ async def test_admin_requests_charge_each_topics_partitions_checking_before_reco
         ask_of = admin_requests.always(controller)
         # CreateTopics v6: 3 partitions (rate 0 before), 3 more (1.5/s before: within), then over (3/s): refused.
         strict = quota(True)
-        ask = admin_wire.read_create_topics(_create_topics_request(6, {"m1": 3, "m2": 3, "m3": 1}), "app")
+        ask = topic_wire.read_create_topics(_create_topics_request(6, {"m1": 3, "m2": 3, "m3": 1}), "app")
         response = await admin_requests.create_topics(codec.response_class(19, 6), ask, ask_of, strict)
         assert [(t.name, t.error_code) for t in response.topics] == [
             ("m1", ErrorCode.none),
@@ -558,8 +558,8 @@ async def test_admin_requests_charge_each_topics_partitions_checking_before_reco
         assert strict.throttle_s() == pytest.approx(0.5)  # what is left of it when the response is sent
 
         # DeleteTopics v5, still over: refused, nothing deleted. Once the windows passed: both go, 6 charged.
-        delete = admin_wire.read_delete_topics(
-            codec.build(codec.request_class(20, 5), topic_names=("m1", "m2"), timeout=5000)
+        delete = topic_wire.read_delete_topics(
+            schema.build(codec.request_class(20, 5), topic_names=("m1", "m2"), timeout=5000)
         )
         refused = await admin_requests.delete_topics(codec.response_class(20, 5), delete, ask_of, quota(True))
         assert {r.error_code for r in refused.responses} == {ErrorCode.throttling_quota_exceeded}
@@ -573,17 +573,17 @@ async def test_admin_requests_charge_each_topics_partitions_checking_before_reco
         now[0] = 6.0
         await admin_requests.create_topics(
             codec.response_class(19, 6),
-            admin_wire.read_create_topics(_create_topics_request(6, {"grown": 1}), "app"),
+            topic_wire.read_create_topics(_create_topics_request(6, {"grown": 1}), "app"),
             ask_of,
             None,
         )
         permissive = quota(False)
         assert not permissive.exhausted()
         grow_cls = codec.request_class(37, 2)
-        grow = admin_wire.read_create_partitions(
-            codec.build(
+        grow = topic_wire.read_create_partitions(
+            schema.build(
                 grow_cls,
-                topics=(codec.build_nested(grow_cls, "topics", name="grown", count=6, assignments=None),),
+                topics=(schema.build_nested(grow_cls, "topics", name="grown", count=6, assignments=None),),
                 timeout=5000,
                 validate_only=False,
             )
@@ -615,7 +615,7 @@ async def test_strict_quota_decides_before_the_controller_and_validates_first(tm
                 return RequestMutations(managers, alice, user="alice", client_id="app", strict=True, clock=lambda: 0.0)
 
             async def one(name: str) -> ErrorCode:
-                ask = admin_wire.read_create_topics(_create_topics_request(6, {name: 1}), "app")
+                ask = topic_wire.read_create_topics(_create_topics_request(6, {name: 1}), "app")
                 response = await admin_requests.create_topics(codec.response_class(19, 6), ask, ask_of, quota())
                 return ErrorCode(int(response.topics[0].error_code))
 
@@ -640,7 +640,7 @@ async def test_strict_quota_decides_before_the_controller_and_validates_first(tm
         spent = RequestMutations(manager, alice, user="alice", client_id="app", strict=True, clock=lambda: 0.0)
         bad = _create_topics_request(6, {"seq0": 1, "zero": 0, "fresh-a": 1, "fresh-b": 2})
         response = await admin_requests.create_topics(
-            codec.response_class(19, 6), admin_wire.read_create_topics(bad, "app"), ask_of, spent
+            codec.response_class(19, 6), topic_wire.read_create_topics(bad, "app"), ask_of, spent
         )
         assert [(t.name, t.error_code) for t in response.topics] == [
             ("seq0", ErrorCode.topic_already_exists),
@@ -650,8 +650,8 @@ async def test_strict_quota_decides_before_the_controller_and_validates_first(tm
         ]
         assert "fresh-a" not in controller.image.topics_by_name
         assert manager.over_quota(alice, QuotaType.CONTROLLER_MUTATION, now=0.0) == pytest.approx(1.0)  # the 6 only
-        gone = admin_wire.read_delete_topics(
-            codec.build(codec.request_class(20, 5), topic_names=("seq0", "never-was"), timeout=5000)
+        gone = topic_wire.read_delete_topics(
+            schema.build(codec.request_class(20, 5), topic_names=("seq0", "never-was"), timeout=5000)
         )
         deleted = await admin_requests.delete_topics(codec.response_class(20, 5), gone, ask_of, spent)
         assert [(r.name, r.error_code) for r in deleted.responses] == [
@@ -697,7 +697,7 @@ async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path:
     try:
         await controller.register_broker(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), None)
         ask_of = admin_requests.always(controller)
-        setup = admin_wire.read_create_topics(_create_topics_request(6, {"twice": 2, "by-id": 2, "once": 1}), "app")
+        setup = topic_wire.read_create_topics(_create_topics_request(6, {"twice": 2, "by-id": 2, "once": 1}), "app")
         await admin_requests.create_topics(codec.response_class(19, 6), setup, ask_of, None)
         quotas = {(("user", "alice"),): {"controller_mutation_rate": 0.5}}
         alice = resolve(quotas, "controller_mutation_rate", "alice", "app")
@@ -708,17 +708,17 @@ async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path:
             return RequestMutations(manager, alice, user="alice", client_id="app", strict=True, clock=lambda: 0.0)
 
         create_cls = codec.request_class(19, 6)
-        twice = codec.build_nested(
+        twice = schema.build_nested(
             create_cls, "topics", name="new", num_partitions=1, replication_factor=1, assignments=(), configs=()
         )
-        create = codec.build(create_cls, topics=(twice, twice), timeout=15_000, validate_only=False)
+        create = schema.build(create_cls, topics=(twice, twice), timeout=15_000, validate_only=False)
         created = await admin_requests.create_topics(
-            codec.response_class(19, 6), admin_wire.read_create_topics(create, "app"), ask_of, quota()
+            codec.response_class(19, 6), topic_wire.read_create_topics(create, "app"), ask_of, quota()
         )
         assert [(t.name, t.error_code) for t in created.topics] == [("new", ErrorCode.invalid_request)]
 
-        by_name = admin_wire.read_delete_topics(
-            codec.build(codec.request_class(20, 5), topic_names=("twice", "twice"), timeout=5000)
+        by_name = topic_wire.read_delete_topics(
+            schema.build(codec.request_class(20, 5), topic_names=("twice", "twice"), timeout=5000)
         )
         deleted = await admin_requests.delete_topics(codec.response_class(20, 5), by_name, ask_of, quota())
         assert [(r.name, r.error_code, r.error_message) for r in deleted.responses] == [
@@ -726,13 +726,13 @@ async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path:
         ]
         cls = codec.request_class(20, 6)
         topic_id = controller.image.topics_by_name["by-id"].topic_id
-        by_id = admin_wire.read_delete_topics(
-            codec.build(
+        by_id = topic_wire.read_delete_topics(
+            schema.build(
                 cls,
                 topics=(
-                    codec.build_nested(cls, "topics", name=None, topic_id=topic_id),
-                    codec.build_nested(cls, "topics", name=None, topic_id=topic_id),
-                    codec.build_nested(cls, "topics", name="once", topic_id=uuid_zero),
+                    schema.build_nested(cls, "topics", name=None, topic_id=topic_id),
+                    schema.build_nested(cls, "topics", name=None, topic_id=topic_id),
+                    schema.build_nested(cls, "topics", name="once", topic_id=uuid_zero),
                 ),
                 timeout=5000,
             )
@@ -756,7 +756,7 @@ def _create_one(client: WireClient, version: int, name: str, client_id: str) -> 
     got, response = client.receive(19, version)
     assert got == correlation_id
     (topic,) = response.topics
-    return ErrorCode(int(topic.error_code)), topic.error_message, codec.millis(response.throttle_time)
+    return ErrorCode(int(topic.error_code)), topic.error_message, schema.millis(response.throttle_time)
 
 
 def test_controller_mutation_rate_refuses_new_clients_and_throttles_old_ones(quota_broker: BrokerProcess) -> None:
@@ -799,7 +799,7 @@ def test_controller_mutation_rate_refuses_new_clients_and_throttles_old_ones(quo
             _set_quota(quota_broker, client_id, "controller_mutation_rate", None)
         with WireClient(quota_broker.port) as client:
             cls = codec.request_class(20, 5)
-            deleted = client.request(codec.build(cls, topic_names=tuple(created), timeout=15_000))
+            deleted = client.request(schema.build(cls, topic_names=tuple(created), timeout=15_000))
             assert {r.error_code for r in deleted.responses} <= {ErrorCode.none}
 
 

@@ -12,7 +12,7 @@ import pytest
 from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 
 ALTER, LIST = 45, 46
 
@@ -20,22 +20,22 @@ ALTER, LIST = 45, 46
 def _create(client: WireClient, partitions: int) -> str:
     name = f"reassign-{uuid.uuid4().hex[:8]}"
     cls = codec.request_class(19, 7)
-    topic = codec.build_nested(cls, "topics", name=name, num_partitions=partitions, replication_factor=1,
+    topic = schema.build_nested(cls, "topics", name=name, num_partitions=partitions, replication_factor=1,
                                assignments=(), configs=())
-    response = client.request(codec.build(cls, topics=(topic,), timeout=15000, validate_only=False))
+    response = client.request(schema.build(cls, topics=(topic,), timeout=15000, validate_only=False))
     assert response.topics[0].error_code == ErrorCode.none
     return name
 
 
 def _alter(client: WireClient, moves: dict[tuple[str, int], tuple[int, ...] | None]) -> dict[tuple[str, int], Any]:
     cls = codec.request_class(ALTER, 0)
-    topic_cls = codec.field_entity(cls, "topics")
+    topic_cls = schema.field_entity(cls, "topics")
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), replicas in moves.items():
         by_topic.setdefault(topic, []).append(
-            codec.build_nested(topic_cls, "partitions", partition_index=partition, replicas=replicas))
-    topics = tuple(codec.build_nested(cls, "topics", name=t, partitions=tuple(p)) for t, p in by_topic.items())
-    response = client.request(codec.build(cls, timeout=15000, topics=topics))
+            schema.build_nested(topic_cls, "partitions", partition_index=partition, replicas=replicas))
+    topics = tuple(schema.build_nested(cls, "topics", name=t, partitions=tuple(p)) for t, p in by_topic.items())
+    response = client.request(schema.build(cls, timeout=15000, topics=topics))
     assert response.error_code == ErrorCode.none
     return {(t.name, int(p.partition_index)): p for t in response.responses for p in t.partitions}
 
@@ -43,8 +43,8 @@ def _alter(client: WireClient, moves: dict[tuple[str, int], tuple[int, ...] | No
 def _list(client: WireClient, topics: dict[str, list[int]] | None) -> Any:
     cls = codec.request_class(LIST, 0)
     entries = None if topics is None else tuple(
-        codec.build_nested(cls, "topics", name=t, partition_indexes=tuple(p)) for t, p in topics.items())
-    return client.request(codec.build(cls, timeout=15000, topics=entries))
+        schema.build_nested(cls, "topics", name=t, partition_indexes=tuple(p)) for t, p in topics.items())
+    return client.request(schema.build(cls, timeout=15000, topics=entries))
 
 
 def test_both_apis_are_advertised_at_v0(shared_broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:

@@ -46,7 +46,7 @@ from settings.server import ServerConfig
 from tests.metrics_scrape import metrics_url, scrape
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 from wire.client import ClientConnection, SaslAuthenticationFailed
 from wire.sasl.client import SaslCredentials
 from wire.tls import TlsSettings, client_context
@@ -367,15 +367,15 @@ def test_kafka_python_reports_a_wrong_password(sasl: SaslBroker, caplog: pytest.
 
 
 def _handshake(client: WireClient, mechanism: str, version: int = 1) -> Any:
-    return client.request(codec.build(codec.request_class(17, version), mechanism=mechanism))
+    return client.request(schema.build(codec.request_class(17, version), mechanism=mechanism))
 
 
 def _authenticate(client: WireClient, token: bytes, version: int = 2) -> Any:
-    return client.request(codec.build(codec.request_class(36, version), auth_bytes=token))
+    return client.request(schema.build(codec.request_class(36, version), auth_bytes=token))
 
 
 def _metadata() -> Any:
-    return codec.build(
+    return schema.build(
         codec.request_class(3, 12),
         topics=None,
         allow_auto_topic_creation=False,
@@ -408,7 +408,7 @@ def test_garbage_and_huge_tokens_fail_that_connection_only(sasl: SaslBroker) -> 
         assert answer.error_code == ErrorCode.sasl_authentication_failed
     with WireClient(sasl.port("SASL"), timeout=30) as huge:  # over sasl.server.max.receive.size: closed unread
         assert _handshake(huge, "PLAIN").error_code == ErrorCode.none
-        huge.send(codec.build(codec.request_class(36, 2), auth_bytes=b"\x00alice\x00" + b"x" * 600_000))
+        huge.send(schema.build(codec.request_class(36, 2), auth_bytes=b"\x00alice\x00" + b"x" * 600_000))
         assert huge.is_closed_by_peer()
     assert "(sasl.server.max.receive.size)" in sasl.broker.log_text()
     with WireClient(sasl.port("SASL")) as unknown:
@@ -575,12 +575,12 @@ def test_describe_and_alter_user_scram_credentials_on_the_wire(sasl: SaslBroker)
     describe = codec.request_class(50, 0)
     alter = codec.request_class(51, 0)
     with WireClient(sasl.port("PLAINTEXT")) as client:
-        everyone = client.request(codec.build(describe, users=None))
+        everyone = client.request(schema.build(describe, users=None))
         admin = next(r for r in everyone.results if r.user == "admin")
         assert [(i.mechanism, i.iterations) for i in admin.credential_infos] == [(1, 4096), (2, 8192)]
         named = client.request(
-            codec.build(
-                describe, users=tuple(codec.build_nested(describe, "users", name=n) for n in ("x", "x", "nobody"))
+            schema.build(
+                describe, users=tuple(schema.build_nested(describe, "users", name=n) for n in ("x", "x", "nobody"))
             )
         )
         assert [(r.user, r.error_code) for r in named.results] == [
@@ -588,14 +588,14 @@ def test_describe_and_alter_user_scram_credentials_on_the_wire(sasl: SaslBroker)
             ("nobody", ErrorCode.resource_not_found),
         ]
         refused = client.request(
-            codec.build(
+            schema.build(
                 alter,
-                deletions=(codec.build_nested(alter, "deletions", name="nobody", mechanism=1),),
+                deletions=(schema.build_nested(alter, "deletions", name="nobody", mechanism=1),),
                 upsertions=(
-                    codec.build_nested(
+                    schema.build_nested(
                         alter, "upsertions", name="weak", mechanism=1, iterations=10, salt=b"s", salted_password=b"p"
                     ),
-                    codec.build_nested(
+                    schema.build_nested(
                         alter, "upsertions", name="odd", mechanism=9, iterations=4096, salt=b"s", salted_password=b"p"
                     ),
                 ),
@@ -617,7 +617,7 @@ def _fail_authentication(port: int, sent: threading.Event) -> tuple[int, float]:
         assert _handshake(client, "PLAIN").error_code == ErrorCode.none
         token = f"\x00alice\x00{WRONG_PASSWORD}".encode()
         started = time.monotonic()
-        client.send(codec.build(codec.request_class(36, 2), auth_bytes=token))
+        client.send(schema.build(codec.request_class(36, 2), auth_bytes=token))
         sent.set()
         _, answer = client.receive(36, 2)
         return int(answer.error_code), time.monotonic() - started

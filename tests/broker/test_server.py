@@ -12,21 +12,21 @@ from kio.schema.errors import ErrorCode
 
 from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 
 
 def metadata_request(version: int, topics: list[str] | None, allow_auto: bool = True) -> Any:
     cls = codec.request_class(3, version)
-    entries = None if topics is None else tuple(codec.build_nested(cls, "topics", name=t) for t in topics)
+    entries = None if topics is None else tuple(schema.build_nested(cls, "topics", name=t) for t in topics)
     if version == 0 and entries is None:
         entries = ()
-    return codec.build(cls, topics=entries, allow_auto_topic_creation=allow_auto)
+    return schema.build(cls, topics=entries, allow_auto_topic_creation=allow_auto)
 
 
 def create_topic(client: WireClient, name: str, partitions: int = 1) -> Any:
     cls = codec.request_class(19, 7)
-    topic = codec.build_nested(cls, "topics", name=name, num_partitions=partitions, replication_factor=-1)
-    response = client.request(codec.build(cls, topics=(topic,), timeout=5000))
+    topic = schema.build_nested(cls, "topics", name=name, num_partitions=partitions, replication_factor=-1)
+    response = client.request(schema.build(cls, topics=(topic,), timeout=5000))
     assert response.topics[0].error_code == ErrorCode.none, response
     return response.topics[0]
 
@@ -129,10 +129,10 @@ def test_metadata_by_topic_id(shared_broker: BrokerProcess, wire: Callable[[int]
     client = wire(broker.port)
     topic_id = create_topic(client, "by-id").topic_id
     cls = codec.request_class(3, 12)
-    request = codec.build(cls, topics=(codec.build_nested(cls, "topics", topic_id=topic_id, name=None),))
+    request = schema.build(cls, topics=(schema.build_nested(cls, "topics", topic_id=topic_id, name=None),))
     found = client.request(request).topics[0]
     assert (found.error_code, found.name) == (ErrorCode.none, "by-id")
-    unknown = codec.build(cls, topics=(codec.build_nested(cls, "topics", topic_id=uuid.uuid4(), name=None),))
+    unknown = schema.build(cls, topics=(schema.build_nested(cls, "topics", topic_id=uuid.uuid4(), name=None),))
     assert client.request(unknown).topics[0].error_code == ErrorCode.unknown_topic_id
 
 

@@ -13,7 +13,7 @@ from broker_support import BrokerProcess, WireClient
 from kafka_clients import create_topic, fetch_request, produce_request, topic_name
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
 
@@ -52,7 +52,7 @@ def test_large_requests_split_at_every_boundary_are_served_in_order(
     correlation = 500
     for chunk in chunks:
         records = _batch(chunk[:500]) + _batch(chunk[500:])  # two batches: each within max.message.bytes
-        for request in (produce_request(topic, 0, records), codec.build(codec.request_class(18, 0))):
+        for request in (produce_request(topic, 0, records), schema.build(codec.request_class(18, 0))):
             correlation += 1
             stream += codec.encode_request(request, correlation, "framing-test")
             frames.append((correlation, request))
@@ -77,7 +77,7 @@ def test_many_small_requests_in_one_segment_are_each_answered(
     shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
 ) -> None:
     client = wire(shared_broker.port)
-    request = codec.build(codec.request_class(18, 0))
+    request = schema.build(codec.request_class(18, 0))
     # ~400 frames per send: far more than fit the staging buffer's free tail, so it is compacted as it fills.
     stream = b"".join(codec.encode_request(request, 10_000 + n, "x" * 600) for n in range(400))
     client.send_raw(stream)
@@ -89,14 +89,14 @@ def test_many_small_requests_in_one_segment_are_each_answered(
 
 def test_spliced_response_parts_equal_the_single_buffer_encoding() -> None:
     response_cls = codec.response_class(1, 12)
-    topic_cls = codec.field_entity(response_cls, "responses")
-    part_cls = codec.field_entity(topic_cls, "partitions")
+    topic_cls = schema.field_entity(response_cls, "responses")
+    part_cls = schema.field_entity(topic_cls, "partitions")
     big = os.urandom(1 << 20)
     for records in (b"", b"small", big):
         parts = tuple(
-            codec.build(part_cls, partition_index=i, high_watermark=7, records=records) for i in range(3)
+            schema.build(part_cls, partition_index=i, high_watermark=7, records=records) for i in range(3)
         )
-        response = codec.build(response_cls, responses=(codec.build(topic_cls, topic="t", partitions=parts),))
+        response = schema.build(response_cls, responses=(schema.build(topic_cls, topic="t", partitions=parts),))
         spliced = codec.encode_response_parts(42, response)
         assert b"".join(spliced) == codec.encode_response(42, response)
         if records is big:

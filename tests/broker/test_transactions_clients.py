@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.reading import read_to_end
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 from wire.record_batch import Record, build_batch
 
 DEADLINE_S = 45.0
@@ -49,7 +49,7 @@ def transactional_producer(bootstrap: str, transactional_id: str, **extra: Any) 
 
 
 def find_transaction_coordinator(client: WireClient, transactional_id: str) -> Any:
-    request = codec.build(codec.request_class(10, 4), key_type=1, coordinator_keys=(transactional_id,))
+    request = schema.build(codec.request_class(10, 4), key_type=1, coordinator_keys=(transactional_id,))
     return eventually(
         lambda: client.request(request).coordinators[0],
         until=lambda c: c.error_code == ErrorCode.none,
@@ -61,7 +61,7 @@ def find_transaction_coordinator(client: WireClient, transactional_id: str) -> A
 def init_producer_id(
     client: WireClient, transactional_id: str, *, timeout_ms: int = 60_000, pid: int = -1, epoch: int = -1
 ) -> Any:
-    request = codec.build(
+    request = schema.build(
         codec.request_class(22, 4),
         transactional_id=transactional_id,
         transaction_timeout=timeout_ms,
@@ -75,16 +75,16 @@ def add_partitions(
     client: WireClient, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]
 ) -> dict[tuple[str, int], ErrorCode]:
     request_cls = codec.request_class(24, 3)
-    topic_cls = codec.field_entity(request_cls, "v3_and_below_topics")
+    topic_cls = schema.field_entity(request_cls, "v3_and_below_topics")
     topics: dict[str, list[int]] = {}
     for topic, partition in partitions:
         topics.setdefault(topic, []).append(partition)
-    request = codec.build(
+    request = schema.build(
         request_cls,
         v3_and_below_transactional_id=transactional_id,
         v3_and_below_producer_id=pid,
         v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=tuple(codec.build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in topics.items()),
+        v3_and_below_topics=tuple(schema.build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in topics.items()),
     )
     response = client.request(request)
     return {
@@ -98,17 +98,17 @@ def verify_partitions(
     client: WireClient, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]
 ) -> dict[tuple[str, int], ErrorCode]:
     request_cls = codec.request_class(24, 4)
-    txn_cls = codec.field_entity(request_cls, "transactions")
-    topic_cls = codec.field_entity(txn_cls, "topics")
-    txn = codec.build(
+    txn_cls = schema.field_entity(request_cls, "transactions")
+    topic_cls = schema.field_entity(txn_cls, "topics")
+    txn = schema.build(
         txn_cls,
         transactional_id=transactional_id,
         producer_id=pid,
         producer_epoch=epoch,
         verify_only=True,
-        topics=tuple(codec.build(topic_cls, name=t, partitions=(p,)) for t, p in partitions),
+        topics=tuple(schema.build(topic_cls, name=t, partitions=(p,)) for t, p in partitions),
     )
-    response = client.request(codec.build(request_cls, transactions=(txn,)))
+    response = client.request(schema.build(request_cls, transactions=(txn,)))
     assert response.error_code == ErrorCode.none
     return {
         (topic.name, part.partition_index): ErrorCode(part.partition_error_code)
@@ -119,7 +119,7 @@ def verify_partitions(
 
 
 def end_txn(client: WireClient, transactional_id: str, pid: int, epoch: int, *, commit: bool, version: int = 3) -> Any:
-    request = codec.build(
+    request = schema.build(
         codec.request_class(26, version),
         transactional_id=transactional_id,
         producer_id=pid,
@@ -181,7 +181,7 @@ class _Flexible:
 
 
 def describe(client: WireClient, transactional_id: str) -> Described:
-    request = codec.build(codec.request_class(65, 0), transactional_ids=(transactional_id,))
+    request = schema.build(codec.request_class(65, 0), transactional_ids=(transactional_id,))
     correlation_id = client.send(request)
     reader = _Flexible(client.read_frame())
     assert reader.fixed(">i") == correlation_id
@@ -204,7 +204,7 @@ def describe(client: WireClient, transactional_id: str) -> Described:
 
 
 def list_transactions(client: WireClient, states: tuple[str, ...] = (), pids: tuple[int, ...] = ()) -> Any:
-    request = codec.build(codec.request_class(66, 0), state_filters=states, producer_id_filters=pids)
+    request = schema.build(codec.request_class(66, 0), state_filters=states, producer_id_filters=pids)
     return client.request(request)
 
 
@@ -219,17 +219,17 @@ def wait_state(client: WireClient, transactional_id: str, state: str) -> Any:
 
 def log_end(client: WireClient, topic: str, partition: int) -> int:
     request_cls = codec.request_class(2, 8)
-    topic_cls = codec.field_entity(request_cls, "topics")
-    part_cls = codec.field_entity(topic_cls, "partitions")
-    request = codec.build(
+    topic_cls = schema.field_entity(request_cls, "topics")
+    part_cls = schema.field_entity(topic_cls, "partitions")
+    request = schema.build(
         request_cls,
         replica_id=-1,
         isolation_level=0,
         topics=(
-            codec.build(
+            schema.build(
                 topic_cls,
                 name=topic,
-                partitions=(codec.build(part_cls, partition_index=partition, current_leader_epoch=-1, timestamp=-1),),
+                partitions=(schema.build(part_cls, partition_index=partition, current_leader_epoch=-1, timestamp=-1),),
             ),
         ),
     )
@@ -250,7 +250,7 @@ def transactional_batch(pid: int, epoch: int, value: bytes = b"v", base_sequence
 
 def produce_transactional(client: WireClient, transactional_id: str, topic: str, partition: int, batch: bytes) -> Any:
     request = produce_request(topic, partition, batch)
-    request = codec.build(
+    request = schema.build(
         type(request), transactional_id=transactional_id, acks=-1, timeout=10_000, topic_data=request.topic_data
     )
     [part] = client.request(request).responses[0].partition_responses

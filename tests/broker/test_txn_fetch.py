@@ -23,7 +23,7 @@ from kafka_clients import (
 from kio.schema.errors import ErrorCode
 
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
 TXN_ID = "wire-txn"
@@ -38,7 +38,7 @@ def _begin(client: WireClient, transactional_id: str, topic: str) -> tuple[int, 
     creates ``__transaction_state``), InitProducerId (both retried while the coordinator loads), then
     AddPartitionsToTxn for partition 0 of ``topic``."""
     find_cls = codec.request_class(10, 4)
-    find = codec.build(find_cls, key_type=1, coordinator_keys=(transactional_id,))
+    find = schema.build(find_cls, key_type=1, coordinator_keys=(transactional_id,))
 
     def found() -> Any:
         coordinator = client.request(find).coordinators[0]
@@ -47,7 +47,7 @@ def _begin(client: WireClient, transactional_id: str, topic: str) -> tuple[int, 
     coordinator = eventually(found, timeout=30, what=f"FindCoordinator for {transactional_id}")
     assert coordinator.error_code == ErrorCode.none, coordinator
     init_cls = codec.request_class(22, 4)
-    init = codec.build(
+    init = schema.build(
         init_cls, transactional_id=transactional_id, transaction_timeout=600_000, producer_id=-1, producer_epoch=-1
     )
 
@@ -59,12 +59,12 @@ def _begin(client: WireClient, transactional_id: str, topic: str) -> tuple[int, 
     assert response.error_code == ErrorCode.none, response
     pid, epoch = int(response.producer_id), int(response.producer_epoch)
     add_cls = codec.request_class(24, 3)
-    add = codec.build(
+    add = schema.build(
         add_cls,
         v3_and_below_transactional_id=transactional_id,
         v3_and_below_producer_id=pid,
         v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=(codec.build_nested(add_cls, "v3_and_below_topics", name=topic, partitions=(0,)),),
+        v3_and_below_topics=(schema.build_nested(add_cls, "v3_and_below_topics", name=topic, partitions=(0,)),),
     )
     added = client.request(add).results_by_topic_v3_and_below[0].results_by_partition[0]
     assert added.partition_error_code == ErrorCode.none, added
@@ -88,17 +88,17 @@ def _produce(client: WireClient, topic: str, records: bytes, transactional_id: s
 
 def _markers(client: WireClient, topic: str, pid: int, epoch: int, *, commit: bool) -> ErrorCode:
     cls = codec.request_class(27, 1)
-    marker_cls = codec.field_entity(cls, "markers")
-    topic_cls = codec.field_entity(marker_cls, "topics")
-    marker = codec.build(
+    marker_cls = schema.field_entity(cls, "markers")
+    topic_cls = schema.field_entity(marker_cls, "topics")
+    marker = schema.build(
         marker_cls,
         producer_id=pid,
         producer_epoch=epoch,
         transaction_result=commit,
-        topics=(codec.build(topic_cls, name=topic, partition_indexes=(0,)),),
+        topics=(schema.build(topic_cls, name=topic, partition_indexes=(0,)),),
         coordinator_epoch=0,
     )
-    response = client.request(codec.build(cls, markers=(marker,)))
+    response = client.request(schema.build(cls, markers=(marker,)))
     assert response.markers[0].producer_id == pid
     return ErrorCode(response.markers[0].topics[0].partitions[0].error_code)
 
@@ -157,8 +157,8 @@ def test_read_committed_fetch_stops_at_the_lso_and_lists_aborted_transactions(
     assert _latest(client, topic, read_committed=True) == 6
     assert _latest(client, topic, read_committed=False) == 7
     describe_cls = codec.request_class(61, 0)
-    topic_req = codec.build_nested(describe_cls, "topics", name=topic, partition_indexes=(0,))
-    described = client.request(codec.build(describe_cls, topics=(topic_req,))).topics[0].partitions[0]
+    topic_req = schema.build_nested(describe_cls, "topics", name=topic, partition_indexes=(0,))
+    described = client.request(schema.build(describe_cls, topics=(topic_req,))).topics[0].partitions[0]
     starts = {p.producer_id: p.current_txn_start_offset for p in described.active_producers}
     assert starts == {aborting[0]: -1, committing[0]: 6}
 

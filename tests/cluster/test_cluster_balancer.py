@@ -46,8 +46,9 @@ from metadata.records import (
     WALFailoverRecord,
 )
 from node.local_cluster import LocalCluster
+from settings.config_resources import RESOURCE_BROKER
 from settings.endpoint import Endpoint
-from settings.keys import BROKER_KEYS, RESOURCE_BROKER
+from settings.keys import BROKER_KEYS
 from settings.server import ServerConfig
 from tests.metrics_scrape import metrics_url, sample, scrape
 

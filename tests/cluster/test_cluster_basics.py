@@ -32,7 +32,7 @@ from node.local_cluster import LocalCluster
 from settings.keys import INTERNAL_TOPIC_PARTITIONS
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 from wire.stored_schema import partition_for
 
 LIST_OFFSETS = 2
@@ -66,10 +66,10 @@ def test_a_partition_asked_of_the_wrong_broker_is_refused(shared_cluster: LocalC
 
     async def list_offsets(port: int, partition: int) -> int:
         cls = codec.request_class(LIST_OFFSETS, 7)
-        topic_cls = codec.field_entity(cls, "topics")
-        request = codec.build(cls, replica_id=-1, isolation_level=0, topics=(
-            codec.build_nested(cls, "topics", name=topic, partitions=(
-                codec.build_nested(topic_cls, "partitions", partition_index=partition, current_leader_epoch=-1,
+        topic_cls = schema.field_entity(cls, "topics")
+        request = schema.build(cls, replica_id=-1, isolation_level=0, topics=(
+            schema.build_nested(cls, "topics", name=topic, partitions=(
+                schema.build_nested(topic_cls, "partitions", partition_index=partition, current_leader_epoch=-1,
                                    timestamp=-1),
             )),
         ))
@@ -174,13 +174,13 @@ def test_describe_quorum_through_any_broker_reports_the_real_quorum(shared_clust
 
     async def describe(port: int) -> Any:
         cls = codec.request_class(DESCRIBE_QUORUM, 2)
-        topic = codec.build_nested(cls, "topics", topic_name="__cluster_metadata", partitions=(
-            codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=0),
+        topic = schema.build_nested(cls, "topics", topic_name="__cluster_metadata", partitions=(
+            schema.build_nested(schema.field_entity(cls, "topics"), "partitions", partition_index=0),
         ))
         connection = ControllerConnection("127.0.0.1", port, client_id="cluster-test")
         await connection.connect(timeout=5)
         try:
-            return await connection.request(codec.build(cls, topics=(topic,)), timeout=10)
+            return await connection.request(schema.build(cls, topics=(topic,)), timeout=10)
         finally:
             await connection.close()
 
@@ -202,7 +202,7 @@ def test_idempotent_producers_on_different_brokers_get_distinct_producer_ids(sha
     once: each broker hands out ids from its own block, so no two producers share an id."""
 
     async def init_producer_ids(port: int, count: int) -> list[int]:
-        request = codec.build(codec.request_class(INIT_PRODUCER_ID, 4), transactional_id=None,
+        request = schema.build(codec.request_class(INIT_PRODUCER_ID, 4), transactional_id=None,
                               transaction_timeout=-1, producer_id=-1, producer_epoch=-1)
         connection = ControllerConnection("127.0.0.1", port, client_id="idempotent-producer")
         await connection.connect(timeout=5)

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from node.local_cluster import REPO_ROOT, LocalCluster
 from tests.broker.broker_support import WireClient
-from wire import codec
+from wire import codec, schema
 
 PARTITIONS = 6
 UNREGISTER_BROKER = 64
@@ -33,7 +33,7 @@ MOVE_LIMIT_S = 30.0  # bounds a hang only: a move takes a fraction of a second
 
 def _unregister(port: int, broker_id: int) -> Any:
     with WireClient(port, timeout=30) as client:
-        return client.request(codec.build(codec.request_class(UNREGISTER_BROKER, 0), broker_id=broker_id))
+        return client.request(schema.build(codec.request_class(UNREGISTER_BROKER, 0), broker_id=broker_id))
 
 
 def _drain(bootstrap: str, node: int) -> subprocess.CompletedProcess[str]:

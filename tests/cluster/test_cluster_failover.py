@@ -31,8 +31,9 @@ from controller.quorum import RAFT_DIR_NAME
 from controller.shell_sources import from_controllers
 from metadata.image import is_cluster_record
 from metadata.records import MetadataRecord
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ControllerConnection
+from metadata.rpc.error_codes import RpcError
+from metadata.rpc.stream_rpcs import CommitStreamSetObject, PrepareObjects, StreamRequest
 from node.local_cluster import LocalCluster
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from tests.waiting import eventually_async
@@ -239,9 +240,9 @@ def test_a_paused_broker_is_fenced_and_cannot_commit(cluster_factory: object) ->
         identity = NodeIdentity(victim, epoch)
         commit = CommitStreamSetObjectRequest(identity, 10_000_000, 100,
                                               (ObjectStreamRange(stream_id, end, end + 1, stream_epoch),))
-        codes = asyncio.run(_ask_active(cluster, [m.CommitStreamSetObject(identity, commit),
-                                                  m.PrepareObjects(identity, 1, 60_000)]))
-        assert codes == [m.RpcError.NODE_FENCED, m.RpcError.NODE_FENCED], codes
+        codes = asyncio.run(_ask_active(cluster, [CommitStreamSetObject(identity, commit),
+                                                  PrepareObjects(identity, 1, 60_000)]))
+        assert codes == [RpcError.NODE_FENCED, RpcError.NODE_FENCED], codes
     finally:
         node.signal(signal.SIGCONT)
 
@@ -255,7 +256,7 @@ def test_a_paused_broker_is_fenced_and_cannot_commit(cluster_factory: object) ->
     assert len(seen) == len(set(seen)), "records were duplicated"
 
 
-async def _ask_active(cluster: LocalCluster, requests: list[m.StreamRequest]) -> list[int]:
+async def _ask_active(cluster: LocalCluster, requests: list[StreamRequest]) -> list[int]:
     """Sends each request to whichever controller answers as active; returns the error codes."""
     codes: list[int] = []
     for request in requests:
@@ -266,7 +267,7 @@ async def _ask_active(cluster: LocalCluster, requests: list[m.StreamRequest]) ->
     return codes
 
 
-async def _answer_of_active(cluster: LocalCluster, request: m.StreamRequest) -> int | None:
+async def _answer_of_active(cluster: LocalCluster, request: StreamRequest) -> int | None:
     """The error code of the first controller that does not answer NOT_CONTROLLER; None if none answered."""
     for node in cluster.controllers:
         connection = ControllerConnection("127.0.0.1", node.spec.quorum_port, client_id="stale-test")
@@ -277,7 +278,7 @@ async def _answer_of_active(cluster: LocalCluster, request: m.StreamRequest) -> 
             continue
         finally:
             await connection.close()
-        if response.error_code != m.RpcError.NOT_CONTROLLER:
+        if response.error_code != RpcError.NOT_CONTROLLER:
             return int(response.error_code)
     return None
 

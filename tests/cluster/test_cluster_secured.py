@@ -46,7 +46,7 @@ from node.local_cluster import REPO_ROOT, LocalCluster, NodeSpec, plan_cluster
 from tests.reading import read_to_end
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually
-from wire import codec
+from wire import codec, schema
 from wire.client import ClientConnection
 
 BROKER_PASSWORD = "broker-pass-never-logged"
@@ -169,7 +169,7 @@ def _answers_plaintext(port: int) -> bool:
         connection = ClientConnection("127.0.0.1", port, client_id="plaintext-probe", timeout=5)
         try:
             return await connection.request(
-                codec.build(codec.request_class(18, 3), client_software_name="probe", client_software_version="1")
+                schema.build(codec.request_class(18, 3), client_software_name="probe", client_software_version="1")
             )
         finally:
             await connection.close()

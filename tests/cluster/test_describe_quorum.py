@@ -9,21 +9,21 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.rpc import messages as m
+from metadata.rpc import kafka_apis as m
 from metadata.rpc.connection import ControllerConnection
 from tests.broker.broker_support import start_broker
-from wire import codec
+from wire import codec, schema
 
 
 async def _describe(port: int) -> Any:
     cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
-    topic = codec.build_nested(cls, "topics", topic_name=m.METADATA_TOPIC, partitions=(
-        codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=0),
+    topic = schema.build_nested(cls, "topics", topic_name=m.METADATA_TOPIC, partitions=(
+        schema.build_nested(schema.field_entity(cls, "topics"), "partitions", partition_index=0),
     ))
     connection = ControllerConnection("127.0.0.1", port, client_id="describe-quorum-test")
     try:
         await connection.connect(timeout=2)
-        return await connection.request(codec.build(cls, topics=(topic,)), timeout=10)
+        return await connection.request(schema.build(cls, topics=(topic,)), timeout=10)
     finally:
         await connection.close()
 

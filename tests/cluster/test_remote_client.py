@@ -10,7 +10,7 @@ import pytest
 
 from controller.metadata_replica import MetadataReplica
 from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError
-from metadata.rpc import messages as m
+from metadata.rpc import stream_rpcs as m
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity

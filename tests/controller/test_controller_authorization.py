@@ -23,17 +23,29 @@ from controller.rpc.authorization import (
 )
 from metadata.acl.authorizer import AuthorizerSettings
 from metadata.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
-from metadata.admin.wire import (
-    ConfigAlteration,
-    ConfigAlterations,
-    CreateTopicsAsk,
-    DeleteTopicsAsk,
-    NewPartitions,
-    PartitionsAsk,
-)
+from metadata.admin.config_wire import ConfigAlteration, ConfigAlterations
+from metadata.admin.topic_wire import CreateTopicsAsk, DeleteTopicsAsk, NewPartitions, PartitionsAsk
 from metadata.controller_api import ConfigResource, NewTopic
 from metadata.image import TopicImage
-from metadata.rpc import messages as m
+from metadata.rpc.kafka_apis import (
+    ALLOCATE_PRODUCER_IDS,
+    ALTER_CLIENT_QUOTAS,
+    ALTER_CONFIGS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    CREATE_ACLS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_ACLS,
+    DELETE_TOPICS,
+    DESCRIBE_QUORUM,
+    FETCH,
+    INCREMENTAL_ALTER_CONFIGS,
+    UNREGISTER_BROKER,
+    VOTE,
+)
+from metadata.rpc.stream_rpcs import DescribeMetadata, GetStreams
 from wire.dispatch import ConnectionClosing, Peer
 from wire.metrics import ServerMetrics
 from wire.tls_principal import parse_rules
@@ -64,7 +76,7 @@ def test_a_voter_before_its_initial_load_serves_super_users_only_even_when_every
     """A restarted voter serves from its snapshot until it has applied what the quorum committed: with
     ``allow.everyone.if.no.acl.found`` and no ACL in that stale image, anyone would pass, so until ``ready()`` only
     super users do (the nodes' own principals must be super users for that reason)."""
-    heartbeat = kafka_operation(m.BROKER_HEARTBEAT)
+    heartbeat = kafka_operation(BROKER_HEARTBEAT)
     refusal = _authorizer(OPEN, {}, ready=False).refusal(PEER, heartbeat, "BrokerHeartbeat", "a heartbeat")
     assert refusal is not None and "User:ANONYMOUS" in refusal and "not loaded" in refusal
     node = AuthorizerSettings(super_users=frozenset({"User:ANONYMOUS"}), allow_everyone_if_no_acl_found=True)
@@ -79,36 +91,36 @@ def test_cluster_action_reaches_what_nodes_send_and_no_admin_api(caplog: pytest.
     and request kind."""
     metrics = ServerMetrics()
     worker = _authorizer(AuthorizerSettings(), _grant("User:ANONYMOUS", AclOperation.CLUSTER_ACTION), metrics=metrics)
-    for key in (m.VOTE, m.FETCH, m.BROKER_REGISTRATION, m.BROKER_HEARTBEAT, m.ALLOCATE_PRODUCER_IDS):
+    for key in (VOTE, FETCH, BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS):
         assert worker.refusal(PEER, kafka_operation(key), str(key), "request") is None, key
-    worker.check_stream(PEER, m.GetStreams, "GetStreams")
+    worker.check_stream(PEER, GetStreams, "GetStreams")
     for key in (
-        m.CREATE_ACLS,
-        m.DELETE_ACLS,
-        m.ALTER_USER_SCRAM_CREDENTIALS,
-        m.DESCRIBE_QUORUM,
-        m.ALTER_CLIENT_QUOTAS,
-        m.UNREGISTER_BROKER,
+        CREATE_ACLS,
+        DELETE_ACLS,
+        ALTER_USER_SCRAM_CREDENTIALS,
+        DESCRIBE_QUORUM,
+        ALTER_CLIENT_QUOTAS,
+        UNREGISTER_BROKER,
     ):
         refusal = worker.refusal(PEER, kafka_operation(key), str(key), "request")
         assert refusal is not None and "User:ANONYMOUS" in refusal, key
     with caplog.at_level(logging.INFO, logger="controller.rpc.authorization"):
         for _ in range(3):
-            assert worker.refusal(PEER, kafka_operation(m.CREATE_ACLS), "CreateAcls", "CreateAcls") is not None
+            assert worker.refusal(PEER, kafka_operation(CREATE_ACLS), "CreateAcls", "CreateAcls") is not None
     logged = [r.getMessage() for r in caplog.records if "refusals of CreateAcls to User:ANONYMOUS" in r.getMessage()]
     assert len(logged) == 1 and "not granted ALTER on the cluster" in logged[0], logged
     with pytest.raises(ConnectionClosing, match="User:ANONYMOUS is not a super user"):
-        worker.check_stream(PEER, m.DescribeMetadata, "DescribeMetadata")
+        worker.check_stream(PEER, DescribeMetadata, "DescribeMetadata")
     denied = metrics.registry.get_sample_value(
         "fjord_broker_authorization_denials_total",
         {"listener": "CONTROLLER", "resource_type": "CLUSTER", "operation": "ALTER"},
     )
     assert denied == 7  # CreateAcls (4 times), DeleteAcls, AlterUserScramCredentials, UnregisterBroker
 
-    assert kafka_operation(m.DESCRIBE_QUORUM) is AclOperation.DESCRIBE
-    assert stream_operation(m.DescribeMetadata) is None
+    assert kafka_operation(DESCRIBE_QUORUM) is AclOperation.DESCRIBE
+    assert stream_operation(DescribeMetadata) is None
     admin = _authorizer(AuthorizerSettings(), _grant("User:ANONYMOUS", AclOperation.ALTER))
-    assert admin.refusal(PEER, kafka_operation(m.CREATE_ACLS), "CreateAcls", "CreateAcls") is None  # as in Kafka
+    assert admin.refusal(PEER, kafka_operation(CREATE_ACLS), "CreateAcls", "CreateAcls") is None  # as in Kafka
 
 
 def test_a_certificate_that_names_no_principal_closes_the_connection_and_counts_as_a_failed_authentication() -> None:
@@ -147,9 +159,9 @@ def test_the_admin_apis_kafka_decides_per_item_refuse_only_the_items_not_granted
     bindings = {str(i): b for i, b in enumerate(grants)}
     metrics = ServerMetrics()
     authorizer = _authorizer(AuthorizerSettings(), bindings, metrics=metrics)
-    per_item = {m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS}
+    per_item = {CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS}
     assert per_item == PER_ITEM_APIS
-    refusal, check = authorizer.item_check(PEER, m.CREATE_TOPICS, "CreateTopics")
+    refusal, check = authorizer.item_check(PEER, CREATE_TOPICS, "CreateTopics")
     assert refusal is None and check is not None
 
     created = item_authorization.create_topics(
@@ -201,7 +213,7 @@ def test_the_admin_apis_kafka_decides_per_item_refuse_only_the_items_not_granted
         for op in (AclOperation.ALTER_CONFIGS, AclOperation.CREATE)
     ]
     authorizer = _authorizer(AuthorizerSettings(), {str(i): b for i, b in enumerate([*grants, *on_cluster])})
-    refusal, check = authorizer.item_check(PEER, m.ALTER_CONFIGS, "AlterConfigs")
+    refusal, check = authorizer.item_check(PEER, ALTER_CONFIGS, "AlterConfigs")
     assert refusal is None and check is not None
     altered = item_authorization.alter_configs(ask, check)
     assert [a.refused and a.refused[0] for a in altered.resources] == [
@@ -210,10 +222,10 @@ def test_the_admin_apis_kafka_decides_per_item_refuse_only_the_items_not_granted
         None,
         None,
     ]
-    assert authorizer.item_check(PEER, m.CREATE_TOPICS, "CreateTopics") == (None, None)
-    assert authorizer.item_check(PEER, m.DELETE_TOPICS, "DeleteTopics")[1] is not None
+    assert authorizer.item_check(PEER, CREATE_TOPICS, "CreateTopics") == (None, None)
+    assert authorizer.item_check(PEER, DELETE_TOPICS, "DeleteTopics")[1] is not None
 
     super_user = AuthorizerSettings(super_users=frozenset({caller}))
-    assert _authorizer(super_user, {}, ready=False).item_check(PEER, m.ALTER_CONFIGS, "AlterConfigs") == (None, None)
-    refusal, check = _authorizer(OPEN, {}, ready=False).item_check(PEER, m.ALTER_CONFIGS, "AlterConfigs")
+    assert _authorizer(super_user, {}, ready=False).item_check(PEER, ALTER_CONFIGS, "AlterConfigs") == (None, None)
+    refusal, check = _authorizer(OPEN, {}, ready=False).item_check(PEER, ALTER_CONFIGS, "AlterConfigs")
     assert refusal is not None and "not loaded" in refusal and check is None

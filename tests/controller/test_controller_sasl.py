@@ -16,14 +16,16 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from metadata.remote.client import RemoteControllerClient
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.rpc.error_codes import RpcError
+from metadata.rpc.kafka_apis import API_VERSIONS, DESCRIBE_QUORUM, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from metadata.rpc.stream_rpcs import GetKV
 from node.controller_handle import start_quorum_client
 from settings.endpoint import Endpoint
 from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
-from wire import codec
+from wire import codec, schema
 from wire.client import SaslAuthenticationFailed
 from wire.sasl.client import SaslCredentials
 
@@ -84,14 +86,14 @@ async def test_voters_and_a_broker_authenticate_on_the_controller_listener(
 
             port = configs[0].voters[0].port
             tls = broker.controller_client_tls()
-            describe = codec.build(codec.request_class(m.DESCRIBE_QUORUM, 0))
+            describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
 
             # Without SASL, ApiVersions is answered (clients ask it first) but nothing else: the connection closes.
             anonymous = ControllerConnection("127.0.0.1", port, ssl_context=tls)
             await anonymous.connect()
             try:
-                versions = await anonymous.request(codec.build(codec.request_class(m.API_VERSIONS, 0)), timeout=5)
-                assert {k.api_key for k in versions.api_keys} >= {m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE}
+                versions = await anonymous.request(schema.build(codec.request_class(API_VERSIONS, 0)), timeout=5)
+                assert {k.api_key for k in versions.api_keys} >= {SASL_HANDSHAKE, SASL_AUTHENTICATE}
                 with pytest.raises(ConnectionClosedError):
                     await anonymous.request(describe, timeout=5)
             finally:
@@ -148,7 +150,7 @@ async def test_a_failed_reauthentication_closes_the_connection(
     async with running_voters(configs) as started:
         await active_voter(started)
         port = configs[0].voters[0].port
-        describe = codec.build(codec.request_class(m.DESCRIBE_QUORUM, 0))
+        describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
         login = SaslCredentials("PLAIN", "broker", SECRET)
         clock = _Clock()
         connection = ControllerConnection("127.0.0.1", port, sasl=login, clock=clock, node_id=0)
@@ -197,7 +199,7 @@ async def test_with_an_authorizer_authenticating_is_not_enough(tmp_path: Path) -
     async with running_voters(configs) as started:
         await active_voter(started)
         port = configs[0].voters[0].port
-        describe = codec.build(codec.request_class(m.DESCRIBE_QUORUM, 0))
+        describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
         for user, served in (("controller", True), ("alice", False)):
             connection = ControllerConnection("127.0.0.1", port, sasl=SaslCredentials("PLAIN", user, SECRET))
             await connection.connect()
@@ -205,9 +207,9 @@ async def test_with_an_authorizer_authenticating_is_not_enough(tmp_path: Path) -
                 expected = ErrorCode.none if served else ErrorCode.cluster_authorization_failed
                 for _ in range(2):  # the connection stays usable after a refusal
                     assert (await connection.request(describe, timeout=5)).error_code == expected
-                kv = m.GetKV(NodeIdentity(-1, -1), "any")
+                kv = GetKV(NodeIdentity(-1, -1), "any")
                 if served:
-                    assert (await connection.stream_request(kv, timeout=5)).error_code == m.RpcError.NONE
+                    assert (await connection.stream_request(kv, timeout=5)).error_code == RpcError.NONE
                 else:
                     with pytest.raises(ConnectionClosedError):
                         await connection.stream_request(kv, timeout=5)

@@ -15,8 +15,10 @@ from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import CLUSTER_NAME, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
 from metadata.remote.client import RemoteControllerClient
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.rpc.error_codes import RpcError
+from metadata.rpc.kafka_apis import API_VERSIONS, BROKER_HEARTBEAT, CREATE_ACLS, CREATE_TOPICS, DESCRIBE_QUORUM
+from metadata.rpc.stream_rpcs import DescribeBrokerLoad, DescribeMetadata, GetKV
 from node.controller_handle import start_quorum_client
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
@@ -24,7 +26,7 @@ from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually_async
-from wire import codec
+from wire import codec, schema
 from wire.tls import TlsSettings, client_context
 
 
@@ -57,7 +59,7 @@ async def test_voters_and_a_broker_speak_tls_on_the_controller_listener(tmp_path
             await plain.connect()
             try:
                 with pytest.raises((ConnectionClosedError, TimeoutError)):
-                    await plain.request(codec.build(codec.request_class(18, 0)), timeout=5)
+                    await plain.request(schema.build(codec.request_class(18, 0)), timeout=5)
             finally:
                 await plain.close()
         finally:
@@ -106,13 +108,13 @@ async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate
         )
 
         port = configs[0].voters[0].port
-        dump = m.DescribeMetadata(NodeIdentity(-1, -1))
-        describe = codec.build(codec.request_class(m.DESCRIBE_QUORUM, 0))
+        dump = DescribeMetadata(NodeIdentity(-1, -1))
+        describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
         operator = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "operator"))
         await operator.connect()
         try:
             response = await operator.stream_request(dump, timeout=5)
-            assert response.error_code == m.RpcError.NONE and response.result is not None
+            assert response.error_code == RpcError.NONE and response.result is not None
             assert (await operator.request(describe, timeout=5)).error_code != ErrorCode.cluster_authorization_failed
         finally:
             await operator.close()
@@ -121,23 +123,23 @@ async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate
         worker = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "worker"))
         await worker.connect()
         try:
-            heartbeat = codec.build(codec.request_class(m.BROKER_HEARTBEAT, 1), broker_id=7, broker_epoch=1,
+            heartbeat = schema.build(codec.request_class(BROKER_HEARTBEAT, 1), broker_id=7, broker_epoch=1,
                                     current_metadata_offset=0)
             assert (await worker.request(heartbeat, timeout=5)).error_code != refused  # not registered, not refused
-            loads = await worker.stream_request(m.DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=5)
-            assert loads.error_code in (m.RpcError.NONE, m.RpcError.NOT_CONTROLLER)
-            create_acls = codec.build(
-                codec.request_class(m.CREATE_ACLS, 3),
-                creations=(codec.build_nested(
-                    codec.request_class(m.CREATE_ACLS, 3), "creations", resource_type=ResourceType.CLUSTER,
+            loads = await worker.stream_request(DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=5)
+            assert loads.error_code in (RpcError.NONE, RpcError.NOT_CONTROLLER)
+            create_acls = schema.build(
+                codec.request_class(CREATE_ACLS, 3),
+                creations=(schema.build_nested(
+                    codec.request_class(CREATE_ACLS, 3), "creations", resource_type=ResourceType.CLUSTER,
                     resource_name=CLUSTER_NAME, resource_pattern_type=PatternType.LITERAL, principal="User:worker",
                     host="*", operation=AclOperation.ALL, permission_type=PermissionType.ALLOW,
                 ),),
             )
             assert [r.error_code for r in (await worker.request(create_acls, timeout=5)).results] == [refused]
-            create_topics = codec.build(
-                codec.request_class(m.CREATE_TOPICS, 7),
-                topics=tuple(codec.build_nested(codec.request_class(m.CREATE_TOPICS, 7), "topics", name=name,
+            create_topics = schema.build(
+                codec.request_class(CREATE_TOPICS, 7),
+                topics=tuple(schema.build_nested(codec.request_class(CREATE_TOPICS, 7), "topics", name=name,
                                                 num_partitions=1, replication_factor=1)
                              for name in ("grabbed", "worker-own")),
                 timeout=5000,
@@ -160,10 +162,10 @@ async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate
             await mallory.connect()
             try:
                 # ApiVersions comes before the check, as in Kafka.
-                await mallory.request(codec.build(codec.request_class(m.API_VERSIONS, 0)), timeout=5)
+                await mallory.request(schema.build(codec.request_class(API_VERSIONS, 0)), timeout=5)
                 assert (await mallory.request(describe, timeout=5)).error_code == refused
                 with pytest.raises(ConnectionClosedError):
-                    await mallory.stream_request(m.GetKV(NodeIdentity(-1, -1), "any"), timeout=5)
+                    await mallory.stream_request(GetKV(NodeIdentity(-1, -1), "any"), timeout=5)
             finally:
                 await mallory.close()
         closed = [r.getMessage() for r in caplog.records

@@ -18,8 +18,8 @@ from metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
-from settings.keys import RESOURCE_BROKER, RESOURCE_TOPIC
 from storage.metadata.records import KVRecord
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)

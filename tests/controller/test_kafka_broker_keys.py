@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.transactions.coordinator import _transaction_topic_configs
+from broker.transactions.state_topic import _transaction_topic_configs
 from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError
-from metadata.rpc import messages as m
+from metadata.rpc import kafka_apis as m
 from node.process import Node
 from settings.describe import ConfigSource, describe_broker_configs
 from settings.kafka_broker_keys import (

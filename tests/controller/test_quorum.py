@@ -14,6 +14,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
+from metadata.errors import NodeFencedError, NotControllerError
+from metadata.log import decode_metadata_records
 from metadata.records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
@@ -24,13 +26,35 @@ from metadata.records import (
     StreamSetObjectRecord,
     TopicRecord,
 )
-from metadata.rpc import messages as m
+from metadata.rpc.error_codes import RpcError, raise_for_error
+from metadata.rpc.kafka_apis import (
+    API_VERSIONS,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_QUORUM,
+    FETCH,
+    INCREMENTAL_ALTER_CONFIGS,
+    UNREGISTER_BROKER,
+    VOTE,
+)
 from metadata.rpc.raft_codec import request_to_kio, response_from_kio
+from metadata.rpc.stream_rpcs import (
+    STREAM_API_BASE,
+    CommitStreamSetObject,
+    CreateStream,
+    OpenStream,
+    PrepareObjects,
+    PutKV,
+)
 from raft.log import EntryKind
 from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from tests.waiting import eventually_async
-from wire import codec
+from wire import codec, schema
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -90,18 +114,18 @@ async def _write_some_metadata(cluster: QuorumCluster, leader: int, broker_id: i
     try:
         created = await client.create_topic(topic, 3)
         assert created.error_code == ErrorCode.none, created
-        stream = await client.stream(m.CreateStream(node, (("topic", topic),)))
-        assert stream.error_code == m.RpcError.NONE, stream
+        stream = await client.stream(CreateStream(node, (("topic", topic),)))
+        assert stream.error_code == RpcError.NONE, stream
         stream_id = stream.result
-        opened = await client.stream(m.OpenStream(node, stream_id, 0))
-        assert opened.error_code == m.RpcError.NONE, opened
-        prepared = await client.stream(m.PrepareObjects(node, 1, 60_000))
+        opened = await client.stream(OpenStream(node, stream_id, 0))
+        assert opened.error_code == RpcError.NONE, opened
+        prepared = await client.stream(PrepareObjects(node, 1, 60_000))
         object_id = prepared.result
         commit = CommitStreamSetObjectRequest(node, object_id, 1234, (ObjectStreamRange(stream_id, 0, 10, 0),))
-        committed = await client.stream(m.CommitStreamSetObject(node, commit))
-        assert committed.error_code == m.RpcError.NONE, committed
-        put = await client.stream(m.PutKV(node, f"{topic}/0", b"\x00\x01"))
-        assert put.error_code == m.RpcError.NONE, put
+        committed = await client.stream(CommitStreamSetObject(node, commit))
+        assert committed.error_code == RpcError.NONE, committed
+        put = await client.stream(PutKV(node, f"{topic}/0", b"\x00\x01"))
+        assert put.error_code == RpcError.NONE, put
     finally:
         heartbeats.cancel()
         await client.close()
@@ -145,11 +169,11 @@ async def test_followers_answer_not_controller_with_the_leader(cluster: QuorumCl
     follower = next(v.node_id for v in cluster.voters if v.node_id != leader)
     client = await cluster.client(follower)
     try:
-        response = await client.stream(m.CreateStream(NodeIdentity(7, 1)))
-        assert response.error_code == m.RpcError.NOT_CONTROLLER
+        response = await client.stream(CreateStream(NodeIdentity(7, 1)))
+        assert response.error_code == RpcError.NOT_CONTROLLER
         assert response.leader_id == leader
-        with pytest.raises(m.NotControllerError) as raised:
-            m.raise_for_error(response.error_code, response.error_message, response.leader_id)
+        with pytest.raises(NotControllerError) as raised:
+            raise_for_error(response.error_code, response.error_message, response.leader_id)
         assert raised.value.leader_id == leader
         created = await client.create_topic("on-a-follower", 1)
         assert created.error_code == ErrorCode.not_controller
@@ -182,7 +206,7 @@ async def test_a_broker_replays_the_committed_metadata_log_as_an_observer(cluste
                 if entry.offset >= high_watermark:
                     break
                 if entry.kind is EntryKind.DATA:
-                    replayed.extend(m.decode_metadata_records(entry.data, f"entry {entry.offset}"))
+                    replayed.extend(decode_metadata_records(entry.data, f"entry {entry.offset}"))
                 offset, last_epoch = entry.offset + 1, entry.epoch
         assert offset == high_watermark
         assert any(isinstance(r, TopicRecord) and r.name == "observed" for r in replayed)
@@ -198,15 +222,15 @@ async def test_describe_cluster_and_api_versions_on_the_controller_listener(clus
     follower = next(v.node_id for v in cluster.voters if v.node_id != leader)
     client = await cluster.client(follower)
     try:
-        described = await client.request(m.DESCRIBE_CLUSTER, 1, endpoint_type=2)
+        described = await client.request(DESCRIBE_CLUSTER, 1, endpoint_type=2)
         assert described.error_code == ErrorCode.none
         assert described.controller_id == leader
         assert sorted((b.broker_id, b.port) for b in described.brokers) == [(v.node_id, v.port) for v in cluster.voters]
-        versions = await client.request(m.API_VERSIONS, 3, client_software_name="tests", client_software_version="1")
+        versions = await client.request(API_VERSIONS, 3, client_software_name="tests", client_software_version="1")
         served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-        for key in (m.VOTE, m.FETCH, m.DESCRIBE_QUORUM, m.BROKER_REGISTRATION, m.BROKER_HEARTBEAT, m.CREATE_TOPICS):
+        for key in (VOTE, FETCH, DESCRIBE_QUORUM, BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS):
             assert key in served
-        assert m.STREAM_API_BASE in served
+        assert STREAM_API_BASE in served
     finally:
         await client.close()
 
@@ -218,17 +242,17 @@ async def test_forwarded_admin_requests_change_the_replicated_image(cluster: Quo
     try:
         assert (await client.create_topic("admin", 1)).error_code == ErrorCode.none
         grown = await client.request(
-            m.CREATE_PARTITIONS, 3, topics=(codec.build_nested(
-                codec.request_class(m.CREATE_PARTITIONS, 3), "topics", name="admin", count=3, assignments=None
+            CREATE_PARTITIONS, 3, topics=(schema.build_nested(
+                codec.request_class(CREATE_PARTITIONS, 3), "topics", name="admin", count=3, assignments=None
             ),), timeout=10_000, validate_only=False,
         )
         assert grown.results[0].error_code == ErrorCode.none, grown
-        config_cls = codec.request_class(m.INCREMENTAL_ALTER_CONFIGS, 1)
-        resource_cls = codec.field_entity(config_cls, "resources")
+        config_cls = codec.request_class(INCREMENTAL_ALTER_CONFIGS, 1)
+        resource_cls = schema.field_entity(config_cls, "resources")
         altered = await client.request(
-            m.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(codec.build(
+            INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=(schema.build(
                 resource_cls, resource_type=2, resource_name="admin",
-                configs=(codec.build_nested(resource_cls, "configs", name="retention.ms", config_operation=0,
+                configs=(schema.build_nested(resource_cls, "configs", name="retention.ms", config_operation=0,
                                             value="60000"),),
             ),),
         )
@@ -240,8 +264,8 @@ async def test_forwarded_admin_requests_change_the_replicated_image(cluster: Quo
             assert sum(isinstance(r, PartitionRecord) and r.topic_id == topic.topic_id for r in state) == 3
             assert ConfigRecord(2, "admin", "retention.ms", "60000") in state
         deleted = await client.request(
-            m.DELETE_TOPICS, 6, timeout=10_000, topics=(codec.build_nested(
-                codec.request_class(m.DELETE_TOPICS, 6), "topics", name="admin", topic_id=None
+            DELETE_TOPICS, 6, timeout=10_000, topics=(schema.build_nested(
+                codec.request_class(DELETE_TOPICS, 6), "topics", name="admin", topic_id=None
             ),),
         )
         assert deleted.responses[0].error_code == ErrorCode.none, deleted
@@ -261,18 +285,18 @@ async def test_controlled_shutdown_moves_a_brokers_partitions_before_it_may_stop
     client = await cluster.client(leader)
     try:
         epoch = int((await client.register_broker(111, await _cluster_id(cluster, leader))).broker_epoch)
-        cls = codec.request_class(m.CREATE_TOPICS, 7)
+        cls = codec.request_class(CREATE_TOPICS, 7)
         assignments = tuple(
-            codec.build_nested(codec.field_entity(cls, "topics"), "assignments", partition_index=p, broker_ids=(111,))
+            schema.build_nested(schema.field_entity(cls, "topics"), "assignments", partition_index=p, broker_ids=(111,))
             for p in range(2)
         )
-        topic = codec.build_nested(cls, "topics", name="leaving", num_partitions=-1, replication_factor=-1,
+        topic = schema.build_nested(cls, "topics", name="leaving", num_partitions=-1, replication_factor=-1,
                                    assignments=assignments)
-        created = await client.connection.request(codec.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
+        created = await client.connection.request(schema.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
         assert created.topics[0].error_code == ErrorCode.none, created
 
         async def beat(**wants: bool) -> Any:
-            answer = await client.request(m.BROKER_HEARTBEAT, 1, broker_id=111, broker_epoch=epoch,
+            answer = await client.request(BROKER_HEARTBEAT, 1, broker_id=111, broker_epoch=epoch,
                                           current_metadata_offset=1 << 40, **wants)
             assert answer.error_code == ErrorCode.none, answer
             return answer
@@ -293,7 +317,7 @@ async def test_controlled_shutdown_moves_a_brokers_partitions_before_it_may_stop
         assert fenced.is_fenced and fenced.should_shut_down
 
         async def unregister(broker_id: int) -> ErrorCode:
-            answer = await client.request(m.UNREGISTER_BROKER, 0, broker_id=broker_id)
+            answer = await client.request(UNREGISTER_BROKER, 0, broker_id=broker_id)
             return ErrorCode(answer.error_code)
 
         assert await unregister(110) == ErrorCode.invalid_request  # alive
@@ -367,8 +391,8 @@ async def test_killing_the_active_controller_elects_another_within_3s_and_loses_
         state = metadata_records(await client.dump())
         for record in committed:
             assert record in state, f"{record} was lost by the failover"
-        written = await client.stream(m.PutKV(NodeIdentity(-1, -1), "after-the-kill", b"new leader"))
-        assert written.error_code == m.RpcError.NONE, written
+        written = await client.stream(PutKV(NodeIdentity(-1, -1), "after-the-kill", b"new leader"))
+        assert written.error_code == RpcError.NONE, written
     finally:
         await client.close()
 
@@ -388,8 +412,8 @@ async def test_broker_sessions_fence_a_silent_broker_and_refuse_its_writes(own_c
         created = await client.create_topic("sessions", 4)
         assert created.error_code == ErrorCode.none, created
         silent = NodeIdentity(300, silent_epoch)
-        stream = await client.stream(m.CreateStream(silent))
-        assert stream.error_code == m.RpcError.NONE
+        stream = await client.stream(CreateStream(silent))
+        assert stream.error_code == RpcError.NONE
 
         silent_beats.cancel()  # broker 300 goes quiet (as if paused with SIGSTOP)
 
@@ -402,10 +426,10 @@ async def test_broker_sessions_fence_a_silent_broker_and_refuse_its_writes(own_c
         partitions = [r for r in state if isinstance(r, PartitionRecord)]
         assert len(partitions) == 4 and all(p.leader == 301 for p in partitions)
 
-        refused = await client.stream(m.OpenStream(silent, stream.result, 0))
-        assert refused.error_code == m.RpcError.NODE_FENCED
-        with pytest.raises(m.NodeFencedError):
-            m.raise_for_error(refused.error_code, refused.error_message, refused.leader_id)
+        refused = await client.stream(OpenStream(silent, stream.result, 0))
+        assert refused.error_code == RpcError.NODE_FENCED
+        with pytest.raises(NodeFencedError):
+            raise_for_error(refused.error_code, refused.error_message, refused.leader_id)
 
         stale = await client.heartbeat(300, silent_epoch - 1, 0)
         assert stale.error_code == ErrorCode.stale_broker_epoch
@@ -419,8 +443,8 @@ async def test_broker_sessions_fence_a_silent_broker_and_refuse_its_writes(own_c
 
         await eventually_async(unfenced_by_a_heartbeat, timeout=5, interval=0.1,
                                what="broker 300 to be unfenced while heartbeating")
-        reopened = await client.stream(m.OpenStream(silent, stream.result, 0))
-        assert reopened.error_code == m.RpcError.NONE, reopened
+        reopened = await client.stream(OpenStream(silent, stream.result, 0))
+        assert reopened.error_code == RpcError.NONE, reopened
         assert live_epoch > 0
     finally:
         live_beats.cancel()
@@ -436,8 +460,8 @@ async def test_snapshots_bound_the_log_and_a_wiped_voter_catches_up(own_cluster:
     client = await own_cluster.client(leader)
     try:
         for i in range(60):
-            put = await client.stream(m.PutKV(NodeIdentity(-1, -1), f"key-{i}", bytes(40)))
-            assert put.error_code == m.RpcError.NONE
+            put = await client.stream(PutKV(NodeIdentity(-1, -1), f"key-{i}", bytes(40)))
+            assert put.error_code == RpcError.NONE
     finally:
         await client.close()
     # The leader writes its snapshot in the background once the log passes the threshold: wait for it, bounded.

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
+from metadata.errors import NodeFencedError, NotControllerError
+from metadata.log import decode_metadata_records, encode_metadata_records
 from metadata.records import KVRecord, TopicRecord
-from metadata.rpc import messages as m
+from metadata.rpc.error_codes import RpcError, error_code_for, raise_for_error
+from metadata.rpc.kafka_apis import BEGIN_QUORUM_EPOCH, FETCH, VOTE
 from metadata.rpc.raft_codec import (
     RaftCodecError,
     encode_entries,
@@ -15,6 +18,22 @@ from metadata.rpc.raft_codec import (
     request_version,
     response_from_kio,
     response_to_kio,
+)
+from metadata.rpc.stream_codec import (
+    StreamCodecError,
+    api_key_of,
+    decode_stream_request,
+    decode_stream_response,
+    encode_stream_request,
+    encode_stream_response,
+)
+from metadata.rpc.stream_rpcs import (
+    STREAM_API_BASE,
+    CommitStreamSetObject,
+    GetKV,
+    GetObjects,
+    OpenStream,
+    StreamResponse,
 )
 from raft.log import EntryKind, LogEntry, SnapshotId
 from raft.messages import (
@@ -42,7 +61,7 @@ from storage.metadata.api import (
     ObjectType,
     S3ObjectMetadata,
 )
-from wire import codec
+from wire import codec, schema
 from wire.record_batch import iter_batches
 
 REQUESTS: list[RaftRequest] = [
@@ -106,73 +125,73 @@ def test_log_entries_travel_as_kafka_record_batches_per_epoch_and_kind() -> None
     ]
 
 
-@pytest.mark.parametrize("api_key", [m.FETCH, m.VOTE, m.BEGIN_QUORUM_EPOCH])
+@pytest.mark.parametrize("api_key", [FETCH, VOTE, BEGIN_QUORUM_EPOCH])
 def test_a_refusal_by_the_peers_authorizer_reaches_the_raft_core_as_such(api_key: int) -> None:
     """The CONTROLLER listener refuses a Raft request with a top-level CLUSTER_AUTHORIZATION_FAILED; the core must
     see that code (it warns that its principal must be a super user), not an INVALID_REQUEST it would only retry."""
     cls = codec.response_class(api_key, request_version(api_key))
-    response = response_from_kio(api_key, codec.build(cls, error_code=ErrorCode.cluster_authorization_failed), 4)
+    response = response_from_kio(api_key, schema.build(cls, error_code=ErrorCode.cluster_authorization_failed), 4)
     assert response.error_code is Errors.CLUSTER_AUTHORIZATION_FAILED and response.correlation_id == 4
 
 
 def test_a_request_for_another_partition_is_refused() -> None:
     api_key, entity = request_to_kio(FetchRequest("cluster", 1, 500, 3, 10, 2, 0, 1 << 20, 9))
     cls = type(entity)
-    other = codec.build_nested(cls, "topics", topic="orders", partitions=entity.topics[0].partitions)
+    other = schema.build_nested(cls, "topics", topic="orders", partitions=entity.topics[0].partitions)
     with pytest.raises(RaftCodecError, match="orders"):
-        request_from_kio(api_key, codec.build(cls, replica_id=1, topics=(other,)), 1)
+        request_from_kio(api_key, schema.build(cls, replica_id=1, topics=(other,)), 1)
 
 
 def test_stream_requests_and_responses_round_trip() -> None:
     node = NodeIdentity(4, 1700)
     commit = CommitStreamSetObjectRequest(node, 12, 4096, (ObjectStreamRange(3, 0, 10, 2),), order_id=12)
-    request = m.CommitStreamSetObject(node, commit)
-    frame = m.encode_stream_request(request, 41)
-    assert m.api_key_of(frame[4:]) == m.STREAM_API_BASE + 8
-    assert m.decode_stream_request(frame[4:]) == (41, request)
+    request = CommitStreamSetObject(node, commit)
+    frame = encode_stream_request(request, 41)
+    assert api_key_of(frame[4:]) == STREAM_API_BASE + 8
+    assert decode_stream_request(frame[4:]) == (41, request)
 
     objects = [S3ObjectMetadata(12, 4096, ObjectType.STREAM_SET, (ObjectStreamRange(3, 0, 10),), 12, 0, 4)]
-    frame = m.encode_stream_response(41, m.StreamResponse(m.RpcError.NONE, None, 2, objects))
-    correlation_id, response = m.decode_stream_response(m.GetObjects, frame[4:])
+    frame = encode_stream_response(41, StreamResponse(RpcError.NONE, None, 2, objects))
+    correlation_id, response = decode_stream_response(GetObjects, frame[4:])
     assert correlation_id == 41 and response.result == tuple(objects) and response.leader_id == 2
 
-    frame = m.encode_stream_response(7, m.StreamResponse(m.RpcError.NONE, None, 2, None))
-    assert m.decode_stream_response(m.GetKV, frame[4:])[1].result is None
+    frame = encode_stream_response(7, StreamResponse(RpcError.NONE, None, 2, None))
+    assert decode_stream_response(GetKV, frame[4:])[1].result is None
 
 
 def test_metadata_records_encode_in_chunks_and_reject_trailing_garbage() -> None:
     records = [KVRecord(f"k{i}", bytes([i % 256])) for i in range(2500)] + [TopicRecord("t", "id")]
-    data = m.encode_metadata_records(records)
-    assert m.decode_metadata_records(data, "test") == records
+    data = encode_metadata_records(records)
+    assert decode_metadata_records(data, "test") == records
     with pytest.raises(StorageError, match="test"):
-        m.decode_metadata_records(data + b"\x00\x00\x00\x07junk", "test")
+        decode_metadata_records(data + b"\x00\x00\x00\x07junk", "test")
 
 
 def test_malformed_stream_frames_name_the_problem() -> None:
-    with pytest.raises(m.StreamCodecError, match="unknown Fjord RPC api key 10999"):
-        m.decode_stream_request(b"\x2a\xf7\x00\x00\x00\x00\x00\x01\xff\xff[]")
-    frame = m.encode_stream_request(m.OpenStream(NodeIdentity(1, 1), 3, 0), 1)[4:]
-    with pytest.raises(m.StreamCodecError, match="OpenStream"):
-        m.decode_stream_request(frame[:-3] + b"}")
+    with pytest.raises(StreamCodecError, match="unknown Fjord RPC api key 10999"):
+        decode_stream_request(b"\x2a\xf7\x00\x00\x00\x00\x00\x01\xff\xff[]")
+    frame = encode_stream_request(OpenStream(NodeIdentity(1, 1), 3, 0), 1)[4:]
+    with pytest.raises(StreamCodecError, match="OpenStream"):
+        decode_stream_request(frame[:-3] + b"}")
 
 
 @pytest.mark.parametrize(
     ("error", "code", "expected"),
     [
-        (StreamFencedError("stream 3: epoch 1 is older"), m.RpcError.STREAM_FENCED, StreamFencedError),
-        (OffsetNotMatchedError("stream 3 ends at 10"), m.RpcError.OFFSET_NOT_MATCHED, OffsetNotMatchedError),
-        (m.NodeFencedError("node 4 is fenced"), m.RpcError.NODE_FENCED, m.NodeFencedError),
-        (StreamNotFoundError(9), m.RpcError.STREAM_NOT_FOUND, StreamNotFoundError),
-        (m.NotControllerError("not me", 2), m.RpcError.NOT_CONTROLLER, m.NotControllerError),
-        (StorageError("disk"), m.RpcError.STORAGE_ERROR, StorageError),
+        (StreamFencedError("stream 3: epoch 1 is older"), RpcError.STREAM_FENCED, StreamFencedError),
+        (OffsetNotMatchedError("stream 3 ends at 10"), RpcError.OFFSET_NOT_MATCHED, OffsetNotMatchedError),
+        (NodeFencedError("node 4 is fenced"), RpcError.NODE_FENCED, NodeFencedError),
+        (StreamNotFoundError(9), RpcError.STREAM_NOT_FOUND, StreamNotFoundError),
+        (NotControllerError("not me", 2), RpcError.NOT_CONTROLLER, NotControllerError),
+        (StorageError("disk"), RpcError.STORAGE_ERROR, StorageError),
     ],
 )
-def test_storage_errors_cross_the_wire_as_codes(error: StorageError, code: m.RpcError, expected: type) -> None:
-    assert m.error_code_for(error) is code
+def test_storage_errors_cross_the_wire_as_codes(error: StorageError, code: RpcError, expected: type) -> None:
+    assert error_code_for(error) is code
     with pytest.raises(expected) as raised:
-        m.raise_for_error(code, str(error), 2, stream_id=9)
+        raise_for_error(code, str(error), 2, stream_id=9)
     assert str(error) in str(raised.value)
     if isinstance(raised.value, StreamNotFoundError):
         assert raised.value.stream_id == 9
-    if isinstance(raised.value, m.NotControllerError):
+    if isinstance(raised.value, NotControllerError):
         assert raised.value.leader_id == 2

@@ -21,13 +21,22 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from metadata.log import decode_metadata_records
 from metadata.records import MetadataRecord
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ControllerConnection
+from metadata.rpc.error_codes import RpcError
+from metadata.rpc.kafka_apis import (
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    CREATE_TOPICS,
+    DESCRIBE_QUORUM,
+    METADATA_TOPIC,
+)
+from metadata.rpc.stream_rpcs import DescribeMetadata, GetKV, MetadataDump, StreamRequest, StreamResponse
 from storage.metadata.api import NodeIdentity
 from tests.ports import free_ports
 from tests.waiting import eventually_async
-from wire import codec
+from wire import codec, schema
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -172,11 +181,11 @@ class QuorumCluster:
             active_leader, timeout=timeout, what=lambda: f"an active controller among {candidates}\n{self.logs()}"
         )
 
-    async def converged_dumps(self, nodes: list[int], timeout: float = 10.0) -> dict[int, m.MetadataDump]:
+    async def converged_dumps(self, nodes: list[int], timeout: float = 10.0) -> dict[int, MetadataDump]:
         """Every node's dump once all of them applied the same offset."""
-        dumps: dict[int, m.MetadataDump] = {}
+        dumps: dict[int, MetadataDump] = {}
 
-        async def converged() -> dict[int, m.MetadataDump] | None:
+        async def converged() -> dict[int, MetadataDump] | None:
             for node_id in nodes:
                 client = await self.client(node_id)
                 try:
@@ -191,8 +200,8 @@ class QuorumCluster:
         )
 
 
-def metadata_records(dump: m.MetadataDump) -> list[MetadataRecord]:
-    return m.decode_metadata_records(dump.records, f"dump of controller {dump.node_id}")
+def metadata_records(dump: MetadataDump) -> list[MetadataRecord]:
+    return decode_metadata_records(dump.records, f"dump of controller {dump.node_id}")
 
 
 class ControllerClient:
@@ -205,48 +214,48 @@ class ControllerClient:
         await self.connection.close()
 
     async def request(self, api_key: int, version: int, **fields: Any) -> Any:
-        entity = codec.build(codec.request_class(api_key, version), **fields)
+        entity = schema.build(codec.request_class(api_key, version), **fields)
         return await self.connection.request(entity, timeout=10.0)
 
-    async def stream(self, request: m.StreamRequest) -> m.StreamResponse:
+    async def stream(self, request: StreamRequest) -> StreamResponse:
         return await self.connection.stream_request(request, timeout=10.0)
 
-    async def dump(self) -> m.MetadataDump:
-        response = await self.stream(m.DescribeMetadata(NodeIdentity(-1, -1)))
-        assert response.error_code == m.RpcError.NONE, response
-        assert isinstance(response.result, m.MetadataDump)
+    async def dump(self) -> MetadataDump:
+        response = await self.stream(DescribeMetadata(NodeIdentity(-1, -1)))
+        assert response.error_code == RpcError.NONE, response
+        assert isinstance(response.result, MetadataDump)
         return response.result
 
     async def is_active(self) -> bool:
-        response = await self.stream(m.GetKV(NodeIdentity(-1, -1), "__probe"))
-        return response.error_code == m.RpcError.NONE
+        response = await self.stream(GetKV(NodeIdentity(-1, -1), "__probe"))
+        return response.error_code == RpcError.NONE
 
     async def describe_quorum(self, version: int = 2) -> Any:
-        cls = codec.request_class(m.DESCRIBE_QUORUM, version)
-        topic = codec.build_nested(
-            cls, "topics", topic_name=m.METADATA_TOPIC,
-            partitions=(codec.build_nested(codec.field_entity(cls, "topics"), "partitions", partition_index=0),),
+        cls = codec.request_class(DESCRIBE_QUORUM, version)
+        topic = schema.build_nested(
+            cls, "topics", topic_name=METADATA_TOPIC,
+            partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions", partition_index=0),),
         )
-        response = await self.connection.request(codec.build(cls, topics=(topic,)), timeout=10.0)
+        response = await self.connection.request(schema.build(cls, topics=(topic,)), timeout=10.0)
         return response.topics[0].partitions[0]
 
     async def register_broker(self, broker_id: int, cluster_id: str, port: int = 9092) -> Any:
-        cls = codec.request_class(m.BROKER_REGISTRATION, 2)
-        listener = codec.build_nested(cls, "listeners", name="PLAINTEXT", host="127.0.0.1", port=port,
+        cls = codec.request_class(BROKER_REGISTRATION, 2)
+        listener = schema.build_nested(cls, "listeners", name="PLAINTEXT", host="127.0.0.1", port=port,
                                       security_protocol=0)
         return await self.request(
-            m.BROKER_REGISTRATION, 2, broker_id=broker_id, cluster_id=cluster_id, incarnation_id=uuid.uuid4(),
+            BROKER_REGISTRATION, 2, broker_id=broker_id, cluster_id=cluster_id, incarnation_id=uuid.uuid4(),
             listeners=(listener,), rack=None,
         )
 
     async def heartbeat(self, broker_id: int, epoch: int, offset: int) -> Any:
         return await self.request(
-            m.BROKER_HEARTBEAT, 1, broker_id=broker_id, broker_epoch=epoch, current_metadata_offset=offset
+            BROKER_HEARTBEAT, 1, broker_id=broker_id, broker_epoch=epoch, current_metadata_offset=offset
         )
 
     async def create_topic(self, name: str, partitions: int, replication: int = 1) -> Any:
-        cls = codec.request_class(m.CREATE_TOPICS, 7)
-        topic = codec.build_nested(cls, "topics", name=name, num_partitions=partitions,
+        cls = codec.request_class(CREATE_TOPICS, 7)
+        topic = schema.build_nested(cls, "topics", name=name, num_partitions=partitions,
                                    replication_factor=replication)
-        response = await self.connection.request(codec.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
+        response = await self.connection.request(schema.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
         return response.topics[0]

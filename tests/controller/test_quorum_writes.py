@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from controller.quorum import QuorumController
-from metadata.rpc.messages import NotControllerError
+from metadata.errors import NotControllerError
 from storage.metadata.api import NodeIdentity
 from tests.quorum_fixtures import active_voter
 from tests.waiting import eventually_async

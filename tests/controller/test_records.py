@@ -36,8 +36,8 @@ from metadata.records import (
     decode_record,
     encode_record,
 )
+from settings.config_resources import RESOURCE_TOPIC
 from settings.endpoint import Endpoint
-from settings.keys import RESOURCE_TOPIC
 from storage.metadata.api import StreamState
 
 TOPIC_ID = str(uuid.uuid4())

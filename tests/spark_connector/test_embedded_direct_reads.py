@@ -17,8 +17,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from metadata.remote.discovery import quorum_voters
-from metadata.rpc import messages as m
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
+from metadata.rpc.error_codes import RpcError
+from metadata.rpc.stream_rpcs import CreateStream, DescribeMetadata, GetStreams, StreamResponse
 from storage.metadata.api import NodeIdentity
 from tests.broker.broker_support import REPO, BrokerProcess, start_broker
 from tests.spark_connector.test_direct_reads import (
@@ -82,15 +83,15 @@ def test_embedded_node_reads_uploaded_range_directly(spark: SparkSession, embedd
 
 
 def test_embedded_controller_listener_is_read_only(embedded: Embedded) -> None:
-    async def ask() -> tuple[dict[int, tuple[str, int]], m.StreamResponse, m.StreamResponse, m.StreamResponse]:
+    async def ask() -> tuple[dict[int, tuple[str, int]], StreamResponse, StreamResponse, StreamResponse]:
         voters = await quorum_voters([("127.0.0.1", embedded.port)], 5.0, "fjord-test")
         host, port = voters[0]
         connection = ControllerConnection(host, port, client_id="embedded-test")
         try:
             await connection.connect(timeout=5.0)
-            write = await connection.stream_request(m.CreateStream(NodeIdentity(0, 1)), timeout=5.0)
-            dump = await connection.stream_request(m.DescribeMetadata(NodeIdentity(-1, -1)), timeout=5.0)
-            read = await connection.stream_request(m.GetStreams(NodeIdentity(-1, -1), (1,)), timeout=5.0)
+            write = await connection.stream_request(CreateStream(NodeIdentity(0, 1)), timeout=5.0)
+            dump = await connection.stream_request(DescribeMetadata(NodeIdentity(-1, -1)), timeout=5.0)
+            read = await connection.stream_request(GetStreams(NodeIdentity(-1, -1), (1,)), timeout=5.0)
         finally:
             await connection.close()
         return voters, write, dump, read
@@ -98,10 +99,10 @@ def test_embedded_controller_listener_is_read_only(embedded: Embedded) -> None:
     voters, write, dump, read = asyncio.run(ask())
     assert list(voters) == [0]
     assert voters[0][1] not in (0, embedded.port)
-    assert write.error_code == m.RpcError.INVALID_REQUEST
+    assert write.error_code == RpcError.INVALID_REQUEST
     assert "serves only reads" in (write.error_message or "")
-    assert dump.error_code == m.RpcError.INVALID_REQUEST  # the whole metadata, SCRAM credentials among it
-    assert read.error_code == m.RpcError.NONE
+    assert dump.error_code == RpcError.INVALID_REQUEST  # the whole metadata, SCRAM credentials among it
+    assert read.error_code == RpcError.NONE
 
 
 def test_with_an_authorizer_only_super_users_read_the_controller_listener(tmp_path: Path) -> None:
@@ -117,11 +118,11 @@ def test_with_an_authorizer_only_super_users_read_the_controller_listener(tmp_pa
 
         port = process.listener_ports["CONTROLLER"]  # the broker's DescribeQuorum is refused to ANONYMOUS too
 
-        async def ask() -> m.StreamResponse:
+        async def ask() -> StreamResponse:
             connection = ControllerConnection("127.0.0.1", port, client_id="anonymous-reader")
             try:
                 await connection.connect(timeout=5.0)
-                return await connection.stream_request(m.GetStreams(NodeIdentity(-1, -1), (1,)), timeout=5.0)
+                return await connection.stream_request(GetStreams(NodeIdentity(-1, -1), (1,)), timeout=5.0)
             finally:
                 await connection.close()
 

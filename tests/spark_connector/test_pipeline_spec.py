@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from spark_connector.pipeline import SpecError, describe, load_pipeline, parse_pipeline
-from spark_connector.pipeline.spec import Decode, Trigger, Watermark, apply_overrides
+from spark_connector.pipeline.model import Decode, Trigger, Watermark
+from spark_connector.pipeline.spec import apply_overrides
 from tests.broker.broker_support import REPO
 
 EXAMPLES = REPO / "config" / "pipelines"

@@ -11,14 +11,14 @@ from collections.abc import AsyncIterator
 import pytest
 from kio.schema.errors import ErrorCode
 
-from wire import codec
+from wire import codec, schema
 from wire.client import ClientConnection
 
 END_TXN = 26
 
 
 def end_txn_request() -> object:
-    return codec.build(
+    return schema.build(
         codec.request_class(END_TXN, 3), transactional_id="tx", producer_id=1, producer_epoch=0, committed=True
     )
 
@@ -47,7 +47,7 @@ class ScriptedPeer:
                 if self.behaviour == "hang_up":
                     return
                 correlation_id = prefix.correlation_id + (1 if self.behaviour == "wrong_id" else 0)
-                response = codec.build(
+                response = schema.build(
                     codec.response_class(prefix.api_key, prefix.api_version),
                     throttle_time=0,
                     error_code=ErrorCode.invalid_txn_state,

@@ -1,18 +1,11 @@
-"""The admin APIs on the wire, both ways: Kafka entities of CreateTopics (19), DeleteTopics (20), CreatePartitions
-(37), AlterConfigs (33), ElectLeaders (43), IncrementalAlterConfigs (44), AlterPartitionReassignments (45) and
-AlterUserScramCredentials (51) to and from the `metadata.controller_api` dataclasses.
+"""Topics and their partitions on the wire, both ways: Kafka entities of CreateTopics (19), DeleteTopics (20),
+CreatePartitions (37), ElectLeaders (43) and AlterPartitionReassignments (45) to and from the
+``metadata.controller_api`` dataclasses.
 
-Three places speak these APIs: the broker's handlers (a client's request of any version, answered through the
-broker's `ControllerClient`), the CONTROLLER listener (the same requests, forwarded by brokers or sent by clients
-that bootstrap from the controllers, answered by the active `Controller`) and the broker's remote client (which
-forwards a write as a request of one fixed version and reads the answer back). They must agree item for item on
-what a request asks and on what each error code and message becomes, so both directions live here, once, and the
-three callers only decide whom to ask and what a failure to ask means.
-
-Reading a request also applies the checks that concern the request itself, not the cluster (a topic named twice,
-contradictory fields, an unknown config operation or resource type): those items are answered here and never sent
-on. Whether a broker resource names the right broker depends on who answers, so :func:`check_broker_resource` takes
-that node's id from its caller.
+A broker's handlers, the CONTROLLER listener and the broker's remote client all speak these APIs and must agree item
+for item on what a request asks and what each answer becomes (see :mod:`metadata.admin`), so both directions live
+here once. Reading a request also answers the items that are wrong in themselves (a topic named twice,
+contradictory fields); those are never sent on.
 """
 
 from __future__ import annotations
@@ -21,64 +14,37 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
+from metadata.admin.config_wire import Outcome
 from metadata.controller_api import (
-    ConfigResource,
     CreateTopicResult,
     DeleteTopicResult,
     ElectLeaderResult,
-    IncrementalOp,
     NewTopic,
     PartitionReassignment,
     ReassignmentResult,
-    ScramAlterResult,
-    ScramDeletion,
-    ScramUpsertion,
 )
 from metadata.errors import ControllerError
 from settings.describe import ConfigEntry, ConfigSource
-from wire import codec
+from wire import codec, schema
 
-# The API keys, here rather than from metadata.rpc.messages: that package serves this module, not the reverse.
+# The API keys, here rather than from metadata.rpc.kafka_apis: that package serves this module, not the reverse.
 _CREATE_TOPICS = 19
 _DELETE_TOPICS = 20
-_ALTER_CONFIGS = 33
 _CREATE_PARTITIONS = 37
 _ELECT_LEADERS = 43
-_INCREMENTAL_ALTER_CONFIGS = 44
 _ALTER_PARTITION_REASSIGNMENTS = 45
-_ALTER_USER_SCRAM_CREDENTIALS = 51
 
 #: The versions the remote client forwards in (the newest each side of the controller listener serves).
 _CREATE_TOPICS_VERSION = 7
 _DELETE_TOPICS_VERSION = 6
 _CREATE_PARTITIONS_VERSION = 3
-_ALTER_CONFIGS_VERSION = 2
 _ELECT_LEADERS_VERSION = 2
-_INCREMENTAL_ALTER_CONFIGS_VERSION = 1
 _ALTER_PARTITION_REASSIGNMENTS_VERSION = 0
-_ALTER_USER_SCRAM_CREDENTIALS_VERSION = 0
-
-_OPS = {IncrementalOp.SET, IncrementalOp.DELETE, IncrementalOp.APPEND, IncrementalOp.SUBTRACT}
-_KNOWN_RESOURCE_TYPES = {ConfigResource.TOPIC, ConfigResource.BROKER}
-#: IncrementalAlterConfigs also changes BROKER_LOGGER: answered by the broker named, never by the controller.
-_INCREMENTAL_RESOURCE_TYPES = {*_KNOWN_RESOURCE_TYPES, ConfigResource.BROKER_LOGGER}
-
-#: A per-item answer: the error code and message.
-Outcome: TypeAlias = tuple[ErrorCode, str | None]
-
-
-class ResourceRefused(Exception):
-    """One topic or resource refused by a request-level check; answered with ``code`` and the message, the
-    controller is not asked."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # ------------------------------------------------------------------------------------------ CreateTopics (19)
@@ -133,7 +99,7 @@ def create_topics_refused(topics: Sequence[NewTopic], code: ErrorCode, message: 
 
 def _config_entries(result_cls: type[Any], configs: list[ConfigEntry]) -> tuple[Any, ...]:
     return tuple(
-        codec.build_nested(
+        schema.build_nested(
             result_cls,
             "configs",
             name=entry.name,
@@ -148,7 +114,7 @@ def _config_entries(result_cls: type[Any], configs: list[ConfigEntry]) -> tuple[
 
 def _create_result(result_cls: type[Any], result: CreateTopicResult) -> Any:
     ok = result.error == ErrorCode.none
-    return codec.build(
+    return schema.build(
         result_cls,
         name=result.name,
         topic_id=result.topic_id or uuid_zero,
@@ -156,34 +122,34 @@ def _create_result(result_cls: type[Any], result: CreateTopicResult) -> Any:
         error_message=result.message,
         num_partitions=result.num_partitions if ok else -1,
         replication_factor=result.replication_factor if ok else -1,
-        configs=_config_entries(result_cls, result.configs) if ok and codec.has_field(result_cls, "configs") else None,
+        configs=_config_entries(result_cls, result.configs) if ok and schema.has_field(result_cls, "configs") else None,
     )
 
 
 def create_topics_response(response_cls: type[Any], ask: CreateTopicsAsk, created: Sequence[CreateTopicResult]) -> Any:
-    result_cls = codec.field_entity(response_cls, "topics")
+    result_cls = schema.field_entity(response_cls, "topics")
     results = dict(ask.refused)
     results.update((result.name, result) for result in created)
-    return codec.build(
+    return schema.build(
         response_cls, throttle_time=0, topics=tuple(_create_result(result_cls, results[name]) for name in ask.order)
     )
 
 
 def create_topics_request(topics: Sequence[NewTopic], validate_only: bool, timeout_ms: int) -> Any:
     cls = codec.request_class(_CREATE_TOPICS, _CREATE_TOPICS_VERSION)
-    topic_cls = codec.field_entity(cls, "topics")
+    topic_cls = schema.field_entity(cls, "topics")
     entries = tuple(
-        codec.build_nested(
+        schema.build_nested(
             cls, "topics", name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
             assignments=tuple(
-                codec.build_nested(topic_cls, "assignments", partition_index=p, broker_ids=tuple(r))
+                schema.build_nested(topic_cls, "assignments", partition_index=p, broker_ids=tuple(r))
                 for p, r in sorted((t.assignments or {}).items())
             ),
-            configs=tuple(codec.build_nested(topic_cls, "configs", name=k, value=v) for k, v in t.configs.items()),
+            configs=tuple(schema.build_nested(topic_cls, "configs", name=k, value=v) for k, v in t.configs.items()),
         )
         for t in topics
     )
-    return codec.build(cls, topics=entries, timeout=timeout_ms, validate_only=validate_only)
+    return schema.build(cls, topics=entries, timeout=timeout_ms, validate_only=validate_only)
 
 
 def read_create_topics_response(response: Any) -> list[CreateTopicResult]:
@@ -251,21 +217,21 @@ def delete_topics_refused(
 
 
 def delete_topics_response(response_cls: type[Any], ask: DeleteTopicsAsk, deleted: Sequence[DeleteTopicResult]) -> Any:
-    result_cls = codec.field_entity(response_cls, "responses")
+    result_cls = schema.field_entity(response_cls, "responses")
     responses = tuple(
-        codec.build(result_cls, name=r.name, topic_id=r.topic_id or uuid_zero, error_code=r.error,
+        schema.build(result_cls, name=r.name, topic_id=r.topic_id or uuid_zero, error_code=r.error,
                     error_message=r.message)
         for r in (*ask.refused, *deleted)
     )
-    return codec.build(response_cls, throttle_time=0, responses=responses)
+    return schema.build(response_cls, throttle_time=0, responses=responses)
 
 
 def delete_topics_request(names: Sequence[str], ids: Sequence[uuid.UUID], timeout_ms: int) -> Any:
     cls = codec.request_class(_DELETE_TOPICS, _DELETE_TOPICS_VERSION)
-    entries = tuple(codec.build_nested(cls, "topics", name=n, topic_id=uuid_zero) for n in names) + tuple(
-        codec.build_nested(cls, "topics", name=None, topic_id=i) for i in ids
+    entries = tuple(schema.build_nested(cls, "topics", name=n, topic_id=uuid_zero) for n in names) + tuple(
+        schema.build_nested(cls, "topics", name=None, topic_id=i) for i in ids
     )
-    return codec.build(cls, topics=entries, timeout=timeout_ms)
+    return schema.build(cls, topics=entries, timeout=timeout_ms)
 
 
 def read_delete_topics_response(response: Any) -> list[DeleteTopicResult]:
@@ -311,8 +277,8 @@ def read_create_partitions(request: Any) -> PartitionsAsk:
 
 def create_partitions_response(response_cls: type[Any], answers: Sequence[tuple[str, ErrorCode, str | None]]) -> Any:
     """``answers``: (topic, code, message) per topic of the request, in its order."""
-    return codec.build(response_cls, throttle_time=0, results=tuple(
-        codec.build_nested(response_cls, "results", name=topic, error_code=code, error_message=message)
+    return schema.build(response_cls, throttle_time=0, results=tuple(
+        schema.build_nested(response_cls, "results", name=topic, error_code=code, error_message=message)
         for topic, code, message in answers
     ))
 
@@ -321,141 +287,19 @@ def create_partitions_request(
     topic: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool, timeout_ms: int
 ) -> Any:
     cls = codec.request_class(_CREATE_PARTITIONS, _CREATE_PARTITIONS_VERSION)
-    topic_cls = codec.field_entity(cls, "topics")
-    entry = codec.build_nested(
+    topic_cls = schema.field_entity(cls, "topics")
+    entry = schema.build_nested(
         cls, "topics", name=topic, count=count,
         assignments=None if assignments is None else tuple(
-            codec.build_nested(topic_cls, "assignments", broker_ids=tuple(a)) for a in assignments
+            schema.build_nested(topic_cls, "assignments", broker_ids=tuple(a)) for a in assignments
         ),
     )
-    return codec.build(cls, topics=(entry,), timeout=timeout_ms, validate_only=validate_only)
+    return schema.build(cls, topics=(entry,), timeout=timeout_ms, validate_only=validate_only)
 
 
 def read_create_partitions_response(response: Any) -> Outcome:
     """The answer for the one topic :func:`create_partitions_request` asks about."""
     result = response.results[0]
-    return ErrorCode(int(result.error_code)), result.error_message
-
-
-# ----------------------------------------------------------------- AlterConfigs (33), IncrementalAlterConfigs (44)
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigAlteration:
-    """One resource of an (Incremental)AlterConfigs request: ``incremental_ops`` None for legacy AlterConfigs (the
-    set replaces the resource's dynamic config); ``refused`` is the request-level check's answer, or the broker's own
-    answer for a resource it serves itself (BROKER_LOGGER): either way the controller is not asked."""
-
-    resource: ConfigResource
-    changes: Mapping[str, str | None]
-    incremental_ops: Mapping[str, int] | None
-    refused: Outcome | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigAlterations:
-    resources: tuple[ConfigAlteration, ...]
-    validate_only: bool
-
-
-def _unsupported_type(resource: ConfigResource, known: set[int] = _KNOWN_RESOURCE_TYPES) -> Outcome | None:
-    if resource.type in known:
-        return None
-    return ErrorCode.invalid_request, f"Unsupported resource type {resource.type}"
-
-
-def read_alter_configs(request: Any) -> ConfigAlterations:
-    """Legacy AlterConfigs replaces the whole resource config and, as Kafka does, folds repeated keys into one map
-    where the last value wins (clients that re-send described configs plus a change rely on it)."""
-    alterations = []
-    for entry in request.resources:
-        resource = ConfigResource(int(entry.resource_type), entry.resource_name)
-        changes = {c.name: c.value for c in entry.configs}
-        alterations.append(ConfigAlteration(resource, changes, None, _unsupported_type(resource)))
-    return ConfigAlterations(tuple(alterations), bool(request.validate_only))
-
-
-def read_incremental_alter_configs(request: Any) -> ConfigAlterations:
-    """Unlike legacy AlterConfigs, a key named twice in one resource is refused, as is an unknown operation."""
-    alterations = []
-    for entry in request.resources:
-        resource = ConfigResource(int(entry.resource_type), entry.resource_name)
-        duplicates = [k for k, n in Counter(c.name for c in entry.configs).items() if n > 1]
-        bad_ops = sorted({int(c.config_operation) for c in entry.configs} - _OPS)
-        refused: Outcome | None
-        if duplicates:
-            refused = ErrorCode.invalid_request, f"Error due to duplicate config keys {sorted(duplicates)}"
-        elif bad_ops:
-            refused = ErrorCode.invalid_request, f"Unknown alter config operation(s) {bad_ops}"
-        else:
-            refused = _unsupported_type(resource, _INCREMENTAL_RESOURCE_TYPES)
-        changes = {c.name: c.value for c in entry.configs}
-        ops = {c.name: int(c.config_operation) for c in entry.configs}
-        alterations.append(ConfigAlteration(resource, changes, ops, refused))
-    return ConfigAlterations(tuple(alterations), bool(request.validate_only))
-
-
-def check_broker_resource(name: str, node_id: int, *, cluster_default: bool = True) -> bool:
-    """True for the cluster-wide default resource (""); ResourceRefused for a name that is not ``node_id``: a
-    broker's own configs are asked of that broker (as Kafka's admin clients do). ``cluster_default`` False: a
-    resource with no such default (BROKER_LOGGER), where "" is refused too. A name is read as a number, so "01"
-    names broker 1."""
-    if name == "":
-        if cluster_default:
-            return True
-        raise ResourceRefused(ErrorCode.invalid_request, "Broker id must not be empty")
-    try:
-        named = int(name)
-    except ValueError:
-        raise ResourceRefused(ErrorCode.invalid_request, f"broker resource name {name!r} is not a broker id") from None
-    if named != node_id:
-        raise ResourceRefused(
-            ErrorCode.invalid_request,
-            f"Unexpected broker id, expected {node_id}{' or empty string,' if cluster_default else ''} but received "
-            f"{name}",
-        )
-    return False
-
-
-def alter_configs_response(
-    response_cls: type[Any], answers: Sequence[tuple[ConfigResource, ErrorCode, str | None]]
-) -> Any:
-    """``answers``: (resource, code, message) per resource of the request, in its order."""
-    return codec.build(response_cls, throttle_time=0, responses=tuple(
-        codec.build_nested(response_cls, "responses", error_code=code, error_message=message,
-                           resource_type=resource.type, resource_name=resource.name)
-        for resource, code, message in answers
-    ))
-
-
-def alter_configs_request(
-    resource: ConfigResource,
-    changes: Mapping[str, str | None],
-    incremental_ops: Mapping[str, int] | None,
-    validate_only: bool,
-) -> Any:
-    """AlterConfigs when ``incremental_ops`` is None, else IncrementalAlterConfigs, for one resource."""
-    if incremental_ops is None:
-        cls = codec.request_class(_ALTER_CONFIGS, _ALTER_CONFIGS_VERSION)
-        configs = tuple(
-            codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=k, value=v)
-            for k, v in changes.items()
-        )
-    else:
-        cls = codec.request_class(_INCREMENTAL_ALTER_CONFIGS, _INCREMENTAL_ALTER_CONFIGS_VERSION)
-        configs = tuple(
-            codec.build_nested(codec.field_entity(cls, "resources"), "configs", name=k,
-                               config_operation=incremental_ops.get(k, 0), value=v)
-            for k, v in changes.items()
-        )
-    entry = codec.build_nested(cls, "resources", resource_type=resource.type, resource_name=resource.name,
-                               configs=configs)
-    return codec.build(cls, resources=(entry,), validate_only=validate_only)
-
-
-def read_alter_configs_response(response: Any) -> Outcome:
-    """The answer for the one resource :func:`alter_configs_request` asks about."""
-    result = response.responses[0]
     return ErrorCode(int(result.error_code)), result.error_message
 
 
@@ -487,15 +331,15 @@ def elect_leaders_response(
     response_cls: type[Any], results: Sequence[ElectLeaderResult], error: ErrorCode = ErrorCode.none
 ) -> Any:
     """``error``: the request's top-level refusal (Kafka answers it beside the same error for every partition)."""
-    topic_cls = codec.field_entity(response_cls, "replica_election_results")
+    topic_cls = schema.field_entity(response_cls, "replica_election_results")
     by_topic: dict[str, list[Any]] = {}
     for result in results:
         by_topic.setdefault(result.topic, []).append(
-            codec.build_nested(topic_cls, "partition_result", partition_id=result.partition, error_code=result.error,
+            schema.build_nested(topic_cls, "partition_result", partition_id=result.partition, error_code=result.error,
                                error_message=result.message)
         )
-    return codec.build(response_cls, throttle_time=0, error_code=error, replica_election_results=tuple(
-        codec.build(topic_cls, topic=name, partition_result=tuple(parts)) for name, parts in by_topic.items()
+    return schema.build(response_cls, throttle_time=0, error_code=error, replica_election_results=tuple(
+        schema.build(topic_cls, topic=name, partition_result=tuple(parts)) for name, parts in by_topic.items()
     ))
 
 
@@ -506,9 +350,9 @@ def elect_leaders_request(ask: ElectLeadersAsk) -> Any:
         by_topic: dict[str, list[int]] = {}
         for topic, index in ask.partitions:
             by_topic.setdefault(topic, []).append(index)
-        topics = tuple(codec.build_nested(cls, "topic_partitions", topic=name, partitions=tuple(indexes))
+        topics = tuple(schema.build_nested(cls, "topic_partitions", topic=name, partitions=tuple(indexes))
                        for name, indexes in by_topic.items())
-    return codec.build(cls, election_type=ask.election_type, topic_partitions=topics)
+    return schema.build(cls, election_type=ask.election_type, topic_partitions=topics)
 
 
 def read_elect_leaders_response(response: Any, ask: ElectLeadersAsk) -> list[ElectLeaderResult]:
@@ -543,27 +387,27 @@ def reassignments_refused(
 
 
 def alter_partition_reassignments_response(response_cls: type[Any], results: Sequence[ReassignmentResult]) -> Any:
-    topic_cls = codec.field_entity(response_cls, "responses")
+    topic_cls = schema.field_entity(response_cls, "responses")
     by_topic: dict[str, list[Any]] = {}
     for result in results:
         by_topic.setdefault(result.topic, []).append(
-            codec.build_nested(topic_cls, "partitions", partition_index=result.partition, error_code=result.error,
+            schema.build_nested(topic_cls, "partitions", partition_index=result.partition, error_code=result.error,
                                error_message=result.message)
         )
-    responses = tuple(codec.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
-    return codec.build(response_cls, throttle_time=0, responses=responses)
+    responses = tuple(schema.build(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    return schema.build(response_cls, throttle_time=0, responses=responses)
 
 
 def alter_partition_reassignments_request(reassignments: Sequence[PartitionReassignment]) -> Any:
     cls = codec.request_class(_ALTER_PARTITION_REASSIGNMENTS, _ALTER_PARTITION_REASSIGNMENTS_VERSION)
-    topic_cls = codec.field_entity(cls, "topics")
+    topic_cls = schema.field_entity(cls, "topics")
     by_topic: dict[str, list[Any]] = {}
     for r in reassignments:
         by_topic.setdefault(r.topic, []).append(
-            codec.build_nested(topic_cls, "partitions", partition_index=r.partition, replicas=r.replicas)
+            schema.build_nested(topic_cls, "partitions", partition_index=r.partition, replicas=r.replicas)
         )
-    topics = tuple(codec.build_nested(cls, "topics", name=n, partitions=tuple(p)) for n, p in by_topic.items())
-    return codec.build(cls, topics=topics)
+    topics = tuple(schema.build_nested(cls, "topics", name=n, partitions=tuple(p)) for n, p in by_topic.items())
+    return schema.build(cls, topics=topics)
 
 
 def read_alter_partition_reassignments_response(
@@ -580,48 +424,3 @@ def read_alter_partition_reassignments_response(
                            *answered.get((r.topic, r.partition), (ErrorCode.unknown_server_error, "no answer")))
         for r in reassignments
     ]
-
-
-# --------------------------------------------------------------------------- AlterUserScramCredentials (51)
-
-
-def read_alter_user_scram_credentials(request: Any) -> tuple[list[ScramDeletion], list[ScramUpsertion]]:
-    deletions = [ScramDeletion(d.name, int(d.mechanism)) for d in request.deletions]
-    upsertions = [
-        ScramUpsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
-        for u in request.upsertions
-    ]
-    return deletions, upsertions
-
-
-def scram_results_refused(
-    deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion], code: ErrorCode, message: str
-) -> list[ScramAlterResult]:
-    users = dict.fromkeys([*(d.name for d in deletions), *(u.name for u in upsertions)])
-    return [ScramAlterResult(user, code, message) for user in users]
-
-
-def alter_user_scram_credentials_response(response_cls: type[Any], results: Sequence[ScramAlterResult]) -> Any:
-    return codec.build(response_cls, throttle_time=0, results=tuple(
-        codec.build_nested(response_cls, "results", user=r.user, error_code=r.error, error_message=r.message)
-        for r in results
-    ))
-
-
-def alter_user_scram_credentials_request(
-    deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
-) -> Any:
-    cls = codec.request_class(_ALTER_USER_SCRAM_CREDENTIALS, _ALTER_USER_SCRAM_CREDENTIALS_VERSION)
-    return codec.build(
-        cls,
-        deletions=tuple(codec.build_nested(cls, "deletions", name=d.name, mechanism=d.mechanism) for d in deletions),
-        upsertions=tuple(
-            codec.build_nested(cls, "upsertions", name=u.name, mechanism=u.mechanism, iterations=u.iterations,
-                               salt=u.salt, salted_password=u.salted_password)
-            for u in upsertions
-        ),
-    )
-
-
-def read_alter_user_scram_credentials_response(response: Any) -> list[ScramAlterResult]:
-    return [ScramAlterResult(r.user, ErrorCode(int(r.error_code)), r.error_message) for r in response.results]
