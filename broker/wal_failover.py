@@ -18,9 +18,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from metadata.cluster_records import failover_wal_epoch
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage, WALFailoverImage
-from metadata.records import failover_wal_epoch
 from storage.engine import StorageEngine
 from storage.errors import StorageError, WALFencedError
 from storage.metadata.api import NodeIdentity

@@ -15,18 +15,13 @@ from kio.schema.errors import ErrorCode
 
 from controller import leadership
 from controller.wal_failover import assign, needs_failover, zombie_failover
+from metadata.cluster_records import FenceBrokerRecord, RegisterBrokerRecord, UnfenceBrokerRecord, WALFailoverDoneRecord
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
-from metadata.records import (
-    FenceBrokerRecord,
-    MetadataRecord,
-    RegisterBrokerRecord,
-    UnfenceBrokerRecord,
-    WALFailoverDoneRecord,
-)
 from settings.endpoint import Endpoint
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import NodeIdentity
+from storage.metadata.record_codec import MetadataRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import ConfigRecord
 from metadata.controller_api import ConfigResource, IncrementalOp
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
-from metadata.records import ConfigRecord
 from settings.connection_limits import per_ip_refusal
 from settings.keys import (
     RESOURCE_BROKER,

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from controller import balancer, reassignment
+from metadata.cluster_records import BrokerRegistrationChangeRecord, UnregisterBrokerRecord
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage, PartitionImage
-from metadata.records import BrokerRegistrationChangeRecord, MetadataRecord, UnregisterBrokerRecord
+from storage.metadata.record_codec import MetadataRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from controller.topics import plan_create_partitions, plan_create_topics, plan_d
 from controller.wal_failover import reassignments, wal_location_key
 from metadata.acl.binding import AclBinding, AclBindingFilter
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult, describe_entity, plan_alter_client_quotas
+from metadata.cluster_records import NO_LEADER
 from metadata.controller_api import (
     AclCreateResult,
     AclDeleteResult,
@@ -64,13 +65,13 @@ from metadata.producer_ids import (
     legacy_kv_key,
     next_block,
 )
-from metadata.records import NO_LEADER, MetadataRecord
 from settings.endpoint import Endpoint
 from settings.keys import RESOURCE_TOPIC
 from settings.meta_properties import ensure_meta_properties
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity, StreamState
-from storage.metadata.memory import InMemoryStreamMetadata, wall_clock_ms
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state_machine import StreamMetadataStateMachine, wall_clock_ms
 from storage.namespace import namespace_for
 
 logger = logging.getLogger(__name__)
@@ -131,8 +132,8 @@ class Controller:
         )
         return controller
 
-    def _new_stream_metadata(self) -> InMemoryStreamMetadata:
-        return InMemoryStreamMetadata(
+    def _new_stream_metadata(self) -> StreamMetadataStateMachine:
+        return StreamMetadataStateMachine(
             sink=self._append_stream_records,
             clock=self._clock_ms,
             object_delete_retention_ms=self._config.storage.object_delete_retention_ms,
@@ -210,7 +211,7 @@ class Controller:
         return self._config
 
     @property
-    def stream_metadata(self) -> InMemoryStreamMetadata:
+    def stream_metadata(self) -> StreamMetadataStateMachine:
         return self._streams
 
     def subscribe(self, listener: ImageListener) -> None:

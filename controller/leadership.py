@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import NO_LEADER, PartitionChangeRecord
 from metadata.controller_api import ElectionType, ElectLeaderResult
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage, PartitionImage
-from metadata.records import NO_LEADER, PartitionChangeRecord
 
 
 @dataclass(frozen=True, slots=True)

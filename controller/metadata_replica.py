@@ -18,13 +18,13 @@ from controller.quorum import RAFT_DIR_NAME, QuorumController
 from controller.rpc.transport import NetworkTransport
 from metadata.controller_api import ImageListener
 from metadata.image import MetadataImage
-from metadata.records import MetadataRecord
 from metadata.rpc.messages import NotControllerError, decode_metadata_records, encode_metadata_records
 from raft.core import RaftConfig
 from raft.driver import RaftDriver
 from raft.log import LogEntry, SnapshotId
 from settings.server import ServerConfig
 from storage.config import ConfigError
+from storage.metadata.record_codec import MetadataRecord
 
 logger = logging.getLogger(__name__)
 

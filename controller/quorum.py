@@ -46,7 +46,6 @@ from controller.rpc.transport import NetworkTransport
 from controller.wal_failover import zombie_failover
 from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.image import MetadataImage
-from metadata.records import MetadataRecord
 from metadata.rpc.messages import (
     MetadataDump,
     NodeFencedError,
@@ -63,7 +62,8 @@ from settings.meta_properties import ensure_meta_properties, quorum_cluster_id
 from settings.server import Listener, ServerConfig
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
-from storage.metadata.memory import wall_clock_ms
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state_machine import wall_clock_ms
 from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import NO_LEADER, PartitionChangeRecord
 from metadata.controller_api import PartitionReassignment, ReassignmentResult
 from metadata.image import MetadataImage, PartitionImage
-from metadata.records import NO_LEADER, PartitionChangeRecord
 
 ONE_REPLICA_MESSAGE = (
     "Fjord keeps exactly one replica per partition (its data lives in object storage, so the one broker that "

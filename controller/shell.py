@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from controller import balancer
 from metadata.broker_load import BrokerLoad, format_rate
 from metadata.image import MetadataImage, is_cluster_record
-from metadata.records import MetadataRecord
 from settings.keys import BROKER_KEYS, ConfigValueError
 from storage.metadata.api import ObjectState, ObjectType, StreamState
-from storage.metadata.memory import InMemoryStreamMetadata
-from storage.metadata.records import (
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state_machine import StreamMetadataStateMachine
+from storage.metadata.stream_records import (
     KVRecord,
     ObjectRecord,
     RangeRecord,
@@ -116,7 +116,7 @@ def replay(records: Iterable[MetadataRecord], cluster_id: str = "") -> _State:
     """The state ``records`` (a snapshot or a whole log, in order) describe, reduced to its current content:
     the same image and stream metadata the controllers replay, so the shell shows what they hold."""
     image = MetadataImage(cluster_id=cluster_id)
-    streams = InMemoryStreamMetadata()
+    streams = StreamMetadataStateMachine()
     cluster: list[MetadataRecord] = []
     for record in records:
         if is_cluster_record(record):

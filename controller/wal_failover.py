@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from metadata.cluster_records import NO_TARGET, WALFailoverRecord
 from metadata.image import MetadataImage, WALFailoverImage
-from metadata.records import NO_TARGET, WALFailoverRecord
 
 _LOCATION_PREFIX = "_fjord/wal-location/"
 

@@ -112,7 +112,6 @@ from typing import Any, ClassVar, Final
 from metadata.broker_load import PartitionLoad
 from metadata.errors import NodeFencedError, NotControllerError
 from metadata.log import SNAPSHOT_CHUNK, MetadataLogError, encode_batch, iter_batches
-from metadata.records import MetadataRecord
 from storage.errors import (
     CompactedObjectsNotFoundError,
     NodeEpochExpiredError,
@@ -135,7 +134,7 @@ from storage.metadata.api import (
     S3ObjectMetadata,
     StreamMetadataRecord,
 )
-from storage.metadata.records import from_json, to_json
+from storage.metadata.record_codec import MetadataRecord, from_json, to_json
 
 # ---------------------------------------------------------------------------------------------- API keys
 

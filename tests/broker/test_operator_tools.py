@@ -17,18 +17,18 @@ from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTo
 from kio.schema.errors import ErrorCode
 
 from controller.leadership import elect
-from metadata.controller_api import ElectionType
-from metadata.image import MetadataImage
-from metadata.records import (
+from metadata.cluster_records import (
     FenceBrokerRecord,
-    MetadataRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
     UnfenceBrokerRecord,
 )
+from metadata.controller_api import ElectionType
+from metadata.image import MetadataImage
 from settings.endpoint import Endpoint
 from settings.keys import NO_REPLICATION_TRAFFIC
+from storage.metadata.record_codec import MetadataRecord
 from wire import codec
 
 ELECT_LEADERS, DESCRIBE_LOG_DIRS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, ALTER_CONFIGS = 43, 35, 32, 44, 33

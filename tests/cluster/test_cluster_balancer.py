@@ -35,20 +35,20 @@ from controller.balancer import Settings, effective_settings, plan
 from controller.reassignment import complete
 from controller.shell import MetadataShell, build_tree
 from metadata.broker_load import BrokerLoad, LoadReports, PartitionLoad, rates
-from metadata.image import MetadataImage
-from metadata.records import (
+from metadata.cluster_records import (
     ConfigRecord,
-    MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
     WALFailoverRecord,
 )
+from metadata.image import MetadataImage
 from node.local_cluster import LocalCluster
 from settings.endpoint import Endpoint
 from settings.keys import BROKER_KEYS, RESOURCE_BROKER
 from settings.server import ServerConfig
+from storage.metadata.record_codec import MetadataRecord
 from tests.metrics_scrape import metrics_url, sample, scrape
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)

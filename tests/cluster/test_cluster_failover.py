@@ -30,11 +30,11 @@ from cluster_support import (
 from controller.quorum import RAFT_DIR_NAME
 from controller.shell_sources import from_controllers
 from metadata.image import is_cluster_record
-from metadata.records import MetadataRecord
 from metadata.rpc import messages as m
 from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from storage.metadata.record_codec import MetadataRecord
 from tests.waiting import eventually_async
 
 ELECTION_LIMIT_S = 3.0

@@ -12,9 +12,9 @@ from kio.schema.errors import ErrorCode
 
 from controller import balancer
 from controller.controller import Controller
+from metadata.cluster_records import NO_LEADER
 from metadata.controller_api import NewTopic, PartitionReassignment
 from metadata.errors import ControllerError
-from metadata.records import NO_LEADER
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 

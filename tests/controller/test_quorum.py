@@ -14,14 +14,11 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
-from metadata.records import (
+from metadata.cluster_records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
-    KVRecord,
-    MetadataRecord,
     PartitionRecord,
     RegisterBrokerRecord,
-    StreamSetObjectRecord,
     TopicRecord,
 )
 from metadata.rpc import messages as m
@@ -29,6 +26,8 @@ from metadata.rpc.raft_codec import request_to_kio, response_from_kio
 from raft.log import EntryKind
 from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.stream_records import KVRecord, StreamSetObjectRecord
 from tests.waiting import eventually_async
 from wire import codec
 

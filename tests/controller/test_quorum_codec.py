@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from metadata.records import KVRecord, TopicRecord
+from metadata.cluster_records import TopicRecord
 from metadata.rpc import messages as m
 from metadata.rpc.raft_codec import (
     RaftCodecError,
@@ -42,6 +42,7 @@ from storage.metadata.api import (
     ObjectType,
     S3ObjectMetadata,
 )
+from storage.metadata.stream_records import KVRecord
 from wire import codec
 from wire.record_batch import iter_batches
 

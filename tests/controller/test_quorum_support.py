@@ -21,10 +21,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.records import MetadataRecord
 from metadata.rpc import messages as m
 from metadata.rpc.connection import ControllerConnection
 from storage.metadata.api import NodeIdentity
+from storage.metadata.record_codec import MetadataRecord
 from tests.ports import free_ports
 from tests.waiting import eventually_async
 from wire import codec

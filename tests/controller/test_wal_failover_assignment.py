@@ -10,7 +10,7 @@ import pytest
 from controller.controller import Controller
 from controller.shell import MetadataShell, build_tree
 from controller.wal_failover import wal_location_key
-from metadata.records import NO_TARGET
+from metadata.cluster_records import NO_TARGET
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.errors import NodeEpochExpiredError, StreamFencedError
