@@ -22,8 +22,8 @@ snapshot to voters or observers that fall behind it.
 
 Broker sessions (active controller only, not replicated, as in KRaft): a registration or heartbeat refreshes the
 broker's session; a broker silent for ``broker.session.timeout.ms`` is fenced (`Controller.fence_broker` moves its
-partitions, and hands its S3 WAL to a live broker to replay: ``controller.wal_failover``), and a fenced broker that
-heartbeats again with its current epoch is unfenced once its metadata offset has caught up — unless its WAL was
+partitions, and hands its S3 WAL to a live broker to replay: ``controller.decisions.wal_failover``), and a fenced broker
+that heartbeats again with its current epoch is unfenced once its metadata offset has caught up — unless its WAL was
 taken over meanwhile: that incarnation must restart. Pending WAL failovers whose target died are reassigned. A new
 active controller gives every broker a fresh session. The auto-balancer (``controller.auto_balancer``) runs on the
 active controller only, from the same watch loop.
@@ -41,9 +41,9 @@ from pathlib import Path
 
 from controller.auto_balancer import AutoBalancer
 from controller.controller import Controller
+from controller.decisions.wal_failover import zombie_failover
 from controller.rpc.server import ControllerServer
 from controller.rpc.transport import NetworkTransport
-from controller.wal_failover import zombie_failover
 from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.image import MetadataImage
 from metadata.rpc.messages import (
@@ -446,7 +446,7 @@ class QuorumController:
         """A broker's heartbeat; returns (is_caught_up, is_fenced, should_shut_down). Raises NotControllerError, or
         NodeFencedError for an unknown broker or a stale epoch (the broker must register again).
 
-        ``want_shutdown`` alone is a controlled shutdown (``controller.controlled_shutdown``): the broker's
+        ``want_shutdown`` alone is a controlled shutdown (``controller.decisions.controlled_shutdown``): the broker's
         partitions move away and ``should_shut_down`` is true once it leads nothing; ``want_fence`` (a stopping
         broker's last heartbeat, after it uploaded its WAL) fences it."""
         controller = self.active_controller(f"accept a heartbeat from broker {node_id}")

@@ -28,7 +28,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller import balancer
+from controller.decisions import balancing
 from metadata.broker_load import BrokerLoad, format_rate
 from metadata.image import MetadataImage, is_cluster_record
 from settings.keys import BROKER_KEYS, ConfigValueError
@@ -197,9 +197,9 @@ def _balancer(folder: Entry, image: MetadataImage, loads: Mapping[int, BrokerLoa
         except (KeyError, ConfigValueError):
             return BROKER_KEYS[name].default
 
-    settings = balancer.Settings.from_values(value)
+    settings = balancing.Settings.from_values(value)
     live = [b.node_id for b in image.live_brokers()]
-    counts, in_flight = balancer.leader_counts(image, image.brokers, settings.exclude_topics)
+    counts, in_flight = balancing.leader_counts(image, image.brokers, settings.exclude_topics)
     incoming = dict.fromkeys(image.brokers, 0)
     outgoing = dict.fromkeys(image.brokers, 0)
     for topic in image.topics_by_name.values():
@@ -210,7 +210,7 @@ def _balancer(folder: Entry, image: MetadataImage, loads: Mapping[int, BrokerLoa
                 for node_id in p.removing_replicas:
                     outgoing[node_id] = outgoing.get(node_id, 0) + 1
     ages = dict.fromkeys(image.brokers, float("inf"))
-    decision = balancer.plan(image, settings, ages, loads)
+    decision = balancing.plan(image, settings, ages, loads)
     reported = {b: sum(p.load for p in report.partitions.values()) for b, report in (loads or {}).items()}
     rows: list[Row] = [("BROKER", "STATE", "LEADS", "MOVING IN", "MOVING OUT", "LOAD")]
     for node_id, broker in sorted(image.brokers.items()):

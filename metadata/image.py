@@ -102,7 +102,7 @@ class BrokerImage:
     listeners: tuple[Endpoint, ...]
     rack: str | None
     fenced: bool
-    #: Asked for a controlled shutdown (``controller.controlled_shutdown``): serving, but given no leadership.
+    #: Asked for a controlled shutdown (``controller.decisions.controlled_shutdown``): serving, but given no leadership.
     in_controlled_shutdown: bool = False
 
 

@@ -25,9 +25,9 @@ from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
+from controller.decisions.wal_failover import wal_location_key, zombie_failover
 from controller.quorum import QuorumController
 from controller.scram_bootstrap import add_scram_credentials
-from controller.wal_failover import wal_location_key, zombie_failover
 from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting, ScramUpsertion
 from metadata.image import MetadataImage
 from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
@@ -301,7 +301,7 @@ class Node:
 
     async def _announce_wal(self) -> None:
         """Tells the controller where this broker's S3 WAL lives, so that if the broker dies another broker of the
-        same WAL bucket can replay it (``controller.wal_failover``); a file WAL has nothing to announce."""
+        same WAL bucket can replay it (``controller.decisions.wal_failover``); a file WAL has nothing to announce."""
         url = self.config.storage.wal_url
         metadata = self.controller.stream_metadata
         key = wal_location_key(self.node_id)
@@ -403,8 +403,8 @@ class Node:
 
     async def _controlled_shutdown(self) -> None:
         """Before anything stops, a broker of a cluster has the controller move every partition it leads to other
-        brokers while it still serves them (``controller.controlled_shutdown``): clients see a leader change of
-        a fraction of a second instead of partitions unavailable until a fence. Bounded by
+        brokers while it still serves them (``controller.decisions.controlled_shutdown``): clients see a leader change
+        of a fraction of a second instead of partitions unavailable until a fence. Bounded by
         ``controlled.shutdown.timeout.ms``; after that it stops anyway, which loses nothing (what it still leads
         is uploaded on the way out, and its fence hands the partitions over)."""
         controller = getattr(self, "controller", None)

@@ -17,7 +17,7 @@ from broker.authorization import BrokerAuthorizer
 from broker.handlers import acl_table
 from broker.handlers.context import RequestContext
 from broker.services import BrokerServices
-from controller.acl_control import binding_record
+from controller.decisions.acls import binding_record
 from metadata.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
 from metadata.cluster_records import PartitionRecord, TopicRecord
 from metadata.image import MetadataImage

@@ -16,7 +16,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
 from kio.schema.errors import ErrorCode
 
-from controller.leadership import elect
+from controller.decisions.leadership import elect
 from metadata.cluster_records import (
     FenceBrokerRecord,
     PartitionRecord,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from controller.decisions.scram import plan_scram_alterations
 from controller.scram_bootstrap import parse_add_scram
-from controller.scram_control import plan_scram_alterations
 from metadata.cluster_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from metadata.controller_api import ScramDeletion, ScramUpsertion
 from metadata.image import MetadataImage

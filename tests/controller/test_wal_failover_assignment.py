@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from controller.controller import Controller
+from controller.decisions.wal_failover import wal_location_key
 from controller.shell import MetadataShell, build_tree
-from controller.wal_failover import wal_location_key
 from metadata.cluster_records import NO_TARGET
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig

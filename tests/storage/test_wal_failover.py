@@ -18,7 +18,7 @@ from engine_support import payload, small_config
 
 from broker.wal_failover import WALFailoverRunner
 from controller.controller import Controller
-from controller.wal_failover import wal_location_key
+from controller.decisions.wal_failover import wal_location_key
 from metadata.cluster_records import failover_wal_epoch
 from node import process as node_process
 from settings.endpoint import Endpoint

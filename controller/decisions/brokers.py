@@ -3,7 +3,7 @@
 Each function reads only the image (and what the controller fetched for it, such as where brokers' WALs live) and
 returns the records to append, or raises the error the request is refused with; ``controller.controller.Controller``
 holds the lock, does the reads, appends and logs. A membership change moves leadership in the same write
-(``controller.leadership``), so no image ever shows a fenced broker leading a partition it could not serve.
+(``controller.decisions.leadership``), so no image ever shows a fenced broker leading a partition it could not serve.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller import leadership
-from controller.wal_failover import assign, needs_failover, zombie_failover
+from controller.decisions import leadership
+from controller.decisions.wal_failover import assign, needs_failover, zombie_failover
 from metadata.cluster_records import FenceBrokerRecord, RegisterBrokerRecord, UnfenceBrokerRecord, WALFailoverDoneRecord
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
