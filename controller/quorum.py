@@ -93,7 +93,7 @@ def uses_quorum(config: ServerConfig) -> bool:
 
 
 class RaftRecordLog:
-    """`controller.log.RecordLog` over Raft: ``append`` proposes one entry and returns once it is committed."""
+    """`metadata.log.RecordLog` over Raft: ``append`` proposes one entry and returns once it is committed."""
 
     def __init__(self, quorum: QuorumController) -> None:
         self._quorum = quorum
