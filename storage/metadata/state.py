@@ -39,6 +39,8 @@ from storage.metadata.stream_records import (
 
 @dataclass(slots=True)
 class StreamEntry:
+    """One stream: its owner epoch, current range, offsets, state and tags, and every range it still has."""
+
     stream_id: int
     epoch: int
     range_index: int
@@ -55,6 +57,8 @@ class StreamEntry:
 
 @dataclass(slots=True)
 class ObjectEntry:
+    """One object's size, kind and lifecycle state (``timestamp_ms``: see ``ObjectRecord``)."""
+
     object_id: int
     size: int
     state: ObjectState
@@ -98,7 +102,6 @@ class StreamIndex:
 
     def __len__(self) -> int:
         return len(self._items)
-
 
 
 class StreamMetadataState:

@@ -16,7 +16,6 @@ from typing import ClassVar
 from storage.metadata.api import ObjectState, ObjectType, StreamState
 from storage.metadata.record_codec import MetadataRecord, register_record
 
-# -------------------------------------------------------------------------------------------------- records
 # Type ids follow AutoMQ's metadata record api keys (501..) so they never collide with the controller's
 # topic/partition/broker records, which use Kafka's low numbers.
 
@@ -222,6 +221,6 @@ StreamMetadataRecordType = (
     | KVRecord
     | RemoveKVRecord
 )
-"""The records this package defines (the controller may register more)."""
+"""The records this module defines (the controller's cluster records join the same registry)."""
 
 STREAM_RECORD_TYPES: tuple[type[MetadataRecord], ...] = typing.get_args(StreamMetadataRecordType)
