@@ -61,7 +61,7 @@ if str(ROOT) not in sys.path:
 
 from storage.config import BucketURL, StorageConfig  # noqa: E402
 from storage.engine import StorageEngine  # noqa: E402
-from storage.metadata.memory import InMemoryStreamMetadata  # noqa: E402
+from storage.metadata.state_machine import StreamMetadataStateMachine  # noqa: E402
 from storage.namespace import namespace_for  # noqa: E402
 from storage.objects.format import object_key  # noqa: E402
 from storage.objectstore.base import ObjectStore  # noqa: E402
@@ -153,12 +153,12 @@ def engine_config(root: Path, **overrides: Any) -> StorageConfig:
 
 
 def make_engine(
-    config: StorageConfig, *, metadata: InMemoryStreamMetadata | None = None, store: ObjectStore | None = None
+    config: StorageConfig, *, metadata: StreamMetadataStateMachine | None = None, store: ObjectStore | None = None
 ) -> StorageEngine:
     wal = FileWAL(config.wal_url.path, segment_size=config.wal_segment_size, capacity=config.wal_capacity)
     return StorageEngine(
         config,
-        metadata or InMemoryStreamMetadata(),
+        metadata or StreamMetadataStateMachine(),
         store=store or LocalObjectStore(config.data_buckets[0].path),
         wal=wal,
     )
@@ -562,7 +562,7 @@ async def catchup_rows(
 ) -> list[Row]:
     """Writes one stream, then reads it back from offset 0 with a fresh engine, read-ahead on and off;
     ``target_mb_s`` is the issue's goal for the read-ahead run."""
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     payloads = Payloads()
     # 8 MiB objects: moto serves a ranged GET by reading the whole object, so bigger objects only measure moto.
     config = engine_config(root / "writer", wal_upload_threshold=8 * MiB)
@@ -609,7 +609,7 @@ async def catchup_rows(
     return rows
 
 
-async def raw_get_row(store: ObjectStore, metadata: InMemoryStreamMetadata, stream_id: int, where: str) -> Row:
+async def raw_get_row(store: ObjectStore, metadata: StreamMetadataStateMachine, stream_id: int, where: str) -> Row:
     """What the store delivers without the engine: each object of the stream in one GET, in turn."""
     try:
         objects = await metadata.get_objects(stream_id, 0, -1, 1_000_000)

@@ -176,8 +176,8 @@ class Broker:
 
     async def controlled_shutdown(self) -> None:
         """Before anything stops, a broker of a cluster has the controller move every partition it leads to other
-        brokers while it still serves them (``controller.controlled_shutdown``): clients see a leader change of
-        a fraction of a second instead of partitions unavailable until a fence. Bounded by
+        brokers while it still serves them (``controller.decisions.controlled_shutdown``): clients see a leader
+        change of a fraction of a second instead of partitions unavailable until a fence. Bounded by
         ``controlled.shutdown.timeout.ms``; after that it stops anyway, which loses nothing (what it still leads
         is uploaded on the way out, and its fence hands the partitions over)."""
         controller = self.controller

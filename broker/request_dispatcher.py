@@ -6,7 +6,7 @@ on every request of the connection as ``Peer.state``. An API or version the brok
 does not serve closes the connection (ApiVersions excepted: KIP-511 answers a newer client with our range); a
 handler that fails unexpectedly is answered with the API's top-level error code where it has one.
 
-On a SASL listener (``ServerConfig.sasl``) each connection gets a :class:`~broker.sasl_session.SaslSession` at its
+On a SASL listener (``ServerConfig.sasl``) each connection gets a :class:`~wire.sasl.session.SaslSession` at its
 first request; until it has authenticated only ApiVersions, SaslHandshake and SaslAuthenticate are served and
 anything else closes the connection, as Kafka does. After SaslHandshake v0 the client's tokens arrive without a
 Kafka header and are answered the same way (length and bytes).
@@ -32,7 +32,6 @@ from broker.handlers.table import HANDLERS, serve_authorized
 from broker.metrics import TopicTraffic
 from broker.quotas.enforcer import QuotaEnforcer
 from broker.quotas.manager import QuotaType, QuotaWindows
-from broker.sasl_session import SaslSession, SaslStateError
 from broker.services import BrokerServices
 from metadata.client_quotas import QuotaEntity
 from metadata.errors import error_code_for, error_message_for
@@ -46,6 +45,7 @@ from wire.dispatch import ConnectionClosing, Peer, Response
 from wire.metrics import ServerMetrics
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.scram import ScramCredential
+from wire.sasl.session import SaslSession, SaslStateError
 from wire.tls_principal import parse_rules
 
 logger = logging.getLogger(__name__)

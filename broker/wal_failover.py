@@ -1,11 +1,11 @@
 """The broker's side of WAL failover: replaying the S3 WAL of a dead broker the controller assigned to this one.
 
-The controller (``controller.wal_failover``) assigns a dead broker's WAL to a live one in a ``WALFailoverRecord``;
-every broker sees it in its metadata image. The assigned broker opens the dead one's WAL in failover mode (which
-fences the dead incarnation's WAL writer, should it be only paused), replays it with the storage engine's own
-recovery (``StorageEngine.recover_wal``: upload and commit what is beyond each stream's committed end, reset the
-WAL, close the streams), and reports it done. The new leaders of the dead broker's partitions, which retry opening
-streams still opened elsewhere, then open them and see every acknowledged record.
+The controller (``controller.decisions.wal_failover``) assigns a dead broker's WAL to a live one in a
+``WALFailoverRecord``; every broker sees it in its metadata image. The assigned broker opens the dead one's WAL in
+failover mode (which fences the dead incarnation's WAL writer, should it be only paused), replays it with the storage
+engine's own recovery (``StorageEngine.recover_wal``: upload and commit what is beyond each stream's committed end,
+reset the WAL, close the streams), and reports it done. The new leaders of the dead broker's partitions, which retry
+opening streams still opened elsewhere, then open them and see every acknowledged record.
 
 A failed attempt is retried while the assignment still names this broker; if this broker dies instead, the
 controller reassigns the failover and the next target finishes what is left (the replay is idempotent).
@@ -18,9 +18,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from metadata.cluster_records import failover_wal_epoch
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage, WALFailoverImage
-from metadata.records import failover_wal_epoch
 from storage.engine import StorageEngine
 from storage.errors import StorageError, WALFencedError
 from storage.metadata.api import NodeIdentity

@@ -1,4 +1,5 @@
-"""The auto-balancer's asyncio shell: runs ``controller.balancer.plan`` on the active controller, periodically.
+"""The auto-balancer's asyncio shell: runs ``controller.decisions.balancing.plan`` on the active controller,
+periodically.
 
 The quorum controller calls :meth:`AutoBalancer.tick` from its watch loop while it is the active controller and
 :meth:`AutoBalancer.reset` when it stops being so; a round runs as a background task (a metadata write must not
@@ -26,8 +27,8 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from controller import balancer
 from controller.controller import Controller
+from controller.decisions import balancing
 from metadata.broker_load import REPORT_INTERVAL, BrokerLoad, LoadReports, PartitionLoad
 from metadata.image import MetadataImage
 from settings.server import ServerConfig
@@ -64,7 +65,7 @@ class AutoBalancer:
             ["goal"],
             registry=registry,
         )
-        for goal in balancer.GOALS:  # every series exists from the start, at 0
+        for goal in balancing.GOALS:  # every series exists from the start, at 0
             self._moves_metric.labels(goal=goal)
         self._in_flight_metric = Gauge(
             "fjord_autobalancer_moves_in_flight",
@@ -122,10 +123,10 @@ class AutoBalancer:
         return {node_id: now - since for node_id, (_, _, since) in self._seen.items()}
 
     async def _round(self) -> None:
-        settings = balancer.effective_settings(self._config, self._controller.image)
+        settings = balancing.effective_settings(self._config, self._controller.image)
         try:
             decision = await self._controller.rebalance(
-                lambda image: balancer.plan(
+                lambda image: balancing.plan(
                     image, settings, self._ages(image, self._clock()), self.loads(image, after_moves=True)
                 )
             )

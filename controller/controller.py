@@ -8,12 +8,12 @@ composed stream metadata through its ``sink`` and land in the same log, interlea
 
 The decisions are not made here. As Kafka splits its QuorumController into control managers, each idea has its own
 module of pure functions that read the image and return the records to append (or the error to answer):
-``controller.brokers`` (registration, fencing, WAL failover), ``controller.leadership`` (who leads each partition),
-``controller.topics`` (topics, partitions, placement), ``controller.config_control`` (AlterConfigs),
-``controller.reassignment`` and ``controller.balancer`` (the auto-balancer's moves), ``controller.controlled_shutdown``
-(a stopping broker's partitions moved first, UnregisterBroker). This class does the I/O around
-them: the lock, reads of the stream metadata, appends, logs, snapshots and the reassignment watch; the same
-decisions serve the Raft quorum's active controller.
+``controller.decisions.brokers`` (registration, fencing, WAL failover), ``controller.decisions.leadership`` (who leads
+each partition), ``controller.decisions.topics`` (topics, partitions, placement), ``controller.decisions.configs``
+(AlterConfigs), ``controller.decisions.reassignment`` and ``controller.decisions.balancing`` (the auto-balancer's
+moves), ``controller.decisions.controlled_shutdown`` (a stopping broker's partitions moved first, UnregisterBroker).
+This class does the I/O around them: the lock, reads of the stream metadata, appends, logs, snapshots and the
+reassignment watch; the same decisions serve the Raft quorum's active controller.
 """
 
 from __future__ import annotations
@@ -28,15 +28,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from controller import balancer, brokers, controlled_shutdown, leadership, reassignment
-from controller.acl_control import plan_create_acls, plan_delete_acls
-from controller.config_control import plan_alter_configs
+from controller.decisions import balancing, brokers, controlled_shutdown, leadership, reassignment
+from controller.decisions.acls import plan_create_acls, plan_delete_acls
+from controller.decisions.configs import plan_alter_configs
+from controller.decisions.scram import plan_scram_alterations
+from controller.decisions.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
+from controller.decisions.wal_failover import reassignments
 from controller.metrics import commit_histogram
-from controller.scram_control import plan_scram_alterations
-from controller.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
-from controller.wal_failover import reassignments
 from metadata.acl.binding import AclBinding, AclBindingFilter
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult, describe_entity, plan_alter_client_quotas
+from metadata.cluster_records import NO_LEADER
 from metadata.controller_api import (
     AclCreateResult,
     AclDeleteResult,
@@ -64,14 +65,14 @@ from metadata.producer_ids import (
     legacy_kv_key,
     next_block,
 )
-from metadata.records import NO_LEADER, MetadataRecord
 from metadata.wal_failover import wal_location_key
 from settings.config_resources import RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity, StreamState
-from storage.metadata.memory import InMemoryStreamMetadata, wall_clock_ms
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state_machine import StreamMetadataStateMachine, wall_clock_ms
 from storage.namespace import namespace_for
 
 logger = logging.getLogger(__name__)
@@ -132,8 +133,8 @@ class Controller:
         )
         return controller
 
-    def _new_stream_metadata(self) -> InMemoryStreamMetadata:
-        return InMemoryStreamMetadata(
+    def _new_stream_metadata(self) -> StreamMetadataStateMachine:
+        return StreamMetadataStateMachine(
             sink=self._append_stream_records,
             clock=self._clock_ms,
             object_delete_retention_ms=self._config.storage.object_delete_retention_ms,
@@ -211,7 +212,7 @@ class Controller:
         return self._config
 
     @property
-    def stream_metadata(self) -> InMemoryStreamMetadata:
+    def stream_metadata(self) -> StreamMetadataStateMachine:
         return self._streams
 
     def subscribe(self, listener: ImageListener) -> None:
@@ -309,7 +310,7 @@ class Controller:
 
         A broker fenced because its session expired may have died with acknowledged records only in its WAL: if
         that WAL is in the shared S3 WAL bucket, the same write assigns it to a live broker to replay
-        (``controller.wal_failover``). A controlled shutdown uploaded and closed everything first."""
+        (``controller.decisions.wal_failover``). A controlled shutdown uploaded and closed everything first."""
         async with self._lock:
             image = self._image
             if not brokers.is_current(image, node_id, epoch):
@@ -354,7 +355,7 @@ class Controller:
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """The target reports the failover of ``failed_node_id``'s WAL done; idempotent. NodeEpochExpiredError
-        when ``node`` is not (or no longer) the assigned target (``controller.brokers.wal_failover_done``)."""
+        when ``node`` is not (or no longer) the assigned target (``controller.decisions.brokers.wal_failover_done``)."""
         async with self._lock:
             record = brokers.wal_failover_done(self._image, node, failed_node_id, failed_node_epoch)
             if record is None:
@@ -378,9 +379,9 @@ class Controller:
     async def controlled_shutdown(self, node_id: int, epoch: int) -> int:
         """A ``wantShutDown`` heartbeat of ``node_id`` (current registration ``epoch``, unfenced): it enters
         controlled shutdown and the partitions it leads start moving to other brokers
-        (``controller.controlled_shutdown``). Returns how many are still to move: 0 means it may stop."""
+        (``controller.decisions.controlled_shutdown``). Returns how many are still to move: 0 means it may stop."""
         async with self._lock:
-            exclude = balancer.effective_settings(self._config, self._image).exclude_brokers
+            exclude = balancing.effective_settings(self._config, self._image).exclude_brokers
             shutdown = controlled_shutdown.plan(self._image, node_id, epoch, exclude)
             await self._commit(shutdown.records)
         if shutdown.started:
@@ -395,7 +396,7 @@ class Controller:
 
     async def unregister_broker(self, node_id: int) -> None:
         """UnregisterBroker: removes a stopped broker from the cluster; ControllerError when refused
-        (``controller.controlled_shutdown.unregister``)."""
+        (``controller.decisions.controlled_shutdown.unregister``)."""
         async with self._lock:
             record = controlled_shutdown.unregister(self._image, node_id)
             await self._commit([record])
@@ -563,9 +564,9 @@ class Controller:
             self.watch_reassignments()
         return planned.results
 
-    async def rebalance(self, decide: Callable[[MetadataImage], balancer.Decision]) -> balancer.Decision:
-        """Starts the moves ``decide`` (``controller.balancer.plan``) chooses on the current image, deciding and
-        committing under the write lock so that no request (an operator's reassignment) changes the image between
+    async def rebalance(self, decide: Callable[[MetadataImage], balancing.Decision]) -> balancing.Decision:
+        """Starts the moves ``decide`` (``controller.decisions.balancing.plan``) chooses on the current image, deciding
+        and committing under the write lock so that no request (an operator's reassignment) changes the image between
         the two; ``controller.auto_balancer`` calls it and logs the moves."""
         async with self._lock:
             image = self._image

@@ -20,12 +20,12 @@ from metadata.controller_api import ImageListener
 from metadata.errors import NotControllerError
 from metadata.image import MetadataImage
 from metadata.log import decode_metadata_records, encode_metadata_records
-from metadata.records import MetadataRecord
 from raft.core import RaftConfig
 from raft.driver import RaftDriver
 from raft.log import LogEntry, SnapshotId
 from settings.server import ServerConfig
 from storage.config import ConfigError
+from storage.metadata.record_codec import MetadataRecord
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ snapshot to voters or observers that fall behind it.
 
 Broker sessions (active controller only, not replicated, as in KRaft): a registration or heartbeat refreshes the
 broker's session; a broker silent for ``broker.session.timeout.ms`` is fenced (`Controller.fence_broker` moves its
-partitions, and hands its S3 WAL to a live broker to replay: ``controller.wal_failover``), and a fenced broker that
-heartbeats again with its current epoch is unfenced once its metadata offset has caught up — unless its WAL was
+partitions, and hands its S3 WAL to a live broker to replay: ``controller.decisions.wal_failover``), and a fenced broker
+that heartbeats again with its current epoch is unfenced once its metadata offset has caught up — unless its WAL was
 taken over meanwhile: that incarnation must restart. Pending WAL failovers whose target died are reassigned. A new
 active controller gives every broker a fresh session. The auto-balancer (``controller.auto_balancer``) runs on the
 active controller only, from the same watch loop.
@@ -47,7 +47,6 @@ from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.errors import NodeFencedError, NotControllerError
 from metadata.image import MetadataImage
 from metadata.log import decode_metadata_records, encode_metadata_records
-from metadata.records import MetadataRecord
 from metadata.rpc.stream_rpcs import MetadataDump
 from metadata.wal_failover import zombie_failover
 from raft.core import RaftConfig
@@ -59,7 +58,8 @@ from settings.meta_properties import ensure_meta_properties, quorum_cluster_id
 from settings.server import Listener, ServerConfig
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
-from storage.metadata.memory import wall_clock_ms
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state_machine import wall_clock_ms
 from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def uses_quorum(config: ServerConfig) -> bool:
 
 
 class RaftRecordLog:
-    """`controller.log.RecordLog` over Raft: ``append`` proposes one entry and returns once it is committed."""
+    """`metadata.log.RecordLog` over Raft: ``append`` proposes one entry and returns once it is committed."""
 
     def __init__(self, quorum: QuorumController) -> None:
         self._quorum = quorum
@@ -442,7 +442,7 @@ class QuorumController:
         """A broker's heartbeat; returns (is_caught_up, is_fenced, should_shut_down). Raises NotControllerError, or
         NodeFencedError for an unknown broker or a stale epoch (the broker must register again).
 
-        ``want_shutdown`` alone is a controlled shutdown (``controller.controlled_shutdown``): the broker's
+        ``want_shutdown`` alone is a controlled shutdown (``controller.decisions.controlled_shutdown``): the broker's
         partitions move away and ``should_shut_down`` is true once it leads nothing; ``want_fence`` (a stopping
         broker's last heartbeat, after it uploaded its WAL) fences it."""
         controller = self.active_controller(f"accept a heartbeat from broker {node_id}")

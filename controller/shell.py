@@ -28,14 +28,14 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller import balancer
+from controller.decisions import balancing
 from metadata.broker_load import BrokerLoad, format_rate
 from metadata.image import MetadataImage, is_cluster_record
-from metadata.records import MetadataRecord
 from settings.keys import BROKER_KEYS, ConfigValueError
 from storage.metadata.api import ObjectState, ObjectType, StreamState
-from storage.metadata.memory import InMemoryStreamMetadata
-from storage.metadata.records import (
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state_machine import StreamMetadataStateMachine
+from storage.metadata.stream_records import (
     KVRecord,
     ObjectRecord,
     RangeRecord,
@@ -116,7 +116,7 @@ def replay(records: Iterable[MetadataRecord], cluster_id: str = "") -> _State:
     """The state ``records`` (a snapshot or a whole log, in order) describe, reduced to its current content:
     the same image and stream metadata the controllers replay, so the shell shows what they hold."""
     image = MetadataImage(cluster_id=cluster_id)
-    streams = InMemoryStreamMetadata()
+    streams = StreamMetadataStateMachine()
     cluster: list[MetadataRecord] = []
     for record in records:
         if is_cluster_record(record):
@@ -197,9 +197,9 @@ def _balancer(folder: Entry, image: MetadataImage, loads: Mapping[int, BrokerLoa
         except (KeyError, ConfigValueError):
             return BROKER_KEYS[name].default
 
-    settings = balancer.Settings.from_values(value)
+    settings = balancing.Settings.from_values(value)
     live = [b.node_id for b in image.live_brokers()]
-    counts, in_flight = balancer.leader_counts(image, image.brokers, settings.exclude_topics)
+    counts, in_flight = balancing.leader_counts(image, image.brokers, settings.exclude_topics)
     incoming = dict.fromkeys(image.brokers, 0)
     outgoing = dict.fromkeys(image.brokers, 0)
     for topic in image.topics_by_name.values():
@@ -210,7 +210,7 @@ def _balancer(folder: Entry, image: MetadataImage, loads: Mapping[int, BrokerLoa
                 for node_id in p.removing_replicas:
                     outgoing[node_id] = outgoing.get(node_id, 0) + 1
     ages = dict.fromkeys(image.brokers, float("inf"))
-    decision = balancer.plan(image, settings, ages, loads)
+    decision = balancing.plan(image, settings, ages, loads)
     reported = {b: sum(p.load for p in report.partitions.values()) for b, report in (loads or {}).items()}
     rows: list[Row] = [("BROKER", "STATE", "LEADS", "MOVING IN", "MOVING OUT", "LOAD")]
     for node_id, broker in sorted(image.brokers.items()):

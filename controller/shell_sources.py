@@ -27,7 +27,6 @@ from pathlib import Path
 from controller.quorum import RAFT_DIR_NAME
 from metadata.broker_load import BrokerLoad
 from metadata.log import LOG_DIR_NAME, LOG_FILE, MetadataLogError, decode_metadata_records, iter_batches, read_metadata
-from metadata.records import MetadataRecord
 from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters, unanswered
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
 from metadata.rpc.error_codes import RpcError
@@ -35,6 +34,7 @@ from metadata.rpc.stream_rpcs import DescribeBrokerLoad, DescribeMetadata, Metad
 from raft.log import EntryKind
 from raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError
 from storage.metadata.api import NodeIdentity
+from storage.metadata.record_codec import MetadataRecord
 from wire.client import SaslNotEnabled
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls

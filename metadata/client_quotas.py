@@ -24,7 +24,8 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode
 
-from metadata.records import ClientQuotaRecord, MetadataRecord
+from metadata.cluster_records import ClientQuotaRecord
+from storage.metadata.record_codec import MetadataRecord
 
 USER: Final = "user"
 CLIENT_ID: Final = "client-id"

@@ -224,8 +224,8 @@ class ControllerClient(Protocol):
     async def elect_leaders(
         self, partitions: Sequence[tuple[str, int]] | None, election_type: int = ElectionType.PREFERRED
     ) -> list[ElectLeaderResult]:
-        """ElectLeaders (``controller.leadership.elect``): one result per partition asked; when ``partitions`` is
-        None, one per partition of the cluster that needed an election."""
+        """ElectLeaders (``controller.decisions.leadership.elect``): one result per partition asked; when ``partitions``
+        is None, one per partition of the cluster that needed an election."""
         ...
 
     async def alter_partition_reassignments(
@@ -266,12 +266,12 @@ class ControllerClient(Protocol):
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
         """``node`` finished replaying the WAL of a dead broker the controller assigned to it
-        (``controller.wal_failover``)."""
+        (``controller.decisions.wal_failover``)."""
         ...
 
     async def unregister_broker(self, node_id: int) -> None:
         """UnregisterBroker: removes a stopped broker from the cluster. Raises an error carrying the Kafka error
-        code (``error``) when refused: an unknown id, a live broker (``controller.controlled_shutdown``)."""
+        code (``error``) when refused: an unknown id, a live broker (``controller.decisions.controlled_shutdown``)."""
         ...
 
 

@@ -24,9 +24,9 @@ class ControllerError(KafkaError):
     """A request the controller refuses; carries the Kafka error code the broker answers with.
 
     A :class:`~wire.errors.KafkaError`, so :func:`error_code_for` reports its code like any other. It lives here,
-    next to that mapping, so that the pure decision modules (``controller.topics``, ``controller.brokers``, ...),
-    the controller that runs them and the clients that report its refusals all share it without importing each
-    other.
+    next to that mapping, so that the pure decision modules (``controller.decisions.topics``,
+    ``controller.decisions.brokers``, ...), the controller that runs them and the clients that report its refusals all
+    share it without importing each other.
     """
 
     def __init__(self, error: ErrorCode, message: str) -> None:

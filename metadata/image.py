@@ -17,14 +17,13 @@ from typing import Any
 
 from metadata.acl.binding import AclBinding, operation, pattern_type, permission, resource_type
 from metadata.client_quotas import QuotaEntity
-from metadata.records import (
+from metadata.cluster_records import (
     CLUSTER_RECORD_TYPES,
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ClientQuotaRecord,
     ConfigRecord,
     FenceBrokerRecord,
-    MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -41,6 +40,7 @@ from metadata.records import (
 )
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
+from storage.metadata.record_codec import MetadataRecord
 from wire.sasl.scram import ScramCredential
 
 __all__ = [
@@ -102,13 +102,13 @@ class BrokerImage:
     listeners: tuple[Endpoint, ...]
     rack: str | None
     fenced: bool
-    #: Asked for a controlled shutdown (``controller.controlled_shutdown``): serving, but given no leadership.
+    #: Asked for a controlled shutdown (``controller.decisions.controlled_shutdown``): serving, but given no leadership.
     in_controlled_shutdown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class WALFailoverImage:
-    """The latest WAL failover of a broker (see ``metadata.records.WALFailoverRecord``); ``done`` once the
+    """The latest WAL failover of a broker (see ``metadata.cluster_records.WALFailoverRecord``); ``done`` once the
     target reported it finished. Kept after it is done so a resumed zombie of that incarnation stays fenced."""
 
     node_id: int
@@ -129,7 +129,7 @@ class WALFailoverImage:
 
 @dataclass(frozen=True, slots=True)
 class ProducerIdsImage:
-    """The last producer id block handed out (``metadata.records.ProducerIdsRecord``): every id below
+    """The last producer id block handed out (``metadata.cluster_records.ProducerIdsRecord``): every id below
     ``next_producer_id`` belongs to some broker's block, the next block starts at it."""
 
     broker_id: int = -1

@@ -33,9 +33,14 @@ from typing import Protocol
 
 import crc32c
 
-from metadata.records import MetadataRecord, RecordDecodeError, decode_record, encode_record
+# The log decodes every record it carries with the one registry of ``storage.metadata.record_codec``, which a record
+# type joins when the module defining it is imported: these two imports register the cluster and the stream records
+# before any log is read, whoever opens it.
+import metadata.cluster_records  # noqa: F401
+import storage.metadata.stream_records  # noqa: F401
 from storage.durable import fsync_dir
 from storage.errors import StorageError
+from storage.metadata.record_codec import MetadataRecord, RecordDecodeError, decode_record, encode_record
 
 logger = logging.getLogger(__name__)
 

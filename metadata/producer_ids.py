@@ -16,8 +16,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from metadata.cluster_records import ProducerIdsRecord
 from metadata.image import MetadataImage
-from metadata.records import ProducerIdsRecord
 from storage.namespace import namespace_for
 
 BLOCK_SIZE = 1000

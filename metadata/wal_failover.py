@@ -1,8 +1,9 @@
 """What brokers and the controller share about S3 WAL failovers: where a broker announces its WAL, and which
 failover fences an incarnation for good.
 
-The controller assigns a dead broker's WAL to a live one (``controller.wal_failover``); the brokers announce their
-WALs and halt an incarnation whose WAL was taken over (``broker.wal_ownership``). Both read these two facts.
+The controller assigns a dead broker's WAL to a live one (``controller.decisions.wal_failover``); the brokers
+announce their WALs and halt an incarnation whose WAL was taken over (``broker.wal_ownership``). Both read these two
+facts.
 """
 
 from __future__ import annotations

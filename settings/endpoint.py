@@ -1,7 +1,7 @@
 """A broker's advertised endpoint: what ``advertised.listeners`` names and what Metadata and DescribeCluster report.
 
 It is a setting before it is metadata: a node reads it from its properties, and the broker registration record
-carries it to the others (``metadata.records.BrokerRegistrationRecord``).
+carries it to the others (``metadata.cluster_records.RegisterBrokerRecord``).
 """
 
 from __future__ import annotations

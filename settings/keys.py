@@ -268,8 +268,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # cluster membership
         ConfigKey("broker.session.timeout.ms", _B.INT, 9000, at_least(1)),
         ConfigKey("broker.heartbeat.interval.ms", _B.INT, 2000, at_least(1)),
-        # Controlled shutdown (controller.controlled_shutdown): a broker of a multi-broker cluster stopping cleanly
-        # first has the controller move every partition it leads to other brokers (Kafka's key and default).
+        # Controlled shutdown (controller.decisions.controlled_shutdown): a broker of a multi-broker cluster stopping
+        # cleanly first has the controller move every partition it leads to other brokers (Kafka's key and default).
         ConfigKey("controlled.shutdown.enable", _B.BOOLEAN, True),
         # fjord: how long it waits for that before it stops anyway (Kafka bounds it with
         # controlled.shutdown.max.retries x retry.backoff.ms); nothing is lost then: the partitions' data is in its
@@ -278,8 +278,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # How long a reassigned partition waits for its source broker to close its streams before the target is
         # elected anyway (a dead or stuck source; DESIGN §9). AutoMQ waits 10 s too.
         ConfigKey("partition.reassignment.election.timeout.ms", _B.INT, 10000, at_least(0)),
-        # The auto-balancer (controller.balancer) on the active controller, with AutoMQ's names where AutoMQ has
-        # the idea; all dynamic (cluster-wide defaults), as AutoMQ's are reconfigurable.
+        # The auto-balancer (controller.decisions.balancing) on the active controller, with AutoMQ's names where AutoMQ
+        # has the idea; all dynamic (cluster-wide defaults), as AutoMQ's are reconfigurable.
         # fjord: on by default (AutoMQ: off): without it a restarted or added broker leads nothing for ever. It
         # does nothing on a single broker.
         ConfigKey("autobalancer.controller.enable", _B.BOOLEAN, True, dynamic=True),

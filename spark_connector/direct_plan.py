@@ -25,8 +25,8 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from metadata.meta_stream_records import KEY_LOG, MetaFormatError, decode_entry
 from spark_connector.offsets import OffsetRange
-from storage.meta_record import KEY_LOG, MetaFormatError, decode_entry
 from storage.metadata.api import S3ObjectMetadata
 from wire.aborted_txns import AbortedTxn, AbortedTxnEntry
 

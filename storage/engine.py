@@ -560,11 +560,11 @@ async def _nothing(_block: CacheBlock) -> None:
 
 
 if TYPE_CHECKING:
-    from storage.metadata.memory import InMemoryStreamMetadata
+    from storage.metadata.state_machine import StreamMetadataStateMachine
     from storage.stream_api import ObservedStreamClient
 
     def _engine_conforms(engine: StorageEngine) -> ObservedStreamClient:
         return engine
 
-    def _metadata_conforms(metadata: InMemoryStreamMetadata) -> StreamMetadata:
+    def _metadata_conforms(metadata: StreamMetadataStateMachine) -> StreamMetadata:
         return metadata

@@ -1,7 +1,7 @@
 """AlterPartitionReassignments (key 45) v0: what ``kafka-reassign-partitions.sh --execute`` and admin clients send.
 
-The controller validates and moves the partitions (``controller.reassignment``, DESIGN §9); brokers of a cluster
-forward the request to the active controller, which reads and answers it through the same translation
+The controller validates and moves the partitions (``controller.decisions.reassignment``, DESIGN §9); brokers of a
+cluster forward the request to the active controller, which reads and answers it through the same translation
 (``metadata.admin.topic_wire``). A failure to reach the controller is reported on every partition of the request, never
 as a dropped connection.
 """

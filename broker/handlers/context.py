@@ -20,12 +20,12 @@ from broker.handlers.append_order import AppendOrder
 from broker.handlers.commit_order import PendingCommits
 from broker.metrics import TopicTraffic
 from broker.quotas.enforcer import RequestCharge
-from broker.sasl_session import SaslSession
 from broker.services import BrokerServices
 from metadata.acl.binding import ANONYMOUS, AclOperation, ResourceType
 from metadata.admin.requests import MutationQuota
 from wire import codec, schema
 from wire.api_versions import VersionRange
+from wire.sasl.session import SaslSession
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 

@@ -1,7 +1,7 @@
 """ElectLeaders (key 43) v0-2: what ``kafka-leader-election.sh`` and admin clients' ``elect_leaders`` send.
 
-The controller decides (``controller.leadership.elect``: preferred, or unclean, which in Fjord loses nothing since
-every replica reads the same shared storage); a broker of a cluster forwards the request to the active controller,
+The controller decides (``controller.decisions.leadership.elect``: preferred, or unclean, which in Fjord loses nothing
+since every replica reads the same shared storage); a broker of a cluster forwards the request to the active controller,
 which answers it through the same translation (``metadata.admin.topic_wire``). The CLUSTER ALTER check is
 ``authorize_elect_leaders``, below.
 """

@@ -1,6 +1,6 @@
 """SaslHandshake (key 17) v0-1 and SaslAuthenticate (key 36) v0-2: a SASL listener's authentication exchange.
 
-The connection's :class:`~broker.sasl_session.SaslSession` holds the state; these handlers only translate. On a
+The connection's :class:`~wire.sasl.session.SaslSession` holds the state; these handlers only translate. On a
 listener that is not SASL both are answered ILLEGAL_SASL_STATE, as Kafka's request handler does. A failed
 exchange is answered (SASL_AUTHENTICATION_FAILED with a message that names no secret)
 ``connection.failed.authentication.delay.ms`` after it failed (KIP-306: a client guessing passwords gets few tries a
@@ -17,8 +17,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
-from broker.sasl_session import SaslStateError
 from wire.sasl import SaslAuthenticationError
+from wire.sasl.session import SaslStateError
 
 _NOT_SASL = "this listener is not a SASL listener"
 

@@ -1,9 +1,9 @@
 """UnregisterBroker (key 64) v0: what ``kafka-cluster.sh unregister --id N`` (Admin.unregisterBroker) sends.
 
-The controller decides (``controller.controlled_shutdown.unregister``): an unknown id is BROKER_ID_NOT_REGISTERED as
-in Kafka, a broker that is still alive or whose WAL a failover still replays is refused with a message saying why.
-A broker of a cluster forwards the request to the active controller; a failure to reach it is an error code in the
-answer, never a dropped connection.
+The controller decides (``controller.decisions.controlled_shutdown.unregister``): an unknown id is
+BROKER_ID_NOT_REGISTERED as in Kafka, a broker that is still alive or whose WAL a failover still replays is refused with
+a message saying why. A broker of a cluster forwards the request to the active controller; a failure to reach it is an
+error code in the answer, never a dropped connection.
 """
 
 from __future__ import annotations

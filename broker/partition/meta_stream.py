@@ -1,6 +1,6 @@
 """The partition's meta stream: a tiny key/value log (DESIGN.md §4).
 
-Each stream record holds one entry (storage/meta_record.py: ``magic 0x00 | keyLen i32 | key UTF-8 | value``);
+Each stream record holds one entry (metadata/meta_stream_records.py: ``magic 0x00 | keyLen i32 | key UTF-8 | value``);
 replay keeps the last value per key. The stream compacts itself: once most of its records are superseded it
 re-appends the live entries and trims everything before them, so reopening a long-lived partition replays a handful
 of records, not its whole history. ``MetaState`` is the pure replay/compaction logic; ``MetaStream`` drives it over
@@ -13,7 +13,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from storage.meta_record import (
+from metadata.meta_stream_records import (
     KEY_LEADER_EPOCH_CHECKPOINT,
     KEY_LOG,
     KEY_PARTITION,

@@ -225,7 +225,7 @@ class RemoteControllerClient:
 
     async def request_controlled_shutdown(self, timeout_s: float) -> bool:
         """Asks the controller to move every partition this broker leads to other brokers before it stops
-        (``controller.controlled_shutdown``), heartbeating with ``wantShutDown`` until the answer is
+        (``controller.decisions.controlled_shutdown``), heartbeating with ``wantShutDown`` until the answer is
         ``shouldShutDown``; False if that did not come within ``timeout_s``, or no controller answered for a
         session timeout (it fences this broker anyway), or the broker is no longer registered (the caller stops
         anyway)."""
@@ -484,7 +484,7 @@ class RemoteControllerClient:
         return ProducerIdBlock(int(response.producer_id_start), int(response.producer_id_len))
 
     async def complete_wal_failover(self, node: NodeIdentity, failed_node_id: int, failed_node_epoch: int) -> None:
-        """Reports this broker's replay of a dead broker's WAL done (``controller.wal_failover``)."""
+        """Reports this broker's replay of a dead broker's WAL done (``controller.decisions.wal_failover``)."""
         await self.channel.stream(CompleteWALFailover(node, failed_node_id, failed_node_epoch),
                                   f"complete the WAL failover of broker {failed_node_id}")
         await self._sync_after(f"see the WAL failover of broker {failed_node_id} done")

@@ -15,7 +15,8 @@ CreateTopics        19    2-7       active controller (forwarded by brokers)
 DeleteTopics        20    1-6       active controller
 AlterConfigs        33    0-2       active controller
 CreatePartitions    37    0-3       active controller
-ElectLeaders        43    0-2       active controller (preferred and unclean elections, ``controller.leadership``)
+ElectLeaders        43    0-2       active controller (preferred and unclean elections,
+                                    ``controller.decisions.leadership``)
 IncrementalAlter..  44    0-1       active controller
 AlterPartitionRe..  45    0         active controller (DESIGN §9: the reassignment is the controller's)
 AlterUserScramCr..  51    0         active controller (SCRAM credentials are metadata records)

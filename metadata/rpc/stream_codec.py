@@ -4,7 +4,7 @@ the API key alone (:func:`api_key_of`).
 
 Frame of a Fjord request: Kafka request header v1 (``api_key i16 | api_version i16 | correlation_id i32 |
 client_id nullable string``) then a UTF-8 JSON body: the request dataclass's fields in declaration order as a JSON
-array (the metadata records' codec, ``storage.metadata.records``: nested dataclasses are arrays, bytes base64,
+array (the metadata records' codec, ``storage.metadata.record_codec``: nested dataclasses are arrays, bytes base64,
 enums their value). A newer version may only add trailing fields with defaults. Response frame: ``correlation_id
 i32`` then the JSON array ``[error_code, error_message, leader_id, result]``; ``leader_id`` is the active
 controller as this node knows it (-1 unknown), meaningful with ``NOT_CONTROLLER``. Error codes are
@@ -19,7 +19,7 @@ import typing
 from typing import Any
 
 from metadata.rpc.stream_rpcs import STREAM_API_VERSION, STREAM_REQUESTS, StreamRequest, StreamResponse
-from storage.metadata.records import from_json, to_json
+from storage.metadata.record_codec import from_json, to_json
 
 
 class StreamCodecError(ValueError):

@@ -241,7 +241,7 @@ class DescribeMetadata(StreamRequest):
 @dataclass(frozen=True, slots=True)
 class CompleteWALFailover(StreamRequest):
     """``node`` (the assigned target) finished replaying the WAL of broker ``failed_node_id``'s incarnation
-    ``failed_node_epoch`` (controller.wal_failover)."""
+    ``failed_node_epoch`` (controller.decisions.wal_failover)."""
 
     API_KEY: ClassVar[int] = STREAM_API_BASE + 19
     RESULT: ClassVar[Any] = None

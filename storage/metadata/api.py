@@ -1,9 +1,10 @@
 """``StreamMetadata``: what the storage engine needs from the controller (DESIGN.md §3, §6, §8).
 
-The in-process implementation (``storage.metadata.memory``) serves a single node; the Raft controller quorum
-serves the same interface to many brokers. Every mutating call carries the caller's ``(node_id, node_epoch)``
-and, for stream operations, the stream epoch, so a stale owner is rejected (``StreamFencedError``,
-``NodeEpochExpiredError``) and can never make data visible.
+The controller's state machine (``storage.metadata.state_machine``) implements it; a storage engine reaches it in
+process on the embedded single node, or through the controller quorum's RPCs, which serve the same interface to
+many brokers. Every mutating call carries the caller's ``(node_id, node_epoch)`` and, for stream operations, the
+stream epoch, so a stale owner is rejected (``StreamFencedError``, ``NodeEpochExpiredError``) and can never make
+data visible.
 """
 
 from __future__ import annotations

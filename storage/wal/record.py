@@ -1,6 +1,6 @@
 """The WAL record framing of DESIGN.md §5, sans-I/O.
 
-Every record is a 24-byte header followed by its body, an encoded StreamRecordBatch (storage/record.py)::
+Every record is a 24-byte header followed by its body, an encoded StreamRecordBatch (storage/stream_record_batch.py)::
 
     magic u32 0x87654321 | bodyLength i32 | bodyOffset i64 | bodyCRC u32 | headerCRC u32
 

@@ -27,7 +27,7 @@ from broker_support import BrokerProcess, WireClient, start_broker
 
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
 
 
 @pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[tuple[StorageEngine, InMemoryStreamMetadata]]:
+async def engine(tmp_path: Path) -> AsyncIterator[tuple[StorageEngine, StreamMetadataStateMachine]]:
     """A started storage engine (file WAL, local objects under ``tmp_path``) and its in-process metadata, for
     tests of the partition layer over real storage without a broker process; shut down at teardown."""
     config = StorageConfig(
@@ -92,7 +92,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[tuple[StorageEngine, InMemoryS
         cluster_id="test",
         node_id=1,
     )
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     eng = StorageEngine(config, metadata)
     await eng.start()
     try:

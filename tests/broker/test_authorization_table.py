@@ -18,10 +18,10 @@ from broker.authorization import BrokerAuthorizer
 from broker.handlers.context import RequestContext
 from broker.handlers.table import serve_authorized
 from broker.services import BrokerServices
-from controller.acl_control import binding_record
+from controller.decisions.acls import binding_record
 from metadata.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
+from metadata.cluster_records import PartitionRecord, TopicRecord
 from metadata.image import MetadataImage
-from metadata.records import PartitionRecord, TopicRecord
 from settings.security import STANDARD_AUTHORIZER
 from wire import codec, schema
 

@@ -15,7 +15,7 @@ import pytest
 from broker_support import WireClient, api_versions_request, default_overrides
 from kio.schema.errors import ErrorCode
 
-from controller.config_control import plan_alter_configs
+from controller.decisions.configs import plan_alter_configs
 from metadata.controller_api import ConfigResource
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage

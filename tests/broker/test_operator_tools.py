@@ -16,19 +16,19 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
 from kio.schema.errors import ErrorCode
 
-from controller.leadership import elect
-from metadata.controller_api import ElectionType
-from metadata.image import MetadataImage
-from metadata.records import (
+from controller.decisions.leadership import elect
+from metadata.cluster_records import (
     FenceBrokerRecord,
-    MetadataRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
     UnfenceBrokerRecord,
 )
+from metadata.controller_api import ElectionType
+from metadata.image import MetadataImage
 from settings.endpoint import Endpoint
 from settings.keys import NO_REPLICATION_TRAFFIC
+from storage.metadata.record_codec import MetadataRecord
 from wire import codec, schema
 
 ELECT_LEADERS, DESCRIBE_LOG_DIRS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, ALTER_CONFIGS = 43, 35, 32, 44, 33

@@ -40,8 +40,8 @@ from controller.quorum import QuorumController
 from metadata.admin import requests as admin_requests
 from metadata.admin import topic_wire
 from metadata.client_quotas import QuotaAlteration, plan_alter_client_quotas
+from metadata.cluster_records import ClientQuotaRecord
 from metadata.image import MetadataImage
-from metadata.records import ClientQuotaRecord
 from node.controller_handle import start_quorum_client
 from settings.endpoint import Endpoint
 from settings.security import STANDARD_AUTHORIZER, refusal

@@ -25,7 +25,7 @@ from broker.partition.partition_log import PartitionLog
 from broker.partition.producer_state import decode_snapshot
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from tests.waiting import eventually, eventually_async
 from wire.record_batch import Record, build_batch
 
@@ -147,7 +147,7 @@ class _Node:
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
-        self.metadata = InMemoryStreamMetadata()
+        self.metadata = StreamMetadataStateMachine()
         self.engine = StorageEngine(self._config(1), self.metadata)
         self.uploads: list[dict[int, int]] = []
 

@@ -36,7 +36,7 @@ from broker.partition.retention import (
     enforce_retention,
 )
 from storage.engine import StorageEngine
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from tests.waiting import eventually
 from wire.record_batch import Record, build_batch, iter_batches
 
@@ -179,7 +179,9 @@ def test_decisions_cut_on_batch_boundaries_and_only_breached_batches(
 
 
 # ---------------------------------------------------------------------- a PartitionLog over real storage
-async def _open(engine: tuple[StorageEngine, InMemoryStreamMetadata], epoch: int, config: LogConfig) -> PartitionLog:
+async def _open(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], epoch: int, config: LogConfig
+) -> PartitionLog:
     eng, metadata = engine
     return await PartitionLog.open(
         streams=eng,
@@ -197,7 +199,7 @@ def _batch(records: int, ts: int, value_size: int = 100) -> bytes:
     return build_batch([Record(b"k%d" % i, b"v" * value_size, (), ts + i) for i in range(records)])
 
 
-async def test_size_follows_appends_trims_and_reopens(engine: tuple[StorageEngine, InMemoryStreamMetadata]) -> None:
+async def test_size_follows_appends_trims_and_reopens(engine: tuple[StorageEngine, StreamMetadataStateMachine]) -> None:
     config = LogConfig(retention_ms=-1, retention_bytes=-1)
     now = int(time.time() * 1000)
     batches = [_batch(3, now - HOUR, 100 + 10 * i) for i in range(6)]
@@ -225,7 +227,7 @@ async def test_size_follows_appends_trims_and_reopens(engine: tuple[StorageEngin
 
 
 async def test_time_retention_on_a_partition_log_keeps_the_newest_batch(
-    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
     now = int(time.time() * 1000)
     log = await _open(engine, 0, LogConfig(retention_ms=HOUR, retention_bytes=-1))

@@ -1,4 +1,4 @@
-"""A connection's SASL session (broker.sasl_session) without sockets: what it lets through before and after
+"""A connection's SASL session (wire.sasl.session) without sockets: what it lets through before and after
 authenticating, re-authentication (KIP-368) and the end of a session, with a clock the test moves."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import ConnectionState, RequestContext
-from broker.sasl_session import SaslSession, SaslStateError
 from broker.services import BrokerServices
 from settings.security import ListenerSasl
 from wire.sasl import SaslAuthenticationError
+from wire.sasl.session import SaslSession, SaslStateError
 
 METADATA = 3
 

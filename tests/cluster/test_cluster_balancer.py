@@ -1,4 +1,4 @@
-"""The auto-balancer (``controller.balancer``, run by ``controller.auto_balancer`` on the active controller).
+"""The auto-balancer (``controller.decisions.balancing``, run by ``controller.auto_balancer`` on the active controller).
 
 The decisions, on images built from metadata records: the band, the budget of moves in flight, operator moves left
 alone, fenced and new brokers, and convergence without oscillation. Then real processes (one controller, three
@@ -30,26 +30,26 @@ from cluster_support import (
 )
 from confluent_kafka.admin import AdminClient
 
-from controller import balancer
-from controller.balancer import Settings, effective_settings, plan
-from controller.reassignment import complete
+from controller.decisions import balancing
+from controller.decisions.balancing import Settings, effective_settings, plan
+from controller.decisions.reassignment import complete
 from controller.shell import MetadataShell, build_tree
 from metadata.broker_load import BrokerLoad, LoadReports, PartitionLoad, rates
-from metadata.image import MetadataImage
-from metadata.records import (
+from metadata.cluster_records import (
     ConfigRecord,
-    MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
     WALFailoverRecord,
 )
+from metadata.image import MetadataImage
 from node.local_cluster import LocalCluster
 from settings.config_resources import RESOURCE_BROKER
 from settings.endpoint import Endpoint
 from settings.keys import BROKER_KEYS
 from settings.server import ServerConfig
+from storage.metadata.record_codec import MetadataRecord
 from tests.metrics_scrape import metrics_url, sample, scrape
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
@@ -100,7 +100,7 @@ def _finish_moves(image: MetadataImage) -> MetadataImage:
     return image.apply(records, image.offset + 1)
 
 
-def _start_moves(image: MetadataImage, decision: balancer.Decision) -> MetadataImage:
+def _start_moves(image: MetadataImage, decision: balancing.Decision) -> MetadataImage:
     records = [
         PartitionChangeRecord(
             str(m.partition.topic_id),
@@ -136,7 +136,7 @@ def test_a_steady_skew_converges_in_a_bounded_number_of_moves_and_stays_put() ->
             assert move.source_leads - move.target_leads > settings.tolerance, move.reason
         total += len(decision.moves)
         image = _finish_moves(_start_moves(image, decision))
-    counts, _ = balancer.leader_counts(image, image.brokers)
+    counts, _ = balancing.leader_counts(image, image.brokers)
     assert counts == {1: 4, 2: 4, 3: 4}
     assert total == 7  # the fewest moves that do it: broker 1 gives 7 of its 11
     # No oscillation: a balanced state, planned again and again, moves nothing.
@@ -194,7 +194,7 @@ def test_a_new_broker_is_a_target_after_it_settled_and_exclusions_hold() -> None
 
 
 def test_the_keys_are_in_the_catalogue_and_a_dynamic_value_wins(tmp_path: Path) -> None:
-    assert all(BROKER_KEYS[name].dynamic for name in balancer.KEYS)
+    assert all(BROKER_KEYS[name].dynamic for name in balancing.KEYS)
     defaults = Settings.from_values(lambda name: BROKER_KEYS[name].default)
     assert defaults == Settings()  # the catalogue's defaults are the decision module's
     config = ServerConfig.load(
@@ -260,7 +260,7 @@ def test_a_hot_broker_gives_its_hottest_partitions_to_the_least_loaded() -> None
     again = plan(moving, Settings(), _ages(moving), _loads(moving, HOT))
     assert again.moves == [] and again.in_flight == 3
     settled = _finish_moves(moving)
-    counts, _ = balancer.leader_counts(settled, settled.brokers)
+    counts, _ = balancing.leader_counts(settled, settled.brokers)
     assert _spread(counts) <= 1 and plan(settled, Settings(), _ages(settled), _loads(settled, HOT)).moves == []
 
 
@@ -288,7 +288,7 @@ def test_a_steady_skewed_load_converges_in_a_bounded_number_of_moves_then_makes_
             break
         goals += [m.goal for m in decision.moves]
         image = _finish_moves(_start_moves(image, decision))
-        counts, _ = balancer.leader_counts(image, image.brokers)
+        counts, _ = balancing.leader_counts(image, image.brokers)
         banded = banded or _spread(counts) <= settings.tolerance
         assert not banded or _spread(counts) <= settings.tolerance, counts
     assert "load" in goals and len(goals) <= 10, goals  # broker 4 joined empty: leader moves first, then load
@@ -325,7 +325,7 @@ def test_load_moves_keep_the_leader_count_band_and_the_budget() -> None:
     assert [(m.topic, m.partition.partition, m.target) for m in two.moves] == [("hot", 0, 2)]
     for decision in (one, two):
         moved = _finish_moves(_start_moves(image, decision))
-        counts, _ = balancer.leader_counts(moved, moved.brokers)
+        counts, _ = balancing.leader_counts(moved, moved.brokers)
         assert _spread(counts) <= 1, counts
     # A broker in controlled shutdown is neither a source nor a target; an excluded broker neither.
     assert all(

@@ -30,12 +30,12 @@ from cluster_support import (
 from controller.quorum import RAFT_DIR_NAME
 from controller.shell_sources import from_controllers
 from metadata.image import is_cluster_record
-from metadata.records import MetadataRecord
 from metadata.rpc.connection import ControllerConnection
 from metadata.rpc.error_codes import RpcError
 from metadata.rpc.stream_rpcs import CommitStreamSetObject, PrepareObjects, StreamRequest
 from node.local_cluster import LocalCluster
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from storage.metadata.record_codec import MetadataRecord
 from tests.waiting import eventually_async
 
 ELECTION_LIMIT_S = 3.0

@@ -13,9 +13,9 @@ import pytest
 from controller.controller import Controller
 from controller.shell import MetadataShell, ShellError, build_tree
 from controller.shell_sources import MetadataSourceError, from_directory, from_snapshot
+from metadata.cluster_records import PartitionRecord, TopicRecord
 from metadata.controller_api import NewTopic
 from metadata.log import LOG_DIR_NAME
-from metadata.records import PartitionRecord, TopicRecord
 from node.local_cluster import REPO_ROOT
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig

@@ -11,7 +11,7 @@ import itertools
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.acl_control import plan_create_acls, plan_delete_acls
+from controller.decisions.acls import plan_create_acls, plan_delete_acls
 from metadata.acl.authorizer import Authorizer, AuthorizerSettings, parse_super_users
 from metadata.acl.binding import (
     CLUSTER_NAME,

@@ -1,5 +1,5 @@
-"""Controlled shutdown and UnregisterBroker at the controller (``controller.controlled_shutdown``): a broker asking
-to shut down has its partitions moved to the least loaded other brokers and is never given leadership again until
+"""Controlled shutdown and UnregisterBroker at the controller (``controller.decisions.controlled_shutdown``): a broker
+asking to shut down has its partitions moved to the least loaded other brokers and is never given leadership again until
 it registers anew; it may stop once they moved; only a stopped broker is unregistered, with Kafka's error codes."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller import balancer
 from controller.controller import Controller
+from controller.decisions import balancing
+from metadata.cluster_records import NO_LEADER
 from metadata.controller_api import NewTopic, PartitionReassignment
 from metadata.errors import ControllerError
-from metadata.records import NO_LEADER
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 
@@ -63,7 +63,7 @@ async def test_partitions_move_to_the_least_loaded_and_the_broker_may_then_stop(
     # not a preferred leader elected, not a fenced leader's heir.
     [refused] = await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (3,))])
     assert refused.error is ErrorCode.invalid_replica_assignment and "shutting down" in (refused.message or "")
-    decision = balancer.plan(controller.image, balancer.Settings(), {1: 999.0, 2: 999.0, 3: 999.0})
+    decision = balancing.plan(controller.image, balancing.Settings(), {1: 999.0, 2: 999.0, 3: 999.0})
     assert all(move.target != 3 for move in decision.moves) and 3 not in decision.leads
     [fresh] = await controller.create_topics([NewTopic("fresh", 4, -1)], validate_only=False)
     assert fresh.error is ErrorCode.none

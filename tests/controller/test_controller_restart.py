@@ -14,10 +14,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.controller import Controller
+from metadata.cluster_records import TopicRecord
 from metadata.controller_api import ConfigResource, IncrementalOp, NewTopic
 from metadata.image import MetadataImage
 from metadata.log import LOG_DIR_NAME, LOG_FILE, LocalMetadataLog, MetadataLogError, read_metadata
-from metadata.records import TopicRecord
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.errors import NodeEpochExpiredError
@@ -241,7 +241,7 @@ import asyncio, sys
 from metadata.controller_api import NewTopic
 from settings.server import ServerConfig
 from controller.controller import Controller
-from metadata.records import Endpoint
+from settings.endpoint import Endpoint
 
 async def main() -> None:
     overrides = [f"log.dirs={sys.argv[1]}", "metadata.log.max.record.bytes.between.snapshots=3000"]

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from metadata.image import MetadataImage
-from metadata.records import (
+from metadata.cluster_records import (
     ConfigRecord,
     FenceBrokerRecord,
-    MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -18,9 +16,11 @@ from metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
+from metadata.image import MetadataImage
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
-from storage.metadata.records import KVRecord
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.stream_records import KVRecord
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 

@@ -13,11 +13,11 @@ import pytest
 
 from controller.controller import Controller
 from controller.quorum import QuorumController
-from metadata.records import MetadataRecord
 from settings.server import ServerConfig
 from storage.errors import OffsetNotMatchedError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange, StreamMetadata
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.metadata.write_locks import EVERYTHING, WriteLocks
 from tests.quorum_fixtures import active_voter
 from tests.waiting import eventually_async
@@ -72,7 +72,7 @@ async def test_concurrent_writes_replay_to_the_same_state(tmp_path: Path) -> Non
 
 
 async def test_two_commits_racing_for_the_same_range_cannot_both_win() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     stream_id = await meta.create_stream(NODE)
     await meta.open_stream(NODE, stream_id, 0)
     first = await meta.prepare_objects(NODE, 2, 60_000)
@@ -107,7 +107,7 @@ class _FlakySink:
 
 async def test_a_failed_append_among_concurrent_prepares_gives_no_id_twice() -> None:
     sink = _FlakySink(fail_on=2)
-    meta = InMemoryStreamMetadata(sink=sink)
+    meta = StreamMetadataStateMachine(sink=sink)
     tasks = [asyncio.create_task(meta.prepare_objects(NODE, 3, 60_000)) for _ in range(4)]
     # All four are in flight at once: none waits for another's append.
     await eventually_async(lambda: sink.calls, until=lambda calls: calls >= 4, timeout=5, interval=0.01,

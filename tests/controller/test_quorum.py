@@ -14,18 +14,15 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_quorum_support import QuorumCluster, metadata_records
 
-from metadata.errors import NodeFencedError, NotControllerError
-from metadata.log import decode_metadata_records
-from metadata.records import (
+from metadata.cluster_records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
-    KVRecord,
-    MetadataRecord,
     PartitionRecord,
     RegisterBrokerRecord,
-    StreamSetObjectRecord,
     TopicRecord,
 )
+from metadata.errors import NodeFencedError, NotControllerError
+from metadata.log import decode_metadata_records
 from metadata.rpc.error_codes import RpcError, raise_for_error
 from metadata.rpc.kafka_apis import (
     API_VERSIONS,
@@ -53,6 +50,8 @@ from metadata.rpc.stream_rpcs import (
 from raft.log import EntryKind
 from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.stream_records import KVRecord, StreamSetObjectRecord
 from tests.waiting import eventually_async
 from wire import codec, schema
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import TopicRecord
 from metadata.errors import NodeFencedError, NotControllerError
 from metadata.log import decode_metadata_records, encode_metadata_records
-from metadata.records import KVRecord, TopicRecord
 from metadata.rpc.error_codes import RpcError, error_code_for, raise_for_error
 from metadata.rpc.kafka_apis import BEGIN_QUORUM_EPOCH, FETCH, VOTE
 from metadata.rpc.raft_codec import (
@@ -61,6 +61,7 @@ from storage.metadata.api import (
     ObjectType,
     S3ObjectMetadata,
 )
+from storage.metadata.stream_records import KVRecord
 from wire import codec, schema
 from wire.record_batch import iter_batches
 

@@ -22,7 +22,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.log import decode_metadata_records
-from metadata.records import MetadataRecord
 from metadata.rpc.connection import ControllerConnection
 from metadata.rpc.error_codes import RpcError
 from metadata.rpc.kafka_apis import (
@@ -34,6 +33,7 @@ from metadata.rpc.kafka_apis import (
 )
 from metadata.rpc.stream_rpcs import DescribeMetadata, GetKV, MetadataDump, StreamRequest, StreamResponse
 from storage.metadata.api import NodeIdentity
+from storage.metadata.record_codec import MetadataRecord
 from tests.ports import free_ports
 from tests.waiting import eventually_async
 from wire import codec, schema

@@ -7,38 +7,40 @@ import uuid
 
 import pytest
 
-from metadata.records import (
-    ALL_RECORD_TYPES,
+from metadata.cluster_records import (
     CLUSTER_RECORD_TYPES,
-    STREAM_RECORD_TYPES,
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ClientQuotaRecord,
     ConfigRecord,
     FenceBrokerRecord,
-    KVRecord,
-    MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
-    RecordDecodeError,
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
-    StreamRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
     WALFailoverDoneRecord,
     WALFailoverRecord,
-    decode_record,
-    encode_record,
 )
 from settings.config_resources import RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from storage.metadata.api import StreamState
+from storage.metadata.record_codec import (
+    RECORD_TYPES as ALL_RECORD_TYPES,
+)
+from storage.metadata.record_codec import (
+    MetadataRecord,
+    RecordDecodeError,
+    decode_record,
+    encode_record,
+)
+from storage.metadata.stream_records import STREAM_RECORD_TYPES, KVRecord, StreamRecord
 
 TOPIC_ID = str(uuid.uuid4())
 

@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from controller.decisions.scram import plan_scram_alterations
 from controller.scram_bootstrap import parse_add_scram
-from controller.scram_control import plan_scram_alterations
+from metadata.cluster_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from metadata.controller_api import ScramDeletion, ScramUpsertion
 from metadata.image import MetadataImage
-from metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord, decode_record, encode_record
 from settings.jaas import JaasError, parse_jaas
 from settings.server import ServerConfig
 from storage.config import ConfigError
+from storage.metadata.record_codec import decode_record, encode_record
 from wire.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, credential_from_salted
 
 SECRET = "never-printed-secret"

@@ -9,7 +9,7 @@ import pytest
 
 from controller.controller import Controller
 from controller.shell import MetadataShell, build_tree
-from metadata.records import NO_TARGET
+from metadata.cluster_records import NO_TARGET
 from metadata.wal_failover import wal_location_key
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig

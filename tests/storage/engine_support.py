@@ -9,7 +9,7 @@ from typing import Any
 
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.local import LocalObjectStore
 from storage.wal.base import WriteAheadLog
@@ -37,7 +37,7 @@ def small_config(tmp_path: Path, **overrides: Any) -> StorageConfig:
 
 def make_engine(
     config: StorageConfig,
-    metadata: InMemoryStreamMetadata | None = None,
+    metadata: StreamMetadataStateMachine | None = None,
     *,
     store: ObjectStore | None = None,
     wal: WriteAheadLog | None = None,
@@ -48,7 +48,7 @@ def make_engine(
         wal = FileWAL(
             config.wal_url.path, segment_size=config.wal_segment_size, capacity=config.wal_capacity, preallocate=False
         )
-    return StorageEngine(config, metadata or InMemoryStreamMetadata(), store=store, wal=wal)
+    return StorageEngine(config, metadata or StreamMetadataStateMachine(), store=store, wal=wal)
 
 
 def payload(stream_id: int, index: int, size: int = 1000) -> bytes:

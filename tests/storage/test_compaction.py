@@ -37,7 +37,7 @@ from storage.metadata.api import (
     ObjectType,
     S3ObjectMetadata,
 )
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.objects.format import IndexEntry, object_key
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
@@ -67,7 +67,7 @@ class Clock:
         return self.now
 
 
-class FailingCommits(InMemoryStreamMetadata):
+class FailingCommits(StreamMetadataStateMachine):
     """The real state machine, with the next ``fail_commits`` compaction commits failing (fault injection)."""
 
     fail_commits = 0

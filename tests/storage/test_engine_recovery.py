@@ -16,8 +16,8 @@ from typing import Any
 from engine_support import make_engine, payload, small_config
 
 from storage.errors import ObjectStoreError
-from storage.metadata.memory import InMemoryStreamMetadata
-from storage.metadata.records import decode_record
+from storage.metadata.record_codec import decode_record
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.local import LocalObjectStore
 from storage.stream_api import Stream
@@ -40,7 +40,7 @@ async def read_all(stream: Stream) -> list[bytes]:
 
 
 async def test_crash_with_data_only_in_the_wal_loses_no_acknowledged_append(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     config = small_config(tmp_path)
     engine = make_engine(config, metadata)
     await engine.start()
@@ -73,7 +73,7 @@ async def test_crash_with_data_only_in_the_wal_loses_no_acknowledged_append(tmp_
 
 
 async def test_clean_shutdown_then_restart_replays_nothing(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     engine = make_engine(small_config(tmp_path), metadata)
     await engine.start()
     stream_id = await engine.create_stream()
@@ -95,7 +95,7 @@ async def test_clean_shutdown_then_restart_replays_nothing(tmp_path: Path) -> No
 
 
 async def test_recovery_skips_streams_another_node_took_over(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     config = small_config(tmp_path)
     engine = make_engine(config, metadata)
     await engine.start()
@@ -130,8 +130,8 @@ CHILD = textwrap.dedent(
     import asyncio, json, os, struct, sys
     sys.path.insert(0, {tests!r})
     from engine_support import make_engine, payload, small_config
-    from storage.metadata.memory import InMemoryStreamMetadata
-    from storage.metadata.records import encode_record
+    from storage.metadata.state_machine import StreamMetadataStateMachine
+    from storage.metadata.record_codec import encode_record
     from pathlib import Path
 
     log = os.open({log!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -142,7 +142,7 @@ CHILD = textwrap.dedent(
         os.fsync(log)
 
     async def main():
-        metadata = InMemoryStreamMetadata(sink=sink)
+        metadata = StreamMetadataStateMachine(sink=sink)
         engine = make_engine(small_config(Path({tmp!r})), metadata)
         await engine.start()
         streams = [await engine.open_stream(await engine.create_stream(), epoch=1) for _ in range(4)]
@@ -161,8 +161,8 @@ CHILD = textwrap.dedent(
 )
 
 
-def replay(log: Path) -> InMemoryStreamMetadata:
-    metadata = InMemoryStreamMetadata()
+def replay(log: Path) -> StreamMetadataStateMachine:
+    metadata = StreamMetadataStateMachine()
     data = log.read_bytes()
     pos = 0
     while pos + 4 <= len(data):
@@ -233,7 +233,7 @@ class SlowAckWAL:
 
 
 async def test_the_wal_is_not_trimmed_past_an_acknowledged_record_not_yet_cached(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     config = small_config(tmp_path)
     file_wal = FileWAL(config.wal_url.path, segment_size=config.wal_segment_size, preallocate=False)
     engine = make_engine(config, metadata, wal=SlowAckWAL(file_wal, slow_stream=0, slow_offset=1, delay=0.5))
@@ -260,7 +260,7 @@ async def test_the_wal_is_not_trimmed_past_an_acknowledged_record_not_yet_cached
 async def test_shutdown_with_object_storage_down_gives_up_in_time_and_recovery_uploads_later(
     tmp_path: Path,
 ) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     config = small_config(tmp_path)
     store = FaultyObjectStore(LocalObjectStore(config.data_buckets[0].path))
     engine = make_engine(config, metadata, store=store)

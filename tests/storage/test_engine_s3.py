@@ -11,7 +11,7 @@ from engine_support import make_engine, payload, small_config
 
 from storage.config import BucketURL
 from storage.engine import StorageEngine
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.objects.format import object_id_from_key
 from storage.objectstore.factory import open_object_store
 
@@ -20,7 +20,7 @@ async def test_appends_upload_to_s3_and_cold_reads_return_identical_bytes(
     tmp_path: Path, s3_bucket_url: BucketURL
 ) -> None:
     config = dataclasses.replace(small_config(tmp_path), data_buckets=(s3_bucket_url,))
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     engine = make_engine(config, metadata, store=open_object_store(s3_bucket_url, config))
     await engine.start()
     ids = [await engine.create_stream() for _ in range(3)]
@@ -68,7 +68,7 @@ async def test_appends_upload_to_s3_and_cold_reads_return_identical_bytes(
 async def test_crash_with_the_s3_wal_loses_no_acknowledged_append(tmp_path: Path, s3_bucket_url: BucketURL) -> None:
     wal_url = dataclasses.replace(s3_bucket_url, params={**s3_bucket_url.params, "batchInterval": "10"})
     config = dataclasses.replace(small_config(tmp_path), data_buckets=(s3_bucket_url,), wal_url=wal_url)
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     engine = StorageEngine(config, metadata)  # S3 WAL and S3 objects, from the URLs
     await engine.start()
     ids = [await engine.create_stream() for _ in range(2)]

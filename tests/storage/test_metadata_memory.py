@@ -30,19 +30,16 @@ from storage.metadata.api import (
     StreamObjectCommit,
     StreamState,
 )
-from storage.metadata.memory import InMemoryStreamMetadata
-from storage.metadata.records import (
+from storage.metadata.record_codec import (
     RECORD_TYPES,
-    STREAM_RECORD_TYPES,
-    KVRecord,
     MetadataRecord,
-    RangeRecord,
     RecordDecodeError,
-    StreamRecord,
     decode_record,
     encode_record,
     register_record,
 )
+from storage.metadata.state_machine import StreamMetadataStateMachine
+from storage.metadata.stream_records import STREAM_RECORD_TYPES, KVRecord, RangeRecord, StreamRecord
 
 NODE = NodeIdentity(1, 100)
 OTHER = NodeIdentity(2, 100)
@@ -65,8 +62,8 @@ class Log:
     async def __call__(self, records: Sequence[MetadataRecord]) -> None:
         self.entries += [encode_record(r) for r in records]
 
-    def replay(self) -> InMemoryStreamMetadata:
-        fresh = InMemoryStreamMetadata()
+    def replay(self) -> StreamMetadataStateMachine:
+        fresh = StreamMetadataStateMachine()
         for entry in self.entries:
             fresh.apply(decode_record(entry))
         return fresh
@@ -83,14 +80,14 @@ def commit(
     )
 
 
-async def opened(meta: InMemoryStreamMetadata, node: NodeIdentity = NODE, epoch: int = 0) -> int:
+async def opened(meta: StreamMetadataStateMachine, node: NodeIdentity = NODE, epoch: int = 0) -> int:
     stream_id = await meta.create_stream(node)
     await meta.open_stream(node, stream_id, epoch)
     return stream_id
 
 
 async def test_create_open_close_reopen_follow_epoch_rules() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     stream_id = await meta.create_stream(NODE, [("topic", "orders")])
     assert stream_id == 0 and await meta.create_stream(NODE) == 1
     result = await meta.open_stream(NODE, stream_id, 5)
@@ -115,7 +112,7 @@ async def test_create_open_close_reopen_follow_epoch_rules() -> None:
 
 
 async def test_node_epoch_fences_older_incarnations() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     await meta.register_node(1, 100)
     stream_id = await opened(meta)
     await meta.register_node(1, 200)
@@ -129,7 +126,7 @@ async def test_node_epoch_fences_older_incarnations() -> None:
 
 
 async def test_commits_must_continue_the_committed_end_and_are_idempotent() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     a, b = await opened(meta), await opened(meta)
     first = await meta.prepare_objects(NODE, 2, 60_000)
     await meta.commit_stream_set_object(commit(NODE, first, (a, 0, 10), (b, 0, 5), epoch=0))
@@ -171,7 +168,7 @@ async def test_commits_must_continue_the_committed_end_and_are_idempotent() -> N
 
 async def test_prepared_objects_expire_and_unreferenced_objects_are_reclaimed() -> None:
     clock = Clock()
-    meta = InMemoryStreamMetadata(clock=clock, object_delete_retention_ms=500)
+    meta = StreamMetadataStateMachine(clock=clock, object_delete_retention_ms=500)
     a, b = await opened(meta), await opened(meta)
     first = await meta.prepare_objects(NODE, 3, ttl_ms=1_000)
     await meta.commit_stream_set_object(commit(NODE, first, (a, 0, 10), (b, 0, 10)))
@@ -208,7 +205,7 @@ async def test_prepared_objects_expire_and_unreferenced_objects_are_reclaimed() 
 
 
 async def test_delete_requires_a_closed_stream() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     stream_id = await opened(meta, epoch=2)
     with pytest.raises(StreamNotClosedError):
         await meta.delete_stream(NODE, stream_id, 2)
@@ -220,7 +217,7 @@ async def test_delete_requires_a_closed_stream() -> None:
 
 
 async def test_trim_rules() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     stream_id = await opened(meta)
     with pytest.raises(StreamFencedError):
         await meta.trim_stream(OTHER, stream_id, 0, 5)
@@ -234,7 +231,7 @@ async def test_trim_rules() -> None:
 
 async def test_stream_set_compaction_replaces_objects_atomically() -> None:
     clock = Clock()
-    meta = InMemoryStreamMetadata(clock=clock)
+    meta = StreamMetadataStateMachine(clock=clock)
     a, b = await opened(meta), await opened(meta)
     ids = await meta.prepare_objects(NODE, 2, 60_000)
     await meta.commit_stream_set_object(commit(NODE, ids, (a, 0, 10), (b, 0, 10)))
@@ -264,7 +261,7 @@ async def test_stream_set_compaction_replaces_objects_atomically() -> None:
 
 
 async def test_stream_object_compaction_replaces_sources() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     a = await opened(meta)
     first = await meta.prepare_objects(NODE, 3, 60_000)
     for i in range(2):
@@ -292,7 +289,7 @@ async def test_sink_sees_records_before_they_apply_and_failures_change_nothing()
                 raise OSError("metadata log unavailable")
 
     sink = Failing()
-    meta = InMemoryStreamMetadata(sink=sink)
+    meta = StreamMetadataStateMachine(sink=sink)
     stream_id = await opened(meta)
     sink.fail = True
     with pytest.raises(OSError):
@@ -303,7 +300,7 @@ async def test_sink_sees_records_before_they_apply_and_failures_change_nothing()
 async def test_replaying_the_log_and_the_snapshot_rebuild_identical_state() -> None:
     clock = Clock()
     log = Log()
-    meta = InMemoryStreamMetadata(sink=log, clock=clock)
+    meta = StreamMetadataStateMachine(sink=log, clock=clock)
     await meta.register_node(1, 100)
     a, b = await opened(meta), await opened(meta)
     ids = await meta.prepare_objects(NODE, 3, 60_000)
@@ -318,7 +315,7 @@ async def test_replaying_the_log_and_the_snapshot_rebuild_identical_state() -> N
     await meta.delete_kv("gone")
 
     replayed = log.replay()
-    from_snapshot = InMemoryStreamMetadata()
+    from_snapshot = StreamMetadataStateMachine()
     for record in meta.snapshot():
         from_snapshot.apply(decode_record(encode_record(record)))
     for other in (replayed, from_snapshot):
@@ -350,7 +347,7 @@ def test_record_codec_round_trips_and_rejects_bad_input() -> None:
 
 
 def test_registry_is_extensible_but_rejects_collisions() -> None:
-    # A type id no module registers: ids 0-9 belong to metadata.records, which other tests may have imported.
+    # A type id no module registers: ids 0-9 belong to metadata.cluster_records, which other tests may have imported.
     free = 4000
     assert free not in RECORD_TYPES
 
@@ -375,4 +372,4 @@ def test_registry_is_extensible_but_rejects_collisions() -> None:
 
 def test_applying_a_record_for_an_unknown_stream_names_it() -> None:
     with pytest.raises(StorageError, match="stream 42"):
-        InMemoryStreamMetadata().apply(RangeRecord(42, 0, 0, 1, 0, 0))
+        StreamMetadataStateMachine().apply(RangeRecord(42, 0, 0, 1, 0, 0))

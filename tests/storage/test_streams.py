@@ -20,7 +20,7 @@ from storage.errors import (
     StreamNotOpenedError,
     WALError,
 )
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
@@ -162,7 +162,7 @@ async def test_readers_waiting_on_one_stream_are_woken_together_and_independentl
 
 
 async def test_close_uploads_and_a_higher_epoch_reopens_with_all_data(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     engine = make_engine(small_config(tmp_path), metadata)
     await engine.start()
     try:
@@ -188,7 +188,7 @@ async def test_close_uploads_and_a_higher_epoch_reopens_with_all_data(tmp_path: 
 
 
 async def test_two_nodes_open_is_fenced_until_the_owner_closes(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     first = make_engine(small_config(tmp_path / "a", node_id=1), metadata)
     second = make_engine(small_config(tmp_path / "b", node_id=2), metadata, store=first.store)
     await first.start()
@@ -211,7 +211,7 @@ async def test_two_nodes_open_is_fenced_until_the_owner_closes(tmp_path: Path) -
 
 
 async def test_destroy_deletes_the_stream(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     engine = make_engine(small_config(tmp_path), metadata)
     await engine.start()
     try:
@@ -260,7 +260,7 @@ async def test_concurrent_writers_keep_per_stream_order(tmp_path: Path) -> None:
 
 
 async def test_upload_interval_uploads_a_quiet_cache(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     engine = make_engine(small_config(tmp_path, wal_upload_interval_ms=100), metadata)
     await engine.start()
     try:
@@ -293,7 +293,7 @@ async def test_a_failed_wal_append_makes_the_stream_unwritable_and_frees_its_roo
 
 
 async def test_a_fenced_node_fails_appends_instead_of_waiting_forever(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     engine = make_engine(small_config(tmp_path, wal_cache_size=16 * 1024), metadata)
     await engine.start()
     try:
@@ -309,7 +309,7 @@ async def test_a_fenced_node_fails_appends_instead_of_waiting_forever(tmp_path: 
 
 
 async def test_concurrent_opens_and_closes_of_one_stream_are_serialized(tmp_path: Path) -> None:
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     engine = make_engine(small_config(tmp_path), metadata)
     await engine.start()
     try:

@@ -13,8 +13,9 @@ from storage.cache.log_cache import CacheBlock
 from storage.config import StorageConfig
 from storage.errors import NodeEpochExpiredError, ObjectStoreError
 from storage.metadata.api import NodeIdentity, ObjectState, ObjectType
-from storage.metadata.memory import InMemoryStreamMetadata
-from storage.metadata.records import MetadataRecord, ObjectRecord
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state_machine import StreamMetadataStateMachine
+from storage.metadata.stream_records import ObjectRecord
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectData
 from storage.objectstore.faulty import FaultyObjectStore
@@ -72,7 +73,7 @@ class Recorder:
         ]
 
 
-async def open_streams(meta: InMemoryStreamMetadata, n: int) -> list[int]:
+async def open_streams(meta: StreamMetadataStateMachine, n: int) -> list[int]:
     ids = []
     for _ in range(n):
         stream_id = await meta.create_stream(NODE)
@@ -97,7 +98,7 @@ class SlowObject(MemoryObjectStore):
 
 async def test_commits_follow_submission_order_even_when_an_earlier_upload_is_slow() -> None:
     recorder = Recorder()
-    meta = InMemoryStreamMetadata(sink=recorder)
+    meta = StreamMetadataStateMachine(sink=recorder)
     a, b = await open_streams(meta, 2)
     store = SlowObject(slow_id=0, delay=0.2)
     done: list[int] = []
@@ -121,7 +122,7 @@ async def test_commits_follow_submission_order_even_when_an_earlier_upload_is_sl
 
 async def test_failed_uploads_are_retried_and_never_skipped(caplog: pytest.LogCaptureFixture) -> None:
     recorder = Recorder()
-    meta = InMemoryStreamMetadata(sink=recorder)
+    meta = StreamMetadataStateMachine(sink=recorder)
     [a] = await open_streams(meta, 1)
     store = FaultyObjectStore(MemoryObjectStore())
     store.fail("put", ObjectStoreError("injected 503"), times=3)
@@ -137,7 +138,7 @@ async def test_failed_uploads_are_retried_and_never_skipped(caplog: pytest.LogCa
 
 
 async def test_failed_commits_are_retried() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     [a] = await open_streams(meta, 1)
     calls = 0
     real_commit = meta.commit_stream_set_object
@@ -156,7 +157,7 @@ async def test_failed_commits_are_retried() -> None:
 
 
 async def test_close_abandons_pending_work_with_an_error() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     [a] = await open_streams(meta, 1)
     store = FaultyObjectStore(MemoryObjectStore())
     store.fail("put", ObjectStoreError("down"))
@@ -173,7 +174,7 @@ async def test_close_abandons_pending_work_with_an_error() -> None:
 async def test_many_small_streams_cost_one_put_per_block() -> None:
     # The benchmark's shape, scaled down: 1000 streams, blocks at the upload threshold, far below the split size.
     config = StorageConfig(cluster_id="t", wal_upload_threshold=2 << 20, wal_cache_size=4 << 20)
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     streams = await open_streams(meta, 1000)
     store = MemoryObjectStore()
     pipeline = UploadPipeline(config=config, metadata=meta, store=store, node=NODE, on_committed=_noop)
@@ -194,7 +195,7 @@ async def _noop(_block: CacheBlock) -> None:
 
 
 async def test_a_fenced_stream_is_left_out_and_does_not_block_the_others(caplog: pytest.LogCaptureFixture) -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     a, b = await open_streams(meta, 2)
     # Before the upload commits, stream b is closed and taken over by node 2 (a newer owner).
     await meta.close_stream(NODE, b, 0)
@@ -211,7 +212,7 @@ async def test_a_fenced_stream_is_left_out_and_does_not_block_the_others(caplog:
 
 
 async def test_a_fenced_node_fails_its_uploads_instead_of_retrying_forever() -> None:
-    meta = InMemoryStreamMetadata()
+    meta = StreamMetadataStateMachine()
     [a] = await open_streams(meta, 1)
     await meta.register_node(NODE.node_id, NODE.node_epoch + 1)  # the node restarted elsewhere
     pipeline = UploadPipeline(config=CONFIG, metadata=meta, store=MemoryObjectStore(), node=NODE, on_committed=_noop)

@@ -19,7 +19,7 @@ from engine_support import payload, small_config
 from broker.wal_failover import WALFailoverRunner
 from broker.wal_ownership import wait_for_wal_failover
 from controller.controller import Controller
-from metadata.records import failover_wal_epoch
+from metadata.cluster_records import failover_wal_epoch
 from metadata.wal_failover import wal_location_key
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig

@@ -11,7 +11,7 @@ the same connection; past the end, anything but a re-authentication closes the c
 Sans-I/O apart from the clock and the log line, and shared by both kinds of listener: on a client listener
 :mod:`broker.request_dispatcher` asks :meth:`SaslSession.refusal` before dispatching and the handlers of
 :mod:`broker.handlers.sasl` drive the exchange; on a SASL CONTROLLER listener ``controller.rpc.dispatcher`` does
-both. It lives in wire so that the controller layer can use it (``broker.sasl_session`` re-exports it). Each
+both. It lives in wire so that the controller layer can use it too; the broker imports it from here. Each
 failure is counted (``on_failure``) and logged once, naming the listener, the peer and the user the client
 claimed, never a password or a token.
 """

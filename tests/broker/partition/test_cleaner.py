@@ -22,7 +22,7 @@ from broker.partition.partition_log import PartitionLog
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.errors import StorageError
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from wire.errors import KafkaError
 from wire.record_batch import (
     Compression,
@@ -55,7 +55,7 @@ def _config(tmp_path: Path, node_epoch: int) -> StorageConfig:
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     """One engine incarnation at a time over the same disk and metadata; ``restart`` simulates a crash."""
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     state: dict[str, Any] = {"metadata": metadata, "epoch": 0}
     state["engine"] = StorageEngine(_config(tmp_path, 0), metadata)
     await state["engine"].start()
@@ -420,7 +420,7 @@ async def test_deleting_a_partition_deletes_its_cleaned_stream_too(cluster: dict
     assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
     assert log._state.stored.cleaned is not None
     ids = [log._state.log.stream_id, log._state.stored.cleaned.stream_id, log._state.meta.stream.stream_id]
-    metadata: InMemoryStreamMetadata = cluster["metadata"]
+    metadata: StreamMetadataStateMachine = cluster["metadata"]
     assert len(await metadata.get_streams(ids)) == 3
     await log.delete()
     assert await metadata.get_streams(ids) == []

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from storage.engine import StorageEngine
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from wire.errors import KafkaError
 from wire.record_batch import (
     LOG_APPEND_TIME,
@@ -27,7 +27,7 @@ TOPIC_ID = uuid.UUID(int=42)
 
 
 async def _open(
-    engine: tuple[StorageEngine, InMemoryStreamMetadata], epoch: int, config: LogConfig | None = None
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], epoch: int, config: LogConfig | None = None
 ) -> PartitionLog:
     eng, metadata = engine
     return await PartitionLog.open(
@@ -48,7 +48,7 @@ def _batch(n: int, ts: int | None = None, size: int = 10) -> bytes:
 
 
 async def test_offsets_continue_across_reopens_and_meta_stream_compacts(
-    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
     base_ts = 1_700_000_000_000
     end = 0
@@ -77,7 +77,7 @@ async def test_offsets_continue_across_reopens_and_meta_stream_compacts(
 
 
 async def test_invalid_batches_are_rejected_with_kafka_codes(
-    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
     config = LogConfig(max_message_bytes=500, timestamp_after_max_ms=60_000)
     log = await _open(engine, 0, config)
@@ -102,7 +102,7 @@ async def test_invalid_batches_are_rejected_with_kafka_codes(
 
 
 async def test_log_append_time_rewrites_timestamps_and_keeps_batches_valid(
-    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
     log = await _open(engine, 0, LogConfig(log_append_time=True))
     try:
@@ -119,7 +119,7 @@ async def test_log_append_time_rewrites_timestamps_and_keeps_batches_valid(
 
 @pytest.mark.parametrize("log_append_time", [False, True])
 async def test_several_batches_in_one_request_get_consecutive_offsets_and_stay_valid(
-    engine: tuple[StorageEngine, InMemoryStreamMetadata], log_append_time: bool
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], log_append_time: bool
 ) -> None:
     log = await _open(engine, 7, LogConfig(log_append_time=log_append_time))
     try:
@@ -147,7 +147,7 @@ async def test_several_batches_in_one_request_get_consecutive_offsets_and_stay_v
 
 
 async def test_read_limits_return_whole_batches_and_always_the_first(
-    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
     log = await _open(engine, 0)
     try:
@@ -168,7 +168,7 @@ async def test_read_limits_return_whole_batches_and_always_the_first(
 
 
 async def test_delete_records_trims_and_persists_log_start(
-    engine: tuple[StorageEngine, InMemoryStreamMetadata],
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
     config = LogConfig(index_interval_bytes=1)  # a time-index entry for every batch
     log = await _open(engine, 0, config)
@@ -195,7 +195,7 @@ async def test_delete_records_trims_and_persists_log_start(
         await log.close()
 
 
-async def test_delete_destroys_streams_and_kv_entry(engine: tuple[StorageEngine, InMemoryStreamMetadata]) -> None:
+async def test_delete_destroys_streams_and_kv_entry(engine: tuple[StorageEngine, StreamMetadataStateMachine]) -> None:
     _, metadata = engine
     log = await _open(engine, 0)
     await log.append(_batch(3))

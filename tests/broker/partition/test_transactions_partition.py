@@ -36,7 +36,7 @@ from broker.partition.txn_index import (
 )
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
-from storage.metadata.memory import InMemoryStreamMetadata
+from storage.metadata.state_machine import StreamMetadataStateMachine
 from wire.control_records import decode_marker, encode_marker_key, encode_marker_value
 from wire.errors import KafkaError
 from wire.record_batch import (
@@ -238,7 +238,7 @@ def _storage_config(tmp_path: Path, node_epoch: int) -> StorageConfig:
 async def storage(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     """One engine incarnation at a time over the same disk and metadata; ``crash`` halts it as a crash leaves it
     and starts the next incarnation."""
-    metadata = InMemoryStreamMetadata()
+    metadata = StreamMetadataStateMachine()
     state: dict[str, Any] = {"metadata": metadata}
     state["engine"] = StorageEngine(_storage_config(tmp_path, 0), metadata)
     await state["engine"].start()

@@ -3,8 +3,8 @@
 A Fjord partition's data lives in shared object storage, so any live broker can lead it: leadership follows the
 brokers (a registering broker takes back what it led, a fenced one hands its partitions to live brokers) and the
 preferred and unclean elections of ElectLeaders. Each function reads only the image and returns the
-``PartitionChangeRecord``s to append; ``controller.controller.Controller`` appends them (``controller.brokers``
-composes the moves on register and fence into its membership records).
+``PartitionChangeRecord``s to append; ``controller.controller.Controller`` appends them
+(``controller.decisions.brokers`` composes the moves on register and fence into its membership records).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import NO_LEADER, PartitionChangeRecord
 from metadata.controller_api import ElectionType, ElectLeaderResult
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage, PartitionImage
-from metadata.records import NO_LEADER, PartitionChangeRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ def on_register(image: MetadataImage, node_id: int) -> list[PartitionChangeRecor
     for topic in image.topics_by_name.values():
         for partition in topic.partitions.values():
             if partition.reassigning:
-                continue  # its target is elected when the source closed its streams (controller.reassignment)
+                continue  # its target is elected when the source closed its streams (controller.decisions.reassignment)
             if partition.leader == node_id or (partition.leader == NO_LEADER and node_id in partition.replicas):
                 changes.append(leader_change(partition, node_id, live))
             elif partition.leader == NO_LEADER and not live.intersection(partition.replicas):
@@ -72,7 +72,7 @@ def on_register(image: MetadataImage, node_id: int) -> list[PartitionChangeRecor
 def on_fence(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
     """Moves every partition ``node_id`` leads: to another live replica, else to the live broker leading the
     fewest partitions, else to no leader (the next broker to register adopts it). A broker in controlled shutdown
-    is given none (``controller.controlled_shutdown``)."""
+    is given none (``controller.decisions.controlled_shutdown``)."""
     live = {b.node_id for b in image.leader_candidates()} - {node_id}
     load = {broker: 0 for broker in live}
     for topic in image.topics_by_name.values():
@@ -112,7 +112,7 @@ def elect(
     is offline its first live replica: Kafka risks losing data there, Fjord does not (every replica reads the same
     shared storage), so it is only a question of which broker serves. A partition being reassigned is left to the
     reassignment, which elects its target. A broker in controlled shutdown counts as not live: it is never given
-    leadership (``controller.controlled_shutdown``)."""
+    leadership (``controller.decisions.controlled_shutdown``)."""
     if election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
         # Kafka refuses the request as a whole (its parser rejects the type), not each partition.
         raise ControllerError(ErrorCode.invalid_request, f"Unknown election type {election_type}")

@@ -1,15 +1,15 @@
-"""Typed, versioned metadata records for streams, objects and KV entries (DESIGN.md §8).
+"""The metadata log's record codec: the record base class, the one registry of record types, and the wire form.
 
-Every change to stream metadata is expressed as one of these records. The in-process metadata
-(``storage.metadata.memory``) applies them to its state, and the controller appends the very same records to
-its replicated metadata log, so a follower or a restarted node rebuilds identical state by replaying them.
+Every record the metadata log carries (the stream, object and KV records of ``storage.metadata.stream_records``, the
+cluster records of ``metadata.cluster_records``) is a frozen dataclass subclassing :class:`MetadataRecord`,
+registered here with ``@register_record`` under its type id, and encoded by this one codec: the registry is open so
+that the controller's records join it from the layer above, as long as the type ids do not collide. A record type
+is decodable once the module defining it has been imported.
 
 Wire form: ``type u16 | version u16`` then a compact JSON body. The body is the record's fields in declaration
 order as a JSON array (nested dataclasses become nested arrays, ``bytes`` become base64 strings, enums their
 integer value). Decoding accepts bodies of an older version that lack trailing fields: they take their defaults.
-
-The registry is open: another module (the controller's topic and partition records) adds its own record classes
-with ``@register_record`` and the same codec handles them, as long as the type ids do not collide.
+Framing, CRCs and offsets belong to the log (``metadata.log``), not to the records.
 """
 
 from __future__ import annotations
@@ -21,12 +21,9 @@ import json
 import struct
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from storage.errors import CorruptObjectError
-from storage.metadata.api import ObjectState, ObjectType, StreamState
 
 
 class MetadataRecord:
@@ -182,220 +179,3 @@ def from_json(hint: Any, value: Any) -> Any:
     if hint is float:
         return float(value)
     raise TypeError(f"unsupported field type {hint!r} in a metadata record")
-
-
-# -------------------------------------------------------------------------------------------------- records
-# Type ids follow AutoMQ's metadata record api keys (501..) so they never collide with the controller's
-# topic/partition/broker records, which use Kafka's low numbers.
-
-
-@dataclass(frozen=True, slots=True)
-class RangeEntry:
-    """A stream's offsets ``[start_offset, end_offset)`` inside a stream-set object."""
-
-    stream_id: int
-    start_offset: int
-    end_offset: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class StreamRecord(MetadataRecord):
-    """A stream's current owner epoch, range index, start offset, state and tags (created or updated)."""
-
-    TYPE: ClassVar[int] = 501
-    VERSION: ClassVar[int] = 1
-
-    stream_id: int
-    epoch: int
-    range_index: int
-    start_offset: int
-    state: StreamState
-    tags: tuple[tuple[str, str], ...] = ()
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class RemoveStreamRecord(MetadataRecord):
-    TYPE: ClassVar[int] = 502
-
-    stream_id: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class RangeRecord(MetadataRecord):
-    """One ownership period of a stream (created when a node opens it with a new epoch)."""
-
-    TYPE: ClassVar[int] = 503
-
-    stream_id: int
-    epoch: int
-    range_index: int
-    node_id: int
-    start_offset: int
-    end_offset: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class RemoveRangeRecord(MetadataRecord):
-    """A range whose offsets are all trimmed away."""
-
-    TYPE: ClassVar[int] = 504
-
-    stream_id: int
-    range_index: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class StreamObjectRecord(MetadataRecord):
-    TYPE: ClassVar[int] = 505
-
-    stream_id: int
-    object_id: int
-    start_offset: int
-    end_offset: int
-    data_time_ms: int = 0
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class RemoveStreamObjectRecord(MetadataRecord):
-    TYPE: ClassVar[int] = 506
-
-    stream_id: int
-    object_id: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class StreamSetObjectRecord(MetadataRecord):
-    """A node's stream-set object and the stream ranges it holds, sorted by stream id."""
-
-    TYPE: ClassVar[int] = 507
-
-    node_id: int
-    object_id: int
-    order_id: int
-    data_time_ms: int
-    ranges: tuple[RangeEntry, ...]
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class RemoveStreamSetObjectRecord(MetadataRecord):
-    TYPE: ClassVar[int] = 508
-
-    node_id: int
-    object_id: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class ObjectRecord(MetadataRecord):
-    """An object's lifecycle state. ``timestamp_ms`` is the deadline while PREPARED and the mark time once
-    MARK_DESTROYED (it is unused while COMMITTED)."""
-
-    TYPE: ClassVar[int] = 509
-    VERSION: ClassVar[int] = 1
-
-    object_id: int
-    object_size: int
-    state: ObjectState
-    timestamp_ms: int
-    object_type: ObjectType = ObjectType.STREAM_SET
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class RemoveObjectRecord(MetadataRecord):
-    """The object is physically deleted; its id is gone for good."""
-
-    TYPE: ClassVar[int] = 510
-
-    object_id: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class NextStreamIdRecord(MetadataRecord):
-    TYPE: ClassVar[int] = 511
-
-    next_stream_id: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class NextObjectIdRecord(MetadataRecord):
-    TYPE: ClassVar[int] = 512
-
-    next_object_id: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class NodeEpochRecord(MetadataRecord):
-    """The epoch a node registered with; requests carrying a lower one are rejected."""
-
-    TYPE: ClassVar[int] = 513
-
-    node_id: int
-    node_epoch: int
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class StreamEndOffsetsRecord(MetadataRecord):
-    """New committed end offsets ``(stream_id, end_offset)`` after a commit."""
-
-    TYPE: ClassVar[int] = 515
-
-    offsets: tuple[tuple[int, int], ...]
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class KVRecord(MetadataRecord):
-    TYPE: ClassVar[int] = 516
-
-    key: str
-    value: bytes
-
-
-@register_record
-@dataclass(frozen=True, slots=True)
-class RemoveKVRecord(MetadataRecord):
-    TYPE: ClassVar[int] = 517
-
-    key: str
-
-
-StreamMetadataRecordType = (
-    StreamRecord
-    | RemoveStreamRecord
-    | RangeRecord
-    | RemoveRangeRecord
-    | StreamObjectRecord
-    | RemoveStreamObjectRecord
-    | StreamSetObjectRecord
-    | RemoveStreamSetObjectRecord
-    | ObjectRecord
-    | RemoveObjectRecord
-    | NextStreamIdRecord
-    | NextObjectIdRecord
-    | NodeEpochRecord
-    | StreamEndOffsetsRecord
-    | KVRecord
-    | RemoveKVRecord
-)
-"""The records this package defines (the controller may register more)."""
-
-STREAM_RECORD_TYPES: tuple[type[MetadataRecord], ...] = typing.get_args(StreamMetadataRecordType)
-
-RecordSink = Callable[[typing.Sequence[MetadataRecord]], typing.Awaitable[None]]
-"""Where mutating metadata calls send their records before applying them (the controller's log)."""
-
-Record = MetadataRecord
-"""Short name used by the metadata state machine and the controller."""

@@ -1,8 +1,8 @@
 """The auto-balancer's decisions, sans-I/O: which partitions to move so that every live broker leads its share.
 
-A Fjord partition's data lives in object storage, so moving one copies nothing (``controller.reassignment``, DESIGN
-§9) and leadership can follow the brokers. Failover alone does not bring it back: a broker that restarts after its
-partitions moved away, or a broker added to a running cluster, would lead nothing for ever. :func:`plan` reads the
+A Fjord partition's data lives in object storage, so moving one copies nothing (``controller.decisions.reassignment``,
+DESIGN §9) and leadership can follow the brokers. Failover alone does not bring it back: a broker that restarts after
+its partitions moved away, or a broker added to a running cluster, would lead nothing for ever. :func:`plan` reads the
 image and returns the moves that bring the leader counts of the live brokers within ``tolerance`` of each other,
 taking from the broker leading the most and giving to the one leading the fewest. ``controller.auto_balancer`` runs
 it periodically on the active controller and starts the moves through the reassignment mechanism.

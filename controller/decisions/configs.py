@@ -12,10 +12,10 @@ from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import ConfigRecord
 from metadata.controller_api import ConfigResource, IncrementalOp
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
-from metadata.records import ConfigRecord
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.connection_limits import per_ip_refusal
 from settings.keys import ConfigType, ConfigValueError, config_key, validate_broker_config, validate_topic_config

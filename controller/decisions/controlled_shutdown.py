@@ -3,8 +3,8 @@
 Controlled shutdown (Kafka's KIP-631 BrokerHeartbeat ``wantShutDown``): a broker about to stop asks the active
 controller, in its heartbeats, to take its partitions first. :func:`plan` marks it ``in_controlled_shutdown`` (it is
 given no leadership from then on: ``MetadataImage.leader_candidates``) and starts moving each partition it leads
-to the live broker leading the fewest, through the reassignment mechanism (``controller.reassignment``: the source
-closes and uploads its streams, the target opens them, no data copied). The answer is ``shouldShutDown`` once it
+to the live broker leading the fewest, through the reassignment mechanism (``controller.decisions.reassignment``: the
+source closes and uploads its streams, the target opens them, no data copied). The answer is ``shouldShutDown`` once it
 leads nothing and no move from it waits for its streams to close; the broker then uploads what its WAL still holds
 and stops, and its last heartbeat (``wantFence``) fences it. With no other broker to take them the partitions
 stay, and the fence at the end leaves them to the next broker that registers, as before.
@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller import balancer, reassignment
+from controller.decisions import balancing, reassignment
+from metadata.cluster_records import BrokerRegistrationChangeRecord, UnregisterBrokerRecord
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage, PartitionImage
-from metadata.records import BrokerRegistrationChangeRecord, MetadataRecord, UnregisterBrokerRecord
+from storage.metadata.record_codec import MetadataRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ def plan(image: MetadataImage, node_id: int, epoch: int, exclude: Collection[int
         records.append(BrokerRegistrationChangeRecord(node_id, epoch, True))
     candidates = [b.node_id for b in image.leader_candidates() if b.node_id != node_id]
     targets = [b for b in candidates if b not in exclude] or candidates
-    load, _ = balancer.leader_counts(image, targets)
+    load, _ = balancing.leader_counts(image, targets)
     mine: list[tuple[str, PartitionImage]] = []
     waiting = 0
     for topic in sorted(image.topics_by_name.values(), key=lambda t: t.name):

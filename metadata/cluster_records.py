@@ -1,9 +1,9 @@
-"""Metadata log records: the one module that owns every record type (issue 4, DESIGN.md §8).
+"""The cluster records: topics, partitions, configs, brokers, credentials, ACLs, quotas and WAL failovers.
 
-Brokers, the controller, the metadata log, snapshots and tools import record types from here. This module defines
-the cluster records (topics, partitions, configs, brokers) with Kafka's metadata record type ids, and re-exports
-the stream/object/KV records that the storage engine defines in ``storage.metadata.records`` (ids 501 and up, as
-AutoMQ's), so there is one registry and one codec for the whole log: ``type u16 | version u16 | JSON body``.
+The metadata log carries these beside the stream, object and KV records of ``storage.metadata.stream_records``
+(ids 501 and up, as AutoMQ's). Both kinds are registered with the one codec of ``storage.metadata.record_codec``
+(``type u16 | version u16 | JSON body``), which ``metadata.log`` encodes and decodes every record with; the cluster
+records carry Kafka's metadata record type ids, so they live here, above ``storage``, which knows nothing of Kafka.
 Framing, CRCs and offsets belong to the log (``metadata.log``), not to the records.
 
 Topic ids are carried as the UUID's canonical text: the shared codec has no UUID type, and the text form keeps
@@ -16,32 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from settings.endpoint import Endpoint
-from storage.metadata.records import (
-    RECORD_TYPES,
-    STREAM_RECORD_TYPES,
-    KVRecord,
-    MetadataRecord,
-    NextObjectIdRecord,
-    NextStreamIdRecord,
-    NodeEpochRecord,
-    ObjectRecord,
-    RangeEntry,
-    RangeRecord,
-    RecordDecodeError,
-    RemoveKVRecord,
-    RemoveObjectRecord,
-    RemoveRangeRecord,
-    RemoveStreamObjectRecord,
-    RemoveStreamRecord,
-    RemoveStreamSetObjectRecord,
-    StreamEndOffsetsRecord,
-    StreamObjectRecord,
-    StreamRecord,
-    StreamSetObjectRecord,
-    decode_record,
-    encode_record,
-    register_record,
-)
+from storage.metadata.record_codec import MetadataRecord, register_record
 
 NO_LEADER = -1
 
@@ -334,56 +309,27 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
 )
 
 
-# ---------------------------------------------------------------- every record type, one codec
-
-ALL_RECORD_TYPES: dict[int, type[MetadataRecord]] = RECORD_TYPES
-"""Type id -> class for every metadata record (cluster and stream): the registry the log codec decodes with."""
-
-
 __all__ = [
-    "ALL_RECORD_TYPES",
     "CLUSTER_RECORD_TYPES",
     "NO_LEADER",
     "NO_TARGET",
-    "STREAM_RECORD_TYPES",
     "AccessControlEntryRecord",
     "BrokerRegistrationChangeRecord",
     "ClientQuotaRecord",
     "ConfigRecord",
     "FenceBrokerRecord",
-    "KVRecord",
-    "MetadataRecord",
-    "NextObjectIdRecord",
-    "NextStreamIdRecord",
-    "NodeEpochRecord",
-    "ObjectRecord",
     "PartitionChangeRecord",
     "PartitionRecord",
     "ProducerIdsRecord",
-    "RangeEntry",
-    "RangeRecord",
-    "RecordDecodeError",
     "RegisterBrokerRecord",
     "RemoveAccessControlEntryRecord",
-    "RemoveKVRecord",
-    "RemoveObjectRecord",
-    "RemoveRangeRecord",
-    "RemoveStreamObjectRecord",
-    "RemoveStreamRecord",
-    "RemoveStreamSetObjectRecord",
     "RemoveTopicRecord",
     "RemoveUserScramCredentialRecord",
-    "StreamEndOffsetsRecord",
-    "StreamObjectRecord",
-    "StreamRecord",
-    "StreamSetObjectRecord",
     "TopicRecord",
     "UnfenceBrokerRecord",
     "UnregisterBrokerRecord",
     "UserScramCredentialRecord",
     "WALFailoverDoneRecord",
     "WALFailoverRecord",
-    "decode_record",
-    "encode_record",
     "failover_wal_epoch",
 ]

@@ -1,22 +1,23 @@
-"""``InMemoryStreamMetadata``: the StreamMetadata state machine, in process (DESIGN.md §3, §6.4, §8, §10).
+"""``StreamMetadataStateMachine``: the authoritative stream and object metadata (DESIGN.md §3, §6.4, §8, §10).
+
+The controller holds one (``controller.controller.Controller``, the embedded single node's and every quorum
+voter's alike) and serves the ``StreamMetadata`` interface (``storage.metadata.api``) from it; the storage tests and
+benchmarks use one alone, without a sink, as the controller a storage engine talks to.
 
 Every mutating call follows the same steps, holding the keys it touches (``storage.metadata.write_locks``: writes
 on other streams, objects or KV keys proceed meanwhile): validate the request against the current state
 (node epoch, stream epoch and range ownership, commit continuity, object states), build the metadata records
 that express the change, hand them to the optional ``sink`` (the controller replicates them there before they
-take effect) and finally apply them with ``apply``. ``apply`` is pure state transition and is also what replays
-a metadata log or a ``snapshot()`` on restart, so validation never lives in it.
-
-The embedded single-node broker uses this class directly; the controller quorum wraps the same state machine.
+take effect) and finally apply them with ``apply``. ``apply`` and the state it changes are
+:class:`storage.metadata.state.StreamMetadataState`: pure state transition, also what replays a metadata log or a
+``snapshot()`` on restart, so validation never lives in it.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
 
 from storage.errors import (
     CompactedObjectsNotFoundError,
@@ -38,12 +39,13 @@ from storage.metadata.api import (
     ObjectType,
     OpeningStream,
     OpenStreamResult,
-    RangeMetadata,
     S3ObjectMetadata,
     StreamMetadataRecord,
     StreamState,
 )
-from storage.metadata.records import (
+from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.state import Placement, StreamEntry, StreamMetadataState
+from storage.metadata.stream_records import (
     KVRecord,
     NextObjectIdRecord,
     NextStreamIdRecord,
@@ -51,7 +53,6 @@ from storage.metadata.records import (
     ObjectRecord,
     RangeEntry,
     RangeRecord,
-    Record,
     RemoveKVRecord,
     RemoveObjectRecord,
     RemoveRangeRecord,
@@ -67,7 +68,7 @@ from storage.metadata.write_locks import EVERYTHING, WriteLocks
 
 logger = logging.getLogger(__name__)
 
-Sink = Callable[[Sequence[Record]], Awaitable[None]]
+Sink = Callable[[Sequence[MetadataRecord]], Awaitable[None]]
 Clock = Callable[[], int]
 Delegations = Callable[[NodeIdentity], Collection[int]]
 """The dead nodes whose opened streams a node may commit to and close for them (a WAL failover assigned to it)."""
@@ -105,70 +106,7 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True)
-class _Stream:
-    stream_id: int
-    epoch: int
-    range_index: int
-    start_offset: int
-    state: StreamState
-    tags: tuple[tuple[str, str], ...]
-    end_offset: int = 0
-    ranges: dict[int, RangeMetadata] = field(default_factory=dict)
-
-    @property
-    def current_range(self) -> RangeMetadata | None:
-        return self.ranges.get(self.range_index)
-
-
-@dataclass(slots=True)
-class _Object:
-    object_id: int
-    size: int
-    state: ObjectState
-    timestamp_ms: int
-    object_type: ObjectType
-
-
-@dataclass(frozen=True, slots=True)
-class _Placement:
-    """Where one stream's offsets ``[start, end)`` live: in object ``object_id`` (a stream-set or stream object)."""
-
-    start: int
-    end: int
-    object_id: int
-
-
-class _StreamIndex:
-    """A stream's committed objects ordered by offset, for ``get_objects`` without scanning."""
-
-    __slots__ = ("_ends", "_items")
-
-    def __init__(self) -> None:
-        self._items: list[_Placement] = []
-        self._ends: list[int] = []
-
-    def add(self, placement: _Placement) -> None:
-        i = bisect.bisect_left(self._ends, placement.end)
-        self._items.insert(i, placement)
-        self._ends.insert(i, placement.end)
-
-    def remove(self, object_id: int) -> None:
-        keep = [p for p in self._items if p.object_id != object_id]
-        if len(keep) != len(self._items):
-            self._items = keep
-            self._ends = [p.end for p in keep]
-
-    def from_offset(self, offset: int) -> Iterable[_Placement]:
-        """Placements ending after ``offset``, in offset order."""
-        i = bisect.bisect_right(self._ends, offset)
-        return self._items[i:]
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-class InMemoryStreamMetadata:
+class StreamMetadataStateMachine(StreamMetadataState):
     """The StreamMetadata state machine. ``clock`` gives milliseconds (deadlines, mark times, data times)."""
 
     def __init__(
@@ -179,151 +117,18 @@ class InMemoryStreamMetadata:
         object_delete_retention_ms: int = 60_000,
         delegations: Delegations = no_delegations,
     ) -> None:
+        super().__init__()
         self._sink = sink
         self._delegations = delegations
         self._clock = clock
         self._retention_ms = object_delete_retention_ms
         self._locks = WriteLocks()
-        self._next_stream_id = 0
-        self._next_object_id = 0
         # Ids handed to writes still being committed: the next write takes the next ones without waiting. A write
         # whose append fails leaves a gap (never an id given twice).
         self._reserved_stream_id = 0
         self._reserved_object_id = 0
-        self._nodes: dict[int, int] = {}
-        self._streams: dict[int, _Stream] = {}
-        self._objects: dict[int, _Object] = {}
-        self._stream_set_objects: dict[int, StreamSetObjectRecord] = {}
-        self._stream_objects: dict[int, StreamObjectRecord] = {}
-        self._index: dict[int, _StreamIndex] = {}
-        self._kv: dict[str, bytes] = {}
 
-    # ------------------------------------------------------------------------------------------ state machine
-
-    def apply(self, record: Record) -> None:
-        """Applies one record to the state. No validation: records are facts already decided."""
-        match record:
-            case StreamRecord():
-                stream = self._streams.get(record.stream_id)
-                if stream is None:
-                    self._streams[record.stream_id] = _Stream(
-                        record.stream_id,
-                        record.epoch,
-                        record.range_index,
-                        record.start_offset,
-                        record.state,
-                        record.tags,
-                    )
-                    self._index.setdefault(record.stream_id, _StreamIndex())
-                else:
-                    stream.epoch = record.epoch
-                    stream.range_index = record.range_index
-                    stream.start_offset = record.start_offset
-                    stream.state = record.state
-                    stream.tags = record.tags
-            case RemoveStreamRecord():
-                self._streams.pop(record.stream_id, None)
-                index = self._index.get(record.stream_id)
-                if index is not None and not len(index):
-                    del self._index[record.stream_id]  # objects still holding its data keep theirs until swept
-            case RangeRecord():
-                stream = self._replayed_stream(record.stream_id, record)
-                stream.ranges[record.range_index] = RangeMetadata(
-                    record.epoch, record.range_index, record.node_id, record.start_offset, record.end_offset
-                )
-                if record.range_index == stream.range_index:
-                    stream.end_offset = record.end_offset
-            case RemoveRangeRecord():
-                self._replayed_stream(record.stream_id, record).ranges.pop(record.range_index, None)
-            case StreamEndOffsetsRecord():
-                for stream_id, end in record.offsets:
-                    stream = self._replayed_stream(stream_id, record)
-                    stream.end_offset = end
-                    current = stream.current_range
-                    if current is not None:
-                        stream.ranges[current.range_index] = RangeMetadata(
-                            current.epoch, current.range_index, current.node_id, current.start_offset, end
-                        )
-            case ObjectRecord():
-                self._objects[record.object_id] = _Object(
-                    record.object_id, record.object_size, record.state, record.timestamp_ms, record.object_type
-                )
-            case RemoveObjectRecord():
-                self._objects.pop(record.object_id, None)
-            case StreamSetObjectRecord():
-                self._stream_set_objects[record.object_id] = record
-                for r in record.ranges:
-                    self._index.setdefault(r.stream_id, _StreamIndex()).add(
-                        _Placement(r.start_offset, r.end_offset, record.object_id)
-                    )
-            case RemoveStreamSetObjectRecord():
-                sso = self._stream_set_objects.pop(record.object_id, None)
-                if sso is not None:
-                    for r in sso.ranges:
-                        self._drop_placement(r.stream_id, record.object_id)
-            case StreamObjectRecord():
-                self._stream_objects[record.object_id] = record
-                self._index.setdefault(record.stream_id, _StreamIndex()).add(
-                    _Placement(record.start_offset, record.end_offset, record.object_id)
-                )
-            case RemoveStreamObjectRecord():
-                if self._stream_objects.pop(record.object_id, None) is not None:
-                    self._drop_placement(record.stream_id, record.object_id)
-            case NextStreamIdRecord():
-                # max: writes taking ids concurrently may apply out of log order; the counter only grows.
-                self._next_stream_id = max(self._next_stream_id, record.next_stream_id)
-            case NextObjectIdRecord():
-                self._next_object_id = max(self._next_object_id, record.next_object_id)
-            case NodeEpochRecord():
-                self._nodes[record.node_id] = record.node_epoch
-            case KVRecord():
-                self._kv[record.key] = record.value
-            case RemoveKVRecord():
-                self._kv.pop(record.key, None)
-            case _:
-                raise StorageError(f"stream metadata cannot apply {type(record).__name__}")
-
-    def _replayed_stream(self, stream_id: int, record: Record) -> _Stream:
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            raise StorageError(
-                f"stream metadata: {type(record).__name__} refers to stream {stream_id}, which does not exist "
-                f"(records applied out of order, or a damaged metadata log)"
-            )
-        return stream
-
-    def _drop_placement(self, stream_id: int, object_id: int) -> None:
-        index = self._index.get(stream_id)
-        if index is None:
-            return
-        index.remove(object_id)
-        if not len(index) and stream_id not in self._streams:
-            del self._index[stream_id]
-
-    def snapshot(self) -> list[Record]:
-        """Records that rebuild the current state when applied to an empty instance, in a valid order."""
-        out: list[Record] = [NextStreamIdRecord(self._next_stream_id), NextObjectIdRecord(self._next_object_id)]
-        out += [NodeEpochRecord(node, epoch) for node, epoch in sorted(self._nodes.items())]
-        ends: list[tuple[int, int]] = []
-        for s in sorted(self._streams.values(), key=lambda s: s.stream_id):
-            out.append(StreamRecord(s.stream_id, s.epoch, s.range_index, s.start_offset, s.state, s.tags))
-            out += [
-                RangeRecord(s.stream_id, r.epoch, r.range_index, r.node_id, r.start_offset, r.end_offset)
-                for r in sorted(s.ranges.values(), key=lambda r: r.range_index)
-            ]
-            ends.append((s.stream_id, s.end_offset))
-        if ends:
-            out.append(StreamEndOffsetsRecord(tuple(ends)))
-        out += [
-            ObjectRecord(o.object_id, o.size, o.state, o.timestamp_ms, o.object_type)
-            for o in sorted(self._objects.values(), key=lambda o: o.object_id)
-        ]
-        out += [self._stream_set_objects[i] for i in sorted(self._stream_set_objects)]
-        out += [self._stream_objects[i] for i in sorted(self._stream_objects)]
-        out += [KVRecord(k, v) for k, v in sorted(self._kv.items())]
-        return out
-
-    async def _commit(self, records: Sequence[Record]) -> None:
+    async def _commit(self, records: Sequence[MetadataRecord]) -> None:
         """Persists (via the sink) then applies; called holding the write's keys (``storage.metadata.write_locks``)
         so its decision and its effect stay atomic for everything it read."""
         if not records:
@@ -342,13 +147,13 @@ class InMemoryStreamMetadata:
                 f"node {node.node_id}: epoch {node.node_epoch} is older than the registered epoch {registered}"
             )
 
-    def _stream(self, stream_id: int) -> _Stream:
+    def _stream(self, stream_id: int) -> StreamEntry:
         stream = self._streams.get(stream_id)
         if stream is None:
             raise StreamNotFoundError(stream_id)
         return stream
 
-    def _check_owner(self, node: NodeIdentity, stream: _Stream, epoch: int, action: str) -> None:
+    def _check_owner(self, node: NodeIdentity, stream: StreamEntry, epoch: int, action: str) -> None:
         if epoch != stream.epoch:
             raise StreamFencedError(
                 f"stream {stream.stream_id}: cannot {action} at epoch {epoch}, the stream is at epoch {stream.epoch}"
@@ -429,7 +234,7 @@ class InMemoryStreamMetadata:
 
     @staticmethod
     def _stream_record(
-        stream: _Stream, *, state: StreamState | None = None, start_offset: int | None = None
+        stream: StreamEntry, *, state: StreamState | None = None, start_offset: int | None = None
     ) -> StreamRecord:
         return StreamRecord(
             stream.stream_id,
@@ -459,7 +264,7 @@ class InMemoryStreamMetadata:
                 raise StreamNotOpenedError(f"stream {stream_id}: cannot trim a closed stream")
             if new_start_offset <= stream.start_offset:
                 return
-            records: list[Record] = [self._stream_record(stream, start_offset=new_start_offset)]
+            records: list[MetadataRecord] = [self._stream_record(stream, start_offset=new_start_offset)]
             records += [
                 RemoveRangeRecord(stream_id, r.range_index)
                 for r in stream.ranges.values()
@@ -516,7 +321,7 @@ class InMemoryStreamMetadata:
             first = max(self._next_object_id, self._reserved_object_id)
             self._reserved_object_id = first + count
             deadline = self._clock() + ttl_ms
-            records: list[Record] = [NextObjectIdRecord(first + count)]
+            records: list[MetadataRecord] = [NextObjectIdRecord(first + count)]
             records += [ObjectRecord(i, 0, ObjectState.PREPARED, deadline) for i in range(first, first + count)]
             await self._commit(records)
             return first
@@ -556,7 +361,7 @@ class InMemoryStreamMetadata:
             else:
                 ends = self._check_continuity(request, what)
 
-            records: list[Record] = []
+            records: list[MetadataRecord] = []
             order_id = request.order_id
             data_time = request.data_time_ms or now
             if request.compacted_object_ids:
@@ -655,7 +460,7 @@ class InMemoryStreamMetadata:
                 raise CompactedObjectsNotFoundError(
                     f"{what}: source stream objects {missing} of stream {request.stream_id} not found"
                 )
-            records: list[Record] = []
+            records: list[MetadataRecord] = []
             if request.object_id != -1:
                 data_time = request.data_time_ms or min((s.data_time_ms for s in sources if s is not None), default=now)
                 records.append(
@@ -672,7 +477,7 @@ class InMemoryStreamMetadata:
                     records.append(self._mark_destroyed(source.object_id, now))
             await self._commit(records)
 
-    def _metadata_of(self, object_id: int, only: _Placement | None = None, stream_id: int = -1) -> S3ObjectMetadata:
+    def _metadata_of(self, object_id: int, only: Placement | None = None, stream_id: int = -1) -> S3ObjectMetadata:
         """The object's metadata; with ``only``, its ranges are just that placement of ``stream_id`` (what a
         reader needs, without walking a stream-set object's thousands of ranges)."""
         obj = self._objects[object_id]
@@ -731,7 +536,7 @@ class InMemoryStreamMetadata:
 
     async def sweep_objects(self, now_ms: int) -> list[int]:
         async with self._locks.hold(EVERYTHING):
-            records: list[Record] = []
+            records: list[MetadataRecord] = []
             for obj in self._objects.values():
                 if obj.state == ObjectState.PREPARED and obj.timestamp_ms <= now_ms:
                     logger.info("object %d was prepared but not committed before its deadline", obj.object_id)
@@ -753,7 +558,7 @@ class InMemoryStreamMetadata:
 
     async def remove_objects(self, object_ids: Sequence[int]) -> None:
         async with self._locks.hold(EVERYTHING):
-            records: list[Record] = []
+            records: list[MetadataRecord] = []
             for object_id in object_ids:
                 obj = self._objects.get(object_id)
                 if obj is None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from metadata.cluster_records import NO_TARGET, WALFailoverRecord
 from metadata.image import MetadataImage, WALFailoverImage
-from metadata.records import NO_TARGET, WALFailoverRecord
 
 
 def needs_failover(image: MetadataImage, node_id: int, node_epoch: int, locations: Mapping[int, str]) -> bool:

@@ -1,10 +1,12 @@
-"""The record format of a partition's meta stream (DESIGN.md §4): ``magic 0x00 | key length i32 | key UTF-8 | value``,
-one key/value entry per stream record, the last write of a key winning.
+"""The record format of a partition's meta stream (DESIGN.md §4): ``magic 0x00 | key length i32 | key UTF-8 |
+value``, one key/value entry per stream record, the last write of a key winning.
 
-The broker keeps its partitions' meta streams (broker/partition/meta_stream.py) and the Spark source reads them to
-find a partition's log stream in object storage (spark_connector/direct_plan.py); both decode with this module.
+The broker keeps its partitions' meta streams (``broker.partition.meta_stream``) and the Spark source reads them to
+find a partition's log stream in object storage (``spark_connector.direct_plan``); both decode with this module.
+It lives in ``metadata``, the layer below both of them: its keys are a Kafka partition's state (the partition, its
+log, leader epochs, producer snapshots), which ``storage`` knows nothing of, and ``spark_connector`` cannot import
+``broker``.
 """
-
 from __future__ import annotations
 
 import struct

@@ -16,14 +16,15 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import NO_LEADER, ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from metadata.controller_api import CreateTopicResult, DeleteTopicResult, NewTopic
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
-from metadata.records import NO_LEADER, ConfigRecord, MetadataRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from settings.config_resources import RESOURCE_TOPIC
 from settings.describe import describe_topic_configs
 from settings.keys import ConfigValueError, validate_topic_config
 from settings.server import ServerConfig
+from storage.metadata.record_codec import MetadataRecord
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")

@@ -3,7 +3,7 @@
 Each function reads only the image (and what the controller fetched for it, such as where brokers' WALs live) and
 returns the records to append, or raises the error the request is refused with; ``controller.controller.Controller``
 holds the lock, does the reads, appends and logs. A membership change moves leadership in the same write
-(``controller.leadership``), so no image ever shows a fenced broker leading a partition it could not serve.
+(``controller.decisions.leadership``), so no image ever shows a fenced broker leading a partition it could not serve.
 """
 
 from __future__ import annotations
@@ -13,21 +13,16 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from controller import leadership
-from controller.wal_failover import assign, needs_failover
+from controller.decisions import leadership
+from controller.decisions.wal_failover import assign, needs_failover
+from metadata.cluster_records import FenceBrokerRecord, RegisterBrokerRecord, UnfenceBrokerRecord, WALFailoverDoneRecord
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
-from metadata.records import (
-    FenceBrokerRecord,
-    MetadataRecord,
-    RegisterBrokerRecord,
-    UnfenceBrokerRecord,
-    WALFailoverDoneRecord,
-)
 from metadata.wal_failover import zombie_failover
 from settings.endpoint import Endpoint
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import NodeIdentity
+from storage.metadata.record_codec import MetadataRecord
 
 
 @dataclass(frozen=True, slots=True)

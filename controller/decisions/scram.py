@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from metadata.controller_api import ScramAlterResult, ScramDeletion, ScramUpsertion
 from metadata.image import MetadataImage
-from metadata.records import MetadataRecord, RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from storage.metadata.record_codec import MetadataRecord
 from wire.sasl.scram import MAX_ITERATIONS, MECHANISMS_BY_ID, MIN_ITERATIONS, credential_from_salted
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from metadata.cluster_records import NO_LEADER, PartitionChangeRecord
 from metadata.controller_api import PartitionReassignment, ReassignmentResult
 from metadata.image import MetadataImage, PartitionImage
-from metadata.records import NO_LEADER, PartitionChangeRecord
 
 ONE_REPLICA_MESSAGE = (
     "Fjord keeps exactly one replica per partition (its data lives in object storage, so the one broker that "
@@ -77,7 +77,7 @@ def complete(image: MetadataImage, partition: PartitionImage) -> PartitionChange
     """Ends the reassignment of ``partition``: its target leads it, with a leader epoch above the source's. A target
     gone meanwhile (fenced, unregistered) leaves the partition to the least loaded live broker, or leaderless for
     the next broker that registers, as a fenced leader's partitions are. A target in controlled shutdown counts as
-    gone (``controller.controlled_shutdown``)."""
+    gone (``controller.decisions.controlled_shutdown``)."""
     live = {b.node_id for b in image.leader_candidates()}
     target = next((r for r in partition.replicas if r in live), NO_LEADER)
     if target == NO_LEADER and live:
@@ -100,7 +100,7 @@ def complete(image: MetadataImage, partition: PartitionImage) -> PartitionChange
 
 def start(partition: PartitionImage, target: int) -> PartitionChangeRecord:
     """Starts moving ``partition`` to ``target``: no leader until the source closed its streams (an accepted
-    AlterPartitionReassignments item, or a move of the auto-balancer, ``controller.balancer``)."""
+    AlterPartitionReassignments item, or a move of the auto-balancer, ``controller.decisions.balancing``)."""
     source = partition.removing_replicas or tuple(r for r in partition.replicas if r != target)
     return PartitionChangeRecord(
         str(partition.topic_id),

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import AclBinding, AclBindingFilter, invalid_binding
+from metadata.cluster_records import AccessControlEntryRecord, RemoveAccessControlEntryRecord
 from metadata.controller_api import AclCreateResult, AclDeleteResult
-from metadata.records import AccessControlEntryRecord, MetadataRecord, RemoveAccessControlEntryRecord
+from storage.metadata.record_codec import MetadataRecord
 
 
 @dataclass(frozen=True, slots=True)
