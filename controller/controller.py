@@ -12,16 +12,15 @@ module of pure functions that read the image and return the records to append (o
 each partition), ``controller.decisions.topics`` (topics, partitions, placement), ``controller.decisions.configs``
 (AlterConfigs), ``controller.decisions.reassignment`` and ``controller.decisions.balancing`` (the auto-balancer's
 moves), ``controller.decisions.controlled_shutdown`` (a stopping broker's partitions moved first, UnregisterBroker).
-This class does the I/O around them: the lock, reads of the stream metadata, appends, logs, snapshots and the
-reassignment watch; the same decisions serve the Raft quorum's active controller.
+This class does the I/O around them: the lock, reads of the stream metadata, appends, logs and snapshots, and it runs
+the reassignment watch (``controller.reassignment_watch``); the same decisions serve the Raft quorum's active
+controller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import struct
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +34,7 @@ from controller.decisions.scram import plan_scram_alterations
 from controller.decisions.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
 from controller.decisions.wal_failover import reassignments
 from controller.metrics import commit_histogram
+from controller.reassignment_watch import Decide, ReassignmentWatch
 from metadata.acl.binding import AclBinding, AclBindingFilter
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult, describe_entity, plan_alter_client_quotas
 from metadata.cluster_records import NO_LEADER
@@ -55,8 +55,7 @@ from metadata.controller_api import (
     ScramUpsertion,
 )
 from metadata.errors import ControllerError
-from metadata.image import MetadataImage, PartitionImage, is_cluster_record, reassigning
-from metadata.kv_keys import partition_kv_key
+from metadata.image import MetadataImage, is_cluster_record
 from metadata.log import LocalMetadataLog, RecordLog
 from metadata.producer_ids import (
     ProducerIdBlock,
@@ -70,14 +69,12 @@ from settings.config_resources import RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties
 from settings.server import ServerConfig
-from storage.metadata.api import NodeIdentity, StreamState
+from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine, wall_clock_ms
-from storage.namespace import namespace_for
 
 logger = logging.getLogger(__name__)
 
-_REASSIGNMENT_POLL_S = 0.05  # how often the watch looks at the source's streams while a move waits
 
 
 class Controller:
@@ -102,9 +99,7 @@ class Controller:
         self._listeners: list[ImageListener] = []
         self._streams = self._new_stream_metadata()
         self._snapshot_task: asyncio.Task[None] | None = None
-        self._reassign_task: asyncio.Task[None] | None = None
-        # (topic id, partition, leader epoch) of each reassignment in flight -> loop time this controller saw it.
-        self._reassign_seen: dict[tuple[uuid.UUID, int, int], float] = {}
+        self._reassignments = ReassignmentWatch(config, lambda: self._streams, self._decide_and_commit)
 
     @classmethod
     async def start(cls, config: ServerConfig, *, clock_ms: Callable[[], int] = wall_clock_ms) -> Controller:
@@ -191,10 +186,7 @@ class Controller:
 
     async def close(self) -> None:
         """Waits for a running snapshot and closes the log; the controller must not be used afterwards."""
-        if self._reassign_task is not None:
-            self._reassign_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reassign_task
+        await self._reassignments.stop()
         async with self._lock:
             if self._snapshot_task is not None:
                 await self._snapshot_task
@@ -579,58 +571,16 @@ class Controller:
     def watch_reassignments(self) -> None:
         """Runs the reassignment watch unless it runs already; the active controller calls it after a
         reassignment and when it takes over (moves a previous active controller started)."""
-        if self._reassign_task is None or self._reassign_task.done():
-            self._reassign_task = asyncio.create_task(self._watch_reassignments(), name="partition-reassignments")
-
-    async def _watch_reassignments(self) -> None:
-        while True:
-            try:
-                pending = await self.complete_reassignments()
-            except Exception as exc:  # NotControllerError after losing leadership, a log write failed, ...
-                logger.info("controller %d: reassignment watch stopped: %s", self._config.node_id, exc)
-                return
-            if not pending:
-                return
-            await asyncio.sleep(_REASSIGNMENT_POLL_S)
+        self._reassignments.start()
 
     async def complete_reassignments(self) -> int:
-        """Elects the target of each reassigned partition whose source closed its streams, or whose election timer
-        (``partition.reassignment.election.timeout.ms``, from when this controller first saw the move) fired.
-        Returns how many reassignments are still waiting."""
-        timeout_s = int(self._config.value("partition.reassignment.election.timeout.ms")) / 1000
-        now = asyncio.get_running_loop().time()
-        async with self._lock:
-            image = self._image
-            moving = reassigning(image)
-            keys = {(p.topic_id, p.partition, p.leader_epoch) for _, p in moving}
-            for stale in [k for k in self._reassign_seen if k not in keys]:
-                del self._reassign_seen[stale]
-            records: list[MetadataRecord] = []
-            for name, partition in moving:
-                seen = self._reassign_seen.setdefault((partition.topic_id, partition.partition,
-                                                       partition.leader_epoch), now)
-                closed = await self._streams_closed(image.cluster_id, partition)
-                if closed or now - seen >= timeout_s:
-                    records.append(reassignment.complete(image, partition))
-                    logger.info(
-                        "partition %s-%d: %s; electing broker %s (reassigned from %s)", name, partition.partition,
-                        "the source closed its streams" if closed else f"no close after {timeout_s:.1f} s",
-                        list(partition.replicas), list(partition.removing_replicas),
-                    )
-            await self._commit(records)
-            return len(moving) - len(records)
+        """Elects the targets whose source let go (``controller.reassignment_watch``); how many still wait."""
+        return await self._reassignments.complete()
 
-    async def _streams_closed(self, cluster_id: str, partition: PartitionImage) -> bool:
-        """Whether the partition's streams are all closed: its meta stream is closed last (PartitionLog.close),
-        so its state says it. A partition never opened has no streams to wait for."""
-        raw = await self._streams.get_kv(
-            partition_kv_key(namespace_for(cluster_id), partition.topic_id, partition.partition)
-        )
-        if raw is None or len(raw) != 8:
-            return True
-        (meta_id,) = struct.unpack(">q", raw)
-        streams = await self._streams.get_streams([meta_id])
-        return not streams or streams[0].state is StreamState.CLOSED
+    async def _decide_and_commit(self, decide: Decide) -> None:
+        """One write of the reassignment watch: decided against the current image and committed under the lock."""
+        async with self._lock:
+            await self._commit(await decide(self._image))
 
     # ------------------------------------------------------------------ leadership
 
