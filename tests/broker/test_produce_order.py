@@ -11,10 +11,10 @@ import time
 import uuid
 from collections.abc import Callable
 
-from broker_support import BrokerProcess, WireClient
-from kafka_clients import fetch_request, produce_request
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient
+from tests.broker.kafka_clients import fetch_request, produce_request
 from wire import codec
 from wire.record_batch import Record, build_batch, iter_records
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from test_quorum_support import QuorumCluster, metadata_records
 
 from metadata.records import (
     BrokerRegistrationChangeRecord,
@@ -29,6 +28,7 @@ from metadata.rpc.raft_codec import request_to_kio, response_from_kio
 from raft.log import EntryKind
 from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from tests.controller.quorum_cluster import QuorumCluster, metadata_records
 from tests.waiting import eventually_async
 from wire import codec
 
