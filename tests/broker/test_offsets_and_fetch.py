@@ -11,12 +11,13 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from broker_support import BrokerProcess, WireClient
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kafka_clients import (
+from kio.schema.errors import ErrorCode
+
+from tests.broker.broker_support import BrokerProcess, WireClient
+from tests.broker.kafka_clients import (
     ResponseDroppingProxy,
-    create_topic,
     fetch_request,
     init_producer_id,
     list_offsets_request,
@@ -24,8 +25,7 @@ from kafka_clients import (
     produce_request,
     topic_name,
 )
-from kio.schema.errors import ErrorCode
-
+from tests.topics import create_topic
 from tests.waiting import eventually
 from wire import codec
 from wire.record_batch import Record, build_batch, iter_records

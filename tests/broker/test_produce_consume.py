@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTP
-from broker_support import BrokerProcess
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTP
-from kafka_clients import create_topic, module_broker, run_kafkajs, topic_name
+
+from tests.broker.broker_support import BrokerProcess
+from tests.broker.kafka_clients import module_broker, run_kafkajs, topic_name
+from tests.topics import create_topic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

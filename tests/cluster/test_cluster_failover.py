@@ -10,12 +10,20 @@ import time
 from collections import Counter
 
 import pytest
-from cluster_support import (
+
+from controller.quorum import RAFT_DIR_NAME
+from controller.shell_sources import from_controllers
+from metadata.image import is_cluster_record
+from metadata.records import MetadataRecord
+from metadata.rpc import messages as m
+from metadata.rpc.connection import ControllerConnection
+from node.local_cluster import LocalCluster
+from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from tests.cluster.cluster_support import (
     SESSION_TIMEOUT_S,
     ProduceLoad,
     assert_all_consumed,
     consume_all,
-    create_topic,
     data_dir_of,
     kill_active_controller,
     leaders,
@@ -26,15 +34,7 @@ from cluster_support import (
     topic_name,
     wait_for,
 )
-
-from controller.quorum import RAFT_DIR_NAME
-from controller.shell_sources import from_controllers
-from metadata.image import is_cluster_record
-from metadata.records import MetadataRecord
-from metadata.rpc import messages as m
-from metadata.rpc.connection import ControllerConnection
-from node.local_cluster import LocalCluster
-from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from tests.topics import create_topic
 from tests.waiting import eventually_async
 
 ELECTION_LIMIT_S = 3.0
