@@ -31,11 +31,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The repository's packages before this directory (bench/storage.py would shadow ``storage``), and the quorum test
-# harness, which this benchmark drives the same way the tests do.
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "controller")]
-
-from test_quorum_support import ControllerClient, QuorumCluster  # noqa: E402
+# The repository's packages before this directory (bench/storage.py would shadow ``storage``).
+sys.path[:0] = [str(ROOT)]
 
 from metadata.rpc.error_codes import RpcError  # noqa: E402
 from metadata.rpc.stream_rpcs import (  # noqa: E402
@@ -48,6 +45,7 @@ from metadata.rpc.stream_rpcs import (  # noqa: E402
     StreamResponse,
 )
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange  # noqa: E402
+from tests.controller.quorum_cluster import ControllerClient, QuorumCluster  # noqa: E402
 
 NODE = NodeIdentity(1000, 1)
 

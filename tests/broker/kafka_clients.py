@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, WireClient, start_broker
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
 from wire import codec, schema
 
 
@@ -36,26 +36,6 @@ def module_broker(data_dir: Path, overrides: dict[str, str] | None = None) -> It
 
 def topic_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-    """CreateTopics v7 over the wire (independent of any client library's admin API)."""
-    request_cls = codec.request_class(19, 7)
-    topic_cls = schema.field_entity(request_cls, "topics")
-    config_cls = schema.field_entity(topic_cls, "configs")
-    topic = schema.build(
-        topic_cls,
-        name=name,
-        num_partitions=partitions,
-        replication_factor=1,
-        configs=tuple(schema.build(config_cls, name=k, value=v) for k, v in (config or {}).items()),
-    )
-    request = schema.build(request_cls, topics=(topic,), timeout=15_000, validate_only=False)
-    port = int(bootstrap.rsplit(":", 1)[1])
-    with WireClient(port) as client:
-        response = client.request(request)
-    result = response.topics[0]
-    assert result.error_code == ErrorCode.none, f"creating {name}: {result.error_code!r} {result.error_message}"
 
 
 def produce_request(topic: str, partition: int, records: bytes, *, acks: int = -1, version: int = 9) -> Any:

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from acl_clients import allow, grant, new_topic, produce_error
-from broker_support import BrokerProcess, start_broker
 from confluent_kafka import (
     Consumer,
     ElectionType,
@@ -53,8 +51,10 @@ from kafka.admin import (
 from kafka.admin import ConfigResource as KafkaPythonConfigResource
 from kafka.admin import ResourceType as KafkaPythonResourceType
 from kafka.errors import ClusterAuthorizationFailedError
-from kafka_clients import topic_name
 
+from tests.broker.acl_clients import allow, grant, new_topic, produce_error
+from tests.broker.broker_support import BrokerProcess, start_broker
+from tests.broker.kafka_clients import topic_name
 from tests.waiting import eventually
 
 PASSWORD = "acl-pass-never-logged"

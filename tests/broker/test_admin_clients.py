@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, WireClient
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AdminClient,
@@ -27,6 +26,7 @@ from kafka.admin import NewTopic as KNewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient
 from wire import codec, schema
 
 TIMEOUT = 15.0

@@ -7,10 +7,10 @@ import gc
 import time
 from collections.abc import Callable
 
-from broker_support import BrokerProcess
 from prometheus_client import CollectorRegistry, generate_latest
 
 from broker.metrics import TopicTraffic
+from tests.broker.broker_support import BrokerProcess
 from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.waiting import eventually
 from wire.metrics import ServerMetrics

@@ -6,9 +6,9 @@ import struct
 from collections.abc import Callable
 
 import pytest
-from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
 from wire import codec, schema
 from wire.api_versions import API_VERSIONS
 

@@ -10,10 +10,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from broker_support import BrokerProcess, WireClient
 from kio.schema.errors import ErrorCode
-from test_groups_protocol import create_topic, find_coordinator
 
+from tests.broker.broker_support import BrokerProcess, WireClient
+from tests.broker.coordinator import find_coordinator
+from tests.topics import create_topic
 from wire import codec, schema
 
 ROUNDS = 8

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
-from broker_support import WireClient, api_versions_request, default_overrides
 from kio.schema.errors import ErrorCode
 
 from controller.decisions.configs import plan_alter_configs
@@ -23,6 +22,7 @@ from node.process import Node
 from settings.describe import ConfigSource
 from settings.server import ServerConfig
 from storage.config import ConfigError
+from tests.broker.broker_support import WireClient, api_versions_request, default_overrides
 from tests.waiting import eventually_async
 from wire import codec, schema
 

@@ -15,15 +15,16 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
-from broker_support import REPO, BrokerProcess, start_broker
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka import errors as kafka_errors
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import KafkaAdminClient
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
+from tests.broker.broker_support import REPO, BrokerProcess, start_broker
+from tests.topics import create_topic
 from tests.waiting import eventually
 
 GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "300", "num.partitions": "6"}
@@ -88,16 +89,6 @@ def poll_until(
         return done()
 
     eventually(polled_until_done, timeout=timeout, interval=0.001, what=what)  # the polls themselves wait
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Creates a topic with the Java-compatible kafka-python admin (confluent's CreateTopics path is not needed)."""
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
 
 
 def test_group_of_three_rebalances_when_one_leaves_and_consumes_each_record_once(node: BrokerProcess) -> None:

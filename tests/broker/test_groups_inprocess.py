@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from broker_support import default_overrides
+from aiokafka.admin import AIOKafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import JoinRequest
@@ -25,6 +24,8 @@ from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.partition.manager import PartitionManager
 from node.process import Node
 from settings.server import ServerConfig
+from tests.broker.broker_support import default_overrides
+from tests.topics import create_topic
 from tests.waiting import eventually_async
 
 DAY_S = 86_400.0
@@ -61,15 +62,6 @@ def bootstrap(node: Node) -> str:
     return f"127.0.0.1:{node.broker.server.bound_port}"
 
 
-async def create_topic(node: Node, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(node))
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    finally:
-        await admin.close()
-
-
 async def committed(node: Node, group: str, tp: TopicPartition) -> int | None:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap(node), group_id=group, enable_auto_commit=False)
     await consumer.start()
@@ -83,7 +75,7 @@ async def test_offsets_of_empty_groups_expire_and_live_subscriptions_are_kept(no
     node: Node = await node_factory()
     topic = f"retained-{uuid.uuid4().hex[:8]}"
     tp = TopicPartition(topic, 0)
-    await create_topic(node, topic)
+    await asyncio.to_thread(create_topic, bootstrap(node), topic)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap(node))
     await producer.start()
     try:
@@ -192,7 +184,7 @@ async def test_a_broken_offsets_partition_fails_sync_and_commit_with_not_coordin
     node: Node = await node_factory()
     group = "fragile"
     coordinator = await loaded_coordinator(node, group)
-    await create_topic(node, "input")
+    await asyncio.to_thread(create_topic, bootstrap(node), "input")
     joined = await coordinator.join_group(group, join_request())
     assert joined.error is ErrorCode.none and joined.generation_id == 1
     # Fault: the partition holding this group is closed underneath the coordinator.
@@ -228,7 +220,7 @@ async def test_non_consumer_groups_keep_their_offsets(node_factory: Callable) ->
     node: Node = await node_factory()
     group = "connect-cluster"
     coordinator = await loaded_coordinator(node, group)
-    await create_topic(node, "configs")
+    await asyncio.to_thread(create_topic, bootstrap(node), "configs")
     joined = await coordinator.join_group(group, join_request(protocol_type="connect"))
     synced = await coordinator.sync_group(
         group,
@@ -269,7 +261,7 @@ async def test_requests_during_load_get_coordinator_load_in_progress(
     node: Node = await node_factory()
     group = "slow-to-load"
     coordinator = await loaded_coordinator(node, group)
-    await create_topic(node, "input")
+    await asyncio.to_thread(create_topic, bootstrap(node), "input")
     commit = await coordinator.commit_offsets(
         group,
         member_id="",

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, WireClient, start_broker
 from confluent_kafka import Consumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
@@ -24,7 +23,9 @@ from broker.groups.offsets_schema import (
     decode_key,
     decode_offset_value,
 )
-from tests.waiting import eventually
+from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from tests.broker.coordinator import find_coordinator
+from tests.topics import create_topic
 from wire import codec, schema
 from wire.stored_schema import partition_for
 
@@ -47,24 +48,6 @@ def req(api_key: int, version: int, /, **fields: Any) -> Any:
 
 def nested(api_key: int, version: int, field_name: str, /, **fields: Any) -> Any:
     return schema.build_nested(codec.request_class(api_key, version), field_name, **fields)
-
-
-def create_topic(client: WireClient, name: str, partitions: int) -> None:
-    topic = nested(19, 7, "topics", name=name, num_partitions=partitions, replication_factor=-1)
-    response = client.request(req(19, 7, topics=(topic,), timeout=5000))
-    assert response.topics[0].error_code == ErrorCode.none, response
-
-
-def find_coordinator(client: WireClient, group: str) -> Any:
-    """FindCoordinator v3 until the coordinator's partition is loaded (it is created on first use)."""
-
-    def ask() -> Any:
-        response = client.request(req(10, 3, key=group, key_type=0))
-        assert response.error_code in (ErrorCode.none, ErrorCode.coordinator_not_available), response
-        return response
-
-    return eventually(ask, until=lambda response: response.error_code == ErrorCode.none, timeout=30, interval=0.1,
-                      what=f"the coordinator of group {group} to load")
 
 
 def join(client: WireClient, version: int, group: str, member_id: str = "", **extra: Any) -> Any:

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from broker_support import default_overrides
 from kio.schema.errors import ErrorCode
 
 from broker.broker import Broker
@@ -24,6 +23,7 @@ from broker.transactions.markers import write_marker
 from metadata.controller_api import NewTopic
 from node.process import Node
 from settings.server import ServerConfig
+from tests.broker.broker_support import default_overrides
 from tests.waiting import eventually_async
 from wire.control_records import ControlRecordError, decode_marker, encode_marker_key, encode_marker_value
 

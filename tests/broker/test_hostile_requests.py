@@ -16,14 +16,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, WireClient, api_versions_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka_clients import create_topic, fetch_request, list_offsets_request, produce_request, topic_name
 from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 
 from broker.request_dispatcher import RequestDispatcher
+from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
+from tests.broker.kafka_clients import fetch_request, list_offsets_request, produce_request, topic_name
+from tests.topics import create_topic
 from wire import codec, schema
 from wire.api_versions import API_VERSIONS
 from wire.dispatch import Peer

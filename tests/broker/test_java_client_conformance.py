@@ -17,12 +17,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, WireClient, start_broker
-from kafka_clients import topic_name
 from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
+from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from tests.broker.kafka_clients import topic_name
+from tests.topics import create_topic
 from tests.waiting import eventually
 from wire import codec, schema
 from wire.api_versions import API_VERSIONS, METADATA_VERSION
@@ -85,16 +86,6 @@ def wait_for_leader(client: WireClient, topic: str, partitions: int = 1) -> Any:
         and all(p.leader_id >= 0 for p in found.partitions),
         timeout=15, what=f"{topic} to have a leader for each of its {partitions} partition(s)",
     )
-
-
-def create_topic(client: WireClient, name: str, partitions: int = 1, **configs: str) -> Any:
-    topic_cls = entity(19, 7, "topics")
-    config_cls = schema.field_entity(topic_cls, "configs")
-    topic = schema.build(
-        topic_cls, name=name, num_partitions=partitions, replication_factor=-1, assignments=(),
-        configs=tuple(schema.build(config_cls, name=k.replace("_", "."), value=v) for k, v in configs.items()),
-    )
-    return call(client, 19, 7, topics=(topic,), timeout=30_000, validate_only=False).topics[0]
 
 
 def produce(client: WireClient, topic: str, partition: int, batch: bytes) -> Any:
@@ -330,7 +321,8 @@ def test_console_producer_idempotent_sequence(client: WireClient) -> None:
 
     # A LogAppendTime topic answers with the broker's append time.
     stamped = topic_name("log-append-time")
-    assert create_topic(client, stamped, message_timestamp_type="LogAppendTime").error_code == ErrorCode.none
+    created = create_topic(client, stamped, config={"message.timestamp.type": "LogAppendTime"})
+    assert created.error_code == ErrorCode.none
     wait_for_leader(client, stamped)
     before = time.time()
     appended = produce(client, stamped, 0, records(1))
@@ -451,14 +443,15 @@ def client_port(client: WireClient) -> int:
 def test_kafka_topics_create_describe_alter_delete(client: WireClient) -> None:
     topic = topic_name("kafka-topics")
     # kafka-topics --create --partitions 2 --config retention.ms=3600000 --config cleanup.policy=delete
-    created = create_topic(client, topic, 2, retention_ms="3600000", cleanup_policy="delete")
+    configs = {"retention.ms": "3600000", "cleanup.policy": "delete"}
+    created = create_topic(client, topic, 2, configs, replication_factor=-1)
     assert (created.error_code, created.error_message, created.topic_config_error_code) == (ErrorCode.none, None, 0)
     assert created.topic_id not in (None, uuid_zero)
     assert (created.num_partitions, created.replication_factor) == (2, 1)
     configs = {c.name: c for c in created.configs}
     assert (configs["retention.ms"].value, configs["retention.ms"].config_source) == ("3600000", DYNAMIC_TOPIC_CONFIG)
     assert configs["segment.bytes"].config_source == DEFAULT_CONFIG and configs["segment.bytes"].read_only is False
-    again = create_topic(client, topic, 2)
+    again = create_topic(client, topic, 2, replication_factor=-1, check=False)
     assert again.error_code == ErrorCode.topic_already_exists and again.error_message
     assert (again.num_partitions, again.replication_factor, again.configs) == (-1, -1, None)
 
@@ -503,7 +496,7 @@ def test_kafka_topics_create_describe_alter_delete(client: WireClient) -> None:
 
 def test_kafka_configs_incremental_alter_and_describe(client: WireClient, kafka: BrokerProcess) -> None:
     topic = topic_name("kafka-configs")
-    assert create_topic(client, topic, retention_ms="3600000").error_code == ErrorCode.none
+    assert create_topic(client, topic, config={"retention.ms": "3600000"}).error_code == ErrorCode.none
     broker = str(kafka.node_id)
     week_plus = "604800001"
     # kafka-configs --alter --entity-type brokers --entity-name 0 --add-config log.retention.ms=...

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from broker_support import BrokerProcess, start_broker
 
 from settings.security import STANDARD_AUTHORIZER
+from tests.broker.broker_support import BrokerProcess, start_broker
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
 from tests.tls_certs import CertificateAuthority
 from tests.trivup_certs import TrivupClientCertificate, write_trivup_client_certificate

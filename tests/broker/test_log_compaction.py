@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable
 
 import pytest
-from broker_support import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka_clients import create_topic, topic_name
 
+from tests.broker.broker_support import BrokerProcess
+from tests.broker.kafka_clients import topic_name
+from tests.topics import create_topic
 from tests.waiting import eventually
 
 TIMEOUT = 20.0

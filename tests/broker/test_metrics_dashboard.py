@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from broker_support import default_overrides
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.process import Node
 from settings.server import ServerConfig
 from storage.metrics import SNAPSHOT_ATTEMPTS, loop_state_snapshot
+from tests.broker.broker_support import default_overrides
 from tests.ports import free_port
 from tests.waiting import eventually_async
 

@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acl_clients import allow, grant, new_topic, produce_error
-from broker_support import BrokerProcess, start_broker
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
 from cryptography import x509
-from kafka_clients import topic_name
 
 from settings.server import ServerConfig
 from storage.config import ConfigError
+from tests.broker.acl_clients import allow, grant, new_topic, produce_error
+from tests.broker.broker_support import BrokerProcess, start_broker
+from tests.broker.kafka_clients import topic_name
 from tests.tls_certs import CertificateAuthority, Identity
 from tests.waiting import eventually
 

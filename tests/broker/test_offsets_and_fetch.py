@@ -11,12 +11,13 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from broker_support import BrokerProcess, WireClient
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kafka_clients import (
+from kio.schema.errors import ErrorCode
+
+from tests.broker.broker_support import BrokerProcess, WireClient
+from tests.broker.kafka_clients import (
     ResponseDroppingProxy,
-    create_topic,
     fetch_request,
     init_producer_id,
     list_offsets_request,
@@ -24,8 +25,7 @@ from kafka_clients import (
     produce_request,
     topic_name,
 )
-from kio.schema.errors import ErrorCode
-
+from tests.topics import create_topic
 from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch, iter_records
@@ -118,11 +118,14 @@ def test_delete_records_moves_log_start(kafka: BrokerProcess, wire: Callable[[in
     try:
         consumer.subscribe([topic])
         offsets: list[int] = []
-        deadline = time.monotonic() + 20
-        while len(offsets) < 60 and time.monotonic() < deadline:
+
+        def poll() -> bool:
             msg = consumer.poll(0.5)
             if msg is not None and not msg.error():
                 offsets.append(msg.offset())
+            return len(offsets) >= 60
+
+        eventually(poll, timeout=20, interval=0.01, what=f"60 records of {topic} after the deletion")
         assert offsets == list(range(40, 100))
     finally:
         consumer.close()

@@ -8,18 +8,20 @@ import asyncio
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTP
-from broker_support import BrokerProcess
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTP
-from kafka_clients import create_topic, module_broker, run_kafkajs, topic_name
+
+from tests.broker.broker_support import BrokerProcess
+from tests.broker.kafka_clients import module_broker, run_kafkajs, topic_name
+from tests.topics import create_topic
+from tests.waiting import eventually, eventually_async
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -36,17 +38,19 @@ def consume_all(bootstrap: str, topic: str, expected: int, partition: int = 0, t
     )
     consumer.assign([TopicPartition(topic, partition, 0)])
     got: list[object] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
+
+    def poll() -> bool:
+        msg = consumer.poll(0.5)
+        if msg is not None:
             if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise AssertionError(f"consume error: {msg.error()}")
-            got.append(msg)
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise AssertionError(f"consume error: {msg.error()}")
+            else:
+                got.append(msg)
+        return len(got) >= expected
+
+    try:
+        eventually(poll, timeout=timeout, interval=0.01, what=lambda: f"{expected} messages, {len(got)} read")
     finally:
         consumer.close()
     return got
@@ -111,13 +115,16 @@ def test_aiokafka_round_trip_every_codec(kafka: BrokerProcess) -> None:
             parts = [AioTP(topic, i) for i in range(len(CODECS))]
             consumer.assign(parts)
             await consumer.seek_to_beginning(*parts)
-            deadline = time.monotonic() + 20
-            while sum(len(v) for v in out.values()) < 30 * len(CODECS) and time.monotonic() < deadline:
+
+            async def fetch() -> bool:
                 records = await consumer.getmany(timeout_ms=500)
                 for tp, msgs in records.items():
                     out.setdefault(tp.partition, []).extend(
                         (m.key, m.value, list(m.headers), m.timestamp) for m in msgs
                     )
+                return sum(len(v) for v in out.values()) >= 30 * len(CODECS)
+
+            await eventually_async(fetch, timeout=20, interval=0.01, what=f"{30 * len(CODECS)} records of {topic}")
         finally:
             await consumer.stop()
         return out
@@ -146,10 +153,13 @@ def test_kafka_python_idempotent_round_trip(kafka: BrokerProcess) -> None:
         consumer.assign([KpTP(topic, 0)])
         consumer.seek(KpTP(topic, 0), 0)
         got = []
-        deadline = time.monotonic() + 20
-        while len(got) < 50 and time.monotonic() < deadline:
+
+        def poll() -> bool:
             for batch in consumer.poll(timeout_ms=500).values():
                 got.extend((m.offset, m.key, m.value) for m in batch)
+            return len(got) >= 50
+
+        eventually(poll, timeout=20, interval=0.01, what=f"50 records of {topic}")
     finally:
         consumer.close()
     assert got == [(i, b"k%d" % i, b"v%d" % i) for i in range(50)]

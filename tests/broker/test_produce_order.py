@@ -11,10 +11,11 @@ import time
 import uuid
 from collections.abc import Callable
 
-from broker_support import BrokerProcess, WireClient
-from kafka_clients import fetch_request, produce_request
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient
+from tests.broker.kafka_clients import fetch_request, produce_request
+from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch, iter_records
 
@@ -31,12 +32,15 @@ def _create(client: WireClient, topic: str) -> None:
 
 def _values(client: WireClient, topic: str, count: int) -> list[bytes | None]:
     values: list[bytes | None] = []
-    deadline = time.monotonic() + 10
-    while len(values) < count and time.monotonic() < deadline:
+
+    def fetch() -> bool:
         response = client.request(fetch_request(topic, 0, len(values)))
         part = response.responses[0].partitions[0]
         assert part.error_code == ErrorCode.none, part
         values.extend(record.value for _, record in iter_records(part.records or b""))
+        return len(values) >= count
+
+    eventually(fetch, timeout=10, interval=0.01, what=lambda: f"{count} records of {topic}, {len(values)} read")
     return values
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from broker_support import BrokerProcess, WireClient, start_broker
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
@@ -46,6 +45,7 @@ from node.controller_handle import start_quorum_client
 from settings.endpoint import Endpoint
 from settings.security import STANDARD_AUTHORIZER, refusal
 from settings.server import ServerConfig
+from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
 from tests.metrics_scrape import metrics_url, scrape
 from tests.quorum_fixtures import active_voter
 from tests.waiting import eventually

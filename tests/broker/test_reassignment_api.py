@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
 from wire import codec, schema
 
 ALTER, LIST = 45, 46

@@ -15,9 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from broker_support import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka_clients import create_topic, topic_name
 
 from broker.partition.log_config import LogConfig
 from broker.partition.meta_stream import KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS
@@ -26,6 +24,9 @@ from broker.partition.producer_state import decode_snapshot
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
+from tests.broker.broker_support import BrokerProcess
+from tests.broker.kafka_clients import topic_name
+from tests.topics import create_topic
 from tests.waiting import eventually, eventually_async
 from wire.record_batch import Record, build_batch
 

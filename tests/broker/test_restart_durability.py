@@ -13,11 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from broker_support import BrokerProcess, WireClient
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka_clients import create_topic, init_producer_id, list_offsets_request, produce_request, topic_name
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient
+from tests.broker.kafka_clients import init_producer_id, list_offsets_request, produce_request, topic_name
+from tests.topics import create_topic
 from wire.record_batch import Record, build_batch
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from broker_support import BrokerProcess
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the package's stubs do not re-export these
     AdminClient,
@@ -23,7 +22,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the package
 )
 from hypothesis import given
 from hypothesis import strategies as st
-from kafka_clients import module_broker, topic_name
 
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
@@ -37,6 +35,8 @@ from broker.partition.retention import (
 )
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
+from tests.broker.broker_support import BrokerProcess
+from tests.broker.kafka_clients import module_broker, topic_name
 from tests.waiting import eventually
 from wire.record_batch import Record, build_batch, iter_batches
 

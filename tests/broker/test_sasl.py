@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
-from broker_support import BrokerProcess, WireClient, api_versions_request, start_broker
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -38,11 +37,12 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError as KafkaPythonError
-from kafka_clients import run_kafkajs
 from kio.schema.errors import ErrorCode
 
 from node.process import Node
 from settings.server import ServerConfig
+from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request, start_broker
+from tests.broker.kafka_clients import run_kafkajs
 from tests.metrics_scrape import metrics_url, scrape
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually

@@ -7,10 +7,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from broker_support import BrokerProcess, WireClient, api_versions_request
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
 from tests.metrics_scrape import metrics_url, sample, scrape
+from tests.topics import create_topic
 from tests.waiting import eventually
 from wire import codec, schema
 
@@ -21,14 +22,6 @@ def metadata_request(version: int, topics: list[str] | None, allow_auto: bool = 
     if version == 0 and entries is None:
         entries = ()
     return schema.build(cls, topics=entries, allow_auto_topic_creation=allow_auto)
-
-
-def create_topic(client: WireClient, name: str, partitions: int = 1) -> Any:
-    cls = codec.request_class(19, 7)
-    topic = schema.build_nested(cls, "topics", name=name, num_partitions=partitions, replication_factor=-1)
-    response = client.request(schema.build(cls, topics=(topic,), timeout=5000))
-    assert response.topics[0].error_code == ErrorCode.none, response
-    return response.topics[0]
 
 
 def test_pipelined_requests_are_answered_in_order(

@@ -5,14 +5,15 @@ are written by reference rather than copied into one buffer."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
-from broker_support import BrokerProcess, WireClient
-from kafka_clients import create_topic, fetch_request, produce_request, topic_name
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient
+from tests.broker.kafka_clients import fetch_request, produce_request, topic_name
+from tests.topics import create_topic
+from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
@@ -25,8 +26,9 @@ def _fetch_all(client: WireClient, topic: str, until: int) -> list[bytes]:
     """Every record value of partition 0 from offset 0 up to ``until`` (bounded in time)."""
     values: list[bytes] = []
     offset = 0
-    deadline = time.monotonic() + 20
-    while offset < until and time.monotonic() < deadline:
+
+    def fetch() -> bool:
+        nonlocal offset
         part = client.request(fetch_request(topic, 0, offset, partition_max_bytes=8 << 20)).responses[0].partitions[0]
         assert part.error_code == ErrorCode.none
         for header, raw in iter_batches(part.records):
@@ -34,6 +36,9 @@ def _fetch_all(client: WireClient, topic: str, until: int) -> list[bytes]:
                 if header.base_offset + i >= offset:
                     values.append(record.value or b"")
             offset = header.base_offset + header.records_count
+        return offset >= until
+
+    eventually(fetch, timeout=20, interval=0.01, what=lambda: f"offset {until} of {topic}, {offset} read")
     return values
 
 

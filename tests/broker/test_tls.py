@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, default_overrides, server_command, start_broker
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
-from test_server_cli import assert_one_line_error, run_to_exit
 
 from settings.describe import describe_broker_configs
 from settings.server import ServerConfig
+from tests.broker.broker_support import BrokerProcess, default_overrides, server_command, start_broker
+from tests.node.cli_exit import assert_one_line_error, run_to_exit
 from tests.tls_certs import CertificateAuthority, Identity
 from tests.waiting import eventually
 

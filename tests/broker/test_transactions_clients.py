@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_support import BrokerProcess, WireClient, start_broker
 from confluent_kafka import KafkaError, KafkaException, Producer
-from kafka_clients import create_topic, produce_request, topic_name
 from kio.schema.errors import ErrorCode
 
+from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from tests.broker.kafka_clients import produce_request, topic_name
 from tests.reading import read_to_end
+from tests.topics import create_topic
 from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch

@@ -11,13 +11,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from broker_support import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
-from kafka_clients import create_topic, module_broker, run_kafkajs, topic_name
 
+from tests.broker.broker_support import BrokerProcess
+from tests.broker.kafka_clients import module_broker, run_kafkajs, topic_name
 from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.reading import read_to_end
+from tests.topics import create_topic
 from tests.waiting import eventually
 
 DEADLINE_S = 60.0

@@ -11,17 +11,17 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from broker_support import BrokerProcess, WireClient
-from kafka_clients import (
-    create_topic,
+from kio.schema.errors import ErrorCode
+
+from tests.broker.broker_support import BrokerProcess, WireClient
+from tests.broker.kafka_clients import (
     fetch_request,
     init_producer_id,
     list_offsets_request,
     produce_request,
     topic_name,
 )
-from kio.schema.errors import ErrorCode
-
+from tests.topics import create_topic
 from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch, decode_records, iter_batches

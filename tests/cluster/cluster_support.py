@@ -19,7 +19,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from controller.shell import MetadataShell, build_tree
 from controller.shell_sources import from_controllers
@@ -46,12 +45,6 @@ SESSION_TIMEOUT_S = 4.0
 
 def topic_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=20, request_timeout=30)
-    futures[name].result(timeout=30)
 
 
 def leaders(bootstrap: str, topic: str, partitions: int | None = None, timeout: float = 15.0) -> dict[int, int]:

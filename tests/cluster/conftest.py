@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from cluster_support import FAST
 
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready
+from tests.cluster.cluster_support import FAST
 
 if TYPE_CHECKING:
     from tests.conftest import S3Server

@@ -17,17 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import (
-    SESSION_TIMEOUT_S,
-    OrderedLoad,
-    create_topic,
-    leaders,
-    live_brokers,
-    shell_in_process,
-    table_rows,
-    topic_name,
-    wait_for,
-)
 from confluent_kafka.admin import AdminClient
 
 from controller.decisions import balancing
@@ -50,7 +39,18 @@ from settings.endpoint import Endpoint
 from settings.keys import BROKER_KEYS
 from settings.server import ServerConfig
 from storage.metadata.record_codec import MetadataRecord
+from tests.cluster.cluster_support import (
+    SESSION_TIMEOUT_S,
+    OrderedLoad,
+    leaders,
+    live_brokers,
+    shell_in_process,
+    table_rows,
+    topic_name,
+    wait_for,
+)
 from tests.metrics_scrape import metrics_url, sample, scrape
+from tests.topics import create_topic
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 SETTLED = 1e9  # seconds: a broker in its state for ever (no fenced or new-broker wait applies)

@@ -11,17 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import (
-    consume_all,
-    create_topic,
-    leaders,
-    live_brokers,
-    metadata_shell,
-    produce,
-    shell_in_process,
-    table_rows,
-    topic_name,
-)
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
@@ -30,7 +19,18 @@ from broker.partition.producer_ids import BLOCK_SIZE
 from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
 from settings.keys import INTERNAL_TOPIC_PARTITIONS
+from tests.cluster.cluster_support import (
+    consume_all,
+    leaders,
+    live_brokers,
+    metadata_shell,
+    produce,
+    shell_in_process,
+    table_rows,
+    topic_name,
+)
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
+from tests.topics import create_topic
 from tests.waiting import eventually
 from wire import codec, schema
 from wire.stored_schema import partition_for

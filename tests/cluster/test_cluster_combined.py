@@ -7,18 +7,18 @@ partitions would wait for it to restart: their tail is on its disk only)."""
 from __future__ import annotations
 
 import pytest
-from cluster_support import (
+
+from node.local_cluster import LocalCluster
+from tests.cluster.cluster_support import (
     SESSION_TIMEOUT_S,
     ProduceLoad,
     assert_all_consumed,
-    create_topic,
     kill_active_controller,
     leaders,
     live_brokers,
     wait_for,
 )
-
-from node.local_cluster import LocalCluster
+from tests.topics import create_topic
 
 pytestmark = pytest.mark.timeout(240)
 

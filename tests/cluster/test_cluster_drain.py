@@ -9,9 +9,13 @@ import subprocess
 import sys
 from typing import Any
 
-from cluster_support import (
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+
+from node.local_cluster import REPO_ROOT, LocalCluster
+from tests.broker.broker_support import WireClient
+from tests.cluster.cluster_support import (
     OrderedLoad,
-    create_topic,
     leaders,
     live_brokers,
     metadata_shell,
@@ -19,11 +23,7 @@ from cluster_support import (
     topic_name,
     wait_for,
 )
-from confluent_kafka.admin import AdminClient
-from kio.schema.errors import ErrorCode
-
-from node.local_cluster import REPO_ROOT, LocalCluster
-from tests.broker.broker_support import WireClient
+from tests.topics import create_topic
 from wire import codec, schema
 
 PARTITIONS = 6

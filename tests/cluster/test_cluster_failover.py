@@ -10,22 +10,6 @@ import time
 from collections import Counter
 
 import pytest
-from cluster_support import (
-    SESSION_TIMEOUT_S,
-    ProduceLoad,
-    assert_all_consumed,
-    consume_all,
-    create_topic,
-    data_dir_of,
-    kill_active_controller,
-    leaders,
-    live_brokers,
-    produce,
-    shell_in_process,
-    table_rows,
-    topic_name,
-    wait_for,
-)
 
 from controller.quorum import RAFT_DIR_NAME
 from controller.shell_sources import from_controllers
@@ -36,6 +20,22 @@ from metadata.rpc.stream_rpcs import CommitStreamSetObject, PrepareObjects, Stre
 from node.local_cluster import LocalCluster
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from storage.metadata.record_codec import MetadataRecord
+from tests.cluster.cluster_support import (
+    SESSION_TIMEOUT_S,
+    ProduceLoad,
+    assert_all_consumed,
+    consume_all,
+    data_dir_of,
+    kill_active_controller,
+    leaders,
+    live_brokers,
+    produce,
+    shell_in_process,
+    table_rows,
+    topic_name,
+    wait_for,
+)
+from tests.topics import create_topic
 from tests.waiting import eventually_async
 
 ELECTION_LIMIT_S = 3.0

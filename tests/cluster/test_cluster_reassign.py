@@ -13,10 +13,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster_support import (
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import InvalidReplicationAssignmentError
+from kio.schema.errors import ErrorCode
+
+from node.local_cluster import LocalCluster
+from tests.cluster.cluster_support import (
     SESSION_TIMEOUT_S,
     OrderedLoad,
-    create_topic,
     leaders,
     live_brokers,
     shell_in_process,
@@ -24,12 +29,7 @@ from cluster_support import (
     topic_name,
     wait_for,
 )
-from kafka import TopicPartition as KafkaTopicPartition
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import InvalidReplicationAssignmentError
-from kio.schema.errors import ErrorCode
-
-from node.local_cluster import LocalCluster
+from tests.topics import create_topic
 
 PARTITIONS = 3
 MOVE_LIMIT_S = 30.0  # generous: the figure is bench/reassign.py's; this only bounds a hang

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import FAST
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AclBinding,
@@ -43,6 +42,7 @@ from confluent_kafka.admin import (
 )
 
 from node.local_cluster import REPO_ROOT, LocalCluster, NodeSpec, plan_cluster
+from tests.cluster.cluster_support import FAST
 from tests.reading import read_to_end
 from tests.tls_certs import CertificateAuthority
 from tests.waiting import eventually

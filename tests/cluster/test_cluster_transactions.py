@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, topic_name
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka import KafkaAdminClient
@@ -14,7 +13,9 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from broker.transactions.log_schema import partition_for
 from node.local_cluster import LocalCluster
+from tests.cluster.cluster_support import SESSION_TIMEOUT_S, leaders, topic_name
 from tests.reading import read_to_end
+from tests.topics import create_topic
 from tests.waiting import eventually
 
 TRANSACTION_TOPIC = "__transaction_state"

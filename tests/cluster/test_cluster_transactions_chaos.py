@@ -18,13 +18,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cluster_support import SESSION_TIMEOUT_S, create_topic, leaders, live_brokers, topic_name, wait_for
 from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from broker.transactions.log_schema import partition_for
 from node.local_cluster import LocalCluster
+from tests.cluster.cluster_support import SESSION_TIMEOUT_S, leaders, live_brokers, topic_name, wait_for
 from tests.reading import read_to_end
+from tests.topics import create_topic
 
 PARTITIONS = 6
 PRODUCERS = 3

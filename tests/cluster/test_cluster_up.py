@@ -14,9 +14,9 @@ import threading
 import time
 from pathlib import Path
 
-from cluster_support import FAST, consume_all, create_topic, leaders, produce, topic_name
-
 from node.local_cluster import REPO_ROOT
+from tests.cluster.cluster_support import FAST, consume_all, leaders, produce, topic_name
+from tests.topics import create_topic
 
 UP_TIMEOUT_S = 90.0
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from test_quorum_support import QuorumCluster, metadata_records
 
 from metadata.cluster_records import (
     BrokerRegistrationChangeRecord,
@@ -52,6 +51,7 @@ from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.stream_records import KVRecord, StreamSetObjectRecord
+from tests.controller.quorum_cluster import QuorumCluster, metadata_records
 from tests.waiting import eventually_async
 from wire import codec, schema
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_support import payload, small_config
 
 from storage.cache.block_cache import BlockCache
 from storage.compaction.lifecycle import ObjectSweeper
@@ -47,6 +46,7 @@ from storage.objectstore.local import LocalObjectStore
 from storage.read import ObjectReadPath
 from storage.stream_client import StorageStream
 from storage.wal.file import FileWAL
+from tests.storage.engine_support import payload, small_config
 from tests.waiting import eventually_async
 
 HOUR_MS = 3_600_000

@@ -13,8 +13,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from engine_support import make_engine, payload, small_config
-
 from storage.errors import ObjectStoreError
 from storage.metadata.record_codec import decode_record
 from storage.metadata.state_machine import StreamMetadataStateMachine
@@ -24,6 +22,7 @@ from storage.stream_api import Stream
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
+from tests.storage.engine_support import make_engine, payload, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,8 +127,7 @@ async def test_recovery_skips_streams_another_node_took_over(tmp_path: Path) -> 
 CHILD = textwrap.dedent(
     """
     import asyncio, json, os, struct, sys
-    sys.path.insert(0, {tests!r})
-    from engine_support import make_engine, payload, small_config
+    from tests.storage.engine_support import make_engine, payload, small_config
     from storage.metadata.state_machine import StreamMetadataStateMachine
     from storage.metadata.record_codec import encode_record
     from pathlib import Path
@@ -176,7 +174,7 @@ def replay(log: Path) -> StreamMetadataStateMachine:
 
 async def test_sigkill_while_appending_loses_no_acknowledged_append(tmp_path: Path) -> None:
     log = tmp_path / "metadata.log"
-    script = CHILD.format(tests=str(Path(__file__).parent), log=str(log), tmp=str(tmp_path))
+    script = CHILD.format(log=str(log), tmp=str(tmp_path))
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-c", script, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
     )

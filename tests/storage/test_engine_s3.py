@@ -7,13 +7,12 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
-from engine_support import make_engine, payload, small_config
-
 from storage.config import BucketURL
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.objects.format import object_id_from_key
 from storage.objectstore.factory import open_object_store
+from tests.storage.engine_support import make_engine, payload, small_config
 
 
 async def test_appends_upload_to_s3_and_cold_reads_return_identical_bytes(

@@ -7,13 +7,12 @@ import asyncio
 import random
 from pathlib import Path
 
-from engine_support import make_engine, payload, small_config
-
 from storage.cache.block_cache import BlockCache, CachedBlock
 from storage.engine import StorageEngine
 from storage.objects.format import IndexEntry
 from storage.stream_api import Stream
 from storage.stream_record_batch import StreamRecordBatch
+from tests.storage.engine_support import make_engine, payload, small_config
 
 KiB = 1024
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_support import make_engine, payload, small_config
 
 from storage.errors import (
     NodeEpochExpiredError,
@@ -24,6 +23,7 @@ from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
+from tests.storage.engine_support import make_engine, payload, small_config
 from tests.waiting import eventually_async
 
 

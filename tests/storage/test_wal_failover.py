@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from engine_support import payload, small_config
 
 from broker.wal_failover import WALFailoverRunner
 from broker.wal_ownership import wait_for_wal_failover
@@ -30,6 +29,7 @@ from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, Obj
 from storage.objectstore.memory import MemoryObjectStore
 from storage.stream_api import Stream
 from storage.wal.s3 import S3WAL
+from tests.storage.engine_support import payload, small_config
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 WAL_URL = BucketURL(0, "mem", "shared-wal")

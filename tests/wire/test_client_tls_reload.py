@@ -13,7 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.tls_certs import CertificateAuthority
-from tests.wire.test_client import ScriptedPeer, end_txn_request
+from tests.wire.scripted_peer import ScriptedPeer, end_txn_request
 from wire.client import ClientConnection
 from wire.tls import TlsSettings, client_context, server_context
 from wire.tls_reload import ReloadingClientContext

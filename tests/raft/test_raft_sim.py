@@ -2,7 +2,7 @@
 
 ``RAFT_SIM_SEEDS`` scales the number of seeds per cluster size (default 1500 for 3 nodes, a third of that for 5),
 ``RAFT_SIM_SEED_BASE`` moves the window to explore new seeds, and ``RAFT_SIM_SEED`` runs just one. A failure names
-its seed and the command that replays it (``python -m tests.controller.raft.sim --seed N --nodes M -v``).
+its seed and the command that replays it (``python -m tests.raft.sim --seed N --nodes M -v``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from raft import core
-from tests.controller.raft.sim import SimParams, Simulation, SimulationFailure
+from tests.raft.sim import SimParams, Simulation, SimulationFailure
 
 SEEDS = int(os.environ.get("RAFT_SIM_SEEDS", "1500"))
 SEED_BASE = int(os.environ.get("RAFT_SIM_SEED_BASE", "0"))
@@ -87,9 +87,9 @@ def test_simulator_catches_a_broken_invariant() -> None:
 
 def test_a_seed_replays_from_the_command_line() -> None:
 
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     result = subprocess.run(
-        [sys.executable, "-m", "tests.controller.raft.sim", "--seed", "7", "--nodes", "5", "--observers", "1"],
+        [sys.executable, "-m", "tests.raft.sim", "--seed", "7", "--nodes", "5", "--observers", "1"],
         cwd=root, capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr

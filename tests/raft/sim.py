@@ -13,7 +13,7 @@ Invariants are checked while the run goes on, not only at the end:
 * liveness: once the network heals and every node is up, a leader is elected and a fresh proposal is applied by
   every node within a bounded simulated time.
 
-Rerun one seed with ``python -m tests.controller.raft.sim --seed N [--nodes 5] [-v]``.
+Rerun one seed with ``python -m tests.raft.sim --seed N [--nodes 5] [-v]``.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ class Simulation:
     def fail(self, what: str) -> None:
         raise SimulationFailure(
             f"seed {self.seed} ({self.params.nodes} nodes, {self.params.observers} observers) at t={self.now}ms: "
-            f"{what}\n  rerun: python -m tests.controller.raft.sim --seed {self.seed} --nodes {self.params.nodes} "
+            f"{what}\n  rerun: python -m tests.raft.sim --seed {self.seed} --nodes {self.params.nodes} "
             f"--observers {self.params.observers} -v"
         )
 

@@ -23,7 +23,7 @@ from node.local_cluster import BROKER_CONFIG, CONFIG_DIR, CONTROLLER_CONFIG, pla
 from settings.server import ServerConfig
 from storage.config import parse_bucket_url, parse_overrides, read_properties
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 DOCKER_COMPOSE = shutil.which("docker-compose") or "/usr/bin/docker-compose"
 CONFIG_FILES = {"controller": CONTROLLER_CONFIG, "broker": BROKER_CONFIG}

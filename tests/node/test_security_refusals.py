@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from broker_support import default_overrides, server_command
-from test_server_cli import assert_one_line_error, run_to_exit
+
+from tests.broker.broker_support import default_overrides, server_command
+from tests.node.cli_exit import assert_one_line_error, run_to_exit
 
 SECRET = "s3cr3t-never-printed"
 

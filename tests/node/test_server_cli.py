@@ -4,27 +4,14 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from broker_support import REPO, BrokerProcess, default_overrides, server_command
 
-
-def run_to_exit(args: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, check=False, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 1, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip() and " WARNING " not in line]
-    errors = [line for line in lines if line.startswith("fjord:")]
-    assert len(errors) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
+from tests.broker.broker_support import REPO, BrokerProcess, default_overrides, server_command
+from tests.node.cli_exit import assert_one_line_error, run_to_exit
 
 
 def test_sigterm_and_sigint_stop_cleanly(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
