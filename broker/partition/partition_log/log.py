@@ -19,11 +19,9 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 from broker.partition.indexes import LeaderEpochCache, TimeIndex
 from broker.partition.log_config import LogConfig
-from broker.partition.meta_stream import MetaStream
 from broker.partition.partition_log import checkpoints, cleaner_switch, lifecycle, log_start, produce, txn_markers
 from broker.partition.partition_log.append import AppendResult
 from broker.partition.partition_log.opening import open_streams
@@ -43,40 +41,9 @@ logger = logging.getLogger(__name__)
 class PartitionLog:
     """One open partition. Create with ``await PartitionLog.open(...)``; ``close`` persists a clean shutdown."""
 
-    def __init__(
-        self,
-        *,
-        topic: str,
-        partition: int,
-        topic_id: uuid.UUID,
-        leader_epoch: int,
-        config: LogConfig,
-        meta: MetaStream,
-        log: Stream,
-        time_stream: Stream,
-        streams: StreamClient,
-        kv: StreamMetadata,
-        kv_key: str,
-        log_info: dict[str, Any] | None = None,
-        cleaned: Stream | None = None,
-        txn_stream: Stream | None = None,
-    ) -> None:
-        self._state = PartitionState(
-            topic=topic,
-            partition=partition,
-            topic_id=topic_id,
-            leader_epoch=leader_epoch,
-            config=config,
-            meta=meta,
-            log=log,
-            time_stream=time_stream,
-            streams=streams,
-            kv=kv,
-            kv_key=kv_key,
-            log_info=log_info,
-            cleaned=cleaned,
-            txn_stream=txn_stream,
-        )
+    def __init__(self, state: PartitionState) -> None:
+        """The partition over ``state`` (its opened streams and what is kept in memory of them)."""
+        self._state = state
 
     # ------------------------------------------------------------------ identity and config
     @property
@@ -249,7 +216,7 @@ class PartitionLog:
                 leader_epoch=leader_epoch,
                 opened=opened,
             )
-            self = cls(
+            self = cls(PartitionState(
                 topic=topic,
                 partition=partition,
                 topic_id=topic_id,
@@ -264,7 +231,7 @@ class PartitionLog:
                 log_info=found.log_info,
                 cleaned=found.cleaned,
                 txn_stream=found.txn_stream,
-            )
+            ))
             await lifecycle.restore(self._state)
         except BaseException:
             # Leave nothing half-open: the next attempt (or another node) must be able to open these streams.
