@@ -95,8 +95,8 @@ if str(ROOT) not in sys.path:
 
 from bench.scram_storm import ScramStorm  # noqa: E402
 from storage.config import read_properties  # noqa: E402
-from tests.broker.broker_support import BrokerProcess, start_broker  # noqa: E402
-from tests.tls_certs import CertificateAuthority  # noqa: E402
+from testkit.node_process import BrokerProcess, start_broker  # noqa: E402
+from testkit.tls_certs import CertificateAuthority  # noqa: E402
 
 KiB = 1024
 MiB = 1024 * KiB
