@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SYSTEM_STAMP := .cache/system-deps.installed
 RDK_RUNNER := .cache/librdkafka/src/tests/test-runner
-SOURCES := node broker spark_connector controller metadata settings raft wire storage tests bench scripts
+SOURCES := node broker spark_connector controller metadata settings raft wire storage tests bench scripts testkit
 
 .PHONY: install run test lint unit bench clean
 

@@ -90,13 +90,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (bench/storage.py shadows ``storage``)
 
 from bench.scram_storm import ScramStorm  # noqa: E402
 from storage.config import read_properties  # noqa: E402
-from tests.broker.broker_support import BrokerProcess, start_broker  # noqa: E402
-from tests.tls_certs import CertificateAuthority  # noqa: E402
+from testkit.node_process import BrokerProcess, start_broker  # noqa: E402
+from testkit.tls_certs import CertificateAuthority  # noqa: E402
 
 KiB = 1024
 MiB = 1024 * KiB

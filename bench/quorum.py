@@ -45,7 +45,7 @@ from metadata.rpc.stream_rpcs import (  # noqa: E402
     StreamResponse,
 )
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange  # noqa: E402
-from tests.controller.quorum_cluster import ControllerClient, QuorumCluster  # noqa: E402
+from testkit.quorum_cluster import ControllerClient, QuorumCluster  # noqa: E402
 
 NODE = NodeIdentity(1000, 1)
 

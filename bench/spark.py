@@ -38,8 +38,7 @@ from confluent_kafka.cimpl import NewTopic
 from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (bench/storage.py shadows ``storage``)
 
 import spark_connector  # noqa: E402 - after the path is set, as for the other benchmarks run as scripts
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402

@@ -56,8 +56,7 @@ import uvloop
 from moto.server import ThreadedMotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (bench/storage.py shadows ``storage``)
 
 from storage.config import BucketURL, StorageConfig  # noqa: E402
 from storage.engine import StorageEngine  # noqa: E402

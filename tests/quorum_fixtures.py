@@ -15,8 +15,8 @@ from pathlib import Path
 
 from controller.quorum import QuorumController
 from settings.server import ServerConfig
-from tests.ports import free_ports
-from tests.waiting import eventually_async
+from testkit.ports import free_ports
+from testkit.waiting import eventually_async
 
 
 def quorum_configs(

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import WireClient
+from testkit.node_process import WireClient
 from wire import codec, schema
 
 TIMEOUT_MS = 30_000

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from tests.tls_certs import CertificateAuthority
+from testkit.tls_certs import CertificateAuthority
 
 
 @dataclass(frozen=True)

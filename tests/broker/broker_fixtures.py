@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from testkit.node_process import BrokerProcess, WireClient, start_broker
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import WireClient
-from tests.waiting import eventually
+from testkit.node_process import WireClient
+from testkit.waiting import eventually
 from wire import codec, schema
 
 

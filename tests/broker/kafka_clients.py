@@ -1,6 +1,6 @@
 """Helpers shared by the produce/fetch/offsets tests: a module-scoped broker process and topic helpers.
 
-One broker per test module (started with ``broker_support.start_broker``, like the shared fixtures) keeps the
+One broker per test module (started with ``node_process.start_broker``, like the shared fixtures) keeps the
 suite fast; tests use unique topic names so they do not see each other's data.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from testkit.node_process import BrokerProcess, WireClient, start_broker
 from wire import codec, schema
 
 

@@ -52,10 +52,10 @@ from kafka.admin import ConfigResource as KafkaPythonConfigResource
 from kafka.admin import ResourceType as KafkaPythonResourceType
 from kafka.errors import ClusterAuthorizationFailedError
 
+from testkit.node_process import BrokerProcess, start_broker
+from testkit.waiting import eventually
 from tests.broker.acl_clients import allow, grant, new_topic, produce_error
-from tests.broker.broker_support import BrokerProcess, start_broker
 from tests.broker.kafka_clients import topic_name
-from tests.waiting import eventually
 
 PASSWORD = "acl-pass-never-logged"
 JAAS = (

@@ -26,7 +26,7 @@ from kafka.admin import NewTopic as KNewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient
+from testkit.node_process import BrokerProcess, WireClient
 from wire import codec, schema
 
 TIMEOUT = 15.0

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
+from testkit.node_process import BrokerProcess, WireClient, api_versions_request
 from wire import codec, schema
 from wire.api_versions import API_VERSIONS
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, generate_latest
 
 from broker.metrics import TopicTraffic
-from tests.broker.broker_support import BrokerProcess
+from testkit.node_process import BrokerProcess
+from testkit.waiting import eventually
 from tests.metrics_scrape import metrics_url, sample, scrape
-from tests.waiting import eventually
 from wire.metrics import ServerMetrics
 
 

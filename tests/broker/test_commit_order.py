@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient
+from testkit.node_process import BrokerProcess, WireClient
 from tests.broker.coordinator import find_coordinator
 from tests.topics import create_topic
 from wire import codec, schema

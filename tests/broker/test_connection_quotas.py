@@ -22,8 +22,8 @@ from node.process import Node
 from settings.describe import ConfigSource
 from settings.server import ServerConfig
 from storage.config import ConfigError
-from tests.broker.broker_support import WireClient, api_versions_request, default_overrides
-from tests.waiting import eventually_async
+from testkit.node_process import WireClient, api_versions_request, default_overrides
+from testkit.waiting import eventually_async
 from wire import codec, schema
 
 TIMEOUT_S = 10.0

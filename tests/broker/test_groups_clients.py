@@ -23,9 +23,9 @@ from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-from tests.broker.broker_support import REPO, BrokerProcess, start_broker
+from testkit.node_process import REPO, BrokerProcess, start_broker
+from testkit.waiting import eventually
 from tests.topics import create_topic
-from tests.waiting import eventually
 
 GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "300", "num.partitions": "6"}
 DEADLINE_S = 45.0

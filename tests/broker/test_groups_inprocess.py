@@ -24,9 +24,9 @@ from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.partition.manager import PartitionManager
 from node.process import Node
 from settings.server import ServerConfig
-from tests.broker.broker_support import default_overrides
+from testkit.node_process import default_overrides
+from testkit.waiting import eventually_async
 from tests.topics import create_topic
-from tests.waiting import eventually_async
 
 DAY_S = 86_400.0
 

@@ -23,7 +23,7 @@ from broker.groups.offsets_schema import (
     decode_key,
     decode_offset_value,
 )
-from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from testkit.node_process import BrokerProcess, WireClient, start_broker
 from tests.broker.coordinator import find_coordinator
 from tests.topics import create_topic
 from wire import codec, schema

@@ -23,8 +23,8 @@ from broker.transactions.markers import write_marker
 from metadata.controller_api import NewTopic
 from node.process import Node
 from settings.server import ServerConfig
-from tests.broker.broker_support import default_overrides
-from tests.waiting import eventually_async
+from testkit.node_process import default_overrides
+from testkit.waiting import eventually_async
 from wire.control_records import ControlRecordError, decode_marker, encode_marker_key, encode_marker_value
 
 GROUP = "txn-group"

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 
 from broker.request_dispatcher import RequestDispatcher
-from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
+from testkit.node_process import BrokerProcess, WireClient, api_versions_request
 from tests.broker.kafka_clients import fetch_request, list_offsets_request, produce_request, topic_name
 from tests.topics import create_topic
 from wire import codec, schema

@@ -21,10 +21,10 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
-from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from testkit.node_process import BrokerProcess, WireClient, start_broker
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import topic_name
 from tests.topics import create_topic
-from tests.waiting import eventually
 from wire import codec, schema
 from wire.api_versions import API_VERSIONS, METADATA_VERSION
 from wire.record_batch import Record, build_batch, iter_batches

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from settings.security import STANDARD_AUTHORIZER
-from tests.broker.broker_support import BrokerProcess, start_broker
+from testkit.node_process import BrokerProcess, start_broker
+from testkit.tls_certs import CertificateAuthority
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
-from tests.tls_certs import CertificateAuthority
 from tests.trivup_certs import TrivupClientCertificate, write_trivup_client_certificate
 
 ALLOWLIST = Path(__file__).with_name("librdkafka_allowlist.txt")

@@ -13,10 +13,10 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.broker.broker_support import BrokerProcess
+from testkit.node_process import BrokerProcess
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import topic_name
 from tests.topics import create_topic
-from tests.waiting import eventually
 
 TIMEOUT = 20.0
 #: Small cleaner settings keep the test fast: a check every 100 ms, any dirty share worth a round.

@@ -24,9 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from node.process import Node
 from settings.server import ServerConfig
 from storage.metrics import SNAPSHOT_ATTEMPTS, loop_state_snapshot
-from tests.broker.broker_support import default_overrides
-from tests.ports import free_port
-from tests.waiting import eventually_async
+from testkit.node_process import default_overrides
+from testkit.ports import free_port
+from testkit.waiting import eventually_async
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "config" / "grafana" / "fjord-dashboard.json"
 TOPIC = "metrics-dashboard"

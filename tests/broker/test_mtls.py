@@ -27,11 +27,11 @@ from cryptography import x509
 
 from settings.server import ServerConfig
 from storage.config import ConfigError
+from testkit.node_process import BrokerProcess, start_broker
+from testkit.tls_certs import CertificateAuthority, Identity
+from testkit.waiting import eventually
 from tests.broker.acl_clients import allow, grant, new_topic, produce_error
-from tests.broker.broker_support import BrokerProcess, start_broker
 from tests.broker.kafka_clients import topic_name
-from tests.tls_certs import CertificateAuthority, Identity
-from tests.waiting import eventually
 
 KEY_PASSWORD = "reload-pass-never-printed"
 SASL_PASSWORD = "sasl-pass-never-printed"

@@ -15,7 +15,8 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient
+from testkit.node_process import BrokerProcess, WireClient
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import (
     ResponseDroppingProxy,
     fetch_request,
@@ -26,7 +27,6 @@ from tests.broker.kafka_clients import (
     topic_name,
 )
 from tests.topics import create_topic
-from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch, iter_records
 

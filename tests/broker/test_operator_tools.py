@@ -28,7 +28,7 @@ from metadata.image import MetadataImage
 from settings.endpoint import Endpoint
 from settings.keys import NO_REPLICATION_TRAFFIC
 from storage.metadata.record_codec import MetadataRecord
-from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
+from testkit.node_process import BrokerProcess, WireClient, api_versions_request
 from wire import codec, schema
 
 ELECT_LEADERS, DESCRIBE_LOG_DIRS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, ALTER_CONFIGS = 43, 35, 32, 44, 33

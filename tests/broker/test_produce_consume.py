@@ -18,10 +18,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTP
 
-from tests.broker.broker_support import BrokerProcess
+from testkit.node_process import BrokerProcess
+from testkit.waiting import eventually, eventually_async
 from tests.broker.kafka_clients import module_broker, run_kafkajs, topic_name
 from tests.topics import create_topic
-from tests.waiting import eventually, eventually_async
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

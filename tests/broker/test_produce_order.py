@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient
+from testkit.node_process import BrokerProcess, WireClient
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import fetch_request, produce_request
-from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch, iter_records
 

@@ -45,10 +45,10 @@ from node.controller_handle import start_quorum_client
 from settings.endpoint import Endpoint
 from settings.security import STANDARD_AUTHORIZER, refusal
 from settings.server import ServerConfig
-from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from testkit.node_process import BrokerProcess, WireClient, start_broker
+from testkit.waiting import eventually
 from tests.metrics_scrape import metrics_url, scrape
 from tests.quorum_fixtures import active_voter
-from tests.waiting import eventually
 from wire import codec, schema
 
 QUOTA = 200_000.0  # bytes/s

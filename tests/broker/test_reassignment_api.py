@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
+from testkit.node_process import BrokerProcess, WireClient, api_versions_request
 from wire import codec, schema
 
 ALTER, LIST = 45, 46

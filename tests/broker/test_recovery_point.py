@@ -24,10 +24,10 @@ from broker.partition.producer_state import decode_snapshot
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
-from tests.broker.broker_support import BrokerProcess
+from testkit.node_process import BrokerProcess
+from testkit.waiting import eventually, eventually_async
 from tests.broker.kafka_clients import topic_name
 from tests.topics import create_topic
-from tests.waiting import eventually, eventually_async
 from wire.record_batch import Record, build_batch
 
 _CYCLES = 4

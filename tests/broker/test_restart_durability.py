@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient
+from testkit.node_process import BrokerProcess, WireClient
 from tests.broker.kafka_clients import init_producer_id, list_offsets_request, produce_request, topic_name
 from tests.topics import create_topic
 from wire.record_batch import Record, build_batch

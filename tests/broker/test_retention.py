@@ -35,9 +35,9 @@ from broker.partition.retention import (
 )
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
-from tests.broker.broker_support import BrokerProcess
+from testkit.node_process import BrokerProcess
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import module_broker, topic_name
-from tests.waiting import eventually
 from wire.record_batch import Record, build_batch, iter_batches
 
 NOW = 1_700_000_000_000

@@ -41,11 +41,11 @@ from kio.schema.errors import ErrorCode
 
 from node.process import Node
 from settings.server import ServerConfig
-from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request, start_broker
+from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
+from testkit.tls_certs import CertificateAuthority
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import run_kafkajs
 from tests.metrics_scrape import metrics_url, scrape
-from tests.tls_certs import CertificateAuthority
-from tests.waiting import eventually
 from wire import codec, schema
 from wire.client import ClientConnection, SaslAuthenticationFailed
 from wire.sasl.client import SaslCredentials

@@ -9,10 +9,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient, api_versions_request
+from testkit.node_process import BrokerProcess, WireClient, api_versions_request
+from testkit.waiting import eventually
 from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.topics import create_topic
-from tests.waiting import eventually
 from wire import codec, schema
 
 

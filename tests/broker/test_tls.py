@@ -25,10 +25,10 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from settings.describe import describe_broker_configs
 from settings.server import ServerConfig
-from tests.broker.broker_support import BrokerProcess, default_overrides, server_command, start_broker
+from testkit.node_process import BrokerProcess, default_overrides, server_command, start_broker
+from testkit.tls_certs import CertificateAuthority, Identity
+from testkit.waiting import eventually
 from tests.node.cli_exit import assert_one_line_error, run_to_exit
-from tests.tls_certs import CertificateAuthority, Identity
-from tests.waiting import eventually
 
 KEY_PASSWORD = "keystore-pass-never-printed"
 

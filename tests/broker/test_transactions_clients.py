@@ -18,11 +18,11 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient, start_broker
+from testkit.node_process import BrokerProcess, WireClient, start_broker
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import produce_request, topic_name
 from tests.reading import read_to_end
 from tests.topics import create_topic
-from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch
 

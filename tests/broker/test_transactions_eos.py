@@ -14,12 +14,12 @@ from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
 
-from tests.broker.broker_support import BrokerProcess
+from testkit.node_process import BrokerProcess
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import module_broker, run_kafkajs, topic_name
 from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.reading import read_to_end
 from tests.topics import create_topic
-from tests.waiting import eventually
 
 DEADLINE_S = 60.0
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tests.broker.broker_support import BrokerProcess, WireClient
+from testkit.node_process import BrokerProcess, WireClient
+from testkit.waiting import eventually
 from tests.broker.kafka_clients import (
     fetch_request,
     init_producer_id,
@@ -22,7 +23,6 @@ from tests.broker.kafka_clients import (
     topic_name,
 )
 from tests.topics import create_topic
-from tests.waiting import eventually
 from wire import codec, schema
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
 

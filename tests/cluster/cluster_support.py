@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from controller.shell import MetadataShell, build_tree
 from controller.shell_sources import from_controllers
 from node.local_cluster import REPO_ROOT, LocalCluster, quorum_leader
-from tests.waiting import eventually
+from testkit.waiting import eventually
 
 FAST = {
     "controller.quorum.election.timeout.ms": "300",
@@ -75,7 +75,7 @@ def live_brokers(bootstrap: str) -> set[int]:
 
 
 def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
-    """:func:`tests.waiting.eventually` as the cluster tests use it: polls ``check()`` until it returns something
+    """:func:`testkit.waiting.eventually` as the cluster tests use it: polls ``check()`` until it returns something
     truthy, and any exception it raises means "not yet" (a broker or controller in transition answers with errors
     for a while); AssertionError naming ``what`` and the last value or exception after ``timeout``."""
     return eventually(check, timeout=timeout, interval=interval, what=what, retry_on=(Exception,))

@@ -23,7 +23,7 @@ from confluent_kafka.admin import (
 )
 
 from node.local_cluster import LocalCluster
-from tests.waiting import eventually
+from testkit.waiting import eventually
 
 AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",

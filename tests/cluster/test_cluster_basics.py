@@ -19,6 +19,7 @@ from broker.partition.producer_ids import BLOCK_SIZE
 from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
 from settings.keys import INTERNAL_TOPIC_PARTITIONS
+from testkit.waiting import eventually
 from tests.cluster.cluster_support import (
     consume_all,
     leaders,
@@ -31,7 +32,6 @@ from tests.cluster.cluster_support import (
 )
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
 from tests.topics import create_topic
-from tests.waiting import eventually
 from wire import codec, schema
 from wire.stored_schema import partition_for
 

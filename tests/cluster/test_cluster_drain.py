@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from node.local_cluster import REPO_ROOT, LocalCluster
-from tests.broker.broker_support import WireClient
+from testkit.node_process import WireClient
 from tests.cluster.cluster_support import (
     OrderedLoad,
     leaders,

@@ -20,6 +20,7 @@ from metadata.rpc.stream_rpcs import CommitStreamSetObject, PrepareObjects, Stre
 from node.local_cluster import LocalCluster
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from storage.metadata.record_codec import MetadataRecord
+from testkit.waiting import eventually_async
 from tests.cluster.cluster_support import (
     SESSION_TIMEOUT_S,
     ProduceLoad,
@@ -36,7 +37,6 @@ from tests.cluster.cluster_support import (
     wait_for,
 )
 from tests.topics import create_topic
-from tests.waiting import eventually_async
 
 ELECTION_LIMIT_S = 3.0
 

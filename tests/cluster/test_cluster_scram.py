@@ -10,7 +10,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
 from node.local_cluster import LocalCluster
-from tests.waiting import eventually
+from testkit.waiting import eventually
 
 
 def test_scram_credentials_are_forwarded_and_replicated(cluster_factory: Callable[..., LocalCluster]) -> None:

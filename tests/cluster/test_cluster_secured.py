@@ -42,10 +42,10 @@ from confluent_kafka.admin import (
 )
 
 from node.local_cluster import REPO_ROOT, LocalCluster, NodeSpec, plan_cluster
+from testkit.tls_certs import CertificateAuthority
+from testkit.waiting import eventually
 from tests.cluster.cluster_support import FAST
 from tests.reading import read_to_end
-from tests.tls_certs import CertificateAuthority
-from tests.waiting import eventually
 from wire import codec, schema
 from wire.client import ClientConnection
 

@@ -13,10 +13,10 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from broker.transactions.log_schema import partition_for
 from node.local_cluster import LocalCluster
+from testkit.waiting import eventually
 from tests.cluster.cluster_support import SESSION_TIMEOUT_S, leaders, topic_name
 from tests.reading import read_to_end
 from tests.topics import create_topic
-from tests.waiting import eventually
 
 TRANSACTION_TOPIC = "__transaction_state"
 

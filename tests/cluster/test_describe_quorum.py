@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.rpc import kafka_apis as m
 from metadata.rpc.connection import ControllerConnection
-from tests.broker.broker_support import start_broker
+from testkit.node_process import start_broker
 from wire import codec, schema
 
 

@@ -23,8 +23,8 @@ from metadata.rpc.stream_rpcs import GetKV
 from node.controller_handle import start_quorum_client
 from settings.endpoint import Endpoint
 from storage.metadata.api import NodeIdentity
+from testkit.tls_certs import CertificateAuthority
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
-from tests.tls_certs import CertificateAuthority
 from wire import codec, schema
 from wire.client import SaslAuthenticationFailed
 from wire.sasl.client import SaslCredentials

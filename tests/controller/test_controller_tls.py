@@ -23,9 +23,9 @@ from node.controller_handle import start_quorum_client
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
+from testkit.tls_certs import CertificateAuthority
+from testkit.waiting import eventually_async
 from tests.quorum_fixtures import active_voter, broker_config, quorum_configs, running_voters
-from tests.tls_certs import CertificateAuthority
-from tests.waiting import eventually_async
 from wire import codec, schema
 from wire.tls import TlsSettings, client_context
 

@@ -19,8 +19,8 @@ from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, Obj
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.metadata.write_locks import EVERYTHING, WriteLocks
+from testkit.waiting import eventually_async
 from tests.quorum_fixtures import active_voter
-from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -51,8 +51,8 @@ from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.stream_records import KVRecord, StreamSetObjectRecord
-from tests.controller.quorum_cluster import QuorumCluster, metadata_records
-from tests.waiting import eventually_async
+from testkit.quorum_cluster import QuorumCluster, metadata_records
+from testkit.waiting import eventually_async
 from wire import codec, schema
 
 pytestmark = pytest.mark.timeout(120)

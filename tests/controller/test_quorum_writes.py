@@ -10,8 +10,8 @@ import pytest
 from controller.quorum import QuorumController
 from metadata.errors import NotControllerError
 from storage.metadata.api import NodeIdentity
+from testkit.waiting import eventually_async
 from tests.quorum_fixtures import active_voter
-from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,7 +19,7 @@ from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 from storage.namespace import namespace_for
-from tests.waiting import eventually_async
+from testkit.waiting import eventually_async
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
 

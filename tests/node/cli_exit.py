@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.broker.broker_support import REPO
+from testkit.node_process import REPO
 
 
 def run_to_exit(args: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from node.client_config import ClientConfigError, client_security, load_client_config
-from tests.tls_certs import CertificateAuthority
+from testkit.tls_certs import CertificateAuthority
 
 SECRET = "tool-pass-never-printed"
 JAAS = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="ops" password="{SECRET}";'

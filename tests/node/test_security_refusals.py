@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.broker_support import default_overrides, server_command
+from testkit.node_process import default_overrides, server_command
 from tests.node.cli_exit import assert_one_line_error, run_to_exit
 
 SECRET = "s3cr3t-never-printed"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.broker_support import REPO, BrokerProcess, default_overrides, server_command
+from testkit.node_process import REPO, BrokerProcess, default_overrides, server_command
 from tests.node.cli_exit import assert_one_line_error, run_to_exit
 
 

@@ -16,7 +16,7 @@ from raft.driver import NotLeaderError, RaftDriver
 from raft.effects import Role
 from raft.log import SnapshotId
 from raft.transport import InProcessNetwork
-from tests.waiting import eventually_async
+from testkit.waiting import eventually_async
 
 CONFIG = RaftConfig(
     election_timeout_ms=100,

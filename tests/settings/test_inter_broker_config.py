@@ -10,7 +10,7 @@ import pytest
 
 from settings.server import ServerConfig
 from storage.config import ConfigError
-from tests.tls_certs import CertificateAuthority
+from testkit.tls_certs import CertificateAuthority
 
 SECRET = "broker-secret-never-printed"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"

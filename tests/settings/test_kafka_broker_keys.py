@@ -29,7 +29,7 @@ from settings.keys import BROKER_KEYS, ConfigValueError, validate_broker_config
 from settings.security import refusal as security_refusal
 from settings.server import ServerConfig
 from storage.config import ConfigError
-from tests.broker.broker_support import WireClient, api_versions_request
+from testkit.node_process import WireClient, api_versions_request
 
 SERVER_LOGGER = "settings.server"
 

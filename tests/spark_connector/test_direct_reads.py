@@ -37,11 +37,11 @@ from spark_connector.offsets import OffsetRange
 from spark_connector.options import OptionError, parse_options
 from spark_connector.storage_lookup import ClusterFacts, locate_ranges
 from storage.metadata.api import ObjectStreamRange, ObjectType, S3ObjectMetadata
+from testkit.waiting import eventually
 from tests.cluster.cluster_support import FAST, leaders
 from tests.conftest import S3Server
 from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.spark_connector.test_fjord_source import consume, new_topic, read, rows, without_headers
-from tests.waiting import eventually
 from wire.aborted_txns import AbortedTxn, AbortedTxnEntry
 from wire.control_records import encode_marker_key, encode_marker_value
 from wire.record_batch import Record, build_batch

@@ -21,7 +21,7 @@ from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
 from metadata.rpc.error_codes import RpcError
 from metadata.rpc.stream_rpcs import CreateStream, DescribeMetadata, GetStreams, StreamResponse
 from storage.metadata.api import NodeIdentity
-from tests.broker.broker_support import REPO, BrokerProcess, start_broker
+from testkit.node_process import REPO, BrokerProcess, start_broker
 from tests.spark_connector.test_direct_reads import (
     UPLOAD_THRESHOLD,
     direct_read,

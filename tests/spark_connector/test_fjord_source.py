@@ -17,8 +17,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 
-from tests.broker.broker_support import BrokerProcess, start_broker
-from tests.waiting import eventually
+from testkit.node_process import BrokerProcess, start_broker
+from testkit.waiting import eventually
 
 # (topic, partition, offset, key, value, timestamp ms, timestamp type, headers)
 Record = tuple[Any, ...]

@@ -29,9 +29,9 @@ from pyspark.sql import SparkSession
 
 import spark_connector
 from spark_connector.pipeline import PipelineError, load_pipeline
-from tests.broker.broker_support import REPO, BrokerProcess, start_broker
-from tests.ports import free_port
-from tests.waiting import eventually
+from testkit.node_process import REPO, BrokerProcess, start_broker
+from testkit.ports import free_port
+from testkit.waiting import eventually
 
 EXAMPLES = REPO / "config" / "pipelines"
 FJORD = str(Path(sys.executable).parent / "fjord")

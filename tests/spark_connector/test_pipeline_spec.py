@@ -12,7 +12,7 @@ import pytest
 from spark_connector.pipeline import SpecError, describe, load_pipeline, parse_pipeline
 from spark_connector.pipeline.model import Decode, Trigger, Watermark
 from spark_connector.pipeline.spec import apply_overrides
-from tests.broker.broker_support import REPO
+from testkit.node_process import REPO
 
 EXAMPLES = REPO / "config" / "pipelines"
 

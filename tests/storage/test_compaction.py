@@ -46,8 +46,8 @@ from storage.objectstore.local import LocalObjectStore
 from storage.read import ObjectReadPath
 from storage.stream_client import StorageStream
 from storage.wal.file import FileWAL
+from testkit.waiting import eventually_async
 from tests.storage.engine_support import payload, small_config
-from tests.waiting import eventually_async
 
 HOUR_MS = 3_600_000
 RETENTION_MS = 30_000

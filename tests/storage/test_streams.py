@@ -23,8 +23,8 @@ from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
+from testkit.waiting import eventually_async
 from tests.storage.engine_support import make_engine, payload, small_config
-from tests.waiting import eventually_async
 
 
 async def test_append_assigns_offsets_at_call_time_and_fetch_reads_them_back(tmp_path: Path) -> None:

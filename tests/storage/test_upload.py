@@ -22,7 +22,7 @@ from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
 from storage.stream_record_batch import StreamRecordBatch
 from storage.upload import UploadPipeline, plan_block
-from tests.waiting import eventually_async
+from testkit.waiting import eventually_async
 
 NODE = NodeIdentity(1, 1)
 CONFIG = StorageConfig(

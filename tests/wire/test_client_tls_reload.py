@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.tls_certs import CertificateAuthority
+from testkit.tls_certs import CertificateAuthority
 from tests.wire.scripted_peer import ScriptedPeer, end_txn_request
 from wire.client import ClientConnection
 from wire.tls import TlsSettings, client_context, server_context

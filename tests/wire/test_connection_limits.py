@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from tests.waiting import eventually_async
+from testkit.waiting import eventually_async
 from wire.connection_gate import ConnectionGate
 from wire.connection_limits import ConnectionLimits, ConnectionLimitSettings, ip_key, parse_ip_overrides
 from wire.dispatch import Peer, Response

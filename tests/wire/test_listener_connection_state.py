@@ -9,7 +9,7 @@ import gc
 import struct
 import weakref
 
-from tests.waiting import eventually_async
+from testkit.waiting import eventually_async
 from wire.dispatch import Peer, Response
 from wire.listener import KafkaListener
 from wire.metrics import ServerMetrics

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from tests.tls_certs import CertificateAuthority
+from testkit.tls_certs import CertificateAuthority
 from wire.dispatch import Peer, Response
 from wire.listener import KafkaListener
 from wire.metrics import ServerMetrics

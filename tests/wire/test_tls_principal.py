@@ -10,7 +10,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 
-from tests.tls_certs import CertificateAuthority
+from testkit.tls_certs import CertificateAuthority
 from wire.tls_principal import PrincipalMappingError, PrincipalRulesError, parse_rules, subject_dn
 
 

@@ -3,7 +3,7 @@
 Prefer not to need one. A server that binds port 0 gets a port nobody else can take and reports it: an in-process
 ``BrokerServer`` (``bound_port``), the metrics endpoint (``metrics.port=0``), moto's server, and a ``fjord server
 start`` child with ``listeners=...://127.0.0.1:0``, which logs the ports it bound (``start_broker`` in
-tests/broker/broker_support.py reads them). A free port chosen here is only free *now*: the socket is closed before
+testkit/node_process.py reads them). A free port chosen here is only free *now*: the socket is closed before
 whoever needs the port binds it, and another process may take it in between. Use it only where the port must be
 known before the server starts, which is what a controller quorum needs: every voter's address is in every
 voter's ``controller.quorum.voters``. It also serves as an address where nothing listens.

@@ -1,4 +1,5 @@
-"""Support for the quorum tests (no tests here): real ``fjord server start`` controller processes on 127.0.0.1.
+"""Support for the quorum tests and ``bench/quorum.py`` (no tests here): real ``fjord server start`` controller
+processes on 127.0.0.1.
 
 `QuorumCluster` writes one properties file per voter (``process.roles=controller``, free ports, directories under
 the test's tmp path), starts, kills (-9), stops (SIGTERM) and restarts voters on the same directories.
@@ -34,11 +35,11 @@ from metadata.rpc.kafka_apis import (
 from metadata.rpc.stream_rpcs import DescribeMetadata, GetKV, MetadataDump, StreamRequest, StreamResponse
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
-from tests.ports import free_ports
-from tests.waiting import eventually_async
+from testkit.ports import free_ports
+from testkit.waiting import eventually_async
 from wire import codec, schema
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 

@@ -1,5 +1,6 @@
-"""Helpers behind the shared broker fixtures (``conftest.py``): a raw Kafka wire client and a broker subprocess
-runner. Tests import the classes from here for type hints and direct use."""
+"""A raw Kafka wire client and a node subprocess runner (``fjord server start``): behind the shared broker fixtures
+(``tests/broker/broker_fixtures.py``) and ``bench/broker.py``. Tests import the classes from here for type hints and
+direct use."""
 
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.waiting import eventually
+from testkit.waiting import eventually
 from wire import codec, schema
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 _SERVING = re.compile(r"node (\d+) serving (.*)$", re.MULTILINE)
