@@ -102,7 +102,8 @@ class Broker:
         controller_address: tuple[str, int] | None = None,
     ) -> Broker:
         """Binds the client listeners, registers this broker with their real ports, announces its WAL and waits
-        for a failover of it to end; then the broker is built. Closes the listeners if any step fails."""
+        for a failover of it to end; then the broker is built. Closes the listeners if any step, or building the
+        broker, fails."""
         node_id = config.node_id
         image = controller.image
         gate = ConnectionGate(config.connection_limits(image.broker_configs, image.node_configs.get(node_id)), metrics)
@@ -122,12 +123,12 @@ class Broker:
             takeover(controller.image, controller.image)
             await announce_wal(config, controller)
             await wait_for_wal_failover(controller, node_id, node_epoch)
+            return cls(config, controller, metrics, listeners=listeners, gate=gate, node_epoch=node_epoch,
+                       takeover=takeover, controller_address=controller_address)
         except BaseException:
             for server in listeners:
                 await server.close()
             raise
-        return cls(config, controller, metrics, listeners=listeners, gate=gate, node_epoch=node_epoch,
-                   takeover=takeover, controller_address=controller_address)
 
     # -- what handlers read (broker.services.BrokerServices) ------------------------------------------------------
 
