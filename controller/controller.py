@@ -124,7 +124,7 @@ class Controller:
             meta.cluster_id,
             recovered.last_offset,
             len(controller.image.topics_by_name),
-            len(controller.image.topics_by_name),
+            len(controller.image.brokers),
         )
         return controller
 
