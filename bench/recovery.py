@@ -36,7 +36,6 @@ import datetime
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,8 @@ sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (b
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from confluent_kafka.cimpl import NewTopic  # noqa: E402
+
+from testkit.ports import free_ports  # noqa: E402
 
 TOPIC = "recovery-bench"
 RECORD = 1024
@@ -75,19 +76,12 @@ class Cycle:
     log_end: int
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Node:
     """A combined node on fixed ports, so clients reconnect to it across restarts."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self.port = _free_port()
-        self.controller_port = _free_port()
+        self.port, self.controller_port = free_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "node.log"
 

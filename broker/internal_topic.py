@@ -130,7 +130,7 @@ class InternalTopicPartitions(Generic[ReplayedT]):
         install: Callable[[OwnedPartition, ReplayedT], Loaded],
         unload: Callable[[int], int],
     ) -> None:
-        self._broker = broker
+        self._context = broker
         self._partitions = partitions
         self._topic = topic
         self._read = read
@@ -149,8 +149,8 @@ class InternalTopicPartitions(Generic[ReplayedT]):
 
     def start(self) -> None:
         self._running = True
-        self._broker.controller.subscribe(self._on_image)
-        self._reconcile(self._broker.controller.image)
+        self._context.controller.subscribe(self._on_image)
+        self._reconcile(self._context.controller.image)
 
     async def stop(self, *others: asyncio.Task[None] | None, cancel_unfinished: bool) -> None:
         """Stops following the metadata, cancels the loads and ``others`` (the coordinator's timers), and lets the
@@ -190,10 +190,10 @@ class InternalTopicPartitions(Generic[ReplayedT]):
     @property
     def num_partitions(self) -> int:
         """Partitions of the topic: the existing topic's count wins over the config (as in Kafka)."""
-        topic = self._broker.controller.image.topics_by_name.get(self._topic.name)
+        topic = self._context.controller.image.topics_by_name.get(self._topic.name)
         if topic is not None and topic.partitions:
             return len(topic.partitions)
-        return int(self._broker.config.value(self._topic.partitions_key))
+        return int(self._context.config.value(self._topic.partitions_key))
 
     def partition_for(self, key: str) -> int:
         return partition_for(key, self.num_partitions)
@@ -230,7 +230,7 @@ class InternalTopicPartitions(Generic[ReplayedT]):
         topic = image.topics_by_name.get(self._topic.name)
         led: dict[int, int] = {}
         if topic is not None:
-            led = {p.partition: p.leader_epoch for p in topic.partitions.values() if p.leader == self._broker.node_id}
+            led = {p.partition: p.leader_epoch for p in topic.partitions.values() if p.leader == self._context.node_id}
         for partition, owned in list(self._owned.items()):
             if led.get(partition) != owned.leader_epoch:
                 self._unload(partition)
@@ -304,14 +304,14 @@ class InternalTopicPartitions(Generic[ReplayedT]):
 
     async def ensure_topic(self) -> tuple[ErrorCode, str | None]:
         """Creates the topic unless it exists: (error, message for the client)."""
-        controller = self._broker.controller
+        controller = self._context.controller
         name = self._topic.name
         if name in controller.image.topics_by_name:
             return ErrorCode.none, None
         async with self._create_lock:
             if name in controller.image.topics_by_name:
                 return ErrorCode.none, None
-            cfg = self._broker.config
+            cfg = self._context.config
             topic = NewTopic(
                 name=name,
                 num_partitions=int(cfg.value(self._topic.partitions_key)),
@@ -327,7 +327,7 @@ class InternalTopicPartitions(Generic[ReplayedT]):
 
     def coordinator_node(self, key: str) -> int:
         """The broker leading ``key``'s partition per the metadata (-1: none)."""
-        part = self._broker.controller.image.partition(self._topic.name, self.partition_for(key))
+        part = self._context.controller.image.partition(self._topic.name, self.partition_for(key))
         return part.leader if part is not None else -1
 
     async def find_coordinator(self, key: str) -> tuple[ErrorCode, int, str | None]:
@@ -340,7 +340,7 @@ class InternalTopicPartitions(Generic[ReplayedT]):
         node_id = self.coordinator_node(key)
         if node_id < 0:
             return ErrorCode.coordinator_not_available, -1, f"{self._topic.name}-{partition} has no leader"
-        if node_id == self._broker.node_id:
+        if node_id == self._context.node_id:
             await self._wait_loaded(partition, _FIND_WAIT_SECONDS)
         return ErrorCode.none, node_id, None
 

@@ -54,45 +54,44 @@ logger = logging.getLogger(__name__)
 class RequestDispatcher:
     """Turns one request frame into one encoded response frame (or None), calling the registered handler.
 
-    ``store_stats`` reads the object store's request counts at scrape time (the node's storage engine starts after
-    its dispatcher exists), so they sit next to the request metrics on the same endpoint."""
+    ``store_stats`` reads the object store's request counts at scrape time, so they sit next to the request metrics
+    on the same endpoint."""
 
     def __init__(
         self,
-        node: BrokerServices,
+        broker: BrokerServices,
         metrics: ServerMetrics,
         handlers: Mapping[int, Handler] | None = None,
         *,
         store_stats: Callable[[], StoreStats | None] = lambda: None,
     ):
-        self.node = node
+        self.broker = broker
         self.metrics = metrics
         self.handlers = dict(handlers if handlers is not None else HANDLERS)
         self.versions: Mapping[int, VersionRange] = advertised(self.handlers)
-        # Object-store request counts sit next to the request metrics on the same endpoint. The node's storage
-        # engine starts after its dispatcher exists, so the collector looks the store up at scrape time.
+        # Object-store request counts sit next to the request metrics on the same endpoint, read at scrape time.
         metrics.registry.register(StoreStatsCollector(store_stats))
         self.authorizer = BrokerAuthorizer(
-            self._config_value, lambda: self.node.controller.image.acls, metrics.authorization_denials
+            self._config_value, lambda: self.broker.controller.image.acls, metrics.authorization_denials
         )
-        self.traffic = TopicTraffic(metrics.registry, lambda: self.node.node_id)
+        self.traffic = TopicTraffic(metrics.registry, lambda: self.broker.node_id)
         self.quotas = QuotaEnforcer(self._client_quotas, self._quota_windows, self._throttled)
 
     def _client_quotas(self) -> Mapping[QuotaEntity, Mapping[str, float]]:
-        """The cluster's client quotas (none for a dispatcher a test drives without a node)."""
-        node: BrokerServices | None = self.node
-        return node.controller.image.client_quotas if node is not None else {}
+        """The cluster's client quotas (none for a dispatcher a test drives without a broker)."""
+        broker: BrokerServices | None = self.broker
+        return broker.controller.image.client_quotas if broker is not None else {}
 
     def _quota_windows(self) -> QuotaWindows:
-        return QuotaWindows(int(self.node.config.value("quota.window.num")),
-                            float(self.node.config.value("quota.window.size.seconds")))
+        return QuotaWindows(int(self.broker.config.value("quota.window.num")),
+                            float(self.broker.config.value("quota.window.size.seconds")))
 
     def _throttled(self, kind: QuotaType, user: str, seconds: float) -> None:
         self.metrics.throttle_seconds.labels(quota=kind.name.lower(), user=user).inc(seconds)
 
     def _config_value(self, key: str) -> object:
         """The node's config, read when first needed (a dispatcher driven by a test may have no node)."""
-        return self.node.config.value(key)
+        return self.broker.config.value(key)
 
     def connection_state(self) -> ConnectionState:
         """The state of a new connection: ``KafkaListener(connection_state=...)`` calls this as it opens."""
@@ -101,10 +100,10 @@ class RequestDispatcher:
     def _sasl_session(self, state: ConnectionState, peer: Peer) -> SaslSession | None:
         """The connection's SASL session, made at its first request on a SASL listener; None elsewhere."""
         if state.sasl is None:
-            settings = self.node.config.sasl.get(peer.listener)
+            settings = self.broker.config.sasl.get(peer.listener)
             if settings is None:
                 return None
-            controller = self.node.controller
+            controller = self.broker.controller
 
             def credential(user: str, mechanism: int) -> ScramCredential | None:
                 return controller.image.scram_credential(user, mechanism)  # the image as of each exchange
@@ -114,8 +113,8 @@ class RequestDispatcher:
                 settings,
                 credential,
                 peer=str(peer),
-                reauth_ms=int(self.node.config.value("connections.max.reauth.ms")),
-                failure_delay_ms=int(self.node.config.value("connection.failed.authentication.delay.ms")),
+                reauth_ms=int(self.broker.config.value("connections.max.reauth.ms")),
+                failure_delay_ms=int(self.broker.config.value("connection.failed.authentication.delay.ms")),
                 on_failure=lambda mechanism: failures.labels(listener=peer.listener, mechanism=mechanism).inc(),
                 on_success=lambda mechanism: self._authenticated(peer, mechanism),
             )
@@ -140,7 +139,7 @@ class RequestDispatcher:
     def _certificate_principal(self, state: ConnectionState, peer: Peer, certificate: bytes) -> None:
         """Names the connection by its client certificate (KIP-371), once; a DN no rule maps closes the connection,
         as Kafka refuses it, and counts as an authentication failure."""
-        tls = self.node.config.tls.get(peer.listener)
+        tls = self.broker.config.tls.get(peer.listener)
         mapper = tls.principal_mapper if tls is not None else parse_rules(None)
         state.tls_principal = connection_principal(peer, certificate, mapper, self.metrics)
 
@@ -183,7 +182,7 @@ class RequestDispatcher:
             client_id=request.client_id,
             client_host=peer.host,
             client_port=peer.port,
-            node=self.node,
+            broker=self.broker,
             listener_name=peer.listener,
             # A peer from outside a listener (a test driving the dispatcher) has no state: nothing to order.
             connection=peer.state if isinstance(peer.state, ConnectionState) else ConnectionState(),

@@ -1,8 +1,8 @@
-"""What the broker's request handlers see of the node they run in: a narrow, typed view.
+"""What the broker's request handlers see of the broker they run in: a narrow, typed view.
 
-Handlers read the controller, the partitions and the group coordinator through this Protocol, never the node
-itself (``broker.broker.Broker`` satisfies it), so the broker does not depend on how a process wires its roles
-together, and a test can give handlers just the services it needs.
+Handlers read the controller, the partitions and the coordinators through this Protocol, never the ``Broker``
+class itself (``broker.broker.Broker`` satisfies it): the broker imports its dispatcher and handlers, so they cannot
+import it back, and a test can give handlers just the services it needs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from settings.server import ServerConfig
 
 
 class BrokerServices(Protocol):
-    """Exactly what the handlers read of the node; read-only properties, so the node may hold narrower types."""
+    """Exactly what the handlers read of the broker; read-only properties, so the broker may hold narrower types."""
 
     @property
     def node_id(self) -> int: ...

@@ -1,4 +1,5 @@
-"""A broker's local copy of the committed metadata (:class:`MetadataFollower`), and where it comes from.
+"""A broker's local copy of the committed metadata (``metadata.remote.follower.MetadataFollower``), and where it
+comes from.
 
 A broker-only node runs :class:`MetadataReplica`, a Raft *observer* of the metadata log (it fetches
 ``__cluster_metadata`` like a follower but never votes): committed entries are replayed into a read-only

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from controller.decisions import reassignment
-from metadata.image import MetadataImage, PartitionImage, reassigning
+from metadata.image import MetadataImage, PartitionImage, partitions_being_reassigned
 from metadata.kv_keys import partition_kv_key
 from settings.server import ServerConfig
 from storage.metadata.api import StreamMetadata, StreamState
@@ -78,7 +78,7 @@ class ReassignmentWatch:
 
         async def decide(image: MetadataImage) -> list[MetadataRecord]:
             nonlocal waiting
-            moving = reassigning(image)
+            moving = partitions_being_reassigned(image)
             keys = {(p.topic_id, p.partition, p.leader_epoch) for _, p in moving}
             for stale in [k for k in self._seen if k not in keys]:
                 del self._seen[stale]

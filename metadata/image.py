@@ -502,7 +502,7 @@ def _set(configs: dict[str, str], key: str, value: str | None) -> None:
         configs[key] = value
 
 
-def reassigning(image: MetadataImage) -> list[tuple[str, PartitionImage]]:
+def partitions_being_reassigned(image: MetadataImage) -> list[tuple[str, PartitionImage]]:
     """Every partition being reassigned, as (topic name, partition), in topic and partition order: what
     ListPartitionReassignments lists and the balancer counts as moves in flight."""
     return [

@@ -1,7 +1,7 @@
-"""Free TCP ports for tests: the suite's one definition.
+"""Free TCP ports for the tests and the benchmarks: their one definition.
 
 Prefer not to need one. A server that binds port 0 gets a port nobody else can take and reports it: an in-process
-``BrokerServer`` (``bound_port``), the metrics endpoint (``metrics.port=0``), moto's server, and a ``fjord server
+listener (``KafkaListener.bound_port``), the metrics endpoint (``metrics.port=0``), moto's server, and a ``fjord server
 start`` child with ``listeners=...://127.0.0.1:0``, which logs the ports it bound (``start_broker`` in
 testkit/node_process.py reads them). A free port chosen here is only free *now*: the socket is closed before
 whoever needs the port binds it, and another process may take it in between. Use it only where the port must be

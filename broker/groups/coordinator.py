@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 class GroupCoordinator(ClassicMembership, OffsetCommits):
-    """The group coordinator of this broker (``node.groups``); see the module docstring for its parts."""
+    """The group coordinator of this broker (``Broker.groups``); see the module docstring for its parts."""
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 

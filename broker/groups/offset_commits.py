@@ -144,7 +144,7 @@ class OffsetCommits(CoordinatorRuntime):
         """Checks and appends the offsets of an OffsetCommit, or of a TxnOffsetCommit (``txn``); once durable they
         are the group's committed offsets, or, in a transaction, its pending ones."""
         group_id = group.group_id
-        image = self._broker.controller.image
+        image = self._context.controller.image
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetValue] = {}
         for (topic, partition), commit in offsets.items():

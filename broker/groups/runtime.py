@@ -57,8 +57,8 @@ class CoordinatorRuntime:
     def __init__(
         self, broker: BrokerContext, partitions: PartitionManager, *, clock: Callable[[], float] = time.time
     ) -> None:
-        self._broker = broker
-        self._logs = partitions
+        self._context = broker
+        self._partition_manager = partitions
         # Wall clock in seconds: group timestamps are persisted, so it is time.time, not the loop's monotonic
         # clock. Public so that tests can move it (retention is measured in days).
         self.clock = clock
@@ -213,7 +213,7 @@ class CoordinatorRuntime:
         """Appends to the group's ``__consumer_offsets`` partition; returns the batch's base offset. With a
         producer id the batch belongs to that producer's transaction (TxnOffsetCommit)."""
         partition = self.partition_for(group_id)
-        log = self._logs.get(OFFSETS_TOPIC, partition) if partition in self._partitions.owned else None
+        log = self._partition_manager.get(OFFSETS_TOPIC, partition) if partition in self._partitions.owned else None
         if log is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{OFFSETS_TOPIC}-{partition} is not open here")
         transactional = producer_id >= 0

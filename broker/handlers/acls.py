@@ -39,7 +39,7 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
                 for _ in request.creations
             ),
         )
-    return await admin_requests.create_acls(ctx.response_class, request, always(ctx.node.controller))
+    return await admin_requests.create_acls(ctx.response_class, request, always(ctx.broker.controller))
 
 
 async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
@@ -57,7 +57,7 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
                 for _ in request.filters
             ),
         )
-    return await admin_requests.delete_acls(ctx.response_class, request, always(ctx.node.controller))
+    return await admin_requests.delete_acls(ctx.response_class, request, always(ctx.broker.controller))
 
 
 async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
@@ -67,7 +67,7 @@ async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
     reason = acl_filter.unknown()
     if reason is not None:
         return acl_wire.describe_acls_response(ctx.response_class, (), ErrorCode.invalid_request, reason)
-    bindings = ctx.node.controller.image.acls.values()
+    bindings = ctx.broker.controller.image.acls.values()
     return acl_wire.describe_acls_response(ctx.response_class, [b for b in bindings if acl_filter.matches(b)])
 
 

@@ -13,7 +13,7 @@ from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
-    coordinator = ctx.node.transactions
+    coordinator = ctx.broker.transactions
     error = await coordinator.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )

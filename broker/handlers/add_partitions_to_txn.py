@@ -57,7 +57,7 @@ async def _one(
 
 
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
-    coordinator = ctx.node.transactions
+    coordinator = ctx.broker.transactions
     if ctx.api_version <= 3:
         partitions = _partitions(request.v3_and_below_topics)
         results = await _one(

@@ -20,7 +20,7 @@ from metadata.admin import topic_wire
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
     asked = topic_wire.read_alter_partition_reassignments(request)
     return await admin_requests.alter_partition_reassignments(
-        ctx.response_class, asked, admin_requests.always(ctx.node.controller)
+        ctx.response_class, asked, admin_requests.always(ctx.broker.controller)
     )
 
 

@@ -43,7 +43,7 @@ def _features(ctx: RequestContext) -> dict[str, object]:
                                max_version=f.max_version)
             for f in FEATURES
         ),
-        "finalized_features_epoch": max(ctx.node.controller.image.offset, 0),
+        "finalized_features_epoch": max(ctx.broker.controller.image.offset, 0),
         "finalized_features": tuple(
             schema.build_nested(cls, "finalized_features", name=f.name, max_version_level=f.finalized_level,
                                min_version_level=f.finalized_level)

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import CLUSTER_DENIED, Guard, cluster
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
-from metadata.admin import quota_wire as client_quota_wire
+from metadata.admin import quota_wire
 from metadata.admin import requests as admin_requests
 from metadata.admin.requests import always
 from metadata.client_quotas import QuotaRequestError, quota_filter
@@ -24,20 +24,20 @@ from wire import schema
 
 
 async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
-    return await admin_requests.alter_client_quotas(ctx.response_class, request, always(ctx.node.controller))
+    return await admin_requests.alter_client_quotas(ctx.response_class, request, always(ctx.broker.controller))
 
 
 async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
-    components, strict = client_quota_wire.read_describe_client_quotas(request)
+    components, strict = quota_wire.read_describe_client_quotas(request)
     try:
         wanted = quota_filter(components, strict)
     except QuotaRequestError as exc:
-        return client_quota_wire.describe_client_quotas_response(
+        return quota_wire.describe_client_quotas_response(
             ctx.response_class, {}, ErrorCode.invalid_request, str(exc)
         )
-    quotas = ctx.node.controller.image.client_quotas
+    quotas = ctx.broker.controller.image.client_quotas
     matched = {entity: values for entity, values in quotas.items() if wanted.matches(entity)}
-    return client_quota_wire.describe_client_quotas_response(ctx.response_class, matched)
+    return quota_wire.describe_client_quotas_response(ctx.response_class, matched)
 
 
 #: CLUSTER DESCRIBE_CONFIGS, as Kafka checks.

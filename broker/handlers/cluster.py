@@ -16,7 +16,7 @@ ENDPOINT_TYPE_BROKERS = 1
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
-    image = ctx.node.controller.image
+    image = ctx.broker.controller.image
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKERS)
     if endpoint_type != ENDPOINT_TYPE_BROKERS:
         # Controllers are not reachable by clients through a broker, as in Kafka.
@@ -39,7 +39,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         error_code=ErrorCode.none,
         endpoint_type=ENDPOINT_TYPE_BROKERS,
         cluster_id=image.cluster_id,
-        controller_id=client_controller_id(image, ctx.node.node_id),
+        controller_id=client_controller_id(image, ctx.broker.node_id),
         brokers=tuple(brokers),
         cluster_authorized_operations=ctx.authorized_operations(
             request.include_cluster_authorized_operations, ResourceType.CLUSTER, CLUSTER_NAME,

@@ -38,27 +38,27 @@ logger = logging.getLogger(__name__)
 def _check_logger_resource(ctx: RequestContext, name: str) -> None:
     """A BROKER_LOGGER resource names the broker whose loggers it is (read as a broker resource name is, so "01"
     is broker 1); only that broker answers for them, and there is no cluster-wide default ("")."""
-    config_wire.check_broker_resource(name, ctx.node.node_id, cluster_default=False)
+    config_wire.check_broker_resource(name, ctx.broker.node_id, cluster_default=False)
 
 
 def _check_broker_name(ctx: RequestContext, name: str) -> bool:
     """True for the cluster-wide default resource (""); raises for a broker other than this one, which a client
     must ask directly (as Kafka's admin clients do)."""
-    return config_wire.check_broker_resource(name, ctx.node.node_id)
+    return config_wire.check_broker_resource(name, ctx.broker.node_id)
 
 
 def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str, ...] | None) -> list[ConfigEntry]:
-    image = ctx.node.controller.image
-    node_dynamic: Mapping[str, str] = image.node_configs.get(ctx.node.node_id, {})
+    image = ctx.broker.controller.image
+    node_dynamic: Mapping[str, str] = image.node_configs.get(ctx.broker.node_id, {})
     if resource_type == RESOURCE_TOPIC:
         topic = image.topics_by_name.get(name)
         if topic is None:
             raise ResourceRefused(ErrorCode.unknown_topic_or_partition, f"Topic {name!r} does not exist.")
-        return describe_topic_configs(ctx.node.config, image.broker_configs, topic.configs, keys, node_dynamic)
+        return describe_topic_configs(ctx.broker.config, image.broker_configs, topic.configs, keys, node_dynamic)
     if resource_type == RESOURCE_BROKER:
         cluster_default = _check_broker_name(ctx, name)
         return describe_broker_configs(
-            ctx.node.config, image.broker_configs, node_dynamic, keys, cluster_default=cluster_default
+            ctx.broker.config, image.broker_configs, node_dynamic, keys, cluster_default=cluster_default
         )
     if resource_type == RESOURCE_BROKER_LOGGER:
         _check_logger_resource(ctx, name)
@@ -110,8 +110,10 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    return await admin_requests.alter_configs(ctx.response_class, config_wire.read_alter_configs(request),
-                                              admin_requests.always(ctx.node.controller), broker_id=ctx.node.node_id)
+    return await admin_requests.alter_configs(
+        ctx.response_class, config_wire.read_alter_configs(request), admin_requests.always(ctx.broker.controller),
+        broker_id=ctx.broker.node_id,
+    )
 
 
 def _alter_loggers(ctx: RequestContext, item: config_wire.ConfigAlteration, validate_only: bool) -> config_wire.Outcome:
@@ -121,7 +123,7 @@ def _alter_loggers(ctx: RequestContext, item: config_wire.ConfigAlteration, vali
     except (ResourceRefused, LoggerConfigError) as exc:
         return exc.code, str(exc)
     for name, level in applied:
-        logger.info("broker %d: logger %s %s (%s)", ctx.node.node_id, name,
+        logger.info("broker %d: logger %s %s (%s)", ctx.broker.node_id, name,
                     f"set to {level}" if level is not None else "unset, inheriting its parent's level",
                     ctx.describe())
     return ErrorCode.none, None
@@ -135,8 +137,8 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
         if item.resource.type == RESOURCE_BROKER_LOGGER and item.refused is None else item
         for item in ask.resources
     ))
-    return await admin_requests.alter_configs(ctx.response_class, ask, admin_requests.always(ctx.node.controller),
-                                              broker_id=ctx.node.node_id)
+    return await admin_requests.alter_configs(ctx.response_class, ask, admin_requests.always(ctx.broker.controller),
+                                              broker_id=ctx.broker.node_id)
 
 
 def _authorize_resources(op: AclOperation, response_field: str) -> Guard:

@@ -62,7 +62,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str
-    node: BrokerServices
+    broker: BrokerServices
     #: Name of the listener the connection arrived on; Metadata answers with that listener's endpoints.
     listener_name: str = "PLAINTEXT"
     client_port: int = 0
@@ -71,9 +71,9 @@ class RequestContext:
     #: The API versions the dispatcher serves, for ApiVersions to advertise: handed in rather than imported,
     #: since the handler table that defines them lists the ApiVersions handler itself.
     api_versions: Mapping[int, VersionRange] = field(default_factory=lambda: MappingProxyType({}))
-    #: The node's authorizer (``broker.authorization``); a context built outside the dispatcher allows everything.
+    #: The broker's authorizer (``broker.authorization``); a context built outside the dispatcher allows everything.
     authorizer: BrokerAuthorizer = field(default_factory=BrokerAuthorizer.disabled)
-    #: The node's per-topic traffic counters (``broker.metrics``); a context built outside a node counts into none.
+    #: The broker's per-topic traffic counters (``broker.metrics``); a context built outside a broker counts into none.
     traffic: TopicTraffic = field(default_factory=TopicTraffic.disabled)
     #: The request's client quotas (``broker.quotas.enforcer``), set by the dispatcher; None while the cluster has none.
     quota_charge: RequestCharge | None = None

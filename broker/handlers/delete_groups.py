@@ -13,7 +13,7 @@ from wire import schema
 
 
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     names = list(request.groups_names)
     valid = [n for n in names if n]
     results = await groups.delete_groups(list(dict.fromkeys(valid)))

@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     async def answer(topic: str, part_cls: type[Any], p: Any) -> Any:
         try:
-            log = await leader_log(ctx.node.partitions, topic, p.partition_index)
+            log = await leader_log(ctx.broker.partitions, topic, p.partition_index)
             low = await log.delete_records_before(p.offset)
             return schema.build(
                 part_cls, partition_index=p.partition_index, low_watermark=low, error_code=ErrorCode.none

@@ -20,7 +20,7 @@ from wire import schema
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     group_cls = schema.field_entity(ctx.response_class, "groups")
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     asked = getattr(request, "include_authorized_operations", False)
     described = []
     for group_id in request.groups:

@@ -80,16 +80,16 @@ async def _led_partitions(ctx: RequestContext, wanted: set[tuple[str, int]] | No
     out rather than reported with a size nobody has read."""
     led = [
         (topic, part.partition)
-        for topic, part in ctx.node.controller.image.partitions_led_by(ctx.node.node_id)
+        for topic, part in ctx.broker.controller.image.partitions_led_by(ctx.broker.node_id)
         if wanted is None or (topic, part.partition) in wanted
     ]
-    manager = ctx.node.partitions
+    manager = ctx.broker.partitions
     logs = await asyncio.gather(*(manager.wait_open(topic, index, _OPEN_WAIT_S) for topic, index in led))
     return sorted((log.topic, log.partition, log.size_bytes) for log in logs if log is not None)
 
 
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
-    config = ctx.node.config
+    config = ctx.broker.config
     wal_url = config.storage.wal_url
     wal = (str(wal_url.path), wal_url.path) if wal_url.scheme == "file" else (wal_url.describe(), None)
     partitions = await _led_partitions(ctx, _wanted(request))

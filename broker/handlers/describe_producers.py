@@ -23,7 +23,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     async def answer(topic: str, part_cls: type[Any], index: int) -> Any:
         producer_cls = schema.field_entity(part_cls, "active_producers")
         try:
-            log = await leader_log(ctx.node.partitions, topic, index)
+            log = await leader_log(ctx.broker.partitions, topic, index)
             open_txns = log.ongoing_txn_start_offsets()
             producers = tuple(
                 schema.build(

@@ -21,19 +21,19 @@ from metadata.rpc.raft_codec import describe_quorum_response, sole_voter_descrip
 
 
 async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
-    controller = ctx.node.controller
+    controller = ctx.broker.controller
     if isinstance(controller, QuorumForwarder):
         return await controller.forward_to_quorum_leader(ctx.api_key, ctx.api_version, request)
     image = controller.image
-    if "controller" not in ctx.node.config.process_roles:
+    if "controller" not in ctx.broker.config.process_roles:
         return ctx.build(error_code=ErrorCode.unknown_server_error,
                          error_message="this broker has no controller quorum to describe")
-    address = ctx.node.controller_address
+    address = ctx.broker.controller_address
     return describe_quorum_response(
         ctx.response_class,
-        sole_voter_description(ctx.node.node_id, image),
-        {ctx.node.node_id: address} if address is not None else None,
-        ctx.node.config.controller_listener_names[0] if address is not None else "",
+        sole_voter_description(ctx.broker.node_id, image),
+        {ctx.broker.node_id: address} if address is not None else None,
+        ctx.broker.config.controller_listener_names[0] if address is not None else "",
     )
 
 

@@ -15,7 +15,7 @@ from wire import schema
 
 
 async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
-    coordinator = ctx.node.transactions
+    coordinator = ctx.broker.transactions
     state_cls = schema.field_entity(ctx.response_class, "transaction_states")
     # An id that cannot be described carries only its error; the other fields keep the schema's defaults (0),
     # as Kafka answers them.

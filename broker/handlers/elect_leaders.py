@@ -21,7 +21,7 @@ from wire import schema
 
 async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     ask = topic_wire.read_elect_leaders(request)
-    return await admin_requests.elect_leaders(ctx.response_class, ask, admin_requests.always(ctx.node.controller))
+    return await admin_requests.elect_leaders(ctx.response_class, ask, admin_requests.always(ctx.broker.controller))
 
 
 async def authorize_elect_leaders(ctx: RequestContext, request: Any, handler: Handler) -> Any:

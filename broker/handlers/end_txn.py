@@ -15,7 +15,7 @@ from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
-    coordinator = ctx.node.transactions
+    coordinator = ctx.broker.transactions
     error = await coordinator.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed
     )

@@ -68,7 +68,7 @@ class _Result:
 
 
 def _requested(ctx: RequestContext, request: Any) -> tuple[list[PartitionRequest], list[PartitionKey]]:
-    image = ctx.node.controller.image
+    image = ctx.broker.controller.image
     by_id = ctx.api_version >= 13
 
     def topic_key(topic: Any) -> tuple[object, str]:
@@ -107,7 +107,7 @@ async def _read_partition(
     try:
         if not name:
             raise KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")
-        log = await leader_log(ctx.node.partitions, name, partition, state.current_leader_epoch)
+        log = await leader_log(ctx.broker.partitions, name, partition, state.current_leader_epoch)
         read = await log.read(state.fetch_offset, max_bytes, min_one=min_one, read_committed=read_committed)
         return _Result(
             key,
@@ -125,7 +125,7 @@ async def _read_partition(
         code = error_code_logged(exc, logger, "fetch from %s-%d failed (%s)", name, partition, ctx.describe())
         log_start = hw = lso = -1
         if code == ErrorCode.offset_out_of_range:
-            found = ctx.node.partitions.get(name, partition) if ctx.node.partitions is not None else None
+            found = ctx.broker.partitions.get(name, partition)
             if found is not None:
                 hw, log_start, lso = found.high_watermark, found.log_start_offset, found.last_stable_offset
         return _Result(key, code, hw, log_start, fetch_offset=state.fetch_offset, last_stable_offset=lso)
@@ -179,7 +179,7 @@ def _current_leader(ctx: RequestContext, part_cls: type[Any], r: _Result) -> dic
     _, name, partition = r.key
     if r.error not in _LEADER_MOVED or not schema.has_field(part_cls, "current_leader"):
         return {}
-    topic = ctx.node.controller.image.topics_by_name.get(name)
+    topic = ctx.broker.controller.image.topics_by_name.get(name)
     found = topic.partitions.get(partition) if topic is not None else None
     if found is None or found.leader < 0:
         return {}
@@ -229,7 +229,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     requested, forgotten = _requested(ctx, request)
-    cache = ctx.node.fetch_sessions
+    cache = ctx.broker.fetch_sessions
     try:
         fetch = cache.resolve(
             getattr(request, "session_id", 0), getattr(request, "session_epoch", -1), requested, forgotten
@@ -239,7 +239,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(throttle_time=0, error_code=exc.code, session_id=0, responses=())
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # Kafka's bound: the request's max_bytes, at most the broker's fetch.max.bytes.
-    max_bytes = min(request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF, ctx.node.config.fetch_max_bytes)
+    max_bytes = min(request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF, ctx.broker.config.fetch_max_bytes)
     deadline = time.monotonic() + max(schema.millis(request.max_wait), 0) / 1000
     while True:
         results = await _read_all(ctx, fetch, max_bytes, read_committed)

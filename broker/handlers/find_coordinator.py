@@ -20,18 +20,18 @@ KEY_TYPE_TRANSACTION = 1
 async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, message, node id, host, port) for one coordinator key."""
     if key_type == KEY_TYPE_TRANSACTION:
-        transactions = ctx.node.transactions
+        transactions = ctx.broker.transactions
         if not key:
             return ErrorCode.invalid_request, "empty transactional id", -1, "", -1
         error, node_id, message = await transactions.find_coordinator(key)
     elif key_type != KEY_TYPE_GROUP:
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", -1, "", -1
     else:
-        groups = ctx.node.groups
+        groups = ctx.broker.groups
         error, node_id, message = await groups.find_coordinator(key)
     if error is not ErrorCode.none:
         return error, message, -1, "", -1
-    broker = ctx.node.controller.image.brokers.get(node_id)
+    broker = ctx.broker.controller.image.brokers.get(node_id)
     endpoint = live_endpoint(broker, ctx.listener_name) if broker is not None and not broker.fenced else None
     if endpoint is None:
         return (

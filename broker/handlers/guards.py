@@ -107,7 +107,7 @@ def topic_name(ctx: RequestContext, item: Any, field: str = "name") -> str | Non
     topic_id = getattr(item, "topic_id", None)
     if topic_id is None or topic_id == uuid_zero:
         return None
-    topic = ctx.node.controller.image.topics_by_id.get(topic_id)
+    topic = ctx.broker.controller.image.topics_by_id.get(topic_id)
     return None if topic is None else topic.name
 
 

@@ -8,7 +8,7 @@ from broker.handlers.context import RequestContext
 
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     error = groups.heartbeat(
         request.group_id, request.member_id, getattr(request, "group_instance_id", None), request.generation_id
     )

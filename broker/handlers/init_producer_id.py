@@ -31,7 +31,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     current_epoch = getattr(request, "producer_epoch", -1)
     if request.transactional_id is not None:
         return await _transactional(ctx, request, current_pid, current_epoch)
-    allocator = ctx.node.producer_ids
+    allocator = ctx.broker.producer_ids
     try:
         if 0 <= current_epoch < _MAX_EPOCH - 1 and await allocator.was_allocated(current_pid):
             logger.info("bumping producer %d to epoch %d (%s)", current_pid, current_epoch + 1, ctx.describe())
@@ -46,7 +46,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _transactional(ctx: RequestContext, request: Any, current_pid: int, current_epoch: int) -> Any:
-    coordinator = ctx.node.transactions
+    coordinator = ctx.broker.transactions
     # KIP-360: a producer recovering from an error names its current id and epoch (both -1 when it has none).
     if (current_pid == -1) != (current_epoch == -1):
         return ctx.build(throttle_time=0, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)

@@ -12,7 +12,7 @@ from wire import schema
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     # Before v7 the protocol name is a non-nullable string; an unset one is sent empty.
     nullable_name = schema.is_nullable(cls, "protocol_name")
     session_ms = schema.millis(request.session_timeout)

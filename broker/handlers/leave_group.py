@@ -15,7 +15,7 @@ from wire import schema
 
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     if ctx.api_version < 3:
         error, results = groups.leave_group(request.group_id, [(request.member_id, None)])
         return ctx.build(throttle_time=0, error_code=results[0] if error is ErrorCode.none else error)

@@ -17,7 +17,7 @@ CLASSIC_GROUP_TYPE = "classic"
 
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     error, listed = groups.list_groups(getattr(request, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     if types and CLASSIC_GROUP_TYPE not in types:

@@ -34,7 +34,7 @@ async def _lookup(
             raise KafkaError(ErrorCode.invalid_request, f"{topic}-{index} appears more than once")
         if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7:
             raise KafkaError(ErrorCode.unsupported_version, "max-timestamp lookups need ListOffsets v7+")
-        log = await leader_log(ctx.node.partitions, topic, index, getattr(p, "current_leader_epoch", -1))
+        log = await leader_log(ctx.broker.partitions, topic, index, getattr(p, "current_leader_epoch", -1))
         found = await log.offset_for_timestamp(p.timestamp, read_committed=read_committed)
         offset, timestamp, epoch = (found.offset, found.timestamp, found.leader_epoch) if found else (-1, -1, -1)
         return schema.build(

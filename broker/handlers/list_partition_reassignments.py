@@ -14,12 +14,12 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, cluster
 from metadata.acl.binding import AclOperation
-from metadata.image import reassigning
+from metadata.image import partitions_being_reassigned
 from wire import schema
 
 
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
-    image = ctx.node.controller.image
+    image = ctx.broker.controller.image
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {}
@@ -27,7 +27,7 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
             wanted.setdefault(topic.name, set()).update(int(p) for p in topic.partition_indexes)
     topic_cls = schema.field_entity(ctx.response_class, "topics")
     by_topic: dict[str, list[Any]] = {}
-    for name, partition in reassigning(image):
+    for name, partition in partitions_being_reassigned(image):
         if wanted is not None and partition.partition not in wanted.get(name, ()):
             continue
         adding = tuple(r for r in partition.replicas if r not in partition.removing_replicas)

@@ -12,7 +12,7 @@ from wire import schema
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
-    coordinator = ctx.node.transactions
+    coordinator = ctx.broker.transactions
     error, found, unknown = coordinator.list_transactions(request.state_filters, request.producer_id_filters)
     return ctx.build(
         throttle_time=0,

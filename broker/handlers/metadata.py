@@ -87,7 +87,7 @@ def _error_topic(
 async def _auto_create(ctx: RequestContext, names: Sequence[str]) -> dict[str, ErrorCode]:
     """Asks the controller to create ``names`` with the defaults; Kafka answers LEADER_NOT_AVAILABLE for a topic
     being created (the client retries) and the controller's error (INVALID_TOPIC_EXCEPTION...) otherwise."""
-    results = await ctx.node.controller.create_topics([NewTopic(name=name) for name in names], False)
+    results = await ctx.broker.controller.create_topics([NewTopic(name=name) for name in names], False)
     out: dict[str, ErrorCode] = {}
     for result in results:
         if result.error in (ErrorCode.none, ErrorCode.topic_already_exists):
@@ -100,7 +100,7 @@ async def _auto_create(ctx: RequestContext, names: Sequence[str]) -> dict[str, E
 
 
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
-    node = ctx.node
+    node = ctx.broker
     image = node.controller.image
     response_cls = ctx.response_class
     topic_cls = schema.field_entity(response_cls, "topics")

@@ -28,7 +28,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 async def _commit(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     offsets = requested_offsets(request.topics)
     retention = schema.millis(request.retention_time) if ctx.api_version <= 4 else -1
     results = await groups.commit_offsets(

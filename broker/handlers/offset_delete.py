@@ -13,7 +13,7 @@ from metadata.acl.binding import AclOperation, ResourceType
 
 
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     error, results = await groups.delete_offsets(request.group_id, wanted)
     if error is not ErrorCode.none:

@@ -32,7 +32,7 @@ def _requested(topics: Any) -> list[tuple[str, int]] | None:
 def _fetch(
     ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
 ) -> tuple[ErrorCode, list[FetchedOffset]]:
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     return groups.fetch_offsets(group_id, _requested(topics), require_stable=require_stable)
 
 

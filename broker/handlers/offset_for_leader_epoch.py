@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     async def answer(topic: str, part_cls: type[Any], p: Any) -> Any:
         try:
-            log = await leader_log(ctx.node.partitions, topic, p.partition, getattr(p, "current_leader_epoch", -1))
+            log = await leader_log(ctx.broker.partitions, topic, p.partition, getattr(p, "current_leader_epoch", -1))
             epoch, end_offset = log.end_offset_for_epoch(p.leader_epoch)
             return schema.build(
                 part_cls, partition=p.partition, error_code=ErrorCode.none, leader_epoch=epoch, end_offset=end_offset

@@ -66,7 +66,7 @@ async def _append_one(
 async def _verified_leader_log(
     ctx: RequestContext, topic: str, partition: int, data: bytes, transactional_id: str | None
 ) -> PartitionLog:
-    log = await leader_log(ctx.node.partitions, topic, partition)
+    log = await leader_log(ctx.broker.partitions, topic, partition)
     if transactional_id is None:
         return log
     try:
@@ -75,7 +75,7 @@ async def _verified_leader_log(
         return log  # the append validates the batch and answers with the precise error
     if not header.is_transactional or header.is_control or log.has_ongoing_txn(header.producer_id):
         return log
-    error = await ctx.node.transactions.verify_produce(
+    error = await ctx.broker.transactions.verify_produce(
         transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
     )
     if error is not ErrorCode.none:

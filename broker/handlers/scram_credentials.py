@@ -23,7 +23,7 @@ from wire import schema
 
 
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
-    return await admin_requests.alter_user_scram_credentials(ctx.response_class, request, always(ctx.node.controller))
+    return await admin_requests.alter_user_scram_credentials(ctx.response_class, request, always(ctx.broker.controller))
 
 
 def _describe_user(ctx: RequestContext, image: MetadataImage, user: str, duplicated: bool) -> Any:
@@ -51,7 +51,7 @@ def _describe_user(ctx: RequestContext, image: MetadataImage, user: str, duplica
 
 
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
-    image = ctx.node.controller.image
+    image = ctx.broker.controller.image
     if not request.users:  # null or empty: every user, as Kafka answers
         users = sorted(image.scram_credentials)
         counts: Counter[str] = Counter()

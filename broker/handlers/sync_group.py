@@ -8,7 +8,7 @@ from broker.handlers.context import RequestContext
 
 
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     assignments: dict[str, bytes] = {}
     for item in request.assignments:
         assignments[item.member_id] = bytes(item.assignment)

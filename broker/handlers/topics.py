@@ -35,16 +35,16 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return await admin_requests.create_topics(
         ctx.response_class,
         ask,
-        admin_requests.always(ctx.node.controller),
+        admin_requests.always(ctx.broker.controller),
         ctx.mutation_quota(_STRICT_CREATE_TOPICS),
-        default_partitions=ctx.node.config.num_partitions,
+        default_partitions=ctx.broker.config.num_partitions,
     )
 
 
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     ask = topic_wire.read_delete_topics(request)
     return await admin_requests.delete_topics(
-        ctx.response_class, ask, admin_requests.always(ctx.node.controller), ctx.mutation_quota(_STRICT_DELETE_TOPICS)
+        ctx.response_class, ask, admin_requests.always(ctx.broker.controller), ctx.mutation_quota(_STRICT_DELETE_TOPICS)
     )
 
 
@@ -53,7 +53,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     return await admin_requests.create_partitions(
         ctx.response_class,
         ask,
-        admin_requests.always(ctx.node.controller),
+        admin_requests.always(ctx.broker.controller),
         ctx.mutation_quota(_STRICT_CREATE_PARTITIONS),
     )
 

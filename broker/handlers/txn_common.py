@@ -1,5 +1,4 @@
-"""What the transaction handlers share: finding the node's transaction coordinator, and Kafka's down-mapping of
-PRODUCER_FENCED for clients older than KIP-588."""
+"""What the transaction handlers share: Kafka's down-mapping of PRODUCER_FENCED for clients older than KIP-588."""
 
 from __future__ import annotations
 

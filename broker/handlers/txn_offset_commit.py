@@ -18,7 +18,7 @@ from metadata.acl.binding import AclOperation, ResourceType
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     offsets = requested_offsets(request.topics)
-    groups = ctx.node.groups
+    groups = ctx.broker.groups
     results = await groups.commit_transactional_offsets(
         request.group_id,
         transactional_id=request.transactional_id,

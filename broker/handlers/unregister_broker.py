@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 async def handle_unregister_broker(ctx: RequestContext, request: Any) -> Any:
     broker_id = int(request.broker_id)
     try:
-        await ctx.node.controller.unregister_broker(broker_id)
+        await ctx.broker.controller.unregister_broker(broker_id)
     except Exception as exc:
         code = error_code_for(exc)
         if code is ErrorCode.unknown_server_error:

@@ -27,31 +27,27 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     marker_cls = schema.field_entity(ctx.response_class, "markers")
     topic_cls = schema.field_entity(marker_cls, "topics")
     part_cls = schema.field_entity(topic_cls, "partitions")
-    partitions = ctx.node.partitions
-    written: list[dict[TopicPartition, ErrorCode]] = []
-    if partitions is not None:
-        written = await asyncio.gather(
-            *(
-                write_markers(
-                    partitions,
-                    ctx.node.groups,
-                    ((topic.name, index) for topic in marker.topics for index in topic.partition_indexes),
-                    producer_id=marker.producer_id,
-                    producer_epoch=marker.producer_epoch,
-                    coordinator_epoch=marker.coordinator_epoch,
-                    commit=marker.transaction_result,
-                )
-                for marker in request.markers
+    written: list[dict[TopicPartition, ErrorCode]] = await asyncio.gather(
+        *(
+            write_markers(
+                ctx.broker.partitions,
+                ctx.broker.groups,
+                ((topic.name, index) for topic in marker.topics for index in topic.partition_indexes),
+                producer_id=marker.producer_id,
+                producer_epoch=marker.producer_epoch,
+                coordinator_epoch=marker.coordinator_epoch,
+                commit=marker.transaction_result,
             )
+            for marker in request.markers
         )
+    )
     markers = []
     for number, marker in enumerate(request.markers):
         topics = []
         for topic in marker.topics:
             parts = []
             for index in topic.partition_indexes:
-                # No partition layer (a node serving only the controller quorum): nothing here stores partitions.
-                code = written[number][(topic.name, index)] if written else ErrorCode.kafka_storage_error
+                code = written[number][(topic.name, index)]
                 parts.append(schema.build(part_cls, partition_index=index, error_code=code))
             topics.append(schema.build(topic_cls, name=topic.name, partitions=tuple(parts)))
         markers.append(schema.build(marker_cls, producer_id=marker.producer_id, topics=tuple(topics)))

@@ -55,7 +55,7 @@ class PartitionManager:
         """``storage``: the broker's storage engine, whose streams the partitions are made of. ``on_removed`` is
         told of each partition closed or deleted while the broker runs (its traffic counters,
         ``broker.metrics.TopicTraffic.forget``, are dropped with it)."""
-        self._broker = broker
+        self._context = broker
         self._storage = storage
         self._on_removed = on_removed
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -92,15 +92,15 @@ class PartitionManager:
     def node_id(self) -> int:
         """This broker's id: with :attr:`controller`, what finding a led partition's log needs
         (``broker.partition.access.leader_log``)."""
-        return self._broker.node_id
+        return self._context.node_id
 
     @property
     def controller(self) -> ControllerClient:
-        return self._broker.controller
+        return self._context.controller
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        self._broker.controller.subscribe(self._on_image)
+        self._context.controller.subscribe(self._on_image)
         self._changed.set()
         self._task = asyncio.create_task(self._run(), name="partition-manager")
         self._retention_task = asyncio.create_task(self._retention_loop(), name="partition-retention")
@@ -183,7 +183,7 @@ class PartitionManager:
             if self._stopping:
                 return
             try:
-                retry = await self._reconcile(self._broker.controller.image)
+                retry = await self._reconcile(self._context.controller.image)
             except Exception:
                 logger.exception("partition reconciliation failed; retrying")
                 retry = True
@@ -193,7 +193,7 @@ class PartitionManager:
 
     async def _reconcile(self, image: MetadataImage) -> bool:
         """One round; returns True when something failed and should be retried."""
-        node_id = self._broker.node_id
+        node_id = self._context.node_id
         wanted: dict[tuple[str, int], PartitionImage] = {}
         for topic, part in image.partitions_led_by(node_id):
             wanted[(topic, part.partition)] = part
@@ -235,7 +235,7 @@ class PartitionManager:
         """Checkpoints partitions written to since their last checkpoint once ``log.flush.offset.checkpoint.
         interval.ms`` passed (each partition checks its own bound; this only gives it the chance to without an
         append). Ticks at a quarter of the interval, at most every 5 s, so the bound holds within 25%."""
-        interval = int(self._broker.config.value("log.flush.offset.checkpoint.interval.ms")) / 1000
+        interval = int(self._context.config.value("log.flush.offset.checkpoint.interval.ms")) / 1000
         tick = min(max(interval / 4, 0.05), 5.0)
         while True:
             await asyncio.sleep(tick)
@@ -248,7 +248,7 @@ class PartitionManager:
         time: a round is background work and must not crowd out produce and fetch). Partitions read their
         ``LogConfig`` as reconciliation last resolved it, so an altered retention.ms takes effect at the next check
         after the new image arrives, without a restart."""
-        interval = int(self._broker.config.value("log.retention.check.interval.ms")) / 1000
+        interval = int(self._context.config.value("log.retention.check.interval.ms")) / 1000
         while not self._retention_stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._retention_stop.wait(), interval)
@@ -277,8 +277,8 @@ class PartitionManager:
         if config is None:
             topic_image = image.topics_by_id.get(topic_id)
             topic_configs: Mapping[str, str] = topic_image.configs if topic_image is not None else {}
-            server = self._broker.config
-            node_dynamic = image.node_configs.get(self._broker.node_id, {})
+            server = self._context.config
+            node_dynamic = image.node_configs.get(self._context.node_id, {})
             effective = effective_topic_configs(server, image.broker_configs, topic_configs, node_dynamic)
             config = by_topic[topic_id] = LogConfig.from_effective(
                 effective,
@@ -292,8 +292,8 @@ class PartitionManager:
         try:
             log = await PartitionLog.open(
                 streams=self.streams,
-                kv=self._broker.controller.stream_metadata,
-                namespace=namespace_for(self._broker.cluster_id),
+                kv=self._context.controller.stream_metadata,
+                namespace=namespace_for(self._context.cluster_id),
                 topic=topic,
                 partition=part.partition,
                 topic_id=part.topic_id,

@@ -78,8 +78,8 @@ class TransactionCoordinator:
     ) -> None:
         """``groups``: the broker's group coordinator, which writes the markers of transactional offset commits
         (AddOffsetsToTxn) on its ``__consumer_offsets`` partitions."""
-        self._broker = broker
-        self._logs = partitions
+        self._context = broker
+        self._partition_manager = partitions
         self._producer_ids = producer_ids
         self._groups = groups
         #: Wall clock in seconds (timestamps are persisted); public so tests can move it.
@@ -188,7 +188,7 @@ class TransactionCoordinator:
         transactional_id = metadata.transactional_id
         value = None if transit.state is TxnState.DEAD else encode_value(transit)
         try:
-            log = self._logs.get(TRANSACTION_TOPIC, owned.partition)
+            log = self._partition_manager.get(TRANSACTION_TOPIC, owned.partition)
             if log is None or log.leader_epoch != owned.leader_epoch:
                 raise KafkaError(
                     ErrorCode.not_leader_or_follower, f"{TRANSACTION_TOPIC}-{owned.partition} is not open here"
@@ -279,7 +279,7 @@ class TransactionCoordinator:
         return ErrorCode.none, metadata.producer_id, metadata.producer_epoch
 
     def _unknown_partitions(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        image = self._broker.controller.image
+        image = self._context.controller.image
         return {tp for tp in partitions if image.partition(*tp) is None}
 
     async def add_partitions(
@@ -344,7 +344,7 @@ class TransactionCoordinator:
         error = self._validate_id(transactional_id)
         if error is not ErrorCode.none:
             return error
-        if OFFSETS_TOPIC not in self._broker.controller.image.topics_by_name:
+        if OFFSETS_TOPIC not in self._context.controller.image.topics_by_name:
             # The group's coordinator lookup creates the topic; the marker needs the partition to exist.
             error, _, _ = await groups.find_coordinator(group_id)
             if error is not ErrorCode.none:
@@ -540,7 +540,7 @@ class TransactionCoordinator:
         """KIP-890 part 1: whether ``partition`` is in the ongoing transaction of ``transactional_id``, asked of its
         coordinator (here, or over the wire). NONE when it is; the error to refuse the produce with otherwise."""
         node_id = self.coordinator_node(transactional_id)
-        if node_id == self._broker.node_id:
+        if node_id == self._context.node_id:
             local = self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
             return produce_verification_error(local)
         if node_id < 0:

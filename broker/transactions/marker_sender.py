@@ -52,7 +52,7 @@ class MarkerSender:
     def __init__(
         self, broker: BrokerContext, partitions: PartitionManager, groups: GroupCoordinator, peers: Peers
     ) -> None:
-        self._broker = broker
+        self._context = broker
         self._partitions = partitions
         self._groups = groups
         self._peers = peers
@@ -75,7 +75,7 @@ class MarkerSender:
         while remaining:
             if not still_valid():
                 return False
-            image = self._broker.controller.image
+            image = self._context.controller.image
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in sorted(remaining):
                 part = image.partition(*tp)
@@ -137,7 +137,7 @@ class MarkerSender:
         coordinator_epoch: int,
         commit: bool,
     ) -> dict[TopicPartition, ErrorCode]:
-        if leader == self._broker.node_id:
+        if leader == self._context.node_id:
             return await write_markers(
                 self._partitions,
                 self._groups,

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 async def write_marker(
     partitions: PartitionManager,
-    groups: GroupCoordinator | None,
+    groups: GroupCoordinator,
     *,
     topic: str,
     partition: int,
@@ -73,14 +73,14 @@ async def write_marker(
         partition,
         offset,
     )
-    if topic == OFFSETS_TOPIC and groups is not None:
+    if topic == OFFSETS_TOPIC:
         groups.complete_transaction(partition, producer_id, commit)
     return ErrorCode.none
 
 
 async def write_markers(
     partitions: PartitionManager,
-    groups: GroupCoordinator | None,
+    groups: GroupCoordinator,
     targets: Iterable[TopicPartition],
     *,
     producer_id: int,

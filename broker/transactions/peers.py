@@ -25,17 +25,17 @@ class PeerUnavailable(ConnectionError):
 
 class Peers:
     def __init__(self, broker: BrokerContext) -> None:
-        self._broker = broker
+        self._context = broker
         self._connections: dict[int, ClientConnection] = {}
         settings = broker.config.inter_broker
         self._ssl_context = settings.client_tls() if settings is not None else None
 
     def _listener_name(self) -> str:
-        settings = self._broker.config.inter_broker
+        settings = self._context.config.inter_broker
         return settings.listener if settings is not None else "PLAINTEXT"
 
     def endpoint(self, node_id: int) -> tuple[str, int]:
-        broker = self._broker.controller.image.brokers.get(node_id)
+        broker = self._context.controller.image.brokers.get(node_id)
         if broker is None or broker.fenced:
             raise PeerUnavailable(f"broker {node_id} is not registered or is fenced")
         listener = self._listener_name()
@@ -51,11 +51,11 @@ class Peers:
         if connection is None or (connection.host, connection.port) != (host, port):
             if connection is not None:
                 await connection.close()
-            settings = self._broker.config.inter_broker
+            settings = self._context.config.inter_broker
             connection = ClientConnection(
                 host,
                 port,
-                client_id=f"fjord-broker-{self._broker.node_id}",
+                client_id=f"fjord-broker-{self._context.node_id}",
                 timeout=PEER_REQUEST_TIMEOUT_S,
                 ssl_context=self._ssl_context,
                 sasl=settings.sasl if settings is not None else None,

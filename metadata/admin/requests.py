@@ -32,8 +32,7 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from metadata.admin import acl_wire, config_wire, scram_wire, topic_wire
-from metadata.admin import quota_wire as client_quota_wire
+from metadata.admin import acl_wire, config_wire, quota_wire, scram_wire, topic_wire
 from metadata.admin.config_wire import ResourceRefused
 from metadata.client_quotas import QuotaAlterResult, describe_entity
 from metadata.controller_api import (
@@ -356,7 +355,7 @@ async def delete_acls(response_cls: type[Any], request: Any, controller_for: Con
 
 
 async def alter_client_quotas(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:
-    alterations, validate_only = client_quota_wire.read_alter_client_quotas(request)
+    alterations, validate_only = quota_wire.read_alter_client_quotas(request)
     results: list[QuotaAlterResult] = []
     if alterations:
         try:
@@ -364,5 +363,5 @@ async def alter_client_quotas(response_cls: type[Any], request: Any, controller_
         except Exception as exc:
             code, message = _refusal(exc, "altering the client quotas of %s failed",
                                      [describe_entity(a.entity) for a in alterations])
-            results = client_quota_wire.alter_client_quotas_refused(alterations, code, message)
-    return client_quota_wire.alter_client_quotas_response(response_cls, results)
+            results = quota_wire.alter_client_quotas_refused(alterations, code, message)
+    return quota_wire.alter_client_quotas_response(response_cls, results)

@@ -24,8 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import AclBinding, AclBindingFilter
-from metadata.admin import acl_wire, config_wire, scram_wire, topic_wire
-from metadata.admin import quota_wire as client_quota_wire
+from metadata.admin import acl_wire, config_wire, quota_wire, scram_wire, topic_wire
 from metadata.broker_load import REPORT_INTERVAL, PartitionKey, rates
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult
 from metadata.controller_api import (
@@ -424,12 +423,12 @@ class RemoteControllerClient:
     async def alter_client_quotas(
         self, alterations: Sequence[QuotaAlteration], validate_only: bool
     ) -> list[QuotaAlterResult]:
-        request = client_quota_wire.alter_client_quotas_request(alterations, validate_only)
+        request = quota_wire.alter_client_quotas_request(alterations, validate_only)
         try:
             response = await self.channel.request(request, "alter client quotas")
         except ControllerUnavailableError as exc:
-            return client_quota_wire.alter_client_quotas_refused(alterations, ErrorCode.not_controller, str(exc))
-        results = client_quota_wire.read_alter_client_quotas_response(response, alterations)
+            return quota_wire.alter_client_quotas_refused(alterations, ErrorCode.not_controller, str(exc))
+        results = quota_wire.read_alter_client_quotas_response(response, alterations)
         if not validate_only and any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the altered client quotas")
         return results

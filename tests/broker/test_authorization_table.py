@@ -79,7 +79,7 @@ def _context(api_key: int, version: int) -> RequestContext:
         correlation_id=7,
         client_id="acl-table",
         client_host="127.0.0.1",
-        node=cast(BrokerServices, _Node()),
+        broker=cast(BrokerServices, _Node()),
         authorizer=BrokerAuthorizer(config.get, lambda: IMAGE.acls),
     )
 

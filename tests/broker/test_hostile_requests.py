@@ -492,7 +492,7 @@ async def test_an_unexpected_handler_failure_is_one_error_line_naming_the_api(
     async def failing(ctx: Any, request: Any) -> Any:
         raise RuntimeError("injected fault")
 
-    dispatcher = RequestDispatcher(node=None, metrics=ServerMetrics(), handlers={18: failing})  # type: ignore[arg-type]
+    dispatcher = RequestDispatcher(broker=None, metrics=ServerMetrics(), handlers={18: failing})  # type: ignore[arg-type]
     frame = codec.encode_request(api_versions_request(), 41, "hostile")[4:]
     with caplog.at_level(logging.INFO, logger="broker.request_dispatcher"):
         parts = await dispatcher.dispatch(frame, Peer("127.0.0.1", 1, "PLAINTEXT"))

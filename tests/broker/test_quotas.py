@@ -469,7 +469,7 @@ async def test_quota_apis_need_cluster_describe_configs_and_alter_configs() -> N
             correlation_id=1,
             client_id="quota-acl",
             client_host="127.0.0.1",
-            node=cast(BrokerServices, None),
+            broker=cast(BrokerServices, None),
             authorizer=authorizer,
         )
 

@@ -112,7 +112,7 @@ def test_the_principal_is_kept_on_the_connection_and_shown_in_request_logs() -> 
         correlation_id=7,
         client_id="app",
         client_host="127.0.0.1",
-        node=cast(BrokerServices, None),
+        broker=cast(BrokerServices, None),
         connection=state,
     )
     assert state.principal is None and "principal" not in ctx.describe()

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from controller.controller import Controller
 from metadata.controller_api import NewTopic, PartitionReassignment
-from metadata.image import PartitionImage, reassigning
+from metadata.image import PartitionImage, partitions_being_reassigned
 from metadata.kv_keys import partition_kv_key
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
@@ -82,7 +82,7 @@ async def test_invalid_requests_get_kafkas_error_codes(controller: Controller) -
     assert fenced.error is ErrorCode.invalid_replica_assignment and "fenced" in (fenced.message or "")
     [cancel] = await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, None)])
     assert cancel.error is ErrorCode.no_reassignment_in_progress
-    assert _partition(controller).leader == 0 and not reassigning(controller.image)
+    assert _partition(controller).leader == 0 and not partitions_being_reassigned(controller.image)
 
 
 async def test_target_is_elected_once_the_source_closed_its_streams(controller: Controller) -> None:
@@ -92,7 +92,7 @@ async def test_target_is_elected_once_the_source_closed_its_streams(controller: 
     moving = _partition(controller)
     assert (moving.leader, moving.replicas, moving.removing_replicas) == (-1, (1,), (0,))
     assert moving.leader_epoch == epoch + 1
-    assert [name for name, _ in reassigning(controller.image)] == ["orders"]
+    assert [name for name, _ in partitions_being_reassigned(controller.image)] == ["orders"]
     [elect] = await controller.elect_leaders([("orders", 0)])
     assert elect.error is ErrorCode.reassignment_in_progress
     await asyncio.sleep(0.2)  # time to elect the target, which must not happen while the source holds its streams
@@ -102,7 +102,7 @@ async def test_target_is_elected_once_the_source_closed_its_streams(controller: 
     assert waited < 0.5  # well before the 0.6 s election timer
     done = _partition(controller)
     assert (done.replicas, done.isr, done.removing_replicas, done.leader_epoch) == ((1,), (1,), (), epoch + 2)
-    assert not reassigning(controller.image)
+    assert not partitions_being_reassigned(controller.image)
 
 
 async def test_a_source_that_never_closes_loses_the_partition_when_the_timer_fires(controller: Controller) -> None:
@@ -110,7 +110,7 @@ async def test_a_source_that_never_closes_loses_the_partition_when_the_timer_fir
     await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (2,))])
     waited = await _wait_leader(controller, 2, timeout=5)
     assert waited >= 0.5
-    assert not reassigning(controller.image)
+    assert not partitions_being_reassigned(controller.image)
 
 
 async def test_cancel_gives_the_partition_back_to_its_source(controller: Controller) -> None:

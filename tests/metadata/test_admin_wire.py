@@ -1,6 +1,6 @@
-"""``metadata.admin.wire``: what a broker forwards is read back by the controller as the same request, and what the
-controller answers is read back by the broker as the same results, through real frames; request-level checks answer
-their items without asking anyone."""
+"""``metadata.admin`` (``topic_wire``, ``config_wire``, ``scram_wire``): what a broker forwards is read back by the
+controller as the same request, and what the controller answers is read back by the broker as the same results,
+through real frames; request-level checks answer their items without asking anyone."""
 
 from __future__ import annotations
 
