@@ -108,6 +108,7 @@ class Broker:
         image = controller.image
         gate = ConnectionGate(config.connection_limits(image.broker_configs, image.node_configs.get(node_id)), metrics)
         listeners = _client_listeners(config, metrics, gate)
+        takeover: TakeoverGuard | None = None
         try:
             for server in listeners:
                 try:
@@ -126,6 +127,8 @@ class Broker:
             return cls(config, controller, metrics, listeners=listeners, gate=gate, node_epoch=node_epoch,
                        takeover=takeover, controller_address=controller_address)
         except BaseException:
+            if takeover is not None and not takeover.halting:  # registered: it may lead partitions already
+                await hand_over_partitions(config, controller)
             for server in listeners:
                 await server.close()
             raise
@@ -176,33 +179,10 @@ class Broker:
                     ", ".join(f"{e.name}://{e.host}:{e.port}" for e in self.bound_endpoints))
 
     async def controlled_shutdown(self) -> None:
-        """Before anything stops, a broker of a cluster has the controller move every partition it leads to other
-        brokers while it still serves them (``controller.decisions.controlled_shutdown``): clients see a leader
-        change of a fraction of a second instead of partitions unavailable until a fence. Bounded by
-        ``controlled.shutdown.timeout.ms``; after that it stops anyway, which loses nothing (what it still leads
-        is uploaded on the way out, and its fence hands the partitions over)."""
-        controller = self.controller
-        if not isinstance(controller, ControlledShutdown) or self._takeover.halting:
-            return
-        if not self.config.value("controlled.shutdown.enable"):
-            return
-        timeout_s = int(self.config.value("controlled.shutdown.timeout.ms")) / 1000
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            done = await controller.request_controlled_shutdown(timeout_s)
-        except Exception:
-            logger.exception("node %d: controlled shutdown failed; stopping anyway", self.node_id)
-            return
-        led = len(controller.image.partitions_led_by(self.node_id))
-        if done:
-            logger.info("node %d: controlled shutdown done in %.1f s: it leads %d partitions%s", self.node_id,
-                        loop.time() - started, led, " (no other broker can take them)" if led else "")
-        else:
-            logger.warning("node %d: controlled shutdown not done after %.1f s (controlled.shutdown.timeout.ms is "
-                           "%.0f s; or no controller answers, or this registration is gone); stopping anyway while it "
-                           "leads %d partitions (their data is uploaded on the way out)",
-                           self.node_id, loop.time() - started, timeout_s, led)
+        """Before anything stops, the controller moves what this broker leads (:func:`hand_over_partitions`);
+        an incarnation halting because its WAL was taken over asks nothing."""
+        if not self._takeover.halting:
+            await hand_over_partitions(self.config, self.controller)
 
     async def stop_accepting(self) -> None:
         """No new connections (the first step of a stop; open connections are served until the partitions close)."""
@@ -273,3 +253,31 @@ def bound_endpoints(config: ServerConfig, listeners: list[KafkaListener]) -> tup
             for s in listeners
         ]
     return tuple(out)
+
+
+async def hand_over_partitions(config: ServerConfig, controller: ControllerClient) -> None:
+    """A broker of a cluster about to stop has the controller move every partition it leads to other brokers while
+    it still serves them (``controller.decisions.controlled_shutdown``): clients see a leader change of a fraction of
+    a second instead of partitions unavailable until a fence. Bounded by ``controlled.shutdown.timeout.ms``; after
+    that it stops anyway, which loses nothing (what it still leads is uploaded on the way out, and its fence hands
+    the partitions over). A node's own in-process controller has nobody to hand over to."""
+    node_id = config.node_id
+    if not isinstance(controller, ControlledShutdown) or not config.value("controlled.shutdown.enable"):
+        return
+    timeout_s = int(config.value("controlled.shutdown.timeout.ms")) / 1000
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        done = await controller.request_controlled_shutdown(timeout_s)
+    except Exception:
+        logger.exception("node %d: controlled shutdown failed; stopping anyway", node_id)
+        return
+    led = len(controller.image.partitions_led_by(node_id))
+    if done:
+        logger.info("node %d: controlled shutdown done in %.1f s: it leads %d partitions%s", node_id,
+                    loop.time() - started, led, " (no other broker can take them)" if led else "")
+    else:
+        logger.warning("node %d: controlled shutdown not done after %.1f s (controlled.shutdown.timeout.ms is "
+                       "%.0f s; or no controller answers, or this registration is gone); stopping anyway while it "
+                       "leads %d partitions (their data is uploaded on the way out)",
+                       node_id, loop.time() - started, timeout_s, led)
