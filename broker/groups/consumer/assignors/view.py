@@ -42,7 +42,7 @@ def view_of(
     is for the topics that exist, and the group assigns again when the metadata changes.
     """
     member_ids = sorted(members) if order is None else list(order)
-    subscriptions = [members[m].subscribed_topic_ids & topics.keys() for m in member_ids]
+    subscriptions = [members[m].subscribed_topic_ids.intersection(topics) for m in member_ids]
     subscribers: dict[uuid.UUID, list[int]] = {}
     for index, subscribed in enumerate(subscriptions):
         for topic_id in subscribed:
