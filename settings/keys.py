@@ -361,6 +361,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("group.min.session.timeout.ms", _B.INT, 6000),
         ConfigKey("group.max.session.timeout.ms", _B.INT, 1800000),
         ConfigKey("group.max.size", _B.INT, INT_MAX, at_least(1)),
+        # KIP-848 consumer groups (Kafka 4.2's keys and defaults; settings.consumer_groups checks them together)
+        ConfigKey(
+            "group.coordinator.rebalance.protocols", _B.LIST, ["classic", "consumer"], all_of("classic", "consumer")
+        ),
+        ConfigKey("group.consumer.session.timeout.ms", _B.INT, 45000, at_least(1)),
+        ConfigKey("group.consumer.min.session.timeout.ms", _B.INT, 45000, at_least(1)),
+        ConfigKey("group.consumer.max.session.timeout.ms", _B.INT, 60000, at_least(1)),
+        ConfigKey("group.consumer.heartbeat.interval.ms", _B.INT, 5000, at_least(1)),
+        ConfigKey("group.consumer.min.heartbeat.interval.ms", _B.INT, 5000, at_least(1)),
+        ConfigKey("group.consumer.max.heartbeat.interval.ms", _B.INT, 15000, at_least(1)),
+        ConfigKey("group.consumer.max.size", _B.INT, INT_MAX, at_least(1)),
+        ConfigKey("group.consumer.assignors", _B.LIST, ["uniform", "range"]),
         ConfigKey("offsets.topic.num.partitions", _B.INT, INTERNAL_TOPIC_PARTITIONS, at_least(1)),
         ConfigKey("offsets.topic.replication.factor", _B.SHORT, 1, at_least(1)),  # fjord: Kafka 3 (one node)
         ConfigKey("offsets.topic.segment.bytes", _B.INT, 104857600, at_least(1)),

@@ -77,6 +77,8 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         64: VersionRange("UnregisterBroker", 0, 0),
         65: VersionRange("DescribeTransactions", 0, 0),
         66: VersionRange("ListTransactions", 0, 0),
+        68: VersionRange("ConsumerGroupHeartbeat", 0, 1),
+        69: VersionRange("ConsumerGroupDescribe", 0, 1),
     }
 )
 

@@ -6,9 +6,10 @@ decode ``__consumer_offsets``, e.g. ``kafka-console-consumer --formatter Offsets
 Keys start with an int16 version that says what the record is:
   * 0 and 1 — an offset commit: (group, topic, partition);
   * 2 — group metadata: (group);
-  * 3-8 and 16 — the KIP-848 consumer-group records (:mod:`broker.groups.consumer_records`), which
-    :func:`decode_key` returns as that module's key types;
-  * the others (share and streams groups) — :class:`UnknownKey`, which loaders skip.
+  * 3 and up — :class:`UnknownKey` here: the KIP-848 consumer-group records (3-8 and 16) are
+    :mod:`broker.groups.consumer_records`' (the replay in :mod:`broker.groups.offsets_topic` reads them there, so
+    this module, which every group type's offsets use, depends on no group type); share- and streams-group
+    records are skipped.
 A record with a null value is a tombstone (the offset or the group was deleted); compaction drops it in the end.
 
 We write offset values version 3 (with the leader epoch; version 1 when the commit carried an explicit retention,
@@ -20,7 +21,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.groups.consumer_records import ConsumerGroupKey, decode_consumer_key
 from wire.stored_schema import SchemaError, SchemaReader, bytes_field, nullable_string, string
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -48,7 +48,8 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class UnknownKey:
-    """A key version this coordinator does not interpret (a share- or streams-group record); loaders skip it."""
+    """A key version of no offset or classic group record: a KIP-848 record (``broker.groups.consumer_records``),
+    or a share- or streams-group record, which loaders skip."""
 
     version: int
 
@@ -137,7 +138,7 @@ def encode_group_value(value: GroupValue) -> bytes:
 # ---------------------------------------------------------------------------------------------------------- reading
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupKey | UnknownKey:
+def decode_key(data: bytes) -> OffsetKey | GroupKey | UnknownKey:
     reader = SchemaReader(data, "__consumer_offsets key")
     version = reader.i16()
     if version in (0, 1):
@@ -146,8 +147,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupKey | Unknown
         return GroupKey(reader.string())
     if version < 0:
         raise SchemaError(f"__consumer_offsets key: negative version {version}")
-    consumer_key = decode_consumer_key(data)
-    return UnknownKey(version) if consumer_key is None else consumer_key
+    return UnknownKey(version)
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:

@@ -33,6 +33,7 @@ from broker.groups.consumer_records import (
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
+    decode_consumer_key,
     decode_consumer_value,
 )
 from broker.groups.offsets import TopicPartition
@@ -40,7 +41,6 @@ from broker.groups.offsets_schema import (
     GroupKey,
     GroupValue,
     OffsetKey,
-    UnknownKey,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -191,15 +191,17 @@ def _apply_record(record: Record, producer_id: int, replayed: ReplayedPartition,
                 replayed.group_values[key.group_id] = None
             else:
                 replayed.group_values[key.group_id] = decode_group_value(record.value)
-        elif isinstance(key, UnknownKey):
-            logger.debug(
-                "%s: offset %d has key version %d, which this coordinator does not use",
-                where,
-                record.offset,
-                key.version,
-            )
         else:
-            _apply_consumer_record(key, record.value, replayed)
+            consumer_key = decode_consumer_key(record.key)
+            if consumer_key is not None:
+                _apply_consumer_record(consumer_key, record.value, replayed)
+            else:
+                logger.debug(
+                    "%s: offset %d has key version %d, which this coordinator does not use",
+                    where,
+                    record.offset,
+                    key.version,
+                )
     except SchemaError as exc:
         logger.warning("%s: record at offset %d does not decode (%s); skipped", where, record.offset, exc)
 

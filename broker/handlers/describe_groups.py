@@ -1,7 +1,8 @@
 """DescribeGroups (key 15) v0-5: state, protocol and members of groups.
 
-A group this coordinator does not know is described as Dead with no error, as Kafka does; member metadata and
-assignments are only filled in while the group is Stable.
+A group this coordinator does not know is described as Dead with no error, as Kafka does; a classic group's member
+metadata and assignments are only filled in while the group is Stable. A KIP-848 consumer group is described as
+Kafka describes it to this API (``broker.groups.consumer.classic_view``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from broker import authorized_operations
+from broker.groups.classic.group import Group
 from broker.groups.classic.state import GroupState
+from broker.groups.consumer.classic_view import described_members
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, per_group
 from metadata.acl.binding import AclOperation, ResourceType
@@ -39,27 +42,36 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 )
             )
             continue
+        if isinstance(group, Group):
+            rows = [
+                (m.member_id, m.group_instance_id, m.client_id, m.client_host, metadata, assignment)
+                for m, metadata, assignment in group.describe_members()
+            ]
+            protocol_data = (group.protocol_name or "") if group.state is GroupState.STABLE else ""
+        else:
+            rows = list(described_members(group, ctx.broker.controller.image.topics_by_id))
+            protocol_data = group.assignor_name or next(iter(groups.consumer_config.assignors), "")
         members = tuple(
             schema.build_nested(
                 group_cls,
                 "members",
-                member_id=member.member_id,
-                group_instance_id=member.group_instance_id,
-                client_id=member.client_id,
-                client_host=member.client_host,
+                member_id=member_id,
+                group_instance_id=instance_id,
+                client_id=client_id,
+                client_host=client_host,
                 member_metadata=metadata,
                 member_assignment=assignment,
             )
-            for member, metadata, assignment in group.describe_members()
+            for member_id, instance_id, client_id, client_host, metadata, assignment in rows
         )
         described.append(
             schema.build(
                 group_cls,
                 error_code=ErrorCode.none,
                 group_id=group_id,
-                group_state=group.state.value,
+                group_state=group.state_name,
                 protocol_type=group.protocol_type or "",
-                protocol_data=(group.protocol_name or "") if group.state is GroupState.STABLE else "",
+                protocol_data=protocol_data,
                 members=members,
                 authorized_operations=operations,
             )

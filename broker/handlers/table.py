@@ -27,6 +27,8 @@ from broker.handlers import (
     client_quotas,
     cluster,
     configs,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     delete_records,
     describe_groups,
@@ -115,6 +117,8 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         64: unregister_broker.handle_unregister_broker,  # UnregisterBroker
         65: describe_transactions.handle_describe_transactions,  # DescribeTransactions
         66: list_transactions.handle_list_transactions,  # ListTransactions
+        68: consumer_group_heartbeat.handle_consumer_group_heartbeat,  # ConsumerGroupHeartbeat
+        69: consumer_group_describe.handle_consumer_group_describe,  # ConsumerGroupDescribe
     }
 )
 
@@ -173,6 +177,8 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         64: unregister_broker.authorize_unregister_broker,  # UnregisterBroker: CLUSTER ALTER
         65: describe_transactions.authorize_describe_transactions,  # DescribeTransactions: TRANSACTIONAL_ID DESCRIBE
         66: list_transactions.authorize_list_transactions,  # ListTransactions: only the ids the principal may DESCRIBE
+        68: consumer_group_heartbeat.authorize_consumer_group_heartbeat,  # ConsumerGroupHeartbeat: GROUP READ
+        69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP DESCRIBE
     }
 )
 

@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from broker.groups.consumer.assignment import Assignor
 from broker.groups.consumer.assignors.range import RangeAssignor
 from broker.groups.consumer.assignors.uniform import UniformAssignor
+from settings.consumer_groups import ASSIGNOR_NAMES
 
 #: Every built-in assignor by name.
 ASSIGNORS: Mapping[str, Assignor] = {a.name: a for a in (UniformAssignor(), RangeAssignor())}
 
-#: Kafka's default ``group.consumer.assignors``: the first is the group's assignor when a member names none.
-DEFAULT_ASSIGNOR_NAMES: tuple[str, ...] = ("uniform", "range")
+#: Kafka's default ``group.consumer.assignors`` (the catalogue's, ``settings.consumer_groups``): the first is the
+#: group's assignor when a member names none.
+DEFAULT_ASSIGNOR_NAMES: tuple[str, ...] = ASSIGNOR_NAMES
 
 
 def assignor_named(name: str) -> Assignor | None:
