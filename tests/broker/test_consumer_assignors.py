@@ -33,8 +33,12 @@ def topics_of(*counts: int, racks: Mapping[int, Mapping[int, frozenset[str]]] | 
     return {tid(i): TopicMetadata(tid(i), f"t{i}", n, (racks or {}).get(i, {})) for i, n in enumerate(counts, start=1)}
 
 
-def sub(*topic_numbers: int, current: Mapping[uuid.UUID, frozenset[int]] | None = None, rack: str | None = None,
-        instance: str | None = None) -> MemberSubscription:  # fmt: skip
+def sub(
+    *topic_numbers: int,
+    current: Mapping[uuid.UUID, frozenset[int]] | None = None,
+    rack: str | None = None,
+    instance: str | None = None,
+) -> MemberSubscription:
     return MemberSubscription(rack, frozenset(tid(i) for i in topic_numbers), current or {}, instance)
 
 
@@ -336,8 +340,9 @@ def test_large_group_is_assigned_well_under_a_second() -> None:
     everything = frozenset(topics)
     rng = random.Random(3)
     homogeneous = {f"member-{i:04d}": MemberSubscription(rng.choice("abc"), everything) for i in range(1000)}
-    mixed = {m: MemberSubscription(s.rack_id, frozenset(rng.sample(sorted(everything), 50))) for m, s in
-             homogeneous.items()}  # fmt: skip
+    mixed = {
+        m: MemberSubscription(s.rack_id, frozenset(rng.sample(sorted(everything), 50))) for m, s in homogeneous.items()
+    }
     for assignor, members in ((UNIFORM, homogeneous), (UNIFORM, mixed), (RANGE, homogeneous)):
         first = assignor.assign(members, topics)
         grown = with_current(members, first) | {"member-new": MemberSubscription("a", everything)}

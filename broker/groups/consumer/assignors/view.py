@@ -42,14 +42,28 @@ def view_of(
     is for the topics that exist, and the group assigns again when the metadata changes.
     """
     member_ids = sorted(members) if order is None else list(order)
-    subscriptions = [members[m].subscribed_topic_ids.intersection(topics) for m in member_ids]
+    # Members sharing a subscription are handled together: a frozenset hashes once (its hash is cached) while each
+    # topic id hashes in Python, so a group of a thousand members on a thousand topics costs a thousand, not a
+    # million, topic lookups.
+    known: dict[frozenset[uuid.UUID], frozenset[uuid.UUID]] = {}
+    by_subscription: dict[frozenset[uuid.UUID], list[int]] = {}
+    subscriptions = []
+    for index, member_id in enumerate(member_ids):
+        subscribed = members[member_id].subscribed_topic_ids
+        existing = known.get(subscribed)
+        if existing is None:
+            existing = known[subscribed] = subscribed.intersection(topics)
+        subscriptions.append(existing)
+        by_subscription.setdefault(existing, []).append(index)
     subscribers: dict[uuid.UUID, list[int]] = {}
-    for index, subscribed in enumerate(subscriptions):
+    for subscribed, indexes in by_subscription.items():
         for topic_id in subscribed:
-            subscribers.setdefault(topic_id, []).append(index)
+            subscribers.setdefault(topic_id, []).extend(indexes)
+    if len(by_subscription) > 1:
+        for indexes in subscribers.values():
+            indexes.sort()
     partition_counts = {t: max(0, topics[t].num_partitions) for t in sorted(subscribers)}
-    first = subscriptions[0] if subscriptions else frozenset()
-    homogeneous = all(s == first for s in subscriptions)
+    homogeneous = len(by_subscription) <= 1
     return GroupView(member_ids, subscriptions, partition_counts, subscribers, homogeneous)
 
 
