@@ -488,6 +488,7 @@ class ConsumerGroup:
         names = frozenset(by_name)
         specs = {
             member_id: MemberSubscription(
+                instance_id=member.instance_id,
                 rack_id=member.rack_id,
                 subscribed_topic_ids=frozenset(by_name[n] for n in self._member_topics(member, names)),
                 current=self.target.get(member_id, {}),
