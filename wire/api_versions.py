@@ -29,17 +29,17 @@ class VersionRange:
 API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
     {
         0: VersionRange("Produce", 3, 9),
-        1: VersionRange("Fetch", 4, 15),
-        2: VersionRange("ListOffsets", 1, 8),
-        3: VersionRange("Metadata", 0, 12),
-        8: VersionRange("OffsetCommit", 2, 8),
-        9: VersionRange("OffsetFetch", 1, 8),
-        10: VersionRange("FindCoordinator", 0, 4),
+        1: VersionRange("Fetch", 4, 18),
+        2: VersionRange("ListOffsets", 1, 11),
+        3: VersionRange("Metadata", 0, 13),
+        8: VersionRange("OffsetCommit", 2, 10),
+        9: VersionRange("OffsetFetch", 1, 10),
+        10: VersionRange("FindCoordinator", 0, 6),
         11: VersionRange("JoinGroup", 0, 9),
         12: VersionRange("Heartbeat", 0, 4),
         13: VersionRange("LeaveGroup", 0, 5),
         14: VersionRange("SyncGroup", 0, 5),
-        15: VersionRange("DescribeGroups", 0, 5),
+        15: VersionRange("DescribeGroups", 0, 6),
         16: VersionRange("ListGroups", 0, 5),
         17: VersionRange("SaslHandshake", 0, 1),
         18: VersionRange("ApiVersions", 0, 3),
@@ -72,11 +72,12 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         50: VersionRange("DescribeUserScramCredentials", 0, 0),
         51: VersionRange("AlterUserScramCredentials", 0, 0),
         55: VersionRange("DescribeQuorum", 0, 2),
-        60: VersionRange("DescribeCluster", 0, 1),
+        60: VersionRange("DescribeCluster", 0, 2),
         61: VersionRange("DescribeProducers", 0, 0),
         64: VersionRange("UnregisterBroker", 0, 0),
         65: VersionRange("DescribeTransactions", 0, 0),
         66: VersionRange("ListTransactions", 0, 0),
+        75: VersionRange("DescribeTopicPartitions", 0, 0),
     }
 )
 
