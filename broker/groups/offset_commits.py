@@ -80,7 +80,12 @@ class OffsetCommits(CoordinatorRuntime):
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetCommit],
         retention_ms: int = -1,
+        api_version: int = -1,
     ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit. ``generation_id`` is the request's ``generation_id_or_member_epoch``: a classic group's
+        generation, or (v9+, ``api_version``) a KIP-848 member's epoch, which a consumer group checks with the
+        version as Kafka's ``validateOffsetCommit`` does; classic groups do not read ``api_version``."""
+
         def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
 
@@ -209,11 +214,19 @@ class OffsetCommits(CoordinatorRuntime):
         self._complete_in_partition(offsets_partition, producer_id, commit)
 
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None, *, require_stable: bool = False
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        *,
+        require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
         """Committed offsets (-1 where none); ``partitions=None`` means every partition the group committed. With
         ``require_stable`` a partition whose offset is pending in an open transaction answers
-        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends)."""
+        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends). ``member_id`` and ``member_epoch``
+        (OffsetFetch v9+) are what a KIP-848 member sends for its group to check; None and -1 from an admin client
+        or a classic member, whose groups do not read them."""
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error, []
