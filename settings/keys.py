@@ -250,6 +250,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("socket.request.max.bytes", _B.INT, 104857600, at_least(1)),
         # The most bytes one Fetch response carries, whatever its max_bytes asks (broker.handlers.fetch).
         ConfigKey("fetch.max.bytes", _B.INT, 57671680, at_least(1024)),
+        # The most partitions one DescribeTopicPartitions response describes, whatever its limit asks (KIP-966).
+        ConfigKey("max.request.partition.size.limit", _B.INT, 2000, at_least(1)),
         ConfigKey("socket.send.buffer.bytes", _B.INT, 102400),
         ConfigKey("socket.receive.buffer.bytes", _B.INT, 102400),
         ConfigKey("connections.max.idle.ms", _B.LONG, 600000),

@@ -78,10 +78,11 @@ class OffsetCommits(CoordinatorRuntime):
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetCommit],
         retention_ms: int = -1,
-        api_version: int = 8,
+        api_version: int = -1,
     ) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit; ``generation_id`` is a classic group's generation or a consumer group's member epoch
-        (OffsetCommit v9+ calls it ``generation_id_or_member_epoch``)."""
+        """OffsetCommit. ``generation_id`` is the request's ``generation_id_or_member_epoch``: a classic group's
+        generation, or (v9+, ``api_version``) a KIP-848 member's epoch, which a consumer group checks with the
+        version as Kafka's ``validateOffsetCommit`` does; classic groups do not read ``api_version``."""
 
         def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
@@ -231,8 +232,9 @@ class OffsetCommits(CoordinatorRuntime):
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
         """Committed offsets (-1 where none); ``partitions=None`` means every partition the group committed. With
         ``require_stable`` a partition whose offset is pending in an open transaction answers
-        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends). A consumer group's member
-        (OffsetFetch v9+) must be at its current epoch (STALE_MEMBER_EPOCH otherwise)."""
+        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends). ``member_id`` and ``member_epoch``
+        (OffsetFetch v9+) are what a KIP-848 member sends for its group to check; None and -1 from an admin client
+        or a classic member, whose groups do not read them."""
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error, []

@@ -1,8 +1,9 @@
-"""DescribeGroups (key 15) v0-5: state, protocol and members of groups.
+"""DescribeGroups (key 15) v0-6: state, protocol and members of groups.
 
-A group this coordinator does not know is described as Dead with no error, as Kafka does; a classic group's member
-metadata and assignments are only filled in while the group is Stable. A KIP-848 consumer group is described as
-Kafka describes it to this API (``broker.groups.consumer.classic_view``).
+A group this coordinator does not know is described as Dead with no error below v6, and from v6 (KIP-1043) answers
+GROUP_ID_NOT_FOUND with a message, as Kafka 4 does; a classic group's member metadata and assignments are only
+filled in while the group is Stable. A KIP-848 consumer group is described as Kafka describes it to this API
+(``broker.groups.consumer.classic_view``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from broker.handlers.guards import Guard, per_group
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import schema
 
+#: From this version a group that does not exist is GROUP_ID_NOT_FOUND rather than a Dead group (KIP-1043).
+_NOT_FOUND_VERSION = 6
+
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     group_cls = schema.field_entity(ctx.response_class, "groups")
@@ -29,6 +33,21 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     for group_id in request.groups:
         operations = ctx.authorized_operations(asked, ResourceType.GROUP, group_id, authorized_operations.GROUP)
         error, group = groups.describe_group(group_id)
+        missing = error is ErrorCode.none and (group is None or group.dead)
+        if missing and ctx.api_version >= _NOT_FOUND_VERSION:
+            described.append(
+                schema.build(
+                    group_cls,
+                    error_code=ErrorCode.group_id_not_found,
+                    error_message=f"Group {group_id} not found.",
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    authorized_operations=operations,
+                )
+            )
+            continue
         if group is None or error is not ErrorCode.none:
             described.append(
                 schema.build(

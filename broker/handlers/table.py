@@ -5,8 +5,8 @@ KafkaApis checks).
 An API is advertised in ApiVersions exactly when it is listed in :data:`HANDLERS` (``wire.api_versions.advertised``
 restricts the version table to these keys). Adding an API means writing its handler module, and its guard beside
 the handler, and adding its lines below. The guards' shared parts (refusing whole, splitting per item) are
-``broker.handlers.guards``'; Metadata (hiding topics, auto-creation) and the authorized-operations fields are
-checked in their handlers, so those APIs have no guard here.
+``broker.handlers.guards``'; Metadata and DescribeTopicPartitions (hiding topics, auto-creation) and the
+authorized-operations fields are checked in their handlers, so those APIs have no guard here.
 
 This module imports the handler modules, never the other way, so a handler module may import the guards' helpers
 without an import circle.
@@ -35,6 +35,7 @@ from broker.handlers import (
     describe_log_dirs,
     describe_producers,
     describe_quorum,
+    describe_topic_partitions,
     describe_transactions,
     elect_leaders,
     end_txn,
@@ -119,6 +120,7 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         66: list_transactions.handle_list_transactions,  # ListTransactions
         68: consumer_group_heartbeat.handle_consumer_group_heartbeat,  # ConsumerGroupHeartbeat
         69: consumer_group_describe.handle_consumer_group_describe,  # ConsumerGroupDescribe
+        75: describe_topic_partitions.handle_describe_topic_partitions,  # DescribeTopicPartitions
     }
 )
 
