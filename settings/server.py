@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from settings.config_key import MS_PER_MINUTE, ConfigValueError
 from settings.connection_limits import (
     check_per_ip,
     connection_limit_settings,
@@ -40,7 +41,7 @@ from settings.kafka_broker_keys import (
     no_effect_reason,
     refusal_reason,
 )
-from settings.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
+from settings.keys import BROKER_KEYS
 from settings.security import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,

@@ -16,9 +16,10 @@ from metadata.cluster_records import ConfigRecord
 from metadata.controller_api import ConfigResource, IncrementalOp
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
+from settings.config_key import ConfigType, ConfigValueError
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.connection_limits import per_ip_refusal
-from settings.keys import ConfigType, ConfigValueError, config_key, validate_broker_config, validate_topic_config
+from settings.keys import config_key, validate_broker_config, validate_topic_config
 
 
 def plan_alter_configs(
