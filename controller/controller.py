@@ -65,7 +65,7 @@ from metadata.producer_ids import (
     next_block,
 )
 from metadata.wal_failover import wal_location_key
-from settings.config_resources import RESOURCE_TOPIC
+from settings.config_resources import RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties
 from settings.server import ServerConfig
@@ -74,6 +74,8 @@ from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine, wall_clock_ms
 
 logger = logging.getLogger(__name__)
+
+_RESOURCE_KINDS = {RESOURCE_TOPIC: "topic", RESOURCE_CLIENT_METRICS: "client metrics"}
 
 
 
@@ -477,7 +479,7 @@ class Controller:
                 if records:
                     logger.info(
                         "configs of %s %r changed: %s",
-                        "topic" if resource.type == RESOURCE_TOPIC else "broker",
+                        _RESOURCE_KINDS.get(resource.type, "broker"),
                         resource.name,
                         ", ".join(f"{r.name}={r.value}" for r in records),
                     )

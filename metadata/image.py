@@ -38,7 +38,7 @@ from metadata.cluster_records import (
     WALFailoverDoneRecord,
     WALFailoverRecord,
 )
-from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from storage.metadata.record_codec import MetadataRecord
 from wire.sasl.scram import ScramCredential
@@ -163,6 +163,8 @@ class MetadataImage:
     acls: Mapping[str, AclBinding] = field(default_factory=lambda: _EMPTY)
     #: Client quotas (``metadata.client_quotas``): entity -> quota key -> value.
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
+    #: KIP-714 client-metrics subscriptions (``settings.client_metrics``): subscription name -> key -> value.
+    client_metrics: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
 
     def scram_credential(self, user: str, mechanism: int) -> ScramCredential | None:
         return self.scram_credentials.get(user, _EMPTY).get(mechanism)
@@ -217,6 +219,9 @@ class MetadataImage:
         for node_id, configs in sorted(self.node_configs.items()):
             for key, value in sorted(configs.items()):
                 out.append(ConfigRecord(RESOURCE_BROKER, str(node_id), key, value))
+        for name, configs in sorted(self.client_metrics.items()):
+            for key, value in sorted(configs.items()):
+                out.append(ConfigRecord(RESOURCE_CLIENT_METRICS, name, key, value))
         for failover in sorted(self.wal_failovers.values(), key=lambda f: f.node_id):
             out.append(WALFailoverRecord(failover.node_id, failover.node_epoch, failover.target_id,
                                          failover.target_epoch, failover.attempt))
@@ -264,6 +269,7 @@ class _Builder:
         self._scram: dict[str, Mapping[int, ScramCredential]] | None = None
         self._acls: dict[str, AclBinding] | None = None
         self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
+        self._client_metrics: dict[str, Mapping[str, str]] | None = None
         self._producer_ids = base.producer_ids
 
     def _topics(self) -> dict[uuid.UUID, TopicImage]:
@@ -430,6 +436,15 @@ class _Builder:
                 self._node_configs[node_id] = _frozen(configs)
             else:
                 self._node_configs.pop(node_id, None)
+        elif record.resource_type == RESOURCE_CLIENT_METRICS:
+            if self._client_metrics is None:
+                self._client_metrics = dict(self._base.client_metrics)
+            subscription = dict(self._client_metrics.get(record.resource_name, {}))
+            _set(subscription, record.name, record.value)
+            if subscription:
+                self._client_metrics[record.resource_name] = _frozen(subscription)
+            else:  # a subscription whose every key is deleted is gone, as in Kafka
+                self._client_metrics.pop(record.resource_name, None)
         else:
             logger.warning("config record for unsupported resource type %d ignored", record.resource_type)
 
@@ -492,6 +507,7 @@ class _Builder:
             scram_credentials=base.scram_credentials if self._scram is None else _frozen(self._scram),
             acls=base.acls if self._acls is None else _frozen(self._acls),
             client_quotas=base.client_quotas if self._quotas is None else _frozen(self._quotas),
+            client_metrics=base.client_metrics if self._client_metrics is None else _frozen(self._client_metrics),
         )
 
 

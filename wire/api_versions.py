@@ -79,6 +79,9 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         66: VersionRange("ListTransactions", 0, 0),
         68: VersionRange("ConsumerGroupHeartbeat", 0, 1),
         69: VersionRange("ConsumerGroupDescribe", 0, 1),
+        71: VersionRange("GetTelemetrySubscriptions", 0, 0),
+        72: VersionRange("PushTelemetry", 0, 0),
+        74: VersionRange("ListConfigResources", 0, 1),
         75: VersionRange("DescribeTopicPartitions", 0, 0),
     }
 )

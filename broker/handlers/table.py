@@ -46,6 +46,7 @@ from broker.handlers import (
     init_producer_id,
     join_group,
     leave_group,
+    list_config_resources,
     list_groups,
     list_offsets,
     list_partition_reassignments,
@@ -59,6 +60,7 @@ from broker.handlers import (
     sasl,
     scram_credentials,
     sync_group,
+    telemetry,
     topics,
     txn_offset_commit,
     unregister_broker,
@@ -120,6 +122,9 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         66: list_transactions.handle_list_transactions,  # ListTransactions
         68: consumer_group_heartbeat.handle_consumer_group_heartbeat,  # ConsumerGroupHeartbeat
         69: consumer_group_describe.handle_consumer_group_describe,  # ConsumerGroupDescribe
+        71: telemetry.handle_get_telemetry_subscriptions,  # GetTelemetrySubscriptions
+        72: telemetry.handle_push_telemetry,  # PushTelemetry
+        74: list_config_resources.handle_list_config_resources,  # ListConfigResources
         75: describe_topic_partitions.handle_describe_topic_partitions,  # DescribeTopicPartitions
     }
 )
@@ -181,6 +186,8 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         66: list_transactions.authorize_list_transactions,  # ListTransactions: only the ids the principal may DESCRIBE
         68: consumer_group_heartbeat.authorize_consumer_group_heartbeat,  # ConsumerGroupHeartbeat: GROUP READ
         69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP DESCRIBE
+        # GetTelemetrySubscriptions, PushTelemetry: no ACL (as Kafka: a client pushes its own metrics)
+        74: list_config_resources.authorize_list_config_resources,  # ListConfigResources: CLUSTER DESCRIBE_CONFIGS
     }
 )
 
