@@ -1,0 +1,283 @@
+"""KIP-714 client telemetry against a real node: client-metrics subscriptions set with IncrementalAlterConfigs, a
+librdkafka producer pushing its metrics, those metrics on the broker's /metrics, and hostile pushes answered with
+Kafka's error codes on a connection that stays open."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from kio.schema.errors import ErrorCode
+from prometheus_client.parser import text_string_to_metric_families
+
+from metadata.admin import config_wire
+from metadata.controller_api import ConfigResource, IncrementalOp
+from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
+from testkit.waiting import eventually
+from tests.metrics_scrape import metrics_url, sample, scrape
+from wire import codec, schema
+from wire.compression import Compression, compress
+
+CLIENT_METRICS = ConfigResource.CLIENT_METRICS
+MAX_BYTES = 16384
+MAX_SERIES = 40
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = start_broker(tmp_path_factory.mktemp("telemetry"), {
+        "metrics.port": "0",
+        "telemetry.max.bytes": str(MAX_BYTES),
+        "fjord.client.telemetry.max.series.per.client": str(MAX_SERIES),
+    })
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()
+
+
+@pytest.fixture
+def client(node: BrokerProcess) -> Iterator[WireClient]:
+    with WireClient(node.port) as wire:
+        yield wire
+
+
+# ------------------------------------------------------------------ requests
+
+
+def _call(wire: WireClient, request: Any, client_id: str = "fjord-tests") -> Any:
+    correlation = wire.send(request, client_id=client_id)
+    got, response = wire.receive(int(request.__api_key__), int(request.__version__))
+    assert got == correlation
+    return response
+
+
+def _subscribe(wire: WireClient, name: str, configs: Mapping[str, str | None]) -> tuple[ErrorCode, str | None]:
+    ops = {key: IncrementalOp.SET if value is not None else IncrementalOp.DELETE for key, value in configs.items()}
+    request = config_wire.alter_configs_request(ConfigResource(CLIENT_METRICS, name), configs, ops, False)
+    return config_wire.read_alter_configs_response(_call(wire, request))
+
+
+def _get(wire: WireClient, instance: uuid.UUID | None = None, client_id: str = "fjord-tests") -> Any:
+    cls = codec.request_class(71, 0)
+    return _call(wire, schema.build(cls, client_instance_id=instance or uuid.UUID(int=0)), client_id)
+
+
+def _push(wire: WireClient, instance: uuid.UUID, subscription: int, payload: bytes = b"", *,
+          compression: int = 0, terminating: bool = False, client_id: str = "fjord-tests") -> ErrorCode:
+    cls = codec.request_class(72, 0)
+    request = schema.build(cls, client_instance_id=instance, subscription_id=subscription, terminating=terminating,
+                           compression_type=compression, metrics=payload)
+    return ErrorCode(int(_call(wire, request, client_id).error_code))
+
+
+def _list_resources(wire: WireClient, version: int = 1, types: tuple[int, ...] = ()) -> Any:
+    cls = codec.request_class(74, version)
+    return _call(wire, schema.build(cls, **({"resource_types": types} if version >= 1 else {})))
+
+
+def _describe(wire: WireClient, name: str) -> dict[str, tuple[str | None, int]]:
+    cls = codec.request_class(32, 4)
+    resource = schema.build_nested(cls, "resources", resource_type=CLIENT_METRICS, resource_name=name,
+                                   configuration_keys=None)
+    result = _call(wire, schema.build(cls, resources=(resource,), include_synonyms=False,
+                                      include_documentation=False)).results[0]
+    assert result.error_code == ErrorCode.none, result.error_message
+    return {c.name: (c.value, int(c.config_source)) for c in result.configs}
+
+
+# ------------------------------------------------------------------ a minimal OTLP encoder
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def otlp_gauges(metrics: Mapping[str, float], attributes: Mapping[str, str] | None = None) -> bytes:
+    """A MetricsData message holding one gauge point per metric."""
+    attrs = b"".join(
+        _field(7, _field(1, k.encode()) + _field(2, _field(1, v.encode()))) for k, v in (attributes or {}).items()
+    )
+    encoded = b"".join(
+        _field(2, _field(1, name.encode()) + _field(5, _field(1, _varint(4 << 3 | 1) + struct.pack("<d", value)
+                                                                + attrs)))
+        for name, value in metrics.items()
+    )
+    return _field(1, _field(2, encoded))
+
+
+def _client_samples(url: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every pushed-client sample on the endpoint, parsed by Prometheus' own parser (which fails on a broken page)."""
+    return [
+        (s.name, s.labels, s.value)
+        for family in text_string_to_metric_families(scrape(url))
+        for s in family.samples
+        if s.name.startswith("fjord_client_")
+    ]
+
+
+# ------------------------------------------------------------------ tests
+
+
+def test_subscriptions_are_client_metrics_config_resources(client: WireClient) -> None:
+    assert _subscribe(client, "sub-a", {"metrics": "org.apache.kafka.producer., org.apache.kafka.consumer.",
+                                        "interval.ms": "2000", "match": "client_id=app-.*"}) == (ErrorCode.none, None)
+    described = _describe(client, "sub-a")
+    assert described["metrics"] == ("org.apache.kafka.producer.,org.apache.kafka.consumer.", 7)
+    assert described["interval.ms"] == ("2000", 7)
+    assert described["match"] == ("client_id=app-.*", 7)
+    listed = _list_resources(client)
+    assert ("sub-a", CLIENT_METRICS) in {(r.resource_name, int(r.resource_type)) for r in listed.config_resources}
+    assert "sub-a" in {r.resource_name for r in _list_resources(client, version=0).config_resources}
+    assert _list_resources(client, types=(99,)).error_code == ErrorCode.unsupported_version
+    # Kafka's refusals: nothing is written.
+    assert _subscribe(client, "sub-a", {"interval.ms": "50"})[0] == ErrorCode.invalid_request
+    assert _subscribe(client, "sub-a", {"no.such.key": "1"})[0] == ErrorCode.invalid_request
+    assert _subscribe(client, "sub-a", {"match": "hostname=.*"})[0] == ErrorCode.invalid_config
+    assert _subscribe(client, "sub-a", {"match": "client_id=("})[0] == ErrorCode.invalid_config
+    assert _subscribe(client, "", {"metrics": "*"})[0] == ErrorCode.invalid_request
+    assert _describe(client, "sub-a")["interval.ms"] == ("2000", 7)
+    # Deleting every key deletes the subscription.
+    assert _subscribe(client, "sub-a", {"metrics": None, "interval.ms": None, "match": None})[0] == ErrorCode.none
+    listed = _list_resources(client, types=(CLIENT_METRICS,))
+    assert "sub-a" not in {r.resource_name for r in listed.config_resources}
+    assert _describe(client, "sub-a")["interval.ms"] == ("300000", 5)
+
+
+def test_a_subscription_change_changes_the_subscription_id(client: WireClient) -> None:
+    first = _get(client, client_id="resub-client")
+    assert first.error_code == ErrorCode.none
+    assert tuple(first.requested_metrics) == ()  # nothing subscribed yet: the client pushes nothing
+    assert first.push_interval == 300_000 or int(first.push_interval.total_seconds() * 1000) == 300_000
+    assert _subscribe(client, "sub-resub", {"metrics": "*", "interval.ms": "100000",
+                                            "match": "client_id=resub-.*"})[0] == ErrorCode.none
+    instance = first.client_instance_id
+    assert _push(client, instance, first.subscription_id, client_id="resub-client") == ErrorCode.unknown_subscription_id
+    again = _get(client, instance, client_id="resub-client")  # re-subscribing after that error is never throttled
+    assert again.error_code == ErrorCode.none
+    assert again.client_instance_id == instance
+    assert again.subscription_id != first.subscription_id
+    assert tuple(again.requested_metrics) == ("*",)
+    assert sorted(int(c) for c in again.accepted_compression_types) == [1, 2, 3, 4]
+    assert again.delta_temporality is True
+    assert again.telemetry_max_bytes == MAX_BYTES
+
+
+def test_hostile_pushes_get_kafka_error_codes_and_keep_the_connection(client: WireClient) -> None:
+    assert _subscribe(client, "sub-hostile", {"metrics": "*", "interval.ms": "100000",
+                                              "match": "client_id=hostile"})[0] == ErrorCode.none
+
+    def fresh() -> tuple[uuid.UUID, int]:
+        answer = _get(client, client_id="hostile")
+        assert answer.error_code == ErrorCode.none and tuple(answer.requested_metrics) == ("*",)
+        return answer.client_instance_id, int(answer.subscription_id)
+
+    def push(payload: bytes = b"", **kwargs: Any) -> ErrorCode:
+        instance, subscription = fresh()
+        return _push(client, instance, kwargs.pop("subscription", subscription), payload, client_id="hostile",
+                     **kwargs)
+
+    good = otlp_gauges({"app.queue.depth": 3.0})
+    assert push(good) == ErrorCode.none
+    assert push(good + b"\x00" * MAX_BYTES) == ErrorCode.telemetry_too_large
+    assert push(good, subscription=12345) == ErrorCode.unknown_subscription_id
+    assert push(good, compression=9) == ErrorCode.unsupported_compression_type
+    assert push(b"\xff" * 64) == ErrorCode.invalid_record
+    assert push(good, compression=int(Compression.GZIP)) == ErrorCode.invalid_record  # says gzip, is not
+    # A zip bomb: a few KiB of zstd that would inflate far beyond what a push may hold.
+    assert push(compress(Compression.ZSTD, b"\x0a" * (100 * MAX_BYTES)),
+                compression=int(Compression.ZSTD)) == ErrorCode.invalid_record
+    for codec_id in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD):
+        assert push(compress(codec_id, good), compression=int(codec_id)) == ErrorCode.none, codec_id
+    assert _push(client, uuid.UUID(int=0), 1, good, client_id="hostile") == ErrorCode.invalid_request
+
+    instance, subscription = fresh()
+    assert _push(client, instance, subscription, good, client_id="hostile") == ErrorCode.none
+    assert _push(client, instance, subscription, good, client_id="hostile") == ErrorCode.throttling_quota_exceeded
+    assert _get(client, instance, client_id="hostile").error_code == ErrorCode.throttling_quota_exceeded
+    # A terminating push is never throttled, and nothing is accepted after it.
+    assert _push(client, instance, subscription, good, terminating=True, client_id="hostile") == ErrorCode.none
+    assert _push(client, instance, subscription, good, client_id="hostile") == ErrorCode.invalid_request
+
+    assert client.request(api_versions_request(3)).error_code == ErrorCode.none
+
+
+def test_client_controlled_labels_cannot_shape_the_endpoint(node: BrokerProcess, client: WireClient) -> None:
+    url = metrics_url(node.log_text())
+    hostile_id = "evil\n# TYPE fjord_broker_partitions counter\x1b[31m" + "x" * 30_000
+    assert _subscribe(client, "sub-labels", {"metrics": "*", "interval.ms": "100000",
+                                             "match": "client_id=(?s)evil.*"})[0] == ErrorCode.none
+    answer = _get(client, client_id=hostile_id)
+    assert tuple(answer.requested_metrics) == ("*",)
+    metrics = {f"evil.metric\n{i}\x1b[0m" + "n" * 300: float(i) for i in range(MAX_SERIES + 25)}
+    payload = compress(Compression.ZSTD, otlp_gauges(metrics, {"topic": "t\n\x1b" + "a" * 1000}))
+    assert len(payload) <= MAX_BYTES
+    assert _push(client, answer.client_instance_id, answer.subscription_id, payload,
+                 compression=int(Compression.ZSTD), client_id=hostile_id) == ErrorCode.none
+    instance = str(answer.client_instance_id)
+    text = scrape(url)
+    assert "\x1b" not in text
+    assert max(len(line) for line in text.splitlines()) < 1000
+    mine = [s for s in _client_samples(url) if s[1]["client_instance_id"] == instance]
+    assert len(mine) == MAX_SERIES  # the rest are not exported
+    assert all(s[0].startswith("fjord_client_evil_metric_") and len(s[0]) <= 200 for s in mine)
+    assert all(s[1]["client_id"].startswith("evil?# TYPE") and len(s[1]["client_id"]) <= 128 for s in mine)
+    assert all("\n" not in s[1]["attributes"] for s in mine)
+    assert sample(text, "fjord_broker_partitions", '{node="0"}') is not None  # the broker's own family is intact
+
+
+def test_a_producer_pushes_its_metrics_to_the_brokers_endpoint(node: BrokerProcess, client: WireClient) -> None:
+    url = metrics_url(node.log_text())
+    assert _subscribe(client, "sub-producers", {"metrics": "org.apache.kafka.producer.", "interval.ms": "500",
+                                                "match": "client_id=telemetry-producer"})[0] == ErrorCode.none
+    producer = Producer({"bootstrap.servers": node.bootstrap, "client.id": "telemetry-producer", "linger.ms": 5})
+
+    def pushed() -> list[tuple[str, dict[str, str], float]]:
+        producer.produce("telemetry-topic", b"value")
+        producer.poll(0.1)
+        return [s for s in _client_samples(url) if s[1]["client_id"] == "telemetry-producer"]
+
+    try:
+        found = eventually(pushed, timeout=30, what="the producer's pushed metrics on /metrics")
+        names = {name for name, _labels, _value in found}
+        assert all(name.startswith("fjord_client_org_apache_kafka_producer_") for name in names), names
+        assert len({labels["client_instance_id"] for _n, labels, _v in found}) == 1
+        assert producer.flush(10) == 0
+    finally:
+        producer.flush(10)
+    del producer  # destroying the client sends its terminating push: its series go
+    eventually(lambda: not [s for s in _client_samples(url) if s[1]["client_id"] == "telemetry-producer"],
+               timeout=15, what="the terminated producer's series to leave /metrics")
+
+
+def test_without_a_matching_subscription_nothing_is_pushed(tmp_path: Path,
+                                                           broker_factory: Callable[..., BrokerProcess]) -> None:
+    node = broker_factory(overrides={"metrics.port": "0"})
+    url = metrics_url(node.log_text())
+    producer = Producer({"bootstrap.servers": node.bootstrap, "client.id": "quiet-producer"})
+    try:
+        producer.produce("quiet-topic", b"value")
+        assert producer.flush(15) == 0
+        eventually(lambda: sample(scrape(url), "fjord_broker_request_seconds_count",
+                                  '{api="GetTelemetrySubscriptions"}'),
+                   timeout=15, what="librdkafka to ask for its telemetry subscription")
+        text = scrape(url)
+        assert sample(text, "fjord_broker_request_seconds_count", '{api="PushTelemetry"}') is None
+        assert "fjord_client_" not in text
+    finally:
+        producer.flush(5)
