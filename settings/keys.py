@@ -343,12 +343,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("authorizer.class.name", _B.STRING, ""),
         ConfigKey("super.users", _B.STRING, ""),
         ConfigKey("allow.everyone.if.no.acl.found", _B.BOOLEAN, False),
-        # KIP-714 client telemetry (broker.telemetry): the largest PushTelemetry payload accepted (Kafka's key), and
-        # fjord: the bounds of the pushed client metrics exported on /metrics (Kafka has no exporter of its own):
-        # the clients whose metrics are kept (the least recently pushing one dropped first) and the series each.
-        ConfigKey("telemetry.max.bytes", _B.INT, 1_048_576, at_least(1)),
-        ConfigKey("fjord.client.telemetry.max.clients", _B.INT, 1000, at_least(0)),
-        ConfigKey("fjord.client.telemetry.max.series.per.client", _B.INT, 1000, at_least(0)),
+        ConfigKey("telemetry.max.bytes", _B.INT, 1_048_576, at_least(1)),  # KIP-714 telemetry: broker.telemetry
+        ConfigKey("fjord.client.telemetry.max.clients", _B.INT, 500, at_least(0)),
+        ConfigKey("fjord.client.telemetry.max.series.per.client", _B.INT, 200, at_least(0)),
     )
 }
 # Kafka 3.6 keys whose purpose Fjord's design makes moot (settings.kafka_broker_keys): Kafka's type, default

@@ -15,6 +15,9 @@ from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.telemetry.exported import PushedMetrics
+from broker.telemetry.manager import ClientAttributes, TelemetryManager
+from broker.telemetry.otlp import MetricPoint, decode_metrics
 from metadata.admin import config_wire
 from metadata.controller_api import ConfigResource, IncrementalOp
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
@@ -256,11 +259,11 @@ def test_a_producer_pushes_its_metrics_to_the_brokers_endpoint(node: BrokerProce
         found = eventually(pushed, timeout=30, what="the producer's pushed metrics on /metrics")
         names = {name for name, _labels, _value in found}
         assert all(name.startswith("fjord_client_org_apache_kafka_producer_") for name in names), names
+        assert "fjord_client_org_apache_kafka_producer_record_queue_time_max" in names
         assert len({labels["client_instance_id"] for _n, labels, _v in found}) == 1
         assert producer.flush(10) == 0
     finally:
-        producer.flush(10)
-    del producer  # destroying the client sends its terminating push: its series go
+        producer.close()  # closing the client sends its terminating push: its series go
     eventually(lambda: not [s for s in _client_samples(url) if s[1]["client_id"] == "telemetry-producer"],
                timeout=15, what="the terminated producer's series to leave /metrics")
 
@@ -281,3 +284,60 @@ def test_without_a_matching_subscription_nothing_is_pushed(tmp_path: Path,
         assert "fjord_client_" not in text
     finally:
         producer.flush(5)
+
+
+# ------------------------------------------------------------------ the bounds, on a clock the test moves
+
+
+def _families(pushed: PushedMetrics, now_ms: float) -> dict[tuple[str, str], float]:
+    return {(s.name, s.labels["client_instance_id"]): s.value for f in pushed.families(now_ms) for s in f.samples}
+
+
+def test_pushed_metrics_are_bounded_accumulate_deltas_and_expire() -> None:
+    pushed = PushedMetrics(max_clients=2, max_series_per_client=3)
+    a, b, c = (uuid.UUID(int=n) for n in (10, 11, 12))
+    pushed.record(a, "a", [MetricPoint("sent.total", (), 5.0, delta=True),
+                           MetricPoint("queue", (), 7.0, delta=False)], interval_ms=1000, now_ms=0)
+    pushed.record(a, "a", [MetricPoint("sent.total", (), 2.0, delta=True),
+                           MetricPoint("queue", (), 1.0, delta=False)], interval_ms=1000, now_ms=1000)
+    assert _families(pushed, 1000) == {("fjord_client_sent_total", str(a)): 7.0, ("fjord_client_queue", str(a)): 1.0}
+    pushed.record(b, "b", [MetricPoint(f"m{i}", (), 1.0, delta=False) for i in range(10)], 1000, now_ms=2000)
+    assert len([k for k in _families(pushed, 2000) if k[1] == str(b)]) == 3 and pushed.dropped_series == 7
+    pushed.record(c, "c", [MetricPoint("m", (), 1.0, delta=False)], 100_000, now_ms=3000)  # a, pushed least lately
+    assert {k[1] for k in _families(pushed, 3000)} == {str(b), str(c)}
+    # b is stale a minute after its last push (3 intervals of 1 s are less); c's 3 intervals are 300 s.
+    assert {k[1] for k in _families(pushed, 62_001)} == {str(c)}
+    assert _families(pushed, 303_001) == {}
+
+
+def test_instances_expire_and_re_evaluate_their_subscriptions() -> None:
+    ids = iter(uuid.UUID(int=n) for n in range(100, 200))
+    manager = TelemetryManager(max_bytes=100, new_id=lambda: next(ids))
+    who = ClientAttributes("app-1", "librdkafka", "2.16.0", "127.0.0.1", 5555)
+    manager.update_subscriptions({"s": {"metrics": "a.,b.", "interval.ms": "1000",
+                                        "match": "client_software_name=lib.*"}})
+    first = manager.get_subscriptions(None, who, now_ms=0)
+    assert first.instance is not None and first.instance.metrics == ("a.", "b.")
+    assert first.instance.push_interval_ms == 1000
+    instance_id = first.instance.instance_id
+    other = manager.get_subscriptions(None, ClientAttributes("x", "java", "4.2", "10.0.0.1", 1), now_ms=0).instance
+    assert other is not None and other.metrics == () and other.push_interval_ms == 300_000
+    old_id = first.instance.subscription_id
+    manager.update_subscriptions({"s": {"metrics": "a.", "interval.ms": "1000"}})
+    again = manager.get_subscriptions(instance_id, who, now_ms=10)  # re-evaluated at once, never throttled
+    assert again.error == ErrorCode.none and again.instance is not None
+    assert again.instance.metrics == ("a.",) and again.instance.subscription_id != old_id
+    assert manager.expire(60_009) == []  # a minute after its last request (three 1 s intervals are less)
+    assert manager.expire(60_010) == [instance_id]
+    assert manager.expire(899_999) == []  # three intervals of five minutes after its only request
+    assert manager.expire(900_000) == [other.instance_id]
+    assert len(manager) == 0
+
+
+def test_otlp_decoding_refuses_truncation_and_reads_what_it_understands() -> None:
+    payload = otlp_gauges({"a.b": 1.5}, {"node.id": "3"})
+    assert decode_metrics(payload) == [MetricPoint("a.b", (("node.id", "3"),), 1.5, delta=False)]
+    for cut in (1, 5, len(payload) - 1):
+        with pytest.raises(ValueError):
+            decode_metrics(payload[:cut])
+    assert decode_metrics(b"") == []
