@@ -8,18 +8,24 @@ import struct
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.authorization import BrokerAuthorizer
+from broker.handlers.context import RequestContext
+from broker.handlers.table import serve_authorized
+from broker.services import BrokerServices
 from broker.telemetry.exported import PushedMetrics
 from broker.telemetry.manager import ClientAttributes, TelemetryManager
 from broker.telemetry.otlp import MetricPoint, decode_metrics
 from metadata.admin import config_wire
 from metadata.controller_api import ConfigResource, IncrementalOp
+from metadata.image import MetadataImage
+from settings.security import STANDARD_AUTHORIZER
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
 from testkit.waiting import eventually
 from tests.metrics_scrape import metrics_url, sample, scrape
@@ -341,3 +347,35 @@ def test_otlp_decoding_refuses_truncation_and_reads_what_it_understands() -> Non
         with pytest.raises(ValueError):
             decode_metrics(payload[:cut])
     assert decode_metrics(b"") == []
+
+
+# ------------------------------------------------------------------ authorization, as Kafka's KafkaApis checks it
+
+
+async def test_client_metrics_resources_need_cluster_config_acls_and_telemetry_none() -> None:
+    """No ACL at all: the client-metrics admin requests are refused (CLUSTER DESCRIBE_CONFIGS / ALTER_CONFIGS),
+    the telemetry requests are not (a client pushes its own metrics)."""
+    asked: list[int] = []
+
+    async def handler(ctx: RequestContext, request: Any) -> Any:
+        asked.append(ctx.api_key)
+        return ctx.build()
+
+    async def serve(api_key: int, version: int, request: Any) -> Any:
+        ctx = RequestContext(api_key=api_key, api_version=version, correlation_id=1, client_id="acl",
+                             client_host="127.0.0.1", broker=cast(BrokerServices, None),
+                             authorizer=BrokerAuthorizer({"authorizer.class.name": STANDARD_AUTHORIZER}.get,
+                                                         lambda: MetadataImage("c").acls))
+        response = await serve_authorized(ctx, request, handler)
+        codec.encode_response(1, response)
+        return response
+
+    listed = await serve(74, 1, schema.build(codec.request_class(74, 1)))
+    assert listed.error_code == ErrorCode.cluster_authorization_failed
+    alter = config_wire.alter_configs_request(ConfigResource(CLIENT_METRICS, "s"), {"metrics": "*"},
+                                              {"metrics": IncrementalOp.SET}, False)
+    altered = await serve(44, 1, alter)
+    assert [r.error_code for r in altered.responses] == [ErrorCode.cluster_authorization_failed]
+    assert asked == []
+    await serve(71, 0, schema.build(codec.request_class(71, 0), client_instance_id=uuid.UUID(int=0)))
+    assert asked == [71]
