@@ -248,6 +248,14 @@ def test_client_controlled_labels_cannot_shape_the_endpoint(node: BrokerProcess,
     assert all(s[1]["client_id"].startswith("evil?# TYPE") and len(s[1]["client_id"]) <= 128 for s in mine)
     assert all("\n" not in s[1]["attributes"] for s in mine)
     assert sample(text, "fjord_broker_partitions", '{node="0"}') is not None  # the broker's own family is intact
+    # A 30 KiB metric name and attribute value from another instance of the same client.
+    second = _get(client, client_id=hostile_id)
+    huge = otlp_gauges({"big." + "\x1b[2J" * 5000: 1.0}, {"k": "v\r\n" * 10_000})
+    assert _push(client, second.client_instance_id, second.subscription_id, compress(Compression.LZ4, huge),
+                 compression=int(Compression.LZ4), client_id=hostile_id) == ErrorCode.none
+    (big,) = [s for s in _client_samples(url) if s[1]["client_instance_id"] == str(second.client_instance_id)]
+    assert len(big[0]) <= len("fjord_client_") + 150 and len(big[1]["attributes"]) <= 256
+    assert "\x1b" not in scrape(url)
 
 
 def test_a_producer_pushes_its_metrics_to_the_brokers_endpoint(node: BrokerProcess, client: WireClient) -> None:
