@@ -4,9 +4,8 @@ Kafka's error codes on a connection that stays open."""
 
 from __future__ import annotations
 
-import struct
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,10 +28,18 @@ from settings.security import STANDARD_AUTHORIZER
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
 from testkit.waiting import eventually
 from tests.metrics_scrape import metrics_url, sample, scrape
+from tests.telemetry_wire import (
+    CLIENT_METRICS,
+    describe,
+    get_subscriptions,
+    list_resources,
+    otlp_gauges,
+    push,
+    subscribe,
+)
 from wire import codec, schema
 from wire.compression import Compression, compress
 
-CLIENT_METRICS = ConfigResource.CLIENT_METRICS
 MAX_BYTES = 16384
 MAX_SERIES = 40
 
@@ -56,80 +63,6 @@ def client(node: BrokerProcess) -> Iterator[WireClient]:
         yield wire
 
 
-# ------------------------------------------------------------------ requests
-
-
-def _call(wire: WireClient, request: Any, client_id: str = "fjord-tests") -> Any:
-    correlation = wire.send(request, client_id=client_id)
-    got, response = wire.receive(int(request.__api_key__), int(request.__version__))
-    assert got == correlation
-    return response
-
-
-def _subscribe(wire: WireClient, name: str, configs: Mapping[str, str | None]) -> tuple[ErrorCode, str | None]:
-    ops = {key: IncrementalOp.SET if value is not None else IncrementalOp.DELETE for key, value in configs.items()}
-    request = config_wire.alter_configs_request(ConfigResource(CLIENT_METRICS, name), configs, ops, False)
-    return config_wire.read_alter_configs_response(_call(wire, request))
-
-
-def _get(wire: WireClient, instance: uuid.UUID | None = None, client_id: str = "fjord-tests") -> Any:
-    cls = codec.request_class(71, 0)
-    return _call(wire, schema.build(cls, client_instance_id=instance or uuid.UUID(int=0)), client_id)
-
-
-def _push(wire: WireClient, instance: uuid.UUID, subscription: int, payload: bytes = b"", *,
-          compression: int = 0, terminating: bool = False, client_id: str = "fjord-tests") -> ErrorCode:
-    cls = codec.request_class(72, 0)
-    request = schema.build(cls, client_instance_id=instance, subscription_id=subscription, terminating=terminating,
-                           compression_type=compression, metrics=payload)
-    return ErrorCode(int(_call(wire, request, client_id).error_code))
-
-
-def _list_resources(wire: WireClient, version: int = 1, types: tuple[int, ...] = ()) -> Any:
-    cls = codec.request_class(74, version)
-    return _call(wire, schema.build(cls, **({"resource_types": types} if version >= 1 else {})))
-
-
-def _describe(wire: WireClient, name: str) -> dict[str, tuple[str | None, int]]:
-    cls = codec.request_class(32, 4)
-    resource = schema.build_nested(cls, "resources", resource_type=CLIENT_METRICS, resource_name=name,
-                                   configuration_keys=None)
-    result = _call(wire, schema.build(cls, resources=(resource,), include_synonyms=False,
-                                      include_documentation=False)).results[0]
-    assert result.error_code == ErrorCode.none, result.error_message
-    return {c.name: (c.value, int(c.config_source)) for c in result.configs}
-
-
-# ------------------------------------------------------------------ a minimal OTLP encoder
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def otlp_gauges(metrics: Mapping[str, float], attributes: Mapping[str, str] | None = None) -> bytes:
-    """A MetricsData message holding one gauge point per metric."""
-    attrs = b"".join(
-        _field(7, _field(1, k.encode()) + _field(2, _field(1, v.encode()))) for k, v in (attributes or {}).items()
-    )
-    encoded = b"".join(
-        _field(2, _field(1, name.encode()) + _field(5, _field(1, _varint(4 << 3 | 1) + struct.pack("<d", value)
-                                                                + attrs)))
-        for name, value in metrics.items()
-    )
-    return _field(1, _field(2, encoded))
-
-
 def _client_samples(url: str) -> list[tuple[str, dict[str, str], float]]:
     """Every pushed-client sample on the endpoint, parsed by Prometheus' own parser (which fails on a broken page)."""
     return [
@@ -144,40 +77,40 @@ def _client_samples(url: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def test_subscriptions_are_client_metrics_config_resources(client: WireClient) -> None:
-    assert _subscribe(client, "sub-a", {"metrics": "org.apache.kafka.producer., org.apache.kafka.consumer.",
-                                        "interval.ms": "2000", "match": "client_id=app-.*"}) == (ErrorCode.none, None)
-    described = _describe(client, "sub-a")
+    assert subscribe(client, "sub-a", {"metrics": "org.apache.kafka.producer., org.apache.kafka.consumer.",
+                                       "interval.ms": "2000", "match": "client_id=app-.*"}) == (ErrorCode.none, None)
+    described = describe(client, "sub-a")
     assert described["metrics"] == ("org.apache.kafka.producer.,org.apache.kafka.consumer.", 7)
     assert described["interval.ms"] == ("2000", 7)
     assert described["match"] == ("client_id=app-.*", 7)
-    listed = _list_resources(client)
+    listed = list_resources(client)
     assert ("sub-a", CLIENT_METRICS) in {(r.resource_name, int(r.resource_type)) for r in listed.config_resources}
-    assert "sub-a" in {r.resource_name for r in _list_resources(client, version=0).config_resources}
-    assert _list_resources(client, types=(99,)).error_code == ErrorCode.unsupported_version
+    assert "sub-a" in {r.resource_name for r in list_resources(client, version=0).config_resources}
+    assert list_resources(client, types=(99,)).error_code == ErrorCode.unsupported_version
     # Kafka's refusals: nothing is written.
-    assert _subscribe(client, "sub-a", {"interval.ms": "50"})[0] == ErrorCode.invalid_request
-    assert _subscribe(client, "sub-a", {"no.such.key": "1"})[0] == ErrorCode.invalid_request
-    assert _subscribe(client, "sub-a", {"match": "hostname=.*"})[0] == ErrorCode.invalid_config
-    assert _subscribe(client, "sub-a", {"match": "client_id=("})[0] == ErrorCode.invalid_config
-    assert _subscribe(client, "", {"metrics": "*"})[0] == ErrorCode.invalid_request
-    assert _describe(client, "sub-a")["interval.ms"] == ("2000", 7)
+    assert subscribe(client, "sub-a", {"interval.ms": "50"})[0] == ErrorCode.invalid_request
+    assert subscribe(client, "sub-a", {"no.such.key": "1"})[0] == ErrorCode.invalid_request
+    assert subscribe(client, "sub-a", {"match": "hostname=.*"})[0] == ErrorCode.invalid_config
+    assert subscribe(client, "sub-a", {"match": "client_id=("})[0] == ErrorCode.invalid_config
+    assert subscribe(client, "", {"metrics": "*"})[0] == ErrorCode.invalid_request
+    assert describe(client, "sub-a")["interval.ms"] == ("2000", 7)
     # Deleting every key deletes the subscription.
-    assert _subscribe(client, "sub-a", {"metrics": None, "interval.ms": None, "match": None})[0] == ErrorCode.none
-    listed = _list_resources(client, types=(CLIENT_METRICS,))
+    assert subscribe(client, "sub-a", {"metrics": None, "interval.ms": None, "match": None})[0] == ErrorCode.none
+    listed = list_resources(client, types=(CLIENT_METRICS,))
     assert "sub-a" not in {r.resource_name for r in listed.config_resources}
-    assert _describe(client, "sub-a")["interval.ms"] == ("300000", 5)
+    assert describe(client, "sub-a")["interval.ms"] == ("300000", 5)
 
 
 def test_a_subscription_change_changes_the_subscription_id(client: WireClient) -> None:
-    first = _get(client, client_id="resub-client")
+    first = get_subscriptions(client, client_id="resub-client")
     assert first.error_code == ErrorCode.none
     assert tuple(first.requested_metrics) == ()  # nothing subscribed yet: the client pushes nothing
     assert first.push_interval == 300_000 or int(first.push_interval.total_seconds() * 1000) == 300_000
-    assert _subscribe(client, "sub-resub", {"metrics": "*", "interval.ms": "100000",
-                                            "match": "client_id=resub-.*"})[0] == ErrorCode.none
+    assert subscribe(client, "sub-resub", {"metrics": "*", "interval.ms": "100000",
+                                           "match": "client_id=resub-.*"})[0] == ErrorCode.none
     instance = first.client_instance_id
-    assert _push(client, instance, first.subscription_id, client_id="resub-client") == ErrorCode.unknown_subscription_id
-    again = _get(client, instance, client_id="resub-client")  # re-subscribing after that error is never throttled
+    assert push(client, instance, first.subscription_id, client_id="resub-client") == ErrorCode.unknown_subscription_id
+    again = get_subscriptions(client, instance, client_id="resub-client")  # never throttled after that error
     assert again.error_code == ErrorCode.none
     assert again.client_instance_id == instance
     assert again.subscription_id != first.subscription_id
@@ -188,40 +121,40 @@ def test_a_subscription_change_changes_the_subscription_id(client: WireClient) -
 
 
 def test_hostile_pushes_get_kafka_error_codes_and_keep_the_connection(client: WireClient) -> None:
-    assert _subscribe(client, "sub-hostile", {"metrics": "*", "interval.ms": "100000",
-                                              "match": "client_id=hostile"})[0] == ErrorCode.none
+    assert subscribe(client, "sub-hostile", {"metrics": "*", "interval.ms": "100000",
+                                             "match": "client_id=hostile"})[0] == ErrorCode.none
 
     def fresh() -> tuple[uuid.UUID, int]:
-        answer = _get(client, client_id="hostile")
+        answer = get_subscriptions(client, client_id="hostile")
         assert answer.error_code == ErrorCode.none and tuple(answer.requested_metrics) == ("*",)
         return answer.client_instance_id, int(answer.subscription_id)
 
-    def push(payload: bytes = b"", **kwargs: Any) -> ErrorCode:
+    def push_fresh(payload: bytes = b"", **kwargs: Any) -> ErrorCode:
         instance, subscription = fresh()
-        return _push(client, instance, kwargs.pop("subscription", subscription), payload, client_id="hostile",
-                     **kwargs)
+        return push(client, instance, kwargs.pop("subscription", subscription), payload, client_id="hostile",
+                    **kwargs)
 
     good = otlp_gauges({"app.queue.depth": 3.0})
-    assert push(good) == ErrorCode.none
-    assert push(good + b"\x00" * MAX_BYTES) == ErrorCode.telemetry_too_large
-    assert push(good, subscription=12345) == ErrorCode.unknown_subscription_id
-    assert push(good, compression=9) == ErrorCode.unsupported_compression_type
-    assert push(b"\xff" * 64) == ErrorCode.invalid_record
-    assert push(good, compression=int(Compression.GZIP)) == ErrorCode.invalid_record  # says gzip, is not
+    assert push_fresh(good) == ErrorCode.none
+    assert push_fresh(good + b"\x00" * MAX_BYTES) == ErrorCode.telemetry_too_large
+    assert push_fresh(good, subscription=12345) == ErrorCode.unknown_subscription_id
+    assert push_fresh(good, compression=9) == ErrorCode.unsupported_compression_type
+    assert push_fresh(b"\xff" * 64) == ErrorCode.invalid_record
+    assert push_fresh(good, compression=int(Compression.GZIP)) == ErrorCode.invalid_record  # says gzip, is not
     # A zip bomb: a few KiB of zstd that would inflate far beyond what a push may hold.
-    assert push(compress(Compression.ZSTD, b"\x0a" * (100 * MAX_BYTES)),
-                compression=int(Compression.ZSTD)) == ErrorCode.invalid_record
+    assert push_fresh(compress(Compression.ZSTD, b"\x0a" * (100 * MAX_BYTES)),
+                      compression=int(Compression.ZSTD)) == ErrorCode.invalid_record
     for codec_id in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD):
-        assert push(compress(codec_id, good), compression=int(codec_id)) == ErrorCode.none, codec_id
-    assert _push(client, uuid.UUID(int=0), 1, good, client_id="hostile") == ErrorCode.invalid_request
+        assert push_fresh(compress(codec_id, good), compression=int(codec_id)) == ErrorCode.none, codec_id
+    assert push(client, uuid.UUID(int=0), 1, good, client_id="hostile") == ErrorCode.invalid_request
 
     instance, subscription = fresh()
-    assert _push(client, instance, subscription, good, client_id="hostile") == ErrorCode.none
-    assert _push(client, instance, subscription, good, client_id="hostile") == ErrorCode.throttling_quota_exceeded
-    assert _get(client, instance, client_id="hostile").error_code == ErrorCode.throttling_quota_exceeded
+    assert push(client, instance, subscription, good, client_id="hostile") == ErrorCode.none
+    assert push(client, instance, subscription, good, client_id="hostile") == ErrorCode.throttling_quota_exceeded
+    assert get_subscriptions(client, instance, client_id="hostile").error_code == ErrorCode.throttling_quota_exceeded
     # A terminating push is never throttled, and nothing is accepted after it.
-    assert _push(client, instance, subscription, good, terminating=True, client_id="hostile") == ErrorCode.none
-    assert _push(client, instance, subscription, good, client_id="hostile") == ErrorCode.invalid_request
+    assert push(client, instance, subscription, good, terminating=True, client_id="hostile") == ErrorCode.none
+    assert push(client, instance, subscription, good, client_id="hostile") == ErrorCode.invalid_request
 
     assert client.request(api_versions_request(3)).error_code == ErrorCode.none
 
@@ -229,15 +162,15 @@ def test_hostile_pushes_get_kafka_error_codes_and_keep_the_connection(client: Wi
 def test_client_controlled_labels_cannot_shape_the_endpoint(node: BrokerProcess, client: WireClient) -> None:
     url = metrics_url(node.log_text())
     hostile_id = "evil\n# TYPE fjord_broker_partitions counter\x1b[31m" + "x" * 30_000
-    assert _subscribe(client, "sub-labels", {"metrics": "*", "interval.ms": "100000",
-                                             "match": "client_id=(?s)evil.*"})[0] == ErrorCode.none
-    answer = _get(client, client_id=hostile_id)
+    assert subscribe(client, "sub-labels", {"metrics": "*", "interval.ms": "100000",
+                                            "match": "client_id=(?s)evil.*"})[0] == ErrorCode.none
+    answer = get_subscriptions(client, client_id=hostile_id)
     assert tuple(answer.requested_metrics) == ("*",)
     metrics = {f"evil.metric\n{i}\x1b[0m" + "n" * 300: float(i) for i in range(MAX_SERIES + 25)}
     payload = compress(Compression.ZSTD, otlp_gauges(metrics, {"topic": "t\n\x1b" + "a" * 1000}))
     assert len(payload) <= MAX_BYTES
-    assert _push(client, answer.client_instance_id, answer.subscription_id, payload,
-                 compression=int(Compression.ZSTD), client_id=hostile_id) == ErrorCode.none
+    assert push(client, answer.client_instance_id, answer.subscription_id, payload,
+                compression=int(Compression.ZSTD), client_id=hostile_id) == ErrorCode.none
     instance = str(answer.client_instance_id)
     text = scrape(url)
     assert "\x1b" not in text
@@ -249,10 +182,10 @@ def test_client_controlled_labels_cannot_shape_the_endpoint(node: BrokerProcess,
     assert all("\n" not in s[1]["attributes"] for s in mine)
     assert sample(text, "fjord_broker_partitions", '{node="0"}') is not None  # the broker's own family is intact
     # A 30 KiB metric name and attribute value from another instance of the same client.
-    second = _get(client, client_id=hostile_id)
+    second = get_subscriptions(client, client_id=hostile_id)
     huge = otlp_gauges({"big." + "\x1b[2J" * 5000: 1.0}, {"k": "v\r\n" * 10_000})
-    assert _push(client, second.client_instance_id, second.subscription_id, compress(Compression.LZ4, huge),
-                 compression=int(Compression.LZ4), client_id=hostile_id) == ErrorCode.none
+    assert push(client, second.client_instance_id, second.subscription_id, compress(Compression.LZ4, huge),
+                compression=int(Compression.LZ4), client_id=hostile_id) == ErrorCode.none
     (big,) = [s for s in _client_samples(url) if s[1]["client_instance_id"] == str(second.client_instance_id)]
     assert len(big[0]) <= len("fjord_client_") + 150 and len(big[1]["attributes"]) <= 256
     assert "\x1b" not in scrape(url)
@@ -260,8 +193,8 @@ def test_client_controlled_labels_cannot_shape_the_endpoint(node: BrokerProcess,
 
 def test_a_producer_pushes_its_metrics_to_the_brokers_endpoint(node: BrokerProcess, client: WireClient) -> None:
     url = metrics_url(node.log_text())
-    assert _subscribe(client, "sub-producers", {"metrics": "org.apache.kafka.producer.", "interval.ms": "500",
-                                                "match": "client_id=telemetry-producer"})[0] == ErrorCode.none
+    assert subscribe(client, "sub-producers", {"metrics": "org.apache.kafka.producer.", "interval.ms": "500",
+                                               "match": "client_id=telemetry-producer"})[0] == ErrorCode.none
     producer = Producer({"bootstrap.servers": node.bootstrap, "client.id": "telemetry-producer", "linger.ms": 5})
 
     def pushed() -> list[tuple[str, dict[str, str], float]]:
