@@ -193,8 +193,10 @@ def test_client_controlled_labels_cannot_shape_the_endpoint(node: BrokerProcess,
 
 def test_a_producer_pushes_its_metrics_to_the_brokers_endpoint(node: BrokerProcess, client: WireClient) -> None:
     url = metrics_url(node.log_text())
+    # Matched on the software name its ApiVersions named too (KIP-511), as kafka-client-metrics.sh --match does.
+    match = "client_id=telemetry-producer,client_software_name=confluent-kafka-python"
     assert subscribe(client, "sub-producers", {"metrics": "org.apache.kafka.producer.", "interval.ms": "500",
-                                               "match": "client_id=telemetry-producer"})[0] == ErrorCode.none
+                                               "match": match})[0] == ErrorCode.none
     producer = Producer({"bootstrap.servers": node.bootstrap, "client.id": "telemetry-producer", "linger.ms": 5})
 
     def pushed() -> list[tuple[str, dict[str, str], float]]:
