@@ -343,7 +343,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("authorizer.class.name", _B.STRING, ""),
         ConfigKey("super.users", _B.STRING, ""),
         ConfigKey("allow.everyone.if.no.acl.found", _B.BOOLEAN, False),
-        ConfigKey("telemetry.max.bytes", _B.INT, 1_048_576, at_least(1)),  # KIP-714 telemetry: broker.telemetry
+        # KIP-714 client telemetry (broker.telemetry): the largest PushTelemetry payload (Kafka's key), and fjord: the
+        # bounds of the pushed metrics /metrics shows (clients kept, least recently pushing dropped first; series each)
+        ConfigKey("telemetry.max.bytes", _B.INT, 1_048_576, at_least(1)),
         ConfigKey("fjord.client.telemetry.max.clients", _B.INT, 500, at_least(0)),
         ConfigKey("fjord.client.telemetry.max.series.per.client", _B.INT, 200, at_least(0)),
     )
