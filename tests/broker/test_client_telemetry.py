@@ -283,6 +283,21 @@ def test_instances_expire_and_re_evaluate_their_subscriptions() -> None:
     assert len(manager) == 0
 
 
+def test_matching_subscriptions_merge_their_prefixes_and_take_the_shortest_interval() -> None:
+    manager = TelemetryManager(max_bytes=100)
+    who = ClientAttributes("app-1", "librdkafka", "2.16.0", "10.1.2.3", 40000)
+    manager.update_subscriptions({
+        "slow": {"metrics": "b.,a.", "interval.ms": "60000"},
+        "fast": {"metrics": "a.,c.", "interval.ms": "1000", "match": "client_source_address=10\\..*"},
+        "other": {"metrics": "z.", "interval.ms": "100", "match": "client_id=someone-else"},
+    })
+    merged = manager.get_subscriptions(None, who, now_ms=0).instance
+    assert merged is not None and merged.metrics == ("a.", "b.", "c.") and merged.push_interval_ms == 1000
+    manager.update_subscriptions({"slow": {"metrics": "b."}, "all": {"metrics": "*", "match": "client_id=app-.*"}})
+    every = manager.get_subscriptions(None, who, now_ms=0).instance
+    assert every is not None and every.metrics == ("*",) and every.push_interval_ms == 300_000
+
+
 def test_otlp_decoding_refuses_truncation_and_reads_what_it_understands() -> None:
     payload = otlp_gauges({"a.b": 1.5}, {"node.id": "3"})
     assert decode_metrics(payload) == [MetricPoint("a.b", (("node.id", "3"),), 1.5, delta=False)]
