@@ -10,6 +10,7 @@ Kafka needs no ACL for either API (any authenticated client may push its own met
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -74,7 +75,9 @@ async def handle_push_telemetry(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(throttle_time=0, error_code=answer.error)
     if payload:
         try:
-            points = read_push(Compression(int(request.compression_type)), payload, telemetry.max_uncompressed)
+            # Off the event loop: a hostile payload may take a good part of a second to decompress and walk.
+            points = await asyncio.to_thread(read_push, Compression(int(request.compression_type)), payload,
+                                             telemetry.max_uncompressed)
         except OtlpError as exc:
             telemetry.manager.payload_refused(instance)
             logger.info("telemetry push of client instance %s unreadable: %s (%s)", instance.instance_id, exc,

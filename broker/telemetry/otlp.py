@@ -9,7 +9,8 @@ a group wire type, a name that is not UTF-8) raises :class:`OtlpError`, which th
 INVALID_RECORD, as Kafka answers a payload its exporter cannot read. A histogram becomes its ``_count`` and ``_sum``.
 
 The payload is decompressed with the record batches' codecs (``wire.compression``), never beyond a bound, so a small
-compressed push cannot inflate into a large one.
+compressed push cannot inflate into a large one, and a push holds at most :data:`MAX_POINTS` points and
+:data:`MAX_FIELDS` protobuf fields, which bounds the time reading one takes (the broker reads it off its event loop).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from wire.compression import Compression, CompressionError, decompress_bounded
 
 #: The most data points one push may carry: more is refused as INVALID_RECORD (the exported series are bounded
 #: separately, per client; this bounds the work of one request).
-MAX_POINTS = 20_000
+MAX_POINTS = 10_000
+
+#: The most protobuf fields one push may hold, however small (a payload of tiny fields costs the most to walk):
+#: enough for :data:`MAX_POINTS` points with a few attributes each, and a bound on the time one push takes to read.
+MAX_FIELDS = 250_000
 
 #: OTLP's AggregationTemporality.DELTA: a Sum point holding the change since the previous push.
 TEMPORALITY_DELTA = 1
@@ -59,11 +64,21 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+class _Budget:
+    """The fields a decode may still walk (:data:`MAX_FIELDS`), counted across every message of one payload."""
+
+    def __init__(self) -> None:
+        self.remaining = MAX_FIELDS
+
+
+def _fields(budget: _Budget, buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
     """(field number, wire type, value): an int for varint and fixed fields (fixed ones as raw unsigned bits), a
     view of the bytes for length-delimited ones."""
     pos = 0
     while pos < len(buf):
+        budget.remaining -= 1
+        if budget.remaining < 0:
+            raise OtlpError(f"more than {MAX_FIELDS} protobuf fields in one push")
         key, pos = _varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if number == 0:
@@ -92,8 +107,8 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
         yield number, wire_type, value
 
 
-def _submessages(buf: memoryview, number: int) -> Iterator[memoryview]:
-    for field, wire_type, value in _fields(buf):
+def _submessages(budget: _Budget, buf: memoryview, number: int) -> Iterator[memoryview]:
+    for field, wire_type, value in _fields(budget, buf):
         if field == number:
             if wire_type != _LEN or not isinstance(value, memoryview):
                 raise OtlpError(f"field {number} is not a message")
@@ -117,9 +132,9 @@ def _signed64(bits: int) -> int:
     return bits - (1 << 64) if bits >= 1 << 63 else bits
 
 
-def _any_value(buf: memoryview) -> str:
+def _any_value(budget: _Budget, buf: memoryview) -> str:
     """An attribute's AnyValue as text (strings, booleans and numbers; arrays, maps and bytes as a placeholder)."""
-    for field, wire_type, value in _fields(buf):
+    for field, wire_type, value in _fields(budget, buf):
         if field == 1:
             return _text(value)
         if field == 2 and isinstance(value, int):
@@ -133,68 +148,68 @@ def _any_value(buf: memoryview) -> str:
     return ""
 
 
-def _attributes(point: memoryview, number: int) -> tuple[tuple[str, str], ...]:
+def _attributes(budget: _Budget, point: memoryview, number: int) -> tuple[tuple[str, str], ...]:
     pairs = []
-    for key_value in _submessages(point, number):
+    for key_value in _submessages(budget, point, number):
         key = ""
         text = ""
-        for field, _wire_type, value in _fields(key_value):
+        for field, _wire_type, value in _fields(budget, key_value):
             if field == 1:
                 key = _text(value)
             elif field == 2 and isinstance(value, memoryview):
-                text = _any_value(value)
+                text = _any_value(budget, value)
         pairs.append((key, text))
     return tuple(sorted(pairs))
 
 
-def _number_point(name: str, point: memoryview, delta: bool) -> MetricPoint:
+def _number_point(budget: _Budget, name: str, point: memoryview, delta: bool) -> MetricPoint:
     value = 0.0
-    for field, wire_type, raw in _fields(point):
+    for field, wire_type, raw in _fields(budget, point):
         if field == 4 and wire_type == _FIXED64 and isinstance(raw, int):
             value = _double(raw)
         elif field == 6 and wire_type == _FIXED64 and isinstance(raw, int):
             value = float(_signed64(raw))
-    return MetricPoint(name, _attributes(point, 7), value, delta)
+    return MetricPoint(name, _attributes(budget, point, 7), value, delta)
 
 
-def _histogram_points(name: str, point: memoryview, delta: bool) -> list[MetricPoint]:
+def _histogram_points(budget: _Budget, name: str, point: memoryview, delta: bool) -> list[MetricPoint]:
     count = 0.0
     total = 0.0
-    for field, wire_type, raw in _fields(point):
+    for field, wire_type, raw in _fields(budget, point):
         if field == 4 and wire_type == _FIXED64 and isinstance(raw, int):
             count = float(raw)
         elif field == 5 and wire_type == _FIXED64 and isinstance(raw, int):
             total = _double(raw)
-    attributes = _attributes(point, 9)
+    attributes = _attributes(budget, point, 9)
     return [
         MetricPoint(f"{name}_count", attributes, count, delta),
         MetricPoint(f"{name}_sum", attributes, total, delta),
     ]
 
 
-def _temporality(data: memoryview) -> int:
-    for field, wire_type, value in _fields(data):
+def _temporality(budget: _Budget, data: memoryview) -> int:
+    for field, wire_type, value in _fields(budget, data):
         if field == 2 and wire_type == _VARINT and isinstance(value, int):
             return value
     return 0
 
 
-def _metric_points(metric: memoryview) -> list[MetricPoint]:
+def _metric_points(budget: _Budget, metric: memoryview) -> list[MetricPoint]:
     name = ""
     points: list[MetricPoint] = []
     bodies: list[tuple[int, memoryview]] = []
-    for field, _wire_type, value in _fields(metric):
+    for field, _wire_type, value in _fields(budget, metric):
         if field == 1:
             name = _text(value)
         elif field in (5, 7, 9) and isinstance(value, memoryview):
             bodies.append((field, value))
     for kind, body in bodies:
-        delta = kind != 5 and _temporality(body) == TEMPORALITY_DELTA
-        for point in _submessages(body, 1):
+        delta = kind != 5 and _temporality(budget, body) == TEMPORALITY_DELTA
+        for point in _submessages(budget, body, 1):
             if kind == 9:
-                points.extend(_histogram_points(name, point, delta))
+                points.extend(_histogram_points(budget, name, point, delta))
             else:
-                points.append(_number_point(name, point, delta))
+                points.append(_number_point(budget, name, point, delta))
     return points
 
 
@@ -203,10 +218,11 @@ def decode_metrics(payload: bytes) -> list[MetricPoint]:
     more than :data:`MAX_POINTS` points."""
     points: list[MetricPoint] = []
     buf = memoryview(payload)
-    for resource_metrics in _submessages(buf, 1):
-        for scope_metrics in _submessages(resource_metrics, 2):
-            for metric in _submessages(scope_metrics, 2):
-                points.extend(_metric_points(metric))
+    budget = _Budget()
+    for resource_metrics in _submessages(budget, buf, 1):
+        for scope_metrics in _submessages(budget, resource_metrics, 2):
+            for metric in _submessages(budget, scope_metrics, 2):
+                points.extend(_metric_points(budget, metric))
                 if len(points) > MAX_POINTS:
                     raise OtlpError(f"more than {MAX_POINTS} data points in one push")
     return points

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -217,8 +216,7 @@ def test_a_producer_pushes_its_metrics_to_the_brokers_endpoint(node: BrokerProce
                timeout=15, what="the terminated producer's series to leave /metrics")
 
 
-def test_without_a_matching_subscription_nothing_is_pushed(tmp_path: Path,
-                                                           broker_factory: Callable[..., BrokerProcess]) -> None:
+def test_without_a_matching_subscription_nothing_is_pushed(broker_factory: Callable[..., BrokerProcess]) -> None:
     node = broker_factory(overrides={"metrics.port": "0"})
     url = metrics_url(node.log_text())
     producer = Producer({"bootstrap.servers": node.bootstrap, "client.id": "quiet-producer"})
@@ -305,6 +303,11 @@ def test_otlp_decoding_refuses_truncation_and_reads_what_it_understands() -> Non
         with pytest.raises(ValueError):
             decode_metrics(payload[:cut])
     assert decode_metrics(b"") == []
+    # However small its fields, a payload is walked only so far.
+    tiny = b"\x18\x01" * 300_000
+    with pytest.raises(ValueError, match="protobuf fields"):
+        decode_metrics(b"\x0a" + bytes([0x80 | (len(tiny) & 0x7F), 0x80 | (len(tiny) >> 7 & 0x7F), len(tiny) >> 14])
+                       + tiny)
 
 
 # ------------------------------------------------------------------ authorization, as Kafka's KafkaApis checks it
