@@ -10,6 +10,7 @@ Kafka; a classic group with members is not a consumer group and answers GROUP_ID
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kio.schema.errors import ErrorCode
@@ -79,9 +80,19 @@ class ConsumerMembership(CoordinatorRuntime):
         result = group.heartbeat(self._now_ms(), request, self.cluster_topics())
         changes = group.take_changes()
         if changes:
-            stored = await self._persist_consumer_group(group, changes)
+            write = asyncio.ensure_future(self._persist_consumer_group(group, changes))
+            self._consumer_writes[group_id] = write
+            stored = await asyncio.shield(write)
             if stored is not ErrorCode.none:
                 result = HeartbeatResult(stored, member_id=request.member_id)
+        else:
+            # Nothing new to write, but the answer may rest on a state another heartbeat is still writing: it is
+            # sent only once that is durable, so no member is told an epoch a failover could forget.
+            pending = self._consumer_writes.get(group_id)
+            if pending is not None and not pending.done():
+                await asyncio.shield(pending)
+        if self._consumer_writes.get(group_id) is not None and self._consumer_writes[group_id].done():
+            del self._consumer_writes[group_id]
         if self._groups.get(group_id) is group:
             self._after(group)
         return result
