@@ -186,7 +186,8 @@ def test_second_member_waits_for_the_first_to_revoke() -> None:
 @pytest.mark.parametrize("seed", range(12))
 def test_random_joins_leaves_and_heartbeats_never_share_a_partition(seed: int) -> None:
     rng = random.Random(seed)
-    topics = cluster(orders=7, payments=3)
+    sizes = {"orders": 7, "payments": 3}
+    topics = cluster(**sizes)
     group = ConsumerGroup("g", config(), 0)
     live: list[Client] = []
     gone: list[Client] = []
@@ -202,6 +203,9 @@ def test_random_joins_leaves_and_heartbeats_never_share_a_partition(seed: int) -
             leaving = live.pop(rng.randrange(len(live)))
             assert leaving.leave(group, now, topics).error is ErrorCode.none
             gone.append(leaving)
+        elif action < 0.27:
+            sizes["orders"] += 1
+            topics = cluster(**sizes)
         elif action < 0.3 and live:
             # A client that stops heartbeating is fenced by its session time-out; it is out of the invariant.
             silent = live.pop(rng.randrange(len(live)))
@@ -222,9 +226,9 @@ def test_random_joins_leaves_and_heartbeats_never_share_a_partition(seed: int) -
         assert group.state is ConsumerGroupState.STABLE
         assert all(m.member_epoch == group.group_epoch for m in group.members.values())
         held = set().union(*(flat(c.owned) for c in live))
-        assert held == {(topic_id("orders"), p) for p in range(7)} | {(topic_id("payments"), p) for p in range(3)}
-        sizes = sorted(count(c.owned) for c in live)
-        assert sizes[-1] - sizes[0] <= 1
+        assert held == {(topic_id(name), p) for name, n in sizes.items() for p in range(n)}
+        counts = sorted(count(c.owned) for c in live)
+        assert counts[-1] - counts[0] <= 1
     else:
         assert group.state is ConsumerGroupState.EMPTY
 
@@ -304,6 +308,7 @@ def test_static_member_steps_out_and_comes_back_under_a_new_member_id() -> None:
     assert (left.error, left.member_epoch) == (ErrorCode.none, -2)
     # It keeps its partitions: nobody else gets them, and the group epoch does not move.
     assert group.members["a1"].member_epoch == -2 and group.group_epoch == epoch
+    assert group.state is ConsumerGroupState.RECONCILING
     assert all(group.owner_of(t, p) == "a1" for t, p in flat(a_parts))
     b.heartbeat(group, 110, ORDERS6)
     assert count(b.owned) == 3
