@@ -555,3 +555,24 @@ def test_static_member_stepping_out_releases_what_it_was_revoking() -> None:
     b.heartbeat(group, 40, ORDERS6)
     assert flat(b.owned) == revoking
     check_exclusive(group, [b])
+
+
+def test_topic_dropped_while_revoking_is_taken_back_at_once() -> None:
+    """Kafka 4.2's CurrentAssignmentBuilder: a member still revoking that unsubscribes from a topic has that topic's
+    partitions moved to pending revocation in the same heartbeat, at its current epoch."""
+    topics = cluster(orders=2, payments=2)
+    group = ConsumerGroup("g", config(), 0)
+    a = Client("a", topics=("orders", "payments"))
+    a.heartbeat(group, 0, topics)
+    Client("b", topics=("orders", "payments")).heartbeat(group, 10, topics)
+    everything = dict(a.owned)
+    a.heartbeat(group, 20, topics)
+    assert group.members["a"].state is MemberState.UNREVOKED_PARTITIONS
+    epoch = a.epoch
+    # A has not revoked yet (it still reports everything) and drops payments from its subscription.
+    a.owned, a.topics = everything, ("orders",)
+    result = a.heartbeat(group, 30, topics, full=True)
+    member = group.members["a"]
+    assert result.member_epoch == epoch and member.state is MemberState.UNREVOKED_PARTITIONS
+    assert topic_id("payments") not in member.assigned and topic_id("payments") not in (result.assignment or {})
+    assert member.pending_revocation.get(topic_id("payments"))

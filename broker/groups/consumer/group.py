@@ -233,6 +233,8 @@ class ConsumerGroup:
             target=self.target.get(updated.member_id, {}),
             owned=request.owned,
             owner_epoch=lambda t, p: self._owner_epoch(updated.member_id, t, p),
+            subscribed=self._subscribed_ids(updated, topics),
+            subscription_changed=updated.subscription_differs(member),
         )
         if is_new or reconciled.assignment_differs(updated):
             self._changes.append(CurrentAssignmentChanged(reconciled))
@@ -409,6 +411,13 @@ class ConsumerGroup:
         if member.subscribed_topic_regex:
             topics |= self._regex_matches.get(member.subscribed_topic_regex, frozenset()) & names
         return topics
+
+    def _subscribed_ids(self, member: ConsumerMember, topics: ClusterTopics) -> frozenset[uuid.UUID]:
+        """The ids of the topics ``member`` subscribes to that exist now (by name or through its regex)."""
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            names |= self._regex_matches.get(member.subscribed_topic_regex, frozenset())
+        return frozenset(topics.by_name[n].topic_id for n in names if n in topics.by_name)
 
     def _refresh_subscription(self, topics: ClusterTopics) -> bool:
         """Recomputes the subscribed topics' metadata; True when it changed (the group epoch must move)."""
