@@ -17,7 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import Group
 from broker.groups.consumer.assignment import TopicMetadata
-from broker.groups.consumer.group import ClusterTopics, ConsumerGroup, HeartbeatRequest, HeartbeatResult
+from broker.groups.consumer.cluster_topics import ClusterTopics
+from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest, HeartbeatResult
 from broker.groups.consumer.member import JOIN_EPOCH
 from broker.groups.offsets_schema import encode_group_key
 from broker.groups.runtime import CoordinatorRuntime

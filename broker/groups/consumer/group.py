@@ -17,7 +17,6 @@ The three epochs, as in Kafka:
 from __future__ import annotations
 
 import enum
-import hashlib
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +33,7 @@ from broker.groups.consumer.changes import (
     TargetEpochChanged,
     TargetMemberChanged,
 )
+from broker.groups.consumer.cluster_topics import ClusterTopics, metadata_hash
 from broker.groups.consumer.member import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -43,7 +43,15 @@ from broker.groups.consumer.member import (
     normalized,
 )
 from broker.groups.consumer.reconciliation import reconcile
-from broker.groups.consumer.topic_regex import matching_topics
+from broker.groups.consumer.rules import (
+    Rejection,
+    epoch_rejection,
+    offset_commit_error,
+    offset_fetch_error,
+    static_rejection,
+    unknown_member,
+    unreleased,
+)
 from broker.groups.offsets import GroupOffsets
 from broker.groups.txn_offsets import PendingTxnOffsets
 
@@ -94,38 +102,6 @@ class HeartbeatResult:
     member_epoch: int = -1
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
-
-
-@dataclass(frozen=True)
-class ClusterTopics:
-    """The cluster's topics when a heartbeat arrives, by name; one value per metadata image, shared by every
-    group's heartbeats until the topics change, so a regex is matched once per image, not once per heartbeat."""
-
-    by_name: Mapping[str, TopicMetadata]
-    #: Topics a regex may match: internal topics are never subscribed by pattern.
-    regex_visible: frozenset[str]
-    _matches: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
-
-    def matching(self, pattern: str) -> frozenset[str]:
-        found = self._matches.get(pattern)
-        if found is None:
-            if len(self._matches) >= 1024:
-                self._matches.clear()
-            found = self._matches[pattern] = matching_topics(pattern, self.regex_visible)
-        return found
-
-
-def metadata_hash(topics: Mapping[uuid.UUID, TopicMetadata]) -> int:
-    """A signed 64-bit hash of the subscribed topics' ids, names, partition counts and racks, stable across
-    processes (Python's ``hash`` is salted): what ``GroupEpochChanged.metadata_hash`` stores."""
-    digest = hashlib.blake2b(digest_size=8)
-    for topic in sorted(topics.values(), key=lambda t: t.topic_id.bytes):
-        digest.update(topic.topic_id.bytes)
-        digest.update(topic.name.encode())
-        digest.update(topic.num_partitions.to_bytes(4, "big"))
-        for partition in sorted(topic.partition_racks):
-            digest.update(f"{partition}:{','.join(sorted(topic.partition_racks[partition]))};".encode())
-    return int.from_bytes(digest.digest(), "big", signed=True)
 
 
 class ConsumerGroup:
@@ -222,29 +198,26 @@ class ConsumerGroup:
     # ------------------------------------------------------------------------------------------------ heartbeat
 
     def heartbeat(self, now_ms: int, request: HeartbeatRequest, topics: ClusterTopics) -> HeartbeatResult:
+        """Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``: find (or create, or take over) the member, bump
+        the group epoch if what the assignor sees changed, recompute the target if behind, then move the member
+        one step towards it (``reconcile``)."""
         if self.dead:
             return HeartbeatResult(ErrorCode.not_coordinator, member_id=request.member_id)
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(now_ms, request)
-        if request.member_epoch == JOIN_EPOCH:
-            joined = self._join(now_ms, request)
-            if isinstance(joined, HeartbeatResult):
-                return joined
-            member, is_new = joined
-        else:
-            found = self.members.get(request.member_id)
-            if found is None or found.member_epoch == STATIC_LEAVE_EPOCH:
-                return HeartbeatResult(
-                    ErrorCode.unknown_member_id,
-                    f"member {request.member_id} is not in group {self.group_id}",
-                    member_id=request.member_id,
-                )
-            fenced = self._fenced(found, request)
-            if fenced is not None:
-                return fenced
-            member, is_new = found, False
+        if request.member_id not in self.members and len(self.members) >= self.config.max_size:
+            return HeartbeatResult(
+                ErrorCode.group_max_size_reached,
+                f"group {self.group_id} has reached its maximum capacity of {self.config.max_size} members",
+                member_id=request.member_id,
+            )
+        found = self._member_for(request)
+        if isinstance(found, Rejection):
+            return HeartbeatResult(found.error, found.message, member_id=request.member_id)
+        member, is_new = found
         updated = self._with_request(member, request)
-        bump = is_new or updated.subscription_differs(member)
+        # Kafka's hasMemberSubscriptionChanged: only the subscribed topics (names or regex) move the group epoch.
+        bump = self.group_epoch == 0 or updated.subscription_differs(member)
         if is_new or updated.metadata_differs(member):
             self._changes.append(MemberMetadataChanged(updated))
         self._put_member(updated)
@@ -260,6 +233,8 @@ class ConsumerGroup:
             target=self.target.get(updated.member_id, {}),
             owned=request.owned,
             owner_epoch=lambda t, p: self._owner_epoch(updated.member_id, t, p),
+            subscribed=self._subscribed_ids(updated, topics),
+            subscription_changed=updated.subscription_differs(member),
         )
         if is_new or reconciled.assignment_differs(updated):
             self._changes.append(CurrentAssignmentChanged(reconciled))
@@ -288,58 +263,48 @@ class ConsumerGroup:
             assignment=normalized(reconciled.assigned) if send_assignment else None,
         )
 
-    def _join(self, now_ms: int, request: HeartbeatRequest) -> tuple[ConsumerMember, bool] | HeartbeatResult:
-        """The member joining with epoch 0: new, rejoining after being fenced, or a static member coming back."""
+    def _member_for(self, request: HeartbeatRequest) -> tuple[ConsumerMember, bool] | Rejection:
+        """The member the heartbeat speaks for and whether it is new (Kafka's getOrMaybeSubscribeDynamic/
+        StaticConsumerGroupMember). A known member id sending epoch 0 keeps its epoch and assignment (KIP-848's
+        rejoin after being fenced); a static member joining under a new member id takes over the one that left."""
         instance_id = request.instance_id
-        if instance_id is not None:
-            holder_id = self._static.get(instance_id)
-            if holder_id is not None and holder_id != request.member_id:
-                holder = self.members[holder_id]
-                if holder.member_epoch != STATIC_LEAVE_EPOCH:
-                    return HeartbeatResult(
-                        ErrorCode.unreleased_instance_id,
-                        f"instance id {instance_id} is in use by member {holder_id} of group {self.group_id}",
-                        member_id=request.member_id,
-                    )
-                # The static member is back under a new member id: it takes over its epoch and partitions.
-                self._remove_member(holder_id, tombstones=True)
-                taken = replace(
-                    holder,
-                    member_id=request.member_id,
-                    member_epoch=holder.previous_member_epoch if holder.previous_member_epoch >= 0 else 0,
-                )
-                self._changes.append(MemberMetadataChanged(taken))
-                self._changes.append(CurrentAssignmentChanged(taken))
-                self._put_member(taken)
-                return taken, False
-        existing = self.members.get(request.member_id)
-        if existing is not None:
-            # A member that lost its epoch (fenced) rejoins with the same id and nothing owned: start it afresh.
-            self._remove_member(existing.member_id, tombstones=False)
-        elif len(self.members) >= self.config.max_size:
-            return HeartbeatResult(
-                ErrorCode.group_max_size_reached,
-                f"group {self.group_id} has reached its maximum size of {self.config.max_size} members",
-                member_id=request.member_id,
-            )
-        return ConsumerMember(member_id=request.member_id, member_epoch=0, previous_member_epoch=-1), True
+        if instance_id is None:
+            member = self.members.get(request.member_id)
+            if member is None:
+                if request.member_epoch != JOIN_EPOCH:
+                    return unknown_member(request.member_id, self.group_id)
+                return ConsumerMember(member_id=request.member_id), True
+            rejected = epoch_rejection(member, request.member_epoch, request.owned)
+            return rejected if rejected is not None else (member, False)
+        holder_id = self._static.get(instance_id)
+        holder = self.members[holder_id] if holder_id is not None else None
+        if request.member_epoch != JOIN_EPOCH:
+            rejected = static_rejection(holder, request.member_id, instance_id)
+            if rejected is not None or holder is None:
+                return rejected or unknown_member(request.member_id, self.group_id)
+            rejected = epoch_rejection(holder, request.member_epoch, request.owned)
+            return rejected if rejected is not None else (holder, False)
+        if holder is None:
+            existing = self.members.get(request.member_id)
+            return (existing, False) if existing is not None else (ConsumerMember(member_id=request.member_id), True)
+        rejected = unreleased(holder, request.member_id, instance_id)
+        if rejected is not None:
+            return rejected
+        return self._replace_static(holder, request.member_id), False
 
-    def _fenced(self, member: ConsumerMember, request: HeartbeatRequest) -> HeartbeatResult | None:
-        """FENCED_MEMBER_EPOCH unless the member is at its epoch, or one behind because it missed the answer that
-        moved it (then what it owns must still be a part of what it is given)."""
-        received = request.member_epoch
-        if received == member.member_epoch:
-            return None
-        if received < member.member_epoch and received == member.previous_member_epoch:
-            owned = request.owned
-            if owned is None or all(ps <= frozenset(member.assigned.get(t, ())) for t, ps in owned.items()):
-                return None
-        return HeartbeatResult(
-            ErrorCode.fenced_member_epoch,
-            f"member {member.member_id} of group {self.group_id} sent epoch {received}, its epoch is "
-            f"{member.member_epoch}",
-            member_id=member.member_id,
-        )
+    def _replace_static(self, holder: ConsumerMember, member_id: str) -> ConsumerMember:
+        """Kafka's static member replacement: the returning instance gets the old member's subscription,
+        assignment and share of the target under its new member id, at epoch 0 (reconciliation then brings it to
+        the target epoch); the old member's records are tombstoned. The group epoch does not move."""
+        target = self.target.get(holder.member_id, {})
+        self._remove_member(holder.member_id, tombstones=True)
+        taken = replace(holder, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        self._changes.append(MemberMetadataChanged(taken))
+        self.target[member_id] = target
+        self._changes.append(TargetMemberChanged(member_id, target))
+        self._changes.append(CurrentAssignmentChanged(taken))
+        self._put_member(taken)
+        return taken
 
     def _with_request(self, member: ConsumerMember, request: HeartbeatRequest) -> ConsumerMember:
         return replace(
@@ -367,27 +332,40 @@ class ConsumerGroup:
         )
 
     def _leave(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResult:
-        member = self.members.get(request.member_id)
-        if member is None:
+        """Kafka's ``consumerGroupLeave``: a dynamic member (or a static one sending -1) is fenced, which frees its
+        partitions and bumps the group epoch; a static member sending -2 only steps out (its epoch becomes -2,
+        what it was revoking is released) and keeps its partitions until its session expires or its instance id
+        comes back under a new member id."""
+        instance_id = request.instance_id
+        if instance_id is None:
+            member = self.members.get(request.member_id)
+            rejected = unknown_member(request.member_id, self.group_id) if member is None else None
+        else:
+            holder_id = self._static.get(instance_id)
+            member = self.members[holder_id] if holder_id is not None else None
+            rejected = static_rejection(member, request.member_id, instance_id)
+        if rejected is not None or member is None:
+            error = rejected or unknown_member(request.member_id, self.group_id)
             return HeartbeatResult(
-                ErrorCode.unknown_member_id,
-                f"member {request.member_id} is not in group {self.group_id}",
-                member_id=request.member_id,
-                member_epoch=request.member_epoch,
+                error.error, error.message, member_id=request.member_id, member_epoch=request.member_epoch
             )
-        if request.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
-            # A static member leaving for a moment keeps its partitions until its session expires.
-            left = replace(member, member_epoch=STATIC_LEAVE_EPOCH, previous_member_epoch=member.member_epoch)
+        if instance_id is not None and request.member_epoch == STATIC_LEAVE_EPOCH:
+            left = replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
             self._put_member(left)
             self._changes.append(CurrentAssignmentChanged(left))
-            self._session_deadline[member.member_id] = now_ms + self.config.session_timeout_ms
             self._revocation_deadline.pop(member.member_id, None)
         else:
-            self._remove_member(member.member_id, tombstones=True)
-            self._bump_epoch()
-            if not self.members:
-                self.state_timestamp_ms = now_ms
+            self._fence(now_ms, member.member_id)
         return HeartbeatResult(ErrorCode.none, member_id=member.member_id, member_epoch=request.member_epoch)
+
+    def _fence(self, now_ms: int, member_id: str) -> None:
+        """Kafka's ``consumerGroupFenceMember``: the member and its records go, and the group epoch moves (with the
+        subscribed topics recomputed without it), so the next heartbeat hands its partitions to the others."""
+        self._remove_member(member_id, tombstones=True)
+        self._prune_subscription()
+        self._bump_epoch()
+        if not self.members:
+            self.state_timestamp_ms = now_ms
 
     # ------------------------------------------------------------------------------------------------ members
 
@@ -434,6 +412,13 @@ class ConsumerGroup:
             topics |= self._regex_matches.get(member.subscribed_topic_regex, frozenset()) & names
         return topics
 
+    def _subscribed_ids(self, member: ConsumerMember, topics: ClusterTopics) -> frozenset[uuid.UUID]:
+        """The ids of the topics ``member`` subscribes to that exist now (by name or through its regex)."""
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            names |= self._regex_matches.get(member.subscribed_topic_regex, frozenset())
+        return frozenset(topics.by_name[n].topic_id for n in names if n in topics.by_name)
+
     def _refresh_subscription(self, topics: ClusterTopics) -> bool:
         """Recomputes the subscribed topics' metadata; True when it changed (the group epoch must move)."""
         subscribed: dict[uuid.UUID, TopicMetadata] = {}
@@ -457,6 +442,18 @@ class ConsumerGroup:
         self.subscription = subscribed
         # A group just loaded knows its topics only by their hash: the same topics are no change.
         return restored is None or restored != metadata_hash(subscribed)
+
+    def _prune_subscription(self) -> None:
+        """Drops the topics only departed members subscribed to, as Kafka computes the metadata hash of a fenced
+        member's epoch bump without it (and so the next heartbeat does not bump the epoch a second time)."""
+        regexes = {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
+        self._regex_matches = {r: ts for r, ts in self._regex_matches.items() if r in regexes}
+        names: set[str] = set()
+        for member in self.members.values():
+            names |= member.subscribed_topic_names
+        for matched in self._regex_matches.values():
+            names |= matched
+        self.subscription = {t: meta for t, meta in self.subscription.items() if meta.name in names}
 
     def refresh_topics(self, topics: ClusterTopics) -> None:
         """The cluster's topics changed (a topic matching a subscription was created or deleted, or grew): the
@@ -516,48 +513,34 @@ class ConsumerGroup:
         return min(deadlines) if deadlines else None
 
     def tick(self, now_ms: int) -> list[str]:
-        """Removes members whose session expired or who did not revoke in time; returns their ids."""
+        """Fences members whose session expired, or who did not revoke within their rebalance time-out (still at
+        the epoch they were told to revoke at); returns their ids. Each is its own epoch bump, as each of Kafka's
+        timers is its own operation."""
         gone = [m for m, deadline in self._session_deadline.items() if deadline <= now_ms]
         for member_id, (deadline, epoch) in self._revocation_deadline.items():
             member = self.members.get(member_id)
             if deadline <= now_ms and member is not None and member.member_epoch == epoch and member_id not in gone:
                 gone.append(member_id)
         for member_id in gone:
-            self._remove_member(member_id, tombstones=True)
-        if gone:
-            self._bump_epoch()
-            if not self.members:
-                self.state_timestamp_ms = now_ms
+            self._fence(now_ms, member_id)
         return gone
 
     # ------------------------------------------------------------------------------------------------ offsets
 
     def validate_offset_commit(self, member_id: str, member_epoch: int, *, api_version: int) -> ErrorCode:
-        """Kafka's check of an OffsetCommit (or TxnOffsetCommit) against a consumer group: from outside the group
-        only while it is empty; from a member only at its current epoch, with OffsetCommit v9+."""
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``: a negative epoch (admin tools, consumers without group
+        management) may commit only while the group is empty; a member only at its current epoch, with
+        OffsetCommit v9+."""
         if self.dead:
             return ErrorCode.coordinator_not_available
-        if member_epoch < 0 and not member_id:
-            return ErrorCode.none if not self.members else ErrorCode.unknown_member_id
-        member = self.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if api_version < 9:
-            return ErrorCode.unsupported_version
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return ErrorCode.none
+        if member_epoch < 0 and not self.members:
+            return ErrorCode.none
+        return offset_commit_error(self.members.get(member_id), member_epoch, api_version=api_version)
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
-        """OffsetFetch v9+ from a member checks its epoch; without a member id (admin tools) it is not checked."""
-        if member_id is None or member_epoch < 0:
-            return ErrorCode.none
-        member = self.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member.member_epoch != member_epoch:
-            return ErrorCode.stale_member_epoch
-        return ErrorCode.none
+        """Kafka's ``ConsumerGroup.validateOffsetFetch`` (OffsetFetch v9+)."""
+        member = self.members.get(member_id) if member_id is not None else None
+        return offset_fetch_error(member_id, member, member_epoch)
 
     def is_subscribed_to(self, topic: str) -> bool:
         return any(t.name == topic for t in self.subscription.values())

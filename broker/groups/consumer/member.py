@@ -57,22 +57,31 @@ class ConsumerMember:
     pending_revocation: Assignment = field(default_factory=empty_assignment)
 
     def subscription_differs(self, other: ConsumerMember) -> bool:
-        """True when the assignor would see a different member: the group epoch must move."""
+        """True when the member subscribes to other topics: the group epoch must move. As in Kafka
+        (``hasMemberSubscriptionChanged``), a new rack or server assignor alone does not move it; the next
+        rebalance uses them."""
         return (
             self.subscribed_topic_names != other.subscribed_topic_names
             or self.subscribed_topic_regex != other.subscribed_topic_regex
-            or self.rack_id != other.rack_id
-            or self.server_assignor != other.server_assignor
         )
 
     def metadata_differs(self, other: ConsumerMember) -> bool:
         """True when the member's metadata record must be written again."""
         return self.subscription_differs(other) or (
+            self.rack_id,
+            self.server_assignor,
             self.instance_id,
             self.client_id,
             self.client_host,
             self.rebalance_timeout_ms,
-        ) != (other.instance_id, other.client_id, other.client_host, other.rebalance_timeout_ms)
+        ) != (
+            other.rack_id,
+            other.server_assignor,
+            other.instance_id,
+            other.client_id,
+            other.client_host,
+            other.rebalance_timeout_ms,
+        )
 
     def assignment_differs(self, other: ConsumerMember) -> bool:
         """True when the member's current-assignment record must be written again."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from broker.groups.consumer.assignment import Assignment
 from broker.groups.consumer.member import ConsumerMember, MemberState
@@ -28,41 +29,49 @@ def reconcile(
     target: Assignment,
     owned: Assignment | None,
     owner_epoch: OwnerEpoch,
+    subscribed: frozenset[uuid.UUID] | None = None,
+    subscription_changed: bool = False,
 ) -> ConsumerMember:
     """The member after this heartbeat. ``owned`` is what the member reported it owns (None when the heartbeat
-    did not say, which counts as still owning everything it was given)."""
+    did not say, which counts as still owning everything it was given). ``subscribed`` is the ids of the topics
+    the member subscribes to now (None: do not check): the target of any other topic counts as empty, and when
+    ``subscription_changed`` what the member holds of them is taken back at once, even before a new target (Kafka
+    4.2's ``hasSubscriptionChanged`` in CurrentAssignmentBuilder)."""
+    step = partial(
+        _next, target_epoch=target_epoch, target=target, owned=owned, owner_epoch=owner_epoch, subscribed=subscribed
+    )
     match member.state:
         case MemberState.STABLE | MemberState.UNKNOWN:
             if member.member_epoch != target_epoch:
-                return _next(
-                    member,
-                    member.member_epoch,
-                    target_epoch=target_epoch,
-                    target=target,
-                    owned=owned,
-                    owner_epoch=owner_epoch,
-                )
+                return step(member)
+            if subscription_changed and subscribed is not None:
+                return _drop_unsubscribed(member, subscribed, owned)
             return member
         case MemberState.UNREVOKED_PARTITIONS:
             if _still_owns_any(owned, member.pending_revocation):
+                if subscription_changed and subscribed is not None:
+                    return _drop_unsubscribed(member, subscribed, owned)
                 return member
-            return _next(
-                member,
-                member.member_epoch,
-                target_epoch=target_epoch,
-                target=target,
-                owned=owned,
-                owner_epoch=owner_epoch,
-            )
+            return step(member)
         case MemberState.UNRELEASED_PARTITIONS:
-            return _next(
-                member,
-                member.member_epoch,
-                target_epoch=target_epoch,
-                target=target,
-                owned=owned,
-                owner_epoch=owner_epoch,
-            )
+            return step(member)
+
+
+def _drop_unsubscribed(
+    member: ConsumerMember, subscribed: frozenset[uuid.UUID], owned: Assignment | None
+) -> ConsumerMember:
+    """Kafka's ``updateCurrentAssignment``: the partitions of topics the member no longer subscribes to move to
+    pending revocation (or simply go, if the member already let them go); its epoch does not change."""
+    dropped = {t: frozenset(ps) for t, ps in member.assigned.items() if t not in subscribed and ps}
+    if not dropped:
+        return member
+    assigned = {t: frozenset(ps) for t, ps in member.assigned.items() if t not in dropped}
+    revoking = {t: frozenset(ps) for t, ps in member.pending_revocation.items()}
+    for topic, partitions in dropped.items():
+        revoking[topic] = revoking.get(topic, frozenset()) | partitions
+    if _still_owns_any(owned, revoking):
+        return replace(member, state=MemberState.UNREVOKED_PARTITIONS, assigned=assigned, pending_revocation=revoking)
+    return replace(member, assigned=assigned)
 
 
 def _still_owns_any(owned: Assignment | None, revoking: Assignment) -> bool:
@@ -73,18 +82,21 @@ def _still_owns_any(owned: Assignment | None, revoking: Assignment) -> bool:
 
 def _next(
     member: ConsumerMember,
-    member_epoch: int,
     *,
     target_epoch: int,
     target: Assignment,
     owned: Assignment | None,
     owner_epoch: OwnerEpoch,
+    subscribed: frozenset[uuid.UUID] | None,
 ) -> ConsumerMember:
+    """Kafka's ``computeNextAssignment``: revoke what the target took away (staying at the member's epoch), or
+    else move to the target epoch with every new partition nobody else holds."""
+    member_epoch = member.member_epoch
     assigned: dict[uuid.UUID, frozenset[int]] = {}
     revoking: dict[uuid.UUID, frozenset[int]] = {}
     withheld = False
     for topic in set(target) | set(member.assigned):
-        wanted = frozenset(target.get(topic, ()))
+        wanted = frozenset(target.get(topic, ())) if subscribed is None or topic in subscribed else frozenset()
         current = frozenset(member.assigned.get(topic, ()))
         kept = current & wanted
         gone = current - wanted
