@@ -13,7 +13,8 @@ Settling (one topic of ``--partitions`` partitions, ``--members`` consumers subs
   member closes (its leave heartbeat), until the others own everything again at the new epoch.
 - ``consumer (raw wire)``: the same group as raw ConsumerGroupHeartbeat clients on asyncio (one connection per
   member) that give up revoked partitions at once: a member heartbeats again immediately when an answer changed its
-  assignment, else after the heartbeat interval the broker gave it. ``join`` starts when the last member's first
+  assignment, else after the heartbeat interval the broker gave it (the first such wait a random part of it, so
+  the members are not in lockstep). ``join`` starts when the last member's first
   heartbeat is answered. This row is what the protocol and the broker take without a client's own work.
 - ``classic cooperative-sticky``: confluent-kafka consumers with the classic protocol and
   ``partition.assignment.strategy=cooperative-sticky`` (the eager first round and the incremental second), until the
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import struct
 import sys
@@ -82,14 +84,19 @@ def describe(port: int, group: str) -> Any:
     return described
 
 
-def consumer_group_settled(port: int, group: str, members: int) -> bool:
-    """ConsumerGroupDescribe: ``members`` members, each at the group epoch, which the target assignment has."""
+def consumer_group_settled(port: int, group: str, members: int, partitions: int) -> bool:
+    """ConsumerGroupDescribe: ``members`` members, each at the group epoch, which the target assignment has, and
+    their current assignments cover the ``partitions`` once (a member at the target epoch may still wait for a
+    partition another has not released)."""
     described = describe(port, group)
+    owned = [p for m in described.members for t in m.assignment.topic_partitions for p in t.partitions]
     return bool(
         described.error_code == 0
         and len(described.members) == members
         and described.group_epoch == described.assignment_epoch
         and all(m.member_epoch == described.group_epoch for m in described.members)
+        and len(owned) == partitions
+        and set(owned) == set(range(partitions))
     )
 
 
@@ -158,7 +165,7 @@ def librdkafka_group(broker: BrokerProcess, topic: str, args: argparse.Namespace
     poller = Poller(consumers)
     settled: Callable[[int], bool] = (
         (lambda n: classic_group_settled(broker.port, group, n)) if classic
-        else (lambda n: consumer_group_settled(broker.port, group, n))
+        else (lambda n: consumer_group_settled(broker.port, group, n, args.partitions))
     )
     try:
         for consumer in consumers:
@@ -247,12 +254,16 @@ class RawMember:
         return bool(changed)
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Heartbeats at once after a change, else after the interval; the first idle wait is a random part of it,
+        so the members' heartbeats are spread over the interval as independent clients' are, not in lockstep."""
+        phase = random.random()
         while not stop.is_set():
             if not await self.heartbeat():
                 try:
-                    await asyncio.wait_for(stop.wait(), self.interval_s)
+                    await asyncio.wait_for(stop.wait(), self.interval_s * phase)
                 except TimeoutError:
                     pass
+                phase = 1.0
 
     def steady_frame(self, correlation: int) -> bytes:
         request = schema.build(
@@ -263,9 +274,9 @@ class RawMember:
         return codec.encode_request(request, correlation, "bench-raw")
 
 
-async def _wait_settled(port: int, group: str, members: int) -> None:
+async def _wait_settled(port: int, group: str, members: int, partitions: int) -> None:
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while not await asyncio.to_thread(consumer_group_settled, port, group, members):
+    while not await asyncio.to_thread(consumer_group_settled, port, group, members, partitions):
         if time.monotonic() > deadline:
             raise AssertionError(f"{group} did not settle with {members} members in {SETTLE_TIMEOUT_S} s")
         await asyncio.sleep(0.01)
@@ -281,7 +292,7 @@ async def raw_group(broker: BrokerProcess, topic: str, args: argparse.Namespace)
     started = time.monotonic()
     stop = asyncio.Event()
     tasks = [asyncio.create_task(m.run(stop)) for m in members]
-    await _wait_settled(broker.port, group, args.members)
+    await _wait_settled(broker.port, group, args.members, args.partitions)
     joined = time.monotonic() - started
     leaving = members.pop()
     tasks.pop().cancel()  # it may be waiting for an answer: the leave goes on a connection of its own
@@ -289,14 +300,14 @@ async def raw_group(broker: BrokerProcess, topic: str, args: argparse.Namespace)
     leaving.conn = await Connection.open(broker.port)
     started = time.monotonic()
     await leaving.heartbeat(leave=True)
-    await _wait_settled(broker.port, group, args.members - 1)
+    await _wait_settled(broker.port, group, args.members - 1, args.partitions)
     left = time.monotonic() - started
     # A new member takes its place, so the heartbeat cost is measured on a group of ``--members``.
     leaving = RawMember(leaving.conn, group, topic)
     await leaving.heartbeat()
     members.append(leaving)
     tasks.append(asyncio.create_task(leaving.run(stop)))
-    await _wait_settled(broker.port, group, args.members)
+    await _wait_settled(broker.port, group, args.members, args.partitions)
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     return Row("consumer (raw wire, instant revoke)", joined, left), members

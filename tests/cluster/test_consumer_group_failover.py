@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from node.local_cluster import LocalCluster
 from testkit.node_process import WireClient
@@ -83,11 +82,20 @@ def describe_group(port: int, group: str) -> GroupView:
     )
 
 
-def coordinator_of(bootstrap: str, group: str) -> int:
-    """The broker FindCoordinator names for ``group`` (the admin client's describe asks it first)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    description = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
-    return int(description.coordinator.id)
+def coordinator_of(ports: list[int], group: str) -> int:
+    """The broker FindCoordinator (v4, as confluent-kafka 2.16 asks) names for ``group``, asked of the first of
+    ``ports`` that answers; raises while the group has no coordinator."""
+    for port in ports:
+        try:
+            client = WireClient(port, timeout=5)
+        except OSError:
+            continue
+        with client:
+            request = schema.build(codec.request_class(10, 4), key_type=0, coordinator_keys=(group,))
+            (found,) = client.request(request).coordinators
+        assert found.error_code == 0, f"FindCoordinator: {found.error_code} {found.error_message}"
+        return int(found.node_id)
+    raise AssertionError(f"no broker on {ports} answered")
 
 
 @dataclass
@@ -190,6 +198,7 @@ def test_a_consumer_group_keeps_its_partitions_and_records_when_its_coordinator_
     bootstrap = cluster.bootstrap_servers
     topic = topic_name("cg-failover")
     group = f"cg-{uuid.uuid4().hex[:8]}"
+    ports = [b.spec.port for b in cluster.brokers]
     create_topic(bootstrap, topic, PARTITIONS)
     leaders(bootstrap, topic, PARTITIONS)
     load = ProduceLoad(bootstrap, topic).start()
@@ -197,7 +206,7 @@ def test_a_consumer_group_keeps_its_partitions_and_records_when_its_coordinator_
     try:
         # Every member owns a share and the group is stable at its target epoch.
         def settled() -> GroupView | None:
-            coordinator = coordinator_of(bootstrap, group)
+            coordinator = coordinator_of(ports, group)
             view = describe_group(_port_of(cluster, coordinator), group)
             owned = [m.owned() for m in members]
             complete = (
@@ -217,19 +226,20 @@ def test_a_consumer_group_keeps_its_partitions_and_records_when_its_coordinator_
         described = {names.get(i): s for i, (_, s) in before.members.items()}
         assert described == owned_before, f"the coordinator says {described}, the clients {owned_before}"
 
-        victim = coordinator_of(bootstrap, group)
+        victim = coordinator_of(ports, group)
         offsets_partition = partition_for(group, OFFSETS_PARTITIONS)
         assert leaders(bootstrap, "__consumer_offsets")[offsets_partition] == victim
         uncommitted_at_kill = {m.name: m.uncommitted() for m in members}
         cluster.node(victim).kill()
         killed_at = time.monotonic()
-        survivors = ",".join(f"127.0.0.1:{port}" for port in _ports_without(cluster, victim))
+        survivor_ports = _ports_without(cluster, victim)
+        survivors = ",".join(f"127.0.0.1:{port}" for port in survivor_ports)
 
         # Another broker leads the group's __consumer_offsets partition and answers for the group, restored from
         # its records: same group epoch, same member epochs, same partitions.
         def restored() -> tuple[int, GroupView] | None:
             successor = leaders(survivors, "__consumer_offsets").get(offsets_partition, -1)
-            if successor in (victim, -1) or coordinator_of(survivors, group) != successor:
+            if successor in (victim, -1) or coordinator_of(survivor_ports, group) != successor:
                 return None
             return successor, describe_group(_port_of(cluster, successor), group)
 
