@@ -17,6 +17,7 @@ The three epochs, as in Kafka:
 from __future__ import annotations
 
 import enum
+import heapq
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -124,6 +125,13 @@ class ConsumerGroup:
         self.subscription: dict[uuid.UUID, TopicMetadata] = {}
         self._session_deadline: dict[str, int] = {}
         self._revocation_deadline: dict[str, tuple[int, int]] = {}
+        #: Every deadline set, soonest first; an entry no longer in the dicts above is stale and skipped, so finding
+        #: the next deadline does not walk every member on each heartbeat.
+        self._deadlines: list[tuple[int, str]] = []
+        #: Moves whenever a member's subscription may have changed (joins, leaves, new names or regex): the
+        #: subscribed topics are recomputed only then, or when the cluster's topics change.
+        self._subscriptions_version = 0
+        self._refreshed: tuple[ClusterTopics, int] | None = None
         self._changes: list[Change] = []
         self.offsets = GroupOffsets()
         self.pending_txn_offsets = PendingTxnOffsets()
@@ -157,11 +165,10 @@ class ConsumerGroup:
         group._restored_hash = metadata_hash
         for member in members:
             group._put_member(member)
-            group._session_deadline[member.member_id] = now_ms + config.session_timeout_ms
+            group._set_session_deadline(member.member_id, now_ms + config.session_timeout_ms)
             if member.state is MemberState.UNREVOKED_PARTITIONS:
-                group._revocation_deadline[member.member_id] = (
-                    now_ms + max(member.rebalance_timeout_ms, 0),
-                    member.member_epoch,
+                group._set_revocation_deadline(
+                    member.member_id, now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch
                 )
         return group
 
@@ -241,10 +248,10 @@ class ConsumerGroup:
             self._put_member(reconciled)
             if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
                 deadline = now_ms + max(reconciled.rebalance_timeout_ms, 0)
-                self._revocation_deadline[reconciled.member_id] = (deadline, reconciled.member_epoch)
+                self._set_revocation_deadline(reconciled.member_id, deadline, reconciled.member_epoch)
             else:
                 self._revocation_deadline.pop(reconciled.member_id, None)
-        self._session_deadline[reconciled.member_id] = now_ms + self.config.session_timeout_ms
+        self._set_session_deadline(reconciled.member_id, now_ms + self.config.session_timeout_ms)
         full_request = (
             request.rebalance_timeout_ms != -1
             and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None)
@@ -371,6 +378,12 @@ class ConsumerGroup:
 
     def _put_member(self, member: ConsumerMember) -> None:
         old = self.members.get(member.member_id)
+        if (
+            old is None
+            or old.subscribed_topic_names != member.subscribed_topic_names
+            or old.subscribed_topic_regex != member.subscribed_topic_regex
+        ):
+            self._subscriptions_version += 1
         if old is not None:
             for tp in old.owned_partitions():
                 if self._owners.get(tp) == member.member_id:
@@ -385,6 +398,7 @@ class ConsumerGroup:
         member = self.members.pop(member_id, None)
         if member is None:
             return
+        self._subscriptions_version += 1
         for tp in member.owned_partitions():
             if self._owners.get(tp) == member_id:
                 del self._owners[tp]
@@ -420,7 +434,12 @@ class ConsumerGroup:
         return frozenset(topics.by_name[n].topic_id for n in names if n in topics.by_name)
 
     def _refresh_subscription(self, topics: ClusterTopics) -> bool:
-        """Recomputes the subscribed topics' metadata; True when it changed (the group epoch must move)."""
+        """Recomputes the subscribed topics' metadata; True when it changed (the group epoch must move). Nothing to
+        do when neither the cluster's topics nor any member's subscription changed since the last time."""
+        refreshed = self._refreshed
+        if refreshed is not None and refreshed[0] is topics and refreshed[1] == self._subscriptions_version:
+            return False
+        self._refreshed = (topics, self._subscriptions_version)
         subscribed: dict[uuid.UUID, TopicMetadata] = {}
         for member in self.members.values():
             for name in member.subscribed_topic_names:
@@ -507,10 +526,25 @@ class ConsumerGroup:
 
     # ------------------------------------------------------------------------------------------------ timers
 
+    def _set_session_deadline(self, member_id: str, deadline: int) -> None:
+        self._session_deadline[member_id] = deadline
+        heapq.heappush(self._deadlines, (deadline, member_id))
+
+    def _set_revocation_deadline(self, member_id: str, deadline: int, epoch: int) -> None:
+        self._revocation_deadline[member_id] = (deadline, epoch)
+        heapq.heappush(self._deadlines, (deadline, member_id))
+
     def next_deadline_ms(self) -> int | None:
-        deadlines = list(self._session_deadline.values())
-        deadlines.extend(deadline for deadline, _ in self._revocation_deadline.values())
-        return min(deadlines) if deadlines else None
+        heap = self._deadlines
+        while heap:
+            deadline, member_id = heap[0]
+            revocation = self._revocation_deadline.get(member_id)
+            if self._session_deadline.get(member_id) == deadline or (
+                revocation is not None and revocation[0] == deadline
+            ):
+                return deadline
+            heapq.heappop(heap)
+        return None
 
     def tick(self, now_ms: int) -> list[str]:
         """Fences members whose session expired, or who did not revoke within their rebalance time-out (still at
