@@ -42,7 +42,7 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         15: VersionRange("DescribeGroups", 0, 5),
         16: VersionRange("ListGroups", 0, 5),
         17: VersionRange("SaslHandshake", 0, 1),
-        18: VersionRange("ApiVersions", 0, 3),
+        18: VersionRange("ApiVersions", 0, 4),
         19: VersionRange("CreateTopics", 2, 7),
         20: VersionRange("DeleteTopics", 1, 6),
         21: VersionRange("DeleteRecords", 0, 2),
@@ -72,6 +72,7 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         50: VersionRange("DescribeUserScramCredentials", 0, 0),
         51: VersionRange("AlterUserScramCredentials", 0, 0),
         55: VersionRange("DescribeQuorum", 0, 2),
+        57: VersionRange("UpdateFeatures", 0, 2),
         60: VersionRange("DescribeCluster", 0, 1),
         61: VersionRange("DescribeProducers", 0, 0),
         64: VersionRange("UnregisterBroker", 0, 0),
@@ -91,7 +92,9 @@ PRE_AUTHENTICATION_KEYS: Final = frozenset((API_VERSIONS_KEY, SASL_HANDSHAKE_KEY
 
 @dataclass(frozen=True, slots=True)
 class Feature:
-    """A KIP-584 feature as ApiVersions v3+ reports it: the range this broker supports and the level in force."""
+    """A KIP-584 feature: the range of levels this software supports, and ``finalized_level``, the level a new
+    cluster finalizes (``kafka-storage format``'s default). The level in force is the cluster's, a metadata record
+    (``metadata.image.MetadataImage.feature_level``), changed with UpdateFeatures (``kafka-features.sh``)."""
 
     name: str
     min_version: int
@@ -105,7 +108,13 @@ class Feature:
 #: Java clients read the finalized features (and their epoch); kafka-features and kafka-metadata-quorum check
 #: ``metadata.version`` before using newer admin APIs.
 METADATA_VERSION: Final = Feature("metadata.version", 7, 14, 14)
-FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION,)
+#: Transactions v2 (KIP-890 part 2) at level 2: Kafka 4 clients then bump the epoch on every EndTxn and let the
+#: brokers add partitions to the transaction (Produce v12, TxnOffsetCommit v5). Level 1 (or 0) keeps v1 clients.
+TRANSACTION_VERSION: Final = Feature("transaction.version", 0, 2, 2)
+#: The KIP-848 consumer group protocol at level 1.
+GROUP_VERSION: Final = Feature("group.version", 0, 1, 1)
+FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION, TRANSACTION_VERSION, GROUP_VERSION)
+FEATURES_BY_NAME: Final[Mapping[str, Feature]] = MappingProxyType({f.name: f for f in FEATURES})
 
 
 def api_name(api_key: int) -> str:

@@ -1,4 +1,4 @@
-"""ApiVersions (key 18) v0-3, including the KIP-511 v0 fallback for versions newer than ours, and the KIP-584
+"""ApiVersions (key 18) v0-4, including the KIP-511 v0 fallback for versions newer than ours, and the KIP-584
 features (v3+) that Java clients and Kafka's tools read."""
 
 from __future__ import annotations
@@ -32,22 +32,26 @@ def unsupported_version_response(versions: Mapping[int, VersionRange]) -> Any:
 
 
 def _features(ctx: RequestContext) -> dict[str, object]:
-    """The tagged feature fields of v3+. The finalized epoch is the metadata log offset the answer reflects, as
-    in KRaft, so a client can tell a newer answer from an older one."""
+    """The tagged feature fields of v3+: the ranges this broker supports and the cluster's finalized levels (from
+    the metadata image, features at level 0 left out, as Kafka does). Before v4 a supported range starting at 0 is
+    left out too (KAFKA-17492: older Java clients refuse such a range). The finalized epoch is the metadata log
+    offset the answer reflects, as in KRaft, so a client can tell a newer answer from an older one."""
     if ctx.api_version < 3:
         return {}
     cls = ctx.response_class
+    image = ctx.broker.controller.image
     return {
         "supported_features": tuple(
             schema.build_nested(cls, "supported_features", name=f.name, min_version=f.min_version,
                                max_version=f.max_version)
             for f in FEATURES
+            if f.min_version > 0 or ctx.api_version >= 4
         ),
-        "finalized_features_epoch": max(ctx.broker.controller.image.offset, 0),
+        "finalized_features_epoch": max(image.offset, 0),
         "finalized_features": tuple(
-            schema.build_nested(cls, "finalized_features", name=f.name, max_version_level=f.finalized_level,
-                               min_version_level=f.finalized_level)
-            for f in FEATURES
+            schema.build_nested(cls, "finalized_features", name=name, max_version_level=level,
+                               min_version_level=level)
+            for name, level in image.finalized_features().items()
         ),
         "zk_migration_ready": False,
     }

@@ -108,6 +108,7 @@ _ADMIN_APIS = frozenset(
         kafka_apis.CREATE_ACLS,
         kafka_apis.DELETE_ACLS,
         kafka_apis.ALTER_CLIENT_QUOTAS,
+        kafka_apis.UPDATE_FEATURES,
     }
 )
 
@@ -455,12 +456,13 @@ class ControllerDispatcher:
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
         if api_key == kafka_apis.ALTER_USER_SCRAM_CREDENTIALS:
             return await admin_requests.alter_user_scram_credentials(response_cls, body, active)
-        if api_key == kafka_apis.CREATE_ACLS:
-            return await admin_requests.create_acls(response_cls, body, active)
-        if api_key == kafka_apis.DELETE_ACLS:
-            return await admin_requests.delete_acls(response_cls, body, active)
+        if api_key in (kafka_apis.CREATE_ACLS, kafka_apis.DELETE_ACLS):
+            answer = admin_requests.create_acls if api_key == kafka_apis.CREATE_ACLS else admin_requests.delete_acls
+            return await answer(response_cls, body, active)
         if api_key == kafka_apis.ALTER_CLIENT_QUOTAS:
             return await admin_requests.alter_client_quotas(response_cls, body, active)
+        if api_key == kafka_apis.UPDATE_FEATURES:
+            return await admin_requests.update_features(response_cls, body, request.api_version, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
 

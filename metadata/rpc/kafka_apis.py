@@ -23,6 +23,7 @@ AlterUserScramCr..  51    0         active controller (SCRAM credentials are met
 CreateAcls          30    1-3       active controller (ACL bindings are metadata records)
 DeleteAcls          31    1-3       active controller
 AlterClientQuotas   49    0-1       active controller (client quotas are metadata records)
+UpdateFeatures      57    0-2       active controller (finalized feature levels are metadata records)
 Vote                52    2         Raft (KIP-996 pre-vote)
 BeginQuorumEpoch    53    1         Raft
 EndQuorumEpoch      54    1         Raft
@@ -64,6 +65,7 @@ ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
 ALTER_CLIENT_QUOTAS: Final = 49
+UPDATE_FEATURES: Final = 57
 VOTE: Final = 52
 BEGIN_QUORUM_EPOCH: Final = 53
 END_QUORUM_EPOCH: Final = 54
@@ -94,6 +96,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
     ALTER_CLIENT_QUOTAS: (0, 1),
+    UPDATE_FEATURES: (0, 2),
     VOTE: (2, 2),
     BEGIN_QUORUM_EPOCH: (1, 1),
     END_QUORUM_EPOCH: (1, 1),
