@@ -28,7 +28,7 @@ class VersionRange:
 
 API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
     {
-        0: VersionRange("Produce", 3, 9),
+        0: VersionRange("Produce", 3, 13),
         1: VersionRange("Fetch", 4, 15),
         2: VersionRange("ListOffsets", 1, 8),
         3: VersionRange("Metadata", 0, 12),
@@ -46,13 +46,13 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         19: VersionRange("CreateTopics", 2, 7),
         20: VersionRange("DeleteTopics", 1, 6),
         21: VersionRange("DeleteRecords", 0, 2),
-        22: VersionRange("InitProducerId", 0, 4),
+        22: VersionRange("InitProducerId", 0, 5),
         23: VersionRange("OffsetForLeaderEpoch", 2, 4),
-        24: VersionRange("AddPartitionsToTxn", 0, 4),
+        24: VersionRange("AddPartitionsToTxn", 0, 5),
         25: VersionRange("AddOffsetsToTxn", 0, 3),
-        26: VersionRange("EndTxn", 0, 3),
-        27: VersionRange("WriteTxnMarkers", 1, 1),
-        28: VersionRange("TxnOffsetCommit", 0, 3),
+        26: VersionRange("EndTxn", 0, 5),
+        27: VersionRange("WriteTxnMarkers", 1, 2),
+        28: VersionRange("TxnOffsetCommit", 0, 5),
         29: VersionRange("DescribeAcls", 1, 3),
         30: VersionRange("CreateAcls", 1, 3),
         31: VersionRange("DeleteAcls", 1, 3),

@@ -242,6 +242,44 @@ def test_only_the_valid_transitions_can_be_prepared() -> None:
         md.prepare_end(TxnState.PREPARE_ABORT, NOW)  # a second transit while one is pending
 
 
+# ------------------------------------------------------------------------------------------------ transactions v2
+
+
+def test_v2_every_end_bumps_the_epoch_and_a_retry_is_told_apart_from_the_next_end() -> None:
+    md = ongoing()
+    prepare = apply(md, md.end_transaction_v2(1000, 0, True, NOW + 20, None))
+    assert (prepare.state, prepare.producer_epoch, prepare.last_producer_epoch) == (TxnState.PREPARE_COMMIT, 1, 0)
+    assert md.ended_as_v2
+    # The client's retry (at the epoch it ended with) while the markers are written: back off.
+    assert md.end_transaction_v2(1000, 0, True, NOW, None) is ErrorCode.concurrent_transactions
+    assert md.end_transaction_v2(1000, 1, True, NOW, None) is ErrorCode.producer_fenced
+    apply(md, md.prepare_complete(NOW + 30))
+    assert (md.state, md.producer_epoch, md.ended_as_v2) == (TxnState.COMPLETE_COMMIT, 1, False)
+    assert md.end_transaction_v2(1000, 0, True, NOW, None) is ErrorCode.none  # retry: done, nothing written
+    assert md.end_transaction_v2(1000, 0, False, NOW, None) is ErrorCode.invalid_txn_state
+    assert md.end_transaction_v2(1000, 1, True, NOW, None) is ErrorCode.invalid_txn_state  # nothing to commit
+    # An abort at the current epoch with nothing added still bumps it (Kafka's table for Complete*/Empty).
+    abort = apply(md, md.end_transaction_v2(1000, 1, False, NOW + 40, None))
+    assert (abort.state, abort.producer_epoch, abort.partitions) == (TxnState.PREPARE_ABORT, 2, frozenset())
+    assert md.end_transaction_v2(7, 2, False, NOW, None) is ErrorCode.invalid_producer_id_mapping
+
+
+def test_v2_end_at_an_exhausted_epoch_continues_as_the_next_producer_id() -> None:
+    md = ongoing()
+    md.producer_epoch = MAX_EPOCH - 1
+    assert md.needs_new_producer_id_on_end()
+    with pytest.raises(InvalidTransition):
+        md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, None)
+    prepare = apply(md, md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, 2000))
+    # The markers go out as the old id at the last epoch; the client continues as the next id at epoch 0.
+    assert (prepare.producer_id, prepare.producer_epoch, prepare.next_producer_id) == (1000, MAX_EPOCH, 2000)
+    apply(md, md.prepare_complete(NOW + 10))
+    assert (md.producer_id, md.producer_epoch, md.last_producer_id) == (2000, 0, 1000)
+    # The client's retry of that end (the old id at its last epoch) is answered as done.
+    assert md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, None) is ErrorCode.none
+    assert md.add_partitions(2000, 0, [TP_A], NOW) is not ErrorCode.producer_fenced
+
+
 # ------------------------------------------------------------------------------------------------ timers
 
 
