@@ -57,12 +57,13 @@ def batch(pid: int, epoch: int, seq: int, *values: bytes) -> bytes:
                        base_sequence=seq, is_transactional=True)
 
 
-def produce(client: WireClient, version: int, transactional_id: str, topic: Any, records: bytes) -> Any:
+def produce(client: WireClient, version: int, transactional_id: str, topic: Any, records: bytes, *,
+            partition: int = 0) -> Any:
     cls = codec.request_class(0, version)
     topic_cls = schema.field_entity(cls, "topic_data")
     by = {"topic_id": topic} if version >= 13 else {"name": topic}
     data = schema.build(topic_cls, **by, partition_data=(
-        schema.build_nested(topic_cls, "partition_data", index=0, records=records),))
+        schema.build_nested(topic_cls, "partition_data", index=partition, records=records),))
     response = client.request(schema.build(cls, transactional_id=transactional_id, acks=-1, timeout=10_000,
                                            topic_data=(data,)))
     return response.responses[0].partition_responses[0]
