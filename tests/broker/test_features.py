@@ -4,12 +4,22 @@ validation, and the finalized levels kept across a restart (they are metadata re
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from testkit.node_process import BrokerProcess, WireClient, api_versions_request
+from testkit.node_process import (
+    REPO,
+    BrokerProcess,
+    WireClient,
+    api_versions_request,
+    default_overrides,
+    server_command,
+    start_broker,
+)
 from wire import codec, schema
 
 UPDATE_FEATURES = 57
@@ -112,3 +122,28 @@ def test_invalid_updates_are_refused_with_kafkas_errors_and_change_nothing(
     assert features(client)[1] == before
     v0 = update(client, ("metadata.version", 12, SAFE_DOWNGRADE), version=0)
     assert [r.error_code for r in v0.results] == [ErrorCode.invalid_update_version]
+
+
+def test_initial_levels_given_at_the_first_start_as_kafka_storage_format_feature(
+    tmp_path: Path, wire: Callable[[int], WireClient]
+) -> None:
+    data = tmp_path / "node"
+    first = start_broker(data, args=("--feature", "transaction.version=1", "--feature", "group.version=0"))
+    try:
+        assert features(wire(first.port))[1] == {"metadata.version": 14, "transaction.version": 1}
+    finally:
+        assert first.stop() == 0, first.log_text()
+    # Once finalized, the option changes nothing (as a second kafka-storage format would refuse to).
+    second = start_broker(data, args=("--feature", "transaction.version=2"))
+    try:
+        assert features(wire(second.port))[1] == {"metadata.version": 14, "transaction.version": 1}
+    finally:
+        assert second.stop() == 0, second.log_text()
+
+
+def test_an_unknown_feature_or_level_is_a_configuration_error(tmp_path: Path) -> None:
+    for option, reason in (("share.version=1", "NAME among"), ("transaction.version=3", "not supported")):
+        command = server_command(None, default_overrides(tmp_path / "bad"), ("--feature", option))
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 1
+        assert "configuration error: --feature" in done.stderr and reason in done.stderr, done.stderr
