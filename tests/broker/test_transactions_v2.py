@@ -165,6 +165,21 @@ def test_a_kafka_42_producer_at_transaction_version_2(broker: BrokerProcess, wir
     assert committed_offset(broker.bootstrap, group, topic) == 42
     unknown = produce(client, 13, txn, uuid.uuid4(), batch(pid, epoch + 3, 0, b"x"))
     assert unknown.error_code == ErrorCode.unknown_topic_id
+    # KIP-1228: a transactions v2 marker must be newer than the partition's epoch; one at that epoch with no
+    # transaction open is a retry of the marker written already, answered without writing it again.
+    assert write_marker_v2(client, topic, pid, epoch + 3) == ErrorCode.none
+    assert write_marker_v2(client, topic, pid, epoch + 2) == ErrorCode.invalid_producer_epoch
+    assert committed_values(client, topic) == [b"c1", b"c2", b"c3"]
+
+
+def write_marker_v2(client: WireClient, topic: str, pid: int, epoch: int) -> ErrorCode:
+    cls = codec.request_class(27, 2)
+    marker_cls = schema.field_entity(cls, "markers")
+    topic_cls = schema.field_entity(marker_cls, "topics")
+    marker = schema.build(marker_cls, producer_id=pid, producer_epoch=epoch, transaction_result=True,
+                          coordinator_epoch=0, transaction_version=2,
+                          topics=(schema.build(topic_cls, name=topic, partition_indexes=(0,)),))
+    return ErrorCode(client.request(schema.build(cls, markers=(marker,))).markers[0].topics[0].partitions[0].error_code)
 
 
 def test_the_same_client_at_transaction_version_1_after_a_downgrade(
