@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
+
+from wire import schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,31 @@ TRANSACTION_VERSION: Final = Feature("transaction.version", 0, 2, 2)
 GROUP_VERSION: Final = Feature("group.version", 0, 1, 1)
 FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION, TRANSACTION_VERSION, GROUP_VERSION)
 FEATURES_BY_NAME: Final[Mapping[str, Feature]] = MappingProxyType({f.name: f for f in FEATURES})
+
+
+def feature_fields(response_cls: type[Any], api_version: int, finalized: Mapping[str, int], epoch: int
+                   ) -> dict[str, object]:
+    """The tagged feature fields of an ApiVersions v3+ response (brokers and controllers answer the same): the
+    ranges this software supports and the cluster's ``finalized`` levels (the metadata image's, those above 0),
+    with their ``epoch`` (the metadata offset, as in KRaft). Before v4 a supported range starting at 0 is left
+    out (KAFKA-17492: older Java clients refuse such a range)."""
+    if api_version < 3:
+        return {}
+    return {
+        "supported_features": tuple(
+            schema.build_nested(response_cls, "supported_features", name=f.name, min_version=f.min_version,
+                                max_version=f.max_version)
+            for f in FEATURES
+            if f.min_version > 0 or api_version >= 4
+        ),
+        "finalized_features_epoch": max(epoch, 0),
+        "finalized_features": tuple(
+            schema.build_nested(response_cls, "finalized_features", name=name, max_version_level=level,
+                                min_version_level=level)
+            for name, level in finalized.items()
+        ),
+        "zk_migration_ready": False,
+    }
 
 
 def api_name(api_key: int) -> str:

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from wire import codec, schema
-from wire.api_versions import API_VERSIONS_KEY, FEATURES, VersionRange
+from wire.api_versions import API_VERSIONS_KEY, VersionRange, feature_fields
 
 # KIP-511: client software name and version must look like this, else INVALID_REQUEST.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -31,32 +31,6 @@ def unsupported_version_response(versions: Mapping[int, VersionRange]) -> Any:
     return schema.build(cls, error_code=ErrorCode.unsupported_version, api_keys=_api_keys(cls, versions))
 
 
-def _features(ctx: RequestContext) -> dict[str, object]:
-    """The tagged feature fields of v3+: the ranges this broker supports and the cluster's finalized levels (from
-    the metadata image, features at level 0 left out, as Kafka does). Before v4 a supported range starting at 0 is
-    left out too (KAFKA-17492: older Java clients refuse such a range). The finalized epoch is the metadata log
-    offset the answer reflects, as in KRaft, so a client can tell a newer answer from an older one."""
-    if ctx.api_version < 3:
-        return {}
-    cls = ctx.response_class
-    image = ctx.broker.controller.image
-    return {
-        "supported_features": tuple(
-            schema.build_nested(cls, "supported_features", name=f.name, min_version=f.min_version,
-                               max_version=f.max_version)
-            for f in FEATURES
-            if f.min_version > 0 or ctx.api_version >= 4
-        ),
-        "finalized_features_epoch": max(image.offset, 0),
-        "finalized_features": tuple(
-            schema.build_nested(cls, "finalized_features", name=name, max_version_level=level,
-                               min_version_level=level)
-            for name, level in image.finalized_features().items()
-        ),
-        "zk_migration_ready": False,
-    }
-
-
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     versions = ctx.api_versions
@@ -65,4 +39,6 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
         and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ctx.build(error_code=ErrorCode.invalid_request, api_keys=_api_keys(cls, versions))
-    return ctx.build(error_code=ErrorCode.none, api_keys=_api_keys(cls, versions), **_features(ctx))
+    image = ctx.broker.controller.image
+    features = feature_fields(cls, ctx.api_version, image.finalized_features(), image.offset)
+    return ctx.build(error_code=ErrorCode.none, api_keys=_api_keys(cls, versions), **features)

@@ -10,7 +10,7 @@ Fetch               1     12        Raft: voters and observers (brokers) pull ``
                                     records are Kafka v2 record batches, one Raft entry per record, the
                                     batch's partition leader epoch = the entries' epoch, LEADER_CHANGE
                                     entries as control batches (see ``metadata.rpc.raft_codec``)
-ApiVersions         18    0-3       the keys and versions of this table
+ApiVersions         18    0-4       the keys and versions of this table, and the finalized features
 CreateTopics        19    2-7       active controller (forwarded by brokers)
 DeleteTopics        20    1-6       active controller
 AlterConfigs        33    0-2       active controller
@@ -84,7 +84,7 @@ METADATA_PARTITION: Final = 0
 
 KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (12, 12),
-    API_VERSIONS: (0, 3),
+    API_VERSIONS: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     ALTER_CONFIGS: (0, 2),

@@ -44,7 +44,7 @@ def _coordinator(port: int, transactional_id: str) -> int:
 def _transaction_version(port: int) -> int:
     with WireClient(port) as client:
         finalized = client.request(api_versions_request(4)).finalized_features
-    return next(f.max_version_level for f in finalized if f.name == "transaction.version")
+    return next((f.max_version_level for f in finalized if f.name == "transaction.version"), -1)
 
 
 def test_produce_v12_adds_remote_partitions_and_features_are_forwarded(
@@ -78,9 +78,10 @@ def test_produce_v12_adds_remote_partitions_and_features_are_forwarded(
             cls, "feature_updates", feature="transaction.version", max_version_level=1, upgrade_type=2),))
         answer = clients[other].request(downgrade)
         assert (answer.error_code, answer.error_message) == (ErrorCode.none, None)
-        for port in ports.values():
+        # Every broker, and the controller (kafka-features.sh --bootstrap-controller describe asks it).
+        for port in [*ports.values(), *(voter.spec.quorum_port for voter in cluster.controllers)]:
             eventually(lambda p=port: _transaction_version(p) == 1 or None, timeout=DEADLINE_S,
-                       what="transaction.version 1 on every broker")
+                       what="transaction.version 1 on every broker and controller")
     finally:
         for client in clients.values():
             client.close()
