@@ -132,11 +132,17 @@ class SchemaReader:
         return n
 
     def skip_tagged_fields(self) -> None:
+        self.tagged_fields()
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        """The tagged fields of a flexible struct (tag -> raw value); none before flexible versions."""
+        fields: dict[int, bytes] = {}
         if not self.flexible:
-            return
+            return fields
         for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
+            tag = self.uvarint()
+            fields[tag] = self._take(self.uvarint())
+        return fields
 
 
 # ---------------------------------------------------------------------------------------------------------- partitions

@@ -37,7 +37,7 @@ from broker.internal_topic import (
 )
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
-from broker.transactions.log_schema import encode_key, encode_value
+from broker.transactions.log_schema import encode_key, encode_value, value_version
 from broker.transactions.marker_sender import MarkerSender
 from broker.transactions.peers import Peers
 from broker.transactions.produce_verification import produce_verification_error, verify_remotely
@@ -185,7 +185,7 @@ class TransactionCoordinator:
     async def _persist(self, metadata: TransactionMetadata, transit: TxnTransit, owned: OwnedPartition) -> ErrorCode:
         """Writes ``transit`` and, once durable and still ours, installs it; on failure the id stays as it was."""
         transactional_id = metadata.transactional_id
-        value = None if transit.state is TxnState.DEAD else encode_value(transit)
+        value = None if transit.state is TxnState.DEAD else encode_value(transit, value_version(transit))
         try:
             log = self._partition_manager.get(TRANSACTION_TOPIC, owned.partition)
             if log is None or log.leader_epoch != owned.leader_epoch:

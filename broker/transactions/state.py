@@ -103,6 +103,9 @@ class TxnTransit:
     #: Transactions v2: the epoch this transaction's end bumped past was exhausted, so the producer continues as
     #: this id at epoch 0 once the markers (written as ``producer_id`` at the last epoch) are complete.
     next_producer_id: int = NO_PRODUCER_ID
+    #: The transaction version of the client that ended the transaction (2: EndTxn v5, whose markers carry the
+    #: bumped epoch and say so, WriteTxnMarkers v2); persisted (``log_schema``), so a new coordinator knows it too.
+    client_transaction_version: int = 0
 
 
 class InvalidTransition(Exception):
@@ -128,9 +131,9 @@ class TransactionMetadata:
     has_failed_epoch_fence: bool = False
     #: Transactions v2 (KIP-890 part 2): the id the producer continues as after an end that exhausted the epoch.
     next_producer_id: int = NO_PRODUCER_ID
-    #: The transaction was ended by a v2 client (EndTxn v5): its markers carry the bumped epoch, and say so
-    #: (WriteTxnMarkers v2, KIP-1228). Not persisted: a reloaded transaction's markers go out as v1 ones.
-    ended_as_v2: bool = False
+    #: 2 when a v2 client (EndTxn v5) ended the transaction: its markers carry the bumped epoch and say so
+    #: (WriteTxnMarkers v2, KIP-1228).
+    client_transaction_version: int = 0
 
     @classmethod
     def new(cls, transactional_id: str, producer_id: int, timeout_ms: int, now_ms: int) -> TransactionMetadata:
@@ -161,7 +164,13 @@ class TransactionMetadata:
             partitions=set(transit.partitions),
             txn_start_ms=transit.txn_start_ms,
             txn_last_update_ms=transit.txn_last_update_ms,
+            next_producer_id=transit.next_producer_id,
+            client_transaction_version=transit.client_transaction_version,
         )
+
+    @property
+    def ended_as_v2(self) -> bool:
+        return self.client_transaction_version >= 2
 
     @property
     def pending(self) -> bool:
@@ -223,6 +232,7 @@ class TransactionMetadata:
             txn_start_ms=txn_start_ms,
             txn_last_update_ms=now_ms,
             next_producer_id=next_producer_id,
+            client_transaction_version=self.client_transaction_version,
         )
 
     def complete_transition(self, transit: TxnTransit) -> None:
@@ -243,9 +253,9 @@ class TransactionMetadata:
         self.txn_start_ms = transit.txn_start_ms
         self.txn_last_update_ms = transit.txn_last_update_ms
         self.next_producer_id = transit.next_producer_id
+        self.client_transaction_version = transit.client_transaction_version
         if transit.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             self.has_failed_epoch_fence = False
-            self.ended_as_v2 = False
 
     def abandon_transition(self) -> None:
         """The write of the pending transit failed: the id stays as it was."""
@@ -442,7 +452,7 @@ class TransactionMetadata:
         if self.pending and self.pending_state is not TxnState.PREPARE_EPOCH_FENCE:
             return ErrorCode.concurrent_transactions
         if self.state is TxnState.ONGOING:
-            self.ended_as_v2 = False
+            self.client_transaction_version = 0
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             if target is TxnState.PREPARE_ABORT and self.pending_state is TxnState.PREPARE_EPOCH_FENCE:
                 # The fence becomes the abort: its bumped epoch is the one the abort (and its markers) carry.
@@ -510,7 +520,7 @@ class TransactionMetadata:
             if self.epoch_exhausted and new_producer_id is None:
                 raise InvalidTransition("a new producer id is needed: the epoch is exhausted")
             rotate = new_producer_id if self.epoch_exhausted and new_producer_id is not None else NO_PRODUCER_ID
-            self.ended_as_v2 = True
+            self.client_transaction_version = 2
             return self.prepare_end(prepare, now_ms, bump=True, next_producer_id=rotate)
         if retry and state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
             return ErrorCode.none

@@ -223,3 +223,32 @@ def test_the_same_client_at_transaction_version_1_after_a_downgrade(
     assert end_txn(client, 4, txn, (pid, epoch), False).error_code == ErrorCode.none
     assert eventually(lambda: committed_values(client, topic) == [b"v1"] or None, timeout=30,
                       what="the committed record for read_committed")
+
+
+def test_a_v2_transaction_continues_across_a_restart(
+    broker_factory: Callable[..., BrokerProcess], wire: Callable[[int], WireClient]
+) -> None:
+    first = broker_factory()
+    client = wire(first.port)
+    topic, group, txn = topic_name("tv2-restart"), topic_name("tv2-restart-app"), "tv2-restarted"
+    create_topic(client, topic)
+    find_coordinators(client, txn, group)
+    pid, epoch = init_producer_id(client, txn)
+    assert produce(client, 12, txn, topic, batch(pid, epoch, 0, b"before")).error_code == ErrorCode.none
+    assert end_txn(client, 5, txn, (pid, epoch), True).producer_epoch == epoch + 1
+    client.close()
+    assert first.stop() == 0, first.log_text()
+
+    second = broker_factory(data_dir=first.data_dir)
+    client = wire(second.port)
+    find_coordinators(client, txn, group)
+    # The EndTxn retried after the restart is still told from a new one: answered with the epoch it bumped to.
+    retried = eventually(lambda: answer if (answer := end_txn(client, 5, txn, (pid, epoch), True)).error_code
+                         not in (*_NOT_READY, ErrorCode.concurrent_transactions) else None, timeout=30,
+                         what="the retried EndTxn after the restart")
+    assert (retried.error_code, retried.producer_id, retried.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
+    after = produce(client, 12, txn, topic, batch(pid, epoch + 1, 0, b"after"))
+    assert after.error_code == ErrorCode.none, after
+    assert end_txn(client, 5, txn, (pid, epoch + 1), True).producer_epoch == epoch + 2
+    assert eventually(lambda: committed_values(client, topic) == [b"before", b"after"] or None, timeout=30,
+                      what="both transactions for read_committed")

@@ -4,6 +4,7 @@ format, byte for byte as Kafka writes it."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -16,6 +17,7 @@ from broker.transactions.log_schema import (
     encode_key,
     encode_value,
     partition_for,
+    value_version,
 )
 from broker.transactions.state import (
     MAX_EPOCH,
@@ -254,7 +256,7 @@ def test_v2_every_end_bumps_the_epoch_and_a_retry_is_told_apart_from_the_next_en
     assert md.end_transaction_v2(1000, 0, True, NOW, None) is ErrorCode.concurrent_transactions
     assert md.end_transaction_v2(1000, 1, True, NOW, None) is ErrorCode.producer_fenced
     apply(md, md.prepare_complete(NOW + 30))
-    assert (md.state, md.producer_epoch, md.ended_as_v2) == (TxnState.COMPLETE_COMMIT, 1, False)
+    assert (md.state, md.producer_epoch) == (TxnState.COMPLETE_COMMIT, 1)
     assert md.end_transaction_v2(1000, 0, True, NOW, None) is ErrorCode.none  # retry: done, nothing written
     assert md.end_transaction_v2(1000, 0, False, NOW, None) is ErrorCode.invalid_txn_state
     assert md.end_transaction_v2(1000, 1, True, NOW, None) is ErrorCode.invalid_txn_state  # nothing to commit
@@ -278,6 +280,23 @@ def test_v2_end_at_an_exhausted_epoch_continues_as_the_next_producer_id() -> Non
     # The client's retry of that end (the old id at its last epoch) is answered as done.
     assert md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, None) is ErrorCode.none
     assert md.add_partitions(2000, 0, [TP_A], NOW) is not ErrorCode.producer_fenced
+
+
+def test_a_v2_transaction_is_written_as_kafkas_value_v1_with_its_tagged_fields() -> None:
+    md = ongoing()
+    md.producer_epoch = MAX_EPOCH - 1
+    prepare = md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, 2000)
+    assert isinstance(prepare, TxnTransit) and value_version(prepare) == 1
+    data = encode_value(prepare, 1)
+    # Kafka's tagged fields after the start timestamp: 3 fields, PreviousProducerId (0), NextProducerId (1) and
+    # ClientTransactionVersion (2), each tag, size, value.
+    assert data.endswith(bytes([3, 0, 8]) + struct.pack(">q", 1000) + bytes([1, 8]) + struct.pack(">q", 2000)
+                         + bytes([2, 2]) + struct.pack(">h", 2))
+    assert decode_value(data) == dataclasses.replace(prepare, last_producer_epoch=NO_PRODUCER_EPOCH)  # not kept
+    # A coordinator that loads it continues where this one was: markers as v2, then the next producer id.
+    restored = TransactionMetadata.restore("tx", decode_value(data))
+    assert restored.ended_as_v2 and restored.next_producer_id == 2000
+    assert value_version(ongoing().snapshot()) == 0  # a v1 client's transaction stays version 0
 
 
 # ------------------------------------------------------------------------------------------------ timers
