@@ -8,10 +8,11 @@ checks it, with the producer's open transaction there). A transactional batch fo
 has no open transaction yet is first verified with the transaction coordinator (KIP-890 part 1): unless the
 partition was added to the ongoing transaction (AddPartitionsToTxn), it is refused with INVALID_TXN_STATE and
 nothing is appended, so no transaction can be left hanging on a partition its coordinator does not know of.
-From v11 such a refusal is TRANSACTION_ABORTABLE (KIP-890: the client aborts and goes on). From v12, with
-``transaction.version`` 2 finalized (KIP-890 part 2, transactions v2), the coordinator adds the partition to the
-transaction instead, as Kafka's AddPartitionsToTxnManager does: the client sends no AddPartitionsToTxn. v13 names
-topics by id (resolved in the metadata image; an unknown id is UNKNOWN_TOPIC_ID).
+From v11 such a refusal is TRANSACTION_ABORTABLE (KIP-890: the client aborts and goes on). From v12 (KIP-890
+part 2, transactions v2) the coordinator adds the partition to the transaction instead, as Kafka's
+AddPartitionsToTxnManager does: the client sends no AddPartitionsToTxn; with ``transaction.version`` below 2
+finalized such a batch is refused with UNSUPPORTED_VERSION, as Kafka 4 refuses it. v13 names topics by id
+(resolved in the metadata image; an unknown id is UNKNOWN_TOPIC_ID).
 """
 
 from __future__ import annotations
@@ -81,10 +82,15 @@ async def _verified_leader_log(
     if not header.is_transactional or header.is_control or log.has_ongoing_txn(header.producer_id,
                                                                                header.producer_epoch):
         return log
-    add = ctx.api_version >= 12 and ctx.broker.controller.image.feature_level(TRANSACTION_VERSION.name) >= 2
-    error = await ctx.broker.transactions.verify_produce(
-        transactional_id, header.producer_id, header.producer_epoch, (topic, partition), add=add
-    )
+    add = ctx.api_version >= 12
+    if add and ctx.broker.controller.image.feature_level(TRANSACTION_VERSION.name) < 2:
+        # A transactions v2 produce on a cluster at transaction.version 1: refused as Kafka 4 refuses it (the
+        # client should have capped its Produce version at 11 and added the partition itself).
+        error = ErrorCode.unsupported_version
+    else:
+        error = await ctx.broker.transactions.verify_produce(
+            transactional_id, header.producer_id, header.producer_epoch, (topic, partition), add=add
+        )
     if error is ErrorCode.invalid_txn_state and ctx.api_version >= 11:
         error = ErrorCode.transaction_abortable
     if error is not ErrorCode.none:

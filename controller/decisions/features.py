@@ -3,7 +3,8 @@
 Kafka's rules (FeatureControlManager): an unknown feature, a level outside the range this software supports, a
 lower level asked as an upgrade or a higher one asked as a downgrade are each refused with INVALID_UPDATE_VERSION
 and Kafka's message. ``metadata.version`` cannot be downgraded (a safe downgrade might lose metadata, an unsafe one
-is not supported), and is never removed. As since KIP-1022, nothing is written unless every update is valid.
+is not supported), and is never removed. As Kafka does since KIP-1022, nothing is written unless every update is
+valid.
 
 A cluster that never finalized its features runs at the software's defaults (``wire.api_versions.FEATURES``); its
 first write also records the defaults it does not change, so later software with other defaults keeps them.

@@ -3,8 +3,8 @@
 TxnOffsetCommit v5 with no AddOffsetsToTxn, EndTxn v5 whose every commit or abort bumps the epoch and answers it;
 a read_committed consumer sees exactly the committed records and a zombie at an old epoch is fenced. Then the
 same client at ``transaction.version`` 1 after ``kafka-features.sh downgrade``: Produce v12 without the partition
-added is refused TRANSACTION_ABORTABLE, and the v1 flow (AddPartitionsToTxn, Produce v11, EndTxn v4) keeps its
-epoch."""
+added is refused UNSUPPORTED_VERSION (Produce v11: TRANSACTION_ABORTABLE), and the v1 flow (AddPartitionsToTxn,
+Produce v11, EndTxn v4) keeps its epoch."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request
 from testkit.waiting import eventually
 from tests.broker.kafka_clients import fetch_request, topic_name
+from tests.reading import read_to_end
 from tests.topics import create_topic
 from wire import codec, schema
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
@@ -197,9 +198,12 @@ def test_the_same_client_at_transaction_version_1_after_a_downgrade(
     find_coordinators(client, txn, group)
     pid, epoch = init_producer_id(client, txn)
 
-    # Transactions v2 behaviour is refused: the broker adds no partition to a transaction at level 1.
+    # Transactions v2 behaviour is refused: the broker adds no partition to a transaction at level 1 (Kafka 4
+    # answers UNSUPPORTED_VERSION), and a v1 produce to a partition not added is TRANSACTION_ABORTABLE (v11+).
     refused = produce(client, 12, txn, topic, batch(pid, epoch, 0, b"no"))
-    assert refused.error_code == ErrorCode.transaction_abortable, refused
+    assert refused.error_code == ErrorCode.unsupported_version, refused
+    not_added = produce(client, 11, txn, topic, batch(pid, epoch, 0, b"no"))
+    assert not_added.error_code == ErrorCode.transaction_abortable, not_added
 
     # The v1 flow a Kafka 4.2 producer uses at level 1 (its versions capped below the v2 ones).
     add_cls = codec.request_class(24, 3)
@@ -223,6 +227,22 @@ def test_the_same_client_at_transaction_version_1_after_a_downgrade(
     assert end_txn(client, 4, txn, (pid, epoch), False).error_code == ErrorCode.none
     assert eventually(lambda: committed_values(client, topic) == [b"v1"] or None, timeout=30,
                       what="the committed record for read_committed")
+
+    # librdkafka (confluent-kafka 2.16) speaks transactions v1 whatever the level: it keeps working at level 1.
+    rdkafka_topic = topic_name("tv1-rdkafka")
+    create_topic(client, rdkafka_topic, partitions=2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic_name("tv1-rdkafka")})
+    producer.init_transactions(30)
+    for round_ in range(3):
+        producer.begin_transaction()
+        for i in range(4):
+            producer.produce(rdkafka_topic, f"r{round_}-{i}".encode(), partition=i % 2)
+        if round_ == 1:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    seen = sorted(v.decode() for _, v in read_to_end(broker.bootstrap, rdkafka_topic, 2))
+    assert seen == sorted(f"r{r}-{i}" for r in (0, 2) for i in range(4))
 
 
 def test_a_v2_transaction_continues_across_a_restart(
