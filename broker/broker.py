@@ -25,6 +25,7 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
+from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
 from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_failover
@@ -74,6 +75,7 @@ class Broker:
         self.context = BrokerContext(self.node_id, self.cluster_id, config, controller)
         self.fetch_sessions = FetchSessionCache()
         self.producer_ids = ProducerIdAllocator(controller, lambda: (self.node_id, self.node_epoch))
+        self.telemetry = ClientTelemetry(config)
         storage_config = replace(config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
                                  node_epoch=node_epoch)
         self.storage = StorageEngine(storage_config, controller.stream_metadata)

@@ -18,8 +18,8 @@ from typing import Final
 from kio.schema.errors import ErrorCode
 
 from metadata.controller_api import IncrementalOp
+from settings.config_key import ConfigType
 from settings.describe import ConfigEntry, ConfigSource, ConfigSynonym
-from settings.keys import ConfigType
 
 ROOT_LOGGER: Final = "root"
 #: The top-level packages whose loggers are Fjord's (pyproject's packages).

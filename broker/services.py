@@ -13,6 +13,7 @@ from broker.fetch_session import FetchSessionCache
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
+from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from metadata.controller_api import ControllerClient
 from settings.server import ServerConfig
@@ -48,6 +49,11 @@ class BrokerServices(Protocol):
 
     @property
     def transactions(self) -> TransactionCoordinator: ...
+
+    @property
+    def telemetry(self) -> ClientTelemetry:
+        """KIP-714 client instances, subscriptions and the pushed metrics exported on /metrics."""
+        ...
 
     @property
     def auto_create_topics_enable(self) -> bool: ...

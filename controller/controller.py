@@ -68,7 +68,7 @@ from metadata.producer_ids import (
     next_block,
 )
 from metadata.wal_failover import wal_location_key
-from settings.config_resources import RESOURCE_TOPIC
+from settings.config_resources import RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties
 from settings.server import ServerConfig
@@ -77,6 +77,8 @@ from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine, wall_clock_ms
 
 logger = logging.getLogger(__name__)
+
+_RESOURCE_KINDS = {RESOURCE_TOPIC: "topic", RESOURCE_CLIENT_METRICS: "client metrics"}
 
 
 class Controller:
@@ -468,8 +470,8 @@ class Controller:
             if not validate_only:
                 await self._commit(records)
                 if records:
-                    logger.info("configs of %s %r changed: %s", "topic" if resource.type == RESOURCE_TOPIC else
-                                "broker", resource.name, ", ".join(f"{r.name}={r.value}" for r in records))
+                    logger.info("configs of %s %r changed: %s", _RESOURCE_KINDS.get(resource.type, "broker"),
+                                resource.name, ", ".join(f"{r.name}={r.value}" for r in records))
             return ErrorCode.none, None
 
     # ------------------------------------------------------------------ SCRAM credentials

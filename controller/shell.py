@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from controller.decisions import balancing
 from metadata.broker_load import BrokerLoad, format_rate
 from metadata.image import MetadataImage, is_cluster_record
-from settings.keys import BROKER_KEYS, ConfigValueError
+from settings.config_key import ConfigValueError
+from settings.keys import BROKER_KEYS
 from storage.metadata.api import ObjectState, ObjectType, StreamState
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine

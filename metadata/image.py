@@ -39,7 +39,7 @@ from metadata.cluster_records import (
     WALFailoverDoneRecord,
     WALFailoverRecord,
 )
-from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from storage.metadata.record_codec import MetadataRecord
 from wire.api_versions import FEATURES_BY_NAME, METADATA_VERSION
@@ -165,6 +165,8 @@ class MetadataImage:
     acls: Mapping[str, AclBinding] = field(default_factory=lambda: _EMPTY)
     #: Client quotas (``metadata.client_quotas``): entity -> quota key -> value.
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
+    #: KIP-714 client-metrics subscriptions (``settings.client_metrics``): subscription name -> key -> value.
+    client_metrics: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     #: KIP-584 finalized feature levels as FeatureLevelRecords set them (``controller.decisions.features``); empty
     #: until a cluster first finalizes its features, and then the defaults of ``wire.api_versions.FEATURES`` apply.
     features: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
@@ -241,6 +243,9 @@ class MetadataImage:
         for node_id, configs in sorted(self.node_configs.items()):
             for key, value in sorted(configs.items()):
                 out.append(ConfigRecord(RESOURCE_BROKER, str(node_id), key, value))
+        for name, configs in sorted(self.client_metrics.items()):
+            for key, value in sorted(configs.items()):
+                out.append(ConfigRecord(RESOURCE_CLIENT_METRICS, name, key, value))
         for failover in sorted(self.wal_failovers.values(), key=lambda f: f.node_id):
             out.append(WALFailoverRecord(failover.node_id, failover.node_epoch, failover.target_id,
                                          failover.target_epoch, failover.attempt))
@@ -290,6 +295,7 @@ class _Builder:
         self._scram: dict[str, Mapping[int, ScramCredential]] | None = None
         self._acls: dict[str, AclBinding] | None = None
         self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
+        self._client_metrics: dict[str, Mapping[str, str]] | None = None
         self._features: dict[str, int] | None = None
         self._producer_ids = base.producer_ids
 
@@ -464,6 +470,15 @@ class _Builder:
                 self._node_configs[node_id] = _frozen(configs)
             else:
                 self._node_configs.pop(node_id, None)
+        elif record.resource_type == RESOURCE_CLIENT_METRICS:
+            if self._client_metrics is None:
+                self._client_metrics = dict(self._base.client_metrics)
+            subscription = dict(self._client_metrics.get(record.resource_name, {}))
+            _set(subscription, record.name, record.value)
+            if subscription:
+                self._client_metrics[record.resource_name] = _frozen(subscription)
+            else:  # a subscription whose every key is deleted is gone, as in Kafka
+                self._client_metrics.pop(record.resource_name, None)
         else:
             logger.warning("config record for unsupported resource type %d ignored", record.resource_type)
 
@@ -526,6 +541,7 @@ class _Builder:
             scram_credentials=base.scram_credentials if self._scram is None else _frozen(self._scram),
             acls=base.acls if self._acls is None else _frozen(self._acls),
             client_quotas=base.client_quotas if self._quotas is None else _frozen(self._quotas),
+            client_metrics=base.client_metrics if self._client_metrics is None else _frozen(self._client_metrics),
             features=base.features if self._features is None else _frozen(self._features),
         )
 

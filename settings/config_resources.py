@@ -3,3 +3,6 @@ AlterConfigs and the metadata log's ConfigRecord name a config's owner by."""
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+#: A KIP-714 client-metrics subscription (``kafka-client-metrics.sh``): named by the operator, holding
+#: ``metrics``, ``interval.ms`` and ``match`` (``settings.client_metrics``).
+RESOURCE_CLIENT_METRICS = 16

@@ -17,7 +17,8 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from settings.keys import BROKER_KEYS, ConfigValueError
+from settings.config_key import ConfigValueError
+from settings.keys import BROKER_KEYS
 from settings.security import listener_prefixed
 from storage.config import ConfigError
 from wire.connection_limits import ConnectionLimitSettings, ip_key, parse_ip_overrides

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from settings.config_key import ConfigType, ConfigValueError
 from settings.kafka_broker_keys import NODE_ID_SYNONYM
-from settings.keys import BROKER_KEYS, TOPIC_CONFIGS, BrokerSynonym, ConfigType, ConfigValueError
+from settings.keys import BROKER_KEYS, TOPIC_CONFIGS, BrokerSynonym
 from settings.server import ServerConfig
 
 logger = logging.getLogger(__name__)

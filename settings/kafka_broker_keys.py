@@ -21,7 +21,7 @@ silently ignored. So a Kafka user's ``server.properties`` is read key by key aga
 A key outside Kafka's list keeps Kafka's behaviour: a warning, and the start goes on.
 
 This module is data and a few lookups; it imports nothing of Fjord's, so :mod:`settings.keys` can build the
-no-effect keys into its catalogue from it. Types are :class:`settings.keys.ConfigType` names.
+no-effect keys into its catalogue from it. Types are :class:`settings.config_key.ConfigType` names.
 """
 
 from __future__ import annotations

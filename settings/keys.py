@@ -10,147 +10,28 @@ Deliberate departures from Kafka's defaults are marked ``# fjord:`` with the rea
 
 from __future__ import annotations
 
-import enum
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from settings.config_key import (
+    INT_MAX,
+    LONG_MAX,
+    MS_PER_HOUR,
+    MS_PER_MINUTE,
+    ConfigKey,
+    ConfigType,
+    ConfigValueError,
+    Validator,
+    all_of,
+    at_least,
+    between,
+    either,
+    one_of,
+)
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from settings.kafka_broker_keys import NO_EFFECT_KEYS, NODE_ID_SYNONYM
-from storage.config import ConfigError
 from wire.connection_limits import parse_ip_overrides
-
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
-MS_PER_MINUTE = 60_000
-MS_PER_HOUR = 3_600_000
-
-
-class ConfigValueError(ConfigError):
-    """A config value (or key) a client sent is invalid; the message is what the client sees (INVALID_CONFIG)."""
-
-
-class ConfigType(enum.IntEnum):
-    """A key's value type: how its text parses, and what DescribeConfigs v3+ reports as ``config_type``."""
-
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
-
-
-# ---------------------------------------------------------------------- typed values
-
-Validator = Callable[[Any], str | None]  # returns the reason a parsed value is invalid, or None
-
-
-def _parse_typed(kind: ConfigType, text: str) -> Any:
-    """Parses ``text`` as Kafka's ConfigDef does; raises ValueError with Kafka's wording."""
-    stripped = text.strip()
-    if kind is ConfigType.BOOLEAN:
-        lower = stripped.lower()
-        if lower not in ("true", "false"):
-            raise ValueError("Expected value to be either true or false")
-        return lower == "true"
-    if kind in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
-        bounds = {ConfigType.INT: INT_MAX, ConfigType.LONG: LONG_MAX, ConfigType.SHORT: 2**15 - 1}[kind]
-        try:
-            number = int(stripped)
-        except ValueError:
-            raise ValueError(f"Not a number of type {kind.name}") from None
-        if not -bounds - 1 <= number <= bounds:
-            raise ValueError(f"Not a number of type {kind.name}")
-        return number
-    if kind is ConfigType.DOUBLE:
-        try:
-            return float(stripped)
-        except ValueError:
-            raise ValueError("Not a number of type DOUBLE") from None
-    if kind is ConfigType.LIST:
-        return [item.strip() for item in stripped.split(",") if item.strip()] if stripped else []
-    return stripped if kind is not ConfigType.PASSWORD else text
-
-
-def _render(kind: ConfigType, value: Any) -> str | None:
-    if value is None:
-        return None
-    if kind is ConfigType.BOOLEAN:
-        return "true" if value else "false"
-    if kind is ConfigType.LIST:
-        return ",".join(value)
-    return str(value)
-
-
-def at_least(minimum: float) -> Validator:
-    return lambda v: None if v is None or v >= minimum else f"Value must be at least {minimum}"
-
-
-def between(low: float, high: float) -> Validator:
-    return lambda v: (
-        None if v is None or low <= v <= high else f"Value must be no less than {low} and no more than {high}"
-    )
-
-
-def one_of(*allowed: str, case_sensitive: bool = True) -> Validator:
-    def check(v: Any) -> str | None:
-        if v is None:
-            return None
-        matches = v in allowed if case_sensitive else str(v).lower() in {a.lower() for a in allowed}
-        return None if matches else f"String must be one of: {', '.join(allowed)}"
-
-    return check
-
-
-def all_of(*allowed: str) -> Validator:
-    """Every list item must be one of ``allowed`` (cleanup.policy)."""
-
-    def check(v: Any) -> str | None:
-        bad = [item for item in v or [] if item not in allowed]
-        return f"Invalid value(s) {', '.join(bad)}; allowed: {', '.join(allowed)}" if bad else None
-
-    return check
-
-
-def either(first: Validator, second: Validator) -> Validator:
-    return lambda v: None if first(v) is None or second(v) is None else first(v)
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    """One key: Kafka's name, type, default (typed, None = no default) and validator."""
-
-    name: str
-    type: ConfigType
-    default: Any = None
-    validator: Validator | None = None
-    dynamic: bool = False  # brokers: may be changed with AlterConfigs (cluster-wide or per broker)
-    #: What DescribeConfigs v3+ sends as the key's documentation (when asked); None: no text is kept for the key.
-    doc: str | None = None
-
-    def parse(self, text: str) -> Any:
-        """The typed value of ``text``; ConfigValueError with Kafka's message if it is not valid."""
-        try:
-            value = _parse_typed(self.type, text)
-        except ValueError as exc:
-            raise ConfigValueError(f"Invalid value {text} for configuration {self.name}: {exc}") from None
-        reason = self.validator(value) if self.validator is not None else None
-        if reason is not None:
-            raise ConfigValueError(f"Invalid value {text} for configuration {self.name}: {reason}")
-        return value
-
-    def render(self, value: Any) -> str | None:
-        return _render(self.type, value)
-
-    def default_text(self) -> str | None:
-        return _render(self.type, self.default)
-
 
 # ---------------------------------------------------------------------- broker keys
 
@@ -250,6 +131,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("socket.request.max.bytes", _B.INT, 104857600, at_least(1)),
         # The most bytes one Fetch response carries, whatever its max_bytes asks (broker.handlers.fetch).
         ConfigKey("fetch.max.bytes", _B.INT, 57671680, at_least(1024)),
+        # The most partitions one DescribeTopicPartitions response describes, whatever its limit asks (KIP-966).
+        ConfigKey("max.request.partition.size.limit", _B.INT, 2000, at_least(1)),
         ConfigKey("socket.send.buffer.bytes", _B.INT, 102400),
         ConfigKey("socket.receive.buffer.bytes", _B.INT, 102400),
         ConfigKey("connections.max.idle.ms", _B.LONG, 600000),
@@ -361,6 +244,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("group.min.session.timeout.ms", _B.INT, 6000),
         ConfigKey("group.max.session.timeout.ms", _B.INT, 1800000),
         ConfigKey("group.max.size", _B.INT, INT_MAX, at_least(1)),
+        # KIP-848 consumer groups (Kafka 4.2's keys and defaults; settings.consumer_groups checks them together)
+        ConfigKey(
+            "group.coordinator.rebalance.protocols", _B.LIST, ["classic", "consumer"], all_of("classic", "consumer")
+        ),
+        ConfigKey("group.consumer.session.timeout.ms", _B.INT, 45000, at_least(1)),
+        ConfigKey("group.consumer.min.session.timeout.ms", _B.INT, 45000, at_least(1)),
+        ConfigKey("group.consumer.max.session.timeout.ms", _B.INT, 60000, at_least(1)),
+        ConfigKey("group.consumer.heartbeat.interval.ms", _B.INT, 5000, at_least(1)),
+        ConfigKey("group.consumer.min.heartbeat.interval.ms", _B.INT, 5000, at_least(1)),
+        ConfigKey("group.consumer.max.heartbeat.interval.ms", _B.INT, 15000, at_least(1)),
+        ConfigKey("group.consumer.max.size", _B.INT, INT_MAX, at_least(1)),
+        ConfigKey("group.consumer.assignors", _B.LIST, ["uniform", "range"]),
         ConfigKey("offsets.topic.num.partitions", _B.INT, INTERNAL_TOPIC_PARTITIONS, at_least(1)),
         ConfigKey("offsets.topic.replication.factor", _B.SHORT, 1, at_least(1)),  # fjord: Kafka 3 (one node)
         ConfigKey("offsets.topic.segment.bytes", _B.INT, 104857600, at_least(1)),
@@ -448,6 +343,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("authorizer.class.name", _B.STRING, ""),
         ConfigKey("super.users", _B.STRING, ""),
         ConfigKey("allow.everyone.if.no.acl.found", _B.BOOLEAN, False),
+        # KIP-714 client telemetry (broker.telemetry): the largest PushTelemetry payload (Kafka's key), and fjord: the
+        # bounds of the pushed metrics /metrics shows (clients kept, least recently pushing dropped first; series each)
+        ConfigKey("telemetry.max.bytes", _B.INT, 1_048_576, at_least(1)),
+        ConfigKey("fjord.client.telemetry.max.clients", _B.INT, 500, at_least(0)),
+        ConfigKey("fjord.client.telemetry.max.series.per.client", _B.INT, 200, at_least(0)),
     )
 }
 # Kafka 3.6 keys whose purpose Fjord's design makes moot (settings.kafka_broker_keys): Kafka's type, default

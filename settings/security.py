@@ -42,8 +42,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from settings.config_key import ConfigValueError
 from settings.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasEntry, JaasError, parse_jaas
-from settings.keys import BROKER_KEYS, ConfigValueError
+from settings.keys import BROKER_KEYS
 from storage.config import ConfigError
 from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls import ClientTls, TlsError, TlsSettings, client_context, server_context

@@ -21,12 +21,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from settings.config_key import MS_PER_MINUTE, ConfigValueError
 from settings.connection_limits import (
     check_per_ip,
     connection_limit_settings,
     listener_connection_limits,
     listener_connection_override,
 )
+from settings.consumer_groups import ConsumerGroupSettings, consumer_group_settings
 from settings.controller_sasl import ControllerSasl, controller_sasl
 from settings.endpoint import Endpoint
 from settings.inter_broker import InterBrokerSettings, inter_broker_settings
@@ -39,7 +41,7 @@ from settings.kafka_broker_keys import (
     no_effect_reason,
     refusal_reason,
 )
-from settings.keys import BROKER_KEYS, MS_PER_MINUTE, ConfigValueError
+from settings.keys import BROKER_KEYS
 from settings.security import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,
@@ -348,6 +350,7 @@ class ServerConfig:
         check_per_ip(int(self.value("max.connections.per.ip")), str(self.value("max.connections.per.ip.overrides")))
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        consumer_group_settings(self.value)  # a bad group.consumer.* combination stops the start here
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
             raise ConfigError("broker.heartbeat.interval.ms must be smaller than broker.session.timeout.ms")
 
@@ -452,6 +455,11 @@ class ServerConfig:
     @property
     def group_initial_rebalance_delay_ms(self) -> int:
         return int(self.value("group.initial.rebalance.delay.ms"))
+
+    @property
+    def consumer_groups(self) -> ConsumerGroupSettings:
+        """The KIP-848 consumer groups' settings, checked together (``settings.consumer_groups``)."""
+        return consumer_group_settings(self.value)
 
     @property
     def group_min_session_timeout_ms(self) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import gzip
 import struct
+import zlib
 
 import cramjam
 
@@ -109,3 +110,57 @@ def compress(codec: Compression, data: bytes) -> bytes:
     if codec is Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise CompressionError(f"unknown compression codec {codec!r}")
+
+
+def decompress_bounded(codec: Compression, data: bytes, limit: int) -> bytes:
+    """Decompresses ``data`` as :func:`decompress` does, but never into more than ``limit`` bytes: CompressionError
+    when the output would exceed it. For payloads a client sends outside record batches (KIP-714 telemetry), where
+    a small compressed input must not inflate into a large allocation."""
+    try:
+        if codec is Compression.NONE:
+            out = data
+        elif codec is Compression.GZIP:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = inflater.decompress(data, limit + 1)
+            if len(out) <= limit and not inflater.eof:
+                raise CompressionError("gzip payload is truncated")
+        elif codec is Compression.SNAPPY:
+            out = _snappy_bounded(data, limit)
+        elif codec in (Compression.LZ4, Compression.ZSTD):
+            buffer = bytearray(limit + 1)
+            module = cramjam.lz4 if codec is Compression.LZ4 else cramjam.zstd
+            written = module.decompress_into(data, buffer)
+            out = bytes(buffer[:written])
+        else:
+            raise CompressionError(f"unknown compression codec {codec!r}")
+    except CompressionError:
+        raise
+    except Exception as exc:  # every codec library raises its own error type (and cramjam one for a full buffer)
+        raise CompressionError(f"{codec.name.lower()} payload does not decompress within {limit} bytes: {exc}") from exc
+    if len(out) > limit:
+        raise CompressionError(f"{codec.name.lower()} payload decompresses to more than {limit} bytes")
+    return out
+
+
+def _snappy_bounded(data: bytes, limit: int) -> bytes:
+    """Raw or xerial-framed snappy, each block's declared length checked against what is left of ``limit``."""
+    blocks = []
+    if data[:8] == _XERIAL_MAGIC:
+        pos = _XERIAL_HEADER_LEN
+        while pos < len(data):
+            if pos + 4 > len(data):
+                raise CompressionError("truncated xerial snappy chunk header")
+            (size,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            if size < 0 or pos + size > len(data):
+                raise CompressionError("truncated xerial snappy chunk")
+            blocks.append(data[pos : pos + size])
+            pos += size
+    else:
+        blocks.append(data)
+    out = bytearray()
+    for block in blocks:
+        if len(out) + int(cramjam.snappy.decompress_raw_len(block)) > limit:
+            raise CompressionError(f"snappy payload decompresses to more than {limit} bytes")
+        out += bytes(cramjam.snappy.decompress_raw(block))
+    return bytes(out)

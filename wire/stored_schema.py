@@ -10,10 +10,13 @@ module is the one reader and writer of that format, the schemas themselves stay 
 from __future__ import annotations
 
 import struct
+import uuid
+from collections.abc import Iterable, Mapping
 
 # Keys and values use int16-length strings: ids longer than this cannot be persisted at all.
 MAX_STORED_STRING_BYTES = 0x7FFF
 
+_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -43,18 +46,38 @@ def string(value: str, *, flexible: bool = False) -> bytes:
     return (uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))) + encoded
 
 
-def nullable_string(value: str | None) -> bytes:
-    return _I16.pack(-1) if value is None else string(value)
+def nullable_string(value: str | None, *, flexible: bool = False) -> bytes:
+    if value is None:
+        return uvarint(0) if flexible else _I16.pack(-1)
+    return string(value, flexible=flexible)
 
 
-def bytes_field(value: bytes) -> bytes:
-    return _I32.pack(len(value)) + value
+def bytes_field(value: bytes, *, flexible: bool = False) -> bytes:
+    return (uvarint(len(value) + 1) if flexible else _I32.pack(len(value))) + value
+
+
+def uuid_field(value: uuid.UUID) -> bytes:
+    """16 bytes, the most significant half first: Java's ``Uuid`` and Python's ``UUID.bytes`` agree."""
+    return value.bytes
+
+
+def int32_array(values: Iterable[int], *, flexible: bool = False) -> bytes:
+    items = list(values)
+    return array_length(len(items), flexible=flexible) + b"".join(_I32.pack(v) for v in items)
 
 
 def array_length(n: int | None, *, flexible: bool = False) -> bytes:
     if flexible:
         return uvarint(0 if n is None else n + 1)
     return _I32.pack(-1 if n is None else n)
+
+
+def tagged_fields(fields: Mapping[int, bytes] | None = None) -> bytes:
+    """A flexible struct's tagged-field section: the count, then each field as tag, size and payload in ascending
+    tag order (as Kafka writes them). ``fields`` maps a tag to its encoded payload; an empty section is one zero
+    byte."""
+    items = sorted((fields or {}).items())
+    return uvarint(len(items)) + b"".join(uvarint(tag) + uvarint(len(payload)) + payload for tag, payload in items)
 
 
 # ---------------------------------------------------------------------------------------------------------- reading
@@ -76,6 +99,10 @@ class SchemaReader:
         self.pos += n
         return chunk
 
+    def i8(self) -> int:
+        value: int = _I8.unpack(self._take(1))[0]
+        return value
+
     def i16(self) -> int:
         value: int = _I16.unpack(self._take(2))[0]
         return value
@@ -87,6 +114,9 @@ class SchemaReader:
     def i64(self) -> int:
         value: int = _I64.unpack(self._take(8))[0]
         return value
+
+    def uuid_(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._take(16))
 
     def uvarint(self) -> int:
         """Unsigned (not zig-zag) varint, as the flexible protocol encodings use for lengths and tags."""
@@ -131,14 +161,21 @@ class SchemaReader:
             raise SchemaError(f"{self.what}: null array at byte {self.pos}")
         return n
 
+    def int32_array(self) -> list[int]:
+        n = self.array_length()
+        if n * 4 > len(self.data) - self.pos:
+            raise SchemaError(f"{self.what}: array of {n} int32 truncated at byte {self.pos}")
+        return [self.i32() for _ in range(n)]
+
     def skip_tagged_fields(self) -> None:
         self.tagged_fields()
 
     def tagged_fields(self) -> dict[int, bytes]:
-        """The tagged fields of a flexible struct (tag -> raw value); none before flexible versions."""
-        fields: dict[int, bytes] = {}
+        """The tagged-field section as raw payloads by tag, for the caller to decode the tags it knows; the others
+        are ignored, which is what lets a newer writer add tagged fields an older reader still reads past."""
         if not self.flexible:
-            return fields
+            return {}
+        fields: dict[int, bytes] = {}
         for _ in range(self.uvarint()):
             tag = self.uvarint()
             fields[tag] = self._take(self.uvarint())

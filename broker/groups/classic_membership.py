@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import Group, JoinRequest
 from broker.groups.classic.state import JoinResult, SyncResult
+from broker.groups.consumer.group import ConsumerGroup
 from broker.groups.runtime import CoordinatorRuntime
 
 
@@ -25,9 +26,13 @@ class ClassicMembership(CoordinatorRuntime):
     async def join_group(self, group_id: str, request: JoinRequest) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, request.member_id)
-        group, error = self._group_or_error(group_id)
+        found, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return JoinResult(error, request.member_id)
+        group = await self._classic_group(found) if isinstance(found, ConsumerGroup) else found
+        if isinstance(group, ConsumerGroup):
+            # A consumer group with members: its members use the new protocol (no mixed groups here).
+            return JoinResult(ErrorCode.inconsistent_group_protocol, request.member_id)
         if group is None:
             if request.member_id:
                 return JoinResult(ErrorCode.unknown_member_id, request.member_id)
@@ -58,7 +63,7 @@ class ClassicMembership(CoordinatorRuntime):
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return SyncResult(error)
-        if group is None:
+        if not isinstance(group, Group):
             return SyncResult(ErrorCode.unknown_member_id)
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
 
@@ -85,7 +90,7 @@ class ClassicMembership(CoordinatorRuntime):
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error
-        if group is None:
+        if not isinstance(group, Group):
             return ErrorCode.unknown_member_id
         error = group.heartbeat(self._now_ms(), member_id, group_instance_id, generation_id)
         self._after(group)
@@ -100,9 +105,24 @@ class ClassicMembership(CoordinatorRuntime):
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error, []
-        if group is None:
+        if not isinstance(group, Group):
             return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
         now = self._now_ms()
         results = [group.leave(now, member_id, instance_id, reason) for member_id, instance_id in members]
         self._after(group)
         return ErrorCode.none, results
+
+    async def _classic_group(self, group: ConsumerGroup) -> Group | ConsumerGroup:
+        """An empty consumer group becomes a classic group on its first JoinGroup, keeping its committed
+        offsets; its consumer-group records get their tombstones, as Kafka writes them."""
+        if not group.is_empty or group.pending_txn_offsets:
+            return group
+        now = self._now_ms()
+        error = await self._tombstone_consumer_group(group)
+        if error is not ErrorCode.none:
+            return group
+        classic = Group(group.group_id, self.config, now)
+        classic.offsets = group.offsets
+        self._cancel_timer(group.group_id)
+        self._groups[group.group_id] = classic
+        return classic

@@ -16,14 +16,15 @@ from collections.abc import Iterable, Sequence
 from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import Group
-from broker.groups.classic.state import GroupState
 from broker.groups.classic_membership import ClassicMembership
+from broker.groups.consumer.group import ConsumerGroup
+from broker.groups.consumer_membership import ConsumerMembership
 from broker.groups.offset_commits import OffsetCommits
 
 logger = logging.getLogger(__name__)
 
 
-class GroupCoordinator(ClassicMembership, OffsetCommits):
+class GroupCoordinator(ClassicMembership, ConsumerMembership, OffsetCommits):
     """The group coordinator of this broker (``Broker.groups``); see the module docstring for its parts."""
 
     # ------------------------------------------------------------------------------------------------ lifecycle
@@ -47,20 +48,26 @@ class GroupCoordinator(ClassicMembership, OffsetCommits):
 
     # ------------------------------------------------------------------------------------------------ admin
 
-    def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[Group]]:
-        """Groups this broker coordinates, optionally only those in the named states (case-insensitive)."""
+    def list_groups(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> tuple[ErrorCode, list[Group | ConsumerGroup]]:
+        """Groups this broker coordinates, optionally only those in the named states and of the named types
+        (``classic``, ``consumer``), both case-insensitive as Kafka matches them."""
         wanted = {s.lower() for s in states}
+        kinds = {t.lower() for t in types}
         error = self._partitions.listing_error()
         if error is ErrorCode.coordinator_not_available:
             return error, []
         groups = [
             g
             for g in self._groups.values()
-            if g.state is not GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)
+            if not g.dead
+            and (not wanted or g.state_name.lower() in wanted)
+            and (not kinds or g.group_type in kinds)
         ]
         return error, sorted(groups, key=lambda g: g.group_id)
 
-    def describe_group(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, Group | ConsumerGroup | None]:
         """(error, group); a group this coordinator does not know is reported as None (Kafka shows it Dead)."""
         group, error = self._group_or_error(group_id)
         return error, group
@@ -71,9 +78,9 @@ class GroupCoordinator(ClassicMembership, OffsetCommits):
             group, error = self._group_or_error(group_id)
             if error is not ErrorCode.none:
                 results[group_id] = error
-            elif group is None or group.state is GroupState.DEAD:
+            elif group is None or group.dead:
                 results[group_id] = ErrorCode.group_id_not_found
-            elif group.state is not GroupState.EMPTY or group.members:
+            elif not group.is_empty:
                 results[group_id] = ErrorCode.non_empty_group
             else:
                 results[group_id] = await self._delete_group(group)

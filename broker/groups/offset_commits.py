@@ -5,11 +5,10 @@ its records are durable. Offsets committed in a transaction stay pending (:mod:`
 the transaction's marker commits or aborts them. Retention follows KIP-211 (:mod:`broker.groups.offsets`).
 
 Whether a commit is accepted depends on the group type (a classic group checks member id and generation; a KIP-848
-consumer group will check member epochs); that check is the group's own (``validate_offset_commit``), and so is
-which topics a live group still reads (``is_subscribed_to``), so the rest of this module is what every type shares.
-Two rules still read the classic group's state directly: OffsetDelete and expiry only touch a live group whose
-subscriptions can be read (an Empty group, or one of the ``consumer`` protocol type); a new group type must answer
-the same question there. Groups that only commit (no membership) are classic groups, as in Kafka.
+consumer group checks member epochs); that check is the group's own (``validate_offset_commit``), and so are which
+topics a live group still reads (``is_subscribed_to``), whether its offsets may be deleted (``may_delete_offsets``)
+and since when it is empty (``empty_since_ms``), so the rest of this module is what every type shares. Groups that
+only commit (no membership) are classic groups, as in Kafka.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import Group
-from broker.groups.classic.protocols import CONSUMER_PROTOCOL_TYPE
-from broker.groups.classic.state import GroupState
+from broker.groups.consumer.group import ConsumerGroup
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import OffsetValue, encode_offset_key, encode_offset_value
 from broker.groups.offsets_topic import OFFSETS_TOPIC
@@ -80,7 +78,12 @@ class OffsetCommits(CoordinatorRuntime):
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetCommit],
         retention_ms: int = -1,
+        api_version: int = -1,
     ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit. ``generation_id`` is the request's ``generation_id_or_member_epoch``: a classic group's
+        generation, or (v9+, ``api_version``) a KIP-848 member's epoch, which a consumer group checks with the
+        version as Kafka's ``validateOffsetCommit`` does; classic groups do not read ``api_version``."""
+
         def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
 
@@ -92,7 +95,10 @@ class OffsetCommits(CoordinatorRuntime):
             if generation_id >= 0:
                 return everyone(ErrorCode.illegal_generation)
             group = self._groups[group_id] = Group(group_id, self.config, now)
-        error = group.validate_offset_commit(now, member_id, group_instance_id, generation_id)
+        if isinstance(group, ConsumerGroup):
+            error = group.validate_offset_commit(member_id, generation_id, api_version=api_version)
+        else:
+            error = group.validate_offset_commit(now, member_id, group_instance_id, generation_id)
         if error is not ErrorCode.none:
             self._after(group)
             return everyone(error)
@@ -125,7 +131,14 @@ class OffsetCommits(CoordinatorRuntime):
         now = self._now_ms()
         if group is None:
             group = self._groups[group_id] = Group(group_id, self.config, now)
-        error = group.validate_txn_offset_commit(member_id, group_instance_id, generation_id)
+        if isinstance(group, ConsumerGroup):
+            error = (
+                ErrorCode.none
+                if generation_id < 0 and not member_id and not group.dead
+                else group.validate_offset_commit(member_id, generation_id, api_version=9)
+            )
+        else:
+            error = group.validate_txn_offset_commit(member_id, group_instance_id, generation_id)
         if error is not ErrorCode.none:
             self._after(group)
             return everyone(error)
@@ -134,7 +147,7 @@ class OffsetCommits(CoordinatorRuntime):
 
     async def _write_offsets(
         self,
-        group: Group,
+        group: Group | ConsumerGroup,
         offsets: Mapping[TopicPartition, OffsetCommit],
         now: int,
         *,
@@ -209,14 +222,26 @@ class OffsetCommits(CoordinatorRuntime):
         self._complete_in_partition(offsets_partition, producer_id, commit)
 
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None, *, require_stable: bool = False
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+        *,
+        require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
         """Committed offsets (-1 where none); ``partitions=None`` means every partition the group committed. With
         ``require_stable`` a partition whose offset is pending in an open transaction answers
-        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends)."""
+        UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends). ``member_id`` and ``member_epoch``
+        (OffsetFetch v9+) are what a KIP-848 member sends for its group to check; None and -1 from an admin client
+        or a classic member, whose groups do not read them."""
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error, []
+        if isinstance(group, ConsumerGroup):
+            error = group.validate_offset_fetch(member_id, member_epoch)
+            if error is not ErrorCode.none:
+                return error, []
         if group is None:
             wanted = list(partitions) if partitions is not None else []
             return ErrorCode.none, [FetchedOffset(t, p, -1, -1, "", ErrorCode.none) for t, p in wanted]
@@ -241,9 +266,9 @@ class OffsetCommits(CoordinatorRuntime):
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error, {}
-        if group is None or group.state is GroupState.DEAD:
+        if group is None or group.dead:
             return ErrorCode.group_id_not_found, {}
-        if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        if not group.may_delete_offsets:
             # Only consumer-protocol subscriptions can be read; other live groups keep all their offsets.
             return ErrorCode.non_empty_group, {}
         results: dict[TopicPartition, ErrorCode] = {}
@@ -261,7 +286,7 @@ class OffsetCommits(CoordinatorRuntime):
                 return error, {}
         return ErrorCode.none, results
 
-    async def _tombstone_offsets(self, group: Group, partitions: Sequence[TopicPartition]) -> ErrorCode:
+    async def _tombstone_offsets(self, group: Group | ConsumerGroup, partitions: Sequence[TopicPartition]) -> ErrorCode:
         now = self._now_ms()
         records = [
             Record(key=encode_offset_key(group.group_id, t, p), value=None, timestamp=now) for t, p in partitions
@@ -290,18 +315,14 @@ class OffsetCommits(CoordinatorRuntime):
         now = self._now_ms()
         removed = 0
         for group in list(self._groups.values()):
-            if self.coordinator_error(group.group_id) is not ErrorCode.none or group.state is GroupState.DEAD:
+            if self.coordinator_error(group.group_id) is not ErrorCode.none or not group.may_delete_offsets:
                 continue
-            managed = group.protocol_type is not None
-            if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-                continue
-            empty_since = group.state_timestamp_ms if managed and group.state is GroupState.EMPTY else None
             expired = group.offsets.expired(
-                now, self._retention_ms, empty_since_ms=empty_since, keep=group.is_subscribed_to
+                now, self._retention_ms, empty_since_ms=group.empty_since_ms, keep=group.is_subscribed_to
             )
             if expired and await self._tombstone_offsets(group, expired) is ErrorCode.none:
                 removed += len(expired)
                 logger.info("group %s: %d committed offsets expired", group.group_id, len(expired))
-            if group.state is GroupState.EMPTY and group.is_empty and not len(group.offsets):
+            if group.is_empty and not len(group.offsets):
                 await self._delete_group(group)
         return removed

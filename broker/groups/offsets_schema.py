@@ -5,8 +5,11 @@ decode ``__consumer_offsets``, e.g. ``kafka-console-consumer --formatter Offsets
 
 Keys start with an int16 version that says what the record is:
   * 0 and 1 — an offset commit: (group, topic, partition);
-  * 2 — group metadata: (group).
-Higher key versions belong to the KIP-848 consumer protocol; this coordinator skips them when loading.
+  * 2 — group metadata: (group);
+  * 3 and up — :class:`UnknownKey` here: the KIP-848 consumer-group records (3-8 and 16) are
+    :mod:`broker.groups.consumer_records`' (the replay in :mod:`broker.groups.offsets_topic` reads them there, so
+    this module, which every group type's offsets use, depends on no group type); share- and streams-group
+    records are skipped.
 A record with a null value is a tombstone (the offset or the group was deleted); compaction drops it in the end.
 
 We write offset values version 3 (with the leader epoch; version 1 when the commit carried an explicit retention,
@@ -45,7 +48,8 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class UnknownKey:
-    """A key version this coordinator does not interpret (e.g. a KIP-848 record); loaders skip it."""
+    """A key version of no offset or classic group record: a KIP-848 record (``broker.groups.consumer_records``),
+    or a share- or streams-group record, which loaders skip."""
 
     version: int
 

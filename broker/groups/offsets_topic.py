@@ -5,9 +5,9 @@ leader. When this broker becomes the leader it replays the partition from the lo
 serves its groups. What a replay finds (committed offsets, offsets pending in a transaction, group metadata) is the
 same for every group type, so it is read here once; the coordinator turns it into groups.
 
-Keys are Kafka's (:mod:`broker.groups.offsets_schema`): offset commits and classic group metadata are collected;
-the KIP-848 consumer-group and share-group records (key versions 3 and up) are skipped today and are meant to be
-collected here, beside ``group_values``, when those group types land.
+Keys are Kafka's (:mod:`broker.groups.offsets_schema`, :mod:`broker.groups.consumer_records`): offset commits,
+classic group metadata and the KIP-848 consumer-group records are collected; share- and streams-group records are
+skipped today and are meant to be collected here too when those group types land.
 """
 
 from __future__ import annotations
@@ -15,6 +15,27 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from broker.groups.consumer.assignment import Assignment
+from broker.groups.consumer_records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupRecord,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    decode_consumer_key,
+    decode_consumer_value,
+)
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import (
     GroupKey,
@@ -56,10 +77,62 @@ OFFSETS_INTERNAL_TOPIC = InternalTopic(
 
 
 @dataclass
+class ReplayedConsumerGroup:
+    """A KIP-848 consumer group as the last of each of its records left it: what the coordinator rebuilds the
+    group from.
+
+    Kafka writes a group's records in several batches (a member's subscription, then the group epoch, the target
+    assignment, the member's current assignment), so a group is collected from whichever of its records comes
+    first; ``metadata`` stays None if the group-epoch record itself never came (a group whose creation did not
+    complete). ``target_assignment_epoch`` is None without a target-assignment record (Kafka's -1).
+    ``subscription_metadata`` is the record Kafka before 4.1 wrote (key 4): Kafka 4.1+ replaces it by the metadata
+    hash and writes its tombstone when the group's epoch next moves, which a coordinator that finds it should do too.
+    """
+
+    group_id: str
+    metadata: ConsumerGroupMetadataValue | None = None
+    members: dict[str, ConsumerGroupMemberMetadataValue] = field(default_factory=dict)
+    target_assignment_epoch: int | None = None
+    target_assignment: dict[str, Assignment] = field(default_factory=dict)
+    current_assignments: dict[str, ConsumerGroupCurrentMemberAssignmentValue] = field(default_factory=dict)
+    regexes: dict[str, ConsumerGroupRegularExpressionValue] = field(default_factory=dict)
+    subscription_metadata: ConsumerGroupPartitionMetadataValue | None = None
+
+    def apply(self, record: ConsumerGroupRecord) -> None:
+        """One record of this group (a group-metadata tombstone removes the whole group and never gets here)."""
+        match record.key, record.value:
+            case ConsumerGroupMetadataKey(), ConsumerGroupMetadataValue() as v:
+                self.metadata = v
+            case ConsumerGroupPartitionMetadataKey(), (ConsumerGroupPartitionMetadataValue() | None) as v:
+                self.subscription_metadata = v
+            case ConsumerGroupMemberMetadataKey(member_id=m), ConsumerGroupMemberMetadataValue() as v:
+                self.members[m] = v
+            case ConsumerGroupMemberMetadataKey(member_id=m), None:
+                self.members.pop(m, None)
+            case ConsumerGroupTargetAssignmentMetadataKey(), ConsumerGroupTargetAssignmentMetadataValue() as v:
+                self.target_assignment_epoch = v.assignment_epoch
+            case ConsumerGroupTargetAssignmentMetadataKey(), None:
+                self.target_assignment_epoch = None
+            case ConsumerGroupTargetAssignmentMemberKey(member_id=m), ConsumerGroupTargetAssignmentMemberValue() as v:
+                self.target_assignment[m] = v.topic_partitions
+            case ConsumerGroupTargetAssignmentMemberKey(member_id=m), None:
+                self.target_assignment.pop(m, None)
+            case ConsumerGroupCurrentMemberAssignmentKey(member_id=m), ConsumerGroupCurrentMemberAssignmentValue() as v:
+                self.current_assignments[m] = v
+            case ConsumerGroupCurrentMemberAssignmentKey(member_id=m), None:
+                self.current_assignments.pop(m, None)
+            case ConsumerGroupRegularExpressionKey(regex=regex), ConsumerGroupRegularExpressionValue() as v:
+                self.regexes[regex] = v
+            case ConsumerGroupRegularExpressionKey(regex=regex), None:
+                self.regexes.pop(regex, None)
+
+
+@dataclass
 class ReplayedPartition:
     """What replaying one ``__consumer_offsets`` partition found."""
 
     group_values: dict[str, GroupValue | None] = field(default_factory=dict)
+    consumer_groups: dict[str, ReplayedConsumerGroup] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, AppendedOffset]] = field(default_factory=dict)
     pending: dict[str, PendingTxnOffsets] = field(default_factory=dict)
     records: int = 0
@@ -119,11 +192,30 @@ def _apply_record(record: Record, producer_id: int, replayed: ReplayedPartition,
             else:
                 replayed.group_values[key.group_id] = decode_group_value(record.value)
         else:
-            logger.debug(
-                "%s: offset %d has key version %d, which this coordinator does not use",
-                where,
-                record.offset,
-                key.version,
-            )
+            consumer_key = decode_consumer_key(record.key)
+            if consumer_key is not None:
+                _apply_consumer_record(consumer_key, record.value, replayed)
+            else:
+                logger.debug(
+                    "%s: offset %d has key version %d, which this coordinator does not use",
+                    where,
+                    record.offset,
+                    key.version,
+                )
     except SchemaError as exc:
         logger.warning("%s: record at offset %d does not decode (%s); skipped", where, record.offset, exc)
+
+
+def _apply_consumer_record(key: ConsumerGroupKey, value: bytes | None, replayed: ReplayedPartition) -> None:
+    decoded = None if value is None else decode_consumer_value(key, value)
+    groups = replayed.consumer_groups
+    if decoded is None and isinstance(key, ConsumerGroupMetadataKey):
+        # Kafka deletes a group by writing the tombstones of its parts first and this one last.
+        groups.pop(key.group_id, None)
+        return
+    group = groups.get(key.group_id)
+    if group is None:
+        if decoded is None:
+            return  # the tombstone of a part of a group that is already gone
+        group = groups[key.group_id] = ReplayedConsumerGroup(key.group_id)
+    group.apply(ConsumerGroupRecord(key, decoded))

@@ -16,9 +16,11 @@ It holds what they all share, whatever the group type:
   answered only once the write is durable;
 * deleting a group with its tombstones (DeleteGroups, and offset expiry emptying a group).
 
-Groups are the classic protocol's sans-I/O :class:`broker.groups.classic.group.Group`, the only type today; the
-KIP-848 consumer groups and share groups are meant to live in the same table, keyed by group id, with their own
-timers and writes driven from here.
+Groups of every type live in one table keyed by group id (a group id names one group, whatever its type): the
+classic protocol's sans-I/O :class:`broker.groups.classic.group.Group` and the KIP-848
+:class:`broker.groups.consumer.group.ConsumerGroup`. Both answer the questions asked here the same way (``dead``,
+``next_deadline_ms``, ``tick``, ``is_disposable``); what each asks to persist differs, so ``_after`` writes each
+type's changes with its own records.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from kio.schema.errors import ErrorCode
 from broker.broker_context import BrokerContext
 from broker.groups.classic.group import Group
 from broker.groups.classic.rebalance import GroupConfig, PendingWrite
-from broker.groups.classic.state import GroupState
+from broker.groups.consumer.assignors import assignor_named
+from broker.groups.consumer.changes import Change
+from broker.groups.consumer.group import ConsumerGroup, ConsumerGroupConfig
+from broker.groups.consumer_persistence import encode_changes, restore_group
 from broker.groups.offsets_schema import encode_group_key, encode_group_value, encode_offset_key
 from broker.groups.offsets_topic import (
     OFFSETS_INTERNAL_TOPIC,
@@ -74,10 +79,20 @@ class CoordinatorRuntime:
         self._retention_check_s = int(cfg.value("offsets.retention.check.interval.ms")) / 1000
         # offset.metadata.max.bytes, capped by what an int16-length string in the record format can hold.
         self._metadata_max_bytes = min(int(cfg.value("offset.metadata.max.bytes")), MAX_STORED_STRING_BYTES)
-        self._groups: dict[str, Group] = {}
+        settings = cfg.consumer_groups
+        self.consumer_config = ConsumerGroupConfig(
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            max_size=settings.max_size,
+            assignors={name: assignor for name in settings.assignors if (assignor := assignor_named(name))},
+        )
+        self.consumer_protocol_enabled = settings.enabled
+        self._groups: dict[str, Group | ConsumerGroup] = {}
         #: Transaction markers (producer id, commit) that reached a partition while it was loading.
         self._completions: dict[int, list[tuple[int, bool]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        #: Each consumer group's latest write of heartbeat changes, which answers resting on it wait for.
+        self._consumer_writes: dict[str, asyncio.Future[ErrorCode]] = {}
         self._cleanup_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
             broker,
@@ -110,7 +125,7 @@ class CoordinatorRuntime:
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             group = self._groups.pop(group_id)
             self._cancel_timer(group_id)
-            if group.state is not GroupState.DEAD:
+            if not group.dead:
                 group.mark_dead(now, ErrorCode.not_coordinator)
             dropped += 1
         return dropped
@@ -121,6 +136,10 @@ class CoordinatorRuntime:
         for group_id, value in replayed.group_values.items():
             if value is not None:
                 self._groups[group_id] = Group.restore(group_id, self.config, value, now)
+        for group_id, found in replayed.consumer_groups.items():
+            consumer_group = restore_group(found, self.consumer_config, now)
+            if consumer_group is not None:
+                self._groups[group_id] = consumer_group
         for group_id, committed in replayed.offsets.items():
             group = self._groups.get(group_id)
             if group is None:
@@ -174,34 +193,33 @@ class CoordinatorRuntime:
         if timer is not None:
             timer.cancel()
 
-    def _reschedule(self, group: Group) -> None:
+    def _reschedule(self, group: Group | ConsumerGroup) -> None:
         self._cancel_timer(group.group_id)
         deadline = group.next_deadline_ms()
-        if deadline is None or group.state is GroupState.DEAD:
+        if deadline is None or group.dead:
             return
         delay = max(0.0, (deadline - self._now_ms()) / 1000)
         self._timers[group.group_id] = asyncio.get_running_loop().call_later(delay, self._on_timer, group)
 
-    def _on_timer(self, group: Group) -> None:
+    def _on_timer(self, group: Group | ConsumerGroup) -> None:
         self._timers.pop(group.group_id, None)
         if self._groups.get(group.group_id) is not group:
             return
         group.tick(self._now_ms())
         self._after(group)
 
-    def _after(self, group: Group) -> None:
+    def _after(self, group: Group | ConsumerGroup) -> None:
         """After any call into a group: start its writes, re-arm its timer, forget it if nothing is left."""
-        for write in group.take_writes():
-            self._partitions.spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
-        if (
-            group.state is GroupState.EMPTY
-            and group.generation_id == 0
-            and group.is_empty
-            and not len(group.offsets)
-            and not group.pending_txn_offsets
-            and self._groups.get(group.group_id) is group
-        ):
-            # Created by a join that failed before anyone became a member: nothing worth keeping.
+        if isinstance(group, Group):
+            for write in group.take_writes():
+                self._partitions.spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
+        else:
+            changes = group.take_changes()
+            if changes:
+                self._partitions.spawn(
+                    self._persist_consumer_group(group, changes), name=f"persist group {group.group_id}"
+                )
+        if group.is_disposable and self._groups.get(group.group_id) is group:
             del self._groups[group.group_id]
             self._cancel_timer(group.group_id)
             return
@@ -254,7 +272,33 @@ class CoordinatorRuntime:
         if self._groups.get(group.group_id) is group:
             self._after(group)
 
-    def _group_or_error(self, group_id: str) -> tuple[Group | None, ErrorCode]:
+    async def _persist_consumer_group(self, group: ConsumerGroup, changes: Sequence[Change]) -> ErrorCode:
+        """Appends a consumer group's changes as Kafka's records; the error a waiting request answers with."""
+        now = self._now_ms()
+        try:
+            encoded = encode_changes(group.group_id, changes)
+            records = [Record(key=key, value=value, timestamp=now) for key, value in encoded]
+            await self._append(group.group_id, records)
+        except SchemaError as exc:
+            logger.warning("group %s: its state cannot be stored: %s", group.group_id, exc)
+            return ErrorCode.invalid_request
+        except Exception as exc:
+            logger.warning(
+                "group %s: persisting epoch %d to %s-%d failed: %s",
+                group.group_id,
+                group.group_epoch,
+                OFFSETS_TOPIC,
+                self.partition_for(group.group_id),
+                exc,
+            )
+            return self._partitions.store_error(exc, group.group_id)
+        return ErrorCode.none
+
+    async def _tombstone_consumer_group(self, group: ConsumerGroup) -> ErrorCode:
+        """Writes the tombstones of an empty consumer group's records (it is deleted, or becomes classic)."""
+        return await self._persist_consumer_group(group, group.deletion_changes())
+
+    def _group_or_error(self, group_id: str) -> tuple[Group | ConsumerGroup | None, ErrorCode]:
         if len(group_id.encode("utf-8")) > MAX_STORED_STRING_BYTES:
             return None, ErrorCode.invalid_group_id
         error = self.coordinator_error(group_id)
@@ -264,13 +308,19 @@ class CoordinatorRuntime:
 
     # ------------------------------------------------------------------------------------------------ deletion
 
-    async def _delete_group(self, group: Group) -> ErrorCode:
+    async def _delete_group(self, group: Group | ConsumerGroup) -> ErrorCode:
         now = self._now_ms()
         records = [
             Record(key=encode_offset_key(group.group_id, t, p), value=None, timestamp=now)
             for (t, p), _ in group.offsets
         ]
-        records.append(Record(key=encode_group_key(group.group_id), value=None, timestamp=now))
+        if isinstance(group, Group):
+            records.append(Record(key=encode_group_key(group.group_id), value=None, timestamp=now))
+        else:
+            records.extend(
+                Record(key=key, value=value, timestamp=now)
+                for key, value in encode_changes(group.group_id, group.deletion_changes())
+            )
         group.mark_dead(now, ErrorCode.coordinator_not_available)
         self._cancel_timer(group.group_id)
         if self._groups.get(group.group_id) is group:
@@ -280,5 +330,5 @@ class CoordinatorRuntime:
         except Exception as exc:
             logger.warning("group %s: writing its tombstones failed: %s", group.group_id, exc)
             return self._partitions.store_error(exc, group.group_id)
-        logger.info("group %s deleted (%d offsets)", group.group_id, len(records) - 1)
+        logger.info("group %s deleted (%d offsets)", group.group_id, len(group.offsets))
         return ErrorCode.none

@@ -39,6 +39,8 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
         and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ctx.build(error_code=ErrorCode.invalid_request, api_keys=_api_keys(cls, versions))
+    if ctx.api_version >= 3:
+        ctx.connection.client_software = (request.client_software_name, request.client_software_version)
     image = ctx.broker.controller.image
     features = feature_fields(cls, ctx.api_version, image.finalized_features(), image.offset)
     return ctx.build(error_code=ErrorCode.none, api_keys=_api_keys(cls, versions), **features)

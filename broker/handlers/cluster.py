@@ -1,4 +1,6 @@
-"""DescribeCluster (key 60) v0-1: the live brokers on the client's listener, cluster id and controller."""
+"""DescribeCluster (key 60) v0-2: the live brokers on the client's listener, cluster id and controller; v2 can ask for
+the fenced brokers too (``include_fenced_brokers``, KIP-1073: how ``kafka-cluster.sh`` and the admin client see a
+broker that registered but is fenced), each broker flagged ``is_fenced``, as Kafka lists them."""
 
 from __future__ import annotations
 
@@ -26,13 +28,15 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
             endpoint_type=endpoint_type,
             cluster_id=image.cluster_id,
         )
+    with_fenced = bool(getattr(request, "include_fenced_brokers", False))
+    registered = [b for _, b in sorted(image.brokers.items())] if with_fenced else image.live_brokers()
     brokers = []
-    for broker in image.live_brokers():
+    for broker in registered:
         endpoint = live_endpoint(broker, ctx.listener_name)
         if endpoint is not None:
             brokers.append(
                 schema.build_nested(ctx.response_class, "brokers", broker_id=broker.node_id, host=endpoint[0],
-                                   port=endpoint[1], rack=broker.rack)
+                                   port=endpoint[1], rack=broker.rack, is_fenced=broker.fenced)
             )
     return ctx.build(
         throttle_time=0,

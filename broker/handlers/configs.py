@@ -1,5 +1,5 @@
-"""DescribeConfigs (key 32) v1-4, AlterConfigs (key 33) v0-2 and IncrementalAlterConfigs (key 44) v0-1, for topic
-and broker resources, and (DescribeConfigs, IncrementalAlterConfigs) this broker's loggers.
+"""DescribeConfigs (key 32) v1-4, AlterConfigs (key 33) v0-2 and IncrementalAlterConfigs (key 44) v0-1, for topic,
+broker and client-metrics (KIP-714) resources, and (DescribeConfigs, IncrementalAlterConfigs) this broker's loggers.
 
 Which keys exist, their types, defaults, synonyms and sources are ``settings``'s; changes are validated
 and applied by the controller. The alter requests are read and answered through ``metadata.admin.config_wire`` (shared
@@ -25,12 +25,14 @@ from metadata.admin import config_wire
 from metadata.admin import requests as admin_requests
 from metadata.admin.config_wire import ResourceRefused
 from metadata.controller_api import ConfigResource
+from settings.client_metrics import describe_subscription
 from settings.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
 from wire import schema
 
 RESOURCE_TOPIC = ConfigResource.TOPIC
 RESOURCE_BROKER = ConfigResource.BROKER
 RESOURCE_BROKER_LOGGER = ConfigResource.BROKER_LOGGER
+RESOURCE_CLIENT_METRICS = ConfigResource.CLIENT_METRICS
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,10 @@ def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str
     if resource_type == RESOURCE_BROKER_LOGGER:
         _check_logger_resource(ctx, name)
         return describe_loggers(keys)
+    if resource_type == RESOURCE_CLIENT_METRICS:
+        if not name:
+            raise ResourceRefused(ErrorCode.invalid_request, "Client metrics subscription name must not be empty")
+        return describe_subscription(image.client_metrics.get(name, {}), keys)
     raise ResourceRefused(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
 
 
@@ -142,8 +148,8 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
 
 
 def _authorize_resources(op: AclOperation, response_field: str) -> Guard:
-    """``op`` on each resource, as Kafka checks: on the topic for a topic resource, on the cluster for a broker or
-    broker-logger one."""
+    """``op`` on each resource, as Kafka checks: on the topic for a topic resource, on the cluster for a broker,
+    broker-logger or client-metrics one."""
 
     async def guard(ctx: RequestContext, request: Any, handler: Handler) -> Any:
         def denial(resource: Any) -> ErrorCode | None:

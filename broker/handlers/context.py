@@ -47,6 +47,8 @@ class ConnectionState:
     #: On an SSL listener, of a client that presented a certificate: ``User:<name>`` mapped from its subject DN by
     #: ``ssl.principal.mapping.rules`` (set by the dispatcher at the first request).
     tls_principal: str | None = None
+    #: KIP-511: the client software name and version its ApiVersions v3+ named (what KIP-714 subscriptions match).
+    client_software: tuple[str, str] | None = None
 
     @property
     def principal(self) -> str | None:

@@ -1,7 +1,9 @@
-"""DescribeGroups (key 15) v0-5: state, protocol and members of groups.
+"""DescribeGroups (key 15) v0-6: state, protocol and members of groups.
 
-A group this coordinator does not know is described as Dead with no error, as Kafka does; member metadata and
-assignments are only filled in while the group is Stable.
+A group this coordinator does not know is described as Dead with no error below v6, and from v6 (KIP-1043) answers
+GROUP_ID_NOT_FOUND with a message, as Kafka 4 does; a classic group's member metadata and assignments are only
+filled in while the group is Stable. A KIP-848 consumer group is described as Kafka describes it to this API
+(``broker.groups.consumer.classic_view``).
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from broker import authorized_operations
+from broker.groups.classic.group import Group
 from broker.groups.classic.state import GroupState
+from broker.groups.consumer.classic_view import described_members
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, per_group
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import schema
+
+#: From this version a group that does not exist is GROUP_ID_NOT_FOUND rather than a Dead group (KIP-1043).
+_NOT_FOUND_VERSION = 6
 
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
@@ -26,6 +33,21 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     for group_id in request.groups:
         operations = ctx.authorized_operations(asked, ResourceType.GROUP, group_id, authorized_operations.GROUP)
         error, group = groups.describe_group(group_id)
+        missing = error is ErrorCode.none and (group is None or group.dead)
+        if missing and ctx.api_version >= _NOT_FOUND_VERSION:
+            described.append(
+                schema.build(
+                    group_cls,
+                    error_code=ErrorCode.group_id_not_found,
+                    error_message=f"Group {group_id} not found.",
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    authorized_operations=operations,
+                )
+            )
+            continue
         if group is None or error is not ErrorCode.none:
             described.append(
                 schema.build(
@@ -39,27 +61,36 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 )
             )
             continue
+        if isinstance(group, Group):
+            rows = [
+                (m.member_id, m.group_instance_id, m.client_id, m.client_host, metadata, assignment)
+                for m, metadata, assignment in group.describe_members()
+            ]
+            protocol_data = (group.protocol_name or "") if group.state is GroupState.STABLE else ""
+        else:
+            rows = list(described_members(group, ctx.broker.controller.image.topics_by_id))
+            protocol_data = group.assignor_name or next(iter(groups.consumer_config.assignors), "")
         members = tuple(
             schema.build_nested(
                 group_cls,
                 "members",
-                member_id=member.member_id,
-                group_instance_id=member.group_instance_id,
-                client_id=member.client_id,
-                client_host=member.client_host,
+                member_id=member_id,
+                group_instance_id=instance_id,
+                client_id=client_id,
+                client_host=client_host,
                 member_metadata=metadata,
                 member_assignment=assignment,
             )
-            for member, metadata, assignment in group.describe_members()
+            for member_id, instance_id, client_id, client_host, metadata, assignment in rows
         )
         described.append(
             schema.build(
                 group_cls,
                 error_code=ErrorCode.none,
                 group_id=group_id,
-                group_state=group.state.value,
+                group_state=group.state_name,
                 protocol_type=group.protocol_type or "",
-                protocol_data=(group.protocol_name or "") if group.state is GroupState.STABLE else "",
+                protocol_data=protocol_data,
                 members=members,
                 authorized_operations=operations,
             )

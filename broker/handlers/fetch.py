@@ -1,4 +1,8 @@
-"""Fetch (key 1) v4-15 for consumers: long poll, byte limits, incremental sessions (KIP-227), topic ids (v13+).
+"""Fetch (key 1) v4-18 for consumers: long poll, byte limits, incremental sessions (KIP-227), topic ids (v13+), and
+where leadership went for a partition that moved (KIP-951, v16+: ``current_leader`` and the leaders' ``node_endpoints``,
+so the client retries at the new leader without a Metadata round trip first). v17's ``replica_directory_id`` and
+v18's ``high_watermark`` are tagged fields only a follower sends; Fjord brokers do not replicate, so a consumer's fetch
+never carries them and they are read as Kafka reads them from a consumer: not at all.
 
 A fetch answers at once when it has ``min_bytes`` of data, an error, or ``max_wait_ms`` is zero; otherwise it
 waits until an append to one of its partitions (``PartitionLog.wait_for_data``) or the deadline, then reads
@@ -30,6 +34,7 @@ from broker.fetch_session import (
 )
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import TOPIC_DENIED, partitions_entry, split, topics_denied
+from broker.handlers.metadata import live_endpoint
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedTxn
@@ -171,20 +176,33 @@ async def _wait_for_any(results: list[_Result], timeout: float) -> None:
 
 
 _LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch})
+#: The first version whose response carries ``node_endpoints``; from it on Kafka fills ``current_leader`` for every
+#: partition answering one of :data:`_LEADER_MOVED` (KafkaApis' ``versionId >= 16``).
+_NODE_ENDPOINTS_VERSION = 16
 
 
-def _current_leader(ctx: RequestContext, part_cls: type[Any], r: _Result) -> dict[str, object]:
-    """v12+: where the partition's leadership is now, for the errors that mean the client's view is stale (as
-    Kafka fills it), so a client can retry at the right broker and epoch without a metadata round trip first."""
+def _current_leader(
+    ctx: RequestContext, part_cls: type[Any], r: _Result, endpoints: dict[int, tuple[str, int, str | None]]
+) -> dict[str, object]:
+    """Where the partition's leadership is now, for the errors that mean the client's view is stale, so a client
+    can retry at the right broker and epoch without a metadata round trip first. From v16 on as Kafka fills it:
+    always for those errors (-1/-1 when the partition is unknown), with the leader's endpoint on this listener
+    added to ``endpoints`` when the leader is alive; v12-15 carry the tagged field too, filled only when a leader
+    is known."""
     _, name, partition = r.key
     if r.error not in _LEADER_MOVED or not schema.has_field(part_cls, "current_leader"):
         return {}
-    topic = ctx.broker.controller.image.topics_by_name.get(name)
-    found = topic.partitions.get(partition) if topic is not None else None
-    if found is None or found.leader < 0:
+    image = ctx.broker.controller.image
+    found = image.partition(name, partition)
+    leader, epoch = (found.leader, found.leader_epoch) if found is not None else (-1, -1)
+    if ctx.api_version < _NODE_ENDPOINTS_VERSION and leader < 0:
         return {}
-    leader = schema.build_nested(part_cls, "current_leader", leader_id=found.leader, leader_epoch=found.leader_epoch)
-    return {"current_leader": leader}
+    broker = image.brokers.get(leader)
+    if ctx.api_version >= _NODE_ENDPOINTS_VERSION and broker is not None and not broker.fenced:
+        endpoint = live_endpoint(broker, ctx.listener_name)
+        if endpoint is not None:
+            endpoints[leader] = (endpoint[0], endpoint[1], broker.rack)
+    return {"current_leader": schema.build_nested(part_cls, "current_leader", leader_id=leader, leader_epoch=epoch)}
 
 
 def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], read_committed: bool) -> Any:
@@ -193,6 +211,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
     part_cls = schema.field_entity(topic_cls, "partitions")
     aborted_cls = schema.field_entity(part_cls, "aborted_transactions")
     include = set(fetch.filter(r.outcome() for r in results))
+    endpoints: dict[int, tuple[str, int, str | None]] = {}
     grouped: dict[tuple[object, str], list[Any]] = {}
     for r in results:
         if r.key not in include:
@@ -217,14 +236,24 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
                 ),
                 preferred_read_replica=-1,
                 records=r.records,
-                **_current_leader(ctx, part_cls, r),
+                **_current_leader(ctx, part_cls, r, endpoints),
             )
         )
     responses = tuple(
         schema.build(topic_cls, topic=name, topic_id=topic_id, partitions=tuple(parts))
         for (topic_id, name), parts in grouped.items()
     )
-    return ctx.build(throttle_time=0, error_code=ErrorCode.none, session_id=fetch.session_id, responses=responses)
+    node_endpoints = tuple(
+        schema.build_nested(resp_cls, "node_endpoints", node_id=node_id, host=host, port=port, rack=rack)
+        for node_id, (host, port, rack) in sorted(endpoints.items())
+    ) if schema.has_field(resp_cls, "node_endpoints") else ()
+    return ctx.build(
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        session_id=fetch.session_id,
+        responses=responses,
+        node_endpoints=node_endpoints,
+    )
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:

@@ -4,7 +4,7 @@ same for JoinGroup, Heartbeat, LeaveGroup and SyncGroup, so written once here)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -21,41 +21,58 @@ def member_host(ctx: RequestContext) -> str:
     return f"/{ctx.client_host}"
 
 
-def requested_offsets(request_topics: Iterable[Any]) -> dict[tuple[str, int], OffsetCommit]:
-    """The offsets an OffsetCommit or TxnOffsetCommit asks to commit, by (topic, partition)."""
+def _name(topic: Any) -> str | None:
+    return str(topic.name)
+
+
+def requested_offsets(
+    request_topics: Iterable[Any], name_of: Callable[[Any], str | None] = _name
+) -> dict[tuple[str, int], OffsetCommit]:
+    """The offsets an OffsetCommit or TxnOffsetCommit asks to commit, by (topic, partition); ``name_of`` names a
+    request topic (OffsetCommit v10 sends ids), and a topic it cannot name (None) is left out."""
     return {
-        (topic.name, p.partition_index): OffsetCommit(
+        (name, p.partition_index): OffsetCommit(
             offset=p.committed_offset,
             leader_epoch=getattr(p, "committed_leader_epoch", -1),
             metadata=p.committed_metadata,
         )
         for topic in request_topics
+        if (name := name_of(topic)) is not None
         for p in topic.partitions
     }
 
 
 def partition_errors(
-    response_cls: type[Any], request_topics: Iterable[Any], codes: Mapping[tuple[str, int], ErrorCode]
+    response_cls: type[Any],
+    request_topics: Iterable[Any],
+    codes: Mapping[tuple[str, int], ErrorCode],
+    name_of: Callable[[Any], str | None] = _name,
+    unnamed: ErrorCode = ErrorCode.unknown_topic_id,
 ) -> tuple[Any, ...]:
     """The ``topics`` of a response that answers every requested partition with only an error code (OffsetCommit,
-    OffsetDelete), in request order; a partition ``codes`` does not mention succeeded."""
+    OffsetDelete), in request order; a partition ``codes`` does not mention succeeded. A topic ``name_of`` cannot
+    name (an unknown topic id) answers ``unnamed`` for each partition; versions with ids echo the topic's id."""
     topic_cls = schema.field_entity(response_cls, "topics")
-    return tuple(
-        schema.build(
-            topic_cls,
-            name=topic.name,
-            partitions=tuple(
-                schema.build_nested(
-                    topic_cls,
-                    "partitions",
-                    partition_index=p.partition_index,
-                    error_code=codes.get((topic.name, p.partition_index), ErrorCode.none),
-                )
-                for p in topic.partitions
-            ),
+    out = []
+    for topic in request_topics:
+        name = name_of(topic)
+        out.append(
+            schema.build(
+                topic_cls,
+                name=name or "",
+                topic_id=getattr(topic, "topic_id", None),
+                partitions=tuple(
+                    schema.build_nested(
+                        topic_cls,
+                        "partitions",
+                        partition_index=p.partition_index,
+                        error_code=unnamed if name is None else codes.get((name, p.partition_index), ErrorCode.none),
+                    )
+                    for p in topic.partitions
+                ),
+            )
         )
-        for topic in request_topics
-    )
+    return tuple(out)
 
 
 def _group_id(request: Any) -> str:

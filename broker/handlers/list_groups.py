@@ -1,8 +1,5 @@
-"""ListGroups (key 16) v0-5: the groups this broker coordinates (v4: filtered by state, v5: by type).
-
-Every group here uses the classic protocol; v5 names that type, and a types filter without "classic" (Kafka 4.0
-tools ask for "consumer" groups, KIP-848) matches nothing.
-"""
+"""ListGroups (key 16) v0-5: the groups this broker coordinates (v4: filtered by state, v5: by type, ``classic``
+or ``consumer`` (KIP-848), case-insensitive as Kafka matches them; an unknown type matches nothing)."""
 
 from __future__ import annotations
 
@@ -13,15 +10,12 @@ from broker.handlers.context import Handler, RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from wire import schema
 
-CLASSIC_GROUP_TYPE = "classic"
-
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     groups = ctx.broker.groups
-    error, listed = groups.list_groups(getattr(request, "states_filter", ()) or ())
-    types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
-    if types and CLASSIC_GROUP_TYPE not in types:
-        listed = []
+    error, listed = groups.list_groups(
+        getattr(request, "states_filter", ()) or (), getattr(request, "types_filter", ()) or ()
+    )
     return ctx.build(
         throttle_time=0,
         error_code=error,
@@ -31,8 +25,8 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
                 "groups",
                 group_id=g.group_id,
                 protocol_type=g.protocol_type or "",
-                group_state=g.state.value,
-                group_type=CLASSIC_GROUP_TYPE,
+                group_state=g.state_name,
+                group_type=g.group_type,
             )
             for g in listed
         ),

@@ -1,10 +1,18 @@
-"""ListOffsets (key 2) v1-8: earliest (-2), latest (-1), max timestamp (-3, v7+) and offset by timestamp.
+"""ListOffsets (key 2) v1-11: earliest (-2), latest (-1), max timestamp (-3, v7+), the tiered-storage lookups
+earliest-local (-4, v8+), latest-tiered (-5, v9+) and earliest-pending-upload (-6, v11+), and offset by timestamp.
+
+Each special timestamp needs the version that introduced it, else the partition answers UNSUPPORTED_VERSION, as
+Kafka's ReplicaManager checks. Fjord has no tiered storage in Kafka's sense (its object storage *is* the log), so
+-4/-5/-6 are answered as Kafka answers them for a topic without ``remote.storage.enable``: -4 is the log start offset,
+-5 and -6 find nothing (offset -1). v10's ``timeout`` bounds a lookup by timestamp (the one that may read stored
+batches): past it the partition answers REQUEST_TIMED_OUT, as Kafka does for a remote lookup.
 
 With isolation level 1 (read_committed, v2+) the latest offset is the last stable offset and lookups by timestamp
 find only records below it, as Kafka answers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -13,7 +21,12 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import partitions_entry, split, topics_denied
 from broker.partition.access import leader_log
-from broker.partition.partition_log import MAX_TIMESTAMP
+from broker.partition.partition_log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged
 from wire import schema
@@ -23,19 +36,44 @@ logger = logging.getLogger(__name__)
 
 
 READ_COMMITTED = 1
+#: The first ListOffsets version that may ask for each special timestamp (Kafka's per-sentinel minimum).
+_SINCE_VERSION = {
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11,
+}
 
 
 async def _lookup(
-    ctx: RequestContext, part_cls: type[Any], topic: str, p: Any, duplicate: bool, *, read_committed: bool
+    ctx: RequestContext,
+    part_cls: type[Any],
+    topic: str,
+    p: Any,
+    duplicate: bool,
+    *,
+    read_committed: bool,
+    timeout_ms: int,
 ) -> Any:
     index = p.partition_index
     try:
         if duplicate:
             raise KafkaError(ErrorCode.invalid_request, f"{topic}-{index} appears more than once")
-        if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7:
-            raise KafkaError(ErrorCode.unsupported_version, "max-timestamp lookups need ListOffsets v7+")
+        since = _SINCE_VERSION.get(p.timestamp, 0)
+        if ctx.api_version < since:
+            raise KafkaError(ErrorCode.unsupported_version, f"timestamp {p.timestamp} needs ListOffsets v{since}+")
         log = await leader_log(ctx.broker.partitions, topic, index, getattr(p, "current_leader_epoch", -1))
-        found = await log.offset_for_timestamp(p.timestamp, read_committed=read_committed)
+        lookup = log.offset_for_timestamp(p.timestamp, read_committed=read_committed)
+        if timeout_ms > 0 and p.timestamp >= 0:
+            # Shielded: a lookup given up on still finishes (it may be loading the partition's time index).
+            try:
+                found = await asyncio.wait_for(asyncio.shield(lookup), timeout_ms / 1000)
+            except TimeoutError:
+                raise KafkaError(
+                    ErrorCode.request_timed_out, f"lookup by timestamp not done within {timeout_ms} ms"
+                ) from None
+        else:
+            found = await lookup
         offset, timestamp, epoch = (found.offset, found.timestamp, found.leader_epoch) if found else (-1, -1, -1)
         return schema.build(
             part_cls,
@@ -55,12 +93,22 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     part_cls = schema.field_entity(topic_cls, "partitions")
     topics = []
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    # v10+: how long a lookup by timestamp may take (0: not bounded, as before v10).
+    timeout_ms = schema.millis(getattr(request, "timeout", 0))
     for topic in request.topics:
         seen: dict[int, int] = {}
         for p in topic.partitions:
             seen[p.partition_index] = seen.get(p.partition_index, 0) + 1
         parts = [
-            await _lookup(ctx, part_cls, topic.name, p, seen[p.partition_index] > 1, read_committed=read_committed)
+            await _lookup(
+                ctx,
+                part_cls,
+                topic.name,
+                p,
+                seen[p.partition_index] > 1,
+                read_committed=read_committed,
+                timeout_ms=timeout_ms,
+            )
             for p in topic.partitions
         ]
         topics.append(schema.build(topic_cls, name=topic.name, partitions=tuple(parts)))

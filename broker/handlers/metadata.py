@@ -1,4 +1,7 @@
-"""Metadata (key 3) v0-12: brokers, cluster id, controller, topics with partitions and topic ids, auto-creation."""
+"""Metadata (key 3) v0-13: brokers, cluster id, controller, topics with partitions and topic ids, auto-creation.
+
+v13 adds a top-level error code (KIP-1102), with which a server may tell a client to re-bootstrap
+(REBOOTSTRAP_REQUIRED); Kafka 4.2 brokers leave it 0 in every answer, and so does Fjord."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ KafkaApis checks).
 An API is advertised in ApiVersions exactly when it is listed in :data:`HANDLERS` (``wire.api_versions.advertised``
 restricts the version table to these keys). Adding an API means writing its handler module, and its guard beside
 the handler, and adding its lines below. The guards' shared parts (refusing whole, splitting per item) are
-``broker.handlers.guards``'; Metadata (hiding topics, auto-creation) and the authorized-operations fields are
-checked in their handlers, so those APIs have no guard here.
+``broker.handlers.guards``'; Metadata and DescribeTopicPartitions (hiding topics, auto-creation) and the
+authorized-operations fields are checked in their handlers, so those APIs have no guard here.
 
 This module imports the handler modules, never the other way, so a handler module may import the guards' helpers
 without an import circle.
@@ -27,12 +27,15 @@ from broker.handlers import (
     client_quotas,
     cluster,
     configs,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     delete_records,
     describe_groups,
     describe_log_dirs,
     describe_producers,
     describe_quorum,
+    describe_topic_partitions,
     describe_transactions,
     elect_leaders,
     end_txn,
@@ -43,6 +46,7 @@ from broker.handlers import (
     init_producer_id,
     join_group,
     leave_group,
+    list_config_resources,
     list_groups,
     list_offsets,
     list_partition_reassignments,
@@ -56,6 +60,7 @@ from broker.handlers import (
     sasl,
     scram_credentials,
     sync_group,
+    telemetry,
     topics,
     txn_offset_commit,
     unregister_broker,
@@ -117,6 +122,12 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         64: unregister_broker.handle_unregister_broker,  # UnregisterBroker
         65: describe_transactions.handle_describe_transactions,  # DescribeTransactions
         66: list_transactions.handle_list_transactions,  # ListTransactions
+        68: consumer_group_heartbeat.handle_consumer_group_heartbeat,  # ConsumerGroupHeartbeat
+        69: consumer_group_describe.handle_consumer_group_describe,  # ConsumerGroupDescribe
+        71: telemetry.handle_get_telemetry_subscriptions,  # GetTelemetrySubscriptions
+        72: telemetry.handle_push_telemetry,  # PushTelemetry
+        74: list_config_resources.handle_list_config_resources,  # ListConfigResources
+        75: describe_topic_partitions.handle_describe_topic_partitions,  # DescribeTopicPartitions
     }
 )
 
@@ -176,6 +187,10 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         64: unregister_broker.authorize_unregister_broker,  # UnregisterBroker: CLUSTER ALTER
         65: describe_transactions.authorize_describe_transactions,  # DescribeTransactions: TRANSACTIONAL_ID DESCRIBE
         66: list_transactions.authorize_list_transactions,  # ListTransactions: only the ids the principal may DESCRIBE
+        68: consumer_group_heartbeat.authorize_consumer_group_heartbeat,  # ConsumerGroupHeartbeat: GROUP READ
+        69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP DESCRIBE
+        # GetTelemetrySubscriptions, PushTelemetry: no ACL (as Kafka: a client pushes its own metrics)
+        74: list_config_resources.authorize_list_config_resources,  # ListConfigResources: CLUSTER DESCRIBE_CONFIGS
     }
 )
 

@@ -51,7 +51,8 @@ from typing import Any
 
 from metadata.broker_load import REPORT_INTERVAL, STALE_INTERVALS, BrokerLoad, PartitionKey, format_rate
 from metadata.image import MetadataImage, PartitionImage
-from settings.keys import BROKER_KEYS, ConfigValueError
+from settings.config_key import ConfigValueError
+from settings.keys import BROKER_KEYS
 from settings.server import ServerConfig
 
 logger = logging.getLogger(__name__)

@@ -16,9 +16,11 @@ from metadata.cluster_records import ConfigRecord
 from metadata.controller_api import ConfigResource, IncrementalOp
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
-from settings.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
+from settings.client_metrics import CLIENT_METRICS_KEYS, ClientMetricsConfigError, validate_subscription
+from settings.config_key import ConfigKey, ConfigType, ConfigValueError
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
 from settings.connection_limits import per_ip_refusal
-from settings.keys import ConfigType, ConfigValueError, config_key, validate_broker_config, validate_topic_config
+from settings.keys import config_key, validate_broker_config, validate_topic_config
 
 
 def plan_alter_configs(
@@ -45,6 +47,8 @@ def plan_alter_configs(
             current = image.node_configs.get(node_id, {})
         else:
             current = image.broker_configs
+    elif resource.type == RESOURCE_CLIENT_METRICS:
+        return _plan_client_metrics(image, resource, changes, incremental_ops)
     else:
         raise ControllerError(ErrorCode.invalid_request, f"Unsupported config resource type {resource.type}")
     wanted = _apply_config_ops(resource, current, changes, incremental_ops)
@@ -65,6 +69,38 @@ def plan_alter_configs(
         if current.get(key) != new:
             records.append(ConfigRecord(resource.type, resource.name, key, new))
     return records
+
+
+def _plan_client_metrics(
+    image: MetadataImage,
+    resource: ConfigResource,
+    changes: Mapping[str, str | None],
+    incremental_ops: Mapping[str, int] | None,
+) -> list[ConfigRecord]:
+    """A KIP-714 subscription: created by its first key, gone when its last is deleted; refused as Kafka's
+    ``ClientMetricsConfigs.validate`` refuses (INVALID_REQUEST for an empty name, an unknown key or an interval out
+    of range; INVALID_CONFIG for a malformed ``match``)."""
+    current = image.client_metrics.get(resource.name, {})
+    try:
+        wanted = _apply_config_ops(resource, current, changes, incremental_ops)
+        validated = validate_subscription(resource.name, wanted)
+    except ClientMetricsConfigError as exc:
+        code = ErrorCode.invalid_request if exc.invalid_request else ErrorCode.invalid_config
+        raise ControllerError(code, str(exc)) from None
+    return [
+        ConfigRecord(resource.type, resource.name, key, validated.get(key))
+        for key in sorted(set(current) | set(validated))
+        if current.get(key) != validated.get(key)
+    ]
+
+
+def _definition(resource_type: int, key: str) -> ConfigKey | None:
+    if resource_type == RESOURCE_CLIENT_METRICS:
+        definition = CLIENT_METRICS_KEYS.get(key)
+        if definition is None:
+            raise ClientMetricsConfigError(f"Unknown client metrics configuration: {key}", invalid_request=True)
+        return definition
+    return config_key(resource_type, key)
 
 
 def _check_broker_values(effective: Mapping[str, str]) -> None:
@@ -100,12 +136,12 @@ def _apply_config_ops(
                 raise ControllerError(ErrorCode.invalid_request, f"Null value not supported for SET of {key}")
             wanted[key] = value
         elif op == IncrementalOp.DELETE:
-            if config_key(resource.type, key) is None:
+            if _definition(resource.type, key) is None:
                 kind = "topic" if resource.type == RESOURCE_TOPIC else "broker"
                 raise ControllerError(ErrorCode.invalid_config, f"Unknown {kind} config name: {key}")
             wanted.pop(key, None)
         elif op in (IncrementalOp.APPEND, IncrementalOp.SUBTRACT):
-            definition = config_key(resource.type, key)
+            definition = _definition(resource.type, key)
             if definition is None or definition.type is not ConfigType.LIST:
                 raise ControllerError(
                     ErrorCode.invalid_config,

@@ -20,9 +20,10 @@ from metadata.cluster_records import NO_LEADER, ConfigRecord, PartitionRecord, R
 from metadata.controller_api import CreateTopicResult, DeleteTopicResult, NewTopic
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
+from settings.config_key import ConfigValueError
 from settings.config_resources import RESOURCE_TOPIC
 from settings.describe import describe_topic_configs
-from settings.keys import ConfigValueError, validate_topic_config
+from settings.keys import validate_topic_config
 from settings.server import ServerConfig
 from storage.metadata.record_codec import MetadataRecord
 

@@ -95,7 +95,7 @@ def _config_refusal(resource: ConfigResource, allowed: Allowed) -> tuple[ErrorCo
     op = AclOperation.ALTER_CONFIGS
     if resource.type == ConfigResource.TOPIC:
         return None if allowed(op, ResourceType.TOPIC, resource.name) else (_TOPIC_DENIED, _AUTHORIZATION_FAILED)
-    if resource.type in (ConfigResource.BROKER, ConfigResource.BROKER_LOGGER):
+    if resource.type in (ConfigResource.BROKER, ConfigResource.BROKER_LOGGER, ConfigResource.CLIENT_METRICS):
         if allowed(op, ResourceType.CLUSTER, CLUSTER_NAME):
             return None
         return ErrorCode.cluster_authorization_failed, _AUTHORIZATION_FAILED

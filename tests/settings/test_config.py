@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from settings.config_key import ConfigType, ConfigValueError
 from settings.describe import (
     ConfigSource,
     describe_broker_configs,
@@ -15,15 +16,7 @@ from settings.describe import (
     resolve_topic_config,
 )
 from settings.endpoint import Endpoint
-from settings.keys import (
-    BROKER_KEYS,
-    NO_GSSAPI,
-    TOPIC_CONFIGS,
-    ConfigType,
-    ConfigValueError,
-    validate_broker_config,
-    validate_topic_config,
-)
+from settings.keys import BROKER_KEYS, NO_GSSAPI, TOPIC_CONFIGS, validate_broker_config, validate_topic_config
 from settings.server import ServerConfig
 from storage.config import ConfigError
 

@@ -13,6 +13,7 @@ from broker.transactions.state_topic import _transaction_topic_configs
 from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError
 from metadata.rpc import kafka_apis as m
 from node.process import Node
+from settings.config_key import ConfigValueError
 from settings.describe import ConfigSource, describe_broker_configs
 from settings.kafka_broker_keys import (
     KAFKA_BROKER_KEYS,
@@ -25,7 +26,7 @@ from settings.kafka_broker_keys import (
     refused_kafka_defaults,
     refused_keys,
 )
-from settings.keys import BROKER_KEYS, ConfigValueError, validate_broker_config
+from settings.keys import BROKER_KEYS, validate_broker_config
 from settings.security import refusal as security_refusal
 from settings.server import ServerConfig
 from storage.config import ConfigError

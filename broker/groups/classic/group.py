@@ -57,7 +57,41 @@ class JoinRequest:
 class Group(RebalancingGroup):
     """A classic group as its members' requests see it; see the module docstring for the contract."""
 
+    group_type = "classic"
+
     # ------------------------------------------------------------------------------------------------ inspection
+
+    @property
+    def dead(self) -> bool:
+        return self.state is GroupState.DEAD
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
+    @property
+    def may_delete_offsets(self) -> bool:
+        """OffsetDelete and expiry touch a live group only when its subscriptions can be read: an Empty group, or
+        one of the ``consumer`` protocol type; other live groups keep all their offsets."""
+        return not self.dead and (self.state is GroupState.EMPTY or self.protocol_type == CONSUMER_PROTOCOL_TYPE)
+
+    @property
+    def empty_since_ms(self) -> int | None:
+        """When a managed group became Empty (its offsets' retention counts from then); None otherwise, so a
+        group that only ever committed offsets expires them by their commit time."""
+        managed = self.protocol_type is not None
+        return self.state_timestamp_ms if managed and self.state is GroupState.EMPTY else None
+
+    @property
+    def is_disposable(self) -> bool:
+        """Created by a join that failed before anyone became a member: nothing worth keeping."""
+        return (
+            self.state is GroupState.EMPTY
+            and self.generation_id == 0
+            and self.is_empty
+            and not len(self.offsets)
+            and not self.pending_txn_offsets
+        )
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol only); None when that cannot be known."""

@@ -21,11 +21,16 @@ class MemberSubscription:
 
     ``current`` is the member's share of the previous target assignment: the assignors keep partitions where they
     were (stickiness), so a new member or a leaving one moves as few partitions as balance allows.
+
+    ``instance_id`` is the static member's ``group.instance.id`` (None for a dynamic member): the range assignor
+    orders static members by it, as Kafka's does, so a rolling bounce (each static member back with a new member
+    id) gives every instance the ranges it had.
     """
 
     rack_id: str | None
     subscribed_topic_ids: frozenset[uuid.UUID]
     current: Assignment = field(default_factory=dict)
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,10 @@ argument, so none of them needs another's internals):
 from broker.partition.partition_log.append import AppendResult
 from broker.partition.partition_log.log import PartitionLog
 from broker.partition.partition_log.reads import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     OffsetAndTimestamp,
@@ -47,7 +50,10 @@ from broker.partition.partition_log.reads import (
 )
 
 __all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "EARLIEST_PENDING_UPLOAD_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "AppendResult",

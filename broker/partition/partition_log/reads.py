@@ -24,6 +24,13 @@ from wire.record_batch import BatchHeader, decode_records, iter_batches
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+#: KIP-405/1005/1023's tiered-storage lookups (ListOffsets v8, v9, v11). Fjord keeps every offset of a partition in
+#: one log (its object storage is the log itself, not Kafka's remote tier), so it answers them as Kafka answers for a
+#: topic without ``remote.storage.enable``: the earliest local offset is the log start offset, and nothing has
+#: been tiered or is pending upload (offset -1, no timestamp, epoch -1).
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +147,13 @@ async def read_records(
 async def find_offset_for_timestamp(
     log: ReadableLog, stored: StoredLog, timestamp: int, *, read_committed: bool = False
 ) -> OffsetAndTimestamp | None:
-    """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp. With
-    ``read_committed`` the latest offset is the last stable offset and later records are not found (Kafka's
-    lastFetchableOffset)."""
+    """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, -4/-5/-6 the tiered-storage lookups (see
+    :data:`EARLIEST_LOCAL_TIMESTAMP`), else the first record with ts >= timestamp. With ``read_committed`` the
+    latest offset is the last stable offset and later records are not found (Kafka's lastFetchableOffset)."""
     hw = log.last_stable_offset if read_committed else log.high_watermark
-    if timestamp == EARLIEST_TIMESTAMP:
+    if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+        return OffsetAndTimestamp(-1, -1, -1)
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return OffsetAndTimestamp(log.log_start_offset, -1, epoch_at(log, log.log_start_offset))
     if timestamp == LATEST_TIMESTAMP:
         return OffsetAndTimestamp(hw, -1, epoch_at(log, hw))

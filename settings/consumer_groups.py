@@ -1,0 +1,84 @@
+"""The KIP-848 consumer groups' settings, read and checked together.
+
+Kafka's keys and defaults (``group.consumer.*``, ``group.coordinator.rebalance.protocols``). The node refuses to
+start on a combination Kafka refuses (a time-out outside its bounds, a heartbeat interval not below the session
+time-out, an assignor it does not know), naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage.config import ConfigError
+
+#: The server-side assignors Fjord has (``broker.groups.consumer.assignors``), by the names clients send.
+ASSIGNOR_NAMES = ("uniform", "range")
+#: Kafka's class names for them, accepted too (a Kafka ``server.properties`` names them so).
+_KAFKA_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.uniformassignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.rangeassignor": "range",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupSettings:
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_size: int
+    #: ``group.consumer.assignors`` as short names, in order: the first is the default.
+    assignors: tuple[str, ...]
+    #: ``consumer`` is in ``group.coordinator.rebalance.protocols``: ConsumerGroupHeartbeat is served.
+    enabled: bool
+
+
+def _bounded(value: Callable[[str], Any], key: str, low_key: str, high_key: str) -> int:
+    got, low, high = int(value(key)), int(value(low_key)), int(value(high_key))
+    if low > high:
+        raise ConfigError(f"{low_key} ({low}) must not exceed {high_key} ({high})")
+    if not low <= got <= high:
+        raise ConfigError(f"{key} ({got}) must be between {low_key} ({low}) and {high_key} ({high})")
+    return got
+
+
+def consumer_group_settings(value: Callable[[str], Any]) -> ConsumerGroupSettings:
+    """The settings from a config's typed ``value`` lookup; ConfigError naming the key when Kafka would refuse."""
+    session = _bounded(
+        value,
+        "group.consumer.session.timeout.ms",
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
+    )
+    heartbeat = _bounded(
+        value,
+        "group.consumer.heartbeat.interval.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
+    )
+    if heartbeat >= session:
+        raise ConfigError(
+            f"group.consumer.heartbeat.interval.ms ({heartbeat}) must be smaller than "
+            f"group.consumer.session.timeout.ms ({session})"
+        )
+    assignors: list[str] = []
+    for name in value("group.consumer.assignors"):
+        short = _KAFKA_CLASSES.get(name.strip().lower(), name.strip())
+        if short not in ASSIGNOR_NAMES:
+            raise ConfigError(
+                f"group.consumer.assignors: unknown assignor {name!r} (Fjord has {', '.join(ASSIGNOR_NAMES)})"
+            )
+        if short not in assignors:
+            assignors.append(short)
+    if not assignors:
+        raise ConfigError("group.consumer.assignors: at least one assignor is needed")
+    protocols = value("group.coordinator.rebalance.protocols")
+    if "classic" not in protocols:
+        raise ConfigError("group.coordinator.rebalance.protocols: the classic protocol cannot be disabled")
+    return ConsumerGroupSettings(
+        session_timeout_ms=session,
+        heartbeat_interval_ms=heartbeat,
+        max_size=int(value("group.consumer.max.size")),
+        assignors=tuple(assignors),
+        enabled="consumer" in protocols,
+    )
