@@ -17,7 +17,6 @@ The three epochs, as in Kafka:
 from __future__ import annotations
 
 import enum
-import heapq
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,6 +34,7 @@ from broker.groups.consumer.changes import (
     TargetMemberChanged,
 )
 from broker.groups.consumer.cluster_topics import ClusterTopics, metadata_hash
+from broker.groups.consumer.deadlines import MemberDeadlines
 from broker.groups.consumer.member import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -123,11 +123,7 @@ class ConsumerGroup:
         self._static: dict[str, str] = {}
         #: The subscribed topics (id → metadata) the target was, or is about to be, computed on.
         self.subscription: dict[uuid.UUID, TopicMetadata] = {}
-        self._session_deadline: dict[str, int] = {}
-        self._revocation_deadline: dict[str, tuple[int, int]] = {}
-        #: Every deadline set, soonest first; an entry no longer in the dicts above is stale and skipped, so finding
-        #: the next deadline does not walk every member on each heartbeat.
-        self._deadlines: list[tuple[int, str]] = []
+        self._deadlines = MemberDeadlines()
         #: Moves whenever a member's subscription may have changed (joins, leaves, new names or regex): the
         #: subscribed topics are recomputed only then, or when the cluster's topics change.
         self._subscriptions_version = 0
@@ -165,9 +161,9 @@ class ConsumerGroup:
         group._restored_hash = metadata_hash
         for member in members:
             group._put_member(member)
-            group._set_session_deadline(member.member_id, now_ms + config.session_timeout_ms)
+            group._deadlines.set_session(member.member_id, now_ms + config.session_timeout_ms)
             if member.state is MemberState.UNREVOKED_PARTITIONS:
-                group._set_revocation_deadline(
+                group._deadlines.set_revocation(
                     member.member_id, now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch
                 )
         return group
@@ -248,10 +244,10 @@ class ConsumerGroup:
             self._put_member(reconciled)
             if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
                 deadline = now_ms + max(reconciled.rebalance_timeout_ms, 0)
-                self._set_revocation_deadline(reconciled.member_id, deadline, reconciled.member_epoch)
+                self._deadlines.set_revocation(reconciled.member_id, deadline, reconciled.member_epoch)
             else:
-                self._revocation_deadline.pop(reconciled.member_id, None)
-        self._set_session_deadline(reconciled.member_id, now_ms + self.config.session_timeout_ms)
+                self._deadlines.clear_revocation(reconciled.member_id)
+        self._deadlines.set_session(reconciled.member_id, now_ms + self.config.session_timeout_ms)
         full_request = (
             request.rebalance_timeout_ms != -1
             and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None)
@@ -360,7 +356,7 @@ class ConsumerGroup:
             left = replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
             self._put_member(left)
             self._changes.append(CurrentAssignmentChanged(left))
-            self._revocation_deadline.pop(member.member_id, None)
+            self._deadlines.clear_revocation(member.member_id)
         else:
             self._fence(now_ms, member.member_id)
         return HeartbeatResult(ErrorCode.none, member_id=member.member_id, member_epoch=request.member_epoch)
@@ -404,8 +400,7 @@ class ConsumerGroup:
                 del self._owners[tp]
         if member.instance_id is not None and self._static.get(member.instance_id) == member_id:
             del self._static[member.instance_id]
-        self._session_deadline.pop(member_id, None)
-        self._revocation_deadline.pop(member_id, None)
+        self._deadlines.forget(member_id)
         self.target.pop(member_id, None)
         if tombstones:
             self._changes.append(CurrentAssignmentChanged(member, deleted=True))
@@ -526,34 +521,17 @@ class ConsumerGroup:
 
     # ------------------------------------------------------------------------------------------------ timers
 
-    def _set_session_deadline(self, member_id: str, deadline: int) -> None:
-        self._session_deadline[member_id] = deadline
-        heapq.heappush(self._deadlines, (deadline, member_id))
-
-    def _set_revocation_deadline(self, member_id: str, deadline: int, epoch: int) -> None:
-        self._revocation_deadline[member_id] = (deadline, epoch)
-        heapq.heappush(self._deadlines, (deadline, member_id))
-
     def next_deadline_ms(self) -> int | None:
-        heap = self._deadlines
-        while heap:
-            deadline, member_id = heap[0]
-            revocation = self._revocation_deadline.get(member_id)
-            if self._session_deadline.get(member_id) == deadline or (
-                revocation is not None and revocation[0] == deadline
-            ):
-                return deadline
-            heapq.heappop(heap)
-        return None
+        return self._deadlines.next()
 
     def tick(self, now_ms: int) -> list[str]:
         """Fences members whose session expired, or who did not revoke within their rebalance time-out (still at
         the epoch they were told to revoke at); returns their ids. Each is its own epoch bump, as each of Kafka's
         timers is its own operation."""
-        gone = [m for m, deadline in self._session_deadline.items() if deadline <= now_ms]
-        for member_id, (deadline, epoch) in self._revocation_deadline.items():
+        gone = []
+        for member_id, revoking_at in self._deadlines.expired(now_ms):
             member = self.members.get(member_id)
-            if deadline <= now_ms and member is not None and member.member_epoch == epoch and member_id not in gone:
+            if member is not None and (revoking_at is None or member.member_epoch == revoking_at):
                 gone.append(member_id)
         for member_id in gone:
             self._fence(now_ms, member_id)
