@@ -29,7 +29,6 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
-from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
 from kafka.structs import OffsetAndMetadata
 from kio.schema.errors import ErrorCode
@@ -310,3 +309,195 @@ def test_regex_subscription_picks_up_a_topic_created_after_joining(node: BrokerP
     assert {tp.topic for tp in consumer.assignment()} == {first, later}
     assert other not in seen
     consumer.close()
+
+
+def test_admin_apis_tell_consumer_groups_from_classic_ones(
+    node: BrokerProcess, new_consumer: Callable[..., Consumer]
+) -> None:
+    topic, group, classic_group = unique("cg-admin"), unique("cg-new"), unique("cg-classic")
+    create_topic(node.bootstrap, topic, 2)
+    produce(node.bootstrap, topic, range(10), 2)
+    member = new_consumer(node.bootstrap, group, **{"client.id": "cg-admin-client"})
+    member.subscribe([topic])
+    classic = new_consumer(node.bootstrap, classic_group, **{"group.protocol": "classic"})
+    classic.subscribe([topic])
+    read: list[int] = []
+
+    def consume(consumer: Consumer, message: Message) -> None:
+        if consumer is member:
+            read.append(message.offset())
+            commit(consumer, message)
+
+    poll_until([member, classic], lambda: len(read) == 10 and len(partitions_of(classic)) == 2, consume)
+
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    consumer_type = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(timeout=20).valid
+    classic_type = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(timeout=20).valid
+    assert group in {g.group_id for g in consumer_type} and classic_group not in {g.group_id for g in consumer_type}
+    assert classic_group in {g.group_id for g in classic_type} and group not in {g.group_id for g in classic_type}
+    assert {g.type for g in consumer_type} == {ConsumerGroupType.CONSUMER}
+
+    description = described(admin, group)
+    assert description.type == ConsumerGroupType.CONSUMER
+    assert description.state == ConsumerGroupState.STABLE
+    assert description.partition_assignor == "uniform"
+    [m] = description.members
+    assert m.client_id == "cg-admin-client"
+    assert m.host.startswith("/127.0.0.1")
+    assert {(tp.topic, tp.partition) for tp in m.assignment.topic_partitions} == {(topic, 0), (topic, 1)}
+    assert described(admin, classic_group).type == ConsumerGroupType.CLASSIC
+
+    # DescribeGroups (kafka-python's admin) shows the consumer group as Kafka does: readable members.
+    kadmin = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=20000)
+    try:
+        old_view = kadmin.describe_groups([group])[group]
+    finally:
+        kadmin.close()
+    assert old_view["group_state"] == "Stable"
+    assert old_view["protocol_type"] == "consumer" and old_view["protocol_data"] == "uniform"
+    [old_member] = old_view["members"]
+    assert old_member["client_id"] == "cg-admin-client"
+    assert old_member["member_id"] == m.member_id
+    assert old_member["member_metadata"]["topics"] == [topic]
+    assert old_member["member_assignment"]["assigned_partitions"] == [{"topic": topic, "partitions": [0, 1]}]
+
+    with pytest.raises(KafkaException) as refused:
+        admin.delete_consumer_groups([group])[group].result(timeout=20)
+    assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    member.close()
+    eventually(lambda: described(admin, group).state, until=lambda s: s == ConsumerGroupState.EMPTY, timeout=10,
+               interval=0.1, what="the consumer group to be empty once its member left")
+
+    # The reset-offsets path: offsets of an empty consumer group set and read back by an admin.
+    reset = [TopicPartition(topic, 0, 1), TopicPartition(topic, 1, 2)]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, reset)])[group].result(timeout=20)
+    listed = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])]
+    )[group].result(timeout=20)
+    assert {tp.partition: tp.offset for tp in listed.topic_partitions} == {0: 1, 1: 2}
+
+    admin.delete_consumer_groups([group])[group].result(timeout=20)
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(timeout=20).valid}
+    after = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])]
+    )[group].result(timeout=20)
+    assert {tp.partition: tp.offset for tp in after.topic_partitions} == {0: -1001, 1: -1001}  # no offsets left
+    classic.close()
+
+
+def test_an_empty_group_moves_between_the_protocols_keeping_its_offsets(
+    node: BrokerProcess, new_consumer: Callable[..., Consumer]
+) -> None:
+    topic, group = unique("cg-migrate"), unique("cg-migrating")
+    create_topic(node.bootstrap, topic, 1)
+    produce(node.bootstrap, topic, range(30), 1)
+    tp = KTopicPartition(topic, 0)
+    old = KafkaConsumer(topic, bootstrap_servers=node.bootstrap, group_id=group, enable_auto_commit=False,
+                        auto_offset_reset="earliest", heartbeat_interval_ms=300, session_timeout_ms=6000)
+    try:
+        read: list[int] = []
+        eventually(lambda: read.extend(r.offset for rs in old.poll(timeout_ms=100).values() for r in rs)
+                   or len(read) >= 10, timeout=DEADLINE_S, what="the classic consumer to read 10 records")
+        old.commit({tp: OffsetAndMetadata(10, "", -1)})
+    finally:
+        old.close()
+
+    new = new_consumer(node.bootstrap, group)
+    new.subscribe([topic])
+    offsets: list[int] = []
+
+    def take(consumer: Consumer, message: Message) -> None:
+        offsets.append(message.offset())
+        if message.offset() == 19:
+            commit(consumer, message)
+
+    poll_until([new], lambda: len(offsets) >= 10, take, what=lambda: f"the new-protocol member to read: {offsets}")
+    assert offsets[:10] == list(range(10, 20))
+    assert wire_describe(node, group).error_code == ErrorCode.none  # a consumer group now
+    new.close()
+
+    again = new_consumer(node.bootstrap, group, **{"group.protocol": "classic"})
+    again.subscribe([topic])
+    resumed: list[int] = []
+    poll_until([again], lambda: len(resumed) >= 10, lambda c, m: resumed.append(m.offset()),
+               what=lambda: f"the classic member to resume: {resumed}")
+    assert resumed[:10] == list(range(20, 30))
+    assert wire_describe(node, group).error_code == ErrorCode.group_id_not_found  # classic again
+    again.close()
+
+
+def joined_member(client: WireClient, group: str, topic: str) -> tuple[str, int, dict[uuid.UUID, tuple[int, ...]]]:
+    """A member joined over the wire and settled: (member id, epoch, partitions)."""
+    member_id = str(uuid.uuid4())
+    joined = cg_wire.heartbeat(client, group, member_id, 0, topics=(topic,), owned={})
+    assert joined.error_code == ErrorCode.none, joined
+    epoch, owned = joined.member_epoch, cg_wire.assigned(joined)
+    settled = cg_wire.heartbeat(client, group, member_id, epoch, topics=(topic,), owned=owned)
+    assert settled.error_code == ErrorCode.none, settled
+    return member_id, settled.member_epoch, owned
+
+
+def test_hostile_heartbeats_get_kafka_errors_and_leave_the_group_alone(node: BrokerProcess) -> None:
+    topic, group = unique("cg-hostile"), unique("cg-hostile-group")
+    create_topic(node.bootstrap, topic, 2)
+    with WireClient(node.port) as client:
+        member_id, epoch, owned = joined_member(client, group, topic)
+        assert sum(len(p) for p in owned.values()) == 2
+        before = cg_wire.describe(client, group)
+        join = {"topics": (topic,), "owned": {}}
+        hostile = {
+            "wrong epoch": (ErrorCode.fenced_member_epoch,
+                            lambda: cg_wire.heartbeat(client, group, member_id, epoch + 5, owned=owned)),
+            "unknown member": (ErrorCode.unknown_member_id,
+                               lambda: cg_wire.heartbeat(client, group, str(uuid.uuid4()), epoch, owned=owned)),
+            "3000-char regex": (ErrorCode.invalid_regular_expression, lambda: cg_wire.heartbeat(
+                client, group, str(uuid.uuid4()), 0, regex="a" * 3000, owned={})),
+            "look-ahead regex": (ErrorCode.invalid_regular_expression, lambda: cg_wire.heartbeat(
+                client, group, str(uuid.uuid4()), 0, regex="(?=secret).*", owned={})),
+            "unknown assignor": (ErrorCode.unsupported_assignor, lambda: cg_wire.heartbeat(
+                client, group, str(uuid.uuid4()), 0, assignor="no-such-assignor", **join)),
+            "no rebalance timeout": (ErrorCode.invalid_request, lambda: cg_wire.heartbeat(
+                client, group, str(uuid.uuid4()), 0, rebalance_timeout_ms=-1, **join)),
+            "owned partitions on join": (ErrorCode.invalid_request, lambda: cg_wire.heartbeat(
+                client, group, str(uuid.uuid4()), 0, topics=(topic,), owned=owned)),
+            "40 KiB member id": (ErrorCode.invalid_request, lambda: cg_wire.heartbeat(
+                client, group, "m" * 40 * 1024, 0, **join)),
+        }
+        answers = {name: send().error_code for name, (_, send) in hostile.items()}
+        assert answers == {name: code for name, (code, _) in hostile.items()}
+        after = cg_wire.describe(client, group)
+        assert after.group_epoch == before.group_epoch
+        assert [(m.member_id, m.member_epoch) for m in after.members] == [(member_id, epoch)]
+        assert client.request(api_versions_request(3)).error_code == ErrorCode.none
+        still = cg_wire.heartbeat(client, group, member_id, epoch, owned=owned)
+        assert (still.error_code, still.member_epoch) == (ErrorCode.none, epoch)
+
+
+def test_commits_and_fetches_at_a_stale_member_epoch_are_refused(node: BrokerProcess) -> None:
+    topic, group = unique("cg-stale"), unique("cg-stale-group")
+    create_topic(node.bootstrap, topic, 2)
+    with WireClient(node.port) as a_client, WireClient(node.port) as b_client:
+        a, a_epoch, a_owned = joined_member(a_client, group, topic)
+        assert cg_wire.commit(a_client, group, a, a_epoch, topic, {0: 5}) == {0: ErrorCode.none}
+        b, _, _ = joined_member(b_client, group, topic)  # the group epoch moves on: a gives up one partition
+
+        def a_reconciled() -> int | None:
+            nonlocal a_owned
+            answer = cg_wire.heartbeat(a_client, group, a, current[0], owned=a_owned)
+            assert answer.error_code == ErrorCode.none, answer
+            if answer.assignment is not None:
+                a_owned = cg_wire.assigned(answer)
+            current[0] = answer.member_epoch
+            return answer.member_epoch if answer.member_epoch > a_epoch else None
+
+        current = [a_epoch]
+        new_epoch = eventually(a_reconciled, timeout=10, interval=0.1, what="member a to reach the new epoch")
+        assert cg_wire.commit(a_client, group, a, a_epoch, topic, {0: 7}) == {0: ErrorCode.stale_member_epoch}
+        kept = next(iter(a_owned.values()))[0]
+        assert cg_wire.commit(a_client, group, a, new_epoch, topic, {kept: 7}) == {kept: ErrorCode.none}
+        stale_fetch = cg_wire.fetch_offsets(a_client, group, a, a_epoch, topic, (0, 1))
+        assert stale_fetch.error_code == ErrorCode.stale_member_epoch
+        fetched = cg_wire.fetch_offsets(a_client, group, a, new_epoch, topic, (0, 1))
+        assert fetched.error_code == ErrorCode.none
+        assert {p.partition_index: p.committed_offset for t in fetched.topics for p in t.partitions}[kept] == 7
+        assert b in {m.member_id for m in cg_wire.describe(a_client, group).members}
