@@ -62,7 +62,7 @@ def describe(client: WireClient, group: str) -> Any:
     return described
 
 
-def commit(client: WireClient, group: str, member_id: str, epoch: int, topic: str, offsets: dict[int, int],
+def commit(client: WireClient, group: str, member_id: str, epoch: int, *, topic: str, offsets: dict[int, int],
            version: int = 9) -> dict[int, int]:
     """OffsetCommit (v9 by default) of ``offsets`` as a member at ``epoch``: the error code of each partition."""
     request_cls = codec.request_class(OFFSET_COMMIT, version)
@@ -83,7 +83,7 @@ def commit(client: WireClient, group: str, member_id: str, epoch: int, topic: st
     return {p.partition_index: p.error_code for t in response.topics for p in t.partitions}
 
 
-def fetch_offsets(client: WireClient, group: str, member_id: str | None, epoch: int, topic: str,
+def fetch_offsets(client: WireClient, group: str, member_id: str | None, epoch: int, *, topic: str,
                   partitions: tuple[int, ...]) -> Any:
     """OffsetFetch v9 of one group as a member at ``epoch``: the response's one group."""
     request_cls = codec.request_class(OFFSET_FETCH, 9)

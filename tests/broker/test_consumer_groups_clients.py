@@ -195,7 +195,9 @@ class BackgroundProducer:
             self._thread.join(timeout=10)
 
 
-def test_members_joining_and_leaving_under_load_consume_every_record_once(node: BrokerProcess, new_consumer: Callable[..., Consumer]) -> None:
+def test_members_joining_and_leaving_under_load_consume_every_record_once(
+    node: BrokerProcess, new_consumer: Callable[..., Consumer]
+) -> None:
     topic, group = unique("cg-orders"), unique("cg-billing")
     create_topic(node.bootstrap, topic, 6)
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
@@ -260,7 +262,9 @@ def test_members_joining_and_leaving_under_load_consume_every_record_once(node: 
     assert {k: n for k, n in consumed.items() if n != 1} == {}
 
 
-def test_static_member_restarting_within_the_session_gets_its_partitions_back(node: BrokerProcess, new_consumer: Callable[..., Consumer]) -> None:
+def test_static_member_restarting_within_the_session_gets_its_partitions_back(
+    node: BrokerProcess, new_consumer: Callable[..., Consumer]
+) -> None:
     topic, group = unique("cg-static"), unique("cg-static-group")
     create_topic(node.bootstrap, topic, 6)
     a = new_consumer(node.bootstrap, group, **{"group.instance.id": "instance-a"})
@@ -284,7 +288,9 @@ def test_static_member_restarting_within_the_session_gets_its_partitions_back(no
     b2.close()
 
 
-def test_regex_subscription_picks_up_a_topic_created_after_joining(node: BrokerProcess, new_consumer: Callable[..., Consumer]) -> None:
+def test_regex_subscription_picks_up_a_topic_created_after_joining(
+    node: BrokerProcess, new_consumer: Callable[..., Consumer]
+) -> None:
     prefix = unique("rx")
     first, later, other = f"{prefix}-first", f"{prefix}-later", unique("cg-unrelated")
     group = unique("cg-regex")
@@ -301,7 +307,8 @@ def test_regex_subscription_picks_up_a_topic_created_after_joining(node: BrokerP
 
     poll_until([consumer], lambda: len(seen.get(first, ())) == 10, record, what=lambda: f"first topic read: {seen}")
     member = wire_describe(node, group).members[0]
-    assert member.subscribed_topic_regex is not None and prefix in member.subscribed_topic_regex
+    # librdkafka 2.16 sends its regex subscriptions as one SubscribedTopicRegex, each pattern in parentheses.
+    assert member.subscribed_topic_regex == f"(^{prefix}-.*)"
 
     create_topic(node.bootstrap, later, 3)
     produce(node.bootstrap, later, range(100, 130), 3)
@@ -478,7 +485,7 @@ def test_commits_and_fetches_at_a_stale_member_epoch_are_refused(node: BrokerPro
     create_topic(node.bootstrap, topic, 2)
     with WireClient(node.port) as a_client, WireClient(node.port) as b_client:
         a, a_epoch, a_owned = joined_member(a_client, group, topic)
-        assert cg_wire.commit(a_client, group, a, a_epoch, topic, {0: 5}) == {0: ErrorCode.none}
+        assert cg_wire.commit(a_client, group, a, a_epoch, topic=topic, offsets={0: 5}) == {0: ErrorCode.none}
         b, _, _ = joined_member(b_client, group, topic)  # the group epoch moves on: a gives up one partition
 
         def a_reconciled() -> int | None:
@@ -492,12 +499,34 @@ def test_commits_and_fetches_at_a_stale_member_epoch_are_refused(node: BrokerPro
 
         current = [a_epoch]
         new_epoch = eventually(a_reconciled, timeout=10, interval=0.1, what="member a to reach the new epoch")
-        assert cg_wire.commit(a_client, group, a, a_epoch, topic, {0: 7}) == {0: ErrorCode.stale_member_epoch}
+        stale = cg_wire.commit(a_client, group, a, a_epoch, topic=topic, offsets={0: 7})
+        assert stale == {0: ErrorCode.stale_member_epoch}
         kept = next(iter(a_owned.values()))[0]
-        assert cg_wire.commit(a_client, group, a, new_epoch, topic, {kept: 7}) == {kept: ErrorCode.none}
-        stale_fetch = cg_wire.fetch_offsets(a_client, group, a, a_epoch, topic, (0, 1))
+        assert cg_wire.commit(a_client, group, a, new_epoch, topic=topic, offsets={kept: 7}) == {kept: ErrorCode.none}
+        stale_fetch = cg_wire.fetch_offsets(a_client, group, a, a_epoch, topic=topic, partitions=(0, 1))
         assert stale_fetch.error_code == ErrorCode.stale_member_epoch
-        fetched = cg_wire.fetch_offsets(a_client, group, a, new_epoch, topic, (0, 1))
+        fetched = cg_wire.fetch_offsets(a_client, group, a, new_epoch, topic=topic, partitions=(0, 1))
         assert fetched.error_code == ErrorCode.none
         assert {p.partition_index: p.committed_offset for t in fetched.topics for p in t.partitions}[kept] == 7
         assert b in {m.member_id for m in cg_wire.describe(a_client, group).members}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "broker/groups/consumer/group.py ConsumerGroup.is_disposable: a consumer group whose last member left without "
+    "committing (no members, no offsets, empty target) is dropped from memory at once, so ConsumerGroupDescribe "
+    "answers GROUP_ID_NOT_FOUND (Dead) and ListGroups forgets it, where Kafka keeps it Empty until the periodic "
+    "offsets-retention cleanup; its ConsumerGroupMetadata record is not tombstoned, so a restart brings it back Empty"
+))
+def test_a_group_whose_last_member_left_without_committing_is_empty(
+    node: BrokerProcess, new_consumer: Callable[..., Consumer]
+) -> None:
+    topic, group = unique("cg-left"), unique("cg-left-group")
+    create_topic(node.bootstrap, topic, 1)
+    member = new_consumer(node.bootstrap, group)
+    member.subscribe([topic])
+    poll_until([member], lambda: len(partitions_of(member)) == 1)
+    member.close()
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    state = eventually(lambda: described(admin, group).state, until=lambda s: s != ConsumerGroupState.STABLE,
+                       timeout=10, interval=0.1, what="the group to notice its member left")
+    assert state == ConsumerGroupState.EMPTY
