@@ -6,10 +6,21 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from testkit.node_process import WireClient
+from testkit.waiting import eventually
 from wire import codec, schema
 
-HEARTBEAT, DESCRIBE, OFFSET_COMMIT, OFFSET_FETCH = 68, 69, 8, 9
+HEARTBEAT, DESCRIBE, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 68, 69, 8, 9, 10
+
+
+def await_coordinator(client: WireClient, group: str) -> None:
+    """FindCoordinator v4 until the group's coordinator is ready, as a client does before its first heartbeat (the
+    first one also creates ``__consumer_offsets``, and a coordinator answers NOT_COORDINATOR until it is loaded)."""
+    request = schema.build(codec.request_class(FIND_COORDINATOR, 4), key_type=0, coordinator_keys=(group,))
+    eventually(lambda: client.request(request).coordinators[0].error_code, until=lambda e: e == ErrorCode.none,
+               timeout=20, interval=0.1, what=f"the coordinator of {group}")
 
 
 def heartbeat(

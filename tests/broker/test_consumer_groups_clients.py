@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient
@@ -36,6 +36,16 @@ from kio.schema.errors import ErrorCode
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
 from testkit.waiting import eventually
 from tests.broker import cg_wire
+from tests.broker.cg_clients import (
+    DEADLINE_S,
+    commit,
+    consumer_factory,
+    described,
+    partitions_of,
+    poll_until,
+    produce,
+    unique,
+)
 from tests.topics import create_topic
 
 #: Heartbeats every 300 ms and a 6 s session: members learn of a new assignment within a heartbeat.
@@ -46,7 +56,11 @@ CONSUMER_GROUP_OVERRIDES = {
     "group.consumer.session.timeout.ms": "6000",
     "group.consumer.min.session.timeout.ms": "6000",
 }
-DEADLINE_S = 30.0
+
+
+@pytest.fixture
+def new_consumer() -> Iterator[Callable[..., Consumer]]:
+    yield from consumer_factory()
 
 
 @pytest.fixture(scope="module")
@@ -57,97 +71,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield process
     finally:
         assert process.stop() == 0, process.log_text()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def new_consumer() -> Iterator[Callable[..., Consumer]]:
-    """``new_consumer(bootstrap, group, **config)``: a librdkafka consumer speaking the KIP-848 protocol (session
-    and heartbeat are the broker's to set); any a test leaves open is closed at teardown, before the broker stops (a
-    consumer left open keeps the interpreter from exiting)."""
-    opened: list[Consumer] = []
-
-    def new(bootstrap: str, group: str, **extra: Any) -> Consumer:
-        config = {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "group.protocol": "consumer",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "topic.metadata.refresh.interval.ms": 500,
-        }
-        config.update(extra)
-        consumer = Consumer(config)
-        opened.append(consumer)
-        return consumer
-
-    yield new
-    for consumer in opened:
-        try:
-            consumer.close()
-        except RuntimeError:
-            pass  # closed by the test
-
-
-def commit(consumer: Consumer, message: Message) -> None:
-    """A synchronous commit of the record after ``message``, retried while the broker answers STALE_MEMBER_EPOCH:
-    as in Kafka, a commit must carry the member's current epoch, and a heartbeat that just moved the epoch (a member
-    joined or left) races the commit; librdkafka hands that retriable error to the application (the Java consumer
-    retries it itself)."""
-
-    def committed() -> bool:
-        try:
-            consumer.commit(message=message, asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.STALE_MEMBER_EPOCH:
-                return False
-            raise
-        return True
-
-    eventually(committed, timeout=10, interval=0.05, what=f"committing {message.topic()}/{message.partition()}")
-
-
-def produce(bootstrap: str, topic: str, values: Iterable[int], partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in values:
-        producer.produce(topic, key=str(i).encode(), value=str(i).encode(), partition=i % partitions)
-    assert producer.flush(30) == 0
-
-
-def poll_until(
-    consumers: Iterable[Consumer],
-    done: Callable[[], bool],
-    on_message: Callable[[Consumer, Message], None] = lambda c, m: None,
-    timeout: float = DEADLINE_S,
-    what: str | Callable[[], str] = "the consumers to reach the awaited state",
-) -> None:
-    """Polls every consumer in turn (each poll is short) until ``done()``; fails after ``timeout`` seconds."""
-    consumers = list(consumers)
-
-    def polled_until_done() -> bool:
-        if done():
-            return True
-        for consumer in consumers:
-            message = consumer.poll(0.05)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            on_message(consumer, message)
-        return done()
-
-    eventually(polled_until_done, timeout=timeout, interval=0.001, what=what)  # the polls themselves wait
-
-
-def described(admin: AdminClient, group: str) -> ConsumerGroupDescription:
-    [description] = [f.result(timeout=20) for f in admin.describe_consumer_groups([group]).values()]
-    return description
-
-
-def partitions_of(consumer: Consumer) -> set[int]:
-    return {tp.partition for tp in consumer.assignment()}
 
 
 def wire_describe(node: BrokerProcess, group: str) -> Any:
@@ -436,6 +359,7 @@ def test_an_empty_group_moves_between_the_protocols_keeping_its_offsets(
 def joined_member(client: WireClient, group: str, topic: str) -> tuple[str, int, dict[uuid.UUID, tuple[int, ...]]]:
     """A member joined over the wire and settled: (member id, epoch, partitions)."""
     member_id = str(uuid.uuid4())
+    cg_wire.await_coordinator(client, group)
     joined = cg_wire.heartbeat(client, group, member_id, 0, topics=(topic,), owned={})
     assert joined.error_code == ErrorCode.none, joined
     epoch, owned = joined.member_epoch, cg_wire.assigned(joined)

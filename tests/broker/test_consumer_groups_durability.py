@@ -7,8 +7,10 @@ Its own module: the broker is killed, and it listens on a fixed port so the runn
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Message
@@ -18,7 +20,7 @@ from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.ports import free_port
 from testkit.waiting import eventually
 from tests.broker import cg_wire
-from tests.broker.test_consumer_groups_clients import commit, partitions_of, poll_until, produce, unique
+from tests.broker.cg_clients import commit, consumer_factory, partitions_of, poll_until, produce, unique
 from tests.topics import create_topic
 
 #: A 10 s session: a restart of the node (a few seconds) fits in it, so no member's session ends meanwhile.
@@ -35,15 +37,9 @@ def overrides() -> dict[str, str]:
     return {**OVERRIDES, "listeners": f"PLAINTEXT://127.0.0.1:{free_port()},CONTROLLER://127.0.0.1:0"}
 
 
-def consumer(node: BrokerProcess, group: str) -> Consumer:
-    return Consumer({
-        "bootstrap.servers": node.bootstrap,
-        "group.id": group,
-        "group.protocol": "consumer",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "reconnect.backoff.max.ms": 500,
-    })
+@pytest.fixture
+def new_consumer() -> Iterator[Callable[..., Consumer]]:
+    yield from consumer_factory()
 
 
 @pytest.fixture
@@ -54,57 +50,102 @@ def nodes(tmp_path: Path) -> Iterator[list[BrokerProcess]]:
         node.kill()
 
 
-def described(node: BrokerProcess, group: str) -> object:
+def described(node: BrokerProcess, group: str) -> Any:
     with WireClient(node.port) as client:
         return cg_wire.describe(client, group)
 
 
 def test_group_survives_a_killed_coordinator_with_its_epoch_and_assignments(
-    tmp_path: Path, overrides: dict[str, str], nodes: list[BrokerProcess]
+    tmp_path: Path, overrides: dict[str, str], nodes: list[BrokerProcess], new_consumer: Callable[..., Consumer]
 ) -> None:
     first = start_broker(tmp_path / "node", overrides)
     nodes.append(first)
     topic, group = unique("cg-durable"), unique("cg-durable-group")
     create_topic(first.bootstrap, topic, 4)
     produce(first.bootstrap, topic, range(40), 4)
-    members = [consumer(first, group), consumer(first, group)]
+    quick_reconnect = {"reconnect.backoff.max.ms": 500}
+    members = [new_consumer(first.bootstrap, group, **quick_reconnect) for _ in range(2)]
     seen: dict[int, int] = {}
 
     def process(c: Consumer, m: Message) -> None:
         seen[int(m.value())] = seen.get(int(m.value()), 0) + 1
         commit(c, m)
 
-    try:
-        for c in members:
-            c.subscribe([topic])
-        poll_until(members, lambda: len(seen) == 40 and all(len(partitions_of(c)) == 2 for c in members), process)
-        before = described(first, group)
-        assignments = [partitions_of(c) for c in members]
-        first.kill()
+    for c in members:
+        c.subscribe([topic])
+    poll_until(members, lambda: len(seen) == 40 and all(len(partitions_of(c)) == 2 for c in members), process)
+    before = described(first, group)
+    assignments = [partitions_of(c) for c in members]
+    first.kill()
 
-        second = start_broker(tmp_path / "node", overrides)
-        nodes.append(second)
-        assert second.port == first.port
+    second = start_broker(tmp_path / "node", overrides)
+    nodes.append(second)
+    assert second.port == first.port
 
-        def restored() -> object | None:
-            group_now = described(second, group)
+    def restored() -> Any:
+        group_now = described(second, group)
+        return group_now if group_now.error_code == ErrorCode.none else None
+
+    after = eventually(restored, timeout=20, interval=0.1, retry_on=(OSError,),
+                       what=f"group {group} restored from __consumer_offsets")
+    assert after.group_epoch == before.group_epoch
+    assert sorted(m.member_id for m in after.members) == sorted(m.member_id for m in before.members)
+    produce(second.bootstrap, topic, range(40, 80), 4)
+    poll_until(members, lambda: len(seen) == 80, process, timeout=30,
+               what=lambda: f"the members to read on after the restart: {len(seen)} of 80")
+    assert [partitions_of(c) for c in members] == assignments
+    assert {k: n for k, n in seen.items() if n != 1} == {}
+    final = described(second, group)
+    assert final.group_epoch == before.group_epoch
+    assert sorted((m.member_id, m.member_epoch) for m in final.members) == sorted(
+        (m.member_id, m.member_epoch) for m in before.members
+    )
+    for c in members:
+        c.close()
+    assert second.stop() == 0, second.log_text()
+
+
+def test_a_revocation_in_progress_resumes_after_the_coordinator_restarts(
+    tmp_path: Path, overrides: dict[str, str], nodes: list[BrokerProcess]
+) -> None:
+    """Member a owns both partitions; b joins, so a must give one up. The broker is killed before a acknowledges:
+    after the restart a is still asked to revoke it, and b gets it only once a let it go."""
+    first = start_broker(tmp_path / "node", overrides)
+    nodes.append(first)
+    topic, group = unique("cg-revoking"), unique("cg-revoking-group")
+    create_topic(first.bootstrap, topic, 2)
+    a, b = "member-a-" + uuid.uuid4().hex, "member-b-" + uuid.uuid4().hex
+    with WireClient(first.port) as client:
+        cg_wire.await_coordinator(client, group)
+        joined = cg_wire.heartbeat(client, group, a, 0, topics=(topic,), owned={})
+        a_epoch, a_owned = joined.member_epoch, cg_wire.assigned(joined)
+        assert cg_wire.heartbeat(client, group, a, a_epoch, owned=a_owned).error_code == ErrorCode.none
+        b_joined = cg_wire.heartbeat(client, group, b, 0, topics=(topic,), owned={})
+        assert (b_joined.error_code, cg_wire.assigned(b_joined)) == (ErrorCode.none, {})
+        revoking = cg_wire.heartbeat(client, group, a, a_epoch, owned=a_owned)
+        assert revoking.member_epoch == a_epoch  # a keeps its epoch until it has revoked
+        [(topic_id, kept)] = cg_wire.assigned(revoking).items()
+        assert len(kept) == 1
+    first.kill()
+
+    second = start_broker(tmp_path / "node", overrides)
+    nodes.append(second)
+    with WireClient(second.port) as client:
+        def restored() -> Any:
+            group_now = cg_wire.describe(client, group)
             return group_now if group_now.error_code == ErrorCode.none else None
 
-        after = eventually(restored, timeout=20, interval=0.1, retry_on=(OSError,),
-                           what=f"group {group} restored from __consumer_offsets")
-        assert after.group_epoch == before.group_epoch
-        assert sorted(m.member_id for m in after.members) == sorted(m.member_id for m in before.members)
-        produce(second.bootstrap, topic, range(40, 80), 4)
-        poll_until(members, lambda: len(seen) == 80, process, timeout=30,
-                   what=lambda: f"the members to read on after the restart: {len(seen)} of 80")
-        assert [partitions_of(c) for c in members] == assignments
-        assert {k: n for k, n in seen.items() if n != 1} == {}
-        final = described(second, group)
-        assert final.group_epoch == before.group_epoch
-        assert sorted((m.member_id, m.member_epoch) for m in final.members) == sorted(
-            (m.member_id, m.member_epoch) for m in before.members
-        )
-    finally:
-        for c in members:
-            c.close()
+        eventually(restored, timeout=20, interval=0.1, what=f"group {group} restored")
+        # b heartbeats first: the partition a has not released yet is not b's.
+        b_waiting = cg_wire.heartbeat(client, group, b, b_joined.member_epoch, owned={})
+        assert b_waiting.error_code == ErrorCode.none
+        assert sum(len(p) for p in cg_wire.assigned(b_waiting).values()) == 0
+        again = cg_wire.heartbeat(client, group, a, a_epoch, owned=a_owned)
+        assert (again.error_code, again.member_epoch) == (ErrorCode.none, a_epoch)
+        assert cg_wire.assigned(again) in ({}, {topic_id: kept})  # the revocation stands
+        done = cg_wire.heartbeat(client, group, a, a_epoch, owned={topic_id: kept})
+        assert done.error_code == ErrorCode.none and done.member_epoch > a_epoch
+        b_now = cg_wire.heartbeat(client, group, b, b_joined.member_epoch, owned={})
+        released = set(a_owned[topic_id]) - set(kept)
+        assert cg_wire.assigned(b_now) == {topic_id: tuple(sorted(released))}
     assert second.stop() == 0, second.log_text()
