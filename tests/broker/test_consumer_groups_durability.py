@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
@@ -148,4 +149,46 @@ def test_a_revocation_in_progress_resumes_after_the_coordinator_restarts(
         b_now = cg_wire.heartbeat(client, group, b, b_joined.member_epoch, owned={})
         released = set(a_owned[topic_id]) - set(kept)
         assert cg_wire.assigned(b_now) == {topic_id: tuple(sorted(released))}
+    assert second.stop() == 0, second.log_text()
+
+
+def test_groups_that_are_gone_stay_gone_after_a_restart(
+    tmp_path: Path, overrides: dict[str, str], nodes: list[BrokerProcess], new_consumer: Callable[..., Consumer]
+) -> None:
+    """A consumer group whose one member left without committing, a consumer group and a classic group deleted with
+    DeleteGroups: none is listed before the restart, and none comes back after it (their records were tombstoned)."""
+    first = start_broker(tmp_path / "node", overrides)
+    nodes.append(first)
+    topic = unique("cg-gone")
+    left, deleted, classic = unique("cg-left"), unique("cg-deleted"), unique("cg-classic-deleted")
+    create_topic(first.bootstrap, topic, 2)
+    for group, protocol in ((left, "consumer"), (deleted, "consumer"), (classic, "classic")):
+        member = new_consumer(first.bootstrap, group, **{"group.protocol": protocol})
+        member.subscribe([topic])
+        poll_until([member], lambda m=member: len(partitions_of(m)) == 2)  # type: ignore[misc]
+        if group != left:
+            member.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        member.close()
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    for group in (deleted, classic):
+        admin.delete_consumer_groups([group])[group].result(timeout=20)
+
+    def listed(node_admin: AdminClient) -> set[str]:
+        groups = node_admin.list_consumer_groups().result(timeout=20)
+        assert not groups.errors, groups.errors
+        return {g.group_id for g in groups.valid} & {left, deleted, classic}
+
+    assert eventually(lambda: listed(admin), until=lambda found: not found, timeout=10, interval=0.1,
+                      what="the groups to be gone") == set()
+    assert first.stop() == 0, first.log_text()
+    second = start_broker(tmp_path / "node", overrides)
+    nodes.append(second)
+    loading = (ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)
+    with WireClient(second.port) as client:
+        for group in (left, deleted, classic):
+            cg_wire.await_coordinator(client, group)
+            eventually(lambda g=group: cg_wire.describe(client, g).error_code,  # type: ignore[misc]
+                       until=lambda code: code not in loading, timeout=20, interval=0.1,
+                       what=f"the coordinator of {group} to have loaded its groups")
+    assert listed(AdminClient({"bootstrap.servers": second.bootstrap})) == set()
     assert second.stop() == 0, second.log_text()
