@@ -10,6 +10,7 @@ second; every test uses its own topic and group names, and every wait is bounded
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -439,7 +440,7 @@ def test_commits_and_fetches_at_a_stale_member_epoch_are_refused(node: BrokerPro
     "broker/groups/consumer/group.py ConsumerGroup.is_disposable: a consumer group whose last member left without "
     "committing (no members, no offsets, empty target) is dropped from memory at once, so ConsumerGroupDescribe "
     "answers GROUP_ID_NOT_FOUND (Dead) and ListGroups forgets it, where Kafka keeps it Empty until the periodic "
-    "offsets-retention cleanup; its ConsumerGroupMetadata record is not tombstoned, so a restart brings it back Empty"
+    "offsets-retention cleanup"
 ))
 def test_a_group_whose_last_member_left_without_committing_is_empty(
     node: BrokerProcess, new_consumer: Callable[..., Consumer]
@@ -454,3 +455,24 @@ def test_a_group_whose_last_member_left_without_committing_is_empty(
     state = eventually(lambda: described(admin, group).state, until=lambda s: s != ConsumerGroupState.STABLE,
                        timeout=10, interval=0.1, what="the group to notice its member left")
     assert state == ConsumerGroupState.EMPTY
+
+
+def test_a_crashed_members_partitions_move_only_when_its_session_ends(
+    node: BrokerProcess, new_consumer: Callable[..., Consumer]
+) -> None:
+    """A member that stops heartbeating (a crashed process) keeps its partitions until its session times out (6 s
+    here): only then does the surviving member get them, never while both could be reading them."""
+    topic, group = unique("cg-crash"), unique("cg-crash-group")
+    create_topic(node.bootstrap, topic, 4)
+    with WireClient(node.port) as client:
+        crashed, _, owned = joined_member(client, group, topic)
+    last_heartbeat = time.monotonic()
+    assert sum(len(p) for p in owned.values()) == 4
+    survivor = new_consumer(node.bootstrap, group)
+    survivor.subscribe([topic])
+    poll_until([survivor], lambda: len(partitions_of(survivor)) == 4, timeout=20,
+               what=lambda: f"the survivor to take over: {partitions_of(survivor)}")
+    took_over_after = time.monotonic() - last_heartbeat
+    assert 5.0 <= took_over_after < 15.0, took_over_after
+    members = wire_describe(node, group).members
+    assert crashed not in {m.member_id for m in members} and len(members) == 1
