@@ -476,3 +476,42 @@ def test_a_crashed_members_partitions_move_only_when_its_session_ends(
     assert 5.0 <= took_over_after < 15.0, took_over_after
     members = wire_describe(node, group).members
     assert crashed not in {m.member_id for m in members} and len(members) == 1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "broker/groups/consumer/group.py ConsumerGroup._join, static member replacement: _remove_member(holder_id) pops "
+    "the old member id's target assignment and the new member id is never given it (no target entry, no "
+    "TargetAssignmentMember record), as Kafka's TargetAssignmentBuilder does for a replaced static member; so the "
+    "returning member reconciles towards an empty target and a partition it was still to keep (it left while "
+    "revoking) is owned by nobody until the group epoch next moves"
+))
+def test_a_static_member_back_during_a_rebalance_leaves_no_partition_unowned(node: BrokerProcess) -> None:
+    topic, group = unique("cg-static-back"), unique("cg-static-back-group")
+    create_topic(node.bootstrap, topic, 2)
+    with WireClient(node.port) as client:
+        cg_wire.await_coordinator(client, group)
+        first = cg_wire.heartbeat(client, group, "first", 0, topics=(topic,), owned={}, instance_id="instance-1")
+        owned = cg_wire.assigned(first)
+        assert cg_wire.heartbeat(client, group, "first", first.member_epoch, owned=owned,
+                                 instance_id="instance-1").error_code == ErrorCode.none
+        second = cg_wire.heartbeat(client, group, "second", 0, topics=(topic,), owned={}, instance_id="instance-2")
+        # instance-1 shuts down (a static leave) before it has given up the partition that goes to instance-2 ...
+        left = cg_wire.heartbeat(client, group, "first", -2, owned=owned, instance_id="instance-1")
+        assert left.error_code == ErrorCode.none
+        # ... and comes back under a new member id.
+        back = cg_wire.heartbeat(client, group, "first-again", 0, topics=(topic,), owned={},
+                                 instance_id="instance-1")
+        assert back.error_code == ErrorCode.none
+        members = {"first-again": [back.member_epoch, {}], "second": [second.member_epoch, {}]}
+
+        def every_partition_owned() -> set[int] | None:
+            for member_id, state in members.items():
+                answer = cg_wire.heartbeat(client, group, member_id, state[0], owned=state[1])
+                assert answer.error_code == ErrorCode.none, answer
+                state[0] = answer.member_epoch
+                if answer.assignment is not None:
+                    state[1] = cg_wire.assigned(answer)
+            owned_now = {p for _, assigned in members.values() for parts in assigned.values() for p in parts}
+            return owned_now if owned_now == {0, 1} else None
+
+        eventually(every_partition_owned, timeout=3, interval=0.2, what="both partitions to be owned")

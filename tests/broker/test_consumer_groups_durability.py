@@ -192,3 +192,81 @@ def test_groups_that_are_gone_stay_gone_after_a_restart(
                        what=f"the coordinator of {group} to have loaded its groups")
     assert listed(AdminClient({"bootstrap.servers": second.bootstrap})) == set()
     assert second.stop() == 0, second.log_text()
+
+
+def test_static_and_regex_members_are_restored_as_they_were(
+    tmp_path: Path, overrides: dict[str, str], nodes: list[BrokerProcess]
+) -> None:
+    """After a restart, a static member restarting with a new member id under its instance id takes its partitions
+    back without a new group epoch, and a regex member goes on at its epoch and still gets a new matching topic."""
+    first = start_broker(tmp_path / "node", overrides)
+    nodes.append(first)
+    prefix = unique("rx")
+    static_topic, regex_topic, later = unique("cg-static"), f"{prefix}-a", f"{prefix}-b"
+    static_group, regex_group = unique("cg-static-group"), unique("cg-regex-group")
+    for topic in (static_topic, regex_topic):
+        create_topic(first.bootstrap, topic, 2)
+    with WireClient(first.port) as client:
+        cg_wire.await_coordinator(client, static_group)
+        cg_wire.await_coordinator(client, regex_group)
+        static = cg_wire.heartbeat(client, static_group, "static-1", 0, topics=(static_topic,), owned={},
+                                   instance_id="instance-1")
+        static_owned = cg_wire.assigned(static)
+        assert cg_wire.heartbeat(client, static_group, "static-1", static.member_epoch, owned=static_owned,
+                                 instance_id="instance-1").error_code == ErrorCode.none
+        other = cg_wire.heartbeat(client, static_group, "static-2", 0, topics=(static_topic,), owned={},
+                                  instance_id="instance-2")
+        assert other.error_code == ErrorCode.none
+        # The group settles: instance-1 gives one partition up, instance-2 gets it.
+        revoked = cg_wire.heartbeat(client, static_group, "static-1", static.member_epoch, owned=static_owned,
+                                    instance_id="instance-1")
+        static_owned = cg_wire.assigned(revoked)
+        settled = cg_wire.heartbeat(client, static_group, "static-1", static.member_epoch, owned=static_owned,
+                                    instance_id="instance-1")
+        assert settled.member_epoch == other.member_epoch
+        got = cg_wire.heartbeat(client, static_group, "static-2", other.member_epoch, owned={},
+                                instance_id="instance-2")
+        assert sum(len(p) for p in cg_wire.assigned(got).values()) == 1
+        regex = cg_wire.heartbeat(client, regex_group, "regex-1", 0, regex=f"{prefix}-.*", owned={})
+        regex_owned = cg_wire.assigned(regex)
+        assert sum(len(p) for p in regex_owned.values()) == 2
+        # instance-1's process shuts down: a static leave (epoch -2) keeps its partitions for its return.
+        left = cg_wire.heartbeat(client, static_group, "static-1", -2, owned=static_owned, instance_id="instance-1")
+        assert left.error_code == ErrorCode.none, left
+        before = cg_wire.describe(client, static_group)
+    first.kill()
+
+    second = start_broker(tmp_path / "node", overrides)
+    nodes.append(second)
+    with WireClient(second.port) as client:
+        loading = (ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator)
+        for group in (static_group, regex_group):
+            cg_wire.await_coordinator(client, group)
+            eventually(lambda g=group: cg_wire.describe(client, g).error_code,  # type: ignore[misc]
+                       until=lambda code: code not in loading, timeout=20, interval=0.1, what=f"{group} loaded")
+        # ... and comes back after the restart: a new member id, epoch 0, the same instance id.
+        back = cg_wire.heartbeat(client, static_group, "static-1-restarted", 0, topics=(static_topic,), owned={},
+                                 instance_id="instance-1")
+        assert back.error_code == ErrorCode.none, back
+        after = cg_wire.describe(client, static_group)
+        assert after.group_epoch == before.group_epoch
+        assert sorted(m.instance_id for m in after.members) == ["instance-1", "instance-2"]
+        assert "static-1-restarted" in {m.member_id for m in after.members}
+        assert cg_wire.assigned(back) == static_owned  # the partition instance-1 had before it left
+
+        again = cg_wire.heartbeat(client, regex_group, "regex-1", regex.member_epoch, owned=regex_owned)
+        assert (again.error_code, again.member_epoch) == (ErrorCode.none, regex.member_epoch)
+        create_topic(second.bootstrap, later, 3)
+
+        def sees_later() -> int | None:
+            answer = cg_wire.heartbeat(client, regex_group, "regex-1", current[0], owned=current[1])
+            assert answer.error_code == ErrorCode.none, answer
+            if answer.assignment is not None:
+                current[1] = cg_wire.assigned(answer)
+            current[0] = answer.member_epoch
+            total = sum(len(p) for p in current[1].values())
+            return total if total == 5 else None
+
+        current: list[Any] = [regex.member_epoch, regex_owned]
+        eventually(sees_later, timeout=15, interval=0.2, what="the regex member to get the new topic")
+    assert second.stop() == 0, second.log_text()
