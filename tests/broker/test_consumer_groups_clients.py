@@ -152,9 +152,13 @@ def test_members_joining_and_leaving_under_load_consume_every_record_once(
         poll_until(consumers, sampled_done, process, what=lambda: f"{what}: {[partitions_of(c) for c in consumers]}")
 
     def owns_all(consumers: list[Consumer]) -> Callable[[], bool]:
+        """Every member owns partitions, each partition one member, and records went on flowing meanwhile."""
+        wanted = len(consumed) + 100
+
         def check() -> bool:
             owned = [partitions_of(c) for c in consumers]
-            return all(owned) and sum(map(len, owned)) == 6 and set().union(*owned) == set(range(6))
+            split = all(owned) and sum(map(len, owned)) == 6 and set().union(*owned) == set(range(6))
+            return split and len(consumed) >= wanted
 
         return check
 
