@@ -217,10 +217,6 @@ class CoordinatorRuntime:
                 self._partitions.spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
         else:
             changes = group.take_changes()
-            if group.is_disposable and group.group_epoch > 0 and self._groups.get(group.group_id) is group:
-                # Forgotten below, so its records go too: else a restart would bring back, Empty, a group that
-                # had vanished (one that ever had an epoch was written; one that never had one was not).
-                changes = [*changes, *group.deletion_changes()]
             if changes:
                 self._partitions.spawn(
                     self._persist_consumer_group(group, changes), name=f"persist group {group.group_id}"

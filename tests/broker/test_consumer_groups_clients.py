@@ -440,12 +440,6 @@ def test_commits_and_fetches_at_a_stale_member_epoch_are_refused(node: BrokerPro
         assert b in {m.member_id for m in cg_wire.describe(a_client, group).members}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker/groups/consumer/group.py ConsumerGroup.is_disposable: a consumer group whose last member left without "
-    "committing (no members, no offsets, empty target) is dropped from memory at once, so ConsumerGroupDescribe "
-    "answers GROUP_ID_NOT_FOUND (Dead) and ListGroups forgets it, where Kafka keeps it Empty until the periodic "
-    "offsets-retention cleanup"
-))
 def test_a_group_whose_last_member_left_without_committing_is_empty(
     node: BrokerProcess, new_consumer: Callable[..., Consumer]
 ) -> None:
@@ -482,13 +476,6 @@ def test_a_crashed_members_partitions_move_only_when_its_session_ends(
     assert crashed not in {m.member_id for m in members} and len(members) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker/groups/consumer/group.py ConsumerGroup._join, static member replacement: _remove_member(holder_id) pops "
-    "the old member id's target assignment and the new member id is never given it (no target entry, no "
-    "TargetAssignmentMember record), as Kafka's TargetAssignmentBuilder does for a replaced static member; so the "
-    "returning member reconciles towards an empty target and a partition it was still to keep (it left while "
-    "revoking) is owned by nobody until the group epoch next moves"
-))
 def test_a_static_member_back_during_a_rebalance_leaves_no_partition_unowned(node: BrokerProcess) -> None:
     topic, group = unique("cg-static-back"), unique("cg-static-back-group")
     create_topic(node.bootstrap, topic, 2)
@@ -506,7 +493,7 @@ def test_a_static_member_back_during_a_rebalance_leaves_no_partition_unowned(nod
         back = cg_wire.heartbeat(client, group, "first-again", 0, topics=(topic,), owned={},
                                  instance_id="instance-1")
         assert back.error_code == ErrorCode.none
-        members = {"first-again": [back.member_epoch, {}], "second": [second.member_epoch, {}]}
+        members = {"first-again": [back.member_epoch, cg_wire.assigned(back)], "second": [second.member_epoch, {}]}
 
         def every_partition_owned() -> set[int] | None:
             for member_id, state in members.items():

@@ -5,6 +5,7 @@ validation, and the finalized levels kept across a restart (they are metadata re
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from testkit.node_process import (
     server_command,
     start_broker,
 )
+from tests.broker.cg_wire import await_coordinator, heartbeat
 from wire import codec, schema
 
 UPDATE_FEATURES = 57
@@ -80,8 +82,15 @@ def test_downgrade_and_upgrade_transaction_version_survive_a_restart(
     second = broker_factory(data_dir=first.data_dir)
     client = wire(second.port)
     assert features(client)[1] == {"metadata.version": 14, "transaction.version": 1}
+    # With group.version 0 the KIP-848 protocol is off, as in Kafka 4: a consumer cannot join with it.
+    await_coordinator(client, "features-group")
+    refused = heartbeat(client, "features-group", str(uuid.uuid4()), 0, topics=(), owned={})
+    assert refused.error_code == ErrorCode.unsupported_version
+    assert "group.version" in (refused.error_message or "")
     assert update(client, ("transaction.version", 2, UPGRADE), ("group.version", 1, UPGRADE)).error_code == 0
     assert features(client)[1] == {"metadata.version": 14, "transaction.version": 2, "group.version": 1}
+    joined = heartbeat(client, "features-group", str(uuid.uuid4()), 0, topics=(), owned={})
+    assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
 
 
 def test_invalid_updates_are_refused_with_kafkas_errors_and_change_nothing(

@@ -570,8 +570,12 @@ class ConsumerGroup:
 
     @property
     def is_disposable(self) -> bool:
-        """Nothing worth keeping: no members, no offsets, never assigned anything."""
-        return not self.members and not len(self.offsets) and not self.pending_txn_offsets and not self.target
+        """Never had a member and holds no offsets (a join that failed): nothing was written, nothing to keep. A
+        group whose members all left stays, Empty, as in Kafka, until the offsets' retention check deletes it once
+        it has no offsets left."""
+        return (
+            not self.members and self.group_epoch == 0 and not len(self.offsets) and not self.pending_txn_offsets
+        )
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
