@@ -20,14 +20,18 @@ Specific to the classic protocol:
   SyncGroup, Heartbeat and LeaveGroup);
 * ``classic_membership``: those requests at the coordinator (the asyncio side).
 
-Where the next group types go:
+Specific to KIP-848 consumer groups:
 
-* KIP-848 consumer groups: their sans-I/O state machine (member epochs, target and current assignments,
-  reconciliation) in ``consumer/``, the server-side assignors (``uniform``, ``range``) beside it in
-  ``consumer/assignors/``, and ConsumerGroupHeartbeat and ConsumerGroupDescribe at the coordinator in
-  ``consumer_membership``, a part of ``GroupCoordinator`` like ``classic_membership``. Their records (key versions
-  3 and up) join ``offsets_schema`` and ``offsets_topic``'s replay; their offsets are ``offset_commits``' with the
-  member-epoch check as the group's own.
+* ``consumer/``: the sans-I/O state machine (``group`` with member epochs, target and current assignments;
+  ``reconciliation`` revoking before assigning; ``rules`` Kafka's epoch and instance-id checks; ``deadlines``;
+  ``cluster_topics``; ``topic_regex``), the server-side assignors in ``consumer/assignors/``, and ``classic_view``
+  (a consumer group as DescribeGroups shows it);
+* ``consumer_membership``: ConsumerGroupHeartbeat and ConsumerGroupDescribe at the coordinator, a part of
+  ``GroupCoordinator`` like ``classic_membership``; ``consumer_records`` (Kafka's record formats, key versions 3-8
+  and 16) and ``consumer_persistence`` (a group's changes as those records, and the group rebuilt from them).
+
+Where the next group type goes:
+
 * KIP-932 share groups: membership (ShareGroupHeartbeat, ShareGroupDescribe, the share assignor) in ``share/`` and
   ``share_membership``, in the same way. The state of the share partitions (acquired records, delivery counts, the
   share-partition start offset) is not group membership and belongs beside the partitions it describes, outside this
