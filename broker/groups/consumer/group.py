@@ -38,6 +38,7 @@ from broker.groups.consumer.member import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    ClassicMetadata,
     ConsumerMember,
     MemberState,
     normalized,
@@ -92,6 +93,7 @@ class HeartbeatRequest:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    classic: ClassicMetadata | None = None  # a classic member's JoinGroup (consumer.classic_members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,7 @@ class ConsumerGroup:
         self.subscription: dict[uuid.UUID, TopicMetadata] = {}
         self._session_deadline: dict[str, int] = {}
         self._revocation_deadline: dict[str, tuple[int, int]] = {}
+        self._classic_deadline: dict[str, int] = {}  # classic members' join and sync time-outs (expect_join)
         self._changes: list[Change] = []
         self.offsets = GroupOffsets()
         self.pending_txn_offsets = PendingTxnOffsets()
@@ -157,7 +160,7 @@ class ConsumerGroup:
         group._restored_hash = metadata_hash
         for member in members:
             group._put_member(member)
-            group._session_deadline[member.member_id] = now_ms + config.session_timeout_ms
+            group._session_deadline[member.member_id] = now_ms + group.session_timeout_ms(member)
             if member.state is MemberState.UNREVOKED_PARTITIONS:
                 group._revocation_deadline[member.member_id] = (
                     now_ms + max(member.rebalance_timeout_ms, 0),
@@ -244,7 +247,7 @@ class ConsumerGroup:
                 self._revocation_deadline[reconciled.member_id] = (deadline, reconciled.member_epoch)
             else:
                 self._revocation_deadline.pop(reconciled.member_id, None)
-        self._session_deadline[reconciled.member_id] = now_ms + self.config.session_timeout_ms
+        self._session_deadline[reconciled.member_id] = now_ms + self.session_timeout_ms(reconciled)
         full_request = (
             request.rebalance_timeout_ms != -1
             and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None)
@@ -329,6 +332,7 @@ class ConsumerGroup:
             ),
             client_id=request.client_id,
             client_host=request.client_host,
+            classic=request.classic,
         )
 
     def _leave(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResult:
@@ -355,10 +359,24 @@ class ConsumerGroup:
             self._changes.append(CurrentAssignmentChanged(left))
             self._revocation_deadline.pop(member.member_id, None)
         else:
-            self._fence(now_ms, member.member_id)
+            self.fence(now_ms, member.member_id)
         return HeartbeatResult(ErrorCode.none, member_id=member.member_id, member_epoch=request.member_epoch)
 
-    def _fence(self, now_ms: int, member_id: str) -> None:
+    def session_timeout_ms(self, member: ConsumerMember) -> int:
+        return member.classic.session_timeout_ms if member.classic is not None else self.config.session_timeout_ms
+
+    def touch(self, now_ms: int, member_id: str) -> None:
+        """A classic member's Heartbeat or SyncGroup: its session (of its JoinGroup's time-out) starts again."""
+        self._session_deadline[member_id] = now_ms + self.session_timeout_ms(self.members[member_id])
+
+    def expect_join(self, member_id: str, deadline_ms: int | None, *, if_absent: bool = False) -> None:
+        """Sets (None: clears) when a classic member must send its next JoinGroup or SyncGroup, or be fenced."""
+        if deadline_ms is None:
+            self._classic_deadline.pop(member_id, None)
+        elif not if_absent or member_id not in self._classic_deadline:
+            self._classic_deadline[member_id] = deadline_ms
+
+    def fence(self, now_ms: int, member_id: str) -> None:
         """Kafka's ``consumerGroupFenceMember``: the member and its records go, and the group epoch moves (with the
         subscribed topics recomputed without it), so the next heartbeat hands its partitions to the others."""
         self._remove_member(member_id, tombstones=True)
@@ -392,6 +410,7 @@ class ConsumerGroup:
             del self._static[member.instance_id]
         self._session_deadline.pop(member_id, None)
         self._revocation_deadline.pop(member_id, None)
+        self._classic_deadline.pop(member_id, None)
         self.target.pop(member_id, None)
         if tombstones:
             self._changes.append(CurrentAssignmentChanged(member, deleted=True))
@@ -510,6 +529,7 @@ class ConsumerGroup:
     def next_deadline_ms(self) -> int | None:
         deadlines = list(self._session_deadline.values())
         deadlines.extend(deadline for deadline, _ in self._revocation_deadline.values())
+        deadlines.extend(self._classic_deadline.values())
         return min(deadlines) if deadlines else None
 
     def tick(self, now_ms: int) -> list[str]:
@@ -521,8 +541,9 @@ class ConsumerGroup:
             member = self.members.get(member_id)
             if deadline <= now_ms and member is not None and member.member_epoch == epoch and member_id not in gone:
                 gone.append(member_id)
+        gone.extend(m for m, deadline in self._classic_deadline.items() if deadline <= now_ms and m not in gone)
         for member_id in gone:
-            self._fence(now_ms, member_id)
+            self.fence(now_ms, member_id)
         return gone
 
     # ------------------------------------------------------------------------------------------------ offsets
@@ -552,8 +573,7 @@ class ConsumerGroup:
 
     @property
     def empty_since_ms(self) -> int | None:
-        """When the group last became empty (its offsets' retention counts from then), None while it has
-        members."""
+        """When the group last became empty (its offsets' retention counts from then); None with members."""
         return self.state_timestamp_ms if not self.members else None
 
     @property
