@@ -81,7 +81,7 @@ class Application:
             self._next_offset[partition] += 1
         assert self._producer.flush(30) == 0
 
-    def start(self, name: str, protocol: str) -> None:
+    def start(self, name: str, protocol: str, strategy: str = "range,roundrobin") -> None:
         config: dict[str, Any] = {
             "bootstrap.servers": self.node.bootstrap,
             "group.id": self.group,
@@ -91,7 +91,9 @@ class Application:
             "topic.metadata.refresh.interval.ms": 1000,
         }
         if protocol == "classic":
-            config.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+            config.update(
+                {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "partition.assignment.strategy": strategy}
+            )
         consumer = Consumer(config)
         consumer.subscribe([self.topic])
         self.instances[name] = consumer
@@ -172,10 +174,14 @@ def member_types(node: BrokerProcess, group: str) -> list[int]:
     return sorted(m.member_type for m in described.members)
 
 
-def test_rolling_upgrade_from_classic_to_consumer_protocol(node: BrokerProcess, application: Application) -> None:
+@pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])
+def test_rolling_upgrade_from_classic_to_consumer_protocol(
+    node: BrokerProcess, application: Application, strategy: str
+) -> None:
+    """Eager classic members give everything up before they rejoin; cooperative ones keep what they may keep."""
     application.produce(300)
     for i in range(3):
-        application.start(f"classic-{i}", "classic")
+        application.start(f"classic-{i}", "classic", strategy)
     application.settle("three classic members consume")
     assert group_type(node, application.group) is ConsumerGroupType.CLASSIC
 
@@ -196,7 +202,10 @@ def test_rolling_upgrade_from_classic_to_consumer_protocol(node: BrokerProcess, 
     application.assert_each_record_once()
 
 
-def test_rollback_from_consumer_to_classic_protocol(node: BrokerProcess, application: Application) -> None:
+@pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])
+def test_rollback_from_consumer_to_classic_protocol(
+    node: BrokerProcess, application: Application, strategy: str
+) -> None:
     application.produce(300)
     for i in range(3):
         application.start(f"new-{i}", "consumer")
@@ -204,7 +213,7 @@ def test_rollback_from_consumer_to_classic_protocol(node: BrokerProcess, applica
     assert group_type(node, application.group) is ConsumerGroupType.CONSUMER
 
     for i in range(3):
-        application.start(f"classic-{i}", "classic")
+        application.start(f"classic-{i}", "classic", strategy)
         application.produce(120)
         application.settle(f"classic member {i} joined")
         if i < 2:
