@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.consumer.classic_view import subscription_bytes
 from testkit.node_process import BrokerProcess, WireClient, start_broker
+from testkit.ports import free_port
 from testkit.waiting import eventually
 from tests.topics import create_topic
 from wire import codec, schema
@@ -281,3 +282,44 @@ def test_disabled_policy_keeps_the_protocols_apart(broker_factory: Callable[...,
     finally:
         classic.close()
         modern.close()
+
+
+def test_a_mixed_group_survives_a_coordinator_restart(broker_factory: Callable[..., BrokerProcess]) -> None:
+    """The classic members of a consumer group are in its records: a restarted coordinator still knows them as
+    classic members (with their session time-outs), and the migration goes on; so is the downgrade."""
+    overrides = {**FAST_GROUPS, "listeners": f"PLAINTEXT://127.0.0.1:{free_port()},CONTROLLER://127.0.0.1:0"}
+    first = broker_factory(overrides)
+    topic = unique("restarted")
+    create_topic(first.bootstrap, topic, PARTITIONS)
+    app = Application(first, topic, unique("app"))
+    try:
+        app.produce(120)
+        for i in range(2):
+            app.start(f"classic-{i}", "classic")
+        app.settle("two classic members consume")
+        app.start("new-0", "consumer")
+        app.settle("a consumer-protocol member joined")
+        assert member_types(first, app.group) == [CLASSIC_MEMBER_TYPE] * 2 + [CONSUMER_MEMBER_TYPE]
+
+        assert first.stop() == 0, first.log_text()
+        app.node = second = broker_factory(overrides, data_dir=first.data_dir)
+        assert member_types(second, app.group) == [CLASSIC_MEMBER_TYPE] * 2 + [CONSUMER_MEMBER_TYPE]
+        app.produce(120)
+        app.settle("the members came back to the restarted coordinator")
+        assert member_types(second, app.group) == [CLASSIC_MEMBER_TYPE] * 2 + [CONSUMER_MEMBER_TYPE]
+
+        app.stop("new-0")
+        app.produce(120)
+        app.settle("the consumer-protocol member left")
+        assert group_type(second, app.group) is ConsumerGroupType.CLASSIC
+
+        # The downgrade is durable too: the consumer group's records were tombstoned, the classic group's written.
+        assert second.stop() == 0, second.log_text()
+        app.node = third = broker_factory(overrides, data_dir=first.data_dir)
+        assert group_type(third, app.group) is ConsumerGroupType.CLASSIC
+        app.produce(120)
+        app.settle("the classic members came back to the restarted coordinator")
+        assert group_type(third, app.group) is ConsumerGroupType.CLASSIC
+        app.assert_each_record_once()
+    finally:
+        app.close()
