@@ -23,6 +23,7 @@ from broker.groups.consumer.classic_view import subscription_bytes
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.ports import free_port
 from testkit.waiting import eventually
+from tests.broker.coordinator import find_coordinator
 from tests.topics import create_topic
 from wire import codec, schema
 
@@ -231,6 +232,57 @@ def test_rollback_from_consumer_to_classic_protocol(
     application.assert_each_record_once()
 
 
+def consumer_heartbeat_join(client: WireClient, group: str, topic: str) -> Any:
+    """A ConsumerGroupHeartbeat v0 join of a new member subscribing to ``topic``."""
+    return client.request(
+        req(
+            68,
+            0,
+            group_id=group,
+            member_id=str(uuid.uuid4()),
+            member_epoch=0,
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=30_000,
+            subscribed_topic_names=(topic,),
+            server_assignor=None,
+            topic_partitions=(),
+        )
+    )
+
+
+def classic_join(client: WireClient, group: str, topic: str, protocol_type: str = "consumer") -> Any:
+    """A JoinGroup v5 with one ``range`` protocol subscribing to ``topic``, repeated with the member id the first
+    answer required."""
+    protocol = schema.build_nested(
+        codec.request_class(11, 5), "protocols", name="range", metadata=subscription_bytes([topic])
+    )
+    fields = {
+        "group_id": group,
+        "session_timeout": 10_000,
+        "rebalance_timeout": 10_000,
+        "group_instance_id": None,
+        "protocol_type": protocol_type,
+        "protocols": (protocol,),
+    }
+    answer = client.request(req(11, 5, member_id="", **fields))
+    if answer.error_code == ErrorCode.member_id_required:
+        answer = client.request(req(11, 5, member_id=answer.member_id, **fields))
+    return answer
+
+
+def test_a_classic_group_of_another_protocol_type_is_not_upgraded(node: BrokerProcess) -> None:
+    group, topic = unique("connect"), unique("configs")
+    with WireClient(node.port) as client:
+        find_coordinator(client, group)
+        joined = classic_join(client, group, topic, protocol_type="connect")
+        assert joined.error_code == ErrorCode.none
+        refused = consumer_heartbeat_join(client, group, topic)
+        assert refused.error_code == ErrorCode.group_id_not_found
+        assert "consumer embedded protocol" in (refused.error_message or "")
+    assert listed_type(node, group) == "classic"
+
+
 def test_disabled_policy_keeps_the_protocols_apart(broker_factory: Callable[..., BrokerProcess]) -> None:
     node = broker_factory({**FAST_GROUPS, "group.consumer.migration.policy": "DISABLED"})
     topic = unique("apart")
@@ -245,38 +297,8 @@ def test_disabled_policy_keeps_the_protocols_apart(broker_factory: Callable[...,
         classic.settle("a classic group with a member")
         modern.settle("a consumer group with a member")
         with WireClient(node.port) as client:
-            heartbeat = client.request(
-                req(
-                    68,
-                    0,
-                    group_id=classic.group,
-                    member_id=str(uuid.uuid4()),
-                    member_epoch=0,
-                    instance_id=None,
-                    rack_id=None,
-                    rebalance_timeout=30_000,
-                    subscribed_topic_names=(topic,),
-                    server_assignor=None,
-                    topic_partitions=(),
-                )
-            )
-            assert heartbeat.error_code == ErrorCode.group_id_not_found
-            metadata = subscription_bytes([topic])
-            protocol = schema.build_nested(codec.request_class(11, 5), "protocols", name="range", metadata=metadata)
-            join = client.request(
-                req(
-                    11,
-                    5,
-                    group_id=modern.group,
-                    session_timeout=10_000,
-                    rebalance_timeout=10_000,
-                    member_id="",
-                    group_instance_id=None,
-                    protocol_type="consumer",
-                    protocols=(protocol,),
-                )
-            )
-            assert join.error_code == ErrorCode.inconsistent_group_protocol
+            assert consumer_heartbeat_join(client, classic.group, topic).error_code == ErrorCode.group_id_not_found
+            assert classic_join(client, modern.group, topic).error_code == ErrorCode.inconsistent_group_protocol
         assert group_type(node, classic.group) is ConsumerGroupType.CLASSIC
         assert group_type(node, modern.group) is ConsumerGroupType.CONSUMER
     finally:
