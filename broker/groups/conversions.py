@@ -11,7 +11,8 @@ without a protocol yet, unreadable metadata, or a custom assignor's user data th
 
 **Downgrade.** A consumer group whose remaining members all speak the classic protocol (the last consumer-protocol
 member left or was fenced) becomes a classic group with those members, each given its share of the target as its
-assignment, and rebalances at once so that the client-side assignor takes over again.
+assignment, at the generation they were last told, and rebalances at once so that the client-side assignor takes
+over again.
 
 Pure functions of the groups and the cluster's topics; the coordinator (:mod:`broker.groups.migration`) decides
 when, and writes the records these return.
@@ -141,7 +142,10 @@ def downgraded(group: ConsumerGroup, config: GroupConfig, now_ms: int, topics: C
     classic.offsets = group.offsets
     classic.pending_txn_offsets = group.pending_txn_offsets
     classic.protocol_type = CONSUMER_PROTOCOL_TYPE
-    classic.generation_id = group.group_epoch
+    # Kafka converts before the leaving member's fence bumps the group epoch, so the members' generation still
+    # matches: their next Heartbeat answers REBALANCE_IN_PROGRESS and they rejoin under their member ids. Here the
+    # fence came first; the epoch the remaining members were last told is that generation.
+    classic.generation_id = max(m.member_epoch for m in group.members.values())
     for member in group.members.values():
         assert member.classic is not None
         classic.members[member.member_id] = Member(
