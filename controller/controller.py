@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 from controller.decisions import balancing, brokers, controlled_shutdown, leadership, reassignment
 from controller.decisions.acls import plan_create_acls, plan_delete_acls
 from controller.decisions.configs import plan_alter_configs
+from controller.decisions.features import plan_update_features
 from controller.decisions.scram import plan_scram_alterations
 from controller.decisions.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
 from controller.decisions.wal_failover import reassignments
@@ -46,6 +47,8 @@ from metadata.controller_api import (
     DeleteTopicResult,
     ElectionType,
     ElectLeaderResult,
+    FeatureUpdate,
+    FeatureUpdateResult,
     ImageListener,
     NewTopic,
     PartitionReassignment,
@@ -76,7 +79,6 @@ from storage.metadata.state_machine import StreamMetadataStateMachine, wall_cloc
 logger = logging.getLogger(__name__)
 
 _RESOURCE_KINDS = {RESOURCE_TOPIC: "topic", RESOURCE_CLIENT_METRICS: "client metrics"}
-
 
 
 class Controller:
@@ -120,14 +122,9 @@ class Controller:
         controller._replay(recovered.snapshot_records, recovered.snapshot_offset)
         for batch in recovered.batches:
             controller._replay(batch.records, batch.last_offset)
-        logger.info(
-            "controller %d of cluster %s started at metadata offset %d: %d topics, %d brokers",
-            config.node_id,
-            meta.cluster_id,
-            recovered.last_offset,
-            len(controller.image.topics_by_name),
-            len(controller.image.brokers),
-        )
+        logger.info("controller %d of cluster %s started at metadata offset %d: %d topics, %d brokers",
+                    config.node_id, meta.cluster_id, recovered.last_offset, len(controller.image.topics_by_name),
+                    len(controller.image.brokers))
         return controller
 
     def _new_stream_metadata(self) -> StreamMetadataStateMachine:
@@ -429,12 +426,8 @@ class Controller:
                 results = [without_id(r) for r in results]
             for result in results:
                 if result.error is ErrorCode.none and not validate_only:
-                    logger.info(
-                        "created topic %s (id %s) with %d partitions",
-                        result.name,
-                        result.topic_id,
-                        result.num_partitions,
-                    )
+                    logger.info("created topic %s (id %s) with %d partitions", result.name, result.topic_id,
+                                result.num_partitions)
             return results
 
     async def delete_topics(self, names: Sequence[str] = (), ids: Sequence[uuid.UUID] = ()) -> list[DeleteTopicResult]:
@@ -477,12 +470,8 @@ class Controller:
             if not validate_only:
                 await self._commit(records)
                 if records:
-                    logger.info(
-                        "configs of %s %r changed: %s",
-                        _RESOURCE_KINDS.get(resource.type, "broker"),
-                        resource.name,
-                        ", ".join(f"{r.name}={r.value}" for r in records),
-                    )
+                    logger.info("configs of %s %r changed: %s", _RESOURCE_KINDS.get(resource.type, "broker"),
+                                resource.name, ", ".join(f"{r.name}={r.value}" for r in records))
             return ErrorCode.none, None
 
     # ------------------------------------------------------------------ SCRAM credentials
@@ -516,6 +505,17 @@ class Controller:
             elif not validate_only:
                 logger.info("client quotas of %s altered: %s", entity,
                             ", ".join(f"{k}={'removed' if v is None else v}" for k, v in alteration.ops))
+        return plan.results
+
+    # ------------------------------------------------------------------ features
+
+    async def update_features(self, updates: Sequence[FeatureUpdate], validate_only: bool) -> list[FeatureUpdateResult]:
+        async with self._lock:
+            plan = plan_update_features(self._image, updates)
+            if not validate_only:
+                await self._commit(plan.records)
+        if plan.records and not validate_only:
+            logger.info("features finalized: %s", ", ".join(f"{u.feature}={u.level}" for u in updates))
         return plan.results
 
     # ------------------------------------------------------------------ ACLs

@@ -277,6 +277,19 @@ class BrokerRegistrationChangeRecord(MetadataRecord):
     in_controlled_shutdown: bool = True
 
 
+@register_record
+@dataclass(frozen=True, slots=True)
+class FeatureLevelRecord(MetadataRecord):
+    """A KIP-584 feature's finalized level (Kafka's FeatureLevelRecord; its id 12 is taken here by SCRAM removals):
+    written for every feature when a cluster first finalizes its features and by UpdateFeatures
+    (``controller.decisions.features``). Level 0 removes the feature, as in Kafka (not for ``metadata.version``)."""
+
+    TYPE: ClassVar[int] = 604
+    VERSION: ClassVar[int] = 0
+    name: str
+    feature_level: int
+
+
 NO_TARGET = -1
 
 
@@ -306,6 +319,7 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     WALFailoverRecord,
     WALFailoverDoneRecord,
     BrokerRegistrationChangeRecord,
+    FeatureLevelRecord,
 )
 
 
@@ -317,6 +331,7 @@ __all__ = [
     "BrokerRegistrationChangeRecord",
     "ClientQuotaRecord",
     "ConfigRecord",
+    "FeatureLevelRecord",
     "FenceBrokerRecord",
     "PartitionChangeRecord",
     "PartitionRecord",

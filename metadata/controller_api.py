@@ -39,6 +39,8 @@ __all__ = [
     "ElectLeaderResult",
     "ElectionType",
     "Endpoint",
+    "FeatureUpdate",
+    "FeatureUpdateResult",
     "ImageListener",
     "IncrementalOp",
     "NewTopic",
@@ -181,6 +183,29 @@ class AclDeleteResult:
     deleted: tuple[AclBinding, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class FeatureUpdate:
+    """One item of UpdateFeatures: finalize ``feature`` at ``level`` (0 removes it). ``upgrade_type`` is Kafka's
+    FeatureUpdate.UpgradeType: 1 upgrade (the default), 2 safe downgrade, 3 unsafe downgrade."""
+
+    feature: str
+    level: int
+    upgrade_type: int = 1
+
+    UPGRADE = 1
+    SAFE_DOWNGRADE = 2
+    UNSAFE_DOWNGRADE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureUpdateResult:
+    """One feature's answer to UpdateFeatures (INVALID_UPDATE_VERSION with Kafka's message when refused)."""
+
+    feature: str
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
 class ControllerClient(Protocol):
     @property
     def image(self) -> MetadataImage:
@@ -258,6 +283,11 @@ class ControllerClient(Protocol):
     ) -> list[QuotaAlterResult]:
         """AlterClientQuotas (``metadata.client_quotas``): one result per entry, in order; each entry is applied
         or refused on its own."""
+        ...
+
+    async def update_features(self, updates: Sequence[FeatureUpdate], validate_only: bool) -> list[FeatureUpdateResult]:
+        """UpdateFeatures (``controller.decisions.features``): one result per update, in order; nothing is
+        finalized unless every update is valid."""
         ...
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:

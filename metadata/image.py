@@ -23,6 +23,7 @@ from metadata.cluster_records import (
     BrokerRegistrationChangeRecord,
     ClientQuotaRecord,
     ConfigRecord,
+    FeatureLevelRecord,
     FenceBrokerRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -41,6 +42,7 @@ from metadata.cluster_records import (
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from storage.metadata.record_codec import MetadataRecord
+from wire.api_versions import FEATURES_BY_NAME, METADATA_VERSION
 from wire.sasl.scram import ScramCredential
 
 __all__ = [
@@ -165,6 +167,28 @@ class MetadataImage:
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
     #: KIP-714 client-metrics subscriptions (``settings.client_metrics``): subscription name -> key -> value.
     client_metrics: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
+    #: KIP-584 finalized feature levels as FeatureLevelRecords set them (``controller.decisions.features``); empty
+    #: until a cluster first finalizes its features, and then the defaults of ``wire.api_versions.FEATURES`` apply.
+    features: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+
+    @property
+    def features_finalized(self) -> bool:
+        """Whether the cluster's levels are records (else the software's defaults are in force)."""
+        return METADATA_VERSION.name in self.features
+
+    def feature_level(self, name: str) -> int:
+        """The finalized level of feature ``name`` (0: off or unknown), e.g. ``transaction.version`` 2 for
+        transactions v2 or ``group.version`` 1 for the KIP-848 consumer protocol."""
+        if self.features_finalized:
+            return self.features.get(name, 0)
+        feature = FEATURES_BY_NAME.get(name)
+        return 0 if feature is None else feature.finalized_level
+
+    def finalized_features(self) -> dict[str, int]:
+        """Every feature at a level above 0, as ApiVersions reports them."""
+        levels = {f: self.feature_level(f) for f in FEATURES_BY_NAME}
+        levels.update((name, level) for name, level in self.features.items() if name not in levels)
+        return {name: level for name, level in sorted(levels.items()) if level > 0}
 
     def scram_credential(self, user: str, mechanism: int) -> ScramCredential | None:
         return self.scram_credentials.get(user, _EMPTY).get(mechanism)
@@ -237,6 +261,8 @@ class MetadataImage:
         for entity, quotas in sorted(self.client_quotas.items(), key=lambda item: repr(item[0])):
             for quota_key, quota in sorted(quotas.items()):
                 out.append(ClientQuotaRecord(entity, quota_key, quota))
+        for name, level in sorted(self.features.items()):
+            out.append(FeatureLevelRecord(name, level))
         if self.producer_ids.next_producer_id > 0:
             ids = self.producer_ids
             out.append(ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id))
@@ -270,6 +296,7 @@ class _Builder:
         self._acls: dict[str, AclBinding] | None = None
         self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
         self._client_metrics: dict[str, Mapping[str, str]] | None = None
+        self._features: dict[str, int] | None = None
         self._producer_ids = base.producer_ids
 
     def _topics(self) -> dict[uuid.UUID, TopicImage]:
@@ -378,6 +405,13 @@ class _Builder:
                     logger.warning("RemoveAccessControlEntryRecord for unknown ACL id %s ignored", acl_id)
             case ClientQuotaRecord():
                 self._set_quota(record)
+            case FeatureLevelRecord(name=name, feature_level=level):
+                if self._features is None:
+                    self._features = dict(self._base.features)
+                if level > 0 or name == METADATA_VERSION.name:
+                    self._features[name] = level
+                else:
+                    self._features.pop(name, None)
             case _:
                 pass  # stream/object/KV records: replayed by the stream metadata
 
@@ -508,6 +542,7 @@ class _Builder:
             acls=base.acls if self._acls is None else _frozen(self._acls),
             client_quotas=base.client_quotas if self._quotas is None else _frozen(self._quotas),
             client_metrics=base.client_metrics if self._client_metrics is None else _frozen(self._client_metrics),
+            features=base.features if self._features is None else _frozen(self._features),
         )
 
 

@@ -5,12 +5,12 @@ A node owns the process: the lock on its data directories, the metrics endpoint,
 roles start and stop. Each role is an object of its own package: the broker (``broker.broker.Broker``) and the
 controller quorum (``controller.quorum.QuorumController``).
 
-Start: controller (metadata replayed) → SCRAM users of ``--add-scram`` → the broker joins (listeners bound, broker
-registered with its real ports, S3 WAL announced, a failover of it awaited) → broker started (storage engine with
-WAL recovery, partitions, coordinators) → metrics endpoint → listeners accept. Stop first has the controller move
-what a broker of a cluster leads to other brokers (controlled shutdown), then runs the same steps in reverse, so a
-SIGTERM closes every partition cleanly (force upload, clean-shutdown flag) before the storage engine and the
-controller go away.
+Start: controller (metadata replayed) → SCRAM users of ``--add-scram`` and feature levels of ``--feature`` → the
+broker joins (listeners bound, broker registered with its real ports, S3 WAL announced, a failover of it awaited) →
+broker started (storage engine with WAL recovery, partitions, coordinators) → metrics endpoint → listeners accept.
+Stop first has the controller move what a broker of a cluster leads to other brokers (controlled shutdown), then
+runs the same steps in reverse, so a SIGTERM closes every partition cleanly (force upload, clean-shutdown flag)
+before the storage engine and the controller go away.
 
 ``controller_factory`` lets a node use a controller other than its own in-process one (a Raft quorum client).
 """
@@ -23,9 +23,10 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 
 from broker.broker import Broker
+from controller.feature_bootstrap import finalize_initial_features
 from controller.quorum import QuorumController
 from controller.scram_bootstrap import add_scram_credentials
-from metadata.controller_api import ScramUpsertion
+from metadata.controller_api import FeatureUpdate, ScramUpsertion
 from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
 from node.metrics import register_node_metrics
 from settings.server import ServerConfig
@@ -43,14 +44,17 @@ class Node:
         *,
         controller_factory: ControllerFactory | None = None,
         scram_credentials: Sequence[ScramUpsertion] = (),
+        initial_features: Sequence[FeatureUpdate] = (),
     ) -> None:
-        """``scram_credentials``: SCRAM users to create before serving if they do not exist (``--add-scram``)."""
+        """``scram_credentials``: SCRAM users to create before serving if they do not exist (``--add-scram``);
+        ``initial_features``: the feature levels a new cluster finalizes (``--feature``)."""
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
         self.metrics = ServerMetrics()
         self._controller_factory = controller_factory or default_controller_factory(config)
         self._scram_credentials = tuple(scram_credentials)
+        self._initial_features = tuple(initial_features)
         self._controller_handle: ControllerHandle | None = None
         self._metrics_port: int | None = None
         self._stopped = asyncio.Event()
@@ -102,6 +106,7 @@ class Node:
         handle = self._controller_handle = await self._controller_factory(self.config)
         self.cluster_id = handle.client.image.cluster_id
         await add_scram_credentials(handle.client, self._scram_credentials)
+        await finalize_initial_features(handle.client, self._initial_features)
         self.broker = await Broker.join(
             self.config, handle.client, self.metrics, controller_address=handle.controller_address
         )

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
+
+from wire import schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +30,7 @@ class VersionRange:
 
 API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
     {
-        0: VersionRange("Produce", 3, 9),
+        0: VersionRange("Produce", 3, 13),
         1: VersionRange("Fetch", 4, 18),
         2: VersionRange("ListOffsets", 1, 11),
         3: VersionRange("Metadata", 0, 13),
@@ -42,17 +44,17 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         15: VersionRange("DescribeGroups", 0, 6),
         16: VersionRange("ListGroups", 0, 5),
         17: VersionRange("SaslHandshake", 0, 1),
-        18: VersionRange("ApiVersions", 0, 3),
+        18: VersionRange("ApiVersions", 0, 4),
         19: VersionRange("CreateTopics", 2, 7),
         20: VersionRange("DeleteTopics", 1, 6),
         21: VersionRange("DeleteRecords", 0, 2),
-        22: VersionRange("InitProducerId", 0, 4),
+        22: VersionRange("InitProducerId", 0, 5),
         23: VersionRange("OffsetForLeaderEpoch", 2, 4),
-        24: VersionRange("AddPartitionsToTxn", 0, 4),
+        24: VersionRange("AddPartitionsToTxn", 0, 5),
         25: VersionRange("AddOffsetsToTxn", 0, 3),
-        26: VersionRange("EndTxn", 0, 3),
-        27: VersionRange("WriteTxnMarkers", 1, 1),
-        28: VersionRange("TxnOffsetCommit", 0, 3),
+        26: VersionRange("EndTxn", 0, 5),
+        27: VersionRange("WriteTxnMarkers", 1, 2),
+        28: VersionRange("TxnOffsetCommit", 0, 5),
         29: VersionRange("DescribeAcls", 1, 3),
         30: VersionRange("CreateAcls", 1, 3),
         31: VersionRange("DeleteAcls", 1, 3),
@@ -72,6 +74,7 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         50: VersionRange("DescribeUserScramCredentials", 0, 0),
         51: VersionRange("AlterUserScramCredentials", 0, 0),
         55: VersionRange("DescribeQuorum", 0, 2),
+        57: VersionRange("UpdateFeatures", 0, 2),
         60: VersionRange("DescribeCluster", 0, 2),
         61: VersionRange("DescribeProducers", 0, 0),
         64: VersionRange("UnregisterBroker", 0, 0),
@@ -97,7 +100,9 @@ PRE_AUTHENTICATION_KEYS: Final = frozenset((API_VERSIONS_KEY, SASL_HANDSHAKE_KEY
 
 @dataclass(frozen=True, slots=True)
 class Feature:
-    """A KIP-584 feature as ApiVersions v3+ reports it: the range this broker supports and the level in force."""
+    """A KIP-584 feature: the range of levels this software supports, and ``finalized_level``, the level a new
+    cluster finalizes (``kafka-storage format``'s default). The level in force is the cluster's, a metadata record
+    (``metadata.image.MetadataImage.feature_level``), changed with UpdateFeatures (``kafka-features.sh``)."""
 
     name: str
     min_version: int
@@ -111,7 +116,38 @@ class Feature:
 #: Java clients read the finalized features (and their epoch); kafka-features and kafka-metadata-quorum check
 #: ``metadata.version`` before using newer admin APIs.
 METADATA_VERSION: Final = Feature("metadata.version", 7, 14, 14)
-FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION,)
+#: Transactions v2 (KIP-890 part 2) at level 2: Kafka 4 clients then bump the epoch on every EndTxn and let the
+#: brokers add partitions to the transaction (Produce v12, TxnOffsetCommit v5). Level 1 (or 0) keeps v1 clients.
+TRANSACTION_VERSION: Final = Feature("transaction.version", 0, 2, 2)
+#: The KIP-848 consumer group protocol at level 1.
+GROUP_VERSION: Final = Feature("group.version", 0, 1, 1)
+FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION, TRANSACTION_VERSION, GROUP_VERSION)
+FEATURES_BY_NAME: Final[Mapping[str, Feature]] = MappingProxyType({f.name: f for f in FEATURES})
+
+
+def feature_fields(response_cls: type[Any], api_version: int, finalized: Mapping[str, int], epoch: int
+                   ) -> dict[str, object]:
+    """The tagged feature fields of an ApiVersions v3+ response (brokers and controllers answer the same): the
+    ranges this software supports and the cluster's ``finalized`` levels (the metadata image's, those above 0),
+    with their ``epoch`` (the metadata offset, as in KRaft). Before v4 a supported range starting at 0 is left
+    out (KAFKA-17492: older Java clients refuse such a range)."""
+    if api_version < 3:
+        return {}
+    return {
+        "supported_features": tuple(
+            schema.build_nested(response_cls, "supported_features", name=f.name, min_version=f.min_version,
+                                max_version=f.max_version)
+            for f in FEATURES
+            if f.min_version > 0 or api_version >= 4
+        ),
+        "finalized_features_epoch": max(epoch, 0),
+        "finalized_features": tuple(
+            schema.build_nested(response_cls, "finalized_features", name=name, max_version_level=level,
+                                min_version_level=level)
+            for name, level in finalized.items()
+        ),
+        "zk_migration_ready": False,
+    }
 
 
 def api_name(api_key: int) -> str:

@@ -42,8 +42,9 @@ def compression_of(attributes: int) -> Compression:
         raise CompressionError(f"unknown compression codec id {code}") from None
 
 
-def _unxerial(data: bytes) -> bytes:
-    out = bytearray()
+def _xerial_chunks(data: bytes) -> list[bytes]:
+    """The raw snappy blocks of a xerial-framed stream (Java's snappy-java framing), each length checked."""
+    chunks = []
     pos = _XERIAL_HEADER_LEN
     while pos < len(data):
         if pos + 4 > len(data):
@@ -52,9 +53,13 @@ def _unxerial(data: bytes) -> bytes:
         pos += 4
         if size < 0 or pos + size > len(data):
             raise CompressionError("truncated xerial snappy chunk")
-        out += bytes(cramjam.snappy.decompress_raw(data[pos : pos + size]))
+        chunks.append(data[pos : pos + size])
         pos += size
-    return bytes(out)
+    return chunks
+
+
+def _unxerial(data: bytes) -> bytes:
+    return b"".join(bytes(cramjam.snappy.decompress_raw(chunk)) for chunk in _xerial_chunks(data))
 
 
 #: How each codec's stream begins (gzip member, LZ4 frame, zstd frame). Raw snappy has no magic, so snappy is not
@@ -144,20 +149,7 @@ def decompress_bounded(codec: Compression, data: bytes, limit: int) -> bytes:
 
 def _snappy_bounded(data: bytes, limit: int) -> bytes:
     """Raw or xerial-framed snappy, each block's declared length checked against what is left of ``limit``."""
-    blocks = []
-    if data[:8] == _XERIAL_MAGIC:
-        pos = _XERIAL_HEADER_LEN
-        while pos < len(data):
-            if pos + 4 > len(data):
-                raise CompressionError("truncated xerial snappy chunk header")
-            (size,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            if size < 0 or pos + size > len(data):
-                raise CompressionError("truncated xerial snappy chunk")
-            blocks.append(data[pos : pos + size])
-            pos += size
-    else:
-        blocks.append(data)
+    blocks = _xerial_chunks(data) if data[:8] == _XERIAL_MAGIC else [data]
     out = bytearray()
     for block in blocks:
         if len(out) + int(cramjam.snappy.decompress_raw_len(block)) > limit:

@@ -142,6 +142,8 @@ class CoordinatorRuntime:
             if consumer_group is not None:
                 self._groups[group_id] = consumer_group
         for group_id, committed in replayed.offsets.items():
+            if not committed:
+                continue  # every offset it had was tombstoned (the group was deleted): nothing to bring back
             group = self._groups.get(group_id)
             if group is None:
                 group = self._groups[group_id] = Group(group_id, self.config, now)

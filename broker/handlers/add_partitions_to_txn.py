@@ -1,8 +1,10 @@
-"""AddPartitionsToTxn (key 24) v0-4: partitions join a producer's transaction before it writes to them.
+"""AddPartitionsToTxn (key 24) v0-5: partitions join a producer's transaction before it writes to them.
 
-v0-3 carry one transaction (a client's request). v4 batches many transactions and is what brokers send each
-other; its ``verify_only`` transactions change nothing and only report, per partition, whether it is already in
+v0-3 carry one transaction (a client's request). v4-5 batch many transactions and are what brokers send each
+other; their ``verify_only`` transactions change nothing and only report, per partition, whether it is already in
 the ongoing transaction (KIP-890 part 1: the produce path refuses transactional data for a partition that is not).
+v5 is transactions v2 (KIP-890 part 2): a partition leader adds the partition of a Produce v12 (or the group
+coordinator that of a TxnOffsetCommit v5) with ``verify_only`` false.
 """
 
 from __future__ import annotations

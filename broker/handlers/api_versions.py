@@ -1,4 +1,4 @@
-"""ApiVersions (key 18) v0-3, including the KIP-511 v0 fallback for versions newer than ours, and the KIP-584
+"""ApiVersions (key 18) v0-4, including the KIP-511 v0 fallback for versions newer than ours, and the KIP-584
 features (v3+) that Java clients and Kafka's tools read."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from wire import codec, schema
-from wire.api_versions import API_VERSIONS_KEY, FEATURES, VersionRange
+from wire.api_versions import API_VERSIONS_KEY, VersionRange, feature_fields
 
 # KIP-511: client software name and version must look like this, else INVALID_REQUEST.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -31,28 +31,6 @@ def unsupported_version_response(versions: Mapping[int, VersionRange]) -> Any:
     return schema.build(cls, error_code=ErrorCode.unsupported_version, api_keys=_api_keys(cls, versions))
 
 
-def _features(ctx: RequestContext) -> dict[str, object]:
-    """The tagged feature fields of v3+. The finalized epoch is the metadata log offset the answer reflects, as
-    in KRaft, so a client can tell a newer answer from an older one."""
-    if ctx.api_version < 3:
-        return {}
-    cls = ctx.response_class
-    return {
-        "supported_features": tuple(
-            schema.build_nested(cls, "supported_features", name=f.name, min_version=f.min_version,
-                               max_version=f.max_version)
-            for f in FEATURES
-        ),
-        "finalized_features_epoch": max(ctx.broker.controller.image.offset, 0),
-        "finalized_features": tuple(
-            schema.build_nested(cls, "finalized_features", name=f.name, max_version_level=f.finalized_level,
-                               min_version_level=f.finalized_level)
-            for f in FEATURES
-        ),
-        "zk_migration_ready": False,
-    }
-
-
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     cls = ctx.response_class
     versions = ctx.api_versions
@@ -63,4 +41,6 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
         return ctx.build(error_code=ErrorCode.invalid_request, api_keys=_api_keys(cls, versions))
     if ctx.api_version >= 3:
         ctx.connection.client_software = (request.client_software_name, request.client_software_version)
-    return ctx.build(error_code=ErrorCode.none, api_keys=_api_keys(cls, versions), **_features(ctx))
+    image = ctx.broker.controller.image
+    features = feature_fields(cls, ctx.api_version, image.finalized_features(), image.offset)
+    return ctx.build(error_code=ErrorCode.none, api_keys=_api_keys(cls, versions), **features)

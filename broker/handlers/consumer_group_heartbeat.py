@@ -4,7 +4,9 @@ A member joins (epoch 0), heartbeats at its epoch (reporting the partitions it o
 a static member that will be back); each answer carries its epoch and, when it changed, its assignment. v1 (KIP-1082)
 makes the member id the client's own (a UUID it keeps for its lifetime) and adds regex subscriptions. The request is
 checked here as Kafka checks it (INVALID_REQUEST naming the field, UNSUPPORTED_ASSIGNOR,
-INVALID_REGULAR_EXPRESSION) before the group sees it.
+INVALID_REGULAR_EXPRESSION) before the group sees it. The protocol is off (UNSUPPORTED_VERSION, with a message
+saying why) when ``group.coordinator.rebalance.protocols`` leaves it out or the ``group.version`` feature is
+finalized below 1 (``kafka-features.sh downgrade --feature group.version=0``), as in Kafka 4.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from broker.handlers.group_common import member_host
 from broker.handlers.guards import GROUP_DENIED, Guard, whole
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import schema
+from wire.api_versions import GROUP_VERSION
 from wire.stored_schema import MAX_STORED_STRING_BYTES
 
 
@@ -120,15 +123,13 @@ def _answer(ctx: RequestContext, result: HeartbeatResult) -> Any:
 
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     groups = ctx.broker.groups
+    disabled = None
     if not groups.consumer_protocol_enabled:
-        return _answer(
-            ctx,
-            HeartbeatResult(
-                ErrorCode.unsupported_version,
-                "the consumer group protocol is disabled (group.coordinator.rebalance.protocols)",
-                member_id=request.member_id,
-            ),
-        )
+        disabled = "the consumer group protocol is disabled (group.coordinator.rebalance.protocols)"
+    elif ctx.broker.controller.image.feature_level(GROUP_VERSION.name) < 1:
+        disabled = "the consumer group protocol is disabled: feature group.version is finalized below 1"
+    if disabled is not None:
+        return _answer(ctx, HeartbeatResult(ErrorCode.unsupported_version, disabled, member_id=request.member_id))
     try:
         _check(ctx, request)
     except _Invalid as exc:

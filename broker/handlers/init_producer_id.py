@@ -1,4 +1,5 @@
-"""InitProducerId (key 22) v0-4 for idempotent and transactional producers.
+"""InitProducerId (key 22) v0-5 for idempotent and transactional producers (v5 changes no field: Kafka 4 clients
+send it with transactions v2, KIP-890 part 2; the epoch bumps of a v2 transaction's ends are EndTxn v5's).
 
 A new producer gets a fresh id with epoch 0. A v3+ producer that passes its current id and epoch (KIP-360:
 recovering from an unknown-producer or sequence error) keeps its id with the epoch bumped, which every partition

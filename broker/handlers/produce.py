@@ -1,4 +1,4 @@
-"""Produce (key 0) v3-9.
+"""Produce (key 0) v3-13.
 
 Partitions of one request are appended concurrently, and a connection's appends to one partition start in the
 order its requests arrived (append_order.py); the response is sent once every append is durable
@@ -8,6 +8,11 @@ checks it, with the producer's open transaction there). A transactional batch fo
 has no open transaction yet is first verified with the transaction coordinator (KIP-890 part 1): unless the
 partition was added to the ongoing transaction (AddPartitionsToTxn), it is refused with INVALID_TXN_STATE and
 nothing is appended, so no transaction can be left hanging on a partition its coordinator does not know of.
+From v11 such a refusal is TRANSACTION_ABORTABLE (KIP-890: the client aborts and goes on). From v12 (KIP-890
+part 2, transactions v2) the coordinator adds the partition to the transaction instead, as Kafka's
+AddPartitionsToTxnManager does: the client sends no AddPartitionsToTxn; with ``transaction.version`` below 2
+finalized such a batch is refused with UNSUPPORTED_VERSION, as Kafka 4 refuses it. v13 names topics by id
+(resolved in the metadata image; an unknown id is UNKNOWN_TOPIC_ID).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from broker.partition.partition_log import AppendResult, PartitionLog
 from metadata.acl.binding import AclOperation, ResourceType
 from metadata.errors import error_code_for, error_code_logged, error_message_for
 from wire import schema
+from wire.api_versions import TRANSACTION_VERSION
 from wire.errors import KafkaError
 from wire.record_batch import InvalidBatchError, parse_header
 
@@ -73,11 +79,20 @@ async def _verified_leader_log(
         header = parse_header(data)
     except InvalidBatchError:
         return log  # the append validates the batch and answers with the precise error
-    if not header.is_transactional or header.is_control or log.has_ongoing_txn(header.producer_id):
+    if not header.is_transactional or header.is_control or log.has_ongoing_txn(header.producer_id,
+                                                                               header.producer_epoch):
         return log
-    error = await ctx.broker.transactions.verify_produce(
-        transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
-    )
+    add = ctx.api_version >= 12
+    if add and ctx.broker.controller.image.feature_level(TRANSACTION_VERSION.name) < 2:
+        # A transactions v2 produce on a cluster at transaction.version 1: refused as Kafka 4 refuses it (the
+        # client should have capped its Produce version at 11 and added the partition itself).
+        error = ErrorCode.unsupported_version
+    else:
+        error = await ctx.broker.transactions.verify_produce(
+            transactional_id, header.producer_id, header.producer_epoch, (topic, partition), add=add
+        )
+    if error is ErrorCode.invalid_txn_state and ctx.api_version >= 11:
+        error = ErrorCode.transaction_abortable
     if error is not ErrorCode.none:
         logger.info(
             "refusing transactional produce to %s-%d by %r (producer %d epoch %d): %s (%s)",
@@ -126,21 +141,27 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     topic_cls = schema.field_entity(ctx.response_class, "responses")
     part_cls = schema.field_entity(topic_cls, "partition_responses")
-    keys: list[tuple[str, int]] = []
+    keys: list[tuple[Any, int]] = []  # (topic name, or id from v13; partition)
     jobs: list[Any] = []
     refusal: KafkaError | None = None
     if acks not in (0, 1, -1):
         refusal = KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1 (all), not {acks}")
+    topics_by_id = ctx.broker.controller.image.topics_by_id
     for topic in request.topic_data:
+        name = getattr(topic, "name", None)
+        topic_id = getattr(topic, "topic_id", None)
+        if name is None:  # v13: by id
+            found = topics_by_id.get(topic_id) if topic_id is not None else None
+            name = found.name if found is not None else None
         for part in topic.partition_data:
-            keys.append((topic.name, part.index))
+            keys.append((topic_id if topic_id is not None else name, part.index))
             if refusal is not None:
                 jobs.append(asyncio.sleep(0, refusal))
+            elif name is None:
+                jobs.append(asyncio.sleep(0, KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")))
             else:
                 jobs.append(
-                    _append_one(
-                        ctx, topic.name, part.index, part.records, acks, transactional_id=request.transactional_id
-                    )
+                    _append_one(ctx, name, part.index, part.records, acks, transactional_id=request.transactional_id)
                 )
     # The timeout bounds the wait for durability; a WAL write always takes a moment, so a zero or tiny timeout
     # (which in Kafka would still succeed on a single-replica partition) is raised to a small floor.
@@ -159,11 +180,12 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 outcomes.append(KafkaError(ErrorCode.request_timed_out, "append not durable within the timeout"))
     if acks == 0:
         return None
-    by_topic: dict[str, list[Any]] = {}
-    for (topic_name, index), outcome in zip(keys, outcomes, strict=True):
-        by_topic.setdefault(topic_name, []).append(_partition_response(part_cls, index, outcome))
+    by_topic: dict[Any, list[Any]] = {}
+    for (topic_key, index), outcome in zip(keys, outcomes, strict=True):
+        by_topic.setdefault(topic_key, []).append(_partition_response(part_cls, index, outcome))
     responses = tuple(
-        schema.build(topic_cls, name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()
+        schema.build(topic_cls, name=key, topic_id=key, partition_responses=tuple(parts))
+        for key, parts in by_topic.items()
     )
     return ctx.build(responses=responses, throttle_time=0)
 

@@ -64,6 +64,7 @@ from broker.handlers import (
     topics,
     txn_offset_commit,
     unregister_broker,
+    update_features,
     write_txn_markers,
 )
 from broker.handlers.context import Handler, RequestContext
@@ -115,6 +116,7 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         50: scram_credentials.handle_describe_user_scram_credentials,  # DescribeUserScramCredentials
         51: scram_credentials.handle_alter_user_scram_credentials,  # AlterUserScramCredentials
         55: describe_quorum.handle_describe_quorum,  # DescribeQuorum
+        57: update_features.handle_update_features,  # UpdateFeatures
         60: cluster.handle_describe_cluster,  # DescribeCluster
         61: describe_producers.handle_describe_producers,  # DescribeProducers
         64: unregister_broker.handle_unregister_broker,  # UnregisterBroker
@@ -180,6 +182,7 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         50: scram_credentials.authorize_describe_user_scram_credentials,
         51: scram_credentials.authorize_alter_user_scram_credentials,  # AlterUserScramCredentials: CLUSTER ALTER
         55: describe_quorum.authorize_describe_quorum,  # DescribeQuorum: CLUSTER DESCRIBE
+        57: update_features.authorize_update_features,  # UpdateFeatures: CLUSTER ALTER
         61: describe_producers.authorize_describe_producers,  # DescribeProducers: TOPIC READ
         64: unregister_broker.authorize_unregister_broker,  # UnregisterBroker: CLUSTER ALTER
         65: describe_transactions.authorize_describe_transactions,  # DescribeTransactions: TRANSACTIONAL_ID DESCRIBE

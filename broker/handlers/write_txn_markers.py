@@ -1,5 +1,7 @@
-"""WriteTxnMarkers (key 27) v1: a transaction coordinator asks this broker to write COMMIT/ABORT markers on
+"""WriteTxnMarkers (key 27) v1-2: a transaction coordinator asks this broker to write COMMIT/ABORT markers on
 partitions it leads (the inter-broker half of EndTxn; Kafka 4 no longer knows v0, and neither does the codec).
+v2 (KIP-1228) says each marker's transaction version: a transactions v2 marker must carry a newer producer epoch
+than the partition has (``broker.partition.partition_log.txn_markers``).
 
 Each partition is answered on its own through ``broker.transactions.markers.write_markers``, all of them written
 at once, so one failing partition (moved leader, fenced epoch) does not hold the others back.
@@ -37,6 +39,7 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                 producer_epoch=marker.producer_epoch,
                 coordinator_epoch=marker.coordinator_epoch,
                 commit=marker.transaction_result,
+                transaction_version=getattr(marker, "transaction_version", 0),
             )
             for marker in request.markers
         )

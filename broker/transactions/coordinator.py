@@ -37,11 +37,12 @@ from broker.internal_topic import (
 )
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
-from broker.transactions.log_schema import encode_key, encode_value
+from broker.transactions.log_schema import encode_key, encode_value, value_version
 from broker.transactions.marker_sender import MarkerSender
 from broker.transactions.peers import Peers
 from broker.transactions.produce_verification import produce_verification_error, verify_remotely
 from broker.transactions.state import (
+    NO_PRODUCER_ID,
     InvalidTransition,
     TopicPartition,
     TransactionMetadata,
@@ -62,8 +63,6 @@ _COMPLETE_RETRY_S = 0.5
 #: where the markers take a WAL flush or two. The wait ends as soon as they are written, so the bound only matters
 #: when a partition leader cannot take its marker; it stays well inside any client's request time-out.
 _MARKERS_WAIT_S = 1.0
-
-
 
 
 class TransactionCoordinator:
@@ -186,7 +185,7 @@ class TransactionCoordinator:
     async def _persist(self, metadata: TransactionMetadata, transit: TxnTransit, owned: OwnedPartition) -> ErrorCode:
         """Writes ``transit`` and, once durable and still ours, installs it; on failure the id stays as it was."""
         transactional_id = metadata.transactional_id
-        value = None if transit.state is TxnState.DEAD else encode_value(transit)
+        value = None if transit.state is TxnState.DEAD else encode_value(transit, value_version(transit))
         try:
             log = self._partition_manager.get(TRANSACTION_TOPIC, owned.partition)
             if log is None or log.leader_epoch != owned.leader_epoch:
@@ -298,7 +297,8 @@ class TransactionCoordinator:
         metadata = self._txns.get(transactional_id)
         if metadata is None:
             return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)
-        if (producer_id, producer_epoch) == (metadata.producer_id, metadata.producer_epoch):
+        if (producer_id, producer_epoch) in ((metadata.producer_id, metadata.producer_epoch),
+                                             (metadata.next_producer_id, 0)):
             await self._markers_written(metadata)
             error = self._validate_id(transactional_id)  # the wait may have seen the id's partition move away
             if error is ErrorCode.none and not self._serving(metadata):
@@ -354,16 +354,45 @@ class TransactionCoordinator:
         )
         return next(iter(results.values()))
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *, v2: bool = False
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, producer id, epoch) for EndTxn. ``v2``: a transactions v2 client (EndTxn v5, KIP-890 part 2),
+        whose every end bumps the epoch; the answer carries the id and epoch it continues with (v1: -1, -1)."""
         error = self._validate_id(transactional_id)
-        if error is not ErrorCode.none:
-            return error
         metadata = self._txns.get(transactional_id)
-        if metadata is None:
-            return ErrorCode.invalid_producer_id_mapping
-        return await self._end(
-            metadata, self._owner(transactional_id), producer_id, producer_epoch, commit=commit, from_client=True
-        )
+        if error is ErrorCode.none and metadata is None:
+            error = ErrorCode.invalid_producer_id_mapping
+        if error is not ErrorCode.none or metadata is None:
+            return error, -1, -1
+        owned = self._owner(transactional_id)
+        if not v2:
+            return await self._end(metadata, owned, producer_id, producer_epoch, commit=commit,
+                                   from_client=True), -1, -1
+        new_producer_id = None
+        if metadata.needs_new_producer_id_on_end():
+            new_producer_id = await self._producer_ids.allocate()
+            if not self._serving(metadata):
+                return ErrorCode.concurrent_transactions, -1, -1
+        try:
+            result = metadata.end_transaction_v2(producer_id, producer_epoch, commit, self._now_ms(), new_producer_id)
+        except InvalidTransition as exc:
+            logger.error("EndTxn for %r: %s", transactional_id, exc)
+            return ErrorCode.concurrent_transactions, -1, -1
+        if isinstance(result, ErrorCode):
+            if result is ErrorCode.none:
+                return result, metadata.producer_id, metadata.producer_epoch
+            logger.info("transactional id %r: EndTxn v5 (%s) by producer %d epoch %d refused in state %s: %s",
+                        transactional_id, "commit" if commit else "abort", producer_id, producer_epoch,
+                        metadata.state.display, result.name)
+            return result, -1, -1
+        error = await self._persist(metadata, result, owned)
+        if error is not ErrorCode.none:
+            return error, -1, -1
+        self._start_completion(metadata, owned)
+        if metadata.next_producer_id != NO_PRODUCER_ID:
+            return ErrorCode.none, metadata.next_producer_id, 0
+        return ErrorCode.none, metadata.producer_id, metadata.producer_epoch
 
     async def _end(
         self,
@@ -430,6 +459,7 @@ class TransactionCoordinator:
                 commit=metadata.state is TxnState.PREPARE_COMMIT,
                 partitions=set(metadata.partitions),
                 still_valid=still_valid,
+                transaction_version=2 if metadata.ended_as_v2 else 0,
             )
             # Retried for as long as the id is ours: a new coordinator would reload PrepareX and redo it all.
             while done and still_valid():
@@ -535,12 +565,17 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------------------------------ produce
 
     async def verify_produce(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition,
+        *, add: bool = False,
     ) -> ErrorCode:
         """KIP-890 part 1: whether ``partition`` is in the ongoing transaction of ``transactional_id``, asked of its
-        coordinator (here, or over the wire). NONE when it is; the error to refuse the produce with otherwise."""
+        coordinator (here, or over the wire). NONE when it is; the error to refuse the produce with otherwise.
+        ``add`` (part 2, a Produce v12+ of transactions v2): the coordinator adds the partition instead."""
         node_id = self.coordinator_node(transactional_id)
         if node_id == self._context.node_id:
+            if add:
+                added = await self.add_partitions(transactional_id, producer_id, producer_epoch, [partition])
+                return produce_verification_error(added[partition])
             local = self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
             return produce_verification_error(local)
         if node_id < 0:
@@ -552,4 +587,5 @@ class TransactionCoordinator:
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             partition=partition,
+            add=add,
         )

@@ -6,8 +6,11 @@ its int16 version, so the topic reads like a Kafka cluster's (``kafka-dump-log -
 write value version 0, which every Kafka version reads, and read both. A record with a null value is a tombstone:
 the transactional id expired, and compaction eventually drops it altogether.
 
-The value keeps neither the last producer id nor the last epoch (Kafka's does not either): a coordinator that
-loads an id knows only its current producer id and epoch.
+Version 0 keeps neither the last producer id nor the last epoch: a coordinator that loads an id knows only its
+current producer id and epoch. A transaction ended by a transactions v2 client (KIP-890 part 2) is written as
+version 1 with Kafka's tagged fields PreviousProducerId (0), NextProducerId (1) and ClientTransactionVersion (2),
+so a coordinator that takes it over writes its markers as v2 ones and moves to the next producer id when the epoch
+was exhausted.
 
 The partition of an id is Kafka's ``abs(String.hashCode) % partitions`` (``wire.stored_schema.partition_for``, the
 group coordinator's computation too).
@@ -30,11 +33,15 @@ __all__ = [
     "encode_key",
     "encode_value",
     "partition_for",
+    "value_version",
 ]
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
 _FLEXIBLE_VALUE_VERSION = 1
+_TAG_PREVIOUS_PRODUCER_ID = 0
+_TAG_NEXT_PRODUCER_ID = 1
+_TAG_CLIENT_VERSION = 2
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -88,8 +95,21 @@ def encode_value(value: TxnTransit, version: int = VALUE_VERSION) -> bytes:
     out += _I64.pack(value.txn_last_update_ms)
     out += _I64.pack(value.txn_start_ms)
     if flexible:
-        out += uvarint(0)
+        tagged = [(tag, data) for tag, data, default in (
+            (_TAG_PREVIOUS_PRODUCER_ID, _I64.pack(value.last_producer_id), value.last_producer_id == NO_PRODUCER_ID),
+            (_TAG_NEXT_PRODUCER_ID, _I64.pack(value.next_producer_id), value.next_producer_id == NO_PRODUCER_ID),
+            (_TAG_CLIENT_VERSION, _I16.pack(value.client_transaction_version), value.client_transaction_version == 0),
+        ) if not default]
+        out += uvarint(len(tagged))
+        for tag, data in tagged:
+            out += uvarint(tag) + uvarint(len(data)) + data
     return bytes(out)
+
+
+def value_version(value: TxnTransit) -> int:
+    """The version to write ``value`` in: 1 when it carries what only version 1 can (a v2 client's transaction),
+    else 0, which every Kafka version reads."""
+    return _FLEXIBLE_VALUE_VERSION if value.client_transaction_version >= 2 else VALUE_VERSION
 
 
 def decode_value(data: bytes) -> TxnTransit:
@@ -119,10 +139,21 @@ def decode_value(data: bytes) -> TxnTransit:
         reader.skip_tagged_fields()
     last_update = reader.i64()
     start = reader.i64()
-    reader.skip_tagged_fields()
+    tagged = reader.tagged_fields()
+
+    def tagged_int(tag: int, layout: struct.Struct, default: int) -> int:
+        data = tagged.get(tag)
+        if data is None:
+            return default
+        if len(data) != layout.size:
+            raise SchemaError(f"__transaction_state value v{version}: tagged field {tag} of {len(data)} bytes")
+        return int(layout.unpack(data)[0])
+
     return TxnTransit(
         producer_id=producer_id,
-        last_producer_id=NO_PRODUCER_ID,
+        last_producer_id=tagged_int(_TAG_PREVIOUS_PRODUCER_ID, _I64, NO_PRODUCER_ID),
+        next_producer_id=tagged_int(_TAG_NEXT_PRODUCER_ID, _I64, NO_PRODUCER_ID),
+        client_transaction_version=tagged_int(_TAG_CLIENT_VERSION, _I16, 0),
         producer_epoch=epoch,
         last_producer_epoch=NO_PRODUCER_EPOCH,
         timeout_ms=timeout_ms,

@@ -26,7 +26,7 @@ from wire.api_versions import WRITE_TXN_MARKERS_KEY
 
 logger = logging.getLogger(__name__)
 
-WRITE_TXN_MARKERS_VERSION = 1
+WRITE_TXN_MARKERS_VERSION = 2
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 1.0
 
@@ -67,6 +67,7 @@ class MarkerSender:
         commit: bool,
         partitions: Iterable[TopicPartition],
         still_valid: Callable[[], bool],
+        transaction_version: int = 0,
     ) -> bool:
         """True once every partition took its marker; False when abandoned (``still_valid`` false, or fenced)."""
         remaining = set(partitions)
@@ -91,9 +92,8 @@ class MarkerSender:
                 elif part.leader >= 0:
                     by_leader.setdefault(part.leader, []).append(tp)
             rounds = [
-                self._write(
-                    leader, tps, producer_id, producer_epoch, coordinator_epoch=coordinator_epoch, commit=commit
-                )
+                self._write(leader, tps, producer_id, producer_epoch, coordinator_epoch=coordinator_epoch,
+                            commit=commit, transaction_version=transaction_version)
                 for leader, tps in by_leader.items()
             ]
             for results in await asyncio.gather(*rounds):
@@ -136,6 +136,7 @@ class MarkerSender:
         *,
         coordinator_epoch: int,
         commit: bool,
+        transaction_version: int,
     ) -> dict[TopicPartition, ErrorCode]:
         if leader == self._context.node_id:
             return await write_markers(
@@ -146,10 +147,11 @@ class MarkerSender:
                 producer_epoch=producer_epoch,
                 coordinator_epoch=coordinator_epoch,
                 commit=commit,
+                transaction_version=transaction_version,
             )
-        return await self._write_remote(
-            leader, partitions, producer_id, producer_epoch, coordinator_epoch=coordinator_epoch, commit=commit
-        )
+        return await self._write_remote(leader, partitions, producer_id, producer_epoch,
+                                        coordinator_epoch=coordinator_epoch, commit=commit,
+                                        transaction_version=transaction_version)
 
     async def _write_remote(
         self,
@@ -160,6 +162,7 @@ class MarkerSender:
         *,
         coordinator_epoch: int,
         commit: bool,
+        transaction_version: int,
     ) -> dict[TopicPartition, ErrorCode]:
         request_cls = codec.request_class(WRITE_TXN_MARKERS_KEY, WRITE_TXN_MARKERS_VERSION)
         marker_cls = schema.field_entity(request_cls, "markers")
@@ -176,6 +179,7 @@ class MarkerSender:
                     producer_epoch=producer_epoch,
                     transaction_result=commit,
                     coordinator_epoch=coordinator_epoch,
+                    transaction_version=transaction_version,
                     topics=tuple(
                         schema.build(topic_cls, name=name, partition_indexes=tuple(parts))
                         for name, parts in by_topic.items()

@@ -37,6 +37,7 @@ async def write_marker(
     producer_epoch: int,
     coordinator_epoch: int,
     commit: bool,
+    transaction_version: int = 0,
 ) -> ErrorCode:
     """Appends the COMMIT/ABORT marker of ``producer_id`` to ``topic``-``partition`` and waits until it is
     durable; the error code otherwise (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH
@@ -48,6 +49,7 @@ async def write_marker(
             producer_epoch=producer_epoch,
             coordinator_epoch=coordinator_epoch,
             commit=commit,
+            transaction_version=transaction_version,
         )
     except Exception as exc:
         code = error_code_for(exc)
@@ -73,7 +75,7 @@ async def write_marker(
         partition,
         offset,
     )
-    if topic == OFFSETS_TOPIC:
+    if topic == OFFSETS_TOPIC and offset >= 0:
         groups.complete_transaction(partition, producer_id, commit)
     return ErrorCode.none
 
@@ -87,6 +89,7 @@ async def write_markers(
     producer_epoch: int,
     coordinator_epoch: int,
     commit: bool,
+    transaction_version: int = 0,
 ) -> dict[TopicPartition, ErrorCode]:
     """:func:`write_marker` on every partition of ``targets`` at once; each partition's error code. A caller
     cancelled meanwhile (a coordinator stopping) leaves the markers to finish on their own, as a produce's appends
@@ -103,6 +106,7 @@ async def write_markers(
                 producer_epoch=producer_epoch,
                 coordinator_epoch=coordinator_epoch,
                 commit=commit,
+                transaction_version=transaction_version,
             )
         )
         for topic, partition in chosen

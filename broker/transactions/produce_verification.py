@@ -18,6 +18,8 @@ logger = logging.getLogger(__name__)
 
 ADD_PARTITIONS_TO_TXN_KEY = 24
 _VERIFY_VERSION = 4
+#: Transactions v2 (KIP-890 part 2): the partition leader adds the partition to the transaction itself.
+_ADD_VERSION = 5
 
 
 async def verify_remotely(
@@ -28,9 +30,11 @@ async def verify_remotely(
     producer_id: int,
     producer_epoch: int,
     partition: TopicPartition,
+    add: bool = False,
 ) -> ErrorCode:
-    """The answer of coordinator ``node_id`` (another broker) for ``partition``, as a produce error (NONE: verified)."""
-    request_cls = codec.request_class(ADD_PARTITIONS_TO_TXN_KEY, _VERIFY_VERSION)
+    """The answer of coordinator ``node_id`` (another broker) for ``partition``, as a produce error (NONE: verified,
+    or with ``add``, added to the transaction)."""
+    request_cls = codec.request_class(ADD_PARTITIONS_TO_TXN_KEY, _ADD_VERSION if add else _VERIFY_VERSION)
     txn_cls = schema.field_entity(request_cls, "transactions")
     topic_cls = schema.field_entity(txn_cls, "topics")
     request = schema.build(
@@ -41,7 +45,7 @@ async def verify_remotely(
                 transactional_id=transactional_id,
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
-                verify_only=True,
+                verify_only=not add,
                 topics=(schema.build(topic_cls, name=partition[0], partitions=(partition[1],)),),
             ),
         ),

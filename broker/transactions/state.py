@@ -65,20 +65,22 @@ class TxnState(enum.Enum):
         return None
 
 
+#: States in which an id has no transaction in flight: it may start one, get a new epoch, or expire.
+IDLE_STATES = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+
 #: Kafka's ``TransactionState.validPreviousStates``.
 _VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     TxnState.EMPTY: frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
     TxnState.ONGOING: frozenset({TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
     TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
-    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE}),
+    # Transactions v2 abort an idle id too (a client's abort that added nothing bumps the epoch all the same).
+    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE, *IDLE_STATES}),
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
     TxnState.DEAD: frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
     TxnState.PREPARE_EPOCH_FENCE: frozenset({TxnState.ONGOING}),
 }
 
-#: States in which an id has no transaction in flight: it may start one, get a new epoch, or expire.
-IDLE_STATES = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
 
 def is_epoch_exhausted(epoch: int) -> bool:
@@ -98,6 +100,12 @@ class TxnTransit:
     partitions: frozenset[TopicPartition]
     txn_start_ms: int
     txn_last_update_ms: int
+    #: Transactions v2: the epoch this transaction's end bumped past was exhausted, so the producer continues as
+    #: this id at epoch 0 once the markers (written as ``producer_id`` at the last epoch) are complete.
+    next_producer_id: int = NO_PRODUCER_ID
+    #: The transaction version of the client that ended the transaction (2: EndTxn v5, whose markers carry the
+    #: bumped epoch and say so, WriteTxnMarkers v2); persisted (``log_schema``), so a new coordinator knows it too.
+    client_transaction_version: int = 0
 
 
 class InvalidTransition(Exception):
@@ -121,6 +129,11 @@ class TransactionMetadata:
     #: A fence (epoch bump to abort an ongoing transaction) whose write failed: the retry reuses that epoch
     #: rather than bumping again (the bumped epoch was never returned to anyone).
     has_failed_epoch_fence: bool = False
+    #: Transactions v2 (KIP-890 part 2): the id the producer continues as after an end that exhausted the epoch.
+    next_producer_id: int = NO_PRODUCER_ID
+    #: 2 when a v2 client (EndTxn v5) ended the transaction: its markers carry the bumped epoch and say so
+    #: (WriteTxnMarkers v2, KIP-1228).
+    client_transaction_version: int = 0
 
     @classmethod
     def new(cls, transactional_id: str, producer_id: int, timeout_ms: int, now_ms: int) -> TransactionMetadata:
@@ -151,7 +164,13 @@ class TransactionMetadata:
             partitions=set(transit.partitions),
             txn_start_ms=transit.txn_start_ms,
             txn_last_update_ms=transit.txn_last_update_ms,
+            next_producer_id=transit.next_producer_id,
+            client_transaction_version=transit.client_transaction_version,
         )
+
+    @property
+    def ended_as_v2(self) -> bool:
+        return self.client_transaction_version >= 2
 
     @property
     def pending(self) -> bool:
@@ -188,6 +207,7 @@ class TransactionMetadata:
         partitions: Iterable[TopicPartition],
         txn_start_ms: int,
         now_ms: int,
+        next_producer_id: int = NO_PRODUCER_ID,
     ) -> TxnTransit:
         if self.pending_state is not None:
             raise InvalidTransition(
@@ -211,6 +231,8 @@ class TransactionMetadata:
             partitions=frozenset(partitions),
             txn_start_ms=txn_start_ms,
             txn_last_update_ms=now_ms,
+            next_producer_id=next_producer_id,
+            client_transaction_version=self.client_transaction_version,
         )
 
     def complete_transition(self, transit: TxnTransit) -> None:
@@ -230,6 +252,8 @@ class TransactionMetadata:
         self.partitions = set(transit.partitions)
         self.txn_start_ms = transit.txn_start_ms
         self.txn_last_update_ms = transit.txn_last_update_ms
+        self.next_producer_id = transit.next_producer_id
+        self.client_transaction_version = transit.client_transaction_version
         if transit.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             self.has_failed_epoch_fence = False
 
@@ -313,11 +337,12 @@ class TransactionMetadata:
     def prepare_complete(self, now_ms: int) -> TxnTransit:
         """All markers of a PrepareCommit/PrepareAbort are written: CompleteCommit/CompleteAbort."""
         state = TxnState.COMPLETE_COMMIT if self.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+        rotated = self.next_producer_id != NO_PRODUCER_ID
         return self._prepare(
             state,
-            producer_id=self.producer_id,
-            epoch=self.producer_epoch,
-            last_epoch=self.last_producer_epoch,
+            producer_id=self.next_producer_id if rotated else self.producer_id,
+            epoch=0 if rotated else self.producer_epoch,
+            last_epoch=self.producer_epoch - 1 if rotated else self.last_producer_epoch,
             timeout_ms=self.timeout_ms,
             partitions=(),
             txn_start_ms=self.txn_start_ms,
@@ -427,6 +452,7 @@ class TransactionMetadata:
         if self.pending and self.pending_state is not TxnState.PREPARE_EPOCH_FENCE:
             return ErrorCode.concurrent_transactions
         if self.state is TxnState.ONGOING:
+            self.client_transaction_version = 0
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             if target is TxnState.PREPARE_ABORT and self.pending_state is TxnState.PREPARE_EPOCH_FENCE:
                 # The fence becomes the abort: its bumped epoch is the one the abort (and its markers) carry.
@@ -445,17 +471,66 @@ class TransactionMetadata:
             return ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
         return ErrorCode.invalid_txn_state
 
-    def prepare_end(self, target: TxnState, now_ms: int) -> TxnTransit:
+    def prepare_end(
+        self, target: TxnState, now_ms: int, *, bump: bool = False, next_producer_id: int = NO_PRODUCER_ID
+    ) -> TxnTransit:
+        """PrepareCommit/PrepareAbort; ``bump`` (transactions v2): with the epoch bumped, which the markers carry
+        and the client continues with (or, when it was exhausted, ``next_producer_id`` at epoch 0)."""
+        idle = self.state in IDLE_STATES  # v2 aborts an idle id too: the client's abort with nothing added
         return self._prepare(
             target,
             producer_id=self.producer_id,
-            epoch=self.producer_epoch,
-            last_epoch=self.last_producer_epoch,
+            epoch=self.producer_epoch + 1 if bump else self.producer_epoch,
+            last_epoch=self.producer_epoch if bump else self.last_producer_epoch,
             timeout_ms=self.timeout_ms,
-            partitions=self.partitions,
-            txn_start_ms=self.txn_start_ms,
+            partitions=() if idle else self.partitions,
+            txn_start_ms=now_ms if idle else self.txn_start_ms,
             now_ms=now_ms,
+            next_producer_id=next_producer_id,
         )
+
+    def end_transaction_v2(
+        self, producer_id: int, producer_epoch: int, commit: bool, now_ms: int, new_producer_id: int | None
+    ) -> TxnTransit | ErrorCode:
+        """Kafka's ``endTransaction`` for a transactions v2 client (EndTxn v5): the end bumps the epoch, so the
+        epoch the client sends tells a retry (one below ours: the end it asked for is done or being done) from
+        the next end. ``new_producer_id``: the id to continue as when our epoch is exhausted (see
+        :meth:`needs_new_producer_id_on_end`). NONE answers a retry of a completed end."""
+        retry_on_bump = self.producer_id == producer_id and self.producer_epoch == producer_epoch + 1
+        retry_on_overflow = (self.last_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
+                             and self.producer_epoch == 0)
+        retry = retry_on_bump or retry_on_overflow
+        if self.producer_id != producer_id and not retry_on_overflow:
+            return ErrorCode.invalid_producer_id_mapping
+        state = self.state
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry or producer_epoch == self.producer_epoch
+        else:
+            valid = producer_epoch == self.producer_epoch
+        if not valid:
+            return ErrorCode.producer_fenced
+        if self.pending:
+            return ErrorCode.concurrent_transactions
+        prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if state is TxnState.ONGOING or (
+            not commit and not retry and state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        ):
+            if self.epoch_exhausted and new_producer_id is None:
+                raise InvalidTransition("a new producer id is needed: the epoch is exhausted")
+            rotate = new_producer_id if self.epoch_exhausted and new_producer_id is not None else NO_PRODUCER_ID
+            self.client_transaction_version = 2
+            return self.prepare_end(prepare, now_ms, bump=True, next_producer_id=rotate)
+        if retry and state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
+            return ErrorCode.none
+        if state is prepare:
+            return ErrorCode.concurrent_transactions
+        return ErrorCode.invalid_txn_state
+
+    def needs_new_producer_id_on_end(self) -> bool:
+        """Whether a v2 end would bump past an exhausted epoch: the coordinator allocates the next id first."""
+        return self.epoch_exhausted
 
     # ---------------------------------------------------------------------------------------------- timers
 

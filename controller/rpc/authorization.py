@@ -77,6 +77,7 @@ from metadata.rpc.kafka_apis import (
     FETCH_SNAPSHOT,
     INCREMENTAL_ALTER_CONFIGS,
     UNREGISTER_BROKER,
+    UPDATE_FEATURES,
     VOTE,
 )
 from metadata.rpc.stream_rpcs import DescribeMetadata, StreamRequest
@@ -107,6 +108,7 @@ _KAFKA_OPERATIONS: Final[Mapping[int, AclOperation]] = {
     CREATE_ACLS: AclOperation.ALTER,
     DELETE_ACLS: AclOperation.ALTER,
     ALTER_CLIENT_QUOTAS: AclOperation.ALTER_CONFIGS,
+    UPDATE_FEATURES: AclOperation.ALTER,
 }
 #: The admin APIs decided item by item (``controller.rpc.item_authorization``), with the right on the cluster that
 #: grants every item at once (None: none does).

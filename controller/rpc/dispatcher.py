@@ -80,7 +80,7 @@ from settings.server import ServerConfig
 from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from wire import codec, schema
-from wire.api_versions import api_name
+from wire.api_versions import api_name, feature_fields
 from wire.codec import ProtocolError
 from wire.dispatch import ConnectionClosing
 from wire.metrics import ServerMetrics
@@ -108,6 +108,7 @@ _ADMIN_APIS = frozenset(
         kafka_apis.CREATE_ACLS,
         kafka_apis.DELETE_ACLS,
         kafka_apis.ALTER_CLIENT_QUOTAS,
+        kafka_apis.UPDATE_FEATURES,
     }
 )
 
@@ -240,11 +241,9 @@ class ControllerDispatcher:
         versions = self._kafka_api_versions().get(api_key)
         if versions is None or not versions[0] <= prefix.api_version <= versions[1]:
             if api_key == kafka_apis.API_VERSIONS:
-                response = schema.build(
-                    codec.response_class(kafka_apis.API_VERSIONS, 0),
-                    error_code=ErrorCode.unsupported_version,
-                    api_keys=self._api_keys(codec.response_class(kafka_apis.API_VERSIONS, 0)),
-                )
+                fallback = codec.response_class(kafka_apis.API_VERSIONS, 0)
+                response = schema.build(fallback, error_code=ErrorCode.unsupported_version,
+                                        api_keys=self._api_keys(fallback))
                 return codec.encode_response(prefix.correlation_id, response)
             raise ControllerProtocolError(
                 f"api key {api_key} v{prefix.api_version} from {peer} is not served on the controller listener"
@@ -256,8 +255,11 @@ class ControllerDispatcher:
             response = _refused(response_cls, refusal, peer)
         elif api_key in RAFT_API_KEYS:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
-        elif api_key == kafka_apis.API_VERSIONS:
-            response = schema.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls))
+        elif api_key == kafka_apis.API_VERSIONS:  # with the features, for kafka-features.sh --bootstrap-controller
+            image = self.quorum.image
+            features = feature_fields(response_cls, prefix.api_version, image.finalized_features(), image.offset)
+            response = schema.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls),
+                                    **features)
         elif api_key == kafka_apis.SASL_HANDSHAKE:
             response = sasl.handshake(self.sasl, peer, response_cls, request.body, prefix.api_version)
         elif api_key == kafka_apis.SASL_AUTHENTICATE:
@@ -455,12 +457,13 @@ class ControllerDispatcher:
             return await admin_requests.alter_partition_reassignments(response_cls, asked, active)
         if api_key == kafka_apis.ALTER_USER_SCRAM_CREDENTIALS:
             return await admin_requests.alter_user_scram_credentials(response_cls, body, active)
-        if api_key == kafka_apis.CREATE_ACLS:
-            return await admin_requests.create_acls(response_cls, body, active)
-        if api_key == kafka_apis.DELETE_ACLS:
-            return await admin_requests.delete_acls(response_cls, body, active)
+        if api_key in (kafka_apis.CREATE_ACLS, kafka_apis.DELETE_ACLS):
+            answer = admin_requests.create_acls if api_key == kafka_apis.CREATE_ACLS else admin_requests.delete_acls
+            return await answer(response_cls, body, active)
         if api_key == kafka_apis.ALTER_CLIENT_QUOTAS:
             return await admin_requests.alter_client_quotas(response_cls, body, active)
+        if api_key == kafka_apis.UPDATE_FEATURES:
+            return await admin_requests.update_features(response_cls, body, request.api_version, active)
         raise ControllerProtocolError(f"api key {api_key} is listed as served on the controller listener but has "
                                       "no answer")
 

@@ -3,7 +3,7 @@
 Both a broker (its handlers, with the node's controller client) and a controller voter (its CONTROLLER listener,
 with the active controller) answer CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, ElectLeaders,
 IncrementalAlterConfigs, AlterPartitionReassignments, AlterUserScramCredentials, CreateAcls,
-DeleteAcls and AlterClientQuotas. They differ only in where the
+DeleteAcls, AlterClientQuotas and UpdateFeatures. They differ only in where the
 controller comes from:
 ``controller_for(what)`` returns it, or raises :class:`~metadata.errors.NotControllerError` when there is none
 here (a voter that is not active), which every item it concerns answers as NOT_CONTROLLER so the client retries
@@ -32,7 +32,7 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from metadata.admin import acl_wire, config_wire, quota_wire, scram_wire, topic_wire
+from metadata.admin import acl_wire, config_wire, feature_wire, quota_wire, scram_wire, topic_wire
 from metadata.admin.config_wire import ResourceRefused
 from metadata.client_quotas import QuotaAlterResult, describe_entity
 from metadata.controller_api import (
@@ -43,6 +43,7 @@ from metadata.controller_api import (
     CreateTopicResult,
     DeleteTopicResult,
     ElectLeaderResult,
+    FeatureUpdateResult,
     NewTopic,
     PartitionReassignment,
     ReassignmentResult,
@@ -365,3 +366,15 @@ async def alter_client_quotas(response_cls: type[Any], request: Any, controller_
                                      [describe_entity(a.entity) for a in alterations])
             results = quota_wire.alter_client_quotas_refused(alterations, code, message)
     return quota_wire.alter_client_quotas_response(response_cls, results)
+
+
+async def update_features(response_cls: type[Any], request: Any, version: int, controller_for: ControllerFor) -> Any:
+    updates, validate_only = feature_wire.read_update_features(request, version)
+    results: list[FeatureUpdateResult] = []
+    if updates:
+        try:
+            results = await controller_for("update features").update_features(updates, validate_only)
+        except Exception as exc:
+            code, message = _refusal(exc, "updating features %s failed", [u.feature for u in updates])
+            results = feature_wire.update_features_refused(updates, code, message)
+    return feature_wire.update_features_response(response_cls, version, results)

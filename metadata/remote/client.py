@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import AclBinding, AclBindingFilter
-from metadata.admin import acl_wire, config_wire, quota_wire, scram_wire, topic_wire
+from metadata.admin import acl_wire, config_wire, feature_wire, quota_wire, scram_wire, topic_wire
 from metadata.broker_load import REPORT_INTERVAL, PartitionKey, rates
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult
 from metadata.controller_api import (
@@ -35,6 +35,8 @@ from metadata.controller_api import (
     DeleteTopicResult,
     ElectionType,
     ElectLeaderResult,
+    FeatureUpdate,
+    FeatureUpdateResult,
     ImageListener,
     NewTopic,
     PartitionReassignment,
@@ -431,6 +433,17 @@ class RemoteControllerClient:
         results = quota_wire.read_alter_client_quotas_response(response, alterations)
         if not validate_only and any(r.error is ErrorCode.none for r in results):
             await self._sync_after("see the altered client quotas")
+        return results
+
+    async def update_features(self, updates: Sequence[FeatureUpdate], validate_only: bool) -> list[FeatureUpdateResult]:
+        try:
+            request = feature_wire.update_features_request(updates, validate_only)
+            response = await self.channel.request(request, "update features")
+        except ControllerUnavailableError as exc:
+            return feature_wire.update_features_refused(updates, ErrorCode.not_controller, str(exc))
+        results = feature_wire.read_update_features_response(response, updates)
+        if not validate_only and all(r.error is ErrorCode.none for r in results):
+            await self._sync_after("see the finalized features")
         return results
 
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclCreateResult]:

@@ -10,7 +10,7 @@ Fetch               1     12        Raft: voters and observers (brokers) pull ``
                                     records are Kafka v2 record batches, one Raft entry per record, the
                                     batch's partition leader epoch = the entries' epoch, LEADER_CHANGE
                                     entries as control batches (see ``metadata.rpc.raft_codec``)
-ApiVersions         18    0-3       the keys and versions of this table
+ApiVersions         18    0-4       the keys and versions of this table, and the finalized features
 CreateTopics        19    2-7       active controller (forwarded by brokers)
 DeleteTopics        20    1-6       active controller
 AlterConfigs        33    0-2       active controller
@@ -23,6 +23,7 @@ AlterUserScramCr..  51    0         active controller (SCRAM credentials are met
 CreateAcls          30    1-3       active controller (ACL bindings are metadata records)
 DeleteAcls          31    1-3       active controller
 AlterClientQuotas   49    0-1       active controller (client quotas are metadata records)
+UpdateFeatures      57    0-2       active controller (finalized feature levels are metadata records)
 Vote                52    2         Raft (KIP-996 pre-vote)
 BeginQuorumEpoch    53    1         Raft
 EndQuorumEpoch      54    1         Raft
@@ -64,6 +65,7 @@ ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
 ALTER_CLIENT_QUOTAS: Final = 49
+UPDATE_FEATURES: Final = 57
 VOTE: Final = 52
 BEGIN_QUORUM_EPOCH: Final = 53
 END_QUORUM_EPOCH: Final = 54
@@ -82,7 +84,7 @@ METADATA_PARTITION: Final = 0
 
 KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (12, 12),
-    API_VERSIONS: (0, 3),
+    API_VERSIONS: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     ALTER_CONFIGS: (0, 2),
@@ -94,6 +96,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
     ALTER_CLIENT_QUOTAS: (0, 1),
+    UPDATE_FEATURES: (0, 2),
     VOTE: (2, 2),
     BEGIN_QUORUM_EPOCH: (1, 1),
     END_QUORUM_EPOCH: (1, 1),

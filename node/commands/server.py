@@ -17,8 +17,9 @@ from collections.abc import Sequence
 
 import uvloop
 
+from controller.feature_bootstrap import parse_feature
 from controller.scram_bootstrap import OPTION, parse_add_scram
-from metadata.controller_api import ScramUpsertion
+from metadata.controller_api import FeatureUpdate, ScramUpsertion
 from node.logging_setup import configure_logging
 from settings.server import ServerConfig
 from storage.config import ConfigError, MiB
@@ -50,6 +51,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="create this SCRAM user before serving unless it exists, as kafka-storage format --add-scram does "
              "(repeatable; a broker or combined node)",
     )
+    start.add_argument(
+        "--feature", metavar="NAME=LEVEL", action="append", default=[],
+        help="finalize this feature level on a new cluster, as kafka-storage format --feature does, e.g. "
+             "transaction.version=1 (repeatable; ignored once the cluster finalized its features)",
+    )
     start.set_defaults(run=run_start)
 
 
@@ -60,11 +66,14 @@ def run_start(args: argparse.Namespace) -> int:
         scram = [parse_add_scram(text) for text in args.add_scram]
         if scram and "broker" not in config.process_roles:
             raise ConfigError(f"{OPTION}: give it to a broker or combined node (this node is a controller only)")
+        features = [parse_feature(text) for text in args.feature]
+        if features and "broker" not in config.process_roles:
+            raise ConfigError("--feature: give it to a broker or combined node (this node is a controller only)")
     except (ConfigError, ValueError) as exc:
         print(f"fjord: configuration error: {exc}", file=sys.stderr)
         return 1
     try:
-        return uvloop.run(_serve(config, scram))
+        return uvloop.run(_serve(config, scram, features))
     except ConfigError as exc:
         print(f"fjord: configuration error: {exc}", file=sys.stderr)
         return 1
@@ -123,7 +132,9 @@ def _reuse_freed_memory() -> None:
         logger.debug("mallopt refused the thresholds; the C library's defaults stay")
 
 
-async def _serve(config: ServerConfig, scram: Sequence[ScramUpsertion] = ()) -> int:
+async def _serve(
+    config: ServerConfig, scram: Sequence[ScramUpsertion] = (), features: Sequence[FeatureUpdate] = ()
+) -> int:
     # Imported when a node starts, not when the CLI loads: the node pulls in the broker, controller and storage
     # stacks (about a second), which `fjord --help` and a configuration error have no use for.
     from node.process import Node  # noqa: PLC0415
@@ -132,7 +143,7 @@ async def _serve(config: ServerConfig, scram: Sequence[ScramUpsertion] = ()) -> 
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    node = Node(config, scram_credentials=scram)
+    node = Node(config, scram_credentials=scram, initial_features=features)
     starting = asyncio.create_task(node.start())
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)

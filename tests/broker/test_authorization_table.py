@@ -275,6 +275,8 @@ async def test_find_coordinator_refuses_per_key() -> None:
         ),
         (45, 0, {"timeout_ms": 1000, "topics": ()}, ErrorCode.cluster_authorization_failed),
         (50, 0, {"users": None}, ErrorCode.cluster_authorization_failed),
+        (57, 0, {"feature_updates": ()}, ErrorCode.cluster_authorization_failed),  # UpdateFeatures: CLUSTER ALTER
+        (57, 2, {"feature_updates": ()}, ErrorCode.cluster_authorization_failed),
     ],
 )
 async def test_requests_about_one_resource_are_refused_whole(
@@ -283,6 +285,15 @@ async def test_requests_about_one_resource_are_refused_whole(
     response, handler = await _serve(api_key, version, **fields)
     assert response.error_code == code
     assert len(handler.asked) == (1 if code is ErrorCode.none else 0)
+
+
+async def test_update_features_refuses_every_feature_without_cluster_alter() -> None:
+    update = _nested(57, 1, "feature_updates", feature="transaction.version", max_version_level=1, upgrade_type=2)
+    response, handler = await _serve(57, 1, feature_updates=(update,))
+    assert handler.asked == []
+    assert response.error_code == ErrorCode.cluster_authorization_failed
+    assert [(r.feature, r.error_code) for r in response.results] == [
+        ("transaction.version", ErrorCode.cluster_authorization_failed)]
 
 
 async def test_write_txn_markers_need_cluster_action() -> None:

@@ -226,12 +226,15 @@ def offset_fetch(client: WireClient, groups: dict[str, dict[str, tuple[int, ...]
 
 # ---------------------------------------------------------------------------------------------------- the tests
 def test_api_versions_as_java_3_and_4_clients_negotiate_it(client: WireClient) -> None:
-    # A Kafka 4.0 client opens with ApiVersions v4, newer than ours: the answer is a v0 body with
-    # UNSUPPORTED_VERSION and our ranges, from which the client picks v3 and asks again.
-    client.send(schema.build(entity(18, 4), client_software_name="apache-kafka-java", client_software_version="4.0.0"))
-    _, fallback = client.receive(18, 0)
-    assert fallback.error_code == ErrorCode.unsupported_version
-    assert {k.api_key: k.max_version for k in fallback.api_keys}[18] == 3
+    # A Kafka 4 client opens with ApiVersions v4: every feature, with Kafka 4's transaction.version and
+    # group.version ranges starting at 0, which only v4 may carry (KAFKA-17492).
+    client.send(schema.build(entity(18, 4), client_software_name="apache-kafka-java", client_software_version="4.2.0"))
+    _, v4 = client.receive(18, 4)
+    assert v4.error_code == ErrorCode.none
+    assert {f.name: (f.min_version, f.max_version) for f in v4.supported_features} == {
+        "metadata.version": (7, 14), "transaction.version": (0, 2), "group.version": (0, 1)}
+    assert {f.name: f.max_version_level for f in v4.finalized_features} == {
+        "metadata.version": 14, "transaction.version": 2, "group.version": 1}
 
     # ApiVersions answers with response header v0 even at flexible v3 (no header tagged fields), which Java
     # parses before it knows any version: correlation id, then straight into the body's error code.
@@ -261,9 +264,9 @@ def test_api_versions_as_java_3_and_4_clients_negotiate_it(client: WireClient) -
     assert (supported.name, supported.min_version, supported.max_version) == (
         "metadata.version", METADATA_VERSION.min_version, METADATA_VERSION.max_version
     )
-    [finalized] = response.finalized_features
-    assert (finalized.name, finalized.min_version_level, finalized.max_version_level) == (
-        "metadata.version", METADATA_VERSION.finalized_level, METADATA_VERSION.finalized_level
+    finalized = next(f for f in response.finalized_features if f.name == "metadata.version")
+    assert (finalized.min_version_level, finalized.max_version_level) == (
+        METADATA_VERSION.finalized_level, METADATA_VERSION.finalized_level
     )
     assert supported.min_version <= finalized.max_version_level <= supported.max_version
     assert response.finalized_features_epoch >= 0

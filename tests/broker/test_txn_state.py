@@ -4,6 +4,7 @@ format, byte for byte as Kafka writes it."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -16,6 +17,7 @@ from broker.transactions.log_schema import (
     encode_key,
     encode_value,
     partition_for,
+    value_version,
 )
 from broker.transactions.state import (
     MAX_EPOCH,
@@ -240,6 +242,61 @@ def test_only_the_valid_transitions_can_be_prepared() -> None:
     md.add_partitions(1000, 0, [("x", 0)], NOW)
     with pytest.raises(InvalidTransition):
         md.prepare_end(TxnState.PREPARE_ABORT, NOW)  # a second transit while one is pending
+
+
+# ------------------------------------------------------------------------------------------------ transactions v2
+
+
+def test_v2_every_end_bumps_the_epoch_and_a_retry_is_told_apart_from_the_next_end() -> None:
+    md = ongoing()
+    prepare = apply(md, md.end_transaction_v2(1000, 0, True, NOW + 20, None))
+    assert (prepare.state, prepare.producer_epoch, prepare.last_producer_epoch) == (TxnState.PREPARE_COMMIT, 1, 0)
+    assert md.ended_as_v2
+    # The client's retry (at the epoch it ended with) while the markers are written: back off.
+    assert md.end_transaction_v2(1000, 0, True, NOW, None) is ErrorCode.concurrent_transactions
+    assert md.end_transaction_v2(1000, 1, True, NOW, None) is ErrorCode.producer_fenced
+    apply(md, md.prepare_complete(NOW + 30))
+    assert (md.state, md.producer_epoch) == (TxnState.COMPLETE_COMMIT, 1)
+    assert md.end_transaction_v2(1000, 0, True, NOW, None) is ErrorCode.none  # retry: done, nothing written
+    assert md.end_transaction_v2(1000, 0, False, NOW, None) is ErrorCode.invalid_txn_state
+    assert md.end_transaction_v2(1000, 1, True, NOW, None) is ErrorCode.invalid_txn_state  # nothing to commit
+    # An abort at the current epoch with nothing added still bumps it (Kafka's table for Complete*/Empty).
+    abort = apply(md, md.end_transaction_v2(1000, 1, False, NOW + 40, None))
+    assert (abort.state, abort.producer_epoch, abort.partitions) == (TxnState.PREPARE_ABORT, 2, frozenset())
+    assert md.end_transaction_v2(7, 2, False, NOW, None) is ErrorCode.invalid_producer_id_mapping
+
+
+def test_v2_end_at_an_exhausted_epoch_continues_as_the_next_producer_id() -> None:
+    md = ongoing()
+    md.producer_epoch = MAX_EPOCH - 1
+    assert md.needs_new_producer_id_on_end()
+    with pytest.raises(InvalidTransition):
+        md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, None)
+    prepare = apply(md, md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, 2000))
+    # The markers go out as the old id at the last epoch; the client continues as the next id at epoch 0.
+    assert (prepare.producer_id, prepare.producer_epoch, prepare.next_producer_id) == (1000, MAX_EPOCH, 2000)
+    apply(md, md.prepare_complete(NOW + 10))
+    assert (md.producer_id, md.producer_epoch, md.last_producer_id) == (2000, 0, 1000)
+    # The client's retry of that end (the old id at its last epoch) is answered as done.
+    assert md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, None) is ErrorCode.none
+    assert md.add_partitions(2000, 0, [TP_A], NOW) is not ErrorCode.producer_fenced
+
+
+def test_a_v2_transaction_is_written_as_kafkas_value_v1_with_its_tagged_fields() -> None:
+    md = ongoing()
+    md.producer_epoch = MAX_EPOCH - 1
+    prepare = md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, 2000)
+    assert isinstance(prepare, TxnTransit) and value_version(prepare) == 1
+    data = encode_value(prepare, 1)
+    # Kafka's tagged fields after the start timestamp: 3 fields, PreviousProducerId (0), NextProducerId (1) and
+    # ClientTransactionVersion (2), each tag, size, value.
+    assert data.endswith(bytes([3, 0, 8]) + struct.pack(">q", 1000) + bytes([1, 8]) + struct.pack(">q", 2000)
+                         + bytes([2, 2]) + struct.pack(">h", 2))
+    assert decode_value(data) == dataclasses.replace(prepare, last_producer_epoch=NO_PRODUCER_EPOCH)  # not kept
+    # A coordinator that loads it continues where this one was: markers as v2, then the next producer id.
+    restored = TransactionMetadata.restore("tx", decode_value(data))
+    assert restored.ended_as_v2 and restored.next_producer_id == 2000
+    assert value_version(ongoing().snapshot()) == 0  # a v1 client's transaction stays version 0
 
 
 # ------------------------------------------------------------------------------------------------ timers

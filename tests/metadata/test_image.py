@@ -6,6 +6,7 @@ import uuid
 
 from metadata.cluster_records import (
     ConfigRecord,
+    FeatureLevelRecord,
     FenceBrokerRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -148,3 +149,18 @@ def test_producer_id_blocks_only_move_forward_and_survive_a_snapshot() -> None:
     # A record that would move the next block back (blocks below 2000 are handed out) changes nothing.
     assert image.apply([ProducerIdsRecord(1, 10, 1500)], 2).producer_ids == image.producer_ids
     assert MetadataImage("c").apply(image.to_records(), 1) == image
+
+
+def test_feature_levels_are_records_the_image_replays_and_snapshots() -> None:
+    fresh = MetadataImage("c")
+    # Until a cluster finalized its features, the software's defaults are in force.
+    assert not fresh.features_finalized
+    assert fresh.finalized_features() == {"group.version": 1, "metadata.version": 14, "transaction.version": 2}
+    assert fresh.feature_level("share.version") == 0
+    image = fresh.apply([FeatureLevelRecord("metadata.version", 14), FeatureLevelRecord("transaction.version", 1),
+                         FeatureLevelRecord("group.version", 1), FeatureLevelRecord("group.version", 0)], 5)
+    assert image.features_finalized
+    assert image.feature_level("transaction.version") == 1 and image.feature_level("group.version") == 0
+    assert image.finalized_features() == {"metadata.version": 14, "transaction.version": 1}
+    rebuilt = MetadataImage("c").apply(image.to_records(), 5)
+    assert rebuilt.features == image.features

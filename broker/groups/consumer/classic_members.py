@@ -91,7 +91,7 @@ def join(group: ConsumerGroup, now_ms: int, request: JoinRequest, topics: Cluste
     if result.error is not ErrorCode.none:
         return JoinResult(result.error, request.member_id)
     # Kafka's sync time-out: a member that joined must come for its assignment within its rebalance time-out.
-    group.expect_join(result.member_id, now_ms + max(request.rebalance_timeout_ms, 0))
+    group.deadlines.set_join(result.member_id, now_ms + max(request.rebalance_timeout_ms, 0))
     return JoinResult(
         ErrorCode.none,
         result.member_id,
@@ -140,6 +140,16 @@ def _classic_member(group: ConsumerGroup, member_id: str, instance_id: str | Non
     return member
 
 
+def _touch(group: ConsumerGroup, now_ms: int, member: ConsumerMember) -> None:
+    """The member's session starts again (with the time-out of its JoinGroup)."""
+    group.deadlines.set_session(member.member_id, now_ms + member.session_ms(group.config.session_timeout_ms))
+
+
+def _expect_rejoin(group: ConsumerGroup, now_ms: int, member: ConsumerMember) -> None:
+    """Kafka's join time-out: told to rejoin, the member must within its rebalance time-out (a running one stays)."""
+    group.deadlines.set_join(member.member_id, now_ms + max(member.rebalance_timeout_ms, 0), if_absent=True)
+
+
 def _must_rejoin(group: ConsumerGroup, member: ConsumerMember) -> bool:
     """A JoinGroup would move the member: a newer group epoch, partitions to revoke, or partitions it waits for
     that nobody holds any longer."""
@@ -178,10 +188,10 @@ def sync(
     ):
         return SyncResult(ErrorCode.inconsistent_group_protocol)
     if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-        group.expect_join(member.member_id, now_ms + max(member.rebalance_timeout_ms, 0), if_absent=True)
+        _expect_rejoin(group, now_ms, member)
         return SyncResult(ErrorCode.rebalance_in_progress)
-    group.touch(now_ms, member.member_id)
-    group.expect_join(member.member_id, None)
+    _touch(group, now_ms, member)
+    group.deadlines.clear_join(member.member_id)
     names = {meta.topic_id: name for name, meta in topics.by_name.items()}
     partitions = {names[t]: frozenset(ps) for t, ps in member.assigned.items() if t in names}
     version = subscription_version(member.classic.protocols[0][1]) if member.classic.protocols else 0
@@ -199,9 +209,9 @@ def heartbeat(
         return member
     if generation_id != member.member_epoch:
         return ErrorCode.illegal_generation
-    group.touch(now_ms, member.member_id)
+    _touch(group, now_ms, member)
     if _must_rejoin(group, member):
-        group.expect_join(member.member_id, now_ms + max(member.rebalance_timeout_ms, 0), if_absent=True)
+        _expect_rejoin(group, now_ms, member)
         return ErrorCode.rebalance_in_progress
     return ErrorCode.none
 

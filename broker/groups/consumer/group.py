@@ -34,6 +34,7 @@ from broker.groups.consumer.changes import (
     TargetMemberChanged,
 )
 from broker.groups.consumer.cluster_topics import ClusterTopics, metadata_hash
+from broker.groups.consumer.deadlines import MemberDeadlines
 from broker.groups.consumer.member import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -124,9 +125,11 @@ class ConsumerGroup:
         self._static: dict[str, str] = {}
         #: The subscribed topics (id → metadata) the target was, or is about to be, computed on.
         self.subscription: dict[uuid.UUID, TopicMetadata] = {}
-        self._session_deadline: dict[str, int] = {}
-        self._revocation_deadline: dict[str, tuple[int, int]] = {}
-        self._classic_deadline: dict[str, int] = {}  # classic members' join and sync time-outs (expect_join)
+        self.deadlines = MemberDeadlines()  # classic members' requests move theirs too (consumer.classic_members)
+        #: Moves whenever a member's subscription may have changed (joins, leaves, new names or regex): the
+        #: subscribed topics are recomputed only then, or when the cluster's topics change.
+        self._subscriptions_version = 0
+        self._refreshed: tuple[ClusterTopics, int] | None = None
         self._changes: list[Change] = []
         self.offsets = GroupOffsets()
         self.pending_txn_offsets = PendingTxnOffsets()
@@ -160,11 +163,10 @@ class ConsumerGroup:
         group._restored_hash = metadata_hash
         for member in members:
             group._put_member(member)
-            group._session_deadline[member.member_id] = now_ms + group.session_timeout_ms(member)
+            group.deadlines.set_session(member.member_id, now_ms + member.session_ms(config.session_timeout_ms))
             if member.state is MemberState.UNREVOKED_PARTITIONS:
-                group._revocation_deadline[member.member_id] = (
-                    now_ms + max(member.rebalance_timeout_ms, 0),
-                    member.member_epoch,
+                group.deadlines.set_revocation(
+                    member.member_id, now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch
                 )
         return group
 
@@ -244,10 +246,10 @@ class ConsumerGroup:
             self._put_member(reconciled)
             if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
                 deadline = now_ms + max(reconciled.rebalance_timeout_ms, 0)
-                self._revocation_deadline[reconciled.member_id] = (deadline, reconciled.member_epoch)
+                self.deadlines.set_revocation(reconciled.member_id, deadline, reconciled.member_epoch)
             else:
-                self._revocation_deadline.pop(reconciled.member_id, None)
-        self._session_deadline[reconciled.member_id] = now_ms + self.session_timeout_ms(reconciled)
+                self.deadlines.clear_revocation(reconciled.member_id)
+        self.deadlines.set_session(reconciled.member_id, now_ms + reconciled.session_ms(self.config.session_timeout_ms))
         full_request = (
             request.rebalance_timeout_ms != -1
             and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None)
@@ -357,24 +359,10 @@ class ConsumerGroup:
             left = replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
             self._put_member(left)
             self._changes.append(CurrentAssignmentChanged(left))
-            self._revocation_deadline.pop(member.member_id, None)
+            self.deadlines.clear_revocation(member.member_id)
         else:
             self.fence(now_ms, member.member_id)
         return HeartbeatResult(ErrorCode.none, member_id=member.member_id, member_epoch=request.member_epoch)
-
-    def session_timeout_ms(self, member: ConsumerMember) -> int:
-        return member.classic.session_timeout_ms if member.classic is not None else self.config.session_timeout_ms
-
-    def touch(self, now_ms: int, member_id: str) -> None:
-        """A classic member's Heartbeat or SyncGroup: its session (of its JoinGroup's time-out) starts again."""
-        self._session_deadline[member_id] = now_ms + self.session_timeout_ms(self.members[member_id])
-
-    def expect_join(self, member_id: str, deadline_ms: int | None, *, if_absent: bool = False) -> None:
-        """Sets (None: clears) when a classic member must send its next JoinGroup or SyncGroup, or be fenced."""
-        if deadline_ms is None:
-            self._classic_deadline.pop(member_id, None)
-        elif not if_absent or member_id not in self._classic_deadline:
-            self._classic_deadline[member_id] = deadline_ms
 
     def fence(self, now_ms: int, member_id: str) -> None:
         """Kafka's ``consumerGroupFenceMember``: the member and its records go, and the group epoch moves (with the
@@ -389,6 +377,12 @@ class ConsumerGroup:
 
     def _put_member(self, member: ConsumerMember) -> None:
         old = self.members.get(member.member_id)
+        if (
+            old is None
+            or old.subscribed_topic_names != member.subscribed_topic_names
+            or old.subscribed_topic_regex != member.subscribed_topic_regex
+        ):
+            self._subscriptions_version += 1
         if old is not None:
             for tp in old.owned_partitions():
                 if self._owners.get(tp) == member.member_id:
@@ -403,14 +397,13 @@ class ConsumerGroup:
         member = self.members.pop(member_id, None)
         if member is None:
             return
+        self._subscriptions_version += 1
         for tp in member.owned_partitions():
             if self._owners.get(tp) == member_id:
                 del self._owners[tp]
         if member.instance_id is not None and self._static.get(member.instance_id) == member_id:
             del self._static[member.instance_id]
-        self._session_deadline.pop(member_id, None)
-        self._revocation_deadline.pop(member_id, None)
-        self._classic_deadline.pop(member_id, None)
+        self.deadlines.forget(member_id)
         self.target.pop(member_id, None)
         if tombstones:
             self._changes.append(CurrentAssignmentChanged(member, deleted=True))
@@ -439,7 +432,12 @@ class ConsumerGroup:
         return frozenset(topics.by_name[n].topic_id for n in names if n in topics.by_name)
 
     def _refresh_subscription(self, topics: ClusterTopics) -> bool:
-        """Recomputes the subscribed topics' metadata; True when it changed (the group epoch must move)."""
+        """Recomputes the subscribed topics' metadata; True when it changed (the group epoch must move). Nothing to
+        do when neither the cluster's topics nor any member's subscription changed since the last time."""
+        refreshed = self._refreshed
+        if refreshed is not None and refreshed[0] is topics and refreshed[1] == self._subscriptions_version:
+            return False
+        self._refreshed = (topics, self._subscriptions_version)
         subscribed: dict[uuid.UUID, TopicMetadata] = {}
         for member in self.members.values():
             for name in member.subscribed_topic_names:
@@ -527,21 +525,17 @@ class ConsumerGroup:
     # ------------------------------------------------------------------------------------------------ timers
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = list(self._session_deadline.values())
-        deadlines.extend(deadline for deadline, _ in self._revocation_deadline.values())
-        deadlines.extend(self._classic_deadline.values())
-        return min(deadlines) if deadlines else None
+        return self.deadlines.next()
 
     def tick(self, now_ms: int) -> list[str]:
         """Fences members whose session expired, or who did not revoke within their rebalance time-out (still at
         the epoch they were told to revoke at); returns their ids. Each is its own epoch bump, as each of Kafka's
         timers is its own operation."""
-        gone = [m for m, deadline in self._session_deadline.items() if deadline <= now_ms]
-        for member_id, (deadline, epoch) in self._revocation_deadline.items():
+        gone = []
+        for member_id, revoking_at in self.deadlines.expired(now_ms):
             member = self.members.get(member_id)
-            if deadline <= now_ms and member is not None and member.member_epoch == epoch and member_id not in gone:
+            if member is not None and (revoking_at is None or member.member_epoch == revoking_at):
                 gone.append(member_id)
-        gone.extend(m for m, deadline in self._classic_deadline.items() if deadline <= now_ms and m not in gone)
         for member_id in gone:
             self.fence(now_ms, member_id)
         return gone
@@ -573,13 +567,18 @@ class ConsumerGroup:
 
     @property
     def empty_since_ms(self) -> int | None:
-        """When the group last became empty (its offsets' retention counts from then); None with members."""
+        """When the group last became empty (its offsets' retention counts from then), None while it has
+        members."""
         return self.state_timestamp_ms if not self.members else None
 
     @property
     def is_disposable(self) -> bool:
-        """Nothing worth keeping: no members, no offsets, never assigned anything."""
-        return not self.members and not len(self.offsets) and not self.pending_txn_offsets and not self.target
+        """Never had a member and holds no offsets (a join that failed): nothing was written, nothing to keep. A
+        group whose members all left stays, Empty, as in Kafka, until the offsets' retention check deletes it once
+        it has no offsets left."""
+        return (
+            not self.members and self.group_epoch == 0 and not len(self.offsets) and not self.pending_txn_offsets
+        )
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 

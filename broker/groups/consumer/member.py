@@ -73,6 +73,11 @@ class ConsumerMember:
     #: Set for a member that speaks the classic protocol inside the consumer group (KIP-848's online migration).
     classic: ClassicMetadata | None = None
 
+    def session_ms(self, default: int) -> int:
+        """The member's session time-out: a classic member keeps the one of its JoinGroup (Kafka's
+        ``classicProtocolSessionTimeout``), the others have the group's."""
+        return self.classic.session_timeout_ms if self.classic is not None else default
+
     def subscription_differs(self, other: ConsumerMember) -> bool:
         """True when the member subscribes to other topics: the group epoch must move. As in Kafka
         (``hasMemberSubscriptionChanged``), a new rack or server assignor alone does not move it; the next

@@ -165,8 +165,13 @@ class PartitionLog:
     def txn_index(self) -> TxnIndex:
         return self._state.txn_index
 
-    def has_ongoing_txn(self, producer_id: int) -> bool:
-        """The producer has an open transaction on this partition."""
+    def has_ongoing_txn(self, producer_id: int, producer_epoch: int | None = None) -> bool:
+        """The producer has an open transaction on this partition (at ``producer_epoch``, when given: a batch of
+        a newer epoch belongs to another transaction, as Kafka's ``hasOngoingTransaction`` reads it)."""
+        if producer_epoch is not None:
+            entry = self.producers.get(producer_id)
+            if entry is None or entry.producer_epoch != producer_epoch:
+                return False
         return self.producers.has_ongoing_txn(producer_id)
 
     def ongoing_txn_start_offsets(self) -> dict[int, int]:
@@ -258,7 +263,8 @@ class PartitionLog:
         return await produce.append(self._state, records, origin=origin, transactional_id=transactional_id)
 
     async def write_txn_marker(
-        self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+        self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+        transaction_version: int = 0,
     ) -> int:
         """Appends the coordinator's COMMIT or ABORT marker for ``producer_id`` through the normal append path and
         returns its offset once durable (:func:`.txn_markers.write_txn_marker`)."""
@@ -269,6 +275,7 @@ class PartitionLog:
             producer_epoch=producer_epoch,
             coordinator_epoch=coordinator_epoch,
             commit=commit,
+            transaction_version=transaction_version,
         )
 
     async def _append_from_coordinator(self, batch: bytes) -> AppendResult:

@@ -43,12 +43,24 @@ async def write_txn_marker(
     producer_epoch: int,
     coordinator_epoch: int,
     commit: bool,
+    transaction_version: int = 0,
 ) -> int:
     """Appends the coordinator's COMMIT or ABORT marker for ``producer_id`` (a control batch, through
     ``append``, the normal append path) and returns its offset once durable. A marker with an older producer
     epoch is fenced (INVALID_PRODUCER_EPOCH) and appends nothing; one for a producer with no open transaction
-    here is written all the same and completes nothing, as Kafka does."""
+    here is written all the same and completes nothing, as Kafka does.
+
+    A transactions v2 marker (``transaction_version`` 2, KIP-1228) carries the epoch its transaction's end bumped
+    to, so it must be newer than the producer's epoch here; one at that epoch with no transaction open is the
+    retry of a marker already written (KAFKA-19999), answered with -1 and not written again."""
     state.check_open()
+    entry = state.producers.get(producer_id)
+    if transaction_version >= 2 and entry is not None and producer_epoch <= entry.producer_epoch:
+        if producer_epoch == entry.producer_epoch and not state.producers.has_ongoing_txn(producer_id):
+            return -1
+        raise KafkaError(ErrorCode.invalid_producer_epoch,
+                         f"transactions v2 marker of producer {producer_id} at epoch {producer_epoch} is not newer "
+                         f"than its epoch {entry.producer_epoch} on {state.where}")
     if not commit:
         await ensure_txn_stream(state)
     batch = build_batch(

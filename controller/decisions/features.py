@@ -1,0 +1,89 @@
+"""UpdateFeatures — the controller's decision, sans-I/O: which FeatureLevelRecords a request becomes.
+
+Kafka's rules (FeatureControlManager): an unknown feature, a level outside the range this software supports, a
+lower level asked as an upgrade or a higher one asked as a downgrade are each refused with INVALID_UPDATE_VERSION
+and Kafka's message. ``metadata.version`` cannot be downgraded (a safe downgrade might lose metadata, an unsafe one
+is not supported), and is never removed. As Kafka does since KIP-1022, nothing is written unless every update is
+valid.
+
+A cluster that never finalized its features runs at the software's defaults (``wire.api_versions.FEATURES``); its
+first write also records the defaults it does not change, so later software with other defaults keeps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from metadata.cluster_records import FeatureLevelRecord
+from metadata.controller_api import FeatureUpdate, FeatureUpdateResult
+from metadata.image import MetadataImage
+from storage.metadata.record_codec import MetadataRecord
+from wire.api_versions import FEATURES, FEATURES_BY_NAME, METADATA_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class FeaturesPlan:
+    records: list[MetadataRecord]
+    results: list[FeatureUpdateResult]
+
+
+def initial_records(image: MetadataImage, levels: dict[str, int] | None = None) -> list[FeatureLevelRecord]:
+    """The records finalizing every feature of a cluster that has none yet: ``levels`` (``--feature`` at the
+    first start, already checked) over the defaults; nothing once the cluster finalized its features."""
+    if image.features_finalized:
+        return []
+    chosen = {f.name: f.finalized_level for f in FEATURES} | (levels or {})
+    return [FeatureLevelRecord(name, level) for name, level in chosen.items()]
+
+
+def refusal(feature: str, level: int, image: MetadataImage, upgrade_type: int) -> str | None:
+    """Why finalizing ``feature`` at ``level`` is refused (Kafka's message), or None when it is valid."""
+    if upgrade_type not in (FeatureUpdate.UPGRADE, FeatureUpdate.SAFE_DOWNGRADE, FeatureUpdate.UNSAFE_DOWNGRADE):
+        return "The controller does not support the given upgrade type."
+    if level < 0:
+        return "A feature version cannot be less than 0."
+    supported = FEATURES_BY_NAME.get(feature)
+    if supported is None:
+        return "The controller does not support the given feature."
+    if not (supported.min_version <= level <= supported.max_version) and not (
+        level == 0 and feature != METADATA_VERSION.name
+    ):
+        return (f"The controller only supports versions {supported.min_version}-{supported.max_version} of this "
+                "feature.")
+    current = image.feature_level(feature)
+    if level < current and upgrade_type == FeatureUpdate.UPGRADE:
+        return ("Can't downgrade the version of this feature without setting the upgrade type to either safe or "
+                "unsafe downgrade.")
+    if level > current and upgrade_type != FeatureUpdate.UPGRADE:
+        return "Can't downgrade to a newer version."
+    if feature == METADATA_VERSION.name and level < current:
+        if upgrade_type == FeatureUpdate.UNSAFE_DOWNGRADE:
+            return "Unsafe metadata downgrade is not supported in this version."
+        return ("Refusing to perform the requested downgrade because it might delete metadata information. Retry "
+                "using UNSAFE_DOWNGRADE if you want to force the downgrade to proceed.")
+    return None
+
+
+def plan_update_features(image: MetadataImage, updates: Sequence[FeatureUpdate]) -> FeaturesPlan:
+    results: list[FeatureUpdateResult] = []
+    records: list[MetadataRecord] = []
+    seen: set[str] = set()
+    for update in updates:
+        reason = refusal(update.feature, update.level, image, update.upgrade_type)
+        if reason is None and update.feature in seen:
+            reason = "The feature is named more than once in the request."
+        seen.add(update.feature)
+        if reason is not None:
+            message = f"Invalid update version {update.level} for feature {update.feature}. {reason}"
+            results.append(FeatureUpdateResult(update.feature, ErrorCode.invalid_update_version, message))
+            continue
+        results.append(FeatureUpdateResult(update.feature))
+        records.append(FeatureLevelRecord(update.feature, update.level))
+    if any(r.error is not ErrorCode.none for r in results):
+        return FeaturesPlan([], results)
+    if records:
+        records = [r for r in initial_records(image) if r.name not in seen] + records
+    return FeaturesPlan(records, results)

@@ -1,0 +1,65 @@
+"""The initial KIP-584 feature levels of a new cluster, given on the command line as ``kafka-storage format
+--feature`` takes them::
+
+    fjord server start --feature transaction.version=1 --feature group.version=0
+
+Fjord has no separate format step, so a broker (or combined) node finalizes these levels when it starts, before its
+listeners accept connections, and only when the cluster has not finalized its features yet: once it has (a first
+start, or ``kafka-features.sh`` since), the option changes nothing, and a level changed with ``kafka-features.sh``
+stays changed. Without the option a new cluster runs at the defaults of ``wire.api_versions.FEATURES``
+(``transaction.version`` 2, ``group.version`` 1). ``metadata.version`` can only be its one supported level here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from kio.schema.errors import ErrorCode
+
+from metadata.controller_api import ControllerClient, FeatureUpdate
+from storage.config import ConfigError
+from wire.api_versions import FEATURES_BY_NAME, METADATA_VERSION
+
+logger = logging.getLogger(__name__)
+
+OPTION = "--feature"
+
+
+def parse_feature(text: str) -> FeatureUpdate:
+    """``name=level``; ConfigError for an unknown feature or a level this software does not support."""
+    name, sep, level_text = text.partition("=")
+    feature = FEATURES_BY_NAME.get(name.strip())
+    if not sep or feature is None:
+        known = ", ".join(FEATURES_BY_NAME)
+        raise ConfigError(f"{OPTION}: expected NAME=LEVEL with a NAME among {known}, got {text!r}")
+    try:
+        level = int(level_text.strip())
+    except ValueError:
+        raise ConfigError(f"{OPTION} {feature.name}: the level must be a number, got {level_text!r}") from None
+    lowest = 0 if feature is not METADATA_VERSION else feature.max_version
+    if not lowest <= level <= feature.max_version:
+        raise ConfigError(f"{OPTION} {feature.name}: level {level} is not supported "
+                          f"({lowest}-{feature.max_version})")
+    return FeatureUpdate(feature.name, level)
+
+
+async def finalize_initial_features(controller: ControllerClient, levels: Sequence[FeatureUpdate]) -> None:
+    """Finalizes ``levels`` when the cluster has no finalized features yet; ConfigError if the controller refuses."""
+    image = controller.image
+    if not levels:
+        return
+    if image.features_finalized:
+        logger.info("%s ignored: the cluster finalized its features already (kafka-features.sh changes them)",
+                    OPTION)
+        return
+    updates = [
+        FeatureUpdate(u.feature, u.level, FeatureUpdate.UPGRADE if u.level >= image.feature_level(u.feature)
+                      else FeatureUpdate.UNSAFE_DOWNGRADE)
+        for u in levels
+    ]
+    for result in await controller.update_features(updates, validate_only=False):
+        if result.error is not ErrorCode.none:
+            raise ConfigError(f"{OPTION}: {result.feature} refused: {result.message}")
+    logger.info("initial feature levels finalized (%s): %s", OPTION,
+                ", ".join(f"{u.feature}={u.level}" for u in updates))
