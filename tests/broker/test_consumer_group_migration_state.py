@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from dataclasses import replace
 
 import pytest
 from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription, TopicPartition
@@ -284,3 +285,26 @@ def test_migration_policy_setting() -> None:
     assert not (disabled.upgrade_allowed or disabled.downgrade_allowed or disabled.classic_joins_allowed)
     with pytest.raises(ConfigError, match=r"group\.consumer\.migration\.policy"):
         ServerConfig.load(None, ["group.consumer.migration.policy=sideways"])
+
+
+def test_a_static_classic_member_takes_its_instance_id_over() -> None:
+    group = upgraded_group()
+    static = HeartbeatRequest(
+        "new", 0, instance_id="i1", rebalance_timeout_ms=REBALANCE_MS, subscribed_topic_names=(TOPIC,), owned={}
+    )
+    assert group.heartbeat(NOW, static, TOPICS).error is ErrorCode.none
+    assert not downgradable(group, 100)
+    # The instance comes back speaking the classic protocol, under a new member id: it replaces the member holding
+    # its instance id, and keeps its share of the target (no new group epoch).
+    epoch = group.group_epoch
+    request = replace(join_request(""), group_instance_id="i1")
+    answer = classic_members.join(group, NOW, request, TOPICS)
+    assert answer.error is ErrorCode.none and answer.member_id not in ("", "new")
+    assert "new" not in group.members and group.group_epoch == epoch
+    assert group.target[answer.member_id] == {TOPIC_ID: frozenset({3})}
+    # Now every member is classic: the group may turn back into a classic group.
+    assert downgradable(group, 100)
+    # Rejoining under its member id keeps its epoch.
+    again = classic_members.join(group, NOW, replace(request, member_id=answer.member_id), TOPICS)
+    assert (again.error, again.member_id) == (ErrorCode.none, answer.member_id)
+    assert again.generation_id >= answer.generation_id

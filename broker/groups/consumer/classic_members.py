@@ -109,7 +109,7 @@ def _join_epoch(
     assignment), else a join. A static member coming back under a new member id replaces the one holding its
     instance id, as a classic group lets it."""
     member = group.members.get(member_id)
-    if member is not None:
+    if member is not None and member.member_epoch >= 0:
         return member.member_epoch
     holder = _static_member(group, instance_id)
     if holder is not None and holder.member_epoch != STATIC_LEAVE_EPOCH:
