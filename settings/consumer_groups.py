@@ -1,8 +1,9 @@
 """The KIP-848 consumer groups' settings, read and checked together.
 
-Kafka's keys and defaults (``group.consumer.*``, ``group.coordinator.rebalance.protocols``). The node refuses to
-start on a combination Kafka refuses (a time-out outside its bounds, a heartbeat interval not below the session
-time-out, an assignor it does not know), naming the key.
+Kafka's keys and defaults (``group.consumer.*``, ``group.coordinator.rebalance.protocols``; the migration policy
+says which online conversions between classic and consumer groups are allowed). The node refuses to start on a
+combination Kafka refuses (a time-out outside its bounds, a heartbeat interval not below the session time-out, an
+assignor it does not know), naming the key.
 """
 
 from __future__ import annotations
@@ -31,6 +32,23 @@ class ConsumerGroupSettings:
     assignors: tuple[str, ...]
     #: ``consumer`` is in ``group.coordinator.rebalance.protocols``: ConsumerGroupHeartbeat is served.
     enabled: bool
+    #: ``group.consumer.migration.policy``, lower-cased: disabled, upgrade, downgrade or bidirectional.
+    migration_policy: str = "bidirectional"
+
+    @property
+    def upgrade_allowed(self) -> bool:
+        """A ConsumerGroupHeartbeat join may convert a classic group with members (Kafka's isUpgradeEnabled)."""
+        return self.migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_allowed(self) -> bool:
+        """A consumer group left with only classic members converts back (Kafka's isDowngradeEnabled)."""
+        return self.migration_policy in ("downgrade", "bidirectional")
+
+    @property
+    def classic_joins_allowed(self) -> bool:
+        """A JoinGroup may enter a consumer group with members unless migration is disabled altogether."""
+        return self.migration_policy != "disabled"
 
 
 def _bounded(value: Callable[[str], Any], key: str, low_key: str, high_key: str) -> int:
@@ -81,4 +99,5 @@ def consumer_group_settings(value: Callable[[str], Any]) -> ConsumerGroupSetting
         max_size=int(value("group.consumer.max.size")),
         assignors=tuple(assignors),
         enabled="consumer" in protocols,
+        migration_policy=str(value("group.consumer.migration.policy")).strip().lower(),
     )

@@ -84,6 +84,8 @@ def _ip_overrides_valid(value: Any) -> str | None:
 _B = ConfigType
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+#: group.consumer.migration.policy: which online conversions between classic and consumer groups are allowed.
+_MIGRATION = ("disabled", "upgrade", "downgrade", "bidirectional")
 _SEGMENT_BYTES_FLOOR = 14  # LegacyRecord.RECORD_OVERHEAD_V0 in Kafka 3.x
 
 # fjord: offsets.topic.num.partitions defaults to 10, not Kafka's 50. Every Fjord partition is a KV entry plus up to
@@ -256,6 +258,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("group.consumer.max.heartbeat.interval.ms", _B.INT, 15000, at_least(1)),
         ConfigKey("group.consumer.max.size", _B.INT, INT_MAX, at_least(1)),
         ConfigKey("group.consumer.assignors", _B.LIST, ["uniform", "range"]),
+        ConfigKey(
+            "group.consumer.migration.policy", _B.STRING, "bidirectional", one_of(*_MIGRATION, case_sensitive=False)
+        ),
         ConfigKey("offsets.topic.num.partitions", _B.INT, INTERNAL_TOPIC_PARTITIONS, at_least(1)),
         ConfigKey("offsets.topic.replication.factor", _B.SHORT, 1, at_least(1)),  # fjord: Kafka 3 (one node)
         ConfigKey("offsets.topic.segment.bytes", _B.INT, 104857600, at_least(1)),

@@ -3,8 +3,8 @@
 Each checks the coordinator (this broker serves the group, the id fits the record format), finds or creates the
 group, hands the request to the sans-I/O :class:`broker.groups.classic.group.Group` with the wall clock and, for the
 requests that wait on the rebalance, parks on a future the group's callback resolves. Apart from the runtime
-because it is specific to the classic protocol; the KIP-848 ConsumerGroupHeartbeat is meant to get a module of its
-own beside this one.
+because it is specific to the classic protocol. The same requests reaching a consumer group come from its classic
+members (KIP-848's online migration) and are served by :mod:`broker.groups.migration`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from kio.schema.errors import ErrorCode
 from broker.groups.classic.group import Group, JoinRequest
 from broker.groups.classic.state import JoinResult, SyncResult
 from broker.groups.consumer.group import ConsumerGroup
-from broker.groups.runtime import CoordinatorRuntime
+from broker.groups.migration import GroupMigration
 
 
-class ClassicMembership(CoordinatorRuntime):
+class ClassicMembership(GroupMigration):
     """The classic group membership requests of :class:`broker.groups.coordinator.GroupCoordinator`."""
 
     async def join_group(self, group_id: str, request: JoinRequest) -> JoinResult:
@@ -31,8 +31,8 @@ class ClassicMembership(CoordinatorRuntime):
             return JoinResult(error, request.member_id)
         group = await self._classic_group(found) if isinstance(found, ConsumerGroup) else found
         if isinstance(group, ConsumerGroup):
-            # A consumer group with members: its members use the new protocol (no mixed groups here).
-            return JoinResult(ErrorCode.inconsistent_group_protocol, request.member_id)
+            # A consumer group with members: this member joins it as a classic member (KIP-848's migration).
+            return await self._join_consumer_group(group, request)
         if group is None:
             if request.member_id:
                 return JoinResult(ErrorCode.unknown_member_id, request.member_id)
@@ -63,7 +63,16 @@ class ClassicMembership(CoordinatorRuntime):
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return SyncResult(error)
-        if not isinstance(group, Group):
+        if isinstance(group, ConsumerGroup):
+            return await self._sync_consumer_group(
+                group,
+                member_id=member_id,
+                group_instance_id=group_instance_id,
+                generation_id=generation_id,
+                protocol_type=protocol_type,
+                protocol_name=protocol_name,
+            )
+        if group is None:
             return SyncResult(ErrorCode.unknown_member_id)
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
 
@@ -90,7 +99,9 @@ class ClassicMembership(CoordinatorRuntime):
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error
-        if not isinstance(group, Group):
+        if isinstance(group, ConsumerGroup):
+            return self._heartbeat_consumer_group(group, member_id, group_instance_id, generation_id)
+        if group is None:
             return ErrorCode.unknown_member_id
         error = group.heartbeat(self._now_ms(), member_id, group_instance_id, generation_id)
         self._after(group)
@@ -105,7 +116,9 @@ class ClassicMembership(CoordinatorRuntime):
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error, []
-        if not isinstance(group, Group):
+        if isinstance(group, ConsumerGroup):
+            return ErrorCode.none, self._leave_consumer_group(group, members)
+        if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
         now = self._now_ms()
         results = [group.leave(now, member_id, instance_id, reason) for member_id, instance_id in members]

@@ -3,23 +3,27 @@
 Each checks the coordinator, finds or creates the group, hands the heartbeat to the sans-I/O
 :class:`broker.groups.consumer.group.ConsumerGroup` with the wall clock and the cluster's topics, and answers once
 what the heartbeat changed is durable in ``__consumer_offsets`` (so a coordinator that fails over never forgets an
-epoch a member was told). A group id names one group: an *empty* classic group (one that only has committed
-offsets) becomes a consumer group when its first member joins with the new protocol, keeping its offsets, as in
-Kafka; a classic group with members is not a consumer group and answers GROUP_ID_NOT_FOUND.
+epoch a member was told). A group id names one group: a classic group becomes a consumer group when a member
+joins it with the new protocol, keeping its offsets, as in Kafka: an empty one (offsets only) always, one with
+members (which stay, as classic members) when ``group.consumer.migration.policy`` allows the online upgrade
+(:mod:`broker.groups.conversions`); otherwise it answers GROUP_ID_NOT_FOUND.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import Group
 from broker.groups.consumer.assignment import TopicMetadata
+from broker.groups.consumer.changes import Change
 from broker.groups.consumer.cluster_topics import ClusterTopics
 from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest, HeartbeatResult
 from broker.groups.consumer.member import JOIN_EPOCH
+from broker.groups.conversions import Upgrade, upgrade_refusal, upgraded
 from broker.groups.offsets_schema import encode_group_key
 from broker.groups.runtime import CoordinatorRuntime
 from metadata.image import MetadataImage
@@ -67,11 +71,12 @@ class ConsumerMembership(CoordinatorRuntime):
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return HeartbeatResult(error, member_id=request.member_id)
+        classic, conversion = None, None
         if isinstance(group, Group):
-            converted = await self._convert_empty_classic(group, request)
-            if isinstance(converted, HeartbeatResult):
-                return converted
-            group = converted
+            classic, conversion = group, self._converted(group, request)
+            if isinstance(conversion, HeartbeatResult):
+                return conversion
+            group = conversion.group
         if group is None:
             if request.member_epoch != JOIN_EPOCH:
                 return HeartbeatResult(
@@ -79,50 +84,73 @@ class ConsumerMembership(CoordinatorRuntime):
                 )
             group = self._groups[group_id] = ConsumerGroup(group_id, self.consumer_config, self._now_ms())
         result = group.heartbeat(self._now_ms(), request, self.cluster_topics())
-        changes = group.take_changes()
-        if changes:
-            write = asyncio.ensure_future(self._persist_consumer_group(group, changes))
+        records: list[Record] = []
+        changes: list[Change] = []
+        if classic is not None and isinstance(conversion, Upgrade):
+            if result.error is not ErrorCode.none:
+                return result  # as in Kafka, a join that fails leaves the classic group as it was
+            records, changes = self._install_conversion(classic, conversion)
+        changes.extend(group.take_changes())
+        stored = await self._write_consumer_changes(group, changes, records)
+        if stored is not ErrorCode.none:
+            result = HeartbeatResult(stored, member_id=request.member_id)
+        if self._groups.get(group_id) is group:
+            self._after(group)
+        return result
+
+    async def _write_consumer_changes(
+        self, group: ConsumerGroup, changes: list[Change], before: Sequence[Record] = ()
+    ) -> ErrorCode:
+        """Persists what a request changed before it is answered. With nothing new to write the answer may still
+        rest on a state another request is writing: it waits for that, so no member is told an epoch a failover
+        could forget."""
+        group_id = group.group_id
+        stored = ErrorCode.none
+        if changes or before:
+            write = asyncio.ensure_future(self._persist_consumer_group(group, changes, before))
             self._consumer_writes[group_id] = write
             stored = await asyncio.shield(write)
-            if stored is not ErrorCode.none:
-                result = HeartbeatResult(stored, member_id=request.member_id)
         else:
-            # Nothing new to write, but the answer may rest on a state another heartbeat is still writing: it is
-            # sent only once that is durable, so no member is told an epoch a failover could forget.
             pending = self._consumer_writes.get(group_id)
             if pending is not None and not pending.done():
                 await asyncio.shield(pending)
         if self._consumer_writes.get(group_id) is not None and self._consumer_writes[group_id].done():
             del self._consumer_writes[group_id]
-        if self._groups.get(group_id) is group:
-            self._after(group)
-        return result
+        return stored
 
-    async def _convert_empty_classic(self, group: Group, request: HeartbeatRequest) -> ConsumerGroup | HeartbeatResult:
-        """An empty classic group (offsets only) becomes a consumer group on its first new-protocol join."""
-        if not group.is_empty or group.pending_txn_offsets or request.member_epoch != JOIN_EPOCH:
-            return HeartbeatResult(
-                ErrorCode.group_id_not_found,
-                f"group {group.group_id} is not a consumer group",
-                member_id=request.member_id,
-            )
+    def _converted(self, group: Group, request: HeartbeatRequest) -> Upgrade | HeartbeatResult:
+        """The consumer group a classic group becomes on a ConsumerGroupHeartbeat join: an empty one (offsets
+        only) always, one with members when ``group.consumer.migration.policy`` allows the upgrade
+        (:mod:`broker.groups.conversions`); otherwise GROUP_ID_NOT_FOUND, as Kafka answers."""
         now = self._now_ms()
-        converted = ConsumerGroup(group.group_id, self.consumer_config, now)
-        converted.offsets = group.offsets
-        self._cancel_timer(group.group_id)
-        self._groups[group.group_id] = converted
-        if group.generation_id > 0 or group.protocol_type is not None:
-            # The classic group's metadata record goes, as Kafka writes it when it converts an empty group.
-            try:
-                await self._append(
-                    group.group_id, [Record(key=encode_group_key(group.group_id), value=None, timestamp=now)]
-                )
-            except Exception as exc:
-                logger.warning("group %s: converting to a consumer group failed: %s", group.group_id, exc)
-                self._groups[group.group_id] = group
-                return HeartbeatResult(self._partitions.store_error(exc, group.group_id), member_id=request.member_id)
-        logger.info("group %s: the empty classic group becomes a consumer group", group.group_id)
-        return converted
+        refusal = f"group {group.group_id} is not a consumer group"
+        if request.member_epoch == JOIN_EPOCH and group.is_empty:
+            if not group.pending_txn_offsets:
+                converted = ConsumerGroup(group.group_id, self.consumer_config, now)
+                converted.offsets = group.offsets
+                return Upgrade(converted, [])
+        elif request.member_epoch == JOIN_EPOCH and not self.consumer_settings.upgrade_allowed:
+            refusal = f"cannot upgrade classic group {group.group_id}: group.consumer.migration.policy forbids it"
+        elif request.member_epoch == JOIN_EPOCH:
+            why = upgrade_refusal(group, self.consumer_config.max_size)
+            upgrade = why or upgraded(group, self.consumer_config, now, self.cluster_topics())
+            if isinstance(upgrade, Upgrade):
+                return upgrade
+            refusal = f"cannot upgrade classic group {group.group_id}: {upgrade}"
+        return HeartbeatResult(ErrorCode.group_id_not_found, refusal, member_id=request.member_id)
+
+    def _install_conversion(self, classic: Group, upgrade: Upgrade) -> tuple[list[Record], list[Change]]:
+        """Puts the converted group in the classic one's place; (the classic group's tombstone if it ever wrote a
+        record, the new group's records). Requests parked on the classic group's rebalance learn it is over."""
+        group_id = classic.group_id
+        self._cancel_timer(group_id)
+        self._groups[group_id] = upgrade.group
+        classic.mark_dead(self._now_ms(), ErrorCode.rebalance_in_progress)
+        logger.info("group %s: the classic group (%d members) becomes a consumer group", group_id, len(classic.members))
+        records = []
+        if classic.generation_id > 0 or classic.protocol_type is not None:
+            records.append(Record(key=encode_group_key(group_id), value=None, timestamp=self._now_ms()))
+        return records, list(upgrade.changes)
 
     def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """(error, message, group) for ConsumerGroupDescribe: GROUP_ID_NOT_FOUND for an unknown group or one of

@@ -19,8 +19,10 @@ from broker.groups.consumer.changes import (
     TargetMemberChanged,
 )
 from broker.groups.consumer.group import ConsumerGroup, ConsumerGroupConfig
-from broker.groups.consumer.member import ConsumerMember, MemberState
+from broker.groups.consumer.member import ClassicMetadata, ConsumerMember, MemberState
 from broker.groups.consumer_records import (
+    ClassicMemberMetadata,
+    ClassicProtocol,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupKey,
@@ -50,7 +52,21 @@ def member_metadata_value(member: ConsumerMember) -> ConsumerGroupMemberMetadata
         subscribed_topic_regex=member.subscribed_topic_regex,
         rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor,
+        classic_member_metadata=(
+            None
+            if member.classic is None
+            else ClassicMemberMetadata(
+                member.classic.session_timeout_ms,
+                tuple(ClassicProtocol(name, metadata) for name, metadata in member.classic.protocols),
+            )
+        ),
     )
+
+
+def _classic(value: ClassicMemberMetadata | None) -> ClassicMetadata | None:
+    if value is None:
+        return None
+    return ClassicMetadata(value.session_timeout_ms, tuple((p.name, p.metadata) for p in value.supported_protocols))
 
 
 def current_assignment_value(member: ConsumerMember) -> ConsumerGroupCurrentMemberAssignmentValue:
@@ -119,6 +135,7 @@ def restore_group(replayed: ReplayedConsumerGroup, config: ConsumerGroupConfig, 
                 state=_member_state(current.state) if current is not None else MemberState.STABLE,
                 assigned=dict(current.assigned_partitions) if current is not None else {},
                 pending_revocation=dict(current.partitions_pending_revocation) if current is not None else {},
+                classic=_classic(metadata.classic_member_metadata),
             )
         )
     return ConsumerGroup.restored(

@@ -87,6 +87,7 @@ class CoordinatorRuntime:
             assignors={name: assignor for name in settings.assignors if (assignor := assignor_named(name))},
         )
         self.consumer_protocol_enabled = settings.enabled
+        self.consumer_settings = settings
         self._groups: dict[str, Group | ConsumerGroup] = {}
         #: Transaction markers (producer id, commit) that reached a partition while it was loading.
         self._completions: dict[int, list[tuple[int, bool]]] = {}
@@ -217,6 +218,8 @@ class CoordinatorRuntime:
                 self._partitions.spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
         else:
             changes = group.take_changes()
+            if self._downgraded(group, changes):
+                return
             if changes:
                 self._partitions.spawn(
                     self._persist_consumer_group(group, changes), name=f"persist group {group.group_id}"
@@ -274,12 +277,20 @@ class CoordinatorRuntime:
         if self._groups.get(group.group_id) is group:
             self._after(group)
 
-    async def _persist_consumer_group(self, group: ConsumerGroup, changes: Sequence[Change]) -> ErrorCode:
-        """Appends a consumer group's changes as Kafka's records; the error a waiting request answers with."""
+    def _downgraded(self, group: ConsumerGroup, changes: list[Change]) -> bool:
+        """True when the group just became a classic group (KIP-848's online downgrade, which
+        :mod:`broker.groups.migration` decides), its ``changes`` written with the conversion."""
+        return False
+
+    async def _persist_consumer_group(
+        self, group: ConsumerGroup, changes: Sequence[Change], before: Sequence[Record] = ()
+    ) -> ErrorCode:
+        """Appends a consumer group's changes as Kafka's records, after ``before`` (a converted group's old
+        records); the error a waiting request answers with."""
         now = self._now_ms()
         try:
             encoded = encode_changes(group.group_id, changes)
-            records = [Record(key=key, value=value, timestamp=now) for key, value in encoded]
+            records = [*before, *(Record(key=key, value=value, timestamp=now) for key, value in encoded)]
             await self._append(group.group_id, records)
         except SchemaError as exc:
             logger.warning("group %s: its state cannot be stored: %s", group.group_id, exc)

@@ -17,7 +17,9 @@ from metadata.acl.binding import AclOperation, ResourceType
 from metadata.image import MetadataImage
 from wire import schema
 
-#: ConsumerGroupDescribe v1's member type of a member that speaks the consumer protocol (0 is a classic member).
+#: ConsumerGroupDescribe v1's member types: a classic member (one still speaking JoinGroup during an online
+#: migration) and a member that speaks the consumer protocol.
+CLASSIC_MEMBER_TYPE = 0
 CONSUMER_MEMBER_TYPE = 1
 
 
@@ -82,7 +84,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
                 subscribed_topic_regex=member.subscribed_topic_regex,
                 assignment=_assignment(assignment_cls, image, member.assigned),
                 target_assignment=_assignment(assignment_cls, image, target),
-                member_type=CONSUMER_MEMBER_TYPE,
+                member_type=CLASSIC_MEMBER_TYPE if member.classic is not None else CONSUMER_MEMBER_TYPE,
             )
             for member, target in group.describe_members()
         )

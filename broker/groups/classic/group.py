@@ -401,6 +401,13 @@ class Group(RebalancingGroup):
         self._remove_member_and_update_group(now_ms, member, _with_reason("left the group", reason))
         return ErrorCode.none
 
+    # ------------------------------------------------------------------------------------------------ migration
+
+    def rebalance(self, now_ms: int, reason: str) -> None:
+        """Starts a rebalance: a group just converted from a consumer group (KIP-848's online downgrade) has every
+        member rejoin, so their client-side assignor takes over from the server-side one."""
+        self._prepare_rebalance(now_ms, reason)
+
     # ------------------------------------------------------------------------------------------------ offsets
 
     def validate_offset_commit(

@@ -39,6 +39,7 @@ from broker.groups.consumer.member import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    ClassicMetadata,
     ConsumerMember,
     MemberState,
     normalized,
@@ -93,6 +94,7 @@ class HeartbeatRequest:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    classic: ClassicMetadata | None = None  # a classic member's JoinGroup (consumer.classic_members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,7 @@ class ConsumerGroup:
         self._static: dict[str, str] = {}
         #: The subscribed topics (id → metadata) the target was, or is about to be, computed on.
         self.subscription: dict[uuid.UUID, TopicMetadata] = {}
-        self._deadlines = MemberDeadlines()
+        self.deadlines = MemberDeadlines()  # classic members' requests move theirs too (consumer.classic_members)
         #: Moves whenever a member's subscription may have changed (joins, leaves, new names or regex): the
         #: subscribed topics are recomputed only then, or when the cluster's topics change.
         self._subscriptions_version = 0
@@ -161,9 +163,9 @@ class ConsumerGroup:
         group._restored_hash = metadata_hash
         for member in members:
             group._put_member(member)
-            group._deadlines.set_session(member.member_id, now_ms + config.session_timeout_ms)
+            group.deadlines.set_session(member.member_id, now_ms + member.session_ms(config.session_timeout_ms))
             if member.state is MemberState.UNREVOKED_PARTITIONS:
-                group._deadlines.set_revocation(
+                group.deadlines.set_revocation(
                     member.member_id, now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch
                 )
         return group
@@ -244,10 +246,10 @@ class ConsumerGroup:
             self._put_member(reconciled)
             if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
                 deadline = now_ms + max(reconciled.rebalance_timeout_ms, 0)
-                self._deadlines.set_revocation(reconciled.member_id, deadline, reconciled.member_epoch)
+                self.deadlines.set_revocation(reconciled.member_id, deadline, reconciled.member_epoch)
             else:
-                self._deadlines.clear_revocation(reconciled.member_id)
-        self._deadlines.set_session(reconciled.member_id, now_ms + self.config.session_timeout_ms)
+                self.deadlines.clear_revocation(reconciled.member_id)
+        self.deadlines.set_session(reconciled.member_id, now_ms + reconciled.session_ms(self.config.session_timeout_ms))
         full_request = (
             request.rebalance_timeout_ms != -1
             and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None)
@@ -332,6 +334,7 @@ class ConsumerGroup:
             ),
             client_id=request.client_id,
             client_host=request.client_host,
+            classic=request.classic,
         )
 
     def _leave(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResult:
@@ -356,12 +359,12 @@ class ConsumerGroup:
             left = replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
             self._put_member(left)
             self._changes.append(CurrentAssignmentChanged(left))
-            self._deadlines.clear_revocation(member.member_id)
+            self.deadlines.clear_revocation(member.member_id)
         else:
-            self._fence(now_ms, member.member_id)
+            self.fence(now_ms, member.member_id)
         return HeartbeatResult(ErrorCode.none, member_id=member.member_id, member_epoch=request.member_epoch)
 
-    def _fence(self, now_ms: int, member_id: str) -> None:
+    def fence(self, now_ms: int, member_id: str) -> None:
         """Kafka's ``consumerGroupFenceMember``: the member and its records go, and the group epoch moves (with the
         subscribed topics recomputed without it), so the next heartbeat hands its partitions to the others."""
         self._remove_member(member_id, tombstones=True)
@@ -400,7 +403,7 @@ class ConsumerGroup:
                 del self._owners[tp]
         if member.instance_id is not None and self._static.get(member.instance_id) == member_id:
             del self._static[member.instance_id]
-        self._deadlines.forget(member_id)
+        self.deadlines.forget(member_id)
         self.target.pop(member_id, None)
         if tombstones:
             self._changes.append(CurrentAssignmentChanged(member, deleted=True))
@@ -522,19 +525,19 @@ class ConsumerGroup:
     # ------------------------------------------------------------------------------------------------ timers
 
     def next_deadline_ms(self) -> int | None:
-        return self._deadlines.next()
+        return self.deadlines.next()
 
     def tick(self, now_ms: int) -> list[str]:
         """Fences members whose session expired, or who did not revoke within their rebalance time-out (still at
         the epoch they were told to revoke at); returns their ids. Each is its own epoch bump, as each of Kafka's
         timers is its own operation."""
         gone = []
-        for member_id, revoking_at in self._deadlines.expired(now_ms):
+        for member_id, revoking_at in self.deadlines.expired(now_ms):
             member = self.members.get(member_id)
             if member is not None and (revoking_at is None or member.member_epoch == revoking_at):
                 gone.append(member_id)
         for member_id in gone:
-            self._fence(now_ms, member_id)
+            self.fence(now_ms, member_id)
         return gone
 
     # ------------------------------------------------------------------------------------------------ offsets

@@ -38,6 +38,21 @@ def empty_assignment() -> dict[uuid.UUID, frozenset[int]]:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a member speaking the classic protocol (JoinGroup/SyncGroup) brought along (Kafka's
+    ClassicMemberMetadata): its session time-out, and its protocols in order of preference, each with its
+    ConsumerProtocolSubscription bytes, so that the group can turn back into a classic group."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol a JoinGroup answer names: the member's first (Kafka answers so)."""
+        return self.protocols[0][0] if self.protocols else ""
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerMember:
     member_id: str
     instance_id: str | None = None
@@ -55,6 +70,13 @@ class ConsumerMember:
     assigned: Assignment = field(default_factory=empty_assignment)
     #: Partitions taken from the member that it has not yet confirmed it gave up; nobody else gets them meanwhile.
     pending_revocation: Assignment = field(default_factory=empty_assignment)
+    #: Set for a member that speaks the classic protocol inside the consumer group (KIP-848's online migration).
+    classic: ClassicMetadata | None = None
+
+    def session_ms(self, default: int) -> int:
+        """The member's session time-out: a classic member keeps the one of its JoinGroup (Kafka's
+        ``classicProtocolSessionTimeout``), the others have the group's."""
+        return self.classic.session_timeout_ms if self.classic is not None else default
 
     def subscription_differs(self, other: ConsumerMember) -> bool:
         """True when the member subscribes to other topics: the group epoch must move. As in Kafka
@@ -67,20 +89,25 @@ class ConsumerMember:
 
     def metadata_differs(self, other: ConsumerMember) -> bool:
         """True when the member's metadata record must be written again."""
-        return self.subscription_differs(other) or (
-            self.rack_id,
-            self.server_assignor,
-            self.instance_id,
-            self.client_id,
-            self.client_host,
-            self.rebalance_timeout_ms,
-        ) != (
-            other.rack_id,
-            other.server_assignor,
-            other.instance_id,
-            other.client_id,
-            other.client_host,
-            other.rebalance_timeout_ms,
+        return (
+            self.subscription_differs(other)
+            or self.classic != other.classic
+            or (
+                self.rack_id,
+                self.server_assignor,
+                self.instance_id,
+                self.client_id,
+                self.client_host,
+                self.rebalance_timeout_ms,
+            )
+            != (
+                other.rack_id,
+                other.server_assignor,
+                other.instance_id,
+                other.client_id,
+                other.client_host,
+                other.rebalance_timeout_ms,
+            )
         )
 
     def assignment_differs(self, other: ConsumerMember) -> bool:

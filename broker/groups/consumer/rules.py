@@ -82,14 +82,20 @@ def unreleased(holder: ConsumerMember, member_id: str, instance_id: str) -> Reje
 
 def offset_commit_error(member: ConsumerMember | None, member_epoch: int, *, api_version: int) -> ErrorCode:
     """OffsetCommit from ``member`` (None: not in the group, which is not empty): a KIP-848 member must commit
-    with OffsetCommit v9+ at its current epoch."""
+    with OffsetCommit v9+ at its current epoch; a classic member, with any version, at the generation its last
+    JoinGroup answered (its member epoch)."""
     if member is None:
         return ErrorCode.unknown_member_id
-    if api_version < 9:
+    if api_version < 9 and member.classic is None:
         return ErrorCode.unsupported_version
-    if member_epoch != member.member_epoch:
-        return ErrorCode.stale_member_epoch
-    return ErrorCode.none
+    return _epoch_error(member, member_epoch)
+
+
+def _epoch_error(member: ConsumerMember, member_epoch: int) -> ErrorCode:
+    """Kafka's ``validateMemberEpoch``: a classic member's wrong generation is ILLEGAL_GENERATION."""
+    if member_epoch == member.member_epoch:
+        return ErrorCode.none
+    return ErrorCode.illegal_generation if member.classic is not None else ErrorCode.stale_member_epoch
 
 
 def offset_fetch_error(member_id: str | None, member: ConsumerMember | None, member_epoch: int) -> ErrorCode:
@@ -99,6 +105,4 @@ def offset_fetch_error(member_id: str | None, member: ConsumerMember | None, mem
         return ErrorCode.none
     if member is None:
         return ErrorCode.unknown_member_id
-    if member_epoch != member.member_epoch:
-        return ErrorCode.stale_member_epoch
-    return ErrorCode.none
+    return _epoch_error(member, member_epoch)
