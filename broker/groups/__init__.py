@@ -30,6 +30,12 @@ Specific to KIP-848 consumer groups:
   ``GroupCoordinator`` like ``classic_membership``; ``consumer_records`` (Kafka's record formats, key versions 3-8
   and 16) and ``consumer_persistence`` (a group's changes as those records, and the group rebuilt from them).
 
+Between the two protocols (KIP-848's online migration, ``group.consumer.migration.policy``):
+
+* ``conversions`` (a classic group into a consumer group and back), ``migration`` (when the coordinator converts,
+  and the classic requests of classic members inside a consumer group) and ``consumer/classic_members`` (their
+  sans-I/O part).
+
 Where the next group type goes:
 
 * KIP-932 share groups: membership (ShareGroupHeartbeat, ShareGroupDescribe, the share assignor) in ``share/`` and
