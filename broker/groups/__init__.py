@@ -24,7 +24,7 @@ Specific to KIP-848 consumer groups:
 
 * ``consumer/``: the sans-I/O state machine (``group`` with member epochs, target and current assignments;
   ``reconciliation`` revoking before assigning; ``rules`` Kafka's epoch and instance-id checks; ``deadlines``;
-  ``cluster_topics``; ``topic_regex``), the server-side assignors in ``consumer/assignors/``, and ``classic_view``
+  ``cluster_topics``), the server-side assignors in ``consumer/assignors/``, and ``classic_view``
   (a consumer group as DescribeGroups shows it);
 * ``consumer_membership``: ConsumerGroupHeartbeat and ConsumerGroupDescribe at the coordinator, a part of
   ``GroupCoordinator`` like ``classic_membership``; ``consumer_records`` (Kafka's record formats, key versions 3-8

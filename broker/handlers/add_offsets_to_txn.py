@@ -1,4 +1,5 @@
-"""AddOffsetsToTxn (key 25) v0-3: a transactional producer announces it will commit a group's offsets
+"""AddOffsetsToTxn (key 25) v0-4 (v4, KIP-890: the same fields, for clients that handle TRANSACTION_ABORTABLE): a
+transactional producer announces it will commit a group's offsets
 (``send_offsets_to_transaction``); the group's ``__consumer_offsets`` partition joins the transaction, so the
 transaction's marker lands there too and makes the TxnOffsetCommit visible (or drops it)."""
 

@@ -19,10 +19,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.consumer.group import HeartbeatRequest, HeartbeatResult
 from broker.groups.consumer.member import JOIN_EPOCH, STATIC_LEAVE_EPOCH
-from broker.groups.consumer.topic_regex import InvalidRegex, compile_regex
 from broker.handlers.context import RequestContext
 from broker.handlers.group_common import member_host
 from broker.handlers.guards import GROUP_DENIED, Guard, whole
+from broker.name_patterns import InvalidRegex, compile_regex
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import schema
 from wire.api_versions import GROUP_VERSION

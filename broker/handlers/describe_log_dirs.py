@@ -1,4 +1,4 @@
-"""DescribeLogDirs (key 35) v1-4: what ``kafka-log-dirs.sh --describe`` and admin clients' ``describe_log_dirs``
+"""DescribeLogDirs (key 35) v1-5: what ``kafka-log-dirs.sh --describe`` and admin clients' ``describe_log_dirs``
 send, answered with what a Fjord broker really has.
 
 A Fjord partition has no log directory of its own: its data lives in object storage, and what this broker writes
@@ -7,7 +7,8 @@ every partition this broker leads, each with its size (the partition's own accou
 ``PartitionLog.size_bytes``, what retention.bytes limits), offset lag 0 (there are no follower copies to lag) and
 never a future replica. The node's ``log.dirs`` (its metadata log and meta.properties) are reported too, empty of
 partitions, so an operator sees every directory the broker writes. The disk sizes (v4) are the filesystem's; a WAL
-in S3 has none (-1, as Kafka reports an unknown size). kio has no v0 of this API, so v1 is the first served. The
+in S3 has none (-1, as Kafka reports an unknown size); v5's ``is_cordoned`` (KIP-1066) is always false, Fjord
+never cordons a directory. kio has no v0 of this API, so v1 is the first served. The
 CLUSTER DESCRIBE check is ``authorize_describe_log_dirs``, below.
 """
 

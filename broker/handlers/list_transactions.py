@@ -1,5 +1,6 @@
-"""ListTransactions (key 66) v0: the transactional ids this broker coordinates, optionally only those in the named
-states or of the given producer ids (``kafka-transactions.sh list`` asks every broker)."""
+"""ListTransactions (key 66) v0-2: the transactional ids this broker coordinates, optionally only those in the named
+states or of the given producer ids (``kafka-transactions.sh list`` asks every broker); v1 (KIP-994) only those
+running longer than a duration (``--duration-filter``), v2 (KIP-1152) only ids a regular expression matches."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from wire import schema
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     coordinator = ctx.broker.transactions
-    error, found, unknown = coordinator.list_transactions(request.state_filters, request.producer_id_filters)
+    error, found, unknown = coordinator.list_transactions(
+        request.state_filters,
+        request.producer_id_filters,
+        duration_filter_ms=getattr(request, "duration_filter", -1),
+        transactional_id_pattern=getattr(request, "transactional_id_pattern", None),
+    )
     return ctx.build(
         throttle_time=0,
         error_code=error,

@@ -37,6 +37,7 @@ from broker.internal_topic import (
 )
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
+from broker.transactions.listing import select_transactions
 from broker.transactions.log_schema import encode_key, encode_value, value_version
 from broker.transactions.marker_sender import MarkerSender
 from broker.transactions.peers import Peers
@@ -545,22 +546,26 @@ class TransactionCoordinator:
         return ErrorCode.none, metadata
 
     def list_transactions(
-        self, state_filters: Iterable[str], producer_id_filters: Iterable[int]
+        self,
+        state_filters: Iterable[str],
+        producer_id_filters: Iterable[int],
+        *,
+        duration_filter_ms: int = -1,
+        transactional_id_pattern: str | None = None,
     ) -> tuple[ErrorCode, list[TransactionMetadata], list[str]]:
-        """(error, transactions, unknown state names) of the ids this broker coordinates."""
+        """(error, transactions, unknown state names) of the ids this broker coordinates, as ListTransactions v0-2
+        filters them (:mod:`broker.transactions.listing`)."""
         error = self._partitions.listing_error()
         if error is not ErrorCode.none:
             return error, [], []
-        names = list(state_filters)
-        states = {s for s in (TxnState.from_display(n) for n in names) if s is not None}
-        unknown = [n for n in names if TxnState.from_display(n) is None]
-        pids = set(producer_id_filters)
-        found = [
-            m
-            for m in self._txns.values()
-            if m.state is not TxnState.DEAD and (not pids or m.producer_id in pids) and (not names or m.state in states)
-        ]
-        return ErrorCode.none, sorted(found, key=lambda m: m.transactional_id), unknown
+        return select_transactions(
+            self._txns.values(),
+            state_filters=state_filters,
+            producer_id_filters=producer_id_filters,
+            duration_filter_ms=duration_filter_ms,
+            transactional_id_pattern=transactional_id_pattern,
+            now_ms=self._now_ms(),
+        )
 
     # ------------------------------------------------------------------------------------------------ produce
 

@@ -306,15 +306,21 @@ async def elect_leaders(response_cls: type[Any], ask: topic_wire.ElectLeadersAsk
 
 
 async def alter_partition_reassignments(
-    response_cls: type[Any], asked: Sequence[PartitionReassignment], controller_for: ControllerFor
+    response_cls: type[Any],
+    asked: Sequence[PartitionReassignment],
+    controller_for: ControllerFor,
+    *,
+    refused: Sequence[ReassignmentResult] = (),
 ) -> Any:
-    results: list[ReassignmentResult]
-    try:
-        results = await controller_for("reassign partitions").alter_partition_reassignments(asked)
-    except Exception as exc:
-        code, message = _refusal(exc, "reassigning %d partitions failed", len(asked))
-        results = topic_wire.reassignments_refused(asked, code, message)
-    return topic_wire.alter_partition_reassignments_response(response_cls, results)
+    """``refused``: items already answered with an error at the edge, answered beside the controller's results."""
+    results: list[ReassignmentResult] = []
+    if asked or not refused:
+        try:
+            results = await controller_for("reassign partitions").alter_partition_reassignments(asked)
+        except Exception as exc:
+            code, message = _refusal(exc, "reassigning %d partitions failed", len(asked))
+            results = topic_wire.reassignments_refused(asked, code, message)
+    return topic_wire.alter_partition_reassignments_response(response_cls, [*results, *refused])
 
 
 async def alter_user_scram_credentials(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:

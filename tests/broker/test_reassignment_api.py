@@ -27,15 +27,22 @@ def _create(client: WireClient, partitions: int) -> str:
     return name
 
 
-def _alter(client: WireClient, moves: dict[tuple[str, int], tuple[int, ...] | None]) -> dict[tuple[str, int], Any]:
-    cls = codec.request_class(ALTER, 0)
+def _alter(
+    client: WireClient,
+    moves: dict[tuple[str, int], tuple[int, ...] | None],
+    *,
+    version: int = 0,
+    allow_replication_factor_change: bool = True,
+) -> dict[tuple[str, int], Any]:
+    cls = codec.request_class(ALTER, version)
     topic_cls = schema.field_entity(cls, "topics")
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), replicas in moves.items():
         by_topic.setdefault(topic, []).append(
             schema.build_nested(topic_cls, "partitions", partition_index=partition, replicas=replicas))
     topics = tuple(schema.build_nested(cls, "topics", name=t, partitions=tuple(p)) for t, p in by_topic.items())
-    response = client.request(schema.build(cls, timeout=15000, topics=topics))
+    response = client.request(schema.build(cls, timeout=15000, topics=topics,
+                                           allow_replication_factor_change=allow_replication_factor_change))
     assert response.error_code == ErrorCode.none
     return {(t.name, int(p.partition_index)): p for t in response.responses for p in t.partitions}
 
@@ -47,10 +54,26 @@ def _list(client: WireClient, topics: dict[str, list[int]] | None) -> Any:
     return client.request(schema.build(cls, timeout=15000, topics=entries))
 
 
-def test_both_apis_are_advertised_at_v0(shared_broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+def test_both_apis_are_advertised(shared_broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
     response = wire(shared_broker.port).request(api_versions_request(3))
     ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
-    assert ranges[ALTER] == (0, 0) and ranges[LIST] == (0, 0)
+    assert ranges[ALTER] == (0, 1) and ranges[LIST] == (0, 0)
+
+
+def test_v1_refuses_a_replication_factor_change_when_asked_to(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    """KIP-860 (``--disallow-replication-factor-change``): the move that would change the replica count is refused
+    with INVALID_REPLICATION_FACTOR; the others in the request are answered as usual."""
+    client = wire(shared_broker.port)
+    topic = _create(client, 2)
+    me = shared_broker.node_id
+    results = _alter(client, {(topic, 0): (me, me + 1), (topic, 1): (me + 50,)}, version=1,
+                     allow_replication_factor_change=False)
+    assert results[(topic, 0)].error_code == ErrorCode.invalid_replication_factor
+    assert "from 1 to 2" in results[(topic, 0)].error_message
+    assert results[(topic, 1)].error_code == ErrorCode.invalid_replica_assignment
+    assert f"broker {me + 50}" in results[(topic, 1)].error_message
 
 
 def test_error_codes_per_partition(shared_broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:

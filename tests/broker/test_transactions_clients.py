@@ -204,8 +204,22 @@ def describe(client: WireClient, transactional_id: str) -> Described:
     return described
 
 
-def list_transactions(client: WireClient, states: tuple[str, ...] = (), pids: tuple[int, ...] = ()) -> Any:
-    request = schema.build(codec.request_class(66, 0), state_filters=states, producer_id_filters=pids)
+def list_transactions(
+    client: WireClient,
+    states: tuple[str, ...] = (),
+    pids: tuple[int, ...] = (),
+    *,
+    duration_ms: int = -1,
+    pattern: str | None = None,
+) -> Any:
+    """ListTransactions v2 (v0's filters, v1's duration filter, v2's transactional-id pattern)."""
+    request = schema.build(
+        codec.request_class(66, 2),
+        state_filters=states,
+        producer_id_filters=pids,
+        duration_filter=duration_ms,
+        transactional_id_pattern=pattern,
+    )
     return client.request(request)
 
 
@@ -314,7 +328,7 @@ def test_coordinator_aborts_a_timed_out_transaction_and_fences_its_producer(kafk
     create_topic(kafka.bootstrap, topic, partitions=1)
     transactional_id = topic_name("tid")
     producer = transactional_producer(
-        kafka.bootstrap, transactional_id, **{"transaction.timeout.ms": 2000, "message.timeout.ms": 2000}
+        kafka.bootstrap, transactional_id, **{"transaction.timeout.ms": 4000, "message.timeout.ms": 4000}
     )
     producer.init_transactions(DEADLINE_S)
     producer.begin_transaction()
@@ -327,6 +341,15 @@ def test_coordinator_aborts_a_timed_out_transaction_and_fences_its_producer(kafk
         listed = list_transactions(client, states=("Ongoing", "NoSuchState"), pids=(ongoing.producer_id,))
         assert [t.transactional_id for t in listed.transaction_states] == [transactional_id]
         assert tuple(listed.unknown_state_filters) == ("NoSuchState",)
+        # v1: running longer than a minute, not yet; v2: by a pattern matching the whole id, or not.
+        assert list_transactions(client, duration_ms=60_000).transaction_states == ()
+        running = list_transactions(client, duration_ms=0).transaction_states
+        assert transactional_id in [t.transactional_id for t in running]
+        by_pattern = list_transactions(client, pattern=f"{transactional_id[:4]}.*")
+        assert transactional_id in [t.transactional_id for t in by_pattern.transaction_states]
+        assert list_transactions(client, pattern=transactional_id[:4]).transaction_states == ()
+        bad = list_transactions(client, pattern="(?=look-ahead)")
+        assert (bad.error_code, bad.transaction_states) == (ErrorCode.invalid_regular_expression, ())
 
         aborted = wait_state(client, transactional_id, "CompleteAbort")
         assert aborted.producer_epoch == ongoing.producer_epoch + 1

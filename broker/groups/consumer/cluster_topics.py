@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from broker.groups.consumer.assignment import TopicMetadata
-from broker.groups.consumer.topic_regex import matching_topics
+from broker.name_patterns import matching_names
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class ClusterTopics:
         if found is None:
             if len(self._matches) >= 1024:
                 self._matches.clear()
-            found = self._matches[pattern] = matching_topics(pattern, self.regex_visible)
+            found = self._matches[pattern] = matching_names(pattern, self.regex_visible)
         return found
 
 

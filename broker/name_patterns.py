@@ -1,8 +1,10 @@
-"""Regular-expression subscriptions (``subscribedTopicRegex``, KIP-848) with Kafka's semantics.
+"""The regular expressions clients send to match names: KIP-848's topic subscriptions (``subscribedTopicRegex``)
+and ListTransactions v2's transactional-id filter (KIP-1152).
 
-Kafka evaluates them with RE2/J, so Fjord uses RE2 too: the same syntax (no look-around, no back-references) and,
-as important on a server, matching in time linear in the topic name whatever a client sends, so a pattern cannot
-make the coordinator backtrack for ever. A pattern matches a topic when it matches the whole name.
+Kafka evaluates subscriptions with RE2/J, so Fjord uses RE2 for both: the same syntax (no look-around, no
+back-references; a Java-only construct in a ListTransactions filter is refused as invalid) and, as important on a
+server, matching in time linear in the name whatever a client sends, so a pattern cannot make the broker backtrack
+for ever. A pattern matches a name when it matches the whole name (Java's ``matches``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from typing import Any
 
 import re2
 
-#: Longest pattern a member may subscribe with. Kafka sets no bound of its own; a topic name is at most 249
-#: characters, so a longer pattern is almost certainly not a subscription, and a bound keeps what every member's
-#: record stores small.
+#: Longest pattern accepted. Kafka sets no bound of its own; a topic name is at most 249 characters, so a longer
+#: pattern is almost certainly not a subscription, and a bound keeps what every member's record stores small.
 MAX_REGEX_CHARS = 2048
 
 _OPTIONS = re2.Options()
@@ -35,7 +36,7 @@ def compile_regex(pattern: str) -> Any:
         raise InvalidRegex(f"the regular expression is not valid RE2: {exc}") from None
 
 
-def matching_topics(pattern: str, names: frozenset[str]) -> frozenset[str]:
+def matching_names(pattern: str, names: frozenset[str]) -> frozenset[str]:
     """Names of ``names`` the (valid) pattern matches whole."""
     compiled = compile_regex(pattern)
     return frozenset(name for name in names if compiled.fullmatch(name) is not None)
