@@ -138,7 +138,11 @@ def test_bad_targets_are_refused_and_a_stuck_move_is_listed_until_the_timer(
     finally:
         node.signal(signal.SIGCONT)
     wait_for(f"broker {source} live again", lambda: source in live_brokers(bootstrap), SESSION_TIMEOUT_S + 20)
-    assert _election(admin, preferred) == ErrorCode.none
+    # Listed live by one broker's metadata, the resumed broker may not be a leader candidate at the controller for
+    # a moment more on a loaded machine (PREFERRED_LEADER_NOT_AVAILABLE, seen once in a full run): the preferred
+    # election must succeed once it is.
+    wait_for(f"a preferred election of {preferred}-0 back to broker {source}",
+             lambda: _election(admin, preferred) == ErrorCode.none, 15)
     wait_for(f"{preferred}-0 led by broker {source} again", lambda: leaders(bootstrap, preferred).get(0) == source, 15)
     assert _election(admin, preferred) == ErrorCode.election_not_needed
 
