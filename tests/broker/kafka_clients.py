@@ -230,3 +230,16 @@ def run_kafkajs(script: str, *args: str, timeout: float = 90) -> Any:
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def entity(api_key: int, version: int, *path: str) -> type[Any]:
+    """The request entity class of ``api_key`` v``version``, or a nested one along ``path``."""
+    cls = codec.request_class(api_key, version)
+    for name in path:
+        cls = schema.field_entity(cls, name)
+    return cls
+
+
+def call(client: WireClient, api_key: int, version: int, **fields: object) -> Any:
+    """One request of ``api_key`` v``version`` built from ``fields``, and its response."""
+    return client.request(schema.build(entity(api_key, version), **fields))

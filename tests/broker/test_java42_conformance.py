@@ -20,7 +20,7 @@ from kio.static.constants import uuid_zero
 from broker import authorized_operations
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
 from testkit.waiting import eventually
-from tests.broker.kafka_clients import topic_name
+from tests.broker.kafka_clients import call, entity, topic_name
 from tests.topics import create_topic
 from wire import codec, schema
 from wire.api_versions import API_VERSIONS
@@ -49,15 +49,6 @@ def client(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> WireClien
     return wire(kafka.port)
 
 
-def entity(api_key: int, version: int, *path: str) -> type[Any]:
-    cls = codec.request_class(api_key, version)
-    for name in path:
-        cls = schema.field_entity(cls, name)
-    return cls
-
-
-def call(client: WireClient, api_key: int, version: int, **fields: object) -> Any:
-    return client.request(schema.build(entity(api_key, version), **fields))
 
 
 def metadata_v13(client: WireClient, *topics: str) -> Any:

@@ -23,7 +23,7 @@ from kio.static.constants import uuid_zero
 from broker import authorized_operations
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
-from tests.broker.kafka_clients import topic_name
+from tests.broker.kafka_clients import call, entity, topic_name
 from tests.topics import create_topic
 from wire import codec, schema
 from wire.api_versions import API_VERSIONS, METADATA_VERSION
@@ -55,18 +55,6 @@ def client(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> WireClien
 
 
 # ---------------------------------------------------------------------------------------------- request helpers
-def entity(api_key: int, version: int, *path: str) -> type[Any]:
-    """The request entity class of ``api_key`` v``version``, or a nested one along ``path``."""
-    cls = codec.request_class(api_key, version)
-    for name in path:
-        cls = schema.field_entity(cls, name)
-    return cls
-
-
-def call(client: WireClient, api_key: int, version: int, **fields: object) -> Any:
-    return client.request(schema.build(entity(api_key, version), **fields))
-
-
 def metadata(client: WireClient, *topics: str, auto_create: bool = False, ops: bool = False) -> Any:
     """Metadata v12 as the Java producer/consumer/admin send it (by name; ``()``: brokers only)."""
     topic_cls = entity(3, 12, "topics")
