@@ -6,12 +6,13 @@ consumers forms in one generation without the tests sleeping for Kafka's default
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,10 +26,13 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from testkit.node_process import REPO, BrokerProcess, start_broker
 from testkit.waiting import eventually
+from tests.broker import cg_clients
 from tests.topics import create_topic
 
 GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "300", "num.partitions": "6"}
 DEADLINE_S = 45.0
+#: The shared polling loop (tests/broker/cg_clients.py) with this module's deadline.
+poll_until = functools.partial(cg_clients.poll_until, timeout=DEADLINE_S)
 
 
 @pytest.fixture(scope="module")
@@ -65,30 +69,6 @@ def make_consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
     }
     config.update(extra)
     return Consumer(config)
-
-
-def poll_until(
-    consumers: Iterable[Consumer],
-    done: Callable[[], bool],
-    on_message: Callable[[Consumer, Message], None],
-    timeout: float = DEADLINE_S,
-    what: str = "the consumers to reach the awaited state",
-) -> None:
-    """Polls every consumer in turn (each poll is short) until ``done()``; fails after ``timeout`` seconds."""
-    consumers = list(consumers)
-
-    def polled_until_done() -> bool:
-        if done():
-            return True
-        for consumer in consumers:
-            message = consumer.poll(0.05)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            on_message(consumer, message)
-        return done()
-
-    eventually(polled_until_done, timeout=timeout, interval=0.001, what=what)  # the polls themselves wait
 
 
 def test_group_of_three_rebalances_when_one_leaves_and_consumes_each_record_once(node: BrokerProcess) -> None:
