@@ -33,6 +33,12 @@ RACES_THE_CLIENTS_TIMERS = {
     # 0086 purge_remote expects its first ProduceRequest to carry a whole batch of 10 messages (linger.ms 500, every
     # socket delayed 500 ms); on a loaded 2-core CI machine it once carried one.
     "0086": "the first ProduceRequest must carry all 10 messages lingered for 500 ms behind a 500 ms socket delay",
+    # 0061 consumer_lag compares the lag in each statistics event (emitted by the client's stats timer thread, from
+    # the stored offset) with the lag the test computed from the last message it got: an event emitted between the
+    # message's return and the store of its offset is one behind. Seen once in a CI run ("Stats consumer_lag 6,
+    # expected 5"), after passing in the runs before it.
+    "0061": "a statistics event emitted between a message's delivery and the store of its offset reports a lag one "
+    "higher than the test computed",
 }
 
 #: Tests that skip themselves when ``CI`` is set (their measurements are "not reliable on CI"), so they run without
