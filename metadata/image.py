@@ -39,7 +39,7 @@ from metadata.cluster_records import (
     WALFailoverDoneRecord,
     WALFailoverRecord,
 )
-from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from storage.metadata.record_codec import MetadataRecord
 from wire.api_versions import FEATURES_BY_NAME, METADATA_VERSION
@@ -167,6 +167,8 @@ class MetadataImage:
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
     #: KIP-714 client-metrics subscriptions (``settings.client_metrics``): subscription name -> key -> value.
     client_metrics: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
+    #: Groups' dynamic configs (GROUP resources, ``settings.group_configs``): group id -> key -> value.
+    group_configs: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     #: KIP-584 finalized feature levels as FeatureLevelRecords set them (``controller.decisions.features``); empty
     #: until a cluster first finalizes its features, and then the defaults of ``wire.api_versions.FEATURES`` apply.
     features: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
@@ -246,6 +248,9 @@ class MetadataImage:
         for name, configs in sorted(self.client_metrics.items()):
             for key, value in sorted(configs.items()):
                 out.append(ConfigRecord(RESOURCE_CLIENT_METRICS, name, key, value))
+        for name, configs in sorted(self.group_configs.items()):
+            for key, value in sorted(configs.items()):
+                out.append(ConfigRecord(RESOURCE_GROUP, name, key, value))
         for failover in sorted(self.wal_failovers.values(), key=lambda f: f.node_id):
             out.append(WALFailoverRecord(failover.node_id, failover.node_epoch, failover.target_id,
                                          failover.target_epoch, failover.attempt))
@@ -296,6 +301,7 @@ class _Builder:
         self._acls: dict[str, AclBinding] | None = None
         self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
         self._client_metrics: dict[str, Mapping[str, str]] | None = None
+        self._group_configs: dict[str, Mapping[str, str]] | None = None
         self._features: dict[str, int] | None = None
         self._producer_ids = base.producer_ids
 
@@ -479,6 +485,15 @@ class _Builder:
                 self._client_metrics[record.resource_name] = _frozen(subscription)
             else:  # a subscription whose every key is deleted is gone, as in Kafka
                 self._client_metrics.pop(record.resource_name, None)
+        elif record.resource_type == RESOURCE_GROUP:
+            if self._group_configs is None:
+                self._group_configs = dict(self._base.group_configs)
+            group = dict(self._group_configs.get(record.resource_name, {}))
+            _set(group, record.name, record.value)
+            if group:
+                self._group_configs[record.resource_name] = _frozen(group)
+            else:
+                self._group_configs.pop(record.resource_name, None)
         else:
             logger.warning("config record for unsupported resource type %d ignored", record.resource_type)
 
@@ -542,6 +557,7 @@ class _Builder:
             acls=base.acls if self._acls is None else _frozen(self._acls),
             client_quotas=base.client_quotas if self._quotas is None else _frozen(self._quotas),
             client_metrics=base.client_metrics if self._client_metrics is None else _frozen(self._client_metrics),
+            group_configs=base.group_configs if self._group_configs is None else _frozen(self._group_configs),
             features=base.features if self._features is None else _frozen(self._features),
         )
 

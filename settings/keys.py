@@ -261,6 +261,22 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey(
             "group.consumer.migration.policy", _B.STRING, "bidirectional", one_of(*_MIGRATION, case_sensitive=False)
         ),
+        # KIP-932 share groups (Kafka 4.2's keys, defaults and ranges; settings.share_groups checks them together;
+        # share groups are switched on by the share.version feature, not by a key)
+        ConfigKey("group.share.session.timeout.ms", _B.INT, 45000, at_least(1)),
+        ConfigKey("group.share.min.session.timeout.ms", _B.INT, 45000, at_least(1)),
+        ConfigKey("group.share.max.session.timeout.ms", _B.INT, 60000, at_least(1)),
+        ConfigKey("group.share.heartbeat.interval.ms", _B.INT, 5000, at_least(1)),
+        ConfigKey("group.share.min.heartbeat.interval.ms", _B.INT, 5000, at_least(1)),
+        ConfigKey("group.share.max.heartbeat.interval.ms", _B.INT, 15000, at_least(1)),
+        ConfigKey("group.share.record.lock.duration.ms", _B.INT, 30000, between(1000, 3600000)),
+        ConfigKey("group.share.min.record.lock.duration.ms", _B.INT, 15000, between(1000, 30000)),
+        ConfigKey("group.share.max.record.lock.duration.ms", _B.INT, 60000, between(30000, 3600000)),
+        ConfigKey("group.share.delivery.count.limit", _B.INT, 5, between(2, 10)),
+        ConfigKey("group.share.partition.max.record.locks", _B.INT, 2000, between(100, 10000)),
+        ConfigKey("group.share.max.size", _B.INT, 200, between(1, 1000)),
+        ConfigKey("group.share.max.share.sessions", _B.INT, 2000, at_least(1)),
+        ConfigKey("group.share.assignors", _B.LIST, ["simple"]),
         ConfigKey("offsets.topic.num.partitions", _B.INT, INTERNAL_TOPIC_PARTITIONS, at_least(1)),
         ConfigKey("offsets.topic.replication.factor", _B.SHORT, 1, at_least(1)),  # fjord: Kafka 3 (one node)
         ConfigKey("offsets.topic.segment.bytes", _B.INT, 104857600, at_least(1)),

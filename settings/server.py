@@ -54,6 +54,7 @@ from settings.security import (
     refuse_unimplemented,
     sasl_listener_override,
 )
+from settings.share_groups import ShareGroupSettings, share_group_settings
 from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
 from wire.connection_limits import ConnectionLimitSettings
 from wire.sasl.client import SaslCredentials
@@ -351,6 +352,7 @@ class ServerConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
         consumer_group_settings(self.value)  # a bad group.consumer.* combination stops the start here
+        share_group_settings(self.value)  # and a bad group.share.* one
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
             raise ConfigError("broker.heartbeat.interval.ms must be smaller than broker.session.timeout.ms")
 
@@ -460,6 +462,12 @@ class ServerConfig:
     def consumer_groups(self) -> ConsumerGroupSettings:
         """The KIP-848 consumer groups' settings, checked together (``settings.consumer_groups``)."""
         return consumer_group_settings(self.value)
+
+    @property
+    def share_groups(self) -> ShareGroupSettings:
+        """The KIP-932 share groups' settings, checked together (``settings.share_groups``); parsed on each call, so
+        a long-lived reader keeps the result."""
+        return share_group_settings(self.value)
 
     @property
     def group_min_session_timeout_ms(self) -> int:

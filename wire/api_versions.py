@@ -121,7 +121,11 @@ METADATA_VERSION: Final = Feature("metadata.version", 7, 14, 14)
 TRANSACTION_VERSION: Final = Feature("transaction.version", 0, 2, 2)
 #: The KIP-848 consumer group protocol at level 1.
 GROUP_VERSION: Final = Feature("group.version", 0, 1, 1)
-FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION, TRANSACTION_VERSION, GROUP_VERSION)
+#: KIP-932 share groups at level 1: Kafka 4.2 finalizes it in a new cluster (SV_1, production-ready there; Kafka
+#: ties it to metadata.version 4.2-IV0, which Fjord does not report, as it does not for group.version's 4.0-IV0).
+#: At 0 the share APIs answer UNSUPPORTED_VERSION (``metadata.group_configs.share_groups_enabled``).
+SHARE_VERSION: Final = Feature("share.version", 0, 1, 1)
+FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION, TRANSACTION_VERSION, GROUP_VERSION, SHARE_VERSION)
 FEATURES_BY_NAME: Final[Mapping[str, Feature]] = MappingProxyType({f.name: f for f in FEATURES})
 
 
