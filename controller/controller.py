@@ -68,7 +68,7 @@ from metadata.producer_ids import (
     next_block,
 )
 from metadata.wal_failover import wal_location_key
-from settings.config_resources import RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
+from settings.config_resources import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties
 from settings.server import ServerConfig
@@ -78,7 +78,7 @@ from storage.metadata.state_machine import StreamMetadataStateMachine, wall_cloc
 
 logger = logging.getLogger(__name__)
 
-_RESOURCE_KINDS = {RESOURCE_TOPIC: "topic", RESOURCE_CLIENT_METRICS: "client metrics"}
+_RESOURCE_KINDS = {RESOURCE_TOPIC: "topic", RESOURCE_CLIENT_METRICS: "client metrics", RESOURCE_GROUP: "group"}
 
 
 class Controller:
@@ -464,7 +464,7 @@ class Controller:
     ) -> tuple[ErrorCode, str | None]:
         async with self._lock:
             try:
-                records = plan_alter_configs(self._image, resource, changes, incremental_ops)
+                records = plan_alter_configs(self._image, resource, changes, incremental_ops, self._config.value)
             except ControllerError as exc:
                 return exc.error, exc.message
             if not validate_only:

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from metadata.acl.binding import AclBinding, AclBindingFilter
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult
 from metadata.image import MetadataImage
-from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from settings.describe import ConfigEntry
 from settings.endpoint import Endpoint
 from storage.metadata.api import NodeIdentity, StreamMetadata
@@ -94,7 +94,7 @@ class DeleteTopicResult:
 
 @dataclass(frozen=True, slots=True)
 class ConfigResource:
-    type: int  # 2 topic, 4 broker, 8 broker logger, 16 client metrics (Kafka's ConfigResource.Type)
+    type: int  # 2 topic, 4 broker, 8 broker logger, 16 client metrics, 32 group (Kafka's ConfigResource.Type)
     name: str  # topic name; for brokers a node id, or "" for the cluster-wide default
 
     TOPIC = RESOURCE_TOPIC
@@ -103,6 +103,8 @@ class ConfigResource:
     BROKER_LOGGER = 8
     #: A KIP-714 client-metrics subscription, by its name.
     CLIENT_METRICS = RESOURCE_CLIENT_METRICS
+    #: A group's dynamic configs (``consumer.*``, ``share.*``), by group id.
+    GROUP = RESOURCE_GROUP
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """DescribeConfigs (key 32) v1-4, AlterConfigs (key 33) v0-2 and IncrementalAlterConfigs (key 44) v0-1, for topic,
-broker and client-metrics (KIP-714) resources, and (DescribeConfigs, IncrementalAlterConfigs) this broker's loggers.
+broker, client-metrics (KIP-714) and group resources, and (DescribeConfigs, IncrementalAlterConfigs) this broker's
+loggers.
 
 Which keys exist, their types, defaults, synonyms and sources are ``settings``'s; changes are validated
 and applied by the controller. The alter requests are read and answered through ``metadata.admin.config_wire`` (shared
@@ -18,7 +19,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import Handler, RequestContext
-from broker.handlers.guards import CLUSTER_DENIED, TOPIC_DENIED, Guard, split
+from broker.handlers.guards import CLUSTER_DENIED, GROUP_DENIED, TOPIC_DENIED, Guard, split
 from broker.logger_levels import LoggerConfigError, alter_loggers, describe_loggers
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin import config_wire
@@ -27,12 +28,14 @@ from metadata.admin.config_wire import ResourceRefused
 from metadata.controller_api import ConfigResource
 from settings.client_metrics import describe_subscription
 from settings.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
+from settings.group_configs import describe_group_configs
 from wire import schema
 
 RESOURCE_TOPIC = ConfigResource.TOPIC
 RESOURCE_BROKER = ConfigResource.BROKER
 RESOURCE_BROKER_LOGGER = ConfigResource.BROKER_LOGGER
 RESOURCE_CLIENT_METRICS = ConfigResource.CLIENT_METRICS
+RESOURCE_GROUP = ConfigResource.GROUP
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,10 @@ def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str
         if not name:
             raise ResourceRefused(ErrorCode.invalid_request, "Client metrics subscription name must not be empty")
         return describe_subscription(image.client_metrics.get(name, {}), keys)
+    if resource_type == RESOURCE_GROUP:
+        if not name:
+            raise ResourceRefused(ErrorCode.invalid_request, "Group name must not be empty")
+        return describe_group_configs(image.group_configs.get(name, {}), ctx.broker.config.value, keys)
     raise ResourceRefused(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
 
 
@@ -148,13 +155,15 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
 
 
 def _authorize_resources(op: AclOperation, response_field: str) -> Guard:
-    """``op`` on each resource, as Kafka checks: on the topic for a topic resource, on the cluster for a broker,
-    broker-logger or client-metrics one."""
+    """``op`` on each resource, as Kafka checks: on the topic for a topic resource, on the group for a group one,
+    on the cluster for a broker, broker-logger or client-metrics one."""
 
     async def guard(ctx: RequestContext, request: Any, handler: Handler) -> Any:
         def denial(resource: Any) -> ErrorCode | None:
             if int(resource.resource_type) == RESOURCE_TOPIC:
                 return None if ctx.allowed(op, ResourceType.TOPIC, resource.resource_name) else TOPIC_DENIED
+            if int(resource.resource_type) == RESOURCE_GROUP:
+                return None if ctx.allowed(op, ResourceType.GROUP, resource.resource_name) else GROUP_DENIED
             return None if ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME) else CLUSTER_DENIED
 
         def refused(response_cls: type[Any], resource: Any, code: ErrorCode) -> Any:

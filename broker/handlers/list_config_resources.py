@@ -3,7 +3,7 @@
 
 v0 (Kafka 3.7's ListClientMetricsResources) lists the client-metrics subscriptions; v1 (KIP-1142) lists the types
 the request names (none named: every type served), as Kafka 4.1+ does: topics, brokers, broker loggers (one per
-broker), client-metrics subscriptions and groups with dynamic configs (Fjord keeps no group configs, so none).
+broker), client-metrics subscriptions and groups with dynamic configs.
 A type outside those is UNSUPPORTED_VERSION, as Kafka answers. CLUSTER DESCRIBE_CONFIGS is required, as in Kafka.
 """
 
@@ -19,9 +19,8 @@ from metadata.acl.binding import AclOperation
 from metadata.controller_api import ConfigResource
 from wire import schema
 
-RESOURCE_GROUP: Final = 32
 _V1_TYPES: Final = (ConfigResource.TOPIC, ConfigResource.BROKER, ConfigResource.BROKER_LOGGER,
-                    ConfigResource.CLIENT_METRICS, RESOURCE_GROUP)
+                    ConfigResource.CLIENT_METRICS, ConfigResource.GROUP)
 
 
 async def handle_list_config_resources(ctx: RequestContext, request: Any) -> Any:
@@ -40,6 +39,8 @@ async def handle_list_config_resources(ctx: RequestContext, request: Any) -> Any
         found.extend((name, ConfigResource.BROKER) for name in brokers)
     if ConfigResource.TOPIC in asked:
         found.extend((name, ConfigResource.TOPIC) for name in sorted(image.topics_by_name))
+    if ConfigResource.GROUP in asked:
+        found.extend((name, ConfigResource.GROUP) for name in sorted(image.group_configs))
     fields: dict[str, Any] = {}
     return ctx.build(throttle_time=0, error_code=ErrorCode.none, config_resources=tuple(
         schema.build_nested(ctx.response_class, "config_resources", resource_name=name,

@@ -8,7 +8,8 @@ appends them, and an unchanged request writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -18,8 +19,9 @@ from metadata.errors import ControllerError
 from metadata.image import MetadataImage
 from settings.client_metrics import CLIENT_METRICS_KEYS, ClientMetricsConfigError, validate_subscription
 from settings.config_key import ConfigKey, ConfigType, ConfigValueError
-from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_TOPIC
+from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from settings.connection_limits import per_ip_refusal
+from settings.group_configs import GROUP_CONFIG_KEYS, validate_group_configs
 from settings.keys import config_key, validate_broker_config, validate_topic_config
 
 
@@ -28,9 +30,12 @@ def plan_alter_configs(
     resource: ConfigResource,
     changes: Mapping[str, str | None],
     incremental_ops: Mapping[str, int] | None,
+    broker_value: Callable[[str], Any] | None = None,
 ) -> list[ConfigRecord]:
     """The records that give ``resource`` the configs the request asks for (``incremental_ops`` None: AlterConfigs,
-    whose ``changes`` replace every dynamic key); ControllerError with the code the client sees when refused."""
+    whose ``changes`` replace every dynamic key); ControllerError with the code the client sees when refused.
+    ``broker_value``: the controller node's typed broker settings (``ServerConfig.value``), whose bounds a group's
+    configs must stay within, as Kafka's controller checks them against its own; None: the catalogue's defaults."""
     if resource.type == RESOURCE_TOPIC:
         topic = image.topics_by_name.get(resource.name)
         if topic is None:
@@ -49,6 +54,8 @@ def plan_alter_configs(
             current = image.broker_configs
     elif resource.type == RESOURCE_CLIENT_METRICS:
         return _plan_client_metrics(image, resource, changes, incremental_ops)
+    elif resource.type == RESOURCE_GROUP:
+        return _plan_group(image, resource, changes, incremental_ops, broker_value or _catalogue_default)
     else:
         raise ControllerError(ErrorCode.invalid_request, f"Unsupported config resource type {resource.type}")
     wanted = _apply_config_ops(resource, current, changes, incremental_ops)
@@ -94,7 +101,41 @@ def _plan_client_metrics(
     ]
 
 
+def _catalogue_default(name: str) -> Any:
+    definition = config_key(RESOURCE_BROKER, name)
+    if definition is None:
+        raise KeyError(f"unknown broker config {name}")
+    return definition.default
+
+
+def _plan_group(
+    image: MetadataImage,
+    resource: ConfigResource,
+    changes: Mapping[str, str | None],
+    incremental_ops: Mapping[str, int] | None,
+    broker_value: Callable[[str], Any],
+) -> list[ConfigRecord]:
+    """A group's dynamic configs, refused as Kafka's ``GroupConfig.validate`` refuses them (INVALID_CONFIG naming
+    the key: an unknown key, a value outside its type or the broker's bounds, a heartbeat not below the session
+    time-out). A group needs no members to have configs, and its configs outlive it, as in Kafka."""
+    if not resource.name:
+        raise ControllerError(ErrorCode.invalid_request, "Group name must not be empty")
+    current = image.group_configs.get(resource.name, {})
+    wanted = _apply_config_ops(resource, current, changes, incremental_ops)
+    try:
+        validated = validate_group_configs(wanted, broker_value)
+    except ConfigValueError as exc:
+        raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+    return [
+        ConfigRecord(resource.type, resource.name, key, validated.get(key))
+        for key in sorted(set(current) | set(validated))
+        if current.get(key) != validated.get(key)
+    ]
+
+
 def _definition(resource_type: int, key: str) -> ConfigKey | None:
+    if resource_type == RESOURCE_GROUP:
+        return GROUP_CONFIG_KEYS.get(key)
     if resource_type == RESOURCE_CLIENT_METRICS:
         definition = CLIENT_METRICS_KEYS.get(key)
         if definition is None:
@@ -137,7 +178,7 @@ def _apply_config_ops(
             wanted[key] = value
         elif op == IncrementalOp.DELETE:
             if _definition(resource.type, key) is None:
-                kind = "topic" if resource.type == RESOURCE_TOPIC else "broker"
+                kind = {RESOURCE_TOPIC: "topic", RESOURCE_GROUP: "group"}.get(resource.type, "broker")
                 raise ControllerError(ErrorCode.invalid_config, f"Unknown {kind} config name: {key}")
             wanted.pop(key, None)
         elif op in (IncrementalOp.APPEND, IncrementalOp.SUBTRACT):

@@ -99,4 +99,8 @@ def _config_refusal(resource: ConfigResource, allowed: Allowed) -> tuple[ErrorCo
         if allowed(op, ResourceType.CLUSTER, CLUSTER_NAME):
             return None
         return ErrorCode.cluster_authorization_failed, _AUTHORIZATION_FAILED
+    if resource.type == ConfigResource.GROUP:
+        if allowed(op, ResourceType.GROUP, resource.name):
+            return None
+        return ErrorCode.group_authorization_failed, _AUTHORIZATION_FAILED
     return ErrorCode.invalid_request, f"Unexpected resource type {resource.type}."

@@ -27,7 +27,9 @@ _ALTER_CONFIGS_VERSION = 2
 _INCREMENTAL_ALTER_CONFIGS_VERSION = 1
 
 _OPS = {IncrementalOp.SET, IncrementalOp.DELETE, IncrementalOp.APPEND, IncrementalOp.SUBTRACT}
-_KNOWN_RESOURCE_TYPES = {ConfigResource.TOPIC, ConfigResource.BROKER, ConfigResource.CLIENT_METRICS}
+_KNOWN_RESOURCE_TYPES = {
+    ConfigResource.TOPIC, ConfigResource.BROKER, ConfigResource.CLIENT_METRICS, ConfigResource.GROUP,
+}
 #: IncrementalAlterConfigs also changes BROKER_LOGGER: answered by the broker named, never by the controller.
 _INCREMENTAL_RESOURCE_TYPES = {*_KNOWN_RESOURCE_TYPES, ConfigResource.BROKER_LOGGER}
 

@@ -211,17 +211,20 @@ async def test_delete_topics_by_id_names_the_refused_topic() -> None:
     assert [(r.name, r.error_code) for r in response.responses] == [("refused", ErrorCode.topic_authorization_failed)]
 
 
-async def test_describe_configs_refuses_topics_and_the_cluster_separately() -> None:
+async def test_describe_configs_refuses_topics_groups_and_the_cluster_separately() -> None:
     resources = (
         _nested(32, 4, "resources", resource_type=2, resource_name="refused", configuration_keys=None),
         _nested(32, 4, "resources", resource_type=4, resource_name="0", configuration_keys=None),
         _nested(32, 4, "resources", resource_type=2, resource_name="allowed", configuration_keys=None),
+        _nested(32, 4, "resources", resource_type=32, resource_name="other-group", configuration_keys=None),
+        _nested(32, 4, "resources", resource_type=32, resource_name="allowed-group", configuration_keys=None),
     )
     response, handler = await _serve(32, 4, resources=resources)
-    assert [r.resource_name for r in handler.asked[0].resources] == ["allowed"]
+    assert [r.resource_name for r in handler.asked[0].resources] == ["allowed", "allowed-group"]
     assert [(r.resource_name, r.error_code) for r in response.results] == [
         ("refused", ErrorCode.topic_authorization_failed),
         ("0", ErrorCode.cluster_authorization_failed),
+        ("other-group", ErrorCode.group_authorization_failed),
     ]
 
 

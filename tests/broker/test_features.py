@@ -48,12 +48,13 @@ def update(client: WireClient, *items: tuple[str, int, int], version: int = 2, v
     return client.request(schema.build(cls, feature_updates=updates, validate_only=validate_only))
 
 
-def test_a_new_cluster_finalizes_transactions_v2_and_the_consumer_protocol(
+def test_a_new_cluster_finalizes_transactions_v2_the_consumer_protocol_and_share_groups(
     broker: BrokerProcess, wire: Callable[[int], WireClient]
 ) -> None:
     supported, finalized, _ = features(wire(broker.port))
-    assert supported == {"metadata.version": (7, 14), "transaction.version": (0, 2), "group.version": (0, 1)}
-    assert finalized == {"metadata.version": 14, "transaction.version": 2, "group.version": 1}
+    assert supported == {"metadata.version": (7, 14), "transaction.version": (0, 2), "group.version": (0, 1),
+                         "share.version": (0, 1)}
+    assert finalized == {"metadata.version": 14, "transaction.version": 2, "group.version": 1, "share.version": 1}
     # Before v4 a range starting at 0 is left out (KAFKA-17492); the finalized levels are the same.
     supported_v3, finalized_v3, _ = features(wire(broker.port), 3)
     assert supported_v3 == {"metadata.version": (7, 14)}
@@ -72,7 +73,7 @@ def test_downgrade_and_upgrade_transaction_version_survive_a_restart(
     done = update(client, ("transaction.version", 1, SAFE_DOWNGRADE))
     assert (done.error_code, done.error_message) == (ErrorCode.none, None)
     _, finalized, epoch_after = features(client)
-    assert finalized == {"metadata.version": 14, "transaction.version": 1, "group.version": 1}
+    assert finalized == {"metadata.version": 14, "transaction.version": 1, "group.version": 1, "share.version": 1}
     assert epoch_after > epoch_before
     # group.version 0 removes the feature from the finalized list, as in Kafka.
     assert update(client, ("group.version", 0, UNSAFE_DOWNGRADE)).error_code == ErrorCode.none
@@ -81,16 +82,38 @@ def test_downgrade_and_upgrade_transaction_version_survive_a_restart(
 
     second = broker_factory(data_dir=first.data_dir)
     client = wire(second.port)
-    assert features(client)[1] == {"metadata.version": 14, "transaction.version": 1}
+    assert features(client)[1] == {"metadata.version": 14, "transaction.version": 1, "share.version": 1}
     # With group.version 0 the KIP-848 protocol is off, as in Kafka 4: a consumer cannot join with it.
     await_coordinator(client, "features-group")
     refused = heartbeat(client, "features-group", str(uuid.uuid4()), 0, topics=(), owned={})
     assert refused.error_code == ErrorCode.unsupported_version
     assert "group.version" in (refused.error_message or "")
     assert update(client, ("transaction.version", 2, UPGRADE), ("group.version", 1, UPGRADE)).error_code == 0
-    assert features(client)[1] == {"metadata.version": 14, "transaction.version": 2, "group.version": 1}
+    assert features(client)[1] == {"metadata.version": 14, "transaction.version": 2, "group.version": 1,
+                                   "share.version": 1}
     joined = heartbeat(client, "features-group", str(uuid.uuid4()), 0, topics=(), owned={})
     assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
+
+
+def test_share_version_is_turned_off_and_on_with_update_features_and_kept_across_a_restart(
+    broker_factory: Callable[..., BrokerProcess], wire: Callable[[int], WireClient]
+) -> None:
+    first = broker_factory()
+    client = wire(first.port)
+    assert features(client)[1]["share.version"] == 1
+    refused = update(client, ("share.version", 0, UPGRADE))
+    assert refused.error_code == ErrorCode.invalid_update_version
+    assert "without setting the upgrade type" in refused.error_message
+    assert update(client, ("share.version", 0, SAFE_DOWNGRADE)).error_code == ErrorCode.none
+    assert "share.version" not in features(client)[1]  # level 0 leaves the finalized list, as in Kafka
+    client.close()
+    assert first.stop() == 0, first.log_text()
+
+    second = broker_factory(data_dir=first.data_dir)
+    client = wire(second.port)
+    assert "share.version" not in features(client)[1]
+    assert update(client, ("share.version", 1, UPGRADE)).error_code == ErrorCode.none
+    assert features(client)[1]["share.version"] == 1
 
 
 def test_invalid_updates_are_refused_with_kafkas_errors_and_change_nothing(
@@ -102,7 +125,8 @@ def test_invalid_updates_are_refused_with_kafkas_errors_and_change_nothing(
         (("transaction.version", 1, UPGRADE), "without setting the upgrade type"),
         (("transaction.version", 3, UPGRADE), "only supports versions 0-2"),
         (("group.version", 2, UPGRADE), "only supports versions 0-1"),
-        (("share.version", 1, UPGRADE), "does not support the given feature"),
+        (("streams.version", 1, UPGRADE), "does not support the given feature"),
+        (("share.version", 2, UPGRADE), "only supports versions 0-1"),
         (("transaction.version", -1, SAFE_DOWNGRADE), "cannot be less than 0"),
         (("metadata.version", 13, SAFE_DOWNGRADE), "might delete metadata information"),
         (("metadata.version", 13, UNSAFE_DOWNGRADE), "Unsafe metadata downgrade is not supported"),
@@ -137,7 +161,8 @@ def test_initial_levels_given_at_the_first_start_as_kafka_storage_format_feature
     tmp_path: Path, wire: Callable[[int], WireClient]
 ) -> None:
     data = tmp_path / "node"
-    first = start_broker(data, args=("--feature", "transaction.version=1", "--feature", "group.version=0"))
+    first = start_broker(data, args=("--feature", "transaction.version=1", "--feature", "group.version=0",
+                                     "--feature", "share.version=0"))
     try:
         assert features(wire(first.port))[1] == {"metadata.version": 14, "transaction.version": 1}
     finally:
@@ -151,7 +176,7 @@ def test_initial_levels_given_at_the_first_start_as_kafka_storage_format_feature
 
 
 def test_an_unknown_feature_or_level_is_a_configuration_error(tmp_path: Path) -> None:
-    for option, reason in (("share.version=1", "NAME among"), ("transaction.version=3", "not supported")):
+    for option, reason in (("streams.version=1", "NAME among"), ("transaction.version=3", "not supported")):
         command = server_command(None, default_overrides(tmp_path / "bad"), ("--feature", option))
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 1

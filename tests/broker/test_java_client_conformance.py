@@ -220,9 +220,9 @@ def test_api_versions_as_java_3_and_4_clients_negotiate_it(client: WireClient) -
     _, v4 = client.receive(18, 4)
     assert v4.error_code == ErrorCode.none
     assert {f.name: (f.min_version, f.max_version) for f in v4.supported_features} == {
-        "metadata.version": (7, 14), "transaction.version": (0, 2), "group.version": (0, 1)}
+        "metadata.version": (7, 14), "transaction.version": (0, 2), "group.version": (0, 1), "share.version": (0, 1)}
     assert {f.name: f.max_version_level for f in v4.finalized_features} == {
-        "metadata.version": 14, "transaction.version": 2, "group.version": 1}
+        "metadata.version": 14, "transaction.version": 2, "group.version": 1, "share.version": 1}
 
     # ApiVersions answers with response header v0 even at flexible v3 (no header tagged fields), which Java
     # parses before it knows any version: correlation id, then straight into the body's error code.

@@ -155,8 +155,9 @@ def test_feature_levels_are_records_the_image_replays_and_snapshots() -> None:
     fresh = MetadataImage("c")
     # Until a cluster finalized its features, the software's defaults are in force.
     assert not fresh.features_finalized
-    assert fresh.finalized_features() == {"group.version": 1, "metadata.version": 14, "transaction.version": 2}
-    assert fresh.feature_level("share.version") == 0
+    assert fresh.finalized_features() == {"group.version": 1, "metadata.version": 14, "share.version": 1,
+                                          "transaction.version": 2}
+    assert fresh.feature_level("streams.version") == 0
     image = fresh.apply([FeatureLevelRecord("metadata.version", 14), FeatureLevelRecord("transaction.version", 1),
                          FeatureLevelRecord("group.version", 1), FeatureLevelRecord("group.version", 0)], 5)
     assert image.features_finalized
