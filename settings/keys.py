@@ -247,8 +247,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("group.max.session.timeout.ms", _B.INT, 1800000),
         ConfigKey("group.max.size", _B.INT, INT_MAX, at_least(1)),
         # KIP-848 consumer groups (Kafka 4.2's keys and defaults; settings.consumer_groups checks them together)
+        # "share" is accepted as Kafka 4.2 accepts it: share groups follow the share.version feature, not this list.
         ConfigKey(
-            "group.coordinator.rebalance.protocols", _B.LIST, ["classic", "consumer"], all_of("classic", "consumer")
+            "group.coordinator.rebalance.protocols", _B.LIST, ["classic", "consumer"],
+            all_of("classic", "consumer", "share"),
         ),
         ConfigKey("group.consumer.session.timeout.ms", _B.INT, 45000, at_least(1)),
         ConfigKey("group.consumer.min.session.timeout.ms", _B.INT, 45000, at_least(1)),

@@ -6,7 +6,8 @@ what the heartbeat changed is durable in ``__consumer_offsets`` (so a coordinato
 epoch a member was told). A group id names one group: a classic group becomes a consumer group when a member
 joins it with the new protocol, keeping its offsets, as in Kafka: an empty one (offsets only) always, one with
 members (which stay, as classic members) when ``group.consumer.migration.policy`` allows the online upgrade
-(:mod:`broker.groups.conversions`); otherwise it answers GROUP_ID_NOT_FOUND.
+(:mod:`broker.groups.conversions`); otherwise it answers GROUP_ID_NOT_FOUND. A group's own
+``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` (GROUP configs) apply from its next heartbeat.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
 
@@ -21,11 +23,12 @@ from broker.groups.classic.group import Group
 from broker.groups.consumer.assignment import TopicMetadata
 from broker.groups.consumer.changes import Change
 from broker.groups.consumer.cluster_topics import ClusterTopics
-from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest, HeartbeatResult
+from broker.groups.consumer.group import ConsumerGroup, ConsumerGroupConfig, HeartbeatRequest, HeartbeatResult
 from broker.groups.consumer.member import JOIN_EPOCH
 from broker.groups.conversions import Upgrade, upgrade_refusal, upgraded
 from broker.groups.offsets_schema import encode_group_key
 from broker.groups.runtime import CoordinatorRuntime
+from metadata.group_configs import consumer_group_config
 from metadata.image import MetadataImage
 from wire.record_batch import Record
 
@@ -67,6 +70,14 @@ class ConsumerMembership(CoordinatorRuntime):
             self._topics_seen = (image.topics_by_name, image.brokers)
         return self._topics_view
 
+    def _group_config(self, group_id: str) -> ConsumerGroupConfig:
+        """The broker's consumer group config with the group's own session time-out and heartbeat interval."""
+        own = consumer_group_config(self._context.controller.image, self.consumer_settings, group_id)
+        base = self.consumer_config
+        if (own.session_timeout_ms, own.heartbeat_interval_ms) == (base.session_timeout_ms, base.heartbeat_interval_ms):
+            return base
+        return replace(base, session_timeout_ms=own.session_timeout_ms, heartbeat_interval_ms=own.heartbeat_interval_ms)
+
     async def consumer_group_heartbeat(self, group_id: str, request: HeartbeatRequest) -> HeartbeatResult:
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
@@ -83,6 +94,7 @@ class ConsumerMembership(CoordinatorRuntime):
                     ErrorCode.group_id_not_found, f"consumer group {group_id} not found", member_id=request.member_id
                 )
             group = self._groups[group_id] = ConsumerGroup(group_id, self.consumer_config, self._now_ms())
+        group.config = self._group_config(group_id)
         result = group.heartbeat(self._now_ms(), request, self.cluster_topics())
         records: list[Record] = []
         changes: list[Change] = []

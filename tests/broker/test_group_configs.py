@@ -1,10 +1,12 @@
 """A group's dynamic configs (the GROUP config resource, ``kafka-configs.sh --entity-type groups``) through real
 admin clients: described with the broker's values until set, set and deleted with IncrementalAlterConfigs,
 replaced with legacy AlterConfigs, refused with INVALID_CONFIG naming the key when outside the broker's bounds,
-listed by ListConfigResources, and kept across a restart (they are metadata records)."""
+listed by ListConfigResources, kept across a restart (they are metadata records), and used: a consumer group's own
+heartbeat interval is what its members are told."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +23,13 @@ from confluent_kafka.admin import (
 )
 from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kio.schema.errors import ErrorCode
 
 from metadata.controller_api import ConfigResource as FjordResource
 from testkit.node_process import BrokerProcess, WireClient, start_broker
+from tests.broker.cg_wire import await_coordinator, heartbeat
 from tests.telemetry_wire import list_resources
+from wire import schema
 
 TIMEOUT = 15.0
 #: Bounds wider than Kafka's defaults, so a value only these allow proves the broker's own bounds are used.
@@ -162,3 +167,17 @@ def test_a_groups_configs_survive_a_restart(broker_factory: Callable[..., Broker
     second = broker_factory(BOUNDS, data_dir=first.data_dir)
     again = AdminClient({"bootstrap.servers": second.bootstrap})
     assert describe(again, "cfg-durable")["share.record.lock.duration.ms"] == ("100000", ConfigSource.GROUP_CONFIG)
+
+
+def test_a_consumer_groups_own_heartbeat_interval_reaches_its_members(
+    bounded_broker: BrokerProcess, admin: AdminClient, wire: Callable[[int], WireClient]
+) -> None:
+    client = wire(bounded_broker.port)
+    await_coordinator(client, "cfg-consumers")
+    joined = heartbeat(client, "cfg-consumers", str(uuid.uuid4()), 0, topics=(), owned={})
+    assert (joined.error_code, schema.millis(joined.heartbeat_interval)) == (ErrorCode.none, 5000)  # the broker's
+    alter(admin, "cfg-consumers", ("consumer.heartbeat.interval.ms", "7000"))
+    again = heartbeat(client, "cfg-consumers", joined.member_id, joined.member_epoch, topics=())
+    assert (again.error_code, schema.millis(again.heartbeat_interval)) == (ErrorCode.none, 7000)
+    other = heartbeat(client, "cfg-consumers-other", str(uuid.uuid4()), 0, topics=(), owned={})
+    assert schema.millis(other.heartbeat_interval) == 5000

@@ -84,6 +84,11 @@ def test_heartbeat_must_be_below_the_session_timeout_and_one_assignor_only() -> 
         ServerConfig.load(None, ["group.share.assignors=simple,simple"])
 
 
+def test_a_kafka_file_naming_the_share_protocol_starts() -> None:
+    config = ServerConfig.load(None, ["group.coordinator.rebalance.protocols=classic,consumer,share"])
+    assert config.consumer_groups.enabled and config.share_groups.max_size == 200
+
+
 def test_fjord_server_start_refuses_a_bad_share_key_in_one_line(tmp_path: Path) -> None:
     settings = default_overrides(tmp_path)
     settings["group.share.record.lock.duration.ms"] = "500"
