@@ -25,6 +25,7 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
+from broker.share.metrics import ShareMetrics
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
@@ -86,6 +87,8 @@ class Broker:
         self.partitions = PartitionManager(self.context, self.storage, on_removed=self.dispatcher.traffic.forget)
         self.groups = GroupCoordinator(self.context, self.partitions)
         self.transactions = TransactionCoordinator(self.context, self.partitions, self.producer_ids, self.groups)
+        #: Share groups' record counters on /metrics (the share partitions count into it).
+        self.share_metrics = ShareMetrics(self.node_id)
         self._tls_reloaders = [
             CertificateReloader(server, tls.watched_files(), tls.context, tls.reload_interval_ms / 1000)
             for server in listeners
