@@ -5,12 +5,14 @@ through ``broker.share.offsets_admin``, which asks each partition's leader.
 v1 of DescribeShareGroupOffsets (Kafka 4.2, KIP-1226) adds each partition's lag: the records between the start
 offset and the high watermark (-1 where the group has no state). Authorization as Kafka's KafkaApis: describe needs
 GROUP DESCRIBE (per group) and TOPIC DESCRIBE (per topic), alter GROUP READ and TOPIC READ, delete GROUP DELETE and
-TOPIC READ; a refused topic is answered TOPIC_AUTHORIZATION_FAILED and the others are served.
+TOPIC READ; a refused topic is answered TOPIC_AUTHORIZATION_FAILED and the others are served (a describe of every
+topic leaves out those the principal may not describe).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -164,13 +166,23 @@ async def authorize_describe_share_group_offsets(ctx: RequestContext, request: A
     served: tuple[Any, ...] = ()
     if allowed:
         response = await handler(ctx, dataclasses.replace(request, groups=tuple(allowed)))
-        served = tuple(
-            dataclasses.replace(g, topics=tuple(g.topics) + tuple(refused_topics.get(g.group_id, ())))
-            if g.group_id in refused_topics and g.error_code == ErrorCode.none
-            else g
-            for g in response.groups
-        )
+        everything = {g.group_id for g in allowed if g.topics is None}
+        served = tuple(_merge_refused(ctx, g, g.group_id in everything, refused_topics.get(g.group_id, ()))
+                       for g in response.groups)
     return ctx.build(throttle_time=0, groups=served + tuple(refused_groups))
+
+
+def _merge_refused(ctx: RequestContext, group: Any, everything: bool, refused: Sequence[Any]) -> Any:
+    """A served group's answer with its refused topics added; when it asked for every topic, the topics the
+    principal may not describe are left out instead (as Kafka filters them, like OffsetFetch)."""
+    if group.error_code != ErrorCode.none:
+        return group
+    topics = tuple(group.topics)
+    if everything:
+        topics = tuple(
+            t for t in topics if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic_name, log_denial=False)
+        )
+    return dataclasses.replace(group, topics=topics + tuple(refused))
 
 
 async def authorize_alter_share_group_offsets(ctx: RequestContext, request: Any, handler: Handler) -> Any:

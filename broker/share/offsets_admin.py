@@ -5,7 +5,7 @@ rules about the group, applied before each partition's leader is asked (``broker
 As Kafka's GroupCoordinatorService: a group id that is not a share group's answers GROUP_ID_NOT_FOUND; the start
 offsets can be altered or deleted only while the group has no members (NON_EMPTY_GROUP otherwise: a member holds
 acquired records whose offsets a reset would pull from under it); a topic the cluster does not know answers
-UNKNOWN_TOPIC_OR_PARTITION. Describe without topics means every partition of the topics the group subscribes to.
+UNKNOWN_TOPIC_OR_PARTITION. Describe without topics means every share partition of the group that has state.
 Whether a group exists and whether it is empty is the share group membership's to say (:class:`ShareGroupStates`,
 ``broker.groups.share_membership``), which also raises NOT_COORDINATOR when this broker does not coordinate it.
 """
@@ -34,7 +34,8 @@ class ShareGroupStates(Protocol):
         ...
 
     def share_group_topics(self, group_id: str) -> Collection[str]:
-        """The topics the group's members subscribe to (what a describe without topics covers)."""
+        """The topics a describe without topics covers: those the group has share-partition state on (Kafka's
+        ShareGroupStatePartitionMetadata initialized topics) or, lacking that record, those it subscribes to."""
         ...
 
 
@@ -73,6 +74,7 @@ class ShareOffsetsAdmin:
         if error is not ErrorCode.none:
             return error, []
         image = self._context.controller.image
+        everything = topics is None
         if topics is None:
             assert self.groups is not None
             topics = [
@@ -83,9 +85,16 @@ class ShareOffsetsAdmin:
         known = [(t, p) for t, parts in topics for p in parts if image.partition(t, p) is not None]
         found = await self.access.summaries(group_id, known)
         unknown = Summary(error=ErrorCode.unknown_topic_or_partition)
-        return ErrorCode.none, [
+        described = [
             DescribedTopic(name, {p: found.get((name, p), unknown) for p in parts}) for name, parts in topics
         ]
+        if everything:  # as Kafka: only the share partitions that have state (or could not be read)
+            described = [
+                DescribedTopic(t.name, kept)
+                for t in described
+                if (kept := {p: s for p, s in t.partitions.items() if s.start_offset >= 0 or _failed(s)})
+            ]
+        return ErrorCode.none, described
 
     async def alter(
         self, group_id: str, wanted: Sequence[tuple[str, Sequence[tuple[int, int]]]]
@@ -134,3 +143,7 @@ class ShareOffsetsAdmin:
         if error is ErrorCode.none and state != "empty":
             return ErrorCode.non_empty_group
         return error
+
+
+def _failed(summary: Summary) -> bool:
+    return summary.error is not ErrorCode.none

@@ -413,6 +413,16 @@ async def test_describe_share_group_offsets_refuses_per_group_and_per_topic() ->
     [answer] = (await serve_authorized(ctx, request, served)).groups
     assert [(t.topic_name, _errors(t)) for t in answer.topics] == [("unlisted", {ErrorCode.topic_authorization_failed})]
 
+    async def every_topic(ctx: RequestContext, request: Any) -> Any:  # the group's state is on both topics
+        group_cls = schema.field_entity(ctx.response_class, "groups")
+        topics = tuple(schema.build_nested(group_cls, "topics", topic_name=t) for t in ("allowed", "unlisted"))
+        return ctx.build(groups=(schema.build(group_cls, group_id="allowed-group", topics=topics),))
+
+    request = schema.build(codec.request_class(90, 1), groups=(_nested(90, 1, "groups", group_id="allowed-group",
+                                                                       topics=None),))
+    [answer] = (await serve_authorized(_context(90, 1), request, every_topic)).groups
+    assert [t.topic_name for t in answer.topics] == ["allowed"]  # a topic it may not describe is left out
+
 
 async def test_alter_share_group_offsets_needs_group_read_then_topic_read() -> None:
     def topic(name: str) -> Any:

@@ -175,9 +175,9 @@ async def test_describe_reports_start_offsets_and_lag(
     }
     ids = {t.topic_name: t.topic_id for t in group.topics}
     assert ids[TOPIC] == topic_id(node)
-    # v0 (Kafka 4.1's admin client) has no lag; no topics means every partition of the group's topics
+    # v0 (Kafka 4.1's admin client) has no lag; no topics means every share partition of the group with state
     v0 = await describe(node, None, version=0)
-    assert partitions_of(v0) == {(TOPIC, 0): (4, 0, None, ErrorCode.none), (TOPIC, 1): (-1, -1, None, ErrorCode.none)}
+    assert partitions_of(v0) == {(TOPIC, 0): (4, 0, None, ErrorCode.none)}
 
 
 async def test_unknown_groups_are_not_found(node: Node, store: MemoryShareState, groups: MemoryShareGroups) -> None:
