@@ -93,7 +93,8 @@ class Broker:
         #: Share groups' record counters on /metrics (the share partitions count into it).
         self.share_metrics = ShareMetrics(self.node_id)
         # TODO(lead): store=self.share_partitions (H-state's SharePartitions), groups=the share group membership
-        # (H-members' share_group_state / share_group_topics); until then no group is a share group.
+        # (H-members': share_group_state, ensure_share_group, share_group_topics), enabled=lambda:
+        # share_groups_enabled(self.controller.image) (H-config); until then no group is a share group.
         self._share_peers = Peers(self.context)
         self.share_offsets = ShareOffsetsAdmin(
             self.context, ShareStateAccess(self.context, self.partitions, self._share_peers, store=None), groups=None

@@ -2,17 +2,21 @@
 (KIP-932's ``kafka-share-groups.sh --describe --offsets``, ``--reset-offsets``, ``--delete-offsets``): Kafka's
 rules about the group, applied before each partition's leader is asked (``broker.share.state_rpc``).
 
-As Kafka's GroupCoordinatorService: a group id that is not a share group's answers GROUP_ID_NOT_FOUND; the start
-offsets can be altered or deleted only while the group has no members (NON_EMPTY_GROUP otherwise: a member holds
-acquired records whose offsets a reset would pull from under it); a topic the cluster does not know answers
-UNKNOWN_TOPIC_OR_PARTITION. Describe without topics means every share partition of the group that has state.
+As Kafka's GroupCoordinatorService: a group id that is not a share group's answers GROUP_ID_NOT_FOUND, except
+that altering the offsets of a group that does not exist yet creates it, empty (Kafka 4.2, KAFKA-19662: offsets set
+before the group is first used); the start offsets can be altered or deleted only while the group has no members
+(NON_EMPTY_GROUP otherwise: a member holds acquired records whose offsets a reset would pull from under it); a
+topic the cluster does not know answers UNKNOWN_TOPIC_OR_PARTITION. While the cluster's ``share.version`` is 0 the
+APIs answer UNSUPPORTED_VERSION, as Kafka's do. Describe without topics means every share partition of the group
+that has state.
+
 Whether a group exists and whether it is empty is the share group membership's to say (:class:`ShareGroupStates`,
 ``broker.groups.share_membership``), which also raises NOT_COORDINATOR when this broker does not coordinate it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -33,6 +37,11 @@ class ShareGroupStates(Protocol):
         ``KafkaError`` NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this broker cannot answer for it."""
         ...
 
+    async def ensure_share_group(self, group_id: str) -> GroupState | None:
+        """As :meth:`share_group_state`, but a group id no group has yet becomes an empty share group, persisted
+        (Kafka's getOrMaybeCreatePersistedShareGroup), before AlterShareGroupOffsets sets its offsets."""
+        ...
+
     def share_group_topics(self, group_id: str) -> Collection[str]:
         """The topics a describe without topics covers: those the group has share-partition state on (Kafka's
         ShareGroupStatePartitionMetadata initialized topics) or, lacking that record, those it subscribes to."""
@@ -48,20 +57,38 @@ class DescribedTopic:
 
 class ShareOffsetsAdmin:
     def __init__(
-        self, context: BrokerContext, access: ShareStateAccess, groups: ShareGroupStates | None = None
+        self,
+        context: BrokerContext,
+        access: ShareStateAccess,
+        groups: ShareGroupStates | None = None,
+        enabled: Callable[[], bool] = lambda: True,
     ) -> None:
         self._context = context
         self.access = access
         #: The share group membership; None until share groups exist on this broker (every group is then unknown).
         self.groups = groups
+        #: Whether the cluster's ``share.version`` is at least 1.
+        self.enabled = enabled
 
     def _group(self, group_id: str) -> tuple[ErrorCode, GroupState | None]:
+        if not self.enabled():
+            return ErrorCode.unsupported_version, None
         if not group_id:
             return ErrorCode.invalid_group_id, None
         if self.groups is None:
             return ErrorCode.group_id_not_found, None
         try:
             state = self.groups.share_group_state(group_id)
+        except KafkaError as exc:
+            return exc.code, None
+        return (ErrorCode.group_id_not_found, None) if state is None else (ErrorCode.none, state)
+
+    async def _group_to_alter(self, group_id: str) -> tuple[ErrorCode, GroupState | None]:
+        error, state = self._group(group_id)
+        if error is not ErrorCode.group_id_not_found or self.groups is None:
+            return error, state
+        try:
+            state = await self.groups.ensure_share_group(group_id)
         except KafkaError as exc:
             return exc.code, None
         return (ErrorCode.group_id_not_found, None) if state is None else (ErrorCode.none, state)
@@ -99,8 +126,9 @@ class ShareOffsetsAdmin:
     async def alter(
         self, group_id: str, wanted: Sequence[tuple[str, Sequence[tuple[int, int]]]]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        """Sets start offsets ((topic, [(partition, start offset)])) of an empty group; per-partition codes."""
-        error = self._changeable(group_id)
+        """Sets start offsets ((topic, [(partition, start offset)])) of an empty group, made if it does not exist;
+        per-partition codes."""
+        error = self._changeable(*await self._group_to_alter(group_id))
         if error is not ErrorCode.none:
             return error, {}
         image = self._context.controller.image
@@ -119,7 +147,7 @@ class ShareOffsetsAdmin:
 
     async def delete(self, group_id: str, topics: Sequence[str]) -> tuple[ErrorCode, dict[str, ErrorCode]]:
         """Drops an empty group's state on every partition of each topic; one code per topic (its first failure)."""
-        error = self._changeable(group_id)
+        error = self._changeable(*self._group(group_id))
         if error is not ErrorCode.none:
             return error, {}
         image = self._context.controller.image
@@ -138,8 +166,8 @@ class ShareOffsetsAdmin:
             results.setdefault(name, ErrorCode.none)  # a topic of no partitions
         return ErrorCode.none, results
 
-    def _changeable(self, group_id: str) -> ErrorCode:
-        error, state = self._group(group_id)
+    @staticmethod
+    def _changeable(error: ErrorCode, state: GroupState | None) -> ErrorCode:
         if error is ErrorCode.none and state != "empty":
             return ErrorCode.non_empty_group
         return error

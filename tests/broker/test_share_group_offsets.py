@@ -57,10 +57,17 @@ class MemoryShareGroups:
 
     def __init__(self) -> None:
         self.groups: dict[str, tuple[GroupState, tuple[str, ...]]] = {}
+        #: Ids held by classic or consumer groups.
+        self.other_types: set[str] = set()
 
     def share_group_state(self, group_id: str) -> GroupState | None:
         found = self.groups.get(group_id)
         return None if found is None else found[0]
+
+    async def ensure_share_group(self, group_id: str) -> GroupState | None:
+        if group_id in self.other_types:
+            return None
+        return self.groups.setdefault(group_id, ("empty", ()))[0]
 
     def share_group_topics(self, group_id: str) -> Collection[str]:
         return self.groups[group_id][1]
@@ -181,13 +188,38 @@ async def test_describe_reports_start_offsets_and_lag(
 
 
 async def test_unknown_groups_are_not_found(node: Node, store: MemoryShareState, groups: MemoryShareGroups) -> None:
-    for group_id in ("never-made", GROUP):  # no group at all; then a share group's id is asked of other group types
+    groups.other_types.add("a-consumer-group")
+    for group_id in ("never-made", "a-consumer-group"):
         described = await describe(node, {TOPIC: (0,)}, group_id=group_id)
         assert (described.error_code, described.topics) == (ErrorCode.group_id_not_found, ())
-        altered = await call(node, 91, 0, group_id=group_id, topics=alter_topics({TOPIC: {0: 1}}))
-        assert (altered.error_code, altered.responses) == (ErrorCode.group_id_not_found, ())
         deleted = await call(node, 92, 0, group_id=group_id, topics=delete_topics(TOPIC))
         assert (deleted.error_code, deleted.responses) == (ErrorCode.group_id_not_found, ())
+    altered = await call(node, 91, 0, group_id="a-consumer-group", topics=alter_topics({TOPIC: {0: 1}}))
+    assert (altered.error_code, altered.responses) == (ErrorCode.group_id_not_found, ())
+    assert store.states == {}
+
+
+async def test_altering_a_group_that_does_not_exist_makes_it(
+    node: Node, store: MemoryShareState, groups: MemoryShareGroups
+) -> None:
+    """Kafka 4.2: offsets may be set before a share group is first used."""
+    response = await call(node, 91, 0, group_id="not-yet", topics=alter_topics({TOPIC: {0: 5}}))
+    assert response.error_code == ErrorCode.none
+    assert groups.share_group_state("not-yet") == "empty"
+    described = await describe(node, {TOPIC: (0,)}, group_id="not-yet")
+    assert partitions_of(described) == {(TOPIC, 0): (5, 0, RECORDS - 5, ErrorCode.none)}
+
+
+async def test_while_share_groups_are_off_the_apis_are_unsupported(
+    node: Node, store: MemoryShareState, groups: MemoryShareGroups
+) -> None:
+    groups.groups[GROUP] = ("empty", (TOPIC,))
+    node.broker.share_offsets.enabled = lambda: False
+    assert (await describe(node, {TOPIC: (0,)})).error_code == ErrorCode.unsupported_version
+    altered = await call(node, 91, 0, group_id=GROUP, topics=alter_topics({TOPIC: {0: 1}}))
+    assert altered.error_code == ErrorCode.unsupported_version
+    deleted = await call(node, 92, 0, group_id=GROUP, topics=delete_topics(TOPIC))
+    assert deleted.error_code == ErrorCode.unsupported_version
     assert store.states == {}
 
 
