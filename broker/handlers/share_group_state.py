@@ -53,6 +53,7 @@ async def handle_read_share_group_state_summary(ctx: RequestContext, request: An
                 "state_epoch": summary.state_epoch,
                 "leader_epoch": summary.leader_epoch,
                 "start_offset": summary.start_offset,
+                "delivery_complete_count": summary.delivery_complete_count,
             }
     return _results(ctx, request, answers)
 

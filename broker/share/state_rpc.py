@@ -18,6 +18,7 @@ cannot be reached) and asks again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -47,6 +48,7 @@ _VERSIONS: Final = {INITIALIZE_SHARE_GROUP_STATE_KEY: 0, DELETE_SHARE_GROUP_STAT
 UNREACHABLE: Final = ErrorCode.coordinator_not_available
 
 TopicPartition = tuple[str, int]
+StateSummary = tuple[int, int, int] | tuple[int, int, int, int]
 T = TypeVar("T")
 
 
@@ -55,8 +57,10 @@ class ShareStateStore(Protocol):
     the share-partition state of a group on a partition this broker leads. Each raises ``KafkaError``
     (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID, ...) when it cannot answer."""
 
-    async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int] | None:
-        """(start offset, state epoch, leader epoch), or None when the group has no state on the partition."""
+    async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateSummary | None:
+        """(start offset, state epoch, leader epoch), or None when the group has no state on the partition; a
+        fourth element, when given, is Kafka 4.2's delivery-complete count: the offsets at or past the start offset
+        already acknowledged or archived, which lag leaves out (KIP-1226)."""
         ...
 
     async def reset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> None: ...
@@ -74,13 +78,16 @@ class Summary:
     leader_epoch: int = -1
     #: The partition's high watermark (-1: unknown), for lag.
     high_watermark: int = -1
+    #: Offsets at or past the start offset whose delivery is complete (-1: not known).
+    delivery_complete_count: int = -1
 
     @property
     def lag(self) -> int:
-        """Records between the share-partition start offset and the high watermark; -1 when either is unknown."""
+        """Records between the share-partition start offset and the high watermark not yet delivered for good (as
+        Kafka 4.2 computes it: high watermark - start offset - delivery-complete count); -1 when unknown."""
         if self.error is not ErrorCode.none or self.start_offset < 0 or self.high_watermark < 0:
             return -1
-        return max(0, self.high_watermark - self.start_offset)
+        return max(0, self.high_watermark - self.start_offset - max(0, self.delivery_complete_count))
 
 
 class ShareStateAccess:
@@ -122,7 +129,8 @@ class ShareStateAccess:
                     summaries[tp] = Summary(error=ErrorCode(part.error_code))
                 else:
                     summaries[tp] = Summary(start_offset=part.start_offset, state_epoch=part.state_epoch,
-                                            leader_epoch=part.leader_epoch, high_watermark=watermarks.get(tp, -1))
+                                            leader_epoch=part.leader_epoch, high_watermark=watermarks.get(tp, -1),
+                                            delivery_complete_count=part.delivery_complete_count)
             return summaries
 
         return await self._by_leader(list(wanted), local, remote, lambda: Summary(error=UNREACHABLE))
@@ -165,8 +173,9 @@ class ShareStateAccess:
             return Summary(error=exc.code)
         if found is None:
             return Summary()
-        start, state_epoch, leader_epoch = found
-        return Summary(start_offset=start, state_epoch=state_epoch, leader_epoch=leader_epoch)
+        complete = found[3] if len(found) == 4 else -1
+        return Summary(start_offset=found[0], state_epoch=found[1], leader_epoch=found[2],
+                       delivery_complete_count=complete)
 
     async def answer_reset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> ErrorCode:
         if start_offset < 0:
@@ -296,7 +305,7 @@ class ShareStateAccess:
 
 
 def _with_hw(summary: Summary, high_watermark: int) -> Summary:
-    return Summary(summary.error, summary.start_offset, summary.state_epoch, summary.leader_epoch, high_watermark)
+    return dataclasses.replace(summary, high_watermark=high_watermark)
 
 
 async def _code_of(change: Awaitable[None]) -> ErrorCode:
