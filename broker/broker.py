@@ -25,8 +25,12 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
+from broker.share.metrics import ShareMetrics
+from broker.share.offsets_admin import ShareOffsetsAdmin
+from broker.share.state_rpc import ShareStateAccess
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
+from broker.transactions.peers import Peers
 from broker.wal_failover import WALFailoverRunner
 from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_failover
 from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting
@@ -86,6 +90,15 @@ class Broker:
         self.partitions = PartitionManager(self.context, self.storage, on_removed=self.dispatcher.traffic.forget)
         self.groups = GroupCoordinator(self.context, self.partitions)
         self.transactions = TransactionCoordinator(self.context, self.partitions, self.producer_ids, self.groups)
+        #: Share groups' record counters on /metrics (the share partitions count into it).
+        self.share_metrics = ShareMetrics(self.node_id)
+        # TODO(lead): store=self.share_partitions (H-state's SharePartitions), groups=the share group membership
+        # (H-members': share_group_state, ensure_share_group, share_group_topics), enabled=lambda:
+        # share_groups_enabled(self.controller.image) (H-config); until then no group is a share group.
+        self._share_peers = Peers(self.context)
+        self.share_offsets = ShareOffsetsAdmin(
+            self.context, ShareStateAccess(self.context, self.partitions, self._share_peers, store=None), groups=None
+        )
         self._tls_reloaders = [
             CertificateReloader(server, tls.watched_files(), tls.context, tls.reload_interval_ms / 1000)
             for server in listeners
@@ -162,6 +175,7 @@ class Broker:
         await self._start("partitions", self.partitions.start(), self.partitions.stop)
         await self._start("group coordinator", self.groups.start(), self.groups.stop)
         await self._start("transaction coordinator", self.transactions.start(), self.transactions.stop)
+        self._started.append(("share-state connections", self._share_peers.close))
         if isinstance(self.controller, LoadReporting):  # a broker of a cluster: its traffic, for the auto-balancer
             self.controller.report_load_from(self.dispatcher.traffic.partition_bytes)
 

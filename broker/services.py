@@ -13,6 +13,7 @@ from broker.fetch_session import FetchSessionCache
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
+from broker.share.offsets_admin import ShareOffsetsAdmin
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from metadata.controller_api import ControllerClient
@@ -49,6 +50,11 @@ class BrokerServices(Protocol):
 
     @property
     def transactions(self) -> TransactionCoordinator: ...
+
+    @property
+    def share_offsets(self) -> ShareOffsetsAdmin:
+        """Share groups' start offsets: the offset admin APIs, and the share-state APIs between brokers."""
+        ...
 
     @property
     def telemetry(self) -> ClientTelemetry:

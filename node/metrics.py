@@ -12,6 +12,7 @@ from typing import Protocol
 
 from broker.broker import Broker
 from broker.metrics import BrokerStateCollector
+from broker.share.metrics import ShareMetricsCollector
 from broker.telemetry.exported import ClientTelemetryCollector
 from controller.controller import Controller
 from controller.metrics import ControllerCollector, ControllerView, image_view
@@ -37,6 +38,7 @@ def register_node_metrics(node: MeteredNode) -> None:
         lambda: node.broker.partitions if node.broker is not None else None,
         lambda: node.broker.groups if node.broker is not None else None,
     ))
+    registry.register(ShareMetricsCollector(lambda: node.broker.share_metrics if node.broker is not None else None))
     registry.register(ControllerCollector(lambda: _controller_view(node)))
     registry.register(ClientTelemetryCollector(
         lambda: node.broker.telemetry.pushed if node.broker is not None else None,

@@ -86,6 +86,12 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         72: VersionRange("PushTelemetry", 0, 0),
         74: VersionRange("ListConfigResources", 0, 1),
         75: VersionRange("DescribeTopicPartitions", 0, 0),
+        83: VersionRange("InitializeShareGroupState", 0, 0),
+        86: VersionRange("DeleteShareGroupState", 0, 0),
+        87: VersionRange("ReadShareGroupStateSummary", 0, 1),
+        90: VersionRange("DescribeShareGroupOffsets", 0, 1),
+        91: VersionRange("AlterShareGroupOffsets", 0, 0),
+        92: VersionRange("DeleteShareGroupOffsets", 0, 0),
     }
 )
 

@@ -59,6 +59,8 @@ from broker.handlers import (
     produce,
     sasl,
     scram_credentials,
+    share_group_offsets,
+    share_group_state,
     sync_group,
     telemetry,
     topics,
@@ -128,6 +130,12 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         72: telemetry.handle_push_telemetry,  # PushTelemetry
         74: list_config_resources.handle_list_config_resources,  # ListConfigResources
         75: describe_topic_partitions.handle_describe_topic_partitions,  # DescribeTopicPartitions
+        83: share_group_state.handle_initialize_share_group_state,  # InitializeShareGroupState (between brokers)
+        86: share_group_state.handle_delete_share_group_state,  # DeleteShareGroupState (between brokers)
+        87: share_group_state.handle_read_share_group_state_summary,  # ReadShareGroupStateSummary (between brokers)
+        90: share_group_offsets.handle_describe_share_group_offsets,  # DescribeShareGroupOffsets
+        91: share_group_offsets.handle_alter_share_group_offsets,  # AlterShareGroupOffsets
+        92: share_group_offsets.handle_delete_share_group_offsets,  # DeleteShareGroupOffsets
     }
 )
 
@@ -191,6 +199,14 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP DESCRIBE
         # GetTelemetrySubscriptions, PushTelemetry: no ACL (as Kafka: a client pushes its own metrics)
         74: list_config_resources.authorize_list_config_resources,  # ListConfigResources: CLUSTER DESCRIBE_CONFIGS
+        83: share_group_state.authorize_share_group_state,  # InitializeShareGroupState: CLUSTER CLUSTER_ACTION
+        86: share_group_state.authorize_share_group_state,  # DeleteShareGroupState: CLUSTER CLUSTER_ACTION
+        87: share_group_state.authorize_share_group_state,  # ReadShareGroupStateSummary: CLUSTER CLUSTER_ACTION
+        # DescribeShareGroupOffsets: GROUP DESCRIBE, then TOPIC DESCRIBE
+        90: share_group_offsets.authorize_describe_share_group_offsets,
+        91: share_group_offsets.authorize_alter_share_group_offsets,  # AlterShareGroupOffsets: GROUP READ, TOPIC READ
+        # DeleteShareGroupOffsets: GROUP DELETE, then TOPIC READ
+        92: share_group_offsets.authorize_delete_share_group_offsets,
     }
 )
 

@@ -379,3 +379,76 @@ async def test_offset_delete_needs_group_delete_then_topic_read() -> None:
     response, handler = await _serve(47, 0, group_id="allowed-group", topics=(topic("allowed"), topic("refused")))
     assert [t.name for t in handler.asked[0].topics] == ["allowed"]
     assert [(t.name, _errors(t)) for t in response.topics] == [("refused", {ErrorCode.topic_authorization_failed})]
+
+
+async def test_share_group_state_apis_need_cluster_action() -> None:
+    """InitializeShareGroupState, DeleteShareGroupState and ReadShareGroupStateSummary are between brokers only."""
+    for api_key, version, fields in ((83, 0, {"state_epoch": 0, "start_offset": 5}), (86, 0, {}), (87, 1, {})):
+        part = _nested(api_key, version, "topics.partitions", partition=0, **fields)
+        topic = _nested(api_key, version, "topics", topic_id=ALLOWED_ID, partitions=(part,))
+        response, handler = await _serve(api_key, version, group_id="allowed-group", topics=(topic,))
+        assert handler.asked == []
+        assert _errors(response.results[0]) == {ErrorCode.cluster_authorization_failed}, api_key
+
+
+async def test_describe_share_group_offsets_refuses_per_group_and_per_topic() -> None:
+    def group(group_id: str, *topics: str) -> Any:
+        return _nested(90, 1, "groups", group_id=group_id, topics=tuple(
+            _nested(90, 1, "groups.topics", topic_name=t, partitions=(0,)) for t in topics
+        ))
+
+    # "refused" grants DESCRIBE, which is what describing needs; "unlisted" has no ACL
+    response, handler = await _serve(90, 1, groups=(group("other-group", "allowed"),
+                                                    group("allowed-group", "allowed", "refused", "unlisted")))
+    [asked] = handler.asked
+    assert [(g.group_id, [t.topic_name for t in g.topics]) for g in asked.groups] == [
+        ("allowed-group", ["allowed", "refused"])
+    ]
+    refused = {g.group_id: g for g in response.groups}
+    assert refused["other-group"].error_code == ErrorCode.group_authorization_failed
+
+    async def served(ctx: RequestContext, request: Any) -> Any:  # each allowed group answered, without topics
+        return ctx.build(groups=tuple(schema.build_nested(ctx.response_class, "groups", group_id=g.group_id)
+                                      for g in request.groups))
+
+    ctx = _context(90, 1)
+    request = schema.build(codec.request_class(90, 1), groups=(group("allowed-group", "allowed", "unlisted"),))
+    [answer] = (await serve_authorized(ctx, request, served)).groups
+    assert [(t.topic_name, _errors(t)) for t in answer.topics] == [("unlisted", {ErrorCode.topic_authorization_failed})]
+
+    async def every_topic(ctx: RequestContext, request: Any) -> Any:  # the group's state is on both topics
+        group_cls = schema.field_entity(ctx.response_class, "groups")
+        topics = tuple(schema.build_nested(group_cls, "topics", topic_name=t) for t in ("allowed", "unlisted"))
+        return ctx.build(groups=(schema.build(group_cls, group_id="allowed-group", topics=topics),))
+
+    request = schema.build(codec.request_class(90, 1), groups=(_nested(90, 1, "groups", group_id="allowed-group",
+                                                                       topics=None),))
+    [answer] = (await serve_authorized(_context(90, 1), request, every_topic)).groups
+    assert [t.topic_name for t in answer.topics] == ["allowed"]  # a topic it may not describe is left out
+
+
+async def test_alter_share_group_offsets_needs_group_read_then_topic_read() -> None:
+    def topic(name: str) -> Any:
+        part = _nested(91, 0, "topics.partitions", partition_index=0, start_offset=1)
+        return _nested(91, 0, "topics", topic_name=name, partitions=(part,))
+
+    response, handler = await _serve(91, 0, group_id="other-group", topics=(topic("allowed"),))
+    assert handler.asked == [] and response.error_code == ErrorCode.group_authorization_failed
+    response, handler = await _serve(91, 0, group_id="allowed-group", topics=(topic("allowed"), topic("refused")))
+    assert [t.topic_name for t in handler.asked[0].topics] == ["allowed"]
+    assert [(t.topic_name, _errors(t)) for t in response.responses] == [
+        ("refused", {ErrorCode.topic_authorization_failed})
+    ]
+
+
+async def test_delete_share_group_offsets_needs_group_delete_then_topic_read() -> None:
+    def topic(name: str) -> Any:
+        return _nested(92, 0, "topics", topic_name=name)
+
+    response, handler = await _serve(92, 0, group_id="other-group", topics=(topic("allowed"),))
+    assert handler.asked == [] and response.error_code == ErrorCode.group_authorization_failed
+    response, handler = await _serve(92, 0, group_id="allowed-group", topics=(topic("allowed"), topic("refused")))
+    assert [t.topic_name for t in handler.asked[0].topics] == ["allowed"]
+    assert [(t.topic_name, t.error_code) for t in response.responses] == [
+        ("refused", ErrorCode.topic_authorization_failed)
+    ]

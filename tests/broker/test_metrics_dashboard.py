@@ -185,6 +185,12 @@ async def test_every_dashboard_metric_is_served_and_follows_the_clients(node: No
     before = await scrape(node.metrics_port)
     assert not any(labels.get("topic") == TOPIC for labels, _ in before.get("fjord_topic_bytes_in_total", []))
     await produce_and_consume(f"127.0.0.1:{node.broker.server.bound_port}")
+    # The share-group row: counted here through the broker's ShareMetrics as its share partitions count (TODO(lead):
+    # a share consumer's real deliveries instead, once share fetch is merged).
+    shares = node.broker.share_metrics
+    for count in (shares.acquired, shares.acknowledged, shares.released, shares.rejected, shares.archived,
+                  shares.lock_timed_out, shares.redelivered):
+        count(GROUP, TOPIC, 2)
 
     served = await scrape(node.metrics_port)
     node_id = str(node.node_id)
@@ -207,6 +213,8 @@ async def test_every_dashboard_metric_is_served_and_follows_the_clients(node: No
     assert value(served, "fjord_controller_active") == 1
     assert value(served, "fjord_controller_leader_id") == node.node_id
     assert value(served, "fjord_controller_metadata_offset") > value(before, "fjord_controller_metadata_offset")
+    assert value(served, "fjord_share_acquired_records_total", node=node_id, group=GROUP, topic=TOPIC) == 2
+    assert value(served, "fjord_share_redeliveries_total", node=node_id, group=GROUP, topic=TOPIC) == 2
     commits = "fjord_controller_commit_seconds_count"
     assert value(served, commits) > value(before, commits)
 
