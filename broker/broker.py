@@ -25,6 +25,8 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
+from broker.share_partitions_view import UnwiredSharePartitions
+from broker.share_sessions import ShareSessions
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
@@ -74,6 +76,9 @@ class Broker:
         #: What the broker's parts read of it (``broker.broker_context``).
         self.context = BrokerContext(self.node_id, self.cluster_id, config, controller)
         self.fetch_sessions = FetchSessionCache()
+        # TODO(lead): ShareSessions(self.share_partitions, max_sessions=<group.share.max.share.sessions>,
+        # record_lock_duration_ms=<the group's share.record.lock.duration.ms>, enabled=<share.version >= 1>)
+        self.share_sessions = ShareSessions(UnwiredSharePartitions(), enabled=lambda: False)
         self.producer_ids = ProducerIdAllocator(controller, lambda: (self.node_id, self.node_epoch))
         self.telemetry = ClientTelemetry(config)
         storage_config = replace(config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
