@@ -11,12 +11,14 @@ the seam, because ``broker/share/`` (H-state) is written on another branch: swit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.authorization import BrokerAuthorizer
@@ -31,6 +33,7 @@ from metadata.image import MetadataImage
 from settings.endpoint import Endpoint
 from settings.security import STANDARD_AUTHORIZER
 from tests.broker.share_partitions_fake import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, FakeSharePartitions
+from tests.broker.test_hostile_requests import _profiles, hostile
 from wire import codec, schema
 from wire.record_batch import iter_records
 
@@ -379,3 +382,39 @@ async def test_authorization_group_then_topics() -> None:
                               min_bytes=0, max_records=10, batch_size=10)
     assert refused.error_code == ErrorCode.group_authorization_failed and refused.responses == ()
     assert node.sessions.cache.get("other", "m1") is None
+
+
+def _aimed(entity: Any) -> Any:
+    """The hostile request with every topic id the known topic's, so the sweep reaches past the id lookup."""
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.name == "topic_id":
+            changes[f.name] = TOPIC
+        elif dataclasses.is_dataclass(value):
+            changes[f.name] = _aimed(value)
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            changes[f.name] = tuple(_aimed(v) for v in value)
+    return dataclasses.replace(entity, **changes)
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(78, 1), (78, 2), (79, 1), (79, 2)])
+async def test_hostile_field_values_get_kafka_codes(api_key: int, version: int) -> None:
+    """Every field at its extremes (test_hostile_requests' profiles): as sent, with every topic id the known
+    topic's, and that again at the session's epoch with a valid member id, so the sweep reaches the
+    acknowledgements and the acquisition. An encodable answer each time, never UNKNOWN_SERVER_ERROR."""
+    for profile in _profiles("t"):
+        raw = hostile(codec.request_class(api_key, version), profile)
+        aimed = _aimed(raw)
+        session_fields: dict[str, object] = {"member_id": "m1", "group_id": GROUP, "share_session_epoch": 1}
+        if version >= 2 and api_key == 78:
+            session_fields["is_renew_ack"] = False
+        for request in (raw, aimed, dataclasses.replace(aimed, **session_fields)):
+            node, conn = Node(), ConnectionState()
+            node.partitions.append(GROUP, TOPIC, 0, 3)
+            await fetch(node, conn, 0, {TOPIC: {0: []}})
+            fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+            response = await node.send(api_key, version, conn, **fields)
+            codes = [response.error_code, *(p.error_code for t in response.responses for p in t.partitions)]
+            assert ErrorCode.unknown_server_error not in codes, (profile.name, response)
+            await node.sessions.drain()
