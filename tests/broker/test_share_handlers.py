@@ -15,7 +15,9 @@ import dataclasses
 import gc
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, cast
 
 import pytest
@@ -24,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from broker.authorization import BrokerAuthorizer
 from broker.handlers.context import ConnectionState, RequestContext
 from broker.handlers.table import HANDLERS, serve_authorized
+from broker.request_dispatcher import RequestDispatcher
 from broker.services import BrokerServices
 from broker.share_sessions import ShareSessions
 from controller.decisions.acls import binding_record
@@ -31,10 +34,12 @@ from metadata.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternTyp
 from metadata.cluster_records import PartitionRecord, RegisterBrokerRecord, TopicRecord
 from metadata.image import MetadataImage
 from settings.endpoint import Endpoint
-from settings.security import STANDARD_AUTHORIZER
+from settings.security import STANDARD_AUTHORIZER, ListenerSasl
 from tests.broker.share_partitions_fake import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, FakeSharePartitions
 from tests.broker.test_hostile_requests import _profiles, hostile
 from wire import codec, schema
+from wire.dispatch import Peer
+from wire.metrics import ServerMetrics
 from wire.record_batch import iter_records
 
 TOPIC, SECRET, UNKNOWN = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -418,3 +423,42 @@ async def test_hostile_field_values_get_kafka_codes(api_key: int, version: int) 
             codes = [response.error_code, *(p.error_code for t in response.responses for p in t.partitions)]
             assert ErrorCode.unknown_server_error not in codes, (profile.name, response)
             await node.sessions.drain()
+
+
+@dataclass
+class _SaslConfig:
+    sasl: dict[str, ListenerSasl] = field(
+        default_factory=lambda: {"SASL": ListenerSasl("SASL", ("PLAIN",), MappingProxyType({"u": "p"}))})
+    tls: dict[str, object] = field(default_factory=dict)
+
+    def value(self, key: str) -> object:
+        return {"connections.max.reauth.ms": 0, "connection.failed.authentication.delay.ms": 0,
+                "quota.window.num": 11, "quota.window.size.seconds": 1}.get(key)
+
+
+async def test_a_closed_sasl_connection_releases_without_waiting_for_the_collector() -> None:
+    """A SASL connection's state holds its authentication; nothing in it points back at the state, so it goes (and
+    its share sessions end) the moment the listener lets go of it, not at some later cycle collection."""
+    node = Node()
+    node.partitions.append(GROUP, TOPIC, 0, 2)
+    broker = _Broker(node.sessions, config=cast(_Config, _SaslConfig()))
+    dispatcher = RequestDispatcher(cast(BrokerServices, broker), ServerMetrics())
+    state: ConnectionState | None = dispatcher.connection_state()
+    peer: Peer | None = Peer("127.0.0.1", 5555, "SASL", state=state)
+    assert peer is not None and state is not None
+    handshake = schema.build(codec.request_class(17, 1), mechanism="PLAIN")
+    await dispatcher.dispatch(codec.encode_request(handshake, 1)[4:], peer)
+    assert state.sasl is not None
+    await fetch(node, state, 0, {TOPIC: {0: []}})
+    assert node.log() == [(ACQUIRED, "m1")] * 2
+    gc.disable()
+    try:
+        freed = weakref.ref(state)
+        del state, peer
+        assert freed() is None
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await node.sessions.drain()
+        assert node.log() == [(AVAILABLE, None)] * 2
+    finally:
+        gc.enable()
