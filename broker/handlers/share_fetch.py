@@ -67,7 +67,8 @@ class _Acquired:
 
     error: ErrorCode = ErrorCode.none
     message: str | None = None
-    records: bytearray = field(default_factory=bytearray)
+    #: The record batches of each fetch that acquired something, joined once for the response.
+    records: list[bytes] = field(default_factory=list)
     ranges: list[AcquiredRange] = field(default_factory=list)
 
 
@@ -139,6 +140,9 @@ class _Acquisition:
     limits: _Limits
     results: dict[PartitionKey, _Acquired] = field(default_factory=dict)
     order: list[PartitionKey] = field(default_factory=list)
+    #: Bytes and records acquired so far, over every partition and pass.
+    total: int = 0
+    count: int = 0
 
     async def run(self, context: ShareFetchContext, readable: set[str]) -> dict[PartitionKey, _Acquired]:
         for key in context.partitions:
@@ -163,11 +167,10 @@ class _Acquisition:
             change = asyncio.ensure_future(awaitable)
             try:
                 await self._pass()
-                total, count = _totals(self.results)
                 errors = any(self.results[k].error != ErrorCode.none for k in self.order)
                 remaining = limits.deadline - time.monotonic()
-                if (total >= limits.min_bytes or errors or remaining <= 0 or count >= limits.max_records
-                        or total >= limits.max_bytes):
+                if (self.total >= limits.min_bytes or errors or remaining <= 0 or self.count >= limits.max_records
+                        or self.total >= limits.max_bytes):
                     return self.results
                 await asyncio.wait([change], timeout=remaining)
                 if time.monotonic() >= limits.deadline:
@@ -184,8 +187,7 @@ class _Acquisition:
             part = self.results[key]
             if part.error != ErrorCode.none:
                 continue
-            total, count = _totals(self.results)
-            max_records, max_bytes = self.limits.max_records - count, self.limits.max_bytes - total
+            max_records, max_bytes = self.limits.max_records - self.count, self.limits.max_bytes - self.total
             if max_records <= 0 or max_bytes <= 0:
                 return
             topic_id, name, partition = key
@@ -202,15 +204,15 @@ class _Acquisition:
                 part.error = ErrorCode(fetched.error)
                 continue
             if fetched.acquired:
-                part.records += fetched.records or b""
+                records = fetched.records or b""
+                part.records.append(records)
                 part.ranges.extend(fetched.acquired)
+                self.total += len(records)
+                self.count += _count(fetched.acquired)
 
 
-def _totals(results: dict[PartitionKey, _Acquired]) -> tuple[int, int]:
-    """Bytes and records acquired so far."""
-    total = sum(len(p.records) for p in results.values())
-    count = sum(r.last_offset - r.first_offset + 1 for p in results.values() for r in p.ranges)
-    return total, count
+def _count(ranges: list[AcquiredRange]) -> int:
+    return sum(r.last_offset - r.first_offset + 1 for r in ranges)
 
 
 def _response(
@@ -230,9 +232,8 @@ def _response(
         ack = acks.pop(key, None)
         if not context.include(key, has_records=bool(part.records), error=part.error) and ack is None:
             continue
-        records = bytes(part.records)
-        ctx.traffic.fetched(key[1] or "", key[2], len(records), sum(r.last_offset - r.first_offset + 1
-                                                                    for r in part.ranges))
+        records = b"".join(part.records)
+        ctx.traffic.fetched(key[1] or "", key[2], len(records), _count(part.ranges))
         entries.append((key, schema.build(
             part_cls,
             partition_index=key[2],
