@@ -28,6 +28,8 @@ from broker.request_dispatcher import RequestDispatcher
 from broker.share.metrics import ShareMetrics
 from broker.share.offsets_admin import ShareOffsetsAdmin
 from broker.share.state_rpc import ShareStateAccess
+from broker.share_partitions_view import UnwiredSharePartitions
+from broker.share_sessions import ShareSessions
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.peers import Peers
@@ -78,6 +80,9 @@ class Broker:
         #: What the broker's parts read of it (``broker.broker_context``).
         self.context = BrokerContext(self.node_id, self.cluster_id, config, controller)
         self.fetch_sessions = FetchSessionCache()
+        # TODO(lead): ShareSessions(self.share_partitions, max_sessions=<group.share.max.share.sessions>,
+        # record_lock_duration_ms=<the group's share.record.lock.duration.ms>, enabled=<share.version >= 1>)
+        self.share_sessions = ShareSessions(UnwiredSharePartitions(), enabled=lambda: False)
         self.producer_ids = ProducerIdAllocator(controller, lambda: (self.node_id, self.node_epoch))
         self.telemetry = ClientTelemetry(config)
         storage_config = replace(config.storage, cluster_id=self.cluster_id, node_id=self.node_id,

@@ -109,21 +109,24 @@ class RequestDispatcher:
                 return controller.image.scram_credential(user, mechanism)  # the image as of each exchange
 
             failures = self.metrics.authentication_failures
+            # The callbacks hold the listener's name and the limit lift, not the peer: the peer holds this state,
+            # and a cycle through it would keep a closed connection's state (its share sessions) until a GC pass.
+            listener, lift = peer.listener, peer.lift_request_limit
             state.sasl = SaslSession(
                 settings,
                 credential,
                 peer=str(peer),
                 reauth_ms=int(self.broker.config.value("connections.max.reauth.ms")),
                 failure_delay_ms=int(self.broker.config.value("connection.failed.authentication.delay.ms")),
-                on_failure=lambda mechanism: failures.labels(listener=peer.listener, mechanism=mechanism).inc(),
-                on_success=lambda mechanism: self._authenticated(peer, mechanism),
+                on_failure=lambda mechanism: failures.labels(listener=listener, mechanism=mechanism).inc(),
+                on_success=lambda mechanism: self._authenticated(listener, lift, mechanism),
             )
         return state.sasl
 
-    def _authenticated(self, peer: Peer, mechanism: str) -> None:
-        self.metrics.authentications.labels(listener=peer.listener, mechanism=mechanism).inc()
-        if peer.lift_request_limit is not None:
-            peer.lift_request_limit()  # Kafka's sasl.server.max.receive.size no longer applies
+    def _authenticated(self, listener: str, lift: Callable[[], None] | None, mechanism: str) -> None:
+        self.metrics.authentications.labels(listener=listener, mechanism=mechanism).inc()
+        if lift is not None:
+            lift()  # Kafka's sasl.server.max.receive.size no longer applies
 
     async def _raw_token(self, session: SaslSession, frame: bytes, peer: Peer) -> bytes:
         """A SASL token sent without Kafka framing after SaslHandshake v0; the answer likewise. A failure closes

@@ -14,6 +14,7 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.share.offsets_admin import ShareOffsetsAdmin
+from broker.share_sessions import ShareSessions
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from metadata.controller_api import ControllerClient
@@ -29,6 +30,12 @@ class BrokerServices(Protocol):
     @property
     def fetch_sessions(self) -> FetchSessionCache:
         """The node's incremental fetch sessions (KIP-227), shared by every connection."""
+        ...
+
+    @property
+    def share_sessions(self) -> ShareSessions:
+        """The node's share sessions (KIP-932) and, through them, its share partitions, for ShareFetch and
+        ShareAcknowledge."""
         ...
 
     @property

@@ -30,7 +30,7 @@ from wire.sasl.session import SaslSession
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, weakref_slot=True)
 class ConnectionState:
     """What the broker keeps for one client connection, for as long as it is open.
 
@@ -38,7 +38,8 @@ class ConnectionState:
     clients rely on are restored per connection here: Produce appends to a partition in arrival order, and an
     OffsetFetch sees the OffsetCommits sent before it. The listener makes one per connection
     (``RequestDispatcher.connection_state``) and drops it when the connection closes, so nothing keyed by client
-    address outlives its connection."""
+    address outlives its connection. It can be weakly referenced: a share session ends when its connection's
+    state goes (``broker.share_sessions``)."""
 
     appends: AppendOrder = field(default_factory=AppendOrder)
     commits: PendingCommits = field(default_factory=PendingCommits)

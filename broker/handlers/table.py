@@ -59,6 +59,9 @@ from broker.handlers import (
     produce,
     sasl,
     scram_credentials,
+    share_acknowledge,
+    share_common,
+    share_fetch,
     share_group_offsets,
     share_group_state,
     sync_group,
@@ -130,6 +133,8 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         72: telemetry.handle_push_telemetry,  # PushTelemetry
         74: list_config_resources.handle_list_config_resources,  # ListConfigResources
         75: describe_topic_partitions.handle_describe_topic_partitions,  # DescribeTopicPartitions
+        78: share_fetch.handle_share_fetch,  # ShareFetch
+        79: share_acknowledge.handle_share_acknowledge,  # ShareAcknowledge
         83: share_group_state.handle_initialize_share_group_state,  # InitializeShareGroupState (between brokers)
         86: share_group_state.handle_delete_share_group_state,  # DeleteShareGroupState (between brokers)
         87: share_group_state.handle_read_share_group_state_summary,  # ReadShareGroupStateSummary (between brokers)
@@ -199,6 +204,9 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP DESCRIBE
         # GetTelemetrySubscriptions, PushTelemetry: no ACL (as Kafka: a client pushes its own metrics)
         74: list_config_resources.authorize_list_config_resources,  # ListConfigResources: CLUSTER DESCRIBE_CONFIGS
+        # ShareFetch, ShareAcknowledge: GROUP READ (whole request), then TOPIC READ per partition in the handler
+        78: share_common.authorize_share_group,
+        79: share_common.authorize_share_group,
         83: share_group_state.authorize_share_group_state,  # InitializeShareGroupState: CLUSTER CLUSTER_ACTION
         86: share_group_state.authorize_share_group_state,  # DeleteShareGroupState: CLUSTER CLUSTER_ACTION
         87: share_group_state.authorize_share_group_state,  # ReadShareGroupStateSummary: CLUSTER CLUSTER_ACTION

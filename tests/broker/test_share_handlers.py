@@ -1,0 +1,464 @@
+"""ShareFetch (78) and ShareAcknowledge (79) handlers, in process, every response encoded and decoded on the wire
+as a client reads it: sessions opened, moved on and closed; records acquired, acknowledged piggy-backed and on
+their own, released when a session or its connection ends; the long poll; Kafka's codes for hostile input (unknown
+session, wrong epoch, acknowledgements for unknown partitions, malformed ranges, records not acquired or another
+member's) with the share partitions' state unchanged; authorization; where a moved partition's leader is.
+
+TODO(lead): the share partitions here are ``tests/broker/share_partitions_fake.py``, an in-test implementation of
+the seam, because ``broker/share/`` (H-state) is written on another branch: switch to the real SharePartitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import time
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, cast
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.authorization import BrokerAuthorizer
+from broker.handlers.context import ConnectionState, RequestContext
+from broker.handlers.table import HANDLERS, serve_authorized
+from broker.request_dispatcher import RequestDispatcher
+from broker.services import BrokerServices
+from broker.share_sessions import ShareSessions
+from controller.decisions.acls import binding_record
+from metadata.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
+from metadata.cluster_records import PartitionRecord, RegisterBrokerRecord, TopicRecord
+from metadata.image import MetadataImage
+from settings.endpoint import Endpoint
+from settings.security import STANDARD_AUTHORIZER, ListenerSasl
+from tests.broker.share_partitions_fake import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, FakeSharePartitions
+from tests.broker.test_hostile_requests import _profiles, hostile
+from wire import codec, schema
+from wire.dispatch import Peer
+from wire.metrics import ServerMetrics
+from wire.record_batch import iter_records
+
+TOPIC, SECRET, UNKNOWN = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+GROUP = "g"
+LOCK_MS = 15_000
+BINDINGS = [
+    AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, ANONYMOUS, "*", AclOperation.ALL, PermissionType.ALLOW),
+    AclBinding(ResourceType.GROUP, GROUP, PatternType.LITERAL, ANONYMOUS, "*", AclOperation.ALL, PermissionType.ALLOW),
+]
+IMAGE = MetadataImage("c").apply(
+    [
+        RegisterBrokerRecord(0, 1, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), fenced=False),
+        RegisterBrokerRecord(1, 1, (Endpoint("PLAINTEXT", "127.0.0.2", 9093),), rack="r2", fenced=False),
+        TopicRecord("t", str(TOPIC)),
+        PartitionRecord(str(TOPIC), 0, (0,), (0,), 0, 0),
+        PartitionRecord(str(TOPIC), 1, (0,), (0,), 0, 0),
+        PartitionRecord(str(TOPIC), 2, (1,), (1,), 1, 3),  # led by broker 1
+        TopicRecord("secret", str(SECRET)),
+        PartitionRecord(str(SECRET), 0, (0,), (0,), 0, 0),
+        *(binding_record(str(i), b) for i, b in enumerate(BINDINGS)),
+    ],
+    5,
+)
+
+
+@dataclass
+class _Controller:
+    image: MetadataImage = IMAGE
+
+
+@dataclass
+class _Config:
+    fetch_max_bytes: int = 52_428_800
+
+
+@dataclass
+class _Broker:
+    share_sessions: ShareSessions
+    controller: _Controller = field(default_factory=_Controller)
+    config: _Config = field(default_factory=_Config)
+
+
+class Node:
+    """One broker's share sessions over the fake share partitions, and the client connections to it."""
+
+    def __init__(self, max_sessions: int = 100, *, acls: bool = False, enabled: bool = True) -> None:
+        self.partitions = FakeSharePartitions({TOPIC: ("t", 3), SECRET: ("secret", 1)})
+        self.partitions.not_led.add((TOPIC, 2))
+        self.sessions = ShareSessions(self.partitions, max_sessions=max_sessions,
+                                      record_lock_duration_ms=lambda _g: LOCK_MS, enabled=lambda: enabled)
+        self.broker = _Broker(self.sessions)
+        config = {"authorizer.class.name": STANDARD_AUTHORIZER} if acls else {}
+        self.authorizer = BrokerAuthorizer(config.get, lambda: IMAGE.acls)
+
+    async def send(self, api_key: int, version: int, connection: ConnectionState, **fields: Any) -> Any:
+        ctx = RequestContext(api_key=api_key, api_version=version, correlation_id=3, client_id="share",
+                             client_host="127.0.0.1", broker=cast(BrokerServices, self.broker),
+                             connection=connection, authorizer=self.authorizer)
+        request = schema.build(codec.request_class(api_key, version), **fields)
+        response = await serve_authorized(ctx, request, HANDLERS[api_key])
+        frame = codec.encode_response(3, response)
+        _, decoded = codec.decode_response(api_key, version, frame[4:])
+        return decoded
+
+    def log(self, partition: int = 0, group: str = GROUP) -> list[tuple[int, str | None]]:
+        return self.partitions.partition(group, TOPIC, partition).states()
+
+
+Acks = dict[uuid.UUID, dict[int, list[tuple[int, int, tuple[int, ...]]]]]
+
+
+def _topics(cls: type[Any], topics: Acks, batch_field: str = "acknowledgement_batches") -> tuple[Any, ...]:
+    topic_cls = schema.field_entity(cls, "topics")
+    part_cls = schema.field_entity(topic_cls, "partitions")
+    batch_cls = schema.field_entity(part_cls, batch_field)
+    return tuple(
+        schema.build(topic_cls, topic_id=tid, partitions=tuple(
+            schema.build(part_cls, partition_index=p, acknowledgement_batches=tuple(
+                schema.build(batch_cls, first_offset=f, last_offset=last, acknowledge_types=types)
+                for f, last, types in batches))
+            for p, batches in parts.items()))
+        for tid, parts in topics.items()
+    )
+
+
+async def fetch(node: Node, connection: ConnectionState, epoch: int, topics: Acks, *, version: int = 1,
+                member: str = "m1", forget: dict[uuid.UUID, list[int]] | None = None, **fields: Any) -> Any:
+    cls = codec.request_class(78, version)
+    forgotten = tuple(schema.build_nested(cls, "forgotten_topics_data", topic_id=t, partitions=tuple(ps))
+                      for t, ps in (forget or {}).items())
+    values: dict[str, Any] = {"max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "max_records": 500,
+                              "batch_size": 500, **fields}
+    return await node.send(78, version, connection, group_id=GROUP, member_id=member, share_session_epoch=epoch,
+                           topics=_topics(cls, topics), forgotten_topics_data=forgotten, **values)
+
+
+async def acknowledge(node: Node, connection: ConnectionState, epoch: int, topics: Acks, *, version: int = 1,
+                      member: str = "m1", **fields: Any) -> Any:
+    cls = codec.request_class(79, version)
+    return await node.send(79, version, connection, group_id=GROUP, member_id=member, share_session_epoch=epoch,
+                           topics=_topics(cls, topics), **fields)
+
+
+def parts(response: Any) -> dict[tuple[uuid.UUID, int], Any]:
+    return {(t.topic_id, p.partition_index): p for t in response.responses for p in t.partitions}
+
+
+def offsets(partition: Any) -> list[int]:
+    return [record.offset for _, record in iter_records(partition.records or b"")]
+
+
+def ranges(partition: Any) -> list[tuple[int, int, int]]:
+    return [(r.first_offset, r.last_offset, r.delivery_count) for r in partition.acquired_records]
+
+
+# -- the happy path -------------------------------------------------------------------------------------------------
+
+
+async def test_open_fetch_acknowledge_piggy_backed_and_close() -> None:
+    node, conn = Node(), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 5)
+    opened = await fetch(node, conn, 0, {TOPIC: {0: [], 1: []}}, max_records=3)
+    assert opened.error_code == ErrorCode.none
+    assert schema.millis(opened.acquisition_lock_timeout) == LOCK_MS
+    got = parts(opened)
+    assert set(got) == {(TOPIC, 0), (TOPIC, 1)}  # a full response names every partition
+    assert offsets(got[TOPIC, 0]) == [0, 1, 2] and ranges(got[TOPIC, 0]) == [(0, 2, 1)]
+    assert ranges(got[TOPIC, 1]) == [] and got[TOPIC, 1].error_code == ErrorCode.none
+    assert node.log() == [(ACQUIRED, "m1")] * 3 + [(AVAILABLE, None)] * 2
+
+    # Epoch 1: accept 0-1, release 2 (one type per offset), and acquire again.
+    nxt = await fetch(node, conn, 1, {TOPIC: {0: [(0, 2, (1, 1, 2))]}})
+    got = parts(nxt)
+    assert set(got) == {(TOPIC, 0)}  # incremental: partition 1 has no news
+    assert got[TOPIC, 0].acknowledge_error_code == ErrorCode.none
+    assert ranges(got[TOPIC, 0]) == [(2, 2, 2), (3, 4, 1)]  # offset 2 redelivered, 3-4 new
+    assert node.log()[:2] == [(ACKNOWLEDGED, None)] * 2
+
+    # Closing with ShareAcknowledge -1: 2 rejected, 3-4 still held are released for others.
+    closed = await acknowledge(node, conn, -1, {TOPIC: {0: [(2, 2, (3,))]}})
+    assert closed.error_code == ErrorCode.none
+    assert parts(closed)[TOPIC, 0].error_code == ErrorCode.none
+    assert node.log() == [(ACKNOWLEDGED, None)] * 2 + [(ARCHIVED, None)] + [(AVAILABLE, None)] * 2
+    assert node.sessions.cache.get(GROUP, "m1") is None
+    other = await fetch(node, ConnectionState(), 0, {TOPIC: {0: []}}, member="m2")
+    assert ranges(parts(other)[TOPIC, 0]) == [(3, 4, 2)]
+
+
+async def test_share_fetch_final_epoch_acknowledges_fetches_nothing_and_releases() -> None:
+    node, conn = Node(), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 4)
+    await fetch(node, conn, 0, {TOPIC: {0: []}})
+    final = await fetch(node, conn, -1, {TOPIC: {0: [(0, 1, (1,))]}})
+    assert final.error_code == ErrorCode.none
+    got = parts(final)
+    assert got[TOPIC, 0].acknowledge_error_code == ErrorCode.none and ranges(got[TOPIC, 0]) == []
+    assert node.log() == [(ACKNOWLEDGED, None)] * 2 + [(AVAILABLE, None)] * 2
+    assert len(node.sessions.cache) == 0
+
+
+async def test_max_records_spans_partitions_and_the_turn_rotates() -> None:
+    node, conn = Node(), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 4)
+    node.partitions.append(GROUP, TOPIC, 1, 4)
+    first = parts(await fetch(node, conn, 0, {TOPIC: {0: [], 1: []}}, max_records=3))
+    assert ranges(first[TOPIC, 0]) == [(0, 2, 1)] and ranges(first[TOPIC, 1]) == []
+    second = parts(await fetch(node, conn, 1, {}, max_records=5))  # epoch 1: partition 1 goes first
+    assert ranges(second[TOPIC, 1]) == [(0, 3, 1)] and ranges(second[TOPIC, 0]) == [(3, 3, 1)]
+    third = parts(await fetch(node, conn, 2, {}, max_records=5))  # nothing left: no news, an empty response
+    assert third == {}
+
+
+async def test_long_poll_waits_for_records_and_returns_at_the_deadline() -> None:
+    node, conn = Node(), ConnectionState()
+    await fetch(node, conn, 0, {TOPIC: {0: []}})
+    started = time.monotonic()
+    empty = await fetch(node, conn, 1, {}, max_wait=150, min_bytes=1)
+    assert time.monotonic() - started >= 0.14 and parts(empty) == {}
+
+    async def produce_later() -> None:
+        await asyncio.sleep(0.05)
+        node.partitions.append(GROUP, TOPIC, 0, 2)
+
+    started = time.monotonic()
+    writer = asyncio.create_task(produce_later())
+    woken = await fetch(node, conn, 2, {}, max_wait=5_000, min_bytes=1)
+    await writer
+    assert time.monotonic() - started < 2
+    assert ranges(parts(woken)[TOPIC, 0]) == [(0, 1, 1)]
+
+
+async def test_a_closed_connection_releases_its_members_records() -> None:
+    node = Node()
+    node.partitions.append(GROUP, TOPIC, 0, 3)
+    conn: ConnectionState | None = ConnectionState()
+    assert conn is not None
+    await fetch(node, conn, 0, {TOPIC: {0: []}})
+    assert node.log() == [(ACQUIRED, "m1")] * 3
+    del conn
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    await node.sessions.drain()
+    assert len(node.sessions.cache) == 0
+    assert node.log() == [(AVAILABLE, None)] * 3
+
+
+async def test_renew_needs_zero_limits_and_fetches_nothing() -> None:
+    node, conn = Node(), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 3)
+    await fetch(node, conn, 0, {TOPIC: {0: []}}, version=2, max_records=1)
+    refused = await fetch(node, conn, 1, {TOPIC: {0: [(0, 0, (4,))]}}, version=2, is_renew_ack=True)
+    assert refused.error_code == ErrorCode.invalid_request
+    renewed = await fetch(node, conn, 1, {TOPIC: {0: [(0, 0, (1,))]}}, version=2, is_renew_ack=True,
+                          max_bytes=0, min_bytes=0, max_records=0, max_wait=0)
+    got = parts(renewed)[TOPIC, 0]
+    assert got.acknowledge_error_code == ErrorCode.none and ranges(got) == []
+    assert node.log() == [(ACKNOWLEDGED, None), (AVAILABLE, None), (AVAILABLE, None)]
+
+
+# -- hostile input: Kafka's codes, nothing changed ------------------------------------------------------------------
+
+
+async def test_unknown_session_and_wrong_epochs() -> None:
+    node, conn = Node(), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 3)
+    for epoch in (1, -1):
+        response = await fetch(node, conn, epoch, {TOPIC: {0: []}})
+        assert response.error_code == ErrorCode.share_session_not_found and response.responses == ()
+    assert (await acknowledge(node, conn, 1, {TOPIC: {0: [(0, 0, (1,))]}})).error_code == \
+        ErrorCode.share_session_not_found
+    assert node.log() == [(AVAILABLE, None)] * 3
+
+    await fetch(node, conn, 0, {TOPIC: {0: []}})
+    for epoch in (0, 5):  # acknowledging cannot open a session; a skipped epoch
+        response = await acknowledge(node, conn, epoch, {TOPIC: {0: [(0, 2, (1,))]}})
+        assert response.error_code == ErrorCode.invalid_share_session_epoch
+    wrong = await fetch(node, conn, 7, {TOPIC: {0: [(0, 2, (1,))]}})
+    assert wrong.error_code == ErrorCode.invalid_share_session_epoch and wrong.responses == ()
+    assert node.log() == [(ACQUIRED, "m1")] * 3
+    # The session is still at epoch 1.
+    assert (await acknowledge(node, conn, 1, {TOPIC: {0: [(0, 2, (1,))]}})).error_code == ErrorCode.none
+
+
+async def test_acknowledgements_in_the_opening_fetch_are_an_invalid_request() -> None:
+    node, conn = Node(), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 2)
+    response = await fetch(node, conn, 0, {TOPIC: {0: [(0, 0, (1,))]}})
+    assert response.error_code == ErrorCode.invalid_request
+    assert len(node.sessions.cache) == 0 and node.log() == [(AVAILABLE, None)] * 2
+
+
+async def test_malformed_batches_unknown_partitions_and_foreign_records() -> None:
+    node, conn = Node(), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 6)
+    node.partitions.append(GROUP, TOPIC, 1, 2)
+    await fetch(node, conn, 0, {TOPIC: {0: [], 1: []}}, max_records=6)
+    other = ConnectionState()
+    await fetch(node, other, 0, {TOPIC: {1: []}}, member="m2")
+    before = (node.log(0), node.log(1))
+    cases: list[tuple[Acks, ErrorCode]] = [
+        ({TOPIC: {0: [(3, 1, (1,))]}}, ErrorCode.invalid_request),  # first offset after last
+        ({TOPIC: {0: [(0, 2, (1,)), (1, 3, (1,))]}}, ErrorCode.invalid_request),  # overlapping batches
+        # Sharing one offset passes Kafka's check (first < previous last), the partition refuses it.
+        ({TOPIC: {0: [(0, 2, (1,)), (2, 3, (1,))]}}, ErrorCode.invalid_record_state),
+        ({TOPIC: {0: [(3, 4, (1,)), (0, 1, (1,))]}}, ErrorCode.invalid_request),  # out of order
+        ({TOPIC: {0: [(0, 2, (1, 1))]}}, ErrorCode.invalid_request),  # not one type per offset
+        ({TOPIC: {0: [(0, 0, ())]}}, ErrorCode.invalid_request),  # no type
+        ({TOPIC: {0: [(0, 0, (9,))]}}, ErrorCode.invalid_request),  # unknown type
+        ({TOPIC: {0: [(0, 0, (4,))]}}, ErrorCode.invalid_request),  # RENEW before v2
+        ({TOPIC: {0: [(0, 9, (1,))]}}, ErrorCode.invalid_record_state),  # past what was acquired
+        ({TOPIC: {1: [(0, 1, (1,))]}}, ErrorCode.invalid_record_state),  # another member's records
+        ({TOPIC: {7: [(0, 0, (1,))]}}, ErrorCode.unknown_topic_or_partition),
+        ({UNKNOWN: {0: [(0, 0, (1,))]}}, ErrorCode.unknown_topic_id),
+        ({TOPIC: {2: [(0, 0, (1,))]}}, ErrorCode.not_leader_or_follower),
+    ]
+    epoch = 1
+    for acks, code in cases:
+        (tid, by_partition), = acks.items()
+        (index, _), = by_partition.items()
+        answered = await acknowledge(node, conn, epoch, acks)
+        assert answered.error_code == ErrorCode.none
+        assert parts(answered)[tid, index].error_code == code, (acks, parts(answered))
+        piggy = await fetch(node, conn, epoch + 1, acks, max_records=0)
+        assert parts(piggy)[tid, index].acknowledge_error_code == code, (acks, parts(piggy))
+        epoch += 2
+        assert (node.log(0), node.log(1)) == before, acks
+
+
+async def test_a_refused_partition_does_not_stop_the_others() -> None:
+    node, conn = Node(), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 2)
+    node.partitions.append(GROUP, TOPIC, 1, 2)
+    await fetch(node, conn, 0, {TOPIC: {0: [], 1: []}})
+    answered = await acknowledge(node, conn, 1, {TOPIC: {0: [(1, 0, (1,))], 1: [(0, 1, (1,))]}})
+    got = parts(answered)
+    assert got[TOPIC, 0].error_code == ErrorCode.invalid_request and got[TOPIC, 1].error_code == ErrorCode.none
+    assert node.log(0) == [(ACQUIRED, "m1")] * 2 and node.log(1) == [(ACKNOWLEDGED, None)] * 2
+
+
+async def test_fetch_errors_per_partition_and_where_the_leader_went() -> None:
+    node, conn = Node(), ConnectionState()
+    response = await fetch(node, conn, 0, {TOPIC: {0: [], 2: [], 9: []}, UNKNOWN: {0: []}})
+    assert response.error_code == ErrorCode.none
+    got = parts(response)
+    assert got[TOPIC, 0].error_code == ErrorCode.none
+    assert got[TOPIC, 9].error_code == ErrorCode.unknown_topic_or_partition
+    assert got[UNKNOWN, 0].error_code == ErrorCode.unknown_topic_id
+    moved = got[TOPIC, 2]
+    assert moved.error_code == ErrorCode.not_leader_or_follower
+    assert (moved.current_leader.leader_id, moved.current_leader.leader_epoch) == (1, 3)
+    assert [(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints] == [(1, "127.0.0.2", 9093, "r2")]
+
+
+async def test_member_id_limit_and_share_groups_disabled() -> None:
+    node, conn = Node(max_sessions=1), ConnectionState()
+    for member in ("", "x" * 37):
+        response = await fetch(node, conn, 0, {TOPIC: {0: []}}, member=member)
+        assert response.error_code == ErrorCode.invalid_request
+        assert (await acknowledge(node, conn, 1, {}, member=member)).error_code == ErrorCode.invalid_request
+    await fetch(node, conn, 0, {TOPIC: {0: []}}, member="m1")
+    started = time.monotonic()
+    full = await fetch(node, ConnectionState(), 0, {TOPIC: {0: []}}, member="m2", max_wait=100)
+    assert full.error_code == ErrorCode.share_session_limit_reached and time.monotonic() - started >= 0.09
+    off = Node(enabled=False)
+    assert (await fetch(off, conn, 0, {TOPIC: {0: []}})).error_code == ErrorCode.unsupported_version
+    assert (await acknowledge(off, conn, 1, {})).error_code == ErrorCode.unsupported_version
+
+
+async def test_authorization_group_then_topics() -> None:
+    node, conn = Node(acls=True), ConnectionState()
+    node.partitions.append(GROUP, TOPIC, 0, 1)
+    node.partitions.append(GROUP, SECRET, 0, 1)
+    response = await fetch(node, conn, 0, {TOPIC: {0: []}, SECRET: {0: []}})
+    got = parts(response)
+    assert ranges(got[TOPIC, 0]) == [(0, 0, 1)]
+    assert got[SECRET, 0].error_code == ErrorCode.topic_authorization_failed and ranges(got[SECRET, 0]) == []
+    assert node.partitions.partition(GROUP, SECRET, 0).states() == [(AVAILABLE, None)]
+    acked = await acknowledge(node, conn, 1, {SECRET: {0: [(0, 0, (1,))]}})
+    assert parts(acked)[SECRET, 0].error_code == ErrorCode.topic_authorization_failed
+
+    cls = codec.request_class(78, 1)
+    refused = await node.send(78, 1, conn, group_id="other", member_id="m1", share_session_epoch=0,
+                              topics=_topics(cls, {TOPIC: {0: []}}), forgotten_topics_data=(), max_wait=0,
+                              min_bytes=0, max_records=10, batch_size=10)
+    assert refused.error_code == ErrorCode.group_authorization_failed and refused.responses == ()
+    assert node.sessions.cache.get("other", "m1") is None
+
+
+def _aimed(entity: Any) -> Any:
+    """The hostile request with every topic id the known topic's, so the sweep reaches past the id lookup."""
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.name == "topic_id":
+            changes[f.name] = TOPIC
+        elif dataclasses.is_dataclass(value):
+            changes[f.name] = _aimed(value)
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            changes[f.name] = tuple(_aimed(v) for v in value)
+    return dataclasses.replace(entity, **changes)
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(78, 1), (78, 2), (79, 1), (79, 2)])
+async def test_hostile_field_values_get_kafka_codes(api_key: int, version: int) -> None:
+    """Every field at its extremes (test_hostile_requests' profiles): as sent, with every topic id the known
+    topic's, and that again at the session's epoch with a valid member id, so the sweep reaches the
+    acknowledgements and the acquisition. An encodable answer each time, never UNKNOWN_SERVER_ERROR."""
+    for profile in _profiles("t"):
+        raw = hostile(codec.request_class(api_key, version), profile)
+        aimed = _aimed(raw)
+        session_fields: dict[str, object] = {"member_id": "m1", "group_id": GROUP, "share_session_epoch": 1}
+        if version >= 2 and api_key == 78:
+            session_fields["is_renew_ack"] = False
+        for request in (raw, aimed, dataclasses.replace(aimed, **session_fields)):
+            node, conn = Node(), ConnectionState()
+            node.partitions.append(GROUP, TOPIC, 0, 3)
+            await fetch(node, conn, 0, {TOPIC: {0: []}})
+            fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+            response = await node.send(api_key, version, conn, **fields)
+            codes = [response.error_code, *(p.error_code for t in response.responses for p in t.partitions)]
+            assert ErrorCode.unknown_server_error not in codes, (profile.name, response)
+            await node.sessions.drain()
+
+
+@dataclass
+class _SaslConfig:
+    sasl: dict[str, ListenerSasl] = field(
+        default_factory=lambda: {"SASL": ListenerSasl("SASL", ("PLAIN",), MappingProxyType({"u": "p"}))})
+    tls: dict[str, object] = field(default_factory=dict)
+
+    def value(self, key: str) -> object:
+        return {"connections.max.reauth.ms": 0, "connection.failed.authentication.delay.ms": 0,
+                "quota.window.num": 11, "quota.window.size.seconds": 1}.get(key)
+
+
+async def test_a_closed_sasl_connection_releases_without_waiting_for_the_collector() -> None:
+    """A SASL connection's state holds its authentication; nothing in it points back at the state, so it goes (and
+    its share sessions end) the moment the listener lets go of it, not at some later cycle collection."""
+    node = Node()
+    node.partitions.append(GROUP, TOPIC, 0, 2)
+    broker = _Broker(node.sessions, config=cast(_Config, _SaslConfig()))
+    dispatcher = RequestDispatcher(cast(BrokerServices, broker), ServerMetrics())
+    state: ConnectionState | None = dispatcher.connection_state()
+    peer: Peer | None = Peer("127.0.0.1", 5555, "SASL", state=state)
+    assert peer is not None and state is not None
+    handshake = schema.build(codec.request_class(17, 1), mechanism="PLAIN")
+    await dispatcher.dispatch(codec.encode_request(handshake, 1)[4:], peer)
+    assert state.sasl is not None
+    await fetch(node, state, 0, {TOPIC: {0: []}})
+    assert node.log() == [(ACQUIRED, "m1")] * 2
+    gc.disable()
+    try:
+        freed = weakref.ref(state)
+        del state, peer
+        assert freed() is None
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await node.sessions.drain()
+        assert node.log() == [(AVAILABLE, None)] * 2
+    finally:
+        gc.enable()
