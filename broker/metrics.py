@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets import OffsetAndMetadata, TopicPartition
+from broker.groups.share.group import ShareGroup
 from broker.partition.manager import PartitionManager
 from storage.metrics import loop_state_snapshot
 
@@ -183,4 +184,4 @@ def _committed_offsets(
 ) -> list[tuple[str, list[tuple[TopicPartition, OffsetAndMetadata]]]]:
     """Every coordinated group's committed offsets, copied (the caller iterates them off the event loop)."""
     _error, groups = coordinator.list_groups()
-    return [(group.group_id, list(group.offsets)) for group in groups]
+    return [(group.group_id, list(group.offsets)) for group in groups if not isinstance(group, ShareGroup)]

@@ -86,6 +86,8 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         72: VersionRange("PushTelemetry", 0, 0),
         74: VersionRange("ListConfigResources", 0, 1),
         75: VersionRange("DescribeTopicPartitions", 0, 0),
+        76: VersionRange("ShareGroupHeartbeat", 1, 1),
+        77: VersionRange("ShareGroupDescribe", 1, 1),
         78: VersionRange("ShareFetch", 1, 2),
         79: VersionRange("ShareAcknowledge", 1, 2),
         83: VersionRange("InitializeShareGroupState", 0, 0),

@@ -259,14 +259,14 @@ def _encode_body(value: ConsumerGroupValue) -> bytes:
         case ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch):
             return _I32.pack(assignment_epoch) + tagged_fields()
         case ConsumerGroupTargetAssignmentMemberValue(topic_partitions):
-            return _assignment(topic_partitions) + tagged_fields()
+            return encode_assignment(topic_partitions) + tagged_fields()
         case ConsumerGroupCurrentMemberAssignmentValue():
             return (
                 _I32.pack(value.member_epoch)
                 + _I32.pack(value.previous_member_epoch)
                 + _I8.pack(value.state)
-                + _assignment(value.assigned_partitions)
-                + _assignment(value.partitions_pending_revocation)
+                + encode_assignment(value.assigned_partitions)
+                + encode_assignment(value.partitions_pending_revocation)
                 + tagged_fields()
             )
         case ConsumerGroupRegularExpressionValue(topics, version, timestamp_ms):
@@ -283,8 +283,9 @@ def _array(items: Iterable[bytes], n: int) -> bytes:
     return array_length(n, flexible=True) + b"".join(items)
 
 
-def _assignment(assignment: Assignment) -> bytes:
-    """``[]TopicPartitions``: topic id, its partitions, and the struct's (empty) tagged fields."""
+def encode_assignment(assignment: Assignment) -> bytes:
+    """``[]TopicPartitions``: topic id, its partitions, and the struct's (empty) tagged fields (share groups'
+    records store assignments the same way)."""
     entries = sorted(assignment.items())
     return _array(
         (uuid_field(topic) + int32_array(sorted(parts), flexible=True) + tagged_fields() for topic, parts in entries),
@@ -457,7 +458,7 @@ def _read_target_metadata(reader: SchemaReader) -> ConsumerGroupTargetAssignment
 
 
 def _read_target_member(reader: SchemaReader) -> ConsumerGroupTargetAssignmentMemberValue:
-    assignment = _read_assignment(reader)
+    assignment = read_assignment(reader)
     reader.skip_tagged_fields()
     return ConsumerGroupTargetAssignmentMemberValue(assignment)
 
@@ -466,8 +467,8 @@ def _read_current_assignment(reader: SchemaReader) -> ConsumerGroupCurrentMember
     member_epoch = reader.i32()
     previous_member_epoch = reader.i32()
     state = reader.i8()
-    assigned = _read_assignment(reader)
-    pending = _read_assignment(reader)
+    assigned = read_assignment(reader)
+    pending = read_assignment(reader)
     reader.skip_tagged_fields()
     return ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous_member_epoch, state, assigned, pending)
 
@@ -480,7 +481,7 @@ def _read_regex(reader: SchemaReader) -> ConsumerGroupRegularExpressionValue:
     return ConsumerGroupRegularExpressionValue(topics, version, timestamp_ms)
 
 
-def _read_assignment(reader: SchemaReader) -> dict[uuid.UUID, frozenset[int]]:
+def read_assignment(reader: SchemaReader) -> dict[uuid.UUID, frozenset[int]]:
     assignment: dict[uuid.UUID, frozenset[int]] = {}
     for _ in range(reader.array_length()):
         topic_id = reader.uuid_()

@@ -2,9 +2,11 @@
 
 It is assembled from one module per idea, all working through :class:`broker.groups.runtime.CoordinatorRuntime`
 (the loaded groups, their timers and persistence in ``__consumer_offsets``): the classic protocol's membership
-requests (:mod:`broker.groups.classic_membership`) and committed offsets (:mod:`broker.groups.offset_commits`).
-What is left here concerns every group whatever its type: starting and stopping, FindCoordinator, and looking
-groups up, listing and deleting them (DescribeGroups, ListGroups, DeleteGroups).
+requests (:mod:`broker.groups.classic_membership`), the KIP-848 and KIP-932 ones
+(:mod:`broker.groups.consumer_membership`, :mod:`broker.groups.share_membership`) and committed offsets
+(:mod:`broker.groups.offset_commits`). What is left here concerns every group whatever its type: starting and
+stopping, FindCoordinator, and looking groups up, listing and deleting them (DescribeGroups, ListGroups,
+DeleteGroups).
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from broker.groups.classic_membership import ClassicMembership
 from broker.groups.consumer.group import ConsumerGroup
 from broker.groups.consumer_membership import ConsumerMembership
 from broker.groups.offset_commits import OffsetCommits
+from broker.groups.share.group import ShareGroup
+from broker.groups.share_membership import ShareMembership
 
 logger = logging.getLogger(__name__)
 
 
-class GroupCoordinator(ClassicMembership, ConsumerMembership, OffsetCommits):
+class GroupCoordinator(ClassicMembership, ShareMembership, ConsumerMembership, OffsetCommits):
     """The group coordinator of this broker (``Broker.groups``); see the module docstring for its parts."""
 
     # ------------------------------------------------------------------------------------------------ lifecycle
@@ -50,9 +54,9 @@ class GroupCoordinator(ClassicMembership, ConsumerMembership, OffsetCommits):
 
     def list_groups(
         self, states: Iterable[str] = (), types: Iterable[str] = ()
-    ) -> tuple[ErrorCode, list[Group | ConsumerGroup]]:
+    ) -> tuple[ErrorCode, list[Group | ConsumerGroup | ShareGroup]]:
         """Groups this broker coordinates, optionally only those in the named states and of the named types
-        (``classic``, ``consumer``), both case-insensitive as Kafka matches them."""
+        (``classic``, ``consumer``, ``share``), both case-insensitive as Kafka matches them."""
         wanted = {s.lower() for s in states}
         kinds = {t.lower() for t in types}
         error = self._partitions.listing_error()
@@ -68,14 +72,17 @@ class GroupCoordinator(ClassicMembership, ConsumerMembership, OffsetCommits):
         return error, sorted(groups, key=lambda g: g.group_id)
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, Group | ConsumerGroup | None]:
-        """(error, group); a group this coordinator does not know is reported as None (Kafka shows it Dead)."""
-        group, error = self._group_or_error(group_id)
-        return error, group
+        """(error, group); a group this coordinator does not know is reported as None (Kafka shows it Dead), and
+        so is a share group (DescribeGroups describes classic and consumer groups only: Kafka answers a share
+        group's id as a group that is not there)."""
+        group, error = self._any_group_or_error(group_id)
+        return error, None if isinstance(group, ShareGroup) else group
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        """Deletes each empty group (a share group too: its share-partition state is the caller's to delete)."""
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            group, error = self._group_or_error(group_id)
+            group, error = self._any_group_or_error(group_id)
             if error is not ErrorCode.none:
                 results[group_id] = error
             elif group is None or group.dead:

@@ -26,6 +26,7 @@ from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import OffsetValue, encode_offset_key, encode_offset_value
 from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.groups.runtime import CoordinatorRuntime
+from broker.groups.share.group import ShareGroup
 from broker.groups.txn_offsets import AppendedOffset
 from broker.internal_topic import Load
 from wire.record_batch import Record
@@ -315,6 +316,8 @@ class OffsetCommits(CoordinatorRuntime):
         now = self._now_ms()
         removed = 0
         for group in list(self._groups.values()):
+            if isinstance(group, ShareGroup):
+                continue  # a share group has no offsets and is kept until DeleteGroups, as in Kafka
             if self.coordinator_error(group.group_id) is not ErrorCode.none or not group.may_delete_offsets:
                 continue
             expired = group.offsets.expired(

@@ -5,9 +5,9 @@ leader. When this broker becomes the leader it replays the partition from the lo
 serves its groups. What a replay finds (committed offsets, offsets pending in a transaction, group metadata) is the
 same for every group type, so it is read here once; the coordinator turns it into groups.
 
-Keys are Kafka's (:mod:`broker.groups.offsets_schema`, :mod:`broker.groups.consumer_records`): offset commits,
-classic group metadata and the KIP-848 consumer-group records are collected; share- and streams-group records are
-skipped today and are meant to be collected here too when those group types land.
+Keys are Kafka's (:mod:`broker.groups.offsets_schema`, :mod:`broker.groups.consumer_records`,
+:mod:`broker.groups.share_records`): offset commits, classic group metadata, the KIP-848 consumer-group records and
+the KIP-932 share-group records are collected; streams-group records are skipped.
 """
 
 from __future__ import annotations
@@ -44,6 +44,22 @@ from broker.groups.offsets_schema import (
     decode_group_value,
     decode_key,
     decode_offset_value,
+)
+from broker.groups.share_records import (
+    ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupCurrentMemberAssignmentValue,
+    ShareGroupKey,
+    ShareGroupMemberMetadataKey,
+    ShareGroupMemberMetadataValue,
+    ShareGroupMetadataKey,
+    ShareGroupMetadataValue,
+    ShareGroupTargetAssignmentMemberKey,
+    ShareGroupTargetAssignmentMemberValue,
+    ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupTargetAssignmentMetadataValue,
+    ShareGroupValue,
+    decode_share_key,
+    decode_share_value,
 )
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
 from broker.internal_topic import InternalTopic, replay
@@ -128,11 +144,47 @@ class ReplayedConsumerGroup:
 
 
 @dataclass
+class ReplayedShareGroup:
+    """A KIP-932 share group as the last of each of its records left it (like :class:`ReplayedConsumerGroup`);
+    ``metadata`` stays None if the group-epoch record never came."""
+
+    group_id: str
+    metadata: ShareGroupMetadataValue | None = None
+    members: dict[str, ShareGroupMemberMetadataValue] = field(default_factory=dict)
+    target_assignment_epoch: int | None = None
+    target_assignment: dict[str, Assignment] = field(default_factory=dict)
+    current_assignments: dict[str, ShareGroupCurrentMemberAssignmentValue] = field(default_factory=dict)
+
+    def apply(self, key: ShareGroupKey, value: ShareGroupValue | None) -> None:
+        """One record of this group (the group-metadata tombstone removes the whole group and never gets here)."""
+        match key, value:
+            case ShareGroupMetadataKey(), ShareGroupMetadataValue() as v:
+                self.metadata = v
+            case ShareGroupMemberMetadataKey(member_id=m), ShareGroupMemberMetadataValue() as v:
+                self.members[m] = v
+            case ShareGroupMemberMetadataKey(member_id=m), None:
+                self.members.pop(m, None)
+            case ShareGroupTargetAssignmentMetadataKey(), ShareGroupTargetAssignmentMetadataValue() as v:
+                self.target_assignment_epoch = v.assignment_epoch
+            case ShareGroupTargetAssignmentMetadataKey(), None:
+                self.target_assignment_epoch = None
+            case ShareGroupTargetAssignmentMemberKey(member_id=m), ShareGroupTargetAssignmentMemberValue() as v:
+                self.target_assignment[m] = v.topic_partitions
+            case ShareGroupTargetAssignmentMemberKey(member_id=m), None:
+                self.target_assignment.pop(m, None)
+            case ShareGroupCurrentMemberAssignmentKey(member_id=m), ShareGroupCurrentMemberAssignmentValue() as v:
+                self.current_assignments[m] = v
+            case ShareGroupCurrentMemberAssignmentKey(member_id=m), None:
+                self.current_assignments.pop(m, None)
+
+
+@dataclass
 class ReplayedPartition:
     """What replaying one ``__consumer_offsets`` partition found."""
 
     group_values: dict[str, GroupValue | None] = field(default_factory=dict)
     consumer_groups: dict[str, ReplayedConsumerGroup] = field(default_factory=dict)
+    share_groups: dict[str, ReplayedShareGroup] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, AppendedOffset]] = field(default_factory=dict)
     pending: dict[str, PendingTxnOffsets] = field(default_factory=dict)
     records: int = 0
@@ -193,8 +245,11 @@ def _apply_record(record: Record, producer_id: int, replayed: ReplayedPartition,
                 replayed.group_values[key.group_id] = decode_group_value(record.value)
         else:
             consumer_key = decode_consumer_key(record.key)
+            share_key = decode_share_key(record.key) if consumer_key is None else None
             if consumer_key is not None:
                 _apply_consumer_record(consumer_key, record.value, replayed)
+            elif share_key is not None:
+                _apply_share_record(share_key, record.value, replayed)
             else:
                 logger.debug(
                     "%s: offset %d has key version %d, which this coordinator does not use",
@@ -219,3 +274,17 @@ def _apply_consumer_record(key: ConsumerGroupKey, value: bytes | None, replayed:
             return  # the tombstone of a part of a group that is already gone
         group = groups[key.group_id] = ReplayedConsumerGroup(key.group_id)
     group.apply(ConsumerGroupRecord(key, decoded))
+
+
+def _apply_share_record(key: ShareGroupKey, value: bytes | None, replayed: ReplayedPartition) -> None:
+    decoded = None if value is None else decode_share_value(key, value)
+    groups = replayed.share_groups
+    if decoded is None and isinstance(key, ShareGroupMetadataKey):
+        groups.pop(key.group_id, None)  # the group's own tombstone comes last when it is deleted
+        return
+    group = groups.get(key.group_id)
+    if group is None:
+        if decoded is None:
+            return
+        group = groups[key.group_id] = ReplayedShareGroup(key.group_id)
+    group.apply(key, decoded)

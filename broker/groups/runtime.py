@@ -17,8 +17,9 @@ It holds what they all share, whatever the group type:
 * deleting a group with its tombstones (DeleteGroups, and offset expiry emptying a group).
 
 Groups of every type live in one table keyed by group id (a group id names one group, whatever its type): the
-classic protocol's sans-I/O :class:`broker.groups.classic.group.Group` and the KIP-848
-:class:`broker.groups.consumer.group.ConsumerGroup`. Both answer the questions asked here the same way (``dead``,
+classic protocol's sans-I/O :class:`broker.groups.classic.group.Group`, the KIP-848
+:class:`broker.groups.consumer.group.ConsumerGroup` and the KIP-932 :class:`broker.groups.share.group.ShareGroup`.
+All answer the questions asked here the same way (``dead``,
 ``next_deadline_ms``, ``tick``, ``is_disposable``); what each asks to persist differs, so ``_after`` writes each
 type's changes with its own records.
 """
@@ -46,6 +47,10 @@ from broker.groups.offsets_topic import (
     ReplayedPartition,
     replay_offsets_partition,
 )
+from broker.groups.share.changes import ShareChange as ShareChangeT
+from broker.groups.share.config import share_membership_config
+from broker.groups.share.group import ShareGroup
+from broker.groups.share_persistence import encode_share_changes, restore_share_group
 from broker.groups.txn_offsets import newer
 from broker.internal_topic import InternalTopicPartitions, Loaded, OwnedPartition
 from broker.partition.manager import PartitionManager
@@ -88,7 +93,8 @@ class CoordinatorRuntime:
         )
         self.consumer_protocol_enabled = settings.enabled
         self.consumer_settings = settings
-        self._groups: dict[str, Group | ConsumerGroup] = {}
+        self.share_config = share_membership_config(cfg)
+        self._groups: dict[str, Group | ConsumerGroup | ShareGroup] = {}
         #: Transaction markers (producer id, commit) that reached a partition while it was loading.
         self._completions: dict[int, list[tuple[int, bool]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -141,10 +147,16 @@ class CoordinatorRuntime:
             consumer_group = restore_group(found, self.consumer_config, now)
             if consumer_group is not None:
                 self._groups[group_id] = consumer_group
+        for group_id, found_share in replayed.share_groups.items():
+            share_group = restore_share_group(found_share, self.share_config, now)
+            if share_group is not None:
+                self._groups[group_id] = share_group
         for group_id, committed in replayed.offsets.items():
             if not committed:
                 continue  # every offset it had was tombstoned (the group was deleted): nothing to bring back
             group = self._groups.get(group_id)
+            if isinstance(group, ShareGroup):
+                continue  # offsets a group of this id committed before it became a share group
             if group is None:
                 group = self._groups[group_id] = Group(group_id, self.config, now)
             for (topic, partition), offset in committed.items():
@@ -153,6 +165,8 @@ class CoordinatorRuntime:
             if not pending:
                 continue
             group = self._groups.get(group_id)
+            if isinstance(group, ShareGroup):
+                continue
             if group is None:
                 group = self._groups[group_id] = Group(group_id, self.config, now)
             group.pending_txn_offsets = pending
@@ -172,7 +186,7 @@ class CoordinatorRuntime:
         """Applies a transaction's outcome to the pending offsets of one partition's groups. Here rather than with
         the other offset operations because loading a partition applies the markers queued during the load."""
         for group in list(self._groups.values()):
-            if not group.pending_txn_offsets.has_producer(producer_id):
+            if isinstance(group, ShareGroup) or not group.pending_txn_offsets.has_producer(producer_id):
                 continue
             if self.partition_for(group.group_id) != offsets_partition:
                 continue
@@ -196,7 +210,7 @@ class CoordinatorRuntime:
         if timer is not None:
             timer.cancel()
 
-    def _reschedule(self, group: Group | ConsumerGroup) -> None:
+    def _reschedule(self, group: Group | ConsumerGroup | ShareGroup) -> None:
         self._cancel_timer(group.group_id)
         deadline = group.next_deadline_ms()
         if deadline is None or group.dead:
@@ -204,18 +218,24 @@ class CoordinatorRuntime:
         delay = max(0.0, (deadline - self._now_ms()) / 1000)
         self._timers[group.group_id] = asyncio.get_running_loop().call_later(delay, self._on_timer, group)
 
-    def _on_timer(self, group: Group | ConsumerGroup) -> None:
+    def _on_timer(self, group: Group | ConsumerGroup | ShareGroup) -> None:
         self._timers.pop(group.group_id, None)
         if self._groups.get(group.group_id) is not group:
             return
         group.tick(self._now_ms())
         self._after(group)
 
-    def _after(self, group: Group | ConsumerGroup) -> None:
+    def _after(self, group: Group | ConsumerGroup | ShareGroup) -> None:
         """After any call into a group: start its writes, re-arm its timer, forget it if nothing is left."""
         if isinstance(group, Group):
             for write in group.take_writes():
                 self._partitions.spawn(self._persist_group(group, write), name=f"persist group {group.group_id}")
+        elif isinstance(group, ShareGroup):
+            share_changes = group.take_changes()
+            if share_changes:
+                self._partitions.spawn(
+                    self._persist_share_group(group, share_changes), name=f"persist group {group.group_id}"
+                )
         else:
             changes = group.take_changes()
             if self._downgraded(group, changes):
@@ -307,11 +327,33 @@ class CoordinatorRuntime:
             return self._partitions.store_error(exc, group.group_id)
         return ErrorCode.none
 
+    async def _persist_share_group(self, group: ShareGroup, changes: Sequence[ShareChangeT]) -> ErrorCode:
+        """Appends a share group's changes as Kafka's records; the error a waiting request answers with."""
+        now = self._now_ms()
+        try:
+            encoded = encode_share_changes(group.group_id, changes)
+            await self._append(group.group_id, [Record(key=k, value=v, timestamp=now) for k, v in encoded])
+        except SchemaError as exc:
+            logger.warning("group %s: its state cannot be stored: %s", group.group_id, exc)
+            return ErrorCode.invalid_request
+        except Exception as exc:
+            logger.warning("share group %s: persisting epoch %d failed: %s", group.group_id, group.group_epoch, exc)
+            return self._partitions.store_error(exc, group.group_id)
+        return ErrorCode.none
+
     async def _tombstone_consumer_group(self, group: ConsumerGroup) -> ErrorCode:
         """Writes the tombstones of an empty consumer group's records (it is deleted, or becomes classic)."""
         return await self._persist_consumer_group(group, group.deletion_changes())
 
     def _group_or_error(self, group_id: str) -> tuple[Group | ConsumerGroup | None, ErrorCode]:
+        """The classic or consumer group ``group_id`` names; a share group's id answers GROUP_ID_NOT_FOUND (Kafka's
+        "Group ... is not a classic/consumer group"): the classic and KIP-848 requests never reach a share group."""
+        group, error = self._any_group_or_error(group_id)
+        if isinstance(group, ShareGroup):
+            return None, ErrorCode.group_id_not_found
+        return group, error
+
+    def _any_group_or_error(self, group_id: str) -> tuple[Group | ConsumerGroup | ShareGroup | None, ErrorCode]:
         if len(group_id.encode("utf-8")) > MAX_STORED_STRING_BYTES:
             return None, ErrorCode.invalid_group_id
         error = self.coordinator_error(group_id)
@@ -321,19 +363,18 @@ class CoordinatorRuntime:
 
     # ------------------------------------------------------------------------------------------------ deletion
 
-    async def _delete_group(self, group: Group | ConsumerGroup) -> ErrorCode:
+    async def _delete_group(self, group: Group | ConsumerGroup | ShareGroup) -> ErrorCode:
         now = self._now_ms()
-        records = [
-            Record(key=encode_offset_key(group.group_id, t, p), value=None, timestamp=now)
-            for (t, p), _ in group.offsets
-        ]
-        if isinstance(group, Group):
-            records.append(Record(key=encode_group_key(group.group_id), value=None, timestamp=now))
+        encoded: list[tuple[bytes, bytes | None]] = []
+        if isinstance(group, ShareGroup):
+            encoded = encode_share_changes(group.group_id, group.deletion_changes())
         else:
-            records.extend(
-                Record(key=key, value=value, timestamp=now)
-                for key, value in encode_changes(group.group_id, group.deletion_changes())
-            )
+            encoded = [(encode_offset_key(group.group_id, t, p), None) for (t, p), _ in group.offsets]
+            if isinstance(group, Group):
+                encoded.append((encode_group_key(group.group_id), None))
+            else:
+                encoded.extend(encode_changes(group.group_id, group.deletion_changes()))
+        records = [Record(key=key, value=value, timestamp=now) for key, value in encoded]
         group.mark_dead(now, ErrorCode.coordinator_not_available)
         self._cancel_timer(group.group_id)
         if self._groups.get(group.group_id) is group:
@@ -343,5 +384,5 @@ class CoordinatorRuntime:
         except Exception as exc:
             logger.warning("group %s: writing its tombstones failed: %s", group.group_id, exc)
             return self._partitions.store_error(exc, group.group_id)
-        logger.info("group %s deleted (%d offsets)", group.group_id, len(group.offsets))
+        logger.info("%s group %s deleted", group.group_type, group.group_id)
         return ErrorCode.none

@@ -23,7 +23,8 @@ CLASSIC_MEMBER_TYPE = 0
 CONSUMER_MEMBER_TYPE = 1
 
 
-def _assignment(assignment_cls: type[Any], image: MetadataImage, assignment: Assignment) -> Any:
+def described_assignment(assignment_cls: type[Any], image: MetadataImage, assignment: Assignment) -> Any:
+    """An assignment as the describe APIs show it, topics by name (ShareGroupDescribe shows its members' so too)."""
     def name(topic_id: uuid.UUID) -> str:
         topic = image.topics_by_id.get(topic_id)
         return topic.name if topic is not None else ""
@@ -82,8 +83,8 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
                 client_host=member.client_host,
                 subscribed_topic_names=tuple(sorted(member.subscribed_topic_names)),
                 subscribed_topic_regex=member.subscribed_topic_regex,
-                assignment=_assignment(assignment_cls, image, member.assigned),
-                target_assignment=_assignment(assignment_cls, image, target),
+                assignment=described_assignment(assignment_cls, image, member.assigned),
+                target_assignment=described_assignment(assignment_cls, image, target),
                 member_type=CLASSIC_MEMBER_TYPE if member.classic is not None else CONSUMER_MEMBER_TYPE,
             )
             for member, target in group.describe_members()

@@ -1,13 +1,19 @@
 """FindCoordinator (key 10) v0-6: which broker coordinates a consumer group (key type 0) or a transactional id
 (key type 1); v4 asks for many keys per request.
 
-Key type 2 (v6: a share group's state partition, ``groupId:topicId:partition``) is what brokers ask to find a share
-coordinator. Fjord runs none yet, so such a key is answered INVALID_REQUEST, as Kafka's KafkaApis answers it below
-v6 and on a broker without a share coordinator; with an authorizer, the question needs CLUSTER_ACTION first, as in
-Kafka (brokers ask it, not clients), and is refused CLUSTER_AUTHORIZATION_FAILED without it."""
+Key type 2 (v6: a share group's state partition, ``groupId:topicId:partition``, the topic id in Kafka's base64
+form) is what brokers ask to find where a share partition's state is kept. In Fjord that state lives with the
+partition itself (in the partition's share stream), so the answer is the broker leading that topic partition
+(COORDINATOR_NOT_AVAILABLE while it has none, UNKNOWN_TOPIC_OR_PARTITION for a topic id or partition that does
+not exist). A malformed key, or key type 2 below v6, is INVALID_REQUEST, as Kafka answers. With an authorizer,
+the question needs CLUSTER_ACTION first, as in Kafka (brokers ask it, not clients), and is refused
+CLUSTER_AUTHORIZATION_FAILED without it."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +29,38 @@ KEY_TYPE_TRANSACTION = 1
 KEY_TYPE_SHARE = 2
 
 
+def _share_key(key: str) -> tuple[uuid.UUID, int] | None:
+    """(topic id, partition) of a share coordinator key ``groupId:topicId:partition``; None when malformed."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        partition = int(parts[2])
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != 16 or partition < 0:
+        return None
+    return uuid.UUID(bytes=raw), partition
+
+
+def _share_partition_leader(ctx: RequestContext, key: str) -> tuple[ErrorCode, int, str | None]:
+    """(error, node id, message): the broker leading the share key's topic partition."""
+    if ctx.api_version < 6:
+        return ErrorCode.invalid_request, -1, "share coordinator keys need FindCoordinator version 6 or later"
+    parsed = _share_key(key)
+    if parsed is None:
+        return ErrorCode.invalid_request, -1, f"share coordinator key {key!r} is not groupId:topicId:partition"
+    topic_id, index = parsed
+    topic = ctx.broker.controller.image.topics_by_id.get(topic_id)
+    partition = topic.partitions.get(index) if topic is not None else None
+    if topic is None or partition is None:
+        return ErrorCode.unknown_topic_or_partition, -1, f"share coordinator key {key!r}: no such topic partition"
+    if partition.leader < 0:
+        return ErrorCode.coordinator_not_available, -1, f"{topic.name}-{index} has no leader"
+    return ErrorCode.none, partition.leader, None
+
+
 async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, message, node id, host, port) for one coordinator key."""
     if key_type == KEY_TYPE_TRANSACTION:
@@ -31,7 +69,7 @@ async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCo
             return ErrorCode.invalid_request, "empty transactional id", -1, "", -1
         error, node_id, message = await transactions.find_coordinator(key)
     elif key_type == KEY_TYPE_SHARE:
-        return ErrorCode.invalid_request, "this broker runs no share coordinator", -1, "", -1
+        error, node_id, message = _share_partition_leader(ctx, key)
     elif key_type != KEY_TYPE_GROUP:
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", -1, "", -1
     else:

@@ -62,6 +62,8 @@ from broker.handlers import (
     share_acknowledge,
     share_common,
     share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     share_group_offsets,
     share_group_state,
     sync_group,
@@ -133,6 +135,8 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         72: telemetry.handle_push_telemetry,  # PushTelemetry
         74: list_config_resources.handle_list_config_resources,  # ListConfigResources
         75: describe_topic_partitions.handle_describe_topic_partitions,  # DescribeTopicPartitions
+        76: share_group_heartbeat.handle_share_group_heartbeat,  # ShareGroupHeartbeat
+        77: share_group_describe.handle_share_group_describe,  # ShareGroupDescribe
         78: share_fetch.handle_share_fetch,  # ShareFetch
         79: share_acknowledge.handle_share_acknowledge,  # ShareAcknowledge
         83: share_group_state.handle_initialize_share_group_state,  # InitializeShareGroupState (between brokers)
@@ -204,6 +208,8 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP DESCRIBE
         # GetTelemetrySubscriptions, PushTelemetry: no ACL (as Kafka: a client pushes its own metrics)
         74: list_config_resources.authorize_list_config_resources,  # ListConfigResources: CLUSTER DESCRIBE_CONFIGS
+        76: share_group_heartbeat.authorize_share_group_heartbeat,  # ShareGroupHeartbeat: GROUP READ, TOPIC DESCRIBE
+        77: share_group_describe.authorize_share_group_describe,  # ShareGroupDescribe: GROUP DESCRIBE
         # ShareFetch, ShareAcknowledge: GROUP READ (whole request), then TOPIC READ per partition in the handler
         78: share_common.authorize_share_group,
         79: share_common.authorize_share_group,
