@@ -1,0 +1,289 @@
+"""KIP-932 share group membership over the wire against a real node: members join with ShareGroupHeartbeat, every
+partition of the subscribed topics is spread over them (with more members than partitions, each partition goes to
+several members), they leave with epoch -1 or by letting their session expire, the group is described, listed by
+type and deleted, FindCoordinator v6 finds a share partition's broker, and bad requests get Kafka's error codes.
+
+One node for the module (each test uses its own topic and group), with a short share session so a member that
+stops heartbeating is gone within seconds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from testkit.node_process import BrokerProcess, WireClient, start_broker
+from testkit.waiting import eventually
+from tests.broker import cg_wire, share_wire
+from tests.broker.cg_clients import unique
+from tests.topics import create_topic
+from wire import codec, schema
+
+SESSION_MS = 2_000
+OVERRIDES = {"group.share.session.timeout.ms": str(SESSION_MS), "group.share.heartbeat.interval.ms": "500"}
+LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, FIND_COORDINATOR = 16, 15, 42, 10
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = start_broker(tmp_path_factory.mktemp("share-members"), OVERRIDES)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_text()
+
+
+@pytest.fixture
+def client(node: BrokerProcess) -> Iterator[WireClient]:
+    with WireClient(node.port) as opened:
+        yield opened
+
+
+def _topic(client: WireClient, partitions: int) -> tuple[str, uuid.UUID]:
+    name = unique("share-topic")
+    return name, create_topic(client, name, partitions).topic_id
+
+
+def _group(client: WireClient) -> str:
+    group = unique("share-group")
+    cg_wire.await_coordinator(client, group)
+    return group
+
+
+def _join(client: WireClient, group: str, topic: str) -> tuple[str, Any]:
+    member = str(uuid.uuid4())
+    response = share_wire.heartbeat(client, group, member, 0, topics=(topic,))
+    assert response.error_code == ErrorCode.none, response
+    return member, response
+
+
+Assigned = dict[uuid.UUID, tuple[int, ...]]
+
+
+def _members(client: WireClient, group: str, topic: str, n: int) -> tuple[dict[str, int], dict[str, Assigned]]:
+    """``n`` members joined: their epochs and the assignments their joins answered."""
+    joined = [_join(client, group, topic) for _ in range(n)]
+    return {m: r.member_epoch for m, r in joined}, {m: share_wire.assigned(r) for m, r in joined}
+
+
+def _settle(
+    client: WireClient, group: str, epochs: dict[str, int], known: dict[str, Assigned] | None = None
+) -> dict[str, Assigned]:
+    """Heartbeats every member until all are at the group's assignment epoch; their assignments then (``known``:
+    what the members were last told, as a client keeps it)."""
+    assignments: dict[str, Assigned] = {m: {} for m in epochs} | (known or {})
+
+    def round_() -> int:
+        for member, epoch in epochs.items():
+            response = share_wire.heartbeat(client, group, member, epoch)
+            assert response.error_code == ErrorCode.none, response
+            epochs[member] = response.member_epoch
+            if response.assignment is not None:
+                assignments[member] = share_wire.assigned(response)
+        return len({*epochs.values(), share_wire.describe(client, group).assignment_epoch})
+
+    eventually(round_, until=lambda n: n == 1, timeout=10, interval=0.05, what="every member at the target epoch")
+    return assignments
+
+
+def test_a_member_joins_and_is_given_every_partition(client: WireClient) -> None:
+    topic, topic_id = _topic(client, 3)
+    group = _group(client)
+    member, joined = _join(client, group, topic)
+    assert joined.member_id == member
+    assert joined.member_epoch == 1
+    assert joined.heartbeat_interval == timedelta(milliseconds=500)
+    assert share_wire.assigned(joined) == {topic_id: (0, 1, 2)}
+    again = share_wire.heartbeat(client, group, member, 1)
+    assert again.error_code == ErrorCode.none and again.member_epoch == 1
+    assert again.assignment is None  # nothing changed: the answer does not repeat the assignment
+
+
+def test_partitions_are_spread_over_members_each_exactly_once(client: WireClient) -> None:
+    topic, topic_id = _topic(client, 5)
+    group = _group(client)
+    epochs, known = _members(client, group, topic, 2)
+    assignments = _settle(client, group, epochs, known)
+    owners = Counter(p for a in assignments.values() for p in a.get(topic_id, ()))
+    assert sorted(owners) == [0, 1, 2, 3, 4] and set(owners.values()) == {1}
+    assert sorted(len(a[topic_id]) for a in assignments.values()) == [2, 3]
+
+
+def test_with_more_members_than_partitions_each_partition_goes_to_several(client: WireClient) -> None:
+    topic, topic_id = _topic(client, 2)
+    group = _group(client)
+    epochs, known = _members(client, group, topic, 5)
+    assignments = _settle(client, group, epochs, known)
+    assert all(len(a[topic_id]) == 1 for a in assignments.values()), assignments
+    sharing = Counter(a[topic_id][0] for a in assignments.values())
+    assert sorted(sharing) == [0, 1] and sorted(sharing.values()) == [2, 3]
+
+
+def test_a_leaving_member_gives_its_partitions_to_the_others(client: WireClient) -> None:
+    topic, topic_id = _topic(client, 4)
+    group = _group(client)
+    epochs, known = _members(client, group, topic, 2)
+    _settle(client, group, epochs, known)
+    leaving, staying = sorted(epochs)
+    before = share_wire.describe(client, group).group_epoch
+    left = share_wire.heartbeat(client, group, leaving, -1)
+    assert (left.error_code, left.member_id, left.member_epoch) == (ErrorCode.none, leaving, -1)
+    described = share_wire.describe(client, group)
+    assert [m.member_id for m in described.members] == [staying]
+    assert described.group_epoch == before + 1
+    assignments = _settle(client, group, {staying: epochs[staying]})
+    assert assignments[staying] == {topic_id: (0, 1, 2, 3)}
+    gone = share_wire.heartbeat(client, group, leaving, epochs[leaving])
+    assert gone.error_code == ErrorCode.unknown_member_id
+
+
+def test_a_member_whose_session_expires_is_removed(client: WireClient) -> None:
+    topic, topic_id = _topic(client, 2)
+    group = _group(client)
+    silent, _ = _join(client, group, topic)
+    alive, joined = _join(client, group, topic)
+    epoch, known = joined.member_epoch, share_wire.assigned(joined)
+
+    def members() -> list[str]:
+        nonlocal epoch, known
+        response = share_wire.heartbeat(client, group, alive, epoch)
+        assert response.error_code == ErrorCode.none, response
+        epoch = response.member_epoch
+        known = share_wire.assigned(response) if response.assignment is not None else known
+        return [m.member_id for m in share_wire.describe(client, group).members]
+
+    assert silent in members()
+    eventually(members, until=lambda ms: ms == [alive], timeout=SESSION_MS / 1000 + 8, interval=0.3,
+               what="the silent member's session to expire")
+    assert _settle(client, group, {alive: epoch}, {alive: known})[alive] == {topic_id: (0, 1)}
+    assert share_wire.heartbeat(client, group, silent, 1).error_code == ErrorCode.unknown_member_id
+
+
+def test_describe_shows_members_and_assignments(client: WireClient) -> None:
+    topic, topic_id = _topic(client, 2)
+    group = _group(client)
+    member, _ = _join(client, group, topic)
+    described = share_wire.describe(client, group)
+    assert described.error_code == ErrorCode.none
+    assert (described.group_state, described.group_epoch, described.assignment_epoch) == ("Stable", 1, 1)
+    assert described.assignor_name == "simple"
+    [shown] = described.members
+    assert (shown.member_id, shown.member_epoch, shown.subscribed_topic_names) == (member, 1, (topic,))
+    assert shown.client_host.startswith("/127.0.0.1")
+    [tp] = shown.assignment.topic_partitions
+    assert (tp.topic_id, tp.topic_name, tuple(tp.partitions)) == (topic_id, topic, (0, 1))
+    missing = share_wire.describe(client, unique("no-such-share-group"))
+    assert missing.error_code == ErrorCode.group_id_not_found
+
+
+def _listed(client: WireClient, *types: str) -> dict[str, Any]:
+    request = schema.build(codec.request_class(LIST_GROUPS, 5), states_filter=(), types_filter=types)
+    response = client.request(request)
+    assert response.error_code == ErrorCode.none
+    return {g.group_id: g for g in response.groups}
+
+
+def test_share_groups_are_listed_by_type_and_refused_by_describe_groups(client: WireClient) -> None:
+    topic, _ = _topic(client, 1)
+    group = _group(client)
+    _join(client, group, topic)
+    listed = _listed(client, "Share")[group]
+    assert (listed.group_type, listed.protocol_type, listed.group_state) == ("share", "share", "Stable")
+    assert group not in _listed(client, "consumer", "classic")
+    assert group in _listed(client)
+    for version, code in ((6, ErrorCode.group_id_not_found), (5, ErrorCode.none)):
+        request = schema.build(
+            codec.request_class(DESCRIBE_GROUPS, version), groups=(group,), include_authorized_operations=False
+        )
+        [described] = client.request(request).groups
+        assert (described.error_code, described.members) == (code, ())
+        if version < 6:
+            assert described.group_state == "Dead"
+
+
+def _delete(client: WireClient, group: str) -> ErrorCode:
+    [result] = client.request(schema.build(codec.request_class(DELETE_GROUPS, 2), groups_names=(group,))).results
+    return ErrorCode(result.error_code)
+
+
+def test_delete_an_empty_share_group(client: WireClient) -> None:
+    topic, _ = _topic(client, 1)
+    group = _group(client)
+    member, _ = _join(client, group, topic)
+    assert _delete(client, group) == ErrorCode.non_empty_group
+    assert share_wire.heartbeat(client, group, member, -1).error_code == ErrorCode.none
+    assert share_wire.describe(client, group).group_state == "Empty"
+    assert _delete(client, group) == ErrorCode.none
+    assert share_wire.describe(client, group).error_code == ErrorCode.group_id_not_found
+    assert share_wire.heartbeat(client, group, member, 1).error_code == ErrorCode.group_id_not_found
+    assert _delete(client, group) == ErrorCode.group_id_not_found
+
+
+def _find(client: WireClient, key: str, version: int = 6) -> Any:
+    request = schema.build(codec.request_class(FIND_COORDINATOR, version), key_type=2, coordinator_keys=(key,))
+    [found] = client.request(request).coordinators
+    return found
+
+
+def test_find_coordinator_answers_a_share_key_with_the_leader(node: BrokerProcess, client: WireClient) -> None:
+    _, topic_id = _topic(client, 2)
+    found = _find(client, share_wire.share_key("any-group", topic_id, 1))
+    assert (found.error_code, found.node_id, found.port) == (ErrorCode.none, node.node_id, node.port)
+    assert found.host == "127.0.0.1"
+    assert _find(client, share_wire.share_key("g", topic_id, 7)).error_code == ErrorCode.unknown_topic_or_partition
+    assert _find(client, share_wire.share_key("g", uuid.uuid4(), 0)).error_code == ErrorCode.unknown_topic_or_partition
+    for malformed in ("no-colons", "g:not-base64!:0", f"g:{share_wire.share_key('x', topic_id, 0).split(':')[1]}:x"):
+        refused = _find(client, malformed)
+        assert refused.error_code == ErrorCode.invalid_request, malformed
+        assert refused.node_id == -1
+    assert _find(client, share_wire.share_key("g", topic_id, 0), version=5).error_code == ErrorCode.invalid_request
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("", 0, ("t",), None, "MemberId can't be empty."),
+        ("m", 0, None, None, "SubscribedTopicNames must be set in first request."),
+        ("m", 0, (), None, "SubscribedTopicNames must be set in first request."),
+        ("m", 0, ("t",), "", "RackId can't be empty."),
+        ("m", -2, None, None, "MemberEpoch is invalid."),
+    ],
+)
+def test_malformed_heartbeats_are_invalid_requests(
+    client: WireClient, case: tuple[str, int, tuple[str, ...] | None, str | None, str]
+) -> None:
+    member_id, epoch, topics, rack, message = case
+    group = _group(client)
+    response = share_wire.heartbeat(client, group, member_id, epoch, topics=topics, rack_id=rack)
+    assert (response.error_code, response.error_message) == (ErrorCode.invalid_request, message)
+    assert share_wire.describe(client, group).error_code == ErrorCode.group_id_not_found  # nothing was created
+    empty_group = share_wire.heartbeat(client, "", "m", 0, topics=("t",))
+    assert (empty_group.error_code, empty_group.error_message) == (ErrorCode.invalid_request, "GroupId can't be empty.")
+
+
+def test_unknown_members_fenced_epochs_and_other_group_types(client: WireClient) -> None:
+    topic, _ = _topic(client, 1)
+    group = _group(client)
+    assert share_wire.heartbeat(client, group, "m", 1).error_code == ErrorCode.group_id_not_found
+    member, _ = _join(client, group, topic)
+    assert share_wire.heartbeat(client, group, str(uuid.uuid4()), 1).error_code == ErrorCode.unknown_member_id
+    assert share_wire.heartbeat(client, group, str(uuid.uuid4()), -1).error_code == ErrorCode.unknown_member_id
+    ahead = share_wire.heartbeat(client, group, member, 5)
+    assert ahead.error_code == ErrorCode.fenced_member_epoch and "greater member epoch (5)" in ahead.error_message
+    assert share_wire.heartbeat(client, group, member, 1).error_code == ErrorCode.none
+    # A share group's id is not a consumer group's, nor the other way round.
+    consumer = cg_wire.heartbeat(client, group, str(uuid.uuid4()), 0, topics=(topic,), owned={})
+    assert consumer.error_code == ErrorCode.group_id_not_found
+    assert cg_wire.describe(client, group).error_code == ErrorCode.group_id_not_found
+    consumer_group = _group(client)
+    assert cg_wire.heartbeat(client, consumer_group, str(uuid.uuid4()), 0, topics=(topic,), owned={}).error_code == 0
+    share = share_wire.heartbeat(client, consumer_group, str(uuid.uuid4()), 0, topics=(topic,))
+    assert (share.error_code, share.error_message) == (
+        ErrorCode.group_id_not_found, f"Group {consumer_group} is not a share group."
+    )
