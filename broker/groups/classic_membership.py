@@ -18,6 +18,7 @@ from broker.groups.classic.group import Group, JoinRequest
 from broker.groups.classic.state import JoinResult, SyncResult
 from broker.groups.consumer.group import ConsumerGroup
 from broker.groups.migration import GroupMigration
+from broker.groups.share.group import ShareGroup
 
 
 class ClassicMembership(GroupMigration):
@@ -26,6 +27,9 @@ class ClassicMembership(GroupMigration):
     async def join_group(self, group_id: str, request: JoinRequest) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, request.member_id)
+        if isinstance(self._any_group_or_error(group_id)[0], ShareGroup):
+            # As Kafka: a JoinGroup for a group of another type is INCONSISTENT_GROUP_PROTOCOL, no member id.
+            return JoinResult(ErrorCode.inconsistent_group_protocol, "")
         found, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return JoinResult(error, request.member_id)

@@ -287,3 +287,37 @@ def test_unknown_members_fenced_epochs_and_other_group_types(client: WireClient)
     assert (share.error_code, share.error_message) == (
         ErrorCode.group_id_not_found, f"Group {consumer_group} is not a share group."
     )
+
+
+def test_classic_requests_for_a_share_group_id_are_refused(client: WireClient) -> None:
+    topic, _ = _topic(client, 1)
+    group = _group(client)
+    member, _ = _join(client, group, topic)
+    join_cls = codec.request_class(11, 9)
+    join = client.request(schema.build(
+        join_cls,
+        group_id=group,
+        session_timeout=10_000,
+        rebalance_timeout=10_000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(schema.build_nested(join_cls, "protocols", name="range", metadata=b""),),
+        reason=None,
+    ))
+    assert (join.error_code, join.member_id) == (ErrorCode.inconsistent_group_protocol, "")
+    assert cg_wire.commit(client, group, member, 1, topic=topic, offsets={0: 5}) == {0: ErrorCode.group_id_not_found}
+    fetched = cg_wire.fetch_offsets(client, group, None, -1, topic=topic, partitions=(0,))
+    assert fetched.error_code == ErrorCode.group_id_not_found
+    assert share_wire.describe(client, group).members[0].member_id == member  # the share group is untouched
+
+
+def test_a_topic_created_after_the_join_is_assigned_on_the_next_heartbeat(client: WireClient) -> None:
+    group = _group(client)
+    topic = unique("share-later-topic")
+    member, joined = _join(client, group, topic)
+    assert (joined.member_epoch, share_wire.assigned(joined)) == (1, {})
+    topic_id = create_topic(client, topic, 2).topic_id
+    epochs, known = {member: 1}, {member: {}}
+    assert _settle(client, group, epochs, known)[member] == {topic_id: (0, 1)}
+    assert epochs[member] == 2
