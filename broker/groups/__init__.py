@@ -36,10 +36,14 @@ Between the two protocols (KIP-848's online migration, ``group.consumer.migratio
   and the classic requests of classic members inside a consumer group) and ``consumer/classic_members`` (their
   sans-I/O part).
 
-Where the next group type goes:
+Specific to KIP-932 share groups (membership only):
 
-* KIP-932 share groups: membership (ShareGroupHeartbeat, ShareGroupDescribe, the share assignor) in ``share/`` and
-  ``share_membership``, in the same way. The state of the share partitions (acquired records, delivery counts, the
-  share-partition start offset) is not group membership and belongs beside the partitions it describes, outside this
-  package.
+* ``share/``: the sans-I/O state machine (``group`` with the group epoch, the target assignment and each member's
+  share of it, no reconciliation since partitions are shared; ``member``, ``changes``, ``config``), and ``assignor``
+  (Kafka's SimpleAssignor: every partition to at least one member, shared when members outnumber partitions);
+* ``share_membership``: ShareGroupHeartbeat and ShareGroupDescribe at the coordinator; ``share_records`` (Kafka's
+  record formats, key versions 10-14) and ``share_persistence`` (a group's changes as those records, and back).
+
+The state of the share partitions (acquired records, delivery counts, the share-partition start offset) is not
+group membership and belongs beside the partitions it describes, outside this package.
 """

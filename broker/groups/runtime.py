@@ -98,7 +98,7 @@ class CoordinatorRuntime:
         #: Transaction markers (producer id, commit) that reached a partition while it was loading.
         self._completions: dict[int, list[tuple[int, bool]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        #: Each consumer group's latest write of heartbeat changes, which answers resting on it wait for.
+        #: Each consumer or share group's latest write of heartbeat changes, which answers resting on it wait for.
         self._consumer_writes: dict[str, asyncio.Future[ErrorCode]] = {}
         self._cleanup_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
