@@ -277,6 +277,19 @@ def test_unknown_members_fenced_epochs_and_other_group_types(client: WireClient)
     ahead = share_wire.heartbeat(client, group, member, 5)
     assert ahead.error_code == ErrorCode.fenced_member_epoch and "greater member epoch (5)" in ahead.error_message
     assert share_wire.heartbeat(client, group, member, 1).error_code == ErrorCode.none
+    for _ in range(2):  # two more joins: the member moves to epoch 2, then 3 (its previous epoch 2)
+        _join(client, group, topic)
+        [known] = [m for m in share_wire.describe(client, group).members if m.member_id == member]
+        moved = share_wire.heartbeat(client, group, member, known.member_epoch)
+        assert moved.error_code == ErrorCode.none
+    assert moved.member_epoch == 3
+    behind = share_wire.heartbeat(client, group, member, 1)
+    assert behind.error_code == ErrorCode.fenced_member_epoch and "smaller member epoch (1)" in behind.error_message
+    previous = share_wire.heartbeat(client, group, member, 2)  # the answer that moved it may have been lost
+    assert (previous.error_code, previous.member_epoch) == (ErrorCode.none, 3)
+    rejoined = share_wire.heartbeat(client, group, member, 0, topics=(topic,))
+    assert (rejoined.error_code, rejoined.member_epoch) == (ErrorCode.none, 3)
+    assert rejoined.assignment is not None  # a rejoin is sent its assignment again
     # A share group's id is not a consumer group's, nor the other way round.
     consumer = cg_wire.heartbeat(client, group, str(uuid.uuid4()), 0, topics=(topic,), owned={})
     assert consumer.error_code == ErrorCode.group_id_not_found

@@ -172,7 +172,10 @@ class ShareGroup:
             member = ShareMember(member_id=request.member_id)
             is_new = True
         else:
-            rejection = self._epoch_rejection(member, request.member_epoch)
+            # Epoch 0 from a known member is a rejoin (a client that lost its state): it keeps its epoch and is
+            # sent its assignment again, as Kafka accepts it.
+            epoch = request.member_epoch
+            rejection = None if epoch == JOIN_EPOCH else self._epoch_rejection(member, epoch)
             if rejection is not None:
                 return _refused(request, ErrorCode.fenced_member_epoch, rejection)
             is_new = False
