@@ -1,6 +1,6 @@
 """The share groups' assignor (Kafka's SimpleAssignor) as a pure function: every partition goes to at least one
-subscriber, balanced, with more members than partitions each member gets one partition and the partitions are
-shared evenly, and what a member had it keeps where balance allows."""
+subscriber, balanced; with more members than partitions each partition goes to ceil(members / partitions) of
+them; and what a member had it keeps where balance allows."""
 
 from __future__ import annotations
 
@@ -31,11 +31,22 @@ def test_enough_partitions_each_goes_to_exactly_one_member(members: int) -> None
     assert max(counts) - min(counts) <= 1
 
 
-def test_more_members_than_partitions_share_every_partition_evenly() -> None:
-    subs = {f"m{i}": frozenset((B,)) for i in range(7)}
+@pytest.mark.parametrize(("members", "counts"), [(7, [1] * 6 + [2]), (8, [1] * 8), (3, [1, 1, 2])])
+def test_more_members_than_partitions_share_every_partition_evenly(members: int, counts: list[int]) -> None:
+    subs = {f"m{i}": frozenset((B,)) for i in range(members)}
     result = assign_share(subs, TOPICS, {})
-    assert all(sum(len(ps) for ps in a.values()) == 1 for a in result.values())
-    assert sorted(_owners(result).values()) == [3, 4]
+    assert sorted(sum(len(ps) for ps in a.values()) for a in result.values()) == counts
+    sharing = -(-members // 2)
+    assert _owners(result) == {(B, 0): sharing, (B, 1): sharing}
+
+
+def test_a_partition_shared_by_a_leaving_member_stays_with_the_others() -> None:
+    subs = {f"m{i}": frozenset((B,)) for i in range(4)}
+    before = assign_share(subs, TOPICS, {})
+    del subs["m3"]
+    after = assign_share(subs, TOPICS, before)
+    for member in subs:
+        assert before[member][B] <= after[member][B]
 
 
 def test_members_keep_what_they_had_when_one_joins() -> None:

@@ -5,8 +5,8 @@ A share partition is consumed by many members at once, so the assignor's job is 
 * every partition of a subscribed topic goes to at least one of its subscribers;
 * with at least as many partitions as members, each partition goes to exactly one member and the members' counts
   differ by at most one;
-* with more members than partitions, each member gets exactly one partition and each partition goes to several
-  members, their numbers differing by at most one (so ten consumers on one partition all consume it);
+* with more members than partitions, each partition goes to ``ceil(members / partitions)`` members (so ten
+  consumers on one partition all consume it), the members' counts again differing by at most one;
 * what a member had in the previous target it keeps, as far as that balance allows, so a member joining or
   leaving moves as little as possible (a move costs the member's in-flight records a lock time-out elsewhere).
 
@@ -17,75 +17,52 @@ so every coordinator that loads the group computes the same target.
 
 from __future__ import annotations
 
-import heapq
 import uuid
-from collections.abc import Hashable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Mapping, Sequence
 
 from broker.groups.consumer.assignment import Assignment, TopicMetadata
 
 SIMPLE_ASSIGNOR = "simple"
 
-_Item = TypeVar("_Item", bound=Hashable)
-_Bin = TypeVar("_Bin", bound=Hashable)
 Partition = tuple[uuid.UUID, int]
-
-
-def _balance(
-    items: Sequence[_Item], bins: Sequence[_Bin], previous: Mapping[_Item, Sequence[_Bin]]
-) -> dict[_Item, _Bin]:
-    """Each item to one bin, the bins' loads differing by at most one; an item stays in a bin it was in while that
-    bin has room. Deterministic in the order of ``items`` and ``bins``."""
-    if not bins:
-        return {}
-    base, extra = divmod(len(items), len(bins))
-    load = dict.fromkeys(bins, 0)
-    placed: dict[_Item, _Bin] = {}
-    for item in items:
-        for was in previous.get(item, ()):
-            if was not in load:
-                continue
-            if load[was] < base or (load[was] == base and extra > 0):
-                if load[was] == base:
-                    extra -= 1
-                load[was] += 1
-                placed[item] = was
-                break
-    heap = [(load[b], i, b) for i, b in enumerate(bins)]
-    heapq.heapify(heap)
-    for item in items:
-        if item in placed:
-            continue
-        count, index, target = heapq.heappop(heap)
-        if count == base:
-            extra -= 1
-        placed[item] = target
-        heapq.heappush(heap, (count + 1, index, target))
-    return placed
 
 
 def _spread(
     members: Sequence[str], partitions: Sequence[Partition], current: Mapping[str, Assignment]
 ) -> dict[str, set[Partition]]:
-    """``partitions`` over ``members``: one member per partition when there are enough partitions, else one
-    partition per member (see the module docstring)."""
+    """``partitions`` over ``members`` as Kafka's SimpleHomogeneousAssignmentBuilder spreads them: each partition to
+    ``ceil(members / partitions)`` members (one while partitions are enough), the members' counts differing by at
+    most one, a member keeping what it had in ``current`` while both quotas allow (balance before stickiness)."""
     out: dict[str, set[Partition]] = {m: set() for m in members}
     if not members or not partitions:
         return out
-    wanted = set(partitions)
-    had: dict[str, list[Partition]] = {
-        m: sorted(tp for t, ps in current.get(m, {}).items() for p in ps if (tp := (t, p)) in wanted) for m in members
-    }
-    if len(partitions) >= len(members):
-        holders: dict[Partition, list[str]] = {}
-        for member in members:
-            for tp in had[member]:
-                holders.setdefault(tp, []).append(member)
-        for tp, member in _balance(partitions, members, holders).items():
-            out[member].add(tp)
-    else:
-        for member, tp in _balance(members, partitions, had).items():
-            out[member].add(tp)
+    sharing = -(-len(members) // len(partitions))
+    base, extra = divmod(sharing * len(partitions), len(members))
+    holders: dict[Partition, int] = dict.fromkeys(partitions, 0)
+
+    def room(member: str) -> bool:
+        have = len(out[member])
+        return have < base or (have == base and extra > 0)
+
+    def give(member: str, tp: Partition) -> None:
+        nonlocal extra
+        if len(out[member]) == base:
+            extra -= 1
+        out[member].add(tp)
+        holders[tp] += 1
+
+    for member in members:
+        had = sorted(tp for t, ps in current.get(member, {}).items() for p in ps if (tp := (t, p)) in holders)
+        for tp in had:
+            if holders[tp] < sharing and room(member):
+                give(member, tp)
+    order = {m: i for i, m in enumerate(members)}
+    for tp in partitions:
+        while holders[tp] < sharing:
+            candidates = [m for m in members if tp not in out[m] and room(m)]
+            if not candidates:
+                break  # every member with room holds it already: a slight imbalance, which Kafka tolerates too
+            give(min(candidates, key=lambda m: (len(out[m]), order[m])), tp)
     return out
 
 
