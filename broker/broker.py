@@ -36,6 +36,7 @@ from broker.transactions.peers import Peers
 from broker.wal_failover import WALFailoverRunner
 from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_failover
 from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting
+from metadata.group_configs import share_groups_enabled
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.config import ConfigError
@@ -97,12 +98,13 @@ class Broker:
         self.transactions = TransactionCoordinator(self.context, self.partitions, self.producer_ids, self.groups)
         #: Share groups' record counters on /metrics (the share partitions count into it).
         self.share_metrics = ShareMetrics(self.node_id)
-        # TODO(lead): store=self.share_partitions (H-state's SharePartitions), groups=the share group membership
-        # (H-members': share_group_state, ensure_share_group, share_group_topics), enabled=lambda:
-        # share_groups_enabled(self.controller.image) (H-config); until then no group is a share group.
+        # TODO(lead): store=self.share_partitions (H-state's SharePartitions).
         self._share_peers = Peers(self.context)
         self.share_offsets = ShareOffsetsAdmin(
-            self.context, ShareStateAccess(self.context, self.partitions, self._share_peers, store=None), groups=None
+            self.context,
+            ShareStateAccess(self.context, self.partitions, self._share_peers, store=None),
+            groups=self.groups,
+            enabled=lambda: share_groups_enabled(self.controller.image),
         )
         self._tls_reloaders = [
             CertificateReloader(server, tls.watched_files(), tls.context, tls.reload_interval_ms / 1000)

@@ -53,6 +53,8 @@ from broker.groups.share_records import (
     ShareGroupMemberMetadataValue,
     ShareGroupMetadataKey,
     ShareGroupMetadataValue,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupStatePartitionMetadataValue,
     ShareGroupTargetAssignmentMemberKey,
     ShareGroupTargetAssignmentMemberValue,
     ShareGroupTargetAssignmentMetadataKey,
@@ -154,6 +156,7 @@ class ReplayedShareGroup:
     target_assignment_epoch: int | None = None
     target_assignment: dict[str, Assignment] = field(default_factory=dict)
     current_assignments: dict[str, ShareGroupCurrentMemberAssignmentValue] = field(default_factory=dict)
+    state_partitions: ShareGroupStatePartitionMetadataValue | None = None
 
     def apply(self, key: ShareGroupKey, value: ShareGroupValue | None) -> None:
         """One record of this group (the group-metadata tombstone removes the whole group and never gets here)."""
@@ -176,6 +179,8 @@ class ReplayedShareGroup:
                 self.current_assignments[m] = v
             case ShareGroupCurrentMemberAssignmentKey(member_id=m), None:
                 self.current_assignments.pop(m, None)
+            case ShareGroupStatePartitionMetadataKey(), (ShareGroupStatePartitionMetadataValue() | None) as v:
+                self.state_partitions = v
 
 
 @dataclass

@@ -48,8 +48,7 @@ from broker.groups.offsets_topic import (
     replay_offsets_partition,
 )
 from broker.groups.share.changes import ShareChange as ShareChangeT
-from broker.groups.share.config import share_membership_config
-from broker.groups.share.group import ShareGroup
+from broker.groups.share.group import ShareGroup, ShareMembershipConfig
 from broker.groups.share_persistence import encode_share_changes, restore_share_group
 from broker.groups.txn_offsets import newer
 from broker.internal_topic import InternalTopicPartitions, Loaded, OwnedPartition
@@ -93,7 +92,12 @@ class CoordinatorRuntime:
         )
         self.consumer_protocol_enabled = settings.enabled
         self.consumer_settings = settings
-        self.share_config = share_membership_config(cfg)
+        share_settings = self.share_settings = cfg.share_groups
+        self.share_config = ShareMembershipConfig(
+            session_timeout_ms=share_settings.session_timeout_ms,
+            heartbeat_interval_ms=share_settings.heartbeat_interval_ms,
+            max_size=share_settings.max_size,
+        )
         self._groups: dict[str, Group | ConsumerGroup | ShareGroup] = {}
         #: Transaction markers (producer id, commit) that reached a partition while it was loading.
         self._completions: dict[int, list[tuple[int, bool]]] = {}

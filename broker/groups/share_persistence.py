@@ -16,11 +16,11 @@ from broker.groups.share.changes import (
     ShareChange,
     ShareEpochChanged,
     ShareMemberChanged,
+    ShareStateTopicsChanged,
     ShareTargetEpochChanged,
     ShareTargetMemberChanged,
 )
-from broker.groups.share.config import ShareMembershipConfig
-from broker.groups.share.group import ShareGroup
+from broker.groups.share.group import ShareGroup, ShareMembershipConfig
 from broker.groups.share.member import ShareMember
 from broker.groups.share_records import (
     ShareGroupCurrentMemberAssignmentKey,
@@ -30,6 +30,8 @@ from broker.groups.share_records import (
     ShareGroupMemberMetadataValue,
     ShareGroupMetadataKey,
     ShareGroupMetadataValue,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupStatePartitionMetadataValue,
     ShareGroupTargetAssignmentMemberKey,
     ShareGroupTargetAssignmentMemberValue,
     ShareGroupTargetAssignmentMetadataKey,
@@ -61,6 +63,9 @@ def _record(change: ShareChange, group_id: str) -> tuple[ShareGroupKey, ShareGro
                 m.member_epoch, m.previous_member_epoch, _STABLE, dict(m.assigned)
             )
             return ShareGroupCurrentMemberAssignmentKey(group_id, m.member_id), None if deleted else current
+        case ShareStateTopicsChanged(topics=topics, deleted=deleted):
+            state = None if deleted else ShareGroupStatePartitionMetadataValue({}, dict(topics), {})
+            return ShareGroupStatePartitionMetadataKey(group_id), state
 
 
 def encode_share_changes(group_id: str, changes: Sequence[ShareChange]) -> list[tuple[bytes, bytes | None]]:
@@ -103,4 +108,7 @@ def restore_share_group(
         target_epoch=replayed.target_assignment_epoch if replayed.target_assignment_epoch is not None else 0,
         target={m: a for m, a in replayed.target_assignment.items() if m in replayed.members},
         members=members,
+        state_topics=None if replayed.state_partitions is None else {
+            **replayed.state_partitions.initializing, **replayed.state_partitions.initialized
+        },
     )

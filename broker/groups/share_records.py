@@ -7,18 +7,21 @@ part so that compaction keeps the latest of each and a tombstone deletes just th
   * key 11 — the group: its epoch and the hash of its subscribed topics' metadata (``ShareGroupMetadata``);
   * key 12 — the epoch of the target assignment (``ShareGroupTargetAssignmentMetadata``);
   * key 13 — one member's share of the target (``ShareGroupTargetAssignmentMember``);
-  * key 14 — a member's current epochs and assignment (``ShareGroupCurrentMemberAssignment``).
+  * key 14 — a member's current epochs and assignment (``ShareGroupCurrentMemberAssignment``);
+  * key 15 — the partitions the group has share state on (``ShareGroupStatePartitionMetadata``). Kafka's group
+    coordinator asks its share coordinator to initialize a partition's state before assigning it, and records it
+    here as initialized; in Fjord the state lives with the partition and is created on first use, so the
+    partitions ever assigned are recorded as initialized (none are ever initializing or deleting).
 
-Key 9 (the subscribed topics' metadata, which Kafka 4.1 replaced by the hash of key 11) is no longer written, and
-key 15 (``ShareGroupStatePartitionMetadata``, which partitions' share state Kafka's share coordinator initialized)
-is not used: in Fjord a share partition's state lives with the partition and is created on first use. Keys are
-written in the classic encoding (int16-length strings), values in the flexible one, value version 0.
+Key 9 (the subscribed topics' metadata, which Kafka 4.1 replaced by the hash of key 11) is no longer written. Keys
+are written in the classic encoding (int16-length strings), values in the flexible one, value version 0.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from broker.groups.consumer.assignment import Assignment
@@ -27,9 +30,11 @@ from wire.stored_schema import (
     SchemaError,
     SchemaReader,
     array_length,
+    int32_array,
     nullable_string,
     string,
     tagged_fields,
+    uuid_field,
 )
 
 SHARE_GROUP_MEMBER_METADATA_KEY_VERSION = 10
@@ -37,6 +42,7 @@ SHARE_GROUP_METADATA_KEY_VERSION = 11
 SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_VERSION = 12
 SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_VERSION = 13
 SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION = 14
+SHARE_GROUP_STATE_PARTITION_METADATA_KEY_VERSION = 15
 VALUE_VERSION = 0
 _METADATA_HASH_TAG = 0
 
@@ -74,12 +80,18 @@ class ShareGroupCurrentMemberAssignmentKey:
     member_id: str
 
 
+@dataclass(frozen=True)
+class ShareGroupStatePartitionMetadataKey:
+    group_id: str
+
+
 ShareGroupKey = (
     ShareGroupMemberMetadataKey
     | ShareGroupMetadataKey
     | ShareGroupTargetAssignmentMetadataKey
     | ShareGroupTargetAssignmentMemberKey
     | ShareGroupCurrentMemberAssignmentKey
+    | ShareGroupStatePartitionMetadataKey
 )
 
 _KEY_VERSIONS: dict[type, int] = {
@@ -88,6 +100,7 @@ _KEY_VERSIONS: dict[type, int] = {
     ShareGroupTargetAssignmentMetadataKey: SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_VERSION,
     ShareGroupTargetAssignmentMemberKey: SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_VERSION,
     ShareGroupCurrentMemberAssignmentKey: SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION,
+    ShareGroupStatePartitionMetadataKey: SHARE_GROUP_STATE_PARTITION_METADATA_KEY_VERSION,
 }
 
 
@@ -127,12 +140,26 @@ class ShareGroupCurrentMemberAssignmentValue:
     assigned_partitions: Assignment
 
 
+#: Partitions by topic id, each topic with its name: the state-partition record's ``[]TopicPartitionsInfo``.
+StateTopics = Mapping[uuid.UUID, tuple[str, frozenset[int]]]
+
+
+@dataclass(frozen=True)
+class ShareGroupStatePartitionMetadataValue:
+    """``initializing`` and ``initialized``: partitions by topic; ``deleting``: topic ids with their names."""
+
+    initializing: StateTopics
+    initialized: StateTopics
+    deleting: Mapping[uuid.UUID, str]
+
+
 ShareGroupValue = (
     ShareGroupMemberMetadataValue
     | ShareGroupMetadataValue
     | ShareGroupTargetAssignmentMetadataValue
     | ShareGroupTargetAssignmentMemberValue
     | ShareGroupCurrentMemberAssignmentValue
+    | ShareGroupStatePartitionMetadataValue
 )
 
 
@@ -177,6 +204,23 @@ def _encode_body(value: ShareGroupValue) -> bytes:
                 + encode_assignment(assigned)
                 + tagged_fields()
             )
+        case ShareGroupStatePartitionMetadataValue(initializing, initialized, deleting):
+            deleting_entries = sorted(deleting.items())
+            return (
+                _state_topics(initializing)
+                + _state_topics(initialized)
+                + array_length(len(deleting_entries), flexible=True)
+                + b"".join(uuid_field(t) + string(n, flexible=True) + tagged_fields() for t, n in deleting_entries)
+                + tagged_fields()
+            )
+
+
+def _state_topics(topics: StateTopics) -> bytes:
+    entries = sorted(topics.items())
+    return array_length(len(entries), flexible=True) + b"".join(
+        uuid_field(t) + string(name, flexible=True) + int32_array(sorted(ps), flexible=True) + tagged_fields()
+        for t, (name, ps) in entries
+    )
 
 
 def decode_share_key(data: bytes) -> ShareGroupKey | None:
@@ -194,6 +238,8 @@ def decode_share_key(data: bytes) -> ShareGroupKey | None:
         return ShareGroupTargetAssignmentMemberKey(reader.string(), reader.string())
     if version == SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION:
         return ShareGroupCurrentMemberAssignmentKey(reader.string(), reader.string())
+    if version == SHARE_GROUP_STATE_PARTITION_METADATA_KEY_VERSION:
+        return ShareGroupStatePartitionMetadataKey(reader.string())
     return None
 
 
@@ -246,10 +292,32 @@ def _read_current(reader: SchemaReader) -> ShareGroupCurrentMemberAssignmentValu
     return ShareGroupCurrentMemberAssignmentValue(member_epoch, previous, state, assigned)
 
 
+def _read_state_topics(reader: SchemaReader) -> dict[uuid.UUID, tuple[str, frozenset[int]]]:
+    topics: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
+    for _ in range(reader.array_length()):
+        topic_id, name, partitions = reader.uuid_(), reader.string(), frozenset(reader.int32_array())
+        reader.skip_tagged_fields()
+        topics[topic_id] = (name, partitions)
+    return topics
+
+
+def _read_state_partitions(reader: SchemaReader) -> ShareGroupStatePartitionMetadataValue:
+    initializing = _read_state_topics(reader)
+    initialized = _read_state_topics(reader)
+    deleting: dict[uuid.UUID, str] = {}
+    for _ in range(reader.array_length()):
+        topic_id, name = reader.uuid_(), reader.string()
+        reader.skip_tagged_fields()
+        deleting[topic_id] = name
+    reader.skip_tagged_fields()
+    return ShareGroupStatePartitionMetadataValue(initializing, initialized, deleting)
+
+
 _READERS: dict[type, Callable[[SchemaReader], ShareGroupValue]] = {
     ShareGroupMemberMetadataKey: _read_member,
     ShareGroupMetadataKey: _read_metadata,
     ShareGroupTargetAssignmentMetadataKey: _read_target_metadata,
     ShareGroupTargetAssignmentMemberKey: _read_target_member,
     ShareGroupCurrentMemberAssignmentKey: _read_current,
+    ShareGroupStatePartitionMetadataKey: _read_state_partitions,
 }

@@ -1,6 +1,7 @@
 """ShareGroupDescribe (key 77) v1: a KIP-932 share group's epochs, assignor and members, each with the partitions
 it was assigned (what ``kafka-share-groups.sh --describe --members`` shows). A group that does not exist, or is
-not a share group, answers GROUP_ID_NOT_FOUND, as Kafka."""
+not a share group, answers GROUP_ID_NOT_FOUND, as Kafka; every group answers UNSUPPORTED_VERSION while the
+cluster's ``share.version`` is 0."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from broker import authorized_operations
 from broker.handlers.consumer_group_describe import described_assignment
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, per_group
+from broker.handlers.share_group_heartbeat import SHARE_GROUPS_OFF
 from metadata.acl.binding import AclOperation, ResourceType
+from metadata.group_configs import share_groups_enabled
 from wire import schema
 
 
@@ -23,10 +26,14 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> Any:
     groups = ctx.broker.groups
     image = ctx.broker.controller.image
     asked = bool(getattr(request, "include_authorized_operations", False))
+    enabled = share_groups_enabled(image)
     described = []
     for group_id in request.group_ids:
         operations = ctx.authorized_operations(asked, ResourceType.GROUP, group_id, authorized_operations.GROUP)
-        error, message, group = groups.describe_share_group(group_id)
+        if enabled:
+            error, message, group = groups.describe_share_group(group_id)
+        else:
+            error, message, group = ErrorCode.unsupported_version, SHARE_GROUPS_OFF, None
         if group is None or error is not ErrorCode.none:
             described.append(
                 schema.build(

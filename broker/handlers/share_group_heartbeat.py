@@ -4,7 +4,8 @@ A member joins (epoch 0, with the member id it made itself, a UUID kept for its 
 names), heartbeats at its epoch and leaves (epoch -1); each answer carries its epoch and, when it changed, its
 assignment: the partitions it may ShareFetch from, which other members of the group may be given too. The request
 is checked here as Kafka checks it (INVALID_REQUEST naming the field) before the group sees it. v0 was Kafka 4.0's
-early access and is gone from 4.2, as here.
+early access and is gone from 4.2, as here. While the cluster's ``share.version`` is 0 it answers
+UNSUPPORTED_VERSION, as Kafka does.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import member_host
 from broker.handlers.guards import GROUP_DENIED, TOPIC_DENIED, refused_whole
 from metadata.acl.binding import AclOperation, ResourceType
+from metadata.group_configs import share_groups_enabled
 from wire import schema
 from wire.stored_schema import MAX_STORED_STRING_BYTES
+
+#: The message of every share API's UNSUPPORTED_VERSION while the cluster's ``share.version`` is 0.
+SHARE_GROUPS_OFF = "share groups are disabled: feature share.version is finalized at 0"
 
 
 def _invalid(request: Any) -> str | None:
@@ -70,7 +75,9 @@ def _answer(ctx: RequestContext, result: ShareHeartbeatResult) -> Any:
 
 
 async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
-    # TODO(lead): answer UNSUPPORTED_VERSION when share.version is finalized at 0 (H-config's share_groups_enabled).
+    if not share_groups_enabled(ctx.broker.controller.image):
+        off = ShareHeartbeatResult(ErrorCode.unsupported_version, SHARE_GROUPS_OFF, member_id=request.member_id)
+        return _answer(ctx, off)
     message = _invalid(request)
     if message is not None:
         refused = ShareHeartbeatResult(ErrorCode.invalid_request, message, member_id=request.member_id)

@@ -23,7 +23,8 @@ from tests.topics import create_topic
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = start_broker(tmp_path_factory.mktemp("share-clients"), {"group.share.heartbeat.interval.ms": "300"})
+    quick = {"group.share.heartbeat.interval.ms": "300", "group.share.min.heartbeat.interval.ms": "300"}
+    process = start_broker(tmp_path_factory.mktemp("share-clients"), quick)
     try:
         yield process
     finally:

@@ -23,7 +23,12 @@ from tests.broker.cg_clients import unique
 from tests.topics import create_topic
 from wire import codec, schema
 
-OVERRIDES = {"group.share.session.timeout.ms": "4000", "group.share.heartbeat.interval.ms": "500"}
+OVERRIDES = {
+    "group.share.session.timeout.ms": "4000",
+    "group.share.min.session.timeout.ms": "4000",
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.min.heartbeat.interval.ms": "500",
+}
 
 
 @pytest.fixture

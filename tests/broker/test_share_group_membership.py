@@ -22,11 +22,18 @@ from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
 from tests.broker import cg_wire, share_wire
 from tests.broker.cg_clients import unique
+from tests.broker.test_features import SAFE_DOWNGRADE, UPGRADE, update
 from tests.topics import create_topic
 from wire import codec, schema
 
 SESSION_MS = 2_000
-OVERRIDES = {"group.share.session.timeout.ms": str(SESSION_MS), "group.share.heartbeat.interval.ms": "500"}
+#: A short share session (below Kafka's default minimum, lowered with it) so an expiry is seen within seconds.
+OVERRIDES = {
+    "group.share.session.timeout.ms": str(SESSION_MS),
+    "group.share.min.session.timeout.ms": str(SESSION_MS),
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.min.heartbeat.interval.ms": "500",
+}
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, FIND_COORDINATOR = 16, 15, 42, 10
 
 
@@ -335,3 +342,55 @@ def test_a_topic_created_after_the_join_is_assigned_on_the_next_heartbeat(client
     epochs, known = {member: 1}, {member: {}}
     assert _settle(client, group, epochs, known)[member] == {topic_id: (0, 1)}
     assert epochs[member] == 2
+
+
+def test_altering_offsets_of_a_new_group_makes_an_empty_share_group(client: WireClient) -> None:
+    topic, _ = _topic(client, 1)
+    group = _group(client)
+    request_cls = codec.request_class(91, 0)
+    topic_cls = schema.field_entity(request_cls, "topics")
+    partitions = (schema.build_nested(topic_cls, "partitions", partition_index=0, start_offset=0),)
+    client.request(schema.build(
+        request_cls, group_id=group, topics=(schema.build(topic_cls, topic_name=topic, partitions=partitions),)
+    ))
+    described = share_wire.describe(client, group)
+    assert (described.error_code, described.group_state, described.group_epoch, described.members) == (
+        ErrorCode.none, "Empty", 0, ()
+    )
+    assert _listed(client, "share")[group].group_state == "Empty"
+    _, joined = _join(client, group, topic)  # the group is used as any other from then on
+    assert joined.member_epoch == 1
+
+
+def test_share_groups_are_unsupported_while_share_version_is_zero(client: WireClient) -> None:
+    topic, _ = _topic(client, 1)
+    group = _group(client)
+    assert update(client, ("share.version", 0, SAFE_DOWNGRADE)).error_code == ErrorCode.none
+    try:
+        refused = eventually(lambda: share_wire.heartbeat(client, group, str(uuid.uuid4()), 0, topics=(topic,)),
+                             until=lambda r: r.error_code == ErrorCode.unsupported_version, timeout=10,
+                             what="share groups off")
+        assert "share.version" in refused.error_message
+        assert share_wire.describe(client, group).error_code == ErrorCode.unsupported_version
+    finally:
+        assert update(client, ("share.version", 1, UPGRADE)).error_code == ErrorCode.none
+    eventually(lambda: share_wire.heartbeat(client, group, str(uuid.uuid4()), 0, topics=(topic,)).error_code,
+               until=lambda e: e == ErrorCode.none, timeout=10, what="share groups on again")
+
+
+def test_a_groups_own_heartbeat_interval_applies_from_its_next_heartbeat(client: WireClient) -> None:
+    topic, _ = _topic(client, 1)
+    group = _group(client)
+    member, joined = _join(client, group, topic)
+    assert joined.heartbeat_interval == timedelta(milliseconds=500)
+    request_cls = codec.request_class(44, 1)
+    resource_cls = schema.field_entity(request_cls, "resources")
+    setting = schema.build_nested(resource_cls, "configs", name="share.heartbeat.interval.ms", config_operation=0,
+                                  value="700")
+    altered = client.request(schema.build(request_cls, resources=(
+        schema.build(resource_cls, resource_type=32, resource_name=group, configs=(setting,)),
+    ), validate_only=False))
+    assert altered.responses[0].error_code == ErrorCode.none, altered
+    eventually(lambda: share_wire.heartbeat(client, group, member, 1).heartbeat_interval,
+               until=lambda interval: interval == timedelta(milliseconds=700), timeout=10,
+               what="the group's own heartbeat interval")

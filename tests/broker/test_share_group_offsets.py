@@ -28,6 +28,7 @@ from broker.transactions.peers import Peers
 from node.process import Node
 from settings.server import ServerConfig
 from testkit.node_process import WireClient, default_overrides
+from testkit.waiting import eventually_async
 from wire import codec, schema
 
 TOPIC = "share-offsets"
@@ -229,7 +230,15 @@ async def test_while_share_groups_are_off_the_apis_are_unsupported(
     assert store.states == {}
 
 
-async def test_without_share_groups_every_group_is_unknown(node: Node) -> None:
+async def test_a_group_no_share_group_has_is_unknown(node: Node) -> None:
+    """With the broker's own share group membership (no stand-in): once the coordinator is up, a group id no share
+    group has answers GROUP_ID_NOT_FOUND."""
+
+    async def coordinator() -> ErrorCode:
+        found = await call(node, 10, 4, key_type=0, coordinator_keys=(GROUP,))
+        return ErrorCode(found.coordinators[0].error_code)
+
+    await eventually_async(coordinator, until=lambda e: e == ErrorCode.none, timeout=20, what="the coordinator")
     described = await describe(node, {TOPIC: (0,)})
     assert described.error_code == ErrorCode.group_id_not_found
 

@@ -10,10 +10,11 @@ from broker.groups.share.changes import (
     ShareAssignmentChanged,
     ShareEpochChanged,
     ShareMemberChanged,
+    ShareStateTopicsChanged,
     ShareTargetEpochChanged,
     ShareTargetMemberChanged,
 )
-from broker.groups.share.config import ShareMembershipConfig
+from broker.groups.share.group import ShareMembershipConfig
 from broker.groups.share.member import ShareMember
 from broker.groups.share_persistence import encode_share_changes, restore_share_group
 from broker.groups.share_records import (
@@ -46,6 +47,7 @@ def test_changes_replay_into_the_same_group() -> None:
         ShareTargetMemberChanged("m1", {T: frozenset({0, 1})}),
         ShareTargetEpochChanged(3),
         ShareAssignmentChanged(MEMBER),
+        ShareStateTopicsChanged({T: ("t", frozenset({0, 1}))}),
     ]
     replayed = ReplayedPartition()
     for offset, (key, value) in enumerate(encode_share_changes("g", changes)):
@@ -56,6 +58,7 @@ def test_changes_replay_into_the_same_group() -> None:
     assert (group.group_epoch, group.target_epoch, group.state_name) == (3, 3, "Stable")
     assert group.members == {"m1": MEMBER}
     assert group.target == {"m1": {T: frozenset({0, 1})}}
+    assert group.state_topics == {T: ("t", frozenset({0, 1}))}
 
 
 def test_deletion_tombstones_remove_the_group() -> None:
@@ -63,7 +66,7 @@ def test_deletion_tombstones_remove_the_group() -> None:
     written = encode_share_changes("g", [ShareMemberChanged(MEMBER), ShareEpochChanged(1)])
     deleted = encode_share_changes(
         "g", [ShareMemberChanged(MEMBER, deleted=True), ShareTargetEpochChanged(1, deleted=True),
-              ShareEpochChanged(1, deleted=True)]
+              ShareStateTopicsChanged({}, deleted=True), ShareEpochChanged(1, deleted=True)]
     )
     for offset, (key, value) in enumerate(written + deleted):
         _apply_record(Record(key=key, value=value, offset=offset), -1, replayed, "test")

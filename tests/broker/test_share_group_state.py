@@ -13,11 +13,11 @@ from broker.groups.share.changes import (
     ShareAssignmentChanged,
     ShareEpochChanged,
     ShareMemberChanged,
+    ShareStateTopicsChanged,
     ShareTargetEpochChanged,
     ShareTargetMemberChanged,
 )
-from broker.groups.share.config import ShareMembershipConfig
-from broker.groups.share.group import ShareGroup, ShareHeartbeat
+from broker.groups.share.group import ShareGroup, ShareHeartbeat, ShareMembershipConfig
 
 T = uuid.UUID(int=5)
 TOPICS = ClusterTopics({"t": TopicMetadata(T, "t", 2)}, frozenset({"t"}))
@@ -46,8 +46,9 @@ def test_a_join_persists_member_epoch_target_and_assignment() -> None:
     changes = group.take_changes()
     assert [type(c) for c in changes] == [
         ShareMemberChanged, ShareEpochChanged, ShareTargetMemberChanged, ShareTargetEpochChanged,
-        ShareAssignmentChanged,
+        ShareStateTopicsChanged, ShareAssignmentChanged,
     ]
+    assert changes[4] == ShareStateTopicsChanged({T: ("t", frozenset({0, 1}))})
     assert changes[1] == ShareEpochChanged(1, metadata_hash({T: TOPICS.by_name["t"]}))
     assert group.heartbeat(10, ShareHeartbeat("a", 1), TOPICS).error == ErrorCode.none
     assert group.take_changes() == []  # a plain heartbeat writes nothing
@@ -78,3 +79,21 @@ def test_a_restored_group_keeps_its_epoch_when_the_topics_did_not_change() -> No
     grown = ClusterTopics({"t": TopicMetadata(T, "t", 3)}, frozenset({"t"}))
     moved = restored.heartbeat(2, ShareHeartbeat("a", epoch), grown)
     assert moved.member_epoch == epoch + 1 and moved.assignment == {T: frozenset({0, 1, 2})}
+
+
+def test_the_topics_with_share_state_outlive_the_members() -> None:
+    group = ShareGroup("g", CONFIG, 0)
+    epoch = _join(group, "a")
+    assert group.heartbeat(1, ShareHeartbeat("a", epoch), TOPICS).error == ErrorCode.none
+    group.take_changes()
+    group.heartbeat(2, ShareHeartbeat("a", -1), TOPICS)
+    assert group.is_empty and group.topics() == {"t"}
+    assert not any(isinstance(c, ShareStateTopicsChanged) for c in group.take_changes())
+
+
+def test_a_kept_group_is_written_without_members() -> None:
+    group = ShareGroup("g", CONFIG, 0)
+    assert group.is_disposable
+    group.keep()
+    assert not group.is_disposable and group.state_name == "Empty"
+    assert group.take_changes() == [ShareEpochChanged(0, metadata_hash({}))]

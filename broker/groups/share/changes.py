@@ -1,9 +1,11 @@
 """What a share group asks to persist: one value per Kafka record of the group in ``__consumer_offsets`` (key
-versions 10 to 14), which :mod:`broker.groups.share_persistence` turns into Kafka's records. The group never
+versions 10 to 15), which :mod:`broker.groups.share_persistence` turns into Kafka's records. The group never
 depends on the record format, as with :mod:`broker.groups.consumer.changes`."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from broker.groups.consumer.assignment import Assignment
@@ -52,6 +54,21 @@ class ShareAssignmentChanged:
     deleted: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ShareStateTopicsChanged:
+    """ShareGroupStatePartitionMetadata: the partitions, by topic id (with the topic's name), that the group's
+    members were ever assigned, so share-partition state may exist on them (Kafka's initialized topics); what a
+    describe of the group's offsets without topics covers. ``deleted``: its tombstone."""
+
+    topics: Mapping[uuid.UUID, tuple[str, frozenset[int]]]
+    deleted: bool = False
+
+
 ShareChange = (
-    ShareEpochChanged | ShareMemberChanged | ShareTargetMemberChanged | ShareTargetEpochChanged | ShareAssignmentChanged
+    ShareEpochChanged
+    | ShareMemberChanged
+    | ShareTargetMemberChanged
+    | ShareTargetEpochChanged
+    | ShareAssignmentChanged
+    | ShareStateTopicsChanged
 )

@@ -29,13 +29,24 @@ from broker.groups.share.changes import (
     ShareChange,
     ShareEpochChanged,
     ShareMemberChanged,
+    ShareStateTopicsChanged,
     ShareTargetEpochChanged,
     ShareTargetMemberChanged,
 )
-from broker.groups.share.config import ShareMembershipConfig
 from broker.groups.share.member import JOIN_EPOCH, LEAVE_EPOCH, ShareMember
 
 SHARE_GROUP_TYPE = "share"
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMembershipConfig:
+    """What membership reads of a group's config: the broker's ``group.share.*`` values (``ShareGroupSettings``)
+    with the group's own ``share.session.timeout.ms`` / ``share.heartbeat.interval.ms`` applied by the
+    coordinator on each heartbeat."""
+
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    max_size: int = 200
 
 
 class ShareGroupState(enum.Enum):
@@ -97,6 +108,10 @@ class ShareGroup:
         self._refreshed: tuple[ClusterTopics, int] | None = None
         #: The subscribed topics' hash a loaded group was stored with, until its first refresh.
         self._restored_hash: int | None = None
+        #: The partitions members were ever assigned, by topic id with the topic's name (share state may exist).
+        self.state_topics: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
+        #: The group was written without a member (an offsets reset before first use): keep it, though empty.
+        self._kept = False
 
     @classmethod
     def restored(
@@ -110,9 +125,12 @@ class ShareGroup:
         target_epoch: int,
         target: Mapping[str, Assignment],
         members: Sequence[ShareMember],
+        state_topics: Mapping[uuid.UUID, tuple[str, frozenset[int]]] | None = None,
     ) -> ShareGroup:
         """The group as a coordinator loading ``__consumer_offsets`` finds it; every member gets a fresh session."""
         group = cls(group_id, config, now_ms)
+        group._kept = True
+        group.state_topics = dict(state_topics or {})
         group.group_epoch = group_epoch
         group.target_epoch = target_epoch
         group.target = {m: dict(a) for m, a in target.items()}
@@ -142,7 +160,21 @@ class ShareGroup:
     def is_disposable(self) -> bool:
         """Never had a member (a join that failed): nothing was written. A share group whose members all left
         stays, Empty, until DeleteGroups (Kafka keeps share groups: their share-partition state outlives them)."""
-        return not self.members and self.group_epoch == 0
+        return not self.members and self.group_epoch == 0 and not self._kept
+
+    def keep(self) -> None:
+        """Writes the group with no member (Kafka's getOrMaybeCreatePersistedShareGroup, for AlterShareGroupOffsets
+        before the group is first used), so that it exists, empty, from now on."""
+        if not self._kept:
+            self._kept = True
+            self._changes.append(ShareEpochChanged(self.group_epoch, metadata_hash(self.subscription)))
+
+    def topics(self) -> set[str]:
+        """The topics the group's share state may cover: those ever assigned, and those its members subscribe to."""
+        names = {name for name, _ in self.state_topics.values()}
+        for member in self.members.values():
+            names |= member.subscribed_topic_names
+        return names
 
     def take_changes(self) -> list[ShareChange]:
         changes, self._changes = self._changes, []
@@ -305,6 +337,20 @@ class ShareGroup:
             self.target[member_id] = new
         self.target_epoch = self.group_epoch
         self._changes.append(ShareTargetEpochChanged(self.target_epoch))
+        self._note_state_topics()
+
+    def _note_state_topics(self) -> None:
+        """Records the partitions the new target hands out for the first time (ShareStateTopicsChanged)."""
+        grown = dict(self.state_topics)
+        for assignment in self.target.values():
+            for topic_id, partitions in assignment.items():
+                meta = self.subscription.get(topic_id)
+                name, known = grown.get(topic_id, (meta.name if meta is not None else "", frozenset()))
+                if not partitions <= known:
+                    grown[topic_id] = (name, known | partitions)
+        if grown != self.state_topics:
+            self.state_topics = grown
+            self._changes.append(ShareStateTopicsChanged(dict(grown)))
 
     # ------------------------------------------------------------------------------------------------ timers
 
@@ -328,6 +374,7 @@ class ShareGroup:
         """Tombstones for every record of the (empty) group, the group's own last, for DeleteGroups."""
         changes: list[ShareChange] = [ShareTargetMemberChanged(member_id, None) for member_id in self.target]
         changes.append(ShareTargetEpochChanged(self.target_epoch, deleted=True))
+        changes.append(ShareStateTopicsChanged({}, deleted=True))
         changes.append(ShareEpochChanged(self.group_epoch, deleted=True))
         return changes
 
