@@ -70,9 +70,13 @@ def test_share_group_survives_a_killed_coordinator(tmp_path: Path, nodes: list[B
             epochs[member] = share_wire.heartbeat(client, group, member, 0, topics=(topic,)).member_epoch
         for member, epoch in list(epochs.items()):  # the first member catches up with the second's join
             epochs[member] = share_wire.heartbeat(client, group, member, epoch).member_epoch
-        leaver = str(uuid.uuid4())
-        share_wire.heartbeat(client, gone, leaver, 0, topics=(topic,))
-        share_wire.heartbeat(client, gone, leaver, -1)
+        alter_cls = codec.request_class(91, 0)  # AlterShareGroupOffsets makes the group, empty
+        topic_cls = schema.field_entity(alter_cls, "topics")
+        reset = schema.build_nested(topic_cls, "partitions", partition_index=0, start_offset=0)
+        client.request(schema.build(alter_cls, group_id=gone, topics=(
+            schema.build(topic_cls, topic_name=topic, partitions=(reset,)),
+        )))
+        assert share_wire.describe(client, gone).group_state == "Empty"
         delete = schema.build(codec.request_class(42, 2), groups_names=(gone,))
         assert client.request(delete).results[0].error_code == ErrorCode.none
         before = _snapshot(share_wire.describe(client, group))
