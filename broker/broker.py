@@ -25,6 +25,8 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
+from broker.share.config import ShareGroupConfig
+from broker.share.registry import SharePartitions
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.wal_failover import WALFailoverRunner
@@ -83,7 +85,9 @@ class Broker:
             WALFailoverRunner(controller, self.storage) if storage_config.wal_url.scheme == "s3" else None
         )
         self.dispatcher = RequestDispatcher(self, metrics, store_stats=lambda: self.storage.store.stats)
-        self.partitions = PartitionManager(self.context, self.storage, on_removed=self.dispatcher.traffic.forget)
+        self.partitions = PartitionManager(self.context, self.storage, on_removed=self._partition_removed)
+        # TODO(lead): config_for from H-config's share_group_config(image, settings, group_id), metrics from H-ops.
+        self.share_partitions = SharePartitions(self.partitions, lambda group_id: ShareGroupConfig())
         self.groups = GroupCoordinator(self.context, self.partitions)
         self.transactions = TransactionCoordinator(self.context, self.partitions, self.producer_ids, self.groups)
         self._tls_reloaders = [
@@ -150,6 +154,11 @@ class Broker:
     def bound_endpoints(self) -> tuple[Endpoint, ...]:
         return bound_endpoints(self.config, self.listeners)
 
+    def _partition_removed(self, topic: str, partition: int) -> None:
+        """A partition closed or was deleted here: its traffic counters and its share partitions go with it."""
+        self.dispatcher.traffic.forget(topic, partition)
+        self.share_partitions.forget(topic, partition)
+
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -160,10 +169,14 @@ class Broker:
             self.wal_failover.start()
             self._started.append(("WAL failover", self.wal_failover.stop))
         await self._start("partitions", self.partitions.start(), self.partitions.stop)
+        await self._start("share partitions", self._start_share_partitions(), self.share_partitions.stop)
         await self._start("group coordinator", self.groups.start(), self.groups.stop)
         await self._start("transaction coordinator", self.transactions.start(), self.transactions.stop)
         if isinstance(self.controller, LoadReporting):  # a broker of a cluster: its traffic, for the auto-balancer
             self.controller.report_load_from(self.dispatcher.traffic.partition_bytes)
+
+    async def _start_share_partitions(self) -> None:
+        self.share_partitions.start()
 
     async def _start(self, name: str, starting: Awaitable[None], stop: Callable[[], Awaitable[None]]) -> None:
         # Recorded before it is awaited: a start that fails half-way still has its part stopped.
@@ -199,8 +212,8 @@ class Broker:
         step runs even if an earlier one failed (and is logged)."""
         await self.stop_accepting()
         # The connections close after the partitions (requests in flight are answered), before the storage engine.
-        order = ["transaction coordinator", "group coordinator", "partitions", "WAL failover", "connections",
-                 "storage engine"]
+        order = ["transaction coordinator", "group coordinator", "share partitions", "partitions", "WAL failover",
+                 "connections", "storage engine"]
         started = dict(self._started)
         self._started.clear()
         for name in order:

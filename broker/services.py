@@ -13,6 +13,7 @@ from broker.fetch_session import FetchSessionCache
 from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
+from broker.share.registry import SharePartitions
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from metadata.controller_api import ControllerClient
@@ -46,6 +47,11 @@ class BrokerServices(Protocol):
 
     @property
     def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def share_partitions(self) -> SharePartitions:
+        """The share partitions (KIP-932) of the partitions this broker leads, with their durable state."""
+        ...
 
     @property
     def transactions(self) -> TransactionCoordinator: ...
