@@ -12,9 +12,10 @@ bounded by ``partition_max_record_locks`` for fresh acquisitions, and per-offset
 single records, releases of parts of batches and lock time-outs need without splitting ranges.
 
 What is persisted (``state_batches``, :meth:`take_update`) is Kafka's: terminal states and AVAILABLE records with
-their delivery count; an ACQUIRED record is persisted as AVAILABLE with the count of its current delivery, so a
-broker's death hands it out again and the delivery still counts towards the limit (a record that kills the broker
-or its consumers cannot loop forever).
+their delivery count. Acquisitions themselves are not written (as in Kafka: a fetch costs no durable write); an
+update carries the records an acknowledgement, release, time-out or SPSO move changed, and a snapshot writes an
+ACQUIRED record as AVAILABLE with the count of its current delivery. After a broker's death every record that was
+acquired is AVAILABLE again.
 """
 
 from __future__ import annotations

@@ -278,10 +278,15 @@ class SharePartitions:
 
     async def _watch_appends(self, log: PartitionLog) -> None:
         """Wakes long-polls when the partition's high watermark moves (new records to acquire)."""
+        loop = asyncio.get_running_loop()
         while not log.closed:
             seen = log.high_watermark
-            if await log.wait_for_data(seen, _APPEND_WAIT_S) and log.high_watermark > seen:
-                self._notify()
+            began = loop.time()
+            if await log.wait_for_data(seen, _APPEND_WAIT_S):
+                if log.high_watermark > seen:
+                    self._notify()
+            elif loop.time() - began < _APPEND_WAIT_S / 2:
+                return  # the log stream is no longer open (fenced, storage halted): nothing will be appended
 
     async def _lock_timer(self) -> None:
         """Sleeps until the earliest lock deadline (at most :data:`_MAX_TICK_S`), then times out what is due and
