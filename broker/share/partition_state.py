@@ -112,6 +112,9 @@ class PartitionShareState:
         self._deadlines = array("q")
         self._owners: list[str | None] = []
         self._acquired = 0
+        #: No lock runs out before this (an early bound: a record acknowledged since may have held it), so the
+        #: timer's tick scans the window only when something may be due.
+        self._earliest_deadline: int | None = None
         self._dirty: set[int] = set()
         self._start_moved = False
         self.state_epoch = 0
@@ -150,10 +153,18 @@ class PartitionShareState:
         return self.end_offset < log_end and len(self._states) < self.limits.max_record_locks
 
     def next_deadline(self) -> int | None:
-        """The earliest lock deadline, None when nothing is acquired."""
+        """When the timer should look again: no lock runs out before it (None: nothing is acquired)."""
         if not self._acquired:
             return None
-        return min(d for d, s in zip(self._deadlines, self._states, strict=True) if s == _ACQUIRED)
+        if self._earliest_deadline is None:
+            self._earliest_deadline = min(
+                (d for d, s in zip(self._deadlines, self._states, strict=True) if s == _ACQUIRED), default=None
+            )
+        return self._earliest_deadline
+
+    def _lock_until(self, deadline: int) -> None:
+        if self._earliest_deadline is None or deadline < self._earliest_deadline:
+            self._earliest_deadline = deadline
 
     def member_acquired(self, member_id: str) -> int:
         return sum(1 for o, s in zip(self._owners, self._states, strict=True) if s == _ACQUIRED and o == member_id)
@@ -195,6 +206,7 @@ class PartitionShareState:
                 self._deadlines[i] = deadline
                 self._owners[i] = member_id
                 self._acquired += 1
+                self._lock_until(deadline)
                 taken.append((offset, count))
         self._advance_start()
         return _ranges(taken)
@@ -223,16 +235,20 @@ class PartitionShareState:
                 if self._owners[i] != member_id:
                     raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is acquired by another member")
 
-    def acknowledge(self, member_id: str, acks: Sequence[AckBatch]) -> dict[AcknowledgeType, int]:
+    def acknowledge(self, member_id: str, acks: Sequence[AckBatch], now_ms: int = 0) -> dict[AcknowledgeType, int]:
         """Applies the acknowledgements atomically (nothing changes when one is refused, :class:`AckError`).
-        Returns how many records each type settled (RELEASE at the delivery limit counts as REJECT: archived)."""
+        Returns how many records each type settled (RELEASE at the delivery limit counts as REJECT: archived).
+        RENEW keeps the record acquired with a lock from ``now_ms``."""
         self.check_acknowledge(member_id, acks)
         counted: dict[AcknowledgeType, int] = {}
         for ack in acks:
             for n, offset in enumerate(range(ack.first_offset, ack.last_offset + 1)):
                 kind = AcknowledgeType(ack.types[0] if len(ack.types) == 1 else ack.types[n])
                 i = offset - self.start_offset
-                if kind == AcknowledgeType.RELEASE:
+                if kind == AcknowledgeType.RENEW:
+                    self._deadlines[i] = now_ms + self.limits.record_lock_duration_ms
+                    self._earliest_deadline = None  # the renewed lock may have been the earliest
+                elif kind == AcknowledgeType.RELEASE:
                     kind = AcknowledgeType.RELEASE if self._release(i) == _AVAILABLE else AcknowledgeType.REJECT
                 else:
                     self._acquired -= 1
@@ -258,14 +274,22 @@ class PartitionShareState:
     def expire_locks(self, now_ms: int) -> tuple[int, int]:
         """Releases every acquisition whose lock ran out by ``now_ms``. Returns (released, archived)."""
         released = archived = 0
-        if not self._acquired:
+        due = self.next_deadline()
+        if due is None or due > now_ms:
             return 0, 0
+        earliest: int | None = None
         for i, state in enumerate(self._states):
-            if state == _ACQUIRED and self._deadlines[i] <= now_ms:
+            if state != _ACQUIRED:
+                continue
+            deadline = self._deadlines[i]
+            if deadline <= now_ms:
                 if self._release(i) == _AVAILABLE:
                     released += 1
                 else:
                     archived += 1
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        self._earliest_deadline = earliest
         self._advance_start()
         return released, archived
 
@@ -285,6 +309,7 @@ class PartitionShareState:
         """AlterShareGroupOffsets: a new start, nothing in flight, a new state epoch."""
         self._drop(len(self._states))
         self._acquired = 0
+        self._earliest_deadline = None
         self.start_offset = offset
         self.state_epoch += 1
         self._dirty.clear()

@@ -22,12 +22,14 @@ class RecordState(IntEnum):
 
 class AcknowledgeType(IntEnum):
     """GAP: no record at that offset (compaction, a control record); ACCEPT: processed; RELEASE: give it to
-    someone else (counts as a delivery); REJECT: never deliver it again."""
+    someone else (counts as a delivery); REJECT: never deliver it again; RENEW (KIP-1222, ShareFetch and
+    ShareAcknowledge v2): keep it, with a fresh lock."""
 
     GAP = 0
     ACCEPT = 1
     RELEASE = 2
     REJECT = 3
+    RENEW = 4
 
 
 #: Where each acknowledgement type leaves an acquired record (RELEASE may still become ARCHIVED at the delivery
@@ -37,6 +39,7 @@ ACK_TARGET: dict[int, RecordState] = {
     AcknowledgeType.ACCEPT: RecordState.ACKNOWLEDGED,
     AcknowledgeType.RELEASE: RecordState.AVAILABLE,
     AcknowledgeType.REJECT: RecordState.ARCHIVED,
+    AcknowledgeType.RENEW: RecordState.ACQUIRED,
 }
 
 TERMINAL = frozenset((RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))

@@ -10,6 +10,7 @@ caller is answered once it is durable, so an acknowledged record never comes bac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -89,9 +90,12 @@ class SharePartition:
 
     async def fetch(self, member_id: str, max_bytes: int, max_records: int, now_ms: int) -> ShareFetched:
         """Acquires up to ``max_records`` records for ``member_id`` and returns the batches holding them."""
+        pending: list[Awaitable[None]] = []
         try:
             config = self._config()
-            pending = [w for w in (self._follow_log_start(),) if w is not None]
+            moved = self._follow_log_start()
+            if moved is not None:
+                pending.append(moved)
             limit = self._read_limit(config)
             acquired: list[AcquiredRange] = []
             chosen: list[memoryview] = []
@@ -110,10 +114,12 @@ class SharePartition:
                     pending.append(written)
             for wait in pending:
                 await wait
-        except KafkaError as exc:
-            return ShareFetched(None, [], int(exc.code))
-        except storage_errors.StorageError as exc:
-            logger.warning("share fetch of %s for %s failed: %s", self.log.where, self.group_id, exc)
+        except (KafkaError, storage_errors.StorageError) as exc:
+            if isinstance(exc, storage_errors.StorageError):
+                logger.warning("share fetch of %s for %s failed: %s", self.log.where, self.group_id, exc)
+            for wait in pending:  # issued before the failure: finish them (or see them fail) all the same
+                with contextlib.suppress(Exception):
+                    await wait
             return ShareFetched(None, [], int(error_code_for(exc)))
         n = sum(r.last_offset - r.first_offset + 1 for r in acquired)
         if n:
@@ -132,7 +138,7 @@ class SharePartition:
             return int(ErrorCode.not_leader_or_follower)
         self._config()
         try:
-            counted = self.state.acknowledge(member_id, batches)
+            counted = self.state.acknowledge(member_id, batches, now_ms)
         except AckError as exc:
             logger.debug("%s/%s: acknowledgement refused: %s", self.group_id, self.log.where, exc)
             return int(exc.code)
@@ -144,7 +150,7 @@ class SharePartition:
                 self._metrics.released(self.group_id, self.topic, n)
             elif kind == AcknowledgeType.REJECT:
                 self._metrics.rejected(self.group_id, self.topic, n)
-            else:
+            elif kind == AcknowledgeType.GAP:
                 self._metrics.archived(self.group_id, self.topic, n)
         if counted.get(AcknowledgeType.RELEASE):
             self._changed()

@@ -84,6 +84,16 @@ def test_rejected_records_never_come_back() -> None:
     assert state.state_of(0) is None and state.start_offset == 1
 
 
+def test_renew_keeps_the_record_with_a_fresh_lock() -> None:
+    state = PartitionShareState(0, Limits(record_lock_duration_ms=1000))
+    state.acquire("a", log((0, 1)), 100, now_ms=0)
+    state.acknowledge("a", [AckBatch(0, 1, (AcknowledgeType.RENEW, ACCEPT))], now_ms=900)
+    assert state.take_update() is not None  # for the ACCEPT; a renewal alone writes nothing
+    assert state.expire_locks(1000) == (0, 0)
+    assert state.state_of(0) == (RecordState.ACQUIRED, 1, "a")
+    assert state.expire_locks(1900) == (1, 0)
+
+
 def test_gap_acknowledgements_archive() -> None:
     state = PartitionShareState(0)
     state.acquire("a", log((0, 2)), 100, now_ms=0)
@@ -169,6 +179,7 @@ def test_log_gaps_are_archived() -> None:
         ([one(4, 3, ACCEPT)], ErrorCode.invalid_request),  # last before first
         ([AckBatch(0, 3, (1, 1))], ErrorCode.invalid_request),  # wrong number of types
         ([AckBatch(0, 0, (7,))], ErrorCode.invalid_request),  # unknown type
+        ([AckBatch(0, 0, (-1,))], ErrorCode.invalid_request),  # unknown type
         ([one(0, 9, ACCEPT)], ErrorCode.invalid_record_state),  # 5-9 never acquired
         ([one(5, 5, ACCEPT)], ErrorCode.invalid_record_state),  # another member's record
         ([one(0, 1, ACCEPT), one(5, 6, ACCEPT)], ErrorCode.invalid_record_state),  # valid batch first, then not
