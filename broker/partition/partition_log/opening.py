@@ -117,7 +117,7 @@ async def open_streams(
     if log_entry is None:
         log_id = await streams.create_stream((*tags, ("type", "log")))
         time_id = await streams.create_stream((*tags, ("type", "time")))
-        log_info: dict[str, Any] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1}}
+        log_info: dict[str, Any] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1, "shr": -1}}
         await meta.put({KEY_LOG: json.dumps(log_info).encode()})
     else:
         log_info = json.loads(log_entry)

@@ -10,7 +10,6 @@ is checkpointed is broker/share/'s business (``broker.share.state_records``).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -20,11 +19,6 @@ from storage.stream_api import Stream
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
-
-
-def share_stream_id(log_info: dict[str, Any]) -> int:
-    """The share stream's id from the LOG meta entry, -1 when the partition has none yet."""
-    return int(log_info.get("streamMap", {}).get("shr", -1))
 
 
 async def ensure_share_stream(state: PartitionState) -> Stream:

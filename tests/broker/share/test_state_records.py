@@ -3,6 +3,8 @@ acquisition makes of a log's batches (control batches, aborted transactions) and
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from broker.share.config import parse_duration_ms
@@ -11,7 +13,7 @@ from broker.share.record_states import RecordState
 from broker.share.share_partition import classify
 from broker.share.state_records import SNAPSHOT, TOMBSTONE, UPDATE, ShareRecord, ShareStreamReplay, decode, encode
 from wire.aborted_txns import AbortedTxn
-from wire.record_batch import Record, build_batch, parse_header
+from wire.record_batch import BatchHeader, Record, build_batch, parse_header
 from wire.stored_schema import SchemaError
 
 ACK, ARCH, AVAIL = int(RecordState.ACKNOWLEDGED), int(RecordState.ARCHIVED), int(RecordState.AVAILABLE)
@@ -56,9 +58,8 @@ def test_replay_applies_the_latest_snapshot_and_its_updates_and_knows_the_trim_p
 
 
 def test_classify_skips_control_batches_and_aborted_transactions_only_under_read_committed() -> None:
-    def at(offset: int, **kwargs: object) -> object:
-        return parse_header(build_batch([Record(b"k", b"v"), Record(b"k", b"v")], base_offset=offset,
-                                        **kwargs))  # type: ignore[arg-type]
+    def at(offset: int, **kwargs: Any) -> BatchHeader:
+        return parse_header(build_batch([Record(b"k", b"v"), Record(b"k", b"v")], base_offset=offset, **kwargs))
 
     headers = [
         at(0, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True),  # aborted
@@ -68,10 +69,10 @@ def test_classify_skips_control_batches_and_aborted_transactions_only_under_read
         at(8),
     ]
     aborted = [AbortedTxn(7, 0)]
-    committed = classify(headers, aborted, read_committed=True)  # type: ignore[arg-type]
+    committed = classify(headers, aborted, read_committed=True)
     assert [b.skip for b in committed] == [True, False, True, False, False]
     assert committed[0] == LogBatch(0, 1, True)
-    uncommitted = classify(headers, aborted, read_committed=False)  # type: ignore[arg-type]
+    uncommitted = classify(headers, aborted, read_committed=False)
     assert [b.skip for b in uncommitted] == [False, False, True, False, False]
 
 
