@@ -8,6 +8,7 @@ restarted node runs in the test's event loop so the test can ask its ``share_par
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,10 +16,19 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
+import pytest
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+
 from broker.share.partition_state import AcquiredRange
+from testkit.waiting import eventually_async
 from tests.broker.share.share_crash_node import GROUP, start_node
+from tests.topics import create_topic
+from wire.errors import KafkaError
+from wire.record_batch import Record, build_batch
 
 ROOT = Path(__file__).resolve().parents[3]
 READY_TIMEOUT_S = 60.0
@@ -70,5 +80,39 @@ async def test_share_state_survives_kill_9(tmp_path: Path) -> None:
         share = await shares.get(GROUP, log.topic_id, 0)
         again = await share.fetch("m2", 1 << 20, 100, int(time.time() * 1000))
         assert again.acquired == [AcquiredRange(5, 5, 1), AcquiredRange(8, 9, 1)]
+    finally:
+        await node.stop()
+
+
+async def test_appends_wake_long_polls_and_a_deleted_topic_drops_its_share_partitions(tmp_path: Path) -> None:
+    node = start_node(tmp_path / "node")
+    await node.start()
+    try:
+        assert node.broker is not None
+        bootstrap = f"127.0.0.1:{node.broker.server.bound_port}"
+        topic = "woken"
+        await asyncio.to_thread(create_topic, bootstrap, topic)
+        log = await node.broker.partitions.wait_open(topic, 0, 30)
+        assert log is not None
+        shares = node.broker.share_partitions
+        with pytest.raises(KafkaError) as unknown:
+            await shares.get(GROUP, uuid.uuid4(), 0)
+        assert unknown.value.code == ErrorCode.unknown_topic_id
+        share = await shares.get(GROUP, log.topic_id, 0)
+        assert not share.available()
+        woken = shares.wait_for_change()
+        await log.append(build_batch([Record(b"k", b"v")]))
+        await asyncio.wait_for(woken, 10)
+        assert share.available()
+        assert shares.groups_on(log.topic_id, 0) == [GROUP]
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        await asyncio.to_thread(lambda: admin.delete_topics([topic])[topic].result(30))
+        await eventually_async(lambda: shares.groups_on(log.topic_id, 0) == [], timeout=30,
+                               what="the deleted partition's share partitions to be dropped")
+        with pytest.raises(KafkaError) as gone:
+            await shares.get(GROUP, log.topic_id, 0)
+        assert gone.value.code == ErrorCode.unknown_topic_id
+        assert (await share.fetch("m", 1 << 20, 10, 0)).error == ErrorCode.not_leader_or_follower
     finally:
         await node.stop()
