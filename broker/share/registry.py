@@ -292,13 +292,15 @@ class SharePartitions:
         """Sleeps until the earliest lock deadline (at most :data:`_MAX_TICK_S`), then times out what is due and
         drops what is loaded for partitions that closed."""
         while not self._stopping:
-            for key, loaded in list(self._loaded.items()):
-                if loaded.log.closed:
-                    self._drop(key)
-                    self._notify()
-            for write in self.tick():
-                with contextlib.suppress(Exception):
-                    await write
+            try:
+                for key, loaded in list(self._loaded.items()):
+                    if loaded.log.closed:
+                        self._drop(key)
+                        self._notify()
+                for write in self.tick():
+                    await write  # _persist: an error code, never an exception
+            except Exception:
+                logger.exception("share lock timer round failed; continuing")
             deadlines = [
                 due
                 for loaded in self._loaded.values()

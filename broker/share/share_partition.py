@@ -109,7 +109,7 @@ class SharePartition:
                 )
                 acquired = self.state.acquire(member_id, kinds, max_records, now_ms)
                 chosen = [view for (header, view) in batches if _holds(acquired, header)]
-                written = self._store.write_update(self.group_id, self.state)
+                written = self._issue()
                 if written is not None:
                     pending.append(written)
             for wait in pending:
@@ -142,7 +142,7 @@ class SharePartition:
         except AckError as exc:
             logger.debug("%s/%s: acknowledgement refused: %s", self.group_id, self.log.where, exc)
             return int(exc.code)
-        code = await self._persist(self._store.write_update(self.group_id, self.state))
+        code = await self._persist(self._issue())
         for kind, n in counted.items():
             if kind == AcknowledgeType.ACCEPT:
                 self._metrics.acknowledged(self.group_id, self.topic, n)
@@ -163,7 +163,7 @@ class SharePartition:
         self._config()
         released, archived = self.state.release_member(member_id)
         if released or archived:
-            await self._persist(self._store.write_update(self.group_id, self.state))
+            await self._persist(self._issue())
             self._metrics.released(self.group_id, self.topic, released)
             self._metrics.archived(self.group_id, self.topic, archived)
             self._changed()
@@ -179,14 +179,22 @@ class SharePartition:
         self._metrics.lock_timed_out(self.group_id, self.topic, released + archived)
         self._metrics.archived(self.group_id, self.topic, archived)
         self._changed()
-        return self._persist(self._store.write_update(self.group_id, self.state))
+        return self._persist(self._issue())
 
     # ------------------------------------------------------------------ internals
+    def _issue(self) -> Awaitable[None] | None:
+        """Issues the durable write of what just changed; a stream that can no longer be written (the partition
+        closed under us, this broker fenced) fails the awaitable rather than the caller's synchronous step."""
+        try:
+            return self._store.write_update(self.group_id, self.state)
+        except (KafkaError, storage_errors.StorageError) as exc:
+            return _failed(exc)
+
     def _follow_log_start(self) -> Awaitable[None] | None:
         """Records below the log start are gone (retention, DeleteRecords): the SPSO moves up to it."""
         if self.state.start_offset < self.log.log_start_offset:
             self.state.move_start(self.log.log_start_offset)
-            return self._store.write_update(self.group_id, self.state)
+            return self._issue()
         return None
 
     async def _persist(self, pending: Awaitable[None] | None) -> int:
@@ -201,6 +209,10 @@ class SharePartition:
             logger.warning("%s/%s: share state write failed: %s", self.group_id, self.log.where, exc)
             return int(ErrorCode.not_leader_or_follower)
         return 0
+
+
+async def _failed(exc: Exception) -> None:
+    raise exc
 
 
 def classify(headers: Sequence[BatchHeader], aborted: Sequence[AbortedTxn], *, read_committed: bool) -> list[LogBatch]:

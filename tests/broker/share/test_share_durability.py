@@ -315,3 +315,20 @@ async def test_reset_delete_and_group_deletion(node: _Node) -> None:
     shares = _registry(led, ShareGroupConfig(auto_offset_reset="earliest"))
     assert await shares.summary(GROUP, TOPIC_ID, 0) is None and await shares.summary("other", TOPIC_ID, 0) is None
     await led.log.close()
+
+
+async def test_a_write_that_cannot_be_made_durable_is_an_error_code_not_an_exception(node: _Node) -> None:
+    led = _Led()
+    led.log = await node.open(0)
+    await led.log.append(_records(4))
+    shares = _registry(led, ShareGroupConfig(auto_offset_reset="earliest"))
+    share = await shares.get(GROUP, TOPIC_ID, 0)
+    await share.fetch("m1", 1 << 20, 100, 0)
+    stream = led.log.share_stream
+    assert stream is not None
+    await stream.close()  # fenced under the partition's feet: the share stream can no longer be written
+    assert await share.acknowledge("m1", [AckBatch(0, 1, (ACCEPT,))], 0) == ErrorCode.not_leader_or_follower
+    writes = shares.tick(10**15)  # 2-3 time out; the lock timer's write fails the same way
+    assert len(writes) == 1
+    assert await writes[0] == ErrorCode.not_leader_or_follower
+    await led.log.close()
