@@ -40,6 +40,16 @@ _MIN_TICK_S = 0.01
 _APPEND_WAIT_S = 5.0
 
 
+def _duration_ms(reset: str) -> int | None:
+    """The duration of ``by_duration:<ISO-8601>``; None (and a warning: the group then starts at the latest
+    offset, Kafka's default) for one the config validation should have refused."""
+    try:
+        return parse_duration_ms(reset.split(":", 1)[1])
+    except ValueError as exc:
+        logger.warning("share.auto.offset.reset %r: %s; using latest", reset, exc)
+        return None
+
+
 def _wall_ms() -> int:
     return int(time.time() * 1000)
 
@@ -260,8 +270,8 @@ class SharePartitions:
         reset = config.auto_offset_reset.strip().lower()
         if reset == "earliest":
             found = await log.offset_for_timestamp(EARLIEST_TIMESTAMP, read_committed=read_committed)
-        elif reset.startswith("by_duration:"):
-            since = self._clock_ms() - parse_duration_ms(config.auto_offset_reset.split(":", 1)[1])
+        elif reset.startswith("by_duration:") and (duration := _duration_ms(config.auto_offset_reset)) is not None:
+            since = self._clock_ms() - duration
             found = await log.offset_for_timestamp(max(since, 0), read_committed=read_committed)
             if found is None:  # nothing that recent: the end
                 found = await log.offset_for_timestamp(LATEST_TIMESTAMP, read_committed=read_committed)

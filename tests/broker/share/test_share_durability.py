@@ -209,7 +209,9 @@ async def test_snapshots_bound_the_share_stream_and_replay_stays_exact(node: _No
     await led.log.close()
 
 
-@pytest.mark.parametrize(("reset", "start"), [("earliest", 0), ("latest", 6), ("by_duration:PT1H", 4)])
+@pytest.mark.parametrize(
+    ("reset", "start"), [("earliest", 0), ("latest", 6), ("by_duration:PT1H", 4), ("by_duration:soon", 6)]
+)
 async def test_auto_offset_reset_picks_the_first_offset_once(node: _Node, reset: str, start: int) -> None:
     led = _Led()
     led.log = await node.open(0)
