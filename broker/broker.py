@@ -27,8 +27,8 @@ from broker.partition.producer_ids import ProducerIdAllocator
 from broker.request_dispatcher import RequestDispatcher
 from broker.share.metrics import ShareMetrics
 from broker.share.offsets_admin import ShareOffsetsAdmin
+from broker.share.registry import SharePartitions
 from broker.share.state_rpc import ShareStateAccess
-from broker.share_partitions_view import UnwiredSharePartitions
 from broker.share_sessions import ShareSessions
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
@@ -36,9 +36,10 @@ from broker.transactions.peers import Peers
 from broker.wal_failover import WALFailoverRunner
 from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_failover
 from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting
-from metadata.group_configs import share_groups_enabled
+from metadata.group_configs import share_group_config, share_groups_enabled
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
+from settings.share_groups import ShareGroupConfig
 from storage.config import ConfigError
 from storage.engine import StorageEngine
 from wire.connection_gate import ConnectionGate
@@ -81,9 +82,6 @@ class Broker:
         #: What the broker's parts read of it (``broker.broker_context``).
         self.context = BrokerContext(self.node_id, self.cluster_id, config, controller)
         self.fetch_sessions = FetchSessionCache()
-        # TODO(lead): ShareSessions(self.share_partitions, max_sessions=<group.share.max.share.sessions>,
-        # record_lock_duration_ms=<the group's share.record.lock.duration.ms>, enabled=<share.version >= 1>)
-        self.share_sessions = ShareSessions(UnwiredSharePartitions(), enabled=lambda: False)
         self.producer_ids = ProducerIdAllocator(controller, lambda: (self.node_id, self.node_epoch))
         self.telemetry = ClientTelemetry(config)
         storage_config = replace(config.storage, cluster_id=self.cluster_id, node_id=self.node_id,
@@ -93,18 +91,32 @@ class Broker:
             WALFailoverRunner(controller, self.storage) if storage_config.wal_url.scheme == "s3" else None
         )
         self.dispatcher = RequestDispatcher(self, metrics, store_stats=lambda: self.storage.store.stats)
-        self.partitions = PartitionManager(self.context, self.storage, on_removed=self.dispatcher.traffic.forget)
-        self.groups = GroupCoordinator(self.context, self.partitions)
-        self.transactions = TransactionCoordinator(self.context, self.partitions, self.producer_ids, self.groups)
+        self.partitions = PartitionManager(self.context, self.storage, on_removed=self._partition_removed)
         #: Share groups' record counters on /metrics (the share partitions count into it).
         self.share_metrics = ShareMetrics(self.node_id)
-        # TODO(lead): store=self.share_partitions (H-state's SharePartitions).
+        share_settings = config.share_groups  # parsed once: the keys are static
+
+        def share_config(group_id: str) -> ShareGroupConfig:
+            return share_group_config(self.controller.image, share_settings, group_id)
+
+        def share_enabled() -> bool:
+            return share_groups_enabled(self.controller.image)
+
+        self.share_partitions = SharePartitions(self.partitions, share_config, metrics=self.share_metrics)
+        self.share_sessions = ShareSessions(
+            self.share_partitions,
+            max_sessions=share_settings.max_share_sessions,
+            record_lock_duration_ms=lambda group_id: share_config(group_id).record_lock_duration_ms,
+            enabled=share_enabled,
+        )
+        self.groups = GroupCoordinator(self.context, self.partitions)
+        self.transactions = TransactionCoordinator(self.context, self.partitions, self.producer_ids, self.groups)
         self._share_peers = Peers(self.context)
         self.share_offsets = ShareOffsetsAdmin(
             self.context,
-            ShareStateAccess(self.context, self.partitions, self._share_peers, store=None),
+            ShareStateAccess(self.context, self.partitions, self._share_peers, store=self.share_partitions),
             groups=self.groups,
-            enabled=lambda: share_groups_enabled(self.controller.image),
+            enabled=share_enabled,
         )
         self._tls_reloaders = [
             CertificateReloader(server, tls.watched_files(), tls.context, tls.reload_interval_ms / 1000)
@@ -170,6 +182,11 @@ class Broker:
     def bound_endpoints(self) -> tuple[Endpoint, ...]:
         return bound_endpoints(self.config, self.listeners)
 
+    def _partition_removed(self, topic: str, partition: int) -> None:
+        """A partition closed or was deleted here: its traffic counters and its share partitions go with it."""
+        self.dispatcher.traffic.forget(topic, partition)
+        self.share_partitions.forget(topic, partition)
+
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -180,11 +197,15 @@ class Broker:
             self.wal_failover.start()
             self._started.append(("WAL failover", self.wal_failover.stop))
         await self._start("partitions", self.partitions.start(), self.partitions.stop)
+        await self._start("share partitions", self._start_share_partitions(), self.share_partitions.stop)
         await self._start("group coordinator", self.groups.start(), self.groups.stop)
         await self._start("transaction coordinator", self.transactions.start(), self.transactions.stop)
         self._started.append(("share-state connections", self._share_peers.close))
         if isinstance(self.controller, LoadReporting):  # a broker of a cluster: its traffic, for the auto-balancer
             self.controller.report_load_from(self.dispatcher.traffic.partition_bytes)
+
+    async def _start_share_partitions(self) -> None:
+        self.share_partitions.start()
 
     async def _start(self, name: str, starting: Awaitable[None], stop: Callable[[], Awaitable[None]]) -> None:
         # Recorded before it is awaited: a start that fails half-way still has its part stopped.
@@ -220,8 +241,8 @@ class Broker:
         step runs even if an earlier one failed (and is logged)."""
         await self.stop_accepting()
         # The connections close after the partitions (requests in flight are answered), before the storage engine.
-        order = ["transaction coordinator", "group coordinator", "partitions", "WAL failover", "connections",
-                 "storage engine"]
+        order = ["transaction coordinator", "group coordinator", "share partitions", "partitions", "WAL failover",
+                 "connections", "storage engine"]
         started = dict(self._started)
         self._started.clear()
         for name in order:

@@ -14,6 +14,7 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.partition.manager import PartitionManager
 from broker.partition.producer_ids import ProducerIdAllocator
 from broker.share.offsets_admin import ShareOffsetsAdmin
+from broker.share.registry import SharePartitions
 from broker.share_sessions import ShareSessions
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
@@ -54,6 +55,11 @@ class BrokerServices(Protocol):
 
     @property
     def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def share_partitions(self) -> SharePartitions:
+        """The share partitions (KIP-932) of the partitions this broker leads, with their durable state."""
+        ...
 
     @property
     def transactions(self) -> TransactionCoordinator: ...

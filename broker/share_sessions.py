@@ -23,16 +23,11 @@ import time
 import weakref
 from collections.abc import Callable
 
-from broker.share_partitions_view import SharePartitions
+from broker.share.registry import SharePartitions
 from broker.share_session_cache import ShareSession, ShareSessionCache
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
-
-#: Kafka's ``group.share.max.share.sessions`` default.
-DEFAULT_MAX_SHARE_SESSIONS = 2000
-#: Kafka's ``group.share.record.lock.duration.ms`` default.
-DEFAULT_RECORD_LOCK_DURATION_MS = 30_000
 
 
 def _wall_ms() -> int:
@@ -46,8 +41,8 @@ class ShareSessions:
         self,
         partitions: SharePartitions,
         *,
-        max_sessions: int = DEFAULT_MAX_SHARE_SESSIONS,
-        record_lock_duration_ms: Callable[[str], int] = lambda _group: DEFAULT_RECORD_LOCK_DURATION_MS,
+        max_sessions: int,
+        record_lock_duration_ms: Callable[[str], int],
         enabled: Callable[[], bool] = lambda: True,
         clock_ms: Callable[[], int] = _wall_ms,
     ) -> None:

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import GROUP_DENIED, refused_whole
 from broker.handlers.metadata import live_endpoint
-from broker.share_partitions_view import AckBatch
+from broker.share.share_partition import AckBatch
 from broker.share_session_cache import PartitionKey
 from broker.share_sessions import ShareSessions
 from metadata.acl.binding import AclOperation, ResourceType

@@ -20,7 +20,7 @@ names the leader (``CurrentLeader``, ``NodeEndpoints``). Epoch -1 fetches nothin
 applied, then the session closes and the member's remaining records are released.
 
 ``ShareAcquireMode`` (v2: batch-optimized or record-limit) and ``BatchSize`` are read but not passed on: the share
-partitions' fetch takes MaxRecords and MaxBytes only (the seam of ``broker.share_partitions_view``).
+partitions' fetch takes MaxRecords and MaxBytes only (``broker.share.share_partition.SharePartition.fetch``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from broker.handlers.share_common import (
     sessions_of,
     top_level_error,
 )
-from broker.share_partitions_view import AcquiredRange
+from broker.share.share_partition import AcquiredRange
 from broker.share_session_cache import FINAL_EPOCH, PartitionKey, ShareFetchContext
 from broker.share_sessions import ShareSessions
 from metadata.errors import error_code_logged

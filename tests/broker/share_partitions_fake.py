@@ -1,4 +1,4 @@
-"""A small in-memory implementation of the share partitions seam (``broker.share_partitions_view``), ONLY for the
+"""A small in-memory implementation of the share partitions seam (``broker.share.registry.SharePartitions``), ONLY for the
 share handler tests while the real ``broker.share.registry.SharePartitions`` is written on another branch.
 
 TODO(lead): switch ``tests/broker/test_share_handlers.py`` to the real share partitions once ``broker/share/`` is
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker.share_partitions_view import AckBatch, AcquiredRange, ShareFetched
+from broker.share.share_partition import AckBatch, AcquiredRange, ShareFetched
 from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch
 

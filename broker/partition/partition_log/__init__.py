@@ -32,6 +32,8 @@ argument, so none of them needs another's internals):
 - ``time_stream.py``: loading (lazily, on the first lookup by timestamp) and trimming the time stream;
 - ``txn_stream.py``: loading and trimming the txn stream (the aborted-transaction index, created on the first
   abort);
+- ``share_stream.py``: creating the share stream (the share groups' state, broker/share/, created when a share group
+  first touches the partition; opened and closed with the others);
 - ``cleaned_stream.py``: the LOG entry's bookkeeping of the log cleaner's streams (``cleaned``, ``co``, ``cb``,
   ``th``, ``doomed``), what the switch to a round's output writes (pure).
 """

@@ -93,7 +93,7 @@ async def close(state: PartitionState) -> None:
                     await state.time.append(encode_time_entry(entry), 1)
         await state.log.close()
         await state.time.close()
-        for extra in (state.stored.cleaned, state.cleaning, state.txn):
+        for extra in (state.stored.cleaned, state.cleaning, state.txn, state.share):
             if extra is not None:
                 await extra.close()
         await state.meta.put(
@@ -115,7 +115,7 @@ async def delete(state: PartitionState) -> None:
     async with state.lock:
         state.closed = True
     extra = [s for s in (state.stored.cleaned, state.cleaning) if s is not None]
-    txn = [state.txn] if state.txn is not None else []
+    txn = [s for s in (state.txn, state.share) if s is not None]
     for stream in (state.log, state.time, *txn, *extra, state.meta.stream):
         try:
             await stream.destroy()

@@ -22,7 +22,15 @@ from collections.abc import AsyncIterator
 
 from broker.partition.indexes import LeaderEpochCache, TimeIndex
 from broker.partition.log_config import LogConfig
-from broker.partition.partition_log import checkpoints, cleaner_switch, lifecycle, log_start, produce, txn_markers
+from broker.partition.partition_log import (
+    checkpoints,
+    cleaner_switch,
+    lifecycle,
+    log_start,
+    produce,
+    share_stream,
+    txn_markers,
+)
 from broker.partition.partition_log.append import AppendResult
 from broker.partition.partition_log.opening import open_streams
 from broker.partition.partition_log.reads import OffsetAndTimestamp, ReadResult, find_offset_for_timestamp, read_records
@@ -192,6 +200,16 @@ class PartitionLog:
         (:func:`.txn_markers.forget_aborted_through`)."""
         await txn_markers.forget_aborted_through(self._state, marker_offset)
 
+    # ------------------------------------------------------------------ share groups (share_stream.py)
+    @property
+    def share_stream(self) -> Stream | None:
+        """The share groups' state stream (broker/share/), None until a share group first touches the partition."""
+        return self._state.share
+
+    async def ensure_share_stream(self) -> Stream:
+        """The share stream, created on first use (:func:`.share_stream.ensure_share_stream`)."""
+        return await share_stream.ensure_share_stream(self._state)
+
     # ------------------------------------------------------------------ open
     @classmethod
     async def open(
@@ -236,6 +254,7 @@ class PartitionLog:
                 log_info=found.log_info,
                 cleaned=found.cleaned,
                 txn_stream=found.txn_stream,
+                share_stream=found.share_stream,
             ))
             await lifecycle.restore(self._state)
         except BaseException:

@@ -3,7 +3,8 @@
 The controller KV entry ``<namespace>/<topicId>/<partition>`` names the meta stream (created on first open); the
 meta stream's ``LOG`` entry names the log and time streams (created on first open too), the txn stream once the
 partition has seen an aborted transaction, and, with compaction, the cleaned stream. Every stream is opened with
-the partition's leader epoch, so an older leader can no longer make data visible. Streams that interrupted or
+the partition's leader epoch, so an older leader can no longer make data visible; the share stream
+(``streamMap["shr"]``) once a share group has touched the partition. Streams that interrupted or
 replaced cleaner rounds left behind (LOG's ``doomed`` list) are deleted here, and a crash between a round's
 switch and its trim of the log stream is finished.
 
@@ -48,6 +49,8 @@ class OpenedStreams:
     cleaned: Stream | None
     #: The aborted-transaction index; None until the partition's first abort creates it.
     txn_stream: Stream | None = None
+    #: The share groups' state (broker/share/); None until a share group first touches the partition.
+    share_stream: Stream | None = None
 
 
 async def open_stream(streams: StreamClient, stream_id: int, epoch: int, where: str) -> Stream:
@@ -90,7 +93,7 @@ async def open_streams(
     leader_epoch: int,
     opened: list[Stream],
 ) -> OpenedStreams:
-    """Opens (creating on first open) the meta, log, time, txn and cleaned streams of ``topic``-``partition``.
+    """Opens (creating on first open) the meta, log, time, txn, share and cleaned streams of ``topic``-``partition``.
 
     Each stream is added to ``opened`` as soon as it is open, so the caller can close them all when this or what
     follows it fails: the next attempt (or another node) must be able to open them."""
@@ -114,7 +117,7 @@ async def open_streams(
     if log_entry is None:
         log_id = await streams.create_stream((*tags, ("type", "log")))
         time_id = await streams.create_stream((*tags, ("type", "time")))
-        log_info: dict[str, Any] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1}}
+        log_info: dict[str, Any] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1, "shr": -1}}
         await meta.put({KEY_LOG: json.dumps(log_info).encode()})
     else:
         log_info = json.loads(log_entry)
@@ -128,6 +131,11 @@ async def open_streams(
     if txn_id >= 0:
         txn_stream = await open_stream(streams, txn_id, leader_epoch, where)
         opened.append(txn_stream)
+    share_stream: Stream | None = None
+    share_id = int(stream_map.get("shr", -1))
+    if share_id >= 0:
+        share_stream = await open_stream(streams, share_id, leader_epoch, where)
+        opened.append(share_stream)
     doomed = log_info.get("doomed")
     if isinstance(doomed, list) and doomed:
         log_info["doomed"] = await delete_doomed(streams, [int(x) for x in doomed], leader_epoch, where)
@@ -141,4 +149,4 @@ async def open_streams(
         if log.start_offset < cleaner_offset:
             # A crash between a round's switch and its trim: the prefix now lives in the cleaned stream.
             await log.trim(min(cleaner_offset, log.next_offset))
-    return OpenedStreams(key, meta, log, time_stream, log_info, cleaned, txn_stream)
+    return OpenedStreams(key, meta, log, time_stream, log_info, cleaned, txn_stream, share_stream)

@@ -80,6 +80,7 @@ class PartitionState:
         log_info: dict[str, Any] | None = None,
         cleaned: Stream | None = None,
         txn_stream: Stream | None = None,
+        share_stream: Stream | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -114,6 +115,9 @@ class PartitionState:
         #: The txn stream, None until the partition's first abort creates it (:mod:`.txn_markers`).
         self.txn = txn_stream
         self.txn_create_lock = asyncio.Lock()
+        #: The share stream, None until a share group first touches the partition (:mod:`.share_stream`).
+        self.share = share_stream
+        self.share_create_lock = asyncio.Lock()
         # Compaction (DESIGN §10): [log start, cleaner offset) lives in the cleaned stream, the rest in the log
         # stream; ``log_info`` is the LOG meta entry both are named in.
         self.log_info: dict[str, Any] = dict(log_info or {})

@@ -1,0 +1,424 @@
+"""The sans-I/O state of one share partition: which records of one topic partition one share group has in flight.
+
+Kafka's SharePartition keeps, from the share-partition start offset (SPSO) on, the state of every record the group
+has fetched: AVAILABLE, ACQUIRED by one member under a time-limited lock, ACKNOWLEDGED or ARCHIVED. Records below the
+SPSO are done; records at or beyond the window's end (:attr:`end_offset`, one past Kafka's SPEO) have never been
+handed out. This class holds that window and every rule of it, without I/O: the async facade
+(``share_partition.py``) reads the log and passes the batches in, and writes the changes this class reports
+(:meth:`take_update`) to the share stream.
+
+The window is kept per offset in compact parallel arrays (state byte, delivery count, lock deadline, owner): it is
+bounded by ``partition_max_record_locks`` for fresh acquisitions, and per-offset state is what acknowledgements of
+single records, releases of parts of batches and lock time-outs need without splitting ranges.
+
+What is persisted (``state_batches``, :meth:`take_update`) is Kafka's: terminal states and AVAILABLE records with
+their delivery count. Acquisitions themselves are not written (as in Kafka: a fetch costs no durable write); an
+update carries the records an acknowledgement, release, time-out or SPSO move changed, and a snapshot writes an
+ACQUIRED record as AVAILABLE with the count of its current delivery. After a broker's death every record that was
+acquired is AVAILABLE again.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.share.record_states import ACK_TARGET, TERMINAL, AcknowledgeType, RecordState
+
+_AVAILABLE = int(RecordState.AVAILABLE)
+_ACQUIRED = int(RecordState.ACQUIRED)
+_ACKNOWLEDGED = int(RecordState.ACKNOWLEDGED)
+_ARCHIVED = int(RecordState.ARCHIVED)
+_TERMINAL = frozenset(int(s) for s in TERMINAL)
+_MAX_COUNT = 0x7FFF
+
+
+@dataclass(frozen=True, slots=True)
+class AckBatch:
+    """One acknowledgement batch of ShareFetch/ShareAcknowledge: one type for the whole range, or one per offset."""
+
+    first_offset: int
+    last_offset: int
+    types: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AcquiredRange:
+    """Offsets handed to one member, all at the same delivery count (ShareFetch's AcquiredRecords)."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """A batch of the partition's log as acquisition sees it: ``skip`` for what no consumer may get (a control
+    batch; under read_committed, a batch of an aborted transaction), which is archived instead."""
+
+    first_offset: int
+    last_offset: int
+    skip: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StateBatch:
+    """A persisted range of records with one state and delivery count (Kafka's ``StateBatches`` entry)."""
+
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The group's effective settings the state machine applies (from ``ShareGroupConfig``)."""
+
+    record_lock_duration_ms: int = 30_000
+    delivery_count_limit: int = 5
+    max_record_locks: int = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class StateUpdate:
+    """What changed since the last :meth:`PartitionShareState.take_update`: the new SPSO and the records whose
+    persisted state changed (Kafka's ShareUpdateValue)."""
+
+    start_offset: int
+    batches: tuple[StateBatch, ...]
+
+
+class AckError(Exception):
+    """An acknowledgement Kafka refuses; ``code`` is its error code. Raised before anything changed."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class PartitionShareState:
+    """In-flight records of one (group, topic partition) from the SPSO on. Offsets are Kafka offsets; times are
+    milliseconds of the caller's clock (injected, so lock time-outs are testable)."""
+
+    def __init__(self, start_offset: int, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.start_offset = start_offset
+        self._states = bytearray()
+        self._counts = array("H")
+        self._deadlines = array("q")
+        self._owners: list[str | None] = []
+        self._acquired = 0
+        #: No lock runs out before this (an early bound: a record acknowledged since may have held it), so the
+        #: timer's tick scans the window only when something may be due.
+        self._earliest_deadline: int | None = None
+        self._dirty: set[int] = set()
+        self._start_moved = False
+        self.state_epoch = 0
+        self.leader_epoch = -1
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def end_offset(self) -> int:
+        """One past the last offset ever handed out (Kafka's SPEO + 1): the next fresh record."""
+        return self.start_offset + len(self._states)
+
+    @property
+    def acquired_count(self) -> int:
+        return self._acquired
+
+    def in_flight(self) -> int:
+        return len(self._states)
+
+    def state_of(self, offset: int) -> tuple[RecordState, int, str | None] | None:
+        """(state, delivery count, owner) of an offset inside the window; None outside it."""
+        i = offset - self.start_offset
+        if not 0 <= i < len(self._states):
+            return None
+        return RecordState(self._states[i]), self._counts[i], self._owners[i]
+
+    def fetch_offset(self) -> int:
+        """Where acquisition would start: the first AVAILABLE record of the window, else the window's end."""
+        i = self._states.find(_AVAILABLE)
+        return self.start_offset + i if i >= 0 else self.end_offset
+
+    def can_acquire(self, log_end: int) -> bool:
+        """Something could be acquired now: an AVAILABLE record in the window, or fresh records below ``log_end``
+        (the high watermark, or the LSO under read_committed) while the window has room."""
+        if self._states.find(_AVAILABLE) >= 0:
+            return True
+        return self.end_offset < log_end and len(self._states) < self.limits.max_record_locks
+
+    def next_deadline(self) -> int | None:
+        """When the timer should look again: no lock runs out before it (None: nothing is acquired)."""
+        if not self._acquired:
+            return None
+        if self._earliest_deadline is None:
+            self._earliest_deadline = min(
+                (d for d, s in zip(self._deadlines, self._states, strict=True) if s == _ACQUIRED), default=None
+            )
+        return self._earliest_deadline
+
+    def _lock_until(self, deadline: int) -> None:
+        if self._earliest_deadline is None or deadline < self._earliest_deadline:
+            self._earliest_deadline = deadline
+
+    def member_acquired(self, member_id: str) -> int:
+        return sum(1 for o, s in zip(self._owners, self._states, strict=True) if s == _ACQUIRED and o == member_id)
+
+    # ------------------------------------------------------------------ acquisition
+    def acquire(
+        self, member_id: str, batches: Iterable[LogBatch], max_records: int, now_ms: int
+    ) -> list[AcquiredRange]:
+        """Acquires for ``member_id`` the AVAILABLE records of ``batches`` (in offset order, as read from the log
+        from :meth:`fetch_offset` on): records of the window again, fresh ones after it while the window holds
+        fewer than ``max_record_locks``, at most ``max_records`` in all. Skipped batches and offsets the log has no
+        batch for are archived. Returns the acquired ranges, each with one delivery count."""
+        deadline = now_ms + self.limits.record_lock_duration_ms
+        taken: list[tuple[int, int]] = []
+        full = False
+        for batch in batches:
+            if full or len(taken) >= max_records:
+                break
+            first = max(batch.first_offset, self.start_offset)
+            if first > self.end_offset:  # offsets the log holds no batch for (compaction, deleted records)
+                self._extend(first - self.end_offset, _ARCHIVED)
+            for offset in range(first, batch.last_offset + 1):
+                if len(taken) >= max_records:
+                    break
+                i = offset - self.start_offset
+                if i == len(self._states):
+                    if len(self._states) >= self.limits.max_record_locks:
+                        full = True
+                        break
+                    self._extend(1, _AVAILABLE)
+                if self._states[i] != _AVAILABLE:
+                    continue
+                if batch.skip:
+                    self._set(i, _ARCHIVED)
+                    continue
+                count = min(self._counts[i] + 1, _MAX_COUNT)
+                self._counts[i] = count
+                self._states[i] = _ACQUIRED
+                self._deadlines[i] = deadline
+                self._owners[i] = member_id
+                self._acquired += 1
+                self._lock_until(deadline)
+                taken.append((offset, count))
+        self._advance_start()
+        return _ranges(taken)
+
+    # ------------------------------------------------------------------ acknowledgement
+    def check_acknowledge(self, member_id: str, acks: Sequence[AckBatch]) -> None:
+        """Raises :class:`AckError` for acknowledgements Kafka refuses: malformed, unsorted or overlapping batches
+        (INVALID_REQUEST), or records this member does not hold acquired (INVALID_RECORD_STATE)."""
+        previous_last = -1
+        for ack in acks:
+            span = ack.last_offset - ack.first_offset + 1
+            if ack.first_offset < 0 or span <= 0:
+                bad = f"{ack.first_offset}-{ack.last_offset}"
+                raise AckError(ErrorCode.invalid_request, f"bad acknowledgement range {bad}")
+            if ack.first_offset <= previous_last:
+                raise AckError(ErrorCode.invalid_request, "acknowledgement batches overlap or are not in order")
+            previous_last = ack.last_offset
+            if len(ack.types) not in (1, span):
+                raise AckError(ErrorCode.invalid_request, f"{len(ack.types)} acknowledge types for {span} offsets")
+            if any(t not in ACK_TARGET for t in ack.types):
+                raise AckError(ErrorCode.invalid_request, f"unknown acknowledge type in {ack.types}")
+            for offset in range(ack.first_offset, ack.last_offset + 1):
+                i = offset - self.start_offset
+                if not 0 <= i < len(self._states) or self._states[i] != _ACQUIRED:
+                    raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is not acquired")
+                if self._owners[i] != member_id:
+                    raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is acquired by another member")
+
+    def acknowledge(self, member_id: str, acks: Sequence[AckBatch], now_ms: int = 0) -> dict[AcknowledgeType, int]:
+        """Applies the acknowledgements atomically (nothing changes when one is refused, :class:`AckError`).
+        Returns how many records each type settled (RELEASE at the delivery limit counts as REJECT: archived).
+        RENEW keeps the record acquired with a lock from ``now_ms``."""
+        self.check_acknowledge(member_id, acks)
+        counted: dict[AcknowledgeType, int] = {}
+        for ack in acks:
+            for n, offset in enumerate(range(ack.first_offset, ack.last_offset + 1)):
+                kind = AcknowledgeType(ack.types[0] if len(ack.types) == 1 else ack.types[n])
+                i = offset - self.start_offset
+                if kind == AcknowledgeType.RENEW:
+                    self._deadlines[i] = now_ms + self.limits.record_lock_duration_ms
+                    self._earliest_deadline = None  # the renewed lock may have been the earliest
+                elif kind == AcknowledgeType.RELEASE:
+                    kind = AcknowledgeType.RELEASE if self._release(i) == _AVAILABLE else AcknowledgeType.REJECT
+                else:
+                    self._acquired -= 1
+                    self._owners[i] = None
+                    self._set(i, int(ACK_TARGET[kind]))
+                counted[kind] = counted.get(kind, 0) + 1
+        self._advance_start()
+        return counted
+
+    def release_member(self, member_id: str) -> tuple[int, int]:
+        """Every record ``member_id`` holds goes back (AVAILABLE, or ARCHIVED at the delivery limit): its session
+        closed or it left. Returns (released, archived)."""
+        released = archived = 0
+        for i, owner in enumerate(self._owners):
+            if owner == member_id and self._states[i] == _ACQUIRED:
+                if self._release(i) == _AVAILABLE:
+                    released += 1
+                else:
+                    archived += 1
+        self._advance_start()
+        return released, archived
+
+    def expire_locks(self, now_ms: int) -> tuple[int, int]:
+        """Releases every acquisition whose lock ran out by ``now_ms``. Returns (released, archived)."""
+        released = archived = 0
+        due = self.next_deadline()
+        if due is None or due > now_ms:
+            return 0, 0
+        earliest: int | None = None
+        for i, state in enumerate(self._states):
+            if state != _ACQUIRED:
+                continue
+            deadline = self._deadlines[i]
+            if deadline <= now_ms:
+                if self._release(i) == _AVAILABLE:
+                    released += 1
+                else:
+                    archived += 1
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        self._earliest_deadline = earliest
+        self._advance_start()
+        return released, archived
+
+    # ------------------------------------------------------------------ start offset
+    def move_start(self, offset: int) -> None:
+        """Moves the SPSO forward to ``offset`` (the log start moved past it: those records are gone), dropping the
+        window below it. A move backwards is ignored."""
+        if offset <= self.start_offset:
+            return
+        drop = min(offset - self.start_offset, len(self._states))
+        self._acquired -= sum(1 for s in self._states[:drop] if s == _ACQUIRED)
+        self._drop(drop)
+        self.start_offset = offset
+        self._start_moved = True
+
+    def reset(self, offset: int) -> None:
+        """AlterShareGroupOffsets: a new start, nothing in flight, a new state epoch."""
+        self._drop(len(self._states))
+        self._acquired = 0
+        self._earliest_deadline = None
+        self.start_offset = offset
+        self.state_epoch += 1
+        self._dirty.clear()
+        self._start_moved = True
+
+    # ------------------------------------------------------------------ persistence
+    def take_update(self) -> StateUpdate | None:
+        """The changes since the last call (None: nothing to persist), and forgets them."""
+        if not self._dirty and not self._start_moved:
+            return None
+        dirty = sorted(o for o in self._dirty if o >= self.start_offset)
+        self._dirty.clear()
+        self._start_moved = False
+        return StateUpdate(self.start_offset, tuple(self._batches(dirty)))
+
+    def state_batches(self) -> tuple[StateBatch, ...]:
+        """The whole window as persisted batches (a snapshot): every record not AVAILABLE at count 0."""
+        offsets = [
+            self.start_offset + i
+            for i, s in enumerate(self._states)
+            if s != _AVAILABLE or self._counts[i] > 0
+        ]
+        self._dirty.clear()
+        self._start_moved = False
+        return tuple(self._batches(offsets))
+
+    def apply(self, start_offset: int, batches: Iterable[StateBatch]) -> None:
+        """Replays a persisted snapshot's or update's content: the records' states, then the start offset. A
+        persisted ACQUIRED record (never written by Fjord) is taken as AVAILABLE."""
+        if start_offset > self.start_offset:
+            self.move_start(start_offset)
+        for batch in batches:
+            state = batch.delivery_state if batch.delivery_state in _TERMINAL else _AVAILABLE
+            for offset in range(max(batch.first_offset, self.start_offset), batch.last_offset + 1):
+                i = offset - self.start_offset
+                if i >= len(self._states):
+                    self._extend(i + 1 - len(self._states), _AVAILABLE)
+                if self._states[i] == _ACQUIRED:
+                    self._acquired -= 1
+                self._states[i] = state
+                self._counts[i] = min(max(batch.delivery_count, 0), _MAX_COUNT)
+                self._owners[i] = None
+        self._advance_start()
+        self._dirty.clear()
+        self._start_moved = False
+
+    # ------------------------------------------------------------------ internals
+    def _release(self, i: int) -> int:
+        """An ACQUIRED record goes back: ARCHIVED once delivered ``delivery_count_limit`` times, else AVAILABLE."""
+        self._acquired -= 1
+        self._owners[i] = None
+        state = _ARCHIVED if self._counts[i] >= self.limits.delivery_count_limit else _AVAILABLE
+        self._set(i, state)
+        return state
+
+    def _set(self, i: int, state: int) -> None:
+        self._states[i] = state
+        self._dirty.add(self.start_offset + i)
+
+    def _extend(self, n: int, state: int) -> None:
+        self._states.extend(bytes([state]) * n)
+        self._counts.extend([0] * n)
+        self._deadlines.extend([0] * n)
+        self._owners.extend([None] * n)
+        if state != _AVAILABLE:
+            self._dirty.update(range(self.end_offset - n, self.end_offset))
+
+    def _drop(self, n: int) -> None:
+        del self._states[:n]
+        del self._counts[:n]
+        del self._deadlines[:n]
+        del self._owners[:n]
+
+    def _advance_start(self) -> None:
+        """The SPSO follows the acknowledged and archived prefix of the window."""
+        n = 0
+        for state in self._states:
+            if state not in _TERMINAL:
+                break
+            n += 1
+        if n:
+            self._drop(n)
+            self.start_offset += n
+            self._start_moved = True
+
+    def _batches(self, offsets: Sequence[int]) -> Iterable[StateBatch]:
+        """Coalesces sorted window offsets into runs of one persisted state and count."""
+        run: list[int] | None = None
+        for offset in offsets:
+            i = offset - self.start_offset
+            state = self._states[i]
+            state = _AVAILABLE if state == _ACQUIRED else state
+            count = self._counts[i]
+            if run is not None and run[1] == offset - 1 and run[2] == state and run[3] == count:
+                run[1] = offset
+                continue
+            if run is not None:
+                yield StateBatch(run[0], run[1], run[2], run[3])
+            run = [offset, offset, state, count]
+        if run is not None:
+            yield StateBatch(run[0], run[1], run[2], run[3])
+
+
+def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRange]:
+    """Consecutive acquired offsets with one delivery count, as ranges."""
+    out: list[AcquiredRange] = []
+    for offset, count in taken:
+        if out and out[-1].last_offset == offset - 1 and out[-1].delivery_count == count:
+            out[-1] = AcquiredRange(out[-1].first_offset, offset, count)
+        else:
+            out.append(AcquiredRange(offset, offset, count))
+    return out

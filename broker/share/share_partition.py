@@ -1,0 +1,242 @@
+"""``SharePartition``: one share group's view of one topic partition on the partition's leader (Kafka's
+SharePartition), the async facade over the sans-I/O :class:`~broker.share.partition_state.PartitionShareState`.
+
+A fetch reads the partition's log from the state's fetch offset (read_committed: below the LSO), tells the state
+machine which batches it found (control batches and, under read_committed, aborted transactions' batches are
+archived, never handed out) and returns the batches that hold what it acquired. Acknowledgements, releases and lock
+time-outs change the state synchronously and then append the change to the share stream (:mod:`.store`); the
+caller is answered once it is durable, so an acknowledged record never comes back after a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.partition.partition_log import PartitionLog
+from broker.share.config import ShareMetricsSink, limits_of
+from broker.share.partition_state import AckBatch, AckError, AcquiredRange, LogBatch, PartitionShareState
+from broker.share.record_states import AcknowledgeType
+from broker.share.store import ShareStore
+from metadata.errors import error_code_for
+from settings.share_groups import ShareGroupConfig
+from storage import errors as storage_errors
+from wire.aborted_txns import AbortedTxn
+from wire.errors import KafkaError
+from wire.record_batch import BatchHeader, iter_batches
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AckBatch", "AcquiredRange", "ShareFetched", "SharePartition"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareFetched:
+    """What a share fetch got from one partition: the batches holding the acquired records (None: nothing)."""
+
+    records: bytes | None
+    acquired: list[AcquiredRange]
+    error: int = 0
+    log_start_offset: int = -1
+    high_watermark: int = -1
+
+
+class SharePartition:
+    """One (group, topic partition) on the partition's leader. Built by ``SharePartitions``, never directly."""
+
+    def __init__(
+        self,
+        group_id: str,
+        log: PartitionLog,
+        store: ShareStore,
+        state: PartitionShareState,
+        *,
+        config_for: Callable[[str], ShareGroupConfig],
+        metrics: ShareMetricsSink,
+        changed: Callable[[], None],
+    ) -> None:
+        self.group_id = group_id
+        self.topic = log.topic
+        self.topic_id: uuid.UUID = log.topic_id
+        self.partition = log.partition
+        self.log = log
+        self.state = state
+        self._store = store
+        self._config_for = config_for
+        self._metrics = metrics
+        self._changed = changed
+
+    def _config(self) -> ShareGroupConfig:
+        config = self._config_for(self.group_id)
+        self.state.limits = limits_of(config)
+        return config
+
+    def _read_limit(self, config: ShareGroupConfig) -> int:
+        return self.log.last_stable_offset if config.isolation_level == 1 else self.log.high_watermark
+
+    # ------------------------------------------------------------------ what ShareFetch asks
+    def available(self) -> bool:
+        """Something could be acquired now (ShareFetch's long-poll stops waiting)."""
+        if self.log.closed:
+            return True  # the fetch answers NOT_LEADER_OR_FOLLOWER at once
+        return self.state.can_acquire(self._read_limit(self._config()))
+
+    def acquisition_lock_timeout_ms(self) -> int:
+        return self._config().record_lock_duration_ms
+
+    async def fetch(self, member_id: str, max_bytes: int, max_records: int, now_ms: int) -> ShareFetched:
+        """Acquires up to ``max_records`` records for ``member_id`` and returns the batches holding them."""
+        pending: list[Awaitable[None]] = []
+        try:
+            config = self._config()
+            moved = self._follow_log_start()
+            if moved is not None:
+                pending.append(moved)
+            limit = self._read_limit(config)
+            acquired: list[AcquiredRange] = []
+            chosen: list[memoryview] = []
+            if self.state.can_acquire(limit) and max_records > 0:
+                offset = self.state.fetch_offset()
+                read_committed = config.isolation_level == 1
+                result = await self.log.read(offset, max(max_bytes, 1), min_one=True, read_committed=read_committed)
+                batches = list(iter_batches(result.records))
+                kinds = classify(
+                    [h for h, _ in batches], result.aborted_transactions, read_committed=read_committed
+                )
+                acquired = self.state.acquire(member_id, kinds, max_records, now_ms)
+                chosen = [view for (header, view) in batches if _holds(acquired, header)]
+                written = self._issue()
+                if written is not None:
+                    pending.append(written)
+            for wait in pending:
+                await wait
+        except (KafkaError, storage_errors.StorageError) as exc:
+            if isinstance(exc, storage_errors.StorageError):
+                logger.warning("share fetch of %s for %s failed: %s", self.log.where, self.group_id, exc)
+            for wait in pending:  # issued before the failure: finish them (or see them fail) all the same
+                with contextlib.suppress(Exception):
+                    await wait
+            return ShareFetched(None, [], int(error_code_for(exc)))
+        n = sum(r.last_offset - r.first_offset + 1 for r in acquired)
+        if n:
+            self._metrics.acquired(self.group_id, self.topic, n)
+            again = sum(r.last_offset - r.first_offset + 1 for r in acquired if r.delivery_count > 1)
+            if again:
+                self._metrics.redelivered(self.group_id, self.topic, again)
+        return ShareFetched(
+            b"".join(chosen) if chosen else None, acquired, 0, self.log.log_start_offset, self.log.high_watermark
+        )
+
+    async def acknowledge(self, member_id: str, batches: Sequence[AckBatch], now_ms: int) -> int:
+        """Applies ``member_id``'s acknowledgements and returns once durable: 0, or Kafka's error code (and then
+        nothing changed)."""
+        if self.log.closed:
+            return int(ErrorCode.not_leader_or_follower)
+        self._config()
+        try:
+            counted = self.state.acknowledge(member_id, batches, now_ms)
+        except AckError as exc:
+            logger.debug("%s/%s: acknowledgement refused: %s", self.group_id, self.log.where, exc)
+            return int(exc.code)
+        code = await self._persist(self._issue())
+        for kind, n in counted.items():
+            if kind == AcknowledgeType.ACCEPT:
+                self._metrics.acknowledged(self.group_id, self.topic, n)
+            elif kind == AcknowledgeType.RELEASE:
+                self._metrics.released(self.group_id, self.topic, n)
+            elif kind == AcknowledgeType.REJECT:
+                self._metrics.rejected(self.group_id, self.topic, n)
+            elif kind == AcknowledgeType.GAP:
+                self._metrics.archived(self.group_id, self.topic, n)
+        if counted.get(AcknowledgeType.RELEASE):
+            self._changed()
+        return code
+
+    async def release_member(self, member_id: str, now_ms: int) -> None:
+        """The member's session closed or it left: what it holds goes back to AVAILABLE (ARCHIVED at the limit)."""
+        if self.log.closed:
+            return
+        self._config()
+        released, archived = self.state.release_member(member_id)
+        if released or archived:
+            await self._persist(self._issue())
+            self._metrics.released(self.group_id, self.topic, released)
+            self._metrics.archived(self.group_id, self.topic, archived)
+            self._changed()
+
+    def expire_locks(self, now_ms: int) -> Awaitable[int] | None:
+        """The lock timer's tick: acquisitions past their lock go back. Returns the durable write to await."""
+        if self.log.closed:
+            return None
+        self._config()
+        released, archived = self.state.expire_locks(now_ms)
+        if not (released or archived):
+            return None
+        self._metrics.lock_timed_out(self.group_id, self.topic, released + archived)
+        self._metrics.archived(self.group_id, self.topic, archived)
+        self._changed()
+        return self._persist(self._issue())
+
+    # ------------------------------------------------------------------ internals
+    def _issue(self) -> Awaitable[None] | None:
+        """Issues the durable write of what just changed; a stream that can no longer be written (the partition
+        closed under us, this broker fenced) fails the awaitable rather than the caller's synchronous step."""
+        try:
+            return self._store.write_update(self.group_id, self.state)
+        except (KafkaError, storage_errors.StorageError) as exc:
+            return _failed(exc)
+
+    def _follow_log_start(self) -> Awaitable[None] | None:
+        """Records below the log start are gone (retention, DeleteRecords): the SPSO moves up to it."""
+        if self.state.start_offset < self.log.log_start_offset:
+            self.state.move_start(self.log.log_start_offset)
+            return self._issue()
+        return None
+
+    async def _persist(self, pending: Awaitable[None] | None) -> int:
+        if pending is None:
+            return 0
+        try:
+            await pending
+        except KafkaError as exc:
+            return int(exc.code)
+        except storage_errors.StorageError as exc:
+            # The partition closed or this broker was fenced: the new leader has only what was durable.
+            logger.warning("%s/%s: share state write failed: %s", self.group_id, self.log.where, exc)
+            return int(ErrorCode.not_leader_or_follower)
+        return 0
+
+
+async def _failed(exc: Exception) -> None:
+    raise exc
+
+
+def classify(headers: Sequence[BatchHeader], aborted: Sequence[AbortedTxn], *, read_committed: bool) -> list[LogBatch]:
+    """The batches as acquisition sees them: control batches are never handed out, and under read_committed
+    neither are the batches of aborted transactions (a ShareFetch response has no aborted-transactions list, so the
+    consumer could not drop them itself). A producer's batches are aborted from its aborted transaction's first
+    offset up to its ABORT marker, the walk Kafka's consumer does for a read_committed Fetch."""
+    pending = sorted(aborted, key=lambda a: a.first_offset)
+    active: set[int] = set()
+    out: list[LogBatch] = []
+    k = 0
+    for header in headers:
+        while read_committed and k < len(pending) and pending[k].first_offset <= header.last_offset:
+            active.add(pending[k].producer_id)
+            k += 1
+        if header.is_control:
+            active.discard(header.producer_id)
+            skip = True
+        else:
+            skip = read_committed and header.is_transactional and header.producer_id in active
+        out.append(LogBatch(header.base_offset, header.last_offset, skip))
+    return out
+
+
+def _holds(acquired: Sequence[AcquiredRange], header: BatchHeader) -> bool:
+    return any(r.first_offset <= header.last_offset and r.last_offset >= header.base_offset for r in acquired)
