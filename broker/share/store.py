@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 #: Updates of one group between two of its snapshots: bounds a replay to this many updates per group.
 SNAPSHOT_EVERY = 64
+#: How many records may follow the oldest snapshot still needed before its group is snapshotted again even if it
+#: made no change: a group that went idle would otherwise keep the whole stream behind its last snapshot.
+IDLE_SNAPSHOT_LAG = 4 * SNAPSHOT_EVERY
 _FETCH_CHUNK = 1 << 20
 
 
@@ -39,6 +42,8 @@ class ShareStore:
         self._snapshot_epochs: dict[str, int] = {g: r.snapshot_epoch for g, r in replay.groups.items()}
         self._created: dict[str, int] = {g: r.create_timestamp for g, r in replay.groups.items()}
         self._updates: dict[str, int] = {g: r.updates_since_snapshot for g, r in replay.groups.items()}
+        #: Each group's live state (the object its share partition changes), for re-snapshotting an idle group.
+        self._states: dict[str, PartitionShareState] = {g: r.state for g, r in replay.groups.items()}
 
     @classmethod
     async def load(cls, log: PartitionLog) -> ShareStore:
@@ -76,6 +81,7 @@ class ShareStore:
         stream = self.log.share_stream
         if stream is None or group_id not in self._snapshots:
             return None  # not initialized yet: the snapshot that initializes it carries everything
+        self._states[group_id] = state
         if self._updates.get(group_id, 0) + 1 >= SNAPSHOT_EVERY:
             return self._snapshot_now(stream, group_id, state)
         update = state.take_update()
@@ -93,13 +99,14 @@ class ShareStore:
         stream = self.log.share_stream
         if stream is None or group_id not in self._snapshots:
             return
-        for table in (self._snapshots, self._snapshot_epochs, self._created, self._updates):
+        for table in (self._snapshots, self._snapshot_epochs, self._created, self._updates, self._states):
             table.pop(group_id, None)
         self.replayed.groups.pop(group_id, None)
         await stream.append(encode(ShareRecord(TOMBSTONE, group_id)), 1)
         await self._maybe_trim(stream)
 
     def _snapshot_now(self, stream: Stream, group_id: str, state: PartitionShareState) -> Awaitable[None]:
+        self._states[group_id] = state
         now = int(time.time() * 1000)
         epoch = self._snapshot_epochs.get(group_id, -1) + 1
         record = ShareRecord(
@@ -125,6 +132,15 @@ class ShareStore:
 
     async def _maybe_trim(self, stream: Stream) -> None:
         point = min(self._snapshots.values(), default=stream.confirm_offset)
+        if stream.next_offset - point > IDLE_SNAPSHOT_LAG:
+            # The oldest snapshot belongs to a group that has been idle: snapshot it again from its live state, so
+            # the trim below (or the one after that snapshot is durable) can move past it.
+            idle = [g for g, offset in self._snapshots.items() if offset == point and g in self._states]
+            for group_id in idle:
+                logger.debug("%s: re-snapshotting idle share group %s", self.log.where, group_id)
+                await self._snapshot_now(stream, group_id, self._states[group_id])
+            if idle:
+                return  # each new snapshot trimmed once durable
         point = min(point, stream.confirm_offset)
         if point > stream.start_offset:
             await stream.trim(point)

@@ -20,7 +20,7 @@ from broker.partition.partition_log import PartitionLog
 from broker.share.partition_state import AckBatch, AcquiredRange
 from broker.share.record_states import AcknowledgeType, RecordState
 from broker.share.registry import SharePartitions
-from broker.share.store import SNAPSHOT_EVERY
+from broker.share.store import IDLE_SNAPSHOT_LAG, SNAPSHOT_EVERY
 from metadata.controller_api import ControllerClient
 from settings.share_groups import ShareGroupConfig
 from storage.config import BucketURL, StorageConfig
@@ -216,6 +216,34 @@ async def test_snapshots_bound_the_share_stream_and_replay_stays_exact(node: _No
     assert again.acquired == [AcquiredRange(0, 0, 2)]
     assert await share.acknowledge("m2", [AckBatch(0, 0, (ACCEPT,))], 0) == 0
     assert share.state.start_offset == total
+    await led.log.close()
+
+
+async def test_an_idle_group_does_not_keep_the_share_stream_from_being_trimmed(node: _Node) -> None:
+    led = _Led()
+    led.log = await node.open(0)
+    total = 16 * SNAPSHOT_EVERY
+    for i in range(total):
+        await led.log.append(_records(1, i))
+    shares = _registry(led, share_config(auto_offset_reset="earliest", partition_max_record_locks=10_000))
+    idle = await shares.get("idle", TOPIC_ID, 0)
+    assert (await idle.fetch("i1", 1 << 20, 1, 0)).acquired == [AcquiredRange(0, 0, 1)]
+    assert await idle.acknowledge("i1", [AckBatch(0, 0, (ACCEPT,))], 0) == 0  # then it goes quiet
+    busy = await shares.get(GROUP, TOPIC_ID, 0)
+    assert (await busy.fetch("m1", 1 << 20, total, 0)).acquired == [AcquiredRange(0, total - 1, 1)]
+    for offset in range(1, total):  # one update each
+        assert await busy.acknowledge("m1", [AckBatch(offset, offset, (ACCEPT,))], 0) == 0
+    stream = led.log.share_stream
+    assert stream is not None
+    assert stream.confirm_offset - stream.start_offset <= IDLE_SNAPSHOT_LAG + 2 * SNAPSHOT_EVERY < total // 2, (
+        "the idle group's first snapshot kept the share stream from being trimmed")
+    await node.crash_and_restart()
+
+    led.log = await node.open(1)
+    shares = _registry(led, share_config(auto_offset_reset="earliest", partition_max_record_locks=10_000))
+    assert await shares.summary("idle", TOPIC_ID, 0) == (1, 0, 1)  # its acknowledgement survived the trims
+    again = await (await shares.get("idle", TOPIC_ID, 0)).fetch("i2", 1 << 20, 1, 0)
+    assert again.acquired == [AcquiredRange(1, 1, 1)]
     await led.log.close()
 
 
