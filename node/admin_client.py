@@ -151,7 +151,7 @@ class AdminClient:
                     timeout=self._remaining(),
                 )
             except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
-                problems.append(f"{host}:{port}: {exc}")
+                problems.append(str(exc))  # names the server
                 await connection.close()
                 continue
             self._bootstrap = connection
@@ -182,7 +182,7 @@ class AdminClient:
         try:
             return await connection.request(request, timeout=self._remaining())
         except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
-            raise AdminError(f"{what} to {connection.host}:{connection.port} failed: {exc}") from None
+            raise AdminError(f"{what} failed: {exc}") from None  # the message names the server
 
     async def retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()`` again while it raises :class:`RetriableError`, until the tool's timeout."""
