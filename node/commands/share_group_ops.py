@@ -274,7 +274,8 @@ async def reset_offsets(
     offsets = await _new_offsets(admin, partitions, scenario)
     if execute:
         await _alter(admin, group, offsets)
-    print(table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"), [(group, t, p, o) for (t, p), o in offsets.items()]))
+    planned = [(group, t, p, o) for (t, p), o in sorted(offsets.items())]
+    print(table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"), planned))
     return 0
 
 
