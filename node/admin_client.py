@@ -78,6 +78,29 @@ def parse_bootstrap(text: str) -> list[tuple[str, int]]:
     return out
 
 
+async def connect_bootstrap(
+    addresses: Sequence[tuple[str, int]], security: ClientSecurity, *, client_id: str, timeout_s: float
+) -> tuple[ClientConnection, Any]:
+    """A connection to the first bootstrap server that answers a Metadata request (authenticated first when the
+    --command-config says so; a refused login is one of the problems reported), and that Metadata answer.
+    AdminError naming every server tried when none answers."""
+    problems = []
+    for host, port in addresses:
+        connection = ClientConnection(
+            host, port, client_id=client_id, timeout=timeout_s, ssl_context=security.tls, sasl=security.sasl
+        )
+        try:
+            response = await connection.request(
+                schema.build(codec.request_class(METADATA, _METADATA_VERSION), topics=()), timeout=timeout_s
+            )
+        except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
+            problems.append(str(exc) if f"{host}:{port}" in str(exc) else f"{host}:{port}: {exc}")
+            await connection.close()
+            continue
+        return connection, response
+    raise AdminError(f"no bootstrap server answered ({'; '.join(problems)})")
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterView:
     """What one Metadata answer says: live brokers, and each known topic's partitions with their leaders."""
@@ -142,22 +165,12 @@ class AdminClient:
         """The first bootstrap server that answers a Metadata request (after logging in, when configured)."""
         if self._bootstrap is not None:
             return self._bootstrap
-        problems = []
-        for host, port in self.addresses:
-            connection = self._connection(host, port)
-            try:
-                response = await connection.request(
-                    schema.build(codec.request_class(METADATA, _METADATA_VERSION), topics=()),
-                    timeout=self._remaining(),
-                )
-            except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
-                problems.append(str(exc))  # names the server
-                await connection.close()
-                continue
-            self._bootstrap = connection
-            self._brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
-            return connection
-        raise AdminError(f"no bootstrap server answered ({'; '.join(problems)})")
+        connection, response = await connect_bootstrap(
+            self.addresses, self.security, client_id=self.client_id, timeout_s=self._remaining()
+        )
+        self._bootstrap = connection
+        self._brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
+        return connection
 
     async def _node(self, node_id: int) -> ClientConnection:
         if node_id in self._nodes:

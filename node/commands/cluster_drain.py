@@ -30,6 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from node.admin_client import AdminError, connect_bootstrap, parse_bootstrap
 from node.client_config import ClientConfigError, ClientSecurity, load_client_config
 from wire import codec, schema
 from wire.client import ClientConnection
@@ -308,33 +309,17 @@ async def _request(connection: ClientConnection, request: Any, what: str) -> Any
 
 
 async def _connect(addresses: Sequence[tuple[str, int]], security: ClientSecurity) -> ClientConnection:
-    """A connection to the first bootstrap server that answers a Metadata request (authenticated first when the
-    --command-config says so; a refused login is one of the problems reported)."""
-    problems = []
-    for host, port in addresses:
-        connection = ClientConnection(
-            host,
-            port,
-            client_id="fjord-cluster-drain",
-            timeout=_REQUEST_TIMEOUT_S,
-            ssl_context=security.tls,
-            sasl=security.sasl,
+    try:
+        connection, _ = await connect_bootstrap(
+            addresses, security, client_id="fjord-cluster-drain", timeout_s=_REQUEST_TIMEOUT_S
         )
-        try:
-            await connection.request(schema.build(codec.request_class(METADATA, _METADATA_VERSION), topics=()))
-        except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
-            problems.append(f"{host}:{port}: {exc}")
-            await connection.close()
-            continue
-        return connection
-    raise DrainError(f"no bootstrap server answered ({'; '.join(problems)})")
+    except AdminError as exc:
+        raise DrainError(str(exc)) from None
+    return connection
 
 
 def _addresses(text: str) -> list[tuple[str, int]]:
-    out = []
-    for item in text.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise DrainError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT")
-        out.append((host, int(port)))
-    return out
+    try:
+        return parse_bootstrap(text)
+    except AdminError as exc:
+        raise DrainError(str(exc)) from None
