@@ -1,0 +1,109 @@
+"""A share consumer that judges one batch and then holds the rest of it: the starting point of the share-state
+durability tests (a broker killed, a partition moved, an S3-WAL failover while records are in flight).
+
+It runs as its own process (confluent-kafka's ShareConsumer in explicit mode): from its first non-empty poll it
+ACCEPTs the values ``v % 3 == 0``, REJECTs ``v % 3 == 1`` and leaves ``v % 3 == 2`` acquired, commits those
+acknowledgements synchronously (the broker answered: they are durable), reports the three sets and is then frozen
+(SIGSTOP), so it neither acknowledges nor releases what it holds, and its connection stays open as a hung
+consumer's would. The broker side is then failed by the test; what a user must see afterwards is
+:meth:`Held.check_redelivered`, of what the group's other consumers got (:func:`note_once`).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from confluent_kafka import Message
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    bootstrap, group, topic = sys.argv[1:4]
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    deadline = time.monotonic() + 60
+    got = []
+    while not got and time.monotonic() < deadline:
+        got = [m for m in c.poll(0.2) if m.error() is None]
+    verdicts = {"accepted": [], "rejected": [], "held": []}
+    for m in got:
+        value = int(m.value())
+        if value % 3 == 0:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+            verdicts["accepted"].append(value)
+        elif value % 3 == 1:
+            c.acknowledge(m, AcknowledgeType.REJECT)
+            verdicts["rejected"].append(value)
+        else:
+            verdicts["held"].append(value)
+    results = c.commit_sync(30) if got else {}
+    verdicts["errors"] = [str(e) for e in results.values() if e is not None]
+    print(json.dumps(verdicts), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the holder did with its batch."""
+
+    accepted: frozenset[int]
+    rejected: frozenset[int]
+    held: frozenset[int]
+
+    @property
+    def acknowledged(self) -> frozenset[int]:
+        return self.accepted | self.rejected
+
+    def check_redelivered(self, seen: Mapping[int, int], produced: range) -> None:
+        """``seen``: value -> delivery count of what the group's other consumers got afterwards (each value once).
+        Acknowledged records never come back, held ones do, and every other record is delivered, for the first
+        time: nothing is skipped.
+
+        A held record's delivery count is not checked: acquisitions are not written (as in Kafka, a fetch costs no
+        durable write), so one that a crash interrupted may be counted again from its last written state."""
+        came_back = sorted(self.acknowledged & seen.keys())
+        assert not came_back, f"acknowledged records delivered again: {came_back[:20]}"
+        not_back = sorted(self.held - seen.keys())
+        assert not not_back, f"records held (acquired, not acknowledged) never came back: {not_back[:20]}"
+        fresh = set(produced) - self.acknowledged - self.held
+        skipped = sorted(fresh - seen.keys())
+        assert not skipped, f"records never delivered to anyone: {skipped[:20]}"
+        again = {v: n for v, n in seen.items() if v in fresh and n != 1}
+        assert not again, f"records first delivered after the failure came with delivery counts {again}"
+
+
+def note_once(seen: dict[int, int], message: Message) -> None:
+    """Records a delivery in ``seen`` (value -> delivery count); a value delivered twice is an error."""
+    value = int(message.value())
+    assert value not in seen, f"record {value} delivered twice after the failure"
+    seen[value] = message.delivery_count() or 1
+
+
+@contextmanager
+def holder(bootstrap: str, group: str, topic: str) -> Iterator[Held]:
+    """Runs the holder until it reported and froze; killed when the block ends."""
+    proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, bootstrap, group, topic],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout is not None else ""
+        assert line, f"the holding consumer exited ({proc.poll()}) without reporting"
+        proc.send_signal(signal.SIGSTOP)
+        report = json.loads(line)
+        assert not report["errors"], f"the holder's acknowledgements failed: {report['errors']}"
+        held = Held(frozenset(report["accepted"]), frozenset(report["rejected"]), frozenset(report["held"]))
+        assert held.accepted and held.rejected and held.held, f"the holder's batch was too small: {report}"
+        yield held
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
