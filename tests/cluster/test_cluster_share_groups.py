@@ -1,0 +1,222 @@
+"""A share group's record states move with their partition (issue 22): a 1-controller, 3-broker cluster on the S3
+WAL, confluent-kafka ShareConsumers, and the partition's leader changed under records in flight, (a) by a
+reassignment (kafka-python's ``alter_partition_reassignments``, as ``kafka-reassign-partitions.sh`` sends it) and (b)
+by killing the leader (-9), whose S3 WAL another broker replays.
+
+Before each change a consumer accepts a third of a batch, rejects a third and holds the rest, frozen
+(:mod:`tests.broker.share_holder`), and records nobody has seen are produced after it. What a user must see after
+the move: the group's other consumer, reading from the new leader, gets the held records again and every record
+never delivered, each once, and never an accepted or rejected one. A second share group reads the same partition
+(its state in the same share stream) in small batches through the move, a batch of it in flight when its leader
+changes: every record reaches it, and none whose acknowledgement the broker confirmed comes back. Then
+DescribeShareGroupOffsets, as ``kafka-share-groups.sh`` sends it, shows the first group done with the partition on
+its new leader.
+
+One cluster for the module: the reassignment test leaves it whole, the failover test, last, kills a broker.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
+from kio.schema.errors import ErrorCode
+
+from node.local_cluster import LocalCluster
+from testkit.node_process import WireClient
+from tests.broker.cg_clients import unique
+from tests.broker.share_clients import drain, set_group_config, share_consumer_factory
+from tests.broker.share_holder import Held, holder, note_once
+from tests.cluster.cluster_support import SESSION_TIMEOUT_S, leaders, produce, topic_name, wait_for
+from tests.cluster.conftest import start_cluster
+from tests.topics import create_topic
+from wire import codec, schema
+
+if TYPE_CHECKING:
+    from tests.conftest import S3Server
+
+FIRST, TOTAL = 60, 200
+MOVE_LIMIT_S = 30.0
+FAILOVER_LIMIT_S = SESSION_TIMEOUT_S + 30
+#: No upload on a timer: what the killed leader wrote (its share stream's acknowledgements too) is in its S3 WAL
+#: only, so the survivors have it from replaying that WAL.
+NO_UPLOADS = {"s3.wal.upload.interval.ms": "600000"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server) -> Iterator[LocalCluster]:
+    """One S3-WAL cluster for the module; its last test kills a broker, so teardown does not ask for a clean stop."""
+    started = start_cluster(tmp_path_factory.mktemp("share-moves"), s3_server, controllers=1, brokers=3, wal="s3",
+                            extra=NO_UPLOADS)
+    try:
+        yield started
+    finally:
+        started.stop_all(timeout=30)
+
+
+@pytest.fixture
+def bootstrap(cluster: LocalCluster) -> list[str]:
+    """The bootstrap the test's consumers use: the test narrows it to the live brokers before it kills one."""
+    return [cluster.bootstrap_servers]
+
+
+@pytest.fixture
+def share_consumer(bootstrap: list[str]) -> Iterator[Callable[..., ShareConsumer]]:
+    yield from share_consumer_factory(lambda: bootstrap[-1])
+
+
+def _in_flight(bootstrap: str) -> tuple[str, str, int]:
+    """A one-partition topic, its share group reading from the earliest offset, and the partition's leader."""
+    topic, group = topic_name("share-move"), unique("share-move-group")
+    create_topic(bootstrap, topic, 1)
+    source = leaders(bootstrap, topic, 1)[0]
+    set_group_config(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    _produce(bootstrap, topic, range(FIRST))
+    return topic, group, source
+
+
+def _produce(bootstrap: str, topic: str, values: range) -> None:
+    acked = produce(bootstrap, topic, [str(v) for v in values])
+    assert len(acked) == len(values), f"{len(values) - len(acked)} records not acknowledged by the producer"
+
+
+class LiveReader:
+    """A share consumer of another group reading the same partition in small batches through the move: it accepts
+    each batch and commits it synchronously; a batch whose commit the broker confirmed is acknowledged for good,
+    one whose commit failed (the leader moved or died under it) may come back."""
+
+    def __init__(self, consumer: ShareConsumer) -> None:
+        self.consumer = consumer
+        self.deliveries: Counter[int] = Counter()
+        self.acknowledged: set[int] = set()
+        self.came_back: list[int] = []
+        self._pending: list[Message] = []
+
+    def _step(self) -> None:
+        batch, self._pending = self._pending or self._poll(), []
+        for message in batch:
+            self.consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        if batch:
+            results = self.consumer.commit_sync(10)
+            if results and all(error is None for error in results.values()):
+                self.acknowledged.update(int(m.value()) for m in batch)
+
+    def _poll(self) -> list[Message]:
+        batch = [m for m in self.consumer.poll(0.1) if m.error() is None]
+        for message in batch:
+            value = int(message.value())
+            if value in self.acknowledged:
+                self.came_back.append(value)
+            self.deliveries[value] += 1
+        return batch
+
+    def hold_a_batch(self) -> None:
+        """Takes a batch and keeps it unacknowledged until the next read: in flight across the move."""
+        self._pending = wait_for("a batch to hold across the move", self._poll, timeout=30, interval=0.001)
+
+    def read_until(self, count: int, what: str) -> None:
+        """Reads until ``count`` distinct records were delivered (errors while the leader moves mean "not yet")."""
+
+        def enough() -> bool:
+            self._step()
+            return len(self.deliveries) >= count
+
+        wait_for(what, enough, timeout=60, interval=0.001)
+
+    def check(self) -> None:
+        assert not self.came_back, f"records whose acknowledgement the broker confirmed came back: {self.came_back}"
+        assert set(self.deliveries) == set(range(TOTAL)), "the reading group did not get every record"
+        again = sum(n - 1 for n in self.deliveries.values())
+        print(f"reading group: {TOTAL} records, {again} redelivered (acknowledgements lost with the leader)")
+
+
+def _live_reader(share_consumer: Callable[..., ShareConsumer], bootstrap: str, topic: str) -> LiveReader:
+    group = unique("share-live-group")
+    set_group_config(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    reader = LiveReader(share_consumer(group, topic, **{"share.acknowledgement.mode": "explicit",
+                                                        "max.poll.records": 10}))
+    reader.read_until(TOTAL // 4, "the reading group's first records")
+    reader.hold_a_batch()
+    return reader
+
+
+def _consume_after_move(consumer: ShareConsumer, held: Held) -> None:
+    seen: dict[int, int] = {}
+    expected = set(range(TOTAL)) - held.acknowledged
+    drain([consumer], lambda: expected <= seen.keys(), lambda _, m: note_once(seen, m),
+          "the held and the undelivered records from the new leader", timeout=60)
+    consumer.poll(0.05)  # implicit mode: accepts what the last poll returned
+    consumer.commit_sync(10)
+    held.check_redelivered(seen, range(TOTAL))
+
+
+def _described_offsets(cluster: LocalCluster, group: str, topic: str, exclude: int | None = None) -> tuple[int, int]:
+    """(start offset, lag) of ``topic``-0 as DescribeShareGroupOffsets v1 answers (``kafka-share-groups.sh
+    --describe``), asked of the group's coordinator, which reads the state on the partition's leader."""
+    ports = [b.spec.port for b in cluster.brokers if b.spec.node_id != exclude]
+    with WireClient(ports[0]) as client:
+        find = schema.build(codec.request_class(10, 4), key_type=0, coordinator_keys=(group,))
+        (found,) = client.request(find).coordinators
+    assert found.error_code == ErrorCode.none, found
+    group_cls = schema.field_entity(codec.request_class(90, 1), "groups")
+    asked = schema.build(group_cls, group_id=group,
+                         topics=(schema.build_nested(group_cls, "topics", topic_name=topic, partitions=(0,)),))
+    with WireClient(cluster.node(int(found.node_id)).spec.port) as client:
+        (described,) = client.request(schema.build(codec.request_class(90, 1), groups=(asked,))).groups
+    assert described.error_code == ErrorCode.none, described
+    ((partition,),) = [t.partitions for t in described.topics]
+    assert partition.error_code == ErrorCode.none, partition
+    return partition.start_offset, partition.lag
+
+
+def _check_described_done(cluster: LocalCluster, group: str, topic: str, exclude: int | None = None) -> None:
+    """The operator sees the group done with the partition on its new leader: start offset at the end, no lag."""
+    wait_for(f"{group}'s start offset on {topic}-0 at {TOTAL}, lag 0",
+             lambda: _described_offsets(cluster, group, topic, exclude) == (TOTAL, 0), timeout=30)
+
+
+def test_share_state_moves_with_a_reassigned_partition(
+    cluster: LocalCluster, bootstrap: list[str], share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    servers = cluster.bootstrap_servers
+    topic, group, source = _in_flight(servers)
+    target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id != source)
+    with holder(servers, group, topic) as held:
+        _produce(servers, topic, range(FIRST, TOTAL))
+        reader = _live_reader(share_consumer, servers, topic)
+        admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=30000)
+        try:
+            tp = KafkaTopicPartition(topic, 0)
+            assert admin.alter_partition_reassignments({tp: [target]}) == {tp: None}
+            wait_for(f"{topic}-0 led by broker {target}", lambda: leaders(servers, topic).get(0) == target,
+                     timeout=MOVE_LIMIT_S)
+        finally:
+            admin.close()
+        reader.read_until(TOTAL, "the reading group's records after the move")
+        _consume_after_move(share_consumer(group, topic), held)
+    reader.check()
+    _check_described_done(cluster, group, topic)
+
+
+def test_share_state_survives_the_leaders_death_on_the_s3_wal(
+    cluster: LocalCluster, bootstrap: list[str], share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    servers = cluster.bootstrap_servers
+    topic, group, victim = _in_flight(servers)
+    with holder(servers, group, topic) as held:
+        _produce(servers, topic, range(FIRST, TOTAL))
+        reader = _live_reader(share_consumer, servers, topic)
+        cluster.node(victim).kill()
+        survivors = ",".join(b.spec.address for b in cluster.brokers if b.spec.node_id != victim)
+        bootstrap.append(survivors)
+        wait_for(f"{topic}-0 led by a live broker", lambda: leaders(survivors, topic).get(0) not in (None, -1, victim),
+                 timeout=FAILOVER_LIMIT_S)
+        reader.read_until(TOTAL, "the reading group's records after the move")
+        _consume_after_move(share_consumer(group, topic), held)
+    reader.check()
+    _check_described_done(cluster, group, topic, victim)
