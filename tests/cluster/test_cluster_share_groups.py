@@ -10,7 +10,9 @@ never delivered, each once, and never an accepted or rejected one. A second shar
 (its state in the same share stream) in small batches through the move, a batch of it in flight when its leader
 changes: every record reaches it, and none whose acknowledgement the broker confirmed comes back. Then
 DescribeShareGroupOffsets, as ``kafka-share-groups.sh`` sends it, shows the first group done with the partition on
-its new leader.
+its new leader, and FindCoordinator's share key names that leader. The reassigned partition then moves back to its
+first leader, which served the reading group's share session before, and the group reads on from the state the
+other broker wrote.
 
 One cluster for the module: the reassignment test leaves it whole, the failover test, last, kills a broker.
 """
@@ -22,7 +24,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from confluent_kafka import AcknowledgeType, Message, ShareConsumer
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer, TopicCollection
+from confluent_kafka.admin import AdminClient
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
@@ -40,7 +43,7 @@ from wire import codec, schema
 if TYPE_CHECKING:
     from tests.conftest import S3Server
 
-FIRST, TOTAL = 60, 200
+FIRST, TOTAL, BACK = 60, 200, 100
 MOVE_LIMIT_S = 30.0
 FAILOVER_LIMIT_S = SESSION_TIMEOUT_S + 30
 #: No upload on a timer: what the killed leader wrote (its share stream's acknowledgements too) is in its S3 WAL
@@ -128,11 +131,11 @@ class LiveReader:
 
         wait_for(what, enough, timeout=60, interval=0.001)
 
-    def check(self) -> None:
+    def check(self, total: int) -> None:
         assert not self.came_back, f"records whose acknowledgement the broker confirmed came back: {self.came_back}"
-        assert set(self.deliveries) == set(range(TOTAL)), "the reading group did not get every record"
+        assert set(self.deliveries) == set(range(total)), "the reading group did not get every record"
         again = sum(n - 1 for n in self.deliveries.values())
-        print(f"reading group: {TOTAL} records, {again} redelivered (acknowledgements lost with the leader)")
+        print(f"reading group: {total} records, {again} redelivered (acknowledgements lost with the leader)")
 
 
 def _live_reader(share_consumer: Callable[..., ShareConsumer], bootstrap: str, topic: str) -> LiveReader:
@@ -174,6 +177,21 @@ def _described_offsets(cluster: LocalCluster, group: str, topic: str, exclude: i
     return partition.start_offset, partition.lag
 
 
+def _share_coordinator(cluster: LocalCluster, group: str, topic: str, exclude: int) -> int:
+    """The broker FindCoordinator v6 names for the share key ``group:topicId:0`` (where the partition's share
+    state is, asked as a broker of Kafka's asks for it)."""
+    servers = ",".join(b.spec.address for b in cluster.brokers if b.spec.node_id != exclude)
+    admin = AdminClient({"bootstrap.servers": servers})  # kept alive until the answer is in
+    (future,) = admin.describe_topics(TopicCollection([topic])).values()
+    key = f"{group}:{future.result(timeout=15).topic_id}:0"
+    ports = [b.spec.port for b in cluster.brokers if b.spec.node_id != exclude]
+    with WireClient(ports[0]) as client:
+        find = schema.build(codec.request_class(10, 6), key_type=2, coordinator_keys=(key,))
+        (found,) = client.request(find).coordinators
+    assert found.error_code == ErrorCode.none, found
+    return int(found.node_id)
+
+
 def _check_described_done(cluster: LocalCluster, group: str, topic: str, exclude: int | None = None) -> None:
     """The operator sees the group done with the partition on its new leader: start offset at the end, no lag."""
     wait_for(f"{group}'s start offset on {topic}-0 at {TOTAL}, lag 0",
@@ -189,18 +207,30 @@ def test_share_state_moves_with_a_reassigned_partition(
     with holder(servers, group, topic) as held:
         _produce(servers, topic, range(FIRST, TOTAL))
         reader = _live_reader(share_consumer, servers, topic)
-        admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=30000)
-        try:
-            tp = KafkaTopicPartition(topic, 0)
-            assert admin.alter_partition_reassignments({tp: [target]}) == {tp: None}
-            wait_for(f"{topic}-0 led by broker {target}", lambda: leaders(servers, topic).get(0) == target,
-                     timeout=MOVE_LIMIT_S)
-        finally:
-            admin.close()
+        _reassign(servers, topic, target)
         reader.read_until(TOTAL, "the reading group's records after the move")
         _consume_after_move(share_consumer(group, topic), held)
-    reader.check()
+    reader.check(TOTAL)
     _check_described_done(cluster, group, topic)
+    # Back to the broker that led it first, which served the reading group's share session before: the group
+    # reads on from the state the other broker wrote.
+    _produce(servers, topic, range(TOTAL, TOTAL + BACK))
+    reader.read_until(TOTAL + BACK // 2, "the reading group's records before the move back")
+    reader.hold_a_batch()
+    _reassign(servers, topic, source)
+    reader.read_until(TOTAL + BACK, "the reading group's records after the move back")
+    reader.check(TOTAL + BACK)
+
+
+def _reassign(servers: str, topic: str, target: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=30000)
+    try:
+        tp = KafkaTopicPartition(topic, 0)
+        assert admin.alter_partition_reassignments({tp: [target]}) == {tp: None}
+        wait_for(f"{topic}-0 led by broker {target}", lambda: leaders(servers, topic).get(0) == target,
+                 timeout=MOVE_LIMIT_S)
+    finally:
+        admin.close()
 
 
 def test_share_state_survives_the_leaders_death_on_the_s3_wal(
@@ -216,7 +246,8 @@ def test_share_state_survives_the_leaders_death_on_the_s3_wal(
         bootstrap.append(survivors)
         wait_for(f"{topic}-0 led by a live broker", lambda: leaders(survivors, topic).get(0) not in (None, -1, victim),
                  timeout=FAILOVER_LIMIT_S)
+        assert _share_coordinator(cluster, group, topic, victim) == leaders(survivors, topic)[0]
         reader.read_until(TOTAL, "the reading group's records after the move")
         _consume_after_move(share_consumer(group, topic), held)
-    reader.check()
+    reader.check(TOTAL)
     _check_described_done(cluster, group, topic, victim)
