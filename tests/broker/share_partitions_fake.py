@@ -1,5 +1,5 @@
-"""A small in-memory implementation of the share partitions seam (``broker.share.registry.SharePartitions``), ONLY for the
-share handler tests while the real ``broker.share.registry.SharePartitions`` is written on another branch.
+"""A small in-memory implementation of the share partitions seam (``broker.share.registry.SharePartitions``), ONLY
+for the share handler tests while the real ``broker.share.registry.SharePartitions`` is written on another branch.
 
 TODO(lead): switch ``tests/broker/test_share_handlers.py`` to the real share partitions once ``broker/share/`` is
 merged, and delete this module.
