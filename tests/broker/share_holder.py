@@ -1,5 +1,6 @@
-"""A share consumer that judges one batch and then holds the rest of it: the starting point of the share-state
-durability tests (a broker killed, a partition moved, an S3-WAL failover while records are in flight).
+"""Share consumers for the share-state durability tests (a broker killed, a partition moved, an S3-WAL failover
+while records are in flight): a holder that judges one batch and then holds the rest of it, and a
+:class:`LiveReader` that reads on through the failure.
 
 It runs as its own process (confluent-kafka's ShareConsumer in explicit mode): from its first non-empty poll it
 ACCEPTs the values ``v % 3 == 0``, REJECTs ``v % 3 == 1`` and leaves ``v % 3 == 2`` acquired, commits those
@@ -16,11 +17,15 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from confluent_kafka import Message
+from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
+
+from testkit.waiting import eventually
+from tests.broker.share_clients import DEADLINE_S
 
 _SCRIPT = textwrap.dedent(
     """
@@ -81,6 +86,58 @@ class Held:
         assert not skipped, f"records never delivered to anyone: {skipped[:20]}"
         again = {v: n for v, n in seen.items() if v in fresh and n != 1}
         assert not again, f"records first delivered after the failure came with delivery counts {again}"
+
+
+class LiveReader:
+    """A share consumer reading in small batches through a failure: it accepts each batch and commits it
+    synchronously; a batch whose commit the broker confirmed is acknowledged for good, one whose commit failed
+    (the leader moved or died under it) may come back. ``hold_a_batch`` keeps one batch in flight across the
+    failure."""
+
+    def __init__(self, consumer: ShareConsumer) -> None:
+        self.consumer = consumer
+        self.deliveries: Counter[int] = Counter()
+        self.acknowledged: set[int] = set()
+        self.came_back: list[int] = []
+        self._pending: list[Message] = []
+
+    def _step(self) -> None:
+        batch, self._pending = self._pending or self._poll(), []
+        for message in batch:
+            self.consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        if batch:
+            results = self.consumer.commit_sync(10)
+            if results and all(error is None for error in results.values()):
+                self.acknowledged.update(int(m.value()) for m in batch)
+
+    def _poll(self) -> list[Message]:
+        batch = [m for m in self.consumer.poll(0.1) if m.error() is None]
+        for message in batch:
+            value = int(message.value())
+            if value in self.acknowledged:
+                self.came_back.append(value)
+            self.deliveries[value] += 1
+        return batch
+
+    def hold_a_batch(self) -> None:
+        """Takes a batch and keeps it unacknowledged until the next read: in flight across the move."""
+        self._pending = eventually(self._poll, timeout=DEADLINE_S, interval=0.001, what="a batch to hold",
+                                   retry_on=(KafkaException,))
+
+    def read_until(self, count: int, what: str) -> None:
+        """Reads until ``count`` distinct records were delivered (errors while the leader moves mean "not yet")."""
+
+        def enough() -> bool:
+            self._step()
+            return len(self.deliveries) >= count
+
+        eventually(enough, timeout=DEADLINE_S, interval=0.001, what=what, retry_on=(KafkaException,))
+
+    def check(self, produced: range) -> None:
+        assert not self.came_back, f"records whose acknowledgement the broker confirmed came back: {self.came_back}"
+        assert set(self.deliveries) == set(produced), "the reading group did not get every record"
+        again = sum(n - 1 for n in self.deliveries.values())
+        print(f"reading group: {len(produced)} records, {again} redelivered (their acknowledgements failed)")
 
 
 def note_once(seen: dict[int, int], message: Message) -> None:
