@@ -2,9 +2,10 @@
 while records are in flight): a holder that judges one batch and then holds the rest of it, and a
 :class:`LiveReader` that reads on through the failure.
 
-It runs as its own process (confluent-kafka's ShareConsumer in explicit mode): from its first non-empty poll it
-ACCEPTs the values ``v % 3 == 0``, REJECTs ``v % 3 == 1`` and leaves ``v % 3 == 2`` acquired, commits those
-acknowledgements synchronously (the broker answered: they are durable), reports the three sets and is then frozen
+The holder runs as its own process (confluent-kafka's ShareConsumer in explicit mode): from its first non-empty poll
+it ACCEPTs the values ``v % 4 == 0``, REJECTs ``v % 4 == 1``, RELEASEs ``v % 4 == 2`` and leaves ``v % 4 == 3``
+acquired, commits those acknowledgements synchronously (the broker answered: they are durable), reports the sets
+and is then frozen
 (SIGSTOP), so it neither acknowledges nor releases what it holds, and its connection stays open as a hung
 consumer's would. The broker side is then failed by the test; what a user must see afterwards is
 :meth:`Held.check_redelivered`, of what the group's other consumers got (:func:`note_once`).
@@ -39,17 +40,14 @@ _SCRIPT = textwrap.dedent(
     got = []
     while not got and time.monotonic() < deadline:
         got = [m for m in c.poll(0.2) if m.error() is None]
-    verdicts = {"accepted": [], "rejected": [], "held": []}
+    verdicts = {"accepted": [], "rejected": [], "released": [], "held": []}
+    kinds = [("accepted", AcknowledgeType.ACCEPT), ("rejected", AcknowledgeType.REJECT),
+             ("released", AcknowledgeType.RELEASE), ("held", None)]
     for m in got:
-        value = int(m.value())
-        if value % 3 == 0:
-            c.acknowledge(m, AcknowledgeType.ACCEPT)
-            verdicts["accepted"].append(value)
-        elif value % 3 == 1:
-            c.acknowledge(m, AcknowledgeType.REJECT)
-            verdicts["rejected"].append(value)
-        else:
-            verdicts["held"].append(value)
+        verdict, kind = kinds[int(m.value()) % 4]
+        if kind is not None:
+            c.acknowledge(m, kind)
+        verdicts[verdict].append(int(m.value()))
     results = c.commit_sync(30) if got else {}
     verdicts["errors"] = [str(e) for e in results.values() if e is not None]
     print(json.dumps(verdicts), flush=True)
@@ -64,6 +62,7 @@ class Held:
 
     accepted: frozenset[int]
     rejected: frozenset[int]
+    released: frozenset[int]
     held: frozenset[int]
 
     @property
@@ -72,8 +71,8 @@ class Held:
 
     def check_redelivered(self, seen: Mapping[int, int], produced: range) -> None:
         """``seen``: value -> delivery count of what the group's other consumers got afterwards (each value once).
-        Acknowledged records never come back, held ones do, and every other record is delivered, for the first
-        time: nothing is skipped.
+        Acknowledged records never come back; released ones do, as second deliveries (the release wrote the count
+        of the first); held ones come back; every other record is delivered, for the first time: nothing is skipped.
 
         A held record's delivery count is not checked: acquisitions are not written (as in Kafka, a fetch costs no
         durable write), so one that a crash interrupted may be counted again from its last written state."""
@@ -81,7 +80,9 @@ class Held:
         assert not came_back, f"acknowledged records delivered again: {came_back[:20]}"
         not_back = sorted(self.held - seen.keys())
         assert not not_back, f"records held (acquired, not acknowledged) never came back: {not_back[:20]}"
-        fresh = set(produced) - self.acknowledged - self.held
+        released = {v: seen.get(v) for v in self.released if seen.get(v) != 2}
+        assert not released, f"released records not redelivered as second deliveries (value: count): {released}"
+        fresh = set(produced) - self.acknowledged - self.released - self.held
         skipped = sorted(fresh - seen.keys())
         assert not skipped, f"records never delivered to anyone: {skipped[:20]}"
         again = {v: n for v, n in seen.items() if v in fresh and n != 1}
@@ -158,8 +159,8 @@ def holder(bootstrap: str, group: str, topic: str) -> Iterator[Held]:
         proc.send_signal(signal.SIGSTOP)
         report = json.loads(line)
         assert not report["errors"], f"the holder's acknowledgements failed: {report['errors']}"
-        held = Held(frozenset(report["accepted"]), frozenset(report["rejected"]), frozenset(report["held"]))
-        assert held.accepted and held.rejected and held.held, f"the holder's batch was too small: {report}"
+        held = Held(*(frozenset(report[k]) for k in ("accepted", "rejected", "released", "held")))
+        assert held.accepted and held.rejected and held.released and held.held, f"the holder's batch: {report}"
         yield held
     finally:
         proc.kill()

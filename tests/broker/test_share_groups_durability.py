@@ -1,12 +1,13 @@
 """A share group's record states survive the broker's kill -9 (issue 22): confluent-kafka ShareConsumers against a
 real broker process restarted on the same data directory.
 
-A consumer takes a batch, accepts a third of it, rejects a third and holds the rest (acquired, never acknowledged;
-:mod:`tests.broker.share_holder`); more records arrive that nobody has seen. Then the broker dies (SIGKILL) and
-starts again: the share state is replayed from the partition's share stream, so the group's other consumer gets
-the held records again and everything never delivered, each once, and never an accepted or rejected record. A
-second kill, after that consumer accepted everything, brings nothing back. A consumer reading in small batches,
-its acknowledgements checkpointed several times over, reads on through a kill -9 with a batch in flight.
+A consumer takes a batch, accepts a quarter of it, rejects a quarter, releases a quarter and holds the rest
+(acquired, never acknowledged; :mod:`tests.broker.share_holder`); more records arrive that nobody has seen. Then the
+broker dies (SIGKILL) and starts again: the share state is replayed from the partition's share stream, so the
+group's other consumer gets the released records as second deliveries, the held records again and everything never
+delivered, each once, and never an accepted or rejected record. A second kill, after that consumer accepted
+everything, brings nothing back. A consumer reading in small batches, its acknowledgements checkpointed several
+times over, reads on through a kill -9 with a batch in flight.
 
 Its own module: the node is killed.
 """

@@ -3,16 +3,16 @@ WAL, confluent-kafka ShareConsumers, and the partition's leader changed under re
 reassignment (kafka-python's ``alter_partition_reassignments``, as ``kafka-reassign-partitions.sh`` sends it) and (b)
 by killing the leader (-9), whose S3 WAL another broker replays.
 
-Before each change a consumer accepts a third of a batch, rejects a third and holds the rest, frozen
+Before each change a consumer accepts, rejects and releases three quarters of a batch and holds the rest, frozen
 (:mod:`tests.broker.share_holder`), and records nobody has seen are produced after it. What a user must see after
-the move: the group's other consumer, reading from the new leader, gets the held records again and every record
-never delivered, each once, and never an accepted or rejected one. A second share group reads the same partition
-(its state in the same share stream) in small batches through the move, a batch of it in flight when its leader
-changes: every record reaches it, and none whose acknowledgement the broker confirmed comes back. Then
-DescribeShareGroupOffsets, as ``kafka-share-groups.sh`` sends it, shows the first group done with the partition on
-its new leader, and FindCoordinator's share key names that leader. The reassigned partition then moves back to its
-first leader, which served the reading group's share session before, and the group reads on from the state the
-other broker wrote.
+the move: the group's other consumer, reading from the new leader, gets the released records as second deliveries,
+the held records again and every record never delivered, each once, and never an accepted or rejected one. A
+second share group reads the same partition (its state in the same share stream) in small batches through the
+move, a batch of it in flight when its leader changes: every record reaches it, and none whose acknowledgement the
+broker confirmed comes back. Then DescribeShareGroupOffsets, as ``kafka-share-groups.sh`` sends it, shows the first
+group done with the partition on its new leader, and FindCoordinator's share key names that leader. The reassigned
+partition then moves back to its first leader, which served the reading group's share session before, and the
+group reads on from the state the other broker wrote.
 
 One cluster for the module: the reassignment test leaves it whole, the failover test, last, kills a broker.
 """
