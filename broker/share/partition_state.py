@@ -213,27 +213,37 @@ class PartitionShareState:
 
     # ------------------------------------------------------------------ acknowledgement
     def check_acknowledge(self, member_id: str, acks: Sequence[AckBatch]) -> None:
-        """Raises :class:`AckError` for acknowledgements Kafka refuses: malformed, unsorted or overlapping batches
-        (INVALID_REQUEST), or records this member does not hold acquired (INVALID_RECORD_STATE)."""
+        """Raises :class:`AckError` for acknowledgements Kafka refuses, in Kafka's order batch by batch: malformed,
+        unsorted or overlapping batches (INVALID_REQUEST), offsets past the end of the window while it holds
+        records (INVALID_REQUEST, Kafka's "past acquired records"), or records this member does not hold acquired
+        (INVALID_RECORD_STATE). A batch may start on the previous batch's last offset (Kafka's request check lets
+        it through); that record was settled by the previous batch, so it is no longer acquired
+        (INVALID_RECORD_STATE), unless that batch only renewed its lock."""
         previous_last = -1
+        previous_renews = False
         for ack in acks:
             span = ack.last_offset - ack.first_offset + 1
             if ack.first_offset < 0 or span <= 0:
                 bad = f"{ack.first_offset}-{ack.last_offset}"
                 raise AckError(ErrorCode.invalid_request, f"bad acknowledgement range {bad}")
-            if ack.first_offset <= previous_last:
+            if ack.first_offset < previous_last:
                 raise AckError(ErrorCode.invalid_request, "acknowledgement batches overlap or are not in order")
-            previous_last = ack.last_offset
             if len(ack.types) not in (1, span):
                 raise AckError(ErrorCode.invalid_request, f"{len(ack.types)} acknowledge types for {span} offsets")
             if any(t not in ACK_TARGET for t in ack.types):
                 raise AckError(ErrorCode.invalid_request, f"unknown acknowledge type in {ack.types}")
+            if self._states and ack.first_offset >= self.start_offset and ack.last_offset >= self.end_offset:
+                raise AckError(ErrorCode.invalid_request, f"offset {ack.last_offset} is past the acquired records")
+            if ack.first_offset == previous_last and not previous_renews:
+                raise AckError(ErrorCode.invalid_record_state, f"offset {ack.first_offset} is acknowledged twice")
             for offset in range(ack.first_offset, ack.last_offset + 1):
                 i = offset - self.start_offset
                 if not 0 <= i < len(self._states) or self._states[i] != _ACQUIRED:
                     raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is not acquired")
                 if self._owners[i] != member_id:
                     raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is acquired by another member")
+            previous_last = ack.last_offset
+            previous_renews = ack.types[-1] == AcknowledgeType.RENEW
 
     def acknowledge(self, member_id: str, acks: Sequence[AckBatch], now_ms: int = 0) -> dict[AcknowledgeType, int]:
         """Applies the acknowledgements atomically (nothing changes when one is refused, :class:`AckError`).

@@ -1,8 +1,10 @@
 """The Prometheus metric set of a running node, and the Grafana dashboard built on it.
 
 An in-process embedded node (broker and its single controller) serves ``/metrics`` on a port of its own; a client
-produces, and a consumer group consumes and commits part of what it read. The scrape must then hold every metric
-the dashboard (config/grafana/fjord-dashboard.json) queries, and the values must follow what the clients did. The
+produces, a consumer group consumes and commits part of what it read, a share group accepts, releases and rejects
+the records, and another share group's consumer holds records past their lock. The scrape must then hold every
+metric the dashboard (config/grafana/fjord-dashboard.json) queries, and the values must follow what the clients
+did. The
 auto-balancer runs only on a Raft quorum's controllers, so the balancer panel's metrics are looked for on a
 controller-only node, as docker-compose.yml runs them.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.process import Node
@@ -27,12 +30,18 @@ from storage.metrics import SNAPSHOT_ATTEMPTS, loop_state_snapshot
 from testkit.node_process import default_overrides
 from testkit.ports import free_port
 from testkit.waiting import eventually_async
+from tests.broker.share_clients import drain, set_group_config
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "config" / "grafana" / "fjord-dashboard.json"
 TOPIC = "metrics-dashboard"
 GROUP = "metrics-dashboard-group"
 RECORDS = 10
 COMMITTED = 6
+SHARE_GROUP = "metrics-dashboard-share"
+#: A share group whose consumer never acknowledges: its records' 1 s locks run out.
+LOCKS_GROUP = "metrics-dashboard-locks"
+#: What the share group does with a record the first time, by its number modulo 3 (ACCEPT when it comes back).
+FIRST_ACK = (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT)
 #: PromQL functions, aggregations and keywords: every other identifier outside braces and brackets is a metric.
 PROMQL_WORDS = frozenset(
     {
@@ -117,13 +126,22 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return found[0]
 
 
+async def _lock_timeouts(port: int, labels: dict[str, str]) -> float | None:
+    """The lock time-outs counted for ``labels``, None (not yet) while there are none."""
+    found = [v for have, v in (await scrape(port)).get("fjord_share_lock_timeouts_total", [])
+             if labels.items() <= have.items()]
+    return found[0] if found and found[0] > 0 else None
+
+
 def config(overrides: dict[str, str]) -> ServerConfig:
     return ServerConfig.load(None, [f"{k}={v}" for k, v in overrides.items()])
 
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    overrides = {**default_overrides(tmp_path / "node"), "metrics.port": "0", "group.initial.rebalance.delay.ms": "0"}
+    overrides = {**default_overrides(tmp_path / "node"), "metrics.port": "0", "group.initial.rebalance.delay.ms": "0",
+                 "group.share.min.record.lock.duration.ms": "1000", "group.share.heartbeat.interval.ms": "500",
+                 "group.share.min.heartbeat.interval.ms": "500"}
     started = Node(config(overrides))
     await started.start()
     try:
@@ -180,17 +198,61 @@ async def produce_and_consume(bootstrap: str) -> None:
         await consumer.stop()
 
 
+def share_consume(bootstrap: str) -> None:
+    """A share group (explicit acknowledgement) reads the topic's records: accepts, releases or rejects each by its
+    number (:data:`FIRST_ACK`) and accepts the released ones when they come back."""
+    set_group_config(bootstrap, SHARE_GROUP, {"share.auto.offset.reset": "earliest"})
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": SHARE_GROUP,
+                              "share.acknowledgement.mode": "explicit"})
+    try:
+        consumer.subscribe([TOPIC])
+        seen: set[int] = set()
+        back: set[int] = set()
+
+        def judge(consumer: ShareConsumer, message: Message) -> None:
+            number = int((message.value() or b"").decode().rsplit("-", 1)[1])
+            if number in seen:
+                back.add(number)
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            else:
+                seen.add(number)
+                consumer.acknowledge(message, FIRST_ACK[number % 3])
+
+        released = {n for n in range(RECORDS) if n % 3 == 1}
+        drain([consumer], lambda: len(seen) == RECORDS and back >= released, judge, "released records to return")
+        consumer.commit_sync(10)
+        assert back == released, "an accepted or rejected record came back, or a released one did not"
+    finally:
+        consumer.close()
+
+
+def hold_records(bootstrap: str) -> ShareConsumer:
+    """A consumer of :data:`LOCKS_GROUP` (1 s locks) that got records and will not acknowledge them."""
+    set_group_config(bootstrap, LOCKS_GROUP, {"share.auto.offset.reset": "earliest",
+                                              "share.record.lock.duration.ms": "1000"})
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": LOCKS_GROUP,
+                              "share.acknowledgement.mode": "explicit"})
+    consumer.subscribe([TOPIC])
+    got: list[Message] = []
+    drain([consumer], lambda: bool(got), lambda _c, message: got.append(message), "records for the lock holder")
+    return consumer
+
+
 async def test_every_dashboard_metric_is_served_and_follows_the_clients(node: Node, controller_node: Node) -> None:
     assert node.metrics_port is not None and controller_node.metrics_port is not None
     before = await scrape(node.metrics_port)
     assert not any(labels.get("topic") == TOPIC for labels, _ in before.get("fjord_topic_bytes_in_total", []))
-    await produce_and_consume(f"127.0.0.1:{node.broker.server.bound_port}")
-    # The share-group row: counted here through the broker's ShareMetrics as its share partitions count (TODO(lead):
-    # a share consumer's real deliveries instead, once share fetch is merged).
-    shares = node.broker.share_metrics
-    for count in (shares.acquired, shares.acknowledged, shares.released, shares.rejected, shares.archived,
-                  shares.lock_timed_out, shares.redelivered):
-        count(GROUP, TOPIC, 2)
+    bootstrap = f"127.0.0.1:{node.broker.server.bound_port}"
+    await produce_and_consume(bootstrap)
+    await asyncio.to_thread(share_consume, bootstrap)
+    holder = await asyncio.to_thread(hold_records, bootstrap)
+    try:
+        held = {"node": str(node.node_id), "group": LOCKS_GROUP, "topic": TOPIC}
+        await eventually_async(
+            lambda: _lock_timeouts(node.metrics_port, held), timeout=15, what="the held records' locks to run out"
+        )
+    finally:
+        await asyncio.to_thread(holder.close)
 
     served = await scrape(node.metrics_port)
     node_id = str(node.node_id)
@@ -213,8 +275,16 @@ async def test_every_dashboard_metric_is_served_and_follows_the_clients(node: No
     assert value(served, "fjord_controller_active") == 1
     assert value(served, "fjord_controller_leader_id") == node.node_id
     assert value(served, "fjord_controller_metadata_offset") > value(before, "fjord_controller_metadata_offset")
-    assert value(served, "fjord_share_acquired_records_total", node=node_id, group=GROUP, topic=TOPIC) == 2
-    assert value(served, "fjord_share_redeliveries_total", node=node_id, group=GROUP, topic=TOPIC) == 2
+    # The share-group row: 10 records, a third of them released and delivered again, a third rejected.
+    share = {"node": node_id, "group": SHARE_GROUP, "topic": TOPIC}
+    thirds = len(range(1, RECORDS, 3)), len(range(2, RECORDS, 3))
+    assert value(served, "fjord_share_acquired_records_total", **share) == RECORDS + thirds[0]
+    assert value(served, "fjord_share_redeliveries_total", **share) == thirds[0]
+    assert value(served, "fjord_share_acknowledged_records_total", **share) == RECORDS - thirds[1]
+    assert value(served, "fjord_share_released_records_total", **share) == thirds[0]
+    assert value(served, "fjord_share_rejected_records_total", **share) == thirds[1]
+    assert value(served, "fjord_share_lock_timeouts_total", **share) == 0
+    assert value(served, "fjord_share_lock_timeouts_total", group=LOCKS_GROUP, topic=TOPIC) >= 1
     commits = "fjord_controller_commit_seconds_count"
     assert value(served, commits) > value(before, commits)
 

@@ -94,6 +94,15 @@ def test_renew_keeps_the_record_with_a_fresh_lock() -> None:
     assert state.expire_locks(1900) == (1, 0)
 
 
+def test_a_renewed_record_can_be_settled_by_the_next_batch() -> None:
+    """Only a renewal leaves the shared offset acquired, so the next batch may settle it."""
+    state = PartitionShareState(0)
+    state.acquire("a", log((0, 2)), 100, now_ms=0)
+    state.acknowledge("a", [AckBatch(0, 1, (AcknowledgeType.RENEW,)), one(1, 2, ACCEPT)], now_ms=10)
+    assert state.state_of(0) == (RecordState.ACQUIRED, 1, "a")
+    assert state.state_of(2) == (RecordState.ACKNOWLEDGED, 1, None)
+
+
 def test_gap_acknowledgements_archive() -> None:
     state = PartitionShareState(0)
     state.acquire("a", log((0, 2)), 100, now_ms=0)
@@ -174,16 +183,18 @@ def test_log_gaps_are_archived() -> None:
 @pytest.mark.parametrize(
     ("acks", "code"),
     [
-        ([one(0, 2, ACCEPT), one(2, 3, ACCEPT)], ErrorCode.invalid_request),  # overlapping
+        ([one(0, 2, ACCEPT), one(1, 3, ACCEPT)], ErrorCode.invalid_request),  # overlapping
+        # Sharing one offset passes Kafka's order check; the record was settled by the first batch.
+        ([one(0, 2, ACCEPT), one(2, 3, ACCEPT)], ErrorCode.invalid_record_state),
         ([one(3, 4, ACCEPT), one(0, 1, ACCEPT)], ErrorCode.invalid_request),  # out of order
         ([one(4, 3, ACCEPT)], ErrorCode.invalid_request),  # last before first
         ([AckBatch(0, 3, (1, 1))], ErrorCode.invalid_request),  # wrong number of types
         ([AckBatch(0, 0, (7,))], ErrorCode.invalid_request),  # unknown type
         ([AckBatch(0, 0, (-1,))], ErrorCode.invalid_request),  # unknown type
-        ([one(0, 9, ACCEPT)], ErrorCode.invalid_record_state),  # 5-9 never acquired
+        ([one(0, 9, ACCEPT)], ErrorCode.invalid_request),  # past the acquired records (8-9 never fetched)
         ([one(5, 5, ACCEPT)], ErrorCode.invalid_record_state),  # another member's record
         ([one(0, 1, ACCEPT), one(5, 6, ACCEPT)], ErrorCode.invalid_record_state),  # valid batch first, then not
-        ([one(100, 101, ACCEPT)], ErrorCode.invalid_record_state),  # beyond anything fetched
+        ([one(100, 101, ACCEPT)], ErrorCode.invalid_request),  # beyond anything fetched
     ],
 )
 def test_hostile_acknowledgements_are_refused_and_change_nothing(acks: list[AckBatch], code: ErrorCode) -> None:
