@@ -344,9 +344,9 @@ def test_share_fetch_v2_record_limit_and_renew(client: WireClient) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- admin client
-def list_share_groups(client: WireClient) -> dict[str, tuple[str, str, str]]:
-    """ListGroups v5 as Admin.listShareGroups / listGroups(forShareGroups) sends it: the share type only."""
-    response = call(client, 16, 5, states_filter=(), types_filter=("share",))
+def list_share_groups(client: WireClient, *states: str) -> dict[str, tuple[str, str, str]]:
+    """ListGroups v5 as Admin.listGroups(ListGroupsOptions.forShareGroups()) sends it: the share type only."""
+    response = call(client, 16, 5, states_filter=states, types_filter=("share",))
     assert response.error_code == ErrorCode.none
     return {g.group_id: (g.protocol_type, g.group_state, g.group_type) for g in response.groups}
 
@@ -384,6 +384,9 @@ def test_share_group_admin_describe_offsets_alter_delete(client: WireClient, kaf
     share_acknowledge(m, 1, 1, ((0, 1, ACCEPT),))
 
     assert list_share_groups(client)[group] == ("share", "Stable", "share")
+    # kafka-share-groups --list --state: the states as GroupState.toString() spells them, matched case-insensitively.
+    assert group in list_share_groups(client, "Stable") and group in list_share_groups(client, "stable")
+    assert group not in list_share_groups(client, "Empty")
     [described, missing] = describe_share_groups(client, group, "no-such-share-group")
     assert (described.error_code, described.error_message, described.group_id) == (ErrorCode.none, None, group)
     assert (described.group_state, described.assignor_name) == ("Stable", "simple")
@@ -490,6 +493,22 @@ def test_share_group_configs_on_group_resource(client: WireClient) -> None:
     assert (result.error_code, result.error_message, result.resource_type, result.resource_name) == (
         ErrorCode.none, None, GROUP_RESOURCE, group
     )
+    # GroupConfig.validate: names it does not know, and values outside the broker's bounds, are INVALID_CONFIG.
+    too_short = alter_group_configs(client, group, share_record_lock_duration_ms="999")
+    assert (too_short.error_code, too_short.error_message) == (
+        ErrorCode.invalid_config,
+        "Invalid value 999 for configuration share.record.lock.duration.ms: Value must be at least 1000",
+    )
+    below_min = alter_group_configs(client, group, share_record_lock_duration_ms="14000")
+    assert (below_min.error_code, below_min.error_message) == (
+        ErrorCode.invalid_config,
+        "share.record.lock.duration.ms must be greater than or equal to group.share.min.record.lock.duration.ms",
+    )
+    unknown = alter_group_configs(client, group, share_no_such_thing="1")
+    assert (unknown.error_code, unknown.error_message) == (
+        ErrorCode.invalid_config, "Unknown group config name: share.no.such.thing"
+    )
+
     describe_cls = entity(32, 4, "resources")
     described = call(client, 32, 4, include_synonyms=False, include_documentation=False, resources=(schema.build(
         describe_cls, resource_type=GROUP_RESOURCE, resource_name=group,
