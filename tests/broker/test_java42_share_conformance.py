@@ -308,6 +308,40 @@ def test_incremental_session_keeps_and_forgets_partitions(client: WireClient) ->
     assert heartbeat(client, group, m.member_id, -1).member_epoch == -1
 
 
+def test_heartbeat_errors_the_share_consumer_recovers_from(client: WireClient) -> None:
+    """ShareHeartbeatRequestManager's error paths: an epoch the coordinator does not know is FENCED_MEMBER_EPOCH
+    (the member rejoins at epoch 0 with its id and gets its assignment again); an id the group does not know,
+    UNKNOWN_MEMBER_ID. The Java client reads the code and logs the message."""
+    topic, topic_id = ready_topic(client)
+    group = new_group(client)
+    m = join(client, group, topic, topic_id)
+    ahead = heartbeat(client, group, m.member_id, m.epoch + 5)
+    # GroupCoordinatorService answers a refused heartbeat with its code and message only.
+    assert (ahead.error_code, ahead.member_id, ahead.member_epoch, schema.millis(ahead.heartbeat_interval)) == (
+        ErrorCode.fenced_member_epoch, None, 0, 0
+    )
+    assert ahead.assignment is None
+    assert ahead.error_message == (
+        f"The share group member has a greater member epoch ({m.epoch + 5}) than the one known by the group "
+        f"coordinator ({m.epoch}). The member must abandon all its partitions and rejoin."
+    )
+    rejoined = heartbeat(client, group, m.member_id, 0, topics=(topic,), rack="rack-a")
+    assert (rejoined.error_code, rejoined.member_id, rejoined.member_epoch) == (ErrorCode.none, m.member_id, m.epoch)
+    assert assigned(rejoined, topic_id) == (0,)
+
+    stranger = java_uuid()
+    unknown = heartbeat(client, group, stranger, 3)
+    assert (unknown.error_code, unknown.error_message, unknown.member_id, unknown.member_epoch) == (
+        ErrorCode.unknown_member_id, f"Member {stranger} is not a member of group {group}.", None, 0
+    )
+    # A first heartbeat without a subscription is malformed (throwIfShareGroupHeartbeatRequestIsInvalid).
+    bare = heartbeat(client, group, java_uuid(), 0)
+    assert (bare.error_code, bare.error_message, bare.member_id, bare.member_epoch) == (
+        ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.", None, 0
+    )
+    assert heartbeat(client, group, m.member_id, -1).member_epoch == -1
+
+
 def test_share_fetch_v2_record_limit_and_renew(client: WireClient) -> None:
     topic, topic_id = ready_topic(client, count=6)
     group = new_group(client)
