@@ -442,6 +442,7 @@ def test_share_group_admin_describe_offsets_alter_delete(client: WireClient, kaf
     assert (named.error_code, named.error_message) == (ErrorCode.none, None)
     assert offsets_of(named) == {topic: [(0, 2, 0, 2, ErrorCode.none)],
                                  "no-such-topic": [(0, -1, 0, -1, ErrorCode.none)]}
+    assert {t.topic_name: t.topic_id for t in named.topics} == {topic: topic_id, "no-such-topic": None}
     every = describe_offsets(client, group, None)
     assert offsets_of(every) == {topic: [(0, 2, 0, 2, ErrorCode.none)]}
     [t] = every.topics
