@@ -291,6 +291,10 @@ def test_incremental_session_keeps_and_forgets_partitions(client: WireClient) ->
 
     produce(client, topic, 1, partition=0)
     produce(client, topic, 1, partition=1)
+    # An epoch the session is not at is refused as a whole, and the session stays at its epoch (the Java client's
+    # ShareSessionHandler would then start a new session at epoch 0).
+    skipped = share_fetch(m, 1, 7)
+    assert (skipped.error_code, skipped.responses) == (ErrorCode.invalid_share_session_epoch, ())
     nothing_named = share_fetch(m, 1, 1)
     got = {i: ranges(p) for i, p in partitions_of(nothing_named, topic_id).items()}
     assert got == {0: [(2, 2, 1)], 1: [(3, 3, 1)]}
