@@ -1,9 +1,9 @@
 """DescribeGroups (key 15) v0-6: state, protocol and members of groups.
 
 A group this coordinator does not know is described as Dead with no error below v6, and from v6 (KIP-1043) answers
-GROUP_ID_NOT_FOUND with a message, as Kafka 4 does; a classic group's member metadata and assignments are only
-filled in while the group is Stable. A KIP-848 consumer group is described as Kafka describes it to this API
-(``broker.groups.consumer.classic_view``).
+GROUP_ID_NOT_FOUND with a message, as Kafka 4 does (a share group's id too, saying it is not a classic group); a
+classic group's member metadata and assignments are only filled in while the group is Stable. A KIP-848 consumer
+group is described as Kafka describes it to this API (``broker.groups.consumer.classic_view``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 schema.build(
                     group_cls,
                     error_code=ErrorCode.group_id_not_found,
-                    error_message=f"Group {group_id} not found.",
+                    error_message=_not_found_message(ctx, group_id),
                     group_id=group_id,
                     group_state="",
                     protocol_type="",
@@ -100,3 +100,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 
 #: GROUP DESCRIBE on each group, as Kafka checks.
 authorize_describe_groups: Final[Guard] = per_group(AclOperation.DESCRIBE, "groups", "groups")
+
+
+def _not_found_message(ctx: RequestContext, group_id: str) -> str:
+    """Kafka's classic lookup rejects a share group by its type ("not a classic group"), not as absent."""
+    _error, _message, share_group = ctx.broker.groups.describe_share_group(group_id)
+    return f"Group {group_id} {'is not a classic group' if share_group is not None else 'not found'}."

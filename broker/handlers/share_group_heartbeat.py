@@ -51,6 +51,11 @@ def _invalid(request: Any) -> str | None:
 
 
 def _answer(ctx: RequestContext, result: ShareHeartbeatResult) -> Any:
+    if result.error is not ErrorCode.none:
+        # As Kafka's GroupCoordinatorService: a refused heartbeat carries its code and message only (a null member
+        # id, epoch 0), so that no client takes an echoed epoch for one the coordinator gave it.
+        return ctx.build(throttle_time=0, error_code=result.error, error_message=result.message, member_id=None,
+                         member_epoch=0, heartbeat_interval=0, assignment=None)
     assignment = None
     if result.assignment is not None:
         assignment_cls = schema.field_entity(ctx.response_class, "assignment")

@@ -6,7 +6,8 @@ As Kafka's GroupCoordinatorService: a group id that is not a share group's answe
 that altering the offsets of a group that does not exist yet creates it, empty (Kafka 4.2, KAFKA-19662: offsets set
 before the group is first used); the start offsets can be altered or deleted only while the group has no members
 (NON_EMPTY_GROUP otherwise: a member holds acquired records whose offsets a reset would pull from under it); a
-topic the cluster does not know answers UNKNOWN_TOPIC_OR_PARTITION. While the cluster's ``share.version`` is 0 the
+topic the cluster does not know answers UNKNOWN_TOPIC_OR_PARTITION when altered or deleted, and no start offset
+(-1, without an error) when described. While the cluster's ``share.version`` is 0 the
 APIs answer UNSUPPORTED_VERSION, as Kafka's do. Describe without topics means every share partition of the group
 that has state.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -51,7 +52,7 @@ class ShareGroupStates(Protocol):
 @dataclass(frozen=True, slots=True)
 class DescribedTopic:
     name: str
-    #: Each requested partition's summary (UNKNOWN_TOPIC_OR_PARTITION for a topic or partition not in the cluster).
+    #: Each requested partition's summary (no state, :data:`NO_DATA`, for a topic or partition not in the cluster).
     partitions: dict[int, Summary]
 
 
@@ -121,7 +122,14 @@ class ShareOffsetsAdmin:
                 for t in described
                 if (kept := {p: s for p, s in t.partitions.items() if s.start_offset >= 0 or _failed(s)})
             ]
-        return ErrorCode.none, described
+        # As Kafka 4.2's GroupCoordinatorService, a partition the cluster does not know or whose state could not be
+        # read is an absence of data, not an error (as OffsetFetch answers): start offset -1, lag -1, no error code.
+        # The Java admin client turns a partition's error code into a failed listShareGroupOffsets future, which
+        # Kafka never does here.
+        return ErrorCode.none, [
+            DescribedTopic(t.name, {p: NO_DATA if _failed(s) else s for p, s in t.partitions.items()})
+            for t in described
+        ]
 
     async def alter(
         self, group_id: str, wanted: Sequence[tuple[str, Sequence[tuple[int, int]]]]
@@ -171,6 +179,10 @@ class ShareOffsetsAdmin:
         if error is ErrorCode.none and state != "empty":
             return ErrorCode.non_empty_group
         return error
+
+
+#: A described partition with no state to show (Kafka's PartitionFactory sentinels).
+NO_DATA: Final = Summary()
 
 
 def _failed(summary: Summary) -> bool:

@@ -75,7 +75,8 @@ class Summary:
     error: ErrorCode = ErrorCode.none
     start_offset: int = -1
     state_epoch: int = 0
-    leader_epoch: int = -1
+    #: Kafka's PartitionFactory.DEFAULT_LEADER_EPOCH where there is no state.
+    leader_epoch: int = 0
     #: The partition's high watermark (-1: unknown), for lag.
     high_watermark: int = -1
     #: Offsets at or past the start offset whose delivery is complete (-1: not known).
