@@ -1,7 +1,8 @@
-"""Share groups (KIP-932, queues) with confluent-kafka's ``ShareConsumer`` against a real broker process: many
-consumers sharing one partition, each record handed to one of them under a lock; acknowledgement by ACCEPT, RELEASE
-and REJECT; a consumer killed while it holds locks; the delivery limit archiving a record that always fails; and
-share and consumer groups reading the same topic side by side.
+"""Share groups (KIP-932, queues) with confluent-kafka's ``ShareConsumer`` against a real broker process: consumers
+joining and all being assigned a partition they share; many consumers sharing one partition, each record handed to
+one of them under a lock; acknowledgement by ACCEPT, RELEASE and REJECT; a consumer frozen or killed while it holds
+locks; the delivery limit archiving a record that always fails; and share and consumer groups reading the same topic
+side by side.
 
 One broker serves the module with a short lock (2 s) and short heartbeats, so redelivery after a lost consumer takes
 seconds; every test uses its own topic and group, and every wait is bounded.
@@ -16,11 +17,14 @@ import textwrap
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
+from testkit.waiting import eventually
+from tests.broker import share_wire
 from tests.broker.cg_clients import consumer_factory, poll_until, produce, unique
 from tests.broker.share_clients import drain, set_group_config, share_consumer_factory
 from tests.topics import create_topic
@@ -204,3 +208,47 @@ def test_share_and_consumer_groups_on_one_topic_each_see_every_record(
     assert shared == consumed == set(range(300))
     with WireClient(broker.port) as client:
         assert client  # the broker still answers after both kinds of group read the topic
+
+
+def _described(broker: BrokerProcess, group: str) -> Any:
+    with WireClient(broker.port) as client:
+        return share_wire.describe(client, group)
+
+
+def test_share_consumers_join_and_are_both_assigned_the_one_partition(broker: BrokerProcess) -> None:
+    """Membership as ``kafka-share-groups --describe --members`` shows it: both consumers of a one-partition topic
+    hold that partition (share groups share partitions), and a closed consumer leaves the group."""
+    topic, group = unique("share-client-topic"), unique("share-client-group")
+    topic_id = create_topic(broker.bootstrap, topic, 1).topic_id
+    consumers = [
+        ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "client.id": f"share-{i}"})
+        for i in range(2)
+    ]
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic])
+
+        def members() -> list[Any]:
+            for consumer in consumers:
+                consumer.poll(0.2)
+            described = _described(broker, group)
+            return list(described.members) if described.error_code == 0 else []
+
+        def both_assigned(found: list[Any]) -> bool:
+            return len(found) == 2 and all(
+                [(tp.topic_id, tuple(tp.partitions)) for tp in m.assignment.topic_partitions] == [(topic_id, (0,))]
+                for m in found
+            )
+
+        found = eventually(members, until=both_assigned, timeout=30, interval=0.2, what="both consumers assigned")
+        assert sorted(m.client_id for m in found) == ["share-0", "share-1"]
+        assert all(m.subscribed_topic_names == (topic,) for m in found)
+        assert _described(broker, group).group_state == "Stable"
+        consumers.pop().close()
+        eventually(lambda: len(_described(broker, group).members), until=lambda n: n == 1, timeout=15, interval=0.2,
+                   what="the closed consumer to leave the group")
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    eventually(lambda: _described(broker, group).group_state, until=lambda s: s == "Empty", timeout=15, interval=0.2,
+               what="the group to be empty")
