@@ -20,6 +20,8 @@ acquired is AVAILABLE again.
 
 from __future__ import annotations
 
+import bisect
+import re
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +36,10 @@ _ACKNOWLEDGED = int(RecordState.ACKNOWLEDGED)
 _ARCHIVED = int(RecordState.ARCHIVED)
 _TERMINAL = frozenset(int(s) for s in TERMINAL)
 _MAX_COUNT = 0x7FFF
+_ACQUIRED_BYTE = bytes((_ACQUIRED,))
+_AVAILABLE_RUN = re.compile(re.escape(bytes((_AVAILABLE,))) + b"+")
+#: The window's acknowledged-and-archived prefix, which the SPSO moves past.
+_TERMINAL_RUN = re.compile(b"[" + b"".join(re.escape(bytes((t,))) for t in sorted(_TERMINAL)) + b"]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,40 +182,72 @@ class PartitionShareState:
         """Acquires for ``member_id`` the AVAILABLE records of ``batches`` (in offset order, as read from the log
         from :meth:`fetch_offset` on): records of the window again, fresh ones after it while the window holds
         fewer than ``max_record_locks``, at most ``max_records`` in all. Skipped batches and offsets the log has no
-        batch for are archived. Returns the acquired ranges, each with one delivery count."""
+        batch for are archived. Returns the acquired ranges, each with one delivery count.
+
+        Runs of records change as slices (fresh records, the bulk of a fetch, are one ``extend``); only records
+        acquired again go one by one, as each carries its own delivery count."""
         deadline = now_ms + self.limits.record_lock_duration_ms
-        taken: list[tuple[int, int]] = []
-        full = False
+        taken: list[AcquiredRange] = []
+        remaining = max_records
         for batch in batches:
-            if full or len(taken) >= max_records:
+            if remaining <= 0:
                 break
             first = max(batch.first_offset, self.start_offset)
             if first > self.end_offset:  # offsets the log holds no batch for (compaction, deleted records)
                 self._extend(first - self.end_offset, _ARCHIVED)
-            for offset in range(first, batch.last_offset + 1):
-                if len(taken) >= max_records:
+            i = first - self.start_offset
+            stop = min(batch.last_offset + 1, self.end_offset) - self.start_offset
+            while remaining > 0 and i < stop:  # records of the window, AVAILABLE again
+                i = self._states.find(_AVAILABLE, i, stop)
+                if i < 0:
                     break
-                i = offset - self.start_offset
-                if i == len(self._states):
-                    if len(self._states) >= self.limits.max_record_locks:
-                        full = True
-                        break
-                    self._extend(1, _AVAILABLE)
-                if self._states[i] != _AVAILABLE:
-                    continue
+                run = _run_end(self._states, i, stop) - i
                 if batch.skip:
-                    self._set(i, _ARCHIVED)
-                    continue
-                count = min(self._counts[i] + 1, _MAX_COUNT)
-                self._counts[i] = count
-                self._states[i] = _ACQUIRED
-                self._deadlines[i] = deadline
-                self._owners[i] = member_id
-                self._acquired += 1
-                self._lock_until(deadline)
-                taken.append((offset, count))
+                    self._fill(i, run, _ARCHIVED)
+                else:
+                    run = min(run, remaining)
+                    self._take_again(i, run, member_id, deadline, taken)
+                    remaining -= run
+                i += run
+            fresh = max(first, self.end_offset)
+            wanted = batch.last_offset + 1 - fresh
+            if remaining <= 0 or wanted <= 0:
+                continue
+            n = min(wanted, self.limits.max_record_locks - len(self._states))
+            if not batch.skip:
+                n = min(n, remaining)
+            if n > 0 and batch.skip:
+                self._extend(n, _ARCHIVED)
+            elif n > 0:
+                self._extend_acquired(n, member_id, deadline)
+                _add_range(taken, fresh, fresh + n - 1, 1)
+                remaining -= n
+            if n < wanted:
+                break  # the window is full (or max_records reached)
         self._advance_start()
-        return _ranges(taken)
+        return taken
+
+    def _take_again(self, i: int, n: int, member_id: str, deadline: int, taken: list[AcquiredRange]) -> None:
+        """Acquires the AVAILABLE window records ``[i, i + n)``, each at its next delivery count."""
+        counts = self._counts
+        for k in range(i, i + n):
+            count = min(counts[k] + 1, _MAX_COUNT)
+            counts[k] = count
+            _add_range(taken, self.start_offset + k, self.start_offset + k, count)
+        self._states[i:i + n] = _ACQUIRED_BYTE * n
+        self._deadlines[i:i + n] = array("q", [deadline]) * n
+        self._owners[i:i + n] = [member_id] * n
+        self._acquired += n
+        self._lock_until(deadline)
+
+    def _extend_acquired(self, n: int, member_id: str, deadline: int) -> None:
+        """Fresh records at the window's end, acquired at their first delivery."""
+        self._states.extend(_ACQUIRED_BYTE * n)
+        self._counts.extend(array("H", [1]) * n)
+        self._deadlines.extend(array("q", [deadline]) * n)
+        self._owners.extend([member_id] * n)
+        self._acquired += n
+        self._lock_until(deadline)
 
     # ------------------------------------------------------------------ acknowledgement
     def check_acknowledge(self, member_id: str, acks: Sequence[AckBatch]) -> None:
@@ -236,14 +274,20 @@ class PartitionShareState:
                 raise AckError(ErrorCode.invalid_request, f"offset {ack.last_offset} is past the acquired records")
             if ack.first_offset == previous_last and not previous_renews:
                 raise AckError(ErrorCode.invalid_record_state, f"offset {ack.first_offset} is acknowledged twice")
-            for offset in range(ack.first_offset, ack.last_offset + 1):
-                i = offset - self.start_offset
-                if not 0 <= i < len(self._states) or self._states[i] != _ACQUIRED:
-                    raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is not acquired")
-                if self._owners[i] != member_id:
-                    raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is acquired by another member")
+            i, stop = ack.first_offset - self.start_offset, ack.last_offset + 1 - self.start_offset
+            if i < 0 or stop > len(self._states) or self._states.count(_ACQUIRED, i, stop) != span:
+                offset = next(o for o in range(ack.first_offset, ack.last_offset + 1) if self._not_acquired(o))
+                raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is not acquired")
+            if self._owners[i:stop].count(member_id) != span:
+                offset = next(o for o in range(ack.first_offset, ack.last_offset + 1)
+                              if self._owners[o - self.start_offset] != member_id)
+                raise AckError(ErrorCode.invalid_record_state, f"offset {offset} is acquired by another member")
             previous_last = ack.last_offset
             previous_renews = ack.types[-1] == AcknowledgeType.RENEW
+
+    def _not_acquired(self, offset: int) -> bool:
+        i = offset - self.start_offset
+        return not 0 <= i < len(self._states) or self._states[i] != _ACQUIRED
 
     def acknowledge(self, member_id: str, acks: Sequence[AckBatch], now_ms: int = 0) -> dict[AcknowledgeType, int]:
         """Applies the acknowledgements atomically (nothing changes when one is refused, :class:`AckError`).
@@ -252,6 +296,15 @@ class PartitionShareState:
         self.check_acknowledge(member_id, acks)
         counted: dict[AcknowledgeType, int] = {}
         for ack in acks:
+            if len(ack.types) == 1 and ack.types[0] not in (AcknowledgeType.RENEW, AcknowledgeType.RELEASE):
+                # One terminal type for the whole range (what consumers send for records they processed): slices.
+                kind = AcknowledgeType(ack.types[0])
+                i, n = ack.first_offset - self.start_offset, ack.last_offset - ack.first_offset + 1
+                self._acquired -= n
+                self._owners[i:i + n] = [None] * n
+                self._fill(i, n, int(ACK_TARGET[kind]))
+                counted[kind] = counted.get(kind, 0) + n
+                continue
             for n, offset in enumerate(range(ack.first_offset, ack.last_offset + 1)):
                 kind = AcknowledgeType(ack.types[0] if len(ack.types) == 1 else ack.types[n])
                 i = offset - self.start_offset
@@ -310,7 +363,7 @@ class PartitionShareState:
         if offset <= self.start_offset:
             return
         drop = min(offset - self.start_offset, len(self._states))
-        self._acquired -= sum(1 for s in self._states[:drop] if s == _ACQUIRED)
+        self._acquired -= self._states.count(_ACQUIRED, 0, drop)
         self._drop(drop)
         self.start_offset = offset
         self._start_moved = True
@@ -330,7 +383,8 @@ class PartitionShareState:
         """The changes since the last call (None: nothing to persist), and forgets them."""
         if not self._dirty and not self._start_moved:
             return None
-        dirty = sorted(o for o in self._dirty if o >= self.start_offset)
+        dirty = sorted(self._dirty)
+        dirty = dirty[bisect.bisect_left(dirty, self.start_offset):]
         self._dirty.clear()
         self._start_moved = False
         return StateUpdate(self.start_offset, tuple(self._batches(dirty)))
@@ -379,10 +433,15 @@ class PartitionShareState:
         self._states[i] = state
         self._dirty.add(self.start_offset + i)
 
+    def _fill(self, i: int, n: int, state: int) -> None:
+        """Window records ``[i, i + n)`` take ``state`` (and are persisted with the next update)."""
+        self._states[i:i + n] = bytes((state,)) * n
+        self._dirty.update(range(self.start_offset + i, self.start_offset + i + n))
+
     def _extend(self, n: int, state: int) -> None:
-        self._states.extend(bytes([state]) * n)
-        self._counts.extend([0] * n)
-        self._deadlines.extend([0] * n)
+        self._states.extend(bytes((state,)) * n)
+        self._counts.extend(array("H", [0]) * n)
+        self._deadlines.extend(array("q", [0]) * n)
         self._owners.extend([None] * n)
         if state != _AVAILABLE:
             self._dirty.update(range(self.end_offset - n, self.end_offset))
@@ -395,11 +454,8 @@ class PartitionShareState:
 
     def _advance_start(self) -> None:
         """The SPSO follows the acknowledged and archived prefix of the window."""
-        n = 0
-        for state in self._states:
-            if state not in _TERMINAL:
-                break
-            n += 1
+        match = _TERMINAL_RUN.match(self._states)
+        n = match.end() if match is not None else 0
         if n:
             self._drop(n)
             self.start_offset += n
@@ -423,12 +479,15 @@ class PartitionShareState:
             yield StateBatch(run[0], run[1], run[2], run[3])
 
 
-def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRange]:
-    """Consecutive acquired offsets with one delivery count, as ranges."""
-    out: list[AcquiredRange] = []
-    for offset, count in taken:
-        if out and out[-1].last_offset == offset - 1 and out[-1].delivery_count == count:
-            out[-1] = AcquiredRange(out[-1].first_offset, offset, count)
-        else:
-            out.append(AcquiredRange(offset, offset, count))
-    return out
+def _add_range(taken: list[AcquiredRange], first: int, last: int, count: int) -> None:
+    """Appends ``[first, last]`` at ``count``, merged into the last range when it continues it at the same count."""
+    if taken and taken[-1].last_offset == first - 1 and taken[-1].delivery_count == count:
+        taken[-1] = AcquiredRange(taken[-1].first_offset, last, count)
+    else:
+        taken.append(AcquiredRange(first, last, count))
+
+
+def _run_end(states: bytearray, i: int, stop: int) -> int:
+    """The end of the run of AVAILABLE records starting at ``i`` (at most ``stop``)."""
+    match = _AVAILABLE_RUN.match(states, i, stop)
+    return match.end() if match is not None else i

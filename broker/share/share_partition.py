@@ -32,6 +32,9 @@ from wire.record_batch import BatchHeader, iter_batches
 
 logger = logging.getLogger(__name__)
 
+#: Added to a fetch's estimated read size, so a batch straddling the estimate's end is still read whole.
+_READ_MARGIN = 64 * 1024
+
 __all__ = ["AckBatch", "AcquiredRange", "ShareFetched", "SharePartition"]
 
 
@@ -70,6 +73,8 @@ class SharePartition:
         self._config_for = config_for
         self._metrics = metrics
         self._changed = changed
+        #: Log bytes per offset of the last read (record size plus batch overhead), for :meth:`_read_budget`.
+        self._bytes_per_offset = 1024.0
 
     def _config(self) -> ShareGroupConfig:
         config = self._config_for(self.group_id)
@@ -103,8 +108,12 @@ class SharePartition:
             if self.state.can_acquire(limit) and max_records > 0:
                 offset = self.state.fetch_offset()
                 read_committed = config.isolation_level == 1
-                result = await self.log.read(offset, max(max_bytes, 1), min_one=True, read_committed=read_committed)
+                budget = self._read_budget(offset, max_bytes, max_records)
+                result = await self.log.read(offset, budget, min_one=True, read_committed=read_committed)
                 batches = list(iter_batches(result.records))
+                if batches:
+                    spanned = batches[-1][0].last_offset + 1 - batches[0][0].base_offset
+                    self._bytes_per_offset = max(len(result.records) / max(spanned, 1), 1.0)
                 kinds = classify(
                     [h for h, _ in batches], result.aborted_transactions, read_committed=read_committed
                 )
@@ -183,6 +192,18 @@ class SharePartition:
         return self._persist(self._issue())
 
     # ------------------------------------------------------------------ internals
+    def _read_budget(self, offset: int, max_bytes: int, max_records: int) -> int:
+        """How much of the log one fetch reads: no more than the records it could acquire span (the window from
+        ``offset`` on and the room after it, at most ``max_records`` fresh ones), estimated from the bytes per
+        offset of the last read, with a margin; never more than ``max_bytes``. Reading a consumer's whole
+        ``fetch.max.bytes`` when the lock window admits a few thousand records would copy and parse tens of MB per
+        fetch only to hand out one or two."""
+        state = self.state
+        room = max(state.limits.max_record_locks - state.in_flight(), 0)
+        span = state.end_offset - offset + min(room, max_records)
+        estimate = int(span * self._bytes_per_offset * 1.25) + _READ_MARGIN
+        return max(min(max_bytes, estimate), 1)
+
     def _issue(self) -> Awaitable[None] | None:
         """Issues the durable write of what just changed; a stream that can no longer be written (the partition
         closed under us, this broker fenced) fails the awaitable rather than the caller's synchronous step."""

@@ -163,6 +163,26 @@ def test_max_record_locks_does_not_archive_records_left_behind() -> None:
     assert state.acquire("a", log((0, 4), (5, 9)), 100, now_ms=0) == [AcquiredRange(3, 5, 1)]
 
 
+def test_one_acquisition_mixes_records_given_back_with_fresh_ones() -> None:
+    """Released records in the middle of the window come back at their own delivery count, records another member
+    holds are passed over, and fresh records follow in the same acquisition, as ranges a consumer can read."""
+    state = PartitionShareState(0)
+    assert state.acquire("a", log((0, 9)), 100, now_ms=0) == [AcquiredRange(0, 9, 1)]
+    state.acknowledge("a", [AckBatch(2, 5, (RELEASE, RELEASE, ACCEPT, RELEASE)), one(7, 7, RELEASE)])
+    state.acquire("c", log((7, 7)), 1, now_ms=0)
+    state.acknowledge("c", [one(7, 7, RELEASE)])
+    assert state.acquire("b", log((0, 14)), 100, now_ms=0) == [
+        AcquiredRange(2, 3, 2), AcquiredRange(5, 5, 2), AcquiredRange(7, 7, 3), AcquiredRange(10, 14, 1),
+    ]
+    assert state.state_of(4) == (RecordState.ACKNOWLEDGED, 1, None)
+    assert state.state_of(6) == (RecordState.ACQUIRED, 1, "a")
+    with pytest.raises(AckError) as refused:
+        state.acknowledge("b", [one(5, 6, ACCEPT)])
+    assert refused.value.code == ErrorCode.invalid_record_state and "offset 6" in str(refused.value)
+    assert state.acknowledge("b", [one(10, 14, ACCEPT)]) == {ACCEPT: 5}
+    assert state.acquired_count == 5 + 4  # a: 0, 1, 6, 8, 9; b: 2, 3, 5, 7
+
+
 def test_skipped_batches_are_archived_not_handed_out() -> None:
     state = PartitionShareState(0)
     got = state.acquire("a", [LogBatch(0, 2, True), LogBatch(3, 3, True), LogBatch(4, 6, False)], 100, now_ms=0)
