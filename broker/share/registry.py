@@ -150,6 +150,11 @@ class SharePartitions:
             self._kick.set()
             return share
 
+    def is_loaded(self, group_id: str, topic_id: uuid.UUID, partition: int) -> bool:
+        """The group's share partition is in memory: :meth:`get` answers without reading storage."""
+        loaded = self._loaded.get((topic_id, partition))
+        return loaded is not None and not loaded.log.closed and group_id in loaded.groups
+
     def wait_for_change(self) -> asyncio.Future[None]:
         """Resolves at the next append to a share-fetched partition, release, lock time-out or partition drop."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
