@@ -179,8 +179,8 @@ class _Acquisition:
                     await self._pass()
                     return self.results
             finally:
-                if change is not awaitable and not change.done():
-                    change.cancel()  # a task of ours around a coroutine; a future the partitions gave is theirs
+                if not change.done():
+                    change.cancel()  # the partitions drop cancelled waiters, so idle long-polls leave nothing behind
 
     async def _load(self) -> None:
         """Loads the share partitions not in memory yet, all at once: a first load replays the partition's share

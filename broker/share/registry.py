@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 _MAX_TICK_S = 0.25
 _MIN_TICK_S = 0.01
 _APPEND_WAIT_S = 5.0
+#: How many waiters :meth:`SharePartitions.wait_for_change` keeps before dropping those already done or cancelled.
+_PRUNE_WAITERS_AT = 256
 
 
 def _duration_ms(reset: str) -> int | None:
@@ -102,6 +104,7 @@ class SharePartitions:
         self._loaded: dict[tuple[uuid.UUID, int], _Loaded] = {}
         self._locks: dict[tuple[uuid.UUID, int], asyncio.Lock] = {}
         self._waiters: list[asyncio.Future[None]] = []
+        self._prune_at = _PRUNE_WAITERS_AT
         self._timer: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._stopping = False
@@ -158,6 +161,12 @@ class SharePartitions:
     def wait_for_change(self) -> asyncio.Future[None]:
         """Resolves at the next append to a share-fetched partition, release, lock time-out or partition drop."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if len(self._waiters) >= self._prune_at:
+            # Long-polls that ended without a change cancel their future; without this, an idle cluster's polls
+            # would pile up here until the next change. The bound doubles with the live waiters, so pruning stays
+            # amortized constant per call however many long-polls are waiting.
+            self._waiters = [w for w in self._waiters if not w.done()]
+            self._prune_at = max(_PRUNE_WAITERS_AT, 2 * len(self._waiters))
         self._waiters.append(future)
         return future
 

@@ -334,6 +334,21 @@ async def test_lock_time_out_releases_records_and_wakes_long_polls(node: _Node) 
     await led.log.close()
 
 
+async def test_long_polls_that_end_without_a_change_leave_nothing_behind(node: _Node) -> None:
+    """An idle cluster's share consumers long-poll all day: each poll that times out cancels its wait, and the
+    registry must not keep those waits until the next change (memory growing with polls)."""
+    led = _Led()
+    led.log = await node.open(0)
+    shares = _registry(led, share_config())
+    for _ in range(10_000):
+        shares.wait_for_change().cancel()  # what ShareFetch does at MaxWaitMs when nothing changed
+    live = [shares.wait_for_change() for _ in range(3)]
+    assert len(shares._waiters) <= 1_000, "cancelled long-poll waits pile up until the next change"
+    shares._notify()
+    assert all(w.done() and not w.cancelled() for w in live)  # the live ones are still woken
+    await led.log.close()
+
+
 async def test_reset_delete_and_group_deletion(node: _Node) -> None:
     led = _Led()
     led.log = await node.open(0)
