@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Message, ShareConsumer
+from confluent_kafka import AcknowledgeType, Message, Producer, ShareConsumer
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
@@ -252,3 +252,27 @@ def test_share_consumers_join_and_are_both_assigned_the_one_partition(broker: Br
             consumer.close()
     eventually(lambda: _described(broker, group).group_state, until=lambda s: s == "Empty", timeout=15, interval=0.2,
                what="the group to be empty")
+
+
+def test_a_read_committed_share_group_never_sees_an_aborted_transaction(
+    broker: BrokerProcess, share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    topic = unique("txn")
+    group = share_group(broker, topic)
+    set_group_config(broker.bootstrap, group, {"share.isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("share-txn")})
+    producer.init_transactions(30)
+    for values, commit in ((range(0, 10), True), (range(100, 110), False), (range(10, 20), True)):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=str(value).encode(), partition=0)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    seen: set[int] = set()
+    consumer = share_consumer(group, topic)
+    drain([consumer], lambda: seen >= set(range(20)), lambda c, m: seen.add(int(m.value())),
+          "the committed records")
+    # Records are handed out in offset order, so the aborted ones (between the two commits) would have come first.
+    assert seen == set(range(20)), f"aborted records were handed out: {sorted(seen - set(range(20)))}"
