@@ -266,6 +266,7 @@ def test_a_read_committed_share_group_never_sees_an_aborted_transaction(
         producer.begin_transaction()
         for value in values:
             producer.produce(topic, value=str(value).encode(), partition=0)
+        assert producer.flush(30) == 0  # in the log before the abort (else librdkafka drops them unsent)
         if commit:
             producer.commit_transaction(30)
         else:
