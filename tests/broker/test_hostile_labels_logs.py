@@ -6,7 +6,8 @@ labels and log lines. An attacker with network access tries both: a hundred fail
 from closed sets only (known mechanisms and API names, else ``other``); and a user with no rights asking for names
 that hold a newline, a forged log line and an ANSI escape (Metadata, DescribeGroups, InitProducerId,
 FindCoordinator, a failed login, a client id) must not add a line to the broker log that does not start with the
-log format's timestamp and level, while the name still appears in the log, escaped.
+log format's timestamp and level, while the name still appears in the log, escaped and capped. Requests for a topic
+that does not exist (Produce, Fetch, OffsetCommit) add no series either.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from kio.schema.errors import ErrorCode
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
+from tests.broker.kafka_clients import fetch_request, produce_request
 from tests.metrics_scrape import metrics_url, scrape
 from wire import codec, schema
 from wire.api_versions import API_VERSIONS, api_name
+from wire.record_batch import Record, build_batch
 
 PASSWORD = "hostile-pass-never-logged"
 JAAS = (
@@ -195,3 +198,36 @@ def test_a_long_hostile_name_is_capped_in_the_log(hostile: HostileBroker) -> Non
     )
     assert all(len(line) < 2048 for line in lines), [len(line) for line in lines]
     assert any(f"...[{len(name) - 256} more characters]" in line for line in lines)
+
+
+def test_requests_for_topics_that_do_not_exist_add_no_series(hostile: HostileBroker) -> None:
+    """Even a super user's Produce, Fetch and OffsetCommit for a topic that does not exist leave no series: topic
+    and group labels name the cluster's own objects once they exist, never a name a request made up."""
+    ghost, group = f"ghost-{uuid.uuid4().hex[:8]}", f"ghost-group-{uuid.uuid4().hex[:8]}"
+    batch = build_batch([Record(b"k", b"v", (), 0)])
+    with WireClient(hostile.port("PLAINTEXT")) as admin:
+        produced = admin.request(produce_request(ghost, 0, batch))
+        assert produced.responses[0].partition_responses[0].error_code == ErrorCode.unknown_topic_or_partition
+        fetched = admin.request(fetch_request(ghost, 0, 0))
+        assert fetched.responses[0].partitions[0].error_code in (
+            ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id
+        )
+        cls = codec.request_class(8, 8)
+        topic_cls = schema.field_entity(cls, "topics")
+        part = schema.build_nested(topic_cls, "partitions", partition_index=0, committed_offset=1)
+        entry = schema.build(topic_cls, name=ghost, partitions=(part,))
+        commit = schema.build(cls, group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=(entry,))
+        loading = {
+            ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress
+        }
+        find = schema.build(codec.request_class(10, 4), key_type=0, coordinator_keys=(group,))
+
+        def answered() -> ErrorCode | None:
+            admin.request(find)  # as a client does first: the offsets topic is made then
+            code = ErrorCode(admin.request(commit).topics[0].partitions[0].error_code)
+            return None if code in loading else code
+
+        code = eventually(answered, timeout=30, interval=0.2, what="the group coordinator to answer OffsetCommit")
+        assert code == ErrorCode.unknown_topic_or_partition
+    metrics = hostile.metrics()
+    assert ghost not in metrics and group not in metrics
