@@ -9,6 +9,11 @@ written as its Python escape (``\\n``, ``\\x1b``, ``\\u2028``), and past :data:`
 marker saying how many were left out. Readable names are unchanged, so a log line of an ordinary client reads as
 before. It lives in wire because every layer that logs what clients send (wire, metadata's ACL denials, the
 controller's RPC listener, the broker) may import it.
+
+Metric labels are the other place a client's text reaches an operator, and they take it differently: a label value
+is a series' key, so ``broker.telemetry.exported.label_value`` drops control characters rather than escaping them
+(the Prometheus exposition escapes quotes and newlines itself), and most labels never hold client text at all (a
+made-up SASL mechanism or API key is counted as ``other``).
 """
 
 from __future__ import annotations
