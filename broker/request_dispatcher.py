@@ -42,6 +42,7 @@ from wire.api_versions import API_VERSIONS_KEY, VersionRange, advertised, api_na
 from wire.certificate_auth import connection_principal
 from wire.codec import ProtocolError
 from wire.dispatch import ConnectionClosing, Peer, Response
+from wire.log_text import LOG_TEXT_MAX, untrusted
 from wire.metrics import ServerMetrics
 from wire.sasl import SaslAuthenticationError
 from wire.sasl.scram import ScramCredential
@@ -221,7 +222,10 @@ class RequestDispatcher:
         code = error_code_for(exc)
         cls = ctx.response_class
         # One line an operator can grep, naming the API; the traceback is for whoever debugs the handler.
-        failure = f"{api_name(ctx.api_key)} handler failed for {ctx.describe()}: {type(exc).__name__}: {exc}"
+        failure = (
+            f"{api_name(ctx.api_key)} handler failed for {ctx.describe()}: "
+            f"{type(exc).__name__}: {untrusted(str(exc), 4 * LOG_TEXT_MAX)}"
+        )
         logger.debug("%s", failure, exc_info=exc)
         if not schema.has_field(cls, "error_code"):
             logger.error("%s; closing the connection", failure)

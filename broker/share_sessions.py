@@ -26,6 +26,7 @@ from collections.abc import Callable
 from broker.share.registry import SharePartitions
 from broker.share_session_cache import ShareSession, ShareSessionCache
 from wire.errors import KafkaError
+from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,10 @@ class ShareSessions:
     def _release_connection(self, key: int) -> None:
         gone = self.cache.connection_closed(key)
         if gone:
-            logger.debug("connection closed: releasing share sessions %s", [s.key for s in gone])
+            logger.debug(
+                "connection closed: releasing share sessions %s",
+                untrusted(str([s.key for s in gone]), 4 * LOG_TEXT_MAX),
+            )
             task = asyncio.get_running_loop().create_task(self._release_all(gone))
             self._releases.add(task)
             task.add_done_callback(self._releases.discard)
@@ -111,7 +115,9 @@ class ShareSessions:
                 share_partition = await self.partitions.get(group_id, topic_id, partition)
                 await share_partition.release_member(member_id, self.clock_ms())
             except KafkaError as exc:
-                logger.debug("share session %s: no release on %s-%d (%s)", session.key, name, partition, exc)
+                logger.debug(
+                    "share session %s: no release on %s-%d (%s)", untrusted(str(session.key)), name, partition, exc
+                )
 
     async def drain(self) -> None:
         """Waits for the releases of closed connections still running (tests, and an orderly broker stop)."""

@@ -35,6 +35,7 @@ from wire import codec
 from wire.codec import ProtocolError
 from wire.dispatch import Dispatcher, Peer, Response
 from wire.frames import FrameBuffer
+from wire.log_text import LOG_TEXT_MAX, untrusted
 from wire.muting import Muting
 
 #: The listener's logger: operators configure (and tests filter) one logger for all a listener does with its
@@ -155,7 +156,9 @@ class Connection(asyncio.BufferedProtocol):
                 self._dispatch(frame)
         self._release()
         if self._frames.error is not None:
-            logger.warning("closing connection from %s: %s", self.peer, self._frames.error)
+            logger.warning(
+                "closing connection from %s: %s", self.peer, untrusted(str(self._frames.error), 4 * LOG_TEXT_MAX)
+            )
             self._stop()
 
     def eof_received(self) -> bool:
@@ -291,7 +294,7 @@ class Connection(asyncio.BufferedProtocol):
                 try:
                     data = await task
                 except ProtocolError as exc:
-                    logger.warning("closing connection from %s: %s", self.peer, exc)
+                    logger.warning("closing connection from %s: %s", self.peer, untrusted(str(exc), 4 * LOG_TEXT_MAX))
                     return
                 except asyncio.CancelledError:
                     if self._lost or task.cancelled():

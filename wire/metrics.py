@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from wire.api_versions import api_name
+from wire.api_versions import API_VERSIONS, api_name
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,9 @@ LAG_BUCKETS = (
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0,
     float("inf"),
 )
+#: The ``api`` label of every request whose API key Fjord does not know (cached under the key -1, which no API has).
+OTHER_API = "other"
+OTHER_API_KEY = -1
 #: The lag probe's period: often enough for a percentile over a short benchmark, rare enough to cost nothing.
 LOOP_LAG_PERIOD_S = 0.01
 
@@ -98,10 +101,14 @@ class ServerMetrics:
         self._http_thread: threading.Thread | None = None
 
     def _child(self, kind: str, metric: Any, api_key: int) -> Any:
+        """The ``api`` label is a known API's name, else ``other``: a client sending made-up API keys must not
+        create a series per key."""
+        if api_key not in API_VERSIONS:
+            api_key = OTHER_API_KEY
         key = (kind, api_key)
         child = self._children.get(key)
         if child is None:
-            child = metric.labels(api=api_name(api_key))
+            child = metric.labels(api=api_name(api_key) if api_key != OTHER_API_KEY else OTHER_API)
             self._children[key] = child
         return child
 

@@ -30,6 +30,7 @@ from broker.groups.offsets_schema import encode_group_key
 from broker.groups.runtime import CoordinatorRuntime
 from metadata.group_configs import consumer_group_config
 from metadata.image import MetadataImage
+from wire.log_text import untrusted
 from wire.record_batch import Record
 
 logger = logging.getLogger(__name__)
@@ -158,7 +159,10 @@ class ConsumerMembership(CoordinatorRuntime):
         self._cancel_timer(group_id)
         self._groups[group_id] = upgrade.group
         classic.mark_dead(self._now_ms(), ErrorCode.rebalance_in_progress)
-        logger.info("group %s: the classic group (%d members) becomes a consumer group", group_id, len(classic.members))
+        logger.info(
+            "group %s: the classic group (%d members) becomes a consumer group",
+            untrusted(group_id), len(classic.members),
+        )
         records = []
         if classic.generation_id > 0 or classic.protocol_type is not None:
             records.append(Record(key=encode_group_key(group_id), value=None, timestamp=self._now_ms()))

@@ -28,6 +28,7 @@ from broker.groups.consumer_membership import ConsumerMembership
 from broker.groups.consumer_persistence import encode_changes
 from broker.groups.conversions import downgradable, downgraded, tombstones
 from broker.groups.offsets_schema import encode_group_key, encode_group_value
+from wire.log_text import untrusted
 from wire.record_batch import Record
 from wire.stored_schema import SchemaError
 
@@ -110,7 +111,7 @@ class GroupMigration(ConsumerMembership):
         self._partitions.spawn(self._append_conversion(group.group_id, records), name=f"downgrade {group.group_id}")
         logger.info(
             "group %s: the consumer group (%d classic members) becomes a classic group",
-            group.group_id,
+            untrusted(group.group_id),
             len(classic.members),
         )
         classic.rebalance(now, "the group was converted from a consumer group")
@@ -121,4 +122,4 @@ class GroupMigration(ConsumerMembership):
         try:
             await self._append(group_id, records)
         except Exception as exc:
-            logger.warning("group %s: writing its conversion to a classic group failed: %s", group_id, exc)
+            logger.warning("group %s: writing its conversion to a classic group failed: %s", untrusted(group_id), exc)

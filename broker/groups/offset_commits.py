@@ -29,6 +29,7 @@ from broker.groups.runtime import CoordinatorRuntime
 from broker.groups.share.group import ShareGroup
 from broker.groups.txn_offsets import AppendedOffset
 from broker.internal_topic import Load
+from wire.log_text import untrusted
 from wire.record_batch import Record
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ class OffsetCommits(CoordinatorRuntime):
                 code = self._partitions.store_error(exc, group_id, too_large=ErrorCode.invalid_commit_offset_size)
                 logger.warning(
                     "group %s: committing %d offsets%s to %s-%d failed: %s",
-                    group_id,
+                    untrusted(group_id),
                     len(accepted),
                     f" in {txn}" if txn is not None else "",
                     OFFSETS_TOPIC,
@@ -295,7 +296,7 @@ class OffsetCommits(CoordinatorRuntime):
         try:
             await self._append(group.group_id, records)
         except Exception as exc:
-            logger.warning("group %s: deleting %d offsets failed: %s", group.group_id, len(partitions), exc)
+            logger.warning("group %s: deleting %d offsets failed: %s", untrusted(group.group_id), len(partitions), exc)
             return self._partitions.store_error(exc, group.group_id)
         for t, p in partitions:
             group.offsets.remove(t, p)
@@ -325,7 +326,7 @@ class OffsetCommits(CoordinatorRuntime):
             )
             if expired and await self._tombstone_offsets(group, expired) is ErrorCode.none:
                 removed += len(expired)
-                logger.info("group %s: %d committed offsets expired", group.group_id, len(expired))
+                logger.info("group %s: %d committed offsets expired", untrusted(group.group_id), len(expired))
             if group.is_empty and not len(group.offsets):
                 await self._delete_group(group)
         return removed

@@ -54,6 +54,7 @@ from broker.groups.txn_offsets import newer
 from broker.internal_topic import InternalTopicPartitions, Loaded, OwnedPartition
 from broker.partition.manager import PartitionManager
 from wire.errors import KafkaError
+from wire.log_text import untrusted
 from wire.record_batch import Record, build_batch
 from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError
 
@@ -200,7 +201,7 @@ class CoordinatorRuntime:
                     group.offsets.put(topic, partition, offset.value, offset.log_offset)
             logger.debug(
                 "group %s: transaction of producer %d %s (%d offsets)",
-                group.group_id,
+                untrusted(group.group_id),
                 producer_id,
                 "committed" if commit else "aborted",
                 len(applied),
@@ -286,12 +287,15 @@ class CoordinatorRuntime:
         except SchemaError as exc:
             # A member or instance id longer than the record format can hold (int16 string lengths).
             error = ErrorCode.invalid_request
-            logger.warning("group %s: generation %d cannot be stored: %s", group.group_id, write.value.generation, exc)
+            logger.warning(
+                "group %s: generation %d cannot be stored: %s",
+                untrusted(group.group_id), write.value.generation, exc,
+            )
         except Exception as exc:
             error = self._partitions.store_error(exc, group.group_id)
             logger.warning(
                 "group %s: persisting generation %d to %s-%d failed: %s",
-                group.group_id,
+                untrusted(group.group_id),
                 write.value.generation,
                 OFFSETS_TOPIC,
                 self.partition_for(group.group_id),
@@ -317,12 +321,12 @@ class CoordinatorRuntime:
             records = [*before, *(Record(key=key, value=value, timestamp=now) for key, value in encoded)]
             await self._append(group.group_id, records)
         except SchemaError as exc:
-            logger.warning("group %s: its state cannot be stored: %s", group.group_id, exc)
+            logger.warning("group %s: its state cannot be stored: %s", untrusted(group.group_id), exc)
             return ErrorCode.invalid_request
         except Exception as exc:
             logger.warning(
                 "group %s: persisting epoch %d to %s-%d failed: %s",
-                group.group_id,
+                untrusted(group.group_id),
                 group.group_epoch,
                 OFFSETS_TOPIC,
                 self.partition_for(group.group_id),
@@ -338,10 +342,13 @@ class CoordinatorRuntime:
             encoded = encode_share_changes(group.group_id, changes)
             await self._append(group.group_id, [Record(key=k, value=v, timestamp=now) for k, v in encoded])
         except SchemaError as exc:
-            logger.warning("group %s: its state cannot be stored: %s", group.group_id, exc)
+            logger.warning("group %s: its state cannot be stored: %s", untrusted(group.group_id), exc)
             return ErrorCode.invalid_request
         except Exception as exc:
-            logger.warning("share group %s: persisting epoch %d failed: %s", group.group_id, group.group_epoch, exc)
+            logger.warning(
+                "share group %s: persisting epoch %d failed: %s",
+                untrusted(group.group_id), group.group_epoch, exc,
+            )
             return self._partitions.store_error(exc, group.group_id)
         return ErrorCode.none
 
@@ -386,7 +393,7 @@ class CoordinatorRuntime:
         try:
             await self._append(group.group_id, records)
         except Exception as exc:
-            logger.warning("group %s: writing its tombstones failed: %s", group.group_id, exc)
+            logger.warning("group %s: writing its tombstones failed: %s", untrusted(group.group_id), exc)
             return self._partitions.store_error(exc, group.group_id)
-        logger.info("%s group %s deleted", group.group_type, group.group_id)
+        logger.info("%s group %s deleted", group.group_type, untrusted(group.group_id))
         return ErrorCode.none

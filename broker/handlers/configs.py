@@ -30,6 +30,7 @@ from settings.client_metrics import describe_subscription
 from settings.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
 from settings.group_configs import describe_group_configs
 from wire import schema
+from wire.log_text import untrusted
 
 RESOURCE_TOPIC = ConfigResource.TOPIC
 RESOURCE_BROKER = ConfigResource.BROKER
@@ -136,7 +137,7 @@ def _alter_loggers(ctx: RequestContext, item: config_wire.ConfigAlteration, vali
     except (ResourceRefused, LoggerConfigError) as exc:
         return exc.code, str(exc)
     for name, level in applied:
-        logger.info("broker %d: logger %s %s (%s)", ctx.broker.node_id, name,
+        logger.info("broker %d: logger %s %s (%s)", ctx.broker.node_id, untrusted(name),
                     f"set to {level}" if level is not None else "unset, inheriting its parent's level",
                     ctx.describe())
     return ErrorCode.none, None

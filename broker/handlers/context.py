@@ -25,6 +25,7 @@ from metadata.acl.binding import ANONYMOUS, AclOperation, ResourceType
 from metadata.admin.requests import MutationQuota
 from wire import codec, schema
 from wire.api_versions import VersionRange
+from wire.log_text import untrusted
 from wire.sasl.session import SaslSession
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
@@ -112,10 +113,10 @@ class RequestContext:
         return schema.build(response_cls if response_cls is not None else self.response_class, **fields)
 
     def describe(self) -> str:
-        """For logs: who sent what."""
+        """For logs: who sent what (the client id and principal escaped and capped: the client chose them)."""
         principal = self.connection.principal
         return (
             f"api_key={self.api_key} v{self.api_version} correlation_id={self.correlation_id} "
-            f"client={self.client_id!r}@{self.client_host}:{self.client_port}"
-            + (f" principal={principal}" if principal is not None else "")
+            f"client='{untrusted(self.client_id)}'@{self.client_host}:{self.client_port}"
+            + (f" principal={untrusted(principal)}" if principal is not None else "")
         )

@@ -21,6 +21,7 @@ from broker.handlers.txn_common import fenced_for_version
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.errors import error_code_for
 from wire import schema
+from wire.log_text import untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,10 @@ async def _transactional(ctx: RequestContext, request: Any, current_pid: int, cu
             request.transactional_id, schema.millis(request.transaction_timeout), expected
         )
     except Exception as exc:
-        logger.exception("InitProducerId for transactional id %r failed (%s)", request.transactional_id, ctx.describe())
+        logger.exception(
+            "InitProducerId for transactional id '%s' failed (%s)",
+            untrusted(request.transactional_id), ctx.describe(),
+        )
         error, pid, epoch = error_code_for(exc), -1, -1
     return ctx.build(
         throttle_time=0,

@@ -19,6 +19,7 @@ from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.controller_api import NewTopic
 from metadata.image import BrokerImage, MetadataImage, TopicImage
 from wire import schema
+from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -94,10 +95,13 @@ async def _auto_create(ctx: RequestContext, names: Sequence[str]) -> dict[str, E
     out: dict[str, ErrorCode] = {}
     for result in results:
         if result.error in (ErrorCode.none, ErrorCode.topic_already_exists):
-            logger.info("auto-created topic %s for %s", result.name, ctx.describe())
+            logger.info("auto-created topic %s for %s", untrusted(result.name), ctx.describe())
             out[result.name] = ErrorCode.leader_not_available
         else:
-            logger.info("auto-creation of topic %s refused: %s %s", result.name, result.error.name, result.message)
+            logger.info(
+                "auto-creation of topic %s refused: %s %s",
+                untrusted(result.name), result.error.name, untrusted(result.message or "", 4 * LOG_TEXT_MAX),
+            )
             out[result.name] = result.error
     return out
 

@@ -33,6 +33,7 @@ from metadata.errors import error_code_for, error_code_logged, error_message_for
 from wire import schema
 from wire.api_versions import TRANSACTION_VERSION
 from wire.errors import KafkaError
+from wire.log_text import untrusted
 from wire.record_batch import InvalidBatchError, parse_header
 
 logger = logging.getLogger(__name__)
@@ -95,10 +96,10 @@ async def _verified_leader_log(
         error = ErrorCode.transaction_abortable
     if error is not ErrorCode.none:
         logger.info(
-            "refusing transactional produce to %s-%d by %r (producer %d epoch %d): %s (%s)",
-            topic,
+            "refusing transactional produce to %s-%d by '%s' (producer %d epoch %d): %s (%s)",
+            untrusted(topic),
             partition,
-            transactional_id,
+            untrusted(transactional_id),
             header.producer_id,
             header.producer_epoch,
             error.name,

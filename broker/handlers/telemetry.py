@@ -21,6 +21,7 @@ from broker.handlers.context import RequestContext
 from broker.telemetry.manager import ACCEPTED_COMPRESSION, ClientAttributes
 from broker.telemetry.otlp import OtlpError, read_push
 from wire.compression import Compression
+from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,8 @@ async def handle_push_telemetry(ctx: RequestContext, request: Any) -> Any:
     )
     instance = answer.instance
     if answer.error != ErrorCode.none or instance is None:
-        logger.debug("telemetry push refused with %s: %s (%s)", answer.error.name, answer.message, ctx.describe())
+        logger.debug("telemetry push refused with %s: %s (%s)", answer.error.name,
+                     untrusted(answer.message or "", 4 * LOG_TEXT_MAX), ctx.describe())
         return ctx.build(throttle_time=0, error_code=answer.error)
     if payload:
         try:

@@ -26,6 +26,7 @@ from metadata.client_quotas import (
     QuotaEntity,
     describe_entity,
 )
+from wire.log_text import untrusted
 from wire.sampled_rate import SampledRate
 
 logger = logging.getLogger(__name__)
@@ -133,10 +134,10 @@ class ClientQuotas:
             self._logged.clear()
         self._logged.add(logged)
         logger.info(
-            "client %r of principal User:%s exceeds its %s quota %g (entity %s): throttled %.0f ms "
+            "client '%s' of principal User:%s exceeds its %s quota %g (entity %s): throttled %.0f ms "
             "(logged once per client)",
-            client_id,
-            user,
+            untrusted(client_id),
+            untrusted(user),
             kind.value,
             limit,
             describe_entity(entity),

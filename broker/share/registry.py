@@ -33,6 +33,7 @@ from metadata.controller_api import ControllerClient
 from settings.group_configs import by_duration_ms
 from settings.share_groups import ShareGroupConfig
 from wire.errors import KafkaError
+from wire.log_text import untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,10 @@ class SharePartitions:
                 state = PartitionShareState(await self._initial_offset(loaded.log, group_id))
                 state.leader_epoch = loaded.log.leader_epoch
                 await loaded.store.write_snapshot(group_id, state)
-                logger.info("%s: share group %s starts at offset %d", loaded.log.where, group_id, state.start_offset)
+                logger.info(
+                    "%s: share group %s starts at offset %d",
+                    loaded.log.where, untrusted(group_id), state.start_offset,
+                )
             state.leader_epoch = loaded.log.leader_epoch
             state.limits = limits_of(self._config_for(group_id))
             share = SharePartition(
@@ -215,7 +219,7 @@ class SharePartitions:
             try:
                 await self.delete(group_id, log.topic_id, log.partition)
             except KafkaError as exc:  # the partition moved meanwhile: its new leader still has the state
-                logger.warning("deleting share group %s's state on %s failed: %s", group_id, log.where, exc)
+                logger.warning("deleting share group %s's state on %s failed: %s", untrusted(group_id), log.where, exc)
 
     def groups_on(self, topic_id: uuid.UUID, partition: int) -> list[str]:
         """The share groups with state loaded for the partition (it is loaded by its first share fetch or

@@ -28,6 +28,7 @@ from settings.share_groups import ShareGroupConfig
 from storage import errors as storage_errors
 from wire.aborted_txns import AbortedTxn
 from wire.errors import KafkaError
+from wire.log_text import untrusted
 from wire.record_batch import BatchHeader, iter_batches
 
 logger = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class SharePartition:
                 await wait
         except (KafkaError, storage_errors.StorageError) as exc:
             if isinstance(exc, storage_errors.StorageError):
-                logger.warning("share fetch of %s for %s failed: %s", self.log.where, self.group_id, exc)
+                logger.warning("share fetch of %s for %s failed: %s", self.log.where, untrusted(self.group_id), exc)
             for wait in pending:  # issued before the failure: finish them (or see them fail) all the same
                 with contextlib.suppress(Exception):
                     await wait
@@ -150,7 +151,7 @@ class SharePartition:
         try:
             counted = self.state.acknowledge(member_id, batches, now_ms)
         except AckError as exc:
-            logger.debug("%s/%s: acknowledgement refused: %s", self.group_id, self.log.where, exc)
+            logger.debug("%s/%s: acknowledgement refused: %s", untrusted(self.group_id), self.log.where, exc)
             return int(exc.code)
         code = await self._persist(self._issue())
         for kind, n in counted.items():
@@ -228,7 +229,7 @@ class SharePartition:
             return int(exc.code)
         except storage_errors.StorageError as exc:
             # The partition closed or this broker was fenced: the new leader has only what was durable.
-            logger.warning("%s/%s: share state write failed: %s", self.group_id, self.log.where, exc)
+            logger.warning("%s/%s: share state write failed: %s", untrusted(self.group_id), self.log.where, exc)
             return int(ErrorCode.not_leader_or_follower)
         return 0
 

@@ -32,6 +32,7 @@ from broker.partition.manager import PartitionManager
 from broker.transactions.peers import Peers
 from wire import codec, schema
 from wire.errors import KafkaError
+from wire.log_text import untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +259,10 @@ class ShareStateAccess:
         try:
             response = await self._peers.request(leader, request)
         except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
-            logger.info("%s to broker %d for share group %r failed: %s", type(request).__name__, leader, group_id, exc)
+            logger.info(
+                "%s to broker %d for share group '%s' failed: %s",
+                type(request).__name__, leader, untrusted(group_id), exc,
+            )
             return {}
         names = {topic_id: name for name, topic_id in ids.items()}
         return {

@@ -20,6 +20,7 @@ from broker.partition.partition_log import PartitionLog
 from broker.share.partition_state import PartitionShareState
 from broker.share.state_records import SNAPSHOT, TOMBSTONE, UPDATE, ShareRecord, ShareStreamReplay, decode, encode
 from storage.stream_api import Stream, read_batches
+from wire.log_text import untrusted
 from wire.stored_schema import SchemaError
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class ShareStore:
             # the trim below (or the one after that snapshot is durable) can move past it.
             idle = [g for g, offset in self._snapshots.items() if offset == point and g in self._states]
             for group_id in idle:
-                logger.debug("%s: re-snapshotting idle share group %s", self.log.where, group_id)
+                logger.debug("%s: re-snapshotting idle share group %s", self.log.where, untrusted(group_id))
                 await self._snapshot_now(stream, group_id, self._states[group_id])
             if idle:
                 return  # each new snapshot trimmed once durable

@@ -52,6 +52,7 @@ from broker.transactions.state import (
 )
 from broker.transactions.state_topic import TRANSACTION_STATE, TRANSACTION_TOPIC, replay_transactions
 from wire.errors import KafkaError
+from wire.log_text import untrusted
 from wire.record_batch import Record, build_batch
 from wire.stored_schema import MAX_STORED_STRING_BYTES
 
@@ -151,8 +152,8 @@ class TransactionCoordinator:
         for metadata in loaded:
             if metadata.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 logger.info(
-                    "transactional id %r was left in %s by the previous coordinator: writing its markers",
-                    metadata.transactional_id,
+                    "transactional id '%s' was left in %s by the previous coordinator: writing its markers",
+                    untrusted(metadata.transactional_id),
                     metadata.state.display,
                 )
                 self._start_completion(metadata, owned)
@@ -198,8 +199,8 @@ class TransactionCoordinator:
         except Exception as exc:
             error = self._partitions.store_error(exc, transactional_id)
             logger.warning(
-                "transactional id %r: writing %s to %s-%d failed: %s",
-                transactional_id,
+                "transactional id '%s': writing %s to %s-%d failed: %s",
+                untrusted(transactional_id),
                 transit.state.display,
                 TRANSACTION_TOPIC,
                 owned.partition,
@@ -252,14 +253,14 @@ class TransactionCoordinator:
         try:
             result = metadata.init_producer_id(timeout_ms, expected, self._now_ms(), new_producer_id)
         except InvalidTransition as exc:
-            logger.error("InitProducerId for %r: %s", transactional_id, exc)
+            logger.error("InitProducerId for '%s': %s", untrusted(transactional_id), exc)
             return ErrorCode.concurrent_transactions, -1, -1
         if isinstance(result, ErrorCode):
             return result, -1, -1
         if result.state is TxnState.PREPARE_EPOCH_FENCE:
             logger.info(
-                "transactional id %r: a new producer fences epoch %d; aborting its ongoing transaction first",
-                transactional_id,
+                "transactional id '%s': a new producer fences epoch %d; aborting its ongoing transaction first",
+                untrusted(transactional_id),
                 metadata.producer_epoch,
             )
             error = await self._end(
@@ -270,8 +271,8 @@ class TransactionCoordinator:
         if error is not ErrorCode.none:
             return error, -1, -1
         logger.info(
-            "transactional id %r: producer id %d epoch %d (timeout %d ms)",
-            transactional_id,
+            "transactional id '%s': producer id %d epoch %d (timeout %d ms)",
+            untrusted(transactional_id),
             metadata.producer_id,
             metadata.producer_epoch,
             metadata.timeout_ms,
@@ -312,7 +313,7 @@ class TransactionCoordinator:
         error = await self._persist(metadata, result, self._owner(transactional_id))
         if error is ErrorCode.none:
             added = sorted(set(partitions))
-            logger.debug("transactional id %r: partitions %s added", transactional_id, added)
+            logger.debug("transactional id '%s': partitions %s added", untrusted(transactional_id), added)
         return dict.fromkeys(partitions, error)
 
     async def _markers_written(self, metadata: TransactionMetadata) -> None:
@@ -378,13 +379,13 @@ class TransactionCoordinator:
         try:
             result = metadata.end_transaction_v2(producer_id, producer_epoch, commit, self._now_ms(), new_producer_id)
         except InvalidTransition as exc:
-            logger.error("EndTxn for %r: %s", transactional_id, exc)
+            logger.error("EndTxn for '%s': %s", untrusted(transactional_id), exc)
             return ErrorCode.concurrent_transactions, -1, -1
         if isinstance(result, ErrorCode):
             if result is ErrorCode.none:
                 return result, metadata.producer_id, metadata.producer_epoch
-            logger.info("transactional id %r: EndTxn v5 (%s) by producer %d epoch %d refused in state %s: %s",
-                        transactional_id, "commit" if commit else "abort", producer_id, producer_epoch,
+            logger.info("transactional id '%s': EndTxn v5 (%s) by producer %d epoch %d refused in state %s: %s",
+                        untrusted(transactional_id), "commit" if commit else "abort", producer_id, producer_epoch,
                         metadata.state.display, result.name)
             return result, -1, -1
         error = await self._persist(metadata, result, owned)
@@ -411,8 +412,8 @@ class TransactionCoordinator:
                 metadata.abandon_transition()
             if result is not ErrorCode.none:
                 logger.info(
-                    "transactional id %r: EndTxn(%s) by producer %d epoch %d refused in state %s: %s",
-                    metadata.transactional_id,
+                    "transactional id '%s': EndTxn(%s) by producer %d epoch %d refused in state %s: %s",
+                    untrusted(metadata.transactional_id),
                     "commit" if commit else "abort",
                     producer_id,
                     producer_epoch,
@@ -424,8 +425,8 @@ class TransactionCoordinator:
         if error is ErrorCode.none:
             # DEBUG, as Kafka's coordinator logs them: a producer committing every 100 ms would write 20 lines/s.
             logger.debug(
-                "transactional id %r: %s of producer %d epoch %d over %d partitions",
-                metadata.transactional_id,
+                "transactional id '%s': %s of producer %d epoch %d over %d partitions",
+                untrusted(metadata.transactional_id),
                 result.state.display,
                 metadata.producer_id,
                 metadata.producer_epoch,
@@ -467,13 +468,13 @@ class TransactionCoordinator:
                 transit = metadata.prepare_complete(self._now_ms())
                 error = await self._persist(metadata, transit, owned)
                 if error is ErrorCode.none:
-                    logger.debug("transactional id %r: %s", transactional_id, metadata.state.display)
+                    logger.debug("transactional id '%s': %s", untrusted(transactional_id), metadata.state.display)
                     return
                 await asyncio.sleep(_COMPLETE_RETRY_S)
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception("transactional id %r: completing the transaction failed", transactional_id)
+            logger.exception("transactional id '%s': completing the transaction failed", untrusted(transactional_id))
         finally:
             ended = self._completing.pop(metadata, None)
             if ended is not None:
@@ -500,8 +501,8 @@ class TransactionCoordinator:
                 continue
             fence = metadata.prepare_fence_epoch()
             logger.info(
-                "transactional id %r: transaction of producer %d epoch %d timed out after %d ms; aborting it",
-                transactional_id,
+                "transactional id '%s': transaction of producer %d epoch %d timed out after %d ms; aborting it",
+                untrusted(transactional_id),
                 metadata.producer_id,
                 metadata.producer_epoch,
                 metadata.timeout_ms,
@@ -529,7 +530,10 @@ class TransactionCoordinator:
             transit = metadata.prepare_dead(now)
             if await self._persist(metadata, transit, self._owner(transactional_id)) is ErrorCode.none:
                 expired += 1
-                logger.info("transactional id %r expired (producer id %d)", transactional_id, metadata.producer_id)
+                logger.info(
+                    "transactional id '%s' expired (producer id %d)",
+                    untrusted(transactional_id), metadata.producer_id,
+                )
         return expired
 
     # ------------------------------------------------------------------------------------------------ admin

@@ -23,6 +23,7 @@ from broker.transactions.peers import Peers
 from broker.transactions.state import TopicPartition
 from wire import codec, schema
 from wire.api_versions import WRITE_TXN_MARKERS_KEY
+from wire.log_text import untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,8 @@ class MarkerSender:
                 part = image.partition(*tp)
                 if part is None:
                     logger.info(
-                        "transactional id %r: %s-%d no longer exists; no %s marker is written there",
-                        transactional_id,
+                        "transactional id '%s': %s-%d no longer exists; no %s marker is written there",
+                        untrusted(transactional_id),
                         tp[0],
                         tp[1],
                         what,
@@ -102,9 +103,9 @@ class MarkerSender:
                         remaining.discard(tp)
                     elif error in _FENCED:
                         logger.warning(
-                            "transactional id %r: %s marker for producer %d epoch %d refused by %s-%d (%s): a newer "
+                            "transactional id '%s': %s marker for producer %d epoch %d refused by %s-%d (%s): a newer "
                             "coordinator owns it; stopping",
-                            transactional_id,
+                            untrusted(transactional_id),
                             what,
                             producer_id,
                             producer_epoch,
@@ -115,8 +116,8 @@ class MarkerSender:
                         return False
                     elif error not in _RETRIABLE:
                         logger.error(
-                            "transactional id %r: %s marker on %s-%d failed with %s; retrying",
-                            transactional_id,
+                            "transactional id '%s': %s marker on %s-%d failed with %s; retrying",
+                            untrusted(transactional_id),
                             what,
                             tp[0],
                             tp[1],

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 from broker.transactions.peers import Peers
 from broker.transactions.state import TopicPartition
 from wire import codec, schema
+from wire.log_text import untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ async def verify_remotely(
     try:
         response = await peers.request(node_id, request)
     except (ConnectionError, TimeoutError, codec.ProtocolError) as exc:
-        logger.info("verifying %r with coordinator %d failed: %s", transactional_id, node_id, exc)
+        logger.info("verifying '%s' with coordinator %d failed: %s", untrusted(transactional_id), node_id, exc)
         return ErrorCode.not_enough_replicas
     if response.error_code is not ErrorCode.none:
         return produce_verification_error(ErrorCode(response.error_code))

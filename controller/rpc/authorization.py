@@ -84,6 +84,7 @@ from metadata.rpc.stream_rpcs import DescribeMetadata, StreamRequest
 from wire.api_versions import api_name
 from wire.certificate_auth import connection_principal
 from wire.dispatch import ConnectionClosing, Peer
+from wire.log_text import LOG_TEXT_MAX, untrusted
 from wire.metrics import ServerMetrics
 from wire.tls_principal import PrincipalMapper
 
@@ -254,7 +255,7 @@ class ControllerAuthorizer:
             resource_type=ResourceType.CLUSTER.name,
             operation=operation,
             message="%s; further refusals of %s to %s are counted, not logged",
-            args=(message, kind, principal),
+            args=(untrusted(message, 4 * LOG_TEXT_MAX), kind, untrusted(principal)),
         )
         return message
 

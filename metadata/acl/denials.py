@@ -15,6 +15,7 @@ from collections.abc import Hashable
 from typing import Final, Protocol
 
 from metadata.acl.binding import AclOperation, ResourceType
+from wire.log_text import untrusted
 
 #: How many distinct denials are remembered for logging once.
 LOGGED_DENIALS_MAX: Final = 10_000
@@ -50,7 +51,9 @@ class DenialLog:
         message: str,
         args: tuple[object, ...],
     ) -> None:
-        """Counts one denial and logs ``message % args`` at INFO unless a denial of the same ``key`` was logged."""
+        """Counts one denial and logs ``message % args`` at INFO unless a denial of the same ``key`` was logged.
+        A client-supplied string in ``args`` must come escaped and capped (``wire.log_text.untrusted``): a newline
+        in a topic name must not start a log line of the client's choosing."""
         if self._counter is not None:
             self._counter.labels(listener=listener, resource_type=resource_type, operation=operation).inc()
         if key in self._logged or len(self._logged) >= self._limit:
@@ -62,7 +65,9 @@ class DenialLog:
         self, principal: str, host: str, listener: str, op: AclOperation, *, resource: ResourceType, name: str
     ) -> None:
         """One denied operation on one resource, counted and logged in the words of Kafka's authorizer log, once
-        per (principal, operation, resource)."""
+        per (principal, operation, resource). The remembered key holds the name as logged (capped), so names a
+        client made up cost bounded memory each."""
+        principal, host, name = untrusted(principal), untrusted(host), untrusted(name)
         self.denied(
             (principal, op, resource, name),
             listener=listener,

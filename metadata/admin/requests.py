@@ -51,6 +51,7 @@ from metadata.controller_api import (
 )
 from metadata.errors import NotControllerError, error_code_for, error_code_logged, error_message_for
 from metadata.image import MetadataImage
+from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +92,12 @@ def _refusal(exc: Exception, failed: str, *args: object) -> tuple[ErrorCode, str
         return ErrorCode.not_controller, str(exc)
     code = error_code_for(exc)
     message = error_message_for(exc)
+    # The items' names are the client's: escaped and capped in the log line (wire.log_text).
+    logged = tuple(arg if isinstance(arg, int) else untrusted(str(arg), 4 * LOG_TEXT_MAX) for arg in args)
     if code == ErrorCode.unknown_server_error:
-        logger.error(failed + ": %s", *args, message, exc_info=exc)
+        logger.error(failed + ": %s", *logged, untrusted(message, 4 * LOG_TEXT_MAX), exc_info=exc)
     else:
-        logger.info(failed + ": %s (%s)", *args, message, code.name)
+        logger.info(failed + ": %s (%s)", *logged, untrusted(message, 4 * LOG_TEXT_MAX), code.name)
     return code, message
 
 
@@ -286,8 +289,8 @@ async def alter_configs(
             except NotControllerError as exc:
                 outcome = ErrorCode.not_controller, str(exc)
             except Exception as exc:
-                code = error_code_logged(exc, logger, "altering configs of resource type %d %r failed",
-                                         resource.type, resource.name)
+                code = error_code_logged(exc, logger, "altering configs of resource type %d '%s' failed",
+                                         resource.type, untrusted(resource.name))
                 outcome = code, error_message_for(exc)
         answers.append((resource, *outcome))
     return config_wire.alter_configs_response(response_cls, answers)

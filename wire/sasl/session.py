@@ -21,16 +21,29 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from wire.api_versions import PRE_AUTHENTICATION_KEYS
+from wire.log_text import LOG_TEXT_MAX, untrusted
 from wire.sasl import SaslAuthenticationError, SaslServer
 from wire.sasl.plain import PlainServer
 from wire.sasl.scram import MECHANISMS, ScramCredential, ScramServer
 
 logger = logging.getLogger(__name__)
+
+#: The mechanisms a metric label may name (Kafka's own); any other name a client sends is counted as ``other``.
+KNOWN_MECHANISMS: Final = frozenset({"GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"})
+OTHER_MECHANISM: Final = "other"
+
+
+def mechanism_label(mechanism: str | None) -> str:
+    """The ``mechanism`` label of a failure: a known mechanism, ``none`` before any, else ``other`` (a client's
+    made-up name must not create a series)."""
+    if mechanism is None:
+        return "none"
+    return mechanism if mechanism in KNOWN_MECHANISMS else OTHER_MECHANISM
 
 #: (user, mechanism id) -> the user's SCRAM credential, read from the current metadata image at each exchange.
 CredentialLookup = Callable[[str, int], ScramCredential | None]
@@ -110,7 +123,7 @@ class SaslSession:
             self._fail(
                 mechanism,
                 None,
-                f"mechanism {mechanism!r} is not enabled (enabled: {', '.join(self.settings.mechanisms)})",
+                f"mechanism '{mechanism}' is not enabled (enabled: {', '.join(self.settings.mechanisms)})",
             )
             return ErrorCode.unsupported_sasl_mechanism
         if mechanism == "PLAIN":
@@ -159,11 +172,11 @@ class SaslSession:
     def _fail(self, mechanism: str | None, user: str | None, reason: str) -> None:
         self.failed = True
         self.raw_tokens = False
-        self._on_failure(mechanism or "none")
+        self._on_failure(mechanism_label(mechanism))
         logger.warning(
             "SASL authentication failed for %s (mechanism %s, user %s): %s",
             self._peer,
-            mechanism or "none",
-            repr(user) if user is not None else "not given",
-            reason,
+            untrusted(mechanism or "none"),
+            f"'{untrusted(user)}'" if user is not None else "not given",
+            untrusted(reason, 4 * LOG_TEXT_MAX),
         )

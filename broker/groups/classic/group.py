@@ -32,6 +32,7 @@ from broker.groups.classic.state import (
     SyncCallback,
     SyncResult,
 )
+from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +118,9 @@ class Group(RebalancingGroup):
             return
         if not self._accepts_joining(request.member_id):
             logger.info(
-                "group %s: member %r rejected, group.max.size %d reached",
-                self.group_id,
-                request.member_id,
+                "group %s: member '%s' rejected, group.max.size %d reached",
+                untrusted(self.group_id),
+                untrusted(request.member_id),
                 cfg.max_size,
             )
             callback(JoinResult(ErrorCode.group_max_size_reached, request.member_id))
@@ -198,7 +199,11 @@ class Group(RebalancingGroup):
         member.update(request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms)
         member.last_heartbeat_ms = now_ms
         logger.info(
-            "group %s: static member %s (instance %s) replaced by %s", self.group_id, old_id, instance_id, new_id
+            "group %s: static member %s (instance %s) replaced by %s",
+            untrusted(self.group_id),
+            untrusted(old_id),
+            untrusted(instance_id),
+            untrusted(new_id),
         )
         if self.state is GroupState.STABLE:
             unchanged = (
@@ -336,7 +341,10 @@ class Group(RebalancingGroup):
         unknown = sorted(set(assignments) - set(self.members))
         if unknown:
             logger.warning(
-                "group %s: leader %s assigned to unknown members %s; ignoring them", self.group_id, member_id, unknown
+                "group %s: leader %s assigned to unknown members %s; ignoring them",
+                untrusted(self.group_id),
+                untrusted(member_id),
+                untrusted(", ".join(unknown), 4 * LOG_TEXT_MAX),
             )
         full = {mid: assignments.get(mid, b"") for mid in self.members}
         generation = self.generation_id
@@ -346,7 +354,10 @@ class Group(RebalancingGroup):
                 return
             if error is not ErrorCode.none:
                 logger.warning(
-                    "group %s: could not persist generation %d (%s); rebalancing", self.group_id, generation, error.name
+                    "group %s: could not persist generation %d (%s); rebalancing",
+                    untrusted(self.group_id),
+                    generation,
+                    error.name,
                 )
                 self._reset_and_propagate_assignment_error(error)
                 self._prepare_rebalance(now, "persisting the assignment failed")
@@ -354,7 +365,7 @@ class Group(RebalancingGroup):
             for mid, m in self.members.items():
                 m.assignment = full.get(mid, b"")
             self._transition(GroupState.STABLE, now)
-            logger.info("group %s: generation %d is stable", self.group_id, generation)
+            logger.info("group %s: generation %d is stable", untrusted(self.group_id), generation)
             for m in self.members.values():
                 if m.awaiting_sync:
                     m.last_heartbeat_ms = now

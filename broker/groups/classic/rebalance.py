@@ -39,6 +39,7 @@ from broker.groups.classic.state import (
 from broker.groups.offsets import GroupOffsets
 from broker.groups.offsets_schema import GroupValue, MemberValue
 from broker.groups.txn_offsets import PendingTxnOffsets
+from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ class RebalancingGroup:
     def _transition(self, state: GroupState, now_ms: int) -> None:
         if self.state not in VALID_PREVIOUS_STATES[state]:
             raise RuntimeError(f"group {self.group_id}: illegal transition {self.state.value} -> {state.value}")
-        logger.debug("group %s: %s -> %s", self.group_id, self.state.value, state.value)
+        logger.debug("group %s: %s -> %s", untrusted(self.group_id), self.state.value, state.value)
         self.state = state
         self.state_timestamp_ms = now_ms
 
@@ -241,7 +242,10 @@ class RebalancingGroup:
         else:
             self._initial_delay = False
             self._join_deadline_ms = now_ms + rebalance_timeout
-        logger.info("group %s: preparing to rebalance generation %d (%s)", self.group_id, self.generation_id, reason)
+        logger.info(
+            "group %s: preparing to rebalance generation %d (%s)",
+            untrusted(self.group_id), self.generation_id, untrusted(reason, 4 * LOG_TEXT_MAX),
+        )
         self._transition(GroupState.PREPARING_REBALANCE, now_ms)
         self._try_complete_join(now_ms)
 
@@ -258,26 +262,26 @@ class RebalancingGroup:
             if not member.awaiting_join:
                 logger.info(
                     "group %s: member %s did not rejoin within the rebalance timeout; removing it",
-                    self.group_id,
-                    member.member_id,
+                    untrusted(self.group_id),
+                    untrusted(member.member_id),
                 )
                 self._remove_member(member)
         self.generation_id += 1
         if not self.members:
             self.protocol_name = None
             self._transition(GroupState.EMPTY, now_ms)
-            logger.info("group %s: generation %d is empty", self.group_id, self.generation_id)
+            logger.info("group %s: generation %d is empty", untrusted(self.group_id), self.generation_id)
             self._writes.append(PendingWrite(self.snapshot(now_ms), _ignore_outcome))
             return
         self.protocol_name = select_protocol(list(self.members.values()))
         self._transition(GroupState.COMPLETING_REBALANCE, now_ms)
         logger.info(
             "group %s: generation %d with %d members, protocol %s, leader %s",
-            self.group_id,
+            untrusted(self.group_id),
             self.generation_id,
             len(self.members),
-            self.protocol_name,
-            self.leader_id,
+            untrusted(self.protocol_name),
+            untrusted(self.leader_id),
         )
         for member in list(self.members.values()):
             member.is_new = False
@@ -305,7 +309,10 @@ class RebalancingGroup:
         member.answer_sync(SyncResult(ErrorCode.unknown_member_id))
 
     def _remove_member_and_update_group(self, now_ms: int, member: Member, reason: str) -> None:
-        logger.info("group %s: removing member %s (%s)", self.group_id, member.member_id, reason)
+        logger.info(
+            "group %s: removing member %s (%s)",
+            untrusted(self.group_id), untrusted(member.member_id), untrusted(reason, 4 * LOG_TEXT_MAX),
+        )
         self._remove_member(member)
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(now_ms, f"member {member.member_id} left: {reason}")
@@ -324,7 +331,10 @@ class RebalancingGroup:
         for member_id, rejoin_by in list(self.pending_members.items()):
             if now_ms >= rejoin_by:
                 del self.pending_members[member_id]
-                logger.info("group %s: pending member %s never rejoined", self.group_id, member_id)
+                logger.info(
+                    "group %s: pending member %s never rejoined",
+                    untrusted(self.group_id), untrusted(member_id),
+                )
                 self._try_complete_join(now_ms)
         for member in list(self.members.values()):
             deadline = self._member_deadline(member)
@@ -349,8 +359,8 @@ class RebalancingGroup:
             for member in late:
                 logger.info(
                     "group %s: member %s sent no SyncGroup within the rebalance timeout",
-                    self.group_id,
-                    member.member_id,
+                    untrusted(self.group_id),
+                    untrusted(member.member_id),
                 )
                 self._remove_member(member)
             if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
