@@ -12,6 +12,7 @@ logged in: the connection ends with one log line, no traceback, and the controll
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import struct
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.rpc.stream_rpcs import GetKV
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
+from testkit.waiting import eventually
 from tests.broker.acl_clients import allow, grant, new_topic
 from tests.broker.kafka_clients import topic_name
 from wire import codec, schema
@@ -186,6 +188,28 @@ def test_apis_about_every_topic_leave_the_topic_out(secret: Secret) -> None:
     listed = _probe(secret, 46, 0, timeout_ms=5000, topics=None)
     assert listed.error_code == ErrorCode.cluster_authorization_failed
     _probe(secret, 90, 1, groups=(_nested(90, 1, "groups", group_id=GROUP, topics=None),))
+
+
+def test_a_regex_subscription_does_not_name_the_topic(secret: Secret) -> None:
+    """A consumer group member subscribed to ``.*`` is assigned the topic by id; describing the group then answers
+    TOPIC_AUTHORIZATION_FAILED without its members rather than name it, as Kafka's ConsumerGroupDescribe."""
+    eventually(
+        lambda: _probe(secret, 10, 4, key_type=0, coordinator_keys=(GROUP,)).coordinators[0].error_code
+        == ErrorCode.none or None,
+        timeout=30,
+        what="the group coordinator",
+    )
+    member = str(uuid.uuid4())
+    joined = _probe(secret, 68, 1, group_id=GROUP, member_id=member, member_epoch=0, topic_partitions=(),
+                    rebalance_timeout=datetime.timedelta(seconds=30), subscribed_topic_regex=".*")
+    assert joined.error_code == ErrorCode.none, joined
+    assigned = {t.topic_id for t in joined.assignment.topic_partitions} if joined.assignment is not None else set()
+    described = _probe(secret, 69, 1, group_ids=(GROUP,))
+    (group,) = described.groups
+    if secret.topic_id in assigned:
+        assert (group.error_code, group.members) == (DENIED, ())
+    else:
+        assert group.error_code == ErrorCode.none
 
 
 def test_a_deeply_nested_body_on_the_controller_listener_is_refused_in_one_line(secret: Secret) -> None:
