@@ -114,10 +114,11 @@ def _codes(value: Any) -> set[ErrorCode]:
     return found
 
 
-def _probe(secret: Secret, api_key: int, version: int, **fields: Any) -> Any:
+def _probe(secret: Secret, api_key: int, version: int, *, by_name: bool = False, **fields: Any) -> Any:
+    """Mallory's answer; unless she asked ``by_name`` (answers echo the names asked), it must not hold the name."""
     with secret.mallory() as client:
         response = client.request(schema.build(codec.request_class(api_key, version), **fields))
-    leaked = [s for s in _strings(response) if secret.name in s]
+    leaked = [] if by_name else [s for s in _strings(response) if secret.name in s]
     assert leaked == [], f"api {api_key} v{version} told mallory {leaked}"
     return response
 
@@ -188,6 +189,38 @@ def test_apis_about_every_topic_leave_the_topic_out(secret: Secret) -> None:
     listed = _probe(secret, 46, 0, timeout_ms=5000, topics=None)
     assert listed.error_code == ErrorCode.cluster_authorization_failed
     _probe(secret, 90, 1, groups=(_nested(90, 1, "groups", group_id=GROUP, topics=None),))
+
+
+def _by_name(name: str) -> dict[tuple[int, int], dict[str, Any]]:
+    """The APIs that take topic names, each asking about ``name``: (api key, version) to the request's fields."""
+    return {
+        (3, 12): {"topics": (_nested(3, 12, "topics", name=name),), "allow_auto_topic_creation": False},
+        (75, 0): {"topics": (_nested(75, 0, "topics", name=name),), "response_partition_limit": 10},
+        (21, 2): {"topics": (_nested(21, 2, "topics", name=name,
+                                     partitions=(_nested(21, 2, "topics.partitions", partition_index=0, offset=0),)),),
+                  "timeout_ms": 5000},
+        (37, 3): {"topics": (_nested(37, 3, "topics", name=name, count=2, assignments=None),), "timeout_ms": 5000,
+                  "validate_only": True},
+        (61, 0): {"topics": (_nested(61, 0, "topics", name=name, partition_indexes=(0,)),)},
+        (32, 4): {"resources": (_nested(32, 4, "resources", resource_type=2, resource_name=name,
+                                        configuration_keys=None),)},
+        (45, 0): {"topics": (_nested(45, 0, "topics", name=name, partitions=(
+            _nested(45, 0, "topics.partitions", partition_index=0, replicas=(0,)),)),), "timeout_ms": 5000},
+        (43, 2): {"election_type": 0, "timeout_ms": 5000, "topic_partitions": (
+            _nested(43, 2, "topic_partitions", topic=name, partitions=(0,)),)},
+    }
+
+
+def test_apis_by_name_answer_an_undescribable_topic_as_a_missing_one(secret: Secret) -> None:
+    """Asked by name, each API refuses the topic mallory may not DESCRIBE with the code it gives a topic that does
+    not exist: no existence oracle either."""
+    missing = topic_name("missing")
+    for (api_key, version), fields in _by_name(secret.name).items():
+        existing = _codes(_probe(secret, api_key, version, by_name=True, **fields)) - {ErrorCode.none}
+        absent_fields = _by_name(missing)[(api_key, version)]
+        absent = _codes(_probe(secret, api_key, version, by_name=True, **absent_fields)) - {ErrorCode.none}
+        assert existing == absent, (api_key, existing, absent)
+        assert len(existing) == 1 and existing <= {DENIED, ErrorCode.cluster_authorization_failed}, (api_key, existing)
 
 
 def test_a_regex_subscription_does_not_name_the_topic(secret: Secret) -> None:
