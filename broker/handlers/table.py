@@ -204,7 +204,8 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         64: unregister_broker.authorize_unregister_broker,  # UnregisterBroker: CLUSTER ALTER
         65: describe_transactions.authorize_describe_transactions,  # DescribeTransactions: TRANSACTIONAL_ID DESCRIBE
         66: list_transactions.authorize_list_transactions,  # ListTransactions: only the ids the principal may DESCRIBE
-        68: consumer_group_heartbeat.authorize_consumer_group_heartbeat,  # ConsumerGroupHeartbeat: GROUP READ
+        # ConsumerGroupHeartbeat: GROUP READ, TOPIC DESCRIBE on the subscribed names
+        68: consumer_group_heartbeat.authorize_consumer_group_heartbeat,
         69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP, TOPIC DESCRIBE
         # GetTelemetrySubscriptions, PushTelemetry: no ACL (as Kafka: a client pushes its own metrics)
         74: list_config_resources.authorize_list_config_resources,  # ListConfigResources: CLUSTER DESCRIBE_CONFIGS

@@ -79,8 +79,14 @@ def secret(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secret]:
                 schema.build(cls, topics=(schema.build_nested(cls, "topics", name=name),),
                              allow_auto_topic_creation=False)
             )
-        (topic,) = described.topics
-        assert topic.error_code == ErrorCode.none
+            (topic,) = described.topics
+            assert topic.error_code == ErrorCode.none
+            find = schema.build(codec.request_class(10, 4), key_type=0, coordinator_keys=(GROUP,))
+            eventually(  # the group coordinator loaded, so that group APIs answer about topics
+                lambda: anonymous.request(find).coordinators[0].error_code == ErrorCode.none or None,
+                timeout=30,
+                what="the group coordinator",
+            )
         yield Secret(broker, name, topic.topic_id)
     finally:
         code = broker.stop()
@@ -208,6 +214,12 @@ def _by_name(name: str) -> dict[tuple[int, int], dict[str, Any]]:
             _nested(45, 0, "topics.partitions", partition_index=0, replicas=(0,)),)),), "timeout_ms": 5000},
         (43, 2): {"election_type": 0, "timeout_ms": 5000, "topic_partitions": (
             _nested(43, 2, "topic_partitions", topic=name, partitions=(0,)),)},
+        (68, 1): {"group_id": GROUP, "member_id": str(uuid.uuid4()), "member_epoch": 0, "topic_partitions": (),
+                  "rebalance_timeout": datetime.timedelta(seconds=30), "subscribed_topic_names": (name,)},
+        (76, 1): {"group_id": GROUP, "member_id": str(uuid.uuid4()), "member_epoch": 0,
+                  "subscribed_topic_names": (name,)},
+        (90, 1): {"groups": (_nested(90, 1, "groups", group_id=GROUP, topics=(
+            _nested(90, 1, "groups.topics", topic_name=name, partitions=(0,)),)),)},
     }
 
 
@@ -220,18 +232,14 @@ def test_apis_by_name_answer_an_undescribable_topic_as_a_missing_one(secret: Sec
         absent_fields = _by_name(missing)[(api_key, version)]
         absent = _codes(_probe(secret, api_key, version, by_name=True, **absent_fields)) - {ErrorCode.none}
         assert existing == absent, (api_key, existing, absent)
-        assert len(existing) == 1 and existing <= {DENIED, ErrorCode.cluster_authorization_failed}, (api_key, existing)
+        assert len(existing) == 1, (api_key, existing)
+        if api_key != 90:  # DescribeShareGroupOffsets: mallory's group is no share group, GROUP_ID_NOT_FOUND first
+            assert existing <= {DENIED, ErrorCode.cluster_authorization_failed}, (api_key, existing)
 
 
 def test_a_regex_subscription_does_not_name_the_topic(secret: Secret) -> None:
     """A consumer group member subscribed to ``.*`` is assigned the topic by id; describing the group then answers
     TOPIC_AUTHORIZATION_FAILED without its members rather than name it, as Kafka's ConsumerGroupDescribe."""
-    eventually(
-        lambda: _probe(secret, 10, 4, key_type=0, coordinator_keys=(GROUP,)).coordinators[0].error_code
-        == ErrorCode.none or None,
-        timeout=30,
-        what="the group coordinator",
-    )
     member = str(uuid.uuid4())
     joined = _probe(secret, 68, 1, group_id=GROUP, member_id=member, member_epoch=0, topic_partitions=(),
                     rebalance_timeout=datetime.timedelta(seconds=30), subscribed_topic_regex=".*")
