@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Final
 
 from kio.schema.errors import ErrorCode
 
@@ -33,6 +34,18 @@ from metadata.image import MetadataImage
 from wire.record_batch import Record
 
 logger = logging.getLogger(__name__)
+
+#: The principals whose views of the topics are kept at once (a view is rebuilt when the topics or ACLs change).
+_MAX_AUDIENCES: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Audience:
+    """Who heartbeats, as far as the topics its regex may match go: ``key`` tells principals (and hosts) apart,
+    ``describable`` is its TOPIC DESCRIBE."""
+
+    key: object
+    describable: Callable[[str], bool]
 
 
 def cluster_topics(image: MetadataImage) -> ClusterTopics:
@@ -55,6 +68,10 @@ class ConsumerMembership(CoordinatorRuntime):
 
     _topics_seen: tuple[object, object] | None = None
     _topics_view: ClusterTopics | None = None
+    #: Each principal's view of the topics for regex subscriptions (an authorizer is configured), valid for one
+    #: view of the topics and one set of ACLs (``_audience_of``).
+    _audience_views: dict[object, ClusterTopics] | None = None
+    _audience_of: tuple[object, object, object] | None = None
 
     def cluster_topics(self) -> ClusterTopics:
         """The current image's topics, rebuilt only when its topics or brokers changed (images are immutable)."""
@@ -70,6 +87,25 @@ class ConsumerMembership(CoordinatorRuntime):
             self._topics_seen = (image.topics_by_name, image.brokers)
         return self._topics_view
 
+    def _topics_for(self, audience: Audience | None) -> ClusterTopics:
+        """The topics as ``audience`` (a principal, with an authorizer configured) may see them through a regex."""
+        topics = self.cluster_topics()
+        if audience is None:
+            return topics
+        acls = self._context.controller.image.acls
+        seen = self._audience_of
+        if self._audience_views is None or seen is None or seen[0] is not topics or seen[1] is not acls:
+            self._audience_views = {}
+            self._audience_of = (topics, acls, object())
+        views = self._audience_views
+        generation = self._audience_of[2] if self._audience_of is not None else None
+        view = views.get(audience.key)
+        if view is None:
+            if len(views) >= _MAX_AUDIENCES:
+                views.clear()
+            view = views[audience.key] = topics.describable_by(audience.describable, generation)
+        return view
+
     def _group_config(self, group_id: str) -> ConsumerGroupConfig:
         """The broker's consumer group config with the group's own session time-out and heartbeat interval."""
         own = consumer_group_config(self._context.controller.image, self.consumer_settings, group_id)
@@ -78,7 +114,11 @@ class ConsumerMembership(CoordinatorRuntime):
             return base
         return replace(base, session_timeout_ms=own.session_timeout_ms, heartbeat_interval_ms=own.heartbeat_interval_ms)
 
-    async def consumer_group_heartbeat(self, group_id: str, request: HeartbeatRequest) -> HeartbeatResult:
+    async def consumer_group_heartbeat(
+        self, group_id: str, request: HeartbeatRequest, audience: Audience | None = None
+    ) -> HeartbeatResult:
+        """``audience``: the heartbeating principal, when an authorizer is configured: the topics its regex
+        subscriptions match are those it may DESCRIBE."""
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return HeartbeatResult(error, member_id=request.member_id)
@@ -95,7 +135,7 @@ class ConsumerMembership(CoordinatorRuntime):
                 )
             group = self._groups[group_id] = ConsumerGroup(group_id, self.consumer_config, self._now_ms())
         group.config = self._group_config(group_id)
-        result = group.heartbeat(self._now_ms(), request, self.cluster_topics())
+        result = group.heartbeat(self._now_ms(), request, self._topics_for(audience))
         records: list[Record] = []
         changes: list[Change] = []
         if classic is not None and isinstance(conversion, Upgrade):

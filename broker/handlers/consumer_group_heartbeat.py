@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.consumer.group import HeartbeatRequest, HeartbeatResult
 from broker.groups.consumer.member import JOIN_EPOCH, STATIC_LEAVE_EPOCH
+from broker.groups.consumer_membership import Audience
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import member_host
 from broker.handlers.guards import GROUP_DENIED, TOPIC_DENIED, refused_whole
@@ -152,7 +153,20 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         client_id=ctx.client_id or "",
         client_host=member_host(ctx),
     )
-    return _answer(ctx, await groups.consumer_group_heartbeat(request.group_id, heartbeat))
+    return _answer(ctx, await groups.consumer_group_heartbeat(request.group_id, heartbeat, _audience(ctx)))
+
+
+def _audience(ctx: RequestContext) -> Audience | None:
+    """With an authorizer, who heartbeats: a regex subscription matches only the topics it may DESCRIBE (Kafka's
+    regex resolution filters them so), resolved with the principal whose heartbeat finds the group's regexes stale
+    (the topics or the ACLs changed)."""
+    if not ctx.authorizer.enabled:
+        return None
+
+    def describable(name: str) -> bool:
+        return ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=False)
+
+    return Audience((ctx.principal, ctx.client_host), describable)
 
 
 async def authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any, handler: Handler) -> Any:
