@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 #: The principals whose views of the topics are kept at once (a view is rebuilt when the topics or ACLs change).
 _MAX_AUDIENCES: Final = 1024
+#: The groups whose last heartbeat's audience is kept (forgetting one costs one more resolution of its regexes).
+_MAX_GROUP_AUDIENCES: Final = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,8 @@ class ConsumerMembership(CoordinatorRuntime):
     #: view of the topics and one set of ACLs (``_audience_of``).
     _audience_views: dict[object, ClusterTopics] | None = None
     _audience_of: tuple[object, object, object] | None = None
+    #: The audience of each consumer group's last heartbeat.
+    _audiences: dict[str, Audience] | None = None
 
     def cluster_topics(self) -> ClusterTopics:
         """The current image's topics, rebuilt only when its topics or brokers changed (images are immutable)."""
@@ -87,11 +91,21 @@ class ConsumerMembership(CoordinatorRuntime):
             self._topics_seen = (image.topics_by_name, image.brokers)
         return self._topics_view
 
-    def _topics_for(self, audience: Audience | None) -> ClusterTopics:
-        """The topics as ``audience`` (a principal, with an authorizer configured) may see them through a regex."""
+    def _topics_for(self, audience: Audience | None, group_id: str) -> ClusterTopics:
+        """The topics as ``audience`` (a principal, with an authorizer configured) may see them through a regex;
+        without one (a classic member's JoinGroup or SyncGroup in a consumer group), as the group's last heartbeat
+        saw them, so that a classic member's request does not resolve the group's regexes again."""
         topics = self.cluster_topics()
+        audiences = self._audiences if self._audiences is not None else {}
+        self._audiences = audiences
         if audience is None:
-            return topics
+            audience = audiences.get(group_id)
+            if audience is None:
+                return topics
+        else:
+            if len(audiences) >= _MAX_GROUP_AUDIENCES:
+                audiences.clear()
+            audiences[group_id] = audience
         acls = self._context.controller.image.acls
         seen = self._audience_of
         if self._audience_views is None or seen is None or seen[0] is not topics or seen[1] is not acls:
@@ -135,7 +149,7 @@ class ConsumerMembership(CoordinatorRuntime):
                 )
             group = self._groups[group_id] = ConsumerGroup(group_id, self.consumer_config, self._now_ms())
         group.config = self._group_config(group_id)
-        result = group.heartbeat(self._now_ms(), request, self._topics_for(audience))
+        result = group.heartbeat(self._now_ms(), request, self._topics_for(audience, group_id))
         records: list[Record] = []
         changes: list[Change] = []
         if classic is not None and isinstance(conversion, Upgrade):

@@ -160,13 +160,15 @@ def _audience(ctx: RequestContext) -> Audience | None:
     """With an authorizer, who heartbeats: a regex subscription matches only the topics it may DESCRIBE (Kafka's
     regex resolution filters them so), resolved with the principal whose heartbeat finds the group's regexes stale
     (the topics or the ACLs changed)."""
-    if not ctx.authorizer.enabled:
+    authorizer, principal, host, listener = ctx.authorizer, ctx.principal, ctx.client_host, ctx.listener_name
+    if not authorizer.enabled:
         return None
 
-    def describable(name: str) -> bool:
-        return ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=False)
+    def describable(name: str) -> bool:  # holds no request: the group keeps its last heartbeat's audience
+        return authorizer.allowed(principal, host, listener, AclOperation.DESCRIBE, resource=ResourceType.TOPIC,
+                                  name=name, log_denial=False)
 
-    return Audience((ctx.principal, ctx.client_host), describable)
+    return Audience((principal, host, listener), describable)
 
 
 async def authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any, handler: Handler) -> Any:
