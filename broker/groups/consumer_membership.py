@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Final
 
 from kio.schema.errors import ErrorCode
 
@@ -34,6 +35,20 @@ from wire.log_text import untrusted
 from wire.record_batch import Record
 
 logger = logging.getLogger(__name__)
+
+#: The principals whose views of the topics are kept at once (a view is rebuilt when the topics or ACLs change).
+_MAX_AUDIENCES: Final = 1024
+#: The groups whose last heartbeat's audience is kept (forgetting one costs one more resolution of its regexes).
+_MAX_GROUP_AUDIENCES: Final = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Audience:
+    """Who heartbeats, as far as the topics its regex may match go: ``key`` tells principals (and hosts) apart,
+    ``describable`` is its TOPIC DESCRIBE."""
+
+    key: object
+    describable: Callable[[str], bool]
 
 
 def cluster_topics(image: MetadataImage) -> ClusterTopics:
@@ -56,6 +71,12 @@ class ConsumerMembership(CoordinatorRuntime):
 
     _topics_seen: tuple[object, object] | None = None
     _topics_view: ClusterTopics | None = None
+    #: Each principal's view of the topics for regex subscriptions (an authorizer is configured), valid for one
+    #: view of the topics and one set of ACLs (``_audience_of``).
+    _audience_views: dict[object, ClusterTopics] | None = None
+    _audience_of: tuple[object, object, object] | None = None
+    #: The audience of each consumer group's last heartbeat.
+    _audiences: dict[str, Audience] | None = None
 
     def cluster_topics(self) -> ClusterTopics:
         """The current image's topics, rebuilt only when its topics or brokers changed (images are immutable)."""
@@ -71,6 +92,35 @@ class ConsumerMembership(CoordinatorRuntime):
             self._topics_seen = (image.topics_by_name, image.brokers)
         return self._topics_view
 
+    def _topics_for(self, audience: Audience | None, group_id: str) -> ClusterTopics:
+        """The topics as ``audience`` (a principal, with an authorizer configured) may see them through a regex;
+        without one (a classic member's JoinGroup or SyncGroup in a consumer group), as the group's last heartbeat
+        saw them, so that a classic member's request does not resolve the group's regexes again."""
+        topics = self.cluster_topics()
+        audiences = self._audiences if self._audiences is not None else {}
+        self._audiences = audiences
+        if audience is None:
+            audience = audiences.get(group_id)
+            if audience is None:
+                return topics
+        else:
+            if len(audiences) >= _MAX_GROUP_AUDIENCES:
+                audiences.clear()
+            audiences[group_id] = audience
+        acls = self._context.controller.image.acls
+        seen = self._audience_of
+        if self._audience_views is None or seen is None or seen[0] is not topics or seen[1] is not acls:
+            self._audience_views = {}
+            self._audience_of = (topics, acls, object())
+        views = self._audience_views
+        generation = self._audience_of[2] if self._audience_of is not None else None
+        view = views.get(audience.key)
+        if view is None:
+            if len(views) >= _MAX_AUDIENCES:
+                views.clear()
+            view = views[audience.key] = topics.describable_by(audience.describable, generation)
+        return view
+
     def _group_config(self, group_id: str) -> ConsumerGroupConfig:
         """The broker's consumer group config with the group's own session time-out and heartbeat interval."""
         own = consumer_group_config(self._context.controller.image, self.consumer_settings, group_id)
@@ -79,7 +129,11 @@ class ConsumerMembership(CoordinatorRuntime):
             return base
         return replace(base, session_timeout_ms=own.session_timeout_ms, heartbeat_interval_ms=own.heartbeat_interval_ms)
 
-    async def consumer_group_heartbeat(self, group_id: str, request: HeartbeatRequest) -> HeartbeatResult:
+    async def consumer_group_heartbeat(
+        self, group_id: str, request: HeartbeatRequest, audience: Audience | None = None
+    ) -> HeartbeatResult:
+        """``audience``: the heartbeating principal, when an authorizer is configured: the topics its regex
+        subscriptions match are those it may DESCRIBE."""
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return HeartbeatResult(error, member_id=request.member_id)
@@ -96,7 +150,7 @@ class ConsumerMembership(CoordinatorRuntime):
                 )
             group = self._groups[group_id] = ConsumerGroup(group_id, self.consumer_config, self._now_ms())
         group.config = self._group_config(group_id)
-        result = group.heartbeat(self._now_ms(), request, self.cluster_topics())
+        result = group.heartbeat(self._now_ms(), request, self._topics_for(audience, group_id))
         records: list[Record] = []
         changes: list[Change] = []
         if classic is not None and isinstance(conversion, Upgrade):

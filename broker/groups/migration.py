@@ -41,7 +41,7 @@ class GroupMigration(ConsumerMembership):
     async def _join_consumer_group(self, group: ConsumerGroup, request: JoinRequest) -> JoinResult:
         if not self.consumer_settings.classic_joins_allowed:
             return JoinResult(ErrorCode.inconsistent_group_protocol, request.member_id)
-        result = classic_members.join(group, self._now_ms(), request, self.cluster_topics())
+        result = classic_members.join(group, self._now_ms(), request, self._topics_for(None, group.group_id))
         stored = await self._write_consumer_changes(group, group.take_changes())
         if stored is not ErrorCode.none:
             result = JoinResult(stored, request.member_id)
@@ -67,7 +67,7 @@ class GroupMigration(ConsumerMembership):
             generation_id=generation_id,
             protocol_type=protocol_type,
             protocol_name=protocol_name,
-            topics=self.cluster_topics(),
+            topics=self._topics_for(None, group.group_id),
         )
         # The assignment may rest on a state still being written: answered once it is durable.
         await self._write_consumer_changes(group, group.take_changes())

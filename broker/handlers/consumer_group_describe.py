@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from broker import authorized_operations
 from broker.groups.consumer.assignment import Assignment
 from broker.handlers.context import RequestContext
-from broker.handlers.guards import Guard, per_group
+from broker.handlers.guards import Guard, per_group_with_topics
 from metadata.acl.binding import AclOperation, ResourceType
 from metadata.image import MetadataImage
 from wire import schema
@@ -106,4 +106,4 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
 
 
 #: GROUP DESCRIBE on each group, as Kafka checks.
-authorize_consumer_group_describe: Final[Guard] = per_group(AclOperation.DESCRIBE, "group_ids", "groups")
+authorize_consumer_group_describe: Final[Guard] = per_group_with_topics(AclOperation.DESCRIBE, "group_ids", "groups")

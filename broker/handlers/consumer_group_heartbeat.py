@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import base64
 import uuid
-from typing import Any, Final
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.consumer.group import HeartbeatRequest, HeartbeatResult
 from broker.groups.consumer.member import JOIN_EPOCH, STATIC_LEAVE_EPOCH
-from broker.handlers.context import RequestContext
+from broker.groups.consumer_membership import Audience
+from broker.handlers.context import Handler, RequestContext
 from broker.handlers.group_common import member_host
-from broker.handlers.guards import GROUP_DENIED, Guard, whole
+from broker.handlers.guards import GROUP_DENIED, TOPIC_DENIED, refused_whole
 from broker.name_patterns import InvalidRegex, compile_regex
 from metadata.acl.binding import AclOperation, ResourceType
 from wire import schema
@@ -152,10 +153,32 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         client_id=ctx.client_id or "",
         client_host=member_host(ctx),
     )
-    return _answer(ctx, await groups.consumer_group_heartbeat(request.group_id, heartbeat))
+    return _answer(ctx, await groups.consumer_group_heartbeat(request.group_id, heartbeat, _audience(ctx)))
 
 
-#: GROUP READ on the group, as Kafka checks (the topics a regex matches are not filtered by TOPIC DESCRIBE here).
-authorize_consumer_group_heartbeat: Final[Guard] = whole(
-    ResourceType.GROUP, AclOperation.READ, lambda r: r.group_id, GROUP_DENIED
-)
+def _audience(ctx: RequestContext) -> Audience | None:
+    """With an authorizer, who heartbeats: a regex subscription matches only the topics it may DESCRIBE (Kafka's
+    regex resolution filters them so), resolved with the principal whose heartbeat finds the group's regexes stale
+    (the topics or the ACLs changed)."""
+    authorizer, principal, host, listener = ctx.authorizer, ctx.principal, ctx.client_host, ctx.listener_name
+    if not authorizer.enabled:
+        return None
+
+    def describable(name: str) -> bool:  # holds no request: the group keeps its last heartbeat's audience
+        return authorizer.allowed(principal, host, listener, AclOperation.DESCRIBE, resource=ResourceType.TOPIC,
+                                  name=name, log_denial=False)
+
+    return Audience((principal, host, listener), describable)
+
+
+async def authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+    """GROUP READ on the group, then TOPIC DESCRIBE on every subscribed topic name (TOPIC_AUTHORIZATION_FAILED
+    when any is refused, whether or not it exists), as Kafka's KafkaApis checks: a subscription is no way to learn
+    which topics exist. The topics a regex matches are not filtered by TOPIC DESCRIBE here (Kafka's regex
+    resolution does filter them); describing the group hides them (``guards.per_group_with_topics``)."""
+    if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return refused_whole(ctx, GROUP_DENIED)
+    names = set(request.subscribed_topic_names or ())
+    if any(not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n) for n in sorted(names)):
+        return ctx.build(throttle_time=0, error_code=TOPIC_DENIED, member_epoch=-1, heartbeat_interval=0)
+    return await handler(ctx, request)

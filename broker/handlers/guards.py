@@ -176,3 +176,37 @@ def per_group(op: AclOperation, request_field: str, response_field: str) -> Guar
         )
 
     return guard
+
+
+#: Kafka's message for a described group whose assignments name a topic the caller may not DESCRIBE.
+_UNDESCRIBABLE_TOPICS: Final = "The group has described topic(s) that the client is not authorized to describe."
+
+
+def per_group_with_topics(op: AclOperation, request_field: str, response_field: str) -> Guard:
+    """:func:`per_group`, then each described group one of whose members is assigned (or targeted with) a topic
+    the caller may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED without its members, as Kafka's
+    ConsumerGroupDescribe and ShareGroupDescribe answer: rights on a group are no way to learn topic names."""
+    groups_checked = per_group(op, request_field, response_field)
+
+    async def guard(ctx: RequestContext, request: Any, handler: Handler) -> Any:
+        response = await groups_checked(ctx, request, handler)
+        if response is None:
+            return None
+        groups = tuple(_hiding_topics(ctx, group) for group in getattr(response, response_field))
+        return dataclasses.replace(response, **{response_field: groups})
+
+    return guard
+
+
+def _hiding_topics(ctx: RequestContext, group: Any) -> Any:
+    names = {
+        tp.topic_name
+        for member in group.members
+        for assignment in (member.assignment, getattr(member, "target_assignment", None))
+        if assignment is not None
+        for tp in assignment.topic_partitions
+    }
+    if all(ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n, log_denial=False) for n in names):
+        return group
+    return schema.build(type(group), group_id=group.group_id, error_code=TOPIC_DENIED,
+                        error_message=_UNDESCRIBABLE_TOPICS, members=())

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from broker import authorized_operations
 from broker.handlers.consumer_group_describe import described_assignment
 from broker.handlers.context import RequestContext
-from broker.handlers.guards import Guard, per_group
+from broker.handlers.guards import Guard, per_group_with_topics
 from broker.handlers.share_group_heartbeat import SHARE_GROUPS_OFF
 from metadata.acl.binding import AclOperation, ResourceType
 from metadata.group_configs import share_groups_enabled
@@ -80,4 +80,4 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> Any:
 
 
 #: GROUP DESCRIBE on each group, as Kafka checks.
-authorize_share_group_describe: Final[Guard] = per_group(AclOperation.DESCRIBE, "group_ids", "groups")
+authorize_share_group_describe: Final[Guard] = per_group_with_topics(AclOperation.DESCRIBE, "group_ids", "groups")

@@ -204,12 +204,13 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         64: unregister_broker.authorize_unregister_broker,  # UnregisterBroker: CLUSTER ALTER
         65: describe_transactions.authorize_describe_transactions,  # DescribeTransactions: TRANSACTIONAL_ID DESCRIBE
         66: list_transactions.authorize_list_transactions,  # ListTransactions: only the ids the principal may DESCRIBE
-        68: consumer_group_heartbeat.authorize_consumer_group_heartbeat,  # ConsumerGroupHeartbeat: GROUP READ
-        69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP DESCRIBE
+        # ConsumerGroupHeartbeat: GROUP READ, TOPIC DESCRIBE on the subscribed names
+        68: consumer_group_heartbeat.authorize_consumer_group_heartbeat,
+        69: consumer_group_describe.authorize_consumer_group_describe,  # ConsumerGroupDescribe: GROUP, TOPIC DESCRIBE
         # GetTelemetrySubscriptions, PushTelemetry: no ACL (as Kafka: a client pushes its own metrics)
         74: list_config_resources.authorize_list_config_resources,  # ListConfigResources: CLUSTER DESCRIBE_CONFIGS
         76: share_group_heartbeat.authorize_share_group_heartbeat,  # ShareGroupHeartbeat: GROUP READ, TOPIC DESCRIBE
-        77: share_group_describe.authorize_share_group_describe,  # ShareGroupDescribe: GROUP DESCRIBE
+        77: share_group_describe.authorize_share_group_describe,  # ShareGroupDescribe: GROUP, assigned TOPIC DESCRIBE
         # ShareFetch, ShareAcknowledge: GROUP READ (whole request), then TOPIC READ per partition in the handler
         78: share_common.authorize_share_group,
         79: share_common.authorize_share_group,

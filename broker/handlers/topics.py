@@ -81,14 +81,16 @@ async def authorize_create_topics(ctx: RequestContext, request: Any, handler: Ha
 
 
 async def authorize_delete_topics(ctx: RequestContext, request: Any, handler: Handler) -> Any:
-    """TOPIC DELETE on each topic (v6+: named or by id), as Kafka checks."""
+    """TOPIC DELETE on each topic (v6+: named or by id), as Kafka checks. A topic asked by id is answered with its
+    name only when the caller may DESCRIBE it (else a null name, as Kafka's controller answers): a refusal must not
+    tell a caller the names of topics it cannot see."""
     if ctx.api_version >= 6:
 
         def refused(response_cls: type[Any], topic: Any, code: ErrorCode) -> Any:
             return schema.build_nested(
                 response_cls,
                 "responses",
-                name=topic_name(ctx, topic) or topic.name,
+                name=topic.name or _describable_name(ctx, topic),
                 topic_id=topic.topic_id or uuid_zero,
                 error_code=code,
             )
@@ -113,6 +115,14 @@ async def authorize_delete_topics(ctx: RequestContext, request: Any, handler: Ha
         denial=lambda n: None if ctx.allowed(AclOperation.DELETE, ResourceType.TOPIC, n) else TOPIC_DENIED,
         refused=refused_name,
     )
+
+
+def _describable_name(ctx: RequestContext, topic: Any) -> str | None:
+    """The name of a topic asked by id, if the caller may DESCRIBE it; None otherwise."""
+    name = topic_name(ctx, topic)
+    if name is None or not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=False):
+        return None
+    return name
 
 
 async def authorize_create_partitions(ctx: RequestContext, request: Any, handler: Handler) -> Any:

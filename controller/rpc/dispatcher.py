@@ -32,6 +32,7 @@ the server and hands itself in, so the dependency runs one way (quorum → rpc).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -469,13 +470,11 @@ class ControllerDispatcher:
 
     # ---- Fjord's stream RPCs -------------------------------------------------------------------------------
     async def _stream(self, frame: bytes, peer: Peer) -> bytes:
-        try:
-            correlation_id, request = decode_stream_request(frame)
+        check = None if self.authorizer is None else functools.partial(self.authorizer.check_stream, peer)
+        try:  # the caller's right is checked on the header: no body is parsed for a caller who may not send it
+            correlation_id, request = decode_stream_request(frame, check)
         except StreamCodecError as exc:
             raise ControllerProtocolError(f"{exc} (from {peer})") from None
-        if self.authorizer is not None:
-            what = f"{type(request).__name__} (correlation id {correlation_id})"
-            self.authorizer.check_stream(peer, type(request), what)
         leader = self.quorum.leader_id
         try:
             result = await self._serve_stream(request)

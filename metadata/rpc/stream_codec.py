@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import struct
 import typing
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from metadata.rpc.stream_rpcs import STREAM_API_VERSION, STREAM_REQUESTS, StreamRequest, StreamResponse
 from storage.metadata.record_codec import from_json, to_json
@@ -42,8 +44,23 @@ def encode_stream_request(request: StreamRequest, correlation_id: int, client_id
     return _LENGTH.pack(len(header) + len(body)) + header + body
 
 
-def decode_stream_request(frame: bytes) -> tuple[int, StreamRequest]:
-    """(correlation id, request) of a frame without its length prefix."""
+#: The largest JSON body of a Fjord RPC request a node parses: far above any real request (a stream-set object's
+#: commit of thousands of streams is a few MiB), so that parsing is bounded whatever the frame size allows.
+MAX_REQUEST_BODY_BYTES: Final = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRequestHeader:
+    """What a request frame's header says, read before its body so that the caller's right to send this RPC can be
+    checked before any of the body is parsed."""
+
+    correlation_id: int
+    request: type[StreamRequest]
+    body_start: int
+
+
+def read_stream_header(frame: bytes) -> StreamRequestHeader:
+    """The header of a frame without its length prefix; StreamCodecError when it names no RPC this node knows."""
     if len(frame) < _PREFIX.size + _CLIENT_ID_LENGTH.size:
         raise StreamCodecError(f"Fjord RPC frame of {len(frame)} bytes is shorter than its header")
     api_key, version, correlation_id = _PREFIX.unpack_from(frame, 0)
@@ -53,13 +70,36 @@ def decode_stream_request(frame: bytes) -> tuple[int, StreamRequest]:
     if version > STREAM_API_VERSION:
         raise StreamCodecError(f"{cls.__name__} v{version} is newer than this node's v{STREAM_API_VERSION}")
     (client_length,) = _CLIENT_ID_LENGTH.unpack_from(frame, _PREFIX.size)
-    start = _PREFIX.size + _CLIENT_ID_LENGTH.size + max(client_length, 0)
+    return StreamRequestHeader(correlation_id, cls, _PREFIX.size + _CLIENT_ID_LENGTH.size + max(client_length, 0))
+
+
+def decode_stream_body(header: StreamRequestHeader, frame: bytes) -> StreamRequest:
+    """The request of ``frame`` whose header is ``header``. A body over :data:`MAX_REQUEST_BODY_BYTES`, or nested
+    deeper than the interpreter's recursion limit (no request nests more than a few levels), is a StreamCodecError
+    like any malformed body: one line for the log, never a traceback."""
+    what = f"{header.request.__name__} (correlation id {header.correlation_id})"
+    size = len(frame) - header.body_start
+    if size > MAX_REQUEST_BODY_BYTES:
+        raise StreamCodecError(f"{what} has a body of {size} bytes, over the {MAX_REQUEST_BODY_BYTES} parsed")
     try:
-        body = json.loads(frame[start:])
-        request = from_json(cls, body)
+        request = from_json(header.request, json.loads(frame[header.body_start :]))
+    except RecursionError:
+        raise StreamCodecError(f"{what} is nested too deeply to parse") from None
     except (ValueError, TypeError, KeyError, IndexError) as exc:
-        raise StreamCodecError(f"{cls.__name__} (correlation id {correlation_id}) is malformed: {exc}") from None
-    return correlation_id, typing.cast(StreamRequest, request)
+        raise StreamCodecError(f"{what} is malformed: {exc}") from None
+    return typing.cast(StreamRequest, request)
+
+
+def decode_stream_request(
+    frame: bytes, check: Callable[[type[StreamRequest], str], None] | None = None
+) -> tuple[int, StreamRequest]:
+    """(correlation id, request) of a frame without its length prefix. ``check(request class, what)``, when given,
+    runs between the header and the body (the listener's authorization: it raises to refuse), so that nothing of
+    the body of a refused request is parsed."""
+    header = read_stream_header(frame)
+    if check is not None:
+        check(header.request, f"{header.request.__name__} (correlation id {header.correlation_id})")
+    return header.correlation_id, decode_stream_body(header, frame)
 
 
 def encode_stream_response(correlation_id: int, response: StreamResponse) -> bytes:

@@ -452,3 +452,35 @@ async def test_delete_share_group_offsets_needs_group_delete_then_topic_read() -
     assert [(t.topic_name, t.error_code) for t in response.responses] == [
         ("refused", ErrorCode.topic_authorization_failed)
     ]
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(69, 1), (77, 1)])
+async def test_describing_a_group_assigned_an_undescribable_topic_names_none(api_key: int, version: int) -> None:
+    """ConsumerGroupDescribe and ShareGroupDescribe: a group one of whose members is assigned a topic the caller
+    may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED without its members, as Kafka answers."""
+
+    def described(topic: str) -> Any:
+        response_cls = codec.response_class(api_key, version)
+        group_cls = schema.field_entity(response_cls, "groups")
+        member_cls = schema.field_entity(group_cls, "members")
+        assignment_cls = schema.field_entity(member_cls, "assignment")
+        assignment = schema.build(assignment_cls, topic_partitions=(
+            schema.build_nested(assignment_cls, "topic_partitions", topic_id=uuid.uuid4(), topic_name=topic,
+                                partitions=(0,)),))
+        member = schema.build(member_cls, member_id="m", assignment=assignment, target_assignment=assignment)
+        group = schema.build(group_cls, group_id="allowed-group", members=(member,))
+        return schema.build(response_cls, groups=(group,))
+
+    for topic, hidden in (("allowed", False), ("no-acl-names-it", True)):
+        async def handler(_ctx: RequestContext, _request: Any, topic: str = topic) -> Any:
+            return described(topic)
+
+        ctx = _context(api_key, version)
+        request = schema.build(codec.request_class(api_key, version), group_ids=("allowed-group",))
+        response = await serve_authorized(ctx, request, handler)
+        codec.encode_response(7, response)
+        (group,) = response.groups
+        if hidden:
+            assert (group.error_code, group.members) == (ErrorCode.topic_authorization_failed, ())
+        else:
+            assert group.error_code == ErrorCode.none and len(group.members) == 1

@@ -425,6 +425,32 @@ def test_topic_created_that_matches_a_regex_is_assigned_on_the_next_heartbeat() 
     assert grown.assignment == {**parts("orders-eu", 0, 1), **parts("orders-us", 0, 1, 2)}
 
 
+def test_a_regex_matches_the_describable_topics_and_another_principal_does_not_resolve_it_again() -> None:
+    """Views of one image and one set of ACLs (``describable_by`` with one generation) share a resolution: the
+    regex is resolved with the principal of the heartbeat that finds it stale, and a member of another principal
+    heartbeating on its own view does not move the group epoch (no rebalance at every alternate heartbeat)."""
+    topics = cluster(**{"orders-eu": 2, "orders-secret": 1})
+    generation = object()
+    alice = topics.describable_by(lambda name: name != "orders-secret", generation)
+    admin = topics.describable_by(lambda _name: True, generation)
+    group = ConsumerGroup("g", config(), 0)
+    a, b = Client("a", regex="orders-.*"), Client("b", regex="orders-.*")
+    assert a.heartbeat(group, 0, alice).assignment == parts("orders-eu", 0, 1)
+    settle(group, [a, b], 0, alice)
+    epoch = group.group_epoch
+    for now in range(10, 200, 10):
+        a.heartbeat(group, now, alice)
+        b.heartbeat(group, now, admin)
+    assert group.group_epoch == epoch
+    assert topic_id("orders-secret") not in group.subscription
+    assert set(a.owned) | set(b.owned) == {topic_id("orders-eu")}
+
+    # The ACLs change (a new generation): the next heartbeat resolves the regex again, with its principal.
+    granted = topics.describable_by(lambda _name: True, object())
+    settle(group, [a, b], 300, granted)
+    assert topic_id("orders-secret") in group.subscription
+
+
 def test_partition_count_growth_is_assigned() -> None:
     group = ConsumerGroup("g", config(), 0)
     a, b = joined(group, ORDERS6, Client("a"), Client("b"))

@@ -20,6 +20,7 @@ from metadata.rpc.raft_codec import (
     response_to_kio,
 )
 from metadata.rpc.stream_codec import (
+    MAX_REQUEST_BODY_BYTES,
     StreamCodecError,
     api_key_of,
     decode_stream_request,
@@ -174,6 +175,33 @@ def test_malformed_stream_frames_name_the_problem() -> None:
     frame = encode_stream_request(OpenStream(NodeIdentity(1, 1), 3, 0), 1)[4:]
     with pytest.raises(StreamCodecError, match="OpenStream"):
         decode_stream_request(frame[:-3] + b"}")
+
+
+class _Refused(Exception):
+    pass
+
+
+def test_a_stream_request_body_is_parsed_only_after_its_caller_is_checked() -> None:
+    """The check (the CONTROLLER listener's authorization) sees the request's class before any of the body is
+    parsed: a refused caller's 100,000-deep body is never read; an allowed one's is refused as nested too deeply,
+    and an oversized one by its size, each with a StreamCodecError (one log line), never a RecursionError."""
+    depth = 100_000
+    nested = encode_stream_request(GetKV("k"), 9)[4:]
+    nested = nested[: nested.index(b"[")] + b"[" * depth + b"]" * depth
+    seen: list[tuple[type[object], str]] = []
+
+    def refuse(request: type[object], what: str) -> None:
+        seen.append((request, what))
+        raise _Refused(what)
+
+    with pytest.raises(_Refused):
+        decode_stream_request(nested, refuse)
+    assert seen == [(GetKV, "GetKV (correlation id 9)")]
+    with pytest.raises(StreamCodecError, match="nested too deeply"):
+        decode_stream_request(nested, lambda _request, _what: None)
+    header = nested[: nested.index(b"[")]
+    with pytest.raises(StreamCodecError, match="over the"):
+        decode_stream_request(header + b" " * (MAX_REQUEST_BODY_BYTES + 1))
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from broker.groups.consumer.assignment import TopicMetadata
@@ -18,9 +18,26 @@ class ClusterTopics:
     group's heartbeats until the topics change, so a regex is matched once per image, not once per heartbeat."""
 
     by_name: Mapping[str, TopicMetadata]
-    #: Topics a regex may match: internal topics are never subscribed by pattern.
+    #: Topics a regex may match: internal topics are never subscribed by pattern (nor, with an authorizer, topics
+    #: the heartbeating member's principal may not DESCRIBE: :meth:`describable_by`).
     regex_visible: frozenset[str]
+    #: The views one image and one set of ACLs give different principals share it (:attr:`resolution`).
+    generation: object = field(default=None, repr=False, compare=False)
     _matches: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def resolution(self) -> object:
+        """What a group's regex resolution was computed on: a group resolves its regexes again when this changes
+        (the topics or the ACLs), not at every heartbeat of a member whose principal sees other topics (as Kafka
+        resolves them with the principal of the heartbeat that finds them stale)."""
+        return self if self.generation is None else self.generation
+
+    def describable_by(self, describable: Callable[[str], bool], generation: object) -> ClusterTopics:
+        """This view with the topics a regex may match narrowed to those ``describable`` (a principal's TOPIC
+        DESCRIBE), as Kafka's regex resolution filters them: a pattern is no way to be assigned a topic one may
+        not see."""
+        visible = frozenset(name for name in self.regex_visible if describable(name))
+        return ClusterTopics(self.by_name, visible, generation)
 
     def matching(self, pattern: str) -> frozenset[str]:
         found = self._matches.get(pattern)

@@ -129,7 +129,7 @@ class ConsumerGroup:
         #: Moves whenever a member's subscription may have changed (joins, leaves, new names or regex): the
         #: subscribed topics are recomputed only then, or when the cluster's topics change.
         self._subscriptions_version = 0
-        self._refreshed: tuple[ClusterTopics, int] | None = None
+        self._refreshed: tuple[object, int] | None = None
         self._changes: list[Change] = []
         self.offsets = GroupOffsets()
         self.pending_txn_offsets = PendingTxnOffsets()
@@ -435,9 +435,9 @@ class ConsumerGroup:
         """Recomputes the subscribed topics' metadata; True when it changed (the group epoch must move). Nothing to
         do when neither the cluster's topics nor any member's subscription changed since the last time."""
         refreshed = self._refreshed
-        if refreshed is not None and refreshed[0] is topics and refreshed[1] == self._subscriptions_version:
+        if refreshed is not None and refreshed[0] is topics.resolution and refreshed[1] == self._subscriptions_version:
             return False
-        self._refreshed = (topics, self._subscriptions_version)
+        self._refreshed = (topics.resolution, self._subscriptions_version)
         subscribed: dict[uuid.UUID, TopicMetadata] = {}
         for member in self.members.values():
             for name in member.subscribed_topic_names:
