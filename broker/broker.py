@@ -44,6 +44,7 @@ from storage.config import ConfigError
 from storage.engine import StorageEngine
 from wire.connection_gate import ConnectionGate
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
+from wire.memory_pool import pool_of, seconds_or_never
 from wire.metrics import ServerMetrics
 from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls_reload import CertificateReloader
@@ -263,6 +264,8 @@ def _client_listeners(config: ServerConfig, metrics: ServerMetrics, gate: Connec
     """One unbound ``KafkaListener`` per client listener, sharing Kafka's connection quotas (``gate``)."""
     idle_ms = int(config.value("connections.max.idle.ms"))
     backlog = int(config.value("socket.listen.backlog.size"))
+    pool = pool_of(int(config.value("queued.max.request.bytes")))  # one for all the node's client listeners
+    setup_s = seconds_or_never(int(config.value("fjord.connections.setup.max.ms")))
     listeners = []
     for listener in config.broker_listeners:
         tls = config.tls.get(listener.name)
@@ -276,8 +279,10 @@ def _client_listeners(config: ServerConfig, metrics: ServerMetrics, gate: Connec
             ssl_context=tls.context() if tls is not None else None,
             unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if listener.name in config.sasl else None,
             gate=gate,
-            idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else None,  # Kafka: negative, never
+            idle_timeout_s=seconds_or_never(idle_ms),
             backlog=backlog,
+            memory_pool=pool,
+            setup_timeout_s=setup_s,
         ))
     return listeners
 

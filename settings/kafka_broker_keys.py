@@ -548,9 +548,6 @@ _REFUSED: dict[str, Refused] = {
         "not implemented: requests are bounded per connection (64 in flight), not by a broker-wide queue",
         accepts="500",
     ),
-    "queued.max.request.bytes": Refused(
-        "not implemented: requests are not bounded by a broker-wide queue", accepts="-1"
-    ),
     "offsets.load.buffer.size": Refused(_LOAD_READS, accepts="1048576", default="5242880"),
     "transaction.state.log.load.buffer.size": Refused(_LOAD_READS, accepts="1048576", default="5242880"),
     "offsets.topic.compression.codec": Refused("not implemented: offset commits are written uncompressed", accepts="0"),

@@ -67,6 +67,15 @@ CREATION_RATE_DOC = (
 
 
 #: ssl.protocol's documentation (DescribeConfigs).
+QUEUED_MAX_REQUEST_BYTES_DOC = (
+    "The most bytes of requests larger than a connection's 256 KiB staging buffer the node reads and queues at once "
+    "(each reserves its claimed size until answered); a connection whose request does not fit stops reading until "
+    "room is released. -1 or 0: unbounded (Kafka's default); Fjord's default, 256 MiB, keeps a node inside its memory."
+)
+SETUP_MAX_MS_DOC = (
+    "Fjord's own: a connection that has not finished its TLS handshake and authenticated (SASL listeners) or sent "
+    "one whole request (other listeners) this many ms after it was accepted is closed. -1: never."
+)
 SSL_PROTOCOL_DOC = (
     "The SSL protocol Kafka's JVM builds its SSLContext with: TLSv1.2, TLSv1.3 (Kafka's default) or TLS. In Fjord, as "
     "on Kafka's listeners, the versions served and used are ssl.enabled.protocols'; ssl.protocol changes none of them."
@@ -138,6 +147,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("socket.send.buffer.bytes", _B.INT, 102400),
         ConfigKey("socket.receive.buffer.bytes", _B.INT, 102400),
         ConfigKey("connections.max.idle.ms", _B.LONG, 600000),
+        # Memory bounds against hostile clients (issue 26, wire.frames / wire.memory_pool): the bytes of large
+        # requests a node reads and queues at once (Kafka: -1, unbounded; fjord: 256 MiB, a frame that does not fit
+        # waits, -1 or 0 unbounded), and how long a connection may take to finish its TLS handshake and
+        # authenticate (SASL) or send its first whole request (fjord's own key; -1 never).
+        ConfigKey("queued.max.request.bytes", _B.LONG, 256 * 1024 * 1024, doc=QUEUED_MAX_REQUEST_BYTES_DOC),
+        ConfigKey("fjord.connections.setup.max.ms", _B.LONG, 10000, doc=SETUP_MAX_MS_DOC),
         # The broker listeners' listen backlog (wire.listener), where connections also wait while quotas hold them.
         ConfigKey("socket.listen.backlog.size", _B.INT, 50, at_least(1)),
         # Connection quotas (wire.connection_limits: Kafka's ConnectionQuotas, KIP-402, KIP-612), dynamic as Kafka's.

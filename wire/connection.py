@@ -36,6 +36,7 @@ from wire.codec import ProtocolError
 from wire.dispatch import Dispatcher, Peer, Response
 from wire.frames import FrameBuffer
 from wire.log_text import LOG_TEXT_MAX, untrusted
+from wire.memory_pool import MemoryPool
 from wire.muting import Muting
 
 #: The listener's logger: operators configure (and tests filter) one logger for all a listener does with its
@@ -64,6 +65,9 @@ class ConnectionHost(Protocol):
 
     @property
     def max_in_flight(self) -> int: ...
+
+    @property
+    def memory_pool(self) -> MemoryPool | None: ...
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None: ...
@@ -99,13 +103,22 @@ class Connection(asyncio.BufferedProtocol):
         self._active = False
         self._seen = 0.0
         self._dispatcher = host.dispatcher
+        #: Loop time the connection was made; set up once it authenticated (SASL) or sent a whole request (other
+        #: listeners): until then it is closed ``setup_timeout_s`` after it was made (:meth:`expire_if_idle`).
+        self._opened = 0.0
+        self._set_up = False
+        self._pool = host.memory_pool
+        reserve = self._pool.try_reserve if self._pool is not None else None
         limited = host.unauthenticated_max_request_bytes
         self._frames = (
-            FrameBuffer(max_frame_bytes=host.max_request_bytes, min_frame_bytes=codec.HEADER_PREFIX_SIZE)
+            FrameBuffer(max_frame_bytes=host.max_request_bytes, min_frame_bytes=codec.HEADER_PREFIX_SIZE,
+                        reserve=reserve)
             if limited is None
             else FrameBuffer(max_frame_bytes=min(limited, host.max_request_bytes),
-                             min_frame_bytes=codec.HEADER_PREFIX_SIZE, limit_key="sasl.server.max.receive.size")
+                             min_frame_bytes=codec.HEADER_PREFIX_SIZE, limit_key="sasl.server.max.receive.size",
+                             reserve=reserve)
         )
+        self._pool_wait = False  # a frame waits for room in the memory pool: not read meanwhile
         self._pending: collections.deque[asyncio.Task[Response | None]] = collections.deque()
         self._wakeup: asyncio.Event = asyncio.Event()
         self._reading_paused = False
@@ -135,12 +148,13 @@ class Connection(asyncio.BufferedProtocol):
         certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         self.peer = Peer(str(peername[0]), int(peername[1]), self._host.listener_name, state, lift,
                          certificate=certificate or None, mute=self._mute)
-        self._seen = asyncio.get_running_loop().time()
+        self._seen = self._opened = asyncio.get_running_loop().time()
         self._host.connection_opened(self)
         logger.debug("connection from %s", self.peer)
         self.responder = asyncio.get_running_loop().create_task(self._respond())
 
     def _lift_request_limit(self) -> None:
+        self._set_up = True
         self._frames.max_frame_bytes = self._host.max_request_bytes
         self._frames.limit_key = "socket.request.max.bytes"
 
@@ -151,15 +165,41 @@ class Connection(asyncio.BufferedProtocol):
         self._active = True
         if self._stop_reading:
             return
-        for frame in self._frames.buffer_updated(nbytes):
-            if not self._muting.hold(frame):
-                self._dispatch(frame)
+        frames = self._frames.buffer_updated(nbytes)
+        if frames:
+            reserved = self._frames.take_reserved()
+            if self._host.unauthenticated_max_request_bytes is None:
+                self._set_up = True
+            for frame in frames:
+                if not self._muting.hold(frame):
+                    self._dispatch(frame)
+            if reserved and self._pool is not None:
+                # Only a large frame reserves, and it comes alone: held until its request is answered (a frame
+                # a mute holds gives its bytes back now; held frames are bounded per connection).
+                task = self._pending[-1] if self._pending and not self._muting.held else None
+                if task is None:
+                    self._pool.release(reserved)
+                else:
+                    pool = self._pool
+                    task.add_done_callback(lambda _: pool.release(reserved))
         self._release()
         if self._frames.error is not None:
             logger.warning(
                 "closing connection from %s: %s", self.peer, untrusted(str(self._frames.error), 4 * LOG_TEXT_MAX)
             )
             self._stop()
+        elif self._frames.waiting is not None and not self._pool_wait and self._pool is not None:
+            self._pool_wait = True
+            self._pool.wait(self._pool_granted)
+            self._pace()
+
+    def _pool_granted(self) -> bool:
+        """The memory pool released bytes: read on if the waiting frame now fits (True: no longer waiting)."""
+        if self._lost or self._frames.retry():
+            self._pool_wait = False
+            self._pace()
+            return True
+        return False
 
     def eof_received(self) -> bool:
         self._stop()
@@ -171,6 +211,10 @@ class Connection(asyncio.BufferedProtocol):
         self._lost = True
         self.release_slot()  # at once: the responder may still be awaiting a handler before its finally runs
         self._muting.cancel()
+        if self._pool is not None:
+            if self._pool_wait:
+                self._pool.cancel(self._pool_granted)
+            self._pool.release(self._frames.abandon())
         self._stop()
         self._can_write.set()
         if exc is not None:
@@ -194,7 +238,8 @@ class Connection(asyncio.BufferedProtocol):
         if self._transport is None or self._lost:
             return
         limit = self._host.max_in_flight
-        wanted = not self._muting.muted and len(self._pending) < limit and self._muting.held < limit
+        wanted = (not self._muting.muted and not self._pool_wait and len(self._pending) < limit
+                  and self._muting.held < limit)
         if not wanted and not self._reading_paused:
             self._reading_paused = True
             self._transport.pause_reading()
@@ -229,18 +274,26 @@ class Connection(asyncio.BufferedProtocol):
         self._stop_reading = True
         self._wakeup.set()
 
-    def expire_if_idle(self, now: float, idle_s: float) -> None:
+    def expire_if_idle(self, now: float, idle_s: float | None, setup_s: float | None = None) -> None:
         """Closes the connection when it has neither read nor written since ``idle_s`` before ``now`` (loop time)
-        and owes no answer (Kafka's idle expiry; a request still being handled or held, or a mute the broker put on
-        it, is activity: the client is waiting on the broker)."""
-        if self._active or self._pending or self._muting.waiting_on_broker:
+        and owes no answer (Kafka's idle expiry; a request still being handled or held, a mute the broker put on
+        it, or a frame waiting for the memory pool is activity: the client is waiting on the broker), or when it
+        is not set up ``setup_s`` after it was made (``fjord.connections.setup.max.ms``: however it trickles
+        bytes, a client that has not authenticated or sent one whole request does not keep a connection)."""
+        if self._stop_reading:
+            return
+        if setup_s is not None and not self._set_up and now - self._opened >= setup_s:
+            logger.warning("closing connection from %s: not set up within fjord.connections.setup.max.ms (%.0f ms)",
+                           self.peer, setup_s * 1000)
+        elif self._active or self._pending or self._muting.waiting_on_broker or self._pool_wait:
             self._active = False
             self._seen = now
             return
-        if now - self._seen < idle_s or self._stop_reading:
+        elif idle_s is None or now - self._seen < idle_s:
             return
-        logger.debug("closing connection from %s: idle for longer than connections.max.idle.ms (%.0f ms)",
-                     self.peer, idle_s * 1000)
+        else:
+            logger.debug("closing connection from %s: idle for longer than connections.max.idle.ms (%.0f ms)",
+                         self.peer, idle_s * 1000)
         self._stop()
         if self._transport is not None:
             self._transport.close()

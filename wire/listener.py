@@ -39,6 +39,7 @@ from collections.abc import Callable, Set
 from wire.connection import Connection
 from wire.connection_gate import ConnectionGate
 from wire.dispatch import Dispatcher
+from wire.memory_pool import MemoryPool
 from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class KafkaListener:
         gate: ConnectionGate | None = None,
         idle_timeout_s: float | None = None,
         backlog: int = DEFAULT_BACKLOG,
+        memory_pool: MemoryPool | None = None,
+        setup_timeout_s: float | None = None,
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
@@ -79,7 +82,10 @@ class KafkaListener:
         for that long (and has no request outstanding) is closed (None: never), so abandoned connections do not
         keep ``max.connections`` spent for ever. ``backlog``: how many connections the kernel queues before they
         are accepted (Kafka's ``socket.listen.backlog.size``), which is also where connections wait while the gate
-        holds the acceptor."""
+        holds the acceptor. ``memory_pool``: the node's bound on the bytes of large requests read and queued
+        (``queued.max.request.bytes``, ``wire.memory_pool``; None: unbounded). ``setup_timeout_s``
+        (``fjord.connections.setup.max.ms``): a connection that has not finished its TLS handshake, authenticated
+        (SASL) or sent a whole request (other listeners) that long after it was accepted is closed (None: never)."""
         #: What the listener serves, from :meth:`start_serving` on: a listener binds before its server exists
         #: (a broker registers the port it bound, and only its registration makes the rest of it).
         self._dispatcher: Dispatcher | None = None
@@ -98,6 +104,8 @@ class KafkaListener:
             gate.add_listener(self)
         self.idle_timeout_s = idle_timeout_s
         self.backlog = backlog
+        self.memory_pool = memory_pool
+        self.setup_timeout_s = setup_timeout_s
         self._server: asyncio.Server | None = None
         #: The own listening sockets of a TLS or gated listener: one per address the host resolves to.
         self._own_sockets: list[socket.socket] = []
@@ -207,8 +215,8 @@ class KafkaListener:
         else:
             assert self._server is not None
             await self._server.start_serving()
-        if self.idle_timeout_s is not None and self._sweeper is None:
-            self._sweeper = loop.create_task(self._expire_idle(self.idle_timeout_s))
+        if (self.idle_timeout_s is not None or self.setup_timeout_s is not None) and self._sweeper is None:
+            self._sweeper = loop.create_task(self._expire_idle(self.idle_timeout_s, self.setup_timeout_s))
         logger.info("listener %s accepting connections on %s:%d", self.listener_name, self.host, self.bound_port)
 
     async def stop_accepting(self) -> None:
@@ -275,7 +283,10 @@ class KafkaListener:
         one line saying why it failed. ``slot``: the key the gate counts it under (None: not counted)."""
         connection = Connection(self, slot=slot)
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock, ssl=self.ssl_context)
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: connection, sock, ssl=self.ssl_context,
+                ssl_handshake_timeout=self.setup_timeout_s if self.ssl_context is not None else None,
+            )
         except OSError as exc:  # an SSLError, a reset, or the handshake timing out
             connection.release_slot()
             reason = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else type(exc).__name__
@@ -288,17 +299,19 @@ class KafkaListener:
             sock.close()
             raise
 
-    async def _expire_idle(self, idle_s: float) -> None:
-        """Kafka's ``connections.max.idle.ms``: every so often, closes the connections idle for longer. A sweep
-        rather than a timer per connection keeps a read's cost to setting one flag; a connection is closed between
-        ``idle_s`` and ``idle_s`` plus one sweep period after its last byte."""
-        period = min(max(idle_s / 4, _IDLE_SWEEP_MIN_S), _IDLE_SWEEP_MAX_S)
+    async def _expire_idle(self, idle_s: float | None, setup_s: float | None) -> None:
+        """Kafka's ``connections.max.idle.ms`` and Fjord's ``fjord.connections.setup.max.ms``: every so often,
+        closes the connections idle (or not set up) for longer. A sweep rather than a timer per connection keeps a
+        read's cost to setting one flag; a connection is closed between the bound and the bound plus one sweep
+        period."""
+        bound = min(b for b in (idle_s, setup_s) if b is not None)
+        period = min(max(bound / 4, _IDLE_SWEEP_MIN_S), _IDLE_SWEEP_MAX_S)
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
             now = loop.time()
             for connection in list(self._connections):
-                connection.expire_if_idle(now, idle_s)
+                connection.expire_if_idle(now, idle_s, setup_s)
 
     # -- what its connections (wire.connection.ConnectionHost) and its gate (GatedListener) use -------------------
 

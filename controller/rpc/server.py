@@ -28,6 +28,7 @@ from metadata.acl.authorizer import settings_from
 from settings.server import Listener
 from storage.config import ConfigError
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
+from wire.memory_pool import pool_of, seconds_or_never
 from wire.metrics import ServerMetrics
 from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls_reload import CertificateReloader
@@ -84,6 +85,9 @@ class ControllerServer:
             max_in_flight=DEFAULT_MAX_IN_FLIGHT,
             ssl_context=tls.context() if tls is not None else None,
             unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if gate is not None else None,
+            # The CONTROLLER listener's own pool (a combined node's broker listeners share another).
+            memory_pool=pool_of(int(quorum.config.value("queued.max.request.bytes"))),
+            setup_timeout_s=seconds_or_never(int(quorum.config.value("fjord.connections.setup.max.ms"))),
         )
         # An SSL CONTROLLER listener picks up renewed certificate files as client listeners do.
         self._reloader = (
