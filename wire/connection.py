@@ -290,6 +290,7 @@ class Connection(asyncio.BufferedProtocol):
             self._seen = now
             return
         elif idle_s is None or now - self._seen < idle_s:
+            self._frames.trim()  # quiet since the last sweep: give back a buffer grown for a burst
             return
         else:
             logger.debug("closing connection from %s: idle for longer than connections.max.idle.ms (%.0f ms)",

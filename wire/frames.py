@@ -78,6 +78,18 @@ class FrameBuffer:
             self._make_room()
         return frames
 
+    @property
+    def held_bytes(self) -> int:
+        """The memory this connection's buffers hold: what a client can make the node keep by sending."""
+        return len(self._staging) + sum(len(chunk) for chunk in self._chunks or ())
+
+    def trim(self) -> None:
+        """The connection has gone quiet: a staging buffer grown for a burst and holding nothing goes back to its
+        first size, so connections that once sent a lot and then idle do not keep 256 KiB each."""
+        if self._chunks is None and self._start == self._end and len(self._staging) > INITIAL_STAGING_BYTES:
+            self._staging = bytearray(INITIAL_STAGING_BYTES)
+            self._start = self._end = 0
+
     def take_reserved(self) -> int:
         """The pool bytes the last frame returned holds (0: none); the caller releases them once it is done with it."""
         reserved, self._reserved = (self._reserved, 0) if self._chunks is None else (0, self._reserved)

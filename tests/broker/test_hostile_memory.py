@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request
+from testkit.tls_certs import CertificateAuthority
 from testkit.waiting import eventually
 from tests.broker.kafka_clients import fetch_request, produce_request, topic_name
 from tests.topics import create_topic
@@ -52,7 +54,7 @@ def closed_by_peer(sock: socket.socket) -> bool:
         return sock.recv(1) == b""
     except TimeoutError:
         return False
-    except ConnectionResetError:
+    except (ConnectionResetError, ssl.SSLError):
         return True
 
 
@@ -143,3 +145,34 @@ def test_a_request_that_does_not_fit_the_pool_waits_and_is_then_served(
     got_b, body_b = second.receive(0, 9)
     assert got_b == 8 and body_b.responses[0].partition_responses[0].error_code == ErrorCode.none
     assert body_b.responses[0].partition_responses[0].base_offset == len(values_a)
+
+
+def test_handshakes_and_logins_never_finished_are_cut_off(
+    broker_factory: Callable[..., BrokerProcess], wire: Callable[[int], WireClient], tmp_path: Path,
+    sockets: list[socket.socket],
+) -> None:
+    ca = CertificateAuthority(tmp_path / "certs")
+    server = ca.issue("server", server=True)
+    broker = broker_factory({
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL:SASL_PLAINTEXT",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(server.keystore_path),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required username="a" password="b" user_a="b";',
+        "fjord.connections.setup.max.ms": "2000",
+    })
+    ssl_port, sasl_port = broker.endpoints["SSL"][1], broker.endpoints["SASL"][1]
+    silent = socket.create_connection(("127.0.0.1", ssl_port), timeout=10)  # never sends its ClientHello
+    context = ssl.create_default_context(cafile=str(ca.cert_path))
+    context.check_hostname = False
+    shaken = context.wrap_socket(socket.create_connection(("127.0.0.1", ssl_port), timeout=10))  # then nothing
+    unauthenticated = WireClient(sasl_port)  # a whole request, but no login
+    unauthenticated.request(api_versions_request(3))
+    sockets.extend([silent, shaken, unauthenticated.sock])
+    served = wire(broker.port)
+    served.request(api_versions_request(3))
+    eventually(lambda: all(closed_by_peer(s) for s in sockets), timeout=15,
+               what="the TLS and SASL connections that never finished setting up to be closed")
+    served.request(api_versions_request(3))  # the PLAINTEXT connection sent a whole request: it stays
