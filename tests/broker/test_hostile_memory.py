@@ -91,8 +91,10 @@ def test_claimed_frames_cost_what_was_sent_and_are_cut_off(
     client = wire(broker.port)
     produce_and_fetch(client, topic, [b"before"])
     before = rss_bytes(broker.proc.pid)
-    sockets.extend(claimers(broker.port, 50))  # 50 x 100 MB claimed, 700 bytes sent
-    client.request(api_versions_request(3))  # the claims have been read by the time this is answered
+    sockets.extend(claimers(broker.port, 40))  # 50 x 100 MB claimed, 700 bytes sent, on both kinds of listener
+    sockets.extend(claimers(broker.listener_ports["CONTROLLER"], 10))
+    client.request(api_versions_request(3))  # the claims have been read by the time these are answered
+    wire(broker.listener_ports["CONTROLLER"]).request(api_versions_request(3))
     grown = rss_bytes(broker.proc.pid) - before
     assert grown < 64 * MIB, f"RSS grew by {grown / MIB:.0f} MiB for 50 claimed 100 MB frames"
     produce_and_fetch(client, topic, [b"during", os.urandom(1000)])
