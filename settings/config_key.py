@@ -114,6 +114,17 @@ def either(first: Validator, second: Validator) -> Validator:
     return lambda v: None if first(v) is None or second(v) is None else first(v)
 
 
+def bounded_by_keys(value: Callable[[str], Any], key: str, low_key: str, high_key: str) -> int:
+    """``key``'s value, checked to lie within the values of ``low_key`` and ``high_key`` (Kafka's min/max pairs,
+    such as ``group.consumer.min/max.session.timeout.ms``); ConfigError naming the keys otherwise."""
+    got, low, high = int(value(key)), int(value(low_key)), int(value(high_key))
+    if low > high:
+        raise ConfigError(f"{low_key} ({low}) must not exceed {high_key} ({high})")
+    if not low <= got <= high:
+        raise ConfigError(f"{key} ({got}) must be between {low_key} ({low}) and {high_key} ({high})")
+    return got
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     """One key: Kafka's name, type, default (typed, None = no default) and validator."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from settings.config_key import bounded_by_keys
 from storage.config import ConfigError
 
 #: The server-side assignors Fjord has (``broker.groups.consumer.assignors``), by the names clients send.
@@ -51,24 +52,15 @@ class ConsumerGroupSettings:
         return self.migration_policy != "disabled"
 
 
-def _bounded(value: Callable[[str], Any], key: str, low_key: str, high_key: str) -> int:
-    got, low, high = int(value(key)), int(value(low_key)), int(value(high_key))
-    if low > high:
-        raise ConfigError(f"{low_key} ({low}) must not exceed {high_key} ({high})")
-    if not low <= got <= high:
-        raise ConfigError(f"{key} ({got}) must be between {low_key} ({low}) and {high_key} ({high})")
-    return got
-
-
 def consumer_group_settings(value: Callable[[str], Any]) -> ConsumerGroupSettings:
     """The settings from a config's typed ``value`` lookup; ConfigError naming the key when Kafka would refuse."""
-    session = _bounded(
+    session = bounded_by_keys(
         value,
         "group.consumer.session.timeout.ms",
         "group.consumer.min.session.timeout.ms",
         "group.consumer.max.session.timeout.ms",
     )
-    heartbeat = _bounded(
+    heartbeat = bounded_by_keys(
         value,
         "group.consumer.heartbeat.interval.ms",
         "group.consumer.min.heartbeat.interval.ms",

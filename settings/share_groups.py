@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from settings.config_key import bounded_by_keys
 from storage.config import ConfigError
 
 #: The server-side assignor Fjord has for share groups (``broker.groups.share.assignor``), by the name clients see.
@@ -88,27 +89,18 @@ class ShareGroupConfig:
     isolation_level: int
 
 
-def _bounded(value: Callable[[str], Any], key: str, low_key: str, high_key: str) -> int:
-    got, low, high = int(value(key)), int(value(low_key)), int(value(high_key))
-    if low > high:
-        raise ConfigError(f"{low_key} ({low}) must not exceed {high_key} ({high})")
-    if not low <= got <= high:
-        raise ConfigError(f"{key} ({got}) must be between {low_key} ({low}) and {high_key} ({high})")
-    return got
-
-
 def share_group_settings(value: Callable[[str], Any]) -> ShareGroupSettings:
     """The settings from a config's typed ``value`` lookup; ConfigError naming the key when Kafka would refuse."""
-    session = _bounded(value, "group.share.session.timeout.ms", "group.share.min.session.timeout.ms",
+    session = bounded_by_keys(value, "group.share.session.timeout.ms", "group.share.min.session.timeout.ms",
                        "group.share.max.session.timeout.ms")
-    heartbeat = _bounded(value, "group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
+    heartbeat = bounded_by_keys(value, "group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
                          "group.share.max.heartbeat.interval.ms")
     if heartbeat >= session:
         raise ConfigError(
             f"group.share.heartbeat.interval.ms ({heartbeat}) must be smaller than "
             f"group.share.session.timeout.ms ({session})"
         )
-    lock = _bounded(value, "group.share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
+    lock = bounded_by_keys(value, "group.share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
                     "group.share.max.record.lock.duration.ms")
     max_size = int(value("group.share.max.size"))
     sessions = int(value("group.share.max.share.sessions"))

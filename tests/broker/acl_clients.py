@@ -22,6 +22,22 @@ from confluent_kafka.admin import (
 ALICE = "User:alice"
 
 
+def sasl_acl_overrides(password: str, *users: str) -> dict[str, str]:
+    """A node whose PLAINTEXT listener (and ANONYMOUS) is a super user's, with a SASL_PLAINTEXT listener ``SASL``
+    logging in ``admin`` and ``users`` by PLAIN, all with ``password``, and Kafka's StandardAuthorizer."""
+    accounts = " ".join(f'user_{name}="{password}"' for name in ("admin", *users))
+    jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            f'password="{password}" {accounts};')
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl.plain.sasl.jaas.config": jaas,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",
+    }
+
+
 def new_topic(admin: AdminClient, topic: str) -> None:
     """Creates ``topic`` with one partition."""
     admin.create_topics([NewTopic(topic, 1)])[topic].result(30)

@@ -54,14 +54,10 @@ from kafka.errors import ClusterAuthorizationFailedError
 
 from testkit.node_process import BrokerProcess, start_broker
 from testkit.waiting import eventually
-from tests.broker.acl_clients import allow, grant, new_topic, produce_error
+from tests.broker.acl_clients import allow, grant, new_topic, produce_error, sasl_acl_overrides
 from tests.broker.kafka_clients import topic_name
 
 PASSWORD = "acl-pass-never-logged"
-JAAS = (
-    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-    f'password="{PASSWORD}" user_admin="{PASSWORD}" user_alice="{PASSWORD}" user_bob="{PASSWORD}";'
-)
 
 
 @dataclass(frozen=True)
@@ -84,13 +80,7 @@ class AclBroker:
 
 @pytest.fixture(scope="module")
 def acls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclBroker]:
-    overrides = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",
+    overrides = sasl_acl_overrides(PASSWORD, "alice", "bob") | {
         "group.initial.rebalance.delay.ms": "0",
     }
     broker = start_broker(tmp_path_factory.mktemp("acl-broker"), overrides)

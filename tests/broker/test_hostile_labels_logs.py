@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
+from tests.broker.acl_clients import sasl_acl_overrides
 from tests.broker.kafka_clients import fetch_request, produce_request
 from tests.metrics_scrape import metrics_url, scrape
 from wire import codec, schema
@@ -32,10 +33,6 @@ from wire.api_versions import API_VERSIONS, api_name
 from wire.record_batch import Record, build_batch
 
 PASSWORD = "hostile-pass-never-logged"
-JAAS = (
-    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-    f'password="{PASSWORD}" user_admin="{PASSWORD}" user_mallory="{PASSWORD}";'
-)
 #: What each line of the broker's log starts with (``node.logging_setup.FORMAT``).
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 #: A line an attacker would like the log to show, after a newline, in ANSI red.
@@ -58,13 +55,7 @@ class HostileBroker:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileBroker]:
-    overrides = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",
+    overrides = sasl_acl_overrides(PASSWORD, "mallory") | {
         "connection.failed.authentication.delay.ms": "0",
         "metrics.port": "0",
     }

@@ -26,17 +26,13 @@ from kio.schema.errors import ErrorCode
 from metadata.rpc.stream_rpcs import GetKV
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
 from testkit.waiting import eventually
-from tests.broker.acl_clients import allow, grant, new_topic
+from tests.broker.acl_clients import allow, grant, new_topic, sasl_acl_overrides
 from tests.broker.kafka_clients import topic_name
 from wire import codec, schema
 
 PASSWORD = "oracle-pass-never-logged"
 MALLORY = "User:mallory"
 GROUP = "mallory-group"
-JAAS = (
-    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-    f'password="{PASSWORD}" user_admin="{PASSWORD}" user_mallory="{PASSWORD}";'
-)
 DENIED = ErrorCode.topic_authorization_failed
 
 
@@ -61,14 +57,7 @@ class Secret:
 
 @pytest.fixture(scope="module")
 def secret(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secret]:
-    overrides = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",
-    }
+    overrides = sasl_acl_overrides(PASSWORD, "mallory")
     broker = start_broker(tmp_path_factory.mktemp("oracle-broker"), overrides)
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
