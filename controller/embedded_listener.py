@@ -47,7 +47,7 @@ def embedded_controller_listener(config: ServerConfig) -> Listener | None:
 
 
 class SoleVoter:
-    """``controller.rpc.dispatcher.ServedQuorum`` over an in-process `Controller` that is its own quorum."""
+    """``controller.rpc.served_quorum.ServedQuorum`` over an in-process `Controller` that is its own quorum."""
 
     def __init__(self, config: ServerConfig, controller: Controller) -> None:
         self._config = config

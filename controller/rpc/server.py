@@ -4,7 +4,7 @@ One framing implementation serves both kinds of listener; only the dispatcher di
 run concurrently and are answered in request order, so a long-polling Raft Fetch delays the responses queued
 behind it on that connection only (each voter uses its own connection per peer).
 
-The server knows its voter only as a :class:`~controller.rpc.dispatcher.ServedQuorum`: ``controller.quorum`` builds
+The server knows its voter only as a :class:`~controller.rpc.served_quorum.ServedQuorum`: ``controller.quorum`` builds
 it and passes itself in, so the quorum depends on the server and never the other way round.
 
 With ``CONTROLLER:SSL`` in ``listener.security.protocol.map`` the listener serves TLS with its ``ssl.*`` keys
@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 
 from controller.rpc.authorization import CertificateConnection, ControllerAuthorizer
-from controller.rpc.dispatcher import ControllerDispatcher, ServedQuorum
+from controller.rpc.dispatcher import ControllerDispatcher
 from controller.rpc.sasl import SaslConnection, SaslGate
+from controller.rpc.served_quorum import ServedQuorum
 from metadata.acl.authorizer import settings_from
 from settings.server import Listener
 from storage.config import ConfigError
