@@ -75,6 +75,7 @@ from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine, wall_clock_ms
+from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -470,8 +471,9 @@ class Controller:
             if not validate_only:
                 await self._commit(records)
                 if records:
-                    logger.info("configs of %s %r changed: %s", _RESOURCE_KINDS.get(resource.type, "broker"),
-                                resource.name, ", ".join(f"{r.name}={r.value}" for r in records))
+                    changed = untrusted(", ".join(f"{r.name}={r.value}" for r in records), 4 * LOG_TEXT_MAX)
+                    logger.info("configs of %s '%s' changed: %s", _RESOURCE_KINDS.get(resource.type, "broker"),
+                                untrusted(resource.name), changed)
             return ErrorCode.none, None
 
     # ------------------------------------------------------------------ SCRAM credentials
@@ -482,11 +484,9 @@ class Controller:
         async with self._lock:
             plan = plan_scram_alterations(self._image, deletions, upsertions)
             await self._commit(plan.records)
-        for result in plan.results:
-            if result.error is ErrorCode.none:
-                logger.info("SCRAM credentials of user %r altered", result.user)
-            else:
-                logger.info("SCRAM credentials of user %r not altered: %s", result.user, result.message)
+        for result in plan.results:  # a user name, and a message quoting it, are what a client sent: escaped, capped
+            done = "altered" if result.error is ErrorCode.none else f"not altered: {result.message}"
+            logger.info("SCRAM credentials of user '%s' %s", untrusted(result.user), untrusted(done, 4 * LOG_TEXT_MAX))
         return plan.results
 
     # ------------------------------------------------------------------ client quotas

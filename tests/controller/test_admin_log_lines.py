@@ -1,0 +1,97 @@
+"""The controller's lines about admin results name what a client sent escaped and capped, with a real node.
+
+Altering a group's configs or a user's SCRAM credentials logs one line naming the resource or user and what
+changed; the group name, the user name and a config value are whatever the client chose. Names holding a newline,
+a forged log line and an ANSI escape must leave no line in the log that does not start with the log's prefix,
+while the names still appear, escaped (``wire.log_text.untrusted``).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+
+from testkit.node_process import BrokerProcess, start_broker
+from testkit.waiting import eventually
+
+FORGED = "2026-01-01 00:00:00.000 CRITICAL controller.controller: SCRAM credentials of user 'admin' DELETED"
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    broker = start_broker(tmp_path_factory.mktemp("admin-log-lines"))
+    try:
+        yield broker
+    finally:
+        code = broker.stop()
+    assert code == 0, broker.log_text()[-3000:]
+
+
+def _evil(tag: str) -> str:
+    return f"{tag}-{uuid.uuid4().hex[:6]}\n{FORGED}\x1b[31m"
+
+
+def _escaped(name: str) -> str:
+    return name.replace("\n", "\\n").replace("\x1b", "\\x1b")
+
+
+def _foreign_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if line and not LOG_LINE.match(line)]
+
+
+def test_scram_results_name_the_user_escaped(node: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    user, absent = _evil("mallory"), _evil("nobody")
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+    deletion = UserScramCredentialDeletion(absent, ScramMechanism.SCRAM_SHA_256)
+    for future in admin.alter_user_scram_credentials([deletion]).values():
+        with pytest.raises(KafkaException) as refused:
+            future.result(timeout=30)
+        assert refused.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+
+    log = eventually(
+        node.log_text,
+        timeout=20,
+        what="both SCRAM results logged",
+        until=lambda log: (
+            f"SCRAM credentials of user '{_escaped(user)}' altered" in log
+            and f"SCRAM credentials of user '{_escaped(absent)}' not altered: " in log
+        ),
+    )
+    assert _foreign_lines(log) == []
+
+
+def test_config_results_name_the_group_escaped(node: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    group = _evil("group")
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+    changed = f"configs of group '{_escaped(group)}' changed: consumer.session.timeout.ms=50000"
+    log = eventually(node.log_text, timeout=20, what="the config change logged", until=lambda log: changed in log)
+    assert _foreign_lines(log) == []
