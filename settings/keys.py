@@ -66,6 +66,14 @@ CREATION_RATE_DOC = (
 )
 
 
+#: socket.request.max.bytes' documentation; its listener.name.<l>. form (settings.listener_request_size) is read from
+#: the properties file only, as the connection quota keys' are.
+SOCKET_REQUEST_MAX_BYTES_DOC = (
+    "The most bytes one request may claim; a larger one closes its connection before its body is read. "
+    "listener.name.<listener>.socket.request.max.bytes bounds one listener (Fjord's; properties file only)."
+)
+
+
 #: ssl.protocol's documentation (DescribeConfigs).
 QUEUED_MAX_REQUEST_BYTES_DOC = (
     "The most bytes of requests larger than a connection's 256 KiB staging buffer the node reads and queues at once "
@@ -139,7 +147,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("metadata.log.dir", _B.STRING, None),
         ConfigKey("metadata.log.max.record.bytes.between.snapshots", _B.LONG, 20 * 1024 * 1024, at_least(1)),
         ConfigKey("broker.rack", _B.STRING, None),
-        ConfigKey("socket.request.max.bytes", _B.INT, 104857600, at_least(1)),
+        ConfigKey("socket.request.max.bytes", _B.INT, 104857600, at_least(1), doc=SOCKET_REQUEST_MAX_BYTES_DOC),
         # The most bytes one Fetch response carries, whatever its max_bytes asks (broker.handlers.fetch).
         ConfigKey("fetch.max.bytes", _B.INT, 57671680, at_least(1024)),
         # The most partitions one DescribeTopicPartitions response describes, whatever its limit asks (KIP-966).

@@ -42,6 +42,7 @@ from settings.kafka_broker_keys import (
     refusal_reason,
 )
 from settings.keys import BROKER_KEYS
+from settings.listener_request_size import listener_request_max_bytes, listener_request_override
 from settings.security import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,
@@ -229,7 +230,7 @@ class ServerConfig:
         for name in props:
             if (name not in BROKER_KEYS and name not in KAFKA_BROKER_KEYS and not name.startswith("s3.")
                     and listener_override(name) is None and sasl_listener_override(name) is None
-                    and listener_connection_override(name) is None):
+                    and listener_connection_override(name) is None and listener_request_override(name) is None):
                 logger.warning("The configuration '%s' was supplied but isn't a known config.", name)
         node_id: int = values["node.id"]
         storage = StorageConfig.from_properties(props, node_id=node_id)
@@ -348,6 +349,7 @@ class ServerConfig:
                 f"({', '.join(str(v.node_id) for v in self.voters)})"
             )
         listener_connection_limits(self.static)  # a bad listener.name.<l>.max.connections stops the start here
+        listener_request_max_bytes(self.static, {lst.name for lst in self.listeners})  # and a bad request bound
         check_per_ip(int(self.value("max.connections.per.ip")), str(self.value("max.connections.per.ip.overrides")))
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
@@ -441,6 +443,12 @@ class ServerConfig:
     @property
     def socket_request_max_bytes(self) -> int:
         return int(self.value("socket.request.max.bytes"))
+
+    def socket_request_max_bytes_of(self, listener: str) -> int:
+        """The largest request frame ``listener`` reads: its ``listener.name.<l>.socket.request.max.bytes``, else
+        ``socket.request.max.bytes`` (``settings.listener_request_size``)."""
+        overrides = listener_request_max_bytes(self.static, {lst.name for lst in self.listeners})
+        return overrides.get(listener.upper(), self.socket_request_max_bytes)
 
     @property
     def fetch_max_bytes(self) -> int:
