@@ -105,6 +105,8 @@ class KafkaListener:
         self.idle_timeout_s = idle_timeout_s
         self.backlog = backlog
         self.memory_pool = memory_pool
+        if memory_pool is not None:
+            metrics.watch_pool(memory_pool)
         self.setup_timeout_s = setup_timeout_s
         self._server: asyncio.Server | None = None
         #: The own listening sockets of a TLS or gated listener: one per address the host resolves to.

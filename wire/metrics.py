@@ -13,11 +13,15 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from wire.api_versions import API_VERSIONS, api_name
+from wire.memory_pool import MemoryPool
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +99,8 @@ class ServerMetrics:
             registry=self.registry,
         )
         self._gc_children = [self.gc_seconds.labels(generation=str(g)) for g in range(3)]
+        self._pools = _PoolCollector()
+        self.registry.register(self._pools)
         self._gc_started = 0.0
         self._children: dict[tuple[str, int], Any] = {}
         self._http: Any = None
@@ -117,6 +123,10 @@ class ServerMetrics:
             self._child("errors", self.request_errors, api_key)
         self._child("requests", self.requests, api_key).inc()
         self._child("seconds", self.request_seconds, api_key).observe(seconds)
+
+    def watch_pool(self, pool: MemoryPool) -> None:
+        """Exports ``pool`` (``queued.max.request.bytes``) under its name; the listeners sharing one may each call."""
+        self._pools.pools[pool.name] = pool
 
     def observe_failure(self, api_key: int) -> None:
         self._child("errors", self.request_errors, api_key).inc()
@@ -164,3 +174,41 @@ class ServerMetrics:
         if self._http_thread is not None:
             self._http_thread.join(timeout=5)
             self._http_thread = None
+
+
+class _PoolCollector(Collector):
+    """The request memory pools (``wire.memory_pool``, ``queued.max.request.bytes``), read at scrape time, labelled
+    ``pool``: ``client`` (the client listeners') or ``controller`` (the CONTROLLER listener's)."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, MemoryPool] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        used = GaugeMetricFamily(
+            "fjord_broker_request_memory_used_bytes",
+            "Bytes of large requests being read or queued, reserved from queued.max.request.bytes",
+            labels=["pool"],
+        )
+        limit = GaugeMetricFamily(
+            "fjord_broker_request_memory_limit_bytes", "queued.max.request.bytes (+Inf: unbounded)", labels=["pool"]
+        )
+        waiting = GaugeMetricFamily(
+            "fjord_broker_request_memory_waiting_connections",
+            "Connections that stopped reading until the pool has room for their request",
+            labels=["pool"],
+        )
+        waits = CounterMetricFamily(
+            "fjord_broker_request_memory_waits", "Requests that had to wait for room in the pool", labels=["pool"]
+        )
+        wait_seconds = CounterMetricFamily(
+            "fjord_broker_request_memory_wait_seconds",
+            "Time requests waited for room in the pool (waits that ended)",
+            labels=["pool"],
+        )
+        for name, pool in sorted(self.pools.items()):
+            used.add_metric([name], pool.reserved)
+            limit.add_metric([name], float("inf") if pool.capacity is None else pool.capacity)
+            waiting.add_metric([name], pool.waiting)
+            waits.add_metric([name], pool.waits)
+            wait_seconds.add_metric([name], pool.wait_seconds)
+        yield from (used, limit, waiting, waits, wait_seconds)

@@ -87,7 +87,7 @@ class ControllerServer:
             ssl_context=tls.context() if tls is not None else None,
             unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if gate is not None else None,
             # The CONTROLLER listener's own pool (a combined node's broker listeners share another).
-            memory_pool=pool_of(int(quorum.config.value("queued.max.request.bytes"))),
+            memory_pool=pool_of(int(quorum.config.value("queued.max.request.bytes")), "controller"),
             setup_timeout_s=seconds_or_never(int(quorum.config.value("fjord.connections.setup.max.ms"))),
         )
         # An SSL CONTROLLER listener picks up renewed certificate files as client listeners do.

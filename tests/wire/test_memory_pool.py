@@ -42,3 +42,19 @@ def test_a_request_larger_than_the_pool_is_read_alone() -> None:
 def test_minus_one_is_unbounded_as_in_kafka() -> None:
     pool = pool_of(-1)
     assert pool.try_reserve(10**12) and pool.try_reserve(10**12)
+
+
+def test_waits_and_their_time_are_counted_when_they_end() -> None:
+    now = [0.0]
+    pool = MemoryPool(100, clock=lambda: now[0])
+    assert pool.try_reserve(100)
+    granted, gone = (lambda: pool.try_reserve(50)), (lambda: False)
+    pool.wait(granted)
+    pool.wait(gone)
+    assert (pool.waits, pool.wait_seconds) == (2, 0.0)  # a wait still going counts only once it ends
+    now[0] = 2.0
+    pool.release(100)  # the first is granted after 2 s; the second still waits
+    assert (pool.waiting, pool.wait_seconds) == (1, 2.0)
+    now[0] = 5.0
+    pool.cancel(gone)  # its connection went away after 5 s
+    assert (pool.waiting, pool.waits, pool.wait_seconds) == (0, 2, 7.0)
