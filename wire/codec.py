@@ -106,13 +106,46 @@ def _reader(entity_cls: type[Any]) -> Callable[[Any, int], tuple[Any, int]]:
     return reader
 
 
-def decode_request(frame: bytes) -> DecodedRequest:
-    """Decodes header and body; raises UnsupportedRequestError or MalformedRequestError, nothing else."""
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """A request's header alone: what a server reads before it knows whether the caller may send the request."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    #: Bytes of the frame the header used; the body starts there.
+    size: int
+
+
+def decode_header(frame: bytes) -> RequestHeader:
+    """The header (api key, version, correlation id, client id), its body left unread: a server that checks the
+    caller first decodes nothing a caller it refuses sent after it. Raises UnsupportedRequestError or
+    MalformedRequestError, nothing else."""
+    prefix = read_prefix(frame)
+    cls = request_class(prefix.api_key, prefix.api_version)
+    try:
+        header, size = _reader(cls.__header_schema__)(frame if isinstance(frame, bytes) else bytes(frame), 0)
+    except Exception as exc:  # kio raises KeyError, ValueError, BufferUnderflow, ... for bad input
+        raise MalformedRequestError(
+            f"cannot decode the header of {cls.__name__} v{prefix.api_version} (correlation id "
+            f"{prefix.correlation_id}, {len(frame)} bytes): {type(exc).__name__}: {exc}"
+        ) from exc
+    return RequestHeader(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id, size)
+
+
+def decode_request(frame: bytes, header: RequestHeader | None = None) -> DecodedRequest:
+    """Decodes header and body (the body alone when ``header`` was read already, by :func:`decode_header`); raises
+    UnsupportedRequestError or MalformedRequestError, nothing else."""
     prefix = read_prefix(frame)
     cls = request_class(prefix.api_key, prefix.api_version)
     data = frame if isinstance(frame, bytes) else bytes(frame)
     try:
-        header, header_size = _reader(cls.__header_schema__)(data, 0)
+        if header is None:
+            read, header_size = _reader(cls.__header_schema__)(data, 0)
+            client_id = read.client_id
+        else:
+            header_size, client_id = header.size, header.client_id
         _check_array_lengths(cls, data, header_size, len(data))
         body, body_size = _reader(cls)(data, header_size)
     except Exception as exc:  # kio raises KeyError, ValueError, BufferUnderflow, ... for bad input
@@ -124,7 +157,7 @@ def decode_request(frame: bytes) -> DecodedRequest:
         api_key=prefix.api_key,
         api_version=prefix.api_version,
         correlation_id=prefix.correlation_id,
-        client_id=header.client_id,
+        client_id=client_id,
         body=body,
         consumed=header_size + body_size,
     )

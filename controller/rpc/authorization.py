@@ -42,6 +42,11 @@ as does a certificate no rule maps (counted as a failed SSL authentication). Ref
 principal and request kind, a refused item once per principal, operation and resource (``metadata.acl.denials``,
 as the broker's listeners do). ApiVersions and the SASL exchange come before the check (the dispatcher decides
 which requests those are).
+
+The check needs the request's header only, and comes before its body is decoded: a refused request is answered
+from its header, so a caller without the right cannot make the controller decode a body (a huge or deeply nested
+one, say) it may not send. The admin APIs answer each item of a refused request, which needs the body; it is read
+only up to the size a client may send before authenticating (:func:`refused_request`).
 """
 
 from __future__ import annotations
@@ -81,11 +86,13 @@ from metadata.rpc.kafka_apis import (
     VOTE,
 )
 from metadata.rpc.stream_rpcs import DescribeMetadata, StreamRequest
+from wire import codec
 from wire.api_versions import api_name
 from wire.certificate_auth import connection_principal
 from wire.dispatch import ConnectionClosing, Peer
 from wire.log_text import LOG_TEXT_MAX, untrusted
 from wire.metrics import ServerMetrics
+from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls_principal import PrincipalMapper
 
 logger = logging.getLogger(__name__)
@@ -132,6 +139,19 @@ def kafka_operation(api_key: int) -> AclOperation | None:
 def stream_operation(request: type[StreamRequest]) -> AclOperation | None:
     """The right a stream RPC asks on the cluster; None (DescribeMetadata, the whole metadata): super users only."""
     return None if request is DescribeMetadata else AclOperation.CLUSTER_ACTION
+
+
+def refused_request(frame: bytes, header: codec.RequestHeader, refusal: str) -> codec.DecodedRequest:
+    """The body of an admin request whose caller is refused: Kafka answers each of its items (topic, partition,
+    binding, user) CLUSTER_AUTHORIZATION_FAILED, so the body is read, but only when it is no larger than what a
+    client may send before it has authenticated (Kafka's ``sasl.server.max.receive.size``): a caller with no right
+    does not get a 100 MB body decoded into objects many times its size. A larger one closes the connection, with
+    the refusal (naming the principal) as the reason logged. Every other refused request is answered from its
+    header alone (the dispatcher never reads its body)."""
+    if len(frame) > MAX_TOKEN_BYTES:
+        raise ConnectionClosing(f"{refusal}; its {len(frame)}-byte body is not read (a refused caller's request is "
+                                f"answered item by item up to {MAX_TOKEN_BYTES} bytes)")
+    return codec.decode_request(frame, header)
 
 
 class CertificateConnection:

@@ -18,8 +18,10 @@ admin APIs and DescribeQuorum, a super user for DescribeMetadata; the admin APIs
 (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs) answer each refused topic or
 resource with its own error and send the others on (``controller.rpc.item_authorization``). Until the voter has
 loaded the metadata up to the quorum's commit offset, only super users are served. Only ApiVersions and the SASL
-exchange come before that check. A refused Kafka request is answered CLUSTER_AUTHORIZATION_FAILED (on each item of
-an admin request, as Kafka's error responses are), and the connection stays open; a refused stream RPC closes it.
+exchange come before that check, which reads the request's header alone: a refused Kafka request is answered
+CLUSTER_AUTHORIZATION_FAILED without its body being decoded (an admin request on each item, as Kafka's error
+responses are, from a body read up to a bound: ``authorization.refused_request``), and the connection stays open; a
+refused stream RPC closes it.
 
 This module routes a request and checks its caller; what answers it lives in a module per kind of request:
 ``controller.rpc.raft_requests`` (Raft and DescribeQuorum), ``broker_lifecycle`` (registration, heartbeats,
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from controller.rpc import broker_lifecycle, item_authorization, raft_requests, sasl, stream_service
-from controller.rpc.authorization import PER_ITEM_APIS, ControllerAuthorizer, kafka_operation
+from controller.rpc.authorization import PER_ITEM_APIS, ControllerAuthorizer, kafka_operation, refused_request
 from controller.rpc.forwarded_admin import ADMIN_APIS as _ADMIN_APIS
 from controller.rpc.forwarded_admin import answer_admin
 from controller.rpc.protocol_error import ControllerProtocolError
@@ -124,12 +126,16 @@ class ControllerDispatcher:
             raise ControllerProtocolError(
                 f"api key {api_key} v{prefix.api_version} from {peer} is not served on the controller listener"
             )
-        request = codec.decode_request(frame)
+        header = codec.decode_header(frame)  # the caller is checked before a byte of the body is decoded
         response_cls = codec.response_class(api_key, prefix.api_version)
         refusal = self._refusal(peer, api_key, what)
+        check: item_authorization.Allowed | None = None
+        if self.authorizer is not None and api_key in PER_ITEM_APIS:
+            refusal, check = self.authorizer.item_check(peer, api_key, what)
         if refusal is not None and api_key not in _ADMIN_APIS:
-            response = _refused(response_cls, refusal, peer)
-        elif api_key in RAFT_API_KEYS:
+            return codec.encode_response(prefix.correlation_id, _refused(response_cls, refusal, peer))
+        request = codec.decode_request(frame, header) if refusal is None else refused_request(frame, header, refusal)
+        if api_key in RAFT_API_KEYS:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
         elif api_key == kafka_apis.API_VERSIONS:  # with the features, for kafka-features.sh --bootstrap-controller
             image = self.quorum.image
@@ -153,9 +159,6 @@ class ControllerDispatcher:
         elif api_key == kafka_apis.ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
         else:
-            check: item_authorization.Allowed | None = None
-            if self.authorizer is not None and api_key in PER_ITEM_APIS:
-                refusal, check = self.authorizer.item_check(peer, api_key, what)
             response = await self._admin(api_key, response_cls, request, refusal, check)
         return codec.encode_response(prefix.correlation_id, response)
 
