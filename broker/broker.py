@@ -283,6 +283,7 @@ def _client_listeners(config: ServerConfig, metrics: ServerMetrics, gate: Connec
             backlog=backlog,
             memory_pool=pool,
             setup_timeout_s=setup_s,
+            frame_timeout_s=seconds_or_never(idle_ms),
         ))
     return listeners
 

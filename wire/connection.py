@@ -107,6 +107,10 @@ class Connection(asyncio.BufferedProtocol):
         #: listeners): until then it is closed ``setup_timeout_s`` after it was made (:meth:`expire_if_idle`).
         self._opened = 0.0
         self._set_up = False
+        #: Loop time the idle sweep first saw the request frame now half received (None: none is); ``_completed``:
+        #: a frame was completed since the sweep last looked (so a frame it sees half received is a new one).
+        self._partial_since: float | None = None
+        self._completed = False
         self._pool = host.memory_pool
         reserve = self._pool.try_reserve if self._pool is not None else None
         limited = host.unauthenticated_max_request_bytes
@@ -167,6 +171,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         frames = self._frames.buffer_updated(nbytes)
         if frames:
+            self._completed = True
             reserved = self._frames.take_reserved()
             if self._host.unauthenticated_max_request_bytes is None:
                 self._set_up = True
@@ -274,17 +279,26 @@ class Connection(asyncio.BufferedProtocol):
         self._stop_reading = True
         self._wakeup.set()
 
-    def expire_if_idle(self, now: float, idle_s: float | None, setup_s: float | None = None) -> None:
+    def expire_if_idle(
+        self, now: float, idle_s: float | None, setup_s: float | None = None, frame_s: float | None = None
+    ) -> None:
         """Closes the connection when it has neither read nor written since ``idle_s`` before ``now`` (loop time)
         and owes no answer (Kafka's idle expiry; a request still being handled or held, a mute the broker put on
-        it, or a frame waiting for the memory pool is activity: the client is waiting on the broker), or when it
+        it, or a frame waiting for the memory pool is activity: the client is waiting on the broker), when it
         is not set up ``setup_s`` after it was made (``fjord.connections.setup.max.ms``: however it trickles
-        bytes, a client that has not authenticated or sent one whole request does not keep a connection)."""
+        bytes, a client that has not authenticated or sent one whole request does not keep a connection), or when
+        one request frame has been half received for ``frame_s`` (``connections.max.idle.ms`` too): a client
+        trickling a byte now and then is never idle, yet must not hold its buffers and its memory-pool
+        reservation for ever. The time only counts while the connection is read (not muted, paused or waiting
+        for the pool, which the broker chose); the sweep sees it, so the bound is met within two sweeps."""
         if self._stop_reading:
             return
         if setup_s is not None and not self._set_up and now - self._opened >= setup_s:
             logger.warning("closing connection from %s: not set up within fjord.connections.setup.max.ms (%.0f ms)",
                            self.peer, setup_s * 1000)
+        elif frame_s is not None and self._frame_overdue(now, frame_s):
+            logger.warning("closing connection from %s: a request half received for longer than "
+                           "connections.max.idle.ms (%.0f ms)", self.peer, frame_s * 1000)
         elif self._active or self._pending or self._muting.waiting_on_broker or self._pool_wait:
             self._active = False
             self._seen = now
@@ -298,6 +312,17 @@ class Connection(asyncio.BufferedProtocol):
         self._stop()
         if self._transport is not None:
             self._transport.close()
+
+    def _frame_overdue(self, now: float, frame_s: float) -> bool:
+        """Whether the frame half received now is the one the sweep first saw ``frame_s`` or more ago."""
+        if not self._frames.partial or self._reading_paused or self._pool_wait:
+            self._partial_since = None
+        elif self._completed or self._partial_since is None:
+            self._partial_since = now  # a frame begun since the last sweep
+        elif now - self._partial_since >= frame_s:
+            return True
+        self._completed = False
+        return False
 
     # -- the connection gate -----------------------------------------------------------------------------------
 

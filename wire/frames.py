@@ -83,6 +83,11 @@ class FrameBuffer:
         """The memory this connection's buffers hold: what a client can make the node keep by sending."""
         return len(self._staging) + sum(len(chunk) for chunk in self._chunks or ())
 
+    @property
+    def partial(self) -> bool:
+        """Part of a frame is held: its length or some of its body (a frame waiting for the pool included)."""
+        return self._chunks is not None or self._end > self._start or self.waiting is not None
+
     def trim(self) -> None:
         """The connection has gone quiet: a staging buffer grown for a burst and holding nothing goes back to its
         first size, so connections that once sent a lot and then idle do not keep 256 KiB each."""

@@ -73,6 +73,7 @@ class KafkaListener:
         backlog: int = DEFAULT_BACKLOG,
         memory_pool: MemoryPool | None = None,
         setup_timeout_s: float | None = None,
+        frame_timeout_s: float | None = None,
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
@@ -85,7 +86,9 @@ class KafkaListener:
         holds the acceptor. ``memory_pool``: the node's bound on the bytes of large requests read and queued
         (``queued.max.request.bytes``, ``wire.memory_pool``; None: unbounded). ``setup_timeout_s``
         (``fjord.connections.setup.max.ms``): a connection that has not finished its TLS handshake, authenticated
-        (SASL) or sent a whole request (other listeners) that long after it was accepted is closed (None: never)."""
+        (SASL) or sent a whole request (other listeners) that long after it was accepted is closed (None: never).
+        ``frame_timeout_s`` (``connections.max.idle.ms``): a connection that has been sending one request frame for
+        that long, however it trickles its bytes, is closed (None: never)."""
         #: What the listener serves, from :meth:`start_serving` on: a listener binds before its server exists
         #: (a broker registers the port it bound, and only its registration makes the rest of it).
         self._dispatcher: Dispatcher | None = None
@@ -108,6 +111,7 @@ class KafkaListener:
         if memory_pool is not None:
             metrics.watch_pool(memory_pool)
         self.setup_timeout_s = setup_timeout_s
+        self.frame_timeout_s = frame_timeout_s
         self._server: asyncio.Server | None = None
         #: The own listening sockets of a TLS or gated listener: one per address the host resolves to.
         self._own_sockets: list[socket.socket] = []
@@ -217,8 +221,9 @@ class KafkaListener:
         else:
             assert self._server is not None
             await self._server.start_serving()
-        if (self.idle_timeout_s is not None or self.setup_timeout_s is not None) and self._sweeper is None:
-            self._sweeper = loop.create_task(self._expire_idle(self.idle_timeout_s, self.setup_timeout_s))
+        bounds = (self.idle_timeout_s, self.setup_timeout_s, self.frame_timeout_s)
+        if any(bound is not None for bound in bounds) and self._sweeper is None:
+            self._sweeper = loop.create_task(self._expire_idle(*bounds))
         logger.info("listener %s accepting connections on %s:%d", self.listener_name, self.host, self.bound_port)
 
     async def stop_accepting(self) -> None:
@@ -301,19 +306,19 @@ class KafkaListener:
             sock.close()
             raise
 
-    async def _expire_idle(self, idle_s: float | None, setup_s: float | None) -> None:
+    async def _expire_idle(self, idle_s: float | None, setup_s: float | None, frame_s: float | None) -> None:
         """Kafka's ``connections.max.idle.ms`` and Fjord's ``fjord.connections.setup.max.ms``: every so often,
-        closes the connections idle (or not set up) for longer. A sweep rather than a timer per connection keeps a
-        read's cost to setting one flag; a connection is closed between the bound and the bound plus one sweep
-        period."""
-        bound = min(b for b in (idle_s, setup_s) if b is not None)
+        closes the connections idle (or not set up, or half way through a request) for longer. A sweep rather than
+        a timer per connection keeps a read's cost to setting one flag; a connection is closed between the bound
+        and the bound plus one sweep period (two for a half-received request)."""
+        bound = min(b for b in (idle_s, setup_s, frame_s) if b is not None)
         period = min(max(bound / 4, _IDLE_SWEEP_MIN_S), _IDLE_SWEEP_MAX_S)
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(period)
             now = loop.time()
             for connection in list(self._connections):
-                connection.expire_if_idle(now, idle_s, setup_s)
+                connection.expire_if_idle(now, idle_s, setup_s, frame_s)
 
     # -- what its connections (wire.connection.ConnectionHost) and its gate (GatedListener) use -------------------
 

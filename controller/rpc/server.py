@@ -89,6 +89,8 @@ class ControllerServer:
             # The CONTROLLER listener's own pool (a combined node's broker listeners share another).
             memory_pool=pool_of(int(quorum.config.value("queued.max.request.bytes")), "controller"),
             setup_timeout_s=seconds_or_never(int(quorum.config.value("fjord.connections.setup.max.ms"))),
+            # Not idle expiry (the nodes keep their connections), but a request half received that long is cut off.
+            frame_timeout_s=seconds_or_never(int(quorum.config.value("connections.max.idle.ms"))),
         )
         # An SSL CONTROLLER listener picks up renewed certificate files as client listeners do.
         self._reloader = (
