@@ -122,7 +122,7 @@ async def authorize_find_coordinator(ctx: RequestContext, request: Any, handler:
             response_cls, "coordinators", key=key, node_id=-1, host="", port=-1, error_code=denied
         )
 
-    key_type = int(request.key_type)
+    key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))  # v0 has none: a group
     if key_type == KEY_TYPE_SHARE:
         # Below v6 the key type is invalid whoever asks (the handler says so); from v6, only brokers may ask.
         if ctx.api_version < 6 or ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
