@@ -180,5 +180,6 @@ async def authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any, 
         return refused_whole(ctx, GROUP_DENIED)
     names = set(request.subscribed_topic_names or ())
     if any(not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n) for n in sorted(names)):
-        return ctx.build(throttle_time=0, error_code=TOPIC_DENIED, member_epoch=-1, heartbeat_interval=0)
+        # Kafka's answer carries the error code alone (member epoch and interval at their defaults, no message).
+        return ctx.build(throttle_time=0, error_code=TOPIC_DENIED)
     return await handler(ctx, request)
