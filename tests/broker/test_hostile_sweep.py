@@ -6,9 +6,10 @@ against one real node with a PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL and CONTRO
   has passed since it was accepted (before it authenticated or sent a whole request) or once one request frame has
   been half received for ``connections.max.idle.ms`` (after), within the sweep's margin, on every listener kind;
   a well-behaved client on the same node is served throughout.
-- **Lying bodies**: for every API a listener lists in ApiVersions, a frame over ``socket.request.max.bytes`` closes
-  its connection, and a body declaring 2**31-1 elements (at the top or nested inside one element) gets an error
-  code or closes that connection only; the node keeps serving another client through all of it.
+- **Lying bodies**: for every API a listener lists in ApiVersions (PLAINTEXT and CONTROLLER as ``User:ANONYMOUS``,
+  SASL_PLAINTEXT logged in as a user without rights), a frame over ``socket.request.max.bytes`` closes its
+  connection, and a body declaring 2**31-1 elements (at the top or nested inside one element) gets an error code or
+  closes that connection only; the node keeps serving another client through all of it.
 - **Injection**: a user without rights and one with rights send every API with every string field (topics, groups,
   transactional ids, member and instance ids, racks, client software name and version, share groups, ...) and the
   client id set to a newline, a forged log line, an ANSI escape and 30 KiB; a failed login sends them as user
@@ -269,9 +270,17 @@ def _served(port: int) -> list[tuple[int, int]]:
     return pairs
 
 
-def _answered_or_closed(port: int, api_key: int, version: int, data: bytes) -> Any | None:
+def _connect(node: SweepNode, listener: str) -> WireClient:
+    """A connection to ``listener``; on SASL, logged in as mallory (a user with no rights)."""
+    client = WireClient(node.port(listener), timeout=CASE_TIMEOUT_S)
+    if listener == "SASL":
+        assert _login(client, "mallory") == ErrorCode.none
+    return client
+
+
+def _answered_or_closed(node: SweepNode, listener: str, api_key: int, version: int, data: bytes) -> Any | None:
     """The response (None: the connection was closed); a hang fails (TimeoutError)."""
-    with WireClient(port, timeout=CASE_TIMEOUT_S) as client:
+    with _connect(node, listener) as client:
         client.send_raw(data)
         try:
             return client.receive(api_key, version)[1]
@@ -279,23 +288,23 @@ def _answered_or_closed(port: int, api_key: int, version: int, data: bytes) -> A
             return None
 
 
-@pytest.mark.parametrize("listener", ["PLAINTEXT", "CONTROLLER"])
+@pytest.mark.parametrize("listener", ["PLAINTEXT", "SASL", "CONTROLLER"])
 def test_oversized_and_lying_bodies_on_every_api_close_only_their_connection(node: SweepNode, listener: str) -> None:
     port = node.port(listener)
     other = WireClient(node.port("PLAINTEXT"))
     assert other.request(api_versions_request(3)).error_code == ErrorCode.none  # set up: kept while it is busy
     pairs = _served(port)
-    assert len(pairs) > (40 if listener == "PLAINTEXT" else 5)
+    assert len(pairs) > (5 if listener == "CONTROLLER" else 40)
     try:
         for api_key, version in pairs:
             whole = frame(api_key, version, b"")
-            with WireClient(port, timeout=CASE_TIMEOUT_S) as client:
+            with _connect(node, listener) as client:
                 client.send_raw(struct.pack(">i", MAX_REQUEST + 1) + whole[4:])
                 assert client.is_closed_by_peer(CASE_TIMEOUT_S), f"api {api_key} v{version}: oversized frame kept"
             request_cls = codec.request_class(api_key, version)
             for nested in (False, True):
-                answer = _answered_or_closed(port, api_key, version,
-                                             frame(api_key, version, claiming_body(request_cls, nested=nested)))
+                lie = frame(api_key, version, claiming_body(request_cls, nested=nested))
+                answer = _answered_or_closed(node, listener, api_key, version, lie)
                 if answer is not None and hasattr(answer, "error_code") and api_key != 18:
                     assert answer.error_code != ErrorCode.unknown_server_error, (api_key, version, answer)
             # Another client of the node is served all along.
