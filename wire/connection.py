@@ -10,8 +10,9 @@ closes only its own connection, after the responses to the requests before it ha
 (``wire.muting``). Cutting frames out of the byte stream is ``wire.frames``'s (no I/O there).
 
 A connection closes once it has neither read nor written for the listener's ``idle_timeout_s`` (Kafka's
-``connections.max.idle.ms``) when the listener's periodic sweep looks (:meth:`Connection.expire_if_idle`), so that a
-read costs only setting a flag. A connection the broker muted is waiting on the broker, not idle. The same record
+``connections.max.idle.ms``), or has been sending one request for its ``frame_timeout_s`` (the same key; a client
+trickling bytes is never idle), when the listener's periodic sweep looks (:meth:`Connection.expire_if_idle`), so that
+a read costs only setting a flag. A connection the broker muted is waiting on the broker, not idle. The same record
 of activity orders the connections a node's connection gate evicts (``wire.connection_gate``, least recently active
 first).
 
