@@ -76,9 +76,10 @@ SOCKET_REQUEST_MAX_BYTES_DOC = (
 
 #: ssl.protocol's documentation (DescribeConfigs).
 QUEUED_MAX_REQUEST_BYTES_DOC = (
-    "The most bytes of requests larger than a connection's 256 KiB staging buffer the node reads and queues at once "
-    "(each reserves its claimed size until answered); a connection whose request does not fit stops reading until "
-    "room is released. -1 or 0: unbounded (Kafka's default); Fjord's default, 256 MiB, keeps a node inside its memory."
+    "The most bytes of requests the node reads and queues at once, until answered: a request larger than a "
+    "connection's 256 KiB staging buffer reserves its claimed size before it is read and waits for room; smaller ones "
+    "count once received, and while the bound is reached connections read no more. -1 or 0: unbounded (Kafka's "
+    "default); Fjord's default, 256 MiB, keeps a node inside its memory."
 )
 SETUP_MAX_MS_DOC = (
     "Fjord's own: a connection that has not finished its TLS handshake and authenticated (SASL listeners) or sent "

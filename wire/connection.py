@@ -179,6 +179,8 @@ class Connection(asyncio.BufferedProtocol):
             for frame in frames:
                 if not self._muting.hold(frame):
                     self._dispatch(frame)
+                    if not reserved and self._pool is not None:
+                        self._count_in_pool(self._pool, len(frame))
             if reserved and self._pool is not None:
                 # Only a large frame reserves, and it comes alone: held until its request is answered (a frame
                 # a mute holds gives its bytes back now; held frames are bounded per connection).
@@ -194,18 +196,31 @@ class Connection(asyncio.BufferedProtocol):
                 "closing connection from %s: %s", self.peer, untrusted(str(self._frames.error), 4 * LOG_TEXT_MAX)
             )
             self._stop()
-        elif self._frames.waiting is not None and not self._pool_wait and self._pool is not None:
+        elif (self._pool is not None and not self._pool_wait
+              and (self._frames.waiting is not None or self._pool.exhausted)):
             self._pool_wait = True
             self._pool.wait(self._pool_granted)
             self._pace()
 
+    def _count_in_pool(self, pool: MemoryPool, size: int) -> None:
+        """A small frame just dispatched holds its bytes in the node's pool until its request is answered (a frame
+        a mute holds is bounded per connection instead, and counted when dispatched)."""
+        pool.take(size)
+        self._pending[-1].add_done_callback(lambda _: pool.release(size))
+
     def _pool_granted(self) -> bool:
-        """The memory pool released bytes: read on if the waiting frame now fits (True: no longer waiting)."""
-        if self._lost or self._frames.retry():
+        """The memory pool released bytes: read on if the waiting frame now fits, or if the pool is no longer
+        exhausted (True: no longer waiting)."""
+        if self._lost:
+            granted = True
+        elif self._frames.waiting is not None:
+            granted = self._frames.retry()
+        else:
+            granted = self._pool is None or not self._pool.exhausted
+        if granted:
             self._pool_wait = False
             self._pace()
-            return True
-        return False
+        return granted
 
     def eof_received(self) -> bool:
         self._stop()
@@ -274,6 +289,8 @@ class Connection(asyncio.BufferedProtocol):
         frame = self._muting.next_request(answered=not self._pending)
         if frame is not None:
             self._dispatch(frame)
+            if self._pool is not None:
+                self._count_in_pool(self._pool, len(frame))
 
     def _stop(self) -> None:
         """No more requests are read; the responder answers those already dispatched, then closes."""

@@ -1,9 +1,12 @@
-"""A node's bound on the bytes of large requests being read and queued (Kafka's ``queued.max.request.bytes``).
+"""A node's bound on the bytes of requests being read and queued (Kafka's ``queued.max.request.bytes``).
 
 Each request frame larger than a connection's staging buffer (``wire.frames``) reserves its claimed size here before
 its first chunk is read, and gives it back once its request has been answered. A connection whose frame does not fit
 stops reading (the client waits, pushed back through TCP) until reservations are released, first come first served;
-it never fails. So the requests a node holds at once cannot add up past the bound, however many clients send them.
+it never fails. Smaller frames, already received whole in the staging buffer, are counted once cut (:meth:`take`)
+until their requests are answered; while the pool is :attr:`~MemoryPool.exhausted` a connection serves what it
+has received and then reads no more. So the requests a node holds at once cannot add up past the bound (plus, at
+most, one staging buffer per connection), however many clients send them.
 
 Kafka's ``SimpleMemoryPool`` lets a reservation through while any memory is left, going over for a moment; this one
 grants a frame larger than what is left only when nothing is reserved, so a frame larger than the pool (the bound
@@ -46,6 +49,17 @@ class MemoryPool:
             return False
         self.reserved += size
         return True
+
+    def take(self, size: int) -> None:
+        """Counts ``size`` bytes already received (a small frame cut from a staging buffer): they are in memory
+        whatever the pool says, so this may go over the capacity for a moment, as Kafka's ``SimpleMemoryPool``
+        does; connections then stop reading until enough is released (:attr:`exhausted`)."""
+        self.reserved += size
+
+    @property
+    def exhausted(self) -> bool:
+        """Nothing more may be read by any connection until bytes are released."""
+        return self.capacity is not None and self.reserved >= self.capacity
 
     def wait(self, granted: Callable[[], bool]) -> None:
         """``granted`` is called, in turn, each time bytes are released, until it returns True."""
