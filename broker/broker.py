@@ -275,6 +275,7 @@ def _client_listeners(config: ServerConfig, metrics: ServerMetrics, gate: Connec
             port=listener.port,
             listener_name=listener.name,
             max_request_bytes=config.socket_request_max_bytes_of(listener.name),
+            max_request_bytes_key=config.socket_request_max_bytes_key_of(listener.name),
             max_in_flight=DEFAULT_MAX_IN_FLIGHT,
             ssl_context=tls.context() if tls is not None else None,
             unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if listener.name in config.sasl else None,

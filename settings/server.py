@@ -42,7 +42,7 @@ from settings.kafka_broker_keys import (
     refusal_reason,
 )
 from settings.keys import BROKER_KEYS
-from settings.listener_request_size import listener_request_max_bytes, listener_request_override
+from settings.listener_request_size import KEY, listener_request_max_bytes, listener_request_override
 from settings.security import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,
@@ -449,6 +449,11 @@ class ServerConfig:
         ``socket.request.max.bytes`` (``settings.listener_request_size``)."""
         overrides = listener_request_max_bytes(self.static, {lst.name for lst in self.listeners})
         return overrides.get(listener.upper(), self.socket_request_max_bytes)
+
+    def socket_request_max_bytes_key_of(self, listener: str) -> str:
+        """The key whose bound :meth:`socket_request_max_bytes_of` gives ``listener``: what a refusal names."""
+        overrides = listener_request_max_bytes(self.static, {lst.name for lst in self.listeners})
+        return f"listener.name.{listener.lower()}.{KEY}" if listener.upper() in overrides else KEY
 
     @property
     def fetch_max_bytes(self) -> int:

@@ -62,6 +62,9 @@ class ConnectionHost(Protocol):
     def max_request_bytes(self) -> int: ...
 
     @property
+    def max_request_bytes_key(self) -> str: ...
+
+    @property
     def unauthenticated_max_request_bytes(self) -> int | None: ...
 
     @property
@@ -117,7 +120,7 @@ class Connection(asyncio.BufferedProtocol):
         limited = host.unauthenticated_max_request_bytes
         self._frames = (
             FrameBuffer(max_frame_bytes=host.max_request_bytes, min_frame_bytes=codec.HEADER_PREFIX_SIZE,
-                        reserve=reserve)
+                        limit_key=host.max_request_bytes_key, reserve=reserve)
             if limited is None
             else FrameBuffer(max_frame_bytes=min(limited, host.max_request_bytes),
                              min_frame_bytes=codec.HEADER_PREFIX_SIZE, limit_key="sasl.server.max.receive.size",
@@ -161,7 +164,7 @@ class Connection(asyncio.BufferedProtocol):
     def _lift_request_limit(self) -> None:
         self._set_up = True
         self._frames.max_frame_bytes = self._host.max_request_bytes
-        self._frames.limit_key = "socket.request.max.bytes"
+        self._frames.limit_key = self._host.max_request_bytes_key
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._frames.get_buffer()

@@ -74,6 +74,7 @@ class KafkaListener:
         memory_pool: MemoryPool | None = None,
         setup_timeout_s: float | None = None,
         frame_timeout_s: float | None = None,
+        max_request_bytes_key: str = "socket.request.max.bytes",
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
@@ -88,7 +89,8 @@ class KafkaListener:
         (``fjord.connections.setup.max.ms``): a connection that has not finished its TLS handshake, authenticated
         (SASL) or sent a whole request (other listeners) that long after it was accepted is closed (None: never).
         ``frame_timeout_s`` (``connections.max.idle.ms``): a connection that has been sending one request frame for
-        that long, however it trickles its bytes, is closed (None: never)."""
+        that long, however it trickles its bytes, is closed (None: never). ``max_request_bytes_key``: the key
+        that set ``max_request_bytes``, named when a frame over it closes a connection."""
         #: What the listener serves, from :meth:`start_serving` on: a listener binds before its server exists
         #: (a broker registers the port it bound, and only its registration makes the rest of it).
         self._dispatcher: Dispatcher | None = None
@@ -99,6 +101,7 @@ class KafkaListener:
         self.port = port
         self.listener_name = listener_name
         self.max_request_bytes = max_request_bytes
+        self.max_request_bytes_key = max_request_bytes_key
         self.max_in_flight = max_in_flight
         self.ssl_context = ssl_context
         self.unauthenticated_max_request_bytes = unauthenticated_max_request_bytes

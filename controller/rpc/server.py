@@ -83,6 +83,7 @@ class ControllerServer:
             port=listener.port,
             listener_name=listener.name,
             max_request_bytes=quorum.config.socket_request_max_bytes_of(listener.name),
+            max_request_bytes_key=quorum.config.socket_request_max_bytes_key_of(listener.name),
             max_in_flight=DEFAULT_MAX_IN_FLIGHT,
             ssl_context=tls.context() if tls is not None else None,
             unauthenticated_max_request_bytes=MAX_TOKEN_BYTES if gate is not None else None,

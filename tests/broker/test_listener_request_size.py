@@ -52,7 +52,7 @@ def test_a_request_over_one_listeners_bound_is_refused_there_and_served_on_the_o
     served = wire(internal).request(big).responses[0].partition_responses[0]
     assert served.error_code == ErrorCode.none and served.base_offset == 1
     eventually(
-        lambda: f", {SMALL_BOUND}] (socket.request.max.bytes)" in broker.log_text(),
+        lambda: f", {SMALL_BOUND}] (listener.name.public.socket.request.max.bytes)" in broker.log_text(),
         timeout=5,
         what="the broker to log the listener's bound it closed the connection for",
     )
@@ -79,3 +79,5 @@ def test_the_node_wide_bound_applies_where_no_listener_overrides_it() -> None:
     assert config.socket_request_max_bytes_of("PUBLIC") == 1000
     assert config.socket_request_max_bytes_of("PLAINTEXT") == 5000
     assert config.socket_request_max_bytes_of("CONTROLLER") == 5000
+    assert config.socket_request_max_bytes_key_of("PUBLIC") == "listener.name.public.socket.request.max.bytes"
+    assert config.socket_request_max_bytes_key_of("PLAINTEXT") == "socket.request.max.bytes"
