@@ -515,6 +515,7 @@ class _EngineIO:
     def __init__(self, engine: StorageEngine) -> None:
         self._engine = engine
         self.write = engine._write  # no coroutine of its own in between: it is on every append's path
+        self.refusal = engine.wal.refusal
 
     @property
     def node(self) -> NodeIdentity:

@@ -22,12 +22,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from storage.config import GiB, MiB, StorageConfig
-from storage.errors import CorruptObjectError, ObjectNotFoundError, ObjectStoreError, WALError, WALFencedError
+from storage.errors import (
+    CorruptObjectError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    WALError,
+    WALFencedError,
+    WALUnavailableError,
+)
 from storage.objectstore.base import ObjectInfo, ObjectStore
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
@@ -42,8 +50,12 @@ from storage.wal.state import WALState
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_INFLIGHT_UPLOADS = 8
-UPLOAD_ATTEMPTS = 3  # on top of the object store's own retries: one WAL object must not fail the whole node
 RECOVERY_READ_AHEAD = 4
+RETRY_BASE_S = 0.1
+RETRY_CAP_S = 1.0
+"""An upload that failed after the object store's own retries is tried again after a full-jitter backoff up to
+this: short enough that appends flow again within about a second of S3 answering."""
+DEFAULT_UNWRITABLE_MAX_MS = 30_000
 
 
 @dataclass(slots=True)
@@ -79,6 +91,7 @@ class S3WAL(WALState):
         max_inflight_uploads: int = DEFAULT_MAX_INFLIGHT_UPLOADS,
         owns_store: bool = False,
         failover: bool = False,
+        unwritable_max_ms: int = DEFAULT_UNWRITABLE_MAX_MS,
     ) -> None:
         if batch_interval_ms <= 0 or max_bytes_in_batch <= 0 or max_inflight_uploads <= 0:
             raise WALError(
@@ -114,6 +127,9 @@ class S3WAL(WALState):
         self._started = False
         self._closed = False
         self._failure: WALError | None = None
+        self._closing = False
+        self._unwritable_max = unwritable_max_ms / 1000
+        self._random = random.Random()
         self.stats = S3WALStats()
         #: Learns the seconds of each WAL object's PUT (the engine's ``fjord_wal_flush_seconds``).
         self.observe_flush: Callable[[float], None] = lambda _seconds: None
@@ -140,6 +156,7 @@ class S3WAL(WALState):
             capacity=config.wal_capacity,
             owns_store=owns_store,
             failover=failover,
+            unwritable_max_ms=config.wal_unwritable_max_ms,
         )
 
     @property
@@ -274,11 +291,13 @@ class S3WAL(WALState):
                     return
                 data = await asyncio.to_thread(self._encode_object, upload)
                 put_started = time.perf_counter()
-                await self._put(upload.key.key, data, attempts=UPLOAD_ATTEMPTS)
+                await self._until_written(f"upload of {upload.key.key}", lambda: self._put(upload.key.key, data))
                 self.observe_flush(time.perf_counter() - put_started)
                 self.stats.objects += 1
                 self.stats.bytes_uploaded += len(data)
-                await self._verify_owner(f"upload of {upload.key.key}")
+                await self._until_written(
+                    "reservation check", lambda: self._verify_owner(f"upload of {upload.key.key}")
+                )
         except WALError as exc:
             self._fail(exc)
             return
@@ -287,6 +306,61 @@ class S3WAL(WALState):
             return
         upload.done = True
         self._release_acks()
+
+    async def _until_written(self, what: str, call: Callable[[], Awaitable[None]]) -> None:
+        """Runs ``call`` until it succeeds. S3 being away is no reason to fail the WAL (every stream on it would
+        become unwritable for good): the appends behind this upload wait, unacknowledged, and the producers'
+        timeouts answer them; past ``s3.wal.unwritable.max.ms`` new appends are refused (``refusal``) until S3
+        answers. Only a fence or the WAL's close ends the retries."""
+        failures = 0
+        while True:
+            try:
+                await call()
+            except WALFencedError:
+                raise
+            except WALError as exc:
+                if self._closing or self._failure is not None:
+                    raise
+                failures += 1
+                self._note_unwritable(what, exc)
+                await asyncio.sleep(self._random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2 ** min(failures, 8))))
+                continue
+            if self._unwritable_since is not None:
+                self._note_writable()
+            return
+
+    def _note_unwritable(self, what: str, exc: WALError) -> None:
+        if self._unwritable_since is not None:
+            logger.debug("%s: %s failed again: %s", self._name, what, exc)
+            return
+        self._unwritable_since = time.monotonic()
+        logger.warning(
+            "%s: cannot write to S3 (%s failed: %s); appends wait, unacknowledged, and are refused with a retriable "
+            "error after %.1fs",
+            self._name,
+            what,
+            exc.__cause__ or exc,
+            self._unwritable_max,
+        )
+        self._refuse_timer = asyncio.get_running_loop().call_later(self._unwritable_max, self._start_refusing)
+
+    def _start_refusing(self) -> None:
+        self._refuse_timer = None
+        self._refusing = WALUnavailableError(
+            f"{self._name}: S3 has been unwritable for more than {self._unwritable_max:.1f}s"
+        )
+        logger.warning("%s; new appends are refused until it answers", self._refusing)
+
+    def _note_writable(self) -> None:
+        assert self._unwritable_since is not None
+        seconds = time.monotonic() - self._unwritable_since
+        self._unwritable_total += seconds
+        self._unwritable_since = None
+        self._refusing = None
+        if self._refuse_timer is not None:
+            self._refuse_timer.cancel()
+            self._refuse_timer = None
+        logger.info("%s: S3 writable again after %.1fs; appends flow", self._name, seconds)
 
     def _encode_object(self, upload: _Upload) -> bytes:
         body_length = upload.key.end - upload.key.start
@@ -364,6 +438,10 @@ class S3WAL(WALState):
         """Flushes what is pending (unless the WAL already failed), then stops."""
         if self._closed:
             return
+        self._closing = True  # an upload still retrying gives up: what it holds was never acknowledged
+        if self._refuse_timer is not None:
+            self._refuse_timer.cancel()
+            self._refuse_timer = None
         if self._failure is None and self._started:
             self._seal()
             tasks = [u.task for u in self._uploads if u.task is not None]
@@ -423,17 +501,11 @@ class S3WAL(WALState):
             logger.error("%s: %s; replaying from the oldest object", self._name, exc)
             return None
 
-    async def _put(self, key: str, data: bytes, attempts: int = 1) -> None:
-        for attempt in range(1, attempts + 1):
-            try:
-                await self._store.put(key, data)
-                return
-            except ObjectStoreError as exc:
-                if attempt == attempts:
-                    raise WALError(f"{self._name}: cannot write {key}: {exc}") from exc
-                logger.warning("%s: writing %s failed (attempt %d of %d): %s", self._name, key, attempt, attempts,
-                               exc)
-                await asyncio.sleep(0.05 * 2**attempt)
+    async def _put(self, key: str, data: bytes) -> None:
+        try:
+            await self._store.put(key, data)
+        except ObjectStoreError as exc:
+            raise WALError(f"{self._name}: cannot write {key}: {exc}") from exc
 
     async def _get(self, key: str) -> bytes:
         try:
