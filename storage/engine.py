@@ -187,6 +187,8 @@ class StorageEngine:
             block_cache_hits=blocks.hits,
             block_cache_misses=blocks.misses,
             wal_bytes=self._wal.used_bytes,
+            wal_unwritable_seconds=self._wal.unwritable_seconds,
+            wal_unwritable=self._wal.unwritable,
             open_streams=len(self._client.open_streams),
             recovered_batches=self._recovered,
             log_cache_hits=self._log_cache_hits,

@@ -30,6 +30,7 @@ from broker.partition.retention import HeadCache, enforce_retention
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage, PartitionImage
 from settings.describe import effective_topic_configs
+from storage.errors import StorageError
 from storage.namespace import namespace_for
 from storage.stream_api import ObservedStreamClient, StreamClient
 from wire.errors import KafkaError
@@ -300,6 +301,11 @@ class PartitionManager:
                 leader_epoch=part.leader_epoch,
                 config=self._log_config(image, part.topic_id),
             )
+        except StorageError as exc:
+            # Expected while a previous owner still holds a stream or S3 is away: the next round retries.
+            logger.warning("opening %s-%d at leader epoch %d failed (retried): %s", topic, part.partition,
+                           part.leader_epoch, exc)
+            raise
         except Exception:
             logger.exception("opening %s-%d at leader epoch %d failed", topic, part.partition, part.leader_epoch)
             raise

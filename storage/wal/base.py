@@ -59,6 +59,11 @@ class WriteAheadLog(Protocol):
         """Seconds spent unable to write to its storage (retrying), the episode under way included."""
         ...
 
+    @property
+    def unwritable(self) -> bool:
+        """Whether writes to its storage are failing now (and being retried)."""
+        ...
+
     def refusal(self) -> WALError | None:
         """The error an append made now would fail with at once (failed, fenced, or unwritable for longer than
         its bound), or None."""

@@ -35,6 +35,10 @@ class WALState:
         since = self._unwritable_since
         return self._unwritable_total + (0.0 if since is None else time.monotonic() - since)
 
+    @property
+    def unwritable(self) -> bool:
+        return self._unwritable_since is not None
+
     def refusal(self) -> WALError | None:
         """Why an append made now would be refused without being taken (None: it would be taken). Checked before
         a stream gives the append its offsets, so a refusal leaves nothing behind."""
