@@ -18,7 +18,10 @@ from botocore.exceptions import (
     ReadTimeoutError,
     ResponseStreamingError,
 )
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from storage.objectstore.metrics import StoreStatsCollector
 from storage.objectstore.s3 import S3ObjectStore
 from testkit.s3_fault_proxy import S3FaultProxy
 from tests.conftest import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
@@ -151,3 +154,20 @@ async def test_the_object_store_rides_out_slow_downs_errors_and_resets(proxy: S3
         await store.close()
     assert proxy.stats.slow_downs and proxy.stats.internal_errors and proxy.stats.resets
     assert store.retries >= proxy.stats.slow_downs + proxy.stats.internal_errors
+    # What an operator scrapes: every failed attempt by operation and S3's error code, and the retries.
+    registry = CollectorRegistry()
+    registry.register(StoreStatsCollector(lambda: store.stats))
+    scraped = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+    }
+    errors = {labels: value for (name, labels), value in scraped.items() if name == "fjord_object_store_errors_total"}
+    by_code: dict[str, float] = {}
+    for labels, value in errors.items():
+        by_code[dict(labels)["code"]] = by_code.get(dict(labels)["code"], 0) + value
+    assert by_code["SlowDown"] == proxy.stats.slow_downs
+    assert by_code["InternalError"] == proxy.stats.internal_errors
+    assert by_code["reset"] == proxy.stats.resets
+    assert scraped[("fjord_object_store_retries_total", ())] == store.retries
+    assert ("fjord_object_store_errors_total", (("code", "SlowDown"), ("operation", "put"))) in scraped
