@@ -26,6 +26,8 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 from storage.config import GiB, MiB, StorageConfig
 from storage.errors import (
@@ -48,6 +50,8 @@ from storage.wal.s3_format import ObjectHeader, Reservation, TrimPoint, WALObjec
 from storage.wal.state import WALState
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_MAX_INFLIGHT_UPLOADS = 8
 RECOVERY_READ_AHEAD = 4
@@ -176,7 +180,8 @@ class S3WAL(WALState):
     async def start(self) -> None:
         if self._started:
             raise WALError(f"{self._name}: already started")
-        current = await self._read_reservation()
+        # S3 being away at start (or during a failover) is waited out, as it is for appends.
+        current = await self._retrying("reservation read", self._read_reservation)
         if current is not None and current.node_epoch > self._node_epoch:
             raise WALFencedError(
                 f"{self._name}: node {self._node_id} WAL is owned by a newer epoch {current.node_epoch}"
@@ -184,10 +189,11 @@ class S3WAL(WALState):
         if current is not None and current.node_epoch == self._node_epoch:
             logger.warning("%s: restarting with the epoch already reserved; it cannot fence a live writer of the "
                            "same epoch", self._name)
-        await self._put(self._reservation_key, self._reservation.encode())
-        listing = await self._list()
-        await self._verify_owner("start")  # a newer writer may have reserved between our put and our list
-        trim = await self._read_trim()
+        await self._retrying("reservation", lambda: self._put(self._reservation_key, self._reservation.encode()))
+        listing = await self._retrying("listing", self._list)
+        # A newer writer may have reserved between our put and our list.
+        await self._retrying("reservation check", lambda: self._verify_owner("start"))
+        trim = await self._retrying("trim point read", self._read_trim)
         objects = [k for info in listing if (k := s3_format.parse_object_key(info.key, self._prefix)) is not None]
         plan = s3_format.plan_recovery(objects, trim)
         if plan.gap_at is not None:
@@ -199,9 +205,11 @@ class S3WAL(WALState):
 
         # The marker makes this epoch's takeover point durable before anything is deleted or appended.
         marker = s3_format.object_key(self._namespace, self._node_id, self._node_epoch, plan.end, plan.end)
-        await self._put(marker.key, ObjectHeader(self._node_id, self._node_epoch, plan.end, 0, plan.start).encode())
+        header = ObjectHeader(self._node_id, self._node_epoch, plan.end, 0, plan.start).encode()
+        await self._retrying("takeover marker", lambda: self._put(marker.key, header))
         if plan.discard:
-            await self._delete([o.key for o in plan.discard])
+            discard = [o.key for o in plan.discard]
+            await self._retrying("discard", lambda: self._delete(discard))
         self._trim_offset = plan.start
         self._next_offset = self._durable_offset = plan.end
         self._recovery_chain = [o for o in plan.chain if not o.empty]
@@ -225,7 +233,8 @@ class S3WAL(WALState):
         try:
             for obj in chain:
                 while next_read < len(chain) and len(reads) < RECOVERY_READ_AHEAD:
-                    reads.append(asyncio.create_task(self._get(chain[next_read].key)))
+                    key = chain[next_read].key
+                    reads.append(asyncio.create_task(self._retrying(f"read of {key}", partial(self._get, key))))
                     next_read += 1
                 data = await reads.popleft()
                 for rec in self._parse_object(obj, data, trim):
@@ -291,11 +300,11 @@ class S3WAL(WALState):
                     return
                 data = await asyncio.to_thread(self._encode_object, upload)
                 put_started = time.perf_counter()
-                await self._until_written(f"upload of {upload.key.key}", lambda: self._put(upload.key.key, data))
+                await self._retrying(f"upload of {upload.key.key}", lambda: self._put(upload.key.key, data))
                 self.observe_flush(time.perf_counter() - put_started)
                 self.stats.objects += 1
                 self.stats.bytes_uploaded += len(data)
-                await self._until_written(
+                await self._retrying(
                     "reservation check", lambda: self._verify_owner(f"upload of {upload.key.key}")
                 )
         except WALError as exc:
@@ -307,19 +316,19 @@ class S3WAL(WALState):
         upload.done = True
         self._release_acks()
 
-    async def _until_written(self, what: str, call: Callable[[], Awaitable[None]]) -> None:
-        """Runs ``call`` until it succeeds. S3 being away is no reason to fail the WAL (every stream on it would
-        become unwritable for good): the appends behind this upload wait, unacknowledged, and the producers'
-        timeouts answer them; past ``s3.wal.unwritable.max.ms`` new appends are refused (``refusal``) until S3
-        answers. Only a fence or the WAL's close ends the retries."""
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``call`` until S3 answers it. S3 being away is no reason to fail the WAL (every stream on it would
+        become unwritable for good): the appends behind an upload wait, unacknowledged, and the producers' timeouts
+        answer them; past ``s3.wal.unwritable.max.ms`` new appends are refused (``refusal``) until S3 answers. A
+        fence, an answer (a missing or corrupt object) and the WAL's close end the retries."""
         failures = 0
         while True:
             try:
-                await call()
-            except WALFencedError:
-                raise
+                result = await call()
             except WALError as exc:
-                if self._closing or self._failure is not None:
+                cause = exc.__cause__
+                transient = isinstance(cause, ObjectStoreError) and not isinstance(cause, ObjectNotFoundError)
+                if not transient or isinstance(exc, WALFencedError) or self._closing or self._failure is not None:
                     raise
                 failures += 1
                 self._note_unwritable(what, exc)
@@ -327,7 +336,7 @@ class S3WAL(WALState):
                 continue
             if self._unwritable_since is not None:
                 self._note_writable()
-            return
+            return result
 
     def _note_unwritable(self, what: str, exc: WALError) -> None:
         if self._unwritable_since is not None:

@@ -358,6 +358,21 @@ async def test_a_failed_upload_is_retried_until_s3_answers_and_nothing_is_acknow
     assert recovered[:3] == [ok, *acked]
 
 
+async def test_start_and_recovery_wait_for_s3_instead_of_failing() -> None:
+    store = FaultyObjectStore(MemoryObjectStore(), seed=5)
+    wal, _ = await open_s3_wal(store, epoch=1)
+    acked = [await wal.append(batch(1, i)) for i in range(3)]
+    await wal.close()
+    store.fail(None, ObjectStoreError("injected 503"), probability=0.5)  # a SlowDown storm
+    store.fail("get", ObjectStoreError("injected 503"), times=3)  # the first reads all fail
+    restarted = make_wal(store, 2)
+    await asyncio.wait_for(restarted.start(), 20)
+    assert [rec async for rec in restarted.recover()] == acked
+    assert store.injected["get"] >= 3 and restarted.unwritable_seconds > 0
+    store.heal()
+    await restarted.close()
+
+
 async def test_a_fence_still_fails_the_waiting_appends() -> None:
     store = FaultyObjectStore(MemoryObjectStore())
     wal, _ = await open_s3_wal(store, epoch=1)
