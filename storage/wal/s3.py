@@ -420,8 +420,9 @@ class S3WAL(WALState):
         async with self._trim_lock:
             if not self._moves_trim_point(offset):
                 return
-            await self._verify_owner(f"trim to {offset}")
-            await self._put(self._trim_key, TrimPoint(self._node_id, self._node_epoch, offset).encode())
+            await self._retrying("reservation check", lambda: self._verify_owner(f"trim to {offset}"))
+            point = TrimPoint(self._node_id, self._node_epoch, offset).encode()
+            await self._retrying("trim point", lambda: self._put(self._trim_key, point))
             self._gate.release(offset - self._trim_offset)
             self._trim_offset = offset
             newest = self._chain[-1] if self._chain else None
