@@ -264,6 +264,8 @@ class PartitionManager:
                     await enforce_retention(log, heads=self._retention_heads)
                 except KafkaError as exc:  # typically closed under us (leadership moved): nothing to retain
                     logger.debug("retention check of %s skipped: %s", log.where, exc)
+                except StorageError as exc:  # S3 away: the next round tries again
+                    logger.warning("retention check of %s failed: %s", log.where, exc)
                 except Exception:
                     logger.exception("retention check of %s (topic id %s) failed", log.where, log.topic_id)
 
