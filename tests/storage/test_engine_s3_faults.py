@@ -97,3 +97,28 @@ async def test_an_s3_wal_that_cannot_write_refuses_new_appends_retriably_and_rec
     finally:
         proxy.clear()
         await engine.shutdown()
+
+
+async def test_a_file_wal_broker_waits_out_an_outage_at_capacity_and_loses_nothing(
+    tmp_path: Path, proxy: S3FaultProxy, proxied_bucket: BucketURL
+) -> None:
+    config = dataclasses.replace(small_config(tmp_path), data_buckets=(proxied_bucket,), s3_max_retries=1)
+    engine = make_engine(config, StreamMetadataStateMachine(), store=open_object_store(proxied_bucket, config))
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        proxy.outage(60, mode="refuse")
+        # Far more than the 64 KiB LogCache can hold unuploaded: the later appends wait for room, none fails.
+        appends = [asyncio.ensure_future(stream.append(payload(stream.stream_id, n), 1)) for n in range(200)]
+        await asyncio.sleep(2)
+        done = [a for a in appends if a.done()]
+        assert all(a.exception() is None for a in done)
+        assert len(done) < len(appends), "every append was acknowledged although nothing could be uploaded"
+        assert engine.stats().upload_failures > 0
+        proxy.end_outage()
+        assert await asyncio.wait_for(asyncio.gather(*appends), 60) == list(range(200))
+        result = await stream.fetch(0, 200, 10**9)
+        assert [b.payload for b in result.batches] == [payload(stream.stream_id, n) for n in range(200)]
+    finally:
+        proxy.clear()
+        await engine.shutdown()
