@@ -3,8 +3,12 @@
 One client (one connection pool) per store, created on first use in the running event loop. Every HTTP request
 holds a slot of a semaphore of ``s3_max_concurrency``, so a burst of reads cannot open unbounded connections or
 starve writes of the pool. botocore's own retries are switched off: this module retries with exponential backoff
-and full jitter, because it must also retry failures botocore does not see (a body cut off mid-read) and must
-count what it retries.
+and full jitter (at most ``retry_max_delay`` apart, so a request resumes soon after S3 answers again), because it
+must also retry failures botocore does not see (a body cut off mid-read) and must count what it retries.
+
+An operator acts on episodes, not attempts: the first failure after a success logs one WARNING naming the bucket,
+the operation and the error code, the rest of the episode's failures are counted in ``stats.errors`` by (operation,
+code) and logged at DEBUG, and the first success after them logs one INFO with the episode's length.
 
 Request accounting in ``stats`` follows S3's billing classes: PutObject, CreateMultipartUpload, UploadPart,
 CompleteMultipartUpload and AbortMultipartUpload count as ``puts``; GetObject and HeadObject as ``gets``;
