@@ -15,7 +15,7 @@ moto server, reached through testkit's fault-injecting proxy. Two figures, one M
 
 On the 2-core development machine (2026-11-29, shared with other test runs; ``--records 40000 --rounds 3``):
 7.16 MB/s without faults and 6.15 MB/s with them at the median (ratio 0.86; single rounds move by a third on this
-box, and with the S3 WAL batching 8 MiB objects a run makes only about 20 S3 requests, so a handful are failed);
+box, and with the S3 WAL batching 8 MiB objects a faulty run makes only about 40 S3 requests, so a handful are failed);
 every partition took writes again 0.34 s, 0.47 s and 0.85 s after 5, 15 and 60 s outages ended (the 60 s one
 outlasted ``s3.wal.unwritable.max.ms``, so new appends were refused retriably for its second half), with no record
 failed or lost.
