@@ -33,6 +33,7 @@ from metadata.controller_api import NewTopic
 from metadata.errors import error_code_logged
 from metadata.image import MetadataImage
 from settings.server import ServerConfig
+from storage.errors import StorageError
 from wire.record_batch import BatchHeader, Record, decode_records, iter_batches
 from wire.stored_schema import partition_for
 
@@ -275,8 +276,11 @@ class InternalTopicPartitions(Generic[ReplayedT]):
             replayed = await self._read(log, where)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            logger.exception("loading %s from %s failed; retrying", self._topic.items, where)
+        except Exception as exc:
+            if isinstance(exc, StorageError):  # S3 away or the partition moving: expected, and retried
+                logger.warning("loading %s from %s failed; retrying: %s", self._topic.items, where, exc)
+            else:
+                logger.exception("loading %s from %s failed; retrying", self._topic.items, where)
             await asyncio.sleep(_LOAD_RETRY_SECONDS)
             if self._owned.get(owned.partition) is owned:
                 owned.task = asyncio.get_running_loop().create_task(self._load(owned), name=f"load {where}")

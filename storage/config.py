@@ -191,6 +191,9 @@ class StorageConfig:
     wal_segment_size: int = 64 * MiB
     wal_batch_interval_ms: int = 250  # s3 WAL: flush a batch at least this often
     wal_max_bytes_in_batch: int = 8 * MiB  # s3 WAL: or when this many bytes are pending
+    # s3 WAL: once S3 has refused its writes this long, new appends are refused (retriable) until S3 answers;
+    # appends already taken wait, unacknowledged, and are written when S3 answers again.
+    wal_unwritable_max_ms: int = 30_000
 
     # LogCache and upload
     wal_cache_size: int = 1 * GiB
@@ -272,6 +275,7 @@ def _register() -> None:
     }
     ints = {
         "s3.wal.batch.interval.ms": "wal_batch_interval_ms",
+        "s3.wal.unwritable.max.ms": "wal_unwritable_max_ms",
         "s3.wal.upload.interval.ms": "wal_upload_interval_ms",
         "s3.max.concurrency": "s3_max_concurrency",
         "s3.max.retries": "s3_max_retries",

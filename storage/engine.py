@@ -187,6 +187,8 @@ class StorageEngine:
             block_cache_hits=blocks.hits,
             block_cache_misses=blocks.misses,
             wal_bytes=self._wal.used_bytes,
+            wal_unwritable_seconds=self._wal.unwritable_seconds,
+            wal_unwritable=self._wal.unwritable,
             open_streams=len(self._client.open_streams),
             recovered_batches=self._recovered,
             log_cache_hits=self._log_cache_hits,
@@ -515,6 +517,7 @@ class _EngineIO:
     def __init__(self, engine: StorageEngine) -> None:
         self._engine = engine
         self.write = engine._write  # no coroutine of its own in between: it is on every append's path
+        self.refusal = engine.wal.refusal
 
     @property
     def node(self) -> NodeIdentity:

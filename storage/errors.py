@@ -35,6 +35,11 @@ class WALError(StorageError):
     """The write-ahead log cannot accept or recover records."""
 
 
+class WALUnavailableError(WALError):
+    """The WAL's storage has been unwritable for longer than its bound: the append was refused before it took an
+    offset, so the client may retry it (Kafka's retriable KAFKA_STORAGE_ERROR)."""
+
+
 class WALFencedError(WALError):
     """Another writer with a newer node epoch owns this WAL; this writer must stop."""
 

@@ -87,6 +87,8 @@ class EngineStats:
     recovered_batches: int
     log_cache_hits: int = 0
     log_cache_misses: int = 0
+    wal_unwritable_seconds: float = 0.0
+    wal_unwritable: bool = False
 
 
 class MeteredEngine(Protocol):
@@ -184,6 +186,16 @@ class StorageCollector(Collector):
             "fjord_wal_appended_bytes", "Payload bytes made durable in the WAL", value=stats.bytes_appended
         )
         yield GaugeMetricFamily("fjord_wal_used_bytes", "WAL bytes not trimmed yet", value=stats.wal_bytes)
+        yield CounterMetricFamily(
+            "fjord_wal_unwritable_seconds",
+            "Seconds the WAL spent unable to write to its storage (S3 away), retrying, the episode under way included",
+            value=stats.wal_unwritable_seconds,
+        )
+        yield GaugeMetricFamily(
+            "fjord_wal_unwritable",
+            "1 while the WAL cannot write to its storage and is retrying",
+            value=int(stats.wal_unwritable),
+        )
         yield GaugeMetricFamily(
             "fjord_log_cache_bytes", "Payload bytes held in the LogCache (uploaded or not)", value=stats.log_cache_bytes
         )

@@ -41,6 +41,10 @@ class StreamIO(Protocol):
     @property
     def metadata(self) -> StreamMetadata: ...
 
+    def refusal(self) -> StorageError | None:
+        """Why the WAL would refuse an append now (see ``WriteAheadLog.refusal``), or None."""
+        ...
+
     async def write(self, batch: StreamRecordBatch) -> WALRecord:
         """Waits for cache room, appends to the WAL, returns once durable (gives the room back if it fails)."""
         ...
@@ -133,6 +137,10 @@ class StorageStream:
             raise StreamNotOpenedError(f"stream {self._stream_id} is {self._state}, it cannot be appended to")
         if count <= 0:
             raise ValueError(f"stream {self._stream_id}: append count must be positive, got {count}")
+        refused = self._io.refusal()
+        if refused is not None:
+            # Before the offsets are taken: the stream stays writable and the caller may retry the same append.
+            raise refused
         batch = StreamRecordBatch(self._stream_id, self._epoch, self._next, count, payload)
         self._next += count
         task = asyncio.ensure_future(self._append(batch))

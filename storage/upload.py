@@ -356,7 +356,9 @@ class UploadPipeline:
                     raise
                 failures += 1
                 self.stats.failures += 1
-                log = logger.warning if failures <= 3 or failures % 20 == 0 else logger.debug
+                # One WARNING when a run of failures starts (S3 away: the object store logs the episode too) and
+                # a reminder every 20th attempt; the rest at DEBUG.
+                log = logger.warning if failures == 1 or failures % 20 == 0 else logger.debug
                 log(
                     "node %d: %s failed (attempt %d), retrying in %.2fs: %s",
                     self._node.node_id,

@@ -366,6 +366,8 @@ class LogCleaner:
             except CleanerStopped as exc:
                 logger.info("%s", exc)
                 return
+            except storage_errors.StorageError as exc:  # S3 away: the next round tries again
+                logger.warning("log cleaner round failed: %s", exc)
             except Exception:
                 logger.exception("log cleaner round failed")
             if not cleaned:

@@ -30,6 +30,7 @@ from broker.partition.retention import HeadCache, enforce_retention
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage, PartitionImage
 from settings.describe import effective_topic_configs
+from storage.errors import StorageError
 from storage.namespace import namespace_for
 from storage.stream_api import ObservedStreamClient, StreamClient
 from wire.errors import KafkaError
@@ -263,6 +264,8 @@ class PartitionManager:
                     await enforce_retention(log, heads=self._retention_heads)
                 except KafkaError as exc:  # typically closed under us (leadership moved): nothing to retain
                     logger.debug("retention check of %s skipped: %s", log.where, exc)
+                except StorageError as exc:  # S3 away: the next round tries again
+                    logger.warning("retention check of %s failed: %s", log.where, exc)
                 except Exception:
                     logger.exception("retention check of %s (topic id %s) failed", log.where, log.topic_id)
 
@@ -300,6 +303,11 @@ class PartitionManager:
                 leader_epoch=part.leader_epoch,
                 config=self._log_config(image, part.topic_id),
             )
+        except StorageError as exc:
+            # Expected while a previous owner still holds a stream or S3 is away: the next round retries.
+            logger.warning("opening %s-%d at leader epoch %d failed (retried): %s", topic, part.partition,
+                           part.leader_epoch, exc)
+            raise
         except Exception:
             logger.exception("opening %s-%d at leader epoch %d failed", topic, part.partition, part.leader_epoch)
             raise

@@ -20,6 +20,7 @@ from storage.compaction.lifecycle import ObjectSweeper
 from storage.compaction.stream_object import StreamObjectCompactor
 from storage.compaction.stream_set import StreamSetCompactor
 from storage.config import StorageConfig
+from storage.errors import StorageError
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from storage.objects.reader import ObjectReader
 
@@ -128,6 +129,14 @@ class CompactionScheduler:
                 await step()
             except asyncio.CancelledError:
                 raise
+            except StorageError as exc:  # S3 away or a stream moving: expected, and the next round retries
+                logger.warning(
+                    "node %d: %s round failed; the next one runs in %d ms: %s",
+                    self._node.node_id,
+                    what,
+                    interval_ms,
+                    exc,
+                )
             except Exception:
                 logger.exception(
                     "node %d: %s round failed; the next one runs in %d ms", self._node.node_id, what, interval_ms

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, runtime_checkable
 
 MULTIPART_THRESHOLD = 32 * 1024 * 1024
@@ -48,6 +48,9 @@ class StoreStats:
     lists: int = 0
     bytes_put: int = 0
     bytes_got: int = 0
+    retries: int = 0  # attempts repeated after a retryable failure
+    #: Failed attempts by (operation, error code), both from closed sets (see storage/objectstore/s3.py).
+    errors: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("lists", "fjord_object_store_lists", "LIST requests"),
     ("bytes_put", "fjord_object_store_put_bytes", "Bytes sent to the object store"),
     ("bytes_got", "fjord_object_store_get_bytes", "Bytes received from the object store"),
+    ("retries", "fjord_object_store_retries", "Object-store requests repeated after a retryable failure"),
 )
 
 
@@ -36,3 +37,12 @@ class StoreStatsCollector(Collector):
             return
         for attribute, name, documentation in _COUNTERS:
             yield CounterMetricFamily(name, documentation, value=getattr(current, attribute))
+        errors = CounterMetricFamily(
+            "fjord_object_store_errors",
+            "Failed object-store attempts by operation and error code (SlowDown, InternalError, connection, reset, "
+            "timeout, ...), each retried or reported",
+            labels=["operation", "code"],
+        )
+        for (operation, code), count in sorted(dict(current.errors).items()):
+            errors.add_metric([operation, code], count)
+        yield errors

@@ -3,8 +3,12 @@
 One client (one connection pool) per store, created on first use in the running event loop. Every HTTP request
 holds a slot of a semaphore of ``s3_max_concurrency``, so a burst of reads cannot open unbounded connections or
 starve writes of the pool. botocore's own retries are switched off: this module retries with exponential backoff
-and full jitter, because it must also retry failures botocore does not see (a body cut off mid-read) and must
-count what it retries.
+and full jitter (at most ``retry_max_delay`` apart, so a request resumes soon after S3 answers again), because it
+must also retry failures botocore does not see (a body cut off mid-read) and must count what it retries.
+
+An operator acts on episodes, not attempts: the first failure after a success logs one WARNING naming the bucket,
+the operation and the error code, the rest of the episode's failures are counted in ``stats.errors`` by (operation,
+code) and logged at DEBUG, and the first success after them logs one INFO with the episode's length.
 
 Request accounting in ``stats`` follows S3's billing classes: PutObject, CreateMultipartUpload, UploadPart,
 CompleteMultipartUpload and AbortMultipartUpload count as ``puts``; GetObject and HeadObject as ``gets``;
@@ -20,13 +24,22 @@ import hashlib
 import logging
 import random
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
-from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    ConnectTimeoutError,
+    HTTPClientError,
+    ReadTimeoutError,
+    ResponseStreamingError,
+)
 
 from storage.config import BucketURL, StorageConfig
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
@@ -85,7 +98,7 @@ class S3ObjectStore:
         part_size: int = 16 * 1024 * 1024,
         multipart_threshold: int = MULTIPART_THRESHOLD,
         retry_base_delay: float = 0.05,
-        retry_max_delay: float = 5.0,
+        retry_max_delay: float = 1.0,
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
         list_page_size: int = 1000,
@@ -132,6 +145,8 @@ class S3ObjectStore:
         self.stats = StoreStats()
         self.retries = 0
         """Attempts repeated after a retryable failure (for tests and metrics)."""
+        self._failing_since: float | None = None  # monotonic start of the current episode of failed requests
+        self._episode_failures = 0
 
     @classmethod
     def from_url(cls, url: BucketURL, config: StorageConfig) -> S3ObjectStore:
@@ -188,21 +203,42 @@ class S3ObjectStore:
         while True:
             try:
                 async with self._semaphore:
-                    return await attempt(client)
+                    result = await attempt(client)
             except ClientError as exc:
                 if not _retryable_client_error(exc):
                     raise
                 error: BaseException = exc
-            except (HTTPClientError, ConnectionError, aiohttp.ClientError, TimeoutError) as exc:
+            except (HTTPClientError, ConnectionError, aiohttp.ClientError, TimeoutError, OSError) as exc:
                 error = exc
+            else:
+                if self._failing_since is not None:
+                    self._episode_over()
+                return result
             failures += 1
+            code = error_code(error)
+            operation = _operation(what)
+            self.stats.errors[operation, code] = self.stats.errors.get((operation, code), 0) + 1
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
+                self._episode_failures = 0
+                # One line per episode: the rest of its failures are counted (metrics) and logged at DEBUG.
+                logger.warning(
+                    "S3 bucket %s: %s of %s failed with %s (%s); retrying with backoff until S3 answers",
+                    self._bucket,
+                    operation,
+                    key,
+                    code,
+                    _describe(error),
+                )
+            self._episode_failures += 1
             if failures > self._max_retries:
                 raise ObjectStoreError(
                     f"{self._where(key)}: {what} failed after {failures} attempts: {_describe(error)}"
                 ) from error
             delay = self._random.uniform(0, min(self._retry_cap, self._retry_base * (2 ** (failures - 1))))
             self.retries += 1
-            logger.warning(
+            self.stats.retries += 1
+            logger.debug(
                 "%s: %s failed (%s); retry %d/%d in %.3fs",
                 self._where(key),
                 what,
@@ -212,6 +248,17 @@ class S3ObjectStore:
                 delay,
             )
             await asyncio.sleep(delay)
+
+    def _episode_over(self) -> None:
+        assert self._failing_since is not None
+        seconds = time.monotonic() - self._failing_since
+        logger.info(
+            "S3 bucket %s answers again after %.1fs of failures (%d failed attempts)",
+            self._bucket,
+            seconds,
+            self._episode_failures,
+        )
+        self._failing_since = None
 
     def _wrap(self, what: str, key: str, exc: ClientError | BotoCoreError) -> ObjectStoreError:
         if isinstance(exc, ClientError) and _code(exc) in _NOT_FOUND_CODES:
@@ -474,6 +521,50 @@ def _status(exc: ClientError) -> int:
 def _retryable_client_error(exc: ClientError) -> bool:
     status = _status(exc)
     return status >= 500 or status == 429 or _code(exc) in _RETRYABLE_CODES
+
+
+_RESET_ERRORS = (
+    ResponseStreamingError,
+    aiohttp.ClientPayloadError,
+    aiohttp.ServerDisconnectedError,
+    ConnectionResetError,
+)
+
+ERROR_CODES = (*sorted(_RETRYABLE_CODES), "connection", "reset", "timeout", "other")
+"""Every value :func:`error_code` returns (a metric label's closed set)."""
+
+OPERATIONS = (
+    "put",
+    "get",
+    "get_tail",
+    "head",
+    "list",
+    "delete",
+    "create_multipart_upload",
+    "upload_part",
+    "complete_multipart_upload",
+    "abort_multipart_upload",
+)
+"""Every operation :func:`_operation` names (a metric label's closed set)."""
+
+
+def error_code(exc: BaseException) -> str:
+    """What an operator acts on: S3's error code when it answered, else what the connection did."""
+    if isinstance(exc, ClientError):
+        code = _code(exc)
+        return code if code in _RETRYABLE_CODES else "other"
+    if isinstance(exc, TimeoutError | ConnectTimeoutError | ReadTimeoutError | asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(exc, _RESET_ERRORS):
+        return "reset"
+    if isinstance(exc, ConnectionError | aiohttp.ClientConnectionError | OSError | HTTPClientError):
+        return "connection"
+    return "other"
+
+
+def _operation(what: str) -> str:
+    name = "upload_part" if what.startswith("upload part") else what.replace(" ", "_")
+    return name if name in OPERATIONS else "other"
 
 
 def _describe(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from storage.errors import WALError
 from storage.stream_record_batch import StreamRecordBatch
 
 
@@ -51,4 +52,19 @@ class WriteAheadLog(Protocol):
     @property
     def used_bytes(self) -> int:
         """Untrimmed bytes, for backpressure and metrics."""
+        ...
+
+    @property
+    def unwritable_seconds(self) -> float:
+        """Seconds spent unable to write to its storage (retrying), the episode under way included."""
+        ...
+
+    @property
+    def unwritable(self) -> bool:
+        """Whether writes to its storage are failing now (and being retried)."""
+        ...
+
+    def refusal(self) -> WALError | None:
+        """The error an append made now would fail with at once (failed, fenced, or unwritable for longer than
+        its bound), or None."""
         ...

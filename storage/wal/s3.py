@@ -22,12 +22,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 from storage.config import GiB, MiB, StorageConfig
-from storage.errors import CorruptObjectError, ObjectNotFoundError, ObjectStoreError, WALError, WALFencedError
+from storage.errors import (
+    CorruptObjectError,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    WALError,
+    WALFencedError,
+    WALUnavailableError,
+)
 from storage.objectstore.base import ObjectInfo, ObjectStore
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
@@ -41,9 +51,15 @@ from storage.wal.state import WALState
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 DEFAULT_MAX_INFLIGHT_UPLOADS = 8
-UPLOAD_ATTEMPTS = 3  # on top of the object store's own retries: one WAL object must not fail the whole node
 RECOVERY_READ_AHEAD = 4
+RETRY_BASE_S = 0.1
+RETRY_CAP_S = 1.0
+"""An upload that failed after the object store's own retries is tried again after a full-jitter backoff up to
+this: short enough that appends flow again within about a second of S3 answering."""
+DEFAULT_UNWRITABLE_MAX_MS = 30_000
 
 
 @dataclass(slots=True)
@@ -79,6 +95,7 @@ class S3WAL(WALState):
         max_inflight_uploads: int = DEFAULT_MAX_INFLIGHT_UPLOADS,
         owns_store: bool = False,
         failover: bool = False,
+        unwritable_max_ms: int = DEFAULT_UNWRITABLE_MAX_MS,
     ) -> None:
         if batch_interval_ms <= 0 or max_bytes_in_batch <= 0 or max_inflight_uploads <= 0:
             raise WALError(
@@ -114,6 +131,9 @@ class S3WAL(WALState):
         self._started = False
         self._closed = False
         self._failure: WALError | None = None
+        self._closing = False
+        self._unwritable_max = unwritable_max_ms / 1000
+        self._random = random.Random()
         self.stats = S3WALStats()
         #: Learns the seconds of each WAL object's PUT (the engine's ``fjord_wal_flush_seconds``).
         self.observe_flush: Callable[[float], None] = lambda _seconds: None
@@ -140,6 +160,7 @@ class S3WAL(WALState):
             capacity=config.wal_capacity,
             owns_store=owns_store,
             failover=failover,
+            unwritable_max_ms=config.wal_unwritable_max_ms,
         )
 
     @property
@@ -159,7 +180,8 @@ class S3WAL(WALState):
     async def start(self) -> None:
         if self._started:
             raise WALError(f"{self._name}: already started")
-        current = await self._read_reservation()
+        # S3 being away at start (or during a failover) is waited out, as it is for appends.
+        current = await self._retrying("reservation read", self._read_reservation)
         if current is not None and current.node_epoch > self._node_epoch:
             raise WALFencedError(
                 f"{self._name}: node {self._node_id} WAL is owned by a newer epoch {current.node_epoch}"
@@ -167,10 +189,11 @@ class S3WAL(WALState):
         if current is not None and current.node_epoch == self._node_epoch:
             logger.warning("%s: restarting with the epoch already reserved; it cannot fence a live writer of the "
                            "same epoch", self._name)
-        await self._put(self._reservation_key, self._reservation.encode())
-        listing = await self._list()
-        await self._verify_owner("start")  # a newer writer may have reserved between our put and our list
-        trim = await self._read_trim()
+        await self._retrying("reservation", lambda: self._put(self._reservation_key, self._reservation.encode()))
+        listing = await self._retrying("listing", self._list)
+        # A newer writer may have reserved between our put and our list.
+        await self._retrying("reservation check", lambda: self._verify_owner("start"))
+        trim = await self._retrying("trim point read", self._read_trim)
         objects = [k for info in listing if (k := s3_format.parse_object_key(info.key, self._prefix)) is not None]
         plan = s3_format.plan_recovery(objects, trim)
         if plan.gap_at is not None:
@@ -182,9 +205,11 @@ class S3WAL(WALState):
 
         # The marker makes this epoch's takeover point durable before anything is deleted or appended.
         marker = s3_format.object_key(self._namespace, self._node_id, self._node_epoch, plan.end, plan.end)
-        await self._put(marker.key, ObjectHeader(self._node_id, self._node_epoch, plan.end, 0, plan.start).encode())
+        header = ObjectHeader(self._node_id, self._node_epoch, plan.end, 0, plan.start).encode()
+        await self._retrying("takeover marker", lambda: self._put(marker.key, header))
         if plan.discard:
-            await self._delete([o.key for o in plan.discard])
+            discard = [o.key for o in plan.discard]
+            await self._retrying("discard", lambda: self._delete(discard))
         self._trim_offset = plan.start
         self._next_offset = self._durable_offset = plan.end
         self._recovery_chain = [o for o in plan.chain if not o.empty]
@@ -208,7 +233,8 @@ class S3WAL(WALState):
         try:
             for obj in chain:
                 while next_read < len(chain) and len(reads) < RECOVERY_READ_AHEAD:
-                    reads.append(asyncio.create_task(self._get(chain[next_read].key)))
+                    key = chain[next_read].key
+                    reads.append(asyncio.create_task(self._retrying(f"read of {key}", partial(self._get, key))))
                     next_read += 1
                 data = await reads.popleft()
                 for rec in self._parse_object(obj, data, trim):
@@ -274,11 +300,13 @@ class S3WAL(WALState):
                     return
                 data = await asyncio.to_thread(self._encode_object, upload)
                 put_started = time.perf_counter()
-                await self._put(upload.key.key, data, attempts=UPLOAD_ATTEMPTS)
+                await self._retrying(f"upload of {upload.key.key}", lambda: self._put(upload.key.key, data))
                 self.observe_flush(time.perf_counter() - put_started)
                 self.stats.objects += 1
                 self.stats.bytes_uploaded += len(data)
-                await self._verify_owner(f"upload of {upload.key.key}")
+                await self._retrying(
+                    "reservation check", lambda: self._verify_owner(f"upload of {upload.key.key}")
+                )
         except WALError as exc:
             self._fail(exc)
             return
@@ -287,6 +315,61 @@ class S3WAL(WALState):
             return
         upload.done = True
         self._release_acks()
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``call`` until S3 answers it. S3 being away is no reason to fail the WAL (every stream on it would
+        become unwritable for good): the appends behind an upload wait, unacknowledged, and the producers' timeouts
+        answer them; past ``s3.wal.unwritable.max.ms`` new appends are refused (``refusal``) until S3 answers. A
+        fence, an answer (a missing or corrupt object) and the WAL's close end the retries."""
+        failures = 0
+        while True:
+            try:
+                result = await call()
+            except WALError as exc:
+                cause = exc.__cause__
+                transient = isinstance(cause, ObjectStoreError) and not isinstance(cause, ObjectNotFoundError)
+                if not transient or isinstance(exc, WALFencedError) or self._closing or self._failure is not None:
+                    raise
+                failures += 1
+                self._note_unwritable(what, exc)
+                await asyncio.sleep(self._random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2 ** min(failures, 8))))
+                continue
+            if self._unwritable_since is not None:
+                self._note_writable()
+            return result
+
+    def _note_unwritable(self, what: str, exc: WALError) -> None:
+        if self._unwritable_since is not None:
+            logger.debug("%s: %s failed again: %s", self._name, what, exc)
+            return
+        self._unwritable_since = time.monotonic()
+        logger.warning(
+            "%s: cannot write to S3 (%s failed: %s); appends wait, unacknowledged, and are refused with a retriable "
+            "error after %.1fs",
+            self._name,
+            what,
+            exc.__cause__ or exc,
+            self._unwritable_max,
+        )
+        self._refuse_timer = asyncio.get_running_loop().call_later(self._unwritable_max, self._start_refusing)
+
+    def _start_refusing(self) -> None:
+        self._refuse_timer = None
+        self._refusing = WALUnavailableError(
+            f"{self._name}: S3 has been unwritable for more than {self._unwritable_max:.1f}s"
+        )
+        logger.warning("%s; new appends are refused until it answers", self._refusing)
+
+    def _note_writable(self) -> None:
+        assert self._unwritable_since is not None
+        seconds = time.monotonic() - self._unwritable_since
+        self._unwritable_total += seconds
+        self._unwritable_since = None
+        self._refusing = None
+        if self._refuse_timer is not None:
+            self._refuse_timer.cancel()
+            self._refuse_timer = None
+        logger.info("%s: S3 writable again after %.1fs; appends flow", self._name, seconds)
 
     def _encode_object(self, upload: _Upload) -> bytes:
         body_length = upload.key.end - upload.key.start
@@ -337,8 +420,9 @@ class S3WAL(WALState):
         async with self._trim_lock:
             if not self._moves_trim_point(offset):
                 return
-            await self._verify_owner(f"trim to {offset}")
-            await self._put(self._trim_key, TrimPoint(self._node_id, self._node_epoch, offset).encode())
+            await self._retrying("reservation check", lambda: self._verify_owner(f"trim to {offset}"))
+            point = TrimPoint(self._node_id, self._node_epoch, offset).encode()
+            await self._retrying("trim point", lambda: self._put(self._trim_key, point))
             self._gate.release(offset - self._trim_offset)
             self._trim_offset = offset
             newest = self._chain[-1] if self._chain else None
@@ -364,6 +448,10 @@ class S3WAL(WALState):
         """Flushes what is pending (unless the WAL already failed), then stops."""
         if self._closed:
             return
+        self._closing = True  # an upload still retrying gives up: what it holds was never acknowledged
+        if self._refuse_timer is not None:
+            self._refuse_timer.cancel()
+            self._refuse_timer = None
         if self._failure is None and self._started:
             self._seal()
             tasks = [u.task for u in self._uploads if u.task is not None]
@@ -423,17 +511,11 @@ class S3WAL(WALState):
             logger.error("%s: %s; replaying from the oldest object", self._name, exc)
             return None
 
-    async def _put(self, key: str, data: bytes, attempts: int = 1) -> None:
-        for attempt in range(1, attempts + 1):
-            try:
-                await self._store.put(key, data)
-                return
-            except ObjectStoreError as exc:
-                if attempt == attempts:
-                    raise WALError(f"{self._name}: cannot write {key}: {exc}") from exc
-                logger.warning("%s: writing %s failed (attempt %d of %d): %s", self._name, key, attempt, attempts,
-                               exc)
-                await asyncio.sleep(0.05 * 2**attempt)
+    async def _put(self, key: str, data: bytes) -> None:
+        try:
+            await self._store.put(key, data)
+        except ObjectStoreError as exc:
+            raise WALError(f"{self._name}: cannot write {key}: {exc}") from exc
 
     async def _get(self, key: str) -> bytes:
         try:

@@ -4,7 +4,10 @@ durable differs between file.py and s3.py; this mixin keeps the rest from being 
 
 from __future__ import annotations
 
-from storage.errors import WALError
+import asyncio
+import time
+
+from storage.errors import WALError, WALUnavailableError
 from storage.wal.capacity import CapacityGate
 from storage.wal.pending import PendingAppend
 
@@ -19,6 +22,27 @@ class WALState:
     _started: bool
     _closed: bool
     _failure: WALError | None  # set once: nothing is acknowledged after a failed write or a fence
+    # An episode of failed writes that are being retried (S3 away): when it began, and once it has lasted longer
+    # than the WAL's bound, the error new appends are refused with.
+    _unwritable_since: float | None = None
+    _unwritable_total = 0.0
+    _refusing: WALUnavailableError | None = None
+    _refuse_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def unwritable_seconds(self) -> float:
+        """Seconds the WAL has spent unable to write, the episode under way included (a metric)."""
+        since = self._unwritable_since
+        return self._unwritable_total + (0.0 if since is None else time.monotonic() - since)
+
+    @property
+    def unwritable(self) -> bool:
+        return self._unwritable_since is not None
+
+    def refusal(self) -> WALError | None:
+        """Why an append made now would be refused without being taken (None: it would be taken). Checked before
+        a stream gives the append its offsets, so a refusal leaves nothing behind."""
+        return self._failure or self._refusing
 
     @property
     def used_bytes(self) -> int:

@@ -22,6 +22,8 @@ from wire.errors import KafkaError
         (storage_errors.StreamFencedError("stream 3 epoch 1 < 2"), ErrorCode.not_leader_or_follower),
         (storage_errors.ObjectNotFoundError("abc/_fjord_x/1"), ErrorCode.kafka_storage_error),
         (storage_errors.CorruptObjectError("object 4 footer"), ErrorCode.kafka_storage_error),
+        # S3 refused the WAL's writes for too long: the append took no offset, so the producer retries it.
+        (storage_errors.WALUnavailableError("S3 WAL unwritable for 30s"), ErrorCode.kafka_storage_error),
         (ConfigError("retention.ms: 'x' is not an integer"), ErrorCode.invalid_config),
         (TimeoutError(), ErrorCode.request_timed_out),
         (RuntimeError("surprise"), ErrorCode.unknown_server_error),

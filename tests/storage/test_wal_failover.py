@@ -24,8 +24,9 @@ from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.config import BucketURL, ConfigError
 from storage.engine import StorageEngine
-from storage.errors import StorageError, StreamFencedError, StreamNotClosedError, WALError
+from storage.errors import ObjectStoreError, StorageError, StreamFencedError, StreamNotClosedError, WALError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
 from storage.stream_api import Stream
 from storage.wal.s3 import S3WAL
@@ -205,3 +206,27 @@ async def test_a_broker_restarted_during_its_failover_waits_for_it_or_takes_back
     assert await cluster.controller.reconcile_wal_failovers() == 1
     await asyncio.wait_for(wait_for_wal_failover(cluster.client, 1, cluster.epochs[1]), 5)
     assert cluster.controller.image.wal_failovers[1].done
+
+
+async def test_a_replay_through_a_slow_down_storm_replays_everything(cluster: _Cluster) -> None:
+    """Half of the failover's WAL requests fail (S3 throttling the dead broker's prefix): the replay waits them out
+    instead of giving up, and the new leader reads every acknowledged append."""
+    dead, live = cluster.engine(1), cluster.engine(2)
+    await dead.start()
+    await live.start()
+    stream_id, _stream, payloads = await _write(dead, APPENDS)
+    await dead.halt()
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    failover = cluster.controller.image.wal_failovers[1]
+    storm = FaultyObjectStore(cluster.wals, seed=11)
+    storm.fail(None, ObjectStoreError("injected 503 SlowDown"), probability=0.5)
+
+    def open_wal(node: int, epoch: int) -> S3WAL:
+        return S3WAL(storm, namespace="_fjord_test", node_id=node, node_epoch=epoch, batch_interval_ms=10,
+                     failover=True)
+
+    runner = WALFailoverRunner(cluster.client, live, open_wal=open_wal)
+    assert await asyncio.wait_for(runner.replay(failover), 60) == APPENDS
+    assert sum(storm.injected.values()) > 0
+    assert await _read_all(live, stream_id, 2) == payloads
+    await live.shutdown()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storage.config import BucketURL, StorageConfig, parse_bucket_url
-from storage.errors import ObjectStoreError, WALError, WALFencedError
+from storage.errors import ObjectStoreError, WALError, WALFencedError, WALUnavailableError
 from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
@@ -331,19 +331,60 @@ async def test_a_full_wal_makes_appends_wait_until_trim() -> None:
     await wal.close()
 
 
-async def test_a_failed_upload_fails_its_appends_and_every_later_one() -> None:
+async def test_a_failed_upload_is_retried_until_s3_answers_and_nothing_is_acknowledged_meanwhile(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "storage.wal.s3")
     store = FaultyObjectStore(MemoryObjectStore())
-    wal, _ = await open_s3_wal(store, epoch=1)
+    wal = S3WAL(store, namespace=NS, node_id=1, node_epoch=1, batch_interval_ms=20, unwritable_max_ms=300)
+    await wal.start()
     ok = await wal.append(batch(1, 0))
     store.fail("put", ObjectStoreError("injected 503"))
-    with pytest.raises(WALError, match="cannot write"):
-        await wal.append(batch(1, 1))
+    waiting = [asyncio.create_task(wal.append(batch(1, i))) for i in (1, 2)]
+    done, _ = await asyncio.wait(waiting, timeout=0.6)
+    assert not done, "an append was settled while S3 refused every write"
+    refusal = wal.refusal()
+    assert isinstance(refusal, WALUnavailableError)  # past unwritable_max_ms: new appends are refused, retriably
+    assert wal.unwritable_seconds >= 0.3
     store.heal()
-    with pytest.raises(WALError):
-        await wal.append(batch(1, 2))
+    acked = [await asyncio.wait_for(task, 5) for task in waiting]
+    assert wal.refusal() is None
+    assert await asyncio.wait_for(wal.append(batch(1, 3)), 5)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "cannot write to S3" in r.message]
+    assert len(warnings) == 1 and not any(r.exc_info for r in caplog.records)
+    assert any("S3 writable again" in r.message for r in caplog.records)
     await wal.close()
     _, recovered = await open_s3_wal(store.inner, epoch=2)
-    assert recovered[0] == ok
+    assert recovered[:3] == [ok, *acked]
+
+
+async def test_start_and_recovery_wait_for_s3_instead_of_failing() -> None:
+    store = FaultyObjectStore(MemoryObjectStore(), seed=5)
+    wal, _ = await open_s3_wal(store, epoch=1)
+    acked = [await wal.append(batch(1, i)) for i in range(3)]
+    await wal.close()
+    store.fail(None, ObjectStoreError("injected 503"), probability=0.5)  # a SlowDown storm
+    store.fail("get", ObjectStoreError("injected 503"), times=3)  # the first reads all fail
+    restarted = make_wal(store, 2)
+    await asyncio.wait_for(restarted.start(), 20)
+    assert [rec async for rec in restarted.recover()] == acked
+    assert store.injected["get"] >= 3 and restarted.unwritable_seconds > 0
+    store.heal()
+    await restarted.close()
+
+
+async def test_a_fence_still_fails_the_waiting_appends() -> None:
+    store = FaultyObjectStore(MemoryObjectStore())
+    wal, _ = await open_s3_wal(store, epoch=1)
+    store.fail("put", ObjectStoreError("injected 503"))
+    waiting = asyncio.create_task(wal.append(batch(1, 0)))
+    await asyncio.sleep(0.1)  # let the upload fail once
+    newer, _ = await open_s3_wal(store.inner, epoch=2)
+    store.heal()
+    with pytest.raises(WALFencedError):
+        await asyncio.wait_for(waiting, 5)
+    await newer.close()
+    await wal.close()
 
 
 # ----------------------------------------------------------------------------------------------- factory and real S3

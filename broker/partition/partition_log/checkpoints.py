@@ -21,6 +21,7 @@ from broker.partition.indexes import encode_epoch_checkpoint
 from broker.partition.meta_stream import KEY_LEADER_EPOCH_CHECKPOINT, KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS
 from broker.partition.partition_log.state import EXPIRY_CHECK_INTERVAL_S, PartitionState
 from broker.partition.producer_state import encode_snapshot
+from storage.errors import StorageError
 from storage.stream_api import Stream
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,8 @@ async def _checkpoint(state: PartitionState) -> None:
             put = state.meta.put(entries)
         await put
         logger.debug("%s: recovery point %d -> %d", state.where, previous, end)
+    except StorageError as exc:  # S3 away or the stream moving: the next checkpoint tries again
+        logger.warning("checkpoint of %s failed: %s", state.where, exc)
     except Exception:
         logger.exception("checkpoint of %s failed", state.where)
     finally:

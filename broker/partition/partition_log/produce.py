@@ -98,6 +98,11 @@ def _append_locked(
     assigned = assign_offsets(
         records, headers, base_offset=base, leader_epoch=state.leader_epoch, log_append_ms=log_append_ms
     )
+    payload = assigned.payload
+    next_offset = assigned.next_offset
+    # First, so that an append the WAL refuses outright (S3 unwritable for too long: a retriable error) leaves no
+    # producer state behind: the producer's retry of the batch is then appended, not taken for a duplicate.
+    pending = state.log.append(payload, next_offset - base)
     index_entries: list[TimeIndexEntry] = []
     for header, offset in zip(headers, assigned.base_offsets, strict=True):
         state.producers.record(header, offset)
@@ -105,9 +110,6 @@ def _append_locked(
         entry = _note_timestamp(state, max_ts, offset, header.size)
         if entry is not None:
             index_entries.append(entry)
-    payload = assigned.payload
-    next_offset = assigned.next_offset
-    pending = state.log.append(payload, next_offset - base)
     state.size_bytes += len(payload)
     if marker is not None:
         pending = complete_txn(state, headers[0], base, marker, pending)

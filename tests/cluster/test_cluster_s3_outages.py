@@ -1,0 +1,217 @@
+"""S3 that misbehaves under a running 3-broker cluster (issue 24): the brokers' S3 traffic passes through
+testkit's fault-injecting proxy, and the tests take S3 away (5 s and 15 s) or throttle half its requests while an
+idempotent acks=all producer keeps writing. After each fault every partition takes writes again within
+``WRITABLE_AGAIN_S`` of S3 answering, with no restart of anything, and every acknowledged record is consumed at the
+end. The module runs once with the S3 WAL and once with the file WAL (one cluster each, shared by its tests).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from node.local_cluster import LocalCluster
+from testkit.s3_fault_proxy import S3FaultProxy
+from testkit.waiting import eventually
+from tests.cluster.cluster_support import assert_all_consumed, leaders, topic_name
+from tests.cluster.conftest import start_cluster
+from tests.conftest import S3Server
+
+PARTITIONS = 6
+UNWRITABLE_MAX_MS = 8000
+"""The S3 WAL refuses new appends (retriably) once S3 has refused its writes this long: the 15 s outage reaches it."""
+WRITABLE_AGAIN_S = 10.0
+"""Bound on the time from S3 answering again to every partition having acknowledged a new write (measured: about
+1-3 s; the bound leaves room for a loaded 2-core CI machine)."""
+
+
+@dataclass
+class Cluster:
+    cluster: LocalCluster
+    proxy: S3FaultProxy
+    wal: str
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    def broker_pids(self) -> list[int]:
+        return [n.proc.pid for n in self.cluster.brokers if n.proc is not None and n.running]
+
+
+@pytest.fixture(scope="module", params=["s3", "file"])
+def faulty(request: pytest.FixtureRequest, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+    Cluster
+]:
+    wal = str(request.param)
+    with S3FaultProxy(s3_server.endpoint, seed=24) as proxy:
+        cluster = start_cluster(
+            tmp_path_factory.mktemp(f"s3-outages-{wal}"),
+            S3Server(proxy.endpoint),
+            wal=wal,
+            extra={"s3.wal.unwritable.max.ms": str(UNWRITABLE_MAX_MS), "s3.max.retries": "4"},
+        )
+        try:
+            yield Cluster(cluster, proxy, wal)
+        finally:
+            proxy.clear()
+            codes = cluster.stop_all(timeout=30)
+            assert all(code == 0 for code in codes.values()), f"unclean stop {codes}:\n{cluster.logs()}"
+
+
+@dataclass
+class IdempotentLoad:
+    """An idempotent acks=all producer thread writing numbered records round-robin until stopped."""
+
+    bootstrap: str
+    topic: str
+    acked: set[str] = field(default_factory=set)
+    failed: list[str] = field(default_factory=list)
+    sent: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> IdempotentLoad:
+        self._thread = threading.Thread(target=self._run, name=f"produce-{self.topic}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.timeout.ms": 180_000,
+                "linger.ms": 5,
+                "retry.backoff.ms": 100,
+            }
+        )
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            value = msg.value().decode()
+            if err is None:
+                self.acked.add(value)
+            else:
+                self.failed.append(f"{value}: {err}")
+
+        while not self._stop.is_set():
+            producer.produce(self.topic, value=f"r{self.sent}".encode(), partition=self.sent % PARTITIONS,
+                             on_delivery=delivered)
+            self.sent += 1
+            producer.poll(0.01)
+        producer.flush(120)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=150)
+            assert not self._thread.is_alive(), "the producer did not finish flushing"
+
+
+def _create_topic(bootstrap: str) -> str:
+    topic = topic_name("s3-faults")
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the answer arrives
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
+    leaders(bootstrap, topic, PARTITIONS)
+    return topic
+
+
+def _every_partition_writable(bootstrap: str, topic: str, timeout: float) -> float:
+    """Writes one record to every partition with a fresh producer; the seconds until all were acknowledged."""
+    started = time.monotonic()
+    done: dict[int, float] = {}
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": int(timeout * 1000)})
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            done[msg.partition()] = time.monotonic() - started
+        else:
+            errors.append(f"{msg.partition()}: {err}")
+
+    for partition in range(PARTITIONS):
+        producer.produce(topic, value=f"probe-{uuid.uuid4().hex[:6]}".encode(), partition=partition,
+                         on_delivery=delivered)
+    producer.flush(timeout + 5)
+    assert not errors and len(done) == PARTITIONS, f"partitions not writable within {timeout}s: {errors}"
+    return max(done.values())
+
+
+def _tracebacks(cluster: LocalCluster) -> list[str]:
+    found = []
+    for node in cluster.brokers:
+        text = node.log_text(tail=2_000_000)
+        found += [m.group(0) for m in re.finditer(r"Traceback[^\n]*\n(?:[ \t].*\n)*.*", text)]
+    return found
+
+
+@pytest.mark.parametrize(("seconds", "mode"), [(5.0, "blackhole"), (15.0, "refuse")])
+def test_an_s3_outage_during_produce_loses_nothing_and_every_partition_takes_writes_again(
+    faulty: Cluster, seconds: float, mode: str
+) -> None:
+    topic = _create_topic(faulty.bootstrap)
+    pids = faulty.broker_pids()
+    tracebacks_before = len(_tracebacks(faulty.cluster))
+    load = IdempotentLoad(faulty.bootstrap, topic).start()
+    try:
+        _wait(lambda: len(load.acked) >= 100, 30, "the load to get going")
+        faulty.proxy.outage(seconds, mode=mode)  # type: ignore[arg-type]
+        time.sleep(seconds)  # the outage lasts this long whatever the brokers do
+        _wait(lambda: not faulty.proxy.in_outage, 5, "the outage to end")
+        took = _every_partition_writable(faulty.bootstrap, topic, timeout=60)
+        print(f"{faulty.wal} WAL, {seconds:.0f}s {mode} outage: every partition writable {took:.2f}s after it ended")
+        assert took <= WRITABLE_AGAIN_S, f"every partition took writes again only {took:.1f}s after S3 answered"
+        acked_after = len(load.acked)
+        _wait(lambda: len(load.acked) >= acked_after + 200, 60, "the load to go on after the outage")
+    finally:
+        load.stop()
+    assert not load.failed, f"{len(load.failed)} records failed, e.g. {load.failed[:3]}"
+    assert faulty.broker_pids() == pids, "a broker exited during the outage"
+    assert_all_consumed(faulty.bootstrap, topic, PARTITIONS, load.acked, timeout=90)
+    if faulty.wal == "s3" and mode == "refuse" and seconds * 1000 > UNWRITABLE_MAX_MS + 3000:
+        refused = "new appends are refused" in "".join(n.log_text(tail=2_000_000) for n in faulty.cluster.brokers)
+        assert refused, "the outage outlasted s3.wal.unwritable.max.ms but no WAL refused appends"
+    new_tracebacks = _tracebacks(faulty.cluster)[tracebacks_before:]
+    assert not new_tracebacks, f"{len(new_tracebacks)} tracebacks in the brokers' logs, e.g.\n{new_tracebacks[0]}"
+
+
+def test_a_slow_down_storm_during_produce_and_fetch(faulty: Cluster) -> None:
+    topic = _create_topic(faulty.bootstrap)
+    load = IdempotentLoad(faulty.bootstrap, topic).start()
+    consumer = Consumer({"bootstrap.servers": faulty.bootstrap, "group.id": f"storm-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    seen: set[str] = set()
+    try:
+        _wait(lambda: len(load.acked) >= 100, 30, "the load to get going")
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        faulty.proxy.faults.slow_down = 0.5
+        storm_ends = time.monotonic() + 8
+        while time.monotonic() < storm_ends:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                seen.add((msg.value() or b"").decode())
+        faulty.proxy.faults.slow_down = 0.0
+        assert faulty.proxy.stats.slow_downs > 0
+        acked_after = len(load.acked)
+        _wait(lambda: len(load.acked) >= acked_after + 200, 60, "the load to go on after the storm")
+    finally:
+        faulty.proxy.faults.slow_down = 0.0
+        load.stop()
+        consumer.close()
+    assert not load.failed, f"{len(load.failed)} records failed, e.g. {load.failed[:3]}"
+    assert seen, "the consumer read nothing during the storm"
+    assert_all_consumed(faulty.bootstrap, topic, PARTITIONS, load.acked, timeout=90)
+
+
+def _wait(check: Any, timeout: float, what: str) -> None:
+    eventually(check, timeout=timeout, what=what)
