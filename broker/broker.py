@@ -34,8 +34,9 @@ from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.peers import Peers
 from broker.wal_failover import WALFailoverRunner
+from broker.wal_handover import WALHandover
 from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_failover
-from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting
+from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting, WriteFencing
 from metadata.group_configs import share_group_config, share_groups_enabled
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
@@ -90,6 +91,13 @@ class Broker:
         self.storage = StorageEngine(storage_config, controller.stream_metadata)
         self.wal_failover = (
             WALFailoverRunner(controller, self.storage) if storage_config.wal_url.scheme == "s3" else None
+        )
+        #: Asks to be fenced while the S3 WAL cannot write (``broker.wal_handover``); None with a file WAL (nobody
+        #: else could replay it), ``s3.wal.handover.ms`` -1, or no other broker to hand over to.
+        self.wal_handover = (
+            WALHandover(self.node_id, lambda: self.storage.wal, controller, storage_config.wal_handover_ms / 1000)
+            if self.wal_failover is not None and storage_config.wal_handover_ms >= 0
+            and isinstance(controller, WriteFencing) else None
         )
         self.dispatcher = RequestDispatcher(self, metrics, store_stats=lambda: self.storage.store.stats)
         self.partitions = PartitionManager(self.context, self.storage, on_removed=self._partition_removed)
@@ -197,6 +205,9 @@ class Broker:
         if self.wal_failover is not None:
             self.wal_failover.start()
             self._started.append(("WAL failover", self.wal_failover.stop))
+        if self.wal_handover is not None:
+            self.wal_handover.start()
+            self._started.append(("WAL hand-over", self.wal_handover.stop))
         await self._start("partitions", self.partitions.start(), self.partitions.stop)
         await self._start("share partitions", self._start_share_partitions(), self.share_partitions.stop)
         await self._start("group coordinator", self.groups.start(), self.groups.stop)

@@ -444,7 +444,8 @@ class QuorumController:
 
         ``want_shutdown`` alone is a controlled shutdown (``controller.decisions.controlled_shutdown``): the broker's
         partitions move away and ``should_shut_down`` is true once it leads nothing; ``want_fence`` (a stopping
-        broker's last heartbeat, after it uploaded its WAL) fences it."""
+        broker's last heartbeat, after it uploaded its WAL) fences it; ``want_fence`` alone (a broker whose WAL
+        cannot write hands over: ``broker.wal_handover``) fences it and gives its WAL to another broker to replay."""
         controller = self.active_controller(f"accept a heartbeat from broker {node_id}")
         broker = controller.image.brokers.get(node_id)
         if broker is None:
@@ -464,7 +465,12 @@ class QuorumController:
         session.last_heartbeat = now
         if want_fence:
             if not broker.fenced:
-                await controller.fence_broker(node_id, epoch)
+                if not want_shutdown:
+                    logger.info("controller %d: broker %d (epoch %d) cannot write its WAL and hands over; fencing "
+                                "it", self.node_id, node_id, epoch)
+                # A stopping broker uploaded and closed everything first; one handing over (wantFence alone) holds
+                # acknowledged records in its WAL, which another broker replays as a dead broker's.
+                await controller.fence_broker(node_id, epoch, session_expired=not want_shutdown)
             return True, True, want_shutdown
         if want_shutdown and not broker.fenced:
             remaining = await controller.controlled_shutdown(node_id, epoch)

@@ -322,6 +322,17 @@ class ControlledShutdown(Protocol):
 
 
 @runtime_checkable
+class WriteFencing(Protocol):
+    """A controller client through which a broker whose WAL cannot write asks to be fenced, so that its partitions
+    move to brokers that can (``broker.wal_handover``); an embedded single node has nobody to hand them to.
+    Runtime-checkable and apart from :class:`ControllerClient`, as :class:`ControlledShutdown` is."""
+
+    def want_fence(self, wanted: bool) -> None:
+        """Every heartbeat from now on asks to be fenced (True) or no longer does (False)."""
+        ...
+
+
+@runtime_checkable
 class LoadReporting(Protocol):
     """A controller client through which a broker of a cluster reports its per-partition traffic to the active
     controller for the auto-balancer's load goal (``metadata.broker_load``); an embedded single node has nobody

@@ -231,6 +231,7 @@ class NodeProcess:
     spec: NodeSpec
     proc: subprocess.Popen[bytes] | None = None
     logs: list[Path] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # added to this process's environment (tests: HTTP_PROXY)
 
     @property
     def running(self) -> bool:
@@ -243,7 +244,7 @@ class NodeProcess:
         self.spec.config_path.write_text(self.spec.properties_text(), encoding="utf-8")
         log_path = self.spec.data_dir / f"{self.spec.role}-{self.spec.node_id}-{len(self.logs)}.log"
         self.logs.append(log_path)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 self.spec.command(), cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,

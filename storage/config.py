@@ -194,6 +194,9 @@ class StorageConfig:
     # s3 WAL: once S3 has refused its writes this long, new appends are refused (retriable) until S3 answers;
     # appends already taken wait, unacknowledged, and are written when S3 answers again.
     wal_unwritable_max_ms: int = 30_000
+    # s3 WAL: once S3 has refused its writes this long, the broker hands over (``broker.wal_handover``): it asks the
+    # controller to fence it, its partitions move and another broker replays its WAL; -1 never hands over.
+    wal_handover_ms: int = 60_000
 
     # LogCache and upload
     wal_cache_size: int = 1 * GiB
@@ -276,6 +279,7 @@ def _register() -> None:
     ints = {
         "s3.wal.batch.interval.ms": "wal_batch_interval_ms",
         "s3.wal.unwritable.max.ms": "wal_unwritable_max_ms",
+        "s3.wal.handover.ms": "wal_handover_ms",
         "s3.wal.upload.interval.ms": "wal_upload_interval_ms",
         "s3.max.concurrency": "s3_max_concurrency",
         "s3.max.retries": "s3_max_retries",

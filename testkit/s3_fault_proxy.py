@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import socket
 import struct
 import threading
@@ -271,6 +272,8 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     except asyncio.IncompleteReadError:
         return None
     line, *header_lines = head[:-4].split(b"\r\n")
+    # As a forward proxy (a broker given HTTP_PROXY, its endpoint unchanged) the target is absolute: S3 gets its path.
+    line = re.sub(rb"^(\S+) https?://[^/\s]+", rb"\1 ", line)
     headers = [_split_header(h) for h in header_lines if h]
     names = {k.lower(): v for k, v in headers}
     method = line.split(b" ", 1)[0].decode("ascii")

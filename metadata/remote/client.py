@@ -118,6 +118,7 @@ class RemoteControllerClient:
         self._incarnation = uuid.uuid4()
         self._heartbeat_error: ErrorCode | None = None  # the last refusal, logged once rather than every beat
         self._want_shutdown = False  # in controlled shutdown: every heartbeat asks for it
+        self._want_fence = False  # handing over (its WAL cannot write): every heartbeat asks to stay fenced
         self._may_shut_down = asyncio.Event()  # the controller answered shouldShutDown
         self._load_task: asyncio.Task[None] | None = None
 
@@ -260,8 +261,15 @@ class RemoteControllerClient:
             raise ControllerError(code, response.error_message or code.name)
         await self._sync_after(f"see broker {node_id} unregistered")
 
+    def want_fence(self, wanted: bool) -> None:
+        """Hand-over (``broker.wal_handover``): from the next heartbeat on, ask the controller to fence this broker
+        (``wantFence`` without ``wantShutDown``: its partitions move and its WAL is replayed elsewhere), or, once
+        its WAL writes again, stop asking so that the controller unfences it."""
+        self._want_fence = wanted
+
     async def _heartbeat(self, *, want_fence: bool = False, want_shutdown: bool = False, budget_s: float) -> None:
         want_shutdown = want_shutdown or self._want_shutdown
+        want_fence = want_fence or self._want_fence
         response = await self.channel.kafka(
             BROKER_HEARTBEAT, _BROKER_HEARTBEAT_VERSION, f"heartbeat of broker {self.node_id}",
             budget_s=budget_s, idempotent=True, broker_id=self.node_id, broker_epoch=self.node_epoch,

@@ -64,6 +64,11 @@ class WriteAheadLog(Protocol):
         """Whether writes to its storage are failing now (and being retried)."""
         ...
 
+    @property
+    def unwritable_for(self) -> float:
+        """Seconds the episode of failing writes under way has lasted (0.0 while writes succeed)."""
+        ...
+
     def refusal(self) -> WALError | None:
         """The error an append made now would fail with at once (failed, fenced, or unwritable for longer than
         its bound), or None."""

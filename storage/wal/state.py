@@ -39,6 +39,12 @@ class WALState:
     def unwritable(self) -> bool:
         return self._unwritable_since is not None
 
+    @property
+    def unwritable_for(self) -> float:
+        """Seconds the episode under way has lasted (0.0 while the WAL writes)."""
+        since = self._unwritable_since
+        return 0.0 if since is None else time.monotonic() - since
+
     def refusal(self) -> WALError | None:
         """Why an append made now would be refused without being taken (None: it would be taken). Checked before
         a stream gives the append its offsets, so a refusal leaves nothing behind."""
