@@ -35,7 +35,7 @@ from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.peers import Peers
 from broker.wal_failover import WALFailoverRunner
 from broker.wal_handover import WALHandover
-from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_failover
+from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_bucket, wait_for_wal_failover
 from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting, WriteFencing
 from metadata.group_configs import share_group_config, share_groups_enabled
 from settings.endpoint import Endpoint
@@ -95,7 +95,8 @@ class Broker:
         #: Asks to be fenced while the S3 WAL cannot write (``broker.wal_handover``); None with a file WAL (nobody
         #: else could replay it), ``s3.wal.handover.ms`` -1, or no other broker to hand over to.
         self.wal_handover = (
-            WALHandover(self.node_id, lambda: self.storage.wal, controller, storage_config.wal_handover_ms / 1000)
+            WALHandover(self.node_id, lambda: self.storage.wal, controller, storage_config.wal_handover_ms / 1000,
+                        takeover)
             if self.wal_failover is not None and storage_config.wal_handover_ms >= 0
             and isinstance(controller, WriteFencing) else None
         )
@@ -159,6 +160,7 @@ class Broker:
                 except OSError as exc:
                     raise ConfigError(f"listeners: cannot bind {server.listener_name} to {server.host}:{server.port}: "
                                       f"{exc.strerror}") from None
+            await wait_for_wal_bucket(config, image.cluster_id)
             node_epoch = await controller.register_broker(node_id, bound_endpoints(config, listeners), config.rack)
             logger.info("broker %d registered with epoch %d in cluster %s", node_id, node_epoch, image.cluster_id)
             takeover = TakeoverGuard(node_id, node_epoch)

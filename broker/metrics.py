@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets import OffsetAndMetadata, TopicPartition
 from broker.groups.share.group import ShareGroup
 from broker.partition.manager import PartitionManager
+from broker.wal_handover import WALHandover
 from storage.metrics import loop_state_snapshot
 
 
@@ -177,6 +178,23 @@ class BrokerStateCollector(Collector):
                         lag.add_metric(values, max(0, high_watermark - value.offset))
         yield lag
         yield committed
+
+
+class WALHandoverCollector(Collector):
+    """Hand-overs of a broker whose S3 WAL could not write (``broker.wal_handover``); nothing without one."""
+
+    def __init__(self, handover: Callable[[], WALHandover | None]) -> None:
+        self._handover = handover
+
+    def collect(self) -> Iterator[Metric]:
+        handover = self._handover()
+        if handover is None:
+            return
+        yield CounterMetricFamily("fjord_wal_handovers", "Times this broker asked to be fenced because its WAL could "
+                                  "not write for s3.wal.handover.ms", value=handover.handovers)
+        yield GaugeMetricFamily("fjord_wal_handing_over",
+                                "1 while this broker asks to be fenced (its WAL cannot write)",
+                                value=int(handover.handing_over))
 
 
 def _committed_offsets(

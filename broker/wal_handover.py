@@ -6,9 +6,10 @@ lasts when other brokers can write (the outage may be its own: a throttled prefi
 credentials). Past the bound it asks the controller, in its heartbeats, to fence it (Kafka's BrokerHeartbeat
 ``wantFence`` without ``wantShutDown``): the controller moves its leaderships to unfenced brokers in the same write and
 assigns its WAL to a broker of the same WAL bucket, which replays what this broker acknowledged exactly as after a
-crash (``controller.decisions.wal_failover``). This incarnation can then never write again; the metadata shows its
-WAL taken over and ``broker.wal_ownership.TakeoverGuard`` halts it with the exit status a supervisor restarts, and
-the restarted broker registers again once its WAL recovery has S3 back. When no broker can take its WAL, it stays
+crash (``controller.decisions.wal_failover``). This incarnation can then never write again: once the metadata shows
+its WAL taken over, ``broker.wal_ownership.TakeoverGuard`` restarts the process in place, and the new incarnation
+waits for its WAL's bucket to answer before it registers (``wait_for_wal_bucket``), so its partitions stay on the
+healthy brokers until S3 is back for it too. When no broker can take its WAL, it stays
 fenced (leading nothing, acknowledging nothing new) until its WAL writes again, then stops asking and the
 controller unfences it.
 
@@ -23,6 +24,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from broker.wal_ownership import TakeoverGuard
 from metadata.controller_api import WriteFencing
 from storage.wal.base import WriteAheadLog
 
@@ -33,8 +35,12 @@ class WALHandover:
     """Watches the WAL once a second (or more often for a short bound) and asks to be fenced while it has been
     unwritable past ``bound_s``; counts the hand-overs (``fjord_wal_handovers_total``)."""
 
-    def __init__(self, node_id: int, wal: Callable[[], WriteAheadLog], fencing: WriteFencing, bound_s: float) -> None:
+    def __init__(
+        self, node_id: int, wal: Callable[[], WriteAheadLog], fencing: WriteFencing, bound_s: float,
+        takeover: TakeoverGuard,
+    ) -> None:
         self.node_id = node_id
+        self._takeover = takeover
         self._wal = wal
         self._fencing = fencing
         self.bound_s = bound_s
@@ -60,6 +66,7 @@ class WALHandover:
         if not self.handing_over and stuck_s >= self.bound_s:
             self.handing_over = True
             self.handovers += 1
+            self._takeover.handing_over = True
             self._fencing.want_fence(True)
             logger.warning(
                 "broker %d: its WAL has been unable to write to S3 for %.1fs (s3.wal.handover.ms %.0f ms); it asks "
@@ -68,6 +75,7 @@ class WALHandover:
             )
         elif self.handing_over and not wal.unwritable:
             self.handing_over = False
+            self._takeover.handing_over = False
             self._fencing.want_fence(False)
             logger.info("broker %d: its WAL writes to S3 again; it asks the controller to unfence it", self.node_id)
 

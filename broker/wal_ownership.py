@@ -1,5 +1,5 @@
 """Who owns this broker's S3 WAL: announced when the broker joins, a failover by another broker awaited, and the
-halt of an incarnation whose WAL another broker took over.
+halt of an incarnation whose WAL another broker took over (a restart in place when it handed over itself).
 
 A broker's S3 WAL can be replayed by any broker of the same bucket when it dies (``broker.wal_failover``). So before
 a broker opens its WAL it tells the controller where the WAL lives, and a broker restarted while another one still
@@ -12,14 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
+import time
+from dataclasses import replace
 
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage
 from metadata.wal_failover import wal_location_key, zombie_failover
 from settings.server import ServerConfig
 from storage.config import ConfigError
-from storage.errors import StorageError
+from storage.errors import ObjectNotFoundError, ObjectStoreError, StorageError
 from storage.metadata.api import NodeIdentity
+from storage.objectstore.factory import open_object_store
+from storage.wal import s3_format
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +46,39 @@ async def announce_wal(config: ServerConfig, controller: ControllerClient) -> No
             await metadata.put_kv(key, location)
     elif await metadata.get_kv(key) is not None:
         await metadata.delete_kv(key)
+
+
+async def wait_for_wal_bucket(config: ServerConfig, cluster_id: str, retry_s: float = 1.0) -> None:
+    """Before registering, a broker with an S3 WAL waits until the WAL's bucket answers (a read of its reservation
+    object), however long that takes. Registering gives it leaderships at once, and a broker that cannot reach its
+    WAL would hold them unwritable (its WAL start waits S3 out): a broker restarted after handing over during an
+    outage (``broker.wal_handover``) must leave its partitions where they are until S3 is back. One WARNING when
+    it waits, one INFO when S3 answers."""
+    storage = replace(config.storage, cluster_id=cluster_id, node_id=config.node_id)
+    if storage.wal_url.scheme != "s3":
+        return
+    store = open_object_store(storage.wal_url, storage)
+    key = s3_format.reservation_key(storage.namespace, config.node_id)
+    began: float | None = None
+    try:
+        while True:
+            try:
+                await store.size(key)
+            except ObjectNotFoundError:
+                pass  # a first start: S3 answered
+            except ObjectStoreError as exc:
+                if began is None:
+                    began = time.monotonic()
+                    logger.warning("broker %d cannot reach its WAL's bucket %s (%s); it registers once S3 answers",
+                                   config.node_id, storage.wal_url.describe(), exc)
+                await asyncio.sleep(retry_s)
+                continue
+            if began is not None:
+                logger.info("broker %d: its WAL's bucket answers again after %.1fs; it registers",
+                            config.node_id, time.monotonic() - began)
+            return
+    finally:
+        await store.close()
 
 
 async def wait_for_wal_failover(
@@ -90,6 +128,9 @@ class TakeoverGuard:
         self.node_id = node_id
         self.node_epoch = node_epoch
         self.halting = False
+        #: Set while this broker hands over (``broker.wal_handover``): the takeover is what it asked for, so it
+        #: restarts in place (the same command, a new incarnation) rather than exiting for a supervisor.
+        self.handing_over = False
 
     def __call__(self, old: MetadataImage, new: MetadataImage) -> None:
         if self.halting:
@@ -98,6 +139,20 @@ class TakeoverGuard:
         if failover is None:
             return
         self.halting = True
+        if self.handing_over:
+            logger.info(
+                "node %d (epoch %d) handed over: broker %d replays its S3 WAL (failover attempt %d); it restarts in "
+                "place and registers again once its WAL's bucket answers", self.node_id, self.node_epoch,
+                failover.target_id, failover.attempt,
+            )
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            try:
+                # The data-directory locks and the listeners' sockets are close-on-exec: the new image takes them
+                # anew.
+                os.execv(sys.executable, sys.orig_argv)
+            except OSError as exc:
+                logger.error("node %d cannot restart in place (%s); it halts instead", self.node_id, exc)
         logger.error(
             "node %d (epoch %d) was fenced and broker %d took over its S3 WAL (failover attempt %d): this incarnation "
             "can never write again; it halts now and must be restarted (exit status %d)",

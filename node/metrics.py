@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from broker.broker import Broker
-from broker.metrics import BrokerStateCollector
+from broker.metrics import BrokerStateCollector, WALHandoverCollector
 from broker.share.metrics import ShareMetricsCollector
 from broker.telemetry.exported import ClientTelemetryCollector
 from controller.controller import Controller
@@ -38,6 +38,7 @@ def register_node_metrics(node: MeteredNode) -> None:
         lambda: node.broker.partitions if node.broker is not None else None,
         lambda: node.broker.groups if node.broker is not None else None,
     ))
+    registry.register(WALHandoverCollector(lambda: node.broker.wal_handover if node.broker is not None else None))
     registry.register(ShareMetricsCollector(lambda: node.broker.share_metrics if node.broker is not None else None))
     registry.register(ControllerCollector(lambda: _controller_view(node)))
     registry.register(ClientTelemetryCollector(
