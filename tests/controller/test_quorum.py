@@ -19,6 +19,7 @@ from metadata.cluster_records import (
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
+    WALFailoverRecord,
 )
 from metadata.errors import NodeFencedError, NotControllerError
 from metadata.log import decode_metadata_records
@@ -46,6 +47,7 @@ from metadata.rpc.stream_rpcs import (
     PrepareObjects,
     PutKV,
 )
+from metadata.wal_failover import wal_location_key
 from raft.log import EntryKind
 from raft.messages import Errors, FetchRequest, FetchResponse
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
@@ -271,6 +273,48 @@ async def test_forwarded_admin_requests_change_the_replicated_image(cluster: Quo
         dumps = await cluster.converged_dumps([0, 1, 2])
         assert all(not any(isinstance(r, TopicRecord) and r.name == "admin" for r in metadata_records(d))
                    for d in dumps.values())
+    finally:
+        heartbeats.cancel()
+        await client.close()
+
+
+async def test_a_broker_asking_to_be_fenced_hands_its_partitions_and_its_s3_wal_over(cluster: QuorumCluster) -> None:
+    """BrokerHeartbeat ``wantFence`` without ``wantShutDown`` (a broker whose S3 WAL cannot write hands over): it is
+    fenced, its partitions get another leader in the same write, and its WAL goes to the live broker of the same WAL
+    bucket to replay, after which that incarnation's heartbeats are refused (it must register again)."""
+    leader, _ = await cluster.leader()
+    target_epoch, heartbeats = await _register_with_heartbeats(cluster, leader, 131)
+    client = await cluster.client(leader)
+    try:
+        epoch = int((await client.register_broker(130, await _cluster_id(cluster, leader))).broker_epoch)
+        for node_id in (130, 131):
+            put = await client.stream(PutKV(NodeIdentity(-1, -1), wal_location_key(node_id), b"s3://wal at http://s3"))
+            assert put.error_code == RpcError.NONE, put
+        cls = codec.request_class(CREATE_TOPICS, 7)
+        assignments = tuple(
+            schema.build_nested(schema.field_entity(cls, "topics"), "assignments", partition_index=p, broker_ids=(130,))
+            for p in range(2)
+        )
+        topic = schema.build_nested(cls, "topics", name="handed-over", num_partitions=-1, replication_factor=-1,
+                                   assignments=assignments)
+        created = await client.connection.request(schema.build(cls, topics=(topic,), timeout=10_000), timeout=10.0)
+        assert created.topics[0].error_code == ErrorCode.none, created
+
+        async def beat(**wants: bool) -> Any:
+            return await client.request(BROKER_HEARTBEAT, 1, broker_id=130, broker_epoch=epoch,
+                                        current_metadata_offset=1 << 40, **wants)
+
+        answer = await beat(want_fence=True)
+        assert answer.error_code == ErrorCode.none and answer.is_fenced and not answer.should_shut_down, answer
+        state = metadata_records(await client.dump())
+        assert any(isinstance(r, RegisterBrokerRecord) and r.node_id == 130 and r.fenced for r in state), state
+        topic_id = next(r.topic_id for r in state if isinstance(r, TopicRecord) and r.name == "handed-over")
+        led = [r.leader for r in state if isinstance(r, PartitionRecord) and r.topic_id == topic_id]
+        assert len(led) == 2 and all(leader not in (130, -1) for leader in led), led
+        failovers = [r for r in state if isinstance(r, WALFailoverRecord) and r.node_id == 130]
+        assert [(r.node_epoch, r.target_id, r.target_epoch) for r in failovers] == [(epoch, 131, target_epoch)]
+        refused = await beat()  # its WAL is taken over: this incarnation can never be unfenced
+        assert refused.error_code != ErrorCode.none, refused
     finally:
         heartbeats.cancel()
         await client.close()
