@@ -9,9 +9,10 @@ assigns its WAL to a broker of the same WAL bucket, which replays what this brok
 crash (``controller.decisions.wal_failover``). This incarnation can then never write again: once the metadata shows
 its WAL taken over, ``broker.wal_ownership.TakeoverGuard`` restarts the process in place, and the new incarnation
 waits for its WAL's bucket to answer before it registers (``wait_for_wal_bucket``), so its partitions stay on the
-healthy brokers until S3 is back for it too. When no broker can take its WAL, it stays
-fenced (leading nothing, acknowledging nothing new) until its WAL writes again, then stops asking and the
-controller unfences it.
+healthy brokers until S3 is back for it too. When no other broker may lead its partitions, the controller leaves it
+unfenced (its partitions would have no leader) and it asks again every heartbeat. When another broker may lead them
+but none shares its WAL bucket, it stays fenced (leading nothing, acknowledging nothing new) until its WAL writes
+again, then stops asking and the controller unfences it.
 
 A broker that can neither write nor reach the controller needs nothing from here: its WAL acknowledges nothing that
 is not durable, and the controller fences it when its session expires, which hands its WAL over the same way.

@@ -445,7 +445,8 @@ class QuorumController:
         ``want_shutdown`` alone is a controlled shutdown (``controller.decisions.controlled_shutdown``): the broker's
         partitions move away and ``should_shut_down`` is true once it leads nothing; ``want_fence`` (a stopping
         broker's last heartbeat, after it uploaded its WAL) fences it; ``want_fence`` alone (a broker whose WAL
-        cannot write hands over: ``broker.wal_handover``) fences it and gives its WAL to another broker to replay."""
+        cannot write hands over: ``broker.wal_handover``) fences it and gives its WAL to another broker to replay,
+        unless no other broker could lead its partitions (they would be left without a leader)."""
         controller = self.active_controller(f"accept a heartbeat from broker {node_id}")
         broker = controller.image.brokers.get(node_id)
         if broker is None:
@@ -464,13 +465,18 @@ class QuorumController:
             session = self._sessions[node_id] = _Session(epoch, now, -1)
         session.last_heartbeat = now
         if want_fence:
+            handing_over = not want_shutdown
+            if handing_over and not broker.fenced and not any(
+                b.node_id != node_id for b in controller.image.leader_candidates()
+            ):
+                return True, False, False  # nobody to hand over to: it keeps its partitions, and asks again
             if not broker.fenced:
-                if not want_shutdown:
+                if handing_over:
                     logger.info("controller %d: broker %d (epoch %d) cannot write its WAL and hands over; fencing "
                                 "it", self.node_id, node_id, epoch)
                 # A stopping broker uploaded and closed everything first; one handing over (wantFence alone) holds
                 # acknowledged records in its WAL, which another broker replays as a dead broker's.
-                await controller.fence_broker(node_id, epoch, session_expired=not want_shutdown)
+                await controller.fence_broker(node_id, epoch, session_expired=handing_over)
             return True, True, want_shutdown
         if want_shutdown and not broker.fenced:
             remaining = await controller.controlled_shutdown(node_id, epoch)

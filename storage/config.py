@@ -195,8 +195,10 @@ class StorageConfig:
     # appends already taken wait, unacknowledged, and are written when S3 answers again.
     wal_unwritable_max_ms: int = 30_000
     # s3 WAL: once S3 has refused its writes this long, the broker hands over (``broker.wal_handover``): it asks the
-    # controller to fence it, its partitions move and another broker replays its WAL; -1 never hands over.
-    wal_handover_ms: int = 60_000
+    # controller to fence it, its partitions move and another broker replays its WAL; -1 never hands over. Longer
+    # than an outage of all S3 should last: when S3 is away for every broker, each would hand over in turn, and
+    # coming back through restarts and WAL replays takes seconds where riding the outage out takes under one.
+    wal_handover_ms: int = 120_000
 
     # LogCache and upload
     wal_cache_size: int = 1 * GiB

@@ -278,18 +278,19 @@ async def test_forwarded_admin_requests_change_the_replicated_image(cluster: Quo
         await client.close()
 
 
-async def test_a_broker_asking_to_be_fenced_hands_its_partitions_and_its_s3_wal_over(cluster: QuorumCluster) -> None:
-    """BrokerHeartbeat ``wantFence`` without ``wantShutDown`` (a broker whose S3 WAL cannot write hands over): it is
-    fenced, its partitions get another leader in the same write, and its WAL goes to the live broker of the same WAL
-    bucket to replay, after which that incarnation's heartbeats are refused (it must register again)."""
-    leader, _ = await cluster.leader()
-    target_epoch, heartbeats = await _register_with_heartbeats(cluster, leader, 131)
-    client = await cluster.client(leader)
+async def test_a_broker_asking_to_be_fenced_hands_its_partitions_and_its_s3_wal_over(
+    own_cluster: QuorumCluster,
+) -> None:
+    """BrokerHeartbeat ``wantFence`` without ``wantShutDown`` (a broker whose S3 WAL cannot write hands over): with no
+    other broker to lead its partitions it stays unfenced; once there is one, it is fenced, its partitions get that
+    leader in the same write, and its WAL goes to the live broker of the same WAL bucket to replay, after which that
+    incarnation's heartbeats are refused (it must register again)."""
+    own_cluster.start_all()
+    leader, _ = await own_cluster.leader()
+    client = await own_cluster.client(leader)
+    heartbeats: asyncio.Task[None] | None = None
     try:
-        epoch = int((await client.register_broker(130, await _cluster_id(cluster, leader))).broker_epoch)
-        for node_id in (130, 131):
-            put = await client.stream(PutKV(NodeIdentity(-1, -1), wal_location_key(node_id), b"s3://wal at http://s3"))
-            assert put.error_code == RpcError.NONE, put
+        epoch = int((await client.register_broker(130, await _cluster_id(own_cluster, leader))).broker_epoch)
         cls = codec.request_class(CREATE_TOPICS, 7)
         assignments = tuple(
             schema.build_nested(schema.field_entity(cls, "topics"), "assignments", partition_index=p, broker_ids=(130,))
@@ -304,19 +305,30 @@ async def test_a_broker_asking_to_be_fenced_hands_its_partitions_and_its_s3_wal_
             return await client.request(BROKER_HEARTBEAT, 1, broker_id=130, broker_epoch=epoch,
                                         current_metadata_offset=1 << 40, **wants)
 
+        def leaders(state: list[MetadataRecord]) -> list[int]:
+            topic_id = next(r.topic_id for r in state if isinstance(r, TopicRecord) and r.name == "handed-over")
+            return [r.leader for r in state if isinstance(r, PartitionRecord) and r.topic_id == topic_id]
+
+        alone = await beat(want_fence=True)
+        assert alone.error_code == ErrorCode.none and not alone.is_fenced, alone
+        assert leaders(metadata_records(await client.dump())) == [130, 130]
+
+        target_epoch, heartbeats = await _register_with_heartbeats(own_cluster, leader, 131)
+        for node_id in (130, 131):
+            put = await client.stream(PutKV(NodeIdentity(-1, -1), wal_location_key(node_id), b"s3://wal at http://s3"))
+            assert put.error_code == RpcError.NONE, put
         answer = await beat(want_fence=True)
         assert answer.error_code == ErrorCode.none and answer.is_fenced and not answer.should_shut_down, answer
         state = metadata_records(await client.dump())
         assert any(isinstance(r, RegisterBrokerRecord) and r.node_id == 130 and r.fenced for r in state), state
-        topic_id = next(r.topic_id for r in state if isinstance(r, TopicRecord) and r.name == "handed-over")
-        led = [r.leader for r in state if isinstance(r, PartitionRecord) and r.topic_id == topic_id]
-        assert len(led) == 2 and all(leader not in (130, -1) for leader in led), led
+        assert leaders(state) == [131, 131]
         failovers = [r for r in state if isinstance(r, WALFailoverRecord) and r.node_id == 130]
         assert [(r.node_epoch, r.target_id, r.target_epoch) for r in failovers] == [(epoch, 131, target_epoch)]
         refused = await beat()  # its WAL is taken over: this incarnation can never be unfenced
         assert refused.error_code != ErrorCode.none, refused
     finally:
-        heartbeats.cancel()
+        if heartbeats is not None:
+            heartbeats.cancel()
         await client.close()
 
 
