@@ -190,8 +190,12 @@ class WALHandoverCollector(Collector):
         handover = self._handover()
         if handover is None:
             return
-        yield CounterMetricFamily("fjord_wal_handovers", "Times this broker asked to be fenced because its WAL could "
-                                  "not write for s3.wal.handover.ms", value=handover.handovers)
+        yield CounterMetricFamily(
+            "fjord_wal_handovers",
+            "Times this incarnation asked to be fenced because its WAL could not write for s3.wal.handover.ms (one "
+            "whose WAL was then taken over restarts in place: the controllers' logs keep the count)",
+            value=handover.handovers,
+        )
         yield GaugeMetricFamily("fjord_wal_handing_over",
                                 "1 while this broker asks to be fenced (its WAL cannot write)",
                                 value=int(handover.handing_over))
