@@ -331,12 +331,8 @@ class StorageEngine:
         try:
             await asyncio.wait_for(self._upload_and_close_all(), timeout)
         except TimeoutError:
-            logger.error(
-                "shutdown of node %d: uploads and stream closes did not finish within %.0f s; the rest stays in the "
-                "WAL and is recovered on the next start",
-                self._node.node_id,
-                timeout,
-            )
+            logger.error("shutdown of node %d: uploads and stream closes did not finish within %.0f s; the rest stays "
+                         "in the WAL and is recovered on the next start", self._node.node_id, timeout)
             for stream in list(self._client.open_streams.values()):
                 stream.abandon()
         await self._uploader.close()
@@ -414,6 +410,11 @@ class StorageEngine:
     # ---------------------------------------------------------------------------------------------- internals
 
     async def _flush(self, stream_id: int | None) -> None:
+        """Everything appended so far committed; for one stream with nothing in the active block, only the uploads
+        in flight are waited for (a closing stream does not upload what other partitions just appended)."""
+        if stream_id is not None and stream_id not in self._log_cache.active.streams:
+            await self._uploader.drain()
+            return
         sealed = self._log_cache.seal()
         if sealed is not None:
             logger.debug(
