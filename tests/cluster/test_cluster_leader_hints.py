@@ -7,6 +7,8 @@ between, counted by the brokers' own request counters."""
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -152,3 +154,55 @@ def test_a_producer_follows_a_move_without_asking_for_metadata(two_brokers: Loca
         assert elapsed < 5.0, f"the record took {elapsed:.2f} s to reach the new leader"
     finally:
         producer.flush(5)
+
+
+def test_a_producer_follows_a_move_under_load_without_asking_for_metadata(
+    two_brokers: LocalCluster, admin_for: Any
+) -> None:
+    """The records sent while the partition moves are refused by the source once it let go; the refusal waits for
+    the target's election and names it, so the producer carries on at the target without a metadata refresh
+    (counted by the producer itself: librdkafka's per-broker request counts in its statistics)."""
+    cluster = two_brokers
+    topic = topic_name("moving")
+    create_topic(cluster.bootstrap_servers, topic, 1)
+    source = leaders(cluster.bootstrap_servers, topic, 1)[0]
+    target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id != source)
+    metadata_sent: list[int] = []
+
+    def statistics(text: str) -> None:
+        brokers = json.loads(text)["brokers"].values()
+        metadata_sent.append(sum(int(b.get("req", {}).get("Metadata", 0)) for b in brokers))
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
+                         "topic.metadata.refresh.interval.ms": 600000, "linger.ms": 5,
+                         "statistics.interval.ms": 100, "stats_cb": statistics})
+    acked: list[int] = []
+    errors: list[Any] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            producer.produce(topic, b"x", partition=0, on_delivery=lambda err, msg: (
+                errors.append(err) if err is not None else acked.append(msg.offset())))
+            producer.poll(0.002)
+        producer.flush(20)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        wait_for("records acknowledged by the source", lambda: len(acked) > 200 and metadata_sent, timeout=20)
+        before = metadata_sent[-1]
+        on_target_before = _produce_requests(cluster, target)
+        _move(cluster, admin_for(cluster.bootstrap_servers), topic, 0, target)
+        acked_at_move = len(acked)
+        wait_for("records acknowledged by the target",
+                 lambda: _produce_requests(cluster, target) > on_target_before + 5 and len(acked) > acked_at_move + 50,
+                 timeout=MOVE_LIMIT_S)
+        seen = len(metadata_sent)
+        wait_for("the producer's statistics after the move", lambda: len(metadata_sent) > seen, timeout=10)
+        assert metadata_sent[-1] == before, f"the producer sent {metadata_sent[-1] - before} Metadata requests"
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert not errors, errors[:3]
+    assert acked == list(range(len(acked))), "records were lost, duplicated or reordered across the move"
