@@ -22,7 +22,9 @@ spends, measured with ``python -X importtime`` and cProfile: from the first log 
 node (about 0.5 s of CPU with a bytecode cache, roughly a third of it ``@dataclass`` building classes), plus about
 0.4 s compiling them when there is no bytecode cache, plus 0.2 s for hypothesis, which kio imports when it is
 installed (a development dependency only). No broker path imports pyspark or aiobotocore (the latter only for an
-``s3://`` bucket).
+``s3://`` bucket). The ``first start`` row is 3-5 s in the development environment for the same reason: that import
+of hypothesis creates its ``.hypothesis`` directory in the new working directory (seconds, under load); restarts
+find it there.
 """
 
 from __future__ import annotations
