@@ -237,14 +237,13 @@ class StorageEngine:
         as soon as they are there, and ``upload_recovered_tail`` waits for their upload in the background."""
         who = f"node {self._node.node_id}"
         found = Recovered(await self._metadata.get_opening_streams(self._node))
-        blocks: list[asyncio.Future[None]] = []
         async for record in recoverable(self._wal, found, who):
             batch = record.batch
             if not self._log_cache.try_reserve(batch.size):
                 await self._log_cache.reserve(batch.size)
             sealed = self._log_cache.put(batch, record.offset, record.next_offset)
             if sealed is not None:
-                blocks.append(self._submit(sealed))
+                self._submit(sealed)
         self._recovered += found.replayed
         if not found.replayed:
             await self._wal.reset()
@@ -252,7 +251,7 @@ class StorageEngine:
             return
         sealed = self._log_cache.seal()
         if sealed is not None:
-            blocks.append(self._submit(sealed))
+            self._submit(sealed)
         # Every record read is in a cache block or not needed: the WAL may be trimmed up to the blocks' floors.
         self._cached_wal_end = max(self._cached_wal_end, found.wal_end)
         await self._close_recovered([s for s in found.opening if s.stream_id not in found.streams], who)
@@ -260,7 +259,8 @@ class StorageEngine:
         logger.info("WAL recovery of %s: %d batches of %d streams in the LogCache, serving them while they upload "
                     "(%d records skipped)", who, found.replayed, len(found.streams), found.skipped)
         self._tail_upload = asyncio.create_task(
-            upload_recovered_tail(blocks, self._client.close_recovered, who), name=f"fjord-tail-upload-{who}"
+            upload_recovered_tail(self._uploader.drain, self._client.close_recovered, who),
+            name=f"fjord-tail-upload-{who}",
         )
 
     async def recovered_tail_uploaded(self) -> None:
@@ -426,10 +426,9 @@ class StorageEngine:
             self._submit(sealed)
         await self._uploader.drain()
 
-    def _submit(self, block: CacheBlock) -> asyncio.Future[None]:
+    def _submit(self, block: CacheBlock) -> None:
         future = self._uploader.submit(block)
         future.add_done_callback(self._uploaded)
-        return future
 
     def _uploaded(self, future: asyncio.Future[None]) -> None:
         """Background uploads nobody awaits. One that failed for good (a fenced node) means nothing will be

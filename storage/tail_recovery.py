@@ -78,24 +78,24 @@ async def recoverable(wal: WriteAheadLog, found: Recovered, who: str) -> AsyncIt
 
 
 async def upload_recovered_tail(
-    blocks: Sequence[asyncio.Future[None]], close_recovered: Callable[[], Awaitable[list[int]]], who: str
+    drain: Callable[[], Awaitable[None]], close_recovered: Callable[[], Awaitable[list[int]]], who: str
 ) -> None:
-    """Waits for the upload of the cache blocks a restart's recovery filled, then closes (``close_recovered``)
-    the recovering streams no partition reopened, so another broker may open them."""
+    """Waits until every block submitted so far is committed (``drain``, called before anything else is appended:
+    the recovered blocks, including any sealed early because the cache was full), then closes
+    (``close_recovered``) the recovering streams no partition reopened, so another broker may open them."""
     started = time.monotonic()
-    if blocks:
-        await asyncio.wait(blocks)  # not gather: cancelling this wait must not cancel the uploads themselves
-    failed = [b for b in blocks if b.cancelled() or b.exception() is not None]
-    if failed:
+    try:
+        await drain()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
         # The records stay in the WAL (it is trimmed only behind committed blocks): the next start recovers them.
-        reason = "cancelled" if failed[0].cancelled() else failed[0].exception()
-        logger.error("%s: upload of the recovered WAL tail failed: %s", who, reason)
+        logger.error("%s: upload of the recovered WAL tail failed: %s", who, exc)
         return
     closed = await close_recovered()
     logger.info(
-        "%s: recovered WAL tail (%d blocks) committed %.2f s after recovery; closed %d streams no partition reopened",
+        "%s: recovered WAL tail committed %.2f s after recovery; closed %d streams no partition reopened",
         who,
-        len(blocks),
         time.monotonic() - started,
         len(closed),
     )

@@ -107,3 +107,31 @@ async def test_a_second_crash_during_the_background_upload_loses_nothing(tmp_pat
         assert await committed_end(metadata, first) == UPLOADED + TAIL + 3
     finally:
         await third.shutdown()
+
+
+async def test_a_tail_larger_than_the_cache_is_recovered_whole(tmp_path: Path) -> None:
+    """The cache was made smaller than the WAL tail between the crash and the restart: recovery waits for room
+    while earlier recovered blocks upload (blocks sealed because the cache was full included), and the streams
+    are closed only once all of it is committed."""
+    metadata = StreamMetadataStateMachine()
+    big = {"wal_cache_size": 256 * 1024, "wal_upload_threshold": 128 * 1024}
+    engine = make_engine(small_config(tmp_path, **big), metadata)
+    await engine.start()
+    ids = [await engine.create_stream() for _ in range(3)]
+    streams = [await engine.open_stream(i, epoch=1) for i in ids]
+    for n in range(40):  # 120 KB, under the upload threshold: all of it only in the WAL
+        for s in streams:
+            await s.append(payload(s.stream_id, n), 1)
+    await engine.halt()
+
+    restarted = make_engine(small_config(tmp_path, node_epoch=engine.node.node_epoch + 1), metadata)  # 64 KiB cache
+    await asyncio.wait_for(restarted.start(), 30)
+    try:
+        await asyncio.wait_for(restarted.recovered_tail_uploaded(), 30)
+        assert await metadata.get_opening_streams(restarted.node) == []
+        for stream_id in ids:
+            assert await committed_end(metadata, stream_id) == 40
+            reopened = await restarted.open_stream(stream_id, epoch=2)
+            assert await read_all(reopened) == [payload(stream_id, n) for n in range(40)]
+    finally:
+        await restarted.shutdown()
