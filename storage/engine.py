@@ -325,8 +325,7 @@ class StorageEngine:
         if self._state in ("stopped", "halted"):
             return
         self._state = "stopping"
-        await self._stop_tail_upload()
-        await self._stop_timer()
+        await self._stop_tasks()
         await self._compaction.stop()
         try:
             await asyncio.wait_for(self._upload_and_close_all(), timeout)
@@ -370,8 +369,7 @@ class StorageEngine:
         if self._state in ("stopped", "halted"):
             return
         self._state = "halted"
-        await self._stop_tail_upload()
-        await self._stop_timer()
+        await self._stop_tasks()
         await self._compaction.stop()
         await self._uploader.close()
         await self._read_path.close()
@@ -382,20 +380,14 @@ class StorageEngine:
         with contextlib.suppress(Exception):
             await self._store.close()
 
-    async def _stop_tail_upload(self) -> None:
-        """Stops waiting for the recovered tail's upload (the blocks themselves belong to the upload pipeline)."""
-        if self._tail_upload is not None:
-            self._tail_upload.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tail_upload
-            self._tail_upload = None
-
-    async def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
+    async def _stop_tasks(self) -> None:
+        """Stops the upload timer and the wait for the recovered tail (whose blocks the upload pipeline owns)."""
+        for task in (self._timer, self._tail_upload):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._timer = self._tail_upload = None
 
     def add_upload_listener(self, listener: UploadListener) -> None:
         """``listener`` learns, after each committed upload of this node's LogCache, which streams it covered and up
