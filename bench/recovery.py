@@ -37,7 +37,9 @@ and uploads it in the background. ``--small-mb 10 --large-mb 0 --cycles 3 --tail
 (about 310 MB only in the WAL at each kill), on the 2-core machine at a load average of 7-9 from other work:
 before, 5.03 / 10.33 / 15.76 s from kill -9 to serving (median 10.33 s); after, 3.05 / 2.91 / 3.29 s (median
 3.05 s) while the WAL read back grew to 321 / 631 / 941 MB (each kill came before the previous tail's background
-upload had finished), so the restart no longer follows what the WAL holds. Reading 207 MB of WAL back takes 0.33 s;
+upload had finished), so the restart no longer follows what the WAL holds (a second run at a load average of 11:
+5.23 / 4.77 / 6.09 s for 321 / 631 / 941 MB; the small tail, ``--tail 5000``, 1.71 s median at a load of 4-6).
+Reading 207 MB of WAL back takes 0.33 s;
 its background upload to a ``file://`` bucket 1.3-1.5 s.
 """
 
