@@ -24,17 +24,20 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pyspark.errors import PySparkValueError
 from pyspark.sql import SparkSession
-from pyspark.sql.connect.client.core import PlanObservedMetrics
-from pyspark.sql.connect.session import SparkSession as ConnectSession
-from pyspark.sql.metrics import PlanMetrics
+from pyspark.sql.metrics import ObservedMetrics, PlanMetrics
+
+# Only for type checking: importing pyspark.sql.connect checks for grpc and pandas, which Python workers (which
+# import this package to run the format) need not have.
+if TYPE_CHECKING:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 __all__ = ["AnySession", "prepare"]
 
-AnySession = SparkSession | ConnectSession
+AnySession: TypeAlias = "SparkSession | ConnectSession"
 
 #: Marks a Connect client already given the event-stream fix, so that registering twice wraps nothing twice.
 _FIXED = "_fjord_tolerates_metrics"
@@ -42,10 +45,16 @@ _FIXED = "_fjord_tolerates_metrics"
 
 def prepare(spark: AnySession) -> None:
     """Readies ``spark`` for the ``fjord`` format: see the module's docstring."""
-    if isinstance(spark, ConnectSession):
+    if is_connect(spark):
         tolerate_metrics_in_command_streams(spark.client)
     else:
+        assert isinstance(spark, SparkSession)
         choose_worker_python(spark)
+
+
+def is_connect(spark: AnySession) -> bool:
+    """A Spark Connect session (``SparkSession.builder.remote``, SDP), told apart without importing Connect."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
 def choose_worker_python(spark: SparkSession) -> None:
@@ -73,7 +82,7 @@ def tolerate_metrics_in_command_streams(client: Any) -> None:
         for response in client._execute_and_fetch_as_iterator(request, observations or {}):
             if isinstance(response, dict):
                 yield response
-            elif not isinstance(response, PlanMetrics | PlanObservedMetrics):
+            elif not isinstance(response, PlanMetrics | ObservedMetrics):
                 raise PySparkValueError(errorClass="UNKNOWN_RESPONSE", messageParameters={"response": str(response)})
 
     client.execute_command_as_iterator = execute_command_as_iterator
