@@ -2,20 +2,40 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Three installs, each a stamp: the broker alone (`make run`, nothing but the broker's own dependencies, so a fresh
+# machine serves in well under a minute), the Spark pipelines (`make pipelines-install`: PySpark with Spark Connect
+# and Declarative Pipelines, and Java), and everything the tests need (`make test`).
 STAMP := $(VENV)/.installed
+PIPELINES_STAMP := $(VENV)/.installed-pipelines
+DEV_STAMP := $(VENV)/.installed-dev
+JAVA_STAMP := .cache/java.installed
 SYSTEM_STAMP := .cache/system-deps.installed
 RDK_RUNNER := .cache/librdkafka/src/tests/test-runner
 SOURCES := node broker spark_connector controller metadata settings raft wire storage tests bench scripts testkit
 
-.PHONY: install run test lint unit bench clean
+.PHONY: install pipelines-install run test lint unit bench clean
 
-install: $(STAMP) $(SYSTEM_STAMP)
+install: $(DEV_STAMP) $(SYSTEM_STAMP)
+
+pipelines-install: $(PIPELINES_STAMP) $(JAVA_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e .
 	touch $(STAMP)
+
+$(PIPELINES_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[spark]'
+	touch $(PIPELINES_STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(DEV_STAMP)
+
+# Spark runs on the JVM: Java 17 from Debian's packages (scripts/install-system-deps.sh --java installs only it).
+$(JAVA_STAMP): scripts/install-system-deps.sh
+	bash scripts/install-system-deps.sh --java
+	mkdir -p .cache && touch $(JAVA_STAMP)
 
 # Everything the tests need from outside PyPI: Debian's kcat/librdkafka, Java for Spark, and kafkajs from npm.
 $(SYSTEM_STAMP): scripts/install-system-deps.sh

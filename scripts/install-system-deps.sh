@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond PyPI, from Debian's packages and the npm registry.
 # Idempotent: skips what is already present. Needs root (as on the project's machines) or sudo.
+# With --java, only Java (what `make pipelines-install` needs for Spark).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+if [ "${1:-}" = "--java" ]; then
+  if ! command -v java >/dev/null 2>&1; then
+    echo "installing Java for Spark"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  fi
+  exit 0
+fi
 
 need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)

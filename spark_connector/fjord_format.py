@@ -6,9 +6,9 @@ Spark's Python Data Source API names one class per format, which answers both ``
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
+from spark_connector.session_setup import AnySession, prepare
 from spark_connector.sink import FjordBatchWriter, FjordStreamWriter, sink_settings
 from spark_connector.source import FjordDataSource
 
@@ -26,7 +26,9 @@ class FjordFormat(FjordDataSource):
         return FjordStreamWriter(sink_settings(self.options, schema))
 
 
-def register(spark: SparkSession) -> None:
-    """Registers the ``fjord`` format, read and write, on ``spark`` (a registration is per session, as Spark
-    keeps it)."""
+def register(spark: AnySession) -> None:
+    """Registers the ``fjord`` format, read and write, on ``spark``, a classic session or a Spark Connect one (a
+    registration is per session, as Spark keeps it), after readying the session (``session_setup``: the workers'
+    Python on a local master; on Spark Connect, a client that survives the end of a Declarative Pipelines run)."""
+    prepare(spark)
     spark.dataSource.register(FjordFormat)

@@ -4,10 +4,11 @@ Life cycle:
 
 - ``start()`` registers the node epoch (when the metadata supports it), opens the WAL and runs *recovery*:
   the streams the metadata still shows opened by this node are exactly those whose tail may exist only in the
-  WAL; their WAL records at or beyond each stream's committed end are uploaded and committed through the normal
-  pipeline, the WAL is reset, and those streams are closed, so the broker reopens them with a higher epoch and
-  finds every acknowledged append. ``recover_wal`` is that same replay for any started WAL and owner: a live
-  node runs it on a dead node's S3 WAL when the controller assigns it the failover.
+  WAL; their WAL records at or beyond each stream's committed end go into the LogCache and are uploaded in the
+  background, while the node already serves them from there (``storage.tail_recovery``): a restart takes as long
+  as reading the WAL, not as uploading it. Streams with nothing to recover are closed, so the broker reopens them
+  with a higher epoch. ``recover_wal`` is the replay that uploads before it returns, for a dead node's S3 WAL
+  that a live node takes over when the controller assigns it the failover.
 - While running, a timer seals the LogCache's active block once it is older than ``wal_upload_interval_ms``.
 - After each committed upload, the listeners added with ``add_upload_listener`` learn which streams it covered up to
   which offset: the broker advances its partitions' recovery points then (``storage.stream_api.UploadEvents``).
@@ -42,6 +43,7 @@ from storage.read import ObjectReadPath
 from storage.stream_api import UploadListener
 from storage.stream_client import StorageStream, StreamClientImpl
 from storage.stream_record_batch import StreamRecordBatch
+from storage.tail_recovery import Recovered, recoverable, upload_recovered_tail
 from storage.upload import UploadAbortedError, UploadPipeline
 from storage.wal.base import WALRecord, WriteAheadLog
 from storage.wal.factory import open_wal
@@ -119,6 +121,7 @@ class StorageEngine:
         self._recovered = 0
         self._log_cache_hits = 0
         self._upload_listeners: list[UploadListener] = []
+        self._tail_upload: asyncio.Task[None] | None = None
 
     def _metered_store(self, url: BucketURL, config: StorageConfig) -> ObjectStore:
         """The S3 WAL's store, timed like the data store so ``fjord_object_store_request_seconds`` covers its PUTs."""
@@ -231,47 +234,61 @@ class StorageEngine:
         logger.info("storage engine of node %d (epoch %d) started", self._node.node_id, self._node.node_epoch)
 
     async def _recover(self) -> None:
-        await self.recover_wal(self._wal, self._node)
+        """This node's own WAL after a restart: its recoverable records go into the LogCache (``reserve`` waits
+        for room while earlier recovered blocks upload, should the tail be larger than the cache), the node serves
+        as soon as they are there, and ``upload_recovered_tail`` waits for their upload in the background."""
+        who = f"node {self._node.node_id}"
+        found = Recovered(await self._metadata.get_opening_streams(self._node))
+        async for record in recoverable(self._wal, found, who):
+            batch = record.batch
+            if not self._log_cache.try_reserve(batch.size):
+                await self._log_cache.reserve(batch.size)
+            sealed = self._log_cache.put(batch, record.offset, record.next_offset)
+            if sealed is not None:
+                self._submit(sealed)
+        self._recovered += found.replayed
+        if not found.replayed:
+            await self._wal.reset()
+            await self._close_recovered(found.opening, who)
+            return
+        sealed = self._log_cache.seal()
+        if sealed is not None:
+            self._submit(sealed)
+        # Every record read is in a cache block or not needed: the WAL may be trimmed up to the blocks' floors.
+        self._cached_wal_end = max(self._cached_wal_end, found.wal_end)
+        await self._close_recovered([s for s in found.opening if s.stream_id not in found.streams], who)
+        self._client.recovering.add(found.streams)
+        logger.info("WAL recovery of %s: %d batches of %d streams in the LogCache, serving them while they upload "
+                    "(%d records skipped)", who, found.replayed, len(found.streams), found.skipped)
+        self._tail_upload = asyncio.create_task(
+            upload_recovered_tail(self._uploader.drain, self._client.close_recovered, who),
+            name=f"fjord-tail-upload-{who}",
+        )
+
+    async def recovered_tail_uploaded(self) -> None:
+        """Returns once the tail a restart recovered is committed (at once when there was none)."""
+        if self._tail_upload is not None:
+            await asyncio.shield(self._tail_upload)
 
     async def recover_wal(self, wal: WriteAheadLog, owner: NodeIdentity) -> int:
         """Replays ``wal`` (started, not yet appended to), written by ``owner``: the records of the streams
         ``owner`` still has opened at or beyond each one's committed end are uploaded and committed under the
         streams' current epochs, then the WAL is reset and those streams are closed. Returns the batches replayed.
 
-        ``owner`` is this node at start (its own restart recovery), or a dead node whose WAL the controller
-        assigned to this one (failover): then commits and closes carry this node's identity and the controller
-        accepts them for the dead node's streams only while the assignment holds. Running it twice is harmless:
-        what was committed is below the committed end and skipped, closed streams are no longer opened."""
+        ``owner`` is a dead node whose WAL the controller assigned to this one (failover): commits and closes
+        carry this node's identity and the controller accepts them for the dead node's streams only while the
+        assignment holds. Running it twice is harmless: what was committed is below the committed end and
+        skipped, closed streams are no longer opened."""
         who = f"node {owner.node_id}"
         if owner != self._node:
             who += f" (failover by node {self._node.node_id})"
-        opening = await self._metadata.get_opening_streams(owner)
-        expected = {s.stream_id: s.end_offset for s in opening}
-        epochs = {s.stream_id: s.epoch for s in opening}
+        found = Recovered(await self._metadata.get_opening_streams(owner))
+        epochs = {s.stream_id: s.epoch for s in found.opening}
         threshold = self._config.wal_upload_threshold
         block = CacheBlock(-1)
         uploads: list[asyncio.Future[None]] = []
-        skipped = replayed = 0
-        async for record in wal.recover():
-            batch = record.batch
-            want = expected.get(batch.stream_id)
-            if want is None or batch.last_offset <= want:
-                skipped += 1  # not ours any more, or already committed
-                continue
-            if batch.base_offset != want:
-                logger.error(
-                    "WAL recovery of %s: stream %d record at offset %d (WAL position %d) does not continue "
-                    "the recovered end %d; dropping it",
-                    who,
-                    batch.stream_id,
-                    batch.base_offset,
-                    record.offset,
-                    want,
-                )
-                continue
-            block.add(dataclasses.replace(batch, epoch=epochs[batch.stream_id]), record.offset, record.next_offset)
-            expected[batch.stream_id] = batch.last_offset
-            replayed += 1
+        async for record in recoverable(wal, found, who):
+            block.add(record.batch, record.offset, record.next_offset)
             if block.size >= threshold:
                 uploads.append(self._submit_recovered(block, epochs))
                 block = CacheBlock(-1)
@@ -282,17 +299,12 @@ class StorageEngine:
         for upload in uploads:
             await upload
         await wal.reset()
-        self._recovered += replayed
-        if replayed or opening:
-            logger.info(
-                "WAL recovery of %s: re-uploaded %d batches for %d streams (%d records skipped)",
-                who,
-                replayed,
-                len(opening),
-                skipped,
-            )
-        await self._close_recovered(opening, who)
-        return replayed
+        self._recovered += found.replayed
+        if found.replayed or found.opening:
+            logger.info("WAL recovery of %s: re-uploaded %d batches for %d streams (%d records skipped)",
+                        who, found.replayed, len(found.opening), found.skipped)
+        await self._close_recovered(found.opening, who)
+        return found.replayed
 
     def _submit_recovered(self, block: CacheBlock, epochs: dict[int, int]) -> asyncio.Future[None]:
         block.sealed = True
@@ -315,17 +327,13 @@ class StorageEngine:
         if self._state in ("stopped", "halted"):
             return
         self._state = "stopping"
-        await self._stop_timer()
+        await self._stop_tasks()
         await self._compaction.stop()
         try:
             await asyncio.wait_for(self._upload_and_close_all(), timeout)
         except TimeoutError:
-            logger.error(
-                "shutdown of node %d: uploads and stream closes did not finish within %.0f s; the rest stays in the "
-                "WAL and is recovered on the next start",
-                self._node.node_id,
-                timeout,
-            )
+            logger.error("shutdown of node %d: uploads and stream closes did not finish within %.0f s; the rest stays "
+                         "in the WAL and is recovered on the next start", self._node.node_id, timeout)
             for stream in list(self._client.open_streams.values()):
                 stream.abandon()
         await self._uploader.close()
@@ -347,6 +355,8 @@ class StorageEngine:
             await self._flush(None)
         except StorageError as exc:
             logger.error("shutdown of node %d: upload failed, data stays in the WAL: %s", self._node.node_id, exc)
+        else:
+            await self._client.close_recovered()
         streams = list(self._client.open_streams.values())
         results = await asyncio.gather(*(s.close() for s in streams), return_exceptions=True)
         for stream, result in zip(streams, results, strict=True):
@@ -361,7 +371,7 @@ class StorageEngine:
         if self._state in ("stopped", "halted"):
             return
         self._state = "halted"
-        await self._stop_timer()
+        await self._stop_tasks()
         await self._compaction.stop()
         await self._uploader.close()
         await self._read_path.close()
@@ -372,12 +382,14 @@ class StorageEngine:
         with contextlib.suppress(Exception):
             await self._store.close()
 
-    async def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
+    async def _stop_tasks(self) -> None:
+        """Stops the upload timer and the wait for the recovered tail (whose blocks the upload pipeline owns)."""
+        for task in (self._timer, self._tail_upload):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._timer = self._tail_upload = None
 
     def add_upload_listener(self, listener: UploadListener) -> None:
         """``listener`` learns, after each committed upload of this node's LogCache, which streams it covered and up
@@ -392,6 +404,11 @@ class StorageEngine:
     # ---------------------------------------------------------------------------------------------- internals
 
     async def _flush(self, stream_id: int | None) -> None:
+        """Everything appended so far committed; for one stream with nothing in the active block, only the uploads
+        in flight are waited for (a closing stream does not upload what other partitions just appended)."""
+        if stream_id is not None and stream_id not in self._log_cache.active.streams:
+            await self._uploader.drain()
+            return
         sealed = self._log_cache.seal()
         if sealed is not None:
             logger.debug(
@@ -542,6 +559,9 @@ class _EngineIO:
 
     def cache_first_offset(self, stream_id: int) -> int | None:
         return self._engine.log_cache.first_offset(stream_id)
+
+    def cache_end_offset(self, stream_id: int) -> int | None:
+        return self._engine.log_cache.end_offset(stream_id)
 
     def cache_trim(self, stream_id: int, new_start: int) -> None:
         self._engine.log_cache.trim(stream_id, new_start)

@@ -27,6 +27,7 @@ from storage.errors import (
 from storage.metadata.api import NodeIdentity, StreamMetadata
 from storage.stream_api import FetchResult
 from storage.stream_record_batch import StreamRecordBatch
+from storage.tail_recovery import RecoveringStreams
 from storage.wal.base import WALRecord
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class StreamIO(Protocol):
         ...
 
     def cache_first_offset(self, stream_id: int) -> int | None: ...
+
+    def cache_end_offset(self, stream_id: int) -> int | None: ...
 
     def cache_trim(self, stream_id: int, new_start: int) -> None: ...
 
@@ -326,6 +329,10 @@ class StreamClientImpl:
         self._io = io
         self._open: dict[int, StorageStream] = {}
         self._opening: dict[int, asyncio.Lock] = {}
+        #: Streams a restart recovered into the LogCache (``storage.tail_recovery``), still opened at their old epoch.
+        self.recovering = RecoveringStreams()
+        #: stream id -> the epoch a partition asked for, for a recovering stream it was given at its old epoch.
+        self._asked: dict[int, int] = {}
 
     @property
     def open_streams(self) -> dict[int, StorageStream]:
@@ -342,19 +349,54 @@ class StreamClientImpl:
             if existing is not None and existing.closing:
                 await existing.close()  # reopening right after a close: let that close finish first
             elif existing is not None and not existing.closed:
-                if existing.epoch == epoch:
+                if existing.epoch == epoch or self._asked.get(stream_id) == epoch:
                     return existing
                 raise StreamFencedError(
                     f"stream {stream_id} is already open here at epoch {existing.epoch}; close it before opening "
                     f"it at epoch {epoch}"
                 )
-            result = await self._io.metadata.open_stream(self._io.node, stream_id, epoch)
-            stream = StorageStream(self._io, stream_id, epoch, result.start_offset, result.next_offset)
+            recovered = self.recovering.take(stream_id)
+            # A recovering stream is taken over at the epoch it is opened at (``storage.tail_recovery``): its
+            # recovered tail in the LogCache is committed under that epoch, without waiting for the upload.
+            at = recovered if recovered is not None and recovered <= epoch else epoch
+            try:
+                result = await self._io.metadata.open_stream(self._io.node, stream_id, at)
+            except BaseException:
+                if recovered is not None:
+                    self.recovering.put_back(stream_id, recovered)
+                raise
+            next_offset = result.next_offset
+            if recovered is not None and at == recovered:
+                cached_end = self._io.cache_end_offset(stream_id)
+                next_offset = max(next_offset, cached_end if cached_end is not None else next_offset)
+                self._asked[stream_id] = epoch
+            else:
+                self._asked.pop(stream_id, None)
+            stream = StorageStream(self._io, stream_id, at, result.start_offset, next_offset)
             self._open[stream_id] = stream
-        logger.debug(
-            "opened stream %d at epoch %d: [%d, %d)", stream_id, epoch, result.start_offset, result.next_offset
-        )
+        logger.debug("opened stream %d at epoch %d: [%d, %d)", stream_id, at, result.start_offset, next_offset)
         return stream
+
+    async def close_recovered(self) -> list[int]:
+        """Closes at the controller every recovering stream no partition has reopened (their recovered tail is
+        committed); returns their ids. Each under its open lock, so a concurrent open either takes the stream
+        first or opens it after the close."""
+        closed = []
+        for stream_id in self.recovering.stream_ids():
+            async with self._opening.setdefault(stream_id, asyncio.Lock()):
+                epoch = self.recovering.take(stream_id)
+                if epoch is None:
+                    continue  # opened meanwhile
+                try:
+                    await self._io.metadata.close_stream(self._io.node, stream_id, epoch)
+                except StreamFencedError as exc:
+                    logger.info("recovered stream %d already moved on: %s", stream_id, exc)
+                    continue
+                except BaseException:
+                    self.recovering.put_back(stream_id, epoch)
+                    raise
+                closed.append(stream_id)
+        return closed
 
     async def delete_stream(self, stream_id: int, epoch: int) -> None:
         stream = self._open.get(stream_id)
@@ -367,6 +409,7 @@ class StreamClientImpl:
     def discard(self, stream: StorageStream) -> None:
         if self._open.get(stream.stream_id) is stream:
             del self._open[stream.stream_id]
+            self._asked.pop(stream.stream_id, None)
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:

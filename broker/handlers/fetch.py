@@ -34,7 +34,7 @@ from broker.fetch_session import (
 )
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import TOPIC_DENIED, partitions_entry, split, topics_denied
-from broker.handlers.metadata import live_endpoint
+from broker.handlers.leader_hints import LeaderHints
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedTxn
@@ -181,28 +181,18 @@ _LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_le
 _NODE_ENDPOINTS_VERSION = 16
 
 
-def _current_leader(
-    ctx: RequestContext, part_cls: type[Any], r: _Result, endpoints: dict[int, tuple[str, int, str | None]]
-) -> dict[str, object]:
-    """Where the partition's leadership is now, for the errors that mean the client's view is stale, so a client
-    can retry at the right broker and epoch without a metadata round trip first. From v16 on as Kafka fills it:
-    always for those errors (-1/-1 when the partition is unknown), with the leader's endpoint on this listener
-    added to ``endpoints`` when the leader is alive; v12-15 carry the tagged field too, filled only when a leader
-    is known."""
+def _current_leader(ctx: RequestContext, part_cls: type[Any], r: _Result, hints: LeaderHints) -> dict[str, object]:
+    """Where the partition's leadership is now, for the errors that mean the client's view is stale. From v16 on
+    as Kafka fills it: always for those errors (-1/-1 when the partition is unknown); v12-15 carry the tagged field
+    too, filled only when a leader is known."""
     _, name, partition = r.key
     if r.error not in _LEADER_MOVED or not schema.has_field(part_cls, "current_leader"):
         return {}
-    image = ctx.broker.controller.image
-    found = image.partition(name, partition)
-    leader, epoch = (found.leader, found.leader_epoch) if found is not None else (-1, -1)
-    if ctx.api_version < _NODE_ENDPOINTS_VERSION and leader < 0:
-        return {}
-    broker = image.brokers.get(leader)
-    if ctx.api_version >= _NODE_ENDPOINTS_VERSION and broker is not None and not broker.fenced:
-        endpoint = live_endpoint(broker, ctx.listener_name)
-        if endpoint is not None:
-            endpoints[leader] = (endpoint[0], endpoint[1], broker.rack)
-    return {"current_leader": schema.build_nested(part_cls, "current_leader", leader_id=leader, leader_epoch=epoch)}
+    if ctx.api_version < _NODE_ENDPOINTS_VERSION:
+        found = ctx.broker.controller.image.partition(name, partition)
+        if found is None or found.leader < 0:
+            return {}
+    return {"current_leader": hints.current_leader_field(part_cls, name, partition)}
 
 
 def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], read_committed: bool) -> Any:
@@ -211,7 +201,7 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
     part_cls = schema.field_entity(topic_cls, "partitions")
     aborted_cls = schema.field_entity(part_cls, "aborted_transactions")
     include = set(fetch.filter(r.outcome() for r in results))
-    endpoints: dict[int, tuple[str, int, str | None]] = {}
+    hints = LeaderHints(ctx.broker.controller.image, ctx.listener_name)
     grouped: dict[tuple[object, str], list[Any]] = {}
     for r in results:
         if r.key not in include:
@@ -236,23 +226,19 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
                 ),
                 preferred_read_replica=-1,
                 records=r.records,
-                **_current_leader(ctx, part_cls, r, endpoints),
+                **_current_leader(ctx, part_cls, r, hints),
             )
         )
     responses = tuple(
         schema.build(topic_cls, topic=name, topic_id=topic_id, partitions=tuple(parts))
         for (topic_id, name), parts in grouped.items()
     )
-    node_endpoints = tuple(
-        schema.build_nested(resp_cls, "node_endpoints", node_id=node_id, host=host, port=port, rack=rack)
-        for node_id, (host, port, rack) in sorted(endpoints.items())
-    ) if schema.has_field(resp_cls, "node_endpoints") else ()
     return ctx.build(
         throttle_time=0,
         error_code=ErrorCode.none,
         session_id=fetch.session_id,
         responses=responses,
-        node_endpoints=node_endpoints,
+        node_endpoints=hints.node_endpoints(resp_cls),
     )
 
 

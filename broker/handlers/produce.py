@@ -12,20 +12,25 @@ From v11 such a refusal is TRANSACTION_ABORTABLE (KIP-890: the client aborts and
 part 2, transactions v2) the coordinator adds the partition to the transaction instead, as Kafka's
 AddPartitionsToTxnManager does: the client sends no AddPartitionsToTxn; with ``transaction.version`` below 2
 finalized such a batch is refused with UNSUPPORTED_VERSION, as Kafka 4 refuses it. v13 names topics by id
-(resolved in the metadata image; an unknown id is UNKNOWN_TOPIC_ID).
+(resolved in the metadata image; an unknown id is UNKNOWN_TOPIC_ID). From v10 a partition refused with
+NOT_LEADER_OR_FOLLOWER names its current leader and the response the leader's endpoint (KIP-951), so a producer
+re-sends to the partition's new leader at once after a move instead of first refreshing its metadata.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import TXN_DENIED, partitions_entry, split, topics_denied
+from broker.handlers.leader_hints import LeaderHints
 from broker.partition.access import leader_log
 from broker.partition.partition_log import AppendResult, PartitionLog
 from metadata.acl.binding import AclOperation, ResourceType
@@ -39,6 +44,9 @@ from wire.record_batch import InvalidBatchError, parse_header
 logger = logging.getLogger(__name__)
 
 _MIN_TIMEOUT_MS = 1000
+#: How long a refusal of a partition being moved waits for its target's election, so that it can name the new leader
+#: (KIP-951) instead of none; a move elects its target within a few hundred milliseconds of the source letting go.
+_MOVE_WAIT_S = 1.0
 
 
 async def _append_one(
@@ -112,7 +120,9 @@ async def _verified_leader_log(
     return log
 
 
-def _partition_response(cls: type[Any], index: int, outcome: AppendResult | BaseException) -> Any:
+def _partition_response(
+    cls: type[Any], index: int, outcome: AppendResult | BaseException, leader: Callable[[], Any] | None
+) -> Any:
     if isinstance(outcome, AppendResult):
         append_time = (
             datetime.datetime.fromtimestamp(outcome.log_append_time_ms / 1000, tz=datetime.UTC)
@@ -127,14 +137,18 @@ def _partition_response(cls: type[Any], index: int, outcome: AppendResult | Base
             log_append_time=append_time,
             log_start_offset=outcome.log_start_offset,
         )
+    code = error_code_for(outcome)
+    # KIP-951, as Kafka's KafkaApis fills it from v10: a partition this broker does not lead names its leader.
+    hint = {"current_leader": leader()} if code is ErrorCode.not_leader_or_follower and leader is not None else {}
     return schema.build(
         cls,
         index=index,
-        error_code=error_code_for(outcome),
+        error_code=code,
         base_offset=-1,
         log_append_time=None,
         log_start_offset=-1,
         error_message=error_message_for(outcome),
+        **hint,
     )
 
 
@@ -142,7 +156,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     topic_cls = schema.field_entity(ctx.response_class, "responses")
     part_cls = schema.field_entity(topic_cls, "partition_responses")
-    keys: list[tuple[Any, int]] = []  # (topic name, or id from v13; partition)
+    keys: list[tuple[Any, str | None, int]] = []  # (topic name, or id from v13; name if known; partition)
     jobs: list[Any] = []
     refusal: KafkaError | None = None
     if acks not in (0, 1, -1):
@@ -155,7 +169,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             found = topics_by_id.get(topic_id) if topic_id is not None else None
             name = found.name if found is not None else None
         for part in topic.partition_data:
-            keys.append((topic_id if topic_id is not None else name, part.index))
+            keys.append((topic_id if topic_id is not None else name, name, part.index))
             if refusal is not None:
                 jobs.append(asyncio.sleep(0, refusal))
             elif name is None:
@@ -181,14 +195,38 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 outcomes.append(KafkaError(ErrorCode.request_timed_out, "append not durable within the timeout"))
     if acks == 0:
         return None
+    with_hints = schema.has_field(part_cls, "current_leader")
+    if with_hints:
+        await _await_moves(ctx, keys, outcomes, min(_MOVE_WAIT_S, timeout_s))
+    hints = LeaderHints(ctx.broker.controller.image, ctx.listener_name)
     by_topic: dict[Any, list[Any]] = {}
-    for (topic_key, index), outcome in zip(keys, outcomes, strict=True):
-        by_topic.setdefault(topic_key, []).append(_partition_response(part_cls, index, outcome))
+    for (topic_key, name, index), outcome in zip(keys, outcomes, strict=True):
+        leader = (
+            functools.partial(hints.current_leader_field, part_cls, name, index)
+            if with_hints and name is not None
+            else None
+        )
+        by_topic.setdefault(topic_key, []).append(_partition_response(part_cls, index, outcome, leader))
     responses = tuple(
         schema.build(topic_cls, name=key, topic_id=key, partition_responses=tuple(parts))
         for key, parts in by_topic.items()
     )
-    return ctx.build(responses=responses, throttle_time=0)
+    return ctx.build(responses=responses, throttle_time=0, node_endpoints=hints.node_endpoints(ctx.response_class))
+
+
+async def _await_moves(
+    ctx: RequestContext, keys: list[tuple[Any, str | None, int]], outcomes: list[Any], timeout: float
+) -> None:
+    """Refusals of partitions being moved wait (up to ``timeout``) for the move's target to be elected, so the
+    answer names it and the producer goes there at once; other partitions of the request wait with them."""
+    moving = [
+        ctx.broker.partitions.wait_for_election(name, index, timeout)
+        for (_, name, index), outcome in zip(keys, outcomes, strict=True)
+        if name is not None and not isinstance(outcome, AppendResult)
+        and error_code_for(outcome) is ErrorCode.not_leader_or_follower
+    ]
+    if moving:
+        await asyncio.gather(*moving)
 
 
 async def authorize_produce(ctx: RequestContext, request: Any, handler: Handler) -> Any:

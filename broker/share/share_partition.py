@@ -43,7 +43,7 @@ __all__ = ["AckBatch", "AcquiredRange", "ShareFetched", "SharePartition"]
 class ShareFetched:
     """What a share fetch got from one partition: the batches holding the acquired records (None: nothing)."""
 
-    records: bytes | None
+    records: bytes | memoryview | None
     acquired: list[AcquiredRange]
     error: int = 0
     log_start_offset: int = -1
@@ -105,7 +105,7 @@ class SharePartition:
                 pending.append(moved)
             limit = self._read_limit(config)
             acquired: list[AcquiredRange] = []
-            chosen: list[memoryview] = []
+            records: bytes | memoryview | None = None
             if self.state.can_acquire(limit) and max_records > 0:
                 offset = self.state.fetch_offset()
                 read_committed = config.isolation_level == 1
@@ -119,7 +119,7 @@ class SharePartition:
                     [h for h, _ in batches], result.aborted_transactions, read_committed=read_committed
                 )
                 acquired = self.state.acquire(member_id, kinds, max_records, now_ms)
-                chosen = [view for (header, view) in batches if _holds(acquired, header)]
+                records = _holding(result.records, [h for h, _ in batches], acquired)
                 written = self._issue()
                 if written is not None:
                     pending.append(written)
@@ -138,9 +138,7 @@ class SharePartition:
             again = sum(r.last_offset - r.first_offset + 1 for r in acquired if r.delivery_count > 1)
             if again:
                 self._metrics.redelivered(self.group_id, self.topic, again)
-        return ShareFetched(
-            b"".join(chosen) if chosen else None, acquired, 0, self.log.log_start_offset, self.log.high_watermark
-        )
+        return ShareFetched(records, acquired, 0, self.log.log_start_offset, self.log.high_watermark)
 
     async def acknowledge(self, member_id: str, batches: Sequence[AckBatch], now_ms: int) -> int:
         """Applies ``member_id``'s acknowledgements and returns once durable: 0, or Kafka's error code (and then
@@ -262,3 +260,30 @@ def classify(headers: Sequence[BatchHeader], aborted: Sequence[AbortedTxn], *, r
 
 def _holds(acquired: Sequence[AcquiredRange], header: BatchHeader) -> bool:
     return any(r.first_offset <= header.last_offset and r.last_offset >= header.base_offset for r in acquired)
+
+
+def _holding(
+    records: bytes, headers: Sequence[BatchHeader], acquired: Sequence[AcquiredRange]
+) -> bytes | memoryview | None:
+    """The read's batches that hold acquired records (None: none). They are one run of the read almost always
+    (the read is sized to what the lock window can take, and acquisition takes its records in offset order), and
+    then they are a view of it: a few MB per fetch are not copied again on their way to the response."""
+    if not acquired:
+        return None
+    spans: list[tuple[int, int]] = []  # byte ranges of the held batches, adjacent ones merged
+    pos = 0
+    for header in headers:
+        end = pos + header.size
+        if _holds(acquired, header):
+            if spans and spans[-1][1] == pos:
+                spans[-1] = (spans[-1][0], end)
+            else:
+                spans.append((pos, end))
+        pos = end
+    if not spans:
+        return None
+    if len(spans) == 1:
+        start, end = spans[0]
+        return records if start == 0 and end == len(records) else memoryview(records)[start:end]
+    view = memoryview(records)
+    return b"".join(view[start:end] for start, end in spans)

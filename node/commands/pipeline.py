@@ -58,7 +58,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
         from spark_connector.pipeline import PipelineError, SpecError, describe, execute, load_pipeline  # noqa: PLC0415
         from spark_connector.pipeline.classpath import packages_for  # noqa: PLC0415
     except ImportError as exc:
-        return _fail(f"pipelines need the spark extra (pip install 'fjord[spark]'): {exc}", 1)
+        return _fail(
+            f"pipelines need the spark extra: run `make pipelines-install` (or pip install 'fjord[spark]'): {exc}", 1
+        )
     jars = tuple(jar.strip() for given in args.jars for jar in given.split(",") if jar.strip())
     conf: dict[str, str] = {}
     for item in args.conf:

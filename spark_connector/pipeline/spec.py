@@ -15,6 +15,7 @@ The checked result is :mod:`spark_connector.pipeline.model`'s ``Pipeline``.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Sequence
@@ -52,6 +53,9 @@ _RUNNER_SOURCE_OPTIONS = (
     "includeheaders",
     "endingoffsets",
 )
+_SOURCE_KEYS = ("format", "bootstrap", "subscribe", "subscribePattern", "assign", "startingOffsets",
+                "startingTimestamp", "options")
+_SINK_KEYS = ("format", "outputMode", "path", "partitionBy", "topic", "bootstrap", "checkpoint", "options")
 _INTERVAL = re.compile(r"^\d+(\.\d+)?\s+(microsecond|millisecond|second|minute|hour|day|week)s?$", re.IGNORECASE)
 
 
@@ -116,9 +120,12 @@ def _copy(value: Any) -> Any:
 
 
 class _Map:
-    """One map of the file, read key by key; :meth:`done` refuses the keys nobody asked for (typos)."""
+    """One map of the file, read key by key. ``keys``, the keys the section takes, are checked as it is opened, so
+    a misspelled key (``subscrib``) is reported as itself, with the nearest known key, before any check that its
+    absence would fail (``exactly one of source.subscribe, ...``); :meth:`done` refuses whatever else nobody asked
+    for."""
 
-    def __init__(self, value: Any, path: str) -> None:
+    def __init__(self, value: Any, path: str, keys: Sequence[str] = ()) -> None:
         if not isinstance(value, dict):
             raise SpecError(path or "the pipeline file", f"must be a map of keys to values, got {_kind(value)}")
         for key in value:
@@ -127,6 +134,8 @@ class _Map:
         self.data: dict[str, Any] = value
         self.path = path
         self._known: list[str] = []
+        if keys:
+            self._refuse_unknown(keys)
 
     def key(self, name: str) -> str:
         return f"{self.path}.{name}" if self.path else name
@@ -185,23 +194,37 @@ class _Map:
         return result
 
     def done(self) -> None:
-        unknown = [key for key in self.data if key not in self._known]
-        if unknown:
-            raise SpecError(self.key(unknown[0]), f"unknown key; expected one of {', '.join(self._known)}")
+        self._refuse_unknown(self._known)
+
+    def _refuse_unknown(self, known: Sequence[str]) -> None:
+        for key in self.data:
+            if key not in known:
+                raise SpecError(self.key(key), f"unknown key{_nearest(key, known, self.path)}; "
+                                               f"{self.path or 'the file'} takes {', '.join(known)}")
+
+
+def _nearest(key: str, known: Sequence[str], path: str) -> str:
+    """``, did you mean source.subscribe?`` for the known key closest to a misspelled one, if any is close."""
+    by_case = {name.lower(): name for name in known}
+    found = [by_case[key.lower()]] if key.lower() in by_case else difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if not found:
+        found = difflib.get_close_matches(key.lower(), list(by_case), n=1, cutoff=0.6)
+        found = [by_case[name] for name in found]
+    return f", did you mean {f'{path}.' if path else ''}{found[0]}?" if found else ""
 
 
 def parse_pipeline(document: Any, *, default_name: str = "pipeline", origin: str = "") -> Pipeline:
     """Checks a parsed pipeline document (a dict as YAML gives it)."""
-    top = _Map(document, "")
+    top = _Map(document, "", ("name", "source", "decode", "transform", "sink", "trigger", "spark"))
     name = top.text("name", default=default_name)
     assert name is not None
-    source = _source(_Map(top.get("source") if top.has("source") else _missing("source"), "source"))
-    decode = _Map(top.get("decode") if top.has("decode") else _missing("decode"), "decode")
+    source = _source(_Map(top.get("source") if top.has("source") else _missing("source"), "source", _SOURCE_KEYS))
+    decode = _Map(top.get("decode") if top.has("decode") else _missing("decode"), "decode", ("value", "key"))
     value = _decode(decode.get("value"), decode.key("value"), required=True)
     key = _decode(decode.get("key"), decode.key("key"), required=False)
     decode.done()
     sql, watermark = _transform(top.get("transform"))
-    sink = _sink(_Map(top.get("sink") if top.has("sink") else _missing("sink"), "sink"))
+    sink = _sink(_Map(top.get("sink") if top.has("sink") else _missing("sink"), "sink", _SINK_KEYS))
     trigger = _trigger(top.get("trigger"))
     master, conf = _spark(top.get("spark"))
     top.done()
@@ -339,7 +362,7 @@ def _decode(value: Any, key: str, *, required: bool) -> Decode:
         return Decode("raw")
     if isinstance(value, str):
         value = {"format": value}
-    section = _Map(value, key)
+    section = _Map(value, key, ("format", "schema", "schemaFile", "options"))
     fmt = section.choice("format", DECODE_FORMATS)
     schema = section.text("schema")
     schema_file = section.text("schemaFile")
@@ -375,13 +398,13 @@ def _transform(value: Any) -> tuple[str, Watermark | None]:
         return "SELECT * FROM source", None
     if isinstance(value, str):
         value = {"sql": value}
-    section = _Map(value, "transform")
+    section = _Map(value, "transform", ("sql", "watermark"))
     sql = section.text("sql", default="SELECT * FROM source")
     assert sql is not None
     watermark = None
     raw = section.get("watermark")
     if raw is not None:
-        mark = _Map(raw, section.key("watermark"))
+        mark = _Map(raw, section.key("watermark"), ("column", "delay"))
         column = mark.text("column", required=True)
         delay = mark.text("delay", required=True)
         assert column is not None and delay is not None
@@ -449,7 +472,7 @@ def _trigger(value: Any) -> Trigger:
         raise SpecError(
             "trigger", f"must be availableNow, once, or a map {{processingTime: '10 seconds'}}, got {value!r}"
         )
-    section = _Map(value, "trigger")
+    section = _Map(value, "trigger", ("availableNow", "once", "processingTime"))
     given = [name for name in ("availableNow", "once", "processingTime") if section.has(name)]
     if len(given) != 1:
         raise SpecError("trigger", f"exactly one of availableNow, once, processingTime must be set, got {len(given)}")
@@ -471,7 +494,7 @@ def _trigger(value: Any) -> Trigger:
 def _spark(value: Any) -> tuple[str | None, dict[str, str]]:
     if value is None:
         return None, {}
-    section = _Map(value, "spark")
+    section = _Map(value, "spark", ("master", "conf"))
     master = section.text("master")
     conf = section.options("conf")
     section.done()

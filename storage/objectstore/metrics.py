@@ -13,6 +13,12 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from storage.objectstore.base import StoreStats
+from storage.objectstore.s3 import OPERATIONS
+
+#: The error codes of S3 misbehaving that every operation reports from the start, at 0: a rate or an alert over
+#: them has a series before the first failure (an absent series reads as "no data", not as "no errors"). Rarer
+#: codes of the closed set (storage/objectstore/s3.py ERROR_CODES) appear when they first happen.
+PRESET_ERROR_CODES = ("SlowDown", "InternalError", "ServiceUnavailable", "connection", "reset", "timeout")
 
 _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("puts", "fjord_object_store_puts", "PUT-class requests (PutObject, CreateMultipartUpload, UploadPart, ...)"),
@@ -43,6 +49,8 @@ class StoreStatsCollector(Collector):
             "timeout, ...), each retried or reported",
             labels=["operation", "code"],
         )
-        for (operation, code), count in sorted(dict(current.errors).items()):
+        counted = {(operation, code): 0 for operation in OPERATIONS for code in PRESET_ERROR_CODES}
+        counted.update(dict(current.errors))
+        for (operation, code), count in sorted(counted.items()):
             errors.add_metric([operation, code], count)
         yield errors

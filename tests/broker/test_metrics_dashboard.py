@@ -287,6 +287,11 @@ async def test_every_dashboard_metric_is_served_and_follows_the_clients(node: No
     assert value(served, "fjord_share_lock_timeouts_total", group=LOCKS_GROUP, topic=TOPIC) >= 1
     commits = "fjord_controller_commit_seconds_count"
     assert value(served, commits) > value(before, commits)
+    # S3 answered throughout: the misbehaviour row's series exist from the start and read zero.
+    assert value(served, "fjord_object_store_errors_total", operation="put", code="SlowDown") == 0
+    assert value(served, "fjord_object_store_retries_total") == 0
+    assert value(served, "fjord_wal_unwritable") == 0
+    assert value(served, "fjord_wal_unwritable_seconds_total") == 0
 
     # The controller-only node: a Raft voter with the auto-balancer, once it leads its one-voter quorum.
     quorum = controller_node.quorum

@@ -18,11 +18,21 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
 
 from node.local_cluster import LocalCluster
 from testkit.s3_fault_proxy import S3FaultProxy
 from testkit.waiting import eventually
-from tests.cluster.cluster_support import assert_all_consumed, leaders, topic_name
+from tests.cluster.cluster_support import (
+    SESSION_TIMEOUT_S,
+    assert_all_consumed,
+    leaders,
+    live_brokers,
+    shell_in_process,
+    table_rows,
+    topic_name,
+)
 from tests.cluster.conftest import start_cluster
 from tests.conftest import S3Server
 
@@ -211,6 +221,92 @@ def test_a_slow_down_storm_during_produce_and_fetch(faulty: Cluster) -> None:
     assert not load.failed, f"{len(load.failed)} records failed, e.g. {load.failed[:3]}"
     assert seen, "the consumer read nothing during the storm"
     assert_all_consumed(faulty.bootstrap, topic, PARTITIONS, load.acked, timeout=90)
+
+
+def test_a_partition_moved_during_an_outage_lands_and_its_new_leader_reads_it_from_objects_in_a_slow_down_storm(
+    faulty: Cluster,
+) -> None:
+    """The move's source must close the partition's stream, which needs S3 (its last records uploaded, the
+    stream's end committed): it waits the outage out, then lands. The target never held the partition, so with
+    caches cold it serves the records from before the move from S3 objects, here through 50% SlowDown."""
+    topic = _create_topic(faulty.bootstrap)
+    placement = leaders(faulty.bootstrap, topic, PARTITIONS)
+    brokers = sorted(b.spec.node_id for b in faulty.cluster.brokers)
+    source = placement[0]
+    target = next(b for b in brokers if b != source)
+    admin = KafkaAdminClient(bootstrap_servers=faulty.bootstrap, request_timeout_ms=30_000)
+    load = IdempotentLoad(faulty.bootstrap, topic).start()
+    try:
+        _wait(lambda: len(load.acked) >= 300, 30, "the load to get going")
+        faulty.proxy.outage(6.0, mode="refuse")
+        result = admin.alter_partition_reassignments({KafkaTopicPartition(topic, 0): [target]})
+        assert result == {KafkaTopicPartition(topic, 0): None}, result
+        _wait(lambda: not faulty.proxy.in_outage, 15, "the outage to end")
+        _wait(lambda: leaders(faulty.bootstrap, topic).get(0) == target, WRITABLE_AGAIN_S + 20,
+              f"{topic}-0 led by broker {target} after the outage")
+        _wait(lambda: admin.list_partition_reassignments() == {}, 30, "the move to be done")
+        took = _every_partition_writable(faulty.bootstrap, topic, timeout=60)
+        assert took <= WRITABLE_AGAIN_S, f"every partition took writes again only {took:.1f}s after the move"
+        acked_after = len(load.acked)
+        _wait(lambda: len(load.acked) >= acked_after + 100, 60, "the load to go on after the move")
+    finally:
+        load.stop()
+        admin.close()
+    assert not load.failed, f"{len(load.failed)} records failed, e.g. {load.failed[:3]}"
+    # Partition 0 from offset 0 on a leader that never held it: stream objects read through 50% SlowDown.
+    moved = {v for v in load.acked if int(v[1:]) % PARTITIONS == 0}
+    slow_downs = faulty.proxy.stats.slow_downs
+    faulty.proxy.faults.slow_down = 0.5
+    try:
+        seen = assert_all_consumed(faulty.bootstrap, topic, 1, moved, timeout=90)
+    finally:
+        faulty.proxy.faults.slow_down = 0.0
+    assert faulty.proxy.stats.slow_downs > slow_downs, "the reads met no SlowDown"
+    numbered = [v for v in seen if not v.startswith("probe-")]
+    assert sorted(numbered, key=lambda v: int(v[1:])) == numbered, "partition 0 read out of order"
+    assert set(numbered) <= {f"r{n}" for n in range(0, load.sent, PARTITIONS)}, "records of other partitions read"
+    assert_all_consumed(faulty.bootstrap, topic, PARTITIONS, load.acked, timeout=90)
+
+
+@pytest.mark.parametrize("faulty", ["s3"], indirect=True)  # a WAL failover replay is the S3 WAL's
+def test_a_broker_killed_during_an_outage_fails_over_once_s3_answers(faulty: Cluster) -> None:
+    """kill -9 while S3 is away: the controller fences the broker after its session, but its S3 WAL can be
+    replayed only once S3 answers; then its partitions are led by live brokers and every record it acknowledged
+    is served. It restarts on its emptied WAL and leads again."""
+    topic = _create_topic(faulty.bootstrap)
+    placement = leaders(faulty.bootstrap, topic, PARTITIONS)
+    victim = placement[0]
+    led_by_victim = {p for p, leader in placement.items() if leader == victim}
+    others = ",".join(b.spec.address for b in faulty.cluster.brokers if b.spec.node_id != victim)
+    load = IdempotentLoad(others, topic).start()
+    try:
+        _wait(lambda: len(load.acked) >= 300, 30, "the load to get going")
+        faulty.proxy.outage(SESSION_TIMEOUT_S + 4, mode="refuse")
+        faulty.cluster.node(victim).kill()
+        _wait(lambda: not faulty.proxy.in_outage, 20, "the outage to end")
+
+        def moved() -> bool:
+            now = leaders(others, topic)
+            return all(now.get(p, victim) not in (victim, -1) for p in led_by_victim)
+
+        _wait(moved, WRITABLE_AGAIN_S + 20, f"partitions {sorted(led_by_victim)} led by a live broker")
+
+        def failover_done() -> bool:
+            rows = {r[0]: r for r in table_rows(shell_in_process(faulty.cluster).run("ls /failovers"))}
+            row = rows.get(str(victim))
+            return row is not None and row[5] == "done"
+
+        _wait(failover_done, 60, f"the WAL failover of broker {victim}")
+        took = _every_partition_writable(others, topic, timeout=60)
+        assert took <= WRITABLE_AGAIN_S, f"every partition took writes again only {took:.1f}s after the failover"
+        acked_after = len(load.acked)
+        _wait(lambda: len(load.acked) >= acked_after + 100, 60, "the load to go on after the failover")
+    finally:
+        load.stop()
+    assert not load.failed, f"{len(load.failed)} records failed, e.g. {load.failed[:3]}"
+    assert_all_consumed(others, topic, PARTITIONS, load.acked, timeout=90)
+    faulty.cluster.node(victim).start()
+    _wait(lambda: victim in live_brokers(faulty.bootstrap), 30, f"broker {victim} back in Metadata")
 
 
 def _wait(check: Any, timeout: float, what: str) -> None:

@@ -1,6 +1,8 @@
 """Transactions under failure: several transactional producers commit, abort and abandon transactions at random
 while brokers holding transaction coordinators or partition leaders are killed (-9) and restarted; then one
-read_committed scan checks the outcome of every transaction.
+read_committed scan checks the outcome of every transaction. The brokers' S3 traffic meanwhile passes through
+testkit's fault-injecting proxy, misbehaving as S3 does (:data:`S3_FAULTS`): the kills' WAL failovers and restarts,
+and every upload and read, meet SlowDown, InternalError, late answers and connections reset mid-body.
 
 What must hold, whatever was killed when (Kafka's guarantees for read_committed):
 - a transaction whose commit was acknowledged is wholly present;
@@ -15,15 +17,20 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pytest
 from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from broker.transactions.log_schema import partition_for
 from node.local_cluster import LocalCluster
+from testkit.s3_fault_proxy import Faults, S3FaultProxy
 from tests.cluster.cluster_support import SESSION_TIMEOUT_S, leaders, live_brokers, topic_name, wait_for
+from tests.cluster.conftest import start_cluster
+from tests.conftest import S3Server
 from tests.reading import read_to_end
 from tests.topics import create_topic
 
@@ -36,6 +43,9 @@ TXN_TIMEOUT_MS = 15_000
 OP_TIMEOUT_S = 45.0
 MAX_TXNS_PER_PRODUCER = 60
 LOAD_DEADLINE_S = 150.0
+#: S3 as issue 24's operator met it: 5% of requests answered 503 SlowDown, 2% 500 InternalError, 5% held up to
+#: 400 ms, 1% of bodies cut by a connection reset half way.
+S3_FAULTS = Faults(slow_down=0.05, internal_error=0.02, delay=0.05, delay_max_s=0.4, reset_mid_body=0.01)
 
 
 @dataclass
@@ -168,15 +178,28 @@ def _open_partitions(bootstrap: str, topic: str) -> list[int]:
     return [p for p in range(PARTITIONS) if committed[p] != everything[p]]
 
 
+@pytest.fixture
+def misbehaving_cluster(tmp_path: Path, s3_server: S3Server) -> Iterator[tuple[LocalCluster, S3FaultProxy]]:
+    """1 controller and 3 S3-WAL brokers whose S3 misbehaves as :data:`S3_FAULTS` says, from their start on."""
+    with S3FaultProxy(s3_server.endpoint) as proxy:
+        proxy.faults = S3_FAULTS
+        started = start_cluster(
+            tmp_path / "cluster",
+            S3Server(proxy.endpoint),
+            controllers=1,
+            wal="s3",
+            extra={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"},
+        )
+        try:
+            yield started, proxy
+        finally:
+            started.stop_all(timeout=30)
+
+
 def test_transactions_keep_all_or_nothing_while_brokers_are_killed(
-    cluster_factory: Callable[..., LocalCluster],
+    misbehaving_cluster: tuple[LocalCluster, S3FaultProxy],
 ) -> None:
-    cluster = cluster_factory(
-        controllers=1,
-        brokers=3,
-        wal="s3",
-        extra={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"},
-    )
+    cluster, proxy = misbehaving_cluster
     bootstrap = cluster.bootstrap_servers
     topic = topic_name("chaos-txn")
     create_topic(bootstrap, topic, PARTITIONS)
@@ -206,7 +229,8 @@ def test_transactions_keep_all_or_nothing_while_brokers_are_killed(
         for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))
     assert not any(w.is_alive() for w in workers), f"producers still running (seed {seed})"
-    context = f"seed {seed}, kills {kills}, client errors {ledger.errors[:5]}"
+    context = f"seed {seed}, kills {kills}, client errors {ledger.errors[:5]}, S3 faults {proxy.stats}"
+    assert proxy.stats.slow_downs and proxy.stats.internal_errors and proxy.stats.delays, context
     assert ledger.committed, f"no transaction committed at all ({context})"
 
     # Every producer instance is gone; transactions they left open are aborted by the coordinator on timeout

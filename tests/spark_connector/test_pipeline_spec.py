@@ -137,10 +137,40 @@ def test_overrides_edit_the_document_before_the_checks(tmp_path: Path) -> None:
         ),
         ({"trigger": {"once": "yes"}}, "trigger.once: must be true"),
         ({"spark": {"conf": {"spark.x": {"nested": 1}}}}, "spark.conf.spark.x: must be a string, number or boolean"),
-        ({"sinks": {}}, "sinks: unknown key; expected one of name, source, decode"),
+        ({"sinks": {}}, "sinks: unknown key, did you mean sink?; the file takes name, source, decode"),
     ],
 )
 def test_mistakes_name_the_key(change: dict[str, Any], expected: str) -> None:
+    document = minimal()
+    for key, value in change.items():
+        if value is None:
+            document.pop(key)
+        else:
+            document[key] = value
+    assert error(document).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        # Misspelled keys are named before any check their absence would fail ("exactly one of ...", "required").
+        (
+            {"source": {"bootstrap": "b", "subscrib": "orders"}},
+            "source.subscrib: unknown key, did you mean source.subscribe?; source takes format, bootstrap, subscribe",
+        ),
+        ({"source": {"bootstrap": "b", "subscribe": "t", "StartingOffsets": "earliest"}},
+         "source.StartingOffsets: unknown key, did you mean source.startingOffsets?"),
+        ({"sourc": {"bootstrap": "b", "subscribe": "t"}, "source": None}, "sourc: unknown key, did you mean source?"),
+        ({"trigger": {"avaliableNow": True}}, "trigger.avaliableNow: unknown key, did you mean trigger.availableNow?"),
+        ({"sink": {"format": "parquet", "path": "p", "checkpiont": "c"}},
+         "sink.checkpiont: unknown key, did you mean sink.checkpoint?"),
+        ({"decode": {"value": {"format": "json", "shema": "a INT"}}},
+         "decode.value.shema: unknown key, did you mean decode.value.schema?"),
+        ({"sink": {"format": "parquet", "path": "p", "checkpoint": "c", "colour": "red"}},
+         "sink.colour: unknown key; sink takes format, outputMode"),
+    ],
+)
+def test_misspelled_keys_name_the_nearest_known_key(change: dict[str, Any], expected: str) -> None:
     document = minimal()
     for key, value in change.items():
         if value is None:

@@ -60,7 +60,8 @@ async def test_crash_with_data_only_in_the_wal_loses_no_acknowledged_append(tmp_
     await restarted.start()
     try:
         assert restarted.stats().recovered_batches == 12
-        assert await metadata.get_opening_streams(restarted.node) == []  # recovery closed them
+        await restarted.recovered_tail_uploaded()
+        assert await metadata.get_opening_streams(restarted.node) == []  # closed once their tail was uploaded
         for stream_id in ids:
             stream = await restarted.open_stream(stream_id, epoch=2)
             assert (stream.start_offset, stream.confirm_offset) == (0, 16)

@@ -8,7 +8,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from storage.objectstore.base import StoreStats
 from storage.objectstore.local import LocalObjectStore
-from storage.objectstore.metrics import StoreStatsCollector
+from storage.objectstore.metrics import PRESET_ERROR_CODES, StoreStatsCollector
+from storage.objectstore.s3 import ERROR_CODES, OPERATIONS
 
 
 def _scrape(registry: CollectorRegistry) -> dict[str, float]:
@@ -43,3 +44,21 @@ def test_nothing_is_reported_before_the_store_exists() -> None:
     assert _scrape(registry) == {}
     current.append(StoreStats(puts=3))
     assert _scrape(registry)["fjord_object_store_puts_total"] == 3
+
+
+def test_s3_error_series_exist_at_zero_before_the_first_failure() -> None:
+    """A rate or alert over SlowDown, resets, ... has a series from the start; a failure adds to its own."""
+    stats = StoreStats()
+    registry = CollectorRegistry()
+    registry.register(StoreStatsCollector(lambda: stats))
+    assert set(PRESET_ERROR_CODES) <= set(ERROR_CODES)
+    scraped = _scrape(registry)
+    errors = {name: v for name, v in scraped.items() if name.startswith("fjord_object_store_errors_total")}
+    assert len(errors) == len(OPERATIONS) * len(PRESET_ERROR_CODES)
+    assert set(errors.values()) == {0}
+    stats.errors["upload_part", "SlowDown"] = 3
+    stats.errors["get", "OperationAborted"] = 1
+    scraped = _scrape(registry)
+    assert scraped['fjord_object_store_errors_total{code="SlowDown",operation="upload_part"}'] == 3
+    assert scraped['fjord_object_store_errors_total{code="OperationAborted",operation="get"}'] == 1
+    assert scraped['fjord_object_store_errors_total{code="SlowDown",operation="put"}'] == 0

@@ -91,11 +91,14 @@ async def close(state: PartitionState) -> None:
                 entry = TimeIndexEntry(state.max_timestamp, state.max_timestamp_offset)
                 if state.time_index.add(entry):
                     await state.time.append(encode_time_entry(entry), 1)
-        await state.log.close()
-        await state.time.close()
-        for extra in (state.stored.cleaned, state.cleaning, state.txn, state.share):
-            if extra is not None:
-                await extra.close()
+        # Closed together: the first close's upload carries every stream's last records, so the others only wait
+        # for it instead of each sealing and uploading a block of its own (a move's stall is mostly this close).
+        extras = [s for s in (state.stored.cleaned, state.cleaning, state.txn, state.share) if s is not None]
+        closes = await asyncio.gather(state.log.close(), state.time.close(), *(s.close() for s in extras),
+                                      return_exceptions=True)
+        for result in closes:
+            if isinstance(result, BaseException):
+                raise result
         await state.meta.put(
             {
                 KEY_PRODUCER_SNAPSHOTS: encode_snapshot(state.log_end_offset, state.producers),

@@ -1,0 +1,208 @@
+"""KIP-951 leader hints on Produce: a partition that moved is answered NOT_LEADER_OR_FOLLOWER by its old broker with
+the partition's new leader and epoch and that leader's endpoint, so a producer re-sends there at once instead of
+first asking for metadata. Checked on the wire (Produce v9 has no hint, v10+ has it) and with a real client
+(confluent-kafka): its next produce after a move reaches the new leader with no Metadata request to any broker in
+between, counted by the brokers' own request counters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
+from kio.schema.errors import ErrorCode
+
+from metadata.rpc.connection import ControllerConnection
+from node.local_cluster import LocalCluster
+from tests.cluster.cluster_support import leaders, topic_name, wait_for
+from tests.metrics_scrape import metrics_url, sample, scrape
+from tests.topics import create_topic
+from wire import codec, schema
+from wire.record_batch import Record, build_batch
+
+PRODUCE = 0
+MOVE_LIMIT_S = 30.0
+
+
+@pytest.fixture
+def two_brokers(cluster_factory: Any) -> LocalCluster:
+    cluster: LocalCluster = cluster_factory(controllers=1, brokers=2, extra={"metrics.port": "0"})
+    return cluster
+
+
+@pytest.fixture
+def admin_for() -> Iterator[Any]:
+    made: list[KafkaAdminClient] = []
+
+    def make(bootstrap: str) -> KafkaAdminClient:
+        client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+def _move(cluster: LocalCluster, admin: KafkaAdminClient, topic: str, partition: int, target: int) -> None:
+    result = admin.alter_partition_reassignments({KafkaTopicPartition(topic, partition): [target]})
+    assert result == {KafkaTopicPartition(topic, partition): None}, result
+    wait_for(f"{topic}-{partition} led by broker {target}",
+             lambda: leaders(cluster.bootstrap_servers, topic).get(partition) == target, timeout=MOVE_LIMIT_S)
+
+
+def _produce_request(version: int, topic: str, topic_id: Any, partition: int) -> Any:
+    cls = codec.request_class(PRODUCE, version)
+    topic_cls = schema.field_entity(cls, "topic_data")
+    return schema.build(cls, transactional_id=None, acks=-1, timeout=5000, topic_data=(
+        schema.build(topic_cls, name=topic, topic_id=topic_id, partition_data=(
+            schema.build_nested(topic_cls, "partition_data", index=partition,
+                                records=build_batch([Record(None, b"x")])),
+        )),
+    ))
+
+
+async def _send(port: int, request: Any) -> Any:
+    connection = ControllerConnection("127.0.0.1", port, client_id="leader-hints-test")
+    await connection.connect(timeout=5)
+    try:
+        return await connection.request(request, timeout=10)
+    finally:
+        await connection.close()
+
+
+def test_produce_to_the_old_leader_names_the_new_one(two_brokers: LocalCluster, admin_for: Any) -> None:
+    cluster = two_brokers
+    topic = topic_name("hinted")
+    topic_id = create_topic(cluster.bootstrap_servers, topic, 1).topic_id
+    source = leaders(cluster.bootstrap_servers, topic, 1)[0]
+    target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id != source)
+    _move(cluster, admin_for(cluster.bootstrap_servers), topic, 0, target)
+    old = cluster.node(source).spec
+    new = cluster.node(target).spec
+
+    def refused(version: int) -> Any:
+        return asyncio.run(_send(old.port, _produce_request(version, topic, topic_id, 0)))
+
+    # The old broker learns of the election a moment after the cluster's metadata says it.
+    wait_for(f"broker {source} to know {target} leads {topic}-0",
+             lambda: refused(10).responses[0].partition_responses[0].current_leader.leader_id == target, timeout=10)
+    for version in (10, 13):
+        response = refused(version)
+        part = response.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.not_leader_or_follower
+        assert part.current_leader.leader_id == target
+        assert part.current_leader.leader_epoch >= 1, part.current_leader
+        assert [(e.node_id, e.host, e.port) for e in response.node_endpoints] == [(target, "127.0.0.1", new.port)]
+    old_style = refused(9).responses[0].partition_responses[0]
+    assert old_style.error_code == ErrorCode.not_leader_or_follower
+    assert not schema.has_field(type(old_style), "current_leader")
+
+
+def _metadata_requests(cluster: LocalCluster) -> float:
+    """Metadata requests every broker served so far, from their own counters."""
+    total = 0.0
+    for broker in cluster.brokers:
+        total += sample(scrape(metrics_url(broker.log_text(tail=10**7))), "fjord_broker_requests_total",
+                        '{api="Metadata"}') or 0.0
+    return total
+
+
+def _produce_requests(cluster: LocalCluster, node_id: int) -> float:
+    return sample(scrape(metrics_url(cluster.node(node_id).log_text(tail=10**7))), "fjord_broker_requests_total",
+                  '{api="Produce"}') or 0.0
+
+
+def test_a_producer_follows_a_move_without_asking_for_metadata(two_brokers: LocalCluster, admin_for: Any) -> None:
+    cluster = two_brokers
+    topic = topic_name("follow")
+    create_topic(cluster.bootstrap_servers, topic, 1)
+    source = leaders(cluster.bootstrap_servers, topic, 1)[0]
+    target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id != source)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
+                         "topic.metadata.refresh.interval.ms": 600000, "linger.ms": 0})
+    delivered: list[Any] = []
+
+    def produce_one(value: str) -> None:
+        producer.produce(topic, value.encode(), partition=0,
+                         on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+        assert producer.flush(20) == 0, "a record was not delivered"
+        err, _ = delivered[-1]
+        assert err is None, err
+
+    try:
+        produce_one("before")
+        _move(cluster, admin_for(cluster.bootstrap_servers), topic, 0, target)
+        old = f"127.0.0.1:{cluster.node(source).spec.port}"
+        wait_for(f"broker {source} to know {target} leads {topic}-0",
+                 lambda: leaders(old, topic).get(0) == target, timeout=10)
+        metadata_before = _metadata_requests(cluster)
+        on_target_before = _produce_requests(cluster, target)
+        started = time.monotonic()
+        produce_one("after")  # sent to the old leader first: the producer has not refreshed its metadata
+        elapsed = time.monotonic() - started
+        assert _produce_requests(cluster, target) > on_target_before
+        assert _metadata_requests(cluster) == metadata_before, "the producer asked for metadata to follow the move"
+        assert delivered[-1][1] == delivered[0][1] + 1, delivered
+        assert elapsed < 5.0, f"the record took {elapsed:.2f} s to reach the new leader"
+    finally:
+        producer.flush(5)
+
+
+def test_a_producer_follows_a_move_under_load_without_asking_for_metadata(
+    two_brokers: LocalCluster, admin_for: Any
+) -> None:
+    """The records sent while the partition moves are refused by the source once it let go; the refusal waits for
+    the target's election and names it, so the producer carries on at the target without a metadata refresh
+    (counted by the producer itself: librdkafka's per-broker request counts in its statistics)."""
+    cluster = two_brokers
+    topic = topic_name("moving")
+    create_topic(cluster.bootstrap_servers, topic, 1)
+    source = leaders(cluster.bootstrap_servers, topic, 1)[0]
+    target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id != source)
+    metadata_sent: list[int] = []
+
+    def statistics(text: str) -> None:
+        brokers = json.loads(text)["brokers"].values()
+        metadata_sent.append(sum(int(b.get("req", {}).get("Metadata", 0)) for b in brokers))
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
+                         "topic.metadata.refresh.interval.ms": 600000, "linger.ms": 5,
+                         "statistics.interval.ms": 100, "stats_cb": statistics})
+    acked: list[int] = []
+    errors: list[Any] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            producer.produce(topic, b"x", partition=0, on_delivery=lambda err, msg: (
+                errors.append(err) if err is not None else acked.append(msg.offset())))
+            producer.poll(0.002)
+        producer.flush(20)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        wait_for("records acknowledged by the source", lambda: len(acked) > 200 and metadata_sent, timeout=20)
+        before = metadata_sent[-1]
+        on_target_before = _produce_requests(cluster, target)
+        _move(cluster, admin_for(cluster.bootstrap_servers), topic, 0, target)
+        acked_at_move = len(acked)
+        wait_for("records acknowledged by the target",
+                 lambda: _produce_requests(cluster, target) > on_target_before + 5 and len(acked) > acked_at_move + 50,
+                 timeout=MOVE_LIMIT_S)
+        seen = len(metadata_sent)
+        wait_for("the producer's statistics after the move", lambda: len(metadata_sent) > seen, timeout=10)
+        assert metadata_sent[-1] == before, f"the producer sent {metadata_sent[-1] - before} Metadata requests"
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert not errors, errors[:3]
+    assert acked == list(range(len(acked))), "records were lost, duplicated or reordered across the move"
