@@ -25,7 +25,10 @@ Columns: rows/s and MB/s (10^6 bytes of record values per second, from the job's
 included), and the broker's CPU seconds (psutil, all threads, user + system) per GB of record values during the
 read: what each path costs the broker. The default 1 GB classic run took about 1.5 minutes here (2 cores); on
 2026-11-25 it gave direct 130,833 rows/s (134 MB/s, 0.1 broker CPU s/GB) and through the broker 57,273 rows/s
-(58.6 MB/s, 2.9 s/GB): 2.3x the rate, 5% of the broker CPU. Both paths are bound by the Spark workers' Python
+(58.6 MB/s, 2.9 s/GB): 2.3x the rate, 5% of the broker CPU. On 2026-11-29 (``--size 1GB``, 2.4 minutes in
+all) classic/Connect/standalone gave direct 178.5/190.5/142.9 MB/s and through the broker 74.0/71.6/70.5 MB/s
+(2.41x/2.66x/2.03x; Connect against classic: direct -6%, broker +3% in time); a run of the same minutes with other
+jobs on the machine gave 1.51x/1.88x/1.92x. Both paths are bound by the Spark workers' Python
 (the direct path decodes records in Python; the broker path gets them decoded by librdkafka), so the figures
 move by tens of percent with the machine's other load.
 """
