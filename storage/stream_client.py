@@ -400,6 +400,10 @@ class StreamClientImpl:
 
     async def delete_stream(self, stream_id: int, epoch: int) -> None:
         stream = self._open.get(stream_id)
+        if (stream is None or stream.closed) and stream_id in self.recovering:
+            # Still opened here at its old epoch with its recovered tail in the LogCache (a cleaner round's output
+            # a crash left behind, say): taken over like any reopening, then destroyed as an open stream is.
+            stream = await self.open_stream(stream_id, epoch)
         if stream is not None and not stream.closed:
             await stream.destroy()
         else:

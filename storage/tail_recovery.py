@@ -125,5 +125,8 @@ class RecoveringStreams:
     def stream_ids(self) -> list[int]:
         return sorted(self._epochs)
 
+    def __contains__(self, stream_id: int) -> bool:
+        return stream_id in self._epochs
+
     def __len__(self) -> int:
         return len(self._epochs)
