@@ -55,6 +55,8 @@ class Faults:
 @dataclass
 class ProxyStats:
     requests: int = 0
+    #: GET requests answered (forwarded or refused with a fault): reads that reached "S3".
+    gets: int = 0
     forwarded: int = 0
     slow_downs: int = 0
     internal_errors: int = 0
@@ -197,6 +199,8 @@ class S3FaultProxy:
                 self.stats.refused += 1
                 _reset(writer)
             return False
+        if request.method == "GET":
+            self.stats.gets += 1
         faults = self.faults
         applies = not faults.only_methods or request.method in faults.only_methods
         if applies and self._draw(faults.slow_down):

@@ -83,10 +83,16 @@ def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> An
 
 @dataclass
 class ProduceLoad:
-    """A producer thread sending numbered records (acks=all) until stopped; remembers what was acknowledged."""
+    """A producer thread sending numbered records (acks=all) until stopped; remembers what was acknowledged.
+    ``idempotent``: with ``enable.idempotence``; ``partitions``: record ``n`` goes to partition ``n % partitions``
+    (None: the producer's partitioner); ``timeout_s``: its ``message.timeout.ms``, and the bound on the final
+    flush."""
 
     bootstrap: str
     topic: str
+    idempotent: bool = False
+    partitions: int | None = None
+    timeout_s: float = 60
     acked: set[str] = field(default_factory=set)
     failed: list[str] = field(default_factory=list)
     sent: int = 0
@@ -100,8 +106,8 @@ class ProduceLoad:
 
     def _run(self) -> None:
         producer = Producer({
-            "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": False,
-            "message.timeout.ms": 60000, "linger.ms": 5, "retry.backoff.ms": 100,
+            "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": self.idempotent,
+            "message.timeout.ms": int(self.timeout_s * 1000), "linger.ms": 5, "retry.backoff.ms": 100,
         })
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
@@ -112,15 +118,16 @@ class ProduceLoad:
                 self.failed.append(f"{value}: {err}")
 
         while not self._stop.is_set():
-            producer.produce(self.topic, value=f"r{self.sent}".encode(), on_delivery=delivered)
+            where = {} if self.partitions is None else {"partition": self.sent % self.partitions}
+            producer.produce(self.topic, value=f"r{self.sent}".encode(), on_delivery=delivered, **where)
             self.sent += 1
             producer.poll(0.01)
-        producer.flush(60)
+        producer.flush(self.timeout_s)
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=90)
+            self._thread.join(timeout=self.timeout_s + 30)
             assert not self._thread.is_alive(), "the producer did not finish flushing"
 
     def wait_acked(self, count: int, timeout: float) -> None:

@@ -19,7 +19,12 @@ import pytest
 from node.local_cluster import BROKER_ID_BASE, LocalCluster, NodeProcess, plan_cluster, wait_ready
 from testkit.s3_fault_proxy import S3FaultProxy
 from tests.cluster.cluster_support import FAST, assert_all_consumed, leaders, live_brokers, wait_for
-from tests.cluster.test_cluster_s3_outages import PARTITIONS, IdempotentLoad, _create_topic, _every_partition_writable
+from tests.cluster.test_cluster_s3_outages import (
+    PARTITIONS,
+    _create_topic,
+    _every_partition_writable,
+    idempotent_load,
+)
 from tests.conftest import S3Server
 
 HANDOVER_MS = 6000
@@ -70,7 +75,7 @@ def test_a_broker_that_cannot_write_to_s3_hands_its_partitions_over_and_rejoins(
     bootstrap = c.cluster.bootstrap_servers
     topic = _create_topic(bootstrap)
     assert FAULTY in leaders(bootstrap, topic, PARTITIONS).values(), "the faulty broker leads nothing to hand over"
-    load = IdempotentLoad(c.healthy_bootstrap, topic).start()
+    load = idempotent_load(c.healthy_bootstrap, topic)
     try:
         wait_for("the load to get going", lambda: len(load.acked) >= 100, 30)
         assert c.faulty.proc is not None

