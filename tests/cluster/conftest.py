@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from kafka.admin import KafkaAdminClient
 
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready
 from tests.cluster.cluster_support import FAST
@@ -60,3 +61,18 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server
     finally:
         codes = cluster.stop_all(timeout=30)
         assert all(code == 0 for code in codes.values()), f"unclean stop {codes}:\n{cluster.logs()}"
+
+
+@pytest.fixture
+def admin_for() -> Iterator[Any]:
+    """Makes kafka-python admin clients on any bootstrap (a broker of a cluster the test runs), closed after it."""
+    made: list[KafkaAdminClient] = []
+
+    def make(bootstrap: str) -> KafkaAdminClient:
+        client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()

@@ -11,7 +11,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,20 +35,6 @@ MOVE_LIMIT_S = 30.0
 def two_brokers(cluster_factory: Any) -> LocalCluster:
     cluster: LocalCluster = cluster_factory(controllers=1, brokers=2, extra={"metrics.port": "0"})
     return cluster
-
-
-@pytest.fixture
-def admin_for() -> Iterator[Any]:
-    made: list[KafkaAdminClient] = []
-
-    def make(bootstrap: str) -> KafkaAdminClient:
-        client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
 
 
 def _move(cluster: LocalCluster, admin: KafkaAdminClient, topic: str, partition: int, target: int) -> None:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import InvalidReplicationAssignmentError
@@ -34,20 +32,6 @@ from tests.topics import create_topic
 PARTITIONS = 3
 MOVE_LIMIT_S = 30.0  # generous: the figure is bench/reassign.py's; this only bounds a hang
 ELECTION_TIMEOUT_MS = 3000
-
-
-@pytest.fixture
-def admin_for() -> Iterator[Any]:
-    made: list[KafkaAdminClient] = []
-
-    def make(bootstrap: str) -> KafkaAdminClient:
-        client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
 
 
 def test_every_partition_moves_under_load_without_loss(cluster_factory: Any, admin_for: Any) -> None:

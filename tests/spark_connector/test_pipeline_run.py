@@ -178,29 +178,7 @@ def test_filter_enrich_example_writes_through_the_fjord_sink(
     )
     spark_connector.run(pipeline, spark)
 
-    expected = []
-    for (key, value), position in zip(orders, positions(source, len(orders)), strict=True):
-        amount = Decimal(value["amount"])
-        if amount >= 50:
-            expected.append(
-                (key, value["order_id"], value["customer"], amount, "large" if amount >= 100 else "medium", position)
-            )
-    written = []
-    for _partition, key, raw, _headers in consume_all(kafka.bootstrap, target, 2):
-        assert key is not None and raw is not None
-        value = json.loads(raw, parse_float=Decimal)
-        written.append(
-            (
-                key.decode(),
-                value["order_id"],
-                value["customer"],
-                Decimal(value["amount"]),
-                value["tier"],
-                value["source"],
-            )
-        )
-    assert 0 < len(expected) < len(orders)
-    assert sorted(written) == sorted(expected)
+    assert_filter_enrich_output(kafka.bootstrap, orders, source, target)
 
 
 def positions(topic: str, count: int) -> list[str]:
@@ -446,3 +424,32 @@ def test_cluster_and_query_problems_are_one_line(spark: SparkSession, kafka: Bro
     assert bad_schema.exit_status == 2
     unreachable = failure(f"source.bootstrap=127.0.0.1:{free_port()}", f"source.subscribe={topic}")
     assert str(unreachable).startswith("source.bootstrap: cannot reach the brokers at 127.0.0.1:")
+
+
+def assert_filter_enrich_output(bootstrap: str, orders: list[tuple[str, dict[str, Any]]], source: str,
+                                target: str) -> None:
+    """What the filter_enrich example (YAML or SDP) must have written to ``target``: the orders of ``source`` of
+    50 or more, each with its tier and the partition and offset it came from, and nothing else."""
+    expected = []
+    for (key, value), position in zip(orders, positions(source, len(orders)), strict=True):
+        amount = Decimal(value["amount"])
+        if amount >= 50:
+            expected.append(
+                (key, value["order_id"], value["customer"], amount, "large" if amount >= 100 else "medium", position)
+            )
+    written = []
+    for _partition, key, raw, _headers in consume_all(bootstrap, target, 2):
+        assert key is not None and raw is not None
+        value = json.loads(raw, parse_float=Decimal)
+        written.append(
+            (
+                key.decode(),
+                value["order_id"],
+                value["customer"],
+                Decimal(value["amount"]),
+                value["tier"],
+                value["source"],
+            )
+        )
+    assert 0 < len(expected) < len(orders)
+    assert sorted(written) == sorted(expected)

@@ -13,7 +13,6 @@ default in-memory catalog starts each run with no tables and refuses to create o
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -30,7 +29,13 @@ import pytest
 import yaml
 
 from testkit.node_process import REPO, BrokerProcess, start_broker
-from tests.spark_connector.test_pipeline_run import consume_all, new_topic, order, positions, produce
+from tests.spark_connector.test_pipeline_run import (
+    assert_filter_enrich_output,
+    new_topic,
+    order,
+    positions,
+    produce,
+)
 
 PROJECTS = REPO / "config" / "pipelines" / "sdp"
 VENV_BIN = Path(sys.executable).parent
@@ -144,20 +149,4 @@ def test_filter_enrich_project_writes_through_the_fjord_sink(kafka: BrokerProces
     )
     spark_pipelines_run(folder)
 
-    expected = []
-    for (key, value), position in zip(orders, positions(source, len(orders)), strict=True):
-        amount = Decimal(value["amount"])
-        if amount >= 50:
-            expected.append(
-                (key, value["order_id"], value["customer"], amount, "large" if amount >= 100 else "medium", position)
-            )
-    written = []
-    for _partition, key, raw, _headers in consume_all(kafka.bootstrap, target, 2):
-        assert key is not None and raw is not None
-        value = json.loads(raw, parse_float=Decimal)
-        written.append(
-            (key.decode(), value["order_id"], value["customer"], Decimal(value["amount"]), value["tier"],
-             value["source"])
-        )
-    assert 0 < len(expected) < len(orders)
-    assert sorted(written) == sorted(expected)
+    assert_filter_enrich_output(kafka.bootstrap, orders, source, target)
