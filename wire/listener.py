@@ -84,7 +84,7 @@ class KafkaListener:
         for that long (and has no request outstanding) is closed (None: never), so abandoned connections do not
         keep ``max.connections`` spent for ever. ``backlog``: how many connections the kernel queues before they
         are accepted (Kafka's ``socket.listen.backlog.size``), which is also where connections wait while the gate
-        holds the acceptor. ``memory_pool``: the node's bound on the bytes of large requests read and queued
+        holds the acceptor. ``memory_pool``: the node's bound on the bytes of requests read and queued
         (``queued.max.request.bytes``, ``wire.memory_pool``; None: unbounded). ``setup_timeout_s``
         (``fjord.connections.setup.max.ms``): a connection that has not finished its TLS handshake, authenticated
         (SASL) or sent a whole request (other listeners) that long after it was accepted is closed (None: never).

@@ -186,7 +186,7 @@ class _PoolCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         used = GaugeMetricFamily(
             "fjord_broker_request_memory_used_bytes",
-            "Bytes of large requests being read or queued, reserved from queued.max.request.bytes",
+            "Bytes of requests being read or queued, counted against queued.max.request.bytes",
             labels=["pool"],
         )
         limit = GaugeMetricFamily(
