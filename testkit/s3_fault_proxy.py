@@ -9,6 +9,10 @@ the faults from the test while the brokers run::
         proxy.faults.slow_down = 0.5          # half the requests answered 503 SlowDown
         proxy.outage(15.0, mode="refuse")      # connections refused for 15 s
         proxy.faults.reset_mid_body = 1.0      # every response body cut off half-way
+        proxy.outage_at(r"^GET /[^/]+/wal/", 6.0)  # the outage begins with the first request matching this
+
+An outage armed with :meth:`S3FaultProxy.outage_at` lands at a chosen step of what the brokers do (a WAL failover's
+first read, say) however long they take to get there, which a test cannot time from outside.
 
 The proxy runs its own event loop on a thread, so synchronous and asyncio tests use it alike; the fault settings
 are plain attributes read at each request. Every request is forwarded on a fresh upstream connection with
@@ -86,6 +90,9 @@ class S3FaultProxy:
         self._port = 0
         self._writers: set[asyncio.StreamWriter] = set()
         self._reopen: asyncio.TimerHandle | None = None
+        self._armed: tuple[re.Pattern[bytes], float, OutageMode] | None = None
+        self.outage_started = threading.Event()
+        """Set when an outage armed by :meth:`outage_at` began."""
 
     # ---------------------------------------------------------------- control (any thread)
 
@@ -129,7 +136,15 @@ class S3FaultProxy:
         self._outage_until = time.monotonic() + seconds
         asyncio.run_coroutine_threadsafe(self._begin_outage(seconds, mode), self._loop).result(10)
 
+    def outage_at(self, request_line: str, seconds: float, mode: OutageMode = "refuse") -> None:
+        """Arms an outage of ``seconds`` that begins with the first request whose request line (``GET /bucket/key``,
+        query included) matches the regular expression ``request_line``; that request meets the outage too.
+        :attr:`outage_started` is set when it begins."""
+        self.outage_started.clear()
+        self._armed = (re.compile(request_line.encode()), seconds, mode)
+
     def end_outage(self) -> None:
+        self._armed = None
         self._outage_until = 0.0
         asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(10)
 
@@ -191,6 +206,14 @@ class S3FaultProxy:
     async def _answer(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
         """Answers one request; False when the connection is done with."""
         self.stats.requests += 1
+        armed = self._armed
+        if armed is not None and armed[0].search(request.line):
+            self._armed = None
+            _, seconds, mode = armed
+            self._outage_mode = mode
+            self._outage_until = time.monotonic() + seconds
+            await self._begin_outage(seconds, mode)
+            self.outage_started.set()
         if self.in_outage:
             if self._outage_mode == "blackhole":
                 self.stats.black_holed += 1

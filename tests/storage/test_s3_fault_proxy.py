@@ -119,6 +119,23 @@ def test_a_refusing_outage_refuses_then_ends_on_time(proxy: S3FaultProxy, bucket
     assert 0.5 < time.monotonic() - started < 3
 
 
+def test_an_armed_outage_begins_with_the_first_matching_request(proxy: S3FaultProxy, bucket: str) -> None:
+    client = _raw_client(proxy.endpoint)
+    client.put_object(Bucket=bucket, Key="wal/a", Body=b"x")
+    client.put_object(Bucket=bucket, Key="other", Body=b"y")
+    proxy.outage_at(rf"^GET /{bucket}/wal/", 30.0)
+    assert client.get_object(Bucket=bucket, Key="other")["Body"].read() == b"y"
+    client.put_object(Bucket=bucket, Key="wal/b", Body=b"z")  # not a GET: no outage yet
+    assert not proxy.outage_started.is_set() and not proxy.in_outage
+    with pytest.raises((EndpointConnectionError, ConnectionClosedError)):
+        client.get_object(Bucket=bucket, Key="wal/a")
+    assert proxy.outage_started.is_set() and proxy.in_outage
+    with pytest.raises(EndpointConnectionError):
+        client.get_object(Bucket=bucket, Key="other")
+    proxy.end_outage()
+    assert client.get_object(Bucket=bucket, Key="wal/a")["Body"].read() == b"x"  # fired once, not re-armed
+
+
 def test_a_black_holed_request_is_never_answered(proxy: S3FaultProxy, bucket: str) -> None:
     client = _raw_client(proxy.endpoint, read_timeout=0.5)
     proxy.outage(3.0, mode="blackhole")
