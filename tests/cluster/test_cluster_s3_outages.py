@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,8 @@ from tests.conftest import S3Server
 PARTITIONS = 6
 UNWRITABLE_MAX_MS = 8000
 """The S3 WAL refuses new appends (retriably) once S3 has refused its writes this long: the 15 s outage reaches it."""
+REPLAY_OUTAGE_S = 6.0
+"""The outage that lands in a WAL failover replay: long enough that the replay's reads and uploads meet it."""
 WRITABLE_AGAIN_S = 10.0
 """Bound on the time from S3 answering again to every partition having acknowledged a new write (measured: about
 1-3 s; the bound leaves room for a loaded 2-core CI machine)."""
@@ -125,6 +127,20 @@ def _tracebacks(cluster: LocalCluster) -> list[str]:
 def test_an_s3_outage_during_produce_loses_nothing_and_every_partition_takes_writes_again(
     faulty: Cluster, seconds: float, mode: str
 ) -> None:
+    _outage_during_produce(faulty, seconds, mode)
+
+
+@pytest.mark.parametrize("faulty", ["s3"], indirect=True)
+def test_a_minute_long_s3_outage_on_the_s3_wal_is_ridden_out_without_a_hand_over(faulty: Cluster) -> None:
+    """60 s without S3: twice past ``s3.wal.unwritable.max.ms`` (appends refused, retriably), but short of
+    ``s3.wal.handover.ms`` (120 s by default), so every broker keeps its partitions and takes writes again by
+    itself once S3 answers."""
+    _outage_during_produce(faulty, 60.0, "refuse")
+    log = "".join(n.log_text(tail=2_000_000) for n in faulty.cluster.brokers)
+    assert "asks the controller to fence it" not in log, "a broker handed over within s3.wal.handover.ms"
+
+
+def _outage_during_produce(faulty: Cluster, seconds: float, mode: str) -> None:
     topic = _create_topic(faulty.bootstrap)
     pids = faulty.broker_pids()
     tracebacks_before = len(_tracebacks(faulty.cluster))
@@ -231,6 +247,43 @@ def test_a_broker_killed_during_an_outage_fails_over_once_s3_answers(faulty: Clu
     """kill -9 while S3 is away: the controller fences the broker after its session, but its S3 WAL can be
     replayed only once S3 answers; then its partitions are led by live brokers and every record it acknowledged
     is served. It restarts on its emptied WAL and leads again."""
+
+    def outage_then_kill(victim: int) -> None:
+        faulty.proxy.outage(SESSION_TIMEOUT_S + 4, mode="refuse")
+        faulty.cluster.node(victim).kill()
+
+    _kill_a_broker_and_fail_over(faulty, outage_then_kill)
+
+
+@pytest.mark.parametrize("faulty", ["s3"], indirect=True)
+def test_an_outage_that_lands_in_a_wal_failover_replay_is_waited_out(faulty: Cluster) -> None:
+    """kill -9, and S3 goes away at the replay's first read of the dead broker's WAL objects (the proxy starts
+    the outage on that GET, so it lands inside the replay however long fencing and assignment take): the replay,
+    its reservation already taken, waits S3 out and finishes; the partitions serve and nothing acknowledged is
+    lost."""
+    tracebacks_before = len(_tracebacks(faulty.cluster))
+
+    def kill_then_outage_in_replay(victim: int) -> None:
+        faulty.cluster.node(victim).kill()
+        # Only a replay GETs a WAL's objects (their keys: wal/<namespace>/<node>/<epoch>/<start>-<end>); the
+        # writer, now dead, only put them.
+        faulty.proxy.outage_at(rf"^GET /[^/ ]+/wal/[^/ ]+/{victim}/\d{{20}}/", REPLAY_OUTAGE_S)
+        began = faulty.proxy.outage_started.wait(SESSION_TIMEOUT_S + 30)
+        assert began, f"no replay read broker {victim}'s WAL objects"
+        replaying = [n for n in faulty.cluster.brokers if n.spec.node_id != victim
+                     and f"replays the WAL of broker {victim}" in n.log_text(tail=2_000_000)]
+        assert replaying, "the outage began outside a WAL failover replay"
+
+    _kill_a_broker_and_fail_over(faulty, kill_then_outage_in_replay)
+    new_tracebacks = _tracebacks(faulty.cluster)[tracebacks_before:]
+    assert not new_tracebacks, f"{len(new_tracebacks)} tracebacks in the brokers' logs, e.g.\n{new_tracebacks[0]}"
+
+
+def _kill_a_broker_and_fail_over(faulty: Cluster, kill_with_outage: Callable[[int], None]) -> None:
+    """Kills the leader of partition 0 under an idempotent load (``kill_with_outage`` kills it and takes S3 away
+    around that), then: once S3 answers, its partitions are led by live brokers within ``WRITABLE_AGAIN_S`` + 20
+    s, its WAL failover is done, every partition takes writes, every acknowledged record is consumed; it restarts
+    and is back in Metadata."""
     topic = _create_topic(faulty.bootstrap)
     placement = leaders(faulty.bootstrap, topic, PARTITIONS)
     victim = placement[0]
@@ -239,8 +292,7 @@ def test_a_broker_killed_during_an_outage_fails_over_once_s3_answers(faulty: Clu
     load = idempotent_load(others, topic)
     try:
         _wait(lambda: len(load.acked) >= 300, 30, "the load to get going")
-        faulty.proxy.outage(SESSION_TIMEOUT_S + 4, mode="refuse")
-        faulty.cluster.node(victim).kill()
+        kill_with_outage(victim)
         _wait(lambda: not faulty.proxy.in_outage, 20, "the outage to end")
 
         def moved() -> bool:
