@@ -37,6 +37,7 @@ from spark_connector.offsets import OffsetRange
 from spark_connector.options import OptionError, parse_options
 from spark_connector.storage_lookup import ClusterFacts, locate_ranges
 from storage.metadata.api import ObjectStreamRange, ObjectType, S3ObjectMetadata
+from testkit.s3_fault_proxy import S3FaultProxy
 from testkit.waiting import eventually
 from tests.cluster.cluster_support import FAST, leaders
 from tests.conftest import S3Server
@@ -247,6 +248,38 @@ def test_uploaded_range_is_read_without_fetching_from_the_broker(spark: SparkSes
     )
     assert forced == expected
     assert fetch_count(kafka) > before
+
+
+def test_a_direct_read_through_a_slow_down_storm_returns_exactly_the_records(
+    spark: SparkSession, kafka: Cluster, s3_server: S3Server
+) -> None:
+    """Half of S3's answers are 503 SlowDown while Spark reads an uploaded range straight from the bucket (the
+    source's S3 client goes through testkit's fault proxy; the brokers do not): each GET is retried with backoff,
+    and the read returns exactly a consumer's records, none missing, none twice."""
+    topic = new_topic(kafka.bootstrap, 2)
+    produce_mixed(kafka.bootstrap, topic, 3000, partitions=2, codec="zstd")
+    ends = {t.offsets.partition: t.direct_end for t in uploaded_head(kafka, topic, 2)}
+    ending = ", ".join(f'"{p}": {end}' for p, end in ends.items())
+    expected = without_headers(consume(kafka.bootstrap, topic, partitions=2, end=ends))
+    with S3FaultProxy(s3_server.endpoint, seed=24) as proxy:
+        proxy.faults.slow_down = 0.5
+        through_proxy = kafka.store.replace(f"endpoint={s3_server.endpoint}", f"endpoint={proxy.endpoint}")
+        assert through_proxy != kafka.store
+        got = rows(
+            read(
+                spark,
+                kafka.bootstrap,
+                topic,
+                minPartitions="4",
+                endingOffsets=f'{{"{topic}": {{{ending}}}}}',
+                **{"fjord.object.store": through_proxy, "fjord.read": "direct"},
+            )
+        )
+        stats = proxy.stats
+    print(f"direct read through 50% SlowDown: {stats.gets} GETs, {stats.slow_downs} SlowDown answers")
+    assert stats.slow_downs > 0 and stats.forwarded > 0, stats
+    assert got == expected
+    assert len(got) == sum(ends.values())
 
 
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
