@@ -291,31 +291,34 @@ def _kill_a_broker_and_fail_over(faulty: Cluster, kill_with_outage: Callable[[in
     others = ",".join(b.spec.address for b in faulty.cluster.brokers if b.spec.node_id != victim)
     load = idempotent_load(others, topic)
     try:
-        _wait(lambda: len(load.acked) >= 300, 30, "the load to get going")
-        kill_with_outage(victim)
-        _wait(lambda: not faulty.proxy.in_outage, 20, "the outage to end")
+        try:
+            _wait(lambda: len(load.acked) >= 300, 30, "the load to get going")
+            kill_with_outage(victim)
+            _wait(lambda: not faulty.proxy.in_outage, 20, "the outage to end")
 
-        def moved() -> bool:
-            now = leaders(others, topic)
-            return all(now.get(p, victim) not in (victim, -1) for p in led_by_victim)
+            def moved() -> bool:
+                now = leaders(others, topic)
+                return all(now.get(p, victim) not in (victim, -1) for p in led_by_victim)
 
-        _wait(moved, WRITABLE_AGAIN_S + 20, f"partitions {sorted(led_by_victim)} led by a live broker")
+            _wait(moved, WRITABLE_AGAIN_S + 20, f"partitions {sorted(led_by_victim)} led by a live broker")
 
-        def failover_done() -> bool:
-            rows = {r[0]: r for r in table_rows(shell_in_process(faulty.cluster).run("ls /failovers"))}
-            row = rows.get(str(victim))
-            return row is not None and row[5] == "done"
+            def failover_done() -> bool:
+                rows = {r[0]: r for r in table_rows(shell_in_process(faulty.cluster).run("ls /failovers"))}
+                row = rows.get(str(victim))
+                return row is not None and row[5] == "done"
 
-        _wait(failover_done, 60, f"the WAL failover of broker {victim}")
-        took = _every_partition_writable(others, topic, timeout=60)
-        assert took <= WRITABLE_AGAIN_S, f"every partition took writes again only {took:.1f}s after the failover"
-        acked_after = len(load.acked)
-        _wait(lambda: len(load.acked) >= acked_after + 100, 60, "the load to go on after the failover")
+            _wait(failover_done, 60, f"the WAL failover of broker {victim}")
+            took = _every_partition_writable(others, topic, timeout=60)
+            assert took <= WRITABLE_AGAIN_S, f"every partition took writes again only {took:.1f}s after the failover"
+            acked_after = len(load.acked)
+            _wait(lambda: len(load.acked) >= acked_after + 100, 60, "the load to go on after the failover")
+        finally:
+            load.stop()
+        assert not load.failed, f"{len(load.failed)} records failed, e.g. {load.failed[:3]}"
+        assert_all_consumed(others, topic, PARTITIONS, load.acked, timeout=90)
     finally:
-        load.stop()
-    assert not load.failed, f"{len(load.failed)} records failed, e.g. {load.failed[:3]}"
-    assert_all_consumed(others, topic, PARTITIONS, load.acked, timeout=90)
-    faulty.cluster.node(victim).start()
+        if not faulty.cluster.node(victim).running:  # after a failure too: the module's cluster then stops cleanly
+            faulty.cluster.node(victim).start()
     _wait(lambda: victim in live_brokers(faulty.bootstrap), 30, f"broker {victim} back in Metadata")
 
 
