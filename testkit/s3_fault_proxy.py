@@ -9,6 +9,7 @@ the faults from the test while the brokers run::
         proxy.faults.slow_down = 0.5          # half the requests answered 503 SlowDown
         proxy.outage(15.0, mode="refuse")      # connections refused for 15 s
         proxy.faults.reset_mid_body = 1.0      # every response body cut off half-way
+        proxy.refuse_writes()                  # reads answered, every write 500 InternalError
 
 The proxy runs its own event loop on a thread, so synchronous and asyncio tests use it alike; the fault settings
 are plain attributes read at each request. Every request is forwarded on a fresh upstream connection with
@@ -33,6 +34,9 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 OutageMode = Literal["refuse", "blackhole"]
+
+#: The methods that write to S3 (PutObject and the multipart calls, DeleteObject, DeleteObjects' POST).
+WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 _ERRORS = {
     "SlowDown": (503, "Service Unavailable", "Please reduce your request rate."),
@@ -120,6 +124,11 @@ class S3FaultProxy:
         """No faults from now on (an outage under way ends too)."""
         self.faults = Faults()
         self.end_outage()
+
+    def refuse_writes(self) -> None:
+        """S3 answers reads but refuses every write with ``500 InternalError`` (a bucket whose writes fail while
+        its reads still work: a write quota, a policy or a replica that only serves reads), until :meth:`clear`."""
+        self.faults = Faults(internal_error=1.0, only_methods=WRITE_METHODS)
 
     def outage(self, seconds: float, mode: OutageMode = "refuse") -> None:
         """S3 goes away for ``seconds`` from now: ``refuse`` closes the listening socket (new connections are
