@@ -285,6 +285,7 @@ class Broker:
                                "cut short", self.node_id, name, bound_s * 1000)
             except Exception:
                 logger.exception("node %d: stopping the %s failed", self.node_id, name)
+        self._takeover.stopped = True
         if self.storage.left_wal_tail and self.wal_failover is not None and isinstance(self.controller, WriteFencing):
             logger.warning("node %d stopped with acknowledged records only in its S3 WAL; its last heartbeat asks "
                            "another broker to replay it", self.node_id)

@@ -145,9 +145,12 @@ class TakeoverGuard:
         self.handing_over = False
         #: Hand-overs of this process so far (this incarnation's and the earlier ones'), passed on to the restart.
         self.handovers = 0
+        #: Set once the broker's storage engine has stopped: it writes nothing any more, so a takeover of its WAL
+        #: (the replay its last heartbeat may ask for) lets the orderly stop finish instead of halting it.
+        self.stopped = False
 
     def __call__(self, old: MetadataImage, new: MetadataImage) -> None:
-        if self.halting:
+        if self.halting or self.stopped:
             return
         failover = zombie_failover(new, self.node_id, self.node_epoch)
         if failover is None:
