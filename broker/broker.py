@@ -51,6 +51,7 @@ from wire.sasl import MAX_TOKEN_BYTES
 from wire.tls_reload import CertificateReloader
 
 logger = logging.getLogger(__name__)
+_STEP_FLOOR_S = 0.5  # what a stop step gets once s3.shutdown.upload.max.ms has run out
 
 
 class Broker:
@@ -252,21 +253,43 @@ class Broker:
     async def stop(self) -> None:
         """Stops, in reverse start order, what was started: the coordinators, the partitions (each closed cleanly:
         force upload, clean-shutdown flag), the WAL failover runner, the connections, the storage engine. Each
-        step runs even if an earlier one failed (and is logged)."""
+        step runs even if an earlier one failed (and is logged).
+
+        Everything up to the storage engine's last uploads shares one bound, ``s3.shutdown.upload.max.ms``: during
+        an S3 outage the closes would wait on the upload pipeline's retries. Past it a step is cut short and the
+        engine stops as after a crash: appends not yet written fail (never acknowledged), what was acknowledged
+        stays in the WAL, and a broker of an S3 WAL asks in its last heartbeat to hand over (``broker.wal_handover``)
+        so that another broker replays it and its partitions' new leaders can open them."""
         await self.stop_accepting()
         # The connections close after the partitions (requests in flight are answered), before the storage engine.
         order = ["transaction coordinator", "group coordinator", "share partitions", "partitions", "WAL failover",
                  "connections", "storage engine"]
         started = dict(self._started)
         self._started.clear()
+        loop = asyncio.get_running_loop()
+        bound_s = self.storage.config.shutdown_upload_max_ms / 1000
+        deadline = loop.time() + bound_s
         for name in order:
             step = started.get(name) if name != "connections" else self._close_listeners
             if step is None:
                 continue
             try:
-                await step()
+                if name == "storage engine":  # bounded by its own timeout, which abandons what is left
+                    await self.storage.shutdown(max(0.0, deadline - loop.time()))
+                elif name == "connections":
+                    await step()
+                else:  # a step after one that was cut short still gets a moment to let go of its tasks
+                    await asyncio.wait_for(step(), max(_STEP_FLOOR_S, deadline - loop.time()))
+            except TimeoutError:
+                logger.warning("node %d: stopping the %s did not finish within s3.shutdown.upload.max.ms (%.0f ms); "
+                               "cut short", self.node_id, name, bound_s * 1000)
             except Exception:
                 logger.exception("node %d: stopping the %s failed", self.node_id, name)
+        self._takeover.stopped = True
+        if self.storage.left_wal_tail and self.wal_failover is not None and isinstance(self.controller, WriteFencing):
+            logger.warning("node %d stopped with acknowledged records only in its S3 WAL; its last heartbeat asks "
+                           "another broker to replay it", self.node_id)
+            self.controller.want_fence(True)
 
     async def _close_listeners(self) -> None:
         for server in self.listeners:

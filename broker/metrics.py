@@ -181,24 +181,27 @@ class BrokerStateCollector(Collector):
 
 
 class WALHandoverCollector(Collector):
-    """Hand-overs of a broker whose S3 WAL could not write (``broker.wal_handover``); nothing without one."""
+    """Hand-overs of a broker whose S3 WAL could not write (``broker.wal_handover``): zeros on a broker that never
+    hands over (a file WAL, ``s3.wal.handover.ms`` -1), so the dashboard's series exist on every broker; nothing on
+    a node without a broker."""
 
-    def __init__(self, handover: Callable[[], WALHandover | None]) -> None:
+    def __init__(self, has_broker: Callable[[], bool], handover: Callable[[], WALHandover | None]) -> None:
+        self._has_broker = has_broker
         self._handover = handover
 
     def collect(self) -> Iterator[Metric]:
-        handover = self._handover()
-        if handover is None:
+        if not self._has_broker():
             return
+        handover = self._handover()
         yield CounterMetricFamily(
             "fjord_wal_handovers",
-            "Times this incarnation asked to be fenced because its WAL could not write for s3.wal.handover.ms (one "
-            "whose WAL was then taken over restarts in place: the controllers' logs keep the count)",
-            value=handover.handovers,
+            "Times this broker asked to be fenced because its WAL could not write for s3.wal.handover.ms, counted "
+            "across its restarts in place after a hand-over (not across an outside restart)",
+            value=handover.handovers if handover is not None else 0,
         )
         yield GaugeMetricFamily("fjord_wal_handing_over",
                                 "1 while this broker asks to be fenced (its WAL cannot write)",
-                                value=int(handover.handing_over))
+                                value=int(handover is not None and handover.handing_over))
 
 
 def _committed_offsets(

@@ -8,11 +8,11 @@ credentials). Past the bound it asks the controller, in its heartbeats, to fence
 assigns its WAL to a broker of the same WAL bucket, which replays what this broker acknowledged exactly as after a
 crash (``controller.decisions.wal_failover``). This incarnation can then never write again: once the metadata shows
 its WAL taken over, ``broker.wal_ownership.TakeoverGuard`` restarts the process in place, and the new incarnation
-waits for its WAL's bucket to answer before it registers (``wait_for_wal_bucket``), so its partitions stay on the
-healthy brokers until S3 is back for it too. When no other broker may lead its partitions, the controller leaves it
-unfenced (its partitions would have no leader) and it asks again every heartbeat. When another broker may lead them
-but none shares its WAL bucket, it stays fenced (leading nothing, acknowledging nothing new) until its WAL writes
-again, then stops asking and the controller unfences it.
+waits for its WAL's bucket to take writes before it registers (``wait_for_wal_bucket``), so its partitions stay on the
+healthy brokers until S3 is back for it too. When no other broker may lead its partitions, or no live broker
+shares its WAL bucket (nobody could replay what it acknowledged), the controller refuses: it stays unfenced and keeps
+its partitions (never leaderless, never moved without their tail), its WAL acknowledges nothing it has not written,
+and it asks again every heartbeat until its WAL writes again, when it stops asking.
 
 A broker that can neither write nor reach the controller needs nothing from here: its WAL acknowledges nothing that
 is not durable, and the controller fences it when its session expires, which hands its WAL over the same way.
@@ -25,7 +25,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from broker.wal_ownership import TakeoverGuard
+from broker.wal_ownership import TakeoverGuard, inherited_handovers
 from metadata.controller_api import WriteFencing
 from storage.wal.base import WriteAheadLog
 
@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 
 class WALHandover:
     """Watches the WAL once a second (or more often for a short bound) and asks to be fenced while it has been
-    unwritable past ``bound_s``; counts the hand-overs (``fjord_wal_handovers_total``)."""
+    unwritable past ``bound_s``; counts the hand-overs (``fjord_wal_handovers_total``), going on from the count
+    of the incarnations this process restarted in place from (``broker.wal_ownership.HANDOVERS_ENV``)."""
 
     def __init__(
         self, node_id: int, wal: Callable[[], WriteAheadLog], fencing: WriteFencing, bound_s: float,
@@ -45,7 +46,8 @@ class WALHandover:
         self._wal = wal
         self._fencing = fencing
         self.bound_s = bound_s
-        self.handovers = 0
+        self.handovers = inherited_handovers()
+        self._takeover.handovers = self.handovers
         self.handing_over = False
         self._task: asyncio.Task[None] | None = None
 
@@ -67,6 +69,7 @@ class WALHandover:
         if not self.handing_over and stuck_s >= self.bound_s:
             self.handing_over = True
             self.handovers += 1
+            self._takeover.handovers = self.handovers
             self._takeover.handing_over = True
             self._fencing.want_fence(True)
             logger.warning(

@@ -21,7 +21,7 @@ from metadata.image import MetadataImage
 from metadata.wal_failover import wal_location_key, zombie_failover
 from settings.server import ServerConfig
 from storage.config import ConfigError
-from storage.errors import ObjectNotFoundError, ObjectStoreError, StorageError
+from storage.errors import ObjectStoreError, StorageError
 from storage.metadata.api import NodeIdentity
 from storage.objectstore.factory import open_object_store
 from storage.wal import s3_format
@@ -32,6 +32,18 @@ FAILOVER_WAIT_S = 120.0  # how long a restarted broker waits for another broker 
 #: Exit status of a broker that halts because another broker took over its S3 WAL while it was fenced (a paused
 #: process resumed): non-zero so that a supervisor (docker-compose's restart policy, systemd) starts it again.
 WAL_TAKEN_OVER_EXIT_STATUS = 3
+#: The environment variable that carries a broker's hand-over count across its restart in place (the execv keeps
+#: the environment): the new incarnation's ``fjord_wal_handovers_total`` goes on from it instead of from zero, so a
+#: scrape after the rejoin still shows the hand-over. Set only by that restart; an operator has no reason to set it.
+HANDOVERS_ENV = "FJORD_WAL_HANDOVERS"
+
+
+def inherited_handovers() -> int:
+    """The hand-overs of this process's earlier incarnations (``HANDOVERS_ENV``; 0 when unset or not a count)."""
+    try:
+        return max(0, int(os.environ.get(HANDOVERS_ENV, "0")))
+    except ValueError:
+        return 0
 
 
 async def announce_wal(config: ServerConfig, controller: ControllerClient) -> None:
@@ -49,32 +61,32 @@ async def announce_wal(config: ServerConfig, controller: ControllerClient) -> No
 
 
 async def wait_for_wal_bucket(config: ServerConfig, cluster_id: str, retry_s: float = 1.0) -> None:
-    """Before registering, a broker with an S3 WAL waits until the WAL's bucket answers (a read of its reservation
-    object), however long that takes. Registering gives it leaderships at once, and a broker that cannot reach its
-    WAL would hold them unwritable (its WAL start waits S3 out): a broker restarted after handing over during an
-    outage (``broker.wal_handover``) must leave its partitions where they are until S3 is back. One WARNING when
-    it waits, one INFO when S3 answers."""
+    """Before registering, a broker with an S3 WAL waits until the WAL's bucket takes writes (a small probe object
+    under its own node prefix written, then deleted), however long that takes. Registering gives it leaderships at
+    once, and a broker that cannot write its WAL would hold them unwritable and, past ``s3.wal.handover.ms``, hand
+    over again: a broker restarted after handing over during an outage (``broker.wal_handover``) must leave its
+    partitions where they are until S3 is back for it, and an S3 that answers reads but refuses writes is not back.
+    One WARNING when it waits, one INFO when S3 takes writes."""
     storage = replace(config.storage, cluster_id=cluster_id, node_id=config.node_id)
     if storage.wal_url.scheme != "s3":
         return
     store = open_object_store(storage.wal_url, storage)
-    key = s3_format.reservation_key(storage.namespace, config.node_id)
+    key = s3_format.probe_key(storage.namespace, config.node_id)
     began: float | None = None
     try:
         while True:
             try:
-                await store.size(key)
-            except ObjectNotFoundError:
-                pass  # a first start: S3 answered
+                await store.put(key, b"probe")
+                await store.delete([key])
             except ObjectStoreError as exc:
                 if began is None:
                     began = time.monotonic()
-                    logger.warning("broker %d cannot reach its WAL's bucket %s (%s); it registers once S3 answers",
+                    logger.warning("broker %d cannot write to its WAL's bucket %s (%s); it registers once S3 answers",
                                    config.node_id, storage.wal_url.describe(), exc)
                 await asyncio.sleep(retry_s)
                 continue
             if began is not None:
-                logger.info("broker %d: its WAL's bucket answers again after %.1fs; it registers",
+                logger.info("broker %d: its WAL's bucket takes writes again after %.1fs; it registers",
                             config.node_id, time.monotonic() - began)
             return
     finally:
@@ -131,9 +143,14 @@ class TakeoverGuard:
         #: Set while this broker hands over (``broker.wal_handover``): the takeover is what it asked for, so it
         #: restarts in place (the same command, a new incarnation) rather than exiting for a supervisor.
         self.handing_over = False
+        #: Hand-overs of this process so far (this incarnation's and the earlier ones'), passed on to the restart.
+        self.handovers = 0
+        #: Set once the broker's storage engine has stopped: it writes nothing any more, so a takeover of its WAL
+        #: (the replay its last heartbeat may ask for) lets the orderly stop finish instead of halting it.
+        self.stopped = False
 
     def __call__(self, old: MetadataImage, new: MetadataImage) -> None:
-        if self.halting:
+        if self.halting or self.stopped:
             return
         failover = zombie_failover(new, self.node_id, self.node_epoch)
         if failover is None:
@@ -149,7 +166,8 @@ class TakeoverGuard:
                 handler.flush()
             try:
                 # The data-directory locks and the listeners' sockets are close-on-exec: the new image takes them
-                # anew.
+                # anew. The hand-over count rides along in the environment.
+                os.environ[HANDOVERS_ENV] = str(self.handovers)
                 os.execv(sys.executable, sys.orig_argv)
             except OSError as exc:
                 logger.error("node %d cannot restart in place (%s); it halts instead", self.node_id, exc)

@@ -308,7 +308,7 @@ class Controller:
             if not brokers.is_current(image, node_id, epoch):
                 logger.info("fence of broker %d epoch %d ignored: not its current registration", node_id, epoch)
                 return False
-            locations = await self._wal_locations() if session_expired else None
+            locations = await self.wal_locations() if session_expired else None
             fencing = brokers.fence(image, node_id, epoch, locations)
             await self._commit(fencing.records)
             logger.info("broker %d (epoch %d) fenced; %d partitions moved", node_id, epoch, fencing.moved)
@@ -322,7 +322,7 @@ class Controller:
                                    "bucket; it is assigned as soon as one is", node_id, epoch)
             return True
 
-    async def _wal_locations(self) -> dict[int, str]:
+    async def wal_locations(self) -> dict[int, str]:
         """Where each registered broker's S3 WAL lives, as it announced it (brokers with a file WAL have none)."""
         out: dict[int, str] = {}
         for node_id in self._image.brokers:
@@ -338,7 +338,7 @@ class Controller:
             image = self._image
             if not any(f.pending for f in image.wal_failovers.values()):
                 return 0
-            records = reassignments(image, await self._wal_locations())
+            records = reassignments(image, await self.wal_locations())
             await self._commit(records)
             for record in records:
                 logger.info("WAL failover of broker %d (epoch %d) reassigned to broker %d (attempt %d)",

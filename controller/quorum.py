@@ -41,9 +41,11 @@ from pathlib import Path
 
 from controller.auto_balancer import AutoBalancer
 from controller.controller import Controller
+from controller.decisions.wal_failover import choose_target
 from controller.rpc.server import ControllerServer
 from controller.rpc.transport import NetworkTransport
 from metadata.broker_load import BrokerLoad, PartitionLoad
+from metadata.cluster_records import NO_TARGET
 from metadata.errors import NodeFencedError, NotControllerError
 from metadata.image import MetadataImage
 from metadata.log import decode_metadata_records, encode_metadata_records
@@ -446,7 +448,9 @@ class QuorumController:
         partitions move away and ``should_shut_down`` is true once it leads nothing; ``want_fence`` (a stopping
         broker's last heartbeat, after it uploaded its WAL) fences it; ``want_fence`` alone (a broker whose WAL
         cannot write hands over: ``broker.wal_handover``) fences it and gives its WAL to another broker to replay,
-        unless no other broker could lead its partitions (they would be left without a leader)."""
+        unless no other broker could lead its partitions (they would be left without a leader) or no live broker
+        shares its WAL bucket (nobody could replay what it acknowledged: its partitions would move without their
+        tail). Refused, it stays unfenced and keeps its partitions, acknowledging nothing its WAL cannot write."""
         controller = self.active_controller(f"accept a heartbeat from broker {node_id}")
         broker = controller.image.brokers.get(node_id)
         if broker is None:
@@ -466,9 +470,7 @@ class QuorumController:
         session.last_heartbeat = now
         if want_fence:
             handing_over = not want_shutdown
-            if handing_over and not broker.fenced and not any(
-                b.node_id != node_id for b in controller.image.leader_candidates()
-            ):
+            if handing_over and not broker.fenced and not await _can_hand_over(controller, node_id):
                 return True, False, False  # nobody to hand over to: it keeps its partitions, and asks again
             if not broker.fenced:
                 if handing_over:
@@ -524,3 +526,13 @@ class QuorumController:
             )
         if broker.fenced:
             raise NodeFencedError(f"node {node.node_id} cannot {what}: it is fenced (epoch {broker.epoch})")
+
+
+async def _can_hand_over(controller: Controller, node_id: int) -> bool:
+    """Whether a broker handing over may be fenced: another broker may lead its partitions, and a live broker of its
+    WAL bucket can replay its WAL (``controller.decisions.wal_failover.choose_target``)."""
+    image = controller.image
+    if not any(b.node_id != node_id for b in image.leader_candidates()):
+        return False
+    target, _ = choose_target(image, node_id, await controller.wal_locations())
+    return target != NO_TARGET

@@ -38,7 +38,9 @@ def register_node_metrics(node: MeteredNode) -> None:
         lambda: node.broker.partitions if node.broker is not None else None,
         lambda: node.broker.groups if node.broker is not None else None,
     ))
-    registry.register(WALHandoverCollector(lambda: node.broker.wal_handover if node.broker is not None else None))
+    registry.register(WALHandoverCollector(
+        lambda: node.broker is not None, lambda: node.broker.wal_handover if node.broker is not None else None,
+    ))
     registry.register(ShareMetricsCollector(lambda: node.broker.share_metrics if node.broker is not None else None))
     registry.register(ControllerCollector(lambda: _controller_view(node)))
     registry.register(ClientTelemetryCollector(

@@ -199,6 +199,11 @@ class StorageConfig:
     # than an outage of all S3 should last: when S3 is away for every broker, each would hand over in turn, and
     # coming back through restarts and WAL replays takes seconds where riding the outage out takes under one.
     wal_handover_ms: int = 120_000
+    # How long a stopping broker gives its partitions' last uploads and stream closes (after its controlled
+    # shutdown): past it, it stops as after a crash, its appends not yet written failing unacknowledged and what it
+    # acknowledged left in its WAL (another broker replays an S3 WAL, a restart the file WAL), so a stop during an
+    # S3 outage does not wait on the upload pipeline's retries.
+    shutdown_upload_max_ms: int = 15_000
 
     # LogCache and upload
     wal_cache_size: int = 1 * GiB
@@ -282,6 +287,7 @@ def _register() -> None:
         "s3.wal.batch.interval.ms": "wal_batch_interval_ms",
         "s3.wal.unwritable.max.ms": "wal_unwritable_max_ms",
         "s3.wal.handover.ms": "wal_handover_ms",
+        "s3.shutdown.upload.max.ms": "shutdown_upload_max_ms",
         "s3.wal.upload.interval.ms": "wal_upload_interval_ms",
         "s3.max.concurrency": "s3_max_concurrency",
         "s3.max.retries": "s3_max_retries",

@@ -75,6 +75,8 @@ class StorageEngine:
             # The node epoch fences older incarnations (metadata commits, the S3 WAL): a restart must raise it.
             config = dataclasses.replace(config, node_epoch=int(time.time() * 1000))
         self._config = config
+        #: A shutdown ran out of time and left streams opened, their tail only in the WAL (replayed elsewhere).
+        self.left_wal_tail = False
         self._metadata = metadata
         self._node = NodeIdentity(config.node_id, config.node_epoch)
         self.metrics = StorageMetrics()
@@ -317,13 +319,16 @@ class StorageEngine:
             except StreamFencedError as exc:
                 logger.info("recovery of %s: stream %d already moved on: %s", who, stream.stream_id, exc)
 
-    async def shutdown(self, timeout: float | None = 60.0) -> None:
+    async def shutdown(self, timeout: float | None = None) -> None:
         """Uploads everything, closes open streams, then the WAL and the store. Safe to call twice.
 
-        If uploading and closing take longer than ``timeout`` seconds (object storage or the controller is
-        unreachable), the rest is abandoned instead of hanging: the streams stay opened at the controller and
-        their tail stays in the WAL, so the next start recovers them, exactly as after a crash.
+        If uploading and closing take longer than ``timeout`` seconds (default ``s3.shutdown.upload.max.ms``;
+        object storage or the controller is unreachable), the rest is abandoned instead of hanging: the streams stay
+        opened at the controller and their tail stays in the WAL, so the next start (or, for an S3 WAL, another
+        broker's replay) recovers them, exactly as after a crash (:attr:`left_wal_tail`).
         """
+        if timeout is None:
+            timeout = self._config.shutdown_upload_max_ms / 1000
         if self._state in ("stopped", "halted"):
             return
         self._state = "stopping"
@@ -333,7 +338,7 @@ class StorageEngine:
             await asyncio.wait_for(self._upload_and_close_all(), timeout)
         except TimeoutError:
             logger.error("shutdown of node %d: uploads and stream closes did not finish within %.0f s; the rest stays "
-                         "in the WAL and is recovered on the next start", self._node.node_id, timeout)
+                         "in the WAL, recovered by the next start or a replay", self._node.node_id, timeout)
             for stream in list(self._client.open_streams.values()):
                 stream.abandon()
         await self._uploader.close()
@@ -343,9 +348,10 @@ class StorageEngine:
         await self._wal.close()
         await self._store.close()
         self._state = "stopped"
+        self.left_wal_tail = bool(self._client.open_streams) or bool(left)
         if left:
             logger.info("storage engine of node %d stopped; its WAL holds %d bytes not uploaded (recovered on the "
-                        "next start)", self._node.node_id, left)
+                        "next start or by a replay)", self._node.node_id, left)
         else:
             logger.info("storage engine of node %d stopped; WAL empty: every record is in object storage",
                         self._node.node_id)

@@ -10,6 +10,7 @@ the faults from the test while the brokers run::
         proxy.outage(15.0, mode="refuse")      # connections refused for 15 s
         proxy.faults.reset_mid_body = 1.0      # every response body cut off half-way
         proxy.outage_at(r"^GET /[^/]+/wal/", 6.0)  # the outage begins with the first request matching this
+        proxy.refuse_writes()                  # reads answered, every write 500 InternalError
 
 An outage armed with :meth:`S3FaultProxy.outage_at` lands at a chosen step of what the brokers do (a WAL failover's
 first read, say) however long they take to get there, which a test cannot time from outside.
@@ -37,6 +38,9 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 OutageMode = Literal["refuse", "blackhole"]
+
+#: The methods that write to S3 (PutObject and the multipart calls, DeleteObject, DeleteObjects' POST).
+WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 _ERRORS = {
     "SlowDown": (503, "Service Unavailable", "Please reduce your request rate."),
@@ -127,6 +131,11 @@ class S3FaultProxy:
         """No faults from now on (an outage under way ends too)."""
         self.faults = Faults()
         self.end_outage()
+
+    def refuse_writes(self) -> None:
+        """S3 answers reads but refuses every write with ``500 InternalError`` (a bucket whose writes fail while
+        its reads still work: a write quota, a policy or a replica that only serves reads), until :meth:`clear`."""
+        self.faults = Faults(internal_error=1.0, only_methods=WRITE_METHODS)
 
     def outage(self, seconds: float, mode: OutageMode = "refuse") -> None:
         """S3 goes away for ``seconds`` from now: ``refuse`` closes the listening socket (new connections are

@@ -159,8 +159,14 @@ class RemoteControllerClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat_task
             self._heartbeat_task = None
+            # A broker that asked to hand over (its WAL could not write, or it stopped leaving its tail in its WAL)
+            # asks it once more, without wantShutDown: the fence then gives its WAL to another broker to replay.
+            handing_over = self._want_fence
+            if handing_over:
+                self._want_shutdown = False
             with contextlib.suppress(StorageError, OSError, TimeoutError):
-                await self._heartbeat(want_fence=True, want_shutdown=True, budget_s=min(5.0, self._session_timeout_s))
+                await self._heartbeat(want_fence=True, want_shutdown=not handing_over,
+                                      budget_s=min(5.0, self._session_timeout_s))
         await self.channel.close()
         await self.replica.stop()
 

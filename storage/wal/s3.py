@@ -60,6 +60,10 @@ RETRY_CAP_S = 1.0
 """An upload that failed after the object store's own retries is tried again after a full-jitter backoff up to
 this: short enough that appends flow again within about a second of S3 answering."""
 DEFAULT_UNWRITABLE_MAX_MS = 30_000
+#: How long a close waits for an upload S3 has not answered yet (a black-holed request waits for the client's read
+#: timeout): past it the upload is cancelled and its records fail, never acknowledged (an object S3 stored anyway
+#: is found by recovery like any other).
+CLOSE_UPLOAD_WAIT_S = 3.0
 
 
 @dataclass(slots=True)
@@ -456,7 +460,10 @@ class S3WAL(WALState):
             self._seal()
             tasks = [u.task for u in self._uploads if u.task is not None]
             if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+                _, hanging = await asyncio.wait(tasks, timeout=CLOSE_UPLOAD_WAIT_S)
+                if hanging:
+                    logger.warning("%s: %d upload(s) unanswered after %.0fs at close; their appends fail, never "
+                                   "acknowledged", self._name, len(hanging), CLOSE_UPLOAD_WAIT_S)
         self._closed = True
         closed = self._failure or WALError(f"{self._name}: closed")
         self._gate.fail(closed)

@@ -4,6 +4,7 @@ Everything of one node lives under ``wal/<namespace>/<nodeId>/``::
 
     reservation                                   who owns this node's WAL: (nodeId, nodeEpoch, failover)
     trim                                          the trim point, rewritten on every trim
+    probe                                         written and deleted by a restarting broker to see S3 takes writes
     <nodeEpoch:020>/<startOffset:020>-<endOffset:020>    one WAL object per flushed batch
 
 Every broker of a cluster writes its WAL objects in the same ``s3.wal.path`` bucket, each under its own node
@@ -54,6 +55,13 @@ def node_prefix(namespace: str, node_id: int) -> str:
 
 def reservation_key(namespace: str, node_id: int) -> str:
     return node_prefix(namespace, node_id) + "reservation"
+
+
+def probe_key(namespace: str, node_id: int) -> str:
+    """What a broker about to register writes and deletes to see its WAL's bucket takes writes
+    (a broker about to register); nothing reads it, and recovery's listing skips it (it is not
+    a WAL object's key)."""
+    return node_prefix(namespace, node_id) + "probe"
 
 
 def trim_key(namespace: str, node_id: int) -> str:

@@ -292,6 +292,8 @@ async def test_every_dashboard_metric_is_served_and_follows_the_clients(node: No
     assert value(served, "fjord_object_store_retries_total") == 0
     assert value(served, "fjord_wal_unwritable") == 0
     assert value(served, "fjord_wal_unwritable_seconds_total") == 0
+    assert value(served, "fjord_wal_handovers_total") == 0
+    assert value(served, "fjord_wal_handing_over") == 0
 
     # The controller-only node: a Raft voter with the auto-balancer, once it leads its one-voter quorum.
     quorum = controller_node.quorum

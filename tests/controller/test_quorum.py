@@ -282,9 +282,9 @@ async def test_a_broker_asking_to_be_fenced_hands_its_partitions_and_its_s3_wal_
     own_cluster: QuorumCluster,
 ) -> None:
     """BrokerHeartbeat ``wantFence`` without ``wantShutDown`` (a broker whose S3 WAL cannot write hands over): with no
-    other broker to lead its partitions it stays unfenced; once there is one, it is fenced, its partitions get that
-    leader in the same write, and its WAL goes to the live broker of the same WAL bucket to replay, after which that
-    incarnation's heartbeats are refused (it must register again)."""
+    other broker to lead its partitions it stays unfenced, and so it does while no live broker shares its WAL bucket;
+    once one does, it is fenced, its partitions get that leader in the same write, and its WAL goes to that broker
+    to replay, after which that incarnation's heartbeats are refused (it must register again)."""
     own_cluster.start_all()
     leader, _ = await own_cluster.leader()
     client = await own_cluster.client(leader)
@@ -314,9 +314,22 @@ async def test_a_broker_asking_to_be_fenced_hands_its_partitions_and_its_s3_wal_
         assert leaders(metadata_records(await client.dump())) == [130, 130]
 
         target_epoch, heartbeats = await _register_with_heartbeats(own_cluster, leader, 131)
-        for node_id in (130, 131):
-            put = await client.stream(PutKV(NodeIdentity(-1, -1), wal_location_key(node_id), b"s3://wal at http://s3"))
+
+        async def announce(node_id: int, location: bytes) -> None:
+            put = await client.stream(PutKV(NodeIdentity(-1, -1), wal_location_key(node_id), location))
             assert put.error_code == RpcError.NONE, put
+
+        # 131 could lead its partitions but its WAL lives in another bucket: nobody could replay 130's WAL, so the
+        # controller refuses (the partitions would move without their acknowledged tail) and 130 keeps them.
+        await announce(130, b"s3://wal at http://s3")
+        await announce(131, b"s3://other-wal at http://s3")
+        no_replayer = await beat(want_fence=True)
+        assert no_replayer.error_code == ErrorCode.none and not no_replayer.is_fenced, no_replayer
+        state = metadata_records(await client.dump())
+        assert leaders(state) == [130, 130]
+        assert not any(isinstance(r, WALFailoverRecord) and r.node_id == 130 for r in state), state
+
+        await announce(131, b"s3://wal at http://s3")
         answer = await beat(want_fence=True)
         assert answer.error_code == ErrorCode.none and answer.is_fenced and not answer.should_shut_down, answer
         state = metadata_records(await client.dump())

@@ -94,6 +94,26 @@ def test_error_answers_carry_s3s_code_and_status(
     assert client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"v"  # the refused put never reached S3
 
 
+def test_refused_writes_fail_while_reads_are_answered(proxy: S3FaultProxy, bucket: str) -> None:
+    client = _raw_client(proxy.endpoint)
+    client.put_object(Bucket=bucket, Key="kept", Body=b"before")
+    proxy.refuse_writes()
+    assert client.get_object(Bucket=bucket, Key="kept")["Body"].read() == b"before"
+    assert client.head_object(Bucket=bucket, Key="kept")["ContentLength"] == 6
+    for write in (
+        lambda: client.put_object(Bucket=bucket, Key="kept", Body=b"after"),
+        lambda: client.delete_object(Bucket=bucket, Key="kept"),
+        lambda: client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "kept"}]}),
+    ):
+        with pytest.raises(ClientError) as refused:
+            write()
+        assert refused.value.response["Error"]["Code"] == "InternalError"
+    assert [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]] == ["kept"]
+    proxy.clear()
+    client.put_object(Bucket=bucket, Key="kept", Body=b"after")
+    assert client.get_object(Bucket=bucket, Key="kept")["Body"].read() == b"after"
+
+
 def test_a_reset_mid_body_cuts_the_response_off(proxy: S3FaultProxy, bucket: str) -> None:
     client = _raw_client(proxy.endpoint)
     client.put_object(Bucket=bucket, Key="k", Body=b"x" * 100_000)
