@@ -33,7 +33,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: Test-only libraries that a library the node imports hooks itself into whenever it can import them: kio registers a
+#: hypothesis strategy for each of its types (kio/static/_phantom.py), which in a development environment costs a
+#: ``fjord`` process about a fifth of a second of its start (importing hypothesis, building the strategies), and
+#: creates a ``.hypothesis`` directory in its working directory. A ``fjord`` process never runs a property test, and
+#: an installed node has no hypothesis (a development dependency), so a process started from a development checkout
+#: behaves, and starts as fast, as an installed one.
+TEST_ONLY_LIBRARIES = ("hypothesis",)
+
+
+def without_test_only_libraries() -> None:
+    """Makes :data:`TEST_ONLY_LIBRARIES` unimportable in this process (an import of one raises ImportError, which
+    kio expects when hypothesis is not installed). A process that already imported one (a test calling
+    :func:`main`) keeps it."""
+    for name in TEST_ONLY_LIBRARIES:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None in sys.modules: "not importable"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    without_test_only_libraries()
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(words)
