@@ -4,27 +4,39 @@ Each cycle starts ``python -m node.cli server start --config config/server.prope
 ones, its ``data/`` directories under a temporary directory), and times from the moment before the process is
 spawned to the first ApiVersions answered on its PLAINTEXT listener (a connection alone would count a listener
 bound but not yet serving). The first cycle formats a new data directory; the others restart on it after a clean
-stop, the common case of a rolling restart. ``imports`` is a separate process that only imports the node
-(``import node.process``) and the CLI and exits, the floor of any start.
+stop, the common case of a rolling restart. ``imports`` is a separate process that only imports the node and its
+server command as ``fjord`` does (hypothesis kept out, see ``node.cli.TEST_ONLY_LIBRARIES``) and exits, the floor of
+any start. Beside each wall-clock median, ``cpu s`` is the median CPU time the node used until it answered (from
+``/proc``): on the shared 2-core development machine the wall clock mostly measures the other work running, the CPU
+time much less so.
 
-Every figure is taken twice. ``bytecode cached`` is a node as installed: pip compiles every module to bytecode at
-install time (here: a cache directory, ``PYTHONPYCACHEPREFIX``, filled by one import before timing). ``compiled at
-start`` is a node whose environment forbids the bytecode cache (``PYTHONDONTWRITEBYTECODE=1``, as on the
-development machines), which recompiles its ~370 modules from source at every start: about 0.4 s of each.
+Every figure is taken twice (``--modes`` picks one). ``bytecode cached`` is a node as installed: pip compiles every
+module to bytecode at install time (here: a cache directory, ``PYTHONPYCACHEPREFIX``, filled by one import before
+timing). ``compiled at start`` is a node whose environment forbids the bytecode cache (``PYTHONDONTWRITEBYTECODE=1``,
+as on the development machines), which recompiles its modules from source at every start.
 
-    .venv/bin/python bench/startup.py [--cycles 10]
+    .venv/bin/python bench/startup.py [--cycles 10] [--modes "bytecode cached"]
 
-Target: median <= 0.4 s, not reached. On the 2-core development machine (2026-11-29, load average 6-9 from other
-work, so every figure is inflated and noisy), median restart -> answering over 7 cycles: main 2.19 s with a bytecode
-cache and 3.36 s without; with ``fjord server start`` importing only its own command 1.17 s and 1.28 s. What a start
-spends, measured with ``python -X importtime`` and cProfile: from the first log line to serving takes 30-40 ms
-(configuration, metadata replay, WAL open, listeners); everything before it is importing the ~560 modules of the
-node (about 0.5 s of CPU with a bytecode cache, roughly a third of it ``@dataclass`` building classes), plus about
-0.4 s compiling them when there is no bytecode cache, plus 0.2 s for hypothesis, which kio imports when it is
-installed (a development dependency only). No broker path imports pyspark or aiobotocore (the latter only for an
-``s3://`` bucket). The ``first start`` row is 3-5 s in the development environment for the same reason: that import
-of hypothesis creates its ``.hypothesis`` directory in the new working directory (seconds, under load); restarts
-find it there.
+Target: median <= 0.4 s. Issue 25, step by step (2026-11-29, bytecode cached, load average 10-16 from other work;
+each step's tree restarted in turn, 11 cycles, so the load falls on all alike; restart -> answering):
+
+    step                                                          median s  min s  median cpu s
+    main (fjord server start imports only its own command)          2.16    1.58       0.98
+    + aiobotocore/botocore/aiohttp only for an s3:// bucket          1.77    1.20       0.72
+    + no hypothesis in a fjord process (kio's strategy hook)         1.52    0.99       0.59
+    + garbage collector off until serving, no full pass before       1.01    0.56       0.49
+
+Not reached on this machine: the CPU a start needs halved, but the wall clock under this load is about twice it.
+What a start spends now, measured with ``python -X importtime`` and cProfile: from the first log line to serving
+20-40 ms (configuration, metadata replay, WAL open, listeners); before it, importing about 700 modules (380 of the
+node's own; of kio's, the serializer and a few schemas: it imports each API's on the API's first request),
+half of whose CPU is ``@dataclass`` building the ~420 classes they define (Python 3.11 compiles each generated
+method from source at every start). What came off: the object-store metrics imported the S3 store for its list of
+operation names, which pulled in aiobotocore, botocore and aiohttp (290 modules, two TLS contexts loading the CA
+bundle) on every node; kio imported hypothesis and built a strategy per type in a development environment (0.2 s,
+and a ``.hypothesis`` directory, seconds under load, in a new working directory: the ``first start`` row); the
+collector walked the growing start heap about 150 times to free some 800 objects, and once more in full before the
+first answer. No broker path imports pyspark (tests/node/test_start_imports.py checks both on a real node).
 """
 
 from __future__ import annotations
