@@ -4,27 +4,39 @@ Each cycle starts ``python -m node.cli server start --config config/server.prope
 ones, its ``data/`` directories under a temporary directory), and times from the moment before the process is
 spawned to the first ApiVersions answered on its PLAINTEXT listener (a connection alone would count a listener
 bound but not yet serving). The first cycle formats a new data directory; the others restart on it after a clean
-stop, the common case of a rolling restart. ``imports`` is a separate process that only imports the node
-(``import node.process``) and the CLI and exits, the floor of any start.
+stop, the common case of a rolling restart. ``imports`` is a separate process that only imports the node and its
+server command as ``fjord`` does (hypothesis kept out, see ``node.cli.TEST_ONLY_LIBRARIES``) and exits, the floor of
+any start. Beside each wall-clock median, ``cpu s`` is the median CPU time the node used until it answered (from
+``/proc``): on the shared 2-core development machine the wall clock mostly measures the other work running, the CPU
+time much less so.
 
-Every figure is taken twice. ``bytecode cached`` is a node as installed: pip compiles every module to bytecode at
-install time (here: a cache directory, ``PYTHONPYCACHEPREFIX``, filled by one import before timing). ``compiled at
-start`` is a node whose environment forbids the bytecode cache (``PYTHONDONTWRITEBYTECODE=1``, as on the
-development machines), which recompiles its ~370 modules from source at every start: about 0.4 s of each.
+Every figure is taken twice (``--modes`` picks one). ``bytecode cached`` is a node as installed: pip compiles every
+module to bytecode at install time (here: a cache directory, ``PYTHONPYCACHEPREFIX``, filled by one import before
+timing). ``compiled at start`` is a node whose environment forbids the bytecode cache (``PYTHONDONTWRITEBYTECODE=1``,
+as on the development machines), which recompiles its modules from source at every start.
 
-    .venv/bin/python bench/startup.py [--cycles 10]
+    .venv/bin/python bench/startup.py [--cycles 10] [--modes "bytecode cached"]
 
-Target: median <= 0.4 s, not reached. On the 2-core development machine (2026-11-29, load average 6-9 from other
-work, so every figure is inflated and noisy), median restart -> answering over 7 cycles: main 2.19 s with a bytecode
-cache and 3.36 s without; with ``fjord server start`` importing only its own command 1.17 s and 1.28 s. What a start
-spends, measured with ``python -X importtime`` and cProfile: from the first log line to serving takes 30-40 ms
-(configuration, metadata replay, WAL open, listeners); everything before it is importing the ~560 modules of the
-node (about 0.5 s of CPU with a bytecode cache, roughly a third of it ``@dataclass`` building classes), plus about
-0.4 s compiling them when there is no bytecode cache, plus 0.2 s for hypothesis, which kio imports when it is
-installed (a development dependency only). No broker path imports pyspark or aiobotocore (the latter only for an
-``s3://`` bucket). The ``first start`` row is 3-5 s in the development environment for the same reason: that import
-of hypothesis creates its ``.hypothesis`` directory in the new working directory (seconds, under load); restarts
-find it there.
+Target: median <= 0.4 s. Issue 25, step by step (2026-11-29, bytecode cached, load average 10-16 from other work;
+each step's tree restarted in turn, 11 cycles, so the load falls on all alike; restart -> answering):
+
+    step                                                          median s  min s  median cpu s
+    main (fjord server start imports only its own command)          2.16    1.58       0.98
+    + aiobotocore/botocore/aiohttp only for an s3:// bucket          1.77    1.20       0.72
+    + no hypothesis in a fjord process (kio's strategy hook)         1.52    0.99       0.59
+    + garbage collector off until serving, no full pass before       1.01    0.56       0.49
+
+Not reached on this machine: the CPU a start needs halved, but the wall clock under this load is about twice it.
+What a start spends now, measured with ``python -X importtime`` and cProfile: from the first log line to serving
+20-40 ms (configuration, metadata replay, WAL open, listeners); before it, importing about 700 modules (380 of the
+node's own; of kio's, the serializer and a few schemas: it imports each API's on the API's first request),
+half of whose CPU is ``@dataclass`` building the ~420 classes they define (Python 3.11 compiles each generated
+method from source at every start). What came off: the object-store metrics imported the S3 store for its list of
+operation names, which pulled in aiobotocore, botocore and aiohttp (290 modules, two TLS contexts loading the CA
+bundle) on every node; kio imported hypothesis and built a strategy per type in a development environment (0.2 s,
+and a ``.hypothesis`` directory, seconds under load, in a new working directory: the ``first start`` row); the
+collector walked the growing start heap about 150 times to free some 800 objects, and once more in full before the
+first answer. No broker path imports pyspark (tests/node/test_start_imports.py checks both on a real node).
 """
 
 from __future__ import annotations
@@ -49,6 +61,7 @@ sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (b
 from testkit.ports import free_ports  # noqa: E402
 
 START_TIMEOUT_S = 30.0
+MODES = ["bytecode cached", "compiled at start"]
 POLL_S = 0.002
 #: ApiVersions v0 (key 18), correlation id 1, client id "startup-bench": the smallest request a broker answers.
 _CLIENT_ID = b"startup-bench"
@@ -95,7 +108,17 @@ def _env(bytecode: Path | None) -> dict[str, str]:
     return env
 
 
-def _start_once(work: Path, config: Path, log: Path, env: dict[str, str]) -> float:
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` has used so far, from ``/proc`` (0.0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime, fields 14 and 15
+
+
+def _start_once(work: Path, config: Path, log: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Seconds from spawning the node to its first answer, and the CPU seconds it used until then."""
     port = _port(config)
     cmd = [sys.executable, "-m", "node.cli", "server", "start", "--config", str(config)]
     with open(log, "ab") as out:
@@ -108,24 +131,27 @@ def _start_once(work: Path, config: Path, log: Path, env: dict[str, str]) -> flo
                 if time.monotonic() - started > START_TIMEOUT_S:
                     raise SystemExit(f"the node did not answer within {START_TIMEOUT_S:.0f} s")
                 time.sleep(POLL_S)
-            return time.monotonic() - started
+            return time.monotonic() - started, _cpu_seconds(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
 
 
-def _imports_once(env: dict[str, str]) -> float:
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import node.cli, node.process"], cwd=ROOT, check=True, env=env)
-    return time.monotonic() - started
+def _imports_once(env: dict[str, str]) -> tuple[float, float]:
+    before, started = os.times(), time.monotonic()
+    probe = "import node.cli; node.cli.without_test_only_libraries(); import node.commands.server, node.process"
+    subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True, env=env)
+    wall, after = time.monotonic() - started, os.times()
+    return wall, after.children_user + after.children_system - before.children_user - before.children_system
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=MODES, help="the figures to take (default: both)")
     args = parser.parse_args()
-    print(f"{'what':<44}{'median s':>10}{'min s':>8}{'max s':>8}")
-    for mode in ("bytecode cached", "compiled at start"):
+    print(f"{'what':<44}{'median s':>10}{'min s':>8}{'max s':>8}{'cpu s':>8}")
+    for mode in args.modes:
         with tempfile.TemporaryDirectory(prefix="fjord-startup-") as tmp:
             work = Path(tmp)
             env = _env(work / "pycache" if mode == "bytecode cached" else None)
@@ -138,7 +164,9 @@ def main() -> None:
         for name, values in (("first start (new data dir)", first), ("restart -> answering", restarts),
                              ("imports only", imports)):
             label = f"{name}, {mode}"
-            print(f"{label:<44}{statistics.median(values):>10.3f}{min(values):>8.3f}{max(values):>8.3f}")
+            wall, cpu = [seconds for seconds, _ in values], [seconds for _, seconds in values]
+            print(f"{label:<44}{statistics.median(wall):>10.3f}{min(wall):>8.3f}{max(wall):>8.3f}"
+                  f"{statistics.median(cpu):>8.3f}")
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,23 @@ MULTIPART_THRESHOLD = 32 * 1024 * 1024
 """Objects larger than this are uploaded in parts (DESIGN.md §5)."""
 
 
+OPERATIONS = (
+    "put",
+    "get",
+    "get_tail",
+    "head",
+    "list",
+    "delete",
+    "create_multipart_upload",
+    "upload_part",
+    "complete_multipart_upload",
+    "abort_multipart_upload",
+)
+"""Every S3 operation an error is counted under (``StoreStats.errors``, a metric label's closed set; the S3 store's
+``_operation`` names them). Here rather than in storage/objectstore/s3.py so that the metrics every node exports do
+not import aiobotocore and aiohttp (most of a second) on a node whose buckets are not on S3."""
+
+
 ObjectData: TypeAlias = bytes | Sequence[bytes]
 """What ``put`` stores: one buffer, or *parts* stored back to back as one object (what ``ObjectBuilder`` produces,
 so an object is never copied into one buffer unless a backend needs it to be)."""

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from storage.objectstore.base import StoreStats
-from storage.objectstore.s3 import OPERATIONS
+from storage.objectstore.base import OPERATIONS, StoreStats
 
 #: The error codes of S3 misbehaving that every operation reports from the start, at 0: a rate or an alert over
 #: them has a series before the first failure (an absent series reads as "no data", not as "no errors"). Rarer

@@ -43,7 +43,14 @@ from botocore.exceptions import (
 
 from storage.config import BucketURL, StorageConfig
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
-from storage.objectstore.base import MULTIPART_THRESHOLD, ObjectData, ObjectInfo, StoreStats, join_data
+from storage.objectstore.base import (
+    MULTIPART_THRESHOLD,
+    OPERATIONS,
+    ObjectData,
+    ObjectInfo,
+    StoreStats,
+    join_data,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -532,21 +539,6 @@ _RESET_ERRORS = (
 
 ERROR_CODES = (*sorted(_RETRYABLE_CODES), "connection", "reset", "timeout", "other")
 """Every value :func:`error_code` returns (a metric label's closed set)."""
-
-OPERATIONS = (
-    "put",
-    "get",
-    "get_tail",
-    "head",
-    "list",
-    "delete",
-    "create_multipart_upload",
-    "upload_part",
-    "complete_multipart_upload",
-    "abort_multipart_upload",
-)
-"""Every operation :func:`_operation` names (a metric label's closed set)."""
-
 
 def error_code(exc: BaseException) -> str:
     """What an operator acts on: S3's error code when it answered, else what the connection did."""

@@ -1,0 +1,85 @@
+"""What ``fjord server start`` imports (issue 25): a node whose configuration names no S3 bucket imports neither the
+S3 client stack (aiobotocore, botocore, aiohttp) nor Spark, and no ``fjord`` process imports hypothesis (which kio
+hooks into when it is installed). Each of those is a large part of a start's time.
+
+Checked on real node processes with Python's own import trace: ``PYTHONPROFILEIMPORTTIME=1`` makes the interpreter
+write one ``import time:`` line per module it imports to stderr, which ``start_broker`` keeps in the node's log. The
+shipped config's node is traced through its start and a produce and a consumer group's fetch (what a first client
+does); the same trace of a node whose data bucket is on S3 shows the check sees the S3 stack when it is imported.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Message, Producer
+
+from testkit.node_process import REPO, BrokerProcess, start_broker
+from testkit.waiting import eventually
+from tests.conftest import S3Server
+
+SHIPPED_CONFIG = REPO / "config" / "server.properties"
+#: Top-level packages a node that does not use them must not import.
+NOT_NEEDED = ("aiobotocore", "botocore", "aiohttp", "boto3", "pyspark", "hypothesis")
+S3_STACK = ("aiobotocore", "botocore", "aiohttp")
+_IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| *(\S+)\s*$", re.MULTILINE)
+
+
+def _traced_start(data_dir: Path, monkeypatch: pytest.MonkeyPatch, overrides: dict[str, str] | None = None
+                  ) -> BrokerProcess:
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
+    return start_broker(data_dir, overrides, config=SHIPPED_CONFIG)
+
+
+def _imported_packages(broker: BrokerProcess) -> set[str]:
+    """The top-level packages the node imported, from its import trace (read after it stopped: complete). A package
+    counts by its own line: the trace also has a line for an import that failed (kio's ``import
+    hypothesis.strategies`` when hypothesis cannot be imported), but a package really imported loads its top level
+    first."""
+    modules = set(_IMPORT_LINE.findall(broker.log_text()))
+    assert {"broker.broker", "storage.engine"} <= modules, "no import trace in the node's log"
+    return {module for module in modules if "." not in module}
+
+
+def _produce_and_consume(bootstrap: str) -> None:
+    topic, group = f"start-imports-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, b"first")  # auto-created, as the shipped config allows
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+
+        def received() -> Message | None:
+            message = consumer.poll(0.2)
+            return message if message is not None and message.error() is None else None
+
+        message = eventually(received, timeout=30, what="the record produced to come back to the group")
+        assert message.value() == b"first"
+    finally:
+        consumer.close()
+
+
+def test_shipped_config_node_serves_without_importing_s3_spark_or_hypothesis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = _traced_start(tmp_path / "node", monkeypatch)
+    try:
+        _produce_and_consume(broker.bootstrap)
+    finally:
+        assert broker.stop() == 0, broker.log_text()[-3000:]
+    assert sorted(_imported_packages(broker) & set(NOT_NEEDED)) == []
+
+
+def test_node_with_an_s3_bucket_imports_the_s3_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server: S3Server
+) -> None:
+    bucket = s3_server.bucket_url_text(s3_server.create_bucket())
+    broker = _traced_start(tmp_path / "node", monkeypatch, {"s3.data.buckets": bucket})
+    assert broker.stop() == 0, broker.log_text()[-3000:]
+    imported = _imported_packages(broker)
+    assert set(S3_STACK) <= imported
+    assert "hypothesis" not in imported
