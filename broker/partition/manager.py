@@ -69,6 +69,9 @@ class PartitionManager:
         self._checkpoint_task: asyncio.Task[None] | None = None
         #: The open partitions by the id of their log stream, what an upload names.
         self._by_stream: dict[int, PartitionLog] = {}
+        #: Partitions moving here whose source still closes them -> the read of their meta stream id, started when
+        #: the move was seen so that the open after the election skips that round trip.
+        self._incoming: dict[tuple[uuid.UUID, int], asyncio.Task[int | None]] = {}
         self._retention_stop = asyncio.Event()
         self._retention_heads: HeadCache = {}
         self._stopping = False
@@ -143,6 +146,8 @@ class PartitionManager:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
+        for read in self._incoming.values():
+            read.cancel()
         logs = list(self._logs.values())
         self._logs.clear()
         self._by_id.clear()
@@ -215,6 +220,7 @@ class PartitionManager:
         wanted: dict[tuple[str, int], PartitionImage] = {}
         for topic, part in image.partitions_led_by(node_id):
             wanted[(topic, part.partition)] = part
+        self._read_ahead(image, {(part.topic_id, part.partition) for part in wanted.values()})
         to_close: list[PartitionLog] = []
         to_delete: list[PartitionLog] = []
         for key, log in list(self._logs.items()):
@@ -308,6 +314,36 @@ class PartitionManager:
             )
         return config
 
+    def _read_ahead(self, image: MetadataImage, led: set[tuple[uuid.UUID, int]]) -> None:
+        """Starts reading what opening a partition moving here reads first while its source still closes it (a
+        moved partition's producer waits from the source's close to the target's open); forgets the reads of moves
+        that ended elsewhere (``led``: the partitions this broker leads in ``image``, whose reads their open
+        takes)."""
+        node_id = self._context.node_id
+        incoming = {
+            (part.topic_id, part.partition)
+            for topic in image.topics_by_name.values()
+            for part in topic.partitions.values()
+            if part.reassigning and part.leader < 0 and part.replicas == (node_id,)
+        }
+        for key in [k for k in self._incoming if k not in incoming and k not in led]:
+            self._incoming.pop(key).cancel()
+        for topic_id, partition in incoming - self._incoming.keys():
+            read = PartitionLog.read_ahead(self._context.controller.stream_metadata,
+                                           namespace_for(self._context.cluster_id), topic_id, partition)
+            task = self._incoming[(topic_id, partition)] = asyncio.create_task(read, name="partition-read-ahead")
+            task.add_done_callback(_retrieve)
+
+    async def _read_meta_id(self, part: PartitionImage) -> int | None:
+        """The meta stream id read ahead for ``part`` (None: not read ahead, or the read failed)."""
+        task = self._incoming.pop((part.topic_id, part.partition), None)
+        if task is None or task.cancelled():
+            return None
+        try:
+            return await task
+        except Exception:  # the controller away, say: the open reads the entry itself and reports what fails
+            return None
+
     async def _open(self, image: MetadataImage, topic: str, part: PartitionImage) -> None:
         try:
             log = await PartitionLog.open(
@@ -319,6 +355,7 @@ class PartitionManager:
                 topic_id=part.topic_id,
                 leader_epoch=part.leader_epoch,
                 config=self._log_config(image, part.topic_id),
+                meta_id=await self._read_meta_id(part),
             )
         except StorageError as exc:
             # Expected while a previous owner still holds a stream or S3 is away: the next round retries.
@@ -349,3 +386,10 @@ class PartitionManager:
                 return await coro
 
         return list(await asyncio.gather(*(run(c) for c in coros), return_exceptions=True))
+
+
+def _retrieve(task: asyncio.Task[int | None]) -> None:
+    """A read ahead nobody awaits (the move ended elsewhere) must not log "exception never retrieved"; the open
+    reads the entry itself when the read ahead failed."""
+    if not task.cancelled():
+        task.exception()
