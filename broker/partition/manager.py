@@ -1,8 +1,9 @@
 """Which partitions this broker has open, kept in step with the controller's metadata image.
 
 The manager subscribes to image changes and reconciles in one background task (changes arriving while a round
-runs are coalesced into the next round): partitions this node now leads are opened with the image's leader epoch,
-partitions it lost (or whose leader epoch moved on) are closed cleanly, and partitions of deleted topics have
+runs are coalesced into the next round): partitions this node now leads are opened with the image's leader epoch
+(each in a task of its own after the first round, so that a partition moved here is not kept waiting by another's
+open), partitions it lost (or whose leader epoch moved on) are closed cleanly, and partitions of deleted topics have
 their streams and KV entry destroyed. Internal topics (``__consumer_offsets``) are ordinary partitions here.
 A second task enforces retention on the open partitions every ``log.retention.check.interval.ms``, and the log
 cleaner (broker/partition/cleaner.py) compacts those whose ``cleanup.policy`` contains ``compact``.
@@ -76,6 +77,10 @@ class PartitionManager:
         self._retention_heads: HeadCache = {}
         self._stopping = False
         self._first_round = asyncio.Event()
+        #: Partitions being opened, each in a task of its own (:meth:`_start_open`), at most ``_OPEN_CONCURRENCY``
+        #: at a time.
+        self._opening: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._open_slots = asyncio.Semaphore(_OPEN_CONCURRENCY)
         # LogConfig per topic id, for the image they were resolved against (every partition of a topic shares one).
         self._configs: tuple[MetadataImage | None, dict[uuid.UUID, LogConfig]] = (None, {})
         config = broker.config
@@ -148,6 +153,8 @@ class PartitionManager:
                     await self._task
         for read in self._incoming.values():
             read.cancel()
+        # Opens under way finish (a partition opened now is closed at once, :meth:`_open`) rather than stop half way.
+        await asyncio.gather(*self._opening.values(), return_exceptions=True)
         logs = list(self._logs.values())
         self._logs.clear()
         self._by_id.clear()
@@ -242,10 +249,33 @@ class PartitionManager:
             logger.info("%s is no longer led by node %d at epoch %d; closing", log.where, node_id, log.leader_epoch)
         results = await self._bounded(*(log.close() for log in to_close), *(self._delete(log) for log in to_delete))
         failed |= any(isinstance(r, BaseException) for r in results)
-        to_open = [(key, part) for key, part in wanted.items() if key not in self._logs]
-        results = await self._bounded(*(self._open(image, key[0], part) for key, part in to_open))
-        failed |= any(isinstance(r, BaseException) for r in results)
+        to_open = [(key, part) for key, part in wanted.items() if key not in self._logs and key not in self._opening]
+        opens = [self._start_open(image, key, part) for key, part in to_open]
+        if not self._first_round.is_set():  # start() waits for the first round's opens; later rounds do not
+            results = await asyncio.gather(*opens, return_exceptions=True)
+            failed |= any(isinstance(r, BaseException) for r in results)
         return failed
+
+    def _start_open(self, image: MetadataImage, key: tuple[str, int], part: PartitionImage) -> asyncio.Task[None]:
+        """Opens the partition in a task of its own, so that the next image's opens and closes do not wait for it:
+        a moved partition's election arriving while another partition opens here is opened at once."""
+        task = asyncio.create_task(self._open_one(image, key, part), name=f"partition-open-{key[0]}-{key[1]}")
+        self._opening[key] = task
+        return task
+
+    async def _open_one(self, image: MetadataImage, key: tuple[str, int], part: PartitionImage) -> None:
+        try:
+            async with self._open_slots:
+                await self._open(image, key[0], part)
+        except Exception:  # logged by _open
+            if not self._first_round.is_set():
+                raise  # the first round counts it as failed and retries
+            if not self._stopping:
+                asyncio.get_running_loop().call_later(_RETRY_DELAY, self._changed.set)
+            return
+        finally:
+            self._opening.pop(key, None)
+        self._changed.set()  # the image may have moved on while it opened: the next round checks
 
     # ------------------------------------------------------------------ recovery points
     def _uploaded(self, ends: Mapping[int, int]) -> None:
