@@ -38,7 +38,9 @@ and the meta stream's close), up to 50 ms until the controller's reassignment wa
 (the KV entry, the meta stream, its replay, the log and time streams one after the other, recovery). Now the closing
 meta entries join the WAL before the streams close, so one upload carries them with the log's last records and every
 stream's close goes to the controller at once; the watch elects as soon as the meta stream's close is committed; the
-target reads the KV entry while the source still closes and opens the data streams together. Three alternating runs
+target reads the KV entry while the source still closes and opens the data streams together. (A later change, not
+in these figures: the target no longer holds an election that arrives while it opens another moved partition until
+that open is done, which cost a second partition up to one open more at this load.) Three alternating runs
 each, stall per moved partition p50 / max: main 786 / 876, 1472 / 1725, 1413 / 2218 ms; this change 883 / 954,
 1295 / 1505, 1190 / 1516 ms (lost 0, dup 0 in all). At that load the source's close is one upload of about 250 ms
 plus about 50 ms of closes, and the target's open about 250-500 ms: the upload has to leave the hand-over (the
