@@ -32,7 +32,7 @@ election and names it (KIP-951), so librdkafka goes there without a metadata ref
 p50 / max: main 724 / 775 ms, this change 379 / 416 ms (lost 0, dup 0 in both).
 
 Issue 25 again (2026-11-29, defaults, the machine at a load average of 8-26 from other helpers' work, so most
-figure is two to three times the one above): from the brokers' logs, a move was the source's close (one upload of
+figures are two to three times the one above): from the brokers' logs, a move was the source's close (one upload of
 its block, then the close of its log and time streams, then a second upload for the meta entries written after them
 and the meta stream's close), up to 50 ms until the controller's reassignment watch polled, and the target's open
 (the KV entry, the meta stream, its replay, the log and time streams one after the other, recovery). Now the closing
