@@ -227,6 +227,7 @@ class Controller:
         last_offset = await self._timed_append(records)
         if last_offset > self._image.offset:
             self._image = self._image.with_offset(last_offset)
+        self._reassignments.saw(records)
         self._maybe_snapshot()
 
     async def _timed_append(self, records: Sequence[MetadataRecord]) -> int:

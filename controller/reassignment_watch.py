@@ -4,8 +4,10 @@ An accepted reassignment leaves the partition with no leader (``controller.decis
 run by the active controller while moves are pending, elects each target once the source broker has closed the
 partition's streams (its meta stream closes last, so its state says it), or once the election timer
 (``partition.reassignment.election.timeout.ms``, from when this controller first saw the move) fires because the
-source is dead or slow: the WAL makes its data recoverable either way. It polls the stream metadata, which is the
-controller's own state, every few tens of milliseconds until no move waits.
+source is dead or slow: the WAL makes its data recoverable either way. It looks at the stream metadata, which is
+the controller's own state, as soon as a stream closes (:meth:`ReassignmentWatch.saw`: the election follows the
+source's last close at once, which is what a moved partition's producer waits for) and every few tens of
+milliseconds besides, until no move waits.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import contextlib
 import logging
 import struct
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from controller.decisions import reassignment
 from metadata.image import MetadataImage, PartitionImage, partitions_being_reassigned
@@ -23,11 +25,12 @@ from metadata.kv_keys import partition_kv_key
 from settings.server import ServerConfig
 from storage.metadata.api import StreamMetadata, StreamState
 from storage.metadata.record_codec import MetadataRecord
+from storage.metadata.stream_records import StreamRecord
 from storage.namespace import namespace_for
 
 logger = logging.getLogger(__name__)
 
-POLL_S = 0.05  # how often the watch looks at the source's streams while a move waits
+POLL_S = 0.05  # how often the watch looks at the source's streams while a move waits and none closes
 
 #: Decides, under the controller's write lock, the records to commit from the current image.
 Decide = Callable[[MetadataImage], Awaitable[list[MetadataRecord]]]
@@ -46,6 +49,7 @@ class ReassignmentWatch:
         self._task: asyncio.Task[None] | None = None
         # (topic id, partition, leader epoch) of each reassignment in flight -> loop time this controller saw it.
         self._seen: dict[tuple[uuid.UUID, int, int], float] = {}
+        self._closed = asyncio.Event()  # a stream closed since the watch last looked
 
     def start(self) -> None:
         """Runs the watch unless it runs already."""
@@ -58,8 +62,15 @@ class ReassignmentWatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def saw(self, records: Sequence[MetadataRecord]) -> None:
+        """Stream records the controller just committed: a closed stream may be a source's last, so the watch looks
+        now rather than at its next poll (the stream metadata applies them before the watch's task runs)."""
+        if any(isinstance(r, StreamRecord) and r.state is StreamState.CLOSED for r in records):
+            self._closed.set()
+
     async def _run(self) -> None:
         while True:
+            self._closed.clear()
             try:
                 pending = await self.complete()
             except Exception as exc:  # NotControllerError after losing leadership, a log write failed, ...
@@ -67,7 +78,8 @@ class ReassignmentWatch:
                 return
             if not pending:
                 return
-            await asyncio.sleep(POLL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), POLL_S)
 
     async def complete(self) -> int:
         """Elects the target of each reassigned partition whose source closed its streams, or whose election timer

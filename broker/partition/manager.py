@@ -1,8 +1,9 @@
 """Which partitions this broker has open, kept in step with the controller's metadata image.
 
 The manager subscribes to image changes and reconciles in one background task (changes arriving while a round
-runs are coalesced into the next round): partitions this node now leads are opened with the image's leader epoch,
-partitions it lost (or whose leader epoch moved on) are closed cleanly, and partitions of deleted topics have
+runs are coalesced into the next round): partitions this node now leads are opened with the image's leader epoch
+(each in a task of its own after the first round, so that a partition moved here is not kept waiting by another's
+open), partitions it lost (or whose leader epoch moved on) are closed cleanly, and partitions of deleted topics have
 their streams and KV entry destroyed. Internal topics (``__consumer_offsets``) are ordinary partitions here.
 A second task enforces retention on the open partitions every ``log.retention.check.interval.ms``, and the log
 cleaner (broker/partition/cleaner.py) compacts those whose ``cleanup.policy`` contains ``compact``.
@@ -69,10 +70,17 @@ class PartitionManager:
         self._checkpoint_task: asyncio.Task[None] | None = None
         #: The open partitions by the id of their log stream, what an upload names.
         self._by_stream: dict[int, PartitionLog] = {}
+        #: Partitions moving here whose source still closes them -> the read of their meta stream id, started when
+        #: the move was seen so that the open after the election skips that round trip.
+        self._incoming: dict[tuple[uuid.UUID, int], asyncio.Task[int | None]] = {}
         self._retention_stop = asyncio.Event()
         self._retention_heads: HeadCache = {}
         self._stopping = False
         self._first_round = asyncio.Event()
+        #: Partitions being opened, each in a task of its own (:meth:`_start_open`), at most ``_OPEN_CONCURRENCY``
+        #: at a time.
+        self._opening: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._open_slots = asyncio.Semaphore(_OPEN_CONCURRENCY)
         # LogConfig per topic id, for the image they were resolved against (every partition of a topic shares one).
         self._configs: tuple[MetadataImage | None, dict[uuid.UUID, LogConfig]] = (None, {})
         config = broker.config
@@ -143,6 +151,10 @@ class PartitionManager:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
+        for read in self._incoming.values():
+            read.cancel()
+        # Opens under way finish (a partition opened now is closed at once, :meth:`_open`) rather than stop half way.
+        await asyncio.gather(*self._opening.values(), return_exceptions=True)
         logs = list(self._logs.values())
         self._logs.clear()
         self._by_id.clear()
@@ -215,6 +227,7 @@ class PartitionManager:
         wanted: dict[tuple[str, int], PartitionImage] = {}
         for topic, part in image.partitions_led_by(node_id):
             wanted[(topic, part.partition)] = part
+        self._read_ahead(image, {(part.topic_id, part.partition) for part in wanted.values()})
         to_close: list[PartitionLog] = []
         to_delete: list[PartitionLog] = []
         for key, log in list(self._logs.items()):
@@ -236,10 +249,33 @@ class PartitionManager:
             logger.info("%s is no longer led by node %d at epoch %d; closing", log.where, node_id, log.leader_epoch)
         results = await self._bounded(*(log.close() for log in to_close), *(self._delete(log) for log in to_delete))
         failed |= any(isinstance(r, BaseException) for r in results)
-        to_open = [(key, part) for key, part in wanted.items() if key not in self._logs]
-        results = await self._bounded(*(self._open(image, key[0], part) for key, part in to_open))
-        failed |= any(isinstance(r, BaseException) for r in results)
+        to_open = [(key, part) for key, part in wanted.items() if key not in self._logs and key not in self._opening]
+        opens = [self._start_open(image, key, part) for key, part in to_open]
+        if not self._first_round.is_set():  # start() waits for the first round's opens; later rounds do not
+            results = await asyncio.gather(*opens, return_exceptions=True)
+            failed |= any(isinstance(r, BaseException) for r in results)
         return failed
+
+    def _start_open(self, image: MetadataImage, key: tuple[str, int], part: PartitionImage) -> asyncio.Task[None]:
+        """Opens the partition in a task of its own, so that the next image's opens and closes do not wait for it:
+        a moved partition's election arriving while another partition opens here is opened at once."""
+        task = asyncio.create_task(self._open_one(image, key, part), name=f"partition-open-{key[0]}-{key[1]}")
+        self._opening[key] = task
+        return task
+
+    async def _open_one(self, image: MetadataImage, key: tuple[str, int], part: PartitionImage) -> None:
+        try:
+            async with self._open_slots:
+                await self._open(image, key[0], part)
+        except Exception:  # logged by _open
+            if not self._first_round.is_set():
+                raise  # the first round counts it as failed and retries
+            if not self._stopping:
+                asyncio.get_running_loop().call_later(_RETRY_DELAY, self._changed.set)
+            return
+        finally:
+            self._opening.pop(key, None)
+        self._changed.set()  # the image may have moved on while it opened: the next round checks
 
     # ------------------------------------------------------------------ recovery points
     def _uploaded(self, ends: Mapping[int, int]) -> None:
@@ -308,6 +344,36 @@ class PartitionManager:
             )
         return config
 
+    def _read_ahead(self, image: MetadataImage, led: set[tuple[uuid.UUID, int]]) -> None:
+        """Starts reading what opening a partition moving here reads first while its source still closes it (a
+        moved partition's producer waits from the source's close to the target's open); forgets the reads of moves
+        that ended elsewhere (``led``: the partitions this broker leads in ``image``, whose reads their open
+        takes)."""
+        node_id = self._context.node_id
+        incoming = {
+            (part.topic_id, part.partition)
+            for topic in image.topics_by_name.values()
+            for part in topic.partitions.values()
+            if part.reassigning and part.leader < 0 and part.replicas == (node_id,)
+        }
+        for key in [k for k in self._incoming if k not in incoming and k not in led]:
+            self._incoming.pop(key).cancel()
+        for topic_id, partition in incoming - self._incoming.keys():
+            read = PartitionLog.read_ahead(self._context.controller.stream_metadata,
+                                           namespace_for(self._context.cluster_id), topic_id, partition)
+            task = self._incoming[(topic_id, partition)] = asyncio.create_task(read, name="partition-read-ahead")
+            task.add_done_callback(_retrieve)
+
+    async def _read_meta_id(self, part: PartitionImage) -> int | None:
+        """The meta stream id read ahead for ``part`` (None: not read ahead, or the read failed)."""
+        task = self._incoming.pop((part.topic_id, part.partition), None)
+        if task is None or task.cancelled():
+            return None
+        try:
+            return await task
+        except Exception:  # the controller away, say: the open reads the entry itself and reports what fails
+            return None
+
     async def _open(self, image: MetadataImage, topic: str, part: PartitionImage) -> None:
         try:
             log = await PartitionLog.open(
@@ -319,6 +385,7 @@ class PartitionManager:
                 topic_id=part.topic_id,
                 leader_epoch=part.leader_epoch,
                 config=self._log_config(image, part.topic_id),
+                meta_id=await self._read_meta_id(part),
             )
         except StorageError as exc:
             # Expected while a previous owner still holds a stream or S3 is away: the next round retries.
@@ -349,3 +416,10 @@ class PartitionManager:
                 return await coro
 
         return list(await asyncio.gather(*(run(c) for c in coros), return_exceptions=True))
+
+
+def _retrieve(task: asyncio.Task[int | None]) -> None:
+    """A read ahead nobody awaits (the move ended elsewhere) must not log "exception never retrieved"; the open
+    reads the entry itself when the read ahead failed."""
+    if not task.cancelled():
+        task.exception()

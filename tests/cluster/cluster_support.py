@@ -7,6 +7,7 @@ happens in seconds. Clients are confluent-kafka (librdkafka), as users run them;
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
 import threading
@@ -237,12 +238,15 @@ class OrderedLoad:
     partitions: int
     only: tuple[int, ...] | None = None
     acked: dict[int, list[int]] = field(default_factory=dict)
+    #: When each acknowledgement arrived (``time.monotonic()``), per partition, in the order of ``acked``.
+    acked_at: dict[int, list[float]] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def start(self) -> OrderedLoad:
         self.acked = {p: [] for p in range(self.partitions)}
+        self.acked_at = {p: [] for p in range(self.partitions)}
         self._thread = threading.Thread(target=self._run, name=f"ordered-{self.topic}", daemon=True)
         self._thread.start()
         return self
@@ -263,6 +267,7 @@ class OrderedLoad:
             partition, seq = (msg.value() or b"").decode().split(":")
             if err is None:
                 self.acked[int(partition)].append(int(seq))
+                self.acked_at[int(partition)].append(time.monotonic())
             else:
                 self.failed.append(f"{partition}:{seq}: {err}")
 
@@ -279,6 +284,12 @@ class OrderedLoad:
 
     def count(self) -> int:
         return sum(len(v) for v in self.acked.values())
+
+    def longest_gap(self, partition: int, since: float, until: float) -> float:
+        """The longest wait, between ``since`` and ``until`` (``time.monotonic()``), for the next acknowledgement of
+        ``partition``: what its producer notices of a move (records go out every few milliseconds)."""
+        times = [since, *(t for t in list(self.acked_at[partition]) if since < t < until), until]
+        return max(later - earlier for earlier, later in itertools.pairwise(times))
 
     def wait_more(self, extra: int, timeout: float) -> None:
         target = self.count() + extra

@@ -21,8 +21,13 @@ from broker.partition.partition_log.recovery import recover
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.producer_state import encode_snapshot
 from storage import errors as storage_errors
+from storage.stream_api import Stream
 
 logger = logging.getLogger(__name__)
+
+#: How long a close waits for the appends in flight before it closes the data streams first and writes the meta
+#: entries after them.
+_SETTLE_S = 5.0
 
 
 async def restore(state: PartitionState) -> None:
@@ -76,11 +81,19 @@ async def restore(state: PartitionState) -> None:
 
 async def close(state: PartitionState) -> None:
     """Clean close: waits for in-flight appends, force-uploads, and persists PARTITION(cs=true), producer
-    snapshots and the leader-epoch checkpoint so the next open skips recovery."""
+    snapshots and the leader-epoch checkpoint so the next open skips recovery.
+
+    A moved partition's producer waits for this close (the target opens once the source's streams are closed), so
+    it costs one upload and one round of closes: once every append taken is durable, the closing meta entries join
+    the WAL behind them, the first stream's close seals them into the same block as the log's last records (each
+    stream closing on its own would wait for an upload of its own), and the meta stream closes with the others
+    (the reassignment watch elects on its close; a target finding another stream not closed yet retries its open).
+    Should an append not settle, the entries follow the closed data streams as before, so a clean-shutdown flag
+    never precedes records that are not durable."""
     if state.closed:
         return
     async with state.lock:
-        state.closed = True
+        state.closed = True  # from here no append takes an offset: the log end and the producer state are final
         task = state.checkpoint.task
     if task is not None:
         await asyncio.gather(task, return_exceptions=True)
@@ -91,26 +104,42 @@ async def close(state: PartitionState) -> None:
                 entry = TimeIndexEntry(state.max_timestamp, state.max_timestamp_offset)
                 if state.time_index.add(entry):
                     await state.time.append(encode_time_entry(entry), 1)
-        # Closed together: the first close's upload carries every stream's last records, so the others only wait
-        # for it instead of each sealing and uploading a block of its own (a move's stall is mostly this close).
-        extras = [s for s in (state.stored.cleaned, state.cleaning, state.txn, state.share) if s is not None]
-        closes = await asyncio.gather(state.log.close(), state.time.close(), *(s.close() for s in extras),
-                                      return_exceptions=True)
+        data = [state.log, state.time, *(s for s in (state.stored.cleaned, state.cleaning, state.txn, state.share)
+                                          if s is not None)]
+        settled = all(await asyncio.gather(*(_settled(s) for s in data)))
+        if settled:
+            await state.meta.put(_closing_entries(state))
+            data.append(state.meta.stream)
+        # Closed together: the first close's upload carries every stream's last records (and the meta entries),
+        # so the others only wait for it, and their closes reach the controller at once.
+        closes = await asyncio.gather(*(s.close() for s in data), return_exceptions=True)
         for result in closes:
             if isinstance(result, BaseException):
                 raise result
-        await state.meta.put(
-            {
-                KEY_PRODUCER_SNAPSHOTS: encode_snapshot(state.log_end_offset, state.producers),
-                KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(state.epochs.entries),
-                KEY_PARTITION: checkpoints.partition_record(state, clean_shutdown=True),
-            }
-        )
-        await state.meta.stream.close()
+        if not settled:
+            await state.meta.put(_closing_entries(state))
+            await state.meta.stream.close()
         logger.info("closed %s cleanly at offset %d", state.where, state.log_end_offset)
     except storage_errors.StorageError as exc:
         # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
         logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
+
+
+async def _settled(stream: Stream) -> bool:
+    """Whether every append the stream took is durable (False after ``_SETTLE_S`` seconds: one failed or hangs)."""
+    if stream.confirm_offset >= stream.next_offset:
+        return True
+    return await stream.wait_for_append(stream.next_offset - 1, _SETTLE_S)
+
+
+def _closing_entries(state: PartitionState) -> dict[str, bytes]:
+    """What the next open reads instead of the log: the producer snapshot, the leader epochs and PARTITION with the
+    clean-shutdown flag up and the recovery point at the log end."""
+    return {
+        KEY_PRODUCER_SNAPSHOTS: encode_snapshot(state.log_end_offset, state.producers),
+        KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(state.epochs.entries),
+        KEY_PARTITION: checkpoints.partition_record(state, clean_shutdown=True),
+    }
 
 
 async def delete(state: PartitionState) -> None:

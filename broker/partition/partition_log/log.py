@@ -32,7 +32,7 @@ from broker.partition.partition_log import (
     txn_markers,
 )
 from broker.partition.partition_log.append import AppendResult
-from broker.partition.partition_log.opening import open_streams
+from broker.partition.partition_log.opening import open_streams, read_meta_id
 from broker.partition.partition_log.reads import OffsetAndTimestamp, ReadResult, find_offset_for_timestamp, read_records
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.partition_log.stored_log import BatchVisitor
@@ -211,6 +211,12 @@ class PartitionLog:
         return await share_stream.ensure_share_stream(self._state)
 
     # ------------------------------------------------------------------ open
+    @staticmethod
+    async def read_ahead(kv: StreamMetadata, namespace: str, topic_id: uuid.UUID, partition: int) -> int | None:
+        """What :meth:`open` reads first (the partition's meta stream id), read before the partition is this
+        broker's to open: a reassignment's target reads it while the source still closes the partition."""
+        return await read_meta_id(kv, namespace, topic_id, partition)
+
     @classmethod
     async def open(
         cls,
@@ -223,9 +229,11 @@ class PartitionLog:
         topic_id: uuid.UUID,
         leader_epoch: int,
         config: LogConfig,
+        meta_id: int | None = None,
     ) -> PartitionLog:
         """Opens the partition's streams (:mod:`.opening`), restores its state (:mod:`.recovery`) and flips the
-        clean-shutdown flag to false, so a crash is detected next time."""
+        clean-shutdown flag to false, so a crash is detected next time. ``meta_id``: what :meth:`read_ahead`
+        returned, if the caller read it ahead."""
         where = f"{topic}-{partition}"
         opened: list[Stream] = []
         try:
@@ -238,6 +246,7 @@ class PartitionLog:
                 topic_id=topic_id,
                 leader_epoch=leader_epoch,
                 opened=opened,
+                meta_id=meta_id,
             )
             self = cls(PartitionState(
                 topic=topic,

@@ -19,7 +19,7 @@ import logging
 import struct
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -66,6 +66,13 @@ async def open_stream(streams: StreamClient, stream_id: int, epoch: int, where: 
     raise AssertionError("unreachable")
 
 
+async def read_meta_id(kv: StreamMetadata, namespace: str, topic_id: uuid.UUID, partition: int) -> int | None:
+    """The partition's meta stream id from its KV entry (None: not created yet, or not eight bytes, which
+    :func:`open_streams` reports). The entry never changes once written, so it may be read ahead of the open."""
+    raw = await kv.get_kv(partition_kv_key(namespace, topic_id, partition))
+    return struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else None
+
+
 async def delete_doomed(streams: StreamClient, stream_ids: list[int], epoch: int, where: str) -> list[int]:
     """Deletes streams a cleaner round left behind (an interrupted round's output, or a replaced cleaned stream
     whose deletion did not finish); one already gone is fine. Returns the ids that could not be deleted yet."""
@@ -92,14 +99,17 @@ async def open_streams(
     topic_id: uuid.UUID,
     leader_epoch: int,
     opened: list[Stream],
+    meta_id: int | None = None,
 ) -> OpenedStreams:
     """Opens (creating on first open) the meta, log, time, txn, share and cleaned streams of ``topic``-``partition``.
 
-    Each stream is added to ``opened`` as soon as it is open, so the caller can close them all when this or what
-    follows it fails: the next attempt (or another node) must be able to open them."""
+    ``meta_id``: the meta stream's id when the caller read the KV entry ahead (a reassignment's target does, while
+    the source still closes: :func:`read_meta_id`). Each stream is added to ``opened`` as soon as it is open, so the
+    caller can close them all when this or what follows it fails: the next attempt (or another node) must be able
+    to open them."""
     where = f"{topic}-{partition}"
     key = partition_kv_key(namespace, topic_id, partition)
-    raw = await kv.get_kv(key)
+    raw = struct.pack(">q", meta_id) if meta_id is not None else await kv.get_kv(key)
     tags = (("topic", topic), ("partition", str(partition)))
     if raw is None:
         meta_id = await streams.create_stream((*tags, ("type", "meta")))
@@ -122,20 +132,24 @@ async def open_streams(
     else:
         log_info = json.loads(log_entry)
     stream_map = log_info["streamMap"]
-    log = await open_stream(streams, int(stream_map["log"]), leader_epoch, where)
-    opened.append(log)
-    time_stream = await open_stream(streams, int(stream_map["tim"]), leader_epoch, where)
-    opened.append(time_stream)
-    txn_stream: Stream | None = None
-    txn_id = int(stream_map.get("txn", -1))
-    if txn_id >= 0:
-        txn_stream = await open_stream(streams, txn_id, leader_epoch, where)
-        opened.append(txn_stream)
-    share_stream: Stream | None = None
-    share_id = int(stream_map.get("shr", -1))
-    if share_id >= 0:
-        share_stream = await open_stream(streams, share_id, leader_epoch, where)
-        opened.append(share_stream)
+    ids = [int(stream_map["log"]), int(stream_map["tim"]), int(stream_map.get("txn", -1)),
+           int(stream_map.get("shr", -1))]
+
+    async def open_one(stream_id: int) -> Stream | None:
+        if stream_id < 0:
+            return None
+        stream = await open_stream(streams, stream_id, leader_epoch, where)
+        opened.append(stream)
+        return stream
+
+    # Together: each open is a round trip to the controller, and a moved partition's producer waits for them all.
+    found = await asyncio.gather(*(open_one(i) for i in ids), return_exceptions=True)
+    for result in found:
+        if isinstance(result, BaseException):
+            raise result
+    log, time_stream, txn_stream, share_stream = cast("list[Stream | None]", found)
+    if log is None or time_stream is None:
+        raise AssertionError("the log and time streams always exist")
     doomed = log_info.get("doomed")
     if isinstance(doomed, list) and doomed:
         log_info["doomed"] = await delete_doomed(streams, [int(x) for x in doomed], leader_epoch, where)
