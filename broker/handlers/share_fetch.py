@@ -19,8 +19,11 @@ append, a release, a lock time-out) and acquires again, keeping what it acquired
 names the leader (``CurrentLeader``, ``NodeEndpoints``). Epoch -1 fetches nothing: the acknowledgements are
 applied, then the session closes and the member's remaining records are released.
 
-``ShareAcquireMode`` (v2: batch-optimized or record-limit) and ``BatchSize`` are read but not passed on: the share
-partitions' fetch takes MaxRecords and MaxBytes only (``broker.share.share_partition.SharePartition.fetch``).
+``ShareAcquireMode`` (v2; v1 has none and is batch-optimized, the field's default, which is what librdkafka 2.16
+sends): batch-optimized acquires whole record batches, so the batch that reaches MaxRecords is completed and a
+fetch may return more than MaxRecords (the ranges cut at batch boundaries every ``BatchSize`` records), as Kafka's
+SharePartition does; record-limit (1) never acquires more than MaxRecords, even inside a batch. Another value is
+INVALID_REQUEST. Whole batches also mean fewer round trips, each paying for its acknowledgements' durable write.
 """
 
 from __future__ import annotations
@@ -78,6 +81,13 @@ class _Limits:
     min_bytes: int
     max_records: int
     deadline: float
+    #: Batch-optimized acquisition (ShareAcquireMode 0) and its BatchSize.
+    whole_batches: bool = True
+    batch_size: int = 0
+
+
+#: ShareFetch v2's ShareAcquireMode values (Kafka's ShareAcquireMode ids).
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 
 
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
@@ -90,6 +100,9 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     max_wait_ms = max(schema.millis(request.max_wait), 0)
     is_renew = ctx.api_version >= 2 and bool(request.is_renew_ack)
     if is_renew and (request.max_bytes or request.min_bytes or request.max_records or max_wait_ms):
+        return top_level_error(ctx, ErrorCode.invalid_request)
+    mode = request.share_acquire_mode if ctx.api_version >= 2 else BATCH_OPTIMIZED
+    if mode not in (BATCH_OPTIMIZED, RECORD_LIMIT):
         return top_level_error(ctx, ErrorCode.invalid_request)
     requested = [partition_key(ctx, t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     forgotten = [partition_key(ctx, t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
@@ -119,7 +132,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     if not is_renew and context.partitions:
         max_bytes = min(request.max_bytes if request.max_bytes > 0 else _MAX_INT32, ctx.broker.config.fetch_max_bytes)
         limits = _Limits(max_bytes, min(request.min_bytes, max_bytes), request.max_records,
-                         time.monotonic() + max_wait_ms / 1000)
+                         time.monotonic() + max_wait_ms / 1000, mode == BATCH_OPTIMIZED, request.batch_size)
         acquired = await _Acquisition(ctx, sessions, group_id, member_id, limits).run(context, readable)
     if not sessions.cache.still_current(context):
         return top_level_error(ctx, ErrorCode.invalid_share_session_epoch)
@@ -205,7 +218,9 @@ class _Acquisition:
             try:
                 share_partition = await self.sessions.partitions.get(self.group_id, topic_id, partition)
                 fetched = await share_partition.fetch(self.member_id, max_bytes, max_records,
-                                                      self.sessions.clock_ms())
+                                                      self.sessions.clock_ms(),
+                                                      whole_batches=self.limits.whole_batches,
+                                                      batch_size=self.limits.batch_size)
             except Exception as exc:
                 part.error = error_code_logged(exc, logger, "share fetch from %s-%d failed (%s)", name, partition,
                                                self.ctx.describe())

@@ -177,27 +177,37 @@ class PartitionShareState:
 
     # ------------------------------------------------------------------ acquisition
     def acquire(
-        self, member_id: str, batches: Iterable[LogBatch], max_records: int, now_ms: int
+        self, member_id: str, batches: Iterable[LogBatch], max_records: int, now_ms: int, *,
+        whole_batches: bool = False, batch_size: int = 0,
     ) -> list[AcquiredRange]:
         """Acquires for ``member_id`` the AVAILABLE records of ``batches`` (in offset order, as read from the log
         from :meth:`fetch_offset` on): records of the window again, fresh ones after it while the window holds
         fewer than ``max_record_locks``, at most ``max_records`` in all. Skipped batches and offsets the log has no
         batch for are archived. Returns the acquired ranges, each with one delivery count.
 
+        ``whole_batches`` is ShareFetch's batch-optimized mode (Kafka's default): the limits are checked between
+        log batches only, so the batch that reaches ``max_records`` (or fills the window) is acquired to its end
+        and the fetch may exceed both, as Kafka completes the batch holding the limit rather than splitting it;
+        fresh ranges are then cut at batch boundaries every ``batch_size`` records (Kafka's AcquiredRecords per
+        BatchSize). Without it (record-limit mode, and this class's own default) the limits are exact.
+
         Runs of records change as slices (fresh records, the bulk of a fetch, are one ``extend``); only records
         acquired again go one by one, as each carries its own delivery count."""
         deadline = now_ms + self.limits.record_lock_duration_ms
         taken: list[AcquiredRange] = []
         remaining = max_records
+        split = batch_size if whole_batches and batch_size > 0 else 0
         for batch in batches:
             if remaining <= 0:
                 break
+            # What this batch may give: all of it in batch-optimized mode, else what the limit leaves.
+            allowed = batch.last_offset - batch.first_offset + 1 if whole_batches else remaining
             first = max(batch.first_offset, self.start_offset)
             if first > self.end_offset:  # offsets the log holds no batch for (compaction, deleted records)
                 self._extend(first - self.end_offset, _ARCHIVED)
             i = first - self.start_offset
             stop = min(batch.last_offset + 1, self.end_offset) - self.start_offset
-            while remaining > 0 and i < stop:  # records of the window, AVAILABLE again
+            while allowed > 0 and i < stop:  # records of the window, AVAILABLE again
                 i = self._states.find(_AVAILABLE, i, stop)
                 if i < 0:
                     break
@@ -205,22 +215,27 @@ class PartitionShareState:
                 if batch.skip:
                     self._fill(i, run, _ARCHIVED)
                 else:
-                    run = min(run, remaining)
+                    run = min(run, allowed)
                     self._take_again(i, run, member_id, deadline, taken)
                     remaining -= run
+                    allowed -= run
                 i += run
             fresh = max(first, self.end_offset)
             wanted = batch.last_offset + 1 - fresh
-            if remaining <= 0 or wanted <= 0:
+            if allowed <= 0 or wanted <= 0:
                 continue
-            n = min(wanted, self.limits.max_record_locks - len(self._states))
-            if not batch.skip:
-                n = min(n, remaining)
+            room = max(self.limits.max_record_locks - len(self._states), 0)
+            if batch.skip:
+                n = min(wanted, room)
+            elif whole_batches:
+                n = wanted if room else 0  # the window's bound is soft too: the batch is completed
+            else:
+                n = min(wanted, room, allowed)
             if n > 0 and batch.skip:
                 self._extend(n, _ARCHIVED)
             elif n > 0:
                 self._extend_acquired(n, member_id, deadline)
-                _add_range(taken, fresh, fresh + n - 1, 1)
+                _add_range(taken, fresh, fresh + n - 1, 1, split)
                 remaining -= n
             if n < wanted:
                 break  # the window is full (or max_records reached)
@@ -479,9 +494,11 @@ class PartitionShareState:
             yield StateBatch(run[0], run[1], run[2], run[3])
 
 
-def _add_range(taken: list[AcquiredRange], first: int, last: int, count: int) -> None:
-    """Appends ``[first, last]`` at ``count``, merged into the last range when it continues it at the same count."""
-    if taken and taken[-1].last_offset == first - 1 and taken[-1].delivery_count == count:
+def _add_range(taken: list[AcquiredRange], first: int, last: int, count: int, split: int = 0) -> None:
+    """Appends ``[first, last]`` at ``count``, merged into the last range when it continues it at the same count
+    (unless ``split`` is set and that range already reaches ``split`` records by ``first``)."""
+    if (taken and taken[-1].last_offset == first - 1 and taken[-1].delivery_count == count
+            and not (split and first - taken[-1].first_offset >= split)):
         taken[-1] = AcquiredRange(taken[-1].first_offset, last, count)
     else:
         taken.append(AcquiredRange(first, last, count))

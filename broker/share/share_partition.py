@@ -95,8 +95,13 @@ class SharePartition:
     def acquisition_lock_timeout_ms(self) -> int:
         return self._config().record_lock_duration_ms
 
-    async def fetch(self, member_id: str, max_bytes: int, max_records: int, now_ms: int) -> ShareFetched:
-        """Acquires up to ``max_records`` records for ``member_id`` and returns the batches holding them."""
+    async def fetch(
+        self, member_id: str, max_bytes: int, max_records: int, now_ms: int, *,
+        whole_batches: bool = False, batch_size: int = 0,
+    ) -> ShareFetched:
+        """Acquires up to ``max_records`` records for ``member_id`` and returns the batches holding them; with
+        ``whole_batches`` (ShareFetch's batch-optimized mode) the last batch is completed past the limit, see
+        :meth:`PartitionShareState.acquire`."""
         pending: list[Awaitable[None]] = []
         try:
             config = self._config()
@@ -118,7 +123,8 @@ class SharePartition:
                 kinds = classify(
                     [h for h, _ in batches], result.aborted_transactions, read_committed=read_committed
                 )
-                acquired = self.state.acquire(member_id, kinds, max_records, now_ms)
+                acquired = self.state.acquire(member_id, kinds, max_records, now_ms, whole_batches=whole_batches,
+                                              batch_size=batch_size)
                 records = _holding(result.records, [h for h, _ in batches], acquired)
                 written = self._issue()
                 if written is not None:

@@ -67,8 +67,9 @@ def commit(consumer: Consumer, message: Message) -> None:
     eventually(committed, timeout=10, interval=0.05, what=f"committing {message.topic()}/{message.partition()}")
 
 
-def produce(bootstrap: str, topic: str, values: Iterable[int], partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+def produce(bootstrap: str, topic: str, values: Iterable[int], partitions: int, *, batch_records: int = 10_000) -> None:
+    """``batch_records``: at most that many records per batch (a share consumer acquires whole batches)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": batch_records})
     for i in values:
         producer.produce(topic, key=str(i).encode(), value=str(i).encode(), partition=i % partitions)
     assert producer.flush(30) == 0

@@ -168,7 +168,7 @@ Acks = tuple[tuple[int, int, int], ...]
 def share_fetch(
     m: Member, version: int, epoch: int, acks: Acks = (), *, send: tuple[int, ...] | None = None,
     acks_on: int = 0, max_records: int = MAX_RECORDS, mode: int = BATCH_OPTIMIZED, forget: tuple[int, ...] = (),
-    renew: bool = False,
+    renew: bool = False, batch_size: int | None = None,
 ) -> Any:
     """ShareFetch as ShareSessionHandler and ShareFetchRequest.Builder.forConsumer build it: the session's partitions
     by topic id at epoch 0; later only the partitions added (``send``) and those whose acknowledgements ride along;
@@ -187,7 +187,7 @@ def share_fetch(
         m.client, 78, version, group_id=m.group, member_id=m.member_id, share_session_epoch=epoch,
         max_wait=0 if renew else MAX_WAIT_MS, min_bytes=0 if renew else MIN_BYTES,
         max_bytes=0 if renew else MAX_BYTES, max_records=0 if renew else max_records,
-        batch_size=0 if renew else max_records,
+        batch_size=0 if renew else max_records if batch_size is None else batch_size,
         topics=(schema.build(topic_cls, topic_id=m.topic_id, partitions=parts),) if parts else (),
         forgotten_topics_data=(schema.build(forgotten_cls, topic_id=m.topic_id, partitions=forget),) if forget else (),
         **fields,

@@ -95,7 +95,7 @@ def test_a_consumer_reads_on_through_kill_9_after_many_checkpoints(
     create_topic(first.bootstrap, topic, 1)
     set_group_config(first.bootstrap, group, {"share.auto.offset.reset": "earliest"})
     produced = range(MANY)
-    produce(first.bootstrap, topic, produced, partitions=1)
+    produce(first.bootstrap, topic, produced, partitions=1, batch_records=5)  # whole batches are acquired
     reader = LiveReader(share_consumer(group, topic, **{"share.acknowledgement.mode": "explicit",
                                                         "max.poll.records": 5, "reconnect.backoff.max.ms": 500}))
     reader.read_until(MANY * 3 // 4, "three quarters of the records, in small acknowledged batches")

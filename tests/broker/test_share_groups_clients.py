@@ -68,7 +68,9 @@ def test_ten_consumers_on_one_partition_consume_every_record_once(
 ) -> None:
     topic = unique("queue")
     group = share_group(broker, topic)
-    produce(broker.bootstrap, topic, range(2000), partitions=1)
+    # Batches of 20: a share fetch acquires whole batches (Kafka's batch-optimized mode, what librdkafka gets), so
+    # one batch of all 2,000 would go to one consumer.
+    produce(broker.bootstrap, topic, range(2000), partitions=1, batch_records=20)
     consumers = [share_consumer(group, topic) for _ in range(10)]
     seen: Counter[int] = Counter()
     by_consumer: Counter[int] = Counter()

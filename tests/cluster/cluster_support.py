@@ -135,10 +135,13 @@ class ProduceLoad:
         wait_for(f"{count} acknowledged records on {self.topic}", lambda: len(self.acked) >= count, timeout)
 
 
-def produce(bootstrap: str, topic: str, values: Iterable[str], timeout: float = 60) -> set[str]:
-    """Sends ``values`` (acks=all) and returns those acknowledged."""
+def produce(
+    bootstrap: str, topic: str, values: Iterable[str], timeout: float = 60, batch_records: int = 10_000
+) -> set[str]:
+    """Sends ``values`` (acks=all), at most ``batch_records`` per batch, and returns those acknowledged."""
     acked: set[str] = set()
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": int(timeout * 1000)})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": int(timeout * 1000),
+                         "batch.num.messages": batch_records})
     for value in values:
         producer.produce(topic, value=value.encode(),
                          on_delivery=lambda err, msg: acked.add((msg.value() or b"").decode()) if err is None else None)

@@ -83,7 +83,8 @@ def _in_flight(bootstrap: str) -> tuple[str, str, int]:
 
 
 def _produce(bootstrap: str, topic: str, values: range) -> None:
-    acked = produce(bootstrap, topic, [str(v) for v in values])
+    # Batches of 10: a share consumer acquires whole batches, and the reading group reads 10 at a time.
+    acked = produce(bootstrap, topic, [str(v) for v in values], batch_records=10)
     assert len(acked) == len(values), f"{len(values) - len(acked)} records not acknowledged by the producer"
 
 

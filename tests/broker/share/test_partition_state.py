@@ -43,6 +43,28 @@ def test_max_records_limits_one_acquisition() -> None:
     assert state.acquire("b", log((0, 9)), 3, now_ms=0) == [AcquiredRange(3, 5, 1)]
 
 
+def test_whole_batches_complete_the_batch_past_max_records_and_the_window() -> None:
+    """Batch-optimized acquisition: the limits are checked between batches, the batch holding them is taken whole."""
+    state = PartitionShareState(0, Limits(max_record_locks=7))
+    assert state.acquire("a", log((0, 4), (5, 9)), 3, now_ms=0, whole_batches=True) == [AcquiredRange(0, 4, 1)]
+    # 5 in flight leaves room for 2 of the window's 7, and the batch 5-9 is completed past it; 10-14 is not begun.
+    assert state.acquire("b", log((5, 9), (10, 14)), 100, now_ms=0, whole_batches=True) == [AcquiredRange(5, 9, 1)]
+    assert state.in_flight() == 10 and not state.can_acquire(log_end=15)
+    # Given back, the records of a batch come again together, each at its next delivery count.
+    state.acknowledge("a", [AckBatch(0, 4, (RELEASE, ACCEPT, RELEASE, RELEASE, RELEASE))])
+    assert state.acquire("c", log((0, 4), (5, 9)), 1, now_ms=0, whole_batches=True) == [
+        AcquiredRange(0, 0, 2), AcquiredRange(2, 4, 2)
+    ]
+
+
+def test_whole_batches_cut_fresh_ranges_every_batch_size_records() -> None:
+    state = PartitionShareState(0)
+    batches = log((0, 3), (4, 7), (8, 11), (12, 15))
+    assert state.acquire("a", batches, 10, now_ms=0, whole_batches=True, batch_size=5) == [
+        AcquiredRange(0, 7, 1), AcquiredRange(8, 11, 1)
+    ]
+
+
 def test_accept_advances_the_start_offset_and_persists_it() -> None:
     state = PartitionShareState(0)
     state.acquire("a", log((0, 9)), 100, now_ms=0)
