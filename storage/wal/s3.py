@@ -237,7 +237,10 @@ class S3WAL(WALState):
                     reads.append(asyncio.create_task(self._retrying(f"read of {key}", partial(self._get, key))))
                     next_read += 1
                 data = await reads.popleft()
-                for rec in self._parse_object(obj, data, trim):
+                # Off the event loop: decoding copies every payload out of the object (milliseconds per MiB on a
+                # busy machine), and a replay of hundreds of MiB on the loop stalls the broker's heartbeats long
+                # enough for its own session to expire mid-failover.
+                for rec in await asyncio.to_thread(self._parse_object, obj, data, trim):
                     yield rec
         finally:
             for task in reads:
