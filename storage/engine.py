@@ -51,12 +51,10 @@ from storage.wal.factory import open_wal
 logger = logging.getLogger(__name__)
 
 REPLAY_BLOCK_MAX = 64 * MiB
-"""A failover's replay (``recover_wal``) uploads what it reads in blocks of at most this (or the upload threshold,
-when smaller), so the upload of each block overlaps the reading of the next ones. One block of the whole WAL (the
-threshold is 500 MiB by default) would upload only once everything is read, adding the two times up."""
+"""A failover's replay (``recover_wal``) uploads in blocks of at most this (or the upload threshold), so each upload
+overlaps reading the next blocks; one block of the whole WAL (500 MiB by default) would add the two times up."""
 REPLAY_BLOCKS_IN_FLIGHT = 4
-"""Replayed blocks read but not yet committed, at most: bounds the replay's memory to about
-``REPLAY_BLOCKS_IN_FLIGHT * REPLAY_BLOCK_MAX``."""
+"""Replayed blocks read but not yet committed, at most: bounds the replay's memory."""
 
 
 @dataclass(slots=True)
