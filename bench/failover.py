@@ -17,21 +17,27 @@ measures from the node logs' wall-clock timestamps and a probe producer:
     .venv/bin/python bench/failover.py [--wal-mb 500] [--runs 3] [--partitions 4] [--session-ms 4000]
                                       [--upload-threshold-mb 1024] [--keep-logs DIR]
 
-First figures (2026-11-29, the 2-core machine shared with other work at a load average of 8-25; 500 MiB, 4
-partitions, session 4 s), medians of 3 runs:
+Figures (2026-11-29, the 2-core machine shared with other helpers' work at a load average of 10-25, which moves
+every figure by 2-3x between runs; 500 MiB, 4 partitions, session 4 s), three runs each:
 
-- before (the replay read the whole WAL into one block, the upload threshold's size, then uploaded it; decoding
-  ran on the event loop): fenced 3.64 s, replay 63.25 s (60.61 / 63.25 / 140.75), serving 78.67 s. In two of the
-  three runs the replaying broker itself missed its heartbeats for 4 s while it decoded, was fenced, and the
-  failover was reassigned and replayed a second time (the 140 s run);
-- after (uploads of 64 MiB blocks overlap the reading of the next ones; decoding in a worker thread): fenced
-  3.37 s, replay 67.31 s (65.59 / 67.31 / 70.98), serving 76.78 s, at a load average of 20-25 against 8-14 before;
-  the replaying broker kept its session in every run.
+| code | death -> fenced | replay (start -> end) | death -> produce on new leader |
+|---|---|---|---|
+| before, first set (load 8-14) | 3.71 / 3.64 / 3.20 s | 63.25 / 60.61 / 140.75 s | 78.67 / 73.95 / 159.14 s |
+| before, second set (load 10-16) | 3.43 / 3.85 / 3.46 s | 25.70 / 27.45 / 56.33 s | 33.00 / 37.63 / 66.25 s |
+| after (load 10-17) | 3.38 / 3.63 / 3.45 s | 47.96 / 20.25 / 14.61 s | 54.00 / 25.75 / 19.64 s |
 
-What bounds the replay here is moto: at that load it stores about 8 MB/s and serves about 10 MB/s (32 MiB PUT
-and GET, boto3 and the broker's aiobotocore client alike), so uploading 500 MiB takes about a minute whatever the
-broker does. ``serving`` adds to fence + replay the new leaders' own open (their partition-log recovery reads
-what followed their last checkpoint back from S3: 13 MB per partition, 8-10 s here).
+Before, the replay read the whole WAL into one block (the upload threshold's size) and only then uploaded it, and
+decoded on the event loop without a break: in two runs of the first set the replaying broker missed its heartbeats
+for 4 s, was fenced itself, and the failover was reassigned and replayed twice. After, 64 MiB blocks upload while
+the next ones are read and the loop runs between records; no replaying broker lost its session in 6 runs (100 and
+500 MiB).
+
+What bounds the replay here is moto, run in one process on the same two cores: at a load of 25 it stores about
+8 MB/s and serves about 10 MB/s (32 MiB PUT and GET, boto3 and the broker's aiobotocore client alike), so the
+upload of 500 MiB before the streams can be closed takes tens of seconds whatever the broker does, and even a
+replay that served from the LogCache before uploading would need as long to read the WAL. ``serving`` adds to
+fence + replay the new leaders' own open (their partition-log recovery reads what followed their last checkpoint
+back from S3, 13 MB per partition) and the probe client finding them: 1.6-15 s here.
 """
 
 from __future__ import annotations
