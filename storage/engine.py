@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from storage.cache.block_cache import BlockCache
 from storage.cache.log_cache import CacheBlock, LogCache
 from storage.compaction.scheduler import CompactionScheduler
-from storage.config import BucketURL, StorageConfig
+from storage.config import BucketURL, MiB, StorageConfig
 from storage.errors import StorageError, StreamFencedError
 from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
 from storage.metrics import EngineStats, StorageMetrics
@@ -49,6 +49,12 @@ from storage.wal.base import WALRecord, WriteAheadLog
 from storage.wal.factory import open_wal
 
 logger = logging.getLogger(__name__)
+
+REPLAY_BLOCK_MAX = 64 * MiB
+"""A failover's replay (``recover_wal``) uploads in blocks of at most this (or the upload threshold), so each upload
+overlaps reading the next blocks; one block of the whole WAL (500 MiB by default) would add the two times up."""
+REPLAY_BLOCKS_IN_FLIGHT = 4
+"""Replayed blocks read but not yet committed, at most: bounds the replay's memory."""
 
 
 @dataclass(slots=True)
@@ -286,7 +292,7 @@ class StorageEngine:
             who += f" (failover by node {self._node.node_id})"
         found = Recovered(await self._metadata.get_opening_streams(owner))
         epochs = {s.stream_id: s.epoch for s in found.opening}
-        threshold = self._config.wal_upload_threshold
+        threshold = min(self._config.wal_upload_threshold, REPLAY_BLOCK_MAX)
         block = CacheBlock(-1)
         uploads: list[asyncio.Future[None]] = []
         async for record in recoverable(wal, found, who):
@@ -294,8 +300,8 @@ class StorageEngine:
             if block.size >= threshold:
                 uploads.append(self._submit_recovered(block, epochs))
                 block = CacheBlock(-1)
-                if len(uploads) >= 2:
-                    await uploads.pop(0)  # bound memory: at most two recovered blocks in flight
+                if len(uploads) >= REPLAY_BLOCKS_IN_FLIGHT:
+                    await uploads.pop(0)  # bound memory: REPLAY_BLOCKS_IN_FLIGHT blocks read ahead of the uploads
         if not block.empty:
             uploads.append(self._submit_recovered(block, epochs))
         for upload in uploads:

@@ -241,26 +241,34 @@ class S3WAL(WALState):
                     reads.append(asyncio.create_task(self._retrying(f"read of {key}", partial(self._get, key))))
                     next_read += 1
                 data = await reads.popleft()
-                for rec in self._parse_object(obj, data, trim):
+                scanner = self._scanner(obj, data, trim)
+                for rec in scanner:
                     yield rec
+                    # Decoding copies each payload out of the object (milliseconds per MiB on a busy machine): the
+                    # loop runs between records, or a replay of hundreds of MiB stalls the broker's heartbeats long
+                    # enough for its own session to expire mid-failover. (A worker thread would starve the loop's
+                    # socket reads instead, each waiting for the GIL.)
+                    await asyncio.sleep(0)
+                self._report_stop(obj, scanner)
         finally:
             for task in reads:
                 task.cancel()
 
-    def _parse_object(self, obj: WALObjectKey, data: bytes, trim: int) -> list[WALRecord]:
+    def _scanner(self, obj: WALObjectKey, data: bytes, trim: int) -> RecordScanner:
+        """The records of one WAL object; none if its header is corrupt."""
         try:
             header = ObjectHeader.decode(data, obj.key)
             header.check(obj, self._node_id, len(data))
         except CorruptObjectError as exc:
             logger.error("%s: %s; skipping the object", self._name, exc)
-            return []
+            data = bytes(s3_format.OBJECT_HEADER_SIZE)  # an empty body: the scanner finds nothing
         body = memoryview(data)[s3_format.OBJECT_HEADER_SIZE :]
-        scanner = RecordScanner(body, obj.start, where=f"WAL object {obj.key}", skip_below=trim)
-        records = list(scanner)
+        return RecordScanner(body, obj.start, where=f"WAL object {obj.key}", skip_below=trim)
+
+    def _report_stop(self, obj: WALObjectKey, scanner: RecordScanner) -> None:
         if scanner.stop is not None and scanner.stop.reason is not StopReason.END:
             logger.error("%s: %s; the rest of the object is skipped", self._name,
                          scanner.stop.describe(f"WAL object {obj.key}"))
-        return records
 
     # ---------------------------------------------------------------- appends
 

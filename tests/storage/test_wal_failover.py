@@ -57,9 +57,10 @@ class _Cluster:
         return cls(self.wals, namespace="_fjord_test", node_id=node_id, node_epoch=epoch, batch_interval_ms=10,
                    failover=failover)
 
-    def engine(self, node_id: int) -> StorageEngine:
+    def engine(self, node_id: int, **overrides: int) -> StorageEngine:
         epoch = self.epochs[node_id]
-        config = small_config(self.tmp_path / f"node-{node_id}", node_id=node_id, node_epoch=epoch, wal_url=WAL_URL)
+        config = small_config(self.tmp_path / f"node-{node_id}", node_id=node_id, node_epoch=epoch, wal_url=WAL_URL,
+                              **overrides)
         return StorageEngine(config, self.controller.stream_metadata, store=self.data, wal=self.wal(node_id, epoch))
 
 
@@ -229,4 +230,24 @@ async def test_a_replay_through_a_slow_down_storm_replays_everything(cluster: _C
     assert await asyncio.wait_for(runner.replay(failover), 60) == APPENDS
     assert sum(storm.injected.values()) > 0
     assert await _read_all(live, stream_id, 2) == payloads
+    await live.shutdown()
+
+
+async def test_a_wal_of_many_upload_blocks_is_replayed_whole(cluster: _Cluster) -> None:
+    """A WAL several times the upload threshold (16 KiB here) is replayed in blocks whose uploads overlap the
+    reading of the next ones: the new owner reads every acknowledged append of both streams, in order."""
+    # The dead broker uploads nothing itself (its threshold is far above what it writes).
+    dead, live = cluster.engine(1, wal_upload_threshold=1 << 20, wal_cache_size=2 << 20), cluster.engine(2)
+    await dead.start()
+    await live.start()
+    written = await asyncio.gather(_write(dead, 60), _write(dead, 60))  # ~84 KiB, interleaved in the WAL
+    await dead.halt()
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    failover = cluster.controller.image.wal_failovers[1]
+    runner = WALFailoverRunner(cluster.client, live,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True))
+    assert await runner.replay(failover) == 120
+    assert live.stats().recovered_batches == 120
+    for stream_id, _stream, payloads in written:
+        assert await _read_all(live, stream_id, 2) == payloads
     await live.shutdown()

@@ -1,0 +1,281 @@
+"""S3 WAL failover benchmark (issue 25): a broker killed -9 with ~500 MiB only in its S3 WAL, until its partitions
+serve on another broker.
+
+A cluster of one controller and two brokers (``node.local_cluster``, ``s3.wal.path`` on a bucket of a moto S3
+server run in its own process, as the tests' ``s3_server``) with ``s3.wal.upload.threshold`` raised to
+``--upload-threshold-mb`` and no upload timer, so everything the victim acknowledged before the kill lives only in
+its S3 WAL. Each run fills the victim's partitions with ``--wal-mb`` MiB of 1 KiB records, kills it (-9), and
+measures from the node logs' wall-clock timestamps and a probe producer:
+
+- ``fenced``: death -> the controller fences the victim (its session timeout, ``broker.session.timeout.ms``, set to
+  ``--session-ms``, plus up to a heartbeat check);
+- ``replay``: on the taking-over broker, its "replays the WAL of broker" line -> its "WAL failover of broker ... done"
+  line (the replay proper: read the dead WAL, make the records servable, report the failover done);
+- ``serves``: death -> every partition the victim led accepts a produce (``acks=all``) on its new leader;
+- ``WAL MB``: what the victim's WAL held at the kill (the replay's "batches" line gives the count).
+
+    .venv/bin/python bench/failover.py [--wal-mb 500] [--runs 3] [--partitions 4] [--session-ms 4000]
+                                      [--upload-threshold-mb 1024] [--keep-logs DIR]
+
+Figures (2026-11-29, the 2-core machine shared with other helpers' work at a load average of 10-25, which moves
+every figure by 2-3x between runs; 500 MiB, 4 partitions, session 4 s), three runs each:
+
+| code | death -> fenced | replay (start -> end) | death -> produce on new leader |
+|---|---|---|---|
+| before, first set (load 8-14) | 3.71 / 3.64 / 3.20 s | 63.25 / 60.61 / 140.75 s | 78.67 / 73.95 / 159.14 s |
+| before, second set (load 10-16) | 3.43 / 3.85 / 3.46 s | 25.70 / 27.45 / 56.33 s | 33.00 / 37.63 / 66.25 s |
+| after (load 10-17) | 3.38 / 3.63 / 3.45 s | 47.96 / 20.25 / 14.61 s | 54.00 / 25.75 / 19.64 s |
+
+Before, the replay read the whole WAL into one block (the upload threshold's size) and only then uploaded it, and
+decoded on the event loop without a break: in two runs of the first set the replaying broker missed its heartbeats
+for 4 s, was fenced itself, and the failover was reassigned and replayed twice. After, 64 MiB blocks upload while
+the next ones are read and the loop runs between records; no replaying broker lost its session in 6 runs (100 and
+500 MiB).
+
+What bounds the replay here is moto, run in one process on the same two cores: at a load of 25 it stores about
+8 MB/s and serves about 10 MB/s (32 MiB PUT and GET, boto3 and the broker's aiobotocore client alike), so the
+upload of 500 MiB before the streams can be closed takes tens of seconds whatever the broker does, and even a
+replay that served from the LogCache before uploading would need as long to read the WAL. ``serving`` adds to
+fence + replay the new leaders' own open (their partition-log recovery reads what followed their last checkpoint
+back from S3, 13 MB per partition) and the probe client finding them: 1.6-15 s here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (bench/storage.py shadows ``storage``)
+
+import boto3  # noqa: E402
+from confluent_kafka import KafkaError, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka.cimpl import NewTopic  # noqa: E402
+
+from node.local_cluster import LocalCluster, NodeProcess, plan_cluster, wait_ready  # noqa: E402
+from testkit.ports import free_ports  # noqa: E402
+
+TOPIC = "failover-bench"
+RECORD = 1024
+TIMEOUT_S = 180.0
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)"
+_FENCED = re.compile(_STAMP + r".*broker (\d+) \(epoch \d+\) fenced;", re.MULTILINE)
+_REPLAY_START = re.compile(_STAMP + r".*broker (\d+) replays the WAL of broker (\d+)", re.MULTILINE)
+_REPLAY_END = re.compile(_STAMP + r".*WAL failover of broker (\d+) done by broker (\d+): (\d+) batches", re.MULTILINE)
+
+
+@dataclass
+class Run:
+    run: int
+    wal_mb: float
+    fenced_s: float
+    replay_s: float
+    serves_s: float
+    batches: int
+
+
+class MotoServer:
+    """moto's S3 server in its own process (the broker processes and this driver do not share its GIL)."""
+
+    def __init__(self) -> None:
+        (self.port,) = free_ports(1)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def bucket_url(self) -> str:
+        name = f"failover-bench-{int(time.time() * 1000)}"
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                     aws_secret_access_key="testing").create_bucket(Bucket=name)
+        return (f"0@s3://{name}?region=us-east-1&endpoint={self.endpoint}&pathStyle=true"
+                "&accessKey=testing&secretKey=testing")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def _producer(bootstrap: str, **extra: Any) -> Producer:
+    return Producer({
+        "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "batch.size": 1_000_000,
+        "queue.buffering.max.kbytes": 262144, "message.timeout.ms": int(TIMEOUT_S * 1000),
+        "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 50, "retry.backoff.ms": 20,
+        "retry.backoff.max.ms": 50, "topic.metadata.refresh.interval.ms": 200, **extra,
+    })
+
+
+def _leaders(bootstrap: str, partitions: int) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while True:
+        found = admin.list_topics(topic=TOPIC, timeout=10).topics.get(TOPIC)
+        got = {} if found is None or found.error is not None else {p.id: p.leader for p in found.partitions.values()}
+        if len(got) == partitions and min(got.values()) >= 0:
+            return got
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{TOPIC} has no leaders: {got}")
+        time.sleep(0.2)
+
+
+def _fill(bootstrap: str, partitions: list[int], mib: int) -> None:
+    producer = _producer(bootstrap, **{"enable.idempotence": True})
+    payload = b"x" * RECORD
+    errors: list[str] = []
+
+    def delivered(err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    for i in range(mib * 1024 * 1024 // RECORD):
+        while True:
+            try:
+                producer.produce(TOPIC, value=payload, partition=partitions[i % len(partitions)],
+                                 on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(300)
+    if remaining or errors:
+        raise SystemExit(f"{remaining + len(errors)} records not acknowledged, e.g. {errors[:3]}")
+
+
+def _probe(bootstrap: str, partitions: list[int], killed_at: float) -> float:
+    """Seconds from ``killed_at`` until one record on each of ``partitions`` is acknowledged (by its new leader)."""
+    producer = _producer(bootstrap)
+    acked: list[int] = []
+    failed: list[str] = []
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        (failed.append(str(err)) if err is not None else acked.append(msg.partition()))
+
+    for p in partitions:
+        producer.produce(TOPIC, value=b"probe", partition=p, on_delivery=delivered)
+    if producer.flush(TIMEOUT_S) or failed:
+        raise SystemExit(f"probe records not acknowledged within {TIMEOUT_S:.0f} s: {failed[:3]}")
+    return time.monotonic() - killed_at
+
+
+def _wall(stamp: str) -> float:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+def _after(pattern: re.Pattern[str], text: str, since: float, **match: int) -> tuple[float, tuple[str, ...]] | None:
+    """The first line of ``pattern`` stamped at or after ``since`` whose numbered groups equal ``match``."""
+    for m in pattern.finditer(text):
+        if _wall(m.group(1)) >= since - 0.01 and all(int(m.group(int(k[1:]))) == v for k, v in match.items()):
+            return _wall(m.group(1)), m.groups()
+    return None
+
+
+def _logs(nodes: list[NodeProcess]) -> str:
+    return "\n".join(n.log_text(tail=10**9) for n in nodes)
+
+
+def one_run(run: int, root: Path, store: str, args: argparse.Namespace) -> Run:
+    threshold = args.upload_threshold_mb
+    extra = {
+        "broker.session.timeout.ms": str(args.session_ms),
+        "broker.heartbeat.interval.ms": str(max(100, args.session_ms // 8)),
+        "s3.wal.upload.interval.ms": "3600000",
+        "s3.wal.upload.threshold": f"{threshold}MiB",
+        "s3.wal.cache.size": f"{2 * threshold}MiB",
+        "s3.wal.capacity": f"{4 * threshold}MiB",
+        "autobalancer.controller.enable": "false",
+        "controlled.shutdown.enable": "false",
+    }
+    cluster = LocalCluster(plan_cluster(root, controllers=1, brokers=2, object_store=store, wal="s3", extra=extra))
+    cluster.start_all()
+    try:
+        asyncio.run(wait_ready(cluster, 120))
+        bootstrap = cluster.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, args.partitions * 2, 1)])[TOPIC].result(timeout=30)
+        placement = _leaders(bootstrap, args.partitions * 2)
+        victim = placement[0]
+        mine = sorted(p for p, leader in placement.items() if leader == victim)
+        survivor = next(b for b in cluster.brokers if b.spec.node_id != victim)
+        started = time.monotonic()
+        _fill(bootstrap, mine, args.wal_mb)
+        print(f"run {run}: filled partitions {mine} of broker {victim} with {args.wal_mb} MiB in "
+              f"{time.monotonic() - started:.1f} s", flush=True)
+        cluster.node(victim).kill()
+        killed_at, killed_wall = time.monotonic(), time.time()
+        serves = _probe(survivor.spec.address, mine, killed_at)
+        deadline = time.monotonic() + TIMEOUT_S
+        while (end := _after(_REPLAY_END, _logs(cluster.brokers), killed_wall, g2=victim)) is None:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no failover of broker {victim} done:\n{cluster.logs()}")
+            time.sleep(0.2)
+        fenced = _after(_FENCED, _logs(cluster.controllers), killed_wall, g2=victim)
+        start = _after(_REPLAY_START, _logs(cluster.brokers), killed_wall, g3=victim)
+        if fenced is None or start is None:
+            raise SystemExit(f"missing fence or replay line:\n{cluster.logs()}")
+        row = Run(run, float(args.wal_mb), fenced[0] - killed_wall, end[0] - start[0], serves, int(end[1][3]))
+        print(f"run {run}: fenced after {row.fenced_s:.2f} s, replay {row.replay_s:.2f} s ({row.batches} batches), "
+              f"serving after {row.serves_s:.2f} s", flush=True)
+        return row
+    finally:
+        cluster.stop_all(timeout=30)
+        if args.keep_logs:
+            for node in cluster.nodes:
+                for log in node.logs:
+                    target = Path(args.keep_logs) / f"run{run}-{log.name}"
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(log.read_bytes())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wal-mb", type=int, default=500, help="MiB written to the victim before the kill")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=4, help="partitions per broker")
+    parser.add_argument("--session-ms", type=int, default=4000, help="broker.session.timeout.ms")
+    parser.add_argument("--upload-threshold-mb", type=int, default=1024,
+                        help="s3.wal.upload.threshold: above --wal-mb, so nothing is uploaded before the kill")
+    parser.add_argument("--keep-logs", help="a directory to copy every node's log to")
+    args = parser.parse_args()
+    moto = MotoServer()
+    rows: list[Run] = []
+    try:
+        for run in range(args.runs):
+            with tempfile.TemporaryDirectory(prefix="fjord-failover-bench-") as tmp:
+                rows.append(one_run(run, Path(tmp), moto.bucket_url(), args))
+    finally:
+        moto.stop()
+    print()
+    print("| run | WAL MiB | death -> fenced | replay (start -> end) | death -> produce on new leader | batches |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r.run} | {r.wal_mb:.0f} | {r.fenced_s:.2f} s | {r.replay_s:.2f} s | {r.serves_s:.2f} s | "
+              f"{r.batches} |")
+    for name in ("fenced_s", "replay_s", "serves_s"):
+        values = sorted(getattr(r, name) for r in rows)
+        print(f"median {name[:-2]}: {values[len(values) // 2]:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
