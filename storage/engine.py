@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING
 from storage.cache.block_cache import BlockCache
 from storage.cache.log_cache import CacheBlock, LogCache
 from storage.compaction.scheduler import CompactionScheduler
-from storage.config import BucketURL, MiB, StorageConfig
+from storage.config import BucketURL, StorageConfig
 from storage.errors import StorageError, StreamFencedError
+from storage.failover_replay import upload_in_blocks
 from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
 from storage.metrics import EngineStats, StorageMetrics
 from storage.objects.reader import ObjectReader
@@ -49,13 +50,6 @@ from storage.wal.base import WALRecord, WriteAheadLog
 from storage.wal.factory import open_wal
 
 logger = logging.getLogger(__name__)
-
-REPLAY_BLOCK_MAX = 64 * MiB
-"""A failover's replay (``recover_wal``) uploads in blocks of at most this (or the upload threshold), so each upload
-overlaps reading the next blocks; one block of the whole WAL (500 MiB by default) would add the two times up."""
-REPLAY_BLOCKS_IN_FLIGHT = 4
-"""Replayed blocks read but not yet committed, at most: bounds the replay's memory."""
-
 
 @dataclass(slots=True)
 class _PendingWrite:
@@ -292,20 +286,8 @@ class StorageEngine:
             who += f" (failover by node {self._node.node_id})"
         found = Recovered(await self._metadata.get_opening_streams(owner))
         epochs = {s.stream_id: s.epoch for s in found.opening}
-        threshold = min(self._config.wal_upload_threshold, REPLAY_BLOCK_MAX)
-        block = CacheBlock(-1)
-        uploads: list[asyncio.Future[None]] = []
-        async for record in recoverable(wal, found, who):
-            block.add(record.batch, record.offset, record.next_offset)
-            if block.size >= threshold:
-                uploads.append(self._submit_recovered(block, epochs))
-                block = CacheBlock(-1)
-                if len(uploads) >= REPLAY_BLOCKS_IN_FLIGHT:
-                    await uploads.pop(0)  # bound memory: REPLAY_BLOCKS_IN_FLIGHT blocks read ahead of the uploads
-        if not block.empty:
-            uploads.append(self._submit_recovered(block, epochs))
-        for upload in uploads:
-            await upload
+        await upload_in_blocks(recoverable(wal, found, who), lambda block: self._submit_recovered(block, epochs),
+                               self._config.wal_upload_threshold)
         await wal.reset()
         self._recovered += found.replayed
         if found.replayed or found.opening:
