@@ -1,11 +1,12 @@
 """A Spark Connect client's job for test_connect_source.py, run as its own process (a Connect session cannot share
-a process with the suite's classic session): ``python connect_job.py BOOTSTRAP SOURCE SINK CHECKPOINT STEP``.
+a process with the suite's classic session): ``python connect_job.py REMOTE BOOTSTRAP SOURCE SINK CHECKPOINT STEP``.
 
-``SparkSession.builder.remote("local[2]")`` starts a local Spark Connect server and talks to it over gRPC, as SDP
-and hosted Spark run Python code. STEP is ``batch`` (a batch read of SOURCE, its rows printed as JSON, then the
-rows written to SINK with ``df.write.format("fjord")``) or ``stream`` (a streaming read of SOURCE with
-``trigger(availableNow=True)`` into SINK through ``writeStream.format("fjord")``, checkpointed in CHECKPOINT, so a
-second ``stream`` resumes where the first ended).
+``SparkSession.builder.remote(REMOTE)`` talks to a Spark Connect server over gRPC, as SDP and hosted Spark run
+Python code: ``local[2]`` starts one in this process's JVM, ``sc://HOST:PORT`` reaches one already running. STEP is
+``batch`` (a batch read of SOURCE, its rows printed as JSON, then the rows written to SINK with
+``df.write.format("fjord")``) or ``stream`` (a streaming read of SOURCE with ``trigger(availableNow=True)`` into
+SINK through ``writeStream.format("fjord")``, checkpointed in CHECKPOINT, so a second ``stream`` resumes where the
+first ended).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import spark_connector
 
 
 def main() -> None:
-    bootstrap, source, sink, checkpoint, step = sys.argv[1:6]
-    spark = SparkSession.builder.remote("local[2]").config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    remote, bootstrap, source, sink, checkpoint, step = sys.argv[1:7]
+    spark = SparkSession.builder.remote(remote).config("spark.sql.session.timeZone", "UTC").getOrCreate()
     try:
         spark_connector.register(spark)
         reader = spark.read if step == "batch" else spark.readStream

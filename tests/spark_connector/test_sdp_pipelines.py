@@ -64,7 +64,7 @@ def project(name: str, tmp_path: Path, configuration: dict[str, str]) -> Path:
     return folder
 
 
-def spark_pipelines_run(folder: Path, *args: str) -> str:
+def spark_pipelines_run(folder: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> str:
     """``spark-pipelines run ARGS`` in ``folder`` with the venv on PATH, as after ``. .venv/bin/activate``."""
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("PYSPARK_PYTHON", None)
@@ -76,7 +76,7 @@ def spark_pipelines_run(folder: Path, *args: str) -> str:
         env=env,
         capture_output=True,
         text=True,
-        timeout=RUN_TIMEOUT_S,
+        timeout=timeout,
         check=False,
     )
     output = result.stdout + result.stderr

@@ -1,11 +1,17 @@
 """Both example pipelines on a real Spark standalone cluster (a master and two workers started from the installed
 PySpark through ``spark-class``, on 127.0.0.1), run as a user runs them (``fjord pipeline run ... --master
 spark://...``), give exactly what the same pipelines give on ``local[2]``: the same parquet rows, the same records
-in the output topic. The executors run the source's reads and the sink's writes in the workers' processes."""
+in the output topic. The executors run the source's reads and the sink's writes in the workers' processes.
+
+A Spark Declarative Pipelines project runs there too: ``spark-pipelines`` always talks to a Spark Connect server
+(it refuses ``--master`` next to the local server it starts), so, as README tells, a Connect server is started
+with ``--master spark://...`` and the project runs with ``spark-pipelines run --remote sc://...``. The server is
+the cluster's driver and starts last (only its test asks for it), taking one of the two cores."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +21,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from testkit.node_process import REPO, BrokerProcess
+from testkit.spark_connect import ConnectServer, start_connect_server
 from testkit.spark_standalone import StandaloneCluster, start_standalone
-from tests.spark_connector.test_pipeline_run import EXAMPLES, consume_all, fjord, kafka, new_topic, order, produce
+from tests.spark_connector.test_pipeline_run import (
+    EXAMPLES,
+    assert_filter_enrich_output,
+    consume_all,
+    fjord,
+    kafka,
+    new_topic,
+    order,
+    produce,
+)
+from tests.spark_connector.test_sdp_pipelines import project, spark_pipelines_run
 
 __all__ = ["kafka"]  # the module-scoped broker fixture, shared
 
@@ -30,6 +47,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="module")
+def connect_server(cluster: StandaloneCluster) -> Iterator[ConnectServer]:
+    """A Spark Connect server whose executors are the cluster's; its Python (``PYSPARK_PYTHON``) is the one the
+    executors' Python workers run, and the workers' environment gives them this checkout (``PYTHONPATH``)."""
+    server = start_connect_server(
+        cluster.folder / "connect-server",
+        master=cluster.url,
+        conf={"spark.executor.memory": "512m", "spark.cores.max": "1", "spark.sql.shuffle.partitions": "2"},
+        env=ENV,
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def run(example: str, master: str, overrides: list[str]) -> None:
@@ -81,3 +114,26 @@ def test_filter_enrich_on_a_standalone_cluster_equals_the_local_run(
                                for _p, key, value, _h in consume_all(kafka.bootstrap, target, 2))
     assert 0 < len(outputs["local"]) < 150
     assert outputs["cluster"] == outputs["local"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_sdp_project_on_a_standalone_cluster_through_spark_connect(
+    kafka: BrokerProcess, connect_server: ConnectServer, cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    source, target = new_topic(kafka.bootstrap), new_topic(kafka.bootstrap, 2)
+    orders = [order(i) for i in range(150)]
+    produce(kafka.bootstrap, source, orders)
+    folder = project(
+        "filter_enrich",
+        tmp_path,
+        {"fjord.bootstrap": kafka.bootstrap, "fjord.topic": source, "fjord.output.topic": target},
+    )
+    # Starting the client's own JVM and Python, then executors' Python workers, is slower than a local run.
+    spark_pipelines_run(folder, "--remote", connect_server.url, timeout=600)
+
+    assert_filter_enrich_output(kafka.bootstrap, orders, source, target)
+    # The flow ran on the cluster: the server's application has an executor in a worker's work directory.
+    application = re.search(r"Connected to Spark cluster with app ID (app-\S+)", connect_server.log.read_text())
+    assert application is not None, connect_server.log_text()
+    assert any((cluster.folder / f"work-{index}" / application.group(1)).is_dir() for index in range(2))
