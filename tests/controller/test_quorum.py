@@ -134,16 +134,25 @@ async def _write_some_metadata(cluster: QuorumCluster, leader: int, broker_id: i
 
 
 async def test_three_controllers_elect_one_leader_and_describe_the_quorum(cluster: QuorumCluster) -> None:
-    leader, epoch = await cluster.leader()
+    async def describe_all() -> tuple[int, int, dict[int, Any]] | None:
+        """Every voter's DescribeQuorum answer, or None when an election moved on between the answers (on a loaded
+        machine a slow heartbeat may start one), so the test compares answers about one term."""
+        leader, epoch = await cluster.leader()
+        answers: dict[int, Any] = {}
+        for voter in cluster.voters:
+            client = await cluster.client(voter.node_id)
+            try:
+                answers[voter.node_id] = await client.describe_quorum()
+            finally:
+                await client.close()
+        stable = answers[leader].error_code == ErrorCode.none and answers[leader].leader_epoch == epoch
+        return (leader, epoch, answers) if stable and (await cluster.leader()) == (leader, epoch) else None
+
+    leader, epoch, answers = await eventually_async(describe_all, timeout=60, attempts=5,
+                                                    what="the quorum described in one term")
     assert epoch >= 1
-    for voter in cluster.voters:
-        client = await cluster.client(voter.node_id)
-        try:
-            partition = await client.describe_quorum()
-        finally:
-            await client.close()
-        if voter.node_id == leader:
-            assert partition.error_code == ErrorCode.none
+    for node_id, partition in answers.items():
+        if node_id == leader:
             assert partition.leader_id == leader and partition.leader_epoch == epoch
             assert sorted(v.replica_id for v in partition.current_voters) == [0, 1, 2]
             assert partition.high_watermark >= 1  # the leader's own epoch entry is committed
