@@ -30,6 +30,7 @@ from metadata.rpc.stream_rpcs import (
     OpenStream,
     PrepareObjects,
     PutKV,
+    PutKVIfAbsent,
     RemoveObjects,
     StreamRequest,
     SweepObjects,
@@ -167,6 +168,10 @@ class RemoteStreamMetadata:
 
     async def put_kv(self, key: str, value: bytes) -> None:
         await self._call(PutKV(self._self(), key, value), f"write KV {key}")
+
+    async def put_kv_if_absent(self, key: str, value: bytes) -> bytes:
+        result: bytes = await self._call(PutKVIfAbsent(self._self(), key, value), f"create KV {key}")
+        return result
 
     async def delete_kv(self, key: str) -> None:
         await self._call(DeleteKV(self._self(), key), f"delete KV {key}")
