@@ -19,7 +19,7 @@ async def test_the_first_creator_of_a_kv_entry_wins_and_later_ones_are_told_its_
     async with running_voters(configs) as started:
         try:
             active = await active_voter(started)
-            client = await start_quorum_client(broker_config(tmp_path, configs), catch_up_timeout_s=20)
+            client = await start_quorum_client(broker_config(tmp_path, configs), catch_up_timeout_s=60)
             assert await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None) > 0
             kv = client.stream_metadata
             assert await kv.put_kv_if_absent("ns/topic/4", b"first") == b"first"
