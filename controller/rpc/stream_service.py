@@ -111,6 +111,8 @@ async def _serve(quorum: ServedQuorum, request: stream_rpcs.StreamRequest, *, re
             return await streams.get_kv(request.key)
         case stream_rpcs.PutKV():
             return await streams.put_kv(request.key, request.value)
+        case stream_rpcs.PutKVIfAbsent():
+            return await streams.put_kv_if_absent(request.key, request.value)
         case stream_rpcs.DeleteKV():
             return await streams.delete_kv(request.key)
         case stream_rpcs.CompleteWALFailover():

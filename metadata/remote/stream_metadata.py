@@ -30,6 +30,7 @@ from metadata.rpc.stream_rpcs import (
     OpenStream,
     PrepareObjects,
     PutKV,
+    PutKVIfAbsent,
     RemoveObjects,
     StreamRequest,
     SweepObjects,
@@ -57,7 +58,9 @@ class RemoteStreamMetadata:
     call is retried, so a broker resuming from a pause uploads and closes what it still owns instead of treating
     the fence as final (the storage engine gives up on a fenced node, leaving the data in its WAL until a restart).
     Nothing unsafe becomes possible: while fenced, every mutation is refused, and streams another broker has
-    opened since carry a higher epoch, which the controller checks on every commit.
+    opened since carry a higher epoch, which the controller checks on every commit. A new partition's streams do
+    not exist yet when its first opener is fenced, so its KV entry is created with ``put_kv_if_absent``: the
+    resumed opener then finds the new leader's meta stream, whose epoch fences it, instead of replacing it.
     """
 
     _FENCE_RETRIES = 3
@@ -167,6 +170,10 @@ class RemoteStreamMetadata:
 
     async def put_kv(self, key: str, value: bytes) -> None:
         await self._call(PutKV(self._self(), key, value), f"write KV {key}")
+
+    async def put_kv_if_absent(self, key: str, value: bytes) -> bytes:
+        result: bytes = await self._call(PutKVIfAbsent(self._self(), key, value), f"create KV {key}")
+        return result
 
     async def delete_kv(self, key: str) -> None:
         await self._call(DeleteKV(self._self(), key), f"delete KV {key}")

@@ -31,6 +31,7 @@ key    RPC                     request fields                                 re
 10019  CompleteWALFailover     node, failed_node_id, failed_node_epoch        -
 10020  ReportBrokerLoad        node, partitions (PartitionLoad...), interval  -
 10021  DescribeBrokerLoad      node                                           BrokerLoadReport...
+10022  PutKVIfAbsent           node, key, value                               bytes (the value kept)
 =====  ======================  =============================================  ====================================
 
 ReportBrokerLoad is a broker's per-partition traffic over its last reporting interval, kept in memory by the active
@@ -213,6 +214,16 @@ class PutKV(StreamRequest):
 
 
 @dataclass(frozen=True, slots=True)
+class PutKVIfAbsent(StreamRequest):
+    """Writes ``value`` only if ``key`` has none; the result is the value ``key`` holds afterwards."""
+
+    API_KEY: ClassVar[int] = STREAM_API_BASE + 22
+    RESULT: ClassVar[Any] = bytes
+    key: str = ""
+    value: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteKV(StreamRequest):
     API_KEY: ClassVar[int] = STREAM_API_BASE + 17
     RESULT: ClassVar[Any] = None
@@ -297,6 +308,7 @@ STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
         RemoveObjects,
         GetKV,
         PutKV,
+        PutKVIfAbsent,
         DeleteKV,
         DescribeMetadata,
         CompleteWALFailover,

@@ -207,4 +207,11 @@ class StreamMetadata(Protocol):
 
     async def put_kv(self, key: str, value: bytes) -> None: ...
 
+    async def put_kv_if_absent(self, key: str, value: bytes) -> bytes:
+        """Stores ``value`` unless ``key`` already has one; returns what ``key`` holds afterwards. Creating a
+        partition's KV entry needs this: two brokers opening a new partition at once (its leadership moved while the
+        first was still opening it) must agree on one meta stream, or the one whose entry is overwritten acknowledges
+        records into streams nobody reads again."""
+        ...
+
     async def delete_kv(self, key: str) -> None: ...

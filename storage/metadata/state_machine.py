@@ -582,6 +582,14 @@ class StreamMetadataStateMachine(StreamMetadataState):
         async with self._locks.hold((_kv_key(key),)):
             await self._commit([KVRecord(key, bytes(value))])
 
+    async def put_kv_if_absent(self, key: str, value: bytes) -> bytes:
+        async with self._locks.hold((_kv_key(key),)):
+            existing = self._kv.get(key)
+            if existing is not None:
+                return existing
+            await self._commit([KVRecord(key, bytes(value))])
+            return bytes(value)
+
     async def delete_kv(self, key: str) -> None:
         async with self._locks.hold((_kv_key(key),)):
             if key in self._kv:

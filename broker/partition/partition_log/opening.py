@@ -112,9 +112,17 @@ async def open_streams(
     raw = struct.pack(">q", meta_id) if meta_id is not None else await kv.get_kv(key)
     tags = (("topic", topic), ("partition", str(partition)))
     if raw is None:
-        meta_id = await streams.create_stream((*tags, ("type", "meta")))
-        await kv.put_kv(key, struct.pack(">q", meta_id))
-        logger.info("created meta stream %d for %s (kv %s)", meta_id, where, key)
+        # Created only if still absent: a broker that lost the partition while opening it (fenced, then let back
+        # in) and its new leader may both get here; they must end up on one meta stream, whose epochs then order
+        # them, instead of each writing its own streams and the loser's acknowledged records becoming unreadable.
+        created = await streams.create_stream((*tags, ("type", "meta")))
+        raw = await kv.put_kv_if_absent(key, struct.pack(">q", created))
+        (meta_id,) = struct.unpack(">q", raw)
+        if meta_id == created:
+            logger.info("created meta stream %d for %s (kv %s)", meta_id, where, key)
+        else:
+            logger.info("%s got meta stream %d from another opener meanwhile; stream %d stays unused", where,
+                        meta_id, created)
     else:
         if len(raw) != 8:
             raise KafkaError(ErrorCode.kafka_storage_error, f"kv entry {key} of {where} is {len(raw)} bytes")
