@@ -25,6 +25,7 @@ exception's type. ``stack_info`` (``stack_info=True``) holds frames only and is 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -107,3 +108,20 @@ def configure_logging(level: str | None = None) -> None:
     root.setLevel(numeric)
     for noisy in _QUIET:
         logging.getLogger(noisy).setLevel(max(numeric, logging.WARNING))
+
+
+def loop_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """The node's event-loop exception handler: what no task awaited reaches it (``Task exception was never
+    retrieved``, a failed callback).
+
+    A broken connection that nobody awaited is expected, not a bug: aiohttp writes a request body in a task of its
+    own, and when S3 (or a proxy) closes the connection mid-request, that task fails with ``Cannot write to closing
+    transport`` while the request itself fails, is classified and retried by the object store, which logs the
+    episode once. asyncio's default handler would print a traceback for it at ERROR, one per request of an outage;
+    here it is one DEBUG line. Every other exception keeps the default handler's traceback."""
+    exc = context.get("exception")
+    if isinstance(exc, ConnectionError):
+        message = context.get("message") or "unretrieved exception"
+        logging.getLogger("asyncio").debug("%s: %s: %s", message, type(exc).__name__, untrusted(str(exc)))
+        return
+    loop.default_exception_handler(context)

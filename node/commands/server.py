@@ -20,7 +20,7 @@ import uvloop
 from controller.feature_bootstrap import parse_feature
 from controller.scram_bootstrap import OPTION, parse_add_scram
 from metadata.controller_api import FeatureUpdate, ScramUpsertion
-from node.logging_setup import configure_logging
+from node.logging_setup import configure_logging, loop_exception_handler
 from settings.server import ServerConfig
 from storage.config import ConfigError, MiB
 
@@ -145,6 +145,7 @@ async def _serve(
     from node.process import Node  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(loop_exception_handler)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
