@@ -138,21 +138,29 @@ def test_a_producer_follows_a_move_without_asking_for_metadata(two_brokers: Loca
         err, _ = delivered[-1]
         assert err is None, err
 
+    # librdkafka's race (see the test under load) can cost one Metadata request even with the hint, when a thread of
+    # its is preempted; so the producer follows three moves and at most one of them may ask. Without the hints
+    # every move needs a Metadata request.
+    asked = 0
     try:
         produce_one("before")
-        _move(cluster, admin_for(cluster.bootstrap_servers), topic, 0, target)
-        old = f"127.0.0.1:{cluster.node(source).spec.port}"
-        wait_for(f"broker {source} to know {target} leads {topic}-0",
-                 lambda: leaders(old, topic).get(0) == target, timeout=10)
-        metadata_before = metadata_sent.fresh(producer)
-        on_target_before = _produce_requests(cluster, target)
-        started = time.monotonic()
-        produce_one("after")  # sent to the old leader first: the producer has not refreshed its metadata
-        elapsed = time.monotonic() - started
-        assert _produce_requests(cluster, target) > on_target_before
-        assert metadata_sent.fresh(producer) == metadata_before, "the producer asked for metadata to follow the move"
-        assert delivered[-1][1] == delivered[0][1] + 1, delivered
-        assert elapsed < 5.0, f"the record took {elapsed:.2f} s to reach the new leader"
+        leader, other = source, target
+        for move in range(3):
+            _move(cluster, admin_for(cluster.bootstrap_servers), topic, 0, other)
+            old = f"127.0.0.1:{cluster.node(leader).spec.port}"
+            wait_for(f"broker {leader} to know {other} leads {topic}-0",
+                     lambda old=old, other=other: leaders(old, topic).get(0) == other, timeout=10)
+            metadata_before = metadata_sent.fresh(producer)
+            on_target_before = _produce_requests(cluster, other)
+            started = time.monotonic()
+            produce_one(f"after move {move}")  # sent to the old leader first: the producer has not refreshed
+            elapsed = time.monotonic() - started
+            assert _produce_requests(cluster, other) > on_target_before
+            asked += metadata_sent.fresh(producer) > metadata_before
+            assert delivered[-1][1] == delivered[0][1] + move + 1, delivered
+            assert elapsed < 5.0, f"the record took {elapsed:.2f} s to reach the new leader"
+            leader, other = other, leader
+        assert asked <= 1, f"the producer asked for metadata to follow {asked} of 3 moves"
     finally:
         producer.flush(5)
 
@@ -174,8 +182,11 @@ def test_a_producer_follows_a_move_under_load_without_asking_for_metadata(
         brokers = json.loads(text)["brokers"].values()
         metadata_sent.append(sum(int(b.get("req", {}).get("Metadata", 0)) for b in brokers))
 
+    # One request in flight: the source refuses one produce at the move, so librdkafka's race (below) can cost
+    # one Metadata request at most; with five in flight, each refusal may take that path (2 were seen in CI).
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
                          "topic.metadata.refresh.interval.ms": 600000, "linger.ms": 5,
+                         "max.in.flight.requests.per.connection": 1,
                          "statistics.interval.ms": 100, "stats_cb": statistics})
     acked: list[int] = []
     errors: list[Any] = []

@@ -41,7 +41,7 @@ from testkit.s3_fault_proxy import S3FaultProxy
 from testkit.waiting import eventually
 from tests.cluster.cluster_support import FAST, leaders
 from tests.conftest import S3Server
-from tests.metrics_scrape import metrics_url, sample, scrape
+from tests.metrics_scrape import metrics_url, scrape
 from tests.spark_connector.test_fjord_source import consume, new_topic, read, rows, without_headers
 from wire.aborted_txns import AbortedTxn, AbortedTxnEntry
 from wire.control_records import encode_marker_key, encode_marker_value
@@ -168,25 +168,28 @@ def add_wal_tail(kafka: Cluster, topic: str, partitions: int, start: int, codec:
     raise AssertionError(f"{topic}: every round of records was uploaded at once")
 
 
-def fetch_count(kafka: Cluster) -> float:
-    """Fetch requests the brokers have answered, all brokers together."""
+def fetched_bytes(kafka: Cluster, topic: str) -> float:
+    """Record bytes the brokers returned in Fetch responses for ``topic`` (``fjord_topic_bytes_out``), all brokers
+    together. Per topic, so another client's fetches of other topics (a consumer an earlier test left polling) do
+    not move it: only a read of this topic through the broker does."""
+    pattern = re.compile(rf'^fjord_topic_bytes_out_total\{{node="[^"]*",topic="{re.escape(topic)}"\}} (\S+)$', re.M)
     total = 0.0
     for path in kafka.broker_logs:
         text = scrape(metrics_url(path.read_text(errors="replace")))
-        total += sample(text, "fjord_broker_requests_total", '{api="Fetch"}') or 0.0
+        total += sum(float(value) for value in pattern.findall(text))
     return total
 
 
-def settled_fetch_count(kafka: Cluster) -> float:
-    """The Fetch count once no earlier consumer's long-poll (up to librdkafka's 500 ms fetch.wait.max.ms) is
+def settled_fetched_bytes(kafka: Cluster, topic: str) -> float:
+    """:func:`fetched_bytes` once no earlier consumer's long-poll (up to librdkafka's 500 ms fetch.wait.max.ms) is
     still being answered: two readings a second apart agree."""
     seen: list[float] = []
 
     def settled() -> tuple[float] | None:  # a tuple: a count of 0 is an answer too
-        seen.append(fetch_count(kafka))
+        seen.append(fetched_bytes(kafka, topic))
         return (seen[-1],) if len(seen) > 1 and seen[-1] == seen[-2] else None
 
-    return eventually(settled, timeout=20, interval=1.0, what="the broker's Fetch count to settle")[0]
+    return eventually(settled, timeout=20, interval=1.0, what=f"the bytes fetched from {topic} to settle")[0]
 
 
 def direct_read(spark: SparkSession, kafka: Cluster, topic: str, **options: str) -> list[tuple[object, ...]]:
@@ -236,9 +239,9 @@ def test_uploaded_range_is_read_without_fetching_from_the_broker(spark: SparkSes
     planned = uploaded_head(kafka, topic, 2)
     ends = {t.offsets.partition: t.direct_end for t in planned}
     ending = ", ".join(f'"{p}": {end}' for p, end in ends.items())
-    before = settled_fetch_count(kafka)
+    before = settled_fetched_bytes(kafka, topic)
     got = direct_read(spark, kafka, topic, endingOffsets=f'{{"{topic}": {{{ending}}}}}')
-    assert fetch_count(kafka) == before
+    assert fetched_bytes(kafka, topic) == before
     expected = without_headers(consume(kafka.bootstrap, topic, partitions=2, end=ends))
     assert got == expected
     assert len(got) == sum(ends.values())
@@ -247,7 +250,7 @@ def test_uploaded_range_is_read_without_fetching_from_the_broker(spark: SparkSes
         read(spark, kafka.bootstrap, topic, endingOffsets=f'{{"{topic}": {{{ending}}}}}', **{"fjord.read": "broker"})
     )
     assert forced == expected
-    assert fetch_count(kafka) > before
+    assert fetched_bytes(kafka, topic) > before
 
 
 def test_a_direct_read_through_a_slow_down_storm_returns_exactly_the_records(
@@ -372,9 +375,9 @@ def test_read_committed_reads_directly_without_aborted_records(spark: SparkSessi
     assert all(t.direct_end <= t.offsets.end for t in planned)  # planned up to the LSO
     ending = ", ".join(f'"{p}": {end}' for p, end in ends.items())
     committed = {"kafka.isolation.level": "read_committed"}
-    before = settled_fetch_count(kafka)
+    before = settled_fetched_bytes(kafka, topic)
     got = direct_read(spark, kafka, topic, endingOffsets=f'{{"{topic}": {{{ending}}}}}', **committed)
-    assert fetch_count(kafka) == before
+    assert fetched_bytes(kafka, topic) == before
     assert got == without_headers(consume(kafka.bootstrap, topic, partitions=2, end=ends, isolation="read_committed"))
     values = [bytes(r[4]).decode() for r in got]
     assert sum(v.startswith("txn-") for v in values) == 3 * 150
@@ -417,9 +420,9 @@ def test_compacted_topic_reads_the_cleaned_stream_directly(spark: SparkSession, 
     ends = {0: planned[0].direct_end}
     expected = without_headers(consume(kafka.bootstrap, topic, partitions=1, end=ends))
     assert len(expected) < ends[0] - 500  # the cleaned part has gaps
-    before = settled_fetch_count(kafka)
+    before = settled_fetched_bytes(kafka, topic)
     got = direct_read(spark, kafka, topic, endingOffsets=f'{{"{topic}": {{"0": {ends[0]}}}}}')
-    assert fetch_count(kafka) == before
+    assert fetched_bytes(kafka, topic) == before
     assert got == expected
 
 

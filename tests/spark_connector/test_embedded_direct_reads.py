@@ -25,9 +25,9 @@ from testkit.node_process import REPO, BrokerProcess, start_broker
 from tests.spark_connector.test_direct_reads import (
     UPLOAD_THRESHOLD,
     direct_read,
-    fetch_count,
+    fetched_bytes,
     produce_mixed,
-    settled_fetch_count,
+    settled_fetched_bytes,
     uploaded_head,
 )
 from tests.spark_connector.test_fjord_source import consume, new_topic, without_headers
@@ -74,9 +74,9 @@ def test_embedded_node_reads_uploaded_range_directly(spark: SparkSession, embedd
     planned = uploaded_head(embedded, topic, 2)
     ends = {t.offsets.partition: t.direct_end for t in planned}
     ending = ", ".join(f'"{p}": {end}' for p, end in ends.items())
-    before = settled_fetch_count(embedded)
+    before = settled_fetched_bytes(embedded, topic)
     got = direct_read(spark, embedded, topic, endingOffsets=f'{{"{topic}": {{{ending}}}}}')
-    assert fetch_count(embedded) == before
+    assert fetched_bytes(embedded, topic) == before
     expected = without_headers(consume(embedded.bootstrap, topic, partitions=2, end=ends))
     assert got == expected
     assert len(got) == sum(ends.values())
