@@ -138,15 +138,18 @@ def test_orders_revenue_project_streams_orders_and_recomputes_revenue(kafka: Bro
     check(first + more)
 
 
-def test_filter_enrich_project_writes_through_the_fjord_sink(kafka: BrokerProcess, tmp_path: Path) -> None:
-    source, target = new_topic(kafka.bootstrap), new_topic(kafka.bootstrap, 2)
+def run_filter_enrich(bootstrap: str, tmp_path: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> None:
+    """Produces 150 orders, runs the shipped filter_enrich project on them with ``spark-pipelines run ARGS`` and
+    checks its output topic record by record."""
+    source, target = new_topic(bootstrap), new_topic(bootstrap, 2)
     orders = [order(i) for i in range(150)]
-    produce(kafka.bootstrap, source, orders)
+    produce(bootstrap, source, orders)
     folder = project(
-        "filter_enrich",
-        tmp_path,
-        {"fjord.bootstrap": kafka.bootstrap, "fjord.topic": source, "fjord.output.topic": target},
+        "filter_enrich", tmp_path, {"fjord.bootstrap": bootstrap, "fjord.topic": source, "fjord.output.topic": target}
     )
-    spark_pipelines_run(folder)
+    spark_pipelines_run(folder, *args, timeout=timeout)
+    assert_filter_enrich_output(bootstrap, orders, source, target)
 
-    assert_filter_enrich_output(kafka.bootstrap, orders, source, target)
+
+def test_filter_enrich_project_writes_through_the_fjord_sink(kafka: BrokerProcess, tmp_path: Path) -> None:
+    run_filter_enrich(kafka.bootstrap, tmp_path)

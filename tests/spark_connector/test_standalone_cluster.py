@@ -25,7 +25,6 @@ from testkit.spark_connect import ConnectServer, start_connect_server
 from testkit.spark_standalone import StandaloneCluster, start_standalone
 from tests.spark_connector.test_pipeline_run import (
     EXAMPLES,
-    assert_filter_enrich_output,
     consume_all,
     fjord,
     kafka,
@@ -33,7 +32,7 @@ from tests.spark_connector.test_pipeline_run import (
     order,
     produce,
 )
-from tests.spark_connector.test_sdp_pipelines import project, spark_pipelines_run
+from tests.spark_connector.test_sdp_pipelines import run_filter_enrich
 
 __all__ = ["kafka"]  # the module-scoped broker fixture, shared
 
@@ -121,18 +120,8 @@ def test_filter_enrich_on_a_standalone_cluster_equals_the_local_run(
 def test_sdp_project_on_a_standalone_cluster_through_spark_connect(
     kafka: BrokerProcess, connect_server: ConnectServer, cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
-    source, target = new_topic(kafka.bootstrap), new_topic(kafka.bootstrap, 2)
-    orders = [order(i) for i in range(150)]
-    produce(kafka.bootstrap, source, orders)
-    folder = project(
-        "filter_enrich",
-        tmp_path,
-        {"fjord.bootstrap": kafka.bootstrap, "fjord.topic": source, "fjord.output.topic": target},
-    )
     # Starting the client's own JVM and Python, then executors' Python workers, is slower than a local run.
-    spark_pipelines_run(folder, "--remote", connect_server.url, timeout=600)
-
-    assert_filter_enrich_output(kafka.bootstrap, orders, source, target)
+    run_filter_enrich(kafka.bootstrap, tmp_path, "--remote", connect_server.url, timeout=600)
     # The flow ran on the cluster: the server's application has an executor in a worker's work directory.
     application = re.search(r"Connected to Spark cluster with app ID (app-\S+)", connect_server.log.read_text())
     assert application is not None, connect_server.log_text()
