@@ -424,14 +424,25 @@ class TransactionMetadata:
     def verify_partitions(
         self, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
-        """AddPartitionsToTxn ``verify_only`` (KIP-890 part 1): which partitions are in the ongoing transaction."""
+        """AddPartitionsToTxn ``verify_only`` (KIP-890 part 1): which partitions are in the ongoing transaction.
+
+        A pending AddPartitionsToTxn does not make it busy, as in Kafka's ``handleVerifyPartitionsInTransaction``:
+        it answers from the partitions already durable. Clients produce to the partitions already added while they
+        add more, and a busy answer (a retriable refusal of the produce) that reaches librdkafka as it starts an
+        abort leaves the batch queued and unsent until the abort times out. A pending end of the transaction
+        (PrepareCommit, PrepareAbort, an epoch fence) still answers CONCURRENT_TRANSACTIONS, where Kafka answers
+        from the partitions and lets the partition's verification guard refuse an append that lands after the
+        marker: Fjord has no such guard, so it does not let a produce in while the transaction is ending."""
         wanted = list(partitions)
         error = ErrorCode.none
         if self.producer_id != producer_id:
             error = ErrorCode.invalid_producer_id_mapping
         elif self.producer_epoch != producer_epoch:
             error = ErrorCode.producer_fenced
-        elif self.pending or self.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        elif (self.pending and self.pending_state is not TxnState.ONGOING) or self.state in (
+            TxnState.PREPARE_COMMIT,
+            TxnState.PREPARE_ABORT,
+        ):
             error = ErrorCode.concurrent_transactions
         if error is not ErrorCode.none:
             return dict.fromkeys(wanted, error)

@@ -72,27 +72,33 @@ def init_producer_id(
     return client.request(request)
 
 
-def add_partitions(
-    client: WireClient, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]
-) -> dict[tuple[str, int], ErrorCode]:
+def add_partitions_request(transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]) -> Any:
     request_cls = codec.request_class(24, 3)
     topic_cls = schema.field_entity(request_cls, "v3_and_below_topics")
     topics: dict[str, list[int]] = {}
     for topic, partition in partitions:
         topics.setdefault(topic, []).append(partition)
-    request = schema.build(
+    return schema.build(
         request_cls,
         v3_and_below_transactional_id=transactional_id,
         v3_and_below_producer_id=pid,
         v3_and_below_producer_epoch=epoch,
         v3_and_below_topics=tuple(schema.build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in topics.items()),
     )
-    response = client.request(request)
+
+
+def add_partitions_result(response: Any) -> dict[tuple[str, int], ErrorCode]:
     return {
         (topic.name, part.partition_index): ErrorCode(part.partition_error_code)
         for topic in response.results_by_topic_v3_and_below
         for part in topic.results_by_partition
     }
+
+
+def add_partitions(
+    client: WireClient, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], ErrorCode]:
+    return add_partitions_result(client.request(add_partitions_request(transactional_id, pid, epoch, partitions)))
 
 
 def verify_partitions(
@@ -263,12 +269,17 @@ def transactional_batch(pid: int, epoch: int, value: bytes = b"v", base_sequence
     )
 
 
-def produce_transactional(client: WireClient, transactional_id: str, topic: str, partition: int, batch: bytes) -> Any:
+def transactional_produce_request(transactional_id: str, topic: str, partition: int, batch: bytes) -> Any:
     request = produce_request(topic, partition, batch)
-    request = schema.build(
+    return schema.build(
         type(request), transactional_id=transactional_id, acks=-1, timeout=10_000, topic_data=request.topic_data
     )
-    [part] = client.request(request).responses[0].partition_responses
+
+
+def produce_transactional(client: WireClient, transactional_id: str, topic: str, partition: int, batch: bytes) -> Any:
+    [part] = client.request(
+        transactional_produce_request(transactional_id, topic, partition, batch)
+    ).responses[0].partition_responses
     return part
 
 
@@ -458,6 +469,40 @@ def test_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(
         late = produce_transactional(client, transactional_id, topic, 0, transactional_batch(pid, epoch, b"late"))
         assert late.error_code == ErrorCode.invalid_txn_state
         assert log_end(client, topic, 0) == 2 and log_end(client, topic, 1) == 0
+
+
+def test_a_produce_to_an_added_partition_is_not_refused_while_the_next_add_is_written(kafka: BrokerProcess) -> None:
+    """A client produces to the partitions already added while it adds more (librdkafka adds each partition as its
+    first record is queued). As Kafka's coordinator, the verification answers from the partitions already durable
+    and does not refuse while the next AddPartitionsToTxn is written: a refusal costs the client a retry, and one
+    that arrives as it starts an abort leaves its batch queued and unsent until the abort times out (librdkafka
+    sends nothing while it aborts). Each produce below is pipelined behind the next add on one connection, so its
+    verification runs while that add is pending."""
+    partitions = 6
+    topic = topic_name("add-while-produce")
+    create_topic(kafka.bootstrap, topic, partitions=partitions)
+    transactional_id = topic_name("tid")
+    with WireClient(kafka.port) as client:
+        find_transaction_coordinator(client, transactional_id)
+        init = init_producer_id(client, transactional_id)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert add_partitions(client, transactional_id, pid, epoch, [(topic, 0)]) == {(topic, 0): ErrorCode.none}
+        produced = []
+        for partition in range(partitions - 1):
+            add = add_partitions_request(transactional_id, pid, epoch, [(topic, partition + 1)])
+            produce = transactional_produce_request(transactional_id, topic, partition, transactional_batch(pid, epoch))
+            # One write, so that the broker reads (and dispatches) both requests at once, the add first.
+            client.send_raw(codec.encode_request(add, 2 * partition + 1, "t") +
+                            codec.encode_request(produce, 2 * partition + 2, "t"))
+            _, added = client.receive(24, 3)
+            assert add_partitions_result(added) == {(topic, partition + 1): ErrorCode.none}
+            _, response = client.receive(0, type(produce).__version__)
+            produced.append(ErrorCode(response.responses[0].partition_responses[0].error_code))
+        assert produced == [ErrorCode.none] * (partitions - 1)
+        assert end_txn(client, transactional_id, pid, epoch, commit=True) is ErrorCode.none
+        wait_state(client, transactional_id, "CompleteCommit")
+        # Each partition that got a record: the record and its COMMIT marker.
+        assert [log_end(client, topic, p) for p in range(partitions - 1)] == [2] * (partitions - 1)
 
 
 def test_the_next_transaction_is_not_refused_while_the_last_ones_markers_are_written(kafka: BrokerProcess) -> None:

@@ -190,6 +190,20 @@ def test_verify_only_reports_membership_without_changing_anything() -> None:
     assert idle.verify_partitions(idle.producer_id, 0, [TP_A]) == {TP_A: ErrorCode.invalid_txn_state}
 
 
+def test_verify_only_answers_from_the_durable_partitions_while_an_add_is_written() -> None:
+    """As Kafka's coordinator: a pending AddPartitionsToTxn does not make a verification busy (the client produces
+    to the partitions it added while it adds more); a pending end of the transaction does."""
+    md = ongoing((TP_A,))
+    assert isinstance(md.add_partitions(md.producer_id, 0, [TP_B], NOW), TxnTransit)
+    assert md.verify_partitions(md.producer_id, 0, [TP_A, TP_B]) == {
+        TP_A: ErrorCode.none,
+        TP_B: ErrorCode.invalid_txn_state,  # not in the transaction until its add is durable
+    }
+    ending = ongoing((TP_A,))
+    assert isinstance(ending.end_transaction(ending.producer_id, 0, False, NOW), TxnTransit)
+    assert ending.verify_partitions(ending.producer_id, 0, [TP_A]) == {TP_A: ErrorCode.concurrent_transactions}
+
+
 # ------------------------------------------------------------------------------------------------ EndTxn
 
 
