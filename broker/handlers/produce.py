@@ -10,11 +10,12 @@ partition was added to the ongoing transaction (AddPartitionsToTxn), it is refus
 nothing is appended, so no transaction can be left hanging on a partition its coordinator does not know of.
 From v11 such a refusal is TRANSACTION_ABORTABLE (KIP-890: the client aborts and goes on). From v12 (KIP-890
 part 2, transactions v2) the coordinator adds the partition to the transaction instead, as Kafka's
-AddPartitionsToTxnManager does: the client sends no AddPartitionsToTxn; with ``transaction.version`` below 2
-finalized such a batch is refused with UNSUPPORTED_VERSION, as Kafka 4 refuses it. v13 names topics by id
-(resolved in the metadata image; an unknown id is UNKNOWN_TOPIC_ID). From v10 a partition refused with
-NOT_LEADER_OR_FOLLOWER names its current leader and the response the leader's endpoint (KIP-951), so a producer
-re-sends to the partition's new leader at once after a move instead of first refreshing its metadata.
+AddPartitionsToTxnManager does: the client sends no AddPartitionsToTxn; a busy coordinator is asked again and, if it
+stays busy, answered CONCURRENT_TRANSACTIONS (before v12: the retriable NOT_ENOUGH_REPLICAS); with
+``transaction.version`` below 2 finalized such a batch is refused with UNSUPPORTED_VERSION, as Kafka 4 refuses it.
+v13 names topics by id (resolved in the metadata image; an unknown id is UNKNOWN_TOPIC_ID). From v10 a partition
+refused with NOT_LEADER_OR_FOLLOWER names its current leader and the response the leader's endpoint (KIP-951), so a
+producer re-sends to the partition's new leader at once after a move instead of first refreshing its metadata.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ async def _verified_leader_log(
         error = ErrorCode.unsupported_version
     else:
         error = await ctx.broker.transactions.verify_produce(
-            transactional_id, header.producer_id, header.producer_epoch, (topic, partition), add=add
+            transactional_id, header.producer_id, header.producer_epoch, (topic, partition), add=add,
+            retry_concurrent=add,
         )
     if error is ErrorCode.invalid_txn_state and ctx.api_version >= 11:
         error = ErrorCode.transaction_abortable

@@ -41,7 +41,7 @@ from broker.transactions.listing import select_transactions
 from broker.transactions.log_schema import encode_key, encode_value, value_version
 from broker.transactions.marker_sender import MarkerSender
 from broker.transactions.peers import Peers
-from broker.transactions.produce_verification import produce_verification_error, verify_remotely
+from broker.transactions.produce_verification import produce_verification_error, retry_while_concurrent, verify_remotely
 from broker.transactions.state import (
     NO_PRODUCER_ID,
     InvalidTransition,
@@ -575,26 +575,26 @@ class TransactionCoordinator:
 
     async def verify_produce(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition,
-        *, add: bool = False,
+        *, add: bool = False, retry_concurrent: bool = False,
     ) -> ErrorCode:
         """KIP-890 part 1: whether ``partition`` is in the ongoing transaction of ``transactional_id``, asked of its
         coordinator (here, or over the wire). NONE when it is; the error to refuse the produce with otherwise.
-        ``add`` (part 2, a Produce v12+ of transactions v2): the coordinator adds the partition instead."""
-        node_id = self.coordinator_node(transactional_id)
-        if node_id == self._context.node_id:
-            if add:
-                added = await self.add_partitions(transactional_id, producer_id, producer_epoch, [partition])
-                return produce_verification_error(added[partition])
-            local = self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
-            return produce_verification_error(local)
-        if node_id < 0:
-            return ErrorCode.not_enough_replicas
-        return await verify_remotely(
-            self._peers,
-            node_id,
-            transactional_id=transactional_id,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            partition=partition,
-            add=add,
-        )
+        ``add`` (part 2, a Produce v12+ of transactions v2): the coordinator adds the partition instead; with
+        ``retry_concurrent`` (Produce v12+) a busy coordinator is asked again (``retry_while_concurrent``)."""
+
+        async def ask() -> ErrorCode:
+            node_id = self.coordinator_node(transactional_id)
+            if node_id == self._context.node_id and add:
+                return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [partition]))[
+                    partition]
+            if node_id == self._context.node_id:
+                return self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
+            if node_id < 0:
+                return ErrorCode.coordinator_not_available
+            return await verify_remotely(self._peers, node_id, transactional_id=transactional_id,
+                                         producer_id=producer_id, producer_epoch=producer_epoch, partition=partition,
+                                         add=add)
+
+        if retry_concurrent:
+            return produce_verification_error(await retry_while_concurrent(ask), keep_concurrent=True)
+        return produce_verification_error(await ask())

@@ -9,6 +9,7 @@ Produce v11, EndTxn v4) keeps its epoch."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -171,6 +172,41 @@ def test_a_kafka_42_producer_at_transaction_version_2(broker: BrokerProcess, wir
     assert write_marker_v2(client, topic, pid, epoch + 3) == ErrorCode.none
     assert write_marker_v2(client, topic, pid, epoch + 2) == ErrorCode.invalid_producer_epoch
     assert committed_values(client, topic) == [b"c1", b"c2", b"c3"]
+
+
+def test_one_produce_adds_all_its_partitions(broker: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
+    """A Java producer's first Produce v12 of a transaction carries a batch for every partition it writes to this
+    leader, and the leader adds each to the transaction. The partitions' adds take turns at the coordinator, which
+    answers all but one CONCURRENT_TRANSACTIONS at first: as Kafka's leader, Fjord asks again rather than refuse the
+    batches (which would cost the client a retry back-off, or an abort that waits for them)."""
+    client = wire(broker.port)
+    partitions = 6
+    topic, txn = topic_name("tv2-many"), "tv2-many-producer"
+    create_topic(client, topic, partitions=partitions)
+    find_coordinators(client, txn, topic_name("tv2-many-app"))
+    pid, epoch = init_producer_id(client, txn)
+    cls = codec.request_class(0, 12)
+    topic_cls = schema.field_entity(cls, "topic_data")
+    data = schema.build(topic_cls, name=topic, partition_data=tuple(
+        schema.build_nested(topic_cls, "partition_data", index=p, records=batch(pid, epoch, 0, b"r%d" % p))
+        for p in range(partitions)))
+    response = client.request(schema.build(cls, transactional_id=txn, acks=-1, timeout=10_000, topic_data=(data,)))
+    answers = {p.index: ErrorCode(p.error_code) for p in response.responses[0].partition_responses}
+    assert answers == dict.fromkeys(range(partitions), ErrorCode.none)
+    assert end_txn(client, 5, txn, (pid, epoch), True).error_code == ErrorCode.none
+    for p in range(partitions):
+        seen = eventually(functools.partial(_read_committed, client, topic, p), timeout=30,
+                          what=f"partition {p}'s committed record")
+        assert seen == [b"r%d" % p]
+
+
+def _read_committed(client: WireClient, topic: str, partition: int) -> list[bytes] | None:
+    """The data records of ``partition`` a read_committed Fetch returns, None while there are none."""
+    request = dataclasses.replace(fetch_request(topic, partition, 0, version=12), isolation_level=1)
+    part = client.request(request).responses[0].partitions[0]
+    values = [r.value or b"" for header, raw in iter_batches(part.records or b"") if not header.is_control
+              for r in decode_records(raw)]
+    return values or None
 
 
 def write_marker_v2(client: WireClient, topic: str, pid: int, epoch: int) -> ErrorCode:
