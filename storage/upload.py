@@ -74,6 +74,10 @@ class UploadStats:
     bytes_uploaded: int = 0  # object bytes PUT (headers, index and footer included)
     payload_bytes: int = 0
     failures: int = 0  # failed attempts (each retried)
+    #: Summed over blocks (objects of one block build and PUT in parallel): where an upload's time goes.
+    build_seconds: float = 0.0
+    put_seconds: float = 0.0
+    commit_seconds: float = 0.0
 
     @property
     def objects(self) -> int:
@@ -251,6 +255,7 @@ class UploadPipeline:
                 request: CommitStreamSetObjectRequest | None = await self._upload(plan, epochs)
             if previous is not None:
                 await asyncio.shield(previous.done)
+            committing = time.perf_counter()
             try:
                 while request is not None:
                     try:
@@ -265,6 +270,8 @@ class UploadPipeline:
             except ObjectNotPreparedError as exc:
                 logger.warning("%s; preparing new object ids and uploading again", exc)
                 continue
+            finally:
+                self.stats.commit_seconds += time.perf_counter() - committing
             break
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
@@ -274,7 +281,10 @@ class UploadPipeline:
     async def _upload(self, plan: UploadPlan, epochs: Mapping[int, int] | None) -> CommitStreamSetObjectRequest:
         async def put(index: int, part: _Part) -> tuple[int, int]:
             object_id = plan.first_id + index
+            building = time.perf_counter()
             data = await asyncio.to_thread(self._build, part)
+            putting = time.perf_counter()
+            self.stats.build_seconds += putting - building
             size = data_size(data)
             key = object_key(object_id, self._namespace)
             await self._retry(
@@ -282,6 +292,7 @@ class UploadPipeline:
                 f"{_streams_text([sid for sid, _ in part.streams])}) to {self._store.name}",
                 lambda: self._store.put(key, data),
             )
+            self.stats.put_seconds += time.perf_counter() - putting
             return object_id, size
 
         results = await asyncio.gather(*(put(i, part) for i, part in enumerate(plan.parts)))
