@@ -303,7 +303,7 @@ class StorageEngine:
 
     def _submit_recovered(self, block: CacheBlock, epochs: dict[int, int]) -> asyncio.Future[None]:
         block.sealed = True
-        return self._uploader.submit(block, epochs, on_committed=_nothing)
+        return self._uploader.submit(block, epochs, on_committed=_nothing, own_memory=True)
 
     async def _close_recovered(self, opening: Sequence[OpeningStream], who: str) -> None:
         for stream in opening:

@@ -26,8 +26,10 @@ from storage.wal.base import WALRecord
 
 logger = logging.getLogger(__name__)
 
-REPLAY_BLOCK_MAX = 64 * MiB
-"""A replayed block is sealed and uploaded at this size (or the upload threshold, if smaller)."""
+REPLAY_BLOCK_MAX = 32 * MiB
+"""A replayed block is sealed and uploaded at this size (or the upload threshold, if smaller). Replayed blocks PUT
+side by side (``UploadPipeline.submit(own_memory=True)``), each holding its batches, its built objects and a joined
+body at worst: 32 MiB blocks, :data:`REPLAY_BLOCKS_IN_FLIGHT` of them, keep that near 400 MiB."""
 REPLAY_BLOCKS_IN_FLIGHT = 4
 """Replayed blocks read but not yet committed, at most: bounds the replay's memory."""
 

@@ -15,6 +15,7 @@ abandons pending work; the data is still in the WAL then, so recovery uploads it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -166,19 +167,24 @@ class UploadPipeline:
         epochs: Mapping[int, int] | None = None,
         *,
         on_committed: Callable[[CacheBlock], Awaitable[None]] | None = None,
+        own_memory: bool = False,
     ) -> asyncio.Future[None]:
         """Queues a sealed block; the future completes once it is committed (and ``on_committed`` ran).
 
         ``epochs`` overrides the stream epoch committed for each stream (WAL recovery commits old records
         under the epoch the stream is open with now); by default the batches' own epoch is used.
         ``on_committed`` replaces the pipeline's callback for this block (recovery blocks are not cached).
+        ``own_memory``: the caller bounds the blocks it has in flight (a failover replay does), so this block's
+        objects are built and PUT without waiting for the one upload slot: beside the previous blocks' PUTs.
         """
         if self._closed:
             raise UploadAbortedError(f"upload pipeline of node {self._node.node_id} is closed")
         previous = self._last
         job = _Job(block.block_id)
         self._last = job
-        task = asyncio.ensure_future(self._run(job, previous, block, epochs, on_committed or self._on_committed))
+        task = asyncio.ensure_future(
+            self._run(job, previous, block, epochs, on_committed or self._on_committed, own_memory=own_memory)
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job.done
@@ -210,9 +216,11 @@ class UploadPipeline:
         block: CacheBlock,
         epochs: Mapping[int, int] | None,
         on_committed: Callable[[CacheBlock], Awaitable[None]],
+        *,
+        own_memory: bool,
     ) -> None:
         try:
-            await self._upload_and_commit(job, previous, block, epochs)
+            await self._upload_and_commit(job, previous, block, epochs, own_memory=own_memory)
             await on_committed(block)
         except asyncio.CancelledError:
             if not job.done.done():
@@ -238,7 +246,8 @@ class UploadPipeline:
                 job.done.set_result(None)
 
     async def _upload_and_commit(
-        self, job: _Job, previous: _Job | None, block: CacheBlock, epochs: Mapping[int, int] | None
+        self, job: _Job, previous: _Job | None, block: CacheBlock, epochs: Mapping[int, int] | None, *,
+        own_memory: bool,
     ) -> None:
         started = time.perf_counter()
         plan = await asyncio.to_thread(plan_block, block, self._config.stream_object_split_size)
@@ -251,7 +260,7 @@ class UploadPipeline:
                 lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
             )
             job.prepared.set()
-            async with self._upload_slot:
+            async with contextlib.nullcontext() if own_memory else self._upload_slot:
                 request: CommitStreamSetObjectRequest | None = await self._upload(plan, epochs)
             if previous is not None:
                 await asyncio.shield(previous.done)

@@ -54,7 +54,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_MAX_INFLIGHT_UPLOADS = 8
-RECOVERY_READ_AHEAD = 4
+RECOVERY_READ_AHEAD = 8
+"""WAL objects (``maxBytesInBatch``, 8 MiB by default) a replay GETs ahead of the one it decodes: one GET is
+latency-bound on S3 (tens of MB/s), several in flight are not; bounds the replay's read memory to ~64 MiB."""
 RETRY_BASE_S = 0.1
 RETRY_CAP_S = 1.0
 """An upload that failed after the object store's own retries is tried again after a full-jitter backoff up to
