@@ -12,7 +12,12 @@ measures from the node logs' wall-clock timestamps and a probe producer:
 - ``replay``: on the taking-over broker, its "replays the WAL of broker" line -> its "WAL failover of broker ... done"
   line (the replay proper: read the dead WAL, make the records servable, report the failover done);
 - ``serves``: death -> every partition the victim led accepts a produce (``acks=all``) on its new leader;
-- ``WAL MB``: what the victim's WAL held at the kill (the replay's "batches" line gives the count).
+- ``WAL MB``: what the victim's WAL held at the kill (the replay's "batches" line gives the count);
+- Fjord's part against the S3 server's, from the replaying broker's "replay read" (``storage.wal.s3``) and "replay
+  timing" (``storage.failover_replay``) lines: its CPU over the replay (every thread; ms per MiB), how long the replay
+  waited for GETs and for uploads, and, right after the run, moto alone: boto3 PUTs then GETs of 8 x 8 MiB, 4 in
+  flight, as MB/s, and the seconds those rates need to serve the WAL once and store it once (moto is one process:
+  GETs and PUTs share it, so the sum is its floor for the replay).
 
     .venv/bin/python bench/failover.py [--wal-mb 500] [--runs 3] [--partitions 4] [--session-ms 4000]
                                       [--upload-threshold-mb 1024] [--keep-logs DIR]
@@ -31,6 +36,25 @@ decoded on the event loop without a break: in two runs of the first set the repl
 for 4 s, was fenced itself, and the failover was reassigned and replayed twice. After, 64 MiB blocks upload while
 the next ones are read and the loop runs between records; no replaying broker lost its session in 6 runs (100 and
 500 MiB).
+
+With the phases logged (same day, later; load 10-12, two runs each; CPU is the replaying broker's, all threads):
+
+| code | replay 500 MiB | broker CPU (ms/MiB) | waited GETs, uploads | moto alone GET, PUT MB/s: floor |
+|---|---|---|---|---|
+| before | 15.55 / 17.35 s | 3.39 / 3.62 s (6.8 / 7.2) | 2.8, 0 / 4.0, 0 s | 183, 29: 21.2 s / 255, 60: 10.8 s |
+| after | 21.81 / 19.76 s | 3.27 / 3.37 s (6.5 / 6.7) | 3.3, 0.2 / 1.6, 1.5 s | 92, 25: 26.8 s / 173, 29: 21.1 s |
+
+(before: 64 MiB blocks whose PUTs ran one block at a time, 4 GETs ahead, botocore's CRC32 on every PUT and full GET;
+after: 32 MiB blocks PUT side by side, 8 GETs ahead, a CRC32C computed in hardware.)
+
+The unchanged code, before the phases were logged, replayed 500 MiB in 6.13 / 24.85 s (load 2-9), and 100 MiB in
+1.05 / 1.37 s at a load of 0.1 (moto and the broker not starved of CPU). So: the
+replay takes about what moto alone needs for the same bytes, and the broker's own CPU is ~3.3 s per 500 MiB, which
+on this machine (2 cores, load ~11: a process gets ~1/5 of a core) stretches to most of the wall time anyway. Of
+those ~6.5 ms/MiB: decoding the WAL 0.35 ms/MiB, building objects (in threads) and the rest the HTTP client on the
+event loop (measured alone: GET bodies ~2 ms/MiB, aiohttp reading and joining; PUTs ~3 ms/MiB, most of it the SHA-256
+of the payload that botocore signs over plain HTTP, moto's endpoint: over HTTPS S3 takes an unsigned payload with the
+checksum instead). The CRC32 botocore computed on the loop for every PUT and full GET (~0.5 ms/MiB each way) is gone.
 
 What bounds the replay here is moto, run in one process on the same two cores: at a load of 25 it stores about
 8 MB/s and serves about 10 MB/s (32 MiB PUT and GET, boto3 and the broker's aiobotocore client alike), so the
