@@ -12,7 +12,12 @@ measures from the node logs' wall-clock timestamps and a probe producer:
 - ``replay``: on the taking-over broker, its "replays the WAL of broker" line -> its "WAL failover of broker ... done"
   line (the replay proper: read the dead WAL, make the records servable, report the failover done);
 - ``serves``: death -> every partition the victim led accepts a produce (``acks=all``) on its new leader;
-- ``WAL MB``: what the victim's WAL held at the kill (the replay's "batches" line gives the count).
+- ``WAL MB``: what the victim's WAL held at the kill (the replay's "batches" line gives the count);
+- Fjord's part against the S3 server's, from the replaying broker's "replay read" (``storage.wal.s3``) and "replay
+  timing" (``storage.failover_replay``) lines: its CPU over the replay (every thread; ms per MiB), how long the replay
+  waited for GETs and for uploads, and, right after the run, moto alone: boto3 PUTs then GETs of 8 x 8 MiB, 4 in
+  flight, as MB/s, and the seconds those rates need to serve the WAL once and store it once (moto is one process:
+  GETs and PUTs share it, so the sum is its floor for the replay).
 
     .venv/bin/python bench/failover.py [--wal-mb 500] [--runs 3] [--partitions 4] [--session-ms 4000]
                                       [--upload-threshold-mb 1024] [--keep-logs DIR]
@@ -32,6 +37,25 @@ for 4 s, was fenced itself, and the failover was reassigned and replayed twice. 
 the next ones are read and the loop runs between records; no replaying broker lost its session in 6 runs (100 and
 500 MiB).
 
+With the phases logged (same day, later; load 10-12, two runs each; CPU is the replaying broker's, all threads):
+
+| code | replay 500 MiB | broker CPU (ms/MiB) | waited GETs, uploads | moto alone GET, PUT MB/s: floor |
+|---|---|---|---|---|
+| before | 15.55 / 17.35 s | 3.39 / 3.62 s (6.8 / 7.2) | 2.8, 0 / 4.0, 0 s | 183, 29: 21.2 s / 255, 60: 10.8 s |
+| after | 21.81 / 19.76 s | 3.27 / 3.37 s (6.5 / 6.7) | 3.3, 0.2 / 1.6, 1.5 s | 92, 25: 26.8 s / 173, 29: 21.1 s |
+
+(before: 64 MiB blocks whose PUTs ran one block at a time, 4 GETs ahead, botocore's CRC32 on every PUT and full GET;
+after: 32 MiB blocks PUT side by side, 8 GETs ahead, a CRC32C computed in hardware.)
+
+The unchanged code, before the phases were logged, replayed 500 MiB in 6.13 / 24.85 s (load 2-9), and 100 MiB in
+1.05 / 1.37 s at a load of 0.1 (moto and the broker not starved of CPU). So: the
+replay takes about what moto alone needs for the same bytes, and the broker's own CPU is ~3.3 s per 500 MiB, which
+on this machine (2 cores, load ~11: a process gets ~1/5 of a core) stretches to most of the wall time anyway. Of
+those ~6.5 ms/MiB: decoding the WAL 0.35 ms/MiB, building objects (in threads) and the rest the HTTP client on the
+event loop (measured alone: GET bodies ~2 ms/MiB, aiohttp reading and joining; PUTs ~3 ms/MiB, most of it the SHA-256
+of the payload that botocore signs over plain HTTP, moto's endpoint: over HTTPS S3 takes an unsigned payload with the
+checksum instead). The CRC32 botocore computed on the loop for every PUT and full GET (~0.5 ms/MiB each way) is gone.
+
 What bounds the replay here is moto, run in one process on the same two cores: at a load of 25 it stores about
 8 MB/s and serves about 10 MB/s (32 MiB PUT and GET, boto3 and the broker's aiobotocore client alike), so the
 upload of 500 MiB before the streams can be closed takes tens of seconds whatever the broker does, and even a
@@ -45,12 +69,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +99,14 @@ _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)"
 _FENCED = re.compile(_STAMP + r".*broker (\d+) \(epoch \d+\) fenced;", re.MULTILINE)
 _REPLAY_START = re.compile(_STAMP + r".*broker (\d+) replays the WAL of broker (\d+)", re.MULTILINE)
 _REPLAY_END = re.compile(_STAMP + r".*WAL failover of broker (\d+) done by broker (\d+): (\d+) batches", re.MULTILINE)
+_READ = re.compile(_STAMP + r".*failover of node (\d+), .*replay read \d+ object\(s\), ([\d.]+) MiB in ([\d.]+) s: "
+                   r"GETs ([\d.]+) s summed .*?([\d.]+) s waiting for them, decoding ([\d.]+) s CPU", re.MULTILINE)
+_TIMING = re.compile(_STAMP + r".*replay timing of node (\d+) .*waiting for uploads ([\d.]+) s; .*PUT ([\d.]+) s "
+                     r"\(([\d.]+) MiB\), commit ([\d.]+) s; CPU ([\d.]+) s process, ([\d.]+) s event loop",
+                     re.MULTILINE)
+MOTO_PROBE_OBJECT = 8 * 1024 * 1024
+MOTO_PROBE_OBJECTS = 8
+MOTO_PROBE_IN_FLIGHT = 4
 
 
 @dataclass
@@ -83,6 +117,22 @@ class Run:
     replay_s: float
     serves_s: float
     batches: int
+    get_wait_s: float  # the replay waiting for WAL GETs (moto's part of reading)
+    upload_wait_s: float  # the replay waiting for uploads (moto's part of storing)
+    cpu_s: float  # the replaying broker's CPU over the replay (every thread)
+    decode_cpu_s: float
+    moto_get_mbs: float  # moto alone, boto3 GETs right after the run
+    moto_put_mbs: float
+
+    @property
+    def cpu_ms_per_mib(self) -> float:
+        return 1000 * self.cpu_s / max(self.wal_mb, 1e-9)
+
+    @property
+    def moto_s(self) -> float:
+        """What moto alone needs to serve the WAL once and store it once, at the rates it showed boto3."""
+        mb = self.wal_mb * 1.048576
+        return mb / self.moto_get_mbs + mb / self.moto_put_mbs
 
 
 class MotoServer:
@@ -111,6 +161,26 @@ class MotoServer:
                      aws_secret_access_key="testing").create_bucket(Bucket=name)
         return (f"0@s3://{name}?region=us-east-1&endpoint={self.endpoint}&pathStyle=true"
                 "&accessKey=testing&secretKey=testing")
+
+    def raw_rates(self) -> tuple[float, float]:
+        """moto's own speed, no broker involved: MB/s of boto3 PUTs, then GETs, of ``MOTO_PROBE_OBJECTS`` objects
+        of 8 MiB (the WAL's object size) with ``MOTO_PROBE_IN_FLIGHT`` in flight, as the replay reads them."""
+        client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                              aws_secret_access_key="testing")
+        bucket = f"failover-bench-probe-{int(time.time() * 1000)}"
+        client.create_bucket(Bucket=bucket)
+        body = b"x" * MOTO_PROBE_OBJECT
+        keys = [f"probe/{i}" for i in range(MOTO_PROBE_OBJECTS)]
+        mb = MOTO_PROBE_OBJECT * MOTO_PROBE_OBJECTS / 1e6
+        with ThreadPoolExecutor(MOTO_PROBE_IN_FLIGHT) as pool:
+            started = time.perf_counter()
+            list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=k, Body=body), keys))
+            put = mb / (time.perf_counter() - started)
+            started = time.perf_counter()
+            list(pool.map(lambda k: client.get_object(Bucket=bucket, Key=k)["Body"].read(), keys))
+            get = mb / (time.perf_counter() - started)
+        client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+        return get, put
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -194,7 +264,12 @@ def _logs(nodes: list[NodeProcess]) -> str:
     return "\n".join(n.log_text(tail=10**9) for n in nodes)
 
 
-def one_run(run: int, root: Path, store: str, args: argparse.Namespace) -> Run:
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def one_run(run: int, root: Path, moto: MotoServer, args: argparse.Namespace) -> Run:
+    store = moto.bucket_url()
     threshold = args.upload_threshold_mb
     extra = {
         "broker.session.timeout.ms": str(args.session_ms),
@@ -231,11 +306,23 @@ def one_run(run: int, root: Path, store: str, args: argparse.Namespace) -> Run:
             time.sleep(0.2)
         fenced = _after(_FENCED, _logs(cluster.controllers), killed_wall, g2=victim)
         start = _after(_REPLAY_START, _logs(cluster.brokers), killed_wall, g3=victim)
-        if fenced is None or start is None:
-            raise SystemExit(f"missing fence or replay line:\n{cluster.logs()}")
-        row = Run(run, float(args.wal_mb), fenced[0] - killed_wall, end[0] - start[0], serves, int(end[1][3]))
+        read = _after(_READ, _logs(cluster.brokers), killed_wall, g2=victim)
+        timing = _after(_TIMING, _logs(cluster.brokers), killed_wall, g2=victim)
+        if fenced is None or start is None or read is None or timing is None:
+            raise SystemExit(f"missing fence, replay or timing line:\n{cluster.logs()}")
+        moto_get, moto_put = moto.raw_rates()
+        _, (_, _, read_mib, read_s, get_sum, get_wait, decode) = read
+        _, (_, _, upload_wait, put_sum, put_mib, commit, cpu, loop_cpu) = timing
+        row = Run(run, float(args.wal_mb), fenced[0] - killed_wall, end[0] - start[0], serves, int(end[1][3]),
+                  float(get_wait), float(upload_wait), float(cpu), float(decode), moto_get, moto_put)
         print(f"run {run}: fenced after {row.fenced_s:.2f} s, replay {row.replay_s:.2f} s ({row.batches} batches), "
-              f"serving after {row.serves_s:.2f} s", flush=True)
+              f"serving after {row.serves_s:.2f} s; load {_load()}", flush=True)
+        print(f"run {run}: read {float(read_mib):.0f} MiB in {float(read_s):.2f} s (GETs {float(get_sum):.2f} s "
+              f"summed, waited {row.get_wait_s:.2f} s, decode {row.decode_cpu_s:.2f} s CPU); uploads waited "
+              f"{row.upload_wait_s:.2f} s (PUT {float(put_sum):.2f} s summed for {float(put_mib):.0f} MiB, commits "
+              f"{float(commit):.2f} s); broker CPU {row.cpu_s:.2f} s ({float(loop_cpu):.2f} s event loop) = "
+              f"{row.cpu_ms_per_mib:.1f} ms/MiB; moto alone: GET {moto_get:.0f} MB/s, PUT {moto_put:.0f} MB/s "
+              f"-> {row.moto_s:.2f} s for this WAL", flush=True)
         return row
     finally:
         cluster.stop_all(timeout=30)
@@ -262,15 +349,17 @@ def main() -> int:
     try:
         for run in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="fjord-failover-bench-") as tmp:
-                rows.append(one_run(run, Path(tmp), moto.bucket_url(), args))
+                rows.append(one_run(run, Path(tmp), moto, args))
     finally:
         moto.stop()
     print()
-    print("| run | WAL MiB | death -> fenced | replay (start -> end) | death -> produce on new leader | batches |")
-    print("|---|---|---|---|---|---|")
+    print("| run | WAL MiB | death -> fenced | replay (start -> end) | death -> produce on new leader | batches | "
+          "broker CPU (ms/MiB) | waiting GETs / uploads | moto alone: GET, PUT MB/s (s for this WAL) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.run} | {r.wal_mb:.0f} | {r.fenced_s:.2f} s | {r.replay_s:.2f} s | {r.serves_s:.2f} s | "
-              f"{r.batches} |")
+              f"{r.batches} | {r.cpu_s:.2f} s ({r.cpu_ms_per_mib:.1f}) | {r.get_wait_s:.2f} s / "
+              f"{r.upload_wait_s:.2f} s | {r.moto_get_mbs:.0f}, {r.moto_put_mbs:.0f} ({r.moto_s:.2f} s) |")
     for name in ("fenced_s", "replay_s", "serves_s"):
         values = sorted(getattr(r, name) for r in rows)
         print(f"median {name[:-2]}: {values[len(values) // 2]:.2f} s")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from metadata.cluster_records import failover_wal_epoch
@@ -116,13 +117,18 @@ class WALFailoverRunner:
         epoch = failover_wal_epoch(failover.node_epoch, failover.attempt)
         logger.info("broker %d replays the WAL of broker %d (epoch %d) at failover epoch %d", self.me.node_id,
                     failover.node_id, failover.node_epoch, epoch)
+        started = time.perf_counter()
         wal = self._open_wal(failover.node_id, epoch)
         try:
             await wal.start()
+            opened = time.perf_counter()
             replayed = await self._storage.recover_wal(wal, NodeIdentity(failover.node_id, failover.node_epoch))
         finally:
             await wal.close()
+        replayed_at = time.perf_counter()
         await self._controller.complete_wal_failover(self.me, failover.node_id, failover.node_epoch)
-        logger.info("WAL failover of broker %d done by broker %d: %d batches replayed", failover.node_id,
-                    self.me.node_id, replayed)
+        done = time.perf_counter()
+        logger.info("WAL failover of broker %d done by broker %d: %d batches replayed (WAL opened in %.3f s, "
+                    "replayed and closed in %.3f s, reported in %.3f s)", failover.node_id, self.me.node_id,
+                    replayed, opened - started, replayed_at - opened, done - replayed_at)
         return replayed

@@ -15,6 +15,7 @@ abandons pending work; the data is still in the WAL then, so recovery uploads it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -74,6 +75,10 @@ class UploadStats:
     bytes_uploaded: int = 0  # object bytes PUT (headers, index and footer included)
     payload_bytes: int = 0
     failures: int = 0  # failed attempts (each retried)
+    #: Summed over blocks (objects of one block build and PUT in parallel): where an upload's time goes.
+    build_seconds: float = 0.0
+    put_seconds: float = 0.0
+    commit_seconds: float = 0.0
 
     @property
     def objects(self) -> int:
@@ -162,19 +167,24 @@ class UploadPipeline:
         epochs: Mapping[int, int] | None = None,
         *,
         on_committed: Callable[[CacheBlock], Awaitable[None]] | None = None,
+        own_memory: bool = False,
     ) -> asyncio.Future[None]:
         """Queues a sealed block; the future completes once it is committed (and ``on_committed`` ran).
 
         ``epochs`` overrides the stream epoch committed for each stream (WAL recovery commits old records
         under the epoch the stream is open with now); by default the batches' own epoch is used.
         ``on_committed`` replaces the pipeline's callback for this block (recovery blocks are not cached).
+        ``own_memory``: the caller bounds the blocks it has in flight (a failover replay does), so this block's
+        objects are built and PUT without waiting for the one upload slot: beside the previous blocks' PUTs.
         """
         if self._closed:
             raise UploadAbortedError(f"upload pipeline of node {self._node.node_id} is closed")
         previous = self._last
         job = _Job(block.block_id)
         self._last = job
-        task = asyncio.ensure_future(self._run(job, previous, block, epochs, on_committed or self._on_committed))
+        task = asyncio.ensure_future(
+            self._run(job, previous, block, epochs, on_committed or self._on_committed, own_memory=own_memory)
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job.done
@@ -206,9 +216,11 @@ class UploadPipeline:
         block: CacheBlock,
         epochs: Mapping[int, int] | None,
         on_committed: Callable[[CacheBlock], Awaitable[None]],
+        *,
+        own_memory: bool,
     ) -> None:
         try:
-            await self._upload_and_commit(job, previous, block, epochs)
+            await self._upload_and_commit(job, previous, block, epochs, own_memory=own_memory)
             await on_committed(block)
         except asyncio.CancelledError:
             if not job.done.done():
@@ -234,7 +246,8 @@ class UploadPipeline:
                 job.done.set_result(None)
 
     async def _upload_and_commit(
-        self, job: _Job, previous: _Job | None, block: CacheBlock, epochs: Mapping[int, int] | None
+        self, job: _Job, previous: _Job | None, block: CacheBlock, epochs: Mapping[int, int] | None, *,
+        own_memory: bool,
     ) -> None:
         started = time.perf_counter()
         plan = await asyncio.to_thread(plan_block, block, self._config.stream_object_split_size)
@@ -247,10 +260,11 @@ class UploadPipeline:
                 lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
             )
             job.prepared.set()
-            async with self._upload_slot:
+            async with contextlib.nullcontext() if own_memory else self._upload_slot:
                 request: CommitStreamSetObjectRequest | None = await self._upload(plan, epochs)
             if previous is not None:
                 await asyncio.shield(previous.done)
+            committing = time.perf_counter()
             try:
                 while request is not None:
                     try:
@@ -265,6 +279,8 @@ class UploadPipeline:
             except ObjectNotPreparedError as exc:
                 logger.warning("%s; preparing new object ids and uploading again", exc)
                 continue
+            finally:
+                self.stats.commit_seconds += time.perf_counter() - committing
             break
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
@@ -274,7 +290,10 @@ class UploadPipeline:
     async def _upload(self, plan: UploadPlan, epochs: Mapping[int, int] | None) -> CommitStreamSetObjectRequest:
         async def put(index: int, part: _Part) -> tuple[int, int]:
             object_id = plan.first_id + index
+            building = time.perf_counter()
             data = await asyncio.to_thread(self._build, part)
+            putting = time.perf_counter()
+            self.stats.build_seconds += putting - building
             size = data_size(data)
             key = object_key(object_id, self._namespace)
             await self._retry(
@@ -282,6 +301,7 @@ class UploadPipeline:
                 f"{_streams_text([sid for sid, _ in part.streams])}) to {self._store.name}",
                 lambda: self._store.put(key, data),
             )
+            self.stats.put_seconds += time.perf_counter() - putting
             return object_id, size
 
         results = await asyncio.gather(*(put(i, part) for i, part in enumerate(plan.parts)))

@@ -54,7 +54,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_MAX_INFLIGHT_UPLOADS = 8
-RECOVERY_READ_AHEAD = 4
+RECOVERY_READ_AHEAD = 8
+"""WAL objects (``maxBytesInBatch``, 8 MiB by default) a replay GETs ahead of the one it decodes: one GET is
+latency-bound on S3 (tens of MB/s), several in flight are not; bounds the replay's read memory to ~64 MiB."""
 RETRY_BASE_S = 0.1
 RETRY_CAP_S = 1.0
 """An upload that failed after the object store's own retries is tried again after a full-jitter backoff up to
@@ -73,6 +75,13 @@ class S3WALStats:
     bytes_uploaded: int = 0
     reservation_checks: int = 0
     objects_deleted: int = 0
+    #: The last start's listing of the log, and its replay (``recover``): what a failover's read phase cost.
+    list_seconds: float = 0.0
+    replay_objects: int = 0
+    replay_bytes: int = 0
+    replay_get_seconds: float = 0.0  # summed over the GETs, which overlap (RECOVERY_READ_AHEAD)
+    replay_get_wait_seconds: float = 0.0  # the replay waiting for a GET it needed next
+    replay_decode_cpu_seconds: float = 0.0  # this thread's CPU decoding records (framing, CRCs, batch headers)
 
 
 @dataclass(slots=True)
@@ -194,7 +203,9 @@ class S3WAL(WALState):
             logger.warning("%s: restarting with the epoch already reserved; it cannot fence a live writer of the "
                            "same epoch", self._name)
         await self._retrying("reservation", lambda: self._put(self._reservation_key, self._reservation.encode()))
+        listed = time.perf_counter()
         listing = await self._retrying("listing", self._list)
+        self.stats.list_seconds = time.perf_counter() - listed
         # A newer writer may have reserved between our put and our list.
         await self._retrying("reservation check", lambda: self._verify_owner("start"))
         trim = await self._retrying("trim point read", self._read_trim)
@@ -220,29 +231,41 @@ class S3WAL(WALState):
         self._chain = [o for o in plan.chain if o.key != marker.key] + [marker]
         self._started = True
         self._gate.open(plan.end - plan.start)
-        logger.info("%s: started; log %d..%d in %d object(s)", self._name, plan.start, plan.end,
-                    len(self._recovery_chain))
+        logger.info("%s: started; log %d..%d in %d object(s), listed in %.3f s", self._name, plan.start, plan.end,
+                    len(self._recovery_chain), self.stats.list_seconds)
 
     def recover(self) -> AsyncIterator[WALRecord]:
         return self._recover()
 
     async def _recover(self) -> AsyncIterator[WALRecord]:
         """Replays the objects found at start. A corrupt object loses only its own unreadable remainder: later
-        objects are still replayed, because their offsets are known from their keys."""
+        objects are still replayed, because their offsets are known from their keys. Up to
+        :data:`RECOVERY_READ_AHEAD` GETs are in flight ahead of the object being decoded."""
         self._require_started()
         chain = list(self._recovery_chain)
         trim = self._trim_offset
+        stats = self.stats
         reads: collections.deque[asyncio.Task[bytes]] = collections.deque()
         next_read = 0
+        started = time.perf_counter()
         try:
             for obj in chain:
                 while next_read < len(chain) and len(reads) < RECOVERY_READ_AHEAD:
-                    key = chain[next_read].key
-                    reads.append(asyncio.create_task(self._retrying(f"read of {key}", partial(self._get, key))))
+                    reads.append(asyncio.create_task(self._timed_get(chain[next_read].key)))
                     next_read += 1
+                waited = time.perf_counter()
                 data = await reads.popleft()
+                stats.replay_get_wait_seconds += time.perf_counter() - waited
+                stats.replay_objects += 1
+                stats.replay_bytes += len(data)
                 scanner = self._scanner(obj, data, trim)
-                for rec in scanner:
+                records = iter(scanner)
+                while True:
+                    cpu = time.thread_time()
+                    rec = next(records, None)
+                    stats.replay_decode_cpu_seconds += time.thread_time() - cpu
+                    if rec is None:
+                        break
                     yield rec
                     # Decoding copies each payload out of the object (milliseconds per MiB on a busy machine): the
                     # loop runs between records, or a replay of hundreds of MiB stalls the broker's heartbeats long
@@ -253,6 +276,16 @@ class S3WAL(WALState):
         finally:
             for task in reads:
                 task.cancel()
+        logger.info("%s: replay read %d object(s), %.1f MiB in %.2f s: GETs %.2f s summed (%d in flight at most), "
+                    "%.2f s waiting for them, decoding %.2f s CPU", self._name, stats.replay_objects,
+                    stats.replay_bytes / MiB, time.perf_counter() - started, stats.replay_get_seconds,
+                    RECOVERY_READ_AHEAD, stats.replay_get_wait_seconds, stats.replay_decode_cpu_seconds)
+
+    async def _timed_get(self, key: str) -> bytes:
+        started = time.perf_counter()
+        data = await self._retrying(f"read of {key}", partial(self._get, key))
+        self.stats.replay_get_seconds += time.perf_counter() - started
+        return data
 
     def _scanner(self, obj: WALObjectKey, data: bytes, trim: int) -> RecordScanner:
         """The records of one WAL object; none if its header is corrupt."""

@@ -8,12 +8,14 @@ Faults are injected by a small HTTP proxy on 127.0.0.1 between the store and mot
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import crc32c
 import pytest
 from aiohttp import web
 
@@ -251,3 +253,26 @@ async def test_unreachable_endpoint_fails_with_a_named_error() -> None:
             await store.get("some/key")
     finally:
         await store.close()
+
+
+async def test_puts_carry_the_crc32c_s3_checks_the_body_against(s3_server: S3Server, s3_bucket_url: BucketURL) -> None:
+    # The checksum S3 verifies an upload against is Fjord's CRC32C (hardware, off the event loop when large), not
+    # botocore's CRC32 on the loop; a small body, a large one and one given in parts all carry it.
+    store = _store(s3_bucket_url, s3_bucket_url.endpoint or "")
+    bodies: dict[str, bytes | list[bytes]] = {
+        "small": b"a few bytes",
+        "large": bytes(range(256)) * 4096,
+        "parts": [b"first part ", b"second part"],
+    }
+    try:
+        for key, body in bodies.items():
+            await store.put(key, body)
+    finally:
+        await store.close()
+    client = s3_server.client()
+    for key, body in bodies.items():
+        joined = body if isinstance(body, bytes) else b"".join(body)
+        head = client.get_object_attributes(Bucket=s3_bucket_url.bucket, Key=key, ObjectAttributes=["Checksum"])
+        expected = base64.b64encode(crc32c.crc32c(joined).to_bytes(4, "big")).decode()
+        assert head["Checksum"]["ChecksumCRC32C"] == expected, key
+        assert client.get_object(Bucket=s3_bucket_url.bucket, Key=key)["Body"].read() == joined

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -233,9 +235,13 @@ async def test_a_replay_through_a_slow_down_storm_replays_everything(cluster: _C
     await live.shutdown()
 
 
-async def test_a_wal_of_many_upload_blocks_is_replayed_whole(cluster: _Cluster) -> None:
+async def test_a_wal_of_many_upload_blocks_is_replayed_whole(
+    cluster: _Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
     """A WAL several times the upload threshold (16 KiB here) is replayed in blocks whose uploads overlap the
-    reading of the next ones: the new owner reads every acknowledged append of both streams, in order."""
+    reading of the next ones: the new owner reads every acknowledged append of both streams, in order. The replay
+    says where its time went, naming the dead broker, in the log (what ``bench/failover.py`` reads)."""
+    caplog.set_level(logging.INFO)
     # The dead broker uploads nothing itself (its threshold is far above what it writes).
     dead, live = cluster.engine(1, wal_upload_threshold=1 << 20, wal_cache_size=2 << 20), cluster.engine(2)
     await dead.start()
@@ -251,3 +257,7 @@ async def test_a_wal_of_many_upload_blocks_is_replayed_whole(cluster: _Cluster) 
     for stream_id, _stream, payloads in written:
         assert await _read_all(live, stream_id, 2) == payloads
     await live.shutdown()
+    timing = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("replay timing of node 1 "))
+    blocks = re.search(r"(\d+) batches in (\d+) blocks, [\d.]+ s wall: .*read [\d.]+ s.*streams closed", timing)
+    assert blocks is not None and blocks.group(1) == "120" and int(blocks.group(2)) > 1, timing
+    assert "CPU" in timing and "PUT" in timing, timing
