@@ -62,9 +62,10 @@ MIN_PART_SIZE = 5 * 1024 * 1024
 """S3 rejects non-final multipart parts smaller than this (EntityTooSmall)."""
 
 MULTIPART_PARTS_IN_FLIGHT = 4
+"""Parts of one multipart upload sent concurrently."""
+
 CHECKSUM_ON_LOOP_MAX = 256 * 1024
 """A PUT body's CRC32C is computed on the event loop below this size (tens of microseconds), in a thread above."""
-"""Parts of one multipart upload sent concurrently."""
 
 DELETE_BATCH = 1000
 """DeleteObjects accepts at most this many keys per request."""
