@@ -10,6 +10,7 @@ caller is answered once it is durable, so an acknowledged record never comes bac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -149,15 +150,25 @@ class SharePartition:
     async def acknowledge(self, member_id: str, batches: Sequence[AckBatch], now_ms: int) -> int:
         """Applies ``member_id``'s acknowledgements and returns once durable: 0, or Kafka's error code (and then
         nothing changed)."""
+        return await self.start_acknowledge(member_id, batches, now_ms)
+
+    def start_acknowledge(self, member_id: str, batches: Sequence[AckBatch], now_ms: int) -> Awaitable[int]:
+        """:meth:`acknowledge` in two steps: the records change state and their durable write is issued now (a
+        fetch that follows sees the window they freed), and the returned awaitable answers once the write is
+        durable: 0, or Kafka's error code. ShareFetch acquires and reads while the write is in flight and awaits
+        it before it answers. The awaitable is a task: the write's outcome is counted even if nobody awaits it."""
         if self.log.closed:
-            return int(ErrorCode.not_leader_or_follower)
+            return _done(int(ErrorCode.not_leader_or_follower))
         self._config()
         try:
             counted = self.state.acknowledge(member_id, batches, now_ms)
         except AckError as exc:
             logger.debug("%s/%s: acknowledgement refused: %s", untrusted(self.group_id), self.log.where, exc)
-            return int(exc.code)
-        code = await self._persist(self._issue())
+            return _done(int(exc.code))
+        return asyncio.ensure_future(self._acknowledged(self._issue(), counted))
+
+    async def _acknowledged(self, pending: Awaitable[None] | None, counted: dict[AcknowledgeType, int]) -> int:
+        code = await self._persist(pending)
         for kind, n in counted.items():
             if kind == AcknowledgeType.ACCEPT:
                 self._metrics.acknowledged(self.group_id, self.topic, n)
@@ -240,6 +251,12 @@ class SharePartition:
 
 async def _failed(exc: Exception) -> None:
     raise exc
+
+
+def _done(code: int) -> Awaitable[int]:
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    future.set_result(code)
+    return future
 
 
 def classify(headers: Sequence[BatchHeader], aborted: Sequence[AbortedTxn], *, read_committed: bool) -> list[LogBatch]:
