@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: Added to a fetch's estimated read size, so a batch straddling the estimate's end is still read whole.
 _READ_MARGIN = 64 * 1024
+#: Reads one fetch makes at most from one partition (each reads on where the last ended).
+_MAX_READS = 8
 
 __all__ = ["AckBatch", "AcquiredRange", "ShareFetched", "SharePartition"]
 
@@ -113,20 +115,9 @@ class SharePartition:
             acquired: list[AcquiredRange] = []
             records: bytes | memoryview | None = None
             if self.state.can_acquire(limit) and max_records > 0:
-                offset = self.state.fetch_offset()
-                read_committed = config.isolation_level == 1
-                budget = self._read_budget(offset, max_bytes, max_records)
-                result = await self.log.read(offset, budget, min_one=True, read_committed=read_committed)
-                batches = list(iter_batches(result.records))
-                if batches:
-                    spanned = batches[-1][0].last_offset + 1 - batches[0][0].base_offset
-                    self._bytes_per_offset = max(len(result.records) / max(spanned, 1), 1.0)
-                kinds = classify(
-                    [h for h, _ in batches], result.aborted_transactions, read_committed=read_committed
-                )
-                acquired = self.state.acquire(member_id, kinds, max_records, now_ms, whole_batches=whole_batches,
-                                              batch_size=batch_size)
-                records = _holding(result.records, [h for h, _ in batches], acquired)
+                acquired, records = await self._acquire(
+                    member_id, limit=limit, read_committed=config.isolation_level == 1, max_bytes=max_bytes,
+                    max_records=max_records, now_ms=now_ms, whole_batches=whole_batches, batch_size=batch_size)
                 written = self._issue()
                 if written is not None:
                     pending.append(written)
@@ -208,6 +199,49 @@ class SharePartition:
         return self._persist(self._issue())
 
     # ------------------------------------------------------------------ internals
+    async def _acquire(
+        self, member_id: str, *, limit: int, read_committed: bool, max_bytes: int, max_records: int, now_ms: int,
+        whole_batches: bool, batch_size: int,
+    ) -> tuple[list[AcquiredRange], bytes | memoryview | None]:
+        """Reads from the fetch offset and acquires, reading on while the read ended before the log did and the
+        fetch has room (records under ``max_records``, bytes under ``max_bytes``, the window): the read is sized
+        by an estimate (:meth:`_read_budget`), and the batch that reaches ``max_records`` must still be read whole
+        in batch-optimized mode, as Kafka's acquisition takes the batch holding the limit's last offset."""
+        acquired: list[AcquiredRange] = []
+        parts: list[bytes | memoryview] = []
+        count = size = largest = 0
+        offset = self.state.fetch_offset()
+        for _ in range(_MAX_READS):
+            wanted = max_records - count
+            if wanted <= 0 or size >= max_bytes or not self.state.can_acquire(limit):
+                break
+            budget = self._read_budget(offset, max_bytes - size, wanted)
+            if parts:  # a later read takes at least one batch of the size seen, within what MaxBytes leaves
+                budget = min(max(budget, largest + _READ_MARGIN), max_bytes - size)
+            result = await self.log.read(offset, budget, min_one=not parts, read_committed=read_committed)
+            batches = list(iter_batches(result.records))
+            if not batches:
+                break
+            headers = [h for h, _ in batches]
+            spanned = headers[-1].last_offset + 1 - headers[0].base_offset
+            self._bytes_per_offset = max(len(result.records) / max(spanned, 1), 1.0)
+            largest = max(largest, *(h.size for h in headers))
+            kinds = classify(headers, result.aborted_transactions, read_committed=read_committed)
+            acquired = self.state.acquire(member_id, kinds, wanted, now_ms, whole_batches=whole_batches,
+                                          batch_size=batch_size, taken=acquired)
+            held = _holding(result.records, headers, acquired)
+            if held is not None:
+                parts.append(held)
+            count = sum(r.last_offset - r.first_offset + 1 for r in acquired)
+            size += len(result.records)
+            end = headers[-1].last_offset + 1
+            offset = self.state.fetch_offset()
+            if end >= limit or offset < end:
+                break  # the log's end, or window records released meanwhile: the next fetch starts there
+        if not parts:
+            return acquired, None
+        return acquired, parts[0] if len(parts) == 1 else b"".join(parts)
+
     def _read_budget(self, offset: int, max_bytes: int, max_records: int) -> int:
         """How much of the log one fetch reads: no more than the records it could acquire span (the window from
         ``offset`` on and the room after it, at most ``max_records`` fresh ones), estimated from the bytes per
