@@ -21,7 +21,8 @@ first record to its last, medians. The share consumer acquires, acknowledges (a 
 acknowledgement) and is bounded by the window of in-flight records (``group.share.partition.max.record.locks``,
 2,000 by default). librdkafka 2.16 sends ShareFetch v1, which is batch-optimized: each round trip acquires whole
 record batches (the producer's are about 970 records here), so at 500 per poll a round trip still carries a whole
-batch, and at 2,000 as many whole batches as the read (sized to the window) holds.
+batch, and at 2,000 whole batches up to the one holding the 2,000th record (three: ~2,900 records), as Kafka 4.2
+acquires.
 
 ``restart``: ``--restart-partitions`` partitions of ``--locks`` 16-byte records each; one raw share member
 (ShareGroupHeartbeat and ShareFetch on its own connection, :class:`RawMember`) acquires every record and

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,60 @@ def partition_known(ctx: RequestContext, key: PartitionKey) -> bool:
     return name is not None and ctx.broker.controller.image.partition(name, partition) is not None
 
 
+#: One partition's acknowledgements once started: refused at once (its outcome), or their durable write in flight
+#: (the awaitable's Kafka error code, 0 when durable).
+Started = Outcome | Awaitable[int]
+
+
+async def start_acknowledgements(
+    ctx: RequestContext,
+    group_id: str,
+    member_id: str,
+    acks: Mapping[PartitionKey, list[AckBatch]],
+    readable: set[str],
+    *,
+    is_renew: bool,
+) -> dict[PartitionKey, Started]:
+    """Checks and applies each partition's acknowledgements and issues their durable writes, all of them before
+    any is awaited (:func:`settle` awaits them): the partitions' writes are in flight together, and a ShareFetch
+    acquires while they are."""
+    sessions = sessions_of(ctx)
+    started: dict[PartitionKey, Started] = {}
+    for key, batches in acks.items():
+        _, name, partition = key
+        malformed = batches_error(batches, renew_supported=ctx.api_version >= 2, is_renew=is_renew)
+        if malformed is not None:
+            started[key] = Outcome(ErrorCode.invalid_request, malformed)
+        elif name not in readable:
+            started[key] = Outcome(ErrorCode.topic_authorization_failed)
+        elif not partition_known(ctx, key):
+            started[key] = Outcome(ErrorCode.unknown_topic_or_partition)
+        elif not batches:
+            started[key] = NONE
+        else:
+            try:
+                share_partition = await sessions.partitions.get(group_id, key[0], partition)
+                started[key] = share_partition.start_acknowledge(member_id, batches, sessions.clock_ms())
+            except Exception as exc:
+                started[key] = _failed(ctx, key, exc)
+    return started
+
+
+async def settle(ctx: RequestContext, started: Mapping[PartitionKey, Started]) -> dict[PartitionKey, Outcome]:
+    """Every partition's outcome once its acknowledgements are durable (or refused)."""
+    outcomes: dict[PartitionKey, Outcome] = {}
+    for key, value in started.items():
+        if isinstance(value, Outcome):
+            outcomes[key] = value
+            continue
+        try:
+            code = await value
+            outcomes[key] = NONE if code == 0 else Outcome(ErrorCode(code))
+        except Exception as exc:
+            outcomes[key] = _failed(ctx, key, exc)
+    return outcomes
+
+
 async def acknowledge(
     ctx: RequestContext,
     group_id: str,
@@ -130,30 +184,13 @@ async def acknowledge(
     *,
     is_renew: bool,
 ) -> dict[PartitionKey, Outcome]:
-    """Checks and applies each partition's acknowledgements; every partition gets its outcome."""
-    sessions = sessions_of(ctx)
-    outcomes: dict[PartitionKey, Outcome] = {}
-    for key, batches in acks.items():
-        _, name, partition = key
-        malformed = batches_error(batches, renew_supported=ctx.api_version >= 2, is_renew=is_renew)
-        if malformed is not None:
-            outcomes[key] = Outcome(ErrorCode.invalid_request, malformed)
-        elif name not in readable:
-            outcomes[key] = Outcome(ErrorCode.topic_authorization_failed)
-        elif not partition_known(ctx, key):
-            outcomes[key] = Outcome(ErrorCode.unknown_topic_or_partition)
-        elif not batches:
-            outcomes[key] = NONE
-        else:
-            try:
-                share_partition = await sessions.partitions.get(group_id, key[0], partition)
-                code = await share_partition.acknowledge(member_id, batches, sessions.clock_ms())
-                outcomes[key] = NONE if code == 0 else Outcome(ErrorCode(code))
-            except Exception as exc:
-                code_for = error_code_logged(exc, logger, "share acknowledge on %s-%d failed (%s)", name, partition,
-                                             ctx.describe())
-                outcomes[key] = Outcome(code_for, str(exc))
-    return outcomes
+    """Checks and applies each partition's acknowledgements; every partition gets its outcome once durable."""
+    return await settle(ctx, await start_acknowledgements(ctx, group_id, member_id, acks, readable, is_renew=is_renew))
+
+
+def _failed(ctx: RequestContext, key: PartitionKey, exc: Exception) -> Outcome:
+    code = error_code_logged(exc, logger, "share acknowledge on %s-%d failed (%s)", key[1], key[2], ctx.describe())
+    return Outcome(code, str(exc))
 
 
 def current_leader(

@@ -7,7 +7,10 @@ MaxWaitMs all 0 (else INVALID_REQUEST) and fetches nothing, so renewed locks are
 session's epoch (``broker.share_session_cache``: top-level SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH,
 INVALID_REQUEST for acknowledgements while opening; a full cache answers SHARE_SESSION_LIMIT_REACHED after
 MaxWaitMs, as Kafka delays it); then the piggy-backed acknowledgements, each partition's outcome in its
-``AcknowledgeErrorCode``; then the acquisition across the session's partitions.
+``AcknowledgeErrorCode``; then the acquisition across the session's partitions. The acknowledgements change the
+records' states first (the acquisition sees the window they freed) and their durable write is issued at once; the
+acquisition and the read run while it is in flight, and the response waits for it, so it never reports records
+acknowledged that a crash could bring back.
 
 Acquisition: the partitions in turn (rotated by the session epoch, as Kafka's round robin, so a busy first
 partition does not starve the rest), each asked for what remains of the request's ``MaxRecords`` and ``MaxBytes``
@@ -40,7 +43,7 @@ from broker.handlers.context import RequestContext
 from broker.handlers.share_common import (
     Endpoints,
     Outcome,
-    acknowledge,
+    Started,
     by_topic,
     current_leader,
     member_id_valid,
@@ -50,6 +53,8 @@ from broker.handlers.share_common import (
     readable_topics,
     requested_acks,
     sessions_of,
+    settle,
+    start_acknowledgements,
     top_level_error,
 )
 from broker.share.share_partition import AcquiredRange
@@ -86,6 +91,8 @@ class _Limits:
     batch_size: int = 0
 
 
+#: Turns of the event loop an issued share-state write takes to reach the WAL's writer thread.
+_WRITE_HANDOFF_TURNS = 2
 #: ShareFetch v2's ShareAcquireMode values (Kafka's ShareAcquireMode ids).
 BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 
@@ -125,21 +132,37 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
         return top_level_error(ctx, exc.code)
     readable = readable_topics(ctx, [*context.partitions, *requested])
     acks: dict[PartitionKey, Outcome] = {}
+    started: dict[PartitionKey, Started] = {}
+    fetching = not is_renew and bool(context.partitions)
     if acknowledging:
         batches, acks = requested_acks(ctx, request.topics)
-        acks.update(await acknowledge(ctx, group_id, member_id, batches, readable, is_renew=is_renew))
+        started = await start_acknowledgements(ctx, group_id, member_id, batches, readable, is_renew=is_renew)
+        if fetching and not all(isinstance(s, Outcome) for s in started.values()):
+            await _writes_under_way()
     acquired: dict[PartitionKey, _Acquired] = {}
-    if not is_renew and context.partitions:
+    if fetching:
         max_bytes = min(request.max_bytes if request.max_bytes > 0 else _MAX_INT32, ctx.broker.config.fetch_max_bytes)
         limits = _Limits(max_bytes, min(request.min_bytes, max_bytes), request.max_records,
                          time.monotonic() + max_wait_ms / 1000, mode == BATCH_OPTIMIZED, request.batch_size)
         acquired = await _Acquisition(ctx, sessions, group_id, member_id, limits).run(context, readable)
+    # Nothing leaves before the acknowledgements are durable (an acknowledged record never comes back after a
+    # crash); their writes ran while the records were acquired and read.
+    acks.update(await settle(ctx, started))
     if not sessions.cache.still_current(context):
         return top_level_error(ctx, ErrorCode.invalid_share_session_epoch)
     response = _response(ctx, context, acquired, acks, sessions.record_lock_duration_ms(group_id))
     if epoch == FINAL_EPOCH:
         await sessions.close(group_id, member_id)
     return response
+
+
+async def _writes_under_way() -> None:
+    """Lets the acknowledgements' durable writes reach the WAL's writer thread before the acquisition takes the
+    event loop: issuing a write schedules it, and it takes two turns of the loop (the stream's append task, then
+    the WAL's flush loop) to be handed to the thread, which then writes while the acquisition and the read run.
+    Only a matter of overlap: the acknowledgements were applied before, and are awaited before the answer."""
+    for _ in range(_WRITE_HANDOFF_TURNS):
+        await asyncio.sleep(0)
 
 
 @dataclass(slots=True)

@@ -178,7 +178,7 @@ class PartitionShareState:
     # ------------------------------------------------------------------ acquisition
     def acquire(
         self, member_id: str, batches: Iterable[LogBatch], max_records: int, now_ms: int, *,
-        whole_batches: bool = False, batch_size: int = 0,
+        whole_batches: bool = False, batch_size: int = 0, taken: list[AcquiredRange] | None = None,
     ) -> list[AcquiredRange]:
         """Acquires for ``member_id`` the AVAILABLE records of ``batches`` (in offset order, as read from the log
         from :meth:`fetch_offset` on): records of the window again, fresh ones after it while the window holds
@@ -191,10 +191,13 @@ class PartitionShareState:
         fresh ranges are then cut at batch boundaries every ``batch_size`` records (Kafka's AcquiredRecords per
         BatchSize). Without it (record-limit mode, and this class's own default) the limits are exact.
 
+        ``taken``: the ranges an earlier read of the same fetch acquired, continued (the new ones appended, merged
+        into its last range as one acquisition would) and returned.
+
         Runs of records change as slices (fresh records, the bulk of a fetch, are one ``extend``); only records
         acquired again go one by one, as each carries its own delivery count."""
         deadline = now_ms + self.limits.record_lock_duration_ms
-        taken: list[AcquiredRange] = []
+        taken = [] if taken is None else taken
         remaining = max_records
         split = batch_size if whole_batches and batch_size > 0 else 0
         for batch in batches:

@@ -10,6 +10,7 @@ caller is answered once it is durable, so an acknowledged record never comes bac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: Added to a fetch's estimated read size, so a batch straddling the estimate's end is still read whole.
 _READ_MARGIN = 64 * 1024
+#: Reads one fetch makes at most from one partition (each reads on where the last ended).
+_MAX_READS = 8
 
 __all__ = ["AckBatch", "AcquiredRange", "ShareFetched", "SharePartition"]
 
@@ -112,20 +115,9 @@ class SharePartition:
             acquired: list[AcquiredRange] = []
             records: bytes | memoryview | None = None
             if self.state.can_acquire(limit) and max_records > 0:
-                offset = self.state.fetch_offset()
-                read_committed = config.isolation_level == 1
-                budget = self._read_budget(offset, max_bytes, max_records)
-                result = await self.log.read(offset, budget, min_one=True, read_committed=read_committed)
-                batches = list(iter_batches(result.records))
-                if batches:
-                    spanned = batches[-1][0].last_offset + 1 - batches[0][0].base_offset
-                    self._bytes_per_offset = max(len(result.records) / max(spanned, 1), 1.0)
-                kinds = classify(
-                    [h for h, _ in batches], result.aborted_transactions, read_committed=read_committed
-                )
-                acquired = self.state.acquire(member_id, kinds, max_records, now_ms, whole_batches=whole_batches,
-                                              batch_size=batch_size)
-                records = _holding(result.records, [h for h, _ in batches], acquired)
+                acquired, records = await self._acquire(
+                    member_id, limit=limit, read_committed=config.isolation_level == 1, max_bytes=max_bytes,
+                    max_records=max_records, now_ms=now_ms, whole_batches=whole_batches, batch_size=batch_size)
                 written = self._issue()
                 if written is not None:
                     pending.append(written)
@@ -149,15 +141,25 @@ class SharePartition:
     async def acknowledge(self, member_id: str, batches: Sequence[AckBatch], now_ms: int) -> int:
         """Applies ``member_id``'s acknowledgements and returns once durable: 0, or Kafka's error code (and then
         nothing changed)."""
+        return await self.start_acknowledge(member_id, batches, now_ms)
+
+    def start_acknowledge(self, member_id: str, batches: Sequence[AckBatch], now_ms: int) -> Awaitable[int]:
+        """:meth:`acknowledge` in two steps: the records change state and their durable write is issued now (a
+        fetch that follows sees the window they freed), and the returned awaitable answers once the write is
+        durable: 0, or Kafka's error code. ShareFetch acquires and reads while the write is in flight and awaits
+        it before it answers. The awaitable is a task: the write's outcome is counted even if nobody awaits it."""
         if self.log.closed:
-            return int(ErrorCode.not_leader_or_follower)
+            return _done(int(ErrorCode.not_leader_or_follower))
         self._config()
         try:
             counted = self.state.acknowledge(member_id, batches, now_ms)
         except AckError as exc:
             logger.debug("%s/%s: acknowledgement refused: %s", untrusted(self.group_id), self.log.where, exc)
-            return int(exc.code)
-        code = await self._persist(self._issue())
+            return _done(int(exc.code))
+        return asyncio.ensure_future(self._acknowledged(self._issue(), counted))
+
+    async def _acknowledged(self, pending: Awaitable[None] | None, counted: dict[AcknowledgeType, int]) -> int:
+        code = await self._persist(pending)
         for kind, n in counted.items():
             if kind == AcknowledgeType.ACCEPT:
                 self._metrics.acknowledged(self.group_id, self.topic, n)
@@ -197,6 +199,49 @@ class SharePartition:
         return self._persist(self._issue())
 
     # ------------------------------------------------------------------ internals
+    async def _acquire(
+        self, member_id: str, *, limit: int, read_committed: bool, max_bytes: int, max_records: int, now_ms: int,
+        whole_batches: bool, batch_size: int,
+    ) -> tuple[list[AcquiredRange], bytes | memoryview | None]:
+        """Reads from the fetch offset and acquires, reading on while the read ended before the log did and the
+        fetch has room (records under ``max_records``, bytes under ``max_bytes``, the window): the read is sized
+        by an estimate (:meth:`_read_budget`), and the batch that reaches ``max_records`` must still be read whole
+        in batch-optimized mode, as Kafka's acquisition takes the batch holding the limit's last offset."""
+        acquired: list[AcquiredRange] = []
+        parts: list[bytes | memoryview] = []
+        count = size = largest = 0
+        offset = self.state.fetch_offset()
+        for _ in range(_MAX_READS):
+            wanted = max_records - count
+            if wanted <= 0 or size >= max_bytes or not self.state.can_acquire(limit):
+                break
+            budget = self._read_budget(offset, max_bytes - size, wanted)
+            if parts:  # a later read takes at least one batch of the size seen, within what MaxBytes leaves
+                budget = min(max(budget, largest + _READ_MARGIN), max_bytes - size)
+            result = await self.log.read(offset, budget, min_one=not parts, read_committed=read_committed)
+            batches = list(iter_batches(result.records))
+            if not batches:
+                break
+            headers = [h for h, _ in batches]
+            spanned = headers[-1].last_offset + 1 - headers[0].base_offset
+            self._bytes_per_offset = max(len(result.records) / max(spanned, 1), 1.0)
+            largest = max(largest, *(h.size for h in headers))
+            kinds = classify(headers, result.aborted_transactions, read_committed=read_committed)
+            acquired = self.state.acquire(member_id, kinds, wanted, now_ms, whole_batches=whole_batches,
+                                          batch_size=batch_size, taken=acquired)
+            held = _holding(result.records, headers, acquired)
+            if held is not None:
+                parts.append(held)
+            count = sum(r.last_offset - r.first_offset + 1 for r in acquired)
+            size += len(result.records)
+            end = headers[-1].last_offset + 1
+            offset = self.state.fetch_offset()
+            if end >= limit or offset < end:
+                break  # the log's end, or window records released meanwhile: the next fetch starts there
+        if not parts:
+            return acquired, None
+        return acquired, parts[0] if len(parts) == 1 else b"".join(parts)
+
     def _read_budget(self, offset: int, max_bytes: int, max_records: int) -> int:
         """How much of the log one fetch reads: no more than the records it could acquire span (the window from
         ``offset`` on and the room after it, at most ``max_records`` fresh ones), estimated from the bytes per
@@ -240,6 +285,12 @@ class SharePartition:
 
 async def _failed(exc: Exception) -> None:
     raise exc
+
+
+def _done(code: int) -> Awaitable[int]:
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    future.set_result(code)
+    return future
 
 
 def classify(headers: Sequence[BatchHeader], aborted: Sequence[AbortedTxn], *, read_committed: bool) -> list[LogBatch]:

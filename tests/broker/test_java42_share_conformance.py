@@ -75,9 +75,10 @@ def ready_topic(client: WireClient, count: int = 0, partitions: int = 1) -> tupl
     return name, found.topic_id
 
 
-def produce(client: WireClient, topic: str, count: int, partition: int = 0) -> None:
+def produce(client: WireClient, topic: str, count: int, partition: int = 0, *, value_size: int = 0) -> None:
+    """One batch of ``count`` records (values of ``value_size`` bytes when given)."""
     topic_cls = entity(0, 9, "topic_data")
-    batch = build_batch([Record(b"k%d" % i, b"v%d" % i) for i in range(count)])
+    batch = build_batch([Record(b"k%d" % i, (b"v%d" % i).ljust(value_size, b".")) for i in range(count)])
     part = schema.build(schema.field_entity(topic_cls, "partition_data"), index=partition, records=batch)
     response = call(client, 0, 9, transactional_id=None, acks=-1, timeout=30_000,
                     topic_data=(schema.build(topic_cls, name=topic, partition_data=(part,)),))

@@ -30,6 +30,8 @@ from tests.broker.test_java42_share_conformance import (
 
 #: Three batches of four records: offsets 0-3, 4-7 and 8-11.
 BATCHES, PER_BATCH = 3, 4
+#: Batches of 100 records of 2 KiB: a read sized to 150 records (the broker's estimate) stops after the first.
+LARGE_PER_BATCH, LARGE_VALUE = 100, 2048
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +91,19 @@ def test_v1_is_batch_optimized_and_an_unknown_mode_is_refused(client: WireClient
     assert share_fetch(m, 2, 0, max_records=1, mode=2).error_code == ErrorCode.invalid_request
     # ShareFetch v1 (librdkafka 2.16's) has no mode: batch-optimized, so MaxRecords 1 gets the whole first batch.
     assert ranges(only_partition(share_fetch(m, 1, 0, max_records=1), topic_id)) == [(0, 3, 1)]
+
+
+def test_batch_optimized_reads_on_to_the_batch_holding_max_records(client: WireClient) -> None:
+    """The broker sizes its read of the log to what the fetch could acquire; when the batch holding the
+    MaxRecords-th record lies past that read, it reads on and acquires that batch whole, as Kafka does, instead of
+    answering with fewer records than MaxRecords (one more round trip for the consumer)."""
+    name, topic_id = ready_topic(client)
+    for _ in range(3):
+        produce(client, name, LARGE_PER_BATCH, value_size=LARGE_VALUE)
+    m = join(client, new_group(client), name, topic_id)
+    part = only_partition(share_fetch(m, 1, 0, max_records=150), topic_id)
+    assert part.error_code == ErrorCode.none
+    assert ranges(part) == [(0, 199, 1)]  # two whole batches: the second holds offset 149
+    assert fetched_offsets(part) == list(range(200))
+    nxt = only_partition(share_fetch(m, 1, 1, max_records=150), topic_id)
+    assert ranges(nxt) == [(200, 299, 1)]
