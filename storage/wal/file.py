@@ -78,6 +78,7 @@ class FileWALStats:
     segments_preallocated: int = 0  # of those, how many were spares (recycled or zero-filled) rather than new files
     segments_deleted: int = 0
     segments_recycled: int = 0
+    fill_steps: int = 0  # paced zero-fill steps taken (each one write + fdatasync on the writer thread)
 
 
 class FileWAL(WALState):
@@ -108,7 +109,7 @@ class FileWAL(WALState):
         self._spares = SparePool(self._dir, SPARE_SEGMENTS)
         self._zero_fill: asyncio.Task[None] | None = None  # Preallocation.EAGER only
         self._filler = PacedSpareFiller(self._spares, segment_size) if preallocate is Preallocation.PACED else None
-        self._unpaced = 0  # bytes written since the paced zero-fill last took a step
+        self._unpaced = 0  # bytes written since the paced zero-fill last took a step: what its next step is sized by
         self._fill_timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0  # event-loop time the flusher last ran out of appends
         self._writer = SegmentWriter(self._dir, segment_size, self._spares)
@@ -376,7 +377,9 @@ class FileWAL(WALState):
         """The WAL went idle: if the paced zero-fill has work, it gets a step once the idleness lasts a moment.
         Under a steady stream of appends (closed-loop producers) it never delays a group, and a roll then simply
         creates a new file; at a modest rate the idle gaps between groups fill the spare."""
-        if self._filler is None or not self._unpaced or self._fill_timer is not None or not self._filler.busy:
+        if self._filler is None or self._fill_timer is not None:
+            return
+        if not self._filler.step_for(self._unpaced, self._writer.size):
             return
         self._fill_timer = asyncio.get_running_loop().call_later(delay, self._fill_step)
 
@@ -390,11 +393,13 @@ class FileWAL(WALState):
             return
         # On the writer's own thread, so the step and group commits never overlap; an append arriving meanwhile
         # waits for this one step at most.
-        unpaced, self._unpaced = self._unpaced, 0
+        size = self._filler.step_for(self._unpaced, self._writer.size)
+        if not size:
+            return
+        self._unpaced = 0
+        self.stats.fill_steps += 1
         assert self._executor is not None
-        step = asyncio.get_running_loop().run_in_executor(
-            self._executor, self._filler.after_group, unpaced, self._writer.size
-        )
+        step = asyncio.get_running_loop().run_in_executor(self._executor, self._filler.fill_step, size)
         step.add_done_callback(self._fill_step_done)
 
     def _fill_step_done(self, step: asyncio.Future[None]) -> None:
