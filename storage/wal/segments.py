@@ -21,7 +21,7 @@ from pathlib import Path
 import crc32c
 
 from storage.config import MiB
-from storage.durable import fdatasync, fsync_dir, write_all
+from storage.durable import fdatasync, fsync_dir, write_durably
 from storage.errors import WALError
 
 logger = logging.getLogger(__name__)
@@ -293,8 +293,7 @@ class SegmentWriter:
                 f"{self._base + self._size}"
             )
         try:
-            write_all(self._fd, parts, self._size)
-            fdatasync(self._fd)
+            write_durably(self._fd, parts, self._size)
         except OSError as exc:
             raise WALError(
                 f"WAL segment {self._path}: write of {length} bytes at offset {offset} failed: {exc.strerror}"
