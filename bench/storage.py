@@ -16,6 +16,9 @@ another's figures):
 - ``wal-latency``: the bare file WAL's ack latency for fdatasync'd 100 KiB appends at 20 MB/s (open loop) while
   it rolls 16 MiB segments with nothing to recycle, for each ``Preallocation`` mode: the earlier eager zero-fill
   next to group commits, the paced zero-fill between them, and none.
+- ``small-latency``: the ack latency of lone 100-byte appends, each 2 ms after the previous one's acknowledgement
+  (a share consumer's acknowledgements: one small durable write per ShareFetch round trip), on fresh WALs (the
+  paced zero-fill at work), through the bare file WAL and through the engine's stream, rounds alternating.
 - ``puts``:     1 GiB spread over 1000 streams with ``s3.wal.upload.threshold`` 500 MiB; object-store PUT requests
   per GiB (``store.stats.puts``).
 - ``catchup``:  one stream written to a moto S3 server (``ThreadedMotoServer`` on 127.0.0.1 in the child), then
@@ -533,6 +536,65 @@ async def wal_open_loop(wal: FileWAL, seconds: float) -> list[float]:
     return latencies
 
 
+SMALL_APPEND = 100
+SMALL_APPEND_GAP_S = 0.002  # about a share consumer's round trip between two acknowledgements
+SMALL_APPENDS = 1500
+
+
+async def bench_small_latency(sizes: Sizes, root: Path) -> list[Row]:
+    """Lone 100-byte appends, each made 2 ms after the previous one was acknowledged: a share consumer's
+    acknowledgement (a share-state record, written durably before its ShareFetch is answered). On fresh WALs, so
+    nothing can be recycled and the paced zero-fill is at work between them as it is on a new broker. The bare
+    file WAL and the engine's stream on top of it, in alternating rounds."""
+    payload = os.urandom(SMALL_APPEND)
+    latencies: dict[str, list[float]] = {"file WAL": [], "engine stream": []}
+    fill_steps = 0
+    for round_ in range(sizes.wal_latency_rounds):
+        wal = FileWAL(root / f"wal-{round_}")
+        await wal.start()
+        try:
+            async for _record in wal.recover():
+                pass
+            latencies["file WAL"] += await lone_appends(
+                lambda i, wal=wal: wal.append(StreamRecordBatch(1, 0, i, 1, payload))
+            )
+            fill_steps += wal.stats.fill_steps
+        finally:
+            await wal.close()
+        engine = make_engine(engine_config(root / f"engine-{round_}"), store=MemoryObjectStore())
+        await engine.start()
+        try:
+            (stream,) = await open_streams(engine, 1)
+            latencies["engine stream"] += await lone_appends(lambda _i, stream=stream: stream.append(payload, 1))
+        finally:
+            await engine.shutdown()
+    rows = []
+    for name, values in latencies.items():
+        ordered = sorted(values)
+        p50, p99 = (percentile(ordered, q) * 1000 for q in (0.5, 0.99))
+        rows.append(
+            Row(
+                f"{name} ack latency, lone {SMALL_APPEND}-byte appends {SMALL_APPEND_GAP_S * 1000:.0f} ms apart "
+                "(p50 / p99)",
+                f"{p50:.2f} / {p99:.2f} ms",
+                note=f"{len(ordered)} appends in {sizes.wal_latency_rounds} rounds (the bare WAL's took {fill_steps} "
+                f"zero-fill steps); mean "
+                f"{statistics.fmean(ordered) * 1000:.2f} ms, max {ordered[-1] * 1000:.1f} ms; {load_average()}",
+            )
+        )
+    return rows
+
+
+async def lone_appends(append: Callable[[int], Awaitable[Any]]) -> list[float]:
+    latencies = []
+    for i in range(SMALL_APPENDS):
+        await asyncio.sleep(SMALL_APPEND_GAP_S)
+        started = time.perf_counter()
+        await append(i)
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
 StoreFactory = Callable[[StorageConfig], ObjectStore]
 
 
@@ -679,6 +741,7 @@ SECTIONS: dict[str, Callable[[Sizes, Path], Coroutine[Any, Any, list[Row]]]] = {
     "append": bench_append,
     "latency": bench_latency,
     "wal-latency": bench_wal_latency,
+    "small-latency": bench_small_latency,
     "puts": bench_puts,
     "catchup": bench_catchup,
     "memory": bench_memory,

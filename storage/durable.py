@@ -40,6 +40,43 @@ def write_all(fd: int, parts: Sequence[bytes | memoryview], position: int) -> No
         pending[0] = memoryview(pending[0])[written:]
 
 
+#: pwritev2's per-write O_DSYNC (Linux 4.7+); 0 where the platform has none.
+_RWF_DSYNC: int = getattr(os, "RWF_DSYNC", 0)
+_dsync_writes = [_RWF_DSYNC != 0]  # cleared for good once the kernel refuses the flag
+
+
+def write_durably(fd: int, parts: Sequence[bytes | memoryview], position: int) -> None:
+    """Writes ``parts`` at ``position`` and returns once they are as durable as ``write_all`` + ``fdatasync`` makes
+    them. Where the kernel has ``RWF_DSYNC`` and the parts fit in one ``pwritev``, that is one system call: the
+    write is synced as if the file were opened ``O_DSYNC`` (its data, and the metadata needed to read it back:
+    overwriting allocated blocks still syncs no metadata). The writer thread then takes the GIL back once instead
+    of twice, which is what a small write waits for most when the event loop is busy. Larger writes (more
+    buffers than one call takes) keep ``write_all`` + ``fdatasync``: a synced write only syncs its own range."""
+    if _dsync_writes[0] and len(parts) <= _IOV_MAX:
+        try:
+            _write_dsync(fd, parts, position)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            _dsync_writes[0] = False  # an old kernel: rewriting the same bytes the plain way is harmless
+    write_all(fd, parts, position)
+    fdatasync(fd)
+
+
+def _write_dsync(fd: int, parts: Sequence[bytes | memoryview], position: int) -> None:
+    """Every call carries RWF_DSYNC, so a short write's continuation is synced too (each call syncs its range)."""
+    pending: list[bytes | memoryview] = list(parts)
+    while pending:
+        written = os.pwritev(fd, pending, position, _RWF_DSYNC)
+        position += written
+        while pending and written >= len(pending[0]):
+            written -= len(pending[0])
+            pending.pop(0)
+        if pending and written:
+            pending[0] = memoryview(pending[0])[written:]
+
+
 def fsync_dir(path: Path) -> None:
     """Makes the entries of ``path`` (files created, renamed or removed in it) durable."""
     fd = os.open(path, os.O_RDONLY)

@@ -9,9 +9,11 @@ Layout of the WAL directory::
     .lock                      flock'd while a WAL instance has the directory open
 
 Appends are acknowledged only after their bytes are fsync'd. Concurrent appends are gathered into groups: while one
-group's single write + fdatasync runs in the WAL's writer thread, the event loop keeps accepting appends, which
-form the next group. Groups are written strictly one after another and acknowledged in order, so a record is never
-acknowledged before one appended earlier, and a torn write can only ever affect the tail of the newest segment.
+group's single synced write (``storage.durable.write_durably``) runs in the WAL's writer thread, the event loop
+keeps accepting appends, which form the next group; a lone append is written at once, with no linger. The writer
+thread hands a written group back with one ``call_soon_threadsafe`` whose callback acknowledges it. Groups are
+written strictly one after another and acknowledged in order, so a record is never acknowledged before one appended
+earlier, and a torn write can only ever affect the tail of the newest segment.
 
 Segments are preallocated: a new segment is a *spare* file renamed into place — either a trimmed segment recycled
 whole (as many are kept as the WAL's capacity has room for, so a steady load rolls onto recycled files only), or,
@@ -31,6 +33,7 @@ import asyncio
 import collections
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,12 +75,13 @@ class FileWALStats:
     """Counters that show group commit at work (records per write) for benchmarks and tests."""
 
     appends: int = 0
-    groups: int = 0  # each group is one write + one fdatasync
+    groups: int = 0  # each group is one synced write
     bytes_written: int = 0
     segments_created: int = 0
     segments_preallocated: int = 0  # of those, how many were spares (recycled or zero-filled) rather than new files
     segments_deleted: int = 0
     segments_recycled: int = 0
+    fill_steps: int = 0  # paced zero-fill steps taken (each one write + fdatasync on the writer thread)
 
 
 class FileWAL(WALState):
@@ -108,7 +112,7 @@ class FileWAL(WALState):
         self._spares = SparePool(self._dir, SPARE_SEGMENTS)
         self._zero_fill: asyncio.Task[None] | None = None  # Preallocation.EAGER only
         self._filler = PacedSpareFiller(self._spares, segment_size) if preallocate is Preallocation.PACED else None
-        self._unpaced = 0  # bytes written since the paced zero-fill last took a step
+        self._unpaced = 0  # bytes written since the paced zero-fill last took a step: what its next step is sized by
         self._fill_timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0  # event-loop time the flusher last ran out of appends
         self._writer = SegmentWriter(self._dir, segment_size, self._spares)
@@ -132,7 +136,7 @@ class FileWAL(WALState):
         self._closed = False
         self._failure: WALError | None = None
         self.stats = FileWALStats()
-        #: Learns the seconds of each group's write + fdatasync (the engine's ``fjord_wal_flush_seconds``).
+        #: Learns the seconds of each group's encoding and synced write (the engine's ``fjord_wal_flush_seconds``).
         self.observe_flush: Callable[[float], None] = lambda _seconds: None
 
     @classmethod
@@ -324,26 +328,49 @@ class FileWAL(WALState):
                 self._wakeup.clear()
                 continue
             group = self._take_group()
-            start, end = group[0].offset, group[-1].next_offset
-            flush_started = loop.time()
-            try:
-                rolled = await loop.run_in_executor(self._executor, self._write_group_sync, group, start)
-            except Exception as exc:
-                failure = exc if isinstance(exc, WALError) else WALError(f"{self._name}: write failed: {exc}")
-                self._fail(failure, group)
+            written: asyncio.Future[bool] = loop.create_future()
+            self._executor.submit(self._write_group_sync, group, loop, written)
+            if not await written:
                 return
-            if rolled is not None:
-                self._segments.append(rolled)
-                self.stats.segments_created += 1
-                self.stats.segments_preallocated += self._writer.preallocated
-            self._maybe_preallocate()
-            self._durable_offset = end
-            self.observe_flush(loop.time() - flush_started)
-            self.stats.groups += 1
-            self.stats.bytes_written += end - start
-            for entry in group:
-                entry.acknowledge()
-            self._unpaced += end - start
+
+    def _write_group_sync(
+        self, group: list[PendingAppend], loop: asyncio.AbstractEventLoop, written: asyncio.Future[bool]
+    ) -> None:
+        """The writer thread's part of a group: encode, write, make durable, then one hop back to the loop, which
+        acknowledges the group at once (``_group_written``): the appends' futures are settled on the loop's first
+        pass after the write, not on a later pass of the flusher task."""
+        started = time.perf_counter()
+        start = group[0].offset
+        try:
+            parts = walrecord.encode_record_parts([entry.batch for entry in group], start)
+            rolled = self._writer.write_group(parts, start)
+        except BaseException as exc:  # the loop must hear of every outcome, or the flusher would wait for ever
+            loop.call_soon_threadsafe(self._group_failed, group, exc, written)
+            return
+        loop.call_soon_threadsafe(self._group_written, group, rolled, time.perf_counter() - started, written)
+
+    def _group_written(
+        self, group: list[PendingAppend], rolled: Segment | None, seconds: float, written: asyncio.Future[bool]
+    ) -> None:
+        start, end = group[0].offset, group[-1].next_offset
+        if rolled is not None:
+            self._segments.append(rolled)
+            self.stats.segments_created += 1
+            self.stats.segments_preallocated += self._writer.preallocated
+        self._durable_offset = end
+        self.stats.groups += 1
+        self.stats.bytes_written += end - start
+        for entry in group:
+            entry.acknowledge()
+        self._unpaced += end - start
+        written.set_result(True)
+        self.observe_flush(seconds)
+        self._maybe_preallocate()
+
+    def _group_failed(self, group: list[PendingAppend], exc: BaseException, written: asyncio.Future[bool]) -> None:
+        failure = exc if isinstance(exc, WALError) else WALError(f"{self._name}: write failed: {exc!r}")
+        self._fail(failure, group)
+        written.set_result(False)
 
     def _maybe_preallocate(self) -> None:
         """``Preallocation.EAGER``: once the active segment is half full, make sure a spare is ready for the next
@@ -368,15 +395,13 @@ class FileWAL(WALState):
             group.append(self._pending.popleft())
         return group
 
-    def _write_group_sync(self, group: list[PendingAppend], offset: int) -> Segment | None:
-        parts = walrecord.encode_record_parts([entry.batch for entry in group], offset)
-        return self._writer.write_group(parts, offset)
-
     def _schedule_fill_step(self, delay: float) -> None:
         """The WAL went idle: if the paced zero-fill has work, it gets a step once the idleness lasts a moment.
         Under a steady stream of appends (closed-loop producers) it never delays a group, and a roll then simply
         creates a new file; at a modest rate the idle gaps between groups fill the spare."""
-        if self._filler is None or not self._unpaced or self._fill_timer is not None or not self._filler.busy:
+        if self._filler is None or self._fill_timer is not None:
+            return
+        if not self._filler.step_for(self._unpaced, self._writer.size):
             return
         self._fill_timer = asyncio.get_running_loop().call_later(delay, self._fill_step)
 
@@ -390,11 +415,13 @@ class FileWAL(WALState):
             return
         # On the writer's own thread, so the step and group commits never overlap; an append arriving meanwhile
         # waits for this one step at most.
-        unpaced, self._unpaced = self._unpaced, 0
+        size = self._filler.step_for(self._unpaced, self._writer.size)
+        if not size:
+            return
+        self._unpaced = 0
+        self.stats.fill_steps += 1
         assert self._executor is not None
-        step = asyncio.get_running_loop().run_in_executor(
-            self._executor, self._filler.after_group, unpaced, self._writer.size
-        )
+        step = asyncio.get_running_loop().run_in_executor(self._executor, self._filler.fill_step, size)
         step.add_done_callback(self._fill_step_done)
 
     def _fill_step_done(self, step: asyncio.Future[None]) -> None:

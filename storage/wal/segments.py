@@ -21,7 +21,7 @@ from pathlib import Path
 import crc32c
 
 from storage.config import MiB
-from storage.durable import fdatasync, fsync_dir, write_all
+from storage.durable import fdatasync, fsync_dir, write_durably
 from storage.errors import WALError
 
 logger = logging.getLogger(__name__)
@@ -190,18 +190,27 @@ class PacedSpareFiller:
         """A spare is being filled, or the next roll has none ready (a trimmed segment may still arrive)."""
         return self._fd >= 0 or (len(self._spares) == 0 and time.monotonic() >= self._resume_at)
 
-    def after_group(self, group_bytes: int, active_size: int) -> None:
-        """One step, after groups of ``group_bytes`` left ``active_size`` bytes in the active segment."""
-        if self._fd < 0:
-            if not self.busy:
-                return  # the next roll has a file already (a recycled segment, most of the time)
-            if not self._open():
-                return
+    def step_for(self, written: int, active_size: int) -> int:
+        """The bytes of zeros due after ``written`` bytes of groups left ``active_size`` bytes in the active
+        segment: the same share of what the spare still misses as those bytes took of the room the segment had, so
+        the fill ends with the segment; at most ``_PACED_MAX_STEP``. 0 while that is less than the smallest step
+        worth an fdatasync of its own: the bytes stay owed (the caller keeps adding them up) until it is. A step
+        per idle spell whatever was written made every lone small append (a share acknowledgement, a round trip
+        apart) pay for the next 128 KiB of zeros: the step ran in the gap and the next append queued behind it."""
+        if not self.busy:
+            return 0  # the next roll has a file already (a recycled segment, most of the time)
         remaining_segment = max(1, self._segment_size - active_size)
-        missing = self._segment_size - self._filled
-        # Proportional to how much of the active segment this group used up, so the fill ends with the segment.
-        step = max(_PACED_MIN_STEP, -(-missing * group_bytes // remaining_segment))
-        self._fill(min(step, _PACED_MAX_STEP, missing))
+        missing = self._segment_size - (self._filled if self._fd >= 0 else 0)
+        step = -(-missing * written // remaining_segment)
+        if step < min(_PACED_MIN_STEP, missing):
+            return 0
+        return min(step, _PACED_MAX_STEP, missing)
+
+    def fill_step(self, size: int) -> None:
+        """Writes ``size`` more zeros (``step_for``) into the spare being filled, starting one if none is."""
+        if size <= 0 or (self._fd < 0 and not self._open()):
+            return
+        self._fill(min(size, self._segment_size - self._filled))
 
     def _open(self) -> bool:
         path = self._spares.new_temporary()
@@ -284,8 +293,7 @@ class SegmentWriter:
                 f"{self._base + self._size}"
             )
         try:
-            write_all(self._fd, parts, self._size)
-            fdatasync(self._fd)
+            write_durably(self._fd, parts, self._size)
         except OSError as exc:
             raise WALError(
                 f"WAL segment {self._path}: write of {length} bytes at offset {offset} failed: {exc.strerror}"

@@ -419,6 +419,22 @@ async def test_paced_preallocation_rolls_onto_zero_filled_files_and_recovers_the
     assert more.offset == written[-1].next_offset
 
 
+async def test_lone_small_appends_do_not_each_queue_behind_a_zero_fill_step(tmp_path: Path) -> None:
+    """A share consumer's acknowledgements are lone small appends a round trip apart, so the WAL idles between
+    them. The paced zero-fill steps in only once enough bytes were written to owe it a step of its minimum size,
+    not in every gap (where the next append would wait for 128 KiB of zeros to be synced), and the spare is still
+    ready when the segment rolls."""
+    segment = 256 * 1024
+    wal, _ = await open_wal(tmp_path, segment_size=segment)
+    for i in range(150):  # 300 KB: one roll
+        await wal.append(batch(1, i, 2000))
+        await asyncio.sleep(0.003)  # longer than the idle spell after which the filler may step in
+    assert wal.stats.segments_created == 2
+    assert wal.stats.segments_preallocated == 1
+    assert wal.stats.fill_steps <= 3
+    await wal.close()
+
+
 async def test_trimmed_segments_are_kept_for_reuse_while_the_capacity_has_room(tmp_path: Path) -> None:
     wal, _ = await open_wal(tmp_path, segment_size=8192, capacity=1 << 20)
     old = [await wal.append(batch(1, i, 1500)) for i in range(60)]
