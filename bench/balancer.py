@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -61,6 +63,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,19 +83,25 @@ SHARE_TIMEOUT_S = 180.0
 @dataclass
 class Load:
     """An idempotent producer at a fixed rate over every partition; per record its partition, ack time and
-    delivery latency."""
+    delivery latency. ``backoff_ms``: its ``retry.backoff.ms`` (None: librdkafka's default, 100 ms); ``first``: the
+    number its records start from, so two loads' records are told apart at the read-back."""
 
     bootstrap: str
     partitions: int
     rate: int
+    backoff_ms: int | None = None
+    first: int = 0
     acked: list[tuple[int, float, float, int]] = field(default_factory=list)  # partition, acked at, latency s, seq
     failed: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
-                             "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 20,
-                             "topic.metadata.refresh.interval.ms": 1000})
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "message.timeout.ms": 120000,
+                                  "topic.metadata.refresh.interval.ms": 1000}
+        if self.backoff_ms is not None:
+            config["retry.backoff.ms"] = self.backoff_ms
+        producer = Producer(config)
         padding = b"x" * (RECORD - 16)
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
@@ -103,15 +112,86 @@ class Load:
                 self.failed.append(f"{msg.partition()}: {err}")
 
         started = time.monotonic()
-        seq = 0
+        sent = 0
         while not self.stop.is_set():
             due = int((time.monotonic() - started) * self.rate)
-            while seq < due:
-                value = b"%016d" % seq + padding
-                producer.produce(TOPIC, value=value, partition=seq % self.partitions, on_delivery=delivered)
-                seq += 1
+            while sent < due:
+                value = b"%016d" % (self.first + sent) + padding
+                producer.produce(TOPIC, value=value, partition=sent % self.partitions, on_delivery=delivered)
+                sent += 1
             producer.poll(0.002)
         producer.flush(120)
+
+    def stalls(self, since: float, moved: list[int]) -> list[float]:
+        """The longest delivery latency of each moved partition's records acknowledged from ``since`` on."""
+        during: dict[int, list[float]] = defaultdict(list)
+        for partition, at, latency, _ in self.acked:
+            if at >= since and partition in moved:
+                during[partition].append(latency)
+        return [max(during[p]) for p in moved if during[p]]
+
+
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) .*?: (.*)$")
+_CLOSING = re.compile(rf"^{TOPIC}-(\d+) is no longer led by node \d+ at epoch \d+; closing$")
+_CLOSED = re.compile(rf"^closed {TOPIC}-(\d+) cleanly at offset")
+_OPENING = re.compile(rf"^opening {TOPIC}-(\d+) at leader epoch")
+_OPENED = re.compile(rf"^opened {TOPIC}-(\d+) \(topic id")
+
+
+@dataclass
+class HandOver:
+    """One move as the brokers' logs tell it (wall-clock times, seconds): the source stops taking appends (its
+    close starts), its close ends, the target starts opening (the election reached it), the target has the
+    partition open (its first append can be acknowledged)."""
+
+    closing: float
+    closed: float
+    opening: float
+    opened: float
+
+    @property
+    def total(self) -> float:
+        return self.opened - self.closing
+
+
+def _log_events(paths: list[Path], pattern: re.Pattern[str], since: float) -> dict[int, list[float]]:
+    found: dict[int, list[float]] = defaultdict(list)
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            stamped = _LOG_LINE.match(line)
+            if stamped is None:
+                continue
+            matched = pattern.match(stamped.group(2))
+            if matched is None:
+                continue
+            at = datetime.strptime(stamped.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+            if at >= since:
+                found[int(matched.group(1))].append(at)
+    return found
+
+
+def hand_overs(cluster: LocalCluster, moved: list[int], since: float) -> dict[int, HandOver]:
+    """Each moved partition's last hand-over after ``since`` (wall clock) from the brokers' logs."""
+    paths = [path for broker in cluster.brokers for path in broker.logs]
+    closing = _log_events(paths, _CLOSING, since)
+    closed = _log_events(paths, _CLOSED, since)
+    opening = _log_events(paths, _OPENING, since)
+    opened = _log_events(paths, _OPENED, since)
+    found: dict[int, HandOver] = {}
+    for partition in moved:
+        if not (closing.get(partition) and opened.get(partition)):
+            continue
+        start = max(closing[partition])
+        done = [at for at in opened[partition] if at >= start]
+        ends = [at for at in closed.get(partition, []) if at >= start]
+        starts = [at for at in opening.get(partition, []) if at >= start]
+        if done:
+            end = min(done)
+            found[partition] = HandOver(start, min(ends) if ends else start, max([start, *(a for a in starts
+                                                                                          if a <= end)]), end)
+    return found
 
 
 def leaders(bootstrap: str) -> dict[int, int]:
@@ -139,7 +219,12 @@ def _read_back(bootstrap: str, partitions: int, expected: int, timeout: float) -
     return seqs
 
 
-def run(brokers: int, partitions: int, rate: int) -> int:
+def _row(label: str, values: list[float]) -> str:
+    return (f"{label:44} {statistics.median(values) * 1000:8.0f} {_percentile(values, 0.99) * 1000:8.0f} "
+            f"{max(values) * 1000:8.0f}")
+
+
+def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_logs: Path | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fjord-balancer-bench-") as tmp:
         cluster = LocalCluster(plan_cluster(Path(tmp), controllers=1, brokers=brokers))
         cluster.start_all()
@@ -148,15 +233,21 @@ def run(brokers: int, partitions: int, rate: int) -> int:
             bootstrap = cluster.bootstrap_servers
             admin = AdminClient({"bootstrap.servers": bootstrap})
             admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(timeout=30)
-            load = Load(bootstrap, partitions, rate)
-            thread = threading.Thread(target=load.run, daemon=True)
-            thread.start()
+            # The client as shipped, and (labelled) one with a lowered retry.backoff.ms, each at half the rate.
+            loads = {"retry.backoff.ms default (100)": Load(bootstrap, partitions, rate // 2 if lowered_backoff_ms
+                                                            else rate)}
+            if lowered_backoff_ms:
+                loads[f"retry.backoff.ms {lowered_backoff_ms} (lowered)"] = Load(
+                    bootstrap, partitions, rate - rate // 2, backoff_ms=lowered_backoff_ms, first=10**15)
+            threads = [threading.Thread(target=load.run, daemon=True) for load in loads.values()]
+            for thread in threads:
+                thread.start()
             time.sleep(5.0)  # a steady load before the broker joins: the baseline latency
             before = leaders(bootstrap)
-            baseline = [latency for _, _, latency, _ in load.acked]
+            baseline = [latency for load in loads.values() for _, _, latency, _ in load.acked]
             added = cluster.add_broker()
             new = added.spec.node_id
-            t0 = time.monotonic()
+            t0, wall0 = time.monotonic(), time.time()
             added.start()
             share = partitions // (brokers + 1)
             placement: dict[int, int] = {}
@@ -176,32 +267,42 @@ def run(brokers: int, partitions: int, rate: int) -> int:
                                  f"{dict(Counter(placement.values()))}")
             reached = time.monotonic() - t0
             time.sleep(3.0)  # let the moved partitions' in-flight records be acknowledged
-            load.stop.set()
-            thread.join(timeout=150)
+            for load in loads.values():
+                load.stop.set()
+            for thread in threads:
+                thread.join(timeout=150)
             moved = sorted(p for p, leader in placement.items() if before.get(p) != leader)
-            during: dict[int, list[float]] = defaultdict(list)
-            for partition, at, latency, _ in load.acked:
-                if at >= t0 and partition in moved:
-                    during[partition].append(latency)
-            stalls = [max(during[p]) for p in moved if during[p]]
-            acked = [seq for _, _, _, seq in load.acked]
+            moves = hand_overs(cluster, moved, wall0)
+            acked = [seq for load in loads.values() for _, _, _, seq in load.acked]
+            failed = sum(len(load.failed) for load in loads.values())
             counts_read = Counter(_read_back(bootstrap, partitions, len(acked), timeout=120))
             lost = sum(1 for seq in acked if seq not in counts_read)
             duplicated = sum(1 for c in counts_read.values() if c > 1)
             print(f"\n{brokers} brokers + 1 added, {partitions} partitions, {rate} records/s of {RECORD} B "
-                  f"({len(acked)} acknowledged, {len(load.failed)} failed)")
+                  f"({len(acked)} acknowledged, {failed} failed)")
             print(f"broker {new} led its share ({share}+) {reached:.1f} s after its process started; "
                   f"{len(moved)} partitions moved: {moved}")
-            print(f"{'':28} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-            print(f"{'delivery latency before':28} {statistics.median(baseline) * 1000:8.0f} "
-                  f"{_percentile(baseline, 0.99) * 1000:8.0f} {max(baseline) * 1000:8.0f}")
-            if stalls:
-                print(f"{'stall per moved partition':28} {statistics.median(stalls) * 1000:8.0f} "
-                      f"{_percentile(stalls, 0.99) * 1000:8.0f} {max(stalls) * 1000:8.0f}")
+            print(f"{'':44} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+            print(_row("delivery latency before", baseline))
+            if moves:
+                print(_row("broker: hand-over (source stops -> target open)", [m.total for m in moves.values()]))
+                print(_row("broker:   source's close", [m.closed - m.closing for m in moves.values()]))
+                print(_row("broker:   source closed -> target opening", [m.opening - m.closed for m in moves.values()]))
+                print(_row("broker:   target's open", [m.opened - m.opening for m in moves.values()]))
+            for label, load in loads.items():
+                stalls = load.stalls(t0, moved)
+                if stalls:
+                    print(_row(f"client stall per moved partition, {label}", stalls))
             print(f"lost {lost}, dup {duplicated}")
-            return 0 if lost == 0 and duplicated == 0 and not load.failed else 1
+            return 0 if lost == 0 and duplicated == 0 and not failed else 1
         finally:
             cluster.stop_all(timeout=60)
+            if keep_logs is not None:
+                keep_logs.mkdir(parents=True, exist_ok=True)
+                for node in cluster.nodes:
+                    for path in node.logs:
+                        if path.exists():
+                            shutil.copy(path, keep_logs)
 
 
 def main() -> int:
@@ -209,8 +310,12 @@ def main() -> int:
     parser.add_argument("--brokers", type=int, default=3, help="brokers before one more is added")
     parser.add_argument("--partitions", type=int, default=24)
     parser.add_argument("--rate", type=int, default=2000, help="records per second (1 KiB each)")
+    parser.add_argument("--lowered-backoff-ms", type=int, default=20,
+                        help="a second producer's retry.backoff.ms, reported on a row of its own (0: no second "
+                             "producer; the first always runs at librdkafka's default)")
+    parser.add_argument("--keep-logs", type=Path, help="copy the nodes' logs to this directory at the end")
     args = parser.parse_args()
-    return run(args.brokers, args.partitions, args.rate)
+    return run(args.brokers, args.partitions, args.rate, args.lowered_backoff_ms, args.keep_logs)
 
 
 if __name__ == "__main__":
