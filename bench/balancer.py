@@ -72,6 +72,7 @@ sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (b
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kafka.admin import KafkaAdminClient  # noqa: E402
 
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
 
@@ -228,10 +229,12 @@ def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_
     with tempfile.TemporaryDirectory(prefix="fjord-balancer-bench-") as tmp:
         cluster = LocalCluster(plan_cluster(Path(tmp), controllers=1, brokers=brokers))
         cluster.start_all()
+        mover: KafkaAdminClient | None = None
         try:
             asyncio.run(wait_ready(cluster, timeout=60))
             bootstrap = cluster.bootstrap_servers
             admin = AdminClient({"bootstrap.servers": bootstrap})
+            mover = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
             admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(timeout=30)
             # The client as shipped, and (labelled) one with a lowered retry.backoff.ms, each at half the rate.
             loads = {"retry.backoff.ms default (100)": Load(bootstrap, partitions, rate // 2 if lowered_backoff_ms
@@ -259,7 +262,10 @@ def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_
                     continue
                 counts = Counter(placement.values())
                 live = [counts.get(b.spec.node_id, 0) for b in cluster.brokers]
-                if -1 not in counts and counts.get(new, 0) >= share and max(live) - min(live) <= 1:
+                # Metadata names a move's target from the start of the move: a move is in flight until it leaves
+                # the reassignments listed.
+                if (-1 not in counts and counts.get(new, 0) >= share and max(live) - min(live) <= 1
+                        and not mover.list_partition_reassignments()):
                     break
                 time.sleep(0.1)
             else:
@@ -296,6 +302,8 @@ def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_
             print(f"lost {lost}, dup {duplicated}")
             return 0 if lost == 0 and duplicated == 0 and not failed else 1
         finally:
+            if mover is not None:
+                mover.close()
             cluster.stop_all(timeout=60)
             if keep_logs is not None:
                 keep_logs.mkdir(parents=True, exist_ok=True)

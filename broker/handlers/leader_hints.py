@@ -36,7 +36,7 @@ class LeaderHints:
         # A move's target from the start of the move: the source's refusal does not wait for the election, so the
         # client's retry backoff runs while the source closes and the target opens (the target holds what it is
         # sent until then, broker.partition.access). Metadata names it too.
-        leader, epoch = (found.holder, found.leader_epoch) if found is not None else (-1, -1)
+        leader, epoch = (found.holder, found.holder_epoch) if found is not None else (-1, -1)
         broker = self._image.brokers.get(leader)
         if broker is not None and not broker.fenced:
             endpoint = live_endpoint(broker, self._listener_name)

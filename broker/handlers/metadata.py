@@ -58,7 +58,7 @@ def _partition_entries(topic_cls: type[Any], topic: TopicImage, live: set[int]) 
                 error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
                 partition_index=p.partition,
                 leader_id=p.holder if leader_ok else -1,
-                leader_epoch=p.leader_epoch,
+                leader_epoch=p.holder_epoch,
                 replica_nodes=p.replicas,
                 isr_nodes=tuple(r for r in p.isr if r in live),
                 offline_replicas=tuple(r for r in p.replicas if r not in live),
