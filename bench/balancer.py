@@ -68,29 +68,29 @@ noise is the load's; the brokers' logs show the parts: the source's close, media
 the hand-over (the target reading the source's unuploaded tail some other way) before the 100 ms the issue asks for
 is in reach. (The figures above were taken with one producer at ``retry.backoff.ms`` 20, then the bench's setting.)
 
-Issue 25, third round (2026-11-29, defaults; a load average of 5-13 from other helpers' work). The client's stall per
-moved partition was the source's close, the election, then the larger of librdkafka's backoff (above) and the
-target's open, because the source's refusal waited for the election to name the target. Now the refusal names the
-target from the start of the move (KIP-951 ``current_leader`` at the epoch it will be elected at, and Metadata names
-it too, so a client refreshing meanwhile does not stop sending), and the target holds what it is sent until its
-election and open (up to 5 s): the backoff runs while the source closes, and the stall is the larger of the backoff
-and the whole hand-over. Five alternating runs each, default-backoff client stall p50 / max, the logs' hand-over p50
-and the load at the run's start in brackets: before 639 / 767 (599, 11.3), 494 / 567 (351, 12.7), 376 / 513 (299,
-11.8), 640 / 724 (410, 5.5), 364 / 430 (341, 9.0) ms; after 342 / 430 (270, 11.8), 432 / 460 (378, 13.4), 581 / 728
-(332, 11.0), 428 / 495 (376, 8.2), 546 / 564 (382, 10.6) ms (median of the p50s 494 before, 432 after; lost 0, dup 0
-in all; the lowered-backoff row within 70 ms of the default one in every run). At this load the hand-over (270-600
-ms) is longer than the backoff, so little of the backoff was left to hide and the runs' noise is larger than the
-difference; on a quiet machine (a hand-over of about 150 ms; not measurable here today) it should take up to
-the backoff's 100 ms off. Where the
-hand-over goes, per run medians from the logs: the source's close 120-300 ms (settling the appends in flight and the
-closing meta entries, 20-60 ms; one upload of the broker's WAL block with a commit and the streams' closes at the
-controller, the rest), the election reaching the target 0-95 ms, the target's open 50-170 ms (its meta stream's
-replay reads the object the source's close just uploaded). Tried and left out: uploading the source's block while it
-still takes appends, so that the final close uploads only what came after: the final upload did not get shorter (its
-cost is the object write, the commit and the closes, not its size), and the wait made the move longer for a client
-that refreshed its metadata meanwhile. The source's close and the target's replay of the just-uploaded object are
-what is left between this and the issue's figures; with librdkafka at its default backoff no broker change brings
-the stall under about 100 ms.
+Issue 25, third round (2026-11-29, defaults). The client's stall per moved partition is the source's close, the
+election, then the larger of librdkafka's backoff (above) and the target's open, because the source's refusal waits
+for the election to name the target. Tried and left out, with its figures: the refusal naming the target from the
+start of the move (at the epoch it will be elected at; Metadata naming it too) and the target holding what it is
+sent until its election and open, so that the backoff runs while the source closes. It did hide the backoff (the
+client's stall over the logs' hand-over fell to 20-100 ms), but the source's close got about twice as long: today a
+produce request refused for a moving partition is held whole until the election, other partitions' records in it
+included, which quiets the source while it closes; answered at once, the producers keep the source busy with their
+other partitions and add to its final upload. Alternating runs, default-backoff client stall p50 / max, the logs'
+hand-over and source's close p50, the load at the run's start in brackets: at a load of 2-6, today 232 / 290 (173,
+106; 4.7), 244 / 293 (168, 97; 6.3), 265 / 306 (182, 86; 1.9), 244 / 308 (168, 99; 6.4) ms, tried 435 / 456 (338,
+283; 4.9), 414 / 572 (283, 201; 5.2), 325 / 348 (307, 218; 4.3) ms; at a load of 5-13 the two were within the noise
+(median of the p50s 494 today, 432 tried, over five pairs). Lost 0, dup 0 in all; the row at the lowered backoff
+(20 ms) was 20-70 ms under the default one at the low load, within the noise at the high. Where the hand-over goes
+today (low load, per-run medians from the logs): the source's close 86-106 ms (settling the appends in flight and the
+closing meta entries, then one upload of the broker's WAL block with its commit and the streams' closes at the
+controller), the election reaching the target 6-8 ms, the target's open 56-90 ms (its meta stream's replay reads the
+object the source's close just uploaded). Also tried and left out: uploading the source's block while it still
+takes appends so that the final close uploads only what came after (the final upload did not get shorter: its cost
+is the object write, the commit and the closes, not its size; and while Metadata shows the partition without a
+leader the wait made the move longer for a client that refreshed its metadata). With librdkafka at its default
+backoff, no broker change brings the stall under about 100 ms; the broker's share today is about 170 ms, of which
+the source's close is the larger half.
 """
 
 from __future__ import annotations
@@ -305,8 +305,7 @@ def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_
                     continue
                 counts = Counter(placement.values())
                 live = [counts.get(b.spec.node_id, 0) for b in cluster.brokers]
-                # Metadata names a move's target from the start of the move: a move is in flight until it leaves
-                # the reassignments listed.
+                # A move is in flight until it leaves the reassignments listed (whatever Metadata names meanwhile).
                 if (-1 not in counts and counts.get(new, 0) >= share and max(live) - min(live) <= 1
                         and not mover.list_partition_reassignments()):
                     break

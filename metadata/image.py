@@ -88,13 +88,6 @@ class PartitionImage:
         balancer and controlled shutdown count it for, so a move in flight is not planned twice."""
         return self.replicas[0] if self.reassigning and self.replicas else self.leader
 
-    @property
-    def holder_epoch(self) -> int:
-        """The leader epoch :attr:`holder` serves at: a move's target is elected at the epoch after the move's
-        (``controller.decisions.reassignment``), so a client told of the target before its election sends the
-        epoch the target will check (an older one would be FENCED_LEADER_EPOCH there)."""
-        return self.leader_epoch + 1 if self.reassigning and self.leader < 0 else self.leader_epoch
-
 
 @dataclass(frozen=True, slots=True)
 class TopicImage:

@@ -5,9 +5,8 @@ lead it, the partition's ``current_leader`` (leader id and epoch) and, once per 
 the leaders named. A client that reads them retries at the new leader at once instead of first asking for metadata,
 which is what makes a partition move, a drain or a failover nearly invisible to it. Both handlers collect the hints
 here so they answer alike: the leader and epoch from this broker's metadata image (-1/-1 for a partition it does not
-know, as Kafka's ``getCurrentLeader`` falls back to; a move's target from the start of the move, which holds what it
-is sent until it serves), and the endpoint on the request's listener only for a leader that is alive (unfenced), as
-Kafka's ``getAliveBrokerNode``.
+know, as Kafka's ``getCurrentLeader`` falls back to), and the endpoint on the request's listener only for a leader
+that is alive (unfenced), as Kafka's ``getAliveBrokerNode``.
 """
 
 from __future__ import annotations
@@ -33,10 +32,7 @@ class LeaderHints:
         """The partition's leader id and epoch as this broker knows them (-1, -1 when it knows no leader), the
         leader's endpoint remembered for :meth:`node_endpoints` when the leader is alive on this listener."""
         found = self._image.partition(topic, partition)
-        # A move's target from the start of the move: the source's refusal does not wait for the election, so the
-        # client's retry backoff runs while the source closes and the target opens (the target holds what it is
-        # sent until then, broker.partition.access). Metadata names it too.
-        leader, epoch = (found.holder, found.holder_epoch) if found is not None else (-1, -1)
+        leader, epoch = (found.leader, found.leader_epoch) if found is not None else (-1, -1)
         broker = self._image.brokers.get(leader)
         if broker is not None and not broker.fenced:
             endpoint = live_endpoint(broker, self._listener_name)

@@ -46,19 +46,15 @@ def _partition_entries(topic_cls: type[Any], topic: TopicImage, live: set[int]) 
     out = []
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
-        # A partition being moved is named at its target (its holder) from the start of the move, as the source's
-        # refusals name it (broker.handlers.leader_hints): the target holds what it is sent until its election and
-        # open (broker.partition.access), and a client refreshing its metadata meanwhile keeps sending there
-        # instead of stopping for a leaderless partition. As in Kafka, Metadata always names where to send.
-        leader_ok = p.holder >= 0 and p.holder in live
+        leader_ok = p.leader >= 0 and p.leader in live
         out.append(
             schema.build_nested(
                 topic_cls,
                 "partitions",
                 error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
                 partition_index=p.partition,
-                leader_id=p.holder if leader_ok else -1,
-                leader_epoch=p.holder_epoch,
+                leader_id=p.leader if leader_ok else -1,
+                leader_epoch=p.leader_epoch,
                 replica_nodes=p.replicas,
                 isr_nodes=tuple(r for r in p.isr if r in live),
                 offline_replicas=tuple(r for r in p.replicas if r not in live),

@@ -44,6 +44,9 @@ from wire.record_batch import InvalidBatchError, parse_header
 logger = logging.getLogger(__name__)
 
 _MIN_TIMEOUT_MS = 1000
+#: How long a refusal of a partition being moved waits for its target's election, so that it can name the new leader
+#: (KIP-951) instead of none; a move elects its target within a few hundred milliseconds of the source letting go.
+_MOVE_WAIT_S = 1.0
 
 
 async def _append_one(
@@ -193,6 +196,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if acks == 0:
         return None
     with_hints = schema.has_field(part_cls, "current_leader")
+    if with_hints:
+        await _await_moves(ctx, keys, outcomes, min(_MOVE_WAIT_S, timeout_s))
     hints = LeaderHints(ctx.broker.controller.image, ctx.listener_name)
     by_topic: dict[Any, list[Any]] = {}
     for (topic_key, name, index), outcome in zip(keys, outcomes, strict=True):
@@ -207,6 +212,21 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         for key, parts in by_topic.items()
     )
     return ctx.build(responses=responses, throttle_time=0, node_endpoints=hints.node_endpoints(ctx.response_class))
+
+
+async def _await_moves(
+    ctx: RequestContext, keys: list[tuple[Any, str | None, int]], outcomes: list[Any], timeout: float
+) -> None:
+    """Refusals of partitions being moved wait (up to ``timeout``) for the move's target to be elected, so the
+    answer names it and the producer goes there at once; other partitions of the request wait with them."""
+    moving = [
+        ctx.broker.partitions.wait_for_election(name, index, timeout)
+        for (_, name, index), outcome in zip(keys, outcomes, strict=True)
+        if name is not None and not isinstance(outcome, AppendResult)
+        and error_code_for(outcome) is ErrorCode.not_leader_or_follower
+    ]
+    if moving:
+        await asyncio.gather(*moving)
 
 
 async def authorize_produce(ctx: RequestContext, request: Any, handler: Handler) -> Any:

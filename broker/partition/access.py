@@ -14,8 +14,7 @@ from broker.partition.manager import PartitionManager
 from broker.partition.partition_log import PartitionLog
 from wire.errors import KafkaError
 
-#: How long a request waits for a partition this broker was just made leader of (or is a move's target of) to finish
-#: opening.
+#: How long a request waits for a partition this broker was just made leader of to finish opening.
 OPEN_WAIT_SECONDS = 5.0
 
 
@@ -44,12 +43,10 @@ async def leader_log(
         part = image.partition(topic, partition)
         if part is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
-        if part.holder != manager.node_id:
+        if part.leader != manager.node_id:
             raise KafkaError(
                 ErrorCode.not_leader_or_follower, f"{topic}-{partition} is led by node {part.leader}, not this one"
             )
-        # Led here and opening, or moving here (the source's refusals name this broker from the start of the move,
-        # broker.handlers.leader_hints): wait for the election and the open rather than send the client back.
         log = await manager.wait_open(topic, partition, OPEN_WAIT_SECONDS)
         if log is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{partition} is not open on this broker yet")

@@ -63,6 +63,7 @@ class PartitionManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._by_id: dict[tuple[uuid.UUID, int], PartitionLog] = {}
         self._changed = asyncio.Event()
+        self._new_image = asyncio.Event()  # set, and replaced, at every image: what wait_for_election waits on
         self._opened = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
@@ -188,6 +189,22 @@ class PartitionManager:
     # ------------------------------------------------------------------ reconciliation
     def _on_image(self, old: MetadataImage, new: MetadataImage) -> None:
         self._changed.set()
+        arrived, self._new_image = self._new_image, asyncio.Event()
+        arrived.set()
+
+    async def wait_for_election(self, topic: str, partition: int, timeout: float) -> None:
+        """Returns once this broker's image names a leader of a partition being moved (or it is not moving), or
+        after ``timeout`` seconds: a moved partition has no leader from its source's letting go until its target
+        is elected, and an answer naming the target spares the client a metadata round trip (KIP-951)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            found = self._context.controller.image.partition(topic, partition)
+            remaining = deadline - loop.time()
+            if found is None or found.leader >= 0 or not found.reassigning or remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new_image.wait(), remaining)
 
     async def _run(self) -> None:
         while True:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -30,8 +28,6 @@ from wire import codec, schema
 from wire.record_batch import Record, build_batch
 
 PRODUCE = 0
-METADATA = 3
-ALTER_REASSIGNMENTS = 45
 MOVE_LIMIT_S = 30.0
 
 
@@ -94,55 +90,6 @@ def test_produce_to_the_old_leader_names_the_new_one(two_brokers: LocalCluster, 
     old_style = refused(9).responses[0].partition_responses[0]
     assert old_style.error_code == ErrorCode.not_leader_or_follower
     assert not schema.has_field(type(old_style), "current_leader")
-
-
-def _named(port: int, topic: str) -> tuple[int, int]:
-    """The leader id and epoch a broker's Metadata (v12) gives for ``topic``-0."""
-    cls = codec.request_class(METADATA, 12)
-    request = schema.build(cls, topics=(schema.build_nested(cls, "topics", topic_id=None, name=topic),),
-                           allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-    part = asyncio.run(_send(port, request)).topics[0].partitions[0]
-    return part.leader_id, part.leader_epoch
-
-
-def _alter(port: int, topic: str, target: int) -> Any:
-    """AlterPartitionReassignments (v0) of ``topic``-0 to ``target``, sent to one broker (a paused broker answers
-    nothing, so an admin client that may pick it is no use here); the partition's result."""
-    cls = codec.request_class(ALTER_REASSIGNMENTS, 0)
-    topic_cls = schema.field_entity(cls, "topics")
-    partitions = (schema.build_nested(topic_cls, "partitions", partition_index=0, replicas=(target,)),)
-    request = schema.build(cls, timeout=15000, topics=(schema.build_nested(cls, "topics", name=topic,
-                                                                               partitions=partitions),))
-    return asyncio.run(_send(port, request)).responses[0].partitions[0]
-
-
-def test_a_moves_target_is_named_at_once_and_holds_a_produce_until_it_serves(two_brokers: LocalCluster) -> None:
-    """While the source has not let go of a moved partition (paused here), its target is already named by Metadata,
-    at the epoch it will be elected at, and a produce sent to it is held rather than refused, then acknowledged
-    once the source let go and the target opened the partition: a producer moves once, and its retry backoff runs
-    while the source closes."""
-    cluster = two_brokers
-    topic = topic_name("held")
-    topic_id = create_topic(cluster.bootstrap_servers, topic, 1).topic_id
-    source = leaders(cluster.bootstrap_servers, topic, 1)[0]
-    target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id != source)
-    new = cluster.node(target).spec
-    paused = cluster.node(source)
-    paused.signal(signal.SIGSTOP)
-    with ThreadPoolExecutor(1) as pool:
-        try:
-            assert _alter(new.port, topic, target).error_code == ErrorCode.none
-            wait_for(f"broker {target} naming itself for {topic}-0", lambda: _named(new.port, topic)[0] == target,
-                     timeout=10)
-            _, epoch_named = _named(new.port, topic)
-            produce = pool.submit(asyncio.run, _send(new.port, _produce_request(10, topic, topic_id, 0)))
-            with pytest.raises(TimeoutError):  # held: the source has not closed the partition yet
-                produce.result(timeout=0.5)
-        finally:
-            paused.signal(signal.SIGCONT)
-        part = produce.result(timeout=30).responses[0].partition_responses[0]
-    assert part.error_code == ErrorCode.none, part
-    assert _named(new.port, topic) == (target, epoch_named)
 
 
 class _MetadataSent:
@@ -221,10 +168,9 @@ def test_a_producer_follows_a_move_without_asking_for_metadata(two_brokers: Loca
 def test_a_producer_follows_a_move_under_load_without_asking_for_metadata(
     two_brokers: LocalCluster, admin_for: Any
 ) -> None:
-    """The records sent while the partition moves are refused by the source once it let go; the refusal names the
-    target at once (Metadata does too) and the target holds them until it serves, so the producer carries on at the
-    target without a metadata refresh (counted by the producer itself: librdkafka's per-broker request counts in
-    its statistics)."""
+    """The records sent while the partition moves are refused by the source once it let go; the refusal waits for
+    the target's election and names it, so the producer carries on at the target without a metadata refresh
+    (counted by the producer itself: librdkafka's per-broker request counts in its statistics)."""
     cluster = two_brokers
     topic = topic_name("moving")
     create_topic(cluster.bootstrap_servers, topic, 1)
