@@ -375,6 +375,8 @@ class PartitionManager:
             return None
 
     async def _open(self, image: MetadataImage, topic: str, part: PartitionImage) -> None:
+        # With "opened ..." at its end, this line times an open (and, after a move, the wait for the election).
+        logger.info("opening %s-%d at leader epoch %d", topic, part.partition, part.leader_epoch)
         try:
             log = await PartitionLog.open(
                 streams=self.streams,
