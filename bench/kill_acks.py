@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -37,7 +40,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from recovery import RECORD, START_TIMEOUT_S, TOPIC, Node, _write  # the repository's path set up there
+from recovery import RECORD, ROOT, START_TIMEOUT_S, TOPIC, Node, _write  # the repository's path set up there
 
 STEADY = b"steady:"
 _LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) ", re.MULTILINE)
@@ -77,7 +80,7 @@ class Steady:
     """An idempotent acks=all producer writing ``rate`` numbered records a second on its own thread, stamping each
     delivery report with the monotonic time its callback ran."""
 
-    def __init__(self, bootstrap: str, rate: int, fast_reconnect: bool) -> None:
+    def __init__(self, bootstrap: str, rate: int, fast_reconnect: bool, retry_backoff_max_ms: int | None) -> None:
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
             "acks": "all",
@@ -88,6 +91,8 @@ class Steady:
         }
         if fast_reconnect:
             config.update({"reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 50})
+        if retry_backoff_max_ms is not None:
+            config["retry.backoff.max.ms"] = retry_backoff_max_ms
         self.producer = Producer(config)
         self.interval = 1.0 / rate
         self.acks: list[tuple[float, int, int]] = []  # (monotonic time, seq, offset)
@@ -226,14 +231,31 @@ def _cycle(node: Node, steady: Steady, tail: int, committed: int) -> tuple[Cycle
     return Cycle(resumed - killed_at, phases, wal_mb, load), committed
 
 
+def node_env(bytecode: Path | None) -> dict[str, str]:
+    """The node's environment. With ``bytecode`` a node as installed: pip compiles every module at install time, here
+    a bytecode cache directory filled by one import before the first kill (as bench/startup.py does). Without it,
+    the development machines' ``PYTHONDONTWRITEBYTECODE=1``: every start compiles ~400 modules from source, about
+    0.4 s more CPU a start, seconds of wall clock on a loaded 2-core machine."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    if bytecode is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(bytecode)
+    warm = "import node.cli; node.cli.without_test_only_libraries(); import node.commands.server, node.process"
+    subprocess.run([sys.executable, "-c", warm], cwd=ROOT, env=env, check=True)
+    return env
+
+
 def run_partition(size_mb: int, tails: list[int], cycles: dict[int, int], base: Path, *, rate: int,
-                  fast_reconnect: bool) -> list[Row]:
+                  fast_reconnect: bool, retry_backoff_max_ms: int | None, env: dict[str, str]) -> list[Row]:
     data = base / f"{size_mb}mb"
     data.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     for tail in tails:
         threshold = max(100, tail + 128)  # the shipped 100 MiB unless the tail needs more
-        node = Node(data, threshold, {"s3.wal.upload.interval.ms": "86400000"})
+        node = Node(data, threshold, {"s3.wal.upload.interval.ms": "86400000"}, env)
         if (data / "ports").exists():  # the same ports as the node's earlier runs: its metadata names them
             node.port, node.controller_port = (int(p) for p in (data / "ports").read_text().split())
         else:
@@ -247,7 +269,7 @@ def run_partition(size_mb: int, tails: list[int], cycles: dict[int, int], base: 
                 _write(node.bootstrap, size_mb * 1024 * 1024 // RECORD)
                 (data / "filled").write_text("")
                 print(f"filled {TOPIC}-0 with {size_mb} MB in {time.monotonic() - started:.1f} s", flush=True)
-            steady = Steady(node.bootstrap, rate, fast_reconnect)
+            steady = Steady(node.bootstrap, rate, fast_reconnect, retry_backoff_max_ms)
             steady.start()
             _wait("the steady producer's first ack", steady.first_ack)
             committed = -1
@@ -283,6 +305,11 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=200, help="the steady producer's records a second")
     parser.add_argument("--fast-reconnect", action="store_true",
                         help="reconnect.backoff.ms=10, reconnect.backoff.max.ms=50 (librdkafka's defaults: 100/10000)")
+    parser.add_argument("--retry-backoff-max-ms", type=int,
+                        help="the producer's retry.backoff.max.ms (librdkafka's default 1000): after a restart its "
+                        "leader query backs off up to this long before it asks the restarted node for metadata")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="start the node compiling its modules at every start (PYTHONDONTWRITEBYTECODE=1)")
     parser.add_argument("--data-dir", type=Path, help="keep each partition's node here (reused when filled)")
     parser.add_argument("--keep", action="store_true", help="leave --data-dir in place")
     args = parser.parse_args()
@@ -291,10 +318,12 @@ def main() -> int:
     cycles = dict(zip(tails, counts if len(counts) == len(tails) else counts[:1] * len(tails), strict=True))
     base = args.data_dir or Path(tempfile.mkdtemp(prefix="fjord-kill-acks-"))
     rows: list[Row] = []
+    env = node_env(None if args.no_bytecode_cache else base / "bytecode")
     try:
         for size in (args.small_mb, args.large_mb):
             if size > 0:
-                rows += run_partition(size, tails, cycles, base, rate=args.rate, fast_reconnect=args.fast_reconnect)
+                rows += run_partition(size, tails, cycles, base, rate=args.rate, fast_reconnect=args.fast_reconnect,
+                                      retry_backoff_max_ms=args.retry_backoff_max_ms, env=env)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
