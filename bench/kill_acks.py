@@ -29,6 +29,10 @@ duplicated in any run). librdkafka's defaults (load average 5.5-14 from other wo
     10 GB      1 MiB     20      1.45 s  2.45 s  2.45 s  0.56 / 0.65 / 1.45   (load 5.5-8.9)
     10 GB      500 MiB    8      3.10 s  6.73 s  6.73 s  1.40 / 2.69 / 3.10   (load 7.2-10.8)
 
+The 1 MiB rows again with 50 cycles each, librdkafka's defaults, at a load of 1.6-4.6: 10 MB p50 1.83 s, p99 3.08 s;
+10 GB p50 1.60 s, p99 4.02 s (median phases up 0.64 / 0.70, serving 0.77 / 0.84 s: a second of each p50 is the
+client's wait after the node serves).
+
 Where the time goes: (1) ``up``, the interpreter starting and importing the node (about 0.56 s of CPU with bytecode
 cached, 0.95 s without: the development machines' ``PYTHONDONTWRITEBYTECODE=1`` made every start compile ~400
 modules, 5.9 s p50 at a load of 12-14 before this bench cached bytecode like an install) stretched by the load:
