@@ -93,9 +93,17 @@ class Cycle:
 class Node:
     """A combined node on fixed ports, so clients reconnect to it across restarts."""
 
-    def __init__(self, data_dir: Path, upload_threshold_mb: int = 64) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        upload_threshold_mb: int = 64,
+        extra: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.upload_threshold_mb = upload_threshold_mb
+        self.extra = dict(extra or {})  # more --override settings
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1") if env is None else env
         self.port, self.controller_port = free_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "node.log"
@@ -120,13 +128,14 @@ class Node:
             "s3.wal.cache.size": f"{max(256, 2 * self.upload_threshold_mb)}MiB",
             "s3.wal.capacity": f"{max(2048, 4 * self.upload_threshold_mb)}MiB",
             "s3.block.cache.size": "64MiB",
+            **self.extra,
         }
         cmd = [sys.executable, "-m", "node.cli", "server", "start"]
         for key, value in overrides.items():
             cmd += ["--override", f"{key}={value}"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1")
+                cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.env
             )
 
     def log_text(self) -> str:

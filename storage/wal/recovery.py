@@ -80,20 +80,22 @@ async def _scan_segment(
     except OSError as exc:
         raise WALError(f"{where}: cannot open for recovery: {exc.strerror}") from exc
     try:
+        # Each read starts where the intact records scanned so far end, so the bytes of a record cut by the previous
+        # chunk are read again (a small read from the page cache) instead of the whole chunk being copied onto them:
+        # that copy was a third of a 500 MiB tail's recovery on the event loop.
         consumed = 0  # bytes of the file before ``buf``
-        buf = b""
+        buf: bytes | memoryview = b""
         while True:
+            leftover = len(buf)  # bytes at ``consumed`` the last scan could not use (the start of a cut record)
             want = READ_CHUNK
-            if len(buf) >= walrecord.HEADER_SIZE:
+            if leftover >= walrecord.HEADER_SIZE:
                 # A record bigger than a chunk: read the rest of it at once.
                 _magic, body_length, *_ = walrecord.HEADER.unpack_from(buf)
-                want = max(want, walrecord.HEADER_SIZE + body_length - len(buf))
-            position = consumed + len(buf)
+                want = max(want, walrecord.HEADER_SIZE + body_length)
             if limit is not None:
-                want = min(want, limit - position)
-            chunk = await asyncio.to_thread(os.pread, fd, want, position) if want > 0 else b""
-            eof = not chunk
-            buf = buf + chunk if buf else chunk
+                want = min(want, limit - consumed)
+            buf = await asyncio.to_thread(os.pread, fd, want, consumed) if want > 0 else b""
+            eof = len(buf) <= leftover  # nothing past what the last scan already had
             scanner = RecordScanner(
                 buf,
                 segment.base_offset + consumed,
@@ -106,7 +108,7 @@ async def _scan_segment(
             stop = scanner.stop
             assert stop is not None
             consumed += scanner.position
-            buf = buf[scanner.position :]
+            buf = memoryview(buf)[scanner.position :]
             if (stop.reason is StopReason.END or stop.reason.truncated) and not eof:
                 continue
             if limit is None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from storage.errors import WALError
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
+from storage.wal import recovery as wal_recovery
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
 from storage.wal.record import RecordScanner, StopReason
@@ -236,6 +237,30 @@ async def test_recovery_after_truncation_anywhere_returns_exactly_the_intact_pre
         _, again = await open_wal(trial)
         assert [r.batch for r in again] == [r.batch for r in intact] + [batch(9, cut)]
         shutil.rmtree(trial)
+
+
+async def test_recovery_reads_in_chunks_records_that_straddle_them_or_outgrow_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery reads a segment a chunk at a time, each read starting where the last whole record ended: a record
+    cut by a chunk's end, or bigger than a chunk, comes back whole, and a tail torn inside such a record is cut."""
+    monkeypatch.setattr(wal_recovery, "READ_CHUNK", 1000)
+    rng = random.Random(5)
+    batches = [batch(i % 4, i, rng.choice([10, 300, 999, 1000, 2500, 7000])) for i in range(120)]
+    original = tmp_path / "original"
+    written = await write(original, batches, segment_size=64 * 1024)
+    assert len(segment_files(original)) > 2
+    wal, recovered = await open_wal(original, segment_size=64 * 1024)
+    await wal.close()
+    assert recovered == written
+    big = next(r for r in reversed(written) if r.batch.size == 7000)
+    last = segment_files(original)[-1]
+    base = int(last.stem)
+    assert big.offset >= base, "the last segment holds a record bigger than a chunk"
+    os.truncate(last, big.offset - base + 5000)  # torn inside it, past the first chunk of it
+    wal, recovered = await open_wal(original, segment_size=64 * 1024)
+    await wal.close()
+    assert recovered == [r for r in written if r.next_offset <= big.offset]
 
 
 async def test_recovery_stops_at_a_flipped_byte_without_losing_earlier_records(tmp_path: Path) -> None:
