@@ -130,6 +130,7 @@ class MetaStream:
         self.state = MetaState.empty()
         first = await self._append(live)
         await self.stream.trim(first)
-        logger.info(
+        # DEBUG: a partition under steady produce compacts its meta stream every second or so, routine work.
+        logger.debug(
             "compacted meta stream %d of %s: %d records -> %d", self.stream.stream_id, self.where, before, len(live)
         )
