@@ -221,7 +221,10 @@ class UploadPipeline:
     ) -> None:
         try:
             await self._upload_and_commit(job, previous, block, epochs, own_memory=own_memory)
+            committed = time.perf_counter()
             await on_committed(block)
+            logger.debug("cache block %d: after its commit %.1f ms (WAL trim)", job.block_id,
+                         (time.perf_counter() - committed) * 1000)
         except asyncio.CancelledError:
             if not job.done.done():
                 job.done.set_exception(
@@ -260,8 +263,10 @@ class UploadPipeline:
                 lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
             )
             job.prepared.set()
+            prepared = time.perf_counter()
             async with contextlib.nullcontext() if own_memory else self._upload_slot:
                 request: CommitStreamSetObjectRequest | None = await self._upload(plan, epochs)
+            uploaded = time.perf_counter()
             if previous is not None:
                 await asyncio.shield(previous.done)
             committing = time.perf_counter()
@@ -285,7 +290,10 @@ class UploadPipeline:
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
         self._observe_upload(time.perf_counter() - started)
-        logger.debug("committed cache block %d as objects %s", block.block_id, _ids_text(plan))
+        logger.debug("committed cache block %d as objects %s (prepare %.1f ms, put %.1f ms, previous %.1f ms, commit "
+                     "%.1f ms)", block.block_id, _ids_text(plan), (prepared - started) * 1000,
+                     (uploaded - prepared) * 1000, (committing - uploaded) * 1000,
+                     (time.perf_counter() - committing) * 1000)
 
     async def _upload(self, plan: UploadPlan, epochs: Mapping[int, int] | None) -> CommitStreamSetObjectRequest:
         async def put(index: int, part: _Part) -> tuple[int, int]:

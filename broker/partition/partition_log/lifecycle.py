@@ -17,6 +17,7 @@ from broker.partition.indexes import TimeIndexEntry, encode_epoch_checkpoint, en
 from broker.partition.meta_stream import KEY_LEADER_EPOCH_CHECKPOINT, KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS
 from broker.partition.partition_log import checkpoints, txn_markers
 from broker.partition.partition_log.opening import delete_doomed
+from broker.partition.partition_log.phases import Phases
 from broker.partition.partition_log.recovery import recover
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.producer_state import encode_snapshot
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 _SETTLE_S = 5.0
 
 
-async def restore(state: PartitionState) -> None:
+async def restore(state: PartitionState, marks: Phases | None = None) -> None:
     """Adopts the state recovery rebuilt, starts this leader epoch, and persists PARTITION with ``cs=false``."""
     recovered = await recover(
         meta=state.meta,
@@ -40,6 +41,8 @@ async def restore(state: PartitionState) -> None:
         where=state.where,
         txn_stream=state.txn,
     )
+    marks = marks or Phases()
+    marks.mark("recover")
     state.producers = recovered.producers
     state.time_index, state.time_unloaded_end = recovered.time_index, recovered.time_unloaded_end
     state.txn_index = recovered.txn_index
@@ -64,9 +67,10 @@ async def restore(state: PartitionState) -> None:
     entries[KEY_LEADER_EPOCH_CHECKPOINT] = encode_epoch_checkpoint(state.epochs.entries)
     entries[KEY_PARTITION] = checkpoints.partition_record(state, clean_shutdown=False)
     await state.meta.put(entries)
+    marks.mark("meta")
     logger.info(
         "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers (%d open transactions), "
-        "%d time-index entries stored, %d aborted transactions",
+        "%d time-index entries stored, %d aborted transactions (%s)",
         state.where,
         state.topic_id,
         state.leader_epoch,
@@ -76,6 +80,7 @@ async def restore(state: PartitionState) -> None:
         len(state.producers.ongoing_txn_start_offsets()),
         state.time.confirm_offset - state.time.start_offset,
         len(state.txn_index),
+        marks,
     )
 
 
@@ -92,11 +97,14 @@ async def close(state: PartitionState) -> None:
     never precedes records that are not durable."""
     if state.closed:
         return
+    marks = Phases()
     async with state.lock:
         state.closed = True  # from here no append takes an offset: the log end and the producer state are final
         task = state.checkpoint.task
+    marks.mark("lock")
     if task is not None:
         await asyncio.gather(task, return_exceptions=True)
+        marks.mark("checkpoint")
     try:
         if state.max_timestamp >= 0:
             last = state.time_index.last
@@ -107,19 +115,24 @@ async def close(state: PartitionState) -> None:
         data = [state.log, state.time, *(s for s in (state.stored.cleaned, state.cleaning, state.txn, state.share)
                                           if s is not None)]
         settled = all(await asyncio.gather(*(_settled(s) for s in data)))
+        marks.mark("settle")
         if settled:
             await state.meta.put(_closing_entries(state))
+            marks.mark("meta")
             data.append(state.meta.stream)
         # Closed together: the first close's upload carries every stream's last records (and the meta entries),
         # so the others only wait for it, and their closes reach the controller at once.
         closes = await asyncio.gather(*(s.close() for s in data), return_exceptions=True)
+        marks.mark("closes")
         for result in closes:
             if isinstance(result, BaseException):
                 raise result
         if not settled:
             await state.meta.put(_closing_entries(state))
             await state.meta.stream.close()
-        logger.info("closed %s cleanly at offset %d", state.where, state.log_end_offset)
+            marks.mark("meta after")
+        # The bench (bench/balancer.py) reads this line; the phases say where a move's close spends its time.
+        logger.info("closed %s cleanly at offset %d (%s)", state.where, state.log_end_offset, marks)
     except storage_errors.StorageError as exc:
         # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
         logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
