@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from broker.partition.indexes import LeaderEpochCache, TimeIndex
 from broker.partition.log_config import LogConfig
@@ -412,6 +412,12 @@ class PartitionLog:
     async def close(self) -> None:
         """Clean close: persists what lets the next open skip recovery (:func:`.lifecycle.close`)."""
         await lifecycle.close(self._state)
+
+    @staticmethod
+    async def close_together(logs: Sequence[PartitionLog]) -> list[BaseException | None]:
+        """Closes the partitions with one upload for all (:func:`.lifecycle.close_together`); per partition, what
+        its close raised."""
+        return await lifecycle.close_together([log._state for log in logs])
 
     async def delete(self) -> None:
         """Destroys the partition's streams and its KV entry (topic deletion, :func:`.lifecycle.delete`)."""
