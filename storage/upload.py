@@ -129,6 +129,8 @@ class _Job:
 
     block_id: int
     prepared: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Committed at the controller; ``done`` follows once ``on_committed`` (the WAL trim) ran too.
+    committed: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -195,6 +197,14 @@ class UploadPipeline:
         if last is not None:
             await asyncio.shield(last.done)
 
+    async def committed(self) -> None:
+        """Waits until every submitted block is committed at the controller, not for what follows a commit (the
+        WAL trim): a closing stream needs its records committed, not the WAL trimmed (a moved partition's
+        producer waits for the close)."""
+        last = self._last
+        if last is not None:
+            await asyncio.shield(last.committed)
+
     @property
     def pending(self) -> int:
         return len(self._tasks)
@@ -222,15 +232,16 @@ class UploadPipeline:
         try:
             await self._upload_and_commit(job, previous, block, epochs, own_memory=own_memory)
             committed = time.perf_counter()
+            job.committed.set_result(None)
             await on_committed(block)
             logger.debug("cache block %d: after its commit %.1f ms (WAL trim)", job.block_id,
                          (time.perf_counter() - committed) * 1000)
         except asyncio.CancelledError:
-            if not job.done.done():
-                job.done.set_exception(
-                    UploadAbortedError(f"upload of cache block {job.block_id} abandoned: pipeline closed")
-                )
-                job.done.exception()  # retrieved: a waiter may not exist
+            aborted = UploadAbortedError(f"upload of cache block {job.block_id} abandoned: pipeline closed")
+            for future in (job.committed, job.done):
+                if not future.done():
+                    future.set_exception(aborted)
+                    future.exception()  # retrieved: a waiter may not exist
             job.prepared.set()
         except Exception as exc:  # a fenced node, or the block before this one failed
             job.prepared.set()
@@ -241,9 +252,10 @@ class UploadPipeline:
                 exc,
                 exc_info=not isinstance(exc, StorageError),
             )
-            if not job.done.done():
-                job.done.set_exception(exc)
-                job.done.exception()  # the pipeline logged it; waiters still receive it
+            for future in (job.committed, job.done):
+                if not future.done():
+                    future.set_exception(exc)
+                    future.exception()  # the pipeline logged it; waiters still receive it
         else:
             if not job.done.done():
                 job.done.set_result(None)
