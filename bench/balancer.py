@@ -91,6 +91,30 @@ is the object write, the commit and the closes, not its size; and while Metadata
 leader the wait made the move longer for a client that refreshed its metadata). With librdkafka at its default
 backoff, no broker change brings the stall under about 100 ms; the broker's share today is about 170 ms, of which
 the source's close is the larger half.
+
+Issue 25, fourth round (2026-11-29, defaults, load average 1-5). The "closed ..." and "opened ..." lines now end with
+the milliseconds of each phase of the close and the open (with ``FJORD_LOG_LEVEL=DEBUG`` the storage engine adds each
+stream close's and each upload's parts). A source's close: lock 0, settling the appends in flight 0-15, the closing
+meta entries' WAL write 2-45, then the closes 60-180 ms: the upload of the broker's WAL block (1.5-3 MB here; its
+``prepare_objects`` 4-11, the object PUT 25-176 (the file store fsyncs the object and its directory), the commit
+5-20), the WAL trim after the commit 4-15 that the close waited for, and the streams' ``close_stream`` calls 10-18.
+Two partitions a round closed on one broker often paid two uploads, the second partition's meta entries missing the
+first block by a few milliseconds (178 ms against 121 ms). The election reaches the target 6-34 ms after the close;
+the target's open is its meta stream's open 3-17, the replay 3-59 (it reads the object just uploaded), the data
+streams' opens 4-69, recovery 2-32 and the clean-shutdown flag's WAL write 2-54 ms, all of them work, and slower on
+a target opening four partitions at once. Now the partitions a reconciliation round closes settle and write their
+meta entries first and then close their streams, so one upload carries them all, and a closing stream waits for
+its records' commit, not the WAL trim after it (shutdown still waits for the trim). What is durable and in which
+order is unchanged. Alternating runs, main then this branch, default-backoff client stall p50 / max, the logs'
+hand-over and source's close p50, load at the start: main 437 / 500 (397, 111; 2.1), 284 / 314 (232, 155; 4.7),
+326 / 384 (272, 166; 5.3), 266 / 298 (220, 104; 2.1), 277 / 285 (259, 100; 2.9), 271 / 300 (240, 91; 5.1) ms; this
+branch 220 / 282 (190, 105; 4.3), 253 / 354 (193, 107; 5.2), 245 / 259 (230, 80; 5.2), 335 / 338 (187, 88; 2.8),
+238 / 334 (166, 82; 1.1), 290 / 406 (235, 102; 4.5) ms, the last two with the trim change too (lost 0, dup 0 in
+all). Medians of the runs' p50s: client stall 280 -> 249 ms, hand-over 250 -> 192 ms, source's close 108 -> 95 ms,
+target's open 105 -> 84 ms; the max per run did not improve (one slow upload or open in a run sets it). What
+remains is work: the object PUT and commit, the closes at the controller (one call per stream), and the target's
+reads and WAL write; the next cuts would be one ``close_stream`` call for all of a partition's streams and the
+target opening its data streams without waiting for the meta replay (their ids would have to be known ahead).
 """
 
 from __future__ import annotations

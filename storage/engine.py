@@ -404,9 +404,12 @@ class StorageEngine:
 
     async def _flush(self, stream_id: int | None) -> None:
         """Everything appended so far committed; for one stream with nothing in the active block, only the uploads
-        in flight are waited for (a closing stream does not upload what other partitions just appended)."""
+        in flight are waited for (a closing stream does not upload what other partitions just appended). For one
+        stream the wait ends at the commit, without the WAL trim after it (a closing stream's records are durable
+        and committed then); for all (shutdown) it includes the trim."""
+        wait = self._uploader.drain if stream_id is None else self._uploader.committed
         if stream_id is not None and stream_id not in self._log_cache.active.streams:
-            await self._uploader.drain()
+            await wait()
             return
         sealed = self._log_cache.seal()
         if sealed is not None:
@@ -417,7 +420,7 @@ class StorageEngine:
                 f" for stream {stream_id}" if stream_id is not None else "",
             )
             self._submit(sealed)
-        await self._uploader.drain()
+        await wait()
 
     def _submit(self, block: CacheBlock) -> None:
         future = self._uploader.submit(block)

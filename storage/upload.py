@@ -129,6 +129,8 @@ class _Job:
 
     block_id: int
     prepared: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Committed at the controller; ``done`` follows once ``on_committed`` (the WAL trim) ran too.
+    committed: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -195,6 +197,14 @@ class UploadPipeline:
         if last is not None:
             await asyncio.shield(last.done)
 
+    async def committed(self) -> None:
+        """Waits until every submitted block is committed at the controller, not for what follows a commit (the
+        WAL trim): a closing stream needs its records committed, not the WAL trimmed (a moved partition's
+        producer waits for the close)."""
+        last = self._last
+        if last is not None:
+            await asyncio.shield(last.committed)
+
     @property
     def pending(self) -> int:
         return len(self._tasks)
@@ -221,13 +231,17 @@ class UploadPipeline:
     ) -> None:
         try:
             await self._upload_and_commit(job, previous, block, epochs, own_memory=own_memory)
+            committed = time.perf_counter()
+            job.committed.set_result(None)
             await on_committed(block)
+            logger.debug("cache block %d: after its commit %.1f ms (WAL trim)", job.block_id,
+                         (time.perf_counter() - committed) * 1000)
         except asyncio.CancelledError:
-            if not job.done.done():
-                job.done.set_exception(
-                    UploadAbortedError(f"upload of cache block {job.block_id} abandoned: pipeline closed")
-                )
-                job.done.exception()  # retrieved: a waiter may not exist
+            aborted = UploadAbortedError(f"upload of cache block {job.block_id} abandoned: pipeline closed")
+            for future in (job.committed, job.done):
+                if not future.done():
+                    future.set_exception(aborted)
+                    future.exception()  # retrieved: a waiter may not exist
             job.prepared.set()
         except Exception as exc:  # a fenced node, or the block before this one failed
             job.prepared.set()
@@ -238,9 +252,10 @@ class UploadPipeline:
                 exc,
                 exc_info=not isinstance(exc, StorageError),
             )
-            if not job.done.done():
-                job.done.set_exception(exc)
-                job.done.exception()  # the pipeline logged it; waiters still receive it
+            for future in (job.committed, job.done):
+                if not future.done():
+                    future.set_exception(exc)
+                    future.exception()  # the pipeline logged it; waiters still receive it
         else:
             if not job.done.done():
                 job.done.set_result(None)
@@ -260,8 +275,10 @@ class UploadPipeline:
                 lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
             )
             job.prepared.set()
+            prepared = time.perf_counter()
             async with contextlib.nullcontext() if own_memory else self._upload_slot:
                 request: CommitStreamSetObjectRequest | None = await self._upload(plan, epochs)
+            uploaded = time.perf_counter()
             if previous is not None:
                 await asyncio.shield(previous.done)
             committing = time.perf_counter()
@@ -285,7 +302,10 @@ class UploadPipeline:
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
         self._observe_upload(time.perf_counter() - started)
-        logger.debug("committed cache block %d as objects %s", block.block_id, _ids_text(plan))
+        logger.debug("committed cache block %d as objects %s (prepare %.1f ms, put %.1f ms, previous %.1f ms, commit "
+                     "%.1f ms)", block.block_id, _ids_text(plan), (prepared - started) * 1000,
+                     (uploaded - prepared) * 1000, (committing - uploaded) * 1000,
+                     (time.perf_counter() - committing) * 1000)
 
     async def _upload(self, plan: UploadPlan, epochs: Mapping[int, int] | None) -> CommitStreamSetObjectRequest:
         async def put(index: int, part: _Part) -> tuple[int, int]:

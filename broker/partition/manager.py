@@ -247,8 +247,9 @@ class PartitionManager:
         failed = False
         for log in to_close:
             logger.info("%s is no longer led by node %d at epoch %d; closing", log.where, node_id, log.leader_epoch)
-        results = await self._bounded(*(log.close() for log in to_close), *(self._delete(log) for log in to_delete))
+        results = await self._bounded(self._close_all(to_close), *(self._delete(log) for log in to_delete))
         failed |= any(isinstance(r, BaseException) for r in results)
+        failed |= isinstance(results[0], list) and any(isinstance(r, BaseException) for r in results[0])
         to_open = [(key, part) for key, part in wanted.items() if key not in self._logs and key not in self._opening]
         opens = [self._start_open(image, key, part) for key, part in to_open]
         if not self._first_round.is_set():  # start() waits for the first round's opens; later rounds do not
@@ -405,6 +406,16 @@ class PartitionManager:
         self._by_stream[log.log_stream_id] = log
         async with self._opened:
             self._opened.notify_all()
+
+    @staticmethod
+    async def _close_all(logs: list[PartitionLog]) -> list[BaseException | None]:
+        """Closes a round's partitions ``_OPEN_CONCURRENCY`` at a time, each group together: one upload carries
+        the group's last records and meta entries (:meth:`PartitionLog.close_together`), where partitions closing
+        on their own at once would each wait for an upload of their own."""
+        results: list[BaseException | None] = []
+        for first in range(0, len(logs), _OPEN_CONCURRENCY):
+            results += await PartitionLog.close_together(logs[first:first + _OPEN_CONCURRENCY])
+        return results
 
     async def _delete(self, log: PartitionLog) -> None:
         logger.info("topic of %s (id %s) was deleted; destroying its streams", log.where, log.topic_id)

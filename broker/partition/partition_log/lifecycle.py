@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from broker.partition.indexes import TimeIndexEntry, encode_epoch_checkpoint, encode_time_entry
 from broker.partition.meta_stream import KEY_LEADER_EPOCH_CHECKPOINT, KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS
 from broker.partition.partition_log import checkpoints, txn_markers
 from broker.partition.partition_log.opening import delete_doomed
+from broker.partition.partition_log.phases import Phases
 from broker.partition.partition_log.recovery import recover
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.producer_state import encode_snapshot
@@ -30,7 +33,7 @@ logger = logging.getLogger(__name__)
 _SETTLE_S = 5.0
 
 
-async def restore(state: PartitionState) -> None:
+async def restore(state: PartitionState, marks: Phases | None = None) -> None:
     """Adopts the state recovery rebuilt, starts this leader epoch, and persists PARTITION with ``cs=false``."""
     recovered = await recover(
         meta=state.meta,
@@ -40,6 +43,8 @@ async def restore(state: PartitionState) -> None:
         where=state.where,
         txn_stream=state.txn,
     )
+    marks = marks or Phases()
+    marks.mark("recover")
     state.producers = recovered.producers
     state.time_index, state.time_unloaded_end = recovered.time_index, recovered.time_unloaded_end
     state.txn_index = recovered.txn_index
@@ -64,9 +69,10 @@ async def restore(state: PartitionState) -> None:
     entries[KEY_LEADER_EPOCH_CHECKPOINT] = encode_epoch_checkpoint(state.epochs.entries)
     entries[KEY_PARTITION] = checkpoints.partition_record(state, clean_shutdown=False)
     await state.meta.put(entries)
+    marks.mark("meta")
     logger.info(
         "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers (%d open transactions), "
-        "%d time-index entries stored, %d aborted transactions",
+        "%d time-index entries stored, %d aborted transactions (%s)",
         state.where,
         state.topic_id,
         state.leader_epoch,
@@ -76,27 +82,74 @@ async def restore(state: PartitionState) -> None:
         len(state.producers.ongoing_txn_start_offsets()),
         state.time.confirm_offset - state.time.start_offset,
         len(state.txn_index),
+        marks,
     )
 
 
 async def close(state: PartitionState) -> None:
+    """Clean close of one partition (:func:`close_together`); raises what its close raised."""
+    (result,) = await close_together([state])
+    if result is not None:
+        raise result
+
+
+async def close_together(states: Sequence[PartitionState]) -> list[BaseException | None]:
     """Clean close: waits for in-flight appends, force-uploads, and persists PARTITION(cs=true), producer
-    snapshots and the leader-epoch checkpoint so the next open skips recovery.
+    snapshots and the leader-epoch checkpoint so the next open skips recovery. Returns, per partition, what its
+    close raised (None: closed, or the close did not complete and was logged: the next open recovers).
 
     A moved partition's producer waits for this close (the target opens once the source's streams are closed), so
     it costs one upload and one round of closes: once every append taken is durable, the closing meta entries join
     the WAL behind them, the first stream's close seals them into the same block as the log's last records (each
     stream closing on its own would wait for an upload of its own), and the meta stream closes with the others
     (the reassignment watch elects on its close; a target finding another stream not closed yet retries its open).
-    Should an append not settle, the entries follow the closed data streams as before, so a clean-shutdown flag
-    never precedes records that are not durable."""
+    Partitions closed together (one reconciliation round's, which a balancer's moves from one broker are) settle
+    and write their meta entries first and then close their streams, so one upload carries them all: a partition
+    whose entries missed the first close's block would wait for that upload and then one of its own. Should an
+    append not settle, the entries follow the closed data streams as before, so a clean-shutdown flag never
+    precedes records that are not durable."""
+    prepared = await asyncio.gather(*(_prepare_close(state) for state in states), return_exceptions=True)
+    finished = await asyncio.gather(
+        *(_finish_close(state, closing) for state, closing in zip(states, prepared, strict=True)
+          if isinstance(closing, _Closing)),
+        return_exceptions=True,
+    )
+    results: list[BaseException | None] = []
+    rest = iter(finished)
+    for closing in prepared:
+        if isinstance(closing, BaseException):
+            results.append(closing)
+        elif isinstance(closing, _Closing):
+            result = next(rest)
+            results.append(result if isinstance(result, BaseException) else None)
+        else:
+            results.append(None)
+    return results
+
+
+@dataclass(slots=True)
+class _Closing:
+    """A partition between its close's two halves: its data streams (and, once ``settled``, its meta stream) to
+    close, and the phases so far for its log line."""
+
+    streams: list[Stream]
+    settled: bool
+    marks: Phases
+
+
+async def _prepare_close(state: PartitionState) -> _Closing | None:
+    """Takes no more appends, waits for those in flight and writes the closing meta entries behind them (None:
+    closed already, or storage failed, which is logged)."""
     if state.closed:
-        return
+        return None
+    marks = Phases()
     async with state.lock:
         state.closed = True  # from here no append takes an offset: the log end and the producer state are final
         task = state.checkpoint.task
+    marks.mark("lock")
     if task is not None:
         await asyncio.gather(task, return_exceptions=True)
+        marks.mark("checkpoint")
     try:
         if state.max_timestamp >= 0:
             last = state.time_index.last
@@ -107,19 +160,36 @@ async def close(state: PartitionState) -> None:
         data = [state.log, state.time, *(s for s in (state.stored.cleaned, state.cleaning, state.txn, state.share)
                                           if s is not None)]
         settled = all(await asyncio.gather(*(_settled(s) for s in data)))
+        marks.mark("settle")
         if settled:
             await state.meta.put(_closing_entries(state))
+            marks.mark("meta")
             data.append(state.meta.stream)
+    except storage_errors.StorageError as exc:
+        # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
+        logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
+        return None
+    return _Closing(data, settled, marks)
+
+
+async def _finish_close(state: PartitionState, closing: _Closing) -> None:
+    """Closes the streams (and, if an append did not settle, writes the meta entries after them)."""
+    marks = closing.marks
+    marks.mark("others")  # waiting for the partitions closed together to write their meta entries
+    try:
         # Closed together: the first close's upload carries every stream's last records (and the meta entries),
         # so the others only wait for it, and their closes reach the controller at once.
-        closes = await asyncio.gather(*(s.close() for s in data), return_exceptions=True)
+        closes = await asyncio.gather(*(s.close() for s in closing.streams), return_exceptions=True)
+        marks.mark("closes")
         for result in closes:
             if isinstance(result, BaseException):
                 raise result
-        if not settled:
+        if not closing.settled:
             await state.meta.put(_closing_entries(state))
             await state.meta.stream.close()
-        logger.info("closed %s cleanly at offset %d", state.where, state.log_end_offset)
+            marks.mark("meta after")
+        # The bench (bench/balancer.py) reads this line; the phases say where a move's close spends its time.
+        logger.info("closed %s cleanly at offset %d (%s)", state.where, state.log_end_offset, marks)
     except storage_errors.StorageError as exc:
         # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
         logger.warning("closing %s did not complete cleanly: %s", state.where, exc)

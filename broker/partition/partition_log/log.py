@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from broker.partition.indexes import LeaderEpochCache, TimeIndex
 from broker.partition.log_config import LogConfig
@@ -33,6 +33,7 @@ from broker.partition.partition_log import (
 )
 from broker.partition.partition_log.append import AppendResult
 from broker.partition.partition_log.opening import open_streams, read_meta_id
+from broker.partition.partition_log.phases import Phases
 from broker.partition.partition_log.reads import OffsetAndTimestamp, ReadResult, find_offset_for_timestamp, read_records
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.partition_log.stored_log import BatchVisitor
@@ -236,6 +237,7 @@ class PartitionLog:
         returned, if the caller read it ahead."""
         where = f"{topic}-{partition}"
         opened: list[Stream] = []
+        marks = Phases()
         try:
             found = await open_streams(
                 streams=streams,
@@ -247,6 +249,7 @@ class PartitionLog:
                 leader_epoch=leader_epoch,
                 opened=opened,
                 meta_id=meta_id,
+                marks=marks,
             )
             self = cls(PartitionState(
                 topic=topic,
@@ -265,7 +268,7 @@ class PartitionLog:
                 txn_stream=found.txn_stream,
                 share_stream=found.share_stream,
             ))
-            await lifecycle.restore(self._state)
+            await lifecycle.restore(self._state, marks)
         except BaseException:
             # Leave nothing half-open: the next attempt (or another node) must be able to open these streams.
             for stream in reversed(opened):
@@ -409,6 +412,12 @@ class PartitionLog:
     async def close(self) -> None:
         """Clean close: persists what lets the next open skip recovery (:func:`.lifecycle.close`)."""
         await lifecycle.close(self._state)
+
+    @staticmethod
+    async def close_together(logs: Sequence[PartitionLog]) -> list[BaseException | None]:
+        """Closes the partitions with one upload for all (:func:`.lifecycle.close_together`); per partition, what
+        its close raised."""
+        return await lifecycle.close_together([log._state for log in logs])
 
     async def delete(self) -> None:
         """Destroys the partition's streams and its KV entry (topic deletion, :func:`.lifecycle.delete`)."""

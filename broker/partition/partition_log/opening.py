@@ -24,6 +24,7 @@ from typing import Any, cast
 from kio.schema.errors import ErrorCode
 
 from broker.partition.meta_stream import KEY_LOG, MetaStream
+from broker.partition.partition_log.phases import Phases
 from metadata.kv_keys import partition_kv_key
 from storage import errors as storage_errors
 from storage.metadata.api import StreamMetadata
@@ -100,6 +101,7 @@ async def open_streams(
     leader_epoch: int,
     opened: list[Stream],
     meta_id: int | None = None,
+    marks: Phases | None = None,
 ) -> OpenedStreams:
     """Opens (creating on first open) the meta, log, time, txn, share and cleaned streams of ``topic``-``partition``.
 
@@ -108,8 +110,10 @@ async def open_streams(
     caller can close them all when this or what follows it fails: the next attempt (or another node) must be able
     to open them."""
     where = f"{topic}-{partition}"
+    marks = marks or Phases()
     key = partition_kv_key(namespace, topic_id, partition)
     raw = struct.pack(">q", meta_id) if meta_id is not None else await kv.get_kv(key)
+    marks.mark("kv")
     tags = (("topic", topic), ("partition", str(partition)))
     if raw is None:
         # Created only if still absent: a broker that lost the partition while opening it (fenced, then let back
@@ -129,8 +133,10 @@ async def open_streams(
         (meta_id,) = struct.unpack(">q", raw)
     meta_stream = await open_stream(streams, meta_id, leader_epoch, where)
     opened.append(meta_stream)
+    marks.mark("meta open")
     meta = MetaStream(meta_stream, where)
     await meta.replay()
+    marks.mark("meta replay")
     log_entry = meta.get(KEY_LOG)
     if log_entry is None:
         log_id = await streams.create_stream((*tags, ("type", "log")))
@@ -152,6 +158,7 @@ async def open_streams(
 
     # Together: each open is a round trip to the controller, and a moved partition's producer waits for them all.
     found = await asyncio.gather(*(open_one(i) for i in ids), return_exceptions=True)
+    marks.mark("data open")
     for result in found:
         if isinstance(result, BaseException):
             raise result

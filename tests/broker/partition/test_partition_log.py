@@ -212,3 +212,29 @@ async def test_delete_destroys_streams_and_kv_entry(engine: tuple[StorageEngine,
         assert (fresh.log_start_offset, fresh.log_end_offset) == (0, 0)
     finally:
         await fresh.close()
+
+
+async def test_partitions_closed_together_share_one_upload_and_close_cleanly(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
+) -> None:
+    """A broker losing several partitions at once (a balancer moving them away) uploads their last records and
+    closing meta entries in one block, and each reopens at its log end."""
+    eng, metadata = engine
+
+    async def open_partition(partition: int, epoch: int) -> PartitionLog:
+        return await PartitionLog.open(streams=eng, kv=metadata, namespace="_fjord_test", topic="orders",
+                                       partition=partition, topic_id=TOPIC_ID, leader_epoch=epoch, config=LogConfig())
+
+    logs = [await open_partition(p, 0) for p in range(3)]
+    for n, log in enumerate(logs):
+        await log.append(_batch(n + 1))
+    before = eng.stats().blocks_uploaded
+    assert await PartitionLog.close_together(logs) == [None, None, None]
+    assert eng.stats().blocks_uploaded == before + 1
+    assert all(log.closed for log in logs)
+    for n in range(3):
+        log = await open_partition(n, 1)
+        try:
+            assert log.log_end_offset == n + 1
+        finally:
+            await log.close()
