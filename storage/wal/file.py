@@ -363,14 +363,16 @@ class FileWAL(WALState):
         for entry in group:
             entry.acknowledge()
         self._unpaced += end - start
-        written.set_result(True)
+        if not written.done():  # the flusher may have been cancelled (the loop shutting down) while it waited
+            written.set_result(True)
         self.observe_flush(seconds)
         self._maybe_preallocate()
 
     def _group_failed(self, group: list[PendingAppend], exc: BaseException, written: asyncio.Future[bool]) -> None:
         failure = exc if isinstance(exc, WALError) else WALError(f"{self._name}: write failed: {exc!r}")
         self._fail(failure, group)
-        written.set_result(False)
+        if not written.done():
+            written.set_result(False)
 
     def _maybe_preallocate(self) -> None:
         """``Preallocation.EAGER``: once the active segment is half full, make sure a spare is ready for the next
