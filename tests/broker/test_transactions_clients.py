@@ -1,34 +1,44 @@
 """The transaction coordinator against a real broker process: confluent-kafka transactional producers with a
 read_committed consumer, fencing of a zombie producer, the coordinator's own time-out abort, wire-level errors that
-change nothing (EndTxn for an unknown id, wrong epochs, requests in the wrong state), KIP-890 part 1 (a
-transactional produce to a partition not in the transaction is refused), and a restart in the middle of a
-transaction.
+change nothing (EndTxn for an unknown id, wrong epochs, requests in the wrong state) and KIP-890 part 1 (a
+transactional produce to a partition not in the transaction is refused). One broker serves the module; a restart
+in the middle of a transaction and an idle id's expiry, each on a broker of its own, are
+``test_transactions_restart.py``.
 """
 
 from __future__ import annotations
 
-import struct
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from kio.schema.errors import ErrorCode
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
-from tests.broker.kafka_clients import produce_request, topic_name
+from tests.broker.kafka_clients import topic_name
+from tests.broker.txn_wire import (
+    DEADLINE_S,
+    OVERRIDES,
+    add_partitions,
+    add_partitions_request,
+    add_partitions_result,
+    describe,
+    end_txn,
+    find_transaction_coordinator,
+    init_producer_id,
+    list_transactions,
+    log_end,
+    produce_transactional,
+    transactional_batch,
+    transactional_produce_request,
+    transactional_producer,
+    verify_partitions,
+    wait_state,
+)
 from tests.reading import read_to_end
 from tests.topics import create_topic
-from wire import codec, schema
-from wire.record_batch import Record, build_batch
-
-DEADLINE_S = 45.0
-CLEANUP_MS = 300
-OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": str(CLEANUP_MS)}
+from wire import codec
 
 
 @pytest.fixture(scope="module")
@@ -38,249 +48,6 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield process
     finally:
         assert process.stop() == 0, process.log_text()
-
-
-def transactional_producer(bootstrap: str, transactional_id: str, **extra: Any) -> Producer:
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
-    config.update(extra)
-    return Producer(config)
-
-
-# ------------------------------------------------------------------------------------------------ wire helpers
-
-
-def find_transaction_coordinator(client: WireClient, transactional_id: str) -> Any:
-    request = schema.build(codec.request_class(10, 4), key_type=1, coordinator_keys=(transactional_id,))
-    return eventually(
-        lambda: client.request(request).coordinators[0],
-        until=lambda c: c.error_code == ErrorCode.none,
-        timeout=DEADLINE_S,
-        what=f"a transaction coordinator for {transactional_id!r}",
-    )
-
-
-def init_producer_id(
-    client: WireClient, transactional_id: str, *, timeout_ms: int = 60_000, pid: int = -1, epoch: int = -1
-) -> Any:
-    request = schema.build(
-        codec.request_class(22, 4),
-        transactional_id=transactional_id,
-        transaction_timeout=timeout_ms,
-        producer_id=pid,
-        producer_epoch=epoch,
-    )
-    return client.request(request)
-
-
-def add_partitions_request(transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]) -> Any:
-    request_cls = codec.request_class(24, 3)
-    topic_cls = schema.field_entity(request_cls, "v3_and_below_topics")
-    topics: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        topics.setdefault(topic, []).append(partition)
-    return schema.build(
-        request_cls,
-        v3_and_below_transactional_id=transactional_id,
-        v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=tuple(schema.build(topic_cls, name=t, partitions=tuple(ps)) for t, ps in topics.items()),
-    )
-
-
-def add_partitions_result(response: Any) -> dict[tuple[str, int], ErrorCode]:
-    return {
-        (topic.name, part.partition_index): ErrorCode(part.partition_error_code)
-        for topic in response.results_by_topic_v3_and_below
-        for part in topic.results_by_partition
-    }
-
-
-def add_partitions(
-    client: WireClient, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]
-) -> dict[tuple[str, int], ErrorCode]:
-    return add_partitions_result(client.request(add_partitions_request(transactional_id, pid, epoch, partitions)))
-
-
-def verify_partitions(
-    client: WireClient, transactional_id: str, pid: int, epoch: int, partitions: list[tuple[str, int]]
-) -> dict[tuple[str, int], ErrorCode]:
-    request_cls = codec.request_class(24, 4)
-    txn_cls = schema.field_entity(request_cls, "transactions")
-    topic_cls = schema.field_entity(txn_cls, "topics")
-    txn = schema.build(
-        txn_cls,
-        transactional_id=transactional_id,
-        producer_id=pid,
-        producer_epoch=epoch,
-        verify_only=True,
-        topics=tuple(schema.build(topic_cls, name=t, partitions=(p,)) for t, p in partitions),
-    )
-    response = client.request(schema.build(request_cls, transactions=(txn,)))
-    assert response.error_code == ErrorCode.none
-    return {
-        (topic.name, part.partition_index): ErrorCode(part.partition_error_code)
-        for result in response.results_by_transaction
-        for topic in result.topic_results
-        for part in topic.results_by_partition
-    }
-
-
-def end_txn(client: WireClient, transactional_id: str, pid: int, epoch: int, *, commit: bool, version: int = 3) -> Any:
-    request = schema.build(
-        codec.request_class(26, version),
-        transactional_id=transactional_id,
-        producer_id=pid,
-        producer_epoch=epoch,
-        committed=commit,
-    )
-    return ErrorCode(client.request(request).error_code)
-
-
-@dataclass(frozen=True)
-class DescribedTopic:
-    topic: str
-    partitions: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Described:
-    error_code: ErrorCode
-    transactional_id: str
-    transaction_state: str
-    transaction_timeout_ms: int
-    transaction_start_time_ms: int
-    producer_id: int
-    producer_epoch: int
-    topics: tuple[DescribedTopic, ...]
-
-
-class _Flexible:
-    """Reads a flexible-version response by hand: DescribeTransactions answers a start time of -1 (no transaction
-    started yet) exactly as Kafka does, which kio's datetime field refuses to decode."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def fixed(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return int(value)
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.data[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def string(self) -> str:
-        n = self.uvarint() - 1
-        self.pos += n
-        return self.data[self.pos - n : self.pos].decode()
-
-    def tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
-
-
-def describe(client: WireClient, transactional_id: str) -> Described:
-    request = schema.build(codec.request_class(65, 0), transactional_ids=(transactional_id,))
-    correlation_id = client.send(request)
-    reader = _Flexible(client.read_frame())
-    assert reader.fixed(">i") == correlation_id
-    reader.tags()
-    reader.fixed(">i")  # throttle time
-    states = []
-    for _ in range(reader.uvarint() - 1):
-        error, txn_id, state = ErrorCode(reader.fixed(">h")), reader.string(), reader.string()
-        timeout, start, pid, epoch = reader.fixed(">i"), reader.fixed(">q"), reader.fixed(">q"), reader.fixed(">h")
-        topics = []
-        for _ in range(reader.uvarint() - 1):
-            name = reader.string()
-            partitions = tuple(reader.fixed(">i") for _ in range(reader.uvarint() - 1))
-            reader.tags()
-            topics.append(DescribedTopic(name, partitions))
-        reader.tags()
-        states.append(Described(error, txn_id, state, timeout, start, pid, epoch, tuple(topics)))
-    [described] = states
-    return described
-
-
-def list_transactions(
-    client: WireClient,
-    states: tuple[str, ...] = (),
-    pids: tuple[int, ...] = (),
-    *,
-    duration_ms: int = -1,
-    pattern: str | None = None,
-) -> Any:
-    """ListTransactions v2 (v0's filters, v1's duration filter, v2's transactional-id pattern)."""
-    request = schema.build(
-        codec.request_class(66, 2),
-        state_filters=states,
-        producer_id_filters=pids,
-        duration_filter=duration_ms,
-        transactional_id_pattern=pattern,
-    )
-    return client.request(request)
-
-
-def wait_state(client: WireClient, transactional_id: str, state: str) -> Any:
-    return eventually(
-        lambda: describe(client, transactional_id),
-        until=lambda s: s.transaction_state == state,
-        timeout=DEADLINE_S,
-        what=lambda: f"{transactional_id!r} to reach {state} (now {describe(client, transactional_id)})",
-    )
-
-
-def log_end(client: WireClient, topic: str, partition: int) -> int:
-    request_cls = codec.request_class(2, 8)
-    topic_cls = schema.field_entity(request_cls, "topics")
-    part_cls = schema.field_entity(topic_cls, "partitions")
-    request = schema.build(
-        request_cls,
-        replica_id=-1,
-        isolation_level=0,
-        topics=(
-            schema.build(
-                topic_cls,
-                name=topic,
-                partitions=(schema.build(part_cls, partition_index=partition, current_leader_epoch=-1, timestamp=-1),),
-            ),
-        ),
-    )
-    [part] = client.request(request).topics[0].partitions
-    assert part.error_code == ErrorCode.none
-    return int(part.offset)
-
-
-def transactional_batch(pid: int, epoch: int, value: bytes = b"v", base_sequence: int = 0) -> bytes:
-    return build_batch(
-        [Record(key=None, value=value, timestamp=int(time.time() * 1000))],
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=base_sequence,
-        is_transactional=True,
-    )
-
-
-def transactional_produce_request(transactional_id: str, topic: str, partition: int, batch: bytes) -> Any:
-    request = produce_request(topic, partition, batch)
-    return schema.build(
-        type(request), transactional_id=transactional_id, acks=-1, timeout=10_000, topic_data=request.topic_data
-    )
-
-
-def produce_transactional(client: WireClient, transactional_id: str, topic: str, partition: int, batch: bytes) -> Any:
-    [part] = client.request(
-        transactional_produce_request(transactional_id, topic, partition, batch)
-    ).responses[0].partition_responses
-    return part
 
 
 # ------------------------------------------------------------------------------------------------ clients
@@ -528,85 +295,3 @@ def test_the_next_transaction_is_not_refused_while_the_last_ones_markers_are_wri
         wait_state(client, transactional_id, "CompleteCommit")
         # Each partition: 5 records and 5 COMMIT markers.
         assert [log_end(client, topic, p) for p in range(partitions)] == [10] * partitions
-
-
-# ------------------------------------------------------------------------------------------------ restart
-
-
-def test_restart_mid_transaction(tmp_path: Path) -> None:
-    """Three transactions open across a restart (same port, so producers reconnect): one its producer commits
-    afterwards, one a new instance of its producer fences and replaces, one nobody comes back for, which the
-    coordinator aborts on its time-out."""
-    topic = topic_name("restart")
-    ids = {name: topic_name(name) for name in ("resumed", "replaced", "stuck")}
-    node = start_broker(tmp_path, OVERRIDES)
-    port = node.port
-    producers: dict[str, Producer] = {}
-    try:
-        create_topic(node.bootstrap, topic, partitions=3)
-        for partition, (name, transactional_id) in enumerate(ids.items()):
-            extra = {"transaction.timeout.ms": 4000, "message.timeout.ms": 4000} if name == "stuck" else {}
-            producer = producers[name] = transactional_producer(node.bootstrap, transactional_id, **extra)
-            producer.init_transactions(DEADLINE_S)
-            producer.begin_transaction()
-            producer.produce(topic, value=f"{name}-before".encode(), partition=partition)
-            producer.flush(DEADLINE_S)
-        assert node.stop() == 0, node.log_text()
-    finally:
-        node.kill()
-
-    node = start_broker(tmp_path, {**OVERRIDES, "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:0"})
-    try:
-        with WireClient(node.port) as client:
-            for transactional_id in ids.values():
-                find_transaction_coordinator(client, transactional_id)
-            loaded = describe(client, ids["resumed"])
-            assert (loaded.transaction_state, loaded.topics) == ("Ongoing", (DescribedTopic(topic, (0,)),))
-            # Nobody comes back for the stuck transaction: the coordinator aborts it when it times out.
-            wait_state(client, ids["stuck"], "CompleteAbort")
-
-        resumed = producers["resumed"]
-        resumed.produce(topic, value=b"resumed-after", partition=0)
-        resumed.commit_transaction(DEADLINE_S)
-        successor = transactional_producer(node.bootstrap, ids["replaced"])
-        successor.init_transactions(DEADLINE_S)  # aborts the replaced instance's transaction
-        successor.begin_transaction()
-        successor.produce(topic, value=b"replaced-after", partition=1)
-        successor.commit_transaction(DEADLINE_S)
-
-        seen = sorted(v for _, v in read_to_end(node.bootstrap, topic, 3))
-        assert seen == [b"replaced-after", b"resumed-after", b"resumed-before"]
-        assert node.stop() == 0, node.log_text()
-    finally:
-        node.kill()
-
-
-def test_an_idle_transactional_id_expires(tmp_path: Path) -> None:
-    node = start_broker(tmp_path, {**OVERRIDES, "transactional.id.expiration.ms": "3000"})
-    try:
-        transactional_id = topic_name("idle")
-        with WireClient(node.port) as client:
-            find_transaction_coordinator(client, transactional_id)
-            first = init_producer_id(client, transactional_id)
-            assert first.error_code == ErrorCode.none
-            listed = eventually(
-                lambda: list_transactions(client),
-                until=lambda r: r.error_code == ErrorCode.none,  # not COORDINATOR_LOAD_IN_PROGRESS
-                timeout=DEADLINE_S,
-                what="every __transaction_state partition loaded",
-            )
-            assert [t.transactional_id for t in listed.transaction_states] == [transactional_id]
-            eventually(
-                lambda: describe(client, transactional_id).error_code,
-                until=lambda code: code == ErrorCode.transactional_id_not_found,
-                timeout=DEADLINE_S,
-                what=f"{transactional_id!r} to expire",
-            )
-            assert list_transactions(client).transaction_states == ()
-            # The id starts over: a new producer id at epoch 0.
-            again = init_producer_id(client, transactional_id)
-            assert (again.error_code, again.producer_epoch) == (ErrorCode.none, 0)
-            assert again.producer_id != first.producer_id
-        assert node.stop() == 0, node.log_text()
-    finally:
-        node.kill()
