@@ -44,8 +44,6 @@ def _control(pid: int, offset: int, *, commit: bool, timestamp: int = 1_000) -> 
 
 
 RETENTION = 1_000
-
-
 COMPACT_TXN = LogConfig(compact=True, delete_retention_enabled=False, delete_retention_ms=RETENTION)
 
 
