@@ -6,7 +6,8 @@ garbage and huge tokens do (a failure for that connection only, one log line, no
 
 One broker serves the module on three listeners: PLAINTEXT (what ``start_broker`` waits on, and the tests' way to
 look at the broker unauthenticated), SASL (SASL_PLAINTEXT) and SECURE (SASL_SSL), both with all three mechanisms,
-PLAIN users from ``listener.name.*.plain.sasl.jaas.config`` and SCRAM users from the metadata.
+PLAIN users from ``listener.name.*.plain.sasl.jaas.config`` and SCRAM users from the metadata. How long a session
+and a failed authentication last, each on a node of its own, is ``test_sasl_timing.py``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,9 @@ import asyncio
 import shutil
 import struct
 import subprocess
-import threading
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,26 +36,25 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError as KafkaPythonError
 from kio.schema.errors import ErrorCode
 
-from node.process import Node
-from settings.server import ServerConfig
 from testkit.node_process import BrokerProcess, WireClient, api_versions_request, start_broker
 from testkit.tls_certs import CertificateAuthority
 from testkit.waiting import eventually
 from tests.broker.kafka_clients import run_kafkajs
-from tests.metrics_scrape import metrics_url, scrape
+from tests.broker.sasl_wire import (
+    JAAS,
+    MECHANISMS,
+    PLAIN_PASSWORD,
+    SCRAM_PASSWORD,
+    WRONG_PASSWORD,
+    authenticate,
+    handshake,
+    metadata_request,
+)
 from wire import codec, schema
 from wire.client import ClientConnection, SaslAuthenticationFailed
 from wire.sasl.client import SaslCredentials
 from wire.tls import TlsSettings, client_context
 
-PLAIN_PASSWORD = "plain-pass-never-logged"
-SCRAM_PASSWORD = "scram-pass-never-logged"
-WRONG_PASSWORD = "wrong-pass-never-logged"
-JAAS = (
-    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-    f'password="{PLAIN_PASSWORD}" user_admin="{PLAIN_PASSWORD}" user_alice="{PLAIN_PASSWORD}";'
-)
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 REAUTH_MS = 3_600_000
 
 
@@ -280,7 +276,7 @@ def test_the_inter_broker_client_connection_authenticates(sasl: SaslBroker, list
         try:
             for advance_s in (0.0, REAUTH_MS / 1000 * 0.5, REAUTH_MS / 1000 * 0.46, REAUTH_MS / 1000 * 2):
                 now[0] += advance_s
-                answer = await connection.request(_metadata())
+                answer = await connection.request(metadata_request())
                 assert connection._writer is not None
                 seen.append((len(answer.brokers), connection.authentications, id(connection._writer)))
         finally:
@@ -366,56 +362,39 @@ def test_kafka_python_reports_a_wrong_password(sasl: SaslBroker, caplog: pytest.
     eventually(lambda: _failure_lines(sasl, "mallory-kp"), timeout=10, what="the broker to log the failure")
 
 
-def _handshake(client: WireClient, mechanism: str, version: int = 1) -> Any:
-    return client.request(schema.build(codec.request_class(17, version), mechanism=mechanism))
-
-
-def _authenticate(client: WireClient, token: bytes, version: int = 2) -> Any:
-    return client.request(schema.build(codec.request_class(36, version), auth_bytes=token))
-
-
-def _metadata() -> Any:
-    return schema.build(
-        codec.request_class(3, 12),
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
-
-
 def test_a_request_before_authenticating_closes_only_that_connection(sasl: SaslBroker) -> None:
     with WireClient(sasl.port("SASL")) as early, WireClient(sasl.port("SASL")) as other:
         assert other.request(api_versions_request(3)).error_code == 0  # allowed before authenticating
-        early.send(_metadata())
+        early.send(metadata_request())
         assert early.is_closed_by_peer()
-        assert _handshake(other, "PLAIN").error_code == ErrorCode.none
-        answer = _authenticate(other, f"\x00alice\x00{PLAIN_PASSWORD}".encode())
+        assert handshake(other, "PLAIN").error_code == ErrorCode.none
+        answer = authenticate(other, f"\x00alice\x00{PLAIN_PASSWORD}".encode())
         assert answer.error_code == ErrorCode.none and answer.session_lifetime.total_seconds() * 1000 == REAUTH_MS
-        assert other.request(_metadata()).brokers  # authenticated: served
+        assert other.request(metadata_request()).brokers  # authenticated: served
     assert "is refused: it is not authenticated" in sasl.broker.log_text()
 
 
 def test_garbage_and_huge_tokens_fail_that_connection_only(sasl: SaslBroker) -> None:
     with WireClient(sasl.port("SASL")) as garbage:
-        assert _handshake(garbage, "SCRAM-SHA-256").error_code == ErrorCode.none
-        answer = _authenticate(garbage, b"\xff\x00 not scram at all")
+        assert handshake(garbage, "SCRAM-SHA-256").error_code == ErrorCode.none
+        answer = authenticate(garbage, b"\xff\x00 not scram at all")
         assert answer.error_code == ErrorCode.sasl_authentication_failed
-        garbage.send(_metadata())
+        garbage.send(metadata_request())
         assert garbage.is_closed_by_peer()
     with WireClient(sasl.port("SASL"), timeout=30) as large:  # under the limit: a wrong password like any other
-        assert _handshake(large, "PLAIN").error_code == ErrorCode.none
-        answer = _authenticate(large, b"\x00alice\x00" + b"x" * 500_000)
+        assert handshake(large, "PLAIN").error_code == ErrorCode.none
+        answer = authenticate(large, b"\x00alice\x00" + b"x" * 500_000)
         assert answer.error_code == ErrorCode.sasl_authentication_failed
     with WireClient(sasl.port("SASL"), timeout=30) as huge:  # over sasl.server.max.receive.size: closed unread
-        assert _handshake(huge, "PLAIN").error_code == ErrorCode.none
+        assert handshake(huge, "PLAIN").error_code == ErrorCode.none
         huge.send(schema.build(codec.request_class(36, 2), auth_bytes=b"\x00alice\x00" + b"x" * 600_000))
         assert huge.is_closed_by_peer()
     assert "(sasl.server.max.receive.size)" in sasl.broker.log_text()
     with WireClient(sasl.port("SASL")) as unknown:
-        answer = _handshake(unknown, "GSSAPI")
+        answer = handshake(unknown, "GSSAPI")
         assert answer.error_code == ErrorCode.unsupported_sasl_mechanism and answer.mechanisms == MECHANISMS
     with WireClient(sasl.port("SASL")) as early:
-        assert _authenticate(early, b"\x00alice\x00x").error_code == ErrorCode.illegal_sasl_state
+        assert authenticate(early, b"\x00alice\x00x").error_code == ErrorCode.illegal_sasl_state
     assert AdminClient(_config(sasl, "SASL", "PLAIN")).list_topics(timeout=20).brokers  # others still served
 
 
@@ -430,20 +409,20 @@ def test_large_requests_are_served_once_authenticated(sasl: SaslBroker) -> None:
 
 def test_sasl_apis_on_a_plaintext_listener_are_an_illegal_state(sasl: SaslBroker) -> None:
     with WireClient(sasl.port("PLAINTEXT")) as client:
-        assert _handshake(client, "PLAIN").error_code == ErrorCode.illegal_sasl_state
-        assert client.request(_metadata()).brokers
+        assert handshake(client, "PLAIN").error_code == ErrorCode.illegal_sasl_state
+        assert client.request(metadata_request()).brokers
 
 
 def test_handshake_v0_then_raw_tokens(sasl: SaslBroker) -> None:
     """Old clients: after SaslHandshake v0 the token goes as a bare length and bytes, and so does the answer."""
     with WireClient(sasl.port("SASL")) as client:
-        assert _handshake(client, "PLAIN", version=0).error_code == ErrorCode.none
+        assert handshake(client, "PLAIN", version=0).error_code == ErrorCode.none
         token = f"\x00alice\x00{PLAIN_PASSWORD}".encode()
         client.send_raw(struct.pack(">i", len(token)) + token)
         assert client.read_frame() == b""
-        assert client.request(_metadata()).brokers
+        assert client.request(metadata_request()).brokers
     with WireClient(sasl.port("SASL")) as wrong:
-        assert _handshake(wrong, "PLAIN", version=0).error_code == ErrorCode.none
+        assert handshake(wrong, "PLAIN", version=0).error_code == ErrorCode.none
         token = f"\x00alice\x00{WRONG_PASSWORD}".encode()
         wrong.send_raw(struct.pack(">i", len(token)) + token)
         assert wrong.is_closed_by_peer()
@@ -453,11 +432,11 @@ def test_reauthentication_keeps_the_connection(sasl: SaslBroker) -> None:
     token = f"\x00alice\x00{PLAIN_PASSWORD}".encode()
     with WireClient(sasl.port("SASL")) as client:
         for _ in range(2):
-            assert _handshake(client, "PLAIN").error_code == ErrorCode.none
-            assert _authenticate(client, token, version=1).error_code == ErrorCode.none
-            assert client.request(_metadata()).brokers
-        assert _handshake(client, "PLAIN").error_code == ErrorCode.none
-        other = _authenticate(client, f"\x00admin\x00{PLAIN_PASSWORD}".encode())
+            assert handshake(client, "PLAIN").error_code == ErrorCode.none
+            assert authenticate(client, token, version=1).error_code == ErrorCode.none
+            assert client.request(metadata_request()).brokers
+        assert handshake(client, "PLAIN").error_code == ErrorCode.none
+        other = authenticate(client, f"\x00admin\x00{PLAIN_PASSWORD}".encode())
         assert other.error_code == ErrorCode.sasl_authentication_failed
         assert "Cannot change principals" in other.error_message
 
@@ -497,80 +476,6 @@ def test_kafka_python_admin_describes_the_bootstrap_user(sasl: SaslBroker) -> No
     assert "admin" in text and "8192" in text and "4096" in text
 
 
-def _metric(text: str, name: str, listener: str) -> float:
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") and f'listener="{listener}"' in line
-    )
-
-
-def test_sessions_end_after_connections_max_reauth_ms_and_clients_reauthenticate(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    """KIP-368 with a short session: librdkafka re-authenticates on its open connection before the end (more
-    authentications than connections), and a raw connection that does not is closed at its next request."""
-    overrides = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
-        "sasl.jaas.config": JAAS,
-        "connections.max.reauth.ms": "1500",
-        "metrics.port": "0",
-    }
-    args = ["--add-scram", f"SCRAM-SHA-256=[name=admin,password={SCRAM_PASSWORD}]"]
-    broker = start_broker(tmp_path_factory.mktemp("reauth-broker"), overrides, args=args)
-    try:
-        port = broker.endpoints["SASL"][1]
-        with WireClient(port) as client:
-            assert _handshake(client, "PLAIN").error_code == ErrorCode.none
-            answer = _authenticate(client, f"\x00alice\x00{PLAIN_PASSWORD}".encode())
-            assert answer.session_lifetime.total_seconds() == 1.5
-
-            def closed() -> bool:
-                try:
-                    client.request(_metadata())
-                except (ConnectionError, OSError):
-                    return True
-                return False
-
-            eventually(closed, timeout=20, interval=0.2, what="the expired session's connection to close")
-        assert "expired (connections.max.reauth.ms=1500)" in broker.log_text()
-
-        url = metrics_url(broker.log_text())
-        with WireClient(port) as wrong:
-            assert _handshake(wrong, "PLAIN").error_code == ErrorCode.none
-            failed = _authenticate(wrong, f"\x00alice\x00{WRONG_PASSWORD}".encode())
-            assert failed.error_code == ErrorCode.sasl_authentication_failed
-        counted = scrape(url)
-        assert 'fjord_broker_authentication_failures_total{listener="SASL",mechanism="PLAIN"} 1.0' in counted
-        topic = f"sasl-reauth-{uuid.uuid4().hex[:8]}"
-        producer = Producer(
-            {
-                "bootstrap.servers": f"127.0.0.1:{port}",
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "SCRAM-SHA-256",
-                "sasl.username": "admin",
-                "sasl.password": SCRAM_PASSWORD,
-            }
-        )
-        failures: list[str] = []
-
-        def reauthenticated() -> bool:
-            producer.produce(topic, b"x", on_delivery=lambda err, _m: failures.extend([str(err)] if err else []))
-            producer.flush(10)
-            with urllib.request.urlopen(url, timeout=5) as response:
-                text = response.read().decode()
-            accepted = _metric(text, "fjord_broker_connections_accepted_total", "SASL")
-            return _metric(text, "fjord_broker_authentications_total", "SASL") > accepted > 0
-
-        eventually(reauthenticated, timeout=30, interval=0.3, what="librdkafka to re-authenticate a connection")
-        assert producer.flush(10) == 0 and not failures
-    finally:
-        code = broker.stop()
-    assert code == 0, broker.log_text()
-
-
 def test_describe_and_alter_user_scram_credentials_on_the_wire(sasl: SaslBroker) -> None:
     describe = codec.request_class(50, 0)
     alter = codec.request_class(51, 0)
@@ -606,58 +511,3 @@ def test_describe_and_alter_user_scram_credentials_on_the_wire(sasl: SaslBroker)
             ("weak", ErrorCode.unacceptable_credential),
             ("odd", ErrorCode.unsupported_sasl_mechanism),
         ]
-
-
-FAILURE_DELAY_MS = 1500
-
-
-def _fail_authentication(port: int, sent: threading.Event) -> tuple[int, float]:
-    """A wrong PLAIN password: the error code answered and how long after the token was sent."""
-    with WireClient(port) as client:
-        assert _handshake(client, "PLAIN").error_code == ErrorCode.none
-        token = f"\x00alice\x00{WRONG_PASSWORD}".encode()
-        started = time.monotonic()
-        client.send(schema.build(codec.request_class(36, 2), auth_bytes=token))
-        sent.set()
-        _, answer = client.receive(36, 2)
-        return int(answer.error_code), time.monotonic() - started
-
-
-def _api_versions_once_sent(port: int, sent: threading.Event) -> int:
-    assert sent.wait(10.0)
-    with WireClient(port) as client:
-        return int(client.request(api_versions_request(3)).error_code)
-
-
-async def test_a_failed_authentication_is_answered_after_the_delay_and_holds_no_other_connection(
-    tmp_path: Path,
-) -> None:
-    """KIP-306: ``connection.failed.authentication.delay.ms`` holds the answer to a failed exchange, so a password
-    guesser gets few tries a second; the connections next to it are served meanwhile. A node of its own, in this
-    process, with a delay long enough to tell the two apart."""
-    overrides = {
-        "node.id": "0",
-        "controller.quorum.voters": "0@127.0.0.1:0",
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl.plain.sasl.jaas.config": JAAS,
-        "connection.failed.authentication.delay.ms": str(FAILURE_DELAY_MS),
-        "log.dirs": str(tmp_path / "kraft"),
-        "s3.data.buckets": f"0@file://{tmp_path / 'objects'}",
-        "s3.wal.path": f"0@file://{tmp_path / 'wal'}",
-    }
-    node = Node(ServerConfig.load(None, [f"{key}={value}" for key, value in overrides.items()]))
-    await node.start()
-    try:
-        port = next(endpoint.port for endpoint in node.broker.bound_endpoints if endpoint.name == "SASL")
-        sent = threading.Event()
-        failing = asyncio.create_task(asyncio.to_thread(_fail_authentication, port, sent))
-        other = asyncio.create_task(asyncio.to_thread(_api_versions_once_sent, port, sent))
-        done, _ = await asyncio.wait({failing, other}, timeout=30.0, return_when=asyncio.FIRST_COMPLETED)
-        assert done == {other} and other.result() == 0  # answered while the failure's answer was held
-        code, elapsed = await asyncio.wait_for(failing, 30.0)
-        assert code == ErrorCode.sasl_authentication_failed
-        assert elapsed >= FAILURE_DELAY_MS / 1000
-    finally:
-        await node.stop()
