@@ -75,8 +75,10 @@ from confluent_kafka.cimpl import NewTopic
 from recovery import RECORD, ROOT, START_TIMEOUT_S, TOPIC, Node, _write  # the repository's path set up there
 
 STEADY = b"steady:"
-_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) ", re.MULTILINE)
+#: The node's first log line other than its early listening one.
+_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) (?!INFO +node\.early_listen:)", re.MULTILINE)
 _PHASES = {
+    "listen": re.compile(r"^(\S+ \S+) INFO +node\.early_listen: listener \S+ listening on ", re.MULTILINE),
     "wal": re.compile(r"^(\S+ \S+) .*WAL /\S+: recovered up to offset (\d+) \(trim offset (\d+)\)", re.MULTILINE),
     "cache": re.compile(r"^(\S+ \S+) .*WAL recovery of node \d+: \d+ batches", re.MULTILINE),
     "open": re.compile(rf"^(\S+ \S+) INFO +\S+: opened {TOPIC}-0 ", re.MULTILINE),
@@ -370,10 +372,11 @@ def main() -> int:
               f"{_pct(times, 0.99):.2f} s | {max(times):.2f} s | {row.lost} | {row.dup} | {row.acked} | "
               f"{min(row.load):.1f}-{max(row.load):.1f} |")
     print()
+    phases = ("listen", "up", "wal", "cache", "open", "serving", "ack")
     print("median phase, s after kill -9: " + "; ".join(
         f"{row.size_mb} MB/{row.tail_mib} MiB: " + ", ".join(
             f"{k} {statistics.median(c.phases[k] for c in row.cycles if k in c.phases):.2f}"
-            for k in ("up", "wal", "cache", "open", "serving", "ack") if any(k in c.phases for c in row.cycles))
+            for k in phases if any(k in c.phases for c in row.cycles))
         for row in rows if row.cycles))
     return 0
 

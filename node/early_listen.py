@@ -16,12 +16,15 @@ them if the node stops before its broker took them.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Mapping, Sequence
 
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from wire.listener import bind_listening
+
+logger = logging.getLogger(__name__)
 
 #: Each client listener's name and its listening sockets.
 ListeningSockets = Mapping[str, Sequence[socket.socket]]
@@ -43,6 +46,8 @@ async def listen_early(config: ServerConfig) -> dict[str, list[socket.socket]]:
             except OSError as exc:
                 raise ConfigError(f"listeners: cannot bind {listener.name} to {host}:{listener.port}: "
                                   f"{exc.strerror}") from None
+            logger.info("listener %s listening on %s:%d, serving once the node is up", listener.name, host,
+                        bound[listener.name][0].getsockname()[1])
     except BaseException:
         close_all(bound)
         raise
