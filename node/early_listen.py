@@ -46,7 +46,7 @@ async def listen_early(config: ServerConfig) -> dict[str, list[socket.socket]]:
             except OSError as exc:
                 raise ConfigError(f"listeners: cannot bind {listener.name} to {host}:{listener.port}: "
                                   f"{exc.strerror}") from None
-            logger.info("listener %s listening on %s:%d, serving once the node is up", listener.name, host,
+            logger.info("listener %s listening on %s:%d; requests are read once the node is up", listener.name, host,
                         bound[listener.name][0].getsockname()[1])
     except BaseException:
         close_all(bound)

@@ -6,8 +6,9 @@ roles start and stop. Each role is an object of its own package: the broker (``b
 controller quorum (``controller.quorum.QuorumController``).
 
 Start: controller (metadata replayed) → SCRAM users of ``--add-scram`` and feature levels of ``--feature`` → the
-broker joins (listeners bound, broker registered with its real ports, S3 WAL announced, a failover of it awaited) →
-broker started (storage engine with WAL recovery, partitions, coordinators) → metrics endpoint → listeners accept.
+broker joins (listeners bound, or the sockets ``fjord server start`` bound first taken over; broker registered with
+its real ports, S3 WAL announced, a failover of it awaited) → broker started (storage engine with WAL recovery,
+partitions, coordinators) → metrics endpoint → listeners accept.
 Stop first has the controller move what a broker of a cluster leads to other brokers (controlled shutdown), then
 runs the same steps in reverse, so a SIGTERM closes every partition cleanly (force upload, clean-shutdown flag)
 before the storage engine and the controller go away.

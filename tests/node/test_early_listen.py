@@ -45,7 +45,7 @@ def test_a_client_connecting_while_the_node_starts_is_answered_once_it_serves(tm
                             what=lambda: f"the starting broker to accept a connection:\n{broker.log_text()}")
         with client:
             correlation_id = client.send(api_versions_request(3))
-            assert "serving" not in broker.log_text()
+            assert "node 5 serving" not in broker.log_text()
             cluster.start(0)  # the quorum comes up, the broker registers and serves: the request is answered
             got, response = client.receive(18, 3)
             assert got == correlation_id and response.error_code == 0
