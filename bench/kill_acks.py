@@ -7,11 +7,11 @@ idempotent ``acks=all`` producer (``--rate`` records a second, librdkafka's defa
 recovered tail is committed, writes ``tail`` MiB more (with ``s3.wal.upload.threshold`` raised above it and the
 upload timer off, so those bytes are exactly what the WAL holds not uploaded), SIGKILLs the node and starts it again
 at once, and measures from the SIGKILL to the steady producer's first delivery report after it. The node's log
-gives the phases of each restart (seconds after the kill): ``up`` its first log line (the interpreter started and
-imported), ``wal`` the WAL read back, ``cache`` the tail replayed into the LogCache, ``open`` the partition open,
-``serving`` the listener accepting connections, ``ack`` the first ack. At the end the partition is read back from
-the steady producer's first record: ``lost`` counts acknowledged records missing, ``dup`` records found more than
-once.
+gives the phases of each restart (seconds after the kill): ``listen`` its client listener listening (the CLI and
+its config read, ``node/early_listen.py``), ``up`` its next log line (the node imported), ``wal`` the WAL read back,
+``cache`` the tail replayed into the LogCache, ``open`` the partition open, ``serving`` the listener accepting
+connections and answering, ``ack`` the first ack. At the end the partition is read back from the steady producer's
+first record: ``lost`` counts acknowledged records missing, ``dup`` records found more than once.
 
     .venv/bin/python bench/kill_acks.py [--small-mb 10] [--large-mb 10240] [--tails 1,500] [--cycles 50]
                                         [--data-dir DIR] [--keep] [--fast-reconnect]
@@ -29,21 +29,51 @@ duplicated in any run). librdkafka's defaults (load average 5.5-14 from other wo
     10 GB      1 MiB     20      1.45 s  2.45 s  2.45 s  0.56 / 0.65 / 1.45   (load 5.5-8.9)
     10 GB      500 MiB    8      3.10 s  6.73 s  6.73 s  1.40 / 2.69 / 3.10   (load 7.2-10.8)
 
-The 1 MiB rows again with 50 cycles each, librdkafka's defaults, at a load of 1.6-4.6: 10 MB p50 1.83 s, p99 3.08 s;
-10 GB p50 1.60 s, p99 4.02 s (median phases up 0.64 / 0.70, serving 0.77 / 0.84 s: a second of each p50 is the
-client's wait after the node serves).
+Before the client listener listened early (below), the 1 MiB rows again with 50 cycles each, at a load of 1.6-4.6:
+10 MB p50 1.83 s, p99 3.08 s; 10 GB p50 1.60 s, p99 4.02 s (median phases up 0.64 / 0.70, serving 0.77 / 0.84 s).
 
 Where the time goes: (1) ``up``, the interpreter starting and importing the node (about 0.56 s of CPU with bytecode
 cached, 0.95 s without: the development machines' ``PYTHONDONTWRITEBYTECODE=1`` made every start compile ~400
 modules, 5.9 s p50 at a load of 12-14 before this bench cached bytecode like an install) stretched by the load:
 0.5 s at a load of 3, 2-4 s at 12-14. (2) Reading a 505 MiB WAL tail back: 0.2 s of CPU (0.4 s before this
 change), 0.5-5 s of wall clock with the load; its LogCache insertion 0.02-0.15 s, the partition open (10 MB or 10
-GB alike) 0.01-0.1 s. (3) The client: after the node serves, librdkafka 2.16 sends nothing until its fast leader
-query fires, which backs off to ``retry.backoff.max.ms`` (1000 ms by default) while the node is down (it
-re-bootstraps and queries on that timer, not on ``reconnect.backoff.ms``): serving -> first ack 0.43-0.76 s median,
-up to 1.9 s. ``--fast-reconnect`` (reconnect.backoff.ms 10, max 50) changes nothing (10 MB / 10 GB, 1 MiB tail,
-load 2.6-5.1: p50 1.47 / 1.75 s, p99 3.47 / 3.57 s, serving -> ack 0.60-0.65 s median); ``--retry-backoff-max-ms
-100`` takes it to 0.06-0.13 s. With both (``--fast-reconnect --retry-backoff-max-ms 100 --cycles 20,6``, load 2.1-7.4):
+GB alike) 0.01-0.1 s. (3) The client's wait after the node serves:
+
+librdkafka 2.16 (read from its ``debug=broker,topic,metadata,msg,protocol`` log over kill cycles and from its
+source): while the node is down its one broker is refused, so all its brokers are down and it re-bootstraps: the
+broker handle is dropped for a fresh bootstrap one with no connection attempts behind it, which is why
+``reconnect.backoff.ms`` changes nothing (``--fast-reconnect``). It connects only when one of two main-thread timers
+asks for a connection: the fast leader query (at once, then backing off from ``retry.backoff.ms`` 100 ms to
+``retry.backoff.max.ms`` 1000 ms: ticks about 0.05, 0.1, 0.3, 0.7, 1.5 s after the kill; it runs only while the
+partition has no broker at all) or the one-second scan of topics ("refresh unavailable topics"; the only one once
+the partition sits on the internal broker, as when its in-flight requests were being drained at the kill). The tick
+that connects sends no Metadata (no broker is usable yet), nor does the new connection (its "connected" refresh
+skips a topic whose cached metadata is still valid), so the Metadata that finds the leader goes out on the next
+tick, and the first ack follows it within ~20 ms: a producer whose connections were refused needs two ticks once the
+node listens, one to connect and one to ask.
+
+Until this change the client listener listened only once the broker had joined its cluster, ~0.05 s before
+serving, so the ack came on the second tick after serving. ``fjord server start`` now listens as soon as it has
+read its config (``listen`` ~0.2 s after the kill, before the node's imports and metadata replay), as Kafka's
+SocketServer binds before the broker processes requests: a tick between ``listen`` and ``serving`` connects (the
+kernel completes the handshake, the ApiVersions waits in the socket and is answered once the node serves) and the
+ack comes on the first tick after serving. Measured interleaved with main (``--small-mb 10 --large-mb 0 --tails 1
+--cycles 20``, five runs of each, 100 cycles each, load 2.4-9.1 from other work; no record lost or duplicated):
+
+                     p50     p90     p99     serving  serving -> ack (median / mean)  acks within 0.4 s of serving
+    main             1.48 s  2.71 s  7.08 s  0.66 s   0.79 / 0.81 s                   19 of 100
+    early listen     1.42 s  2.89 s  6.46 s  0.63 s   0.50 / 0.55 s                   47 of 100
+
+At a load of 8-15, three more runs each (60 cycles), main / early listen: p50 3.44 / 3.71 s (serving 2.46 / 2.88 s
+median, the load), serving -> ack median 0.85 / 0.61 s, mean 0.96 / 0.63 s, p90 1.73 / 0.94 s; the client's ticks
+are a second apart that long after the kill, so the first one after serving comes 0-1 s later.
+
+The wait after serving falls by about 0.3 s, yet the p50 hardly moves: the ticks are up to a second apart, so the
+ack is bimodal (0.6-0.8 s when the node serves before the ~0.7 s leader-query tick, ~1.5 s when it serves after it
+or when only the one-second scan runs). What is left is the client's: ``--retry-backoff-max-ms 100`` packs the
+leader-query ticks 0.1 s apart (serving -> ack 0.06-0.13 s median before this change), and a start that serves
+before ~0.7 s (``up``: the node's imports) catches the earlier tick. Before this change, with both client settings
+(``--fast-reconnect --retry-backoff-max-ms 100 --cycles 20,6``, load 2.1-7.4):
 
     partition  WAL tail  cycles  p50     p99     max     median phases (up / serving / ack)
     10 MB      1 MiB     20      1.90 s  2.94 s  2.94 s  1.54 / 1.78 / 1.90   (load 4.9-6.4)
@@ -75,8 +105,10 @@ from confluent_kafka.cimpl import NewTopic
 from recovery import RECORD, ROOT, START_TIMEOUT_S, TOPIC, Node, _write  # the repository's path set up there
 
 STEADY = b"steady:"
-_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) ", re.MULTILINE)
+#: The node's first log line other than its early listening one.
+_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) (?!INFO +node\.early_listen:)", re.MULTILINE)
 _PHASES = {
+    "listen": re.compile(r"^(\S+ \S+) INFO +node\.early_listen: listener \S+ listening on ", re.MULTILINE),
     "wal": re.compile(r"^(\S+ \S+) .*WAL /\S+: recovered up to offset (\d+) \(trim offset (\d+)\)", re.MULTILINE),
     "cache": re.compile(r"^(\S+ \S+) .*WAL recovery of node \d+: \d+ batches", re.MULTILINE),
     "open": re.compile(rf"^(\S+ \S+) INFO +\S+: opened {TOPIC}-0 ", re.MULTILINE),
@@ -370,10 +402,11 @@ def main() -> int:
               f"{_pct(times, 0.99):.2f} s | {max(times):.2f} s | {row.lost} | {row.dup} | {row.acked} | "
               f"{min(row.load):.1f}-{max(row.load):.1f} |")
     print()
+    phases = ("listen", "up", "wal", "cache", "open", "serving", "ack")
     print("median phase, s after kill -9: " + "; ".join(
         f"{row.size_mb} MB/{row.tail_mib} MiB: " + ", ".join(
             f"{k} {statistics.median(c.phases[k] for c in row.cycles if k in c.phases):.2f}"
-            for k in ("up", "wal", "cache", "open", "serving", "ack") if any(k in c.phases for c in row.cycles))
+            for k in phases if any(k in c.phases for c in row.cycles))
         for row in rows if row.cycles))
     return 0
 

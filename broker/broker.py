@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
 from broker.broker_context import BrokerContext
@@ -145,14 +146,15 @@ class Broker:
         metrics: ServerMetrics,
         *,
         controller_address: tuple[str, int] | None = None,
+        listening: Mapping[str, Sequence[socket.socket]] | None = None,
     ) -> Broker:
-        """Binds the client listeners, registers this broker with their real ports, announces its WAL and waits
-        for a failover of it to end; then the broker is built. Closes the listeners if any step, or building the
-        broker, fails."""
+        """Binds the client listeners (or takes their sockets from ``listening``, bound earlier by the node),
+        registers this broker with their real ports, announces its WAL and waits for a failover of it to end; then
+        the broker is built. Closes the listeners if any step, or building the broker, fails."""
         node_id = config.node_id
         image = controller.image
         gate = ConnectionGate(config.connection_limits(image.broker_configs, image.node_configs.get(node_id)), metrics)
-        listeners = _client_listeners(config, metrics, gate)
+        listeners = _client_listeners(config, metrics, gate, listening or {})
         takeover: TakeoverGuard | None = None
         try:
             for server in listeners:
@@ -296,8 +298,11 @@ class Broker:
             await server.close()
 
 
-def _client_listeners(config: ServerConfig, metrics: ServerMetrics, gate: ConnectionGate) -> list[KafkaListener]:
-    """One unbound ``KafkaListener`` per client listener, sharing Kafka's connection quotas (``gate``)."""
+def _client_listeners(
+    config: ServerConfig, metrics: ServerMetrics, gate: ConnectionGate, listening: Mapping[str, Sequence[socket.socket]]
+) -> list[KafkaListener]:
+    """One ``KafkaListener`` per client listener, sharing Kafka's connection quotas (``gate``): unbound, or on its
+    sockets in ``listening``."""
     idle_ms = int(config.value("connections.max.idle.ms"))
     backlog = int(config.value("socket.listen.backlog.size"))
     pool = pool_of(int(config.value("queued.max.request.bytes")))  # one for all the node's client listeners
@@ -321,6 +326,7 @@ def _client_listeners(config: ServerConfig, metrics: ServerMetrics, gate: Connec
             memory_pool=pool,
             setup_timeout_s=setup_s,
             frame_timeout_s=seconds_or_never(idle_ms),
+            sockets=listening.get(listener.name, ()),
         ))
     return listeners
 

@@ -6,8 +6,9 @@ roles start and stop. Each role is an object of its own package: the broker (``b
 controller quorum (``controller.quorum.QuorumController``).
 
 Start: controller (metadata replayed) → SCRAM users of ``--add-scram`` and feature levels of ``--feature`` → the
-broker joins (listeners bound, broker registered with its real ports, S3 WAL announced, a failover of it awaited) →
-broker started (storage engine with WAL recovery, partitions, coordinators) → metrics endpoint → listeners accept.
+broker joins (listeners bound, or the sockets ``fjord server start`` bound first taken over; broker registered with
+its real ports, S3 WAL announced, a failover of it awaited) → broker started (storage engine with WAL recovery,
+partitions, coordinators) → metrics endpoint → listeners accept.
 Stop first has the controller move what a broker of a cluster leads to other brokers (controlled shutdown), then
 runs the same steps in reverse, so a SIGTERM closes every partition cleanly (force upload, clean-shutdown flag)
 before the storage engine and the controller go away.
@@ -28,6 +29,7 @@ from controller.quorum import QuorumController
 from controller.scram_bootstrap import add_scram_credentials
 from metadata.controller_api import FeatureUpdate, ScramUpsertion
 from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
+from node.early_listen import ListeningSockets
 from node.metrics import register_node_metrics
 from settings.server import ServerConfig
 from storage.config import ConfigError
@@ -45,9 +47,11 @@ class Node:
         controller_factory: ControllerFactory | None = None,
         scram_credentials: Sequence[ScramUpsertion] = (),
         initial_features: Sequence[FeatureUpdate] = (),
+        listening: ListeningSockets | None = None,
     ) -> None:
         """``scram_credentials``: SCRAM users to create before serving if they do not exist (``--add-scram``);
-        ``initial_features``: the feature levels a new cluster finalizes (``--feature``)."""
+        ``initial_features``: the feature levels a new cluster finalizes (``--feature``); ``listening``: the client
+        listeners' sockets bound at the start of the process (``node.early_listen``; None: the broker binds them)."""
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
@@ -55,6 +59,7 @@ class Node:
         self._controller_factory = controller_factory or default_controller_factory(config)
         self._scram_credentials = tuple(scram_credentials)
         self._initial_features = tuple(initial_features)
+        self._listening = listening or {}
         self._controller_handle: ControllerHandle | None = None
         self._metrics_port: int | None = None
         self._stopped = asyncio.Event()
@@ -108,7 +113,8 @@ class Node:
         await add_scram_credentials(handle.client, self._scram_credentials)
         await finalize_initial_features(handle.client, self._initial_features)
         self.broker = await Broker.join(
-            self.config, handle.client, self.metrics, controller_address=handle.controller_address
+            self.config, handle.client, self.metrics, controller_address=handle.controller_address,
+            listening=self._listening,
         )
         await self.broker.start()
         self._start_metrics()

@@ -34,7 +34,7 @@ import logging
 import socket
 import ssl
 import typing
-from collections.abc import Callable, Set
+from collections.abc import Callable, Sequence, Set
 
 from wire.connection import Connection
 from wire.connection_gate import ConnectionGate
@@ -75,6 +75,7 @@ class KafkaListener:
         setup_timeout_s: float | None = None,
         frame_timeout_s: float | None = None,
         max_request_bytes_key: str = "socket.request.max.bytes",
+        sockets: Sequence[socket.socket] = (),
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
@@ -90,7 +91,9 @@ class KafkaListener:
         (SASL) or sent a whole request (other listeners) that long after it was accepted is closed (None: never).
         ``frame_timeout_s`` (``connections.max.idle.ms``): a connection that has been sending one request frame for
         that long, however it trickles its bytes, is closed (None: never). ``max_request_bytes_key``: the key
-        that set ``max_request_bytes``, named when a frame over it closes a connection."""
+        that set ``max_request_bytes``, named when a frame over it closes a connection. ``sockets``: this listener's
+        sockets, already listening (:func:`bind_listening`, called by a node as soon as it has read its config); the
+        listener adopts them instead of binding, and closes them when it closes."""
         #: What the listener serves, from :meth:`start_serving` on: a listener binds before its server exists
         #: (a broker registers the port it bound, and only its registration makes the rest of it).
         self._dispatcher: Dispatcher | None = None
@@ -117,7 +120,7 @@ class KafkaListener:
         self.frame_timeout_s = frame_timeout_s
         self._server: asyncio.Server | None = None
         #: The own listening sockets of a TLS or gated listener: one per address the host resolves to.
-        self._own_sockets: list[socket.socket] = []
+        self._own_sockets: list[socket.socket] = list(sockets)
         self._acceptors: list[asyncio.Task[None]] = []
         self._sweeper: asyncio.Task[None] | None = None
         self._handshakes: set[asyncio.Task[None]] = set()
@@ -142,8 +145,12 @@ class KafkaListener:
 
     async def bind(self) -> int:
         """Binds the socket without accepting yet, so the node can register its real port before serving."""
-        if self.ssl_context is not None or self.gate is not None:
-            self._own_sockets = await self._bind_own()
+        if self._own_sockets:  # bound before the listener was made
+            pass
+        elif self.ssl_context is not None or self.gate is not None:
+            self._own_sockets = await bind_listening(
+                self.host, self.port, backlog=self.backlog, listener_name=self.listener_name
+            )
         else:
             self._server = await asyncio.get_running_loop().create_server(
                 lambda: Connection(self), self.host, self.port, start_serving=False, reuse_address=True,
@@ -151,63 +158,6 @@ class KafkaListener:
             )
         logger.info("listener %s bound to %s:%d", self.listener_name, self.host, self.bound_port)
         return self.bound_port
-
-    async def _bind_own(self) -> list[socket.socket]:
-        """One listening socket per address ``host`` resolves to (``localhost``: 127.0.0.1 and ::1), as asyncio's
-        own server binds; an empty host or 0.0.0.0 is every IPv4 address. With port 0 the first socket's port is
-        used for the others (tried again, a few times, when another process has it on one of the addresses)."""
-        if self.host in ("", "0.0.0.0"):
-            addresses: list[tuple[socket.AddressFamily, tuple[typing.Any, ...]]] = [
-                (socket.AF_INET, (self.host, self.port))
-            ]
-        else:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )
-            addresses = list(dict.fromkeys((family, tuple(sockaddr)) for family, _t, _p, _c, sockaddr in infos))
-        attempts = _BIND_ATTEMPTS if self.port == 0 and len(addresses) > 1 else 1
-        attempt = 1
-        while True:
-            try:
-                return self._bind_each(addresses)
-            except OSError:
-                if attempt >= attempts:
-                    raise
-                attempt += 1
-
-    def _bind_each(self, addresses: list[tuple[socket.AddressFamily, tuple[typing.Any, ...]]]) -> list[socket.socket]:
-        """Listening sockets for ``addresses``, all on one port (with port 0, the first one's). An address whose
-        socket cannot even be made (its address family unsupported on this host: ::1 without IPv6) is skipped, as
-        asyncio's server skips it, as long as another binds; every error names its address."""
-        bound: list[socket.socket] = []
-        skipped: OSError | None = None
-        try:
-            for family, sockaddr in addresses:
-                port = int(bound[0].getsockname()[1]) if bound else self.port
-                try:
-                    sock = socket.socket(family, socket.SOCK_STREAM)
-                except OSError as exc:
-                    skipped = OSError(exc.errno, f"{sockaddr[0]}:{port}: {exc.strerror}")
-                    logger.warning("listener %s does not listen on %s: %s", self.listener_name, sockaddr[0],
-                                   exc.strerror)
-                    continue
-                bound.append(sock)
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    if family == socket.AF_INET6:  # the IPv4 addresses have their own sockets
-                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                    sock.bind((sockaddr[0], port, *sockaddr[2:]))
-                    sock.listen(self.backlog)
-                except OSError as exc:
-                    raise OSError(exc.errno, f"{sockaddr[0]}:{port}: {exc.strerror}") from None
-                sock.setblocking(False)
-        except OSError:
-            for sock in bound:
-                sock.close()
-            raise
-        if not bound:
-            raise skipped if skipped is not None else OSError(f"{self.host}: no address to listen on")
-        return bound
 
     async def start_serving(
         self, dispatcher: Dispatcher, *, connection_state: Callable[[], object] | None = None
@@ -345,3 +295,63 @@ class KafkaListener:
     def return_slot(self, slot: str) -> None:
         if self.gate is not None:
             self.gate.release(self.listener_name, slot)
+
+
+async def bind_listening(host: str, port: int, *, backlog: int, listener_name: str) -> list[socket.socket]:
+    """Listening sockets for one listener: one per address ``host`` resolves to (``localhost``: 127.0.0.1 and ::1),
+    as asyncio's own server binds; an empty host or 0.0.0.0 is every IPv4 address. With port 0 the first socket's
+    port is used for the others (tried again, a few times, when another process has it on one of the addresses).
+    They listen at once: the kernel completes a client's TCP handshake from then on, while the connection is only
+    accepted (and its requests read) once the listener serves."""
+    if host in ("", "0.0.0.0"):
+        addresses: list[tuple[socket.AddressFamily, tuple[typing.Any, ...]]] = [(socket.AF_INET, (host, port))]
+    else:
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        addresses = list(dict.fromkeys((family, tuple(sockaddr)) for family, _t, _p, _c, sockaddr in infos))
+    attempts = _BIND_ATTEMPTS if port == 0 and len(addresses) > 1 else 1
+    attempt = 1
+    while True:
+        try:
+            return _bind_each(addresses, port, backlog, listener_name)
+        except OSError:
+            if attempt >= attempts:
+                raise
+            attempt += 1
+
+
+def _bind_each(
+    addresses: list[tuple[socket.AddressFamily, tuple[typing.Any, ...]]], port: int, backlog: int, listener_name: str
+) -> list[socket.socket]:
+    """Listening sockets for ``addresses``, all on one port (with port 0, the first one's). An address whose
+    socket cannot even be made (its address family unsupported on this host: ::1 without IPv6) is skipped, as
+    asyncio's server skips it, as long as another binds; every error names its address."""
+    bound: list[socket.socket] = []
+    skipped: OSError | None = None
+    try:
+        for family, sockaddr in addresses:
+            each_port = int(bound[0].getsockname()[1]) if bound else port
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError as exc:
+                skipped = OSError(exc.errno, f"{sockaddr[0]}:{each_port}: {exc.strerror}")
+                logger.warning("listener %s does not listen on %s: %s", listener_name, sockaddr[0], exc.strerror)
+                continue
+            bound.append(sock)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:  # the IPv4 addresses have their own sockets
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((sockaddr[0], each_port, *sockaddr[2:]))
+                sock.listen(backlog)
+            except OSError as exc:
+                raise OSError(exc.errno, f"{sockaddr[0]}:{each_port}: {exc.strerror}") from None
+            sock.setblocking(False)
+    except OSError:
+        for sock in bound:
+            sock.close()
+        raise
+    if not bound:
+        raise skipped if skipped is not None else OSError(f"no address to listen on for {listener_name}")
+    return bound

@@ -20,6 +20,7 @@ import uvloop
 from controller.feature_bootstrap import parse_feature
 from controller.scram_bootstrap import OPTION, parse_add_scram
 from metadata.controller_api import FeatureUpdate, ScramUpsertion
+from node.early_listen import ListeningSockets, close_all, listen_early
 from node.logging_setup import configure_logging, loop_exception_handler
 from settings.server import ServerConfig
 from storage.config import ConfigError, MiB
@@ -140,6 +141,21 @@ def _reuse_freed_memory() -> None:
 async def _serve(
     config: ServerConfig, scram: Sequence[ScramUpsertion] = (), features: Sequence[FeatureUpdate] = ()
 ) -> int:
+    # The client listeners listen before anything else (node.early_listen): a client reconnecting to a restarting
+    # node is then accepted, not refused, and answered once the node serves.
+    listening = await listen_early(config)
+    try:
+        return await _run_node(config, scram, features, listening)
+    finally:
+        close_all(listening)
+
+
+async def _run_node(
+    config: ServerConfig,
+    scram: Sequence[ScramUpsertion],
+    features: Sequence[FeatureUpdate],
+    listening: ListeningSockets,
+) -> int:
     # Imported when a node starts, not when the CLI loads: the node pulls in the broker, controller and storage
     # stacks (about a second), which `fjord --help` and a configuration error have no use for.
     from node.process import Node  # noqa: PLC0415
@@ -149,7 +165,7 @@ async def _serve(
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    node = Node(config, scram_credentials=scram, initial_features=features)
+    node = Node(config, scram_credentials=scram, initial_features=features, listening=listening)
     starting = asyncio.create_task(node.start())
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)

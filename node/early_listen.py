@@ -1,0 +1,62 @@
+"""A broker's client listeners listening from the start of the process, as Kafka's ``SocketServer`` binds its
+sockets when it is made and only processes requests once the broker is ready (``enableRequestProcessing``).
+
+``fjord server start`` binds them as soon as it has read its config, before it imports the broker, controller and
+storage stacks and replays the metadata log (most of a restart). From then on the kernel completes a client's TCP
+handshake and queues what it sends; the listener accepts the connection and reads the request once the node serves,
+exactly as before. A client reconnecting to a restarting node thus connects while it starts instead of being refused:
+librdkafka (2.16) re-bootstraps on a refused connection and tries again only when one of its metadata timers fires
+(its fast leader query, backing off to ``retry.backoff.max.ms``, or its one-second scan of unavailable topics), and
+asks for metadata on the tick after the one that connected. Refused until the node serves, it needs two ticks after
+that; connected while the node starts, one (bench/kill_acks.py).
+
+A port in use fails the start here, with the same one line as before; the sockets are handed to the broker's
+listeners (``wire.listener.KafkaListener(sockets=...)``), which close them when they close, and the caller closes
+them if the node stops before its broker took them.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping, Sequence
+
+from settings.server import ServerConfig
+from storage.config import ConfigError
+from wire.listener import bind_listening
+
+logger = logging.getLogger(__name__)
+
+#: Each client listener's name and its listening sockets.
+ListeningSockets = Mapping[str, Sequence[socket.socket]]
+
+
+async def listen_early(config: ServerConfig) -> dict[str, list[socket.socket]]:
+    """The listening sockets of every client listener of a broker or combined node (none for a controller)."""
+    bound: dict[str, list[socket.socket]] = {}
+    if "broker" not in config.process_roles:
+        return bound
+    backlog = int(config.value("socket.listen.backlog.size"))
+    try:
+        for listener in config.broker_listeners:
+            host = listener.host or "0.0.0.0"
+            try:
+                bound[listener.name] = await bind_listening(
+                    host, listener.port, backlog=backlog, listener_name=listener.name
+                )
+            except OSError as exc:
+                raise ConfigError(f"listeners: cannot bind {listener.name} to {host}:{listener.port}: "
+                                  f"{exc.strerror}") from None
+            logger.info("listener %s listening on %s:%d; requests are read once the node is up", listener.name, host,
+                        bound[listener.name][0].getsockname()[1])
+    except BaseException:
+        close_all(bound)
+        raise
+    return bound
+
+
+def close_all(bound: ListeningSockets) -> None:
+    """Closes the sockets (those a listener took and closed already stay closed)."""
+    for sockets in bound.values():
+        for sock in sockets:
+            sock.close()
