@@ -51,10 +51,11 @@ A drain is not worse than a balancing move: its one AlterPartitionReassignments 
 balancer's 522, 514, 640 ms; the client stall (max latency, default backoff) 464, -, 699 ms against the balancer's
 553, 758, 853 ms (the drain's second run's client rows were lost to a bug of this bench's first version, which read
 the acknowledgements at the command's exit, before the records held during the moves had theirs). What bounds the
-stall is the hand-over, as in ``bench/balancer.py``: from the brokers' logs of the runs above, the source's close
-146-436 ms (its "closes" phase, the WAL block's upload, its commit and the streams' closes at the controller, 120-400
-ms), the election reaching the target 12-205 ms, the target's open 144-249 ms (the meta stream's replay reads the
-object the close just uploaded), then librdkafka's ``retry.backoff.ms`` where it is longer than the target's open.
+stall is the hand-over, as in ``bench/balancer.py``: from the brokers' logs of the runs above (per run, the same for
+the four partitions but for the election), the source's close 436, 192 and 288 ms (its "closes" phase, the WAL
+block's upload, its commit and the streams' closes at the controller, most of it), the election reaching the target
+12-156 ms, the target's open 115-231 ms (the meta stream's replay reads the object the close just uploaded), then
+librdkafka's ``retry.backoff.ms`` where it is longer than the target's open.
 On this loaded machine all of it is two to three times what ``bench/balancer.py`` records at a load of 1-5.
 """
 
