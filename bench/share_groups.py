@@ -24,12 +24,13 @@ record batches (the producer's are about 970 records here), so at 500 per poll a
 batch, and at 2,000 whole batches up to the one holding the 2,000th record (three: ~2,900 records), as Kafka 4.2
 acquires.
 
-What bounds the share figure is the client's loop, not a broker setting. librdkafka 2.16's share consumer sends
-ShareFetch v1 with MaxWaitMs ``fetch.wait.max.ms``, MinBytes ``fetch.min.bytes`` (1: the broker answers as soon as
-it holds records), MaxBytes ``fetch.max.bytes`` and MaxRecords = BatchSize = ``max.poll.records``; it has no setting
-to fetch ahead or to fetch more per request. It asks for more records only once the application's queue is empty
-(one fetch in flight, no prefetch), and the acknowledgements ride on that ShareFetch (a ShareAcknowledge goes only
-when there is nothing to fetch; this bench's runs send none). So each ~970 / ~2,900 records cost one serial round
+What bounds the share figure is the client's loop, not a broker setting. librdkafka's share consumer (read in its
+source of July 2026, the 2.15 line; the 2.16 this bench runs behaves so on the wire) sends ShareFetch v1 with
+MaxWaitMs ``fetch.wait.max.ms``, MinBytes ``fetch.min.bytes`` (1: the broker answers as soon as it holds records),
+MaxBytes ``fetch.max.bytes`` and MaxRecords = BatchSize = ``max.poll.records``; it has no setting to fetch ahead or
+to fetch more per request. It asks for more records only once the application's queue is empty (one fetch in flight,
+no prefetch), and the acknowledgements ride on that ShareFetch (a ShareAcknowledge goes only when there is nothing
+to fetch; this bench's reads send none until the final commit). So each ~970 / ~2,900 records cost one serial round
 trip: the application's polls, librdkafka's hops between its threads, the parse, and the broker's part, which must
 wait for the acknowledgements' durable write (a response never reports an acknowledgement a crash could undo). The
 response's layout costs the client nothing to spare: only the batches holding acquired records, and AcquiredRecords
@@ -47,7 +48,7 @@ last fetch's records, send to response read, six runs each alternating with the 
 a median p50 of 5.7 ms against 8.6 at 500 records per fetch and 9.4 against 22.3 ms at 2,000 (that client, in
 Python, reads slower than librdkafka). The ratio itself could not be measured that evening: other benches kept the
 two shared cores at a load of 8-13, where classic reads of the same data ranged 58,000-800,000 records/s and ratios
-25-360% in both versions alike; the last quiet-machine figures (before these changes) were 37% at 500 per poll and
+12-450% in both versions alike; the last quiet-machine figures (before these changes) were 37% at 500 per poll and
 46-49% at 2,000.
 
 ``restart``: ``--restart-partitions`` partitions of ``--locks`` 16-byte records each; one raw share member
