@@ -46,10 +46,14 @@ ms, now 0.1); broker CPU per 100,000 records at 2,000 per poll went from 0.14-0.
 drains each, interleaved), close to the classic read's; a raw client's ShareFetch round trips (acknowledging the
 last fetch's records, send to response read, six runs each alternating with the code before at a load of 10-11) took
 a median p50 of 5.7 ms against 8.6 at 500 records per fetch and 9.4 against 22.3 ms at 2,000 (that client, in
-Python, reads slower than librdkafka). The ratio itself could not be measured that evening: other benches kept the
-two shared cores at a load of 8-13, where classic reads of the same data ranged 58,000-800,000 records/s and ratios
-12-450% in both versions alike; the last quiet-machine figures (before these changes) were 37% at 500 per poll and
-46-49% at 2,000.
+Python, reads slower than librdkafka). The ratio barely moved: most of a round trip is the client's. Other benches
+kept the two shared cores at a load of 8-13 most of that evening (classic reads of the same data ranged
+58,000-800,000 records/s, ratios 12-450% in both versions alike); in a lull at a load of 2-3, this bench alternating
+with the code before gave 55% / 70% and 41% / 57% (500 / 2,000 per poll) against 46% / 59%, 39% / 45% and 42% / 57%,
+with classic at 400,000-860,000 records/s; its share rounds gave medians of 309,000 against 300,000 records/s at 500
+per poll and 420,000 against 397,000 at 2,000: one round trip per ~970 records still takes ~3 ms, of which the
+broker's part is under 1 ms and the socket write. The last quiet-machine figures (load 0.3-2, before these changes)
+were 37% at 500 per poll and 46-49% at 2,000, with classic at 920,000-1,000,000 records/s.
 
 ``restart``: ``--restart-partitions`` partitions of ``--locks`` 16-byte records each; one raw share member
 (ShareGroupHeartbeat and ShareFetch on its own connection, :class:`RawMember`) acquires every record and
