@@ -14,7 +14,7 @@ import functools
 import io
 import struct
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
@@ -346,27 +346,36 @@ def _check_array_lengths(entity_cls: type[Any], data: bytes, pos: int, end: int)
 
 def encode_entity(entity: Any) -> bytes:
     """The body alone, without header or length prefix (used by tests and nested encodings)."""
-    buf = io.BytesIO()
-    entity_writer(type(entity))(buf, entity)
-    return buf.getvalue()
+    out = _Parts()
+    entity_writer(type(entity))(typing.cast(IO[bytes], out), entity)
+    return b"".join(out.finish())
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """One bytes object: 4-byte length, the response header of the response's version, then the body."""
-    cls = type(response)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
-    entity_writer(cls)(buf, response)
-    out = buf.getbuffer()
-    _LENGTH.pack_into(out, 0, len(out) - 4)
-    del out
-    return buf.getvalue()
+    return b"".join(encode_response_parts(correlation_id, response))
 
 
 #: Writes at least this long (record sets) are kept by reference in a response's parts rather than copied.
 _SPLICE_MIN: Final = 32 * 1024
+
+
+class SplicedRecords:
+    """A record set made of several buffers (a share fetch's acquired batches, views of the stored ones), given as
+    a response's ``records`` field: :func:`encode_response_parts` writes its large buffers by reference, so the
+    records are not joined into one bytes object on their way to the socket."""
+
+    __slots__ = ("_size", "buffers")
+
+    def __init__(self, buffers: Sequence[bytes | memoryview]) -> None:
+        self.buffers = tuple(buffers)
+        self._size = sum(len(b) for b in self.buffers)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
 
 
 class _Parts:
@@ -384,7 +393,11 @@ class _Parts:
         self.size = 0
         self._small = bytearray()
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | SplicedRecords) -> int:
+        if isinstance(data, SplicedRecords):
+            for buffer in data.buffers:
+                self.write(typing.cast(bytes, buffer))
+            return len(data)
         n = len(data)
         if n >= _SPLICE_MIN:
             if self._small:

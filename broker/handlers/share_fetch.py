@@ -62,6 +62,7 @@ from broker.share_session_cache import FINAL_EPOCH, PartitionKey, ShareFetchCont
 from broker.share_sessions import ShareSessions
 from metadata.errors import error_code_logged
 from wire import schema
+from wire.codec import SplicedRecords
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
@@ -75,8 +76,9 @@ class _Acquired:
 
     error: ErrorCode = ErrorCode.none
     message: str | None = None
-    #: The record batches of each fetch that acquired something, joined once for the response.
-    records: list[bytes | memoryview] = field(default_factory=list)
+    #: The record batches of every fetch that acquired something, views of the stored batches: the response writes
+    #: them by reference (``SplicedRecords``), never joined.
+    records: list[memoryview] = field(default_factory=list)
     ranges: list[AcquiredRange] = field(default_factory=list)
 
 
@@ -253,10 +255,9 @@ class _Acquisition:
                 part.error = ErrorCode(fetched.error)
                 continue
             if fetched.acquired:
-                records = fetched.records or b""
-                part.records.append(records)
+                part.records.extend(fetched.records)
                 part.ranges.extend(fetched.acquired)
-                self.total += len(records)
+                self.total += sum(len(r) for r in fetched.records)
                 self.count += _count(fetched.acquired)
 
 
@@ -281,8 +282,7 @@ def _response(
         ack = acks.pop(key, None)
         if not context.include(key, has_records=bool(part.records), error=part.error) and ack is None:
             continue
-        # One fetch's batches (the usual case) go out as they are: a view of the read, never copied again.
-        records = part.records[0] if len(part.records) == 1 else b"".join(part.records)
+        records = SplicedRecords(part.records)
         ctx.traffic.fetched(key[1] or "", key[2], len(records), _count(part.ranges))
         entries.append((key, schema.build(
             part_cls,

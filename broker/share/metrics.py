@@ -48,6 +48,9 @@ class ShareMetrics(Collector):
         self._max_series = max_series
         # (group, topic) as exported -> one count per event
         self._counts: dict[tuple[str, str], list[int]] = {}
+        #: (group, topic) as given -> as exported: cleaning a label walks its characters, and every share fetch
+        #: counts twice. Bounded like the series (cleared when it outgrows them).
+        self._labels: dict[tuple[str, str], tuple[str, str]] = {}
 
     # -- counted by the share partitions (event loop) ------------------------------------------------------------
 
@@ -87,7 +90,11 @@ class ShareMetrics(Collector):
     def _add(self, group: str, topic: str, index: int, n: int) -> None:
         if n <= 0:
             return
-        key = (label_value(group), label_value(topic))
+        key = self._labels.get((group, topic))
+        if key is None:
+            if len(self._labels) >= 2 * self._max_series:
+                self._labels.clear()
+            key = self._labels[(group, topic)] = (label_value(group), label_value(topic))
         counts = self._counts.get(key)
         if counts is None:
             if len(self._counts) >= self._max_series:

@@ -20,7 +20,6 @@ acquired is AVAILABLE again.
 
 from __future__ import annotations
 
-import bisect
 import re
 from array import array
 from collections.abc import Iterable, Sequence
@@ -121,7 +120,10 @@ class PartitionShareState:
         #: No lock runs out before this (an early bound: a record acknowledged since may have held it), so the
         #: timer's tick scans the window only when something may be due.
         self._earliest_deadline: int | None = None
-        self._dirty: set[int] = set()
+        #: Offset ranges (first, last) changed since the last write, overlapping or not, in no order: a fetch's
+        #: acknowledgement adds one range, not its thousands of offsets (and most of it is below the SPSO by the
+        #: time it is written, which drops it without expanding it).
+        self._dirty: list[tuple[int, int]] = []
         self._start_moved = False
         self.state_epoch = 0
         self.leader_epoch = -1
@@ -401,8 +403,8 @@ class PartitionShareState:
         """The changes since the last call (None: nothing to persist), and forgets them."""
         if not self._dirty and not self._start_moved:
             return None
-        dirty = sorted(self._dirty)
-        dirty = dirty[bisect.bisect_left(dirty, self.start_offset):]
+        start = self.start_offset
+        dirty = sorted({o for first, last in self._dirty if last >= start for o in range(max(first, start), last + 1)})
         self._dirty.clear()
         self._start_moved = False
         return StateUpdate(self.start_offset, tuple(self._batches(dirty)))
@@ -449,12 +451,12 @@ class PartitionShareState:
 
     def _set(self, i: int, state: int) -> None:
         self._states[i] = state
-        self._dirty.add(self.start_offset + i)
+        self._dirty.append((self.start_offset + i, self.start_offset + i))
 
     def _fill(self, i: int, n: int, state: int) -> None:
         """Window records ``[i, i + n)`` take ``state`` (and are persisted with the next update)."""
         self._states[i:i + n] = bytes((state,)) * n
-        self._dirty.update(range(self.start_offset + i, self.start_offset + i + n))
+        self._dirty.append((self.start_offset + i, self.start_offset + i + n - 1))
 
     def _extend(self, n: int, state: int) -> None:
         self._states.extend(bytes((state,)) * n)
@@ -462,7 +464,7 @@ class PartitionShareState:
         self._deadlines.extend(array("q", [0]) * n)
         self._owners.extend([None] * n)
         if state != _AVAILABLE:
-            self._dirty.update(range(self.end_offset - n, self.end_offset))
+            self._dirty.append((self.end_offset - n, self.end_offset - 1))
 
     def _drop(self, n: int) -> None:
         del self._states[:n]

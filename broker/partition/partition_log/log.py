@@ -34,7 +34,14 @@ from broker.partition.partition_log import (
 from broker.partition.partition_log.append import AppendResult
 from broker.partition.partition_log.opening import open_streams, read_meta_id
 from broker.partition.partition_log.phases import Phases
-from broker.partition.partition_log.reads import OffsetAndTimestamp, ReadResult, find_offset_for_timestamp, read_records
+from broker.partition.partition_log.reads import (
+    BatchViews,
+    OffsetAndTimestamp,
+    ReadResult,
+    find_offset_for_timestamp,
+    read_batch_views,
+    read_records,
+)
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.partition_log.stored_log import BatchVisitor
 from broker.partition.partition_log.time_stream import load_time_index
@@ -330,6 +337,15 @@ class PartitionLog:
         range read."""
         self._state.check_open()
         return await read_records(
+            self, self._state.stored, offset, max_bytes, min_one=min_one, read_committed=read_committed
+        )
+
+    async def read_views(
+        self, offset: int, max_bytes: int, *, min_one: bool = True, read_committed: bool = False
+    ) -> BatchViews:
+        """:meth:`read` as views of the stored batches, not joined (a share fetch keeps only the ones it acquired)."""
+        self._state.check_open()
+        return await read_batch_views(
             self, self._state.stored, offset, max_bytes, min_one=min_one, read_committed=read_committed
         )
 

@@ -102,12 +102,36 @@ async def read_records(
 ) -> ReadResult:
     """Whole batches from ``offset`` up to ``max_bytes`` (the first one even if larger, when ``min_one``), below
     the high watermark, or below the last stable offset when ``read_committed``."""
+    read = await read_batch_views(log, stored, offset, max_bytes, min_one=min_one, read_committed=read_committed)
+    # The batches are views into the stored payloads, joined once: the record bytes are copied exactly one time on
+    # their way to the response.
+    return ReadResult(b"".join(view for _, view in read.batches), read.high_watermark, read.log_start_offset,
+                      read.last_stable_offset, read.aborted_transactions, read.record_count)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchViews:
+    """A read as its batches, each a view into the stored payload that holds it, never joined: for a reader that
+    hands out only some of them (ShareFetch keeps the batches it acquired) and writes them into its response by
+    reference. The views keep their payloads alive; stored payloads are immutable."""
+
+    batches: list[tuple[BatchHeader, memoryview]]
+    size: int
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
+    record_count: int = 0
+
+
+async def read_batch_views(
+    log: ReadableLog, stored: StoredLog, offset: int, max_bytes: int, *, min_one: bool, read_committed: bool = False
+) -> BatchViews:
+    """:func:`read_records` without the join."""
     hw = check_offset(log, offset)
     lso = log.last_stable_offset
     limit = lso if read_committed else hw
-    # The batches are collected as views into the stored payloads and joined once: the record bytes are copied
-    # exactly one time on their way to the response.
-    parts: list[bytes | memoryview] = []
+    batches: list[tuple[BatchHeader, memoryview]] = []
     size = 0
     record_count = 0
     cursor = offset
@@ -128,20 +152,20 @@ async def read_records(
             for header, batch in iter_batches(stored_batch.payload):
                 if header.next_offset <= offset:
                     continue
-                if header.base_offset >= limit or ((parts or not min_one) and size + header.size > max_bytes):
+                if header.base_offset >= limit or ((batches or not min_one) and size + header.size > max_bytes):
                     done = True
                     break
-                parts.append(batch)
+                batches.append((header, batch))
                 size += header.size
                 record_count += header.last_offset_delta + 1
                 read_end = header.next_offset
             if done:
                 break
         reached = result.batches[-1].last_offset
-        done = done or reached <= cursor or (reached < piece_end and bool(parts)) or size >= max_bytes
+        done = done or reached <= cursor or (reached < piece_end and bool(batches)) or size >= max_bytes
         cursor = reached
     aborted = tuple(log.aborted_transactions(offset, read_end)) if read_committed else ()
-    return ReadResult(b"".join(parts), hw, log.log_start_offset, lso, aborted, record_count)
+    return BatchViews(batches, size, hw, log.log_start_offset, lso, aborted, record_count)
 
 
 async def find_offset_for_timestamp(

@@ -117,10 +117,9 @@ def _records(n: int, start: int = 0, ts: int | None = None) -> bytes:
     return build_batch([Record(b"k", b"v%d" % (start + i), (), now) for i in range(n)])
 
 
-def _values(records: bytes | None, acquired: list[AcquiredRange]) -> list[bytes]:
+def _values(batches: list[memoryview], acquired: list[AcquiredRange]) -> list[bytes]:
     """What a share consumer hands its application: the records inside the acquired ranges."""
-    if records is None:
-        return []
+    records = b"".join(batches)
     inside = [(r.first_offset, r.last_offset) for r in acquired]
     return [
         rec.value or b""
