@@ -68,7 +68,7 @@ async def restore(state: PartitionState, marks: Phases | None = None) -> None:
         entries[KEY_PRODUCER_SNAPSHOTS] = encode_snapshot(state.log_end_offset, state.producers)
     entries[KEY_LEADER_EPOCH_CHECKPOINT] = encode_epoch_checkpoint(state.epochs.entries)
     entries[KEY_PARTITION] = checkpoints.partition_record(state, clean_shutdown=False)
-    await state.meta.put(entries)
+    await state.meta.put(entries, compact=False)
     marks.mark("meta")
     logger.info(
         "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers (%d open transactions), "
@@ -84,6 +84,7 @@ async def restore(state: PartitionState, marks: Phases | None = None) -> None:
         len(state.txn_index),
         marks,
     )
+    state.meta.compact_later()  # after the partition serves: a moved partition's producer is waiting for it
 
 
 async def close(state: PartitionState) -> None:
@@ -135,6 +136,8 @@ class _Closing:
     streams: list[Stream]
     settled: bool
     marks: Phases
+    #: Where the meta stream may be trimmed to once its closing entries are written (None: nothing to trim).
+    meta_trim: int | None = None
 
 
 async def _prepare_close(state: PartitionState) -> _Closing | None:
@@ -161,15 +164,16 @@ async def _prepare_close(state: PartitionState) -> _Closing | None:
                                           if s is not None)]
         settled = all(await asyncio.gather(*(_settled(s) for s in data)))
         marks.mark("settle")
+        meta_trim = None
         if settled:
-            await state.meta.put(_closing_entries(state))
+            meta_trim = await state.meta.put_last(_closing_entries(state))
             marks.mark("meta")
             data.append(state.meta.stream)
     except storage_errors.StorageError as exc:
         # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
         logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
         return None
-    return _Closing(data, settled, marks)
+    return _Closing(data, settled, marks, meta_trim)
 
 
 async def _finish_close(state: PartitionState, closing: _Closing) -> None:
@@ -179,13 +183,16 @@ async def _finish_close(state: PartitionState, closing: _Closing) -> None:
     try:
         # Closed together: the first close's upload carries every stream's last records (and the meta entries),
         # so the others only wait for it, and their closes reach the controller at once.
-        closes = await asyncio.gather(*(s.close() for s in closing.streams), return_exceptions=True)
+        closes = await asyncio.gather(
+            *(_close_meta(state, closing.meta_trim) if s is state.meta.stream else s.close() for s in closing.streams),
+            return_exceptions=True,
+        )
         marks.mark("closes")
         for result in closes:
             if isinstance(result, BaseException):
                 raise result
         if not closing.settled:
-            await state.meta.put(_closing_entries(state))
+            await state.meta.put_last(_closing_entries(state))  # not trimmed: this close is slow already
             await state.meta.stream.close()
             marks.mark("meta after")
         # The bench (bench/balancer.py) reads this line; the phases say where a move's close spends its time.
@@ -193,6 +200,19 @@ async def _finish_close(state: PartitionState, closing: _Closing) -> None:
     except storage_errors.StorageError as exc:
         # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
         logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
+
+
+async def _close_meta(state: PartitionState, trim_to: int | None) -> None:
+    """Trims the meta stream to its closing entries (:meth:`MetaStream.put_last`), then closes it. The trim runs
+    while the other streams' closes upload the block those entries are in (they are durable in the WAL already,
+    as a compaction's are when it trims), so it costs the close nothing; a trim that fails only leaves the next
+    opener more to replay."""
+    if trim_to is not None:
+        try:
+            await state.meta.stream.trim(trim_to)
+        except storage_errors.StorageError as exc:
+            logger.info("trimming the meta stream of closing %s failed: %s", state.where, exc)
+    await state.meta.stream.close()
 
 
 async def _settled(stream: Stream) -> bool:
