@@ -136,7 +136,7 @@ class _Closing:
     streams: list[Stream]
     settled: bool
     marks: Phases
-    #: Where the meta stream may be trimmed to once its closing entries are written (None: nothing to trim).
+    #: Where the meta stream is trimmed to as it closes, its closing entries' first (None: nothing to trim).
     meta_trim: int | None = None
 
 
@@ -181,16 +181,12 @@ async def _finish_close(state: PartitionState, closing: _Closing) -> None:
     marks = closing.marks
     marks.mark("others")  # waiting for the partitions closed together to write their meta entries
     try:
-        # Closed together: the first close's upload carries every stream's last records (and the meta entries),
-        # so the others only wait for it, and their closes reach the controller at once.
-        closes = await asyncio.gather(
-            *(_close_meta(state, closing.meta_trim) if s is state.meta.stream else s.close() for s in closing.streams),
-            return_exceptions=True,
-        )
+        # Closed together: the first stream's flush uploads every stream's last records (and the meta entries),
+        # the others only wait for it, and one call to the controller closes them all, the meta stream trimmed
+        # to its closing entries in the same commit (the next opener replays only those).
+        trim = -1 if closing.meta_trim is None else closing.meta_trim
+        await state.streams.close_streams([(s, trim if s is state.meta.stream else -1) for s in closing.streams])
         marks.mark("closes")
-        for result in closes:
-            if isinstance(result, BaseException):
-                raise result
         if not closing.settled:
             await state.meta.put_last(_closing_entries(state))  # not trimmed: this close is slow already
             await state.meta.stream.close()
@@ -200,19 +196,6 @@ async def _finish_close(state: PartitionState, closing: _Closing) -> None:
     except storage_errors.StorageError as exc:
         # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
         logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
-
-
-async def _close_meta(state: PartitionState, trim_to: int | None) -> None:
-    """Trims the meta stream to its closing entries (:meth:`MetaStream.put_last`), then closes it. The trim runs
-    while the other streams' closes upload the block those entries are in (they are durable in the WAL already,
-    as a compaction's are when it trims), so it costs the close nothing; a trim that fails only leaves the next
-    opener more to replay."""
-    if trim_to is not None:
-        try:
-            await state.meta.stream.trim(trim_to)
-        except storage_errors.StorageError as exc:
-            logger.info("trimming the meta stream of closing %s failed: %s", state.where, exc)
-    await state.meta.stream.close()
 
 
 async def _settled(stream: Stream) -> bool:
