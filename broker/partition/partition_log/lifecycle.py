@@ -101,9 +101,11 @@ async def close_together(states: Sequence[PartitionState]) -> list[BaseException
 
     A moved partition's producer waits for this close (the target opens once the source's streams are closed), so
     it costs one upload and one round of closes: once every append taken is durable, the closing meta entries join
-    the WAL behind them, the first stream's close seals them into the same block as the log's last records (each
-    stream closing on its own would wait for an upload of its own), and the meta stream closes with the others
-    (the reassignment watch elects on its close; a target finding another stream not closed yet retries its open).
+    the WAL behind them (every other live meta entry rewritten with them), the first stream's flush seals them into
+    the same block as the log's last records (each stream closing on its own would wait for an upload of its own),
+    and one controller call closes every stream in one commit, the meta stream trimmed to its closing entries (the
+    reassignment watch elects on the meta stream's close, so the target finds every stream closed, and it replays
+    only those entries, from the block this close uploaded).
     Partitions closed together (one reconciliation round's, which a balancer's moves from one broker are) settle
     and write their meta entries first and then close their streams, so one upload carries them all: a partition
     whose entries missed the first close's block would wait for that upload and then one of its own. Should an
