@@ -125,22 +125,21 @@ sometimes compacting inline too. Now the clean close names the time index's newe
 the open reads no time stream (recovery 0 ms; the entry is used only while the time stream still ends where that
 close left it); the closing meta entries are written with every other live entry, and the close trims the meta
 stream to them, so the target replays four records from the block the close uploaded; neither the open's nor the
-close's meta entries compact inline (the open compacts in the background after it serves); and one controller
-call (``CloseStreams``) closes all of a partition's streams, the meta stream's trim included, in one metadata
-commit (the election, on the meta stream's close, now finds every stream closed). What is durable and in which
-order is unchanged. Alternating runs, main then this branch, default-backoff client stall p50 / max, the logs'
-hand-over p50, load at the start: main 355 / 393 (225; 9.2), 733 / 889 (528; 10.6), 827 / 907 (643; 12.7),
-894 / 1028 (641; 11.7), 871 / 1099 (730; 9.1), 482 / 531 (371; 11.0), 498 / 561 (397; 10.5) ms; this branch
-559 / 600 (488; 8.7), 515 / 590 (456; 9.7), 547 / 652 (443; 11.6), 575 / 848 (388; 14.9), 562 / 633 (407; 8.2),
-685 / 895 (549; 12.0), 403 / 561 (285; 9.2) ms (lost 0, dup 0 in all). Medians of the runs' p50s: client stall
-733 -> 559 ms, hand-over 528 -> 443 ms, source's close 244 -> 211 ms, target's open 192 -> 110 ms; per-run
-medians of the open's phases, main / this branch: recovery 6-77 / 0 ms, the meta entries' write 7-38 / 10-22 ms;
-the meta replay (20-72 ms here, 16-75 on main) is still the open's largest part at this load: reading one small
-range of the just-uploaded object is a metadata lookup and two reads of it. At librdkafka's default backoff the
-target's open now ends before the client's retry arrives (the stall is the source's close, the election and the
-backoff), so what is left for the brokers is the source's close (the upload of its block, then the one close
-call) and the election's way to the brokers; the data streams' opens (one call each, together) could be one call
-too.
+close's meta entries compact inline (the open compacts in the background after it serves); and one controller call
+(``CloseStreams``) closes all of a partition's streams, the meta stream's trim included, in one metadata commit (the
+election, on the meta stream's close, now finds every stream closed). What is durable and in which order is
+unchanged. Alternating runs (this branch first in each pair), default-backoff client stall p50 / max, the logs'
+hand-over p50, load at the start: main 355 / 393 (225; 9.2), 733 / 889 (528; 10.6), 827 / 907 (643; 12.7), 894 /
+1028 (641; 11.7), 871 / 1099 (730; 9.1), 482 / 531 (371; 11.0), 498 / 561 (397; 10.5) ms; this branch 559 / 600
+(488; 8.7), 515 / 590 (456; 9.7), 547 / 652 (443; 11.6), 575 / 848 (388; 14.9), 562 / 633 (407; 8.2), 685 / 895
+(549; 12.0), 403 / 561 (285; 9.2) ms (lost 0, dup 0 in all). Medians of the runs' p50s: client stall 733 -> 559 ms,
+hand-over 528 -> 443 ms, source's close 244 -> 211 ms, target's open 192 -> 110 ms; per-run medians of the open's
+phases, main / this branch: recovery 6-77 / 0 ms, the meta entries' write 7-38 / 10-22 ms; the meta replay (20-72 ms
+here, 16-75 on main) is still the open's largest part at this load: reading one small range of the just-uploaded
+object is a metadata lookup and two reads of it. Once the target's open is shorter than librdkafka's default backoff
+(about 50 ms on a quiet machine, judging by the phases), the stall is the source's close, the election and the
+backoff, so what is left for the brokers is the source's close (the upload of its block, then the one close call)
+and the election's way to the brokers; the data streams' opens (one call each, together) could be one call too.
 """
 
 from __future__ import annotations
