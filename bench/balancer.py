@@ -115,6 +115,39 @@ target's open 105 -> 84 ms; the max per run did not improve (one slow upload or 
 remains is work: the object PUT and commit, the closes at the controller (one call per stream), and the target's
 reads and WAL write; the next cuts would be one ``close_stream`` call for all of a partition's streams and the
 target opening its data streams without waiting for the meta replay (their ids would have to be known ahead).
+
+Issue 25, fifth round (2026-11-29, defaults; the machine was shared with other helpers' work, load average 2-15,
+mostly 7-12, so most figures are two to three times a quiet machine's and the runs scatter widely). The phase lines
+showed the target's open reading object storage twice (the meta stream's replay, over entries spread across the
+objects of several earlier uploads, and the time stream's newest entry in recovery) and writing its meta entries
+with a compaction inline (a second append and a trim at the controller), and the source's closing meta entries
+sometimes compacting inline too. Now the clean close names the time index's newest entry in PARTITION (``tn``), so
+the open reads no time stream (used only while the time stream still ends where that close left it); the closing
+meta entries are written with every other live entry and the close trims the meta stream to them, so the target
+replays four records from the block the close uploaded; neither the open's nor the close's meta entries compact
+inline (the open compacts in the background after it serves); and one controller call (``CloseStreams``) closes all
+of a partition's streams, the meta stream's trim included, in one metadata commit (the election, on the meta
+stream's close, finds every stream closed). What is durable and in which order is unchanged. Twelve alternating
+pairs (this branch first in each), default-backoff client stall p50 / max, then the logs' hand-over p50 as the
+source's close + the election's way to the target + the target's open, the lowered-backoff row's p50 and the load at
+the start: main 355 / 393 (225: 132+23+67; 311; 9.2), 733 / 889 (528: 245+40+192; 789; 10.6), 827 / 907 (643:
+244+148+261; 890; 12.7), 894 / 1028 (641: 365+73+206; 826; 11.7), 871 / 1099 (730: 341+71+311; 882; 9.1), 482 / 531
+(371: 187+31+82; 454; 11.1), 498 / 561 (397: 180+45+159; 533; 10.5), 541 / 574 (502: 227+33+202; 538; 7.8), 501 /
+542 (392: 175+55+139; 511; 10.5), 270 / 347 (206: 107+8+90; 283; 3.5), 624 / 761 (509: 192+101+204; 545; 5.4), 557 /
+994 (313: 174+41+109; 556; 6.8) ms; this branch 559 / 600 (488: 286+98+110; 563; 8.7), 515 / 590 (456: 242+79+98;
+514; 9.7), 547 / 652 (443: 211+72+145; 526; 11.6), 575 / 848 (388: 209+74+102; 579; 14.9), 562 / 633 (407:
+199+58+95; 600; 8.2), 685 / 895 (549: 268+90+199; 743; 12.0), 403 / 561 (285: 129+36+118; 384; 9.2), 633 / 762 (616:
+281+99+146; 679; 6.8), 649 / 785 (453: 211+55+102; 611; 8.6), 312 / 476 (221: 138+19+61; 247; 2.0), 377 / 577 (330:
+141+14+107; 376; 4.7), 524 / 584 (448: 258+20+56; 500; 7.0) ms; lost 0, dup 0 in all. Medians of the runs' p50s,
+main -> this branch: the target's open 176 -> 105 ms (per-run medians of its phases: recovery 6-77 -> 0 ms, the meta
+replay 9-84 -> 7-72 ms, the meta entries' write 7-58 -> 7-22 ms), the source's close 190 -> 211 ms and the
+election's way 43 -> 65 ms (neither was changed in a way that should cost time; at the lowest loads they were
+107-192 -> 138-258 and 8-101 -> 14-20 ms, so this reads as the load's scatter), the hand-over 450 -> 445 ms and the
+client stall 549 -> 553 ms. So the open got about 70 ms shorter and the client does not see it: at librdkafka's
+default backoff the stall is the source's close, the election and the backoff, the target's open running under the
+backoff (the lowered row gains as little at these loads). What is left for the brokers is the source's close (the
+upload of its block, then the one close call) and the election's way to the brokers; the data streams' opens (one
+call each, together) could be one call too.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from storage.objectstore.base import ObjectStore
 from storage.objectstore.factory import open_object_store
 from storage.objectstore.metered import MeteredStore
 from storage.read import ObjectReadPath
-from storage.stream_api import UploadListener
+from storage.stream_api import Stream, UploadListener
 from storage.stream_client import StorageStream, StreamClientImpl
 from storage.stream_record_batch import StreamRecordBatch
 from storage.tail_recovery import Recovered, recoverable, upload_recovered_tail
@@ -214,6 +214,9 @@ class StorageEngine:
     async def delete_stream(self, stream_id: int, epoch: int) -> None:
         self._require_running()
         await self._client.delete_stream(stream_id, epoch)
+
+    async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
+        await self._client.close_streams(closes)
 
     def _require_running(self) -> None:
         if self._state != "running":

@@ -107,6 +107,10 @@ class StreamClient(Protocol):
 
     async def delete_stream(self, stream_id: int, epoch: int) -> None: ...
 
+    async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
+        """Closes several streams with one controller call, each trimmed first to its offset (-1: not trimmed)."""
+        ...
+
 
 #: Told after each upload committed data to object storage: stream id -> the end offset (exclusive) it committed.
 UploadListener = Callable[[Mapping[int, int]], None]

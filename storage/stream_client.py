@@ -25,8 +25,8 @@ from storage.errors import (
     StreamFencedError,
     StreamNotOpenedError,
 )
-from storage.metadata.api import NodeIdentity, StreamMetadata
-from storage.stream_api import FetchResult
+from storage.metadata.api import NodeIdentity, StreamClose, StreamMetadata
+from storage.stream_api import FetchResult, Stream
 from storage.stream_record_batch import StreamRecordBatch
 from storage.tail_recovery import RecoveringStreams
 from storage.wal.base import WALRecord
@@ -297,20 +297,32 @@ class StorageStream:
     async def _close(self) -> None:
         started = time.perf_counter()
         try:
-            if self._inflight:
-                await asyncio.gather(*list(self._inflight), return_exceptions=True)
-            settled = time.perf_counter()
-            await self._io.flush(self._stream_id)
+            await self._settle_and_flush()
             flushed = time.perf_counter()
             await self._io.metadata.close_stream(self._io.node, self._stream_id, self._epoch)
         finally:
-            self._state = _CLOSED
-            self._wake_waiters()
-            self._io.stream_closed(self)
+            self._closed()
         done = time.perf_counter()
-        logger.debug("closed stream %d at epoch %d, end offset %d (appends %.1f ms, upload %.1f ms, close %.1f ms)",
-                     self._stream_id, self._epoch, self._confirm, (settled - started) * 1000,
-                     (flushed - settled) * 1000, (done - flushed) * 1000)
+        logger.debug("closed stream %d at epoch %d, end offset %d (appends and upload %.1f ms, close %.1f ms)",
+                     self._stream_id, self._epoch, self._confirm, (flushed - started) * 1000,
+                     (done - flushed) * 1000)
+
+    def _begin_close(self, task: asyncio.Future[None]) -> None:
+        """Refuses appends from now on; ``task`` (a close of several streams) finishes the close."""
+        self._state = _CLOSING
+        self._wake_waiters()
+        self._close_task = task
+
+    async def _settle_and_flush(self) -> None:
+        """The appends taken settled, and everything durable of this stream committed to object storage."""
+        if self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        await self._io.flush(self._stream_id)
+
+    def _closed(self) -> None:
+        self._state = _CLOSED
+        self._wake_waiters()
+        self._io.stream_closed(self)
 
     def _wake_waiters(self) -> None:
         signal, self._appended = self._appended, None
@@ -405,6 +417,32 @@ class StreamClientImpl:
                 closed.append(stream_id)
         return closed
 
+    async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
+        """Closes the streams as ``close`` does each, with one call to the controller for all of them: a
+        partition's close (a moved partition's producer waits for it). Each pair is a stream and where to trim it to
+        as it closes (-1: nowhere). A stream closing already is waited for, as ``close`` does."""
+        fresh: list[tuple[StorageStream, int]] = []
+        waits: list[asyncio.Future[None]] = []
+        for stream, trim in closes:
+            if not isinstance(stream, StorageStream):
+                raise TypeError(f"stream {stream.stream_id} was not opened by this client")
+            if stream.closed:
+                continue
+            if stream._close_task is None:
+                fresh.append((stream, trim))
+            else:
+                waits.append(stream._close_task)
+        if fresh:
+            task = asyncio.ensure_future(_close_together(self._io, fresh))
+            task.add_done_callback(_retrieve)
+            for stream, _ in fresh:
+                stream._begin_close(task)
+            waits.append(task)
+        # Shielded as ``close`` is: a caller giving up does not abandon the close half way.
+        for result in await asyncio.gather(*(asyncio.shield(w) for w in waits), return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
+
     async def delete_stream(self, stream_id: int, epoch: int) -> None:
         stream = self._open.get(stream_id)
         if (stream is None or stream.closed) and stream_id in self.recovering:
@@ -421,6 +459,25 @@ class StreamClientImpl:
         if self._open.get(stream.stream_id) is stream:
             del self._open[stream.stream_id]
             self._asked.pop(stream.stream_id, None)
+
+
+async def _close_together(io: StreamIO, closing: list[tuple[StorageStream, int]]) -> None:
+    """Settles and flushes each stream, then closes them all (trimming those asked) with one controller call."""
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(stream._settle_and_flush() for stream, _ in closing))
+        flushed = time.perf_counter()
+        await io.metadata.close_streams(
+            io.node, [StreamClose(stream.stream_id, stream.epoch, trim) for stream, trim in closing]
+        )
+        for stream, trim in closing:
+            stream._start = max(stream._start, trim)
+    finally:
+        for stream, _ in closing:
+            stream._closed()
+    done = time.perf_counter()
+    logger.debug("closed streams %s (appends and upload %.1f ms, close %.1f ms)",
+                 [stream.stream_id for stream, _ in closing], (flushed - started) * 1000, (done - flushed) * 1000)
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:

@@ -23,6 +23,7 @@ from metadata.meta_stream_records import (
     decode_entry,
     encode_entry,
 )
+from storage.errors import StorageError
 from storage.stream_api import Stream, read_batches
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class MetaStream:
         self.where = where
         self.state = MetaState.empty()
         self._lock = asyncio.Lock()  # one put (and its compaction) at a time
+        self._compacting: asyncio.Task[None] | None = None
+        self._last_put = False  # the partition's closing entries are in: nothing is appended after them
 
     async def replay(self) -> None:
         """Reads the whole stream (from its start) and keeps the last value of each key."""
@@ -103,12 +106,49 @@ class MetaStream:
     def get(self, key: str) -> bytes | None:
         return self.state.get(key)
 
-    async def put(self, entries: dict[str, bytes]) -> None:
-        """Appends the entries and waits until they are durable; compacts afterwards if worthwhile."""
+    async def put(self, entries: dict[str, bytes], *, compact: bool = True) -> None:
+        """Appends the entries and waits until they are durable; compacts afterwards if worthwhile, unless
+        ``compact`` is False (a partition's open: :meth:`compact_later` then does it after the open)."""
         async with self._lock:
             await self._append(entries)
-            if self.state.should_compact():
+            if compact and self.state.should_compact():
                 await self._compact()
+
+    async def put_last(self, entries: dict[str, bytes]) -> int | None:
+        """Writes a closing partition's entries, the stream's last before it closes, with every other live entry
+        rewritten behind them (a compaction without its trim), and returns the offset the stream may be trimmed to
+        (None: nothing before it to trim). The caller trims while the close's upload runs, so the next opener (a
+        moved partition's target, whose producer waits for it) replays only these records, from the one object
+        the close uploads, instead of entries spread over the objects of earlier uploads. No compaction follows,
+        now or in the background: nothing may be appended after these entries."""
+        async with self._lock:
+            self._last_put = True
+            merged = {key: value for key, (_, value) in self.state.live.items()} | entries
+            kept, self.state = self.state, MetaState.empty()
+            try:
+                first = await self._append(merged)
+            except BaseException:
+                kept.records += self.state.records
+                for key, (offset, value) in self.state.live.items():
+                    kept.live[key] = (offset, value)
+                self.state = kept
+                raise
+            return first if first > self.stream.start_offset else None
+
+    def compact_later(self) -> None:
+        """Compacts in the background if due: an open's own put leaves its compaction here, so that the partition
+        serves first (the stream stays short all the same: this runs right after)."""
+        if self.state.should_compact() and (self._compacting is None or self._compacting.done()):
+            self._compacting = asyncio.create_task(self._compact_if_due(), name=f"compact meta of {self.where}")
+
+    async def _compact_if_due(self) -> None:
+        try:
+            async with self._lock:
+                if not self._last_put and self.state.should_compact():
+                    await self._compact()
+        except StorageError as exc:  # closed or fenced meanwhile: the next put (or opener) compacts
+            logger.info("compacting meta stream %d of %s did not complete: %s", self.stream.stream_id, self.where,
+                        exc)
 
     async def _append(self, entries: dict[str, bytes]) -> int:
         waits = []
@@ -127,8 +167,13 @@ class MetaStream:
         """Re-appends every live entry, then trims everything before the first re-appended record."""
         live = {k: v for k, (_, v) in sorted(self.state.live.items(), key=lambda kv: kv[1][0])}
         before = self.state.records
-        self.state = MetaState.empty()
-        first = await self._append(live)
+        kept, self.state = self.state, MetaState.empty()
+        try:
+            first = await self._append(live)
+        except BaseException:
+            kept.records += self.state.records  # what was re-appended only repeats live values
+            self.state = kept
+            raise
         await self.stream.trim(first)
         # DEBUG: a partition under steady produce compacts its meta stream every second or so, routine work.
         logger.debug(

@@ -79,6 +79,8 @@ async def _serve(quorum: ServedQuorum, request: stream_rpcs.StreamRequest, *, re
             return await streams.open_stream(node, request.stream_id, request.epoch)
         case stream_rpcs.CloseStream():
             return await streams.close_stream(node, request.stream_id, request.epoch)
+        case stream_rpcs.CloseStreams():
+            return await streams.close_streams(node, request.streams)
         case stream_rpcs.TrimStream():
             return await streams.trim_stream(node, request.stream_id, request.epoch, request.new_start_offset)
         case stream_rpcs.DeleteStream():

@@ -16,6 +16,7 @@ from metadata.errors import NodeFencedError
 from metadata.remote.channel import ActiveControllerChannel
 from metadata.rpc.stream_rpcs import (
     CloseStream,
+    CloseStreams,
     CommitStreamObject,
     CommitStreamSetObject,
     CreateStream,
@@ -43,6 +44,7 @@ from storage.metadata.api import (
     OpeningStream,
     OpenStreamResult,
     S3ObjectMetadata,
+    StreamClose,
     StreamMetadataRecord,
 )
 
@@ -108,6 +110,10 @@ class RemoteStreamMetadata:
     async def close_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
         await self._call(CloseStream(node, stream_id, epoch), f"close stream {stream_id}",
                                    stream_id=stream_id)
+
+    async def close_streams(self, node: NodeIdentity, closes: Sequence[StreamClose]) -> None:
+        await self._call(CloseStreams(node, tuple(closes)),
+                         f"close streams {', '.join(str(c.stream_id) for c in closes)}")
 
     async def trim_stream(self, node: NodeIdentity, stream_id: int, epoch: int, new_start_offset: int) -> None:
         await self._call(TrimStream(node, stream_id, epoch, new_start_offset),

@@ -32,6 +32,7 @@ key    RPC                     request fields                                 re
 10020  ReportBrokerLoad        node, partitions (PartitionLoad...), interval  -
 10021  DescribeBrokerLoad      node                                           BrokerLoadReport...
 10022  PutKVIfAbsent           node, key, value                               bytes (the value kept)
+10023  CloseStreams            node, streams (StreamClose...)                 -
 =====  ======================  =============================================  ====================================
 
 ReportBrokerLoad is a broker's per-partition traffic over its last reporting interval, kept in memory by the active
@@ -60,6 +61,7 @@ from storage.metadata.api import (
     OpeningStream,
     OpenStreamResult,
     S3ObjectMetadata,
+    StreamClose,
     StreamMetadataRecord,
 )
 
@@ -98,6 +100,15 @@ class CloseStream(StreamRequest):
     RESULT: ClassVar[Any] = None
     stream_id: int = -1
     epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CloseStreams(StreamRequest):
+    """All of a partition's streams closed (the meta stream trimmed too) in one call and one metadata commit."""
+
+    API_KEY: ClassVar[int] = STREAM_API_BASE + 23
+    RESULT: ClassVar[Any] = None
+    streams: tuple[StreamClose, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +305,7 @@ STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
         CreateStream,
         OpenStream,
         CloseStream,
+        CloseStreams,
         TrimStream,
         DeleteStream,
         GetStreams,

@@ -128,6 +128,16 @@ class CommitStreamObjectRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamClose:
+    """One stream of a ``close_streams`` call: closed at ``epoch``, its start first moved to ``new_start_offset``
+    (a trim; -1 or not past the current start: none)."""
+
+    stream_id: int
+    epoch: int
+    new_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
 class OpenStreamResult:
     start_offset: int
     next_offset: int  # committed end: appends continue here once the WAL tail is replayed
@@ -159,6 +169,11 @@ class StreamMetadata(Protocol):
     async def open_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> OpenStreamResult: ...
 
     async def close_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None: ...
+
+    async def close_streams(self, node: NodeIdentity, closes: Sequence[StreamClose]) -> None:
+        """Closes (and trims, where asked) every stream named, in one metadata commit, or none of them: what a
+        partition's close does with all its streams at once (a moved partition's producer waits for it)."""
+        ...
 
     async def trim_stream(self, node: NodeIdentity, stream_id: int, epoch: int, new_start_offset: int) -> None: ...
 

@@ -54,6 +54,23 @@ class StreamEntry:
     def current_range(self) -> RangeMetadata | None:
         return self.ranges.get(self.range_index)
 
+    def record(self, *, state: StreamState | None = None, start_offset: int | None = None) -> StreamRecord:
+        """This stream as a StreamRecord, its state or start changed where given."""
+        return StreamRecord(
+            self.stream_id,
+            self.epoch,
+            self.range_index,
+            self.start_offset if start_offset is None else start_offset,
+            self.state if state is None else state,
+            self.tags,
+        )
+
+    def trimmed(self, start: int, state: StreamState | None = None) -> list[MetadataRecord]:
+        """The records moving this stream's start to ``start`` (its state to ``state``): ranges wholly below go."""
+        removed = [r.range_index for r in self.ranges.values()
+                   if r.range_index != self.range_index and r.end_offset <= start]
+        return [self.record(state=state, start_offset=start), *(RemoveRangeRecord(self.stream_id, i) for i in removed)]
+
 
 @dataclass(slots=True)
 class ObjectEntry:

@@ -40,6 +40,7 @@ from storage.metadata.api import (
     OpeningStream,
     OpenStreamResult,
     S3ObjectMetadata,
+    StreamClose,
     StreamMetadataRecord,
     StreamState,
 )
@@ -55,7 +56,6 @@ from storage.metadata.stream_records import (
     RangeRecord,
     RemoveKVRecord,
     RemoveObjectRecord,
-    RemoveRangeRecord,
     RemoveStreamObjectRecord,
     RemoveStreamRecord,
     RemoveStreamSetObjectRecord,
@@ -214,7 +214,7 @@ class StreamMetadataStateMachine(StreamMetadataState):
                         f"{current.node_id if current else None}, not node {node.node_id}"
                     )
                 if stream.state != StreamState.OPENED:
-                    await self._commit([self._stream_record(stream, state=StreamState.OPENED)])
+                    await self._commit([stream.record(state=StreamState.OPENED)])
                 return OpenStreamResult(stream.start_offset, stream.end_offset)
             if stream.state != StreamState.CLOSED:
                 current = stream.current_range
@@ -232,28 +232,27 @@ class StreamMetadataStateMachine(StreamMetadataState):
             logger.debug("node %d opened stream %d at epoch %d", node.node_id, stream_id, epoch)
             return OpenStreamResult(stream.start_offset, stream.end_offset)
 
-    @staticmethod
-    def _stream_record(
-        stream: StreamEntry, *, state: StreamState | None = None, start_offset: int | None = None
-    ) -> StreamRecord:
-        return StreamRecord(
-            stream.stream_id,
-            stream.epoch,
-            stream.range_index,
-            stream.start_offset if start_offset is None else start_offset,
-            stream.state if state is None else state,
-            stream.tags,
-        )
-
     async def close_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
-        async with self._locks.hold((_stream_key(stream_id),)):
+        await self.close_streams(node, [StreamClose(stream_id, epoch)])
+
+    async def close_streams(self, node: NodeIdentity, closes: Sequence[StreamClose]) -> None:
+        ids = [close.stream_id for close in closes]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"close_streams names a stream more than once: {ids}")
+        async with self._locks.hold([_stream_key(stream_id) for stream_id in ids]):
             self._check_node(node)
-            stream = self._stream(stream_id)
-            self._check_owner(node, stream, epoch, "close")
-            if stream.state == StreamState.CLOSED:
-                return
-            await self._commit([self._stream_record(stream, state=StreamState.CLOSED)])
-            logger.debug("node %d closed stream %d at epoch %d", node.node_id, stream_id, epoch)
+            records: list[MetadataRecord] = []
+            for close in closes:  # every check before any record: all of them close, or none
+                stream = self._stream(close.stream_id)
+                self._check_owner(node, stream, close.epoch, "close")
+                trim = close.new_start_offset > stream.start_offset
+                if trim and stream.state != StreamState.OPENED:
+                    raise StreamNotOpenedError(f"stream {close.stream_id}: cannot trim a closed stream")
+                if stream.state != StreamState.CLOSED:
+                    records += stream.trimmed(close.new_start_offset, StreamState.CLOSED) if trim else [
+                        stream.record(state=StreamState.CLOSED)]
+            await self._commit(records)
+            logger.debug("node %d closed streams %s", node.node_id, [(c.stream_id, c.epoch) for c in closes])
 
     async def trim_stream(self, node: NodeIdentity, stream_id: int, epoch: int, new_start_offset: int) -> None:
         async with self._locks.hold((_stream_key(stream_id),)):
@@ -262,15 +261,8 @@ class StreamMetadataStateMachine(StreamMetadataState):
             self._check_owner(node, stream, epoch, "trim")
             if stream.state != StreamState.OPENED:
                 raise StreamNotOpenedError(f"stream {stream_id}: cannot trim a closed stream")
-            if new_start_offset <= stream.start_offset:
-                return
-            records: list[MetadataRecord] = [self._stream_record(stream, start_offset=new_start_offset)]
-            records += [
-                RemoveRangeRecord(stream_id, r.range_index)
-                for r in stream.ranges.values()
-                if r.range_index != stream.range_index and r.end_offset <= new_start_offset
-            ]
-            await self._commit(records)
+            if new_start_offset > stream.start_offset:
+                await self._commit(stream.trimmed(new_start_offset))
 
     async def delete_stream(self, node: NodeIdentity, stream_id: int, epoch: int) -> None:
         async with self._locks.hold((_stream_key(stream_id),)):

@@ -30,6 +30,7 @@ from metadata.rpc.stream_codec import (
 )
 from metadata.rpc.stream_rpcs import (
     STREAM_API_BASE,
+    CloseStreams,
     CommitStreamSetObject,
     GetKV,
     GetObjects,
@@ -61,6 +62,7 @@ from storage.metadata.api import (
     ObjectStreamRange,
     ObjectType,
     S3ObjectMetadata,
+    StreamClose,
 )
 from storage.metadata.stream_records import KVRecord
 from wire import codec, schema
@@ -175,6 +177,17 @@ def test_malformed_stream_frames_name_the_problem() -> None:
     frame = encode_stream_request(OpenStream(NodeIdentity(1, 1), 3, 0), 1)[4:]
     with pytest.raises(StreamCodecError, match="OpenStream"):
         decode_stream_request(frame[:-3] + b"}")
+
+
+def test_close_streams_travels_whole_and_a_malformed_one_is_refused_by_name() -> None:
+    request = CloseStreams(NodeIdentity(4, 1700), (StreamClose(3, 2, 10), StreamClose(4, 2)))
+    frame = encode_stream_request(request, 9)[4:]
+    assert api_key_of(frame) == STREAM_API_BASE + 23
+    assert decode_stream_request(frame) == (9, request)
+    for body in (b'[[4,1700],[["3",2,10]]]', b"[[4,1700],[[3]]]", b"[[4,1700],7]"):
+        bad = frame[: frame.index(b"[")] + body
+        with pytest.raises(StreamCodecError, match="CloseStreams"):
+            decode_stream_request(bad)
 
 
 class _Refused(Exception):

@@ -27,6 +27,7 @@ from storage.metadata.api import (
     ObjectState,
     ObjectStreamRange,
     ObjectType,
+    StreamClose,
     StreamObjectCommit,
     StreamState,
 )
@@ -202,6 +203,35 @@ async def test_prepared_objects_expire_and_unreferenced_objects_are_reclaimed() 
     assert meta.object_state(first) == ObjectState.MARK_DESTROYED
     clock.now += 500
     assert await meta.sweep_objects(clock.now) == [first, first + 1]
+
+
+async def test_close_streams_closes_and_trims_all_of_them_in_one_commit_or_none() -> None:
+    commits: list[int] = []
+
+    async def sink(records: Sequence[MetadataRecord]) -> None:
+        commits.append(len(records))
+
+    meta = StreamMetadataStateMachine(sink=sink)
+    a, b = await opened(meta), await opened(meta)
+    commits.clear()
+    for bad, error in (
+        ([StreamClose(a, 0, 5), StreamClose(b, 1)], StreamFencedError),  # b is not at epoch 1
+        ([StreamClose(a, 0, 5), StreamClose(42, 0)], StreamNotFoundError),
+        ([StreamClose(a, 0), StreamClose(a, 0, 5)], ValueError),  # named twice
+    ):
+        with pytest.raises(error):
+            await meta.close_streams(NODE, bad)
+    with pytest.raises(StreamFencedError):
+        await meta.close_streams(OTHER, [StreamClose(a, 0)])
+    assert commits == [] and all(s.state == StreamState.OPENED for s in await meta.get_streams([a, b]))
+    await meta.close_streams(NODE, [StreamClose(a, 0, 5), StreamClose(b, 0)])
+    assert len(commits) == 1
+    info_a, info_b = await meta.get_streams([a, b])
+    assert (info_a.state, info_a.start_offset) == (StreamState.CLOSED, 5)
+    assert (info_b.state, info_b.start_offset) == (StreamState.CLOSED, 0)
+    await meta.close_streams(NODE, [StreamClose(b, 0)])  # closing twice is fine
+    with pytest.raises(StreamNotOpenedError):
+        await meta.close_streams(NODE, [StreamClose(a, 0, 6)])  # no trim once closed
 
 
 async def test_delete_requires_a_closed_stream() -> None:

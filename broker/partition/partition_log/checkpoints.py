@@ -29,22 +29,27 @@ logger = logging.getLogger(__name__)
 
 def partition_record(state: PartitionState, *, clean_shutdown: bool) -> bytes:
     """The PARTITION meta entry; :mod:`.recovery` reads it back. ``r`` is the recovery point and ``ti`` the
-    time stream's end with it; a clean shutdown's record names the log end for both."""
+    time stream's end with it; a clean shutdown's record names the log end for both, and ``tn`` the time stream's
+    newest entry (the index's last, which is the stream's last record: every entry the index adds is appended
+    to the stream), so the next open need not read it from object storage."""
     progress = state.checkpoint
+    record: dict[str, object] = {
+        "s": state.log_start_offset,
+        "c": state.cleaner_offset,
+        "cb": state.cleaned_bytes,
+        "r": progress.recovery_point,
+        "ti": progress.time_checkpoint,
+        "cs": clean_shutdown,
+        "mt": [state.max_timestamp, state.max_timestamp_offset],
+        "z": [state.log_end_offset, state.size_bytes],
+    }
     if clean_shutdown:
         progress.recovery_point, progress.time_checkpoint = state.log_end_offset, state.time.next_offset
-    return json.dumps(
-        {
-            "s": state.log_start_offset,
-            "c": state.cleaner_offset,
-            "cb": state.cleaned_bytes,
-            "r": progress.recovery_point,
-            "ti": progress.time_checkpoint,
-            "cs": clean_shutdown,
-            "mt": [state.max_timestamp, state.max_timestamp_offset],
-            "z": [state.log_end_offset, state.size_bytes],
-        }
-    ).encode()
+        record["r"], record["ti"] = progress.recovery_point, progress.time_checkpoint
+        newest = state.time_index.last
+        if newest is not None:
+            record["tn"] = [newest.timestamp, newest.offset]
+    return json.dumps(record).encode()
 
 
 def checkpoint_due(state: PartitionState) -> bool:

@@ -68,7 +68,7 @@ async def restore(state: PartitionState, marks: Phases | None = None) -> None:
         entries[KEY_PRODUCER_SNAPSHOTS] = encode_snapshot(state.log_end_offset, state.producers)
     entries[KEY_LEADER_EPOCH_CHECKPOINT] = encode_epoch_checkpoint(state.epochs.entries)
     entries[KEY_PARTITION] = checkpoints.partition_record(state, clean_shutdown=False)
-    await state.meta.put(entries)
+    await state.meta.put(entries, compact=False)
     marks.mark("meta")
     logger.info(
         "opened %s (topic id %s) at leader epoch %d: log [%d, %d), %d producers (%d open transactions), "
@@ -84,6 +84,7 @@ async def restore(state: PartitionState, marks: Phases | None = None) -> None:
         len(state.txn_index),
         marks,
     )
+    state.meta.compact_later()  # after the partition serves: a moved partition's producer is waiting for it
 
 
 async def close(state: PartitionState) -> None:
@@ -100,9 +101,11 @@ async def close_together(states: Sequence[PartitionState]) -> list[BaseException
 
     A moved partition's producer waits for this close (the target opens once the source's streams are closed), so
     it costs one upload and one round of closes: once every append taken is durable, the closing meta entries join
-    the WAL behind them, the first stream's close seals them into the same block as the log's last records (each
-    stream closing on its own would wait for an upload of its own), and the meta stream closes with the others
-    (the reassignment watch elects on its close; a target finding another stream not closed yet retries its open).
+    the WAL behind them (every other live meta entry rewritten with them), the first stream's flush seals them into
+    the same block as the log's last records (each stream closing on its own would wait for an upload of its own),
+    and one controller call closes every stream in one commit, the meta stream trimmed to its closing entries (the
+    reassignment watch elects on the meta stream's close, so the target finds every stream closed, and it replays
+    only those entries, from the block this close uploaded).
     Partitions closed together (one reconciliation round's, which a balancer's moves from one broker are) settle
     and write their meta entries first and then close their streams, so one upload carries them all: a partition
     whose entries missed the first close's block would wait for that upload and then one of its own. Should an
@@ -135,6 +138,8 @@ class _Closing:
     streams: list[Stream]
     settled: bool
     marks: Phases
+    #: Where the meta stream is trimmed to as it closes, its closing entries' first (None: nothing to trim).
+    meta_trim: int | None = None
 
 
 async def _prepare_close(state: PartitionState) -> _Closing | None:
@@ -161,15 +166,16 @@ async def _prepare_close(state: PartitionState) -> _Closing | None:
                                           if s is not None)]
         settled = all(await asyncio.gather(*(_settled(s) for s in data)))
         marks.mark("settle")
+        meta_trim = None
         if settled:
-            await state.meta.put(_closing_entries(state))
+            meta_trim = await state.meta.put_last(_closing_entries(state))
             marks.mark("meta")
             data.append(state.meta.stream)
     except storage_errors.StorageError as exc:
         # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
         logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
         return None
-    return _Closing(data, settled, marks)
+    return _Closing(data, settled, marks, meta_trim)
 
 
 async def _finish_close(state: PartitionState, closing: _Closing) -> None:
@@ -177,15 +183,14 @@ async def _finish_close(state: PartitionState, closing: _Closing) -> None:
     marks = closing.marks
     marks.mark("others")  # waiting for the partitions closed together to write their meta entries
     try:
-        # Closed together: the first close's upload carries every stream's last records (and the meta entries),
-        # so the others only wait for it, and their closes reach the controller at once.
-        closes = await asyncio.gather(*(s.close() for s in closing.streams), return_exceptions=True)
+        # Closed together: the first stream's flush uploads every stream's last records (and the meta entries),
+        # the others only wait for it, and one call to the controller closes them all, the meta stream trimmed
+        # to its closing entries in the same commit (the next opener replays only those).
+        trim = -1 if closing.meta_trim is None else closing.meta_trim
+        await state.streams.close_streams([(s, trim if s is state.meta.stream else -1) for s in closing.streams])
         marks.mark("closes")
-        for result in closes:
-            if isinstance(result, BaseException):
-                raise result
         if not closing.settled:
-            await state.meta.put(_closing_entries(state))
+            await state.meta.put_last(_closing_entries(state))  # not trimmed: this close is slow already
             await state.meta.stream.close()
             marks.mark("meta after")
         # The bench (bench/balancer.py) reads this line; the phases say where a move's close spends its time.

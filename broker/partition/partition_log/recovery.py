@@ -102,7 +102,9 @@ async def recover(
     raw_epochs = meta.get(KEY_LEADER_EPOCH_CHECKPOINT)
     if raw_epochs is not None:
         state.epochs = LeaderEpochCache(decode_epoch_checkpoint(raw_epochs))
-    newest = await read_newest_time_entry(time_stream, where)
+    newest = _newest_at_close(info, time_stream) if clean else None
+    if newest is None:
+        newest = await read_newest_time_entry(time_stream, where)
     if newest is not None:
         state.time_index.add(newest)
     if time_stream.confirm_offset > time_stream.start_offset:
@@ -170,6 +172,19 @@ async def recover(
         state.producers.on_log_start_advanced(state.log_start_offset)
     state.txn_index.drop_before(state.log_start_offset)
     return state
+
+
+def _newest_at_close(info: dict[str, Any], time_stream: Stream) -> TimeIndexEntry | None:
+    """The time stream's newest entry as the clean close's PARTITION names it (``tn``), if the stream still ends
+    where that close left it (``ti``) and that entry is not trimmed away; None: read it from the stream. A moved
+    partition's producer waits for this open, and the read is a round trip to object storage."""
+    newest = info.get("tn")
+    if not isinstance(newest, list) or len(newest) != 2 or not all(isinstance(x, int) for x in newest):
+        return None
+    end = time_stream.confirm_offset
+    if info.get("ti") != end or end <= time_stream.start_offset:
+        return None
+    return TimeIndexEntry(newest[0], newest[1])
 
 
 def _restore_size(state: Recovered, checkpoint: object, end: int, where: str) -> int:

@@ -1,4 +1,4 @@
-"""Meta-stream record codec and replay/compaction bookkeeping."""
+"""Meta-stream record codec, replay/compaction bookkeeping, and when a partition's open and close compact."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from broker.partition.meta_stream import (
     COMPACT_MIN_RECORDS,
     MetaFormatError,
     MetaState,
+    MetaStream,
     decode_entry,
     encode_entry,
 )
+from storage.engine import StorageEngine
+from storage.metadata.state_machine import StreamMetadataStateMachine
+from testkit.waiting import eventually_async
 
 
 def test_entry_layout_matches_design() -> None:
@@ -35,3 +39,35 @@ def test_replay_keeps_last_value_and_asks_for_compaction_when_mostly_superseded(
     assert state.get("PARTITION") == str(COMPACT_MIN_RECORDS - 1).encode()
     assert state.get("LOG") == b"a"
     assert state.should_compact()
+
+
+async def test_an_open_compacts_after_it_serves_and_a_closing_put_leaves_only_live_entries(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
+) -> None:
+    """The puts a moved partition's producer waits for (the open's and the close's) do no compaction of their own:
+    the open's runs in the background right after, and the close's rewrites every live entry behind its own so
+    the stream can be trimmed to them, leaving the next opener a handful of records to replay."""
+    eng, _ = engine
+    stream = await eng.open_stream(await eng.create_stream(), 0)
+    meta = MetaStream(stream, "orders-0")
+    await meta.put({"LOG": b"log"})
+    for i in range(COMPACT_MIN_RECORDS):
+        await meta.put({"PARTITION": str(i).encode()}, compact=False)
+    assert stream.start_offset == 0 and meta.state.should_compact()
+    meta.compact_later()
+    await eventually_async(lambda: stream.start_offset or None, timeout=10, what="the background compaction")
+    assert meta.state.records == 2 and meta.get("LOG") == b"log"
+
+    for i in range(3):
+        await meta.put({"PARTITION": b"again %d" % i}, compact=False)
+    trim_to = await meta.put_last({"PARTITION": b"closed", "PRODUCER_SNAPSHOTS": b"snap"})
+    assert trim_to == stream.next_offset - 3  # LOG, PARTITION and PRODUCER_SNAPSHOTS, the stream's last records
+    meta.compact_later()  # nothing follows the closing entries, not even a compaction
+    await stream.trim(trim_to)
+    await stream.close()
+    reopened = MetaStream(await eng.open_stream(stream.stream_id, 1), "orders-0")
+    await reopened.replay()
+    assert reopened.state.records == 3
+    assert (reopened.get("LOG"), reopened.get("PARTITION"), reopened.get("PRODUCER_SNAPSHOTS")) == (
+        b"log", b"closed", b"snap")
+    await reopened.stream.close()

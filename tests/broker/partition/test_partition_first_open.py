@@ -52,6 +52,9 @@ class HeldCreate:
     async def delete_stream(self, stream_id: int, epoch: int) -> None:
         await self._engine.delete_stream(stream_id, epoch)
 
+    async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
+        await self._engine.close_streams(closes)
+
 
 async def _open(streams: StreamClient, metadata: StreamMetadataStateMachine, epoch: int) -> PartitionLog:
     return await PartitionLog.open(

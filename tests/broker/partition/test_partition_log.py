@@ -238,3 +238,33 @@ async def test_partitions_closed_together_share_one_upload_and_close_cleanly(
             assert log.log_end_offset == n + 1
         finally:
             await log.close()
+
+
+async def test_a_moved_partition_opens_from_its_closing_entries_alone(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
+) -> None:
+    """A clean close leaves the meta stream holding only its live entries (the next opener replays those, from the
+    object the close uploaded) and names the time index's newest entry, so the open reads nothing else; what a
+    client asks of the reopened partition by timestamp is what it was before the move."""
+    _, metadata = engine
+    base_ts = 1_700_000_000_000
+    log = await _open(engine, 0)
+    for i in range(4):
+        await log.append(_batch(2, ts=base_ts + 100 * i))
+    await log.close()
+    log = await _open(engine, 1)
+    await log.append(_batch(2, ts=base_ts + 1000))
+    meta_id = log._state.meta.stream.stream_id
+    await log.close()
+    (stream,) = await metadata.get_streams([meta_id])
+    assert stream.end_offset - stream.start_offset == 4  # LOG, PARTITION, PRODUCER_SNAPSHOTS, LEADER_EPOCH_CHECKPOINT
+    log = await _open(engine, 2)
+    try:
+        assert log._state.time_index.last is not None and log._state.time_index.last.offset == 8
+        newest = await log.offset_for_timestamp(-3)
+        assert newest is not None and (newest.offset, newest.timestamp) == (9, base_ts + 1001)
+        found = await log.offset_for_timestamp(base_ts + 150)
+        assert found is not None and (found.offset, found.timestamp) == (4, base_ts + 200)
+        assert log.end_offset_for_epoch(1) == (1, 10)
+    finally:
+        await log.close()
