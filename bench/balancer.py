@@ -174,6 +174,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # no
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
 
+from bench.stats import percentile  # noqa: E402
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
 
 TOPIC = "balancer-bench"
@@ -301,12 +302,7 @@ def leaders(bootstrap: str) -> dict[int, int]:
     return {p: int(info.leader) for p, info in topic.partitions.items()}
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def _read_back(bootstrap: str, partitions: int, expected: int, timeout: float) -> list[int]:
+def read_back(bootstrap: str, partitions: int, expected: int, timeout: float) -> list[int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "balancer-bench", "enable.auto.commit": False,
                          "fetch.max.bytes": 52428800})
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
@@ -321,7 +317,7 @@ def _read_back(bootstrap: str, partitions: int, expected: int, timeout: float) -
 
 
 def _row(label: str, values: list[float]) -> str:
-    return (f"{label:44} {statistics.median(values) * 1000:8.0f} {_percentile(values, 0.99) * 1000:8.0f} "
+    return (f"{label:44} {statistics.median(values) * 1000:8.0f} {percentile(values, 0.99) * 1000:8.0f} "
             f"{max(values) * 1000:8.0f}")
 
 
@@ -380,7 +376,7 @@ def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_
             moves = hand_overs(cluster, moved, wall0)
             acked = [seq for load in loads.values() for _, _, _, seq in load.acked]
             failed = sum(len(load.failed) for load in loads.values())
-            counts_read = Counter(_read_back(bootstrap, partitions, len(acked), timeout=120))
+            counts_read = Counter(read_back(bootstrap, partitions, len(acked), timeout=120))
             lost = sum(1 for seq in acked if seq not in counts_read)
             duplicated = sum(1 for c in counts_read.values() if c > 1)
             print(f"\n{brokers} brokers + 1 added, {partitions} partitions, {rate} records/s of {RECORD} B "

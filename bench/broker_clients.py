@@ -14,6 +14,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
+from bench import stats
+
 KiB = 1024
 MiB = 1024 * KiB
 MB = 1_000_000
@@ -93,10 +95,8 @@ class ClientResult:
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """The bench's percentile (bench/stats.py) of a client's samples, None when it took none."""
+    return stats.percentile(values, q) if values else None
 
 
 def _cpu_seconds() -> float:

@@ -87,7 +87,8 @@ sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (b
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.balancer import TOPIC, Load, _percentile, _read_back, hand_overs, leaders  # noqa: E402
+from bench.balancer import TOPIC, Load, hand_overs, leaders, read_back  # noqa: E402
+from bench.stats import percentile  # noqa: E402
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
 
 STEADY_S = 5.0  # load before the drain: the baseline
@@ -253,7 +254,7 @@ def run_once(brokers: int, partitions: int, rate: int, *, lowered_backoff_ms: in
             acked = [seq for load in loads.values() for _, _, _, seq in load.acked]
             result.failed = sum(len(load.failed) for load in loads.values())
             live = ",".join(b.spec.address for b in cluster.brokers if b.running)
-            read = Counter(_read_back(live, partitions, len(acked), timeout=120))
+            read = Counter(read_back(live, partitions, len(acked), timeout=120))
             result.lost = sum(1 for seq in acked if seq not in read)
             result.dup = sum(1 for c in read.values() if c > 1)
             print(f"{len(acked)} acknowledged, {result.failed} failed, lost {result.lost}, dup {result.dup}",
@@ -275,7 +276,7 @@ def _table(values: dict[str, list[float]]) -> str:
     for label in order:
         if values[label]:
             v = values[label]
-            rows.append(f"{label:62} {len(v):4} {_percentile(v, 0.5) * 1000:8.0f} {max(v) * 1000:8.0f}")
+            rows.append(f"{label:62} {len(v):4} {percentile(v, 0.5) * 1000:8.0f} {max(v) * 1000:8.0f}")
     return "\n".join(rows)
 
 

@@ -103,6 +103,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from recovery import RECORD, ROOT, START_TIMEOUT_S, TOPIC, Node, _write  # the repository's path set up there
+from stats import percentile
 
 STEADY = b"steady:"
 #: The node's first log line other than its early listening one.
@@ -355,11 +356,6 @@ def run_partition(size_mb: int, tails: list[int], cycles: dict[int, int], base: 
     return rows
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--small-mb", type=int, default=10)
@@ -399,7 +395,7 @@ def main() -> int:
             continue
         times = [c.resume_s for c in row.cycles]
         print(f"| {row.size_mb} MB | {row.tail_mib} MiB | {len(times)} | {statistics.median(times):.2f} s | "
-              f"{_pct(times, 0.99):.2f} s | {max(times):.2f} s | {row.lost} | {row.dup} | {row.acked} | "
+              f"{percentile(times, 0.99):.2f} s | {max(times):.2f} s | {row.lost} | {row.dup} | {row.acked} | "
               f"{min(row.load):.1f}-{max(row.load):.1f} |")
     print()
     phases = ("listen", "up", "wal", "cache", "open", "serving", "ack")

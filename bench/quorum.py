@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The repository's packages before this directory (bench/storage.py would shadow ``storage``).
 sys.path[:0] = [str(ROOT)]
 
+from bench.stats import percentile  # noqa: E402
 from metadata.rpc.error_codes import RpcError  # noqa: E402
 from metadata.rpc.stream_rpcs import (  # noqa: E402
     CloseStream,
@@ -137,11 +138,6 @@ async def _election_times(cluster: QuorumCluster, trials: int) -> list[float]:
     return times
 
 
-def _percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -185,8 +181,8 @@ async def main() -> None:
         return
     print(
         f"| election after kill -9 (election {args.election_timeout_ms} ms, fetch {args.fetch_timeout_ms} ms), "
-        f"{len(elections)} trials | - | p50 {_percentile(elections, 50) * 1000:,.0f} ms, "
-        f"p99 {_percentile(elections, 99) * 1000:,.0f} ms, mean {statistics.mean(elections) * 1000:,.0f} ms |"
+        f"{len(elections)} trials | - | p50 {percentile(elections, 0.5) * 1000:,.0f} ms, "
+        f"p99 {percentile(elections, 0.99) * 1000:,.0f} ms, mean {statistics.mean(elections) * 1000:,.0f} ms |"
     )
 
 

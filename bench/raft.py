@@ -15,14 +15,19 @@ import argparse
 import asyncio
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from raft.core import RaftConfig
-from raft.driver import RaftDriver
-from raft.effects import Role
-from raft.transport import InProcessNetwork
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (this file shadows ``raft``)
+
+from bench.stats import percentile  # noqa: E402
+from raft.core import RaftConfig  # noqa: E402
+from raft.driver import RaftDriver  # noqa: E402
+from raft.effects import Role  # noqa: E402
+from raft.transport import InProcessNetwork  # noqa: E402
 
 VOTERS = [1, 2, 3]
 
@@ -100,11 +105,6 @@ async def election_times(root: Path, trials: int) -> list[float]:
     return times
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each throughput run")
@@ -122,8 +122,8 @@ async def main() -> None:
                                                      args.payload)
             rows.append((f"commits/s, {concurrency} in flight", f"{rate:,.0f}", f"mean latency {latency:.1f} ms"))
         times = await election_times(root / "election", args.trials)
-        rows.append(("election after leader kill, p50", f"{percentile(times, 50):,.0f} ms", f"{args.trials} trials"))
-        rows.append(("election after leader kill, p99", f"{percentile(times, 99):,.0f} ms",
+        rows.append(("election after leader kill, p50", f"{percentile(times, 0.5):,.0f} ms", f"{args.trials} trials"))
+        rows.append(("election after leader kill, p99", f"{percentile(times, 0.99):,.0f} ms",
                      f"max {max(times):,.0f} ms"))
 
     width = max(len(r[0]) for r in rows)

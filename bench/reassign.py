@@ -41,6 +41,7 @@ from confluent_kafka.cimpl import NewTopic  # noqa: E402
 from kafka import TopicPartition as KafkaTopicPartition  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
 
+from bench.stats import percentile  # noqa: E402
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
 
 TOPIC = "reassign-bench"
@@ -123,11 +124,6 @@ def _read_load_values(bootstrap: str, expected: int, timeout: float) -> tuple[li
     return values, fill
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 def run(megabytes: int, moves: int, election_timeout_ms: int) -> int:
     with tempfile.TemporaryDirectory(prefix="fjord-reassign-bench-") as tmp:
         extra = {"partition.reassignment.election.timeout.ms": str(election_timeout_ms),
@@ -187,7 +183,7 @@ def run(megabytes: int, moves: int, election_timeout_ms: int) -> int:
                   f"{len(load.failed)} failed)")
             print(f"{'':8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
             for name, sample in (("leads", leads), ("serves", serves)):
-                print(f"{name:8} {statistics.median(sample) * 1000:8.0f} {_percentile(sample, 0.99) * 1000:8.0f} "
+                print(f"{name:8} {statistics.median(sample) * 1000:8.0f} {percentile(sample, 0.99) * 1000:8.0f} "
                       f"{max(sample) * 1000:8.0f}")
             print(f"lost {lost}, dup {duplicated}; fill records read {fill} of {fill_expected}")
             return 0 if lost == 0 and not load.failed and fill == fill_expected else 1

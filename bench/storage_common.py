@@ -1,6 +1,6 @@
 """What every section of ``bench/storage.py`` shares: the sizes of a run, a row of the table, an engine set up for
-measuring (no background compaction), distinct payloads, closed-loop writers, and the CPU, RSS and percentile
-measurements the rows are made of.
+measuring (no background compaction), distinct payloads, closed-loop writers, and the CPU and RSS
+measurements the rows are made of (their percentiles: bench/stats.py).
 """
 
 from __future__ import annotations
@@ -182,11 +182,6 @@ def _process_cpu() -> float:
 
 def load_average() -> str:
     return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-
-
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
-    return sorted_values[index]
 
 
 def mb_per_s(nbytes: int, seconds: float) -> float:

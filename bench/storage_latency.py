@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from bench.storage_common import (
     BATCH,
     MB,
@@ -29,7 +30,6 @@ from bench.storage_common import (
     make_engine,
     mb_per_s,
     open_streams,
-    percentile,
 )
 from storage.objectstore.memory import MemoryObjectStore
 from storage.stream_record_batch import StreamRecordBatch
