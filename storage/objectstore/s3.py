@@ -13,7 +13,8 @@ code) and logged at DEBUG, and the first success after them logs one INFO with t
 Request accounting in ``stats`` follows S3's billing classes: PutObject, CreateMultipartUpload, UploadPart,
 CompleteMultipartUpload and AbortMultipartUpload count as ``puts``; GetObject and HeadObject as ``gets``;
 DeleteObjects as ``deletes``; ListObjectsV2 pages as ``lists``. Retried attempts count again: they are billed.
-A PUT's body is bound to its signature by its CRC32C, not hashed again with SHA-256 (:mod:`.s3_signing`).
+Over https a PUT's body is not hashed again with SHA-256 for its signature, as botocore does for the bodies it
+checksums itself; over plain http it is (:mod:`.s3_signing`).
 """
 
 from __future__ import annotations

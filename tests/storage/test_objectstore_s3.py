@@ -22,11 +22,12 @@ import boto3
 import crc32c
 import pytest
 from aiohttp import web
+from botocore.awsrequest import AWSRequest
 
 from storage.config import BucketURL
 from storage.errors import ObjectExistsError, ObjectStoreError
 from storage.objectstore.s3 import S3ObjectStore
-from storage.objectstore.s3_signing import CHECKSUM_HEADER
+from storage.objectstore.s3_signing import CHECKSUM_HEADER, sign_checksummed_puts_unsigned
 
 if TYPE_CHECKING:
     from conftest import S3Server
@@ -299,12 +300,12 @@ def _signed_headers(headers: dict[str, str]) -> list[str]:
     return headers["authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
 
 
-async def test_puts_over_http_are_signed_with_their_crc32c_instead_of_a_body_hash(
+async def test_puts_over_plain_http_keep_their_body_hash_beside_the_crc32c(
     proxy: FaultProxy, s3_server: S3Server, s3_bucket_url: BucketURL
 ) -> None:
-    # A PUT carrying Fjord's CRC32C skips SigV4's SHA-256 of the body even over plain http: the checksum header is
-    # signed, and S3 checks the body against it. Multipart parts (checksummed by botocore) and DeleteObjects are
-    # still signed with their body's SHA-256.
+    # Over plain http a PUT's body stays bound to its signature by its SHA-256: a CRC32C can be forged by whoever
+    # rewrites the traffic. The checksum header is signed beside it, and S3 checks the body against it. Multipart
+    # parts (checksummed by botocore) and DeleteObjects are signed with their body's SHA-256 too.
     store = _store(s3_bucket_url, proxy.endpoint, multipart_threshold=6 * 1024 * 1024, part_size=5 * 1024 * 1024)
     large = bytes(range(256)) * 4096
     multipart = bytes(range(251)) * (28 * 1024)  # about 6.9 MiB: a 5 MiB part and a smaller one
@@ -312,9 +313,11 @@ async def test_puts_over_http_are_signed_with_their_crc32c_instead_of_a_body_has
         await store.put("signing/small", b"a few bytes")
         await store.put("signing/large", large)
         puts = [h for r, h in zip(proxy.requests, proxy.headers, strict=True) if r.startswith("PUT")]
-        assert len(puts) == 2
+        assert [h["x-amz-content-sha256"] for h in puts] == [
+            hashlib.sha256(b"a few bytes").hexdigest(),
+            hashlib.sha256(large).hexdigest(),
+        ]
         for headers in puts:
-            assert headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"
             assert {CHECKSUM_HEADER, "x-amz-content-sha256"} <= set(_signed_headers(headers))
         assert await store.get("signing/small") == b"a few bytes"
         assert await store.get("signing/large") == large
@@ -348,6 +351,33 @@ async def test_puts_over_http_are_signed_with_their_crc32c_instead_of_a_body_has
         other.put_object, Bucket=s3_bucket_url.bucket, Key="signing/other", Body=b"other", ChecksumCRC32C=checksum
     )
     assert proxy.headers[-1]["x-amz-content-sha256"] == hashlib.sha256(b"other").hexdigest()
+
+
+def test_puts_over_https_are_signed_with_their_crc32c_instead_of_a_body_hash(s3_bucket_url: BucketURL) -> None:
+    # What the store's hook does to a PutObject carrying Fjord's CRC32C, through botocore's own S3 signer: over https
+    # (TLS guards the body) the body is not hashed, as botocore does for bodies it checksums itself; over http, or
+    # without the checksum, it is.
+    client = boto3.client(
+        "s3",
+        endpoint_url="https://127.0.0.1:9",  # never connected: the request is only signed
+        region_name=s3_bucket_url.region,
+        aws_access_key_id=s3_bucket_url.access_key,
+        aws_secret_access_key=s3_bucket_url.secret_key,
+    )
+    sign_checksummed_puts_unsigned(client)
+    signer = client._request_signer
+
+    def content_hash(url: str, body: bytes, checksum: bool) -> str:
+        headers = {CHECKSUM_HEADER: _crc32c(body)} if checksum else {}
+        request = AWSRequest(method="PUT", url=url, data=body, headers=headers)
+        request.context["client_config"] = client.meta.config  # as a call's request context carries it
+        signer.sign("PutObject", request)
+        return str(request.headers["X-Amz-Content-SHA256"])
+
+    body = b"records"
+    assert content_hash("https://127.0.0.1:9/bucket/key", body, checksum=True) == "UNSIGNED-PAYLOAD"
+    assert content_hash("http://127.0.0.1:9/bucket/key", body, checksum=True) == hashlib.sha256(body).hexdigest()
+    assert content_hash("https://127.0.0.1:9/bucket/key", body, checksum=False) == hashlib.sha256(body).hexdigest()
 
 
 def _crc32c(body: bytes) -> str:
