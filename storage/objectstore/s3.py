@@ -13,6 +13,8 @@ code) and logged at DEBUG, and the first success after them logs one INFO with t
 Request accounting in ``stats`` follows S3's billing classes: PutObject, CreateMultipartUpload, UploadPart,
 CompleteMultipartUpload and AbortMultipartUpload count as ``puts``; GetObject and HeadObject as ``gets``;
 DeleteObjects as ``deletes``; ListObjectsV2 pages as ``lists``. Retried attempts count again: they are billed.
+Over https a PUT's body is not hashed again with SHA-256 for its signature, as botocore does for the bodies it
+checksums itself; over plain http it is (:mod:`.s3_signing`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from storage.objectstore.base import (
     StoreStats,
     join_data,
 )
+from storage.objectstore.s3_signing import sign_checksummed_puts_unsigned
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +206,7 @@ class S3ObjectStore:
                             config=self._config,
                         )
                     )
+                    sign_checksummed_puts_unsigned(self._client)
                 except (BotoCoreError, ValueError) as exc:
                     # A malformed endpoint or region: name the store, not a botocore internal.
                     raise ObjectStoreError(f"{self.name}: cannot create the S3 client: {exc}") from exc
