@@ -26,17 +26,50 @@ each step's tree restarted in turn, 11 cycles, so the load falls on all alike; r
     + no hypothesis in a fjord process (kio's strategy hook)         1.52    0.99       0.59
     + garbage collector off until serving, no full pass before       1.01    0.56       0.49
 
-Not reached on this machine: the CPU a start needs halved, but the wall clock under this load is about twice it.
-What a start spends now, measured with ``python -X importtime`` and cProfile: from the first log line to serving
-20-40 ms (configuration, metadata replay, WAL open, listeners); before it, importing about 700 modules (380 of the
-node's own; of kio's, the serializer and a few schemas: it imports each API's on the API's first request),
-half of whose CPU is ``@dataclass`` building the ~420 classes they define (Python 3.11 compiles each generated
-method from source at every start). What came off: the object-store metrics imported the S3 store for its list of
-operation names, which pulled in aiobotocore, botocore and aiohttp (290 modules, two TLS contexts loading the CA
-bundle) on every node; kio imported hypothesis and built a strategy per type in a development environment (0.2 s,
-and a ``.hypothesis`` directory, seconds under load, in a new working directory: the ``first start`` row); the
-collector walked the growing start heap about 150 times to free some 800 objects, and once more in full before the
-first answer. No broker path imports pyspark (tests/node/test_start_imports.py checks both on a real node).
+Second pass, what the embedded default never uses or needs only on a client's later request (2026-11-29 evening).
+Each step's figure is the instructions (valgrind's callgrind, ``Ir``) of importing the server path as ``imports``
+does, which no other load on the machine changes; the wall-clock and CPU figures of the whole are interleaved
+pairs of 11 restarts each (restart -> answering; from the third on main with the early client listener):
+
+    step                                                                  import Ir (M)   vs main
+    main                                                                      2386
+    + the S3 WAL and its object names only for an s3:// WAL                   2353         -1.4%
+    + kio's classic consumer protocol schemas on first use (8 modules)        2292         -3.9%
+    + RE2 with the first regular expression a client sends                    2279         -4.5%
+    + Raft core, quorum controller and quorum client only for nodes on Raft   2206         -7.5%
+    + gc.get_freeze_count (a walk of the 52,000 frozen objects, 5 ms) only for a DEBUG line: not an import
+
+    pair (load average)      main median s   main cpu s   this pass median s   this pass cpu s
+    1 (4-5)                      0.582          0.560            0.527              0.510
+    2 (3)                        0.673          0.660            0.525              0.480
+    3 (2)                        0.691          0.570            0.594              0.500
+    4 (2)                        0.709          0.620            0.508              0.460
+    5 (3-5)                      0.575          0.490            0.505              0.460
+    6 (4)                        0.591          0.540            0.520              0.460
+
+Not reached on this machine: the CPU a start needs halved, but the wall clock under this load is about twice it. The
+second pass took 6-27% off a start's CPU and 9-28% off its wall clock in the pairs above, 13% in the median pair of
+each (7.5% off the instructions of its imports, the steadier figure). It was not measured on a quiet machine, as
+none was quiet during it: main answered in 0.408 s on one, and 13% off that is about 0.355 s, at but not clearly
+under the 0.35 s aimed at. What a start spends now, measured with ``python -X importtime`` (each module's least self
+time of 6 runs) and cProfile: from the first log line to serving 20-40 ms (configuration, metadata replay, WAL open,
+listeners); before it, importing about 670 modules (366 of the node's own; of kio's, the serializer and a few
+schemas: it imports each API's on the API's first request), half of whose CPU is ``@dataclass`` building the ~385
+classes they define (Python 3.11 compiles each of their ~2,100 generated methods from source at every start:
+``__init__``, ``__repr__``, ``__eq__``, and a frozen class's ``__setattr__``, ``__delattr__`` and ``__hash__``). The
+rest is spread thin over the modules a start needs. The largest single costs left are third-party: crc32c looks its
+own version up through ``importlib.metadata`` (2%, 25 modules), prometheus_client imports its HTTP exposition
+(``http.server``, ``email``: 2%), and binding a listener by host name imports the ``idna`` codec
+(``socket.getaddrinfo`` encodes the host: 1%); of the node's own, the embedded CONTROLLER listener's stream RPCs (27
+frozen dataclasses, 3.5%: the shipped config serves that listener) and the handler table's 60 handler modules (3%:
+kio's way, each API's handler imported on its first request, would take it off). What came off in the first pass:
+the object-store metrics imported the S3 store for its list of operation names, which pulled in aiobotocore,
+botocore and aiohttp (290 modules, two TLS contexts loading the CA bundle) on every node; kio imported hypothesis
+and built a strategy per type in a development environment (0.2 s, and a ``.hypothesis`` directory, seconds under
+load, in a new working directory: the ``first start`` row); the collector walked the growing start heap about 150
+times to free some 800 objects, and once more in full before the first answer. No broker path imports pyspark
+(tests/node/test_start_imports.py checks these on a real node, and that none of what the second pass moved comes
+back).
 """
 
 from __future__ import annotations

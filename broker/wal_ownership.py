@@ -5,6 +5,10 @@ A broker's S3 WAL can be replayed by any broker of the same bucket when it dies 
 a broker opens its WAL it tells the controller where the WAL lives, and a broker restarted while another one still
 replays its WAL waits for that replay to end (both would otherwise fence each other's reservation). A fenced
 incarnation that resumes after its WAL was taken over can never write again: it halts.
+
+The S3 WAL's object names (``storage.wal.s3_format``) are imported only by a broker whose WAL is on S3, as
+``storage.wal.factory`` imports the S3 WAL itself: a broker with a file WAL (the shipped config) has no use for them,
+and importing them cost every such broker's start (issue 25).
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from storage.config import ConfigError
 from storage.errors import ObjectStoreError, StorageError
 from storage.metadata.api import NodeIdentity
 from storage.objectstore.factory import open_object_store
-from storage.wal import s3_format
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,8 @@ async def wait_for_wal_bucket(config: ServerConfig, cluster_id: str, retry_s: fl
     storage = replace(config.storage, cluster_id=cluster_id, node_id=config.node_id)
     if storage.wal_url.scheme != "s3":
         return
+    from storage.wal import s3_format  # noqa: PLC0415 - an S3 WAL only: see the module docstring
+
     store = open_object_store(storage.wal_url, storage)
     key = s3_format.probe_key(storage.namespace, config.node_id)
     began: float | None = None

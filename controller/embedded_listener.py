@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from controller.controller import Controller
-from controller.quorum import controller_listener
+from controller.node_roles import controller_listener
 from controller.rpc.server import ControllerServer
 from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.errors import NotControllerError

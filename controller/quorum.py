@@ -42,6 +42,7 @@ from pathlib import Path
 from controller.auto_balancer import AutoBalancer
 from controller.controller import Controller
 from controller.decisions.wal_failover import choose_target
+from controller.node_roles import controller_listener
 from controller.rpc.server import ControllerServer
 from controller.rpc.transport import NetworkTransport
 from metadata.broker_load import BrokerLoad, PartitionLoad
@@ -57,8 +58,7 @@ from raft.effects import Role
 from raft.log import LogEntry, SnapshotId
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties, quorum_cluster_id
-from settings.server import Listener, ServerConfig
-from storage.config import ConfigError
+from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import wall_clock_ms
@@ -69,25 +69,6 @@ logger = logging.getLogger(__name__)
 RAFT_DIR_NAME = "__cluster_metadata-0.raft"
 _POLL_S = 0.02
 _FAILOVER_CHECK_S = 1.0
-
-
-def controller_listener(config: ServerConfig) -> Listener:
-    """The listener Raft and the controller RPCs are served on (the first of ``controller.listener.names``)."""
-    names = config.controller_listener_names
-    for name in names:
-        for listener in config.listeners:
-            if listener.name == name:
-                return listener
-    raise ConfigError(f"listeners: no listener named {', '.join(names)} (controller.listener.names)")
-
-
-def uses_quorum(config: ServerConfig) -> bool:
-    """Whether this node's controller runs on Raft: a controller-only node, or any quorum of several voters.
-    A combined node that is the only voter keeps the local metadata log (the embedded default)."""
-    roles = set(config.process_roles)
-    if "controller" not in roles:
-        return False
-    return roles == {"controller"} or len(config.voters) > 1
 
 
 class RaftRecordLog:

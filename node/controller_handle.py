@@ -3,19 +3,28 @@
 A node's broker codes only against ``metadata.controller_api.ControllerClient``; which implementation it gets depends on
 the node's roles (``default_controller_factory``). This is the one place that chooses, so the controller package
 never needs to know about nodes, and tests can hand a node any controller they build.
+
+The Raft side (the quorum controller, the Raft core, the quorum client and the broker's metadata replica) is
+imported by the functions that open one, as the object store factory imports the S3 client only for an ``s3://``
+bucket: the embedded default (a combined node that is the only voter, ``controller.node_roles.uses_quorum``) keeps a
+local metadata log and never runs Raft, and importing that stack cost every such node's start (issue 25).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from controller.controller import Controller
 from controller.embedded_listener import EmbeddedControllerListener, embedded_controller_listener
-from controller.metadata_replica import MetadataReplica, VoterFollower
-from controller.quorum import QuorumController, uses_quorum
+from controller.node_roles import uses_quorum
 from metadata.controller_api import ControllerClient
-from metadata.remote.client import RemoteControllerClient
 from settings.server import ServerConfig
+from wire.metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from controller.quorum import QuorumController
+    from metadata.remote.client import RemoteControllerClient
 
 ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 
@@ -78,7 +87,10 @@ async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
     broker-only node, except that it reads the metadata its own voter applied instead of running an observer.
     Closing the handle stops the broker's client (a controlled shutdown) and then the voter, which hands its
     leadership over if it has it."""
-    quorum = await QuorumController.start(config)
+    from controller.metadata_replica import VoterFollower  # noqa: PLC0415 - Raft only: see the module docstring
+    from metadata.remote.client import RemoteControllerClient  # noqa: PLC0415 - the same
+
+    quorum = await start_quorum_voter(config)
     try:
         client = await RemoteControllerClient.start(config, lambda _cluster_id: VoterFollower(quorum))
     except BaseException:
@@ -104,9 +116,20 @@ async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
 async def start_quorum_client(config: ServerConfig, catch_up_timeout_s: float = 60.0) -> RemoteControllerClient:
     """A broker-only node's client of the controller quorum (``metadata.remote``), following the metadata log as a
     Raft observer of its own (``controller.metadata_replica``), caught up."""
+    from controller.metadata_replica import MetadataReplica  # noqa: PLC0415 - Raft only: see the module docstring
+    from metadata.remote.client import RemoteControllerClient  # noqa: PLC0415 - the same
+
     return await RemoteControllerClient.start(
         config, lambda cluster_id: MetadataReplica(config, cluster_id), catch_up_timeout_s=catch_up_timeout_s
     )
+
+
+async def start_quorum_voter(config: ServerConfig, metrics: ServerMetrics | None = None) -> QuorumController:
+    """This node's voter of the controller quorum, started (a controller-only node's whole role, or a combined
+    node's among several voters)."""
+    from controller.quorum import QuorumController  # noqa: PLC0415 - Raft only: see the module docstring
+
+    return await QuorumController.start(config, metrics=metrics)
 
 
 async def open_quorum_client(config: ServerConfig) -> ControllerHandle:

@@ -8,7 +8,7 @@ callable that looks the role up at scrape time and reports nothing before.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from broker.broker import Broker
 from broker.metrics import BrokerStateCollector, WALHandoverCollector
@@ -16,9 +16,11 @@ from broker.share.metrics import ShareMetricsCollector
 from broker.telemetry.exported import ClientTelemetryCollector
 from controller.controller import Controller
 from controller.metrics import ControllerCollector, ControllerView, image_view
-from controller.quorum import QuorumController
 from storage.metrics import StorageCollector
 from wire.metrics import ServerMetrics
+
+if TYPE_CHECKING:  # only a node on Raft has one (node.controller_handle imports the quorum for those alone)
+    from controller.quorum import QuorumController
 
 
 class MeteredNode(Protocol):

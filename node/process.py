@@ -22,12 +22,13 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from broker.broker import Broker
 from controller.feature_bootstrap import finalize_initial_features
-from controller.quorum import QuorumController
 from controller.scram_bootstrap import add_scram_credentials
 from metadata.controller_api import FeatureUpdate, ScramUpsertion
+from node import controller_handle
 from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
 from node.early_listen import ListeningSockets
 from node.metrics import register_node_metrics
@@ -35,6 +36,9 @@ from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
 from wire.metrics import ServerMetrics
+
+if TYPE_CHECKING:  # imported by node.controller_handle for the nodes on Raft alone
+    from controller.quorum import QuorumController
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +127,7 @@ class Node:
     async def _start_controller_only(self) -> None:
         """``process.roles=controller``: a quorum voter serving only the CONTROLLER listener (no Kafka listener,
         no storage engine)."""
-        quorum = await QuorumController.start(self.config, metrics=self.metrics)
+        quorum = await controller_handle.start_quorum_voter(self.config, self.metrics)
         self.quorum = quorum
         self.cluster_id = quorum.cluster_id
         self._start_metrics()  # the CONTROLLER listener's requests and the auto-balancer's moves

@@ -2,19 +2,26 @@
 
 The object store for the S3 mode comes from a factory parameter so that tests (and tools) can hand in a wrapped or
 shared store; by default it is the engine's URL factory.
+
+The S3-mode WAL (``storage.wal.s3`` and its object format) is imported only when a URL names one, as the object
+store factory imports the S3 client only for an ``s3://`` bucket: a node on the shipped config (a ``file://`` WAL)
+never opens one, and importing it would cost every such node's start (issue 25).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from storage.config import BucketURL, ConfigError, StorageConfig
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.factory import open_object_store
 from storage.wal.base import WriteAheadLog
 from storage.wal.file import FileWAL
-from storage.wal.s3 import S3WAL
+
+if TYPE_CHECKING:
+    from storage.wal.s3 import S3WAL
 
 StoreFactory = Callable[[BucketURL, StorageConfig], ObjectStore]
 
@@ -32,6 +39,8 @@ def open_wal(
     if url.scheme == "file":
         wal = FileWAL.from_config(config)
     elif url.scheme in ("s3", "mem"):
+        from storage.wal.s3 import S3WAL  # noqa: PLC0415 - only an S3-mode WAL needs it: see the module docstring
+
         store = (store_factory or open_object_store)(url, config)
         wal = S3WAL.from_config(config, store, owns_store=True)
     else:
@@ -55,6 +64,8 @@ def open_failover_wal(
             f"s3.wal.path: node {config.node_id} has the WAL {url.describe()}; only a node with an s3 WAL in the "
             f"cluster's shared WAL bucket can replay node {node_id}'s WAL"
         )
+    from storage.wal.s3 import S3WAL  # noqa: PLC0415 - only an S3-mode WAL needs it: see the module docstring
+
     store = (store_factory or open_object_store)(url, config)
     dead = dataclasses.replace(config, node_id=node_id, node_epoch=failover_epoch)
     return S3WAL.from_config(dead, store, owns_store=True, failover=True)

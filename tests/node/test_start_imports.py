@@ -1,6 +1,7 @@
 """What ``fjord server start`` imports (issue 25): a node whose configuration names no S3 bucket imports neither the
 S3 client stack (aiobotocore, botocore, aiohttp) nor Spark, and no ``fjord`` process imports hypothesis (which kio
-hooks into when it is installed). Each of those is a large part of a start's time.
+hooks into when it is installed). Each of those is a large part of a start's time. Nor does the shipped config's
+node import what only another kind of node or a client's later request needs (:data:`NOT_NEEDED_MODULES`).
 
 Checked on real node processes with Python's own import trace: ``PYTHONPROFILEIMPORTTIME=1`` makes the interpreter
 write one ``import time:`` line per module it imports to stderr, which ``start_broker`` keeps in the node's log. The
@@ -25,6 +26,15 @@ SHIPPED_CONFIG = REPO / "config" / "server.properties"
 #: Top-level packages a node that does not use them must not import.
 NOT_NEEDED = ("aiobotocore", "botocore", "aiohttp", "boto3", "pyspark", "hypothesis")
 S3_STACK = ("aiobotocore", "botocore", "aiohttp")
+#: Modules the shipped config's node imports only when it needs them, and what needs each: the Raft quorum, its
+#: core and the quorum client (a node on Raft: node/controller_handle.py), the S3-mode WAL and its object names
+#: (an s3:// or mem:// s3.wal.path), RE2 (a client's regular expression: broker/name_patterns.py) and the classic
+#: consumer protocol's schemas (a consumer group with classic members: broker/groups/consumer/consumer_protocol.py).
+NOT_NEEDED_MODULES = (
+    "controller.quorum", "raft.core", "raft.driver", "metadata.remote.client", "controller.metadata_replica",
+    "storage.wal.s3", "storage.wal.s3_format", "re2",
+    "kio.schema.consumer_protocol_subscription", "kio.schema.consumer_protocol_assignment",
+)
 _IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| *(\S+)\s*$", re.MULTILINE)
 
 
@@ -34,14 +44,18 @@ def _traced_start(data_dir: Path, monkeypatch: pytest.MonkeyPatch, overrides: di
     return start_broker(data_dir, overrides, config=SHIPPED_CONFIG)
 
 
-def _imported_packages(broker: BrokerProcess) -> set[str]:
-    """The top-level packages the node imported, from its import trace (read after it stopped: complete). A package
-    counts by its own line: the trace also has a line for an import that failed (kio's ``import
-    hypothesis.strategies`` when hypothesis cannot be imported), but a package really imported loads its top level
-    first."""
+def _imported_modules(broker: BrokerProcess) -> set[str]:
+    """The modules the node imported, from its import trace (read after it stopped: complete)."""
     modules = set(_IMPORT_LINE.findall(broker.log_text()))
     assert {"broker.broker", "storage.engine"} <= modules, "no import trace in the node's log"
-    return {module for module in modules if "." not in module}
+    return modules
+
+
+def _imported_packages(broker: BrokerProcess) -> set[str]:
+    """The top-level packages the node imported. A package counts by its own line: the trace also has a line for an
+    import that failed (kio's ``import hypothesis.strategies`` when hypothesis cannot be imported), but a package
+    really imported loads its top level first."""
+    return {module for module in _imported_modules(broker) if "." not in module}
 
 
 def _produce_and_consume(bootstrap: str) -> None:
@@ -63,7 +77,7 @@ def _produce_and_consume(bootstrap: str) -> None:
         consumer.close()
 
 
-def test_shipped_config_node_serves_without_importing_s3_spark_or_hypothesis(
+def test_shipped_config_node_serves_without_importing_what_it_does_not_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker = _traced_start(tmp_path / "node", monkeypatch)
@@ -72,14 +86,18 @@ def test_shipped_config_node_serves_without_importing_s3_spark_or_hypothesis(
     finally:
         assert broker.stop() == 0, broker.log_text()[-3000:]
     assert sorted(_imported_packages(broker) & set(NOT_NEEDED)) == []
+    assert sorted(_imported_modules(broker) & set(NOT_NEEDED_MODULES)) == []
 
 
 def test_node_with_an_s3_bucket_imports_the_s3_client(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server: S3Server
 ) -> None:
+    """The same trace of a node whose data and WAL are on S3 sees what such a node needs: the S3 client stack and
+    the S3 WAL (its bucket probed before the broker registers: ``broker.wal_ownership``)."""
     bucket = s3_server.bucket_url_text(s3_server.create_bucket())
-    broker = _traced_start(tmp_path / "node", monkeypatch, {"s3.data.buckets": bucket})
+    broker = _traced_start(tmp_path / "node", monkeypatch, {"s3.data.buckets": bucket, "s3.wal.path": bucket})
     assert broker.stop() == 0, broker.log_text()[-3000:]
     imported = _imported_packages(broker)
     assert set(S3_STACK) <= imported
     assert "hypothesis" not in imported
+    assert {"storage.wal.s3", "storage.wal.s3_format"} <= _imported_modules(broker)

@@ -7,33 +7,36 @@ assignment itself, so it must parse the one and write the other (Kafka's ``Consu
 version (int16) followed by the body of that version; a version newer than the ones known is read as the newest
 known (Kafka's rule: newer versions only append fields), and an assignment is written in the version of the
 member's subscription, which the member is sure to read.
+
+kio's schema of each version is imported on its first use (:func:`_schema`), as kio itself loads an API's request
+and response schemas on the API's first request: only a consumer group with classic members reads or writes these,
+and importing all eight at once cost every broker's start (issue 25).
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from types import ModuleType
 
-from kio.schema.consumer_protocol_assignment.v0 import data as assignment_v0
-from kio.schema.consumer_protocol_assignment.v1 import data as assignment_v1
-from kio.schema.consumer_protocol_assignment.v2 import data as assignment_v2
-from kio.schema.consumer_protocol_assignment.v3 import data as assignment_v3
-from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as SubscriptionV0
-from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
-from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSubscription as SubscriptionV2
-from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as SubscriptionV3
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i32
 
 _I16 = struct.Struct(">h")
-_SUBSCRIPTIONS: tuple[Any, ...] = (SubscriptionV0, SubscriptionV1, SubscriptionV2, SubscriptionV3)
-_ASSIGNMENT_MODULES = (assignment_v0, assignment_v1, assignment_v2, assignment_v3)
-_ASSIGNMENTS: tuple[Any, ...] = tuple(m.ConsumerProtocolAssignment for m in _ASSIGNMENT_MODULES)
-_ASSIGNMENT_TOPICS: tuple[Any, ...] = tuple(m.TopicPartition for m in _ASSIGNMENT_MODULES)
+#: The newest version of each message kio has a schema of; a newer one is read with it.
+_NEWEST = 3
+
+
+@cache
+def _schema(message: str, index: int) -> ModuleType:
+    """kio's module of ``message`` (``consumer_protocol_subscription`` or ``consumer_protocol_assignment``) in
+    version ``index`` (0 to ``_NEWEST``), imported on first use: see the module docstring."""
+    return importlib.import_module(f"kio.schema.{message}.v{index}.data")
 
 
 class MalformedProtocolError(ValueError):
@@ -63,13 +66,14 @@ def _split(data: bytes) -> tuple[int, int]:
     (version,) = _I16.unpack_from(data)
     if version < 0:
         raise MalformedProtocolError(f"negative version {version}")
-    return version, min(version, 3)
+    return version, min(version, _NEWEST)
 
 
 def parse_subscription(data: bytes) -> Subscription:
     version, index = _split(data)
     try:
-        parsed, _ = entity_reader(_SUBSCRIPTIONS[index])(data, 2)
+        schema = _schema("consumer_protocol_subscription", index).ConsumerProtocolSubscription
+        parsed, _ = entity_reader(schema)(data, 2)
     except (SerialError, UnicodeDecodeError) as exc:
         raise MalformedProtocolError(str(exc)) from exc
     owned: dict[str, frozenset[int]] = {}
@@ -92,7 +96,8 @@ def parse_assignment(data: bytes) -> ParsedAssignment:
         return ParsedAssignment({}, None)
     _, index = _split(data)
     try:
-        parsed, _ = entity_reader(_ASSIGNMENTS[index])(data, 2)
+        schema = _schema("consumer_protocol_assignment", index).ConsumerProtocolAssignment
+        parsed, _ = entity_reader(schema)(data, 2)
     except (SerialError, UnicodeDecodeError) as exc:
         raise MalformedProtocolError(str(exc)) from exc
     partitions: dict[str, frozenset[int]] = {}
@@ -106,8 +111,9 @@ def parse_assignment(data: bytes) -> ParsedAssignment:
 def assignment_bytes(partitions: Mapping[str, frozenset[int]], version: int) -> bytes:
     """A ConsumerProtocolAssignment in ``version`` (a newer one than known is written as the newest known, as
     Kafka does), topics and partitions sorted."""
-    index = min(max(version, 0), 3)
-    cls, topic_cls = _ASSIGNMENTS[index], _ASSIGNMENT_TOPICS[index]
+    index = min(max(version, 0), _NEWEST)
+    schema = _schema("consumer_protocol_assignment", index)
+    cls, topic_cls = schema.ConsumerProtocolAssignment, schema.TopicPartition
     entity = cls(
         assigned_partitions=tuple(
             topic_cls(topic=name, partitions=tuple(i32(p) for p in sorted(ps)))

@@ -1,0 +1,31 @@
+"""What a node's configuration says about its controller: whether it runs on Raft, and the listener it serves.
+
+Apart from ``controller.quorum`` so that the node can choose without importing the Raft stack: the embedded default
+(a combined node that is the only voter) keeps a local metadata log and never runs Raft, and importing the quorum,
+the Raft core and the quorum client cost every such node's start (issue 25; ``node.controller_handle`` imports them
+for the nodes that use them).
+"""
+
+from __future__ import annotations
+
+from settings.server import Listener, ServerConfig
+from storage.config import ConfigError
+
+
+def controller_listener(config: ServerConfig) -> Listener:
+    """The listener Raft and the controller RPCs are served on (the first of ``controller.listener.names``)."""
+    names = config.controller_listener_names
+    for name in names:
+        for listener in config.listeners:
+            if listener.name == name:
+                return listener
+    raise ConfigError(f"listeners: no listener named {', '.join(names)} (controller.listener.names)")
+
+
+def uses_quorum(config: ServerConfig) -> bool:
+    """Whether this node's controller runs on Raft: a controller-only node, or any quorum of several voters.
+    A combined node that is the only voter keeps the local metadata log (the embedded default)."""
+    roles = set(config.process_roles)
+    if "controller" not in roles:
+        return False
+    return roles == {"controller"} or len(config.voters) > 1
