@@ -90,7 +90,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from confluent_kafka.cimpl import NewTopic  # noqa: E402
 
 from node.local_cluster import LocalCluster, NodeProcess, plan_cluster, wait_ready  # noqa: E402
-from testkit.ports import free_ports  # noqa: E402
+from wire.ports import free_ports  # noqa: E402
 
 TOPIC = "failover-bench"
 RECORD = 1024

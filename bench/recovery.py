@@ -65,7 +65,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # no
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from confluent_kafka.cimpl import NewTopic  # noqa: E402
 
-from testkit.ports import free_ports  # noqa: E402
+from wire.ports import free_ports  # noqa: E402
 
 TOPIC = "recovery-bench"
 RECORD = 1024

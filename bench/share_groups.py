@@ -99,9 +99,9 @@ from confluent_kafka.admin import (  # noqa: E402
 )
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker  # noqa: E402
-from testkit.ports import free_ports  # noqa: E402
 from testkit.waiting import eventually  # noqa: E402
 from wire import codec, schema  # noqa: E402
+from wire.ports import free_ports  # noqa: E402
 
 FIND_COORDINATOR, SHARE_HEARTBEAT, SHARE_DESCRIBE, SHARE_FETCH = 10, 76, 77, 78
 #: The share consumer's max.poll.records in the cached read: librdkafka's default, and the broker's default lock

@@ -91,7 +91,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config" / "server.properties"
 sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (bench/storage.py shadows ``storage``)
 
-from testkit.ports import free_ports  # noqa: E402
+from wire.ports import free_ports  # noqa: E402
 
 START_TIMEOUT_S = 30.0
 MODES = ["bytecode cached", "compiled at start"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
 from metadata.rpc.kafka_apis import DESCRIBE_QUORUM, METADATA_TOPIC
 from wire import codec, schema
+from wire.ports import free_port, free_ports
 
 __all__ = [
     "CONFIG_DIR",
@@ -34,7 +34,6 @@ __all__ = [
     "LocalCluster",
     "NodeProcess",
     "NodeSpec",
-    "free_port",
     "plan_added_broker",
     "plan_cluster",
     "wait_ready",
@@ -51,13 +50,6 @@ _METADATA_VERSION = 12
 
 class ClusterNotReadyError(RuntimeError):
     """The cluster did not come up in time; the message says what was missing."""
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (the kernel's choice for port 0)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +128,10 @@ def plan_cluster(
     if combined:
         return _plan_combined(root, combined, brokers, store=store, wal=wal, extra=extra or {},
                               config_dir=config_dir)
-    controller_ports = [free_port() for _ in range(controllers)]
+    # One call for every port of the plan: ports chosen one by one could repeat (each is free again once chosen),
+    # and two nodes planned on one port make the later to bind fail its start.
+    chosen = free_ports(controllers + brokers)
+    controller_ports, broker_ports = chosen[:controllers], chosen[controllers:]
     voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(controller_ports))
     specs: list[NodeSpec] = []
     for node_id, port in enumerate(controller_ports):
@@ -149,7 +144,7 @@ def plan_cluster(
             **(extra or {}),
         }
         specs.append(NodeSpec(node_id, "controller", port, data_dir, config_dir / CONTROLLER_CONFIG, overrides))
-    specs.extend(_plan_brokers(root, brokers, voters=voters, store=store, wal=wal, extra=extra or {},
+    specs.extend(_plan_brokers(root, broker_ports, voters=voters, store=store, wal=wal, extra=extra or {},
                                config_dir=config_dir))
     return specs
 
@@ -173,12 +168,11 @@ def _serving_overrides(node_id: int, port: int, data_dir: Path, *, voters: str, 
     }
 
 
-def _plan_brokers(root: Path, brokers: int, *, voters: str, store: str, wal: str, extra: Mapping[str, str],
+def _plan_brokers(root: Path, ports: Sequence[int], *, voters: str, store: str, wal: str, extra: Mapping[str, str],
                   config_dir: Path) -> list[NodeSpec]:
     specs: list[NodeSpec] = []
-    for index in range(brokers):
+    for index, port in enumerate(ports):
         node_id = BROKER_ID_BASE + index
-        port = free_port()
         data_dir = root / f"broker-{node_id}"
         overrides = _serving_overrides(node_id, port, data_dir, voters=voters, store=store, wal=wal, extra=extra)
         specs.append(NodeSpec(node_id, "broker", port, data_dir, config_dir / BROKER_CONFIG, overrides))
@@ -188,7 +182,8 @@ def _plan_brokers(root: Path, brokers: int, *, voters: str, store: str, wal: str
 def _plan_combined(root: Path, combined: int, brokers: int, *, store: str, wal: str, extra: Mapping[str, str],
                    config_dir: Path) -> list[NodeSpec]:
     """Combined nodes: a Kafka listener and a CONTROLLER listener each, every one a voter."""
-    ports = [(free_port(), free_port()) for _ in range(combined)]
+    chosen = free_ports(2 * combined + brokers)  # distinct, as in plan_cluster
+    ports = [(chosen[2 * i], chosen[2 * i + 1]) for i in range(combined)]
     voters = ",".join(f"{i}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
     specs: list[NodeSpec] = []
     for node_id, (port, controller_port) in enumerate(ports):
@@ -197,7 +192,7 @@ def _plan_combined(root: Path, combined: int, brokers: int, *, store: str, wal: 
                                        controller_port=controller_port)
         specs.append(NodeSpec(node_id, "combined", port, data_dir, config_dir / COMBINED_CONFIG, overrides,
                               controller_port))
-    specs.extend(_plan_brokers(root, brokers, voters=voters, store=store, wal=wal, extra=extra,
+    specs.extend(_plan_brokers(root, chosen[2 * combined:], voters=voters, store=store, wal=wal, extra=extra,
                                config_dir=config_dir))
     return specs
 
@@ -220,7 +215,7 @@ def plan_added_broker(specs: Sequence[NodeSpec]) -> NodeSpec:
     wal = "s3" if own["s3.wal.path"] == store else "file"
     extra = {key: value for key, value in own.items() if key not in _PER_NODE_KEYS}
     data_dir = template.data_dir.parent / f"broker-{node_id}"
-    port = free_port()
+    port = free_port()  # the cluster's own ports are bound already
     overrides = _serving_overrides(node_id, port, data_dir, voters=own["controller.quorum.voters"], store=store,
                                    wal=wal, extra=extra)
     return NodeSpec(node_id, "broker", port, data_dir, template.base_config.parent / BROKER_CONFIG, overrides)

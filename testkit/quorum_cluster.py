@@ -35,9 +35,9 @@ from metadata.rpc.kafka_apis import (
 from metadata.rpc.stream_rpcs import DescribeMetadata, GetKV, MetadataDump, StreamRequest, StreamResponse
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
-from testkit.ports import free_ports
 from testkit.waiting import eventually_async
 from wire import codec, schema
+from wire.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 30.0

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pyspark
 
-from testkit.ports import free_port
 from testkit.waiting import eventually
+from wire.ports import free_port
 
 __all__ = ["StandaloneCluster", "spark_home", "start_standalone"]
 

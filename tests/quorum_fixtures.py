@@ -15,8 +15,8 @@ from pathlib import Path
 
 from controller.quorum import QuorumController
 from settings.server import ServerConfig
-from testkit.ports import free_ports
 from testkit.waiting import eventually_async
+from wire.ports import free_ports
 
 
 def quorum_configs(

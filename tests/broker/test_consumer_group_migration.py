@@ -21,11 +21,11 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.consumer.classic_view import subscription_bytes
 from testkit.node_process import BrokerProcess, WireClient, start_broker
-from testkit.ports import free_port
 from testkit.waiting import eventually
 from tests.broker.coordinator import find_coordinator
 from tests.topics import create_topic
 from wire import codec, schema
+from wire.ports import free_port
 
 PARTITIONS = 6
 DEADLINE_S = 60.0

@@ -18,11 +18,11 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
-from testkit.ports import free_port
 from testkit.waiting import eventually
 from tests.broker import cg_wire
 from tests.broker.cg_clients import commit, consumer_factory, partitions_of, poll_until, produce, unique
 from tests.topics import create_topic
+from wire.ports import free_port
 
 #: A 10 s session: a restart of the node (a few seconds) fits in it, so no member's session ends meanwhile.
 OVERRIDES = {

@@ -28,9 +28,9 @@ from node.process import Node
 from settings.server import ServerConfig
 from storage.metrics import SNAPSHOT_ATTEMPTS, loop_state_snapshot
 from testkit.node_process import default_overrides
-from testkit.ports import free_port
 from testkit.waiting import eventually_async
 from tests.broker.share_clients import drain, set_group_config
+from wire.ports import free_port
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "config" / "grafana" / "fjord-dashboard.json"
 TOPIC = "metrics-dashboard"

@@ -22,11 +22,11 @@ from confluent_kafka import ShareConsumer
 
 from broker.share.store import SNAPSHOT_EVERY
 from testkit.node_process import BrokerProcess, start_broker
-from testkit.ports import free_port
 from tests.broker.cg_clients import produce, unique
 from tests.broker.share_clients import drain, set_group_config, share_consumer_factory
 from tests.broker.share_holder import LiveReader, holder, note_once
 from tests.topics import create_topic
+from wire.ports import free_port
 
 FIRST, TOTAL = 60, 200
 #: Enough small batches for several snapshots of the group's state (broker.share.store.SNAPSHOT_EVERY updates).

@@ -28,11 +28,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
-from testkit.ports import free_port
 from tests.broker.cg_clients import unique
 from tests.broker.test_features import SAFE_DOWNGRADE, features, update
 from tests.reading import read_to_end
 from tests.topics import create_topic
+from wire.ports import free_port
 
 INPUT_PARTITIONS, OUTPUT_PARTITIONS = 3, 2
 KILLS = 3

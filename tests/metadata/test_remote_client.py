@@ -14,7 +14,7 @@ from metadata.rpc import stream_rpcs as m
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
-from testkit.ports import free_ports
+from wire.ports import free_ports
 
 
 async def test_no_reachable_controller_fails_within_the_budget_naming_every_voter() -> None:

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 from testkit.node_process import REPO, BrokerProcess, WireClient, api_versions_request, server_command
-from testkit.ports import free_port
 from testkit.quorum_cluster import QuorumCluster
 from testkit.waiting import eventually
+from wire.ports import free_port
 
 
 def _broker_only(root: Path, cluster: QuorumCluster, port: int) -> dict[str, str]:

@@ -30,8 +30,8 @@ from pyspark.sql import SparkSession
 import spark_connector
 from spark_connector.pipeline import PipelineError, load_pipeline
 from testkit.node_process import REPO, BrokerProcess, start_broker
-from testkit.ports import free_port
 from testkit.waiting import eventually
+from wire.ports import free_port
 
 EXAMPLES = REPO / "config" / "pipelines"
 FJORD = str(Path(sys.executable).parent / "fjord")

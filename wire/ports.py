@@ -1,4 +1,5 @@
-"""Free TCP ports for the tests and the benchmarks: their one definition.
+"""Free TCP ports on 127.0.0.1, chosen before the server that will bind them starts: their one definition (the
+tests, the benchmarks and ``fjord cluster up``, whose voters must know each other's ports).
 
 Prefer not to need one. A server that binds port 0 gets a port nobody else can take and reports it: an in-process
 listener (``KafkaListener.bound_port``), the metrics endpoint (``metrics.port=0``), moto's server, and a ``fjord server
