@@ -256,6 +256,20 @@ class HandOver:
         return self.opened - self.closing
 
 
+def start_loads(bootstrap: str, partitions: int, rate: int,
+                lowered_backoff_ms: int) -> tuple[dict[str, Load], list[threading.Thread]]:
+    """The steady producers, started: the client as shipped, and (labelled, when ``lowered_backoff_ms``) one with a
+    lowered retry.backoff.ms, each at half the rate; by their row labels, with their threads."""
+    loads = {"retry.backoff.ms default (100)": Load(bootstrap, partitions, rate // 2 if lowered_backoff_ms else rate)}
+    if lowered_backoff_ms:
+        loads[f"retry.backoff.ms {lowered_backoff_ms} (lowered)"] = Load(
+            bootstrap, partitions, rate - rate // 2, backoff_ms=lowered_backoff_ms, first=10**15)
+    threads = [threading.Thread(target=load.run, daemon=True) for load in loads.values()]
+    for thread in threads:
+        thread.start()
+    return loads, threads
+
+
 def _log_events(paths: list[Path], pattern: re.Pattern[str], since: float) -> dict[int, list[float]]:
     found: dict[int, list[float]] = defaultdict(list)
     for path in paths:
@@ -332,15 +346,7 @@ def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_
             admin = AdminClient({"bootstrap.servers": bootstrap})
             mover = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
             admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(timeout=30)
-            # The client as shipped, and (labelled) one with a lowered retry.backoff.ms, each at half the rate.
-            loads = {"retry.backoff.ms default (100)": Load(bootstrap, partitions, rate // 2 if lowered_backoff_ms
-                                                            else rate)}
-            if lowered_backoff_ms:
-                loads[f"retry.backoff.ms {lowered_backoff_ms} (lowered)"] = Load(
-                    bootstrap, partitions, rate - rate // 2, backoff_ms=lowered_backoff_ms, first=10**15)
-            threads = [threading.Thread(target=load.run, daemon=True) for load in loads.values()]
-            for thread in threads:
-                thread.start()
+            loads, threads = start_loads(bootstrap, partitions, rate, lowered_backoff_ms)
             time.sleep(5.0)  # a steady load before the broker joins: the baseline latency
             before = leaders(bootstrap)
             baseline = [latency for load in loads.values() for _, _, latency, _ in load.acked]

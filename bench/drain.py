@@ -76,7 +76,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -87,7 +86,7 @@ sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (b
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.balancer import TOPIC, Load, hand_overs, leaders, read_back  # noqa: E402
+from bench.balancer import TOPIC, Load, hand_overs, leaders, read_back, start_loads  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
 
@@ -198,14 +197,7 @@ def run_once(brokers: int, partitions: int, rate: int, *, lowered_backoff_ms: in
             bootstrap = cluster.bootstrap_servers
             admin = AdminClient({"bootstrap.servers": bootstrap})
             admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(timeout=30)
-            loads = {"retry.backoff.ms default (100)": Load(bootstrap, partitions, rate // 2 if lowered_backoff_ms
-                                                            else rate)}
-            if lowered_backoff_ms:
-                loads[f"retry.backoff.ms {lowered_backoff_ms} (lowered)"] = Load(
-                    bootstrap, partitions, rate - rate // 2, backoff_ms=lowered_backoff_ms, first=10**15)
-            threads = [threading.Thread(target=load.run, daemon=True) for load in loads.values()]
-            for thread in threads:
-                thread.start()
+            loads, threads = start_loads(bootstrap, partitions, rate, lowered_backoff_ms)
             time.sleep(STEADY_S)
             placement = leaders(bootstrap)
             drained = placement[min(placement)]
