@@ -28,8 +28,12 @@ from broker.broker import Broker
 from controller.feature_bootstrap import finalize_initial_features
 from controller.scram_bootstrap import add_scram_credentials
 from metadata.controller_api import FeatureUpdate, ScramUpsertion
-from node import controller_handle
-from node.controller_handle import ControllerFactory, ControllerHandle, default_controller_factory
+from node.controller_handle import (
+    ControllerFactory,
+    ControllerHandle,
+    default_controller_factory,
+    start_quorum_voter,
+)
 from node.early_listen import ListeningSockets
 from node.metrics import register_node_metrics
 from settings.server import ServerConfig
@@ -127,7 +131,7 @@ class Node:
     async def _start_controller_only(self) -> None:
         """``process.roles=controller``: a quorum voter serving only the CONTROLLER listener (no Kafka listener,
         no storage engine)."""
-        quorum = await controller_handle.start_quorum_voter(self.config, self.metrics)
+        quorum = await start_quorum_voter(self.config, self.metrics)
         self.quorum = quorum
         self.cluster_id = quorum.cluster_id
         self._start_metrics()  # the CONTROLLER listener's requests and the auto-balancer's moves
