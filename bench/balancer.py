@@ -270,6 +270,17 @@ def start_loads(bootstrap: str, partitions: int, rate: int,
     return loads, threads
 
 
+def keep_node_logs(cluster: LocalCluster, keep_logs: Path | None) -> None:
+    """Copies every node's log into ``keep_logs`` (``--keep-logs``), when given."""
+    if keep_logs is None:
+        return
+    keep_logs.mkdir(parents=True, exist_ok=True)
+    for node in cluster.nodes:
+        for path in node.logs:
+            if path.exists():
+                shutil.copy(path, keep_logs)
+
+
 def _log_events(paths: list[Path], pattern: re.Pattern[str], since: float) -> dict[int, list[float]]:
     found: dict[int, list[float]] = defaultdict(list)
     for path in paths:
@@ -406,12 +417,7 @@ def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_
             if mover is not None:
                 mover.close()
             cluster.stop_all(timeout=60)
-            if keep_logs is not None:
-                keep_logs.mkdir(parents=True, exist_ok=True)
-                for node in cluster.nodes:
-                    for path in node.logs:
-                        if path.exists():
-                            shutil.copy(path, keep_logs)
+            keep_node_logs(cluster, keep_logs)
 
 
 def main() -> int:

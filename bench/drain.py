@@ -71,7 +71,6 @@ import argparse
 import asyncio
 import itertools
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -86,7 +85,7 @@ sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (b
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.balancer import TOPIC, Load, hand_overs, leaders, read_back, start_loads  # noqa: E402
+from bench.balancer import TOPIC, Load, hand_overs, keep_node_logs, leaders, read_back, start_loads  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from node.local_cluster import LocalCluster, plan_cluster, wait_ready  # noqa: E402
 
@@ -254,12 +253,7 @@ def run_once(brokers: int, partitions: int, rate: int, *, lowered_backoff_ms: in
             return result
         finally:
             cluster.stop_all(timeout=60)
-            if keep_logs is not None:
-                keep_logs.mkdir(parents=True, exist_ok=True)
-                for node in cluster.nodes:
-                    for path in node.logs:
-                        if path.exists():
-                            shutil.copy(path, keep_logs)
+            keep_node_logs(cluster, keep_logs)
 
 
 def _table(values: dict[str, list[float]]) -> str:
