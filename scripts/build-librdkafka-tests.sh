@@ -33,6 +33,6 @@ echo "librdkafka tests: configuring"
 echo "librdkafka tests: building the library (a few minutes)"
 make -j"$(nproc)" libs >> "$root/build.log" 2>&1
 echo "librdkafka tests: building the test runner"
-make -C tests build >> "$root/build.log" 2>&1
+make -j"$(nproc)" -C tests build >> "$root/build.log" 2>&1
 test -x "$runner"
 echo "librdkafka tests: built $runner"
