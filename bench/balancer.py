@@ -148,6 +148,31 @@ default backoff the stall is the source's close, the election and the backoff, t
 backoff (the lowered row gains as little at these loads). What is left for the brokers is the source's close (the
 upload of its block, then the one close call) and the election's way to the brokers; the data streams' opens (one
 call each, together) could be one call too.
+
+Issue 25, sixth round (2026-11-30, defaults, load average 2-7 from other helpers' work). A move's timeline, median
+per run from the controller's commits and every broker's (a Raft commit line added for the measurement only), in ms
+after the reassignment's commit: the source learns it 17-42 and starts closing 20-48; its close ends 120-250 (settle
+and the closing meta entries' WAL write 10-50, the forced upload 65-90: prepare 5-30, build, PUT 40-60 with the file
+store's fsyncs, commit 5-10; then the one CloseStreams call 10-35); the election is decided as the close commits
+(0-5 ms, the watch is woken by the close, not by its timer) and committed 1-3 ms later; the source (which holds the
+producer's refused request until it can name the target) and the target learn it 5-30 ms after, up to 200 when a
+broker's own metadata-log fsync was slow; librdkafka's backoff adds 80-120; the target's open (30-150) mostly runs
+under it. Two waits were the metadata log's: a broker, a Raft observer, got new entries in one answer and their
+commit in a second, after making the entries durable and fetching again. Now the leader parks an observer's fetch
+until the high watermark passes the entries and answers with both (the observer cannot use entries not committed),
+and an observer writes its log behind its fetches (nothing it sends depends on its log: the leader counts no
+observer toward a commit), so its fsync is off the path of the next change; and an upload builds its objects while
+their ids are prepared. The source learning the move fell from 17-42 to 8-15 ms (run medians, three runs each).
+Five alternating pairs (branch first), default-backoff client stall p50 / max, hand-over p50, load at the start:
+main 271 / 331 (237; 5.8), 314 / 446 (262; 6.1), 359 / 389 (280; 7.5), 314 / 403 (186; 6.3), 228 / 308 (138; 6.7)
+ms; this change 273 / 398 (211; 5.4), 315 / 388 (267; 6.4), 384 / 466 (280; 6.2), 381 / 428 (281; 7.2), 199 / 243
+(163; 7.1) ms (lost 0, dup 0 in all): the stall is within the noise. What sets it is work and the client: the close's
+upload (the object PUT, the commit) and close call, about 120 ms at these loads, then librdkafka's 100 ms backoff,
+then the round trip to the target; the election's way to the source is now bounded by the source's own event loop,
+busy right then with the close's aftermath (the upload's listeners, the refused requests it answers), not by the
+metadata log. Seen in the logs and left: a target opening four partitions at once sometimes logs nothing for about
+90 ms while its first open completes and then learns the next election late (the other brokers are not idle then
+too, so it may be the machine's), which delays that partition's open past the backoff.
 """
 
 from __future__ import annotations

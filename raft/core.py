@@ -841,7 +841,7 @@ class RaftNode:
         self._parked.pop(sender, None)
         if sender in self.voters:
             self._maybe_advance_hw(now_ms)
-        if req.fetch_offset < self._log.end_offset or req.max_wait_ms <= 0 or self._hw_sent.get(sender) != self._hw:
+        if req.fetch_offset < self._news_end(sender) or req.max_wait_ms <= 0 or self._hw_sent.get(sender) != self._hw:
             # Also when only the high watermark moved since this replica's last answer (its entries were sent before
             # they committed): parked, it would learn of the commit only when the wait ends.
             self._answer_fetch(sender, req)
@@ -860,6 +860,15 @@ class RaftNode:
             return -1
         return self._hw
 
+    def _news_end(self, replica: int) -> int:
+        """Up to where the leader's log has something for ``replica``'s fetch to return at once: a voter takes
+        every entry (its copy counts toward the commit); an observer can use only committed ones. Answered with
+        entries not yet committed, an observer would make its log durable, fetch again and learn of the commit in a
+        second round trip; parked until the high watermark passes them, it gets the entries and the high watermark
+        that commits them in one answer (a broker learns of a metadata change, a partition's new leader say, one
+        round trip and one fsync sooner)."""
+        return self._log.end_offset if replica in self.voters else self._hw
+
     def _answer_fetch(self, sender: int, req: FetchRequest) -> None:
         records = self._log.read(req.fetch_offset, max_bytes=min(req.max_bytes, self.config.fetch_max_bytes))
         self._hw_sent[sender] = self._hw
@@ -876,13 +885,14 @@ class RaftNode:
         )
 
     def _complete_parked(self, now_ms: int) -> None:
-        """Answer parked fetches that now have something to say: new entries, a new HW, or their wait is over."""
+        """Answer parked fetches that now have something to say: new entries (committed ones for an observer), a
+        new HW, or their wait is over."""
         if not self._parked:
             return
         done = [
             replica
             for replica, parked in self._parked.items()
-            if parked.request.fetch_offset < self._log.end_offset
+            if parked.request.fetch_offset < self._news_end(replica)
             or parked.high_watermark != self._hw
             or now_ms >= parked.deadline_ms
         ]

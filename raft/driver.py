@@ -4,7 +4,11 @@ One task owns the node. Each turn it takes every inbound message that has arrive
 node's effects under the durability contract of `raft.effects`: persistence effects are applied to
 `RaftStorage` and made durable (in a worker thread, the only blocking part) before any message that follows them is
 sent, and the log end that became durable is reported back with ``log_flushed``. Everything that piles up while one
-fsync runs goes into the next one, so a burst of proposals costs one fsync (group commit).
+fsync runs goes into the next one, so a burst of proposals costs one fsync (group commit). An observer (a broker
+replaying the metadata log) writes behind its turns instead, in order, one write after the other: nothing it sends
+depends on its log being durable, so its next fetch leaves, and the commit that fetch brings is applied, while it
+still writes the entries before (two metadata changes in a row, a closed stream and its partition's new leader,
+reach the broker without an fsync between them).
 
 Committed DATA entries are handed to the ``apply`` callback in offset order; a snapshot to load goes to
 ``load_snapshot``. Both run on the event loop and must not block.
@@ -79,6 +83,7 @@ class RaftDriver:
         self._leader_change = asyncio.Condition()
         self._stopping: str | None = None
         self._inflight_write: asyncio.Future[int] | None = None
+        self._write_failure: Exception | None = None  # an observer's write behind its turns failed: it stops
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -229,6 +234,9 @@ class RaftDriver:
 
     async def _execute(self, effects: list[Effect]) -> None:
         node = self.node
+        behind = node.is_observer  # see the module docstring: an observer's sends do not wait for its writes
+        if self._write_failure is not None:
+            raise self._write_failure
         while effects:
             batch: list[PersistEffect] = []
             for effect in effects:
@@ -236,7 +244,7 @@ class RaftDriver:
                     batch.append(effect)
                     continue
                 if isinstance(effect, Send):
-                    if batch:
+                    if batch and not behind:
                         await self._persist(batch)
                         batch = []
                     self.transport.send(effect.destination, effect.message)
@@ -248,8 +256,47 @@ class RaftDriver:
                 elif isinstance(effect, RoleChanged):
                     await self._on_role_changed(effect)
             if batch:
-                await self._persist(batch)
+                if behind:
+                    self._persist_behind(batch)
+                else:
+                    await self._persist(batch)
             effects = node.drain()
+
+    def _persist_behind(self, batch: list[PersistEffect]) -> None:
+        """An observer's write, after the one in flight (the storage sees every write in order, one at a time);
+        ``log_flushed`` follows when it is durable. A failed write stops the node at its next turn, as a failed
+        write in the turn would."""
+        previous = self._inflight_write
+
+        def write() -> int:
+            for effect in batch:
+                self.storage.apply(effect)
+            return self.storage.flush()
+
+        async def chained() -> int:
+            if previous is not None:
+                await asyncio.wait([previous])
+                if previous.cancelled() or previous.exception() is not None:
+                    raise RuntimeError("an earlier raft log write failed")
+            return await asyncio.to_thread(write)
+
+        future = asyncio.ensure_future(chained())
+        self._inflight_write = future
+        future.add_done_callback(self._written_behind)
+
+    def _written_behind(self, future: asyncio.Future[int]) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is not None:
+            if self._write_failure is None:
+                self._write_failure = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+            self._wake.set()
+            return
+        if self._inflight_write is future:
+            self._inflight_write = None
+        if self._node is not None:
+            self._node.log_flushed(future.result(), self.now_ms())
 
     async def _persist(self, batch: list[PersistEffect]) -> None:
         def write() -> int:

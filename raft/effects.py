@@ -6,7 +6,8 @@ Durability contract (the driver must honour it, the simulator checks what happen
 * The *persistence* effects (`PersistQuorumState`, `AppendEntries`, `TruncateLog`, `PersistSnapshot`,
   `TrimLogPrefix`, `ResetLog`) may be buffered, but every one emitted before a `Send` must be durable before that
   `Send` leaves the node. This is what makes a vote, an epoch bump and a follower's fetch offset trustworthy: a peer
-  only ever learns facts that survive a crash.
+  only ever learns facts that survive a crash. An observer is the exception: it never votes and the leader counts
+  its fetch offset toward no commit, so its writes may trail its sends (after a crash it fetches its lost tail again).
 * After making the log durable the driver calls ``RaftNode.log_flushed(end_offset, now_ms)``; the leader counts
   its own entries toward the high watermark only up to that offset.
 * `Commit`, `LoadSnapshot` and `RoleChanged` are notifications for the state machine and the operator.

@@ -2,10 +2,10 @@
 
 For each block: sort by (stream, offset); every stream holding at least ``stream_object_split_size`` bytes gets
 its own stream object, the others share one stream-set object (so a block of one stream yields only stream
-objects). One ``prepare_objects`` call reserves all the ids, the objects are built and PUT in parallel, and the
-commit follows. Blocks are prepared and uploaded concurrently, but commits are strictly FIFO: block N+1 is never
-committed before block N, because each commit must start exactly at its streams' committed ends. After a commit
-the owner's ``on_committed`` callback trims the WAL and marks the block uploaded in the cache.
+objects). One ``prepare_objects`` call reserves all the ids while the objects are built, they are PUT in
+parallel, and the commit follows. Blocks are prepared and uploaded concurrently, but commits are strictly FIFO:
+block N+1 is never committed before block N, because each commit must start exactly at its streams' committed
+ends. After a commit the owner's ``on_committed`` callback trims the WAL and marks the block uploaded in the cache.
 
 A failed prepare, PUT or commit is logged (naming the objects and streams) and retried with backoff, never
 skipped: skipping would leave a hole that every later commit of those streams trips over. Only ``close``
@@ -270,14 +270,19 @@ class UploadPipeline:
         if previous is not None:
             await previous.prepared.wait()  # ids follow commit order, so order ids do too
         while True:
-            plan.first_id = await self._retry(
-                f"prepare of {len(plan.parts)} object(s) for streams {_streams_text(streams)}",
-                lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
-            )
-            job.prepared.set()
-            prepared = time.perf_counter()
-            async with contextlib.nullcontext() if own_memory else self._upload_slot:
-                request: CommitStreamSetObjectRequest | None = await self._upload(plan, epochs)
+            # The objects are built while their ids are prepared (the bytes do not depend on the ids): a closing
+            # partition's upload, which its producer waits for, pays the longer of the two rather than both.
+            # The prepare holds no upload slot, so a block waiting for the slot never holds up the next one's ids.
+            preparing = asyncio.ensure_future(self._prepare(job, plan))
+            try:
+                async with contextlib.nullcontext() if own_memory else self._upload_slot:
+                    built = await asyncio.gather(*(asyncio.to_thread(self._timed_build, part) for part in plan.parts))
+                    plan.first_id = await preparing
+                    prepared = time.perf_counter()
+                    request: CommitStreamSetObjectRequest | None = await self._upload(plan, built, epochs)
+            finally:
+                if not preparing.done():
+                    preparing.cancel()
             uploaded = time.perf_counter()
             if previous is not None:
                 await asyncio.shield(previous.done)
@@ -302,18 +307,29 @@ class UploadPipeline:
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
         self._observe_upload(time.perf_counter() - started)
-        logger.debug("committed cache block %d as objects %s (prepare %.1f ms, put %.1f ms, previous %.1f ms, commit "
-                     "%.1f ms)", block.block_id, _ids_text(plan), (prepared - started) * 1000,
+        logger.debug("committed cache block %d as objects %s (prepare and build %.1f ms, put %.1f ms, previous %.1f "
+                     "ms, commit %.1f ms)", block.block_id, _ids_text(plan), (prepared - started) * 1000,
                      (uploaded - prepared) * 1000, (committing - uploaded) * 1000,
                      (time.perf_counter() - committing) * 1000)
 
-    async def _upload(self, plan: UploadPlan, epochs: Mapping[int, int] | None) -> CommitStreamSetObjectRequest:
+    async def _prepare(self, job: _Job, plan: UploadPlan) -> int:
+        """Reserves the plan's object ids (the first of them returned) and lets the next block prepare its own."""
+        first_id = await self._retry(
+            f"prepare of {len(plan.parts)} object(s) for streams {_streams_text(plan.stream_ids)}",
+            lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
+        )
+        job.prepared.set()
+        return first_id
+
+    async def _upload(
+        self, plan: UploadPlan, built: list[list[bytes]], epochs: Mapping[int, int] | None
+    ) -> CommitStreamSetObjectRequest:
+        """PUTs the plan's objects (``built``: each part's bytes) under their prepared ids, in parallel."""
+
         async def put(index: int, part: _Part) -> tuple[int, int]:
             object_id = plan.first_id + index
-            building = time.perf_counter()
-            data = await asyncio.to_thread(self._build, part)
+            data = built[index]
             putting = time.perf_counter()
-            self.stats.build_seconds += putting - building
             size = data_size(data)
             key = object_key(object_id, self._namespace)
             await self._retry(
@@ -364,6 +380,13 @@ class UploadPipeline:
         if epochs is not None and stream_id in epochs:
             return epochs[stream_id]
         return batches[-1].epoch
+
+    def _timed_build(self, part: _Part) -> list[bytes]:
+        building = time.perf_counter()
+        try:
+            return self._build(part)
+        finally:
+            self.stats.build_seconds += time.perf_counter() - building
 
     def _build(self, part: _Part) -> list[bytes]:
         """The object's parts, not joined: the store joins them only if it has to (off the event loop)."""

@@ -374,6 +374,28 @@ def test_observer_finds_the_leader_replicates_and_never_votes() -> None:
     assert b"after-failover" in data_of(net.applied[9])
 
 
+@pytest.mark.parametrize("voters", [[1], [1, 2, 3]])
+def test_an_observers_parked_fetch_returns_the_entries_with_their_commit_in_one_answer(voters: list[int]) -> None:
+    """A broker (an observer) learns a metadata change, a moved partition's new leader say, in one answer that comes
+    as soon as the high watermark passes it: not first the entries, then (after its fsync and another fetch) the
+    high watermark that commits them, nor only when its parked fetch's wait ends."""
+    net = Net(voters, observers=(9,))
+    leader = net.elect()
+    net.commit(leader, b"warm-up")
+    net.run(20)  # every fetch caught up and parked at the leader
+    assert not net.queue
+    sent_before = len(net.sent)
+    offset = net.nodes[leader].propose([b"new-leader"], net.now)
+    assert isinstance(offset, int)
+    net.pump(leader)
+    net.deliver()  # no time passes: no fetch wait or deadline may be what answers the observer
+    assert b"new-leader" in data_of(net.applied[9])
+    answers = [m for _, d, m in net.sent[sent_before:] if d == 9 and isinstance(m, FetchResponse)]
+    assert len(answers) == 1
+    assert answers[0].high_watermark > offset
+    assert b"new-leader" in data_of(list(answers[0].records))
+
+
 def test_describe_quorum_reports_voter_progress_on_the_leader_only() -> None:
     net = Net([1, 2, 3])
     leader = net.elect()

@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -152,3 +153,50 @@ async def test_wiped_follower_is_rebuilt_from_the_leaders_snapshot(cluster: Clus
     await cluster.start(victim)
     assert cluster.snapshots[victim][0][0] == snapshot_id
     await cluster.until(lambda: cluster.applied[victim] == [*items, b"tail"])
+
+
+async def test_an_observer_applies_a_commit_while_it_still_writes_the_one_before(tmp_path: Path) -> None:
+    """A broker (an observer) learns two metadata changes in a row (a closed stream, then its partition's new
+    leader) without waiting in between for its own log write: its next fetch does not wait for the fsync."""
+    network = InProcessNetwork()
+    applied: dict[int, list[bytes]] = {1: [], 9: []}
+    drivers = {
+        node_id: RaftDriver(
+            node_id, [1], tmp_path / f"node-{node_id}", network.transport(node_id),
+            apply=lambda entries, node_id=node_id: applied[node_id].extend(e.data for e in entries),  # type: ignore[misc]
+            config=CONFIG, rng=random.Random(node_id),
+        )
+        for node_id in (1, 9)
+    }
+    for driver in drivers.values():
+        await driver.start()
+    leader, observer = drivers[1], drivers[9]
+    try:
+        await leader.propose([b"warm-up"])
+        await eventually_async(lambda: b"warm-up" in applied[9], timeout=5, interval=0.01,
+                               what="the observer to follow the leader")
+        slow_s = 2.0
+        real_flush = observer.storage.flush
+
+        def slow_flush() -> int:  # fault injection: the observer's disk takes seconds per fsync
+            time.sleep(slow_s)
+            return real_flush()
+
+        observer.storage.flush = slow_flush  # type: ignore[method-assign]
+        await leader.propose([b"stream closed"])
+        await eventually_async(lambda: b"stream closed" in applied[9], timeout=slow_s / 2, interval=0.01,
+                               what="the first change applied while its write is under way")
+        started = time.monotonic()
+        await leader.propose([b"new leader"])
+        await eventually_async(lambda: b"new leader" in applied[9], timeout=slow_s / 2, interval=0.01,
+                               what="the second change applied before the first one's write is done")
+        assert time.monotonic() - started < slow_s / 2
+    finally:
+        for driver in drivers.values():
+            await driver.stop(resign=False)
+    # What it applied is on its disk all the same once its writes are done.
+    restarted = RaftDriver(9, [1], tmp_path / "node-9", network.transport(9), apply=lambda entries: None,
+                           config=CONFIG, rng=random.Random(9))
+    recovered = restarted.storage.recover()
+    assert recovered.log.end_offset >= 3
+    restarted.storage.close()

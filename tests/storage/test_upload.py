@@ -221,3 +221,27 @@ async def test_a_fenced_node_fails_its_uploads_instead_of_retrying_forever() -> 
     for future in (first, second):
         with pytest.raises(NodeEpochExpiredError):
             await asyncio.wait_for(future, 10)
+
+
+async def test_a_blocks_objects_are_built_while_their_ids_are_prepared() -> None:
+    """A closing partition's producer waits for its block's upload: the objects' bytes (which do not depend on the
+    ids) are built while the controller prepares the ids, so the upload pays the longer of the two, not both."""
+    meta = StreamMetadataStateMachine()
+    [a] = await open_streams(meta, 1)
+    release = asyncio.Event()
+    real_prepare = meta.prepare_objects
+
+    async def held_prepare(node, count, ttl_ms):  # type: ignore[no-untyped-def]
+        await release.wait()  # fault injection: the controller answers only when the test lets it
+        return await real_prepare(node, count, ttl_ms)
+
+    meta.prepare_objects = held_prepare  # type: ignore[method-assign]
+    store = MemoryObjectStore()
+    pipeline = UploadPipeline(config=CONFIG, metadata=meta, store=store, node=NODE, on_committed=_noop)
+    future = pipeline.submit(make_block(0, {a: 1_000}))
+    await eventually_async(lambda: pipeline.stats.build_seconds > 0, timeout=5, interval=0.01,
+                           what="the block's object built while its ids are still being prepared")
+    assert not await store.list("") and pipeline.stats.bytes_uploaded == 0
+    release.set()
+    await asyncio.wait_for(future, 5)
+    assert (await meta.get_streams([a]))[0].end_offset == 2 and pipeline.stats.stream_objects == 1
