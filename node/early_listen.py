@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from settings.server import ServerConfig
 from storage.config import ConfigError
-from wire.listener import bind_listening
+from wire.listening_sockets import bind_listening
 
 logger = logging.getLogger(__name__)
 
