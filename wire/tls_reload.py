@@ -22,8 +22,7 @@ import logging
 import os
 import ssl
 from collections.abc import Callable, Sequence
-
-from wire.listener import KafkaListener
+from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +44,16 @@ def stamps(paths: Sequence[str]) -> tuple[Stamp, ...]:
     return tuple(out)
 
 
+class TlsServer(Protocol):
+    """What a reloader needs of a TLS listener (a :class:`wire.listener.KafkaListener` is one): its name for the log
+    lines and the context its next handshake reads. Structural, so that this module, which
+    :mod:`settings.security` imports for :class:`ReloadingClientContext`, does not import the listener and its
+    connection, codec and metrics stack: reading a node's config needs none of it."""
+
+    listener_name: str
+    ssl_context: ssl.SSLContext | None
+
+
 class CertificateReloader:
     """Polls one TLS listener's files and installs a new context in ``listener.ssl_context`` when they change.
 
@@ -52,7 +61,7 @@ class CertificateReloader:
     no secret) when they do not load."""
 
     def __init__(
-        self, listener: KafkaListener, paths: Sequence[str], build: Callable[[], ssl.SSLContext], interval_s: float
+        self, listener: TlsServer, paths: Sequence[str], build: Callable[[], ssl.SSLContext], interval_s: float
     ) -> None:
         self.listener = listener
         self.paths = tuple(paths)
