@@ -17,9 +17,6 @@ from collections.abc import Sequence
 
 import uvloop
 
-from controller.feature_bootstrap import parse_feature
-from controller.scram_bootstrap import OPTION, parse_add_scram
-from metadata.controller_api import FeatureUpdate, ScramUpsertion
 from node.early_listen import ListeningSockets, close_all, listen_early
 from node.logging_setup import configure_logging, loop_exception_handler
 from settings.server import ServerConfig
@@ -65,17 +62,11 @@ def run_start(args: argparse.Namespace) -> int:
     try:
         configure_logging(args.log_level)
         config = ServerConfig.load(args.config, args.override)
-        scram = [parse_add_scram(text) for text in args.add_scram]
-        if scram and "broker" not in config.process_roles:
-            raise ConfigError(f"{OPTION}: give it to a broker or combined node (this node is a controller only)")
-        features = [parse_feature(text) for text in args.feature]
-        if features and "broker" not in config.process_roles:
-            raise ConfigError("--feature: give it to a broker or combined node (this node is a controller only)")
     except (ConfigError, ValueError) as exc:
         print(f"fjord: configuration error: {exc}", file=sys.stderr)
         return 1
     try:
-        return uvloop.run(_serve(config, scram, features))
+        return uvloop.run(_serve(config, args.add_scram, args.feature))
     except ConfigError as exc:
         print(f"fjord: configuration error: {exc}", file=sys.stderr)
         return 1
@@ -139,28 +130,36 @@ def _reuse_freed_memory() -> None:
         logger.debug("mallopt refused the thresholds; the C library's defaults stay")
 
 
-async def _serve(
-    config: ServerConfig, scram: Sequence[ScramUpsertion] = (), features: Sequence[FeatureUpdate] = ()
-) -> int:
+async def _serve(config: ServerConfig, add_scram: Sequence[str] = (), feature: Sequence[str] = ()) -> int:
     # The client listeners listen before anything else (node.early_listen): a client reconnecting to a restarting
     # node is then accepted, not refused, and answered once the node serves.
     listening = await listen_early(config)
     try:
-        return await _run_node(config, scram, features, listening)
+        return await _run_node(config, add_scram, feature, listening)
     finally:
         close_all(listening)
 
 
 async def _run_node(
-    config: ServerConfig,
-    scram: Sequence[ScramUpsertion],
-    features: Sequence[FeatureUpdate],
-    listening: ListeningSockets,
+    config: ServerConfig, add_scram: Sequence[str], feature: Sequence[str], listening: ListeningSockets
 ) -> int:
-    # Imported when a node starts, not when the CLI loads: the node pulls in the broker, controller and storage
-    # stacks (about a second), which `fjord --help` and a configuration error have no use for.
+    """Parses ``--add-scram`` and ``--feature`` (a ConfigError is the start's one line, as a bad config's is), then
+    runs the node until a signal stops it."""
+    # Imported once the client listeners listen, not when the CLI loads: the node pulls in the broker, controller and
+    # storage stacks (about a second), which `fjord --help` and a configuration error have no use for, and which a
+    # client reconnecting to a restarting node should not wait for to be accepted (tests/node/test_early_listen.py
+    # checks that nothing listen_early does not need comes before it). The two options' parsers are the
+    # controller's (their results are ControllerClient requests), hence imported here as well.
+    from controller.feature_bootstrap import parse_feature  # noqa: PLC0415
+    from controller.scram_bootstrap import OPTION, parse_add_scram  # noqa: PLC0415
     from node.process import Node  # noqa: PLC0415
 
+    scram = [parse_add_scram(text) for text in add_scram]
+    if scram and "broker" not in config.process_roles:
+        raise ConfigError(f"{OPTION}: give it to a broker or combined node (this node is a controller only)")
+    features = [parse_feature(text) for text in feature]
+    if features and "broker" not in config.process_roles:
+        raise ConfigError("--feature: give it to a broker or combined node (this node is a controller only)")
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exception_handler)
     stop = asyncio.Event()

@@ -1,7 +1,9 @@
 """What ``fjord server start`` imports (issue 25): a node whose configuration names no S3 bucket imports neither the
 S3 client stack (aiobotocore, botocore, aiohttp) nor Spark, and no ``fjord`` process imports hypothesis (which kio
 hooks into when it is installed). Each of those is a large part of a start's time. Nor does the shipped config's
-node import what only another kind of node or a client's later request needs (:data:`NOT_NEEDED_MODULES`).
+node import what only another kind of node or a client's later request needs (:data:`NOT_NEEDED_MODULES`), nor,
+before its client listener listens, what only the node it then starts needs (:data:`NOT_BEFORE_LISTENING`): every
+import before that delays a restarting node's reconnecting clients (``node.early_listen``).
 
 Checked on real node processes with Python's own import trace: ``PYTHONPROFILEIMPORTTIME=1`` makes the interpreter
 write one ``import time:`` line per module it imports to stderr, which ``start_broker`` keeps in the node's log. The
@@ -35,6 +37,15 @@ NOT_NEEDED_MODULES = (
     "storage.wal.s3", "storage.wal.s3_format", "re2",
     "kio.schema.consumer_protocol_subscription", "kio.schema.consumer_protocol_assignment",
 )
+#: What ``fjord server start`` imports only once its client listeners listen (node/commands/server.py): the
+#: node's stacks, kio and the metrics library, and of the wire layer the listener with its connections, codec and
+#: metrics (a listener's sockets are bound by ``wire.listening_sockets``). Each row is a module or a package.
+NOT_BEFORE_LISTENING = (
+    "node.process", "broker", "controller", "metadata", "raft", "storage.engine", "storage.metadata",
+    "wire.listener", "wire.connection", "wire.codec", "wire.schema", "wire.api_versions", "wire.metrics", "kio",
+    "prometheus_client",
+)
+_LISTENING_LINE = re.compile(r"^\S+ \S+ INFO +node\.early_listen: listener \S+ listening on ", re.MULTILINE)
 _IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| *(\S+)\s*$", re.MULTILINE)
 
 
@@ -48,6 +59,18 @@ def _imported_modules(broker: BrokerProcess) -> set[str]:
     """The modules the node imported, from its import trace (read after it stopped: complete)."""
     modules = set(_IMPORT_LINE.findall(broker.log_text()))
     assert {"broker.broker", "storage.engine"} <= modules, "no import trace in the node's log"
+    return modules
+
+
+def _imported_before_listening(broker: BrokerProcess) -> set[str]:
+    """The modules the node imported before its first client listener listened: the trace's lines before that
+    listener's log line (the interpreter writes each import's line to stderr as the import ends, and the node logs
+    each line to stderr as it happens)."""
+    log = broker.log_text()
+    listening = _LISTENING_LINE.search(log)
+    assert listening is not None, "the node never logged its client listener listening"
+    modules = set(_IMPORT_LINE.findall(log, 0, listening.start()))
+    assert {"node.early_listen", "settings.server"} <= modules, "no import trace before the listener listened"
     return modules
 
 
@@ -87,6 +110,8 @@ def test_shipped_config_node_serves_without_importing_what_it_does_not_use(
         assert broker.stop() == 0, broker.log_text()[-3000:]
     assert sorted(_imported_packages(broker) & set(NOT_NEEDED)) == []
     assert sorted(_imported_modules(broker) & set(NOT_NEEDED_MODULES)) == []
+    early = _imported_before_listening(broker)
+    assert sorted(m for m in early if any(m == p or m.startswith(f"{p}.") for p in NOT_BEFORE_LISTENING)) == []
 
 
 def test_node_with_an_s3_bucket_imports_the_s3_client(
