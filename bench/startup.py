@@ -3,12 +3,14 @@
 Each cycle starts ``python -m node.cli server start --config config/server.properties`` (its ports moved to free
 ones, its ``data/`` directories under a temporary directory), and times from the moment before the process is
 spawned to the first ApiVersions answered on its PLAINTEXT listener (a connection alone would count a listener
-bound but not yet serving). The first cycle formats a new data directory; the others restart on it after a clean
-stop, the common case of a rolling restart. ``imports`` is a separate process that only imports the node and its
-server command as ``fjord`` does (hypothesis kept out, see ``node.cli.TEST_ONLY_LIBRARIES``) and exits, the floor of
-any start. Beside each wall-clock median, ``cpu s`` is the median CPU time the node used until it answered (from
-``/proc``): on the shared 2-core development machine the wall clock mostly measures the other work running, the CPU
-time much less so.
+bound but not yet serving); ``restart -> listening`` times the same restarts to the first connection accepted (the
+client listener listens before the node imports its stacks, ``node.early_listen``: from then on a reconnecting
+client is no longer refused, bench/kill_acks.py's ``listen``). The first cycle formats a new data directory; the
+others restart on it after a clean stop, the common case of a rolling restart. ``imports`` is a separate process
+that only imports the node and its server command as ``fjord`` does (hypothesis kept out, see
+``node.cli.TEST_ONLY_LIBRARIES``) and exits, the floor of any start. Beside each wall-clock median, ``cpu s`` is the
+median CPU time the node used until it answered (from ``/proc``): on the shared 2-core development machine the wall
+clock mostly measures the other work running, the CPU time much less so.
 
 Every figure is taken twice (``--modes`` picks one). ``bytecode cached`` is a node as installed: pip compiles every
 module to bytecode at install time (here: a cache directory, ``PYTHONPYCACHEPREFIX``, filled by one import before
@@ -75,6 +77,7 @@ back).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import signal
@@ -118,6 +121,15 @@ def _port(config: Path) -> int:
     return int(found.group(1))
 
 
+def _listens(port: int) -> bool:
+    """Whether a connection to ``port`` is accepted now (the node's early client listener: ``node.early_listen``)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def _answers(port: int) -> bool:
     """Whether the broker on ``port`` answers an ApiVersions request now."""
     try:
@@ -150,21 +162,26 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime, fields 14 and 15
 
 
-def _start_once(work: Path, config: Path, log: Path, env: dict[str, str]) -> tuple[float, float]:
-    """Seconds from spawning the node to its first answer, and the CPU seconds it used until then."""
+def _start_once(work: Path, config: Path, log: Path, env: dict[str, str]) -> tuple[tuple[float, float], float]:
+    """Seconds from spawning the node to its first answer and the CPU seconds it used until then, and the seconds to
+    its client listener accepting a connection (listening, not yet serving)."""
     port = _port(config)
     cmd = [sys.executable, "-m", "node.cli", "server", "start", "--config", str(config)]
     with open(log, "ab") as out:
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=work, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            while not _answers(port):
+            listening = None
+            while listening is None or not _answers(port):
+                if listening is None and _listens(port):
+                    listening = time.monotonic() - started
+                    continue
                 if proc.poll() is not None:
                     raise SystemExit(f"the node exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
                 if time.monotonic() - started > START_TIMEOUT_S:
                     raise SystemExit(f"the node did not answer within {START_TIMEOUT_S:.0f} s")
                 time.sleep(POLL_S)
-            return time.monotonic() - started, _cpu_seconds(proc.pid)
+            return (time.monotonic() - started, _cpu_seconds(proc.pid)), listening
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
@@ -191,15 +208,16 @@ def main() -> None:
             _imports_once(env)  # fills the bytecode cache (a no-op without one)
             config = _config(work)
             log = work / "node.log"
-            first = [_start_once(work, config, log, env)]
-            restarts = [_start_once(work, config, log, env) for _ in range(args.cycles)]
+            first = [_start_once(work, config, log, env)[0]]
+            restarts, listening = zip(*(_start_once(work, config, log, env) for _ in range(args.cycles)), strict=True)
             imports = [_imports_once(env) for _ in range(args.cycles)]
         for name, values in (("first start (new data dir)", first), ("restart -> answering", restarts),
+                             ("restart -> listening", [(s, math.nan) for s in listening]),
                              ("imports only", imports)):
             label = f"{name}, {mode}"
             wall, cpu = [seconds for seconds, _ in values], [seconds for _, seconds in values]
-            print(f"{label:<44}{statistics.median(wall):>10.3f}{min(wall):>8.3f}{max(wall):>8.3f}"
-                  f"{statistics.median(cpu):>8.3f}")
+            cpu_text = "-" if any(math.isnan(seconds) for seconds in cpu) else f"{statistics.median(cpu):.3f}"
+            print(f"{label:<44}{statistics.median(wall):>10.3f}{min(wall):>8.3f}{max(wall):>8.3f}{cpu_text:>8}")
 
 if __name__ == "__main__":
     main()
