@@ -67,70 +67,148 @@ class SegmentScan:
                 break
 
 
+class _ChunkReader:
+    """Reads a segment front to back in ``READ_CHUNK`` pieces, one piece ahead: as soon as a piece is handed out,
+    the read of the next one starts in a worker thread (``pread`` releases the GIL), so reading the next 8 MiB
+    overlaps scanning the current one on the event loop instead of following it. Each read starts where the
+    previous one ended, so a short read costs nothing but another read; an empty piece means the segment (or the
+    ``limit`` a sealed segment must not read past) has ended. Owns ``fd``: :meth:`close` closes it once no read is
+    running in a thread any more."""
+
+    __slots__ = ("_fd", "_limit", "_loop", "_offset", "_pending")
+
+    def __init__(self, fd: int, limit: int | None) -> None:
+        self._fd = fd
+        self._limit = limit
+        self._offset = 0
+        self._loop = asyncio.get_running_loop()
+        self._pending: asyncio.Future[bytes] | None = None
+        self._start()
+
+    def _start(self) -> None:
+        want = READ_CHUNK if self._limit is None else min(READ_CHUNK, self._limit - self._offset)
+        if want > 0:
+            self._pending = self._loop.run_in_executor(None, os.pread, self._fd, want, self._offset)
+
+    async def next(self) -> bytes:
+        pending = self._pending
+        if pending is None:
+            return b""
+        # Shielded: a cancelled recovery must not forget a read still running on the fd (close() waits for it).
+        chunk = await asyncio.shield(pending)
+        self._pending = None
+        if chunk:
+            self._offset += len(chunk)
+            self._start()
+        return chunk
+
+    def close(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None or pending.done():
+            if pending is not None and not pending.cancelled():
+                pending.exception()  # a read-ahead nobody waited for: its error does not matter any more
+            os.close(self._fd)
+            return
+
+        def close_after(read: asyncio.Future[bytes]) -> None:
+            if not read.cancelled():
+                read.exception()
+            os.close(self._fd)
+
+        pending.add_done_callback(close_after)
+
+
+def _missing(partial: bytes | bytearray) -> int:
+    """Bytes still missing from a record whose start ``partial`` is; only called once a scan of ``partial`` stopped
+    as truncated, so a whole header in it has passed its CRC and length checks."""
+    if len(partial) < walrecord.HEADER_SIZE:
+        return walrecord.HEADER_SIZE - len(partial)
+    _magic, body_length, *_ = walrecord.HEADER.unpack_from(partial)
+    return int(walrecord.HEADER_SIZE + body_length - len(partial))
+
+
 async def _scan_segment(
     segment: Segment, trim: int, decode: bool, following: Segment | None
 ) -> AsyncIterator[WALRecord | _SegmentEnd]:
     """Yields the segment's intact records, then where they end. A sealed segment (one with a ``following``
     segment) must be intact up to exactly where that one starts; the last segment ends wherever its records stop.
-    Reads in chunks so recovery memory stays bounded by the chunk (or the largest record)."""
+    Reads in chunks (one read ahead, :class:`_ChunkReader`) so recovery memory stays bounded by two chunks (plus
+    the largest record)."""
     where = f"WAL segment {segment.path}"
     limit = None if following is None else following.base_offset - segment.base_offset
+
+    def scanner_at(buf: bytes | bytearray | memoryview, position: int) -> RecordScanner:
+        return RecordScanner(
+            buf,
+            segment.base_offset + position,
+            where=where,
+            skip_below=trim if decode else _NEVER,
+            verify_skipped_bodies=not decode,
+        )
+
     try:
         fd = await asyncio.to_thread(os.open, segment.path, os.O_RDONLY)
     except OSError as exc:
         raise WALError(f"{where}: cannot open for recovery: {exc.strerror}") from exc
+    reader = _ChunkReader(fd, limit)
     try:
-        # Each read starts where the intact records scanned so far end, so the bytes of a record cut by the previous
-        # chunk are read again (a small read from the page cache) instead of the whole chunk being copied onto them:
-        # that copy was a third of a 500 MiB tail's recovery on the event loop.
-        consumed = 0  # bytes of the file before ``buf``
-        buf: bytes | memoryview = b""
+        consumed = 0  # bytes of the segment holding the intact records scanned so far
+        # The start of a record the previous chunk cut off (at ``consumed``): completed from the next chunk and
+        # scanned on its own, so only that record's bytes are copied, never the chunk.
+        partial: bytearray | None = None
+        stop = walrecord.ScanStop(StopReason.END, 0, segment.base_offset)  # an empty segment
         while True:
-            leftover = len(buf)  # bytes at ``consumed`` the last scan could not use (the start of a cut record)
-            want = READ_CHUNK
-            if leftover >= walrecord.HEADER_SIZE:
-                # A record bigger than a chunk: read the rest of it at once.
-                _magic, body_length, *_ = walrecord.HEADER.unpack_from(buf)
-                want = max(want, walrecord.HEADER_SIZE + body_length)
-            if limit is not None:
-                want = min(want, limit - consumed)
-            buf = await asyncio.to_thread(os.pread, fd, want, consumed) if want > 0 else b""
-            eof = len(buf) <= leftover  # nothing past what the last scan already had
-            scanner = RecordScanner(
-                buf,
-                segment.base_offset + consumed,
-                where=where,
-                skip_below=trim if decode else _NEVER,
-                verify_skipped_bodies=not decode,
-            )
+            chunk = await reader.next()
+            if not chunk:
+                break  # the segment ends (a record still cut off is a torn tail)
+            view = memoryview(chunk)
+            start = 0  # bytes of ``view`` already used to complete ``partial``
+            while partial is not None and start < len(view):
+                taken = view[start : start + _missing(partial)]
+                partial += taken
+                start += len(taken)
+                scanner = scanner_at(partial, consumed)
+                for rec in scanner:
+                    yield rec
+                assert scanner.stop is not None
+                stop = scanner.stop
+                del scanner  # its view of ``partial`` would stop the bytearray from growing
+                if stop.reason is StopReason.END:
+                    consumed += len(partial)
+                    partial = None
+                elif not stop.reason.truncated:
+                    break  # the cut record is corrupt
+            if partial is not None and not stop.reason.truncated:
+                break
+            if partial is not None:
+                continue  # a record longer than this chunk: the next one has more of it
+            scanner = scanner_at(view[start:], consumed)
             for rec in scanner:
                 yield rec
+            assert scanner.stop is not None
             stop = scanner.stop
-            assert stop is not None
             consumed += scanner.position
-            buf = memoryview(buf)[scanner.position :]
-            if (stop.reason is StopReason.END or stop.reason.truncated) and not eof:
-                continue
-            if limit is None:
-                _log_tail(where, stop)
-                yield _SegmentEnd(consumed, complete=True)
-            elif consumed == limit:
-                yield _SegmentEnd(consumed, complete=True)
-            else:
-                reason = stop.describe(where) if stop.reason is not StopReason.END else (
-                    f"{where}: ends at byte {consumed}"
-                )
-                assert following is not None
-                logger.error(
-                    "%s, but the next segment %s starts at offset %d; recovery keeps the %d intact bytes before "
-                    "it and sets later segments aside", reason, following.path, following.base_offset, consumed,
-                )
-                yield _SegmentEnd(consumed, complete=False)
-            return
+            if stop.reason.truncated:
+                partial = bytearray(view[start + scanner.position :])
+            elif stop.reason is not StopReason.END:
+                break
+        if limit is None:
+            _log_tail(where, stop)
+            yield _SegmentEnd(consumed, complete=True)
+        elif consumed == limit:
+            yield _SegmentEnd(consumed, complete=True)
+        else:
+            reason = stop.describe(where) if stop.reason is not StopReason.END else f"{where}: ends at byte {consumed}"
+            assert following is not None
+            logger.error(
+                "%s, but the next segment %s starts at offset %d; recovery keeps the %d intact bytes before "
+                "it and sets later segments aside", reason, following.path, following.base_offset, consumed,
+            )
+            yield _SegmentEnd(consumed, complete=False)
     except OSError as exc:
         raise WALError(f"{where}: read failed during recovery: {exc.strerror}") from exc
     finally:
-        os.close(fd)
+        reader.close()
 
 
 def _log_tail(where: str, stop: walrecord.ScanStop) -> None:
