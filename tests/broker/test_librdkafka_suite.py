@@ -47,6 +47,12 @@ RACES_THE_CLIENTS_TIMERS = {
     # expected 5"), after passing in the runs before it.
     "0061": "a statistics event emitted between a message's delivery and the store of its offset reports a lag one "
     "higher than the test computed",
+    # 0102 static_group_rebalance (on :data:`NEEDS_REBALANCE_DELAY`'s node) blocks a static member for exactly its
+    # max.poll.interval.ms plus its session.timeout.ms (9 s + 6 s), then expects one rebalance with both members: the
+    # node's session timer and the member's rejoin race. Seen once: the node expired the session and ended a
+    # generation with the other member alone 8 ms before the rejoin, so that member was revoked a second time.
+    "0102": "a static member blocked for exactly max.poll.interval.ms plus session.timeout.ms races the node's "
+    "session timer with its rejoin",
 }
 
 #: Tests that skip themselves when ``CI`` is set (their measurements are "not reliable on CI"), so they run without
@@ -239,8 +245,8 @@ def suite_conf(suite_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFac
     return write_suite_conf(tmp_path_factory.mktemp("librdkafka") / "test.conf", suite_broker.bootstrap)
 
 
-def run_allowlisted(test_id: str, suite_conf: Path) -> SuiteResult:
-    """Runs one allowlisted test, and again after a failure if it is one of :data:`RACES_THE_CLIENTS_TIMERS` or
+def run_with_reruns(test_id: str, suite_conf: Path) -> SuiteResult:
+    """Runs one test, and again after a failure if it is one of :data:`RACES_THE_CLIENTS_TIMERS` or
     :data:`MEASURES_LATENCY` (at most :data:`RERUNS` more times)."""
     unset = ("CI",) if test_id in MEASURES_LATENCY else ()
     ok, summary, output = run_suite_test(test_id, suite_conf, unset, quick=test_id in QUICK_MODE)
@@ -279,7 +285,7 @@ def waiting_tests(
     try:
         for test_id in MOSTLY_WAITS:
             if test_id in selected:
-                runs.start(test_id, functools.partial(run_allowlisted, test_id, suite_conf))
+                runs.start(test_id, functools.partial(run_with_reruns, test_id, suite_conf))
         yield runs
     finally:
         runs.close()
@@ -296,7 +302,7 @@ def test_waiting_librdkafka_test_passes(test_id: str, waiting_tests: SideBySide,
 @pytest.mark.slow
 @pytest.mark.parametrize("test_id", [test_id for test_id in allowlisted() if test_id not in MOSTLY_WAITS])
 def test_librdkafka_test_passes(test_id: str, suite_conf: Path, suite_broker: BrokerProcess) -> None:
-    assert_passed(run_allowlisted(test_id, suite_conf), suite_broker)
+    assert_passed(run_with_reruns(test_id, suite_conf), suite_broker)
 
 
 @pytest.fixture(scope="module")
@@ -325,8 +331,7 @@ def test_librdkafka_test_passes_with_kafkas_rebalance_delay(
     test_id: str, delayed_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     suite_conf = write_suite_conf(tmp_path / "test.conf", delayed_broker.bootstrap)
-    ok, summary, output = run_suite_test(test_id, suite_conf)
-    assert ok, f"{summary}\n{output}\n--- broker log ---\n{delayed_broker.log_text()[-3000:]}"
+    assert_passed(run_with_reruns(test_id, suite_conf), delayed_broker)
 
 
 @pytest.mark.slow
@@ -362,7 +367,8 @@ def test_librdkafka_test_passes_on_a_secured_listener(
 
 
 def test_only_allowlisted_tests_get_a_second_run() -> None:
-    assert set(RACES_THE_CLIENTS_TIMERS) <= set(allowlisted()), "a rerun entry names a test that no longer runs"
+    runs = set(allowlisted()) | set(NEEDS_REBALANCE_DELAY)
+    assert set(RACES_THE_CLIENTS_TIMERS) <= runs, "a rerun entry names a test that no longer runs"
     assert set(MEASURES_LATENCY) <= set(allowlisted()), "a latency entry names a test that no longer runs"
     assert not set(NEEDS_AUTHORIZER) & set(allowlisted()), "a test runs on both nodes"
     others = set(allowlisted()) | set(NEEDS_AUTHORIZER) | set(NEEDS_SECURITY)
