@@ -1,13 +1,17 @@
 """Running one test of librdkafka's own suite (2.0.2, from Debian's source package, built by
 ``scripts/build-librdkafka-tests.sh``) against a Fjord node or cluster: shared by the single-node allowlist run
-(tests/broker/test_librdkafka_suite.py) and the tests that need three brokers (tests/cluster/)."""
+(tests/broker/test_librdkafka_suite.py) and the tests that need three brokers (tests/cluster/). Tests that mostly
+wait can run side by side (:class:`SideBySide`), as librdkafka's own runner runs up to five at once against one
+cluster: every test makes its own randomly named topics and groups."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,3 +79,37 @@ def run_suite_test(
     failed = [name for name, status in results.items() if status == "FAILED"]
     ok = done.returncode == 0 and bool(passed) and not failed
     return ok, f"librdkafka test {test_id}: exit {done.returncode}, passed {passed}, failed {failed}", output[-4000:]
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """How one librdkafka test went: its last run (as :func:`run_suite_test` returns it) and the summaries and
+    output tails of the failed runs before it, if it was run again."""
+
+    ok: bool
+    summary: str
+    output: str
+    earlier_failures: tuple[str, ...] = ()
+
+
+class SideBySide:
+    """Runs librdkafka tests, each in its own test-runner process, at most ``width`` at once, in the order they are
+    started; each pytest case then takes its own test's result. Started in that order and by a pool that takes the
+    next test as soon as one ends, a test starts before the ones after it end, so a case that waits for its results in
+    the same order waits no longer than its own test runs (pytest's per-test timeout still holds)."""
+
+    def __init__(self, width: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="librdkafka-suite")
+        self._runs: dict[str, Future[SuiteResult]] = {}
+
+    def start(self, test_id: str, run: Callable[[], SuiteResult]) -> None:
+        self._runs[test_id] = self._pool.submit(run)
+
+    def result(self, test_id: str) -> SuiteResult:
+        """``test_id``'s result, once its test has ended (it was started with the others, see :meth:`start`)."""
+        return self._runs[test_id].result()
+
+    def close(self) -> None:
+        """Drops the tests not yet started and waits for the running ones (each ends within ``TIMEOUT_S``), so
+        that none still runs when its broker stops."""
+        self._pool.shutdown(wait=True, cancel_futures=True)

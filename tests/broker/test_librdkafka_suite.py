@@ -4,14 +4,16 @@ These are the conformance tests librdkafka's authors run against Apache Kafka. `
 this file lists the ones Fjord must pass on a node configured like the suite's "default" scenario but with no initial
 rebalance delay (:data:`SUITE_NODE`); the few that need ACLs (:data:`NEEDS_AUTHORIZER`) run against a second node with
 an authorizer, which also serves the SSL and SASL listeners of the tests that need one (:data:`NEEDS_SECURITY`), and
-the one that needs Kafka's initial rebalance delay (:data:`NEEDS_REBALANCE_DELAY`) against a third node that has it.
-Each runs as its own pytest case so a regression names the test. The suite is built by
+the two that need Kafka's initial rebalance delay (:data:`NEEDS_REBALANCE_DELAY`) against a third node that has it.
+Each runs as its own pytest case so a regression names the test; the allowlist's tests that mostly wait
+(:data:`MOSTLY_WAITS`) run side by side, before its others. The suite is built by
 ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 from settings.security import STANDARD_AUTHORIZER
 from testkit.node_process import BrokerProcess, start_broker
 from testkit.tls_certs import CertificateAuthority
-from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
+from tests.librdkafka_suite import NOT_BUILT, RUNNER, SideBySide, SuiteResult, run_suite_test, write_suite_conf
 from tests.trivup_certs import TrivupClientCertificate, write_trivup_client_certificate
 
 ALLOWLIST = Path(__file__).with_name("librdkafka_allowlist.txt")
@@ -45,6 +47,12 @@ RACES_THE_CLIENTS_TIMERS = {
     # expected 5"), after passing in the runs before it.
     "0061": "a statistics event emitted between a message's delivery and the store of its offset reports a lag one "
     "higher than the test computed",
+    # 0102 static_group_rebalance (on :data:`NEEDS_REBALANCE_DELAY`'s node) blocks a static member for exactly its
+    # max.poll.interval.ms plus its session.timeout.ms (9 s + 6 s), then expects one rebalance with both members: the
+    # node's session timer and the member's rejoin race. Seen once: the node expired the session and ended a
+    # generation with the other member alone 8 ms before the rejoin, so that member was revoked a second time.
+    "0102": "a static member blocked for exactly max.poll.interval.ms plus session.timeout.ms races the node's "
+    "session timer with its rejoin",
 }
 
 #: Tests that skip themselves when ``CI`` is set (their measurements are "not reliable on CI"), so they run without
@@ -71,6 +79,65 @@ QUICK_MODE = {
     "0081": "its second pass repeats every subtest through a consumer handle",
 }
 
+#: How many of :data:`MOSTLY_WAITS`' tests run at once (:class:`~tests.librdkafka_suite.SideBySide`): four use about
+#: half a core in all (0076's socket emulator most of it), and cut the 450 s they take one after another to about 120.
+SIDE_BY_SIDE = 4
+
+#: Allowlisted tests that spend nearly all their time waiting (for sessions and poll intervals to expire, for socket
+#: delays they inject, in sleeps), so they run side by side on the allowlist's node, :data:`SIDE_BY_SIDE` at once,
+#: before its other tests, which never share the node with them. Measured serially on a loaded 2-core machine
+#: (seconds; CPU = the test-runner's and the node's CPU seconds during the test): together 450 s and under 40 s of
+#: CPU, 25 of them 0076's. librdkafka's own runner runs up to five tests at once
+#: against one cluster (three on CI), and every test names its own topics and groups from random ids, so none of
+#: these sees another's data. Left serial: the tests that race the client's timers or measure latency (above), those
+#: that assert a duration or a deadline of a few seconds (0001, 0018, 0019, 0084, 0114, 0118, 0123, 0125, 0137),
+#: those that use the CPU (0011, 0030, 0038, 0041, 0048) and the short ones (under 10 s each: little to gain). Kept in
+#: the order they start, longest first.
+MOSTLY_WAITS = {
+    # 0076 produce_retry (65 s, 25 s CPU: the socket emulator's thread): retries through a 3 s socket delay that
+    # its own client injects, 12 s in all, then through a disconnect; deadlines of its own client's timers with 2 s
+    # of slack, which a node busy with three other waiting tests does not approach.
+    "0076": "sleeps through a socket delay its own client injects, then a disconnect",
+    # 0091 max_poll_interval_timeout (62 s, 1 s CPU): two consumers each sleep 10 s per message to show that a
+    # max.poll.interval.ms of 20 s, longer than socket.timeout.ms, keeps the group stable.
+    "0091": "its consumers sleep 10 s per message against a 20 s max.poll.interval.ms",
+    # 0094 idempotence_msg_timeout (54 s, 2 s CPU): messages time out behind a 10 s socket delay of its own client
+    # (twice message.timeout.ms) until the delay is lifted at 15 s; it then checks what was delivered.
+    "0094": "waits out a 10 s socket delay of its own client, twice the message timeout",
+    # 0026 consume_pause (48 s, 1 s CPU): pauses and resumes partitions of its own group across rebalances and a 2 s
+    # settle, waiting for assignments and end-of-partition events of a 6 s session.
+    "0026": "waits for its own group's rebalances and a 2 s settle around pause and resume",
+    # 0122 buffer_cleaning_after_rebalance (39 s, 2 s CPU): a batch consume waits its whole 12 s timeout across a
+    # rebalance (it asks for more messages than exist), twice; the rebalance of its own group must end in that time.
+    "0122": "each batch consume waits its whole 12 s timeout across a rebalance of its own group",
+    # 0033 regex_subscribe (35 s, 1 s CPU): subscribes its own groups to regexes naming only its own topics (the
+    # group id is in the regex) and waits for each assignment and revocation.
+    "0033": "waits for assignments of regex subscriptions that match only its own topics",
+    # 0093 holb_consumer (27 s, under 1 s CPU): one consumer sleeps 5 s while the second joins and polls for 10 s,
+    # showing that the rebalance waits for the first's next poll.
+    "0093": "its consumers sleep 5 s and poll 10 s while its own group rebalances",
+    # 0088 produce_metadata_timeout (26 s, 1 s CPU): its client refuses connections for 15 s so that its metadata
+    # expires, then sleeps 3 s and delivers within two 5 s lingers.
+    "0088": "its client refuses connections for 15 s, then sleeps 3 s",
+    # 0068 produce_timeout (23 s, under 1 s CPU): every message times out (2 s) behind a 10 s socket delay its own
+    # client injects.
+    "0068": "its messages time out behind a 10 s socket delay its own client injects",
+    # 0049 consume_conn_close (16 s, under 1 s CPU): its client's network is down for 10 s, past the 6 s session, then
+    # it consumes the rest of its own topic.
+    "0049": "its client's network is down for 10 s, past its session",
+    # 0069 consumer_add_parts (16 s, under 1 s CPU): after adding partitions, polls 10 s to show its consumer keeps
+    # working.
+    "0069": "polls for 10 s after adding partitions to its own topic",
+    # 0045 subscribe_update (16 s, under 1 s CPU): waits 10 s to see that a topic outside its regex causes no
+    # rebalance.
+    "0045": "waits 10 s for no rebalance when a topic outside its own regex appears",
+    # 0051 assign_adds (13 s, under 1 s CPU): after unassigning a topic, polls 9 s to see no message of it.
+    "0051": "polls 9 s to see no message from a topic it unassigned",
+    # 0050 subscribe_adds (13 s, under 1 s CPU): consumes its own topics as its subscription grows, end of partitions
+    # awaited by polls.
+    "0050": "waits for its own subscription's assignments as it grows",
+}
+
 #: The allowlist's node: what the suite's "default" scenario needs (4 partitions per auto-created topic), and no
 #: initial rebalance delay, as Kafka's own config/server.properties ships for development and testing. With Kafka's
 #: 3 s default every new group waits 3 s before its first assignment, against Kafka as against Fjord: the ~20 groups
@@ -85,6 +152,13 @@ NEEDS_REBALANCE_DELAY = {
     # group's first generation. The delay holds that generation open for the second; without it the first member is
     # assigned every partition alone, then revoked when the second joins, which the test refuses.
     "0102": "both static members must be assigned in the group's first generation",
+    # 0089 max_poll_interval: two consumers of a one-partition topic subscribe one after the other; the one that gets
+    # the first message stops polling, and the other must get a message only after max.poll.interval.ms (10 s). The
+    # delay puts both in the first generation; without it the first is assigned the partition alone, and the second's
+    # join moves it whenever the range assignor orders the second's random member id first (seen: "Consumer 1: did
+    # not expect message for at least 7181ms").
+    "0089": "both consumers must be in the group's first generation, so that the partition moves only when "
+    "max.poll.interval.ms expires",
 }
 
 #: The authorizer node: :data:`SUITE_NODE` with Kafka's StandardAuthorizer and the suite's plaintext clients
@@ -178,19 +252,64 @@ def suite_conf(suite_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFac
     return write_suite_conf(tmp_path_factory.mktemp("librdkafka") / "test.conf", suite_broker.bootstrap)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("test_id", allowlisted())
-def test_librdkafka_test_passes(test_id: str, suite_conf: Path, suite_broker: BrokerProcess) -> None:
+def run_with_reruns(test_id: str, suite_conf: Path) -> SuiteResult:
+    """Runs one test, and again after a failure if it is one of :data:`RACES_THE_CLIENTS_TIMERS` or
+    :data:`MEASURES_LATENCY` (at most :data:`RERUNS` more times)."""
     unset = ("CI",) if test_id in MEASURES_LATENCY else ()
     ok, summary, output = run_suite_test(test_id, suite_conf, unset, quick=test_id in QUICK_MODE)
     reason = RACES_THE_CLIENTS_TIMERS.get(test_id) or MEASURES_LATENCY.get(test_id)
+    earlier: list[str] = []
     for _ in range(RERUNS if reason else 0):
         if ok:
             break
-        # Printed, so pytest keeps each failed attempt's output in the captured log of the test.
-        print(f"{summary}; running it again ({reason})\n{output[-2000:]}")
+        earlier.append(f"{summary}; running it again ({reason})\n{output[-2000:]}")
         ok, summary, output = run_suite_test(test_id, suite_conf, unset, quick=test_id in QUICK_MODE)
-    assert ok, f"{summary}\n{output}\n--- broker log ---\n{suite_broker.log_text()[-3000:]}"
+    return SuiteResult(ok, summary, output, tuple(earlier))
+
+
+def assert_passed(result: SuiteResult, broker: BrokerProcess, note: str = "") -> None:
+    for failure in result.earlier_failures:
+        # Printed, so pytest keeps each failed attempt's output in the captured log of the test.
+        print(failure)
+    log = broker.log_text()[-3000:]
+    assert result.ok, f"{result.summary}{note}\n{result.output}\n--- broker log ---\n{log}"
+
+
+@pytest.fixture(scope="module")
+def waiting_tests(
+    request: pytest.FixtureRequest, suite_conf: Path, suite_broker: BrokerProcess
+) -> Iterator[SideBySide]:
+    """:data:`MOSTLY_WAITS`' tests that this session runs, all started at once on the allowlist's node, at most
+    :data:`SIDE_BY_SIDE` running together, in :data:`MOSTLY_WAITS`' order (the order of their pytest cases)."""
+    selected = {
+        item.callspec.params["test_id"]
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.module is request.module
+        and item.originalname == "test_waiting_librdkafka_test_passes"
+    }
+    runs = SideBySide(SIDE_BY_SIDE)
+    try:
+        for test_id in MOSTLY_WAITS:
+            if test_id in selected:
+                runs.start(test_id, functools.partial(run_with_reruns, test_id, suite_conf))
+        yield runs
+    finally:
+        runs.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("test_id", list(MOSTLY_WAITS))
+def test_waiting_librdkafka_test_passes(test_id: str, waiting_tests: SideBySide, suite_broker: BrokerProcess) -> None:
+    """Runs before the allowlist's other tests, which therefore never share the node with these."""
+    note = f" (run side by side with up to {SIDE_BY_SIDE - 1} others of MOSTLY_WAITS: {MOSTLY_WAITS[test_id]})"
+    assert_passed(waiting_tests.result(test_id), suite_broker, note)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("test_id", [test_id for test_id in allowlisted() if test_id not in MOSTLY_WAITS])
+def test_librdkafka_test_passes(test_id: str, suite_conf: Path, suite_broker: BrokerProcess) -> None:
+    assert_passed(run_with_reruns(test_id, suite_conf), suite_broker)
 
 
 @pytest.fixture(scope="module")
@@ -219,8 +338,7 @@ def test_librdkafka_test_passes_with_kafkas_rebalance_delay(
     test_id: str, delayed_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     suite_conf = write_suite_conf(tmp_path / "test.conf", delayed_broker.bootstrap)
-    ok, summary, output = run_suite_test(test_id, suite_conf)
-    assert ok, f"{summary}\n{output}\n--- broker log ---\n{delayed_broker.log_text()[-3000:]}"
+    assert_passed(run_with_reruns(test_id, suite_conf), delayed_broker)
 
 
 @pytest.mark.slow
@@ -256,10 +374,17 @@ def test_librdkafka_test_passes_on_a_secured_listener(
 
 
 def test_only_allowlisted_tests_get_a_second_run() -> None:
-    assert set(RACES_THE_CLIENTS_TIMERS) <= set(allowlisted()), "a rerun entry names a test that no longer runs"
+    runs = set(allowlisted()) | set(NEEDS_REBALANCE_DELAY)
+    assert set(RACES_THE_CLIENTS_TIMERS) <= runs, "a rerun entry names a test that no longer runs"
     assert set(MEASURES_LATENCY) <= set(allowlisted()), "a latency entry names a test that no longer runs"
     assert not set(NEEDS_AUTHORIZER) & set(allowlisted()), "a test runs on both nodes"
     others = set(allowlisted()) | set(NEEDS_AUTHORIZER) | set(NEEDS_SECURITY)
     assert not set(NEEDS_REBALANCE_DELAY) & others, "a test runs twice"
     assert not set(NEEDS_SECURITY) & (set(allowlisted()) | set(NEEDS_AUTHORIZER)), "a test runs twice"
     assert set(QUICK_MODE) <= set(allowlisted()) | set(NEEDS_AUTHORIZER), "a quick entry names a test that never runs"
+
+
+def test_only_tests_that_mostly_wait_run_side_by_side() -> None:
+    assert set(MOSTLY_WAITS) <= set(allowlisted()), "a side-by-side entry names a test that is not allowlisted"
+    timed = set(RACES_THE_CLIENTS_TIMERS) | set(MEASURES_LATENCY)
+    assert not set(MOSTLY_WAITS) & timed, "a test that races timers or measures latency runs alongside others"
