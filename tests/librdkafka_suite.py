@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,7 +106,11 @@ class SideBySide:
         self._runs[test_id] = self._pool.submit(run)
 
     def result(self, test_id: str) -> SuiteResult:
-        """``test_id``'s result, once its test has ended (it was started with the others, see :meth:`start`)."""
+        """``test_id``'s result, once its test has ended (it was started with the others, see :meth:`start`). The
+        last test started returns only once every test has ended: a test started before it may still run, and
+        what follows the last case must not share the node with any of them."""
+        if test_id == next(reversed(self._runs)):
+            wait(self._runs.values())
         return self._runs[test_id].result()
 
     def close(self) -> None:
