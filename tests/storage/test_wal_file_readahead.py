@@ -26,6 +26,18 @@ async def small_records(path: Path) -> list[WALRecord]:
     return await write(path, [batch(i % 3, i, rng.choice([1, 20, 90, 150, 400])) for i in range(8)])
 
 
+async def one_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> tuple[Path, list[WALRecord], Path, int, int]:
+    """A WAL of :func:`small_records` in one segment, recovered ``chunk`` bytes at a time from here on: its
+    directory, records, segment file, the segment's base offset and size."""
+    monkeypatch.setattr(wal_recovery, "READ_CHUNK", chunk)
+    original = tmp_path / "original"
+    written = await small_records(original)
+    (segment,) = segment_files(original)
+    return original, written, segment, int(segment.stem), segment.stat().st_size
+
+
 def cuts(size: int, chunk: int, written: list[WALRecord], base: int) -> list[int]:
     """Every byte around a chunk boundary or a record boundary, and a few others."""
     records = {size} | {r.offset - base for r in written}
@@ -39,12 +51,7 @@ def cuts(size: int, chunk: int, written: list[WALRecord], base: int) -> list[int
 async def test_a_tail_torn_anywhere_keeps_exactly_the_whole_records_before_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    monkeypatch.setattr(wal_recovery, "READ_CHUNK", chunk)
-    original = tmp_path / "original"
-    written = await small_records(original)
-    (segment,) = segment_files(original)
-    base = int(segment.stem)
-    size = segment.stat().st_size
+    original, written, segment, base, size = await one_segment(tmp_path, monkeypatch, chunk)
     for cut in cuts(size, chunk, written, base):
         trial = tmp_path / f"cut-{cut}"
         shutil.copytree(original, trial)
@@ -63,12 +70,7 @@ async def test_a_tail_torn_anywhere_keeps_exactly_the_whole_records_before_it(
 async def test_a_flipped_byte_anywhere_keeps_exactly_the_records_before_the_damaged_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    monkeypatch.setattr(wal_recovery, "READ_CHUNK", chunk)
-    original = tmp_path / "original"
-    written = await small_records(original)
-    (segment,) = segment_files(original)
-    base = int(segment.stem)
-    size = segment.stat().st_size
+    original, written, segment, base, size = await one_segment(tmp_path, monkeypatch, chunk)
     for position in cuts(size - 1, chunk, written, base):
         trial = tmp_path / f"flip-{position}"
         shutil.copytree(original, trial)
