@@ -172,6 +172,9 @@ async def test_an_observer_applies_a_commit_while_it_still_writes_the_one_before
         await driver.start()
     leader, observer = drivers[1], drivers[9]
     try:
+        # The single voter elects itself after its election timeout; the observer learns of it by fetching.
+        assert await leader.wait_for_leader(timeout=5) == 1
+        assert await observer.wait_for_leader(timeout=5) == 1
         await leader.propose([b"warm-up"])
         await eventually_async(lambda: b"warm-up" in applied[9], timeout=5, interval=0.01,
                                what="the observer to follow the leader")
