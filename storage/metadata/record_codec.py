@@ -82,7 +82,8 @@ def decode_record(data: bytes | memoryview) -> MetadataRecord:
             f"{cls.VERSION}"
         )
     try:
-        body = json.loads(bytes(data[_HEADER.size :]))
+        # Text, not bytes: json.loads would otherwise sniff each body's encoding first (UTF-8 is the only one).
+        body = json.loads(str(data[_HEADER.size :], "utf-8"))
         return typing.cast(MetadataRecord, from_json(cls, body))
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise RecordDecodeError(f"metadata record {cls.__name__} (type {type_id}) is malformed: {exc}") from None

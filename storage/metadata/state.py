@@ -93,24 +93,32 @@ class Placement:
 
 
 class StreamIndex:
-    """A stream's committed objects ordered by offset, for ``get_objects`` without scanning."""
+    """A stream's committed objects ordered by offset, for ``get_objects`` without scanning.
 
-    __slots__ = ("_ends", "_items")
+    ``_placed`` finds an object's placements by id, so a removal (every compaction and retention sweep removes
+    objects, and a restart replays all of them) bisects to them instead of rebuilding the stream's whole list."""
+
+    __slots__ = ("_ends", "_items", "_placed")
 
     def __init__(self) -> None:
         self._items: list[Placement] = []
         self._ends: list[int] = []
+        self._placed: dict[int, list[Placement]] = {}
 
     def add(self, placement: Placement) -> None:
         i = bisect.bisect_left(self._ends, placement.end)
         self._items.insert(i, placement)
         self._ends.insert(i, placement.end)
+        self._placed.setdefault(placement.object_id, []).append(placement)
 
     def remove(self, object_id: int) -> None:
-        keep = [p for p in self._items if p.object_id != object_id]
-        if len(keep) != len(self._items):
-            self._items = keep
-            self._ends = [p.end for p in keep]
+        for placement in self._placed.pop(object_id, ()):
+            # Placements sharing an end sit side by side from bisect_left: find this one among them.
+            i = bisect.bisect_left(self._ends, placement.end)
+            while self._items[i] is not placement:
+                i += 1
+            del self._items[i]
+            del self._ends[i]
 
     def from_offset(self, offset: int) -> Iterable[Placement]:
         """Placements ending after ``offset``, in offset order."""
