@@ -20,7 +20,7 @@ from controller.rpc.transport import NetworkTransport
 from metadata.controller_api import ImageListener
 from metadata.errors import NotControllerError
 from metadata.image import MetadataImage
-from metadata.log import decode_metadata_records, encode_metadata_records
+from metadata.log import SnapshotPolicy, decode_metadata_records, encode_metadata_records, wall_ms
 from raft.core import RaftConfig
 from raft.driver import RaftDriver
 from raft.log import LogEntry, SnapshotId
@@ -86,9 +86,10 @@ class MetadataReplica:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._started = False
         # The observer's log would grow without bound: like the controllers, snapshot the replayed state after
-        # this many bytes of entries, and Raft drops the log below the snapshot.
-        self._snapshot_after_bytes = int(config.value("metadata.log.max.record.bytes.between.snapshots"))
+        # so many bytes of entries or so long (SnapshotPolicy), and Raft drops the log below the snapshot.
+        self._snapshot_policy = SnapshotPolicy.of(config)
         self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = wall_ms()  # as Kafka's SnapshotGenerator: the interval counts from the start
         self._snapshot_pending = False
         self._snapshot_task: asyncio.Task[None] | None = None
         request_ms = int(config.value("controller.quorum.request.timeout.ms"))
@@ -141,7 +142,8 @@ class MetadataReplica:
             self.controller.replay(records, entry.offset)
             self._bytes_since_snapshot += len(entry.data)
         self._note_leader()
-        if self._bytes_since_snapshot >= self._snapshot_after_bytes and not self._snapshot_pending:
+        due = self._snapshot_policy.due(self._bytes_since_snapshot, self._last_snapshot_ms, wall_ms())
+        if due and not self._snapshot_pending:
             self._snapshot_pending = True
             asyncio.get_running_loop().call_soon(self._snapshot)
 
@@ -150,6 +152,7 @@ class MetadataReplica:
         end = self.applied_end
         data = encode_metadata_records(self.controller.snapshot_records())
         self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = wall_ms()
         task = asyncio.get_running_loop().create_task(self._hand_over_snapshot(end, data))
         self._snapshot_task = task
 

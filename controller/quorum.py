@@ -16,9 +16,10 @@ once (:class:`~metadata.errors.NotControllerError`); writes it had in flight fai
 driver reports the role change, so the client retries on the new leader.
 
 Snapshots: when the entries applied since the last snapshot exceed
-``metadata.log.max.record.bytes.between.snapshots`` and no proposal is in flight (so the state is exactly the
-applied prefix), the state's records become a Raft snapshot; Raft then drops the log below it and ships the
-snapshot to voters or observers that fall behind it.
+``metadata.log.max.record.bytes.between.snapshots`` or the last snapshot (or the start) is
+``metadata.log.max.snapshot.interval.ms`` old with entries applied since (``metadata.log.SnapshotPolicy``), and no
+proposal is in flight (so the state is exactly the applied prefix), the state's records become a Raft snapshot;
+Raft then drops the log below it and ships the snapshot to voters or observers that fall behind it.
 
 Broker sessions (active controller only, not replicated, as in KRaft): a registration or heartbeat refreshes the
 broker's session; a broker silent for ``broker.session.timeout.ms`` is fenced (`Controller.fence_broker` moves its
@@ -49,7 +50,7 @@ from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.cluster_records import NO_TARGET
 from metadata.errors import NodeFencedError, NotControllerError
 from metadata.image import MetadataImage
-from metadata.log import decode_metadata_records, encode_metadata_records
+from metadata.log import SnapshotPolicy, decode_metadata_records, encode_metadata_records, wall_ms
 from metadata.rpc.stream_rpcs import MetadataDump
 from metadata.wal_failover import zombie_failover
 from raft.core import RaftConfig
@@ -125,7 +126,8 @@ class QuorumController:
             config=raft_config,
             on_committed=self._committed,
         )
-        self._snapshot_after_bytes = int(config.value("metadata.log.max.record.bytes.between.snapshots"))
+        self._snapshot_policy = SnapshotPolicy.of(config)
+        self._last_snapshot_ms = wall_ms()  # as Kafka's SnapshotGenerator: the interval counts from the start
         self._session_timeout_s = config.broker_session_timeout_ms / 1000
         self._pending: set[tuple[int, int]] = set()  # (epoch, offset) of own entries whose proposer applies them
         self._applied_end = 0
@@ -301,6 +303,7 @@ class QuorumController:
         self._committed(snapshot_id.end_offset)
         self._applied_end = snapshot_id.end_offset
         self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = wall_ms()
         logger.info("controller %d: loaded snapshot %s (%d records)", self.node_id, snapshot_id, len(records))
 
     async def snapshot(self) -> SnapshotId | None:
@@ -311,6 +314,7 @@ class QuorumController:
         data = encode_metadata_records(self.controller.snapshot_records())
         snapshot_id = await self.driver.take_snapshot(end, data)
         self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = wall_ms()
         return snapshot_id
 
     # ---- leadership and sessions ---------------------------------------------------------------------------
@@ -339,7 +343,8 @@ class QuorumController:
                 if any(p.reassigning for t in self.controller.image.topics_by_name.values()
                        for p in t.partitions.values()):
                     self.controller.watch_reassignments()  # moves a previous active controller started
-            if self._bytes_since_snapshot >= self._snapshot_after_bytes and not self._pending:
+            if not self._pending and self._snapshot_policy.due(self._bytes_since_snapshot, self._last_snapshot_ms,
+                                                               wall_ms()):
                 try:
                     await self.snapshot()
                 except ValueError as exc:

@@ -7,7 +7,7 @@ Layout, under ``<metadata dir>/__cluster_metadata-0/``:
   the bytes after the CRC and the CRC covers exactly those bytes. Every record gets the next offset.
 - ``snapshot-<20-digit last offset>.snapshot`` — the whole state at that offset, as the same frames (with offsets
   up to the snapshot's). Written to a temporary file, fsync'd and renamed, so a snapshot is either complete or
-  absent; only then is the log truncated.
+  absent; only then is the log truncated. Taken when :class:`SnapshotPolicy` says so, by size or by time.
 
 Recovery loads the newest snapshot, then replays log batches after its offset; a torn or corrupt tail (a crash
 mid-append) ends the replay at the last complete batch and is cut off so new appends follow good data. Batches at or
@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import struct
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ import crc32c
 # before any log is read, whoever opens it.
 import metadata.cluster_records  # noqa: F401
 import storage.metadata.stream_records  # noqa: F401
+from settings.server import ServerConfig
 from storage.durable import fsync_dir
 from storage.errors import StorageError
 from storage.metadata.record_codec import MetadataRecord, RecordDecodeError, decode_record, encode_record
@@ -93,6 +95,42 @@ class Recovered:
     @property
     def last_offset(self) -> int:
         return self.batches[-1].last_offset if self.batches else self.snapshot_offset
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When a metadata snapshot is due: Kafka's two triggers, shared by the local log, the quorum voters and the
+    brokers' replicas. A snapshot bounds what a restart replays: its state (a few hundred records for a 10 GB
+    partition) instead of every record since the last one (thousands of upload commits, 0.2 s and more to decode
+    and apply), and only the records after it.
+
+    ``max_bytes``: ``metadata.log.max.record.bytes.between.snapshots``, once that many bytes of records were
+    appended since the last snapshot. ``max_interval_ms``: ``metadata.log.max.snapshot.interval.ms`` (KIP-876), once a
+    record not in a snapshot is that old; 0 turns it off. Both only when there are records since the last snapshot.
+    """
+
+    max_bytes: int = 20 * 1024 * 1024
+    max_interval_ms: int = 0
+
+    @classmethod
+    def of(cls, config: ServerConfig) -> SnapshotPolicy:
+        return cls(
+            int(config.value("metadata.log.max.record.bytes.between.snapshots")),
+            int(config.value("metadata.log.max.snapshot.interval.ms")),
+        )
+
+    def due(self, bytes_since: int, last_snapshot_ms: float, now_ms: float) -> bool:
+        """Whether to snapshot now, ``bytes_since`` bytes appended since the snapshot taken at ``last_snapshot_ms``
+        (or since the log began, if it has none)."""
+        if bytes_since <= 0:
+            return False
+        if bytes_since >= self.max_bytes:
+            return True
+        return self.max_interval_ms > 0 and now_ms - last_snapshot_ms >= self.max_interval_ms
+
+
+def wall_ms() -> float:
+    return time.time() * 1000
 
 
 def encode_batch(base_offset: int, records: Sequence[MetadataRecord]) -> bytes:
@@ -199,10 +237,11 @@ def read_metadata(directory: str | os.PathLike[str]) -> Recovered:
 class LocalMetadataLog:
     """A single-writer metadata log in one directory. Open with :meth:`open`, then :meth:`recover` once."""
 
-    def __init__(self, directory: Path, snapshot_after_bytes: int) -> None:
+    def __init__(self, directory: Path, policy: SnapshotPolicy) -> None:
         self._dir = directory
         self._path = directory / LOG_FILE
-        self._snapshot_after_bytes = snapshot_after_bytes
+        self._policy = policy
+        self._last_snapshot_ms = wall_ms()  # see recover()
         self._lock = asyncio.Lock()
         self._next_offset = 0
         self._file: int | None = None
@@ -210,15 +249,13 @@ class LocalMetadataLog:
         self._failure: str | None = None
 
     @classmethod
-    def open(
-        cls, metadata_dir: str | os.PathLike[str], snapshot_after_bytes: int = 20 * 1024 * 1024
-    ) -> LocalMetadataLog:
+    def open(cls, metadata_dir: str | os.PathLike[str], policy: SnapshotPolicy | None = None) -> LocalMetadataLog:
         directory = Path(metadata_dir) / LOG_DIR_NAME
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise MetadataLogError(f"cannot create metadata log directory {directory}: {exc.strerror}") from None
-        return cls(directory, snapshot_after_bytes)
+        return cls(directory, policy or SnapshotPolicy())
 
     @property
     def directory(self) -> Path:
@@ -234,12 +271,13 @@ class LocalMetadataLog:
         return self._log_bytes
 
     def should_snapshot(self) -> bool:
-        return self._log_bytes >= self._snapshot_after_bytes
+        return self._policy.due(self._log_bytes, self._last_snapshot_ms, wall_ms())
 
     # ------------------------------------------------------------------ recovery
 
     def recover(self) -> Recovered:
         """Reads the newest snapshot and the log after it, cuts a torn tail, and opens the log for appends."""
+        self._last_snapshot_ms = self._last_snapshot_time()
         for leftover in self._dir.glob("*.tmp"):
             leftover.unlink()
         recovered = read_metadata(self._dir)
@@ -267,6 +305,15 @@ class LocalMetadataLog:
             self._next_offset,
         )
         return recovered
+
+    def _last_snapshot_time(self) -> float:
+        """When the newest snapshot was written, so the interval trigger spans restarts (KIP-876 counts from the
+        oldest record's append time, which outlives the process): the snapshot file's modification time or, with
+        none, the log directory's, which nothing but the log's creation and snapshots changes. The records after
+        a snapshot are no older than it, so this snapshots at most one interval after the oldest of them."""
+        snapshots = list_snapshots(self._dir)
+        newest = snapshots[-1][1] if snapshots else self._dir
+        return newest.stat().st_mtime_ns / 1e6
 
     # ------------------------------------------------------------------ appends
 
@@ -318,6 +365,7 @@ class LocalMetadataLog:
             records = list(capture())
             await asyncio.to_thread(self._write_snapshot, fd, offset, records)
             self._log_bytes = 0
+            self._last_snapshot_ms = wall_ms()
             return offset
 
     def _write_snapshot(self, fd: int, offset: int, records: list[MetadataRecord]) -> None:

@@ -557,11 +557,6 @@ _REFUSED: dict[str, Refused] = {
     "metadata.log.segment.ms": Refused(
         "not implemented: the metadata log does not roll segments by time", default="604800000"
     ),
-    "metadata.log.max.snapshot.interval.ms": Refused(
-        "not implemented: metadata snapshots are taken by size only (metadata.log.max.record.bytes.between.snapshots)",
-        accepts="0",
-        default="3600000",
-    ),
     "metadata.max.idle.interval.ms": Refused(
         "not implemented: the active controller appends no no-op records", accepts="0", default="500"
     ),

@@ -147,6 +147,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("log.dir", _B.STRING, None),  # fjord: no /tmp default; used only when log.dirs is not set
         ConfigKey("metadata.log.dir", _B.STRING, None),
         ConfigKey("metadata.log.max.record.bytes.between.snapshots", _B.LONG, 20 * 1024 * 1024, at_least(1)),
+        ConfigKey("metadata.log.max.snapshot.interval.ms", _B.LONG, 3600000, at_least(0)),  # KIP-876; 0: off
         ConfigKey("broker.rack", _B.STRING, None),
         ConfigKey("socket.request.max.bytes", _B.INT, 104857600, at_least(1), doc=SOCKET_REQUEST_MAX_BYTES_DOC),
         # The most bytes one Fetch response carries, whatever its max_bytes asks (broker.handlers.fetch).
