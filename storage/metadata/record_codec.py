@@ -146,6 +146,7 @@ def _dataclass_decoder(cls: type) -> _Decoder:
         names.append(f.name)
         required.append(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
     count = len(names)
+    positional = all(f.init and not f.kw_only for f in dataclasses.fields(cls))  # __init__ takes them in order
     # The fields' decoders are built on the first value, not here, so that a dataclass may hold its own type.
     fields: list[tuple[str, _Decoder]] = []
 
@@ -156,6 +157,8 @@ def _dataclass_decoder(cls: type) -> _Decoder:
             raise ValueError(f"{cls.__name__}: {len(value)} values for {count} fields")
         if not fields:
             fields.extend((name, _DECODERS.get(hints[name]) or _decoder(hints[name])) for name in names)
+        if positional and len(value) == count:  # every field present (all but older encodings): in field order
+            return cls(*[decode_field(item) for (_, decode_field), item in zip(fields, value, strict=True)])
         kwargs = {name: decode_field(item) for (name, decode_field), item in zip(fields, value, strict=False)}
         for index in range(len(value), count):
             if required[index]:
@@ -189,13 +192,18 @@ def _value_decoder(hint: Any) -> _Decoder:
 
 def _tuple_decoder(hint: Any) -> _Decoder:
     args = typing.get_args(hint)
+    # As for a dataclass's fields, the items' decoders are looked up on the first value and kept.
+    decoders: list[_Decoder] = []
     if len(args) == 2 and args[1] is Ellipsis:
         item_hint = args[0]
 
         def decode_all(value: Any) -> Any:
             if not isinstance(value, list):
                 raise TypeError(f"expected an array for {hint}, got {type(value).__name__}")
-            return tuple(from_json(item_hint, item) for item in value)
+            if not decoders:
+                decoders.append(_DECODERS.get(item_hint) or _decoder(item_hint))
+            decode_item = decoders[0]
+            return tuple([decode_item(item) for item in value])
 
         return decode_all
 
@@ -204,7 +212,9 @@ def _tuple_decoder(hint: Any) -> _Decoder:
             raise TypeError(f"expected an array for {hint}, got {type(value).__name__}")
         if len(args) != len(value):
             raise ValueError(f"expected {len(args)} values for {hint}, got {len(value)}")
-        return tuple(from_json(a, item) for a, item in zip(args, value, strict=True))
+        if not decoders:
+            decoders.extend(_DECODERS.get(a) or _decoder(a) for a in args)
+        return tuple([decode_item(item) for decode_item, item in zip(decoders, value, strict=True)])
 
     return decode_each
 
