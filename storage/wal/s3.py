@@ -38,14 +38,14 @@ from storage.errors import (
     WALFencedError,
     WALUnavailableError,
 )
-from storage.objectstore.base import ObjectInfo, ObjectStore
+from storage.objects.format import DEFAULT_BLOCK_SIZE
+from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore, data_size
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal import s3_format
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
 from storage.wal.pending import PendingAppend
-from storage.wal.record import RecordScanner, StopReason
 from storage.wal.s3_format import ObjectHeader, Reservation, TrimPoint, WALObjectKey
 from storage.wal.state import WALState
 
@@ -109,7 +109,11 @@ class S3WAL(WALState):
         owns_store: bool = False,
         failover: bool = False,
         unwritable_max_ms: int = DEFAULT_UNWRITABLE_MAX_MS,
+        object_block_size: int = DEFAULT_BLOCK_SIZE,
+        object_version: int = 2,
     ) -> None:
+        if object_version not in s3_format.OBJECT_VERSIONS:
+            raise WALError(f"S3 WAL of node {node_id}: no WAL object version {object_version}")
         if batch_interval_ms <= 0 or max_bytes_in_batch <= 0 or max_inflight_uploads <= 0:
             raise WALError(
                 f"S3 WAL of node {node_id}: batch interval, batch size and upload concurrency must be positive"
@@ -121,6 +125,8 @@ class S3WAL(WALState):
         self._interval = batch_interval_ms / 1000
         self._max_batch = max_bytes_in_batch
         self._owns_store = owns_store
+        self._object_block_size = object_block_size
+        self._object_version = object_version  # 1 only where a test needs what an older Fjord wrote
         self._reservation = Reservation(node_id, node_epoch, failover)
         self._prefix = s3_format.node_prefix(namespace, node_id)
         self._reservation_key = s3_format.reservation_key(namespace, node_id)
@@ -174,6 +180,7 @@ class S3WAL(WALState):
             owns_store=owns_store,
             failover=failover,
             unwritable_max_ms=config.wal_unwritable_max_ms,
+            object_block_size=config.object_block_size,
         )
 
     @property
@@ -258,8 +265,7 @@ class S3WAL(WALState):
                 stats.replay_get_wait_seconds += time.perf_counter() - waited
                 stats.replay_objects += 1
                 stats.replay_bytes += len(data)
-                scanner = self._scanner(obj, data, trim)
-                records = iter(scanner)
+                records = s3_format.object_records(obj, data, self._node_id, trim, self._name)
                 while True:
                     cpu = time.thread_time()
                     rec = next(records, None)
@@ -272,7 +278,6 @@ class S3WAL(WALState):
                     # enough for its own session to expire mid-failover. (A worker thread would starve the loop's
                     # socket reads instead, each waiting for the GIL.)
                     await asyncio.sleep(0)
-                self._report_stop(obj, scanner)
         finally:
             for task in reads:
                 task.cancel()
@@ -286,22 +291,6 @@ class S3WAL(WALState):
         data = await self._retrying(f"read of {key}", partial(self._get, key))
         self.stats.replay_get_seconds += time.perf_counter() - started
         return data
-
-    def _scanner(self, obj: WALObjectKey, data: bytes, trim: int) -> RecordScanner:
-        """The records of one WAL object; none if its header is corrupt."""
-        try:
-            header = ObjectHeader.decode(data, obj.key)
-            header.check(obj, self._node_id, len(data))
-        except CorruptObjectError as exc:
-            logger.error("%s: %s; skipping the object", self._name, exc)
-            data = bytes(s3_format.OBJECT_HEADER_SIZE)  # an empty body: the scanner finds nothing
-        body = memoryview(data)[s3_format.OBJECT_HEADER_SIZE :]
-        return RecordScanner(body, obj.start, where=f"WAL object {obj.key}", skip_below=trim)
-
-    def _report_stop(self, obj: WALObjectKey, scanner: RecordScanner) -> None:
-        if scanner.stop is not None and scanner.stop.reason is not StopReason.END:
-            logger.error("%s: %s; the rest of the object is skipped", self._name,
-                         scanner.stop.describe(f"WAL object {obj.key}"))
 
     # ---------------------------------------------------------------- appends
 
@@ -348,7 +337,7 @@ class S3WAL(WALState):
                 await self._retrying(f"upload of {upload.key.key}", lambda: self._put(upload.key.key, data))
                 self.observe_flush(time.perf_counter() - put_started)
                 self.stats.objects += 1
-                self.stats.bytes_uploaded += len(data)
+                self.stats.bytes_uploaded += data_size(data)
                 await self._retrying(
                     "reservation check", lambda: self._verify_owner(f"upload of {upload.key.key}")
                 )
@@ -416,12 +405,20 @@ class S3WAL(WALState):
             self._refuse_timer = None
         logger.info("%s: S3 writable again after %.1fs; appends flow", self._name, seconds)
 
-    def _encode_object(self, upload: _Upload) -> bytes:
-        body_length = upload.key.end - upload.key.start
-        out = walrecord.encode_records(
-            [p.batch for p in upload.records], upload.key.start, reserve=s3_format.OBJECT_HEADER_SIZE
-        )
-        ObjectHeader(self._node_id, self._node_epoch, upload.key.start, body_length, self._trim_offset).pack_into(out)
+    def _encode_object(self, upload: _Upload) -> ObjectData:
+        """The WAL object of one upload: v2 (the object format, what a failover copies in place) unless the batches
+        cannot form one stream-set object or the WAL was made to write v1."""
+        header = ObjectHeader(self._node_id, self._node_epoch, upload.key.start, upload.key.end - upload.key.start,
+                              self._trim_offset)
+        batches = [p.batch for p in upload.records]
+        if self._object_version == 2:
+            encoded = s3_format.encode_v2(header, batches, self._object_block_size)
+            if encoded is not None:
+                return encoded[1]
+            logger.info("%s: the batches of %s are not contiguous per stream; writing it as a v1 WAL object",
+                        self._name, upload.key.key)
+        out = walrecord.encode_records(batches, upload.key.start, reserve=s3_format.OBJECT_HEADER_SIZE)
+        header.pack_into(out)
         return bytes(out)
 
     def _release_acks(self) -> None:
@@ -559,7 +556,7 @@ class S3WAL(WALState):
             logger.error("%s: %s; replaying from the oldest object", self._name, exc)
             return None
 
-    async def _put(self, key: str, data: bytes) -> None:
+    async def _put(self, key: str, data: ObjectData) -> None:
         try:
             await self._store.put(key, data)
         except ObjectStoreError as exc:
