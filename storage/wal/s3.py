@@ -31,7 +31,6 @@ from typing import TypeVar
 
 from storage.config import GiB, MiB, StorageConfig
 from storage.errors import (
-    CorruptObjectError,
     ObjectNotFoundError,
     ObjectStoreError,
     WALError,
@@ -39,13 +38,14 @@ from storage.errors import (
     WALUnavailableError,
 )
 from storage.objects.format import DEFAULT_BLOCK_SIZE
-from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore, data_size
+from storage.objectstore.base import ObjectData, ObjectStore, data_size
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal import s3_format
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
 from storage.wal.pending import PendingAppend
+from storage.wal.s3_bucket import WALBucket
 from storage.wal.s3_format import ObjectHeader, Reservation, TrimPoint, WALObjectKey
 from storage.wal.state import WALState
 
@@ -129,10 +129,9 @@ class S3WAL(WALState):
         self._object_version = object_version  # 1 only where a test needs what an older Fjord wrote
         self._reservation = Reservation(node_id, node_epoch, failover)
         self._prefix = s3_format.node_prefix(namespace, node_id)
-        self._reservation_key = s3_format.reservation_key(namespace, node_id)
-        self._trim_key = s3_format.trim_key(namespace, node_id)
         role = "failover of node" if failover else "node"
         self._name = f"S3 WAL {store.name}/{self._prefix} ({role} {node_id}, epoch {node_epoch})"
+        self._bucket = WALBucket(store, namespace, node_id, self._name)
         self._gate = CapacityGate(capacity, self._name, self._admit)
         self._slots = asyncio.Semaphore(max_inflight_uploads)
         self._chain: list[WALObjectKey] = []  # durable objects of the log, in offset order
@@ -192,6 +191,19 @@ class S3WAL(WALState):
         return self._reservation.failover
 
     @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def node_id(self) -> int:
+        return self._node_id
+
+    @property
+    def recovery_chain(self) -> list[WALObjectKey]:
+        """The non-empty objects ``recover`` replays, in offset order (a failover may commit them in place)."""
+        return list(self._recovery_chain)
+
+    @property
     def fenced(self) -> bool:
         return isinstance(self._failure, WALFencedError)
 
@@ -201,7 +213,7 @@ class S3WAL(WALState):
         if self._started:
             raise WALError(f"{self._name}: already started")
         # S3 being away at start (or during a failover) is waited out, as it is for appends.
-        current = await self._retrying("reservation read", self._read_reservation)
+        current = await self._retrying("reservation read", self._bucket.read_reservation)
         if current is not None and current.node_epoch > self._node_epoch:
             raise WALFencedError(
                 f"{self._name}: node {self._node_id} WAL is owned by a newer epoch {current.node_epoch}"
@@ -209,13 +221,14 @@ class S3WAL(WALState):
         if current is not None and current.node_epoch == self._node_epoch:
             logger.warning("%s: restarting with the epoch already reserved; it cannot fence a live writer of the "
                            "same epoch", self._name)
-        await self._retrying("reservation", lambda: self._put(self._reservation_key, self._reservation.encode()))
+        reservation = self._reservation.encode()
+        await self._retrying("reservation", lambda: self._bucket.put(self._bucket.reservation_key, reservation))
         listed = time.perf_counter()
-        listing = await self._retrying("listing", self._list)
+        listing = await self._retrying("listing", self._bucket.list)
         self.stats.list_seconds = time.perf_counter() - listed
         # A newer writer may have reserved between our put and our list.
         await self._retrying("reservation check", lambda: self._verify_owner("start"))
-        trim = await self._retrying("trim point read", self._read_trim)
+        trim = await self._retrying("trim point read", self._bucket.read_trim)
         objects = [k for info in listing if (k := s3_format.parse_object_key(info.key, self._prefix)) is not None]
         plan = s3_format.plan_recovery(objects, trim)
         if plan.gap_at is not None:
@@ -228,7 +241,7 @@ class S3WAL(WALState):
         # The marker makes this epoch's takeover point durable before anything is deleted or appended.
         marker = s3_format.object_key(self._namespace, self._node_id, self._node_epoch, plan.end, plan.end)
         header = ObjectHeader(self._node_id, self._node_epoch, plan.end, 0, plan.start).encode()
-        await self._retrying("takeover marker", lambda: self._put(marker.key, header))
+        await self._retrying("takeover marker", lambda: self._bucket.put(marker.key, header))
         if plan.discard:
             discard = [o.key for o in plan.discard]
             await self._retrying("discard", lambda: self._delete(discard))
@@ -288,7 +301,7 @@ class S3WAL(WALState):
 
     async def _timed_get(self, key: str) -> bytes:
         started = time.perf_counter()
-        data = await self._retrying(f"read of {key}", partial(self._get, key))
+        data = await self._retrying(f"read of {key}", partial(self._bucket.get, key))
         self.stats.replay_get_seconds += time.perf_counter() - started
         return data
 
@@ -334,7 +347,7 @@ class S3WAL(WALState):
                     return
                 data = await asyncio.to_thread(self._encode_object, upload)
                 put_started = time.perf_counter()
-                await self._retrying(f"upload of {upload.key.key}", lambda: self._put(upload.key.key, data))
+                await self._retrying(f"upload of {upload.key.key}", lambda: self._bucket.put(upload.key.key, data))
                 self.observe_flush(time.perf_counter() - put_started)
                 self.stats.objects += 1
                 self.stats.bytes_uploaded += data_size(data)
@@ -464,7 +477,7 @@ class S3WAL(WALState):
                 return
             await self._retrying("reservation check", lambda: self._verify_owner(f"trim to {offset}"))
             point = TrimPoint(self._node_id, self._node_epoch, offset).encode()
-            await self._retrying("trim point", lambda: self._put(self._trim_key, point))
+            await self._retrying("trim point", lambda: self._bucket.put(self._bucket.trim_key, point))
             self._gate.release(offset - self._trim_offset)
             self._trim_offset = offset
             newest = self._chain[-1] if self._chain else None
@@ -521,62 +534,23 @@ class S3WAL(WALState):
 
     # ---------------------------------------------------------------- object-store calls
 
-    async def _read_reservation(self) -> Reservation | None:
-        try:
-            data = await self._store.get(self._reservation_key)
-        except ObjectNotFoundError:
-            return None
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot read the reservation {self._reservation_key}: {exc}") from exc
-        try:
-            return Reservation.decode(data, self._reservation_key)
-        except CorruptObjectError as exc:
-            raise WALError(f"{self._name}: {exc}") from exc
-
     async def _verify_owner(self, when: str) -> None:
         self.stats.reservation_checks += 1
-        current = await self._read_reservation()
+        current = await self._bucket.read_reservation()
         if current != self._reservation:
             holder = "nobody" if current is None else f"node {current.node_id} epoch {current.node_epoch}"
             if current is not None and current.failover:
                 holder += " (a failover by another broker)"
             raise WALFencedError(f"{self._name}: fenced at {when}: the WAL reservation now belongs to {holder}")
 
-    async def _read_trim(self) -> int | None:
-        try:
-            data = await self._store.get(self._trim_key)
-        except ObjectNotFoundError:
-            return None
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot read the trim point {self._trim_key}: {exc}") from exc
-        try:
-            return TrimPoint.decode(data, self._trim_key).offset
-        except CorruptObjectError as exc:
-            # Replaying from the oldest object only re-delivers uploaded records, which recovery tolerates.
-            logger.error("%s: %s; replaying from the oldest object", self._name, exc)
-            return None
-
-    async def _put(self, key: str, data: ObjectData) -> None:
-        try:
-            await self._store.put(key, data)
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot write {key}: {exc}") from exc
-
-    async def _get(self, key: str) -> bytes:
-        try:
-            return await self._store.get(key)
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot read WAL object {key}: {exc}") from exc
-
-    async def _list(self) -> list[ObjectInfo]:
-        try:
-            return list(await self._store.list(self._prefix))
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot list {self._prefix}: {exc}") from exc
-
     async def _delete(self, keys: list[str]) -> None:
-        try:
-            await self._store.delete(keys)
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot delete {len(keys)} WAL object(s): {exc}") from exc
+        await self._bucket.delete(keys)
         self.stats.objects_deleted += len(keys)
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of one of this WAL's objects, retried while S3 is away."""
+        return await self._retrying(f"read of {key}", partial(self._bucket.get, key, start, end))
+
+    async def read_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """The last ``length`` bytes of one of this WAL's objects and its size, retried while S3 is away."""
+        return await self._retrying(f"read of {key}", partial(self._bucket.get_tail, key, length))
