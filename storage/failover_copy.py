@@ -85,11 +85,12 @@ def plan_in_place(
     opening: Sequence[OpeningStream],
     straddle_batches: Mapping[tuple[str, int], int],
     refused: frozenset[int] = frozenset(),
-    who: str = "",
+    who: str | None = None,
 ) -> InPlacePlan:
     """What each object commits (sans-I/O; see the module docstring). ``straddle_batches`` holds, for each
     straddle already read, the batches of its block from the committed end on; ``refused`` the streams whose
-    committed end was found not to start a batch (nothing of theirs is committed, as the replay drops them)."""
+    committed end was found not to start a batch (nothing of theirs is committed, as the replay drops them).
+    Records dropped after a gap are logged as the replay's (``who``), unless ``who`` is None (a first pass)."""
     expected = {s.stream_id: s.end_offset for s in opening if s.stream_id not in refused}
     epochs = {s.stream_id: s.epoch for s in opening}
     plan = InPlacePlan()
@@ -104,8 +105,9 @@ def plan_in_place(
                 plan.skipped += count
                 continue
             if start > want:
-                logger.error("WAL recovery of %s: stream %d offsets %d..%d in WAL object %s do not continue the "
-                             "recovered end %d; dropping them", who, stream_id, start, end, source.obj.key, want)
+                if who is not None:
+                    logger.error("WAL recovery of %s: stream %d offsets %d..%d in WAL object %s do not continue the "
+                                 "recovered end %d; dropping them", who, stream_id, start, end, source.obj.key, want)
                 plan.skipped += count
                 continue
             kept = [e for e in entries if e.end_offset > want]
@@ -165,14 +167,13 @@ async def commit_in_place(
                     "by record", who)
         return None
     sources = [i for i in indexed if i is not None]
-    plan = plan_in_place(sources, opening, {}, who=who)
+    straddles = plan_in_place(sources, opening, {}).straddles
     try:
-        counts, refused = await _read_straddles(wal, plan.straddles, who)
+        counts, refused = await _read_straddles(wal, straddles, who)
     except CorruptObjectError as exc:
         logger.warning("WAL recovery of %s: %s; replaying the WAL record by record", who, exc)
         return None
-    if plan.straddles:
-        plan = plan_in_place(sources, opening, counts, frozenset(refused), who)
+    plan = plan_in_place(sources, opening, counts, frozenset(refused), who)
     if not plan.objects:
         return InPlaceResult(0, plan.skipped, 0, 0)
     first_id = await uploader.prepare(len(plan.objects), f"the WAL of {who} in place")
