@@ -101,7 +101,7 @@ _REPLAY_START = re.compile(_STAMP + r".*broker (\d+) replays the WAL of broker (
 _REPLAY_END = re.compile(_STAMP + r".*WAL failover of broker (\d+) done by broker (\d+): (\d+) batches", re.MULTILINE)
 _READ = re.compile(_STAMP + r".*failover of node (\d+), .*replay read \d+ object\(s\), ([\d.]+) MiB in ([\d.]+) s: "
                    r"GETs ([\d.]+) s summed .*?([\d.]+) s waiting for them, decoding ([\d.]+) s CPU", re.MULTILINE)
-_TIMING = re.compile(_STAMP + r".*replay timing of node (\d+): .*? (\d+) (WAL objects copied in place|blocks), .*"
+_TIMING = re.compile(_STAMP + r".*replay timing of node (\d+) .*? (\d+) (WAL objects copied in place|blocks), .*"
                      r"waiting for uploads ([\d.]+) s; .*PUT ([\d.]+) s \(([\d.]+) MiB\), commit ([\d.]+) s; "
                      r"CPU ([\d.]+) s process, ([\d.]+) s event loop", re.MULTILINE)
 MOTO_PROBE_OBJECT = 8 * 1024 * 1024
