@@ -144,6 +144,7 @@ class InPlaceResult:
     skipped: int
     objects: int
     bytes_copied: int
+    copy_wait: float = 0.0  # commits waiting for the next object's copy: the store's part of the replay
 
 
 async def commit_in_place(
@@ -185,9 +186,12 @@ async def commit_in_place(
             await store.copy(wal.store, item.source.obj.key, fmt.object_key(first_id + index, namespace))
 
     tasks = [asyncio.ensure_future(copy(i, item)) for i, item in enumerate(plan.objects)]
+    waited = 0.0
     try:
         for index, (task, item) in enumerate(zip(tasks, plan.objects, strict=True)):
+            started = time.perf_counter()
             await task
+            waited += time.perf_counter() - started
             object_id = first_id + index
             request = CommitStreamSetObjectRequest(
                 node=node, object_id=object_id, object_size=item.source.size, ranges=tuple(item.ranges),
@@ -201,7 +205,7 @@ async def commit_in_place(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     copied = sum(item.source.size for item in plan.objects)
-    return InPlaceResult(plan.batches, plan.skipped, len(plan.objects), copied)
+    return InPlaceResult(plan.batches, plan.skipped, len(plan.objects), copied, waited)
 
 
 async def _read_index(wal: S3WAL, obj: WALObjectKey, slots: asyncio.Semaphore) -> IndexedObject | None:

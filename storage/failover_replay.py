@@ -50,7 +50,8 @@ class ReplayClock:
     phases: dict[str, float] = field(default_factory=dict)
     blocks: int = 0
     payload: int = 0
-    upload_wait: float = 0.0  # reading stopped, waiting for a block's commit (REPLAY_BLOCKS_IN_FLIGHT reached)
+    upload_wait: float = 0.0  # reading stopped, waiting for a block's commit (REPLAY_BLOCKS_IN_FLIGHT reached);
+    # in place, commits waiting for the next object's copy
     in_place: bool = False  # committed in place: ``blocks`` are WAL objects copied, ``payload`` their bytes
     _last: float = 0.0
     _base: UploadStats = field(default_factory=UploadStats)
@@ -103,6 +104,7 @@ async def replay_wal(
         found.replayed += copied.batches
         found.skipped += copied.skipped
         clock.in_place, clock.blocks, clock.payload = True, copied.objects, copied.bytes_copied
+        clock.upload_wait = copied.copy_wait
         clock.mark("copied and committed in place")
         return
     epochs = {s.stream_id: s.epoch for s in found.opening}

@@ -292,8 +292,6 @@ class UploadPipeline:
             except ObjectNotPreparedError as exc:
                 logger.warning("%s; preparing new object ids and uploading again", exc)
                 continue
-            finally:
-                self.stats.commit_seconds += time.perf_counter() - committing
             break
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
@@ -314,16 +312,20 @@ class UploadPipeline:
         """Commits ``request`` (retrying until the controller answers), without the streams it rejects as no longer
         this node's (``_without_rejected``). ObjectNotPreparedError when the objects' prepare deadline passed: the
         caller prepares new ids and stores the objects again. A failover in place commits through it too."""
-        while request is not None:
-            try:
-                await self._retry(
-                    what,
-                    functools.partial(self._metadata.commit_stream_set_object, request),
-                    give_up_on=(ObjectNotPreparedError, *_STREAM_REJECTIONS),
-                )
-                return
-            except _STREAM_REJECTIONS as exc:
-                request = await self._without_rejected(request, exc)
+        started = time.perf_counter()
+        try:
+            while request is not None:
+                try:
+                    await self._retry(
+                        what,
+                        functools.partial(self._metadata.commit_stream_set_object, request),
+                        give_up_on=(ObjectNotPreparedError, *_STREAM_REJECTIONS),
+                    )
+                    return
+                except _STREAM_REJECTIONS as exc:
+                    request = await self._without_rejected(request, exc)
+        finally:
+            self.stats.commit_seconds += time.perf_counter() - started
 
     async def _prepare(self, job: _Job, plan: UploadPlan) -> int:
         """Reserves the plan's object ids (the first of them returned) and lets the next block prepare its own."""
