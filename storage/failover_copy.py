@@ -145,6 +145,7 @@ class InPlaceResult:
     objects: int
     bytes_copied: int
     copy_wait: float = 0.0  # commits waiting for the next object's copy: the store's part of the replay
+    index_seconds: float = 0.0  # reading the objects' headers and indexes (and straddled blocks), before any copy
 
 
 async def commit_in_place(
@@ -162,6 +163,7 @@ async def commit_in_place(
     if not isinstance(wal, S3WAL) or not store.copies_from(wal.store):
         return None
     chain = wal.recovery_chain
+    reading = time.perf_counter()
     slots = asyncio.Semaphore(INDEX_READS_IN_FLIGHT)
     indexed = await asyncio.gather(*(_read_index(wal, obj, slots) for obj in chain))
     if any(i is None for i in indexed):
@@ -176,8 +178,9 @@ async def commit_in_place(
         logger.warning("WAL recovery of %s: %s; replaying the WAL record by record", who, exc)
         return None
     plan = plan_in_place(sources, opening, counts, frozenset(refused), who)
+    indexes_read = time.perf_counter() - reading
     if not plan.objects:
-        return InPlaceResult(0, plan.skipped, 0, 0)
+        return InPlaceResult(0, plan.skipped, 0, 0, 0.0, indexes_read)
     first_id = await uploader.prepare(len(plan.objects), f"the WAL of {who} in place")
     copies = asyncio.Semaphore(COPIES_IN_FLIGHT)
 
@@ -205,7 +208,7 @@ async def commit_in_place(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     copied = sum(item.source.size for item in plan.objects)
-    return InPlaceResult(plan.batches, plan.skipped, len(plan.objects), copied, waited)
+    return InPlaceResult(plan.batches, plan.skipped, len(plan.objects), copied, waited, indexes_read)
 
 
 async def _read_index(wal: S3WAL, obj: WALObjectKey, slots: asyncio.Semaphore) -> IndexedObject | None:
