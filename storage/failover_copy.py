@@ -1,10 +1,10 @@
 """Failover in place: a dead node's S3 WAL objects become stream-set objects by a server-side copy, none of their
 bytes passing through the replaying broker.
 
-A v2 WAL object (storage/wal/s3_format.py) is a valid stream-set object once copied whole, so a failover needs only
-each object's index (one tail GET, and one GET of its 48-byte header to check whose object it is) to know which
-offsets of which streams it holds. :func:`plan_in_place` then filters exactly as the record-by-record replay
-(``storage.tail_recovery.recoverable``) does: the streams the dead node still has opened, from each one's committed
+A v2 WAL object (storage/wal/s3_format.py) is a valid stream-set object once copied whole, and its key says it is
+v2, so a failover needs only each object's index (one tail GET) to know which offsets of which streams it holds.
+:func:`plan_in_place` then filters exactly as the record-by-record replay (``storage.tail_recovery.recoverable``)
+does: the streams the dead node still has opened, from each one's committed
 end on, without a gap. In one object a stream's blocks hold one contiguous range (the index is checked for it), so
 each object commits at most one range per stream, clipped to start at the stream's committed end; ranges advance
 that end, so the objects commit in WAL order, each range starting exactly where the controller expects it. A block
@@ -12,7 +12,7 @@ the committed end falls inside (the dead node had uploaded part of it) is read o
 exactly there, as the replay checks every batch; the read path and compaction never look below a range's start.
 
 :func:`commit_in_place` prepares the objects' ids in one call, copies each WAL object to its new data key (S3
-CopyObject, a few in flight) and commits them in order. It declines (returns None) when it cannot: the WAL is not an
+CopyObject, many in flight) and commits them in order. It declines (returns None) when it cannot: the WAL is not an
 S3 WAL, the data bucket cannot copy from the WAL's (another endpoint), or an object is v1 or damaged; the caller then
 replays record by record (``storage.failover_replay``). A failure after it began is raised: the failover is retried
 and, being idempotent, commits only what is still beyond each stream's committed end.
@@ -34,7 +34,7 @@ from storage.upload import UploadPipeline
 from storage.wal import s3_format
 from storage.wal.base import WriteAheadLog
 from storage.wal.s3 import S3WAL
-from storage.wal.s3_format import ObjectHeader, WALObjectKey
+from storage.wal.s3_format import WALObjectKey
 
 logger = logging.getLogger(__name__)
 
@@ -212,18 +212,14 @@ async def commit_in_place(
 
 
 async def _read_index(wal: S3WAL, obj: WALObjectKey, slots: asyncio.Semaphore) -> IndexedObject | None:
-    """The object's index if it is a sound v2 WAL object of ``wal``'s node, else None."""
+    """The object's index if its key says v2 and its tail is a sound index (one GET; the key, under the node's
+    prefix, names its node, epoch and offsets), else None."""
+    if obj.version != 2:
+        return None
     where = f"WAL object {obj.key}"
     async with slots:
-        head, (tail, size) = await asyncio.gather(
-            wal.read(obj.key, 0, s3_format.OBJECT_HEADER_SIZE),
-            wal.read_tail(obj.key, fmt.index_tail_guess(obj.end - obj.start)),
-        )
+        tail, size = await wal.read_tail(obj.key, fmt.index_tail_guess(obj.end - obj.start))
         try:
-            header = ObjectHeader.decode(head, obj.key)
-            header.check(obj, wal.node_id, size)
-            if header.version != 2:
-                return None
             footer = fmt.parse_footer(tail, size, where)
             if footer.index_position < size - len(tail):  # an index longer than the guess: read it whole
                 tail = await wal.read(obj.key, footer.index_position)

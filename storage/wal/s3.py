@@ -334,7 +334,8 @@ class S3WAL(WALState):
             return
         records, self._batch, self._batch_bytes = self._batch, [], 0
         key = s3_format.object_key(
-            self._namespace, self._node_id, self._node_epoch, records[0].offset, records[-1].next_offset
+            self._namespace, self._node_id, self._node_epoch, records[0].offset, records[-1].next_offset,
+            self._object_version,
         )
         upload = _Upload(key, records)
         upload.task = asyncio.create_task(self._upload(upload), name=f"wal-upload {key.key}")
@@ -345,7 +346,10 @@ class S3WAL(WALState):
             async with self._slots:
                 if self._failure is not None:
                     return
-                data = await asyncio.to_thread(self._encode_object, upload)
+                version, data = await asyncio.to_thread(self._encode_object, upload)
+                if version != upload.key.version:
+                    k = upload.key
+                    upload.key = s3_format.object_key(self._namespace, self._node_id, k.epoch, k.start, k.end, version)
                 put_started = time.perf_counter()
                 await self._retrying(f"upload of {upload.key.key}", lambda: self._bucket.put(upload.key.key, data))
                 self.observe_flush(time.perf_counter() - put_started)
@@ -418,7 +422,7 @@ class S3WAL(WALState):
             self._refuse_timer = None
         logger.info("%s: S3 writable again after %.1fs; appends flow", self._name, seconds)
 
-    def _encode_object(self, upload: _Upload) -> ObjectData:
+    def _encode_object(self, upload: _Upload) -> tuple[int, ObjectData]:
         """The WAL object of one upload: v2 (the object format, what a failover copies in place) unless the batches
         cannot form one stream-set object or the WAL was made to write v1."""
         header = ObjectHeader(self._node_id, self._node_epoch, upload.key.start, upload.key.end - upload.key.start,
@@ -427,12 +431,12 @@ class S3WAL(WALState):
         if self._object_version == 2:
             encoded = s3_format.encode_v2(header, batches, self._object_block_size)
             if encoded is not None:
-                return encoded[1]
+                return 2, encoded[1]
             logger.info("%s: the batches of %s are not contiguous per stream; writing it as a v1 WAL object",
                         self._name, upload.key.key)
         out = walrecord.encode_records(batches, upload.key.start, reserve=s3_format.OBJECT_HEADER_SIZE)
         header.pack_into(out)
-        return bytes(out)
+        return 1, bytes(out)
 
     def _release_acks(self) -> None:
         """Acknowledges finished uploads strictly in order: a finished upload waits for every earlier one."""

@@ -5,7 +5,7 @@ Everything of one node lives under ``wal/<namespace>/<nodeId>/``::
     reservation                                   who owns this node's WAL: (nodeId, nodeEpoch, failover)
     trim                                          the trim point, rewritten on every trim
     probe                                         written and deleted by a restarting broker to see S3 takes writes
-    <nodeEpoch:020>/<startOffset:020>-<endOffset:020>    one WAL object per flushed batch
+    <nodeEpoch:020>/<startOffset:020>-<endOffset:020>[.v2]    one WAL object per flushed batch (.v2: version 2)
 
 Every broker of a cluster writes its WAL objects in the same ``s3.wal.path`` bucket, each under its own node
 prefix, so any broker can find a dead one's WAL from its node id alone (*failover*, storage/wal/s3.py).
@@ -28,7 +28,8 @@ The batches are sorted by (stream, offset) into data blocks, block positions cou
 ``startOffset``: a restart puts them back in append order, each at its own position, exactly as v1 reads. A v2 WAL
 object copied whole *is* a stream-set object (the reader never looks before the first block), so a failover commits
 a dead node's WAL objects in place with a server-side copy instead of reading and uploading them again
-(storage/failover_copy.py).
+(storage/failover_copy.py). Its key says it is v2 (``.v2``), so the failover knows from the listing which objects it
+may copy and needs only each one's tail (footer and index), never a producer's bytes taken for an index.
 
 Each new owner starts by writing an empty *epoch marker* object ``[E, E)`` at the end ``E`` of the log it found.
 That marker is what makes fencing durable: an object of an older epoch that ends after the first object of any
@@ -70,7 +71,7 @@ TRIM = struct.Struct(">IHiqq")
 _CRC = struct.Struct(">I")
 _COUNT = struct.Struct(">I")
 
-_OBJECT_KEY = re.compile(r"^(\d{20})/(\d{20})-(\d{20})$")
+_OBJECT_KEY = re.compile(r"^(\d{20})/(\d{20})-(\d{20})(\.v2)?$")
 
 
 def node_prefix(namespace: str, node_id: int) -> str:
@@ -100,15 +101,18 @@ class WALObjectKey:
     end: int
     epoch: int
     key: str
+    version: int = 1  # of the body, as the key says (``.v2``)
 
     @property
     def empty(self) -> bool:
         return self.start == self.end
 
 
-def object_key(namespace: str, node_id: int, epoch: int, start: int, end: int) -> WALObjectKey:
-    key = f"{node_prefix(namespace, node_id)}{epoch:020d}/{start:020d}-{end:020d}"
-    return WALObjectKey(start, end, epoch, key)
+def object_key(  # noqa: PLR0917 - the key's fields in the key's order, as every caller has them
+    namespace: str, node_id: int, epoch: int, start: int, end: int, version: int = 1
+) -> WALObjectKey:
+    key = f"{node_prefix(namespace, node_id)}{epoch:020d}/{start:020d}-{end:020d}" + (".v2" if version == 2 else "")
+    return WALObjectKey(start, end, epoch, key, version)
 
 
 def parse_object_key(key: str, prefix: str) -> WALObjectKey | None:
@@ -118,10 +122,10 @@ def parse_object_key(key: str, prefix: str) -> WALObjectKey | None:
     match = _OBJECT_KEY.match(key[len(prefix) :])
     if match is None:
         return None
-    epoch, start, end = (int(g) for g in match.groups())
+    epoch, start, end = (int(g) for g in match.groups()[:3])
     if end < start:
         return None
-    return WALObjectKey(start, end, epoch, key)
+    return WALObjectKey(start, end, epoch, key, 2 if match.group(4) else 1)
 
 
 # ----------------------------------------------------------------------------------------------- codecs
@@ -219,6 +223,8 @@ class ObjectHeader:
     def check(self, expected: WALObjectKey, node_id: int, size: int) -> None:
         """The header must agree with the key it was found under and the bytes that came with it."""
         problems = []
+        if self.version != expected.version:
+            problems.append(f"version {self.version}, key says {expected.version}")
         if self.node_id != node_id:
             problems.append(f"node id {self.node_id}, expected {node_id}")
         if self.node_epoch != expected.epoch:
@@ -266,8 +272,9 @@ def v2_index(tail: bytes, size: int, where: str) -> list[fmt.IndexEntry]:
         raise CorruptObjectError(f"{where}: the {len(tail)}-byte tail read does not hold the whole index")
     index = tail[footer.index_position - window : footer.index_position - window + footer.index_length]
     entries = fmt.parse_index(index, footer, where)
-    if (entries[0].position if entries else footer.index_position) < OBJECT_HEADER_SIZE + _COUNT.size:
-        raise CorruptObjectError(f"{where}: the data blocks overlap the WAL object header")
+    table_end = OBJECT_HEADER_SIZE + _COUNT.size + 4 * sum(e.record_count for e in entries)
+    if (entries[0].position if entries else footer.index_position) != table_end:
+        raise CorruptObjectError(f"{where}: the data blocks do not start after the header and the position table")
     return entries
 
 
