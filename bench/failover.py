@@ -13,11 +13,14 @@ measures from the node logs' wall-clock timestamps and a probe producer:
   line (the replay proper: read the dead WAL, make the records servable, report the failover done);
 - ``serves``: death -> every partition the victim led accepts a produce (``acks=all``) on its new leader;
 - ``WAL MB``: what the victim's WAL held at the kill (the replay's "batches" line gives the count);
-- Fjord's part against the S3 server's, from the replaying broker's "replay read" (``storage.wal.s3``) and "replay
-  timing" (``storage.failover_replay``) lines: its CPU over the replay (every thread; ms per MiB), how long the replay
-  waited for GETs and for uploads, and, right after the run, moto alone: boto3 PUTs then GETs of 8 x 8 MiB, 4 in
-  flight, as MB/s, and the seconds those rates need to serve the WAL once and store it once (moto is one process:
-  GETs and PUTs share it, so the sum is its floor for the replay).
+- ``objects copied in place``: the WAL objects the replay copied inside S3 and committed as they are
+  (``storage.failover_copy``); 0 when it replayed record by record (WAL objects of an older Fjord);
+- Fjord's part against the S3 server's, from the replaying broker's "replay read" (``storage.wal.s3``, record by
+  record only) and "replay timing" (``storage.failover_replay``) lines: its CPU over the replay (every thread; ms per
+  MiB), how long the replay waited for GETs and for uploads (in place: commits waiting for copies), and, right after
+  the run, moto alone: boto3 PUTs, GETs, then CopyObjects of 8 x 8 MiB, 4 in flight, as MB/s, and the seconds those
+  rates need for the WAL: copy it once (in place), or serve it once and store it once (record by record; moto is one
+  process, GETs and PUTs share it, so the sum is its floor).
 
     .venv/bin/python bench/failover.py [--wal-mb 500] [--runs 3] [--partitions 4] [--session-ms 4000]
                                       [--upload-threshold-mb 1024] [--keep-logs DIR]
@@ -62,6 +65,25 @@ upload of 500 MiB before the streams can be closed takes tens of seconds whateve
 replay that served from the LogCache before uploading would need as long to read the WAL. ``serving`` adds to
 fence + replay the new leaders' own open (their partition-log recovery reads what followed their last checkpoint
 back from S3, 13 MB per partition) and the probe client finding them: 1.6-15 s here.
+
+In place (issue 25, 2026-11-30): S3 WAL objects are now written in Fjord's object format (v2,
+``storage/wal/s3_format.py``), so the replay reads each object's index (one tail GET), copies the object inside S3
+(CopyObject) to a data key and commits it: no WAL byte passes through the replaying broker. Interleaved runs, one at
+a time, 500 MiB (1176 batches in 135 WAL objects), 4 partitions, session 4 s, the 2-core machine at a load of 8-10:
+
+| code | replay (start -> end) | death -> produce on new leader | broker CPU (ms/MiB) | moto alone (floor) |
+|---|---|---|---|---|
+| before (record by record) | 17.84 / 17.03 s | 24.55 / 23.46 s | 6.21 / 6.08 s (12.4 / 12.2) | GET+PUT 13.0 / 14.5 s |
+| after (in place) | 10.73 / 9.62 s | 17.99 / 17.14 s | 3.00 / 3.44 s (6.0 / 6.9) | copy 6.3 / 5.2 s |
+
+Where the in-place replay's ~10 s go (its timing line): opening the WAL (reservation, listing) ~1 s; reading the
+135 indexes 2.7 s (moto reads a whole object for any ranged GET, so even a tail GET costs it the object); the copies,
+which commits waited for ~1 s in all (moto copies 40-100 MB/s in one process, whatever the concurrency: CopyObject of
+64 x 8 MiB took 7.2 s with 1 in flight, 10.5 s with 4, 10.7 s with 8, at a load of 6-10); and 135 commits, one after
+another since each must start at the end the previous one committed, ~35-40 ms each at the controller here (4.7-5.5
+s). The bytes are no longer what bounds it: the commits and moto's per-request cost are. The issue's 1 s would need
+fewer metadata commits (several WAL objects committed in one) and the index reads overlapped with the commits; on S3
+itself a CopyObject of 8 MiB is server-side, and many run in parallel (``COPIES_IN_FLIGHT``).
 """
 
 from __future__ import annotations
