@@ -25,16 +25,17 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from storage.errors import CorruptObjectError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange, OpeningStream
 from storage.objects import format as fmt
 from storage.objectstore.base import ObjectStore
 from storage.upload import UploadPipeline
-from storage.wal import s3_format
 from storage.wal.base import WriteAheadLog
-from storage.wal.s3 import S3WAL
-from storage.wal.s3_format import WALObjectKey
+
+if TYPE_CHECKING:  # a node with a file WAL never imports the S3 WAL's modules (tests/node/test_start_imports.py)
+    from storage.wal.s3_format import WALObjectKey
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,21 @@ COPIES_IN_FLIGHT = 16
 """Server-side copies in flight. S3 copies each object on its own, at a rate per request, so a WAL of 64 objects of
 8 MiB copies in about the time of four copies; an S3-compatible server in one process (moto) copies no faster with
 more in flight, nor slower. The S3 store's own concurrency (``s3.max.concurrency``) bounds it too."""
+
+
+@runtime_checkable
+class CopyableWAL(Protocol):
+    """A WAL whose objects can be committed in place: the S3 WAL (``storage.wal.s3.S3WAL``)."""
+
+    @property
+    def store(self) -> ObjectStore: ...
+
+    @property
+    def recovery_chain(self) -> list[WALObjectKey]: ...
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes: ...
+
+    async def read_index(self, obj: WALObjectKey) -> tuple[int, list[fmt.IndexEntry]] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +176,18 @@ async def commit_in_place(
 ) -> InPlaceResult | None:
     """Commits the recoverable part of ``wal`` (started, not appended to) in place into ``store``, the data bucket;
     None, having changed nothing, when it cannot (see the module docstring)."""
-    if not isinstance(wal, S3WAL) or not store.copies_from(wal.store):
+    if not isinstance(wal, CopyableWAL) or not store.copies_from(wal.store):
         return None
     chain = wal.recovery_chain
     reading = time.perf_counter()
     slots = asyncio.Semaphore(INDEX_READS_IN_FLIGHT)
-    indexed = await asyncio.gather(*(_read_index(wal, obj, slots) for obj in chain))
+
+    async def read_index(obj: WALObjectKey) -> IndexedObject | None:
+        async with slots:
+            found = await wal.read_index(obj)
+        return None if found is None else IndexedObject(obj, *found)
+
+    indexed = await asyncio.gather(*(read_index(obj) for obj in chain))
     if any(i is None for i in indexed):
         logger.info("WAL recovery of %s: the WAL holds objects older than v2 (or damaged ones); replaying it record "
                     "by record", who)
@@ -211,26 +233,9 @@ async def commit_in_place(
     return InPlaceResult(plan.batches, plan.skipped, len(plan.objects), copied, waited, indexes_read)
 
 
-async def _read_index(wal: S3WAL, obj: WALObjectKey, slots: asyncio.Semaphore) -> IndexedObject | None:
-    """The object's index if its key says v2 and its tail is a sound index (one GET; the key, under the node's
-    prefix, names its node, epoch and offsets), else None."""
-    if obj.version != 2:
-        return None
-    where = f"WAL object {obj.key}"
-    async with slots:
-        tail, size = await wal.read_tail(obj.key, fmt.index_tail_guess(obj.end - obj.start))
-        try:
-            footer = fmt.parse_footer(tail, size, where)
-            if footer.index_position < size - len(tail):  # an index longer than the guess: read it whole
-                tail = await wal.read(obj.key, footer.index_position)
-            return IndexedObject(obj, size, s3_format.v2_index(tail, size, where))
-        except CorruptObjectError as exc:
-            logger.warning("%s: %s", where, exc)
-            return None
-
-
-async def _read_straddles(wal: S3WAL, straddles: Sequence[Straddle], who: str) -> tuple[dict[tuple[str, int], int],
-                                                                                        set[int]]:
+async def _read_straddles(
+    wal: CopyableWAL, straddles: Sequence[Straddle], who: str
+) -> tuple[dict[tuple[str, int], int], set[int]]:
     """Reads each straddled block: the batches from the committed end on, per (object, stream), and the streams
     whose committed end starts no batch in it."""
     counts: dict[tuple[str, int], int] = {}

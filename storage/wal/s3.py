@@ -31,13 +31,15 @@ from typing import TypeVar
 
 from storage.config import GiB, MiB, StorageConfig
 from storage.errors import (
+    CorruptObjectError,
     ObjectNotFoundError,
     ObjectStoreError,
     WALError,
     WALFencedError,
     WALUnavailableError,
 )
-from storage.objects.format import DEFAULT_BLOCK_SIZE
+from storage.objects import format as fmt
+from storage.objects.format import DEFAULT_BLOCK_SIZE, IndexEntry
 from storage.objectstore.base import ObjectData, ObjectStore, data_size
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
@@ -193,10 +195,6 @@ class S3WAL(WALState):
     @property
     def store(self) -> ObjectStore:
         return self._store
-
-    @property
-    def node_id(self) -> int:
-        return self._node_id
 
     @property
     def recovery_chain(self) -> list[WALObjectKey]:
@@ -555,6 +553,20 @@ class S3WAL(WALState):
         """Bytes ``[start, end)`` of one of this WAL's objects, retried while S3 is away."""
         return await self._retrying(f"read of {key}", partial(self._bucket.get, key, start, end))
 
-    async def read_tail(self, key: str, length: int) -> tuple[bytes, int]:
-        """The last ``length`` bytes of one of this WAL's objects and its size, retried while S3 is away."""
-        return await self._retrying(f"read of {key}", partial(self._bucket.get_tail, key, length))
+    async def read_index(self, obj: WALObjectKey) -> tuple[int, list[IndexEntry]] | None:
+        """The size and index of a v2 object of this WAL from its tail (one GET, retried while S3 is away; one more
+        if the index is longer than guessed), or None if its key is not v2 or its tail is not a sound index: what a
+        failover in place needs (storage/failover_copy.py)."""
+        if obj.version != 2:
+            return None
+        where = f"WAL object {obj.key}"
+        guess = fmt.index_tail_guess(obj.end - obj.start)
+        tail, size = await self._retrying(f"read of {obj.key}", partial(self._bucket.get_tail, obj.key, guess))
+        try:
+            footer = fmt.parse_footer(tail, size, where)
+            if footer.index_position < size - len(tail):  # an index longer than the guess: read it whole
+                tail = await self.read(obj.key, footer.index_position)
+            return size, s3_format.v2_index(tail, size, where)
+        except CorruptObjectError as exc:
+            logger.warning("%s: %s", self._name, exc)
+            return None
