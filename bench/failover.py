@@ -13,11 +13,14 @@ measures from the node logs' wall-clock timestamps and a probe producer:
   line (the replay proper: read the dead WAL, make the records servable, report the failover done);
 - ``serves``: death -> every partition the victim led accepts a produce (``acks=all``) on its new leader;
 - ``WAL MB``: what the victim's WAL held at the kill (the replay's "batches" line gives the count);
-- Fjord's part against the S3 server's, from the replaying broker's "replay read" (``storage.wal.s3``) and "replay
-  timing" (``storage.failover_replay``) lines: its CPU over the replay (every thread; ms per MiB), how long the replay
-  waited for GETs and for uploads, and, right after the run, moto alone: boto3 PUTs then GETs of 8 x 8 MiB, 4 in
-  flight, as MB/s, and the seconds those rates need to serve the WAL once and store it once (moto is one process:
-  GETs and PUTs share it, so the sum is its floor for the replay).
+- ``objects copied in place``: the WAL objects the replay copied inside S3 and committed as they are
+  (``storage.failover_copy``); 0 when it replayed record by record (WAL objects of an older Fjord);
+- Fjord's part against the S3 server's, from the replaying broker's "replay read" (``storage.wal.s3``, record by
+  record only) and "replay timing" (``storage.failover_replay``) lines: its CPU over the replay (every thread; ms per
+  MiB), how long the replay waited for GETs and for uploads (in place: commits waiting for copies), and, right after
+  the run, moto alone: boto3 PUTs, GETs, then CopyObjects of 8 x 8 MiB, 4 in flight, as MB/s, and the seconds those
+  rates need for the WAL: copy it once (in place), or serve it once and store it once (record by record; moto is one
+  process, GETs and PUTs share it, so the sum is its floor).
 
     .venv/bin/python bench/failover.py [--wal-mb 500] [--runs 3] [--partitions 4] [--session-ms 4000]
                                       [--upload-threshold-mb 1024] [--keep-logs DIR]
@@ -62,6 +65,25 @@ upload of 500 MiB before the streams can be closed takes tens of seconds whateve
 replay that served from the LogCache before uploading would need as long to read the WAL. ``serving`` adds to
 fence + replay the new leaders' own open (their partition-log recovery reads what followed their last checkpoint
 back from S3, 13 MB per partition) and the probe client finding them: 1.6-15 s here.
+
+In place (issue 25, 2026-11-30): S3 WAL objects are now written in Fjord's object format (v2,
+``storage/wal/s3_format.py``), so the replay reads each object's index (one tail GET), copies the object inside S3
+(CopyObject) to a data key and commits it: no WAL byte passes through the replaying broker. Interleaved runs, one at
+a time, 500 MiB (1176 batches in 135 WAL objects), 4 partitions, session 4 s, the 2-core machine at a load of 8-10:
+
+| code | replay (start -> end) | death -> produce on new leader | broker CPU (ms/MiB) | moto alone (floor) |
+|---|---|---|---|---|
+| before (record by record) | 17.84 / 17.03 s | 24.55 / 23.46 s | 6.21 / 6.08 s (12.4 / 12.2) | GET+PUT 13.0 / 14.5 s |
+| after (in place) | 10.73 / 9.62 s | 17.99 / 17.14 s | 3.00 / 3.44 s (6.0 / 6.9) | copy 6.3 / 5.2 s |
+
+Where the in-place replay's ~10 s go (its timing line): opening the WAL (reservation, listing) ~1 s; reading the
+135 indexes 2.7 s (moto reads a whole object for any ranged GET, so even a tail GET costs it the object); the copies,
+which commits waited for ~1 s in all (moto copies 40-100 MB/s in one process, whatever the concurrency: CopyObject of
+64 x 8 MiB took 7.2 s with 1 in flight, 10.5 s with 4, 10.7 s with 8, at a load of 6-10); and 135 commits, one after
+another since each must start at the end the previous one committed, ~35-40 ms each at the controller here (4.7-5.5
+s). The bytes are no longer what bounds it: the commits and moto's per-request cost are. The issue's 1 s would need
+fewer metadata commits (several WAL objects committed in one) and the index reads overlapped with the commits; on S3
+itself a CopyObject of 8 MiB is server-side, and many run in parallel (``COPIES_IN_FLIGHT``).
 """
 
 from __future__ import annotations
@@ -101,9 +123,9 @@ _REPLAY_START = re.compile(_STAMP + r".*broker (\d+) replays the WAL of broker (
 _REPLAY_END = re.compile(_STAMP + r".*WAL failover of broker (\d+) done by broker (\d+): (\d+) batches", re.MULTILINE)
 _READ = re.compile(_STAMP + r".*failover of node (\d+), .*replay read \d+ object\(s\), ([\d.]+) MiB in ([\d.]+) s: "
                    r"GETs ([\d.]+) s summed .*?([\d.]+) s waiting for them, decoding ([\d.]+) s CPU", re.MULTILINE)
-_TIMING = re.compile(_STAMP + r".*replay timing of node (\d+) .*waiting for uploads ([\d.]+) s; .*PUT ([\d.]+) s "
-                     r"\(([\d.]+) MiB\), commit ([\d.]+) s; CPU ([\d.]+) s process, ([\d.]+) s event loop",
-                     re.MULTILINE)
+_TIMING = re.compile(_STAMP + r".*replay timing of node (\d+) .*? (\d+) (WAL objects copied in place|blocks), .*"
+                     r"waiting for uploads ([\d.]+) s; .*PUT ([\d.]+) s \(([\d.]+) MiB\), commit ([\d.]+) s; "
+                     r"CPU ([\d.]+) s process, ([\d.]+) s event loop", re.MULTILINE)
 MOTO_PROBE_OBJECT = 8 * 1024 * 1024
 MOTO_PROBE_OBJECTS = 8
 MOTO_PROBE_IN_FLIGHT = 4
@@ -123,6 +145,8 @@ class Run:
     decode_cpu_s: float
     moto_get_mbs: float  # moto alone, boto3 GETs right after the run
     moto_put_mbs: float
+    moto_copy_mbs: float  # moto alone, boto3 CopyObjects right after the run
+    copied: int  # WAL objects copied in place (0: replayed record by record, read and uploaded)
 
     @property
     def cpu_ms_per_mib(self) -> float:
@@ -130,8 +154,11 @@ class Run:
 
     @property
     def moto_s(self) -> float:
-        """What moto alone needs to serve the WAL once and store it once, at the rates it showed boto3."""
+        """What moto alone needs for this WAL at the rates it showed boto3: copy it once (in place), or serve it
+        once and store it once (record by record)."""
         mb = self.wal_mb * 1.048576
+        if self.copied:
+            return mb / self.moto_copy_mbs
         return mb / self.moto_get_mbs + mb / self.moto_put_mbs
 
 
@@ -162,9 +189,10 @@ class MotoServer:
         return (f"0@s3://{name}?region=us-east-1&endpoint={self.endpoint}&pathStyle=true"
                 "&accessKey=testing&secretKey=testing")
 
-    def raw_rates(self) -> tuple[float, float]:
-        """moto's own speed, no broker involved: MB/s of boto3 PUTs, then GETs, of ``MOTO_PROBE_OBJECTS`` objects
-        of 8 MiB (the WAL's object size) with ``MOTO_PROBE_IN_FLIGHT`` in flight, as the replay reads them."""
+    def raw_rates(self) -> tuple[float, float, float]:
+        """moto's own speed, no broker involved: MB/s of boto3 PUTs, GETs, then CopyObjects of
+        ``MOTO_PROBE_OBJECTS`` objects of 8 MiB (the WAL's object size) with ``MOTO_PROBE_IN_FLIGHT`` in flight, as
+        the replay reads or copies them."""
         client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="testing",
                               aws_secret_access_key="testing")
         bucket = f"failover-bench-probe-{int(time.time() * 1000)}"
@@ -179,8 +207,13 @@ class MotoServer:
             started = time.perf_counter()
             list(pool.map(lambda k: client.get_object(Bucket=bucket, Key=k)["Body"].read(), keys))
             get = mb / (time.perf_counter() - started)
-        client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
-        return get, put
+            started = time.perf_counter()
+            list(pool.map(lambda k: client.copy_object(Bucket=bucket, Key=f"copy/{k}",
+                                                       CopySource={"Bucket": bucket, "Key": k}), keys))
+            copy = mb / (time.perf_counter() - started)
+        doomed = [*keys, *(f"copy/{k}" for k in keys)]
+        client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in doomed]})
+        return get, put, copy
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -308,21 +341,25 @@ def one_run(run: int, root: Path, moto: MotoServer, args: argparse.Namespace) ->
         start = _after(_REPLAY_START, _logs(cluster.brokers), killed_wall, g3=victim)
         read = _after(_READ, _logs(cluster.brokers), killed_wall, g2=victim)
         timing = _after(_TIMING, _logs(cluster.brokers), killed_wall, g2=victim)
-        if fenced is None or start is None or read is None or timing is None:
+        if fenced is None or start is None or timing is None:
             raise SystemExit(f"missing fence, replay or timing line:\n{cluster.logs()}")
-        moto_get, moto_put = moto.raw_rates()
-        _, (_, _, read_mib, read_s, get_sum, get_wait, decode) = read
-        _, (_, _, upload_wait, put_sum, put_mib, commit, cpu, loop_cpu) = timing
+        moto_get, moto_put, moto_copy = moto.raw_rates()
+        # In place, the WAL is never read: no "replay read" line.
+        _, (_, _, read_mib, read_s, get_sum, get_wait, decode) = read or (0, ("", "", "0", "0", "0", "0", "0"))
+        _, (_, _, objects, mode, upload_wait, put_sum, put_mib, commit, cpu, loop_cpu) = timing
+        copied = int(objects) if mode.startswith("WAL objects") else 0
         row = Run(run, float(args.wal_mb), fenced[0] - killed_wall, end[0] - start[0], serves, int(end[1][3]),
-                  float(get_wait), float(upload_wait), float(cpu), float(decode), moto_get, moto_put)
+                  float(get_wait), float(upload_wait), float(cpu), float(decode), moto_get, moto_put, moto_copy,
+                  copied)
         print(f"run {run}: fenced after {row.fenced_s:.2f} s, replay {row.replay_s:.2f} s ({row.batches} batches), "
               f"serving after {row.serves_s:.2f} s; load {_load()}", flush=True)
-        print(f"run {run}: read {float(read_mib):.0f} MiB in {float(read_s):.2f} s (GETs {float(get_sum):.2f} s "
+        print(f"run {run}: {f'{copied} WAL objects copied in place' if copied else 'replayed record by record'}; "
+              f"read {float(read_mib):.0f} MiB in {float(read_s):.2f} s (GETs {float(get_sum):.2f} s "
               f"summed, waited {row.get_wait_s:.2f} s, decode {row.decode_cpu_s:.2f} s CPU); uploads waited "
               f"{row.upload_wait_s:.2f} s (PUT {float(put_sum):.2f} s summed for {float(put_mib):.0f} MiB, commits "
               f"{float(commit):.2f} s); broker CPU {row.cpu_s:.2f} s ({float(loop_cpu):.2f} s event loop) = "
-              f"{row.cpu_ms_per_mib:.1f} ms/MiB; moto alone: GET {moto_get:.0f} MB/s, PUT {moto_put:.0f} MB/s "
-              f"-> {row.moto_s:.2f} s for this WAL", flush=True)
+              f"{row.cpu_ms_per_mib:.1f} ms/MiB; moto alone: GET {moto_get:.0f} MB/s, PUT {moto_put:.0f} MB/s, "
+              f"copy {moto_copy:.0f} MB/s -> {row.moto_s:.2f} s for this WAL", flush=True)
         return row
     finally:
         cluster.stop_all(timeout=30)
@@ -354,12 +391,14 @@ def main() -> int:
         moto.stop()
     print()
     print("| run | WAL MiB | death -> fenced | replay (start -> end) | death -> produce on new leader | batches | "
-          "broker CPU (ms/MiB) | waiting GETs / uploads | moto alone: GET, PUT MB/s (s for this WAL) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "objects copied in place | broker CPU (ms/MiB) | waiting GETs / uploads | moto alone: GET, PUT, copy MB/s "
+          "(s for this WAL) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.run} | {r.wal_mb:.0f} | {r.fenced_s:.2f} s | {r.replay_s:.2f} s | {r.serves_s:.2f} s | "
-              f"{r.batches} | {r.cpu_s:.2f} s ({r.cpu_ms_per_mib:.1f}) | {r.get_wait_s:.2f} s / "
-              f"{r.upload_wait_s:.2f} s | {r.moto_get_mbs:.0f}, {r.moto_put_mbs:.0f} ({r.moto_s:.2f} s) |")
+              f"{r.batches} | {r.copied} | {r.cpu_s:.2f} s ({r.cpu_ms_per_mib:.1f}) | {r.get_wait_s:.2f} s / "
+              f"{r.upload_wait_s:.2f} s | {r.moto_get_mbs:.0f}, {r.moto_put_mbs:.0f}, {r.moto_copy_mbs:.0f} "
+              f"({r.moto_s:.2f} s) |")
     for name in ("fenced_s", "replay_s", "serves_s"):
         values = sorted(getattr(r, name) for r in rows)
         print(f"median {name[:-2]}: {values[len(values) // 2]:.2f} s")

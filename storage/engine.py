@@ -33,7 +33,7 @@ from storage.cache.log_cache import CacheBlock, LogCache
 from storage.compaction.scheduler import CompactionScheduler
 from storage.config import BucketURL, StorageConfig
 from storage.errors import StorageError, StreamFencedError
-from storage.failover_replay import ReplayClock, upload_in_blocks
+from storage.failover_replay import ReplayClock, replay_wal
 from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
 from storage.metrics import EngineStats, StorageMetrics
 from storage.objects.reader import ObjectReader
@@ -289,24 +289,20 @@ class StorageEngine:
             who += f" (failover by node {self._node.node_id})"
         clock = ReplayClock(self._uploader.stats)
         found = Recovered(await self._metadata.get_opening_streams(owner))
-        epochs = {s.stream_id: s.epoch for s in found.opening}
         clock.mark("opened streams")
-        await upload_in_blocks(recoverable(wal, found, who), lambda block: self._submit_recovered(block, epochs),
-                               self._config.wal_upload_threshold, clock)
+        await replay_wal(wal, found, self._store, self._uploader, node=self._node, config=self._config, clock=clock,
+                         who=who)
         await wal.reset()
         clock.mark("WAL reset")
         self._recovered += found.replayed
         if found.replayed or found.opening:
-            logger.info("WAL recovery of %s: re-uploaded %d batches for %d streams (%d records skipped)",
-                        who, found.replayed, len(found.opening), found.skipped)
+            logger.info("WAL recovery of %s: %s %d batches for %d streams (%d records skipped)", who,
+                        "committed in place" if clock.in_place else "re-uploaded", found.replayed, len(found.opening),
+                        found.skipped)
         await self._close_recovered(found.opening, who)
         clock.mark(f"{len(found.opening)} streams closed")
         clock.log(who, found.replayed)
         return found.replayed
-
-    def _submit_recovered(self, block: CacheBlock, epochs: dict[int, int]) -> asyncio.Future[None]:
-        block.sealed = True
-        return self._uploader.submit(block, epochs, on_committed=_nothing, own_memory=True)
 
     async def _close_recovered(self, opening: Sequence[OpeningStream], who: str) -> None:
         for stream in opening:
@@ -581,10 +577,6 @@ class _EngineIO:
         self._engine._client.discard(stream)
         self._engine.log_cache.forget(stream.stream_id)
         self._engine.read_path.forget(stream.stream_id)
-
-
-async def _nothing(_block: CacheBlock) -> None:
-    return None
 
 
 if TYPE_CHECKING:

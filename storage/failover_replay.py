@@ -1,5 +1,6 @@
-"""The upload side of a failover's replay: a dead node's WAL records, read in order, go up in blocks that each
-upload while the next ones are read; and the account of where the replay's time went.
+"""A failover's replay of a dead node's WAL: in place where it can (``storage.failover_copy``: its v2 S3 WAL
+objects copied inside S3 and committed as stream-set objects), else its records, read in order, go up in blocks
+that each upload while the next ones are read; and the account of where the replay's time went.
 
 A failover replay (``StorageEngine.recover_wal``) must have uploaded and committed everything the dead node
 acknowledged before it closes that node's streams, so its time is reading plus uploading. One block of the whole
@@ -20,9 +21,13 @@ from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
 
 from storage.cache.log_cache import CacheBlock
-from storage.config import MiB
-from storage.upload import UploadStats
-from storage.wal.base import WALRecord
+from storage.config import MiB, StorageConfig
+from storage.failover_copy import InPlaceResult, commit_in_place
+from storage.metadata.api import NodeIdentity
+from storage.objectstore.base import ObjectStore
+from storage.tail_recovery import Recovered, recoverable
+from storage.upload import UploadPipeline, UploadStats
+from storage.wal.base import WALRecord, WriteAheadLog
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +50,9 @@ class ReplayClock:
     phases: dict[str, float] = field(default_factory=dict)
     blocks: int = 0
     payload: int = 0
-    upload_wait: float = 0.0  # reading stopped, waiting for a block's commit (REPLAY_BLOCKS_IN_FLIGHT reached)
+    upload_wait: float = 0.0  # reading stopped, waiting for a block's commit (REPLAY_BLOCKS_IN_FLIGHT reached);
+    # in place, commits waiting for the next object's copy
+    in_place: bool = False  # committed in place: ``blocks`` are WAL objects copied, ``payload`` their bytes
     _last: float = 0.0
     _base: UploadStats = field(default_factory=UploadStats)
 
@@ -66,14 +73,52 @@ class ReplayClock:
         cpu, loop_cpu = time.process_time() - self.cpu, time.thread_time() - self.loop_cpu
         mib = self.payload / MiB
         logger.info(
-            "replay timing of %s: %.1f MiB, %d batches in %d blocks, %.3f s wall: %s; waiting for uploads %.2f s; "
+            "replay timing of %s: %.1f MiB, %d batches in %d %s, %.3f s wall: %s; waiting for uploads %.2f s; "
             "uploads summed: build %.2f s, PUT %.2f s (%.1f MiB), commit %.2f s; CPU %.2f s process, %.2f s event "
             "loop (%.1f ms/MiB process, %.1f ms/MiB loop)",
-            who, mib, batches, self.blocks, total, ", ".join(f"{k} {v:.3f} s" for k, v in self.phases.items()),
+            who, mib, batches, self.blocks, "WAL objects copied in place" if self.in_place else "blocks", total,
+            ", ".join(f"{k} {v:.3f} s" for k, v in self.phases.items()),
             self.upload_wait, u.build_seconds - b.build_seconds, u.put_seconds - b.put_seconds,
             (u.bytes_uploaded - b.bytes_uploaded) / MiB, u.commit_seconds - b.commit_seconds, cpu, loop_cpu,
             1000 * cpu / max(mib, 1e-9), 1000 * loop_cpu / max(mib, 1e-9),
         )
+
+
+async def replay_wal(
+    wal: WriteAheadLog,
+    found: Recovered,
+    store: ObjectStore,
+    uploader: UploadPipeline,
+    *,
+    node: NodeIdentity,
+    config: StorageConfig,
+    clock: ReplayClock,
+    who: str,
+) -> None:
+    """Commits what ``wal`` holds beyond the committed ends of ``found.opening``, in place when it can, and counts
+    it in ``found``; returns once everything is committed."""
+    copied: InPlaceResult | None = await commit_in_place(
+        wal, store, found.opening, uploader, node=node, namespace=config.namespace, who=who
+    )
+    if copied is not None:
+        found.replayed += copied.batches
+        found.skipped += copied.skipped
+        clock.in_place, clock.blocks, clock.payload = True, copied.objects, copied.bytes_copied
+        clock.upload_wait = copied.copy_wait
+        clock.mark("copied and committed in place")
+        clock.phases["of which reading the WAL indexes"] = copied.index_seconds
+        return
+    epochs = {s.stream_id: s.epoch for s in found.opening}
+
+    def submit(block: CacheBlock) -> asyncio.Future[None]:
+        block.sealed = True
+        return uploader.submit(block, epochs, on_committed=_nothing, own_memory=True)
+
+    await upload_in_blocks(recoverable(wal, found, who), submit, config.wal_upload_threshold, clock)
+
+
+async def _nothing(_block: CacheBlock) -> None:
+    return None
 
 
 async def upload_in_blocks(

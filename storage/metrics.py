@@ -60,7 +60,7 @@ def loop_state_snapshot(read: Callable[[], T]) -> T:
 
 
 #: The object-store operations timed by ``storage.objectstore.metered.MeteredStore``.
-STORE_OPERATIONS = ("put", "get", "get_tail", "size", "delete", "list")
+STORE_OPERATIONS = ("put", "get", "get_tail", "size", "delete", "list", "copy")
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,8 +124,10 @@ class ObjectReadPath:
             for obj in objects:
                 obj_end = next((r.end_offset for r in obj.ranges if r.stream_id == stream_id), end)
                 while cursor < min(end, obj_end) and (not out or budget > 0):
+                    # Never past the object's committed range: an S3 WAL object committed in place may hold
+                    # more of the stream than its range (storage/failover_copy.py).
                     batches, grow_here = await self._read_object(
-                        stream_id, obj, cursor, end, budget, not out, sequential
+                        stream_id, obj, cursor, min(end, obj_end), budget, not out, sequential
                     )
                     grow = grow or grow_here
                     if not batches and out:

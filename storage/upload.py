@@ -288,21 +288,10 @@ class UploadPipeline:
                 await asyncio.shield(previous.done)
             committing = time.perf_counter()
             try:
-                while request is not None:
-                    try:
-                        await self._retry(
-                            f"commit of objects {_ids_text(plan)} (streams {_streams_text(streams)})",
-                            functools.partial(self._metadata.commit_stream_set_object, request),
-                            give_up_on=(ObjectNotPreparedError, *_STREAM_REJECTIONS),
-                        )
-                        break
-                    except _STREAM_REJECTIONS as exc:
-                        request = await self._without_rejected(request, exc)
+                await self.commit(request, f"commit of objects {_ids_text(plan)} (streams {_streams_text(streams)})")
             except ObjectNotPreparedError as exc:
                 logger.warning("%s; preparing new object ids and uploading again", exc)
                 continue
-            finally:
-                self.stats.commit_seconds += time.perf_counter() - committing
             break
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
@@ -311,6 +300,32 @@ class UploadPipeline:
                      "ms, commit %.1f ms)", block.block_id, _ids_text(plan), (prepared - started) * 1000,
                      (uploaded - prepared) * 1000, (committing - uploaded) * 1000,
                      (time.perf_counter() - committing) * 1000)
+
+    async def prepare(self, count: int, what: str) -> int:
+        """Reserves ``count`` object ids (the first returned), retrying until the controller answers."""
+        return await self._retry(
+            f"prepare of {count} object(s) for {what}",
+            lambda: self._metadata.prepare_objects(self._node, count, self._config.object_prepare_ttl_ms),
+        )
+
+    async def commit(self, request: CommitStreamSetObjectRequest | None, what: str) -> None:
+        """Commits ``request`` (retrying until the controller answers), without the streams it rejects as no longer
+        this node's (``_without_rejected``). ObjectNotPreparedError when the objects' prepare deadline passed: the
+        caller prepares new ids and stores the objects again. A failover in place commits through it too."""
+        started = time.perf_counter()
+        try:
+            while request is not None:
+                try:
+                    await self._retry(
+                        what,
+                        functools.partial(self._metadata.commit_stream_set_object, request),
+                        give_up_on=(ObjectNotPreparedError, *_STREAM_REJECTIONS),
+                    )
+                    return
+                except _STREAM_REJECTIONS as exc:
+                    request = await self._without_rejected(request, exc)
+        finally:
+            self.stats.commit_seconds += time.perf_counter() - started
 
     async def _prepare(self, job: _Job, plan: UploadPlan) -> int:
         """Reserves the plan's object ids (the first of them returned) and lets the next block prepare its own."""

@@ -5,7 +5,9 @@ order blocks lie in the sources, so one batch costs about one ranged GET per sou
 decoded once to verify it matches its index entry; a block holding at least a block's worth of payload is then
 copied raw with ``ObjectBuilder.add_raw_block``, while smaller blocks (the tails of many small uploads) are
 re-blocked by adding their batches, so a merged object does not inherit hundreds of tiny blocks. Either way the
-batches a reader decodes are the very same bytes.
+batches a reader decodes are the very same bytes. A block its object's committed range starts or ends inside (an S3
+WAL object committed in place, ``SourceBlock.clipped``) is re-blocked with only the batches inside the range: what
+lies outside was never committed and must not become part of a new object's range.
 
 Memory: one read batch of source blocks, the stream-set object being built, and one stream object at a time.
 """
@@ -98,7 +100,9 @@ class PlanWriter:
             data = datas.pop((block.object_id, block.entry.position))
             where = f"compaction source {self._reader.where(self._reader.key(block.object_id))}"
             batches = list(fmt.parse_block(data, block.entry, where))
-            if sum(b.size for b in batches) >= self._block_size:
+            if block.clipped:
+                builder.add_all(b for b in batches if block.start_offset <= b.base_offset < block.end_offset)
+            elif sum(b.size for b in batches) >= self._block_size:
                 builder.add_raw_block(block.entry, data)
             else:
                 builder.add_all(batches)

@@ -22,10 +22,25 @@ from storage.objects.format import IndexEntry
 
 @dataclass(frozen=True, slots=True)
 class SourceBlock:
-    """One data block of an existing object that compaction keeps."""
+    """One data block of an existing object that compaction keeps: its batches from ``start_offset`` up to
+    ``end_offset``, the block's own offsets unless the object's committed range starts or ends inside it (an S3
+    WAL object committed in place from a stream's committed end on, storage/failover_copy.py). A clipped block is
+    re-encoded without the batches outside the range, which the object holds but no reader may see."""
 
     object_id: int
     entry: IndexEntry
+    start_offset: int = -1
+    end_offset: int = -1
+
+    def __post_init__(self) -> None:
+        if self.start_offset < 0:
+            object.__setattr__(self, "start_offset", self.entry.start_offset)
+        if self.end_offset < 0:
+            object.__setattr__(self, "end_offset", self.entry.end_offset)
+
+    @property
+    def clipped(self) -> bool:
+        return (self.start_offset, self.end_offset) != (self.entry.start_offset, self.entry.end_offset)
 
 
 @dataclass(slots=True)
@@ -37,11 +52,11 @@ class StreamRun:
 
     @property
     def start_offset(self) -> int:
-        return self.blocks[0].entry.start_offset
+        return self.blocks[0].start_offset
 
     @property
     def end_offset(self) -> int:
-        return self.blocks[-1].entry.end_offset
+        return self.blocks[-1].end_offset
 
     @property
     def size(self) -> int:
@@ -79,7 +94,8 @@ def live_blocks(
 
     A block is kept when its stream still exists (``start_offsets`` holds it), it ends after the stream's start
     offset, and it overlaps the range metadata records for that stream in this object. A block straddling the
-    start offset is kept whole: blocks are copied, not cut.
+    start offset is kept whole (what lies below a stream's start is committed, only trimmed); one straddling an end
+    of the range is clipped to it (what lies outside was never committed).
     """
     claimed: dict[int, tuple[int, int]] = {}
     for r in obj.ranges:
@@ -98,7 +114,8 @@ def live_blocks(
         ):
             dropped += 1
             continue
-        kept.append(SourceBlock(obj.object_id, entry))
+        low, high = max(entry.start_offset, bounds[0]), min(entry.end_offset, bounds[1])
+        kept.append(SourceBlock(obj.object_id, entry, low, high))
     return kept, dropped
 
 
@@ -106,16 +123,16 @@ def contiguous_runs(stream_id: int, blocks: Iterable[SourceBlock]) -> list[Strea
     """Groups one stream's blocks into runs of contiguous offsets. Overlapping blocks mean the metadata lists
     the same offsets in two objects, which compaction refuses to guess about."""
     runs: list[StreamRun] = []
-    for block in sorted(blocks, key=lambda b: b.entry.start_offset):
+    for block in sorted(blocks, key=lambda b: b.start_offset):
         current = runs[-1] if runs else None
-        if current is not None and block.entry.start_offset < current.end_offset:
+        if current is not None and block.start_offset < current.end_offset:
             other = current.blocks[-1]
             raise CompactionError(
-                f"stream {stream_id}: offsets [{block.entry.start_offset}, {block.entry.end_offset}) of object "
-                f"{block.object_id} overlap [{other.entry.start_offset}, {other.entry.end_offset}) of object "
+                f"stream {stream_id}: offsets [{block.start_offset}, {block.end_offset}) of object "
+                f"{block.object_id} overlap [{other.start_offset}, {other.end_offset}) of object "
                 f"{other.object_id}; not compacting them"
             )
-        if current is not None and block.entry.start_offset == current.end_offset:
+        if current is not None and block.start_offset == current.end_offset:
             current.blocks.append(block)
         else:
             runs.append(StreamRun(stream_id, [block]))

@@ -96,14 +96,21 @@ class ObjectBuilder:
     used to cost about a millisecond of GIL per MiB in the upload thread, which stalled the event loop; a single
     ``bytes.join`` over ``bytes`` parts of 1 MiB or more runs without the GIL (CPython's join drops it for large
     results when every part is immutable), and ``finish_parts`` lets a store write the parts without joining.
+
+    ``base_position`` is where the first data block will lie in the stored object: an S3 WAL object (v2) puts its
+    own header before the blocks, and positions counted from the object's first byte make the WAL object, copied
+    whole, a stream-set object (storage/wal/s3_format.py). The caller writes those leading bytes itself.
     """
 
-    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE, base_position: int = 0) -> None:
         if block_size <= 0:
             raise ValueError(f"block size must be positive, got {block_size}")
+        if base_position < 0:
+            raise ValueError(f"base position must not be negative, got {base_position}")
         self._block_size = block_size
+        self._base = base_position
         self._parts: list[bytes] = []
-        self._written = 0  # bytes of the closed blocks
+        self._written = base_position  # the object's bytes before the open block (leading bytes, closed blocks)
         self._entries: list[IndexEntry] = []
         self._ranges: list[StreamRange] = []
         self._block_header_at = -1  # index in ``_parts`` of the open block's header, filled in when it closes
@@ -117,7 +124,7 @@ class ObjectBuilder:
     @property
     def size(self) -> int:
         """Bytes written so far (data blocks only, including the open block)."""
-        return self._written + (BLOCK_HEADER_SIZE + self._block_length if self._block_records else 0)
+        return self._written - self._base + (BLOCK_HEADER_SIZE + self._block_length if self._block_records else 0)
 
     @property
     def ranges(self) -> list[StreamRange]:
@@ -230,7 +237,7 @@ class ObjectBuilder:
         parts.append(index)
         parts.append(Footer(index_position, len(index)).encode())
         self._parts = []
-        self._written = 0
+        self._written = self._base
         return parts
 
     @property
@@ -281,8 +288,9 @@ def parse_index(buf: bytes | memoryview, footer: Footer, where: str) -> list[Ind
             raise CorruptObjectError(f"{where}: index entries are not sorted by (stream, offset) at {entry}")
         # Data blocks tile the bytes before the index, in index order, and one stream's blocks hold one
         # contiguous offset range. Checking both turns any damaged position, size or offset field into an
-        # error here instead of a read of the wrong bytes (or a silently shortened range) later.
-        expected_position = 0 if previous is None else previous.position + previous.size
+        # error here instead of a read of the wrong bytes (or a silently shortened range) later. The first block
+        # may follow leading bytes that are not the object format's (an S3 WAL object's header).
+        expected_position = position if previous is None else previous.position + previous.size
         if position != expected_position:
             raise CorruptObjectError(
                 f"{where}: index entry {pos // INDEX_ENTRY_SIZE} puts its block at byte {position}, but the "
@@ -295,7 +303,7 @@ def parse_index(buf: bytes | memoryview, footer: Footer, where: str) -> list[Ind
             )
         entries.append(entry)
         previous = entry
-    data_end = 0 if previous is None else previous.position + previous.size
+    data_end = footer.index_position if previous is None else previous.position + previous.size
     if data_end != footer.index_position:
         raise CorruptObjectError(
             f"{where}: data blocks end at byte {data_end}, but the index starts at byte {footer.index_position}"

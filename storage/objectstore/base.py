@@ -21,6 +21,7 @@ OPERATIONS = (
     "upload_part",
     "complete_multipart_upload",
     "abort_multipart_upload",
+    "copy",
 )
 """Every S3 operation an error is counted under (``StoreStats.errors``, a metric label's closed set; the S3 store's
 ``_operation`` names them). Here rather than in storage/objectstore/s3.py so that the metrics every node exports do
@@ -65,6 +66,7 @@ class StoreStats:
     lists: int = 0
     bytes_put: int = 0
     bytes_got: int = 0
+    copies: int = 0  # server-side copies (``copy``): bytes that never passed through this process
     retries: int = 0  # attempts repeated after a retryable failure
     #: Failed attempts by (operation, error code), both from closed sets (see storage/objectstore/s3.py).
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -107,4 +109,29 @@ class ObjectStore(Protocol):
         """Every object whose key starts with ``prefix``, sorted by key."""
         ...
 
+    def copies_from(self, source: ObjectStore) -> bool:
+        """Whether ``copy`` can copy ``source``'s objects inside the storage itself (an S3 endpoint copying between
+        its buckets, one file system): the bytes never pass through this process."""
+        ...
+
+    async def copy(self, source: ObjectStore, source_key: str, key: str) -> None:
+        """Stores at ``key`` a copy of ``source``'s object ``source_key``, inside the storage (``copies_from``
+        must hold, or ObjectStoreError). Missing source key: ObjectNotFoundError."""
+        ...
+
     async def close(self) -> None: ...
+
+
+def innermost(store: ObjectStore) -> ObjectStore:
+    """The backend under any wrappers (metered, faulty): what ``copies_from`` compares."""
+    while isinstance(store, Wrapper):
+        store = store.inner
+    return store
+
+
+@runtime_checkable
+class Wrapper(Protocol):
+    """An object store delegating to another (``MeteredStore``, ``FaultyObjectStore``)."""
+
+    @property
+    def inner(self) -> ObjectStore: ...

@@ -27,8 +27,8 @@ from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore
 
 T = TypeVar("T")
 
-Operation = Literal["put", "get", "get_tail", "size", "delete", "list"]
-OPERATIONS: tuple[Operation, ...] = ("put", "get", "get_tail", "size", "delete", "list")
+Operation = Literal["put", "get", "get_tail", "size", "delete", "list", "copy"]
+OPERATIONS: tuple[Operation, ...] = ("put", "get", "get_tail", "size", "delete", "list", "copy")
 
 ErrorSpec = BaseException | type[BaseException]
 
@@ -149,6 +149,12 @@ class FaultyObjectStore:
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
         return await self._call("list", lambda: self._inner.list(prefix))
+
+    def copies_from(self, source: ObjectStore) -> bool:
+        return self._inner.copies_from(source)
+
+    async def copy(self, source: ObjectStore, source_key: str, key: str) -> None:
+        await self._call("copy", lambda: self._inner.copy(source, source_key, key))
 
     async def close(self) -> None:
         await self._inner.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from storage.durable import fdatasync, fsync_dir, write_all
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
-from storage.objectstore.base import ObjectData, ObjectInfo, StoreStats, data_size
+from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore, StoreStats, data_size, innermost
 
 _TMP_SUFFIX = ".fjord-tmp"
 #: A put writes and flushes this much at a time; smaller objects are written whole and flushed once.
@@ -197,6 +198,36 @@ class LocalObjectStore:
                         continue
         out.sort(key=lambda info: info.key)
         return out
+
+    def copies_from(self, source: ObjectStore) -> bool:
+        return isinstance(innermost(source), LocalObjectStore)
+
+    async def copy(self, source: ObjectStore, source_key: str, key: str) -> None:
+        origin = innermost(source)
+        if not isinstance(origin, LocalObjectStore):
+            raise ObjectStoreError(f"{self.name}: cannot copy {source_key} from {source.name} inside the store")
+        self.stats.copies += 1
+        await asyncio.to_thread(self._copy_sync, origin._path(source_key), source_key, self._path(key), key)
+
+    def _copy_sync(self, origin: Path, source_key: str, path: Path, key: str) -> None:
+        """A hard link where both files share a file system (objects are never rewritten in place: a put replaces
+        the file), else a copy; either way made whole under a temporary name, then renamed into place."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
+        try:
+            try:
+                os.link(origin, tmp)
+            except FileNotFoundError:
+                raise ObjectNotFoundError(source_key, self.name) from None
+            except OSError:
+                shutil.copyfile(origin, tmp)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(path.parent)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ObjectStoreError(f"{self.name}: copy of {source_key!r} to {key!r} failed: {exc}") from exc
 
     async def close(self) -> None:
         return None

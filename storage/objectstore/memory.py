@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from storage.errors import ObjectExistsError, ObjectNotFoundError
-from storage.objectstore.base import ObjectData, ObjectInfo, StoreStats, join_data
+from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
+from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore, StoreStats, innermost, join_data
 
 
 class MemoryObjectStore:
@@ -63,6 +63,21 @@ class MemoryObjectStore:
         await asyncio.sleep(0)
         self.stats.lists += 1
         return [ObjectInfo(k, len(v)) for k, v in sorted(self._objects.items()) if k.startswith(prefix)]
+
+    def copies_from(self, source: ObjectStore) -> bool:
+        return isinstance(innermost(source), MemoryObjectStore)
+
+    async def copy(self, source: ObjectStore, source_key: str, key: str) -> None:
+        origin = innermost(source)
+        if not isinstance(origin, MemoryObjectStore):
+            raise ObjectStoreError(f"{self.name}: cannot copy {source_key} from {source.name} inside the store")
+        await asyncio.sleep(0)
+        try:
+            data = origin._objects[source_key]
+        except KeyError:
+            raise ObjectNotFoundError(source_key, source.name) from None
+        self.stats.copies += 1
+        self._objects[key] = data
 
     async def close(self) -> None:
         return None

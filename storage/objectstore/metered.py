@@ -33,6 +33,10 @@ class MeteredStore:
     def name(self) -> str:
         return self._inner.name
 
+    @property
+    def inner(self) -> ObjectStore:
+        return self._inner
+
     async def _timed(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         started = time.perf_counter()
         try:
@@ -62,6 +66,12 @@ class MeteredStore:
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
         return await self._timed("list", lambda: self._inner.list(prefix))
+
+    def copies_from(self, source: ObjectStore) -> bool:
+        return self._inner.copies_from(source)
+
+    async def copy(self, source: ObjectStore, source_key: str, key: str) -> None:
+        await self._timed("copy", lambda: self._inner.copy(source, source_key, key))
 
     async def close(self) -> None:
         await self._inner.close()

@@ -16,7 +16,7 @@ from storage.objectstore.base import OPERATIONS, StoreStats
 
 #: The error codes of S3 misbehaving that every operation reports from the start, at 0: a rate or an alert over
 #: them has a series before the first failure (an absent series reads as "no data", not as "no errors"). Rarer
-#: codes of the closed set (storage/objectstore/s3.py ERROR_CODES) appear when they first happen.
+#: codes of the closed set (storage/objectstore/s3_errors.py ERROR_CODES) appear when they first happen.
 PRESET_ERROR_CODES = ("SlowDown", "InternalError", "ServiceUnavailable", "connection", "reset", "timeout")
 
 _COUNTERS: tuple[tuple[str, str, str], ...] = (

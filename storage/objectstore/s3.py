@@ -39,20 +39,19 @@ from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     ConnectionError,
-    ConnectTimeoutError,
     HTTPClientError,
-    ReadTimeoutError,
-    ResponseStreamingError,
 )
 
 from storage.config import BucketURL, StorageConfig
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
+from storage.objectstore import s3_errors
 from storage.objectstore.base import (
     MULTIPART_THRESHOLD,
-    OPERATIONS,
     ObjectData,
     ObjectInfo,
+    ObjectStore,
     StoreStats,
+    innermost,
     join_data,
 )
 from storage.objectstore.s3_signing import sign_checksummed_puts_unsigned
@@ -73,25 +72,6 @@ CHECKSUM_ON_LOOP_MAX = 256 * 1024
 DELETE_BATCH = 1000
 """DeleteObjects accepts at most this many keys per request."""
 
-_RETRYABLE_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestLimitExceeded",
-        "TooManyRequests",
-        "TooManyRequestsException",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "InternalError",
-        "ServiceUnavailable",
-        "OperationAborted",
-        "ConditionalRequestConflict",
-    }
-)
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
 
@@ -221,7 +201,7 @@ class S3ObjectStore:
                 async with self._semaphore:
                     result = await attempt(client)
             except ClientError as exc:
-                if not _retryable_client_error(exc):
+                if not s3_errors.retryable_client_error(exc):
                     raise
                 error: BaseException = exc
             except (HTTPClientError, ConnectionError, aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -231,8 +211,8 @@ class S3ObjectStore:
                     self._episode_over()
                 return result
             failures += 1
-            code = error_code(error)
-            operation = _operation(what)
+            code = s3_errors.error_code(error)
+            operation = s3_errors.operation(what)
             self.stats.errors[operation, code] = self.stats.errors.get((operation, code), 0) + 1
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
@@ -244,12 +224,12 @@ class S3ObjectStore:
                     operation,
                     key,
                     code,
-                    _describe(error),
+                    s3_errors.describe(error),
                 )
             self._episode_failures += 1
             if failures > self._max_retries:
                 raise ObjectStoreError(
-                    f"{self._where(key)}: {what} failed after {failures} attempts: {_describe(error)}"
+                    f"{self._where(key)}: {what} failed after {failures} attempts: {s3_errors.describe(error)}"
                 ) from error
             delay = self._random.uniform(0, min(self._retry_cap, self._retry_base * (2 ** (failures - 1))))
             self.retries += 1
@@ -258,7 +238,7 @@ class S3ObjectStore:
                 "%s: %s failed (%s); retry %d/%d in %.3fs",
                 self._where(key),
                 what,
-                _describe(error),
+                s3_errors.describe(error),
                 failures,
                 self._max_retries,
                 delay,
@@ -277,9 +257,9 @@ class S3ObjectStore:
         self._failing_since = None
 
     def _wrap(self, what: str, key: str, exc: ClientError | BotoCoreError) -> ObjectStoreError:
-        if isinstance(exc, ClientError) and _code(exc) in _NOT_FOUND_CODES:
+        if isinstance(exc, ClientError) and s3_errors.code(exc) in s3_errors.NOT_FOUND_CODES:
             return ObjectNotFoundError(key, self.name)
-        return ObjectStoreError(f"{self._where(key)}: {what} failed: {_describe(exc)}")
+        return ObjectStoreError(f"{self._where(key)}: {what} failed: {s3_errors.describe(exc)}")
 
     # --- writes -------------------------------------------------------------------------------------------------
 
@@ -305,7 +285,7 @@ class S3ObjectStore:
         try:
             await self._request("put", key, attempt)
         except ClientError as exc:
-            if _status(exc) == 412 and if_none_match:
+            if s3_errors.status(exc) == 412 and if_none_match:
                 # A retried conditional put may find the object its own lost-response attempt wrote.
                 if attempts > 1 and await self._holds(key, data):
                     logger.info("%s: conditional put landed on an earlier attempt", self._where(key))
@@ -371,7 +351,7 @@ class S3ObjectStore:
             await self._request("complete multipart upload", key, complete)
         except BaseException as exc:
             await self._abort(key, upload_id)
-            if isinstance(exc, ClientError) and _status(exc) == 412 and if_none_match:
+            if isinstance(exc, ClientError) and s3_errors.status(exc) == 412 and if_none_match:
                 raise ObjectExistsError(key, self.name) from None
             if isinstance(exc, ClientError | BotoCoreError):
                 raise self._wrap("multipart upload", key, exc) from exc
@@ -388,6 +368,35 @@ class S3ObjectStore:
         except (ClientError, BotoCoreError, ObjectStoreError, asyncio.CancelledError) as exc:
             # The bucket's lifecycle rule for incomplete uploads is the backstop; say what was left behind.
             logger.warning("%s: could not abort multipart upload %s: %s", self._where(key), upload_id, exc)
+
+    def copies_from(self, source: ObjectStore) -> bool:
+        """S3 copies between the buckets of one endpoint and account (CopyObject); not from another endpoint."""
+        origin = innermost(source)
+        return isinstance(origin, S3ObjectStore) and origin._account == self._account
+
+    @property
+    def _account(self) -> tuple[str | None, str, str | None]:
+        return self._endpoint, self._region, self._access_key
+
+    async def copy(self, source: ObjectStore, source_key: str, key: str) -> None:
+        """One CopyObject: S3 copies the bytes itself (objects up to 5 GiB, which WAL and data objects are)."""
+        origin = innermost(source)
+        if not isinstance(origin, S3ObjectStore) or not self.copies_from(origin):
+            raise ObjectStoreError(f"{self.name}: cannot copy {source_key} from {source.name} inside S3")
+
+        async def attempt(client: Any) -> None:
+            self.stats.copies += 1
+            copied = {"Bucket": origin.bucket, "Key": source_key}
+            await client.copy_object(Bucket=self._bucket, Key=key, CopySource=copied)
+
+        try:
+            await self._request("copy", key, attempt)
+        except ClientError as exc:
+            if s3_errors.code(exc) in s3_errors.NOT_FOUND_CODES:
+                raise ObjectNotFoundError(source_key, origin.name) from exc
+            raise self._wrap(f"copy from {origin._where(source_key)}", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._wrap(f"copy from {origin._where(source_key)}", key, exc) from exc
 
     async def delete(self, keys: Sequence[str]) -> None:
         unique = list(dict.fromkeys(keys))
@@ -407,7 +416,7 @@ class S3ObjectStore:
             errors = await self._request("delete", keys[0], attempt)
         except (ClientError, BotoCoreError) as exc:
             raise self._wrap(f"delete of {len(keys)} keys starting with", keys[0], exc) from exc
-        failed = [e for e in errors if e.get("Code") not in _NOT_FOUND_CODES]
+        failed = [e for e in errors if e.get("Code") not in s3_errors.NOT_FOUND_CODES]
         if failed:
             sample = ", ".join(f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in failed[:5])
             raise ObjectStoreError(f"{self.name}: could not delete {len(failed)} of {len(keys)} keys: {sample}")
@@ -433,7 +442,7 @@ class S3ObjectStore:
         try:
             data = await self._request("get", key, attempt)
         except ClientError as exc:
-            if _status(exc) == 416:
+            if s3_errors.status(exc) == 416:
                 return b""  # the range starts at or past the end, as slicing past the end does
             raise self._wrap("get", key, exc) from exc
         except BotoCoreError as exc:
@@ -456,7 +465,7 @@ class S3ObjectStore:
         try:
             data, content_range = await self._request("get tail", key, attempt)
         except ClientError as exc:
-            if _status(exc) == 416:
+            if s3_errors.status(exc) == 416:
                 return b"", await self.size(key)  # an empty object has no suffix to return
             raise self._wrap("get tail", key, exc) from exc
         except BotoCoreError as exc:
@@ -507,7 +516,7 @@ class S3ObjectStore:
         try:
             return await self._request("list", prefix, attempt)
         except (ClientError, BotoCoreError) as exc:
-            raise ObjectStoreError(f"{self.name}: list of prefix {prefix!r} failed: {_describe(exc)}") from exc
+            raise ObjectStoreError(f"{self.name}: list of prefix {prefix!r} failed: {s3_errors.describe(exc)}") from exc
 
     async def close(self) -> None:
         async with self._client_lock:
@@ -539,57 +548,7 @@ async def _checksum(data: bytes | bytearray) -> str:
     return base64.b64encode(crc.to_bytes(4, "big")).decode()
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _status(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-
-
-def _retryable_client_error(exc: ClientError) -> bool:
-    status = _status(exc)
-    return status >= 500 or status == 429 or _code(exc) in _RETRYABLE_CODES
-
-
-_RESET_ERRORS = (
-    ResponseStreamingError,
-    aiohttp.ClientPayloadError,
-    aiohttp.ServerDisconnectedError,
-    ConnectionResetError,
-)
-
-ERROR_CODES = (*sorted(_RETRYABLE_CODES), "connection", "reset", "timeout", "other")
-"""Every value :func:`error_code` returns (a metric label's closed set)."""
-
-def error_code(exc: BaseException) -> str:
-    """What an operator acts on: S3's error code when it answered, else what the connection did."""
-    if isinstance(exc, ClientError):
-        code = _code(exc)
-        return code if code in _RETRYABLE_CODES else "other"
-    if isinstance(exc, TimeoutError | ConnectTimeoutError | ReadTimeoutError | asyncio.TimeoutError):
-        return "timeout"
-    if isinstance(exc, _RESET_ERRORS):
-        return "reset"
-    if isinstance(exc, ConnectionError | aiohttp.ClientConnectionError | OSError | HTTPClientError):
-        return "connection"
-    return "other"
-
-
-def _operation(what: str) -> str:
-    name = "upload_part" if what.startswith("upload part") else what.replace(" ", "_")
-    return name if name in OPERATIONS else "other"
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ClientError):
-        message = exc.response.get("Error", {}).get("Message", "")
-        return f"HTTP {_status(exc)} {_code(exc)}" + (f": {message}" if message else "")
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
 if TYPE_CHECKING:  # mypy proves the class is a complete ObjectStore
-    from storage.objectstore.base import ObjectStore
 
     def _conforms(store: S3ObjectStore) -> ObjectStore:
         return store

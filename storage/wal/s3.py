@@ -38,14 +38,16 @@ from storage.errors import (
     WALFencedError,
     WALUnavailableError,
 )
-from storage.objectstore.base import ObjectInfo, ObjectStore
+from storage.objects import format as fmt
+from storage.objects.format import DEFAULT_BLOCK_SIZE, IndexEntry
+from storage.objectstore.base import ObjectData, ObjectStore, data_size
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal import s3_format
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
 from storage.wal.pending import PendingAppend
-from storage.wal.record import RecordScanner, StopReason
+from storage.wal.s3_bucket import WALBucket
 from storage.wal.s3_format import ObjectHeader, Reservation, TrimPoint, WALObjectKey
 from storage.wal.state import WALState
 
@@ -109,7 +111,11 @@ class S3WAL(WALState):
         owns_store: bool = False,
         failover: bool = False,
         unwritable_max_ms: int = DEFAULT_UNWRITABLE_MAX_MS,
+        object_block_size: int = DEFAULT_BLOCK_SIZE,
+        object_version: int = 2,
     ) -> None:
+        if object_version not in s3_format.OBJECT_VERSIONS:
+            raise WALError(f"S3 WAL of node {node_id}: no WAL object version {object_version}")
         if batch_interval_ms <= 0 or max_bytes_in_batch <= 0 or max_inflight_uploads <= 0:
             raise WALError(
                 f"S3 WAL of node {node_id}: batch interval, batch size and upload concurrency must be positive"
@@ -121,12 +127,13 @@ class S3WAL(WALState):
         self._interval = batch_interval_ms / 1000
         self._max_batch = max_bytes_in_batch
         self._owns_store = owns_store
+        self._object_block_size = object_block_size
+        self._object_version = object_version  # 1 only where a test needs what an older Fjord wrote
         self._reservation = Reservation(node_id, node_epoch, failover)
         self._prefix = s3_format.node_prefix(namespace, node_id)
-        self._reservation_key = s3_format.reservation_key(namespace, node_id)
-        self._trim_key = s3_format.trim_key(namespace, node_id)
         role = "failover of node" if failover else "node"
         self._name = f"S3 WAL {store.name}/{self._prefix} ({role} {node_id}, epoch {node_epoch})"
+        self._bucket = WALBucket(store, namespace, node_id, self._name)
         self._gate = CapacityGate(capacity, self._name, self._admit)
         self._slots = asyncio.Semaphore(max_inflight_uploads)
         self._chain: list[WALObjectKey] = []  # durable objects of the log, in offset order
@@ -174,6 +181,7 @@ class S3WAL(WALState):
             owns_store=owns_store,
             failover=failover,
             unwritable_max_ms=config.wal_unwritable_max_ms,
+            object_block_size=config.object_block_size,
         )
 
     @property
@@ -185,6 +193,15 @@ class S3WAL(WALState):
         return self._reservation.failover
 
     @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def recovery_chain(self) -> list[WALObjectKey]:
+        """The non-empty objects ``recover`` replays, in offset order (a failover may commit them in place)."""
+        return list(self._recovery_chain)
+
+    @property
     def fenced(self) -> bool:
         return isinstance(self._failure, WALFencedError)
 
@@ -194,7 +211,7 @@ class S3WAL(WALState):
         if self._started:
             raise WALError(f"{self._name}: already started")
         # S3 being away at start (or during a failover) is waited out, as it is for appends.
-        current = await self._retrying("reservation read", self._read_reservation)
+        current = await self._retrying("reservation read", self._bucket.read_reservation)
         if current is not None and current.node_epoch > self._node_epoch:
             raise WALFencedError(
                 f"{self._name}: node {self._node_id} WAL is owned by a newer epoch {current.node_epoch}"
@@ -202,13 +219,14 @@ class S3WAL(WALState):
         if current is not None and current.node_epoch == self._node_epoch:
             logger.warning("%s: restarting with the epoch already reserved; it cannot fence a live writer of the "
                            "same epoch", self._name)
-        await self._retrying("reservation", lambda: self._put(self._reservation_key, self._reservation.encode()))
+        reservation = self._reservation.encode()
+        await self._retrying("reservation", lambda: self._bucket.put(self._bucket.reservation_key, reservation))
         listed = time.perf_counter()
-        listing = await self._retrying("listing", self._list)
+        listing = await self._retrying("listing", self._bucket.list)
         self.stats.list_seconds = time.perf_counter() - listed
         # A newer writer may have reserved between our put and our list.
         await self._retrying("reservation check", lambda: self._verify_owner("start"))
-        trim = await self._retrying("trim point read", self._read_trim)
+        trim = await self._retrying("trim point read", self._bucket.read_trim)
         objects = [k for info in listing if (k := s3_format.parse_object_key(info.key, self._prefix)) is not None]
         plan = s3_format.plan_recovery(objects, trim)
         if plan.gap_at is not None:
@@ -221,7 +239,7 @@ class S3WAL(WALState):
         # The marker makes this epoch's takeover point durable before anything is deleted or appended.
         marker = s3_format.object_key(self._namespace, self._node_id, self._node_epoch, plan.end, plan.end)
         header = ObjectHeader(self._node_id, self._node_epoch, plan.end, 0, plan.start).encode()
-        await self._retrying("takeover marker", lambda: self._put(marker.key, header))
+        await self._retrying("takeover marker", lambda: self._bucket.put(marker.key, header))
         if plan.discard:
             discard = [o.key for o in plan.discard]
             await self._retrying("discard", lambda: self._delete(discard))
@@ -258,8 +276,7 @@ class S3WAL(WALState):
                 stats.replay_get_wait_seconds += time.perf_counter() - waited
                 stats.replay_objects += 1
                 stats.replay_bytes += len(data)
-                scanner = self._scanner(obj, data, trim)
-                records = iter(scanner)
+                records = s3_format.object_records(obj, data, self._node_id, trim, self._name)
                 while True:
                     cpu = time.thread_time()
                     rec = next(records, None)
@@ -272,7 +289,6 @@ class S3WAL(WALState):
                     # enough for its own session to expire mid-failover. (A worker thread would starve the loop's
                     # socket reads instead, each waiting for the GIL.)
                     await asyncio.sleep(0)
-                self._report_stop(obj, scanner)
         finally:
             for task in reads:
                 task.cancel()
@@ -283,25 +299,9 @@ class S3WAL(WALState):
 
     async def _timed_get(self, key: str) -> bytes:
         started = time.perf_counter()
-        data = await self._retrying(f"read of {key}", partial(self._get, key))
+        data = await self._retrying(f"read of {key}", partial(self._bucket.get, key))
         self.stats.replay_get_seconds += time.perf_counter() - started
         return data
-
-    def _scanner(self, obj: WALObjectKey, data: bytes, trim: int) -> RecordScanner:
-        """The records of one WAL object; none if its header is corrupt."""
-        try:
-            header = ObjectHeader.decode(data, obj.key)
-            header.check(obj, self._node_id, len(data))
-        except CorruptObjectError as exc:
-            logger.error("%s: %s; skipping the object", self._name, exc)
-            data = bytes(s3_format.OBJECT_HEADER_SIZE)  # an empty body: the scanner finds nothing
-        body = memoryview(data)[s3_format.OBJECT_HEADER_SIZE :]
-        return RecordScanner(body, obj.start, where=f"WAL object {obj.key}", skip_below=trim)
-
-    def _report_stop(self, obj: WALObjectKey, scanner: RecordScanner) -> None:
-        if scanner.stop is not None and scanner.stop.reason is not StopReason.END:
-            logger.error("%s: %s; the rest of the object is skipped", self._name,
-                         scanner.stop.describe(f"WAL object {obj.key}"))
 
     # ---------------------------------------------------------------- appends
 
@@ -332,7 +332,8 @@ class S3WAL(WALState):
             return
         records, self._batch, self._batch_bytes = self._batch, [], 0
         key = s3_format.object_key(
-            self._namespace, self._node_id, self._node_epoch, records[0].offset, records[-1].next_offset
+            self._namespace, self._node_id, self._node_epoch, records[0].offset, records[-1].next_offset,
+            self._object_version,
         )
         upload = _Upload(key, records)
         upload.task = asyncio.create_task(self._upload(upload), name=f"wal-upload {key.key}")
@@ -343,12 +344,15 @@ class S3WAL(WALState):
             async with self._slots:
                 if self._failure is not None:
                     return
-                data = await asyncio.to_thread(self._encode_object, upload)
+                version, data = await asyncio.to_thread(self._encode_object, upload)
+                if version != upload.key.version:
+                    k = upload.key
+                    upload.key = s3_format.object_key(self._namespace, self._node_id, k.epoch, k.start, k.end, version)
                 put_started = time.perf_counter()
-                await self._retrying(f"upload of {upload.key.key}", lambda: self._put(upload.key.key, data))
+                await self._retrying(f"upload of {upload.key.key}", lambda: self._bucket.put(upload.key.key, data))
                 self.observe_flush(time.perf_counter() - put_started)
                 self.stats.objects += 1
-                self.stats.bytes_uploaded += len(data)
+                self.stats.bytes_uploaded += data_size(data)
                 await self._retrying(
                     "reservation check", lambda: self._verify_owner(f"upload of {upload.key.key}")
                 )
@@ -416,13 +420,21 @@ class S3WAL(WALState):
             self._refuse_timer = None
         logger.info("%s: S3 writable again after %.1fs; appends flow", self._name, seconds)
 
-    def _encode_object(self, upload: _Upload) -> bytes:
-        body_length = upload.key.end - upload.key.start
-        out = walrecord.encode_records(
-            [p.batch for p in upload.records], upload.key.start, reserve=s3_format.OBJECT_HEADER_SIZE
-        )
-        ObjectHeader(self._node_id, self._node_epoch, upload.key.start, body_length, self._trim_offset).pack_into(out)
-        return bytes(out)
+    def _encode_object(self, upload: _Upload) -> tuple[int, ObjectData]:
+        """The WAL object of one upload: v2 (the object format, what a failover copies in place) unless the batches
+        cannot form one stream-set object or the WAL was made to write v1."""
+        header = ObjectHeader(self._node_id, self._node_epoch, upload.key.start, upload.key.end - upload.key.start,
+                              self._trim_offset)
+        batches = [p.batch for p in upload.records]
+        if self._object_version == 2:
+            encoded = s3_format.encode_v2(header, batches, self._object_block_size)
+            if encoded is not None:
+                return 2, encoded[1]
+            logger.info("%s: the batches of %s are not contiguous per stream; writing it as a v1 WAL object",
+                        self._name, upload.key.key)
+        out = walrecord.encode_records(batches, upload.key.start, reserve=s3_format.OBJECT_HEADER_SIZE)
+        header.pack_into(out)
+        return 1, bytes(out)
 
     def _release_acks(self) -> None:
         """Acknowledges finished uploads strictly in order: a finished upload waits for every earlier one."""
@@ -467,7 +479,7 @@ class S3WAL(WALState):
                 return
             await self._retrying("reservation check", lambda: self._verify_owner(f"trim to {offset}"))
             point = TrimPoint(self._node_id, self._node_epoch, offset).encode()
-            await self._retrying("trim point", lambda: self._put(self._trim_key, point))
+            await self._retrying("trim point", lambda: self._bucket.put(self._bucket.trim_key, point))
             self._gate.release(offset - self._trim_offset)
             self._trim_offset = offset
             newest = self._chain[-1] if self._chain else None
@@ -524,62 +536,37 @@ class S3WAL(WALState):
 
     # ---------------------------------------------------------------- object-store calls
 
-    async def _read_reservation(self) -> Reservation | None:
-        try:
-            data = await self._store.get(self._reservation_key)
-        except ObjectNotFoundError:
-            return None
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot read the reservation {self._reservation_key}: {exc}") from exc
-        try:
-            return Reservation.decode(data, self._reservation_key)
-        except CorruptObjectError as exc:
-            raise WALError(f"{self._name}: {exc}") from exc
-
     async def _verify_owner(self, when: str) -> None:
         self.stats.reservation_checks += 1
-        current = await self._read_reservation()
+        current = await self._bucket.read_reservation()
         if current != self._reservation:
             holder = "nobody" if current is None else f"node {current.node_id} epoch {current.node_epoch}"
             if current is not None and current.failover:
                 holder += " (a failover by another broker)"
             raise WALFencedError(f"{self._name}: fenced at {when}: the WAL reservation now belongs to {holder}")
 
-    async def _read_trim(self) -> int | None:
-        try:
-            data = await self._store.get(self._trim_key)
-        except ObjectNotFoundError:
-            return None
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot read the trim point {self._trim_key}: {exc}") from exc
-        try:
-            return TrimPoint.decode(data, self._trim_key).offset
-        except CorruptObjectError as exc:
-            # Replaying from the oldest object only re-delivers uploaded records, which recovery tolerates.
-            logger.error("%s: %s; replaying from the oldest object", self._name, exc)
-            return None
-
-    async def _put(self, key: str, data: bytes) -> None:
-        try:
-            await self._store.put(key, data)
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot write {key}: {exc}") from exc
-
-    async def _get(self, key: str) -> bytes:
-        try:
-            return await self._store.get(key)
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot read WAL object {key}: {exc}") from exc
-
-    async def _list(self) -> list[ObjectInfo]:
-        try:
-            return list(await self._store.list(self._prefix))
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot list {self._prefix}: {exc}") from exc
-
     async def _delete(self, keys: list[str]) -> None:
-        try:
-            await self._store.delete(keys)
-        except ObjectStoreError as exc:
-            raise WALError(f"{self._name}: cannot delete {len(keys)} WAL object(s): {exc}") from exc
+        await self._bucket.delete(keys)
         self.stats.objects_deleted += len(keys)
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of one of this WAL's objects, retried while S3 is away."""
+        return await self._retrying(f"read of {key}", partial(self._bucket.get, key, start, end))
+
+    async def read_index(self, obj: WALObjectKey) -> tuple[int, list[IndexEntry]] | None:
+        """The size and index of a v2 object of this WAL from its tail (one GET, retried while S3 is away; one more
+        if the index is longer than guessed), or None if its key is not v2 or its tail is not a sound index: what a
+        failover in place needs (storage/failover_copy.py)."""
+        if obj.version != 2:
+            return None
+        where = f"WAL object {obj.key}"
+        guess = fmt.index_tail_guess(obj.end - obj.start)
+        tail, size = await self._retrying(f"read of {obj.key}", partial(self._bucket.get_tail, obj.key, guess))
+        try:
+            footer = fmt.parse_footer(tail, size, where)
+            if footer.index_position < size - len(tail):  # an index longer than the guess: read it whole
+                tail = await self.read(obj.key, footer.index_position)
+            return size, s3_format.v2_index(tail, size, where)
+        except CorruptObjectError as exc:
+            logger.warning("%s: %s", self._name, exc)
+            return None

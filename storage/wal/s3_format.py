@@ -5,16 +5,31 @@ Everything of one node lives under ``wal/<namespace>/<nodeId>/``::
     reservation                                   who owns this node's WAL: (nodeId, nodeEpoch, failover)
     trim                                          the trim point, rewritten on every trim
     probe                                         written and deleted by a restarting broker to see S3 takes writes
-    <nodeEpoch:020>/<startOffset:020>-<endOffset:020>    one WAL object per flushed batch
+    <nodeEpoch:020>/<startOffset:020>-<endOffset:020>[.v2]    one WAL object per flushed batch (.v2: version 2)
 
 Every broker of a cluster writes its WAL objects in the same ``s3.wal.path`` bucket, each under its own node
 prefix, so any broker can find a dead one's WAL from its node id alone (*failover*, storage/wal/s3.py).
 
 Zero-padded numbers make a prefix listing come back in epoch then offset order. A WAL object is a 48-byte header
-followed by WAL records (storage/wal/record.py) for logical offsets ``[startOffset, endOffset)``::
+followed by a body holding the records of logical offsets ``[startOffset, endOffset)``::
 
     magic u32 | version u16 | reserved u16 | nodeId i32 | nodeEpoch i64 | startOffset i64 | bodyLength i64
     | trimOffset i64 | headerCRC u32
+
+The logical offsets are those of WAL records (storage/wal/record.py): each record takes its 24-byte frame plus its
+batch, whatever the body's layout. Version 1 bodies are those records, in append order (``bodyLength`` is then
+``endOffset - startOffset``). Version 2 bodies hold the same records in Fjord's object format
+(storage/objects/format.py), after a table of their WAL positions::
+
+    recordCount u32 | position u32 * recordCount | DataBlock* | IndexBlock | Footer
+
+The batches are sorted by (stream, offset) into data blocks, block positions count from the object's first byte
+(header included), and the table gives, in that same order, each record's WAL position relative to
+``startOffset``: a restart puts them back in append order, each at its own position, exactly as v1 reads. A v2 WAL
+object copied whole *is* a stream-set object (the reader never looks before the first block), so a failover commits
+a dead node's WAL objects in place with a server-side copy instead of reading and uploading them again
+(storage/failover_copy.py). Its key says it is v2 (``.v2``), so the failover knows from the listing which objects it
+may copy and needs only each one's tail (footer and index), never a producer's bytes taken for an index.
 
 Each new owner starts by writing an empty *epoch marker* object ``[E, E)`` at the end ``E`` of the log it found.
 That marker is what makes fencing durable: an object of an older epoch that ends after the first object of any
@@ -25,19 +40,28 @@ deleted, and any older-epoch object ending at or before it lies below the trim p
 
 from __future__ import annotations
 
+import logging
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
 
 from storage.errors import CorruptObjectError
+from storage.objects import format as fmt
+from storage.stream_record_batch import StreamRecordBatch
+from storage.wal import record as walrecord
+from storage.wal.base import WALRecord
+from storage.wal.record import RecordScanner, StopReason
+
+logger = logging.getLogger(__name__)
 
 OBJECT_MAGIC = 0x464A574F  # "FJWO"
 RESERVATION_MAGIC = 0x464A5752  # "FJWR"
 TRIM_MAGIC = 0x464A5754  # "FJWT"
 VERSION = 1
+OBJECT_VERSIONS = (1, 2)  # WAL object bodies: WAL records in append order (1), the object format (2)
 
 OBJECT_HEADER = struct.Struct(">IHHiqqqq")
 OBJECT_HEADER_SIZE = OBJECT_HEADER.size + 4  # 48 with the CRC
@@ -45,8 +69,9 @@ RESERVATION = struct.Struct(">IHiq")
 RESERVATION_V2 = struct.Struct(">IHiqB")  # v2 adds the failover flag
 TRIM = struct.Struct(">IHiqq")
 _CRC = struct.Struct(">I")
+_COUNT = struct.Struct(">I")
 
-_OBJECT_KEY = re.compile(r"^(\d{20})/(\d{20})-(\d{20})$")
+_OBJECT_KEY = re.compile(r"^(\d{20})/(\d{20})-(\d{20})(\.v2)?$")
 
 
 def node_prefix(namespace: str, node_id: int) -> str:
@@ -76,15 +101,18 @@ class WALObjectKey:
     end: int
     epoch: int
     key: str
+    version: int = 1  # of the body, as the key says (``.v2``)
 
     @property
     def empty(self) -> bool:
         return self.start == self.end
 
 
-def object_key(namespace: str, node_id: int, epoch: int, start: int, end: int) -> WALObjectKey:
-    key = f"{node_prefix(namespace, node_id)}{epoch:020d}/{start:020d}-{end:020d}"
-    return WALObjectKey(start, end, epoch, key)
+def object_key(  # noqa: PLR0917 - the key's fields in the key's order, as every caller has them
+    namespace: str, node_id: int, epoch: int, start: int, end: int, version: int = 1
+) -> WALObjectKey:
+    key = f"{node_prefix(namespace, node_id)}{epoch:020d}/{start:020d}-{end:020d}" + (".v2" if version == 2 else "")
+    return WALObjectKey(start, end, epoch, key, version)
 
 
 def parse_object_key(key: str, prefix: str) -> WALObjectKey | None:
@@ -94,10 +122,10 @@ def parse_object_key(key: str, prefix: str) -> WALObjectKey | None:
     match = _OBJECT_KEY.match(key[len(prefix) :])
     if match is None:
         return None
-    epoch, start, end = (int(g) for g in match.groups())
+    epoch, start, end = (int(g) for g in match.groups()[:3])
     if end < start:
         return None
-    return WALObjectKey(start, end, epoch, key)
+    return WALObjectKey(start, end, epoch, key, 2 if match.group(4) else 1)
 
 
 # ----------------------------------------------------------------------------------------------- codecs
@@ -166,10 +194,11 @@ class ObjectHeader:
     start_offset: int
     body_length: int
     trim_offset: int
+    version: int = 1
 
     def pack_into(self, out: bytearray) -> None:
         OBJECT_HEADER.pack_into(
-            out, 0, OBJECT_MAGIC, VERSION, 0, self.node_id, self.node_epoch, self.start_offset, self.body_length,
+            out, 0, OBJECT_MAGIC, self.version, 0, self.node_id, self.node_epoch, self.start_offset, self.body_length,
             self.trim_offset,
         )
         _CRC.pack_into(out, OBJECT_HEADER.size, crc32c.crc32c(bytes(out[: OBJECT_HEADER.size])))
@@ -187,25 +216,119 @@ class ObjectHeader:
         if _CRC.unpack_from(data, OBJECT_HEADER.size)[0] != crc32c.crc32c(head):
             raise CorruptObjectError(f"{where}: WAL object header CRC mismatch")
         magic, version, _reserved, node_id, epoch, start, body_length, trim = OBJECT_HEADER.unpack(head)
-        if magic != OBJECT_MAGIC or version != VERSION:
+        if magic != OBJECT_MAGIC or version not in OBJECT_VERSIONS:
             raise CorruptObjectError(f"{where}: not a WAL object (magic {magic:#x}, version {version})")
-        return ObjectHeader(node_id, epoch, start, body_length, trim)
+        return ObjectHeader(node_id, epoch, start, body_length, trim, version)
 
     def check(self, expected: WALObjectKey, node_id: int, size: int) -> None:
         """The header must agree with the key it was found under and the bytes that came with it."""
         problems = []
+        if self.version != expected.version:
+            problems.append(f"version {self.version}, key says {expected.version}")
         if self.node_id != node_id:
             problems.append(f"node id {self.node_id}, expected {node_id}")
         if self.node_epoch != expected.epoch:
             problems.append(f"node epoch {self.node_epoch}, expected {expected.epoch}")
         if self.start_offset != expected.start:
             problems.append(f"start offset {self.start_offset}, expected {expected.start}")
-        if self.body_length != expected.end - expected.start:
+        if self.version == 1 and self.body_length != expected.end - expected.start:
             problems.append(f"body length {self.body_length}, key says {expected.end - expected.start}")
         if size != OBJECT_HEADER_SIZE + self.body_length:
             problems.append(f"object is {size} bytes, header says {OBJECT_HEADER_SIZE + self.body_length}")
         if problems:
             raise CorruptObjectError(f"{expected.key}: WAL object header disagrees: " + "; ".join(problems))
+
+
+def encode_v2(
+    header: ObjectHeader, batches: Sequence[StreamRecordBatch], block_size: int
+) -> tuple[ObjectHeader, list[bytes]] | None:
+    """A v2 WAL object of ``batches`` (in append order, from ``header.start_offset`` on) as its parts, the header
+    first; ``header`` gives all but the version and body length. None when the batches cannot make one stream-set
+    object (a stream's offsets in them are not contiguous, as after an append that failed): the caller writes v1."""
+    order = sorted(range(len(batches)), key=lambda i: (batches[i].stream_id, batches[i].base_offset))
+    positions = [0] * len(batches)
+    position = 0
+    for i, batch in enumerate(batches):
+        positions[i] = position
+        position += walrecord.record_size(batch)
+    table = struct.pack(f">I{len(order)}I", len(order), *(positions[i] for i in order))
+    builder = fmt.ObjectBuilder(block_size, base_position=OBJECT_HEADER_SIZE + len(table))
+    try:
+        builder.add_all(batches[i] for i in order)
+    except ValueError:
+        return None
+    parts = [table, *builder.finish_parts()]
+    body = sum(len(p) for p in parts)
+    full = ObjectHeader(header.node_id, header.node_epoch, header.start_offset, body, header.trim_offset, 2)
+    return full, [full.encode(), *parts]
+
+
+def v2_index(tail: bytes, size: int, where: str) -> list[fmt.IndexEntry]:
+    """The index of a v2 WAL object of ``size`` bytes from its last bytes (``tail``, at least the footer; the
+    whole index when it is long enough, else CorruptObjectError)."""
+    footer = fmt.parse_footer(tail, size, where)
+    window = size - len(tail)
+    if footer.index_position < window:
+        raise CorruptObjectError(f"{where}: the {len(tail)}-byte tail read does not hold the whole index")
+    index = tail[footer.index_position - window : footer.index_position - window + footer.index_length]
+    entries = fmt.parse_index(index, footer, where)
+    table_end = OBJECT_HEADER_SIZE + _COUNT.size + 4 * sum(e.record_count for e in entries)
+    if (entries[0].position if entries else footer.index_position) != table_end:
+        raise CorruptObjectError(f"{where}: the data blocks do not start after the header and the position table")
+    return entries
+
+
+def decode_v2(data: bytes, obj: WALObjectKey, where: str) -> list[WALRecord]:
+    """The records of a whole v2 WAL object in append order, each at its WAL position; CorruptObjectError where it
+    is damaged (positions that do not tile the object's ``[start, end)`` included)."""
+    entries = v2_index(data, len(data), where)
+    (count,) = _COUNT.unpack_from(data, OBJECT_HEADER_SIZE)
+    table_end = OBJECT_HEADER_SIZE + _COUNT.size + 4 * count
+    if table_end != (entries[0].position if entries else len(data) - fmt.FOOTER_SIZE):
+        raise CorruptObjectError(f"{where}: a position table of {count} records does not end where the blocks start")
+    positions = struct.unpack_from(f">{count}I", data, OBJECT_HEADER_SIZE + _COUNT.size)
+    view = memoryview(data)
+    batches = [b for e in entries for b in fmt.parse_block(view[e.position : e.position + e.size], e, where)]
+    if len(batches) != count:
+        raise CorruptObjectError(f"{where}: {len(batches)} batches in the blocks, {count} in the position table")
+    records = [
+        WALRecord(obj.start + p, obj.start + p + walrecord.record_size(b), b)
+        for p, b in zip(positions, batches, strict=True)
+    ]
+    records.sort(key=lambda r: r.offset)
+    at = obj.start
+    for record in records:
+        if record.offset != at:
+            raise CorruptObjectError(f"{where}: no record at WAL position {at} (next at {record.offset})")
+        at = record.next_offset
+    if at != obj.end:
+        raise CorruptObjectError(f"{where}: records end at WAL position {at}, the object at {obj.end}")
+    return records
+
+
+def object_records(obj: WALObjectKey, data: bytes, node_id: int, trim: int, who: str) -> Iterator[WALRecord]:
+    """The records of one whole WAL object of ``node_id``: none if its header is corrupt, those before the damage
+    if its body is (``who`` names the WAL in the error logged). A v1 body's records carry their own WAL positions
+    (those below ``trim`` are skipped); a v2 body's all carry the object's (see the module docstring)."""
+    try:
+        header = ObjectHeader.decode(data, obj.key)
+        header.check(obj, node_id, len(data))
+    except CorruptObjectError as exc:
+        logger.error("%s: %s; skipping the object", who, exc)
+        return
+    where = f"WAL object {obj.key}"
+    if header.version == 1:
+        scanner = RecordScanner(memoryview(data)[OBJECT_HEADER_SIZE:], obj.start, where=where, skip_below=trim)
+        yield from scanner
+        if scanner.stop is not None and scanner.stop.reason is not StopReason.END:
+            logger.error("%s: %s; the rest of the object is skipped", who, scanner.stop.describe(where))
+        return
+    try:
+        records = decode_v2(data, obj, where)
+    except CorruptObjectError as exc:
+        logger.error("%s: %s; skipping the object", who, exc)
+        return
+    yield from (r for r in records if r.offset >= trim)
 
 
 # ----------------------------------------------------------------------------------------------- recovery plan

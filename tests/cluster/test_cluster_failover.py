@@ -159,7 +159,7 @@ def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(
 
 def test_a_killed_s3_wal_brokers_acknowledged_records_are_served_without_it(cluster_factory: object) -> None:
     # Nothing is uploaded on a timer: whatever a broker acknowledged is in its S3 WAL only, until a live broker
-    # replays the dead one's WAL.
+    # replays the dead one's WAL, which it does in place (its v2 objects copied inside S3 and committed).
     cluster: LocalCluster = cluster_factory(wal="s3", extra={"s3.wal.upload.interval.ms": "600000"})  # type: ignore[operator]
     bootstrap = cluster.bootstrap_servers
     topic = topic_name("wal-failover")
@@ -168,7 +168,7 @@ def test_a_killed_s3_wal_brokers_acknowledged_records_are_served_without_it(clus
     victim = placement[0]
     led_by_victim = {p for p, leader in placement.items() if leader == victim}
     others = _bootstrap_without(cluster, victim)
-    load = ProduceLoad(bootstrap, topic).start()
+    load = ProduceLoad(bootstrap, topic, idempotent=True).start()
     try:
         load.wait_acked(300, timeout=30)
         cluster.node(victim).kill()
@@ -195,6 +195,10 @@ def test_a_killed_s3_wal_brokers_acknowledged_records_are_served_without_it(clus
     seen = consume_all(others, topic, 6, load.acked, timeout=60)
     missing = load.acked - set(seen)
     assert not missing, f"{len(missing)} acknowledged records lost without broker {victim}, e.g. {sorted(missing)[:5]}"
+    assert [v for v, n in Counter(seen).items() if n > 1] == [], "the failover duplicated records"
+    assert f"WAL recovery of node {victim} (failover by node {row[2]}): committed in place" in cluster.logs(10**7), (
+        "the failover did not commit the WAL in place"
+    )
 
     # The victim restarts on its emptied WAL: it replays nothing a second time, and serves again.
     cluster.node(victim).start()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from storage.config import BucketURL, StorageConfig, parse_bucket_url
-from storage.errors import ObjectExistsError, ObjectNotFoundError
+from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
 from storage.objectstore.base import MULTIPART_THRESHOLD, ObjectStore
 from storage.objectstore.factory import drop_memory_store, open_object_store
 from storage.objectstore.local import LocalObjectStore
@@ -207,3 +207,51 @@ async def test_large_object_of_many_parts_round_trips_byte_for_byte(store: Objec
     await store.put("whole/large", data)
     assert await store.get("whole/large") == data
     assert await store.get("whole/large", 262_100, 262_200) == data[262_100:262_200]
+
+
+@pytest.fixture
+async def second_bucket(
+    store: ObjectStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ObjectStore]:
+    """Another bucket of the same kind as ``store`` (on S3: of the same server), as the S3 WAL's bucket is beside
+    the data bucket."""
+    other: ObjectStore
+    if isinstance(store, MemoryObjectStore):
+        other = MemoryObjectStore(f"contract-other-{id(request)}")
+    elif isinstance(store, LocalObjectStore):
+        other = LocalObjectStore(tmp_path / "other-bucket")
+    else:
+        url: BucketURL = request.getfixturevalue("s3_bucket_url")
+        other = open_object_store(url, StorageConfig())
+    try:
+        yield other
+    finally:
+        await other.close()
+
+
+async def test_copy_stores_the_source_object_under_the_new_key_and_leaves_the_source(
+    store: ObjectStore, second_bucket: ObjectStore
+) -> None:
+    data = _payload(300_000, seed=5)
+    await second_bucket.put("wal/1/00", data)
+    assert store.copies_from(second_bucket) and store.copies_from(store)
+    await store.copy(second_bucket, "wal/1/00", "data/7")
+    await store.copy(store, "data/7", "data/8")
+    assert await store.get("data/7") == data
+    assert await store.get("data/8", 1000, 2000) == data[1000:2000]
+    await second_bucket.delete(["wal/1/00"])
+    assert await store.get("data/7") == data  # a copy, not a reference to the source
+    assert store.stats.copies == 2
+
+
+async def test_copy_of_a_missing_key_raises_not_found_and_other_backends_cannot_be_copied_from(
+    store: ObjectStore, second_bucket: ObjectStore, tmp_path: Path
+) -> None:
+    with pytest.raises(ObjectNotFoundError):
+        await store.copy(second_bucket, "no/such/key", "data/9")
+    foreign: ObjectStore = (
+        LocalObjectStore(tmp_path / "foreign") if isinstance(store, MemoryObjectStore) else MemoryObjectStore("foreign")
+    )
+    assert not store.copies_from(foreign)
+    with pytest.raises(ObjectStoreError):
+        await store.copy(foreign, "k", "data/10")

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from storage.objectstore.base import OPERATIONS, StoreStats
 from storage.objectstore.local import LocalObjectStore
 from storage.objectstore.metrics import PRESET_ERROR_CODES, StoreStatsCollector
-from storage.objectstore.s3 import ERROR_CODES
+from storage.objectstore.s3_errors import ERROR_CODES
 
 
 def _scrape(registry: CollectorRegistry) -> dict[str, float]:

@@ -28,9 +28,12 @@ from storage.config import BucketURL, ConfigError
 from storage.engine import StorageEngine
 from storage.errors import ObjectStoreError, StorageError, StreamFencedError, StreamNotClosedError, WALError
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from storage.namespace import namespace_for
+from storage.objects.format import build_object, object_key
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
 from storage.stream_api import Stream
+from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.s3 import S3WAL
 from tests.storage.engine_support import payload, small_config
 
@@ -55,15 +58,18 @@ class _Cluster:
     tmp_path: Path
     epochs: dict[int, int]
 
-    def wal(self, node_id: int, epoch: int, *, failover: bool = False, cls: type[S3WAL] = S3WAL) -> S3WAL:
-        return cls(self.wals, namespace="_fjord_test", node_id=node_id, node_epoch=epoch, batch_interval_ms=10,
-                   failover=failover)
+    def wal(self, node_id: int, epoch: int, *, failover: bool = False, cls: type[S3WAL] = S3WAL,
+            version: int = 2, interval_ms: int = 10) -> S3WAL:
+        return cls(self.wals, namespace="_fjord_test", node_id=node_id, node_epoch=epoch,
+                   batch_interval_ms=interval_ms, failover=failover, object_version=version)
 
-    def engine(self, node_id: int, **overrides: int) -> StorageEngine:
+    def engine(self, node_id: int, *, wal_version: int = 2, wal_interval_ms: int = 10,
+               **overrides: int) -> StorageEngine:
         epoch = self.epochs[node_id]
         config = small_config(self.tmp_path / f"node-{node_id}", node_id=node_id, node_epoch=epoch, wal_url=WAL_URL,
                               **overrides)
-        return StorageEngine(config, self.controller.stream_metadata, store=self.data, wal=self.wal(node_id, epoch))
+        wal = self.wal(node_id, epoch, version=wal_version, interval_ms=wal_interval_ms)
+        return StorageEngine(config, self.controller.stream_metadata, store=self.data, wal=wal)
 
 
 @pytest.fixture
@@ -238,12 +244,14 @@ async def test_a_replay_through_a_slow_down_storm_replays_everything(cluster: _C
 async def test_a_wal_of_many_upload_blocks_is_replayed_whole(
     cluster: _Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A WAL several times the upload threshold (16 KiB here) is replayed in blocks whose uploads overlap the
-    reading of the next ones: the new owner reads every acknowledged append of both streams, in order. The replay
-    says where its time went, naming the dead broker, in the log (what ``bench/failover.py`` reads)."""
+    """A WAL of v1 objects (an older Fjord's, which cannot be copied in place) several times the upload threshold
+    (16 KiB here) is replayed in blocks whose uploads overlap the reading of the next ones: the new owner reads every
+    acknowledged append of both streams, in order. The replay says where its time went, naming the dead broker, in
+    the log (what ``bench/failover.py`` reads)."""
     caplog.set_level(logging.INFO)
     # The dead broker uploads nothing itself (its threshold is far above what it writes).
-    dead, live = cluster.engine(1, wal_upload_threshold=1 << 20, wal_cache_size=2 << 20), cluster.engine(2)
+    dead = cluster.engine(1, wal_version=1, wal_upload_threshold=1 << 20, wal_cache_size=2 << 20)
+    live = cluster.engine(2)
     await dead.start()
     await live.start()
     written = await asyncio.gather(_write(dead, 60), _write(dead, 60))  # ~84 KiB, interleaved in the WAL
@@ -261,3 +269,70 @@ async def test_a_wal_of_many_upload_blocks_is_replayed_whole(
     blocks = re.search(r"(\d+) batches in (\d+) blocks, [\d.]+ s wall: .*read [\d.]+ s.*streams closed", timing)
     assert blocks is not None and blocks.group(1) == "120" and int(blocks.group(2)) > 1, timing
     assert "CPU" in timing and "PUT" in timing, timing
+
+
+def _timing(caplog: pytest.LogCaptureFixture) -> str:
+    return next(r.getMessage() for r in caplog.records if r.getMessage().startswith("replay timing of node 1 "))
+
+
+async def test_a_failover_commits_v2_wal_objects_in_place_without_moving_their_bytes(
+    cluster: _Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dead broker's WAL objects are copied inside the store and committed as they are: the replay PUTs
+    nothing, and the new owner reads every acknowledged append of both streams, once and in order."""
+    caplog.set_level(logging.INFO)
+    dead = cluster.engine(1, wal_upload_threshold=1 << 20, wal_cache_size=2 << 20)
+    live = cluster.engine(2)
+    await dead.start()
+    await live.start()
+    written = await asyncio.gather(_write(dead, 30), _write(dead, 30))
+    await dead.halt()
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    failover = cluster.controller.image.wal_failovers[1]
+    puts = cluster.data.stats.puts
+    runner = WALFailoverRunner(cluster.client, live,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True))
+    assert await runner.replay(failover) == 60
+    assert cluster.data.stats.puts == puts
+    assert cluster.data.stats.copies > 0
+    for stream_id, _stream, payloads in written:
+        assert await _read_all(live, stream_id, 2) == payloads
+    await live.shutdown()
+    assert f"60 batches in {cluster.data.stats.copies} WAL objects copied in place" in _timing(caplog)
+
+
+async def test_a_stream_committed_up_to_the_middle_of_a_wal_object_reads_back_exactly_once(
+    cluster: _Cluster,
+) -> None:
+    """The dead broker had committed the first 5 of the 12 records one WAL object holds (an upload it finished
+    just before dying): the failover commits that object from offset 5 on, and the new owner reads records 0..19
+    exactly once each, in order, from three objects whose ranges meet end to start."""
+    dead = cluster.engine(1, wal_upload_threshold=1 << 20, wal_cache_size=2 << 20, wal_interval_ms=300)
+    live = cluster.engine(2)
+    await dead.start()
+    await live.start()
+    stream_id = await dead.create_stream((("topic", "t"),))
+    stream = await dead.open_stream(stream_id, epoch=1)
+    payloads = [payload(stream_id, i, 700) for i in range(20)]
+    await asyncio.gather(*(stream.append(p, 1) for p in payloads[:12]))  # one WAL object (one 300 ms batch)
+    await asyncio.gather(*(stream.append(p, 1) for p in payloads[12:]))
+
+    # The dead broker's own upload of offsets [0, 5), committed before it died.
+    node = NodeIdentity(1, cluster.epochs[1])
+    metadata = cluster.controller.stream_metadata
+    first = await metadata.prepare_objects(node, 1, 60_000)
+    data = build_object(StreamRecordBatch(stream_id, 1, i, 1, p) for i, p in enumerate(payloads[:5]))
+    await cluster.data.put(object_key(first, namespace_for("test")), data)
+    await metadata.commit_stream_set_object(CommitStreamSetObjectRequest(
+        node, first, len(data), (ObjectStreamRange(stream_id, 0, 5, 1),)))
+    await dead.halt()
+
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    runner = WALFailoverRunner(cluster.client, live,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True))
+    assert await runner.replay(cluster.controller.image.wal_failovers[1]) == 15
+    assert cluster.data.stats.copies == 2
+    assert await _read_all(live, stream_id, 2) == payloads
+    objects = await metadata.get_objects(stream_id, 0, -1, 10)
+    assert [(r.start_offset, r.end_offset) for o in objects for r in o.ranges] == [(0, 5), (5, 12), (12, 20)]
+    await live.shutdown()
