@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,20 +55,34 @@ class SegmentScan:
         self.end = self.live[0].base_offset if self.live else trim
         self.kept = 0  # segments holding the intact log (the last of them possibly cut short)
 
-    async def records(self) -> AsyncIterator[WALRecord]:
+    def steps(self) -> Generator[list[WALRecord], None, None]:
+        """The intact records, a read's worth at a time, read synchronously (in a worker thread: :meth:`records`,
+        or ``storage.wal.early_read`` from the process's start); ``end`` and ``kept`` follow as it goes."""
         live = self.live
         for index, segment in enumerate(live):
             following = live[index + 1] if index + 1 < len(live) else None
-            complete = True
-            async for item in _scan_segment(segment, self.trim, self.decode, following):
-                if isinstance(item, WALRecord):
-                    yield item
-                    continue
-                self.end = segment.base_offset + item.length
-                self.kept = index + 1
-                complete = item.complete
-            if not complete:
+            end = yield from _read_segment(segment, self.trim, self.decode, following)
+            self.end = segment.base_offset + end.length
+            self.kept = index + 1
+            if not end.complete:
                 break
+
+    async def records(self) -> AsyncIterator[WALRecord]:
+        """:meth:`steps` run in a worker thread one step ahead of the records handed out here (``pread`` and
+        CRC-32C of large buffers release the GIL), so recovery memory stays bounded by two reads (plus the records
+        the caller keeps)."""
+        steps = self.steps()
+        loop = asyncio.get_running_loop()
+        pending: asyncio.Future[list[WALRecord] | None] | None = loop.run_in_executor(None, next, steps, None)
+        try:
+            while pending is not None:
+                # Shielded: a cancelled recovery must not close the segment under a read still running on it.
+                records = await asyncio.shield(pending)
+                pending = None if records is None else loop.run_in_executor(None, next, steps, None)
+                for record in records or ():
+                    yield record
+        finally:
+            _close_after(steps, pending)
 
 
 #: A record body this long or longer is read straight into its own buffer (its payload), never copied out of a chunk.
@@ -80,8 +94,7 @@ _HEADERS = walrecord.HEADER_SIZE + stream_record_batch.HEADER_SIZE  # a WAL head
 
 
 class _SegmentReader:
-    """Reads one segment's records front to back, synchronously: :meth:`step` runs in a worker thread, one step
-    ahead of the scan on the event loop (``pread`` and CRC-32C of large buffers release the GIL).
+    """Reads one segment's records front to back, synchronously (in a worker thread: :meth:`SegmentScan.steps`).
 
     Records of small bodies come from reads of a few of them at a time (their payloads copied out). A body of
     ``LARGE_BODY`` bytes or more, or one the read ended inside, is read on its own with one ``pread`` whose result
@@ -193,63 +206,56 @@ class _SegmentReader:
 
 
 
-async def _scan_segment(
+def _read_segment(
     segment: Segment, trim: int, decode: bool, following: Segment | None
-) -> AsyncIterator[WALRecord | _SegmentEnd]:
-    """Yields the segment's intact records, then where they end. A sealed segment (one with a ``following``
-    segment) must be intact up to exactly where that one starts; the last segment ends wherever its records stop.
-    A :class:`_SegmentReader` reads them in a worker thread, one step ahead of the records handed out here, so
-    recovery memory stays bounded by two reads (plus the records the caller keeps)."""
+) -> Generator[list[WALRecord], None, _SegmentEnd]:
+    """Yields the segment's intact records a read at a time, and returns where they end. A sealed segment (one with
+    a ``following`` segment) must be intact up to exactly where that one starts; the last segment ends wherever its
+    records stop."""
     where = f"WAL segment {segment.path}"
     limit = None if following is None else following.base_offset - segment.base_offset
     try:
-        fd = await asyncio.to_thread(os.open, segment.path, os.O_RDONLY)
+        fd = os.open(segment.path, os.O_RDONLY)
     except OSError as exc:
         raise WALError(f"{where}: cannot open for recovery: {exc.strerror}") from exc
-    reader = _SegmentReader(fd, segment, limit, trim=trim, decode=decode)
-    loop = asyncio.get_running_loop()
-    pending: asyncio.Future[list[WALRecord] | None] | None = loop.run_in_executor(None, reader.step)
     try:
-        while pending is not None:
-            # Shielded: a cancelled recovery must not forget a read still running on the fd (closed after it).
-            records = await asyncio.shield(pending)
-            pending = None if records is None else loop.run_in_executor(None, reader.step)
-            for record in records or ():
-                yield record
-        consumed, stop = reader.consumed, reader.stop
-        assert stop is not None
-        if limit is None:
-            _log_tail(where, stop)
-            yield _SegmentEnd(consumed, complete=True)
-        elif consumed == limit:
-            yield _SegmentEnd(consumed, complete=True)
-        else:
-            reason = stop.describe(where) if stop.reason is not StopReason.END else f"{where}: ends at byte {consumed}"
-            assert following is not None
-            logger.error(
-                "%s, but the next segment %s starts at offset %d; recovery keeps the %d intact bytes before "
-                "it and sets later segments aside", reason, following.path, following.base_offset, consumed,
-            )
-            yield _SegmentEnd(consumed, complete=False)
+        reader = _SegmentReader(fd, segment, limit, trim=trim, decode=decode)
+        while (records := reader.step()) is not None:
+            yield records
     except OSError as exc:
         raise WALError(f"{where}: read failed during recovery: {exc.strerror}") from exc
     finally:
-        _close_after(fd, pending)
+        os.close(fd)
+    consumed, stop = reader.consumed, reader.stop
+    assert stop is not None
+    if limit is None:
+        _log_tail(where, stop)
+        return _SegmentEnd(consumed, complete=True)
+    if consumed == limit:
+        return _SegmentEnd(consumed, complete=True)
+    reason = stop.describe(where) if stop.reason is not StopReason.END else f"{where}: ends at byte {consumed}"
+    assert following is not None
+    logger.error(
+        "%s, but the next segment %s starts at offset %d; recovery keeps the %d intact bytes before it and sets "
+        "later segments aside", reason, following.path, following.base_offset, consumed,
+    )
+    return _SegmentEnd(consumed, complete=False)
 
 
-def _close_after(fd: int, pending: asyncio.Future[list[WALRecord] | None] | None) -> None:
-    """Closes the segment's ``fd`` once no step runs on it any more (a step nobody waits for: its error does not
-    matter any more)."""
+def _close_after(steps: Generator[list[WALRecord], None, None], pending: asyncio.Future[list[WALRecord] | None] | None
+                 ) -> None:
+    """Closes ``steps`` (and so the segment it reads) once no step of it runs any more (a step nobody waits for:
+    its error does not matter any more)."""
     if pending is None or pending.done():
         if pending is not None and not pending.cancelled():
             pending.exception()
-        os.close(fd)
+        steps.close()
         return
 
     def close(step: asyncio.Future[list[WALRecord] | None]) -> None:
         if not step.cancelled():
             step.exception()
-        os.close(fd)
+        steps.close()
 
     pending.add_done_callback(close)
 
