@@ -155,11 +155,15 @@ class FileWAL(WALState):
     async def start(self) -> None:
         if self._started:
             raise WALError(f"{self._name}: already started")
+        opened: early_read.OpenedDirectory | None = None
         early = early_read.claim(self._dir)
         if early is not None:  # the process started reading this WAL back already: it has the lock
-            opened = await asyncio.to_thread(early.opened)
-            self._early = early
-        else:
+            try:
+                opened = await asyncio.to_thread(early.opened)
+                self._early = early
+            except Exception as exc:  # e.g. the previous process still held the lock then: try again now
+                logger.debug("WAL %s: not read early (%s); opening it now", self._dir, exc)
+        if opened is None:
             opened = await asyncio.to_thread(early_read.open_directory_sync, self._dir)
         self._lock_fd, self._trim_offset, self._segments = opened.lock_fd, opened.trim_offset, opened.segments
         try:

@@ -110,3 +110,14 @@ async def test_a_wal_appending_before_recovering_or_closed_at_once_drops_the_rea
     await wal.close()
     _, again = await open_wal(tmp_path)
     assert [r.batch for r in again] == [r.batch for r in written] + [batch(2, 0)]
+
+
+async def test_a_directory_released_after_the_read_failed_to_lock_it_opens_normally(tmp_path: Path) -> None:
+    """A restart racing the previous process's exit: the early read found the lock held, the process then exited."""
+    written = await write(tmp_path, [batch(1, i) for i in range(3)])
+    holder, _ = await open_wal(tmp_path)
+    early_read.start(config_for(tmp_path))
+    await holder.close()
+    wal, recovered = await recover_claimed(tmp_path)
+    await wal.close()
+    assert recovered == written
