@@ -134,9 +134,16 @@ async def _serve(config: ServerConfig, add_scram: Sequence[str] = (), feature: S
     # The client listeners listen before anything else (node.early_listen): a client reconnecting to a restarting
     # node is then accepted, not refused, and answered once the node serves.
     listening = await listen_early(config)
+    # Then its file WAL starts being read back, in a thread of its own, while the node imports its stacks (imported
+    # here for the same reason as the node below: only a starting node needs it).
+    from storage.wal import early_read  # noqa: PLC0415
+
+    wal_read = early_read.start(config.storage) if "broker" in config.process_roles else None
     try:
         return await _run_node(config, add_scram, feature, listening)
     finally:
+        if wal_read is not None:
+            early_read.abandon(wal_read)
         close_all(listening)
 
 

@@ -40,9 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.config import GiB, MiB, StorageConfig
-from storage.durable import DirectoryLockedError, lock_directory, write_atomically
+from storage.durable import write_atomically
 from storage.errors import WALError
 from storage.stream_record_batch import StreamRecordBatch
+from storage.wal import early_read
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
@@ -50,7 +51,6 @@ from storage.wal.pending import PendingAppend
 from storage.wal.recovery import SegmentScan, finish_recovery_sync
 from storage.wal.segments import (
     CHECKPOINT_NAME,
-    LOCK_NAME,
     SPARE_SEGMENTS,
     SPARE_SUFFIX,
     PacedSpareFiller,
@@ -58,9 +58,7 @@ from storage.wal.segments import (
     Segment,
     SegmentWriter,
     SparePool,
-    decode_checkpoint,
     encode_checkpoint,
-    parse_segment_name,
 )
 from storage.wal.state import WALState
 
@@ -117,6 +115,7 @@ class FileWAL(WALState):
         self._idle_since = 0.0  # event-loop time the flusher last ran out of appends
         self._writer = SegmentWriter(self._dir, segment_size, self._spares)
         self._lock_fd = -1
+        self._early: early_read.EarlyRead | None = None
         self._segments: list[Segment] = []
         self._trim_offset = 0
         self._next_offset = 0  # assigned to the next append
@@ -156,64 +155,47 @@ class FileWAL(WALState):
     async def start(self) -> None:
         if self._started:
             raise WALError(f"{self._name}: already started")
-        self._lock_fd, self._trim_offset, self._segments = await asyncio.to_thread(self._open_sync)
+        opened: early_read.OpenedDirectory | None = None
+        early = early_read.claim(self._dir)
+        if early is not None:  # the process started reading this WAL back already: it has the lock
+            try:
+                opened = await asyncio.to_thread(early.opened)
+                self._early = early
+            except Exception as exc:  # e.g. the previous process still held the lock then: try again now
+                logger.debug("WAL %s: not read early (%s); opening it now", self._dir, exc)
+        if opened is None:
+            opened = await asyncio.to_thread(early_read.open_directory_sync, self._dir)
+        self._lock_fd, self._trim_offset, self._segments = opened.lock_fd, opened.trim_offset, opened.segments
+        try:
+            await asyncio.to_thread(self._adopt_spares_sync)
+        except BaseException:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fjord-wal-writer")
         self._started = True
         logger.info(
             "WAL %s: opened with %d segment(s), trim offset %d", self._dir, len(self._segments), self._trim_offset
         )
 
-    def _open_sync(self) -> tuple[int, int, list[Segment]]:
-        try:
-            lock_fd = lock_directory(self._dir, LOCK_NAME)
-        except DirectoryLockedError:
-            raise WALError(f"{self._name}: directory is already open by another WAL instance") from None
-        except OSError as exc:
-            raise WALError(f"{self._name}: cannot lock the WAL directory: {exc.strerror}") from exc
-        try:
-            (self._dir / (CHECKPOINT_NAME + ".tmp")).unlink(missing_ok=True)
-            segments = sorted(
-                (Segment(base, self._dir / name) for name in os.listdir(self._dir)
-                 if (base := parse_segment_name(name)) is not None),
-                key=lambda s: s.base_offset,
-            )
-            trim_offset = self._read_checkpoint_sync(segments)
-            spares = [self._dir / n for n in os.listdir(self._dir) if n.endswith(SPARE_SUFFIX) or
-                      (n.startswith("spare-") and n.endswith(".tmp"))]
-            self._spares.adopt_existing(
-                [p for p in spares if p.name.endswith(SPARE_SUFFIX)],
-                self._segment_size // 2,
-                limit=self._gate.capacity // self._segment_size,
-            )
-            for leftover in spares:
-                if leftover.name.endswith(".tmp"):
-                    leftover.unlink(missing_ok=True)
-        except BaseException:
-            os.close(lock_fd)
-            raise
-        return lock_fd, trim_offset, segments
-
-    def _read_checkpoint_sync(self, segments: list[Segment]) -> int:
-        path = self._dir / CHECKPOINT_NAME
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return 0
-        except OSError as exc:
-            raise WALError(f"WAL {path}: cannot read the trim checkpoint: {exc.strerror}") from exc
-        try:
-            return decode_checkpoint(data, str(path))
-        except WALError as exc:
-            # Replaying from the oldest segment only re-delivers records that were already uploaded, which recovery
-            # tolerates; refusing to start would lose availability for no gain in safety.
-            fallback = segments[0].base_offset if segments else 0
-            logger.error("%s; replaying from the oldest segment (offset %d)", exc, fallback)
-            return fallback
+    def _adopt_spares_sync(self) -> None:
+        spares = [self._dir / n for n in os.listdir(self._dir) if n.endswith(SPARE_SUFFIX) or
+                  (n.startswith("spare-") and n.endswith(".tmp"))]
+        self._spares.adopt_existing(
+            [p for p in spares if p.name.endswith(SPARE_SUFFIX)],
+            self._segment_size // 2,
+            limit=self._gate.capacity // self._segment_size,
+        )
+        for leftover in spares:
+            if leftover.name.endswith(".tmp"):
+                leftover.unlink(missing_ok=True)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._early is not None:
+            self._early.cancel()
         closed = WALError(f"{self._name}: closed")
         self._gate.fail(closed)
         if self._opening is not None and not self._opening.done():
@@ -269,9 +251,18 @@ class FileWAL(WALState):
 
     async def _scan(self, *, decode: bool) -> AsyncIterator[WALRecord]:
         trim = self._trim_offset
-        scan = SegmentScan(list(self._segments), trim, decode=decode)
-        async for rec in scan.records():
-            yield rec
+        early, self._early = self._early, None
+        if early is not None and decode and early.scan is not None:
+            scan, records = early.scan, early.records()  # the read the process started (storage.wal.early_read)
+        else:
+            scan = SegmentScan(list(self._segments), trim, decode=decode)
+            records = scan.records()
+        try:
+            async for rec in records:
+                yield rec
+        finally:
+            if early is not None:
+                early.cancel()  # read to the end, or not needed: a scan cut short starts afresh next time
         assert self._executor is not None
         self._segments = await asyncio.get_running_loop().run_in_executor(
             self._executor, finish_recovery_sync, self._dir, scan

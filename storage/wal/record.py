@@ -98,6 +98,8 @@ class StopReason(enum.Enum):
     BAD_POSITION = "record body offset does not match its position"
     BAD_BODY_CRC = "record body CRC mismatch"
     BAD_BODY = "record body is not a valid StreamRecordBatch"
+    #: Not an error: a record whose body is ``large_body`` bytes or more, its header checked, left to the caller.
+    LARGE_BODY = "record body to be read on its own"
 
     @property
     def truncated(self) -> bool:
@@ -125,7 +127,9 @@ class RecordScanner:
     always the end of the intact prefix, i.e. where a torn tail should be cut.
 
     Records before ``skip_below`` are checked only for framing (header CRC) and not decoded, so recovery can walk
-    past trimmed records cheaply.
+    past trimmed records cheaply. A record at or past ``skip_below`` whose body is ``large_body`` bytes or more
+    stops the scan (``StopReason.LARGE_BODY``) once its header is checked: decoding it from ``buf`` would copy its
+    payload out, which file WAL recovery avoids by reading such a body straight into its own buffer.
     """
 
     def __init__(
@@ -136,12 +140,14 @@ class RecordScanner:
         where: str = "WAL",
         skip_below: int = 0,
         verify_skipped_bodies: bool = False,
+        large_body: int = MAX_BODY_SIZE + 1,
     ) -> None:
         self._buf = memoryview(buf)
         self._base = base_offset
         self._where = where
         self._skip_below = skip_below
         self._verify_skipped = verify_skipped_bodies
+        self._large_body = large_body
         self.position = 0
         self.stop: ScanStop | None = None
 
@@ -170,6 +176,10 @@ class RecordScanner:
             if body_offset != offset + HEADER_SIZE:
                 self._stopped(StopReason.BAD_POSITION, f"header says body at {body_offset}")
                 return
+            skipped = offset < self._skip_below
+            if body_length >= self._large_body and not skipped:
+                self._stopped(StopReason.LARGE_BODY, f"{body_length} bytes")
+                return
             body_start = pos + HEADER_SIZE
             body_end = body_start + body_length
             if body_end > size:
@@ -177,7 +187,6 @@ class RecordScanner:
                     StopReason.TRUNCATED_BODY, f"{size - body_start} of {body_length} body bytes present"
                 )
                 return
-            skipped = offset < self._skip_below
             if skipped and not self._verify_skipped:
                 self.position = body_end
                 continue

@@ -1,6 +1,6 @@
-"""File WAL recovery reading one chunk ahead while it scans the current one (issue 25): a record cut by a chunk's
-end is completed from the next chunk, and torn tails, corrupt bytes and sealed segments that end early are handled
-exactly as when every read started at the last whole record."""
+"""File WAL recovery reading one step ahead while it scans the current one (issue 25): a record cut by a read's end,
+or one whose body is large (``LARGE_BODY``), has its body read on its own, and torn tails, corrupt bytes and sealed
+segments that end early are handled exactly as when every read started at the last whole record."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from tests.storage.test_wal_file import batch, flip_bits, open_wal, segment_file
 
 # Chunk sizes below, at and above a WAL header (24 bytes) and a record's headers (57 bytes).
 CHUNKS = [13, 24, 57, 100, 333, 4096]
+#: Bodies read on their own from this size: the shipped size (none of these records) and most of these records.
+LARGE_BODIES = [wal_recovery.LARGE_BODY, 100]
 
 
 async def small_records(path: Path) -> list[WALRecord]:
@@ -27,11 +29,13 @@ async def small_records(path: Path) -> list[WALRecord]:
 
 
 async def one_segment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, large_body: int = wal_recovery.LARGE_BODY
 ) -> tuple[Path, list[WALRecord], Path, int, int]:
-    """A WAL of :func:`small_records` in one segment, recovered ``chunk`` bytes at a time from here on: its
-    directory, records, segment file, the segment's base offset and size."""
+    """A WAL of :func:`small_records` in one segment, recovered ``chunk`` bytes at a time from here on (bodies of
+    ``large_body`` bytes or more on their own): its directory, records, segment file, the segment's base offset and
+    size."""
     monkeypatch.setattr(wal_recovery, "READ_CHUNK", chunk)
+    monkeypatch.setattr(wal_recovery, "LARGE_BODY", large_body)
     original = tmp_path / "original"
     written = await small_records(original)
     (segment,) = segment_files(original)
@@ -47,11 +51,12 @@ def cuts(size: int, chunk: int, written: list[WALRecord], base: int) -> list[int
     return sorted(p for p in near if 0 <= p <= size)
 
 
+@pytest.mark.parametrize("large_body", LARGE_BODIES)
 @pytest.mark.parametrize("chunk", CHUNKS)
 async def test_a_tail_torn_anywhere_keeps_exactly_the_whole_records_before_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, large_body: int
 ) -> None:
-    original, written, segment, base, size = await one_segment(tmp_path, monkeypatch, chunk)
+    original, written, segment, base, size = await one_segment(tmp_path, monkeypatch, chunk, large_body)
     for cut in cuts(size, chunk, written, base):
         trial = tmp_path / f"cut-{cut}"
         shutil.copytree(original, trial)
@@ -66,11 +71,12 @@ async def test_a_tail_torn_anywhere_keeps_exactly_the_whole_records_before_it(
         shutil.rmtree(trial)
 
 
+@pytest.mark.parametrize("large_body", LARGE_BODIES)
 @pytest.mark.parametrize("chunk", CHUNKS)
 async def test_a_flipped_byte_anywhere_keeps_exactly_the_records_before_the_damaged_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, large_body: int
 ) -> None:
-    original, written, segment, base, size = await one_segment(tmp_path, monkeypatch, chunk)
+    original, written, segment, base, size = await one_segment(tmp_path, monkeypatch, chunk, large_body)
     for position in cuts(size - 1, chunk, written, base):
         trial = tmp_path / f"flip-{position}"
         shutil.copytree(original, trial)
@@ -100,10 +106,12 @@ async def test_a_sealed_segment_ending_inside_a_record_cut_by_a_chunk_sets_later
     assert len(segment_files(tmp_path, "*.discarded")) == len(files) - 2
 
 
+@pytest.mark.parametrize("large_body", LARGE_BODIES)
 async def test_records_much_bigger_than_a_chunk_come_back_whole_across_segments(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large_body: int
 ) -> None:
     monkeypatch.setattr(wal_recovery, "READ_CHUNK", 100)
+    monkeypatch.setattr(wal_recovery, "LARGE_BODY", large_body)
     rng = random.Random(3)
     written = await write(
         tmp_path, [batch(i % 2, i, rng.choice([5, 950, 3000])) for i in range(40)], segment_size=16 * 1024
