@@ -329,10 +329,7 @@ class UploadPipeline:
 
     async def _prepare(self, job: _Job, plan: UploadPlan) -> int:
         """Reserves the plan's object ids (the first of them returned) and lets the next block prepare its own."""
-        first_id = await self._retry(
-            f"prepare of {len(plan.parts)} object(s) for streams {_streams_text(plan.stream_ids)}",
-            lambda: self._metadata.prepare_objects(self._node, len(plan.parts), self._config.object_prepare_ttl_ms),
-        )
+        first_id = await self.prepare(len(plan.parts), f"streams {_streams_text(plan.stream_ids)}")
         job.prepared.set()
         return first_id
 
