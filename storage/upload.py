@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -311,19 +311,25 @@ class UploadPipeline:
     async def commit(self, request: CommitStreamSetObjectRequest | None, what: str) -> None:
         """Commits ``request`` (retrying until the controller answers), without the streams it rejects as no longer
         this node's (``_without_rejected``). ObjectNotPreparedError when the objects' prepare deadline passed: the
-        caller prepares new ids and stores the objects again. A failover in place commits through it too."""
+        caller prepares new ids and stores the objects again."""
+        await self.commit_many(() if request is None else (request,), what)
+
+    async def commit_many(self, requests: Sequence[CommitStreamSetObjectRequest], what: str) -> None:
+        """Commits ``requests`` in order as ``commit`` commits one, in one controller call (all or none:
+        ``StreamMetadata.commit_stream_set_objects``); a failover in place commits through it."""
         started = time.perf_counter()
+        pending = list(requests)
         try:
-            while request is not None:
+            while pending:
                 try:
-                    await self._retry(
-                        what,
-                        functools.partial(self._metadata.commit_stream_set_object, request),
-                        give_up_on=(ObjectNotPreparedError, *_STREAM_REJECTIONS),
-                    )
+                    # One commit goes as CommitStreamSetObject, which a controller of an older Fjord serves too.
+                    attempt = (functools.partial(self._metadata.commit_stream_set_object, pending[0])
+                               if len(pending) == 1 else
+                               functools.partial(self._metadata.commit_stream_set_objects, tuple(pending)))
+                    await self._retry(what, attempt, give_up_on=(ObjectNotPreparedError, *_STREAM_REJECTIONS))
                     return
                 except _STREAM_REJECTIONS as exc:
-                    request = await self._without_rejected(request, exc)
+                    pending = await self._without_rejected(pending, exc)
         finally:
             self.stats.commit_seconds += time.perf_counter() - started
 
@@ -446,51 +452,60 @@ class UploadPipeline:
             delay = min(delay * 2, _BACKOFF_MAX_S)
 
     async def _without_rejected(
-        self, request: CommitStreamSetObjectRequest, error: Exception
-    ) -> CommitStreamSetObjectRequest | None:
-        """The commit without the streams this node may no longer commit (fenced by a newer owner, closed,
+        self, requests: list[CommitStreamSetObjectRequest], error: Exception
+    ) -> list[CommitStreamSetObjectRequest]:
+        """The commits without the streams this node may no longer commit (fenced by a newer owner, closed,
         deleted, or already moved past these offsets). Their data is not made visible: that is what fencing
-        means; the rest of the block must not be held hostage by them. None if nothing is left to commit."""
-        stream_ids = sorted({r.stream_id for r in request.ranges} | {s.stream_id for s in request.stream_objects})
+        means; the rest must not be held hostage by them. A stream's range continues the committed end or the
+        end of its range in a commit before it (they commit in order); a commit left with nothing is dropped."""
+        stream_ids = sorted({r.stream_id for q in requests for r in q.ranges}
+                            | {s.stream_id for q in requests for s in q.stream_objects})
         current = {s.stream_id: s for s in await self._metadata.get_streams(stream_ids)}
+        ends = {s.stream_id: s.end_offset for s in current.values()}
 
-        def allowed(stream_id: int, start: int, epoch: int) -> bool:
+        def allowed(stream_id: int, start: int, end: int, epoch: int) -> bool:
             s = current.get(stream_id)
             if s is None or s.state != StreamState.OPENED or not s.ranges:
                 return False
             if epoch not in (-1, s.epoch) or s.ranges[-1].node_id != self._node.node_id:
                 return False
-            return s.end_offset == start
+            if ends[stream_id] != start:
+                return False
+            ends[stream_id] = end
+            return True
 
-        ranges = tuple(r for r in request.ranges if allowed(r.stream_id, r.start_offset, r.stream_epoch))
-        stream_objects = tuple(
-            so for so in request.stream_objects if allowed(so.stream_id, so.start_offset, so.stream_epoch)
-        )
-        dropped = [r.stream_id for r in request.ranges if r not in ranges]
-        dropped += [so.stream_id for so in request.stream_objects if so not in stream_objects]
+        kept: list[CommitStreamSetObjectRequest] = []
+        dropped: set[int] = set()
+        for request in requests:
+            ranges = tuple(r for r in request.ranges
+                           if allowed(r.stream_id, r.start_offset, r.end_offset, r.stream_epoch))
+            stream_objects = tuple(so for so in request.stream_objects
+                                   if allowed(so.stream_id, so.start_offset, so.end_offset, so.stream_epoch))
+            dropped.update(r.stream_id for r in request.ranges if r not in ranges)
+            dropped.update(so.stream_id for so in request.stream_objects if so not in stream_objects)
+            if ranges or stream_objects:
+                kept.append(dataclasses.replace(
+                    request,
+                    object_id=request.object_id if ranges else -1,
+                    object_size=request.object_size if ranges else 0,
+                    ranges=ranges,
+                    stream_objects=stream_objects,
+                ))
         if not dropped:
             # The rejection does not match what the metadata shows now (it changed in between): try again.
             logger.warning(
                 "node %d: commit rejected (%s) but every stream is still ours; retrying", self._node.node_id, error
             )
             await asyncio.sleep(_BACKOFF_START_S)
-            return request
+            return requests
         logger.error(
             "node %d: commit rejected (%s); leaving out streams %s, their data in this upload is not ours to "
             "make visible",
             self._node.node_id,
             error,
-            _streams_text(sorted(set(dropped))),
+            _streams_text(sorted(dropped)),
         )
-        if not ranges and not stream_objects:
-            return None
-        return dataclasses.replace(
-            request,
-            object_id=request.object_id if ranges else -1,
-            object_size=request.object_size if ranges else 0,
-            ranges=ranges,
-            stream_objects=stream_objects,
-        )
+        return kept
 
 
 def _streams_text(stream_ids: list[int]) -> str:

@@ -95,6 +95,10 @@ async def _serve(quorum: ServedQuorum, request: stream_rpcs.StreamRequest, *, re
             if request.request is None or request.request.node != node:
                 raise ValueError("the commit must be present and name the calling node")
             return await streams.commit_stream_set_object(request.request)
+        case stream_rpcs.CommitStreamSetObjects():
+            if any(r.node != node for r in request.requests):
+                raise ValueError("every commit must name the calling node")
+            return await streams.commit_stream_set_objects(request.requests)
         case stream_rpcs.CommitStreamObject():
             if request.request is None or request.request.node != node:
                 raise ValueError("the commit must be present and name the calling node")

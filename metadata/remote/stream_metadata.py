@@ -19,6 +19,7 @@ from metadata.rpc.stream_rpcs import (
     CloseStreams,
     CommitStreamObject,
     CommitStreamSetObject,
+    CommitStreamSetObjects,
     CreateStream,
     DeleteKV,
     DeleteStream,
@@ -138,6 +139,12 @@ class RemoteStreamMetadata:
     async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None:
         await self._call(CommitStreamSetObject(request.node, request),
                                    f"commit stream-set object {request.object_id}")
+
+    async def commit_stream_set_objects(self, requests: Sequence[CommitStreamSetObjectRequest]) -> None:
+        if requests:
+            ids = f"{requests[0].object_id}..{requests[-1].object_id}"
+            await self._call(CommitStreamSetObjects(requests[0].node, tuple(requests)),
+                             f"commit {len(requests)} stream-set objects {ids}")
 
     async def commit_stream_object(self, request: CommitStreamObjectRequest) -> None:
         await self._call(CommitStreamObject(request.node, request),

@@ -33,6 +33,8 @@ key    RPC                     request fields                                 re
 10021  DescribeBrokerLoad      node                                           BrokerLoadReport...
 10022  PutKVIfAbsent           node, key, value                               bytes (the value kept)
 10023  CloseStreams            node, streams (StreamClose...)                 -
+10024  CommitStreamSetObjects  node, requests (CommitStreamSetObjectRequest   -
+                               ...)
 =====  ======================  =============================================  ====================================
 
 ReportBrokerLoad is a broker's per-partition traffic over its last reporting interval, kept in memory by the active
@@ -158,6 +160,17 @@ class CommitStreamSetObject(StreamRequest):
     API_KEY: ClassVar[int] = STREAM_API_BASE + 8
     RESULT: ClassVar[Any] = None
     request: CommitStreamSetObjectRequest | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitStreamSetObjects(StreamRequest):
+    """Many uploads' commits in one metadata append, all or none (``StreamMetadata.commit_stream_set_objects``),
+    each naming ``node``. An RPC of its own rather than a trailing field of CommitStreamSetObject: a controller that
+    does not know it must refuse it, not commit the first object and drop the rest."""
+
+    API_KEY: ClassVar[int] = STREAM_API_BASE + 24
+    RESULT: ClassVar[Any] = None
+    requests: tuple[CommitStreamSetObjectRequest, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +325,7 @@ STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
         GetOpeningStreams,
         PrepareObjects,
         CommitStreamSetObject,
+        CommitStreamSetObjects,
         CommitStreamObject,
         GetObjects,
         GetStreamSetObjects,

@@ -193,6 +193,12 @@ class StreamMetadata(Protocol):
 
     async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None: ...
 
+    async def commit_stream_set_objects(self, requests: Sequence[CommitStreamSetObjectRequest]) -> None:
+        """Commits uploads of one node in order as one metadata append, all or none, each checked against the state
+        the ones before it leave (a range may start where the previous commit's ends); one already committed is
+        skipped. What a failover in place commits a dead node's WAL objects with, many per call."""
+        ...
+
     async def commit_stream_object(self, request: CommitStreamObjectRequest) -> None: ...
 
     async def get_objects(

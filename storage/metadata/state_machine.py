@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 
 from storage.errors import (
     CompactedObjectsNotFoundError,
@@ -35,17 +35,14 @@ from storage.metadata.api import (
     CommitStreamSetObjectRequest,
     NodeIdentity,
     ObjectState,
-    ObjectStreamRange,
     ObjectType,
-    OpeningStream,
     OpenStreamResult,
-    S3ObjectMetadata,
     StreamClose,
-    StreamMetadataRecord,
     StreamState,
 )
+from storage.metadata.queries import StreamMetadataQueries
 from storage.metadata.record_codec import MetadataRecord
-from storage.metadata.state import Placement, StreamEntry, StreamMetadataState
+from storage.metadata.state import StreamEntry
 from storage.metadata.stream_records import (
     KVRecord,
     NextObjectIdRecord,
@@ -86,13 +83,17 @@ def _kv_key(key: str) -> tuple[str, str]:
     return ("kv", key)
 
 
+def _new_object_ids(request: CommitStreamSetObjectRequest) -> list[int]:
+    """The objects a commit makes visible: its stream-set object (unless -1) and its stream objects."""
+    return ([request.object_id] if request.object_id != -1 else []) + [so.object_id for so in request.stream_objects]
+
+
 def _commit_keys(request: CommitStreamSetObjectRequest) -> list[Hashable] | None:
     """What an upload commit reads and changes: its new objects and the streams it continues. A compaction
     (compacted objects replaced) touches the streams of objects it does not name: it runs alone."""
     if request.compacted_object_ids:
         return EVERYTHING
-    keys: list[Hashable] = [_object_key(request.object_id)]
-    keys += [_object_key(so.object_id) for so in request.stream_objects]
+    keys: list[Hashable] = [_object_key(i) for i in _new_object_ids(request)]
     keys += [_stream_key(r.stream_id) for r in request.ranges]
     keys += [_stream_key(so.stream_id) for so in request.stream_objects]
     return keys
@@ -106,7 +107,7 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-class StreamMetadataStateMachine(StreamMetadataState):
+class StreamMetadataStateMachine(StreamMetadataQueries):
     """The StreamMetadata state machine. ``clock`` gives milliseconds (deadlines, mark times, data times)."""
 
     def __init__(
@@ -277,32 +278,6 @@ class StreamMetadataStateMachine(StreamMetadataState):
             await self._commit([RemoveStreamRecord(stream_id)])
             logger.debug("node %d deleted stream %d", node.node_id, stream_id)
 
-    async def get_streams(self, stream_ids: Sequence[int]) -> list[StreamMetadataRecord]:
-        out = []
-        for stream_id in stream_ids:
-            s = self._streams.get(stream_id)
-            if s is not None:
-                out.append(
-                    StreamMetadataRecord(
-                        s.stream_id,
-                        s.epoch,
-                        s.state,
-                        s.start_offset,
-                        s.end_offset,
-                        tuple(sorted(s.ranges.values(), key=lambda r: r.range_index)),
-                        s.tags,
-                    )
-                )
-        return out
-
-    async def get_opening_streams(self, node: NodeIdentity) -> list[OpeningStream]:
-        out = []
-        for s in self._streams.values():
-            current = s.current_range
-            if s.state == StreamState.OPENED and current is not None and current.node_id == node.node_id:
-                out.append(OpeningStream(s.stream_id, s.epoch, s.start_offset, s.end_offset))
-        return sorted(out, key=lambda o: o.stream_id)
-
     # ---------------------------------------------------------------------------------------------- objects
 
     async def prepare_objects(self, node: NodeIdentity, count: int, ttl_ms: int) -> int:
@@ -331,79 +306,109 @@ class StreamMetadataStateMachine(StreamMetadataState):
         return obj is not None and obj.state == ObjectState.COMMITTED
 
     async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None:
+        if not request.compacted_object_ids:
+            await self.commit_stream_set_objects((request,))
+            return
         async with self._locks.hold(_commit_keys(request)):
             self._check_node(request.node)
             what = f"node {request.node.node_id} commit of object {request.object_id}"
-            new_ids = [request.object_id] if request.object_id != -1 else []
-            new_ids += [so.object_id for so in request.stream_objects]
-            if new_ids and all(self._is_committed(i) for i in new_ids):
-                logger.info("%s: already committed, nothing to do", what)
-                return
-            if not new_ids and not request.compacted_object_ids:
-                return
             now = self._clock()
-            for object_id in new_ids:
-                self._check_prepared(object_id, now, what)
+            if not self._check_new_objects(request, now, what):
+                return
             compacted = [self._stream_set_objects.get(i) for i in request.compacted_object_ids]
-            if request.compacted_object_ids:
-                missing = [i for i, sso in zip(request.compacted_object_ids, compacted, strict=True) if sso is None]
-                if missing:
-                    raise CompactedObjectsNotFoundError(f"{what}: compacted stream-set objects {missing} not found")
-                ends: list[tuple[int, int]] = []
-            else:
-                ends = self._check_continuity(request, what)
-
-            records: list[MetadataRecord] = []
-            order_id = request.order_id
-            data_time = request.data_time_ms or now
-            if request.compacted_object_ids:
-                olds = [c for c in compacted if c is not None]
-                order_id = min(c.order_id for c in olds) if order_id == -1 else order_id
-                data_time = min(c.data_time_ms for c in olds) if not request.data_time_ms else data_time
-            if request.object_id != -1:
-                records.append(
-                    ObjectRecord(
-                        request.object_id, request.object_size, ObjectState.COMMITTED, now, ObjectType.STREAM_SET
-                    )
-                )
-                ranges = tuple(
-                    RangeEntry(r.stream_id, r.start_offset, r.end_offset)
-                    for r in sorted(request.ranges, key=lambda r: (r.stream_id, r.start_offset))
-                    if r.end_offset > r.start_offset and r.stream_id in self._streams
-                )
-                records.append(
-                    StreamSetObjectRecord(
-                        request.node.node_id,
-                        request.object_id,
-                        request.object_id if order_id == -1 else order_id,
-                        data_time,
-                        ranges,
-                    )
-                )
-            for so in request.stream_objects:
-                records.append(
-                    ObjectRecord(so.object_id, so.object_size, ObjectState.COMMITTED, now, ObjectType.STREAM)
-                )
-                records.append(
-                    StreamObjectRecord(so.stream_id, so.object_id, so.start_offset, so.end_offset, data_time)
-                )
-            for old in compacted:
-                if old is not None:
-                    records.append(RemoveStreamSetObjectRecord(old.node_id, old.object_id))
-                    records.append(self._mark_destroyed(old.object_id, now))
-            if ends:
-                records.append(StreamEndOffsetsRecord(tuple(ends)))
+            missing = [i for i, sso in zip(request.compacted_object_ids, compacted, strict=True) if sso is None]
+            if missing:
+                raise CompactedObjectsNotFoundError(f"{what}: compacted stream-set objects {missing} not found")
+            olds = [c for c in compacted if c is not None]
+            order_id = min(c.order_id for c in olds) if request.order_id == -1 else request.order_id
+            data_time = request.data_time_ms or min(c.data_time_ms for c in olds)
+            records = self._object_records(request, now, order_id, data_time)
+            for old in olds:
+                records.append(RemoveStreamSetObjectRecord(old.node_id, old.object_id))
+                records.append(self._mark_destroyed(old.object_id, now))
             await self._commit(records)
 
-    def _check_continuity(self, request: CommitStreamSetObjectRequest, what: str) -> list[tuple[int, int]]:
-        """Validates an upload commit: every range continues its stream's committed end, owned by the caller.
-        Returns the new end offsets."""
+    async def commit_stream_set_objects(self, requests: Sequence[CommitStreamSetObjectRequest]) -> None:
+        """Commits uploads (no compactions) of one node in their order, as one metadata append: all of them or,
+        raising, none. Each is checked as ``commit_stream_set_object`` checks it, against the state the ones before
+        it leave, so one continues a stream where the one before it ends (a failover in place commits a dead node's
+        WAL objects in chunks so). One whose objects are all committed already is skipped, as a single commit
+        is: a retried call commits nothing twice."""
+        if not requests:
+            return
+        nodes = {r.node for r in requests}
+        if len(nodes) != 1 or any(r.compacted_object_ids for r in requests):
+            raise ValueError("a batch of commits holds uploads of one node, not compactions")
+        ids = [i for r in requests for i in _new_object_ids(r)]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"a batch of commits names objects more than once: {sorted(ids)}")
+        keys = [key for r in requests for key in _commit_keys(r) or ()]
+        async with self._locks.hold(keys):
+            self._check_node(requests[0].node)
+            now = self._clock()
+            ends: dict[int, int] = {}
+            records: list[MetadataRecord] = []
+            for request in requests:
+                what = f"node {request.node.node_id} commit of object {request.object_id}"
+                if self._check_new_objects(request, now, what):
+                    ends.update(self._check_continuity(request, what, ends))
+                    records += self._object_records(request, now, request.order_id, request.data_time_ms or now)
+            if ends:
+                records.append(StreamEndOffsetsRecord(tuple(sorted(ends.items()))))
+            await self._commit(records)
+
+    def _check_new_objects(self, request: CommitStreamSetObjectRequest, now: int, what: str) -> bool:
+        """Whether the commit has anything to do; raises if its new objects are not (all) prepared. All of them
+        committed already means a retry of a commit that succeeded: nothing to do, as for the first."""
+        new_ids = _new_object_ids(request)
+        if new_ids and all(self._is_committed(i) for i in new_ids):
+            logger.info("%s: already committed, nothing to do", what)
+            return False
+        if not new_ids and not request.compacted_object_ids:
+            return False
+        for object_id in new_ids:
+            self._check_prepared(object_id, now, what)
+        return True
+
+    def _object_records(
+        self, request: CommitStreamSetObjectRequest, now: int, order_id: int, data_time: int
+    ) -> list[MetadataRecord]:
+        """The records of the commit's new stream-set and stream objects."""
+        records: list[MetadataRecord] = []
+        if request.object_id != -1:
+            records.append(
+                ObjectRecord(request.object_id, request.object_size, ObjectState.COMMITTED, now, ObjectType.STREAM_SET)
+            )
+            ranges = tuple(
+                RangeEntry(r.stream_id, r.start_offset, r.end_offset)
+                for r in sorted(request.ranges, key=lambda r: (r.stream_id, r.start_offset))
+                if r.end_offset > r.start_offset and r.stream_id in self._streams
+            )
+            records.append(
+                StreamSetObjectRecord(
+                    request.node.node_id,
+                    request.object_id,
+                    request.object_id if order_id == -1 else order_id,
+                    data_time,
+                    ranges,
+                )
+            )
+        for so in request.stream_objects:
+            records.append(ObjectRecord(so.object_id, so.object_size, ObjectState.COMMITTED, now, ObjectType.STREAM))
+            records.append(StreamObjectRecord(so.stream_id, so.object_id, so.start_offset, so.end_offset, data_time))
+        return records
+
+    def _check_continuity(
+        self, request: CommitStreamSetObjectRequest, what: str, ends: Mapping[int, int]
+    ) -> list[tuple[int, int]]:
+        """Validates an upload commit: every range continues its stream's committed end (or its end in ``ends``,
+        what the commits before it in the same batch leave), owned by the caller. Returns the new end offsets."""
         per_stream: dict[int, list[tuple[int, int, int]]] = {}
         for r in request.ranges:
             per_stream.setdefault(r.stream_id, []).append((r.start_offset, r.end_offset, r.stream_epoch))
         for so in request.stream_objects:
             per_stream.setdefault(so.stream_id, []).append((so.start_offset, so.end_offset, so.stream_epoch))
-        ends = []
+        new_ends = []
         for stream_id, ranges in sorted(per_stream.items()):
             stream = self._stream(stream_id)
             if stream.state != StreamState.OPENED:
@@ -413,7 +418,7 @@ class StreamMetadataStateMachine(StreamMetadataState):
                 self._check_owner(request.node, stream, epoch, "commit")
             if not epochs:
                 self._check_owner(request.node, stream, stream.epoch, "commit")
-            expected = stream.end_offset
+            expected = ends.get(stream_id, stream.end_offset)
             for start, end, _epoch in sorted(ranges):
                 if start != expected or end < start:
                     raise OffsetNotMatchedError(
@@ -421,8 +426,8 @@ class StreamMetadataStateMachine(StreamMetadataState):
                         f"{expected}"
                     )
                 expected = end
-            ends.append((stream_id, expected))
-        return ends
+            new_ends.append((stream_id, expected))
+        return new_ends
 
     def _mark_destroyed(self, object_id: int, now: int) -> ObjectRecord:
         obj = self._objects.get(object_id)
@@ -469,59 +474,6 @@ class StreamMetadataStateMachine(StreamMetadataState):
                     records.append(self._mark_destroyed(source.object_id, now))
             await self._commit(records)
 
-    def _metadata_of(self, object_id: int, only: Placement | None = None, stream_id: int = -1) -> S3ObjectMetadata:
-        """The object's metadata; with ``only``, its ranges are just that placement of ``stream_id`` (what a
-        reader needs, without walking a stream-set object's thousands of ranges)."""
-        obj = self._objects[object_id]
-        sso = self._stream_set_objects.get(object_id)
-        if sso is not None:
-            if only is not None:
-                ranges: tuple[ObjectStreamRange, ...] = (ObjectStreamRange(stream_id, only.start, only.end),)
-            else:
-                ranges = tuple(ObjectStreamRange(r.stream_id, r.start_offset, r.end_offset) for r in sso.ranges)
-            return S3ObjectMetadata(
-                object_id, obj.size, ObjectType.STREAM_SET, ranges, sso.order_id, sso.data_time_ms, sso.node_id
-            )
-        so = self._stream_objects[object_id]
-        return S3ObjectMetadata(
-            object_id,
-            obj.size,
-            ObjectType.STREAM,
-            (ObjectStreamRange(so.stream_id, so.start_offset, so.end_offset),),
-            object_id,
-            so.data_time_ms,
-        )
-
-    async def get_objects(
-        self, stream_id: int, start_offset: int, end_offset: int, limit: int
-    ) -> list[S3ObjectMetadata]:
-        """For a stream-set object the returned ranges are only ``stream_id``'s (what a reader needs)."""
-        stream = self._streams.get(stream_id)
-        index = self._index.get(stream_id)
-        if stream is None or index is None:
-            return []
-        out: list[S3ObjectMetadata] = []
-        expected: int | None = None
-        for placement in index.from_offset(max(start_offset, stream.start_offset)):
-            if len(out) >= limit or (end_offset != -1 and placement.start >= end_offset):
-                break
-            if expected is not None and placement.start != expected:
-                break
-            out.append(self._metadata_of(placement.object_id, placement, stream_id))
-            expected = placement.end
-        return out
-
-    async def get_stream_set_objects(self, node_id: int) -> list[S3ObjectMetadata]:
-        ssos = [s for s in self._stream_set_objects.values() if s.node_id == node_id]
-        ssos.sort(key=lambda s: (s.order_id, s.object_id))
-        return [self._metadata_of(s.object_id) for s in ssos]
-
-    async def get_stream_objects(self, stream_id: int) -> list[S3ObjectMetadata]:
-        index = self._index.get(stream_id)
-        if index is None:
-            return []
-        return [self._metadata_of(p.object_id) for p in index.from_offset(-1) if p.object_id in self._stream_objects]
-
     def _referenced(self, stream_id: int, end_offset: int) -> bool:
         stream = self._streams.get(stream_id)
         return stream is not None and end_offset > stream.start_offset
@@ -560,15 +512,7 @@ class StreamMetadataStateMachine(StreamMetadataState):
                 records.append(RemoveObjectRecord(object_id))
             await self._commit(records)
 
-    def object_state(self, object_id: int) -> ObjectState | None:
-        """The object's lifecycle state, or None once removed (for operators and tests)."""
-        obj = self._objects.get(object_id)
-        return obj.state if obj is not None else None
-
     # --------------------------------------------------------------------------------------------------- KV
-
-    async def get_kv(self, key: str) -> bytes | None:
-        return self._kv.get(key)
 
     async def put_kv(self, key: str, value: bytes) -> None:
         async with self._locks.hold((_kv_key(key),)):

@@ -167,6 +167,39 @@ async def test_commits_must_continue_the_committed_end_and_are_idempotent() -> N
         await meta.commit_stream_set_object(commit(NODE, late, (a, 20, 30)))
 
 
+async def test_a_batch_of_commits_continues_within_itself_and_commits_all_or_none() -> None:
+    """Object k+1 of a batch may start where object k ends; one range that does not continue rejects the whole
+    batch with nothing changed; a retried batch, also one whose first part was committed, commits only the rest."""
+    log = Log()
+    meta = StreamMetadataStateMachine(sink=log)
+    a, b = await opened(meta), await opened(meta)
+    first = await meta.prepare_objects(NODE, 4, 60_000)
+    appended = len(log.entries)
+    for bad, error in (
+        ([commit(NODE, first, (a, 0, 10)), commit(NODE, first + 1, (a, 10, 20), (b, 0, 5)),
+          commit(NODE, first + 2, (a, 21, 30))], OffsetNotMatchedError),  # a gap in stream a at the third
+        ([commit(NODE, first, (a, 0, 10)), commit(NODE, first + 1, (b, 0, 5), epoch=3)], StreamFencedError),
+        ([commit(NODE, first, (a, 0, 10)), commit(NODE, first, (a, 10, 20))], ValueError),  # an object twice
+    ):
+        with pytest.raises(error):
+            await meta.commit_stream_set_objects(bad)
+    assert len(log.entries) == appended
+    assert [s.end_offset for s in await meta.get_streams([a, b])] == [0, 0]
+    assert {meta.object_state(first + i) for i in range(4)} == {ObjectState.PREPARED}
+
+    batch = [commit(NODE, first, (a, 0, 10)), commit(NODE, first + 1, (a, 10, 20), (b, 0, 5)),
+             commit(NODE, first + 2, (a, 20, 30))]
+    await meta.commit_stream_set_objects(batch)
+    assert [s.end_offset for s in await meta.get_streams([a, b])] == [30, 5]
+    assert [o.object_id for o in await meta.get_objects(a, 0, -1, 10)] == [first, first + 1, first + 2]
+    appended = len(log.entries)
+    await meta.commit_stream_set_objects(batch)  # a retry after a lost answer: nothing to do
+    assert len(log.entries) == appended
+    await meta.commit_stream_set_objects([batch[2], commit(NODE, first + 3, (a, 30, 40), (b, 5, 8))])
+    assert [s.end_offset for s in await meta.get_streams([a, b])] == [40, 8]
+    assert await log.replay().get_streams([a, b]) == await meta.get_streams([a, b])
+
+
 async def test_prepared_objects_expire_and_unreferenced_objects_are_reclaimed() -> None:
     clock = Clock()
     meta = StreamMetadataStateMachine(clock=clock, object_delete_retention_ms=500)
