@@ -106,7 +106,7 @@ async def replay_wal(
         clock.in_place, clock.blocks, clock.payload = True, copied.objects, copied.bytes_copied
         clock.upload_wait = copied.copy_wait
         clock.mark("copied and committed in place")
-        clock.phases["of which reading the WAL indexes"] = copied.index_seconds
+        clock.phases["of which reading the WAL indexes (as copies run)"] = copied.index_seconds
         return
     epochs = {s.stream_id: s.epoch for s in found.opening}
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,17 @@ from metadata.cluster_records import failover_wal_epoch
 from metadata.wal_failover import wal_location_key
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
+from storage import failover_copy
 from storage.config import BucketURL, ConfigError
 from storage.engine import StorageEngine
-from storage.errors import ObjectStoreError, StorageError, StreamFencedError, StreamNotClosedError, WALError
+from storage.errors import (
+    ObjectNotPreparedError,
+    ObjectStoreError,
+    StorageError,
+    StreamFencedError,
+    StreamNotClosedError,
+    WALError,
+)
 from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
 from storage.namespace import namespace_for
 from storage.objects.format import build_object, object_key
@@ -336,3 +345,49 @@ async def test_a_stream_committed_up_to_the_middle_of_a_wal_object_reads_back_ex
     objects = await metadata.get_objects(stream_id, 0, -1, 10)
     assert [(r.start_offset, r.end_offset) for o in objects for r in o.ranges] == [(0, 5), (5, 12), (12, 20)]
     await live.shutdown()
+
+
+async def test_a_failover_in_place_that_fails_between_batched_commits_is_retried_and_commits_the_rest(
+    cluster: _Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first target commits the dead broker's WAL objects a few per controller call and loses its second call;
+    the failover's next target commits only what lies beyond each stream's committed end, and the new owner reads
+    every acknowledged append exactly once, from objects whose ranges meet end to start."""
+    monkeypatch.setattr(failover_copy, "COMMIT_BATCH_OBJECTS", 2)
+    metadata = cluster.controller.stream_metadata
+    real_commit, calls = metadata.commit_stream_set_objects, [0]
+
+    async def second_call_lost(requests: Sequence[CommitStreamSetObjectRequest]) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise ObjectNotPreparedError("injected: the commit's prepare deadline passed")
+        await real_commit(requests)
+
+    monkeypatch.setattr(metadata, "commit_stream_set_objects", second_call_lost)
+    dead, first_target, second_target = cluster.engine(1), cluster.engine(2), cluster.engine(3)
+    for engine in (dead, first_target, second_target):
+        await engine.start()
+    written = await asyncio.gather(_write(dead, 20), _write(dead, 20))
+    await dead.halt()
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    runner = WALFailoverRunner(cluster.client, first_target,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True))
+    with pytest.raises(StorageError, match="injected"):
+        await runner.replay(cluster.controller.image.wal_failovers[1])
+    stream_ids = [stream_id for stream_id, _stream, _payloads in written]
+    committed = sum(s.end_offset for s in await metadata.get_streams(stream_ids))
+    assert 0 < committed < 40
+    await first_target.halt()
+
+    assert await cluster.controller.fence_broker(2, cluster.epochs[2], session_expired=True)
+    assert await cluster.controller.reconcile_wal_failovers() == 1
+    runner = WALFailoverRunner(cluster.client, second_target,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True))
+    assert await runner.replay(cluster.controller.image.wal_failovers[1]) == 40 - committed
+    for stream_id, _stream, payloads in written:
+        assert await _read_all(second_target, stream_id, 2) == payloads
+        objects = await metadata.get_objects(stream_id, 0, -1, 100)
+        ranges = [(r.start_offset, r.end_offset) for o in objects for r in o.ranges]
+        assert ranges[0][0] == 0 and ranges[-1][1] == 20
+        assert all(end == start for (_s, end), (start, _e) in itertools.pairwise(ranges))
+    await second_target.shutdown()
