@@ -23,6 +23,7 @@ import asyncio
 import base64
 import builtins
 import contextlib
+import functools
 import hashlib
 import logging
 import random
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 import crc32c
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
+from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -57,6 +58,14 @@ from storage.objectstore.base import (
 from storage.objectstore.s3_signing import sign_checksummed_puts_unsigned
 
 logger = logging.getLogger(__name__)
+
+@functools.cache
+def _shared_session() -> AioSession:
+    """The process's one botocore session. A session loads S3's service model on its first client: about a second
+    of CPU (more on a loaded machine), which a broker would otherwise pay again for every store it opens, a
+    failover's WAL bucket among them, while a dead broker's partitions wait. Its clients stay apart (each its own
+    config, credentials, connection pool and event handlers)."""
+    return get_session()
 
 T = TypeVar("T")
 
@@ -132,7 +141,7 @@ class S3ObjectStore:
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
         )
-        self._session = get_session()
+        self._session = _shared_session()
         self._client: Any = None
         self._client_lock = asyncio.Lock()
         self._exit_stack = contextlib.AsyncExitStack()
