@@ -41,7 +41,8 @@ class WALFailoverRunner:
     def __init__(self, controller: ControllerClient, storage: StorageEngine, open_wal: WALOpener | None = None) -> None:
         self._controller = controller
         self._storage = storage
-        self._open_wal = open_wal or (lambda node_id, epoch: open_failover_wal(storage.config, node_id, epoch))
+        self._open_wal = open_wal or (
+            lambda node_id, epoch: open_failover_wal(storage.config, node_id, epoch, own_wal=storage.wal))
         self._running: dict[tuple[int, int, int], asyncio.Task[None]] = {}  # (node, node epoch, attempt) -> task
         self._changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None

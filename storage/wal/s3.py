@@ -211,6 +211,7 @@ class S3WAL(WALState):
         if self._started:
             raise WALError(f"{self._name}: already started")
         # S3 being away at start (or during a failover) is waited out, as it is for appends.
+        started = time.perf_counter()
         current = await self._retrying("reservation read", self._bucket.read_reservation)
         if current is not None and current.node_epoch > self._node_epoch:
             raise WALFencedError(
@@ -249,8 +250,9 @@ class S3WAL(WALState):
         self._chain = [o for o in plan.chain if o.key != marker.key] + [marker]
         self._started = True
         self._gate.open(plan.end - plan.start)
-        logger.info("%s: started; log %d..%d in %d object(s), listed in %.3f s", self._name, plan.start, plan.end,
-                    len(self._recovery_chain), self.stats.list_seconds)
+        logger.info("%s: started in %.3f s (reservation %.3f s, listing %.3f s); log %d..%d in %d object(s)",
+                    self._name, time.perf_counter() - started, listed - started, self.stats.list_seconds, plan.start,
+                    plan.end, len(self._recovery_chain))
 
     def recover(self) -> AsyncIterator[WALRecord]:
         return self._recover()

@@ -21,7 +21,7 @@ from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal import s3_format
 from storage.wal.base import WALRecord
-from storage.wal.factory import open_wal
+from storage.wal.factory import open_failover_wal, open_wal
 from storage.wal.file import FileWAL
 from storage.wal.s3 import S3WAL
 from storage.wal.s3_format import WALObjectKey, object_key, plan_recovery
@@ -402,6 +402,34 @@ async def test_open_wal_picks_the_mode_from_the_wal_url(tmp_path: Path) -> None:
     await wal.close()
     names = store.keys()
     assert rec.offset == 0 and any(k.startswith("wal/_fjord_fjord/0/") for k in names)
+
+
+class _CountedCloses(MemoryObjectStore):
+    closes = 0
+
+    async def close(self) -> None:
+        self.closes += 1
+
+
+async def test_a_failover_wal_borrows_the_nodes_own_wal_store() -> None:
+    """A failover opens no S3 client of its own: the dead node's WAL is read through this node's WAL store (the
+    same shared bucket), which closing the failover's WAL leaves open for this node's appends."""
+    store = _CountedCloses()
+    config = StorageConfig(wal_url=parse_bucket_url("0@mem://wal-factory-test?batchInterval=5", "s3.wal.path"))
+    dead = open_wal(dataclasses.replace(config, node_id=7, node_epoch=1), lambda url, config: store)
+    await dead.start()
+    acked = await asyncio.wait_for(dead.append(batch(1, 0)), 2)
+    await dead.close()  # it owned its store: closed
+    own = open_wal(config, lambda url, config: store)
+    await own.start()
+    failover = open_failover_wal(config, 7, 2, own_wal=own)
+    assert failover.store is store
+    await failover.start()
+    assert [rec async for rec in failover.recover()] == [acked]
+    await failover.close()
+    assert store.closes == 1
+    await asyncio.wait_for(own.append(batch(2, 0)), 2)
+    await own.close()
 
 
 async def test_fencing_and_recovery_against_a_real_s3_server(s3_bucket_url: BucketURL) -> None:
