@@ -53,6 +53,9 @@ T = TypeVar("T")
 
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 5.0
+_UNEXPLAINED_REJECTIONS = 5
+"""Rejections in a row that the streams' metadata does not explain (every stream still open at the epoch
+committed) after which a commit gives up: it changed in between once or twice, it does not keep changing."""
 
 _STREAM_REJECTIONS: tuple[type[Exception], ...] = (
     StreamFencedError,
@@ -319,6 +322,7 @@ class UploadPipeline:
         ``StreamMetadata.commit_stream_set_objects``); a failover in place commits through it."""
         started = time.perf_counter()
         pending = list(requests)
+        unexplained = 0
         try:
             while pending:
                 try:
@@ -329,7 +333,11 @@ class UploadPipeline:
                     await self._retry(what, attempt, give_up_on=(ObjectNotPreparedError, *_STREAM_REJECTIONS))
                     return
                 except _STREAM_REJECTIONS as exc:
-                    pending = await self._without_rejected(pending, exc)
+                    kept = await self._without_rejected(pending, exc)
+                    unexplained = unexplained + 1 if kept is pending else 0
+                    if unexplained >= _UNEXPLAINED_REJECTIONS:
+                        raise  # e.g. a failover's delegation withdrawn: the failover fails and runs again elsewhere
+                    pending = kept
         finally:
             self.stats.commit_seconds += time.perf_counter() - started
 
@@ -467,7 +475,10 @@ class UploadPipeline:
             s = current.get(stream_id)
             if s is None or s.state != StreamState.OPENED or not s.ranges:
                 return False
-            if epoch not in (-1, s.epoch) or s.ranges[-1].node_id != self._node.node_id:
+            # Every open raises the epoch, so a range at the stream's epoch is the current opener's: this node's,
+            # or a dead node's whose WAL this node replays (the controller checks that delegation). Only a range
+            # without an epoch is judged by the node that opened the stream.
+            if (epoch == -1 and s.ranges[-1].node_id != self._node.node_id) or epoch not in (-1, s.epoch):
                 return False
             if ends[stream_id] != start:
                 return False

@@ -211,6 +211,27 @@ async def test_a_fenced_stream_is_left_out_and_does_not_block_the_others(caplog:
     assert any(f"leaving out streams {b}" in r.getMessage() for r in caplog.records)
 
 
+async def test_a_failover_commit_leaves_out_a_deleted_stream_and_commits_the_dead_nodes_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Node 2 replays dead node 1's WAL (the controller delegated it): its commits carry node 2's identity and the
+    # streams' epochs under node 1. A topic deleted meanwhile must not take node 1's other streams' records with it.
+    replayer = NodeIdentity(2, 1)
+    meta = StreamMetadataStateMachine(delegations=lambda node: (1,) if node.node_id == 2 else ())
+    await meta.register_node(2, 1)
+    a, b, c = await open_streams(meta, 3)
+    await meta.close_stream(NODE, b, 0)
+    await meta.delete_stream(NODE, b, 0)
+    pipeline = UploadPipeline(config=CONFIG, metadata=meta, store=MemoryObjectStore(), node=replayer,
+                              on_committed=_noop)
+    caplog.set_level(logging.ERROR, logger="storage.upload")
+    epochs = {a: 0, b: 0, c: 0}
+    await asyncio.wait_for(pipeline.submit(make_block(0, {a: 1_000, b: 1_000, c: 1_000}), epochs), 10)
+    [sa, sc] = await meta.get_streams([a, c])
+    assert (sa.end_offset, sc.end_offset) == (2, 2)  # the dead node's acknowledged records are visible
+    assert any(f"leaving out streams {b}" in r.getMessage() for r in caplog.records)
+
+
 async def test_a_fenced_node_fails_its_uploads_instead_of_retrying_forever() -> None:
     meta = StreamMetadataStateMachine()
     [a] = await open_streams(meta, 1)
