@@ -65,7 +65,7 @@ from broker.share_session_cache import FINAL_EPOCH, PartitionKey, ShareFetchCont
 from broker.share_sessions import ShareSessions
 from metadata.errors import error_code_logged
 from wire import schema
-from wire.codec import SplicedRecords
+from wire.codec import EncodedResponse, SplicedRecords
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
@@ -290,6 +290,18 @@ def _included(
 
 
 def _response(
+    ctx: RequestContext,
+    included: list[tuple[PartitionKey, _Acquired]],
+    outcomes: dict[PartitionKey, Outcome],
+    lock_duration_ms: int,
+) -> Any:
+    """The response, encoded already (``codec.EncodedResponse``) unless a client quota charges it: a quota sets its
+    throttle time in it once the request is done."""
+    response = _response_entity(ctx, included, outcomes, lock_duration_ms)
+    return response if ctx.quota_charge is not None else EncodedResponse(response)
+
+
+def _response_entity(
     ctx: RequestContext,
     included: list[tuple[PartitionKey, _Acquired]],
     outcomes: dict[PartitionKey, Outcome],
