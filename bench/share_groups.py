@@ -59,9 +59,10 @@ records took 5.8 ms, 3.3 the broker's and 2.3 the client's; at 2,000, 4.0 and 6.
 the request allowed (whole batches up to MaxRecords, no wait on MaxWaitMs, one response). The broker's part was
 serial: decoding and applying the acknowledgements (0.8), the acquisition (0.4) while their write waited for the
 WAL's writer thread to get the GIL, the write (0.8), the hop back (0.3), building and encoding (0.4), the socket
-write (0.4). The write now runs during the acquisition and the encoding (``WriteAheadLog.writes_begun``): over nine
-interleaved runs at a load of 4-9 the broker's median per request went from 4.5 to 3.7 ms (500) and 6.6 to 5.3 ms
-(2,000), the client's part unchanged.
+write (0.4). The write now runs during the acquisition and the encoding (``WriteAheadLog.writes_begun``): over 15
+interleaved runs at a load of 3-9 the broker's median per request went from 4.3 to 3.5 ms (500) and 6.0 to 5.3 ms
+(2,000), the client's part unchanged; the ratios moved a few points at most (28-46% at 500 when classic read
+300,000-500,000 records/s), the client's serial round trips and the broker's remaining ~3 ms bounding them.
 
 ``restart``: ``--restart-partitions`` partitions of ``--locks`` 16-byte records each; one raw share member
 (ShareGroupHeartbeat and ShareFetch on its own connection, :class:`RawMember`) acquires every record and
