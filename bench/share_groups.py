@@ -53,7 +53,16 @@ with the code before gave 55% / 70% and 41% / 57% (500 / 2,000 per poll) against
 with classic at 400,000-860,000 records/s; its share rounds gave medians of 309,000 against 300,000 records/s at 500
 per poll and 420,000 against 397,000 at 2,000: one round trip per ~970 records still takes ~3 ms, of which the
 broker's part is under 1 ms and the socket write. The last quiet-machine figures (load 0.3-2, before these changes)
-were 37% at 500 per poll and 46-49% at 2,000, with classic at 920,000-1,000,000 records/s.
+were 37% at 500 per poll and 46-49% at 2,000, with classic at 920,000-1,000,000 records/s. On 2026-11-30 (timestamps
+per ShareFetch in the broker against the client's next request, load about 2) a 500-per-poll round trip of ~967
+records took 5.8 ms, 3.3 the broker's and 2.3 the client's; at 2,000, 4.0 and 6.0 of 10. Every response held all
+the request allowed (whole batches up to MaxRecords, no wait on MaxWaitMs, one response). The broker's part was
+serial: decoding and applying the acknowledgements (0.8), the acquisition (0.4) while their write waited for the
+WAL's writer thread to get the GIL, the write (0.8), the hop back (0.3), building and encoding (0.4), the socket
+write (0.4). The write now runs during the acquisition and the encoding (``WriteAheadLog.writes_begun``): over 15
+interleaved runs at a load of 3-9 the broker's median per request went from 4.3 to 3.5 ms (500) and 6.0 to 5.3 ms
+(2,000), the client's part unchanged; the ratios moved a few points at most (28-46% at 500 when classic read
+300,000-500,000 records/s), the client's serial round trips and the broker's remaining ~3 ms bounding them.
 
 ``restart``: ``--restart-partitions`` partitions of ``--locks`` 16-byte records each; one raw share member
 (ShareGroupHeartbeat and ShareFetch on its own connection, :class:`RawMember`) acquires every record and

@@ -38,10 +38,9 @@ from broker.wal_failover import WALFailoverRunner
 from broker.wal_handover import WALHandover
 from broker.wal_ownership import TakeoverGuard, announce_wal, wait_for_wal_bucket, wait_for_wal_failover
 from metadata.controller_api import ControlledShutdown, ControllerClient, LoadReporting, WriteFencing
-from metadata.group_configs import share_group_config, share_groups_enabled
+from metadata.group_configs import ShareGroupConfigs, share_groups_enabled
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
-from settings.share_groups import ShareGroupConfig
 from storage.config import ConfigError
 from storage.engine import StorageEngine
 from wire.connection_gate import ConnectionGate
@@ -108,8 +107,7 @@ class Broker:
         self.share_metrics = ShareMetrics(self.node_id)
         share_settings = config.share_groups  # parsed once: the keys are static
 
-        def share_config(group_id: str) -> ShareGroupConfig:
-            return share_group_config(self.controller.image, share_settings, group_id)
+        share_config = ShareGroupConfigs(lambda: self.controller.image, share_settings)
 
         def share_enabled() -> bool:
             return share_groups_enabled(self.controller.image)

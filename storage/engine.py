@@ -536,6 +536,7 @@ class _EngineIO:
         self._engine = engine
         self.write = engine._write  # no coroutine of its own in between: it is on every append's path
         self.refusal = engine.wal.refusal
+        self.writes_begun = engine.wal.writes_begun
 
     @property
     def node(self) -> NodeIdentity:

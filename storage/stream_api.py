@@ -56,6 +56,12 @@ class Stream(Protocol):
         written."""
         ...
 
+    async def writes_begun(self) -> None:
+        """Returns once the appends made so far are being written (or are durable), not yet durable: a caller
+        with work to do before it awaits an append's durability awaits this first, so the write runs during that
+        work instead of after it (see ``WriteAheadLog.writes_begun``)."""
+        ...
+
     async def fetch(self, start_offset: int, end_offset: int, max_bytes: int) -> FetchResult:
         """Batches from ``start_offset`` up to ``end_offset`` (exclusive, capped at ``confirm_offset``).
         OffsetOutOfRangeError if ``start_offset`` is below ``start_offset`` or above ``confirm_offset``."""

@@ -51,6 +51,10 @@ class StreamIO(Protocol):
         """Waits for cache room, appends to the WAL, returns once durable (gives the room back if it fails)."""
         ...
 
+    async def writes_begun(self) -> None:
+        """``WriteAheadLog.writes_begun`` of the engine's WAL."""
+        ...
+
     def cache(self, batch: StreamRecordBatch, record: WALRecord) -> None:
         """Inserts a durable batch into the LogCache (may seal a block for upload)."""
         ...
@@ -151,6 +155,13 @@ class StorageStream:
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
+
+    async def writes_begun(self) -> None:
+        """``Stream.writes_begun``: the appends' tasks take their first step (their batches reach the WAL, unless
+        the cache has no room for them yet), then the WAL's writer has taken them up."""
+        if self._inflight:
+            await asyncio.sleep(0)
+        await self._io.writes_begun()
 
     async def _append(self, batch: StreamRecordBatch) -> int:
         try:

@@ -416,17 +416,39 @@ class _Parts:
         return self.parts
 
 
+class EncodedResponse:
+    """A response body encoded ahead of the answer (:func:`encode_response_parts` adds the header and the length):
+    a handler that must wait before it may answer (a ShareFetch, for its acknowledgements' durable write) encodes
+    while it waits rather than after. Large record sets stay referenced, as in :class:`_Parts`."""
+
+    __slots__ = ("parts", "response_class", "size")
+
+    def __init__(self, response: Any) -> None:
+        self.response_class: type[Any] = type(response)
+        out = _Parts()
+        entity_writer(self.response_class)(typing.cast(IO[bytes], out), response)
+        self.parts = out.finish()
+        self.size = out.size
+
+
 def encode_response_parts(correlation_id: int, response: Any) -> list[bytes]:
     """The same frame as ``encode_response`` as a list of buffers (the length prefix first) that reference the
-    response's large record sets instead of copying them; for ``transport.writelines``."""
-    cls = type(response)
+    response's large record sets instead of copying them; for ``transport.writelines``. ``response`` may be an
+    :class:`EncodedResponse`."""
+    encoded = response if isinstance(response, EncodedResponse) else None
+    cls = type(response) if encoded is None else encoded.response_class
     header_cls = cls.__header_schema__
     out = _Parts()
     target = typing.cast(IO[bytes], out)  # kio's writers only ever call write()
     entity_writer(header_cls)(target, header_cls(correlation_id=correlation_id))
-    entity_writer(cls)(target, response)
-    parts = out.finish()
-    parts.insert(0, _LENGTH.pack(out.size))
+    if encoded is None:
+        entity_writer(cls)(target, response)
+        parts = out.finish()
+        size = out.size
+    else:
+        parts = [*out.finish(), *encoded.parts]
+        size = out.size + encoded.size
+    parts.insert(0, _LENGTH.pack(size))
     return parts
 
 

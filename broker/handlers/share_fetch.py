@@ -8,9 +8,10 @@ session's epoch (``broker.share_session_cache``: top-level SHARE_SESSION_NOT_FOU
 INVALID_REQUEST for acknowledgements while opening; a full cache answers SHARE_SESSION_LIMIT_REACHED after
 MaxWaitMs, as Kafka delays it); then the piggy-backed acknowledgements, each partition's outcome in its
 ``AcknowledgeErrorCode``; then the acquisition across the session's partitions. The acknowledgements change the
-records' states first (the acquisition sees the window they freed) and their durable write is issued at once; the
-acquisition and the read run while it is in flight, and the response waits for it, so it never reports records
-acknowledged that a crash could bring back.
+records' states first (the acquisition sees the window they freed) and their durable write is issued at once; once
+the WAL's writer has taken it up, the acquisition, the read and the building of the response run while it is in
+flight, and the response leaves only once it is durable, so it never reports records acknowledged that a crash
+could bring back.
 
 Acquisition: the partitions in turn (rotated by the session epoch, as Kafka's round robin, so a busy first
 partition does not starve the rest), each asked for what remains of the request's ``MaxRecords`` and ``MaxBytes``
@@ -34,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import RequestContext
 from broker.handlers.share_common import (
+    NONE,
     Endpoints,
     Outcome,
     Started,
@@ -62,7 +65,7 @@ from broker.share_session_cache import FINAL_EPOCH, PartitionKey, ShareFetchCont
 from broker.share_sessions import ShareSessions
 from metadata.errors import error_code_logged
 from wire import schema
-from wire.codec import SplicedRecords
+from wire.codec import EncodedResponse, SplicedRecords
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
@@ -93,8 +96,6 @@ class _Limits:
     batch_size: int = 0
 
 
-#: Turns of the event loop an issued share-state write takes to reach the WAL's writer thread.
-_WRITE_HANDOFF_TURNS = 2
 #: ShareFetch v2's ShareAcquireMode values (Kafka's ShareAcquireMode ids).
 BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 
@@ -139,32 +140,44 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     if acknowledging:
         batches, acks = requested_acks(ctx, request.topics)
         started = await start_acknowledgements(ctx, group_id, member_id, batches, readable, is_renew=is_renew)
-        if fetching and not all(isinstance(s, Outcome) for s in started.values()):
-            await _writes_under_way()
+        if fetching:
+            await _writes_under_way(sessions, group_id, started)
     acquired: dict[PartitionKey, _Acquired] = {}
     if fetching:
         max_bytes = min(request.max_bytes if request.max_bytes > 0 else _MAX_INT32, ctx.broker.config.fetch_max_bytes)
         limits = _Limits(max_bytes, min(request.min_bytes, max_bytes), request.max_records,
                          time.monotonic() + max_wait_ms / 1000, mode == BATCH_OPTIMIZED, request.batch_size)
         acquired = await _Acquisition(ctx, sessions, group_id, member_id, limits).run(context, readable)
-    # Nothing leaves before the acknowledgements are durable (an acknowledged record never comes back after a
-    # crash); their writes ran while the records were acquired and read.
-    acks.update(await settle(ctx, started))
+    included = _included(context, acquired, acks.keys() | started.keys())
+    lock_ms = sessions.record_lock_duration_ms(group_id)
+    # The answer is built while the acknowledgements' writes are still in flight, as if they all become durable
+    # (built again in the rare case one does not), and nothing leaves before they are durable: an acknowledged
+    # record never comes back after a crash.
+    expected = {**acks, **{key: s if isinstance(s, Outcome) else NONE for key, s in started.items()}}
+    response = _response(ctx, included, expected, lock_ms)
+    outcomes = {**acks, **await settle(ctx, started)}
     if not sessions.cache.still_current(context):
         return top_level_error(ctx, ErrorCode.invalid_share_session_epoch)
-    response = _response(ctx, context, acquired, acks, sessions.record_lock_duration_ms(group_id))
+    if outcomes != expected:
+        response = _response(ctx, included, outcomes, lock_ms)
+    for key, part in included:
+        ctx.traffic.fetched(key[1] or "", key[2], sum(len(r) for r in part.records), _count(part.ranges))
     if epoch == FINAL_EPOCH:
         await sessions.close(group_id, member_id)
     return response
 
 
-async def _writes_under_way() -> None:
-    """Lets the acknowledgements' durable writes reach the WAL's writer thread before the acquisition takes the
-    event loop: issuing a write schedules it, and it takes two turns of the loop (the stream's append task, then
-    the WAL's flush loop) to be handed to the thread, which then writes while the acquisition and the read run.
-    Only a matter of overlap: the acknowledgements were applied before, and are awaited before the answer."""
-    for _ in range(_WRITE_HANDOFF_TURNS):
-        await asyncio.sleep(0)
+async def _writes_under_way(sessions: ShareSessions, group_id: str, started: dict[PartitionKey, Started]) -> None:
+    """Waits until the acknowledgements' durable writes are being written (``SharePartition.writes_begun``), so
+    they run while the records are acquired and read and the answer is built: the WAL's writer thread cannot take
+    a write up while this request holds the event loop (and the GIL), so without this wait the write began only
+    once all that was done. Only a matter of overlap: the acknowledgements were applied before, and are awaited
+    before the answer."""
+    for key, value in started.items():
+        if not isinstance(value, Outcome):
+            share_partition = await sessions.partitions.get(group_id, key[0], key[2])
+            await share_partition.writes_begun()  # one node-wide WAL: the first wait covers the others
+            return
 
 
 @dataclass(slots=True)
@@ -265,11 +278,33 @@ def _count(ranges: list[AcquiredRange]) -> int:
     return sum(r.last_offset - r.first_offset + 1 for r in ranges)
 
 
+def _included(
+    context: ShareFetchContext, acquired: dict[PartitionKey, _Acquired], acknowledged: Collection[PartitionKey]
+) -> list[tuple[PartitionKey, _Acquired]]:
+    """The fetched partitions the response carries: those the session context includes (decided once: it remembers
+    what it sent) and those answering acknowledgements."""
+    return [
+        (key, part) for key, part in acquired.items()
+        if context.include(key, has_records=bool(part.records), error=part.error) or key in acknowledged
+    ]
+
+
 def _response(
     ctx: RequestContext,
-    context: ShareFetchContext,
-    acquired: dict[PartitionKey, _Acquired],
-    acks: dict[PartitionKey, Outcome],
+    included: list[tuple[PartitionKey, _Acquired]],
+    outcomes: dict[PartitionKey, Outcome],
+    lock_duration_ms: int,
+) -> Any:
+    """The response, encoded already (``codec.EncodedResponse``) unless a client quota charges it: a quota sets its
+    throttle time in it once the request is done."""
+    response = _response_entity(ctx, included, outcomes, lock_duration_ms)
+    return response if ctx.quota_charge is not None else EncodedResponse(response)
+
+
+def _response_entity(
+    ctx: RequestContext,
+    included: list[tuple[PartitionKey, _Acquired]],
+    outcomes: dict[PartitionKey, Outcome],
     lock_duration_ms: int,
 ) -> Any:
     resp_cls = ctx.response_class
@@ -278,12 +313,10 @@ def _response(
     range_cls = schema.field_entity(part_cls, "acquired_records")
     endpoints: Endpoints = {}
     entries: list[tuple[PartitionKey, Any]] = []
-    for key, part in acquired.items():
+    acks = dict(outcomes)
+    for key, part in included:
         ack = acks.pop(key, None)
-        if not context.include(key, has_records=bool(part.records), error=part.error) and ack is None:
-            continue
         records = SplicedRecords(part.records)
-        ctx.traffic.fetched(key[1] or "", key[2], len(records), _count(part.ranges))
         entries.append((key, schema.build(
             part_cls,
             partition_index=key[2],

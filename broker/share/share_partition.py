@@ -78,12 +78,16 @@ class SharePartition:
         self._config_for = config_for
         self._metrics = metrics
         self._changed = changed
+        #: The config the state's limits were last taken from.
+        self._limits_from: ShareGroupConfig | None = None
         #: Log bytes per offset of the last read (record size plus batch overhead), for :meth:`_read_budget`.
         self._bytes_per_offset = 1024.0
 
     def _config(self) -> ShareGroupConfig:
         config = self._config_for(self.group_id)
-        self.state.limits = limits_of(config)
+        if config is not self._limits_from:  # the same config object while the group's configs are unchanged
+            self.state.limits = limits_of(config)
+            self._limits_from = config
         return config
 
     def _read_limit(self, config: ShareGroupConfig) -> int:
@@ -173,6 +177,11 @@ class SharePartition:
         if counted.get(AcknowledgeType.RELEASE):
             self._changed()
         return code
+
+    async def writes_begun(self) -> None:
+        """The durable writes :meth:`start_acknowledge` issued are under way (``Stream.writes_begun``): a ShareFetch
+        awaits this before it acquires, so the write runs while it acquires and reads rather than after."""
+        await self._store.writes_begun()
 
     async def release_member(self, member_id: str, now_ms: int) -> None:
         """The member's session closed or it left: what it holds goes back to AVAILABLE (ARCHIVED at the limit)."""

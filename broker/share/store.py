@@ -95,6 +95,12 @@ class ShareStore:
         )
         return _durable(stream.append(encode(record), 1))
 
+    async def writes_begun(self) -> None:
+        """The updates issued so far are being written (``Stream.writes_begun``), not yet durable."""
+        stream = self.log.share_stream
+        if stream is not None:
+            await stream.writes_begun()
+
     async def write_tombstone(self, group_id: str) -> None:
         """Deletes the group's state (DeleteShareGroupOffsets, DeleteGroups)."""
         stream = self.log.share_stream

@@ -73,3 +73,8 @@ class WriteAheadLog(Protocol):
         """The error an append made now would fail with at once (failed, fenced, or unwritable for longer than
         its bound), or None."""
         ...
+
+    async def writes_begun(self) -> None:
+        """Returns once every append admitted so far is being written (or is durable): a caller with CPU work to
+        do while its append becomes durable awaits this first, so the write runs during that work."""
+        ...

@@ -45,6 +45,11 @@ class WALState:
         since = self._unwritable_since
         return 0.0 if since is None else time.monotonic() - since
 
+    async def writes_begun(self) -> None:
+        """``WriteAheadLog.writes_begun``: an S3 WAL's uploads are the event loop's own tasks, so there is nothing
+        to wait for; the file WAL, whose writes run on its writer thread, waits for that thread."""
+        return
+
     def refusal(self) -> WALError | None:
         """Why an append made now would be refused without being taken (None: it would be taken). Checked before
         a stream gives the append its offsets, so a refusal leaves nothing behind."""

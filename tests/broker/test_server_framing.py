@@ -104,6 +104,10 @@ def test_spliced_response_parts_equal_the_single_buffer_encoding() -> None:
         response = schema.build(response_cls, responses=(schema.build(topic_cls, topic="t", partitions=parts),))
         spliced = codec.encode_response_parts(42, response)
         assert b"".join(spliced) == codec.encode_response(42, response)
+        # Encoded ahead of the answer (a ShareFetch encodes while its acknowledgements become durable): the same.
+        ahead = codec.encode_response_parts(42, codec.EncodedResponse(response))
+        assert b"".join(ahead) == codec.encode_response(42, response)
         if records is big:
             # The record sets are referenced, not copied: the broker never duplicates fetched bytes.
             assert sum(1 for p in spliced if p is big) == 3
+            assert sum(1 for p in ahead if p is big) == 3

@@ -41,6 +41,7 @@ from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage
 from settings.endpoint import Endpoint
 from settings.security import STANDARD_AUTHORIZER, ListenerSasl
+from settings.share_groups import ShareGroupConfig
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
@@ -145,8 +146,9 @@ class Storage:
             await log.close()
         await self.engine.shutdown()
 
-    def node(self, max_sessions: int = 100, *, acls: bool = False, enabled: bool = True) -> Node:
-        node = Node(SharePartitions(_Led(self.logs), lambda _group: CONFIG), max_sessions, acls=acls,
+    def node(self, max_sessions: int = 100, *, acls: bool = False, enabled: bool = True,
+             config: ShareGroupConfig = CONFIG) -> Node:
+        node = Node(SharePartitions(_Led(self.logs), lambda _group: config), max_sessions, acls=acls,
                     enabled=enabled)
         self.nodes.append(node)
         return node
@@ -328,6 +330,25 @@ async def test_long_poll_waits_for_records_and_returns_at_the_deadline(storage: 
     await writer
     assert time.monotonic() - started < 2
     assert ranges(parts(woken)[TOPIC, 0]) == [(0, 1, 1)]
+
+
+async def test_acknowledgements_that_free_the_window_get_records_without_waiting(storage: Storage) -> None:
+    # A window of 3 locks, full after the first fetch: the next one's acknowledgements free it, and it acquires at
+    # once (their write is durable before the answer) rather than waiting out its MaxWaitMs.
+    node = storage.node(config=share_config(auto_offset_reset="earliest", record_lock_duration_ms=LOCK_MS,
+                                            partition_max_record_locks=3))
+    conn = ConnectionState()
+    await storage.append(7)
+    assert ranges(parts(await fetch(node, conn, 0, {TOPIC: {0: []}}))[TOPIC, 0]) == [(0, 2, 1)]
+    assert await others_get(node) == []  # the window is full
+    started = time.monotonic()
+    freed = parts(await fetch(node, conn, 1, {TOPIC: {0: [(0, 2, (1,))]}}, max_wait=30_000, min_bytes=1))
+    assert time.monotonic() - started < 10  # far below MaxWaitMs
+    assert freed[TOPIC, 0].acknowledge_error_code == ErrorCode.none
+    assert ranges(freed[TOPIC, 0]) == [(3, 5, 1)]
+    # A rejection frees the window too; what was accepted never comes back.
+    rejected = parts(await fetch(node, conn, 2, {TOPIC: {0: [(3, 5, (3,))]}}, max_wait=30_000, min_bytes=1))
+    assert rejected[TOPIC, 0].acknowledge_error_code == ErrorCode.none and ranges(rejected[TOPIC, 0]) == [(6, 6, 1)]
 
 
 async def test_a_closed_connection_releases_its_members_records(storage: Storage) -> None:

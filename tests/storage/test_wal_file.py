@@ -9,6 +9,8 @@ import logging
 import os
 import random
 import shutil
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from storage.wal import recovery as wal_recovery
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
 from storage.wal.record import RecordScanner, StopReason
-from storage.wal.segments import CHECKPOINT_NAME
+from storage.wal.segments import CHECKPOINT_NAME, Segment
 
 
 def batch(stream: int, offset: int, size: int = 100) -> StreamRecordBatch:
@@ -167,6 +169,41 @@ async def test_concurrent_appends_share_one_write_and_are_acknowledged_in_append
     assert acked == sorted(acked) and len(set(acked)) == 200
     assert groups_for_burst <= 5, f"200 concurrent appends took {groups_for_burst} write+fsync groups"
     assert wal.stats.groups == groups_for_burst + 5
+
+
+async def test_writes_begun_returns_once_the_writer_holds_the_append_before_it_is_durable(tmp_path: Path) -> None:
+    wal, _ = await open_wal(tmp_path)
+    await wal.writes_begun()  # nothing appended: nothing to wait for
+    write_group = wal._writer.write_group
+    release = threading.Event()
+
+    def held(parts: Sequence[bytes], offset: int) -> Segment | None:
+        release.wait(30)  # the writer thread has the group and sits on it until the test lets it write
+        return write_group(parts, offset)
+
+    wal._writer.write_group = held  # type: ignore[method-assign]
+    appended = asyncio.ensure_future(wal.append(batch(1, 0)))
+    await asyncio.sleep(0)  # the append reaches the WAL
+    await asyncio.wait_for(wal.writes_begun(), 30)
+    assert not appended.done()  # taken up, not durable
+    release.set()
+    record = await appended
+    await wal.writes_begun()  # durable: at once
+    await wal.close()
+    _, recovered = await open_wal(tmp_path)
+    assert recovered == [record]
+
+
+async def test_writes_begun_does_not_wait_on_a_failed_wal(tmp_path: Path) -> None:
+    wal, _ = await open_wal(tmp_path)
+    (tmp_path / "00000000000000000000.wal").mkdir()  # the first group's segment cannot be created
+    appended = asyncio.ensure_future(wal.append(batch(1, 0)))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(wal.writes_begun(), 30)
+    with pytest.raises(WALError):
+        await appended
+    await asyncio.wait_for(wal.writes_begun(), 30)
+    await wal.close()
 
 
 async def test_appends_made_before_recovery_wait_for_it_and_keep_their_call_order(tmp_path: Path) -> None:
