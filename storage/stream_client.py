@@ -74,8 +74,9 @@ class StreamIO(Protocol):
 
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]: ...
 
-    async def flush(self, stream_id: int | None) -> None:
-        """Uploads and commits everything appended so far (forced upload)."""
+    async def flush(self, stream_id: int | None, closes: Sequence[StreamClose] = ()) -> bool:
+        """Uploads and commits everything appended so far (forced upload); True if ``closes`` were closed in its
+        commit (``StorageEngine._flush``)."""
         ...
 
     def stream_closed(self, stream: StorageStream) -> None: ...
@@ -315,9 +316,13 @@ class StorageStream:
 
     async def _settle_and_flush(self) -> None:
         """The appends taken settled, and everything durable of this stream committed to object storage."""
+        await self._settle()
+        await self._io.flush(self._stream_id)
+
+    async def _settle(self) -> None:
+        """The appends taken settled (durable or failed)."""
         if self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
-        await self._io.flush(self._stream_id)
 
     def _closed(self) -> None:
         self._state = _CLOSED
@@ -462,22 +467,27 @@ class StreamClientImpl:
 
 
 async def _close_together(io: StreamIO, closing: list[tuple[StorageStream, int]]) -> None:
-    """Settles and flushes each stream, then closes them all (trimming those asked) with one controller call."""
+    """Settles each stream, then uploads their last records and closes them all (trimming those asked) in that
+    upload's commit, or with one controller call of their own after it."""
     started = time.perf_counter()
     try:
-        await asyncio.gather(*(stream._settle_and_flush() for stream, _ in closing))
+        # The upload carrying their last records closes them in its commit (one controller call and one metadata
+        # commit for both) unless its commit was sent already or rejected one of them: then one call closes them.
+        closes = [StreamClose(stream.stream_id, stream.epoch, trim) for stream, trim in closing]
+        await asyncio.gather(*(stream._settle() for stream, _ in closing))
+        closed = await io.flush(closing[0][0].stream_id, closes)
         flushed = time.perf_counter()
-        await io.metadata.close_streams(
-            io.node, [StreamClose(stream.stream_id, stream.epoch, trim) for stream, trim in closing]
-        )
+        if not closed:
+            await io.metadata.close_streams(io.node, closes)
         for stream, trim in closing:
             stream._start = max(stream._start, trim)
     finally:
         for stream, _ in closing:
             stream._closed()
     done = time.perf_counter()
-    logger.debug("closed streams %s (appends and upload %.1f ms, close %.1f ms)",
-                 [stream.stream_id for stream, _ in closing], (flushed - started) * 1000, (done - flushed) * 1000)
+    logger.debug("closed streams %s (appends and upload %.1f ms, close %.1f ms%s)",
+                 [stream.stream_id for stream, _ in closing], (flushed - started) * 1000, (done - flushed) * 1000,
+                 ", in the upload's commit" if closed else "")
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:
