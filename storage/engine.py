@@ -406,11 +406,17 @@ class StorageEngine:
         in flight are waited for (a closing stream does not upload what other partitions just appended). For one
         stream the wait ends at the commit, without the WAL trim after it (a closing stream's records are durable
         and committed then); for all (shutdown) it includes the trim. ``closes`` (closing streams, ``stream_id``
-        one of them) are closed in the last upload's commit where they can join it (``UploadPipeline.close_with``):
-        returns whether they were, else the caller closes them."""
+        one of them) upload their own records from the active block (``LogCache.seal_streams``: a moved
+        partition's producer waits for that upload, which need not carry every partition's) and are closed in the
+        last upload's commit where they can join it (``UploadPipeline.close_with``): returns whether they were,
+        else the caller closes them."""
         wait = self._uploader.drain if stream_id is None else self._uploader.committed
         ids = {c.stream_id for c in closes} | ({stream_id} if stream_id is not None else set())
-        sealed = self._log_cache.seal() if stream_id is None or ids & self._log_cache.active.streams.keys() else None
+        cache = self._log_cache
+        if closes:
+            sealed = cache.seal_streams(ids)
+        else:
+            sealed = cache.seal() if stream_id is None or stream_id in cache.active.streams else None
         if sealed is not None:
             logger.debug("forced upload of cache block %d (%d bytes) for streams %s", sealed.block_id, sealed.size,
                          sorted(ids) or "all")

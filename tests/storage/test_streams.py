@@ -23,7 +23,7 @@ from storage.errors import (
 from storage.metadata.api import StreamState
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine
-from storage.metadata.stream_records import StreamRecord, StreamSetObjectRecord
+from storage.metadata.stream_records import StreamEndOffsetsRecord, StreamRecord, StreamSetObjectRecord
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
@@ -193,8 +193,9 @@ async def test_close_uploads_and_a_higher_epoch_reopens_with_all_data(tmp_path: 
 
 async def test_streams_closed_together_close_in_the_commit_of_their_last_upload(tmp_path: Path) -> None:
     """Two partitions closing at once (two ``close_streams`` calls): one metadata commit carries their last records
-    and closes every stream (the meta-like one trimmed), which a moved partition's producer waits for; a higher
-    epoch then reopens each with all of its data."""
+    and closes every stream (the meta-like one trimmed), which a moved partition's producer waits for, and not the
+    records of a stream staying open (they upload later, as usual); a higher epoch then reopens each with all of
+    its data."""
     commits: list[Sequence[MetadataRecord]] = []
     metadata = StreamMetadataStateMachine(sink=lambda records: _kept(commits, records))
     engine = make_engine(small_config(tmp_path), metadata)
@@ -202,7 +203,8 @@ async def test_streams_closed_together_close_in_the_commit_of_their_last_upload(
     try:
         ids = [await engine.create_stream() for _ in range(4)]
         streams = [await engine.open_stream(stream_id, epoch=0) for stream_id in ids]
-        for stream in streams:
+        staying = await engine.open_stream(await engine.create_stream(), epoch=0)
+        for stream in [*streams, staying]:
             for i in range(3):
                 await stream.append(payload(stream.stream_id, i), 1)
         commits.clear()
@@ -211,6 +213,14 @@ async def test_streams_closed_together_close_in_the_commit_of_their_last_upload(
                              engine.close_streams([(s, -1) for s in second]))
         closing = [c for c in commits if any(isinstance(r, StreamRecord) and r.state is StreamState.CLOSED for r in c)]
         assert len(closing) == 1 and any(isinstance(r, StreamSetObjectRecord) for r in closing[0])
+        assert not any(isinstance(r, StreamEndOffsetsRecord) and staying.stream_id in dict(r.offsets)
+                       for r in closing[0])
+        assert (await metadata.get_streams([staying.stream_id]))[0].end_offset == 0
+        await staying.append(payload(staying.stream_id, 3), 1)
+        await engine.force_upload()
+        assert (await metadata.get_streams([staying.stream_id]))[0].end_offset == 4
+        assert [b.payload for b in (await staying.fetch(0, 4, 10**6)).batches] == [
+            payload(staying.stream_id, i) for i in range(4)]
         infos = await metadata.get_streams(ids)
         assert {i.state for i in infos} == {StreamState.CLOSED}
         assert [(i.start_offset, i.end_offset) for i in infos] == [(0, 3), (2, 3), (0, 3), (0, 3)]
