@@ -20,7 +20,7 @@ from storage.errors import (
     StreamNotOpenedError,
     WALError,
 )
-from storage.metadata.api import StreamState
+from storage.metadata.api import CommitStreamSetObjectRequest, StreamState
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.metadata.stream_records import StreamEndOffsetsRecord, StreamRecord, StreamSetObjectRecord
@@ -249,6 +249,29 @@ async def test_a_closing_stream_the_controller_refuses_leaves_the_others_closing
         assert [(i.state, i.end_offset) for i in infos] == [(StreamState.CLOSED, 1), (StreamState.CLOSED, 0)]
         reopened = await engine.open_stream(kept.stream_id, epoch=1)
         assert (await reopened.fetch(0, 1, 10**6)).batches[0].payload == payload(kept.stream_id, 0)
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_controller_refusing_closes_in_a_commit_gets_them_on_their_own(tmp_path: Path) -> None:
+    """A controller that does not know an upload commit's closes (an older one: INVALID_REQUEST) gets the upload
+    without them and the close as a call of its own."""
+
+    class Older(StreamMetadataStateMachine):
+        async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None:
+            if request.closes:
+                raise StorageError("CommitStreamSetObject: CommitStreamSetObjectRequest: 10 values for 9 fields")
+            await super().commit_stream_set_object(request)
+
+    metadata = Older()
+    engine = make_engine(small_config(tmp_path), metadata)
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        await stream.append(payload(stream.stream_id, 0), 1)
+        await engine.close_streams([(stream, -1)])
+        (info,) = await metadata.get_streams([stream.stream_id])
+        assert (info.state, info.end_offset) == (StreamState.CLOSED, 1)
     finally:
         await engine.shutdown()
 
