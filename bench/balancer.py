@@ -196,7 +196,17 @@ target's open 151 -> 261 ms and the client stall 632 -> 737 ms: at this load the
 target (first reads of its meta replay 50-300 ms, its WAL's first writes) scatter more than the close gained, and
 the stall with them. What remains of a close is a wait for an upload already in flight (a background block's PUT
 takes 200-400 ms at these loads, and commits are in order), the meta entries' WAL write and the small PUT; the
-target's open (its first object reads, the meta write) is now the larger half of the hand-over.
+target's open (its first object reads, the meta write) is now the larger half of the hand-over. Two more pairs
+after rebasing on main, at a load of 4-5 (main first): main 527 / 548 (465: 191+7+248), 340 / 371 (224: 163+0+71)
+ms; this change 508 / 606 (419: 118+70+124), 498 / 528 (324: 110+87+127) ms, and one run alone at a load of 2.2:
+334 / 363 (289: 85+61+127) ms. The close is 40% shorter, but the close and the election's way together are not
+(146-197 against 163-198 ms): on main the source logged "closed" after the target had started opening (its
+CloseStreams answer came back after the election was committed), and here the target, a broker started for the
+move, started opening the partition elected first and then logged nothing for 70-80 ms before taking up the
+elections that followed 16 ms later (on main they came at once). That stall of a fresh target's event loop in its
+first open is the next thing to find (a py-spy of the target during its first opens); the source's close is now
+about 85-120 ms at a load of 2-5, of which the settling and meta entries' WAL write are 10-40 and the small upload
+and its commit the rest.
 """
 
 from __future__ import annotations
