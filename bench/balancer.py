@@ -173,6 +173,40 @@ busy right then with the close's aftermath (the upload's listeners, the refused 
 metadata log. Seen in the logs and left: a target opening four partitions at once sometimes logs nothing for about
 90 ms while its first open completes and then learns the next election late (the other brokers are not idle then
 too, so it may be the machine's), which delays that partition's open past the backoff.
+
+Issue 25, seventh round (2026-11-30, defaults). Where a source's close went, from ``FJORD_LOG_LEVEL=DEBUG`` logs at
+a load average of 2-3: settling 6-15 ms, the closing meta entries' WAL write 7-18, then the forced upload of the
+broker's whole WAL block (every partition's records since the last upload, 1.4-2 MB): prepare and build 18-28, the
+object PUT 74-130 ms (26-40 ms for a 0.6 MB block: the file store's write and fsyncs grow with it), the commit
+10-33, and after it the CloseStreams call, a second controller call and metadata commit, 10-43 ms. Now the upload
+carrying a closing partition's last records also closes its streams (``closes`` in CommitStreamSetObject, one
+metadata commit), and the close seals only the closing streams' records into a block of their own
+(``LogCache.seal_streams``), the partitions closing in one turn of the event loop together: the final upload is the
+moving partitions' 0.25-0.6 MB, its PUT 26-41 ms, and no close call follows (the DEBUG run: closes 64-76 ms where
+no background upload was in flight, against 117-220 before). Tried and left out: uploading the WAL block ahead of
+the close while the leaving partitions still take appends (the close's upload then small too, but the move longer
+by that upload, 200-430 ms at a load of 6-11, and the client's stall no better: 632-1265 ms against 599-1957 for
+main over four alternating runs). Five alternating pairs at a load of 7-9 from other helpers' work (this branch
+first), default-backoff client stall p50 / max, then the hand-over p50 as the source's close + the election's way
++ the target's open: main 632 / 753 (565: 232+70+251), 551 / 664 (396: 196+51+151), 696 / 784 (595: 319+126+142),
+606 / 807 (503: 242+51+142), 819 / 947 (655: 267+90+262) ms; this change 737 / 875 (550: 181+64+261), 628 / 666
+(477: 194+92+182), 815 / 886 (613: 194+49+391), 570 / 819 (468: 162+67+222), 976 / 1067 (507: 181+54+263) ms; lost
+0, dup 0 in all. Medians of the runs: the source's close 242 -> 181 ms, the hand-over 565 -> 507 ms, but the
+target's open 151 -> 261 ms and the client stall 632 -> 737 ms: at this load the opens on the freshly started
+target (first reads of its meta replay 50-300 ms, its WAL's first writes) scatter more than the close gained, and
+the stall with them. What remains of a close is a wait for an upload already in flight (a background block's PUT
+takes 200-400 ms at these loads, and commits are in order), the meta entries' WAL write and the small PUT; the
+target's open (its first object reads, the meta write) is now the larger half of the hand-over. Two more pairs
+after rebasing on main, at a load of 4-5 (main first): main 527 / 548 (465: 191+7+248), 340 / 371 (224: 163+0+71)
+ms; this change 508 / 606 (419: 118+70+124), 498 / 528 (324: 110+87+127) ms, and one run alone at a load of 2.2:
+334 / 363 (289: 85+61+127) ms. The close is 40% shorter, but the close and the election's way together are not
+(146-197 against 163-198 ms): on main the source logged "closed" after the target had started opening (its
+CloseStreams answer came back after the election was committed), and here the target, a broker started for the
+move, started opening the partition elected first and then logged nothing for 70-80 ms before taking up the
+elections that followed 16 ms later (on main they came at once). That stall of a fresh target's event loop in its
+first open is the next thing to find (a py-spy of the target during its first opens); the source's close is now
+about 85-120 ms at a load of 2-5, of which the settling and meta entries' WAL write are 10-40 and the small upload
+and its commit the rest.
 """
 
 from __future__ import annotations

@@ -63,6 +63,14 @@ election reaching the target 12-156 ms, the target's open 115-231 ms (the meta s
 close just uploaded), then librdkafka's ``retry.backoff.ms`` where it is longer than the target's open. On this loaded
 machine all of it is two to three times what ``bench/balancer.py`` records at a load of 1-5 (stall p50 about 250 ms,
 hand-over about 190 ms), which is still over the issue's 100 ms: a drain gets no closer than a balancing move does.
+
+Issue 25, after a closing partition's last upload carried only the closing streams' records and its commit closed
+them (``bench/balancer.py``'s seventh round; 2026-11-30, ``--runs 1 --no-shutdown``, load average 3-6, alternating
+with main): the brokers' hand-over p50 379, 538, 293 ms against main's 356, 285, 213 ms, the default-backoff max
+latency p50 515, 965, 453 against 493, 321, 291 ms (lost 0, dup 0). A drain's four closes upload one block either
+way, whose "closes" phase was 94-97 ms here and 79-107 ms on main: the drain's block is small (12 partitions at
+2,000 records/s), so a close that uploads only its own records gains little, and the runs' scatter (settling an
+append in flight up to 265 ms, the target's stream opens 5-130 ms) decides the figures.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from storage.compaction.scheduler import CompactionScheduler
 from storage.config import BucketURL, StorageConfig
 from storage.errors import StorageError, StreamFencedError
 from storage.failover_replay import ReplayClock, replay_wal
-from storage.metadata.api import NodeIdentity, OpeningStream, StreamMetadata
+from storage.metadata.api import NodeIdentity, OpeningStream, StreamClose, StreamMetadata
 from storage.metrics import EngineStats, StorageMetrics
 from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
@@ -401,25 +401,31 @@ class StorageEngine:
 
     # ---------------------------------------------------------------------------------------------- internals
 
-    async def _flush(self, stream_id: int | None) -> None:
-        """Everything appended so far committed; for one stream with nothing in the active block, only the uploads
+    async def _flush(self, stream_id: int | None, closes: Sequence[StreamClose] = ()) -> bool:
+        """Everything appended so far committed; for streams with nothing in the active block, only the uploads
         in flight are waited for (a closing stream does not upload what other partitions just appended). For one
         stream the wait ends at the commit, without the WAL trim after it (a closing stream's records are durable
-        and committed then); for all (shutdown) it includes the trim."""
+        and committed then); for all (shutdown) it includes the trim. ``closes`` (closing streams, ``stream_id``
+        one of them) upload their own records from the active block (``LogCache.seal_streams``: a moved
+        partition's producer waits for that upload, which need not carry every partition's) and are closed in the
+        last upload's commit where they can join it (``UploadPipeline.close_with``): returns whether they were,
+        else the caller closes them."""
         wait = self._uploader.drain if stream_id is None else self._uploader.committed
-        if stream_id is not None and stream_id not in self._log_cache.active.streams:
-            await wait()
-            return
-        sealed = self._log_cache.seal()
+        ids = {c.stream_id for c in closes} | ({stream_id} if stream_id is not None else set())
+        cache = self._log_cache
+        if closes:
+            sealed = cache.seal_streams(ids)
+        else:
+            sealed = cache.seal() if stream_id is None or stream_id in cache.active.streams else None
         if sealed is not None:
-            logger.debug(
-                "forced upload of cache block %d (%d bytes)%s",
-                sealed.block_id,
-                sealed.size,
-                f" for stream {stream_id}" if stream_id is not None else "",
-            )
+            logger.debug("forced upload of cache block %d (%d bytes) for streams %s", sealed.block_id, sealed.size,
+                         sorted(ids) or "all")
             self._submit(sealed)
+        joined = self._uploader.close_with(list(closes)) if closes else None
+        if joined is not None:
+            return await joined
         await wait()
+        return False
 
     def _submit(self, block: CacheBlock) -> None:
         future = self._uploader.submit(block)
@@ -571,8 +577,8 @@ class _EngineIO:
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
         return await self._engine.read_path.read(stream_id, start, end, max_bytes)
 
-    async def flush(self, stream_id: int | None) -> None:
-        await self._engine._flush(stream_id)
+    async def flush(self, stream_id: int | None, closes: Sequence[StreamClose] = ()) -> bool:
+        return await self._engine._flush(stream_id, closes)
 
     def stream_closed(self, stream: StorageStream) -> None:
         self._engine._client.discard(stream)

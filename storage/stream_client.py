@@ -78,8 +78,9 @@ class StreamIO(Protocol):
 
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]: ...
 
-    async def flush(self, stream_id: int | None) -> None:
-        """Uploads and commits everything appended so far (forced upload)."""
+    async def flush(self, stream_id: int | None, closes: Sequence[StreamClose] = ()) -> bool:
+        """Uploads and commits everything appended so far (forced upload); True if ``closes`` were closed in its
+        commit (``StorageEngine._flush``)."""
         ...
 
     def stream_closed(self, stream: StorageStream) -> None: ...
@@ -326,9 +327,13 @@ class StorageStream:
 
     async def _settle_and_flush(self) -> None:
         """The appends taken settled, and everything durable of this stream committed to object storage."""
+        await self._settle()
+        await self._io.flush(self._stream_id)
+
+    async def _settle(self) -> None:
+        """The appends taken settled (durable or failed)."""
         if self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
-        await self._io.flush(self._stream_id)
 
     def _closed(self) -> None:
         self._state = _CLOSED
@@ -363,6 +368,8 @@ class StreamClientImpl:
         self.recovering = RecoveringStreams()
         #: stream id -> the epoch a partition asked for, for a recovering stream it was given at its old epoch.
         self._asked: dict[int, int] = {}
+        #: The ``close_streams`` calls of this turn of the event loop, closed together at the next (None: none).
+        self._closing: list[tuple[list[tuple[StorageStream, int]], asyncio.Future[None]]] | None = None
 
     @property
     def open_streams(self) -> dict[int, StorageStream]:
@@ -444,8 +451,7 @@ class StreamClientImpl:
             else:
                 waits.append(stream._close_task)
         if fresh:
-            task = asyncio.ensure_future(_close_together(self._io, fresh))
-            task.add_done_callback(_retrieve)
+            task = self._close_soon(fresh)
             for stream, _ in fresh:
                 stream._begin_close(task)
             waits.append(task)
@@ -453,6 +459,24 @@ class StreamClientImpl:
         for result in await asyncio.gather(*(asyncio.shield(w) for w in waits), return_exceptions=True):
             if isinstance(result, BaseException):
                 raise result
+
+    def _close_soon(self, closing: list[tuple[StorageStream, int]]) -> asyncio.Future[None]:
+        """Closes ``closing`` with the streams of every other ``close_streams`` call made in this turn of the event
+        loop (a round's partitions closing together), in one upload of their last records whose commit closes them
+        all; the future is this call's part."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        done.add_done_callback(_retrieve)
+        if self._closing is None:
+            self._closing = []
+            loop.call_soon(self._close_batch)
+        self._closing.append((closing, done))
+        return done
+
+    def _close_batch(self) -> None:
+        batch, self._closing = self._closing or [], None
+        task = asyncio.ensure_future(_close_together(self._io, batch))
+        task.add_done_callback(_retrieve)
 
     async def delete_stream(self, stream_id: int, epoch: int) -> None:
         stream = self._open.get(stream_id)
@@ -472,23 +496,42 @@ class StreamClientImpl:
             self._asked.pop(stream.stream_id, None)
 
 
-async def _close_together(io: StreamIO, closing: list[tuple[StorageStream, int]]) -> None:
-    """Settles and flushes each stream, then closes them all (trimming those asked) with one controller call."""
+async def _close_together(
+    io: StreamIO, batch: list[tuple[list[tuple[StorageStream, int]], asyncio.Future[None]]]
+) -> None:
+    """Settles each stream of ``batch`` (``close_streams`` calls, each with its future), then uploads their last
+    records and closes them all (trimming those asked) in that upload's commit, or with one controller call per
+    ``close_streams`` call after it (so that one call's refusal fails that call alone, as it would on its own)."""
     started = time.perf_counter()
+    streams = [pair for closing, _ in batch for pair in closing]
+    closes = [[StreamClose(stream.stream_id, stream.epoch, trim) for stream, trim in closing] for closing, _ in batch]
+    results: list[BaseException | None] = [None] * len(batch)
+    closed = cancelled = False
     try:
-        await asyncio.gather(*(stream._settle_and_flush() for stream, _ in closing))
+        await asyncio.gather(*(stream._settle() for stream, _ in streams))
+        closed = await io.flush(streams[0][0].stream_id, [close for group in closes for close in group])
         flushed = time.perf_counter()
-        await io.metadata.close_streams(
-            io.node, [StreamClose(stream.stream_id, stream.epoch, trim) for stream, trim in closing]
-        )
+        if not closed:
+            results = list(await asyncio.gather(*(io.metadata.close_streams(io.node, group) for group in closes),
+                                                return_exceptions=True))
+    except BaseException as exc:  # the upload failed (or the engine stops): every call fails with it
+        results = [exc] * len(batch)
+        cancelled = isinstance(exc, asyncio.CancelledError)
+        flushed = time.perf_counter()
+    for (closing, done), result in zip(batch, results, strict=True):
         for stream, trim in closing:
-            stream._start = max(stream._start, trim)
-    finally:
-        for stream, _ in closing:
+            if result is None:
+                stream._start = max(stream._start, trim)
             stream._closed()
-    done = time.perf_counter()
-    logger.debug("closed streams %s (appends and upload %.1f ms, close %.1f ms)",
-                 [stream.stream_id for stream, _ in closing], (flushed - started) * 1000, (done - flushed) * 1000)
+        if result is None:
+            done.set_result(None)
+        else:
+            done.set_exception(result)
+    if cancelled:
+        raise asyncio.CancelledError
+    logger.debug("closed streams %s (appends and upload %.1f ms, close %.1f ms%s)",
+                 [stream.stream_id for stream, _ in streams], (flushed - started) * 1000,
+                 (time.perf_counter() - flushed) * 1000, ", in the upload's commit" if closed else "")
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:

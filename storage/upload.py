@@ -6,6 +6,8 @@ objects). One ``prepare_objects`` call reserves all the ids while the objects ar
 parallel, and the commit follows. Blocks are prepared and uploaded concurrently, but commits are strictly FIFO:
 block N+1 is never committed before block N, because each commit must start exactly at its streams' committed
 ends. After a commit the owner's ``on_committed`` callback trims the WAL and marks the block uploaded in the cache.
+Streams closing (a moved partition's) join the commit of the last block submitted while it is not sent yet
+(``close_with``): one controller call and one metadata commit carry their last records and their close.
 
 A failed prepare, PUT or commit is logged (naming the objects and streams) and retried with backoff, never
 skipped: skipping would leave a hole that every later commit of those streams trips over. Only ``close``
@@ -39,6 +41,7 @@ from storage.metadata.api import (
     CommitStreamSetObjectRequest,
     NodeIdentity,
     ObjectStreamRange,
+    StreamClose,
     StreamMetadata,
     StreamObjectCommit,
     StreamState,
@@ -131,10 +134,16 @@ class _Job:
     last block's batches alive after the cache evicted them."""
 
     block_id: int
+    #: Closes may join its commit: the node's own upload of its LogCache (not a recovery's or a failover's).
+    joinable: bool
     prepared: asyncio.Event = field(default_factory=asyncio.Event)
     #: Committed at the controller; ``done`` follows once ``on_committed`` (the WAL trim) ran too.
     committed: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    #: Streams closed in this block's commit (``UploadPipeline.close_with``), until its commit is sent (``sealed``).
+    closes: list[StreamClose] = field(default_factory=list)
+    #: None: closes may still join; then whether the commit that succeeded carried them.
+    closes_committed: bool | None = None
 
 
 class UploadPipeline:
@@ -185,7 +194,7 @@ class UploadPipeline:
         if self._closed:
             raise UploadAbortedError(f"upload pipeline of node {self._node.node_id} is closed")
         previous = self._last
-        job = _Job(block.block_id)
+        job = _Job(block.block_id, joinable=epochs is None and on_committed is None)
         self._last = job
         task = asyncio.ensure_future(
             self._run(job, previous, block, epochs, on_committed or self._on_committed, own_memory=own_memory)
@@ -199,6 +208,23 @@ class UploadPipeline:
         last = self._last
         if last is not None:
             await asyncio.shield(last.done)
+
+    def close_with(self, closes: list[StreamClose]) -> asyncio.Future[bool] | None:
+        """Closes ``closes`` in the commit of the last block submitted, if it is this node's own upload and its
+        commit was not sent yet: a closing partition's last records are in that block or an earlier one (committed
+        first), and one controller call then commits them and closes the streams. The future says, once that
+        block is committed, whether the closes were committed with it (False: a stream was rejected, the caller
+        closes them itself); None: nothing to join, the caller waits for ``committed`` and closes them."""
+        job = self._last
+        if job is None or not job.joinable or job.closes_committed is not None or job.committed.done():
+            return None
+        job.closes += closes
+        return asyncio.ensure_future(self._closes_committed(job))
+
+    @staticmethod
+    async def _closes_committed(job: _Job) -> bool:
+        await asyncio.shield(job.committed)
+        return bool(job.closes_committed)
 
     async def committed(self) -> None:
         """Waits until every submitted block is committed at the controller, not for what follows a commit (the
@@ -290,8 +316,12 @@ class UploadPipeline:
             if previous is not None:
                 await asyncio.shield(previous.done)
             committing = time.perf_counter()
+            if job.closes and request is not None:
+                request = dataclasses.replace(request, closes=tuple(job.closes))
+            job.closes_committed = False  # closes joining from here would miss the commit
             try:
-                await self.commit(request, f"commit of objects {_ids_text(plan)} (streams {_streams_text(streams)})")
+                job.closes_committed = await self.commit(
+                    request, f"commit of objects {_ids_text(plan)} (streams {_streams_text(streams)})")
             except ObjectNotPreparedError as exc:
                 logger.warning("%s; preparing new object ids and uploading again", exc)
                 continue
@@ -311,11 +341,29 @@ class UploadPipeline:
             lambda: self._metadata.prepare_objects(self._node, count, self._config.object_prepare_ttl_ms),
         )
 
-    async def commit(self, request: CommitStreamSetObjectRequest | None, what: str) -> None:
+    async def commit(self, request: CommitStreamSetObjectRequest | None, what: str) -> bool:
         """Commits ``request`` (retrying until the controller answers), without the streams it rejects as no longer
         this node's (``_without_rejected``). ObjectNotPreparedError when the objects' prepare deadline passed: the
-        caller prepares new ids and stores the objects again."""
+        caller prepares new ids and stores the objects again. A request with closes that fails at all goes on
+        without them (their callers close them on their own call, and learn any rejection there: a closing stream
+        rejected, or a controller that does not know the field yet, INVALID_REQUEST). Returns whether its closes
+        were committed."""
+        if request is not None and request.closes:
+            started = time.perf_counter()
+            try:
+                await self._retry(what, functools.partial(self._metadata.commit_stream_set_object, request),
+                                  give_up_on=(Exception,))
+                return True
+            except ObjectNotPreparedError:
+                raise
+            except Exception as exc:
+                logger.info("node %d: %s with stream closes failed (%s); committing without them",
+                            self._node.node_id, what, exc)
+                request = dataclasses.replace(request, closes=())
+            finally:
+                self.stats.commit_seconds += time.perf_counter() - started
         await self.commit_many(() if request is None else (request,), what)
+        return False
 
     async def commit_many(self, requests: Sequence[CommitStreamSetObjectRequest], what: str) -> None:
         """Commits ``requests`` in order as ``commit`` commits one, in one controller call (all or none:

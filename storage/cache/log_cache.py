@@ -18,7 +18,7 @@ import bisect
 import collections
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from storage.errors import StorageError
@@ -281,6 +281,30 @@ class LogCache:
         active.sealed = True
         self._active = self._new_block()
         return active
+
+    def seal_streams(self, stream_ids: Collection[int]) -> CacheBlock | None:
+        """Seals the active block's batches of ``stream_ids`` alone (streams closing, which take no more appends)
+        into a block of their own, the rest staying in the active block; returns that block (None: they have
+        nothing there). A closing partition's upload, which its producer waits for, then carries its own records
+        rather than every partition's since the last upload. The new block takes the active block's place in the
+        order and its id, which the closing streams' cached batches name (evicting it evicts only theirs); the
+        active block takes a new id, which evicts the others' batches it holds when its turn comes. Both keep the
+        active block's WAL bounds, so the WAL is trimmed past neither before both are uploaded."""
+        active = self._active
+        moved = {sid: active.streams.pop(sid) for sid in stream_ids if sid in active.streams}
+        if not moved:
+            return None
+        if active.empty:
+            active.streams.update(moved)
+            return self.seal()
+        size = sum(len(b.payload) for batches in moved.values() for b in batches)
+        block = CacheBlock(active.block_id, moved, size, min_wal_offset=active.min_wal_offset,
+                           wal_end=active.wal_end, created=active.created, sealed=True)
+        active.size -= size
+        active.block_id = self._next_block_id
+        self._next_block_id += 1
+        self._blocks.insert(len(self._blocks) - 1, block)  # the active block is the last
+        return block
 
     @property
     def active(self) -> CacheBlock:

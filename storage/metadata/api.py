@@ -101,6 +101,9 @@ class CommitStreamSetObjectRequest:
 
     ``object_id`` is -1 when the upload produced only stream objects. For an upload, each range must start
     exactly at its stream's committed end and the caller must own the stream at ``stream_epoch``.
+
+    ``closes``: streams closed (as ``close_streams`` does) in the same metadata commit, after the ranges: a closing
+    partition's last upload and its close in one controller call and one commit, which its producer waits for.
     """
 
     node: NodeIdentity
@@ -111,6 +114,7 @@ class CommitStreamSetObjectRequest:
     compacted_object_ids: tuple[int, ...] = ()
     order_id: int = -1  # -1: use object_id
     data_time_ms: int = 0
+    closes: tuple[StreamClose, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

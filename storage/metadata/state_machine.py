@@ -96,6 +96,7 @@ def _commit_keys(request: CommitStreamSetObjectRequest) -> list[Hashable] | None
     keys: list[Hashable] = [_object_key(i) for i in _new_object_ids(request)]
     keys += [_stream_key(r.stream_id) for r in request.ranges]
     keys += [_stream_key(so.stream_id) for so in request.stream_objects]
+    keys += [_stream_key(close.stream_id) for close in request.closes]
     return keys
 
 
@@ -242,18 +243,22 @@ class StreamMetadataStateMachine(StreamMetadataQueries):
             raise ValueError(f"close_streams names a stream more than once: {ids}")
         async with self._locks.hold([_stream_key(stream_id) for stream_id in ids]):
             self._check_node(node)
-            records: list[MetadataRecord] = []
-            for close in closes:  # every check before any record: all of them close, or none
-                stream = self._stream(close.stream_id)
-                self._check_owner(node, stream, close.epoch, "close")
-                trim = close.new_start_offset > stream.start_offset
-                if trim and stream.state != StreamState.OPENED:
-                    raise StreamNotOpenedError(f"stream {close.stream_id}: cannot trim a closed stream")
-                if stream.state != StreamState.CLOSED:
-                    records += stream.trimmed(close.new_start_offset, StreamState.CLOSED) if trim else [
-                        stream.record(state=StreamState.CLOSED)]
-            await self._commit(records)
+            await self._commit(self._close_records(node, closes))
             logger.debug("node %d closed streams %s", node.node_id, [(c.stream_id, c.epoch) for c in closes])
+
+    def _close_records(self, node: NodeIdentity, closes: Sequence[StreamClose]) -> list[MetadataRecord]:
+        """The records closing (and trimming) ``closes``; every check before any record: all close, or none."""
+        records: list[MetadataRecord] = []
+        for close in closes:
+            stream = self._stream(close.stream_id)
+            self._check_owner(node, stream, close.epoch, "close")
+            trim = close.new_start_offset > stream.start_offset
+            if trim and stream.state != StreamState.OPENED:
+                raise StreamNotOpenedError(f"stream {close.stream_id}: cannot trim a closed stream")
+            if stream.state != StreamState.CLOSED:
+                records += stream.trimmed(close.new_start_offset, StreamState.CLOSED) if trim else [
+                    stream.record(state=StreamState.CLOSED)]
+        return records
 
     async def trim_stream(self, node: NodeIdentity, stream_id: int, epoch: int, new_start_offset: int) -> None:
         async with self._locks.hold((_stream_key(stream_id),)):
@@ -355,6 +360,8 @@ class StreamMetadataStateMachine(StreamMetadataQueries):
                     records += self._object_records(request, now, request.order_id, request.data_time_ms or now)
             if ends:
                 records.append(StreamEndOffsetsRecord(tuple(sorted(ends.items()))))
+            for request in requests:  # closes after every range: a stream's last records, then its close
+                records += self._close_records(request.node, request.closes)
             await self._commit(records)
 
     def _check_new_objects(self, request: CommitStreamSetObjectRequest, now: int, what: str) -> bool:

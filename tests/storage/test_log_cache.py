@@ -190,3 +190,29 @@ async def test_try_reserve_admits_at_once_only_what_reserve_would_without_waitin
     await asyncio.wait_for(waiter, 1)
     assert cache.try_reserve(100)
     assert cache.stats().unuploaded == 600
+
+
+def test_closing_streams_seal_alone_and_the_rest_stays_active_and_readable() -> None:
+    cache = LogCache(capacity=1_000, block_threshold=1_000)
+    wal = Wal()
+    for i in range(3):
+        for stream_id in (1, 2, 3):
+            wal.put(cache, batch(stream_id, i))
+    floor = cache.min_unuploaded_wal_offset()
+    closing = cache.seal_streams({1, 3, 9})
+    assert closing is not None and sorted(closing.streams) == [1, 3] and closing.size == 600
+    assert sorted(cache.active.streams) == [2] and cache.active.size == 300
+    assert cache.seal_streams({1}) is None  # nothing of it left in the active block
+    # Until both are uploaded the WAL keeps every record of either.
+    cache.mark_uploaded(closing)
+    assert cache.min_unuploaded_wal_offset() == floor
+    for i in range(3, 9):  # past the capacity: the uploaded block is evicted, the active one is not
+        wal.put(cache, batch(2, i))
+    assert cache.read(1, 0, 3, 10**6) == [] and cache.first_offset(3) is None
+    assert [b.base_offset for b in cache.read(2, 0, 9, 10**6)] == list(range(9))
+    rest = cache.seal()
+    assert rest is not None and sorted(rest.streams) == [2] and rest.block_id != closing.block_id
+    # A block of nothing but closing streams is the active block sealed as it is.
+    wal.put(cache, batch(4, 0))
+    alone = cache.seal_streams({4})
+    assert alone is not None and sorted(alone.streams) == [4] and cache.active.empty

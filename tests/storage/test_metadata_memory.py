@@ -3,6 +3,7 @@ record codec and replay (a restarted node rebuilds identical state from the reco
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -265,6 +266,28 @@ async def test_close_streams_closes_and_trims_all_of_them_in_one_commit_or_none(
     await meta.close_streams(NODE, [StreamClose(b, 0)])  # closing twice is fine
     with pytest.raises(StreamNotOpenedError):
         await meta.close_streams(NODE, [StreamClose(a, 0, 6)])  # no trim once closed
+
+
+async def test_an_upload_commit_closes_its_streams_with_its_ranges_or_commits_nothing() -> None:
+    commits: list[int] = []
+
+    async def sink(records: Sequence[MetadataRecord]) -> None:
+        commits.append(len(records))
+
+    meta = StreamMetadataStateMachine(sink=sink)
+    a, b = await opened(meta), await opened(meta)
+    first = await meta.prepare_objects(NODE, 1, 60_000)
+    commits.clear()
+    upload = commit(NODE, first, (a, 0, 10), (b, 0, 5), epoch=0)
+    with pytest.raises(StreamFencedError):  # b is not at epoch 1: neither the ranges nor a close
+        await meta.commit_stream_set_object(dataclasses.replace(upload, closes=(StreamClose(a, 0), StreamClose(b, 1))))
+    assert commits == [] and meta.object_state(first) != ObjectState.COMMITTED
+    # The trim may reach into the ranges this commit adds (a meta stream trimmed to its closing entries).
+    await meta.commit_stream_set_object(dataclasses.replace(upload, closes=(StreamClose(a, 0, 8), StreamClose(b, 0))))
+    assert len(commits) == 1 and meta.object_state(first) == ObjectState.COMMITTED
+    info_a, info_b = await meta.get_streams([a, b])
+    assert (info_a.state, info_a.start_offset, info_a.end_offset) == (StreamState.CLOSED, 8, 10)
+    assert (info_b.state, info_b.start_offset, info_b.end_offset) == (StreamState.CLOSED, 0, 5)
 
 
 async def test_delete_requires_a_closed_stream() -> None:

@@ -4,6 +4,7 @@ trim, close, destroy."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,10 @@ from storage.errors import (
     StreamNotOpenedError,
     WALError,
 )
+from storage.metadata.api import CommitStreamSetObjectRequest, StreamState
+from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import StreamMetadataStateMachine
+from storage.metadata.stream_records import StreamEndOffsetsRecord, StreamRecord, StreamSetObjectRecord
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal.base import WALRecord
 from storage.wal.file import FileWAL
@@ -185,6 +189,95 @@ async def test_close_uploads_and_a_higher_epoch_reopens_with_all_data(tmp_path: 
         assert reopened.confirm_offset == 11
     finally:
         await engine.shutdown()
+
+
+async def test_streams_closed_together_close_in_the_commit_of_their_last_upload(tmp_path: Path) -> None:
+    """Two partitions closing at once (two ``close_streams`` calls): one metadata commit carries their last records
+    and closes every stream (the meta-like one trimmed), which a moved partition's producer waits for, and not the
+    records of a stream staying open (they upload later, as usual); a higher epoch then reopens each with all of
+    its data."""
+    commits: list[Sequence[MetadataRecord]] = []
+    metadata = StreamMetadataStateMachine(sink=lambda records: _kept(commits, records))
+    engine = make_engine(small_config(tmp_path), metadata)
+    await engine.start()
+    try:
+        ids = [await engine.create_stream() for _ in range(4)]
+        streams = [await engine.open_stream(stream_id, epoch=0) for stream_id in ids]
+        staying = await engine.open_stream(await engine.create_stream(), epoch=0)
+        for stream in [*streams, staying]:
+            for i in range(3):
+                await stream.append(payload(stream.stream_id, i), 1)
+        commits.clear()
+        first, second = streams[:2], streams[2:]
+        await asyncio.gather(engine.close_streams([(first[0], -1), (first[1], 2)]),
+                             engine.close_streams([(s, -1) for s in second]))
+        closing = [c for c in commits if any(isinstance(r, StreamRecord) and r.state is StreamState.CLOSED for r in c)]
+        assert len(closing) == 1 and any(isinstance(r, StreamSetObjectRecord) for r in closing[0])
+        assert not any(isinstance(r, StreamEndOffsetsRecord) and staying.stream_id in dict(r.offsets)
+                       for r in closing[0])
+        assert (await metadata.get_streams([staying.stream_id]))[0].end_offset == 0
+        await staying.append(payload(staying.stream_id, 3), 1)
+        await engine.force_upload()
+        assert (await metadata.get_streams([staying.stream_id]))[0].end_offset == 4
+        assert [b.payload for b in (await staying.fetch(0, 4, 10**6)).batches] == [
+            payload(staying.stream_id, i) for i in range(4)]
+        infos = await metadata.get_streams(ids)
+        assert {i.state for i in infos} == {StreamState.CLOSED}
+        assert [(i.start_offset, i.end_offset) for i in infos] == [(0, 3), (2, 3), (0, 3), (0, 3)]
+        for stream_id in ids:
+            reopened = await engine.open_stream(stream_id, epoch=1)
+            result = await reopened.fetch(reopened.start_offset, 3, 10**6)
+            assert [b.payload for b in result.batches] == [
+                payload(stream_id, i) for i in range(reopened.start_offset, 3)]
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_closing_stream_the_controller_refuses_leaves_the_others_closing(tmp_path: Path) -> None:
+    """One stream of a close was closed behind the engine's back: the upload commits the others' records without
+    it, and the streams still close (on their own call)."""
+    metadata = StreamMetadataStateMachine()
+    engine = make_engine(small_config(tmp_path), metadata)
+    await engine.start()
+    try:
+        kept, lost = [await engine.open_stream(await engine.create_stream(), epoch=0) for _ in range(2)]
+        for stream in (kept, lost):
+            await stream.append(payload(stream.stream_id, 0), 1)
+        await metadata.close_stream(engine.node, lost.stream_id, 0)
+        await engine.close_streams([(kept, -1), (lost, -1)])
+        infos = await metadata.get_streams([kept.stream_id, lost.stream_id])
+        assert [(i.state, i.end_offset) for i in infos] == [(StreamState.CLOSED, 1), (StreamState.CLOSED, 0)]
+        reopened = await engine.open_stream(kept.stream_id, epoch=1)
+        assert (await reopened.fetch(0, 1, 10**6)).batches[0].payload == payload(kept.stream_id, 0)
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_controller_refusing_closes_in_a_commit_gets_them_on_their_own(tmp_path: Path) -> None:
+    """A controller that does not know an upload commit's closes (an older one: INVALID_REQUEST) gets the upload
+    without them and the close as a call of its own."""
+
+    class Older(StreamMetadataStateMachine):
+        async def commit_stream_set_object(self, request: CommitStreamSetObjectRequest) -> None:
+            if request.closes:
+                raise StorageError("CommitStreamSetObject: CommitStreamSetObjectRequest: 10 values for 9 fields")
+            await super().commit_stream_set_object(request)
+
+    metadata = Older()
+    engine = make_engine(small_config(tmp_path), metadata)
+    await engine.start()
+    try:
+        stream = await engine.open_stream(await engine.create_stream(), epoch=0)
+        await stream.append(payload(stream.stream_id, 0), 1)
+        await engine.close_streams([(stream, -1)])
+        (info,) = await metadata.get_streams([stream.stream_id])
+        assert (info.state, info.end_offset) == (StreamState.CLOSED, 1)
+    finally:
+        await engine.shutdown()
+
+
+async def _kept(commits: list[Sequence[MetadataRecord]], records: Sequence[MetadataRecord]) -> None:
+    commits.append(list(records))
 
 
 async def test_two_nodes_open_is_fenced_until_the_owner_closes(tmp_path: Path) -> None:

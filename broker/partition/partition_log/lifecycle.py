@@ -103,7 +103,8 @@ async def close_together(states: Sequence[PartitionState]) -> list[BaseException
     it costs one upload and one round of closes: once every append taken is durable, the closing meta entries join
     the WAL behind them (every other live meta entry rewritten with them), the first stream's flush seals them into
     the same block as the log's last records (each stream closing on its own would wait for an upload of its own),
-    and one controller call closes every stream in one commit, the meta stream trimmed to its closing entries (the
+    and that upload's commit closes every stream (one controller call and one metadata commit for both,
+    ``UploadPipeline.close_with``), the meta stream trimmed to its closing entries (the
     reassignment watch elects on the meta stream's close, so the target finds every stream closed, and it replays
     only those entries, from the block this close uploaded).
     Partitions closed together (one reconciliation round's, which a balancer's moves from one broker are) settle
@@ -183,9 +184,8 @@ async def _finish_close(state: PartitionState, closing: _Closing) -> None:
     marks = closing.marks
     marks.mark("others")  # waiting for the partitions closed together to write their meta entries
     try:
-        # Closed together: the first stream's flush uploads every stream's last records (and the meta entries),
-        # the others only wait for it, and one call to the controller closes them all, the meta stream trimmed
-        # to its closing entries in the same commit (the next opener replays only those).
+        # Closed together: one upload carries every stream's last records (and the meta entries), and its commit
+        # closes them all, the meta stream trimmed to its closing entries (the next opener replays only those).
         trim = -1 if closing.meta_trim is None else closing.meta_trim
         await state.streams.close_streams([(s, trim if s is state.meta.stream else -1) for s in closing.streams])
         marks.mark("closes")
