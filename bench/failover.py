@@ -101,6 +101,10 @@ The commits no longer bound the replay: the committer waits for copies (2.4-8.9 
 while the copies do. What is left is moto's: the index reads (each a whole-object read in moto) and the copies, both
 in one process, ~1 GB of work for 500 MiB; overlapping them cannot beat that here. On S3 a tail GET and a CopyObject
 cost a request each, in parallel.
+
+On merged ``main`` at a load of 1.5-2.3 (one run, 500 MiB, 135 objects): fenced 3.57 s after the death, replay
+3.60 s (commits 0.80 s summed, 2.46 s waiting for copies), produce on the new leader 8.89 s after the death; moto
+alone would need 1.90 s to copy this WAL at the rate it showed after the run.
 """
 
 from __future__ import annotations
