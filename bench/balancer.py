@@ -207,6 +207,19 @@ elections that followed 16 ms later (on main they came at once). That stall of a
 first open is the next thing to find (a py-spy of the target during its first opens); the source's close is now
 about 85-120 ms at a load of 2-5, of which the settling and meta entries' WAL write are 10-40 and the small upload
 and its commit the rest.
+
+Issue 25, eighth round (2026-11-30, defaults). A py-spy record of the fresh target (``--rate 500 --idle``) through
+its first opens: the gap after its first "opening" was the event loop importing kio's Produce v10 schema module for
+the first produce request it got (61 samples, about 120 ms at a load of 4; Fetch v16 followed for the consumer).
+Now a broker loads the Produce and Fetch classes, every version it serves, on a thread of its own while it starts
+(about 0.4 s of CPU, done long before a balancing round; its start to "serving" was 3.4-4.5 s against 3.3-5.3 s).
+Five alternating pairs at a load of 1-6, default-backoff client stall p50 / max (the target's open p50; load at the
+start): main 347 / 661 (198; 1.0), 353 / 571 (164; 4.3), 465 / 537 (171; 4.5), 510 / 624 (149; 3.5), 471 / 475
+(125; 4.9) ms; this change 322 / 348 (86; 3.0), 310 / 376 (98; 1.7), 410 / 481 (167; 5.7), 325 / 348 (67; 4.4), 462
+/ 618 (179; 5.9) ms; lost 0, dup 0 in all. Medians: the target's open 164 -> 98 ms, the stall 465 / 571 -> 325 / 376
+ms. Seen next in the same profile and left: with the ``file://`` store of this bench, the target's first object
+reads start the default executor's threads (``asyncio.to_thread``), and each ``Thread.start`` holds the event loop
+until the new thread runs, about 60 ms in all at a load of 5 (an S3 store reads without threads).
 """
 
 from __future__ import annotations

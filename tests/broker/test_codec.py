@@ -127,3 +127,13 @@ def test_bad_frames_close_only_their_connection(
 
     assert healthy.request(api_versions_request(3)).error_code == ErrorCode.none
     assert "closing connection" in shared_broker.log_text()
+
+
+def test_preload_skips_versions_kio_does_not_know() -> None:
+    """A broker loads the Produce classes ahead of its first producer (``Broker._preload_data_path``); a range
+    reaching past what kio knows loads what it knows and refuses the rest only when a request asks for it."""
+    codec.preload(0, range(3, 200))
+    frame = codec.encode_request(schema.build(codec.request_class(0, 9), acks=1, timeout_ms=1000, topic_data=()), 4)
+    assert codec.decode_request(frame[4:]).body.acks == 1
+    with pytest.raises(codec.UnsupportedRequestError):
+        codec.request_class(0, 199)
