@@ -208,8 +208,9 @@ class Broker:
 
     async def start(self) -> None:
         """Starts the storage engine (WAL recovery), the WAL failover runner, the partitions this broker leads and
-        both coordinators, in that order; nothing is served yet."""
-        self._preload_data_path()
+        both coordinators, in that order; nothing is served yet. Then the data path's wire classes start loading
+        on a thread (``_preload_data_path``): after the recovery and the opens, so that a restart's own work does
+        not share the GIL with it."""
         await self._start("storage engine", self.storage.start(), self.storage.shutdown)
         if self.wal_failover is not None:
             self.wal_failover.start()
@@ -224,6 +225,7 @@ class Broker:
         self._started.append(("share-state connections", self._share_peers.close))
         if isinstance(self.controller, LoadReporting):  # a broker of a cluster: its traffic, for the auto-balancer
             self.controller.report_load_from(self.dispatcher.traffic.partition_bytes)
+        self._preload_data_path()
 
     def _preload_data_path(self) -> None:
         """Loads the wire classes of the requests a client sends to a partition's new leader (Produce, Fetch; every
@@ -235,7 +237,8 @@ class Broker:
 
         def preload() -> None:
             for key, served in wanted:
-                codec.preload(key, range(served.min_version, served.max_version + 1))
+                # Newest first: what current clients send is ready soonest.
+                codec.preload(key, range(served.max_version, served.min_version - 1, -1))
 
         threading.Thread(target=preload, name="fjord-wire-preload", daemon=True).start()
 
