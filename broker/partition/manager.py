@@ -70,6 +70,7 @@ class PartitionManager:
         self._checkpoint_task: asyncio.Task[None] | None = None
         #: The open partitions by the id of their log stream, what an upload names.
         self._by_stream: dict[int, PartitionLog] = {}
+        self._by_meta_stream: dict[int, PartitionLog] = {}
         #: Partitions moving here whose source still closes them -> the read of their meta stream id, started when
         #: the move was seen so that the open after the election skips that round trip.
         self._incoming: dict[tuple[uuid.UUID, int], asyncio.Task[int | None]] = {}
@@ -159,6 +160,7 @@ class PartitionManager:
         self._logs.clear()
         self._by_id.clear()
         self._by_stream.clear()
+        self._by_meta_stream.clear()
         await self._bounded(*(log.close() for log in logs))
         logger.info("closed %d partitions", len(logs))
 
@@ -243,6 +245,7 @@ class PartitionManager:
             del self._logs[key]
             self._by_id.pop((log.topic_id, log.partition), None)
             self._by_stream.pop(log.log_stream_id, None)
+            self._by_meta_stream.pop(log.meta_stream_id, None)
             self._on_removed(log.topic, log.partition)
         failed = False
         for log in to_close:
@@ -280,11 +283,15 @@ class PartitionManager:
 
     # ------------------------------------------------------------------ recovery points
     def _uploaded(self, ends: Mapping[int, int]) -> None:
-        """An upload committed these streams up to these offsets: the partitions whose log it covered checkpoint."""
+        """An upload committed these streams up to these offsets: the partitions whose log it covered checkpoint,
+        and those whose meta stream it covered may trim it."""
         for stream_id, end in ends.items():
             log = self._by_stream.get(stream_id)
             if log is not None and not log.closed:
                 log.uploaded(end)
+            meta_of = self._by_meta_stream.get(stream_id)
+            if meta_of is not None and not meta_of.closed:
+                meta_of.meta_uploaded(end)
 
     async def _checkpoint_loop(self) -> None:
         """Checkpoints partitions written to since their last checkpoint once ``log.flush.offset.checkpoint.
@@ -404,6 +411,7 @@ class PartitionManager:
         self._logs[(topic, part.partition)] = log
         self._by_id[(part.topic_id, part.partition)] = log
         self._by_stream[log.log_stream_id] = log
+        self._by_meta_stream[log.meta_stream_id] = log
         async with self._opened:
             self._opened.notify_all()
 

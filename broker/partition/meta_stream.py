@@ -5,6 +5,11 @@ replay keeps the last value per key. The stream compacts itself: once most of it
 re-appends the live entries and trims everything before them, so reopening a long-lived partition replays a handful
 of records, not its whole history. ``MetaState`` is the pure replay/compaction logic; ``MetaStream`` drives it over
 a ``storage.stream_api.Stream``.
+
+The trim waits until an upload has committed the re-appended entries to object storage (:meth:`MetaStream.uploaded`).
+Readers of the bucket (the Spark source's direct path) find the partition's streams in the meta stream's uploaded
+records; trimmed at once, the old entries would be gone while the new ones were still only in the WAL, and for that
+window, a second or so under steady produce, such a reader could not find the partition in the bucket at all.
 """
 
 from __future__ import annotations
@@ -82,6 +87,9 @@ class MetaStream:
         self._lock = asyncio.Lock()  # one put (and its compaction) at a time
         self._compacting: asyncio.Task[None] | None = None
         self._last_put = False  # the partition's closing entries are in: nothing is appended after them
+        # A compaction's trim, waiting for its re-appended entries to be uploaded: (trim to, uploaded up to).
+        self._pending_trim: tuple[int, int] | None = None
+        self._trimming: asyncio.Task[None] | None = None
 
     async def replay(self) -> None:
         """Reads the whole stream (from its start) and keeps the last value of each key."""
@@ -123,6 +131,7 @@ class MetaStream:
         now or in the background: nothing may be appended after these entries."""
         async with self._lock:
             self._last_put = True
+            self._pending_trim = None  # the caller trims past it
             merged = {key: value for key, (_, value) in self.state.live.items()} | entries
             kept, self.state = self.state, MetaState.empty()
             try:
@@ -140,6 +149,23 @@ class MetaStream:
         serves first (the stream stays short all the same: this runs right after)."""
         if self.state.should_compact() and (self._compacting is None or self._compacting.done()):
             self._compacting = asyncio.create_task(self._compact_if_due(), name=f"compact meta of {self.where}")
+
+    def uploaded(self, end_offset: int) -> None:
+        """An upload committed this stream up to ``end_offset``: a compaction's trim waiting for its re-appended
+        entries to be in object storage runs now (in the background; the caller is an upload listener)."""
+        pending = self._pending_trim
+        if pending is None or end_offset < pending[1] or (self._trimming is not None and not self._trimming.done()):
+            return
+        self._pending_trim = None
+        self._trimming = asyncio.create_task(self._trim(pending[0]), name=f"trim meta of {self.where}")
+
+    async def _trim(self, offset: int) -> None:
+        try:
+            if offset > self.stream.start_offset:
+                await self.stream.trim(offset)
+        except StorageError as exc:  # closed or fenced meanwhile: the next compaction trims further
+            logger.info("trimming meta stream %d of %s to %d did not complete: %s", self.stream.stream_id,
+                        self.where, offset, exc)
 
     async def _compact_if_due(self) -> None:
         try:
@@ -164,7 +190,8 @@ class MetaStream:
         return first
 
     async def _compact(self) -> None:
-        """Re-appends every live entry, then trims everything before the first re-appended record."""
+        """Re-appends every live entry; everything before the first re-appended record is trimmed once an upload
+        has committed them (:meth:`uploaded`)."""
         live = {k: v for k, (_, v) in sorted(self.state.live.items(), key=lambda kv: kv[1][0])}
         before = self.state.records
         kept, self.state = self.state, MetaState.empty()
@@ -174,7 +201,7 @@ class MetaStream:
             kept.records += self.state.records  # what was re-appended only repeats live values
             self.state = kept
             raise
-        await self.stream.trim(first)
+        self._pending_trim = (first, self.stream.next_offset)
         # DEBUG: a partition under steady produce compacts its meta stream every second or so, routine work.
         logger.debug(
             "compacted meta stream %d of %s: %d records -> %d", self.stream.stream_id, self.where, before, len(live)

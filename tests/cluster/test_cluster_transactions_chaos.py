@@ -163,7 +163,15 @@ def _chaos(cluster: LocalCluster, topic: str, names: list[str], seed: int, kills
         cluster.node(victim).kill()
         time.sleep(rng.uniform(0.5, SESSION_TIMEOUT_S + 1.0))
         cluster.node(victim).start()
-        wait_for(f"broker {victim} back in Metadata", lambda v=victim: v in live_brokers(bootstrap), timeout=60)
+        try:
+            wait_for(f"broker {victim} back in Metadata", lambda v=victim: v in live_brokers(bootstrap), timeout=60)
+        except AssertionError as exc:
+            # Which nodes still run, and what each logged last, tell a broker that did not come back from brokers
+            # that stopped answering (seen once in CI, with every Metadata attempt failing for 10 s).
+            exited = {n.spec.node_id: n.proc.returncode for n in cluster.exited() if n.proc is not None}
+            raise AssertionError(
+                f"{exc}\nkills: {kills}\nexited (node: code): {exited}\n{cluster.table()}\n{cluster.logs(4000)}"
+            ) from exc
 
 
 def _open_partitions(bootstrap: str, topic: str) -> list[int]:

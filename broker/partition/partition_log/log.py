@@ -328,6 +328,15 @@ class PartitionLog:
         """An upload committed the log up to ``end_offset`` to object storage: the recovery point may follow."""
         checkpoints.uploaded(self._state, end_offset)
 
+    @property
+    def meta_stream_id(self) -> int:
+        """The partition's meta stream, which uploads also name (:meth:`meta_uploaded`)."""
+        return self._state.meta.stream.stream_id
+
+    def meta_uploaded(self, end_offset: int) -> None:
+        """An upload committed the meta stream up to ``end_offset``: a compaction's trim may follow."""
+        self._state.meta.uploaded(end_offset)
+
     # ------------------------------------------------------------------ read (reads.py)
     async def read(
         self, offset: int, max_bytes: int, *, min_one: bool = True, read_committed: bool = False

@@ -45,18 +45,25 @@ async def test_an_open_compacts_after_it_serves_and_a_closing_put_leaves_only_li
     engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
     """The puts a moved partition's producer waits for (the open's and the close's) do no compaction of their own:
-    the open's runs in the background right after, and the close's rewrites every live entry behind its own so
+    the open's runs in the background right after, and trims once an upload has the re-appended entries (a reader
+    of the bucket finds the LOG entry uploaded all along); the close's rewrites every live entry behind its own so
     the stream can be trimmed to them, leaving the next opener a handful of records to replay."""
     eng, _ = engine
     stream = await eng.open_stream(await eng.create_stream(), 0)
     meta = MetaStream(stream, "orders-0")
+    eng.add_upload_listener(lambda ends: meta.uploaded(ends[stream.stream_id]) if stream.stream_id in ends else None)
     await meta.put({"LOG": b"log"})
     for i in range(COMPACT_MIN_RECORDS):
         await meta.put({"PARTITION": str(i).encode()}, compact=False)
     assert stream.start_offset == 0 and meta.state.should_compact()
+    await eng.force_upload()
     meta.compact_later()
-    await eventually_async(lambda: stream.start_offset or None, timeout=10, what="the background compaction")
-    assert meta.state.records == 2 and meta.get("LOG") == b"log"
+    await eventually_async(lambda: meta.state.records == 2, timeout=10, what="the background compaction")
+    assert meta.get("LOG") == b"log"
+    assert stream.start_offset == 0  # the re-appended entries are only in the WAL yet
+    await eng.force_upload()
+    await eventually_async(lambda: stream.start_offset or None, timeout=10, what="the trim after the upload")
+    assert stream.start_offset == stream.next_offset - 2
 
     for i in range(3):
         await meta.put({"PARTITION": b"again %d" % i}, compact=False)
