@@ -148,17 +148,24 @@ def test_orders_revenue_example_writes_per_minute_revenue(
     )
     spark_connector.run(pipeline, spark)
 
-    expected: dict[tuple[datetime, str], tuple[Decimal, int]] = defaultdict(lambda: (Decimal(0), 0))
-    for key, value in orders:
-        minute = datetime.fromisoformat(value["ts"]).replace(second=0)
-        revenue, count = expected[(minute, key)]
-        expected[(minute, key)] = (revenue + Decimal(value["amount"]), count + 1)
+    expected = expected_revenue(orders)
     written = {
         (row.minute.replace(tzinfo=UTC), row.key): (row.revenue, row.orders)
         for row in spark.read.parquet(str(tmp_path / "out")).collect()
     }
     assert len(expected) == 20
-    assert written == dict(expected)
+    assert written == expected
+
+
+def expected_revenue(orders: list[tuple[str, dict[str, Any]]]) -> dict[tuple[datetime, str], tuple[Decimal, int]]:
+    """What the orders_revenue example must write for ``orders`` (once a later order closed every minute): revenue
+    and order count per minute and store."""
+    expected: dict[tuple[datetime, str], tuple[Decimal, int]] = defaultdict(lambda: (Decimal(0), 0))
+    for key, value in orders:
+        minute = datetime.fromisoformat(value["ts"]).replace(second=0)
+        revenue, count = expected[(minute, key)]
+        expected[(minute, key)] = (revenue + Decimal(value["amount"]), count + 1)
+    return dict(expected)
 
 
 def test_filter_enrich_example_writes_through_the_fjord_sink(
