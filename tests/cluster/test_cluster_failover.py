@@ -128,6 +128,10 @@ def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(
     victim = placement[0]
     led_by_victim = {p for p, leader in placement.items() if leader == victim}
     others = _bootstrap_without(cluster, victim)
+    # The replica snapshots in the background once its log passes the threshold; a loaded machine may take a while.
+    snapshots = data_dir_of(cluster, victim) / "metadata" / RAFT_DIR_NAME / "snapshots"
+    wait_for(f"broker {victim} to snapshot its metadata replica", lambda: list(snapshots.glob("*.checkpoint")),
+             timeout=30)
     killed_at = time.monotonic()
     cluster.node(victim).kill()
 
@@ -143,8 +147,6 @@ def test_a_killed_brokers_partitions_move_and_its_data_returns_when_it_restarts(
     # What the dead broker acknowledged but had not uploaded is in its file WAL only, on its own disk: it comes back
     # when the broker restarts (recovery uploads it and closes the streams, and the new leaders open them). With the
     # s3 WAL a live broker replays it instead (the test below).
-    snapshots = data_dir_of(cluster, victim) / "metadata" / RAFT_DIR_NAME / "snapshots"
-    assert list(snapshots.glob("*.checkpoint")), f"broker {victim} never snapshotted its metadata replica"
     cluster.node(victim).start()
     second = produce(bootstrap, topic, [f"b{i}" for i in range(240)], timeout=90)
     assert len(second) == 240, (
