@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -31,6 +30,7 @@ import yaml
 from testkit.node_process import REPO, BrokerProcess, start_broker
 from tests.spark_connector.test_pipeline_run import (
     assert_filter_enrich_output,
+    expected_revenue,
     new_topic,
     order,
     positions,
@@ -89,15 +89,6 @@ def spark_pipelines_run(folder: Path, *args: str, timeout: float = RUN_TIMEOUT_S
 def table(folder: Path, name: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = pq.read_table(folder / "spark-warehouse" / name).to_pylist()
     return rows
-
-
-def expected_revenue(orders: list[tuple[str, dict[str, Any]]]) -> dict[tuple[datetime, str], tuple[Decimal, int]]:
-    expected: dict[tuple[datetime, str], tuple[Decimal, int]] = defaultdict(lambda: (Decimal(0), 0))
-    for key, value in orders:
-        minute = datetime.fromisoformat(value["ts"]).replace(second=0)
-        revenue, count = expected[(minute, key)]
-        expected[(minute, key)] = (revenue + Decimal(value["amount"]), count + 1)
-    return dict(expected)
 
 
 def utc(moment: datetime) -> datetime:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -35,7 +35,7 @@ from tests.spark_connector.test_pipeline_run import (
     order,
     produce,
 )
-from tests.spark_connector.test_sdp_pipelines import run_filter_enrich
+from tests.spark_connector.test_sdp_pipelines import run_filter_enrich, utc
 
 __all__ = ["kafka"]  # the module-scoped broker fixture, shared
 
@@ -77,10 +77,9 @@ def run(example: str, master: str, overrides: list[str]) -> None:
 
 
 def revenue_rows(path: Path) -> dict[tuple[datetime, str], tuple[Decimal, int]]:
-    """The orders_revenue example's parquet output as :func:`expected_revenue` gives it (Spark's timestamps are
-    instants; a reader that drops their zone gets them in UTC)."""
+    """The orders_revenue example's parquet output as :func:`expected_revenue` gives it."""
     rows = pq.read_table(path).to_pylist()
-    return {(row["minute"].replace(tzinfo=UTC), row["key"]): (row["revenue"], row["orders"]) for row in rows}
+    return {(utc(row["minute"]), row["key"]): (row["revenue"], row["orders"]) for row in rows}
 
 
 @pytest.mark.slow
