@@ -231,16 +231,26 @@ class Broker:
         """Loads the wire classes of the requests a client sends to a partition's new leader (Produce, Fetch; every
         version served) on a thread of their own while the broker starts: loaded on first use they held the event
         loop 50-120 ms when a broker started for a balancing move got its first produce request, in the middle of
-        opening the partitions it was moved, and delayed the elections queued behind. A daemon thread: a stop does
-        not wait for it, and a request that comes first only waits for its own module's import."""
+        opening the partitions it was moved, and delayed the elections queued behind. A request that comes first
+        only waits for its own module's import. The broker's stop ends it after the version it is loading: not a
+        daemon thread, since one still importing when the interpreter finalized once aborted a node's clean exit
+        (SIGABRT, "exception not rethrown", right after "node 0 stopped")."""
         wanted = [(key, self.dispatcher.versions[key]) for key in _PRELOADED_APIS if key in self.dispatcher.versions]
+        stopped = threading.Event()
 
         def preload() -> None:
             for key, served in wanted:
                 # Newest first: what current clients send is ready soonest.
-                codec.preload(key, range(served.max_version, served.min_version - 1, -1))
+                for version in range(served.max_version, served.min_version - 1, -1):
+                    if stopped.is_set():
+                        return
+                    codec.preload(key, range(version, version + 1))
 
-        threading.Thread(target=preload, name="fjord-wire-preload", daemon=True).start()
+        async def stop() -> None:
+            stopped.set()
+
+        threading.Thread(target=preload, name="fjord-wire-preload").start()
+        self._started.append(("wire preload", stop))
 
     async def _start_share_partitions(self) -> None:
         self.share_partitions.start()
@@ -285,8 +295,8 @@ class Broker:
         so that another broker replays it and its partitions' new leaders can open them."""
         await self.stop_accepting()
         # The connections close after the partitions (requests in flight are answered), before the storage engine.
-        order = ["transaction coordinator", "group coordinator", "share partitions", "partitions", "WAL failover",
-                 "connections", "storage engine"]
+        order = ["wire preload", "transaction coordinator", "group coordinator", "share partitions", "partitions",
+                 "WAL failover", "connections", "storage engine"]
         started = dict(self._started)
         self._started.clear()
         loop = asyncio.get_running_loop()
