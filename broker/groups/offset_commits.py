@@ -201,7 +201,7 @@ class OffsetCommits(CoordinatorRuntime):
                     self.partition_for(group_id),
                     exc,
                 )
-            if code is ErrorCode.none and self._groups.get(group_id) is group:
+            if code is ErrorCode.none and self._holds_offsets_of(group, txn is not None):
                 for index, ((t, p), v) in enumerate(accepted.items()):
                     if txn is None:
                         group.offsets.put(t, p, v, base + index)
@@ -211,6 +211,21 @@ class OffsetCommits(CoordinatorRuntime):
         if self._groups.get(group_id) is group:
             self._after(group)
         return {tp: results[tp] for tp in offsets}
+
+    def _holds_offsets_of(self, group: Group | ConsumerGroup, transactional: bool) -> bool:
+        """The offsets ``group`` held when a commit was appended are still the live ones. A conversion between a
+        classic and a consumer group while the append was under way replaced the group but handed the same offsets
+        over (in Kafka offsets live apart from membership): the acknowledged commit must land in them, or a member
+        taking the partition over after the conversion reads an older offset and receives records again. A group
+        deleted or unloaded meanwhile lost its offsets with it; its log replays the record where it is loaded."""
+        current = self._groups.get(group.group_id)
+        if current is group:
+            return True
+        if not isinstance(current, (Group, ConsumerGroup)):
+            return False
+        if transactional:
+            return current.pending_txn_offsets is group.pending_txn_offsets
+        return current.offsets is group.offsets
 
     def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker was written on ``__consumer_offsets-<offsets_partition>``: the producer's pending

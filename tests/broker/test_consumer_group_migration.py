@@ -9,6 +9,7 @@ only if the commit after its first delivery failed (its member was losing the pa
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -70,6 +71,12 @@ class Application:
         self.group = group
         self.instances: dict[str, Consumer] = {}
         self.received: Counter[tuple[int, int]] = Counter()
+        #: Who received each record, in order, and the partitions each instance held, as they changed: what a
+        #: failure names.
+        self.receivers: dict[tuple[int, int], list[str]] = {}
+        self.held: list[tuple[float, str, list[int]]] = []
+        self._last_held: dict[str, list[int]] = {}
+        self._start = time.monotonic()
         self.uncommitted: set[tuple[int, int]] = set()
         self.produced: set[tuple[int, int]] = set()
         self._next_offset = [0] * PARTITIONS
@@ -105,7 +112,8 @@ class Application:
         self.instances.pop(name).close()
 
     def _poll_all(self) -> None:
-        for consumer in self.instances.values():
+        for name, consumer in self.instances.items():
+            self._note_held(name, consumer)
             for _ in range(20):
                 message = consumer.poll(0.02)
                 if message is None:
@@ -114,10 +122,18 @@ class Application:
                     continue
                 key = (message.partition(), message.offset())
                 self.received[key] += 1
+                self._note_held(name, consumer)
+                self.receivers.setdefault(key, []).append(f"{name} at {time.monotonic() - self._start:.2f}s")
                 try:
                     consumer.commit(message=message, asynchronous=False)
                 except KafkaException:
                     self.uncommitted.add(key)
+
+    def _note_held(self, name: str, consumer: Consumer) -> None:
+        held = sorted(tp.partition for tp in consumer.assignment())
+        if self._last_held.get(name) != held:
+            self._last_held[name] = held
+            self.held.append((time.monotonic(), name, held))
 
     def settle(self, what: str) -> None:
         """Polls every instance until every record produced so far was received and each instance holds
@@ -136,7 +152,15 @@ class Application:
     def assert_each_record_once(self) -> None:
         assert set(self.received) == self.produced
         again = {key for key, times in self.received.items() if times > 1}
-        assert again <= self.uncommitted, f"received twice though committed: {sorted(again - self.uncommitted)}"
+        twice = sorted(again - self.uncommitted)
+        assert not twice, (
+            f"received twice though committed: {[(k, self.receivers[k]) for k in twice]}; held: {self._history(twice)}"
+        )
+
+    def _history(self, keys: list[tuple[int, int]]) -> str:
+        """When each instance was first seen holding what it held, for the partitions of ``keys``."""
+        partitions = {p for p, _ in keys}
+        return "; ".join(f"{t - self._start:.2f}s {n} {h}" for t, n, h in self.held if partitions & set(h) or not h)
 
     def close(self) -> None:
         for name in list(self.instances):

@@ -18,6 +18,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import JoinRequest
+from broker.groups.consumer.classic_view import assignment_bytes, subscription_bytes
+from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offset_commits import OffsetCommit
 from broker.groups.offsets_topic import OFFSETS_TOPIC
@@ -166,7 +168,9 @@ async def loaded_coordinator(node: Node, group: str) -> GroupCoordinator:
     return coordinator
 
 
-def join_request(member_id: str = "", protocol_type: str = "consumer") -> JoinRequest:
+def join_request(
+    member_id: str = "", protocol_type: str = "consumer", metadata: bytes = b"\x00\x00\x00\x00\x00\x00"
+) -> JoinRequest:
     return JoinRequest(
         member_id=member_id,
         group_instance_id=None,
@@ -175,7 +179,7 @@ def join_request(member_id: str = "", protocol_type: str = "consumer") -> JoinRe
         session_timeout_ms=10_000,
         rebalance_timeout_ms=10_000,
         protocol_type=protocol_type,
-        protocols=(("range", b"\x00\x00\x00\x00\x00\x00"),),
+        protocols=(("range", metadata),),
         require_known_member_id=False,
     )
 
@@ -295,3 +299,61 @@ async def test_requests_during_load_get_coordinator_load_in_progress(
     assert error is ErrorCode.none
     assert [(f.topic, f.partition, f.offset) for f in fetched] == [("input", 0, 9)]
     assert loading.list_groups()[0] is ErrorCode.none
+
+
+async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer_group(
+    node_factory: Callable,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A classic member's commit acknowledged while a KIP-848 member's join turned the group into a consumer group
+    is the offset the next owner of the partition reads (a lost one made it receive the record again)."""
+    node: Node = await node_factory()
+    group = "upgrading"
+    coordinator = await loaded_coordinator(node, group)
+    await asyncio.to_thread(create_topic, bootstrap(node), "input")
+    joined = await coordinator.join_group(group, join_request(metadata=subscription_bytes(["input"])))
+    synced = await coordinator.sync_group(
+        group,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        generation_id=joined.generation_id,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments={joined.member_id: assignment_bytes({"input": [0]})},
+    )
+    assert synced.error is ErrorCode.none
+
+    # Fault: the commit's append waits until the test lets it finish.
+    appending, finish = asyncio.Event(), asyncio.Event()
+    append = coordinator._append
+
+    async def held_append(group_id: str, records: object, **kwargs: int) -> int:
+        if not appending.is_set():
+            appending.set()
+            await finish.wait()
+        return await append(group_id, records, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coordinator, "_append", held_append)
+    commit = asyncio.create_task(
+        coordinator.commit_offsets(
+            group,
+            member_id=joined.member_id,
+            group_instance_id=None,
+            generation_id=joined.generation_id,
+            offsets={("input", 0): OffsetCommit(offset=70, leader_epoch=-1, metadata=None)},
+        )
+    )
+    await asyncio.wait_for(appending.wait(), timeout=10)
+    upgrade = await coordinator.consumer_group_heartbeat(
+        group,
+        HeartbeatRequest(
+            member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
+        ),
+    )
+    assert upgrade.error is ErrorCode.none
+    assert isinstance(coordinator.describe_consumer_group(group)[2], ConsumerGroup)
+    finish.set()
+    assert await asyncio.wait_for(commit, timeout=10) == {("input", 0): ErrorCode.none}
+    error, fetched = coordinator.fetch_offsets(group, [("input", 0)])
+    assert error is ErrorCode.none
+    assert [(f.offset, f.error) for f in fetched] == [(70, ErrorCode.none)]
