@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, ConsumerGroupType, KafkaException, Produce
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from broker.groups.consumer.classic_view import subscription_bytes
+from broker.groups.consumer.consumer_protocol import subscription_bytes
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
 from tests.broker.coordinator import find_coordinator

@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import JoinRequest
-from broker.groups.consumer.classic_view import assignment_bytes, subscription_bytes
+from broker.groups.consumer.consumer_protocol import assignment_bytes, subscription_bytes
 from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offset_commits import OffsetCommit
@@ -319,7 +319,7 @@ async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer
         generation_id=joined.generation_id,
         protocol_type="consumer",
         protocol_name="range",
-        assignments={joined.member_id: assignment_bytes({"input": [0]})},
+        assignments={joined.member_id: assignment_bytes({"input": frozenset({0})}, 0)},
     )
     assert synced.error is ErrorCode.none
 

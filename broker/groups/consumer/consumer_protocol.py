@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import io
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -106,6 +106,17 @@ def parse_assignment(data: bytes) -> ParsedAssignment:
         partitions[name] = partitions.get(name, frozenset()) | frozenset(int(p) for p in topic.partitions)
     user_data = bytes(parsed.user_data) if parsed.user_data else None
     return ParsedAssignment(partitions, user_data)
+
+
+def subscription_bytes(topics: Iterable[str]) -> bytes:
+    """A ConsumerProtocolSubscription v0 of ``topics`` (no user data), which every client reads: how DescribeGroups
+    shows a KIP-848 member's subscription (``classic_view``)."""
+    schema = _schema("consumer_protocol_subscription", 0)
+    cls = schema.ConsumerProtocolSubscription
+    buf = io.BytesIO()
+    buf.write(_I16.pack(0))
+    entity_writer(cls)(buf, cls(topics=tuple(topics), user_data=None))
+    return buf.getvalue()
 
 
 def assignment_bytes(partitions: Mapping[str, frozenset[int]], version: int) -> bytes:
