@@ -18,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import JoinRequest
+from broker.groups.classic.state import JoinResult
 from broker.groups.consumer.consumer_protocol import assignment_bytes, subscription_bytes
 from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest
 from broker.groups.coordinator import GroupCoordinator
@@ -184,6 +185,24 @@ def join_request(
     )
 
 
+async def join_and_sync(
+    coordinator: GroupCoordinator, group: str, request: JoinRequest, assignment: bytes
+) -> JoinResult:
+    """The group's one member, its leader, joined and synced with ``assignment`` (nothing when empty)."""
+    joined = await coordinator.join_group(group, request)
+    synced = await coordinator.sync_group(
+        group,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        generation_id=joined.generation_id,
+        protocol_type=request.protocol_type,
+        protocol_name="range",
+        assignments={joined.member_id: assignment} if assignment else {},
+    )
+    assert synced.error is ErrorCode.none
+    return joined
+
+
 async def test_a_broken_offsets_partition_fails_sync_and_commit_with_not_coordinator(node_factory: Callable) -> None:  # type: ignore[type-arg]
     node: Node = await node_factory()
     group = "fragile"
@@ -225,17 +244,7 @@ async def test_non_consumer_groups_keep_their_offsets(node_factory: Callable) ->
     group = "connect-cluster"
     coordinator = await loaded_coordinator(node, group)
     await asyncio.to_thread(create_topic, bootstrap(node), "configs")
-    joined = await coordinator.join_group(group, join_request(protocol_type="connect"))
-    synced = await coordinator.sync_group(
-        group,
-        member_id=joined.member_id,
-        group_instance_id=None,
-        generation_id=joined.generation_id,
-        protocol_type="connect",
-        protocol_name="range",
-        assignments={},
-    )
-    assert synced.error is ErrorCode.none
+    joined = await join_and_sync(coordinator, group, join_request(protocol_type="connect"), b"")
     commit = await coordinator.commit_offsets(
         group,
         member_id=joined.member_id,
@@ -311,17 +320,8 @@ async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer
     group = "upgrading"
     coordinator = await loaded_coordinator(node, group)
     await asyncio.to_thread(create_topic, bootstrap(node), "input")
-    joined = await coordinator.join_group(group, join_request(metadata=subscription_bytes(["input"])))
-    synced = await coordinator.sync_group(
-        group,
-        member_id=joined.member_id,
-        group_instance_id=None,
-        generation_id=joined.generation_id,
-        protocol_type="consumer",
-        protocol_name="range",
-        assignments={joined.member_id: assignment_bytes({"input": frozenset({0})}, 0)},
-    )
-    assert synced.error is ErrorCode.none
+    request = join_request(metadata=subscription_bytes(["input"]))
+    joined = await join_and_sync(coordinator, group, request, assignment_bytes({"input": frozenset({0})}, 0))
 
     # Fault: the commit's append waits until the test lets it finish.
     appending, finish = asyncio.Event(), asyncio.Event()
