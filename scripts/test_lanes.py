@@ -13,6 +13,7 @@ Usage: ``python scripts/test_lanes.py [PYTEST_ARGS...]`` (the arguments go to th
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -26,10 +27,21 @@ FIRST = ["storage", "raft", "wire", "metadata", "settings", "controller", "node"
 SIDE_LOG = ROOT / ".cache" / "librdkafka-lane.log"
 
 
+def _holds_tests(folder: Path) -> bool:
+    """Whether a test module stands anywhere under ``folder`` (not looking into npm's ``node_modules``)."""
+    for _, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "node_modules"]
+        if any(f.startswith("test_") and f.endswith(".py") for f in files):
+            return True
+    return False
+
+
 def main_lane_paths() -> list[str]:
     """Every test folder and top-level test module under ``tests/``, :data:`FIRST` first, then by name."""
     entries = sorted(
-        p.name for p in TESTS.iterdir() if (p.is_dir() and any(p.glob("test_*.py"))) or p.name.startswith("test_")
+        p.name
+        for p in TESTS.iterdir()
+        if (p.is_dir() and _holds_tests(p)) or (p.name.startswith("test_") and p.suffix == ".py")
     )
     ordered = [name for name in FIRST if name in entries] + [name for name in entries if name not in FIRST]
     return [f"tests/{name}" for name in ordered]
