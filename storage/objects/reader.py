@@ -4,6 +4,10 @@ parsers in ``storage.objects.format``.
 An object's index is read with one tail GET that guesses the index size; if the index starts before the
 fetched window, one more GET fetches exactly the missing index bytes. Parsed indexes are kept in a bounded LRU
 because every read of an object needs them and they never change (objects are immutable until deleted).
+An object of at most :data:`WHOLE_OBJECT_BYTES` is fetched whole by that one GET, and its bytes are kept a while
+(a bounded LRU of :data:`KEPT_BYTES`) for the block reads that follow: a cold read of a small object, such as the
+one a moved partition's source uploads as it closes, which its target's open reads at once, costs one round trip
+instead of two.
 Concurrent readers of the same object share one in-flight index request, so a burst of fetches that all land on
 a freshly committed object costs one GET, not one per fetch.
 """
@@ -24,6 +28,11 @@ from storage.stream_record_batch import StreamRecordBatch
 
 logger = logging.getLogger(__name__)
 
+#: Objects up to this size are fetched whole when their index is read (one GET for the index and the blocks).
+WHOLE_OBJECT_BYTES = 1024 * 1024
+#: How many bytes of objects fetched whole are kept for the block reads that follow.
+KEPT_BYTES = 16 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class ObjectDump:
@@ -38,14 +47,27 @@ class ObjectDump:
 class ObjectReader:
     """Reads objects of one namespace from ``store``. Safe to share between tasks of one event loop."""
 
-    def __init__(self, store: ObjectStore, namespace: str, index_cache_entries: int = 4096) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        namespace: str,
+        index_cache_entries: int = 4096,
+        *,
+        whole_object_bytes: int | None = None,
+    ) -> None:
+        """``whole_object_bytes``: objects up to this size are fetched whole with their index (0: never; None:
+        :data:`WHOLE_OBJECT_BYTES`)."""
         if index_cache_entries < 0:
             raise ValueError(f"index_cache_entries must not be negative, got {index_cache_entries}")
         self._store = store
         self._namespace = namespace
         self._capacity = index_cache_entries
+        self._whole_object_bytes = WHOLE_OBJECT_BYTES if whole_object_bytes is None else whole_object_bytes
         self._indexes: OrderedDict[int, list[IndexEntry]] = OrderedDict()
         self._loading: dict[int, asyncio.Task[list[IndexEntry]]] = {}
+        #: Small objects fetched whole by their index read, by key, least recently used first.
+        self._kept: OrderedDict[str, bytes] = OrderedDict()
+        self._kept_bytes = 0
 
     @property
     def store(self) -> ObjectStore:
@@ -91,12 +113,28 @@ class ObjectReader:
 
     async def _load_index(self, object_id: int, object_size: int | None) -> list[IndexEntry]:
         key = self.key(object_id)
-        _footer, entries, _size = await self._read_index(key, object_size)
+        _footer, entries, _size = await self._read_index(key, object_size, keep=True)
         return entries
 
-    async def _read_index(self, key: str, object_size: int | None) -> tuple[Footer, list[IndexEntry], int]:
+    def _keep(self, key: str, body: bytes) -> None:
+        old = self._kept.pop(key, None)
+        self._kept_bytes += len(body) - (len(old) if old is not None else 0)
+        self._kept[key] = body
+        while self._kept_bytes > KEPT_BYTES and self._kept:
+            _, dropped = self._kept.popitem(last=False)
+            self._kept_bytes -= len(dropped)
+
+    async def _read_index(
+        self, key: str, object_size: int | None, *, keep: bool = False
+    ) -> tuple[Footer, list[IndexEntry], int]:
+        """The object's footer, index and size. ``keep``: a small object (its size known) is fetched whole and kept
+        for the block reads that follow."""
         where = self.where(key)
-        guess = fmt.index_tail_guess(object_size) if object_size is not None else fmt.index_tail_guess(1 << 30)
+        whole = keep and object_size is not None and object_size <= self._whole_object_bytes
+        if whole and object_size is not None:
+            guess = object_size
+        else:
+            guess = fmt.index_tail_guess(object_size) if object_size is not None else fmt.index_tail_guess(1 << 30)
         tail, size = await self._store.get_tail(key, max(guess, fmt.FOOTER_SIZE))
         if object_size is not None and size != object_size:
             raise CorruptObjectError(
@@ -105,6 +143,8 @@ class ObjectReader:
             )
         footer = fmt.parse_footer(tail, size, where)
         window_start = size - len(tail)
+        if whole and window_start == 0:
+            self._keep(key, tail)
         index_end = footer.index_position + footer.index_length
         if footer.index_position >= window_start:
             index_bytes = tail[footer.index_position - window_start : index_end - window_start]
@@ -122,6 +162,9 @@ class ObjectReader:
         """Forgets the object's index (the object was deleted or replaced by compaction)."""
         self._indexes.pop(object_id, None)
         self._loading.pop(object_id, None)
+        body = self._kept.pop(self.key(object_id), None)
+        if body is not None:
+            self._kept_bytes -= len(body)
 
     async def read_blocks(self, object_id: int, entries: Sequence[IndexEntry]) -> list[bytes]:
         """Each entry's block bytes, in the order given; runs of adjacent blocks are fetched with one GET."""
@@ -136,7 +179,14 @@ class ObjectReader:
                 runs[-1].append(entry)
             else:
                 runs.append([entry])
-        fetched = await asyncio.gather(*(self._store.get(key, run[0].position, _run_end(run)) for run in runs))
+        body = self._kept.get(key)
+        if body is not None:
+            self._kept.move_to_end(key)
+        fetched = await asyncio.gather(*(
+            _slice(body, run[0].position, _run_end(run)) if body is not None and _run_end(run) <= len(body)
+            else self._store.get(key, run[0].position, _run_end(run))
+            for run in runs
+        ))
         out: list[bytes] = []
         for run, data in zip(runs, fetched, strict=True):
             start, end = run[0].position, _run_end(run)
@@ -191,6 +241,11 @@ class ObjectReader:
         """Footer and index of the object at ``key`` (any key, not only this namespace's); not cached."""
         footer, entries, size = await self._read_index(key, None)
         return ObjectDump(key, size, footer, entries)
+
+
+async def _slice(body: bytes, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of an object kept whole, in place of its GET."""
+    return body[start:end]
 
 
 def _run_end(run: Sequence[IndexEntry]) -> int:

@@ -36,8 +36,9 @@ def proxied_bucket(proxy: S3FaultProxy, s3_server: S3Server) -> BucketURL:
 
 
 async def test_reads_through_resets_and_slow_downs_return_the_right_bytes(
-    tmp_path: Path, proxy: S3FaultProxy, proxied_bucket: BucketURL
+    tmp_path: Path, proxy: S3FaultProxy, proxied_bucket: BucketURL, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("storage.objects.reader.WHOLE_OBJECT_BYTES", 0)  # blocks by ranged GETs, through the faults
     config = dataclasses.replace(small_config(tmp_path), data_buckets=(proxied_bucket,))
     engine = make_engine(config, StreamMetadataStateMachine(), store=open_object_store(proxied_bucket, config))
     await engine.start()
@@ -127,12 +128,13 @@ async def test_a_file_wal_broker_waits_out_an_outage_at_capacity_and_loses_nothi
 
 
 async def test_compaction_through_a_slow_down_storm_changes_no_byte(
-    tmp_path: Path, proxy: S3FaultProxy, proxied_bucket: BucketURL
+    tmp_path: Path, proxy: S3FaultProxy, proxied_bucket: BucketURL, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Half of all S3 requests answered 503 SlowDown while small stream-set objects are merged (their blocks read,
     the merged object uploaded in parts, the replaced ones swept) and every stream is read back cold from objects:
     each request is retried in place, and readers see the same bytes as before. (12 retries: at 50% the default
     8 leave one request in 512 failing, which compaction would retry in its next round; here one round must do.)"""
+    monkeypatch.setattr("storage.objects.reader.WHOLE_OBJECT_BYTES", 0)  # blocks by ranged GETs, through the faults
     config = small_config(tmp_path, data_buckets=(proxied_bucket,), s3_max_retries=12)
     rig = await make_rig(tmp_path, store=open_object_store(proxied_bucket, config), data_buckets=(proxied_bucket,))
     try:

@@ -48,7 +48,7 @@ async def test_index_larger_than_the_guess_costs_exactly_one_more_get() -> None:
     store = MemoryObjectStore()
     # ~600 one-batch blocks: a 21 KiB index in a 70 KiB object, beyond the 8 KiB tail guess.
     size = await _put(store, 2, _batches(9, 0, 600, size=60), block_size=1)
-    reader = ObjectReader(store, NS)
+    reader = ObjectReader(store, NS, whole_object_bytes=0)
     entries = await reader.index(2, size)
     assert len(entries) == 600
     assert store.stats.gets == 2
@@ -107,7 +107,7 @@ async def test_read_blocks_fetches_adjacent_blocks_with_one_get() -> None:
     store = MemoryObjectStore()
     batches = _batches(5, 0, 40, size=200)
     size = await _put(store, 6, batches, block_size=1000)
-    reader = ObjectReader(store, NS)
+    reader = ObjectReader(store, NS, whole_object_bytes=0)
     entries = await reader.index(6, size)
     assert len(entries) >= 6
     data = fmt.build_object(batches, block_size=1000)
@@ -120,6 +120,39 @@ async def test_read_blocks_fetches_adjacent_blocks_with_one_get() -> None:
     blocks = await reader.read_blocks(6, apart)
     assert store.stats.gets == gets + 3
     assert blocks == [data[e.position : e.position + e.size] for e in apart]
+
+
+async def test_a_small_object_is_read_with_one_get_for_its_index_and_blocks() -> None:
+    """A moved partition's target reads the object its source uploaded as it closed: one round trip, not two."""
+    store = MemoryObjectStore()
+    batches = _batches(5, 0, 40, size=200)
+    size = await _put(store, 7, batches, block_size=1000)
+    reader = ObjectReader(store, NS, whole_object_bytes=size)
+    assert await reader.read_range(7, 5, 10, 60, 1 << 20, size) == batches[5:30]
+    assert store.stats.gets == 1
+    assert await reader.read_range(7, 5, 0, 80, 1 << 20, size) == batches
+    assert store.stats.gets == 1
+    reader.invalidate(7)  # deleted or replaced by compaction: nothing of it is kept
+    assert await reader.read_range(7, 5, 0, 80, 1 << 20, size) == batches
+    assert store.stats.gets == 2
+    larger = ObjectReader(store, NS, whole_object_bytes=size - 1)
+    assert await larger.read_range(7, 5, 0, 80, 1 << 20, size) == batches
+    assert store.stats.gets == 4  # its tail with the index, then its blocks
+
+
+async def test_objects_kept_whole_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = MemoryObjectStore()
+    sizes = {oid: await _put(store, oid, _batches(oid, 0, 10, size=300), block_size=1000) for oid in (40, 41, 42)}
+    monkeypatch.setattr("storage.objects.reader.KEPT_BYTES", sizes[40] + sizes[41])
+    reader = ObjectReader(store, NS)
+    for oid in (40, 41, 42):
+        await reader.read_range(oid, oid, 0, 20, 1 << 20, sizes[oid])
+    assert store.stats.gets == 3
+    await reader.read_range(42, 42, 0, 20, 1 << 20, sizes[42])  # the index is cached, the body kept
+    await reader.read_range(41, 41, 0, 20, 1 << 20, sizes[41])
+    assert store.stats.gets == 3
+    await reader.read_range(40, 40, 0, 20, 1 << 20, sizes[40])  # the oldest, dropped: its blocks read again
+    assert store.stats.gets == 4
 
 
 async def test_read_range_trims_to_the_requested_offsets() -> None:
@@ -179,7 +212,7 @@ async def test_object_shrunk_after_its_index_was_cached_is_reported_truncated() 
     store = MemoryObjectStore()
     batches = _batches(1, 0, 20, size=500)
     size = await _put(store, 22, batches, block_size=2000)
-    reader = ObjectReader(store, NS)
+    reader = ObjectReader(store, NS, whole_object_bytes=0)
     await reader.index(22, size)
     data = fmt.build_object(batches, block_size=2000)
     await store.put(fmt.object_key(22, NS), data[:1500])
@@ -218,10 +251,14 @@ async def test_reader_over_s3(s3_bucket_url: BucketURL) -> None:
         batches = _batches(7, 0, 100, size=1000)
         data = fmt.build_object(batches, block_size=8000)
         await store.put(fmt.object_key(30, NS), data)
-        reader = ObjectReader(store, NS)
+        reader = ObjectReader(store, NS, whole_object_bytes=0)
         gets = store.stats.gets
         got = await reader.read_range(30, 7, 51, 200, 1 << 20, len(data))
         assert got == batches[25:]
         assert store.stats.gets == gets + 2  # the tail with the index, then one ranged GET for all blocks
+        whole = ObjectReader(store, NS)
+        gets = store.stats.gets
+        assert await whole.read_range(30, 7, 51, 200, 1 << 20, len(data)) == batches[25:]
+        assert store.stats.gets == gets + 1  # a small object: fetched whole with its index
     finally:
         await store.close()
