@@ -6,8 +6,7 @@ the leaders named. A client that reads them retries at the new leader at once in
 which is what makes a partition move, a drain or a failover nearly invisible to it. Both handlers collect the hints
 here so they answer alike: the leader and epoch from this broker's metadata image (-1/-1 for a partition it does not
 know, as Kafka's ``getCurrentLeader`` falls back to), and the endpoint on the request's listener only for a leader
-that is alive (unfenced), as Kafka's ``getAliveBrokerNode``. A partition moving away from this broker is named with
-its target on Produce's successful answers too, while this broker still serves it (``broker.partition.departure``).
+that is alive (unfenced), as Kafka's ``getAliveBrokerNode``.
 """
 
 from __future__ import annotations
@@ -40,25 +39,6 @@ class LeaderHints:
             if endpoint is not None:
                 self._endpoints[leader] = (endpoint[0], endpoint[1], broker.rack)
         return leader, epoch
-
-    def moving_to(self, topic: str, partition: int, source: int) -> tuple[int, int] | None:
-        """The target and leader epoch of a move taking the partition away from ``source`` (this broker), while
-        ``source`` still serves it (``broker.partition.departure``): what a successful answer names so the producer
-        goes on at the target. None when the partition is not moving away from ``source``, or its target is not
-        alive on this listener (a hint must name a leader the client can reach). The epoch is the move's, which
-        the target's election only raises, so a client holding it takes the election's metadata later."""
-        found = self._image.partition(topic, partition)
-        if found is None or not found.reassigning or found.leader >= 0 or len(found.replicas) != 1:
-            return None
-        target = found.replicas[0]
-        broker = self._image.brokers.get(target)
-        if target == source or source not in found.removing_replicas or broker is None or broker.fenced:
-            return None
-        endpoint = live_endpoint(broker, self._listener_name)
-        if endpoint is None:
-            return None
-        self._endpoints[target] = (endpoint[0], endpoint[1], broker.rack)
-        return target, found.leader_epoch
 
     def current_leader_field(self, part_cls: type[Any], topic: str, partition: int) -> Any:
         """:meth:`current_leader` as the partition entry's nested ``current_leader`` value."""

@@ -15,9 +15,7 @@ stays busy, answered CONCURRENT_TRANSACTIONS (before v12: the retriable NOT_ENOU
 ``transaction.version`` below 2 finalized such a batch is refused with UNSUPPORTED_VERSION, as Kafka 4 refuses it.
 v13 names topics by id (resolved in the metadata image; an unknown id is UNKNOWN_TOPIC_ID). From v10 a partition
 refused with NOT_LEADER_OR_FOLLOWER names its current leader and the response the leader's endpoint (KIP-951), so a
-producer re-sends to the partition's new leader at once after a move instead of first refreshing its metadata; and
-while a partition moves away from this broker, its successful answers name the move's target, so that a producer
-goes there with no refusal at all (broker/partition/departure.py).
+producer re-sends to the partition's new leader at once after a move instead of first refreshing its metadata.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ import asyncio
 import datetime
 import functools
 import logging
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -48,8 +45,6 @@ from wire.record_batch import InvalidBatchError, parse_header
 logger = logging.getLogger(__name__)
 
 _MIN_TIMEOUT_MS = 1000
-#: The first Produce version whose answer can name a partition's leader (KIP-951).
-_HINTS_SINCE = 10
 #: How long a refusal of a partition being moved waits for its target's election, so that it can name the new leader
 #: (KIP-951) instead of none; a move elects its target within a few hundred milliseconds of the source letting go.
 _MOVE_WAIT_S = 1.0
@@ -72,7 +67,7 @@ async def _append_one(
         turn = ctx.connection.appends.take((topic, partition))
         result = await turn.start(
             _verified_leader_log(ctx, topic, partition, data, transactional_id),
-            lambda log: _appending(ctx, log, data, acks, transactional_id),
+            lambda log: log.append(data, required_acks=acks, transactional_id=transactional_id),
         )
     except KafkaError as exc:
         return exc
@@ -82,15 +77,6 @@ async def _append_one(
     # Counted once the append succeeded, outside the try: a metrics fault must not turn it into an error reply.
     ctx.traffic.produced(topic, partition, len(data), result.last_offset - result.base_offset + 1)
     return result
-
-
-def _appending(
-    ctx: RequestContext, log: PartitionLog, data: bytes, acks: int, transactional_id: str | None
-) -> Awaitable[AppendResult]:
-    """The append, noted among the partition's writers when its answer can name a moving partition's target."""
-    if ctx.api_version >= _HINTS_SINCE:
-        log.writers.appended(ctx.connection, time.monotonic())
-    return log.append(data, required_acks=acks, transactional_id=transactional_id)
 
 
 async def _verified_leader_log(
@@ -137,16 +123,9 @@ async def _verified_leader_log(
 
 
 def _partition_response(
-    cls: type[Any],
-    index: int,
-    outcome: AppendResult | BaseException,
-    leader: Callable[[], Any] | None,
-    moving_to: Callable[[], Any] | None = None,
+    cls: type[Any], index: int, outcome: AppendResult | BaseException, leader: Callable[[], Any] | None
 ) -> Any:
     if isinstance(outcome, AppendResult):
-        # A partition moving away while this broker still takes its appends: its target, so that the producer
-        # sends the next records there (broker.partition.departure).
-        target = moving_to() if moving_to is not None else None
         append_time = (
             datetime.datetime.fromtimestamp(outcome.log_append_time_ms / 1000, tz=datetime.UTC)
             if outcome.log_append_time_ms >= 0
@@ -159,7 +138,6 @@ def _partition_response(
             base_offset=outcome.base_offset,
             log_append_time=append_time,
             log_start_offset=outcome.log_start_offset,
-            **({"current_leader": target} if target is not None else {}),
         )
     code = error_code_for(outcome)
     # KIP-951, as Kafka's KafkaApis fills it from v10: a partition this broker does not lead names its leader.
@@ -225,28 +203,17 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     hints = LeaderHints(ctx.broker.controller.image, ctx.listener_name)
     by_topic: dict[Any, list[Any]] = {}
     for (topic_key, name, index), outcome in zip(keys, outcomes, strict=True):
-        leader = moving = None
-        if with_hints and name is not None:
-            leader = functools.partial(hints.current_leader_field, part_cls, name, index)
-            moving = functools.partial(_moving_to, ctx, hints, part_cls, name, index)
-        by_topic.setdefault(topic_key, []).append(_partition_response(part_cls, index, outcome, leader, moving))
+        leader = (
+            functools.partial(hints.current_leader_field, part_cls, name, index)
+            if with_hints and name is not None
+            else None
+        )
+        by_topic.setdefault(topic_key, []).append(_partition_response(part_cls, index, outcome, leader))
     responses = tuple(
         schema.build(topic_cls, name=key, topic_id=key, partition_responses=tuple(parts))
         for key, parts in by_topic.items()
     )
     return ctx.build(responses=responses, throttle_time=0, node_endpoints=hints.node_endpoints(ctx.response_class))
-
-
-def _moving_to(ctx: RequestContext, hints: LeaderHints, part_cls: type[Any], topic: str, partition: int) -> Any:
-    """The ``current_leader`` naming the target of a move taking ``topic``-``partition`` away from this broker, the
-    connection counted as told (None: not moving away)."""
-    moving = hints.moving_to(topic, partition, ctx.broker.node_id)
-    if moving is None:
-        return None
-    log = ctx.broker.partitions.get(topic, partition)
-    if log is not None:
-        log.writers.told(ctx.connection, time.monotonic())
-    return schema.build_nested(part_cls, "current_leader", leader_id=moving[0], leader_epoch=moving[1])
 
 
 async def _await_moves(

@@ -2,8 +2,7 @@
 
 Every data-plane handler (produce, fetch, list offsets, delete records, leader epochs) goes through
 ``leader_log`` so the same situation always yields the same code: an unknown topic or partition is
-UNKNOWN_TOPIC_OR_PARTITION, a partition led elsewhere NOT_LEADER_OR_FOLLOWER (one this broker leads or is receiving
-is waited for while it opens, up to ``OPEN_WAIT_SECONDS``), and a
+UNKNOWN_TOPIC_OR_PARTITION, a partition led elsewhere (or not yet open here) NOT_LEADER_OR_FOLLOWER, and a
 client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320).
 """
 
@@ -44,11 +43,7 @@ async def leader_log(
         part = image.partition(topic, partition)
         if part is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
-        # A partition moving here is waited for as one this broker was just made leader of: its source names this
-        # broker to its producers before it lets go (broker.partition.departure), and their records wait here for
-        # the open rather than being refused.
-        incoming = part.reassigning and part.replicas == (manager.node_id,)
-        if part.leader != manager.node_id and not incoming:
+        if part.leader != manager.node_id:
             raise KafkaError(
                 ErrorCode.not_leader_or_follower, f"{topic}-{partition} is led by node {part.leader}, not this one"
             )

@@ -19,14 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.broker_context import BrokerContext
 from broker.partition.cleaner import CleanerSettings, LogCleaner
-from broker.partition.departure import tell_producers
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from broker.partition.retention import HeadCache, enforce_retention
@@ -234,7 +232,6 @@ class PartitionManager:
         self._read_ahead(image, {(part.topic_id, part.partition) for part in wanted.values()})
         to_close: list[PartitionLog] = []
         to_delete: list[PartitionLog] = []
-        leaving: list[PartitionLog] = []
         for key, log in list(self._logs.items()):
             topic_image = image.topics_by_id.get(log.topic_id)
             led = wanted.get(key)
@@ -242,17 +239,14 @@ class PartitionManager:
                 to_delete.append(log)
             elif led is None or led.topic_id != log.topic_id or led.leader_epoch != log.leader_epoch:
                 to_close.append(log)
-                if _moving_away(image, log, node_id):
-                    leaving.append(log)
-                    continue  # it keeps taking appends while its producers are told (below)
             else:
                 log.config = self._log_config(image, log.topic_id)
                 continue
-            self._forget(log)
-        if leaving:
-            await self._tell_producers(leaving)
-            for log in leaving:
-                self._forget(log)
+            del self._logs[key]
+            self._by_id.pop((log.topic_id, log.partition), None)
+            self._by_stream.pop(log.log_stream_id, None)
+            self._by_meta_stream.pop(log.meta_stream_id, None)
+            self._on_removed(log.topic, log.partition)
         failed = False
         for log in to_close:
             logger.info("%s is no longer led by node %d at epoch %d; closing", log.where, node_id, log.leader_epoch)
@@ -265,25 +259,6 @@ class PartitionManager:
             results = await asyncio.gather(*opens, return_exceptions=True)
             failed |= any(isinstance(r, BaseException) for r in results)
         return failed
-
-    def _forget(self, log: PartitionLog) -> None:
-        """Takes ``log`` out of the open partitions: requests for it no longer find it (it is closed or deleted
-        next)."""
-        del self._logs[(log.topic, log.partition)]
-        self._by_id.pop((log.topic_id, log.partition), None)
-        self._by_stream.pop(log.log_stream_id, None)
-        self._by_meta_stream.pop(log.meta_stream_id, None)
-        self._on_removed(log.topic, log.partition)
-
-    @staticmethod
-    async def _tell_producers(leaving: list[PartitionLog]) -> None:
-        """Partitions moving away take appends until their producers have been told the target, a fraction of a
-        second at most (``broker.partition.departure``)."""
-        for log in leaving:
-            logger.info("%s is moving away at epoch %d; telling its producers where it goes", log.where,
-                        log.leader_epoch)
-        waited = await tell_producers(leaving, time.monotonic)
-        logger.info("told the producers of %d moving partitions in %.0f ms", len(leaving), waited * 1000)
 
     def _start_open(self, image: MetadataImage, key: tuple[str, int], part: PartitionImage) -> asyncio.Task[None]:
         """Opens the partition in a task of its own, so that the next image's opens and closes do not wait for it:
@@ -462,18 +437,6 @@ class PartitionManager:
                 return await coro
 
         return list(await asyncio.gather(*(run(c) for c in coros), return_exceptions=True))
-
-
-def _moving_away(image: MetadataImage, log: PartitionLog, node_id: int) -> bool:
-    """Whether ``log`` is leaving this broker by a move to a live broker (not a deletion, a fencing or a new epoch
-    here): its producers can be told where it goes."""
-    part = image.partition(log.topic, log.partition)
-    if part is None or part.topic_id != log.topic_id or not part.reassigning or part.leader >= 0:
-        return False
-    if node_id not in part.removing_replicas or node_id in part.replicas or len(part.replicas) != 1:
-        return False
-    target = image.brokers.get(part.replicas[0])
-    return target is not None and not target.fenced
 
 
 def _retrieve(task: asyncio.Task[int | None]) -> None:

@@ -20,7 +20,6 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
-from broker.partition.departure import Writers
 from broker.partition.indexes import LeaderEpochCache, TimeIndex
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import (
@@ -61,8 +60,6 @@ class PartitionLog:
     def __init__(self, state: PartitionState) -> None:
         """The partition over ``state`` (its opened streams and what is kept in memory of them)."""
         self._state = state
-        #: Who appended lately, for a move's source to tell them where the partition goes (``departure``).
-        self.writers = Writers()
 
     # ------------------------------------------------------------------ identity and config
     @property
