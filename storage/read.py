@@ -38,7 +38,8 @@ _NO_END = 2**63 - 1
 class BlockSource(Protocol):
     """What the read path needs from ``storage.objects.reader.ObjectReader``."""
 
-    async def index(self, object_id: int, object_size: int | None = None) -> list[IndexEntry]: ...
+    async def index(self, object_id: int, object_size: int | None = None, *, whole: bool = False) -> list[IndexEntry]:
+        ...
 
     async def read_blocks(self, object_id: int, entries: Sequence[IndexEntry]) -> list[bytes]: ...
 
@@ -208,7 +209,7 @@ class ObjectReadPath:
         first: bool,
         sequential: bool,
     ) -> tuple[list[StreamRecordBatch], bool]:
-        entries = await self._source.index(obj.object_id, obj.object_size)
+        entries = await self._source.index(obj.object_id, obj.object_size, whole=True)
         # Payload budget -> block budget: blocks carry headers, so never undershoot what max_bytes allows.
         needed = fmt.find_blocks(entries, stream_id, cursor, end, budget)
         if not needed:

@@ -4,7 +4,8 @@ parsers in ``storage.objects.format``.
 An object's index is read with one tail GET that guesses the index size; if the index starts before the
 fetched window, one more GET fetches exactly the missing index bytes. Parsed indexes are kept in a bounded LRU
 because every read of an object needs them and they never change (objects are immutable until deleted).
-An object of at most :data:`WHOLE_OBJECT_BYTES` is fetched whole by that one GET, and its bytes are kept a while
+An object of at most :data:`WHOLE_OBJECT_BYTES` that a fetch is about to read is fetched whole by that one GET (not
+when compaction plans over many objects: it bounds its own memory), and its bytes are kept a while
 (a bounded LRU of :data:`KEPT_BYTES`) for the block reads that follow: a cold read of a small object, such as the
 one a moved partition's source uploads as it closes, which its target's open reads at once, costs one round trip
 instead of two.
@@ -80,11 +81,12 @@ class ObjectReader:
         """How errors and logs name the object at ``key``."""
         return f"object {key} in {self._store.name}"
 
-    async def index(self, object_id: int, object_size: int | None = None) -> list[IndexEntry]:
+    async def index(self, object_id: int, object_size: int | None = None, *, whole: bool = False) -> list[IndexEntry]:
         """The object's index entries, sorted by (stream, start offset).
 
         ``object_size`` is the size recorded in metadata; when given, an object of any other size is reported
-        as truncated or corrupt instead of being parsed.
+        as truncated or corrupt instead of being parsed. ``whole``: a reader about to read blocks of this one object
+        (a fetch, not compaction's planning over many) has a small object fetched whole and kept for them.
         """
         cached = self._indexes.get(object_id)
         if cached is not None:
@@ -92,7 +94,7 @@ class ObjectReader:
             return cached
         task = self._loading.get(object_id)
         if task is None:
-            task = asyncio.ensure_future(self._load_index(object_id, object_size))
+            task = asyncio.ensure_future(self._load_index(object_id, object_size, whole))
             self._loading[object_id] = task
             task.add_done_callback(lambda done: self._index_loaded(object_id, done))
         # shield: one caller giving up (a fetch timing out) must not cancel the load the others wait for.
@@ -111,9 +113,9 @@ class ObjectReader:
         while len(self._indexes) > self._capacity:
             self._indexes.popitem(last=False)
 
-    async def _load_index(self, object_id: int, object_size: int | None) -> list[IndexEntry]:
+    async def _load_index(self, object_id: int, object_size: int | None, whole: bool) -> list[IndexEntry]:
         key = self.key(object_id)
-        _footer, entries, _size = await self._read_index(key, object_size, keep=True)
+        _footer, entries, _size = await self._read_index(key, object_size, keep=whole)
         return entries
 
     def _keep(self, key: str, body: bytes) -> None:
@@ -219,7 +221,7 @@ class ObjectReader:
         """
         if start_offset >= end_offset:
             return []
-        entries = await self.index(object_id, object_size)
+        entries = await self.index(object_id, object_size, whole=True)
         blocks = fmt.find_blocks(entries, stream_id, start_offset, end_offset, max_bytes)
         where = self.where(self.key(object_id))
         if not blocks:

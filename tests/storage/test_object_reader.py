@@ -140,6 +140,19 @@ async def test_a_small_object_is_read_with_one_get_for_its_index_and_blocks() ->
     assert store.stats.gets == 4  # its tail with the index, then its blocks
 
 
+async def test_compaction_planning_over_many_objects_reads_only_their_indexes() -> None:
+    """Compaction reads the indexes of all its sources before any block and bounds its own memory: only a fetch about
+    to read an object's blocks has it fetched whole."""
+    store = MemoryObjectStore()
+    batches = _batches(5, 0, 40, size=2000)
+    size = await _put(store, 9, batches, block_size=1000)
+    reader = ObjectReader(store, NS)
+    await reader.index(9, size)
+    assert store.stats.gets == 1 and store.stats.bytes_got < size // 4
+    assert await reader.read_range(9, 5, 0, 80, 1 << 20, size) == batches
+    assert store.stats.gets == 2  # the index was cached: its blocks by one ranged GET
+
+
 async def test_objects_kept_whole_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     store = MemoryObjectStore()
     sizes = {oid: await _put(store, oid, _batches(oid, 0, 10, size=300), block_size=1000) for oid in (40, 41, 42)}
