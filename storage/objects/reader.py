@@ -115,7 +115,9 @@ class ObjectReader:
 
     async def _load_index(self, object_id: int, object_size: int | None, whole: bool) -> list[IndexEntry]:
         key = self.key(object_id)
-        _footer, entries, _size = await self._read_index(key, object_size, keep=whole)
+        _footer, entries, _size, body = await self._read_index(key, object_size, keep=whole)
+        if body is not None and self._loading.get(object_id) is asyncio.current_task():
+            self._keep(key, body)  # not once invalidated meanwhile: the object is gone
         return entries
 
     def _keep(self, key: str, body: bytes) -> None:
@@ -128,9 +130,9 @@ class ObjectReader:
 
     async def _read_index(
         self, key: str, object_size: int | None, *, keep: bool = False
-    ) -> tuple[Footer, list[IndexEntry], int]:
-        """The object's footer, index and size. ``keep``: a small object (its size known) is fetched whole and kept
-        for the block reads that follow."""
+    ) -> tuple[Footer, list[IndexEntry], int, bytes | None]:
+        """The object's footer, index and size, and with ``keep`` a small object's (its size known) whole bytes,
+        fetched in the same GET for the block reads that follow (None: not fetched whole)."""
         where = self.where(key)
         whole = keep and object_size is not None and object_size <= self._whole_object_bytes
         if whole and object_size is not None:
@@ -145,8 +147,7 @@ class ObjectReader:
             )
         footer = fmt.parse_footer(tail, size, where)
         window_start = size - len(tail)
-        if whole and window_start == 0:
-            self._keep(key, tail)
+        body = tail if whole and window_start == 0 else None
         index_end = footer.index_position + footer.index_length
         if footer.index_position >= window_start:
             index_bytes = tail[footer.index_position - window_start : index_end - window_start]
@@ -158,7 +159,7 @@ class ObjectReader:
                 len(tail),
             )
             index_bytes = await self._store.get(key, footer.index_position, index_end)
-        return footer, fmt.parse_index(index_bytes, footer, where), size
+        return footer, fmt.parse_index(index_bytes, footer, where), size, body
 
     def invalidate(self, object_id: int) -> None:
         """Forgets the object's index (the object was deleted or replaced by compaction)."""
@@ -241,7 +242,7 @@ class ObjectReader:
 
     async def dump(self, key: str) -> ObjectDump:
         """Footer and index of the object at ``key`` (any key, not only this namespace's); not cached."""
-        footer, entries, size = await self._read_index(key, None)
+        footer, entries, size, _ = await self._read_index(key, None)
         return ObjectDump(key, size, footer, entries)
 
 

@@ -103,6 +103,21 @@ async def test_invalidate_during_a_load_does_not_cache_the_deleted_object() -> N
     assert store.calls["get_tail"] == 2
 
 
+async def test_an_object_invalidated_while_fetched_whole_is_not_kept() -> None:
+    inner = MemoryObjectStore()
+    batches = _batches(1, 0, 5)
+    size = await _put(inner, 5, batches, block_size=1000)
+    store = FaultyObjectStore(inner)
+    store.add_latency(0.05, op="get_tail")
+    reader = ObjectReader(store, NS)
+    loading = asyncio.create_task(reader.read_range(5, 1, 0, 10, 1 << 20, size))
+    await asyncio.sleep(0.01)
+    reader.invalidate(5)  # deleted or replaced meanwhile: what the load fetched whole is not kept
+    assert await loading == batches
+    assert await reader.read_range(5, 1, 0, 10, 1 << 20, size) == batches
+    assert store.calls["get_tail"] == 2 and store.calls["get"] == 1  # its blocks came by a GET of their own
+
+
 async def test_read_blocks_fetches_adjacent_blocks_with_one_get() -> None:
     store = MemoryObjectStore()
     batches = _batches(5, 0, 40, size=200)
