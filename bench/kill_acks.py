@@ -116,6 +116,26 @@ On a restart alone (a saved 515 MiB WAL, the node started by hand, load 1.5-2.7)
 took 0.6-0.97 s of wall clock (0.1-0.2 s user, 0.47-0.7 s system: 132,000 page faults) against 0.63-1.05 s (0.2 s
 user, 0.53-0.8 s system) before: most of it is the first touch of 515 MiB of fresh memory (about 3.5 us a 4 KiB
 page on this VM), which now overlaps the imports instead of following them.
+
+The read did not keep up with the imports, though: each WAL record takes a little Python in the reading thread (its
+header checked, its batch made) between the ``pread`` calls, so the thread needs the GIL twice a record, and the
+imports on the main thread hold it until CPython forces a switch, every 5 ms by default. Timed in a scratch process
+doing both (a saved 540 MB WAL of 1,206 records, 4 runs each): at 5 ms the thread had read 152-173 MB when the
+imports ended and finished 0.35-0.40 s after them; at 0.5 ms 291-323 MB and 0.22-0.27 s after; at 0.1 ms 475-504 MB
+and 0.04-0.07 s after, the imports about 0.08 s longer (the thread's Python now runs between theirs). A starting
+node with a file WAL now runs at 0.1 ms until it serves (``node/commands/server.py``, ``_read_wal_early``); with
+little in the WAL no thread waits for the GIL and nothing changes. Interleaved with the code before (2026-12-01,
+``--small-mb 10 --large-mb 0 --tails 500 --cycles 8``, the 2-core machine otherwise quiet, load 1.0-2.9 from the
+bench itself; no record lost or duplicated):
+
+                      p50     p99     up      wal     serving  ack (medians, s after the kill)
+    before            2.25 s  2.58 s  1.17    1.66    1.71     2.25
+    0.1 ms at start   1.84 s  2.18 s  1.28    1.42    1.49     1.84
+    before            1.98 s  2.41 s  1.07    1.57    1.63     1.98
+    0.1 ms at start   1.51 s  1.72 s  1.04    1.20    1.25     1.51
+
+``wal`` - ``up`` fell from 0.49-0.50 s to 0.14-0.16 s, and the node serves 0.2-0.4 s sooner; the client's next tick
+after it (about 1.5 s after the kill, above) then carries the ack.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 #: CPython's GIL switch interval while the node serves (the default is 5 ms); see ``_shorten_gil_handoffs``.
 GIL_SWITCH_INTERVAL_S = 0.0005
+#: The switch interval while the node starts with its file WAL read back in a thread; see ``_read_wal_early``.
+START_GIL_SWITCH_INTERVAL_S = 0.0001
 #: glibc malloc while the node serves; see ``_reuse_freed_memory``. Buffers smaller than the first are carved from
 #: the heap instead of mapped on their own, and the heap keeps up to the second of free memory at its top.
 MALLOC_MMAP_THRESHOLD = 16 * MiB
@@ -91,6 +93,20 @@ def _shorten_gil_handoffs() -> None:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
 
+def _read_wal_early() -> None:
+    """Lets the thread reading the file WAL back (``storage.wal.early_read``) run while the main thread imports.
+
+    The read is mostly ``pread`` and CRC-32C, which run without the GIL, but each WAL record also takes a little
+    Python (its header checked, its batch made), so the thread needs the GIL twice a record. The imports hold it
+    without a pause, and at CPython's default interval of 5 ms the thread waited that long for each of those
+    turns: of a 540 MB tail it had read about 165 MB when the imports ended (about 0.8 s), and it went on for
+    0.35-0.4 s after them, the node not serving. At START_GIL_SWITCH_INTERVAL_S it has read about 490 MB by then
+    and ends 0.04-0.07 s after them (scratch measurements, 2026-12-01; bench/kill_acks.py has the restarts). A
+    node with little in its WAL starts as before: with no other thread waiting for the GIL, the interval never
+    comes into play. Once the node serves, ``_shorten_gil_handoffs`` sets the interval it serves with."""
+    sys.setswitchinterval(START_GIL_SWITCH_INTERVAL_S)
+
+
 def _freeze_startup_heap() -> None:
     """Moves everything alive once the node serves (imported modules, kio's schemas, botocore's service models when a
     bucket is on S3, the replayed metadata image) out of the garbage collector's reach, and turns the collector on.
@@ -139,6 +155,8 @@ async def _serve(config: ServerConfig, add_scram: Sequence[str] = (), feature: S
     from storage.wal import early_read  # noqa: PLC0415
 
     wal_read = early_read.start(config.storage) if "broker" in config.process_roles else None
+    if wal_read is not None:
+        _read_wal_early()
     try:
         return await _run_node(config, add_scram, feature, listening)
     finally:
