@@ -58,14 +58,20 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/check_module_size.py
 
+# The nodes a test run starts run as installed ones do: each module compiled to bytecode once (by the first process
+# that imports it) and kept, here in .cache/pycache. Under PYTHONDONTWRITEBYTECODE=1, which development machines
+# set, every node process the suite starts compiled the project's ~370 modules again (tests/node: 62 s
+# against 53). The bytecode is checked against each source file's time and size, as Python always does.
+AS_INSTALLED = env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache
+
 unit: install
-	$(BIN)/pytest -q tests
+	$(AS_INSTALLED) $(BIN)/pytest -q tests
 
 # The suite in two lanes (scripts/test_lanes.py: librdkafka's suite, which mostly waits, beside the rest);
 # --durations: the slowest tests, so the suite's time budget (under 60 minutes with the install) can be kept.
 test: install $(RDK_RUNNER)
 	$(MAKE) lint
-	$(BIN)/python scripts/test_lanes.py --durations=30
+	$(AS_INSTALLED) $(BIN)/python scripts/test_lanes.py --durations=30
 
 bench: install
 	$(BIN)/python bench/storage.py
