@@ -369,6 +369,14 @@ def node_env(bytecode: Path | None) -> dict[str, str]:
     return env
 
 
+def as_installed(bytecode: Path) -> None:
+    """Every node this process starts from now on (inheriting its environment, as ``testkit.node_process`` does) runs
+    as installed: :func:`node_env`'s bytecode cache, filled once, instead of a development machine's compiling the
+    project's modules from source at every start."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = node_env(bytecode)["PYTHONPYCACHEPREFIX"]
+
+
 def run_partition(size_mb: int, tails: list[int], cycles: dict[int, int], base: Path, *, rate: int,
                   fast_reconnect: bool, retry_backoff_max_ms: int | None, env: dict[str, str]) -> list[Row]:
     data = base / f"{size_mb}mb"
