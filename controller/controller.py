@@ -189,6 +189,7 @@ class Controller:
             if self._snapshot_task is not None:
                 await self._snapshot_task
             if isinstance(self._log, LocalMetadataLog):
+                await self._log.written()
                 self._log.close()
 
     # ------------------------------------------------------------------ state

@@ -234,6 +234,13 @@ def read_metadata(directory: str | os.PathLike[str]) -> Recovered:
     return recovered
 
 
+def _fail(appends: Sequence[tuple[Sequence[MetadataRecord], asyncio.Future[int]]], exc: BaseException) -> None:
+    """Fails the appends of a group that could not be written (those whose callers still wait)."""
+    for _, done in appends:
+        if not done.done():
+            done.set_exception(exc)
+
+
 class LocalMetadataLog:
     """A single-writer metadata log in one directory. Open with :meth:`open`, then :meth:`recover` once."""
 
@@ -243,6 +250,9 @@ class LocalMetadataLog:
         self._policy = policy
         self._last_snapshot_ms = wall_ms()  # see recover()
         self._lock = asyncio.Lock()
+        #: Appends waiting for the group being written to finish, and the task writing them (see :meth:`append`).
+        self._queued: list[tuple[Sequence[MetadataRecord], asyncio.Future[int]]] = []
+        self._writer: asyncio.Task[None] | None = None
         self._next_offset = 0
         self._file: int | None = None
         self._log_bytes = 0  # also the file's size: the log is truncated to 0 by each snapshot
@@ -318,16 +328,61 @@ class LocalMetadataLog:
     # ------------------------------------------------------------------ appends
 
     async def append(self, records: Sequence[MetadataRecord]) -> int:
+        """Appends ``records`` as one batch and returns its last offset once it is durable.
+
+        Appends made while a write is running are written together after it, each still its own batch, with one
+        fsync for all of them (a group commit, as the Raft log's driver does): a node opening many partitions at
+        once makes a few stream records for each, and one write and fsync per append queued them one behind the
+        other. They take their offsets, and their place in the file, in the order they were called; each caller
+        returns once its group is durable, and a group that fails fails every append in it.
+
+        The callers of a group are woken, in offset order, before the lock is released, so a snapshot waiting for
+        it captures a state those callers have applied (they apply what they appended as soon as this returns).
+        """
         if not records:
             raise ValueError("append needs at least one record")
-        async with self._lock:
-            fd = self._require_open()
-            base = self._next_offset
-            frame = encode_batch(base, records)
-            await asyncio.to_thread(self._write_durably, fd, frame)
-            self._next_offset = base + len(records)
-            self._log_bytes += len(frame)
-            return self._next_offset - 1
+        self._require_open()
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queued.append((records, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
+        return await done
+
+    async def _write_queued(self) -> None:
+        """Writes what is queued, a group at a time, until nothing is: the one task that writes the log."""
+        while self._queued:
+            async with self._lock:  # a snapshot waits for the group being written, and the next group for it
+                group, self._queued = self._queued, []
+                try:
+                    fd = self._require_open()
+                    first = end = self._next_offset
+                    frames: list[bytes] = []
+                    for records, _ in group:
+                        frames.append(encode_batch(end, records))
+                        end += len(records)
+                    data = b"".join(frames)
+                except Exception as exc:
+                    _fail(group, exc)
+                    continue
+                # The offsets are taken before the write: should it fail or be interrupted, the log takes no
+                # further writes (what reached the file is unknown) and a restart recovers the last intact batch.
+                self._next_offset, self._log_bytes = end, self._log_bytes + len(data)
+                try:
+                    await asyncio.to_thread(self._write_durably, fd, data)
+                except Exception as exc:
+                    _fail(group, exc)
+                    continue
+                except BaseException:
+                    self._failure = self._failure or "a write was interrupted"
+                    interrupted = MetadataLogError(f"metadata log {self._path}: the write was interrupted")
+                    _fail(group + self._queued, interrupted)
+                    self._queued = []
+                    raise
+                last = first - 1
+                for records, done in group:
+                    last += len(records)
+                    if not done.done():  # a caller cancelled meanwhile: its records are written all the same
+                        done.set_result(last)
 
     def _require_open(self) -> int:
         if self._failure is not None:
@@ -385,6 +440,12 @@ class LocalMetadataLog:
             if older < offset:
                 path.unlink()
         logger.info("metadata snapshot %s written (%d records); log truncated", final, len(records))
+
+    async def written(self) -> None:
+        """Returns once the appends made so far are written (or failed): what a close waits for, so that it does
+        not close the file under a write."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait({self._writer})
 
     def close(self) -> None:
         if self._file is not None:

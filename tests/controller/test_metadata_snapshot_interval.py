@@ -44,7 +44,8 @@ async def test_a_log_older_than_the_interval_is_snapshotted_after_a_restart(tmp_
     first = await _history(tmp_path, 30)
     await first.close()
     log_dir = tmp_path / LOG_DIR_NAME
-    assert len(read_metadata(log_dir).batches) > 30 and not list(log_dir.glob("*.snapshot"))
+    history = read_metadata(log_dir)
+    assert len(history.batches) > 30 and not list(log_dir.glob("*.snapshot"))
     _age(log_dir, 2 * HOUR_S)  # the node began two hours ago and never reached the size trigger
 
     second = await Controller.start(_config(tmp_path))  # the default interval: one hour
@@ -54,7 +55,10 @@ async def test_a_log_older_than_the_interval_is_snapshotted_after_a_restart(tmp_
     assert len(list(log_dir.glob("*.snapshot"))) == 1
 
     replayed = read_metadata(log_dir)
-    assert replayed.snapshot_offset == image.offset and replayed.batches == []
+    # The snapshot holds the whole history; after it at most the restart's own few writes (the registration's
+    # second one may be written before the snapshot takes the log).
+    assert replayed.snapshot_offset >= history.last_offset + 1 and replayed.last_offset == image.offset
+    assert len(replayed.batches) <= 1
     third = await Controller.start(_config(tmp_path))
     assert set(third.image.topics_by_name) == {f"t{i}" for i in range(30)}
     assert third.image.brokers == image.brokers and third.image.offset == image.offset
