@@ -343,10 +343,17 @@ class LocalMetadataLog:
             raise ValueError("append needs at least one record")
         self._require_open()
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queued.append((records, done))
+        entry = (records, done)
+        self._queued.append(entry)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_queued())
-        return await done
+        try:
+            return await done
+        except asyncio.CancelledError:
+            # Still queued: taken back, nothing of it written (as when a caller gave up waiting for the lock
+            # before). Already in the group being written, it reaches the log all the same, as it did then.
+            self._queued = [e for e in self._queued if e is not entry]
+            raise
 
     async def _write_queued(self) -> None:
         """Writes what is queued, a group at a time, until nothing is: the one task that writes the log."""
@@ -370,6 +377,7 @@ class LocalMetadataLog:
                 try:
                     await asyncio.to_thread(self._write_durably, fd, data)
                 except Exception as exc:
+                    self._failure = self._failure or str(exc)
                     _fail(group, exc)
                     continue
                 except BaseException:

@@ -82,3 +82,30 @@ async def test_a_failed_group_fails_every_append_in_it_and_stops_the_log(
     recovered = _open(tmp_path)
     assert await recovered.append([_topic(12)]) >= 1
     recovered.close()
+
+
+async def test_an_append_cancelled_while_queued_is_not_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _open(tmp_path)
+    entered, release = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:  # holds the first group's write until the test lets it go
+        loop.call_soon_threadsafe(entered.set)
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(timeout=10)
+        real_fsync(fd)
+
+    monkeypatch.setattr("metadata.log.os.fsync", slow_fsync)
+    first = asyncio.create_task(log.append([_topic(0)]))
+    await asyncio.wait_for(entered.wait(), 10)  # the first group is being written
+    queued = [asyncio.create_task(log.append([_topic(i)])) for i in (1, 2, 3)]
+    await asyncio.sleep(0)  # all three queued behind it
+    queued[1].cancel()
+    monkeypatch.setattr("metadata.log.os.fsync", real_fsync)
+    release.set()
+    assert await first == 0
+    assert [await queued[0], await queued[2]] == [1, 2]
+    assert queued[1].cancelled()
+    log.close()
+    names = [r.name for b in read_metadata(tmp_path / LOG_DIR_NAME).batches for r in b.records]
+    assert names == ["t0", "t1", "t3"]  # the cancelled append took its records back: no gap, nothing unapplied
