@@ -359,18 +359,26 @@ class LocalMetadataLog:
         """Writes what is queued, a group at a time, until nothing is: the one task that writes the log."""
         while self._queued:
             async with self._lock:  # a snapshot waits for the group being written, and the next group for it
-                group, self._queued = self._queued, []
+                taken, self._queued = self._queued, []
                 try:
                     fd = self._require_open()
-                    first = end = self._next_offset
-                    frames: list[bytes] = []
-                    for records, _ in group:
-                        frames.append(encode_batch(end, records))
-                        end += len(records)
-                    data = b"".join(frames)
-                except Exception as exc:
-                    _fail(group, exc)
+                except MetadataLogError as exc:
+                    _fail(taken, exc)
                     continue
+                first = end = self._next_offset
+                frames: list[bytes] = []
+                group: list[tuple[Sequence[MetadataRecord], asyncio.Future[int]]] = []
+                for entry in taken:
+                    try:
+                        frames.append(encode_batch(end, entry[0]))
+                    except Exception as exc:  # a record that cannot be encoded fails its own append alone
+                        _fail([entry], exc)
+                        continue
+                    group.append(entry)
+                    end += len(entry[0])
+                if not group:
+                    continue
+                data = b"".join(frames)
                 # The offsets are taken before the write: should it fail or be interrupted, the log takes no
                 # further writes (what reached the file is unknown) and a restart recovers the last intact batch.
                 self._next_offset, self._log_bytes = end, self._log_bytes + len(data)

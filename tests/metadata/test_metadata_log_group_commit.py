@@ -19,6 +19,12 @@ def _topic(i: int) -> TopicRecord:
     return TopicRecord(name=f"t{i}", topic_id=str(uuid.UUID(int=i + 1)))
 
 
+def _names(tmp_path: Path) -> list[str]:
+    """The topic names in the log, in its order."""
+    batches = read_metadata(tmp_path / LOG_DIR_NAME).batches
+    return [r.name for b in batches for r in b.records if isinstance(r, TopicRecord)]
+
+
 def _open(tmp_path: Path) -> LocalMetadataLog:
     log = LocalMetadataLog.open(tmp_path)
     log.recover()
@@ -107,5 +113,26 @@ async def test_an_append_cancelled_while_queued_is_not_written(tmp_path: Path, m
     assert [await queued[0], await queued[2]] == [1, 2]
     assert queued[1].cancelled()
     log.close()
-    names = [r.name for b in read_metadata(tmp_path / LOG_DIR_NAME).batches for r in b.records]
+    names = _names(tmp_path)
     assert names == ["t0", "t1", "t3"]  # the cancelled append took its records back: no gap, nothing unapplied
+
+
+class _Unregistered(TopicRecord):
+    """A record type no registry knows: encoding it fails (a programming error, not a disk one)."""
+
+
+async def test_a_record_that_cannot_be_encoded_fails_its_own_append_alone(tmp_path: Path) -> None:
+    log = _open(tmp_path)
+    results = await asyncio.gather(
+        log.append([_topic(0)]),
+        log.append([_topic(1)]),
+        log.append([_Unregistered(name="bad", topic_id=str(uuid.UUID(int=99)))]),
+        log.append([_topic(2)]),
+        return_exceptions=True,
+    )
+    assert list(results[:2]) == [0, 1] and results[3] == 2
+    assert isinstance(results[2], ValueError) and "not a registered metadata record" in str(results[2])
+    assert await log.append([_topic(3)]) == 3  # the log goes on: nothing failed on disk
+    log.close()
+    names = _names(tmp_path)
+    assert names == ["t0", "t1", "t2", "t3"]
