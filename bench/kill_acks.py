@@ -123,10 +123,10 @@ imports on the main thread hold it until CPython forces a switch, every 5 ms by 
 doing both (a saved 540 MB WAL of 1,206 records, 4 runs each): at 5 ms the thread had read 152-173 MB when the
 imports ended and finished 0.35-0.40 s after them; at 0.5 ms 291-323 MB and 0.22-0.27 s after; at 0.1 ms 475-504 MB
 and 0.04-0.07 s after, the imports about 0.08 s longer (the thread's Python now runs between theirs). A starting
-node with a file WAL now runs at 0.1 ms until it serves (``node/commands/server.py``, ``_read_wal_early``); with
-little in the WAL no thread waits for the GIL and nothing changes. Interleaved with the code before (2026-12-01,
-``--small-mb 10 --large-mb 0 --tails 500 --cycles 8``, the 2-core machine otherwise quiet, load 1.0-2.9 from the
-bench itself; no record lost or duplicated):
+node with a file WAL now runs at 0.1 ms until it serves (``node/commands/server.py``,
+``_share_the_gil_with_the_wal_read``); with little in the WAL no thread waits for the GIL and nothing changes.
+Interleaved with the code before (2026-12-01, ``--small-mb 10 --large-mb 0 --tails 500 --cycles 8``, the 2-core
+machine otherwise quiet, load 1.0-2.9 from the bench itself; no record lost or duplicated):
 
                       p50     p99     up      wal     serving  ack (medians, s after the kill)
     before            2.25 s  2.58 s  1.17    1.66    1.71     2.25

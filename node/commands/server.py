@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 #: CPython's GIL switch interval while the node serves (the default is 5 ms); see ``_shorten_gil_handoffs``.
 GIL_SWITCH_INTERVAL_S = 0.0005
-#: The switch interval while the node starts with its file WAL read back in a thread; see ``_read_wal_early``.
+#: The switch interval while the node starts with its file WAL read back in a thread
+#: (``_share_the_gil_with_the_wal_read``).
 START_GIL_SWITCH_INTERVAL_S = 0.0001
 #: glibc malloc while the node serves; see ``_reuse_freed_memory``. Buffers smaller than the first are carved from
 #: the heap instead of mapped on their own, and the heap keeps up to the second of free memory at its top.
@@ -93,7 +94,7 @@ def _shorten_gil_handoffs() -> None:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
 
-def _read_wal_early() -> None:
+def _share_the_gil_with_the_wal_read() -> None:
     """Lets the thread reading the file WAL back (``storage.wal.early_read``) run while the main thread imports.
 
     The read is mostly ``pread`` and CRC-32C, which run without the GIL, but each WAL record also takes a little
@@ -156,7 +157,7 @@ async def _serve(config: ServerConfig, add_scram: Sequence[str] = (), feature: S
 
     wal_read = early_read.start(config.storage) if "broker" in config.process_roles else None
     if wal_read is not None:
-        _read_wal_early()
+        _share_the_gil_with_the_wal_read()
     try:
         return await _run_node(config, add_scram, feature, listening)
     finally:
