@@ -1,14 +1,17 @@
 """KIP-951 leader hints on Produce: a partition that moved is answered NOT_LEADER_OR_FOLLOWER by its old broker with
 the partition's new leader and epoch and that leader's endpoint, so a producer re-sends there at once instead of
 first asking for metadata. Checked on the wire (Produce v9 has no hint, v10+ has it) and with a real client
-(confluent-kafka): its next produce after a move reaches the new leader (the target's own Produce counter) with no
-Metadata request in between (the producer's own request counts, from librdkafka's statistics: the brokers'
-counters also count the test's other clients)."""
+(confluent-kafka): its next produce after a move reaches the new leader (the target's own Produce counter) on the
+hint, which the producer's own log says it applied; under load it sends at most one Metadata request over a move (the
+producer's own request counts, from librdkafka's statistics: the brokers' counters also count the test's other
+clients)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import threading
 import time
 from typing import Any
@@ -92,43 +95,44 @@ def test_produce_to_the_old_leader_names_the_new_one(two_brokers: LocalCluster, 
     assert not schema.has_field(type(old_style), "current_leader")
 
 
-class _MetadataSent:
-    """A producer's ``stats_cb``: the Metadata requests it has sent to all brokers, by librdkafka's own count."""
-
-    def __init__(self) -> None:
-        self.counts: list[int] = []
-
-    def __call__(self, text: str) -> None:
-        brokers = json.loads(text)["brokers"].values()
-        self.counts.append(sum(int(b.get("req", {}).get("Metadata", 0)) for b in brokers))
-
-    def fresh(self, producer: Producer) -> int:
-        """The count in a statistics report emitted after this call (the producer is polled until one is)."""
-        seen = len(self.counts)
-
-        def reported() -> bool:
-            producer.poll(0.05)
-            return len(self.counts) > seen
-
-        wait_for("the producer's next statistics", reported, timeout=10)
-        return self.counts[-1]
-
-
 def _produce_requests(cluster: LocalCluster, node_id: int) -> float:
     return sample(scrape(metrics_url(cluster.node(node_id).log_text(tail=10**7))), "fjord_broker_requests_total",
                   '{api="Produce"}') or 0.0
 
 
-def test_a_producer_follows_a_move_without_asking_for_metadata(two_brokers: LocalCluster, admin_for: Any) -> None:
+class _HintsApplied(logging.Handler):
+    """A producer's ``logger`` (with ``debug: metadata``): the leaders it took from KIP-951 hints, by its own log.
+
+    librdkafka logs ``METADATAUPDATE ... updated with leader N and epoch E`` only when it applies a hint carried by a
+    Produce or Fetch answer (its ``RD_KAFKA_OP_METADATA_UPDATE``), never for a Metadata answer; a hint it refuses
+    (an older epoch, an unknown leader) is logged with other words."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(logging.DEBUG)
+        self.pattern = re.compile(rf"Partition {re.escape(topic)}\([^)]*\)\[{partition}\]: "
+                                  r"updated with leader (-?\d+) and epoch (-?\d+)")
+        self.applied: list[tuple[int, int]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = self.pattern.search(record.getMessage())
+        if found:
+            self.applied.append((int(found[1]), int(found[2])))
+
+
+def test_a_producer_follows_a_move_on_the_old_leaders_hint(two_brokers: LocalCluster, admin_for: Any) -> None:
     cluster = two_brokers
     topic = topic_name("follow")
     create_topic(cluster.bootstrap_servers, topic, 1)
     source = leaders(cluster.bootstrap_servers, topic, 1)[0]
     target = next(b.spec.node_id for b in cluster.brokers if b.spec.node_id != source)
-    metadata_sent = _MetadataSent()
+    hints = _HintsApplied(topic, 0)
+    log = logging.getLogger(f"tests.leader_hints.{topic}")
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    log.addHandler(hints)
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
                          "topic.metadata.refresh.interval.ms": 600000, "linger.ms": 0,
-                         "statistics.interval.ms": 100, "stats_cb": metadata_sent})
+                         "debug": "metadata", "logger": log})
     delivered: list[Any] = []
 
     def produce_one(value: str) -> None:
@@ -138,10 +142,10 @@ def test_a_producer_follows_a_move_without_asking_for_metadata(two_brokers: Loca
         err, _ = delivered[-1]
         assert err is None, err
 
-    # librdkafka's race (see the test under load) can cost one Metadata request even with the hint, when a thread of
-    # its is preempted; so the producer follows three moves and at most one of them may ask. Without the hints
-    # every move needs a Metadata request.
-    asked = 0
+    # The producer learns each new leader from the old leader's refusal, as its own log says. It may still send a
+    # Metadata request beside it: a race between two of librdkafka's threads (see the test under load) that sent
+    # none in most moves on one machine and one in each of three moves on CI's, so that count is not asserted here.
+    epochs: list[int] = []
     try:
         produce_one("before")
         leader, other = source, target
@@ -150,19 +154,23 @@ def test_a_producer_follows_a_move_without_asking_for_metadata(two_brokers: Loca
             old = f"127.0.0.1:{cluster.node(leader).spec.port}"
             wait_for(f"broker {leader} to know {other} leads {topic}-0",
                      lambda old=old, other=other: leaders(old, topic).get(0) == other, timeout=10)
-            metadata_before = metadata_sent.fresh(producer)
             on_target_before = _produce_requests(cluster, other)
+            hinted_before = len(hints.applied)
             started = time.monotonic()
             produce_one(f"after move {move}")  # sent to the old leader first: the producer has not refreshed
             elapsed = time.monotonic() - started
             assert _produce_requests(cluster, other) > on_target_before
-            asked += metadata_sent.fresh(producer) > metadata_before
+            hinted = hints.applied[hinted_before:]
+            assert [leader_id for leader_id, _ in hinted] == [other], (
+                f"move {move}: the producer applied {hinted} from hints, not one naming broker {other}")
+            epochs.append(hinted[0][1])
             assert delivered[-1][1] == delivered[0][1] + move + 1, delivered
             assert elapsed < 5.0, f"the record took {elapsed:.2f} s to reach the new leader"
             leader, other = other, leader
-        assert asked <= 1, f"the producer asked for metadata to follow {asked} of 3 moves"
+        assert epochs == sorted(set(epochs)), f"each move's hint names a newer leader epoch: {epochs}"
     finally:
         producer.flush(5)
+        log.removeHandler(hints)
 
 
 def test_a_producer_follows_a_move_under_load_without_asking_for_metadata(
