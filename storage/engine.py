@@ -465,6 +465,7 @@ class StorageEngine:
                 )
         self._log_cache.mark_uploaded(block)
         ends = {stream_id: batches[-1].last_offset for stream_id, batches in block.streams.items() if batches}
+        self._client.committed(ends)
         for listener in self._upload_listeners:
             try:
                 listener(ends)

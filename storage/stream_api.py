@@ -50,6 +50,13 @@ class Stream(Protocol):
         """Offset the next append will get (>= confirm_offset while appends are in flight)."""
         ...
 
+    @property
+    def uploaded_offset(self) -> int:
+        """End (exclusive) of the prefix this node knows to be committed to object storage: what the controller
+        had committed when the stream was opened, raised by every upload of this node since. Readers of the
+        bucket (the Spark source's direct path) see only this prefix."""
+        ...
+
     def append(self, payload: bytes, count: int) -> Awaitable[int]:
         """Assigns ``[next_offset, next_offset + count)`` now; the awaitable returns the base offset once the
         batch is durable. Raises StreamNotOpenedError/StreamFencedError if the stream can no longer be

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from storage.errors import (
@@ -92,13 +92,16 @@ _OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
 class StorageStream:
     """One opened stream. Create through ``StreamClientImpl.open_stream``."""
 
-    def __init__(self, io: StreamIO, stream_id: int, epoch: int, start_offset: int, next_offset: int) -> None:
+    def __init__(
+        self, io: StreamIO, stream_id: int, epoch: int, start_offset: int, next_offset: int, *, uploaded_offset: int
+    ) -> None:
         self._io = io
         self._stream_id = stream_id
         self._epoch = epoch
         self._start = start_offset
         self._next = next_offset
         self._confirm = next_offset
+        self._uploaded = uploaded_offset
         self._state = _OPEN
         self._failure: BaseException | None = None
         self._inflight: set[asyncio.Task[int]] = set()
@@ -132,6 +135,14 @@ class StorageStream:
     @property
     def next_offset(self) -> int:
         return self._next
+
+    @property
+    def uploaded_offset(self) -> int:
+        return self._uploaded
+
+    def committed(self, end_offset: int) -> None:
+        """An upload committed this stream up to ``end_offset`` (the engine tells, before its upload listeners)."""
+        self._uploaded = max(self._uploaded, end_offset)
 
     @property
     def closed(self) -> bool:
@@ -370,6 +381,9 @@ class StreamClientImpl:
         self._asked: dict[int, int] = {}
         #: The ``close_streams`` calls of this turn of the event loop, closed together at the next (None: none).
         self._closing: list[tuple[list[tuple[StorageStream, int]], asyncio.Future[None]]] | None = None
+        #: stream id -> the end an upload committed while the stream's open was waiting for the controller, whose
+        #: answer may predate that commit (a restart's recovered tail uploads while its partitions open).
+        self._committed_while_opening: dict[int, int] = {}
 
     @property
     def open_streams(self) -> dict[int, StorageStream]:
@@ -402,6 +416,8 @@ class StreamClientImpl:
                 if recovered is not None:
                     self.recovering.put_back(stream_id, recovered)
                 raise
+            finally:
+                committed_meanwhile = self._committed_while_opening.pop(stream_id, 0)
             next_offset = result.next_offset
             if recovered is not None and at == recovered:
                 cached_end = self._io.cache_end_offset(stream_id)
@@ -409,10 +425,22 @@ class StreamClientImpl:
                 self._asked[stream_id] = epoch
             else:
                 self._asked.pop(stream_id, None)
-            stream = StorageStream(self._io, stream_id, at, result.start_offset, next_offset)
+            uploaded = max(result.next_offset, committed_meanwhile)
+            stream = StorageStream(self._io, stream_id, at, result.start_offset, next_offset, uploaded_offset=uploaded)
             self._open[stream_id] = stream
         logger.debug("opened stream %d at epoch %d: [%d, %d)", stream_id, at, result.start_offset, next_offset)
         return stream
+
+    def committed(self, ends: Mapping[int, int]) -> None:
+        """An upload committed these streams up to these ends (exclusive): their ``uploaded_offset`` follows,
+        including a stream whose open is waiting for the controller right now."""
+        for stream_id, end in ends.items():
+            stream = self._open.get(stream_id)
+            if stream is not None:
+                stream.committed(end)
+            opening = self._opening.get(stream_id)
+            if opening is not None and opening.locked():
+                self._committed_while_opening[stream_id] = max(end, self._committed_while_opening.get(stream_id, 0))
 
     async def close_recovered(self) -> list[int]:
         """Closes at the controller every recovering stream no partition has reopened (their recovered tail is

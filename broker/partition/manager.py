@@ -291,7 +291,7 @@ class PartitionManager:
                 log.uploaded(end)
             meta_of = self._by_meta_stream.get(stream_id)
             if meta_of is not None and not meta_of.closed:
-                meta_of.meta_uploaded(end)
+                meta_of.meta_uploaded()
 
     async def _checkpoint_loop(self) -> None:
         """Checkpoints partitions written to since their last checkpoint once ``log.flush.offset.checkpoint.

@@ -6,7 +6,7 @@ re-appends the live entries and trims everything before them, so reopening a lon
 of records, not its whole history. ``MetaState`` is the pure replay/compaction logic; ``MetaStream`` drives it over
 a ``storage.stream_api.Stream``.
 
-The trim waits until an upload has committed the re-appended entries to object storage (:meth:`MetaStream.uploaded`).
+The trim waits until an upload has committed the re-appended entries to object storage (:meth:`MetaStream.trim_if_due`).
 Readers of the bucket (the Spark source's direct path) find the partition's streams in the meta stream's uploaded
 records; trimmed at once, the old entries would be gone while the new ones were still only in the WAL, and for that
 window, a second or so under steady produce, such a reader could not find the partition in the bucket at all.
@@ -87,7 +87,8 @@ class MetaStream:
         self._lock = asyncio.Lock()  # one put (and its compaction) at a time
         self._compacting: asyncio.Task[None] | None = None
         self._last_put = False  # the partition's closing entries are in: nothing is appended after them
-        # A compaction's trim, waiting for its re-appended entries to be uploaded: (trim to, uploaded up to).
+        # A trim waiting for the entries it keeps to be uploaded (a compaction's, or what a replay found superseded):
+        # (trim to, uploaded up to).
         self._pending_trim: tuple[int, int] | None = None
         self._trimming: asyncio.Task[None] | None = None
 
@@ -103,11 +104,18 @@ class MetaStream:
                 ) from exc
             state.apply(batch.base_offset, key, value)
         self.state = state
+        # What precedes the oldest live entry is superseded: trimmed once it is all uploaded (:meth:`trim_if_due`).
+        # A compaction's own trim can have been lost (a crash before an upload covered its re-appended entries): in
+        # a crash loop whose only uploads are each restart's recovered tail, the stream would grow every restart.
+        first_live = min((offset for offset, _ in state.live.values()), default=self.stream.start_offset)
+        if first_live > self.stream.start_offset:
+            self._pending_trim = (first_live, self.stream.next_offset)
         logger.debug(
-            "replayed meta stream %d of %s: %d records, keys %s",
+            "replayed meta stream %d of %s: %d records from offset %d, keys %s",
             self.stream.stream_id,
             self.where,
             state.records,
+            self.stream.start_offset,
             sorted(state.live),
         )
 
@@ -145,16 +153,20 @@ class MetaStream:
             return first if first > self.stream.start_offset else None
 
     def compact_later(self) -> None:
-        """Compacts in the background if due: an open's own put leaves its compaction here, so that the partition
-        serves first (the stream stays short all the same: this runs right after)."""
+        """Trims and compacts in the background if due: an open's own put leaves both here, so that the partition
+        serves first (the stream stays short all the same: this runs right after). The trim comes first, as a
+        compaction replaces the pending trim with its own, which waits for a later upload."""
+        self.trim_if_due()
         if self.state.should_compact() and (self._compacting is None or self._compacting.done()):
             self._compacting = asyncio.create_task(self._compact_if_due(), name=f"compact meta of {self.where}")
 
-    def uploaded(self, end_offset: int) -> None:
-        """An upload committed this stream up to ``end_offset``: a compaction's trim waiting for its re-appended
-        entries to be in object storage runs now (in the background; the caller is an upload listener)."""
+    def trim_if_due(self) -> None:
+        """Runs the pending trim (a compaction's, or the one replay found) in the background once an upload has
+        committed everything from the trim point to where the trim was decided."""
         pending = self._pending_trim
-        if pending is None or end_offset < pending[1] or (self._trimming is not None and not self._trimming.done()):
+        if pending is None or self.stream.uploaded_offset < pending[1]:
+            return
+        if self._trimming is not None and not self._trimming.done():
             return
         self._pending_trim = None
         self._trimming = asyncio.create_task(self._trim(pending[0]), name=f"trim meta of {self.where}")
@@ -191,7 +203,7 @@ class MetaStream:
 
     async def _compact(self) -> None:
         """Re-appends every live entry; everything before the first re-appended record is trimmed once an upload
-        has committed them (:meth:`uploaded`)."""
+        has committed them (:meth:`trim_if_due`)."""
         live = {k: v for k, (_, v) in sorted(self.state.live.items(), key=lambda kv: kv[1][0])}
         before = self.state.records
         kept, self.state = self.state, MetaState.empty()

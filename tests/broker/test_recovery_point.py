@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker.partition.log_config import LogConfig
-from broker.partition.meta_stream import KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS
+from broker.partition.meta_stream import COMPACT_MIN_RECORDS, KEY_PARTITION, KEY_PRODUCER_SNAPSHOTS
 from broker.partition.partition_log import PartitionLog
 from broker.partition.producer_state import decode_snapshot
 from storage.config import BucketURL, StorageConfig
@@ -323,5 +323,32 @@ async def test_an_open_reads_only_the_newest_time_index_entry_and_lookups_by_tim
             assert await log.offset_for_timestamp(ts) == found, ts
         assert len(log.time_index) == 45
         assert await log.offset_for_timestamp(450_000) is None
+    finally:
+        await log.close()
+
+
+async def test_a_crash_loop_keeps_the_meta_stream_short(node: _Node) -> None:
+    """Each open writes a few meta entries and compacts the stream in the background; the compaction's trim waits
+    for an upload. In a crash loop whose only uploads are each restart's recovered tail, that trim never ran and
+    every restart replayed a longer meta stream. The replay now trims what it finds superseded once the tail holding
+    the live entries is uploaded, so the stream stays a couple of compactions long."""
+    lengths = []
+    for cycle in range(12):
+        log = await node.open(leader_epoch=cycle + 1)
+        meta = log._state.meta.stream
+        lengths.append(meta.next_offset - meta.start_offset)
+        await log.append(_idempotent(5 * cycle))
+        await node.engine.recovered_tail_uploaded()
+        log.meta_uploaded()  # what the partition manager does on each upload
+        await eventually_async(
+            lambda: log._state.meta._trimming is None or log._state.meta._trimming.done(),  # noqa: B023
+            timeout=10,
+            what="the meta stream's trim",
+        )
+        await node.crash_and_restart()
+    log = await node.open(leader_epoch=13)
+    try:
+        assert log.log_end_offset == 60  # nothing lost on the way
+        assert max(lengths[6:]) <= 2 * COMPACT_MIN_RECORDS, lengths
     finally:
         await log.close()

@@ -191,6 +191,28 @@ async def test_close_uploads_and_a_higher_epoch_reopens_with_all_data(tmp_path: 
         await engine.shutdown()
 
 
+async def test_a_stream_knows_how_much_of_it_is_in_object_storage(tmp_path: Path) -> None:
+    """``uploaded_offset`` is what a reader of the bucket can see: the controller's committed end when the stream
+    opened, raised by each upload of this node, never by an append that is only in the WAL."""
+    metadata = StreamMetadataStateMachine()
+    engine = make_engine(small_config(tmp_path), metadata)
+    await engine.start()
+    try:
+        stream_id = await engine.create_stream()
+        stream = await engine.open_stream(stream_id, epoch=0)
+        await stream.append(payload(stream_id, 0), 4)
+        assert (stream.confirm_offset, stream.uploaded_offset) == (4, 0)
+        await engine.force_upload()
+        assert stream.uploaded_offset == 4
+        await stream.append(payload(stream_id, 1), 3)
+        assert stream.uploaded_offset == 4
+        await stream.close()
+        reopened = await engine.open_stream(stream_id, epoch=1)
+        assert (reopened.next_offset, reopened.uploaded_offset) == (7, 7)
+    finally:
+        await engine.shutdown()
+
+
 async def test_streams_closed_together_close_in_the_commit_of_their_last_upload(tmp_path: Path) -> None:
     """Two partitions closing at once (two ``close_streams`` calls): one metadata commit carries their last records
     and closes every stream (the meta-like one trimmed), which a moved partition's producer waits for, and not the

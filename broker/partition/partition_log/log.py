@@ -333,9 +333,9 @@ class PartitionLog:
         """The partition's meta stream, which uploads also name (:meth:`meta_uploaded`)."""
         return self._state.meta.stream.stream_id
 
-    def meta_uploaded(self, end_offset: int) -> None:
-        """An upload committed the meta stream up to ``end_offset``: a compaction's trim may follow."""
-        self._state.meta.uploaded(end_offset)
+    def meta_uploaded(self) -> None:
+        """An upload committed some of the meta stream: a trim waiting for it may follow."""
+        self._state.meta.trim_if_due()
 
     # ------------------------------------------------------------------ read (reads.py)
     async def read(

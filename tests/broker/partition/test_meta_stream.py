@@ -51,7 +51,7 @@ async def test_an_open_compacts_after_it_serves_and_a_closing_put_leaves_only_li
     eng, _ = engine
     stream = await eng.open_stream(await eng.create_stream(), 0)
     meta = MetaStream(stream, "orders-0")
-    eng.add_upload_listener(lambda ends: meta.uploaded(ends[stream.stream_id]) if stream.stream_id in ends else None)
+    eng.add_upload_listener(lambda ends: meta.trim_if_due() if stream.stream_id in ends else None)
     await meta.put({"LOG": b"log"})
     for i in range(COMPACT_MIN_RECORDS):
         await meta.put({"PARTITION": str(i).encode()}, compact=False)
