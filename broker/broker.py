@@ -46,6 +46,7 @@ from storage.config import ConfigError
 from storage.engine import StorageEngine
 from wire import codec
 from wire.connection_gate import ConnectionGate
+from wire.early_answers import EarlyConnection
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 from wire.memory_pool import pool_of, seconds_or_never
 from wire.metrics import ServerMetrics
@@ -260,10 +261,13 @@ class Broker:
         self._started.append((name, stop))
         await starting
 
-    async def serve(self) -> None:
-        """Accepts connections on every client listener, and reloads their renewed certificates from now on."""
+    async def serve(self, accepted: Mapping[str, Sequence[EarlyConnection]] | None = None) -> None:
+        """Accepts connections on every client listener, and reloads their renewed certificates from now on.
+        ``accepted``: by listener name, connections accepted while the node started (``wire.early_answers``)."""
+        accepted = accepted or {}
         for server in self.listeners:
-            await server.start_serving(self.dispatcher, connection_state=self.dispatcher.connection_state)
+            await server.start_serving(self.dispatcher, connection_state=self.dispatcher.connection_state,
+                                       accepted=accepted.get(server.listener_name, ()))
         for reloader in self._tls_reloaders:
             reloader.start()
         # "node N serving ..." is the line operators and tools wait for (a node serves once its broker does).

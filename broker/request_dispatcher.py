@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.authorization import BrokerAuthorizer
-from broker.handlers import api_versions as api_versions_handler
 from broker.handlers.context import ConnectionState, Handler, RequestContext
 from broker.handlers.table import HANDLERS, serve_authorized
 from broker.metrics import TopicTraffic
@@ -38,7 +37,7 @@ from metadata.errors import error_code_for, error_message_for
 from storage.objectstore.base import StoreStats
 from storage.objectstore.metrics import StoreStatsCollector
 from wire import codec, schema
-from wire.api_versions import API_VERSIONS_KEY, VersionRange, advertised, api_name
+from wire.api_versions import API_VERSIONS_KEY, VersionRange, advertised, api_name, unsupported_version_answer
 from wire.certificate_auth import connection_principal
 from wire.codec import ProtocolError
 from wire.dispatch import ConnectionClosing, Peer, Response
@@ -166,7 +165,7 @@ class RequestDispatcher:
         if entry is None or version not in entry:
             if key == API_VERSIONS_KEY:
                 # KIP-511: a client newer than us learns our range from a v0 response and retries.
-                response = api_versions_handler.unsupported_version_response(self.versions)
+                response = unsupported_version_answer(self.versions)
                 return codec.encode_response(prefix.correlation_id, response)
             self.metrics.observe_failure(key)
             supported = f"{entry.min_version}-{entry.max_version}" if entry else "none"

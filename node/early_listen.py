@@ -5,12 +5,14 @@ sockets when it is made and only processes requests once the broker is ready (``
 storage stacks and replays the metadata log (most of a restart). Only what reading the config and binding need is
 imported before (tests/node/test_start_imports.py): ``settings.server`` and ``wire.listening_sockets``, neither of which
 imports the listener, kio or the metrics; ``--add-scram`` and ``--feature`` are parsed after. From then on the kernel
-completes a client's TCP handshake and queues what it sends; the listener accepts the connection and reads the request
-once the node serves, exactly as before. A client reconnecting to a restarting node thus connects while it starts
-instead of being refused: librdkafka (2.16) re-bootstraps on a refused connection and tries again only when one of its
-metadata timers fires (its fast leader query, backing off to ``retry.backoff.max.ms``, or its one-second scan of
-unavailable topics), and asks for metadata on the tick after the one that connected. Refused until the node serves, it
-needs two ticks after that; connected while the node starts, one (bench/kill_acks.py).
+completes a client's TCP handshake and queues what it sends; ``wire.early_answers`` answers its ApiVersions at once on
+listeners without TLS, and the listener reads the rest once the node serves. A client reconnecting to a restarting
+node thus connects while it starts instead of being refused: librdkafka (2.16) re-bootstraps on a refused connection
+and tries again only when one of its metadata timers fires (its fast leader query, backing off to
+``retry.backoff.max.ms``, or its one-second scan of unavailable topics), and asks for metadata on the next tick once
+the connection is up. Refused until the node serves, it needs two ticks after that; connected while the node starts
+but answered only once it serves, one; answered at once, none: the tick during the start sends the request, answered
+as soon as the node serves (bench/kill_acks.py).
 
 A port in use fails the start here, with the same one line as before; the sockets are handed to the broker's
 listeners (``wire.listener.KafkaListener(sockets=...)``), which close them when they close, and the caller closes
@@ -62,3 +64,10 @@ def close_all(bound: ListeningSockets) -> None:
     for sockets in bound.values():
         for sock in sockets:
             sock.close()
+
+
+def without_tls(config: ServerConfig, bound: ListeningSockets) -> dict[str, Sequence[socket.socket]]:
+    """The listeners of ``bound`` that ``wire.early_answers`` may answer on before the node serves: those without
+    TLS, whose handshake would need the listener's certificates loaded first."""
+    return {name: socks for name, socks in bound.items()
+            if config.security_protocols.get(name) in ("PLAINTEXT", "SASL_PLAINTEXT")}

@@ -39,6 +39,7 @@ from node.metrics import register_node_metrics
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
+from wire.early_answers import EarlyAnswers
 from wire.metrics import ServerMetrics
 
 if TYPE_CHECKING:  # imported by node.controller_handle for the nodes on Raft alone
@@ -56,10 +57,12 @@ class Node:
         scram_credentials: Sequence[ScramUpsertion] = (),
         initial_features: Sequence[FeatureUpdate] = (),
         listening: ListeningSockets | None = None,
+        early_answers: EarlyAnswers | None = None,
     ) -> None:
         """``scram_credentials``: SCRAM users to create before serving if they do not exist (``--add-scram``);
         ``initial_features``: the feature levels a new cluster finalizes (``--feature``); ``listening``: the client
-        listeners' sockets bound at the start of the process (``node.early_listen``; None: the broker binds them)."""
+        listeners' sockets bound at the start of the process (``node.early_listen``; None: the broker binds them);
+        ``early_answers``: what answers ApiVersions on them until the broker serves (``wire.early_answers``)."""
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
@@ -68,6 +71,7 @@ class Node:
         self._scram_credentials = tuple(scram_credentials)
         self._initial_features = tuple(initial_features)
         self._listening = listening or {}
+        self._early_answers = early_answers
         self._controller_handle: ControllerHandle | None = None
         self._metrics_port: int | None = None
         self._stopped = asyncio.Event()
@@ -126,7 +130,7 @@ class Node:
         )
         await self.broker.start()
         self._start_metrics()
-        await self.broker.serve()
+        await self.broker.serve(self._early_answers.stop() if self._early_answers is not None else None)
 
     async def _start_controller_only(self) -> None:
         """``process.roles=controller``: a quorum voter serving only the CONTROLLER listener (no Kafka listener,

@@ -10,12 +10,15 @@ entry for an API still being written is harmless. Handler authors edit only thei
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
-from wire import schema
+from kio.schema.errors import ErrorCode
+
+from wire import codec, schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,8 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
 )
 
 API_VERSIONS_KEY: Final = 18
+# KIP-511: client software name and version must look like this (:func:`valid_client_software`).
+_SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 SASL_HANDSHAKE_KEY: Final = 17
 SASL_AUTHENTICATE_KEY: Final = 36
 WRITE_TXN_MARKERS_KEY: Final = 27
@@ -139,14 +144,20 @@ FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION, TRANSACTION_VERSION, G
 FEATURES_BY_NAME: Final[Mapping[str, Feature]] = MappingProxyType({f.name: f for f in FEATURES})
 
 
-def feature_fields(response_cls: type[Any], api_version: int, finalized: Mapping[str, int], epoch: int
+def feature_fields(response_cls: type[Any], api_version: int, finalized: Mapping[str, int] | None, epoch: int
                    ) -> dict[str, object]:
     """The tagged feature fields of an ApiVersions v3+ response (brokers and controllers answer the same): the
     ranges this software supports and the cluster's ``finalized`` levels (the metadata image's, those above 0),
     with their ``epoch`` (the metadata offset, as in KRaft). Before v4 a supported range starting at 0 is left
-    out (KAFKA-17492: older Java clients refuse such a range)."""
+    out (KAFKA-17492: older Java clients refuse such a range). ``finalized`` None: not known yet (a starting
+    broker, ``wire.early_answers``), which KIP-584 says with the epoch -1; clients keep the levels of the highest
+    epoch they have seen, so such an answer never replaces known ones."""
     if api_version < 3:
         return {}
+    if finalized is None:
+        finalized, epoch = {}, -1
+    else:
+        epoch = max(epoch, 0)
     return {
         "supported_features": tuple(
             schema.build_nested(response_cls, "supported_features", name=f.name, min_version=f.min_version,
@@ -154,7 +165,7 @@ def feature_fields(response_cls: type[Any], api_version: int, finalized: Mapping
             for f in FEATURES
             if f.min_version > 0 or api_version >= 4
         ),
-        "finalized_features_epoch": max(epoch, 0),
+        "finalized_features_epoch": epoch,
         "finalized_features": tuple(
             schema.build_nested(response_cls, "finalized_features", name=name, max_version_level=level,
                                 min_version_level=level)
@@ -173,3 +184,34 @@ def advertised(handled_keys: Iterable[int]) -> Mapping[int, VersionRange]:
     """The table restricted to APIs that have a registered handler: what ApiVersions tells clients."""
     keys = set(handled_keys)
     return MappingProxyType({key: entry for key, entry in sorted(API_VERSIONS.items()) if key in keys})
+
+
+def valid_client_software(name: str | None, version: str | None) -> bool:
+    """KIP-511: ApiVersions v3+ names the client's software and its version in this form, else INVALID_REQUEST."""
+    return bool(_SOFTWARE.fullmatch(name or "") and _SOFTWARE.fullmatch(version or ""))
+
+
+def api_versions_answer(api_version: int, versions: Mapping[int, VersionRange], *, software_valid: bool,
+                        finalized: Mapping[str, int] | None, epoch: int) -> Any:
+    """The ApiVersions response of ``api_version`` listing ``versions`` (INVALID_REQUEST, with the list all the
+    same, when the request's client software is not ``software_valid``), with the feature fields
+    (:func:`feature_fields`)."""
+    cls = codec.response_class(API_VERSIONS_KEY, api_version)
+    if not software_valid:
+        return schema.build(cls, error_code=ErrorCode.invalid_request, api_keys=_api_keys(cls, versions))
+    return schema.build(cls, error_code=ErrorCode.none, api_keys=_api_keys(cls, versions),
+                        **feature_fields(cls, api_version, finalized, epoch))
+
+
+def unsupported_version_answer(versions: Mapping[int, VersionRange]) -> Any:
+    """The v0 response a client gets when it asks with an ApiVersions version we do not serve: it carries
+    UNSUPPORTED_VERSION and our key list, from which the client picks a version and asks again (KIP-511)."""
+    cls = codec.response_class(API_VERSIONS_KEY, 0)
+    return schema.build(cls, error_code=ErrorCode.unsupported_version, api_keys=_api_keys(cls, versions))
+
+
+def _api_keys(response_cls: type[Any], versions: Mapping[int, VersionRange]) -> tuple[Any, ...]:
+    return tuple(
+        schema.build_nested(response_cls, "api_keys", api_key=key, min_version=v.min_version, max_version=v.max_version)
+        for key, v in versions.items()
+    )

@@ -28,7 +28,7 @@ import logging
 import socket
 import ssl
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -97,8 +97,12 @@ class Connection(asyncio.BufferedProtocol):
     Reading pauses while ``max_in_flight`` requests are outstanding, which pushes back on the client through TCP.
     """
 
-    def __init__(self, host: ConnectionHost, slot: str | None = None) -> None:
+    def __init__(self, host: ConnectionHost, slot: str | None = None, answered: Sequence[bytes] = ()) -> None:
+        """``answered``: requests of this connection answered before its listener served (``wire.early_answers``):
+        its dispatcher sees them first, their answers dropped."""
         self._host = host
+        self._answered = answered
+        self._replays: set[asyncio.Task[Response | None]] = set()
         #: The key (``ip_key``) this connection is counted under in its listener's gate until it closes (None: not
         #: counted).
         self._slot = slot
@@ -159,7 +163,27 @@ class Connection(asyncio.BufferedProtocol):
         self._seen = self._opened = asyncio.get_running_loop().time()
         self._host.connection_opened(self)
         logger.debug("connection from %s", self.peer)
+        self._replay_answered()
         self.responder = asyncio.get_running_loop().create_task(self._respond())
+
+    def _replay_answered(self) -> None:
+        """The requests answered before the listener served go to the dispatcher as if they arrived now (the
+        state they set, such as the client's software name, and their metrics), their answers dropped: the client
+        has them."""
+        if not self._answered:
+            return
+        if self._host.unauthenticated_max_request_bytes is None:
+            self._set_up = True  # it sent a whole request
+        for frame in self._answered:
+            task = asyncio.ensure_future(self._dispatcher.dispatch(frame, self.peer))
+            self._replays.add(task)
+            task.add_done_callback(self._replayed)
+
+    def _replayed(self, task: asyncio.Task[Response | None]) -> None:
+        self._replays.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.debug("a request answered before the listener served, seen again, failed on %s: %s", self.peer,
+                         task.exception())
 
     def _lift_request_limit(self) -> None:
         self._set_up = True

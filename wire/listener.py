@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence, Set
 from wire.connection import Connection
 from wire.connection_gate import ConnectionGate
 from wire.dispatch import Dispatcher
+from wire.early_answers import EarlyConnection
 from wire.listening_sockets import bind_listening
 from wire.memory_pool import MemoryPool
 from wire.metrics import ServerMetrics
@@ -159,15 +160,20 @@ class KafkaListener:
         return self.bound_port
 
     async def start_serving(
-        self, dispatcher: Dispatcher, *, connection_state: Callable[[], object] | None = None
+        self, dispatcher: Dispatcher, *, connection_state: Callable[[], object] | None = None,
+        accepted: Sequence[EarlyConnection] = (),
     ) -> None:
         """Accepts connections and hands their requests to ``dispatcher``; ``connection_state`` makes the state it
-        keeps per connection (:attr:`~wire.dispatch.Peer.state`). Binds first if :meth:`bind` was not called."""
+        keeps per connection (:attr:`~wire.dispatch.Peer.state`). Binds first if :meth:`bind` was not called.
+        ``accepted``: connections accepted on this listener's sockets before it served (``wire.early_answers``),
+        served from now on as if accepted here."""
         self._dispatcher = dispatcher
         self.connection_state = connection_state
         if self._server is None and not self._own_sockets:
             await self.bind()
         loop = asyncio.get_running_loop()
+        for early in accepted:
+            self._admit(early.sock, early.address, early.answered)
         if self._own_sockets:
             self._acceptors = [loop.create_task(self._accept_own(sock)) for sock in self._own_sockets]
         else:
@@ -220,27 +226,48 @@ class KafkaListener:
                 continue
             slot: str | None = None
             if self.gate is not None:
-                try:
-                    slot = await self.gate.admit(self.listener_name, str(address[0]))
-                except asyncio.CancelledError:
-                    sock.close()
-                    raise
-                except Exception:  # a bug in the quotas must cost one connection, never the listener
-                    logger.exception("listener %s: closing the connection from %s:%s, the connection quotas "
-                                     "failed on it", self.listener_name, address[0], address[1])
-                    sock.close()
-                    continue
+                slot = await self._gate_slot(sock, address)
                 if slot is None:
-                    sock.close()
                     continue
             task = loop.create_task(self._handshake(sock, address, slot))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
-    async def _handshake(self, sock: socket.socket, address: tuple[str, int], slot: str | None) -> None:
+    async def _gate_slot(self, sock: socket.socket, address: tuple[str, int]) -> str | None:
+        """The key the gate counts a new connection under, or None when it refused it (the socket is closed)."""
+        assert self.gate is not None
+        try:
+            slot = await self.gate.admit(self.listener_name, str(address[0]))
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        except Exception:  # a bug in the quotas must cost one connection, never the listener
+            logger.exception("listener %s: closing the connection from %s:%s, the connection quotas "
+                             "failed on it", self.listener_name, address[0], address[1])
+            slot = None
+        if slot is None:
+            sock.close()
+        return slot
+
+    def _admit(self, sock: socket.socket, address: tuple[str, int], answered: Sequence[bytes]) -> None:
+        """A connection accepted before this listener served: through the gate, then served."""
+
+        async def admit() -> None:
+            slot = await self._gate_slot(sock, address) if self.gate is not None else None
+            if self.gate is None or slot is not None:
+                await self._handshake(sock, address, slot, answered)
+
+        task = asyncio.get_running_loop().create_task(admit())
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(
+        self, sock: socket.socket, address: tuple[str, int], slot: str | None, answered: Sequence[bytes] = ()
+    ) -> None:
         """One connection accepted on the own socket up to its first request: on a TLS listener the handshake, or
-        one line saying why it failed. ``slot``: the key the gate counts it under (None: not counted)."""
-        connection = Connection(self, slot=slot)
+        one line saying why it failed. ``slot``: the key the gate counts it under (None: not counted);
+        ``answered``: requests answered before the listener served (``wire.early_answers``)."""
+        connection = Connection(self, slot=slot, answered=answered)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
                 lambda: connection, sock, ssl=self.ssl_context,

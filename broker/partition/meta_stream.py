@@ -7,6 +7,7 @@ of records, not its whole history. ``MetaState`` is the pure replay/compaction l
 a ``storage.stream_api.Stream``.
 
 The trim waits until an upload has committed the re-appended entries to object storage (:meth:`MetaStream.trim_if_due`).
+A crash can come first, so an opener's replay trims as well: everything before the oldest live entry, once uploaded.
 Readers of the bucket (the Spark source's direct path) find the partition's streams in the meta stream's uploaded
 records; trimmed at once, the old entries would be gone while the new ones were still only in the WAL, and for that
 window, a second or so under steady produce, such a reader could not find the partition in the bucket at all.

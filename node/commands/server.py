@@ -14,13 +14,17 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import uvloop
 
-from node.early_listen import ListeningSockets, close_all, listen_early
+from node.early_listen import ListeningSockets, close_all, listen_early, without_tls
 from node.logging_setup import configure_logging, loop_exception_handler
 from settings.server import ServerConfig
 from storage.config import ConfigError, MiB
+
+if TYPE_CHECKING:  # imported once the listeners listen (_serve)
+    from wire.early_answers import EarlyAnswers
 
 logger = logging.getLogger(__name__)
 
@@ -158,16 +162,24 @@ async def _serve(config: ServerConfig, add_scram: Sequence[str] = (), feature: S
     wal_read = early_read.start(config.storage) if "broker" in config.process_roles else None
     if wal_read is not None:
         _share_the_gil_with_the_wal_read()
+    # And a client connecting meanwhile has its ApiVersions answered at once, so its connection is ready for the
+    # request it sends next (wire.early_answers); the wire codec it needs is the node's own, imported anyway.
+    from wire.early_answers import EarlyAnswers  # noqa: PLC0415
+
+    answers = EarlyAnswers(without_tls(config, listening))
+    answers.start()
     try:
-        return await _run_node(config, add_scram, feature, listening)
+        return await _run_node(config, add_scram, feature, listening, answers)
     finally:
+        answers.abandon()
         if wal_read is not None:
             early_read.abandon(wal_read)
         close_all(listening)
 
 
 async def _run_node(
-    config: ServerConfig, add_scram: Sequence[str], feature: Sequence[str], listening: ListeningSockets
+    config: ServerConfig, add_scram: Sequence[str], feature: Sequence[str], listening: ListeningSockets,
+    answers: EarlyAnswers,
 ) -> int:
     """Parses ``--add-scram`` and ``--feature`` (a ConfigError is the start's one line, as a bad config's is), then
     runs the node until a signal stops it."""
@@ -191,7 +203,8 @@ async def _run_node(
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    node = Node(config, scram_credentials=scram, initial_features=features, listening=listening)
+    node = Node(config, scram_credentials=scram, initial_features=features, listening=listening,
+                early_answers=answers)
     starting = asyncio.create_task(node.start())
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)

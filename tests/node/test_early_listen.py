@@ -1,6 +1,7 @@
 """A starting node's client listener listens from the start of the process (``node.early_listen``): a client that
-connects while the node still starts is accepted, not refused, and its ApiVersions is answered once the node serves;
-a port in use still fails the start with one line naming the listener."""
+connects while the node still starts is accepted, not refused, has its ApiVersions answered at once
+(``wire.early_answers``) and its next request once the node serves; a port in use still fails the start with one
+line naming the listener."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from testkit.node_process import REPO, BrokerProcess, WireClient, api_versions_request, server_command
 from testkit.quorum_cluster import QuorumCluster
 from testkit.waiting import eventually
+from wire import codec, schema
 from wire.ports import free_port
 
 
@@ -40,16 +42,26 @@ def test_a_client_connecting_while_the_node_starts_is_answered_once_it_serves(tm
     port = free_port()
     broker = _spawn(tmp_path, _broker_only(tmp_path, cluster, port))
     try:
-        # The broker waits for its quorum, which is not up: its listener accepts the connection all the same.
+        # The broker waits for its quorum, which is not up: its listener accepts the connection all the same, and
+        # answers its ApiVersions with what it will serve, the cluster's finalized features not known yet.
         client = eventually(lambda: WireClient(port, timeout=30.0), timeout=20.0, retry_on=(ConnectionRefusedError,),
                             what=lambda: f"the starting broker to accept a connection:\n{broker.log_text()}")
         with client:
             correlation_id = client.send(api_versions_request(3))
-            assert "node 5 serving" not in broker.log_text()
-            cluster.start(0)  # the quorum comes up, the broker registers and serves: the request is answered
             got, response = client.receive(18, 3)
             assert got == correlation_id and response.error_code == 0
+            assert {k.api_key for k in response.api_keys} >= {0, 1, 3}
+            assert response.finalized_features_epoch == -1
+            assert "node 5 serving" not in broker.log_text()
+            # The next request waits for the broker: the quorum comes up, the broker registers and serves.
+            correlation_id = client.send(schema.build(codec.request_class(3, 12), topics=None))
+            cluster.start(0)
+            got, metadata = client.receive(3, 12)
+            assert got == correlation_id and [b.node_id for b in metadata.brokers] == [5]
             assert "node 5 serving PLAINTEXT" in broker.log_text()
+            # Asked again on the same connection, now from the broker itself: with the finalized features.
+            client.send(api_versions_request(3))
+            assert client.receive(18, 3)[1].finalized_features_epoch >= 0
         assert broker.stop() == 0
         # A clean stop closes the sockets bound at the start: the port is free again.
         with socket.socket() as probe:
