@@ -2,8 +2,10 @@
 
 Each cycle starts ``python -m node.cli server start --config config/server.properties`` (its ports moved to free
 ones, its ``data/`` directories under a temporary directory), and times from the moment before the process is
-spawned to the first ApiVersions answered on its PLAINTEXT listener (a connection alone would count a listener
-bound but not yet serving); ``restart -> listening`` times the same restarts to the first connection accepted (the
+spawned to the first Metadata request answered on its PLAINTEXT listener (a connection alone would count a listener
+bound but not yet serving, and since 2026-12-01 a starting node answers ApiVersions before it serves,
+``wire.early_answers``: the figures below that date timed the first ApiVersions, then the node's own first answer);
+``restart -> listening`` times the same restarts to the first connection accepted (the
 client listener listens before the node imports its stacks, ``node.early_listen``: from then on a reconnecting
 client is no longer refused, bench/kill_acks.py's ``listen``). The first cycle formats a new data directory; the
 others restart on it after a clean stop, the common case of a rolling restart. ``imports`` is a separate process
@@ -99,9 +101,10 @@ from wire.ports import free_ports  # noqa: E402
 START_TIMEOUT_S = 30.0
 MODES = ["bytecode cached", "compiled at start"]
 POLL_S = 0.002
-#: ApiVersions v0 (key 18), correlation id 1, client id "startup-bench": the smallest request a broker answers.
+#: Metadata v1 (key 3) for every topic, correlation id 1, client id "startup-bench": a small request only the node
+#: itself answers (a starting node answers ApiVersions before it serves, ``wire.early_answers``).
 _CLIENT_ID = b"startup-bench"
-_API_VERSIONS = struct.pack(">hhih", 18, 0, 1, len(_CLIENT_ID)) + _CLIENT_ID
+_METADATA = struct.pack(">hhih", 3, 1, 1, len(_CLIENT_ID)) + _CLIENT_ID + struct.pack(">i", -1)
 
 
 def _config(work: Path) -> Path:
@@ -131,10 +134,10 @@ def _listens(port: int) -> bool:
 
 
 def _answers(port: int) -> bool:
-    """Whether the broker on ``port`` answers an ApiVersions request now."""
+    """Whether the broker on ``port`` answers a Metadata request now (or within the second it waits)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            sock.sendall(struct.pack(">i", len(_API_VERSIONS)) + _API_VERSIONS)
+            sock.sendall(struct.pack(">i", len(_METADATA)) + _METADATA)
             header = sock.recv(8)
             return len(header) >= 8 and struct.unpack(">ii", header)[1] == 1
     except OSError:
