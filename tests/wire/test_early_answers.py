@@ -101,64 +101,65 @@ def _read_frame(sock: socket.socket) -> bytes:
     return head + body
 
 
-def test_a_starting_broker_answers_api_versions_and_leaves_the_next_request_in_the_socket() -> None:
+@contextmanager
+def _answering() -> Iterator[tuple[tuple[str, int], EarlyAnswers]]:
+    """A listening socket answered early, its address; the answers are stopped (and what they hold closed) after."""
     with _listening() as listening:
         answers = EarlyAnswers({"PLAINTEXT": [listening]})
         answers.start()
         try:
-            with socket.create_connection(listening.getsockname(), timeout=TIMEOUT_S) as client, \
-                    socket.create_connection(listening.getsockname(), timeout=TIMEOUT_S) as gone:
-                first = _frame(api_versions_request(3), 1)
-                client.sendall(struct.pack(">i", len(first)) + first)
-                correlation_id, body = _decoded(_read_frame(client), 3)
-                assert (correlation_id, body.error_code) == (1, 0)
-                metadata = _metadata_frame(2)
-                client.sendall(struct.pack(">i", len(metadata)) + metadata)
-                gone.close()  # a client that leaves before the broker serves is not handed over
-                client.settimeout(0.3)
-                with pytest.raises(TimeoutError):
-                    client.recv(1)  # the Metadata request waits for the broker
-                handed = answers.stop()
+            yield listening.getsockname(), answers
         finally:
             answers.abandon()
-        assert list(handed) == ["PLAINTEXT"]
-        (connection,) = handed["PLAINTEXT"]
-        assert connection.answered == [first]
-        with connection.sock:
-            connection.sock.setblocking(True)
-            assert _read_frame(connection.sock)[4:] == metadata, "the next request is left whole for the broker"
+
+
+def test_a_starting_broker_answers_api_versions_and_leaves_the_next_request_in_the_socket() -> None:
+    with _answering() as (address, answers), socket.create_connection(address, timeout=TIMEOUT_S) as client:
+        first = _frame(api_versions_request(3), 1)
+        client.sendall(struct.pack(">i", len(first)) + first)
+        correlation_id, body = _decoded(_read_frame(client), 3)
+        assert (correlation_id, body.error_code) == (1, 0)
+        metadata = _metadata_frame(2)
+        client.sendall(struct.pack(">i", len(metadata)) + metadata)
+        client.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            client.recv(1)  # the Metadata request waits for the broker
+        handed = answers.stop()
+    assert list(handed) == ["PLAINTEXT"]
+    (connection,) = handed["PLAINTEXT"]
+    assert connection.answered == [first]
+    with connection.sock:
+        connection.sock.setblocking(True)
+        assert _read_frame(connection.sock)[4:] == metadata, "the next request is left whole for the broker"
 
 
 def test_a_partial_or_large_first_frame_is_left_whole_for_the_broker_without_spinning() -> None:
-    with _listening() as listening:
-        answers = EarlyAnswers({"PLAINTEXT": [listening]})
-        answers.start()
-        try:
-            with socket.create_connection(listening.getsockname(), timeout=TIMEOUT_S) as partial, \
-                    socket.create_connection(listening.getsockname(), timeout=TIMEOUT_S) as large:
-                partial.sendall(b"\x00\x00\x00")
-                partial_address = partial.getsockname()
-                big = struct.pack(">i", 10_000) + b"\x00" * 10_000
-                large.sendall(big)
-                cpu = time.process_time()
-                time.sleep(0.5)
-                # A thread peeking the same bytes over and over would have used the half second.
-                assert time.process_time() - cpu < 0.25
-                handed = answers.stop()
-        finally:
-            answers.abandon()
-        connections = handed["PLAINTEXT"]
-        assert len(connections) == 2 and all(not c.answered for c in connections)
-        kept = []
-        for connection in connections:
-            with connection.sock:
-                connection.sock.setblocking(True)
-                connection.sock.settimeout(TIMEOUT_S)
-                data = b""
-                while len(data) < (3 if connection.address == partial_address else len(big)):
-                    data += connection.sock.recv(65536)
-                kept.append(data)
-        assert sorted(map(len, kept)) == [3, len(big)]
+    big = struct.pack(">i", 10_000) + b"\x00" * 10_000
+    with (
+        _answering() as (address, answers),
+        socket.create_connection(address, timeout=TIMEOUT_S) as partial,
+        socket.create_connection(address, timeout=TIMEOUT_S) as large,
+    ):
+        partial.sendall(b"\x00\x00\x00")
+        partial_address = partial.getsockname()
+        large.sendall(big)
+        cpu = time.process_time()
+        time.sleep(0.5)
+        # A thread peeking the same bytes over and over would have used the half second.
+        assert time.process_time() - cpu < 0.25
+        handed = answers.stop()
+    connections = handed["PLAINTEXT"]
+    assert len(connections) == 2 and all(not c.answered for c in connections)
+    kept = []
+    for connection in connections:
+        with connection.sock:
+            connection.sock.setblocking(True)
+            connection.sock.settimeout(TIMEOUT_S)
+            data = b""
+            while len(data) < (3 if connection.address == partial_address else len(big)):
+                data += connection.sock.recv(65536)
+            kept.append(data)
+    assert sorted(map(len, kept)) == [3, len(big)]
 
 
 class _Recording:
