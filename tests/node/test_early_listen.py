@@ -12,6 +12,7 @@ from pathlib import Path
 from testkit.node_process import REPO, BrokerProcess, WireClient, api_versions_request, server_command
 from testkit.quorum_cluster import QuorumCluster
 from testkit.waiting import eventually
+from tests.broker.sasl_wire import JAAS, PLAIN_PASSWORD, metadata_request
 from wire import codec, schema
 from wire.ports import free_port
 
@@ -66,6 +67,40 @@ def test_a_client_connecting_while_the_node_starts_is_answered_once_it_serves(tm
         # A clean stop closes the sockets bound at the start: the port is free again.
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", port))
+    finally:
+        broker.kill()
+        cluster.close()
+
+
+def test_a_sasl_client_answered_early_authenticates_once_the_node_serves(tmp_path: Path) -> None:
+    """On a SASL_PLAINTEXT listener the early ApiVersions is the connection's first request; the handshake and the
+    authentication that follow wait for the broker, whose SASL session then starts from that ApiVersions."""
+    cluster = QuorumCluster(tmp_path / "quorum", size=1)
+    port = free_port()
+    overrides = _broker_only(tmp_path, cluster, port) | {
+        "listeners": f"CLIENTS://127.0.0.1:{port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,CLIENTS:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "CLIENTS",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.clients.plain.sasl.jaas.config": JAAS,
+    }
+    broker = _spawn(tmp_path, overrides)
+    try:
+        client = eventually(lambda: WireClient(port, timeout=30.0), timeout=20.0, retry_on=(ConnectionRefusedError,),
+                            what=lambda: f"the starting broker to accept a connection:\n{broker.log_text()}")
+        with client:
+            client.send(api_versions_request(3))
+            assert client.receive(18, 3)[1].error_code == 0
+            assert "node 5 serving" not in broker.log_text()
+            client.send(schema.build(codec.request_class(17, 1), mechanism="PLAIN"))
+            client.send(schema.build(codec.request_class(36, 2), auth_bytes=f"\0alice\0{PLAIN_PASSWORD}".encode()))
+            cluster.start(0)
+            assert client.receive(17, 1)[1].error_code == 0
+            assert client.receive(36, 2)[1].error_code == 0
+            client.send(metadata_request())
+            assert [b.node_id for b in client.receive(3, 12)[1].brokers] == [5]
+        assert broker.stop() == 0
     finally:
         broker.kill()
         cluster.close()
