@@ -4,8 +4,10 @@ Each entry is the range a handler implements *in full* (flexible versions, tagge
 version has them). kio can decode far newer versions; copying its ranges would make clients pick versions we do
 not serve (Produce/Fetch v13 need topic ids; librdkafka calls GetTelemetrySubscriptions as soon as it is listed).
 
-An API is advertised only when the server's handler table has a handler for its key (``advertised``), so an
-entry for an API still being written is harmless. Handler authors edit only their own API's line.
+Every entry has a handler in the broker's table (``advertised`` keeps the others out of the broker's own answers,
+and tests/wire/test_early_answers.py checks there are none): a starting broker answers ApiVersions from this table
+before its handlers are imported (``wire.early_answers``). Handler authors edit only their own API's line, once the
+handler is in.
 """
 
 from __future__ import annotations
@@ -103,8 +105,6 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
 )
 
 API_VERSIONS_KEY: Final = 18
-# KIP-511: client software name and version must look like this (:func:`valid_client_software`).
-_SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 SASL_HANDSHAKE_KEY: Final = 17
 SASL_AUTHENTICATE_KEY: Final = 36
 WRITE_TXN_MARKERS_KEY: Final = 27
@@ -184,6 +184,10 @@ def advertised(handled_keys: Iterable[int]) -> Mapping[int, VersionRange]:
     """The table restricted to APIs that have a registered handler: what ApiVersions tells clients."""
     keys = set(handled_keys)
     return MappingProxyType({key: entry for key, entry in sorted(API_VERSIONS.items()) if key in keys})
+
+
+# KIP-511: client software name and version must look like this (:func:`valid_client_software`).
+_SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 def valid_client_software(name: str | None, version: str | None) -> bool:
