@@ -364,7 +364,7 @@ def node_env(bytecode: Path | None) -> dict[str, str]:
         return env
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(bytecode)
-    warm = "import node.cli; node.cli.without_test_only_libraries(); import node.commands.server, node.process"
+    warm = "import node.cli; node.cli.as_own_process('server'); import node.commands.server, node.process"
     subprocess.run([sys.executable, "-c", warm], cwd=ROOT, env=env, check=True)
     return env
 

@@ -192,7 +192,7 @@ def _start_once(work: Path, config: Path, log: Path, env: dict[str, str]) -> tup
 
 def _imports_once(env: dict[str, str]) -> tuple[float, float]:
     before, started = os.times(), time.monotonic()
-    probe = "import node.cli; node.cli.without_test_only_libraries(); import node.commands.server, node.process"
+    probe = "import node.cli; node.cli.as_own_process('server'); import node.commands.server, node.process"
     subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True, env=env)
     wall, after = time.monotonic() - started, os.times()
     return wall, after.children_user + after.children_system - before.children_user - before.children_system

@@ -13,6 +13,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from node import dataclass_code
+
 #: Each command and the module of ``node/commands`` that registers it (tests/node/test_cli_commands.py keeps the two
 #: in step; a module such as ``cluster_drain`` registers a subcommand through its command's module).
 COMMANDS = {
@@ -51,9 +53,20 @@ def without_test_only_libraries() -> None:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None in sys.modules: "not importable"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def as_own_process(command: str) -> None:
+    """What a process running ``command`` (or ``fjord`` for help) sets up before it imports the command: no
+    test-only libraries, and its dataclasses' methods compiled by its last run (``node.dataclass_code``). The
+    benches' bytecode warm-up calls it too, to import as a node does."""
     without_test_only_libraries()
+    dataclass_code.install(command)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # ``fjord`` as a process of its own, not called by a test
+        as_own_process(words[0] if words and words[0] in COMMANDS else "fjord")
+    else:
+        without_test_only_libraries()
     # Loading a command's modules makes long-lived objects only (classes, functions, tables): the collector, left
     # on, would walk that growing heap about 150 times to free next to nothing (about 800 objects for the server
     # command, measured), a tenth of a node start's CPU.
