@@ -65,6 +65,21 @@ class StreamEntry:
             self.tags,
         )
 
+    def opened(self, epoch: int, node_id: int) -> list[MetadataRecord]:
+        """The records opening this stream at a new ``epoch`` for ``node_id``: a new range from the stream's end, and
+        the removal of every range that holds no offset. Such a range is the mark of an epoch that wrote nothing (a
+        partition reopened before anything was appended, as every one of a node in a crash loop, or an internal
+        topic's idle partition at each restart or move); nothing reads it, since commits and ownership go by the
+        current range only. Kept, each open left one more behind: 197 ranges of each idle ``__consumer_offsets``
+        stream, 4,267 of a node's 5,354 snapshot records, after about 200 restarts."""
+        range_index = self.range_index + 1
+        return [
+            StreamRecord(self.stream_id, epoch, range_index, self.start_offset, StreamState.OPENED, self.tags),
+            RangeRecord(self.stream_id, epoch, range_index, node_id, self.end_offset, self.end_offset),
+            *(RemoveRangeRecord(self.stream_id, r.range_index) for r in self.ranges.values()
+              if r.start_offset == r.end_offset),
+        ]
+
     def trimmed(self, start: int, state: StreamState | None = None) -> list[MetadataRecord]:
         """The records moving this stream's start to ``start`` (its state to ``state``): ranges wholly below go."""
         removed = [r.range_index for r in self.ranges.values()

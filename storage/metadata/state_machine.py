@@ -50,7 +50,6 @@ from storage.metadata.stream_records import (
     NodeEpochRecord,
     ObjectRecord,
     RangeEntry,
-    RangeRecord,
     RemoveKVRecord,
     RemoveObjectRecord,
     RemoveStreamObjectRecord,
@@ -224,13 +223,7 @@ class StreamMetadataStateMachine(StreamMetadataQueries):
                     f"stream {stream_id}: cannot open at epoch {epoch}, it is still opened at epoch {stream.epoch} "
                     f"by node {current.node_id if current else None}"
                 )
-            range_index = stream.range_index + 1
-            await self._commit(
-                [
-                    StreamRecord(stream_id, epoch, range_index, stream.start_offset, StreamState.OPENED, stream.tags),
-                    RangeRecord(stream_id, epoch, range_index, node.node_id, stream.end_offset, stream.end_offset),
-                ]
-            )
+            await self._commit(stream.opened(epoch, node.node_id))
             logger.debug("node %d opened stream %d at epoch %d", node.node_id, stream_id, epoch)
             return OpenStreamResult(stream.start_offset, stream.end_offset)
 

@@ -108,9 +108,33 @@ async def test_create_open_close_reopen_follow_epoch_rules() -> None:
     result = await meta.open_stream(OTHER, stream_id, 6)
     [info] = await meta.get_streams([stream_id, 99])
     assert info.epoch == 6 and info.state == StreamState.OPENED and info.tags == (("topic", "orders"),)
-    assert [(r.epoch, r.node_id) for r in info.ranges] == [(5, 1), (6, 2)]
+    assert [(r.epoch, r.node_id) for r in info.ranges] == [(6, 2)]  # epoch 5 wrote nothing: its range went
     with pytest.raises(StreamNotFoundError):
         await meta.open_stream(NODE, 42, 0)
+
+
+async def test_an_open_keeps_the_ranges_of_epochs_that_wrote_and_drops_the_empty_ones() -> None:
+    """A stream reopened again and again (a crash loop, an idle partition moved) keeps one range per epoch that
+    wrote, not one per open; the log and a snapshot replay to the same ranges."""
+    log = Log()
+    meta = StreamMetadataStateMachine(sink=log)
+    await meta.register_node(1, 100)
+    a = await opened(meta, epoch=0)
+    for epoch in range(1, 30):  # 29 reopens, records written in epochs 10 and 20 only
+        if epoch in (10, 20):
+            [sa] = await meta.get_streams([a])
+            first = await meta.prepare_objects(NODE, 1, 60_000)
+            await meta.commit_stream_set_object(commit(NODE, first, (a, sa.end_offset, sa.end_offset + 5)))
+        await meta.close_stream(NODE, a, epoch - 1)
+        await meta.open_stream(NODE, a, epoch)
+    [info] = await meta.get_streams([a])
+    assert [(r.epoch, r.start_offset, r.end_offset) for r in info.ranges] == [(9, 0, 5), (19, 5, 10), (29, 10, 10)]
+    assert (info.start_offset, info.end_offset) == (0, 10)
+    assert await log.replay().get_streams([a]) == [info]
+    from_snapshot = StreamMetadataStateMachine()
+    for record in meta.snapshot():
+        from_snapshot.apply(record)
+    assert await from_snapshot.get_streams([a]) == [info]
 
 
 async def test_node_epoch_fences_older_incarnations() -> None:
