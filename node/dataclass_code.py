@@ -135,10 +135,3 @@ def save() -> None:
     if _installed is not None:
         _installed.save()
 
-
-def uninstall() -> None:
-    """Gives ``dataclasses`` back the built-in ``exec`` (for tests), without saving."""
-    global _installed
-    if _installed is not None and vars(dataclasses).get("exec") == _installed.exec:
-        del dataclasses.exec  # type: ignore[attr-defined]
-    _installed = None
