@@ -378,7 +378,8 @@ def as_installed(bytecode: Path) -> None:
 
 
 def run_partition(size_mb: int, tails: list[int], cycles: dict[int, int], base: Path, *, rate: int,
-                  fast_reconnect: bool, retry_backoff_max_ms: int | None, env: dict[str, str]) -> list[Row]:
+                  fast_reconnect: bool, retry_backoff_max_ms: int | None, env: dict[str, str],
+                  socket_activation: bool = False) -> list[Row]:
     data = base / f"{size_mb}mb"
     data.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
@@ -389,6 +390,8 @@ def run_partition(size_mb: int, tails: list[int], cycles: dict[int, int], base: 
             node.port, node.controller_port = (int(p) for p in (data / "ports").read_text().split())
         else:
             (data / "ports").write_text(f"{node.port} {node.controller_port}")
+        if socket_activation:
+            node.hold_socket()
         node.start()
         row = Row(size_mb, tail)
         try:
@@ -434,6 +437,9 @@ def main() -> int:
                         "leader query backs off up to this long before it asks the restarted node for metadata")
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="start the node compiling its modules at every start (PYTHONDONTWRITEBYTECODE=1)")
+    parser.add_argument("--socket-activation", action="store_true",
+                        help="hold the client listener's socket across the restarts and pass it to each node as "
+                        "systemd's socket activation does: connections made while no node runs are queued, not refused")
     parser.add_argument("--data-dir", type=Path, help="keep each partition's node here (reused when filled)")
     parser.add_argument("--keep", action="store_true", help="leave --data-dir in place")
     args = parser.parse_args()
@@ -447,7 +453,8 @@ def main() -> int:
         for size in (args.small_mb, args.large_mb):
             if size > 0:
                 rows += run_partition(size, tails, cycles, base, rate=args.rate, fast_reconnect=args.fast_reconnect,
-                                      retry_backoff_max_ms=args.retry_backoff_max_ms, env=env)
+                                      retry_backoff_max_ms=args.retry_backoff_max_ms, env=env,
+                                      socket_activation=args.socket_activation)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

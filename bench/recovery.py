@@ -50,6 +50,7 @@ import datetime
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # no
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from confluent_kafka.cimpl import NewTopic  # noqa: E402
 
+from testkit.service_manager import socket_activated  # noqa: E402
 from wire.ports import free_ports  # noqa: E402
 
 TOPIC = "recovery-bench"
@@ -107,6 +109,17 @@ class Node:
         self.port, self.controller_port = free_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "node.log"
+        #: The client listener's socket when held across restarts as a service manager holds it (``hold_socket``).
+        self.held: socket.socket | None = None
+
+    def hold_socket(self) -> None:
+        """From the next start on, the client listener's socket is this process's, passed to each node as systemd's
+        socket activation passes it (``node.socket_activation``): a client connecting while no node runs is queued,
+        not refused."""
+        self.held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.held.bind(("127.0.0.1", self.port))
+        self.held.listen(1024)
 
     @property
     def bootstrap(self) -> str:
@@ -133,9 +146,12 @@ class Node:
         cmd = [sys.executable, "-m", "node.cli", "server", "start"]
         for key, value in overrides.items():
             cmd += ["--override", f"{key}={value}"]
+        fds: tuple[int, ...] = ()
+        if self.held is not None:
+            cmd, fds = socket_activated(cmd, [self.held])
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.env
+                cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.env, pass_fds=fds
             )
 
     def log_text(self) -> str:

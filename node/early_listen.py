@@ -14,9 +14,10 @@ the connection is up. Refused until the node serves, it needs two ticks after th
 but answered only once it serves, one; answered at once, none: the tick during the start sends the request, answered
 as soon as the node serves (bench/kill_acks.py).
 
-A port in use fails the start here, with the same one line as before; the sockets are handed to the broker's
-listeners (``wire.listener.KafkaListener(sockets=...)``), which close them when they close, and the caller closes
-them if the node stops before its broker took them.
+A service manager may hold the sockets instead (systemd's socket activation, ``node.socket_activation``): then
+nothing is refused even while no node runs. A port in use fails the start here, with the same one line as before;
+the sockets are handed to the broker's listeners (``wire.listener.KafkaListener(sockets=...)``), which close them
+when they close, and the caller closes them if the node stops before its broker took them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import logging
 import socket
 from collections.abc import Mapping, Sequence
 
+from node.socket_activation import assign, take_inherited
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from wire.listening_sockets import bind_listening
@@ -36,14 +38,28 @@ ListeningSockets = Mapping[str, Sequence[socket.socket]]
 
 
 async def listen_early(config: ServerConfig) -> dict[str, list[socket.socket]]:
-    """The listening sockets of every client listener of a broker or combined node (none for a controller)."""
+    """The listening sockets of every client listener of a broker or combined node (none for a controller): those
+    a service manager passed (``node.socket_activation``), else bound here."""
     bound: dict[str, list[socket.socket]] = {}
+    inherited = take_inherited()
     if "broker" not in config.process_roles:
+        if inherited:
+            for each in inherited:
+                each.sock.close()
+            raise ConfigError(f"socket activation: {inherited[0].describe()} passed to a node without client "
+                              f"listeners (process.roles={','.join(config.process_roles)})")
         return bound
+    passed = assign([(listener.name, listener.port) for listener in config.broker_listeners], inherited)
     backlog = int(config.value("socket.listen.backlog.size"))
     try:
         for listener in config.broker_listeners:
             host = listener.host or "0.0.0.0"
+            if listener.name in passed:
+                bound[listener.name] = passed.pop(listener.name)
+                host, port = bound[listener.name][0].getsockname()[:2]
+                logger.info("listener %s listening on %s:%d (passed by the service manager); requests are read once "
+                            "the node is up", listener.name, host, port)
+                continue
             try:
                 bound[listener.name] = await bind_listening(
                     host, listener.port, backlog=backlog, listener_name=listener.name
@@ -55,6 +71,7 @@ async def listen_early(config: ServerConfig) -> dict[str, list[socket.socket]]:
                         bound[listener.name][0].getsockname()[1])
     except BaseException:
         close_all(bound)
+        close_all(passed)
         raise
     return bound
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testkit.service_manager import socket_activated
 from testkit.waiting import eventually
 from wire import codec, schema
 
@@ -174,17 +175,19 @@ def start_broker(
     config: Path | None = None,
     timeout: float = START_TIMEOUT_S,
     args: Sequence[str] = (),
+    passed_sockets: Sequence[socket.socket] = (),
 ) -> BrokerProcess:
-    """Starts a node and returns once it answers ApiVersions on its client listener."""
+    """Starts a node and returns once it answers ApiVersions on its client listener. ``passed_sockets``: listening
+    sockets handed to it as a service manager hands them (``testkit.service_manager``)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     settings = default_overrides(data_dir)
     settings.update(overrides or {})
     log_path = data_dir / f"broker-{time.monotonic_ns()}.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    command, fds = socket_activated(server_command(config, settings, args), passed_sockets) if passed_sockets else (
+        server_command(config, settings, args), ())
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            server_command(config, settings, args), cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
-        )
+        proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=fds)
     broker = BrokerProcess(proc, data_dir, log_path, node_id=int(settings.get("node.id", "0")))
     deadline = time.monotonic() + timeout
 
