@@ -136,6 +136,15 @@ machine otherwise quiet, load 1.0-2.9 from the bench itself; no record lost or d
 
 ``wal`` - ``up`` fell from 0.49-0.50 s to 0.14-0.16 s, and the node serves 0.2-0.4 s sooner; the client's next tick
 after it (about 1.5 s after the kill, above) then carries the ack.
+
+``--socket-activation`` holds the client listener's socket in this process across the restarts and passes it to each
+node as systemd's socket activation does (``node/socket_activation.py``, ``testkit/service_manager.py``): a client
+connecting while no node runs is queued by the kernel, not refused. It does not remove librdkafka's one-second wait
+when no produce request was in flight at the kill (traced with its debug log, 2026-12-01): it then moves the
+partition to its internal broker and starts no leader query; only its scan of unavailable topics, once a second,
+looks again, and the tick that connects asks for metadata before the connection is up ("no usable brokers"), while
+the connection's own refresh is skipped ("already being requested"), so the request goes out a tick later.
+``bench/FIGURES.md`` has the rows with and without it.
 """
 
 from __future__ import annotations
