@@ -29,9 +29,12 @@ def held_socket() -> Iterator[socket.socket]:
     sock.close()
 
 
-def _metadata_brokers(client: WireClient) -> list[tuple[str, int]]:
-    response = client.request(schema.build(codec.request_class(3, 12), topics=None))
-    return [(b.host, b.port) for b in response.brokers]
+def _answered_then_served(client: WireClient, correlation_id: int, port: int) -> None:
+    """The ApiVersions request ``client`` sent before a node ran is answered, and the node serves on ``port``."""
+    got, response = client.receive(18, 3)
+    assert got == correlation_id and response.error_code == 0
+    metadata = client.request(schema.build(codec.request_class(3, 12), topics=None))
+    assert [(b.host, b.port) for b in metadata.brokers] == [("127.0.0.1", port)]
 
 
 def test_a_client_connecting_while_no_node_runs_is_answered_by_the_next_one(
@@ -44,9 +47,7 @@ def test_a_client_connecting_while_no_node_runs_is_answered_by_the_next_one(
         correlation_id = early.send(api_versions_request(3))
         broker = start_broker(tmp_path, overrides, passed_sockets=[held_socket])
         try:
-            got, response = early.receive(18, 3)
-            assert got == correlation_id and response.error_code == 0
-            assert _metadata_brokers(early) == [("127.0.0.1", port)]
+            _answered_then_served(early, correlation_id, port)
             assert f"listening on 127.0.0.1:{port} (passed by the service manager)" in broker.log_text()
             broker.kill()  # kill -9: the socket stays with its holder
 
@@ -54,9 +55,7 @@ def test_a_client_connecting_while_no_node_runs_is_answered_by_the_next_one(
                 correlation_id = during.send(api_versions_request(3))
                 again = start_broker(tmp_path, overrides, passed_sockets=[held_socket])
                 try:
-                    got, response = during.receive(18, 3)
-                    assert got == correlation_id and response.error_code == 0
-                    assert _metadata_brokers(during) == [("127.0.0.1", port)]
+                    _answered_then_served(during, correlation_id, port)
                 finally:
                     assert again.stop() == 0
         finally:
