@@ -184,8 +184,10 @@ def start_broker(
     settings.update(overrides or {})
     log_path = data_dir / f"broker-{time.monotonic_ns()}.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    command, fds = socket_activated(server_command(config, settings, args), passed_sockets) if passed_sockets else (
-        server_command(config, settings, args), ())
+    command = server_command(config, settings, args)
+    fds: tuple[int, ...] = ()
+    if passed_sockets:
+        command, fds = socket_activated(command, passed_sockets)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=fds)
     broker = BrokerProcess(proc, data_dir, log_path, node_id=int(settings.get("node.id", "0")))
