@@ -9,7 +9,9 @@ is the slow part on hot paths.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import gc
+import itertools
 import logging
 import threading
 import time
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from wire.api_versions import API_VERSIONS, api_name
@@ -91,17 +93,10 @@ class ServerMetrics:
             buckets=LAG_BUCKETS,
             registry=self.registry,
         )
-        self.gc_seconds = Histogram(
-            "fjord_broker_gc_seconds",
-            "Garbage-collection passes by generation (a pass holds the GIL, so it stalls the event loop)",
-            ["generation"],
-            buckets=LAG_BUCKETS,
-            registry=self.registry,
-        )
-        self._gc_children = [self.gc_seconds.labels(generation=str(g)) for g in range(3)]
+        self._gc = _GcPauses()
+        self.registry.register(self._gc)
         self._pools = _PoolCollector()
         self.registry.register(self._pools)
-        self._gc_started = 0.0
         self._children: dict[tuple[str, int], Any] = {}
         self._http: Any = None
         self._http_thread: threading.Thread | None = None
@@ -145,19 +140,12 @@ class ServerMetrics:
 
     def watch_gc(self) -> None:
         """Times every garbage-collection pass (``gc.callbacks``) until ``unwatch_gc``."""
-        if self._on_gc not in gc.callbacks:
-            gc.callbacks.append(self._on_gc)
+        if self._gc.on_gc not in gc.callbacks:
+            gc.callbacks.append(self._gc.on_gc)
 
     def unwatch_gc(self) -> None:
-        if self._on_gc in gc.callbacks:
-            gc.callbacks.remove(self._on_gc)
-
-    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._gc_started = time.perf_counter()
-        elif self._gc_started:
-            self._gc_children[info["generation"]].observe(time.perf_counter() - self._gc_started)
-            self._gc_started = 0.0
+        if self._gc.on_gc in gc.callbacks:
+            gc.callbacks.remove(self._gc.on_gc)
 
     def start_http(self, port: int, host: str = "127.0.0.1") -> int:
         """Serves ``/metrics`` on ``host:port`` (port 0 picks a free one); returns the bound port."""
@@ -174,6 +162,49 @@ class ServerMetrics:
         if self._http_thread is not None:
             self._http_thread.join(timeout=5)
             self._http_thread = None
+
+
+class _GcPauses(Collector):
+    """``fjord_broker_gc_seconds``: garbage-collection passes by generation (a pass holds the GIL, so it stalls the
+    event loop), counted into :data:`LAG_BUCKETS` by the ``gc.callbacks`` hook and read at scrape time.
+
+    Why not a prometheus ``Histogram``: a collection starts wherever an allocation crosses a threshold, at whatever
+    stack depth that is, and runs its callbacks there. ``Histogram.observe`` nests several Python calls (label
+    child, lock, bucket search); run at the bottom of a deep stack, such as a hostile body's JSON nesting close to
+    the interpreter's recursion limit, it raised RecursionError, which the interpreter prints with a traceback. The
+    hook here calls only C builtins and touches plain lists."""
+
+    def __init__(self) -> None:
+        self._bounds = LAG_BUCKETS[:-1]  # the last bucket, +Inf, holds what no bound below does
+        self._labels = [repr(bound) for bound in self._bounds] + ["+Inf"]
+        self._buckets = [[0] * len(LAG_BUCKETS) for _ in range(3)]
+        self._sums = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started:
+            seconds = time.perf_counter() - self._started
+            self._started = 0.0
+            generation = info["generation"]
+            self._buckets[generation][bisect.bisect_left(self._bounds, seconds)] += 1
+            self._sums[generation] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "fjord_broker_gc_seconds",
+            "Garbage-collection passes by generation (a pass holds the GIL, so it stalls the event loop)",
+            labels=["generation"],
+        )
+        for generation, counts in enumerate(self._buckets):
+            cumulative = list(itertools.accumulate(counts))  # a copy: the hook may count on in another thread
+            family.add_metric(
+                [str(generation)],
+                list(zip(self._labels, cumulative, strict=True)),
+                self._sums[generation],
+            )
+        yield family
 
 
 class _PoolCollector(Collector):

@@ -13,6 +13,7 @@ controller as this node knows it (-1 unknown), meaningful with ``NOT_CONTROLLER`
 
 from __future__ import annotations
 
+import gc
 import json
 import struct
 import typing
@@ -82,12 +83,26 @@ def decode_stream_body(header: StreamRequestHeader, frame: bytes) -> StreamReque
     if size > MAX_REQUEST_BODY_BYTES:
         raise StreamCodecError(f"{what} has a body of {size} bytes, over the {MAX_REQUEST_BODY_BYTES} parsed")
     try:
-        request = from_json(header.request, json.loads(frame[header.body_start :]))
+        request = from_json(header.request, _parse_json(frame[header.body_start :]))
     except RecursionError:
         raise StreamCodecError(f"{what} is nested too deeply to parse") from None
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise StreamCodecError(f"{what} is malformed: {exc}") from None
     return typing.cast(StreamRequest, request)
+
+
+def _parse_json(body: bytes) -> Any:
+    """``json.loads`` with the cyclic garbage collector paused. The C parser goes one C level deeper per nesting
+    level, up to the interpreter's recursion limit on a hostile body; a collection started by an allocation there
+    would run every ``gc.callbacks`` hook (the node's metrics, any library's) at that depth, where a few Python calls
+    overflow the stack. The parse holds the GIL throughout, so no other thread notices the pause."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(body)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def decode_stream_request(

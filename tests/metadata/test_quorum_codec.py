@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -215,6 +218,36 @@ def test_a_stream_request_body_is_parsed_only_after_its_caller_is_checked() -> N
     header = nested[: nested.index(b"[")]
     with pytest.raises(StreamCodecError, match="over the"):
         decode_stream_request(header + b" " * (MAX_REQUEST_BODY_BYTES + 1))
+
+
+def test_a_deep_body_runs_no_garbage_collection_hook_at_its_depth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collection started inside the parse of a hostile body would run the ``gc.callbacks`` hooks a few frames
+    below the recursion limit. A hook that makes nested calls there (prometheus_client's ``observe`` did) fails, and
+    the interpreter prints that with a traceback: the node's log must show one line for the frame and nothing else.
+    Here every allocation starts a young collection, so the parse of a 100,000-deep body would run the hook ~1,000
+    times at increasing depth."""
+    depth = 100_000
+    nested = encode_stream_request(GetKV("k"), 9)[4:]
+    nested = nested[: nested.index(b"[")] + b"[" * depth + b"]" * depth
+    unraisable: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda hook_args: unraisable.append(hook_args.exc_value))
+
+    def nests(levels: int) -> int:
+        return 0 if levels == 0 else 1 + nests(levels - 1)
+
+    def hook(_phase: str, _info: dict[str, int]) -> None:
+        nests(20)
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(hook)
+    gc.set_threshold(1, 1_000_000, 1_000_000)
+    try:
+        with pytest.raises(StreamCodecError, match="nested too deeply"):
+            decode_stream_request(nested)
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(hook)
+    assert unraisable == []
 
 
 @pytest.mark.parametrize(
