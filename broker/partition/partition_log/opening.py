@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import struct
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, cast
@@ -55,15 +56,25 @@ class OpenedStreams:
 
 
 async def open_stream(streams: StreamClient, stream_id: int, epoch: int, where: str) -> Stream:
-    """Opens a stream, waiting while its previous owner is still closing it (reassignment, crash recovery)."""
+    """Opens a stream, waiting while its previous owner is still closing it (reassignment, crash recovery, a WAL
+    failover's replay). The wait is logged when it starts and when it ends, not at every retry: a failover keeps
+    every partition of the dead broker waiting for seconds."""
+    started = time.monotonic()
     for attempt in range(_OPEN_RETRIES):
         try:
-            return await streams.open_stream(stream_id, epoch)
-        except storage_errors.StreamNotClosedError:
+            stream = await streams.open_stream(stream_id, epoch)
+        except storage_errors.StreamNotClosedError as exc:
             if attempt == _OPEN_RETRIES - 1:
                 raise
-            logger.info("stream %d of %s is still open elsewhere; retrying", stream_id, where)
+            if attempt == 0:
+                logger.info("stream %d of %s is still open elsewhere; retrying every %.0f ms: %s", stream_id, where,
+                            _OPEN_RETRY_DELAY * 1000, exc)
             await asyncio.sleep(_OPEN_RETRY_DELAY)
+            continue
+        if attempt:
+            logger.info("stream %d of %s opened after waiting %.3f s for its previous owner to close it", stream_id,
+                        where, time.monotonic() - started)
+        return stream
     raise AssertionError("unreachable")
 
 
