@@ -4,7 +4,7 @@ These are the conformance tests librdkafka's authors run against Apache Kafka. `
 this file lists the ones Fjord must pass on a node configured like the suite's "default" scenario but with no initial
 rebalance delay (:data:`SUITE_NODE`); the few that need ACLs (:data:`NEEDS_AUTHORIZER`) run against a second node with
 an authorizer, which also serves the SSL and SASL listeners of the tests that need one (:data:`NEEDS_SECURITY`), and
-the two that need Kafka's initial rebalance delay (:data:`NEEDS_REBALANCE_DELAY`) against a third node that has it.
+the three that need Kafka's initial rebalance delay (:data:`NEEDS_REBALANCE_DELAY`) against a third node that has it.
 Each runs as its own pytest case so a regression names the test; the allowlist's tests that mostly wait
 (:data:`MOSTLY_WAITS`) run side by side, before its others. The suite is built by
 ``scripts/build-librdkafka-tests.sh`` (``make test`` runs it first).
@@ -90,7 +90,7 @@ SIDE_BY_SIDE = 4
 #: CPU, 25 of them 0076's. librdkafka's own runner runs up to five tests at once
 #: against one cluster (three on CI), and every test names its own topics and groups from random ids, so none of
 #: these sees another's data. Left serial: the tests that race the client's timers or measure latency (above), those
-#: that assert a duration or a deadline of a few seconds (0001, 0018, 0019, 0084, 0114, 0118, 0123, 0125, 0137),
+#: that assert a duration or a deadline of a few seconds (0001, 0018, 0019, 0084, 0114, 0123, 0125, 0137),
 #: those that use the CPU (0011, 0030, 0038, 0041, 0048) and the short ones (under 10 s each: little to gain). Kept in
 #: the order they start, longest first.
 MOSTLY_WAITS = {
@@ -159,6 +159,12 @@ NEEDS_REBALANCE_DELAY = {
     # not expect message for at least 7181ms").
     "0089": "both consumers must be in the group's first generation, so that the partition moves only when "
     "max.poll.interval.ms expires",
+    # 0118 commit_rebalance: two consumers subscribe 3 ms apart; the test polls the first until it has 10 messages,
+    # then only the second. Without the delay the first can be assigned every partition alone (seen: the second
+    # joined 5 ms after the first generation was stable); the second's join then needs the first to rejoin, which it
+    # does only when polled, and the second's poll times out after 30 s.
+    "0118": "both consumers must be in the group's first generation: the test stops polling the first while the "
+    "second waits for its assignment",
 }
 
 #: The authorizer node: :data:`SUITE_NODE` with Kafka's StandardAuthorizer and the suite's plaintext clients
