@@ -7,6 +7,12 @@ which is what makes a partition move, a drain or a failover nearly invisible to 
 here so they answer alike: the leader and epoch from this broker's metadata image (-1/-1 for a partition it does not
 know, as Kafka's ``getCurrentLeader`` falls back to), and the endpoint on the request's listener only for a leader
 that is alive (unfenced), as Kafka's ``getAliveBrokerNode``.
+
+A partition being moved has no leader between its source's letting go and its target's election. Its hint names the
+target already, with the epoch the election will give it (``metadata.move_leader``): the client's retry backoff then
+runs while the hand-over does, instead of after it, and the target holds a request that arrives before it has the
+partition open. Clients ignore a hint whose epoch is below the one they know, so once the election is known a stale
+answer cannot send a client back.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from broker.handlers.metadata import live_endpoint
 from metadata.image import MetadataImage
+from metadata.move_leader import next_leader
 from wire import schema
 
 
@@ -29,10 +36,15 @@ class LeaderHints:
         self._endpoints: dict[int, tuple[str, int, str | None]] = {}
 
     def current_leader(self, topic: str, partition: int) -> tuple[int, int]:
-        """The partition's leader id and epoch as this broker knows them (-1, -1 when it knows no leader), the
-        leader's endpoint remembered for :meth:`node_endpoints` when the leader is alive on this listener."""
+        """The partition's leader id and epoch as this broker knows them (-1, -1 when it knows no leader; a moving
+        partition's target and its coming epoch), the leader's endpoint remembered for :meth:`node_endpoints` when
+        the leader is alive on this listener."""
         found = self._image.partition(topic, partition)
-        leader, epoch = (found.leader, found.leader_epoch) if found is not None else (-1, -1)
+        upcoming = next_leader(self._image, found) if found is not None else None
+        if upcoming is not None:
+            leader, epoch = upcoming
+        else:
+            leader, epoch = (found.leader, found.leader_epoch) if found is not None else (-1, -1)
         broker = self._image.brokers.get(leader)
         if broker is not None and not broker.fenced:
             endpoint = live_endpoint(broker, self._listener_name)

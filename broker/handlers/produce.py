@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 _MIN_TIMEOUT_MS = 1000
 #: How long a refusal of a partition being moved waits for its target's election, so that it can name the new leader
-#: (KIP-951) instead of none; a move elects its target within a few hundred milliseconds of the source letting go.
+#: (KIP-951) instead of none, when the target cannot be named ahead (``metadata.move_leader``: no target may lead).
 _MOVE_WAIT_S = 1.0
 
 
@@ -58,6 +58,7 @@ async def _append_one(
     acks: int,
     *,
     transactional_id: str | None,
+    timeout_s: float,
 ) -> AppendResult | BaseException:
     try:
         if records is None or len(records) == 0:
@@ -66,7 +67,7 @@ async def _append_one(
         # Taken before the first suspension: tasks first run in the order they were created (arrival order).
         turn = ctx.connection.appends.take((topic, partition))
         result = await turn.start(
-            _verified_leader_log(ctx, topic, partition, data, transactional_id),
+            _verified_leader_log(ctx, topic, partition, data, transactional_id, timeout_s=timeout_s),
             lambda log: log.append(data, required_acks=acks, transactional_id=transactional_id),
         )
     except KafkaError as exc:
@@ -80,9 +81,12 @@ async def _append_one(
 
 
 async def _verified_leader_log(
-    ctx: RequestContext, topic: str, partition: int, data: bytes, transactional_id: str | None
+    ctx: RequestContext, topic: str, partition: int, data: bytes, transactional_id: str | None, *, timeout_s: float
 ) -> PartitionLog:
-    log = await leader_log(ctx.broker.partitions, topic, partition)
+    # A partition moving here waits for its election (its source told the producer to come here before letting go,
+    # KIP-951) for up to half the request's timeout: the other half is the open's and the append's, so a record is
+    # never appended after its producer was told it timed out.
+    log = await leader_log(ctx.broker.partitions, topic, partition, move_wait=timeout_s / 2)
     if transactional_id is None:
         return log
     try:
@@ -163,6 +167,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     refusal: KafkaError | None = None
     if acks not in (0, 1, -1):
         refusal = KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1 (all), not {acks}")
+    # The timeout bounds the wait for durability; a WAL write always takes a moment, so a zero or tiny timeout
+    # (which in Kafka would still succeed on a single-replica partition) is raised to a small floor.
+    timeout_s = max(schema.millis(request.timeout), _MIN_TIMEOUT_MS) / 1000
     topics_by_id = ctx.broker.controller.image.topics_by_id
     for topic in request.topic_data:
         name = getattr(topic, "name", None)
@@ -178,11 +185,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 jobs.append(asyncio.sleep(0, KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")))
             else:
                 jobs.append(
-                    _append_one(ctx, name, part.index, part.records, acks, transactional_id=request.transactional_id)
+                    _append_one(ctx, name, part.index, part.records, acks, transactional_id=request.transactional_id,
+                                timeout_s=timeout_s)
                 )
-    # The timeout bounds the wait for durability; a WAL write always takes a moment, so a zero or tiny timeout
-    # (which in Kafka would still succeed on a single-replica partition) is raised to a small floor.
-    timeout_s = max(schema.millis(request.timeout), _MIN_TIMEOUT_MS) / 1000
     tasks = [asyncio.ensure_future(job) for job in jobs]
     outcomes: list[AppendResult | BaseException] = []
     if tasks:

@@ -3,7 +3,9 @@
 Every data-plane handler (produce, fetch, list offsets, delete records, leader epochs) goes through
 ``leader_log`` so the same situation always yields the same code: an unknown topic or partition is
 UNKNOWN_TOPIC_OR_PARTITION, a partition led elsewhere (or not yet open here) NOT_LEADER_OR_FOLLOWER, and a
-client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320).
+client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320). A request
+for a partition being moved here waits for the move's election and the open first: the source named this broker to
+the client before the election (``metadata.move_leader``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from wire.errors import KafkaError
 
 #: How long a request waits for a partition this broker was just made leader of to finish opening.
 OPEN_WAIT_SECONDS = 5.0
+#: How long a request for a partition moving to this broker waits for the move's election by default (the source's
+#: close and the controller's election take about 0.1 s; longer only when the source is stuck).
+MOVE_WAIT_SECONDS = 1.0
 
 
 def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
@@ -34,18 +39,22 @@ def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
 
 
 async def leader_log(
-    manager: PartitionManager, topic: str, partition: int, current_leader_epoch: int = -1
+    manager: PartitionManager, topic: str, partition: int, current_leader_epoch: int = -1, *,
+    move_wait: float = MOVE_WAIT_SECONDS,
 ) -> PartitionLog:
-    """The open PartitionLog of ``topic``-``partition`` on this broker, or a KafkaError saying why not."""
+    """The open PartitionLog of ``topic``-``partition`` on this broker, or a KafkaError saying why not.
+    ``move_wait``: how long to wait for the election of a move to this broker (a produce waits up to its timeout)."""
     log = manager.get(topic, partition)
     if log is None:
         image = manager.controller.image
         part = image.partition(topic, partition)
         if part is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
-        if part.leader != manager.node_id:
+        if part.leader != manager.node_id and not await manager.wait_for_move_here(topic, partition, move_wait):
+            now = manager.controller.image.partition(topic, partition)
             raise KafkaError(
-                ErrorCode.not_leader_or_follower, f"{topic}-{partition} is led by node {part.leader}, not this one"
+                ErrorCode.not_leader_or_follower,
+                f"{topic}-{partition} is led by node {now.leader if now is not None else -1}, not this one",
             )
         log = await manager.wait_open(topic, partition, OPEN_WAIT_SECONDS)
         if log is None:

@@ -30,6 +30,7 @@ from broker.partition.partition_log import PartitionLog
 from broker.partition.retention import HeadCache, enforce_retention
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage, PartitionImage
+from metadata.move_leader import next_leader
 from settings.describe import effective_topic_configs
 from storage.errors import StorageError
 from storage.namespace import namespace_for
@@ -195,15 +196,40 @@ class PartitionManager:
         arrived.set()
 
     async def wait_for_election(self, topic: str, partition: int, timeout: float) -> None:
-        """Returns once this broker's image names a leader of a partition being moved (or it is not moving), or
-        after ``timeout`` seconds: a moved partition has no leader from its source's letting go until its target
-        is elected, and an answer naming the target spares the client a metadata round trip (KIP-951)."""
+        """Returns once a refusal of a partition being moved can name its next leader: this broker's image names
+        the leader, or the target its election will pick (``metadata.move_leader``), or the partition is not moving;
+        or after ``timeout`` seconds. An answer naming the leader spares the client a metadata round trip (KIP-951);
+        only a move whose targets may not lead leaves the election's choice unknown until it is made."""
+
+        def known(image: MetadataImage, found: PartitionImage | None) -> bool:
+            return found is None or found.leader >= 0 or not found.reassigning or next_leader(image, found) is not None
+
+        await self._wait_image(topic, partition, known, timeout)
+
+    async def wait_for_move_here(self, topic: str, partition: int, timeout: float) -> bool:
+        """Whether this broker leads the partition, after waiting (up to ``timeout`` seconds) for the election of a
+        move whose target it is. The source names the target to its clients as soon as it lets go (KIP-951), so
+        their retries arrive here while the hand-over still runs: they wait for it instead of being refused."""
+
+        def elected(image: MetadataImage, found: PartitionImage | None) -> bool:
+            upcoming = next_leader(image, found) if found is not None else None
+            return upcoming is None or upcoming[0] != self.node_id
+
+        await self._wait_image(topic, partition, elected, timeout)
+        found = self._context.controller.image.partition(topic, partition)
+        return found is not None and found.leader == self.node_id
+
+    async def _wait_image(
+        self, topic: str, partition: int, done: Callable[[MetadataImage, PartitionImage | None], bool],
+        timeout: float,
+    ) -> None:
+        """Waits until ``done`` holds for this broker's image and its entry of the partition, or ``timeout``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            found = self._context.controller.image.partition(topic, partition)
+            image = self._context.controller.image
             remaining = deadline - loop.time()
-            if found is None or found.leader >= 0 or not found.reassigning or remaining <= 0:
+            if done(image, image.partition(topic, partition)) or remaining <= 0:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new_image.wait(), remaining)

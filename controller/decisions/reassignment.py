@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from metadata.cluster_records import NO_LEADER, PartitionChangeRecord
 from metadata.controller_api import PartitionReassignment, ReassignmentResult
 from metadata.image import MetadataImage, PartitionImage
+from metadata.move_leader import elected_target
 
 ONE_REPLICA_MESSAGE = (
     "Fjord keeps exactly one replica per partition (its data lives in object storage, so the one broker that "
@@ -78,8 +79,8 @@ def complete(image: MetadataImage, partition: PartitionImage) -> PartitionChange
     gone meanwhile (fenced, unregistered) leaves the partition to the least loaded live broker, or leaderless for
     the next broker that registers, as a fenced leader's partitions are. A target in controlled shutdown counts as
     gone (``controller.decisions.controlled_shutdown``)."""
+    target = elected_target(image, partition)  # what the brokers named to clients ahead of this election
     live = {b.node_id for b in image.leader_candidates()}
-    target = next((r for r in partition.replicas if r in live), NO_LEADER)
     if target == NO_LEADER and live:
         load = {broker: 0 for broker in live}
         for topic in image.topics_by_name.values():

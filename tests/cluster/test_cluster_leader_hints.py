@@ -176,9 +176,10 @@ def test_a_producer_follows_a_move_on_the_old_leaders_hint(two_brokers: LocalClu
 def test_a_producer_follows_a_move_under_load_without_asking_for_metadata(
     two_brokers: LocalCluster, admin_for: Any
 ) -> None:
-    """The records sent while the partition moves are refused by the source once it let go; the refusal waits for
-    the target's election and names it, so the producer carries on at the target without a metadata refresh
-    (counted by the producer itself: librdkafka's per-broker request counts in its statistics)."""
+    """The records sent while the partition moves are refused by the source once it let go; the refusal names the
+    target with the leader epoch its election will give it, and the target holds what arrives before that election,
+    so the producer carries on at the target without a metadata refresh (counted by the producer itself:
+    librdkafka's per-broker request counts in its statistics)."""
     cluster = two_brokers
     topic = topic_name("moving")
     create_topic(cluster.bootstrap_servers, topic, 1)

@@ -7,10 +7,12 @@ end. The module runs once with the S3 WAL and once with the file WAL (one cluste
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
+from kio.schema.errors import ErrorCode
 
+from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
 from testkit.s3_fault_proxy import S3FaultProxy
 from testkit.waiting import eventually
@@ -32,9 +36,12 @@ from tests.cluster.cluster_support import (
     shell_in_process,
     table_rows,
     topic_name,
+    wait_for,
 )
 from tests.cluster.conftest import start_cluster
 from tests.conftest import S3Server
+from wire import codec, schema
+from wire.record_batch import Record, build_batch
 
 PARTITIONS = 6
 UNWRITABLE_MAX_MS = 8000
@@ -240,6 +247,75 @@ def test_a_partition_moved_during_an_outage_lands_and_its_new_leader_reads_it_fr
     assert sorted(numbered, key=lambda v: int(v[1:])) == numbered, "partition 0 read out of order"
     assert set(numbered) <= {f"r{n}" for n in range(0, load.sent, PARTITIONS)}, "records of other partitions read"
     assert_all_consumed(faulty.bootstrap, topic, PARTITIONS, load.acked, timeout=90)
+
+
+@pytest.mark.parametrize("faulty", ["file"], indirect=True)  # the source's last upload is the same with either WAL
+def test_a_move_waiting_on_s3_sends_producers_to_its_target_before_the_election(faulty: Cluster) -> None:
+    """While a move's source cannot upload its last records the partition has no leader. The source's refusal of a
+    produce names the target already, with the leader epoch its election will give it (KIP-951), and the target holds
+    a produce sent to it then and appends it once elected: a producer's retry backoff runs during the hand-over."""
+    topic = _create_topic(faulty.bootstrap)
+    source = leaders(faulty.bootstrap, topic, PARTITIONS)[0]
+    target = next(b.spec.node_id for b in faulty.cluster.brokers if b.spec.node_id != source)
+    source_port, target_port = (faulty.cluster.node(n).spec.port for n in (source, target))
+    appended = [_produce_at(source_port, topic)]
+    assert appended[0].error_code == ErrorCode.none, appended
+    admin = KafkaAdminClient(bootstrap_servers=faulty.bootstrap, request_timeout_ms=30_000)
+    moved = KafkaTopicPartition(topic, 0)
+    faulty.proxy.refuse_writes()
+    try:
+        assert admin.alter_partition_reassignments({moved: [target]}) == {moved: None}
+
+        def refusal() -> Any:
+            answer = _produce_at(source_port, topic)
+            if answer.error_code == ErrorCode.none:
+                appended.append(answer)  # the source had not seen the move yet
+                return None
+            return answer
+
+        refused = wait_for(f"broker {source} to refuse {topic}-0", refusal, timeout=15)
+        assert refused.error_code == ErrorCode.not_leader_or_follower, refused
+        assert refused.current_leader.leader_id == target, refused
+        assert moved in admin.list_partition_reassignments(), "elected although the source could not close"
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(_produce_at, target_port, topic)
+            time.sleep(0.5)  # the request reaches the target, which cannot lead the partition before the election
+            assert not held.done(), f"broker {target} answered before the move's election: {held.result()}"
+            faulty.proxy.clear()
+            answer = held.result(timeout=60)
+    finally:
+        faulty.proxy.clear()
+        admin.close()
+    assert answer.error_code == ErrorCode.none, answer
+    assert answer.base_offset == appended[-1].base_offset + 1
+    assert _leader_and_epoch(target_port, topic) == (target, refused.current_leader.leader_epoch)
+
+
+def _produce_at(port: int, topic: str) -> Any:
+    """One record to ``topic``-0 at the broker on ``port`` (Produce v12, acks=all): its partition response."""
+    request = codec.request_class(0, 12)
+    topic_cls = schema.field_entity(request, "topic_data")
+    batch = build_batch([Record(None, b"moving")])
+    data = schema.build(topic_cls, name=topic, partition_data=(
+        schema.build_nested(topic_cls, "partition_data", index=0, records=batch),))
+    sent = schema.build(request, transactional_id=None, acks=-1, timeout=30_000, topic_data=(data,))
+    return asyncio.run(_request(port, sent)).responses[0].partition_responses[0]
+
+
+def _leader_and_epoch(port: int, topic: str) -> tuple[int, int]:
+    request = codec.request_class(3, 12)
+    asked = schema.build_nested(request, "topics", name=topic, topic_id=None)
+    found = asyncio.run(_request(port, schema.build(request, topics=(asked,)))).topics[0].partitions
+    return next((p.leader_id, p.leader_epoch) for p in found if p.partition_index == 0)
+
+
+async def _request(port: int, request: Any) -> Any:
+    connection = ControllerConnection("127.0.0.1", port, client_id="s3-outages-test")
+    await connection.connect(timeout=5)
+    try:
+        return await connection.request(request, timeout=60)
+    finally:
+        await connection.close()
 
 
 @pytest.mark.parametrize("faulty", ["s3"], indirect=True)  # a WAL failover replay is the S3 WAL's

@@ -15,6 +15,7 @@ from controller.controller import Controller
 from metadata.controller_api import NewTopic, PartitionReassignment
 from metadata.image import PartitionImage, partitions_being_reassigned
 from metadata.kv_keys import partition_kv_key
+from metadata.move_leader import next_leader
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
@@ -92,6 +93,8 @@ async def test_target_is_elected_once_the_source_closed_its_streams(controller: 
     moving = _partition(controller)
     assert (moving.leader, moving.replicas, moving.removing_replicas) == (-1, (1,), (0,))
     assert moving.leader_epoch == epoch + 1
+    # What the brokers name to clients while the source closes (KIP-951 hints): the election's own choice.
+    assert next_leader(controller.image, moving) == (1, epoch + 2)
     assert [name for name, _ in partitions_being_reassigned(controller.image)] == ["orders"]
     [elect] = await controller.elect_leaders([("orders", 0)])
     assert elect.error is ErrorCode.reassignment_in_progress
@@ -103,6 +106,19 @@ async def test_target_is_elected_once_the_source_closed_its_streams(controller: 
     done = _partition(controller)
     assert (done.replicas, done.isr, done.removing_replicas, done.leader_epoch) == ((1,), (1,), (), epoch + 2)
     assert not partitions_being_reassigned(controller.image)
+    assert next_leader(controller.image, done) is None
+
+
+async def test_a_move_whose_target_may_not_lead_names_no_leader_ahead(controller: Controller) -> None:
+    """The election then picks the least loaded live broker, which only the controller knows when it elects: the
+    brokers name nobody ahead rather than a broker the election may not pick."""
+    source, meta_id, epoch = await _open_meta_stream(controller, 0)
+    await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (1,))])
+    await controller.fence_broker(1, controller.image.brokers[1].epoch)
+    assert next_leader(controller.image, _partition(controller)) is None
+    await controller.stream_metadata.close_stream(source, meta_id, epoch)
+    await eventually_async(lambda: _partition(controller).leader, until=lambda got: got in (0, 2), timeout=5,
+                           interval=0.02, what="a live broker to lead the partition")
 
 
 async def test_a_source_that_never_closes_loses_the_partition_when_the_timer_fires(controller: Controller) -> None:

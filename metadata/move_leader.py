@@ -1,0 +1,32 @@
+"""Who will lead a partition being moved, known before the controller elects it (DESIGN §9).
+
+A reassignment leaves the partition leaderless while its source closes it, then elects the first of its new
+replicas that may lead, one leader epoch up (``controller.decisions.reassignment.complete``). Both the controller's
+election and the brokers' answers to clients take the target from here, so what a broker tells a client ahead of the
+election is what the election then does.
+
+A source that refuses a produce names that target at once (KIP-951's ``CurrentLeader``) instead of waiting for the
+election: the client waits out its retry backoff (librdkafka's 100 ms) while the hand-over runs, and the target holds
+what arrives early until it has the partition open (``broker.partition.access``).
+"""
+
+from __future__ import annotations
+
+from metadata.cluster_records import NO_LEADER
+from metadata.image import MetadataImage, PartitionImage
+
+
+def elected_target(image: MetadataImage, partition: PartitionImage) -> int:
+    """The first of the partition's replicas that may lead (live, not in controlled shutdown), or NO_LEADER."""
+    candidates = {broker.node_id for broker in image.leader_candidates()}
+    return next((replica for replica in partition.replicas if replica in candidates), NO_LEADER)
+
+
+def next_leader(image: MetadataImage, partition: PartitionImage) -> tuple[int, int] | None:
+    """The broker and leader epoch the election of a partition being moved will give it, while it has no leader;
+    None for a partition that is not moving, or whose targets may not lead (the election then picks the least
+    loaded broker, which only the controller knows at that moment)."""
+    if not partition.reassigning or partition.leader != NO_LEADER:
+        return None
+    target = elected_target(image, partition)
+    return None if target == NO_LEADER else (target, partition.leader_epoch + 1)
