@@ -7,7 +7,7 @@ election is what the election then does.
 
 A source that refuses a produce names that target at once (KIP-951's ``CurrentLeader``) instead of waiting for the
 election: the client waits out its retry backoff (librdkafka's 100 ms) while the hand-over runs, and the target holds
-what arrives early until it has the partition open (``broker.partition.access``).
+a produce that arrives early until it has the partition open (``broker.partition.access``).
 """
 
 from __future__ import annotations

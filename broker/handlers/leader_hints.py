@@ -10,7 +10,7 @@ that is alive (unfenced), as Kafka's ``getAliveBrokerNode``.
 
 A partition being moved has no leader between its source's letting go and its target's election. Its hint names the
 target already, with the epoch the election will give it (``metadata.move_leader``): the client's retry backoff then
-runs while the hand-over does, instead of after it, and the target holds a request that arrives before it has the
+runs while the hand-over does, instead of after it, and the target holds a produce that arrives before it has the
 partition open. Clients ignore a hint whose epoch is below the one they know, so once the election is known a stale
 answer cannot send a client back.
 """

@@ -48,6 +48,9 @@ _MIN_TIMEOUT_MS = 1000
 #: How long a refusal of a partition being moved waits for its target's election, so that it can name the new leader
 #: (KIP-951) instead of none, when the target cannot be named ahead (``metadata.move_leader``: no target may lead).
 _MOVE_WAIT_S = 1.0
+#: The longest a produce for a partition moving to this broker waits for the move's election (the controller's
+#: ``partition.reassignment.election.timeout.ms`` ends a move whose source is stuck; this bounds the rest).
+_MOVE_HOLD_MAX_S = 30.0
 
 
 async def _append_one(
@@ -86,7 +89,8 @@ async def _verified_leader_log(
     # A partition moving here waits for its election (its source told the producer to come here before letting go,
     # KIP-951) for up to half the request's timeout: the other half is the open's and the append's, so a record is
     # never appended after its producer was told it timed out.
-    log = await leader_log(ctx.broker.partitions, topic, partition, move_wait=timeout_s / 2)
+    move_wait = min(timeout_s / 2, _MOVE_HOLD_MAX_S)
+    log = await leader_log(ctx.broker.partitions, topic, partition, move_wait=move_wait)
     if transactional_id is None:
         return log
     try:

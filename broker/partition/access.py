@@ -3,8 +3,8 @@
 Every data-plane handler (produce, fetch, list offsets, delete records, leader epochs) goes through
 ``leader_log`` so the same situation always yields the same code: an unknown topic or partition is
 UNKNOWN_TOPIC_OR_PARTITION, a partition led elsewhere (or not yet open here) NOT_LEADER_OR_FOLLOWER, and a
-client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320). A request
-for a partition being moved here waits for the move's election and the open first: the source named this broker to
+client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320). A produce
+for a partition being moved here may wait for the move's election and the open first: the source named this broker to
 the client before the election (``metadata.move_leader``).
 """
 
@@ -18,9 +18,6 @@ from wire.errors import KafkaError
 
 #: How long a request waits for a partition this broker was just made leader of to finish opening.
 OPEN_WAIT_SECONDS = 5.0
-#: How long a request for a partition moving to this broker waits for the move's election by default (the source's
-#: close and the controller's election take about 0.1 s; longer only when the source is stuck).
-MOVE_WAIT_SECONDS = 1.0
 
 
 def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
@@ -40,10 +37,13 @@ def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
 
 async def leader_log(
     manager: PartitionManager, topic: str, partition: int, current_leader_epoch: int = -1, *,
-    move_wait: float = MOVE_WAIT_SECONDS,
+    move_wait: float = 0.0,
 ) -> PartitionLog:
     """The open PartitionLog of ``topic``-``partition`` on this broker, or a KafkaError saying why not.
-    ``move_wait``: how long to wait for the election of a move to this broker (a produce waits up to its timeout)."""
+
+    ``move_wait``: how long to wait for the election of a move to this broker. A produce waits (its records then go
+    in without a retry); a fetch does not, since it reads its partitions one after another and one held partition
+    would hold back the others' records."""
     log = manager.get(topic, partition)
     if log is None:
         image = manager.controller.image
