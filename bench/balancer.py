@@ -296,6 +296,16 @@ class Load:
             producer.poll(0.002)
         producer.flush(120)
 
+    def bystanders(self, start: float, end: float, moved: list[int]) -> list[float]:
+        """The longest delivery latency of each partition that did not move, over its records acknowledged between
+        ``start`` and ``end`` (monotonic): what the moves cost the partitions that share their sources (and their
+        produce requests) with them."""
+        during: dict[int, list[float]] = defaultdict(list)
+        for partition, at, latency, _ in self.acked:
+            if start <= at <= end and partition not in moved:
+                during[partition].append(latency)
+        return [max(latencies) for latencies in during.values()]
+
     def stalls(self, since: float, moved: list[int]) -> list[float]:
         """The longest delivery latency of each moved partition's records acknowledged from ``since`` on."""
         during: dict[int, list[float]] = defaultdict(list)
@@ -304,6 +314,10 @@ class Load:
                 during[partition].append(latency)
         return [max(during[p]) for p in moved if during[p]]
 
+
+#: How long after the last move's target opened a record of a partition that stayed still counts as sent during the
+#: moves (its latency is measured at its acknowledgement).
+BYSTANDER_TAIL_S = 0.5
 
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) .*?: (.*)$")
 _CLOSING = re.compile(rf"^{TOPIC}-(\d+) is no longer led by node \d+ at epoch \d+; closing$")
@@ -483,6 +497,13 @@ def run(brokers: int, partitions: int, rate: int, lowered_backoff_ms: int, keep_
                 stalls = load.stalls(t0, moved)
                 if stalls:
                     print(_row(f"client stall per moved partition, {label}", stalls))
+            if moves:
+                # The moves' span on the producers' clock, and the acknowledgements of records sent during it.
+                start = t0 + min(m.closing for m in moves.values()) - wall0
+                end = t0 + max(m.opened for m in moves.values()) - wall0 + BYSTANDER_TAIL_S
+                for label, load in loads.items():
+                    print(_row(f"client: partitions that stayed, longest latency while moves ran, {label}",
+                               load.bystanders(start, end, moved)))
             print(f"lost {lost}, dup {duplicated}")
             return 0 if lost == 0 and duplicated == 0 and not failed else 1
         finally:
