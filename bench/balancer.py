@@ -220,6 +220,14 @@ start): main 347 / 661 (198; 1.0), 353 / 571 (164; 4.3), 465 / 537 (171; 4.5), 5
 ms. Seen next in the same profile and left: with the ``file://`` store of this bench, the target's first object
 reads start the default executor's threads (``asyncio.to_thread``), and each ``Thread.start`` holds the event loop
 until the new thread runs, about 60 ms in all at a load of 5 (an S3 store reads without threads).
+
+Issue 25, ninth round (2026-12-01, defaults, load 2.5-4.6). The third round's try is in, on today's code: the
+source's refusal names the target at once (``metadata.move_leader``) and the target holds an early produce until it
+has the partition open. The stall now follows the hand-over (15-35 ms over it instead of 47-52). Medians of the
+runs' stall p50s over six alternating pairs: 175 ms before, 159 ms after. The source's close is longer (52-108
+against 38-67 ms): its producers' other partitions keep it busy while it closes. The row "partitions that stayed"
+is new: the moves no longer hold back the partitions that share a produce request with a moving one (p50 57-111
+against 94-145 ms over three pairs). ``bench/FIGURES.md`` has the runs.
 """
 
 from __future__ import annotations
