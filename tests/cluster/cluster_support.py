@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from controller.shell import MetadataShell, build_tree
 from controller.shell_sources import from_controllers
+from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import REPO_ROOT, LocalCluster, quorum_leader
 from testkit.waiting import eventually
 
@@ -73,6 +74,20 @@ def leaders(bootstrap: str, topic: str, partitions: int | None = None, timeout: 
 def live_brokers(bootstrap: str) -> set[int]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return set(admin.list_topics(timeout=10).brokers)
+
+
+def request_once(port: int, request: Any, client_id: str, timeout: float = 10.0) -> Any:
+    """Sends one Kafka request to the node listening on ``port`` on a connection of its own, and returns the answer."""
+
+    async def send() -> Any:
+        connection = ControllerConnection("127.0.0.1", port, client_id=client_id)
+        await connection.connect(timeout=5)
+        try:
+            return await connection.request(request, timeout=timeout)
+        finally:
+            await connection.close()
+
+    return asyncio.run(send())
 
 
 def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:

@@ -8,7 +8,6 @@ clients)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -22,9 +21,8 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
-from tests.cluster.cluster_support import leaders, topic_name, wait_for
+from tests.cluster.cluster_support import leaders, request_once, topic_name, wait_for
 from tests.metrics_scrape import metrics_url, sample, scrape
 from tests.topics import create_topic
 from wire import codec, schema
@@ -58,15 +56,6 @@ def _produce_request(version: int, topic: str, topic_id: Any, partition: int) ->
     ))
 
 
-async def _send(port: int, request: Any) -> Any:
-    connection = ControllerConnection("127.0.0.1", port, client_id="leader-hints-test")
-    await connection.connect(timeout=5)
-    try:
-        return await connection.request(request, timeout=10)
-    finally:
-        await connection.close()
-
-
 def test_produce_to_the_old_leader_names_the_new_one(two_brokers: LocalCluster, admin_for: Any) -> None:
     cluster = two_brokers
     topic = topic_name("hinted")
@@ -78,7 +67,7 @@ def test_produce_to_the_old_leader_names_the_new_one(two_brokers: LocalCluster, 
     new = cluster.node(target).spec
 
     def refused(version: int) -> Any:
-        return asyncio.run(_send(old.port, _produce_request(version, topic, topic_id, 0)))
+        return request_once(old.port, _produce_request(version, topic, topic_id, 0), "leader-hints-test")
 
     # The old broker learns of the election a moment after the cluster's metadata says it.
     wait_for(f"broker {source} to know {target} leads {topic}-0",

@@ -7,7 +7,6 @@ end. The module runs once with the S3 WAL and once with the file WAL (one cluste
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 import uuid
@@ -23,7 +22,6 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from metadata.rpc.connection import ControllerConnection
 from node.local_cluster import LocalCluster
 from testkit.s3_fault_proxy import S3FaultProxy
 from testkit.waiting import eventually
@@ -33,6 +31,7 @@ from tests.cluster.cluster_support import (
     assert_all_consumed,
     leaders,
     live_brokers,
+    request_once,
     shell_in_process,
     table_rows,
     topic_name,
@@ -299,23 +298,14 @@ def _produce_at(port: int, topic: str) -> Any:
     data = schema.build(topic_cls, name=topic, partition_data=(
         schema.build_nested(topic_cls, "partition_data", index=0, records=batch),))
     sent = schema.build(request, transactional_id=None, acks=-1, timeout=30_000, topic_data=(data,))
-    return asyncio.run(_request(port, sent)).responses[0].partition_responses[0]
+    return request_once(port, sent, "s3-outages-test", timeout=60).responses[0].partition_responses[0]
 
 
 def _leader_and_epoch(port: int, topic: str) -> tuple[int, int]:
     request = codec.request_class(3, 12)
     asked = schema.build_nested(request, "topics", name=topic, topic_id=None)
-    found = asyncio.run(_request(port, schema.build(request, topics=(asked,)))).topics[0].partitions
+    found = request_once(port, schema.build(request, topics=(asked,)), "s3-outages-test").topics[0].partitions
     return next((p.leader_id, p.leader_epoch) for p in found if p.partition_index == 0)
-
-
-async def _request(port: int, request: Any) -> Any:
-    connection = ControllerConnection("127.0.0.1", port, client_id="s3-outages-test")
-    await connection.connect(timeout=5)
-    try:
-        return await connection.request(request, timeout=60)
-    finally:
-        await connection.close()
 
 
 @pytest.mark.parametrize("faulty", ["s3"], indirect=True)  # a WAL failover replay is the S3 WAL's
