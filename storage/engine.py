@@ -41,7 +41,7 @@ from storage.objectstore.base import ObjectStore
 from storage.objectstore.factory import open_object_store
 from storage.objectstore.metered import MeteredStore
 from storage.read import ObjectReadPath
-from storage.stream_api import Stream, UploadListener
+from storage.stream_api import CommittedRecords, Stream, UploadListener
 from storage.stream_client import StorageStream, StreamClientImpl
 from storage.stream_record_batch import StreamRecordBatch
 from storage.tail_recovery import Recovered, recoverable, upload_recovered_tail
@@ -217,6 +217,10 @@ class StorageEngine:
 
     async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
         await self._client.close_streams(closes)
+
+    async def read_committed(self, stream_id: int, max_bytes: int) -> CommittedRecords:
+        self._require_running()
+        return await self._client.read_committed(stream_id, max_bytes)
 
     def _require_running(self) -> None:
         if self._state != "running":

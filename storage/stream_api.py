@@ -17,6 +17,22 @@ from storage.stream_record_batch import StreamRecordBatch
 
 
 @dataclass(frozen=True, slots=True)
+class CommittedRecords:
+    """What ``StreamClient.read_committed`` read of a stream: its committed range when the read began, and the
+    batches from its start on (all of them if ``complete``)."""
+
+    start_offset: int
+    end_offset: int
+    batches: Sequence[StreamRecordBatch]
+
+    @property
+    def complete(self) -> bool:
+        """Whether the batches hold the whole range (a read stops at its byte limit)."""
+        end = self.batches[-1].last_offset if self.batches else self.start_offset
+        return end >= self.end_offset
+
+
+@dataclass(frozen=True, slots=True)
 class FetchResult:
     """Batches covering ``[start, ...)`` in order; may end before the requested end if ``max_bytes`` was hit.
     The first batch is always returned whole, even if larger than ``max_bytes``; it may start before
@@ -122,6 +138,13 @@ class StreamClient(Protocol):
 
     async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
         """Closes several streams with one controller call, each trimmed first to its offset (-1: not trimmed)."""
+        ...
+
+    async def read_committed(self, stream_id: int, max_bytes: int) -> CommittedRecords:
+        """The batches object storage holds of a stream from its start, about ``max_bytes`` of them at most,
+        whoever has the stream open: what a broker reads of a partition moving to it while the source still writes
+        it, or closes it. The stream's end may move meanwhile (its owner's uploads): the range is the one committed
+        when the read began."""
         ...
 
 

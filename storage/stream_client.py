@@ -23,10 +23,11 @@ from storage.errors import (
     OffsetOutOfRangeError,
     StorageError,
     StreamFencedError,
+    StreamNotFoundError,
     StreamNotOpenedError,
 )
 from storage.metadata.api import NodeIdentity, StreamClose, StreamMetadata
-from storage.stream_api import FetchResult, Stream
+from storage.stream_api import CommittedRecords, FetchResult, Stream
 from storage.stream_record_batch import StreamRecordBatch
 from storage.tail_recovery import RecoveringStreams
 from storage.wal.base import WALRecord
@@ -430,6 +431,24 @@ class StreamClientImpl:
             self._open[stream_id] = stream
         logger.debug("opened stream %d at epoch %d: [%d, %d)", stream_id, at, result.start_offset, next_offset)
         return stream
+
+    async def read_committed(self, stream_id: int, max_bytes: int) -> CommittedRecords:
+        found = await self._io.metadata.get_streams([stream_id])
+        if not found:
+            raise StreamNotFoundError(stream_id)
+        start = offset = found[0].start_offset
+        end = found[0].end_offset
+        batches: list[StreamRecordBatch] = []
+        size = 0
+        while offset < end and size < max_bytes:
+            read = [b for b in await self._io.object_read(stream_id, offset, end, max_bytes - size)
+                    if b.last_offset > offset]
+            if not read:
+                break
+            batches += read
+            size += sum(b.size for b in read)
+            offset = read[-1].last_offset
+        return CommittedRecords(start, end, batches)
 
     def committed(self, ends: Mapping[int, int]) -> None:
         """An upload committed these streams up to these ends (exclusive): their ``uploaded_offset`` follows,

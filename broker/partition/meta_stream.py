@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from metadata.meta_stream_records import (
@@ -31,6 +32,7 @@ from metadata.meta_stream_records import (
 )
 from storage.errors import StorageError
 from storage.stream_api import Stream, read_batches
+from storage.stream_record_batch import StreamRecordBatch
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +95,12 @@ class MetaStream:
         self._pending_trim: tuple[int, int] | None = None
         self._trimming: asyncio.Task[None] | None = None
 
-    async def replay(self) -> None:
-        """Reads the whole stream (from its start) and keeps the last value of each key."""
+    async def replay(self, read: Sequence[StreamRecordBatch] | None = None) -> None:
+        """Reads the whole stream (from its start) and keeps the last value of each key. ``read``: the whole
+        stream's batches, read already (a reassignment's target reads them while it opens the streams)."""
         state = MetaState.empty()
-        async for batch in read_batches(self.stream, max_bytes=_FETCH_BYTES):
+
+        def apply(batch: StreamRecordBatch) -> None:
             try:
                 key, value = decode_entry(batch.payload)
             except MetaFormatError as exc:
@@ -104,6 +108,13 @@ class MetaStream:
                     f"meta stream {self.stream.stream_id} of {self.where} at offset {batch.base_offset}: {exc}"
                 ) from exc
             state.apply(batch.base_offset, key, value)
+
+        if read is None:
+            async for batch in read_batches(self.stream, max_bytes=_FETCH_BYTES):
+                apply(batch)
+        else:
+            for batch in read:
+                apply(batch)
         self.state = state
         # What precedes the oldest live entry is superseded: trimmed once it is all uploaded (:meth:`trim_if_due`).
         # A compaction's own trim can have been lost (a crash before an upload covered its re-appended entries): in

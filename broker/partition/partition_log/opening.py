@@ -19,17 +19,19 @@ import logging
 import struct
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
-from broker.partition.meta_stream import KEY_LOG, MetaStream
+from broker.partition.meta_stream import KEY_LOG, MetaFormatError, MetaStream, decode_entry
 from broker.partition.partition_log.phases import Phases
 from metadata.kv_keys import partition_kv_key
 from storage import errors as storage_errors
 from storage.metadata.api import StreamMetadata
-from storage.stream_api import Stream, StreamClient
+from storage.stream_api import CommittedRecords, Stream, StreamClient
+from storage.stream_record_batch import StreamRecordBatch
 from wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
@@ -85,6 +87,60 @@ async def read_meta_id(kv: StreamMetadata, namespace: str, topic_id: uuid.UUID, 
     return struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else None
 
 
+#: The LOG entry's ``streamMap`` roles a partition keeps for good once created: a target may open them on what it
+#: read ahead (:func:`read_stream_ids`). The cleaned stream is replaced by each cleaner round, so it is not one.
+LASTING_ROLES = ("log", "tim", "txn", "shr")
+_READ_AHEAD_BYTES = 1 << 20
+
+
+async def read_stream_ids(streams: StreamClient, meta_id: int, where: str) -> dict[str, int]:
+    """The streams of :data:`LASTING_ROLES` the meta stream's committed LOG entry names (``{}``: none found), read
+    while another broker still owns the partition: a reassignment's target reads them while the source closes it,
+    and opens them together with the meta stream (:func:`open_streams`) instead of after its replay."""
+    log_entry: bytes | None = None
+    for batch in (await streams.read_committed(meta_id, _READ_AHEAD_BYTES)).batches:
+        try:
+            key, value = decode_entry(batch.payload)
+        except MetaFormatError:
+            return {}  # the open reads the stream itself and names the damage
+        if key == KEY_LOG:
+            log_entry = value
+    if log_entry is None:
+        return {}
+    try:
+        stream_map = json.loads(log_entry)["streamMap"]
+        found = {role: int(stream_map.get(role, -1)) for role in LASTING_ROLES}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    logger.debug("read ahead the streams of %s from meta stream %d: %s", where, meta_id, found)
+    return {role: stream_id for role, stream_id in found.items() if stream_id >= 0}
+
+
+def _retrieved(future: asyncio.Future[CommittedRecords]) -> None:
+    """A read whose open failed is not awaited: its error must not be logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
+async def _read_whole(
+    reading: asyncio.Future[CommittedRecords] | None, stream: Stream, where: str
+) -> Sequence[StreamRecordBatch] | None:
+    """The batches ``reading`` read of the meta stream, if they are all of it as this open found it (None: the
+    replay reads the stream itself). A committed offset's records never change, so the same range read before the
+    open was answered holds the same entries; a range that differs (a previous owner that had not closed yet) does
+    not count."""
+    if reading is None:
+        return None
+    try:
+        read = await reading
+    except Exception as exc:  # the replay reads the stream itself, and reports what fails
+        logger.debug("reading meta stream %d of %s with its open failed: %s", stream.stream_id, where, exc)
+        return None
+    if read.complete and (read.start_offset, read.end_offset) == (stream.start_offset, stream.next_offset):
+        return read.batches
+    return None
+
+
 async def delete_doomed(streams: StreamClient, stream_ids: list[int], epoch: int, where: str) -> list[int]:
     """Deletes streams a cleaner round left behind (an interrupted round's output, or a replaced cleaned stream
     whose deletion did not finish); one already gone is fine. Returns the ids that could not be deleted yet."""
@@ -112,12 +168,16 @@ async def open_streams(
     leader_epoch: int,
     opened: list[Stream],
     meta_id: int | None = None,
+    hinted: Mapping[str, int] | None = None,
     marks: Phases | None = None,
 ) -> OpenedStreams:
     """Opens (creating on first open) the meta, log, time, txn, share and cleaned streams of ``topic``-``partition``.
 
     ``meta_id``: the meta stream's id when the caller read the KV entry ahead (a reassignment's target does, while
-    the source still closes: :func:`read_meta_id`). Each stream is added to ``opened`` as soon as it is open, so the
+    the source still closes: :func:`read_meta_id`); ``hinted``, what it read ahead of the other streams
+    (:func:`read_stream_ids`): those are opened together with the meta stream, saving the controller round trip
+    that follows its replay, and checked against the LOG entry the replay finds (a stream it does not name is an
+    error, and the open fails). Each stream is added to ``opened`` as soon as it is open, so the
     caller can close them all when this or what follows it fails: the next attempt (or another node) must be able
     to open them."""
     where = f"{topic}-{partition}"
@@ -142,11 +202,33 @@ async def open_streams(
         if len(raw) != 8:
             raise KafkaError(ErrorCode.kafka_storage_error, f"kv entry {key} of {where} is {len(raw)} bytes")
         (meta_id,) = struct.unpack(">q", raw)
-    meta_stream = await open_stream(streams, meta_id, leader_epoch, where)
-    opened.append(meta_stream)
+
+    async def open_one(stream_id: int) -> Stream | None:
+        if stream_id < 0:
+            return None
+        stream = await open_stream(streams, stream_id, leader_epoch, where)
+        opened.append(stream)
+        return stream
+
+    # Together: each open is a round trip to the controller, and a moved partition's producer waits for them all.
+    # A move's target (``hinted`` given) reads the meta stream meanwhile: its source closed it before the election.
+    early_roles = [role for role in LASTING_ROLES if (hinted or {}).get(role, -1) >= 0]
+    reading = (asyncio.ensure_future(streams.read_committed(meta_id, _READ_AHEAD_BYTES)) if hinted is not None
+               else None)
+    if reading is not None:
+        reading.add_done_callback(_retrieved)
+    first = await asyncio.gather(open_one(meta_id), *(open_one((hinted or {})[r]) for r in early_roles),
+                                 return_exceptions=True)
+    for result in first:
+        if isinstance(result, BaseException):
+            if reading is not None:
+                reading.cancel()
+            raise result
+    meta_stream = cast("Stream", first[0])
+    early = {role: cast("Stream", stream) for role, stream in zip(early_roles, first[1:], strict=True)}
     marks.mark("meta open")
     meta = MetaStream(meta_stream, where)
-    await meta.replay()
+    await meta.replay(await _read_whole(reading, meta_stream, where))
     marks.mark("meta replay")
     log_entry = meta.get(KEY_LOG)
     if log_entry is None:
@@ -157,18 +239,18 @@ async def open_streams(
     else:
         log_info = json.loads(log_entry)
     stream_map = log_info["streamMap"]
-    ids = [int(stream_map["log"]), int(stream_map["tim"]), int(stream_map.get("txn", -1)),
-           int(stream_map.get("shr", -1))]
+    ids = dict(zip(LASTING_ROLES, (int(stream_map["log"]), int(stream_map["tim"]), int(stream_map.get("txn", -1)),
+                                   int(stream_map.get("shr", -1))), strict=True))
+    for role, stream in early.items():
+        if ids[role] != stream.stream_id:
+            raise KafkaError(ErrorCode.kafka_storage_error,
+                             f"{where}: stream {stream.stream_id} was read ahead as its {role} stream, but its LOG "
+                             f"entry names stream {ids[role]}")
 
-    async def open_one(stream_id: int) -> Stream | None:
-        if stream_id < 0:
-            return None
-        stream = await open_stream(streams, stream_id, leader_epoch, where)
-        opened.append(stream)
-        return stream
+    async def reuse_or_open(role: str) -> Stream | None:
+        return early[role] if role in early else await open_one(ids[role])
 
-    # Together: each open is a round trip to the controller, and a moved partition's producer waits for them all.
-    found = await asyncio.gather(*(open_one(i) for i in ids), return_exceptions=True)
+    found = await asyncio.gather(*(reuse_or_open(role) for role in LASTING_ROLES), return_exceptions=True)
     marks.mark("data open")
     for result in found:
         if isinstance(result, BaseException):
