@@ -142,9 +142,9 @@ class StreamClient(Protocol):
 
     async def read_committed(self, stream_id: int, max_bytes: int) -> CommittedRecords:
         """The batches object storage holds of a stream from its start, about ``max_bytes`` of them at most,
-        whoever has the stream open: what a broker reads of a partition moving to it while the source still writes
-        it, or closes it. The stream's end may move meanwhile (its owner's uploads): the range is the one committed
-        when the read began."""
+        whether or not this client has it open: what a move's target reads of the meta stream its source closed
+        while it opens it. Another owner's uploads may move the stream's end meanwhile: the range is the one
+        committed when the read began."""
         ...
 
 

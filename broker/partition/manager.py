@@ -21,7 +21,6 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from broker.broker_context import BrokerContext
@@ -73,9 +72,9 @@ class PartitionManager:
         #: The open partitions by the id of their log stream, what an upload names.
         self._by_stream: dict[int, PartitionLog] = {}
         self._by_meta_stream: dict[int, PartitionLog] = {}
-        #: Partitions moving here whose source still closes them -> what their open reads first, read from when the
-        #: move was seen so that the open after the election skips those round trips.
-        self._incoming: dict[tuple[uuid.UUID, int], _ReadAhead] = {}
+        #: Partitions moving here whose source still closes them -> the read of their meta stream id, started when
+        #: the move was seen so that the open after the election skips that round trip.
+        self._incoming: dict[tuple[uuid.UUID, int], asyncio.Task[int | None]] = {}
         self._retention_stop = asyncio.Event()
         self._retention_heads: HeadCache = {}
         self._stopping = False
@@ -154,8 +153,8 @@ class PartitionManager:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
-        for ahead in self._incoming.values():
-            ahead.cancel()
+        for read in self._incoming.values():
+            read.cancel()
         # Opens under way finish (a partition opened now is closed at once, :meth:`_open`) rather than stop half way.
         await asyncio.gather(*self._opening.values(), return_exceptions=True)
         logs = list(self._logs.values())
@@ -386,51 +385,32 @@ class PartitionManager:
         takes)."""
         node_id = self._context.node_id
         incoming = {
-            (part.topic_id, part.partition): f"{name}-{part.partition}"
-            for name, topic in image.topics_by_name.items()
+            (part.topic_id, part.partition)
+            for topic in image.topics_by_name.values()
             for part in topic.partitions.values()
             if part.reassigning and part.leader < 0 and part.replicas == (node_id,)
         }
         for key in [k for k in self._incoming if k not in incoming and k not in led]:
             self._incoming.pop(key).cancel()
-        for (topic_id, partition), where in incoming.items():
-            if (topic_id, partition) in self._incoming:
-                continue
-            meta = asyncio.create_task(
-                PartitionLog.read_ahead(self._context.controller.stream_metadata,
-                                        namespace_for(self._context.cluster_id), topic_id, partition),
-                name="partition-read-ahead")
-            meta.add_done_callback(_retrieve)
-            streams = asyncio.create_task(self._read_streams_ahead(meta, where), name="partition-read-ahead")
-            streams.add_done_callback(_retrieve)
-            self._incoming[(topic_id, partition)] = _ReadAhead(meta, streams)
+        for topic_id, partition in incoming - self._incoming.keys():
+            read = PartitionLog.read_ahead(self._context.controller.stream_metadata,
+                                           namespace_for(self._context.cluster_id), topic_id, partition)
+            task = self._incoming[(topic_id, partition)] = asyncio.create_task(read, name="partition-read-ahead")
+            task.add_done_callback(_retrieve)
 
-    async def _read_streams_ahead(self, meta: asyncio.Task[int | None], where: str) -> dict[str, int]:
-        meta_id = await asyncio.shield(meta)
-        return {} if meta_id is None else await PartitionLog.read_streams_ahead(self.streams, meta_id, where)
-
-    async def _take_read_ahead(self, part: PartitionImage) -> tuple[int | None, dict[str, int] | None]:
-        """The meta stream id read ahead for ``part`` and, if their read is done by now, the streams it names
-        (None: not read ahead, or the read failed: the open reads them itself). The open waits for the first read,
-        one round trip, never for the second: it reads the meta stream's objects."""
-        ahead = self._incoming.pop((part.topic_id, part.partition), None)
-        if ahead is None or ahead.meta.cancelled():
-            return None, None
+    async def _read_meta_id(self, part: PartitionImage) -> int | None:
+        """The meta stream id read ahead for ``part`` (None: not read ahead, or the read failed)."""
+        task = self._incoming.pop((part.topic_id, part.partition), None)
+        if task is None or task.cancelled():
+            return None
         try:
-            meta_id = await ahead.meta
+            return await task
         except Exception:  # the controller away, say: the open reads the entry itself and reports what fails
-            ahead.cancel()
-            return None, None
-        streams = ahead.streams
-        if not streams.done() or streams.cancelled() or streams.exception() is not None:
-            streams.cancel()
-            return meta_id, None
-        return meta_id, streams.result()
+            return None
 
     async def _open(self, image: MetadataImage, topic: str, part: PartitionImage) -> None:
         # With "opened ..." at its end, this line times an open (and, after a move, the wait for the election).
         logger.info("opening %s-%d at leader epoch %d", topic, part.partition, part.leader_epoch)
-        meta_id, hinted = await self._take_read_ahead(part)
         try:
             log = await PartitionLog.open(
                 streams=self.streams,
@@ -441,8 +421,7 @@ class PartitionManager:
                 topic_id=part.topic_id,
                 leader_epoch=part.leader_epoch,
                 config=self._log_config(image, part.topic_id),
-                meta_id=meta_id,
-                hinted=hinted,
+                meta_id=await self._read_meta_id(part),
             )
         except StorageError as exc:
             # Expected while a previous owner still holds a stream or S3 is away: the next round retries.
@@ -486,20 +465,7 @@ class PartitionManager:
         return list(await asyncio.gather(*(run(c) for c in coros), return_exceptions=True))
 
 
-@dataclass(slots=True)
-class _ReadAhead:
-    """What a partition moving here is read for while its source closes it: its meta stream id, then the streams
-    the meta stream's committed LOG entry names."""
-
-    meta: asyncio.Task[int | None]
-    streams: asyncio.Task[dict[str, int]]
-
-    def cancel(self) -> None:
-        self.meta.cancel()
-        self.streams.cancel()
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
+def _retrieve(task: asyncio.Task[int | None]) -> None:
     """A read ahead nobody awaits (the move ended elsewhere) must not log "exception never retrieved"; the open
     reads the entry itself when the read ahead failed."""
     if not task.cancelled():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from broker.partition.indexes import LeaderEpochCache, TimeIndex
 from broker.partition.log_config import LogConfig
@@ -32,7 +32,7 @@ from broker.partition.partition_log import (
     txn_markers,
 )
 from broker.partition.partition_log.append import AppendResult
-from broker.partition.partition_log.opening import open_streams, read_meta_id, read_stream_ids
+from broker.partition.partition_log.opening import open_streams, read_meta_id
 from broker.partition.partition_log.phases import Phases
 from broker.partition.partition_log.reads import (
     BatchViews,
@@ -225,13 +225,6 @@ class PartitionLog:
         broker's to open: a reassignment's target reads it while the source still closes the partition."""
         return await read_meta_id(kv, namespace, topic_id, partition)
 
-    @staticmethod
-    async def read_streams_ahead(streams: StreamClient, meta_id: int, where: str) -> dict[str, int]:
-        """What :meth:`open` reads next, after :meth:`read_ahead`: the streams the meta stream's committed LOG entry
-        names for good (:func:`.opening.read_stream_ids`), which an open given them opens along with the meta
-        stream."""
-        return await read_stream_ids(streams, meta_id, where)
-
     @classmethod
     async def open(
         cls,
@@ -245,11 +238,11 @@ class PartitionLog:
         leader_epoch: int,
         config: LogConfig,
         meta_id: int | None = None,
-        hinted: Mapping[str, int] | None = None,
     ) -> PartitionLog:
         """Opens the partition's streams (:mod:`.opening`), restores its state (:mod:`.recovery`) and flips the
-        clean-shutdown flag to false, so a crash is detected next time. ``meta_id`` and ``hinted``: what
-        :meth:`read_ahead` and :meth:`read_streams_ahead` returned, if the caller read them ahead."""
+        clean-shutdown flag to false, so a crash is detected next time. ``meta_id``: what :meth:`read_ahead`
+        returned, if the caller read it ahead (a move's target: :func:`.opening.open_streams` then reads the meta
+        stream while opening it)."""
         where = f"{topic}-{partition}"
         opened: list[Stream] = []
         marks = Phases()
@@ -264,7 +257,6 @@ class PartitionLog:
                 leader_epoch=leader_epoch,
                 opened=opened,
                 meta_id=meta_id,
-                hinted=hinted,
                 marks=marks,
             )
             self = cls(PartitionState(

@@ -19,7 +19,7 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -87,22 +87,23 @@ async def read_meta_id(kv: StreamMetadata, namespace: str, topic_id: uuid.UUID, 
     return struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else None
 
 
-#: The LOG entry's ``streamMap`` roles a partition keeps for good once created: a target may open them on what it
-#: read ahead (:func:`read_stream_ids`). The cleaned stream is replaced by each cleaner round, so it is not one.
+#: The LOG entry's ``streamMap`` roles a partition keeps for good once created: a move's target opens them on what
+#: it read of the meta stream while it opened that (:func:`open_streams`). The cleaned stream is replaced by each
+#: cleaner round, so it is not one.
 LASTING_ROLES = ("log", "tim", "txn", "shr")
-_READ_AHEAD_BYTES = 1 << 20
+#: A move's target reads the meta stream whole with its open: the source's close trimmed it to its closing entries.
+_MOVED_META_BYTES = 1 << 20
 
 
-async def read_stream_ids(streams: StreamClient, meta_id: int, where: str) -> dict[str, int]:
-    """The streams of :data:`LASTING_ROLES` the meta stream's committed LOG entry names (``{}``: none found), read
-    while another broker still owns the partition: a reassignment's target reads them while the source closes it,
-    and opens them together with the meta stream (:func:`open_streams`) instead of after its replay."""
+def lasting_stream_ids(batches: Sequence[StreamRecordBatch]) -> dict[str, int]:
+    """The streams of :data:`LASTING_ROLES` the last LOG entry among a meta stream's ``batches`` names (``{}``:
+    none, or entries that do not parse: the replay names the damage)."""
     log_entry: bytes | None = None
-    for batch in (await streams.read_committed(meta_id, _READ_AHEAD_BYTES)).batches:
+    for batch in batches:
         try:
             key, value = decode_entry(batch.payload)
         except MetaFormatError:
-            return {}  # the open reads the stream itself and names the damage
+            return {}
         if key == KEY_LOG:
             log_entry = value
     if log_entry is None:
@@ -112,8 +113,26 @@ async def read_stream_ids(streams: StreamClient, meta_id: int, where: str) -> di
         found = {role: int(stream_map.get(role, -1)) for role in LASTING_ROLES}
     except (ValueError, KeyError, TypeError, AttributeError):
         return {}
-    logger.debug("read ahead the streams of %s from meta stream %d: %s", where, meta_id, found)
     return {role: stream_id for role, stream_id in found.items() if stream_id >= 0}
+
+
+async def _open_named(
+    reading: asyncio.Future[CommittedRecords] | None, open_one: Callable[[int], Awaitable[Stream | None]]
+) -> dict[str, Stream]:
+    """Opens the streams the LOG entry ``reading`` finds names for good, by role (``{}``: no read, or it failed:
+    they are opened after the replay)."""
+    if reading is None:
+        return {}
+    try:
+        read = await asyncio.shield(reading)
+    except Exception:
+        return {}
+    ids = lasting_stream_ids(read.batches)
+    results = await asyncio.gather(*(open_one(i) for i in ids.values()), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return {role: cast("Stream", stream) for role, stream in zip(ids, results, strict=True)}
 
 
 def _retrieved(future: asyncio.Future[CommittedRecords]) -> None:
@@ -168,19 +187,21 @@ async def open_streams(
     leader_epoch: int,
     opened: list[Stream],
     meta_id: int | None = None,
-    hinted: Mapping[str, int] | None = None,
     marks: Phases | None = None,
 ) -> OpenedStreams:
     """Opens (creating on first open) the meta, log, time, txn, share and cleaned streams of ``topic``-``partition``.
 
     ``meta_id``: the meta stream's id when the caller read the KV entry ahead (a reassignment's target does, while
-    the source still closes: :func:`read_meta_id`); ``hinted``, what it read ahead of the other streams
-    (:func:`read_stream_ids`): those are opened together with the meta stream, saving the controller round trip
-    that follows its replay, and checked against the LOG entry the replay finds (a stream it does not name is an
-    error, and the open fails). Each stream is added to ``opened`` as soon as it is open, so the
-    caller can close them all when this or what follows it fails: the next attempt (or another node) must be able
-    to open them."""
+    the source still closes: :func:`read_meta_id`). Such an open, the move's target's after the election, reads the
+    meta stream's committed records while the meta stream is being opened (its source closed it, trimmed to its
+    closing entries, before the election): the streams the LOG entry there names for good are opened as soon as the
+    read is back, rather than after the replay, a controller round trip (a Raft commit) less for the moved
+    partition's producer to wait for, and the replay takes what was read if it is the whole stream as the open found
+    it. The LOG entry the replay finds must name the streams opened so (else the open fails). Each stream is added
+    to ``opened`` as soon as it is open, so the caller can close them all when this or what follows it fails: the
+    next attempt (or another node) must be able to open them."""
     where = f"{topic}-{partition}"
+    moved = meta_id is not None
     marks = marks or Phases()
     key = partition_kv_key(namespace, topic_id, partition)
     raw = struct.pack(">q", meta_id) if meta_id is not None else await kv.get_kv(key)
@@ -210,22 +231,18 @@ async def open_streams(
         opened.append(stream)
         return stream
 
-    # Together: each open is a round trip to the controller, and a moved partition's producer waits for them all.
-    # A move's target (``hinted`` given) reads the meta stream meanwhile: its source closed it before the election.
-    early_roles = [role for role in LASTING_ROLES if (hinted or {}).get(role, -1) >= 0]
-    reading = (asyncio.ensure_future(streams.read_committed(meta_id, _READ_AHEAD_BYTES)) if hinted is not None
-               else None)
+    # A move's target opens the meta stream and, as soon as the meta stream's records are read, the others.
+    reading = asyncio.ensure_future(streams.read_committed(meta_id, _MOVED_META_BYTES)) if moved else None
     if reading is not None:
         reading.add_done_callback(_retrieved)
-    first = await asyncio.gather(open_one(meta_id), *(open_one((hinted or {})[r]) for r in early_roles),
-                                 return_exceptions=True)
+    first = await asyncio.gather(open_one(meta_id), _open_named(reading, open_one), return_exceptions=True)
     for result in first:
         if isinstance(result, BaseException):
             if reading is not None:
                 reading.cancel()
             raise result
     meta_stream = cast("Stream", first[0])
-    early = {role: cast("Stream", stream) for role, stream in zip(early_roles, first[1:], strict=True)}
+    early = cast("dict[str, Stream]", first[1])
     marks.mark("meta open")
     meta = MetaStream(meta_stream, where)
     await meta.replay(await _read_whole(reading, meta_stream, where))
@@ -244,8 +261,8 @@ async def open_streams(
     for role, stream in early.items():
         if ids[role] != stream.stream_id:
             raise KafkaError(ErrorCode.kafka_storage_error,
-                             f"{where}: stream {stream.stream_id} was read ahead as its {role} stream, but its LOG "
-                             f"entry names stream {ids[role]}")
+                             f"{where}: stream {stream.stream_id} was opened as its {role} stream from the meta "
+                             f"stream read with its open, but its LOG entry names stream {ids[role]}")
 
     async def reuse_or_open(role: str) -> Stream | None:
         return early[role] if role in early else await open_one(ids[role])

@@ -1,11 +1,11 @@
-"""A reassignment's target opening the partition with what it read ahead while the source still had it open (over
-the real storage engine of each broker and one in-process stream metadata, as a move between two brokers).
+"""A reassignment's target opening the partition after its source closed it (over the real storage engine of each
+broker and one in-process stream metadata, as a move between two brokers).
 
-A moved partition's producer waits for the source's close and then for the target's open. The target reads the
-partition's meta stream id and the streams the meta stream's committed LOG entry names while the source closes; its
-open then asks the controller for all of them at once instead of opening the log and time streams only after the
-meta stream's replay (one controller round trip, a Raft commit, less). What it read ahead is checked against the LOG
-entry the replay finds.
+A moved partition's producer waits for the source's close and then for the target's open. The target knows it opens
+a moved partition (it read the meta stream id ahead, while the source closed it), so it reads the meta stream's
+committed records while it opens the meta stream, opens the streams their LOG entry names as soon as the read is
+back (rather than after the replay: a controller round trip less), and replays what it read when that is the whole
+stream as its open found it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,6 @@ from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.stream_api import CommittedRecords, Stream, StreamClient
-from wire.errors import KafkaError
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
 TOPIC_ID = uuid.UUID(int=9)
@@ -33,12 +32,17 @@ PARTITION = 3
 
 
 class OpenOrder:
-    """The target's stream client, noting when each open is asked and when it is answered. Each open yields to the
-    event loop once before it is answered, as a call to a remote controller does (the in-process metadata would
-    answer at once, and the opens asked together would then run one after another)."""
+    """The target's stream client, noting when each open is asked and answered and each read asked. Each open
+    yields to the event loop once before it is answered, as a call to a remote controller does (the in-process
+    metadata would answer at once, and the opens asked together would then run one after another). ``stale``: a
+    read to answer instead of reading (one made before the source closed); ``held``: a stream whose open is answered
+    only once ``release`` is set (a slow controller)."""
 
-    def __init__(self, engine: StorageEngine) -> None:
+    def __init__(self, engine: StorageEngine, stale: CommittedRecords | None = None, held: int | None = None) -> None:
         self._engine = engine
+        self._stale = stale
+        self._held = held
+        self.release = asyncio.Event()
         self.events: list[tuple[str, int]] = []
 
     async def create_stream(self, tags: Sequence[tuple[str, str]] = ()) -> int:
@@ -47,6 +51,8 @@ class OpenOrder:
     async def open_stream(self, stream_id: int, epoch: int) -> Stream:
         self.events.append(("ask", stream_id))
         await asyncio.sleep(0)
+        if stream_id == self._held:
+            await self.release.wait()
         stream = await self._engine.open_stream(stream_id, epoch)
         self.events.append(("opened", stream_id))
         return stream
@@ -59,6 +65,8 @@ class OpenOrder:
 
     async def read_committed(self, stream_id: int, max_bytes: int) -> CommittedRecords:
         self.events.append(("read", stream_id))
+        if self._stale is not None:
+            return self._stale
         return await self._engine.read_committed(stream_id, max_bytes)
 
 
@@ -85,20 +93,22 @@ async def target(
 
 
 async def _open(streams: StreamClient, metadata: StreamMetadataStateMachine, epoch: int, *,
-                meta_id: int | None = None, hinted: Mapping[str, int] | None = None) -> PartitionLog:
+                meta_id: int | None = None) -> PartitionLog:
     return await PartitionLog.open(
         streams=streams, kv=metadata, namespace=NAMESPACE, topic="moving", partition=PARTITION, topic_id=TOPIC_ID,
-        leader_epoch=epoch, config=LogConfig(), meta_id=meta_id, hinted=hinted,
+        leader_epoch=epoch, config=LogConfig(), meta_id=meta_id,
     )
 
 
 async def _led_for_a_while(source: StorageEngine, metadata: StreamMetadataStateMachine, values: list[bytes]
                            ) -> PartitionLog:
-    """The partition opened on the source with ``values`` appended and uploaded, as one that has led a while."""
+    """The partition opened on the source with idempotent ``values`` appended and uploaded, as one that has led a
+    while."""
     log = await _open(source, metadata, 0)
     now = int(time.time() * 1000)
-    for value in values:
-        await log.append(build_batch([Record(None, value, (), now)]))
+    for sequence, value in enumerate(values):
+        await log.append(build_batch([Record(None, value, (), now)], producer_id=7, producer_epoch=0,
+                                     base_sequence=sequence))
     await source.force_upload()
     return log
 
@@ -107,44 +117,47 @@ def _values(records: bytes) -> list[bytes]:
     return [r.value or b"" for _, batch in iter_batches(records) for r in decode_records(batch)]
 
 
-async def test_a_target_opens_the_streams_it_read_ahead_together_with_the_meta_stream(
+async def _carries_on(moved: PartitionLog, acked: list[bytes]) -> None:
+    """The moved partition holds every record and takes the producer's next batch at the next offset (its producer
+    state came with the meta stream's closing entries)."""
+    assert _values((await moved.read(0, 1 << 20)).records) == acked
+    now = int(time.time() * 1000)
+    result = await moved.append(build_batch([Record(None, b"next", (), now)], producer_id=7, producer_epoch=0,
+                                            base_sequence=len(acked)))
+    assert result.base_offset == len(acked)
+
+
+async def test_a_move_target_opens_the_log_streams_without_waiting_for_the_meta_streams_open(
     engine: tuple[StorageEngine, StreamMetadataStateMachine], target: StorageEngine,
 ) -> None:
     source, metadata = engine
     acked = [b"m1", b"m2", b"m3"]
     log = await _led_for_a_while(source, metadata, acked)
     log_id = log.log_stream_id
-    # Read by the target while the source still has the partition open.
-    meta_id = await PartitionLog.read_ahead(metadata, NAMESPACE, TOPIC_ID, PARTITION)
+    meta_id = await PartitionLog.read_ahead(metadata, NAMESPACE, TOPIC_ID, PARTITION)  # while the source closes
     assert meta_id == log.meta_stream_id
-    hinted = await PartitionLog.read_streams_ahead(target, meta_id, f"moving-{PARTITION}")
-    assert hinted.keys() == {"log", "tim"}  # no txn or share stream yet
-    assert hinted["log"] == log_id
-    time_id = hinted["tim"]
-    assert time_id not in (log_id, meta_id)
-
     await log.close()
-    client = OpenOrder(target)
-    moved = await _open(client, metadata, 1, meta_id=meta_id, hinted=hinted)
+    client = OpenOrder(target, held=meta_id)
+    opening = asyncio.ensure_future(_open(client, metadata, 1, meta_id=meta_id))
+    deadline = time.monotonic() + 10
+    while ("ask", log_id) not in client.events and not opening.done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert ("ask", log_id) in client.events, f"the log stream waited for the meta stream's open: {client.events}"
+    assert ("opened", meta_id) not in client.events
+    client.release.set()
+    moved = await asyncio.wait_for(opening, 10)
     try:
-        asked = [stream_id for event, stream_id in client.events if event == "ask"]
-        assert sorted(asked) == sorted([meta_id, log_id, time_id])
-        assert client.events.index(("opened", meta_id)) > client.events.index(("ask", log_id)), (
-            f"the log stream was asked for only after the meta stream was open: {client.events}")
-        assert client.events.index(("opened", meta_id)) > client.events.index(("read", meta_id)), (
-            f"the meta stream was read only once it was open: {client.events}")
-        assert _values((await moved.read(0, 1 << 20)).records) == acked
-        now = int(time.time() * 1000)
-        assert (await moved.append(build_batch([Record(None, b"m4", (), now)]))).base_offset == len(acked)
+        assert client.events[:2] == [("read", meta_id), ("ask", meta_id)], client.events
+        await _carries_on(moved, acked)
     finally:
         await moved.close()
 
 
-async def test_without_a_read_ahead_the_target_opens_the_log_stream_after_the_meta_stream(
+async def test_an_open_that_is_not_a_moves_reads_the_meta_stream_once_it_is_open(
     engine: tuple[StorageEngine, StreamMetadataStateMachine], target: StorageEngine,
 ) -> None:
-    """The order the read ahead saves: the LOG entry naming the log stream is read from the open meta stream (an open
-    that is not a move's, a restart's say, reads nothing before its streams are open)."""
+    """A restart's open, say: the meta stream's previous owner may not have closed it, so only the replay of the
+    open stream knows which streams the partition has."""
     source, metadata = engine
     log = await _led_for_a_while(source, metadata, [b"x"])
     log_id = log.log_stream_id
@@ -158,21 +171,22 @@ async def test_without_a_read_ahead_the_target_opens_the_log_stream_after_the_me
         await moved.close()
 
 
-async def test_a_read_ahead_the_log_entry_contradicts_fails_the_open_and_leaves_nothing_open(
+async def test_a_read_of_the_meta_stream_before_its_close_is_not_replayed(
     engine: tuple[StorageEngine, StreamMetadataStateMachine], target: StorageEngine,
 ) -> None:
+    """What was read is replayed only when it is the whole stream the open found: a read that raced the source's
+    close lacks the closing entries (here the producer state at the log end)."""
     source, metadata = engine
     acked = [b"a", b"b"]
     log = await _led_for_a_while(source, metadata, acked)
-    meta_id, log_id = log.meta_stream_id, log.log_stream_id
-    time_id = (await PartitionLog.read_streams_ahead(target, meta_id, f"moving-{PARTITION}"))["tim"]
+    meta_id = log.meta_stream_id
+    now = int(time.time() * 1000)
+    stale = await target.read_committed(meta_id, 1 << 20)
+    acked.append(b"c")
+    await log.append(build_batch([Record(None, b"c", (), now)], producer_id=7, producer_epoch=0, base_sequence=2))
     await log.close()
-    with pytest.raises(KafkaError, match=f"stream {time_id} was read ahead as its log stream, but its LOG entry "
-                                         f"names stream {log_id}"):
-        await _open(target, metadata, 1, meta_id=meta_id, hinted={"log": time_id, "tim": log_id})
-    # Nothing was left open at epoch 1: the next open, at the next epoch and without the read ahead, has it all.
-    reopened = await _open(target, metadata, 2)
+    moved = await _open(OpenOrder(target, stale), metadata, 1, meta_id=meta_id)
     try:
-        assert _values((await reopened.read(0, 1 << 20)).records) == acked
+        await _carries_on(moved, acked)
     finally:
-        await reopened.close()
+        await moved.close()
