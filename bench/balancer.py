@@ -228,6 +228,17 @@ runs' stall p50s over six alternating pairs: 175 ms before, 159 ms after. The so
 against 38-67 ms): its producers' other partitions keep it busy while it closes. The row "partitions that stayed"
 is new: the moves no longer hold back the partitions that share a produce request with a moving one (p50 57-111
 against 94-145 ms over three pairs). ``bench/FIGURES.md`` has the runs.
+
+Issue 25, tenth round (2026-12-01, defaults, load 2-6). The target's open was three controller round trips one
+after another: open the meta stream, read it (the replay), open the streams its LOG entry names. A move's target
+now reads the meta stream's committed records while the meta stream is opened (its source trimmed it to its
+closing entries before the election) and opens the other streams as soon as that read is back. The target's open
+went from 64 ms (meta open 17, replay 14, data open 16, meta entries 8) to 32-53 ms in the brokers' logs; over five
+alternating pairs its p50 went 65-81 -> 38-113 ms, and the stall did not move out of the scatter: the source's
+close, 89-132 ms here, is most of it. Most of that close is one upload of the closing streams' records since the
+last upload (a PUT and two controller commits, prepare and commit); what would take it off a producer's path is a
+move in two steps, the source uploading while it still serves and closing with only what came after (Kafka's own
+reassignment keeps the old leader until the new replica caught up; Fjord's ``replicas`` has one broker, DESIGN §9).
 """
 
 from __future__ import annotations

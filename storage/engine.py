@@ -592,11 +592,7 @@ class _EngineIO:
 
 
 if TYPE_CHECKING:
-    from storage.metadata.state_machine import StreamMetadataStateMachine
     from storage.stream_api import ObservedStreamClient
 
     def _engine_conforms(engine: StorageEngine) -> ObservedStreamClient:
         return engine
-
-    def _metadata_conforms(metadata: StreamMetadataStateMachine) -> StreamMetadata:
-        return metadata

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from storage.errors import (
     CompactedObjectsNotFoundError,
@@ -38,6 +39,7 @@ from storage.metadata.api import (
     ObjectType,
     OpenStreamResult,
     StreamClose,
+    StreamMetadata,
     StreamState,
 )
 from storage.metadata.queries import StreamMetadataQueries
@@ -530,3 +532,9 @@ class StreamMetadataStateMachine(StreamMetadataQueries):
         async with self._locks.hold((_kv_key(key),)):
             if key in self._kv:
                 await self._commit([RemoveKVRecord(key)])
+
+
+if TYPE_CHECKING:  # mypy proves the state machine serves the whole interface the engine and brokers use
+
+    def _conforms(metadata: StreamMetadataStateMachine) -> StreamMetadata:
+        return metadata

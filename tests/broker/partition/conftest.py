@@ -1,5 +1,6 @@
 """Fixtures of the partition tests: ``storage``, the real storage engine (file WAL + local objects under the test's
-``tmp_path``, in-memory stream metadata) one incarnation at a time, for the transaction tests of a ``PartitionLog``."""
+``tmp_path``, in-memory stream metadata) one incarnation at a time, for the transaction tests of a ``PartitionLog``;
+``second_engine``, another broker's engine beside ``engine`` (tests/broker/conftest.py), for hand-overs."""
 
 from __future__ import annotations
 
@@ -44,3 +45,26 @@ async def storage(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         yield state
     finally:
         await state["engine"].shutdown()
+
+
+@pytest.fixture
+async def second_engine(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], tmp_path: Path
+) -> AsyncIterator[StorageEngine]:
+    """A started engine of node 2 over the same object storage and stream metadata as ``engine`` (node 1), its own
+    WAL: a partition's next owner."""
+    _, metadata = engine
+    other = StorageEngine(
+        StorageConfig(
+            data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
+            wal_url=BucketURL(0, "file", str(tmp_path / "wal-2")),
+            cluster_id="test",
+            node_id=2,
+        ),
+        metadata,
+    )
+    await other.start()
+    try:
+        yield other
+    finally:
+        await other.shutdown()

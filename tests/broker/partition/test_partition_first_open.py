@@ -18,14 +18,12 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from broker.partition.partition_log.opening import open_stream
-from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.errors import StorageError
 from storage.metadata.state_machine import StreamMetadataStateMachine
@@ -100,34 +98,22 @@ async def test_a_partition_opened_by_its_old_and_new_leader_at_once_keeps_every_
 
 
 async def test_a_wait_for_a_streams_previous_owner_is_logged_when_it_starts_and_when_it_ends(
-    engine: tuple[StorageEngine, StreamMetadataStateMachine], tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], second_engine: StorageEngine,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A new leader waits while the old one (or a WAL failover's replay) still has the partition's streams open. A
     failover keeps every partition of the dead broker waiting for seconds, retrying every 100 ms: the log says
     when the wait starts and how long it took, not one line per retry."""
-    old_owner, metadata = engine
-    new_owner = StorageEngine(
-        StorageConfig(
-            data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
-            wal_url=BucketURL(0, "file", str(tmp_path / "wal-2")),
-            cluster_id="test",
-            node_id=2,
-        ),
-        metadata,
-    )
-    await new_owner.start()
-    try:
-        stream_id = await old_owner.create_stream((("type", "log"),))
-        old = await old_owner.open_stream(stream_id, 0)
-        caplog.set_level(logging.INFO, logger="broker.partition.partition_log.opening")
-        waiting = asyncio.ensure_future(open_stream(new_owner, stream_id, 1, "waiting-0"))
-        await asyncio.sleep(0.45)  # several retries
-        assert not waiting.done()
-        await old_owner.close_streams([(old, 0)])
-        reopened = await asyncio.wait_for(waiting, 5)
-        assert reopened.stream_id == stream_id
-    finally:
-        await new_owner.shutdown()
+    old_owner, _ = engine
+    stream_id = await old_owner.create_stream((("type", "log"),))
+    old = await old_owner.open_stream(stream_id, 0)
+    caplog.set_level(logging.INFO, logger="broker.partition.partition_log.opening")
+    waiting = asyncio.ensure_future(open_stream(second_engine, stream_id, 1, "waiting-0"))
+    await asyncio.sleep(0.45)  # several retries
+    assert not waiting.done()
+    await old_owner.close_streams([(old, 0)])
+    reopened = await asyncio.wait_for(waiting, 5)
+    assert reopened.stream_id == stream_id
     lines = [r.getMessage() for r in caplog.records if f"stream {stream_id} of waiting-0" in r.getMessage()]
     assert len(lines) == 2, lines
     assert "is still open elsewhere; retrying every 100 ms" in lines[0]

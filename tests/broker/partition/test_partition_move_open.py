@@ -13,14 +13,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
-
-import pytest
+from collections.abc import Sequence
 
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
-from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.stream_api import CommittedRecords, Stream, StreamClient
@@ -70,28 +66,6 @@ class OpenOrder:
         return await self._engine.read_committed(stream_id, max_bytes)
 
 
-@pytest.fixture
-async def target(
-    engine: tuple[StorageEngine, StreamMetadataStateMachine], tmp_path: Path
-) -> AsyncIterator[StorageEngine]:
-    """A second broker's engine over the same object storage and metadata as ``engine`` (node 1)."""
-    _, metadata = engine
-    other = StorageEngine(
-        StorageConfig(
-            data_buckets=(BucketURL(0, "file", str(tmp_path / "objects")),),
-            wal_url=BucketURL(0, "file", str(tmp_path / "wal-2")),
-            cluster_id="test",
-            node_id=2,
-        ),
-        metadata,
-    )
-    await other.start()
-    try:
-        yield other
-    finally:
-        await other.shutdown()
-
-
 async def _open(streams: StreamClient, metadata: StreamMetadataStateMachine, epoch: int, *,
                 meta_id: int | None = None) -> PartitionLog:
     return await PartitionLog.open(
@@ -128,7 +102,7 @@ async def _carries_on(moved: PartitionLog, acked: list[bytes]) -> None:
 
 
 async def test_a_move_target_opens_the_log_streams_without_waiting_for_the_meta_streams_open(
-    engine: tuple[StorageEngine, StreamMetadataStateMachine], target: StorageEngine,
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], second_engine: StorageEngine,
 ) -> None:
     source, metadata = engine
     acked = [b"m1", b"m2", b"m3"]
@@ -137,7 +111,7 @@ async def test_a_move_target_opens_the_log_streams_without_waiting_for_the_meta_
     meta_id = await PartitionLog.read_ahead(metadata, NAMESPACE, TOPIC_ID, PARTITION)  # while the source closes
     assert meta_id == log.meta_stream_id
     await log.close()
-    client = OpenOrder(target, held=meta_id)
+    client = OpenOrder(second_engine, held=meta_id)
     opening = asyncio.ensure_future(_open(client, metadata, 1, meta_id=meta_id))
     deadline = time.monotonic() + 10
     while ("ask", log_id) not in client.events and not opening.done() and time.monotonic() < deadline:
@@ -154,7 +128,7 @@ async def test_a_move_target_opens_the_log_streams_without_waiting_for_the_meta_
 
 
 async def test_an_open_that_is_not_a_moves_reads_the_meta_stream_once_it_is_open(
-    engine: tuple[StorageEngine, StreamMetadataStateMachine], target: StorageEngine,
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], second_engine: StorageEngine,
 ) -> None:
     """A restart's open, say: the meta stream's previous owner may not have closed it, so only the replay of the
     open stream knows which streams the partition has."""
@@ -162,7 +136,7 @@ async def test_an_open_that_is_not_a_moves_reads_the_meta_stream_once_it_is_open
     log = await _led_for_a_while(source, metadata, [b"x"])
     log_id = log.log_stream_id
     await log.close()
-    client = OpenOrder(target)
+    client = OpenOrder(second_engine)
     moved = await _open(client, metadata, 1)
     try:
         assert client.events.index(("ask", log_id)) > client.events.index(("opened", moved.meta_stream_id))
@@ -172,7 +146,7 @@ async def test_an_open_that_is_not_a_moves_reads_the_meta_stream_once_it_is_open
 
 
 async def test_a_read_of_the_meta_stream_before_its_close_is_not_replayed(
-    engine: tuple[StorageEngine, StreamMetadataStateMachine], target: StorageEngine,
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], second_engine: StorageEngine,
 ) -> None:
     """What was read is replayed only when it is the whole stream the open found: a read that raced the source's
     close lacks the closing entries (here the producer state at the log end)."""
@@ -181,11 +155,11 @@ async def test_a_read_of_the_meta_stream_before_its_close_is_not_replayed(
     log = await _led_for_a_while(source, metadata, acked)
     meta_id = log.meta_stream_id
     now = int(time.time() * 1000)
-    stale = await target.read_committed(meta_id, 1 << 20)
+    stale = await second_engine.read_committed(meta_id, 1 << 20)
     acked.append(b"c")
     await log.append(build_batch([Record(None, b"c", (), now)], producer_id=7, producer_epoch=0, base_sequence=2))
     await log.close()
-    moved = await _open(OpenOrder(target, stale), metadata, 1, meta_id=meta_id)
+    moved = await _open(OpenOrder(second_engine, stale), metadata, 1, meta_id=meta_id)
     try:
         await _carries_on(moved, acked)
     finally:
