@@ -243,7 +243,7 @@ async def open_streams(
             raise result
     meta_stream = cast("Stream", first[0])
     early = cast("dict[str, Stream]", first[1])
-    marks.mark("meta open")
+    marks.mark("meta open")  # a move's: with the streams opened on its read, so "data open" is then about nothing
     meta = MetaStream(meta_stream, where)
     await meta.replay(await _read_whole(reading, meta_stream, where))
     marks.mark("meta replay")
