@@ -109,11 +109,15 @@ def lasting_stream_ids(batches: Sequence[StreamRecordBatch]) -> dict[str, int]:
     if log_entry is None:
         return {}
     try:
-        stream_map = json.loads(log_entry)["streamMap"]
-        found = {role: int(stream_map.get(role, -1)) for role in LASTING_ROLES}
+        found = _by_role(json.loads(log_entry)["streamMap"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return {}
     return {role: stream_id for role, stream_id in found.items() if stream_id >= 0}
+
+
+def _by_role(stream_map: dict[str, Any]) -> dict[str, int]:
+    """The LOG entry's ``streamMap`` as stream ids by role of :data:`LASTING_ROLES` (-1: none yet)."""
+    return {role: int(stream_map.get(role, -1)) for role in LASTING_ROLES}
 
 
 async def _open_named(
@@ -256,8 +260,7 @@ async def open_streams(
     else:
         log_info = json.loads(log_entry)
     stream_map = log_info["streamMap"]
-    ids = dict(zip(LASTING_ROLES, (int(stream_map["log"]), int(stream_map["tim"]), int(stream_map.get("txn", -1)),
-                                   int(stream_map.get("shr", -1))), strict=True))
+    ids = _by_role(stream_map)
     for role, stream in early.items():
         if ids[role] != stream.stream_id:
             raise KafkaError(ErrorCode.kafka_storage_error,
