@@ -46,9 +46,10 @@ from storage.metadata.api import (
     StreamObjectCommit,
     StreamState,
 )
-from storage.objects.format import ObjectBuilder, object_key
+from storage.objects.format import object_key
 from storage.objectstore.base import ObjectStore, data_size
 from storage.stream_record_batch import StreamRecordBatch
+from storage.upload_plan import Part, UploadPlan, build_part, ids_text, plan_block, streams_text
 
 logger = logging.getLogger(__name__)
 
@@ -89,43 +90,6 @@ class UploadStats:
     @property
     def objects(self) -> int:
         return self.stream_set_objects + self.stream_objects
-
-
-@dataclass(frozen=True, slots=True)
-class _Part:
-    """One object to build: its streams' batches (sorted by stream, each in offset order)."""
-
-    streams: tuple[tuple[int, list[StreamRecordBatch]], ...]
-    is_stream_object: bool
-
-
-@dataclass(slots=True)
-class UploadPlan:
-    """How a block is split into objects; ids are filled in once prepared."""
-
-    parts: list[_Part]
-    first_id: int = -1
-
-    @property
-    def stream_ids(self) -> list[int]:
-        return [sid for part in self.parts for sid, _ in part.streams]
-
-
-def plan_block(block: CacheBlock, split_size: int) -> UploadPlan:
-    """Splits a block into stream objects (streams with >= ``split_size`` bytes, or the only stream) and one
-    stream-set object for the rest. Pure: no I/O."""
-    shared: list[tuple[int, list[StreamRecordBatch]]] = []
-    parts: list[_Part] = []
-    only_one = len(block.streams) == 1
-    sizes = block.stream_sizes()
-    for stream_id, batches in block.sorted_streams():
-        if only_one or sizes[stream_id] >= split_size:
-            parts.append(_Part(((stream_id, batches),), True))
-        else:
-            shared.append((stream_id, batches))
-    if shared:
-        parts.append(_Part(tuple(shared), False))
-    return UploadPlan(parts)
 
 
 @dataclass(slots=True)
@@ -321,7 +285,7 @@ class UploadPipeline:
             job.closes_committed = False  # closes joining from here would miss the commit
             try:
                 job.closes_committed = await self.commit(
-                    request, f"commit of objects {_ids_text(plan)} (streams {_streams_text(streams)})")
+                    request, f"commit of objects {ids_text(plan)} (streams {streams_text(streams)})")
             except ObjectNotPreparedError as exc:
                 logger.warning("%s; preparing new object ids and uploading again", exc)
                 continue
@@ -330,7 +294,7 @@ class UploadPipeline:
         self.stats.payload_bytes += block.size
         self._observe_upload(time.perf_counter() - started)
         logger.debug("committed cache block %d as objects %s (prepare and build %.1f ms, put %.1f ms, previous %.1f "
-                     "ms, commit %.1f ms)", block.block_id, _ids_text(plan), (prepared - started) * 1000,
+                     "ms, commit %.1f ms)", block.block_id, ids_text(plan), (prepared - started) * 1000,
                      (uploaded - prepared) * 1000, (committing - uploaded) * 1000,
                      (time.perf_counter() - committing) * 1000)
 
@@ -391,7 +355,7 @@ class UploadPipeline:
 
     async def _prepare(self, job: _Job, plan: UploadPlan) -> int:
         """Reserves the plan's object ids (the first of them returned) and lets the next block prepare its own."""
-        first_id = await self.prepare(len(plan.parts), f"streams {_streams_text(plan.stream_ids)}")
+        first_id = await self.prepare(len(plan.parts), f"streams {streams_text(plan.stream_ids)}")
         job.prepared.set()
         return first_id
 
@@ -400,7 +364,7 @@ class UploadPipeline:
     ) -> CommitStreamSetObjectRequest:
         """PUTs the plan's objects (``built``: each part's bytes) under their prepared ids, in parallel."""
 
-        async def put(index: int, part: _Part) -> tuple[int, int]:
+        async def put(index: int, part: Part) -> tuple[int, int]:
             object_id = plan.first_id + index
             data = built[index]
             putting = time.perf_counter()
@@ -408,7 +372,7 @@ class UploadPipeline:
             key = object_key(object_id, self._namespace)
             await self._retry(
                 f"upload of object {object_id} ({key}, {size} bytes, streams "
-                f"{_streams_text([sid for sid, _ in part.streams])}) to {self._store.name}",
+                f"{streams_text([sid for sid, _ in part.streams])}) to {self._store.name}",
                 lambda: self._store.put(key, data),
             )
             self.stats.put_seconds += time.perf_counter() - putting
@@ -455,19 +419,12 @@ class UploadPipeline:
             return epochs[stream_id]
         return batches[-1].epoch
 
-    def _timed_build(self, part: _Part) -> list[bytes]:
+    def _timed_build(self, part: Part) -> list[bytes]:
         building = time.perf_counter()
         try:
-            return self._build(part)
+            return build_part(part, self._config.object_block_size)
         finally:
             self.stats.build_seconds += time.perf_counter() - building
-
-    def _build(self, part: _Part) -> list[bytes]:
-        """The object's parts, not joined: the store joins them only if it has to (off the event loop)."""
-        builder = ObjectBuilder(self._config.object_block_size)
-        for _stream_id, batches in part.streams:
-            builder.add_all(batches)
-        return builder.finish_parts()
 
     async def _retry(
         self,
@@ -562,16 +519,7 @@ class UploadPipeline:
             "make visible",
             self._node.node_id,
             error,
-            _streams_text(sorted(dropped)),
+            streams_text(sorted(dropped)),
         )
         return kept
 
-
-def _streams_text(stream_ids: list[int]) -> str:
-    if len(stream_ids) <= 8:
-        return ",".join(map(str, stream_ids))
-    return ",".join(map(str, stream_ids[:8])) + f",... ({len(stream_ids)} streams)"
-
-
-def _ids_text(plan: UploadPlan) -> str:
-    return ",".join(str(plan.first_id + i) for i in range(len(plan.parts)))

@@ -21,7 +21,8 @@ from storage.objectstore.base import ObjectData
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.memory import MemoryObjectStore
 from storage.stream_record_batch import StreamRecordBatch
-from storage.upload import UploadPipeline, plan_block
+from storage.upload import UploadPipeline
+from storage.upload_plan import plan_block
 from testkit.waiting import eventually_async
 
 NODE = NodeIdentity(1, 1)
