@@ -267,3 +267,64 @@ async def test_a_blocks_objects_are_built_while_their_ids_are_prepared() -> None
     release.set()
     await asyncio.wait_for(future, 5)
     assert (await meta.get_streams([a]))[0].end_offset == 2 and pipeline.stats.stream_objects == 1
+
+
+class CountedPrepares:
+    """The stream metadata with its ``prepare_objects`` calls counted, each answered once ``release`` is set."""
+
+    def __init__(self, meta: StreamMetadataStateMachine) -> None:
+        self.calls: list[int] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self._real = meta.prepare_objects
+        meta.prepare_objects = self._prepare  # type: ignore[method-assign]
+
+    async def _prepare(self, node: NodeIdentity, count: int, ttl_ms: int) -> int:
+        self.calls.append(count)
+        await self.release.wait()  # fault injection: a slow controller
+        return await self._real(node, count, ttl_ms)
+
+
+async def test_a_reserved_object_id_is_prepared_before_the_closing_block_comes_and_commit_order_holds() -> None:
+    """A closing partition's producer waits for its last block's upload: ``reserve`` prepares the id while the
+    partition settles, so that upload asks the controller for nothing before its PUT. A block already in flight
+    keeps the smaller id: ids, and so the objects' order, follow the commits."""
+    recorder = Recorder()
+    meta = StreamMetadataStateMachine(sink=recorder)
+    [a] = await open_streams(meta, 1)
+    prepares = CountedPrepares(meta)
+    pipeline = UploadPipeline(config=CONFIG, metadata=meta, store=MemoryObjectStore(), node=NODE, on_committed=_noop)
+    prepares.release.clear()
+    background = pipeline.submit(make_block(0, {a: 1_000}))
+    await eventually_async(lambda: prepares.calls == [1], timeout=5, interval=0.01,
+                           what="the background block asking for its id")
+    pipeline.reserve("closing t-0")
+    for _ in range(20):
+        await asyncio.sleep(0)  # the in-memory metadata answers within a turn or two of the loop
+    assert prepares.calls == [1]  # the reservation waits for the block before it to have its ids
+    prepares.release.set()
+    await eventually_async(lambda: prepares.calls == [1, 1], timeout=5, interval=0.01,
+                           what="the reservation asking for its id")
+    await asyncio.wait_for(background, 5)
+    closing = pipeline.submit(make_block(1, {a: 1_000}, start={a: 2}))
+    await asyncio.wait_for(closing, 5)
+    assert prepares.calls == [1, 1]  # the closing block took the reserved id
+    assert recorder.committed == [0, 1]
+    assert (await meta.get_streams([a]))[0].end_offset == 4
+
+
+async def test_a_reserved_id_is_left_to_its_deadline_by_a_block_of_several_objects() -> None:
+    """Ids of one block are consecutive: a block of two objects prepares its own, after the reserved one, so the
+    order of the objects still follows the commits, and a later block prepares its own too."""
+    recorder = Recorder()
+    meta = StreamMetadataStateMachine(sink=recorder)
+    a, b = await open_streams(meta, 2)
+    prepares = CountedPrepares(meta)
+    pipeline = UploadPipeline(config=CONFIG, metadata=meta, store=MemoryObjectStore(), node=NODE, on_committed=_noop)
+    pipeline.reserve("closing t-0")
+    await eventually_async(lambda: prepares.calls == [1], timeout=5, interval=0.01, what="the reservation")
+    await asyncio.wait_for(pipeline.submit(make_block(0, {a: 4_000, b: 4_000})), 5)  # two stream objects
+    await asyncio.wait_for(pipeline.submit(make_block(1, {a: 1_000}, start={a: 8})), 5)
+    assert prepares.calls == [1, 2, 1]
+    assert recorder.committed == [1, 2, 3]  # id 0, reserved and not taken, waits for its deadline
+    assert [s.end_offset for s in await meta.get_streams([a, b])] == [10, 8]
