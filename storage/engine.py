@@ -218,9 +218,6 @@ class StorageEngine:
     async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
         await self._client.close_streams(closes)
 
-    def expect_upload(self, what: str) -> None:
-        self._uploader.reserve(what)
-
     async def read_committed(self, stream_id: int, max_bytes: int) -> CommittedRecords:
         self._require_running()
         return await self._client.read_committed(stream_id, max_bytes)
@@ -402,7 +399,8 @@ class StorageEngine:
         self._upload_listeners.append(listener)
 
     async def force_upload(self, stream_id: int | None = None) -> None:
-        """Uploads and commits everything appended so far (``stream_id`` only names the reason in logs)."""
+        """Uploads and commits everything appended so far (all streams share the block, so ``stream_id`` only
+        names the reason in logs)."""
         await self._flush(stream_id)
 
     # ---------------------------------------------------------------------------------------------- internals

@@ -140,12 +140,6 @@ class StreamClient(Protocol):
         """Closes several streams with one controller call, each trimmed first to its offset (-1: not trimmed)."""
         ...
 
-    def expect_upload(self, what: str) -> None:
-        """A caller is about to force an upload it will wait for (a partition's close, ``what`` in logs): the
-        client gets ready for it now (the engine prepares the upload's object id while the caller settles its
-        appends and writes its closing entries)."""
-        ...
-
     async def read_committed(self, stream_id: int, max_bytes: int) -> CommittedRecords:
         """The batches object storage holds of a stream from its start, about ``max_bytes`` of them at most,
         whether or not this client has it open: what a move's target reads of the meta stream its source closed

@@ -590,9 +590,11 @@ def _retrieve(task: asyncio.Future[None]) -> None:
         task.exception()
 
 
-if TYPE_CHECKING:  # mypy proves the streams satisfy the protocol the broker programs against (storage.engine
-    # proves the engine, the broker's StreamClient, satisfies that one)
-    from storage.stream_api import Stream
+if TYPE_CHECKING:  # mypy proves the implementations satisfy the protocols the broker programs against
+    from storage.stream_api import Stream, StreamClient
 
     def _stream_conforms(stream: StorageStream) -> Stream:
         return stream
+
+    def _client_conforms(client: StreamClientImpl) -> StreamClient:
+        return client

@@ -9,9 +9,6 @@ ends. After a commit the owner's ``on_committed`` callback trims the WAL and mar
 Streams closing (a moved partition's) join the commit of the last block submitted while it is not sent yet
 (``close_with``): one controller call and one metadata commit carry their last records and their close.
 
-A caller about to force an upload it waits for (a partition's close) may have the next block's object id prepared
-at once (``reserve``): that block then finds its id ready, and its upload costs the PUT and the commit only.
-
 A failed prepare, PUT or commit is logged (naming the objects and streams) and retried with backoff, never
 skipped: skipping would leave a hole that every later commit of those streams trips over. Only ``close``
 abandons pending work; the data is still in the WAL then, so recovery uploads it on the next start.
@@ -113,15 +110,6 @@ class _Job:
     closes_committed: bool | None = None
 
 
-@dataclass(slots=True)
-class _Reserved:
-    """One object id prepared ahead (``UploadPipeline.reserve``) for the block submitted after ``after``."""
-
-    after: _Job | None
-    task: asyncio.Future[int | None]
-    asked: float  # time.monotonic() when it was asked for
-
-
 class UploadPipeline:
     """Uploads sealed blocks; see the module docstring. One instance per node."""
 
@@ -145,7 +133,6 @@ class UploadPipeline:
         self._namespace = config.namespace
         self.stats = UploadStats()
         self._last: _Job | None = None
-        self._reserved: _Reserved | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         # One block's objects are built and PUT at a time: the bytes of an object being uploaded are the only
@@ -198,40 +185,6 @@ class UploadPipeline:
         job.closes += closes
         return asyncio.ensure_future(self._closes_committed(job))
 
-    def reserve(self, what: str) -> None:
-        """Prepares one object id now for the next block submitted, whichever it is: a closing partition's upload,
-        which its producer waits for, then finds its id ready instead of waiting for a metadata commit of its own.
-        Ids still follow commit order: the prepare is asked for once the last block submitted has its ids. A block
-        of more than one object, or one coming after half the prepare deadline, leaves the id to its deadline (the
-        controller drops a prepared id never committed). One reservation at a time; ``what`` names it in logs."""
-        if self._closed or self._reserved is not None:
-            return
-        after = self._last
-        task = asyncio.ensure_future(self._prepare_after(after, what))
-        self._reserved = _Reserved(after, task, time.monotonic())
-
-    async def _prepare_after(self, after: _Job | None, what: str) -> int | None:
-        """None: the prepare failed for good (a fenced node; ``prepare`` logged it), the block prepares its own."""
-        if after is not None:
-            await after.prepared.wait()
-        try:
-            return await self.prepare(1, f"{what} (ahead)")
-        except Exception:
-            return None
-
-    async def _take_reserved(self, previous: _Job | None, count: int) -> int | None:
-        """The reserved id, if it was reserved for the block after ``previous`` and fits a block of ``count``
-        objects (None: prepare as usual)."""
-        reserved = self._reserved
-        if reserved is None or reserved.after is not previous:
-            return None
-        self._reserved = None
-        fresh = time.monotonic() - reserved.asked < self._config.object_prepare_ttl_ms / 2000
-        if count != 1 or not fresh:
-            reserved.task.cancel()
-            return None
-        return await asyncio.shield(reserved.task)
-
     @staticmethod
     async def _closes_committed(job: _Job) -> bool:
         await asyncio.shield(job.committed)
@@ -252,9 +205,6 @@ class UploadPipeline:
     async def close(self) -> None:
         """Abandons pending blocks (their data stays in the WAL for recovery) and stops retrying."""
         self._closed = True
-        if self._reserved is not None:
-            self._reserved.task.cancel()
-            self._reserved = None
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -316,11 +266,10 @@ class UploadPipeline:
             # The objects are built while their ids are prepared (the bytes do not depend on the ids): a closing
             # partition's upload, which its producer waits for, pays the longer of the two rather than both.
             # The prepare holds no upload slot, so a block waiting for the slot never holds up the next one's ids.
-            preparing = asyncio.ensure_future(self._prepare(job, plan, previous))
+            preparing = asyncio.ensure_future(self._prepare(job, plan))
             try:
                 async with contextlib.nullcontext() if own_memory else self._upload_slot:
                     built = await asyncio.gather(*(asyncio.to_thread(self._timed_build, part) for part in plan.parts))
-                    built_at = time.perf_counter()
                     plan.first_id = await preparing
                     prepared = time.perf_counter()
                     request: CommitStreamSetObjectRequest | None = await self._upload(plan, built, epochs)
@@ -344,10 +293,10 @@ class UploadPipeline:
         self.stats.blocks += 1
         self.stats.payload_bytes += block.size
         self._observe_upload(time.perf_counter() - started)
-        logger.debug("committed cache block %d as objects %s (plan and build %.1f ms, then ids %.1f ms, put %.1f ms, "
-                     "previous %.1f ms, commit %.1f ms)", block.block_id, ids_text(plan),
-                     (built_at - started) * 1000, (prepared - built_at) * 1000, (uploaded - prepared) * 1000,
-                     (committing - uploaded) * 1000, (time.perf_counter() - committing) * 1000)
+        logger.debug("committed cache block %d as objects %s (prepare and build %.1f ms, put %.1f ms, previous %.1f "
+                     "ms, commit %.1f ms)", block.block_id, ids_text(plan), (prepared - started) * 1000,
+                     (uploaded - prepared) * 1000, (committing - uploaded) * 1000,
+                     (time.perf_counter() - committing) * 1000)
 
     async def prepare(self, count: int, what: str) -> int:
         """Reserves ``count`` object ids (the first returned), retrying until the controller answers."""
@@ -404,11 +353,9 @@ class UploadPipeline:
         finally:
             self.stats.commit_seconds += time.perf_counter() - started
 
-    async def _prepare(self, job: _Job, plan: UploadPlan, previous: _Job | None) -> int:
+    async def _prepare(self, job: _Job, plan: UploadPlan) -> int:
         """Reserves the plan's object ids (the first of them returned) and lets the next block prepare its own."""
-        first_id = await self._take_reserved(previous, len(plan.parts))
-        if first_id is None:
-            first_id = await self.prepare(len(plan.parts), f"streams {streams_text(plan.stream_ids)}")
+        first_id = await self.prepare(len(plan.parts), f"streams {streams_text(plan.stream_ids)}")
         job.prepared.set()
         return first_id
 

@@ -109,14 +109,9 @@ async def close_together(states: Sequence[PartitionState]) -> list[BaseException
     only those entries, from the block this close uploaded).
     Partitions closed together (one reconciliation round's, which a balancer's moves from one broker are) settle
     and write their meta entries first and then close their streams, so one upload carries them all: a partition
-    whose entries missed the first close's block would wait for that upload and then one of its own; that upload's
-    object id is prepared while they settle (``StreamClient.expect_upload``). Should an
+    whose entries missed the first close's block would wait for that upload and then one of its own. Should an
     append not settle, the entries follow the closed data streams as before, so a clean-shutdown flag never
     precedes records that are not durable."""
-    open_states = [state for state in states if not state.closed]
-    if open_states:  # one storage engine serves a broker's partitions
-        more = f" and {len(open_states) - 1} more" if len(open_states) > 1 else ""
-        open_states[0].streams.expect_upload(f"closing {open_states[0].where}{more}")
     prepared = await asyncio.gather(*(_prepare_close(state) for state in states), return_exceptions=True)
     finished = await asyncio.gather(
         *(_finish_close(state, closing) for state, closing in zip(states, prepared, strict=True)

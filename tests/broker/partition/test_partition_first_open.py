@@ -58,9 +58,6 @@ class HeldCreate:
     async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
         await self._engine.close_streams(closes)
 
-    def expect_upload(self, what: str) -> None:
-        self._engine.expect_upload(what)
-
 
 async def _open(streams: StreamClient, metadata: StreamMetadataStateMachine, epoch: int) -> PartitionLog:
     return await PartitionLog.open(

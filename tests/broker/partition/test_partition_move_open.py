@@ -59,9 +59,6 @@ class OpenOrder:
     async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
         await self._engine.close_streams(closes)
 
-    def expect_upload(self, what: str) -> None:
-        self._engine.expect_upload(what)
-
     async def read_committed(self, stream_id: int, max_bytes: int) -> CommittedRecords:
         self.events.append(("read", stream_id))
         if self._stale is not None:
