@@ -239,6 +239,15 @@ close, 89-132 ms here, is most of it. Most of that close is one upload of the cl
 last upload (a PUT and two controller commits, prepare and commit); what would take it off a producer's path is a
 move in two steps, the source uploading while it still serves and closing with only what came after (Kafka's own
 reassignment keeps the old leader until the new replica caught up; Fjord's ``replicas`` has one broker, DESIGN §9).
+
+Issue 25, eleventh round (2026-12-01, defaults, load 2.4-5.4 from the bench's own processes). Tried and left out: the
+close asking for its upload's object id as it starts (``UploadPipeline.reserve``), so that the id's prepare, a
+metadata commit, ran while the partitions settled and wrote their closing meta entries rather than in front of the
+close's PUT. Mechanically it worked (every closing block's upload waited 0.0 ms for its ids in the debug logs), and
+the source's close p50 went 112 -> 104 ms (medians over 13 alternating pairs, four of them run new-first), but the
+target's open went 55 -> 84 ms and the default-backoff stall 230 -> 267 ms; it was reverted. At DEBUG a target
+now logs how long its early read of the meta stream took (16-92 ms for four records on the freshly started target,
+2-16 ms of it the metadata lookup): that read, then the data streams' opens, is most of the target's open.
 """
 
 from __future__ import annotations
