@@ -90,13 +90,13 @@ async def read_meta_id(kv: StreamMetadata, namespace: str, topic_id: uuid.UUID, 
 #: The LOG entry's ``streamMap`` roles a partition keeps for good once created: a move's target opens them on what
 #: it read of the meta stream while it opened that (:func:`open_streams`). The cleaned stream is replaced by each
 #: cleaner round, so it is not one.
-LASTING_ROLES = ("log", "tim", "txn", "shr")
+_LASTING_ROLES = ("log", "tim", "txn", "shr")
 #: A move's target reads the meta stream whole with its open: the source's close trimmed it to its closing entries.
 _MOVED_META_BYTES = 1 << 20
 
 
-def lasting_stream_ids(batches: Sequence[StreamRecordBatch]) -> dict[str, int]:
-    """The streams of :data:`LASTING_ROLES` the last LOG entry among a meta stream's ``batches`` names (``{}``:
+def _lasting_stream_ids(batches: Sequence[StreamRecordBatch]) -> dict[str, int]:
+    """The streams of :data:`_LASTING_ROLES` the last LOG entry among a meta stream's ``batches`` names (``{}``:
     none, or entries that do not parse: the replay names the damage)."""
     log_entry: bytes | None = None
     for batch in batches:
@@ -116,8 +116,8 @@ def lasting_stream_ids(batches: Sequence[StreamRecordBatch]) -> dict[str, int]:
 
 
 def _by_role(stream_map: dict[str, Any]) -> dict[str, int]:
-    """The LOG entry's ``streamMap`` as stream ids by role of :data:`LASTING_ROLES` (-1: none yet)."""
-    return {role: int(stream_map.get(role, -1)) for role in LASTING_ROLES}
+    """The LOG entry's ``streamMap`` as stream ids by role of :data:`_LASTING_ROLES` (-1: none yet)."""
+    return {role: int(stream_map.get(role, -1)) for role in _LASTING_ROLES}
 
 
 async def _open_named(
@@ -131,7 +131,7 @@ async def _open_named(
         read = await asyncio.shield(reading)
     except Exception:
         return {}
-    ids = lasting_stream_ids(read.batches)
+    ids = _lasting_stream_ids(read.batches)
     results = await asyncio.gather(*(open_one(i) for i in ids.values()), return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
@@ -270,7 +270,7 @@ async def open_streams(
     async def reuse_or_open(role: str) -> Stream | None:
         return early[role] if role in early else await open_one(ids[role])
 
-    found = await asyncio.gather(*(reuse_or_open(role) for role in LASTING_ROLES), return_exceptions=True)
+    found = await asyncio.gather(*(reuse_or_open(role) for role in _LASTING_ROLES), return_exceptions=True)
     marks.mark("data open")
     for result in found:
         if isinstance(result, BaseException):
