@@ -1,14 +1,15 @@
 """Runs a `RaftNode` on asyncio with a real clock, a transport and on-disk storage.
 
 One task owns the node. Each turn it takes every inbound message that has arrived, ticks the node, and executes the
-node's effects under the durability contract of `raft.effects`: persistence effects are applied to
-`RaftStorage` and made durable (in a worker thread, the only blocking part) before any message that follows them is
-sent, and the log end that became durable is reported back with ``log_flushed``. Everything that piles up while one
-fsync runs goes into the next one, so a burst of proposals costs one fsync (group commit). An observer (a broker
-replaying the metadata log) writes behind its turns instead, in order, one write after the other: nothing it sends
-depends on its log being durable, so its next fetch leaves, and the commit that fetch brings is applied, while it
-still writes the entries before (two metadata changes in a row, a closed stream and its partition's new leader,
-reach the broker without an fsync between them).
+node's effects under the durability contract of `raft.effects`: persistence effects are applied to `RaftStorage` and
+made durable (the only blocking part: a few entries in place, since on a busy node the GIL hand-offs of a worker thread
+take longer than their write and fsync, ``storage.offload``; a large write in a worker thread) before any message that
+follows them is sent, and the log end that became durable is reported back with ``log_flushed``. Everything that piles
+up while one fsync runs goes into the next one, so a burst of proposals costs one fsync (group commit). An observer (a
+broker replaying the metadata log) writes behind its turns instead, in order, one write after the other: nothing it
+sends depends on its log being durable, so its next fetch leaves, and the commit that fetch brings is applied, while it
+still writes the entries before (two metadata changes in a row, a closed stream and its partition's new leader, reach
+the broker without an fsync between them).
 
 Committed DATA entries are handed to the ``apply`` callback in offset order; a snapshot to load goes to
 ``load_snapshot``. Both run on the event loop and must not block.
@@ -25,11 +26,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from raft.core import NotLeader, RaftConfig, RaftNode
-from raft.effects import PERSIST_EFFECTS, Commit, Effect, LoadSnapshot, PersistEffect, Role, RoleChanged, Send
+from raft.effects import (
+    PERSIST_EFFECTS,
+    AppendEntries,
+    Commit,
+    Effect,
+    LoadSnapshot,
+    PersistEffect,
+    PersistQuorumState,
+    Role,
+    RoleChanged,
+    Send,
+    TruncateLog,
+)
 from raft.log import EntryKind, LogEntry, SnapshotId
 from raft.messages import DescribeQuorumResponse, RaftMessage
 from raft.storage import RaftStorage
 from raft.transport import Transport
+from storage.offload import INLINE_BYTES, offload
 
 logger = logging.getLogger(__name__)
 
@@ -304,7 +318,7 @@ class RaftDriver:
                 self.storage.apply(effect)
             return self.storage.flush()
 
-        self._inflight_write = asyncio.ensure_future(asyncio.to_thread(write))
+        self._inflight_write = asyncio.ensure_future(offload(_write_size(batch), write))
         durable_end = await asyncio.shield(self._inflight_write)
         self._inflight_write = None
         self.node.log_flushed(durable_end, self.now_ms())
@@ -339,3 +353,15 @@ class RaftDriver:
                 leader = node.leader_id if node is not None else None
                 future.set_exception(NotLeaderError(self.node_id, leader, epoch, detail))
         self._waiters = []
+
+
+def _write_size(batch: Sequence[PersistEffect]) -> int:
+    """The bytes a write of ``batch`` handles, for ``offload``: appended entries and small records count their
+    size; a snapshot, a trim or a reset (which can touch whole files) counts as large."""
+    size = 0
+    for effect in batch:
+        if isinstance(effect, AppendEntries):
+            size += sum(len(entry.data) for entry in effect.entries)
+        elif not isinstance(effect, PersistQuorumState | TruncateLog):
+            return INLINE_BYTES + 1
+    return size

@@ -48,6 +48,7 @@ from storage.metadata.api import (
 )
 from storage.objects.format import object_key
 from storage.objectstore.base import ObjectStore, data_size
+from storage.offload import offload
 from storage.stream_record_batch import StreamRecordBatch
 from storage.upload_plan import Part, UploadPlan, build_part, ids_text, plan_block, streams_text
 
@@ -258,7 +259,7 @@ class UploadPipeline:
         own_memory: bool,
     ) -> None:
         started = time.perf_counter()
-        plan = await asyncio.to_thread(plan_block, block, self._config.stream_object_split_size)
+        plan = await offload(block.size, plan_block, block, self._config.stream_object_split_size)
         streams = plan.stream_ids
         if previous is not None:
             await previous.prepared.wait()  # ids follow commit order, so order ids do too
@@ -269,7 +270,8 @@ class UploadPipeline:
             preparing = asyncio.ensure_future(self._prepare(job, plan))
             try:
                 async with contextlib.nullcontext() if own_memory else self._upload_slot:
-                    built = await asyncio.gather(*(asyncio.to_thread(self._timed_build, part) for part in plan.parts))
+                    built = await asyncio.gather(*(offload(block.size, self._timed_build, part)
+                                                   for part in plan.parts))
                     plan.first_id = await preparing
                     prepared = time.perf_counter()
                     request: CommitStreamSetObjectRequest | None = await self._upload(plan, built, epochs)
