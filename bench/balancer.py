@@ -248,6 +248,20 @@ the source's close p50 went 112 -> 104 ms (medians over 13 alternating pairs, fo
 target's open went 55 -> 84 ms and the default-backoff stall 230 -> 267 ms; it was reverted. At DEBUG a target
 now logs how long its early read of the meta stream took (16-92 ms for four records on the freshly started target,
 2-16 ms of it the metadata lookup): that read, then the data streams' opens, is most of the target's open.
+
+Issue 25, twelfth round (2026-12-02). What the close waited for was not its work but the GIL: the closing block's
+plan, build and PUT (to this bench's ``file://`` store) each ran in a worker thread, and a worker gets the GIL back
+from a busy event loop only when the loop idles (the loop lets go of it at every system call, which restarts the
+worker's wait for a forced hand-over). In the debug logs a closing block of 0.1-0.6 MB took 50-110 ms to PUT, 1-2 ms
+of disk work. Now work of at most 1 MiB runs on the loop itself (``storage.offload``): the closing PUT 2.5-10 ms, the
+closing upload's prepare and commit (a controller voter's Raft write, also in place now) about 5-25 and 7-14 ms.
+Four pairs alternating with the code before (load 3-6, the bench's own), medians of the runs' p50s: at the default
+rate the hand-over 265 -> 191 ms and the default-backoff stall 316 -> 251 ms (max 351-622 -> 240-309 ms); at
+``--rate 1000`` the hand-over 163 -> 122 ms and the stall 194 -> 170 ms. Three more runs of the new code at the
+default rate (load 1.8-3.6): hand-over p50 139 / 173 / 147 ms, stall p50 / max 217 / 284, 231 / 361, 162 / 199 ms;
+lost 0, dup 0. The 100 ms p50 is still not met: the close (58-138 ms) is now mostly controller round trips (the
+object id's prepare, the commit that closes the streams), the target's open (34-59 ms) the same (the meta and data
+streams' opens, the early read's metadata lookups).
 """
 
 from __future__ import annotations
