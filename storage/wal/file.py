@@ -15,6 +15,15 @@ thread hands a written group back with one ``call_soon_threadsafe`` whose callba
 written strictly one after another and acknowledged in order, so a record is never acknowledged before one appended
 earlier, and a torn write can only ever affect the tail of the newest segment.
 
+A small group (at most ``INLINE_GROUP_BYTES``, not rolling the segment, nothing else on the writer thread) is written
+on the event loop instead. The hop to the thread and back costs a busy loop more than such a write: the thread
+needs the GIL twice, and a loop that lets go of it only at its own system calls keeps it for up to a switch
+interval (5 ms) each time (``storage.offload`` says why), while the write and fdatasync of a few KiB take a tenth of
+a millisecond on a local SSD. A move's closing meta entries waited 4-18 ms for that hop on a loaded broker. Should
+an inline write take longer than ``INLINE_SLOW_S`` (a slow or shared disk), groups go to the thread again for
+``INLINE_PAUSE_S`` before the loop tries once more, so a slow disk blocks the loop for one write a pause at most.
+A caller of ``writes_begun`` wants its write to overlap its own work, so a group it waits on goes to the thread.
+
 Segments are preallocated: a new segment is a *spare* file renamed into place — either a trimmed segment recycled
 whole (as many are kept as the WAL's capacity has room for, so a steady load rolls onto recycled files only), or,
 when none is left, a file the writer thread zero-fills in steps while the WAL idles (``Preallocation``).
@@ -65,6 +74,9 @@ from storage.wal.state import WALState
 logger = logging.getLogger(__name__)
 
 MAX_GROUP_BYTES = 32 * MiB
+INLINE_GROUP_BYTES = 64 * 1024  # a group this small is written on the event loop (see the module docstring)
+INLINE_SLOW_S = 0.002  # an inline write slower than this sends groups to the writer thread ...
+INLINE_PAUSE_S = 1.0  # ... for this long
 _FILL_AFTER_IDLE_S = 0.001  # how long the WAL waits for another append before a paced zero-fill step
 
 
@@ -112,6 +124,8 @@ class FileWAL(WALState):
         self._filler = PacedSpareFiller(self._spares, segment_size) if preallocate is Preallocation.PACED else None
         self._unpaced = 0  # bytes written since the paced zero-fill last took a step: what its next step is sized by
         self._fill_timer: asyncio.TimerHandle | None = None
+        self._filling = False  # a paced zero-fill step is on the writer thread
+        self._inline_after = 0.0  # event-loop time before which groups go to the writer thread (a slow inline write)
         self._idle_since = 0.0  # event-loop time the flusher last ran out of appends
         self._writer = SegmentWriter(self._dir, segment_size, self._spares)
         self._lock_fd = -1
@@ -321,10 +335,44 @@ class FileWAL(WALState):
                 self._wakeup.clear()
                 continue
             group = self._take_group()
+            if self._inline(group, loop.time()):
+                if not self._write_group_inline(group, loop.time()):
+                    return
+                await asyncio.sleep(0)  # let the acknowledged appends' callers run before the next group
+                continue
             written: asyncio.Future[bool] = loop.create_future()
             self._executor.submit(self._write_group_sync, group, loop, written)
             if not await written:
                 return
+
+    def _inline(self, group: list[PendingAppend], now: float) -> bool:
+        """Whether ``group`` is written on the event loop (see the module docstring)."""
+        length = group[-1].next_offset - group[0].offset
+        return (
+            length <= INLINE_GROUP_BYTES
+            and now >= self._inline_after
+            and not self._begun_waiters
+            and not self._filling
+            and (self._zero_fill is None or self._zero_fill.done())
+            and self._writer.fits(length)
+        )
+
+    def _write_group_inline(self, group: list[PendingAppend], now: float) -> bool:
+        """Writes a small group on the event loop; False when the write failed (the WAL has failed with it)."""
+        try:
+            rolled, seconds = self._write(group)
+        except BaseException as exc:
+            return self._group_failed(group, exc)
+        if seconds > INLINE_SLOW_S:
+            self._inline_after = now + INLINE_PAUSE_S
+            logger.debug(
+                "%s: an inline group write took %.1f ms; groups go to the writer thread for %.0f s",
+                self._name,
+                seconds * 1000,
+                INLINE_PAUSE_S,
+            )
+        self._group_written(group, rolled, seconds)
+        return True
 
     async def writes_begun(self) -> None:
         """``WriteAheadLog.writes_begun``. The writer thread needs the GIL to take a group up: while the event loop
@@ -358,19 +406,36 @@ class FileWAL(WALState):
         the group was taken up (a list read from this thread: at worst it hears at ``_group_written`` instead)."""
         if self._begun_waiters:
             loop.call_soon_threadsafe(self._group_begun, group[-1].next_offset)
+        try:
+            rolled, seconds = self._write(group)
+        except BaseException as exc:  # the loop must hear of every outcome, or the flusher would wait for ever
+            loop.call_soon_threadsafe(self._thread_group_failed, group, exc, written)
+            return
+        loop.call_soon_threadsafe(self._thread_group_written, group, rolled, seconds, written)
+
+    def _write(self, group: list[PendingAppend]) -> tuple[Segment | None, float]:
+        """Encodes and durably writes ``group``; returns the segment it rolled onto, if any, and the seconds taken."""
         started = time.perf_counter()
         start = group[0].offset
-        try:
-            parts = walrecord.encode_record_parts([entry.batch for entry in group], start)
-            rolled = self._writer.write_group(parts, start)
-        except BaseException as exc:  # the loop must hear of every outcome, or the flusher would wait for ever
-            loop.call_soon_threadsafe(self._group_failed, group, exc, written)
-            return
-        loop.call_soon_threadsafe(self._group_written, group, rolled, time.perf_counter() - started, written)
+        parts = walrecord.encode_record_parts([entry.batch for entry in group], start)
+        rolled = self._writer.write_group(parts, start)
+        return rolled, time.perf_counter() - started
 
-    def _group_written(
+    def _thread_group_written(
         self, group: list[PendingAppend], rolled: Segment | None, seconds: float, written: asyncio.Future[bool]
     ) -> None:
+        self._group_written(group, rolled, seconds)
+        if not written.done():  # the flusher may have been cancelled (the loop shutting down) while it waited
+            written.set_result(True)
+
+    def _thread_group_failed(
+        self, group: list[PendingAppend], exc: BaseException, written: asyncio.Future[bool]
+    ) -> None:
+        self._group_failed(group, exc)
+        if not written.done():
+            written.set_result(False)
+
+    def _group_written(self, group: list[PendingAppend], rolled: Segment | None, seconds: float) -> None:
         start, end = group[0].offset, group[-1].next_offset
         if rolled is not None:
             self._segments.append(rolled)
@@ -384,16 +449,13 @@ class FileWAL(WALState):
         for entry in group:
             entry.acknowledge()
         self._unpaced += end - start
-        if not written.done():  # the flusher may have been cancelled (the loop shutting down) while it waited
-            written.set_result(True)
         self.observe_flush(seconds)
         self._maybe_preallocate()
 
-    def _group_failed(self, group: list[PendingAppend], exc: BaseException, written: asyncio.Future[bool]) -> None:
+    def _group_failed(self, group: list[PendingAppend], exc: BaseException) -> bool:
         failure = exc if isinstance(exc, WALError) else WALError(f"{self._name}: write failed: {exc!r}")
         self._fail(failure, group)
-        if not written.done():
-            written.set_result(False)
+        return False
 
     def _maybe_preallocate(self) -> None:
         """``Preallocation.EAGER``: once the active segment is half full, make sure a spare is ready for the next
@@ -444,10 +506,12 @@ class FileWAL(WALState):
         self._unpaced = 0
         self.stats.fill_steps += 1
         assert self._executor is not None
+        self._filling = True
         step = asyncio.get_running_loop().run_in_executor(self._executor, self._filler.fill_step, size)
         step.add_done_callback(self._fill_step_done)
 
     def _fill_step_done(self, step: asyncio.Future[None]) -> None:
+        self._filling = False
         if not step.cancelled() and step.exception() is not None:
             logger.warning("%s: zero-filling a spare segment failed: %r", self._name, step.exception())
 

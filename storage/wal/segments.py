@@ -261,8 +261,9 @@ class PacedSpareFiller:
 
 
 class SegmentWriter:
-    """The active segment's file descriptor. Touched only from the WAL's single writer thread, so writes, rolls
-    and resets are serialized without locks."""
+    """The active segment's file descriptor. Touched by one writer at a time (the WAL's writer thread, or the event
+    loop for a small group while that thread has nothing in hand), so writes, rolls and resets are serialized
+    without locks."""
 
     def __init__(self, directory: Path, segment_size: int, spares: SparePool) -> None:
         self._dir = directory
@@ -278,6 +279,10 @@ class SegmentWriter:
     def size(self) -> int:
         """Bytes written to the active segment (0 if there is none)."""
         return self._size if self._fd >= 0 else 0
+
+    def fits(self, length: int) -> bool:
+        """Whether a group of ``length`` bytes goes into the active segment without rolling it."""
+        return self._fd >= 0 and self._size + length <= self._segment_size
 
     def write_group(self, parts: Sequence[bytes], offset: int) -> Segment | None:
         """Writes one group (its buffers in order, see ``record.encode_record_parts``) at logical ``offset`` and

@@ -1,0 +1,111 @@
+"""The file WAL writes a small group on the event loop and larger or slow ones on its writer thread
+(``storage.wal.file``): an acknowledgement must not wait for the GIL behind a busy loop, and a slow disk must not
+hold the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from storage.stream_record_batch import StreamRecordBatch
+from storage.wal import file as filewal
+from storage.wal.file import FileWAL
+from storage.wal.segments import Segment
+
+#: The longest the busy loop below keeps spinning (a bound on the test, not a figure it measures).
+_SPIN_LIMIT_S = 20.0
+
+
+def batch(offset: int, size: int = 1000) -> StreamRecordBatch:
+    return StreamRecordBatch(7, 3, offset, 1, bytes([offset % 251]) * size)
+
+
+async def opened(path: Path) -> FileWAL:
+    wal = FileWAL(path)
+    await wal.start()
+    async for _ in wal.recover():
+        pass
+    await wal.append(batch(0))  # the first group creates the segment (a roll, which is the thread's)
+    return wal
+
+
+def writers(wal: FileWAL, slow_first_s: float = 0.0) -> list[int]:
+    """Records the thread each group is written on; the first one written takes ``slow_first_s`` longer."""
+    seen: list[int] = []
+    write_group = wal._writer.write_group
+
+    def recorded(parts: Sequence[bytes], offset: int) -> Segment | None:
+        if not seen and slow_first_s:
+            time.sleep(slow_first_s)  # a slow disk, injected
+        seen.append(threading.get_ident())
+        return write_group(parts, offset)
+
+    wal._writer.write_group = recorded  # type: ignore[method-assign]
+    return seen
+
+
+async def test_a_small_append_is_acknowledged_while_the_event_loop_stays_busy(tmp_path: Path) -> None:
+    """A loop that never idles (2 ms slices of Python between its turns, as a loaded broker's) lets go of the GIL
+    only at its own system calls, and the writer thread starts its wait for the GIL over at each: a balancing
+    move's closing meta entries waited 4-18 ms on such a broker for a write of a few KiB. Written in place, the
+    append is acknowledged while the loop is still busy."""
+    wal = await opened(tmp_path)
+    spinning = True
+    deadline = time.monotonic() + _SPIN_LIMIT_S
+
+    async def spin() -> None:
+        while spinning and time.monotonic() < deadline:
+            began = time.perf_counter()
+            while time.perf_counter() - began < 0.002:
+                pass
+            await asyncio.sleep(0)
+
+    spinner = asyncio.ensure_future(spin())
+    await asyncio.sleep(0)
+    records = [await wal.append(batch(i)) for i in range(1, 21)]
+    busy_throughout = not spinner.done()
+    spinning = False
+    await spinner
+    assert busy_throughout, "the appends were acknowledged only once the loop stopped spinning"
+    await wal.close()
+    reopened = FileWAL(tmp_path)
+    await reopened.start()
+    assert [r async for r in reopened.recover()][1:] == records
+    await reopened.close()
+
+
+async def test_a_large_group_is_written_on_the_writer_thread(tmp_path: Path) -> None:
+    wal = await opened(tmp_path)
+    seen = writers(wal)
+    await wal.append(batch(1, filewal.INLINE_GROUP_BYTES))  # over the bound once framed
+    await wal.append(batch(2))
+    await wal.close()
+    assert seen[0] != threading.get_ident()
+    assert seen[1] == threading.get_ident()
+
+
+async def test_after_a_slow_inline_write_groups_go_to_the_writer_thread_for_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow or shared disk must not hold the event loop write after write: one slow write sends the next groups
+    to the thread until the pause is over."""
+    monkeypatch.setattr(filewal, "INLINE_PAUSE_S", 0.5)
+    wal = await opened(tmp_path)
+    seen = writers(wal, slow_first_s=filewal.INLINE_SLOW_S * 5)
+    await wal.append(batch(1))  # in place, and slow
+    paused_until = time.monotonic() + 0.5
+    for i in range(2, 6):
+        await wal.append(batch(i))
+    assert time.monotonic() < paused_until, "the machine is too slow for this test's pause"
+    await asyncio.sleep(0.5)
+    await wal.append(batch(6))  # the pause is over: in place again
+    await wal.close()
+    loop_thread = threading.get_ident()
+    assert seen[0] == loop_thread
+    assert all(ident != loop_thread for ident in seen[1:5])
+    assert seen[5] == loop_thread
