@@ -15,14 +15,9 @@ thread hands a written group back with one ``call_soon_threadsafe`` whose callba
 written strictly one after another and acknowledged in order, so a record is never acknowledged before one appended
 earlier, and a torn write can only ever affect the tail of the newest segment.
 
-A small group (at most ``INLINE_GROUP_BYTES``, not rolling the segment, nothing else on the writer thread) is written
-on the event loop instead. The hop to the thread and back costs a busy loop more than such a write: the thread
-needs the GIL twice, and a loop that lets go of it only at its own system calls keeps it for up to a switch
-interval (5 ms) each time (``storage.offload`` says why), while the write and fdatasync of a few KiB take a tenth of
-a millisecond on a local SSD. A move's closing meta entries waited 4-18 ms for that hop on a loaded broker. Should
-an inline write take longer than ``INLINE_SLOW_S`` (a slow or shared disk), groups go to the thread again for
-``INLINE_PAUSE_S`` before the loop tries once more, so a slow disk blocks the loop for one write a pause at most.
-A caller of ``writes_begun`` wants its write to overlap its own work, so a group it waits on goes to the thread.
+A small group is written on the event loop instead, where the hop to the thread would cost more than the write
+(``storage.wal.inline_writes``); a caller of ``writes_begun`` wants its write to overlap its own work, so a group it
+waits on goes to the thread.
 
 Segments are preallocated: a new segment is a *spare* file renamed into place — either a trimmed segment recycled
 whole (as many are kept as the WAL's capacity has room for, so a steady load rolls onto recycled files only), or,
@@ -56,6 +51,7 @@ from storage.wal import early_read
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
+from storage.wal.inline_writes import InlineWrites
 from storage.wal.pending import PendingAppend
 from storage.wal.recovery import SegmentScan, finish_recovery_sync
 from storage.wal.segments import (
@@ -74,9 +70,6 @@ from storage.wal.state import WALState
 logger = logging.getLogger(__name__)
 
 MAX_GROUP_BYTES = 32 * MiB
-INLINE_GROUP_BYTES = 64 * 1024  # a group this small is written on the event loop (see the module docstring)
-INLINE_SLOW_S = 0.002  # an inline write slower than this sends groups to the writer thread ...
-INLINE_PAUSE_S = 1.0  # ... for this long
 _FILL_AFTER_IDLE_S = 0.001  # how long the WAL waits for another append before a paced zero-fill step
 
 
@@ -125,7 +118,7 @@ class FileWAL(WALState):
         self._unpaced = 0  # bytes written since the paced zero-fill last took a step: what its next step is sized by
         self._fill_timer: asyncio.TimerHandle | None = None
         self._filling = False  # a paced zero-fill step is on the writer thread
-        self._inline_after = 0.0  # event-loop time before which groups go to the writer thread (a slow inline write)
+        self._inline = InlineWrites(self._name)
         self._idle_since = 0.0  # event-loop time the flusher last ran out of appends
         self._writer = SegmentWriter(self._dir, segment_size, self._spares)
         self._lock_fd = -1
@@ -335,7 +328,7 @@ class FileWAL(WALState):
                 self._wakeup.clear()
                 continue
             group = self._take_group()
-            if self._inline(group, loop.time()):
+            if self._in_place(group, loop.time()):
                 if not self._write_group_inline(group, loop.time()):
                     return
                 await asyncio.sleep(0)  # let the acknowledged appends' callers run before the next group
@@ -345,12 +338,11 @@ class FileWAL(WALState):
             if not await written:
                 return
 
-    def _inline(self, group: list[PendingAppend], now: float) -> bool:
-        """Whether ``group`` is written on the event loop (see the module docstring)."""
+    def _in_place(self, group: list[PendingAppend], now: float) -> bool:
+        """Whether ``group`` is written on the event loop (``storage.wal.inline_writes``)."""
         length = group[-1].next_offset - group[0].offset
         return (
-            length <= INLINE_GROUP_BYTES
-            and now >= self._inline_after
+            self._inline.allows(length, now)
             and not self._begun_waiters
             and not self._filling
             and (self._zero_fill is None or self._zero_fill.done())
@@ -363,14 +355,7 @@ class FileWAL(WALState):
             rolled, seconds = self._write(group)
         except BaseException as exc:
             return self._group_failed(group, exc)
-        if seconds > INLINE_SLOW_S:
-            self._inline_after = now + INLINE_PAUSE_S
-            logger.debug(
-                "%s: an inline group write took %.1f ms; groups go to the writer thread for %.0f s",
-                self._name,
-                seconds * 1000,
-                INLINE_PAUSE_S,
-            )
+        self._inline.wrote(seconds, now)
         self._group_written(group, rolled, seconds)
         return True
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storage.stream_record_batch import StreamRecordBatch
-from storage.wal import file as filewal
+from storage.wal import inline_writes
 from storage.wal.file import FileWAL
 from storage.wal.segments import Segment
 
@@ -34,14 +34,15 @@ async def opened(path: Path) -> FileWAL:
     return wal
 
 
-def writers(wal: FileWAL, slow_first_s: float = 0.0) -> list[int]:
-    """Records the thread each group is written on; the first one written takes ``slow_first_s`` longer."""
+def writers(wal: FileWAL, slow: list[float] | None = None) -> list[int]:
+    """Records the thread each group is written on; a write takes ``slow[0]`` seconds longer while ``slow`` holds
+    one (a slow disk, injected)."""
     seen: list[int] = []
     write_group = wal._writer.write_group
 
     def recorded(parts: Sequence[bytes], offset: int) -> Segment | None:
-        if not seen and slow_first_s:
-            time.sleep(slow_first_s)  # a slow disk, injected
+        if slow:
+            time.sleep(slow[0])
         seen.append(threading.get_ident())
         return write_group(parts, offset)
 
@@ -82,30 +83,43 @@ async def test_a_small_append_is_acknowledged_while_the_event_loop_stays_busy(tm
 async def test_a_large_group_is_written_on_the_writer_thread(tmp_path: Path) -> None:
     wal = await opened(tmp_path)
     seen = writers(wal)
-    await wal.append(batch(1, filewal.INLINE_GROUP_BYTES))  # over the bound once framed
+    await wal.append(batch(1, inline_writes.INLINE_GROUP_BYTES))  # over the bound once framed
     await wal.append(batch(2))
     await wal.close()
     assert seen[0] != threading.get_ident()
     assert seen[1] == threading.get_ident()
 
 
-async def test_after_a_slow_inline_write_groups_go_to_the_writer_thread_for_a_while(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A slow or shared disk must not hold the event loop write after write: one slow write sends the next groups
-    to the thread until the pause is over."""
-    monkeypatch.setattr(filewal, "INLINE_PAUSE_S", 0.5)
+async def test_one_slow_inline_write_keeps_groups_on_the_event_loop(tmp_path: Path) -> None:
+    """One write a busy machine preempted is no slow disk: the next groups are still written in place."""
     wal = await opened(tmp_path)
-    seen = writers(wal, slow_first_s=filewal.INLINE_SLOW_S * 5)
-    await wal.append(batch(1))  # in place, and slow
-    paused_until = time.monotonic() + 0.5
+    slow = [inline_writes.INLINE_SLOW_S * 5]
+    seen = writers(wal, slow)
+    await wal.append(batch(1))
+    slow.clear()
     for i in range(2, 6):
         await wal.append(batch(i))
-    assert time.monotonic() < paused_until, "the machine is too slow for this test's pause"
-    await asyncio.sleep(0.5)
-    await wal.append(batch(6))  # the pause is over: in place again
     await wal.close()
+    assert seen == [threading.get_ident()] * 5
+
+
+async def test_slow_inline_writes_send_groups_to_the_writer_thread_for_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow or shared disk must not hold the event loop write after write: once the inline writes are slow on
+    average, groups go to the thread until the pause is over, and then the loop tries again."""
+    monkeypatch.setattr(inline_writes, "INLINE_PAUSE_S", 0.5)
+    wal = await opened(tmp_path)
+    slow = [inline_writes.INLINE_SLOW_S * 5]
+    seen = writers(wal, slow)
     loop_thread = threading.get_ident()
-    assert seen[0] == loop_thread
-    assert all(ident != loop_thread for ident in seen[1:5])
-    assert seen[5] == loop_thread
+    for i in range(1, 11):
+        await wal.append(batch(i))
+    slow.clear()
+    sent_away = [ident != loop_thread for ident in seen].index(True)  # ValueError: every slow write stayed
+    assert 1 <= sent_away <= 4
+    assert all(ident != loop_thread for ident in seen[sent_away:])
+    await asyncio.sleep(0.5)
+    await wal.append(batch(11))  # the pause is over: in place again
+    await wal.close()
+    assert seen[-1] == loop_thread
