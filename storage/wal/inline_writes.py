@@ -7,17 +7,22 @@ local SSD. A balancing move's closing meta entries waited 4-18 ms for that hop o
 most ``INLINE_GROUP_BYTES`` is written in place, unless the disk is slow: should the inline writes take longer than
 ``INLINE_SLOW_S`` on average (a moving average over the last eight or so, so that one write a busy machine
 preempted does not count as a slow disk), groups go to the thread for ``INLINE_PAUSE_S`` before the loop tries again.
+That bound is the switch interval: a write shorter than it holds the loop for less than the hop can add to the
+acknowledgement, and a longer one holds up every other request for more. (A shared disk under load is not fast:
+in ``bench/balancer.py``, four brokers' WALs, their object store and the controller's log on one disk, a small
+group's write and fdatasync averaged about 2 ms.)
 The WAL adds its own conditions (no roll, nothing else on the thread: ``FileWAL``).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 
 logger = logging.getLogger(__name__)
 
 INLINE_GROUP_BYTES = 64 * 1024  # a group this small may be written on the event loop
-INLINE_SLOW_S = 0.002  # inline writes slower than this on average send groups to the writer thread ...
+INLINE_SLOW_S = sys.getswitchinterval()  # inline writes slower than this on average send groups to the thread ...
 INLINE_PAUSE_S = 1.0  # ... for this long
 _WEIGHT = 0.125  # of the newest inline write in that average
 
