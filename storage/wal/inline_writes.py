@@ -1,28 +1,24 @@
 """Which of the file WAL's groups are written on the event loop rather than on its writer thread.
 
-The hop to the writer thread and back costs a busy event loop more than a small write: the thread needs the GIL
-twice, and a loop that lets go of it only at its own system calls keeps it for up to a switch interval (5 ms) each
-time (``storage.offload`` says why), while the write and fdatasync of a few KiB take a tenth of a millisecond on a
-local SSD. A balancing move's closing meta entries waited 4-18 ms for that hop on a loaded broker. So a group of at
-most ``INLINE_GROUP_BYTES`` is written in place, unless the disk is slow: should the inline writes take longer than
-``INLINE_SLOW_S`` on average (a moving average over the last eight or so, so that one write a busy machine
-preempted does not count as a slow disk), groups go to the thread for ``INLINE_PAUSE_S`` before the loop tries again.
-That bound is the switch interval: a write shorter than it holds the loop for less than the hop can add to the
-acknowledgement, and a longer one holds up every other request for more. (A shared disk under load is not fast:
-in ``bench/balancer.py``, four brokers' WALs, their object store and the controller's log on one disk, a small
-group's write and fdatasync averaged about 2 ms.)
+A write on the writer thread costs the acknowledgement a hop there and back: the thread must be woken, get a core
+and get the GIL (once to take the group up, once after the write, once to hand it back), and on a busy machine each
+of those waits. In ``bench/balancer.py`` (eight processes on two cores) the groups of a move's close took 30-40 ms
+that way, for a write and fdatasync that average 0.1-2 ms on that shared disk and about a tenth of a millisecond on
+a local SSD. So a group of at most ``INLINE_GROUP_BYTES`` is written in place, unless the disk is slow: should the
+inline writes take longer than ``INLINE_SLOW_S`` on average (a moving average over the last eight or so, so that one
+write a busy machine preempted does not count), groups go to the thread for ``INLINE_PAUSE_S`` before the loop tries
+again. That bound is CPython's default switch interval: the longest one write should hold the loop's other requests.
 The WAL adds its own conditions (no roll, nothing else on the thread: ``FileWAL``).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 
 logger = logging.getLogger(__name__)
 
 INLINE_GROUP_BYTES = 64 * 1024  # a group this small may be written on the event loop
-INLINE_SLOW_S = sys.getswitchinterval()  # inline writes slower than this on average send groups to the thread ...
+INLINE_SLOW_S = 0.005  # inline writes slower than this on average send groups to the writer thread ...
 INLINE_PAUSE_S = 1.0  # ... for this long
 _WEIGHT = 0.125  # of the newest inline write in that average
 
