@@ -262,6 +262,18 @@ default rate (load 1.8-3.6): hand-over p50 139 / 173 / 147 ms, stall p50 / max 2
 lost 0, dup 0. The 100 ms p50 is still not met: the close (58-138 ms) is now mostly controller round trips (the
 object id's prepare, the commit that closes the streams), the target's open (34-59 ms) the same (the meta and data
 streams' opens, the early read's metadata lookups).
+
+Issue 25, thirteenth round (2026-12-02). The same wait, in the file WAL: each group went to the WAL's writer thread
+and back, and in the debug logs a move's close spent 30-40 ms settling its appends and 30 ms writing its closing meta
+entries that way on a loaded source, for writes averaging 0.1-2 ms on this bench's shared disk. Now a group of at
+most 64 KiB is written on the event loop while such writes average under 5 ms (``storage.wal.inline_writes``).
+Four pairs alternating with the code before (load 2.8-5.1): hand-over p50 170 / 220 / 150 / 210 against 247 / 281 /
+253 / 242 ms, the source's close 87 / 127 / 106 / 84 against 114 / 152 / 152 / 112 ms, default-backoff stall p50 216
+/ 278 / 213 / 669 against 259 / 327 / 280 / 309 ms (in the 669 ms run the brokers' hand-over was 210 ms: the
+producer waited, not the brokers); lost 0, dup 0. The 100 / 200 ms target is not met: what is left is a chain of
+about eight steps across processes (the source's settle and meta write, the object id's prepare, the PUT, the commit
+that closes the streams and elects, the election's way to the target, its stream opens and early read, its meta
+write), each a few to 15 ms on these two shared cores.
 """
 
 from __future__ import annotations
