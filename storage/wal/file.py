@@ -346,7 +346,6 @@ class FileWAL(WALState):
             and not self._begun_waiters
             and not self._filling
             and (self._zero_fill is None or self._zero_fill.done())
-            and self._writer.fits(length)
         )
 
     def _write_group_inline(self, group: list[PendingAppend], now: float) -> bool:

@@ -8,7 +8,9 @@ a local SSD. So a group of at most ``INLINE_GROUP_BYTES`` is written in place, u
 inline writes take longer than ``INLINE_SLOW_S`` on average (a moving average over the last eight or so, so that one
 write a busy machine preempted does not count), groups go to the thread for ``INLINE_PAUSE_S`` before the loop tries
 again. That bound is CPython's default switch interval: the longest one write should hold the loop's other requests.
-The WAL adds its own conditions (no roll, nothing else on the thread: ``FileWAL``).
+A group that rolls the segment is written in place too (a spare renamed into place, or a new file, and the directory
+synced: once per segment, and the moving average sees it); the WAL's own condition is that nothing else is on its
+thread (``FileWAL``).
 """
 
 from __future__ import annotations

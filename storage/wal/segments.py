@@ -280,10 +280,6 @@ class SegmentWriter:
         """Bytes written to the active segment (0 if there is none)."""
         return self._size if self._fd >= 0 else 0
 
-    def fits(self, length: int) -> bool:
-        """Whether a group of ``length`` bytes goes into the active segment without rolling it."""
-        return self._fd >= 0 and self._size + length <= self._segment_size
-
     def write_group(self, parts: Sequence[bytes], offset: int) -> Segment | None:
         """Writes one group (its buffers in order, see ``record.encode_record_parts``) at logical ``offset`` and
         makes it durable; returns the new segment if it rolled."""

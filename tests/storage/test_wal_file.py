@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from storage.errors import WALError
 from storage.stream_record_batch import StreamRecordBatch
+from storage.wal import inline_writes
 from storage.wal import record as walrecord
 from storage.wal import recovery as wal_recovery
 from storage.wal.base import WALRecord
@@ -171,7 +172,10 @@ async def test_concurrent_appends_share_one_write_and_are_acknowledged_in_append
     assert wal.stats.groups == groups_for_burst + 5
 
 
-async def test_writes_begun_returns_once_the_writer_holds_the_append_before_it_is_durable(tmp_path: Path) -> None:
+async def test_writes_begun_returns_once_the_writer_holds_the_append_before_it_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inline_writes, "INLINE_GROUP_BYTES", 0)  # every group on the writer thread
     wal, _ = await open_wal(tmp_path)
     await wal.writes_begun()  # nothing appended: nothing to wait for
     write_group = wal._writer.write_group
