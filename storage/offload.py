@@ -4,10 +4,11 @@ A thread hop is cheap only while the event loop is idle. CPython hands the GIL t
 holder has kept it for a whole switch interval (5 ms by default, 0.5 ms in a serving node:
 ``node/commands/server.py``) without letting go; a busy event loop lets go for every system call it makes, which
 restarts that wait each time, so a worker thread's every return from a system call can wait many milliseconds for
-the GIL (a 600 KB put to the local store, about a dozen such returns, took 7.9 s against a loop spinning in 2 ms
-slices, and 4 ms idle). A balancing move's close waits for such work on a loaded broker: its closing block's build
-and put (0.1-1 MB) took 50-110 ms there. Work this small costs the loop well under a millisecond when done in place,
-so it is; larger work (a full upload block, a whole-object read) still goes to a thread so the loop keeps answering.
+the GIL (a 600 KB put to the local store, about a dozen such returns, took from milliseconds to 7.9 s against a loop
+spinning in 2 ms slices, and 4 ms idle). A balancing move's close waits for such work on a loaded broker: its
+closing block's build and put (0.1-1 MB) took 50-110 ms there. Work this small costs the loop well under a
+millisecond when done in place, so it is; larger work (a full upload block, a whole-object read) still goes to a
+thread so the loop keeps answering.
 """
 
 from __future__ import annotations

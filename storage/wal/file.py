@@ -352,7 +352,7 @@ class FileWAL(WALState):
         """Writes a small group on the event loop; False when the write failed (the WAL has failed with it)."""
         try:
             rolled, seconds = self._write(group)
-        except BaseException as exc:
+        except Exception as exc:  # a KeyboardInterrupt on the loop stops the node instead
             return self._group_failed(group, exc)
         self._inline.wrote(seconds, now)
         self._group_written(group, rolled, seconds)
