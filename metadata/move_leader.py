@@ -7,7 +7,9 @@ election is what the election then does.
 
 A source that refuses a produce names that target at once (KIP-951's ``CurrentLeader``) instead of waiting for the
 election: the client waits out its retry backoff (librdkafka's 100 ms) while the hand-over runs, and the target holds
-a produce that arrives early until it has the partition open (``broker.partition.access``).
+a produce that arrives early until it has the partition open (``broker.partition.access``). Every answer that tells a
+client who leads (those refusals, Metadata, DescribeTopicPartitions) takes :func:`client_leader`, so a client told the
+target by one is not told "no leader", at an older epoch, by another.
 """
 
 from __future__ import annotations
@@ -30,3 +32,9 @@ def next_leader(image: MetadataImage, partition: PartitionImage) -> tuple[int, i
         return None
     target = elected_target(image, partition)
     return None if target == NO_LEADER else (target, partition.leader_epoch + 1)
+
+
+def client_leader(image: MetadataImage, partition: PartitionImage) -> tuple[int, int]:
+    """The leader id and epoch to tell a client: a moving partition's :func:`next_leader`, else the image's (the
+    leader may be NO_LEADER; whether it is reachable is the caller's to check)."""
+    return next_leader(image, partition) or (partition.leader, partition.leader_epoch)

@@ -13,7 +13,8 @@ As Kafka's DescribeTopicPartitionsRequestHandler answers it:
   TOPIC_AUTHORIZATION_FAILED (with no topic id) when named, as Metadata does; a named topic that does not exist is
   UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an empty name).
 - each partition reports its replicas and ISR as registered, offline replicas (fenced brokers, or without the
-  client's listener), and the leader only while it is alive on that listener (else -1).
+  client's listener), and the leader only while it is alive on that listener (else -1); a partition being moved,
+  the target its election will pick, as Metadata answers (``metadata.move_leader.client_leader``).
 - Fjord has no eligible leader replicas (KIP-966's ELR needs ``eligible.leader.replicas.version``, which Fjord
   does not finalize), so both ELR lists are empty, as Kafka reports them with ELR off.
 - every described topic carries the principal's authorized operations (Kafka fills them unasked here).
@@ -31,6 +32,7 @@ from broker.handlers.context import RequestContext
 from broker.handlers.metadata import INTERNAL_TOPICS, live_endpoint
 from metadata.acl.binding import AclOperation, ResourceType
 from metadata.image import MetadataImage, TopicImage
+from metadata.move_leader import client_leader
 from wire import schema
 
 #: Kafka's ``max.request.partition.size.limit``: the most partitions one response describes.
@@ -64,14 +66,15 @@ def _partitions(
         p = topic.partitions.get(index)
         if p is None:
             continue
+        leader, epoch = client_leader(image, p)
         out.append(
             schema.build_nested(
                 topic_cls,
                 "partitions",
                 error_code=ErrorCode.none,
                 partition_index=index,
-                leader_id=p.leader if _alive(image, p.leader, ctx.listener_name) else -1,
-                leader_epoch=p.leader_epoch,
+                leader_id=leader if _alive(image, leader, ctx.listener_name) else -1,
+                leader_epoch=epoch,
                 replica_nodes=p.replicas,
                 isr_nodes=p.isr,
                 eligible_leader_replicas=(),

@@ -112,7 +112,7 @@ async def _read_partition(
     try:
         if not name:
             raise KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")
-        log = await leader_log(ctx.broker.partitions, name, partition, state.current_leader_epoch)
+        log = await leader_log(ctx.broker.partitions, name, partition, state.current_leader_epoch, move_wait=0.0)
         read = await log.read(state.fetch_offset, max_bytes, min_one=min_one, read_committed=read_committed)
         return _Result(
             key,

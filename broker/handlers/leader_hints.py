@@ -21,7 +21,7 @@ from typing import Any
 
 from broker.handlers.metadata import live_endpoint
 from metadata.image import MetadataImage
-from metadata.move_leader import next_leader
+from metadata.move_leader import client_leader
 from wire import schema
 
 
@@ -40,11 +40,7 @@ class LeaderHints:
         partition's target and its coming epoch), the leader's endpoint remembered for :meth:`node_endpoints` when
         the leader is alive on this listener."""
         found = self._image.partition(topic, partition)
-        upcoming = next_leader(self._image, found) if found is not None else None
-        if upcoming is not None:
-            leader, epoch = upcoming
-        else:
-            leader, epoch = (found.leader, found.leader_epoch) if found is not None else (-1, -1)
+        leader, epoch = client_leader(self._image, found) if found is not None else (-1, -1)
         broker = self._image.brokers.get(leader)
         if broker is not None and not broker.fenced:
             endpoint = live_endpoint(broker, self._listener_name)

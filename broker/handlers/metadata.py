@@ -18,6 +18,7 @@ from broker.handlers.context import RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.controller_api import NewTopic
 from metadata.image import BrokerImage, MetadataImage, TopicImage
+from metadata.move_leader import client_leader
 from wire import schema
 from wire.log_text import LOG_TEXT_MAX, untrusted
 
@@ -42,19 +43,28 @@ def client_controller_id(image: MetadataImage, own_node_id: int) -> int:
     return image.controller_id if image.controller_id in live else own_node_id
 
 
-def _partition_entries(topic_cls: type[Any], topic: TopicImage, live: set[int]) -> tuple[Any, ...]:
+def _partition_entries(
+    topic_cls: type[Any], topic: TopicImage, image: MetadataImage, live: set[int]
+) -> tuple[Any, ...]:
+    """The topic's partitions as a client should route to them. A partition being moved has no leader between its
+    source's letting go and its target's election; it is answered with that target and the epoch its election will
+    give it, as the Produce and Fetch refusals' KIP-951 hints name it (``metadata.move_leader.client_leader``). A
+    client that took the hint and then asked for metadata would otherwise read "no leader" at an older epoch, which
+    it drops as stale while its leader query goes on asking (librdkafka repeats it every 100 ms until it reads a
+    leader)."""
     out = []
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
-        leader_ok = p.leader >= 0 and p.leader in live
+        leader, epoch = client_leader(image, p)
+        leader_ok = leader >= 0 and leader in live
         out.append(
             schema.build_nested(
                 topic_cls,
                 "partitions",
                 error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
                 partition_index=p.partition,
-                leader_id=p.leader if leader_ok else -1,
-                leader_epoch=p.leader_epoch,
+                leader_id=leader if leader_ok else -1,
+                leader_epoch=epoch,
                 replica_nodes=p.replicas,
                 isr_nodes=tuple(r for r in p.isr if r in live),
                 offline_replicas=tuple(r for r in p.replicas if r not in live),
@@ -63,14 +73,14 @@ def _partition_entries(topic_cls: type[Any], topic: TopicImage, live: set[int]) 
     return tuple(out)
 
 
-def _topic_entry(topic_cls: type[Any], topic: TopicImage, live: set[int], ops: int) -> Any:
+def _topic_entry(topic_cls: type[Any], topic: TopicImage, image: MetadataImage, live: set[int], ops: int) -> Any:
     return schema.build(
         topic_cls,
         error_code=ErrorCode.none,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
-        partitions=_partition_entries(topic_cls, topic, live),
+        partitions=_partition_entries(topic_cls, topic, image, live),
         topic_authorized_operations=ops,
     )
 
@@ -142,7 +152,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     if requested is None:
         for topic_name in sorted(image.topics_by_name):
             if visible(topic_name):
-                topics.append(_topic_entry(topic_cls, image.topics_by_name[topic_name], live, ops_on(topic_name)))
+                topic = image.topics_by_name[topic_name]
+                topics.append(_topic_entry(topic_cls, topic, image, live, ops_on(topic_name)))
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and node.auto_create_topics_enable
         may_create_any = ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
@@ -167,7 +178,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 elif not visible(found.name):
                     topics.append(_error_topic(topic_cls, denied, None, topic_id, ops_on(None)))
                 else:
-                    topics.append(_topic_entry(topic_cls, found, live, ops_on(found.name)))
+                    topics.append(_topic_entry(topic_cls, found, image, live, ops_on(found.name)))
             elif name and not visible(name):
                 ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)  # asked by name: a counted denial
                 topics.append(_error_topic(topic_cls, denied, name, None, ops_on(None)))
@@ -177,7 +188,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             elif name in created:
                 topics.append(_error_topic(topic_cls, created[name], name, None, ops_on(name)))
             elif name in image.topics_by_name:
-                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], live, ops_on(name)))
+                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], image, live, ops_on(name)))
             elif allow_auto and name not in missing:  # auto-creation refused by the ACLs
                 ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)
                 topics.append(_error_topic(topic_cls, denied, name, None, ops_on(name)))

@@ -3,9 +3,10 @@
 Every data-plane handler (produce, fetch, list offsets, delete records, leader epochs) goes through
 ``leader_log`` so the same situation always yields the same code: an unknown topic or partition is
 UNKNOWN_TOPIC_OR_PARTITION, a partition led elsewhere (or not yet open here) NOT_LEADER_OR_FOLLOWER, and a
-client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320). A produce
-for a partition being moved here may wait for the move's election and the open first: the source named this broker to
-the client before the election (``metadata.move_leader``).
+client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320). A request
+for a partition being moved here may wait for the move's election and the open first: the source's refusals and every
+broker's Metadata answers name this broker before the election (``metadata.move_leader``), so a client's request can
+arrive while the hand-over still runs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from wire.errors import KafkaError
 
 #: How long a request waits for a partition this broker was just made leader of to finish opening.
 OPEN_WAIT_SECONDS = 5.0
+#: How long a request (not a fetch, not a produce: those choose their own) waits for the election of a move to this
+#: broker. A move's election normally follows in a few hundred milliseconds; a stuck one waits for the controller's
+#: timer (``partition.reassignment.election.timeout.ms``), and the request is then refused for the client to retry.
+MOVE_WAIT_SECONDS = 5.0
 
 
 def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
@@ -37,13 +42,14 @@ def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
 
 async def leader_log(
     manager: PartitionManager, topic: str, partition: int, current_leader_epoch: int = -1, *,
-    move_wait: float = 0.0,
+    move_wait: float = MOVE_WAIT_SECONDS,
 ) -> PartitionLog:
     """The open PartitionLog of ``topic``-``partition`` on this broker, or a KafkaError saying why not.
 
-    ``move_wait``: how long to wait for the election of a move to this broker. A produce waits (its records then go
-    in without a retry); a fetch does not, since it reads its partitions one after another and one held partition
-    would hold back the others' records."""
+    ``move_wait``: how long to wait for the election of a move to this broker. A produce waits for its own bound
+    (its records then go in without a retry); a fetch does not wait, since it reads its partitions one after another
+    and one held partition would hold back the others' records; the other requests (offsets, leader epochs, deleted
+    records, producers, transaction markers) wait for :data:`MOVE_WAIT_SECONDS`."""
     log = manager.get(topic, partition)
     if log is None:
         image = manager.controller.image

@@ -276,17 +276,25 @@ def test_a_move_waiting_on_s3_sends_producers_to_its_target_before_the_election(
         assert refused.error_code == ErrorCode.not_leader_or_follower, refused
         assert refused.current_leader.leader_id == target, refused
         assert moved in admin.list_partition_reassignments(), "elected although the source could not close"
-        with ThreadPoolExecutor(1) as pool:
+        # Metadata, from either broker, says what the refusal said, so a client refreshing now goes to the target.
+        for port in (source_port, target_port):
+            assert _leader_and_epoch(port, topic) == (target, refused.current_leader.leader_epoch)
+        with ThreadPoolExecutor(2) as pool:
             held = pool.submit(_produce_at, target_port, topic)
-            time.sleep(0.5)  # the request reaches the target, which cannot lead the partition before the election
+            end_asked = pool.submit(_end_offset_at, target_port, topic)
+            time.sleep(0.5)  # the requests reach the target, which cannot lead the partition before the election
             assert not held.done(), f"broker {target} answered before the move's election: {held.result()}"
+            assert not end_asked.done(), f"broker {target} answered before the move's election: {end_asked.result()}"
             faulty.proxy.clear()
             answer = held.result(timeout=60)
+            end = end_asked.result(timeout=60)
     finally:
         faulty.proxy.clear()
         admin.close()
     assert answer.error_code == ErrorCode.none, answer
     assert answer.base_offset == appended[-1].base_offset + 1
+    assert end.error_code == ErrorCode.none, end
+    assert end.offset in (answer.base_offset, answer.base_offset + 1), end  # before or after the held produce
     assert _leader_and_epoch(target_port, topic) == (target, refused.current_leader.leader_epoch)
 
 
@@ -299,6 +307,16 @@ def _produce_at(port: int, topic: str) -> Any:
         schema.build_nested(topic_cls, "partition_data", index=0, records=batch),))
     sent = schema.build(request, transactional_id=None, acks=-1, timeout=30_000, topic_data=(data,))
     return request_once(port, sent, "s3-outages-test", timeout=60).responses[0].partition_responses[0]
+
+
+def _end_offset_at(port: int, topic: str) -> Any:
+    """The latest offset of ``topic``-0 at the broker on ``port`` (ListOffsets v7): its partition response."""
+    request = codec.request_class(2, 7)
+    topic_cls = schema.field_entity(request, "topics")
+    asked = schema.build(topic_cls, name=topic, partitions=(
+        schema.build_nested(topic_cls, "partitions", partition_index=0, current_leader_epoch=-1, timestamp=-1),))
+    sent = schema.build(request, replica_id=-1, isolation_level=0, topics=(asked,))
+    return request_once(port, sent, "s3-outages-test", timeout=60).topics[0].partitions[0]
 
 
 def _leader_and_epoch(port: int, topic: str) -> tuple[int, int]:
