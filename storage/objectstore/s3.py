@@ -52,10 +52,12 @@ from storage.objectstore.base import (
     ObjectInfo,
     ObjectStore,
     StoreStats,
+    data_size,
     innermost,
     join_data,
 )
 from storage.objectstore.s3_signing import sign_checksummed_puts_unsigned
+from storage.offload import offload
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +76,6 @@ MIN_PART_SIZE = 5 * 1024 * 1024
 
 MULTIPART_PARTS_IN_FLIGHT = 4
 """Parts of one multipart upload sent concurrently."""
-
-CHECKSUM_ON_LOOP_MAX = 256 * 1024
-"""A PUT body's CRC32C is computed on the event loop below this size (tens of microseconds), in a thread above."""
 
 DELETE_BATCH = 1000
 """DeleteObjects accepts at most this many keys per request."""
@@ -274,8 +273,9 @@ class S3ObjectStore:
 
     async def put(self, key: str, data: ObjectData, *, if_none_match: bool = False) -> None:
         if not isinstance(data, bytes | bytearray):
-            # The request body (and its MD5) needs the object in one buffer: join the parts off the event loop.
-            data = await asyncio.to_thread(join_data, data)
+            # The request body (and its MD5) needs the object in one buffer: a large one's parts are joined off the
+            # event loop (``storage.offload``).
+            data = await offload(data_size(data), join_data, data)
         if len(data) > self._multipart_threshold:
             await self._put_multipart(key, data, if_none_match)
             return
@@ -550,10 +550,9 @@ async def _all_or_nothing(requests: Sequence[Awaitable[T]]) -> builtins.list[T]:
 async def _checksum(data: bytes | bytearray) -> str:
     """The object's CRC32C, base64 as S3 wants it. botocore's default checksum is a CRC32 computed on the event
     loop at a few ms per MiB, and verified again on every full GET of the object; CRC32C in hardware is about
-    ten times faster, and a large object's is computed off the loop. S3 still rejects a body that does not match."""
-    if len(data) < CHECKSUM_ON_LOOP_MAX:
-        return base64.b64encode(crc32c.crc32c(data).to_bytes(4, "big")).decode()
-    crc = await asyncio.to_thread(crc32c.crc32c, data)
+    ten times faster, and a large object's is computed off the loop (``storage.offload``). S3 still rejects a body
+    that does not match."""
+    crc = await offload(len(data), crc32c.crc32c, data)
     return base64.b64encode(crc.to_bytes(4, "big")).decode()
 
 

@@ -41,6 +41,7 @@ from storage.errors import (
 from storage.objects import format as fmt
 from storage.objects.format import DEFAULT_BLOCK_SIZE, IndexEntry
 from storage.objectstore.base import ObjectData, ObjectStore, data_size
+from storage.offload import offload
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import record as walrecord
 from storage.wal import s3_format
@@ -346,7 +347,8 @@ class S3WAL(WALState):
             async with self._slots:
                 if self._failure is not None:
                     return
-                version, data = await asyncio.to_thread(self._encode_object, upload)
+                size = upload.key.end - upload.key.start
+                version, data = await offload(size, self._encode_object, upload)
                 if version != upload.key.version:
                     k = upload.key
                     upload.key = s3_format.object_key(self._namespace, self._node_id, k.epoch, k.start, k.end, version)
