@@ -19,9 +19,12 @@ first record: ``lost`` counts acknowledged records missing, ``dup`` records foun
 ``--data-dir`` keeps each partition's node under ``DIR/<size>mb``; a node there already filled (its ``filled``
 marker) is reused, so the 10 GB fill is done once; ``--keep`` leaves it for the next run (otherwise it is removed).
 
-Target (issue 25): p50 <= 1 s, p99 <= 2 s. Not reached on the shared 2-core development machine (2026-11-29, 200
-records/s steady, ``--cycles 20,8``; fewer than the 50 cycles of the target for lack of time; no record lost or
-duplicated in any run). librdkafka's defaults (load average 5.5-14 from other work):
+Target (issue 25): p50 <= 1 s, p99 <= 2 s. On 2026-12-02 (50 cycles a row, load 0.6-2.6) the p99 held in all four
+rows and the p50 in three: 10 MB / 1 MiB 1.46 / 1.97 s, 10 MB / 500 MiB 0.62 / 0.79 s, 10 GB / 1 MiB 0.35 / 2.00 s,
+10 GB / 500 MiB 0.68 / 0.81 s (``bench/FIGURES.md``; the 1 MiB rows are bimodal, below). Not reached on the
+shared 2-core development machine on 2026-11-29 (200 records/s steady, ``--cycles 20,8``; fewer than the 50 cycles
+of the target for lack of time; no record lost or duplicated in any run). librdkafka's defaults (load average
+5.5-14 from other work):
 
     partition  WAL tail  cycles  p50     p99     max     median phases (up / serving / ack)
     10 MB      1 MiB     20      3.00 s  4.98 s  4.98 s  2.15 / 2.24 / 3.00   (load 10.7-14.0)
