@@ -90,9 +90,11 @@ class MetaStream:
         self._lock = asyncio.Lock()  # one put (and its compaction) at a time
         self._compacting: asyncio.Task[None] | None = None
         self._last_put = False  # the partition's closing entries are in: nothing is appended after them
-        # A trim waiting for the entries it keeps to be uploaded (a compaction's, or what a replay found superseded):
-        # (trim to, uploaded up to).
-        self._pending_trim: tuple[int, int] | None = None
+        # The trims waiting for the entries they keep to be uploaded (a compaction's, what a replay found
+        # superseded): (trim to, uploaded up to). A compaction's trim goes further but waits for a later upload
+        # than the replay's, so it does not replace it: in a crash loop whose only uploads are each restart's
+        # recovered tail, the replay's is the one that runs.
+        self._pending_trims: list[tuple[int, int]] = []
         self._trimming: asyncio.Task[None] | None = None
 
     async def replay(self, read: Sequence[StreamRecordBatch] | None = None) -> None:
@@ -121,7 +123,7 @@ class MetaStream:
         # a crash loop whose only uploads are each restart's recovered tail, the stream would grow every restart.
         first_live = min((offset for offset, _ in state.live.values()), default=self.stream.start_offset)
         if first_live > self.stream.start_offset:
-            self._pending_trim = (first_live, self.stream.next_offset)
+            self._pending_trims.append((first_live, self.stream.next_offset))
         logger.debug(
             "replayed meta stream %d of %s: %d records from offset %d, keys %s",
             self.stream.stream_id,
@@ -151,7 +153,7 @@ class MetaStream:
         now or in the background: nothing may be appended after these entries."""
         async with self._lock:
             self._last_put = True
-            self._pending_trim = None  # the caller trims past it
+            self._pending_trims.clear()  # the caller trims past them
             merged = {key: value for key, (_, value) in self.state.live.items()} | entries
             kept, self.state = self.state, MetaState.empty()
             try:
@@ -166,22 +168,21 @@ class MetaStream:
 
     def compact_later(self) -> None:
         """Trims and compacts in the background if due: an open's own put leaves both here, so that the partition
-        serves first (the stream stays short all the same: this runs right after). The trim comes first, as a
-        compaction replaces the pending trim with its own, which waits for a later upload."""
+        serves first (the stream stays short all the same: this runs right after)."""
         self.trim_if_due()
         if self.state.should_compact() and (self._compacting is None or self._compacting.done()):
             self._compacting = asyncio.create_task(self._compact_if_due(), name=f"compact meta of {self.where}")
 
     def trim_if_due(self) -> None:
-        """Runs the pending trim (a compaction's, or the one replay found) in the background once an upload has
-        committed everything from the trim point to where the trim was decided."""
-        pending = self._pending_trim
-        if pending is None or self.stream.uploaded_offset < pending[1]:
+        """Runs the furthest pending trim (a compaction's, or the one replay found) whose entries an upload has
+        committed, from the trim point to where the trim was decided, in the background."""
+        uploaded = self.stream.uploaded_offset
+        due = [to for to, upload_to in self._pending_trims if uploaded >= upload_to]
+        if not due or (self._trimming is not None and not self._trimming.done()):
             return
-        if self._trimming is not None and not self._trimming.done():
-            return
-        self._pending_trim = None
-        self._trimming = asyncio.create_task(self._trim(pending[0]), name=f"trim meta of {self.where}")
+        offset = max(due)
+        self._pending_trims = [(to, upload_to) for to, upload_to in self._pending_trims if to > offset]
+        self._trimming = asyncio.create_task(self._trim(offset), name=f"trim meta of {self.where}")
 
     async def _trim(self, offset: int) -> None:
         try:
@@ -225,7 +226,7 @@ class MetaStream:
             kept.records += self.state.records  # what was re-appended only repeats live values
             self.state = kept
             raise
-        self._pending_trim = (first, self.stream.next_offset)
+        self._pending_trims.append((first, self.stream.next_offset))
         # DEBUG: a partition under steady produce compacts its meta stream every second or so, routine work.
         logger.debug(
             "compacted meta stream %d of %s: %d records -> %d", self.stream.stream_id, self.where, before, len(live)
