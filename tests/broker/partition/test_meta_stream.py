@@ -78,3 +78,28 @@ async def test_an_open_compacts_after_it_serves_and_a_closing_put_leaves_only_li
     assert (reopened.get("LOG"), reopened.get("PARTITION"), reopened.get("PRODUCER_SNAPSHOTS")) == (
         b"log", b"closed", b"snap")
     await reopened.stream.close()
+
+
+async def test_a_replays_trim_runs_once_uploaded_though_a_compaction_followed_it(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
+) -> None:
+    """A restarted partition's replay finds superseded entries and trims them once an upload has what it keeps; its
+    open then compacts, whose trim waits for a later upload of the re-appended entries. In a crash loop the only
+    upload is each restart's recovered tail, which holds the replay's entries but not the compaction's: the replay's
+    trim must still run then, or the stream grows by every restart's entries."""
+    eng, _ = engine
+    stream = await eng.open_stream(await eng.create_stream(), 0)
+    writer = MetaStream(stream, "orders-0")
+    for i in range(COMPACT_MIN_RECORDS):
+        await writer.put({"PARTITION": str(i).encode()}, compact=False)
+    await writer.put({"LOG": b"log"}, compact=False)
+    opener = MetaStream(stream, "orders-0")
+    await opener.replay()  # its trim: up to the last PARTITION entry, due once everything replayed is uploaded
+    first_live = stream.next_offset - 2
+    await eng.force_upload()  # the recovered tail's upload
+    await opener.put({"PARTITION": b"opened"})  # compacts: its own trim waits for an upload of what it re-appended
+    assert stream.uploaded_offset < stream.next_offset
+    opener.trim_if_due()  # what the upload's listener calls
+    await eventually_async(lambda: stream.start_offset or None, timeout=10, what="the replay's trim")
+    assert stream.start_offset == first_live
+    assert (opener.get("LOG"), opener.get("PARTITION")) == (b"log", b"opened")
