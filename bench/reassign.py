@@ -7,7 +7,9 @@ keeps writing to it while kafka-python's admin client (what ``kafka-reassign-par
 AlterPartitionReassignments) moves it back and forth ``--moves`` times. Per move:
 
 - ``leads``: from the request to the Metadata of a broker naming the target as leader;
-- ``serves``: from the request to the first acknowledgement of a produce the target accepted.
+- ``serves``: from the request to the first acknowledgement of a produce the target accepted;
+- ``reads``: the longest wait between two records read by a consumer tailing the partition (a classic ``Consumer``
+  assigned at its end), of the waits ending from this move's request to the next one's.
 
 At the end every partition is read back: ``lost`` counts acknowledged records that are missing, ``dup`` those read
 twice.
@@ -16,12 +18,15 @@ twice.
 
 On the 2-core development machine (100 MB, 6 moves): leads p50 126 ms / p99 314 ms, serves p50 163 ms / p99
 361 ms, lost 0, dup 0. The first move of a run is the slowest (the target's first open of the partition).
+On 2026-12-02 (10 MB, 16 moves, two CPU burners on the two cores): leads 14 / 46 ms, serves 48 / 296 ms, reads
+45 / 251 ms (p50 / max; the producer writes a record about every 2 ms, so a wait of a few ms is no stall).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import statistics
 import sys
 import tempfile
@@ -35,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]  # the repository's packages before this directory (bench/storage.py shadows ``storage``)
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from confluent_kafka.cimpl import NewTopic  # noqa: E402
 from kafka import TopicPartition as KafkaTopicPartition  # noqa: E402
@@ -74,6 +79,32 @@ class Load:
             seq += 1
             producer.poll(0.002)
         producer.flush(120)
+
+
+@dataclass
+class Tail:
+    """A consumer reading partition 0 from its end while the load writes it; the time of each record read."""
+
+    bootstrap: str
+    read: list[float] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "reassign-bench-tail",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_END)])
+        try:
+            while not self.stop.is_set():
+                msg = consumer.poll(0.1)
+                if msg is not None and msg.error() is None:
+                    self.read.append(time.monotonic())
+        finally:
+            consumer.close()
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest wait between two records read, of the waits ending from ``start`` to ``end``."""
+        times = self.read[:]
+        return max((b - a for a, b in itertools.pairwise(times) if start <= b <= end), default=end - start)
 
 
 def _fill(bootstrap: str, megabytes: int) -> None:
@@ -142,8 +173,12 @@ def run(megabytes: int, moves: int, election_timeout_ms: int) -> int:
             load = Load(bootstrap)
             thread = threading.Thread(target=load.run, daemon=True)
             thread.start()
+            tail = Tail(bootstrap)
+            tail_thread = threading.Thread(target=tail.run, daemon=True)
+            tail_thread.start()
             leads: list[float] = []
             serves: list[float] = []
+            moved_at: list[float] = []
             try:
                 time.sleep(1.0)
                 brokers = sorted(b.spec.node_id for b in cluster.brokers)
@@ -164,15 +199,22 @@ def run(megabytes: int, moves: int, election_timeout_ms: int) -> int:
                             raise SystemExit(f"broker {target} acknowledged nothing after move {move}")
                         time.sleep(0.005)
                     served = next(at for at, _ in load.acked[-50:] if at > led)
+                    moved_at.append(t0)
                     leads.append(led - t0)
                     serves.append(served - t0)
                     print(f"move {move}: broker {source} -> {target}: leads after {leads[-1] * 1000:.0f} ms, "
                           f"serves after {serves[-1] * 1000:.0f} ms")
                     time.sleep(1.0)
+                time.sleep(1.0)
             finally:
                 load.stop.set()
+                tail.stop.set()
                 thread.join(timeout=150)
+                tail_thread.join(timeout=30)
                 mover.close()
+            ends = [*moved_at[1:], time.monotonic()]
+            stalls = [tail.longest_gap(start, end) for start, end in zip(moved_at, ends, strict=True)]
+            print("reads' longest gap per move, ms:", " ".join(f"{s * 1000:.0f}" for s in stalls))
             acked = [value for _, value in load.acked]
             values, fill = _read_load_values(bootstrap, len(acked), timeout=120)
             fill_expected = megabytes * 1024 * 1024 // FILL_RECORD
@@ -182,7 +224,7 @@ def run(megabytes: int, moves: int, election_timeout_ms: int) -> int:
             print(f"\n{moves} moves of a {megabytes} MB partition under load ({len(acked)} records acknowledged, "
                   f"{len(load.failed)} failed)")
             print(f"{'':8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-            for name, sample in (("leads", leads), ("serves", serves)):
+            for name, sample in (("leads", leads), ("serves", serves), ("reads", stalls)):
                 print(f"{name:8} {statistics.median(sample) * 1000:8.0f} {percentile(sample, 0.99) * 1000:8.0f} "
                       f"{max(sample) * 1000:8.0f}")
             print(f"lost {lost}, dup {duplicated}; fill records read {fill} of {fill_expected}")
