@@ -45,6 +45,24 @@ def described_assignment(assignment_cls: type[Any], image: MetadataImage, assign
     )
 
 
+def described_failure(
+    group_cls: type[Any], group_id: str, error: ErrorCode, message: str | None, operations: int
+) -> Any:
+    """A group the describe APIs cannot show (not found, of another type, share groups off): its error, no members."""
+    return schema.build(
+        group_cls,
+        error_code=error,
+        error_message=message,
+        group_id=group_id,
+        group_state="",
+        group_epoch=-1,
+        assignment_epoch=-1,
+        assignor_name="",
+        members=(),
+        authorized_operations=operations,
+    )
+
+
 async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
     group_cls = schema.field_entity(ctx.response_class, "groups")
     member_cls = schema.field_entity(group_cls, "members")
@@ -57,20 +75,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
         operations = ctx.authorized_operations(asked, ResourceType.GROUP, group_id, authorized_operations.GROUP)
         error, message, group = groups.describe_consumer_group(group_id)
         if group is None or error is not ErrorCode.none:
-            described.append(
-                schema.build(
-                    group_cls,
-                    error_code=error,
-                    error_message=message,
-                    group_id=group_id,
-                    group_state="",
-                    group_epoch=-1,
-                    assignment_epoch=-1,
-                    assignor_name="",
-                    members=(),
-                    authorized_operations=operations,
-                )
-            )
+            described.append(described_failure(group_cls, group_id, error, message, operations))
             continue
         members = tuple(
             schema.build(

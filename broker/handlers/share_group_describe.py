@@ -10,7 +10,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from broker import authorized_operations
-from broker.handlers.consumer_group_describe import described_assignment
+from broker.handlers.consumer_group_describe import described_assignment, described_failure
 from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, per_group_with_topics
 from broker.handlers.share_group_heartbeat import SHARE_GROUPS_OFF
@@ -35,20 +35,7 @@ async def handle_share_group_describe(ctx: RequestContext, request: Any) -> Any:
         else:
             error, message, group = ErrorCode.unsupported_version, SHARE_GROUPS_OFF, None
         if group is None or error is not ErrorCode.none:
-            described.append(
-                schema.build(
-                    group_cls,
-                    error_code=error,
-                    error_message=message,
-                    group_id=group_id,
-                    group_state="",
-                    group_epoch=-1,
-                    assignment_epoch=-1,
-                    assignor_name="",
-                    members=(),
-                    authorized_operations=operations,
-                )
-            )
+            described.append(described_failure(group_cls, group_id, error, message, operations))
             continue
         members = tuple(
             schema.build(
