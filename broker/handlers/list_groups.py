@@ -1,5 +1,6 @@
-"""ListGroups (key 16) v0-5: the groups this broker coordinates (v4: filtered by state, v5: by type, ``classic``
-or ``consumer`` (KIP-848), case-insensitive as Kafka matches them; an unknown type matches nothing)."""
+"""ListGroups (key 16) v0-5: the groups this broker coordinates (v4: filtered by state, v5: by type, ``classic``,
+``consumer`` (KIP-848) or ``share`` (KIP-932), case-insensitive as Kafka matches them; an unknown type matches
+nothing)."""
 
 from __future__ import annotations
 
