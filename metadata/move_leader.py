@@ -10,6 +10,11 @@ election: the client waits out its retry backoff (librdkafka's 100 ms) while the
 a produce that arrives early until it has the partition open (``broker.partition.access``). Every answer that tells a
 client who leads (those refusals, Metadata, DescribeTopicPartitions) takes :func:`client_leader`, so a client told the
 target by one is not told "no leader", at an older epoch, by another.
+
+So that an epoch once named always means the same leader (as in Kafka, where a leader epoch is never reused), the
+epoch a moving partition's answers name is the election's whether or not a target may lead by then, and an election
+that ends the move with any other broker (the reassignment cancelled, or its target gone by the time the source let
+go) skips it: :func:`settled_epoch`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,17 @@ def next_leader(image: MetadataImage, partition: PartitionImage) -> tuple[int, i
 
 
 def client_leader(image: MetadataImage, partition: PartitionImage) -> tuple[int, int]:
-    """The leader id and epoch to tell a client: a moving partition's :func:`next_leader`, else the image's (the
-    leader may be NO_LEADER; whether it is reachable is the caller's to check)."""
-    return next_leader(image, partition) or (partition.leader, partition.leader_epoch)
+    """The leader id and epoch to tell a client: a moving partition's :func:`next_leader` (no leader, at the
+    election's epoch, while none of its targets may lead: an earlier answer may have named one at that epoch), else
+    the image's (the leader may be NO_LEADER; whether it is reachable is the caller's to check)."""
+    if partition.reassigning and partition.leader == NO_LEADER:
+        return next_leader(image, partition) or (NO_LEADER, partition.leader_epoch + 1)
+    return partition.leader, partition.leader_epoch
+
+
+def settled_epoch(image: MetadataImage, partition: PartitionImage, leader: int) -> int:
+    """The leader epoch of the election that ends a move of ``partition`` with ``leader``: one up for the target
+    the brokers named ahead (:func:`next_leader`), two up for any other outcome, so that no client is told one
+    broker and then another at the same epoch."""
+    named = elected_target(image, partition)
+    return partition.leader_epoch + (1 if leader == named else 2)

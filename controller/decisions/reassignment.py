@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from metadata.cluster_records import NO_LEADER, PartitionChangeRecord
 from metadata.controller_api import PartitionReassignment, ReassignmentResult
 from metadata.image import MetadataImage, PartitionImage
-from metadata.move_leader import elected_target
+from metadata.move_leader import elected_target, settled_epoch
 
 ONE_REPLICA_MESSAGE = (
     "Fjord keeps exactly one replica per partition (its data lives in object storage, so the one broker that "
@@ -92,7 +92,7 @@ def complete(image: MetadataImage, partition: PartitionImage) -> PartitionChange
         str(partition.topic_id),
         partition.partition,
         leader=target,
-        leader_epoch=partition.leader_epoch + 1,
+        leader_epoch=settled_epoch(image, partition, target),
         isr=(target,) if target != NO_LEADER else (),
         replicas=(target,) if target != NO_LEADER else partition.replicas,
         removing_replicas=(),
@@ -115,7 +115,8 @@ def start(partition: PartitionImage, target: int) -> PartitionChangeRecord:
 
 
 def _cancel(image: MetadataImage, partition: PartitionImage) -> PartitionChangeRecord:
-    """Back to the replicas the reassignment started from; the source reopens its streams with a new epoch."""
+    """Back to the replicas the reassignment started from; the source reopens its streams with a new epoch (two up:
+    the brokers may have named the target at one up, ``metadata.move_leader.settled_epoch``)."""
     live = {b.node_id for b in image.live_brokers()}
     original = partition.removing_replicas
     leader = next((r for r in original if r in live), NO_LEADER)
@@ -123,7 +124,7 @@ def _cancel(image: MetadataImage, partition: PartitionImage) -> PartitionChangeR
         str(partition.topic_id),
         partition.partition,
         leader=leader,
-        leader_epoch=partition.leader_epoch + 1,
+        leader_epoch=settled_epoch(image, partition, leader),
         isr=(leader,) if leader != NO_LEADER else (),
         replicas=original,
         removing_replicas=(),

@@ -111,10 +111,11 @@ async def test_a_partition_between_its_source_and_its_election_is_answered_with_
 
 async def test_a_move_none_of_whose_replicas_may_lead_is_answered_without_a_leader() -> None:
     """The target is fenced and the source died: the election then picks the least loaded broker, which only the
-    controller knows, so no leader is guessed."""
+    controller knows, so no leader is guessed; the epoch is still the election's, which earlier answers may have
+    named the target at (``metadata.move_leader.settled_epoch`` gives the broker elected instead the next one)."""
     led = PartitionRecord(str(TOPIC), 0, (0,), (0,), 0, 4)
     to_fenced = _image(led, PartitionChangeRecord(str(TOPIC), 0, leader=-1, replicas=(2, 0), isr=(2, 0),
                                                   removing_replicas=(0,)),
                        RegisterBrokerRecord(0, 2, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), fenced=True))
-    assert await _partition_answer(to_fenced) == (ErrorCode.leader_not_available, -1, 4)
-    assert await _described(to_fenced) == (-1, 4)
+    assert await _partition_answer(to_fenced) == (ErrorCode.leader_not_available, -1, 5)
+    assert await _described(to_fenced) == (-1, 5)

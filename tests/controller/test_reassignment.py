@@ -15,7 +15,7 @@ from controller.controller import Controller
 from metadata.controller_api import NewTopic, PartitionReassignment
 from metadata.image import PartitionImage, partitions_being_reassigned
 from metadata.kv_keys import partition_kv_key
-from metadata.move_leader import next_leader
+from metadata.move_leader import client_leader, next_leader
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
@@ -111,14 +111,19 @@ async def test_target_is_elected_once_the_source_closed_its_streams(controller: 
 
 async def test_a_move_whose_target_may_not_lead_names_no_leader_ahead(controller: Controller) -> None:
     """The election then picks the least loaded live broker, which only the controller knows when it elects: the
-    brokers name nobody ahead rather than a broker the election may not pick."""
+    brokers name nobody ahead rather than a broker the election may not pick. Clients were told the target at the
+    election's epoch before it was fenced, so "no leader" keeps that epoch and the broker elected instead gets the
+    one after it: no epoch is named for two brokers, and none goes backwards."""
     source, meta_id, epoch = await _open_meta_stream(controller, 0)
     await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (1,))])
+    assert client_leader(controller.image, _partition(controller)) == (1, epoch + 2)
     await controller.fence_broker(1, controller.image.brokers[1].epoch)
     assert next_leader(controller.image, _partition(controller)) is None
+    assert client_leader(controller.image, _partition(controller)) == (-1, epoch + 2)
     await controller.stream_metadata.close_stream(source, meta_id, epoch)
     await eventually_async(lambda: _partition(controller).leader, until=lambda got: got in (0, 2), timeout=5,
                            interval=0.02, what="a live broker to lead the partition")
+    assert _partition(controller).leader_epoch == epoch + 3
 
 
 async def test_a_source_that_never_closes_loses_the_partition_when_the_timer_fires(controller: Controller) -> None:
@@ -132,12 +137,15 @@ async def test_a_source_that_never_closes_loses_the_partition_when_the_timer_fir
 async def test_cancel_gives_the_partition_back_to_its_source(controller: Controller) -> None:
     await _open_meta_stream(controller, 0)
     await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (1,))])
-    before = _partition(controller)
+    named = client_leader(controller.image, _partition(controller))
+    assert named[0] == 1  # clients are sent to the target while the source closes
     [cancel] = await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, None)])
     assert cancel.error is ErrorCode.none
     after = _partition(controller)
     assert (after.leader, after.replicas, after.removing_replicas) == (0, (0,), ())
-    assert after.leader_epoch == before.leader_epoch + 1
+    # Past the epoch the target was named at: a client told of the source now takes it as newer (KIP-951 hints
+    # are applied only when their epoch is), and no epoch ever meant two leaders.
+    assert after.leader_epoch == named[1] + 1
     await asyncio.sleep(0.8)  # the timer of the cancelled move elects nobody
     assert _partition(controller).leader == 0
 
