@@ -1,9 +1,10 @@
 """Finding the open partition a request targets, with the error Kafka clients expect when it is not here.
 
-Every data-plane handler (produce, fetch, list offsets, delete records, leader epochs) goes through
-``leader_log`` so the same situation always yields the same code: an unknown topic or partition is
-UNKNOWN_TOPIC_OR_PARTITION, a partition led elsewhere (or not yet open here) NOT_LEADER_OR_FOLLOWER, and a
-client-supplied leader epoch older or newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320). A request
+Every data-plane handler (produce, fetch, list offsets, delete records, leader epochs) goes through ``leader_log`` so
+the same situation always yields the same code: an unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION, a
+partition led elsewhere (or not yet open here) NOT_LEADER_OR_FOLLOWER, and a client-supplied leader epoch older or
+newer than ours FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320), checked first, as Kafka's replicas do, also by a
+move's target before its election (a client told it at the election's epoch is ahead of it, and retries). A request
 for a partition being moved here may wait for the move's election and the open first: the source's refusals and every
 broker's Metadata answers name this broker before the election (``metadata.move_leader``), so a client's request can
 arrive while the hand-over still runs.
@@ -26,17 +27,23 @@ MOVE_WAIT_SECONDS = 5.0
 
 
 def check_leader_epoch(log: PartitionLog, current_leader_epoch: int) -> None:
+    _check_replica_epoch(log.where, log.leader_epoch, current_leader_epoch)
+
+
+def _check_replica_epoch(where: str, known_epoch: int, current_leader_epoch: int) -> None:
+    """KIP-320: FENCED_LEADER_EPOCH for a client behind the epoch this replica knows, UNKNOWN_LEADER_EPOCH for one
+    ahead of it (it retries without refreshing its metadata); -1 is not checked."""
     if current_leader_epoch < 0:
         return
-    if current_leader_epoch < log.leader_epoch:
+    if current_leader_epoch < known_epoch:
         raise KafkaError(
             ErrorCode.fenced_leader_epoch,
-            f"{log.where}: request leader epoch {current_leader_epoch} is older than {log.leader_epoch}",
+            f"{where}: request leader epoch {current_leader_epoch} is older than {known_epoch}",
         )
-    if current_leader_epoch > log.leader_epoch:
+    if current_leader_epoch > known_epoch:
         raise KafkaError(
             ErrorCode.unknown_leader_epoch,
-            f"{log.where}: request leader epoch {current_leader_epoch} is newer than {log.leader_epoch}",
+            f"{where}: request leader epoch {current_leader_epoch} is newer than {known_epoch}",
         )
 
 
@@ -58,6 +65,10 @@ async def leader_log(
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
         if part.leader != manager.node_id and not await manager.wait_for_move_here(topic, partition, move_wait):
             now = manager.controller.image.partition(topic, partition)
+            if now is not None and manager.node_id in now.replicas:
+                # A replica checks the client's epoch first, as Kafka's Partition does: a client told this broker
+                # at the epoch of the move's election (``metadata.move_leader``) before it happened is ahead of it.
+                _check_replica_epoch(f"{topic}-{partition}", now.leader_epoch, current_leader_epoch)
             raise KafkaError(
                 ErrorCode.not_leader_or_follower,
                 f"{topic}-{partition} is led by node {now.leader if now is not None else -1}, not this one",

@@ -279,6 +279,12 @@ def test_a_move_waiting_on_s3_sends_producers_to_its_target_before_the_election(
         # Metadata, from either broker, says what the refusal said, so a client refreshing now goes to the target.
         for port in (source_port, target_port):
             assert _leader_and_epoch(port, topic) == (target, refused.current_leader.leader_epoch)
+        # A fetch is not held: the target, a replica at the epoch before the election, answers at once as Kafka's
+        # replicas do (KIP-320): a consumer at the election's epoch is ahead (UNKNOWN_LEADER_EPOCH, retry), one at
+        # the source's is behind (FENCED_LEADER_EPOCH, refresh).
+        named = refused.current_leader.leader_epoch
+        assert _fetch_error_at(target_port, topic, named) == ErrorCode.unknown_leader_epoch
+        assert _fetch_error_at(target_port, topic, named - 2) == ErrorCode.fenced_leader_epoch
         with ThreadPoolExecutor(2) as pool:
             held = pool.submit(_produce_at, target_port, topic)
             end_asked = pool.submit(_end_offset_at, target_port, topic)
@@ -317,6 +323,18 @@ def _end_offset_at(port: int, topic: str) -> Any:
         schema.build_nested(topic_cls, "partitions", partition_index=0, current_leader_epoch=-1, timestamp=-1),))
     sent = schema.build(request, replica_id=-1, isolation_level=0, topics=(asked,))
     return request_once(port, sent, "s3-outages-test", timeout=60).topics[0].partitions[0]
+
+
+def _fetch_error_at(port: int, topic: str, leader_epoch: int) -> ErrorCode:
+    """The error of a Fetch v12 of ``topic``-0 at the broker on ``port`` with this current leader epoch."""
+    request = codec.request_class(1, 12)
+    topic_cls = schema.field_entity(request, "topics")
+    asked = schema.build(topic_cls, topic=topic, partitions=(
+        schema.build_nested(topic_cls, "partitions", partition=0, current_leader_epoch=leader_epoch, fetch_offset=0,
+                            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),))
+    sent = schema.build(request, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                        session_id=0, session_epoch=-1, topics=(asked,), forgotten_topics_data=(), rack_id="")
+    return ErrorCode(request_once(port, sent, "s3-outages-test").responses[0].partitions[0].error_code)
 
 
 def _leader_and_epoch(port: int, topic: str) -> tuple[int, int]:
