@@ -87,10 +87,10 @@ async def _verified_leader_log(
     ctx: RequestContext, topic: str, partition: int, data: bytes, transactional_id: str | None, *, timeout_s: float
 ) -> PartitionLog:
     # A partition moving here waits for its election (its source told the producer to come here before letting go,
-    # KIP-951) for up to half the request's timeout: the other half is the open's and the append's, so a record is
-    # never appended after its producer was told it timed out.
-    move_wait = min(timeout_s / 2, _MOVE_HOLD_MAX_S)
-    log = await leader_log(ctx.broker.partitions, topic, partition, move_wait=move_wait)
+    # KIP-951) and its open for up to half the request's timeout in all: the other half is the append's, so a record
+    # is not appended after its producer was told it timed out.
+    hold = min(timeout_s / 2, _MOVE_HOLD_MAX_S)
+    log = await leader_log(ctx.broker.partitions, topic, partition, move_wait=hold, within=hold)
     if transactional_id is None:
         return log
     try:
@@ -174,6 +174,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     # The timeout bounds the wait for durability; a WAL write always takes a moment, so a zero or tiny timeout
     # (which in Kafka would still succeed on a single-replica partition) is raised to a small floor.
     timeout_s = max(schema.millis(request.timeout), _MIN_TIMEOUT_MS) / 1000
+    deadline = asyncio.get_running_loop().time() + timeout_s
     topics_by_id = ctx.broker.controller.image.topics_by_id
     for topic in request.topic_data:
         name = getattr(topic, "name", None)
@@ -208,7 +209,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         return None
     with_hints = schema.has_field(part_cls, "current_leader")
     if with_hints:
-        await _await_moves(ctx, keys, outcomes, min(_MOVE_WAIT_S, timeout_s))
+        # Within the request's timeout: the answer must not come later than the client stops waiting for it.
+        remaining = deadline - asyncio.get_running_loop().time()
+        await _await_moves(ctx, keys, outcomes, max(min(_MOVE_WAIT_S, remaining), 0.0))
     hints = LeaderHints(ctx.broker.controller.image, ctx.listener_name)
     by_topic: dict[Any, list[Any]] = {}
     for (topic_key, name, index), outcome in zip(keys, outcomes, strict=True):

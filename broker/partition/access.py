@@ -12,6 +12,8 @@ arrive while the hand-over still runs.
 
 from __future__ import annotations
 
+import asyncio
+
 from kio.schema.errors import ErrorCode
 
 from broker.partition.manager import PartitionManager
@@ -49,20 +51,25 @@ def _check_replica_epoch(where: str, known_epoch: int, current_leader_epoch: int
 
 async def leader_log(
     manager: PartitionManager, topic: str, partition: int, current_leader_epoch: int = -1, *,
-    move_wait: float = MOVE_WAIT_SECONDS,
+    move_wait: float = MOVE_WAIT_SECONDS, within: float | None = None,
 ) -> PartitionLog:
     """The open PartitionLog of ``topic``-``partition`` on this broker, or a KafkaError saying why not.
 
     ``move_wait``: how long to wait for the election of a move to this broker. A produce waits for its own bound
     (its records then go in without a retry); a fetch does not wait, since it reads its partitions one after another
     and one held partition would hold back the others' records; the other requests (offsets, leader epochs, deleted
-    records, producers, transaction markers) wait for :data:`MOVE_WAIT_SECONDS`."""
+    records, producers, transaction markers) wait for :data:`MOVE_WAIT_SECONDS`. The open then gets up to
+    :data:`OPEN_WAIT_SECONDS`; ``within`` bounds both waits together (a produce's part of its timeout)."""
     log = manager.get(topic, partition)
     if log is None:
         image = manager.controller.image
         part = image.partition(topic, partition)
         if part is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
+        loop = asyncio.get_running_loop()
+        deadline = None if within is None else loop.time() + within
+        if within is not None:
+            move_wait = min(move_wait, within)
         if part.leader != manager.node_id and not await manager.wait_for_move_here(topic, partition, move_wait):
             now = manager.controller.image.partition(topic, partition)
             if now is not None and manager.node_id in now.replicas:
@@ -73,7 +80,8 @@ async def leader_log(
                 ErrorCode.not_leader_or_follower,
                 f"{topic}-{partition} is led by node {now.leader if now is not None else -1}, not this one",
             )
-        log = await manager.wait_open(topic, partition, OPEN_WAIT_SECONDS)
+        open_wait = OPEN_WAIT_SECONDS if deadline is None else min(OPEN_WAIT_SECONDS, max(deadline - loop.time(), 0.0))
+        log = await manager.wait_open(topic, partition, open_wait)
         if log is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{partition} is not open on this broker yet")
     check_leader_epoch(log, current_leader_epoch)
