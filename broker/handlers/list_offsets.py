@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import partitions_entry, split, topics_denied
+from broker.handlers.per_partition import side_by_side
 from broker.partition.access import leader_log
 from broker.partition.partition_log import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -91,28 +93,27 @@ async def _lookup(
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     topic_cls = schema.field_entity(ctx.response_class, "topics")
     part_cls = schema.field_entity(topic_cls, "partitions")
-    topics = []
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # v10+: how long a lookup by timestamp may take (0: not bounded, as before v10).
     timeout_ms = schema.millis(getattr(request, "timeout", 0))
+    lookups: list[tuple[str, Any, bool]] = []
     for topic in request.topics:
         seen: dict[int, int] = {}
         for p in topic.partitions:
             seen[p.partition_index] = seen.get(p.partition_index, 0) + 1
-        parts = [
-            await _lookup(
-                ctx,
-                part_cls,
-                topic.name,
-                p,
-                seen[p.partition_index] > 1,
-                read_committed=read_committed,
-                timeout_ms=timeout_ms,
-            )
-            for p in topic.partitions
-        ]
-        topics.append(schema.build(topic_cls, name=topic.name, partitions=tuple(parts)))
-    return ctx.build(throttle_time=0, topics=tuple(topics))
+        lookups.extend((topic.name, p, seen[p.partition_index] > 1) for p in topic.partitions)
+
+    def lookup(item: tuple[str, Any, bool]) -> Awaitable[Any]:
+        name, p, duplicate = item
+        return _lookup(ctx, part_cls, name, p, duplicate, read_committed=read_committed, timeout_ms=timeout_ms)
+
+    # A few at a time: a lookup at a move's target may wait for the election (``broker.handlers.per_partition``).
+    answers = iter(await side_by_side(lookup, lookups))
+    topics = tuple(
+        schema.build(topic_cls, name=topic.name, partitions=tuple(next(answers) for _ in topic.partitions))
+        for topic in request.topics
+    )
+    return ctx.build(throttle_time=0, topics=topics)
 
 
 async def authorize_list_offsets(ctx: RequestContext, request: Any, handler: Handler) -> Any:

@@ -1,11 +1,17 @@
 """The response shape of the APIs that answer each requested partition on its own (DeleteRecords,
 OffsetForLeaderEpoch, DescribeProducers): one topic entry per requested topic, one partition entry per requested
-partition in request order, whatever happens to its neighbours. Only the per-partition answer differs per API."""
+partition in request order, whatever happens to its neighbours. Only the per-partition answer differs per API.
+
+The partitions are answered a few at a time (:func:`side_by_side`, ListOffsets too): an answer may wait, for a
+move's election and open at its target (``broker.partition.access``), and a request naming several moving
+partitions then waits about once, not once for each in turn; a request naming a million partitions still runs only
+a few answers at once."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from broker.handlers.context import RequestContext
 from wire import schema
@@ -13,6 +19,33 @@ from wire import schema
 #: ``answer(topic name, partition entity class, requested partition) -> partition entity``; must not raise for
 #: a partition's own failure (it answers with an error code instead).
 PartitionAnswer = Callable[[str, type[Any], Any], Awaitable[Any]]
+
+#: How many partitions of one request are answered at once.
+PARTITIONS_AT_ONCE = 16
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+async def side_by_side(
+    answer: Callable[[_Item], Awaitable[_Result]], items: Sequence[_Item], limit: int = PARTITIONS_AT_ONCE
+) -> list[_Result]:
+    """``answer`` of each of ``items``, in their order, with at most ``limit`` running at once."""
+    if len(items) <= 1:
+        return [await answer(item) for item in items]
+    results: dict[int, _Result] = {}
+    taken = 0
+
+    async def worker() -> None:
+        nonlocal taken
+        while taken < len(items):
+            index, taken = taken, taken + 1
+            results[index] = await answer(items[index])
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(limit, len(items))):
+            group.create_task(worker())
+    return [results[index] for index in range(len(items))]
 
 
 async def answer_per_partition(
@@ -27,9 +60,12 @@ async def answer_per_partition(
     both request and response, ``partitions_field`` the request's per-topic partition list."""
     topic_cls = schema.field_entity(ctx.response_class, "topics")
     part_cls = schema.field_entity(topic_cls, "partitions")
-    topics = []
-    for topic in request.topics:
-        name = getattr(topic, topic_field)
-        parts = [await answer(name, part_cls, p) for p in getattr(topic, partitions_field)]
-        topics.append(schema.build(topic_cls, **{topic_field: name}, partitions=tuple(parts)))
-    return ctx.build(throttle_time=0, topics=tuple(topics))
+    asked = [(topic, list(getattr(topic, partitions_field))) for topic in request.topics]
+    flat = [(getattr(topic, topic_field), p) for topic, parts in asked for p in parts]
+    answers = iter(await side_by_side(lambda item: answer(item[0], part_cls, item[1]), flat))
+    topics = tuple(
+        schema.build(topic_cls, **{topic_field: getattr(topic, topic_field)},
+                     partitions=tuple(next(answers) for _ in parts))
+        for topic, parts in asked
+    )
+    return ctx.build(throttle_time=0, topics=topics)
