@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -27,6 +28,11 @@ logger = logging.getLogger(__name__)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
+#: From this version a partition whose live leader has no endpoint on the client's listener is LISTENER_NOT_FOUND
+#: (Kafka's ``errorUnavailableListeners``).
+_LISTENER_ERRORS_VERSION = 6
+
+
 def live_endpoint(broker: BrokerImage, listener_name: str) -> tuple[str, int] | None:
     """The (host, port) a client on ``listener_name`` should use for ``broker``; None when the broker has no
     such listener (Kafka leaves those brokers out of the response)."""
@@ -43,8 +49,19 @@ def client_controller_id(image: MetadataImage, own_node_id: int) -> int:
     return image.controller_id if image.controller_id in live else own_node_id
 
 
+@dataclass(frozen=True, slots=True)
+class _Brokers:
+    """Which brokers a client on this listener can be sent to: ``live`` (registered, not fenced) and of those the
+    ``reachable`` (an endpoint on the listener); ``no_listener`` is the error of a leader that is live but not
+    reachable (Kafka: LISTENER_NOT_FOUND from v6, LEADER_NOT_AVAILABLE before)."""
+
+    live: set[int]
+    reachable: set[int]
+    no_listener: ErrorCode
+
+
 def _partition_entries(
-    topic_cls: type[Any], topic: TopicImage, image: MetadataImage, live: set[int]
+    topic_cls: type[Any], topic: TopicImage, image: MetadataImage, brokers: _Brokers
 ) -> tuple[Any, ...]:
     """The topic's partitions as a client should route to them. A partition being moved has no leader between its
     source's letting go and its target's election; it is answered with that target and the epoch its election will
@@ -52,18 +69,23 @@ def _partition_entries(
     client that took the hint and then asked for metadata would otherwise read "no leader" at an older epoch, which
     it drops as stale while its leader query goes on asking (librdkafka repeats it every 100 ms until it reads a
     leader)."""
+    live = brokers.live
     out = []
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
         leader, epoch = client_leader(image, p)
-        leader_ok = leader >= 0 and leader in live
+        if leader >= 0 and leader in brokers.reachable:
+            error = ErrorCode.none
+        else:
+            error = brokers.no_listener if leader in live else ErrorCode.leader_not_available
+            leader = -1
         out.append(
             schema.build_nested(
                 topic_cls,
                 "partitions",
-                error_code=ErrorCode.none if leader_ok else ErrorCode.leader_not_available,
+                error_code=error,
                 partition_index=p.partition,
-                leader_id=leader if leader_ok else -1,
+                leader_id=leader,
                 leader_epoch=epoch,
                 replica_nodes=p.replicas,
                 isr_nodes=tuple(r for r in p.isr if r in live),
@@ -73,14 +95,14 @@ def _partition_entries(
     return tuple(out)
 
 
-def _topic_entry(topic_cls: type[Any], topic: TopicImage, image: MetadataImage, live: set[int], ops: int) -> Any:
+def _topic_entry(topic_cls: type[Any], topic: TopicImage, image: MetadataImage, brokers: _Brokers, ops: int) -> Any:
     return schema.build(
         topic_cls,
         error_code=ErrorCode.none,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
-        partitions=_partition_entries(topic_cls, topic, image, live),
+        partitions=_partition_entries(topic_cls, topic, image, brokers),
         topic_authorized_operations=ops,
     )
 
@@ -122,16 +144,20 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     response_cls = ctx.response_class
     topic_cls = schema.field_entity(response_cls, "topics")
     live_brokers = image.live_brokers()
-    live = {b.node_id for b in live_brokers}
-
     brokers = []
+    reachable: set[int] = set()
     for broker in live_brokers:
         endpoint = live_endpoint(broker, ctx.listener_name)
         if endpoint is not None:
+            reachable.add(broker.node_id)
             brokers.append(
                 schema.build_nested(response_cls, "brokers", node_id=broker.node_id, host=endpoint[0],
                                    port=endpoint[1], rack=broker.rack)
             )
+
+    routing = _Brokers({b.node_id for b in live_brokers}, reachable,
+                       ErrorCode.listener_not_found if ctx.api_version >= _LISTENER_ERRORS_VERSION
+                       else ErrorCode.leader_not_available)
 
     # v8+: Kafka fills these for every topic in the response (and v8-10 for the cluster) only when asked; with an
     # authorizer, the operations this principal may do on each.
@@ -153,7 +179,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         for topic_name in sorted(image.topics_by_name):
             if visible(topic_name):
                 topic = image.topics_by_name[topic_name]
-                topics.append(_topic_entry(topic_cls, topic, image, live, ops_on(topic_name)))
+                topics.append(_topic_entry(topic_cls, topic, image, routing, ops_on(topic_name)))
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and node.auto_create_topics_enable
         may_create_any = ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False)
@@ -178,7 +204,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 elif not visible(found.name):
                     topics.append(_error_topic(topic_cls, denied, None, topic_id, ops_on(None)))
                 else:
-                    topics.append(_topic_entry(topic_cls, found, image, live, ops_on(found.name)))
+                    topics.append(_topic_entry(topic_cls, found, image, routing, ops_on(found.name)))
             elif name and not visible(name):
                 ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)  # asked by name: a counted denial
                 topics.append(_error_topic(topic_cls, denied, name, None, ops_on(None)))
@@ -188,7 +214,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             elif name in created:
                 topics.append(_error_topic(topic_cls, created[name], name, None, ops_on(name)))
             elif name in image.topics_by_name:
-                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], image, live, ops_on(name)))
+                topics.append(_topic_entry(topic_cls, image.topics_by_name[name], image, routing, ops_on(name)))
             elif allow_auto and name not in missing:  # auto-creation refused by the ACLs
                 ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)
                 topics.append(_error_topic(topic_cls, denied, name, None, ops_on(name)))

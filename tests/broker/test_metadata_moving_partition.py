@@ -6,7 +6,7 @@ producer refused by the source takes the hint (target, epoch + 1); if it also as
 a race between its threads), an answer of "no leader" at the older epoch is dropped by the client as stale while its
 leader query goes on asking every 100 ms, one Metadata request after another until the election is known
 (`tests/cluster/test_cluster_leader_hints.py` under load saw two). The handler is served here over metadata images
-holding each stage of a move."""
+holding each stage of a move, and over one whose leader has no endpoint on the client's listener."""
 
 from __future__ import annotations
 
@@ -66,14 +66,14 @@ async def _serve(image: MetadataImage, api_key: int, version: int, request: Any)
 
 
 async def _partition_answer(image: MetadataImage, version: int = 13) -> tuple[ErrorCode, int, int]:
-    """Metadata's answer for partition 0 of topic ``t``: error code, leader, leader epoch."""
+    """Metadata's answer for partition 0 of topic ``t``: error code, leader, leader epoch (-1 before v7)."""
     request_cls = codec.request_class(METADATA, version)
     request = schema.build(request_cls, topics=(
         schema.build_nested(request_cls, "topics", topic_id=TOPIC if version >= 10 else None, name="t"),
     ), allow_auto_topic_creation=False)
     (topic,) = (await _serve(image, METADATA, version, request)).topics
     (partition,) = topic.partitions
-    return partition.error_code, partition.leader_id, partition.leader_epoch
+    return partition.error_code, partition.leader_id, getattr(partition, "leader_epoch", -1)  # v7+
 
 
 async def _described(image: MetadataImage) -> tuple[int, int]:
@@ -119,3 +119,16 @@ async def test_a_move_none_of_whose_replicas_may_lead_is_answered_without_a_lead
                        RegisterBrokerRecord(0, 2, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), fenced=True))
     assert await _partition_answer(to_fenced) == (ErrorCode.leader_not_available, -1, 5)
     assert await _described(to_fenced) == (-1, 5)
+
+
+async def test_a_leader_without_the_clients_listener_is_not_named() -> None:
+    """As Kafka's metadata cache answers: a live leader with no endpoint on the listener the client came in on is
+    LISTENER_NOT_FOUND from v6 (LEADER_NOT_AVAILABLE before), with no leader, since the client could not reach it
+    (the response's broker list leaves it out)."""
+    internal_only = RegisterBrokerRecord(1, 2, (Endpoint("INTERNAL", "127.0.0.2", 9095),), fenced=False)
+    led_by_1 = _image(internal_only, PartitionRecord(str(TOPIC), 0, (1,), (1,), 1, 4))
+    assert await _partition_answer(led_by_1) == (ErrorCode.listener_not_found, -1, 4)
+    assert await _partition_answer(led_by_1, version=6) == (ErrorCode.listener_not_found, -1, -1)
+    assert await _partition_answer(led_by_1, version=5) == (ErrorCode.leader_not_available, -1, -1)
+    led_by_0 = _image(internal_only, PartitionRecord(str(TOPIC), 0, (0,), (0,), 0, 4))
+    assert await _partition_answer(led_by_0) == (ErrorCode.none, 0, 4)
