@@ -208,8 +208,8 @@ class PartitionShareState:
             # What this batch may give: all of it in batch-optimized mode, else what the limit leaves.
             allowed = batch.last_offset - batch.first_offset + 1 if whole_batches else remaining
             first = max(batch.first_offset, self.start_offset)
-            if first > self.end_offset:  # offsets the log holds no batch for (compaction, deleted records)
-                self._extend(first - self.end_offset, _ARCHIVED)
+            if first > self.end_offset and not self._skip_gap(first):
+                break  # a gap wider than the window's room: it waits until the records before it are done
             i = first - self.start_offset
             stop = min(batch.last_offset + 1, self.end_offset) - self.start_offset
             while allowed > 0 and i < stop:  # records of the window, AVAILABLE again
@@ -233,7 +233,9 @@ class PartitionShareState:
             if batch.skip:
                 n = min(wanted, room)
             elif whole_batches:
-                n = wanted if room else 0  # the window's bound is soft too: the batch is completed
+                # The window's bound is soft too: the batch is completed, up to a second window (a batch claiming
+                # more records than that is cut as a record-limit fetch cuts it: per-offset state stays bounded).
+                n = min(wanted, room + self.limits.max_record_locks) if room else 0
             else:
                 n = min(wanted, room, allowed)
             if n > 0 and batch.skip:
@@ -246,6 +248,20 @@ class PartitionShareState:
                 break  # the window is full (or max_records reached)
         self._advance_start()
         return taken
+
+    def _skip_gap(self, first: int) -> bool:
+        """Offsets from the window's end up to ``first`` that the log holds no batch for (compaction, deleted
+        records) are archived; False when they do not fit the window's room. With nothing in flight the SPSO moves
+        past them without holding their state: a compacted log's gap may span millions of offsets."""
+        gap = first - self.end_offset
+        if not self._states:
+            self.start_offset = first
+            self._start_moved = True
+            return True
+        if gap > max(self.limits.max_record_locks - len(self._states), 0):
+            return False
+        self._extend(gap, _ARCHIVED)
+        return True
 
     def _take_again(self, i: int, n: int, member_id: str, deadline: int, taken: list[AcquiredRange]) -> None:
         """Acquires the AVAILABLE window records ``[i, i + n)``, each at its next delivery count."""

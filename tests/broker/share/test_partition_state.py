@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -220,6 +222,47 @@ def test_log_gaps_are_archived() -> None:
     assert state.state_of(3) == (RecordState.ARCHIVED, 0, None)
     state.acknowledge("a", [one(0, 1, ACCEPT)])
     assert state.start_offset == 5
+
+
+def test_a_gap_past_an_empty_window_moves_the_start_without_holding_its_offsets() -> None:
+    """A compacted log's gap may span millions of offsets: with nothing in flight the start moves past it at once
+    (and is persisted), holding no per-offset state for it."""
+    state = PartitionShareState(0)
+    assert state.acquire("a", log((0, 1)), 100, now_ms=0) == [AcquiredRange(0, 1, 1)]
+    state.acknowledge("a", [one(0, 1, ACCEPT)])
+    state.take_update()
+    far = 5_000_000
+    tracemalloc.start()
+    try:
+        assert state.acquire("a", log((far, far + 2)), 100, now_ms=0) == [AcquiredRange(far, far + 2, 1)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes allocated to pass a gap"  # per-offset state would be about 100 MB
+    assert (state.start_offset, state.in_flight()) == (far, 3)
+    update = state.take_update()
+    assert update is not None and update.start_offset == far
+
+
+def test_a_gap_wider_than_the_windows_room_waits_for_the_records_before_it() -> None:
+    state = PartitionShareState(0, Limits(max_record_locks=10))
+    assert state.acquire("a", log((0, 1), (50, 52)), 100, now_ms=0) == [AcquiredRange(0, 1, 1)]
+    assert state.in_flight() == 2  # the gap 2-49 was neither archived nor passed
+    state.acknowledge("a", [one(0, 1, ACCEPT)])
+    assert state.acquire("a", log((50, 52)), 100, now_ms=0) == [AcquiredRange(50, 52, 1)]
+    assert state.start_offset == 50
+
+
+def test_a_batch_claiming_more_records_than_two_windows_is_cut() -> None:
+    """Batch-optimized acquisition completes a batch past the window, but a batch claiming far more records (a
+    hostile producer's compressed batch may claim two billion) gets at most a second window's worth of per-offset
+    state, the rest at the next fetches."""
+    state = PartitionShareState(0, Limits(max_record_locks=100))
+    huge = log((0, 9_999))
+    assert state.acquire("a", huge, 500, now_ms=0, whole_batches=True) == [AcquiredRange(0, 199, 1)]
+    assert state.in_flight() == 200
+    state.acknowledge("a", [one(0, 199, ACCEPT)])
+    assert state.acquire("a", huge, 500, now_ms=0, whole_batches=True) == [AcquiredRange(200, 399, 1)]
 
 
 @pytest.mark.parametrize(
