@@ -149,7 +149,7 @@ class Storage:
     def node(self, max_sessions: int = 100, *, acls: bool = False, enabled: bool = True,
              config: ShareGroupConfig = CONFIG) -> Node:
         node = Node(SharePartitions(_Led(self.logs), lambda _group: config), max_sessions, acls=acls,
-                    enabled=enabled)
+                    enabled=enabled, lock_ms=config.record_lock_duration_ms)
         self.nodes.append(node)
         return node
 
@@ -174,10 +174,11 @@ async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
 class Node:
     """One broker's share sessions over the real share partitions, and the client connections to it."""
 
-    def __init__(self, partitions: SharePartitions, max_sessions: int, *, acls: bool, enabled: bool) -> None:
+    def __init__(self, partitions: SharePartitions, max_sessions: int, *, acls: bool, enabled: bool,
+                 lock_ms: int = LOCK_MS) -> None:
         self.partitions = partitions
         self.sessions = ShareSessions(partitions, max_sessions=max_sessions,
-                                      record_lock_duration_ms=lambda _g: LOCK_MS, enabled=lambda: enabled)
+                                      record_lock_duration_ms=lambda _g: lock_ms, enabled=lambda: enabled)
         self.broker = _Broker(self.sessions)
         #: The connections of :func:`others_get`'s consumers, kept open (a closed one releases its records).
         self.others: list[ConnectionState] = []
@@ -330,6 +331,19 @@ async def test_long_poll_waits_for_records_and_returns_at_the_deadline(storage: 
     await writer
     assert time.monotonic() - started < 2
     assert ranges(parts(woken)[TOPIC, 0]) == [(0, 1, 1)]
+
+
+async def test_records_acquired_during_a_long_poll_are_answered_before_their_locks_run_out(storage: Storage) -> None:
+    """A fetch waiting for MinBytes holds what it acquired, locked from then: it answers within half the lock
+    duration of its first acquisition, so the records are not released meanwhile, handed out again, or archived
+    after the delivery limit while it waits (Kafka acquires only when a delayed fetch completes)."""
+    node = storage.node(config=share_config(auto_offset_reset="earliest", record_lock_duration_ms=400))
+    node.partitions.start()  # the lock timer
+    conn = ConnectionState()
+    await storage.append(3, batch=True)
+    got = parts(await fetch(node, conn, 0, {TOPIC: {0: []}}, max_wait=3_000, min_bytes=1 << 20))
+    assert ranges(got[TOPIC, 0]) == [(0, 2, 1)]
+    assert await others_get(node) == []  # still this consumer's
 
 
 async def test_acknowledgements_that_free_the_window_get_records_without_waiting(storage: Storage) -> None:
