@@ -17,8 +17,9 @@ Acquisition: the partitions in turn (rotated by the session epoch, as Kafka's ro
 partition does not starve the rest), each asked for what remains of the request's ``MaxRecords`` and ``MaxBytes``
 (at most the broker's ``fetch.max.bytes``); the share partition decides how its record batches align with those
 limits. The request answers once it holds ``MinBytes`` (at most MaxBytes) of records, a partition errs, MaxRecords
-or MaxBytes is reached, or ``MaxWaitMs`` passes; until then it waits for a change to the share partitions (an
-append, a release, a lock time-out) and acquires again, keeping what it acquired. The response's
+or MaxBytes is reached, or ``MaxWaitMs`` passes, or, once it holds records, half their lock duration (they are
+locked from their acquisition); until then it waits for a change to the share partitions (an append, a release, a
+lock time-out) and acquires again, keeping what it acquired. The response's
 ``AcquisitionLockTimeoutMs`` is the group's record lock duration; a partition answering NOT_LEADER_OR_FOLLOWER
 names the leader (``CurrentLeader``, ``NodeEndpoints``). Epoch -1 fetches nothing: the acknowledgements are
 applied, then the session closes and the member's remaining records are released.
