@@ -29,6 +29,7 @@ from broker.share_session_cache import PartitionKey
 from broker.share_sessions import ShareSessions
 from metadata.acl.binding import AclOperation, ResourceType
 from metadata.errors import error_code_logged
+from metadata.move_leader import client_leader
 from wire import schema
 
 logger = logging.getLogger(__name__)
@@ -203,7 +204,8 @@ def current_leader(
     _, name, partition = key
     image = ctx.broker.controller.image
     found = image.partition(name, partition) if name is not None else None
-    leader, epoch = (found.leader, found.leader_epoch) if found is not None else (-1, -1)
+    # A moving partition's target at its coming epoch, as every other answer names it (``metadata.move_leader``).
+    leader, epoch = client_leader(image, found) if found is not None else (-1, -1)
     broker = image.brokers.get(leader)
     if broker is not None and not broker.fenced:
         endpoint = live_endpoint(broker, ctx.listener_name)
