@@ -5,6 +5,14 @@ id, and later requests carry only what changed (new fetch offsets, forgotten top
 partitions with news (records, a moved high watermark / log start, an error). ``FetchSessionCache.resolve``
 turns a request's session fields into the partition set to serve; ``FetchContext.filter`` picks what goes into
 the response and remembers what was sent.
+
+As in Kafka's ``FetchSession``: a partition that returned records goes to the end of its session's order, so with a
+response byte budget filled by the first partitions the others are read first next time (none is starved); a full
+cache makes room only by evicting a session idle past the timeout or one smaller than the new one, and otherwise
+answers the new request without a session (session id 0: the client goes on with full fetches), so a flood of
+small sessions cannot push out the consumers' sessions. From Fetch v13 a partition is known in its session by its
+topic id alone (the name is looked up at each read), so a topic the broker learns of later, a topic deleted and
+created again, and forgetting a topic that no longer exists all behave as in Kafka.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 
-#: Partition identity in a session: (topic id (zero UUID before Fetch v13), topic name, partition).
+#: Partition identity in a session: (topic id, "", partition) from Fetch v13; (zero UUID, topic name, partition)
+#: before.
 PartitionKey = tuple[object, str, int]
 
 
@@ -96,11 +105,14 @@ class FetchContext:
                 state.last_stable_offset = outcome.last_stable_offset
             if changed or not self.incremental:
                 keep.append(outcome.key)
+            if self.incremental and outcome.has_records and self.session is not None:
+                self.session.partitions.move_to_end(outcome.key)  # the others go first next time
         return keep
 
 
 class FetchSessionCache:
-    """Sessions of this broker, bounded in number (least recently used evicted) and idle time."""
+    """Sessions of this broker, bounded in number (the module docstring says which one a new session may evict)
+    and idle time."""
 
     def __init__(self, max_sessions: int = 1000, idle_timeout_s: float = 120.0) -> None:
         self.max_sessions = max_sessions
@@ -117,11 +129,18 @@ class FetchSessionCache:
             if sid != INVALID_SESSION_ID and sid not in self._sessions:
                 return sid
 
-    def _evict(self, now: float) -> None:
+    def _make_room(self, now: float, size: int) -> bool:
+        """Whether a new session of ``size`` partitions fits, after evicting the idle sessions and, if the cache is
+        still full, the smallest session when it is smaller than the new one."""
         for sid in [s for s, sess in self._sessions.items() if now - sess.last_used > self.idle_timeout_s]:
             del self._sessions[sid]
-        while len(self._sessions) >= self.max_sessions:
-            self._sessions.popitem(last=False)
+        if len(self._sessions) < self.max_sessions:
+            return True
+        smallest = min(self._sessions.values(), key=lambda s: (len(s.partitions), s.last_used))
+        if len(smallest.partitions) >= size:
+            return False
+        del self._sessions[smallest.session_id]
+        return True
 
     def resolve(
         self,
@@ -141,14 +160,17 @@ class FetchSessionCache:
         if epoch == INITIAL_EPOCH:
             if session_id != INVALID_SESSION_ID:
                 self._sessions.pop(session_id, None)
-            self._evict(now)
+            requested = list(requested)
+            if not self._make_room(now, len(requested)):
+                return FetchContext(INVALID_SESSION_ID, False, [(r.key, _state(r)) for r in requested])
             session = FetchSession(self._new_id(), 1)
             for r in requested:
                 session.partitions[r.key] = _state(r)
             self._sessions[session.session_id] = session
             return FetchContext(session.session_id, False, list(session.partitions.items()), session)
         if session_id == INVALID_SESSION_ID:
-            raise KafkaError(ErrorCode.invalid_fetch_session_epoch, f"fetch epoch {epoch} without a session id")
+            # Kafka's answer to an incremental fetch naming no session.
+            raise KafkaError(ErrorCode.fetch_session_id_not_found, f"fetch epoch {epoch} without a session id")
         found = self._sessions.get(session_id)
         if found is None:
             raise KafkaError(ErrorCode.fetch_session_id_not_found, f"fetch session {session_id} not found")

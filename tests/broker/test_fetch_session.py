@@ -45,9 +45,41 @@ def test_session_errors() -> None:
     assert closed.session_id == 0 and len(cache) == 0
 
 
-def test_cache_is_bounded() -> None:
+def test_a_full_cache_evicts_only_an_idle_or_a_smaller_session_else_answers_without_one() -> None:
+    """Kafka's FetchSessionCache: a flood of small sessions cannot push the consumers' sessions out; the new
+    request is served as a sessionless full fetch (session id 0), which clients go on with."""
     cache = FetchSessionCache(max_sessions=2)
-    ids = [cache.resolve(0, 0, [PartitionRequest(A0, 0, 10)], []).session_id for _ in range(3)]
-    assert len(cache) == 2
-    with pytest.raises(KafkaError):
-        cache.resolve(ids[0], 1, [], [])
+    big = cache.resolve(0, 0, [PartitionRequest(k, 0, 10) for k in (A0, A1)], []).session_id
+    small = cache.resolve(0, 0, [PartitionRequest(A0, 0, 10)], []).session_id
+    flood = cache.resolve(0, 0, [PartitionRequest(B0, 0, 10)], [])
+    assert flood.session_id == 0 and not flood.incremental and [k for k, _ in flood.partitions] == [B0]
+    assert len(cache) == 2 and cache.resolve(big, 1, [], []).incremental and cache.resolve(small, 1, [], [])
+    # A larger session takes the smallest one's place.
+    larger = cache.resolve(0, 0, [PartitionRequest(k, 0, 10) for k in (A0, A1, B0)], []).session_id
+    assert larger != 0 and len(cache) == 2
+    with pytest.raises(KafkaError) as info:
+        cache.resolve(small, 2, [], [])
+    assert info.value.code == ErrorCode.fetch_session_id_not_found
+    # An idle session goes whatever its size.
+    idle = FetchSessionCache(max_sessions=1, idle_timeout_s=0.0)
+    idle.resolve(0, 0, [PartitionRequest(k, 0, 10) for k in (A0, A1)], [])
+    assert idle.resolve(0, 0, [PartitionRequest(B0, 0, 10)], []).session_id != 0
+
+
+def test_an_incremental_fetch_without_a_session_id_is_session_not_found() -> None:
+    with pytest.raises(KafkaError) as info:
+        FetchSessionCache().resolve(0, 3, [], [])
+    assert info.value.code == ErrorCode.fetch_session_id_not_found
+
+
+def test_partitions_that_returned_records_are_read_last_next_time() -> None:
+    """Kafka's IncrementalFetchContext: with the response's byte budget filled by the first partitions, the others
+    would otherwise never be read."""
+    cache = FetchSessionCache()
+    full = cache.resolve(0, 0, [PartitionRequest(k, 0, 10) for k in (A0, A1, B0)], [])
+    full.filter([_outcome(A0, 5, True), _outcome(A1, 5, True), _outcome(B0, 5)])
+    first = cache.resolve(full.session_id, 1, [], [])
+    assert [k for k, _ in first.partitions] == [A0, A1, B0]  # a full fetch keeps the client's order
+    first.filter([_outcome(A0, 9, True), _outcome(A1, 5), _outcome(B0, 5)])
+    second = cache.resolve(full.session_id, 2, [], [])
+    assert [k for k, _ in second.partitions] == [A1, B0, A0]
