@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,8 @@ READ_COMMITTED = 1
 @dataclass(slots=True)
 class _Result:
     key: PartitionKey
+    #: The topic's name as read (from Fetch v13 looked up by the key's topic id at each read; "" when unknown).
+    name: str
     error: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
@@ -73,14 +76,11 @@ class _Result:
 
 
 def _requested(ctx: RequestContext, request: Any) -> tuple[list[PartitionRequest], list[PartitionKey]]:
-    image = ctx.broker.controller.image
     by_id = ctx.api_version >= 13
 
     def topic_key(topic: Any) -> tuple[object, str]:
-        if by_id:
-            found = image.topics_by_id.get(topic.topic_id)
-            return topic.topic_id, found.name if found is not None else ""
-        return uuid_zero, topic.topic
+        # From v13 by id alone: the name is looked up when the partition is read (``broker.fetch_session``).
+        return (topic.topic_id, "") if by_id else (uuid_zero, topic.topic)
 
     requested = [
         PartitionRequest(
@@ -109,6 +109,9 @@ async def _read_partition(
     read_committed: bool,
 ) -> _Result:
     topic_id, name, partition = key
+    if isinstance(topic_id, uuid.UUID) and topic_id != uuid_zero:
+        topic = ctx.broker.controller.image.topics_by_id.get(topic_id)
+        name = topic.name if topic is not None else ""
     try:
         if not name:
             raise KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")
@@ -116,6 +119,7 @@ async def _read_partition(
         read = await log.read(state.fetch_offset, max_bytes, min_one=min_one, read_committed=read_committed)
         return _Result(
             key,
+            name,
             ErrorCode.none,
             read.high_watermark,
             read.log_start_offset,
@@ -133,7 +137,7 @@ async def _read_partition(
             found = ctx.broker.partitions.get(name, partition)
             if found is not None:
                 hw, log_start, lso = found.high_watermark, found.log_start_offset, found.last_stable_offset
-        return _Result(key, code, hw, log_start, fetch_offset=state.fetch_offset, last_stable_offset=lso)
+        return _Result(key, name, code, hw, log_start, fetch_offset=state.fetch_offset, last_stable_offset=lso)
 
 
 async def _read_all(
@@ -185,7 +189,7 @@ def _current_leader(ctx: RequestContext, part_cls: type[Any], r: _Result, hints:
     """Where the partition's leadership is now, for the errors that mean the client's view is stale. From v16 on
     as Kafka fills it: always for those errors (-1/-1 when the partition is unknown); v12-15 carry the tagged field
     too, filled only when a leader is known."""
-    _, name, partition = r.key
+    name, partition = r.name, r.key[2]
     if r.error not in _LEADER_MOVED or not schema.has_field(part_cls, "current_leader"):
         return {}
     if ctx.api_version < _NODE_ENDPOINTS_VERSION:
@@ -206,9 +210,9 @@ def _response(ctx: RequestContext, fetch: FetchContext, results: list[_Result], 
     for r in results:
         if r.key not in include:
             continue
-        topic_id, name, partition = r.key
-        ctx.traffic.fetched(name, partition, len(r.records), r.record_count)
-        grouped.setdefault((topic_id, name), []).append(
+        topic_id, _, partition = r.key
+        ctx.traffic.fetched(r.name, partition, len(r.records), r.record_count)
+        grouped.setdefault((topic_id, r.name), []).append(
             schema.build(
                 part_cls,
                 partition_index=partition,
