@@ -105,6 +105,9 @@ class CoordinatorRuntime:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         #: Each consumer or share group's latest write of heartbeat changes, which answers resting on it wait for.
         self._consumer_writes: dict[str, asyncio.Future[ErrorCode]] = {}
+        #: Consumer groups one of whose writes failed: the removals it carried, written again (with the group's
+        #: whole state) by the group's next write (``ConsumerMembership._write_consumer_changes``).
+        self._unwritten: dict[str, list[Change]] = {}
         self._cleanup_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
             broker,
@@ -136,6 +139,7 @@ class CoordinatorRuntime:
         dropped = 0
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             group = self._groups.pop(group_id)
+            self._unwritten.pop(group_id, None)
             self._cancel_timer(group_id)
             if not group.dead:
                 group.mark_dead(now, ErrorCode.not_coordinator)

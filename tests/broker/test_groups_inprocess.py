@@ -30,6 +30,7 @@ from settings.server import ServerConfig
 from testkit.node_process import default_overrides
 from testkit.waiting import eventually_async
 from tests.topics import create_topic
+from wire.errors import KafkaError
 
 DAY_S = 86_400.0
 
@@ -357,3 +358,40 @@ async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer
     error, fetched = coordinator.fetch_offsets(group, [("input", 0)])
     assert error is ErrorCode.none
     assert [(f.offset, f.error) for f in fetched] == [(70, ErrorCode.none)]
+
+
+async def test_a_heartbeat_after_a_failed_write_is_answered_on_written_state(
+    node_factory: Callable,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A join whose records could not be appended is answered with the error, but the group moved in memory; the
+    member's retry finds nothing new to write. Its answer must still rest on written state (Kafka's coordinator
+    undoes a failed write): after a restart the member is there at the epoch it was told, with its partitions."""
+    node: Node = await node_factory()
+    group = "write-failed"
+    coordinator = await loaded_coordinator(node, group)
+    await asyncio.to_thread(create_topic, bootstrap(node), "input", 2)
+    append = coordinator._append
+    failures = [KafkaError(ErrorCode.request_timed_out, "the fault: the append timed out")]
+
+    async def failing_once(group_id: str, records: object, **kwargs: int) -> int:
+        if failures:
+            raise failures.pop()
+        return await append(group_id, records, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coordinator, "_append", failing_once)
+    member = str(uuid.uuid4())
+    join = HeartbeatRequest(
+        member_id=member, member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
+    )
+    assert (await coordinator.consumer_group_heartbeat(group, join)).error is not ErrorCode.none
+    retried = await coordinator.consumer_group_heartbeat(group, join)
+    assert retried.error is ErrorCode.none and retried.member_epoch >= 1
+    await node.stop()
+
+    restarted: Node = await node_factory()
+    reloaded = await loaded_coordinator(restarted, group)
+    error, _, found = reloaded.describe_consumer_group(group)
+    assert error is ErrorCode.none and found is not None
+    assert found.members[member].member_epoch == retried.member_epoch
+    assert found.members[member].assigned == retried.assignment
