@@ -108,6 +108,7 @@ class CoordinatorRuntime:
         #: Consumer groups one of whose writes failed: the removals it carried, written again (with the group's
         #: whole state) by the group's next write (``ConsumerMembership._write_consumer_changes``).
         self._unwritten: dict[str, list[Change]] = {}
+        self._unwritten_shares: dict[str, list[ShareChangeT]] = {}
         self._cleanup_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
             broker,
@@ -140,6 +141,7 @@ class CoordinatorRuntime:
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             group = self._groups.pop(group_id)
             self._unwritten.pop(group_id, None)
+            self._unwritten_shares.pop(group_id, None)
             self._cancel_timer(group_id)
             if not group.dead:
                 group.mark_dead(now, ErrorCode.not_coordinator)

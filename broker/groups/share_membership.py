@@ -23,7 +23,17 @@ from typing import Literal
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.consumer.cluster_topics import metadata_hash
 from broker.groups.consumer_membership import ConsumerMembership
+from broker.groups.share.changes import (
+    ShareAssignmentChanged,
+    ShareChange,
+    ShareEpochChanged,
+    ShareMemberChanged,
+    ShareStateTopicsChanged,
+    ShareTargetEpochChanged,
+    ShareTargetMemberChanged,
+)
 from broker.groups.share.group import ShareGroup, ShareHeartbeat, ShareHeartbeatResult, ShareMembershipConfig
 from broker.groups.share.member import JOIN_EPOCH
 from metadata.group_configs import share_group_config
@@ -69,18 +79,23 @@ class ShareMembership(ConsumerMembership):
 
     async def _write_share_changes(self, group: ShareGroup) -> ErrorCode:
         """Persists what a heartbeat changed before it is answered; with nothing new to write, waits for a write
-        of the group still in flight that the answer rests on (as consumer groups do)."""
+        of the group still in flight that the answer rests on; after a failed write, the next one carries its
+        removals again and the group's whole state as it is now (as consumer groups do)."""
         group_id = group.group_id
-        changes = group.take_changes()
+        changes: list[ShareChange] = list(group.take_changes())
         stored = ErrorCode.none
+        if not changes:
+            pending = self._consumer_writes.get(group_id)
+            if pending is not None and not pending.done():
+                await asyncio.shield(pending)
+        if group_id in self._unwritten_shares and self._groups.get(group_id) is group:
+            changes = [*self._unwritten_shares.pop(group_id), *_current_state(group), *changes]
         if changes:
             write = asyncio.ensure_future(self._persist_share_group(group, changes))
             self._consumer_writes[group_id] = write
             stored = await asyncio.shield(write)
-        else:
-            pending = self._consumer_writes.get(group_id)
-            if pending is not None and not pending.done():
-                await asyncio.shield(pending)
+            if stored is not ErrorCode.none and self._groups.get(group_id) is group:
+                self._unwritten_shares.setdefault(group_id, []).extend(c for c in changes if _removal(c))
         latest = self._consumer_writes.get(group_id)
         if latest is not None and latest.done():
             del self._consumer_writes[group_id]
@@ -134,3 +149,26 @@ class ShareMembership(ConsumerMembership):
         of (Kafka's initialized topics), and those its members subscribe to."""
         group = self._share_group(group_id)
         return sorted(group.topics()) if group is not None else []
+
+
+def _current_state(group: ShareGroup) -> list[ShareChange]:
+    """Every record of the share group's state as it is now."""
+    members = list(group.members.values())
+    state: list[ShareChange] = [
+        ShareEpochChanged(group.group_epoch, metadata_hash(group.subscription)),
+        *(ShareMemberChanged(member) for member in members),
+        *(ShareTargetMemberChanged(member_id, assignment) for member_id, assignment in group.target.items()),
+        ShareTargetEpochChanged(group.target_epoch),
+        *(ShareAssignmentChanged(member) for member in members),
+    ]
+    if group.state_topics:
+        state.append(ShareStateTopicsChanged(dict(group.state_topics)))
+    return state
+
+
+def _removal(change: ShareChange) -> bool:
+    """A tombstone (a member, its target or assignment, or the group gone)."""
+    if isinstance(change, ShareTargetMemberChanged):
+        return change.assignment is None
+    return change.deleted
+

@@ -24,6 +24,7 @@ from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offset_commits import OffsetCommit
 from broker.groups.offsets_topic import OFFSETS_TOPIC
+from broker.groups.share.group import ShareHeartbeat
 from broker.partition.manager import PartitionManager
 from node.process import Node
 from settings.server import ServerConfig
@@ -395,3 +396,35 @@ async def test_a_heartbeat_after_a_failed_write_is_answered_on_written_state(
     assert error is ErrorCode.none and found is not None
     assert found.members[member].member_epoch == retried.member_epoch
     assert found.members[member].assigned == retried.assignment
+
+
+async def test_a_share_heartbeat_after_a_failed_write_is_answered_on_written_state(
+    node_factory: Callable,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same for a share group (KIP-932): the retried join's member and epoch are there after a restart."""
+    node: Node = await node_factory()
+    group = "share-write-failed"
+    coordinator = await loaded_coordinator(node, group)
+    await asyncio.to_thread(create_topic, bootstrap(node), "jobs", 2)
+    append = coordinator._append
+    failures = [KafkaError(ErrorCode.request_timed_out, "the fault: the append timed out")]
+
+    async def failing_once(group_id: str, records: object, **kwargs: int) -> int:
+        if failures:
+            raise failures.pop()
+        return await append(group_id, records, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coordinator, "_append", failing_once)
+    member = str(uuid.uuid4())
+    join = ShareHeartbeat(member_id=member, member_epoch=0, subscribed_topic_names=("jobs",))
+    assert (await coordinator.share_group_heartbeat(group, join)).error is not ErrorCode.none
+    retried = await coordinator.share_group_heartbeat(group, join)
+    assert retried.error is ErrorCode.none and retried.member_epoch >= 1
+    await node.stop()
+
+    restarted: Node = await node_factory()
+    reloaded = await loaded_coordinator(restarted, group)
+    error, _, found = reloaded.describe_share_group(group)
+    assert error is ErrorCode.none and found is not None
+    assert found.members[member].member_epoch == retried.member_epoch
