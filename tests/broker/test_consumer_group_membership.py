@@ -125,6 +125,21 @@ def test_static_member_steps_out_and_comes_back_under_a_new_member_id() -> None:
     check_exclusive(group, [back, b])
 
 
+def test_a_member_that_changes_its_instance_id_frees_the_old_one() -> None:
+    """A member id rejoining under another instance id holds only the new one: once it leaves, the old instance id
+    joins as anyone would (it used to stay mapped to the departed member, and the next heartbeat naming it failed)."""
+    group = ConsumerGroup("g", config(), 0)
+    (x,) = joined(group, ORDERS6, Client("x", instance_id="i-a"))
+    x.instance_id = "i-b"
+    assert x.heartbeat(group, 10, ORDERS6, epoch=0).error is ErrorCode.none
+    assert x.leave(group, 20, ORDERS6, epoch=-1).error is ErrorCode.none
+    stray = HeartbeatRequest(member_id="y", member_epoch=3, instance_id="i-a", owned={})
+    assert group.heartbeat(30, stray, ORDERS6).error is ErrorCode.unknown_member_id
+    newcomer = Client("z", instance_id="i-a")
+    assert newcomer.heartbeat(group, 40, ORDERS6).error is ErrorCode.none
+    assert list(group.members) == ["z"]
+
+
 def test_unreleased_instance_id_while_the_holder_has_not_left() -> None:
     group = ConsumerGroup("g", config(), 0)
     joined(group, ORDERS6, Client("a1", instance_id="i-a"))

@@ -281,8 +281,7 @@ class ConsumerGroup:
                 return ConsumerMember(member_id=request.member_id), True
             rejected = epoch_rejection(member, request.member_epoch, request.owned)
             return rejected if rejected is not None else (member, False)
-        holder_id = self._static.get(instance_id)
-        holder = self.members[holder_id] if holder_id is not None else None
+        holder = self.members.get(self._static.get(instance_id, ""))
         if request.member_epoch != JOIN_EPOCH:
             rejected = static_rejection(holder, request.member_id, instance_id)
             if rejected is not None or holder is None:
@@ -347,8 +346,7 @@ class ConsumerGroup:
             member = self.members.get(request.member_id)
             rejected = unknown_member(request.member_id, self.group_id) if member is None else None
         else:
-            holder_id = self._static.get(instance_id)
-            member = self.members[holder_id] if holder_id is not None else None
+            member = self.members.get(self._static.get(instance_id, ""))
             rejected = static_rejection(member, request.member_id, instance_id)
         if rejected is not None or member is None:
             error = rejected or unknown_member(request.member_id, self.group_id)
@@ -387,6 +385,8 @@ class ConsumerGroup:
             for tp in old.owned_partitions():
                 if self._owners.get(tp) == member.member_id:
                     del self._owners[tp]
+            if old.instance_id not in (None, member.instance_id) and self._static.get(old.instance_id) == old.member_id:
+                del self._static[old.instance_id]  # the member took another instance id: the old one is free
         self.members[member.member_id] = member
         for tp in member.owned_partitions():
             self._owners[tp] = member.member_id
