@@ -205,6 +205,9 @@ class RequestDispatcher:
                 response = await charge.timed(serve_authorized(ctx, body, self.handlers[key]))
         except asyncio.CancelledError:
             raise
+        except ConnectionClosing:
+            self.metrics.observe_failure(key)
+            raise  # a handler's decision to answer nothing (Produce acks=0 with an error), logged where it closes
         except Exception as exc:
             self.metrics.observe_failure(key)
             response = self._error_response(ctx, exc)

@@ -28,6 +28,7 @@ from kio.static.constants import uuid_zero
 from broker.handlers.context import Handler, RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from wire import schema
+from wire.dispatch import ConnectionClosing
 
 Guard = Callable[[RequestContext, Any, Handler], Awaitable[Any]]
 
@@ -87,10 +88,17 @@ async def split(
             denied.append((item, code))
     if not denied:
         return await handler(ctx, request)
+    if getattr(request, "acks", None) == 0:
+        # Produce acks=0 has no response: as Kafka, the allowed part is appended and the connection closed, so the
+        # producer notices the refusal.
+        if allowed:
+            await handler(ctx, dataclasses.replace(request, **{request_field: tuple(allowed)}))
+        raise ConnectionClosing(
+            f"acks=0 produce from {ctx.describe()} refused ({denied[0][1].name.upper()}); "
+            "closing the connection, as Kafka does"
+        )
     answered = tuple(refused(ctx.response_class, item, code) for item, code in denied)
     if not allowed:
-        if getattr(request, "acks", None) == 0:
-            return None  # Produce acks=0: no response at all
         return ctx.build(**{response_field: answered})
     response = await handler(ctx, dataclasses.replace(request, **{request_field: tuple(allowed)}))
     if response is None:

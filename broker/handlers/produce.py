@@ -38,6 +38,8 @@ from metadata.acl.binding import AclOperation, ResourceType
 from metadata.errors import error_code_for, error_code_logged, error_message_for
 from wire import schema
 from wire.api_versions import TRANSACTION_VERSION
+from wire.compression import Compression
+from wire.dispatch import ConnectionClosing
 from wire.errors import KafkaError
 from wire.log_text import untrusted
 from wire.record_batch import InvalidBatchError, parse_header
@@ -45,6 +47,9 @@ from wire.record_batch import InvalidBatchError, parse_header
 logger = logging.getLogger(__name__)
 
 _MIN_TIMEOUT_MS = 1000
+#: The first Produce version that may carry zstd batches (KIP-110); before it Kafka answers
+#: UNSUPPORTED_COMPRESSION_TYPE.
+_ZSTD_VERSION = 7
 #: How long a refusal of a partition being moved waits for its target's election, so that it can name the new leader
 #: (KIP-951) instead of none, when the target cannot be named ahead (``metadata.move_leader``: no target may lead).
 _MOVE_WAIT_S = 1.0
@@ -67,6 +72,10 @@ async def _append_one(
         if records is None or len(records) == 0:
             raise KafkaError(ErrorCode.invalid_record, f"{topic}-{partition}: produce request without records")
         data = bytes(records)
+        if ctx.api_version < _ZSTD_VERSION and _compression(data) is Compression.ZSTD:
+            raise KafkaError(
+                ErrorCode.unsupported_compression_type, f"{topic}-{partition}: zstd needs Produce v{_ZSTD_VERSION}+"
+            )
         # Taken before the first suspension: tasks first run in the order they were created (arrival order).
         turn = ctx.connection.appends.take((topic, partition))
         result = await turn.start(
@@ -81,6 +90,14 @@ async def _append_one(
     # Counted once the append succeeded, outside the try: a metrics fault must not turn it into an error reply.
     ctx.traffic.produced(topic, partition, len(data), result.last_offset - result.base_offset + 1)
     return result
+
+
+def _compression(data: bytes) -> Compression | None:
+    """The first batch's codec; None when it cannot be read (the append answers with the precise error)."""
+    try:
+        return parse_header(data).compression
+    except (InvalidBatchError, ValueError):
+        return None
 
 
 async def _verified_leader_log(
@@ -206,6 +223,17 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             else:
                 outcomes.append(KafkaError(ErrorCode.request_timed_out, "append not durable within the timeout"))
     if acks == 0:
+        failed = [(key, outcome) for key, outcome in zip(keys, outcomes, strict=True)
+                  if not isinstance(outcome, AppendResult)]
+        if failed:
+            (_, first_name, first_index), first_error = failed[0]
+            # No response to carry the error: Kafka closes the connection, so the producer refreshes its metadata
+            # (a partition moved away) instead of sending into the void until its metadata expires.
+            raise ConnectionClosing(
+                f"acks=0 produce from {ctx.describe()} failed on {len(failed)} partition(s), e.g. "
+                f"{untrusted(first_name or '')}-{first_index}: {error_code_for(first_error).name.upper()}; closing the "
+                "connection, as Kafka"
+            )
         return None
     with_hints = schema.has_field(part_cls, "current_leader")
     if with_hints:

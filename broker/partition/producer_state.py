@@ -154,6 +154,10 @@ class ProducerStateManager:
         if not header.has_producer_id:
             return None
         pid = header.producer_id
+        if client and not header.is_control and header.base_sequence < 0:  # Kafka's LogValidator refuses it too
+            raise KafkaError(
+                ErrorCode.invalid_record, f"producer {pid} sent a batch without a sequence number to {self.where}"
+            )
         entry = self._entries.get(pid)
         if entry is None:
             # Unknown producer (new, or expired after producer.id.expiration.ms): accept any sequence, like Kafka.
@@ -166,10 +170,6 @@ class ProducerStateManager:
         duplicate = entry.find_duplicate(header)
         if duplicate is not None:
             return duplicate
-        if header.base_sequence == NO_SEQUENCE:
-            raise KafkaError(
-                ErrorCode.invalid_record, f"producer {pid} sent a batch without a sequence number to {self.where}"
-            )
         if header.producer_epoch != entry.producer_epoch:
             if header.base_sequence != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
                 raise KafkaError(

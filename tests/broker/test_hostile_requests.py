@@ -265,11 +265,16 @@ BAD_BATCHES: dict[str, tuple[Callable[[], bytes], set[ErrorCode]]] = {
     "records-count-too-low": (lambda: _put(_valid_batch(), ">i", _RECORDS_COUNT_POS, 2), _CORRUPT),
     "records-count-negative": (lambda: _put(_valid_batch(), ">i", _RECORDS_COUNT_POS, -1), _CORRUPT),
     "records-count-huge": (lambda: _put(_valid_batch(), ">i", _RECORDS_COUNT_POS, (1 << 31) - 1), _CORRUPT),
-    "magic-1": (lambda: _put(_valid_batch(), ">b", _MAGIC_POS, 1, reseal=False), _CORRUPT),
-    "magic-9": (lambda: _put(_valid_batch(), ">b", _MAGIC_POS, 9, reseal=False), _CORRUPT),
+    # An older message format is INVALID_RECORD (not retried), as Kafka answers it from Produce v3 on.
+    "magic-1": (lambda: _put(_valid_batch(), ">b", _MAGIC_POS, 1, reseal=False), {ErrorCode.invalid_record}),
+    "magic-9": (lambda: _put(_valid_batch(), ">b", _MAGIC_POS, 9, reseal=False), {ErrorCode.invalid_record}),
     "count-and-delta-past-the-records": (_count_and_delta_past_the_records, _CORRUPT),
     "gzip-attribute-on-plain-records": (lambda: _put(_valid_batch(), ">h", ATTRIBUTES_POS, 1), _CORRUPT),
-    "zstd-attribute-on-plain-records": (lambda: _put(_valid_batch(), ">h", ATTRIBUTES_POS, 4), _CORRUPT),
+    # Below Produce v7 zstd is UNSUPPORTED_COMPRESSION_TYPE whatever the batch holds, as Kafka checks it first.
+    "zstd-attribute-on-plain-records": (
+        lambda: _put(_valid_batch(), ">h", ATTRIBUTES_POS, 4),
+        _CORRUPT | {ErrorCode.unsupported_compression_type},
+    ),
     "garbage": (lambda: _GARBAGE_RECORDS, _CORRUPT),
     "valid-then-garbage": (lambda: _valid_batch() + b"\x01\x02\x03", _CORRUPT),
 }

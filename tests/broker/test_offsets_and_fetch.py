@@ -28,6 +28,7 @@ from tests.broker.kafka_clients import (
 )
 from tests.topics import create_topic
 from wire import codec, schema
+from wire.compression import Compression
 from wire.record_batch import Record, build_batch, iter_records
 
 
@@ -311,6 +312,21 @@ def test_produce_acks_and_transactional_refusal(kafka: BrokerProcess, wire: Call
 
     bad = client.request(produce_request(topic, 0, records, acks=2)).responses[0].partition_responses[0]
     assert bad.error_code == ErrorCode.invalid_required_acks
+    # acks=0 that fails has no response to carry the error: the connection closes, as Kafka closes it, so the
+    # producer refreshes its metadata instead of sending into the void.
+    doomed = wire(kafka.port)
+    doomed.send(produce_request(topic, 9, records, acks=0))  # no partition 9
+    assert doomed.is_closed_by_peer(timeout=10)
+    # A batch naming a producer id needs a sequence number; zstd needs Produce v7 (Kafka's LogValidator and
+    # ProduceRequest checks).
+    unsequenced = build_batch([Record(None, b"u")], producer_id=4242, producer_epoch=0, base_sequence=-1)
+    refused_seq = client.request(produce_request(topic, 0, unsequenced)).responses[0].partition_responses[0]
+    assert refused_seq.error_code == ErrorCode.invalid_record
+    zstd = build_batch([Record(None, b"z")], compression=Compression.ZSTD)
+    old = client.request(produce_request(topic, 0, zstd, version=6)).responses[0].partition_responses[0]
+    assert old.error_code == ErrorCode.unsupported_compression_type
+    new = client.request(produce_request(topic, 0, zstd, version=7)).responses[0].partition_responses[0]
+    assert new.error_code == ErrorCode.none
     # Transactional records need the request's transactional id, as Kafka's produce authorization checks.
     pid, epoch = init_producer_id(client)
     transactional = build_batch(

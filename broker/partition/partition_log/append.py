@@ -18,6 +18,7 @@ from wire.errors import KafkaError
 from wire.record_batch import (
     LOG_APPEND_TIME,
     MAGIC_POS,
+    MAGIC_V2,
     BatchHeader,
     CorruptBatchError,
     InvalidBatchError,
@@ -64,6 +65,9 @@ def validate_produce(
     markers) may write control batches and keyless records. ``now_ms`` is what timestamps are bounded against.
     A client's transactional batch needs the request's ``transactional_id`` (Kafka answers
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one) and a producer id."""
+    if len(records) > MAGIC_POS and records[MAGIC_POS] != MAGIC_V2:
+        # An older message format: refused as Kafka refuses it in a Produce v3+ request (not retriable).
+        raise KafkaError(ErrorCode.invalid_record, f"{where}: batches must be magic v2, not {records[MAGIC_POS]}")
     try:
         batches = list(iter_batches(records))
     except InvalidBatchError as exc:

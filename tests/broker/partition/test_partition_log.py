@@ -88,7 +88,8 @@ async def test_invalid_batches_are_rejected_with_kafka_codes(
             (bytes(corrupt), ErrorCode.corrupt_message),
             (_batch(1, size=1000), ErrorCode.message_too_large),
             (_batch(1, ts=int(time.time() * 1000) + 3_600_000), ErrorCode.invalid_timestamp),
-            (b"\x00" * 30, ErrorCode.corrupt_message),
+            (b"\x00" * 10, ErrorCode.corrupt_message),  # not even a batch header
+            (b"\x00" * 30, ErrorCode.invalid_record),  # magic 0: an old message format, as Kafka answers it
             (build_batch([Record(None, b"x")], is_control=True), ErrorCode.invalid_record),
         ]
         for records, code in cases:
