@@ -80,9 +80,13 @@ async def _append_one(
         turn = ctx.connection.appends.take((topic, partition))
         result = await turn.start(
             _verified_leader_log(ctx, topic, partition, data, transactional_id, timeout_s=timeout_s),
-            lambda log: log.append(data, required_acks=acks, transactional_id=transactional_id),
+            lambda verified: verified[0].append(
+                data, required_acks=acks, transactional_id=transactional_id, verified_markers=verified[1]
+            ),
         )
     except KafkaError as exc:
+        if exc.code is ErrorCode.invalid_txn_state and ctx.api_version >= 11:
+            return KafkaError(ErrorCode.transaction_abortable, str(exc))  # KIP-890: the client aborts and goes on
         return exc
     except Exception as exc:
         error_code_logged(exc, logger, "produce to %s-%d failed (%s)", topic, partition, ctx.describe())
@@ -102,21 +106,25 @@ def _compression(data: bytes) -> Compression | None:
 
 async def _verified_leader_log(
     ctx: RequestContext, topic: str, partition: int, data: bytes, transactional_id: str | None, *, timeout_s: float
-) -> PartitionLog:
+) -> tuple[PartitionLog, int | None]:
+    """The partition's log, and for a transactional batch the producer's markers applied there when its
+    transaction was found open (or added at its coordinator): the append refuses the batch if a marker came since
+    (``broker.partition.partition_log.produce``)."""
     # A partition moving here waits for its election (its source told the producer to come here before letting go,
     # KIP-951) and its open for up to half the request's timeout in all: the other half is the append's, so a record
     # is not appended after its producer was told it timed out.
     hold = min(timeout_s / 2, _MOVE_HOLD_MAX_S)
     log = await leader_log(ctx.broker.partitions, topic, partition, move_wait=hold, within=hold)
     if transactional_id is None:
-        return log
+        return log, None
     try:
         header = parse_header(data)
     except InvalidBatchError:
-        return log  # the append validates the batch and answers with the precise error
-    if not header.is_transactional or header.is_control or log.has_ongoing_txn(header.producer_id,
-                                                                               header.producer_epoch):
-        return log
+        return log, None  # the append validates the batch and answers with the precise error
+    if not header.is_transactional or header.is_control:
+        return log, None
+    if log.has_ongoing_txn(header.producer_id, header.producer_epoch):
+        return log, log.markers_applied(header.producer_id)
     add = ctx.api_version >= 12
     if add and ctx.broker.controller.image.feature_level(TRANSACTION_VERSION.name) < 2:
         # A transactions v2 produce on a cluster at transaction.version 1: refused as Kafka 4 refuses it (the
@@ -144,7 +152,9 @@ async def _verified_leader_log(
             error,
             f"{topic}-{partition} is not in the ongoing transaction of transactional id {transactional_id!r}",
         )
-    return log
+    # Counted once verified: the coordinator may have waited for the markers of the producer's previous
+    # transaction, which end that one, not this.
+    return log, log.markers_applied(header.producer_id)
 
 
 def _partition_response(

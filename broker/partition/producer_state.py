@@ -107,6 +107,9 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}
         #: (first offset, marker offset) of transactions closed by a marker that may not be durable yet.
         self._unreplicated: list[tuple[int, int]] = []
+        #: Markers applied per producer since this partition opened: a transactional produce notes the count when
+        #: it is verified and is refused at its append if a marker came between (``verified_markers``).
+        self._markers: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -120,6 +123,10 @@ class ProducerStateManager:
     # ------------------------------------------------------------------ transactions
     def has_ongoing_txn(self, producer_id: int) -> bool:
         return producer_id in self._ongoing
+
+    def markers_applied(self, producer_id: int) -> int:
+        """How many COMMIT/ABORT markers of the producer this partition applied since it opened."""
+        return self._markers.get(producer_id, 0)
 
     def ongoing_txn_start_offsets(self) -> dict[int, int]:
         """Producer id -> first offset of its open transaction on this partition."""
@@ -279,6 +286,7 @@ class ProducerStateManager:
             entry.producer_epoch = producer_epoch
         entry.current_txn_first_offset = -1
         self._ongoing.pop(producer_id, None)
+        self._markers[producer_id] = self._markers.get(producer_id, 0) + 1
         entry.coordinator_epoch = coordinator_epoch
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
         return completed

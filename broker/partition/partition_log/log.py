@@ -295,11 +295,19 @@ class PartitionLog:
         required_acks: int = -1,
         origin: str = "client",
         transactional_id: str | None = None,
+        verified_markers: int | None = None,
     ) -> AppendResult:
         """Validates, assigns offsets and appends; returns once the records are durable in the WAL
         (:func:`.produce.append`). ``transactional_id`` is the produce request's (transactional batches need
-        one)."""
-        return await produce.append(self._state, records, origin=origin, transactional_id=transactional_id)
+        one); ``verified_markers``: :meth:`markers_applied` when its transaction was verified."""
+        return await produce.append(
+            self._state, records, origin=origin, transactional_id=transactional_id, verified_markers=verified_markers
+        )
+
+    def markers_applied(self, producer_id: int) -> int:
+        """The producer's COMMIT/ABORT markers applied here so far: noted when a transactional produce is verified
+        (its transaction open here, or added at the coordinator), and compared at its append."""
+        return self.producers.markers_applied(producer_id)
 
     async def write_txn_marker(
         self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,

@@ -37,9 +37,15 @@ async def append(
     *,
     origin: str = "client",
     transactional_id: str | None = None,
+    verified_markers: int | None = None,
 ) -> AppendResult:
     """Validates, assigns offsets and appends; returns once the records are durable in the WAL.
-    ``transactional_id`` is the produce request's (transactional batches need one)."""
+    ``transactional_id`` is the produce request's (transactional batches need one).
+
+    ``verified_markers``: how many markers of the batch's producer the partition had applied when the produce
+    handler verified its transaction. A marker applied since ended that transaction while the batch waited for its
+    turn: the batch would open a transaction its coordinator does not know, which nothing would ever end (the LSO
+    stuck), so it is refused with INVALID_TXN_STATE, as Kafka's verification guard refuses it."""
     state.check_open()
     headers = validate_produce(
         records,
@@ -58,6 +64,14 @@ async def append(
             state.producers.check_marker(headers[0].producer_id, headers[0].producer_epoch, marker.coordinator_epoch)
         elif headers[0].has_producer_id:
             duplicate = state.producers.check(headers[0], client=origin == "client")
+            first = headers[0]
+            if (duplicate is None and verified_markers is not None and first.is_transactional
+                    and state.producers.markers_applied(first.producer_id) != verified_markers):
+                raise KafkaError(
+                    ErrorCode.invalid_txn_state,
+                    f"{state.where}: the transaction of producer {first.producer_id} ended (a marker was written) "
+                    "before its batch was appended",
+                )
         if duplicate is None:
             base, next_offset, pending, size = _append_locked(state, records, headers, log_append_ms, marker)
     if duplicate is not None:

@@ -97,6 +97,29 @@ async def test_aborted_transactions_are_listed_and_survive_close_and_reopen(stor
         await log.close()
 
 
+async def test_a_batch_whose_transaction_ended_while_it_waited_is_refused(storage: dict[str, Any]) -> None:
+    """A transactional batch is verified (its transaction open here) when its produce arrives and appended when its
+    turn comes. An abort written in between ended that transaction: appended, the batch would open one its
+    coordinator does not know and nothing would ever end (the LSO stuck for every read_committed consumer). It is
+    refused, as Kafka's verification guard refuses it; a batch verified after the marker goes in."""
+    log = await open_log(storage, 0)
+    try:
+        await log.append(txn_batch(7, 0, 0), transactional_id=TXN_ID)
+        verified = log.markers_applied(7)
+        assert log.has_ongoing_txn(7, 0)
+        await log.write_txn_marker(producer_id=7, producer_epoch=0, coordinator_epoch=1, commit=False)
+        end = log.log_end_offset
+        with pytest.raises(KafkaError) as late:
+            await log.append(txn_batch(7, 0, 2), transactional_id=TXN_ID, verified_markers=verified)
+        assert late.value.code == ErrorCode.invalid_txn_state
+        assert log.log_end_offset == end and not log.has_ongoing_txn(7) and log.last_stable_offset == end
+        # The producer's next transaction, verified now: appended.
+        await log.append(txn_batch(7, 0, 2), transactional_id=TXN_ID, verified_markers=log.markers_applied(7))
+        assert log.has_ongoing_txn(7)
+    finally:
+        await log.close()
+
+
 async def test_stale_epoch_marker_is_refused_and_appends_nothing(storage: dict[str, Any]) -> None:
     log = await open_log(storage, 0)
     try:
