@@ -432,7 +432,9 @@ class TransactionMetadata:
         abort leaves the batch queued and unsent until the abort times out. A pending end of the transaction
         (PrepareCommit, PrepareAbort, an epoch fence) still answers CONCURRENT_TRANSACTIONS, where Kafka answers
         from the partitions and lets the partition's verification guard refuse an append that lands after the
-        marker: Fjord has no such guard, so it does not let a produce in while the transaction is ending."""
+        marker. Fjord's partition has a guard of its own (a batch whose transaction a marker ended while it waited
+        is refused, ``broker.partition.partition_log.produce``), and still does not let a produce in while the
+        transaction is ending."""
         wanted = list(partitions)
         error = ErrorCode.none
         if self.producer_id != producer_id:
