@@ -90,7 +90,7 @@ class Broker:
         self._takeover = takeover
         #: What the broker's parts read of it (``broker.broker_context``).
         self.context = BrokerContext(self.node_id, self.cluster_id, config, controller)
-        self.fetch_sessions = FetchSessionCache()
+        self.fetch_sessions = FetchSessionCache(int(config.value("max.incremental.fetch.session.cache.slots")))
         self.producer_ids = ProducerIdAllocator(controller, lambda: (self.node_id, self.node_epoch))
         self.telemetry = ClientTelemetry(config)
         storage_config = replace(config.storage, cluster_id=self.cluster_id, node_id=self.node_id,

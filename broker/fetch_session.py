@@ -136,6 +136,8 @@ class FetchSessionCache:
             del self._sessions[sid]
         if len(self._sessions) < self.max_sessions:
             return True
+        if not self._sessions:
+            return False  # max.incremental.fetch.session.cache.slots=0: every fetch goes without a session
         smallest = min(self._sessions.values(), key=lambda s: (len(s.partitions), s.last_used))
         if len(smallest.partitions) >= size:
             return False

@@ -66,6 +66,12 @@ def test_a_full_cache_evicts_only_an_idle_or_a_smaller_session_else_answers_with
     assert idle.resolve(0, 0, [PartitionRequest(B0, 0, 10)], []).session_id != 0
 
 
+def test_a_cache_of_no_slots_serves_every_fetch_without_a_session() -> None:
+    """``max.incremental.fetch.session.cache.slots=0``, as Kafka reads it."""
+    full = FetchSessionCache(max_sessions=0).resolve(0, 0, [PartitionRequest(A0, 0, 10)], [])
+    assert full.session_id == 0 and [k for k, _ in full.partitions] == [A0]
+
+
 def test_an_incremental_fetch_without_a_session_id_is_session_not_found() -> None:
     with pytest.raises(KafkaError) as info:
         FetchSessionCache().resolve(0, 3, [], [])

@@ -1,4 +1,4 @@
-"""Fetch v13+ sessions name partitions by topic id (KIP-516), as Kafka 4 consumers send them: a topic deleted and
+"""Fetch sessions at a real node. Fetch v13+ sessions name partitions by topic id (KIP-516), as Kafka 4 consumers send them: a topic deleted and
 created again under the same name is not read through a session that holds the old id (its partitions answer
 UNKNOWN_TOPIC_ID, and the client refreshes its metadata), and forgetting the old id leaves the session, as Kafka's
 session does. A real node, Fetch v15 as the Java consumer sends it."""
@@ -59,3 +59,16 @@ def test_a_topic_created_again_is_not_read_through_a_session_holding_its_old_id(
     assert forgot.error_code == ErrorCode.none and forgot.responses == ()
     after = fetch(client, old_id, 0, session_id=session, session_epoch=3, max_wait_ms=0, partitions=False)
     assert after.error_code == ErrorCode.none and after.responses == ()
+
+
+def test_no_session_slots_serves_every_fetch_without_a_session(
+    broker_factory: Callable[..., BrokerProcess], wire: Callable[[int], WireClient]
+) -> None:
+    """``max.incremental.fetch.session.cache.slots=0`` is read, as Kafka reads it: no session is created."""
+    node = broker_factory({"max.incremental.fetch.session.cache.slots": "0"})
+    client = wire(node.port)
+    topic = topic_name("no-sessions")
+    create_topic(client, topic)
+    topic_id = wait_for_leader(client, topic).topic_id
+    answered = fetch(client, topic_id, 0, session_epoch=0, max_wait_ms=0)
+    assert answered.error_code == ErrorCode.none and answered.session_id == 0
