@@ -1,7 +1,8 @@
-"""Fetch sessions at a real node. Fetch v13+ sessions name partitions by topic id (KIP-516), as Kafka 4 consumers send them: a topic deleted and
-created again under the same name is not read through a session that holds the old id (its partitions answer
-UNKNOWN_TOPIC_ID, and the client refreshes its metadata), and forgetting the old id leaves the session, as Kafka's
-session does. A real node, Fetch v15 as the Java consumer sends it."""
+"""Fetch sessions at a real node (Fetch v15 as the Java consumer sends it). From v13 a session names partitions by
+topic id (KIP-516), as Kafka 4 consumers send them: a topic deleted and created again under the same name is not read
+through a session that holds the old id (its partitions answer UNKNOWN_TOPIC_ID, and the client refreshes its
+metadata), and forgetting the old id leaves the session, as Kafka's session does. The cache's size is the broker's
+``max.incremental.fetch.session.cache.slots``."""
 
 from __future__ import annotations
 
