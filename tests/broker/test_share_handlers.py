@@ -4,7 +4,8 @@ tmp_path), every response encoded and decoded on the wire as a client reads it: 
 closed; records acquired, acknowledged piggy-backed and on their own, released when a session or its connection
 ends; the long poll; Kafka's codes for hostile input (unknown session, wrong epoch, acknowledgements for unknown
 partitions, malformed ranges, records not acquired or another member's) with the share state unchanged, as the
-fetches and acknowledgements that follow show; authorization; where a moved partition's leader is.
+fetches and acknowledgements that follow show; authorization. Where a partition's leader is:
+``test_share_fetch_leaders.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from broker.share.registry import SharePartitions
 from broker.share_sessions import ShareSessions
 from controller.decisions.acls import binding_record
 from metadata.acl.binding import ANONYMOUS, AclBinding, AclOperation, PatternType, PermissionType, ResourceType
-from metadata.cluster_records import PartitionChangeRecord, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from metadata.cluster_records import PartitionRecord, RegisterBrokerRecord, TopicRecord
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage
 from settings.endpoint import Endpoint
@@ -480,33 +481,6 @@ async def test_a_refused_partition_does_not_stop_the_others(storage: Storage) ->
     again = await acknowledge(node, conn, 2, {TOPIC: {0: [(0, 1, (1,))], 1: [(0, 1, (1,))]}})
     assert code(again, 0) == ErrorCode.none  # partition 0's records were still held
     assert code(again, 1) == ErrorCode.invalid_record_state  # partition 1's were acknowledged
-
-
-async def test_fetch_errors_per_partition_and_where_the_leader_went(storage: Storage) -> None:
-    node, conn = storage.node(), ConnectionState()
-    response = await fetch(node, conn, 0, {TOPIC: {0: [], 2: [], 9: []}, UNKNOWN: {0: []}})
-    assert response.error_code == ErrorCode.none
-    got = parts(response)
-    assert got[TOPIC, 0].error_code == ErrorCode.none
-    assert got[TOPIC, 9].error_code == ErrorCode.unknown_topic_or_partition
-    assert got[UNKNOWN, 0].error_code == ErrorCode.unknown_topic_id
-    moved = got[TOPIC, 2]
-    assert moved.error_code == ErrorCode.not_leader_or_follower
-    assert (moved.current_leader.leader_id, moved.current_leader.leader_epoch) == (1, 3)
-    assert [(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints] == [(1, "127.0.0.2", 9093, "r2")]
-
-
-async def test_a_partition_being_moved_is_answered_with_its_target_as_metadata_names_it(storage: Storage) -> None:
-    """Between a move's source letting go and its target's election, the refusal's hint is the target at its coming
-    epoch (``metadata.move_leader``), as Metadata and the Produce and Fetch refusals name it, not "no leader"."""
-    node, conn = storage.node(), ConnectionState()
-    node.broker.controller.image = IMAGE.apply([
-        RegisterBrokerRecord(2, 1, (Endpoint("PLAINTEXT", "127.0.0.3", 9094),), fenced=False),
-        PartitionChangeRecord(str(TOPIC), 2, leader=-1, replicas=(2,), isr=(), removing_replicas=(1,)),
-    ], 6)
-    moving = parts(await fetch(node, conn, 0, {TOPIC: {2: []}}))[TOPIC, 2]
-    assert moving.error_code == ErrorCode.not_leader_or_follower
-    assert (moving.current_leader.leader_id, moving.current_leader.leader_epoch) == (2, 4)
 
 
 async def test_member_id_limit_and_share_groups_disabled(storage: Storage) -> None:
