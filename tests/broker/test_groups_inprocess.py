@@ -361,6 +361,19 @@ async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer
     assert [(f.offset, f.error) for f in fetched] == [(70, ErrorCode.none)]
 
 
+def _fail_the_next_append(coordinator: GroupCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fault: the coordinator's next append to ``__consumer_offsets`` times out; the ones after it go through."""
+    append = coordinator._append
+    failures = [KafkaError(ErrorCode.request_timed_out, "the fault: the append timed out")]
+
+    async def failing_once(group_id: str, records: object, **kwargs: int) -> int:
+        if failures:
+            raise failures.pop()
+        return await append(group_id, records, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coordinator, "_append", failing_once)
+
+
 async def test_a_heartbeat_after_a_failed_write_is_answered_on_written_state(
     node_factory: Callable,  # type: ignore[type-arg]
     monkeypatch: pytest.MonkeyPatch,
@@ -372,15 +385,7 @@ async def test_a_heartbeat_after_a_failed_write_is_answered_on_written_state(
     group = "write-failed"
     coordinator = await loaded_coordinator(node, group)
     await asyncio.to_thread(create_topic, bootstrap(node), "input", 2)
-    append = coordinator._append
-    failures = [KafkaError(ErrorCode.request_timed_out, "the fault: the append timed out")]
-
-    async def failing_once(group_id: str, records: object, **kwargs: int) -> int:
-        if failures:
-            raise failures.pop()
-        return await append(group_id, records, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(coordinator, "_append", failing_once)
+    _fail_the_next_append(coordinator, monkeypatch)
     member = str(uuid.uuid4())
     join = HeartbeatRequest(
         member_id=member, member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
@@ -407,15 +412,7 @@ async def test_a_share_heartbeat_after_a_failed_write_is_answered_on_written_sta
     group = "share-write-failed"
     coordinator = await loaded_coordinator(node, group)
     await asyncio.to_thread(create_topic, bootstrap(node), "jobs", 2)
-    append = coordinator._append
-    failures = [KafkaError(ErrorCode.request_timed_out, "the fault: the append timed out")]
-
-    async def failing_once(group_id: str, records: object, **kwargs: int) -> int:
-        if failures:
-            raise failures.pop()
-        return await append(group_id, records, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(coordinator, "_append", failing_once)
+    _fail_the_next_append(coordinator, monkeypatch)
     member = str(uuid.uuid4())
     join = ShareHeartbeat(member_id=member, member_epoch=0, subscribed_topic_names=("jobs",))
     assert (await coordinator.share_group_heartbeat(group, join)).error is not ErrorCode.none
