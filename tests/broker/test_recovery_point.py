@@ -270,6 +270,7 @@ async def test_an_open_transaction_before_the_recovery_point_survives_a_crash(no
         [Record(b"k", b"in a transaction", (), None)],
         producer_id=_PRODUCER_ID + 1,
         producer_epoch=0,
+        base_sequence=0,
         is_transactional=True,
     )
     await log.append(txn, transactional_id="payments-txn")  # 5, left open
