@@ -86,7 +86,9 @@ async def _append_one(
         )
     except KafkaError as exc:
         if exc.code is ErrorCode.invalid_txn_state and ctx.api_version >= 11:
-            return KafkaError(ErrorCode.transaction_abortable, str(exc))  # KIP-890: the client aborts and goes on
+            # KIP-890: from v11 a refused transactional batch (the coordinator's verification, or its transaction
+            # ended while it waited) is TRANSACTION_ABORTABLE: the client aborts and goes on.
+            return KafkaError(ErrorCode.transaction_abortable, str(exc))
         return exc
     except Exception as exc:
         error_code_logged(exc, logger, "produce to %s-%d failed (%s)", topic, partition, ctx.describe())
@@ -135,8 +137,6 @@ async def _verified_leader_log(
             transactional_id, header.producer_id, header.producer_epoch, (topic, partition), add=add,
             retry_concurrent=add,
         )
-    if error is ErrorCode.invalid_txn_state and ctx.api_version >= 11:
-        error = ErrorCode.transaction_abortable
     if error is not ErrorCode.none:
         logger.info(
             "refusing transactional produce to %s-%d by '%s' (producer %d epoch %d): %s (%s)",
