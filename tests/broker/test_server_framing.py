@@ -46,7 +46,7 @@ def test_large_requests_split_at_every_boundary_are_served_in_order(
     shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
 ) -> None:
     topic = topic_name("framing")
-    create_topic(shared_broker.bootstrap, topic)
+    create_topic(shared_broker.bootstrap, topic, config={"max.message.bytes": str(2 << 20)})
     client = wire(shared_broker.port)
     # Three produce requests of ~1.5 MiB (larger than the 256 KiB staging buffer) with small requests between them,
     # all sent as one byte stream in pieces of awkward sizes, so frame headers and bodies straddle reads.
@@ -56,7 +56,7 @@ def test_large_requests_split_at_every_boundary_are_served_in_order(
     stream = bytearray()
     correlation = 500
     for chunk in chunks:
-        records = _batch(chunk[:500]) + _batch(chunk[500:])  # two batches: each within max.message.bytes
+        records = _batch(chunk)  # one batch of ~1.5 MiB, within the topic's max.message.bytes
         for request in (produce_request(topic, 0, records), schema.build(codec.request_class(18, 0))):
             correlation += 1
             stream += codec.encode_request(request, correlation, "framing-test")

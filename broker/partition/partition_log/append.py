@@ -109,10 +109,11 @@ def validate_produce(
                         f"message.timestamp.before/after.max.ms)",
                     )
         headers.append(header)
-    if len(headers) > 1 and any(h.has_producer_id for h in headers):
+    if len(headers) > 1 and (origin == "client" or any(h.has_producer_id for h in headers)):
+        # Kafka's LogValidator takes one v2 batch per partition and request, idempotent or not: the offsets, the
+        # producer state and the answer are the batch's.
         raise KafkaError(
-            ErrorCode.invalid_record,
-            f"{where}: idempotent produce requests must contain exactly one record batch per partition",
+            ErrorCode.invalid_record, f"{where}: a produce request must hold exactly one record batch per partition"
         )
     return headers
 

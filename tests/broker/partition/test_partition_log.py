@@ -91,6 +91,7 @@ async def test_invalid_batches_are_rejected_with_kafka_codes(
             (b"\x00" * 10, ErrorCode.corrupt_message),  # not even a batch header
             (b"\x00" * 30, ErrorCode.invalid_record),  # magic 0: an old message format, as Kafka answers it
             (build_batch([Record(None, b"x")], is_control=True), ErrorCode.invalid_record),
+            (_batch(1) + _batch(2), ErrorCode.invalid_record),  # a client sends one batch per partition and request
         ]
         for records, code in cases:
             with pytest.raises(KafkaError) as info:
@@ -119,14 +120,14 @@ async def test_log_append_time_rewrites_timestamps_and_keeps_batches_valid(
 
 
 @pytest.mark.parametrize("log_append_time", [False, True])
-async def test_several_batches_in_one_request_get_consecutive_offsets_and_stay_valid(
+async def test_several_batches_of_one_internal_append_get_consecutive_offsets_and_stay_valid(
     engine: tuple[StorageEngine, StreamMetadataStateMachine], log_append_time: bool
 ) -> None:
     log = await _open(engine, 7, LogConfig(log_append_time=log_append_time))
     try:
         await log.append(_batch(2))
         sent = [_batch(3, size=50), _batch(1, size=5000), _batch(4, size=1)]
-        result = await log.append(b"".join(sent))
+        result = await log.append(b"".join(sent), origin="coordinator")
         assert (result.base_offset, result.last_offset) == (2, 9)
         read = await log.read(2, 1 << 20)
         got = list(iter_batches(read.records))
