@@ -371,17 +371,26 @@ def test_static_member_rejoin_with_same_metadata_keeps_generation_and_fences_old
     assert h.group.heartbeat(h.now, new_id, "i-b", gen) is ErrorCode.none
 
 
-def test_static_leader_rejoin_gets_skip_assignment_on_v9() -> None:
+@pytest.mark.parametrize("v9", [True, False])
+def test_static_leader_rejoin_gets_skip_assignment_on_v9_and_is_a_follower_before(v9: bool) -> None:
     h = Harness(initial_rebalance_delay_ms=0)
     a = h.join(instance="i-a", v4=False)
     gen = a.join.generation_id
     h.sync(a.join.member_id, gen, {a.join.member_id: b"A"}, instance="i-a")
     h.persist()
-    again = h.join(instance="i-a", v9=True)
+    again = h.join(instance="i-a", v9=v9)
     h.persist()
-    assert again.join.skip_assignment is True
-    assert again.join.leader_id == again.join.member_id
-    assert [m[0] for m in again.join.members] == [again.join.member_id]
+    assert again.join.generation_id == gen
+    if v9:
+        assert again.join.skip_assignment is True
+        assert again.join.leader_id == again.join.member_id
+        assert [m[0] for m in again.join.members] == [again.join.member_id]
+    else:
+        # An older client told it leads would assign: it is named no leader of its own and sent no members.
+        assert again.join.skip_assignment is False
+        assert again.join.leader_id == a.join.member_id != again.join.member_id
+        assert list(again.join.members) == []
+        assert h.sync(again.join.member_id, gen, instance="i-a").sync.assignment == b"A"
 
 
 def test_static_member_rejoin_with_changed_metadata_rebalances() -> None:

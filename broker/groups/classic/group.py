@@ -195,6 +195,7 @@ class Group(RebalancingGroup):
         member = self.members[old_id]
         old_protocols = member.protocols
         old_timeouts = (member.rebalance_timeout_ms, member.session_timeout_ms)
+        old_leader = self.leader_id
         self._replace_static_member(old_id, new_id)
         member.update(request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms)
         member.last_heartbeat_ms = now_ms
@@ -224,7 +225,10 @@ class Group(RebalancingGroup):
                         member.update(old_protocols, *old_timeouts)
                     callback(JoinResult(error, new_id))
                     return
-                is_leader = self.leader_id == new_id
+                # KIP-814: from v9 a rejoining static leader is told it leads, with the members, and to skip the
+                # assignment; before v9 the leader is named by its old member id, so the client takes itself for a
+                # follower (it could not skip the assignment), as Kafka answers it.
+                skip = self.leader_id == new_id and new_id in self.members and request.supports_skip_assignment
                 callback(
                     JoinResult(
                         ErrorCode.none,
@@ -232,9 +236,9 @@ class Group(RebalancingGroup):
                         generation_id=generation,
                         protocol_type=self.protocol_type,
                         protocol_name=self.protocol_name,
-                        leader_id=self.leader_id or "",
-                        members=self.member_list() if is_leader and new_id in self.members else (),
-                        skip_assignment=is_leader and request.supports_skip_assignment,
+                        leader_id=(self.leader_id if request.supports_skip_assignment else old_leader) or "",
+                        members=self.member_list() if skip else (),
+                        skip_assignment=skip,
                     )
                 )
 
