@@ -112,6 +112,21 @@ def test_a_member_joins_and_is_given_every_partition(client: WireClient) -> None
     assert again.assignment is None  # nothing changed: the answer does not repeat the assignment
 
 
+def test_a_full_heartbeat_after_a_lost_answer_gets_the_assignment_again(client: WireClient) -> None:
+    topic, topic_id = _topic(client, 4)
+    group = _group(client)
+    a, joined = _join(client, group, topic)
+    assert share_wire.assigned(joined) == {topic_id: (0, 1, 2, 3)}
+    _join(client, group, topic)
+    moved = share_wire.heartbeat(client, group, a, joined.member_epoch)
+    assert moved.member_epoch > joined.member_epoch and share_wire.assigned(moved), moved
+    # That answer is lost: the client retries with the epoch it knows and, as after any failed heartbeat, its
+    # subscription (a full request); it must learn the assignment it holds now.
+    retry = share_wire.heartbeat(client, group, a, joined.member_epoch, topics=(topic,))
+    assert retry.error_code == ErrorCode.none and retry.member_epoch == moved.member_epoch
+    assert share_wire.assigned(retry) == share_wire.assigned(moved)
+
+
 def test_partitions_are_spread_over_members_each_exactly_once(client: WireClient) -> None:
     topic, topic_id = _topic(client, 5)
     group = _group(client)

@@ -244,7 +244,13 @@ class ShareGroup:
             self._changes.append(ShareAssignmentChanged(reconciled))
         self.members[reconciled.member_id] = reconciled
         self.deadlines.set_session(reconciled.member_id, now_ms + self.config.session_timeout_ms)
-        send = request.member_epoch == JOIN_EPOCH or normalized(reconciled.assigned) != normalized(member.assigned)
+        # Kafka sends the assignment on a join, on a full request (one naming the subscription: a client sends one
+        # after any failed heartbeat, whose answer may have carried a new assignment) and when it changed.
+        send = (
+            request.member_epoch == JOIN_EPOCH
+            or request.subscribed_topic_names is not None
+            or normalized(reconciled.assigned) != normalized(member.assigned)
+        )
         return ShareHeartbeatResult(
             ErrorCode.none,
             member_id=reconciled.member_id,
