@@ -141,6 +141,12 @@ class PartitionShareState:
     def in_flight(self) -> int:
         return len(self._states)
 
+    @property
+    def delivery_complete_count(self) -> int:
+        """Records at or past the start offset whose delivery is complete (acknowledged or archived): what
+        DescribeShareGroupOffsets leaves out of lag (KIP-1226)."""
+        return sum(self._states.count(state) for state in _TERMINAL)
+
     def state_of(self, offset: int) -> tuple[RecordState, int, str | None] | None:
         """(state, delivery count, owner) of an offset inside the window; None outside it."""
         i = offset - self.start_offset

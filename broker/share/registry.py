@@ -174,8 +174,9 @@ class SharePartitions:
         self._waiters.append(future)
         return future
 
-    async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int] | None:
-        """(start offset, state epoch, leader epoch) of the group's state here, None when it has none."""
+    async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int, int] | None:
+        """(start offset, state epoch, leader epoch, records past the start acknowledged or archived) of the
+        group's state here, None when it has none."""
         loaded = await self._load(topic_id, partition)
         share = loaded.groups.get(group_id)
         state = share.state if share is not None else None
@@ -184,7 +185,7 @@ class SharePartitions:
             state = replayed.state if replayed is not None else None
         if state is None:
             return None
-        return state.start_offset, state.state_epoch, loaded.log.leader_epoch
+        return state.start_offset, state.state_epoch, loaded.log.leader_epoch, state.delivery_complete_count
 
     async def reset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> None:
         """AlterShareGroupOffsets (the caller checked the group is empty): a new start, nothing in flight."""

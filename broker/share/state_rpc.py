@@ -49,7 +49,7 @@ _VERSIONS: Final = {INITIALIZE_SHARE_GROUP_STATE_KEY: 0, DELETE_SHARE_GROUP_STAT
 UNREACHABLE: Final = ErrorCode.coordinator_not_available
 
 TopicPartition = tuple[str, int]
-StateSummary = tuple[int, int, int] | tuple[int, int, int, int]
+StateSummary = tuple[int, int, int, int]
 T = TypeVar("T")
 
 
@@ -59,9 +59,9 @@ class ShareStateStore(Protocol):
     (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID, ...) when it cannot answer."""
 
     async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateSummary | None:
-        """(start offset, state epoch, leader epoch), or None when the group has no state on the partition; a
-        fourth element, when given, is Kafka 4.2's delivery-complete count: the offsets at or past the start offset
-        already acknowledged or archived, which lag leaves out (KIP-1226)."""
+        """(start offset, state epoch, leader epoch, delivery-complete count), or None when the group has no state
+        on the partition. The count is Kafka 4.2's: the offsets at or past the start offset already acknowledged or
+        archived, which lag leaves out (KIP-1226)."""
         ...
 
     async def reset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> None: ...
@@ -175,8 +175,8 @@ class ShareStateAccess:
             return Summary(error=exc.code)
         if found is None:
             return Summary()
-        complete = found[3] if len(found) == 4 else -1
-        return Summary(start_offset=found[0], state_epoch=found[1], leader_epoch=found[2],
+        start, state_epoch, leader_epoch, complete = found
+        return Summary(start_offset=start, state_epoch=state_epoch, leader_epoch=leader_epoch,
                        delivery_complete_count=complete)
 
     async def answer_reset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> ErrorCode:

@@ -420,7 +420,7 @@ def test_share_group_admin_describe_offsets_alter_delete(client: WireClient, kaf
     member = m.member_id
     fetched = share_fetch(m, 1, 0)
     assert ranges(only_partition(fetched, topic_id)) == [(0, 3, 1)]
-    share_acknowledge(m, 1, 1, ((0, 1, ACCEPT),))
+    share_acknowledge(m, 1, 1, ((0, 1, ACCEPT), (3, 3, ACCEPT)))
 
     assert list_share_groups(client)[group] == ("share", "Stable", "share")
     # kafka-share-groups --list --state: the states as GroupState.toString() spells them, matched case-insensitively.
@@ -442,14 +442,14 @@ def test_share_group_admin_describe_offsets_alter_delete(client: WireClient, kaf
                                                            "Group no-such-share-group not found.")
     assert (missing.group_state, missing.members) == ("", ())
 
-    # listShareGroupOffsets: the start offset (2: 0-1 acknowledged) and lag (2 records not yet acknowledged).
+    # listShareGroupOffsets: the start offset (2: 0-1 acknowledged) and lag (1: of 2-3, 3 is acknowledged too).
     named = describe_offsets(client, group, {topic: (0,), "no-such-topic": (0,)})
     assert (named.error_code, named.error_message) == (ErrorCode.none, None)
-    assert offsets_of(named) == {topic: [(0, 2, 0, 2, ErrorCode.none)],
+    assert offsets_of(named) == {topic: [(0, 2, 0, 1, ErrorCode.none)],
                                  "no-such-topic": [(0, -1, 0, -1, ErrorCode.none)]}
     assert {t.topic_name: t.topic_id for t in named.topics} == {topic: topic_id, "no-such-topic": None}
     every = describe_offsets(client, group, None)
-    assert offsets_of(every) == {topic: [(0, 2, 0, 2, ErrorCode.none)]}
+    assert offsets_of(every) == {topic: [(0, 2, 0, 1, ErrorCode.none)]}
     [t] = every.topics
     assert t.topic_id == topic_id
 

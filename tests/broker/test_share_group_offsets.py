@@ -41,15 +41,15 @@ class MemoryShareState:
 
     def __init__(self) -> None:
         self.states: dict[tuple[str, uuid.UUID, int], tuple[int, int, int]] = {}
-        #: Offsets past the start already acknowledged, where a test says so (else the summary has three elements).
+        #: Offsets past the start already acknowledged, where a test says so (else none).
         self.delivery_complete: dict[tuple[str, uuid.UUID, int], int] = {}
 
     async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateSummary | None:
         key = (group_id, topic_id, partition)
         state = self.states.get(key)
-        if state is None or key not in self.delivery_complete:
-            return state
-        return (*state, self.delivery_complete[key])
+        if state is None:
+            return None
+        return (*state, self.delivery_complete.get(key, 0))
 
     async def reset(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int) -> None:
         _start, state_epoch, leader_epoch = self.states.get((group_id, topic_id, partition), (0, 0, 0))

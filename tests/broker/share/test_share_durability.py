@@ -153,7 +153,7 @@ async def test_acknowledged_records_never_come_back_after_a_crash(node: _Node) -
 
     led.log = await node.open(1)
     shares = _registry(led, share_config(auto_offset_reset="earliest"))
-    assert await shares.summary(GROUP, TOPIC_ID, 0) == (5, 0, 1)
+    assert await shares.summary(GROUP, TOPIC_ID, 0) == (5, 0, 1, 2)  # 6-7 acknowledged past the start: not lag
     share = await shares.get(GROUP, TOPIC_ID, 0)
     again = await share.fetch("m2", 1 << 20, 100, now)
     # 5, 8 and 9 were acquired, never acknowledged: handed out again. Acquisitions are not written (as in Kafka),
@@ -178,7 +178,7 @@ async def test_share_state_moves_with_the_partition_to_a_new_leader_epoch(node: 
 
     led.log = await node.open(4)  # the target opens every stream at the new epoch
     assert led.log.share_stream is not None
-    assert await shares.summary(GROUP, TOPIC_ID, 0) == (2, 0, 4)
+    assert await shares.summary(GROUP, TOPIC_ID, 0) == (2, 0, 4, 0)
     moved = await shares.get(GROUP, TOPIC_ID, 0)
     assert moved is not share
     regot = await moved.fetch("m2", 1 << 20, 100, 0)
@@ -240,7 +240,7 @@ async def test_an_idle_group_does_not_keep_the_share_stream_from_being_trimmed(n
 
     led.log = await node.open(1)
     shares = _registry(led, share_config(auto_offset_reset="earliest", partition_max_record_locks=10_000))
-    assert await shares.summary("idle", TOPIC_ID, 0) == (1, 0, 1)  # its acknowledgement survived the trims
+    assert await shares.summary("idle", TOPIC_ID, 0) == (1, 0, 1, 0)  # its acknowledgement survived the trims
     again = await (await shares.get("idle", TOPIC_ID, 0)).fetch("i2", 1 << 20, 1, 0)
     assert again.acquired == [AcquiredRange(1, 1, 1)]
     await led.log.close()
@@ -265,7 +265,7 @@ async def test_auto_offset_reset_picks_the_first_offset_once(node: _Node, reset:
     led.log = await node.open(1)
     shares = _registry(led, share_config(auto_offset_reset=reset), clock)
     # The start was persisted when the group first touched the partition: "latest" does not move on restart.
-    assert await shares.summary(GROUP, TOPIC_ID, 0) == (start, 0, 1)
+    assert await shares.summary(GROUP, TOPIC_ID, 0) == (start, 0, 1, 0)
     await led.log.close()
 
 
@@ -357,7 +357,7 @@ async def test_reset_delete_and_group_deletion(node: _Node) -> None:
     await shares.get("other", TOPIC_ID, 0)
     assert shares.groups_on(TOPIC_ID, 0) == ["other", GROUP]
     await shares.reset(GROUP, TOPIC_ID, 0, 7)
-    assert await shares.summary(GROUP, TOPIC_ID, 0) == (7, 1, 0)
+    assert await shares.summary(GROUP, TOPIC_ID, 0) == (7, 1, 0, 0)
     got = await (await shares.get(GROUP, TOPIC_ID, 0)).fetch("m", 1 << 20, 100, 0)
     assert got.acquired == [AcquiredRange(7, 9, 1)]
     await shares.delete_group_state("other")
