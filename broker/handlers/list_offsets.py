@@ -2,10 +2,11 @@
 earliest-local (-4, v8+), latest-tiered (-5, v9+) and earliest-pending-upload (-6, v11+), and offset by timestamp.
 
 Each special timestamp needs the version that introduced it, else the partition answers UNSUPPORTED_VERSION, as
-Kafka's ReplicaManager checks. Fjord has no tiered storage in Kafka's sense (its object storage *is* the log), so
--4/-5/-6 are answered as Kafka answers them for a topic without ``remote.storage.enable``: -4 is the log start offset,
--5 and -6 find nothing (offset -1). v10's ``timeout`` bounds a lookup by timestamp (the one that may read stored
-batches): past it the partition answers REQUEST_TIMED_OUT, as Kafka does for a remote lookup.
+Kafka's ReplicaManager checks; so does a negative timestamp no version knows. Fjord has no tiered storage in Kafka's
+sense (its object storage *is* the log), so -4/-5/-6 are answered as Kafka answers them for a topic without
+``remote.storage.enable``: -4 is the log start offset, -5 and -6 find nothing (offset -1). v10's ``timeout`` bounds a
+lookup by timestamp (the one that may read stored batches): past it the partition answers REQUEST_TIMED_OUT, as Kafka
+does for a remote lookup.
 
 With isolation level 1 (read_committed, v2+) the latest offset is the last stable offset and lookups by timestamp
 find only records below it, as Kafka answers."""
@@ -26,7 +27,9 @@ from broker.partition.access import leader_log
 from broker.partition.partition_log import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
     LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
 )
 from metadata.acl.binding import AclOperation
@@ -40,6 +43,8 @@ logger = logging.getLogger(__name__)
 READ_COMMITTED = 1
 #: The first ListOffsets version that may ask for each special timestamp (Kafka's per-sentinel minimum).
 _SINCE_VERSION = {
+    EARLIEST_TIMESTAMP: 0,
+    LATEST_TIMESTAMP: 0,
     MAX_TIMESTAMP: 7,
     EARLIEST_LOCAL_TIMESTAMP: 8,
     LATEST_TIERED_TIMESTAMP: 9,
@@ -61,9 +66,14 @@ async def _lookup(
     try:
         if duplicate:
             raise KafkaError(ErrorCode.invalid_request, f"{topic}-{index} appears more than once")
-        since = _SINCE_VERSION.get(p.timestamp, 0)
-        if ctx.api_version < since:
-            raise KafkaError(ErrorCode.unsupported_version, f"timestamp {p.timestamp} needs ListOffsets v{since}+")
+        if p.timestamp < 0:
+            since = _SINCE_VERSION.get(p.timestamp)
+            if since is None:
+                raise KafkaError(ErrorCode.unsupported_version, f"unknown list-offsets timestamp {p.timestamp}")
+            if ctx.api_version < since:
+                raise KafkaError(
+                    ErrorCode.unsupported_version, f"timestamp {p.timestamp} needs ListOffsets v{since}+"
+                )
         log = await leader_log(ctx.broker.partitions, topic, index, getattr(p, "current_leader_epoch", -1))
         lookup = log.offset_for_timestamp(p.timestamp, read_committed=read_committed)
         if timeout_ms > 0 and p.timestamp >= 0:

@@ -71,6 +71,9 @@ def test_list_offsets_earliest_latest_and_by_timestamp(kafka: BrokerProcess, wir
     client = wire(kafka.port)
     newest = client.request(list_offsets_request(topic, 0, -3)).topics[0].partitions[0]
     assert (newest.error_code, newest.offset, newest.timestamp) == (ErrorCode.none, 59, base + 59_000)
+    # A negative timestamp no ListOffsets version knows is UNSUPPORTED_VERSION, as Kafka's ReplicaManager answers.
+    unknown = client.request(list_offsets_request(topic, 0, -7)).topics[0].partitions[0]
+    assert (unknown.error_code, unknown.offset) == (ErrorCode.unsupported_version, -1)
 
 
 def test_fetch_out_of_range_and_unknown_partition(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:

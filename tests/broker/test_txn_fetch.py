@@ -8,6 +8,7 @@ DescribeProducers shows open transactions, and client batches a client may not w
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -71,9 +72,9 @@ def _begin(client: WireClient, transactional_id: str, topic: str) -> tuple[int, 
     return pid, epoch
 
 
-def _txn_batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:
+def _txn_batch(pid: int, epoch: int, seq: int, values: list[bytes], timestamp: int | None = None) -> bytes:
     return build_batch(
-        [Record(None, v) for v in values],
+        [Record(None, v, (), timestamp) for v in values],
         producer_id=pid,
         producer_epoch=epoch,
         base_sequence=seq,
@@ -111,8 +112,11 @@ def _fetch(client: WireClient, topic: str, offset: int, *, read_committed: bool,
     return part
 
 
-def _latest(client: WireClient, topic: str, *, read_committed: bool) -> int:
-    request = dataclasses.replace(list_offsets_request(topic, 0, -1), isolation_level=1 if read_committed else 0)
+def _latest(client: WireClient, topic: str, *, read_committed: bool, timestamp: int = -1) -> int:
+    """ListOffsets' answer for ``timestamp`` (-1 latest, -3 the record with the highest timestamp)."""
+    request = dataclasses.replace(
+        list_offsets_request(topic, 0, timestamp), isolation_level=1 if read_committed else 0
+    )
     part = client.request(request).topics[0].partitions[0]
     assert part.error_code == ErrorCode.none, part
     return int(part.offset)
@@ -153,9 +157,13 @@ def test_read_committed_fetch_stops_at_the_lso_and_lists_aborted_transactions(
 
     # A new transaction of the committing producer is open from offset 6: DescribeProducers shows where.
     # The coordinator still has the partition in that transaction (the markers above did not come from it).
-    assert _produce(client, topic, _txn_batch(*committing, 2, [b"c2"]), f"{topic}-c").base_offset == 6
+    later = int(time.time() * 1000) + 60_000
+    assert _produce(client, topic, _txn_batch(*committing, 2, [b"c2"], later), f"{topic}-c").base_offset == 6
     assert _latest(client, topic, read_committed=True) == 6
     assert _latest(client, topic, read_committed=False) == 7
+    # Its record has the highest timestamp: read_uncommitted finds it, read_committed must not (it is past the LSO).
+    assert _latest(client, topic, read_committed=False, timestamp=-3) == 6
+    assert _latest(client, topic, read_committed=True, timestamp=-3) == -1
     describe_cls = codec.request_class(61, 0)
     topic_req = schema.build_nested(describe_cls, "topics", name=topic, partition_indexes=(0,))
     described = client.request(schema.build(describe_cls, topics=(topic_req,))).topics[0].partitions[0]

@@ -184,7 +184,10 @@ async def find_offset_for_timestamp(
     if timestamp == MAX_TIMESTAMP:
         if log.max_timestamp_offset < log.log_start_offset or hw == log.log_start_offset:
             return OffsetAndTimestamp(-1, -1, -1)
-        return await _max_timestamp_record(log, stored)
+        found_max = await _max_timestamp_record(log, stored)
+        # As Kafka: a record at or past what the isolation level may read (an open transaction's under
+        # read_committed) is not answered, even if an earlier one carries the next highest timestamp.
+        return found_max if found_max.offset < hw else OffsetAndTimestamp(-1, -1, -1)
     if timestamp < 0:
         raise KafkaError(ErrorCode.invalid_request, f"{log.where}: unsupported list-offsets timestamp {timestamp}")
     found: list[OffsetAndTimestamp] = []
