@@ -256,10 +256,23 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, epoch: int, pos: int
 
 def set_log_append_time(buf: bytearray | memoryview, timestamp_ms: int, pos: int = 0) -> None:
     """Marks the batch LogAppendTime with ``timestamp_ms`` as its max timestamp and recomputes the CRC, which
-    covers both fields (this is the one rewrite that changes checksummed bytes)."""
+    covers both fields (one of the two rewrites that change checksummed bytes)."""
     (attributes,) = struct.unpack_from(">h", buf, pos + ATTRIBUTES_POS)
     struct.pack_into(">h", buf, pos + ATTRIBUTES_POS, attributes | TIMESTAMP_TYPE_MASK)
     struct.pack_into(">q", buf, pos + MAX_TIMESTAMP_POS, timestamp_ms)
+    _reseal(buf, pos)
+
+
+def set_create_time(buf: bytearray | memoryview, pos: int = 0) -> None:
+    """Marks the batch CreateTime, keeping its timestamps, and recomputes the CRC: a producer's batch that claimed
+    LogAppendTime on a CreateTime topic is stored as the topic's type, as Kafka's LogValidator stores it."""
+    (attributes,) = struct.unpack_from(">h", buf, pos + ATTRIBUTES_POS)
+    struct.pack_into(">h", buf, pos + ATTRIBUTES_POS, attributes & ~TIMESTAMP_TYPE_MASK)
+    _reseal(buf, pos)
+
+
+def _reseal(buf: bytearray | memoryview, pos: int) -> None:
+    """Recomputes the CRC of the batch at ``pos`` after a rewrite of bytes it covers."""
     (length,) = struct.unpack_from(">i", buf, pos + LENGTH_POS)
     view = memoryview(buf)[pos : pos + length + LOG_OVERHEAD]
     struct.pack_into(">I", buf, pos + CRC_POS, compute_crc(view))

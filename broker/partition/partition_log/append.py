@@ -25,6 +25,7 @@ from wire.record_batch import (
     decode_records,
     iter_batches,
     set_base_offset,
+    set_create_time,
     set_log_append_time,
     set_partition_leader_epoch,
     validate_batch,
@@ -98,7 +99,15 @@ def validate_produce(
             )
         if config.compact and origin == "client":
             require_keys(view, where)
-        if not config.log_append_time and header.timestamp_type != LOG_APPEND_TIME:
+        if header.timestamp_type == LOG_APPEND_TIME and origin == "client" and (
+            config.log_append_time or header.max_timestamp < 0
+        ):
+            # Kafka's LogValidator: the broker, not the producer, stamps LogAppendTime. On a CreateTime topic such
+            # a batch is checked as CreateTime and stored as it (assign_offsets); without timestamps it is refused.
+            raise KafkaError(
+                ErrorCode.invalid_timestamp, f"{where}: a producer may not set the timestamp type to LogAppendTime"
+            )
+        if not config.log_append_time:
             for ts in (header.base_timestamp, header.max_timestamp):
                 if ts < 0:
                     continue
@@ -140,8 +149,9 @@ def assign_offsets(
     and with ``log_append_ms >= 0`` (LogAppendTime) that timestamp.
 
     The payload is assembled by one join, so every produced byte is copied once: only each batch's first
-    MAGIC_POS bytes (base offset, length, leader epoch: outside the CRC) are rewritten, in a small copy, unless
-    LogAppendTime changes checksummed bytes and the batch is copied whole to be rewritten."""
+    MAGIC_POS bytes (base offset, length, leader epoch: outside the CRC) are rewritten, in a small copy, unless the
+    timestamp type changes checksummed bytes (the topic's LogAppendTime, or a producer's LogAppendTime flag on a
+    CreateTime topic cleared) and the batch is copied whole to be rewritten."""
     view = memoryview(records)
     pieces: list[bytes | bytearray | memoryview] = []
     base_offsets: list[int] = []
@@ -149,11 +159,15 @@ def assign_offsets(
     pos = 0
     for header in headers:
         end = pos + header.size
-        head = bytearray(view[pos : end if log_append_ms >= 0 else pos + MAGIC_POS])
+        retype = log_append_ms >= 0 or header.timestamp_type == LOG_APPEND_TIME
+        head = bytearray(view[pos : end if retype else pos + MAGIC_POS])
         set_base_offset(head, next_offset)
         set_partition_leader_epoch(head, leader_epoch)
-        if log_append_ms >= 0:
-            set_log_append_time(head, log_append_ms)
+        if retype:
+            if log_append_ms >= 0:
+                set_log_append_time(head, log_append_ms)
+            else:
+                set_create_time(head)
             pieces.append(head)
         else:
             pieces += (head, view[pos + MAGIC_POS : end])

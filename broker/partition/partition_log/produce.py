@@ -12,6 +12,7 @@ bound (:mod:`.checkpoints`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable
@@ -87,7 +88,9 @@ async def append(
             await state.log.wait_for_append(duplicate.last_offset, 30.0)
             if state.high_watermark <= duplicate.last_offset:
                 raise KafkaError(ErrorCode.request_timed_out, f"{state.where}: original batch is not durable yet")
-        return AppendResult(duplicate.first_offset, duplicate.last_offset, -1, state.log_start_offset)
+        # On a LogAppendTime topic the retry learns the time its first append was stamped with, as from Kafka.
+        append_time = duplicate.timestamp if state.config.log_append_time else -1
+        return AppendResult(duplicate.first_offset, duplicate.last_offset, append_time, state.log_start_offset)
     state.checkpoint.bytes_since += size
     try:
         await pending
@@ -119,8 +122,11 @@ def _append_locked(
     pending = state.log.append(payload, next_offset - base)
     index_entries: list[TimeIndexEntry] = []
     for header, offset in zip(headers, assigned.base_offsets, strict=True):
+        if log_append_ms >= 0:
+            # As stored: the producer's state (its idle time, a retry's answer) follows the broker's clock here.
+            header = dataclasses.replace(header, max_timestamp=log_append_ms)
         state.producers.record(header, offset)
-        max_ts = log_append_ms if log_append_ms >= 0 else header.max_timestamp
+        max_ts = header.max_timestamp
         entry = _note_timestamp(state, max_ts, offset, header.size)
         if entry is not None:
             index_entries.append(entry)

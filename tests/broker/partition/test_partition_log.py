@@ -15,6 +15,7 @@ from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from wire.errors import KafkaError
 from wire.record_batch import (
+    CREATE_TIME,
     LOG_APPEND_TIME,
     Record,
     build_batch,
@@ -115,6 +116,50 @@ async def test_log_append_time_rewrites_timestamps_and_keeps_batches_valid(
         header = validate_batch(read.records)  # CRC recomputed after the rewrite
         assert header.timestamp_type == LOG_APPEND_TIME
         assert {r.timestamp for r in decode_records(read.records)} == {result.log_append_time_ms}
+    finally:
+        await log.close()
+
+
+async def test_a_producers_log_append_time_flag_is_refused_or_stored_as_the_topics_type(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
+) -> None:
+    now = int(time.time() * 1000)
+    flagged = build_batch([Record(b"k", b"v", (), now)], timestamp_type=LOG_APPEND_TIME)
+    far = build_batch([Record(b"k", b"v", (), now + 7 * 86_400_000)], timestamp_type=LOG_APPEND_TIME)
+    stamped = await _open(engine, 0, LogConfig(log_append_time=True))
+    try:
+        with pytest.raises(KafkaError) as info:
+            await stamped.append(flagged)  # the broker stamps LogAppendTime, never the producer
+        assert info.value.code == ErrorCode.invalid_timestamp
+    finally:
+        await stamped.close()
+    created = await _open(engine, 1, LogConfig(timestamp_after_max_ms=3_600_000))
+    try:
+        with pytest.raises(KafkaError) as info:
+            await created.append(far)  # checked as CreateTime whatever the flag says
+        assert info.value.code == ErrorCode.invalid_timestamp
+        await created.append(flagged)
+        read = await created.read(0, 1 << 20)
+        header = validate_batch(read.records)  # CRC recomputed after the type's rewrite
+        assert (header.timestamp_type, header.max_timestamp) == (CREATE_TIME, now)
+    finally:
+        await created.close()
+
+
+async def test_log_append_time_producer_state_and_retries_follow_the_brokers_clock(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
+) -> None:
+    log = await _open(engine, 0, LogConfig(log_append_time=True))
+    try:
+        two_days_ago = int(time.time() * 1000) - 2 * 86_400_000  # the producer's clock is behind
+        batch = build_batch(
+            [Record(b"k", b"v", (), two_days_ago)], producer_id=7, producer_epoch=0, base_sequence=0
+        )
+        first = await log.append(batch)
+        entry = log.producers.get(7)
+        assert entry is not None and entry.last_timestamp == first.log_append_time_ms > two_days_ago
+        retry = await log.append(batch)
+        assert (retry.base_offset, retry.log_append_time_ms) == (first.base_offset, first.log_append_time_ms)
     finally:
         await log.close()
 
