@@ -2,9 +2,10 @@
 start offset (DESIGN.md §10).
 
 Kafka deletes whole segments (``segment.bytes`` / ``segment.ms`` decide their size). Fjord's log is a stream with no
-segments, so retention cuts on *batch* boundaries instead: the same rules, applied at a finer grain, with two of
-Kafka's guarantees kept: a batch is never split, and the newest batch (the one holding the record just below the
-high watermark, Kafka's active segment) is never deleted, so the log start never passes the high watermark.
+segments, so retention cuts on *batch* boundaries instead: the same rules, applied at a finer grain. A batch is never
+split, and nothing past the high watermark is deleted, so the log start never passes it; a partition whose every
+batch expired becomes empty (log start = high watermark), as Kafka deletes its active segment once the high
+watermark reached the log end (``UnifiedLog.deletableSegments``) and rolls a new one.
 
 :class:`RetentionPlanner` is the pure decision: fed the headers of the oldest batches in offset order, it says how
 far the log start may move and why. :func:`enforce_retention` is the I/O around it for one open partition: it bounds
@@ -94,11 +95,12 @@ class RetentionPlanner:
     """Sans-I/O walk over the oldest batches of one partition.
 
     Both limits delete a *prefix*, as Kafka's segment deletion does: the time rule deletes batches whose max
-    timestamp is older than ``now - retention.ms`` up to the first one that is not (a batch with a newer timestamp,
-    or none at all, protects everything after it); the size rule deletes the oldest batches while what remains
-    stays at least ``retention.bytes`` (Kafka's ``size - segment.size >= retention.bytes``). The new log start is
-    the end of the longer of the two prefixes. Call :meth:`offer` per batch until it returns False, then
-    :meth:`decision`.
+    timestamp is older than ``now - retention.ms`` up to the first one that is not (a batch with a newer timestamp
+    protects everything after it); the size rule deletes the oldest batches while what remains stays at least
+    ``retention.bytes`` (Kafka's ``size - segment.size >= retention.bytes``). The new log start is the end of the
+    longer of the two prefixes. A batch without timestamps (max -1) has no age of its own: it goes with the batch
+    after it, as in Kafka it ages with the other batches of its segment; so one such batch cannot hold back the
+    deletion of everything after it. Call :meth:`offer` per batch until it returns False, then :meth:`decision`.
     """
 
     def __init__(
@@ -115,6 +117,9 @@ class RetentionPlanner:
         self._freed = 0
         self._batches = 0
         self._reason = Reason.NONE
+        #: Batches without timestamps met by the time rule alone: (next offset, size) of each, deleted if a later
+        #: batch expires.
+        self._untimed: list[tuple[int, int]] = []
 
     @property
     def wants_batches(self) -> bool:
@@ -144,26 +149,37 @@ class RetentionPlanner:
             return False
         if next_offset <= self._new_start:
             return True  # wholly below the log start already (the first stored batch may straddle it)
-        if next_offset >= self._high_watermark:
-            # The newest batch stays, like Kafka's active segment; so does anything the consumer cannot see yet.
+        if next_offset > self._high_watermark:
+            # What consumers cannot see yet stays.
             self._time_alive = self._size_alive = False
             return False
-        # A batch without timestamps (max -1) never expires by time: there is nothing to age it by.
-        by_time = self._time_alive and 0 <= max_timestamp < self._cutoff
+        untimed = max_timestamp < 0
+        by_time = self._time_alive and (untimed or max_timestamp < self._cutoff)
         by_size = self._size_alive and self._excess - size >= 0
         self._time_alive = by_time
         self._size_alive = by_size
         if not (by_time or by_size):
             return False
+        if untimed and not by_size:
+            self._untimed.append((next_offset, size))
+            return self.wants_batches
+        for held_next, held_size in self._untimed:
+            self._take(held_next, held_size, Reason.TIME)
+        self._untimed.clear()
+        reason = Reason.NONE
+        if by_time:
+            reason |= Reason.TIME
+        if by_size:
+            reason |= Reason.SIZE
+        self._take(next_offset, size, reason)
+        return self.wants_batches
+
+    def _take(self, next_offset: int, size: int, reason: Reason) -> None:
         self._new_start = next_offset
         self._freed += size
         self._excess -= size
         self._batches += 1
-        if by_time:
-            self._reason |= Reason.TIME
-        if by_size:
-            self._reason |= Reason.SIZE
-        return self.wants_batches
+        self._reason |= reason
 
     def keeps(self, head: BatchSummary) -> bool:
         """True when ``head`` (the batch holding the log start) shows that nothing can be deleted: within
@@ -171,7 +187,8 @@ class RetentionPlanner:
         if self._size_alive or not self._time_alive:
             return not self.wants_batches
         covers = head.base_offset <= self._log_start < head.next_offset
-        return covers and not 0 <= head.max_timestamp < self._cutoff
+        # A head without timestamps may go with an expired batch after it: only a read can tell.
+        return covers and head.max_timestamp >= self._cutoff
 
     def decision(self) -> RetentionDecision | None:
         """The prefix to delete, or None when nothing breached a limit."""

@@ -81,12 +81,14 @@ def test_time_retention_deletes_the_expired_prefix_up_to_the_first_recent_batch(
     assert len(seen) == 3  # stopped reading at the first batch it keeps
 
 
-def test_the_newest_batch_is_kept_even_when_everything_expired() -> None:
+def test_a_partition_whose_every_batch_expired_becomes_empty() -> None:
+    # As Kafka deletes its active segment once the high watermark reached the log end.
     planner, _ = _plan(RetentionPolicy(True, 0, -1), [(NOW - HOUR, 10)] * 4)
     decision = planner.decision()
-    assert decision is not None and decision.new_start == 6 and decision.freed_bytes == 30
-    single, _ = _plan(RetentionPolicy(True, 0, 0), [(NOW - HOUR, 10)])
-    assert single.decision() is None
+    assert decision is not None and decision.new_start == 8 and decision.freed_bytes == 40
+    single, _ = _plan(RetentionPolicy(True, -1, 0), [(NOW, 10)])
+    decision = single.decision()
+    assert decision is not None and (decision.new_start, decision.reason) == (2, Reason.SIZE)
 
 
 def test_size_retention_keeps_at_least_retention_bytes() -> None:
@@ -121,9 +123,14 @@ def test_inactive_policies_read_nothing_and_delete_nothing(policy: RetentionPoli
     assert seen == [] and planner.decision() is None
 
 
-def test_batches_without_timestamps_never_expire_by_time() -> None:
-    planner, _ = _plan(RetentionPolicy(True, 0, -1), [(-1, 10), (NOW - HOUR, 10), (NOW, 10)])
-    assert planner.decision() is None
+def test_batches_without_timestamps_go_with_the_batch_after_them() -> None:
+    # A batch with no timestamps does not hold back what follows it: it is deleted with the next expired batch...
+    planner, _ = _plan(RetentionPolicy(True, HOUR, -1), [(-1, 10), (NOW - 2 * HOUR, 10), (-1, 10), (NOW, 10)])
+    decision = planner.decision()
+    assert decision is not None and (decision.new_start, decision.deleted_batches) == (4, 2)
+    # ...and stays while the batch after it does.
+    kept, _ = _plan(RetentionPolicy(True, HOUR, -1), [(-1, 10), (NOW, 10)])
+    assert kept.decision() is None
 
 
 def test_a_first_batch_straddling_the_log_start_is_deleted_whole() -> None:
@@ -168,11 +175,14 @@ def test_decisions_cut_on_batch_boundaries_and_only_breached_batches(
     if decision is None:
         return
     deleted = decision.new_start // 2
-    assert decision.new_start % 2 == 0 and 0 < deleted < len(batches)  # whole batches; the newest stays
+    assert decision.new_start % 2 == 0 and 0 < deleted <= len(batches)  # whole batches
     assert decision.freed_bytes == sum(size for _, size in batches[:deleted])
     remaining = sum(size for _, size in batches)
-    for ts, size in batches[:deleted]:
-        expired = retention_ms >= 0 and 0 <= ts < NOW - retention_ms
+    cutoff = NOW - retention_ms
+    for i, (ts, size) in enumerate(batches[:deleted]):
+        # A batch without timestamps goes only with a later expired batch that goes too.
+        aged = 0 <= ts < cutoff or (ts < 0 and any(0 <= t < cutoff for t, _ in batches[i + 1 : deleted]))
+        expired = retention_ms >= 0 and aged
         fits = retention_bytes >= 0 and remaining - size >= retention_bytes
         assert expired or fits
         remaining -= size
@@ -226,7 +236,7 @@ async def test_size_follows_appends_trims_and_reopens(engine: tuple[StorageEngin
         await log.close()
 
 
-async def test_time_retention_on_a_partition_log_keeps_the_newest_batch(
+async def test_time_retention_on_a_partition_log_deletes_up_to_the_first_recent_batch(
     engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
     now = int(time.time() * 1000)
@@ -234,14 +244,12 @@ async def test_time_retention_on_a_partition_log_keeps_the_newest_batch(
     try:
         for age in (5 * HOUR, 4 * HOUR, 3 * HOUR):
             await log.append(_batch(2, now - age))
-        decision = await enforce_retention(log, now)
+        # Two and a half hours ago the batches of 5 and 4 hours had expired, not the one of 3 hours.
+        decision = await enforce_retention(log, now - 5 * HOUR // 2)
         assert decision is not None and (decision.new_start, decision.reason) == (4, Reason.TIME)
         assert log.log_start_offset == 4 and log.high_watermark == 6
         earliest = await log.offset_for_timestamp(-2)
         assert earliest is not None and earliest.offset == 4
-        # Everything is expired now, but the newest batch is what Kafka's active segment is: it stays.
-        assert await enforce_retention(log, now + 10 * HOUR) is None
-
         # With a head cache, a check that keeps everything remembers the oldest batch, and one whose cutoff
         # passes it still deletes.
         await log.append(_batch(2, now))
@@ -253,6 +261,12 @@ async def test_time_retention_on_a_partition_log_keeps_the_newest_batch(
         decision = await enforce_retention(log, now, heads)
         assert decision is not None and (decision.old_start, decision.new_start) == (4, 6)
         assert log.log_start_offset == 6 and await enforce_retention(log, now, heads) is None
+        # Once every batch expired the partition is empty, as Kafka deletes its active segment; appends go on.
+        decision = await enforce_retention(log, now + 10 * HOUR, heads)
+        assert decision is not None and (decision.new_start, log.log_start_offset, log.high_watermark) == (8, 8, 8)
+        earliest = await log.offset_for_timestamp(-2)
+        assert earliest is not None and earliest.offset == 8
+        assert (await log.append(_batch(1, now))).base_offset == 8
     finally:
         await log.close()
 
