@@ -266,6 +266,9 @@ async def test_time_retention_on_a_partition_log_deletes_up_to_the_first_recent_
         assert decision is not None and (decision.new_start, log.log_start_offset, log.high_watermark) == (8, 8, 8)
         earliest = await log.offset_for_timestamp(-2)
         assert earliest is not None and earliest.offset == 8
+        await log.close()
+        log = await _open(engine, 1, LogConfig(retention_ms=HOUR, retention_bytes=-1))
+        assert (log.log_start_offset, log.high_watermark) == (8, 8)  # empty, and so it reopens
         assert (await log.append(_batch(1, now))).base_offset == 8
     finally:
         await log.close()
