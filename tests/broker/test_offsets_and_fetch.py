@@ -135,6 +135,59 @@ def test_delete_records_moves_log_start(kafka: BrokerProcess, wire: Callable[[in
         consumer.close()
 
 
+def _delete_records(client: WireClient, topic: str, partitions: range, offset: int = -1) -> list[tuple[int, int]]:
+    """DeleteRecords v2 of ``partitions`` up to ``offset`` (-1: the high watermark): each one's (error code, low
+    watermark)."""
+    request = codec.request_class(21, 2)
+    parts = tuple(
+        schema.build_nested(schema.field_entity(request, "topics"), "partitions", partition_index=i, offset=offset)
+        for i in partitions
+    )
+    topic_entry = schema.build_nested(request, "topics", name=topic, partitions=parts)
+    answer = client.request(schema.build(request, topics=(topic_entry,), timeout=10_000))
+    return [(p.error_code, p.low_watermark) for p in answer.topics[0].partitions]
+
+
+def test_delete_records_is_refused_on_internal_and_compact_only_topics(
+    kafka: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    """As Kafka refuses it: an internal topic is INVALID_TOPIC_EXCEPTION (ReplicaManager), a topic whose
+    cleanup.policy lacks delete POLICY_VIOLATION (Partition.deleteRecordsOnLeader); nothing is deleted."""
+    client = wire(kafka.port)
+    topic = topic_name("del-policy")
+    create_topic(kafka.bootstrap, topic)
+    _produce(kafka.bootstrap, topic, 3)
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": topic, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)  # __consumer_offsets has data now
+    finally:
+        consumer.close()
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    offsets_partitions = range(len(admin.list_topics(timeout=10).topics["__consumer_offsets"].partitions))
+    refused = _delete_records(client, "__consumer_offsets", offsets_partitions)
+    assert refused == [(ErrorCode.invalid_topic_exception, -1)] * len(offsets_partitions)
+    ends = [client.request(list_offsets_request("__consumer_offsets", i, -1)).topics[0].partitions[0].offset
+            for i in offsets_partitions]
+    starts = [client.request(list_offsets_request("__consumer_offsets", i, -2)).topics[0].partitions[0].offset
+              for i in offsets_partitions]
+    assert any(ends) and not any(starts)
+    # The internal check comes after the existence check, as Kafka's KafkaApis makes it.
+    missing = _delete_records(client, "__consumer_offsets", range(999, 1000))
+    assert missing == [(ErrorCode.unknown_topic_or_partition, -1)]
+
+    for policy, expected in (("compact", ErrorCode.policy_violation), ("compact,delete", ErrorCode.none)):
+        compacted = topic_name("del-compact")
+        create_topic(kafka.bootstrap, compacted, config={"cleanup.policy": policy})
+        producer = Producer({"bootstrap.servers": kafka.bootstrap})
+        for i in range(4):
+            producer.produce(compacted, key=b"k%d" % i, value=b"v", partition=0)
+        assert producer.flush(20) == 0
+        [(code, low)] = _delete_records(client, compacted, range(1), 2)
+        assert (code, low) == (expected, 2 if expected == ErrorCode.none else -1), policy
+        start = client.request(list_offsets_request(compacted, 0, -2)).topics[0].partitions[0].offset
+        assert start == (2 if expected == ErrorCode.none else 0), policy
+
+
 def test_long_poll_is_woken_by_an_append(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
     topic = topic_name("poll")
     create_topic(kafka.bootstrap, topic)

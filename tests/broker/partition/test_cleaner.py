@@ -380,7 +380,8 @@ async def test_a_round_cancelled_after_its_switch_keeps_the_installed_stream(
 
 
 async def test_delete_records_trims_into_the_cleaned_prefix_and_past_it(cluster: dict[str, Any]) -> None:
-    log = await _open(cluster, 1)
+    # compact,delete: DeleteRecords refuses a compact-only topic (POLICY_VIOLATION, as Kafka does).
+    log = await _open(cluster, 1, dataclasses.replace(COMPACT, delete_retention_enabled=True))
     now = int(time.time() * 1000)
     written = await _fill(log, rounds=4, keys=6, ts=now - 1000)
     await log.append(build_batch([Record(b"tail", b"t", (), now)]))
@@ -404,7 +405,7 @@ async def test_delete_records_trims_into_the_cleaned_prefix_and_past_it(cluster:
     expected = sorted([(tail_offset, b"t"), *((r.offset, r.value) for r in _latest(more).values())])
     assert [(r.offset, r.value) for r in await _read_all(log)][:-1] == expected
     await log.close()
-    log = await _open(cluster, 2)
+    log = await _open(cluster, 2, dataclasses.replace(COMPACT, delete_retention_enabled=True))
     try:
         assert log.log_start_offset == tail_offset
         assert [(r.offset, r.value) for r in await _read_all(log)][:-1] == expected
