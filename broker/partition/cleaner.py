@@ -6,11 +6,11 @@ stream. A round:
 1. builds key hash -> last offset over the dirty range ``[cleaner offset, clean limit)`` in a map of bounded size
    (``log.cleaner.dedupe.buffer.size``); when the map fills, the round ends there and the next round goes on from
    that point, so a dirty range with more keys than the map holds converges over several rounds;
-2. writes a new cleaned stream from the old cleaned stream plus the dirty range, dropping records whose key has a
-   later offset and tombstones older than ``delete.retention.ms``. Each retained Kafka batch keeps its offsets and
-   is stored as a stream batch whose span starts where the previous one ended, so offsets stay Kafka offsets with
-   no gaps and a read at a removed offset returns the next present batch; a final empty stream batch covers
-   removed offsets up to the cleaner offset;
+2. writes a new cleaned stream from the old cleaned stream plus the dirty range, dropping keyless records, records
+   whose key has a later offset and tombstones older than ``delete.retention.ms``. Each retained Kafka batch keeps
+   its offsets and is stored as a stream batch whose span starts where the previous one ended, so offsets stay Kafka
+   offsets with no gaps and a read at a removed offset returns the next present batch; a final empty stream batch
+   covers removed offsets up to the cleaner offset;
 3. switches with one LOG meta record (:meth:`PartitionLog.install_cleaned`); the stream being written was named in
    LOG's ``doomed`` list beforehand, so a crash at any point leaves either the old layout or the new one, and the
    next open deletes the leftover stream.
@@ -124,11 +124,12 @@ class KeyMapBuilder:
 
 
 def retains(record: Record, offset_map: OffsetMap, tombstone_cutoff_ms: int) -> bool:
-    """Whether a record survives a round: keyless records stay (Kafka refuses them at produce time, older ones are
-    kept), a record whose key has a later offset in the map goes, and so does a tombstone older than
-    ``delete.retention.ms`` (by its timestamp)."""
+    """Whether a record survives a round: a keyless record goes (Kafka's Cleaner.shouldRetainRecord counts it as
+    invalid: produce refuses it on a compacted topic, so it can only date from before the topic's policy became
+    compact, and no later value would ever replace it), a record whose key has a later offset in the map goes, and
+    so does a tombstone older than ``delete.retention.ms`` (by its timestamp)."""
     if record.key is None:
-        return True
+        return False
     latest = offset_map.get(key_hash(record.key))
     if latest is not None and record.offset < latest:
         return False

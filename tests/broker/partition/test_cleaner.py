@@ -261,6 +261,27 @@ async def test_compacted_topics_refuse_keyless_records(cluster: dict[str, Any]) 
         await log.close()
 
 
+async def test_keyless_records_written_before_the_switch_to_compact_are_cleaned_away(cluster: dict[str, Any]) -> None:
+    """Kafka's cleaner drops a record without a key (Cleaner.shouldRetainRecord: invalid for compaction); the keyed
+    records around it follow the usual rule."""
+    log = await _open(cluster, 1, LogConfig(compact=False, delete_retention_enabled=True))
+    now = int(time.time() * 1000)
+    await log.append(build_batch([Record(None, b"a", (), now - 1000), Record(b"k", b"old", (), now - 1000)]))
+    await log.append(build_batch([Record(b"k", b"new", (), now - 1000), Record(None, b"b", (), now - 1000)]))
+    await log.append(build_batch([Record(b"j", b"only", (), now - 1000)]))
+    await log.append(build_batch([Record(None, b"tail", (), now)]))  # the newest batch stays dirty
+    log.config = COMPACT
+    try:
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+        assert [(r.offset, r.key, r.value) for r in await _read_all(log)] == [
+            (2, b"k", b"new"),
+            (4, b"j", b"only"),
+            (5, None, b"tail"),
+        ]
+    finally:
+        await log.close()
+
+
 # ---------------------------------------------------------------------------------------------- crash points
 def _crash_in_append(stream: Any) -> None:
     """Dies at the second append to ``stream`` (a round crashing while it writes, the first append made)."""
