@@ -48,8 +48,8 @@ CRC_START = ATTRIBUTES_POS
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
-#: KIP-534: the base timestamp holds the batch's delete horizon (Kafka's cleaner sets it on batches with tombstones
-#: and on transaction markers; Fjord's on markers, its tombstones go by their own timestamps).
+#: KIP-534: the base timestamp holds the batch's delete horizon (the log cleaner sets it, Kafka's and Fjord's, on
+#: batches it keeps with tombstones and on the markers of transactions with no data left).
 DELETE_HORIZON_MASK = 0x40
 
 NO_PRODUCER_ID = -1

@@ -7,7 +7,7 @@ stream. A round:
    (``log.cleaner.dedupe.buffer.size``); when the map fills, the round ends there and the next round goes on from
    that point, so a dirty range with more keys than the map holds converges over several rounds;
 2. writes a new cleaned stream from the old cleaned stream plus the dirty range, dropping keyless records, records
-   whose key has a later offset and tombstones older than ``delete.retention.ms``. Each retained Kafka batch keeps
+   whose key has a later offset and tombstones past their batch's delete horizon. Each retained Kafka batch keeps
    its offsets and is stored as a stream batch whose span starts where the previous one ended, so offsets stay Kafka
    offsets with no gaps and a read at a removed offset returns the next present batch; a final empty stream batch
    covers removed offsets up to the cleaner offset;
@@ -17,11 +17,15 @@ stream. A round:
 
 The clean limit stays below the last stable offset (an open transaction's records are not decided yet), leaves the
 newest stored batch alone (Kafka's active segment) and everything younger than ``min.compaction.lag.ms``.
-Transactions: records of aborted transactions never enter the key map, so an aborted write can never remove the
-committed value it would have replaced, and a round drops them (Kafka's cleaner does both). A transaction marker
-whose transaction has no data left gets a delete horizon and goes in a round after it, its aborted-transaction index
-entry with it (:mod:`broker.partition.marker_retention` has the rules); the LOG's ``th`` is then the earliest of the
-kept tombstones' and markers' horizons, so a round comes due to remove them.
+Tombstones: the first round that keeps a batch with a tombstone stamps it with a delete horizon, now +
+``delete.retention.ms`` (:mod:`broker.partition.delete_horizon`, Kafka's KIP-534), and a round past that horizon
+drops the batch's tombstones, whatever the records' own timestamps: a consumer always gets ``delete.retention.ms``
+from the first cleaning to see a delete. Transactions: records of aborted transactions never enter the key map, so
+an aborted write can never remove the committed value it would have replaced, and a round drops them (Kafka's
+cleaner does both). A transaction marker whose transaction has no data left gets a delete horizon the same way and
+goes in a round after it, its aborted-transaction index entry with it (:mod:`broker.partition.marker_retention` has
+the rules); the LOG's ``th`` is then the earliest of the kept tombstones' and markers' horizons, so a round comes due
+to remove them.
 
 :class:`OffsetMap`, :class:`KeyMapBuilder` and :func:`retains` are the pure logic; :func:`clean_partition` is one
 round's I/O and :class:`LogCleaner` the per-broker task that picks partitions.
@@ -37,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from broker.partition.delete_horizon import DeleteHorizons
 from broker.partition.marker_retention import MarkerRetention
 from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedFilter
@@ -123,18 +128,17 @@ class KeyMapBuilder:
         return True
 
 
-def retains(record: Record, offset_map: OffsetMap, tombstone_cutoff_ms: int) -> bool:
-    """Whether a record survives a round: a keyless record goes (Kafka's Cleaner.shouldRetainRecord counts it as
-    invalid: produce refuses it on a compacted topic, so it can only date from before the topic's policy became
+def retains(record: Record, offset_map: OffsetMap, *, horizon_passed: bool) -> bool:
+    """Whether a record survives a round (Kafka's Cleaner.shouldRetainRecord): a keyless record goes (Kafka counts it
+    as invalid: produce refuses it on a compacted topic, so it can only date from before the topic's policy became
     compact, and no later value would ever replace it), a record whose key has a later offset in the map goes, and
-    so does a tombstone older than ``delete.retention.ms`` (by its timestamp)."""
+    so does a tombstone once its batch's delete horizon has passed (``horizon_passed``)."""
     if record.key is None:
         return False
     latest = offset_map.get(key_hash(record.key))
     if latest is not None and record.offset < latest:
         return False
-    expired_tombstone = record.value is None and record.timestamp is not None and record.timestamp < tombstone_cutoff_ms
-    return not expired_tombstone
+    return record.value is not None or not horizon_passed
 
 
 class CleanerStopped(Exception):
@@ -202,17 +206,15 @@ async def clean_partition(
         end = log.cleaner_offset  # nothing new to clean, but tombstones in the cleaned prefix have expired
     stream = await log.begin_cleaning()
     try:
-        tombstone_cutoff = now - config.delete_retention_ms
-        oldest_tombstone: int | None = None
+        tombstones = DeleteHorizons(now, config.delete_retention_ms)
+        # Set for each data batch before it is filtered: whether its tombstones may go, and whether any stayed.
+        horizon_passed = kept_tombstone = False
 
         def keep(record: Record) -> bool:
-            nonlocal oldest_tombstone
-            if not retains(record, builder.map, tombstone_cutoff):
+            nonlocal kept_tombstone
+            if not retains(record, builder.map, horizon_passed=horizon_passed):
                 return False
-            if record.key is not None and record.value is None and record.timestamp is not None:
-                # The oldest tombstone kept decides when a round is due again to drop it.
-                ts = record.timestamp
-                oldest_tombstone = ts if oldest_tombstone is None else min(oldest_tombstone, ts)
+            kept_tombstone = kept_tombstone or record.value is None
             return True
 
         read_bytes = written_bytes = kept = 0
@@ -235,9 +237,12 @@ async def clean_partition(
                 elif header.is_control:
                     filtered = bytes(batch)  # another kind of control record: kept, as Kafka keeps it
                 else:
+                    horizon_passed, kept_tombstone = tombstones.passed(header), False
                     filtered = filter_batch(batch, keep)
                     if filtered is not None:
                         markers.on_data(header)
+                        if kept_tombstone:
+                            filtered = tombstones.hold(header, filtered)
                 if filtered is None:
                     continue
                 # The span starts where the previous one ended: it also covers the removed offsets before it.
@@ -259,9 +264,7 @@ async def clean_partition(
             await log.forget_aborted_through(markers.dropped_through)
         if after_write is not None:
             await after_write()
-        horizons = [markers.next_horizon_ms]
-        if oldest_tombstone is not None:
-            horizons.append(oldest_tombstone + config.delete_retention_ms)
+        horizons = (markers.next_horizon_ms, tombstones.next_ms)
         horizon = min((h for h in horizons if h is not None), default=None)
         installed = await log.install_cleaned(
             stream,

@@ -5,10 +5,11 @@ A COMMIT or ABORT control batch may go once no data of its transaction is left i
 ``delete.retention.ms`` to read it: a read_committed consumer that fetched an aborted transaction's data skips that
 producer until it meets the ABORT marker, so the marker must outlive the data by that long. As in Kafka, a round
 that finds a marker whose transaction has no data left sets the batch's delete horizon (now + ``delete.retention.ms``,
-in the batch itself, :func:`wire.record_batch.set_delete_horizon`), and a later round past the horizon removes the
-marker. Kafka sets the horizon only on the pass after the one that removed the data; here the horizon is set by the
-round that writes the log without the data, which gives consumers the same ``delete.retention.ms`` after the data
-is gone (every Fjord round rewrites the whole cleaned prefix, so it knows what it keeps before the marker).
+in the batch itself, :class:`broker.partition.delete_horizon.DeleteHorizons`, which tombstones share), and a later
+round past the horizon removes the marker. Kafka sets the horizon only on the pass after the one that removed the
+data; here the horizon is set by the round that writes the log without the data, which gives consumers the same
+``delete.retention.ms`` after the data is gone (every Fjord round rewrites the whole cleaned prefix, so it knows
+what it keeps before the marker).
 
 An ABORT marker of a transaction that wrote data on the partition has an entry in the aborted-transaction index
 (the txn stream), and the two go together: an entry without its marker would make read_committed consumers skip
@@ -24,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wire.record_batch import BatchHeader, set_delete_horizon
+from broker.partition.delete_horizon import DeleteHorizons
+from wire.record_batch import BatchHeader
 
 
 class MarkerRetention:
@@ -35,8 +37,7 @@ class MarkerRetention:
     ``droppable``: how many of them, from the first, may be dropped (stored in the txn stream)."""
 
     def __init__(self, now_ms: int, retention_ms: int, indexed_aborts: Sequence[int], droppable: int) -> None:
-        self._now = now_ms
-        self._retention = retention_ms
+        self._horizons = DeleteHorizons(now_ms, retention_ms)
         self._indexed = list(indexed_aborts)
         self._indexed_set = set(self._indexed)
         self._droppable = min(droppable, len(self._indexed))
@@ -46,9 +47,12 @@ class MarkerRetention:
         self._with_data: set[int] = set()
         #: The last indexed ABORT marker removed: index entries up to it are dropped with it.
         self.dropped_through: int | None = None
-        #: The earliest delete horizon of a kept marker still ahead, for the round that will remove it.
-        self.next_horizon_ms: int | None = None
         self.removed = 0
+
+    @property
+    def next_horizon_ms(self) -> int | None:
+        """The earliest delete horizon of a kept marker still ahead, for the round that will remove it."""
+        return self._horizons.next_ms
 
     def on_data(self, header: BatchHeader) -> None:
         """A data batch the round keeps (some of its records at least)."""
@@ -60,7 +64,6 @@ class MarkerRetention:
         empty = header.producer_id not in self._with_data
         self._with_data.discard(header.producer_id)
         indexed = abort and header.last_offset in self._indexed_set
-        horizon = header.delete_horizon_ms
         if indexed:
             in_prefix = (
                 self._prefix_open
@@ -69,7 +72,7 @@ class MarkerRetention:
             )
         else:
             in_prefix = True  # no index entry goes with it
-        if empty and horizon is not None and horizon <= self._now and in_prefix:
+        if empty and self._horizons.passed(header) and in_prefix:
             if indexed:
                 self._next_indexed += 1
                 self.dropped_through = header.last_offset
@@ -79,13 +82,4 @@ class MarkerRetention:
             self._prefix_open = False  # every later indexed marker stays: the txn stream loses only a prefix
         if not empty:
             return bytes(batch)
-        if horizon is None:
-            horizon = self._now + self._retention
-            self._note_horizon(horizon)
-            return set_delete_horizon(batch, horizon)
-        if horizon > self._now:
-            self._note_horizon(horizon)
-        return bytes(batch)
-
-    def _note_horizon(self, horizon: int) -> None:
-        self.next_horizon_ms = horizon if self.next_horizon_ms is None else min(self.next_horizon_ms, horizon)
+        return self._horizons.hold(header, batch)

@@ -134,8 +134,8 @@ class PartitionLog:
 
     @property
     def tombstone_horizon_ms(self) -> int | None:
-        """When the oldest tombstone kept in the cleaned stream outlives delete.retention.ms: from then on a round
-        is due even without new writes (None: nothing kept expires)."""
+        """The earliest delete horizon of a batch kept in the cleaned stream (tombstones, a marker): from then on a
+        round is due even without new writes (None: nothing kept expires)."""
         return self._state.tombstone_horizon_ms
 
     @property

@@ -126,8 +126,8 @@ class PartitionState:
         self.cleaned_bytes = 0
         #: The stream a cleaner round is writing, until its switch or its abandonment (:mod:`.cleaner_switch`).
         self.cleaning: Stream | None = None
-        #: When the oldest tombstone kept in the cleaned stream outlives delete.retention.ms (LOG ``th``): from then
-        #: on a round is due even without new writes, so tombstones vanish on their own as Kafka's do.
+        #: The earliest delete horizon of a batch kept in the cleaned stream (LOG ``th``): from then on a round is
+        #: due even without new writes, so tombstones and markers vanish on their own as Kafka's do.
         horizon = self.log_info.get("th") if cleaned is not None else None
         self.tombstone_horizon_ms: int | None = int(horizon) if horizon is not None else None
 

@@ -202,30 +202,68 @@ async def test_round_keeps_the_latest_value_per_key_with_original_offsets(cluste
         await log.close()
 
 
-async def test_tombstones_are_dropped_once_older_than_delete_retention(cluster: dict[str, Any]) -> None:
+async def test_tombstones_are_dropped_delete_retention_after_their_first_cleaning(cluster: dict[str, Any]) -> None:
+    """Kafka's KIP-534: the first round that keeps a tombstone stamps its batch with a delete horizon (now +
+    delete.retention.ms), whatever the tombstone's own timestamp (an old CreateTime, as MirrorMaker keeps, or -1),
+    and only a round past that horizon drops it; a consumer that read the value always gets that long to see the
+    delete."""
     log = await _open(cluster, 1)
     now = int(time.time() * 1000)
-    old = now - 10 * COMPACT.delete_retention_ms
-    await log.append(build_batch([Record(b"gone", b"v", (), old), Record(b"recent", b"v", (), old)]))
-    await log.append(build_batch([Record(b"gone", None, (), old + 1)]))  # expired tombstone
-    await log.append(build_batch([Record(b"recent", None, (), now - 1000)]))  # tombstone still retained
+    retention = COMPACT.delete_retention_ms
+    old = now - 10 * retention
+    await log.append(build_batch([Record(b"gone", b"v", (), old), Record(b"undated", b"v", (), old)]))
+    await log.append(build_batch([Record(b"gone", None, (), old + 1)]))  # far older than delete.retention.ms
+    await log.append(build_batch([Record(b"undated", None, (), -1)]))  # no timestamp at all
     await log.append(build_batch([Record(b"other", b"tail", (), now)]))
     try:
         assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
         records = await _read_all(log)
-        assert [(r.key, r.value) for r in records] == [(b"recent", None), (b"other", b"tail")]
-        # Without any new write, a round is due once the kept tombstone outlives delete.retention.ms, and drops it.
+        assert [(r.key, r.value, r.timestamp) for r in records] == [
+            (b"gone", None, old + 1),
+            (b"undated", None, -1),
+            (b"other", b"tail", now),
+        ]
+        stored = (await log.read(log.log_start_offset, 1 << 20)).records
+        horizons = [h.delete_horizon_ms for h, _ in iter_batches(stored)]
+        assert horizons[:2] == [now + retention, now + retention]  # the tombstones' batches, stamped as Kafka's
+        # Without any new write, a round is due at the horizon, and drops them; a round before it keeps them.
         horizon = log.tombstone_horizon_ms
-        assert horizon == now - 1000 + COMPACT.delete_retention_ms
+        assert horizon == now + retention
         log.config = dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=1.0)  # only the horizon makes it due
         assert not cleanable(log, horizon - 1) and cleanable(log, horizon)
         assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=horizon - 1) is None
-        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=horizon + 1) is not None
+        assert [r.key for r in await _read_all(log)] == [b"gone", b"undated", b"other"]
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=horizon) is not None
         assert [(r.key, r.value) for r in await _read_all(log)] == [(b"other", b"tail")]
         assert log.tombstone_horizon_ms is None
         await log.close()
         log = await _open(cluster, 2)
         assert [(r.key, r.value) for r in await _read_all(log)] == [(b"other", b"tail")]
+    finally:
+        await log.close()
+
+
+async def test_a_tombstone_s_horizon_is_kept_from_its_first_cleaning_across_later_rounds(
+    cluster: dict[str, Any],
+) -> None:
+    """A later round (new writes cleaned) keeps a stamped tombstone's horizon as it was, rather than restarting it,
+    and a tombstone cleaned for the first time in that round gets its own."""
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+    retention = COMPACT.delete_retention_ms
+    await log.append(build_batch([Record(b"a", None, (), now - 1000)]))
+    await log.append(build_batch([Record(b"tail", b"1", (), now)]))
+    try:
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now) is not None
+        later = now + retention // 2
+        await log.append(build_batch([Record(b"b", None, (), later)]))
+        await log.append(build_batch([Record(b"tail", b"2", (), later)]))
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=later) is not None
+        assert log.tombstone_horizon_ms == now + retention
+        assert await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now + retention) is not None
+        # The first tail value stays: the second is the newest batch, which no round reads yet.
+        assert [(r.key, r.value) for r in await _read_all(log)] == [(b"tail", b"1"), (b"b", None), (b"tail", b"2")]
+        assert log.tombstone_horizon_ms == later + retention
     finally:
         await log.close()
 
