@@ -30,6 +30,15 @@ from storage.metadata.record_codec import MetadataRecord
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
+#: Kafka's bounds on one request: the partitions a CreateTopics asks for (``ReplicationControlManager.
+#: MAX_PARTITIONS_PER_BATCH``) and the records it writes (``QuorumController.MAX_RECORDS_PER_USER_OP``). The replicas
+#: of every partition are placed in memory under the controller's lock, so 2^31-1 partitions must be refused before.
+#: Kafka bounds CreatePartitions only by its records, failing midway; it is refused up front here with the
+#: CreateTopics answer, as Kafka's KAFKA-19673 proposes.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+MAX_RECORDS_PER_REQUEST = 10_000
+_TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
+
 
 @dataclass(frozen=True, slots=True)
 class CreateTopicsPlan:
@@ -82,6 +91,9 @@ def plan_create_topics(image: MetadataImage, config: ServerConfig, topics: Seque
     counts: dict[str, int] = {}
     for topic in topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
+    creatable = [t for t in topics if counts[t.name] == 1]
+    if _requested_partitions(creatable, config.num_partitions) > MAX_PARTITIONS_PER_REQUEST:
+        return _refused_whole(topics, _TOO_MANY_PARTITIONS)
     records: list[MetadataRecord] = []
     results: list[CreateTopicResult] = []
     taken = {_collision_key(name): name for name in image.topics_by_name}
@@ -105,7 +117,31 @@ def plan_create_topics(image: MetadataImage, config: ServerConfig, topics: Seque
         taken[_collision_key(topic.name)] = topic.name
         records.extend(topic_records)
         results.append(result)
+    if len(records) > MAX_RECORDS_PER_REQUEST:
+        # Kafka's bounded record list fails the whole request, validate-only or not.
+        return _refused_whole(topics, "Unable to perform excessively large batch operation.")
     return CreateTopicsPlan(records, results)
+
+
+def _requested_partitions(topics: Sequence[NewTopic], default_partitions: int) -> int:
+    """The partitions a CreateTopics asks for before any is validated, as Kafka's
+    ``validateTotalNumberOfPartitions`` counts them (an invalid count counts nothing)."""
+    total = 0
+    for topic in topics:
+        if topic.assignments:
+            total += len(topic.assignments)
+        elif topic.num_partitions == -1:
+            total += default_partitions
+        elif topic.num_partitions > 0:
+            total += topic.num_partitions
+    return total
+
+
+def _refused_whole(topics: Sequence[NewTopic], message: str) -> CreateTopicsPlan:
+    """Kafka refuses such a request as a whole: every topic is answered POLICY_VIOLATION and none is created."""
+    return CreateTopicsPlan(
+        [], [CreateTopicResult(t.name, None, ErrorCode.policy_violation, message) for t in topics]
+    )
 
 
 def _plan_one_topic(
@@ -247,6 +283,8 @@ def plan_create_partitions(
         raise ControllerError(ErrorCode.invalid_partitions, f"Topic already has {existing} partitions.")
     factor = len(current.partitions[0].replicas) if current.partitions else 1
     added = count - existing
+    if added > MAX_PARTITIONS_PER_REQUEST:
+        raise ControllerError(ErrorCode.policy_violation, _TOO_MANY_PARTITIONS)
     if assignments is not None:
         if len(assignments) != added:
             raise ControllerError(

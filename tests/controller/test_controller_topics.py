@@ -138,6 +138,40 @@ async def test_validate_only_creates_nothing(client: ControllerClient) -> None:
     assert real.error is ErrorCode.none
 
 
+async def test_too_many_partitions_refuse_the_whole_request(client: ControllerClient) -> None:
+    """Kafka counts what a CreateTopics asks for before placing any replica (num.partitions for -1): over 10,000
+    every topic is refused with POLICY_VIOLATION, validate-only or not, and nothing is created."""
+    too_many = "Excessively large number of partitions per request."
+    for topics in (
+        [NewTopic("a", 5000), NewTopic("b", 5000), NewTopic("c", 1)],
+        [NewTopic("huge", 2**31 - 1)],
+        [NewTopic(f"d{i}") for i in range(5001)],  # num.partitions=2 each
+    ):
+        for validate_only in (True, False):
+            results = await client.create_topics(topics, validate_only)
+            assert {(r.error, r.message, r.topic_id) for r in results} == {
+                (ErrorCode.policy_violation, too_many, None)
+            }
+            assert len(results) == len(topics)
+    # 10,000 partitions pass that count, but their records with the topics' are more than one request may write.
+    results = await client.create_topics([NewTopic("e", 5000), NewTopic("f", 5000)], False)
+    assert {(r.error, r.message) for r in results} == {
+        (ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
+    }
+    assert client.image.topics_by_name == {}
+    [ok] = await client.create_topics([NewTopic("g", 9999)], True)
+    assert ok.error is ErrorCode.none and ok.num_partitions == 9999
+
+
+async def test_too_many_new_partitions_are_refused(client: ControllerClient) -> None:
+    await client.create_topics([NewTopic("p", 2)], False)
+    too_many = (ErrorCode.policy_violation, "Excessively large number of partitions per request.")
+    assert await client.create_partitions("p", 2**31 - 1, None, validate_only=True) == too_many
+    assert await client.create_partitions("p", 10_003, None, validate_only=False) == too_many
+    assert await client.create_partitions("p", 10_002, None, validate_only=True) == (ErrorCode.none, None)
+    assert len(client.image.topics_by_name["p"].partitions) == 2
+
+
 async def test_manual_assignments(client: ControllerClient) -> None:
     [ok] = await client.create_topics([NewTopic("m", assignments={0: [0], 1: [0]})], False)
     assert ok.error is ErrorCode.none and ok.num_partitions == 2
