@@ -20,6 +20,7 @@ from metadata.cluster_records import NO_LEADER, ConfigRecord, PartitionRecord, R
 from metadata.controller_api import CreateTopicResult, DeleteTopicResult, NewTopic
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
+from metadata.rpc.kafka_apis import METADATA_TOPIC
 from settings.config_key import ConfigValueError
 from settings.config_resources import RESOURCE_TOPIC
 from settings.describe import describe_topic_configs
@@ -91,7 +92,7 @@ def plan_create_topics(image: MetadataImage, config: ServerConfig, topics: Seque
     counts: dict[str, int] = {}
     for topic in topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
-    creatable = [t for t in topics if counts[t.name] == 1]
+    creatable = [t for t in topics if counts[t.name] == 1 and t.name != METADATA_TOPIC]
     if _requested_partitions(creatable, config.num_partitions) > MAX_PARTITIONS_PER_REQUEST:
         return _refused_whole(topics, _TOO_MANY_PARTITIONS)
     records: list[MetadataRecord] = []
@@ -106,6 +107,17 @@ def plan_create_topics(image: MetadataImage, config: ServerConfig, topics: Seque
                     None,
                     ErrorCode.invalid_request,
                     f"Create topics request contains multiple entries for the topic {topic.name}",
+                )
+            )
+            continue
+        if topic.name == METADATA_TOPIC:
+            # The metadata log's own name; Kafka's ControllerApis refuses it before anything else is checked.
+            results.append(
+                CreateTopicResult(
+                    topic.name,
+                    None,
+                    ErrorCode.invalid_request,
+                    f"Creation of internal topic {METADATA_TOPIC} is prohibited.",
                 )
             )
             continue

@@ -91,6 +91,15 @@ async def test_duplicate_names_in_one_request(client: ControllerClient) -> None:
     assert set(client.image.topics_by_name) == {"ok"}
 
 
+async def test_the_metadata_log_name_is_refused(client: ControllerClient) -> None:
+    results = await client.create_topics([NewTopic("__cluster_metadata"), NewTopic("ok")], False)
+    assert [(r.error, r.message) for r in results] == [
+        (ErrorCode.invalid_request, "Creation of internal topic __cluster_metadata is prohibited."),
+        (ErrorCode.none, None),
+    ]
+    assert set(client.image.topics_by_name) == {"ok"}
+
+
 @pytest.mark.parametrize("partitions", [0, -2])
 async def test_invalid_partition_counts(client: ControllerClient, partitions: int) -> None:
     [result] = await client.create_topics([NewTopic("t", partitions)], False)
