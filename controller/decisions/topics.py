@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -176,6 +176,7 @@ def _plan_one_topic(
                 "at the same time.",
             )
         assignment = _validated_assignments(image, topic.assignments)
+        in_sync = _active_brokers(image)
     else:
         num_partitions = config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         if num_partitions <= 0:
@@ -189,14 +190,11 @@ def _plan_one_topic(
                 "Replication factor must be larger than 0, or -1 to use the default value.",
             )
         assignment = _place_replicas(live, num_partitions, factor, start=_placement_start(image))
+        in_sync = set(live)
     topic_id = uuid.uuid4()
     records: list[MetadataRecord] = [TopicRecord(topic.name, str(topic_id))]
     records.extend(ConfigRecord(RESOURCE_TOPIC, topic.name, k, v) for k, v in sorted(configs.items()))
-    live_set = set(live)
-    for index, replicas in enumerate(assignment):
-        leader = next((r for r in replicas if r in live_set), NO_LEADER)
-        isr = tuple(r for r in replicas if r in live_set)
-        records.append(PartitionRecord(str(topic_id), index, tuple(replicas), isr, leader, 0, 0))
+    records.extend(_new_partitions(topic_id, 0, assignment, in_sync))
     entries = describe_topic_configs(config, image.broker_configs, configs)
     return records, CreateTopicResult(
         topic.name, topic_id, ErrorCode.none, None, len(assignment), len(assignment[0]), entries
@@ -304,16 +302,13 @@ def plan_create_partitions(
                 f"Attempted to add {added} additional partition(s), but only {len(assignments)} "
                 "assignment(s) were specified.",
             )
-        placed = _validated_assignments(image, dict(enumerate(assignments)), factor)
+        placed = _validated_assignments(image, dict(enumerate(assignments)), factor, first=existing)
+        in_sync = _active_brokers(image)
     else:
-        placed = _place_replicas(_placement_brokers(image), added, factor, start=existing)
-    live_set = {b.node_id for b in image.live_brokers()}
-    records: list[PartitionRecord] = []
-    for offset, replicas in enumerate(placed):
-        leader = next((r for r in replicas if r in live_set), NO_LEADER)
-        isr = tuple(r for r in replicas if r in live_set)
-        records.append(PartitionRecord(str(current.topic_id), existing + offset, tuple(replicas), isr, leader, 0, 0))
-    return records
+        live = _placement_brokers(image)
+        placed = _place_replicas(live, added, factor, start=existing)
+        in_sync = set(live)
+    return _new_partitions(current.topic_id, existing, placed, in_sync)
 
 
 # ---------------------------------------------------------------------- placement
@@ -323,6 +318,25 @@ def _placement_brokers(image: MetadataImage) -> list[int]:
     """The brokers new partitions are placed on: live ones not in controlled shutdown (``controller.
     controlled_shutdown``: it would only have to move them again), unless every live broker is shutting down."""
     return [b.node_id for b in image.leader_candidates() or image.live_brokers()]
+
+
+def _active_brokers(image: MetadataImage) -> set[int]:
+    """The brokers a manually placed partition may start in sync on and be led by: neither fenced nor in
+    controlled shutdown (Kafka's ``ClusterControlManager.isActive``)."""
+    return {b.node_id for b in image.leader_candidates()}
+
+
+def _new_partitions(
+    topic_id: uuid.UUID, first: int, assignment: Sequence[Sequence[int]], in_sync: Set[int]
+) -> list[PartitionRecord]:
+    """Partitions ``first``, ``first + 1``... on ``assignment``'s replicas: those in ``in_sync`` are the ISR, the
+    first of them the leader (Kafka's ``buildPartitionRegistration``)."""
+    records: list[PartitionRecord] = []
+    for offset, replicas in enumerate(assignment):
+        isr = tuple(r for r in replicas if r in in_sync)
+        leader = isr[0] if isr else NO_LEADER
+        records.append(PartitionRecord(str(topic_id), first + offset, tuple(replicas), isr, leader, 0, 0))
+    return records
 
 
 def _placement_start(image: MetadataImage) -> int:
@@ -342,9 +356,12 @@ def _place_replicas(live: Sequence[int], partitions: int, factor: int, start: in
 
 
 def _validated_assignments(
-    image: MetadataImage, assignments: Mapping[int, Sequence[int]], factor: int | None = None
+    image: MetadataImage, assignments: Mapping[int, Sequence[int]], factor: int | None = None, first: int = 0
 ) -> list[list[int]]:
+    """``assignments`` (index from 0 -> replicas) checked as Kafka checks a manual assignment; ``first``: the
+    partition the first one becomes (CreatePartitions adds after the existing ones), as messages name it."""
     registered = set(image.brokers)
+    active = _active_brokers(image)
     ordered: list[list[int]] = []
     for expected, index in enumerate(sorted(assignments)):
         if index != expected:
@@ -353,24 +370,34 @@ def _validated_assignments(
                 "Partitions in the manual replica assignment must be consecutive and start at 0.",
             )
         replicas = list(assignments[index])
+        number = first + index
         if not replicas:
-            raise ControllerError(ErrorCode.invalid_replica_assignment, f"Partition {index} has an empty replica list.")
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment, f"Partition {number} has an empty replica list."
+            )
         if len(set(replicas)) != len(replicas):
             raise ControllerError(
-                ErrorCode.invalid_replica_assignment, f"Duplicate brokers in the assignment of partition {index}."
+                ErrorCode.invalid_replica_assignment, f"Duplicate brokers in the assignment of partition {number}."
             )
         unknown = [r for r in replicas if r not in registered]
         if unknown:
             raise ControllerError(
                 ErrorCode.invalid_replica_assignment,
-                f"Partition {index} is assigned to broker(s) {unknown} that are not registered.",
+                f"Partition {number} is assigned to broker(s) {unknown} that are not registered.",
             )
         wanted = factor if factor is not None else (len(ordered[0]) if ordered else len(replicas))
         if len(replicas) != wanted:
             raise ControllerError(
                 ErrorCode.invalid_replica_assignment,
-                f"All partitions must have the same replication factor ({wanted}); partition {index} has "
+                f"All partitions must have the same replication factor ({wanted}); partition {number} has "
                 f"{len(replicas)}.",
+            )
+        if not active.intersection(replicas):
+            # Kafka refuses a partition that would start with no leader and an empty ISR.
+            raise ControllerError(
+                ErrorCode.invalid_replica_assignment,
+                f"All brokers specified in the manual partition assignment for partition {number} are "
+                "fenced or in controlled shutdown.",
             )
         ordered.append(replicas)
     return ordered

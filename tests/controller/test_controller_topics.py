@@ -192,6 +192,33 @@ async def test_manual_assignments(client: ControllerClient) -> None:
     assert both.error is ErrorCode.invalid_request
 
 
+async def test_manual_assignment_to_fenced_or_shutting_down_brokers(client: ControllerClient) -> None:
+    """A partition whose replicas are all fenced or in controlled shutdown would start with no leader: Kafka refuses
+    the assignment. The others start in sync on the active replicas alone, led by the first of them."""
+    assert isinstance(client, Controller)
+    fenced = await client.register_broker(1, EP, None)
+    shutting_down = await client.register_broker(2, EP, None)
+    assert await client.fence_broker(1, fenced)
+    await client.controlled_shutdown(2, shutting_down)
+    [refused] = await client.create_topics([NewTopic("m", assignments={0: [0, 1], 1: [2, 1]})], False)
+    assert (refused.error, refused.message) == (
+        ErrorCode.invalid_replica_assignment,
+        "All brokers specified in the manual partition assignment for partition 1 are fenced or in controlled "
+        "shutdown.",
+    )
+    [ok] = await client.create_topics([NewTopic("n", assignments={0: [2, 0, 1]})], False)
+    part = client.image.partition("n", 0)
+    assert ok.error is ErrorCode.none and part is not None
+    assert (part.replicas, part.isr, part.leader) == ((2, 0, 1), (0,), 0)
+    await client.create_topics([NewTopic("p", 1, 1)], False)
+    assert await client.create_partitions("p", 3, [[0], [2]], False) == (
+        ErrorCode.invalid_replica_assignment,
+        "All brokers specified in the manual partition assignment for partition 2 are fenced or in controlled "
+        "shutdown.",
+    )
+    assert set(client.image.topics_by_name) == {"n", "p"} and len(client.image.topics_by_name["p"].partitions) == 1
+
+
 async def test_delete_by_name_and_id(client: ControllerClient) -> None:
     created = await client.create_topics([NewTopic("a"), NewTopic("b")], False)
     by_name, missing = await client.delete_topics(names=["a", "nope"])
