@@ -79,6 +79,14 @@ def read_create_topics(request: Any, client_id: str | None) -> CreateTopicsAsk:
                 "at the same time.",
             )
             continue
+        repeated = _repeated_partition(topic.assignments)
+        if repeated is not None:
+            # Read into a mapping, the last assignment of the partition would silently win.
+            refused[topic.name] = CreateTopicResult(
+                topic.name, None, ErrorCode.invalid_replica_assignment,
+                f"Found multiple manual partition assignments for partition {repeated}",
+            )
+            continue
         topics.append(
             NewTopic(
                 name=topic.name,
@@ -90,6 +98,16 @@ def read_create_topics(request: Any, client_id: str | None) -> CreateTopicsAsk:
         )
     order = tuple(dict.fromkeys(topic.name for topic in request.topics))
     return CreateTopicsAsk(tuple(topics), refused, order, bool(request.validate_only))
+
+
+def _repeated_partition(assignments: Sequence[Any]) -> int | None:
+    """The first partition index a CreateTopics topic assigns a second time, in request order (Kafka's check)."""
+    seen: set[int] = set()
+    for assignment in assignments:
+        if assignment.partition_index in seen:
+            return int(assignment.partition_index)
+        seen.add(assignment.partition_index)
+    return None
 
 
 def create_topics_refused(topics: Sequence[NewTopic], code: ErrorCode, message: str) -> list[CreateTopicResult]:

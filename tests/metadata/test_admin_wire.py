@@ -82,6 +82,26 @@ def test_create_topics_refuses_duplicates_and_contradictions_in_request_order() 
     ]
 
 
+def test_create_topics_refuses_a_partition_assigned_twice() -> None:
+    cls = codec.request_class(19, 7)
+    topic_cls = schema.field_entity(cls, "topics")
+
+    def assigned(partition: int, broker: int) -> Any:
+        return schema.build_nested(topic_cls, "assignments", partition_index=partition, broker_ids=(broker,))
+
+    request = schema.build(cls, validate_only=False, timeout=5000, topics=(
+        schema.build(topic_cls, name="twice", num_partitions=-1, replication_factor=-1,
+                     assignments=(assigned(0, 1), assigned(1, 1), assigned(1, 2), assigned(0, 2))),
+        schema.build(topic_cls, name="once", num_partitions=-1, replication_factor=-1,
+                     assignments=(assigned(1, 1), assigned(0, 2))),
+    ))
+    ask = topic_wire.read_create_topics(_over_the_wire(request), "tool")
+    assert [(t.name, t.assignments) for t in ask.topics] == [("once", {1: (1,), 0: (2,)})]
+    assert (ask.refused["twice"].error, ask.refused["twice"].message) == (
+        ErrorCode.invalid_replica_assignment, "Found multiple manual partition assignments for partition 1"
+    )
+
+
 def test_delete_topics_round_trip_by_name_and_id() -> None:
     topic_id = uuid.uuid4()
     request = _over_the_wire(topic_wire.delete_topics_request(["orders"], [topic_id], 5000))
