@@ -233,9 +233,12 @@ def plan_delete_topics(
     image: MetadataImage, config: ServerConfig, names: Sequence[str], ids: Sequence[uuid.UUID]
 ) -> Deletion:
     """Topics asked by name, then by id; unknown ones are refused one by one, and none go while
-    ``delete.topic.enable`` is false."""
+    ``delete.topic.enable`` is false. A topic asked both by name and by id is not deleted: as Kafka's ControllerApis
+    answers, its name is refused with INVALID_REQUEST (with the id) and its id is not answered at all."""
     results: list[DeleteTopicResult] = []
     doomed: dict[uuid.UUID, str] = {}
+    asked_ids = set(ids)
+    named_twice: set[uuid.UUID] = set()
     if not config.value("delete.topic.enable"):
         message = "Topic deletion is disabled."
         return Deletion(
@@ -256,9 +259,22 @@ def plan_delete_topics(
                 )
             )
             continue
+        if topic.topic_id in asked_ids:
+            named_twice.add(topic.topic_id)
+            results.append(
+                DeleteTopicResult(
+                    name,
+                    topic.topic_id,
+                    ErrorCode.invalid_request,
+                    "The provided topic name maps to an ID that was already supplied.",
+                )
+            )
+            continue
         doomed[topic.topic_id] = topic.name
         results.append(DeleteTopicResult(name, topic.topic_id, ErrorCode.none))
     for topic_id in ids:
+        if topic_id in named_twice:
+            continue
         found = image.topics_by_id.get(topic_id)
         if found is None:
             results.append(

@@ -216,10 +216,12 @@ async def delete_topics(
         code, message = _refusal(exc, "delete_topics %s failed", [*names, *ids])
         results = topic_wire.delete_topics_refused(names, ids, code, message)
     if quota is not None:
-        for result in results:
-            if result.error != ErrorCode.none:
-                asked_as = result.name if result.name in charged else result.topic_id
-                quota.adjust(-charged.pop(asked_as, 0) if asked_as is not None else 0)
+        # Refunded: every charge but a deleted topic's, an item the controller leaves unanswered included (the id of
+        # a topic also asked by name: neither is deleted, and only the name is answered).
+        gone = {key for result in results if result.error == ErrorCode.none for key in (result.name, result.topic_id)}
+        for key, partitions in charged.items():
+            if key not in gone:
+                quota.adjust(-partitions)
     deleted.extend(results)
     return topic_wire.delete_topics_response(response_cls, ask, deleted)
 

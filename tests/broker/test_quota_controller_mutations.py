@@ -197,8 +197,9 @@ def test_a_late_give_back_is_never_credit() -> None:
 
 
 async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path: Path) -> None:
-    """DeleteTopics naming (or identifying) a topic twice: Kafka's controller answers INVALID_REQUEST once for it,
-    and it must not be charged twice to the mutation quota (nor at all); CreateTopics likewise."""
+    """DeleteTopics naming (or identifying) a topic twice, or both naming and identifying it: Kafka's controller
+    answers INVALID_REQUEST once for it, and it must not be charged twice to the mutation quota (nor at all);
+    CreateTopics likewise."""
     controller = await Controller.start(ServerConfig.load(None, [f"log.dirs={tmp_path}"]))
     try:
         await controller.register_broker(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), None)
@@ -249,6 +250,26 @@ async def test_a_topic_named_twice_is_refused_once_and_charged_nothing(tmp_path:
             ("once", ErrorCode.none, None),
         ]
         assert deleted.responses[0].topic_id == topic_id
+        # Named in one entry and identified in another: Kafka's controller answers only the name and deletes nothing,
+        # so both charges (a permissive quota admits both) are given back.
+        separate = ClientQuotas(QuotaWindows(3, 1.0))
+        permissive = RequestMutations(separate, alice, user="alice", client_id="app", strict=False, clock=lambda: 0.0)
+        both = topic_wire.read_delete_topics(
+            schema.build(
+                cls,
+                topics=(
+                    schema.build_nested(cls, "topics", name=None, topic_id=topic_id),
+                    schema.build_nested(cls, "topics", name="by-id", topic_id=uuid_zero),
+                ),
+                timeout=5000,
+            )
+        )
+        deleted = await admin_requests.delete_topics(codec.response_class(20, 6), both, ask_of, permissive)
+        assert [(r.name, r.topic_id, r.error_code, r.error_message) for r in deleted.responses] == [
+            ("by-id", topic_id, ErrorCode.invalid_request,
+             "The provided topic name maps to an ID that was already supplied.")
+        ]
+        assert separate.over_quota(alice, QuotaType.CONTROLLER_MUTATION, now=0.0) == 0.0
         assert {"twice", "by-id"} <= set(
             controller.image.topics_by_name
         ) and "new" not in controller.image.topics_by_name

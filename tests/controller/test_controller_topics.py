@@ -233,6 +233,20 @@ async def test_delete_by_name_and_id(client: ControllerClient) -> None:
     assert recreated.error is ErrorCode.none and recreated.topic_id != created[0].topic_id
 
 
+async def test_delete_naming_a_topic_by_name_and_by_id(client: ControllerClient) -> None:
+    """Kafka's ControllerApis: the name is refused with the id it maps to, the id is not answered, and the topic
+    stays; the other topics of the request go."""
+    a, b = await client.create_topics([NewTopic("a"), NewTopic("b")], False)
+    assert a.topic_id is not None and b.topic_id is not None
+    results = await client.delete_topics(names=["a", "b"], ids=[a.topic_id])
+    supplied = "The provided topic name maps to an ID that was already supplied."
+    assert [(r.name, r.topic_id, r.error, r.message) for r in results] == [
+        ("a", a.topic_id, ErrorCode.invalid_request, supplied),
+        ("b", b.topic_id, ErrorCode.none, None),
+    ]
+    assert set(client.image.topics_by_name) == {"a"}
+
+
 async def test_create_partitions(client: ControllerClient) -> None:
     await client.create_topics([NewTopic("p", 2)], False)
     assert await client.create_partitions("p", 4, None, validate_only=True) == (ErrorCode.none, None)
