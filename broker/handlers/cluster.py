@@ -15,18 +15,26 @@ from metadata.acl.binding import CLUSTER_NAME, ResourceType
 from wire import schema
 
 ENDPOINT_TYPE_BROKERS = 1
+ENDPOINT_TYPE_CONTROLLERS = 2
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     image = ctx.broker.controller.image
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKERS)
     if endpoint_type != ENDPOINT_TYPE_BROKERS:
-        # Controllers are not reachable by clients through a broker, as in Kafka.
+        # Kafka's AuthHelper.computeDescribeClusterResponse: the controllers are a known type this listener does not
+        # serve (MISMATCHED_ENDPOINT_TYPE, which the admin client reports as such), any other byte is a type Kafka
+        # does not know (UNSUPPORTED_ENDPOINT_TYPE). Either answer carries the code and message alone. (Kafka's
+        # INVALID_REQUEST for v0 cannot happen: v0 has no endpoint type, which is then the brokers.)
+        if endpoint_type == ENDPOINT_TYPE_CONTROLLERS:
+            return ctx.build(
+                error_code=ErrorCode.mismatched_endpoint_type,
+                error_message="The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type "
+                "CONTROLLER",
+            )
         return ctx.build(
             error_code=ErrorCode.unsupported_endpoint_type,
-            error_message=f"endpoint type {endpoint_type} is not served by brokers",
-            endpoint_type=endpoint_type,
-            cluster_id=image.cluster_id,
+            error_message=f"Unsupported endpoint type {endpoint_type}",
         )
     with_fenced = bool(getattr(request, "include_fenced_brokers", False))
     registered = [b for _, b in sorted(image.brokers.items())] if with_fenced else image.live_brokers()

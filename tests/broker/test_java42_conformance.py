@@ -359,9 +359,21 @@ def test_describe_cluster_v2_with_fenced_brokers(client: WireClient, kafka: Brok
     [broker] = response.brokers
     assert (broker.host, broker.port, broker.is_fenced) == ("127.0.0.1", kafka.port, False)
     assert response.controller_id == broker.broker_id and response.cluster_id
+    # As Kafka's AuthHelper: the controllers are a known type a broker does not serve, any other byte an unknown
+    # type; the refusal carries the code and message alone (no cluster id, the schema's endpoint type).
     controllers = call(client, 60, 2, include_cluster_authorized_operations=False, endpoint_type=2,
                        include_fenced_brokers=False)
-    assert controllers.error_code == ErrorCode.unsupported_endpoint_type
+    assert (controllers.error_code, controllers.error_message) == (
+        ErrorCode.mismatched_endpoint_type,
+        "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER",
+    )
+    assert (controllers.cluster_id, controllers.endpoint_type, controllers.brokers) == ("", 1, ())
+    for unknown in (0, 3):
+        refused = call(client, 60, 2, include_cluster_authorized_operations=False, endpoint_type=unknown,
+                       include_fenced_brokers=False)
+        assert (refused.error_code, refused.error_message) == (
+            ErrorCode.unsupported_endpoint_type, f"Unsupported endpoint type {unknown}"
+        )
 
 
 def test_describe_groups_v6_unknown_group(client: WireClient) -> None:

@@ -473,7 +473,7 @@ def test_kafka_metadata_quorum_describe_quorum_and_cluster(
     asked = call(client, 60, 1, include_cluster_authorized_operations=True, endpoint_type=1)
     assert asked.cluster_authorized_operations == authorized_operations.CLUSTER
     controllers = call(client, 60, 1, include_cluster_authorized_operations=False, endpoint_type=2)
-    assert controllers.error_code == ErrorCode.unsupported_endpoint_type and controllers.error_message
+    assert controllers.error_code == ErrorCode.mismatched_endpoint_type and controllers.error_message
 
 
 def test_authorized_operations_in_metadata_only_when_asked(client: WireClient) -> None:
