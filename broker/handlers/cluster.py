@@ -8,10 +8,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import authorized_operations
 from broker.handlers.context import RequestContext
 from broker.handlers.metadata import client_controller_id, live_endpoint
-from metadata.acl.binding import CLUSTER_NAME, ResourceType
 from wire import schema
 
 ENDPOINT_TYPE_BROKERS = 1
@@ -53,8 +51,5 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=image.cluster_id,
         controller_id=client_controller_id(image, ctx.broker.node_id),
         brokers=tuple(brokers),
-        cluster_authorized_operations=ctx.authorized_operations(
-            request.include_cluster_authorized_operations, ResourceType.CLUSTER, CLUSTER_NAME,
-            authorized_operations.CLUSTER,
-        ),
+        cluster_authorized_operations=ctx.cluster_authorized_operations(request.include_cluster_authorized_operations),
     )

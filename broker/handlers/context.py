@@ -21,7 +21,7 @@ from broker.handlers.commit_order import PendingCommits
 from broker.metrics import TopicTraffic
 from broker.quotas.enforcer import RequestCharge
 from broker.services import BrokerServices
-from metadata.acl.binding import ANONYMOUS, AclOperation, ResourceType
+from metadata.acl.binding import ANONYMOUS, CLUSTER_NAME, AclOperation, ResourceType
 from metadata.admin.requests import MutationQuota
 from wire import codec, schema
 from wire.api_versions import VersionRange
@@ -96,6 +96,13 @@ class RequestContext:
         """The KIP-430 field for the resource: ``supported``'s operations this principal may do (when asked)."""
         return authorized_operations.reported_for(requested, self.authorizer, self.principal, self.client_host,
                                                   resource=resource, name=name, supported=supported)
+
+    def cluster_authorized_operations(self, requested: object) -> int:
+        """The KIP-430 field for the cluster (DescribeCluster, Metadata v8-10), as Kafka fills it: 0 for a principal
+        that may not DESCRIBE the cluster (a counted denial), so that what else it may do there is not disclosed."""
+        if requested and not self.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return 0
+        return self.authorized_operations(requested, ResourceType.CLUSTER, CLUSTER_NAME, authorized_operations.CLUSTER)
 
     def mutation_quota(self, strict_since: int) -> MutationQuota | None:
         """The client's controller mutation quota for this admin request (KIP-599), strict from API version

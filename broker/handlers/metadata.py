@@ -227,8 +227,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         cluster_id=image.cluster_id,
         controller_id=client_controller_id(image, node.node_id),
         topics=tuple(topics),
-        cluster_authorized_operations=ctx.authorized_operations(
-            getattr(request, "include_cluster_authorized_operations", False), ResourceType.CLUSTER, CLUSTER_NAME,
-            authorized_operations.CLUSTER,
+        cluster_authorized_operations=ctx.cluster_authorized_operations(
+            getattr(request, "include_cluster_authorized_operations", False)
         ),
     )

@@ -51,11 +51,15 @@ from kafka.admin import (
 from kafka.admin import ConfigResource as KafkaPythonConfigResource
 from kafka.admin import ResourceType as KafkaPythonResourceType
 from kafka.errors import ClusterAuthorizationFailedError
+from kio.schema.errors import ErrorCode
 
-from testkit.node_process import BrokerProcess, start_broker
+from broker import authorized_operations
+from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
 from tests.broker.acl_clients import allow, grant, new_topic, produce_error, sasl_acl_overrides
 from tests.broker.kafka_clients import topic_name
+from tests.broker.sasl_wire import authenticate, handshake
+from wire import codec, schema
 
 PASSWORD = "acl-pass-never-logged"
 
@@ -375,3 +379,46 @@ def test_operator_tools_need_cluster_acls(acls: AclBroker) -> None:
     finally:
         alice.close()
         admin.close()
+
+
+def _sasl_client(acls: AclBroker, user: str) -> WireClient:
+    """A raw connection to the SASL listener, logged in as ``user``."""
+    host, port = acls.broker.endpoints["SASL"]
+    client = WireClient(port, host)
+    assert handshake(client, "PLAIN").error_code == ErrorCode.none
+    assert authenticate(client, f"\0{user}\0{PASSWORD}".encode()).error_code == ErrorCode.none
+    return client
+
+
+def test_cluster_operations_are_told_only_to_a_principal_that_may_describe_the_cluster(acls: AclBroker) -> None:
+    """Kafka's AuthHelper (DescribeCluster) and Metadata v8-10 report 0 to a principal without CLUSTER DESCRIBE,
+    not the other operations it may do on the cluster."""
+    describe_cluster = schema.build(codec.request_class(60, 1), include_cluster_authorized_operations=True,
+                                    endpoint_type=1)
+    metadata_v10 = schema.build(codec.request_class(3, 10), topics=(), allow_auto_topic_creation=False,
+                                include_cluster_authorized_operations=True, include_topic_authorized_operations=False)
+    idempotent = schema.build(codec.request_class(22, 4), transactional_id=None, transaction_timeout=60000,
+                              producer_id=-1, producer_epoch=-1)
+    cluster_acls = AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:bob",
+                                    None, AclOperation.ANY, AclPermissionType.ANY)
+    bob = _sasl_client(acls, "bob")
+    try:
+        grant(acls.admin(), allow(ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE,
+                                  principal="User:bob"))
+        eventually(lambda: bob.request(idempotent).error_code, until=lambda code: code == ErrorCode.none,
+                   timeout=20, what="bob's IDEMPOTENT_WRITE on the cluster to apply")
+        assert bob.request(describe_cluster).cluster_authorized_operations == 0
+        assert bob.request(metadata_v10).cluster_authorized_operations == 0
+        denial = "Principal = User:bob is Denied operation = DESCRIBE from host = 127.0.0.1 on resource = CLUSTER"
+        assert denial in acls.broker.log_text()
+
+        grant(acls.admin(), allow(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE, principal="User:bob"))
+        ops = authorized_operations.AclOperation
+        both = authorized_operations.bit_field(frozenset({ops.DESCRIBE, ops.IDEMPOTENT_WRITE}))
+        eventually(lambda: bob.request(describe_cluster).cluster_authorized_operations, until=lambda ops: ops == both,
+                   timeout=20, what="bob's DESCRIBE on the cluster to apply")
+        assert bob.request(metadata_v10).cluster_authorized_operations == both
+    finally:
+        bob.close()
+        admin = acls.admin()
+        admin.delete_acls([cluster_acls])[cluster_acls].result(30)
