@@ -18,8 +18,10 @@ from broker import authorized_operations
 from broker.handlers.context import RequestContext
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.controller_api import NewTopic
+from metadata.errors import ControllerError
 from metadata.image import BrokerImage, MetadataImage, TopicImage
 from metadata.move_leader import client_leader
+from metadata.topic_names import validate_topic_name
 from wire import schema
 from wire.log_text import LOG_TEXT_MAX, untrusted
 
@@ -118,6 +120,16 @@ def _error_topic(
         is_internal=name in INTERNAL_TOPICS,
         topic_authorized_operations=ops,
     )
+
+
+def _not_created_error(name: str) -> ErrorCode:
+    """A missing topic this request will not create: Kafka's getTopicMetadata runs Topic.validate on its name, so a
+    client asking for a name no topic can have fails at once (INVALID_TOPIC_EXCEPTION) instead of waiting for it."""
+    try:
+        validate_topic_name(name)
+    except ControllerError as exc:
+        return exc.error
+    return ErrorCode.unknown_topic_or_partition
 
 
 async def _auto_create(ctx: RequestContext, names: Sequence[str]) -> dict[str, ErrorCode]:
@@ -219,7 +231,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)
                 topics.append(_error_topic(topic_cls, denied, name, None, ops_on(name)))
             else:
-                topics.append(_error_topic(topic_cls, ErrorCode.unknown_topic_or_partition, name, None, ops_on(name)))
+                topics.append(_error_topic(topic_cls, _not_created_error(name), name, None, ops_on(name)))
 
     return ctx.build(
         throttle_time=0,

@@ -3,13 +3,12 @@
 Each function validates a request against the image (and the node's defaults for partition counts and replication
 factors) and returns the records to append with what to answer, or raises :class:`ControllerError` with the Kafka
 code and message the client sees; ``controller.controller.Controller`` appends and logs. Kafka's rules and wording
-(``Topic.validate``, the topic-name collision check, manual assignment checks) are kept so that clients and their
-test suites see the errors they expect.
+(``Topic.validate``, which ``metadata.topic_names`` keeps for the broker too; the topic-name collision check, manual
+assignment checks) are kept so that clients and their test suites see the errors they expect.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -21,15 +20,13 @@ from metadata.controller_api import CreateTopicResult, DeleteTopicResult, NewTop
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
 from metadata.rpc.kafka_apis import METADATA_TOPIC
+from metadata.topic_names import validate_topic_name
 from settings.config_key import ConfigValueError
 from settings.config_resources import RESOURCE_TOPIC
 from settings.describe import describe_topic_configs
 from settings.keys import validate_topic_config
 from settings.server import ServerConfig
 from storage.metadata.record_codec import MetadataRecord
-
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 #: Kafka's bounds on one request: the partitions a CreateTopics asks for (``ReplicationControlManager.
 #: MAX_PARTITIONS_PER_BATCH``) and the records it writes (``QuorumController.MAX_RECORDS_PER_USER_OP``). The replicas
@@ -57,25 +54,6 @@ class Deletion:
     records: list[RemoveTopicRecord]
     results: list[DeleteTopicResult]
     deleted: dict[uuid.UUID, str]
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's topic name rules (``Topic.validate``)."""
-    if not name:
-        raise ControllerError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise ControllerError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise ControllerError(
-            ErrorCode.invalid_topic_exception,
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}",
-        )
-    if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        raise ControllerError(
-            ErrorCode.invalid_topic_exception,
-            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' "
-            "and '-'",
-        )
 
 
 def _collision_key(name: str) -> str:

@@ -172,6 +172,18 @@ def test_metadata_v13_top_level_error_code_is_none(client: WireClient, kafka: Br
     assert missing.error_code == ErrorCode.unknown_topic_or_partition and missing.partitions == ()
 
 
+def test_metadata_names_no_topic_can_have_are_invalid_without_auto_creation(client: WireClient) -> None:
+    """Kafka's getTopicMetadata validates a name it will not create: a consumer asking for one fails at once
+    (INVALID_TOPIC_EXCEPTION) instead of waiting for a topic that can never exist."""
+    illegal = ("bad name!", "..", "x" * 250)
+    missing = topic_name("missing")
+    response = metadata_v13(client, *illegal, missing)
+    assert [(t.name, t.error_code, t.partitions) for t in response.topics] == [
+        *((name, ErrorCode.invalid_topic_exception, ()) for name in illegal),
+        (missing, ErrorCode.unknown_topic_or_partition, ()),
+    ]
+
+
 @pytest.mark.parametrize("version", [17, 18])
 def test_fetch_v17_v18_by_topic_id(client: WireClient, version: int) -> None:
     name, topic_id = ready_topic(client)
