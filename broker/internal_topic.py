@@ -65,6 +65,17 @@ class InternalTopic:
     #: Its topic configs, from the broker's.
     configs: Callable[[ServerConfig], Mapping[str, str]]
 
+    def new_topic(self, cfg: ServerConfig) -> NewTopic:
+        """The topic as it is created, by its coordinator on first use or by a Metadata request naming it (Kafka's
+        AutoTopicCreationManager gives these names the coordinator's definition): with the default one, a compacted
+        topic would be created with cleanup.policy=delete, and its state deleted by retention."""
+        return NewTopic(
+            name=self.name,
+            num_partitions=int(cfg.value(self.partitions_key)),
+            replication_factor=int(cfg.value(self.replication_key)),
+            configs=self.configs(cfg),
+        )
+
 
 class Load(enum.Enum):
     LOADING = "loading"
@@ -315,14 +326,8 @@ class InternalTopicPartitions(Generic[ReplayedT]):
         async with self._create_lock:
             if name in controller.image.topics_by_name:
                 return ErrorCode.none, None
-            cfg = self._context.config
-            topic = NewTopic(
-                name=name,
-                num_partitions=int(cfg.value(self._topic.partitions_key)),
-                replication_factor=int(cfg.value(self._topic.replication_key)),
-                configs=self._topic.configs(cfg),
-            )
-            [result] = await controller.create_topics([topic], validate_only=False)
+            [result] = await controller.create_topics([self._topic.new_topic(self._context.config)],
+                                                      validate_only=False)
             if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 logger.error("creating %s failed: %s %s", name, result.error.name, result.message or "")
                 return ErrorCode.coordinator_not_available, f"cannot create {name}: {result.message}"

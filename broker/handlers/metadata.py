@@ -15,7 +15,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import uuid_zero
 
 from broker import authorized_operations
+from broker.groups.offsets_topic import OFFSETS_INTERNAL_TOPIC
 from broker.handlers.context import RequestContext
+from broker.transactions.state_topic import TRANSACTION_STATE
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from metadata.controller_api import NewTopic
 from metadata.errors import ControllerError
@@ -27,7 +29,10 @@ from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+#: The coordinators' topics by name. A Metadata request may name one before its coordinator first used it; it is then
+#: created as the coordinator would create it (Kafka's AutoTopicCreationManager.creatableTopic).
+_INTERNAL = {topic.name: topic for topic in (OFFSETS_INTERNAL_TOPIC, TRANSACTION_STATE)}
+INTERNAL_TOPICS = frozenset(_INTERNAL)
 
 
 #: From this version a partition whose live leader has no endpoint on the client's listener is LISTENER_NOT_FOUND
@@ -133,9 +138,13 @@ def _not_created_error(name: str) -> ErrorCode:
 
 
 async def _auto_create(ctx: RequestContext, names: Sequence[str]) -> dict[str, ErrorCode]:
-    """Asks the controller to create ``names`` with the defaults; Kafka answers LEADER_NOT_AVAILABLE for a topic
-    being created (the client retries) and the controller's error (INVALID_TOPIC_EXCEPTION...) otherwise."""
-    results = await ctx.broker.controller.create_topics([NewTopic(name=name) for name in names], False)
+    """Asks the controller to create ``names`` with the defaults, or an internal topic as its coordinator does;
+    Kafka answers LEADER_NOT_AVAILABLE for a topic being created (the client retries) and the controller's error
+    (INVALID_TOPIC_EXCEPTION...) otherwise."""
+    config = ctx.broker.config
+    results = await ctx.broker.controller.create_topics(
+        [_INTERNAL[name].new_topic(config) if name in _INTERNAL else NewTopic(name=name) for name in names], False
+    )
     out: dict[str, ErrorCode] = {}
     for result in results:
         if result.error in (ErrorCode.none, ErrorCode.topic_already_exists):

@@ -24,6 +24,7 @@ from broker.groups.offsets_schema import (
     decode_offset_value,
 )
 from testkit.node_process import BrokerProcess, WireClient, start_broker
+from testkit.waiting import eventually
 from tests.broker.coordinator import find_coordinator
 from tests.topics import create_topic
 from wire import codec, schema
@@ -350,3 +351,42 @@ def read_partition(bootstrap: str, topic: str, partition: int) -> list[tuple[byt
         return out
     finally:
         consumer.close()
+
+
+def test_a_metadata_request_creates_the_internal_topics_as_their_coordinators_do(
+    broker_factory: Callable[..., BrokerProcess], wire: Callable[[int], WireClient]
+) -> None:
+    """Kafka's AutoTopicCreationManager gives ``__consumer_offsets`` and ``__transaction_state`` their coordinator's
+    definition when a Metadata request names them first: created as an ordinary topic, a compacted log would be
+    deleted by retention (a week), group offsets and all."""
+    node = broker_factory({"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "2"})
+    client = wire(node.port)
+    names = ("__consumer_offsets", "__transaction_state")
+    metadata = req(3, 12, topics=tuple(nested(3, 12, "topics", name=name) for name in names),
+                   allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    asked = client.request(metadata)
+    assert [(t.name, t.error_code, t.is_internal) for t in asked.topics] == [
+        (name, ErrorCode.leader_not_available, True) for name in names
+    ]
+    created = eventually(
+        lambda: client.request(metadata).topics,
+        until=lambda topics: all(t.error_code == ErrorCode.none and t.partitions for t in topics),
+        timeout=15, what="the internal topics to be created",
+    )
+    assert [(t.name, len(t.partitions), t.is_internal) for t in created] == [
+        ("__consumer_offsets", 3, True), ("__transaction_state", 2, True)
+    ]
+    keys = ("cleanup.policy", "compression.type")
+    resources = tuple(nested(32, 4, "resources", resource_type=2, resource_name=name, configuration_keys=keys)
+                      for name in names)
+    described = client.request(req(32, 4, resources=resources, include_synonyms=False, include_documentation=False))
+    assert [(r.resource_name, {c.name: c.value for c in r.configs}) for r in described.results] == [
+        ("__consumer_offsets", {"cleanup.policy": "compact", "compression.type": "producer"}),
+        ("__transaction_state", {"cleanup.policy": "compact", "compression.type": "uncompressed"}),
+    ]
+
+    group = unique("after-metadata")
+    find_coordinator(client, group)
+    assert join(client, 0, group).error_code == ErrorCode.none
+    txn = client.request(req(10, 4, key_type=1, coordinator_keys=(unique("txn"),)))
+    assert [c.error_code for c in txn.coordinators] == [ErrorCode.none]
