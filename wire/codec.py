@@ -3,8 +3,10 @@ bytes), response encoding, and the request side for tests and tools. Building th
 
 Everything here is pure (no I/O) so the server, the handlers and the tests share one codec. kio's schema lookup
 goes through ``pkgutil.resolve_name`` and is slow, so every class and reader is cached per (api key, version).
-kio's native readers only accept read-only buffers and raise ``KeyError`` on unknown tagged fields; both turn into
-``MalformedRequestError`` here so the server closes just the offending connection.
+kio's native readers only accept read-only buffers and raise ``KeyError`` on an unknown tagged field, which Kafka's
+generated readers skip (KIP-482: a newer client may send tags this version does not define); so a request's header
+and body are first walked here, and a frame holding unknown tags is handed to kio without them. What still fails to
+decode becomes ``MalformedRequestError``, so the server closes just the offending connection.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kio.serial._introspect import (
     classify_field,
     is_optional,
 )
+from kio.static.constants import EntityType
 
 from wire.schema import entity_fields
 
@@ -141,7 +144,7 @@ def decode_header(frame: bytes) -> RequestHeader:
     prefix = read_prefix(frame)
     cls = request_class(prefix.api_key, prefix.api_version)
     try:
-        header, size = _reader(cls.__header_schema__)(frame if isinstance(frame, bytes) else bytes(frame), 0)
+        header, size = _read_known(cls.__header_schema__, frame if isinstance(frame, bytes) else bytes(frame), 0)
     except Exception as exc:  # kio raises KeyError, ValueError, BufferUnderflow, ... for bad input
         raise MalformedRequestError(
             f"cannot decode the header of {cls.__name__} v{prefix.api_version} (correlation id "
@@ -158,12 +161,11 @@ def decode_request(frame: bytes, header: RequestHeader | None = None) -> Decoded
     data = frame if isinstance(frame, bytes) else bytes(frame)
     try:
         if header is None:
-            read, header_size = _reader(cls.__header_schema__)(data, 0)
+            read, header_size = _read_known(cls.__header_schema__, data, 0)
             client_id = read.client_id
         else:
             header_size, client_id = header.size, header.client_id
-        _check_array_lengths(cls, data, header_size, len(data))
-        body, body_size = _reader(cls)(data, header_size)
+        body, body_size = _read_known(cls, data, header_size)
     except Exception as exc:  # kio raises KeyError, ValueError, BufferUnderflow, ... for bad input
         raise MalformedRequestError(
             f"cannot decode {cls.__name__} v{prefix.api_version} (correlation id {prefix.correlation_id}, "
@@ -241,6 +243,9 @@ class _Skip:
     size: int
     #: 2 for strings (int16 legacy length), 4 for bytes and records (int32).
     legacy_length: struct.Struct
+    #: Whether its length is the legacy one even in a flexible entity (the request header's client id: Kafka's
+    #: RequestHeader.json gives it no flexible versions).
+    always_legacy: bool
     nullable: bool
     nested: type[Any] | None
 
@@ -274,7 +279,9 @@ def _skip_plan(entity_cls: type[Any]) -> _EntitySkips:
             shape, nested = _ENTITY, kind.type_
         else:
             shape = _FIXED if size else _VARIABLE
-        skip = _Skip(field.name, shape, size, _I16 if kafka_type == "string" else _I32, is_optional(field), nested)
+        always_legacy = field.name == "client_id" and entity_cls.__type__ is EntityType.header
+        skip = _Skip(field.name, shape, size, _I16 if kafka_type == "string" else _I32, always_legacy,
+                     is_optional(field), nested)
         tag = field.metadata.get("tag")
         if tag is not None:
             tagged[int(tag)] = skip
@@ -285,7 +292,7 @@ def _skip_plan(entity_cls: type[Any]) -> _EntitySkips:
 
 
 def _skip_variable(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool) -> int:
-    size, pos = _read_length(data, pos, end, flexible, skip.legacy_length)
+    size, pos = _read_length(data, pos, end, flexible and not skip.always_legacy, skip.legacy_length)
     if size < 0 and not skip.nullable:
         # kio decodes it as None, which a handler using the field would trip over.
         raise MalformedRequestError(f"non-nullable field {skip.name!r} is null")
@@ -295,7 +302,11 @@ def _skip_variable(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool)
     return pos
 
 
-def _skip_field(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool) -> int:
+#: A replacement of ``data[start:end]`` by ``bytes``: an entity's tagged fields without the unknown ones.
+_Edit = tuple[int, int, bytes]
+
+
+def _skip_field(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool, *, edits: list[_Edit]) -> int:
     shape = skip.shape
     if shape == _FIXED:
         return pos + skip.size
@@ -309,7 +320,7 @@ def _skip_field(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool) ->
             pos += 1
             if data[pos - 1] in (0, 0xFF):
                 return pos
-        return _skip_entity(skip.nested, data, pos, end)
+        return _skip_entity(skip.nested, data, pos, end, edits)
     count, pos = _read_length(data, pos, end, flexible, _I32)
     if count < 0 and not skip.nullable:
         raise MalformedRequestError(f"non-nullable array {skip.name!r} is null")
@@ -320,7 +331,7 @@ def _skip_field(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool) ->
     if shape == _ENTITY_ARRAY:
         assert skip.nested is not None
         for _ in range(count):
-            pos = _skip_entity(skip.nested, data, pos, end)
+            pos = _skip_entity(skip.nested, data, pos, end, edits)
     elif skip.size:
         pos += max(count, 0) * skip.size
     else:
@@ -330,34 +341,80 @@ def _skip_field(skip: _Skip, data: bytes, pos: int, end: int, flexible: bool) ->
     return pos
 
 
-def _skip_entity(entity_cls: type[Any], data: bytes, pos: int, end: int) -> int:
+def _skip_entity(entity_cls: type[Any], data: bytes, pos: int, end: int, edits: list[_Edit]) -> int:
+    """Steps over one ``entity_cls`` at ``pos``; appends to ``edits`` what takes its unknown tagged fields (and those
+    of the entities in it) out, in frame order."""
     plan = _skip_plan(entity_cls)
     flexible = plan.flexible
     for skip in plan.fields:
-        pos = _skip_field(skip, data, pos, end, flexible)
+        pos = _skip_field(skip, data, pos, end, flexible, edits=edits)
     if pos > end:
         raise _Truncated
     if flexible:
+        section = pos
         count, pos = _read_uvarint(data, pos, end)
+        kept: list[tuple[int, bytes]] = []
+        changed = False
         for _ in range(count):
             tag, pos = _read_uvarint(data, pos, end)
             size, pos = _read_uvarint(data, pos, end)
             if pos + size > end:
                 raise _Truncated
             tagged = plan.tagged.get(tag)
-            if tagged is not None:
-                _skip_field(tagged, data, pos, pos + size, flexible)
+            if tagged is None:
+                changed = True  # Kafka's readers keep it as an unknown tagged field, which nothing reads
+            else:
+                inner: list[_Edit] = []
+                _skip_field(tagged, data, pos, pos + size, flexible, edits=inner)
+                changed = changed or bool(inner)
+                kept.append((tag, _edited(data, pos, pos + size, inner)))
             pos += size
+        if changed:
+            section_bytes = bytearray(_uvarint(len(kept)))
+            for tag, value in kept:
+                section_bytes += _uvarint(tag) + _uvarint(len(value)) + value
+            edits.append((section, pos, bytes(section_bytes)))
     return pos
 
 
-def _check_array_lengths(entity_cls: type[Any], data: bytes, pos: int, end: int) -> None:
-    """Refuses a body whose array counts exceed the bytes left, before kio's native reader sees it; any other
-    inconsistency is left to the reader, which raises a catchable error for it."""
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _edited(data: bytes, start: int, end: int, edits: list[_Edit]) -> bytes:
+    """``data[start:end]`` with ``edits`` (in order, within the range) made."""
+    out = bytearray()
+    at = start
+    for edit_start, edit_end, replacement in edits:
+        out += data[at:edit_start]
+        out += replacement
+        at = edit_end
+    out += data[at:end]
+    return bytes(out)
+
+
+def _read_known(entity_cls: type[Any], data: bytes, pos: int) -> tuple[Any, int]:
+    """kio's reader of ``entity_cls`` at ``pos``: (the entity, bytes of ``data`` it used).
+
+    The entity is walked first, to refuse array counts exceeding the bytes left before kio's native reader sees
+    them, and to find unknown tagged fields: kio fails on those, where Kafka skips them, so the reader is then given
+    the entity's bytes without them. A frame that ends inside a field is left to the reader, which reports that
+    itself."""
+    edits: list[_Edit] = []
     try:
-        _skip_entity(entity_cls, data, pos, end)
+        end = _skip_entity(entity_cls, data, pos, len(data), edits)
     except _Truncated:
-        pass
+        edits.clear()
+    if not edits:
+        result: tuple[Any, int] = _reader(entity_cls)(data, pos)
+        return result
+    entity, _ = _reader(entity_cls)(_edited(data, pos, end, edits), 0)
+    return entity, end - pos
 
 
 def encode_entity(entity: Any) -> bytes:

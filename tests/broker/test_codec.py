@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -68,18 +69,62 @@ def test_trailing_bytes_are_tolerated() -> None:
     assert decoded.body == request and decoded.consumed == len(frame) - 4
 
 
+#: An unknown tagged field (tag, size 1, one byte) as a newer client may send one.
+_UNKNOWN = bytes([1, 99, 1, 0x2A])
+
+
 def _with_unknown_tag(frame: bytes) -> bytes:
     """A flexible request whose body ends with an empty tagged-field section, given one unknown tag (99)."""
     assert frame.endswith(b"\0")
-    return frame[:-1] + bytes([1, 99, 1, 0x2A])
+    return frame[:-1] + _UNKNOWN
 
 
-def test_unknown_tagged_field_and_truncation_are_malformed() -> None:
-    frame = codec.encode_request(schema.build(codec.request_class(3, 12), topics=None), 9)[4:]
+def _metadata_v12(*topics: str) -> tuple[Any, bytes]:
+    request = schema.build(codec.request_class(3, 12), topics=tuple(
+        schema.build_nested(codec.request_class(3, 12), "topics", name=t) for t in topics
+    ), allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return request, codec.encode_request(request, 9, client_id="cli")[4:]
+
+
+def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them() -> None:
+    """KIP-482: Kafka's generated readers keep a tag they do not know aside and read on, in the request header, the
+    body and every struct in it; the frame's bytes are still all counted as read."""
+    request, frame = _metadata_v12("abc")
+    header_tags = 8 + 2 + len("cli")  # the prefix, then the client id (a legacy string even in header v2)
+    assert frame[header_tags] == 0
+    topic_tags = frame.index(b"\x04abc") + 4
+    assert frame[topic_tags] == 0
+    variants = {
+        "header": frame[:header_tags] + bytes([1, 5, 1, 0x2A]) + frame[header_tags + 1:],
+        "body": _with_unknown_tag(frame),
+        "nested": frame[:topic_tags] + bytes([1, 9, 2, 0xAB, 0xCD]) + frame[topic_tags + 1:],
+    }
+    for where, tagged in variants.items():
+        decoded = codec.decode_request(tagged)
+        assert (decoded.body, decoded.client_id, decoded.consumed) == (request, "cli", len(tagged)), where
+        header = codec.decode_header(tagged)
+        assert codec.decode_request(tagged, header).body == request, where
+
+    # Beside known tags, inside a known tagged struct too: the known ones are read as sent.
+    fetch_cls = codec.request_class(1, 15)
+    plain = codec.encode_request(schema.build(fetch_cls, topics=(), forgotten_topics_data=()), 3)[4:]
+    state = schema.build(schema.field_entity(fetch_cls, "replica_state"), replica_id=5, replica_epoch=7)
+    fetch = schema.build(fetch_cls, cluster_id="c", replica_state=state, topics=(), forgotten_topics_data=())
+    section = codec.encode_request(fetch, 3)[4 + len(plain) - 1:]
+    # count 2; tag 0, size 2, "c"; tag 1, size 13, replica id, epoch, no tags
+    assert section[:5] == bytes([2, 0, 2, 2, ord("c")]) and section[5:7] == bytes([1, 13]) and section[-1] == 0
+    replica_state = section[7:-1] + bytes([1, 9, 1, 0x2A])
+    tagged = plain[:-1] + bytes([3]) + section[1:5] + bytes([1, len(replica_state)]) + replica_state + _UNKNOWN[1:]
+    decoded = codec.decode_request(tagged)
+    assert decoded.body == fetch and decoded.consumed == len(tagged)
+
+
+def test_truncation_is_malformed() -> None:
+    _, frame = _metadata_v12()
     with pytest.raises(codec.MalformedRequestError, match="MetadataRequest v12"):
-        codec.decode_request(_with_unknown_tag(frame))
-    with pytest.raises(codec.MalformedRequestError):
         codec.decode_request(frame[:-2])
+    with pytest.raises(codec.MalformedRequestError):
+        codec.decode_request(_with_unknown_tag(frame)[:-1])  # the unknown tag's value cut short
     with pytest.raises(codec.MalformedRequestError):
         codec.decode_request(frame[:5])
     with pytest.raises(codec.UnsupportedRequestError):
@@ -96,9 +141,10 @@ def test_bad_frames_close_only_their_connection(
     healthy = wire(shared_broker.port)
     metadata = codec.encode_request(schema.build(codec.request_class(3, 12), topics=None), 1)[4:]
 
-    tagged = wire(shared_broker.port)
+    tagged = wire(shared_broker.port)  # a tag this version does not define is skipped, as Kafka skips it
     tagged.send_raw(_framed(_with_unknown_tag(metadata)))
-    assert tagged.is_closed_by_peer()
+    correlation_id, response = tagged.receive(3, 12)
+    assert correlation_id == 1 and response.brokers[0].port == shared_broker.port
 
     truncated = wire(shared_broker.port)
     truncated.send_raw(_framed(metadata[:-3]))
