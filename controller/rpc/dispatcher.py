@@ -172,25 +172,30 @@ class ControllerDispatcher:
         return raft_requests.describe_quorum(self.quorum, response_cls)
 
     def _describe_cluster(self, response_cls: type[Any], body: Any) -> Any:
+        """The controllers, as Kafka's controller answers DescribeCluster: asked for the brokers (the endpoint type
+        v0 implies), MISMATCHED_ENDPOINT_TYPE, the brokers being a known type this listener does not serve; an
+        unknown type, UNSUPPORTED_ENDPOINT_TYPE (AuthHelper.computeDescribeClusterResponse)."""
         leader = self.quorum.leader_id
-        controllers = int(getattr(body, "endpoint_type", 1)) == 2
-        nodes: list[tuple[int, str, int, str | None]]
-        if controllers:
-            nodes = [(voter_id, host, port, None) for voter_id, (host, port) in sorted(self.quorum.voters.items())]
-        else:
-            nodes = []
-            for broker in self.quorum.image.live_brokers():
-                if broker.listeners:
-                    nodes.append((broker.node_id, broker.listeners[0].host, broker.listeners[0].port, broker.rack))
+        endpoint_type = int(getattr(body, "endpoint_type", 1))
+        if endpoint_type != 2:
+            unknown = endpoint_type != 1
+            return schema.build(
+                response_cls,
+                error_code=ErrorCode.unsupported_endpoint_type if unknown else ErrorCode.mismatched_endpoint_type,
+                error_message=f"Unsupported endpoint type {endpoint_type}" if unknown else (
+                    "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type BROKER"
+                ),
+            )
+        nodes = [(voter_id, host, port) for voter_id, (host, port) in sorted(self.quorum.voters.items())]
         return schema.build(
             response_cls,
             error_code=ErrorCode.none,
-            endpoint_type=2 if controllers else 1,
+            endpoint_type=2,
             cluster_id=self.quorum.cluster_id,
             controller_id=leader if leader is not None else -1,
             brokers=tuple(
-                schema.build_nested(response_cls, "brokers", broker_id=node_id, host=host, port=port, rack=rack)
-                for node_id, host, port, rack in nodes
+                schema.build_nested(response_cls, "brokers", broker_id=node_id, host=host, port=port, rack=None)
+                for node_id, host, port in nodes
             ),
             cluster_authorized_operations=-2147483648,
         )

@@ -237,6 +237,12 @@ async def test_describe_cluster_and_api_versions_on_the_controller_listener(clus
         assert described.error_code == ErrorCode.none
         assert described.controller_id == leader
         assert sorted((b.broker_id, b.port) for b in described.brokers) == [(v.node_id, v.port) for v in cluster.voters]
+        # The brokers (v0's endpoint type) are not what a controller serves, as Kafka's controller answers.
+        brokers = await client.request(DESCRIBE_CLUSTER, 1, endpoint_type=1)
+        assert (brokers.error_code, brokers.brokers) == (ErrorCode.mismatched_endpoint_type, ())
+        assert brokers.error_message and "CONTROLLER" in brokers.error_message
+        unknown = await client.request(DESCRIBE_CLUSTER, 1, endpoint_type=7)
+        assert unknown.error_code == ErrorCode.unsupported_endpoint_type
         versions = await client.request(API_VERSIONS, 3, client_software_name="tests", client_software_version="1")
         served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
         for key in (VOTE, FETCH, DESCRIBE_QUORUM, BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS):
