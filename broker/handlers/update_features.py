@@ -25,13 +25,8 @@ async def handle_update_features(ctx: RequestContext, request: Any) -> Any:
 
 
 async def authorize_update_features(ctx: RequestContext, request: Any, handler: Handler) -> Any:
-    """CLUSTER ALTER, as Kafka checks; a refusal answers CLUSTER_AUTHORIZATION_FAILED for every feature."""
+    """CLUSTER ALTER, as Kafka checks; a refusal is the top-level CLUSTER_AUTHORIZATION_FAILED alone."""
     if ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         return await handler(ctx, request)
-    updates, _ = feature_wire.read_update_features(request, ctx.api_version)
     message = f"{ctx.principal} is not authorized: {CLUSTER_DENIED.name}"
-    refused = feature_wire.update_features_refused(updates, ErrorCode(CLUSTER_DENIED), message)
-    if not refused:
-        return ctx.build(throttle_time=0, error_code=CLUSTER_DENIED, error_message=message,
-                         **({"results": ()} if ctx.api_version < 2 else {}))
-    return feature_wire.update_features_response(ctx.response_class, ctx.api_version, refused)
+    return feature_wire.update_features_refusal(ctx.response_class, ErrorCode(CLUSTER_DENIED), message)

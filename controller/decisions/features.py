@@ -3,8 +3,8 @@
 Kafka's rules (FeatureControlManager): an unknown feature, a level outside the range this software supports, a
 lower level asked as an upgrade or a higher one asked as a downgrade are each refused with INVALID_UPDATE_VERSION
 and Kafka's message. ``metadata.version`` cannot be downgraded (a safe downgrade might lose metadata, an unsafe one
-is not supported), and is never removed. As Kafka does since KIP-1022, nothing is written unless every update is
-valid.
+is not supported), and is never removed. As Kafka's QuorumController does since KIP-1022, the updates are applied
+all or nothing: the first refused update refuses every one, with Kafka's sentence naming it.
 
 A cluster that never finalized its features runs at the software's defaults (``wire.api_versions.FEATURES``); its
 first write also records the defaults it does not change, so later software with other defaults keeps them.
@@ -22,6 +22,9 @@ from metadata.controller_api import FeatureUpdate, FeatureUpdateResult
 from metadata.image import MetadataImage
 from storage.metadata.record_codec import MetadataRecord
 from wire.api_versions import FEATURES, FEATURES_BY_NAME, METADATA_VERSION
+
+#: QuorumController.updateFeatures puts this ahead of the refused feature's error.
+_ALL_FAILED = "The update failed for all features since the following feature had an error: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,6 @@ def refusal(feature: str, level: int, image: MetadataImage, upgrade_type: int) -
 
 
 def plan_update_features(image: MetadataImage, updates: Sequence[FeatureUpdate]) -> FeaturesPlan:
-    results: list[FeatureUpdateResult] = []
     records: list[MetadataRecord] = []
     seen: set[str] = set()
     for update in updates:
@@ -77,13 +79,10 @@ def plan_update_features(image: MetadataImage, updates: Sequence[FeatureUpdate])
             reason = "The feature is named more than once in the request."
         seen.add(update.feature)
         if reason is not None:
-            message = f"Invalid update version {update.level} for feature {update.feature}. {reason}"
-            results.append(FeatureUpdateResult(update.feature, ErrorCode.invalid_update_version, message))
-            continue
-        results.append(FeatureUpdateResult(update.feature))
+            message = f"{_ALL_FAILED}Invalid update version {update.level} for feature {update.feature}. {reason}"
+            return FeaturesPlan([], [FeatureUpdateResult(u.feature, ErrorCode.invalid_update_version, message)
+                                     for u in updates])
         records.append(FeatureLevelRecord(update.feature, update.level))
-    if any(r.error is not ErrorCode.none for r in results):
-        return FeaturesPlan([], results)
     if records:
         records = [r for r in initial_records(image) if r.name not in seen] + records
-    return FeaturesPlan(records, results)
+    return FeaturesPlan(records, [FeatureUpdateResult(u.feature) for u in updates])

@@ -5,8 +5,9 @@ listener (UpdateFeatures forwarded by brokers, or sent by ``kafka-features.sh --
 broker's remote client (which forwards in one fixed version and reads the answer back) all speak it.
 
 v0 names a downgrade with ``allow_downgrade`` (a safe downgrade, as Kafka reads it); v1 has the upgrade type and
-``validate_only``; v2 answers only with a top-level error, INVALID_UPDATE_VERSION naming the first refused feature
-when any is (KIP-1022), where v0-1 answer each feature.
+``validate_only``. The controller applies the updates all or nothing (``controller.decisions.features``), so a
+refusal is one top-level error at every version, with no per-feature rows (Kafka's QuorumController.updateFeatures
+and UpdateFeaturesResponse.createWithErrors); only a success at v0-1 has a row per feature, each NONE.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from metadata.controller_api import FeatureUpdate, FeatureUpdateResult
 from wire import codec, schema
 
 _UPDATE_FEATURES: Final = 57
-#: The version the remote client forwards in (it carries per-feature results back).
+#: The version the remote client forwards in (a success carries per-feature results back).
 _FORWARD_VERSION: Final = 1
-_EXCEPTION: Final = "org.apache.kafka.common.errors.InvalidUpdateVersionException"
+#: A success row's message: Kafka writes ``Errors.NONE.message()``, which for an error without an exception is the
+#: error's name.
+_NONE_MESSAGE: Final = "NONE"
 
 
 def read_update_features(request: Any, version: int) -> tuple[list[FeatureUpdate], bool]:
@@ -62,30 +65,18 @@ def update_features_refused(updates: Sequence[FeatureUpdate], code: ErrorCode, m
     return [FeatureUpdateResult(u.feature, code, message) for u in updates]
 
 
-def update_features_response(response_cls: type[Any], version: int, results: Sequence[FeatureUpdateResult]) -> Any:
+def update_features_response(response_cls: type[Any], results: Sequence[FeatureUpdateResult]) -> Any:
+    """The answer to the controller's results: its refusal, or a success (v2 has no ``results`` to fill)."""
     refused = next((r for r in results if r.error is not ErrorCode.none), None)
-    if version >= 2:
-        if refused is None:
-            return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None)
-        code = refused.error
-        message = refused.message
-        if code is ErrorCode.invalid_update_version:
-            message = f"{refused.feature}:{_EXCEPTION} ({refused.message})"
-        return schema.build(response_cls, throttle_time=0, error_code=code, error_message=message)
-    # v0-1: each feature answers for itself; a refusal of them all at once (NOT_CONTROLLER, an authorization
-    # failure) is also the top-level error, as Kafka's createWithErrors sets it.
-    shared = {r.error for r in results}
-    top = ErrorCode.none
-    if refused is not None and len(shared) == 1 and refused.error is not ErrorCode.invalid_update_version:
-        top = refused.error
-    return schema.build(
-        response_cls,
-        throttle_time=0,
-        error_code=top,
-        error_message=refused.message if top is not ErrorCode.none and refused is not None else None,
-        results=tuple(
-            schema.build_nested(response_cls, "results", feature=r.feature, error_code=r.error,
-                                error_message=r.message)
-            for r in results
-        ),
-    )
+    if refused is not None:
+        return update_features_refusal(response_cls, refused.error, refused.message)
+    rows = ()
+    if schema.has_field(response_cls, "results"):
+        rows = tuple(schema.build_nested(response_cls, "results", feature=r.feature, error_code=ErrorCode.none,
+                                         error_message=_NONE_MESSAGE) for r in results)
+    return schema.build(response_cls, throttle_time=0, error_code=ErrorCode.none, error_message=None, results=rows)
+
+
+def update_features_refusal(response_cls: type[Any], code: ErrorCode, message: str | None) -> Any:
+    """A refused request: the one top-level error, no feature answering for itself, at every version."""
+    return schema.build(response_cls, throttle_time=0, error_code=code, error_message=message)

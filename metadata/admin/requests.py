@@ -388,4 +388,4 @@ async def update_features(response_cls: type[Any], request: Any, version: int, c
         except Exception as exc:
             code, message = _refusal(exc, "updating features %s failed", [u.feature for u in updates])
             results = feature_wire.update_features_refused(updates, code, message)
-    return feature_wire.update_features_response(response_cls, version, results)
+    return feature_wire.update_features_response(response_cls, results)

@@ -26,6 +26,7 @@ from wire import codec, schema
 
 UPDATE_FEATURES = 57
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
+ALL_FAILED = "The update failed for all features since the following feature had an error: "
 
 
 def features(client: WireClient, version: int = 4) -> tuple[dict[str, tuple[int, int]], dict[str, int], int]:
@@ -141,20 +142,27 @@ def test_invalid_updates_are_refused_with_kafkas_errors_and_change_nothing(
             assert answer.error_code == ErrorCode.none
             continue
         assert answer.error_code == ErrorCode.invalid_update_version, item
-        assert answer.error_message.startswith(f"{item[0]}:org.apache.kafka.common.errors.InvalidUpdateVersion")
+        assert answer.error_message.startswith(
+            f"{ALL_FAILED}Invalid update version {item[1]} for feature {item[0]}. "), answer.error_message
         assert reason in answer.error_message, answer.error_message
-    # One valid update beside an invalid one: nothing is finalized.
+    # One valid update beside an invalid one: nothing is finalized, and the request fails as a whole.
     mixed = update(client, ("transaction.version", 1, SAFE_DOWNGRADE), ("group.version", 2, SAFE_DOWNGRADE))
     assert mixed.error_code == ErrorCode.invalid_update_version
+    assert mixed.error_message.startswith(f"{ALL_FAILED}Invalid update version 2 for feature group.version.")
     assert features(client)[1] == before
-    # v1 answers per feature; v0's allow_downgrade is a safe downgrade.
+    # v0-1 too: one top-level error and no feature answering for itself (v0's allow_downgrade is a safe downgrade).
     v1 = update(client, ("transaction.version", 1, UPGRADE), ("group.version", 1, UPGRADE), version=1)
-    assert v1.error_code == ErrorCode.none
-    assert {r.feature: r.error_code for r in v1.results} == {
-        "transaction.version": ErrorCode.invalid_update_version, "group.version": ErrorCode.none}
+    assert (v1.error_code, list(v1.results)) == (ErrorCode.invalid_update_version, [])
+    assert v1.error_message.startswith(f"{ALL_FAILED}Invalid update version 1 for feature transaction.version.")
     assert features(client)[1] == before
     v0 = update(client, ("metadata.version", 12, SAFE_DOWNGRADE), version=0)
-    assert [r.error_code for r in v0.results] == [ErrorCode.invalid_update_version]
+    assert (v0.error_code, list(v0.results)) == (ErrorCode.invalid_update_version, [])
+    assert "might delete metadata information" in v0.error_message
+    # A success at v0-1 has a row per feature, each NONE with Kafka's message for it.
+    done = update(client, ("group.version", 1, UPGRADE), ("share.version", 1, UPGRADE), version=1)
+    assert (done.error_code, done.error_message) == (ErrorCode.none, None)
+    assert [(r.feature, r.error_code, r.error_message) for r in done.results] == [
+        ("group.version", ErrorCode.none, "NONE"), ("share.version", ErrorCode.none, "NONE")]
 
 
 def test_initial_levels_given_at_the_first_start_as_kafka_storage_format_feature(
