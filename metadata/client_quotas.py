@@ -6,17 +6,20 @@ default entity, ``<default>`` in Kafka's tools), or ``ip``. It is kept as a tupl
 one spelling whatever order a request listed its parts in. Each entity maps quota keys to values
 (``MetadataImage.client_quotas``), replicated as ``ClientQuotaRecord``s.
 
-Keys: ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes/s, whole numbers), ``request_percentage`` (% of
-one request thread per quota window) and ``controller_mutation_rate`` (partitions created or deleted per second,
-KIP-599) are enforced by the brokers (``broker.quotas``). The ``ip`` entity's ``connection_creation_rate`` is
-refused with INVALID_REQUEST naming the key: Fjord does not apply it, and storing a limit nothing enforces would
-mislead an operator.
-Kafka's rules otherwise (ClientQuotaControlManager): each entry is decided on its own, a removal of a key that is
-not set is a success, ``validate_only`` writes nothing.
+Keys, as Kafka's ClientQuotaControlManager takes them by entity type: a ``user`` and/or ``client-id`` entity takes
+``producer_byte_rate`` and ``consumer_byte_rate`` (bytes/s, whole numbers), ``request_percentage`` (% of one
+request thread per quota window) and ``controller_mutation_rate`` (partitions created or deleted per second,
+KIP-599), which the brokers enforce (``broker.quotas``); an ``ip`` entity takes ``connection_creation_rate`` alone,
+and any other key is ``Invalid configuration key``. Fjord refuses ``connection_creation_rate`` all the same, with
+INVALID_REQUEST naming the key: it does not apply it, and storing a limit nothing enforces would mislead an operator.
+Kafka's rules otherwise: each entry is decided on its own, a removal is not validated (removing a key that is not
+set is a success that writes nothing), setting a key to the value it has writes nothing, ``validate_only`` writes
+nothing.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,15 +39,22 @@ PRODUCER_BYTE_RATE: Final = "producer_byte_rate"
 CONSUMER_BYTE_RATE: Final = "consumer_byte_rate"
 REQUEST_PERCENTAGE: Final = "request_percentage"
 CONTROLLER_MUTATION_RATE: Final = "controller_mutation_rate"
-#: The keys brokers enforce; ``True``: the value must be a whole number (Kafka's LONG keys).
-ENFORCED_KEYS: Final[Mapping[str, bool]] = {
-    PRODUCER_BYTE_RATE: True,
-    CONSUMER_BYTE_RATE: True,
-    REQUEST_PERCENTAGE: False,
-    CONTROLLER_MUTATION_RATE: False,
+CONNECTION_CREATION_RATE: Final = "connection_creation_rate"
+#: The largest whole value of Kafka's INT and LONG quota keys (ConfigDef.Type), by the key's type.
+_INT_MAX: Final = 2**31 - 1
+_LONG_MAX: Final = 2**63 - 1
+#: The keys of a user and/or client-id entity (Kafka's QuotaConfig.userAndClientQuotaConfigs), all enforced by the
+#: brokers, with the largest whole value a key takes (None: a DOUBLE, fractions allowed).
+ENFORCED_KEYS: Final[Mapping[str, int | None]] = {
+    PRODUCER_BYTE_RATE: _LONG_MAX,
+    CONSUMER_BYTE_RATE: _LONG_MAX,
+    REQUEST_PERCENTAGE: None,
+    CONTROLLER_MUTATION_RATE: None,
 }
+#: The keys of an ip entity (QuotaConfig.ipConfigs): an INT.
+_IP_KEYS: Final[Mapping[str, int | None]] = {CONNECTION_CREATION_RATE: _INT_MAX}
 _NOT_APPLIED: Final[Mapping[str, str]] = {
-    "connection_creation_rate": "Fjord does not apply per-IP connection creation quotas (KIP-612); "
+    CONNECTION_CREATION_RATE: "Fjord does not apply per-IP connection creation quotas (KIP-612); "
     "max.connection.creation.rate limits the broker",
 }
 
@@ -58,25 +68,53 @@ MATCH_ANY: Final = 2
 
 
 class QuotaRequestError(ValueError):
-    """A request entry or filter that cannot be served; the message is what the client sees (INVALID_REQUEST)."""
+    """A request entry or filter that cannot be served; the message is what the client sees, with ``code``."""
+
+    code: ErrorCode = ErrorCode.invalid_request
+
+
+class UnsupportedEntityType(QuotaRequestError):
+    """A DescribeClientQuotas filter naming an entity type Kafka does not know: UNSUPPORTED_VERSION, as
+    ClientQuotasImage.describe throws it (a type a later version might add)."""
+
+    code = ErrorCode.unsupported_version
 
 
 def entity_of(parts: Iterable[tuple[str, str | None]]) -> QuotaEntity:
-    """The normal form of a requested entity; raises :class:`QuotaRequestError` for an invalid one."""
+    """The normal form of a requested entity; raises :class:`QuotaRequestError` for an invalid one, with Kafka's
+    message (ClientQuotaControlManager.validateEntity, then configKeysForEntityType)."""
     listed = list(parts)
     if not listed:
         raise QuotaRequestError("Invalid empty client quota entity")
     types = [t for t, _ in listed]
-    for entity_type in types:
+    for entity_type, name in listed:
         if entity_type not in ENTITY_TYPES:
             raise QuotaRequestError(f"Unhandled client quota entity type: {entity_type}")
+        if name == "":  # None is the type's default entity; an empty name is no entity at all
+            raise QuotaRequestError(f"Empty {entity_type} not supported")
     if len(set(types)) != len(types):
         raise QuotaRequestError(f"Duplicate entity type in client quota entity: {sorted(types)}")
-    if IP in types and len(types) > 1:
-        raise QuotaRequestError(
-            "Invalid quota entity combination, IP entity should not be combined with User or ClientId"
-        )
+    if IP in types:
+        if len(types) > 1:
+            raise QuotaRequestError(
+                "Invalid quota entity combination, IP entity should not be combined with User or ClientId"
+            )
+        ip = listed[0][1]
+        if ip is not None and not _is_ip(ip):
+            raise QuotaRequestError(f"{ip} is not a valid IP or resolvable host.")
     return tuple(sorted(listed))
+
+
+def _is_ip(name: str) -> bool:
+    """Whether ``name`` is an IP address. Kafka's isValidIpEntity also takes a host name that resolves
+    (InetAddress.getByName); this decision is sans-I/O and runs on the controller's one event loop, where a DNS
+    lookup would be an unbounded blocking call, and a name's address may change after it is checked. So a name that
+    is not an IP literal is refused, with Kafka's message, and the operator names the address."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def describe_entity(entity: QuotaEntity) -> str:
@@ -84,17 +122,27 @@ def describe_entity(entity: QuotaEntity) -> str:
     return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity)
 
 
-def _check_value(key: str, value: float) -> None:
+def _check_value(entity: QuotaEntity, key: str, value: float) -> None:
+    """Kafka's validateQuotaKeyValue over the keys of the entity's type, then Fjord's refusal of a key it does not
+    apply."""
+    keys = _IP_KEYS if IP in dict(entity) else ENFORCED_KEYS
+    if key not in keys:
+        raise QuotaRequestError(f"Invalid configuration key {key}")
+    if not value > 0:
+        raise QuotaRequestError(f"Quota {key} must be greater than 0")
+    largest = keys[key]
+    if largest is not None:
+        if value > float(largest):  # as Java compares a double with the type's MAX_VALUE
+            kind = "an INT" if largest == _INT_MAX else "a LONG"
+            raise QuotaRequestError(f"Proposed value for {key} is too large for {kind}.")
+        if abs(math.fmod(value, 1.0)) > 1e-6:
+            raise QuotaRequestError(f"{key} cannot be a fractional value.")
+    # Kafka takes an infinite DOUBLE; Fjord refuses it, as the brokers' rate arithmetic has no use for it.
+    if not math.isfinite(value):
+        raise QuotaRequestError(f"Quota {key} must be a finite number greater than 0, not {value}")
     reason = _NOT_APPLIED.get(key)
     if reason is not None:
         raise QuotaRequestError(f"Quota key {key} is not supported: {reason}")
-    whole = ENFORCED_KEYS.get(key)
-    if whole is None:
-        raise QuotaRequestError(f"Invalid configuration key {key}")
-    if not math.isfinite(value) or value <= 0:
-        raise QuotaRequestError(f"Quota {key} must be a finite number greater than 0, not {value}")
-    if whole and value != int(value):
-        raise QuotaRequestError(f"Configuration {key} must be a Long value")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +180,12 @@ def _entry_records(
     records: list[MetadataRecord] = []
     for key, value in alteration.ops:
         if value is None:
-            if key not in ENFORCED_KEYS and key not in _NOT_APPLIED:
-                raise QuotaRequestError(f"Invalid configuration key {key}")
             if key in existing:
                 records.append(ClientQuotaRecord(entity, key, 0.0, remove=True))
         else:
-            _check_value(key, value)
-            records.append(ClientQuotaRecord(entity, key, float(value)))
+            _check_value(entity, key, value)
+            if existing.get(key) != value:
+                records.append(ClientQuotaRecord(entity, key, float(value)))
     return records
 
 
@@ -181,32 +228,35 @@ class QuotaFilter:
 
 
 def quota_filter(components: Iterable[tuple[str, int, str | None]], strict: bool) -> QuotaFilter:
-    """The filter of (entity type, match type, match) components; raises :class:`QuotaRequestError`."""
+    """The filter of (entity type, match type, match) components; raises :class:`QuotaRequestError` with Kafka's
+    code and message (ClientQuotasImage.describe)."""
     exact: dict[str, str | None] = {}
     any_of: set[str] = set()
     for entity_type, match_type, match in components:
+        if not entity_type:
+            raise QuotaRequestError("Invalid empty entity type.")
         if entity_type in exact or entity_type in any_of:
-            raise QuotaRequestError(f"Duplicate {entity_type} filter component entity type")
+            raise QuotaRequestError(f"Entity type {entity_type} cannot appear more than once in the filter.")
         if entity_type not in ENTITY_TYPES:
-            raise QuotaRequestError(f"Unhandled client quota entity type: {entity_type}")
+            raise UnsupportedEntityType(f"Unsupported entity type {entity_type}")
         if match_type == MATCH_EXACT:
             if match is None:
-                raise QuotaRequestError(f"Exact match filter component for {entity_type} has no name")
+                raise QuotaRequestError("Request specified MATCH_TYPE_EXACT, but set match string to null.")
             exact[entity_type] = match
         elif match_type == MATCH_DEFAULT:
             if match is not None:
-                raise QuotaRequestError(f"Default match filter component for {entity_type} has a name")
+                raise QuotaRequestError("Request specified MATCH_TYPE_DEFAULT, but also specified a match string.")
             exact[entity_type] = None
         elif match_type == MATCH_ANY:
             if match is not None:
-                raise QuotaRequestError(f"Any match filter component for {entity_type} has a name")
+                raise QuotaRequestError("Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
             any_of.add(entity_type)
         else:
-            raise QuotaRequestError(f"Unknown match type {match_type} for entity type {entity_type}")
+            raise QuotaRequestError(f"Unknown match type {match_type}")
     types = set(exact) | any_of
     if IP in types and len(types) > 1:
         raise QuotaRequestError(
-            "Invalid entity filter component combination, IP filter component should not be "
-            "used with User or ClientId filter component"
+            "Invalid entity filter component combination. IP filter component should not be used with user or "
+            "clientId filter component."
         )
     return QuotaFilter(exact, frozenset(any_of), strict)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kio.schema.errors import ErrorCode
-
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import CLUSTER_DENIED, Guard, cluster
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
@@ -32,9 +30,7 @@ async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> An
     try:
         wanted = quota_filter(components, strict)
     except QuotaRequestError as exc:
-        return quota_wire.describe_client_quotas_response(
-            ctx.response_class, {}, ErrorCode.invalid_request, str(exc)
-        )
+        return quota_wire.describe_client_quotas_response(ctx.response_class, {}, exc.code, str(exc))
     quotas = ctx.broker.controller.image.client_quotas
     matched = {entity: values for entity, values in quotas.items() if wanted.matches(entity)}
     return quota_wire.describe_client_quotas_response(ctx.response_class, matched)

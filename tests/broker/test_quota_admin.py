@@ -36,7 +36,7 @@ def test_alterations_are_validated() -> None:
     assert refusal([("user", "alice")], {"producer_byte_rate": 1024.0}) is None
     assert refusal([("user", None), ("client-id", "c")], {"request_percentage": 12.5}) is None
     assert "Invalid configuration key unknown_rate" in (refusal([("user", "a")], {"unknown_rate": 1.0}) or "")
-    assert "must be a Long" in (refusal([("user", "a")], {"producer_byte_rate": 1.5}) or "")
+    assert refusal([("user", "a")], {"producer_byte_rate": 1.5}) == "producer_byte_rate cannot be a fractional value."
     assert "greater than 0" in (refusal([("user", "a")], {"consumer_byte_rate": -1.0}) or "")
     assert "finite" in (refusal([("user", "a")], {"request_percentage": float("inf")}) or "")
     assert refusal([("user", "a")], {"controller_mutation_rate": 2.5}) is None  # partitions/s, not whole (KIP-599)
@@ -44,6 +44,38 @@ def test_alterations_are_validated() -> None:
     assert "Duplicate entity type" in (refusal([("user", "a"), ("user", "b")], {"producer_byte_rate": 1.0}) or "")
     assert "IP entity" in (refusal([("ip", "1.2.3.4"), ("user", "a")], {"producer_byte_rate": 1.0}) or "")
     assert "Unhandled client quota entity type: group" in (refusal([("group", "g")], {"producer_byte_rate": 1.0}) or "")
+    # Kafka's keys by entity type (ClientQuotaControlManager.configKeysForEntityType): an ip entity takes
+    # connection_creation_rate alone (which Fjord refuses: it does not apply it), a user or client-id entity never.
+    for ip in ("10.0.0.1", "::1", None):
+        assert refusal([("ip", ip)], {"producer_byte_rate": 1.0}) == "Invalid configuration key producer_byte_rate"
+        assert "Fjord does not apply" in (refusal([("ip", ip)], {"connection_creation_rate": 5.0}) or "")
+    assert refusal([("user", "a")], {"connection_creation_rate": 5.0}) == (
+        "Invalid configuration key connection_creation_rate")
+    assert refusal([("ip", "10.0.0.1")], {"connection_creation_rate": 0.5}) == (
+        "connection_creation_rate cannot be a fractional value.")
+    assert refusal([("user", "a")], {"consumer_byte_rate": float("inf")}) == (
+        "Proposed value for consumer_byte_rate is too large for a LONG.")
+    assert refusal([("ip", "10.0.0.1")], {"connection_creation_rate": 2.0**31}) == (
+        "Proposed value for connection_creation_rate is too large for an INT.")
+    # An empty name is no entity (None is the default one); an ip entity names an IP (Fjord resolves no host name).
+    assert refusal([("user", "")], {"producer_byte_rate": 1.0}) == "Empty user not supported"
+    assert refusal([("client-id", "")], {"producer_byte_rate": 1.0}) == "Empty client-id not supported"
+    assert refusal([("ip", "")], {"connection_creation_rate": 1.0}) == "Empty ip not supported"
+    assert refusal([("ip", "not an ip")], {"connection_creation_rate": 1.0}) == (
+        "not an ip is not a valid IP or resolvable host.")
+    assert refusal([("ip", "10.0.0.300")], {}) == "10.0.0.300 is not a valid IP or resolvable host."
+    # A removal is not validated: removing a key that is not set, even one no entity takes, is a success.
+    assert refusal([("user", "a")], {"unknown_rate": None, "connection_creation_rate": None}) is None
+    assert refusal([("ip", "10.0.0.1")], {"producer_byte_rate": None}) is None
+
+
+def test_an_alteration_writes_only_what_changes() -> None:
+    alice = (("user", "alice"),)
+    current = {alice: {"producer_byte_rate": 1024.0}}
+    same = plan_alter_client_quotas(current, [QuotaAlteration(alice, (("producer_byte_rate", 1024.0),))])
+    assert (same.records, same.results[0].error) == ([], ErrorCode.none)
+    unset = plan_alter_client_quotas(current, [QuotaAlteration(alice, (("consumer_byte_rate", None),))])
+    assert (unset.records, unset.results[0].error) == ([], ErrorCode.none)
 
 
 def test_image_keeps_quotas_and_snapshots_them() -> None:

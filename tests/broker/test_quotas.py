@@ -94,6 +94,10 @@ def test_alter_and_describe_client_quotas(quota_broker: BrokerProcess) -> None:
         }
         refused = describe_quotas(client, [("user", 0, None)])
         assert refused.error_code == ErrorCode.invalid_request and refused.entries is None
+        # An entity type Kafka does not know is UNSUPPORTED_VERSION (ClientQuotasImage.describe), not INVALID_REQUEST.
+        unknown = describe_quotas(client, [("group", 2, None)])
+        assert (unknown.error_code, unknown.error_message, unknown.entries) == (
+            ErrorCode.unsupported_version, "Unsupported entity type group", None)
 
         # --delete-config: removing every key removes the entity; removing an unset key is no error
         assert (
