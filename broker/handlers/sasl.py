@@ -6,7 +6,8 @@ exchange is answered (SASL_AUTHENTICATION_FAILED with a message that names no se
 ``connection.failed.authentication.delay.ms`` after it failed (KIP-306: a client guessing passwords gets few tries a
 second; only this connection's answer waits), and the session refuses everything after it, so the connection closes
 on the client's next request. SaslAuthenticate v1+ reports the session lifetime (``connections.max.reauth.ms``,
-KIP-368).
+KIP-368). Once authenticated, a SaslHandshake that begins no re-authentication, and a SaslAuthenticate outside an
+exchange, are answered ILLEGAL_SASL_STATE at once and the connection goes on, as Kafka's KafkaApis answers them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     code = session.handshake(str(request.mechanism), ctx.api_version)
     if session.failed:
         await asyncio.sleep(session.failure_delay_s)
-    return ctx.build(error_code=code, mechanisms=session.mechanisms)
+    return ctx.build(error_code=code, mechanisms=session.listed_mechanisms(code))
 
 
 async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
@@ -40,7 +41,8 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     try:
         answer = session.authenticate(bytes(request.auth_bytes))
     except SaslStateError as exc:
-        await asyncio.sleep(session.failure_delay_s)
+        if session.failed:  # a stray SaslAuthenticate on an authenticated connection is no failed exchange
+            await asyncio.sleep(session.failure_delay_s)
         return ctx.build(error_code=ErrorCode.illegal_sasl_state, error_message=str(exc), auth_bytes=b"")
     except SaslAuthenticationError as exc:
         await asyncio.sleep(session.failure_delay_s)

@@ -90,7 +90,7 @@ def handshake(sasl: SaslGate | None, peer: Peer, response_cls: type[Any], body: 
     if session is None:
         return schema.build(response_cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     code = session.handshake(str(body.mechanism), version)
-    return schema.build(response_cls, error_code=code, mechanisms=session.mechanisms)
+    return schema.build(response_cls, error_code=code, mechanisms=session.listed_mechanisms(code))
 
 
 def authenticate(sasl: SaslGate | None, peer: Peer, response_cls: type[Any], body: Any) -> Any:

@@ -431,14 +431,33 @@ def test_handshake_v0_then_raw_tokens(sasl: SaslBroker) -> None:
 def test_reauthentication_keeps_the_connection(sasl: SaslBroker) -> None:
     token = f"\x00alice\x00{PLAIN_PASSWORD}".encode()
     with WireClient(sasl.port("SASL")) as client:
-        for _ in range(2):
+        for _ in range(2):  # the authentication, then a re-authentication
             assert handshake(client, "PLAIN").error_code == ErrorCode.none
             assert authenticate(client, token, version=1).error_code == ErrorCode.none
             assert client.request(metadata_request()).brokers
+        # Within a second of the last re-authentication's start none begins: as Kafka's KafkaApis, the handshake
+        # is answered ILLEGAL_SASL_STATE without mechanisms, a stray SaslAuthenticate likewise, and the
+        # connection goes on.
+        again = handshake(client, "PLAIN")
+        assert (again.error_code, list(again.mechanisms)) == (ErrorCode.illegal_sasl_state, [])
+        stray = authenticate(client, token)
+        assert (stray.error_code, stray.error_message) == (
+            ErrorCode.illegal_sasl_state, "SaslAuthenticate request received after successful authentication")
+        assert client.request(metadata_request()).brokers
+    with WireClient(sasl.port("SASL")) as client:
+        assert handshake(client, "PLAIN").error_code == ErrorCode.none
+        assert authenticate(client, token).error_code == ErrorCode.none
         assert handshake(client, "PLAIN").error_code == ErrorCode.none
         other = authenticate(client, f"\x00admin\x00{PLAIN_PASSWORD}".encode())
         assert other.error_code == ErrorCode.sasl_authentication_failed
         assert "Cannot change principals" in other.error_message
+    with WireClient(sasl.port("SASL")) as client:  # a re-authentication must keep the mechanism
+        assert handshake(client, "PLAIN").error_code == ErrorCode.none
+        assert authenticate(client, token).error_code == ErrorCode.none
+        assert handshake(client, "SCRAM-SHA-256").error_code == ErrorCode.none
+        client.send(schema.build(codec.request_class(36, 2), auth_bytes=b"n,,n=admin,r=nonce"))
+        assert client.is_closed_by_peer()  # unanswered, as Kafka's REAUTH_BAD_MECHANISM
+    assert "not supported for re-authentication of mechanism 'PLAIN'" in sasl.broker.log_text()
 
 
 def test_scram_users_created_and_deleted_with_alter_user_scram_credentials(sasl: SaslBroker) -> None:

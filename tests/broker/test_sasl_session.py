@@ -103,6 +103,67 @@ def test_a_session_ends_after_connections_max_reauth_ms_unless_renewed() -> None
     assert failures == ["PLAIN"]
 
 
+def test_without_reauthentication_sasl_requests_after_authenticating_are_an_illegal_state() -> None:
+    """connections.max.reauth.ms=0: Kafka's KafkaApis answers a SaslHandshake (whatever mechanism it names) and a
+    SaslAuthenticate ILLEGAL_SASL_STATE, and the connection stays authenticated and served."""
+    failures: list[str] = []
+    s = session(Clock(), failures)
+    s.handshake("PLAIN", 1)
+    s.authenticate(b"\x00alice\x00a-pw")
+    for mechanism in ("PLAIN", "SCRAM-SHA-256", "GSSAPI"):
+        assert s.refusal(17) is None
+        code = s.handshake(mechanism, 1)
+        assert (code, s.listed_mechanisms(code)) == (ErrorCode.illegal_sasl_state, ())
+    assert s.refusal(36) is None
+    with pytest.raises(SaslStateError, match="SaslAuthenticate request received after successful authentication"):
+        s.authenticate(b"\x00alice\x00a-pw")
+    assert not s.failed and not s.raw_tokens and s.principal == "User:alice" and s.refusal(METADATA) is None
+    assert failures == []
+
+
+def test_reauthentication_uses_the_same_mechanism_at_most_once_a_second() -> None:
+    clock = Clock()
+    failures: list[str] = []
+    s = session(clock, failures, reauth_ms=500)
+    s.handshake("PLAIN", 1)
+    s.authenticate(b"\x00alice\x00a-pw")
+    clock.now += 0.4
+    assert s.handshake("PLAIN", 1) is ErrorCode.none  # the first re-authentication
+    assert "re-authenticating" in (s.refusal(METADATA) or "")  # nothing else until it ends
+    s.authenticate(b"\x00alice\x00a-pw")
+    clock.now += 0.3
+    # Within a second of the last one's start, no re-authentication begins (KafkaApis answers), the session goes on.
+    assert s.refusal(17) is None and s.handshake("PLAIN", 1) is ErrorCode.illegal_sasl_state
+    assert s.refusal(METADATA) is None
+    clock.now += 0.3  # the session ended, and it is still too early to renew it: the connection closes
+    assert "expired" in (s.refusal(17) or "")
+    assert failures == [] and not s.failed
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_a_reauthentication_naming_another_mechanism_closes_the_connection(version: int) -> None:
+    failures: list[str] = []
+    s = session(Clock(), failures, reauth_ms=60_000)
+    s.handshake("PLAIN", 1)
+    s.authenticate(b"\x00alice\x00a-pw")
+    # The handshake is answered (the mechanism is enabled); the next request fails, unanswered.
+    code = s.handshake("SCRAM-SHA-256", version)
+    assert (code, s.listed_mechanisms(code)) == (ErrorCode.none, ("PLAIN", "SCRAM-SHA-256"))
+    message = "SASL mechanism 'SCRAM-SHA-256' requested by client is not supported for re-authentication of " \
+        "mechanism 'PLAIN'"
+    if version == 0:  # the next frame is a raw token
+        with pytest.raises(SaslAuthenticationError, match=message):
+            s.authenticate(b"n,,n=alice,r=abc")
+    else:
+        assert s.refusal(36) == message
+    assert s.failed and "failed" in (s.refusal(METADATA) or "") and failures == ["PLAIN"]
+    # A mechanism that is not enabled fails the re-authentication at its handshake, as the first one.
+    other = session(Clock(), failures, reauth_ms=60_000)
+    other.handshake("PLAIN", 1)
+    other.authenticate(b"\x00alice\x00a-pw")
+    assert other.handshake("GSSAPI", 1) is ErrorCode.unsupported_sasl_mechanism and other.failed
+
+
 def test_the_principal_is_kept_on_the_connection_and_shown_in_request_logs() -> None:
     s = session(Clock(), [])
     state = ConnectionState(sasl=s)

@@ -5,8 +5,16 @@ names a mechanism) and SaslAuthenticate (the mechanism's tokens, as many as it t
 exchange succeeds closes the connection. A client that sent SaslHandshake v0 sends its tokens without Kafka
 framing (a length and the bytes: the old, pre-KIP-152 way, still spoken by old clients); :attr:`raw_tokens` tells
 the dispatcher to hand such frames here unparsed. With ``connections.max.reauth.ms`` the session lasts that long
-(KIP-368): SaslAuthenticate v1+ tells the client, which re-authenticates with the same principal before the end on
-the same connection; past the end, anything but a re-authentication closes the connection.
+(KIP-368): SaslAuthenticate v1+ tells the client, which re-authenticates with the same principal and the same
+mechanism before the end on the same connection; past the end, anything but a re-authentication closes the
+connection.
+
+Once authenticated, as Kafka's SocketServer and KafkaApis answer: a SaslHandshake begins a re-authentication only
+when sessions expire (``connections.max.reauth.ms`` > 0) and the last one began at least a second ago
+(KafkaChannel.maybeBeginServerReauthentication); otherwise it is answered ILLEGAL_SASL_STATE, whatever mechanism it
+names, and so is a SaslAuthenticate outside an exchange, and the connection goes on. A re-authentication naming an
+enabled mechanism other than the session's is answered NONE, and the connection is closed, unanswered, at the next
+request (Kafka's REAUTH_BAD_MECHANISM).
 
 Sans-I/O apart from the clock and the log line, and shared by both kinds of listener: on a client listener
 :mod:`broker.request_dispatcher` asks :meth:`SaslSession.refusal` before dispatching and the handlers of
@@ -25,7 +33,7 @@ from typing import Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from wire.api_versions import PRE_AUTHENTICATION_KEYS
+from wire.api_versions import PRE_AUTHENTICATION_KEYS, SASL_HANDSHAKE_KEY
 from wire.log_text import LOG_TEXT_MAX, untrusted
 from wire.sasl import SaslAuthenticationError, SaslServer
 from wire.sasl.plain import PlainServer
@@ -36,6 +44,10 @@ logger = logging.getLogger(__name__)
 #: The mechanisms a metric label may name (Kafka's own); any other name a client sends is counted as ``other``.
 KNOWN_MECHANISMS: Final = frozenset({"GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"})
 OTHER_MECHANISM: Final = "other"
+
+
+#: Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS: the shortest time between two re-authentications.
+MIN_REAUTH_INTERVAL_S: Final = 1.0
 
 
 def mechanism_label(mechanism: str | None) -> str:
@@ -92,10 +104,11 @@ class SaslSession:
         self.failed = False
         self._server: SaslServer | None = None
         self._expires_at: float | None = None
-
-    @property
-    def mechanisms(self) -> tuple[str, ...]:
-        return self.settings.mechanisms
+        #: The mechanism the connection authenticated with; a re-authentication must use it.
+        self._mechanism: str | None = None
+        self._reauth_started_at: float | None = None
+        #: Why the re-authentication under way is refused (it named another mechanism): the next request fails.
+        self._bad_mechanism: str | None = None
 
     @property
     def lifetime_ms(self) -> int:
@@ -104,21 +117,34 @@ class SaslSession:
 
     def refusal(self, api_key: int) -> str | None:
         """Why a request with ``api_key`` must close the connection instead of being served, or None."""
+        reason = self._fail_bad_mechanism()
+        if reason is not None:
+            return reason
         if self.failed:
             return "its SASL authentication failed"
-        if api_key in PRE_AUTHENTICATION_KEYS:
-            return None
-        if self.principal is None:
+        if self.principal is None or self._exchanging:
+            if api_key in PRE_AUTHENTICATION_KEYS:
+                return None
+            if self.principal is not None:  # Kafka's authenticator takes every request until the exchange ends
+                return f"{self.principal} is re-authenticating (only SaslAuthenticate completes it)"
             return "it is not authenticated (only ApiVersions, SaslHandshake and SaslAuthenticate are served first)"
+        if api_key == SASL_HANDSHAKE_KEY and self._may_reauthenticate():
+            return None  # a re-authentication begins, even past the end of the session
         if self._expires_at is not None and self._clock() >= self._expires_at:
             return f"the SASL session of {self.principal} expired (connections.max.reauth.ms={self._reauth_ms})"
         return None
 
     def handshake(self, mechanism: str, version: int) -> ErrorCode:
         """SaslHandshake: selects the mechanism of the exchange that follows."""
-        if self._server is not None and not self._server.complete:
-            self._fail(self._server.mechanism, self._server.user, "SaslHandshake in the middle of an exchange")
+        server = self._server
+        if server is not None and not server.complete:
+            self._fail(server.mechanism, server.user, "SaslHandshake in the middle of an exchange")
             return ErrorCode.illegal_sasl_state
+        if self.principal is not None:
+            if not self._may_reauthenticate():
+                # Kafka's KafkaApis answers it: the connection is authenticated and stays so.
+                return ErrorCode.illegal_sasl_state
+            self._reauth_started_at = self._clock()
         if mechanism not in self.settings.mechanisms:
             self._fail(
                 mechanism,
@@ -126,19 +152,34 @@ class SaslSession:
                 f"mechanism '{mechanism}' is not enabled (enabled: {', '.join(self.settings.mechanisms)})",
             )
             return ErrorCode.unsupported_sasl_mechanism
+        self.raw_tokens = version == 0
+        if self._mechanism is not None and mechanism != self._mechanism:
+            self._bad_mechanism = (f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                                   f"re-authentication of mechanism '{self._mechanism}'")
+            return ErrorCode.none
         if mechanism == "PLAIN":
             self._server = PlainServer(self.settings.plain_users)
         else:
             scram = MECHANISMS[mechanism]
             self._server = ScramServer(scram, lambda user: self._credentials(user, scram.type_id))
-        self.raw_tokens = version == 0
         return ErrorCode.none
+
+    def listed_mechanisms(self, code: ErrorCode) -> tuple[str, ...]:
+        """The mechanisms a SaslHandshake answer with ``code`` lists: the enabled ones, but none with
+        ILLEGAL_SASL_STATE, which Kafka answers from the request's error response (or KafkaApis) without them."""
+        return () if code is ErrorCode.illegal_sasl_state else self.settings.mechanisms
 
     def authenticate(self, token: bytes) -> bytes:
         """One SaslAuthenticate token; the answer to send back. Raises :class:`SaslAuthenticationError` (the
         connection is refused from then on) or :class:`SaslStateError` when no handshake selected a mechanism."""
+        reason = self._fail_bad_mechanism()  # a raw token after a v0 handshake naming another mechanism
+        if reason is not None:
+            raise SaslAuthenticationError(reason, self._user)
         server = self._server
         if server is None or server.complete:
+            if self.principal is not None:
+                # Kafka's KafkaApis answers it; the connection stays authenticated.
+                raise SaslStateError("SaslAuthenticate request received after successful authentication")
             self._fail(None, None, "SaslAuthenticate without a SaslHandshake")
             raise SaslStateError("SaslAuthenticate must follow a SaslHandshake")
         try:
@@ -157,6 +198,7 @@ class SaslSession:
                 raise error
             reauthenticated = self.principal is not None
             self.principal = principal
+            self._mechanism = server.mechanism
             self.raw_tokens = False
             self._expires_at = self._clock() + self._reauth_ms / 1000 if self._reauth_ms > 0 else None
             self._on_success(server.mechanism)
@@ -168,6 +210,32 @@ class SaslSession:
                 server.mechanism,
             )
         return answer
+
+    @property
+    def _exchanging(self) -> bool:
+        """Whether an exchange (an authentication or a re-authentication) is under way."""
+        return self._server is not None and not self._server.complete
+
+    @property
+    def _user(self) -> str | None:
+        """The authenticated user's name, for the log."""
+        return self.principal.removeprefix("User:") if self.principal is not None else None
+
+    def _may_reauthenticate(self) -> bool:
+        """Whether a SaslHandshake on this authenticated connection begins a re-authentication: only when sessions
+        expire, and not within a second of the last one's start (KafkaChannel.maybeBeginServerReauthentication)."""
+        if self._reauth_ms <= 0:
+            return False
+        started = self._reauth_started_at
+        return started is None or self._clock() - started >= MIN_REAUTH_INTERVAL_S
+
+    def _fail_bad_mechanism(self) -> str | None:
+        """The reason a re-authentication naming another mechanism is refused, failing the session, at the first
+        request after its handshake (Kafka's REAUTH_BAD_MECHANISM: closed, unanswered); None without one."""
+        reason, self._bad_mechanism = self._bad_mechanism, None
+        if reason is not None:
+            self._fail(self._mechanism, self._user, reason)
+        return reason
 
     def _fail(self, mechanism: str | None, user: str | None, reason: str) -> None:
         self.failed = True
