@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -60,7 +61,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
 
 
 async def authorize_describe_transactions(ctx: RequestContext, request: Any, handler: Handler) -> Any:
-    """TRANSACTIONAL_ID DESCRIBE on each id, as Kafka checks."""
+    """TRANSACTIONAL_ID DESCRIBE on each id, as Kafka checks; then each described transaction keeps only the topics
+    the caller may DESCRIBE, as Kafka's handleDescribeTransactionsRequest removes the others: rights on a
+    transactional id are no way to learn topic names."""
 
     def refused(response_cls: type[Any], transactional_id: str, code: ErrorCode) -> Any:
         return schema.build_nested(
@@ -72,7 +75,7 @@ async def authorize_describe_transactions(ctx: RequestContext, request: Any, han
             producer_epoch=-1,
         )
 
-    return await split(
+    response = await split(
         ctx,
         request,
         handler,
@@ -80,3 +83,9 @@ async def authorize_describe_transactions(ctx: RequestContext, request: Any, han
         denial=lambda t: None if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t) else TXN_DENIED,
         refused=refused,
     )
+
+    def describable(state: Any) -> Any:
+        topics = tuple(t for t in state.topics if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic))
+        return dataclasses.replace(state, topics=topics)
+
+    return dataclasses.replace(response, transaction_states=tuple(map(describable, response.transaction_states)))

@@ -483,3 +483,24 @@ async def test_describing_a_group_assigned_an_undescribable_topic_names_none(api
             assert (group.error_code, group.members) == (ErrorCode.topic_authorization_failed, ())
         else:
             assert group.error_code == ErrorCode.none and len(group.members) == 1
+
+
+async def test_describe_transactions_leaves_out_topics_the_caller_may_not_describe() -> None:
+    """A described transaction names only the topics the caller may DESCRIBE, as Kafka's
+    handleDescribeTransactionsRequest removes the others."""
+
+    async def described(ctx: RequestContext, request: Any) -> Any:
+        state_cls = schema.field_entity(ctx.response_class, "transaction_states")
+        topics = tuple(schema.build_nested(state_cls, "topics", topic=t, partitions=(0,))
+                       for t in ("allowed", "refused", "unlisted"))
+        return ctx.build(transaction_states=tuple(
+            schema.build(state_cls, transactional_id=t, transaction_state="Ongoing", topics=topics)
+            for t in request.transactional_ids))
+
+    request = schema.build(codec.request_class(65, 0), transactional_ids=("allowed-txn", "other-txn"))
+    response = await serve_authorized(_context(65, 0), request, described)
+    codec.encode_response(7, response)
+    assert [(s.transactional_id, s.error_code, [t.topic for t in s.topics]) for s in response.transaction_states] == [
+        ("allowed-txn", ErrorCode.none, ["allowed", "refused"]),  # "refused" grants DESCRIBE
+        ("other-txn", ErrorCode.transactional_id_authorization_failed, []),
+    ]
