@@ -33,6 +33,9 @@ from metadata.acl.binding import (
 )
 from settings.security import STANDARD_AUTHORIZER
 
+#: The resource name Kafka's authorizeByResourceType decides on first (no ACL is expected to name it).
+_HARDCODE: Final = "hardcode"
+
 #: operation asked -> the ALLOWed operations that grant it besides itself and ALL.
 _IMPLIED_BY: Final[Mapping[AclOperation, frozenset[AclOperation]]] = {
     AclOperation.DESCRIBE: frozenset({AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}),
@@ -110,22 +113,31 @@ class Authorizer:
         operation: AclOperation,
         resource: ResourceType,
     ) -> bool:
-        """Whether the principal may do ``operation`` on at least one resource of the type (Kafka's
-        authorizeByResourceType: InitProducerId without a transactional id is allowed with WRITE on any topic).
-        An ALLOW counts unless a DENY covers its whole pattern: a LITERAL ``*`` DENY covers everything, a DENY on
-        the same literal name or on a prefix of the pattern covers it."""
-        if principal in self.settings.super_users:
+        """Whether the principal may do ``operation`` on at least one resource of the type, as Kafka's
+        Authorizer.authorizeByResourceType answers (InitProducerId without a transactional id is allowed with
+        WRITE on any topic).
+
+        First the decision on a literal resource named ``hardcode``, which grants a super user, and grants anyone
+        when no ACL covers that name and ``allow.everyone.if.no.acl.found`` is set (the default applies per
+        resource, not per type). Then the principal's (or ``User:*``'s) bindings from the host (or ``*``) naming
+        the operation itself or ALL (no implied operation here, as in Kafka): a LITERAL ``*`` DENY refuses, a
+        LITERAL ``*`` ALLOW grants; otherwise an ALLOW grants unless a DENY covers its whole pattern (a DENY on the
+        same literal name for a literal ALLOW, or a PREFIXED DENY on a prefix of the ALLOW's name)."""
+        if self.authorize(bindings, principal, host, operation, resource=resource, name=_HARDCODE):
             return True
-        of_type = self._of_type(bindings, resource)
-        if not of_type:
-            return self.settings.allow_everyone_if_no_acl_found
-        implied = _IMPLIED_BY.get(operation, frozenset())
-        mine = [b for b in of_type if b.principal in (principal, WILDCARD_PRINCIPAL) and b.host in (host, WILDCARD)]
-        denies = [
-            b for b in mine if b.permission is PermissionType.DENY and b.operation in (operation, AclOperation.ALL)
+        mine = [
+            b
+            for b in self._of_type(bindings, resource)
+            if b.principal in (principal, WILDCARD_PRINCIPAL)
+            and b.host in (host, WILDCARD)
+            and b.operation in (operation, AclOperation.ALL)
         ]
+        denies = [b for b in mine if b.permission is PermissionType.DENY]
         if any(d.pattern_type is PatternType.LITERAL and d.resource_name == WILDCARD for d in denies):
             return False
+        allows = [b for b in mine if b.permission is PermissionType.ALLOW]
+        if any(a.pattern_type is PatternType.LITERAL and a.resource_name == WILDCARD for a in allows):
+            return True
 
         def covered(allow: AclBinding) -> bool:
             for deny in denies:
@@ -139,12 +151,7 @@ class Authorizer:
                     return True
             return False
 
-        return any(
-            b.permission is PermissionType.ALLOW
-            and (b.operation in (operation, AclOperation.ALL) or b.operation in implied)
-            and not covered(b)
-            for b in mine
-        )
+        return any(not covered(a) for a in allows)
 
     def _of_type(self, bindings: Mapping[str, AclBinding], resource: ResourceType) -> tuple[AclBinding, ...]:
         if self._indexed is not bindings:

@@ -148,6 +148,31 @@ def test_allowed_on_some_resource_of_a_type() -> None:
     assert not authorizer.allowed_on_some(denied_prefix, ALICE, "h", Op.WRITE, Rt.TOPIC)
 
 
+def test_allowed_on_some_decides_a_literal_hardcode_first() -> None:
+    """Kafka's authorizeByResourceType first authorizes a literal topic named "hardcode": with
+    allow.everyone.if.no.acl.found an ACL on some other topic (whoever it names) refuses nothing, unless an ACL
+    covers "hardcode" too; a super user passes whatever DENY exists."""
+    everyone = Authorizer(AuthorizerSettings(allow_everyone_if_no_acl_found=True))
+    others_topic = bindings(acl("orders", Op.READ, principal=BOB))
+    assert everyone.allowed_on_some(others_topic, ALICE, "h", Op.WRITE, Rt.TOPIC)
+    covering = bindings(acl("hard", Op.WRITE, pattern=Pt.PREFIXED, principal=BOB))
+    assert not everyone.allowed_on_some(covering, ALICE, "h", Op.WRITE, Rt.TOPIC)
+    admin = Authorizer(AuthorizerSettings(super_users=frozenset({ALICE})))
+    assert admin.allowed_on_some(bindings(acl("*", Op.ALL, perm=Perm.DENY)), ALICE, "h", Op.WRITE, Rt.TOPIC)
+
+
+def test_allowed_on_some_counts_no_implied_operation_and_a_wildcard_allow_wins_over_literal_denies() -> None:
+    authorizer = Authorizer()
+    # READ implies DESCRIBE on the topic it names, but Kafka's by-type check wants the operation itself (or ALL)
+    assert not authorizer.allowed_on_some(bindings(acl("orders", Op.READ)), ALICE, "h", Op.DESCRIBE, Rt.TOPIC)
+    assert authorizer.allowed_on_some(bindings(acl("orders", Op.ALL)), ALICE, "h", Op.DESCRIBE, Rt.TOPIC)
+    wildcard = bindings(acl("*", Op.WRITE), acl("orders", Op.WRITE, perm=Perm.DENY))
+    assert authorizer.allowed_on_some(wildcard, ALICE, "h", Op.WRITE, Rt.TOPIC)
+    # a literal DENY does not cover a PREFIXED ALLOW of the same name
+    prefixed = bindings(acl("orders", Op.WRITE, pattern=Pt.PREFIXED), acl("orders", Op.WRITE, perm=Perm.DENY))
+    assert authorizer.allowed_on_some(prefixed, ALICE, "h", Op.WRITE, Rt.TOPIC)
+
+
 def test_authorized_operations_lists_what_is_allowed() -> None:
     acls = bindings(acl("orders", Op.READ), acl("orders", Op.WRITE, perm=Perm.DENY))
     ops = Authorizer().authorized_operations(
