@@ -28,7 +28,12 @@ TOPIC: Final = bit_field(frozenset({
     AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER,
     AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
 }))
-GROUP: Final = bit_field(frozenset({AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE}))
+#: A group's configs (KIP-848's group.consumer.* overrides) are described and altered on the GROUP resource, so
+#: Kafka's AclEntry.supportedOperations(GROUP) lists DESCRIBE_CONFIGS and ALTER_CONFIGS too (KAFKA-14510).
+GROUP: Final = bit_field(frozenset({
+    AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS,
+}))
 CLUSTER: Final = bit_field(frozenset({
     AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION,
     AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE,

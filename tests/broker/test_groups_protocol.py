@@ -181,7 +181,8 @@ def test_join_errors_and_batched_leave(node: BrokerProcess, wire: Callable[[int]
     ]
     described = client.request(req(15, 5, groups=(group, unique("unknown")), include_authorized_operations=True))
     assert [g.group_state for g in described.groups] == ["Empty", "Dead"]
-    assert described.groups[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
+    # READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: Kafka's AclEntry.supportedOperations(GROUP)
+    assert described.groups[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
     unfiltered = client.request(req(16, 4, states_filter=()))
     assert group in {g.group_id for g in unfiltered.groups}
     filtered = client.request(req(16, 4, states_filter=("stable",)))
