@@ -32,12 +32,18 @@ _STRICT_CREATE_PARTITIONS: Final = 3
 
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     ask = topic_wire.read_create_topics(request, ctx.client_id)
+
+    def describable(name: str) -> bool:
+        # As Kafka's controller asks: not a refusal (the topic is created), so not logged as one.
+        return ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False)
+
     return await admin_requests.create_topics(
         ctx.response_class,
         ask,
         admin_requests.always(ctx.broker.controller),
         ctx.mutation_quota(_STRICT_CREATE_TOPICS),
         default_partitions=ctx.broker.config.num_partitions,
+        describable=describable,
     )
 
 

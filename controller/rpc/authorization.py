@@ -21,7 +21,9 @@ CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterC
 Kafka's controller does (:meth:`ControllerAuthorizer.item_check`, the rights in ``controller.rpc.item_authorization``):
 CREATE or DELETE on the cluster grants every topic of CreateTopics or DeleteTopics at once; otherwise each topic
 asks its own right and a refused one is answered TOPIC_AUTHORIZATION_FAILED (a BROKER or BROKER_LOGGER config
-resource asks ALTER_CONFIGS on the cluster, refused CLUSTER_AUTHORIZATION_FAILED) while the others proceed.
+resource asks ALTER_CONFIGS on the cluster, refused CLUSTER_AUTHORIZATION_FAILED) while the others proceed. A topic
+CreateTopics creates is answered with its settings only if the caller may DESCRIBE_CONFIGS it (asked quietly,
+:meth:`ControllerAuthorizer.quiet_check`: it refuses nothing).
 
 So a principal granted CLUSTER_ACTION reaches what a node needs and no admin API: it cannot CreateAcls and grant
 itself more. A super user passes everything; anyone else needs an ACL granting the right, or
@@ -259,6 +261,22 @@ class ControllerAuthorizer:
             return False
 
         return None, allowed
+
+    def quiet_check(self, peer: Peer) -> Allowed | None:
+        """The caller's right on one resource where lacking it leaves something out of an answer rather than
+        refusing an item, so neither counted nor logged: CreateTopics shows a created topic's settings only to a
+        caller with DESCRIBE_CONFIGS on it, which Kafka's controller asks of every topic (even when CREATE on the
+        cluster granted them all). None for a super user, who may do everything."""
+        principal = self.principal(peer)
+        if principal in self._authorizer.settings.super_users:
+            return None
+
+        def allowed(operation: AclOperation, resource: ResourceType, name: str) -> bool:
+            return self._authorizer.authorize(
+                self._bindings(), principal, peer.host, operation, resource=resource, name=name
+            )
+
+        return allowed
 
     @staticmethod
     def _not_ready(principal: str) -> str:

@@ -130,8 +130,10 @@ class ControllerDispatcher:
         response_cls = codec.response_class(api_key, prefix.api_version)
         refusal = self._refusal(peer, api_key, what)
         check: item_authorization.Allowed | None = None
+        quiet: item_authorization.Allowed | None = None
         if self.authorizer is not None and api_key in PER_ITEM_APIS:
             refusal, check = self.authorizer.item_check(peer, api_key, what)
+            quiet = self.authorizer.quiet_check(peer)
         if refusal is not None and api_key not in _ADMIN_APIS:
             return codec.encode_response(prefix.correlation_id, _refused(response_cls, refusal, peer))
         request = codec.decode_request(frame, header) if refusal is None else refused_request(frame, header, refusal)
@@ -159,7 +161,7 @@ class ControllerDispatcher:
         elif api_key == kafka_apis.ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
         else:
-            response = await self._admin(api_key, response_cls, request, refusal, check)
+            response = await self._admin(api_key, response_cls, request, refusal, check=check, quiet=quiet)
         return codec.encode_response(prefix.correlation_id, response)
 
     # ---- Raft ----------------------------------------------------------------------------------------------
@@ -236,9 +238,10 @@ class ControllerDispatcher:
         return await broker_lifecycle.allocate_producer_ids(self.quorum, response_cls, body)
 
     # ---- admin APIs (controller.rpc.forwarded_admin) and stream RPCs (controller.rpc.stream_service) ---------
-    async def _admin(self, api_key: int, response_cls: type[Any], request: Any, refusal: str | None,
-                     check: item_authorization.Allowed | None) -> Any:
-        return await answer_admin(self.quorum, api_key, response_cls, request, refusal=refusal, check=check)
+    async def _admin(self, api_key: int, response_cls: type[Any], request: Any, refusal: str | None, *,
+                     check: item_authorization.Allowed | None, quiet: item_authorization.Allowed | None) -> Any:
+        return await answer_admin(self.quorum, api_key, response_cls, request, refusal=refusal, check=check,
+                                  quiet=quiet)
 
     async def _stream(self, frame: bytes, peer: Peer) -> bytes:
         return await stream_service.answer_stream(self.quorum, frame, peer, self.authorizer, read_only=self.read_only)

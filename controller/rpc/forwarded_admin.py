@@ -50,11 +50,13 @@ async def answer_admin(
     *,
     refusal: str | None,
     check: item_authorization.Allowed | None,
+    quiet: item_authorization.Allowed | None = None,
 ) -> Any:
     """The admin APIs brokers forward, asked of the active controller (NOT_CONTROLLER per item elsewhere). A
     ``refusal`` (the caller lacks the right) answers every item CLUSTER_AUTHORIZATION_FAILED instead, through
     the same per-item answers; ``check``: the caller's right on each item, for the APIs decided item by item
-    (its refused items are answered before the controller is asked about the others)."""
+    (its refused items are answered before the controller is asked about the others); ``quiet``: its right
+    where lacking one only leaves something out of the answer (None: every right)."""
     body = request.body
     active: admin_requests.ControllerFor = quorum.active_controller
     if refusal is not None:
@@ -63,7 +65,8 @@ async def answer_admin(
         topics = topic_wire.read_create_topics(body, request.client_id)
         if check is not None:
             topics = item_authorization.create_topics(topics, check)
-        return await admin_requests.create_topics(response_cls, topics, active)
+        describable = None if quiet is None else item_authorization.configs_describable(quiet)
+        return await admin_requests.create_topics(response_cls, topics, active, describable=describable)
     if api_key == kafka_apis.DELETE_TOPICS:
         deletions = topic_wire.read_delete_topics(body)
         if check is not None:

@@ -2,7 +2,8 @@
 resource of the request asks its own right, and a refused one is answered with its own error while the others go
 on to the controller.
 
-- CreateTopics: CREATE on each topic (unless the caller has CREATE on the cluster, which grants every topic);
+- CreateTopics: CREATE on each topic (unless the caller has CREATE on the cluster, which grants every topic); a
+  created topic's settings are shown only with DESCRIBE_CONFIGS on it;
 - DeleteTopics: DELETE on each topic (unless DELETE on the cluster); a topic named by id is refused without its
   name unless the caller may DESCRIBE it, so ids cannot be used to learn names;
 - CreatePartitions: ALTER on each topic;
@@ -46,6 +47,12 @@ def create_topics(ask: CreateTopicsAsk, allowed: Allowed) -> CreateTopicsAsk:
     refused = dict(ask.refused)
     refused.update((name, CreateTopicResult(name, None, _TOPIC_DENIED, _AUTHORIZATION_FAILED)) for name in denied)
     return dataclasses.replace(ask, topics=tuple(t for t in ask.topics if t.name not in denied), refused=refused)
+
+
+def configs_describable(quiet: Allowed) -> Callable[[str], bool]:
+    """The created topics whose settings CreateTopics v5+ shows: those the caller may DESCRIBE_CONFIGS (``quiet``:
+    its check that neither counts nor logs, ``ControllerAuthorizer.quiet_check``), as Kafka's ControllerApis asks."""
+    return lambda name: quiet(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name)
 
 
 def delete_topics(

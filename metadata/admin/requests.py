@@ -108,9 +108,11 @@ async def create_topics(
     quota: MutationQuota | None = None,
     *,
     default_partitions: int = 1,
+    describable: Callable[[str], bool] | None = None,
 ) -> Any:
     """``default_partitions``: the broker's ``num.partitions``, the charge predicted for a topic that asks for -1
-    (corrected by what the controller created)."""
+    (corrected by what the controller created). ``describable``: whether the caller may DESCRIBE_CONFIGS a topic
+    (``topic_wire.create_topics_response``: the others are answered without their settings)."""
     topics = list(ask.topics)
     created: list[CreateTopicResult] = []
     try:
@@ -149,7 +151,7 @@ async def create_topics(
                 continue
             done = result.num_partitions if result.error == ErrorCode.none else 0
             quota.adjust(done - charged.get(result.name, 0))
-    return topic_wire.create_topics_response(response_cls, ask, created)
+    return topic_wire.create_topics_response(response_cls, ask, created, describable)
 
 
 def _predicted_partitions(topic: NewTopic, default_partitions: int) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,8 +130,22 @@ def _config_entries(result_cls: type[Any], configs: list[ConfigEntry]) -> tuple[
     )
 
 
-def _create_result(result_cls: type[Any], result: CreateTopicResult) -> Any:
+def _create_result(result_cls: type[Any], result: CreateTopicResult, describable: bool) -> Any:
     ok = result.error == ErrorCode.none
+    if ok and not describable:
+        # Kafka's controller answers a topic created for a caller without DESCRIBE_CONFIGS on it with
+        # TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED and none of its settings (the fields' defaults).
+        return schema.build(
+            result_cls,
+            name=result.name,
+            topic_id=result.topic_id or uuid_zero,
+            error_code=result.error,
+            error_message=result.message,
+            topic_config_error_code=ErrorCode.topic_authorization_failed,
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=(),
+        )
     return schema.build(
         result_cls,
         name=result.name,
@@ -144,12 +158,23 @@ def _create_result(result_cls: type[Any], result: CreateTopicResult) -> Any:
     )
 
 
-def create_topics_response(response_cls: type[Any], ask: CreateTopicsAsk, created: Sequence[CreateTopicResult]) -> Any:
+def create_topics_response(
+    response_cls: type[Any],
+    ask: CreateTopicsAsk,
+    created: Sequence[CreateTopicResult],
+    describable: Callable[[str], bool] | None = None,
+) -> Any:
+    """``describable(name)``: whether the caller may DESCRIBE_CONFIGS the topic, so v5+ may show the settings it
+    was created with (None: every topic, as when no authorizer is configured)."""
     result_cls = schema.field_entity(response_cls, "topics")
     results = dict(ask.refused)
     results.update((result.name, result) for result in created)
     return schema.build(
-        response_cls, throttle_time=0, topics=tuple(_create_result(result_cls, results[name]) for name in ask.order)
+        response_cls,
+        throttle_time=0,
+        topics=tuple(
+            _create_result(result_cls, results[name], describable is None or describable(name)) for name in ask.order
+        ),
     )
 
 

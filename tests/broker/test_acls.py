@@ -238,6 +238,38 @@ def test_create_and_delete_topics_need_their_acls(acls: AclBroker) -> None:
     )
 
 
+def _create_topics_as_alice(acls: AclBroker, *names: str) -> Any:
+    """CreateTopics v7 on a raw SASL connection as alice, for the fields no client library shows."""
+    request_cls = codec.request_class(19, 7)
+    topics = tuple(schema.build_nested(request_cls, "topics", name=name, num_partitions=2, replication_factor=1,
+                                       assignments=(), configs=(schema.build_nested(
+                                           schema.field_entity(request_cls, "topics"), "configs",
+                                           name="retention.ms", value="1234"),))
+                   for name in names)
+    with WireClient(acls.broker.endpoints["SASL"][1], timeout=30) as client:
+        assert handshake(client, "PLAIN").error_code == ErrorCode.none
+        assert authenticate(client, f"\x00alice\x00{PASSWORD}".encode()).error_code == ErrorCode.none
+        return client.request(schema.build(request_cls, topics=topics, timeout=30000, validate_only=False))
+
+
+def test_create_topics_shows_settings_only_with_describe_configs(acls: AclBroker) -> None:
+    """As Kafka's controller: a topic created by a caller without DESCRIBE_CONFIGS on it is answered with
+    TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED, no configs, and -1 partitions and replication factor."""
+    prefix = topic_name("acl-create-configs")
+    hidden, shown = f"{prefix}-hidden", f"{prefix}-shown"
+    grant(acls.admin(), allow(ResourceType.TOPIC, prefix, AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED),
+          allow(ResourceType.TOPIC, shown, AclOperation.DESCRIBE_CONFIGS))
+    answered = {t.name: t for t in _create_topics_as_alice(acls, hidden, shown).topics}
+    assert {name: t.error_code for name, t in answered.items()} == {hidden: ErrorCode.none, shown: ErrorCode.none}
+    withheld = answered[hidden]
+    assert (withheld.topic_config_error_code, withheld.num_partitions, withheld.replication_factor,
+            withheld.configs) == (ErrorCode.topic_authorization_failed, -1, -1, ())
+    described = answered[shown]
+    assert (described.topic_config_error_code, described.num_partitions, described.replication_factor) == (
+        ErrorCode.none, 2, 1)
+    assert {c.name: c.value for c in described.configs}["retention.ms"] == "1234"
+
+
 def test_super_users_need_no_acl(acls: AclBroker) -> None:
     topic = topic_name("acl-super")
     admin = acls.admin()
