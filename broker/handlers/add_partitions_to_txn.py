@@ -9,7 +9,7 @@ coordinator that of a TxnOffsetCommit v5) with ``verify_only`` false.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -17,7 +17,6 @@ from kio.schema.errors import ErrorCode
 from broker.handlers.context import Handler, RequestContext
 from broker.handlers.guards import CLUSTER_DENIED, TOPIC_DENIED, TXN_DENIED, refused_whole
 from broker.handlers.txn_common import fenced_for_version
-from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.state import TopicPartition
 from metadata.acl.binding import CLUSTER_NAME, AclOperation, ResourceType
 from wire import schema
@@ -44,8 +43,24 @@ def _topic_results(result_cls: type[Any], results: Mapping[TopicPartition, Error
     )
 
 
+def _not_attempted(
+    ctx: RequestContext, partitions: Sequence[TopicPartition], refused_topics: Collection[str] = ()
+) -> dict[TopicPartition, ErrorCode] | None:
+    """Kafka's checks before the coordinator is asked: a partition of a topic the caller may not WRITE is
+    TOPIC_AUTHORIZATION_FAILED, else one that does not exist UNKNOWN_TOPIC_OR_PARTITION; if any failed, the
+    transaction is not touched and every other partition is answered OPERATION_NOT_ATTEMPTED. None when all
+    passed."""
+    image = ctx.broker.controller.image
+    failed = {tp: TOPIC_DENIED for tp in partitions if tp[0] in refused_topics}
+    failed.update((tp, ErrorCode.unknown_topic_or_partition) for tp in partitions
+                  if tp not in failed and image.partition(*tp) is None)
+    if not failed:
+        return None
+    return {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in partitions}
+
+
 async def _one(
-    coordinator: TransactionCoordinator,
+    ctx: RequestContext,
     transactional_id: str,
     producer_id: int,
     producer_epoch: int,
@@ -53,17 +68,21 @@ async def _one(
     *,
     verify_only: bool,
 ) -> dict[TopicPartition, ErrorCode]:
+    # As Kafka's KafkaApis: unknown partitions are answered before the coordinator is asked, verifying or adding.
+    not_attempted = _not_attempted(ctx, partitions)
+    if not_attempted is not None:
+        return not_attempted
+    coordinator = ctx.broker.transactions
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
     return await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
 
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
-    coordinator = ctx.broker.transactions
     if ctx.api_version <= 3:
         partitions = _partitions(request.v3_and_below_topics)
         results = await _one(
-            coordinator,
+            ctx,
             request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch,
@@ -79,7 +98,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
     answers = []
     for txn in request.transactions:
         results = await _one(
-            coordinator,
+            ctx,
             txn.transactional_id,
             txn.producer_id,
             txn.producer_epoch,
@@ -97,31 +116,22 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
 
 
 async def authorize_add_partitions_to_txn(ctx: RequestContext, request: Any, handler: Handler) -> Any:
-    """v0-3: TRANSACTIONAL_ID WRITE and TOPIC WRITE on every topic; any refusal answers every partition with its
-    code, as Kafka does. v4 (brokers verifying, KIP-890): CLUSTER CLUSTER_ACTION."""
+    """v0-3: TRANSACTIONAL_ID WRITE (refused: every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then TOPIC
+    WRITE on each topic: a refused topic's partitions are TOPIC_AUTHORIZATION_FAILED, and the transaction is not
+    touched (the others answered as :func:`_not_attempted` does), as Kafka does. v4 (brokers verifying, KIP-890):
+    CLUSTER CLUSTER_ACTION."""
     if ctx.api_version >= 4:  # the brokers' own verification (KIP-890): CLUSTER_ACTION, as Kafka checks
         if ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
             return await handler(ctx, request)
         return refused_whole(ctx, CLUSTER_DENIED)
-    topics = request.v3_and_below_topics
-    allowed_txn = ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.v3_and_below_transactional_id)
-    code = None if allowed_txn else TXN_DENIED
-    if code is None:
-        denied = [t.name for t in topics if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t.name)]
+    partitions = _partitions(request.v3_and_below_topics)
+    if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.v3_and_below_transactional_id):
+        results = dict.fromkeys(partitions, TXN_DENIED)
+    else:
+        names = {name for name, _ in partitions}
+        denied = {name for name in names if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, name)}
         if not denied:
             return await handler(ctx, request)
-        code = TOPIC_DENIED
+        results = _not_attempted(ctx, partitions, denied) or {}
     topic_cls = schema.field_entity(ctx.response_class, "results_by_topic_v3_and_below")
-    return ctx.build(
-        results_by_topic_v3_and_below=tuple(
-            schema.build(
-                topic_cls,
-                name=t.name,
-                results_by_partition=tuple(
-                    schema.build_nested(topic_cls, "results_by_partition", partition_index=p, partition_error_code=code)
-                    for p in t.partitions
-                ),
-            )
-            for t in topics
-        )
-    )
+    return ctx.build(results_by_topic_v3_and_below=_topic_results(topic_cls, results, ctx.api_version))

@@ -279,23 +279,14 @@ class TransactionCoordinator:
         )
         return ErrorCode.none, metadata.producer_id, metadata.producer_epoch
 
-    def _unknown_partitions(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        image = self._context.controller.image
-        return {tp for tp in partitions if image.partition(*tp) is None}
-
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
-        """AddPartitionsToTxn: one error per partition (all the same unless some partitions do not exist)."""
+        """AddPartitionsToTxn: one error per partition, all the same (the partitions exist: AddPartitionsToTxn's
+        handler answers unknown ones before asking, as Kafka's KafkaApis does)."""
         error = self._validate_id(transactional_id)
         if error is not ErrorCode.none:
             return dict.fromkeys(partitions, error)
-        unknown = self._unknown_partitions(partitions)
-        if unknown:
-            return {
-                tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
-                for tp in partitions
-            }
         metadata = self._txns.get(transactional_id)
         if metadata is None:
             return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)

@@ -504,3 +504,30 @@ async def test_describe_transactions_leaves_out_topics_the_caller_may_not_descri
         ("allowed-txn", ErrorCode.none, ["allowed", "refused"]),  # "refused" grants DESCRIBE
         ("other-txn", ErrorCode.transactional_id_authorization_failed, []),
     ]
+
+
+async def test_add_partitions_to_txn_refuses_only_the_unwritable_topic() -> None:
+    """AddPartitionsToTxn v3: a refused topic's partitions are TOPIC_AUTHORIZATION_FAILED, a partition that does not
+    exist UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED (nothing added), as Kafka answers; without
+    the transactional id every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+
+    def request(transactional_id: str) -> dict[str, Any]:
+        topics = (_nested(24, 3, "v3_and_below_topics", name="allowed", partitions=(0, 5)),
+                  _nested(24, 3, "v3_and_below_topics", name="refused", partitions=(0,)))
+        return {"v3_and_below_transactional_id": transactional_id, "v3_and_below_producer_id": 1,
+                "v3_and_below_producer_epoch": 0, "v3_and_below_topics": topics}
+
+    def results(response: Any) -> dict[tuple[str, int], ErrorCode]:
+        return {(t.name, p.partition_index): p.partition_error_code
+                for t in response.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+    response, handler = await _serve(24, 3, **request("allowed-txn"))
+    assert handler.asked == []
+    assert results(response) == {
+        ("allowed", 0): ErrorCode.operation_not_attempted,
+        ("allowed", 5): ErrorCode.unknown_topic_or_partition,
+        ("refused", 0): ErrorCode.topic_authorization_failed,
+    }
+    response, handler = await _serve(24, 3, **request("other-txn"))
+    assert handler.asked == []
+    assert set(results(response).values()) == {ErrorCode.transactional_id_authorization_failed}

@@ -216,6 +216,11 @@ def test_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(
             (topic, 0): ErrorCode.none,
             (topic, 1): ErrorCode.invalid_txn_state,
         }
+        # a partition that does not exist is answered before the transaction is looked at, as Kafka's KafkaApis does
+        assert verify_partitions(client, transactional_id, pid, epoch, [(topic, 0), (topic, 7)]) == {
+            (topic, 0): ErrorCode.operation_not_attempted,
+            (topic, 7): ErrorCode.unknown_topic_or_partition,
+        }
 
         refused = produce_transactional(client, transactional_id, topic, 1, transactional_batch(pid, epoch))
         assert refused.error_code == ErrorCode.invalid_txn_state
