@@ -7,7 +7,8 @@ Kafka's rules, in order:
 2. The bindings that apply are those whose pattern covers the resource: the LITERAL name, the LITERAL ``*``, and
    every PREFIXED pattern the name starts with.
 3. If none applies (whoever they name), the answer is ``allow.everyone.if.no.acl.found`` (default false).
-4. Among those naming the principal (or ``User:*``) and the host (or ``*``), a DENY of the operation (or of ALL)
+4. Among those naming the principal (or ``User:*``) and the host (or ``*``; an address matches however it is
+   spelt, see :func:`_host_matches`), a DENY of the operation (or of ALL)
    wins over everything; else an ALLOW of the operation, of ALL, or of an operation implying it allows:
    DESCRIBE is implied by READ, WRITE, DELETE and ALTER, DESCRIBE_CONFIGS by ALTER_CONFIGS.
 5. Otherwise the answer is no.
@@ -18,6 +19,8 @@ cache key), so a check costs a scan of that type's bindings only.
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -129,7 +132,7 @@ class Authorizer:
             b
             for b in self._of_type(bindings, resource)
             if b.principal in (principal, WILDCARD_PRINCIPAL)
-            and b.host in (host, WILDCARD)
+            and _host_matches(b.host, host)
             and b.operation in (operation, AclOperation.ALL)
         ]
         denies = [b for b in mine if b.permission is PermissionType.DENY]
@@ -167,7 +170,7 @@ def _decide(applying: Iterable[AclBinding], principal: str, host: str, operation
     allowed = False
     implied = _IMPLIED_BY.get(operation, frozenset())
     for binding in applying:
-        if binding.principal not in (principal, WILDCARD_PRINCIPAL) or binding.host not in (host, WILDCARD):
+        if binding.principal not in (principal, WILDCARD_PRINCIPAL) or not _host_matches(binding.host, host):
             continue
         if binding.permission is PermissionType.DENY:
             if binding.operation in (operation, AclOperation.ALL):
@@ -175,3 +178,24 @@ def _decide(applying: Iterable[AclBinding], principal: str, host: str, operation
         elif binding.operation in (operation, AclOperation.ALL) or binding.operation in implied:
             allowed = True
     return allowed
+
+
+def _host_matches(binding_host: str, host: str) -> bool:
+    """Whether a binding's host covers the client's address. Kafka compares the binding's text with Java's
+    ``InetAddress.getHostAddress()``, which spells an IPv6 address in full (``0:0:0:0:0:0:0:1``) and an IPv4 client
+    of a dual-stack listener as IPv4, while Python reports ``::1`` and ``::ffff:10.0.0.1``: both sides are compared
+    as addresses, so a binding written either way (as Kafka's tools write it, or shortened) covers the client."""
+    return binding_host in (host, WILDCARD) or _address(binding_host) == _address(host)
+
+
+@functools.lru_cache(maxsize=4096)
+def _address(host: str) -> str:
+    """One spelling of a host: an IP address compressed, an IPv4-mapped IPv6 address as the IPv4 address (as Java
+    reports such a client), anything else (not an address) as written."""
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return str(address)

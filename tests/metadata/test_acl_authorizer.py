@@ -77,6 +77,26 @@ def test_wildcard_resource_principal_and_host() -> None:
     assert allowed(only_host, Op.READ, host="10.0.0.2")
 
 
+@pytest.mark.parametrize(
+    ("binding_host", "client", "matches"),
+    [
+        ("0:0:0:0:0:0:0:1", "::1", True),  # as Kafka's tools write it (Java's getHostAddress), Python's peer name
+        ("::1", "::1", True),
+        ("0000:0000:0000:0000:0000:0000:0000:0001", "::1", True),
+        ("10.0.0.1", "::ffff:10.0.0.1", True),  # an IPv4 client of a dual-stack listener: Java reports it as IPv4
+        ("0:0:0:0:0:0:0:2", "::1", False),
+        ("::ffff:10.0.0.2", "10.0.0.1", False),
+        ("*", "::1", True),
+    ],
+)
+def test_an_ipv6_binding_host_matches_however_it_is_spelt(binding_host: str, client: str, matches: bool) -> None:
+    acls = bindings(acl("orders", Op.WRITE, host=binding_host))
+    assert allowed(acls, Op.WRITE, host=client) is matches
+    assert Authorizer().allowed_on_some(acls, ALICE, client, Op.WRITE, Rt.TOPIC) is matches
+    denied = bindings(acl("orders", Op.WRITE), acl("orders", Op.WRITE, host=binding_host, perm=Perm.DENY))
+    assert allowed(denied, Op.WRITE, host=client) is not matches
+
+
 def test_prefixed_patterns_cover_names_that_start_with_them() -> None:
     acls = bindings(acl("ord", Op.READ, pattern=Pt.PREFIXED))
     assert allowed(acls, Op.READ, "orders")
