@@ -336,12 +336,20 @@ class OffsetCommits(CoordinatorRuntime):
                 continue  # a share group has no offsets and is kept until DeleteGroups, as in Kafka
             if self.coordinator_error(group.group_id) is not ErrorCode.none or not group.may_delete_offsets:
                 continue
-            expired = group.offsets.expired(
-                now, self._retention_ms, empty_since_ms=group.empty_since_ms, keep=group.is_subscribed_to
-            )
+            pending = group.pending_txn_offsets
+            # Kafka's cleanupExpiredOffsets: an offset an open transaction is committing again is not expired
+            # yet, and a group with an open transaction is kept, or the transaction's COMMIT marker would find no
+            # group to commit its offsets to (an exactly-once application's position lost).
+            expired = [
+                tp
+                for tp in group.offsets.expired(
+                    now, self._retention_ms, empty_since_ms=group.empty_since_ms, keep=group.is_subscribed_to
+                )
+                if not pending.is_pending(tp)
+            ]
             if expired and await self._tombstone_offsets(group, expired) is ErrorCode.none:
                 removed += len(expired)
                 logger.info("group %s: %d committed offsets expired", untrusted(group.group_id), len(expired))
-            if group.is_empty and not len(group.offsets):
+            if group.is_empty and not len(group.offsets) and not pending:
                 await self._delete_group(group)
         return removed

@@ -67,8 +67,17 @@ def test_transaction_markers_round_trip_and_reject_truncated_records() -> None:
         decode_marker(encode_marker_key(True), b"\x00\x00")
 
 
+DAY_S = 86_400.0
+
+
 async def _start(data_dir: Path) -> Node:
-    overrides = {**default_overrides(data_dir), "group.initial.rebalance.delay.ms": "0"}
+    overrides = {
+        **default_overrides(data_dir),
+        "group.initial.rebalance.delay.ms": "0",
+        # A test moves the coordinator's clock eight days ahead: its tombstones must not be refused as too far in
+        # the future (Kafka's default allows one hour).
+        "log.message.timestamp.after.max.ms": str(int(9 * DAY_S * 1000)),
+    }
     node = Node(ServerConfig.load(None, [f"{k}={v}" for k, v in overrides.items()]))
     await node.start()
     return node
@@ -170,5 +179,36 @@ async def test_transactional_offsets_are_invisible_until_committed_and_survive_a
         assert _fetched(groups, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
         await _marker(node, open_pid, commit=True)
         assert _fetched(groups, require_stable=True) == (30, ErrorCode.none)
+    finally:
+        await node.stop()
+
+
+async def test_an_open_transaction_keeps_its_group_and_the_offset_it_commits_from_expiry(node_dir: Path) -> None:
+    """Kafka's cleanupExpiredOffsets: a group whose only offsets are pending in an open transaction is not
+    deleted (the COMMIT marker would find no group, and the exactly-once position would be lost), and an expired
+    offset that an open transaction commits again is not expired."""
+    node = await _start(node_dir)
+    try:
+        await _broker(node).controller.create_topics(
+            [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False
+        )
+        groups = await _ready(node)
+        first_pid = await _broker(node).producer_ids.allocate()
+        await _commit_in_txn(groups, first_pid, 42)
+        assert await groups.expire_offsets() == 0
+        await _marker(node, first_pid, commit=True)
+        assert _fetched(groups, require_stable=True) == (42, ErrorCode.none)
+
+        second_pid = await _broker(node).producer_ids.allocate()
+        await _commit_in_txn(groups, second_pid, 50)
+        real = groups.clock
+        groups.clock = lambda: real() + 8 * DAY_S
+        try:
+            assert await groups.expire_offsets() == 0  # 42 is old enough, but the transaction commits it again
+        finally:
+            groups.clock = real
+        assert _fetched(groups, require_stable=False) == (42, ErrorCode.none)
+        await _marker(node, second_pid, commit=True)
+        assert _fetched(groups, require_stable=True) == (50, ErrorCode.none)
     finally:
         await node.stop()
