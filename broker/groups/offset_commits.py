@@ -139,6 +139,10 @@ class OffsetCommits(CoordinatorRuntime):
                 if generation_id < 0 and not member_id and not group.dead
                 else group.validate_offset_commit(member_id, generation_id, api_version=9)
             )
+            if error is ErrorCode.stale_member_epoch:
+                # Kafka's validateTransactionalOffsetCommit answers a stale epoch ILLEGAL_GENERATION, which a
+                # producer treats as abortable (it aborts and rewinds); STALE_MEMBER_EPOCH would be fatal to it.
+                error = ErrorCode.illegal_generation
         else:
             error = group.validate_txn_offset_commit(member_id, group_instance_id, generation_id)
         if error is not ErrorCode.none:

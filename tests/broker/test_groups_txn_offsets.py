@@ -7,6 +7,7 @@ same function the transaction coordinator and WriteTxnMarkers use; the partition
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.broker import Broker
+from broker.groups.consumer.group import HeartbeatRequest
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offset_commits import OffsetCommit
 from broker.groups.offsets_schema import OffsetValue
@@ -210,5 +212,37 @@ async def test_an_open_transaction_keeps_its_group_and_the_offset_it_commits_fro
         assert _fetched(groups, require_stable=False) == (42, ErrorCode.none)
         await _marker(node, second_pid, commit=True)
         assert _fetched(groups, require_stable=True) == (50, ErrorCode.none)
+    finally:
+        await node.stop()
+
+
+async def test_a_kip848_member_with_an_old_epoch_is_told_illegal_generation(node_dir: Path) -> None:
+    """Kafka's validateTransactionalOffsetCommit answers a stale member epoch ILLEGAL_GENERATION: the producer
+    treats it as abortable (it aborts and rewinds), where STALE_MEMBER_EPOCH would be fatal to it."""
+    node = await _start(node_dir)
+    try:
+        await _broker(node).controller.create_topics(
+            [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False
+        )
+        groups = await _ready(node)
+        member = str(uuid.uuid4())
+        joined = await groups.consumer_group_heartbeat(
+            GROUP,
+            HeartbeatRequest(
+                member_id=member, member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=(TOPIC,)
+            ),
+        )
+        assert joined.error is ErrorCode.none and joined.member_epoch >= 1
+        result = await groups.commit_transactional_offsets(
+            GROUP,
+            transactional_id="app-1",
+            producer_id=await _broker(node).producer_ids.allocate(),
+            producer_epoch=0,
+            member_id=member,
+            group_instance_id=None,
+            generation_id=joined.member_epoch - 1,
+            offsets={(TOPIC, 0): OffsetCommit(offset=5, leader_epoch=-1, metadata=None)},
+        )
+        assert result == {(TOPIC, 0): ErrorCode.illegal_generation}
     finally:
         await node.stop()
