@@ -144,7 +144,7 @@ class OffsetCommits(CoordinatorRuntime):
                 # producer treats as abortable (it aborts and rewinds); STALE_MEMBER_EPOCH would be fatal to it.
                 error = ErrorCode.illegal_generation
         else:
-            error = group.validate_txn_offset_commit(member_id, group_instance_id, generation_id)
+            error = group.validate_offset_commit(now, member_id, group_instance_id, generation_id, transactional=True)
         if error is not ErrorCode.none:
             self._after(group)
             return everyone(error)

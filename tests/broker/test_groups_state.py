@@ -454,12 +454,26 @@ def test_duplicate_join_while_parked_answers_both() -> None:
 def test_offset_commit_validation() -> None:
     h = Harness()
     assert h.group.validate_offset_commit(h.now, "", None, -1) is ErrorCode.none  # simple (unmanaged) commit
+    # Kafka checks the generation before the member: librdkafka's assign() + commit() always sends its
+    # group.instance.id (and may send an old member id), and an Empty group takes the commit.
+    assert h.group.validate_offset_commit(h.now, "", "static-1", -1) is ErrorCode.none
+    assert h.group.validate_offset_commit(h.now, "gone", "static-1", -1, transactional=True) is ErrorCode.none
+    # A generation names a member: without one it is UNKNOWN_MEMBER_ID, transactional or not.
+    assert h.group.validate_offset_commit(h.now, "", None, 0, transactional=True) is ErrorCode.unknown_member_id
     ids = h.form(2)
     gen = h.group.generation_id
     assert h.group.validate_offset_commit(h.now, ids[0], None, gen) is ErrorCode.none
     assert h.group.validate_offset_commit(h.now, "", None, -1) is ErrorCode.unknown_member_id
     assert h.group.validate_offset_commit(h.now, ids[0], None, gen + 5) is ErrorCode.illegal_generation
     assert h.group.validate_offset_commit(h.now, "x", None, gen) is ErrorCode.unknown_member_id
+    assert h.group.validate_offset_commit(h.now, "", "static-1", -1) is ErrorCode.unknown_member_id
+    # A TxnOffsetCommit without member or generation (its old versions carry none) is taken from anyone; with
+    # them, they must be current (a producer with a stale consumer generation is a zombie).
+    assert h.group.validate_offset_commit(h.now, "", None, -1, transactional=True) is ErrorCode.none
+    assert h.group.validate_offset_commit(h.now, ids[0], None, gen, transactional=True) is ErrorCode.none
+    assert h.group.validate_offset_commit(h.now, ids[0], None, gen - 1, transactional=True) is (
+        ErrorCode.illegal_generation
+    )
     # During PreparingRebalance a current member may still commit (eager consumers commit on revoke).
     h.join(ids[0], protocols=(("range", subscription("t", "u")),))
     assert h.group.validate_offset_commit(h.now, ids[1], None, gen) is ErrorCode.none

@@ -426,39 +426,40 @@ class Group(RebalancingGroup):
     # ------------------------------------------------------------------------------------------------ offsets
 
     def validate_offset_commit(
-        self, now_ms: int, member_id: str, group_instance_id: str | None, generation_id: int
+        self,
+        now_ms: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        *,
+        transactional: bool = False,
     ) -> ErrorCode:
-        """Whether an OffsetCommit may write; managed members also count it as a heartbeat."""
+        """Whether an OffsetCommit, or a TxnOffsetCommit (``transactional``), may write, as Kafka's
+        ``ClassicGroup.validateOffsetCommit`` checks it. A negative generation commits freely while the group is
+        Empty, whatever member or instance id comes with it (admin tools, consumers without group management, and
+        librdkafka's assign() + commit(), which always sends its group.instance.id). Otherwise a member id,
+        instance id or generation, when any is given, must name a current member at the current generation (a
+        producer with a stale consumer generation is a zombie); without any of them only a TxnOffsetCommit, whose
+        old versions carry none, is accepted from outside a group with members. An OffsetCommit counts as its
+        member's heartbeat."""
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
+        if generation_id < 0 and self.state is GroupState.EMPTY:
+            return ErrorCode.none
         if generation_id >= 0 or member_id or group_instance_id is not None:
             error = self._validate_member(member_id, group_instance_id)
             if error is not ErrorCode.none:
                 return error
             if generation_id != self.generation_id:
                 return ErrorCode.illegal_generation
-            if self.state is GroupState.COMPLETING_REBALANCE:
-                return ErrorCode.rebalance_in_progress
-            self.members[member_id].last_heartbeat_ms = now_ms
-            return ErrorCode.none
-        if self.state is not GroupState.EMPTY:
+        elif not transactional:
             # A group with members only takes commits from its members.
             return ErrorCode.unknown_member_id
-        return ErrorCode.none
-
-    def validate_txn_offset_commit(
-        self, member_id: str, group_instance_id: str | None, generation_id: int
-    ) -> ErrorCode:
-        """Whether a TxnOffsetCommit may write, as Kafka checks it: a member id or generation, when given, must be
-        current (a producer with a stale consumer generation is a zombie); without them anyone may commit."""
-        if self.state is GroupState.DEAD:
-            return ErrorCode.coordinator_not_available
-        if member_id or group_instance_id is not None:
-            error = self._validate_member(member_id, group_instance_id)
-            if error is not ErrorCode.none:
-                return error
-        if generation_id >= 0 and generation_id != self.generation_id:
-            return ErrorCode.illegal_generation
+        if transactional:
+            return ErrorCode.none
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        self.members[member_id].last_heartbeat_ms = now_ms
         return ErrorCode.none
 
     # ------------------------------------------------------------------------------------------------ lifecycle
