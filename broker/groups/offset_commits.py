@@ -95,7 +95,9 @@ class OffsetCommits(CoordinatorRuntime):
         now = self._now_ms()
         if group is None:
             if generation_id >= 0:
-                return everyone(ErrorCode.illegal_generation)
+                # Kafka answers GROUP_ID_NOT_FOUND from v9 on, which classic and KIP-848 clients both understand;
+                # ILLEGAL_GENERATION before, as older clients expect.
+                return everyone(ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation)
             group = self._groups[group_id] = Group(group_id, self.config, now)
         if isinstance(group, ConsumerGroup):
             error = group.validate_offset_commit(member_id, generation_id, api_version=api_version)

@@ -196,9 +196,9 @@ def test_offset_commit_validation_and_batched_fetch(node: BrokerProcess, wire: C
     topic, group = unique("validate"), unique("simple")
     create_topic(client, topic, 1)
     find_coordinator(client, group)
-    topic_cls = schema.field_entity(codec.request_class(8, 8), "topics")
 
-    def commit(name: str, partition: int, metadata: str, generation: int = -1) -> ErrorCode:
+    def commit(name: str, partition: int, metadata: str, generation: int = -1, version: int = 8) -> ErrorCode:
+        topic_cls = schema.field_entity(codec.request_class(8, version), "topics")
         entry = schema.build(
             topic_cls,
             name=name,
@@ -214,7 +214,7 @@ def test_offset_commit_validation_and_batched_fetch(node: BrokerProcess, wire: C
             ),
         )
         response = client.request(
-            req(8, 8, group_id=group, generation_id_or_member_epoch=generation, member_id="", topics=(entry,))
+            req(8, version, group_id=group, generation_id_or_member_epoch=generation, member_id="", topics=(entry,))
         )
         return ErrorCode(response.topics[0].partitions[0].error_code)
 
@@ -222,6 +222,7 @@ def test_offset_commit_validation_and_batched_fetch(node: BrokerProcess, wire: C
     assert commit(unique("missing"), 0, "") == ErrorCode.unknown_topic_or_partition
     assert commit(topic, 5, "") == ErrorCode.unknown_topic_or_partition
     assert commit(topic, 0, "", generation=3) == ErrorCode.illegal_generation  # no such group yet
+    assert commit(topic, 0, "", generation=3, version=9) == ErrorCode.group_id_not_found  # Kafka's answer from v9
     assert commit(topic, 0, "ok") == ErrorCode.none
     groups = (
         nested(9, 8, "groups", group_id=group, topics=None),
