@@ -31,6 +31,7 @@ from broker.groups.txn_offsets import AppendedOffset
 from broker.internal_topic import Load
 from wire.log_text import untrusted
 from wire.record_batch import Record
+from wire.stored_schema import MAX_STORED_STRING_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,16 @@ class FetchedOffset:
     leader_epoch: int
     metadata: str
     error: ErrorCode
+
+
+def _metadata_too_large(metadata: str, max_length: int) -> bool:
+    """Kafka's ``isMetadataInvalid`` compares Java's ``String.length()``, UTF-16 code units, with
+    offset.metadata.max.bytes (bytes in name only): 4096 accented letters pass, 2049 emoji do not. The record
+    format's int16-length string bounds the UTF-8 bytes as well."""
+    return (
+        len(metadata.encode("utf-16-le")) // 2 > max_length
+        or len(metadata.encode("utf-8")) > MAX_STORED_STRING_BYTES
+    )
 
 
 class OffsetCommits(CoordinatorRuntime):
@@ -170,7 +181,7 @@ class OffsetCommits(CoordinatorRuntime):
         accepted: dict[TopicPartition, OffsetValue] = {}
         for (topic, partition), commit in offsets.items():
             metadata = commit.metadata or ""
-            if len(metadata.encode("utf-8")) > self._metadata_max_bytes:
+            if _metadata_too_large(metadata, self._metadata_max_bytes):
                 results[(topic, partition)] = ErrorCode.offset_metadata_too_large
             elif image.partition(topic, partition) is None:
                 results[(topic, partition)] = ErrorCode.unknown_topic_or_partition

@@ -223,6 +223,9 @@ def test_offset_commit_validation_and_batched_fetch(node: BrokerProcess, wire: C
     assert commit(topic, 5, "") == ErrorCode.unknown_topic_or_partition
     assert commit(topic, 0, "", generation=3) == ErrorCode.illegal_generation  # no such group yet
     assert commit(topic, 0, "", generation=3, version=9) == ErrorCode.group_id_not_found  # Kafka's answer from v9
+    # offset.metadata.max.bytes (4096) counts Java chars, UTF-16 code units, as Kafka does: not UTF-8 bytes.
+    assert commit(topic, 0, "é" * 4096) == ErrorCode.none
+    assert commit(topic, 0, "\N{GRINNING FACE}" * 2048 + "x") == ErrorCode.offset_metadata_too_large
     assert commit(topic, 0, "ok") == ErrorCode.none
     groups = (
         nested(9, 8, "groups", group_id=group, topics=None),
