@@ -140,6 +140,8 @@ class OffsetCommits(CoordinatorRuntime):
         def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
 
+        if not group_id:
+            return everyone(ErrorCode.invalid_group_id)  # as Kafka (an OffsetCommit's empty id is a group)
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return everyone(error)
@@ -297,6 +299,8 @@ class OffsetCommits(CoordinatorRuntime):
     async def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}
         group, error = self._group_or_error(group_id)
         if error is not ErrorCode.none:
             return error, {}

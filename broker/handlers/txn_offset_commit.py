@@ -25,7 +25,9 @@ from wire.api_versions import TRANSACTION_VERSION
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     offsets = requested_offsets(request.topics)
     groups = ctx.broker.groups
-    if ctx.api_version >= 5 and ctx.broker.controller.image.feature_level(TRANSACTION_VERSION.name) >= 2:
+    # An empty group id is refused by the coordinator (INVALID_GROUP_ID) before the transaction is touched.
+    tv2 = ctx.api_version >= 5 and ctx.broker.controller.image.feature_level(TRANSACTION_VERSION.name) >= 2
+    if request.group_id and tv2:
         error, _, _ = await groups.find_coordinator(request.group_id)
         if error is ErrorCode.none:
             error = await ctx.broker.transactions.verify_produce(

@@ -395,3 +395,37 @@ def test_a_metadata_request_creates_the_internal_topics_as_their_coordinators_do
     assert join(client, 0, group).error_code == ErrorCode.none
     txn = client.request(req(10, 4, key_type=1, coordinator_keys=(unique("txn"),)))
     assert [c.error_code for c in txn.coordinators] == [ErrorCode.none]
+
+
+def test_an_empty_group_id_is_invalid_for_txn_offset_commit_and_offset_delete(
+    node: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    """Kafka's coordinator refuses them INVALID_GROUP_ID before anything else (a v5 TxnOffsetCommit's transaction
+    is not verified); OffsetCommit, for backwards compatibility, takes the empty id as a group."""
+    client = wire(node.port)
+    topic = unique("empty-id")
+    create_topic(client, topic, 1)
+    find_coordinator(client, "")
+    txn_topic = schema.field_entity(codec.request_class(28, 5), "topics")
+    committed = schema.build(
+        txn_topic,
+        name=topic,
+        partitions=(
+            schema.build_nested(
+                txn_topic, "partitions", partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                committed_metadata="",
+            ),
+        ),
+    )
+    txn = client.request(
+        req(
+            28, 5, transactional_id=unique("txn"), group_id="", producer_id=4242, producer_epoch=0, generation_id=-1,
+            member_id="", group_instance_id=None, topics=(committed,),
+        )
+    )
+    assert [p.error_code for t in txn.topics for p in t.partitions] == [ErrorCode.invalid_group_id]
+    deleted_topic = nested(47, 0, "topics", name=topic, partitions=(
+        schema.build_nested(schema.field_entity(codec.request_class(47, 0), "topics"), "partitions", partition_index=0),
+    ))
+    deleted = client.request(req(47, 0, group_id="", topics=(deleted_topic,)))
+    assert deleted.error_code == ErrorCode.invalid_group_id
