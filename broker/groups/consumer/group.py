@@ -54,6 +54,7 @@ from broker.groups.consumer.rules import (
     unknown_member,
     unreleased,
 )
+from broker.groups.consumer.subscribed_topics import member_topic_names
 from broker.groups.offsets import GroupOffsets
 from broker.groups.txn_offsets import PendingTxnOffsets
 
@@ -418,17 +419,9 @@ class ConsumerGroup:
 
     # ------------------------------------------------------------------------------------------------ assignment
 
-    def _member_topics(self, member: ConsumerMember, names: frozenset[str]) -> frozenset[str]:
-        topics = member.subscribed_topic_names & names
-        if member.subscribed_topic_regex:
-            topics |= self._regex_matches.get(member.subscribed_topic_regex, frozenset()) & names
-        return topics
-
     def _subscribed_ids(self, member: ConsumerMember, topics: ClusterTopics) -> frozenset[uuid.UUID]:
         """The ids of the topics ``member`` subscribes to that exist now (by name or through its regex)."""
-        names = set(member.subscribed_topic_names)
-        if member.subscribed_topic_regex:
-            names |= self._regex_matches.get(member.subscribed_topic_regex, frozenset())
+        names = member_topic_names(member, self._regex_matches)
         return frozenset(topics.by_name[n].topic_id for n in names if n in topics.by_name)
 
     def _refresh_subscription(self, topics: ClusterTopics) -> bool:
@@ -438,21 +431,17 @@ class ConsumerGroup:
         if refreshed is not None and refreshed[0] is topics.resolution and refreshed[1] == self._subscriptions_version:
             return False
         self._refreshed = (topics.resolution, self._subscriptions_version)
-        subscribed: dict[uuid.UUID, TopicMetadata] = {}
-        for member in self.members.values():
-            for name in member.subscribed_topic_names:
-                meta = topics.by_name.get(name)
-                if meta is not None:
-                    subscribed[meta.topic_id] = meta
-            if member.subscribed_topic_regex:
-                for name in topics.matching(member.subscribed_topic_regex):
-                    meta = topics.by_name[name]
-                    subscribed[meta.topic_id] = meta
         self._regex_matches = {
             m.subscribed_topic_regex: topics.matching(m.subscribed_topic_regex)
             for m in self.members.values()
             if m.subscribed_topic_regex
         }
+        subscribed: dict[uuid.UUID, TopicMetadata] = {}
+        for member in self.members.values():
+            for name in member_topic_names(member, self._regex_matches):
+                meta = topics.by_name.get(name)
+                if meta is not None:
+                    subscribed[meta.topic_id] = meta
         if subscribed == self.subscription:
             return False
         restored, self._restored_hash = self._restored_hash, None
@@ -467,9 +456,7 @@ class ConsumerGroup:
         self._regex_matches = {r: ts for r, ts in self._regex_matches.items() if r in regexes}
         names: set[str] = set()
         for member in self.members.values():
-            names |= member.subscribed_topic_names
-        for matched in self._regex_matches.values():
-            names |= matched
+            names |= member_topic_names(member, self._regex_matches)
         self.subscription = {t: meta for t, meta in self.subscription.items() if meta.name in names}
 
     def refresh_topics(self, topics: ClusterTopics) -> None:
@@ -504,7 +491,9 @@ class ConsumerGroup:
             member_id: MemberSubscription(
                 instance_id=member.instance_id,
                 rack_id=member.rack_id,
-                subscribed_topic_ids=frozenset(by_name[n] for n in self._member_topics(member, names)),
+                subscribed_topic_ids=frozenset(
+                    by_name[n] for n in member_topic_names(member, self._regex_matches) & names
+                ),
                 current=self.target.get(member_id, {}),
             )
             for member_id, member in self.members.items()
