@@ -278,3 +278,24 @@ def test_topic_dropped_while_revoking_is_taken_back_at_once() -> None:
     assert result.member_epoch == epoch and member.state is MemberState.UNREVOKED_PARTITIONS
     assert topic_id("payments") not in member.assigned and topic_id("payments") not in (result.assignment or {})
     assert member.pending_revocation.get(topic_id("payments"))
+
+
+def test_a_group_loaded_from_the_log_knows_its_subscriptions_before_any_heartbeat() -> None:
+    """Kafka's isSubscribedToTopic reads the members' records: right after a failover OffsetDelete must answer
+    GROUP_SUBSCRIBED_TO_TOPIC and expiry keep the offsets, for names and for what a regex matches."""
+    topics = cluster(orders=2, **{"audit-eu": 1, "logs": 1})
+    group = ConsumerGroup("g", config(), 0)
+    joined(group, topics, Client("a"), Client("b", regex="audit-.*"))
+    loaded = ConsumerGroup.restored(
+        "g",
+        config(),
+        1_000,
+        group_epoch=group.group_epoch,
+        metadata_hash=metadata_hash(group.subscription),
+        target_epoch=group.target_epoch,
+        target=group.target,
+        members=list(group.members.values()),
+    )
+    for g in (group, loaded):
+        assert g.is_subscribed_to("orders") and g.is_subscribed_to("audit-eu")
+        assert not g.is_subscribed_to("logs")

@@ -54,7 +54,7 @@ from broker.groups.consumer.rules import (
     unknown_member,
     unreleased,
 )
-from broker.groups.consumer.subscribed_topics import member_topic_names
+from broker.groups.consumer.subscribed_topics import member_topic_names, subscribes_to
 from broker.groups.offsets import GroupOffsets
 from broker.groups.txn_offsets import PendingTxnOffsets
 
@@ -547,7 +547,8 @@ class ConsumerGroup:
         return offset_fetch_error(member_id, member, member_epoch)
 
     def is_subscribed_to(self, topic: str) -> bool:
-        return any(t.name == topic for t in self.subscription.values())
+        """From the members themselves, not the refreshed topics: a group just loaded has not refreshed them."""
+        return subscribes_to(self.members.values(), self._regex_matches, topic)
 
     @property
     def may_delete_offsets(self) -> bool:
