@@ -93,93 +93,96 @@ async def test_with_an_authorizer_each_request_asks_its_right_of_the_certificate
         client = await start_quorum_client(
             broker_config(tmp_path, configs, _tls(ca, "broker-5")), catch_up_timeout_s=20
         )
+        # Broker 5 registers and heartbeats (unfenced) while the worker creates topics on it by assignment.
+        epoch = await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None)
         try:
-            assert await client.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None) > 0
+            assert epoch > 0 and await client.wait_unfenced(NodeIdentity(5, epoch))
+            grant = AclBinding(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:worker", "*",
+                               AclOperation.CLUSTER_ACTION, PermissionType.ALLOW)
+            own_topics = AclBinding(ResourceType.TOPIC, "worker-", PatternType.PREFIXED, "User:worker", "*",
+                                    AclOperation.CREATE, PermissionType.ALLOW)
+            await active.controller.create_acls([grant, own_topics])
+            # Both voters serve the grant once they have it (the follower, once it has caught up with the leader).
+            await eventually_async(
+                lambda: all(q.metadata_loaded() and grant in q.image.acls.values() for q in started),
+                timeout=10, what="both voters loaded the grant",
+            )
+
+            # the active voter's: CreateTopics is answered there (another voter answers NOT_CONTROLLER)
+            port = next(v.port for v in configs[0].voters if v.node_id == active.node_id)
+            dump = DescribeMetadata(NodeIdentity(-1, -1))
+            describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
+            operator = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "operator"))
+            await operator.connect()
+            try:
+                response = await operator.stream_request(dump, timeout=5)
+                assert response.error_code == RpcError.NONE and response.result is not None
+                described = await operator.request(describe, timeout=5)
+                assert described.error_code != ErrorCode.cluster_authorization_failed
+            finally:
+                await operator.close()
+
+            refused = ErrorCode.cluster_authorization_failed
+            worker = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "worker"))
+            await worker.connect()
+            try:
+                heartbeat = schema.build(codec.request_class(BROKER_HEARTBEAT, 1), broker_id=7, broker_epoch=1,
+                                        current_metadata_offset=0)
+                assert (await worker.request(heartbeat, timeout=5)).error_code != refused  # not registered, not refused
+                loads = await worker.stream_request(DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=5)
+                assert loads.error_code in (RpcError.NONE, RpcError.NOT_CONTROLLER)
+                create_acls = schema.build(
+                    codec.request_class(CREATE_ACLS, 3),
+                    creations=(schema.build_nested(
+                        codec.request_class(CREATE_ACLS, 3), "creations", resource_type=ResourceType.CLUSTER,
+                        resource_name=CLUSTER_NAME, resource_pattern_type=PatternType.LITERAL, principal="User:worker",
+                        host="*", operation=AclOperation.ALL, permission_type=PermissionType.ALLOW,
+                    ),),
+                )
+                assert [r.error_code for r in (await worker.request(create_acls, timeout=5)).results] == [refused]
+                topic_cls = schema.field_entity(codec.request_class(CREATE_TOPICS, 7), "topics")
+                # on broker 5 by an assignment (the placement of these bare nodes would find no broker)
+                on_broker_5 = (schema.build_nested(topic_cls, "assignments", partition_index=0, broker_ids=(5,)),)
+                create_topics = schema.build(
+                    codec.request_class(CREATE_TOPICS, 7),
+                    topics=tuple(schema.build_nested(codec.request_class(CREATE_TOPICS, 7), "topics", name=name,
+                                                    num_partitions=-1, replication_factor=-1, assignments=on_broker_5)
+                                 for name in ("grabbed", "worker-own")),
+                    timeout=5000,
+                )
+                results = {t.name: t for t in (await worker.request(create_topics, timeout=5)).topics}
+                assert {name: t.error_code for name, t in results.items()} == {
+                    "grabbed": ErrorCode.topic_authorization_failed, "worker-own": ErrorCode.none}
+                own = results["worker-own"]  # created without DESCRIBE_CONFIGS on it: no settings shown, as in Kafka
+                assert (own.topic_config_error_code, own.num_partitions, own.replication_factor, own.configs) == (
+                    ErrorCode.topic_authorization_failed, -1, -1, ())
+                assert (await worker.request(describe, timeout=5)).error_code == refused
+                assert (await worker.request(heartbeat, timeout=5)).error_code != refused  # still open, still served
+                with pytest.raises(ConnectionClosedError):
+                    await worker.stream_request(dump, timeout=5)
+            finally:
+                await worker.close()
+            assert not any(b.principal == "User:worker" and b.operation is AclOperation.ALL
+                           for b in active.image.acls.values())
+            assert "grabbed" not in active.image.topics_by_name
+
+            mallory = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "mallory"))
+            with caplog.at_level(logging.WARNING, logger="wire.listener"):
+                await mallory.connect()
+                try:
+                    # ApiVersions comes before the check, as in Kafka.
+                    await mallory.request(schema.build(codec.request_class(API_VERSIONS, 0)), timeout=5)
+                    assert (await mallory.request(describe, timeout=5)).error_code == refused
+                    with pytest.raises(ConnectionClosedError):
+                        await mallory.stream_request(GetKV(NodeIdentity(-1, -1), "any"), timeout=5)
+                finally:
+                    await mallory.close()
+            closed = [r.getMessage() for r in caplog.records
+                      if r.name == "wire.listener" and "User:mallory" in r.getMessage()]
+            assert len(closed) == 1, closed
+            assert "127.0.0.1" in closed[0] and "listener CONTROLLER" in closed[0], closed
         finally:
             await client.close()
-        grant = AclBinding(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:worker", "*",
-                           AclOperation.CLUSTER_ACTION, PermissionType.ALLOW)
-        own_topics = AclBinding(ResourceType.TOPIC, "worker-", PatternType.PREFIXED, "User:worker", "*",
-                                AclOperation.CREATE, PermissionType.ALLOW)
-        await active.controller.create_acls([grant, own_topics])
-        # Both voters serve the grant once they have it (the follower, once it has caught up with the leader).
-        await eventually_async(
-            lambda: all(q.metadata_loaded() and grant in q.image.acls.values() for q in started),
-            timeout=10, what="both voters loaded the grant",
-        )
-
-        # the active voter's: CreateTopics is answered there (another voter answers NOT_CONTROLLER)
-        port = next(v.port for v in configs[0].voters if v.node_id == active.node_id)
-        dump = DescribeMetadata(NodeIdentity(-1, -1))
-        describe = schema.build(codec.request_class(DESCRIBE_QUORUM, 0))
-        operator = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "operator"))
-        await operator.connect()
-        try:
-            response = await operator.stream_request(dump, timeout=5)
-            assert response.error_code == RpcError.NONE and response.result is not None
-            assert (await operator.request(describe, timeout=5)).error_code != ErrorCode.cluster_authorization_failed
-        finally:
-            await operator.close()
-
-        refused = ErrorCode.cluster_authorization_failed
-        worker = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "worker"))
-        await worker.connect()
-        try:
-            heartbeat = schema.build(codec.request_class(BROKER_HEARTBEAT, 1), broker_id=7, broker_epoch=1,
-                                    current_metadata_offset=0)
-            assert (await worker.request(heartbeat, timeout=5)).error_code != refused  # not registered, not refused
-            loads = await worker.stream_request(DescribeBrokerLoad(NodeIdentity(-1, -1)), timeout=5)
-            assert loads.error_code in (RpcError.NONE, RpcError.NOT_CONTROLLER)
-            create_acls = schema.build(
-                codec.request_class(CREATE_ACLS, 3),
-                creations=(schema.build_nested(
-                    codec.request_class(CREATE_ACLS, 3), "creations", resource_type=ResourceType.CLUSTER,
-                    resource_name=CLUSTER_NAME, resource_pattern_type=PatternType.LITERAL, principal="User:worker",
-                    host="*", operation=AclOperation.ALL, permission_type=PermissionType.ALLOW,
-                ),),
-            )
-            assert [r.error_code for r in (await worker.request(create_acls, timeout=5)).results] == [refused]
-            topic_cls = schema.field_entity(codec.request_class(CREATE_TOPICS, 7), "topics")
-            # on broker 5, which registered and is fenced now that its client closed: an assignment names it anyway
-            on_broker_5 = (schema.build_nested(topic_cls, "assignments", partition_index=0, broker_ids=(5,)),)
-            create_topics = schema.build(
-                codec.request_class(CREATE_TOPICS, 7),
-                topics=tuple(schema.build_nested(codec.request_class(CREATE_TOPICS, 7), "topics", name=name,
-                                                num_partitions=-1, replication_factor=-1, assignments=on_broker_5)
-                             for name in ("grabbed", "worker-own")),
-                timeout=5000,
-            )
-            results = {t.name: t for t in (await worker.request(create_topics, timeout=5)).topics}
-            assert {name: t.error_code for name, t in results.items()} == {
-                "grabbed": ErrorCode.topic_authorization_failed, "worker-own": ErrorCode.none}
-            own = results["worker-own"]  # created without DESCRIBE_CONFIGS on it: no settings shown, as in Kafka
-            assert (own.topic_config_error_code, own.num_partitions, own.replication_factor, own.configs) == (
-                ErrorCode.topic_authorization_failed, -1, -1, ())
-            assert (await worker.request(describe, timeout=5)).error_code == refused
-            assert (await worker.request(heartbeat, timeout=5)).error_code != refused  # still open, still served
-            with pytest.raises(ConnectionClosedError):
-                await worker.stream_request(dump, timeout=5)
-        finally:
-            await worker.close()
-        assert not any(b.principal == "User:worker" and b.operation is AclOperation.ALL
-                       for b in active.image.acls.values())
-        assert "grabbed" not in active.image.topics_by_name
-
-        mallory = ControllerConnection("127.0.0.1", port, ssl_context=_client_tls(ca, "mallory"))
-        with caplog.at_level(logging.WARNING, logger="wire.listener"):
-            await mallory.connect()
-            try:
-                # ApiVersions comes before the check, as in Kafka.
-                await mallory.request(schema.build(codec.request_class(API_VERSIONS, 0)), timeout=5)
-                assert (await mallory.request(describe, timeout=5)).error_code == refused
-                with pytest.raises(ConnectionClosedError):
-                    await mallory.stream_request(GetKV(NodeIdentity(-1, -1), "any"), timeout=5)
-            finally:
-                await mallory.close()
-        closed = [r.getMessage() for r in caplog.records
-                  if r.name == "wire.listener" and "User:mallory" in r.getMessage()]
-        assert len(closed) == 1, closed
-        assert "127.0.0.1" in closed[0] and "listener CONTROLLER" in closed[0], closed
 
 
 def _client_tls(ca: CertificateAuthority, name: str) -> ssl.SSLContext:
