@@ -84,7 +84,8 @@ def _describe_result(ctx: RequestContext, result_cls: type[Any], resource: Any, 
     entry_cls = schema.field_entity(result_cls, "configs")
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     include_documentation = bool(getattr(request, "include_documentation", False))
-    keys = tuple(resource.configuration_keys) if resource.configuration_keys is not None else None
+    # Kafka's ConfigHelper reads an empty list of keys as a null one: every key of the resource.
+    keys = tuple(resource.configuration_keys) if resource.configuration_keys else None
     try:
         entries = _entries(ctx, resource.resource_type, resource.resource_name, keys)
     except ResourceRefused as exc:

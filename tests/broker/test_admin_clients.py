@@ -279,3 +279,22 @@ def test_repeated_keys_last_wins_in_alter_configs_but_are_rejected_incrementally
     (result,) = client.request(schema.build(incremental, resources=(resource,), validate_only=False)).responses
     assert result.error_code == ErrorCode.invalid_request
     assert _topic_config(client, "wire-dup-keys", "retention.ms") == "2000"
+
+
+def test_describe_configs_with_an_empty_key_list_describes_every_key(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    """Kafka's ConfigHelper reads an empty (non-null) configuration_keys as a null one: all keys, topic or broker."""
+    client = wire(shared_broker.port)
+    _wire_create(client, "wire-all-keys", {"retention.ms": "1234"})
+    cls = codec.request_class(32, 4)
+    for resource_type, name, key in ((2, "wire-all-keys", "retention.ms"), (4, "0", "num.io.threads")):
+        described = {}
+        for keys in (None, ()):
+            resource = schema.build_nested(cls, "resources", resource_type=resource_type, resource_name=name,
+                                          configuration_keys=keys)
+            (result,) = client.request(schema.build(cls, resources=(resource,))).results
+            assert result.error_code == ErrorCode.none
+            described[keys] = {entry.name for entry in result.configs}
+        assert key in described[()]
+        assert described[()] == described[None]
