@@ -73,6 +73,15 @@ def _unsupported_type(resource: ConfigResource, known: set[int] = _KNOWN_RESOURC
     return ErrorCode.invalid_request, f"Unsupported resource type {resource.type}"
 
 
+def _null_values(names: Sequence[str]) -> Outcome | None:
+    """Kafka's broker refuses a config without a value before anything else is asked (ConfigAdminManager's
+    preprocess): legacy AlterConfigs would silently delete the key, and SET, APPEND and SUBTRACT have nothing to
+    apply. Only an incremental DELETE may leave the value out."""
+    if not names:
+        return None
+    return ErrorCode.invalid_request, f"Null value not supported for : {', '.join(names)}"
+
+
 def read_alter_configs(request: Any) -> ConfigAlterations:
     """Legacy AlterConfigs replaces the whole resource config and, as Kafka does, folds repeated keys into one map
     where the last value wins (clients that re-send described configs plus a change rely on it)."""
@@ -80,7 +89,8 @@ def read_alter_configs(request: Any) -> ConfigAlterations:
     for entry in request.resources:
         resource = ConfigResource(int(entry.resource_type), entry.resource_name)
         changes = {c.name: c.value for c in entry.configs}
-        alterations.append(ConfigAlteration(resource, changes, None, _unsupported_type(resource)))
+        refused = _null_values([c.name for c in entry.configs if c.value is None]) or _unsupported_type(resource)
+        alterations.append(ConfigAlteration(resource, changes, None, refused))
     return ConfigAlterations(tuple(alterations), bool(request.validate_only))
 
 
@@ -91,9 +101,12 @@ def read_incremental_alter_configs(request: Any) -> ConfigAlterations:
         resource = ConfigResource(int(entry.resource_type), entry.resource_name)
         duplicates = [k for k, n in Counter(c.name for c in entry.configs).items() if n > 1]
         bad_ops = sorted({int(c.config_operation) for c in entry.configs} - _OPS)
+        nulls = [c.name for c in entry.configs if c.value is None and int(c.config_operation) != IncrementalOp.DELETE]
         refused: Outcome | None
         if duplicates:
             refused = ErrorCode.invalid_request, f"Error due to duplicate config keys {sorted(duplicates)}"
+        elif nulls:
+            refused = _null_values(nulls)
         elif bad_ops:
             refused = ErrorCode.invalid_request, f"Unknown alter config operation(s) {bad_ops}"
         else:

@@ -72,6 +72,15 @@ def read_create_topics(request: Any, client_id: str | None) -> CreateTopicsAsk:
                 f"Create topics request from client {client_id!r} contains topic {topic.name!r} more than once",
             )
             continue
+        nulls = [c.name for c in topic.configs if c.value is None]
+        if nulls:
+            # Kafka's controller refuses a topic whose config has no value (ReplicationControlManager's
+            # computeConfigChanges); dropping the key would create the topic with the default instead.
+            refused[topic.name] = CreateTopicResult(
+                topic.name, None, ErrorCode.invalid_config,
+                f"Null value not supported for topic configs: {','.join(nulls)}",
+            )
+            continue
         if topic.assignments and (topic.num_partitions != -1 or topic.replication_factor != -1):
             refused[topic.name] = CreateTopicResult(
                 topic.name, None, ErrorCode.invalid_request,

@@ -298,3 +298,44 @@ def test_describe_configs_with_an_empty_key_list_describes_every_key(
             described[keys] = {entry.name for entry in result.configs}
         assert key in described[()]
         assert described[()] == described[None]
+
+
+def test_a_config_without_a_value_is_refused_not_dropped(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    """Dropping a null value would create a topic with the default, or (AlterConfigs) delete the key; Kafka refuses
+    it: CreateTopics with INVALID_CONFIG, AlterConfigs and an incremental APPEND with INVALID_REQUEST."""
+    client = wire(shared_broker.port)
+    create = codec.request_class(19, 7)
+    config = schema.build_nested(schema.field_entity(create, "topics"), "configs", name="retention.ms", value=None)
+    topic = schema.build_nested(create, "topics", name="wire-null-create", num_partitions=1, replication_factor=1,
+                                configs=(config,))
+    (result,) = client.request(schema.build(create, topics=(topic,), timeout=5000)).topics
+    assert (result.error_code, result.error_message) == (
+        ErrorCode.invalid_config, "Null value not supported for topic configs: retention.ms"
+    )
+    names = {t.name for t in client.request(schema.build(codec.request_class(3, 12), topics=None)).topics}
+    assert "wire-null-create" not in names
+
+    _wire_create(client, "wire-null-alter", {"retention.ms": "1000", "cleanup.policy": "compact"})
+    legacy = codec.request_class(33, 2)
+    entries = tuple(
+        schema.build_nested(schema.field_entity(legacy, "resources"), "configs", name=k, value=v)
+        for k, v in (("retention.ms", "2000"), ("cleanup.policy", None))
+    )
+    resource = schema.build_nested(legacy, "resources", resource_type=2, resource_name="wire-null-alter",
+                                   configs=entries)
+    (answer,) = client.request(schema.build(legacy, resources=(resource,), validate_only=False)).responses
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.invalid_request, "Null value not supported for : cleanup.policy"
+    )
+
+    incremental = codec.request_class(44, 1)
+    op = schema.build_nested(schema.field_entity(incremental, "resources"), "configs", name="cleanup.policy",
+                             config_operation=2, value=None)  # APPEND
+    resource = schema.build_nested(incremental, "resources", resource_type=2, resource_name="wire-null-alter",
+                                   configs=(op,))
+    (answer,) = client.request(schema.build(incremental, resources=(resource,), validate_only=False)).responses
+    assert answer.error_code == ErrorCode.invalid_request
+    assert _topic_config(client, "wire-null-alter", "cleanup.policy") == "compact"
+    assert _topic_config(client, "wire-null-alter", "retention.ms") == "1000"

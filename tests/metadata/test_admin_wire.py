@@ -149,7 +149,8 @@ def test_create_partitions_round_trip_and_duplicates() -> None:
 @pytest.mark.parametrize("ops", [None, {"retention.ms": IncrementalOp.SET, "cleanup.policy": IncrementalOp.DELETE}])
 def test_alter_configs_round_trip(ops: dict[str, int] | None) -> None:
     resource = ConfigResource(ConfigResource.TOPIC, "orders")
-    changes: dict[str, str | None] = {"retention.ms": "1000", "cleanup.policy": None}
+    # Only an incremental DELETE carries no value (anything else without one is refused where it is read).
+    changes: dict[str, str | None] = {"retention.ms": "1000", "cleanup.policy": None if ops else "compact"}
     request = _over_the_wire(config_wire.alter_configs_request(resource, changes, ops, True))
     read = config_wire.read_alter_configs if ops is None else config_wire.read_incremental_alter_configs
     ask = read(request)
@@ -185,6 +186,51 @@ def test_incremental_alter_configs_refuses_duplicates_unknown_ops_and_resource_t
         (ErrorCode.invalid_request, "Unknown alter config operation(s) [9]"),
         (ErrorCode.invalid_request, "Unsupported resource type 7"),
         None,
+    ]
+
+
+def test_a_config_without_a_value_is_refused_unless_incrementally_deleted() -> None:
+    """Kafka's codes: CreateTopics INVALID_CONFIG (its controller's check), AlterConfigs and IncrementalAlterConfigs
+    (any operation but DELETE) INVALID_REQUEST (its broker's preprocess), naming the keys."""
+    create = codec.request_class(19, 7)
+    topic_cls = schema.field_entity(create, "topics")
+    request = schema.build(create, validate_only=False, timeout=5000, topics=(
+        schema.build(topic_cls, name="t", num_partitions=1, replication_factor=1, configs=tuple(
+            schema.build_nested(topic_cls, "configs", name=n, value=v)
+            for n, v in (("retention.ms", None), ("segment.ms", "1000"), ("cleanup.policy", None))
+        )),
+    ))
+    ask = topic_wire.read_create_topics(request, "tool")
+    assert not ask.topics
+    refused = ask.refused["t"]
+    assert (refused.error, refused.message) == (
+        ErrorCode.invalid_config, "Null value not supported for topic configs: retention.ms,cleanup.policy"
+    )
+
+    legacy = codec.request_class(33, 2)
+    legacy_cls = schema.field_entity(legacy, "resources")
+    request = schema.build(legacy, validate_only=False, resources=(
+        schema.build(legacy_cls, resource_type=2, resource_name="t", configs=(
+            schema.build_nested(legacy_cls, "configs", name="retention.ms", value=None),
+            schema.build_nested(legacy_cls, "configs", name="segment.ms", value="1000"),
+        )),
+    ))
+    (item,) = config_wire.read_alter_configs(request).resources
+    assert item.refused == (ErrorCode.invalid_request, "Null value not supported for : retention.ms")
+
+    incremental = codec.request_class(44, 1)
+    incremental_cls = schema.field_entity(incremental, "resources")
+
+    def resource(op: int) -> Any:
+        return schema.build(incremental_cls, resource_type=2, resource_name="t", configs=(
+            schema.build_nested(incremental_cls, "configs", name="cleanup.policy", config_operation=op, value=None),
+        ))
+
+    ops = (IncrementalOp.SET, IncrementalOp.DELETE, IncrementalOp.APPEND, IncrementalOp.SUBTRACT)
+    request = schema.build(incremental, validate_only=False, resources=tuple(resource(op) for op in ops))
+    null = (ErrorCode.invalid_request, "Null value not supported for : cleanup.policy")
+    assert [item.refused for item in config_wire.read_incremental_alter_configs(request).resources] == [
+        null, None, null, null
     ]
 
 
