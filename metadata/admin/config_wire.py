@@ -73,6 +73,16 @@ def _unsupported_type(resource: ConfigResource, known: set[int] = _KNOWN_RESOURC
     return ErrorCode.invalid_request, f"Unsupported resource type {resource.type}"
 
 
+def _repeated_resources(entries: Sequence[Any]) -> set[tuple[int, str]]:
+    """The resources a request names more than once: Kafka refuses every copy (each would replace or edit what the
+    other writes) before anything else is checked (ConfigAdminManager's preprocess)."""
+    counts = Counter((int(e.resource_type), e.resource_name) for e in entries)
+    return {resource for resource, n in counts.items() if n > 1}
+
+
+_REPEATED: Outcome = ErrorCode.invalid_request, "Each resource must appear at most once."
+
+
 def _null_values(names: Sequence[str]) -> Outcome | None:
     """Kafka's broker refuses a config without a value before anything else is asked (ConfigAdminManager's
     preprocess): legacy AlterConfigs would silently delete the key, and SET, APPEND and SUBTRACT have nothing to
@@ -86,10 +96,14 @@ def read_alter_configs(request: Any) -> ConfigAlterations:
     """Legacy AlterConfigs replaces the whole resource config and, as Kafka does, folds repeated keys into one map
     where the last value wins (clients that re-send described configs plus a change rely on it)."""
     alterations = []
+    repeated = _repeated_resources(request.resources)
     for entry in request.resources:
         resource = ConfigResource(int(entry.resource_type), entry.resource_name)
         changes = {c.name: c.value for c in entry.configs}
-        refused = _null_values([c.name for c in entry.configs if c.value is None]) or _unsupported_type(resource)
+        refused = (
+            _REPEATED if (resource.type, resource.name) in repeated
+            else _null_values([c.name for c in entry.configs if c.value is None]) or _unsupported_type(resource)
+        )
         alterations.append(ConfigAlteration(resource, changes, None, refused))
     return ConfigAlterations(tuple(alterations), bool(request.validate_only))
 
@@ -97,13 +111,16 @@ def read_alter_configs(request: Any) -> ConfigAlterations:
 def read_incremental_alter_configs(request: Any) -> ConfigAlterations:
     """Unlike legacy AlterConfigs, a key named twice in one resource is refused, as is an unknown operation."""
     alterations = []
+    repeated = _repeated_resources(request.resources)
     for entry in request.resources:
         resource = ConfigResource(int(entry.resource_type), entry.resource_name)
         duplicates = [k for k, n in Counter(c.name for c in entry.configs).items() if n > 1]
         bad_ops = sorted({int(c.config_operation) for c in entry.configs} - _OPS)
         nulls = [c.name for c in entry.configs if c.value is None and int(c.config_operation) != IncrementalOp.DELETE]
         refused: Outcome | None
-        if duplicates:
+        if (resource.type, resource.name) in repeated:
+            refused = _REPEATED
+        elif duplicates:
             refused = ErrorCode.invalid_request, f"Error due to duplicate config keys {sorted(duplicates)}"
         elif nulls:
             refused = _null_values(nulls)

@@ -339,3 +339,27 @@ def test_a_config_without_a_value_is_refused_not_dropped(
     assert answer.error_code == ErrorCode.invalid_request
     assert _topic_config(client, "wire-null-alter", "cleanup.policy") == "compact"
     assert _topic_config(client, "wire-null-alter", "retention.ms") == "1000"
+
+
+@pytest.mark.parametrize("api_key", [33, 44])
+def test_a_resource_named_twice_in_one_request_is_refused_both_times(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient], api_key: int
+) -> None:
+    """Kafka answers every copy INVALID_REQUEST "Each resource must appear at most once." and applies neither."""
+    client = wire(shared_broker.port)
+    topic = f"wire-twice-{api_key}"
+    _wire_create(client, topic, {"retention.ms": "1000"})
+    cls = codec.request_class(api_key, 1)
+    resource_cls = schema.field_entity(cls, "resources")
+    op = {"config_operation": 0} if api_key == 44 else {}
+    resources = tuple(
+        schema.build(resource_cls, resource_type=2, resource_name=topic, configs=(
+            schema.build_nested(resource_cls, "configs", name="retention.ms", value=value, **op),
+        ))
+        for value in ("2000", "3000")
+    )
+    answers = client.request(schema.build(cls, resources=resources, validate_only=False)).responses
+    assert [(a.resource_name, a.error_code, a.error_message) for a in answers] == [
+        (topic, ErrorCode.invalid_request, "Each resource must appear at most once.")
+    ] * 2
+    assert _topic_config(client, topic, "retention.ms") == "1000"

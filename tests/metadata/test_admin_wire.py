@@ -169,16 +169,16 @@ def test_incremental_alter_configs_refuses_duplicates_unknown_ops_and_resource_t
     cls = codec.request_class(44, 1)
     resource_cls = schema.field_entity(cls, "resources")
 
-    def resource(kind: int, *configs: tuple[str, int]) -> Any:
-        return schema.build(resource_cls, resource_type=kind, resource_name="r", configs=tuple(
+    def resource(kind: int, name: str, *configs: tuple[str, int]) -> Any:
+        return schema.build(resource_cls, resource_type=kind, resource_name=name, configs=tuple(
             schema.build_nested(resource_cls, "configs", name=n, config_operation=op, value="1") for n, op in configs
         ))
 
     request = schema.build(cls, validate_only=False, resources=(
-        resource(2, ("a", 0), ("a", 1)),
-        resource(2, ("a", 9)),
-        resource(7, ("a", 0)),
-        resource(4, ("a", 0)),
+        resource(2, "r", ("a", 0), ("a", 1)),
+        resource(2, "s", ("a", 9)),
+        resource(7, "r", ("a", 0)),
+        resource(4, "r", ("a", 0)),
     ))
     refused = [item.refused for item in config_wire.read_incremental_alter_configs(request).resources]
     assert refused == [
@@ -222,7 +222,7 @@ def test_a_config_without_a_value_is_refused_unless_incrementally_deleted() -> N
     incremental_cls = schema.field_entity(incremental, "resources")
 
     def resource(op: int) -> Any:
-        return schema.build(incremental_cls, resource_type=2, resource_name="t", configs=(
+        return schema.build(incremental_cls, resource_type=2, resource_name=f"t{op}", configs=(
             schema.build_nested(incremental_cls, "configs", name="cleanup.policy", config_operation=op, value=None),
         ))
 
@@ -232,6 +232,26 @@ def test_a_config_without_a_value_is_refused_unless_incrementally_deleted() -> N
     assert [item.refused for item in config_wire.read_incremental_alter_configs(request).resources] == [
         null, None, null, null
     ]
+
+
+@pytest.mark.parametrize("api_key", [33, 44])
+def test_a_resource_named_twice_is_refused_both_times(api_key: int) -> None:
+    """Kafka refuses every copy of a repeated resource (same type and name) before any other check."""
+    cls = codec.request_class(api_key, 1)
+    resource_cls = schema.field_entity(cls, "resources")
+
+    def resource(kind: int, name: str) -> Any:
+        config = {"config_operation": 0} if api_key == 44 else {}
+        return schema.build(resource_cls, resource_type=kind, resource_name=name, configs=(
+            schema.build_nested(resource_cls, "configs", name="retention.ms", value="1", **config),
+        ))
+
+    request = schema.build(cls, validate_only=False, resources=(
+        resource(2, "t"), resource(2, "u"), resource(4, "t"), resource(2, "t"),
+    ))
+    read = config_wire.read_alter_configs if api_key == 33 else config_wire.read_incremental_alter_configs
+    repeated = (ErrorCode.invalid_request, "Each resource must appear at most once.")
+    assert [item.refused for item in read(request).resources] == [repeated, None, None, repeated]
 
 
 def test_a_broker_resource_must_name_the_answering_broker() -> None:
