@@ -24,6 +24,11 @@ from settings.connection_limits import per_ip_refusal
 from settings.group_configs import GROUP_CONFIG_KEYS, validate_group_configs
 from settings.keys import config_key, validate_broker_config, validate_topic_config
 
+#: The code of a broker value refused (unknown or static key, bad value, a pair that locks clients out): Kafka's broker
+#: checks broker values itself and refuses them with InvalidRequestException (ConfigAdminManager's
+#: validateBrokerConfigChange; KAFKA-13609 keeps that code for compatibility), where a topic's are INVALID_CONFIG.
+_BROKER_VALUE_REFUSED = ErrorCode.invalid_request
+
 
 def plan_alter_configs(
     image: MetadataImage,
@@ -67,7 +72,8 @@ def plan_alter_configs(
             else:
                 validated[key] = validate_broker_config(key, value)
         except ConfigValueError as exc:
-            raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+            code = ErrorCode.invalid_config if resource.type == RESOURCE_TOPIC else _BROKER_VALUE_REFUSED
+            raise ControllerError(code, str(exc)) from None
     if resource.type == RESOURCE_BROKER:
         _check_broker_values(validated if resource.name == "" else {**image.broker_configs, **validated})
     records: list[ConfigRecord] = []
@@ -157,7 +163,7 @@ def _check_broker_values(effective: Mapping[str, str]) -> None:
         return
     refused = per_ip_refusal(int(per_ip), overrides)
     if refused is not None:
-        raise ControllerError(ErrorCode.invalid_config, refused)
+        raise ControllerError(_BROKER_VALUE_REFUSED, refused)
 
 
 def _apply_config_ops(

@@ -1,8 +1,9 @@
 """Connection quota keys on a broker (issue 13): Kafka's ``max.connections*`` keys are accepted in the properties
 file and applied to the client listener, changed on a running broker with IncrementalAlterConfigs (the per-IP
 limit then closes the extra connection), shown by DescribeConfigs with their source, and a bad value is refused
-(at start, or with INVALID_CONFIG). One in-process node; the admin requests go over a raw ``WireClient`` in a thread,
-as the node serves on this test's event loop. The accept-path behaviour itself is ``tests/wire/test_connection_limits``.
+(at start, or with INVALID_REQUEST, Kafka's code for a broker value). One in-process node; the admin requests go
+over a raw ``WireClient`` in a thread, as the node serves on this test's event loop. The accept-path behaviour
+itself is ``tests/wire/test_connection_limits``.
 """
 
 from __future__ import annotations
@@ -125,15 +126,15 @@ async def test_connection_quota_keys_at_start_and_altered_at_runtime(node: Node)
     )
     refused = {"max.connections.per.ip.overrides": "no-count", "max.connection.creation.rate": "-1"}
     for key, value in refused.items():
-        assert await asyncio.to_thread(_incremental_alter, port, broker, {key: value}) == ErrorCode.invalid_config
+        assert await asyncio.to_thread(_incremental_alter, port, broker, {key: value}) == ErrorCode.invalid_request
     # Per-listener keys are static in Fjord: AlterConfigs does not know them.
     unknown = {"listener.name.plaintext.max.connections": "5"}
-    assert await asyncio.to_thread(_incremental_alter, port, broker, unknown) == ErrorCode.invalid_config
+    assert await asyncio.to_thread(_incremental_alter, port, broker, unknown) == ErrorCode.invalid_request
     # max.connections.per.ip=0 with empty overrides would lock every client out: refused as Kafka's validateValues
     # does, whether it is asked cluster-wide or of this broker; with overrides it is Kafka's allow-list.
     locked_out = {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": ""}
     for resource in ("", broker):
-        assert await asyncio.to_thread(_incremental_alter, port, resource, locked_out) == ErrorCode.invalid_config
+        assert await asyncio.to_thread(_incremental_alter, port, resource, locked_out) == ErrorCode.invalid_request
     allow_list = {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "127.0.0.1:5"}
     assert await asyncio.to_thread(_incremental_alter, port, broker, allow_list) == ErrorCode.none
     await eventually_async(
