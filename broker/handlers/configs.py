@@ -26,6 +26,8 @@ from metadata.admin import config_wire
 from metadata.admin import requests as admin_requests
 from metadata.admin.config_wire import ResourceRefused
 from metadata.controller_api import ConfigResource
+from metadata.errors import ControllerError
+from metadata.topic_names import validate_topic_name
 from settings.client_metrics import describe_subscription
 from settings.describe import ConfigEntry, describe_broker_configs, describe_topic_configs
 from settings.group_configs import describe_group_configs
@@ -57,6 +59,7 @@ def _entries(ctx: RequestContext, resource_type: int, name: str, keys: tuple[str
     image = ctx.broker.controller.image
     node_dynamic: Mapping[str, str] = image.node_configs.get(ctx.broker.node_id, {})
     if resource_type == RESOURCE_TOPIC:
+        validate_topic_name(name)  # before the lookup, as Kafka's ConfigHelper checks: "bad/name" is no unknown topic
         topic = image.topics_by_name.get(name)
         if topic is None:
             raise ResourceRefused(ErrorCode.unknown_topic_or_partition, f"Topic {name!r} does not exist.")
@@ -88,7 +91,7 @@ def _describe_result(ctx: RequestContext, result_cls: type[Any], resource: Any, 
     keys = tuple(resource.configuration_keys) if resource.configuration_keys else None
     try:
         entries = _entries(ctx, resource.resource_type, resource.resource_name, keys)
-    except ResourceRefused as exc:
+    except (ResourceRefused, ControllerError) as exc:
         return schema.build(result_cls, error_code=exc.code, error_message=str(exc),
                            resource_type=resource.resource_type, resource_name=resource.resource_name)
     configs = []

@@ -17,6 +17,7 @@ from metadata.cluster_records import ConfigRecord
 from metadata.controller_api import ConfigResource, IncrementalOp
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
+from metadata.topic_names import validate_topic_name
 from settings.client_metrics import CLIENT_METRICS_KEYS, ClientMetricsConfigError, validate_subscription
 from settings.config_key import ConfigKey, ConfigType, ConfigValueError
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
@@ -42,6 +43,10 @@ def plan_alter_configs(
     ``broker_value``: the controller node's typed broker settings (``ServerConfig.value``), whose bounds a group's
     configs must stay within, as Kafka's controller checks them against its own; None: the catalogue's defaults."""
     if resource.type == RESOURCE_TOPIC:
+        # The name is judged before the topic is looked up, as Kafka's ControllerConfigurationValidator does.
+        if not resource.name:
+            raise ControllerError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
+        validate_topic_name(resource.name)
         topic = image.topics_by_name.get(resource.name)
         if topic is None:
             raise ControllerError(ErrorCode.unknown_topic_or_partition, f"Topic {resource.name} does not exist")

@@ -366,3 +366,37 @@ def test_a_resource_named_twice_in_one_request_is_refused_both_times(
         (topic, ErrorCode.invalid_request, "Each resource must appear at most once.")
     ] * 2
     assert _topic_config(client, topic, "retention.ms") == "1000"
+
+
+def test_config_requests_judge_a_topic_name_before_looking_the_topic_up(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    """Kafka runs Topic.validate first: an illegal name is INVALID_TOPIC_EXCEPTION, not an unknown topic, and an
+    empty one in an alter request is INVALID_REQUEST "Default topic resources are not allowed."."""
+    client = wire(shared_broker.port)
+    describe = codec.request_class(32, 4)
+    resources = tuple(
+        schema.build_nested(describe, "resources", resource_type=2, resource_name=name, configuration_keys=None)
+        for name in ("bad/name", "", "wire-never-created")
+    )
+    results = client.request(schema.build(describe, resources=resources)).results
+    assert [(r.resource_name, r.error_code) for r in results] == [
+        ("bad/name", ErrorCode.invalid_topic_exception), ("", ErrorCode.invalid_topic_exception),
+        ("wire-never-created", ErrorCode.unknown_topic_or_partition),
+    ]
+    for api_key in (33, 44):
+        alter = codec.request_class(api_key, 1)
+        resource_cls = schema.field_entity(alter, "resources")
+        op = {"config_operation": 0} if api_key == 44 else {}
+        resources = tuple(
+            schema.build(resource_cls, resource_type=2, resource_name=name, configs=(
+                schema.build_nested(resource_cls, "configs", name="retention.ms", value="1000", **op),
+            ))
+            for name in ("bad/name", "")
+        )
+        answers = client.request(schema.build(alter, resources=resources, validate_only=False)).responses
+        assert [(a.error_code, a.error_message) for a in answers] == [
+            (ErrorCode.invalid_topic_exception, 'Topic name "bad/name" is illegal, it contains a character other '
+             "than ASCII alphanumerics, '.', '_' and '-'"),
+            (ErrorCode.invalid_request, "Default topic resources are not allowed."),
+        ]

@@ -312,6 +312,17 @@ async def test_alter_configs_errors(client: ControllerClient) -> None:
         validate_only=False,
     )
     assert code is ErrorCode.unknown_topic_or_partition
+    # The name is judged before the topic is looked up, as Kafka's ControllerConfigurationValidator does.
+    for ops in (None, {"retention.ms": IncrementalOp.SET}):
+        named = {
+            name: await client.alter_configs(
+                ConfigResource(ConfigResource.TOPIC, name), {"retention.ms": "5"}, incremental_ops=ops,
+                validate_only=False,
+            )
+            for name in ("", "bad/name")
+        }
+        assert named[""] == (ErrorCode.invalid_request, "Default topic resources are not allowed.")
+        assert named["bad/name"][0] is ErrorCode.invalid_topic_exception
     code, _ = await client.alter_configs(topic, {"retention.ms": "5"}, incremental_ops=None, validate_only=True)
     assert code is ErrorCode.none
     assert dict(client.image.topics_by_name["c"].configs) == {}
