@@ -465,7 +465,7 @@ class Controller:
     ) -> tuple[ErrorCode, str | None]:
         async with self._lock:
             try:
-                records = plan_alter_configs(self._image, resource, changes, incremental_ops, self._config.value)
+                records = plan_alter_configs(self._image, resource, changes, incremental_ops, self._config)
             except ControllerError as exc:
                 return exc.error, exc.message
             if not validate_only:

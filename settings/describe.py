@@ -151,6 +151,23 @@ def effective_topic_configs(
     return out
 
 
+def check_topic_values(
+    config: ServerConfig,
+    cluster_dynamic: Mapping[str, str],
+    topic_configs: Mapping[str, str],
+) -> None:
+    """Kafka's checks of a topic's configs together (``LogConfig.validateValues``), on the values that take effect:
+    its own over the brokers' (:func:`effective_topic_configs`), so a topic's max.compaction.lag.ms below the
+    brokers' log.cleaner.min.compaction.lag.ms is refused too. Each value is valid on its own already
+    (``settings.keys.validate_topic_config``); ConfigValueError (INVALID_CONFIG) with Kafka's message."""
+    values = effective_topic_configs(config, cluster_dynamic, topic_configs)
+    low, high = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
+    if low > high:
+        raise ConfigValueError(
+            f"conflict topic config setting min.compaction.lag.ms ({low}) > max.compaction.lag.ms ({high})"
+        )
+
+
 _BROKER_ID_DOC = "Kafka's other name for node.id: always equal to it, and set with it in the properties file."
 
 

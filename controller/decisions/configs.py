@@ -22,13 +22,18 @@ from settings.client_metrics import CLIENT_METRICS_KEYS, ClientMetricsConfigErro
 from settings.config_key import ConfigKey, ConfigType, ConfigValueError
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from settings.connection_limits import per_ip_refusal
+from settings.describe import check_topic_values
 from settings.group_configs import GROUP_CONFIG_KEYS, validate_group_configs
 from settings.keys import config_key, validate_broker_config, validate_topic_config
+from settings.server import ServerConfig
 
 #: The code of a broker value refused (unknown or static key, bad value, a pair that locks clients out): Kafka's broker
 #: checks broker values itself and refuses them with InvalidRequestException (ConfigAdminManager's
 #: validateBrokerConfigChange; KAFKA-13609 keeps that code for compatibility), where a topic's are INVALID_CONFIG.
 _BROKER_VALUE_REFUSED = ErrorCode.invalid_request
+
+#: A node with no properties file: the catalogue's defaults, for callers that judge without a node's settings.
+_CATALOGUE_DEFAULTS = ServerConfig()
 
 
 def plan_alter_configs(
@@ -36,12 +41,12 @@ def plan_alter_configs(
     resource: ConfigResource,
     changes: Mapping[str, str | None],
     incremental_ops: Mapping[str, int] | None,
-    broker_value: Callable[[str], Any] | None = None,
+    config: ServerConfig = _CATALOGUE_DEFAULTS,
 ) -> list[ConfigRecord]:
     """The records that give ``resource`` the configs the request asks for (``incremental_ops`` None: AlterConfigs,
     whose ``changes`` replace every dynamic key); ControllerError with the code the client sees when refused.
-    ``broker_value``: the controller node's typed broker settings (``ServerConfig.value``), whose bounds a group's
-    configs must stay within, as Kafka's controller checks them against its own; None: the catalogue's defaults."""
+    ``config``: the controller node's settings, as Kafka's controller judges against its own: a group's configs must
+    stay within its bounds, and a topic's values are checked together with the broker values they fall back to."""
     if resource.type == RESOURCE_TOPIC:
         # The name is judged before the topic is looked up, as Kafka's ControllerConfigurationValidator does.
         if not resource.name:
@@ -65,7 +70,7 @@ def plan_alter_configs(
     elif resource.type == RESOURCE_CLIENT_METRICS:
         return _plan_client_metrics(image, resource, changes, incremental_ops)
     elif resource.type == RESOURCE_GROUP:
-        return _plan_group(image, resource, changes, incremental_ops, broker_value or _catalogue_default)
+        return _plan_group(image, resource, changes, incremental_ops, config.value)
     else:
         raise ControllerError(ErrorCode.invalid_request, f"Unsupported config resource type {resource.type}")
     wanted = _apply_config_ops(resource, current, changes, incremental_ops)
@@ -79,6 +84,11 @@ def plan_alter_configs(
         except ConfigValueError as exc:
             code = ErrorCode.invalid_config if resource.type == RESOURCE_TOPIC else _BROKER_VALUE_REFUSED
             raise ControllerError(code, str(exc)) from None
+    if resource.type == RESOURCE_TOPIC:
+        try:
+            check_topic_values(config, image.broker_configs, validated)
+        except ConfigValueError as exc:
+            raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
     if resource.type == RESOURCE_BROKER:
         _check_broker_values(validated if resource.name == "" else {**image.broker_configs, **validated})
     records: list[ConfigRecord] = []
@@ -110,13 +120,6 @@ def _plan_client_metrics(
         for key in sorted(set(current) | set(validated))
         if current.get(key) != validated.get(key)
     ]
-
-
-def _catalogue_default(name: str) -> Any:
-    definition = config_key(RESOURCE_BROKER, name)
-    if definition is None:
-        raise KeyError(f"unknown broker config {name}")
-    return definition.default
 
 
 def _plan_group(

@@ -23,7 +23,7 @@ from metadata.rpc.kafka_apis import METADATA_TOPIC
 from metadata.topic_names import validate_topic_name
 from settings.config_key import ConfigValueError
 from settings.config_resources import RESOURCE_TOPIC
-from settings.describe import describe_topic_configs
+from settings.describe import check_topic_values, describe_topic_configs
 from settings.keys import validate_topic_config
 from settings.server import ServerConfig
 from storage.metadata.record_codec import MetadataRecord
@@ -146,6 +146,10 @@ def _plan_one_topic(
             ErrorCode.invalid_topic_exception, f"Topic '{topic.name}' collides with existing topic: {clash}"
         )
     configs = _validated_topic_configs(topic.name, topic.configs)
+    try:
+        check_topic_values(config, image.broker_configs, configs)
+    except ConfigValueError as exc:
+        raise ControllerError(ErrorCode.invalid_config, f"{exc} (topic {topic.name})") from None
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
             raise ControllerError(

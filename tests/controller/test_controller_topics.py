@@ -129,6 +129,36 @@ async def test_invalid_configs(client: ControllerClient, configs: dict[str, str]
     assert "t" not in client.image.topics_by_name
 
 
+async def test_compaction_lags_are_judged_together_on_the_values_that_take_effect(client: ControllerClient) -> None:
+    """Kafka's LogConfig.validateValues: min.compaction.lag.ms above max.compaction.lag.ms is INVALID_CONFIG, at
+    CreateTopics and at alteration, the topic's values merged with the brokers' they fall back to."""
+    conflict = "conflict topic config setting min.compaction.lag.ms (2000) > max.compaction.lag.ms (1000)"
+    [result] = await client.create_topics(
+        [NewTopic("lags", configs={"min.compaction.lag.ms": "2000", "max.compaction.lag.ms": "1000"})], False
+    )
+    assert result.error is ErrorCode.invalid_config and conflict in (result.message or "")
+    assert "lags" not in client.image.topics_by_name
+
+    [result] = await client.create_topics([NewTopic("lags", configs={"max.compaction.lag.ms": "1000"})], False)
+    assert result.error is ErrorCode.none
+    topic = ConfigResource(ConfigResource.TOPIC, "lags")
+    for ops in (None, {"min.compaction.lag.ms": IncrementalOp.SET}):
+        changes = {"min.compaction.lag.ms": "2000"} | ({} if ops else {"max.compaction.lag.ms": "1000"})
+        assert await client.alter_configs(topic, changes, incremental_ops=ops, validate_only=False) == (
+            ErrorCode.invalid_config, conflict
+        )
+    assert dict(client.image.topics_by_name["lags"].configs) == {"max.compaction.lag.ms": "1000"}
+
+    # The brokers' minimum is what a topic without its own falls back to.
+    cluster = ConfigResource(ConfigResource.BROKER, "")
+    code, _ = await client.alter_configs(
+        cluster, {"log.cleaner.min.compaction.lag.ms": "2000"}, incremental_ops=None, validate_only=False
+    )
+    assert code is ErrorCode.none
+    [result] = await client.create_topics([NewTopic("lags-2", configs={"max.compaction.lag.ms": "1000"})], False)
+    assert result.error is ErrorCode.invalid_config and conflict in (result.message or "")
+
+
 async def test_one_bad_topic_does_not_block_the_others(client: ControllerClient) -> None:
     results = await client.create_topics([NewTopic("good"), NewTopic("bad", 0)], False)
     assert [r.error for r in results] == [ErrorCode.none, ErrorCode.invalid_partitions]
