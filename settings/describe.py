@@ -16,7 +16,7 @@ from typing import Any
 
 from settings.config_key import ConfigType, ConfigValueError
 from settings.kafka_broker_keys import NODE_ID_SYNONYM
-from settings.keys import BROKER_KEYS, TOPIC_CONFIGS, BrokerSynonym
+from settings.keys import BROKER_KEYS, REMOTE_STORAGE_REFUSED, TOPIC_CONFIGS, BrokerSynonym
 from settings.server import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -156,9 +156,10 @@ def check_topic_values(
     cluster_dynamic: Mapping[str, str],
     topic_configs: Mapping[str, str],
 ) -> None:
-    """Kafka's checks of a topic's configs together (``LogConfig.validateValues``), on the values that take effect:
-    its own over the brokers' (:func:`effective_topic_configs`), so a topic's max.compaction.lag.ms below the
-    brokers' log.cleaner.min.compaction.lag.ms is refused too. Each value is valid on its own already
+    """Kafka's checks of a topic's configs together (``LogConfig.validateValues``, then its tiered-storage checks,
+    which with tiered storage off refuse only remote.storage.enable=true), on the values that take effect: its own
+    over the brokers' (:func:`effective_topic_configs`), so a topic's max.compaction.lag.ms below the brokers'
+    log.cleaner.min.compaction.lag.ms is refused too. Each value is valid on its own already
     (``settings.keys.validate_topic_config``); ConfigValueError (INVALID_CONFIG) with Kafka's message."""
     values = effective_topic_configs(config, cluster_dynamic, topic_configs)
     low, high = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
@@ -166,6 +167,8 @@ def check_topic_values(
         raise ConfigValueError(
             f"conflict topic config setting min.compaction.lag.ms ({low}) > max.compaction.lag.ms ({high})"
         )
+    if values["remote.storage.enable"]:
+        raise ConfigValueError(REMOTE_STORAGE_REFUSED)
 
 
 _BROKER_ID_DOC = "Kafka's other name for node.id: always equal to it, and set with it in the properties file."

@@ -42,6 +42,25 @@ NO_REPLICATION_TRAFFIC = (
     "copying data, and there is no replication or log-dir copy traffic to throttle."
 )
 
+#: The documentation of Kafka's tiered-storage topic keys (KIP-405). Fjord has no local tier to bound: a partition's
+#: log is in object storage from the start, kept for retention.ms and retention.bytes alone.
+NO_LOCAL_TIER = (
+    "Accepted for Kafka compatibility and has no effect in Fjord, which has no local tier: every partition's log "
+    "already lives in object storage and is kept for retention.ms and retention.bytes alone. -2 (the default) means "
+    "those values, as in Kafka."
+)
+#: Kafka answers remote.storage.enable=true with INVALID_CONFIG and this message when tiered storage is off
+#: cluster-wide (LogConfig.validateRemoteStorageOnlyIfSystemEnabled), which it always is in Fjord.
+REMOTE_STORAGE_REFUSED = (
+    "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage: "
+    "every Fjord partition already lives in object storage."
+)
+REMOTE_STORAGE_DOC = (
+    "Kafka's switch for a topic's tiered storage. false (the default) is accepted; true is refused with "
+    "INVALID_CONFIG, as Kafka refuses it while tiered storage is disabled: every Fjord partition already lives in "
+    "object storage."
+)
+
 #: The documentation of the Kerberos keys Kafka lets AlterConfigs change on a running broker.
 NO_GSSAPI = (
     "Accepted because Kafka makes it a dynamic broker key (admin clients and librdkafka's own tests set it with "
@@ -434,10 +453,15 @@ class TopicConfigDef:
 
 
 def _topic(
-    name: str, kind: ConfigType, default: Any, validator: Validator | None = None, *synonyms: str | BrokerSynonym
+    name: str,
+    kind: ConfigType,
+    default: Any,
+    validator: Validator | None = None,
+    *synonyms: str | BrokerSynonym,
+    doc: str | None = None,
 ) -> TopicConfigDef:
     syns = tuple(s if isinstance(s, BrokerSynonym) else BrokerSynonym(s) for s in synonyms)
-    return TopicConfigDef(ConfigKey(name, kind, default, validator), syns)
+    return TopicConfigDef(ConfigKey(name, kind, default, validator, doc=doc), syns)
 
 
 def _throttled_replicas_valid(replicas: Any) -> str | None:
@@ -470,6 +494,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _throttled_replicas("follower.replication.throttled.replicas"),
         _throttled_replicas("leader.replication.throttled.replicas"),
         _topic("index.interval.bytes", _B.INT, 4096, at_least(0), "log.index.interval.bytes"),
+        _topic("local.retention.bytes", _B.LONG, -2, at_least(-2), "log.local.retention.bytes", doc=NO_LOCAL_TIER),
+        _topic("local.retention.ms", _B.LONG, -2, at_least(-2), "log.local.retention.ms", doc=NO_LOCAL_TIER),
         _topic("max.compaction.lag.ms", _B.LONG, LONG_MAX, at_least(1), "log.cleaner.max.compaction.lag.ms"),
         _topic("max.message.bytes", _B.INT, 1048588, at_least(0), "message.max.bytes"),
         _topic("message.downconversion.enable", _B.BOOLEAN, True, None, "log.message.downconversion.enable"),
@@ -485,6 +511,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _topic("min.compaction.lag.ms", _B.LONG, 0, at_least(0), "log.cleaner.min.compaction.lag.ms"),
         _topic("min.insync.replicas", _B.INT, 1, at_least(1), "min.insync.replicas"),
         _topic("preallocate", _B.BOOLEAN, False, None, "log.preallocate"),
+        # Judged with the topic's other values (settings.describe.check_topic_values): true is refused.
+        _topic("remote.storage.enable", _B.BOOLEAN, False, doc=REMOTE_STORAGE_DOC),
         _topic("retention.bytes", _B.LONG, -1, None, "log.retention.bytes"),
         _topic(
             "retention.ms",

@@ -400,3 +400,22 @@ def test_config_requests_judge_a_topic_name_before_looking_the_topic_up(
              "than ASCII alphanumerics, '.', '_' and '-'"),
             (ErrorCode.invalid_request, "Default topic resources are not allowed."),
         ]
+
+
+def test_tiered_storage_topic_keys_are_described_with_why_they_change_nothing(
+    shared_broker: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    client = wire(shared_broker.port)
+    _wire_create(client, "wire-tiers", {"local.retention.ms": "60000"})
+    cls = codec.request_class(32, 4)
+    keys = ("local.retention.ms", "local.retention.bytes", "remote.storage.enable")
+    resource = schema.build_nested(cls, "resources", resource_type=2, resource_name="wire-tiers",
+                                  configuration_keys=keys)
+    (result,) = client.request(schema.build(cls, resources=(resource,), include_synonyms=True,
+                                          include_documentation=True)).results
+    entries = {entry.name: entry for entry in result.configs}
+    assert {name: entries[name].value for name in keys} == {
+        "local.retention.ms": "60000", "local.retention.bytes": "-2", "remote.storage.enable": "false"
+    }
+    assert [s.name for s in entries["local.retention.bytes"].synonyms] == ["log.local.retention.bytes"]
+    assert "no local tier" in entries["local.retention.ms"].documentation

@@ -159,6 +159,30 @@ async def test_compaction_lags_are_judged_together_on_the_values_that_take_effec
     assert result.error is ErrorCode.invalid_config and conflict in (result.message or "")
 
 
+async def test_tiered_storage_keys_are_accepted_and_remote_storage_refused(client: ControllerClient) -> None:
+    """Kafka without tiered storage accepts local.retention.* (atLeast(-2)) and refuses remote.storage.enable=true
+    with INVALID_CONFIG; Fjord has no local tier, so neither key changes anything."""
+    local = {"local.retention.ms": "60000", "local.retention.bytes": "-2", "remote.storage.enable": "false"}
+    [result] = await client.create_topics([NewTopic("tiers", configs=local)], False)
+    assert result.error is ErrorCode.none
+    described = {e.name: (e.value, e.source) for e in result.configs}
+    assert described["local.retention.ms"] == ("60000", ConfigSource.TOPIC_CONFIG)
+    assert described["local.retention.bytes"] == ("-2", ConfigSource.TOPIC_CONFIG)
+    [result] = await client.create_topics([NewTopic("tiers-2", configs={"local.retention.ms": "-3"})], False)
+    assert result.error is ErrorCode.invalid_config and "local.retention.ms" in (result.message or "")
+
+    remote = "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log"
+    [result] = await client.create_topics([NewTopic("tiers-3", configs={"remote.storage.enable": "true"})], False)
+    assert result.error is ErrorCode.invalid_config and remote in (result.message or "")
+    topic = ConfigResource(ConfigResource.TOPIC, "tiers")
+    code, message = await client.alter_configs(
+        topic, {"remote.storage.enable": "true"}, incremental_ops={"remote.storage.enable": IncrementalOp.SET},
+        validate_only=False,
+    )
+    assert code is ErrorCode.invalid_config and remote in (message or "")
+    assert client.image.topics_by_name["tiers"].configs["remote.storage.enable"] == "false"
+
+
 async def test_one_bad_topic_does_not_block_the_others(client: ControllerClient) -> None:
     results = await client.create_topics([NewTopic("good"), NewTopic("bad", 0)], False)
     assert [r.error for r in results] == [ErrorCode.none, ErrorCode.invalid_partitions]
