@@ -187,7 +187,7 @@ def _validated_topic_configs(topic: str, configs: Mapping[str, str | None]) -> d
     out: dict[str, str] = {}
     for key, value in configs.items():
         if value is None:
-            raise ControllerError(ErrorCode.invalid_request, f"Null value not supported for topic configs: {key}")
+            raise ControllerError(ErrorCode.invalid_config, f"Null value not supported for topic configs: {key}")
         try:
             out[key] = validate_topic_config(key, value)
         except ConfigValueError as exc:
