@@ -149,9 +149,12 @@ class OffsetCommits(CoordinatorRuntime):
         if group is None:
             group = self._groups[group_id] = Group(group_id, self.config, now)
         if isinstance(group, ConsumerGroup):
+            # Kafka's validateOffsetCommit with isTransactional: the member fields are optional, so a commit naming
+            # none of them (epoch -1, no member id, no instance id) is taken; any one named is checked.
+            anonymous = generation_id == -1 and not member_id and group_instance_id is None
             error = (
                 ErrorCode.none
-                if generation_id < 0 and not member_id and not group.dead
+                if anonymous and not group.dead
                 else group.validate_offset_commit(member_id, generation_id, api_version=9)
             )
             if error is ErrorCode.stale_member_epoch:

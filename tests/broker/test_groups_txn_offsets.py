@@ -244,5 +244,24 @@ async def test_a_kip848_member_with_an_old_epoch_is_told_illegal_generation(node
             offsets={(TOPIC, 0): OffsetCommit(offset=5, leader_epoch=-1, metadata=None)},
         )
         assert result == {(TOPIC, 0): ErrorCode.illegal_generation}
+
+        async def anonymous(generation_id: int, group_instance_id: str | None = None) -> ErrorCode:
+            """A TxnOffsetCommit naming no member: only epoch -1 with no member and no instance id skips the
+            member checks of a group with members, as Kafka's validateOffsetCommit."""
+            answered = await groups.commit_transactional_offsets(
+                GROUP,
+                transactional_id="app-2",
+                producer_id=await _broker(node).producer_ids.allocate(),
+                producer_epoch=0,
+                member_id="",
+                group_instance_id=group_instance_id,
+                generation_id=generation_id,
+                offsets={(TOPIC, 0): OffsetCommit(offset=5, leader_epoch=-1, metadata=None)},
+            )
+            return answered[(TOPIC, 0)]
+
+        assert await anonymous(-1) is ErrorCode.none
+        assert await anonymous(-2) is ErrorCode.unknown_member_id
+        assert await anonymous(-1, "instance-1") is ErrorCode.unknown_member_id
     finally:
         await node.stop()
