@@ -4,8 +4,10 @@ The dispatcher reports, per request, the bytes a Produce appended (its request s
 a Fetch returned (its response size) and the handler's own time (``busy_time``), and the admin requests the
 partitions they created or deleted (``mutations``); :meth:`ClientQuotas.record` adds
 them to the rate of whoever shares that quota (``resolution``) and answers the throttle time: 0 while within the
-quota, else how long the rate needs to fall back to it, at most all the quota windows together (so one huge
-request cannot mute its client for hours).
+quota, else how long the rate needs to fall back to it. As in Kafka, a byte-rate or mutation throttle is not bounded
+(a 1 MiB request against a 10 KiB/s quota waits about 100 s, so the client's average stays at its quota), while a
+request-time throttle is at most one window (``ClientRequestQuotaManager``: a request's time cannot be paid back by
+waiting longer than the window it is counted in).
 Clients with no quota are not measured at all. Rates not used for longer than all windows together are dropped,
 so a departed client leaves nothing behind.
 """
@@ -33,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: The most distinct throttled clients remembered for "logged once" before the memory starts over.
 _LOGGED_LIMIT = 10_000
+#: The longest throttle answered: throttle_time_ms is an int32 field.
+_MAX_THROTTLE_S = (2**31 - 1) / 1000
 
 
 class QuotaType(enum.Enum):
@@ -118,7 +122,13 @@ class ClientQuotas:
         rate = self._rates.get((kind, resolved.tags))
         if rate is None:
             return 0.0
-        return rate.throttle_s(resolved.limit, now, self.windows.samples * self.windows.window_s)
+        if kind is QuotaType.REQUEST:
+            cap = self.windows.window_s  # Kafka's boundedThrottleTime
+        elif resolved.limit <= 0:
+            cap = self.windows.samples * self.windows.window_s  # nothing allowed: retried after all the windows
+        else:
+            cap = _MAX_THROTTLE_S
+        return rate.throttle_s(resolved.limit, now, cap)
 
     def report_throttle(
         self, kind: QuotaType, user: str, client_id: str, resolved: ResolvedQuota, throttle: float
