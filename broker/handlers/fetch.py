@@ -259,13 +259,15 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # Kafka's bound: the request's max_bytes, at most the broker's fetch.max.bytes.
     max_bytes = min(request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF, ctx.broker.config.fetch_max_bytes)
+    # As Kafka: never wait for more than the answer may hold (max_bytes, capped by a consumer_byte_rate quota too).
+    min_bytes = min(request.min_bytes, max_bytes)
     deadline = time.monotonic() + max(schema.millis(request.max_wait), 0) / 1000
     while True:
         results = await _read_all(ctx, fetch, max_bytes, read_committed)
         total = sum(len(r.records) for r in results)
         errors = any(r.error != ErrorCode.none for r in results)
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or errors or remaining <= 0 or not results:
+        if total >= min_bytes or errors or remaining <= 0 or not results:
             if not results and remaining > 0 and fetch.incremental:
                 # An incremental session with nothing to fetch still honours max_wait (consumers rely on it).
                 await asyncio.sleep(remaining)

@@ -41,6 +41,10 @@ from wire.dispatch import Peer, Response
 
 _PRODUCE: Final = 0
 _FETCH: Final = 1
+_SHARE_FETCH: Final = 78
+#: The reads charged to consumer_byte_rate by their response's size, their max_bytes capped by it (Kafka's
+#: handleFetchRequest and handleShareFetchRequest alike).
+_READS: Final = frozenset({_FETCH, _SHARE_FETCH})
 #: Never charged to request_percentage, as Kafka exempts them: a client must be able to connect and authenticate
 #: (SaslHandshake, ApiVersions, SaslAuthenticate), and a broker's own WriteTxnMarkers are cluster actions.
 _EXEMPT: Final = PRE_AUTHENTICATION_KEYS | {WRITE_TXN_MARKERS_KEY}
@@ -103,7 +107,7 @@ class RequestCharge:
         self._bytes: ResolvedQuota | None = None
         if api_key == _PRODUCE:
             self._bytes = resolve(quotas, QuotaType.PRODUCE.value, user, client_id)
-        elif api_key == _FETCH:
+        elif api_key in _READS:
             self._bytes = resolve(quotas, QuotaType.FETCH.value, user, client_id)
 
     def _record(self, resolved: ResolvedQuota | None, kind: QuotaType, value: float) -> None:
@@ -115,10 +119,14 @@ class RequestCharge:
         self._throttle = max(self._throttle, throttle)
 
     def admit(self, body: Any, frame_bytes: int) -> Any:
-        """The request to handle: charged (Produce) or capped (Fetch)."""
+        """The request to handle: charged (Produce) or capped (Fetch, ShareFetch)."""
         if self._api_key == _PRODUCE:
             self._record(self._bytes, QuotaType.PRODUCE, frame_bytes)
-        elif self._api_key == _FETCH:
+            if getattr(body, "acks", -1) == 0:
+                # As Kafka: an acks=0 produce gets no answer to carry a request-time throttle, so it is not charged
+                # to request_percentage; its bytes (above) may still mute the connection.
+                self._request = None
+        elif self._api_key in _READS:
             resolved = self._bytes
             if resolved is not None and schema.has_field(type(body), "max_bytes"):
                 windows = self._manager.windows
@@ -154,7 +162,7 @@ class RequestCharge:
             self._record(self._request, QuotaType.REQUEST, self._busy.seconds * _PERCENT)
         if self._mutations is not None:
             self._throttle = max(self._throttle, self._mutations.throttle_s())
-        if self._api_key == _FETCH:
+        if self._api_key in _READS:
             parts = None if response is None else codec.encode_response_parts(correlation_id, response)
             if parts is not None:
                 self._record(self._bytes, QuotaType.FETCH, sum(len(p) for p in parts))
@@ -182,7 +190,7 @@ _header_sizes: dict[type[Any], int] = {}
 
 def _throttle_offset(response_cls: type[Any]) -> int:
     """Where throttle_time_ms starts in the first buffer after the length prefix of an encoded response: right after
-    the response header, as it is the first field of every Fetch version that has it (v1 on)."""
+    the response header, as it is the first field of every Fetch version that has it (v1 on) and of ShareFetch."""
     header_cls = response_cls.__header_schema__
     size = _header_sizes.get(header_cls)
     if size is None:

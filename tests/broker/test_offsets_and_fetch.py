@@ -76,6 +76,26 @@ def test_list_offsets_earliest_latest_and_by_timestamp(kafka: BrokerProcess, wir
     assert (unknown.error_code, unknown.offset) == (ErrorCode.unsupported_version, -1)
 
 
+def test_a_fetch_asking_more_min_bytes_than_max_bytes_is_answered_when_it_holds_max_bytes(
+    kafka: BrokerProcess, wire: Callable[[int], WireClient]
+) -> None:
+    """Kafka's handleFetchRequest waits for at most min(min_bytes, max_bytes): an answer capped at max_bytes (by the
+    request, or by a consumer_byte_rate quota) can never reach a larger min_bytes, so it must not wait max_wait."""
+    topic = topic_name("minmax")
+    create_topic(kafka.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    producer.produce(topic, value=b"x" * 5000, partition=0)  # one batch larger than max_bytes: answered whole
+    assert producer.flush(20) == 0
+    client = wire(kafka.port)
+    request = dataclasses.replace(
+        fetch_request(topic, 0, 0, max_wait_ms=60_000, min_bytes=100_000), max_bytes=1000
+    )
+    started = time.monotonic()
+    part = _partition(client.request(request))
+    assert part.error_code == ErrorCode.none and part.records  # type: ignore[attr-defined]
+    assert time.monotonic() - started < 30, "the fetch waited for min_bytes it could never hold"
+
+
 def test_fetch_out_of_range_and_unknown_partition(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> None:
     topic = topic_name("oor")
     create_topic(kafka.bootstrap, topic)
