@@ -138,24 +138,30 @@ def _not_created_error(name: str) -> ErrorCode:
 
 
 async def _auto_create(ctx: RequestContext, names: Sequence[str]) -> dict[str, ErrorCode]:
-    """Asks the controller to create ``names`` with the defaults, or an internal topic as its coordinator does;
-    Kafka answers LEADER_NOT_AVAILABLE for a topic being created (the client retries) and the controller's error
-    (INVALID_TOPIC_EXCEPTION...) otherwise."""
+    """Asks the controller to create ``names`` with the defaults, or an internal topic as its coordinator does.
+
+    As Kafka 4's brokers (KRaft: AutoTopicCreationManager.sendCreateTopicRequest) answer: a name no topic can have is
+    INVALID_TOPIC_EXCEPTION, checked first; every topic asked of the controller is UNKNOWN_TOPIC_OR_PARTITION, a
+    retriable code, whatever the controller answers (the client asks again and finds it, or keeps retrying a refused
+    one until its own timeout); a refusal is logged with the controller's reason."""
+    unknown = ErrorCode.unknown_topic_or_partition
+    out = {name: code for name in names if (code := _not_created_error(name)) is not unknown}
+    asked = [name for name in names if name not in out]
+    if not asked:
+        return out
     config = ctx.broker.config
     results = await ctx.broker.controller.create_topics(
-        [_INTERNAL[name].new_topic(config) if name in _INTERNAL else NewTopic(name=name) for name in names], False
+        [_INTERNAL[name].new_topic(config) if name in _INTERNAL else NewTopic(name=name) for name in asked], False
     )
-    out: dict[str, ErrorCode] = {}
     for result in results:
         if result.error in (ErrorCode.none, ErrorCode.topic_already_exists):
             logger.info("auto-created topic %s for %s", untrusted(result.name), ctx.describe())
-            out[result.name] = ErrorCode.leader_not_available
         else:
             logger.info(
                 "auto-creation of topic %s refused: %s %s",
                 untrusted(result.name), result.error.name, untrusted(result.message or "", 4 * LOG_TEXT_MAX),
             )
-            out[result.name] = result.error
+        out[result.name] = unknown
     return out
 
 
