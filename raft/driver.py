@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -40,7 +41,7 @@ from raft.effects import (
     TruncateLog,
 )
 from raft.log import EntryKind, LogEntry, SnapshotId
-from raft.messages import DescribeQuorumResponse, RaftMessage
+from raft.messages import DescribeQuorumResponse, RaftMessage, ReplicaState
 from raft.storage import RaftStorage
 from raft.transport import Transport
 from storage.offload import INLINE_BYTES, offload
@@ -177,7 +178,31 @@ class RaftDriver:
         return self.node.high_watermark
 
     def describe(self) -> DescribeQuorumResponse:
-        return self.node.describe(self.now_ms())
+        """The core's DescribeQuorum answer with its timestamps on the wall clock.
+
+        The core counts time from this driver's start on a monotonic clock (an NTP step must not move its timers);
+        Kafka reports the leader's wall-clock time (ms since the epoch), which ``kafka-metadata-quorum`` shows as
+        dates and ages, so each timestamp is moved onto the wall clock here; -1 (never) stays -1.
+        """
+        now = self.now_ms()
+        answer = self.node.describe(now)
+        shift = int(time.time() * 1000) - now
+
+        def on_wall_clock(states: tuple[ReplicaState, ...]) -> tuple[ReplicaState, ...]:
+            return tuple(
+                dataclasses.replace(
+                    s,
+                    last_fetch_timestamp=s.last_fetch_timestamp + shift if s.last_fetch_timestamp >= 0 else -1,
+                    last_caught_up_timestamp=(
+                        s.last_caught_up_timestamp + shift if s.last_caught_up_timestamp >= 0 else -1
+                    ),
+                )
+                for s in states
+            )
+
+        return dataclasses.replace(
+            answer, current_voters=on_wall_clock(answer.current_voters), observers=on_wall_clock(answer.observers)
+        )
 
     async def wait_for_leader(self, timeout: float) -> int:
         """Block until this node knows a leader (possibly itself); returns its id."""

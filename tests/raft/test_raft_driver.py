@@ -118,6 +118,21 @@ async def test_follower_refuses_proposals_and_names_the_leader(cluster: Cluster)
     assert info.value.leader_id == leader.node_id
 
 
+async def test_describe_reports_wall_clock_timestamps(cluster: Cluster) -> None:
+    """DescribeQuorum's timestamps are the leader's wall clock (ms since the epoch), as Kafka reports them and
+    kafka-metadata-quorum prints them, not the core's clock counted from the node's start."""
+    leader = await cluster.leader()
+    await leader.propose([b"x"])
+    await cluster.until(lambda: all(v.last_fetch_timestamp >= 0 for v in leader.describe().current_voters),
+                        what="every voter fetched from the leader")
+    before = int(time.time() * 1000) - 60_000
+    described = leader.describe()
+    after = int(time.time() * 1000)
+    for voter in described.current_voters:
+        assert before <= voter.last_fetch_timestamp <= after, voter
+        assert before <= voter.last_caught_up_timestamp <= after, voter
+
+
 async def test_graceful_stop_hands_leadership_over(cluster: Cluster) -> None:
     leader = await cluster.leader()
     await leader.propose([b"x"])
