@@ -295,7 +295,10 @@ class RaftNode:
             if replica == self.node_id:
                 return ReplicaState(replica, self._log.end_offset, now_ms, now_ms)
             p = self._progress.get(replica, _ReplicaProgress())
-            return ReplicaState(replica, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+            # A voter's last_fetch_ms starts at the election for the check-quorum timer; until it fetches in this
+            # epoch it has not fetched at all as far as this leader knows, which Kafka reports as -1.
+            last_fetch = p.last_fetch_ms if p.fetched_this_epoch else -1
+            return ReplicaState(replica, p.end_offset, last_fetch, p.last_caught_up_ms)
 
         return DescribeQuorumResponse(
             Errors.NONE,

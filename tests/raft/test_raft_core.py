@@ -409,6 +409,20 @@ def test_describe_quorum_reports_voter_progress_on_the_leader_only() -> None:
     assert net.nodes[follower].describe(net.now).error_code is Errors.NOT_LEADER_OR_FOLLOWER
 
 
+def test_a_voter_that_has_not_fetched_this_epoch_reports_no_fetch_time() -> None:
+    """Kafka's leader reports -1 for a voter it has not heard from in its epoch, not the time of its election."""
+    net = Net([1, 2, 3])
+    net.cut = {3}
+    leader = net.elect()
+    net.run(100)
+    described = {v.replica_id: v for v in net.nodes[leader].describe(net.now).current_voters}
+    assert (described[3].log_end_offset, described[3].last_fetch_timestamp, described[3].last_caught_up_timestamp) \
+        == (-1, -1, -1)
+    follower = next(i for i in (1, 2) if i != leader)
+    assert 0 < described[follower].last_fetch_timestamp <= net.now
+    assert described[leader].last_fetch_timestamp == net.now
+
+
 def test_resigning_leader_names_the_most_caught_up_successor_first() -> None:
     net = Net([1, 2, 3])
     leader = net.elect()
