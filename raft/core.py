@@ -29,6 +29,7 @@ import logging
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from raft.effects import (
     AppendEntries,
@@ -68,6 +69,10 @@ from raft.messages import (
 )
 
 logger = logging.getLogger(__name__)
+
+OBSERVER_SESSION_TIMEOUT_MS: Final = 300_000
+"""An observer that has not fetched for this long is forgotten by the leader (gone from DescribeQuorum), as KRaft's
+LeaderState forgets it: brokers that left do not stay listed for as long as one leader holds office."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +295,8 @@ class RaftNode:
             return DescribeQuorumResponse(
                 Errors.NOT_LEADER_OR_FOLLOWER, self._leader_or_none(), self._epoch, self._hw, (), ()
             )
+
+        self._expire_observers(now_ms)
 
         def state(replica: int) -> ReplicaState:
             if replica == self.node_id:
@@ -773,6 +780,18 @@ class RaftNode:
         if now_ms >= self._begin_resend_at:
             self._send_begin_quorum_epoch(now_ms)
         self._complete_parked(now_ms)
+        self._expire_observers(now_ms)
+
+    def _expire_observers(self, now_ms: int) -> None:
+        """Forget the observers idle for `OBSERVER_SESSION_TIMEOUT_MS`; one that fetches again is tracked anew."""
+        idle = [
+            replica
+            for replica, p in self._progress.items()
+            if replica not in self.voters and now_ms - p.last_fetch_ms >= OBSERVER_SESSION_TIMEOUT_MS
+        ]
+        for replica in idle:
+            del self._progress[replica]
+            self._hw_sent.pop(replica, None)
 
     def _maybe_advance_hw(self, now_ms: int) -> None:
         offsets = sorted(

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from raft.core import NotLeader, RaftConfig, RaftNode
+from raft.core import OBSERVER_SESSION_TIMEOUT_MS, NotLeader, RaftConfig, RaftNode
 from raft.effects import (
     AppendEntries,
     Commit,
@@ -421,6 +421,27 @@ def test_a_voter_that_has_not_fetched_this_epoch_reports_no_fetch_time() -> None
     follower = next(i for i in (1, 2) if i != leader)
     assert 0 < described[follower].last_fetch_timestamp <= net.now
     assert described[leader].last_fetch_timestamp == net.now
+
+
+def test_an_observer_idle_for_the_observer_session_timeout_is_forgotten() -> None:
+    """A broker that stopped fetching leaves the leader's DescribeQuorum after 300 s, as Kafka's LeaderState drops
+    it, though the leader keeps its office; when it fetches again it is listed again."""
+    net = Net([1, 2, 3], observers=(9,))
+    leader = net.elect()
+    net.commit(leader, b"seen-by-observer")
+    described = net.nodes[leader].describe(net.now)
+    assert [o.replica_id for o in described.observers] == [9]
+    last_fetch = described.observers[0].last_fetch_timestamp
+    net.cut = {9}
+    net.run(last_fetch + OBSERVER_SESSION_TIMEOUT_MS - 100 - net.now, step=50)  # ends within 50 ms of that
+    assert net.now < last_fetch + OBSERVER_SESSION_TIMEOUT_MS
+    assert [o.replica_id for o in net.nodes[leader].describe(net.now).observers] == [9]
+    net.run(100, step=50)
+    assert net.nodes[leader].describe(net.now).observers == ()
+    assert net.leaders() == [leader]
+    net.cut = set()
+    net.run(500)
+    assert [o.replica_id for o in net.nodes[leader].describe(net.now).observers] == [9]
 
 
 def test_resigning_leader_names_the_most_caught_up_successor_first() -> None:
