@@ -17,10 +17,14 @@ from broker.handlers.context import RequestContext
 from broker.handlers.guards import Guard, cluster
 from metadata.acl.binding import AclOperation
 from metadata.controller_api import QuorumForwarder
-from metadata.rpc.raft_codec import describe_quorum_response, sole_voter_description
+from metadata.rpc.raft_codec import describe_quorum_refusal, describe_quorum_response, sole_voter_description
 
 
 async def handle_describe_quorum(ctx: RequestContext, request: Any) -> Any:
+    # Judged here, as the quorum leader would judge a forwarded one, so a single node answers as a quorum does.
+    refusal = describe_quorum_refusal(ctx.response_class, request)
+    if refusal is not None:
+        return refusal
     controller = ctx.broker.controller
     if isinstance(controller, QuorumForwarder):
         return await controller.forward_to_quorum_leader(ctx.api_key, ctx.api_version, request)

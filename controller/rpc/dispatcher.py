@@ -149,7 +149,7 @@ class ControllerDispatcher:
         elif api_key == kafka_apis.SASL_AUTHENTICATE:
             response = sasl.authenticate(self.sasl, peer, response_cls, request.body)
         elif api_key == kafka_apis.DESCRIBE_QUORUM:
-            response = self._describe_quorum(response_cls)
+            response = self._describe_quorum(response_cls, request.body)
         elif api_key == kafka_apis.BROKER_REGISTRATION:
             response = await self._register(response_cls, request.body)
         elif api_key == kafka_apis.BROKER_HEARTBEAT:
@@ -170,8 +170,8 @@ class ControllerDispatcher:
         return await raft_requests.answer_raft(self.quorum, api_key, body, correlation_id, peer,
                                                timeout_s=self._raft_timeout_s)
 
-    def _describe_quorum(self, response_cls: type[Any]) -> Any:
-        return raft_requests.describe_quorum(self.quorum, response_cls)
+    def _describe_quorum(self, response_cls: type[Any], body: Any) -> Any:
+        return raft_requests.describe_quorum(self.quorum, response_cls, body)
 
     def _describe_cluster(self, response_cls: type[Any], body: Any) -> Any:
         """The controllers, as Kafka's controller answers DescribeCluster: asked for the brokers (the endpoint type

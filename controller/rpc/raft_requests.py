@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from controller.rpc.protocol_error import ControllerProtocolError
 from controller.rpc.served_quorum import ServedQuorum
-from metadata.rpc.raft_codec import RaftCodecError, describe_quorum_response, request_from_kio, response_to_kio
+from metadata.rpc.raft_codec import (
+    RaftCodecError,
+    describe_quorum_refusal,
+    describe_quorum_response,
+    request_from_kio,
+    response_to_kio,
+)
 from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -48,7 +54,10 @@ async def answer_raft(
     return entity
 
 
-def describe_quorum(quorum: ServedQuorum, response_cls: type[Any]) -> Any:
+def describe_quorum(quorum: ServedQuorum, response_cls: type[Any], request: Any) -> Any:
+    refusal = describe_quorum_refusal(response_cls, request)
+    if refusal is not None:
+        return refusal
     return describe_quorum_response(
         response_cls, quorum.driver.describe(), quorum.voters, quorum.config.controller_listener_names[0]
     )

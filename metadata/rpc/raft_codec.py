@@ -346,6 +346,41 @@ def describe_quorum_response(
     return schema.build(response_cls, topics=topics, nodes=nodes)
 
 
+def describe_quorum_refusal(response_cls: type[Any], request: Any) -> Any | None:
+    """Kafka's answer to a DescribeQuorum that does not name exactly ``__cluster_metadata``-0 (its
+    RaftUtil.hasValidTopicPartition): UNKNOWN_TOPIC_OR_PARTITION on every partition it names, as
+    DescribeQuorumRequest.getPartitionLevelErrorResponse builds it; None for a request that names it."""
+    topics = request.topics
+    if (
+        len(topics) == 1
+        and topics[0].topic_name == METADATA_TOPIC
+        and len(topics[0].partitions) == 1
+        and topics[0].partitions[0].partition_index == METADATA_PARTITION
+    ):
+        return None
+    topic_cls = schema.field_entity(response_cls, "topics")
+    return schema.build(
+        response_cls,
+        topics=tuple(
+            schema.build(
+                topic_cls,
+                topic_name=topic.topic_name,
+                partitions=tuple(
+                    schema.build_nested(
+                        topic_cls,
+                        "partitions",
+                        partition_index=partition.partition_index,
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_message="This server does not host this topic-partition.",
+                    )
+                    for partition in topic.partitions
+                ),
+            )
+            for topic in topics
+        ),
+    )
+
+
 # ---------------------------------------------------------------------------------------- kio -> raft
 
 

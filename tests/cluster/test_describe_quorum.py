@@ -15,9 +15,9 @@ from testkit.node_process import start_broker
 from wire import codec, schema
 
 
-async def _describe(port: int) -> Any:
+async def _describe(port: int, topic_name: str = m.METADATA_TOPIC) -> Any:
     cls = codec.request_class(m.DESCRIBE_QUORUM, 2)
-    topic = schema.build_nested(cls, "topics", topic_name=m.METADATA_TOPIC, partitions=(
+    topic = schema.build_nested(cls, "topics", topic_name=topic_name, partitions=(
         schema.build_nested(schema.field_entity(cls, "topics"), "partitions", partition_index=0),
     ))
     connection = ControllerConnection("127.0.0.1", port, client_id="describe-quorum-test")
@@ -34,6 +34,7 @@ def test_a_combined_node_describes_itself_as_the_quorum(tmp_path: Path) -> None:
     node = start_broker(tmp_path, {"node.id": "7", "controller.quorum.voters": "7@127.0.0.1:0"})
     try:
         response = asyncio.run(_describe(node.port))
+        other = asyncio.run(_describe(node.port, "other"))
     finally:
         code = node.stop()
     assert code == 0, node.log_text()
@@ -48,3 +49,6 @@ def test_a_combined_node_describes_itself_as_the_quorum(tmp_path: Path) -> None:
     assert me.node_id == 7
     assert [(lst.name, lst.host) for lst in me.listeners] == [("CONTROLLER", "127.0.0.1")]
     assert me.listeners[0].port not in (0, node.port)
+    # Another topic is not the quorum's, as a quorum leader answers (Kafka's RaftUtil.hasValidTopicPartition).
+    assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in other.topics] == [
+        ("other", [(0, ErrorCode.unknown_topic_or_partition)])]

@@ -427,6 +427,27 @@ async def test_every_describe_quorum_version_reports_the_leader(cluster: QuorumC
         await client.close()
 
 
+async def test_describe_quorum_of_anything_but_the_metadata_partition_is_unknown(cluster: QuorumCluster) -> None:
+    """Kafka's leader answers UNKNOWN_TOPIC_OR_PARTITION on each partition named unless the request names exactly
+    __cluster_metadata-0 (RaftUtil.hasValidTopicPartition)."""
+    leader, _ = await cluster.leader()
+    client = await cluster.client(leader)
+    cls = codec.request_class(DESCRIBE_QUORUM, 2)
+    topic_cls = schema.field_entity(cls, "topics")
+    try:
+        for name, partitions in (("other", (0,)), ("__cluster_metadata", (1,)), ("__cluster_metadata", (0, 1))):
+            topic = schema.build(topic_cls, topic_name=name, partitions=tuple(
+                schema.build_nested(topic_cls, "partitions", partition_index=i) for i in partitions))
+            response = await client.request(DESCRIBE_QUORUM, 2, topics=(topic,))
+            [answered] = response.topics
+            assert answered.topic_name == name
+            assert [(p.partition_index, p.error_code) for p in answered.partitions] == [
+                (i, ErrorCode.unknown_topic_or_partition) for i in partitions]
+            assert answered.partitions[0].error_message == "This server does not host this topic-partition."
+    finally:
+        await client.close()
+
+
 async def test_registration_from_another_cluster_is_refused(cluster: QuorumCluster) -> None:
     leader, _ = await cluster.leader()
     client = await cluster.client(leader)
