@@ -154,6 +154,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         ),
         ConfigKey("controller.quorum.voters", _B.LIST, ["0@127.0.0.1:9093"]),
+        # Kafka 4's dynamic quorum (KIP-853): described, but setting it stops the start (ServerConfig.validate).
         ConfigKey("controller.quorum.bootstrap.servers", _B.LIST, []),
         ConfigKey("controller.quorum.election.timeout.ms", _B.INT, 1000, at_least(1)),
         ConfigKey("controller.quorum.fetch.timeout.ms", _B.INT, 2000, at_least(1)),

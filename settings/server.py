@@ -343,6 +343,13 @@ class ServerConfig:
             raise ConfigError("log.dirs: at least one directory is required")
         if "broker" in roles and not self.broker_listeners:
             raise ConfigError("listeners: a broker needs at least one listener that is not a controller listener")
+        if self.value("controller.quorum.bootstrap.servers"):
+            # Kafka 4's dynamic quorum: without this check the embedded default voters (0@127.0.0.1:9093) would be
+            # the quorum, and a controller with node.id 0 would silently found a cluster of its own.
+            raise ConfigError(
+                "controller.quorum.bootstrap.servers: dynamic quorums (KIP-853) are not implemented; list the voters "
+                "in controller.quorum.voters (id@host:port,...)"
+            )
         if "controller" in roles and self.node_id not in {v.node_id for v in self.voters}:
             raise ConfigError(
                 f"controller.quorum.voters: this controller's node.id {self.node_id} is not among the voters "

@@ -89,6 +89,18 @@ def test_bad_values_name_the_key(override: str, message: str) -> None:
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("node_id", ["0", "1"])
+def test_a_dynamic_quorum_stops_the_start_naming_the_key(node_id: str) -> None:
+    """A Kafka 4 config that names the controllers only in controller.quorum.bootstrap.servers would otherwise run
+    against the embedded default voters (node 0 alone: a cluster of its own)."""
+    kafka4 = [f"node.id={node_id}", "controller.quorum.bootstrap.servers=127.0.0.1:9093,127.0.0.1:9094"]
+    with pytest.raises(ConfigError) as info:
+        ServerConfig.load(None, kafka4)
+    assert str(info.value).startswith("controller.quorum.bootstrap.servers: dynamic quorums (KIP-853) are not")
+    assert "controller.quorum.voters" in str(info.value) and "\n" not in str(info.value)
+    assert ServerConfig.load(None).voters, "neither key: the embedded single node still starts"
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         ServerConfig.load(tmp_path / "nope.properties")
