@@ -103,8 +103,13 @@ def run_up(args: argparse.Namespace) -> int:
         return 2
     temporary = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="fjord-cluster-") if temporary else args.data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    extra.setdefault("cluster.id", _cluster_id(data_dir))
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        extra.setdefault("cluster.id", _cluster_id(data_dir))
+    except OSError as exc:  # a file, or a place the user may not write: one line naming the option
+        reason = " is not a directory" if isinstance(exc, FileExistsError) else f": {exc.strerror or exc}"
+        print(f"fjord: --data-dir {data_dir}{reason}", file=sys.stderr)
+        return 2
     try:
         specs = plan_cluster(data_dir, controllers=controllers, brokers=brokers, combined=combined,
                              object_store=args.object_store, wal=args.wal, extra=extra)

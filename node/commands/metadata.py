@@ -83,9 +83,11 @@ def _load(args: argparse.Namespace) -> LoadedMetadata:
         addresses = _addresses(args.bootstrap, "--bootstrap")
         security = load_client_config(args.command_config)
         return asyncio.run(from_brokers(addresses, tls=security.tls, sasl=security.sasl))
-    if args.snapshot:
-        return from_snapshot(Path(args.snapshot))
-    return from_directory(Path(args.metadata_dir))
+    option, given = ("--snapshot", args.snapshot) if args.snapshot else ("--metadata-dir", args.metadata_dir)
+    try:
+        return from_snapshot(Path(given)) if args.snapshot else from_directory(Path(given))
+    except OSError as exc:  # a path the tool may not read (or not stat): one line naming the option, as a missing one
+        raise MetadataSourceError(f"{option} {given}: {exc.strerror or exc}") from None
 
 
 def run_shell(args: argparse.Namespace) -> int:

@@ -104,7 +104,11 @@ def _mapped(path: Path) -> Iterator[bytes | memoryview]:
 
 async def _dump_from_bucket(url_text: str, key: str, records: bool) -> None:
     url = parse_bucket_url(url_text, "--bucket")
-    if url.scheme == "file" and not url.path.is_dir():
+    try:
+        is_dir = url.scheme != "file" or url.path.is_dir()
+    except OSError as exc:  # a directory the tool may not stat: one line naming the option, not a traceback
+        raise _DumpFailed(f"--bucket: {url.path}: {exc.strerror or exc}") from None
+    if not is_dir:
         raise _DumpFailed(f"--bucket: {url.path} is not a directory")
     # Imported here to keep the object store stack off the path of a dump of a local file.
     from storage.objectstore.factory import open_object_store  # noqa: PLC0415

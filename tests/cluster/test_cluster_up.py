@@ -150,3 +150,17 @@ def test_cluster_up_refuses_controllers_with_combined_nodes(tmp_path: Path) -> N
     )
     assert result.returncode == 2
     assert "--combined nodes are the controllers" in result.stderr
+
+
+def test_cluster_up_refuses_a_data_dir_it_cannot_use_in_one_line(tmp_path: Path) -> None:
+    """A file, or a path the system refuses (a name too long for it), is one line naming --data-dir, exit 2."""
+    a_file = tmp_path / "not-a-directory"
+    a_file.write_text("")
+    for data_dir, reason in ((a_file, "is not a directory"), (tmp_path / ("d" * 300), "File name too long")):
+        result = subprocess.run(
+            [sys.executable, "-m", "node.cli", "cluster", "up", "--data-dir", str(data_dir)],
+            capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith(f"fjord: --data-dir {data_dir}") and reason in result.stderr, result.stderr

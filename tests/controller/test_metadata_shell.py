@@ -78,6 +78,10 @@ def test_a_bad_command_fails_with_one_line(metadata_dir: Path) -> None:
     assert result.stdout.splitlines()[0].split()[:3] == ["ID", "EPOCH", "STATE"]
     missing = _shell(metadata_dir / "nowhere", "ls")
     assert missing.returncode == 1 and "no such directory" in missing.stderr and "Traceback" not in missing.stderr
+    for flag in ("--metadata-dir", "--snapshot"):  # a path the system refuses to look at: one line naming it
+        refused = _shell(metadata_dir / ("d" * 300), "ls", flag=flag)
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+        assert refused.stderr == f"fjord: {flag} {metadata_dir / ('d' * 300)}: File name too long\n"
 
 
 def test_a_bad_command_config_is_one_line(metadata_dir: Path, tmp_path: Path) -> None:

@@ -119,6 +119,13 @@ def test_what_is_not_an_object_gets_one_line_and_exit_code_1(
     assert lines[0].startswith(f"fjord: {path}: ") and problem in lines[0]
 
 
+def test_a_bucket_directory_the_system_refuses_gets_one_line(tmp_path: Path) -> None:
+    refused = tmp_path / ("d" * 300)  # a name too long to look at
+    result = _fjord("object", "dump", "some-key", "--bucket", f"0@file://{refused}")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr == f"fjord: --bucket: {refused}: File name too long\n"
+
+
 def test_corrupt_block_is_reported_after_the_blocks_that_decoded(tmp_path: Path) -> None:
     data, _batches, builder = _object()
     broken = bytearray(data)
