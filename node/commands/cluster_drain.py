@@ -8,7 +8,8 @@ them (``kafka-reassign-partitions.sh --list``, ListPartitionReassignments):
    DescribeConfigs the brokers already in ``autobalancer.controller.exclude.broker.ids`` (drained earlier: they lead
    nothing, so they would be picked first), which take partitions only when no other broker is left;
 2. IncrementalAlterConfigs appends N to the cluster-wide ``autobalancer.controller.exclude.broker.ids``, so the
-   auto-balancer does not move partitions back to it (subtract it again to use the broker once more);
+   auto-balancer does not move partitions back to it (subtract it again to use the broker once more), once the
+   moves are planned: a drain refused before it moves anything leaves the setting as it was;
 3. AlterPartitionReassignments moves each of them to the other live broker leading the fewest (the controller's
    reassignment: the source closes and uploads its streams, the target opens them, nothing is copied);
 4. ListPartitionReassignments and Metadata are polled (bounded by ``--timeout``) while progress is printed.
@@ -125,8 +126,10 @@ async def _drain(connection: ClientConnection, node: int, timeout_s: float) -> l
     excluded = await _excluded_brokers(connection)
     others = sorted(b for b in brokers if b != node)
     others = [b for b in others if b not in excluded] or others
-    await _exclude_from_balancer(connection, node)
+    # Planned first: a drain refused (no other broker can take the partitions) must leave the broker to the
+    # balancer, not excluded for good. Excluded before the moves, so the balancer does not move any back.
     moves = _plan(led, node, others, in_flight=await _reassigning(connection))
+    await _exclude_from_balancer(connection, node)
     if moves:
         await _reassign(connection, moves)
         print(f"moving {len(moves)} partitions off broker {node}", flush=True)

@@ -118,3 +118,31 @@ def test_drained_broker_stops_with_nothing_lost_and_is_unregistered(cluster_fact
     assert sorted(n.id for n in described.nodes) == ids[:-1]
     registered = [int(row[0]) for row in table_rows(metadata_shell(cluster, "ls /brokers"))]
     assert registered == ids[:-1], registered
+
+
+def _excluded(bootstrap: str) -> str | None:
+    """The cluster-wide autobalancer.controller.exclude.broker.ids, as DescribeConfigs of the default broker
+    shows it."""
+    cls = codec.request_class(32, 4)  # DescribeConfigs
+    key = "autobalancer.controller.exclude.broker.ids"
+    resource = schema.build_nested(cls, "resources", resource_type=4, resource_name="", configuration_keys=(key,))
+    with WireClient(int(bootstrap.rsplit(":", 1)[1]), timeout=30) as client:
+        (result,) = client.request(schema.build(cls, resources=(resource,))).results
+    return next((entry.value for entry in result.configs), None)
+
+
+def test_a_refused_drain_leaves_the_broker_to_the_balancer(cluster_factory: Any) -> None:
+    """One broker leading partitions has nobody to move them to: the drain fails with one line and leaves
+    autobalancer.controller.exclude.broker.ids as it was (it excludes the broker only once it moves partitions)."""
+    cluster: LocalCluster = cluster_factory(controllers=1, brokers=1)
+    (broker,) = cluster.brokers
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, topic_name("lonely"), 2)
+    before = _excluded(bootstrap)
+    result = _drain(bootstrap, broker.spec.node_id)
+    assert result.returncode == 1, result
+    assert result.stderr.strip().splitlines() == [
+        f"fjord cluster drain: broker {broker.spec.node_id} leads 2 partitions and no other live broker can take them"
+    ]
+    assert "excluded" not in result.stdout, result.stdout
+    assert _excluded(bootstrap) == before
