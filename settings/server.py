@@ -305,6 +305,8 @@ class ServerConfig:
         roles = set(self.process_roles)
         if not roles:
             raise ConfigError("process.roles: at least one of broker, controller is required")
+        if len(roles) != len(self.process_roles):  # Kafka's KafkaConfig.parseProcessRoles
+            raise ConfigError(f"Duplicate role names found in `process.roles`: [{', '.join(self.process_roles)}]")
         names = {lst.name for lst in self.listeners}
         for name in self.controller_listener_names:
             if "controller" in roles and name not in names:

@@ -98,11 +98,17 @@ def parse_bucket_urls(text: str, key: str) -> list[BucketURL]:
 
 def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
     """Reads a Java-style ``.properties`` file (``key=value`` or ``key: value``, ``#``/``!`` comments,
-    trailing-backslash continuations)."""
+    trailing-backslash continuations). UTF-8, else ISO-8859-1: Kafka reads its properties files as ISO-8859-1
+    (``Properties.load`` of a stream), so a file written for it with an accented comment or value must load too,
+    while a UTF-8 file (every ASCII one among them) reads as its author wrote it."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("iso-8859-1")  # decodes any byte
     return parse_properties(text.splitlines(), str(path))
 
 

@@ -101,6 +101,22 @@ def test_a_dynamic_quorum_stops_the_start_naming_the_key(node_id: str) -> None:
     assert ServerConfig.load(None).voters, "neither key: the embedded single node still starts"
 
 
+def test_duplicate_process_roles_are_refused_as_kafka_refuses_them() -> None:
+    with pytest.raises(ConfigError) as info:
+        ServerConfig.load(None, ["process.roles=broker,broker"])
+    assert str(info.value) == "Duplicate role names found in `process.roles`: [broker, broker]"
+
+
+def test_a_properties_file_that_is_not_utf8_is_read_as_iso_8859_1(tmp_path: Path) -> None:
+    """Kafka reads properties files as ISO-8859-1: an accented comment or value from such a file loads."""
+    path = tmp_path / "server.properties"
+    path.write_bytes("# r\u00e9glages du n\u00e9ud\nbroker.rack=b\u00e9ta\nnum.partitions=2\n".encode("iso-8859-1"))
+    config = ServerConfig.load(path)
+    assert config.rack == "b\u00e9ta" and config.num_partitions == 2
+    path.write_text("# r\u00e9glages\nbroker.rack=b\u00e9ta\n", encoding="utf-8")  # UTF-8 stays UTF-8
+    assert ServerConfig.load(path).rack == "b\u00e9ta"
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         ServerConfig.load(tmp_path / "nope.properties")
