@@ -308,6 +308,13 @@ class ServerConfig:
         if len(roles) != len(self.process_roles):  # Kafka's KafkaConfig.parseProcessRoles
             raise ConfigError(f"Duplicate role names found in `process.roles`: [{', '.join(self.process_roles)}]")
         names = {lst.name for lst in self.listeners}
+        # A listener in the wrong role would be bound by nothing: Kafka's KafkaConfig.validateValues refuses both.
+        if roles == {"controller"} and not names <= set(self.controller_listener_names):
+            raise ConfigError("The listeners config must only contain KRaft controller listeners from "
+                              "controller.listener.names when process.roles=controller")
+        if roles == {"broker"} and names & set(self.controller_listener_names):
+            raise ConfigError("controller.listener.names must not contain a value appearing in the 'listeners' "
+                              "configuration when running KRaft with just the broker role")
         for name in self.controller_listener_names:
             if "controller" in roles and name not in names:
                 raise ConfigError(f"controller.listener.names: {name} is not one of the listeners ({', '.join(names)})")

@@ -107,6 +107,28 @@ def test_duplicate_process_roles_are_refused_as_kafka_refuses_them() -> None:
     assert str(info.value) == "Duplicate role names found in `process.roles`: [broker, broker]"
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["process.roles=controller", "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"],
+            "The listeners config must only contain KRaft controller listeners from controller.listener.names when "
+            "process.roles=controller",
+        ),
+        (
+            ["process.roles=broker", "controller.quorum.voters=1@127.0.0.1:9093"],  # the default listeners: both
+            "controller.listener.names must not contain a value appearing in the 'listeners' configuration when "
+            "running KRaft with just the broker role",
+        ),
+    ],
+)
+def test_a_listener_in_the_wrong_role_is_refused_as_kafka_refuses_it(overrides: list[str], message: str) -> None:
+    """Nothing would bind it: Kafka's KafkaConfig.validateValues refuses the configuration, with these messages."""
+    with pytest.raises(ConfigError) as info:
+        ServerConfig.load(None, overrides)
+    assert str(info.value) == message
+
+
 def test_a_properties_file_that_is_not_utf8_is_read_as_iso_8859_1(tmp_path: Path) -> None:
     """Kafka reads properties files as ISO-8859-1: an accented comment or value from such a file loads."""
     path = tmp_path / "server.properties"
