@@ -228,6 +228,7 @@ class ServerConfig:
             else:
                 values[name] = key.default
         for name in props:
+            # An s3.* key is StorageConfig's to judge: one it does not read stops the start below, naming it.
             if (name not in BROKER_KEYS and name not in KAFKA_BROKER_KEYS and not name.startswith("s3.")
                     and listener_override(name) is None and sasl_listener_override(name) is None
                     and listener_connection_override(name) is None and listener_request_override(name) is None):

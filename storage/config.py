@@ -7,7 +7,9 @@ the bucket index; several comma-separated URLs are allowed, the first is where n
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,17 +52,56 @@ class BucketURL:
         return f"{self.scheme}://{self.bucket}"
 
 
-def parse_bucket_url(text: str, key: str = "s3.data.buckets") -> BucketURL:
-    """Parses ``N@scheme://...``; ``key`` names the setting in error messages."""
+#: The URL parameters an S3 bucket takes (AutoMQ's names), and those only a WAL URL (``s3.wal.path``) takes on top
+#: (``storage.wal.s3``). A file:// URL takes none; mem://, the in-memory store of tests, only the WAL's.
+S3_URL_PARAMS = ("region", "endpoint", "pathStyle", "accessKey", "secretKey")
+WAL_URL_PARAMS = ("batchInterval", "maxBytesInBatch")
+#: Parameters whose values an error message must never show.
+_SECRET_PARAMS = ("secretKey",)
+
+
+def _redacted(text: str) -> str:
+    """``text`` with every secret parameter's value hidden, for error messages (they reach logs and terminals)."""
+    return re.sub(rf"(\b(?:{'|'.join(_SECRET_PARAMS)})=)[^&]*", r"\1***", text)
+
+
+def _check_params(query: Mapping[str, str], scheme: str, key: str, *, wal: bool) -> None:
+    """Refuses a parameter Fjord does not read for this kind of URL, and a value it cannot use, naming ``key`` and
+    the parameter: a misspelt ``pathstyle`` or a ``pathStyle=maybe`` would otherwise be ignored without a word."""
+    known = (S3_URL_PARAMS if scheme == "s3" else ()) + (WAL_URL_PARAMS if wal and scheme != "file" else ())
+    for name, value in query.items():
+        if name not in known and name in WAL_URL_PARAMS and scheme != "file":
+            raise ConfigError(f"{key}: bucket URL parameter {name!r} is for the WAL's URL only (s3.wal.path)")
+        if name not in known:
+            takes = ", ".join(known) if known else "none"
+            raise ConfigError(f"{key}: unknown bucket URL parameter {name!r} ({scheme}:// URLs take {takes})")
+        shown = "***" if name in _SECRET_PARAMS else value
+        if name == "pathStyle" and value.lower() not in ("true", "false"):
+            raise ConfigError(f"{key}: bucket URL parameter pathStyle={shown!r} is not true or false")
+        if name in WAL_URL_PARAMS and not (value.isdigit() and int(value) > 0):
+            raise ConfigError(f"{key}: bucket URL parameter {name}={shown!r} is not a positive integer")
+        if name == "endpoint":
+            endpoint = urlsplit(value)
+            if endpoint.scheme not in ("http", "https") or not endpoint.netloc:
+                raise ConfigError(f"{key}: bucket URL parameter endpoint={shown!r} is not an http:// or https:// URL")
+        if name in ("region", "accessKey", "secretKey") and not value:
+            raise ConfigError(f"{key}: bucket URL parameter {name} is empty")
+
+
+def parse_bucket_url(text: str, key: str = "s3.data.buckets", *, wal: bool = False) -> BucketURL:
+    """Parses ``N@scheme://...``; ``key`` names the setting in error messages; ``wal``: the URL is a WAL's
+    (``s3.wal.path``), which takes the WAL's parameters too."""
     text = text.strip()
     index = 0
     if "@" in text.split("://", 1)[0]:
         prefix, text = text.split("@", 1)
         if not prefix.isdigit():
-            raise ConfigError(f"{key}: bucket index {prefix!r} is not a number in {text!r}")
+            raise ConfigError(f"{key}: bucket index {prefix!r} is not a number in {_redacted(text)!r}")
         index = int(prefix)
     parts = urlsplit(text)
     query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    if parts.scheme in ("file", "mem", "s3"):
+        _check_params(query, parts.scheme, key, wal=wal)
     if parts.scheme == "file":
         raw = parts.netloc + parts.path
         if not raw:
@@ -70,7 +111,7 @@ def parse_bucket_url(text: str, key: str = "s3.data.buckets") -> BucketURL:
         return BucketURL(index, "mem", parts.netloc or "default", params=query)
     if parts.scheme == "s3":
         if not parts.netloc:
-            raise ConfigError(f"{key}: S3 URL {text!r} has no bucket name")
+            raise ConfigError(f"{key}: S3 URL {_redacted(text)!r} has no bucket name")
         return BucketURL(
             index,
             "s3",
@@ -86,7 +127,7 @@ def parse_bucket_url(text: str, key: str = "s3.data.buckets") -> BucketURL:
             or os.environ.get("KAFKA_S3_SECRET_KEY"),
             params=query,
         )
-    raise ConfigError(f"{key}: unsupported object storage URL {text!r} (use s3://, file:// or mem://)")
+    raise ConfigError(f"{key}: unsupported object storage URL {_redacted(text)!r} (use s3://, file:// or mem://)")
 
 
 def parse_bucket_urls(text: str, key: str) -> list[BucketURL]:
@@ -243,12 +284,17 @@ class StorageConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], **fixed: object) -> StorageConfig:
-        """Reads the ``s3.*`` keys; unknown keys are ignored (they belong to other components)."""
+        """Reads the ``s3.*`` keys; an ``s3.*`` key it does not know stops the start naming it (a misspelt key
+        would otherwise leave its default in place without a word). Keys outside ``s3.*`` belong to other
+        components and are not looked at."""
+        for name in props:
+            if name.startswith("s3.") and name not in STORAGE_KEYS:
+                raise ConfigError(_unknown_storage_key(name))
         values: dict[str, object] = {}
         if "s3.data.buckets" in props:
             values["data_buckets"] = tuple(parse_bucket_urls(props["s3.data.buckets"], "s3.data.buckets"))
         if "s3.wal.path" in props:
-            values["wal_url"] = parse_bucket_url(props["s3.wal.path"], "s3.wal.path")
+            values["wal_url"] = parse_bucket_url(props["s3.wal.path"], "s3.wal.path", wal=True)
         for key, (name, parse) in _KEYS.items():
             if key in props:
                 values[name] = parse(props[key], key)
@@ -311,3 +357,25 @@ def _register() -> None:
 
 
 _register()
+
+
+#: Every ``s3.*`` key Fjord reads.
+STORAGE_KEYS: frozenset[str] = frozenset(("s3.data.buckets", "s3.wal.path", *_KEYS))
+#: AutoMQ's older keys for one S3 bucket (deprecated there for ``s3.data.buckets``), and the URL part each became.
+_AUTOMQ_BUCKET_KEYS = {
+    "s3.endpoint": "endpoint=URL",
+    "s3.region": "region=R",
+    "s3.bucket": "BUCKET",
+    "s3.path.style": "pathStyle=true",
+}
+
+
+def _unknown_storage_key(name: str) -> str:
+    if name in _AUTOMQ_BUCKET_KEYS:
+        return (
+            f"{name}: AutoMQ's older bucket setting, which Fjord does not read; give the bucket as one URL, "
+            f"s3.data.buckets=0@s3://BUCKET?region=R&endpoint=URL&pathStyle=true (its {_AUTOMQ_BUCKET_KEYS[name]})"
+        )
+    close = difflib.get_close_matches(name, sorted(STORAGE_KEYS), n=1)
+    hint = f"did you mean {close[0]}?" if close else "README.md lists the storage keys"
+    return f"{name}: not a storage setting of Fjord ({hint})"

@@ -303,3 +303,49 @@ def test_metrics_port_is_typed_and_range_checked_when_the_config_loads() -> None
     for bad in ("70000", "-1", "x"):
         with pytest.raises(ConfigError, match=r"metrics\.port"):
             ServerConfig.load(None, [f"metrics.port={bad}"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("s3.endpoint=http://minio:9000", "s3.endpoint: AutoMQ's older bucket setting, which Fjord does not read; "
+         "give the bucket as one URL, s3.data.buckets=0@s3://BUCKET?region=R&endpoint=URL&pathStyle=true"),
+        ("s3.bucket=prod-data", "s3.bucket: AutoMQ's older bucket setting"),
+        ("s3.wal.upload.treshold=1MiB", "s3.wal.upload.treshold: not a storage setting of Fjord (did you mean "
+         "s3.wal.upload.threshold?)"),
+        ("s3.data.buckets=0@s3://b?pathStyle=maybe", "s3.data.buckets: bucket URL parameter pathStyle='maybe' is not "
+         "true or false"),
+        ("s3.data.buckets=0@s3://b?region=r&pathstyle=true", "s3.data.buckets: unknown bucket URL parameter "
+         "'pathstyle' (s3:// URLs take region, endpoint, pathStyle, accessKey, secretKey)"),
+        ("s3.data.buckets=0@file:///objects?region=r", "s3.data.buckets: unknown bucket URL parameter 'region' "
+         "(file:// URLs take none)"),
+        ("s3.data.buckets=0@s3://b?endpoint=minio:9000", "s3.data.buckets: bucket URL parameter "
+         "endpoint='minio:9000' is not an http:// or https:// URL"),
+        ("s3.data.buckets=0@s3://b?batchInterval=5", "s3.data.buckets: bucket URL parameter 'batchInterval' is for "
+         "the WAL's URL only (s3.wal.path)"),
+        ("s3.wal.path=0@s3://b?batchInterval=soon", "s3.wal.path: bucket URL parameter batchInterval='soon' is not "
+         "a positive integer"),
+    ],
+)
+def test_a_storage_key_or_bucket_url_parameter_fjord_does_not_read_stops_the_start(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        ServerConfig.load(None, [override])
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_a_bucket_url_error_never_shows_the_secret_key() -> None:
+    for url in ("0@s3://b?secretKey=hunter2&zz=1", "x@s3://b?secretKey=hunter2", "0@s3://?secretKey=hunter2"):
+        with pytest.raises(ConfigError) as info:
+            ServerConfig.load(None, [f"s3.data.buckets={url}"])
+        assert "s3.data.buckets" in str(info.value) and "hunter2" not in str(info.value), str(info.value)
+
+
+def test_every_storage_key_and_url_parameter_the_readme_documents_loads() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    refused = {"s3.endpoint", "s3.region", "s3.bucket", "s3.path.style"}  # AutoMQ's older keys, named as refused
+    documented = sorted(set(re.findall(r"`(s3\.[a-z.]+[a-z])`", readme)) - refused)
+    assert "s3.data.buckets" in documented and "s3.wal.upload.threshold" in documented
+    values = {"s3.data.buckets": "0@s3://b?region=eu-west-1&endpoint=http://127.0.0.1:9000&pathStyle=TRUE"
+              "&accessKey=a&secretKey=s", "s3.wal.path": "0@s3://b?batchInterval=250&maxBytesInBatch=8388608"}
+    config = ServerConfig.load(None, [f"{key}={values.get(key, '2000')}" for key in documented])
+    assert config.storage.data_buckets[0].path_style and config.storage.wal_url.params["batchInterval"] == "250"

@@ -393,7 +393,8 @@ async def test_a_fence_still_fails_the_waiting_appends() -> None:
 async def test_open_wal_picks_the_mode_from_the_wal_url(tmp_path: Path) -> None:
     file_config = StorageConfig(wal_url=parse_bucket_url(f"0@file://{tmp_path}/wal", "s3.wal.path"))
     assert isinstance(open_wal(file_config), FileWAL)
-    mem_config = StorageConfig(wal_url=parse_bucket_url("0@mem://wal-factory-test?batchInterval=5", "s3.wal.path"))
+    mem_url = parse_bucket_url("0@mem://wal-factory-test?batchInterval=5", "s3.wal.path", wal=True)
+    mem_config = StorageConfig(wal_url=mem_url)
     store = MemoryObjectStore()
     wal = open_wal(mem_config, lambda url, config: store)
     assert isinstance(wal, S3WAL)
@@ -415,7 +416,8 @@ async def test_a_failover_wal_borrows_the_nodes_own_wal_store() -> None:
     """A failover opens no S3 client of its own: the dead node's WAL is read through this node's WAL store (the
     same shared bucket), which closing the failover's WAL leaves open for this node's appends."""
     store = _CountedCloses()
-    config = StorageConfig(wal_url=parse_bucket_url("0@mem://wal-factory-test?batchInterval=5", "s3.wal.path"))
+    config = StorageConfig(wal_url=parse_bucket_url("0@mem://wal-factory-test?batchInterval=5", "s3.wal.path",
+                                                    wal=True))
     dead = open_wal(dataclasses.replace(config, node_id=7, node_epoch=1), lambda url, config: store)
     await dead.start()
     acked = await asyncio.wait_for(dead.append(batch(1, 0)), 2)
