@@ -362,6 +362,8 @@ def _client_listeners(
             setup_timeout_s=setup_s,
             frame_timeout_s=seconds_or_never(idle_ms),
             sockets=listening.get(listener.name, ()),
+            send_buffer_bytes=int(config.value("socket.send.buffer.bytes")),
+            receive_buffer_bytes=int(config.value("socket.receive.buffer.bytes")),
         ))
     return listeners
 

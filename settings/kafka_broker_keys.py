@@ -323,6 +323,10 @@ FIXED_OPEN_PARALLELISM = (
 NO_PURGATORY = (
     "delayed requests wait as asyncio futures that go away when they complete; there is no purgatory to purge"
 )
+ONE_EVENT_LOOP = (
+    "a node reads, handles and answers every request on one asyncio event loop; there are no network or request "
+    "handler threads to size"
+)
 NO_THREAD_POOL = (
     "background work (retention, the log cleaner, checkpoints, expirations) runs as asyncio tasks on the event loop; "
     "there is no background thread pool"
@@ -362,6 +366,7 @@ class NoEffectKey:
     default: Any
     reason: str
     dynamic: bool = False  # Kafka's update mode is per-broker or cluster-wide
+    at_least: int | None = None  # Kafka's lower bound, still checked: a value Kafka refuses is refused
 
     @property
     def doc(self) -> str:
@@ -369,7 +374,9 @@ class NoEffectKey:
         return f"Accepted for Kafka compatibility; it has no effect in Fjord: {self.reason}."
 
 
-def _no_effect(reason: str, *keys: tuple[str, str, Any] | tuple[str, str, Any, bool]) -> tuple[NoEffectKey, ...]:
+def _no_effect(
+    reason: str, *keys: tuple[str, str, Any] | tuple[str, str, Any, bool] | tuple[str, str, Any, bool, int]
+) -> tuple[NoEffectKey, ...]:
     return tuple(NoEffectKey(k[0], k[1], k[2], reason, *k[3:]) for k in keys)
 
 
@@ -410,6 +417,7 @@ NO_EFFECT_KEYS: tuple[NoEffectKey, ...] = (
         ("producer.purgatory.purge.interval.requests", "INT", 1000),
         ("delete.records.purgatory.purge.interval.requests", "INT", 1),
     ),
+    *_no_effect(ONE_EVENT_LOOP, ("num.network.threads", "INT", 3, True, 1), ("num.io.threads", "INT", 8, True, 1)),
     *_no_effect(NO_THREAD_POOL, ("background.threads", "INT", 10, True)),
     *_no_effect(
         CLEANER_MAP,

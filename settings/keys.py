@@ -174,6 +174,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("fetch.max.bytes", _B.INT, 57671680, at_least(1024)),
         # The most partitions one DescribeTopicPartitions response describes, whatever its limit asks (KIP-966).
         ConfigKey("max.request.partition.size.limit", _B.INT, 2000, at_least(1)),
+        # The SO_SNDBUF and SO_RCVBUF of each connection a listener accepts (wire.listener); -1: the OS default.
         ConfigKey("socket.send.buffer.bytes", _B.INT, 102400),
         ConfigKey("socket.receive.buffer.bytes", _B.INT, 102400),
         ConfigKey("connections.max.idle.ms", _B.LONG, 600000),
@@ -192,8 +193,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
                   doc=PER_IP_OVERRIDES_DOC),
         ConfigKey("max.connection.creation.rate", _B.INT, INT_MAX, at_least(0), dynamic=True,
                   doc=CREATION_RATE_DOC),
-        ConfigKey("num.network.threads", _B.INT, 3, at_least(1), dynamic=True),
-        ConfigKey("num.io.threads", _B.INT, 8, at_least(1), dynamic=True),
         ConfigKey("request.timeout.ms", _B.INT, 30000, at_least(0)),
         # cluster membership
         ConfigKey("broker.session.timeout.ms", _B.INT, 9000, at_least(1)),
@@ -421,7 +420,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
 # Kafka 3.6 keys whose purpose Fjord's design makes moot (settings.kafka_broker_keys): Kafka's type, default
 # and update mode, so they load, describe and alter as Kafka's do; their doc says why they change nothing.
 BROKER_KEYS.update(
-    (k.name, ConfigKey(k.name, ConfigType[k.type], k.default, dynamic=k.dynamic, doc=k.doc)) for k in NO_EFFECT_KEYS
+    (
+        k.name,
+        ConfigKey(k.name, ConfigType[k.type], k.default, None if k.at_least is None else at_least(k.at_least),
+                  dynamic=k.dynamic, doc=k.doc),
+    )
+    for k in NO_EFFECT_KEYS
 )
 
 

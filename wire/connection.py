@@ -76,6 +76,14 @@ class ConnectionHost(Protocol):
     @property
     def ssl_context(self) -> ssl.SSLContext | None: ...
 
+    @property
+    def send_buffer_bytes(self) -> int:
+        """SO_SNDBUF of each connection (Kafka's ``socket.send.buffer.bytes``); -1: the OS default."""
+
+    @property
+    def receive_buffer_bytes(self) -> int:
+        """SO_RCVBUF of each connection (Kafka's ``socket.receive.buffer.bytes``); -1: the OS default."""
+
     def connection_opened(self, connection: Connection) -> None:
         """The connection is established and serving (counted as open from now on)."""
 
@@ -152,6 +160,11 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Kafka's socket.send.buffer.bytes and socket.receive.buffer.bytes, on each connection it accepts.
+            if self._host.send_buffer_bytes != -1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._host.send_buffer_bytes)
+            if self._host.receive_buffer_bytes != -1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._host.receive_buffer_bytes)
         peername = transport.get_extra_info("peername") or ("?", 0)
         make_state = self._host.connection_state
         state = make_state() if make_state is not None else None

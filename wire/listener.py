@@ -76,6 +76,8 @@ class KafkaListener:
         frame_timeout_s: float | None = None,
         max_request_bytes_key: str = "socket.request.max.bytes",
         sockets: Sequence[socket.socket] = (),
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
     ) -> None:
         """``unauthenticated_max_request_bytes``: a SASL listener's limit on requests until the connection has
         authenticated (Kafka's ``sasl.server.max.receive.size``), so a peer without credentials cannot make the
@@ -93,7 +95,9 @@ class KafkaListener:
         that long, however it trickles its bytes, is closed (None: never). ``max_request_bytes_key``: the key
         that set ``max_request_bytes``, named when a frame over it closes a connection. ``sockets``: this listener's
         sockets, already listening (:func:`~wire.listening_sockets.bind_listening`, called by a node as soon as it
-        has read its config); the listener adopts them instead of binding, and closes them when it closes."""
+        has read its config); the listener adopts them instead of binding, and closes them when it closes.
+        ``send_buffer_bytes`` / ``receive_buffer_bytes``: the SO_SNDBUF / SO_RCVBUF of each connection accepted
+        (Kafka's ``socket.send.buffer.bytes`` / ``socket.receive.buffer.bytes``; -1 leaves the OS default)."""
         #: What the listener serves, from :meth:`start_serving` on: a listener binds before its server exists
         #: (a broker registers the port it bound, and only its registration makes the rest of it).
         self._dispatcher: Dispatcher | None = None
@@ -118,6 +122,8 @@ class KafkaListener:
             metrics.watch_pool(memory_pool)
         self.setup_timeout_s = setup_timeout_s
         self.frame_timeout_s = frame_timeout_s
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
         self._server: asyncio.Server | None = None
         #: The own listening sockets of a TLS or gated listener: one per address the host resolves to.
         self._own_sockets: list[socket.socket] = list(sockets)

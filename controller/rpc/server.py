@@ -92,6 +92,8 @@ class ControllerServer:
             setup_timeout_s=seconds_or_never(int(quorum.config.value("fjord.connections.setup.max.ms"))),
             # Not idle expiry (the nodes keep their connections), but a request half received that long is cut off.
             frame_timeout_s=seconds_or_never(int(quorum.config.value("connections.max.idle.ms"))),
+            send_buffer_bytes=int(quorum.config.value("socket.send.buffer.bytes")),
+            receive_buffer_bytes=int(quorum.config.value("socket.receive.buffer.bytes")),
         )
         # An SSL CONTROLLER listener picks up renewed certificate files as client listeners do.
         self._reloader = (

@@ -21,6 +21,7 @@ from settings.kafka_broker_keys import (
     NO_EFFECT_KEYS,
     NODE_ID_SYNONYM,
     NOT_REPLICATED,
+    ONE_EVENT_LOOP,
     kafka_key_refusal,
     no_effect_reason,
     refused_kafka_defaults,
@@ -178,6 +179,25 @@ def test_a_no_effect_key_starts_with_its_reason_logged_and_described(caplog: pyt
         validate_broker_config("num.replica.fetchers", "many")
     with pytest.raises(ConfigError, match=r"num\.replica\.fetchers"):
         ServerConfig.load(None, ["num.replica.fetchers=many"])
+
+
+def test_the_thread_counts_have_no_effect_on_one_event_loop_and_keep_kafkas_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """num.network.threads and num.io.threads size Kafka's thread pools; Fjord has one event loop. They start with
+    the INFO line saying so, describe with that reason, and a value Kafka refuses (below 1) is still refused."""
+    caplog.set_level(logging.INFO, SERVER_LOGGER)
+    config = ServerConfig.load(None, ["num.network.threads=6", "num.io.threads=16"])
+    assert infos_of(caplog) == [
+        f"num.network.threads has no effect in Fjord: {ONE_EVENT_LOOP}",
+        f"num.io.threads has no effect in Fjord: {ONE_EVENT_LOOP}",
+    ]
+    entries = {e.name: e for e in describe_broker_configs(config, {}, names=("num.io.threads",))}
+    assert entries["num.io.threads"].value == "16" and ONE_EVENT_LOOP in (entries["num.io.threads"].documentation or "")
+    assert validate_broker_config("num.io.threads", "4") == "4"  # dynamic, as Kafka's
+    for name in ("num.network.threads", "num.io.threads"):
+        with pytest.raises(ConfigValueError, match="Value must be at least 1"):
+            validate_broker_config(name, "0")
 
 
 def test_an_unknown_non_kafka_key_only_warns(caplog: pytest.LogCaptureFixture) -> None:
