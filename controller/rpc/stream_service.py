@@ -60,6 +60,13 @@ def serves(request: type[stream_rpcs.StreamRequest], *, read_only: bool) -> bool
 
 async def _serve(quorum: ServedQuorum, request: stream_rpcs.StreamRequest, *, read_only: bool) -> Any:
     what = type(request).__name__
+    if not serves(type(request), read_only=read_only) and isinstance(request, stream_rpcs.DescribeMetadata):
+        # What asks for it is `fjord metadata shell --bootstrap/--controllers`: point it at what works here.
+        raise ValueError(
+            f"the CONTROLLER listener of an embedded controller (node {quorum.node_id}) does not hand out the whole "
+            "metadata (SCRAM credentials and ACLs among it); read it from the node's metadata directory instead: "
+            f"fjord metadata shell --metadata-dir {quorum.config.metadata_dir}"
+        )
     if not serves(type(request), read_only=read_only):
         raise ValueError(
             f"the CONTROLLER listener of an embedded controller (node {quorum.node_id}) serves "

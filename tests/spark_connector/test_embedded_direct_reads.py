@@ -9,6 +9,8 @@ through its broker, which authorizes them, and the dump of the whole metadata is
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +105,16 @@ def test_embedded_controller_listener_is_read_only(embedded: Embedded) -> None:
     assert "serves only reads" in (write.error_message or "")
     assert dump.error_code == RpcError.INVALID_REQUEST  # the whole metadata, SCRAM credentials among it
     assert read.error_code == RpcError.NONE
+
+    # `fjord metadata shell --bootstrap` asks for that dump: the refusal names what works here, and it does.
+    shell = [sys.executable, "-m", "node.cli", "metadata", "shell", "-c", "ls /brokers"]
+    refused = subprocess.run([*shell, "--bootstrap", embedded.bootstrap], capture_output=True, text=True,
+                             timeout=60, cwd=REPO, check=False)
+    assert refused.returncode == 1, refused
+    suggested = refused.stderr.split("instead: fjord metadata shell ", 1)[1].split()
+    assert suggested[0] == "--metadata-dir", refused.stderr
+    offline = subprocess.run([*shell, *suggested], capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert offline.returncode == 0 and offline.stdout.splitlines()[0].split()[:2] == ["ID", "EPOCH"], offline
 
 
 def test_with_an_authorizer_only_super_users_read_the_controller_listener(tmp_path: Path) -> None:
