@@ -58,7 +58,7 @@ from raft.driver import NotLeaderError, RaftDriver
 from raft.effects import Role
 from raft.log import LogEntry, SnapshotId
 from settings.endpoint import Endpoint
-from settings.meta_properties import ensure_meta_properties, quorum_cluster_id
+from settings.meta_properties import ensure_quorum_meta_properties
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
@@ -153,9 +153,8 @@ class QuorumController:
         """Formats (first start) or checks the metadata directory, binds the CONTROLLER listener, starts the Raft
         member and serves. Raises ConfigError for a directory of another node or cluster or a port in use.
         ``metrics``: the registry the CONTROLLER listener and the auto-balancer report to (a node's own)."""
-        cluster_id = quorum_cluster_id(config)
         listener = controller_listener(config)
-        await asyncio.to_thread(ensure_meta_properties, config.metadata_dir, config.node_id, cluster_id)
+        cluster_id = (await asyncio.to_thread(ensure_quorum_meta_properties, config)).cluster_id
         quorum = cls(config, cluster_id)
         quorum.server = ControllerServer(quorum, listener, metrics)
         quorum.balancer.register_metrics(quorum.server.dispatcher.metrics.registry)

@@ -98,6 +98,26 @@ def ensure_meta_properties(
     return existing
 
 
+def ensure_quorum_meta_properties(config: ServerConfig) -> MetaProperties:
+    """:func:`ensure_meta_properties` of a quorum node's metadata directory with :func:`quorum_cluster_id`. When the
+    id is derived and differs from the directory's, the error says why (the voters are written otherwise than at
+    the first start: ``localhost`` for ``127.0.0.1``, say) and how to keep the directory's cluster."""
+    cluster_id = quorum_cluster_id(config)
+    try:
+        return ensure_meta_properties(config.metadata_dir, config.node_id, cluster_id)
+    except ConfigError:
+        existing = read_meta_properties(config.metadata_dir)
+        if config.static.get("cluster.id") or existing is None or existing.cluster_id == cluster_id:
+            raise
+        raise ConfigError(
+            f"{Path(config.metadata_dir) / META_PROPERTIES} belongs to cluster {existing.cluster_id}, not "
+            f"{cluster_id}: without cluster.id, a quorum node's cluster id is derived from controller.quorum.voters "
+            f"as written ({','.join(config.value('controller.quorum.voters'))}), so the voters must be written the "
+            "same way on every start and every node (the same hosts, e.g. 127.0.0.1 not localhost, and ports); "
+            f"write them as at the first start, or keep this cluster with cluster.id={existing.cluster_id}"
+        ) from None
+
+
 def quorum_cluster_id(config: ServerConfig) -> str:
     """The cluster id every voter formats with: ``cluster.id`` when configured, else one derived from the voter
     list, so the voters of one quorum agree without a separate format step (KRaft's ``kafka-storage format -t``)."""

@@ -62,7 +62,7 @@ from metadata.rpc.kafka_apis import (
 )
 from metadata.rpc.stream_rpcs import CompleteWALFailover, ReportBrokerLoad
 from settings.endpoint import Endpoint
-from settings.meta_properties import ensure_meta_properties, quorum_cluster_id
+from settings.meta_properties import ensure_quorum_meta_properties
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.errors import StorageError
@@ -133,8 +133,7 @@ class RemoteControllerClient:
         """Formats or checks the metadata directory, starts the follower (``follower(cluster_id)``: an observer of
         the metadata log, or the combined node's voter) and waits until it has caught up with the quorum's
         committed metadata (bounded: a quorum without a leader is a clear error, not a hang)."""
-        cluster_id = quorum_cluster_id(config)
-        await asyncio.to_thread(ensure_meta_properties, config.metadata_dir, config.node_id, cluster_id)
+        cluster_id = (await asyncio.to_thread(ensure_quorum_meta_properties, config)).cluster_id
         client = cls(config, cluster_id, follower(cluster_id))
         await client.replica.start()
         try:

@@ -13,6 +13,7 @@ from controller.controller import Controller
 from settings.meta_properties import (
     MetaProperties,
     ensure_meta_properties,
+    ensure_quorum_meta_properties,
     new_cluster_id,
     read_meta_properties,
     write_meta_properties,
@@ -53,6 +54,27 @@ def test_another_cluster_is_refused(tmp_path: Path) -> None:
     ensure_meta_properties(tmp_path, 1)
     with pytest.raises(ConfigError, match="belongs to cluster"):
         ensure_meta_properties(tmp_path, 1, new_cluster_id())
+
+
+def test_voters_written_otherwise_say_where_the_cluster_id_comes_from(tmp_path: Path) -> None:
+    """A quorum node without cluster.id derives its id from controller.quorum.voters as written: restarted with
+    localhost for 127.0.0.1 it gets another id, and the refusal says why and how to keep the directory's."""
+
+    def config(voters: str, *extra: str) -> ServerConfig:
+        return ServerConfig.load(None, ["process.roles=controller", "listeners=CONTROLLER://127.0.0.1:0",
+                                        f"controller.quorum.voters={voters}", f"log.dirs={tmp_path}", *extra])
+
+    first = ensure_quorum_meta_properties(config("0@127.0.0.1:29941"))
+    assert ensure_quorum_meta_properties(config("0@127.0.0.1:29941")) == first  # the same text: the same id
+    with pytest.raises(ConfigError) as info:
+        ensure_quorum_meta_properties(config("0@localhost:29941"))
+    message = str(info.value)
+    assert f"belongs to cluster {first.cluster_id}, not " in message, message
+    assert "derived from controller.quorum.voters as written (0@localhost:29941)" in message, message
+    assert f"or keep this cluster with cluster.id={first.cluster_id}" in message, message
+    assert "\n" not in message
+    kept = ensure_quorum_meta_properties(config("0@localhost:29941", f"cluster.id={first.cluster_id}"))
+    assert kept == first  # what the message suggests starts the node on its directory
 
 
 def test_given_cluster_id_is_used_when_formatting(tmp_path: Path) -> None:
