@@ -145,7 +145,12 @@ class Node:
         """Serves the metrics endpoint on ``metrics.port`` (off when unset; range-checked when the config loaded)."""
         port: int | None = self.config.value("metrics.port")
         if port is not None:
-            self._metrics_port = self.metrics.start_http(port, self.config.value("metrics.host"))
+            host = self.config.value("metrics.host")
+            try:
+                self._metrics_port = self.metrics.start_http(port, host)
+            except OSError as exc:  # a port in use: one line naming the key, as a listener's bind error does
+                raise ConfigError(f"metrics.port: cannot serve the metrics on {host}:{port}: "
+                                  f"{exc.strerror or exc}") from None
 
     async def stop(self) -> None:
         """Stops in reverse start order; each step runs even if an earlier one failed (and logs it)."""

@@ -82,7 +82,8 @@ def read_direct(settings: DirectSettings, task: DirectRange) -> Iterator[pa.Reco
     offsets = task.offsets
     include_headers = settings.read.include_headers
     loop = asyncio.new_event_loop()
-    store = open_object_store(parse_bucket_url(settings.object_store, "fjord.object.store"), StorageConfig())
+    key = "fjord.object.store"
+    store = open_object_store(parse_bucket_url(settings.object_store, key), StorageConfig(), key)
     reader = ObjectReader(store, task.namespace, _INDEX_CACHE)
     columns = Columns(offsets.topic, offsets.partition, include_headers, task.committed)
     position = offsets.start

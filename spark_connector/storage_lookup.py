@@ -101,7 +101,8 @@ async def _locate(
     channel = ActiveControllerChannel(
         voters, client_id=CLIENT_ID, request_timeout_s=REQUEST_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S
     )
-    store = open_object_store(parse_bucket_url(object_store, "fjord.object.store"), StorageConfig())
+    key = "fjord.object.store"
+    store = open_object_store(parse_bucket_url(object_store, key), StorageConfig(), key)
     namespace = namespace_for(facts.cluster_id)
     try:
         metadata = RemoteStreamMetadata(channel, node_id=-1, node_epoch=lambda: -1)

@@ -157,9 +157,22 @@ def _load_keystore(context: ssl.SSLContext, settings: TlsSettings) -> None:
         raise TlsError("keystore_location", "an SSL listener needs a keystore (a PEM file, or an inline key and chain)")
     if settings.keystore_certificate_chain is None:
         raise TlsError("keystore_certificate_chain", "the inline key has no certificate chain")
+    _check_inline_chain(settings.keystore_certificate_chain)  # so a bad chain is not blamed on the key below
     pem = f"{settings.keystore_key.strip()}\n{settings.keystore_certificate_chain.strip()}\n".encode()
     with _pem_path(pem) as path:
         _load_chain(context, path, pem, settings.key_password, "keystore_key")
+
+
+def _check_inline_chain(chain: str) -> None:
+    """An inline certificate chain (``ssl.keystore.certificate.chain``) parsed on its own: loaded with its key, a
+    chain OpenSSL cannot read fails as the pair, and would be reported as the key's fault."""
+    if "-----END CERTIFICATE-----" not in chain:
+        raise TlsError("keystore_certificate_chain", "no complete PEM certificate")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cadata=chain)
+    except (ssl.SSLError, ValueError) as exc:
+        detail = f" ({exc.reason})" if isinstance(exc, ssl.SSLError) and exc.reason else ""
+        raise TlsError("keystore_certificate_chain", f"not a PEM certificate chain{detail}") from None
 
 
 def _load_chain(context: ssl.SSLContext, path: str, pem: bytes, password: str | None, source: str) -> None:

@@ -17,11 +17,15 @@ _memory_stores: dict[str, MemoryObjectStore] = {}
 _memory_lock = threading.Lock()
 
 
-def open_object_store(url: BucketURL, config: StorageConfig) -> ObjectStore:
+def open_object_store(url: BucketURL, config: StorageConfig, key: str = "s3.data.buckets") -> ObjectStore:
     """A store for ``url``: ``file://`` (relative paths resolve against the working directory), ``s3://`` or
-    ``mem://``. The caller closes it; closing a shared ``mem://`` store leaves its objects in place."""
+    ``mem://``. The caller closes it; closing a shared ``mem://`` store leaves its objects in place. ``key``: the
+    setting that named ``url``, which a directory that cannot be made or used is reported under."""
     if url.scheme == "file":
-        return LocalObjectStore(url.path)
+        try:
+            return LocalObjectStore(url.path)
+        except OSError as exc:
+            raise ConfigError(f"{key}: cannot use the directory {url.path}: {exc.strerror or exc}") from None
     if url.scheme == "s3":
         # Imported on demand: aiobotocore and aiohttp take most of a second to import, which every
         # command-line call and every file-only process would otherwise pay.

@@ -25,6 +25,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from settings.describe import describe_broker_configs
 from settings.server import ServerConfig
+from storage.config import ConfigError
 from testkit.node_process import BrokerProcess, default_overrides, server_command, start_broker
 from testkit.tls_certs import CertificateAuthority, Identity
 from testkit.waiting import eventually
@@ -202,6 +203,28 @@ def test_a_missing_keystore_file_is_one_line_at_start(tmp_path: Path) -> None:
     })
     assert_one_line_error(run_to_exit(server_command(None, settings)), "listener.name.ssl.ssl.keystore.location",
                           "absent.pem")
+
+
+@pytest.mark.parametrize(
+    ("garbage", "named"),
+    [
+        ("chain", "ssl.keystore.certificate.chain"),
+        ("chain body", "ssl.keystore.certificate.chain"),
+        ("key", "ssl.keystore.key"),
+    ],
+)
+def test_an_unusable_inline_key_or_chain_names_its_own_key(tmp_path: Path, garbage: str, named: str) -> None:
+    inline = CertificateAuthority(tmp_path).issue("inline-server", server=True)
+    broken = "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"
+    properties = {
+        "listeners": "SSL://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093",
+        "ssl.keystore.key": "not a key" if garbage == "key" else inline.key_pem,
+        "ssl.keystore.certificate.chain": {"chain": "not a chain", "chain body": broken}.get(garbage, inline.cert_pem),
+    }
+    with pytest.raises(ConfigError) as info:
+        ServerConfig.from_properties(properties)
+    assert str(info.value).startswith(f"{named}: "), str(info.value)
+    assert "PRIVATE KEY" not in str(info.value)
 
 
 def test_ssl_listeners_are_advertised_as_ssl(tmp_path: Path) -> None:

@@ -58,6 +58,25 @@ def test_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
         assert_one_line_error(run_to_exit(server_command(None, settings)), str(port))
 
 
+def test_metrics_port_in_use_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = default_overrides(tmp_path)
+        settings.update({"metrics.port": str(port), "metrics.host": "127.0.0.1"})
+        assert_one_line_error(run_to_exit(server_command(None, settings)), f"metrics.port: cannot serve the "
+                              f"metrics on 127.0.0.1:{port}")
+
+
+def test_an_object_directory_that_cannot_be_made_names_s3_data_buckets(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    settings = default_overrides(tmp_path)
+    settings["s3.data.buckets"] = f"0@file://{tmp_path / 'a-file' / 'objects'}"
+    assert_one_line_error(run_to_exit(server_command(None, settings)), "s3.data.buckets: cannot use the directory",
+                          str(tmp_path / "a-file" / "objects"))
+
+
 def test_data_directory_of_another_node_is_refused(broker_factory: Callable[..., BrokerProcess]) -> None:
     node = broker_factory()
     assert node.stop() == 0
