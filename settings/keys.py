@@ -175,8 +175,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # The most partitions one DescribeTopicPartitions response describes, whatever its limit asks (KIP-966).
         ConfigKey("max.request.partition.size.limit", _B.INT, 2000, at_least(1)),
         # The SO_SNDBUF and SO_RCVBUF of each connection a listener accepts (wire.listener); -1: the OS default.
-        ConfigKey("socket.send.buffer.bytes", _B.INT, 102400),
-        ConfigKey("socket.receive.buffer.bytes", _B.INT, 102400),
+        # Fjord's default is -1 where Kafka's is 102400: a fixed buffer turns off Linux's automatic sizing, and one
+        # event loop writing a megabyte fetch answer through 100 KiB at a time pays a wake-up for each piece.
+        ConfigKey("socket.send.buffer.bytes", _B.INT, -1),
+        ConfigKey("socket.receive.buffer.bytes", _B.INT, -1),
         ConfigKey("connections.max.idle.ms", _B.LONG, 600000),
         # Memory bounds against hostile clients (issue 26, wire.frames / wire.memory_pool): the bytes of large
         # requests a node reads and queues at once (Kafka: -1, unbounded; fjord: 256 MiB, a frame that does not fit
