@@ -34,6 +34,16 @@ class CompressionError(ValueError):
     """The payload does not decompress with the codec its attributes name (or the codec id is unknown)."""
 
 
+class DecompressedTooLarge(CompressionError):
+    """The payload would decompress into more than :func:`decompress_bounded`'s limit: it may be well formed, only
+    too large (KIP-714 answers this TELEMETRY_TOO_LARGE, which a client retries, not INVALID_RECORD)."""
+
+
+#: What cramjam reports when the output fills the buffer :func:`decompress_bounded` gives it (Rust's
+#: ``io::ErrorKind::WriteZero`` message): the payload is larger than the limit, not corrupt.
+_BUFFER_FULL = "failed to write whole buffer"
+
+
 def compression_of(attributes: int) -> Compression:
     code = attributes & 0x07
     try:
@@ -120,7 +130,8 @@ def compress(codec: Compression, data: bytes) -> bytes:
 def decompress_bounded(codec: Compression, data: bytes, limit: int) -> bytes:
     """Decompresses ``data`` as :func:`decompress` does, but never into more than ``limit`` bytes: CompressionError
     when the output would exceed it. For payloads a client sends outside record batches (KIP-714 telemetry), where
-    a small compressed input must not inflate into a large allocation."""
+    a small compressed input must not inflate into a large allocation. DecompressedTooLarge when it is the limit
+    that was exceeded."""
     try:
         if codec is Compression.NONE:
             out = data
@@ -141,9 +152,11 @@ def decompress_bounded(codec: Compression, data: bytes, limit: int) -> bytes:
     except CompressionError:
         raise
     except Exception as exc:  # every codec library raises its own error type (and cramjam one for a full buffer)
+        if _BUFFER_FULL in str(exc):
+            raise DecompressedTooLarge(f"{codec.name.lower()} payload decompresses to more than {limit} bytes") from exc
         raise CompressionError(f"{codec.name.lower()} payload does not decompress within {limit} bytes: {exc}") from exc
     if len(out) > limit:
-        raise CompressionError(f"{codec.name.lower()} payload decompresses to more than {limit} bytes")
+        raise DecompressedTooLarge(f"{codec.name.lower()} payload decompresses to more than {limit} bytes")
     return out
 
 
@@ -153,6 +166,6 @@ def _snappy_bounded(data: bytes, limit: int) -> bytes:
     out = bytearray()
     for block in blocks:
         if len(out) + int(cramjam.snappy.decompress_raw_len(block)) > limit:
-            raise CompressionError(f"snappy payload decompresses to more than {limit} bytes")
+            raise DecompressedTooLarge(f"snappy payload decompresses to more than {limit} bytes")
         out += bytes(cramjam.snappy.decompress_raw(block))
     return bytes(out)

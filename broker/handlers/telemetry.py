@@ -19,7 +19,7 @@ from kio.static.constants import uuid_zero
 
 from broker.handlers.context import RequestContext
 from broker.telemetry.manager import ACCEPTED_COMPRESSION, ClientAttributes
-from broker.telemetry.otlp import OtlpError, read_push
+from broker.telemetry.otlp import OtlpError, OtlpTooLarge, read_push
 from wire.compression import Compression
 from wire.log_text import LOG_TEXT_MAX, untrusted
 
@@ -81,10 +81,12 @@ async def handle_push_telemetry(ctx: RequestContext, request: Any) -> Any:
             points = await asyncio.to_thread(read_push, Compression(int(request.compression_type)), payload,
                                              telemetry.max_uncompressed)
         except OtlpError as exc:
-            telemetry.manager.payload_refused(instance)
-            logger.info("telemetry push of client instance %s unreadable: %s (%s)", instance.instance_id, exc,
-                        ctx.describe())
-            return ctx.build(throttle_time=0, error_code=ErrorCode.invalid_record)
+            # Too large is retried at the client's next interval; unreadable stops a Java client pushing for good.
+            error = ErrorCode.telemetry_too_large if isinstance(exc, OtlpTooLarge) else ErrorCode.invalid_record
+            telemetry.manager.payload_refused(instance, error)
+            logger.info("telemetry push of client instance %s refused with %s: %s (%s)", instance.instance_id,
+                        error.name, exc, ctx.describe())
+            return ctx.build(throttle_time=0, error_code=error)
         telemetry.pushed.record(instance.instance_id, ctx.client_id or "", points, instance.push_interval_ms, now)
     if request.terminating:
         telemetry.pushed.forget(instance.instance_id)

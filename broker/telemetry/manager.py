@@ -12,7 +12,7 @@ subscriptions, push intervals, and the answer (or error code) to each GetTelemet
 - A push is refused, in Kafka's order: INVALID_REQUEST for the zero or a reserved instance id or after a
   terminating push, THROTTLING_QUOTA_EXCEEDED too early (a terminating push never is), UNKNOWN_SUBSCRIPTION_ID,
   UNSUPPORTED_COMPRESSION_TYPE, TELEMETRY_TOO_LARGE over ``telemetry.max.bytes``; its payload is read by the caller
-  (INVALID_RECORD when unreadable, ``broker.telemetry.otlp``).
+  (INVALID_RECORD when unreadable, TELEMETRY_TOO_LARGE past its bounds, ``broker.telemetry.otlp``).
 - Instances are forgotten ``max(60 s, 3 * interval)`` after their last request, and the least recently used one
   first when 16384 are held (Kafka's bounds).
 
@@ -210,7 +210,7 @@ class TelemetryManager:
         now_ms: float,
     ) -> Answer:
         """Everything about a push but its payload, which the caller reads when the answer is no error (and then
-        reports an unreadable one with :meth:`payload_refused`)."""
+        reports a refused one with :meth:`payload_refused`)."""
         if instance_id is None or instance_id in RESERVED_IDS:
             return Answer(ErrorCode.invalid_request,
                           f"Invalid request from the client [{instance_id}], invalid client instance id", None)
@@ -248,5 +248,5 @@ class TelemetryManager:
         return ErrorCode.none, None
 
     @staticmethod
-    def payload_refused(instance: ClientInstance) -> None:
-        instance.last_error = ErrorCode.invalid_record
+    def payload_refused(instance: ClientInstance, error: ErrorCode) -> None:
+        instance.last_error = error

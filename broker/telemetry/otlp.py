@@ -6,7 +6,10 @@ Only the handful of OTLP messages a client's metrics use are read (``MetricsData
 wire format: a decoder of a few dozen lines is easier to bound against hostile input than generated code, and needs
 no dependency. Unknown fields are skipped, as protobuf requires; anything malformed (a truncated varint or length,
 a group wire type, a name that is not UTF-8) raises :class:`OtlpError`, which the broker answers with
-INVALID_RECORD, as Kafka answers a payload its exporter cannot read. A histogram becomes its ``_count`` and ``_sum``.
+INVALID_RECORD, as Kafka answers a payload its exporter cannot read; a payload over one of the bounds below raises
+:class:`OtlpTooLarge`, answered TELEMETRY_TOO_LARGE as Kafka (4.3.1+, KAFKA-21076) answers a payload that
+decompresses past its bound: the Java client gives up pushing for good on INVALID_RECORD, but retries at its next
+interval on TELEMETRY_TOO_LARGE. A histogram becomes its ``_count`` and ``_sum``.
 
 The payload is decompressed with the record batches' codecs (``wire.compression``), never beyond a bound, so a small
 compressed push cannot inflate into a large one, and a push holds at most :data:`MAX_POINTS` points and
@@ -19,9 +22,9 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from wire.compression import Compression, CompressionError, decompress_bounded
+from wire.compression import Compression, CompressionError, DecompressedTooLarge, decompress_bounded
 
-#: The most data points one push may carry: more is refused as INVALID_RECORD (the exported series are bounded
+#: The most data points one push may carry: more is refused as TELEMETRY_TOO_LARGE (the exported series are bounded
 #: separately, per client; this bounds the work of one request).
 MAX_POINTS = 10_000
 
@@ -37,6 +40,11 @@ _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 
 class OtlpError(ValueError):
     """The payload is not an OTLP metrics message the broker can read."""
+
+
+class OtlpTooLarge(OtlpError):
+    """The payload exceeds a bound on what one push may hold (decompressed size, points, fields), however well
+    formed it may be."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +86,7 @@ def _fields(budget: _Budget, buf: memoryview) -> Iterator[tuple[int, int, int | 
     while pos < len(buf):
         budget.remaining -= 1
         if budget.remaining < 0:
-            raise OtlpError(f"more than {MAX_FIELDS} protobuf fields in one push")
+            raise OtlpTooLarge(f"more than {MAX_FIELDS} protobuf fields in one push")
         key, pos = _varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if number == 0:
@@ -224,15 +232,17 @@ def decode_metrics(payload: bytes) -> list[MetricPoint]:
             for metric in _submessages(budget, scope_metrics, 2):
                 points.extend(_metric_points(budget, metric))
                 if len(points) > MAX_POINTS:
-                    raise OtlpError(f"more than {MAX_POINTS} data points in one push")
+                    raise OtlpTooLarge(f"more than {MAX_POINTS} data points in one push")
     return points
 
 
 def read_push(compression: Compression, payload: bytes, max_uncompressed: int) -> list[MetricPoint]:
-    """The points of a push's payload, decompressed with its codec up to ``max_uncompressed`` bytes; OtlpError
-    when it does not decompress (or exceeds the bound) or does not decode."""
+    """The points of a push's payload, decompressed with its codec up to ``max_uncompressed`` bytes; OtlpTooLarge
+    when it exceeds a bound, OtlpError when it does not decompress or does not decode."""
     try:
         raw = decompress_bounded(compression, payload, max_uncompressed)
+    except DecompressedTooLarge as exc:
+        raise OtlpTooLarge(str(exc)) from None
     except CompressionError as exc:
         raise OtlpError(str(exc)) from None
     return decode_metrics(raw)

@@ -10,7 +10,7 @@ from broker.telemetry.exported import PushedMetrics
 from broker.telemetry.manager import TelemetryManager
 from settings.server import ServerConfig
 
-#: A push's payload may decompress to this many times ``telemetry.max.bytes`` at most (else INVALID_RECORD).
+#: A push's payload may decompress to this many times ``telemetry.max.bytes`` at most (else TELEMETRY_TOO_LARGE).
 MAX_INFLATION = 10
 _SWEEP_EVERY_MS = 1000.0
 

@@ -19,7 +19,7 @@ from broker.handlers.table import serve_authorized
 from broker.services import BrokerServices
 from broker.telemetry.exported import PushedMetrics
 from broker.telemetry.manager import ClientAttributes, TelemetryManager
-from broker.telemetry.otlp import MetricPoint, decode_metrics
+from broker.telemetry.otlp import MetricPoint, OtlpTooLarge, decode_metrics
 from metadata.admin import config_wire
 from metadata.controller_api import ConfigResource, IncrementalOp
 from metadata.image import MetadataImage
@@ -140,9 +140,12 @@ def test_hostile_pushes_get_kafka_error_codes_and_keep_the_connection(client: Wi
     assert push_fresh(good, compression=9) == ErrorCode.unsupported_compression_type
     assert push_fresh(b"\xff" * 64) == ErrorCode.invalid_record
     assert push_fresh(good, compression=int(Compression.GZIP)) == ErrorCode.invalid_record  # says gzip, is not
-    # A zip bomb: a few KiB of zstd that would inflate far beyond what a push may hold.
-    assert push_fresh(compress(Compression.ZSTD, b"\x0a" * (100 * MAX_BYTES)),
-                      compression=int(Compression.ZSTD)) == ErrorCode.invalid_record
+    # A zip bomb: a few KiB that would inflate far beyond what a push may hold. Too large, not unreadable: a Java
+    # client retries TELEMETRY_TOO_LARGE at its next interval, but stops pushing for good on INVALID_RECORD.
+    for codec_id in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD):
+        bomb = compress(codec_id, b"\x0a" * (11 * MAX_BYTES))  # more than MAX_INFLATION times MAX_BYTES
+        assert len(bomb) <= MAX_BYTES, codec_id
+        assert push_fresh(bomb, compression=int(codec_id)) == ErrorCode.telemetry_too_large, codec_id
     for codec_id in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD):
         assert push_fresh(compress(codec_id, good), compression=int(codec_id)) == ErrorCode.none, codec_id
     assert push(client, uuid.UUID(int=0), 1, good, client_id="hostile") == ErrorCode.invalid_request
@@ -305,7 +308,7 @@ def test_otlp_decoding_refuses_truncation_and_reads_what_it_understands() -> Non
     assert decode_metrics(b"") == []
     # However small its fields, a payload is walked only so far.
     tiny = b"\x18\x01" * 300_000
-    with pytest.raises(ValueError, match="protobuf fields"):
+    with pytest.raises(OtlpTooLarge, match="protobuf fields"):
         decode_metrics(b"\x0a" + bytes([0x80 | (len(tiny) & 0x7F), 0x80 | (len(tiny) >> 7 & 0x7F), len(tiny) >> 14])
                        + tiny)
 
