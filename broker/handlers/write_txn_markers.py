@@ -59,8 +59,13 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
 
 
 async def authorize_write_txn_markers(ctx: RequestContext, request: Any, handler: Handler) -> Any:
-    """CLUSTER CLUSTER_ACTION (only brokers write markers), as Kafka checks; a refusal answers every partition."""
-    if ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+    """CLUSTER ALTER or CLUSTER_ACTION, as Kafka checks (KIP-1037): brokers write markers with CLUSTER_ACTION, and
+    an admin with ALTER may too, to abort a hanging transaction (``kafka-transactions.sh abort``). ALTER is asked
+    first without logging its denial, as Kafka does, since a broker is not expected to have it. A refusal answers
+    every partition."""
+    if ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False) or ctx.allowed(
+        AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
         return await handler(ctx, request)
     marker_cls = schema.field_entity(ctx.response_class, "markers")
     topic_cls = schema.field_entity(marker_cls, "topics")

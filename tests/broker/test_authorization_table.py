@@ -71,7 +71,7 @@ class _Handler:
         return ctx.build()
 
 
-def _context(api_key: int, version: int) -> RequestContext:
+def _context(api_key: int, version: int, image: MetadataImage = IMAGE) -> RequestContext:
     config = {"authorizer.class.name": STANDARD_AUTHORIZER}
     return RequestContext(
         api_key=api_key,
@@ -80,12 +80,12 @@ def _context(api_key: int, version: int) -> RequestContext:
         client_id="acl-table",
         client_host="127.0.0.1",
         broker=cast(BrokerServices, _Node()),
-        authorizer=BrokerAuthorizer(config.get, lambda: IMAGE.acls),
+        authorizer=BrokerAuthorizer(config.get, lambda: image.acls),
     )
 
 
-async def _serve(api_key: int, version: int, **fields: Any) -> tuple[Any, _Handler]:
-    ctx = _context(api_key, version)
+async def _serve(api_key: int, version: int, image: MetadataImage = IMAGE, **fields: Any) -> tuple[Any, _Handler]:
+    ctx = _context(api_key, version, image)
     request = schema.build(codec.request_class(api_key, version), **fields)
     handler = _Handler()
     response = await serve_authorized(ctx, request, handler)
@@ -298,7 +298,9 @@ async def test_update_features_refuses_every_feature_without_cluster_alter() -> 
     assert (response.error_code, list(response.results)) == (ErrorCode.cluster_authorization_failed, [])
 
 
-async def test_write_txn_markers_need_cluster_action() -> None:
+async def test_write_txn_markers_need_cluster_alter_or_cluster_action() -> None:
+    """Kafka (KIP-1037) lets an admin with CLUSTER ALTER write markers (``kafka-transactions.sh abort``), as well as
+    a broker with CLUSTER_ACTION; neither refuses every partition."""
     marker = _nested(
         27,
         1,
@@ -312,6 +314,10 @@ async def test_write_txn_markers_need_cluster_action() -> None:
     response, handler = await _serve(27, 1, markers=(marker,))
     assert handler.asked == []
     assert _errors(response.markers[0].topics[0]) == {ErrorCode.cluster_authorization_failed}
+    for op in (AclOperation.ALTER, AclOperation.CLUSTER_ACTION):
+        granted = IMAGE.apply([binding_record("cluster", _acl(ResourceType.CLUSTER, "kafka-cluster", op))], 10)
+        response, handler = await _serve(27, 1, granted, markers=(marker,))
+        assert len(handler.asked) == 1, op
 
 
 async def test_offset_fetch_hides_or_refuses_topics_the_principal_may_not_describe() -> None:
