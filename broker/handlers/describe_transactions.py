@@ -39,7 +39,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
             )
             continue
         by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(metadata.partitions):
+        for topic, partition in sorted(metadata.described_partitions):
             by_topic.setdefault(topic, []).append(partition)
         states.append(
             schema.build(

@@ -452,6 +452,7 @@ class TransactionCoordinator:
                 commit=metadata.state is TxnState.PREPARE_COMMIT,
                 partitions=set(metadata.partitions),
                 still_valid=still_valid,
+                done=metadata.markers_done.add,
                 transaction_version=2 if metadata.ended_as_v2 else 0,
             )
             # Retried for as long as the id is ours: a new coordinator would reload PrepareX and redo it all.

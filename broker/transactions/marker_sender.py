@@ -68,9 +68,11 @@ class MarkerSender:
         commit: bool,
         partitions: Iterable[TopicPartition],
         still_valid: Callable[[], bool],
+        done: Callable[[TopicPartition], None],
         transaction_version: int = 0,
     ) -> bool:
-        """True once every partition took its marker; False when abandoned (``still_valid`` false, or fenced)."""
+        """True once every partition took its marker; False when abandoned (``still_valid`` false, or fenced).
+        ``done`` is told of each partition as its marker is written (or its topic found deleted)."""
         remaining = set(partitions)
         what = "COMMIT" if commit else "ABORT"
         backoff = _BACKOFF_START_S
@@ -90,6 +92,7 @@ class MarkerSender:
                         what,
                     )
                     remaining.discard(tp)
+                    done(tp)
                 elif part.leader >= 0:
                     by_leader.setdefault(part.leader, []).append(tp)
             rounds = [
@@ -101,6 +104,7 @@ class MarkerSender:
                 for tp, error in results.items():
                     if error is ErrorCode.none:
                         remaining.discard(tp)
+                        done(tp)
                     elif error in _FENCED:
                         logger.warning(
                             "transactional id '%s': %s marker for producer %d epoch %d refused by %s-%d (%s): a newer "

@@ -134,6 +134,10 @@ class TransactionMetadata:
     #: 2 when a v2 client (EndTxn v5) ended the transaction: its markers carry the bumped epoch and say so
     #: (WriteTxnMarkers v2, KIP-1228).
     client_transaction_version: int = 0
+    #: The partitions of a PrepareCommit/PrepareAbort whose marker is written (or whose topic is gone), in memory
+    #: only: DescribeTransactions lists the others, as Kafka's coordinator removes each partition from the
+    #: transaction as its marker is written. Any transition applied clears it.
+    markers_done: set[TopicPartition] = field(default_factory=set)
 
     @classmethod
     def new(cls, transactional_id: str, producer_id: int, timeout_ms: int, now_ms: int) -> TransactionMetadata:
@@ -167,6 +171,11 @@ class TransactionMetadata:
             next_producer_id=transit.next_producer_id,
             client_transaction_version=transit.client_transaction_version,
         )
+
+    @property
+    def described_partitions(self) -> set[TopicPartition]:
+        """What DescribeTransactions lists: the transaction's partitions, less those whose marker is written."""
+        return self.partitions - self.markers_done
 
     @property
     def ended_as_v2(self) -> bool:
@@ -250,6 +259,7 @@ class TransactionMetadata:
         self.timeout_ms = transit.timeout_ms
         self.state = transit.state
         self.partitions = set(transit.partitions)
+        self.markers_done.clear()
         self.txn_start_ms = transit.txn_start_ms
         self.txn_last_update_ms = transit.txn_last_update_ms
         self.next_producer_id = transit.next_producer_id
