@@ -66,14 +66,9 @@ async def authorize_describe_transactions(ctx: RequestContext, request: Any, han
     transactional id are no way to learn topic names."""
 
     def refused(response_cls: type[Any], transactional_id: str, code: ErrorCode) -> Any:
-        return schema.build_nested(
-            response_cls,
-            "transaction_states",
-            transactional_id=transactional_id,
-            error_code=code,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        # Only the id and its error, the rest the schema's defaults (producer id and epoch 0), as Kafka answers.
+        return schema.build_nested(response_cls, "transaction_states", transactional_id=transactional_id,
+                                   error_code=code)
 
     response = await split(
         ctx,

@@ -531,8 +531,8 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------------------------------ admin
 
     def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
-        if not transactional_id:
-            return ErrorCode.transactional_id_not_found, None
+        if not transactional_id:  # Kafka's handleDescribeTransactions: not a name any transaction can have
+            return ErrorCode.invalid_request, None
         error = self.coordinator_error(transactional_id)
         if error is not ErrorCode.none:
             return error, None

@@ -510,6 +510,8 @@ async def test_describe_transactions_leaves_out_topics_the_caller_may_not_descri
         ("allowed-txn", ErrorCode.none, ["allowed", "refused"]),  # "refused" grants DESCRIBE
         ("other-txn", ErrorCode.transactional_id_authorization_failed, []),
     ]
+    refused = response.transaction_states[1]
+    assert (refused.producer_id, refused.producer_epoch, refused.transaction_state) == (0, 0, "")  # the defaults
 
 
 async def test_add_partitions_to_txn_refuses_only_the_unwritable_topic() -> None:

@@ -201,6 +201,7 @@ def test_bad_requests_get_clear_errors_and_change_nothing(kafka: BrokerProcess) 
 
         missing = describe(client, unknown)
         assert missing.error_code == ErrorCode.transactional_id_not_found
+        assert describe(client, "").error_code == ErrorCode.invalid_request  # as Kafka's coordinator answers
 
 
 def test_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(kafka: BrokerProcess) -> None:
