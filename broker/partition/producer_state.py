@@ -237,7 +237,7 @@ class ProducerStateManager:
             if header.has_producer_id and header.is_control:
                 entry = self._entries.get(header.producer_id)
                 if entry is not None:
-                    entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+                    entry.last_timestamp = header.max_timestamp
             return
         entry = self._entries.get(header.producer_id)
         if entry is None or header.producer_epoch != entry.producer_epoch:
@@ -250,7 +250,9 @@ class ProducerStateManager:
                 coordinator_epoch=coordinator_epoch,
             )
             self._entries[header.producer_id] = entry
-        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        # The last batch's time, not the highest seen, as Kafka's ProducerStateEntry keeps it: DescribeProducers
+        # reports it (find-hanging ages a transaction by it) and expiry counts idleness from it.
+        entry.last_timestamp = header.max_timestamp
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence, header.last_sequence, base_offset, header.last_offset_delta, header.max_timestamp
@@ -288,7 +290,7 @@ class ProducerStateManager:
         self._ongoing.pop(producer_id, None)
         self._markers[producer_id] = self._markers.get(producer_id, 0) + 1
         entry.coordinator_epoch = coordinator_epoch
-        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry.last_timestamp = timestamp
         return completed
 
     def on_log_start_advanced(self, log_start_offset: int) -> None:
@@ -314,7 +316,7 @@ class ProducerStateManager:
 
     @staticmethod
     def _expired(entry: ProducerEntry, now_ms: int, max_idle_ms: int) -> bool:
-        idle = entry.last_timestamp >= 0 and now_ms - entry.last_timestamp > max_idle_ms
+        idle = entry.last_timestamp >= 0 and now_ms - entry.last_timestamp >= max_idle_ms  # Kafka's >=
         return idle and entry.current_txn_first_offset < 0
 
     def any_expired(self, now_ms: int, max_idle_ms: int) -> bool:

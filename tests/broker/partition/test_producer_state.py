@@ -82,6 +82,24 @@ def test_a_log_start_move_keeps_the_producer_and_its_sequence() -> None:
     assert info.value.code == ErrorCode.out_of_order_sequence_number
 
 
+def test_the_last_timestamp_is_the_last_batchs_and_idleness_counts_from_it() -> None:
+    """As Kafka's ProducerStateEntry: each batch (or marker) sets lastTimestamp, even to an earlier time than a
+    previous batch's (DescribeProducers reports it; find-hanging ages transactions by it), and a producer expires
+    once producer.id.expiration.ms has passed since it."""
+    state = ProducerStateManager("t-0")
+    _append(state, _header(7, 0, 0, ts=5000), 0)
+    _append(state, _header(7, 0, 2, ts=1000), 2)
+    entry = state.get(7)
+    assert entry is not None and entry.last_timestamp == 1001  # the batch's max timestamp
+    assert not state.any_expired(1000 + 1000, 1000)
+    assert state.expire(1001 + 1000, 1000) == [7]
+    _append(state, _header(8, 0, 0, ts=9000), 4)
+    state.complete_txn(producer_id=8, producer_epoch=0, coordinator_epoch=0, commit=True, marker_offset=6,
+                       timestamp=3000)
+    marked = state.get(8)
+    assert marked is not None and marked.last_timestamp == 3000
+
+
 def test_sequence_wraps_at_int32_max() -> None:
     state = ProducerStateManager("t-0")
     _append(state, _header(7, 0, 0x7FFFFFFF, n=1), 0)
