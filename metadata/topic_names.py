@@ -32,3 +32,12 @@ def validate_topic_name(name: str) -> None:
             f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' "
             "and '-'",
         )
+
+
+def is_legal_topic_name(name: str) -> bool:
+    """Whether some topic could have ``name`` (:func:`validate_topic_name` passes)."""
+    try:
+        validate_topic_name(name)
+    except ControllerError:
+        return False
+    return True

@@ -14,6 +14,7 @@ from broker.handlers.per_partition import answer_per_partition
 from broker.partition.access import leader_log
 from metadata.acl.binding import AclOperation
 from metadata.errors import error_code_logged, error_message_for
+from metadata.topic_names import is_legal_topic_name, validate_topic_name
 from wire import schema
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     async def answer(topic: str, part_cls: type[Any], index: int) -> Any:
         producer_cls = schema.field_entity(part_cls, "active_producers")
         try:
+            validate_topic_name(topic)  # Kafka's Topic.validate: "bad/name" is no unknown topic
             log = await leader_log(ctx.broker.partitions, topic, index)
             open_txns = log.ongoing_txn_start_offsets()
             producers = tuple(
@@ -58,10 +60,14 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
 
 
 async def authorize_describe_producers(ctx: RequestContext, request: Any, handler: Handler) -> Any:
-    """TOPIC READ on each topic, as Kafka checks."""
+    """TOPIC READ on each topic, as Kafka checks; a name no topic can have is not asked about but left to the
+    handler's INVALID_TOPIC_EXCEPTION, as Kafka's handleDescribeProducersRequest validates a name before its ACLs."""
     refused = partitions_entry(
         "topics", "partitions", "partition_index", item_partitions="partition_indexes", item_index=None
     )
-    return await split(
-        ctx, request, handler, ("topics", "topics"), denial=topics_denied(ctx, AclOperation.READ), refused=refused
-    )
+    read_denied = topics_denied(ctx, AclOperation.READ)
+
+    def denial(item: Any) -> ErrorCode | None:
+        return None if not is_legal_topic_name(item.name) else read_denied(item)
+
+    return await split(ctx, request, handler, ("topics", "topics"), denial=denial, refused=refused)

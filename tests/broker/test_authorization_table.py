@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authorization import BrokerAuthorizer
 from broker.handlers.context import RequestContext
+from broker.handlers.describe_producers import handle_describe_producers
 from broker.handlers.table import serve_authorized
 from broker.services import BrokerServices
 from controller.decisions.acls import binding_record
@@ -539,3 +540,18 @@ async def test_add_partitions_to_txn_refuses_only_the_unwritable_topic() -> None
     response, handler = await _serve(24, 3, **request("other-txn"))
     assert handler.asked == []
     assert set(results(response).values()) == {ErrorCode.transactional_id_authorization_failed}
+
+
+
+async def test_describe_producers_judges_a_topic_name_before_its_acls() -> None:
+    """A name no topic can have is INVALID_TOPIC_EXCEPTION, with Kafka's message, whatever the ACLs say, as Kafka's
+    handleDescribeProducersRequest runs Topic.validate before authorizing; a legal name without READ is refused."""
+    topics = tuple(_nested(61, 0, "topics", name=name, partition_indexes=(0,)) for name in ("bad/name", "unlisted"))
+    request = schema.build(codec.request_class(61, 0), topics=topics)
+    response = await serve_authorized(_context(61, 0), request, handle_describe_producers)
+    codec.encode_response(7, response)
+    answers = {t.name: t.partitions for t in response.topics}
+    [illegal] = answers["bad/name"]
+    assert illegal.error_code == ErrorCode.invalid_topic_exception
+    assert illegal.error_message is not None and "bad/name" in illegal.error_message
+    assert {p.error_code for p in answers["unlisted"]} == {ErrorCode.topic_authorization_failed}

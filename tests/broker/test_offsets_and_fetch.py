@@ -443,6 +443,10 @@ def test_offset_for_leader_epoch_and_describe_producers(
     described = client.request(schema.build(describe_cls, topics=(wanted,))).topics[0].partitions[0]
     assert described.error_code == ErrorCode.none
     assert [(p.producer_id, p.producer_epoch, p.last_sequence) for p in described.active_producers] == [(pid, epoch, 1)]
+    # A name no topic can have, as Kafka's Topic.validate judges it: not an unknown topic.
+    illegal = schema.build(schema.field_entity(describe_cls, "topics"), name="bad/name", partition_indexes=(0,))
+    refused = client.request(schema.build(describe_cls, topics=(illegal,))).topics[0].partitions[0]
+    assert refused.error_code == ErrorCode.invalid_topic_exception and "bad/name" in refused.error_message
 
 
 def test_init_producer_id_bumps_epoch_and_fences_the_old_one(
