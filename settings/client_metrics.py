@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from settings.config_key import ConfigKey, ConfigType, ConfigValueError, between
+from settings.config_key import ConfigKey, ConfigType, ConfigValueError
 from settings.describe import ConfigEntry, ConfigSource
 
 METRICS: Final = "metrics"
@@ -49,8 +49,10 @@ CLIENT_METRICS_KEYS: Final[Mapping[str, ConfigKey]] = {
     key.name: key
     for key in (
         ConfigKey(METRICS, ConfigType.LIST, [], dynamic=True, doc="Metric name prefixes the matching clients push."),
-        ConfigKey(INTERVAL_MS, ConfigType.INT, DEFAULT_INTERVAL_MS, between(MIN_INTERVAL_MS, MAX_INTERVAL_MS),
-                  dynamic=True, doc="How often the matching clients push their metrics, in milliseconds."),
+        # No validator, as Kafka's ConfigDef has none: its range is checked after parsing (INVALID_REQUEST, where a
+        # value that is no number at all is INVALID_CONFIG).
+        ConfigKey(INTERVAL_MS, ConfigType.INT, DEFAULT_INTERVAL_MS, dynamic=True,
+                  doc="How often the matching clients push their metrics, in milliseconds."),
         ConfigKey(MATCH, ConfigType.LIST, [], dynamic=True,
                   doc="attribute=regex pairs a client must all match to be subscribed (none: every client)."),
     )
@@ -59,7 +61,8 @@ CLIENT_METRICS_KEYS: Final[Mapping[str, ConfigKey]] = {
 
 class ClientMetricsConfigError(ConfigValueError):
     """A client-metrics change refused. ``invalid_request``: Kafka answers INVALID_REQUEST (an empty name, an
-    unknown key, an interval out of range) rather than INVALID_CONFIG (a malformed ``match`` pattern)."""
+    unknown key, an interval out of range) rather than INVALID_CONFIG (a value that does not parse, a malformed
+    ``match`` pattern)."""
 
     def __init__(self, message: str, *, invalid_request: bool) -> None:
         super().__init__(message)
@@ -85,11 +88,14 @@ class Subscription:
 
 
 def _parse_match(patterns: list[str]) -> tuple[tuple[str, re.Pattern[str]], ...]:
-    """``attribute=regex`` pairs split at the one ``=`` (a pattern holding a second ``=`` is refused, as Kafka
-    refuses it)."""
+    """``attribute=regex`` pairs, split at ``=`` as Kafka's Java ``String.split("=")`` splits them, which drops
+    the trailing empty parts: ``client_id=`` (no regex) is refused and ``client_id=a=`` is ``a``, as Kafka reads
+    them; any other second ``=`` is refused."""
     parsed: dict[str, re.Pattern[str]] = {}
     for pattern in patterns:
         parts = pattern.split("=")
+        while parts and not parts[-1]:
+            parts.pop()
         if len(parts) != 2 or parts[0].strip() not in MATCH_ATTRIBUTES:
             raise ClientMetricsConfigError(f"Illegal client matching pattern: {pattern}", invalid_request=False)
         try:
@@ -111,12 +117,14 @@ def validate_subscription(name: str, configs: Mapping[str, str]) -> dict[str, st
             raise ClientMetricsConfigError(f"Unknown client metrics configuration: {key}", invalid_request=True)
         try:
             parsed = definition.parse(value)
-        except ConfigValueError as exc:
+        except ConfigValueError as exc:  # Kafka's ConfigDef.parse: a ConfigException, INVALID_CONFIG
+            raise ClientMetricsConfigError(str(exc), invalid_request=False) from None
+        if key == INTERVAL_MS and not MIN_INTERVAL_MS <= parsed <= MAX_INTERVAL_MS:
             raise ClientMetricsConfigError(
-                f"Invalid value {value} for {key}, interval must be between {MIN_INTERVAL_MS} and {MAX_INTERVAL_MS} "
-                "(1 hour)" if key == INTERVAL_MS else str(exc),
-                invalid_request=key == INTERVAL_MS,
-            ) from None
+                f"Invalid value {parsed} for {key}, interval must be between {MIN_INTERVAL_MS} and {MAX_INTERVAL_MS} "
+                "(1 hour)",
+                invalid_request=True,
+            )
         if key == MATCH:
             _parse_match(parsed)
         normalized[key] = definition.render(parsed) or ""

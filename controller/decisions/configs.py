@@ -107,7 +107,7 @@ def _plan_client_metrics(
 ) -> list[ConfigRecord]:
     """A KIP-714 subscription: created by its first key, gone when its last is deleted; refused as Kafka's
     ``ClientMetricsConfigs.validate`` refuses (INVALID_REQUEST for an empty name, an unknown key or an interval out
-    of range; INVALID_CONFIG for a malformed ``match``)."""
+    of range; INVALID_CONFIG for a value that does not parse or a malformed ``match``)."""
     current = image.client_metrics.get(resource.name, {})
     try:
         wanted = _apply_config_ops(resource, current, changes, incremental_ops)

@@ -88,11 +88,16 @@ def test_subscriptions_are_client_metrics_config_resources(client: WireClient) -
     assert list_resources(client, types=(99,)).error_code == ErrorCode.unsupported_version
     # Kafka's refusals: nothing is written.
     assert subscribe(client, "sub-a", {"interval.ms": "50"})[0] == ErrorCode.invalid_request
+    assert subscribe(client, "sub-a", {"interval.ms": "soon"})[0] == ErrorCode.invalid_config  # does not parse
     assert subscribe(client, "sub-a", {"no.such.key": "1"})[0] == ErrorCode.invalid_request
     assert subscribe(client, "sub-a", {"match": "hostname=.*"})[0] == ErrorCode.invalid_config
     assert subscribe(client, "sub-a", {"match": "client_id=("})[0] == ErrorCode.invalid_config
+    # Java's String.split("=") drops trailing empty parts: no regex is refused, a trailing "=" is ignored.
+    assert subscribe(client, "sub-a", {"match": "client_id="})[0] == ErrorCode.invalid_config
+    assert subscribe(client, "sub-a", {"match": "client_id==a"})[0] == ErrorCode.invalid_config
     assert subscribe(client, "", {"metrics": "*"})[0] == ErrorCode.invalid_request
     assert describe(client, "sub-a")["interval.ms"] == ("2000", 7)
+    assert subscribe(client, "sub-a", {"match": "client_id=app-.*="})[0] == ErrorCode.none
     # Deleting every key deletes the subscription.
     assert subscribe(client, "sub-a", {"metrics": None, "interval.ms": None, "match": None})[0] == ErrorCode.none
     listed = list_resources(client, types=(CLIENT_METRICS,))
