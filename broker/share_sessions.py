@@ -5,9 +5,7 @@ When a session ends its member's acquired records are released on every partitio
 (``SharePartition.release_member``), so other consumers get them at once instead of after the lock time-out. A
 session ends when its client closes it (epoch -1), or when the connection that opened it closes: Kafka 4.1+ ties
 a share session to its connection (a consumer killed with ``kill -9`` has its sockets closed by its kernel), and
-keeps no idle timer. Fjord sees a connection go when the broker lets go of its ``ConnectionState`` (the listener
-drops it as the connection closes, requests still running hold it until they finish): a weak-reference finalizer
-on it schedules the release on the event loop, never running it inside whatever code the collection interrupted.
+keeps no idle timer (``broker.connection_lifetimes`` tells when a connection is gone).
 
 The handlers read the share partitions (``partitions``), the group's record lock duration (the responses'
 ``AcquisitionLockTimeoutMs``) and whether share groups are enabled (the ``share.version`` feature) from here, so
@@ -17,12 +15,11 @@ the broker wires those once.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
-import weakref
 from collections.abc import Callable
 
+from broker.connection_lifetimes import ConnectionLifetimes
 from broker.share.registry import SharePartitions
 from broker.share_session_cache import ShareSession, ShareSessionCache
 from wire.errors import KafkaError
@@ -52,8 +49,7 @@ class ShareSessions:
         self._lock_duration = record_lock_duration_ms
         self._enabled = enabled
         self.clock_ms = clock_ms
-        self._connections: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
-        self._ids = itertools.count(1)
+        self._connections = ConnectionLifetimes(self._release_connection)
         self._releases: set[asyncio.Task[None]] = set()
 
     def enabled(self) -> bool:
@@ -67,21 +63,7 @@ class ShareSessions:
     def connection_key(self, connection: object) -> int:
         """The key the cache knows ``connection`` by; the first call for a connection arranges for its sessions to
         end when it goes. Called on the event loop, with the connection's state object (never kept strongly)."""
-        key = self._connections.get(connection)
-        if key is None:
-            key = next(self._ids)
-            self._connections[connection] = key
-            finalizer = weakref.finalize(connection, self._connection_gone, asyncio.get_running_loop(), key)
-            finalizer.atexit = False
-        return key
-
-    def _connection_gone(self, loop: asyncio.AbstractEventLoop, key: int) -> None:
-        # Runs wherever the collector ran: only hands the work to the loop.
-        if not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._release_connection, key)
-            except RuntimeError:  # the loop closed meanwhile: the broker is stopping, nothing to release to
-                pass
+        return self._connections.key(connection)
 
     def _release_connection(self, key: int) -> None:
         gone = self.cache.connection_closed(key)

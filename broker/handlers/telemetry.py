@@ -46,6 +46,7 @@ async def handle_get_telemetry_subscriptions(ctx: RequestContext, request: Any) 
     instance = answer.instance
     if answer.error != ErrorCode.none or instance is None:
         return ctx.build(throttle_time=0, error_code=answer.error, client_instance_id=uuid_zero)
+    telemetry.spoke(instance.instance_id, ctx.connection)
     return ctx.build(
         throttle_time=0,
         error_code=ErrorCode.none,
@@ -75,6 +76,7 @@ async def handle_push_telemetry(ctx: RequestContext, request: Any) -> Any:
         logger.debug("telemetry push refused with %s: %s (%s)", answer.error.name,
                      untrusted(answer.message or "", 4 * LOG_TEXT_MAX), ctx.describe())
         return ctx.build(throttle_time=0, error_code=answer.error)
+    telemetry.spoke(instance.instance_id, ctx.connection)
     if payload:
         try:
             # Off the event loop: a hostile payload may take a good part of a second to decompress and walk.

@@ -176,6 +176,10 @@ class TelemetryManager:
             self._instances.popitem(last=False)
         return instance
 
+    def forget(self, instance_id: uuid.UUID) -> None:
+        """The client is gone (its connection closed): a reconnecting client is subscribed afresh, as Kafka's."""
+        self._instances.pop(instance_id, None)
+
     def expire(self, now_ms: float) -> list[uuid.UUID]:
         """Forgets the instances whose last request is too old; returns their ids."""
         gone = [i for i, instance in self._instances.items() if instance.expires_ms <= now_ms]

@@ -265,6 +265,22 @@ def test_pushed_metrics_are_bounded_accumulate_deltas_and_expire() -> None:
     assert _families(pushed, 303_001) == {}
 
 
+def test_a_client_reconnecting_is_subscribed_afresh(node: BrokerProcess, client: WireClient) -> None:
+    """Kafka's ClientMetricsManager forgets an instance when its connection closes: within its push interval the
+    same instance id is throttled on its connection, but answered afresh once that connection is gone."""
+    assert subscribe(client, "sub-reconnect", {"metrics": "*", "interval.ms": "100000",
+                                               "match": "client_id=reconnecting"})[0] == ErrorCode.none
+    with WireClient(node.port) as first:
+        answer = get_subscriptions(first, client_id="reconnecting")
+        assert answer.error_code == ErrorCode.none
+        instance = answer.client_instance_id
+        again = get_subscriptions(first, instance, client_id="reconnecting")
+        assert again.error_code == ErrorCode.throttling_quota_exceeded  # within its push interval
+    eventually(lambda: get_subscriptions(client, instance, client_id="reconnecting").error_code,
+               until=lambda code: code == ErrorCode.none, timeout=10, interval=0.1,
+               what="the closed connection's instance to be forgotten")
+
+
 def test_instances_expire_and_re_evaluate_their_subscriptions() -> None:
     ids = iter(uuid.UUID(int=n) for n in range(100, 200))
     manager = TelemetryManager(max_bytes=100, new_id=lambda: next(ids))
