@@ -141,29 +141,23 @@ def _config_entries(result_cls: type[Any], configs: list[ConfigEntry]) -> tuple[
 
 def _create_result(result_cls: type[Any], result: CreateTopicResult, describable: bool) -> Any:
     ok = result.error == ErrorCode.none
-    if ok and not describable:
-        # Kafka's controller answers a topic created for a caller without DESCRIBE_CONFIGS on it with
-        # TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED and none of its settings (the fields' defaults).
-        return schema.build(
-            result_cls,
-            name=result.name,
-            topic_id=result.topic_id or uuid_zero,
-            error_code=result.error,
-            error_message=result.message,
-            topic_config_error_code=ErrorCode.topic_authorization_failed,
-            num_partitions=-1,
-            replication_factor=-1,
-            configs=(),
-        )
+    # Kafka's controller answers a topic created for a caller without DESCRIBE_CONFIGS on it with
+    # TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED and none of its settings (the fields' defaults).
+    withheld = ok and not describable
+    shown = ok and describable
+    configs: tuple[Any, ...] | None = () if withheld else None
+    if shown and schema.has_field(result_cls, "configs"):
+        configs = _config_entries(result_cls, result.configs)
     return schema.build(
         result_cls,
         name=result.name,
         topic_id=result.topic_id or uuid_zero,
         error_code=result.error,
         error_message=result.message,
-        num_partitions=result.num_partitions if ok else -1,
-        replication_factor=result.replication_factor if ok else -1,
-        configs=_config_entries(result_cls, result.configs) if ok and schema.has_field(result_cls, "configs") else None,
+        topic_config_error_code=ErrorCode.topic_authorization_failed if withheld else ErrorCode.none,
+        num_partitions=result.num_partitions if shown else -1,
+        replication_factor=result.replication_factor if shown else -1,
+        configs=configs,
     )
 
 

@@ -206,10 +206,9 @@ def test_state_moves_through_empty_assigning_reconciling_stable() -> None:
     assert group.state_name == "Empty" and group.empty_since_ms == 30
 
 
-def test_restored_group_continues_at_the_same_epochs() -> None:
-    group = ConsumerGroup("g", config(), 0)
-    a, b = joined(group, ORDERS6, Client("a"), Client("b"))
-    loaded = ConsumerGroup.restored(
+def _restored(group: ConsumerGroup) -> ConsumerGroup:
+    """``group`` as a coordinator loads it back from its records at t=1000."""
+    return ConsumerGroup.restored(
         "g",
         config(),
         1_000,
@@ -219,6 +218,12 @@ def test_restored_group_continues_at_the_same_epochs() -> None:
         target=group.target,
         members=list(group.members.values()),
     )
+
+
+def test_restored_group_continues_at_the_same_epochs() -> None:
+    group = ConsumerGroup("g", config(), 0)
+    a, b = joined(group, ORDERS6, Client("a"), Client("b"))
+    loaded = _restored(group)
     epoch = group.group_epoch
     assert loaded.state is ConsumerGroupState.STABLE
     for client in (a, b):
@@ -286,16 +291,7 @@ def test_a_group_loaded_from_the_log_knows_its_subscriptions_before_any_heartbea
     topics = cluster(orders=2, **{"audit-eu": 1, "logs": 1})
     group = ConsumerGroup("g", config(), 0)
     joined(group, topics, Client("a"), Client("b", regex="audit-.*"))
-    loaded = ConsumerGroup.restored(
-        "g",
-        config(),
-        1_000,
-        group_epoch=group.group_epoch,
-        metadata_hash=metadata_hash(group.subscription),
-        target_epoch=group.target_epoch,
-        target=group.target,
-        members=list(group.members.values()),
-    )
+    loaded = _restored(group)
     for g in (group, loaded):
         assert g.is_subscribed_to("orders") and g.is_subscribed_to("audit-eu")
         assert not g.is_subscribed_to("logs")
