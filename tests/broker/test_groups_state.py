@@ -299,7 +299,7 @@ def test_session_timeout_removes_silent_member_and_rebalances() -> None:
     assert {m for m, _, _ in boxes[0].join.members} == set(ids[:2])
 
 
-def test_rebalance_timeout_drops_members_that_do_not_rejoin() -> None:
+def test_rebalance_timeout_drops_dynamic_members_that_do_not_rejoin() -> None:
     h = Harness()
     ids = h.form(2)
     gen = h.group.generation_id
@@ -414,6 +414,67 @@ def test_static_member_with_wrong_member_id_is_fenced() -> None:
     assert h.group.leave(h.now, "someone-else", "i-a") is ErrorCode.fenced_instance_id
     assert h.group.leave(h.now, "", "i-a") is ErrorCode.none
     assert a.join.member_id not in h.group.members
+
+
+def form_static(h: Harness, session: int) -> tuple[str, str, int]:
+    """Static members i-a (the leader) and i-b joined and synced: a Stable group; their member ids and generation."""
+    a, b = h.join(instance="i-a", session=session), h.join(instance="i-b", session=session)
+    h.until_answered(a, b)
+    a_id, b_id, gen = a.join.member_id, b.join.member_id, a.join.generation_id
+    assert a.join.leader_id == a_id
+    h.sync(a_id, gen, {a_id: b"A", b_id: b"B"}, instance="i-a")
+    h.sync(b_id, gen, instance="i-b")
+    h.persist()
+    return a_id, b_id, gen
+
+
+def test_static_member_that_does_not_rejoin_keeps_its_membership_and_partitions() -> None:
+    h = Harness()
+    a_id, b_id, gen = form_static(h, session=4 * REBALANCE)
+    # i-a, the leader, is restarting when i-b's subscription changes: only i-b rejoins before the rebalance timeout.
+    changed = (("range", subscription("t", "u")),)
+    rejoin = h.join(b_id, instance="i-b", protocols=changed, session=4 * REBALANCE)
+    h.until_answered(rejoin)
+    assert rejoin.join.generation_id == gen + 1
+    assert rejoin.join.leader_id == b_id  # the leader did not rejoin, so one that did assigns
+    assert sorted(rejoin.join.members) == sorted([(a_id, "i-a", subscription("t")), (b_id, "i-b", changed[0][1])])
+    h.sync(b_id, gen + 1, {a_id: b"A2", b_id: b"B2"}, instance="i-b")
+    h.persist()
+    assert h.group.state is GroupState.STABLE
+    # Back under a new member id with the same subscription: the partitions it was given, in the same generation.
+    again = h.join(instance="i-a", session=4 * REBALANCE)
+    h.persist()
+    assert (again.join.generation_id, h.group.state) == (gen + 1, GroupState.STABLE)
+    assert h.sync(again.join.member_id, gen + 1, instance="i-a").sync.assignment == b"A2"
+
+
+def test_static_member_that_never_comes_back_is_removed_by_its_session_timeout() -> None:
+    h = Harness()
+    a_id, b_id, gen = form_static(h, session=SESSION)
+    rejoin = h.join(b_id, instance="i-b", protocols=(("range", subscription("t", "u")),))
+    for _ in range(REBALANCE // 5_000 - 1):  # i-a heartbeats through the join phase, then stops for good
+        h.advance(5_000)
+        assert h.group.heartbeat(h.now, a_id, "i-a", gen) is ErrorCode.rebalance_in_progress
+    h.advance(5_000)
+    assert rejoin.join.generation_id == gen + 1 and a_id in h.group.members
+    h.sync(b_id, gen + 1, {a_id: b"A2", b_id: b"B2"}, instance="i-b")
+    h.persist()
+    h.advance(SESSION // 2)  # its session counts from the end of the join phase
+    assert h.group.heartbeat(h.now, b_id, "i-b", gen + 1) is ErrorCode.none
+    h.advance(SESSION // 2)
+    assert list(h.group.members) == [b_id] and "i-a" not in h.group.static_members
+    assert h.group.state is GroupState.PREPARING_REBALANCE
+
+
+def test_join_phase_where_no_member_rejoined_waits_for_the_static_members() -> None:
+    h = Harness()
+    a_id, b_id, gen = form_static(h, session=4 * REBALANCE)
+    assert h.group.leave(h.now, b_id, "i-b") is ErrorCode.none  # i-a is restarting meanwhile
+    h.advance(REBALANCE)
+    assert h.group.state is GroupState.PREPARING_REBALANCE
+    assert (list(h.group.members), h.group.generation_id) == ([a_id], gen)
+    again = h.join(instance="i-a", session=4 * REBALANCE)
+    assert again.join.generation_id == gen + 1 and again.join.leader_id == again.join.member_id
 
 
 def test_group_max_size() -> None:

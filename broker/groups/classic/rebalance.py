@@ -4,8 +4,8 @@ This is the sans-I/O core of the classic protocol's state machine: the states an
 table, the deadlines (sessions, the rebalance and SyncGroup time-outs, the initial rebalance delay) and the
 snapshots that must be persisted. :class:`broker.groups.classic.group.Group` adds the requests that drive it
 (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, the offset-commit checks); they are apart because the rebalance is
-one idea with its own invariants (a generation completes only when every member rejoined or timed out), and the
-requests are many small entry points into it.
+one idea with its own invariants (a generation completes only when every member rejoined or the rebalance timed
+out, and then without the dynamic members that did not rejoin), and the requests are many small entry points into it.
 
 Nothing here blocks, sleeps or touches the network. Every operation takes the current time in milliseconds, so
 tests drive rebalance and session timeouts by passing later times to :meth:`RebalancingGroup.tick`, and the
@@ -258,14 +258,28 @@ class RebalancingGroup:
     def _complete_join(self, now_ms: int) -> None:
         self._join_deadline_ms = None
         self._initial_delay = False
+        # Only dynamic members that did not rejoin are dropped. A static member (KIP-345) that did not rejoin is
+        # most likely restarting: it stays in the generation with its last metadata, so the leader assigns it its
+        # partitions and its return under a new member id needs no rebalance; its session (or the SyncGroup
+        # deadline) removes it if it never comes back, as Kafka's coordinator does.
         for member in list(self.members.values()):
-            if not member.awaiting_join:
+            if not member.awaiting_join and member.group_instance_id is None:
                 logger.info(
-                    "group %s: member %s did not rejoin within the rebalance timeout; removing it",
+                    "group %s: dynamic member %s did not rejoin within the rebalance timeout; removing it",
                     untrusted(self.group_id),
                     untrusted(member.member_id),
                 )
                 self._remove_member(member)
+        if self.members and not self._elect_joined_leader():
+            # Nobody rejoined, so nobody could assign: wait one more rebalance timeout, during which the silent
+            # static members rejoin or their sessions expire (the last expiry empties the group).
+            logger.warning(
+                "group %s: no member rejoined generation %d within the rebalance timeout; waiting again",
+                untrusted(self.group_id),
+                self.generation_id,
+            )
+            self._join_deadline_ms = now_ms + self._rebalance_timeout_ms()
+            return
         self.generation_id += 1
         if not self.members:
             self.protocol_name = None
@@ -289,6 +303,24 @@ class RebalancingGroup:
             member.answer_join(self._current_join_result(member))
         self.pending_sync = set(self.members)
         self._sync_deadline_ms = now_ms + self._rebalance_timeout_ms()
+
+    def _elect_joined_leader(self) -> bool:
+        """Makes a member that rejoined the leader when the leader did not (a static leader kept while it restarts
+        cannot run the assignor); False when no member rejoined, as Kafka's ``maybeElectNewJoinedLeader``."""
+        leader = self.members.get(self.leader_id) if self.leader_id is not None else None
+        if leader is not None and leader.awaiting_join:
+            return True
+        joined = next((m.member_id for m in self.members.values() if m.awaiting_join), None)
+        if joined is None:
+            return False
+        logger.info(
+            "group %s: leader %s did not rejoin; %s leads instead",
+            untrusted(self.group_id),
+            untrusted(self.leader_id),
+            untrusted(joined),
+        )
+        self.leader_id = joined
+        return True
 
     def _reset_and_propagate_assignment_error(self, error: ErrorCode) -> None:
         for member in self.members.values():
