@@ -585,10 +585,13 @@ class _EngineIO:
     async def flush(self, stream_id: int | None, closes: Sequence[StreamClose] = ()) -> bool:
         return await self._engine._flush(stream_id, closes)
 
+    def forget(self, stream_id: int) -> None:
+        self._engine.log_cache.forget(stream_id)
+        self._engine.read_path.forget(stream_id)
+
     def stream_closed(self, stream: StorageStream) -> None:
         self._engine._client.discard(stream)
-        self._engine.log_cache.forget(stream.stream_id)
-        self._engine.read_path.forget(stream.stream_id)
+        self.forget(stream.stream_id)
 
 
 if TYPE_CHECKING:

@@ -77,6 +77,11 @@ class StreamIO(Protocol):
 
     def cache_trim(self, stream_id: int, new_start: int) -> None: ...
 
+    def forget(self, stream_id: int) -> None:
+        """Stops serving the stream's reads from what this node cached of it (the LogCache's view, the read
+        path's read-ahead); its blocks still upload."""
+        ...
+
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]: ...
 
     async def flush(self, stream_id: int | None, closes: Sequence[StreamClose] = ()) -> bool:
@@ -426,6 +431,11 @@ class StreamClientImpl:
                 self._asked[stream_id] = epoch
             else:
                 self._asked.pop(stream_id, None)
+                # Whatever this node cached of the stream is from an epoch before another broker's: a tail it
+                # recovered and closed without reopening, which that broker has since appended past (and maybe
+                # trimmed). Reads served from that view would end at its last offset, and a partition replaying
+                # its meta stream would find nothing: the stream is read from its objects instead.
+                self._io.forget(stream_id)
             uploaded = max(result.next_offset, committed_meanwhile)
             stream = StorageStream(self._io, stream_id, at, result.start_offset, next_offset, uploaded_offset=uploaded)
             self._open[stream_id] = stream
@@ -479,10 +489,14 @@ class StreamClientImpl:
                     await self._io.metadata.close_stream(self._io.node, stream_id, epoch)
                 except StreamFencedError as exc:
                     logger.info("recovered stream %d already moved on: %s", stream_id, exc)
+                    self._io.forget(stream_id)
                     continue
                 except BaseException:
                     self.recovering.put_back(stream_id, epoch)
                     raise
+                # Its recovered tail is committed: another broker may open the stream and append past it, so
+                # the cached view of it must not answer a later open here (``open_stream`` forgets it too).
+                self._io.forget(stream_id)
                 closed.append(stream_id)
         return closed
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from storage.config import BucketURL
 from storage.engine import StorageEngine
 from storage.errors import ObjectStoreError
 from storage.metadata.state_machine import StreamMetadataStateMachine
@@ -134,4 +135,34 @@ async def test_a_tail_larger_than_the_cache_is_recovered_whole(tmp_path: Path) -
             reopened = await restarted.open_stream(stream_id, epoch=2)
             assert await read_all(reopened) == [payload(stream_id, n) for n in range(40)]
     finally:
+        await restarted.shutdown()
+
+
+async def test_a_recovered_stream_led_elsewhere_and_back_is_read_from_its_objects(tmp_path: Path) -> None:
+    """A restart recovers a tail no partition reopens here (the partition moved on while the node was down): it is
+    committed and closed. Another broker appends past it and closes the stream trimmed, as a partition's meta
+    stream is closed; when the stream comes back to this node, what it cached of the recovered tail must not answer
+    its reads (they would end at the tail's last offset, and a partition replaying its meta stream would find
+    nothing and start a new log)."""
+    metadata = StreamMetadataStateMachine()
+    crashed, ids = await crashed_with_a_tail(tmp_path, metadata)
+    first = ids[0]
+    restarted = make_engine(small_config(tmp_path, node_epoch=crashed.node.node_epoch + 1), metadata)
+    await restarted.start()
+    other_wal = BucketURL(0, "file", str(tmp_path / "other-wal"))
+    other = make_engine(small_config(tmp_path, node_id=2, wal_url=other_wal), metadata)
+    try:
+        await asyncio.wait_for(restarted.recovered_tail_uploaded(), 30)
+        await other.start()
+        elsewhere = await other.open_stream(first, epoch=2)
+        for n in range(UPLOADED + TAIL, UPLOADED + TAIL + 4):
+            await elsewhere.append(payload(first, n), 1)
+        trimmed_to = UPLOADED + TAIL + 2
+        await other.close_streams([(elsewhere, trimmed_to)])
+
+        back = await restarted.open_stream(first, epoch=3)
+        assert (back.start_offset, back.confirm_offset) == (trimmed_to, UPLOADED + TAIL + 4)
+        assert await read_all(back) == [payload(first, n) for n in range(trimmed_to, UPLOADED + TAIL + 4)]
+    finally:
+        await other.shutdown()
         await restarted.shutdown()
