@@ -11,15 +11,23 @@ again. Byte limits follow Kafka: each partition returns at most ``partition_max_
 stuck behind a batch larger than its limits. read_committed (isolation level 1) returns data only below the last
 stable offset, with the aborted transactions of the returned range; its long poll wakes on appends too, since a
 transaction marker is what moves the LSO. Both levels report the LSO, as Kafka does.
+
+TOPIC READ is checked here, on every partition a fetch serves, once per topic and request (Kafka's
+``filterByAuthorized``), not by a guard that would take the refused topics out of the request: a refused partition
+stays in its fetch session (KIP-227) and is answered TOPIC_AUTHORIZATION_FAILED again at each incremental fetch,
+as Kafka's session keeps it, so the consumer keeps being told, and once READ is granted it is served without the
+consumer naming it again. A refused partition is answered without being read, so, as in Kafka, it neither ends a
+fetch's long poll nor (when nothing else may be read) holds it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,13 +41,13 @@ from broker.fetch_session import (
     PartitionRequest,
     SessionPartition,
 )
-from broker.handlers.context import Handler, RequestContext
-from broker.handlers.guards import TOPIC_DENIED, partitions_entry, split, topics_denied
+from broker.handlers.context import RequestContext
+from broker.handlers.guards import TOPIC_DENIED
 from broker.handlers.leader_hints import LeaderHints
 from broker.partition.access import leader_log
 from broker.partition.partition_log import PartitionLog
 from broker.partition.txn_index import AbortedTxn
-from metadata.acl.binding import AclOperation
+from metadata.acl.binding import AclOperation, ResourceType
 from metadata.errors import error_code_logged
 from wire import schema
 from wire.errors import KafkaError
@@ -99,6 +107,15 @@ def _requested(ctx: RequestContext, request: Any) -> tuple[list[PartitionRequest
     return requested, forgotten
 
 
+#: Whether the request's principal may READ the named topic (asked once per topic and request).
+Readable = Callable[[str], bool]
+
+
+def _readable(ctx: RequestContext) -> Readable:
+    # Always True without an authorizer (``BrokerAuthorizer.allowed``).
+    return functools.cache(lambda name: ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name))
+
+
 async def _read_partition(
     ctx: RequestContext,
     key: PartitionKey,
@@ -107,6 +124,7 @@ async def _read_partition(
     *,
     min_one: bool,
     read_committed: bool,
+    readable: Readable,
 ) -> _Result:
     topic_id, name, partition = key
     if isinstance(topic_id, uuid.UUID) and topic_id != uuid_zero:
@@ -115,6 +133,9 @@ async def _read_partition(
     try:
         if not name:
             raise KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} is unknown")
+        if not readable(name):
+            # Kafka's order: an unknown topic id first, then READ, before the partition is looked for.
+            return _Result(key, name, TOPIC_DENIED, fetch_offset=state.fetch_offset)
         log = await leader_log(ctx.broker.partitions, name, partition, state.current_leader_epoch, move_wait=0.0)
         read = await log.read(state.fetch_offset, max_bytes, min_one=min_one, read_committed=read_committed)
         return _Result(
@@ -141,7 +162,7 @@ async def _read_partition(
 
 
 async def _read_all(
-    ctx: RequestContext, fetch: FetchContext, response_max_bytes: int, read_committed: bool
+    ctx: RequestContext, fetch: FetchContext, response_max_bytes: int, read_committed: bool, readable: Readable
 ) -> list[_Result]:
     """One pass over the partitions, in order, honouring the response byte budget."""
     results: list[_Result] = []
@@ -149,7 +170,13 @@ async def _read_all(
     for key, state in fetch.partitions:
         limit = max(min(state.max_bytes, remaining), 0)
         result = await _read_partition(
-            ctx, key, state, limit, min_one=remaining == response_max_bytes, read_committed=read_committed
+            ctx,
+            key,
+            state,
+            limit,
+            min_one=remaining == response_max_bytes,
+            read_committed=read_committed,
+            readable=readable,
         )
         remaining -= len(result.records)
         results.append(result)
@@ -262,80 +289,20 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     # As Kafka: never wait for more than the answer may hold (max_bytes, capped by a consumer_byte_rate quota too).
     min_bytes = min(request.min_bytes, max_bytes)
     deadline = time.monotonic() + max(schema.millis(request.max_wait), 0) / 1000
+    readable = _readable(ctx)
     while True:
-        results = await _read_all(ctx, fetch, max_bytes, read_committed)
-        total = sum(len(r.records) for r in results)
-        errors = any(r.error != ErrorCode.none for r in results)
+        results = await _read_all(ctx, fetch, max_bytes, read_committed, readable)
+        # Refused partitions are answered, not read: as in Kafka they neither end the long poll nor hold it.
+        read = [r for r in results if r.error != TOPIC_DENIED]
+        total = sum(len(r.records) for r in read)
+        errors = any(r.error != ErrorCode.none for r in read)
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or errors or remaining <= 0 or not results:
+        if total >= min_bytes or errors or remaining <= 0 or not read:
             if not results and remaining > 0 and fetch.incremental:
                 # An incremental session with nothing to fetch still honours max_wait (consumers rely on it).
                 await asyncio.sleep(remaining)
             return _response(ctx, fetch, results, read_committed)
-        await _wait_for_any(results, remaining)
+        await _wait_for_any(read, remaining)
         if time.monotonic() >= deadline:
-            results = await _read_all(ctx, fetch, max_bytes, read_committed)
+            results = await _read_all(ctx, fetch, max_bytes, read_committed, readable)
             return _response(ctx, fetch, results, read_committed)
-
-
-async def authorize_fetch(ctx: RequestContext, request: Any, handler: Handler) -> Any:
-    """TOPIC READ on each topic (no follower fetches: Fjord brokers do not replicate), on the topics the request
-    names and again on those its fetch session answers."""
-    refused = partitions_entry(
-        "responses",
-        "partitions",
-        "partition_index",
-        topic_field="topic",
-        item_index="partition",
-        high_watermark=-1,
-        last_stable_offset=-1,
-        log_start_offset=-1,
-        records=b"",
-    )
-    response = await split(
-        ctx,
-        request,
-        handler,
-        ("topics", "responses"),
-        denial=topics_denied(ctx, AclOperation.READ, "topic"),
-        refused=refused,
-    )
-    return _without_unreadable(ctx, response)
-
-
-def _without_unreadable(ctx: RequestContext, response: Any) -> Any:
-    """A fetch session (KIP-227) serves partitions its request does not name: each answered topic is checked again,
-    so a READ revoked while a consumer's session lives stops the records at once, as Kafka re-checks every fetch."""
-    check = topics_denied(ctx, AclOperation.READ, "topic")
-    codes = [
-        None if topic.partitions and all(p.error_code == TOPIC_DENIED for p in topic.partitions) else check(topic)
-        for topic in response.responses
-    ]
-    if all(code is None for code in codes):
-        return response
-    topic_cls = schema.field_entity(type(response), "responses")
-
-    def refused(topic: Any, code: ErrorCode) -> Any:
-        return dataclasses.replace(
-            topic,
-            partitions=tuple(
-                schema.build_nested(
-                    topic_cls,
-                    "partitions",
-                    partition_index=p.partition_index,
-                    error_code=code,
-                    high_watermark=-1,
-                    last_stable_offset=-1,
-                    log_start_offset=-1,
-                    records=b"",
-                )
-                for p in topic.partitions
-            ),
-        )
-
-    return dataclasses.replace(
-        response,
-        responses=tuple(
-            t if code is None else refused(t, code) for t, code in zip(response.responses, codes, strict=True)
-        ),
-    )

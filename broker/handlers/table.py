@@ -153,7 +153,8 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
 GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
     {
         0: produce.authorize_produce,  # Produce: TOPIC WRITE; TRANSACTIONAL_ID WRITE when transactional
-        1: fetch.authorize_fetch,  # Fetch: TOPIC READ (no follower fetches: Fjord brokers do not replicate)
+        # Fetch: TOPIC READ per partition in the handler, so a fetch session keeps the refused ones (no follower
+        # fetches: Fjord brokers do not replicate)
         2: list_offsets.authorize_list_offsets,  # ListOffsets: TOPIC DESCRIBE
         8: offset_commit.authorize_offset_commit,  # OffsetCommit: GROUP READ, then TOPIC READ
         9: offset_fetch.authorize_offset_fetch,  # OffsetFetch: GROUP DESCRIBE

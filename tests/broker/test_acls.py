@@ -10,6 +10,9 @@ principal may not describe; DENY beats ALLOW; prefixed patterns cover the names 
 
 from __future__ import annotations
 
+import itertools
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +60,8 @@ from broker import authorized_operations
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
 from tests.broker.acl_clients import allow, grant, new_topic, produce_error, sasl_acl_overrides
-from tests.broker.kafka_clients import topic_name
+from tests.broker.java_requests import wait_for_leader
+from tests.broker.kafka_clients import call, entity, topic_name
 from tests.broker.sasl_wire import authenticate, handshake
 from wire import codec, schema
 
@@ -378,10 +382,71 @@ def test_a_revoked_read_stops_a_running_consumer(acls: AclBroker) -> None:
         assert eventually(lambda: _poll_outcome(consumer), timeout=60, what="the first record") == b"value"
         grant(acls.admin(), allow(ResourceType.TOPIC, topic, AclOperation.READ, permission=AclPermissionType.DENY))
         assert produce_error(acls.config("admin"), topic) is None
-        outcome = eventually(lambda: _poll_outcome(consumer), timeout=60, what="the consumer's next record or error")
+        # As Kafka checks READ when a fetch arrives, a fetch already waiting when the DENY came may still return
+        # this record; the consumer's next fetch is refused.
+        outcome = eventually(lambda: _poll_outcome(consumer), timeout=60, until=lambda o: isinstance(o, KafkaError),
+                             what="the consumer's error")
         assert isinstance(outcome, KafkaError) and outcome.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         consumer.close()
+
+
+def _fetch(client: WireClient, session: tuple[int, int], offsets: dict[uuid.UUID, int], max_wait_ms: int) -> Any:
+    """Fetch v15 as the Java consumer sends it in a session (id, epoch): partition 0 of each topic id, from its
+    offset."""
+    topic_cls = entity(1, 15, "topics")
+    part_cls = schema.field_entity(topic_cls, "partitions")
+    topics = tuple(
+        schema.build(topic_cls, topic_id=topic_id, partitions=(schema.build(
+            part_cls, partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=1 << 20),))
+        for topic_id, offset in offsets.items()
+    )
+    return call(client, 1, 15, replica_id=-1, max_wait=max_wait_ms, min_bytes=1, max_bytes=50 << 20,
+                isolation_level=0, session_id=session[0], session_epoch=session[1], topics=topics,
+                forgotten_topics_data=(), rack_id="")
+
+
+def _answered(response: Any) -> dict[uuid.UUID, tuple[ErrorCode, bool]]:
+    assert response.error_code == ErrorCode.none
+    return {t.topic_id: (p.error_code, bool(p.records)) for t in response.responses for p in t.partitions}
+
+
+def test_a_fetch_session_keeps_a_refused_topic_and_refuses_it_at_every_fetch(acls: AclBroker) -> None:
+    """As Kafka's FetchSession: a partition refused READ stays in the session and is answered
+    TOPIC_AUTHORIZATION_FAILED at every incremental fetch, without ending its long poll; once READ is granted its
+    records come without the consumer naming it again."""
+    prefix = topic_name("acl-session")
+    readable, refused = f"{prefix}-r", f"{prefix}-d"
+    for topic in (readable, refused):
+        new_topic(acls.admin(), topic)
+        assert produce_error(acls.config("admin"), topic) is None
+    grant(acls.admin(), allow(ResourceType.TOPIC, readable, AclOperation.READ))
+    admin, alice = _sasl_client(acls, "admin"), _sasl_client(acls, "alice")
+    try:
+        r_id, d_id = (wait_for_leader(admin, topic).topic_id for topic in (readable, refused))
+        eventually(lambda: _answered(_fetch(alice, (0, -1), {r_id: 0}, 0)), timeout=20,
+                   until=lambda got: got[r_id][0] == ErrorCode.none, what="alice's READ on the topic to apply")
+
+        opened = _fetch(alice, (0, 0), {r_id: 0, d_id: 0}, 0)
+        assert opened.session_id != 0
+        assert _answered(opened) == {r_id: (ErrorCode.none, True), d_id: (ErrorCode.topic_authorization_failed, False)}
+        # The next fetch names only the readable partition's new offset: nothing new there, so it waits its
+        # max_wait, and the refused partition of the session is answered again.
+        started = time.monotonic()
+        again = _fetch(alice, (opened.session_id, 1), {r_id: 1}, 300)
+        assert _answered(again) == {d_id: (ErrorCode.topic_authorization_failed, False)}
+        assert time.monotonic() - started >= 0.25
+
+        grant(acls.admin(), allow(ResourceType.TOPIC, refused, AclOperation.READ))
+        epochs = itertools.count(2)
+        served = eventually(lambda: _answered(_fetch(alice, (opened.session_id, next(epochs)), {}, 0)), timeout=20,
+                            until=lambda got: got.get(d_id, (None,))[0] == ErrorCode.none,
+                            what="the session's refused partition served once READ is granted")
+        assert served == {d_id: (ErrorCode.none, True)}
+    finally:
+        admin.close()
+        alice.close()
 
 
 def test_operator_tools_need_cluster_acls(acls: AclBroker) -> None:

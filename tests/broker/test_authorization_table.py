@@ -136,52 +136,6 @@ async def test_a_transactional_produce_needs_the_transactional_id() -> None:
     assert _errors(response.responses[0], "partition_responses") == {ErrorCode.transactional_id_authorization_failed}
 
 
-async def test_a_fetch_answers_an_unreadable_topic_even_when_its_session_served_it() -> None:
-    def topic(name: str) -> Any:
-        return _nested(
-            1,
-            12,
-            "topics",
-            topic=name,
-            partitions=(_nested(1, 12, "topics.partitions", partition=0, fetch_offset=0, partition_max_bytes=1024),),
-        )
-
-    response, handler = await _serve(1, 12, max_wait=0, min_bytes=1, topics=(topic("allowed"), topic("refused")))
-    assert [t.topic for t in handler.asked[0].topics] == ["allowed"]
-    assert [(t.topic, _errors(t)) for t in response.responses] == [("refused", {ErrorCode.topic_authorization_failed})]
-
-    # an incremental fetch names no topic; the session's answer for "refused" carries records: they are withheld
-    ctx = _context(1, 12)
-    served = schema.build(
-        codec.response_class(1, 12),
-        responses=(
-            schema.build_nested(
-                codec.response_class(1, 12),
-                "responses",
-                topic="refused",
-                partitions=(
-                    schema.build_nested(
-                        schema.field_entity(codec.response_class(1, 12), "responses"),
-                        "partitions",
-                        partition_index=0,
-                        error_code=ErrorCode.none,
-                        records=b"secret",
-                    ),
-                ),
-            ),
-        ),
-    )
-
-    async def session(_ctx: RequestContext, _request: Any) -> Any:
-        return served
-
-    answered = await serve_authorized(
-        ctx, schema.build(codec.request_class(1, 12), session_id=5, session_epoch=2), session
-    )
-    (partition,) = answered.responses[0].partitions
-    assert (partition.error_code, partition.records) == (ErrorCode.topic_authorization_failed, b"")
-
-
 async def test_list_offsets_and_delete_records_refuse_per_topic() -> None:
     def offsets_topic(name: str) -> Any:
         return _nested(
