@@ -186,6 +186,15 @@ class TransactionMetadata:
         return self.pending_state is not None
 
     @property
+    def transition_in_progress(self) -> bool:
+        """Kafka's ``pendingTransitionInProgress``: a write in flight, or a PrepareCommit/PrepareAbort whose markers
+        are being written (Kafka holds its CompleteCommit/CompleteAbort pending from the moment PrepareX is
+        durable). InitProducerId and AddPartitionsToTxn answer it CONCURRENT_TRANSACTIONS before they look at the
+        producer: after a transactions v2 end that exhausted the epoch the producer already speaks as the next
+        producer id, which is only installed once the markers are written."""
+        return self.pending or self.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    @property
     def epoch_exhausted(self) -> bool:
         return is_epoch_exhausted(self.producer_epoch)
 
@@ -381,12 +390,10 @@ class TransactionMetadata:
         to recover; ``new_producer_id`` a fresh id in case the epoch is exhausted (None: ask for one first, see
         :meth:`needs_new_producer_id`). A transit in state PrepareEpochFence means: abort the ongoing transaction
         (with :meth:`prepare_end`) and answer CONCURRENT_TRANSACTIONS."""
-        if self.pending:
+        if self.transition_in_progress:
             return ErrorCode.concurrent_transactions
         if expected is not None and not self._valid_expected_producer(*expected):
             return ErrorCode.producer_fenced
-        if self.state in (TxnState.PREPARE_ABORT, TxnState.PREPARE_COMMIT):
-            return ErrorCode.concurrent_transactions
         if self.state in IDLE_STATES:
             if self.needs_new_producer_id(expected):
                 if new_producer_id is None:
@@ -419,12 +426,12 @@ class TransactionMetadata:
     ) -> TxnTransit | ErrorCode:
         """Kafka's ``handleAddPartitionsToTransaction`` checks; NONE when every partition is already in."""
         wanted = set(partitions)
+        if self.transition_in_progress:
+            return ErrorCode.concurrent_transactions
         if self.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping
         if self.producer_epoch != producer_epoch:
             return ErrorCode.producer_fenced
-        if self.pending or self.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return ErrorCode.concurrent_transactions
         if self.state is TxnState.ONGOING and wanted <= self.partitions:
             return ErrorCode.none
         if self.state not in _VALID_PREVIOUS[TxnState.ONGOING]:

@@ -296,6 +296,21 @@ def test_v2_end_at_an_exhausted_epoch_continues_as_the_next_producer_id() -> Non
     assert md.add_partitions(2000, 0, [TP_A], NOW) is not ErrorCode.producer_fenced
 
 
+def test_the_next_producer_id_is_told_to_retry_while_the_exhausting_ends_markers_are_written() -> None:
+    """As Kafka's coordinator, which answers a pending transition before it looks at the producer: the producer
+    speaks as the next id (2000) from the end's answer on, and while the markers of that end are written its
+    transaction's first AddPartitionsToTxn, or its KIP-360 InitProducerId, is asked to retry, never refused as
+    an unknown producer (INVALID_PRODUCER_ID_MAPPING is fatal to a Java client) or fenced."""
+    md = ongoing()
+    md.producer_epoch = MAX_EPOCH - 1
+    apply(md, md.end_transaction_v2(1000, MAX_EPOCH - 1, True, NOW, 2000))
+    assert md.state is TxnState.PREPARE_COMMIT and md.producer_id == 1000
+    assert md.add_partitions(2000, 0, [TP_A], NOW) is ErrorCode.concurrent_transactions
+    assert md.init_producer_id(TIMEOUT, (2000, 0), NOW, None) is ErrorCode.concurrent_transactions
+    apply(md, md.prepare_complete(NOW + 10))
+    assert apply(md, md.add_partitions(2000, 0, [TP_A], NOW + 20)).state is TxnState.ONGOING
+
+
 def test_a_v2_transaction_is_written_as_kafkas_value_v1_with_its_tagged_fields() -> None:
     md = ongoing()
     md.producer_epoch = MAX_EPOCH - 1
