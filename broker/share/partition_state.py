@@ -504,13 +504,18 @@ class PartitionShareState:
             self._start_moved = True
 
     def _batches(self, offsets: Sequence[int]) -> Iterable[StateBatch]:
-        """Coalesces sorted window offsets into runs of one persisted state and count."""
+        """Coalesces sorted window offsets into runs of one persisted state and count.
+
+        An ACQUIRED record is persisted as it was before its delivery (AVAILABLE, the count less this delivery), as
+        Kafka's share coordinator holds it, since Kafka writes nothing on acquisition: a broker that dies during a
+        delivery gives the record out again at the count of that delivery, never past the delivery limit."""
         run: list[int] | None = None
         for offset in offsets:
             i = offset - self.start_offset
             state = self._states[i]
-            state = _AVAILABLE if state == _ACQUIRED else state
             count = self._counts[i]
+            if state == _ACQUIRED:
+                state, count = _AVAILABLE, count - 1
             if run is not None and run[1] == offset - 1 and run[2] == state and run[3] == count:
                 run[1] = offset
                 continue

@@ -327,8 +327,24 @@ def test_snapshot_and_updates_replay_to_the_same_state() -> None:
     replayed.apply(0, snapshot)
     replayed.apply(second.start_offset, second.batches)
     assert replayed.start_offset == live.start_offset == 4
-    # Nothing is acquired after a replay: what was locked is AVAILABLE, its delivery counted.
-    assert replayed.acquire("c", log((0, 9)), 100, now_ms=0) == [AcquiredRange(4, 5, 3), AcquiredRange(7, 9, 2)]
+    # Nothing is acquired after a replay: what was locked is AVAILABLE at the count it had before that delivery,
+    # as Kafka persists it (nothing is written on acquisition), so it goes out again at that delivery's count.
+    assert replayed.acquire("c", log((0, 9)), 100, now_ms=0) == [AcquiredRange(4, 5, 2), AcquiredRange(7, 9, 1)]
+
+
+def test_a_record_in_its_last_delivery_when_the_broker_died_goes_out_at_the_limit_again() -> None:
+    live = PartitionShareState(0, Limits(delivery_count_limit=2))
+    live.acquire("a", log((0, 0)), 1, now_ms=0)
+    live.acknowledge("a", [one(0, 0, RELEASE)])
+    assert live.acquire("b", log((0, 0)), 1, now_ms=0) == [AcquiredRange(0, 0, 2)]  # its last delivery
+    snapshot = live.state_batches()
+
+    replayed = PartitionShareState(0, Limits(delivery_count_limit=2))
+    replayed.apply(0, snapshot)
+    # Delivered once more at the limit's count (Kafka's KIP-932: the in-flight delivery is not remembered), not
+    # at a count past the limit; released then, it is archived.
+    assert replayed.acquire("c", log((0, 0)), 1, now_ms=0) == [AcquiredRange(0, 0, 2)]
+    assert replayed.acknowledge("c", [one(0, 0, RELEASE)]) == {REJECT: 1}
 
 
 def test_reset_starts_over_with_a_new_state_epoch() -> None:

@@ -212,7 +212,7 @@ async def test_snapshots_bound_the_share_stream_and_replay_stays_exact(node: _No
     assert share.state.start_offset == 0
     assert share.state.state_of(1) == (RecordState.ACKNOWLEDGED, 1, None)
     again = await share.fetch("m2", 1 << 20, total, 0)
-    assert again.acquired == [AcquiredRange(0, 0, 2)]
+    assert again.acquired == [AcquiredRange(0, 0, 1)]  # its delivery the crash cut short is not counted, as Kafka
     assert await share.acknowledge("m2", [AckBatch(0, 0, (ACCEPT,))], 0) == 0
     assert share.state.start_offset == total
     await led.log.close()
