@@ -21,7 +21,7 @@ from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.local import LocalObjectStore
-from storage.stream_client import StorageStream
+from storage.opened_stream import StorageStream
 from storage.wal.file import FileWAL
 
 KiB = 1024

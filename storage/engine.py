@@ -40,9 +40,10 @@ from storage.objects.reader import ObjectReader
 from storage.objectstore.base import ObjectStore
 from storage.objectstore.factory import open_object_store
 from storage.objectstore.metered import MeteredStore
+from storage.opened_stream import StorageStream
 from storage.read import ObjectReadPath
 from storage.stream_api import CommittedRecords, Stream, UploadListener
-from storage.stream_client import StorageStream, StreamClientImpl
+from storage.stream_client import StreamClientImpl
 from storage.stream_record_batch import StreamRecordBatch
 from storage.tail_recovery import Recovered, recoverable, upload_recovered_tail
 from storage.upload import UploadAbortedError, UploadPipeline
@@ -541,13 +542,16 @@ class StorageEngine:
 
 
 class _EngineIO:
-    """The engine as seen by streams (``storage.stream_client.StreamIO``)."""
+    """The engine as seen by streams (``storage.opened_stream.StreamIO``)."""
 
     def __init__(self, engine: StorageEngine) -> None:
         self._engine = engine
         self.write = engine._write  # no coroutine of its own in between: it is on every append's path
         self.refusal = engine.wal.refusal
         self.writes_begun = engine.wal.writes_begun
+        cache = engine.log_cache  # the LogCache's reads and trims, as they are
+        self.cache_read, self.cache_trim = cache.read, cache.trim
+        self.cache_first_offset, self.cache_end_offset = cache.first_offset, cache.end_offset
 
     @property
     def node(self) -> NodeIdentity:
@@ -564,20 +568,8 @@ class _EngineIO:
         self._engine.log_cache.release(record.batch.size)  # it was reserved but will never be put
         self._engine._settle(record)
 
-    def cache_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
-        return self._engine.log_cache.read(stream_id, start, end, max_bytes)
-
     def cache_hit(self) -> None:
         self._engine._log_cache_hits += 1
-
-    def cache_first_offset(self, stream_id: int) -> int | None:
-        return self._engine.log_cache.first_offset(stream_id)
-
-    def cache_end_offset(self, stream_id: int) -> int | None:
-        return self._engine.log_cache.end_offset(stream_id)
-
-    def cache_trim(self, stream_id: int, new_start: int) -> None:
-        self._engine.log_cache.trim(stream_id, new_start)
 
     async def object_read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[StreamRecordBatch]:
         return await self._engine.read_path.read(stream_id, start, end, max_bytes)

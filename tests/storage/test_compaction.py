@@ -43,8 +43,8 @@ from storage.objectstore.base import ObjectStore
 from storage.objectstore.factory import open_object_store
 from storage.objectstore.faulty import FaultyObjectStore
 from storage.objectstore.local import LocalObjectStore
+from storage.opened_stream import StorageStream
 from storage.read import ObjectReadPath
-from storage.stream_client import StorageStream
 from storage.wal.file import FileWAL
 from testkit.waiting import eventually_async
 from tests.storage.engine_support import payload, small_config
