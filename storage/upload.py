@@ -470,58 +470,89 @@ class UploadPipeline:
         self, requests: list[CommitStreamSetObjectRequest], error: Exception
     ) -> list[CommitStreamSetObjectRequest]:
         """The commits without the streams this node may no longer commit (fenced by a newer owner, closed,
-        deleted, or already moved past these offsets). Their data is not made visible: that is what fencing
-        means; the rest must not be held hostage by them. A stream's range continues the committed end or the
-        end of its range in a commit before it (they commit in order); a commit left with nothing is dropped."""
+        deleted, or after a gap). Their data is not made visible: that is what fencing means; the rest must not be
+        held hostage by them. A stream's range continues the committed end or the end of its range in a commit
+        before it (they commit in order); a commit left with nothing is dropped.
+
+        A range at the stream's current epoch that the committed end has moved into (or past) since it was planned
+        is the same writer's data committed meanwhile, not another's: a dead node's last upload that was past the
+        controller's node check when its fence came lands after the failover replaying its WAL read the committed
+        ends. Its part below the committed end is left out (committing it again would overlap) and the rest is kept
+        from the committed end on, as are the ranges after it: dropping them would lose records the dead node
+        acknowledged, and the failover then closes the stream short. The committed end is a batch boundary there
+        (it is the end of that writer's upload of the same batches), and readers and compaction never look below a
+        range's start (an object committed in place does the same, ``storage.failover_copy``)."""
         stream_ids = sorted({r.stream_id for q in requests for r in q.ranges}
                             | {s.stream_id for q in requests for s in q.stream_objects})
         current = {s.stream_id: s for s in await self._metadata.get_streams(stream_ids)}
         ends = {s.stream_id: s.end_offset for s in current.values()}
+        dropped: set[int] = set()
+        clipped: set[int] = set()
 
-        def allowed(stream_id: int, start: int, end: int, epoch: int) -> bool:
+        def kept_from(stream_id: int, start: int, end: int, epoch: int) -> int | None:
+            """Where the part of the range this commit may make visible starts; None: no part."""
             s = current.get(stream_id)
             if s is None or s.state != StreamState.OPENED or not s.ranges:
-                return False
+                dropped.add(stream_id)
+                return None
             # Every open raises the epoch, so a range at the stream's epoch is the current opener's: this node's,
             # or a dead node's whose WAL this node replays (the controller checks that delegation). Only a range
             # without an epoch is judged by the node that opened the stream.
             if (epoch == -1 and s.ranges[-1].node_id != self._node.node_id) or epoch not in (-1, s.epoch):
-                return False
-            if ends[stream_id] != start:
-                return False
+                dropped.add(stream_id)
+                return None
+            committed = ends[stream_id]
+            if start > committed:  # a gap: nothing after it can be committed
+                dropped.add(stream_id)
+                return None
+            if start < committed:
+                clipped.add(stream_id)
+                if end <= committed:
+                    return None  # committed already, by the same writer
             ends[stream_id] = end
-            return True
+            return committed
 
         kept: list[CommitStreamSetObjectRequest] = []
-        dropped: set[int] = set()
         for request in requests:
-            ranges = tuple(r for r in request.ranges
-                           if allowed(r.stream_id, r.start_offset, r.end_offset, r.stream_epoch))
-            stream_objects = tuple(so for so in request.stream_objects
-                                   if allowed(so.stream_id, so.start_offset, so.end_offset, so.stream_epoch))
-            dropped.update(r.stream_id for r in request.ranges if r not in ranges)
-            dropped.update(so.stream_id for so in request.stream_objects if so not in stream_objects)
+            ranges: list[ObjectStreamRange] = []
+            for r in request.ranges:
+                start = kept_from(r.stream_id, r.start_offset, r.end_offset, r.stream_epoch)
+                if start is not None:
+                    ranges.append(dataclasses.replace(r, start_offset=start))
+            stream_objects: list[StreamObjectCommit] = []
+            for so in request.stream_objects:
+                start = kept_from(so.stream_id, so.start_offset, so.end_offset, so.stream_epoch)
+                if start is not None:
+                    stream_objects.append(dataclasses.replace(so, start_offset=start))
             if ranges or stream_objects:
                 kept.append(dataclasses.replace(
                     request,
                     object_id=request.object_id if ranges else -1,
                     object_size=request.object_size if ranges else 0,
-                    ranges=ranges,
-                    stream_objects=stream_objects,
+                    ranges=tuple(ranges),
+                    stream_objects=tuple(stream_objects),
                 ))
-        if not dropped:
+        if not dropped and not clipped:
             # The rejection does not match what the metadata shows now (it changed in between): try again.
             logger.warning(
                 "node %d: commit rejected (%s) but every stream is still ours; retrying", self._node.node_id, error
             )
             await asyncio.sleep(_BACKOFF_START_S)
             return requests
-        logger.error(
-            "node %d: commit rejected (%s); leaving out streams %s, their data in this upload is not ours to "
-            "make visible",
-            self._node.node_id,
-            error,
-            streams_text(sorted(dropped)),
-        )
+        if clipped:
+            logger.warning(
+                "node %d: commit rejected (%s); streams %s were committed meanwhile at their epoch into or past "
+                "these ranges, committing only what lies beyond their committed ends",
+                self._node.node_id,
+                error,
+                streams_text(sorted(clipped)),
+            )
+        if dropped:
+            logger.error(
+                "node %d: commit rejected (%s); leaving out streams %s, their data in this upload is not ours to "
+                "make visible",
+                self._node.node_id,
+                error,
+                streams_text(sorted(dropped)),
+            )
         return kept
-

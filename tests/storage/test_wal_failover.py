@@ -36,7 +36,7 @@ from storage.errors import (
     StreamNotClosedError,
     WALError,
 )
-from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange
+from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, ObjectStreamRange, OpeningStream
 from storage.namespace import namespace_for
 from storage.objects.format import build_object, object_key
 from storage.objectstore.faulty import FaultyObjectStore
@@ -391,3 +391,51 @@ async def test_a_failover_in_place_that_fails_between_batched_commits_is_retried
         assert ranges[0][0] == 0 and ranges[-1][1] == 20
         assert all(end == start for (_s, end), (start, _e) in itertools.pairwise(ranges))
     await second_target.shutdown()
+
+
+@pytest.mark.parametrize("wal_version", [1, 2])
+async def test_a_dead_brokers_commit_landing_after_the_failover_read_its_streams_loses_nothing(
+    cluster: _Cluster, monkeypatch: pytest.MonkeyPatch, wal_version: int
+) -> None:
+    """The dead broker's last upload, of offsets [0, 5), was past the controller's node check when the fence came
+    and lands just after the failover read the streams to replay (committed end 0). The failover's range from 0
+    then no longer continues the committed end (5 falls inside it, inside one WAL object): only its part from 5 on
+    is committed, with every range after it, and the new owner reads all 20 acknowledged records exactly once,
+    replayed record by record (a v1 WAL) or committed in place (v2)."""
+    dead = cluster.engine(1, wal_version=wal_version, wal_upload_threshold=1 << 20, wal_cache_size=2 << 20,
+                          wal_interval_ms=300)
+    live = cluster.engine(2)
+    await dead.start()
+    await live.start()
+    stream_id = await dead.create_stream((("topic", "t"),))
+    stream = await dead.open_stream(stream_id, epoch=1)
+    payloads = [payload(stream_id, i, 700) for i in range(20)]
+    await asyncio.gather(*(stream.append(p, 1) for p in payloads[:12]))  # one WAL object (one 300 ms batch)
+    await asyncio.gather(*(stream.append(p, 1) for p in payloads[12:]))
+    await dead.halt()
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+
+    node = NodeIdentity(1, cluster.epochs[1])
+    metadata = cluster.controller.stream_metadata
+    real_opening = metadata.get_opening_streams
+
+    async def then_the_late_commit_lands(owner: NodeIdentity) -> list[OpeningStream]:
+        opening = await real_opening(owner)
+        first = await metadata.prepare_objects(node, 1, 60_000)
+        data = build_object(StreamRecordBatch(stream_id, 1, i, 1, p) for i, p in enumerate(payloads[:5]))
+        await cluster.data.put(object_key(first, namespace_for("test")), data)
+        await metadata.commit_stream_set_object(CommitStreamSetObjectRequest(
+            node, first, len(data), (ObjectStreamRange(stream_id, 0, 5, 1),)))
+        return opening
+
+    monkeypatch.setattr(metadata, "get_opening_streams", then_the_late_commit_lands)
+    runner = WALFailoverRunner(cluster.client, live,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True))
+    await runner.replay(cluster.controller.image.wal_failovers[1])
+    assert (await metadata.get_streams([stream_id]))[0].end_offset == 20
+    assert await _read_all(live, stream_id, 2) == payloads
+    objects = await metadata.get_objects(stream_id, 0, -1, 10)
+    ranges = [(r.start_offset, r.end_offset) for o in objects for r in o.ranges]
+    assert ranges[0] == (0, 5) and ranges[1][0] == 5 and ranges[-1][1] == 20
+    assert all(end == start for (_s, end), (start, _e) in itertools.pairwise(ranges))
+    await live.shutdown()
