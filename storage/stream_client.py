@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from storage.errors import (
+    NodeEpochExpiredError,
     StreamFencedError,
     StreamNotFoundError,
 )
@@ -25,6 +26,13 @@ from storage.stream_record_batch import StreamRecordBatch
 from storage.tail_recovery import RecoveringStreams
 
 logger = logging.getLogger(__name__)
+
+CLOSE_RETRY_S = 30.0
+"""How long ``close_recovered`` retries closing recovered streams the controller does not answer (a controller
+failover takes seconds). Bounded so that a restart's background task ends; a stream still not closed then stays
+recovering (taken over by its next open here, closed at shutdown)."""
+_CLOSE_BACKOFF_START_S = 0.05
+_CLOSE_BACKOFF_MAX_S = 2.0
 
 
 class StreamClientImpl:
@@ -131,27 +139,73 @@ class StreamClientImpl:
     async def close_recovered(self) -> list[int]:
         """Closes at the controller every recovering stream no partition has reopened (their recovered tail is
         committed); returns their ids. Each under its open lock, so a concurrent open either takes the stream
-        first or opens it after the close."""
-        closed = []
-        for stream_id in self.recovering.stream_ids():
-            async with self._opening.setdefault(stream_id, asyncio.Lock()):
-                epoch = self.recovering.take(stream_id)
-                if epoch is None:
-                    continue  # opened meanwhile
-                try:
-                    await self._io.metadata.close_stream(self._io.node, stream_id, epoch)
-                except StreamFencedError as exc:
-                    logger.info("recovered stream %d already moved on: %s", stream_id, exc)
-                    self._io.forget(stream_id)
-                    continue
-                except BaseException:
-                    self.recovering.put_back(stream_id, epoch)
-                    raise
-                # Its recovered tail is committed: another broker may open the stream and append past it, so
-                # the cached view of it must not answer a later open here (``open_stream`` forgets it too).
+        first or opens it after the close.
+
+        A close the controller did not answer (a timeout, a controller failover) is retried in rounds with capped
+        backoff for :data:`CLOSE_RETRY_S` at most, the stream put back as recovering in between (an open meanwhile
+        takes it over). Retrying is safe: a close repeated at the stream's epoch by its opener is answered as done
+        when the first was applied, and one refused as fenced or not found means the stream moved on (or is gone)
+        after an applied close. One stream's failure never holds up the others' closes, and none is raised: a
+        stream left recovering is taken over by its next open here, and closed at shutdown."""
+        node = self._io.node.node_id
+        closed: list[int] = []
+        pending = self.recovering.stream_ids()
+        deadline = time.monotonic() + CLOSE_RETRY_S
+        delay = _CLOSE_BACKOFF_START_S
+        while True:
+            failed: dict[int, Exception] = {}
+            for stream_id in pending:
+                outcome = await self._close_one_recovered(stream_id)
+                if outcome is True:
+                    closed.append(stream_id)
+                elif isinstance(outcome, Exception):
+                    failed[stream_id] = outcome
+            pending = sorted(failed)
+            if not pending:
+                return closed
+            errors = "; ".join(f"stream {sid}: {exc}" for sid, exc in failed.items())
+            if time.monotonic() + delay > deadline:
+                logger.error("node %d: recovered streams %s still not closed after %.1f s, left opened at their "
+                             "recovered epoch (taken over by their next open here, closed at shutdown): %s",
+                             node, pending, CLOSE_RETRY_S, errors)
+                return closed
+            logger.warning("node %d: closing recovered streams %s failed, retrying in %.2f s: %s",
+                           node, pending, delay, errors)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _CLOSE_BACKOFF_MAX_S)
+
+    async def _close_one_recovered(self, stream_id: int) -> bool | Exception:
+        """One attempt at closing a recovering stream: True once closed, False when there is nothing (more) to do,
+        else the error to retry on (the stream put back as recovering)."""
+        node = self._io.node.node_id
+        async with self._opening.setdefault(stream_id, asyncio.Lock()):
+            epoch = self.recovering.take(stream_id)
+            if epoch is None:
+                return False  # opened meanwhile
+            try:
+                await self._io.metadata.close_stream(self._io.node, stream_id, epoch)
+            except (StreamFencedError, StreamNotFoundError) as exc:
+                # Another broker opened it at a higher epoch (or deleted it): possible only after a close of ours
+                # was applied, whose answer was lost. Its cached view is that old epoch's.
+                logger.info("node %d: recovered stream %d already moved on: %s", node, stream_id, exc)
                 self._io.forget(stream_id)
-                closed.append(stream_id)
-        return closed
+                return False
+            except NodeEpochExpiredError as exc:
+                # This incarnation is fenced (or lost the controller while stopping): no close of it will ever
+                # be accepted. The stream stays opened; the next start or a failover replay of the WAL closes it.
+                self.recovering.put_back(stream_id, epoch)
+                logger.error("node %d: recovered stream %d not closed, this node is fenced: %s", node, stream_id, exc)
+                return False
+            except Exception as exc:
+                self.recovering.put_back(stream_id, epoch)
+                return exc
+            except BaseException:
+                self.recovering.put_back(stream_id, epoch)
+                raise
+            # Its recovered tail is committed: another broker may open the stream and append past it, so
+            # the cached view of it must not answer a later open here (``open_stream`` forgets it too).
+            self._io.forget(stream_id)
+            return True
 
     async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
         """Closes the streams as ``close`` does each, with one call to the controller for all of them: a

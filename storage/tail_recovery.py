@@ -82,7 +82,8 @@ async def upload_recovered_tail(
 ) -> None:
     """Waits until every block submitted so far is committed (``drain``, called before anything else is appended:
     the recovered blocks, including any sealed early because the cache was full), then closes
-    (``close_recovered``) the recovering streams no partition reopened, so another broker may open them."""
+    (``close_recovered``) the recovering streams no partition reopened, so another broker may open them. Never
+    raises but on cancellation: it runs in the background, and shutdown awaits it."""
     started = time.monotonic()
     try:
         await drain()
@@ -92,7 +93,15 @@ async def upload_recovered_tail(
         # The records stay in the WAL (it is trimmed only behind committed blocks): the next start recovers them.
         logger.error("%s: upload of the recovered WAL tail failed: %s", who, exc)
         return
-    closed = await close_recovered()
+    try:
+        closed = await close_recovered()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        # Nothing awaits this task but shutdown and ``recovered_tail_uploaded``, which must not fail on it: the
+        # streams not closed stay recovering (an open here takes them over, shutdown closes them).
+        logger.exception("%s: closing the recovered streams no partition reopened failed", who)
+        return
     logger.info(
         "%s: recovered WAL tail committed %.2f s after recovery; closed %d streams no partition reopened",
         who,
