@@ -78,7 +78,22 @@ class StreamClientImpl:
             # recovered tail in the LogCache is committed under that epoch, without waiting for the upload.
             at = recovered if recovered is not None and recovered <= epoch else epoch
             try:
-                result = await self._io.metadata.open_stream(self._io.node, stream_id, at)
+                try:
+                    result = await self._io.metadata.open_stream(self._io.node, stream_id, at)
+                except StreamFencedError as exc:
+                    if recovered is None or at != recovered:
+                        raise
+                    # The controller moved the stream past its recovered epoch: its close was applied though its
+                    # answer was lost (``close_recovered`` put it back), and another broker has opened it since.
+                    # The take-over can never succeed now; what this node cached of it is that old epoch's.
+                    logger.info("node %d: recovered stream %d cannot be taken over at epoch %d (%s); opening it "
+                                "at epoch %d", self._io.node.node_id, stream_id, at, exc, epoch)
+                    recovered = None
+                    self._io.forget(stream_id)
+                    if at == epoch:
+                        raise
+                    at = epoch
+                    result = await self._io.metadata.open_stream(self._io.node, stream_id, at)
             except BaseException:
                 if recovered is not None:
                     self.recovering.put_back(stream_id, recovered)
