@@ -6,6 +6,8 @@ objects). One ``prepare_objects`` call reserves all the ids while the objects ar
 parallel, and the commit follows. Blocks are prepared and uploaded concurrently, but commits are strictly FIFO:
 block N+1 is never committed before block N, because each commit must start exactly at its streams' committed
 ends. After a commit the owner's ``on_committed`` callback trims the WAL and marks the block uploaded in the cache.
+A block that failed fails the blocks after it of its own lane only, the node's own LogCache's or a WAL replay's
+(they hold different streams): a dead node's failover refused for good does not stop the node's own uploads.
 Streams closing (a moved partition's) join the commit of the last block submitted while it is not sent yet
 (``close_with``): one controller call and one metadata commit carry their last records and their close.
 
@@ -134,6 +136,11 @@ class UploadPipeline:
         self._namespace = config.namespace
         self.stats = UploadStats()
         self._last: _Job | None = None
+        #: The last block of each lane: the node's own LogCache's (``_Job.joinable``), a WAL replay's (the rest).
+        #: A block fails with the failure of the block before it in its lane only: a dead node's replay refused
+        #: for good (its delegation withdrawn) must not fail this node's own uploads, hence its appends.
+        self._last_own: _Job | None = None
+        self._last_replay: _Job | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         # One block's objects are built and PUT at a time: the bytes of an object being uploaded are the only
@@ -161,18 +168,22 @@ class UploadPipeline:
         previous = self._last
         job = _Job(block.block_id, joinable=epochs is None and on_committed is None)
         self._last = job
-        task = asyncio.ensure_future(
-            self._run(job, previous, block, epochs, on_committed or self._on_committed, own_memory=own_memory)
-        )
+        if job.joinable:
+            lane_previous, self._last_own = self._last_own, job
+        else:
+            lane_previous, self._last_replay = self._last_replay, job
+        task = asyncio.ensure_future(self._run(
+            job, previous, block, epochs, on_committed or self._on_committed, lane_previous=lane_previous,
+            own_memory=own_memory,
+        ))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job.done
 
     async def drain(self) -> None:
-        """Waits until every submitted block is committed (raises if the last one was abandoned)."""
-        last = self._last
-        if last is not None:
-            await asyncio.shield(last.done)
+        """Waits until every submitted block is committed; raises if the last block of the node's own LogCache
+        failed or was abandoned (not a WAL replay's: the replay learns that from its block's future)."""
+        await self._wait_for_last(lambda job: job.done)
 
     def close_with(self, closes: list[StreamClose]) -> asyncio.Future[bool] | None:
         """Closes ``closes`` in the commit of the last block submitted, if it is this node's own upload and its
@@ -195,9 +206,16 @@ class UploadPipeline:
         """Waits until every submitted block is committed at the controller, not for what follows a commit (the
         WAL trim): a closing stream needs its records committed, not the WAL trimmed (a moved partition's
         producer waits for the close)."""
-        last = self._last
+        await self._wait_for_last(lambda job: job.committed)
+
+    async def _wait_for_last(self, stage: Callable[[_Job], asyncio.Future[None]]) -> None:
+        """Waits for ``stage`` of the last block submitted, whatever its lane, then raises the failure of the last
+        block of the node's own LogCache, if any."""
+        last, own = self._last, self._last_own
         if last is not None:
-            await asyncio.shield(last.committed)
+            await asyncio.wait((stage(last),))
+        if own is not None:
+            await asyncio.shield(stage(own))
 
     @property
     def pending(self) -> int:
@@ -221,10 +239,12 @@ class UploadPipeline:
         epochs: Mapping[int, int] | None,
         on_committed: Callable[[CacheBlock], Awaitable[None]],
         *,
+        lane_previous: _Job | None,
         own_memory: bool,
     ) -> None:
         try:
-            await self._upload_and_commit(job, previous, block, epochs, own_memory=own_memory)
+            await self._upload_and_commit(job, previous, block, epochs, lane_previous=lane_previous,
+                                          own_memory=own_memory)
             committed = time.perf_counter()
             job.committed.set_result(None)
             await on_committed(block)
@@ -256,7 +276,7 @@ class UploadPipeline:
 
     async def _upload_and_commit(
         self, job: _Job, previous: _Job | None, block: CacheBlock, epochs: Mapping[int, int] | None, *,
-        own_memory: bool,
+        lane_previous: _Job | None, own_memory: bool,
     ) -> None:
         started = time.perf_counter()
         plan = await offload(block.size, plan_block, block, self._config.stream_object_split_size)
@@ -280,7 +300,12 @@ class UploadPipeline:
                     preparing.cancel()
             uploaded = time.perf_counter()
             if previous is not None:
-                await asyncio.shield(previous.done)
+                # Commits go in submission order, but a block of the other lane holds other streams (a dead
+                # node's, or this node's own): its failure leaves no gap in this block's streams.
+                await asyncio.wait((previous.done,))
+            if lane_previous is not None:
+                # Its lane's block before it failed: committing this one would leave a gap in its streams.
+                await asyncio.shield(lane_previous.done)
             committing = time.perf_counter()
             if job.closes and request is not None:
                 request = dataclasses.replace(request, closes=tuple(job.closes))

@@ -439,3 +439,43 @@ async def test_a_dead_brokers_commit_landing_after_the_failover_read_its_streams
     assert ranges[0] == (0, 5) and ranges[1][0] == 5 and ranges[-1][1] == 20
     assert all(end == start for (_s, end), (start, _e) in itertools.pairwise(ranges))
     await live.shutdown()
+
+
+async def test_a_failover_upload_that_fails_does_not_fail_the_live_brokers_own_uploads(
+    cluster: _Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replayed blocks of a dead broker's v1 WAL go through the live broker's own upload queue. Their commit
+    is refused for good (the failover's delegation withdrawn, say): the failover fails, and runs again, but the live
+    broker's own uploads (and a wait for all uploads, as shutdown's and a restart's recovered tail's) and appends
+    carry on; they are not failed with the dead broker's error."""
+    dead, live = cluster.engine(1, wal_version=1), cluster.engine(2)
+    await dead.start()
+    await live.start()
+    dead_stream, _zombie, _payloads = await _write(dead, APPENDS)
+    await dead.halt()
+    assert await cluster.controller.fence_broker(1, cluster.epochs[1], session_expired=True)
+    own_id = await live.create_stream((("topic", "own"),))
+    own = await live.open_stream(own_id, epoch=1)
+    assert await own.append(b"before", 1) == 0
+    await live.force_upload(own_id)
+
+    metadata = cluster.controller.stream_metadata
+    real_commit = metadata.commit_stream_set_object
+
+    async def refuse_the_failovers(request: CommitStreamSetObjectRequest) -> None:
+        if any(r.stream_id == dead_stream for r in (*request.ranges, *request.stream_objects)):
+            raise StreamFencedError(f"injected: node 2 may no longer commit stream {dead_stream}")
+        await real_commit(request)
+
+    monkeypatch.setattr(metadata, "commit_stream_set_object", refuse_the_failovers)
+    runner = WALFailoverRunner(cluster.client, live,
+                               open_wal=lambda node, epoch: cluster.wal(node, epoch, failover=True, version=1))
+    with pytest.raises(StreamFencedError):
+        await asyncio.wait_for(runner.replay(cluster.controller.image.wal_failovers[1]), 30)
+
+    await asyncio.wait_for(live.force_upload(), 10)  # the last block is the replay's: waited for, not failed with
+    assert await asyncio.wait_for(own.append(b"after", 1), 10) == 1
+    await asyncio.wait_for(live.force_upload(own_id), 10)
+    assert (await metadata.get_streams([own_id]))[0].end_offset == 2
+    assert await asyncio.wait_for(own.append(b"and later", 1), 10) == 2
+    await live.shutdown()
