@@ -2,8 +2,9 @@
 
 The rows have the shape Spark's Kafka sink takes, so a job moves between ``format("kafka")`` and ``format("fjord")``
 by the format's name: ``value`` (string or binary, required), and optionally ``key`` (string or binary), ``topic``
-(string; the ``topic`` option wins over it), ``partition`` (int; otherwise the producer's partitioner picks one from
-the key) and ``headers`` (``array<struct<key:string,value:binary>>``). Other columns are ignored, as Spark's sink
+(string; the ``topic`` option wins over it), ``partition`` (int; otherwise murmur2 of the key picks one, as the
+Java producer's default partitioner does, and a null key a random one) and ``headers``
+(``array<struct<key:string,value:binary>>``). Other columns are ignored, as Spark's sink
 does. The schema is checked on the driver, before any task runs, and a mistake is one :class:`OptionError`.
 
 Each task produces its rows with its own confluent-kafka producer, idempotent (``enable.idempotence``,
@@ -31,6 +32,8 @@ __all__ = ["DeliveryError", "FjordBatchWriter", "FjordStreamWriter", "SinkSettin
 
 #: How long a task waits for its records to be acknowledged before it fails (librdkafka retries within it).
 DELIVERY_TIMEOUT_MS = 120_000
+#: librdkafka's partitioner that places a keyed record as the Java producer's default partitioner does.
+JAVA_PARTITIONER = "murmur2_random"
 _POLL_S = 0.5
 _UNASSIGNED = -1
 
@@ -86,6 +89,10 @@ def sink_settings(options: Mapping[str, str], schema: StructType) -> SinkSetting
         if name in params:
             raise OptionError(f"option 'kafka.{name}' is not supported: {why}")
     params.setdefault("delivery.timeout.ms", DELIVERY_TIMEOUT_MS)
+    # Spark's Kafka sink produces with the Java producer, which puts a keyed record in murmur2(key) % partitions;
+    # librdkafka's own default (consistent_random, CRC32) would put the same key elsewhere, so a topic written by
+    # both (or read by a job that relies on key -> partition) would disagree. NULL keys go to a random partition.
+    params.setdefault("partitioner", JAVA_PARTITIONER)
     params.update({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
 
     fields = {field.name.lower(): (index, field.dataType) for index, field in enumerate(schema.fields)}

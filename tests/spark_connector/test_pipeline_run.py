@@ -212,6 +212,48 @@ def test_fjord_sink_batch_write(spark: SparkSession, kafka: BrokerProcess) -> No
     assert consume_all(kafka.bootstrap, second, 1) == [(0, None, b"v3", None)]
 
 
+def java_murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (32-bit, seed 0x9747b28c), written out here so the test does not trust librdkafka."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(data)) & mask
+    whole = len(data) // 4 * 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = data[whole:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def test_fjord_sink_partitions_keys_as_the_java_producer(spark: SparkSession, kafka: BrokerProcess) -> None:
+    # Kafka's UtilsTest.testMurmur2 values.
+    assert java_murmur2(b"21") == -973932308
+    assert java_murmur2(b"foobar") == -790332482
+    assert java_murmur2(b"a-little-bit-long-string") == -985981536
+    topic = new_topic(kafka.bootstrap, 5)
+    keys = [f"customer-{n}" for n in range(40)]
+    frame = spark.createDataFrame([(key, f"v-{key}") for key in keys], "key string, value string")
+    frame.write.format("fjord").mode("append").option("kafka.bootstrap.servers", kafka.bootstrap).option(
+        "topic", topic
+    ).save()
+    landed = {key.decode(): partition for partition, key, _value, _headers in consume_all(kafka.bootstrap, topic, 5)
+              if key is not None}
+    # Utils.toPositive(murmur2(key)) % numPartitions, the Java producer's (and so Spark's Kafka sink's) choice.
+    assert landed == {key: (java_murmur2(key.encode()) & 0x7FFFFFFF) % 5 for key in keys}
+
+
 def test_fjord_sink_errors(spark: SparkSession, kafka: BrokerProcess) -> None:
     writer = (
         spark.createDataFrame([("k", "v")], "key string, payload string")
