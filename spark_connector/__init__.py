@@ -1,4 +1,5 @@
-"""Spark pipelines over Fjord: the ``fjord`` PySpark data source (Spark's Python Data Source API, Spark >= 4.0).
+"""Spark pipelines over Fjord: the ``fjord`` PySpark data source (Spark's Python Data Source API, Spark >= 4.2:
+the stream reader takes read limits, ``latestOffset(start, limit)``, from ``pyspark.sql.streaming.datasource``).
 
 ``register(spark)`` makes ``format("fjord")`` available on a session, for ``spark.read`` and ``spark.readStream``,
 with the options and output schema of Spark's Kafka source. It is pure Python: nothing is added to the classpath.
