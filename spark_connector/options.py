@@ -89,8 +89,9 @@ Subscription = Subscribe | SubscribePattern | Assign
 @dataclass(frozen=True)
 class FjordOptions:
     """Every option of one ``fjord`` read, typed. ``starting``/``ending`` are ``"earliest"``, ``"latest"`` or a
-    per-partition map (Spark's JSON, ``-2``/``-1`` markers kept); ``starting_by_timestamp`` wins over ``starting``
-    when set, as in Spark."""
+    per-partition map (Spark's JSON, ``-2``/``-1`` markers kept); ``starting_timestamp`` wins over
+    ``starting_by_timestamp``, which wins over ``starting``, as in Spark, and likewise ``ending_timestamp`` and
+    ``ending_by_timestamp`` over ``ending`` (batch reads only)."""
 
     bootstrap_servers: str
     subscription: Subscription
@@ -99,6 +100,8 @@ class FjordOptions:
     starting_by_timestamp: dict[TopicPartition, int] | None = None
     starting_timestamp: int | None = None
     by_timestamp_strategy: str = "error"
+    ending_by_timestamp: dict[TopicPartition, int] | None = None
+    ending_timestamp: int | None = None
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
     include_headers: bool = False
@@ -131,18 +134,25 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
         raise OptionError("option 'startingOffsets': 'latest' (or -1) is not allowed for batch queries")
     if streaming and "endingoffsets" in opts:
         raise OptionError("option 'endingOffsets' is not valid in streaming queries")
+    # Spark refuses endingOffsetsByTimestamp in a stream with these words; endingTimestamp, which Spark's stream
+    # passes over without a word, is refused alike rather than ignored: a stream has no end to give it.
+    for key, name in (("endingoffsetsbytimestamp", "endingOffsetsByTimestamp"), ("endingtimestamp", "endingTimestamp")):
+        if streaming and key in opts:
+            raise OptionError(f"option '{name}': ending timestamp not valid in streaming queries")
     ending = _offsets_option(opts, "endingoffsets", "endingOffsets", "latest")
     if ending == "earliest" or (isinstance(ending, dict) and EARLIEST in ending.values()):
         raise OptionError("option 'endingOffsets': 'earliest' (or -2) is not allowed")
 
-    by_timestamp = None
-    if "startingoffsetsbytimestamp" in opts:
-        by_timestamp = _partition_json(opts["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp")
-        if any(ts < 0 for ts in by_timestamp.values()):
-            raise OptionError("option 'startingOffsetsByTimestamp': timestamps must be milliseconds >= 0")
+    by_timestamp = _timestamps_option(opts, "startingoffsetsbytimestamp", "startingOffsetsByTimestamp")
     starting_timestamp = None
     if "startingtimestamp" in opts:
         starting_timestamp = _non_negative_int(opts, "startingtimestamp", "startingTimestamp")
+    ending_by_timestamp = _timestamps_option(opts, "endingoffsetsbytimestamp", "endingOffsetsByTimestamp")
+    ending_timestamp = None
+    if "endingtimestamp" in opts:
+        ending_timestamp = _non_negative_int(opts, "endingtimestamp", "endingTimestamp")
+    if starting_timestamp is None and ending_timestamp is None:
+        _check_timestamp_bounds(by_timestamp, ending_by_timestamp)
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
     if strategy not in ("error", "latest"):
         raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}")
@@ -156,6 +166,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
         starting_by_timestamp=by_timestamp,
         starting_timestamp=starting_timestamp,
         by_timestamp_strategy=strategy,
+        ending_by_timestamp=ending_by_timestamp,
+        ending_timestamp=ending_timestamp,
         max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
         include_headers=_boolean(opts, "includeheaders", "includeHeaders", False),
@@ -256,6 +268,31 @@ def _partition_json(text: str, name: str) -> dict[TopicPartition, int]:
                                   f"number mapping to an integer, got {number!r}")
             result[(topic, int(partition))] = number
     return result
+
+
+def _timestamps_option(opts: Mapping[str, str], key: str, name: str) -> dict[TopicPartition, int] | None:
+    """``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``: per-partition milliseconds since the epoch."""
+    if key not in opts:
+        return None
+    timestamps = _partition_json(opts[key], name)
+    if any(ts < 0 for ts in timestamps.values()):
+        raise OptionError(f"option '{name}': timestamps must be milliseconds >= 0")
+    return timestamps
+
+
+def _check_timestamp_bounds(start: Mapping[TopicPartition, int] | None,
+                            end: Mapping[TopicPartition, int] | None) -> None:
+    """Both per-partition timestamp maps given (and not overridden by a global timestamp): they must name the same
+    partitions, and no start may be after its end, as Spark's checkOffsetLimitValidity refuses before any lookup."""
+    if start is None or end is None:
+        return
+    if set(start) != set(end):
+        raise OptionError("options 'startingOffsetsByTimestamp' and 'endingOffsetsByTimestamp' must name the same "
+                          f"partitions, got {sorted(start)} and {sorted(end)}")
+    for tp in sorted(start):
+        if start[tp] > end[tp]:
+            raise OptionError(f"option 'startingOffsetsByTimestamp': the starting timestamp {start[tp]} of "
+                              f"{tp[0]}-{tp[1]} is after its ending timestamp {end[tp]} in 'endingOffsetsByTimestamp'")
 
 
 def _positive_int(opts: Mapping[str, str], key: str, name: str) -> int | None:

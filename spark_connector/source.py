@@ -106,6 +106,23 @@ def starting_offsets(options: FjordOptions, lookup: OffsetLookup, partitions: li
     return resolve_offsets(options.starting, partitions, earliest, latest, option="startingOffsets")
 
 
+def ending_offsets(options: FjordOptions, lookup: OffsetLookup, partitions: list[tuple[str, int]],
+                   earliest: OffsetMap, latest: OffsetMap) -> OffsetMap:
+    """Where a batch read ends: ``endingTimestamp`` wins over ``endingOffsetsByTimestamp``, which wins over
+    ``endingOffsets`` (Spark's precedence). A timestamp ends a partition before its first record at or after that
+    time; a partition with no record that recent ends at its latest offset, whatever
+    ``startingOffsetsByTimestampStrategy`` says (Spark's readTimestampOffsets for ending offsets)."""
+    if options.ending_timestamp is not None:
+        found = lookup.for_timestamps({tp: options.ending_timestamp for tp in partitions})
+        return resolve_timestamp_offsets(found, latest, strategy="latest")
+    if options.ending_by_timestamp is not None:
+        timestamps = resolve_offsets(options.ending_by_timestamp, partitions, earliest, latest,
+                                     option="endingOffsetsByTimestamp")
+        found = lookup.for_timestamps(timestamps)
+        return resolve_timestamp_offsets(found, latest, strategy="latest")
+    return resolve_offsets(options.ending, partitions, earliest, latest, option="endingOffsets")
+
+
 def direct_settings(options: FjordOptions) -> DirectSettings | None:
     """The direct path's settings when this read may use it: a bucket is given and the broker path is not forced."""
     if options.object_store is None or options.read_path == READ_BROKER:
@@ -181,7 +198,7 @@ def _read(settings: ReadSettings, direct: DirectSettings | None,
 
 class FjordBatchReader(DataSourceReader):
     """A batch read: the offsets between ``startingOffsets`` (default earliest) and ``endingOffsets`` (default
-    latest) as they are when the query is planned."""
+    latest), or those the by-timestamp options resolve to, as they are when the query is planned."""
 
     def __init__(self, options: FjordOptions) -> None:
         self._options = options
@@ -193,7 +210,7 @@ class FjordBatchReader(DataSourceReader):
         partitions = lookup.partitions()
         earliest, latest = lookup.earliest(partitions), lookup.latest(partitions)
         start = starting_offsets(self._options, lookup, partitions, earliest, latest)
-        end = resolve_offsets(self._options.ending, partitions, earliest, latest, option="endingOffsets")
+        end = ending_offsets(self._options, lookup, partitions, earliest, latest)
         check_batch_bounds(start, end)
         return _tasks(self._options, lookup, plan_ranges(start, end, self._options.min_partitions))
 

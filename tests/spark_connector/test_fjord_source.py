@@ -168,6 +168,25 @@ def test_starting_offsets_by_timestamp(spark: SparkSession, kafka: BrokerProcess
     assert rows(read(spark, kafka.bootstrap, topic, startingTimestamp=str(cut))) == expected
 
 
+def test_ending_offsets_by_timestamp(spark: SparkSession, kafka: BrokerProcess) -> None:
+    topic = new_topic(kafka.bootstrap)
+    base = 1_700_000_000_000
+    produce(kafka.bootstrap, topic, 90, timestamp=base)
+    cut = base + 45_500
+    everything = without_headers(consume(kafka.bootstrap, topic))
+    expected = [r for r in everything if r[5] < cut]
+    assert len(expected) == 46
+    by_partition = ", ".join(f'"{p}": {cut}' for p in range(3))
+    assert rows(read(spark, kafka.bootstrap, topic, endingOffsetsByTimestamp=f'{{"{topic}": {{{by_partition}}}}}')) \
+        == expected
+    assert rows(read(spark, kafka.bootstrap, topic, endingTimestamp=str(cut))) == expected
+    # endingTimestamp wins over endingOffsets; a window between two timestamps reads what lies between them.
+    assert rows(read(spark, kafka.bootstrap, topic, endingTimestamp=str(cut), endingOffsets="latest",
+                     startingTimestamp=str(base + 30_000))) == [r for r in expected if r[5] >= base + 30_000]
+    # No record that recent: the partition ends at its latest offset, as Spark ends it.
+    assert rows(read(spark, kafka.bootstrap, topic, endingTimestamp=str(base + 10**9))) == everything
+
+
 def test_headers(spark: SparkSession, kafka: BrokerProcess) -> None:
     topic = new_topic(kafka.bootstrap, 2)
     produce(kafka.bootstrap, topic, 40, partitions=2, headers=[("h1", b"one"), ("empty", None), ("h1", b"again")])

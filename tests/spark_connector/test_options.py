@@ -57,6 +57,10 @@ def test_per_partition_json_with_markers() -> None:
     assert options.ending == {("a", 0): 9, ("a", 1): LATEST}
     by_time = parse_options({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": 1000}}'}, streaming=True)
     assert by_time.starting_by_timestamp == {("a", 0): 1000}
+    ending = parse_options({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": 1000}}',
+                            "endingOffsetsByTimestamp": '{"a": {"0": 2000}}', "endingTimestamp": "3000"},
+                           streaming=False)
+    assert (ending.ending_by_timestamp, ending.ending_timestamp) == ({("a", 0): 2000}, 3000)
 
 
 @pytest.mark.parametrize(("options", "streaming", "names"), [
@@ -76,6 +80,15 @@ def test_per_partition_json_with_markers() -> None:
     ({**BASE, "includeHeaders": "yes"}, False, "includeHeaders"),
     ({**BASE, "failOnDataLoss": "1"}, False, "failOnDataLoss"),
     ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": -5}}'}, False, "startingOffsetsByTimestamp"),
+    ({**BASE, "endingOffsetsByTimestamp": '{"a": {"0": 5}}'}, True,
+     "'endingOffsetsByTimestamp': ending timestamp not valid in streaming queries"),
+    ({**BASE, "endingTimestamp": "5"}, True, "'endingTimestamp': ending timestamp not valid in streaming queries"),
+    ({**BASE, "endingTimestamp": "soon"}, False, "endingTimestamp"),
+    ({**BASE, "endingOffsetsByTimestamp": '{"a": {"0": -5}}'}, False, "endingOffsetsByTimestamp"),
+    ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": 9}}', "endingOffsetsByTimestamp": '{"a": {"0": 5}}'},
+     False, "starting timestamp 9 of a-0 is after its ending timestamp 5"),
+    ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": 1}}', "endingOffsetsByTimestamp": '{"a": {"1": 5}}'},
+     False, "must name the same partitions"),
     ({**BASE, "kafka.auto.offset.reset": "earliest"}, False, "kafka.auto.offset.reset"),
     ({**BASE, "kafka.enable.auto.commit": "true"}, False, "kafka.enable.auto.commit"),
 ])
