@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import StructType
 
+from spark_connector.options import OptionError
 from spark_connector.session_setup import AnySession, prepare
 from spark_connector.sink import FjordBatchWriter, FjordStreamWriter, sink_settings
 from spark_connector.source import FjordDataSource
@@ -16,10 +17,18 @@ __all__ = ["FjordFormat", "register"]
 
 
 class FjordFormat(FjordDataSource):
-    """``format("fjord")`` for reading (see ``source``) and writing (see ``sink``). A write always appends:
-    ``overwrite`` has no meaning for a topic, as with Spark's Kafka sink."""
+    """``format("fjord")`` for reading (see ``source``) and writing (see ``sink``). A write always appends: a topic
+    cannot be overwritten, so a batch ``mode("overwrite")`` is refused, as Spark's Kafka sink refuses it, rather than
+    appending behind the user's back (``ignore`` and the default ``errorifexists`` Spark refuses itself for every
+    Python data source). A streaming query in complete mode also asks to overwrite; Spark's Kafka sink takes it
+    (its truncate is a no-op) and appends each result, and so does this one."""
 
     def writer(self, schema: StructType, overwrite: bool) -> FjordBatchWriter:
+        if overwrite:
+            raise OptionError(
+                'save mode Overwrite not allowed for the fjord format, as for Kafka: a topic is only appended to; '
+                'use mode("append")'
+            )
         return FjordBatchWriter(sink_settings(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> FjordStreamWriter:

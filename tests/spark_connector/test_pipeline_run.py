@@ -273,6 +273,12 @@ def test_fjord_sink_errors(spark: SparkSession, kafka: BrokerProcess) -> None:
 
     with pytest.raises(Exception, match="the topic to write to is missing"):
         write()
+    unwritten = new_topic(kafka.bootstrap, 1)
+    with pytest.raises(Exception, match=r"save mode Overwrite not allowed for the fjord format.*mode\(\"append\"\)"):
+        values.write.format("fjord").mode("overwrite").option("kafka.bootstrap.servers", kafka.bootstrap).option(
+            "topic", unwritten
+        ).save()
+    assert consume_all(kafka.bootstrap, unwritten, 1) == []
     with pytest.raises(Exception, match=r"option 'kafka\.acks' is not supported"):
         write(topic="t", **{"kafka.acks": "1"})
     topic = new_topic(kafka.bootstrap, 1)
