@@ -3,7 +3,8 @@ the stream reader takes read limits, ``latestOffset(start, limit)``, from ``pysp
 
 ``register(spark)`` makes ``format("fjord")`` available on a session, for ``spark.read`` and ``spark.readStream``,
 with the options and output schema of Spark's Kafka source. It is pure Python: nothing is added to the classpath.
-The modules are ``options`` (parsing), ``offset_lookup`` (asking the cluster), ``offsets`` (planning ranges),
+The modules are ``options`` (parsing; ``kafka_settings`` checks and translates the ``kafka.*`` client settings
+for the source and the sink), ``offset_lookup`` (asking the cluster), ``offsets`` (planning ranges),
 ``source`` (the Spark classes), ``kafka_reader`` (a range through the Kafka protocol) and, for the direct path that
 reads uploaded data straight from object storage, ``storage_lookup`` (locating it on the driver), ``direct_plan``
 (the split, no I/O) and ``direct_reader`` (reading it on executors). ``sink``

@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from spark_connector.errors import OptionError
+from spark_connector.kafka_settings import kafka_client_params
 from storage.config import ConfigError, parse_bucket_url
 
 __all__ = [
@@ -53,10 +55,6 @@ _OWNED_KAFKA_PARAMS = {
     "value.deserializer": "values are always returned as binary",
     "enable.partition.eof": "the source needs partition EOF events to end a range early",
 }
-
-
-class OptionError(ValueError):
-    """An option of the ``fjord`` source is missing, unknown in its value, or contradicts another."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +105,7 @@ class FjordOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
-    #: The ``kafka.*`` options without their prefix, passed to the Kafka client as they are.
+    #: The ``kafka.*`` options without their prefix, Java settings translated (``kafka_settings``), checked.
     kafka_params: dict[str, str] = field(default_factory=dict)
     #: ``fjord.read``: ``auto`` (direct when ``fjord.object.store`` is set), ``direct`` or ``broker``.
     read_path: str = READ_AUTO
@@ -121,11 +119,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if not bootstrap:
         raise OptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
-    kafka_params = {key[len("kafka."):]: value for key, value in opts.items()
-                    if key.startswith("kafka.") and key != "kafka.bootstrap.servers"}
-    for name, why in _OWNED_KAFKA_PARAMS.items():
-        if name in kafka_params:
-            raise OptionError(f"option 'kafka.{name}' is not supported: {why}")
+    kafka_params = kafka_client_params(opts, consumer=True, owned=_OWNED_KAFKA_PARAMS, enforced={})
 
     subscription = _subscription(opts)
     default_start = "latest" if streaming else "earliest"

@@ -26,6 +26,7 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, DataType, IntegerType, StringType, StructType
 
+from spark_connector.kafka_settings import kafka_client_params
 from spark_connector.options import OptionError
 
 __all__ = ["DeliveryError", "FjordBatchWriter", "FjordStreamWriter", "SinkSettings", "sink_settings"]
@@ -44,6 +45,9 @@ _OWNED_PRODUCER_PARAMS = {
     "key.serializer": "keys are written as the bytes of the key column",
     "value.serializer": "values are written as the bytes of the value column",
 }
+
+#: What the sink sets over the user's settings, whatever they say.
+_ENFORCED_PRODUCER_PARAMS: dict[str, str | int | float | bool] = {"enable.idempotence": True, "acks": "all"}
 
 _BYTES_TYPES = (StringType, BinaryType)
 _HEADERS_TYPE = "array<struct<key:string,value:binary>>"
@@ -80,20 +84,15 @@ def sink_settings(options: Mapping[str, str], schema: StructType) -> SinkSetting
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if not bootstrap:
         raise OptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
-    params: dict[str, str | int | float | bool] = {
-        key[len("kafka.") :]: value
-        for key, value in opts.items()
-        if key.startswith("kafka.") and key != "kafka.bootstrap.servers"
-    }
-    for name, why in _OWNED_PRODUCER_PARAMS.items():
-        if name in params:
-            raise OptionError(f"option 'kafka.{name}' is not supported: {why}")
+    params: dict[str, str | int | float | bool] = dict(
+        kafka_client_params(opts, consumer=False, owned=_OWNED_PRODUCER_PARAMS, enforced=_ENFORCED_PRODUCER_PARAMS)
+    )
     params.setdefault("delivery.timeout.ms", DELIVERY_TIMEOUT_MS)
     # Spark's Kafka sink produces with the Java producer, which puts a keyed record in murmur2(key) % partitions;
     # librdkafka's own default (consistent_random, CRC32) would put the same key elsewhere, so a topic written by
     # both (or read by a job that relies on key -> partition) would disagree. NULL keys go to a random partition.
     params.setdefault("partitioner", JAVA_PARTITIONER)
-    params.update({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    params.update({"bootstrap.servers": bootstrap, **_ENFORCED_PRODUCER_PARAMS})
 
     fields = {field.name.lower(): (index, field.dataType) for index, field in enumerate(schema.fields)}
     topic = opts.get("topic", "").strip() or None

@@ -4,6 +4,7 @@ option for each mistake."""
 from __future__ import annotations
 
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_connector.options import (
     EARLIEST,
@@ -16,6 +17,7 @@ from spark_connector.options import (
     parse_options,
     read_uncommitted,
 )
+from spark_connector.sink import sink_settings
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a, b"}
 
@@ -61,6 +63,52 @@ def test_per_partition_json_with_markers() -> None:
                             "endingOffsetsByTimestamp": '{"a": {"0": 2000}}', "endingTimestamp": "3000"},
                            streaming=False)
     assert (ending.ending_by_timestamp, ending.ending_timestamp) == ({("a", 0): 2000}, 3000)
+
+
+JAAS = 'org.apache.kafka.common.security.{}LoginModule required username="app" password="s3 \\"cr\\"et";'
+
+
+def test_java_client_settings_are_translated_for_librdkafka() -> None:
+    options = parse_options({**BASE, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                             "kafka.sasl.jaas.config": JAAS.format("scram.Scram"),
+                             "kafka.ssl.endpoint.identification.algorithm": "",
+                             "kafka.fetch.max.wait.ms": "200", "kafka.max.request.size": "2000000"}, streaming=True)
+    assert options.kafka_params == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                                    "sasl.username": "app", "sasl.password": 's3 "cr"et',
+                                    "ssl.endpoint.identification.algorithm": "none", "fetch.wait.max.ms": "200",
+                                    "message.max.bytes": "2000000"}
+    plain = {"kafka.bootstrap.servers": "h:1", "topic": "t", "kafka.sasl.mechanism": "PLAIN",
+             "kafka.security.protocol": "SASL_PLAINTEXT",
+             "kafka.sasl.jaas.config": JAAS.format("kafkashaded.org.apache.kafka.common.security.plain.Plain"
+                                                   .removeprefix("org.apache.kafka.common.security."))}
+    producer = sink_settings(plain, StructType([StructField("value", StringType())])).producer_config
+    assert (producer["sasl.username"], producer["sasl.password"]) == ("app", 's3 "cr"et')
+    assert "sasl.jaas.config" not in producer
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"kafka.ssl.truststore.location": "/etc/ca.jks"},
+     "option 'kafka.ssl.truststore.location' is not a setting of the Kafka client here (librdkafka, not Java's): "
+     "librdkafka reads CA certificates as PEM: give 'kafka.ssl.ca.location'"),
+    ({"kafka.default.api.timeout.ms": "60000"}, "option 'kafka.default.api.timeout.ms' is not a setting"),
+    ({"kafka.buffer.memory": "1000000"}, "kafka.queue.buffering.max.kbytes"),
+    ({"kafka.security.protocol": "FOO"}, "option 'kafka.security.protocol' is refused by the Kafka client"),
+    ({"kafka.linger.ms": "soon"}, "option 'kafka.linger.ms' is refused by the Kafka client"),
+    ({"kafka.sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;"},
+     "option 'kafka.sasl.jaas.config': only Kafka's PlainLoginModule and ScramLoginModule"),
+    ({"kafka.sasl.jaas.config": JAAS.format("plain.Plain"), "kafka.sasl.username": "other"},
+     "'kafka.sasl.jaas.config' and 'kafka.sasl.username'"),
+    ({"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN"},
+     "the 'kafka.*' options are refused by the Kafka client (librdkafka): sasl.username and sasl.password must be set"),
+])
+def test_settings_librdkafka_refuses_are_option_errors(options: dict[str, str], message: str) -> None:
+    """Checked on the driver for the source and the sink alike, before any client connects or task runs."""
+    with pytest.raises(OptionError) as error:
+        parse_options({**BASE, **options}, streaming=False)
+    assert message in str(error.value)
+    with pytest.raises(OptionError) as error:
+        sink_settings({**BASE, "topic": "t", **options}, StructType([StructField("value", StringType())]))
+    assert message in str(error.value)
 
 
 @pytest.mark.parametrize(("options", "streaming", "names"), [

@@ -281,6 +281,9 @@ def test_fjord_sink_errors(spark: SparkSession, kafka: BrokerProcess) -> None:
     assert consume_all(kafka.bootstrap, unwritten, 1) == []
     with pytest.raises(Exception, match=r"option 'kafka\.acks' is not supported"):
         write(topic="t", **{"kafka.acks": "1"})
+    # A Java client setting librdkafka does not know stops the write on the driver, naming the option.
+    with pytest.raises(Exception, match=r"option 'kafka\.buffer\.memory' is not a setting of the Kafka client here"):
+        write(topic="t", **{"kafka.buffer.memory": "1000000"})
     topic = new_topic(kafka.bootstrap, 1)
     beyond = spark.createDataFrame([("v", 5)], "value string, partition int")
     with pytest.raises(Exception, match=f"could not deliver a record to {topic}-5: "):
