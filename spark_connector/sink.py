@@ -38,12 +38,17 @@ JAVA_PARTITIONER = "murmur2_random"
 _POLL_S = 0.5
 _UNASSIGNED = -1
 
-# Producer settings the sink owns: changing them would give up the idempotent, fully acknowledged writes.
+# Producer settings the sink owns, as Spark's Kafka sink owns the serializers.
 _OWNED_PRODUCER_PARAMS = {
-    "enable.idempotence": "the sink always produces idempotently",
-    "acks": "the sink always waits for acks=all",
     "key.serializer": "keys are written as the bytes of the key column",
     "value.serializer": "values are written as the bytes of the value column",
+}
+
+# Settings the sink enforces: a job may still say them (Java's spelling, any case), as a Spark Kafka job often
+# does, but a weaker value would give up the idempotent, fully acknowledged writes, so it is refused.
+_ENFORCED_VALUES = {
+    "enable.idempotence": (("true",), "the sink always produces idempotently"),
+    "acks": (("all", "-1"), "the sink always waits for acks=all"),
 }
 
 #: What the sink sets over the user's settings, whatever they say.
@@ -84,6 +89,10 @@ def sink_settings(options: Mapping[str, str], schema: StructType) -> SinkSetting
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if not bootstrap:
         raise OptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
+    for name, (accepted, why) in _ENFORCED_VALUES.items():
+        given = opts.get(f"kafka.{name}")
+        if given is not None and given.strip().lower() not in accepted:
+            raise OptionError(f"option 'kafka.{name}' is not supported with the value {given!r}: {why}")
     params: dict[str, str | int | float | bool] = dict(
         kafka_client_params(opts, consumer=False, owned=_OWNED_PRODUCER_PARAMS, enforced=_ENFORCED_PRODUCER_PARAMS)
     )

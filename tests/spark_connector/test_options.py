@@ -86,6 +86,17 @@ def test_java_client_settings_are_translated_for_librdkafka() -> None:
     assert "sasl.jaas.config" not in producer
 
 
+def test_sink_takes_the_acks_and_idempotence_it_enforces() -> None:
+    value = StructType([StructField("value", StringType())])
+    for acks, idempotence in (("all", "true"), ("-1", "TRUE"), ("ALL", "True")):
+        producer = sink_settings({**BASE, "topic": "t", "kafka.acks": acks, "kafka.enable.idempotence": idempotence},
+                                 value).producer_config
+        assert (producer["acks"], producer["enable.idempotence"]) == ("all", True)
+    for weaker in ({"kafka.acks": "1"}, {"kafka.acks": "0"}, {"kafka.enable.idempotence": "false"}):
+        with pytest.raises(OptionError, match=rf"option '{next(iter(weaker))}' is not supported"):
+            sink_settings({**BASE, "topic": "t", **weaker}, value)
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"kafka.ssl.truststore.location": "/etc/ca.jks"},
      "option 'kafka.ssl.truststore.location' is not a setting of the Kafka client here (librdkafka, not Java's): "

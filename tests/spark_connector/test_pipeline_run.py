@@ -204,7 +204,10 @@ def test_fjord_sink_batch_write(spark: SparkSession, kafka: BrokerProcess) -> No
         ],
         "topic string, key string, value binary, partition int, headers array<struct<key:string,value:binary>>",
     )
-    rows.write.format("fjord").option("kafka.bootstrap.servers", kafka.bootstrap).mode("append").save()
+    # A job may say the acks and idempotence the sink enforces anyway, as Spark's Kafka sink lets it.
+    rows.write.format("fjord").option("kafka.bootstrap.servers", kafka.bootstrap).option("kafka.acks", "all").option(
+        "kafka.enable.idempotence", "true"
+    ).mode("append").save()
     assert sorted(consume_all(kafka.bootstrap, first, 2), key=repr) == [
         (0, b"k2", None, None),
         (1, b"k1", b"v1", [("h", b"x"), ("h", None)]),
