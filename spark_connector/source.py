@@ -7,8 +7,9 @@ through the broker (``kafka_reader``); a compacted topic's cleaned prefix is rea
 read ends at the LSO (ListOffsets with isolation level 1) and drops aborted transactions on the direct path too. The
 stream's offset, the one Spark checkpoints, is the next offset to read in every partition (Spark's Kafka JSON
 shape), so a restarted query resumes exactly where the last committed batch ended.
-Partitions that appear while a query runs are read from their earliest offset; partitions that disappear, or whose
-offsets went backwards, are data loss (an error, or skipped with ``failOnDataLoss=false``).
+Partitions that appear while a query runs are read from their earliest offset; one whose earliest offset is not 0,
+partitions that disappear, or whose offsets went backwards, are data loss (an error, or logged and skipped with
+``failOnDataLoss=false``), as Spark's Kafka source reports them.
 """
 
 from __future__ import annotations
@@ -273,7 +274,13 @@ class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, until = from_stream_offset(start), from_stream_offset(end)
         new = [tp for tp in until if tp not in begin]
         if new:
-            begin.update(self._lookup().earliest(new))
+            added = self._lookup().earliest(new)
+            # A partition added since the last batch should start at 0; a later start means records were deleted
+            # (retention, DeleteRecords) before the query saw them (Spark's getOffsetRangesFromResolvedOffsets).
+            for tp, offset in sorted(added.items()):
+                if offset != 0:
+                    self._data_loss(f"added partition {tp[0]}-{tp[1]} starts from {offset} instead of 0")
+            begin.update(added)
         for tp in sorted(until):
             if until[tp] < begin[tp]:
                 self._data_loss(f"the offset of {tp[0]}-{tp[1]} went back from {begin[tp]} to {until[tp]}")
@@ -284,5 +291,7 @@ class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self._settings, self._direct, partition)
 
     def _data_loss(self, message: str) -> None:
+        """Spark's reportDataLoss: fails the query with ``failOnDataLoss``, else logs the loss and goes on."""
         if self._options.fail_on_data_loss:
             raise DataLossError(data_loss_message(message))
+        logger.warning("%s; some data may have been lost (failOnDataLoss=false, going on)", message)

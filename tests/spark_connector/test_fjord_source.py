@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 
 from testkit.node_process import BrokerProcess, start_broker
@@ -218,6 +218,40 @@ def test_fail_on_data_loss_after_delete_records(spark: SparkSession, kafka: Brok
     assert [r[2] for r in skipped] == list(range(40, 100))
     assert skipped == expected
     assert rows(read(spark, kafka.bootstrap, topic)) == expected
+
+
+def test_partition_added_mid_stream_starting_after_0_is_data_loss(spark: SparkSession, kafka: BrokerProcess,
+                                                                   tmp_path: Path) -> None:
+    topic = new_topic(kafka.bootstrap, 1)
+    produce(kafka.bootstrap, topic, 5, partitions=1)
+
+    def run_available_now(name: str, **options: str) -> tuple[BaseException | None, list[Record]]:
+        stream = (spark.readStream.format("fjord").option("kafka.bootstrap.servers", kafka.bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest").options(**options).load())
+        query = (stream.writeStream.format("parquet").option("path", str(tmp_path / name))
+                 .option("checkpointLocation", str(tmp_path / f"{name}-checkpoint")).trigger(availableNow=True)
+                 .start())
+        try:
+            query.awaitTermination(120)
+        except Exception as exc:  # the query's failure, raised again here
+            return exc, []
+        return query.exception(), rows(spark.read.parquet(str(tmp_path / name)))
+
+    assert run_available_now("fail")[0] is None
+    assert run_available_now("skip", failOnDataLoss="false")[0] is None
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(timeout=30)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    for i in range(6):
+        producer.produce(topic, value=f"new-{i}".encode(), partition=1)
+    assert producer.flush(30) == 0
+    deleted = admin.delete_records([TopicPartition(topic, 1, 4)], operation_timeout=10)
+    assert next(iter(deleted.values())).result(timeout=15).low_watermark == 4
+    error, _ = run_available_now("fail")
+    assert error is not None and f"added partition {topic}-1 starts from 4 instead of 0" in str(error)
+    error, read = run_available_now("skip", failOnDataLoss="false")
+    assert error is None
+    assert [(r[1], r[2]) for r in read] == [(0, n) for n in range(5)] + [(1, 4), (1, 5)]
 
 
 def test_stream_available_now_resumes_from_its_checkpoint(spark: SparkSession, kafka: BrokerProcess,
