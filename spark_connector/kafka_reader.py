@@ -58,10 +58,12 @@ class ReadSettings:
     include_headers: bool
     fail_on_data_loss: bool
     poll_timeout_ms: int
+    #: ``kafka.group.id``, else Spark's ``<groupIdPrefix>-<uuid>-executor`` (``options.FjordOptions``).
+    group_id: str = "spark-kafka-source-executor"
 
     def consumer_config(self) -> dict[str, str | int | float | bool]:
         config = dict(self.client_config)
-        config.setdefault("group.id", "fjord-spark-source")
+        config["group.id"] = self.group_id
         config.update({
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

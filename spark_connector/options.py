@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -45,6 +46,10 @@ LATEST = -1
 TopicPartition = tuple[str, int]
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+
+#: Spark's default ``groupIdPrefix`` for a streaming query and for a batch read (KafkaSourceProvider).
+STREAM_GROUP_PREFIX = "spark-kafka-source"
+BATCH_GROUP_PREFIX = "spark-kafka-relation"
 
 # Consumer settings the source owns: letting a user set them would change which records a range returns (Spark's
 # Kafka source refuses the same ones).
@@ -111,6 +116,10 @@ class FjordOptions:
     read_path: str = READ_AUTO
     #: ``fjord.object.store``: the cluster's ``s3.data.buckets`` URL, which executors read uploaded data from.
     object_store: str | None = None
+    #: The group id the executors' consumers carry (they never join it: ``assign`` only, no commits): the user's
+    #: ``kafka.group.id``, else Spark's ``<groupIdPrefix>-<uuid>-executor``, unique to this query or read, so that
+    #: ACLs and broker logs see the names Spark's Kafka source would give.
+    executor_group_id: str = ""
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOptions:
@@ -152,6 +161,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
         raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}")
 
     read_path, object_store = _read_path(opts)
+    default_prefix = STREAM_GROUP_PREFIX if streaming else BATCH_GROUP_PREFIX
+    prefix = opts.get("groupidprefix", default_prefix).strip() or default_prefix
     return FjordOptions(
         bootstrap_servers=bootstrap,
         subscription=subscription,
@@ -171,6 +182,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
         kafka_params=kafka_params,
         read_path=read_path,
         object_store=object_store,
+        executor_group_id=kafka_params.get("group.id") or f"{prefix}-{uuid.uuid4()}-executor",
     )
 
 

@@ -88,7 +88,7 @@ class FjordDataSource(DataSource):
 def read_settings(options: FjordOptions) -> ReadSettings:
     return ReadSettings(client_config=client_config(options), read_uncommitted=read_uncommitted(options),
                         include_headers=options.include_headers, fail_on_data_loss=options.fail_on_data_loss,
-                        poll_timeout_ms=options.poll_timeout_ms)
+                        poll_timeout_ms=options.poll_timeout_ms, group_id=options.executor_group_id)
 
 
 def starting_offsets(options: FjordOptions, lookup: OffsetLookup, partitions: list[tuple[str, int]],

@@ -3,6 +3,8 @@ option for each mistake."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -18,6 +20,7 @@ from spark_connector.options import (
     read_uncommitted,
 )
 from spark_connector.sink import sink_settings
+from spark_connector.source import read_settings
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a, b"}
 
@@ -42,6 +45,19 @@ def test_names_are_case_insensitive_and_kafka_params_pass_through() -> None:
                                       "isolation.level": "read_committed"}
     assert not read_uncommitted(options)
     assert read_uncommitted(parse_options(BASE, streaming=True))
+
+
+def test_group_ids_are_sparks() -> None:
+    """A group id unique to each read, Spark's prefix by default, ``groupIdPrefix`` or ``kafka.group.id`` if given."""
+    batch, stream = parse_options(BASE, streaming=False), parse_options(BASE, streaming=True)
+    assert re.fullmatch(r"spark-kafka-relation-[0-9a-f-]{36}-executor", batch.executor_group_id)
+    assert re.fullmatch(r"spark-kafka-source-[0-9a-f-]{36}-executor", stream.executor_group_id)
+    assert stream.executor_group_id != parse_options(BASE, streaming=True).executor_group_id
+    assert read_settings(stream).consumer_config()["group.id"] == stream.executor_group_id
+    prefixed = parse_options({**BASE, "groupIdPrefix": "team-a"}, streaming=True)
+    assert re.fullmatch(r"team-a-[0-9a-f-]{36}-executor", read_settings(prefixed).consumer_config()["group.id"])
+    fixed = parse_options({**BASE, "groupIdPrefix": "team-a", "kafka.group.id": "billing"}, streaming=False)
+    assert read_settings(fixed).consumer_config()["group.id"] == "billing"
 
 
 def test_subscriptions() -> None:
