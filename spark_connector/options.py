@@ -11,6 +11,7 @@ Offsets in the per-partition JSON follow Spark's convention: ``-2`` is the earli
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from collections.abc import Mapping
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from spark_connector.errors import OptionError
 from spark_connector.kafka_settings import kafka_client_params
 from storage.config import ConfigError, parse_bucket_url
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "EARLIEST",
@@ -50,6 +53,9 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 #: Spark's default ``groupIdPrefix`` for a streaming query and for a batch read (KafkaSourceProvider).
 STREAM_GROUP_PREFIX = "spark-kafka-source"
 BATCH_GROUP_PREFIX = "spark-kafka-relation"
+
+# Spark's Kafka source options the fjord source does not implement (lower-cased -> as documented).
+_UNSUPPORTED_TRIGGER_OPTIONS = {"minoffsetspertrigger": "minOffsetsPerTrigger", "maxtriggerdelay": "maxTriggerDelay"}
 
 # Consumer settings the source owns: letting a user set them would change which records a range returns (Spark's
 # Kafka source refuses the same ones).
@@ -135,6 +141,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
     starting = _offsets_option(opts, "startingoffsets", "startingOffsets", default_start)
     if not streaming and (starting == "latest" or (isinstance(starting, dict) and LATEST in starting.values())):
         raise OptionError("option 'startingOffsets': 'latest' (or -1) is not allowed for batch queries")
+    _trigger_options(opts, streaming=streaming)
     if streaming and "endingoffsets" in opts:
         raise OptionError("option 'endingOffsets' is not valid in streaming queries")
     # Spark refuses endingOffsetsByTimestamp in a stream with these words; endingTimestamp, which Spark's stream
@@ -184,6 +191,21 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
         object_store=object_store,
         executor_group_id=kafka_params.get("group.id") or f"{prefix}-{uuid.uuid4()}-executor",
     )
+
+
+def _trigger_options(opts: Mapping[str, str], *, streaming: bool) -> None:
+    """``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (Spark delays a micro-batch until that many records or that
+    delay) are not implemented: a stream refuses them rather than run batches Spark would have held back. A batch
+    read ignores them with a warning, as Spark's Kafka source ignores every per-trigger option in batch queries."""
+    given = [name for key, name in _UNSUPPORTED_TRIGGER_OPTIONS.items() if key in opts]
+    if not given:
+        return
+    if streaming:
+        raise OptionError(f"option '{given[0]}' is not supported by the fjord source: it does not delay micro-batches "
+                          "until minOffsetsPerTrigger records or maxTriggerDelay have come (use maxOffsetsPerTrigger "
+                          "and a processingTime trigger instead)")
+    for name in given:
+        logger.warning("%s option ignored in batch queries", name)
 
 
 def _read_path(opts: Mapping[str, str]) -> tuple[str, str | None]:

@@ -60,6 +60,13 @@ def test_group_ids_are_sparks() -> None:
     assert read_settings(fixed).consumer_config()["group.id"] == "billing"
 
 
+def test_per_trigger_options_are_ignored_in_batch_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """As Spark's Kafka source logs "minOffsetsPerTrigger option ignored in batch queries"."""
+    parse_options({**BASE, "minOffsetsPerTrigger": "100", "maxTriggerDelay": "5m"}, streaming=False)
+    assert "minOffsetsPerTrigger option ignored in batch queries" in caplog.text
+    assert "maxTriggerDelay option ignored in batch queries" in caplog.text
+
+
 def test_subscriptions() -> None:
     pattern = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "ev.*"}, streaming=False)
     assert isinstance(pattern.subscription, SubscribePattern)
@@ -164,6 +171,8 @@ def test_settings_librdkafka_refuses_are_option_errors(options: dict[str, str], 
      False, "starting timestamp 9 of a-0 is after its ending timestamp 5"),
     ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": 1}}', "endingOffsetsByTimestamp": '{"a": {"1": 5}}'},
      False, "must name the same partitions"),
+    ({**BASE, "minOffsetsPerTrigger": "100"}, True, "option 'minOffsetsPerTrigger' is not supported"),
+    ({**BASE, "maxTriggerDelay": "5m"}, True, "option 'maxTriggerDelay' is not supported"),
     ({**BASE, "kafka.auto.offset.reset": "earliest"}, False, "kafka.auto.offset.reset"),
     ({**BASE, "kafka.enable.auto.commit": "true"}, False, "kafka.enable.auto.commit"),
 ])
