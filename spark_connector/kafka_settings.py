@@ -48,6 +48,11 @@ _JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|
 _JAAS_OPTION = re.compile(r'(?P<key>[\w.]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;"]+))')
 _TRANSLATED_LOGIN_MODULES = ("PlainLoginModule", "ScramLoginModule")
 _CREATE_FAILED = re.compile(r"^Failed to create \w+: ")
+# librdkafka's settings that name a file it reads when a client is made.
+_FILE_SETTINGS = frozenset({
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.keystore.location", "ssl.crl.location",
+    "ssl.engine.location", "sasl.kerberos.keytab",
+})
 _NAMED_PROPERTY = re.compile(r'configuration property:? "(?P<name>[^"]+)"')
 
 
@@ -109,7 +114,12 @@ def _jaas_credentials(text: str, params: Mapping[str, str]) -> dict[str, str]:
 
 
 def _check(params: Mapping[str, str], enforced: ClientConfig, *, consumer: bool) -> None:
-    """Makes the client a task would make, without bootstrap servers (nothing connects, nothing is logged)."""
+    """Makes the client a task would make, without bootstrap servers (nothing connects, nothing is logged). The
+    source makes its clients on the driver too, so what fails there fails the read; the sink's are the executors'."""
+    if not consumer:
+        # The sink's clients are made on the executors alone, as Spark's Kafka sink's are: the files they read (a
+        # certificate, a key, a keytab) may be there and not on the driver, so the driver's check does without.
+        params = {key: value for key, value in params.items() if key not in _FILE_SETTINGS}
     error = _refusal({**params, **enforced}, consumer=consumer)
     if error is None:
         return

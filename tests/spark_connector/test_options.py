@@ -145,6 +145,16 @@ def test_settings_librdkafka_refuses_are_option_errors(options: dict[str, str], 
     assert message in str(error.value)
 
 
+def test_a_client_file_only_the_executors_have_stops_the_source_not_the_sink() -> None:
+    """The source makes its clients on the driver, the sink only on the executors: a CA file missing on the driver
+    fails a read there, and not a write (whose tasks read the file where it is), as with Spark's Kafka sink."""
+    options = {"kafka.security.protocol": "SSL", "kafka.ssl.ca.location": "/nonexistent/fjord-test-ca.pem"}
+    with pytest.raises(OptionError, match="refused by the Kafka client"):
+        parse_options({**BASE, **options}, streaming=False)
+    settings = sink_settings({**BASE, "topic": "t", **options}, StructType([StructField("value", StringType())]))
+    assert settings is not None
+
+
 @pytest.mark.parametrize(("options", "streaming", "names"), [
     ({"subscribe": "t"}, False, "kafka.bootstrap.servers"),
     ({"kafka.bootstrap.servers": "h:1"}, False, "'subscribe', 'subscribePattern', 'assign'"),
