@@ -2,10 +2,14 @@
 clients, one Markdown table on stdout.
 
     .venv/bin/python bench/broker.py [--quick] [--only NAME ...] [--producers N] [--rounds N] [--dir DIR]
+                                     [--compression CODEC]
 
 Every client runs in a process of its own (``multiprocessing``, spawn) so that librdkafka and the Python loops
 feeding it never share the broker's GIL. Producers use the issue's settings: 1 KiB records, ``acks=all``,
-``batch.size`` 1 MiB, ``linger.ms`` 5. Scenarios:
+``batch.size`` 1 MiB, ``linger.ms`` 5; with ``--compression`` the ``produce-1p`` and ``produce-16p`` producers
+compress with that codec and send partly compressible values (``broker_clients.compressible_values``) instead of
+random bytes, so the broker's part of a compressed produce (decompressing and reading every record) is measured.
+Scenarios:
 
 - ``produce-1p`` / ``produce-16p``: closed-loop produce of a fixed volume to a topic with 1 or 16 partitions,
   each on a fresh broker whose WAL cache (3 GiB) and upload threshold (2 GiB) keep uploads out of the run;
@@ -115,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--producers", type=int, default=1, help="producer processes per produce scenario")
     parser.add_argument("--dir", type=Path, help="data directory (default: a temporary one, removed after)")
     parser.add_argument(
+        "--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        help="compression.type of the produce-1p and produce-16p producers",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=5, help="rounds of the txn scenario, each on a fresh broker (medians reported)"
     )
     args = parser.parse_args(argv)
@@ -136,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     records_1p = sizes.produce_bytes // RECORD // args.producers * args.producers
 
     def produce_1p() -> None:
-        job = Job(hot.bootstrap, "bench-1p", 1, sizes.produce_bytes)
+        job = Job(hot.bootstrap, "bench-1p", 1, sizes.produce_bytes, compression=args.compression)
         rows.append(run_produce(ctx, hot, "produce-1p", job, args.producers))
 
     def consume_tail() -> None:
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         wide = Broker(base / "wide", roomy)
         wide.start()
         try:
-            job = Job(wide.bootstrap, "bench-16p", 16, sizes.produce_bytes)
+            job = Job(wide.bootstrap, "bench-16p", 16, sizes.produce_bytes, compression=args.compression)
             rows.append(run_produce(ctx, wide, "produce-16p", job, args.producers))
         finally:
             wide.stop()
@@ -298,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     title = (
         f"Fjord broker, {'quick' if args.quick else 'full'} run, {os.cpu_count()} CPUs (load average {load}), "
-        f"{args.producers} producer process(es), 1 KiB records, acks=all, batch.size 1 MiB, linger.ms 5"
+        f"{args.producers} producer process(es), 1 KiB records, acks=all, batch.size 1 MiB, linger.ms 5, "
+        f"compression.type {args.compression}"
     )
     print(table(rows, title))
     if ratios:
