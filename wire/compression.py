@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import gzip
+import mmap
 import struct
 import zlib
 
@@ -72,23 +73,6 @@ def _unxerial(data: bytes) -> bytes:
     return b"".join(bytes(cramjam.snappy.decompress_raw(chunk)) for chunk in _xerial_chunks(data))
 
 
-#: How each codec's stream begins (gzip member, LZ4 frame, zstd frame). Raw snappy has no magic, so snappy is not
-#: checked; xerial-framed snappy starts with _XERIAL_MAGIC, which this check does not need.
-_FRAME_MAGIC = {
-    Compression.GZIP: b"\x1f\x8b",
-    Compression.LZ4: b"\x04\x22\x4d\x18",
-    Compression.ZSTD: b"\x28\xb5\x2f\xfd",
-}
-
-
-def check_frame(codec: Compression, data: bytes | memoryview) -> None:
-    """Raises CompressionError when ``data`` cannot be ``codec``'s output because it does not start as that codec's
-    frames do: constant time, so the produce path can afford it where decompressing every batch would not."""
-    magic = _FRAME_MAGIC.get(codec)
-    if magic is not None and bytes(data[: len(magic)]) != magic:
-        raise CompressionError(f"records section does not start like {codec.name.lower()} data")
-
-
 def decompress(codec: Compression, data: bytes) -> bytes:
     """Decompresses a batch's records section; raises CompressionError on malformed input."""
     try:
@@ -127,26 +111,28 @@ def compress(codec: Compression, data: bytes) -> bytes:
     raise CompressionError(f"unknown compression codec {codec!r}")
 
 
-def decompress_bounded(codec: Compression, data: bytes, limit: int) -> bytes:
+def decompress_bounded(codec: Compression, data: bytes | memoryview, limit: int) -> bytes:
     """Decompresses ``data`` as :func:`decompress` does, but never into more than ``limit`` bytes: CompressionError
-    when the output would exceed it. For payloads a client sends outside record batches (KIP-714 telemetry), where
-    a small compressed input must not inflate into a large allocation. DecompressedTooLarge when it is the limit
-    that was exceeded."""
+    when the output would exceed it. For payloads a client sends (a produced batch's records, KIP-714 telemetry),
+    where a small compressed input must not inflate into a large allocation. DecompressedTooLarge when it is the
+    limit that was exceeded.
+
+    Memory follows the output, not the limit: snappy's declared lengths are checked before anything is allocated,
+    and gzip, lz4 and zstd write into an anonymous map of ``limit`` bytes whose pages the kernel supplies (zeroed)
+    only as they are written, so a 100 MB limit costs a 1 MB batch its 1 MB, not a 100 MB buffer to clear, and a
+    bomb at most the limit before it is refused."""
     try:
         if codec is Compression.NONE:
-            out = data
+            out = bytes(data)
         elif codec is Compression.GZIP:
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out = inflater.decompress(data, limit + 1)
-            if len(out) <= limit and not inflater.eof:
-                raise CompressionError("gzip payload is truncated")
+            out = _gunzip_bounded(data, limit)
         elif codec is Compression.SNAPPY:
-            out = _snappy_bounded(data, limit)
+            out = _snappy_bounded(bytes(data), limit)
         elif codec in (Compression.LZ4, Compression.ZSTD):
-            buffer = bytearray(limit + 1)
             module = cramjam.lz4 if codec is Compression.LZ4 else cramjam.zstd
-            written = module.decompress_into(data, buffer)
-            out = bytes(buffer[:written])
+            with mmap.mmap(-1, limit + 1) as buffer:
+                written = module.decompress_into(data, buffer)
+                out = buffer[:written]
         else:
             raise CompressionError(f"unknown compression codec {codec!r}")
     except CompressionError:
@@ -158,6 +144,31 @@ def decompress_bounded(codec: Compression, data: bytes, limit: int) -> bytes:
     if len(out) > limit:
         raise DecompressedTooLarge(f"{codec.name.lower()} payload decompresses to more than {limit} bytes")
     return out
+
+
+#: How much gzip output one step inflates into the map (see _gunzip_bounded).
+_GUNZIP_STEP = 1 << 20
+
+
+def _gunzip_bounded(data: bytes | memoryview, limit: int) -> bytes:
+    """One gzip member, inflated in steps of _GUNZIP_STEP into a map of ``limit`` bytes: zlib's own output buffer,
+    given the whole limit, would hold the output twice while it joins its blocks."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pending: bytes | memoryview = data
+    written = 0
+    with mmap.mmap(-1, limit + 1) as buffer:
+        while not inflater.eof and written <= limit:
+            piece = inflater.decompress(pending, min(_GUNZIP_STEP, limit + 1 - written))
+            if not piece:
+                break  # the input ended before the stream did
+            buffer[written : written + len(piece)] = piece
+            written += len(piece)
+            pending = inflater.unconsumed_tail
+        if written > limit:
+            raise DecompressedTooLarge(f"gzip payload decompresses to more than {limit} bytes")
+        if not inflater.eof:
+            raise CompressionError("gzip payload is truncated")
+        return buffer[:written]
 
 
 def _snappy_bounded(data: bytes, limit: int) -> bytes:

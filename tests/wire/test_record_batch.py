@@ -3,11 +3,22 @@ codec, and the in-place rewrites keep batches valid."""
 
 from __future__ import annotations
 
+import resource
+
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hostile_batches import gzip_bomb, with_records_section, zstd_bomb
+from wire.batch_validation import (
+    MAX_DECOMPRESSED_BYTES,
+    RecordsTooLargeError,
+    UndecompressableBatchError,
+    check_batch,
+    validate_batch,
+)
+from wire.compression import CompressionError, DecompressedTooLarge, compress, decompress, decompress_bounded
 from wire.record_batch import (
     CRC_POS,
     LOG_APPEND_TIME,
@@ -24,7 +35,6 @@ from wire.record_batch import (
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
-    validate_batch,
 )
 
 CODECS = list(Compression)
@@ -126,12 +136,12 @@ def test_record_length_prefixes_of_every_width_are_walked(size: int) -> None:
     records = [Record(b"k", bytes(size), (), 1_700_000_000_000 + i) for i in range(3)]
     batch = _aiokafka_batch(Compression.NONE, records)
     assert validate_batch(batch).records_count == 3
-    # The same records under a header that claims one more: the walk finds 3 and says so.
+    # The same records under a header that claims one more: the walk runs out after 3 and says so.
     lying = bytearray(batch)
     lying[23:27] = (3).to_bytes(4, "big")  # last offset delta
     lying[57:61] = (4).to_bytes(4, "big")  # records count
     lying[CRC_POS : CRC_POS + 4] = compute_crc(lying).to_bytes(4, "big")
-    with pytest.raises(InvalidBatchError, match="says 4 records but holds 3"):
+    with pytest.raises(InvalidBatchError, match="says 4 records but record 3 is cut short"):
         validate_batch(lying)
 
 
@@ -147,6 +157,54 @@ def test_undecompressable_payload_is_invalid_not_a_crash() -> None:
     batch[70:80] = b"\x00" * 10
     with pytest.raises(InvalidBatchError, match="lz4"):
         decode_records(bytes(batch))
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
+def test_every_record_is_walked_once_for_its_key(codec: Compression) -> None:
+    checked = check_batch(_aiokafka_batch(codec, SAMPLE), keys=True)  # SAMPLE's middle record has no key
+    assert checked.records.keyless == 1
+    assert check_batch(_aiokafka_batch(codec, SAMPLE)).records.keyless is None  # keys read only when asked
+
+
+@pytest.mark.parametrize("codec", [c for c in CODECS if c is not Compression.NONE], ids=lambda c: c.name.lower())
+def test_a_compressed_batch_whose_count_lies_or_whose_records_do_not_fit_is_invalid(codec: Compression) -> None:
+    batch = build_batch(SAMPLE, compression=codec)
+    for count, error in ((4, "record 3 is cut short"), (2, "bytes remain after them")):
+        lying = bytearray(batch)
+        lying[23:27] = (count - 1).to_bytes(4, "big")
+        lying[57:61] = count.to_bytes(4, "big")
+        lying[CRC_POS : CRC_POS + 4] = compute_crc(lying).to_bytes(4, "big")
+        with pytest.raises(InvalidBatchError, match=error):
+            validate_batch(lying)
+    # A record whose length prefix runs past the section, and one shorter than any record can be.
+    single = build_batch([Record(b"k", b"v", (), 1_700_000_000_000)], compression=codec)
+    for prefix in (b"\x7e", b"\x08"):  # 63 bytes; 4 bytes
+        section = prefix + decompress(codec, single[61:])[1:]
+        with pytest.raises(InvalidBatchError, match="does not fit its batch"):
+            validate_batch(with_records_section(single, compress(codec, section)))
+    with pytest.raises(UndecompressableBatchError):
+        validate_batch(with_records_section(batch, batch[61:65] + b"\xa5" * 40))
+
+
+def test_a_bomb_is_refused_at_the_bound_with_memory_to_match() -> None:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    for codec, bomb in ((Compression.GZIP, gzip_bomb(200 << 20)), (Compression.ZSTD, zstd_bomb(1 << 32))):
+        with pytest.raises(DecompressedTooLarge):
+            decompress_bounded(codec, bomb, MAX_DECOMPRESSED_BYTES)
+        with pytest.raises(RecordsTooLargeError):
+            validate_batch(with_records_section(build_batch(SAMPLE[:1], compression=codec), bomb))
+    # 4 GiB and 200 MB claimed: the process grew by the bound at most (its peak RSS, in KiB on Linux).
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak <= MAX_DECOMPRESSED_BYTES + (32 << 20)
+
+
+def test_gzip_inflates_in_steps_to_the_whole_stream() -> None:
+    data = bytes(range(256)) * 12_000  # 3 MB: several steps of the bounded inflater
+    packed = compress(Compression.GZIP, data)
+    assert decompress_bounded(Compression.GZIP, packed, len(data)) == data
+    with pytest.raises(DecompressedTooLarge):
+        decompress_bounded(Compression.GZIP, packed, len(data) - 1)
+    with pytest.raises(CompressionError, match="truncated"):
+        decompress_bounded(Compression.GZIP, packed[:-100], len(data))
 
 
 _records = st.lists(

@@ -1,9 +1,10 @@
 """The produce path's pure half (DESIGN.md §6 step 1): checking produced batches against the topic's config, and
 rewriting their headers with the offsets and leader epoch the partition assigns (Kafka's LogValidator).
 
-Checks of one batch on its own (magic, CRC-32C, sizes) live with the batch format in wire/record_batch.py; what is
-checked here depends on the partition: ``max.message.bytes``, ``cleanup.policy=compact`` (keys required), the
-timestamp bounds, who may write control batches and transactional ones. The stateful half (producer state, the
+Checks of one batch on its own (magic, CRC-32C, sizes, the records of a compressed batch) live in
+wire/batch_validation.py, and their refusals get Kafka's codes here; what is checked here depends on the partition:
+``max.message.bytes``, ``cleanup.policy=compact`` (keys required), the timestamp bounds, who may write control
+batches and transactional ones. The stateful half (producer state, the
 lock that orders offset assignment, the stream append, the time index) is :mod:`.produce`.
 """
 
@@ -14,6 +15,13 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from broker.partition.log_config import LogConfig
+from wire.batch_validation import (
+    MAX_DECOMPRESSED_BYTES,
+    CheckedBatch,
+    RecordsTooLargeError,
+    UndecompressableBatchError,
+    check_batch,
+)
 from wire.errors import KafkaError
 from wire.record_batch import (
     LOG_APPEND_TIME,
@@ -22,13 +30,11 @@ from wire.record_batch import (
     BatchHeader,
     CorruptBatchError,
     InvalidBatchError,
-    decode_records,
     iter_batches,
     set_base_offset,
     set_create_time,
     set_log_append_time,
     set_partition_leader_epoch,
-    validate_batch,
 )
 
 
@@ -82,12 +88,8 @@ def validate_produce(
                 ErrorCode.message_too_large,
                 f"{where}: record batch of {len(view)} bytes exceeds max.message.bytes {config.max_message_bytes}",
             )
-        try:
-            header = validate_batch(view)
-        except CorruptBatchError as exc:
-            raise KafkaError(ErrorCode.corrupt_message, f"{where}: {exc}") from exc
-        except InvalidBatchError as exc:
-            raise KafkaError(ErrorCode.invalid_record, f"{where}: {exc}") from exc
+        checked = _checked(view, where, keys=config.compact and origin == "client")
+        header = checked.header
         if header.is_control and origin == "client":
             raise KafkaError(ErrorCode.invalid_record, f"{where}: clients may not write control batches")
         if header.is_transactional and not header.has_producer_id:
@@ -97,8 +99,12 @@ def validate_produce(
                 ErrorCode.transactional_id_authorization_failed,
                 f"{where}: transactional records from producer {header.producer_id} without a transactional id",
             )
-        if config.compact and origin == "client":
-            require_keys(view, where)
+        if checked.records.keyless:
+            # Compaction keeps the latest record per key, so a compacted topic refuses records without one.
+            raise KafkaError(
+                ErrorCode.invalid_record,
+                f"{where}: compacted topic cannot accept a record without a key (cleanup.policy=compact)",
+            )
         if header.timestamp_type == LOG_APPEND_TIME and origin == "client" and (
             config.log_append_time or header.max_timestamp < 0
         ):
@@ -127,19 +133,23 @@ def validate_produce(
     return headers
 
 
-def require_keys(batch: memoryview, where: str) -> None:
-    """Compaction keeps the latest record per key, so a compacted topic refuses records without one (as
-    Kafka does)."""
+def _checked(batch: memoryview, where: str, *, keys: bool) -> CheckedBatch:
+    """``check_batch`` with its refusals as the codes Kafka answers them with (``wire.batch_validation``)."""
     try:
-        records = decode_records(batch)
-    except InvalidBatchError as exc:
+        return check_batch(batch, keys=keys)
+    except CorruptBatchError as exc:
         raise KafkaError(ErrorCode.corrupt_message, f"{where}: {exc}") from exc
-    for record in records:
-        if record.key is None:
-            raise KafkaError(
-                ErrorCode.invalid_record,
-                f"{where}: compacted topic cannot accept a record without a key (cleanup.policy=compact)",
-            )
+    except UndecompressableBatchError as exc:
+        # Kafka's record iterator wraps the codec's IOException in a KafkaException, which no code covers.
+        raise KafkaError(ErrorCode.unknown_server_error, f"{where}: {exc}") from exc
+    except RecordsTooLargeError as exc:
+        # A bound Kafka does not have (it streams the records): said as a size refusal, which a Java producer
+        # answers by splitting the batch and sending the halves.
+        raise KafkaError(
+            ErrorCode.message_too_large, f"{where}: {exc} (a produced batch may decompress to {MAX_DECOMPRESSED_BYTES})"
+        ) from exc
+    except InvalidBatchError as exc:
+        raise KafkaError(ErrorCode.invalid_record, f"{where}: {exc}") from exc
 
 
 def assign_offsets(

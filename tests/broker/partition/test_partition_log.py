@@ -13,6 +13,7 @@ from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
+from wire.batch_validation import validate_batch
 from wire.errors import KafkaError
 from wire.record_batch import (
     CREATE_TIME,
@@ -21,7 +22,6 @@ from wire.record_batch import (
     build_batch,
     decode_records,
     iter_batches,
-    validate_batch,
 )
 
 TOPIC_ID = uuid.UUID(int=42)

@@ -26,6 +26,7 @@ from tests.broker.partition.txn_log import (
     txn_batch,
     txn_header,
 )
+from wire.batch_validation import validate_batch
 from wire.control_records import encode_marker_key, encode_marker_value
 from wire.record_batch import (
     Record,
@@ -34,7 +35,6 @@ from wire.record_batch import (
     iter_batches,
     parse_header,
     set_delete_horizon,
-    validate_batch,
 )
 
 
