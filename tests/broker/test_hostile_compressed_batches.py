@@ -3,12 +3,14 @@ answers it with, nothing is appended (a fetch from the log end sees no records),
 
 A batch whose codec bit is set is decompressed and every record read on append, as Kafka's LogValidator reads it
 (``wire.batch_validation``): stored unread, a batch that does not decompress, or whose records do not parse or are
-not as many as its header says, would stop every consumer that fetches it.
+not as many as its header says, would stop every consumer that fetches it. The same walk reads every record's
+timestamp, compressed or not, for the topic's message.timestamp bounds.
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from wire.record_batch import CRC_POS, HEADER_SIZE, Compression, Record, build_b
 CASE_TIMEOUT_S = 10.0
 _LAST_OFFSET_DELTA_POS = 23
 _RECORDS_COUNT_POS = 57
+_HOUR_MS = 3_600_000
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 
 
@@ -64,6 +67,15 @@ def _unparsable(codec: Compression) -> bytes:
     return with_records_section(build_batch(_records(1), compression=codec), compress(codec, b"\xfe\x01" + bytes(8)))
 
 
+def _timestamp_mid_batch(codec: Compression) -> bytes:
+    """First and max timestamps now; the middle record two hours back (a negative delta) on a topic whose
+    message.timestamp.before.max.ms is one hour."""
+    now = int(time.time() * 1000)
+    stamps = [now, now - 2 * _HOUR_MS, now]
+    records = [Record(b"k", b"v", (), ts) for ts in stamps]
+    return build_batch(records, compression=codec)
+
+
 CASES: dict[str, tuple[Callable[[], bytes], ErrorCode]] = {
     **{f"{c.name.lower()}-garbage-after-magic": (lambda c=c: _garbage_after_magic(c), ErrorCode.unknown_server_error)
        for c in CODECS},
@@ -73,13 +85,17 @@ CASES: dict[str, tuple[Callable[[], bytes], ErrorCode]] = {
     "gzip-records-do-not-parse": (lambda: _unparsable(Compression.GZIP), ErrorCode.invalid_record),
     "zstd-bomb-4GiB": (lambda: _bomb(Compression.ZSTD), ErrorCode.message_too_large),
     "gzip-bomb-200MB": (lambda: _bomb(Compression.GZIP), ErrorCode.message_too_large),
+    "lz4-timestamp-mid-batch": (lambda: _timestamp_mid_batch(Compression.LZ4), ErrorCode.invalid_timestamp),
+    "zstd-timestamp-mid-batch": (lambda: _timestamp_mid_batch(Compression.ZSTD), ErrorCode.invalid_timestamp),
+    # Not compressed, the same: every record's timestamp is read in the walk that counts them.
+    "none-timestamp-mid-batch": (lambda: _timestamp_mid_batch(Compression.NONE), ErrorCode.invalid_timestamp),
 }
 
 
 @pytest.fixture(scope="module")
 def topic(shared_broker: BrokerProcess) -> str:
     name = topic_name("compressed")
-    create_topic(shared_broker.bootstrap, name)
+    create_topic(shared_broker.bootstrap, name, config={"message.timestamp.before.max.ms": str(_HOUR_MS)})
     return name
 
 

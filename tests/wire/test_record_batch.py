@@ -160,9 +160,12 @@ def test_undecompressable_payload_is_invalid_not_a_crash() -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
-def test_every_record_is_walked_once_for_its_key(codec: Compression) -> None:
-    checked = check_batch(_aiokafka_batch(codec, SAMPLE), keys=True)  # SAMPLE's middle record has no key
+def test_every_record_is_walked_once_for_its_timestamp_and_key(codec: Compression) -> None:
+    # SAMPLE's second record lies before the first (a negative timestamp delta), the middle one has no key.
+    checked = check_batch(_aiokafka_batch(codec, SAMPLE), keys=True)
     assert checked.records.keyless == 1
+    assert (checked.records.earliest, checked.records.earliest_at) == (1_700_000_000_100, 1)
+    assert (checked.records.latest, checked.records.latest_at) == (1_700_000_000_999, 2)
     assert check_batch(_aiokafka_batch(codec, SAMPLE)).records.keyless is None  # keys read only when asked
 
 
@@ -184,6 +187,12 @@ def test_a_compressed_batch_whose_count_lies_or_whose_records_do_not_fit_is_inva
             validate_batch(with_records_section(single, compress(codec, section)))
     with pytest.raises(UndecompressableBatchError):
         validate_batch(with_records_section(batch, batch[61:65] + b"\xa5" * 40))
+
+
+def test_a_record_without_a_timestamp_is_left_out_of_the_bounds() -> None:
+    batch = build_batch([Record(None, b"v", (), -1), Record(None, b"v", (), -1)])
+    read = check_batch(batch).records
+    assert (read.earliest, read.latest, read.earliest_at) == (-1, -1, -1)
 
 
 def test_a_bomb_is_refused_at_the_bound_with_memory_to_match() -> None:

@@ -27,6 +27,7 @@ from wire.record_batch import (
     LOG_APPEND_TIME,
     MAGIC_POS,
     MAGIC_V2,
+    NO_TIMESTAMP,
     BatchHeader,
     CorruptBatchError,
     InvalidBatchError,
@@ -114,15 +115,7 @@ def validate_produce(
                 ErrorCode.invalid_timestamp, f"{where}: a producer may not set the timestamp type to LogAppendTime"
             )
         if not config.log_append_time:
-            for ts in (header.base_timestamp, header.max_timestamp):
-                if ts < 0:
-                    continue
-                if ts < now_ms - config.timestamp_before_max_ms or ts > now_ms + config.timestamp_after_max_ms:
-                    raise KafkaError(
-                        ErrorCode.invalid_timestamp,
-                        f"{where}: timestamp {ts} is out of range (now {now_ms}, "
-                        f"message.timestamp.before/after.max.ms)",
-                    )
+            _check_timestamps(checked, config, where, now_ms)
         headers.append(header)
     if len(headers) > 1 and (origin == "client" or any(h.has_producer_id for h in headers)):
         # Kafka's LogValidator takes one v2 batch per partition and request, idempotent or not: the offsets, the
@@ -150,6 +143,25 @@ def _checked(batch: memoryview, where: str, *, keys: bool) -> CheckedBatch:
         ) from exc
     except InvalidBatchError as exc:
         raise KafkaError(ErrorCode.invalid_record, f"{where}: {exc}") from exc
+
+
+def _check_timestamps(checked: CheckedBatch, config: LogConfig, where: str, now_ms: int) -> None:
+    """message.timestamp.before.max.ms / after.max.ms, checked on every record (a record in the middle of a batch
+    may lie below its first one), as Kafka checks each record, and on the batch's max timestamp, which is what the
+    partition stores and indexes."""
+    header, records = checked.header, checked.records
+    low, high = now_ms - config.timestamp_before_max_ms, now_ms + config.timestamp_after_max_ms
+    for ts, which in (
+        (records.earliest, f"record {records.earliest_at}"),
+        (records.latest, f"record {records.latest_at}"),
+        (header.max_timestamp, "the batch's max timestamp"),
+    ):
+        if ts != NO_TIMESTAMP and not low <= ts <= high:
+            raise KafkaError(
+                ErrorCode.invalid_timestamp,
+                f"{where}: timestamp {ts} of {which} is out of range: it should be within [{low}, {high}] "
+                "(message.timestamp.before.max.ms / message.timestamp.after.max.ms)",
+            )
 
 
 def assign_offsets(
