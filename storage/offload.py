@@ -9,7 +9,8 @@ spinning in 2 ms slices, and 4 ms idle). A balancing move's close waits for such
 closing block's build and put (0.1-1 MB) took 50-110 ms there. Work this small costs the loop well under a
 millisecond when done in place, so it is; larger work (a full upload block, a whole-object read) still goes to a
 thread so the loop keeps answering. Its users: the local store's puts and reads, an upload block's plan and build,
-the S3 store's joining of a body's parts and its CRC32C, and the S3 WAL's encoding of an object.
+the S3 store's joining of a body's parts and its CRC32C, the S3 WAL's encoding of an object, and the produce
+path's checks of a large compressed batch (its decompression lets go of the GIL).
 """
 
 from __future__ import annotations

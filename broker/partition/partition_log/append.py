@@ -22,6 +22,7 @@ from wire.batch_validation import (
     UndecompressableBatchError,
     check_batch,
 )
+from wire.compression import Compression
 from wire.errors import KafkaError
 from wire.record_batch import (
     LOG_APPEND_TIME,
@@ -32,6 +33,7 @@ from wire.record_batch import (
     CorruptBatchError,
     InvalidBatchError,
     iter_batches,
+    parse_header,
     set_base_offset,
     set_create_time,
     set_log_append_time,
@@ -124,6 +126,21 @@ def validate_produce(
             ErrorCode.invalid_record, f"{where}: a produce request must hold exactly one record batch per partition"
         )
     return headers
+
+
+def validation_bytes(records: bytes) -> int:
+    """What :func:`validate_produce` works through, in bytes, for ``storage.offload``'s choice between the event loop
+    and a thread: a compressed batch is decompressed (to about 2-3 times its size: lz4 leaves real data at about
+    55%, zstd at 43%) and read, so it counts three times its size; a plain batch only has its records walked in
+    place (0.24 ms per MiB) and counts as nothing, since a thread hop costs more."""
+    return 0 if _plain(records) else 3 * len(records)
+
+
+def _plain(records: bytes) -> bool:
+    try:
+        return parse_header(records).compression is Compression.NONE
+    except (InvalidBatchError, ValueError):
+        return True  # validate_produce answers with the precise error, at once
 
 
 def _checked(batch: memoryview, where: str, *, keys: bool) -> CheckedBatch:

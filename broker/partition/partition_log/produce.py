@@ -1,7 +1,8 @@
 """The produce path's stateful half (DESIGN.md §6): producer-state checks, offset assignment and the stream append.
 
 :mod:`.append` checks the batches and rewrites their headers (pure); this module does what needs the partition:
-under the lock, the producer-state checks (a retried batch is answered with its first append's offsets, an old
+under the lock, the batches' checks (a large compressed batch's decompression in a thread, ``storage.offload``), the
+producer-state checks (a retried batch is answered with its first append's offsets, an old
 producer epoch is fenced, a marker's coordinator epoch is checked), then offsets are assigned and the bytes handed
 to ``Stream.append``, which assigns offsets at call time, so the offsets are exactly the ones checked. Waiting for
 durability happens outside the lock, so concurrent producers share WAL group commits. Transaction markers come
@@ -20,11 +21,12 @@ from collections.abc import Awaitable
 from kio.schema.errors import ErrorCode
 
 from broker.partition.indexes import TimeIndexEntry, encode_time_entry
-from broker.partition.partition_log.append import AppendResult, assign_offsets, validate_produce
+from broker.partition.partition_log.append import AppendResult, assign_offsets, validate_produce, validation_bytes
 from broker.partition.partition_log.checkpoints import checkpoint_due, start_checkpoint
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.partition_log.txn_markers import complete_txn, marker_of
 from storage import errors as storage_errors
+from storage.offload import offload
 from wire.control_records import TxnMarker
 from wire.errors import KafkaError
 from wire.record_batch import BatchHeader
@@ -48,18 +50,23 @@ async def append(
     turn: the batch would open a transaction its coordinator does not know, which nothing would ever end (the LSO
     stuck), so it is refused with INVALID_TXN_STATE, as Kafka's verification guard refuses it."""
     state.check_open()
-    headers = validate_produce(
-        records,
-        state.config,
-        where=state.where,
-        origin=origin,
-        now_ms=int(time.time() * 1000),
-        transactional_id=transactional_id,
-    )
-    marker = marker_of(records, headers[0], state.where) if headers[0].is_control else None
-    log_append_ms = int(time.time() * 1000) if state.config.log_append_time else -1
     async with state.lock:
         state.check_open()
+        # Checked under the lock: a compressed batch's decompression may run in a thread, and a connection's appends
+        # must still take their offsets in the order they started (``broker.handlers.append_order``).
+        headers = await offload(
+            validation_bytes(records),
+            validate_produce,
+            records,
+            state.config,
+            where=state.where,
+            origin=origin,
+            now_ms=int(time.time() * 1000),
+            transactional_id=transactional_id,
+        )
+        state.check_open()
+        marker = marker_of(records, headers[0], state.where) if headers[0].is_control else None
+        log_append_ms = int(time.time() * 1000) if state.config.log_append_time else -1
         duplicate = None
         if marker is not None:
             state.producers.check_marker(headers[0].producer_id, headers[0].producer_epoch, marker.coordinator_epoch)

@@ -3,6 +3,8 @@ metadata): validation errors, offsets, read limits, timestamps, leader epochs an
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 import uuid
 
@@ -11,13 +13,16 @@ from kio.schema.errors import ErrorCode
 
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
+from broker.partition.partition_log.append import validation_bytes
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
+from storage.offload import INLINE_BYTES
 from wire.batch_validation import validate_batch
 from wire.errors import KafkaError
 from wire.record_batch import (
     CREATE_TIME,
     LOG_APPEND_TIME,
+    Compression,
     Record,
     build_batch,
     decode_records,
@@ -100,6 +105,23 @@ async def test_invalid_batches_are_rejected_with_kafka_codes(
             assert info.value.code == code, info.value
             assert "orders-3" in str(info.value)
         assert log.log_end_offset == 0  # nothing was appended
+    finally:
+        await log.close()
+
+
+async def test_a_compressed_batch_checked_in_a_thread_keeps_its_place_before_the_next_append(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
+) -> None:
+    # Large enough for its decompression to run in a thread (storage.offload); a small plain batch started right
+    # after it must still come after it, as a connection's appends take offsets in the order they started.
+    log = await _open(engine, 0, LogConfig(max_message_bytes=8 << 20))
+    try:
+        big = build_batch([Record(b"k", os.urandom(1024), (), None) for _ in range(2000)], compression=Compression.LZ4)
+        assert validation_bytes(big) > INLINE_BYTES
+        first = asyncio.ensure_future(log.append(big))
+        second = asyncio.ensure_future(log.append(_batch(1)))
+        done = await asyncio.wait_for(asyncio.gather(first, second), 30)
+        assert [r.base_offset for r in done] == [0, 2000]
     finally:
         await log.close()
 
