@@ -91,10 +91,13 @@ def validate_batch(batch: bytes | memoryview) -> BatchHeader:
     return check_batch(batch).header
 
 
-def check_batch(batch: bytes | memoryview, *, keys: bool = False) -> CheckedBatch:
+def check_batch(
+    batch: bytes | memoryview, *, keys: bool = False, max_decompressed: int = MAX_DECOMPRESSED_BYTES
+) -> CheckedBatch:
     """Checks the structural invariants a producer batch must satisfy (see the module's docstring), walking every
-    record (of a compressed batch: decompressed once, within :data:`MAX_DECOMPRESSED_BYTES`), with ``keys`` reading
-    each record's key as well. Returns the header and what the records hold."""
+    record (of a compressed batch: decompressed once, into at most ``max_decompressed`` bytes, else
+    :class:`RecordsTooLargeError`), with ``keys`` reading each record's key as well. Returns the header and what the
+    records hold."""
     header = parse_header(batch)
     if header.size != len(batch):
         raise InvalidBatchError(f"record batch length field says {header.size} bytes, batch has {len(batch)}")
@@ -114,7 +117,7 @@ def check_batch(batch: bytes | memoryview, *, keys: bool = False) -> CheckedBatc
     if codec is Compression.NONE:
         return CheckedBatch(header, _walk_records(batch, HEADER_SIZE, header.size, header, keys=keys))
     try:
-        records = decompress_bounded(codec, memoryview(batch)[HEADER_SIZE : header.size], MAX_DECOMPRESSED_BYTES)
+        records = decompress_bounded(codec, memoryview(batch)[HEADER_SIZE : header.size], max_decompressed)
     except DecompressedTooLarge as exc:
         raise RecordsTooLargeError(f"record batch records: {exc}") from None
     except CompressionError as exc:

@@ -68,13 +68,16 @@ def validate_produce(
     origin: str,
     now_ms: int,
     transactional_id: str | None = None,
+    max_decompressed: int = MAX_DECOMPRESSED_BYTES,
 ) -> list[BatchHeader]:
     """The headers of the batches in a produce request's ``records``, or the KafkaError a client expects.
 
     ``origin`` is ``"client"`` for a produce request; the broker's own writers (group coordinator, transaction
     markers) may write control batches and keyless records. ``now_ms`` is what timestamps are bounded against.
     A client's transactional batch needs the request's ``transactional_id`` (Kafka answers
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one) and a producer id."""
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one) and a producer id. A compressed batch is decompressed into at
+    most ``max_decompressed`` bytes: below :data:`MAX_DECOMPRESSED_BYTES`, a batch past it raises
+    :class:`DecompressesFurther` (checked again with more room, see :mod:`.produce`)."""
     if len(records) > MAGIC_POS and records[MAGIC_POS] != MAGIC_V2:
         # An older message format: refused as Kafka refuses it in a Produce v3+ request (not retriable).
         raise KafkaError(ErrorCode.invalid_record, f"{where}: batches must be magic v2, not {records[MAGIC_POS]}")
@@ -91,7 +94,7 @@ def validate_produce(
                 ErrorCode.message_too_large,
                 f"{where}: record batch of {len(view)} bytes exceeds max.message.bytes {config.max_message_bytes}",
             )
-        checked = _checked(view, where, keys=config.compact and origin == "client")
+        checked = _checked(view, where, keys=config.compact and origin == "client", max_decompressed=max_decompressed)
         header = checked.header
         if header.is_control and origin == "client":
             raise KafkaError(ErrorCode.invalid_record, f"{where}: clients may not write control batches")
@@ -143,16 +146,23 @@ def _plain(records: bytes) -> bool:
         return True  # validate_produce answers with the precise error, at once
 
 
-def _checked(batch: memoryview, where: str, *, keys: bool) -> CheckedBatch:
+class DecompressesFurther(Exception):
+    """A compressed batch decompresses past the room :func:`validate_produce` was given, which is less than a batch
+    may take: it is to be checked again with :data:`MAX_DECOMPRESSED_BYTES`."""
+
+
+def _checked(batch: memoryview, where: str, *, keys: bool, max_decompressed: int) -> CheckedBatch:
     """``check_batch`` with its refusals as the codes Kafka answers them with (``wire.batch_validation``)."""
     try:
-        return check_batch(batch, keys=keys)
+        return check_batch(batch, keys=keys, max_decompressed=max_decompressed)
     except CorruptBatchError as exc:
         raise KafkaError(ErrorCode.corrupt_message, f"{where}: {exc}") from exc
     except UndecompressableBatchError as exc:
         # Kafka's record iterator wraps the codec's IOException in a KafkaException, which no code covers.
         raise KafkaError(ErrorCode.unknown_server_error, f"{where}: {exc}") from exc
     except RecordsTooLargeError as exc:
+        if max_decompressed < MAX_DECOMPRESSED_BYTES:
+            raise DecompressesFurther(where) from exc
         # A bound Kafka does not have (it streams the records): said as a size refusal, which a Java producer
         # answers by splitting the batch and sending the halves.
         raise KafkaError(

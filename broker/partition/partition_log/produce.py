@@ -1,7 +1,7 @@
 """The produce path's stateful half (DESIGN.md §6): producer-state checks, offset assignment and the stream append.
 
 :mod:`.append` checks the batches and rewrites their headers (pure); this module does what needs the partition:
-under the lock, the batches' checks (a large compressed batch's decompression in a thread, ``storage.offload``), the
+under the lock, the batches' checks (a large compressed batch's decompression in the one checking thread), the
 producer-state checks (a retried batch is answered with its first append's offsets, an old
 producer epoch is fenced, a marker's coordinator epoch is checked), then offsets are assigned and the bytes handed
 to ``Stream.append``, which assigns offsets at call time, so the offsets are exactly the ones checked. Waiting for
@@ -13,20 +13,29 @@ bound (:mod:`.checkpoints`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
 from broker.partition.indexes import TimeIndexEntry, encode_time_entry
-from broker.partition.partition_log.append import AppendResult, assign_offsets, validate_produce, validation_bytes
+from broker.partition.partition_log.append import (
+    AppendResult,
+    DecompressesFurther,
+    assign_offsets,
+    validate_produce,
+    validation_bytes,
+)
 from broker.partition.partition_log.checkpoints import checkpoint_due, start_checkpoint
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.partition_log.txn_markers import complete_txn, marker_of
 from storage import errors as storage_errors
-from storage.offload import offload
+from storage.offload import INLINE_BYTES
+from wire.batch_validation import MAX_DECOMPRESSED_BYTES
 from wire.control_records import TxnMarker
 from wire.errors import KafkaError
 from wire.record_batch import BatchHeader
@@ -54,8 +63,7 @@ async def append(
         state.check_open()
         # Checked under the lock: a compressed batch's decompression may run in a thread, and a connection's appends
         # must still take their offsets in the order they started (``broker.handlers.append_order``).
-        headers = await offload(
-            validation_bytes(records),
+        headers = await _validated(functools.partial(
             validate_produce,
             records,
             state.config,
@@ -63,7 +71,7 @@ async def append(
             origin=origin,
             now_ms=int(time.time() * 1000),
             transactional_id=transactional_id,
-        )
+        ), validation_bytes(records))
         state.check_open()
         marker = marker_of(records, headers[0], state.where) if headers[0].is_control else None
         log_append_ms = int(time.time() * 1000) if state.config.log_append_time else -1
@@ -166,3 +174,23 @@ def _note_timestamp(state: PartitionState, max_ts: int, offset: int, size: int) 
         return None
     state.bytes_since_index = 0
     return entry
+
+
+#: The one thread that checks the batches too large to check on the event loop. One, node-wide: a compressed batch
+#: may decompress to MAX_DECOMPRESSED_BYTES, and a few KB of zstd do, so a hostile client's batches cost the node
+#: that much memory once, not once per connection (and they do not take the threads uploads and reads share).
+_LARGE_CHECKS = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fjord-produce-checks")
+
+
+async def _validated(validate: Callable[..., list[BatchHeader]], size: int) -> list[BatchHeader]:
+    """``validate`` (``validate_produce`` of one request) on the event loop when what it works through is small
+    (``storage.offload``'s bound: a plain batch, or a compressed one decompressing into at most INLINE_BYTES), else
+    in the checking thread: a batch's compressed size does not say how far it decompresses, so a small one is
+    decompressed here into that much room at most, and checked again in the thread if it needs more."""
+    if size <= INLINE_BYTES:
+        try:
+            return validate(max_decompressed=INLINE_BYTES)
+        except DecompressesFurther:
+            pass
+    checked = functools.partial(validate, max_decompressed=MAX_DECOMPRESSED_BYTES)
+    return await asyncio.get_running_loop().run_in_executor(_LARGE_CHECKS, checked)

@@ -126,6 +126,23 @@ async def test_a_compressed_batch_checked_in_a_thread_keeps_its_place_before_the
         await log.close()
 
 
+async def test_a_small_compressed_batch_decompressing_past_the_loops_room_is_checked_in_full(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine],
+) -> None:
+    # A few KB of zstd that decompress to 2 MB: checked on the event loop into INLINE_BYTES at most, then again with
+    # a batch's whole room in the checking thread, and appended (not refused as too large), still in its place.
+    log = await _open(engine, 0, LogConfig(max_message_bytes=8 << 20))
+    try:
+        small = build_batch([Record(b"k", bytes(1024), (), None) for _ in range(2000)], compression=Compression.ZSTD)
+        assert validation_bytes(small) <= INLINE_BYTES
+        first = asyncio.ensure_future(log.append(small))
+        second = asyncio.ensure_future(log.append(_batch(1)))
+        done = await asyncio.wait_for(asyncio.gather(first, second), 30)
+        assert [r.base_offset for r in done] == [0, 2000]
+    finally:
+        await log.close()
+
+
 async def test_log_append_time_rewrites_timestamps_and_keeps_batches_valid(
     engine: tuple[StorageEngine, StreamMetadataStateMachine],
 ) -> None:
