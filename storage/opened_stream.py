@@ -24,6 +24,7 @@ from storage.errors import (
     OffsetOutOfRangeError,
     StorageError,
     StreamFencedError,
+    StreamNotFoundError,
     StreamNotOpenedError,
 )
 from storage.metadata.api import NodeIdentity, StreamClose, StreamMetadata
@@ -117,6 +118,9 @@ class StorageStream:
         self._appended: asyncio.Future[None] | None = None
         self._waiting = 0  # wait_for_append calls waiting on ``_appended``
         self._close_task: asyncio.Future[None] | None = None
+        #: Closed here by a close whose records were all committed but whose close at the controller failed: the
+        #: controller may still have it opened at this epoch (``close`` closes it there).
+        self._left_open = False
 
     def __repr__(self) -> str:
         return f"StorageStream(id={self._stream_id}, epoch={self._epoch}, [{self._start}, {self._confirm}))"
@@ -152,6 +156,12 @@ class StorageStream:
     @property
     def closed(self) -> bool:
         return self._state == _CLOSED
+
+    @property
+    def left_open(self) -> bool:
+        """Closed here, every record it confirmed committed, but not (known to be) closed at the controller: its
+        close's controller call failed. ``close`` tries that call again."""
+        return self._left_open
 
     # ---------------------------------------------------------------------------------------------- append
 
@@ -308,6 +318,8 @@ class StorageStream:
 
     async def close(self) -> None:
         if self._state == _CLOSED:
+            if self._left_open:
+                await self._close_left_open()
             return
         if self._close_task is None:
             self._state = _CLOSING  # from now on appends are refused
@@ -324,12 +336,15 @@ class StorageStream:
 
     async def _close(self) -> None:
         started = time.perf_counter()
+        flushed: float | None = None
         try:
             await self._settle_and_flush()
             flushed = time.perf_counter()
             await self._io.metadata.close_stream(self._io.node, self._stream_id, self._epoch)
-        finally:
-            self._closed()
+        except BaseException:
+            self._closed(left_open=flushed is not None)
+            raise
+        self._closed()
         done = time.perf_counter()
         logger.debug("closed stream %d at epoch %d, end offset %d (appends and upload %.1f ms, close %.1f ms)",
                      self._stream_id, self._epoch, self._confirm, (flushed - started) * 1000,
@@ -351,7 +366,28 @@ class StorageStream:
         if self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
-    def _closed(self) -> None:
+    async def _close_left_open(self) -> None:
+        """The controller call of a close that failed after its records were committed, again (``left_open``).
+
+        Repeating it is safe: a close at the stream's epoch by its owner is answered as done once one was applied,
+        and one refused as fenced or not found means the stream moved on (another broker opened it at a higher
+        epoch, or it was deleted) after a close of ours was applied whose answer was lost. Nothing is uploaded: its
+        records were committed before the first call, and the stream takes no appends."""
+        try:
+            await self._io.metadata.close_stream(self._io.node, self._stream_id, self._epoch)
+        except (StreamFencedError, StreamNotFoundError) as exc:
+            logger.info("stream %d epoch %d already moved on: %s", self._stream_id, self._epoch, exc)
+        self._left_open = False
+        logger.debug("closed stream %d at epoch %d at the controller after its close failed", self._stream_id,
+                     self._epoch)
+
+    def _closed(self, *, left_open: bool = False) -> None:
+        """The stream takes nothing more here. ``left_open``: a close failed after the stream's records were
+        committed (its controller call), so ``close`` may close it at the controller still. A close that failed
+        before (its upload) leaves its records in the WAL and the stream opened at the controller: the WAL's
+        recovery at this node's next start (or a failover's replay) commits them at this epoch and closes it, which
+        a close now would fence."""
+        self._left_open = left_open
         self._state = _CLOSED
         self._wake_waiters()
         self._io.stream_closed(self)

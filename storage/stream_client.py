@@ -225,13 +225,16 @@ class StreamClientImpl:
     async def close_streams(self, closes: Sequence[tuple[Stream, int]]) -> None:
         """Closes the streams as ``close`` does each, with one call to the controller for all of them: a
         partition's close (a moved partition's producer waits for it). Each pair is a stream and where to trim it to
-        as it closes (-1: nowhere). A stream closing already is waited for, as ``close`` does."""
+        as it closes (-1: nowhere). A stream closing already is waited for, as ``close`` does, and one whose close
+        failed after its records were committed is closed at the controller (``StorageStream.left_open``)."""
         fresh: list[tuple[StorageStream, int]] = []
         waits: list[asyncio.Future[None]] = []
         for stream, trim in closes:
             if not isinstance(stream, StorageStream):
                 raise TypeError(f"stream {stream.stream_id} was not opened by this client")
             if stream.closed:
+                if stream.left_open:
+                    waits.append(asyncio.ensure_future(stream.close()))
                 continue
             if stream._close_task is None:
                 fresh.append((stream, trim))
@@ -293,10 +296,11 @@ async def _close_together(
     streams = [pair for closing, _ in batch for pair in closing]
     closes = [[StreamClose(stream.stream_id, stream.epoch, trim) for stream, trim in closing] for closing, _ in batch]
     results: list[BaseException | None] = [None] * len(batch)
-    closed = cancelled = False
+    closed = cancelled = committed = False
     try:
         await asyncio.gather(*(stream._settle() for stream, _ in streams))
         closed = await io.flush(streams[0][0].stream_id, [close for group in closes for close in group])
+        committed = True  # every record the streams confirmed is in object storage
         flushed = time.perf_counter()
         if not closed:
             results = list(await asyncio.gather(*(io.metadata.close_streams(io.node, group) for group in closes),
@@ -309,7 +313,9 @@ async def _close_together(
         for stream, trim in closing:
             if result is None:
                 stream._start = max(stream._start, trim)
-            stream._closed()
+            # A controller call refused after the upload committed their records leaves the streams opened there:
+            # ``left_open``, a later ``close_streams`` closes them.
+            stream._closed(left_open=result is not None and committed)
         if result is None:
             done.set_result(None)
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,13 @@ logger = logging.getLogger(__name__)
 #: How long a close waits for the appends in flight before it closes the data streams first and writes the meta
 #: entries after them.
 _SETTLE_S = 5.0
+
+UNCLEAN_CLOSE_RETRY_S = 30.0
+"""How long an unclean close (:func:`_close_unclean`) retries closing the streams (a controller failover takes
+seconds). Bounded so that a reconciliation round ends; streams still opened then are closed when this node
+restarts."""
+_UNCLEAN_BACKOFF_START_S = 0.05
+_UNCLEAN_BACKOFF_MAX_S = 2.0
 
 
 async def restore(state: PartitionState, marks: Phases | None = None) -> None:
@@ -111,7 +119,11 @@ async def close_together(states: Sequence[PartitionState]) -> list[BaseException
     and write their meta entries first and then close their streams, so one upload carries them all: a partition
     whose entries missed the first close's block would wait for that upload and then one of its own. Should an
     append not settle, the entries follow the closed data streams as before, so a clean-shutdown flag never
-    precedes records that are not durable."""
+    precedes records that are not durable.
+
+    Should storage fail along the way (the WAL refusing the closing entries, the upload or the controller's close
+    failing), the partition is closed uncleanly instead (:func:`_close_unclean`): its streams still get closed at
+    the controller, or the next owner could never open them."""
     prepared = await asyncio.gather(*(_prepare_close(state) for state in states), return_exceptions=True)
     finished = await asyncio.gather(
         *(_finish_close(state, closing) for state, closing in zip(states, prepared, strict=True)
@@ -141,11 +153,13 @@ class _Closing:
     marks: Phases
     #: Where the meta stream is trimmed to as it closes, its closing entries' first (None: nothing to trim).
     meta_trim: int | None = None
+    #: Why the first half failed (None: it did not): the second closes the partition uncleanly.
+    failure: storage_errors.StorageError | None = None
 
 
 async def _prepare_close(state: PartitionState) -> _Closing | None:
     """Takes no more appends, waits for those in flight and writes the closing meta entries behind them (None:
-    closed already, or storage failed, which is logged)."""
+    closed already; a failure of storage is the second half's to handle, :func:`_close_unclean`)."""
     if state.closed:
         return None
     marks = Phases()
@@ -163,8 +177,7 @@ async def _prepare_close(state: PartitionState) -> _Closing | None:
                 entry = TimeIndexEntry(state.max_timestamp, state.max_timestamp_offset)
                 if state.time_index.add(entry):
                     await state.time.append(encode_time_entry(entry), 1)
-        data = [state.log, state.time, *(s for s in (state.stored.cleaned, state.cleaning, state.txn, state.share)
-                                          if s is not None)]
+        data = _data_streams(state)
         settled = all(await asyncio.gather(*(_settled(s) for s in data)))
         marks.mark("settle")
         meta_trim = None
@@ -173,16 +186,19 @@ async def _prepare_close(state: PartitionState) -> _Closing | None:
             marks.mark("meta")
             data.append(state.meta.stream)
     except storage_errors.StorageError as exc:
-        # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
-        logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
-        return None
+        # Closed after the partitions closed together wrote their entries, not holding up their upload.
+        return _Closing(_streams(state), False, marks, failure=exc)
     return _Closing(data, settled, marks, meta_trim)
 
 
 async def _finish_close(state: PartitionState, closing: _Closing) -> None:
-    """Closes the streams (and, if an append did not settle, writes the meta entries after them)."""
+    """Closes the streams (and, if an append did not settle, writes the meta entries after them); uncleanly if
+    storage failed in either half."""
     marks = closing.marks
     marks.mark("others")  # waiting for the partitions closed together to write their meta entries
+    if closing.failure is not None:
+        await _close_unclean(state, closing.failure)
+        return
     try:
         # Closed together: one upload carries every stream's last records (and the meta entries), and its commit
         # closes them all, the meta stream trimmed to its closing entries (the next opener replays only those).
@@ -196,8 +212,62 @@ async def _finish_close(state: PartitionState, closing: _Closing) -> None:
         # The bench (bench/balancer.py) reads this line; the phases say where a move's close spends its time.
         logger.info("closed %s cleanly at offset %d (%s)", state.where, state.log_end_offset, marks)
     except storage_errors.StorageError as exc:
-        # Fenced or storage down: a newer owner (or recovery) takes over; the next open will recover.
-        logger.warning("closing %s did not complete cleanly: %s", state.where, exc)
+        await _close_unclean(state, exc)
+
+
+async def _close_unclean(state: PartitionState, failure: storage_errors.StorageError) -> None:
+    """After a clean close failed: closes the partition's streams at the controller without the closing meta
+    entries, retried with capped backoff for :data:`UNCLEAN_CLOSE_RETRY_S` at most. The next owner could never open
+    a stream left opened here (StreamNotClosedError until this broker restarts), and nothing else closes it: the
+    partition is out of the manager's logs already.
+
+    The next open recovers from the meta stream as after a crash: PARTITION was persisted with the clean-shutdown
+    flag down when this broker opened the partition, so it replays the log from the recovery point (closing entries
+    a failed close may have written are complete all the same: they follow every append taken).
+
+    Safe because no stream is closed at the controller before every record it acknowledged is committed, and none
+    is committed twice: ``close_streams`` closes a stream still open here as a clean close does, settling its
+    appends and uploading its records first (the upload pipeline retries until it commits them); a stream a failed
+    close closed here already is closed at the controller only if that close committed its records before its
+    controller call failed (``left_open``), nothing uploaded again. One whose upload failed for good (a fenced
+    node, an engine stopping) stays opened at its epoch with its records in the WAL, which this node's next start
+    (or a failover replaying its WAL) commits at that epoch and then closes: closing it now would fence that commit
+    and lose those records. A close repeated after one that was applied unanswered is answered as done, or refused
+    as fenced or not found once the stream moved on, which the stream client takes as closed."""
+    streams = _streams(state)
+    logger.warning("closing %s did not complete cleanly (%s); closing its streams without the closing entries, the "
+                   "next open recovers", state.where, failure)
+    deadline = time.monotonic() + UNCLEAN_CLOSE_RETRY_S
+    delay = _UNCLEAN_BACKOFF_START_S
+    while True:
+        try:
+            await state.streams.close_streams([(stream, -1) for stream in streams])
+        except storage_errors.NodeEpochExpiredError as exc:
+            # This incarnation is fenced: no close of it is ever accepted. Its WAL's replay closes the streams.
+            logger.error("closing %s uncleanly failed, this node is fenced: %s", state.where, exc)
+            return
+        except Exception as exc:
+            if time.monotonic() + delay > deadline:
+                logger.error("closing %s uncleanly failed for %.1f s, its streams stay opened here until this node "
+                             "restarts: %s", state.where, UNCLEAN_CLOSE_RETRY_S, exc)
+                return
+            logger.warning("closing %s uncleanly failed, retrying in %.2f s: %s", state.where, delay, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _UNCLEAN_BACKOFF_MAX_S)
+            continue
+        logger.info("closed %s uncleanly at offset %d", state.where, state.log_end_offset)
+        return
+
+
+def _data_streams(state: PartitionState) -> list[Stream]:
+    """The streams the partition has open but its meta stream."""
+    extra = (state.stored.cleaned, state.cleaning, state.txn, state.share)
+    return [state.log, state.time, *(s for s in extra if s is not None)]
+
+
+def _streams(state: PartitionState) -> list[Stream]:
+    """Every stream the partition has open: its data streams, then its meta stream."""
+    return [*_data_streams(state), state.meta.stream]
 
 
 async def _settled(stream: Stream) -> bool:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from broker.partition.log_config import LogConfig
 from broker.partition.partition_log import PartitionLog
 from storage.engine import StorageEngine
+from storage.errors import StorageError, WALUnavailableError
+from storage.metadata.api import CommitStreamSetObjectRequest, NodeIdentity, StreamClose
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.stream_api import CommittedRecords, Stream, StreamClient
 from wire.record_batch import Record, build_batch, decode_records, iter_batches
@@ -160,6 +162,78 @@ async def test_a_read_of_the_meta_stream_before_its_close_is_not_replayed(
     await log.append(build_batch([Record(None, b"c", (), now)], producer_id=7, producer_epoch=0, base_sequence=2))
     await log.close()
     moved = await _open(OpenOrder(second_engine, stale), metadata, 1, meta_id=meta_id)
+    try:
+        await _carries_on(moved, acked)
+    finally:
+        await moved.close()
+
+
+async def _acked_with_a_tail(source: StorageEngine, metadata: StreamMetadataStateMachine) -> tuple[PartitionLog,
+                                                                                                   list[bytes]]:
+    """A partition that led a while, with one more acknowledged record only in the source's WAL (not uploaded)."""
+    acked = [b"u1", b"u2"]
+    log = await _led_for_a_while(source, metadata, acked)
+    now = int(time.time() * 1000)
+    await log.append(build_batch([Record(None, b"w3", (), now)], producer_id=7, producer_epoch=0, base_sequence=2))
+    return log, [*acked, b"w3"]
+
+
+async def test_a_close_whose_closing_entries_the_wal_refuses_still_closes_the_streams_for_the_target(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], second_engine: StorageEngine,
+) -> None:
+    """The S3 WAL refusing appends for a moment (past s3.wal.unwritable.max.ms) as the source writes its closing
+    meta entries: the close is unclean, but its streams are uploaded and closed at the controller all the same, so
+    the target opens the partition (recovering it from its log) and serves every acknowledged record."""
+    source, metadata = engine
+    log, acked = await _acked_with_a_tail(source, metadata)
+    meta_stream = log._state.meta.stream
+    append = meta_stream.append
+    refused: list[int] = []
+
+    def refusing_once(payload: bytes, count: int) -> Awaitable[int]:
+        if not refused:
+            refused.append(count)
+            raise WALUnavailableError("the WAL's storage has been unwritable for too long")
+        return append(payload, count)
+
+    meta_stream.append = refusing_once  # type: ignore[method-assign]
+    await log.close()
+    assert refused
+    moved = await asyncio.wait_for(_open(second_engine, metadata, 1), 10)
+    try:
+        await _carries_on(moved, acked)
+    finally:
+        await moved.close()
+
+
+async def test_a_close_whose_controller_call_fails_is_retried_for_the_target(
+    engine: tuple[StorageEngine, StreamMetadataStateMachine], second_engine: StorageEngine,
+) -> None:
+    """The controller failing the close once its upload committed the last records (a controller failover): the
+    streams, closed on the source's side already, are closed at the controller again, so the target opens the
+    partition and serves every acknowledged record."""
+    source, metadata = engine
+    log, acked = await _acked_with_a_tail(source, metadata)
+    commit, close = metadata.commit_stream_set_object, metadata.close_streams
+    failed: list[str] = []
+
+    async def commit_failing_its_closes(request: CommitStreamSetObjectRequest) -> None:
+        if request.closes and "commit" not in failed:
+            failed.append("commit")
+            raise StorageError("the controller did not answer")
+        await commit(request)
+
+    async def close_failing_once(node: NodeIdentity, closes: Sequence[StreamClose]) -> None:
+        if "close" not in failed:
+            failed.append("close")
+            raise StorageError("the controller did not answer")
+        await close(node, closes)
+
+    metadata.commit_stream_set_object = commit_failing_its_closes  # type: ignore[method-assign]
+    metadata.close_streams = close_failing_once  # type: ignore[method-assign]
+    await log.close()
+    assert "close" in failed
+    moved = await asyncio.wait_for(_open(second_engine, metadata, 1), 10)
     try:
         await _carries_on(moved, acked)
     finally:
