@@ -100,27 +100,15 @@ async def _checkpoint(state: PartitionState) -> None:
         async with state.lock:
             if state.closed:
                 return
-            # The snapshot must hold only durable batches: a crash loses non-durable ones, and a snapshot
-            # naming them would turn the producer's retry into a false duplicate. The time-index entries of
-            # those batches are appended right after them; the checkpoint names them too, so it waits for both.
             end = state.log.next_offset
-            time_end = state.time.next_offset
-            if not await _durable(state.log, end) or not await _durable(state.time, time_end):
+            if not await appends_durable(state):
                 logger.warning("%s: checkpoint at offset %d skipped: appends not durable in time", state.where, end)
                 return
-            progress.bytes_since = 0
-            progress.last_at = time.monotonic()
             expired = state.producers.expire(int(time.time() * 1000), state.config.producer_id_expiration_ms)
             if expired:
                 logger.info("%s: expired %d idle producers", state.where, len(expired))
             previous = progress.recovery_point
-            progress.recovery_point, progress.time_checkpoint = end, time_end
-            entries = {
-                KEY_PRODUCER_SNAPSHOTS: encode_snapshot(end, state.producers),
-                KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(state.epochs.entries),
-                KEY_PARTITION: partition_record(state, clean_shutdown=False),
-            }
-            put = state.meta.put(entries)
+            put = state.meta.put(checkpoint_entries(state))
         await put
         logger.debug("%s: recovery point %d -> %d", state.where, previous, end)
     except StorageError as exc:  # S3 away or the stream moving: the next checkpoint tries again
@@ -129,6 +117,29 @@ async def _checkpoint(state: PartitionState) -> None:
         logger.exception("checkpoint of %s failed", state.where)
     finally:
         progress.task = None
+
+
+async def appends_durable(state: PartitionState) -> bool:
+    """Under the partition's lock: waits (bounded) until every append taken is durable, False on timeout. A
+    snapshot must hold only durable batches: a crash loses non-durable ones, and a snapshot naming them would turn
+    the producer's retry into a false duplicate. The time-index entries of those batches are appended right after
+    them; a checkpoint names them too, so it waits for both."""
+    return await _durable(state.log, state.log.next_offset) and await _durable(state.time, state.time.next_offset)
+
+
+def checkpoint_entries(state: PartitionState) -> dict[str, bytes]:
+    """Under the partition's lock, once :func:`appends_durable`: moves the recovery point to the log end and
+    returns the meta entries that persist it (producer snapshot, leader epochs, PARTITION)."""
+    progress = state.checkpoint
+    progress.bytes_since = 0
+    progress.last_at = time.monotonic()
+    end = state.log.next_offset
+    progress.recovery_point, progress.time_checkpoint = end, state.time.next_offset
+    return {
+        KEY_PRODUCER_SNAPSHOTS: encode_snapshot(end, state.producers),
+        KEY_LEADER_EPOCH_CHECKPOINT: encode_epoch_checkpoint(state.epochs.entries),
+        KEY_PARTITION: partition_record(state, clean_shutdown=False),
+    }
 
 
 async def _durable(stream: Stream, end: int) -> bool:

@@ -17,7 +17,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from broker.partition.meta_stream import KEY_LOG, KEY_PARTITION
-from broker.partition.partition_log.checkpoints import partition_record, start_checkpoint
+from broker.partition.partition_log.checkpoints import appends_durable, checkpoint_entries, partition_record
 from broker.partition.partition_log.cleaned_stream import cleaning_stream_tags, doomed_ids, switched_log_info
 from broker.partition.partition_log.opening import open_stream
 from broker.partition.partition_log.state import PartitionState
@@ -70,9 +70,23 @@ async def install_cleaned(
     compacted, built from ``read_bytes`` of stored batches into ``written_bytes``. The switch is one LOG
     meta record (new cleaned stream, cleaner offset, the replaced stream doomed); then the log stream is
     trimmed to the cleaner offset and the replaced cleaned stream deleted. Returns False, changing nothing,
-    when the partition moved on meanwhile (log start moved, closed)."""
+    when the partition moved on meanwhile (log start moved, closed) or its appends were not durable in time.
+
+    A crash replays the log from the recovery point over the switched layout, where compaction may have removed a
+    producer's last batch (a later record with the same key superseded it): producer state rebuilt from the
+    compacted prefix would answer that producer's next batch OUT_OF_ORDER_SEQUENCE. Kafka's cleaner keeps each
+    producer's last batch (emptied) for this; here the same meta record carries a producer snapshot at the log end
+    and the recovery point with it, whenever the recovery point is below the cleaner offset, so no replay ever reads
+    the compacted prefix (a checkpoint started after the switch may be skipped, or not durable before a crash). The
+    snapshot names only durable batches (:func:`.checkpoints.appends_durable`, waited for under the lock as a
+    checkpoint does); a switch whose appends do not get durable in time is refused, the round abandoned."""
     async with state.lock:
         if state.closed or state.log_start_offset != expected_start or cleaner_offset < state.cleaner_offset:
+            return False
+        snapshot = state.checkpoint.recovery_point < cleaner_offset
+        if snapshot and not await appends_durable(state):
+            logger.warning("%s: cleaner switch to offset %d refused: appends not durable in time", state.where,
+                           cleaner_offset)
             return False
         old = state.stored.cleaned
         info = switched_log_info(
@@ -91,16 +105,10 @@ async def install_cleaned(
         state.cleaning = None
         state.stored.cleaner_offset = cleaner_offset
         state.log_info = info
-        put = state.meta.put(
-            {
-                KEY_LOG: json.dumps(info).encode(),
-                KEY_PARTITION: partition_record(state, clean_shutdown=False),
-            }
-        )
+        entries = checkpoint_entries(state) if snapshot else {KEY_PARTITION: partition_record(state,
+                                                                                             clean_shutdown=False)}
+        put = state.meta.put({KEY_LOG: json.dumps(info).encode(), **entries})
     await put
-    # A producer snapshot at the log end means a crash never rebuilds producer state from the cleaned
-    # prefix, where compaction may have removed a producer's last batch.
-    start_checkpoint(state, force=True)
     await state.log.trim(cleaner_offset)
     if old is not None:
         try:

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.partition.cleaner import ENTRY_BYTES, CleanerStopped, clean_partition, cleanable
 from broker.partition.log_config import LogConfig
-from broker.partition.partition_log import PartitionLog
+from broker.partition.partition_log import PartitionLog, checkpoints
 from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.errors import StorageError
@@ -547,5 +547,37 @@ async def test_a_stop_request_abandons_the_round_and_deletes_its_stream(
         # The partition closed cleanly (its meta stream was left intact), so the open recovers nothing.
         assert "opened changelog-0" in caplog.text and "recovering" not in caplog.text
         assert [r.offset for r in await _read_all(log)][:-1] == [r.offset for r in written]
+    finally:
+        await log.close()
+
+
+async def test_a_crash_right_after_a_switch_keeps_an_idempotent_producer_s_last_sequence(
+    cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A producer's last batch cleaned away (another writer's record superseded its key), then a crash before any
+    checkpoint after the switch is durable: its producer state comes back from the switch itself, so its next batch
+    is taken, not refused OUT_OF_ORDER_SEQUENCE (Kafka's cleaner keeps the producer's last batch header for this)."""
+    log = await _open(cluster, 1)
+    now = int(time.time() * 1000)
+
+    def idempotent(key: bytes, sequence: int) -> bytes:
+        return build_batch([Record(key, b"p", (), now)], producer_id=4242, producer_epoch=0, base_sequence=sequence)
+
+    await log.append(idempotent(b"a", 0))
+    await log.append(idempotent(b"b", 1))
+    await log.append(build_batch([Record(b"b", b"other", (), now)]))
+    await log.append(build_batch([Record(b"tail", b"t", (), now)]))
+
+    async def lost_in_the_crash(state: Any) -> None:
+        state.checkpoint.task = None  # the background checkpoints the crash comes before
+
+    monkeypatch.setattr(checkpoints, "_checkpoint", lost_in_the_crash)
+    result = await clean_partition(log, dedupe_buffer_bytes=BIG_BUFFER, now_ms=now)
+    assert result is not None and log.cleaner_offset > 1
+    await cluster["restart"]()
+    monkeypatch.undo()
+    log = await _open(cluster, 2)
+    try:
+        assert (await log.append(idempotent(b"c", 2))).base_offset == 4
     finally:
         await log.close()
