@@ -56,8 +56,14 @@ def test_the_pool_in_use_and_the_requests_waiting_for_it_are_on_metrics(
     frame_a, frame_b = _frame(topic, 7), _frame(topic, 8)
     first.send_raw(frame_a[: len(frame_a) // 2])  # past the staging buffer: its whole claim is reserved
     probe.request(api_versions_request(3))  # a round trip after it: the broker has read the first half by then
-    held = _pool(url)
-    assert held["used_bytes"] == len(frame_a) - 4 and held["waiting_connections"] == 0
+    # The probe's own request gives its few bytes back once its answer is written, which the probe may see first.
+    held = eventually(
+        lambda: _pool(url),
+        timeout=10,
+        what="the first request's claim alone to be held",
+        until=lambda pool: pool["used_bytes"] == len(frame_a) - 4,
+    )
+    assert held["waiting_connections"] == 0
 
     second.send_raw(frame_b)
     waiting = eventually(
