@@ -34,6 +34,7 @@ from broker.share.state_rpc import ShareStateAccess
 from broker.share_sessions import ShareSessions
 from broker.telemetry.service import ClientTelemetry
 from broker.transactions.coordinator import TransactionCoordinator
+from broker.transactions.offsets_verification import txn_offset_commit_verifier
 from broker.transactions.peers import Peers
 from broker.wal_failover import WALFailoverRunner
 from broker.wal_handover import WALHandover
@@ -127,6 +128,7 @@ class Broker:
         )
         self.groups = GroupCoordinator(self.context, self.partitions)
         self.transactions = TransactionCoordinator(self.context, self.partitions, self.producer_ids, self.groups)
+        self.groups.verify_transaction = txn_offset_commit_verifier(self.transactions, self.controller)
         self._share_peers = Peers(self.context)
         self.share_offsets = ShareOffsetsAdmin(
             self.context,

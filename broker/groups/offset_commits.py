@@ -27,7 +27,7 @@ from broker.groups.offsets_schema import OffsetValue, encode_offset_key, encode_
 from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.groups.runtime import CoordinatorRuntime
 from broker.groups.share.group import ShareGroup
-from broker.groups.txn_offsets import AppendedOffset
+from broker.groups.txn_offsets import TRANSACTION_ABORTABLE_VERSION, AppendedOffset
 from broker.internal_topic import Load
 from wire.log_text import untrusted
 from wire.record_batch import Record
@@ -43,6 +43,10 @@ class _TxnCommit:
     transactional_id: str
     producer_id: int
     producer_epoch: int
+    api_version: int
+    #: The producer's markers the offsets partition had applied when the transaction was verified: the append is
+    #: refused if one came since (it ended the transaction while the commit waited), as Kafka's verification guard.
+    verified_markers: int
 
     def __str__(self) -> str:
         return f"transaction {self.transactional_id!r} (producer {self.producer_id} epoch {self.producer_epoch})"
@@ -133,17 +137,26 @@ class OffsetCommits(CoordinatorRuntime):
         group_instance_id: str | None,
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetCommit],
+        api_version: int,
     ) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit: appends the offsets to ``__consumer_offsets`` inside the producer's transaction and
-        keeps them pending until its marker (``complete_transaction``) commits or aborts them."""
+        """TxnOffsetCommit (version ``api_version``): appends the offsets to ``__consumer_offsets`` inside the
+        producer's transaction, once verified to hold that partition (:meth:`_verify_transaction`), and keeps them
+        pending until its marker (``complete_transaction``) commits or aborts them."""
 
         def everyone(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
 
         if not group_id:
             return everyone(ErrorCode.invalid_group_id)  # as Kafka (an OffsetCommit's empty id is a group)
-        group, error = self._group_or_error(group_id)
-        if error is not ErrorCode.none:
+        _, error = self._group_or_error(group_id)
+        txn: _TxnCommit | None = None
+        if error is ErrorCode.none:
+            txn, error = await self._verify_transaction(
+                group_id, transactional_id, producer_id, producer_epoch, api_version
+            )
+        if error is ErrorCode.none:
+            group, error = self._group_or_error(group_id)  # looked up again: the verification may have waited
+        if error is not ErrorCode.none or txn is None:
             return everyone(error)
         now = self._now_ms()
         if group is None:
@@ -166,8 +179,34 @@ class OffsetCommits(CoordinatorRuntime):
         if error is not ErrorCode.none:
             self._after(group)
             return everyone(error)
-        txn = _TxnCommit(transactional_id, producer_id, producer_epoch)
         return await self._write_offsets(group, offsets, now, txn=txn)
+
+    async def _verify_transaction(
+        self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int, api_version: int
+    ) -> tuple[_TxnCommit | None, ErrorCode]:
+        """KIP-890 part 1, as Kafka verifies every TxnOffsetCommit before writing it: the group's
+        ``__consumer_offsets`` partition must be in the producer's ongoing transaction (added by AddOffsetsToTxn, or
+        by the verification itself for a transactions v2 client). Without it a commit lacking AddOffsetsToTxn, or
+        arriving after its transaction ended, would open a transaction there that no marker ever ends, or be
+        committed by the producer's next transaction. A producer already in a transaction on the partition at this
+        epoch needs no asking, as Kafka's partition skips it."""
+        partition = self.partition_for(group_id)
+        log = self._partition_manager.get(OFFSETS_TOPIC, partition)
+        if log is None:
+            return None, ErrorCode.not_coordinator
+        if not log.has_ongoing_txn(producer_id, producer_epoch):
+            error = await self.verify_transaction(
+                transactional_id, producer_id, producer_epoch, (OFFSETS_TOPIC, partition), api_version
+            )
+            if error is not ErrorCode.none:
+                logger.info(
+                    "group %s: refusing TxnOffsetCommit v%d of '%s' (producer %d epoch %d): %s",
+                    untrusted(group_id), api_version, untrusted(transactional_id), producer_id, producer_epoch,
+                    error.name,
+                )
+                return None, error
+        markers = log.markers_applied(producer_id)
+        return _TxnCommit(transactional_id, producer_id, producer_epoch, api_version, markers), ErrorCode.none
 
     async def _write_offsets(
         self,
@@ -209,11 +248,17 @@ class OffsetCommits(CoordinatorRuntime):
                     records,
                     producer_id=txn.producer_id if txn is not None else -1,
                     producer_epoch=txn.producer_epoch if txn is not None else -1,
+                    verified_markers=txn.verified_markers if txn is not None else None,
                 )
                 code = ErrorCode.none
             except Exception as exc:
                 # Too many offsets (or too much metadata) for one batch: INVALID_COMMIT_OFFSET_SIZE.
                 code = self._partitions.store_error(exc, group_id, too_large=ErrorCode.invalid_commit_offset_size)
+                if (code is ErrorCode.invalid_txn_state and txn is not None
+                        and txn.api_version >= TRANSACTION_ABORTABLE_VERSION):
+                    # Its transaction ended while it waited (the verification guard): abortable from v4, as the
+                    # verification's own refusal.
+                    code = ErrorCode.transaction_abortable
                 logger.warning(
                     "group %s: committing %d offsets%s to %s-%d failed: %s",
                     untrusted(group_id),

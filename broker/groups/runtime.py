@@ -50,7 +50,7 @@ from broker.groups.offsets_topic import (
 from broker.groups.share.changes import ShareChange as ShareChangeT
 from broker.groups.share.group import ShareGroup, ShareMembershipConfig
 from broker.groups.share_persistence import encode_share_changes, restore_share_group
-from broker.groups.txn_offsets import newer
+from broker.groups.txn_offsets import TxnVerifier, newer, unverifiable
 from broker.internal_topic import InternalTopicPartitions, Loaded, OwnedPartition
 from broker.partition.manager import PartitionManager
 from wire.errors import KafkaError
@@ -100,6 +100,8 @@ class CoordinatorRuntime:
             max_size=share_settings.max_size,
         )
         self._groups: dict[str, Group | ConsumerGroup | ShareGroup] = {}
+        #: KIP-890 verification of a TxnOffsetCommit's transaction (the broker sets the transaction coordinator's).
+        self.verify_transaction: TxnVerifier = unverifiable
         #: Transaction markers (producer id, commit) that reached a partition while it was loading.
         self._completions: dict[int, list[tuple[int, bool]]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -262,10 +264,17 @@ class CoordinatorRuntime:
         self._reschedule(group)
 
     async def _append(
-        self, group_id: str, records: Sequence[Record], *, producer_id: int = -1, producer_epoch: int = -1
+        self,
+        group_id: str,
+        records: Sequence[Record],
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        verified_markers: int | None = None,
     ) -> int:
         """Appends to the group's ``__consumer_offsets`` partition; returns the batch's base offset. With a
-        producer id the batch belongs to that producer's transaction (TxnOffsetCommit)."""
+        producer id the batch belongs to that producer's transaction (TxnOffsetCommit), verified when the
+        partition had applied ``verified_markers`` of its markers (a marker since ended it: INVALID_TXN_STATE)."""
         partition = self.partition_for(group_id)
         log = self._partition_manager.get(OFFSETS_TOPIC, partition) if partition in self._partitions.owned else None
         if log is None:
@@ -280,7 +289,7 @@ class CoordinatorRuntime:
             base_sequence=0 if transactional else -1,
             is_transactional=transactional,
         )
-        result = await log.append(batch, origin="coordinator")
+        result = await log.append(batch, origin="coordinator", verified_markers=verified_markers)
         return result.base_offset
 
     async def _persist_group(self, group: Group, write: PendingWrite) -> None:

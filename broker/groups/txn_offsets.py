@@ -14,11 +14,30 @@ carried it (``AppendedOffset.log_offset``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import OffsetValue
+
+#: TxnOffsetCommit's first version whose client takes TRANSACTION_ABORTABLE (KIP-890): an older one is answered
+#: INVALID_TXN_STATE when its transaction does not hold the group's ``__consumer_offsets`` partition.
+TRANSACTION_ABORTABLE_VERSION = 4
+
+#: Asks the transaction coordinator whether a TxnOffsetCommit may write in its transaction: (transactional id,
+#: producer id, producer epoch, the group's ``__consumer_offsets`` partition, request version) -> NONE, or the error
+#: to answer. The broker wires it in (the transaction coordinator depends on this package, not the reverse).
+TxnVerifier = Callable[[str, int, int, TopicPartition, int], Awaitable[ErrorCode]]
+
+
+async def unverifiable(
+    transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition, api_version: int
+) -> ErrorCode:
+    """The verifier of a group coordinator no transaction coordinator was wired to: nothing transactional is
+    written unverified (a write no marker would end would hold the partition's LSO back forever)."""
+    return ErrorCode.coordinator_not_available
 
 
 @dataclass(frozen=True, slots=True)

@@ -573,20 +573,23 @@ class TransactionCoordinator:
         coordinator (here, or over the wire). NONE when it is; the error to refuse the produce with otherwise.
         ``add`` (part 2, a Produce v12+ of transactions v2): the coordinator adds the partition instead; with
         ``retry_concurrent`` (Produce v12+) a busy coordinator is asked again (``retry_while_concurrent``)."""
-
-        async def ask() -> ErrorCode:
-            node_id = self.coordinator_node(transactional_id)
-            if node_id == self._context.node_id and add:
-                return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [partition]))[
-                    partition]
-            if node_id == self._context.node_id:
-                return self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
-            if node_id < 0:
-                return ErrorCode.coordinator_not_available
-            return await verify_remotely(self._peers, node_id, transactional_id=transactional_id,
-                                         producer_id=producer_id, producer_epoch=producer_epoch, partition=partition,
-                                         add=add)
-
+        ask = functools.partial(self.verify, transactional_id, producer_id, producer_epoch, partition, add=add)
         if retry_concurrent:
             return produce_verification_error(await retry_while_concurrent(ask), keep_concurrent=True)
         return produce_verification_error(await ask())
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition, *, add: bool
+    ) -> ErrorCode:
+        """KIP-890: the coordinator's answer (here, or over the wire) whether ``partition`` is in the ongoing
+        transaction (with ``add``: added to it); the callers translate a refusal for their request."""
+        node_id = self.coordinator_node(transactional_id)
+        if node_id == self._context.node_id and add:
+            return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [partition]))[partition]
+        if node_id == self._context.node_id:
+            return self.verify_partitions(transactional_id, producer_id, producer_epoch, [partition])[partition]
+        if node_id < 0:
+            return ErrorCode.coordinator_not_available
+        return await verify_remotely(self._peers, node_id, transactional_id=transactional_id,
+                                     producer_id=producer_id, producer_epoch=producer_epoch, partition=partition,
+                                     add=add)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,6 @@ from broker.groups.offset_commits import OffsetCommit
 from broker.groups.offsets_schema import OffsetValue
 from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
-from broker.transactions.markers import write_marker
 from metadata.controller_api import NewTopic
 from node.process import Node
 from settings.server import ServerConfig
@@ -110,33 +110,72 @@ async def _ready(node: Node) -> GroupCoordinator:
     return groups
 
 
-async def _commit_in_txn(groups: GroupCoordinator, producer_id: int, offset: int) -> None:
-    result = await groups.commit_transactional_offsets(
+@dataclass(frozen=True)
+class _Txn:
+    """A producer's transaction holding the group's ``__consumer_offsets`` partition."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+async def _init(node: Node, transactional_id: str) -> tuple[int, int]:
+    """InitProducerId of ``transactional_id`` at its (real) transaction coordinator, once that serves it."""
+    txns = _broker(node).transactions
+
+    async def serving() -> bool:
+        error, _, _ = await txns.find_coordinator(transactional_id)
+        return error is ErrorCode.none and txns.coordinator_error(transactional_id) is ErrorCode.none
+
+    await eventually_async(serving, timeout=30, what=f"the coordinator of {transactional_id} to load")
+    error, producer_id, epoch = await txns.init_producer_id(transactional_id, 60_000, None)
+    assert error is ErrorCode.none
+    return producer_id, epoch
+
+
+async def _begin(node: Node, transactional_id: str) -> _Txn:
+    """What ``send_offsets_to_transaction`` starts with: InitProducerId, then AddOffsetsToTxn for the group."""
+    producer_id, epoch = await _init(node, transactional_id)
+    txns = _broker(node).transactions
+    assert await txns.add_offsets(transactional_id, producer_id, epoch, GROUP) is ErrorCode.none
+    return _Txn(transactional_id, producer_id, epoch)
+
+
+async def _txn_commit(
+    groups: GroupCoordinator, txn: _Txn, offsets: dict[tuple[str, int], int], *, api_version: int = 3
+) -> dict[tuple[str, int], ErrorCode]:
+    """A TxnOffsetCommit (v3 unless told: a transactions v1 client) naming no member."""
+    return await groups.commit_transactional_offsets(
         GROUP,
-        transactional_id="app-1",
-        producer_id=producer_id,
-        producer_epoch=0,
+        transactional_id=txn.transactional_id,
+        producer_id=txn.producer_id,
+        producer_epoch=txn.producer_epoch,
         member_id="",
         group_instance_id=None,
         generation_id=-1,
-        offsets={(TOPIC, 0): OffsetCommit(offset=offset, leader_epoch=-1, metadata="in txn")},
+        offsets={tp: OffsetCommit(offset=o, leader_epoch=-1, metadata="in txn") for tp, o in offsets.items()},
+        api_version=api_version,
     )
-    assert result == {(TOPIC, 0): ErrorCode.none}
 
 
-async def _marker(node: Node, producer_id: int, *, commit: bool) -> None:
+async def _commit_in_txn(groups: GroupCoordinator, txn: _Txn, offset: int) -> None:
+    assert await _txn_commit(groups, txn, {(TOPIC, 0): offset}) == {(TOPIC, 0): ErrorCode.none}
+
+
+async def _end(node: Node, txn: _Txn, *, commit: bool) -> None:
+    """EndTxn at the transaction coordinator, and its marker written on the group's offsets partition."""
+    error, _, _ = await _broker(node).transactions.end_txn(
+        txn.transactional_id, txn.producer_id, txn.producer_epoch, commit
+    )
+    assert error is ErrorCode.none
     groups = _groups(node)
-    code = await write_marker(
-        _broker(node).partitions,
-        groups,
-        topic=OFFSETS_TOPIC,
-        partition=groups.partition_for(GROUP),
-        producer_id=producer_id,
-        producer_epoch=0,
-        coordinator_epoch=0,
-        commit=commit,
-    )
-    assert code is ErrorCode.none
+    log = _broker(node).partitions.get(OFFSETS_TOPIC, groups.partition_for(GROUP))
+    assert log is not None
+
+    async def ended() -> bool:
+        return not log.has_ongoing_txn(txn.producer_id)
+
+    await eventually_async(ended, timeout=30, what=f"the marker of {txn.transactional_id}")
 
 
 def _fetched(groups: GroupCoordinator, *, require_stable: bool) -> tuple[int, ErrorCode]:
@@ -152,22 +191,21 @@ async def test_transactional_offsets_are_invisible_until_committed_and_survive_a
             [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False
         )
         groups = await _ready(node)
-        committed_pid = await _broker(node).producer_ids.allocate()
-        aborted_pid = await _broker(node).producer_ids.allocate()
-        open_pid = await _broker(node).producer_ids.allocate()
-
-        await _commit_in_txn(groups, committed_pid, 10)
+        committed = await _begin(node, "app-committed")
+        await _commit_in_txn(groups, committed, 10)
         # Pending: a stable fetch is told to retry, a plain fetch sees nothing committed yet.
         assert _fetched(groups, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
         assert _fetched(groups, require_stable=False) == (-1, ErrorCode.none)
-        await _marker(node, committed_pid, commit=True)
+        await _end(node, committed, commit=True)
         assert _fetched(groups, require_stable=True) == (10, ErrorCode.none)
 
-        await _commit_in_txn(groups, aborted_pid, 20)
-        await _marker(node, aborted_pid, commit=False)
+        aborted = await _begin(node, "app-aborted")
+        await _commit_in_txn(groups, aborted, 20)
+        await _end(node, aborted, commit=False)
         assert _fetched(groups, require_stable=True) == (10, ErrorCode.none)
 
-        await _commit_in_txn(groups, open_pid, 30)
+        still_open = await _begin(node, "app-open")
+        await _commit_in_txn(groups, still_open, 30)
         assert _fetched(groups, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
     finally:
         await node.stop()
@@ -179,7 +217,7 @@ async def test_transactional_offsets_are_invisible_until_committed_and_survive_a
         groups = await _ready(node)
         assert _fetched(groups, require_stable=False) == (10, ErrorCode.none)
         assert _fetched(groups, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
-        await _marker(node, open_pid, commit=True)
+        await _end(node, still_open, commit=True)
         assert _fetched(groups, require_stable=True) == (30, ErrorCode.none)
     finally:
         await node.stop()
@@ -195,14 +233,14 @@ async def test_an_open_transaction_keeps_its_group_and_the_offset_it_commits_fro
             [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False
         )
         groups = await _ready(node)
-        first_pid = await _broker(node).producer_ids.allocate()
-        await _commit_in_txn(groups, first_pid, 42)
+        first = await _begin(node, "app-first")
+        await _commit_in_txn(groups, first, 42)
         assert await groups.expire_offsets() == 0
-        await _marker(node, first_pid, commit=True)
+        await _end(node, first, commit=True)
         assert _fetched(groups, require_stable=True) == (42, ErrorCode.none)
 
-        second_pid = await _broker(node).producer_ids.allocate()
-        await _commit_in_txn(groups, second_pid, 50)
+        second = await _begin(node, "app-second")
+        await _commit_in_txn(groups, second, 50)
         real = groups.clock
         groups.clock = lambda: real() + 8 * DAY_S
         try:
@@ -210,7 +248,7 @@ async def test_an_open_transaction_keeps_its_group_and_the_offset_it_commits_fro
         finally:
             groups.clock = real
         assert _fetched(groups, require_stable=False) == (42, ErrorCode.none)
-        await _marker(node, second_pid, commit=True)
+        await _end(node, second, commit=True)
         assert _fetched(groups, require_stable=True) == (50, ErrorCode.none)
     finally:
         await node.stop()
@@ -233,15 +271,17 @@ async def test_a_kip848_member_with_an_old_epoch_is_told_illegal_generation(node
             ),
         )
         assert joined.error is ErrorCode.none and joined.member_epoch >= 1
+        txn = await _begin(node, "app-1")
         result = await groups.commit_transactional_offsets(
             GROUP,
-            transactional_id="app-1",
-            producer_id=await _broker(node).producer_ids.allocate(),
-            producer_epoch=0,
+            transactional_id=txn.transactional_id,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
             member_id=member,
             group_instance_id=None,
             generation_id=joined.member_epoch - 1,
             offsets={(TOPIC, 0): OffsetCommit(offset=5, leader_epoch=-1, metadata=None)},
+            api_version=3,
         )
         assert result == {(TOPIC, 0): ErrorCode.illegal_generation}
 
@@ -250,13 +290,14 @@ async def test_a_kip848_member_with_an_old_epoch_is_told_illegal_generation(node
             member checks of a group with members, as Kafka's validateOffsetCommit."""
             answered = await groups.commit_transactional_offsets(
                 GROUP,
-                transactional_id="app-2",
-                producer_id=await _broker(node).producer_ids.allocate(),
-                producer_epoch=0,
+                transactional_id=txn.transactional_id,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
                 member_id="",
                 group_instance_id=group_instance_id,
                 generation_id=generation_id,
                 offsets={(TOPIC, 0): OffsetCommit(offset=5, leader_epoch=-1, metadata=None)},
+                api_version=3,
             )
             return answered[(TOPIC, 0)]
 
