@@ -364,7 +364,8 @@ class OffsetCommits(CoordinatorRuntime):
                 results[tp] = ErrorCode.group_subscribed_to_topic
             else:
                 results[tp] = ErrorCode.none
-                if group.offsets.get(*tp) is not None:
+                # As Kafka's deleteOffsets: an offset only an open transaction commits is tombstoned too.
+                if group.offsets.get(*tp) is not None or group.pending_txn_offsets.is_pending(tp):
                     doomed.append(tp)
         if doomed:
             error = await self._tombstone_offsets(group, doomed)
@@ -384,6 +385,7 @@ class OffsetCommits(CoordinatorRuntime):
             return self._partitions.store_error(exc, group.group_id)
         for t, p in partitions:
             group.offsets.remove(t, p)
+            group.pending_txn_offsets.remove((t, p))
         return ErrorCode.none
 
     # ------------------------------------------------------------------------------------------------ retention

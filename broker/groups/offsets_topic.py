@@ -240,6 +240,9 @@ def _apply_record(record: Record, producer_id: int, replayed: ReplayedPartition,
             committed = replayed.offsets.setdefault(key.group_id, {})
             if record.value is None:
                 committed.pop(tp, None)
+                pending = replayed.pending.get(key.group_id)
+                if pending is not None:
+                    pending.remove(tp)  # as the live tombstone does (PendingTxnOffsets.remove says why)
             else:
                 committed[tp] = AppendedOffset(decode_offset_value(record.value), record.offset)
         elif isinstance(key, GroupKey):

@@ -66,6 +66,20 @@ class PendingTxnOffsets:
         """A later commit of the same partition in the same transaction replaces the earlier one."""
         self._by_producer.setdefault(producer_id, {})[tp] = offset
 
+    def remove(self, tp: TopicPartition) -> None:
+        """An offset tombstone of ``tp`` (OffsetDelete, DeleteGroups) drops what open transactions commit there
+        too, as Kafka's ``OffsetMetadataManager.replay`` does: the cleaner drops their records below the tombstone,
+        so keeping them would make the offset reappear at the COMMIT marker live or in a full replay but not after
+        compaction. A producer left with nothing pending is forgotten (its marker has nothing to decide here)."""
+        for producer_id in list(self._by_producer):
+            offsets = self._by_producer[producer_id]
+            offsets.pop(tp, None)
+            if not offsets:
+                del self._by_producer[producer_id]
+
+    def partitions(self) -> set[TopicPartition]:
+        return {tp for offsets in self._by_producer.values() for tp in offsets}
+
     def has_producer(self, producer_id: int) -> bool:
         return producer_id in self._by_producer
 
