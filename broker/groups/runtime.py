@@ -395,7 +395,10 @@ class CoordinatorRuntime:
         if isinstance(group, ShareGroup):
             encoded = encode_share_changes(group.group_id, group.deletion_changes())
         else:
-            encoded = [(encode_offset_key(group.group_id, t, p), None) for (t, p), _ in group.offsets]
+            # As Kafka's deleteAllOffsets: what open transactions commit is tombstoned too (once per partition),
+            # or their COMMIT marker would bring the offsets, and with them the group, back in a replay.
+            doomed = {tp for tp, _ in group.offsets} | group.pending_txn_offsets.partitions()
+            encoded = [(encode_offset_key(group.group_id, t, p), None) for t, p in sorted(doomed)]
             if isinstance(group, Group):
                 encoded.append((encode_group_key(group.group_id), None))
             else:

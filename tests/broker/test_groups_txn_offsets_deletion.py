@@ -28,6 +28,7 @@ from tests.broker.test_groups_txn_offsets import (
     _fetched,
     _ready,
     _start,
+    _txn_commit,
     node_dir,
 )
 
@@ -86,5 +87,36 @@ async def test_offset_delete_drops_what_an_open_transaction_commits_live_and_aft
     try:
         groups = await _ready(node)
         assert _fetched(groups, require_stable=True) == (-1, ErrorCode.none)
+    finally:
+        await node.stop()
+
+
+async def test_a_group_deleted_while_a_transaction_commits_its_offsets_stays_deleted_after_a_reload(
+    node_dir: Path,
+) -> None:
+    """DeleteGroups tombstones the offsets open transactions commit too (Kafka's deleteAllOffsets): their COMMIT
+    marker commits nothing, live or when the partition is replayed."""
+    node = await _start(node_dir)
+    try:
+        await _broker(node).controller.create_topics([NewTopic(TOPIC, 2, 1)], validate_only=False)
+        groups = await _ready(node)
+        await _plain_commit(groups, 5)
+        txn = await _begin(node, "app-deleted-group")
+        await _commit_in_txn(groups, txn, 10)
+        assert await _txn_commit(groups, txn, {(TOPIC, 1): 7}) == {(TOPIC, 1): ErrorCode.none}  # only pending
+        assert await groups.delete_groups([GROUP]) == {GROUP: ErrorCode.none}
+        await _end(node, txn, commit=True)
+        assert _fetched(groups, require_stable=True) == (-1, ErrorCode.none)
+        assert groups.describe_group(GROUP) == (ErrorCode.none, None)  # unknown: Dead to a client
+    finally:
+        await node.stop()
+
+    node = await _start(node_dir)
+    try:
+        groups = await _ready(node)
+        error, fetched = groups.fetch_offsets(GROUP, [(TOPIC, 0), (TOPIC, 1)], require_stable=True)
+        assert error is ErrorCode.none
+        assert [(f.offset, f.error) for f in fetched] == [(-1, ErrorCode.none), (-1, ErrorCode.none)]
+        assert groups.describe_group(GROUP) == (ErrorCode.none, None)  # unknown: Dead to a client
     finally:
         await node.stop()
