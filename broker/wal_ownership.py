@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from metadata.controller_api import ControllerClient
 from metadata.image import MetadataImage
-from metadata.wal_failover import wal_location_key, zombie_failover
+from metadata.wal_failover import may_take_back, wal_location_key, zombie_failover
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.errors import ObjectStoreError, StorageError
@@ -103,7 +103,9 @@ async def wait_for_wal_failover(
 ) -> None:
     """A broker restarted while another one still replays its WAL waits for that to finish before opening
     the WAL itself; bounded by ``wait_s``, then a clear error. A failover no live broker is assigned to is taken
-    back: this broker's own recovery replays the same WAL."""
+    back: this broker's own recovery replays the same WAL. So is one assigned to a broker that is itself waiting
+    here for its own failover (``metadata.wal_failover.may_take_back``): that broker's failover runner starts only
+    after its join, so two brokers restarted together would each wait for the other until both joins failed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     logged = False
@@ -111,11 +113,12 @@ async def wait_for_wal_failover(
         failover = controller.image.wal_failovers.get(node_id)
         if failover is None or failover.done:
             return
-        if failover.target_id < 0 and failover.node_epoch < node_epoch:
+        if may_take_back(controller.image, failover, node_id, node_epoch):
             try:
                 await controller.complete_wal_failover(NodeIdentity(node_id, node_epoch), node_id, failover.node_epoch)
-                logger.info("broker %d takes back the failover of its WAL (no live broker was assigned it); "
-                            "its own recovery replays it", node_id)
+                logger.info("broker %d takes back the failover of its WAL (%s); its own recovery replays it", node_id,
+                            "no live broker was assigned it" if failover.target_id < 0 else
+                            f"broker {failover.target_id} waits for its own failover")
                 return
             except StorageError as exc:  # assigned to a broker meanwhile: wait for it like for any other
                 logger.info("broker %d could not take back the failover of its WAL: %s", node_id, exc)

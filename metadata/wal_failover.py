@@ -26,3 +26,24 @@ def zombie_failover(image: MetadataImage, node_id: int, node_epoch: int) -> WALF
     if failover is None or failover.node_epoch != node_epoch or failover.attempt == 0:
         return None
     return failover
+
+
+def awaiting_own_failover(image: MetadataImage, node_id: int) -> bool:
+    """Whether broker ``node_id`` registered again while the failover of an earlier incarnation's WAL is still
+    pending: its join waits for that failover to end (``broker.wal_ownership.wait_for_wal_failover``) and its WAL
+    failover runner starts only after the join, so it cannot replay any other broker's WAL yet. Such a broker is
+    given no failover (``controller.decisions.wal_failover.choose_target``), and one given it earlier gives it back."""
+    broker = image.brokers.get(node_id)
+    failover = image.wal_failovers.get(node_id)
+    return broker is not None and failover is not None and failover.pending and failover.node_epoch < broker.epoch
+
+
+def may_take_back(image: MetadataImage, failover: WALFailoverImage, node_id: int, node_epoch: int) -> bool:
+    """Whether a newer incarnation (``node_id`` at ``node_epoch``) of the broker whose WAL ``failover`` replays may
+    end it itself, its own restart recovery replaying the same WAL (idempotently, fencing any earlier target's
+    reservation with its higher epoch): when no broker is assigned it, or the one assigned cannot run it before its
+    own failover ends (two brokers restarted together would otherwise wait on each other until both joins fail).
+    Either way nobody is running the replay, so taking it back never runs it twice."""
+    if failover.done or node_id != failover.node_id or node_epoch <= failover.node_epoch:
+        return False
+    return failover.target_id < 0 or awaiting_own_failover(image, failover.target_id)

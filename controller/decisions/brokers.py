@@ -18,7 +18,7 @@ from controller.decisions.wal_failover import assign, needs_failover
 from metadata.cluster_records import FenceBrokerRecord, RegisterBrokerRecord, UnfenceBrokerRecord, WALFailoverDoneRecord
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
-from metadata.wal_failover import zombie_failover
+from metadata.wal_failover import may_take_back, zombie_failover
 from settings.endpoint import Endpoint
 from storage.errors import NodeEpochExpiredError
 from storage.metadata.api import NodeIdentity
@@ -98,7 +98,8 @@ def wal_failover_done(
 
     A newer incarnation of the failed broker itself may also end a failover that has no live target at the
     moment: its own restart recovery replays the same WAL (idempotently, fencing any earlier target's
-    reservation with its higher epoch), so it need not wait for a broker that may never come."""
+    reservation with its higher epoch), so it need not wait for a broker that may never come, nor for one that is
+    itself waiting for its own failover (``metadata.wal_failover.may_take_back``)."""
     failover = image.wal_failovers.get(failed_node_id)
     if failover is None or failover.node_epoch != failed_node_epoch:
         raise NodeEpochExpiredError(
@@ -106,7 +107,7 @@ def wal_failover_done(
         )
     if failover.done:
         return None
-    taken_back = node.node_id == failed_node_id and node.node_epoch > failed_node_epoch and failover.target_id < 0
+    taken_back = may_take_back(image, failover, node.node_id, node.node_epoch)
     if not taken_back and not failover.delegated_to(node.node_id, node.node_epoch):
         raise NodeEpochExpiredError(
             f"node {node.node_id} (epoch {node.node_epoch}) is not the assigned target of the WAL failover "

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from metadata.cluster_records import NO_TARGET, WALFailoverRecord
 from metadata.image import MetadataImage, WALFailoverImage
+from metadata.wal_failover import awaiting_own_failover
 
 
 def needs_failover(image: MetadataImage, node_id: int, node_epoch: int, locations: Mapping[int, str]) -> bool:
@@ -35,7 +36,12 @@ def choose_target(
     image: MetadataImage, node_id: int, locations: Mapping[int, str], exclude: frozenset[int] = frozenset()
 ) -> tuple[int, int]:
     """(node id, epoch) of the live broker that should replay ``node_id``'s WAL: one sharing its WAL bucket, with
-    the fewest failovers assigned, lowest id first; ``(NO_TARGET, -1)`` when there is none yet."""
+    the fewest failovers assigned, lowest id first; ``(NO_TARGET, -1)`` when there is none yet.
+
+    A broker that registered again while its own failover is pending is left out: it cannot run a replay before
+    its join ends (``metadata.wal_failover.awaiting_own_failover``), and, leading nothing and replaying nothing, it
+    would be the least loaded. Two brokers restarting together were each given the other's failover and waited
+    on each other until both joins failed; left without a target, each takes its own back."""
     location = locations.get(node_id)
     load: dict[int, int] = {}
     for failover in image.wal_failovers.values():
@@ -45,7 +51,7 @@ def choose_target(
         b
         for b in image.live_brokers()
         if b.node_id != node_id and b.node_id not in exclude and location is not None
-        and locations.get(b.node_id) == location
+        and locations.get(b.node_id) == location and not awaiting_own_failover(image, b.node_id)
     ]
     if not candidates:
         return NO_TARGET, -1

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from controller.controller import Controller
+from controller.decisions import brokers
 from controller.shell import MetadataShell, build_tree
-from metadata.cluster_records import NO_TARGET
+from metadata.cluster_records import NO_TARGET, WALFailoverRecord
 from metadata.wal_failover import wal_location_key
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
@@ -123,4 +124,63 @@ async def test_a_failover_nobody_took_ends_when_its_broker_comes_back(tmp_path: 
     restarted = await client.register_broker(1, EP, None)
     await client.complete_wal_failover(NodeIdentity(1, restarted), 1, epochs[1])
     assert controller.image.wal_failovers[1].done
+    await controller.close()
+
+
+async def test_a_broker_waiting_for_its_own_failover_is_given_no_other(tmp_path: Path) -> None:
+    controller = await _start(tmp_path)
+    epochs = await _register(controller, {1: SHARED, 2: SHARED, 3: SHARED})
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    assert controller.image.wal_failovers[1].target_id == 2
+    # Broker 1 restarts: its join waits for broker 2's replay, and its failover runner starts only after it. It
+    # leads and replays nothing, the least loaded, yet broker 3's WAL goes to broker 2, which can replay it now.
+    await controller.register_broker(1, EP, None)
+    assert await controller.fence_broker(3, epochs[3], session_expired=True)
+    assert (controller.image.wal_failovers[3].target_id, controller.image.wal_failovers[3].target_epoch) == (
+        2, epochs[2])
+    await controller.close()
+
+
+async def test_two_brokers_restarting_together_each_take_their_own_failover_back(tmp_path: Path) -> None:
+    controller = await _start(tmp_path)
+    epochs = await _register(controller, {1: SHARED, 2: SHARED})
+    # Both crash; their sessions expire together: nobody is left to replay either WAL.
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    assert await controller.fence_broker(2, epochs[2], session_expired=True)
+    assert await controller.reconcile_wal_failovers() == 1  # broker 1's, given to broker 2 a moment before
+    restarted = {node: await controller.register_broker(node, EP, None) for node in (1, 2)}
+    # The periodic check runs after both registered, before either took its own failover back: neither may be
+    # given the other's, since neither can run a replay before its own failover ends.
+    assert await controller.reconcile_wal_failovers() == 0
+    assert {n: f.target_id for n, f in controller.image.wal_failovers.items()} == {1: NO_TARGET, 2: NO_TARGET}
+    for node in (1, 2):
+        await controller.complete_wal_failover(NodeIdentity(node, restarted[node]), node, epochs[node])
+    assert all(f.done for f in controller.image.wal_failovers.values())
+    await controller.close()
+
+
+async def test_a_failover_assigned_to_a_broker_waiting_for_its_own_is_taken_back(tmp_path: Path) -> None:
+    """A metadata log written before such brokers were left out can hold two restarted brokers each assigned the
+    other's failover: each may take its own back, since the target cannot run it before its own failover ends."""
+    controller = await _start(tmp_path)
+    epochs = await _register(controller, {1: SHARED, 2: SHARED, 3: SHARED})
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    assert await controller.fence_broker(2, epochs[2], session_expired=True)
+    restarted = {node: await controller.register_broker(node, EP, None) for node in (1, 2)}
+    image = controller.image
+    crossed = image.apply([WALFailoverRecord(1, epochs[1], 2, restarted[2], 2),
+                           WALFailoverRecord(2, epochs[2], 1, restarted[1], 2)], image.offset + 2)
+    done = brokers.wal_failover_done(crossed, NodeIdentity(1, restarted[1]), 1, epochs[1])
+    assert done is not None
+    taken = crossed.apply([done], crossed.offset + 1)
+    # Broker 1 no longer waits: its failover runner starts after its join and replays broker 2's WAL, so broker 2
+    # waits for that instead of taking it back behind its back. Neither broker's old incarnation may end either.
+    with pytest.raises(NodeEpochExpiredError):
+        brokers.wal_failover_done(taken, NodeIdentity(2, restarted[2]), 2, epochs[2])
+    with pytest.raises(NodeEpochExpiredError):
+        brokers.wal_failover_done(crossed, NodeIdentity(1, epochs[1]), 1, epochs[1])
+    # A target that is not waiting for its own failover (broker 3) keeps the failover: it may be replaying it.
+    kept = crossed.apply([WALFailoverRecord(1, epochs[1], 3, epochs[3], 3)], crossed.offset + 1)
+    with pytest.raises(NodeEpochExpiredError):
+        brokers.wal_failover_done(kept, NodeIdentity(1, restarted[1]), 1, epochs[1])
     await controller.close()

@@ -479,3 +479,19 @@ async def test_a_failover_upload_that_fails_does_not_fail_the_live_brokers_own_u
     assert (await metadata.get_streams([own_id]))[0].end_offset == 2
     assert await asyncio.wait_for(own.append(b"and later", 1), 10) == 2
     await live.shutdown()
+
+
+async def test_two_brokers_restarting_together_both_join(cluster: _Cluster) -> None:
+    """Brokers 1 and 2 die together (3 stops cleanly first) and restart together: the periodic check between their
+    registrations and their joins gives neither the other's WAL (neither could replay it before its join ends), so
+    each takes its own back instead of both waiting on each other until the joins fail."""
+    assert await cluster.controller.fence_broker(3, cluster.epochs[3])
+    for node in (1, 2):
+        assert await cluster.controller.fence_broker(node, cluster.epochs[node], session_expired=True)
+    await cluster.controller.reconcile_wal_failovers()
+    for node in (1, 2):
+        cluster.epochs[node] = await cluster.client.register_broker(node, EP, None)
+    await cluster.controller.reconcile_wal_failovers()
+    await asyncio.wait_for(asyncio.gather(*(wait_for_wal_failover(cluster.client, node, cluster.epochs[node],
+                                                                  wait_s=1.0) for node in (1, 2))), 5)
+    assert all(f.done for f in cluster.controller.image.wal_failovers.values())
