@@ -9,7 +9,7 @@ preferred and unclean elections of ElectLeaders. Each function reads only the im
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -52,6 +52,27 @@ def moved(partition: PartitionImage, target: int) -> PartitionChangeRecord:
     )
 
 
+def leader_loads(image: MetadataImage, candidates: Collection[int]) -> dict[int, int]:
+    """How many partitions each of ``candidates`` leads: a partition given to a broker outside its replicas goes to
+    the one leading the fewest (:func:`least_loaded`)."""
+    load = dict.fromkeys(candidates, 0)
+    for topic in image.topics_by_name.values():
+        for partition in topic.partitions.values():
+            if partition.leader in load:
+                load[partition.leader] += 1
+    return load
+
+
+def least_loaded(load: dict[int, int]) -> int:
+    """The broker of ``load`` leading the fewest partitions, lowest id first (counted as leading one more from
+    now on, so that several partitions placed in one decision spread out); NO_LEADER when ``load`` is empty."""
+    if not load:
+        return NO_LEADER
+    target = min(load, key=lambda broker: (load[broker], broker))
+    load[target] += 1
+    return target
+
+
 def on_register(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
     """A (re)registering broker keeps what it led with a bumped leader epoch (so it reopens its streams with a
     strictly higher epoch), takes every leaderless partition it is a replica of, and adopts leaderless partitions
@@ -74,11 +95,7 @@ def on_fence(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
     fewest partitions, else to no leader (the next broker to register adopts it). A broker in controlled shutdown
     is given none (``controller.decisions.controlled_shutdown``)."""
     live = {b.node_id for b in image.leader_candidates()} - {node_id}
-    load = {broker: 0 for broker in live}
-    for topic in image.topics_by_name.values():
-        for partition in topic.partitions.values():
-            if partition.leader in load:
-                load[partition.leader] += 1
+    load = leader_loads(image, live)
     changes: list[PartitionChangeRecord] = []
     for _, partition in sorted(image.partitions_led_by(node_id), key=lambda item: (item[0], item[1].partition)):
         candidates = [r for r in partition.replicas if r in live]
@@ -86,9 +103,7 @@ def on_fence(image: MetadataImage, node_id: int) -> list[PartitionChangeRecord]:
             changes.append(leader_change(partition, candidates[0], live))
             load[candidates[0]] += 1
         elif load:
-            target = min(load, key=lambda broker: (load[broker], broker))
-            changes.append(moved(partition, target))
-            load[target] += 1
+            changes.append(moved(partition, least_loaded(load)))
         else:
             changes.append(
                 PartitionChangeRecord(
@@ -110,13 +125,16 @@ def elect(
 
     PREFERRED gives a partition its first replica when that broker is live. UNCLEAN gives a partition whose leader
     is offline its first live replica: Kafka risks losing data there, Fjord does not (every replica reads the same
-    shared storage), so it is only a question of which broker serves. A partition being reassigned is left to the
-    reassignment, which elects its target. A broker in controlled shutdown counts as not live: it is never given
-    leadership (``controller.decisions.controlled_shutdown``)."""
+    shared storage), so it is only a question of which broker serves; and for the same reason a partition with no
+    live replica at all goes to the live broker leading the fewest partitions (as a fenced leader's partitions do),
+    not ELIGIBLE_LEADERS_NOT_AVAILABLE while brokers that could serve it are up. A partition being reassigned is
+    left to the reassignment, which elects its target. A broker in controlled shutdown counts as not live: it is
+    never given leadership (``controller.decisions.controlled_shutdown``)."""
     if election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
         # Kafka refuses the request as a whole (its parser rejects the type), not each partition.
         raise ControllerError(ErrorCode.invalid_request, f"Unknown election type {election_type}")
     live = {b.node_id for b in image.leader_candidates()}
+    load = leader_loads(image, live)
     targets: list[tuple[str, int]] = (
         list(partitions)
         if partitions is not None
@@ -138,17 +156,22 @@ def elect(
                 f"Partition {name}-{index} is being reassigned; its target is elected when the move ends",
             )
         else:
-            leader, result = _choose(name, partition, live, election_type)
-            if leader != NO_LEADER:
+            leader, result = _choose(name, partition, live, load, election_type)
+            if leader in partition.replicas:
                 records.append(leader_change(partition, leader, live))
+            elif leader != NO_LEADER:
+                records.append(moved(partition, leader))
         if partitions is None and result.error is ErrorCode.election_not_needed:
             continue
         results.append(result)
     return Election(results, records)
 
 
-def _choose(name: str, partition: PartitionImage, live: set[int], election_type: int) -> tuple[int, ElectLeaderResult]:
-    """The broker to elect for one partition (NO_LEADER: none) and the partition's result."""
+def _choose(
+    name: str, partition: PartitionImage, live: set[int], load: dict[int, int], election_type: int
+) -> tuple[int, ElectLeaderResult]:
+    """The broker to elect for one partition (NO_LEADER: none) and the partition's result; ``load`` counts the
+    partitions each live broker leads, for an unclean election with no live replica (:func:`least_loaded`)."""
     index = partition.partition
     if election_type == ElectionType.PREFERRED:
         preferred = partition.replicas[0] if partition.replicas else NO_LEADER
@@ -170,10 +193,15 @@ def _choose(name: str, partition: PartitionImage, live: set[int], election_type:
         )
     candidate = next((r for r in partition.replicas if r in live), NO_LEADER)
     if candidate == NO_LEADER:
+        candidate = least_loaded(load)
+    elif candidate in load:
+        load[candidate] += 1
+    if candidate == NO_LEADER:
         return NO_LEADER, ElectLeaderResult(
             name,
             index,
             ErrorCode.eligible_leaders_not_available,
-            f"No live replica of {name}-{index} among {list(partition.replicas)}",
+            f"No live broker may lead {name}-{index} (its replicas {list(partition.replicas)} and every other "
+            "broker are fenced or shutting down)",
         )
     return candidate, ElectLeaderResult(name, index, ErrorCode.none)

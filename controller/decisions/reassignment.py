@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from controller.decisions.leadership import leader_loads, least_loaded
 from metadata.cluster_records import NO_LEADER, PartitionChangeRecord
 from metadata.controller_api import PartitionReassignment, ReassignmentResult
 from metadata.image import MetadataImage, PartitionImage
@@ -80,14 +81,8 @@ def complete(image: MetadataImage, partition: PartitionImage) -> PartitionChange
     the next broker that registers, as a fenced leader's partitions are. A target in controlled shutdown counts as
     gone (``controller.decisions.controlled_shutdown``)."""
     target = elected_target(image, partition)  # what the brokers named to clients ahead of this election
-    live = {b.node_id for b in image.leader_candidates()}
-    if target == NO_LEADER and live:
-        load = {broker: 0 for broker in live}
-        for topic in image.topics_by_name.values():
-            for other in topic.partitions.values():
-                if other.leader in load:
-                    load[other.leader] += 1
-        target = min(load, key=lambda broker: (load[broker], broker))
+    if target == NO_LEADER:
+        target = least_loaded(leader_loads(image, [b.node_id for b in image.leader_candidates()]))
     return PartitionChangeRecord(
         str(partition.topic_id),
         partition.partition,
@@ -116,17 +111,27 @@ def start(partition: PartitionImage, target: int) -> PartitionChangeRecord:
 
 def _cancel(image: MetadataImage, partition: PartitionImage) -> PartitionChangeRecord:
     """Back to the replicas the reassignment started from; the source reopens its streams with a new epoch (two up:
-    the brokers may have named the target at one up, ``metadata.move_leader.settled_epoch``)."""
-    live = {b.node_id for b in image.live_brokers()}
+    the brokers may have named the target at one up, ``metadata.move_leader.settled_epoch``).
+
+    A source that may not lead any more (fenced, or in controlled shutdown) leaves the partition, as ``complete``
+    does, to the leader candidate leading the fewest partitions: its data is in shared storage, so any broker can
+    serve it. Left leaderless, nothing would ever elect it: it no longer moves, the balancer moves only led
+    partitions, and a broker adopts leaderless ones only when it registers. Leaderless only with no candidate at
+    all, for the next broker that registers (``controller.decisions.leadership.on_register``)."""
+    candidates = [b.node_id for b in image.leader_candidates()]
     original = partition.removing_replicas
-    leader = next((r for r in original if r in live), NO_LEADER)
+    leader = next((r for r in original if r in candidates), NO_LEADER)
+    replicas = original
+    if leader == NO_LEADER:
+        leader = least_loaded(leader_loads(image, candidates))
+        replicas = (leader,) if leader != NO_LEADER else original
     return PartitionChangeRecord(
         str(partition.topic_id),
         partition.partition,
         leader=leader,
         leader_epoch=settled_epoch(image, partition, leader),
         isr=(leader,) if leader != NO_LEADER else (),
-        replicas=original,
+        replicas=replicas,
         removing_replicas=(),
     )
 

@@ -70,16 +70,17 @@ def test_preferred_election_moves_to_the_first_replica_only_when_it_is_live() ->
     ]
 
 
-def test_unclean_election_gives_an_offline_leaders_partition_a_live_replica() -> None:
+def test_unclean_election_gives_an_offline_leaders_partition_a_live_replica_else_the_least_loaded_broker() -> None:
     image = _image([(2, (2, 1)), (1, (1, 0)), (2, (2,))], live=(0, 1))
     election = elect(image, [("t", 0), ("t", 1), ("t", 2)], ElectionType.UNCLEAN)
-    assert [r.error for r in election.results] == [
-        ErrorCode.none,
-        ErrorCode.election_not_needed,
-        ErrorCode.eligible_leaders_not_available,
-    ]
-    [change] = election.records
-    assert (change.partition, change.leader) == (0, 1)
+    assert [r.error for r in election.results] == [ErrorCode.none, ErrorCode.election_not_needed, ErrorCode.none]
+    # t-2 has no live replica: any broker serves it from the shared storage, so it goes to the one leading the
+    # fewest (broker 1 leads t-1 and now t-0), and is its only replica from then on.
+    assert [(c.partition, c.leader, c.replicas) for c in election.records] == [(0, 1, None), (2, 0, (0,))]
+    # With no live broker at all, nobody can lead it.
+    nobody = elect(_image([(2, (2,))], live=()), [("t", 0)], ElectionType.UNCLEAN)
+    assert [r.error for r in nobody.results] == [ErrorCode.eligible_leaders_not_available]
+    assert nobody.records == []
 
 
 # ------------------------------------------------------------------------------------- against a real broker

@@ -150,6 +150,31 @@ async def test_cancel_gives_the_partition_back_to_its_source(controller: Control
     assert _partition(controller).leader == 0
 
 
+async def test_cancel_of_a_move_whose_source_may_not_lead_gives_the_partition_to_the_least_loaded_broker(
+    controller: Controller,
+) -> None:
+    await _open_meta_stream(controller, 0)
+    await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (1,))])
+    moving = _partition(controller)
+    # The source dies mid-move: giving the partition back to it would leave it leaderless for good.
+    await controller.fence_broker(0, controller.image.brokers[0].epoch, session_expired=True)
+    [cancel] = await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, None)])
+    assert cancel.error is ErrorCode.none
+    after = _partition(controller)
+    # Brokers 1 and 2 lead nothing: the lower id, which is also the target clients were named, one epoch up.
+    assert (after.leader, after.replicas, after.isr, after.removing_replicas) == (1, (1,), (1,), ())
+    assert after.leader_epoch == moving.leader_epoch + 1
+    await asyncio.sleep(0.8)  # the timer of the cancelled move elects nobody else
+    assert _partition(controller).leader == 1
+
+    # A source in controlled shutdown may not lead either: the cancel leaves it to broker 2, leading the fewest.
+    await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (2,))])
+    assert await controller.controlled_shutdown(1, controller.image.brokers[1].epoch) == 1
+    [cancel] = await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, None)])
+    assert cancel.error is ErrorCode.none
+    assert (_partition(controller).leader, _partition(controller).replicas) == (2, (2,))
+
+
 async def test_a_pending_reassignment_survives_a_restart(tmp_path: Path, controller: Controller) -> None:
     await _open_meta_stream(controller, 0)
     await controller.alter_partition_reassignments([PartitionReassignment("orders", 0, (1,))])
