@@ -377,8 +377,8 @@ class Controller:
             shutdown = controlled_shutdown.plan(self._image, node_id, epoch, exclude)
             await self._commit(shutdown.records)
         if shutdown.started:
-            logger.info("broker %d (epoch %d) is in controlled shutdown: it is given no leadership and its %d "
-                        "partitions move away", node_id, epoch, shutdown.remaining)
+            logger.info("broker %d (epoch %d) is in controlled shutdown: no leadership, %d partitions to move, %d WAL "
+                        "failovers to end", node_id, epoch, shutdown.remaining - shutdown.failovers, shutdown.failovers)
         for move in shutdown.moves:
             logger.info("controlled shutdown of broker %d: moving %s-%d to broker %d", node_id, move.topic,
                         move.partition, move.target)

@@ -9,6 +9,13 @@ leads nothing and no move from it waits for its streams to close; the broker the
 and stops, and its last heartbeat (``wantFence``) fences it. With no other broker to take them the partitions
 stay, and the fence at the end leaves them to the next broker that registers, as before.
 
+A broker replaying a dead broker's S3 WAL (a failover assigned before it asked: none is assigned after, see
+``controller.decisions.wal_failover.choose_target``) is answered ``shouldShutDown`` only once that replay is done too.
+Its WAL failover runner stops with the broker, after the controlled shutdown, so the replay finishes where it runs;
+giving it to another broker instead would run it twice at once until the new target's WAL reservation fenced the
+first. A replay that outlasts ``controlled.shutdown.timeout.ms`` is cut short by the stop like a target's death:
+the fence hands it to another broker, which finishes it (the replay is idempotent).
+
 Unregistration (UnregisterBroker, ``kafka-cluster.sh unregister``): removes a broker that is gone for good from
 the image (DescribeCluster, Metadata). Kafka 3.6 removes whatever broker id it is asked; Fjord refuses a live one
 (it would keep writing to its WAL and streams with nobody fencing it: stop it first, which drains it) and one
@@ -45,15 +52,17 @@ class Shutdown:
 
     records: list[MetadataRecord]
     moves: list[Move]
-    remaining: int
+    remaining: int  # partitions still to move, plus failovers it still replays
     started: bool  # this heartbeat put the broker in controlled shutdown
+    failovers: int = 0  # WAL failovers assigned to it and not done: it may not stop in the middle of one
 
 
 def plan(image: MetadataImage, node_id: int, epoch: int, exclude: Collection[int] = frozenset()) -> Shutdown:
     """What a ``wantShutDown`` heartbeat of ``node_id`` at registration ``epoch`` changes: it enters controlled
     shutdown, and every partition it leads, or that is on its way to it, moves to the other leader candidate
-    leading the fewest partitions. ``exclude`` (``autobalancer.controller.exclude.broker.ids``): brokers taken
-    only when no other is left, since a drained broker leads nothing and would otherwise be picked first.
+    leading the fewest partitions; it may stop once they moved and the WAL failovers it replays are done.
+    ``exclude`` (``autobalancer.controller.exclude.broker.ids``): brokers taken only when no other is left, since a
+    drained broker leads nothing and would otherwise be picked first.
 
     The heartbeat checked the registration outside the controller's lock; a broker that meanwhile is gone, has
     registered again or was fenced changes nothing here (an empty Shutdown)."""
@@ -75,15 +84,16 @@ def plan(image: MetadataImage, node_id: int, epoch: int, exclude: Collection[int
                 mine.append((topic.name, partition))
             elif partition.reassigning and node_id in partition.removing_replicas:
                 waiting += 1  # moving away already: waits for this broker to close its streams
+    failovers = len(image.failovers_delegated_to(node_id, epoch))
     if not load:
-        return Shutdown(records, [], 0, started)
+        return Shutdown(records, [], failovers, started, failovers)
     moves: list[Move] = []
     for name, partition in mine:
         target = min(load, key=lambda b: (load[b], b))
         load[target] += 1
         records.append(reassignment.start(partition, target))
         moves.append(Move(name, partition.partition, target))
-    return Shutdown(records, moves, waiting + len(mine), started)
+    return Shutdown(records, moves, waiting + len(mine) + failovers, started, failovers)
 
 
 def unregister(image: MetadataImage, node_id: int) -> UnregisterBrokerRecord:

@@ -38,7 +38,9 @@ def choose_target(
     """(node id, epoch) of the live broker that should replay ``node_id``'s WAL: one sharing its WAL bucket, with
     the fewest failovers assigned, lowest id first; ``(NO_TARGET, -1)`` when there is none yet.
 
-    A broker that registered again while its own failover is pending is left out: it cannot run a replay before
+    Only a leader candidate (``MetadataImage.leader_candidates``) is given one: a broker in controlled shutdown stops
+    once its partitions moved, in the middle of a replay given to it. A broker that registered again while its own
+    failover is pending is left out too: it cannot run a replay before
     its join ends (``metadata.wal_failover.awaiting_own_failover``), and, leading nothing and replaying nothing, it
     would be the least loaded. Two brokers restarting together were each given the other's failover and waited
     on each other until both joins failed; left without a target, each takes its own back."""
@@ -49,7 +51,7 @@ def choose_target(
             load[failover.target_id] = load.get(failover.target_id, 0) + 1
     candidates = [
         b
-        for b in image.live_brokers()
+        for b in image.leader_candidates()
         if b.node_id != node_id and b.node_id not in exclude and location is not None
         and locations.get(b.node_id) == location and not awaiting_own_failover(image, b.node_id)
     ]

@@ -184,3 +184,29 @@ async def test_a_failover_assigned_to_a_broker_waiting_for_its_own_is_taken_back
     with pytest.raises(NodeEpochExpiredError):
         brokers.wal_failover_done(kept, NodeIdentity(1, restarted[1]), 1, epochs[1])
     await controller.close()
+
+
+async def test_a_failover_goes_to_no_broker_in_controlled_shutdown(tmp_path: Path) -> None:
+    controller = await _start(tmp_path)
+    epochs = await _register(controller, {1: SHARED, 2: SHARED, 3: SHARED})
+    # Broker 2 is stopping: it would stop in the middle of the replay once its partitions moved.
+    assert await controller.controlled_shutdown(2, epochs[2]) == 0
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    assert (controller.image.wal_failovers[1].target_id, controller.image.wal_failovers[1].target_epoch) == (
+        3, epochs[3])
+    await controller.close()
+
+
+async def test_a_broker_replaying_a_failover_may_shut_down_once_the_replay_is_done(tmp_path: Path) -> None:
+    controller = await _start(tmp_path)
+    epochs = await _register(controller, {1: SHARED, 2: SHARED, 3: SHARED})
+    assert await controller.fence_broker(1, epochs[1], session_expired=True)
+    assert controller.image.wal_failovers[1].target_id == 2
+    # Broker 2 asks to shut down while it replays broker 1's WAL: it leads nothing, yet it may not stop yet, and the
+    # replay stays with it (no second broker runs it alongside).
+    assert await controller.controlled_shutdown(2, epochs[2]) == 1
+    assert await controller.reconcile_wal_failovers() == 0
+    assert controller.image.wal_failovers[1].delegated_to(2, epochs[2])
+    await controller.complete_wal_failover(NodeIdentity(2, epochs[2]), 1, epochs[1])
+    assert await controller.controlled_shutdown(2, epochs[2]) == 0
+    await controller.close()
