@@ -12,9 +12,8 @@ members (which stay, as classic members) when ``group.consumer.migration.policy`
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -22,15 +21,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.classic.group import Group
 from broker.groups.consumer.assignment import TopicMetadata
-from broker.groups.consumer.changes import (
-    Change,
-    CurrentAssignmentChanged,
-    GroupEpochChanged,
-    MemberMetadataChanged,
-    TargetEpochChanged,
-    TargetMemberChanged,
-)
-from broker.groups.consumer.cluster_topics import ClusterTopics, metadata_hash
+from broker.groups.consumer.changes import Change
+from broker.groups.consumer.cluster_topics import ClusterTopics
 from broker.groups.consumer.group import ConsumerGroup, ConsumerGroupConfig, HeartbeatRequest, HeartbeatResult
 from broker.groups.consumer.member import JOIN_EPOCH
 from broker.groups.conversions import Upgrade, upgrade_refusal, upgraded
@@ -172,36 +164,6 @@ class ConsumerMembership(CoordinatorRuntime):
             self._after(group)
         return result
 
-    async def _write_consumer_changes(
-        self, group: ConsumerGroup, changes: list[Change], before: Sequence[Record] = ()
-    ) -> ErrorCode:
-        """Persists what a request changed before it is answered. With nothing new to write the answer may still
-        rest on a state another request is writing: it waits for that, so no member is told an epoch a failover
-        could forget.
-
-        A write that failed left the group's state changed in memory (its request was answered with the error, and
-        a retry finds nothing new to write): the group's next write carries that write's removals again and then
-        the group's whole state as it is now, as Kafka's coordinator would only answer on state it has written.
-        Only removals are replayed, and values only as they are now: an older value written again could undo a
-        newer one."""
-        group_id = group.group_id
-        stored = ErrorCode.none
-        if not (changes or before):
-            pending = self._consumer_writes.get(group_id)
-            if pending is not None and not pending.done():
-                await asyncio.shield(pending)
-        if group_id in self._unwritten and self._groups.get(group_id) is group:
-            changes = [*self._unwritten.pop(group_id), *_current_state(group), *changes]
-        if changes or before:
-            write = asyncio.ensure_future(self._persist_consumer_group(group, changes, before))
-            self._consumer_writes[group_id] = write
-            stored = await asyncio.shield(write)
-            if stored is not ErrorCode.none and self._groups.get(group_id) is group:
-                self._unwritten.setdefault(group_id, []).extend(c for c in changes if _removal(c))
-        if self._consumer_writes.get(group_id) is not None and self._consumer_writes[group_id].done():
-            del self._consumer_writes[group_id]
-        return stored
-
     def _converted(self, group: Group, request: HeartbeatRequest) -> Upgrade | HeartbeatResult:
         """The consumer group a classic group becomes on a ConsumerGroupHeartbeat join: an empty one (offsets
         only) always, one with members when ``group.consumer.migration.policy`` allows the upgrade
@@ -250,23 +212,3 @@ class ConsumerMembership(CoordinatorRuntime):
         if not isinstance(group, ConsumerGroup):
             return ErrorCode.group_id_not_found, f"group {group_id} is not a consumer group", None
         return ErrorCode.none, None, group
-
-
-def _current_state(group: ConsumerGroup) -> list[Change]:
-    """Every record of the group's state as it is now (epoch, members, target, current assignments)."""
-    members = list(group.members.values())
-    return [
-        GroupEpochChanged(group.group_epoch, metadata_hash(group.subscription)),
-        *(MemberMetadataChanged(member) for member in members),
-        *(TargetMemberChanged(member_id, assignment) for member_id, assignment in group.target.items()),
-        TargetEpochChanged(group.target_epoch),
-        *(CurrentAssignmentChanged(member) for member in members),
-    ]
-
-
-def _removal(change: Change) -> bool:
-    """A tombstone (a member, its target or assignment, or the group gone)."""
-    if isinstance(change, TargetMemberChanged):
-        return change.assignment is None
-    return change.deleted
-

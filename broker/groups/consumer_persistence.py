@@ -18,6 +18,7 @@ from broker.groups.consumer.changes import (
     TargetEpochChanged,
     TargetMemberChanged,
 )
+from broker.groups.consumer.cluster_topics import metadata_hash
 from broker.groups.consumer.group import ConsumerGroup, ConsumerGroupConfig
 from broker.groups.consumer.member import ClassicMetadata, ConsumerMember, MemberState
 from broker.groups.consumer_records import (
@@ -109,6 +110,23 @@ def encode_changes(group_id: str, changes: Sequence[Change]) -> list[tuple[bytes
         for key, value in _record(change, group_id):
             out.append((encode_consumer_key(key), None if value is None else encode_consumer_value(value)))
     return out
+
+
+def encode_state(group: ConsumerGroup) -> list[tuple[bytes, bytes | None]]:
+    """Every record of the group's state as it is now (epoch, members, target, current assignments): what a write
+    after a failed one carries, as the failed write's values are lost and only the present ones may be rewritten
+    (an older value written again could undo a newer one)."""
+    members = list(group.members.values())
+    return encode_changes(
+        group.group_id,
+        [
+            GroupEpochChanged(group.group_epoch, metadata_hash(group.subscription)),
+            *(MemberMetadataChanged(member) for member in members),
+            *(TargetMemberChanged(member_id, assignment) for member_id, assignment in group.target.items()),
+            TargetEpochChanged(group.target_epoch),
+            *(CurrentAssignmentChanged(member) for member in members),
+        ],
+    )
 
 
 def restore_group(replayed: ReplayedConsumerGroup, config: ConsumerGroupConfig, now_ms: int) -> ConsumerGroup | None:

@@ -30,6 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from kio.schema.errors import ErrorCode
 
@@ -39,7 +40,7 @@ from broker.groups.classic.rebalance import GroupConfig, PendingWrite
 from broker.groups.consumer.assignors import assignor_named
 from broker.groups.consumer.changes import Change
 from broker.groups.consumer.group import ConsumerGroup, ConsumerGroupConfig
-from broker.groups.consumer_persistence import encode_changes, restore_group
+from broker.groups.consumer_persistence import encode_changes, encode_state, restore_group
 from broker.groups.offsets_schema import encode_group_key, encode_group_value, encode_offset_key
 from broker.groups.offsets_topic import (
     OFFSETS_INTERNAL_TOPIC,
@@ -49,7 +50,7 @@ from broker.groups.offsets_topic import (
 )
 from broker.groups.share.changes import ShareChange as ShareChangeT
 from broker.groups.share.group import ShareGroup, ShareMembershipConfig
-from broker.groups.share_persistence import encode_share_changes, restore_share_group
+from broker.groups.share_persistence import encode_share_changes, encode_share_state, restore_share_group
 from broker.groups.txn_offsets import TxnVerifier, newer, unverifiable
 from broker.internal_topic import InternalTopicPartitions, Loaded, OwnedPartition
 from broker.partition.manager import PartitionManager
@@ -59,6 +60,9 @@ from wire.record_batch import Record, build_batch
 from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError
 
 logger = logging.getLogger(__name__)
+
+#: Records as the coordinator encodes them: (key, value), a None value being a tombstone.
+Encoded = list[tuple[bytes, bytes | None]]
 
 
 class CoordinatorRuntime:
@@ -107,10 +111,9 @@ class CoordinatorRuntime:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         #: Each consumer or share group's latest write of heartbeat changes, which answers resting on it wait for.
         self._consumer_writes: dict[str, asyncio.Future[ErrorCode]] = {}
-        #: Consumer groups one of whose writes failed: the removals it carried, written again (with the group's
-        #: whole state) by the group's next write (``ConsumerMembership._write_consumer_changes``).
-        self._unwritten: dict[str, list[Change]] = {}
-        self._unwritten_shares: dict[str, list[ShareChangeT]] = {}
+        #: The keys failed writes of a group id tombstoned: the id's next write tombstones them again
+        #: (``_append_group``), or a reload would bring back what they removed.
+        self._unwritten: dict[str, list[bytes]] = {}
         self._cleanup_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
             broker,
@@ -140,10 +143,10 @@ class CoordinatorRuntime:
         self._completions.pop(partition, None)
         now = self._now_ms()
         dropped = 0
+        for group_id in [g for g in self._unwritten if self.partition_for(g) == partition]:
+            del self._unwritten[group_id]  # the next owner replays what was written, and writes from there
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             group = self._groups.pop(group_id)
-            self._unwritten.pop(group_id, None)
-            self._unwritten_shares.pop(group_id, None)
             self._cancel_timer(group_id)
             if not group.dead:
                 group.mark_dead(now, ErrorCode.not_coordinator)
@@ -247,15 +250,17 @@ class CoordinatorRuntime:
             share_changes = group.take_changes()
             if share_changes:
                 self._partitions.spawn(
-                    self._persist_share_group(group, share_changes), name=f"persist group {group.group_id}"
+                    self._write_share_changes(group, share_changes), name=f"persist group {group.group_id}"
                 )
         else:
             changes = group.take_changes()
             if self._downgraded(group, changes):
                 return
             if changes:
+                # A timer's write (a member fenced) answers nobody: its error is not dropped all the same, as
+                # ``_append_group`` has the group's next write carry what it removed.
                 self._partitions.spawn(
-                    self._persist_consumer_group(group, changes), name=f"persist group {group.group_id}"
+                    self._write_consumer_changes(group, changes), name=f"persist group {group.group_id}"
                 )
         if group.is_disposable and self._groups.get(group.group_id) is group:
             del self._groups[group.group_id]
@@ -297,7 +302,7 @@ class CoordinatorRuntime:
             record = Record(
                 key=encode_group_key(group.group_id), value=encode_group_value(write.value), timestamp=self._now_ms()
             )
-            await self._append(group.group_id, [record])
+            await self._append_group(group.group_id, [record], self._whole_state(group))
             error = ErrorCode.none
         except SchemaError as exc:
             # A member or instance id longer than the record format can hold (int16 string lengths).
@@ -325,22 +330,55 @@ class CoordinatorRuntime:
         :mod:`broker.groups.migration` decides), its ``changes`` written with the conversion."""
         return False
 
-    async def _persist_consumer_group(
+    async def _write_consumer_changes(
         self, group: ConsumerGroup, changes: Sequence[Change], before: Sequence[Record] = ()
     ) -> ErrorCode:
-        """Appends a consumer group's changes as Kafka's records, after ``before`` (a converted group's old
-        records); the error a waiting request answers with."""
-        now = self._now_ms()
+        """Persists a consumer group's changes as Kafka's records, after ``before`` (a converted group's old
+        records): :meth:`_write_changes`."""
+        encode = partial(encode_changes, group.group_id, changes)
+        return await self._write_changes(group, encode, bool(changes or before), before)
+
+    async def _write_share_changes(self, group: ShareGroup, changes: Sequence[ShareChangeT]) -> ErrorCode:
+        """Persists a share group's changes as Kafka's records: :meth:`_write_changes`."""
+        return await self._write_changes(group, partial(encode_share_changes, group.group_id, changes), bool(changes))
+
+    async def _write_changes(
+        self, group: ConsumerGroup | ShareGroup, encode: Callable[[], Encoded], new: bool, before: Sequence[Record] = ()
+    ) -> ErrorCode:
+        """Persists what a request or the group's timer changed (``new``: anything); the error a request answers
+        with. A write waits for the group's write in flight: with nothing new to write, the answer may rest on the
+        state that one writes, so no member is told an epoch a failover could forget; with something new, it
+        carries what that one removed if it fails (``_append_group``), so no later write lands without them. After
+        a failed write, even nothing new is a write: the failed one's tombstones and the group's whole state."""
+        group_id = group.group_id
+        pending = self._consumer_writes.get(group_id)
+        if pending is not None and not pending.done():
+            await asyncio.shield(pending)
+        stored = ErrorCode.none
+        if new or (group_id in self._unwritten and self._groups.get(group_id) is group):
+            write = asyncio.ensure_future(self._persist_changes(group, encode, before))
+            self._consumer_writes[group_id] = write
+            stored = await asyncio.shield(write)
+        latest = self._consumer_writes.get(group_id)
+        if latest is not None and latest.done():
+            del self._consumer_writes[group_id]
+        return stored
+
+    async def _persist_changes(
+        self, group: ConsumerGroup | ShareGroup, encode: Callable[[], Encoded], before: Sequence[Record]
+    ) -> ErrorCode:
+        """Appends a consumer or share group's encoded changes after ``before``; the error a request answers with."""
         try:
-            encoded = encode_changes(group.group_id, changes)
-            records = [*before, *(Record(key=key, value=value, timestamp=now) for key, value in encoded)]
-            await self._append(group.group_id, records)
+            now = self._now_ms()
+            records = [*before, *(Record(key=key, value=value, timestamp=now) for key, value in encode())]
+            await self._append_group(group.group_id, records, self._whole_state(group))
         except SchemaError as exc:
             logger.warning("group %s: its state cannot be stored: %s", untrusted(group.group_id), exc)
             return ErrorCode.invalid_request
         except Exception as exc:
             logger.warning(
-                "group %s: persisting epoch %d to %s-%d failed: %s",
+                "%s group %s: persisting epoch %d to %s-%d failed: %s",
+                group.group_type,
                 untrusted(group.group_id),
                 group.group_epoch,
                 OFFSETS_TOPIC,
@@ -350,26 +388,55 @@ class CoordinatorRuntime:
             return self._partitions.store_error(exc, group.group_id)
         return ErrorCode.none
 
-    async def _persist_share_group(self, group: ShareGroup, changes: Sequence[ShareChangeT]) -> ErrorCode:
-        """Appends a share group's changes as Kafka's records; the error a waiting request answers with."""
-        now = self._now_ms()
+    def _whole_state(self, group: Group | ConsumerGroup | ShareGroup) -> Callable[[], Encoded] | None:
+        """The group's whole state as it is now, which a write of it carrying another's tombstones writes after
+        them; None when its id names another group now (a write of a replaced group carries nothing)."""
+        if self._groups.get(group.group_id) is not group:
+            return None
+        if isinstance(group, ShareGroup):
+            return partial(encode_share_state, group)
+        if isinstance(group, ConsumerGroup):
+            return partial(encode_state, group)
+        return _no_records  # each of a classic group's writes is its whole state, one record
+
+    async def _append_group(
+        self, group_id: str, records: Sequence[Record], whole_state: Callable[[], Encoded] | None
+    ) -> None:
+        """Appends a group's ``records`` (raising as :meth:`_append`); the one place a failed write of a group is
+        made up for, whichever write failed: a request's, the group's timer's (a member fenced), a conversion's,
+        a deletion's.
+
+        A failed write left the group changed in memory: its request was answered with the error and a retry finds
+        nothing new to write, or nobody was answered (a timer's write). Were that the end of it, what the failed
+        write removed would still be in ``__consumer_offsets`` under later writes, and a reload would bring it back
+        (a fenced member holding the partitions its successor was given, a converted group's records taking the
+        place of the classic group written since). So the tombstones of a failed write wait in ``_unwritten`` for
+        the id's next write, which writes them first and then the group's whole state as it is now
+        (``whole_state``), as Kafka's coordinator only goes on from state it has written. Only removals are
+        replayed, and values only as they are now: an older value written again could undo a newer one."""
+        owned = self._partitions.owned.get(self.partition_for(group_id))
+        carried = self._unwritten.pop(group_id, None) if whole_state is not None else None
+        tombstones = [*(carried or ()), *(r.key for r in records if r.value is None and r.key is not None)]
         try:
-            encoded = encode_share_changes(group.group_id, changes)
-            await self._append(group.group_id, [Record(key=k, value=v, timestamp=now) for k, v in encoded])
-        except SchemaError as exc:
-            logger.warning("group %s: its state cannot be stored: %s", untrusted(group.group_id), exc)
-            return ErrorCode.invalid_request
-        except Exception as exc:
-            logger.warning(
-                "share group %s: persisting epoch %d failed: %s",
-                untrusted(group.group_id), group.group_epoch, exc,
-            )
-            return self._partitions.store_error(exc, group.group_id)
-        return ErrorCode.none
+            if carried is not None and whole_state is not None:
+                now = self._now_ms()
+                records = [
+                    *(Record(key=key, value=None, timestamp=now) for key in carried),
+                    *(Record(key=key, value=value, timestamp=now) for key, value in whole_state()),
+                    *records,
+                ]
+            await self._append(group_id, records)
+        except BaseException:
+            # Even without tombstones the id is marked: its next write carries the group's whole state, which the
+            # failed write's values were part of. Kept only while this load of the partition owns it (a later
+            # owner replays what was written, and goes on from there).
+            if owned is not None and self._partitions.owned.get(owned.partition) is owned:
+                self._unwritten[group_id] = list(dict.fromkeys([*self._unwritten.get(group_id, ()), *tombstones]))
+            raise
 
     async def _tombstone_consumer_group(self, group: ConsumerGroup) -> ErrorCode:
         """Writes the tombstones of an empty consumer group's records (it is deleted, or becomes classic)."""
-        return await self._persist_consumer_group(group, group.deletion_changes())
+        return await self._write_consumer_changes(group, group.deletion_changes())
 
     def _group_or_error(self, group_id: str) -> tuple[Group | ConsumerGroup | None, ErrorCode]:
         """The classic or consumer group ``group_id`` names; a share group's id answers GROUP_ID_NOT_FOUND (Kafka's
@@ -409,9 +476,15 @@ class CoordinatorRuntime:
         if self._groups.get(group.group_id) is group:
             del self._groups[group.group_id]
         try:
-            await self._append(group.group_id, records)
+            # What failed writes of the group left unwritten is tombstoned with it: a group of this id created
+            # later would otherwise be replayed with the members they removed.
+            await self._append_group(group.group_id, records, _no_records)
         except Exception as exc:
             logger.warning("group %s: writing its tombstones failed: %s", untrusted(group.group_id), exc)
             return self._partitions.store_error(exc, group.group_id)
         logger.info("%s group %s deleted", group.group_type, untrusted(group.group_id))
         return ErrorCode.none
+
+
+def _no_records() -> Encoded:
+    return []

@@ -16,24 +16,13 @@ It also answers what the share offset admin APIs ask of the membership (``broker
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection
 from dataclasses import replace
 from typing import Literal
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.consumer.cluster_topics import metadata_hash
 from broker.groups.consumer_membership import ConsumerMembership
-from broker.groups.share.changes import (
-    ShareAssignmentChanged,
-    ShareChange,
-    ShareEpochChanged,
-    ShareMemberChanged,
-    ShareStateTopicsChanged,
-    ShareTargetEpochChanged,
-    ShareTargetMemberChanged,
-)
 from broker.groups.share.group import ShareGroup, ShareHeartbeat, ShareHeartbeatResult, ShareMembershipConfig
 from broker.groups.share.member import JOIN_EPOCH
 from metadata.group_configs import share_group_config
@@ -62,7 +51,7 @@ class ShareMembership(ConsumerMembership):
             group = self._groups[group_id] = ShareGroup(group_id, self.share_config, self._now_ms())
         group.config = self._share_group_config(group_id)
         result = group.heartbeat(self._now_ms(), request, self.cluster_topics())
-        stored = await self._write_share_changes(group)
+        stored = await self._write_share_changes(group, group.take_changes())
         if stored is not ErrorCode.none:
             result = ShareHeartbeatResult(stored, member_id=request.member_id)
         if self._groups.get(group_id) is group:
@@ -76,30 +65,6 @@ class ShareMembership(ConsumerMembership):
         if (own.session_timeout_ms, own.heartbeat_interval_ms) == (base.session_timeout_ms, base.heartbeat_interval_ms):
             return base
         return replace(base, session_timeout_ms=own.session_timeout_ms, heartbeat_interval_ms=own.heartbeat_interval_ms)
-
-    async def _write_share_changes(self, group: ShareGroup) -> ErrorCode:
-        """Persists what a heartbeat changed before it is answered; with nothing new to write, waits for a write
-        of the group still in flight that the answer rests on; after a failed write, the next one carries its
-        removals again and the group's whole state as it is now (as consumer groups do)."""
-        group_id = group.group_id
-        changes: list[ShareChange] = list(group.take_changes())
-        stored = ErrorCode.none
-        if not changes:
-            pending = self._consumer_writes.get(group_id)
-            if pending is not None and not pending.done():
-                await asyncio.shield(pending)
-        if group_id in self._unwritten_shares and self._groups.get(group_id) is group:
-            changes = [*self._unwritten_shares.pop(group_id), *_current_state(group), *changes]
-        if changes:
-            write = asyncio.ensure_future(self._persist_share_group(group, changes))
-            self._consumer_writes[group_id] = write
-            stored = await asyncio.shield(write)
-            if stored is not ErrorCode.none and self._groups.get(group_id) is group:
-                self._unwritten_shares.setdefault(group_id, []).extend(c for c in changes if _removal(c))
-        latest = self._consumer_writes.get(group_id)
-        if latest is not None and latest.done():
-            del self._consumer_writes[group_id]
-        return stored
 
     def describe_share_group(self, group_id: str) -> tuple[ErrorCode, str | None, ShareGroup | None]:
         """(error, message, group) for ShareGroupDescribe: GROUP_ID_NOT_FOUND for an unknown group or one of
@@ -137,7 +102,7 @@ class ShareMembership(ConsumerMembership):
             return state
         group = self._groups[group_id] = ShareGroup(group_id, self.share_config, self._now_ms())
         group.keep()
-        stored = await self._write_share_changes(group)
+        stored = await self._write_share_changes(group, group.take_changes())
         if stored is not ErrorCode.none:
             if self._groups.get(group_id) is group:
                 del self._groups[group_id]
@@ -149,26 +114,3 @@ class ShareMembership(ConsumerMembership):
         of (Kafka's initialized topics), and those its members subscribe to."""
         group = self._share_group(group_id)
         return sorted(group.topics()) if group is not None else []
-
-
-def _current_state(group: ShareGroup) -> list[ShareChange]:
-    """Every record of the share group's state as it is now."""
-    members = list(group.members.values())
-    state: list[ShareChange] = [
-        ShareEpochChanged(group.group_epoch, metadata_hash(group.subscription)),
-        *(ShareMemberChanged(member) for member in members),
-        *(ShareTargetMemberChanged(member_id, assignment) for member_id, assignment in group.target.items()),
-        ShareTargetEpochChanged(group.target_epoch),
-        *(ShareAssignmentChanged(member) for member in members),
-    ]
-    if group.state_topics:
-        state.append(ShareStateTopicsChanged(dict(group.state_topics)))
-    return state
-
-
-def _removal(change: ShareChange) -> bool:
-    """A tombstone (a member, its target or assignment, or the group gone)."""
-    if isinstance(change, ShareTargetMemberChanged):
-        return change.assignment is None
-    return change.deleted
-

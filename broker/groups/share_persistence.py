@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from broker.groups.consumer.cluster_topics import metadata_hash
 from broker.groups.offsets_topic import ReplayedShareGroup
 from broker.groups.share.changes import (
     ShareAssignmentChanged,
@@ -76,6 +77,22 @@ def encode_share_changes(group_id: str, changes: Sequence[ShareChange]) -> list[
         key, value = _record(change, group_id)
         out.append((encode_share_key(key), None if value is None else encode_share_value(value)))
     return out
+
+
+def encode_share_state(group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
+    """Every record of the share group's state as it is now (as :func:`broker.groups.consumer_persistence.
+    encode_state` for a consumer group)."""
+    members = list(group.members.values())
+    state: list[ShareChange] = [
+        ShareEpochChanged(group.group_epoch, metadata_hash(group.subscription)),
+        *(ShareMemberChanged(member) for member in members),
+        *(ShareTargetMemberChanged(member_id, assignment) for member_id, assignment in group.target.items()),
+        ShareTargetEpochChanged(group.target_epoch),
+        *(ShareAssignmentChanged(member) for member in members),
+    ]
+    if group.state_topics:
+        state.append(ShareStateTopicsChanged(dict(group.state_topics)))
+    return encode_share_changes(group.group_id, state)
 
 
 def restore_share_group(

@@ -361,17 +361,34 @@ async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer
     assert [(f.offset, f.error) for f in fetched] == [(70, ErrorCode.none)]
 
 
-def _fail_the_next_append(coordinator: GroupCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fault: the coordinator's next append to ``__consumer_offsets`` times out; the ones after it go through."""
+def _fail_the_next_append(coordinator: GroupCoordinator, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Fault: the coordinator's next append to ``__consumer_offsets`` times out; the ones after it go through.
+    Returns an event set once the fault has struck."""
     append = coordinator._append
     failures = [KafkaError(ErrorCode.request_timed_out, "the fault: the append timed out")]
+    struck = asyncio.Event()
 
     async def failing_once(group_id: str, records: object, **kwargs: int) -> int:
         if failures:
+            struck.set()
             raise failures.pop()
         return await append(group_id, records, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(coordinator, "_append", failing_once)
+    return struck
+
+
+async def _time_out(coordinator: GroupCoordinator, group: str, monkeypatch: pytest.MonkeyPatch, after_s: float) -> None:
+    """Moves the coordinator's clock ``after_s`` ahead and fires the group's timer now (the loop's timer would
+    fire at the real deadline), with the coordinator's next append failing; returns once the fault struck and the
+    failed write's task has finished."""
+    real = coordinator.clock
+    monkeypatch.setattr(coordinator, "clock", lambda: real() + after_s)
+    struck = _fail_the_next_append(coordinator, monkeypatch)
+    coordinator._on_timer(coordinator._groups[group])
+    await asyncio.wait_for(struck.wait(), timeout=10)
+    for _ in range(10):  # the failed write's task finishes in a few steps of the loop (no I/O after the fault)
+        await asyncio.sleep(0)
 
 
 async def test_a_heartbeat_after_a_failed_write_is_answered_on_written_state(
@@ -425,3 +442,71 @@ async def test_a_share_heartbeat_after_a_failed_write_is_answered_on_written_sta
     error, _, found = reloaded.describe_share_group(group)
     assert error is ErrorCode.none and found is not None
     assert found.members[member].member_epoch == retried.member_epoch
+
+
+async def test_a_member_fenced_by_its_session_stays_gone_when_the_fence_write_failed(
+    node_factory: Callable,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The group's timer fences a member whose session expired; the fence's write fails and the coordinator stays.
+    Another member then gets the fenced member's partitions, and that is written. The fence's tombstones must be
+    written too (with that next write): after a restart the fenced member is not back holding the same partitions."""
+    node: Node = await node_factory()
+    group = "fence-write-failed"
+    coordinator = await loaded_coordinator(node, group)
+    await asyncio.to_thread(create_topic, bootstrap(node), "input", 2)
+    fenced, successor = str(uuid.uuid4()), str(uuid.uuid4())
+    first = await coordinator.consumer_group_heartbeat(
+        group,
+        HeartbeatRequest(
+            member_id=fenced, member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
+        ),
+    )
+    assert first.error is ErrorCode.none and first.assignment
+    await _time_out(coordinator, group, monkeypatch, coordinator.consumer_config.session_timeout_ms / 1000 + 1)
+    assert fenced not in coordinator._groups[group].members
+    joined = await coordinator.consumer_group_heartbeat(
+        group,
+        HeartbeatRequest(
+            member_id=successor, member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
+        ),
+    )
+    assert joined.error is ErrorCode.none and joined.assignment == first.assignment
+    await node.stop()
+
+    restarted: Node = await node_factory()
+    reloaded = await loaded_coordinator(restarted, group)
+    error, _, found = reloaded.describe_consumer_group(group)
+    assert error is ErrorCode.none and found is not None
+    assert sorted(found.members) == [successor]
+    assert found.members[successor].assigned == joined.assignment
+
+
+async def test_a_share_member_fenced_by_its_session_stays_gone_when_the_fence_write_failed(
+    node_factory: Callable,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same for a share group: the member its timer fenced is not back after a restart."""
+    node: Node = await node_factory()
+    group = "share-fence-write-failed"
+    coordinator = await loaded_coordinator(node, group)
+    await asyncio.to_thread(create_topic, bootstrap(node), "jobs", 2)
+    fenced, successor = str(uuid.uuid4()), str(uuid.uuid4())
+    first = await coordinator.share_group_heartbeat(
+        group, ShareHeartbeat(member_id=fenced, member_epoch=0, subscribed_topic_names=("jobs",))
+    )
+    assert first.error is ErrorCode.none
+    await _time_out(coordinator, group, monkeypatch, coordinator.share_config.session_timeout_ms / 1000 + 1)
+    assert fenced not in coordinator._groups[group].members
+    joined = await coordinator.share_group_heartbeat(
+        group, ShareHeartbeat(member_id=successor, member_epoch=0, subscribed_topic_names=("jobs",))
+    )
+    assert joined.error is ErrorCode.none
+    await node.stop()
+
+    restarted: Node = await node_factory()
+    reloaded = await loaded_coordinator(restarted, group)
+    error, _, found = reloaded.describe_share_group(group)
+    assert error is ErrorCode.none and found is not None
+    assert sorted(found.members) == [successor]
+
