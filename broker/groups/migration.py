@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.classic.group import JoinRequest
+from broker.groups.classic.group import Group, JoinRequest
 from broker.groups.classic.state import JoinResult, SyncResult
 from broker.groups.consumer import classic_members
 from broker.groups.consumer.changes import Change
@@ -108,7 +108,7 @@ class GroupMigration(ConsumerMembership):
         group.mark_dead(now, ErrorCode.not_coordinator)
         self._cancel_timer(group.group_id)
         self._groups[group.group_id] = classic
-        self._partitions.spawn(self._append_conversion(group.group_id, records), name=f"downgrade {group.group_id}")
+        self._partitions.spawn(self._append_conversion(classic, records), name=f"downgrade {group.group_id}")
         logger.info(
             "group %s: the consumer group (%d classic members) becomes a classic group",
             untrusted(group.group_id),
@@ -118,8 +118,11 @@ class GroupMigration(ConsumerMembership):
         self._after(classic)
         return True
 
-    async def _append_conversion(self, group_id: str, records: Sequence[Record]) -> None:
+    async def _append_conversion(self, classic: Group, records: Sequence[Record]) -> None:
+        """Writes the conversion; when that fails, the classic group's next write carries the consumer group's
+        tombstones (``_append_group``), or a reload would find the consumer group, not the classic one."""
+        group_id = classic.group_id
         try:
-            await self._append(group_id, records)
+            await self._append_group(group_id, records, self._whole_state(classic))
         except Exception as exc:
             logger.warning("group %s: writing its conversion to a classic group failed: %s", untrusted(group_id), exc)

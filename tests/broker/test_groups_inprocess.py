@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from broker.groups.classic.group import JoinRequest
+from broker.groups.classic.group import Group, JoinRequest
 from broker.groups.classic.state import JoinResult
 from broker.groups.consumer.consumer_protocol import assignment_bytes, subscription_bytes
 from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest
@@ -510,3 +511,38 @@ async def test_a_share_member_fenced_by_its_session_stays_gone_when_the_fence_wr
     assert error is ErrorCode.none and found is not None
     assert sorted(found.members) == [successor]
 
+
+async def test_a_downgrade_whose_write_failed_reloads_as_a_classic_group(
+    node_factory: Callable,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The last consumer-protocol member of a mixed group is fenced by its session and the group becomes a classic
+    group, but the conversion's write fails. Once the classic group's next generation is written, a restart finds
+    the classic group, not the consumer group whose records the conversion should have tombstoned."""
+    node: Node = await node_factory()
+    group = "downgrade-write-failed"
+    coordinator = await loaded_coordinator(node, group)
+    await asyncio.to_thread(create_topic, bootstrap(node), "input", 2)
+    # The classic member's session outlives the consumer member's, which the test's clock move expires.
+    request = replace(join_request(metadata=subscription_bytes(["input"])), session_timeout_ms=300_000)
+    classic = await join_and_sync(coordinator, group, request, assignment_bytes({"input": frozenset({0, 1})}, 0))
+    upgrade = await coordinator.consumer_group_heartbeat(
+        group,
+        HeartbeatRequest(
+            member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
+        ),
+    )
+    assert upgrade.error is ErrorCode.none
+    await _time_out(coordinator, group, monkeypatch, coordinator.consumer_config.session_timeout_ms / 1000 + 1)
+    error, downgraded = coordinator.describe_group(group)
+    assert error is ErrorCode.none and isinstance(downgraded, Group)
+    rejoin = replace(request, member_id=classic.member_id)
+    rejoined = await join_and_sync(coordinator, group, rejoin, assignment_bytes({"input": frozenset({0, 1})}, 0))
+    assert rejoined.error is ErrorCode.none
+    await node.stop()
+
+    restarted: Node = await node_factory()
+    reloaded = await loaded_coordinator(restarted, group)
+    error, found = reloaded.describe_group(group)
+    assert error is ErrorCode.none and isinstance(found, Group)
+    assert sorted(found.members) == [classic.member_id] and found.generation_id == rejoined.generation_id
