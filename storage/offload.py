@@ -9,8 +9,9 @@ spinning in 2 ms slices, and 4 ms idle). A balancing move's close waits for such
 closing block's build and put (0.1-1 MB) took 50-110 ms there. Work this small costs the loop well under a
 millisecond when done in place, so it is; larger work (a full upload block, a whole-object read) still goes to a
 thread so the loop keeps answering. Its users: the local store's puts and reads, an upload block's plan and build,
-the S3 store's joining of a body's parts and its CRC32C, the S3 WAL's encoding of an object, and the produce
-path's checks of a large compressed batch (its decompression lets go of the GIL).
+the S3 store's joining of a body's parts and its CRC32C, and the S3 WAL's encoding of an object. The produce path
+uses its bound, :data:`INLINE_BYTES`, to check a compressed batch on the loop, and its own thread past it
+(``broker.partition.partition_log.produce``).
 """
 
 from __future__ import annotations

@@ -132,10 +132,11 @@ def validate_produce(
 
 
 def validation_bytes(records: bytes) -> int:
-    """What :func:`validate_produce` works through, in bytes, for ``storage.offload``'s choice between the event loop
-    and a thread: a compressed batch is decompressed (to about 2-3 times its size: lz4 leaves real data at about
-    55%, zstd at 43%) and read, so it counts three times its size; a plain batch only has its records walked in
-    place (0.24 ms per MiB) and counts as nothing, since a thread hop costs more."""
+    """What :func:`validate_produce` works through, in bytes, for the produce path's choice between the event loop
+    and its checking thread (at ``storage.offload``'s bound): a compressed batch is decompressed (to about 2-3 times
+    its size: lz4 leaves real data at about 55%, zstd at 43%) and read, so it counts three times its size; a plain
+    batch only has its records walked in place (0.24 ms per MiB) and counts as nothing, since a thread hop costs
+    more."""
     return 0 if _plain(records) else 3 * len(records)
 
 
