@@ -118,7 +118,10 @@ async def start_quorum_client(config: ServerConfig, catch_up_timeout_s: float = 
     Raft observer of its own (``controller.metadata_replica``), caught up."""
     from controller.metadata_replica import MetadataReplica  # noqa: PLC0415 - Raft only: see the module docstring
     from metadata.remote.client import RemoteControllerClient  # noqa: PLC0415 - the same
+    from metadata.remote.discovery import with_bootstrap_voters  # noqa: PLC0415 - the same
 
+    # Kafka 4's shipped broker.properties names the controllers only as bootstrap servers: ask them for the voters.
+    config = await with_bootstrap_voters(config, catch_up_timeout_s)
     return await RemoteControllerClient.start(
         config, lambda cluster_id: MetadataReplica(config, cluster_id), catch_up_timeout_s=catch_up_timeout_s
     )

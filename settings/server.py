@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -43,6 +43,7 @@ from settings.kafka_broker_keys import (
 )
 from settings.keys import BROKER_KEYS
 from settings.listener_request_size import KEY, listener_request_max_bytes, listener_request_override
+from settings.quorum_voters import QuorumVoter, resolve_voters
 from settings.security import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,
@@ -76,13 +77,6 @@ class Listener:
         return Endpoint(self.name, self.host, self.port, security_protocol)
 
 
-@dataclass(frozen=True, slots=True)
-class QuorumVoter:
-    node_id: int
-    host: str
-    port: int
-
-
 def parse_listeners(text: str, key: str) -> tuple[Listener, ...]:
     """``NAME://host:port,...`` (host may be empty or a bracketed IPv6 address); names must be unique."""
     out: list[Listener] = []
@@ -107,19 +101,6 @@ def parse_listeners(text: str, key: str) -> tuple[Listener, ...]:
             raise ConfigError(f"{key}: listener name {name} appears twice")
         out.append(Listener(name.upper(), host, port))
     return tuple(out)
-
-
-def parse_voters(items: Sequence[str], key: str = "controller.quorum.voters") -> tuple[QuorumVoter, ...]:
-    voters: list[QuorumVoter] = []
-    for item in items:
-        node, at, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not at or not colon or not node.strip().isdigit() or not port.isdigit():
-            raise ConfigError(f"{key}: {item!r} is not id@host:port")
-        voters.append(QuorumVoter(int(node), host.strip("[]"), int(port)))
-    if len({v.node_id for v in voters}) != len(voters):
-        raise ConfigError(f"{key}: a node id appears twice in {','.join(items)}")
-    return tuple(voters)
 
 
 def _parse_protocol_map(text: str) -> dict[str, str]:
@@ -292,7 +273,17 @@ class ServerConfig:
             listeners=listeners,
             advertised_listeners=advertised,
             security_protocols=MappingProxyType(protocols),
-            voters=parse_voters(values["controller.quorum.voters"]),
+            voters=resolve_voters(
+                voters_given=values["controller.quorum.voters"] if "controller.quorum.voters" in props else None,
+                voters_default=BROKER_KEYS["controller.quorum.voters"].default,
+                bootstrap=values["controller.quorum.bootstrap.servers"],
+                node_id=values["node.id"],
+                roles=values["process.roles"],
+                own_controller_addresses=[
+                    (lst.host, lst.port) for lst in (*listeners, *advertised)
+                    if controller_listener_names and lst.name == controller_listener_names[0]
+                ],
+            ),
             tls=MappingProxyType(tls),
             controller_tls=controller_tls,
             controller_sasl=controller_sasl_settings,
@@ -353,13 +344,6 @@ class ServerConfig:
             raise ConfigError("log.dirs: at least one directory is required")
         if "broker" in roles and not self.broker_listeners:
             raise ConfigError("listeners: a broker needs at least one listener that is not a controller listener")
-        if self.value("controller.quorum.bootstrap.servers"):
-            # Kafka 4's dynamic quorum: without this check the embedded default voters (0@127.0.0.1:9093) would be
-            # the quorum, and a controller with node.id 0 would silently found a cluster of its own.
-            raise ConfigError(
-                "controller.quorum.bootstrap.servers: dynamic quorums (KIP-853) are not implemented; list the voters "
-                "in controller.quorum.voters (id@host:port,...)"
-            )
         if "controller" in roles and self.node_id not in {v.node_id for v in self.voters}:
             raise ConfigError(
                 f"controller.quorum.voters: this controller's node.id {self.node_id} is not among the voters "

@@ -1,21 +1,66 @@
-"""Where the controllers are, asked of the brokers: how a client that knows only the bootstrap servers reaches
-the quorum (the metadata shell's ``--bootstrap``, Spark's direct reads).
+"""Where the controllers are, asked of the brokers or of the controllers themselves: how a client that knows only
+the bootstrap servers reaches the quorum (the metadata shell's ``--bootstrap``, Spark's direct reads), and how a
+broker-only node configured as Kafka 4 ships it (``controller.quorum.bootstrap.servers``, no voter listed) learns
+the voters as it starts.
 
 A broker answers DescribeQuorum v2 with the voters' CONTROLLER listeners (forwarded to the Raft leader in a
-cluster; an embedded single node names its own listener).
+cluster; an embedded single node names its own listener); a controller answers it on its CONTROLLER listener.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
+
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
 from metadata.rpc.kafka_apis import DESCRIBE_QUORUM, METADATA_PARTITION, METADATA_TOPIC
+from settings.quorum_voters import BOOTSTRAP_KEY, QuorumVoter, parse_bootstrap_servers
+from settings.server import ServerConfig
 from wire import codec, schema
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
+logger = logging.getLogger(__name__)
+
+#: Between rounds of asking a broker-only node's bootstrap servers, while its controllers start.
+_RETRY_BACKOFF_S = 0.5
+
 
 class QuorumDiscoveryError(Exception):
     """No broker named the controllers; the message names each broker asked and why it did not."""
+
+
+async def with_bootstrap_voters(config: ServerConfig, timeout_s: float) -> ServerConfig:
+    """``config`` with the voters its ``controller.quorum.bootstrap.servers`` name, for a broker-only node that
+    lists none (Kafka 4's shipped ``broker.properties``); ``config`` itself when it lists them. Asks until one
+    answers or ``timeout_s`` passed: a broker may start before its controllers, as Kafka's waits for them. Raises
+    QuorumDiscoveryError naming the key and every server's last problem."""
+    if config.voters:
+        return config
+    servers = list(parse_bootstrap_servers(config.value(BOOTSTRAP_KEY)))
+    if not servers:
+        return config  # nothing to ask: ActiveControllerChannel says a broker needs a controller
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    attempt_s = int(config.value("controller.quorum.request.timeout.ms")) / 1000
+    while True:
+        try:
+            found = await quorum_voters(
+                servers, min(attempt_s, max(0.1, deadline - loop.time())), f"broker-{config.node_id}",
+                tls=config.controller_client_tls(), sasl=config.controller_client_sasl(),
+            )
+        except QuorumDiscoveryError as exc:
+            if loop.time() + _RETRY_BACKOFF_S >= deadline:
+                raise QuorumDiscoveryError(f"{BOOTSTRAP_KEY}: broker {config.node_id} found no controller quorum "
+                                           f"in {timeout_s:.0f} s: {exc}") from None
+            logger.debug("broker %d: %s; asking again", config.node_id, exc)
+            await asyncio.sleep(_RETRY_BACKOFF_S)
+            continue
+        voters = tuple(QuorumVoter(node_id, host, port) for node_id, (host, port) in sorted(found.items()))
+        logger.info("broker %d found the controller quorum through %s: voters %s", config.node_id, BOOTSTRAP_KEY,
+                    ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in voters))
+        return dataclasses.replace(config, voters=voters)
 
 
 async def quorum_voters(

@@ -91,12 +91,13 @@ def test_bad_values_name_the_key(override: str, message: str) -> None:
 
 @pytest.mark.parametrize("node_id", ["0", "1"])
 def test_a_dynamic_quorum_stops_the_start_naming_the_key(node_id: str) -> None:
-    """A Kafka 4 config that names the controllers only in controller.quorum.bootstrap.servers would otherwise run
-    against the embedded default voters (node 0 alone: a cluster of its own)."""
+    """A Kafka 4 config that names several controllers only in controller.quorum.bootstrap.servers would otherwise
+    run against the embedded default voters (node 0 alone: a cluster of its own). Its standalone form is served
+    (tests/settings/test_quorum_voters.py)."""
     kafka4 = [f"node.id={node_id}", "controller.quorum.bootstrap.servers=127.0.0.1:9093,127.0.0.1:9094"]
     with pytest.raises(ConfigError) as info:
         ServerConfig.load(None, kafka4)
-    assert str(info.value).startswith("controller.quorum.bootstrap.servers: dynamic quorums (KIP-853) are not")
+    assert str(info.value).startswith("controller.quorum.bootstrap.servers: a controller's dynamic quorum is served")
     assert "controller.quorum.voters" in str(info.value) and "\n" not in str(info.value)
     assert ServerConfig.load(None).voters, "neither key: the embedded single node still starts"
 
