@@ -11,7 +11,7 @@ could found a second cluster. When both keys are given the voters decide, as in 
 then only find the leader.
 
 A broker-only node is not decided here: it learns the voters from its bootstrap servers as it starts
-(:mod:`metadata.remote.quorum_discovery`), and :func:`resolve_voters` returns no voter for it.
+(:func:`metadata.remote.discovery.with_bootstrap_voters`), and :func:`resolve_voters` returns no voter for it.
 """
 
 from __future__ import annotations
