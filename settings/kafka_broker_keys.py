@@ -18,10 +18,12 @@ silently ignored. So a Kafka user's ``server.properties`` is read key by key aga
 * ``broker.id``: Kafka's other name for ``node.id``; it sets the node id when ``node.id`` is not given, and
   DescribeConfigs shows it, read-only, equal to ``node.id``.
 
-A key outside Kafka's list keeps Kafka's behaviour: a warning, and the start goes on.
+The keys Kafka 4.0-4.2 added are :mod:`settings.kafka4_broker_keys`'s, merged in here with the same dispositions.
+A key outside Kafka's lists keeps Kafka's behaviour: a warning, and the start goes on.
 
-This module is data and a few lookups; it imports nothing of Fjord's, so :mod:`settings.keys` can build the
-no-effect keys into its catalogue from it. Types are :class:`settings.config_key.ConfigType` names.
+This module is data and a few lookups; it imports only the reasons (:mod:`settings.kafka_key_reasons`) and Kafka 4's
+keys, so :mod:`settings.keys` can build the no-effect keys into its catalogue from it. Types are
+:class:`settings.config_key.ConfigType` names.
 """
 
 from __future__ import annotations
@@ -29,8 +31,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from settings import kafka4_broker_keys as kafka4
+from settings.kafka_key_reasons import (
+    AUTO_BALANCER,
+    CLEANER_MAP,
+    CONNECT_TIMEOUT,
+    FIXED_OPEN_PARALLELISM,
+    JAVA_PLUGIN,
+    KRAFT_ONLY,
+    LOAD_READS,
+    METADATA_RETENTION,
+    NO_DYNAMIC_PASSWORDS,
+    NO_JMX,
+    NO_LOCAL_LOG,
+    NO_PURGATORY,
+    NO_THREAD_POOL,
+    NO_TIERED_STORAGE,
+    NOT_REPLICATED,
+    ONE_EVENT_LOOP,
+    ONE_TRANSACTION_PASS,
+    ZOOKEEPER_MODE,
+)
+
 #: Every broker key of Kafka 3.6's documentation, "Broker Configs" (its generated kafka_config.html): names only.
-KAFKA_BROKER_KEYS: frozenset[str] = frozenset(
+KAFKA_36_BROKER_KEYS: frozenset[str] = frozenset(
     (
         "advertised.listeners",
         "alter.config.policy.class.name",
@@ -304,58 +328,10 @@ KAFKA_BROKER_KEYS: frozenset[str] = frozenset(
         "zookeeper.ssl.truststore.type",
     )
 )
+#: ... and with them those Kafka 4.0-4.2 added: every broker key a Kafka user's file may hold.
+KAFKA_BROKER_KEYS: frozenset[str] = KAFKA_36_BROKER_KEYS | kafka4.KAFKA_4_BROKER_KEYS
 
 # ---------------------------------------------------------------------- no effect: their purpose is moot in Fjord
-
-NOT_REPLICATED = (
-    "partitions are not replicated between brokers: a partition's data lives in object storage, written by its one "
-    "leader through its WAL, so there are no followers, fetchers or ISR"
-)
-ZOOKEEPER_MODE = "a ZooKeeper-mode setting, which Kafka's KRaft mode does not read either; Fjord runs KRaft only"
-NO_LOCAL_LOG = (
-    "a partition has no log files on the broker: its leader recovers it from its streams when it opens the partition "
-    "and its log start offset is written to its meta stream when it moves (DESIGN §4)"
-)
-FIXED_OPEN_PARALLELISM = (
-    "a partition has no log files on the broker to recover: a broker opens its partitions from their streams, at "
-    "most 8 at a time whatever its data directories (broker/partition/manager.py), recovering each one as it opens"
-)
-NO_PURGATORY = (
-    "delayed requests wait as asyncio futures that go away when they complete; there is no purgatory to purge"
-)
-ONE_EVENT_LOOP = (
-    "a node reads, handles and answers every request on one asyncio event loop; there are no network or request "
-    "handler threads to size"
-)
-NO_THREAD_POOL = (
-    "background work (retention, the log cleaner, checkpoints, expirations) runs as asyncio tasks on the event loop; "
-    "there is no background thread pool"
-)
-CLEANER_MAP = (
-    "the log cleaner reads through the stream cache and keeps its key map in a dict bounded by "
-    "log.cleaner.dedupe.buffer.size; it has no I/O buffers or hash-table load factor to size"
-)
-NO_TIERED_STORAGE = (
-    "it tunes Kafka's tiered storage, which Fjord does not have: every partition already lives in object storage "
-    "(the s3.* keys), and remote.log.storage.system.enable=true stops the node"
-)
-NO_JMX = (
-    "Fjord has neither JMX nor Kafka's metrics library: it exports Prometheus counters, gauges and histograms on "
-    "/metrics (metrics.port) and the scraper computes rates over its own windows"
-)
-NO_DYNAMIC_PASSWORDS = (
-    "Fjord keeps no password in dynamic configs (every password key is static, in the properties file), so there is "
-    "nothing to encode"
-)
-METADATA_RETENTION = (
-    "the metadata log keeps only its newest snapshot and drops the entries that snapshot covers; nothing older is "
-    "retained to bound"
-)
-ONE_TRANSACTION_PASS = (
-    "expired transactional ids are removed in the same pass that aborts timed-out transactions, every "
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
-)
-
 
 @dataclass(frozen=True, slots=True)
 class NoEffectKey:
@@ -468,26 +444,12 @@ NO_EFFECT_KEYS: tuple[NoEffectKey, ...] = (
         ("metadata.max.retention.ms", "LONG", 604800000),
     ),
     *_no_effect(ONE_TRANSACTION_PASS, ("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3600000)),
+    *(key for reason, keys in kafka4.NO_EFFECT for key in _no_effect(reason, *keys)),
 )
 
 _NO_EFFECT_REASONS = {key.name: key.reason for key in NO_EFFECT_KEYS}
 
 # ---------------------------------------------------------------------- refused: Fjord does not do what they ask
-
-KRAFT_ONLY = "Fjord runs KRaft only; there is no ZooKeeper (the controller quorum is controller.quorum.voters)"
-JAVA_PLUGIN = "Fjord is not a JVM and loads no Java plugin classes"
-_CONNECT_TIMEOUT = (
-    "not implemented: the node's own connections are set up within the timeout of the request that needs them "
-    "(controller.quorum.request.timeout.ms to the controller quorum), with no timeout or exponential back-off of "
-    "their own"
-)
-_LOAD_READS = "not implemented: a coordinator loads its partition in 1 MiB reads"
-AUTO_BALANCER = (
-    "Fjord has no preferred replicas to elect back; its auto-balancer spreads leaders instead, so only Kafka's "
-    "default is accepted (tune or switch it off with autobalancer.controller.enable, "
-    "autobalancer.controller.leader.count.tolerance, autobalancer.controller.anomaly.detect.interval.ms)"
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Refused:
@@ -550,14 +512,14 @@ _REFUSED: dict[str, Refused] = {
     "initial.broker.registration.timeout.ms": Refused(
         "not implemented: a broker waits for its registration with no deadline", default="60000"
     ),
-    "socket.connection.setup.timeout.ms": Refused(_CONNECT_TIMEOUT, default="10000"),
-    "socket.connection.setup.timeout.max.ms": Refused(_CONNECT_TIMEOUT, default="30000"),
+    "socket.connection.setup.timeout.ms": Refused(CONNECT_TIMEOUT, default="10000"),
+    "socket.connection.setup.timeout.max.ms": Refused(CONNECT_TIMEOUT, default="30000"),
     "queued.max.requests": Refused(
         "not implemented: requests are bounded per connection (64 in flight), not by a broker-wide queue",
         accepts="500",
     ),
-    "offsets.load.buffer.size": Refused(_LOAD_READS, accepts="1048576", default="5242880"),
-    "transaction.state.log.load.buffer.size": Refused(_LOAD_READS, accepts="1048576", default="5242880"),
+    "offsets.load.buffer.size": Refused(LOAD_READS, accepts="1048576", default="5242880"),
+    "transaction.state.log.load.buffer.size": Refused(LOAD_READS, accepts="1048576", default="5242880"),
     "offsets.topic.compression.codec": Refused("not implemented: offset commits are written uncompressed", accepts="0"),
     "metadata.log.segment.bytes": Refused(
         "not implemented: the metadata log's segments are a fixed 16 MiB", accepts="16777216", default="1073741824"
@@ -595,6 +557,7 @@ _REFUSED: dict[str, Refused] = {
             "security.providers",
         )
     },
+    **{name: Refused(reason, accepts, default) for name, (reason, accepts, default) in kafka4.REFUSED.items()},
 }
 
 #: ``broker.id`` is Kafka's synonym of ``node.id`` in KRaft (either one sets both); it is not a key of its own.

@@ -134,6 +134,9 @@ def test_kafkas_shipped_combined_server_properties_start_a_standalone_node(tmp_p
                    what=lambda: f"the node to serve:\n{node.log_text()}")
         assert node.proc.poll() is None, node.log_text()
         _round_trip(client_port, node.log_text())
+        # share.coordinator.state.topic.*: accepted, with the reason they change nothing in Fjord.
+        assert "isn't a known config" not in node.log_text()
+        assert "share.coordinator.state.topic.min.isr has no effect in Fjord" in node.log_text()
     finally:
         assert node.stop() == 0, node.log_text()
 

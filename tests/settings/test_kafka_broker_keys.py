@@ -16,6 +16,7 @@ from node.process import Node
 from settings.config_key import ConfigValueError
 from settings.describe import ConfigSource, describe_broker_configs
 from settings.kafka_broker_keys import (
+    KAFKA_36_BROKER_KEYS,
     KAFKA_BROKER_KEYS,
     KRAFT_ONLY,
     NO_EFFECT_KEYS,
@@ -106,7 +107,8 @@ def infos_of(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_every_kafka_broker_key_has_a_disposition() -> None:
-    assert len(KAFKA_BROKER_KEYS) == 270  # the "Broker Configs" of Kafka 3.6's documentation
+    assert len(KAFKA_36_BROKER_KEYS) == 270  # the "Broker Configs" of Kafka 3.6's documentation
+    assert len(KAFKA_BROKER_KEYS - KAFKA_36_BROKER_KEYS) == 109  # and those Kafka 4.0-4.2 added
     refused = refused_keys()
     assert refused <= KAFKA_BROKER_KEYS and not refused & BROKER_KEYS.keys()
     assert {key.name for key in NO_EFFECT_KEYS} <= KAFKA_BROKER_KEYS
@@ -135,6 +137,11 @@ def test_every_kafka_broker_key_has_a_disposition() -> None:
         ("offsets.load.buffer.size=1000", "1 MiB reads"),
         ("sasl.server.max.receive.size=1000", "524288"),
         ("principal.builder.class=com.example.Builder", "DefaultKafkaPrincipalBuilder"),
+        # Kafka 4.0-4.2's keys
+        ("transaction.two.phase.commit.enable=true", "KIP-939"),
+        ("config.providers=file", "Java plugin"),
+        ("controller.quorum.auto.join.enable=true", "cannot join a quorum"),
+        ("add.partitions.to.txn.retry.backoff.ms=50", "fixed 20 ms"),
     ],
 )
 def test_a_refused_key_stops_the_start_with_one_line_naming_it(setting: str, reason: str) -> None:
