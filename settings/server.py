@@ -57,7 +57,7 @@ from settings.security import (
     sasl_listener_override,
 )
 from settings.share_groups import ShareGroupSettings, share_group_settings
-from storage.config import ConfigError, StorageConfig, parse_overrides, read_properties
+from storage.config import BucketURL, ConfigError, StorageConfig, parse_overrides, read_properties
 from wire.connection_limits import ConnectionLimitSettings
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
@@ -154,6 +154,23 @@ def _check_kafka_keys(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _wal_in_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, BucketURL]:
+    """With no ``s3.wal.path``, a node whose file names its log directory (``log.dirs``, else ``log.dir``) keeps
+    its file WAL in ``wal/`` there: Kafka keeps all a node writes under its log directories, so a file written
+    for Kafka (which names no ``s3.*`` key) gives each node its own WAL, and removing the log directories, as
+    Kafka's quickstart does to start afresh, removes it too. Without either key the WAL stays at the built-in
+    ``data/wal``, where earlier starts left it. The objects stay at ``s3.data.buckets``' default, which every
+    node started from the same directory shares, as a partition moved between brokers must."""
+    if "s3.wal.path" in props:
+        return {}
+    if "log.dirs" in props:
+        dirs = values["log.dirs"]
+        first = str(dirs[0]) if dirs else None
+    else:
+        first = values["log.dir"] if "log.dir" in props else None
+    return {"wal_url": BucketURL(0, "file", str(Path(first) / "wal"))} if first else {}
+
+
 def _as_int(text: str) -> int | None:
     """``text`` as a number, None if it is not one (the key's own parse then says so, naming it)."""
     try:
@@ -215,7 +232,7 @@ class ServerConfig:
                     and listener_connection_override(name) is None and listener_request_override(name) is None):
                 logger.warning("The configuration '%s' was supplied but isn't a known config.", name)
         node_id: int = values["node.id"]
-        storage = StorageConfig.from_properties(props, node_id=node_id)
+        storage = StorageConfig.from_properties(props, node_id=node_id, **_wal_in_log_dir(props, values))
         listeners = parse_listeners(values["listeners"], "listeners")
         advertised_text = values["advertised.listeners"]
         controller_listener_names = tuple(str(n).upper() for n in values["controller.listener.names"])

@@ -241,7 +241,9 @@ class StorageEngine:
         self._state = "running"
         self._timer = asyncio.create_task(self._upload_timer(), name=f"fjord-upload-timer-{self._node.node_id}")
         self._compaction.start()
-        logger.info("storage engine of node %d (epoch %d) started", self._node.node_id, self._node.node_epoch)
+        logger.info("storage engine of node %d (epoch %d) started: WAL %s, objects in %s", self._node.node_id,
+                    self._node.node_epoch, self._config.wal_url.describe(),
+                    ", ".join(bucket.describe() for bucket in self._config.data_buckets))
 
     async def _recover(self) -> None:
         """This node's own WAL after a restart: its recoverable records go into the LogCache (``reserve`` waits

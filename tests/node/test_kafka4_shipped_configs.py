@@ -1,8 +1,10 @@
 """Kafka 4's shipped ``config/server.properties``, and its ``controller.properties`` with ``broker.properties``, start
-Fjord as they are: only the ports (the OS's free ones, on 127.0.0.1) and the directories are changed, as a test
-must. Those files name no voter, only ``controller.quorum.bootstrap.servers`` (KIP-853's dynamic quorum, which Kafka
-formats with ``kafka-storage format --standalone``): the controller naming only itself is the quorum's one voter,
-and the broker-only node asks its bootstrap server for the voters as it starts, before or after the controller."""
+Fjord as they are: only the ports (the OS's free ones, on 127.0.0.1) and the log directories are changed, as a test
+must, and each node starts in the test's own directory (the objects go to ``data/objects`` under it, the WAL to the
+node's log directory, neither named by the files). Those files name no voter, only
+``controller.quorum.bootstrap.servers`` (KIP-853's dynamic quorum, which Kafka formats with ``kafka-storage format
+--standalone``): the controller naming only itself is the quorum's one voter, and the broker-only node asks its
+bootstrap server for the voters as it starts, before or after the controller."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from testkit.node_process import REPO, server_command
+from testkit.node_process import server_command
 from testkit.waiting import eventually
 from wire.ports import free_ports
 
@@ -76,8 +78,7 @@ def _as_test_runs_it(text: str, root: Path, client_port: int, controller_port: i
     """The file with the test's own ports (listeners on 127.0.0.1) and directories; nothing else changed."""
     text = text.replace("://:", "://127.0.0.1:").replace("PLAINTEXT://localhost:9092", "PLAINTEXT://127.0.0.1:9092")
     text = text.replace(":9092", f":{client_port}").replace(":9093", f":{controller_port}")
-    text = text.replace("/tmp/", f"{root}/")
-    return text + f"s3.data.buckets=0@file://{root / 'objects'}\ns3.wal.path=0@file://{root / 'wal'}\n"
+    return text.replace("/tmp/", f"{root}/")
 
 
 class _Node:
@@ -86,7 +87,7 @@ class _Node:
         self.config.write_text(text)
         self.log_path = root / f"{name}.log"
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(server_command(self.config, {}), cwd=REPO, stdout=log,
+            self.proc = subprocess.Popen(server_command(self.config, {}), cwd=root, stdout=log,
                                          stderr=subprocess.STDOUT)
 
     def log_text(self) -> str:
@@ -137,6 +138,11 @@ def test_kafkas_shipped_combined_server_properties_start_a_standalone_node(tmp_p
         # share.coordinator.state.topic.*: accepted, with the reason they change nothing in Fjord.
         assert "isn't a known config" not in node.log_text()
         assert "share.coordinator.state.topic.min.isr has no effect in Fjord" in node.log_text()
+        # Kafka's files name no s3.* key: the WAL is the node's, under its log directory, as Kafka's data would be;
+        # the objects, which every node of a cluster shares, are under the directory the node started in.
+        logs = tmp_path / "kraft-combined-logs"
+        assert f"WAL file://{logs / 'wal'}, objects in file://data/objects" in node.log_text()
+        assert (logs / "wal" / "trim.checkpoint").is_file() and (tmp_path / "data" / "objects").is_dir()
     finally:
         assert node.stop() == 0, node.log_text()
 

@@ -56,6 +56,21 @@ def test_log_dir_is_the_fallback_of_log_dirs() -> None:
         ServerConfig.load(None, ["log.dirs="])
 
 
+def test_a_file_naming_its_log_dirs_and_no_wal_keeps_the_wal_in_the_first_log_dir() -> None:
+    """As Kafka keeps all a node writes under its log directories: two brokers started from Kafka's files in one
+    directory get a WAL each, and removing the log directories removes the WAL too."""
+    def wal(*overrides: str) -> Path:
+        return ServerConfig.load(None, list(overrides)).storage.wal_url.path
+
+    assert wal("log.dirs=/tmp/kraft-broker-logs,/disk2") == Path("/tmp/kraft-broker-logs/wal")
+    assert wal("log.dir=/var/x") == Path("/var/x/wal")
+    assert wal("log.dir=/var/x", "log.dirs=/var/y") == Path("/var/y/wal")
+    assert wal("log.dirs=/var/y", "s3.wal.path=0@file:///w") == Path("/w")
+    assert wal() == Path("data/wal")  # the built-in default, where a node given neither key always kept it
+    # The objects are shared by every node of the cluster, wherever their log directories are.
+    assert ServerConfig.load(None, ["log.dirs=/var/y"]).storage.data_buckets[0].path == Path("data/objects")
+
+
 def test_kafka_defaults() -> None:
     config = ServerConfig.load(None)
     assert config.message_max_bytes == 1048588
