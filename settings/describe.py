@@ -17,6 +17,7 @@ from typing import Any
 from settings.config_key import ConfigType, ConfigValueError
 from settings.kafka_broker_keys import NODE_ID_SYNONYM
 from settings.keys import BROKER_KEYS, REMOTE_STORAGE_REFUSED, TOPIC_CONFIGS, BrokerSynonym
+from settings.quorum_voters import BOOTSTRAP_KEY, VOTERS_KEY
 from settings.server import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -66,8 +67,17 @@ def _broker_layers(
         (ConfigSource.DYNAMIC_BROKER_CONFIG, node_dynamic.get),
         (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, cluster_dynamic.get),
         (ConfigSource.STATIC_BROKER_CONFIG, config.static.get),
-        (ConfigSource.DEFAULT_CONFIG, lambda name: BROKER_KEYS[name].default_text() if name in BROKER_KEYS else None),
+        (ConfigSource.DEFAULT_CONFIG, lambda name: _default_text(config, name)),
     ]
+
+
+def _default_text(config: ServerConfig, name: str) -> str | None:
+    """The key's default on this node. ``controller.quorum.voters``' built-in default, the embedded node's one voter
+    on 9093, stands only where ``controller.quorum.bootstrap.servers`` is not given either (``settings.
+    quorum_voters``): a node given bootstrap servers has Kafka's default, no voter listed, as Kafka describes it."""
+    if name == VOTERS_KEY and config.value(BOOTSTRAP_KEY):
+        return ""
+    return BROKER_KEYS[name].default_text() if name in BROKER_KEYS else None
 
 
 def resolve_topic_config(

@@ -298,6 +298,19 @@ def test_describe_broker_reports_read_only_for_static_keys() -> None:
     assert [(e.name, e.value) for e in cluster] == [("log.retention.ms", "9")]
 
 
+def test_a_node_given_bootstrap_servers_describes_no_voter_as_its_default() -> None:
+    """Not the embedded node's built-in voter, which a node configured from Kafka 4's files does not use."""
+    def voters(*overrides: str) -> tuple[str | None, ConfigSource]:
+        config = ServerConfig.load(None, list(overrides))
+        [entry] = describe_broker_configs(config, {}, names=["controller.quorum.voters"])
+        return entry.value, entry.source
+
+    assert voters("controller.quorum.bootstrap.servers=127.0.0.1:9093") == ("", ConfigSource.DEFAULT_CONFIG)
+    assert voters() == ("0@127.0.0.1:9093", ConfigSource.DEFAULT_CONFIG)
+    given = ("controller.quorum.voters=0@127.0.0.1:9093", "controller.quorum.bootstrap.servers=127.0.0.1:9093")
+    assert voters(*given) == ("0@127.0.0.1:9093", ConfigSource.STATIC_BROKER_CONFIG)
+
+
 def test_effective_topic_configs_are_typed_and_follow_precedence() -> None:
     config = ServerConfig.load(None, ["log.retention.hours=2", "message.max.bytes=5000"])
     values = effective_topic_configs(
