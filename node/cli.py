@@ -24,6 +24,7 @@ COMMANDS = {
     "pipeline": "pipeline",
     "server": "server",
     "share-groups": "share_groups",
+    "storage": "storage",
 }
 
 

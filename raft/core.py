@@ -1004,12 +1004,22 @@ class RaftNode:
         sender: int,
         resp: FetchResponse | FetchSnapshotResponse | VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse,
     ) -> None:
-        """Warns once per peer that refused this node's principal: the quorum cannot work until an operator fixes
-        ``super.users`` (the node only retries), and at DEBUG the refusal would be invisible on this node."""
-        if resp.error_code is not Errors.CLUSTER_AUTHORIZATION_FAILED or sender in self._refused_by:
+        """Warns once per peer that refused this node's principal or its cluster id: the quorum cannot work until an
+        operator fixes ``super.users`` or the node's directory (the node only retries), and at DEBUG the refusal
+        would be invisible on this node."""
+        refusals = (Errors.CLUSTER_AUTHORIZATION_FAILED, Errors.INCONSISTENT_CLUSTER_ID)
+        if resp.error_code not in refusals or sender in self._refused_by:
             return
         self._refused_by.add(sender)
         kind = type(resp).__name__.removesuffix("Response")
+        if resp.error_code is Errors.INCONSISTENT_CLUSTER_ID:
+            logger.warning(
+                "node %d: node %d refused this node's %s request with INCONSISTENT_CLUSTER_ID: this node's cluster id "
+                "%s is not node %d's; format this node's metadata directory with the quorum's cluster id (fjord "
+                "storage format -t ID) or set cluster.id to it; retrying, further refusals by node %d are not logged",
+                self.node_id, sender, kind, self.config.cluster_id, sender, sender,
+            )
+            return
         logger.warning(
             "node %d: node %d refused this node's %s request with CLUSTER_AUTHORIZATION_FAILED: this node's principal "
             "on the CONTROLLER listener must be a super user (super.users) of node %d; retrying, further refusals "

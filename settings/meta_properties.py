@@ -13,6 +13,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from settings.bootstrap_file import read_bootstrap
+from settings.kafka_uuid import is_kafka_uuid, new_kafka_uuid
 from settings.server import ServerConfig
 from storage.config import ConfigError, read_properties
 from storage.durable import write_atomically
@@ -31,18 +33,9 @@ class MetaProperties:
     version: int = 1
 
 
-def new_cluster_id() -> str:
-    """A random UUID in URL-safe base64 without padding: 22 characters, as ``kafka-storage random-uuid``."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def is_valid_cluster_id(text: str) -> bool:
-    if len(text) != 22:
-        return False
-    try:
-        return len(base64.urlsafe_b64decode(text + "==")) == 16
-    except ValueError:
-        return False
+#: A new cluster id, and whether a text is one (``settings.kafka_uuid``).
+new_cluster_id = new_kafka_uuid
+is_valid_cluster_id = is_kafka_uuid
 
 
 def read_meta_properties(directory: str | os.PathLike[str]) -> MetaProperties | None:
@@ -99,9 +92,19 @@ def ensure_meta_properties(
 
 
 def ensure_quorum_meta_properties(config: ServerConfig) -> MetaProperties:
-    """:func:`ensure_meta_properties` of a quorum node's metadata directory with :func:`quorum_cluster_id`. When the
+    """:func:`ensure_meta_properties` of a quorum node's metadata directory with :func:`quorum_cluster_id`, or with
+    the id ``fjord storage format`` gave the directory (``settings.bootstrap_file``). When the
     id is derived and differs from the directory's, the error says why (the voters are written otherwise than at
     the first start: ``localhost`` for ``127.0.0.1``, say) and how to keep the directory's cluster."""
+    formatted = read_bootstrap(config.metadata_dir)
+    if formatted is not None:  # formatted on purpose (fjord storage format -t): its cluster id stands
+        configured = config.static.get("cluster.id")
+        if configured and configured != formatted.cluster_id:
+            raise ConfigError(
+                f"cluster.id {configured} is not the cluster id {formatted.cluster_id} that "
+                f"{Path(config.metadata_dir)} was formatted with"
+            )
+        return ensure_meta_properties(config.metadata_dir, config.node_id, formatted.cluster_id)
     cluster_id = quorum_cluster_id(config)
     try:
         return ensure_meta_properties(config.metadata_dir, config.node_id, cluster_id)

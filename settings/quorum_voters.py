@@ -1,14 +1,15 @@
 """The controller quorum's voters: Kafka's static ``controller.quorum.voters``, or Kafka 4's
-``controller.quorum.bootstrap.servers`` in its standalone form.
+``controller.quorum.bootstrap.servers`` with the voters a controller's directory was formatted with.
 
 Kafka 4 ships its configs with a dynamic quorum (KIP-853): the files name no voter, only
-``controller.quorum.bootstrap.servers``, and ``kafka-storage format --standalone`` then writes the formatting
-controller into the log as the quorum's one voter. Fjord has no format step and serves no voter changes, so it reads
-that form where it means one thing: a controller whose bootstrap servers name only its own controller listener is the
-quorum's one voter, as after ``--standalone``. Every other dynamic form (several controllers, which Kafka formats
-with ``--initial-controllers``, or a controller joining others) stops the start naming the key: guessing the voters
-could found a second cluster. When both keys are given the voters decide, as in Kafka, where the bootstrap servers
-then only find the leader.
+``controller.quorum.bootstrap.servers``, and ``kafka-storage format`` writes the quorum's first voters into each
+controller's log: the formatting controller alone (``--standalone``) or a list (``--initial-controllers``).
+``fjord storage format`` writes them to the directory's ``bootstrap.properties`` (``settings.bootstrap_file``), and
+they are the voters. Fjord serves no voter changes, so a controller formatted to join later
+(``--no-initial-controllers``) is refused at the format. Without a format, a controller whose bootstrap servers name
+only its own controller listener is the quorum's one voter, as after ``--standalone``; any other unformatted dynamic
+form stops the start naming the key: guessing the voters could found a second cluster. When both keys are given the
+voters decide, as in Kafka, where the bootstrap servers then only find the leader.
 
 A broker-only node is not decided here: it learns the voters from its bootstrap servers as it starts
 (:func:`metadata.remote.discovery.with_bootstrap_voters`), and :func:`resolve_voters` returns no voter for it.
@@ -20,6 +21,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from settings.kafka_uuid import is_kafka_uuid
 from storage.config import ConfigError
 
 VOTERS_KEY = "controller.quorum.voters"
@@ -51,6 +53,22 @@ def parse_voters(items: Sequence[str], key: str = VOTERS_KEY) -> tuple[QuorumVot
     return tuple(voters)
 
 
+def parse_initial_controllers(text: str, key: str = "--initial-controllers") -> tuple[QuorumVoter, ...]:
+    """Kafka's ``id@host:port:directoryId,...``. A directory id (KIP-853 tells a controller's disks apart by it) is
+    accepted and not kept: Fjord's quorum knows a voter by its node id alone."""
+    items = []
+    for item in (part.strip() for part in text.split(",")):
+        head, colon, tail = item.rpartition(":")
+        if colon and "@" in head and ":" in head.partition("@")[2] and not tail.isdigit():
+            if not is_kafka_uuid(tail):
+                raise ConfigError(f"{key}: {item!r}: directory id {tail!r} is not a 22-character base64url UUID")
+            item = head
+        items.append(item)
+    if not any(items):
+        raise ConfigError(f"{key}: no controller is named")
+    return parse_voters(items, key)
+
+
 def parse_bootstrap_servers(items: Sequence[str], key: str = BOOTSTRAP_KEY) -> tuple[tuple[str, int], ...]:
     """``host:port`` entries (a bracketed IPv6 host allowed), as Kafka's ``QuorumConfig`` reads them."""
     out: list[tuple[str, int]] = []
@@ -70,28 +88,41 @@ def resolve_voters(
     node_id: int,
     roles: Sequence[str],
     own_controller_addresses: Sequence[tuple[str, int]],
+    formatted: Sequence[QuorumVoter] = (),
+    standalone: bool = False,
 ) -> tuple[QuorumVoter, ...]:
     """The voters this node's quorum has.
 
     ``voters_given``: ``controller.quorum.voters`` as the file gives it (None: not given, then ``voters_default``,
     the embedded single node, stands when no bootstrap server is named either). ``own_controller_addresses``: the
-    host and port of this node's controller listener as it binds it and as it advertises it. Raises ConfigError
-    naming :data:`BOOTSTRAP_KEY` for a dynamic form Fjord does not serve.
+    host and port of this node's controller listener as it binds it and as it advertises it, the advertised last.
+    ``formatted``: the voters a controller's directory was formatted with (``settings.bootstrap_file``), which decide
+    when the file names bootstrap servers only; ``standalone``: this controller is being formatted as the quorum's
+    one voter (``fjord storage format --standalone``). Raises ConfigError naming :data:`BOOTSTRAP_KEY` for a dynamic
+    form Fjord cannot tell the voters of.
     """
     servers = parse_bootstrap_servers(bootstrap)
     if voters_given is not None or not servers:
         return parse_voters(voters_given if voters_given is not None else voters_default)
     if "controller" not in roles:
         return ()  # a broker-only node: the voters come from its bootstrap servers as it starts
+    if formatted:
+        return tuple(formatted)
+    if standalone:
+        if not own_controller_addresses:
+            raise ConfigError("controller.listener.names: a controller needs a controller listener to be a voter")
+        named_own = [(host, port) for host, port in own_controller_addresses if host]
+        host, port = named_own[-1] if named_own else ("localhost", own_controller_addresses[-1][1])
+        return (QuorumVoter(node_id, host, port),)
     if len(servers) == 1 and _names_own_listener(servers[0], own_controller_addresses):
         host, port = servers[0]
         return (QuorumVoter(node_id, host, port),)
     named = ", ".join(f"{host}:{port}" for host, port in servers)
     own = ", ".join(f"{host or '*'}:{port}" for host, port in own_controller_addresses) or "none"
     raise ConfigError(
-        f"{BOOTSTRAP_KEY}: a controller's dynamic quorum is served only in its standalone form (the bootstrap "
-        f"servers name only this controller's own listener, as after kafka-storage format --standalone); {named} "
-        f"is not only this controller ({own}): list every voter in {VOTERS_KEY} (id@host:port,...)"
+        f"{BOOTSTRAP_KEY}: {named} is not only this controller ({own}), and its directory was not formatted with "
+        f"the quorum's voters: format every controller with fjord storage format --initial-controllers "
+        f"id@host:port,... (as kafka-storage format), or list every voter in {VOTERS_KEY} (id@host:port,...)"
     )
 
 

@@ -15,12 +15,13 @@ import logging
 import os
 import socket
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
+from settings.bootstrap_file import read_bootstrap
 from settings.config_key import MS_PER_MINUTE, ConfigValueError
 from settings.connection_limits import (
     check_per_ip,
@@ -154,6 +155,29 @@ def _check_kafka_keys(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _formatted_voters(
+    props: Mapping[str, str], values: Mapping[str, Any], formatting: Sequence[QuorumVoter] | str | None
+) -> Sequence[QuorumVoter]:
+    """The voters a controller named by bootstrap servers alone was formatted with: those being formatted, else
+    those its metadata directory's ``bootstrap.properties`` holds (read only for such a controller)."""
+    if formatting is not None:
+        return () if isinstance(formatting, str) else formatting
+    if ("controller" not in values["process.roles"] or "controller.quorum.voters" in props
+            or not values["controller.quorum.bootstrap.servers"]):
+        return ()
+    metadata_dir = values["metadata.log.dir"] or _first_log_dir(props, values)
+    bootstrap = read_bootstrap(metadata_dir) if metadata_dir else None
+    return bootstrap.voters if bootstrap is not None else ()
+
+
+def _first_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> str | None:
+    """The first of ``log.dirs``, else ``log.dir`` when only that one is given (:attr:`ServerConfig.log_dirs`)."""
+    if "log.dirs" not in props and values["log.dir"]:
+        return str(values["log.dir"])
+    dirs = values["log.dirs"]
+    return str(dirs[0]) if dirs else None
+
+
 def _wal_in_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, BucketURL]:
     """With no ``s3.wal.path``, a node whose file names its log directory (``log.dirs``, else ``log.dir``) keeps
     its file WAL in ``wal/`` there: Kafka keeps all a node writes under its log directories, so a file written
@@ -161,13 +185,9 @@ def _wal_in_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> dict
     Kafka's quickstart does to start afresh, removes it too. Without either key the WAL stays at the built-in
     ``data/wal``, where earlier starts left it. The objects stay at ``s3.data.buckets``' default, which every
     node started from the same directory shares, as a partition moved between brokers must."""
-    if "s3.wal.path" in props:
+    if "s3.wal.path" in props or ("log.dirs" not in props and "log.dir" not in props):
         return {}
-    if "log.dirs" in props:
-        dirs = values["log.dirs"]
-        first = str(dirs[0]) if dirs else None
-    else:
-        first = values["log.dir"] if "log.dir" in props else None
+    first = _first_log_dir(props, values)
     return {"wal_url": BucketURL(0, "file", str(Path(first) / "wal"))} if first else {}
 
 
@@ -205,15 +225,27 @@ class ServerConfig:
     inter_broker: InterBrokerSettings | None = None
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str] | None = None, overrides: Iterable[str] = ()) -> ServerConfig:
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        overrides: Iterable[str] = (),
+        *,
+        formatting: Sequence[QuorumVoter] | Literal["standalone"] | None = None,
+    ) -> ServerConfig:
         """Reads ``path`` (None: built-in defaults only, the embedded default) then applies ``key=value``
-        overrides, as ``kafka-server-start --override`` does."""
+        overrides, as ``kafka-server-start --override`` does. ``formatting``: the voters ``fjord storage format``
+        is about to write (or ``"standalone"``: this controller alone), instead of those its directory holds."""
         props = read_properties(path) if path is not None else {}
         props.update(parse_overrides(overrides))
-        return cls.from_properties(props)
+        return cls.from_properties(props, formatting=formatting)
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> ServerConfig:
+    def from_properties(
+        cls,
+        props: Mapping[str, str],
+        *,
+        formatting: Sequence[QuorumVoter] | Literal["standalone"] | None = None,
+    ) -> ServerConfig:
         refuse_unimplemented(props)
         props = _check_kafka_keys(props)
         values: dict[str, Any] = {}
@@ -300,6 +332,8 @@ class ServerConfig:
                     (lst.host, lst.port) for lst in (*listeners, *advertised)
                     if controller_listener_names and lst.name == controller_listener_names[0]
                 ],
+                formatted=_formatted_voters(props, values, formatting),
+                standalone=formatting == "standalone",
             ),
             tls=MappingProxyType(tls),
             controller_tls=controller_tls,

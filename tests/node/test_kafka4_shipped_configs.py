@@ -169,3 +169,55 @@ def test_kafkas_shipped_broker_properties_find_the_controller_of_controller_prop
         broker_status = broker.stop()
         controller_status = controller.stop() if controller is not None else 0
     assert (broker_status, controller_status) == (0, 0)
+
+
+def _in_quorum(text: str, node_id: int, controller_ports: list[int]) -> str:
+    """The file as Kafka's guide for three controllers has it: the node's own id, every controller in the bootstrap
+    servers (given after ``_as_test_runs_it``, which replaces ports by their text)."""
+    servers = ",".join(f"localhost:{port}" for port in controller_ports)
+    lines = [f"node.id={node_id}" if line.startswith("node.id=") else
+             f"controller.quorum.bootstrap.servers={servers}" if line.startswith("controller.quorum.bootstrap") else
+             line for line in text.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def test_three_controllers_formatted_with_initial_controllers_serve_a_broker(tmp_path: Path) -> None:
+    """Kafka's way to found a quorum of several controllers from files that name only bootstrap servers:
+    ``kafka-storage random-uuid``, then ``kafka-storage format -t ID --initial-controllers ...`` on every controller
+    and ``format -t ID`` on the broker. ``fjord storage`` takes the same steps."""
+    client_port, *controller_ports = free_ports(4)
+    made = subprocess.run([*_fjord(), "storage", "random-uuid"], capture_output=True, text=True, check=True)
+    cluster_id = made.stdout.strip()
+    initial = ",".join(f"{i}@localhost:{port}" for i, port in enumerate(controller_ports, start=1))
+    files: dict[str, str] = {}
+    for node_id, port in enumerate(controller_ports, start=1):
+        text = KAFKA4_CONTROLLER_PROPERTIES.replace("kraft-controller-logs", f"controller-{node_id}")
+        files[f"controller-{node_id}"] = _in_quorum(_as_test_runs_it(text, tmp_path, client_port, port), node_id,
+                                                    controller_ports)
+    files["broker"] = _in_quorum(_as_test_runs_it(KAFKA4_BROKER_PROPERTIES, tmp_path, client_port, 0), 4,
+                                 controller_ports)
+    for name, text in files.items():
+        (tmp_path / f"{name}.properties").write_text(text)
+        flags = ["--initial-controllers", initial] if name.startswith("controller") else []
+        done = subprocess.run([*_fjord(), "storage", "format", "-t", cluster_id, "-c",
+                               str(tmp_path / f"{name}.properties"), *flags], capture_output=True, text=True,
+                              check=False)
+        assert done.returncode == 0 and done.stdout.startswith("Formatting"), done.stderr
+    nodes = [_Node(tmp_path, name, text) for name, text in files.items()]
+    try:
+        def logs() -> str:
+            return "\n".join(f"{node.config.name}:\n{node.log_text()}" for node in nodes)
+
+        broker = nodes[-1]
+        eventually(lambda: "node 4 serving" in broker.log_text() or broker.proc.poll() is not None, timeout=90,
+                   what=lambda: f"the broker to serve:\n{logs()}")
+        assert broker.proc.poll() is None, logs()
+        assert f"of cluster {cluster_id} started: voters 1@localhost:" in nodes[0].log_text(), logs()
+        _round_trip(client_port, logs())
+    finally:
+        statuses = [node.stop() for node in reversed(nodes)]
+    assert statuses == [0, 0, 0, 0]
+
+
+def _fjord() -> list[str]:
+    return server_command(None, {})[:3]  # the interpreter and ``-m node.cli``

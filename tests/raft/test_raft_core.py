@@ -525,3 +525,27 @@ def test_a_peer_refusing_this_nodes_principal_is_warned_about_once_per_peer(capl
     assert f"node {leader} refused this node's Fetch request with CLUSTER_AUTHORIZATION_FAILED" in warnings[0]
     assert f"node {other} refused this node's BeginQuorumEpoch request" in warnings[1]
     assert node.role is Role.FOLLOWER and node.leader_id == leader  # still retrying the same leader
+
+
+def test_a_peer_of_another_cluster_is_warned_about_once_with_the_fix(caplog: pytest.LogCaptureFixture) -> None:
+    """A node whose directory has another cluster id than the quorum's (a broker not formatted with the -t the
+    controllers were) is answered INCONSISTENT_CLUSTER_ID on every fetch: it says so once per peer, naming its
+    own id and how to format it, instead of retrying without a word."""
+    net = Net([1, 2, 3])
+    leader = net.elect()
+    follower = next(i for i in net.ids if i != leader)
+    node = net.nodes[follower]
+    net.cut = {leader}
+    with caplog.at_level(logging.WARNING, logger="raft.core"):
+        for _ in range(3):
+            fetch = [m for s, d, m in net.sent if s == follower and d == leader and isinstance(m, FetchRequest)][-1]
+            answer = FetchResponse(Errors.INCONSISTENT_CLUSTER_ID, -1, -1, LeaderIdAndEpoch(-1, -1),
+                                   correlation_id=fetch.correlation_id)
+            node.receive(leader, answer, net.now)
+            net.pump(follower)
+            net.run(CONFIG.retry_backoff_ms)
+    warnings = [r.getMessage() for r in caplog.records if "INCONSISTENT_CLUSTER_ID" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"node {leader} refused this node's Fetch request" in warnings[0]
+    assert f"cluster id {CONFIG.cluster_id} is not node {leader}'s" in warnings[0]
+    assert "fjord storage format -t" in warnings[0]

@@ -56,7 +56,7 @@ def test_any_other_dynamic_form_stops_the_start_naming_the_key(servers: str) -> 
         load(*COMBINED_KAFKA4, f"controller.quorum.bootstrap.servers={servers}")
     message = str(info.value)
     assert message.startswith("controller.quorum.bootstrap.servers: ") and "\n" not in message
-    assert "standalone" in message and "controller.quorum.voters" in message
+    assert "fjord storage format --initial-controllers" in message and "controller.quorum.voters" in message
 
 
 def test_a_bad_bootstrap_server_is_named() -> None:

@@ -1,0 +1,54 @@
+"""``fjord storage``: Kafka's ``kafka-storage`` for the steps before a node's first start: ``random-uuid`` prints a
+new cluster id, ``format`` writes a node's directories with it (``settings.storage_format``). A node needs neither
+(its first start formats its directory); a Kafka 4 cluster whose files name only
+``controller.quorum.bootstrap.servers`` needs ``format`` on each controller to know its voters."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from settings.kafka_uuid import new_kafka_uuid
+from settings.storage_format import FormatRequest, format_storage
+from storage.config import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    storage = subparsers.add_parser("storage", help="format a node's directories before its first start "
+                                                    "(kafka-storage.sh)")
+    actions = storage.add_subparsers(dest="storage_command", required=True, metavar="ACTION")
+    uuid = actions.add_parser("random-uuid", help="print a new cluster id")
+    uuid.set_defaults(run=lambda _args: print(new_kafka_uuid()))
+    fmt = actions.add_parser("format", help="write the node's meta.properties (and a controller's voters) with a "
+                                            "cluster id, as kafka-storage format")
+    fmt.add_argument("-t", "--cluster-id", required=True, metavar="ID", help="the cluster id (random-uuid)")
+    fmt.add_argument("-c", "--config", required=True, metavar="FILE", help="the node's properties file")
+    fmt.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                     help="set one configuration key, overriding the file (repeatable)")
+    mode = fmt.add_mutually_exclusive_group()
+    mode.add_argument("-s", "--standalone", action="store_true",
+                      help="this controller is the quorum's one voter (a file naming only "
+                           "controller.quorum.bootstrap.servers)")
+    mode.add_argument("-I", "--initial-controllers", metavar="ID@HOST:PORT[:DIRID],...",
+                      help="the quorum's voters, given the same to every controller")
+    mode.add_argument("-N", "--no-initial-controllers", action="store_true",
+                      help="a broker that finds the voters through its bootstrap servers")
+    fmt.add_argument("-g", "--ignore-formatted", action="store_true",
+                     help="skip directories already formatted instead of failing")
+    fmt.set_defaults(run=run_format)
+
+
+def run_format(args: argparse.Namespace) -> int:
+    request = FormatRequest(
+        cluster_id=args.cluster_id, config=args.config, overrides=tuple(args.override), standalone=args.standalone,
+        initial_controllers=args.initial_controllers, no_initial_controllers=args.no_initial_controllers,
+        ignore_formatted=args.ignore_formatted,
+    )
+    try:
+        lines = format_storage(request)
+    except (ConfigError, ValueError) as exc:
+        print(f"fjord storage format: {exc}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 0

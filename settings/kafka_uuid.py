@@ -1,0 +1,21 @@
+"""Kafka's UUIDs as text (a cluster id, a directory id): 16 random bytes in URL-safe base64 without padding, 22
+characters, as ``kafka-storage random-uuid`` prints them. A leaf, so that the metadata directory's identity and the
+quorum's voter lists check them the same way."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+
+def new_kafka_uuid() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def is_kafka_uuid(text: str) -> bool:
+    if len(text) != 22:
+        return False
+    try:
+        return len(base64.urlsafe_b64decode(text + "==")) == 16
+    except ValueError:
+        return False

@@ -1,0 +1,119 @@
+"""``fjord storage format``: Kafka's ``kafka-storage format``, for the scripts and guides that run it before a node's
+first start.
+
+Fjord needs no format step (a node formats its directory on its first start, ``settings.meta_properties``), but a
+Kafka 4 cluster's files name only ``controller.quorum.bootstrap.servers``, and their voters exist only once a format
+has written them: ``--standalone`` (this controller alone) or ``--initial-controllers`` (a list given the same to
+every controller). The format writes ``meta.properties`` with the operator's cluster id (``-t``) in each log
+directory and ``bootstrap.properties`` (``settings.bootstrap_file``) in the metadata directory, as Kafka writes its
+bootstrap checkpoint there. Kafka's rules for which flags a node takes are kept, with one more: Fjord serves no voter
+change (KIP-853's AddRaftVoter), so a controller formatted to join the quorum later (``--no-initial-controllers``)
+is refused here rather than left waiting to be added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from settings.bootstrap_file import Bootstrap, write_bootstrap
+from settings.kafka_uuid import is_kafka_uuid
+from settings.meta_properties import META_PROPERTIES, MetaProperties, write_meta_properties
+from settings.quorum_voters import BOOTSTRAP_KEY, VOTERS_KEY, QuorumVoter, parse_initial_controllers
+from settings.server import ServerConfig
+from storage.config import ConfigError, parse_overrides, read_properties
+
+
+@dataclass(frozen=True, slots=True)
+class FormatRequest:
+    """``kafka-storage format``'s options."""
+
+    cluster_id: str
+    config: str | None = None
+    overrides: tuple[str, ...] = ()
+    standalone: bool = False
+    initial_controllers: str | None = None
+    no_initial_controllers: bool = False
+    ignore_formatted: bool = False
+
+
+def format_storage(request: FormatRequest) -> list[str]:
+    """Formats the node's directories; returns the lines to print, one per directory. Raises ConfigError with the
+    one-line reason, as ``kafka-storage format`` fails, before anything is written."""
+    if not is_kafka_uuid(request.cluster_id):
+        raise ConfigError(f"--cluster-id: {request.cluster_id!r} is not a 22-character base64url UUID "
+                          "(fjord storage random-uuid prints one)")
+    modes = [flag for flag, given in (("--standalone", request.standalone),
+                                      ("--initial-controllers", request.initial_controllers is not None),
+                                      ("--no-initial-controllers", request.no_initial_controllers)) if given]
+    if len(modes) > 1:
+        raise ConfigError(f"{' and '.join(modes)}: give only one of them")
+    props = read_properties(request.config) if request.config is not None else {}
+    props.update(parse_overrides(request.overrides))
+    controller = "controller" in [role.strip() for role in props.get("process.roles", "").split(",")]
+    dynamic = VOTERS_KEY not in props and bool(props.get(BOOTSTRAP_KEY, "").strip())
+    if modes and not dynamic:
+        raise ConfigError(f"{modes[0]}: the quorum's voters are given by {VOTERS_KEY} (a static quorum), or no "
+                          f"{BOOTSTRAP_KEY} is named: format without {modes[0]}")
+    formatting: tuple[QuorumVoter, ...] | Literal["standalone"] | None = None
+    if controller and dynamic:
+        if not modes:
+            raise ConfigError(f"Because {VOTERS_KEY} is not set on this controller, you must specify one of the "
+                              "following: --standalone, --initial-controllers, or --no-initial-controllers.")
+        if request.no_initial_controllers:
+            raise ConfigError("--no-initial-controllers: Fjord does not add a controller to a running quorum "
+                              "(KIP-853's add-controller); format every controller with the same "
+                              "--initial-controllers list, or this one with --standalone")
+        formatting = "standalone" if request.standalone else _initial(request.initial_controllers or "", props)
+    elif request.standalone:
+        raise ConfigError("--standalone: this node is not a controller (process.roles)")
+    config = ServerConfig.from_properties(props, formatting=formatting)
+    voters = config.voters if controller and dynamic else ()
+    return _write(config, request, voters)
+
+
+def _initial(text: str, props: dict[str, str]) -> tuple[QuorumVoter, ...]:
+    voters = parse_initial_controllers(text)
+    node_id = props.get("node.id", "").strip()
+    if node_id.isdigit() and int(node_id) not in {v.node_id for v in voters}:
+        raise ConfigError(f"--initial-controllers: this controller (node.id {node_id}) is not among them, and Fjord "
+                          "does not add a controller to a running quorum (KIP-853's add-controller)")
+    return voters
+
+
+def _write(config: ServerConfig, request: FormatRequest, voters: tuple[QuorumVoter, ...]) -> list[str]:
+    directories = _unique([*config.log_dirs, config.metadata_dir])
+    formatted = [d for d in directories if (d / META_PROPERTIES).exists()]
+    if formatted and not request.ignore_formatted:
+        raise ConfigError(f"Log directory {formatted[0]} is already formatted. Use --ignore-formatted to ignore "
+                          "this directory and format the others.")
+    todo = [d for d in directories if d not in formatted]
+    if not todo:
+        return ["All of the log directories are already formatted."]
+    lines = []
+    for directory in todo:
+        try:
+            write_meta_properties(directory, MetaProperties(config.node_id, request.cluster_id))
+            if directory == config.metadata_dir:
+                write_bootstrap(directory, Bootstrap(request.cluster_id, voters))
+        except OSError as exc:
+            raise ConfigError(f"formatting {directory}: {exc.strerror or exc}") from None
+        if directory != config.metadata_dir:
+            lines.append(f"Formatting data directory {directory} with cluster id {request.cluster_id}")
+        elif voters:
+            named = ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in voters)
+            lines.append(f"Formatting dynamic metadata voter directory {directory} with cluster id "
+                         f"{request.cluster_id} and voters {named}")
+        else:
+            lines.append(f"Formatting metadata directory {directory} with cluster id {request.cluster_id}")
+    return lines
+
+
+def _unique(paths: Iterable[Path]) -> list[Path]:
+    out: list[Path] = []
+    for path in paths:
+        if path not in out:
+            out.append(path)
+    return out

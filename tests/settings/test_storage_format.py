@@ -1,0 +1,127 @@
+"""``fjord storage format`` (Kafka's ``kafka-storage format``): which flags a node takes, as Kafka's rules say, what
+it writes, and that a node then starts with the voters and the cluster id it was formatted with."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from node.cli import main
+from settings.bootstrap_file import read_bootstrap
+from settings.kafka_uuid import is_kafka_uuid, new_kafka_uuid
+from settings.meta_properties import ensure_quorum_meta_properties, read_meta_properties
+from settings.quorum_voters import QuorumVoter
+from settings.server import ServerConfig
+from settings.storage_format import FormatRequest, format_storage
+from storage.config import ConfigError
+
+BOOTSTRAP = "controller.quorum.bootstrap.servers=localhost:9093,localhost:9094,localhost:9095"
+INITIAL = f"1@localhost:9093:{new_kafka_uuid()},2@localhost:9094,3@localhost:9095"
+
+
+def _controller(root: Path, node_id: int, *extra: str) -> tuple[str, ...]:
+    return (f"node.id={node_id}", "process.roles=controller", f"listeners=CONTROLLER://:{9092 + node_id}",
+            f"advertised.listeners=CONTROLLER://localhost:{9092 + node_id}", "controller.listener.names=CONTROLLER",
+            f"log.dirs={root / f'c{node_id}'}", BOOTSTRAP, *extra)
+
+
+def _broker(root: Path) -> tuple[str, ...]:
+    return ("node.id=4", "process.roles=broker", "listeners=PLAINTEXT://localhost:9092",
+            "controller.listener.names=CONTROLLER", f"log.dirs={root / 'b1'},{root / 'b2'}", BOOTSTRAP)
+
+
+def _format(overrides: tuple[str, ...], cluster_id: str, **flags: object) -> list[str]:
+    return format_storage(FormatRequest(cluster_id=cluster_id, overrides=overrides, **flags))  # type: ignore[arg-type]
+
+
+def test_controllers_formatted_with_initial_controllers_start_with_those_voters_and_that_cluster_id(
+    tmp_path: Path,
+) -> None:
+    cluster_id = new_kafka_uuid()
+    for node_id in (1, 2, 3):
+        [line] = _format(_controller(tmp_path, node_id), cluster_id, initial_controllers=INITIAL)
+        assert line.startswith(f"Formatting dynamic metadata voter directory {tmp_path / f'c{node_id}'}")
+    voters = (QuorumVoter(1, "localhost", 9093), QuorumVoter(2, "localhost", 9094), QuorumVoter(3, "localhost", 9095))
+    config = ServerConfig.load(None, list(_controller(tmp_path, 2)))
+    assert config.voters == voters
+    assert ensure_quorum_meta_properties(config).cluster_id == cluster_id  # not derived from the voters
+    bootstrap = read_bootstrap(tmp_path / "c2")
+    assert bootstrap is not None and bootstrap.voters == voters
+
+
+def test_standalone_makes_this_controller_the_one_voter_whatever_its_bootstrap_servers_name(tmp_path: Path) -> None:
+    _format(_controller(tmp_path, 2), new_kafka_uuid(), standalone=True)
+    assert ServerConfig.load(None, list(_controller(tmp_path, 2))).voters == (QuorumVoter(2, "localhost", 9094),)
+
+
+def test_a_broker_is_formatted_in_every_log_dir_and_keeps_finding_its_voters(tmp_path: Path) -> None:
+    cluster_id = new_kafka_uuid()
+    lines = _format(_broker(tmp_path), cluster_id, no_initial_controllers=True)
+    assert len(lines) == 2
+    for directory in ("b1", "b2"):
+        meta = read_meta_properties(tmp_path / directory)
+        assert meta is not None and (meta.node_id, meta.cluster_id) == (4, cluster_id)
+    config = ServerConfig.load(None, list(_broker(tmp_path)))
+    assert config.voters == ()
+    # Its voters come from the bootstrap servers; its cluster id is the one it was formatted with.
+    formatted = ServerConfig.load(None, [*_broker(tmp_path), "controller.quorum.voters=1@localhost:9093"])
+    assert ensure_quorum_meta_properties(formatted).cluster_id == cluster_id
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({}, "Because controller.quorum.voters is not set on this controller, you must specify one of the following: "
+             "--standalone, --initial-controllers, or --no-initial-controllers."),
+        ({"no_initial_controllers": True}, "--no-initial-controllers: Fjord does not add a controller"),
+        ({"initial_controllers": "1@localhost:9093,2@localhost:9094"}, "--initial-controllers: this controller "
+                                                                       "(node.id 3) is not among them"),
+        ({"initial_controllers": "1@localhost:9093:bad-id"}, "--initial-controllers: '1@localhost:9093:bad-id'"),
+        ({"standalone": True, "no_initial_controllers": True}, "--standalone and --no-initial-controllers: give only"),
+    ],
+)
+def test_a_controller_with_bootstrap_servers_takes_kafkas_flags(
+    tmp_path: Path, flags: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        _format(_controller(tmp_path, 3), new_kafka_uuid(), **flags)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+    assert not (tmp_path / "c3").exists(), "nothing is written when the format fails"
+
+
+def test_a_static_quorum_takes_no_voter_flag_and_a_bad_cluster_id_is_refused(tmp_path: Path) -> None:
+    static = (*_controller(tmp_path, 1), "controller.quorum.voters=1@localhost:9093")
+    with pytest.raises(ConfigError, match=r"^--standalone: the quorum's voters are given by controller\.quorum"):
+        _format(static, new_kafka_uuid(), standalone=True)
+    with pytest.raises(ConfigError, match=r"^--cluster-id: 'abc' is not a 22-character base64url UUID"):
+        _format(static, "abc")
+    with pytest.raises(ConfigError, match=r"^--standalone: this node is not a controller"):
+        _format(_broker(tmp_path), new_kafka_uuid(), standalone=True)
+    [line] = _format(static, new_kafka_uuid())
+    assert line.startswith(f"Formatting metadata directory {tmp_path / 'c1'} with cluster id")
+
+
+def test_a_formatted_directory_is_refused_unless_ignored(tmp_path: Path) -> None:
+    first, second = new_kafka_uuid(), new_kafka_uuid()
+    _format(_broker(tmp_path), first)
+    with pytest.raises(ConfigError, match=re.escape(f"Log directory {tmp_path / 'b1'} is already formatted")):
+        _format(_broker(tmp_path), second)
+    assert _format(_broker(tmp_path), second, ignore_formatted=True) == [
+        "All of the log directories are already formatted."
+    ]
+    meta = read_meta_properties(tmp_path / "b1")
+    assert meta is not None and meta.cluster_id == first
+
+
+def test_the_command_prints_an_id_and_fails_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["storage", "random-uuid"]) == 0
+    assert is_kafka_uuid(capsys.readouterr().out.strip())
+    config = tmp_path / "controller.properties"
+    config.write_text("\n".join(_controller(tmp_path, 1)) + "\n")
+    assert main(["storage", "format", "-t", new_kafka_uuid(), "-c", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fjord storage format: Because controller.quorum.voters is not set") and err.count("\n") == 1
+    assert main(["storage", "format", "-t", new_kafka_uuid(), "-c", str(config), "--standalone"]) == 0
+    assert capsys.readouterr().out.startswith("Formatting dynamic metadata voter directory")
