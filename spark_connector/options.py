@@ -54,8 +54,14 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 STREAM_GROUP_PREFIX = "spark-kafka-source"
 BATCH_GROUP_PREFIX = "spark-kafka-relation"
 
-# Spark's Kafka source options the fjord source does not implement (lower-cased -> as documented).
-_UNSUPPORTED_TRIGGER_OPTIONS = {"minoffsetspertrigger": "minOffsetsPerTrigger", "maxtriggerdelay": "maxTriggerDelay"}
+# The options a stream's triggers take and a batch read ignores (lower-cased -> as documented).
+_TRIGGER_OPTIONS = {"minoffsetspertrigger": "minOffsetsPerTrigger", "maxtriggerdelay": "maxTriggerDelay"}
+#: Spark's default ``maxTriggerDelay``: 15 minutes.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+#: The units of Spark's time strings (``JavaUtils.timeStringAsMs``: ``15m``, ``30s``, ``500ms``; a bare number is
+#: milliseconds), in milliseconds.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_TIME_STRING = re.compile(r"(-?[0-9]+)([a-z]+)?")
 
 # Consumer settings the source owns: letting a user set them would change which records a range returns (Spark's
 # Kafka source refuses the same ones).
@@ -112,6 +118,10 @@ class FjordOptions:
     ending_by_timestamp: dict[TopicPartition, int] | None = None
     ending_timestamp: int | None = None
     max_offsets_per_trigger: int | None = None
+    #: ``minOffsetsPerTrigger`` and ``maxTriggerDelay``: a stream's trigger is held back until that many new
+    #: records or that long since the last batch (``spark_connector.trigger_delay``).
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
     include_headers: bool = False
     fail_on_data_loss: bool = True
@@ -141,7 +151,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
     starting = _offsets_option(opts, "startingoffsets", "startingOffsets", default_start)
     if not streaming and (starting == "latest" or (isinstance(starting, dict) and LATEST in starting.values())):
         raise OptionError("option 'startingOffsets': 'latest' (or -1) is not allowed for batch queries")
-    _trigger_options(opts, streaming=streaming)
+    max_per_trigger = _positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    min_per_trigger, max_delay_ms = _trigger_options(opts, max_per_trigger, streaming=streaming)
     if streaming and "endingoffsets" in opts:
         raise OptionError("option 'endingOffsets' is not valid in streaming queries")
     # Spark refuses endingOffsetsByTimestamp in a stream with these words; endingTimestamp, which Spark's stream
@@ -180,7 +191,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
         by_timestamp_strategy=strategy,
         ending_by_timestamp=ending_by_timestamp,
         ending_timestamp=ending_timestamp,
-        max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=max_delay_ms,
         min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
         include_headers=_boolean(opts, "includeheaders", "includeHeaders", False),
         fail_on_data_loss=_boolean(opts, "failondataloss", "failOnDataLoss", True),
@@ -193,19 +206,31 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> FjordOption
     )
 
 
-def _trigger_options(opts: Mapping[str, str], *, streaming: bool) -> None:
-    """``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (Spark delays a micro-batch until that many records or that
-    delay) are not implemented: a stream refuses them rather than run batches Spark would have held back. A batch
-    read ignores them with a warning, as Spark's Kafka source ignores every per-trigger option in batch queries."""
-    given = [name for key, name in _UNSUPPORTED_TRIGGER_OPTIONS.items() if key in opts]
-    if not given:
-        return
-    if streaming:
-        raise OptionError(f"option '{given[0]}' is not supported by the fjord source: it does not delay micro-batches "
-                          "until minOffsetsPerTrigger records or maxTriggerDelay have come (use maxOffsetsPerTrigger "
-                          "and a processingTime trigger instead)")
-    for name in given:
-        logger.warning("%s option ignored in batch queries", name)
+def _trigger_options(
+    opts: Mapping[str, str], max_records: int | None, *, streaming: bool
+) -> tuple[int | None, int]:
+    """``minOffsetsPerTrigger`` and ``maxTriggerDelay``, checked as Spark's Kafka source checks them. A batch read
+    ignores them with a warning, as Spark's Kafka source ignores every per-trigger option in batch queries."""
+    given = [name for key, name in _TRIGGER_OPTIONS.items() if key in opts]
+    if not streaming:
+        for name in given:
+            logger.warning("%s option ignored in batch queries", name)
+        return None, DEFAULT_MAX_TRIGGER_DELAY_MS
+    min_records = _positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    if min_records is not None and max_records is not None and min_records > max_records:
+        raise OptionError(f"The value of minOffsetPerTrigger({min_records}) is higher than the "
+                          f"maxOffsetsPerTrigger({max_records}).")
+    delay = opts.get("maxtriggerdelay")
+    return min_records, DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else _time_string_ms(delay, "maxTriggerDelay")
+
+
+def _time_string_ms(text: str, name: str) -> int:
+    """A Spark time string (``15m``, ``30s``, ``500ms``, ``1h``; a bare number is milliseconds) in milliseconds."""
+    match = _TIME_STRING.fullmatch(text.strip().lower())
+    unit = match.group(2) or "ms" if match is not None else None
+    if match is None or unit not in _TIME_UNITS_MS or int(match.group(1)) < 0:
+        raise OptionError(f"option '{name}' must be a time such as '15m', '30s' or '500ms', got {text!r}")
+    return int(int(match.group(1)) * _TIME_UNITS_MS[unit])
 
 
 def _read_path(opts: Mapping[str, str]) -> tuple[str, str | None]:

@@ -15,12 +15,19 @@ partitions that disappear, or whose offsets went backwards, are data loss (an er
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from spark_connector.direct_plan import DirectRange
@@ -50,6 +57,7 @@ from spark_connector.options import (
     read_uncommitted,
 )
 from spark_connector.storage_lookup import ClusterFacts, StorageLookupError, locate_ranges
+from spark_connector.trigger_delay import TriggerDelay
 
 __all__ = ["FjordDataSource", "schema"]
 
@@ -221,8 +229,9 @@ class FjordBatchReader(DataSourceReader):
 
 class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A micro-batch stream: each batch reads from the previous batch's end offsets up to the latest offsets,
-    capped by ``maxOffsetsPerTrigger``; with ``trigger(availableNow=True)`` no further than the latest offsets seen
-    when the query started."""
+    capped by ``maxOffsetsPerTrigger`` and held back while fewer than ``minOffsetsPerTrigger`` have come (until
+    ``maxTriggerDelay``); with ``trigger(availableNow=True)`` no further than the latest offsets seen when the query
+    started, and never held (no more records would come to end the wait)."""
 
     def __init__(self, options: FjordOptions) -> None:
         self._options = options
@@ -230,6 +239,8 @@ class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._direct = direct_settings(options)
         self._target: OffsetMap | None = None
         self._lookup_client: OffsetLookup | None = None
+        minimum = options.min_offsets_per_trigger
+        self._delay = TriggerDelay(minimum, options.max_trigger_delay_ms) if minimum is not None else None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to executors for read(); the driver's admin client stays behind.
@@ -254,8 +265,14 @@ class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = lookup.latest(lookup.partitions())
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self._options.max_offsets_per_trigger
-        return ReadMaxRows(limit) if limit is not None else ReadAllAvailable()
+        """What Spark passes to :meth:`latestOffset` on a trigger that is not ``once``: ``maxOffsetsPerTrigger``'s
+        cap, else ``minOffsetsPerTrigger``'s floor, else all. The floor is enforced by ``self._delay`` whatever the
+        limit (Python's limits compose no two), except when Spark asks for all (``Trigger.Once``)."""
+        if self._options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self._options.max_offsets_per_trigger)
+        if self._options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self._options.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         lookup = self._lookup()
@@ -265,6 +282,10 @@ class FjordStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if gone:
             self._data_loss(f"partitions {gone} are gone (topic deleted?)")
             begin = {tp: offset for tp, offset in begin.items() if tp in latest}
+        held = (self._delay is not None and self._target is None and not isinstance(limit, ReadAllAvailable)
+                and self._delay.holds(begin, latest, time.time() * 1000))
+        if held:  # fewer than minOffsetsPerTrigger new records, and maxTriggerDelay not over: no batch yet
+            return start
         new = [tp for tp in latest if tp not in begin]
         begin.update(lookup.earliest(new))
         end = rate_limit(begin, latest, limit.max_rows) if isinstance(limit, ReadMaxRows) else dict(latest)

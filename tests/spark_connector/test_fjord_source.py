@@ -282,3 +282,52 @@ def test_stream_available_now_resumes_from_its_checkpoint(spark: SparkSession, k
     expected = without_headers(consume(kafka.bootstrap, topic))
     assert len(expected) == 450
     assert both == expected
+
+
+def test_stream_holds_a_trigger_until_min_offsets_per_trigger_or_max_trigger_delay(
+    spark: SparkSession, kafka: BrokerProcess
+) -> None:
+    """Spark's Kafka source options: no batch runs while fewer than ``minOffsetsPerTrigger`` new records have come
+    (the triggers keep firing, each reporting no input), until there are enough, or ``maxTriggerDelay`` has passed
+    since the last batch."""
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")  # every held trigger reports progress
+
+    def start(topic: str, name: str, **options: str) -> Any:
+        stream = (spark.readStream.format("fjord").option("kafka.bootstrap.servers", kafka.bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest").options(**options).load())
+        query = (stream.writeStream.format("memory").queryName(name)
+                 .trigger(processingTime="100 milliseconds").start())
+        eventually(lambda: query.recentProgress, timeout=60, what="the query's first trigger")
+        return query
+
+    def batches(query: Any) -> list[int]:
+        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+    def triggers_since(query: Any, count: int) -> int:
+        return len(query.recentProgress) - count
+
+    topic, name = new_topic(kafka.bootstrap), f"held_{uuid.uuid4().hex[:8]}"
+    query = start(topic, name, minOffsetsPerTrigger="50", maxTriggerDelay="1h")
+    try:
+        produce(kafka.bootstrap, topic, 30)
+        seen = len(query.recentProgress)
+        eventually(lambda: triggers_since(query, seen) >= 5, timeout=60, what="five triggers after 30 records")
+        assert batches(query) == [], "30 records are fewer than minOffsetsPerTrigger: no batch"
+        produce(kafka.bootstrap, topic, 20, start=30)
+        eventually(lambda: batches(query), timeout=60, what="the batch once 50 records have come")
+        assert batches(query) == [50]
+        assert spark.table(name).count() == 50
+    finally:
+        query.stop()
+
+    topic, name = new_topic(kafka.bootstrap), f"delayed_{uuid.uuid4().hex[:8]}"
+    query = start(topic, name, minOffsetsPerTrigger="1000", maxTriggerDelay="10s")
+    try:
+        produce(kafka.bootstrap, topic, 10)
+        seen = len(query.recentProgress)
+        eventually(lambda: batches(query), timeout=60, what="the batch maxTriggerDelay lets run")
+        assert batches(query) == [10]
+        assert triggers_since(query, seen) > 2, "triggers were held before the delay ran out"
+    finally:
+        query.stop()
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")

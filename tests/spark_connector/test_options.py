@@ -67,6 +67,17 @@ def test_per_trigger_options_are_ignored_in_batch_with_a_warning(caplog: pytest.
     assert "maxTriggerDelay option ignored in batch queries" in caplog.text
 
 
+def test_a_stream_takes_minoffsetspertrigger_and_maxtriggerdelay_as_spark_times() -> None:
+    held = parse_options({**BASE, "minOffsetsPerTrigger": "100", "maxTriggerDelay": "5m"}, streaming=True)
+    assert (held.min_offsets_per_trigger, held.max_trigger_delay_ms) == (100, 300_000)
+    default = parse_options({**BASE, "minOffsetsPerTrigger": "100"}, streaming=True)
+    assert default.max_trigger_delay_ms == 15 * 60_000  # Spark's default
+    for text, ms in (("30s", 30_000), ("1500", 1_500), ("250ms", 250), ("2h", 7_200_000), ("1d", 86_400_000),
+                     ("2000us", 2), (" 3MIN ", 180_000)):
+        assert parse_options({**BASE, "maxTriggerDelay": text}, streaming=True).max_trigger_delay_ms == ms
+    assert parse_options(BASE, streaming=True).min_offsets_per_trigger is None
+
+
 def test_subscriptions() -> None:
     pattern = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "ev.*"}, streaming=False)
     assert isinstance(pattern.subscription, SubscribePattern)
@@ -181,8 +192,11 @@ def test_a_client_file_only_the_executors_have_stops_the_source_not_the_sink() -
      False, "starting timestamp 9 of a-0 is after its ending timestamp 5"),
     ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": 1}}', "endingOffsetsByTimestamp": '{"a": {"1": 5}}'},
      False, "must name the same partitions"),
-    ({**BASE, "minOffsetsPerTrigger": "100"}, True, "option 'minOffsetsPerTrigger' is not supported"),
-    ({**BASE, "maxTriggerDelay": "5m"}, True, "option 'maxTriggerDelay' is not supported"),
+    ({**BASE, "minOffsetsPerTrigger": "0"}, True, "option 'minOffsetsPerTrigger' must be a positive integer"),
+    ({**BASE, "minOffsetsPerTrigger": "20", "maxOffsetsPerTrigger": "15"}, True,
+     "The value of minOffsetPerTrigger(20) is higher than the maxOffsetsPerTrigger(15)."),
+    ({**BASE, "maxTriggerDelay": "5 minutes"}, True, "option 'maxTriggerDelay' must be a time such as '15m'"),
+    ({**BASE, "maxTriggerDelay": "-1s"}, True, "option 'maxTriggerDelay' must be a time"),
     ({**BASE, "kafka.auto.offset.reset": "earliest"}, False, "kafka.auto.offset.reset"),
     ({**BASE, "kafka.enable.auto.commit": "true"}, False, "kafka.enable.auto.commit"),
 ])
