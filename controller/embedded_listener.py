@@ -20,6 +20,7 @@ no broker sessions or loads.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 
 from controller.controller import Controller
@@ -115,7 +116,9 @@ class SoleVoter:
         credentials and ACLs; refusing here too keeps a later change to that filter from handing it out."""
         raise self._no_other_broker("dump the whole metadata")
 
-    async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
+    async def register_broker(
+        self, node_id: int, listeners: Sequence[Endpoint], rack: str | None, directories: Sequence[uuid.UUID] = ()
+    ) -> int:
         raise self._no_other_broker(f"register broker {node_id}")
 
     async def heartbeat(

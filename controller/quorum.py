@@ -36,9 +36,12 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from kio.schema.errors import ErrorCode
 
 from controller.auto_balancer import AutoBalancer
 from controller.controller import Controller
@@ -48,7 +51,7 @@ from controller.rpc.server import ControllerServer
 from controller.rpc.transport import NetworkTransport
 from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.cluster_records import NO_TARGET
-from metadata.errors import NodeFencedError, NotControllerError
+from metadata.errors import ControllerError, NodeFencedError, NotControllerError
 from metadata.image import MetadataImage
 from metadata.log import SnapshotPolicy, decode_metadata_records, encode_metadata_records, wall_ms
 from metadata.rpc.stream_rpcs import MetadataDump
@@ -87,6 +90,9 @@ class _Session:
     epoch: int
     last_heartbeat: float
     caught_up_offset: int  # the metadata offset the broker must reach before it is unfenced
+    #: The log directories the broker registered with (their ``directory.id``): a registration of the same node id
+    #: from none of them, while this session lives, is another broker (``_refuse_duplicate``).
+    directories: frozenset[uuid.UUID] = frozenset()
 
 
 class QuorumController:
@@ -417,11 +423,35 @@ class QuorumController:
         finally:
             self._fencing.discard(node_id)
 
-    async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:
+    async def register_broker(
+        self, node_id: int, listeners: Sequence[Endpoint], rack: str | None, directories: Sequence[uuid.UUID] = ()
+    ) -> int:
         controller = self.active_controller(f"register broker {node_id}")
+        self._refuse_duplicate(controller, node_id, frozenset(directories))
         epoch = await controller.register_broker(node_id, listeners, rack)
-        self._sessions[node_id] = _Session(epoch, time.monotonic(), -1)
+        self._sessions[node_id] = _Session(epoch, time.monotonic(), -1, frozenset(directories))
         return epoch
+
+    def _refuse_duplicate(self, controller: Controller, node_id: int, directories: frozenset[uuid.UUID]) -> None:
+        """DUPLICATE_BROKER_REGISTRATION, as Kafka's controller answers it, for a registration of a live broker's
+        node id from other log directories: another broker started with the same node.id would otherwise fence
+        the running one. The same broker restarting from its directories (after a kill -9, its session still
+        open) registers at once, as before; so does a broker this controller has no directories for (one that
+        registered before this controller became active, or an older Fjord)."""
+        existing = controller.image.brokers.get(node_id)
+        session = self._sessions.get(node_id)
+        if (existing is None or existing.fenced or session is None or session.epoch != existing.epoch
+                or not session.directories or not directories or not session.directories.isdisjoint(directories)):
+            return
+        silent_s = time.monotonic() - session.last_heartbeat
+        if silent_s > self._session_timeout_s:
+            return
+        endpoints = ", ".join(f"{e.name}://{e.host}:{e.port}" for e in existing.listeners) or "no listeners"
+        raise ControllerError(
+            ErrorCode.duplicate_broker_registration,
+            f"node {node_id} is registered by a live broker ({endpoints}, heartbeat {silent_s:.1f} s ago) from "
+            "other log directories: another broker has its node.id",
+        )
 
     async def heartbeat(
         self, node_id: int, epoch: int, metadata_offset: int, *, want_fence: bool, want_shutdown: bool

@@ -10,7 +10,7 @@ import base64
 import logging
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from settings.bootstrap_file import read_bootstrap
@@ -31,6 +31,9 @@ class MetaProperties:
     node_id: int
     cluster_id: str
     version: int = 1
+    #: Kafka's ``directory.id`` (KIP-858): tells this directory from any other, so the controller can tell a broker
+    #: restarting from it from another broker started with the same node.id (``controller.quorum``).
+    directory_id: str | None = None
 
 
 #: A new cluster id, and whether a text is one (``settings.kafka_uuid``).
@@ -56,7 +59,10 @@ def read_meta_properties(directory: str | os.PathLike[str]) -> MetaProperties | 
         raise ConfigError(f"{path}: node.id is missing or not a number")
     if not cluster_id or not is_valid_cluster_id(cluster_id):
         raise ConfigError(f"{path}: cluster.id {cluster_id!r} is not a 22-character base64url UUID")
-    return MetaProperties(int(node_text), cluster_id, version)
+    directory_id = props.get("directory.id")
+    if directory_id is not None and not is_kafka_uuid(directory_id):
+        raise ConfigError(f"{path}: directory.id {directory_id!r} is not a 22-character base64url UUID")
+    return MetaProperties(int(node_text), cluster_id, version, directory_id)
 
 
 def write_meta_properties(directory: str | os.PathLike[str], meta: MetaProperties) -> None:
@@ -64,6 +70,8 @@ def write_meta_properties(directory: str | os.PathLike[str], meta: MetaPropertie
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     text = f"#\nnode.id={meta.node_id}\nversion={meta.version}\ncluster.id={meta.cluster_id}\n"
+    if meta.directory_id is not None:
+        text += f"directory.id={meta.directory_id}\n"
     write_atomically(folder / META_PROPERTIES, text.encode("utf-8"))
 
 
@@ -71,13 +79,14 @@ def ensure_meta_properties(
     directory: str | os.PathLike[str], node_id: int, cluster_id: str | None = None
 ) -> MetaProperties:
     """Formats ``directory`` on first start (a new cluster id unless one is given) and checks it afterwards: a
-    directory that belongs to another node or cluster is refused with a one-line ConfigError."""
+    directory that belongs to another node or cluster is refused with a one-line ConfigError. A directory formatted
+    without a ``directory.id`` (by an earlier Fjord) is given one, as Kafka 3.7 gives it to older directories."""
     path = Path(directory) / META_PROPERTIES
     existing = read_meta_properties(directory)
     if existing is None:
         if cluster_id is not None and not is_valid_cluster_id(cluster_id):
             raise ConfigError(f"cluster id {cluster_id!r} is not a 22-character base64url UUID")
-        meta = MetaProperties(node_id, cluster_id or new_cluster_id())
+        meta = MetaProperties(node_id, cluster_id or new_cluster_id(), directory_id=new_kafka_uuid())
         write_meta_properties(directory, meta)
         logger.info("formatted %s: node.id=%d cluster.id=%s", path, meta.node_id, meta.cluster_id)
         return meta
@@ -88,6 +97,9 @@ def ensure_meta_properties(
         )
     if cluster_id is not None and existing.cluster_id != cluster_id:
         raise ConfigError(f"{path} belongs to cluster {existing.cluster_id}, not {cluster_id}")
+    if existing.directory_id is None:
+        existing = replace(existing, directory_id=new_kafka_uuid())
+        write_meta_properties(directory, existing)
     return existing
 
 

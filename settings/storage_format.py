@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from settings.bootstrap_file import Bootstrap, write_bootstrap
-from settings.kafka_uuid import is_kafka_uuid
+from settings.kafka_uuid import is_kafka_uuid, new_kafka_uuid
 from settings.meta_properties import META_PROPERTIES, MetaProperties, write_meta_properties
 from settings.quorum_voters import BOOTSTRAP_KEY, VOTERS_KEY, QuorumVoter, parse_initial_controllers
 from settings.server import ServerConfig
@@ -95,7 +95,8 @@ def _write(config: ServerConfig, request: FormatRequest, voters: tuple[QuorumVot
     lines = []
     for directory in todo:
         try:
-            write_meta_properties(directory, MetaProperties(config.node_id, request.cluster_id))
+            meta = MetaProperties(config.node_id, request.cluster_id, directory_id=new_kafka_uuid())
+            write_meta_properties(directory, meta)
             if directory == config.metadata_dir:
                 write_bootstrap(directory, Bootstrap(request.cluster_id, voters))
         except OSError as exc:

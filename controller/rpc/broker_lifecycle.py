@@ -27,11 +27,15 @@ async def register(quorum: ServedQuorum, response_cls: type[Any], body: Any) -> 
         Endpoint(lst.name, lst.host, int(lst.port), _SECURITY_PROTOCOLS.get(int(lst.security_protocol), "PLAINTEXT"))
         for lst in body.listeners
     )
+    directories = tuple(getattr(body, "log_dirs", ()) or ())  # BrokerRegistration v2+
     try:
-        epoch = await quorum.register_broker(int(body.broker_id), listeners, body.rack)
+        epoch = await quorum.register_broker(int(body.broker_id), listeners, body.rack, directories)
     except NotControllerError as exc:
         logger.info("broker %d registration: %s", body.broker_id, exc)
         return schema.build(response_cls, error_code=ErrorCode.not_controller, broker_epoch=-1)
+    except ControllerError as exc:
+        logger.warning("broker %d registration refused: %s", body.broker_id, exc.message)
+        return schema.build(response_cls, error_code=exc.code, broker_epoch=-1)
     return schema.build(response_cls, error_code=ErrorCode.none, broker_epoch=epoch)
 
 

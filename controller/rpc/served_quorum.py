@@ -8,6 +8,7 @@ them knows which of the two it is.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -77,7 +78,9 @@ class ServedQuorum(Protocol):
 
     def dump(self) -> stream_rpcs.MetadataDump: ...
 
-    async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int: ...
+    async def register_broker(
+        self, node_id: int, listeners: Sequence[Endpoint], rack: str | None, directories: Sequence[uuid.UUID] = ()
+    ) -> int: ...
 
     async def heartbeat(
         self, node_id: int, epoch: int, metadata_offset: int, *, want_fence: bool, want_shutdown: bool

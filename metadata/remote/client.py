@@ -15,6 +15,7 @@ after the write and the replica waits until it has applied everything below it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import uuid
@@ -83,7 +84,9 @@ _ADMIN_TIMEOUT_MS = 30_000
 class RemoteControllerClient:
     """The broker's `ControllerClient` in a cluster; build it with :meth:`start`, stop it with :meth:`close`."""
 
-    def __init__(self, config: ServerConfig, cluster_id: str, replica: MetadataFollower) -> None:
+    def __init__(
+        self, config: ServerConfig, cluster_id: str, replica: MetadataFollower, directory_id: str | None = None
+    ) -> None:
         """``replica``: where the committed metadata is read: a broker-only node's Raft observer of its own, or a
         combined node's voter, whose applied state the broker reads while it sends its writes to the active
         controller like any broker (the node builds either: ``node.controller_handle``)."""
@@ -116,6 +119,9 @@ class RemoteControllerClient:
         self._session_timeout_s = config.broker_session_timeout_ms / 1000
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._incarnation = uuid.uuid4()
+        #: The metadata directory's ``directory.id``, sent as the registration's log directory: the controller tells
+        #: this broker restarting from its directory from another live broker with its node.id by it.
+        self._directory = uuid.UUID(bytes=base64.urlsafe_b64decode(directory_id + "==")) if directory_id else None
         self._heartbeat_error: ErrorCode | None = None  # the last refusal, logged once rather than every beat
         self._want_shutdown = False  # in controlled shutdown: every heartbeat asks for it
         self._want_fence = False  # handing over (its WAL cannot write): every heartbeat asks to stay fenced
@@ -133,8 +139,9 @@ class RemoteControllerClient:
         """Formats or checks the metadata directory, starts the follower (``follower(cluster_id)``: an observer of
         the metadata log, or the combined node's voter) and waits until it has caught up with the quorum's
         committed metadata (bounded: a quorum without a leader is a clear error, not a hang)."""
-        cluster_id = (await asyncio.to_thread(ensure_quorum_meta_properties, config)).cluster_id
-        client = cls(config, cluster_id, follower(cluster_id))
+        meta = await asyncio.to_thread(ensure_quorum_meta_properties, config)
+        cluster_id = meta.cluster_id
+        client = cls(config, cluster_id, follower(cluster_id), meta.directory_id)
         await client.replica.start()
         try:
             await client.sync(timeout=catch_up_timeout_s, what="catch up with the metadata log")
@@ -214,12 +221,31 @@ class RemoteControllerClient:
                                security_protocol=_SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
             for e in listeners
         )
-        response = await self.channel.kafka(
-            BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION, f"register broker {node_id}",
-            broker_id=node_id, cluster_id=self.cluster_id, incarnation_id=self._incarnation,
-            listeners=entries, rack=rack,
-        )
-        code = ErrorCode(int(response.error_code))
+        loop = asyncio.get_running_loop()
+        deadline, warned = loop.time() + self._session_timeout_s + 2 * self._heartbeat_interval_s, False
+        while True:
+            response = await self.channel.kafka(
+                BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION, f"register broker {node_id}",
+                broker_id=node_id, cluster_id=self.cluster_id, incarnation_id=self._incarnation,
+                listeners=entries, rack=rack, log_dirs=(self._directory,) if self._directory else (),
+            )
+            code = ErrorCode(int(response.error_code))
+            if code is not ErrorCode.duplicate_broker_registration:
+                break
+            # Another live broker holds node_id's registration from another directory: as Kafka's broker, wait
+            # for its session to end (this node restarted elsewhere after a crash), but a broker that keeps
+            # heartbeating is another one with this node.id, and this start fails.
+            if loop.time() >= deadline:
+                raise ConfigError(
+                    f"node.id {node_id}: another broker with this node.id and other log directories is registered and "
+                    f"alive (it kept heartbeating for broker.session.timeout.ms): give each broker its own node.id"
+                )
+            if not warned:
+                warned = True
+                logger.warning("broker %d: another live broker is registered with node.id %d from other log "
+                               "directories; waiting up to %.0f s for its session to end", node_id, node_id,
+                               deadline - loop.time())
+            await asyncio.sleep(min(1.0, self._heartbeat_interval_s))
         if code is not ErrorCode.none:
             raise ConfigError(f"broker {node_id}: the controller refused the registration: {code.name}")
         epoch = int(response.broker_epoch)

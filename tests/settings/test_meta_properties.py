@@ -98,9 +98,21 @@ def test_bad_files_are_named(tmp_path: Path, content: str, message: str) -> None
 
 
 def test_write_then_read(tmp_path: Path) -> None:
-    meta = MetaProperties(7, new_cluster_id())
+    meta = MetaProperties(7, new_cluster_id(), directory_id=new_cluster_id())
     write_meta_properties(tmp_path, meta)
     assert read_meta_properties(tmp_path) == meta
+
+
+def test_a_directory_without_a_directory_id_is_given_one_and_keeps_it(tmp_path: Path) -> None:
+    """An earlier Fjord wrote no directory.id (Kafka 3.7 added it to older directories the same way)."""
+    cluster_id = new_cluster_id()
+    write_meta_properties(tmp_path, MetaProperties(3, cluster_id))
+    given = ensure_meta_properties(tmp_path, 3, cluster_id)
+    assert given.directory_id is not None and (given.node_id, given.cluster_id) == (3, cluster_id)
+    assert read_meta_properties(tmp_path) == given == ensure_meta_properties(tmp_path, 3)
+    (tmp_path / "meta.properties").write_text(f"node.id=3\nversion=1\ncluster.id={cluster_id}\ndirectory.id=x\n")
+    with pytest.raises(ConfigError, match=r"directory\.id 'x' is not a 22-character"):
+        read_meta_properties(tmp_path)
 
 
 async def test_controller_start_uses_and_checks_meta_properties(tmp_path: Path) -> None:
@@ -108,7 +120,9 @@ async def test_controller_start_uses_and_checks_meta_properties(tmp_path: Path) 
     controller = await Controller.start(config)
     cluster_id = controller.image.cluster_id
     await controller.close()
-    assert read_meta_properties(tmp_path) == MetaProperties(0, cluster_id)
+    formatted = read_meta_properties(tmp_path)
+    assert formatted is not None and (formatted.node_id, formatted.cluster_id) == (0, cluster_id)
+    assert formatted.directory_id is not None
 
     again = await Controller.start(config)
     assert again.image.cluster_id == cluster_id
