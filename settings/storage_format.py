@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from settings.bootstrap_file import Bootstrap, write_bootstrap
+from settings.bootstrap_file import META_PROPERTIES, Bootstrap, write_bootstrap
+from settings.config_key import ConfigValueError
 from settings.kafka_uuid import is_kafka_uuid, new_kafka_uuid
-from settings.meta_properties import META_PROPERTIES, MetaProperties, write_meta_properties
+from settings.keys import BROKER_KEYS
+from settings.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from settings.quorum_voters import BOOTSTRAP_KEY, VOTERS_KEY, QuorumVoter, parse_initial_controllers
 from settings.server import ServerConfig
 from storage.config import ConfigError, parse_overrides, read_properties
@@ -52,11 +54,12 @@ def format_storage(request: FormatRequest) -> list[str]:
         raise ConfigError(f"{' and '.join(modes)}: give only one of them")
     props = read_properties(request.config) if request.config is not None else {}
     props.update(parse_overrides(request.overrides))
-    controller = "controller" in [role.strip() for role in props.get("process.roles", "").split(",")]
-    dynamic = VOTERS_KEY not in props and bool(props.get(BOOTSTRAP_KEY, "").strip())
-    if modes and not dynamic:
-        raise ConfigError(f"{modes[0]}: the quorum's voters are given by {VOTERS_KEY} (a static quorum), or no "
-                          f"{BOOTSTRAP_KEY} is named: format without {modes[0]}")
+    controller = "controller" in _value(props, "process.roles")
+    dynamic = VOTERS_KEY not in props and bool(_value(props, BOOTSTRAP_KEY))
+    voter_flags = [flag for flag in modes if flag != "--no-initial-controllers"]  # -N: Kafka takes it anywhere
+    if voter_flags and not dynamic:
+        raise ConfigError(f"{voter_flags[0]}: the quorum's voters are given by {VOTERS_KEY} (a static quorum), or "
+                          f"no {BOOTSTRAP_KEY} is named: format without {voter_flags[0]}")
     formatting: tuple[QuorumVoter, ...] | Literal["standalone"] | None = None
     if controller and dynamic:
         if not modes:
@@ -74,10 +77,22 @@ def format_storage(request: FormatRequest) -> list[str]:
     return _write(config, request, voters)
 
 
+def _value(props: dict[str, str], name: str) -> Any:
+    """A key as the node will read it: the file's value parsed, else the catalogue's default (``process.roles``
+    and ``node.id`` have Fjord's embedded defaults)."""
+    key = BROKER_KEYS[name]
+    if name not in props:
+        return key.default
+    try:
+        return key.parse(props[name])
+    except ConfigValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _initial(text: str, props: dict[str, str]) -> tuple[QuorumVoter, ...]:
     voters = parse_initial_controllers(text)
-    node_id = props.get("node.id", "").strip()
-    if node_id.isdigit() and int(node_id) not in {v.node_id for v in voters}:
+    node_id = _value(props, "node.id")
+    if node_id not in {v.node_id for v in voters}:
         raise ConfigError(f"--initial-controllers: this controller (node.id {node_id}) is not among them, and Fjord "
                           "does not add a controller to a running quorum (KIP-853's add-controller)")
     return voters
@@ -89,16 +104,21 @@ def _write(config: ServerConfig, request: FormatRequest, voters: tuple[QuorumVot
     if formatted and not request.ignore_formatted:
         raise ConfigError(f"Log directory {formatted[0]} is already formatted. Use --ignore-formatted to ignore "
                           "this directory and format the others.")
+    for directory in formatted:
+        existing = read_meta_properties(directory)
+        if existing is not None and existing.cluster_id != request.cluster_id:
+            raise ConfigError(f"Log directory {directory} is formatted with cluster id {existing.cluster_id}, not "
+                              f"{request.cluster_id}: a node's directories belong to one cluster")
     todo = [d for d in directories if d not in formatted]
     if not todo:
         return ["All of the log directories are already formatted."]
     lines = []
     for directory in todo:
         try:
+            if directory == config.metadata_dir:  # first: meta.properties alone would read as formatted
+                write_bootstrap(directory, Bootstrap(request.cluster_id, voters))
             meta = MetaProperties(config.node_id, request.cluster_id, directory_id=new_kafka_uuid())
             write_meta_properties(directory, meta)
-            if directory == config.metadata_dir:
-                write_bootstrap(directory, Bootstrap(request.cluster_id, voters))
         except OSError as exc:
             raise ConfigError(f"formatting {directory}: {exc.strerror or exc}") from None
         if directory != config.metadata_dir:

@@ -108,7 +108,7 @@ def test_a_formatted_directory_is_refused_unless_ignored(tmp_path: Path) -> None
     _format(_broker(tmp_path), first)
     with pytest.raises(ConfigError, match=re.escape(f"Log directory {tmp_path / 'b1'} is already formatted")):
         _format(_broker(tmp_path), second)
-    assert _format(_broker(tmp_path), second, ignore_formatted=True) == [
+    assert _format(_broker(tmp_path), first, ignore_formatted=True) == [
         "All of the log directories are already formatted."
     ]
     meta = read_meta_properties(tmp_path / "b1")
@@ -125,3 +125,29 @@ def test_the_command_prints_an_id_and_fails_in_one_line(tmp_path: Path, capsys: 
     assert err.startswith("fjord storage format: Because controller.quorum.voters is not set") and err.count("\n") == 1
     assert main(["storage", "format", "-t", new_kafka_uuid(), "-c", str(config), "--standalone"]) == 0
     assert capsys.readouterr().out.startswith("Formatting dynamic metadata voter directory")
+
+
+def test_a_file_without_process_roles_is_the_combined_node_it_starts_as(tmp_path: Path) -> None:
+    """Fjord's default process.roles is broker,controller (its embedded node), so the format reads it so too."""
+    combined = (f"log.dirs={tmp_path / 'n'}", "controller.quorum.bootstrap.servers=localhost:9093",
+                "listeners=PLAINTEXT://:9092,CONTROLLER://:9093", "controller.listener.names=CONTROLLER")
+    [line] = _format(combined, new_kafka_uuid(), standalone=True)
+    assert line.startswith("Formatting dynamic metadata voter directory")
+    assert ServerConfig.load(None, list(combined)).voters == (QuorumVoter(0, "localhost", 9093),)
+
+
+def test_no_initial_controllers_is_taken_wherever_it_adds_no_voter(tmp_path: Path) -> None:
+    """As Kafka's: a script passing -N to every broker, or to a node of a static quorum, formats it."""
+    static = (*_controller(tmp_path, 1), "controller.quorum.voters=1@localhost:9093")
+    assert len(_format(static, new_kafka_uuid(), no_initial_controllers=True)) == 1
+    assert len(_format(_broker(tmp_path), new_kafka_uuid(), no_initial_controllers=True)) == 2
+
+
+def test_ignore_formatted_does_not_mix_two_clusters_in_one_node(tmp_path: Path) -> None:
+    first = new_kafka_uuid()
+    _format((*_broker(tmp_path)[:-2], f"log.dirs={tmp_path / 'b1'}", BOOTSTRAP), first)
+    with pytest.raises(ConfigError, match=re.escape(f"Log directory {tmp_path / 'b1'} is formatted with cluster id")):
+        _format(_broker(tmp_path), new_kafka_uuid(), ignore_formatted=True)
+    assert not (tmp_path / "b2").exists()
+    [line] = _format(_broker(tmp_path), first, ignore_formatted=True)
+    assert line == f"Formatting data directory {tmp_path / 'b2'} with cluster id {first}"
