@@ -1015,8 +1015,9 @@ class RaftNode:
         if resp.error_code is Errors.INCONSISTENT_CLUSTER_ID:
             logger.warning(
                 "node %d: node %d refused this node's %s request with INCONSISTENT_CLUSTER_ID: this node's cluster id "
-                "%s is not node %d's; format this node's metadata directory with the quorum's cluster id (fjord "
-                "storage format -t ID) or set cluster.id to it; retrying, further refusals by node %d are not logged",
+                "%s is not node %d's; if the voters are the right quorum, remove this node's metadata directory and "
+                "format it with the quorum's cluster id (fjord storage format -t ID); retrying, further refusals by "
+                "node %d are not logged",
                 self.node_id, sender, kind, self.config.cluster_id, sender, sender,
             )
             return
