@@ -146,6 +146,7 @@ class QuorumController:
         self._active_changed = asyncio.Event()
         self._metadata_loaded = False  # latched by metadata_loaded()
         self._sessions: dict[int, _Session] = {}
+        self._registering = asyncio.Lock()
         self._fencing: set[int] = set()
         self._next_failover_check = 0.0
         self._failover_task: asyncio.Task[None] | None = None
@@ -427,9 +428,10 @@ class QuorumController:
         self, node_id: int, listeners: Sequence[Endpoint], rack: str | None, directories: Sequence[uuid.UUID] = ()
     ) -> int:
         controller = self.active_controller(f"register broker {node_id}")
-        self._refuse_duplicate(controller, node_id, frozenset(directories))
-        epoch = await controller.register_broker(node_id, listeners, rack)
-        self._sessions[node_id] = _Session(epoch, time.monotonic(), -1, frozenset(directories))
+        async with self._registering:  # two registrations of one node id: the second is checked against the first
+            self._refuse_duplicate(controller, node_id, frozenset(directories))
+            epoch = await controller.register_broker(node_id, listeners, rack)
+            self._sessions[node_id] = _Session(epoch, time.monotonic(), -1, frozenset(directories))
         return epoch
 
     def _refuse_duplicate(self, controller: Controller, node_id: int, directories: frozenset[uuid.UUID]) -> None:
@@ -440,8 +442,9 @@ class QuorumController:
         registered before this controller became active, or an older Fjord)."""
         existing = controller.image.brokers.get(node_id)
         session = self._sessions.get(node_id)
-        if (existing is None or existing.fenced or session is None or session.epoch != existing.epoch
-                or not session.directories or not directories or not session.directories.isdisjoint(directories)):
+        # Fenced or not, as Kafka's heartbeat tracker: a broker handing over its WAL is fenced and alive.
+        if (existing is None or session is None or session.epoch != existing.epoch or not session.directories
+                or not directories or not session.directories.isdisjoint(directories)):
             return
         silent_s = time.monotonic() - session.last_heartbeat
         if silent_s > self._session_timeout_s:

@@ -34,7 +34,7 @@ async def register(quorum: ServedQuorum, response_cls: type[Any], body: Any) -> 
         logger.info("broker %d registration: %s", body.broker_id, exc)
         return schema.build(response_cls, error_code=ErrorCode.not_controller, broker_epoch=-1)
     except ControllerError as exc:
-        logger.warning("broker %d registration refused: %s", body.broker_id, exc.message)
+        logger.info("broker %d registration refused: %s", body.broker_id, exc.message)
         return schema.build(response_cls, error_code=exc.code, broker_epoch=-1)
     return schema.build(response_cls, error_code=ErrorCode.none, broker_epoch=epoch)
 

@@ -222,7 +222,9 @@ class RemoteControllerClient:
             for e in listeners
         )
         loop = asyncio.get_running_loop()
-        deadline, warned = loop.time() + self._session_timeout_s + 2 * self._heartbeat_interval_s, False
+        # The controller's session timeout is its own setting: wait well past this node's.
+        patience_s = 3 * self._session_timeout_s + 2 * self._heartbeat_interval_s
+        deadline, warned = loop.time() + patience_s, False
         while True:
             response = await self.channel.kafka(
                 BROKER_REGISTRATION, _BROKER_REGISTRATION_VERSION, f"register broker {node_id}",
@@ -238,7 +240,7 @@ class RemoteControllerClient:
             if loop.time() >= deadline:
                 raise ConfigError(
                     f"node.id {node_id}: another broker with this node.id and other log directories is registered and "
-                    f"alive (it kept heartbeating for broker.session.timeout.ms): give each broker its own node.id"
+                    f"alive (it kept heartbeating for {patience_s:.0f} s): give each broker its own node.id"
                 )
             if not warned:
                 warned = True

@@ -71,3 +71,29 @@ async def test_a_broker_restarting_from_its_directory_takes_its_registration_ove
         finally:
             for client in clients:
                 await client.close()
+
+
+async def test_a_crashed_broker_started_from_new_directories_registers_once_its_old_session_ends(
+    tmp_path: Path,
+) -> None:
+    """A node moved to a new disk after a crash: refused while the old session may still be a live broker, then
+    registered, without a word from the operator, once the controller's session timeout has passed."""
+    configs = quorum_configs(tmp_path, 2, extra=lambda _node: SESSION)
+    clients: list[RemoteControllerClient] = []
+    async with running_voters(configs) as started:
+        try:
+            active = await active_voter(started)
+            crashed = await start_quorum_client(broker_config(tmp_path / "a", configs, SESSION), catch_up_timeout_s=60)
+            old = await crashed.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")], None)
+            assert crashed._heartbeat_task is not None
+            crashed._heartbeat_task.cancel()  # a kill -9: no more heartbeats, nothing said
+            await crashed.channel.close()
+            await crashed.replica.stop()
+            moved = await start_quorum_client(broker_config(tmp_path / "b", configs, SESSION), catch_up_timeout_s=60)
+            clients.append(moved)
+            epoch = await moved.register_broker(5, [Endpoint("PLAINTEXT", "127.0.0.1", 9093, "PLAINTEXT")], None)
+            registered = active.controller.image.brokers[5]
+            assert epoch != old and registered.epoch == epoch and registered.listeners[0].port == 9093
+        finally:
+            for client in clients:
+                await client.close()
