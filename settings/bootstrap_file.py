@@ -23,6 +23,9 @@ from storage.config import ConfigError, read_properties
 from storage.durable import write_atomically
 
 BOOTSTRAP_PROPERTIES = "bootstrap.properties"
+#: The directory's identity beside it (``settings.meta_properties`` reads and writes it): named here, in the leaf,
+#: so that ``settings.server`` can tell a directory a node has run from without importing that module.
+META_PROPERTIES = "meta.properties"
 _CLUSTER_ID = "cluster.id"
 _VOTERS = "initial.controllers"
 

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from settings.bootstrap_file import read_bootstrap
+from settings.bootstrap_file import META_PROPERTIES, read_bootstrap
 from settings.kafka_uuid import is_kafka_uuid, new_kafka_uuid
 from settings.server import ServerConfig
 from storage.config import ConfigError, read_properties
@@ -21,7 +21,6 @@ from storage.durable import write_atomically
 
 logger = logging.getLogger(__name__)
 
-META_PROPERTIES = "meta.properties"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from settings.bootstrap_file import read_bootstrap
+from settings.bootstrap_file import META_PROPERTIES, read_bootstrap
 from settings.config_key import MS_PER_MINUTE, ConfigValueError
 from settings.connection_limits import (
     check_per_ip,
@@ -59,6 +59,7 @@ from settings.security import (
 )
 from settings.share_groups import ShareGroupSettings, share_group_settings
 from storage.config import BucketURL, ConfigError, StorageConfig, parse_overrides, read_properties
+from storage.wal.segments import SEGMENT_SUFFIX
 from wire.connection_limits import ConnectionLimitSettings
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
@@ -188,7 +189,27 @@ def _wal_in_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> dict
     if "s3.wal.path" in props or ("log.dirs" not in props and "log.dir" not in props):
         return {}
     first = _first_log_dir(props, values)
-    return {"wal_url": BucketURL(0, "file", str(Path(first) / "wal"))} if first else {}
+    if not first:
+        return {}
+    wal = Path(first) / "wal"
+    if not wal.exists() and _wal_of_an_earlier_version(Path(values["metadata.log.dir"] or first)):
+        return {}
+    return {"wal_url": BucketURL(0, "file", str(wal))}
+
+
+def _wal_of_an_earlier_version(metadata_dir: Path) -> bool:
+    """Whether this node ran before with its WAL at ``data/wal`` (versions before the WAL followed ``log.dirs``) and
+    left segments there, which may hold acknowledged records not yet uploaded: it keeps that WAL until a clean stop
+    has uploaded them (the segments are gone then, and the next start moves to ``wal/`` under its log directory).
+    Only a node whose metadata directory is formatted (it has run) is sent there, never a new one."""
+    earlier = StorageConfig().wal_url.path
+    if not (metadata_dir / META_PROPERTIES).exists() or not earlier.is_dir():
+        return False
+    if not any(path.suffix == SEGMENT_SUFFIX for path in earlier.iterdir()):
+        return False
+    logger.warning("the WAL stays at %s, where an earlier Fjord kept it and segments remain, until a clean stop has "
+                   "uploaded them; set s3.wal.path to choose where this node's WAL goes", earlier)
+    return True
 
 
 def _as_int(text: str) -> int | None:

@@ -298,6 +298,30 @@ def test_describe_broker_reports_read_only_for_static_keys() -> None:
     assert [(e.name, e.value) for e in cluster] == [("log.retention.ms", "9")]
 
 
+def test_a_node_upgraded_with_segments_left_in_the_earlier_wal_keeps_that_wal_until_they_are_uploaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the WAL followed log.dirs, such a node's WAL was data/wal under the directory it started in: records
+    acknowledged but not uploaded may wait in its segments (after a kill -9, or a quorum's last node stopping)."""
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "kraft"
+
+    def wal() -> Path:
+        return ServerConfig.load(None, [f"log.dirs={logs}"]).storage.wal_url.path
+
+    (tmp_path / "data" / "wal").mkdir(parents=True)
+    (tmp_path / "data" / "wal" / "00000000000000000000.wal").write_bytes(b"\0" * 64)
+    assert wal() == logs / "wal", "a node that never ran has no earlier WAL"
+    logs.mkdir()
+    (logs / "meta.properties").write_text("node.id=0\nversion=1\n")
+    assert wal() == Path("data/wal")
+    (tmp_path / "data" / "wal" / "00000000000000000000.wal").unlink()  # a clean stop uploaded and removed them
+    assert wal() == logs / "wal"
+    (tmp_path / "data" / "wal" / "00000000000000000064.wal").write_bytes(b"\0" * 64)
+    (logs / "wal").mkdir()
+    assert wal() == logs / "wal", "once the node has its own WAL, it keeps it"
+
+
 def test_a_node_given_bootstrap_servers_describes_no_voter_as_its_default() -> None:
     """Not the embedded node's built-in voter, which a node configured from Kafka 4's files does not use."""
     def voters(*overrides: str) -> tuple[str | None, ConfigSource]:
