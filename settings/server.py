@@ -199,16 +199,16 @@ def _wal_in_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> dict
 
 def _wal_of_an_earlier_version(metadata_dir: Path) -> bool:
     """Whether this node ran before with its WAL at ``data/wal`` (versions before the WAL followed ``log.dirs``) and
-    left segments there, which may hold acknowledged records not yet uploaded: it keeps that WAL until a clean stop
-    has uploaded them (the segments are gone then, and the next start moves to ``wal/`` under its log directory).
-    Only a node whose metadata directory is formatted (it has run) is sent there, never a new one."""
+    left segments there: they may hold acknowledged records not yet uploaded (which segments do cannot be told
+    without reading them back), so the node keeps that WAL, as before, until ``s3.wal.path`` says otherwise. Only a
+    node whose metadata directory is formatted (it has run) and that has no ``wal/`` of its own yet is kept there."""
     earlier = StorageConfig().wal_url.path
     if not (metadata_dir / META_PROPERTIES).exists() or not earlier.is_dir():
         return False
     if not any(path.suffix == SEGMENT_SUFFIX for path in earlier.iterdir()):
         return False
-    logger.warning("the WAL stays at %s, where an earlier Fjord kept it and segments remain, until a clean stop has "
-                   "uploaded them; set s3.wal.path to choose where this node's WAL goes", earlier)
+    logger.warning("the WAL stays at %s, where an earlier Fjord kept it for this node (its segments may hold records "
+                   "not yet uploaded); set s3.wal.path to choose where this node's WAL goes", earlier)
     return True
 
 

@@ -298,7 +298,7 @@ def test_describe_broker_reports_read_only_for_static_keys() -> None:
     assert [(e.name, e.value) for e in cluster] == [("log.retention.ms", "9")]
 
 
-def test_a_node_upgraded_with_segments_left_in_the_earlier_wal_keeps_that_wal_until_they_are_uploaded(
+def test_a_node_upgraded_with_segments_left_in_the_earlier_wal_keeps_that_wal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before the WAL followed log.dirs, such a node's WAL was data/wal under the directory it started in: records
@@ -315,7 +315,7 @@ def test_a_node_upgraded_with_segments_left_in_the_earlier_wal_keeps_that_wal_un
     logs.mkdir()
     (logs / "meta.properties").write_text("node.id=0\nversion=1\n")
     assert wal() == Path("data/wal")
-    (tmp_path / "data" / "wal" / "00000000000000000000.wal").unlink()  # a clean stop uploaded and removed them
+    (tmp_path / "data" / "wal" / "00000000000000000000.wal").unlink()  # no segment: nothing there to replay
     assert wal() == logs / "wal"
     (tmp_path / "data" / "wal" / "00000000000000000064.wal").write_bytes(b"\0" * 64)
     (logs / "wal").mkdir()
