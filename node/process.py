@@ -5,7 +5,8 @@ A node owns the process: the lock on its data directories, the metrics endpoint,
 roles start and stop. Each role is an object of its own package: the broker (``broker.broker.Broker``) and the
 controller quorum (``controller.quorum.QuorumController``).
 
-Start: controller (metadata replayed) → SCRAM users of ``--add-scram`` and feature levels of ``--feature`` → the
+Start: controller (metadata replayed) → SCRAM users of ``--add-scram`` and feature levels of ``--feature``, of the
+command line or a format's ``bootstrap.properties`` (``node.first_start``) → the
 broker joins (listeners bound, or the sockets ``fjord server start`` bound first taken over; broker registered with
 its real ports, S3 WAL announced, a failover of it awaited) → broker started (storage engine with WAL recovery,
 partitions, coordinators) → metrics endpoint → listeners accept.
@@ -25,9 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from broker.broker import Broker
-from controller.feature_bootstrap import finalize_initial_features
-from controller.scram_bootstrap import add_scram_credentials
-from metadata.controller_api import FeatureUpdate, ScramUpsertion
+from metadata.controller_api import FeatureUpdate
 from node.controller_handle import (
     ControllerFactory,
     ControllerHandle,
@@ -35,7 +34,9 @@ from node.controller_handle import (
     start_quorum_voter,
 )
 from node.early_listen import ListeningSockets
+from node.first_start import apply_first_start, first_start
 from node.metrics import register_node_metrics
+from settings.scram_option import AddScram
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
@@ -54,7 +55,7 @@ class Node:
         config: ServerConfig,
         *,
         controller_factory: ControllerFactory | None = None,
-        scram_credentials: Sequence[ScramUpsertion] = (),
+        scram_credentials: Sequence[AddScram] = (),
         initial_features: Sequence[FeatureUpdate] = (),
         listening: ListeningSockets | None = None,
         early_answers: EarlyAnswers | None = None,
@@ -117,13 +118,13 @@ class Node:
 
     async def _start(self) -> None:
         self._lock_data_dirs()
+        options = first_start(self.config, self._scram_credentials, self._initial_features)
         if "broker" not in self.config.process_roles:
             await self._start_controller_only()
             return
         handle = self._controller_handle = await self._controller_factory(self.config)
         self.cluster_id = handle.client.image.cluster_id
-        await add_scram_credentials(handle.client, self._scram_credentials)
-        await finalize_initial_features(handle.client, self._initial_features)
+        await apply_first_start(self.config, handle.client, options)
         self.broker = await Broker.join(
             self.config, handle.client, self.metrics, controller_address=handle.controller_address,
             listening=self._listening,

@@ -9,7 +9,12 @@ import uuid
 
 
 def new_kafka_uuid() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random one that does not start with ``-``, as Kafka's ``Uuid.randomUuid`` never does: one in 64 would, and
+    ``fjord storage format -t -x...`` would read it as an option."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def is_kafka_uuid(text: str) -> bool:

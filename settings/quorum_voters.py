@@ -53,20 +53,30 @@ def parse_voters(items: Sequence[str], key: str = VOTERS_KEY) -> tuple[QuorumVot
     return tuple(voters)
 
 
-def parse_initial_controllers(text: str, key: str = "--initial-controllers") -> tuple[QuorumVoter, ...]:
-    """Kafka's ``id@host:port:directoryId,...``. A directory id (KIP-853 tells a controller's disks apart by it) is
-    accepted and not kept: Fjord's quorum knows a voter by its node id alone."""
-    items = []
+def parse_initial_controllers(
+    text: str, key: str = "--initial-controllers"
+) -> tuple[tuple[QuorumVoter, ...], dict[int, str]]:
+    """Kafka's ``id@host:port:directoryId,...``: the voters, and the directory ids given (by node id). KIP-853 tells
+    a controller's disks apart by its metadata directory's id, which the format writes to ``meta.properties`` as
+    Kafka's does; Fjord's quorum itself knows a voter by its node id alone."""
+    items: list[str] = []
+    directory_ids: dict[str, str] = {}
     for item in (part.strip() for part in text.split(",")):
         head, colon, tail = item.rpartition(":")
-        if colon and "@" in head and ":" in head.partition("@")[2] and not tail.isdigit():
+        if colon and "@" in head and head.rpartition(":")[2].isdigit() and not tail.isdigit():  # a port before it
             if not is_kafka_uuid(tail):
                 raise ConfigError(f"{key}: {item!r}: directory id {tail!r} is not a 22-character base64url UUID")
             item = head
+            directory_ids[item] = tail
         items.append(item)
     if not any(items):
         raise ConfigError(f"{key}: no controller is named")
-    return parse_voters(items, key)
+    voters = parse_voters(items, key)
+    by_node = {voter.node_id: directory_ids[item] for item, voter in zip(items, voters, strict=True)
+               if item in directory_ids}
+    if len(set(by_node.values())) < len(by_node):
+        raise ConfigError(f"{key}: two controllers are given the same directory id")
+    return voters, by_node
 
 
 def parse_bootstrap_servers(items: Sequence[str], key: str = BOOTSTRAP_KEY) -> tuple[tuple[str, int], ...]:

@@ -6,9 +6,12 @@ Kafka 4 cluster's files name only ``controller.quorum.bootstrap.servers``, and t
 has written them: ``--standalone`` (this controller alone) or ``--initial-controllers`` (a list given the same to
 every controller). The format writes ``meta.properties`` with the operator's cluster id (``-t``) in each log
 directory and ``bootstrap.properties`` (``settings.bootstrap_file``) in the metadata directory, as Kafka writes its
-bootstrap checkpoint there. Kafka's rules for which flags a node takes are kept, with one more: Fjord serves no voter
-change (KIP-853's AddRaftVoter), so a controller formatted to join the quorum later (``--no-initial-controllers``)
-is refused here rather than left waiting to be added.
+bootstrap checkpoint there. Kafka's rules for which flags a node takes are kept, with two more: Fjord serves no
+voter change (KIP-853's AddRaftVoter), so a controller formatted to join the quorum later
+(``--no-initial-controllers``) is refused here rather than left waiting to be added; and ``--add-scram`` and
+``--feature``, which Kafka's controllers apply, are a broker's or combined node's here (its first start applies them,
+as ``fjord server start``'s options of the same names), so a controller-only node refuses them rather than keep them
+unused.
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ from settings.kafka_uuid import is_kafka_uuid, new_kafka_uuid
 from settings.keys import BROKER_KEYS
 from settings.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from settings.quorum_voters import BOOTSTRAP_KEY, VOTERS_KEY, QuorumVoter, parse_initial_controllers
+from settings.scram_option import AddScram
 from settings.server import ServerConfig
 from storage.config import ConfigError, parse_overrides, read_properties
 
 
 @dataclass(frozen=True, slots=True)
 class FormatRequest:
-    """``kafka-storage format``'s options."""
+    """``kafka-storage format``'s options; ``scram`` and ``features`` are ``--add-scram`` salted and ``--feature``
+    (``name=level``) validated by the caller (the feature levels a release supports are the wire layer's)."""
 
     cluster_id: str
     config: str | None = None
@@ -39,6 +44,8 @@ class FormatRequest:
     initial_controllers: str | None = None
     no_initial_controllers: bool = False
     ignore_formatted: bool = False
+    scram: tuple[AddScram, ...] = ()
+    features: tuple[str, ...] = ()
 
 
 def format_storage(request: FormatRequest) -> list[str]:
@@ -61,6 +68,7 @@ def format_storage(request: FormatRequest) -> list[str]:
         raise ConfigError(f"{voter_flags[0]}: the quorum's voters are given by {VOTERS_KEY} (a static quorum), or "
                           f"no {BOOTSTRAP_KEY} is named: format without {voter_flags[0]}")
     formatting: tuple[QuorumVoter, ...] | Literal["standalone"] | None = None
+    directory_ids: dict[int, str] = {}
     if controller and dynamic:
         if not modes:
             raise ConfigError(f"Because {VOTERS_KEY} is not set on this controller, you must specify one of the "
@@ -69,12 +77,24 @@ def format_storage(request: FormatRequest) -> list[str]:
             raise ConfigError("--no-initial-controllers: Fjord does not add a controller to a running quorum "
                               "(KIP-853's add-controller); format every controller with the same "
                               "--initial-controllers list, or this one with --standalone")
-        formatting = "standalone" if request.standalone else _initial(request.initial_controllers or "", props)
+        if request.standalone:
+            formatting = "standalone"
+        else:
+            formatting, directory_ids = _initial(request.initial_controllers or "", props)
     elif request.standalone:
         raise ConfigError("--standalone: this node is not a controller (process.roles)")
+    names = [text.partition("=")[0] for text in request.features]
+    if len(set(names)) < len(names):
+        raise ConfigError(f"--feature: {next(n for n in names if names.count(n) > 1)} is given twice")
+    if "broker" not in _value(props, "process.roles"):
+        given = "--add-scram" if request.scram else "--feature" if request.features else None
+        if given is not None:
+            raise ConfigError(f"{given}: give it to a broker's or combined node's format, whose first start applies "
+                              "it (this node is a controller only)")
     config = ServerConfig.from_properties(props, formatting=formatting)
     voters = config.voters if controller and dynamic else ()
-    return _write(config, request, voters)
+    directory_id = directory_ids.get(config.node_id)
+    return _write(config, request, voters, directory_id)
 
 
 def _value(props: dict[str, str], name: str) -> Any:
@@ -89,16 +109,19 @@ def _value(props: dict[str, str], name: str) -> Any:
         raise ConfigError(str(exc)) from None
 
 
-def _initial(text: str, props: dict[str, str]) -> tuple[QuorumVoter, ...]:
-    voters = parse_initial_controllers(text)
+def _initial(text: str, props: dict[str, str]) -> tuple[tuple[QuorumVoter, ...], dict[int, str]]:
+    voters, directory_ids = parse_initial_controllers(text)
     node_id = _value(props, "node.id")
     if node_id not in {v.node_id for v in voters}:
         raise ConfigError(f"--initial-controllers: this controller (node.id {node_id}) is not among them, and Fjord "
                           "does not add a controller to a running quorum (KIP-853's add-controller)")
-    return voters
+    return voters, directory_ids
 
 
-def _write(config: ServerConfig, request: FormatRequest, voters: tuple[QuorumVoter, ...]) -> list[str]:
+def _write(
+    config: ServerConfig, request: FormatRequest, voters: tuple[QuorumVoter, ...], directory_id: str | None
+) -> list[str]:
+    """``directory_id``: the metadata directory's, as ``--initial-controllers`` gave it for this node."""
     directories = _unique([*config.log_dirs, config.metadata_dir])
     formatted = [d for d in directories if (d / META_PROPERTIES).exists()]
     if formatted and not request.ignore_formatted:
@@ -109,15 +132,21 @@ def _write(config: ServerConfig, request: FormatRequest, voters: tuple[QuorumVot
         if existing is not None and existing.cluster_id != request.cluster_id:
             raise ConfigError(f"Log directory {directory} is formatted with cluster id {existing.cluster_id}, not "
                               f"{request.cluster_id}: a node's directories belong to one cluster")
+    if config.metadata_dir in formatted and (request.scram or request.features):
+        given = "--add-scram" if request.scram else "--feature"
+        raise ConfigError(f"{given}: the metadata directory {config.metadata_dir} is formatted already, so it would "
+                          f"not be applied: give it to fjord server start")
     todo = [d for d in directories if d not in formatted]
     if not todo:
         return ["All of the log directories are already formatted."]
     lines = []
     for directory in todo:
         try:
-            if directory == config.metadata_dir:  # first: meta.properties alone would read as formatted
-                write_bootstrap(directory, Bootstrap(request.cluster_id, voters))
-            meta = MetaProperties(config.node_id, request.cluster_id, directory_id=new_kafka_uuid())
+            metadata = directory == config.metadata_dir
+            if metadata:  # first: meta.properties alone would read as formatted
+                write_bootstrap(directory, Bootstrap(request.cluster_id, voters, request.scram, request.features))
+            own_id = directory_id if metadata else None
+            meta = MetaProperties(config.node_id, request.cluster_id, directory_id=own_id or new_kafka_uuid())
             write_meta_properties(directory, meta)
         except OSError as exc:
             raise ConfigError(f"formatting {directory}: {exc.strerror or exc}") from None
@@ -128,8 +157,16 @@ def _write(config: ServerConfig, request: FormatRequest, voters: tuple[QuorumVot
             lines.append(f"Formatting dynamic metadata voter directory {directory} with cluster id "
                          f"{request.cluster_id} and voters {named}")
         else:
-            lines.append(f"Formatting metadata directory {directory} with cluster id {request.cluster_id}")
+            lines.append(f"Formatting metadata directory {directory} with cluster id {request.cluster_id}"
+                         f"{_first_start(request)}")
     return lines
+
+
+def _first_start(request: FormatRequest) -> str:
+    """What the node's first start will apply, for the metadata directory's line (names, never passwords)."""
+    what = [f"SCRAM credentials of {', '.join(sorted({c.name for c in request.scram}))}"] if request.scram else []
+    what += [f"feature levels {', '.join(request.features)}"] if request.features else []
+    return f"; its first start applies {' and '.join(what)}" if what else ""
 
 
 def _unique(paths: Iterable[Path]) -> list[Path]:

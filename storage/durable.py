@@ -6,6 +6,7 @@ half old, half new by a crash. Every file that must survive power loss whole goe
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -86,11 +87,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, mode: int = 0o666) -> None:
     """Replaces ``path`` with ``data`` via ``<name>.tmp``, fsync, rename and a directory fsync: after a crash
-    readers see the old or the new content, never a mix. Raises OSError; callers say which file it was for."""
+    readers see the old or the new content, never a mix. ``mode`` (less the umask) is the new file's from its
+    creation: 0o600 keeps a file that holds secrets from ever being readable by others. Raises OSError; callers
+    say which file it was for."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # a crashed write's leftover keeps its mode through os.open
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())

@@ -11,7 +11,6 @@ finalized below 1 (``kafka-features.sh downgrade --feature group.version=0``), a
 
 from __future__ import annotations
 
-import base64
 import uuid
 from typing import Any
 
@@ -25,6 +24,7 @@ from broker.handlers.group_common import member_host
 from broker.handlers.guards import GROUP_DENIED, TOPIC_DENIED, refused_whole
 from broker.name_patterns import InvalidRegex, compile_regex
 from metadata.acl.binding import AclOperation, ResourceType
+from settings.kafka_uuid import new_kafka_uuid
 from wire import schema
 from wire.api_versions import GROUP_VERSION
 from wire.stored_schema import MAX_STORED_STRING_BYTES
@@ -38,7 +38,7 @@ class _Invalid(Exception):
 
 def new_member_id() -> str:
     """A member id as Kafka makes one (its Uuid's URL-safe base64 form), for v0 members joining without one."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    return new_kafka_uuid()
 
 
 def _owned(request: Any) -> dict[uuid.UUID, frozenset[int]] | None:

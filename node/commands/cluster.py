@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import logging
 import shutil
 import signal
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from types import FrameType
 
 from node.commands import cluster_drain
 from node.local_cluster import ClusterNotReadyError, LocalCluster, plan_cluster, wait_ready
+from settings.kafka_uuid import new_kafka_uuid
 from storage.config import ConfigError, parse_bucket_url, parse_overrides
 
 logger = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ def _cluster_id(data_dir: Path) -> str:
     path = data_dir / CLUSTER_ID_FILE
     if path.exists():
         return path.read_text(encoding="utf-8").strip()
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = new_kafka_uuid()
     path.write_text(cluster_id + "\n", encoding="utf-8")
     return cluster_id
 

@@ -22,6 +22,7 @@ import uvloop
 from node import dataclass_code
 from node.early_listen import ListeningSockets, close_all, listen_early, without_tls
 from node.logging_setup import configure_logging, loop_exception_handler
+from settings.scram_option import parse_add_scram
 from settings.server import ServerConfig
 from storage.config import ConfigError, MiB
 
@@ -196,15 +197,14 @@ async def _run_node(
     # Imported once the client listeners listen, not when the CLI loads: the node pulls in the broker, controller and
     # storage stacks (about a second), which `fjord --help` and a configuration error have no use for, and which a
     # client reconnecting to a restarting node should not wait for to be accepted (tests/node/test_early_listen.py
-    # checks that nothing listen_early does not need comes before it). The two options' parsers are the
-    # controller's (their results are ControllerClient requests), hence imported here as well.
+    # checks that nothing listen_early does not need comes before it). The feature option's parser is the
+    # controller's (it checks the levels against what the wire layer serves), hence imported here as well.
     from controller.feature_bootstrap import parse_feature  # noqa: PLC0415
-    from controller.scram_bootstrap import OPTION, parse_add_scram  # noqa: PLC0415
     from node.process import Node  # noqa: PLC0415
 
     scram = [parse_add_scram(text) for text in add_scram]
     if scram and "broker" not in config.process_roles:
-        raise ConfigError(f"{OPTION}: give it to a broker or combined node (this node is a controller only)")
+        raise ConfigError("--add-scram: give it to a broker or combined node (this node is a controller only)")
     features = [parse_feature(text) for text in feature]
     if features and "broker" not in config.process_roles:
         raise ConfigError("--feature: give it to a broker or combined node (this node is a controller only)")

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from controller.feature_bootstrap import parse_feature
 from settings.kafka_uuid import new_kafka_uuid
+from settings.scram_option import parse_add_scram
 from settings.storage_format import FormatRequest, format_storage
 from storage.config import ConfigError
 
@@ -35,16 +37,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                       help="a broker that finds the voters through its bootstrap servers")
     fmt.add_argument("-g", "--ignore-formatted", action="store_true",
                      help="skip directories already formatted instead of failing")
+    fmt.add_argument("-S", "--add-scram", metavar="'MECHANISM=[name=USER,password=PASSWORD]'", action="append",
+                     default=[], help="a SCRAM user the node's first start creates unless it exists (a broker or "
+                                      "combined node; repeatable; the file keeps the salted password, never the "
+                                      "password, until that start)")
+    fmt.add_argument("-f", "--feature", metavar="NAME=LEVEL", action="append", default=[],
+                     help="a feature level the node's first start finalizes on a new cluster, e.g. "
+                          "transaction.version=1 (a broker or combined node; repeatable)")
     fmt.set_defaults(run=run_format)
 
 
 def run_format(args: argparse.Namespace) -> int:
-    request = FormatRequest(
-        cluster_id=args.cluster_id, config=args.config, overrides=tuple(args.override), standalone=args.standalone,
-        initial_controllers=args.initial_controllers, no_initial_controllers=args.no_initial_controllers,
-        ignore_formatted=args.ignore_formatted,
-    )
     try:
+        features = [parse_feature(text) for text in args.feature]
+        request = FormatRequest(
+            cluster_id=args.cluster_id, config=args.config, overrides=tuple(args.override),
+            standalone=args.standalone, initial_controllers=args.initial_controllers,
+            no_initial_controllers=args.no_initial_controllers, ignore_formatted=args.ignore_formatted,
+            scram=tuple(parse_add_scram(text) for text in args.add_scram),
+            features=tuple(f"{f.feature}={f.level}" for f in features),
+        )
         lines = format_storage(request)
     except (ConfigError, ValueError) as exc:
         print(f"fjord storage format: {exc}", file=sys.stderr)

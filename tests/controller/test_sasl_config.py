@@ -9,11 +9,11 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.decisions.scram import plan_scram_alterations
-from controller.scram_bootstrap import parse_add_scram
 from metadata.cluster_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from metadata.controller_api import ScramDeletion, ScramUpsertion
 from metadata.image import MetadataImage
 from settings.jaas import JaasError, parse_jaas
+from settings.scram_option import parse_add_scram
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.metadata.record_codec import decode_record, encode_record
@@ -147,7 +147,7 @@ def test_sasl_settings_fjord_cannot_serve_stop_the_load(props: dict[str, str], f
 
 def test_add_scram_salts_and_hashes_the_password() -> None:
     upsertion = parse_add_scram(f"SCRAM-SHA-512=[name=admin,password={SECRET},iterations=8192]")
-    assert (upsertion.name, upsertion.mechanism, upsertion.iterations) == ("admin", SCRAM_SHA_512.type_id, 8192)
+    assert (upsertion.name, upsertion.mechanism, upsertion.iterations) == ("admin", SCRAM_SHA_512, 8192)
     assert upsertion.salted_password == SCRAM_SHA_512.salted_password(SECRET, upsertion.salt, 8192)
     quoted = parse_add_scram('scram-sha-256=[name="a,b",password="p,w"]')
     assert quoted.name == "a,b" and quoted.salted_password == SCRAM_SHA_256.salted_password("p,w", quoted.salt, 4096)

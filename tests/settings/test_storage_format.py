@@ -4,6 +4,7 @@ it writes, and that a node then starts with the voters and the cluster id it was
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,11 @@ from settings.bootstrap_file import read_bootstrap
 from settings.kafka_uuid import is_kafka_uuid, new_kafka_uuid
 from settings.meta_properties import ensure_quorum_meta_properties, read_meta_properties
 from settings.quorum_voters import QuorumVoter
+from settings.scram_option import parse_add_scram
 from settings.server import ServerConfig
 from settings.storage_format import FormatRequest, format_storage
 from storage.config import ConfigError
+from wire.sasl.scram import SCRAM_SHA_512
 
 BOOTSTRAP = "controller.quorum.bootstrap.servers=localhost:9093,localhost:9094,localhost:9095"
 INITIAL = f"1@localhost:9093:{new_kafka_uuid()},2@localhost:9094,3@localhost:9095"
@@ -151,3 +154,61 @@ def test_ignore_formatted_does_not_mix_two_clusters_in_one_node(tmp_path: Path) 
     assert not (tmp_path / "b2").exists()
     [line] = _format(_broker(tmp_path), first, ignore_formatted=True)
     assert line == f"Formatting data directory {tmp_path / 'b2'} with cluster id {first}"
+
+
+SECRET = "format-secret-never-written"
+
+
+def test_add_scram_and_feature_are_kept_salted_for_a_brokers_first_start(tmp_path: Path) -> None:
+    """Kafka's ``--add-scram`` and ``--feature``: the file holds the salted password only, readable by its owner."""
+    scram = (parse_add_scram(f"SCRAM-SHA-512=[name=admin,password={SECRET},iterations=8192]"),)
+    [line1, line2] = _format(_broker(tmp_path), new_kafka_uuid(), scram=scram, features=("group.version=0",))
+    assert line1.endswith("; its first start applies SCRAM credentials of admin and feature levels group.version=0")
+    assert line2.startswith(f"Formatting data directory {tmp_path / 'b2'}")
+    path = tmp_path / "b1" / "bootstrap.properties"
+    assert SECRET not in path.read_text() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    bootstrap = read_bootstrap(tmp_path / "b1")
+    assert bootstrap is not None and bootstrap.features == ("group.version=0",)
+    [credential] = bootstrap.scram
+    assert credential == scram[0]
+    assert credential.salted_password == SCRAM_SHA_512.salted_password(SECRET, credential.salt, 8192)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"features": ("group.version=0", "group.version=1")}, "--feature: group.version is given twice"),
+        ({"features": ("group.version=0",)}, "--feature: give it to a broker's or combined node's format"),
+    ],
+)
+def test_first_start_options_a_node_would_not_apply_are_refused(
+    tmp_path: Path, flags: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+        _format(_controller(tmp_path, 1), new_kafka_uuid(), standalone=True, **flags)
+    assert not (tmp_path / "c1").exists()
+
+
+def test_add_scram_for_a_formatted_metadata_directory_is_refused_even_when_ignored(tmp_path: Path) -> None:
+    """-g skips formatted directories; the users would then never be created, so the format says so."""
+    cluster_id = new_kafka_uuid()
+    _format(_broker(tmp_path), cluster_id)
+    scram = (parse_add_scram(f"SCRAM-SHA-256=[name=admin,password={SECRET}]"),)
+    with pytest.raises(ConfigError, match=r"^--add-scram: the metadata directory .* is formatted already"):
+        _format(_broker(tmp_path), cluster_id, ignore_formatted=True, scram=scram)
+
+
+def test_this_controllers_directory_id_from_initial_controllers_is_its_metadata_directorys(tmp_path: Path) -> None:
+    own = new_kafka_uuid()
+    _format(_controller(tmp_path, 2), new_kafka_uuid(), initial_controllers=f"1@localhost:9093,2@localhost:9094:{own}")
+    meta = read_meta_properties(tmp_path / "c2")
+    assert meta is not None and meta.directory_id == own
+    with pytest.raises(ConfigError, match=r"^--initial-controllers: '1@\[::1\]' is not id@host:port"):
+        _format(_controller(tmp_path, 1), new_kafka_uuid(), initial_controllers="1@[::1]")
+
+
+def test_a_new_id_never_starts_with_a_dash_that_the_command_line_would_read_as_an_option() -> None:
+    """As Kafka's Uuid.randomUuid: one random id in 64 would, and ``-t $(fjord storage random-uuid)`` then fails."""
+    ids = [new_kafka_uuid() for _ in range(2000)]
+    assert all(is_kafka_uuid(i) and not i.startswith("-") for i in ids)
+    assert len({i[0] for i in ids}) == 63  # every other first character still comes up

@@ -1,0 +1,100 @@
+"""``fjord storage format --add-scram --feature`` (Kafka's ``kafka-storage format`` options) on a real node process:
+its first start creates the user and finalizes the level, a real client authenticates with that user, and what the
+format left is then gone from the node's directory, so a user deleted later stays deleted across restarts."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
+
+from metadata.controller_api import FeatureUpdate
+from node.cli import main
+from node.first_start import first_start
+from settings.bootstrap_file import Bootstrap, read_bootstrap, write_bootstrap
+from settings.kafka_uuid import new_kafka_uuid
+from settings.scram_option import parse_add_scram
+from settings.server import ServerConfig
+from storage.config import ConfigError
+from testkit.node_process import WireClient, api_versions_request, default_overrides, start_broker
+
+PASSWORD = "first-user-secret-never-logged"
+SASL = {
+    "listeners": "PLAINTEXT://127.0.0.1:0,SASL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+}
+
+
+def _sasl_admin(bootstrap: str, password: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                        "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice", "sasl.password": password})
+
+
+def _authenticates(bootstrap: str) -> bool:
+    try:
+        _sasl_admin(bootstrap, PASSWORD).list_topics(timeout=10)
+    except KafkaException:
+        return False
+    return True
+
+
+def _transaction_version(port: int) -> Any:
+    with WireClient(port) as client:
+        response = client.request(api_versions_request(3))
+    return {f.name: f.max_version_level for f in response.finalized_features}.get("transaction.version")
+
+
+def test_a_formatted_nodes_first_start_creates_the_user_and_finalizes_the_level_once(tmp_path: Path) -> None:
+    settings = {**default_overrides(tmp_path), **SASL}
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    assert main(["storage", "format", "-t", new_kafka_uuid(), "-c", str(config),
+                 "--feature", "transaction.version=1",
+                 "--add-scram", f"SCRAM-SHA-256=[name=alice,password={PASSWORD}]"]) == 0
+    metadata_dir = tmp_path / "kraft"
+    formatted = metadata_dir / "bootstrap.properties"
+    assert stat.S_IMODE(formatted.stat().st_mode) == 0o600 and PASSWORD not in formatted.read_text()
+
+    node = start_broker(tmp_path, SASL)
+    try:
+        sasl = "{}:{}".format(*node.endpoints["SASL"])
+        assert _authenticates(sasl), node.log_text()
+        assert _transaction_version(node.port) == 1  # not the default 2: transactions without KIP-890 part 2
+        bootstrap = read_bootstrap(metadata_dir)
+        assert bootstrap is not None and bootstrap.scram == () and bootstrap.features == ()
+        assert "add.scram" not in formatted.read_text()
+        # alice is deleted with Kafka's admin API; the node's next start must not create her again.
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.port}"})
+        [future] = admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)]).values()
+        future.result(timeout=30)
+    finally:
+        assert node.stop() == 0, node.log_text()
+    assert PASSWORD not in node.log_text()
+
+    node = start_broker(tmp_path, SASL)
+    try:
+        assert not _authenticates("{}:{}".format(*node.endpoints["SASL"]))
+        assert _transaction_version(node.port) == 1
+    finally:
+        assert node.stop() == 0, node.log_text()
+
+
+def test_the_command_line_wins_and_a_controller_only_node_refuses_the_formats_users(tmp_path: Path) -> None:
+    cluster_id = new_kafka_uuid()
+    from_file = parse_add_scram(f"SCRAM-SHA-256=[name=alice,password={PASSWORD}]")
+    write_bootstrap(tmp_path / "kraft", Bootstrap(cluster_id, (), (from_file,), ("transaction.version=1",)))
+    combined = ServerConfig.load(None, [f"{k}={v}" for k, v in default_overrides(tmp_path).items()])
+    given = parse_add_scram("SCRAM-SHA-256=[name=alice,password=another]")
+    options = first_start(combined, [given], [FeatureUpdate("transaction.version", 0)])
+    assert options.scram == (given,) and options.features == (FeatureUpdate("transaction.version", 0),)
+    assert first_start(combined, [], []).features == (FeatureUpdate("transaction.version", 1),)
+    controller = ServerConfig.load(None, [*(f"{k}={v}" for k, v in default_overrides(tmp_path).items()),
+                                          "process.roles=controller", "listeners=CONTROLLER://127.0.0.1:0"])
+    with pytest.raises(ConfigError, match=r"bootstrap\.properties: its SCRAM users .* controller only\)$"):
+        first_start(controller, [], [])
