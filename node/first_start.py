@@ -47,7 +47,10 @@ def first_start(config: ServerConfig, scram: Sequence[AddScram], features: Seque
                           "(this node is a controller only)")
     given_users = {(c.name, c.mechanism.type_id) for c in scram}
     given_features = {f.feature for f in features}
-    from_file = [parse_feature(text) for text in formatted.features]
+    try:
+        from_file = [parse_feature(text) for text in formatted.features]
+    except ConfigError as exc:  # a level this release does not support, in a file formatted by another
+        raise ConfigError(f"{config.metadata_dir / BOOTSTRAP_PROPERTIES}: {exc}") from None
     return FirstStart(
         (*[c for c in formatted.scram if (c.name, c.mechanism.type_id) not in given_users], *scram),
         (*[f for f in from_file if f.feature not in given_features], *features),

@@ -107,7 +107,10 @@ def _read_scram(path: Path, key: str, text: str) -> AddScram:
         credential = AddScram(mechanism, name.decode("utf-8"), int(parts[1]), salt, salted)
     except (ValueError, binascii.Error):
         raise ConfigError(f"{path}: {key} is not a credential fjord storage format wrote") from None
-    check_iterations(credential.iterations, credential.name)
+    try:
+        check_iterations(credential.iterations, credential.name)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {key}: {exc}") from None
     return credential
 
 
