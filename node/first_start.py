@@ -4,9 +4,11 @@ in the metadata directory's ``bootstrap.properties`` (``settings.bootstrap_file`
 
 Both are applied through the node's controller before the broker joins (``controller.scram_bootstrap``,
 ``controller.feature_bootstrap``): users only if they do not exist, levels only if the cluster has not finalized its
-features. What the format left is then removed from the file, once applied: Kafka applies its bootstrap checkpoint
-only to an empty metadata log, so a user deleted later with ``kafka-configs.sh`` must not come back at the node's
-next restart. Given both ways, the command line's option wins for the same user and mechanism, or the same feature.
+features. Kafka applies a format's bootstrap records to a new cluster only (an empty metadata log), so the format's
+users are created only while no broker has registered yet: a broker added to a running cluster by the same
+provisioning script does not bring back a user deleted since, and says which users it left out. What the format
+left is then removed from the file, so the node's next restart does not apply it again. Given both ways, the command
+line's option wins for the same user and mechanism, or the same feature.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from controller.feature_bootstrap import finalize_initial_features, parse_featur
 from controller.scram_bootstrap import add_scram_credentials
 from metadata.controller_api import ControllerClient, FeatureUpdate
 from settings.bootstrap_file import BOOTSTRAP_PROPERTIES, Bootstrap, read_bootstrap, write_bootstrap
-from settings.scram_option import AddScram
+from settings.scram_option import AddScram, last_of_each
 from settings.server import ServerConfig
 from storage.config import ConfigError
 
@@ -28,46 +30,62 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class FirstStart:
-    """The users and levels to apply, and the format's bootstrap they came from in part (None: none)."""
+    """The users and levels to apply: the command line's users, the format's (None: no format left any), and the
+    feature levels of both."""
 
     scram: tuple[AddScram, ...]
     features: tuple[FeatureUpdate, ...]
-    formatted: Bootstrap | None
+    formatted: Bootstrap | None = None
+    formatted_scram: tuple[AddScram, ...] = ()
 
 
 def first_start(config: ServerConfig, scram: Sequence[AddScram], features: Sequence[FeatureUpdate]) -> FirstStart:
     """The command line's options merged with what the format left; ConfigError (one line naming the file) for a
     controller-only node whose file holds some, or a file that does not read."""
+    given = last_of_each(scram)
     formatted = read_bootstrap(config.metadata_dir)
     if formatted is None or not (formatted.scram or formatted.features):
-        return FirstStart(tuple(scram), tuple(features), None)
+        return FirstStart(given, tuple(features))
+    path = config.metadata_dir / BOOTSTRAP_PROPERTIES
     if "broker" not in config.process_roles:
-        raise ConfigError(f"{config.metadata_dir / BOOTSTRAP_PROPERTIES}: its SCRAM users and feature levels "
-                          "(fjord storage format --add-scram, --feature) are a broker's or combined node's to apply "
-                          "(this node is a controller only)")
-    given_users = {(c.name, c.mechanism.type_id) for c in scram}
-    given_features = {f.feature for f in features}
+        raise ConfigError(f"{path}: its SCRAM users and feature levels (fjord storage format --add-scram, --feature) "
+                          "are a broker's or combined node's to apply (this node is a controller only)")
     try:
         from_file = [parse_feature(text) for text in formatted.features]
     except ConfigError as exc:  # a level this release does not support, in a file formatted by another
-        raise ConfigError(f"{config.metadata_dir / BOOTSTRAP_PROPERTIES}: {exc}") from None
+        raise ConfigError(f"{path}: {exc}") from None
+    given_users = {(c.name, c.mechanism.type_id) for c in given}
+    given_features = {f.feature for f in features}
     return FirstStart(
-        (*[c for c in formatted.scram if (c.name, c.mechanism.type_id) not in given_users], *scram),
+        given,
         (*[f for f in from_file if f.feature not in given_features], *features),
         formatted,
+        tuple(c for c in last_of_each(formatted.scram) if (c.name, c.mechanism.type_id) not in given_users),
     )
 
 
 async def apply_first_start(config: ServerConfig, controller: ControllerClient, options: FirstStart) -> None:
-    """Creates the users, finalizes the levels, then removes the format's from its file."""
-    await add_scram_credentials(controller, options.scram)
+    """Creates the users (the format's on a new cluster only), finalizes the levels, then removes the format's from
+    its file."""
+    path = config.metadata_dir / BOOTSTRAP_PROPERTIES
+    registered = sorted(controller.image.brokers)
+    if options.formatted_scram and registered:
+        logger.warning("%s: SCRAM users %s not created: the cluster has brokers already (%s), and a format's users "
+                       "are a new cluster's (create them with kafka-configs.sh --alter --add-config)", path,
+                       ", ".join(sorted({c.name for c in options.formatted_scram})),
+                       ", ".join(map(str, registered)))
+    try:
+        await add_scram_credentials(controller, options.scram if registered else
+                                    (*options.formatted_scram, *options.scram))
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} ({path} or the command line)" if options.formatted_scram else str(exc)) from None
     await finalize_initial_features(controller, options.features)
     if options.formatted is None:
         return
     try:
-        path = write_bootstrap(config.metadata_dir, options.formatted.applied())
+        write_bootstrap(config.metadata_dir, options.formatted.applied())
     except OSError as exc:
-        raise ConfigError(f"{config.metadata_dir / BOOTSTRAP_PROPERTIES}: cannot remove the SCRAM users and feature "
-                          f"levels applied: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: cannot remove the SCRAM users and feature levels applied: "
+                          f"{exc.strerror or exc}") from None
     logger.info("%s: the format's SCRAM users (%d) and feature levels (%d) are applied and removed from the file",
                 path, len(options.formatted.scram), len(options.formatted.features))

@@ -2,7 +2,8 @@
 
 ::
 
-    'SCRAM-SHA-256=[name=admin,password=admin-secret]'    (iterations=N and salt=... may follow)
+    'SCRAM-SHA-256=[name=admin,password=admin-secret]'    (iterations=N and a base64 salt=... may follow)
+    'SCRAM-SHA-512=[name=admin,iterations=8192,salt="c2FsdA==",saltedpassword="..."]'    (salted elsewhere)
 
 Without a first user nobody can authenticate with SCRAM to create the others (AlterUserScramCredentials needs a
 connection), so both ``fjord storage format`` and ``fjord server start`` take it. The password is salted and hashed
@@ -14,14 +15,17 @@ value of a password.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from storage.config import ConfigError
 from wire.sasl.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, ScramMechanism
 
 OPTION = "--add-scram"
-_FIELDS = frozenset(("name", "password", "iterations", "salt"))
+_FIELDS = frozenset(("name", "password", "saltedpassword", "iterations", "salt"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +40,9 @@ class AddScram:
 
 
 def parse_add_scram(text: str) -> AddScram:
-    """``MECHANISM=[name=...,password=...(,iterations=N)(,salt=...)]`` salted: a random salt unless one is given."""
+    """``MECHANISM=[name=...,password=...(,iterations=N)(,salt=...)]`` salted: a random salt unless one is given.
+    As Kafka's ``ScramParser``: the salt is base64, and ``saltedpassword`` (base64, with a salt) may stand for the
+    password."""
     mechanism_name, sep, rest = text.partition("=")
     mechanism = MECHANISMS.get(mechanism_name.strip().upper())
     if mechanism is None:
@@ -51,15 +57,29 @@ def parse_add_scram(text: str) -> AddScram:
     name, password = fields.get("name", ""), fields.get("password", "")
     if not name:
         raise ConfigError(f"{OPTION}: name is missing or empty")
-    if not password:
-        raise ConfigError(f"{OPTION}: password is missing or empty for user {name}")
     try:
         iterations = int(fields.get("iterations", DEFAULT_ITERATIONS))
     except ValueError:
         raise ConfigError(f"{OPTION}: iterations of user {name} is not a number") from None
     check_iterations(iterations, name)
-    salt = fields["salt"].encode() if fields.get("salt") else secrets.token_bytes(32)
-    return AddScram(mechanism, name, iterations, salt, mechanism.salted_password(password, salt, iterations))
+    salt = _base64(fields["salt"], "salt", name) if fields.get("salt") else secrets.token_bytes(32)
+    if password and "saltedpassword" in fields:
+        raise ConfigError(f"{OPTION}: give password or saltedpassword for user {name}, not both")
+    if password:
+        return AddScram(mechanism, name, iterations, salt, mechanism.salted_password(password, salt, iterations))
+    if not fields.get("saltedpassword"):
+        raise ConfigError(f"{OPTION}: password (or saltedpassword) is missing or empty for user {name}")
+    if not fields.get("salt"):
+        raise ConfigError(f"{OPTION}: saltedpassword of user {name} needs the salt it was salted with")
+    return AddScram(mechanism, name, iterations, salt, _base64(fields["saltedpassword"], "saltedpassword", name))
+
+
+def _base64(text: str, field_name: str, name: str) -> bytes:
+    """A base64 field's bytes; the error names the field, never its value (a salted password is a secret)."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigError(f"{OPTION}: {field_name} of user {name} is not base64") from None
 
 
 def check_iterations(iterations: int, name: str) -> None:
@@ -104,3 +124,10 @@ def _pairs(body: str) -> dict[str, str]:
         out[key] = value
         i += 1  # the comma
     return out
+
+
+def last_of_each(credentials: Iterable[AddScram]) -> tuple[AddScram, ...]:
+    """One credential per user and mechanism, the last given, as Kafka's replay of its bootstrap records keeps the
+    last (sent together, two would be refused as altering one credential twice)."""
+    last = {(c.name, c.mechanism.type_id): c for c in credentials}
+    return tuple(last.values())

@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.feature_bootstrap import parse_feature
 from settings.kafka_uuid import new_kafka_uuid
-from settings.scram_option import parse_add_scram
+from settings.scram_option import last_of_each, parse_add_scram
 from settings.storage_format import FormatRequest, format_storage
 from storage.config import ConfigError
 
@@ -48,13 +47,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_format(args: argparse.Namespace) -> int:
+    # The feature levels a release serves are the wire layer's (kio's schemas with them, about a second to import),
+    # which `fjord --help`, importing every command's module, has no use for.
+    from controller.feature_bootstrap import parse_feature  # noqa: PLC0415
+
     try:
         features = [parse_feature(text) for text in args.feature]
         request = FormatRequest(
             cluster_id=args.cluster_id, config=args.config, overrides=tuple(args.override),
             standalone=args.standalone, initial_controllers=args.initial_controllers,
             no_initial_controllers=args.no_initial_controllers, ignore_formatted=args.ignore_formatted,
-            scram=tuple(parse_add_scram(text) for text in args.add_scram),
+            scram=last_of_each(parse_add_scram(text) for text in args.add_scram),
             features=tuple(f"{f.feature}={f.level}" for f in features),
         )
         lines = format_storage(request)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -154,9 +155,25 @@ def test_add_scram_salts_and_hashes_the_password() -> None:
     assert SECRET not in repr(upsertion)
 
 
+def test_add_scram_takes_kafkas_base64_salt_and_a_password_salted_elsewhere() -> None:
+    """As Kafka's ScramParser: ``salt`` is base64, and ``saltedpassword`` (base64) may stand for the password."""
+    salt = b"0123456789abcdef"
+    salted = SCRAM_SHA_256.salted_password(SECRET, salt, 8192)
+    given = parse_add_scram(f'SCRAM-SHA-256=[name=alice,iterations=8192,salt="{base64.b64encode(salt).decode()}",'
+                            f'saltedpassword="{base64.b64encode(salted).decode()}"]')
+    assert (given.salt, given.salted_password, given.iterations) == (salt, salted, 8192)
+    from_password = parse_add_scram(f"SCRAM-SHA-256=[name=alice,iterations=8192,"
+                                    f"salt={base64.b64encode(salt).decode()},password={SECRET}]")
+    assert from_password == given
+
+
 @pytest.mark.parametrize(
     "text",
     [
+        f"SCRAM-SHA-256=[name=a,salt=not_base64!,password={SECRET}]",
+        f"SCRAM-SHA-256=[name=a,saltedpassword={base64.b64encode(SECRET.encode()).decode()}]",
+        f"SCRAM-SHA-256=[name=a,salt=c2FsdA==,saltedpassword={SECRET}!]",
+        f"SCRAM-SHA-256=[name=a,salt=c2FsdA==,saltedpassword=eA==,password={SECRET}]",
         f"SCRAM-SHA-1=[name=a,password={SECRET}]",
         f"SCRAM-SHA-256=name=a,password={SECRET}",
         "SCRAM-SHA-256=[name=a]",

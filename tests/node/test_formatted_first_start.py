@@ -4,6 +4,7 @@ format left is then gone from the node's directory, so a user deleted later stay
 
 from __future__ import annotations
 
+import logging
 import stat
 from pathlib import Path
 from typing import Any
@@ -12,15 +13,17 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
 
+from controller.controller import Controller
 from metadata.controller_api import FeatureUpdate
 from node.cli import main
-from node.first_start import first_start
+from node.first_start import apply_first_start, first_start
 from settings.bootstrap_file import Bootstrap, read_bootstrap, write_bootstrap
 from settings.kafka_uuid import new_kafka_uuid
 from settings.scram_option import parse_add_scram
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from testkit.node_process import WireClient, api_versions_request, default_overrides, start_broker
+from wire.sasl.scram import SCRAM_SHA_256, credential_from_salted
 
 PASSWORD = "first-user-secret-never-logged"
 SASL = {
@@ -98,3 +101,38 @@ def test_the_command_line_wins_and_a_controller_only_node_refuses_the_formats_us
                                           "process.roles=controller", "listeners=CONTROLLER://127.0.0.1:0"])
     with pytest.raises(ConfigError, match=r"bootstrap\.properties: its SCRAM users .* controller only\)$"):
         first_start(controller, [], [])
+
+
+async def test_the_formats_users_are_a_new_clusters_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A broker added to a running cluster by the provisioning script that formatted the first one does not bring
+    back a user deleted since (Kafka applies a format's records to an empty metadata log only); the command line's
+    users are still created, and the file is emptied either way."""
+    config = ServerConfig.load(None, [f"log.dirs={tmp_path / 'kraft'}"])
+    mallory = parse_add_scram(f"SCRAM-SHA-256=[name=mallory,password={PASSWORD}]")
+    bob = parse_add_scram("SCRAM-SHA-256=[name=bob,password=bob-secret]")
+    controller = await Controller.start(config)
+    try:
+        write_bootstrap(config.metadata_dir, Bootstrap(controller.image.cluster_id, (), (mallory,)))
+        await controller.register_broker(1, [], None)
+        with caplog.at_level(logging.WARNING, logger="node.first_start"):
+            await apply_first_start(config, controller, first_start(config, [bob], []))
+        assert controller.image.scram_credential("mallory", 1) is None
+        assert controller.image.scram_credential("bob", 1) is not None
+        assert "SCRAM users mallory not created: the cluster has brokers already (1)" in caplog.text
+        bootstrap = read_bootstrap(config.metadata_dir)
+        assert bootstrap is not None and bootstrap.scram == ()
+    finally:
+        await controller.close()
+
+
+async def test_a_users_last_credential_given_is_created_as_kafkas_replay_keeps_the_last(tmp_path: Path) -> None:
+    config = ServerConfig.load(None, [f"log.dirs={tmp_path / 'kraft'}"])
+    first, last = (parse_add_scram(f"SCRAM-SHA-256=[name=alice,password={p}]") for p in ("first", "last"))
+    controller = await Controller.start(config)
+    try:
+        write_bootstrap(config.metadata_dir, Bootstrap(controller.image.cluster_id, (), (first, last)))
+        await apply_first_start(config, controller, first_start(config, [], []))  # a new cluster: no broker yet
+        credential = controller.image.scram_credential("alice", 1)
+        assert credential == credential_from_salted(SCRAM_SHA_256, last.salted_password, last.salt, 4096)
+    finally:
+        await controller.close()

@@ -179,6 +179,8 @@ def test_add_scram_and_feature_are_kept_salted_for_a_brokers_first_start(tmp_pat
     [
         ({"features": ("group.version=0", "group.version=1")}, "--feature: group.version is given twice"),
         ({"features": ("group.version=0",)}, "--feature: give it to a broker's or combined node's format"),
+        ({"scram": (parse_add_scram(f"SCRAM-SHA-256=[name=a,password={SECRET}]"),)},
+         "--add-scram: give it to a broker's or combined node's format"),
     ],
 )
 def test_first_start_options_a_node_would_not_apply_are_refused(
@@ -212,3 +214,14 @@ def test_a_new_id_never_starts_with_a_dash_that_the_command_line_would_read_as_a
     ids = [new_kafka_uuid() for _ in range(2000)]
     assert all(is_kafka_uuid(i) and not i.startswith("-") for i in ids)
     assert len({i[0] for i in ids}) == 63  # every other first character still comes up
+
+
+def test_a_users_credential_given_twice_is_kept_once_the_last(tmp_path: Path) -> None:
+    """Kafka's format writes both and its replay keeps the last; sent together they would be refused."""
+    config = tmp_path / "broker.properties"
+    config.write_text("\n".join(_broker(tmp_path)) + "\n")
+    assert main(["storage", "format", "-t", new_kafka_uuid(), "-c", str(config),
+                 "-S", "SCRAM-SHA-256=[name=a,password=first,iterations=4096]",
+                 "-S", "SCRAM-SHA-256=[name=a,password=last,iterations=8192]"]) == 0
+    bootstrap = read_bootstrap(tmp_path / "b1")
+    assert bootstrap is not None and [(c.name, c.iterations) for c in bootstrap.scram] == [("a", 8192)]
