@@ -68,12 +68,15 @@ async def apply_first_start(config: ServerConfig, controller: ControllerClient, 
     """Creates the users (the format's on a new cluster only), finalizes the levels, then removes the format's from
     its file."""
     path = config.metadata_dir / BOOTSTRAP_PROPERTIES
-    registered = sorted(controller.image.brokers)
-    if options.formatted_scram and registered:
+    image = controller.image
+    registered = sorted(image.brokers)
+    # Those another broker of the new cluster created from the same format are no news.
+    left_out = sorted({c.name for c in options.formatted_scram if image.scram_credential(c.name, c.mechanism.type_id)
+                       is None})
+    if left_out and registered:
         logger.warning("%s: SCRAM users %s not created: the cluster has brokers already (%s), and a format's users "
                        "are a new cluster's (create them with kafka-configs.sh --alter --add-config)", path,
-                       ", ".join(sorted({c.name for c in options.formatted_scram})),
-                       ", ".join(map(str, registered)))
+                       ", ".join(left_out), ", ".join(map(str, registered)))
     try:
         await add_scram_credentials(controller, options.scram if registered else
                                     (*options.formatted_scram, *options.scram))
