@@ -45,6 +45,11 @@ WATERMARK_TIMEOUT_S = 30.0
 _SPARK_TIMESTAMP_TYPE = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
 _NO_TIMESTAMP_TYPE = -1
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+#: What a watermark lookup meets while a partition's leader changes (a move, a failover, a restart).
+_LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError.FENCED_LEADER_EPOCH, KafkaError.REPLICA_NOT_AVAILABLE, KafkaError._TRANSPORT,
+                  KafkaError._ALL_BROKERS_DOWN}
+_WATERMARK_BACKOFF_S = 0.2
 
 Row = tuple[Any, ...]
 
@@ -139,11 +144,28 @@ def to_row(message: Message, include_headers: bool) -> Row:
     return row
 
 
+def _watermarks(consumer: Consumer, offsets: OffsetRange) -> tuple[int, int]:
+    """The partition's log start and end, asked again while its leadership moves: librdkafka's one ListOffsets
+    request fails with NOT_LEADER_FOR_PARTITION when it reaches the old leader of a partition that moved or failed
+    over (its metadata then refreshes), which must not fail the task, as the Java consumer's lookup retries it."""
+    deadline = time.monotonic() + WATERMARK_TIMEOUT_S
+    partition = TopicPartition(offsets.topic, offsets.partition)
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            low, high = consumer.get_watermark_offsets(partition, timeout=max(left, 0.1), cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None or not (error.retriable() or error.code() in _LEADER_MOVING) or left <= 0:
+                raise
+        time.sleep(min(_WATERMARK_BACKOFF_S, max(left, 0.0)))
+
+
 def _checked_start(consumer: Consumer, settings: ReadSettings, offsets: OffsetRange, wanted: int) -> int:
     """``wanted``, or the partition's log start when the records from ``wanted`` on were deleted and
     ``failOnDataLoss`` is false."""
-    low, _high = consumer.get_watermark_offsets(TopicPartition(offsets.topic, offsets.partition),
-                                                timeout=WATERMARK_TIMEOUT_S, cached=False)
+    low, _high = _watermarks(consumer, offsets)
     if wanted >= low:
         return wanted
     if settings.fail_on_data_loss:
