@@ -5,7 +5,6 @@ through a broker's kill -9; an error that is not a leader change still fails it 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,16 +13,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_connector.kafka_reader import _watermarks
 from spark_connector.offsets import OffsetRange
-from testkit.node_process import BrokerProcess, start_broker
+from testkit.node_process import BrokerProcess
+from tests.broker.broker_fixtures import shared_broker
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = start_broker(tmp_path_factory.mktemp("reader-broker"))
-    try:
-        yield process
-    finally:
-        assert process.stop() == 0, process.log_text()
+__all__ = ["shared_broker"]  # imported so that pytest finds the fixture: one node for the module
 
 
 class _LeaderMoving:
@@ -39,8 +32,8 @@ class _LeaderMoving:
         return self._consumer.get_watermark_offsets(*args, **kwargs)
 
 
-def test_a_watermark_lookup_meeting_a_leader_change_is_asked_again(broker: BrokerProcess) -> None:
-    bootstrap = f"127.0.0.1:{broker.port}"
+def test_a_watermark_lookup_meeting_a_leader_change_is_asked_again(shared_broker: BrokerProcess) -> None:
+    bootstrap = f"127.0.0.1:{shared_broker.port}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     [future] = admin.create_topics([NewTopic("reader-moving", 1)]).values()
     future.result(timeout=30)
