@@ -155,7 +155,7 @@ def _write(
         elif voters:
             named = ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in voters)
             lines.append(f"Formatting dynamic metadata voter directory {directory} with cluster id "
-                         f"{request.cluster_id} and voters {named}")
+                         f"{request.cluster_id} and voters {named}{_first_start(request)}")
         else:
             lines.append(f"Formatting metadata directory {directory} with cluster id {request.cluster_id}"
                          f"{_first_start(request)}")

@@ -225,3 +225,12 @@ def test_a_users_credential_given_twice_is_kept_once_the_last(tmp_path: Path) ->
                  "-S", "SCRAM-SHA-256=[name=a,password=last,iterations=8192]"]) == 0
     bootstrap = read_bootstrap(tmp_path / "b1")
     assert bootstrap is not None and [(c.name, c.iterations) for c in bootstrap.scram] == [("a", 8192)]
+
+
+def test_a_standalone_combined_nodes_line_says_what_its_first_start_applies(tmp_path: Path) -> None:
+    combined = (f"log.dirs={tmp_path / 'n'}", "controller.quorum.bootstrap.servers=localhost:9093",
+                "listeners=PLAINTEXT://:9092,CONTROLLER://:9093", "controller.listener.names=CONTROLLER")
+    scram = (parse_add_scram(f"SCRAM-SHA-256=[name=admin,password={SECRET}]"),)
+    [line] = _format(combined, new_kafka_uuid(), standalone=True, scram=scram)
+    assert line.startswith("Formatting dynamic metadata voter directory")
+    assert line.endswith("; its first start applies SCRAM credentials of admin") and SECRET not in line
