@@ -33,6 +33,7 @@ from broker.quotas.enforcer import QuotaEnforcer
 from broker.quotas.manager import QuotaType, QuotaWindows
 from broker.services import BrokerServices
 from metadata.client_quotas import QuotaEntity
+from metadata.delegation_tokens import secret_key, token_login
 from metadata.errors import error_code_for, error_message_for
 from storage.objectstore.base import StoreStats
 from storage.objectstore.metrics import StoreStatsCollector
@@ -108,6 +109,12 @@ class RequestDispatcher:
             def credential(user: str, mechanism: int) -> ScramCredential | None:
                 return controller.image.scram_credential(user, mechanism)  # the image as of each exchange
 
+            secret = secret_key(self.broker.config)
+
+            def token(token_id: str, mechanism: int) -> tuple[ScramCredential, str, int] | None:
+                return token_login(controller.image.delegation_tokens, secret, token_id, mechanism,
+                                   int(time.time() * 1000))
+
             failures = self.metrics.authentication_failures
             # The callbacks hold the listener's name and the limit lift, not the peer: the peer holds this state,
             # and a cycle through it would keep a closed connection's state (its share sessions) until a GC pass.
@@ -120,6 +127,7 @@ class RequestDispatcher:
                 failure_delay_ms=int(self.broker.config.value("connection.failed.authentication.delay.ms")),
                 on_failure=lambda mechanism: failures.labels(listener=listener, mechanism=mechanism).inc(),
                 on_success=lambda mechanism: self._authenticated(listener, lift, mechanism),
+                tokens=token,
             )
         return state.sasl
 

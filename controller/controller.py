@@ -34,6 +34,7 @@ from controller.decisions.features import plan_update_features
 from controller.decisions.scram import plan_scram_alterations
 from controller.decisions.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
 from controller.decisions.wal_failover import reassignments
+from controller.delegation_tokens import DelegationTokens
 from controller.metrics import commit_histogram
 from controller.reassignment_watch import Decide, ReassignmentWatch
 from metadata.acl.binding import AclBinding, AclBindingFilter
@@ -57,6 +58,7 @@ from metadata.controller_api import (
     ScramDeletion,
     ScramUpsertion,
 )
+from metadata.delegation_tokens import TokenRequest, TokenResult
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage, is_cluster_record
 from metadata.log import LocalMetadataLog, RecordLog, SnapshotPolicy
@@ -67,7 +69,7 @@ from metadata.producer_ids import (
     legacy_kv_key,
     next_block,
 )
-from metadata.wal_failover import wal_location_key
+from metadata.wal_failover import announced_wal_locations
 from settings.config_resources import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_meta_properties
@@ -105,6 +107,7 @@ class Controller:
         self._streams = self._new_stream_metadata()
         self._snapshot_task: asyncio.Task[None] | None = None
         self._reassignments = ReassignmentWatch(config, lambda: self._streams, self._decide_and_commit)
+        self._tokens = DelegationTokens(config, clock_ms, self._decide_and_commit)
 
     @classmethod
     async def start(cls, config: ServerConfig, *, clock_ms: Callable[[], int] = wall_clock_ms) -> Controller:
@@ -121,6 +124,7 @@ class Controller:
         # One image build for the whole replay (one per batch was half its time); records still apply in log order.
         records = [*recovered.snapshot_records, *(record for batch in recovered.batches for record in batch.records)]
         controller._replay(records, recovered.last_offset)
+        controller._tokens.saw(controller.image)
         logger.info("controller %d of cluster %s started at metadata offset %d: %d topics, %d brokers",
                     config.node_id, meta.cluster_id, recovered.last_offset, len(controller.image.topics_by_name),
                     len(controller.image.brokers))
@@ -170,12 +174,7 @@ class Controller:
         old = self._image
         self._image = MetadataImage(cluster_id=old.cluster_id, controller_id=old.controller_id)
         self._replay(records, last_offset)
-        for listener in list(self._listeners):
-            try:
-                listener(old, self._image)
-            except Exception:
-                logger.exception("metadata image listener %r failed on a snapshot at offset %d", listener,
-                                 last_offset)
+        self._tell(old, last_offset)
 
     def set_controller_id(self, controller_id: int) -> None:
         """Which node is the active controller (what Metadata responses report); not a replicated fact."""
@@ -185,6 +184,7 @@ class Controller:
     async def close(self) -> None:
         """Waits for a running snapshot and closes the log; the controller must not be used afterwards."""
         await self._reassignments.stop()
+        await self._tokens.stop()
         async with self._lock:
             if self._snapshot_task is not None:
                 await self._snapshot_task
@@ -271,11 +271,14 @@ class Controller:
 
     def _publish(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
         old = self._image
-        new = old.apply(records, last_offset)
-        self._image = new
+        self._image = old.apply(records, last_offset)
+        self._tell(old, last_offset)
+
+    def _tell(self, old: MetadataImage, last_offset: int) -> None:  # the image's subscribers, and the token sweep
+        self._tokens.saw(self._image)
         for listener in list(self._listeners):
             try:
-                listener(old, new)
+                listener(old, self._image)
             except Exception:
                 logger.exception("metadata image listener %r failed at offset %d", listener, last_offset)
 
@@ -324,12 +327,7 @@ class Controller:
 
     async def wal_locations(self) -> dict[int, str]:
         """Where each registered broker's S3 WAL lives, as it announced it (brokers with a file WAL have none)."""
-        out: dict[int, str] = {}
-        for node_id in self._image.brokers:
-            value = await self._streams.get_kv(wal_location_key(node_id))
-            if value:
-                out[node_id] = value.decode("utf-8", "replace")
-        return out
+        return await announced_wal_locations(self._streams.get_kv, self._image.brokers)
 
     async def reconcile_wal_failovers(self) -> int:
         """Gives every pending WAL failover whose target is gone (fenced, restarted, never found) to a live broker;
@@ -488,6 +486,9 @@ class Controller:
             done = "altered" if result.error is ErrorCode.none else f"not altered: {result.message}"
             logger.info("SCRAM credentials of user '%s' %s", untrusted(result.user), untrusted(done, 4 * LOG_TEXT_MAX))
         return plan.results
+
+    async def change_delegation_token(self, request: TokenRequest) -> TokenResult:
+        return await self._tokens.change(request)
 
     # ------------------------------------------------------------------ client quotas
 

@@ -1,4 +1,4 @@
-"""The cluster records: topics, partitions, configs, brokers, credentials, ACLs, quotas and WAL failovers.
+"""The cluster records: topics, partitions, configs, brokers, credentials, tokens, ACLs, quotas and WAL failovers.
 
 The metadata log carries these beside the stream, object and KV records of ``storage.metadata.stream_records``
 (ids 501 and up, as AutoMQ's). Both kinds are registered with the one codec of ``storage.metadata.record_codec``
@@ -185,6 +185,34 @@ class RemoveUserScramCredentialRecord(MetadataRecord):
 
 @register_record
 @dataclass(frozen=True, slots=True)
+class DelegationTokenRecord(MetadataRecord):
+    """A delegation token was created, renewed or expired later (Kafka's record and id; ``metadata.delegation_tokens``):
+    the whole token each time, a newer record for the same id replacing it. Principals are ``User:name``; the HMAC
+    is not stored (each node derives it from the token id with its secret key)."""
+
+    TYPE: ClassVar[int] = 10
+    VERSION: ClassVar[int] = 0
+    owner: str
+    requester: str
+    renewers: tuple[str, ...]
+    issue_timestamp: int
+    max_timestamp: int
+    expiration_timestamp: int
+    token_id: str
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
+class RemoveDelegationTokenRecord(MetadataRecord):
+    """The token is gone: expired by its owner or a renewer, or swept by the controller once past its expiry."""
+
+    TYPE: ClassVar[int] = 26
+    VERSION: ClassVar[int] = 0
+    token_id: str
+
+
+@register_record
+@dataclass(frozen=True, slots=True)
 class AccessControlEntryRecord(MetadataRecord):
     """An ACL binding (Kafka's record of the same name and id): a resource pattern and an entry, with Kafka's enum
     codes (``metadata.acl.binding``). ``id`` is the binding's own (a UUID's text), chosen by the controller, so a
@@ -313,6 +341,8 @@ CLUSTER_RECORD_TYPES: tuple[type[MetadataRecord], ...] = (
     ProducerIdsRecord,
     UserScramCredentialRecord,
     RemoveUserScramCredentialRecord,
+    DelegationTokenRecord,
+    RemoveDelegationTokenRecord,
     AccessControlEntryRecord,
     RemoveAccessControlEntryRecord,
     ClientQuotaRecord,
@@ -331,6 +361,7 @@ __all__ = [
     "BrokerRegistrationChangeRecord",
     "ClientQuotaRecord",
     "ConfigRecord",
+    "DelegationTokenRecord",
     "FeatureLevelRecord",
     "FenceBrokerRecord",
     "PartitionChangeRecord",
@@ -338,6 +369,7 @@ __all__ = [
     "ProducerIdsRecord",
     "RegisterBrokerRecord",
     "RemoveAccessControlEntryRecord",
+    "RemoveDelegationTokenRecord",
     "RemoveTopicRecord",
     "RemoveUserScramCredentialRecord",
     "TopicRecord",

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.acl.binding import AclBinding, AclBindingFilter
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult
+from metadata.delegation_tokens import TokenRequest, TokenResult
 from metadata.image import MetadataImage
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from settings.describe import ConfigEntry
@@ -269,6 +270,11 @@ class ControllerClient(Protocol):
     ) -> list[ScramAlterResult]:
         """AlterUserScramCredentials: one result per user named, in first-mention order; a user whose alterations
         are not all valid gets none of them (Kafka's rule)."""
+        ...
+
+    async def change_delegation_token(self, request: TokenRequest) -> TokenResult:
+        """Create, Renew or ExpireDelegationToken (``metadata.delegation_tokens``), once the broker checked that
+        the connection may ask: the new token and its HMAC, or the token's new expiry, or the refusal's code."""
         ...
 
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclCreateResult]:

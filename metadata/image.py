@@ -23,6 +23,7 @@ from metadata.cluster_records import (
     BrokerRegistrationChangeRecord,
     ClientQuotaRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
     PartitionChangeRecord,
@@ -30,6 +31,7 @@ from metadata.cluster_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
+    RemoveDelegationTokenRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -39,6 +41,7 @@ from metadata.cluster_records import (
     WALFailoverDoneRecord,
     WALFailoverRecord,
 )
+from metadata.delegation_tokens import DelegationToken
 from settings.config_resources import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from settings.endpoint import Endpoint
 from storage.metadata.record_codec import MetadataRecord
@@ -160,7 +163,8 @@ class MetadataImage:
     producer_ids: ProducerIdsImage = ProducerIdsImage()
     #: SCRAM credentials: user -> mechanism id (1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> salted keys, never a password.
     scram_credentials: Mapping[str, Mapping[int, ScramCredential]] = field(default_factory=lambda: _EMPTY)
-
+    #: Delegation tokens by token id (``metadata.delegation_tokens``), as the controller issued them.
+    delegation_tokens: Mapping[str, DelegationToken] = field(default_factory=lambda: _EMPTY)
     #: ACL bindings by id (``metadata.acl``), as AccessControlEntryRecords made them.
     acls: Mapping[str, AclBinding] = field(default_factory=lambda: _EMPTY)
     #: Client quotas (``metadata.client_quotas``): entity -> quota key -> value.
@@ -260,6 +264,8 @@ class MetadataImage:
             for mechanism, credential in sorted(credentials.items()):
                 out.append(UserScramCredentialRecord(user, mechanism, credential.salt, credential.stored_key,
                                                      credential.server_key, credential.iterations))
+        out.extend(DelegationTokenRecord(t.owner, t.requester, t.renewers, t.issue_ms, t.max_ms, t.expiry_ms,
+                                         t.token_id) for _, t in sorted(self.delegation_tokens.items()))
         for acl_id, acl in sorted(self.acls.items()):
             out.append(AccessControlEntryRecord(acl_id, acl.resource_type, acl.resource_name, acl.pattern_type,
                                                 acl.principal, acl.host, acl.operation, acl.permission))
@@ -298,6 +304,7 @@ class _Builder:
         self._node_configs: dict[int, Mapping[str, str]] | None = None
         self._failovers: dict[int, WALFailoverImage] | None = None
         self._scram: dict[str, Mapping[int, ScramCredential]] | None = None
+        self._tokens: dict[str, DelegationToken] | None = None
         self._acls: dict[str, AclBinding] | None = None
         self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
         self._client_metrics: dict[str, Mapping[str, str]] | None = None
@@ -401,6 +408,8 @@ class _Builder:
                 self._set_scram(record.name, record.mechanism, credential)
             case RemoveUserScramCredentialRecord(name=name, mechanism=mechanism):
                 self._set_scram(name, mechanism, None)
+            case DelegationTokenRecord() | RemoveDelegationTokenRecord():
+                self._set_token(record)
             case AccessControlEntryRecord():
                 self._acl_map()[record.id] = AclBinding(
                     resource_type(record.resource_type), record.resource_name, pattern_type(record.pattern_type),
@@ -510,6 +519,16 @@ class _Builder:
         else:
             self._scram.pop(user, None)
 
+    def _set_token(self, record: DelegationTokenRecord | RemoveDelegationTokenRecord) -> None:
+        if self._tokens is None:
+            self._tokens = dict(self._base.delegation_tokens)
+        if isinstance(record, RemoveDelegationTokenRecord):
+            self._tokens.pop(record.token_id, None)
+        else:
+            self._tokens[record.token_id] = DelegationToken(
+                record.token_id, record.owner, record.requester, tuple(record.renewers), record.issue_timestamp,
+                record.max_timestamp, record.expiration_timestamp)
+
     def _set_quota(self, record: ClientQuotaRecord) -> None:
         if self._quotas is None:
             self._quotas = dict(self._base.client_quotas)
@@ -554,6 +573,7 @@ class _Builder:
             wal_failovers=base.wal_failovers if self._failovers is None else _frozen(self._failovers),
             producer_ids=self._producer_ids,
             scram_credentials=base.scram_credentials if self._scram is None else _frozen(self._scram),
+            delegation_tokens=base.delegation_tokens if self._tokens is None else _frozen(self._tokens),
             acls=base.acls if self._acls is None else _frozen(self._acls),
             client_quotas=base.client_quotas if self._quotas is None else _frozen(self._quotas),
             client_metrics=base.client_metrics if self._client_metrics is None else _frozen(self._client_metrics),

@@ -8,6 +8,8 @@ facts.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
+
 from metadata.image import MetadataImage, WALFailoverImage
 
 _LOCATION_PREFIX = "_fjord/wal-location/"
@@ -16,6 +18,18 @@ _LOCATION_PREFIX = "_fjord/wal-location/"
 def wal_location_key(node_id: int) -> str:
     """The KV key where broker ``node_id`` announces its S3 WAL's bucket (as ``BucketURL.describe()``)."""
     return f"{_LOCATION_PREFIX}{node_id}"
+
+
+async def announced_wal_locations(
+    get_kv: Callable[[str], Awaitable[bytes | None]], node_ids: Iterable[int]
+) -> dict[int, str]:
+    """Where each of these brokers' S3 WAL lives, as it announced it (a broker with a file WAL has none)."""
+    out: dict[int, str] = {}
+    for node_id in node_ids:
+        value = await get_kv(wal_location_key(node_id))
+        if value:
+            out[node_id] = value.decode("utf-8", "replace")
+    return out
 
 
 def zombie_failover(image: MetadataImage, node_id: int, node_epoch: int) -> WALFailoverImage | None:

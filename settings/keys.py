@@ -401,6 +401,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("sasl.kerberos.ticket.renew.jitter", _B.DOUBLE, 0.05, dynamic=True, doc=NO_GSSAPI),
         ConfigKey("sasl.kerberos.min.time.before.relogin", _B.LONG, 60000, dynamic=True, doc=NO_GSSAPI),
         ConfigKey("sasl.kerberos.principal.to.local.rules", _B.LIST, ["DEFAULT"], dynamic=True, doc=NO_GSSAPI),
+        # KIP-48 delegation tokens (metadata.delegation_tokens): on while a secret key is set, the same on every node
+        ConfigKey("delegation.token.secret.key", _B.PASSWORD, None),
+        ConfigKey("delegation.token.master.key", _B.PASSWORD, None),  # the secret key's deprecated name
+        ConfigKey("delegation.token.max.lifetime.ms", _B.LONG, 604_800_000, at_least(1)),
+        ConfigKey("delegation.token.expiry.time.ms", _B.LONG, 86_400_000, at_least(1)),
+        ConfigKey("delegation.token.expiry.check.interval.ms", _B.LONG, 3_600_000, at_least(1)),
         # KIP-368: a SASL session's lifetime (0: none); the client re-authenticates before it ends.
         ConfigKey("connections.max.reauth.ms", _B.LONG, 0, at_least(0)),
         # KIP-306: a failed SASL authentication is answered this long after it failed (and nothing after it is).

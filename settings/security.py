@@ -124,8 +124,6 @@ def refusal(name: str, value: str) -> str | None:
         return None if value.strip() == str(MAX_TOKEN_BYTES) else _SASL_MAX_RECEIVE_REASON
     if lower.startswith("sasl.") and lower not in SASL_KEYS:
         return _SASL
-    if lower.startswith("delegation.token."):
-        return "delegation tokens are not implemented"
     if lower.startswith("ssl.") and lower not in SSL_KEYS:
         return _SSL
     if lower == "authorizer.class.name" and value.strip() not in ("", STANDARD_AUTHORIZER):

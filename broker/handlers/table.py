@@ -29,6 +29,7 @@ from broker.handlers import (
     configs,
     consumer_group_describe,
     consumer_group_heartbeat,
+    delegation_tokens,
     delete_groups,
     delete_records,
     describe_groups,
@@ -112,6 +113,10 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         35: describe_log_dirs.handle_describe_log_dirs,  # DescribeLogDirs
         36: sasl.handle_sasl_authenticate,  # SaslAuthenticate
         37: topics.handle_create_partitions,  # CreatePartitions
+        38: delegation_tokens.handle_create_delegation_token,  # CreateDelegationToken
+        39: delegation_tokens.handle_renew_delegation_token,  # RenewDelegationToken
+        40: delegation_tokens.handle_expire_delegation_token,  # ExpireDelegationToken
+        41: delegation_tokens.handle_describe_delegation_token,  # DescribeDelegationToken
         42: delete_groups.handle_delete_groups,  # DeleteGroups
         43: elect_leaders.handle_elect_leaders,  # ElectLeaders
         44: configs.handle_incremental_alter_configs,  # IncrementalAlterConfigs
@@ -186,6 +191,8 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         33: configs.authorize_alter_configs,  # AlterConfigs: TOPIC or CLUSTER ALTER_CONFIGS
         35: describe_log_dirs.authorize_describe_log_dirs,  # DescribeLogDirs: CLUSTER DESCRIBE
         37: topics.authorize_create_partitions,  # CreatePartitions: TOPIC ALTER
+        # Create/Renew/Expire/DescribeDelegationToken: checked in their handler (USER CREATE_TOKENS for another
+        # owner; DELEGATION_TOKEN DESCRIBE or USER DESCRIBE_TOKENS to see others' tokens), as Kafka's KafkaApis
         42: delete_groups.authorize_delete_groups,  # DeleteGroups: GROUP DELETE
         43: elect_leaders.authorize_elect_leaders,  # ElectLeaders: CLUSTER ALTER
         44: configs.authorize_incremental_alter_configs,  # IncrementalAlterConfigs: TOPIC or CLUSTER ALTER_CONFIGS

@@ -132,6 +132,8 @@ async def _serve(quorum: ServedQuorum, request: stream_rpcs.StreamRequest, *, re
             return await controller.complete_wal_failover(node, request.failed_node_id, request.failed_node_epoch)
         case stream_rpcs.ReportBrokerLoad():
             return quorum.record_load(node, request.partitions, request.interval_ms)
+        case stream_rpcs.ChangeDelegationToken(request=change) if change is not None:
+            return await controller.change_delegation_token(change)
         case stream_rpcs.DescribeBrokerLoad():
             return tuple(
                 stream_rpcs.BrokerLoadReport(load.node_id, load.age_s, tuple(load.partitions.values()))

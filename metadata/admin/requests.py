@@ -49,6 +49,7 @@ from metadata.controller_api import (
     ReassignmentResult,
     ScramAlterResult,
 )
+from metadata.delegation_tokens import TokenRequest, TokenResult
 from metadata.errors import NotControllerError, error_code_for, error_code_logged, error_message_for
 from metadata.image import MetadataImage
 from wire.log_text import LOG_TEXT_MAX, untrusted
@@ -342,6 +343,15 @@ async def alter_user_scram_credentials(response_cls: type[Any], request: Any, co
             code, message = _refusal(exc, "altering the SCRAM credentials of users %s failed", users)
             results = scram_wire.scram_results_refused(deletions, upsertions, code, message)
     return scram_wire.alter_user_scram_credentials_response(response_cls, results)
+
+
+async def change_delegation_token(request: TokenRequest, controller_for: ControllerFor) -> TokenResult:
+    """Create, Renew or ExpireDelegationToken at the controller; a failure to ask it is the request's error."""
+    try:
+        return await controller_for(f"{request.kind} a delegation token").change_delegation_token(request)
+    except Exception as exc:
+        code, _ = _refusal(exc, "%s of a delegation token asked by %s failed", request.kind, request.requester)
+        return TokenResult(code)
 
 
 async def create_acls(response_cls: type[Any], request: Any, controller_for: ControllerFor) -> Any:

@@ -46,6 +46,7 @@ from metadata.controller_api import (
     ScramDeletion,
     ScramUpsertion,
 )
+from metadata.delegation_tokens import TokenRequest, TokenResult
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
 from metadata.producer_ids import ProducerIdBlock
@@ -61,7 +62,7 @@ from metadata.rpc.kafka_apis import (
     METADATA_TOPIC,
     UNREGISTER_BROKER,
 )
-from metadata.rpc.stream_rpcs import CompleteWALFailover, ReportBrokerLoad
+from metadata.rpc.stream_rpcs import ChangeDelegationToken, CompleteWALFailover, ReportBrokerLoad
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_quorum_meta_properties
 from settings.server import ServerConfig
@@ -541,6 +542,16 @@ class RemoteControllerClient:
         await self.channel.stream(CompleteWALFailover(node, failed_node_id, failed_node_epoch),
                                   f"complete the WAL failover of broker {failed_node_id}")
         await self._sync_after(f"see the WAL failover of broker {failed_node_id} done")
+
+    async def change_delegation_token(self, request: TokenRequest) -> TokenResult:
+        """Passes the token request on in Fjord's own RPC (it carries the principals the broker authenticated) and
+        waits until this broker's image holds the change, so the client can log in with a new token at once."""
+        result: TokenResult = await self.channel.stream(
+            ChangeDelegationToken(NodeIdentity(self.node_id, self.node_epoch), request),
+            f"{request.kind} a delegation token for {request.requester}")
+        if result.error is ErrorCode.none:
+            await self._sync_after(f"see the delegation token {request.kind} of {request.requester}")
+        return result
 
     async def _sync_after(self, what: str) -> None:
         try:

@@ -35,6 +35,7 @@ key    RPC                     request fields                                 re
 10023  CloseStreams            node, streams (StreamClose...)                 -
 10024  CommitStreamSetObjects  node, requests (CommitStreamSetObjectRequest   -
                                ...)
+10025  ChangeDelegationToken   node, request (TokenRequest)                   TokenResult
 =====  ======================  =============================================  ====================================
 
 ReportBrokerLoad is a broker's per-partition traffic over its last reporting interval, kept in memory by the active
@@ -56,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from metadata.broker_load import PartitionLoad
+from metadata.delegation_tokens import TokenRequest, TokenResult
 from storage.metadata.api import (
     CommitStreamObjectRequest,
     CommitStreamSetObjectRequest,
@@ -312,6 +314,16 @@ class DescribeBrokerLoad(StreamRequest):
     MUTATES: ClassVar[bool] = False
 
 
+@dataclass(frozen=True, slots=True)
+class ChangeDelegationToken(StreamRequest):
+    """A broker passes on a client's Create, Renew or ExpireDelegationToken with the principals it authenticated
+    (Kafka forwards it in an Envelope with the client's principal; a broker is trusted with it the same way)."""
+
+    API_KEY: ClassVar[int] = STREAM_API_BASE + 25
+    RESULT: ClassVar[Any] = TokenResult
+    request: TokenRequest | None = None
+
+
 STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
     cls.API_KEY: cls
     for cls in (
@@ -340,6 +352,7 @@ STREAM_REQUESTS: Final[dict[int, type[StreamRequest]]] = {
         CompleteWALFailover,
         ReportBrokerLoad,
         DescribeBrokerLoad,
+        ChangeDelegationToken,
     )
 }
 

@@ -94,7 +94,11 @@ class ScramClient:
         nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24),
         max_iterations: int = MAX_ITERATIONS,
         salted_password: Callable[[bytes, int], bytes] | None = None,
+        token: bool = False,
     ) -> None:
+        """``token``: log in with a delegation token (``user`` its id, ``password`` its HMAC in base64), as Kafka's
+        client does with ``tokenauth=true`` in its JAAS line."""
+        self._token = token
         self._mechanism = mechanism
         self._user = user
         self._password = password
@@ -117,7 +121,8 @@ class ScramClient:
         if self._state != "initial":
             raise SaslAuthenticationError("SCRAM client-first message already sent", self._user)
         self._state = "server-first"
-        self._client_first_bare = f"n={encode_saslname(self._user)},r={self._nonce}"
+        self._client_first_bare = f"n={encode_saslname(self._user)},r={self._nonce}" + (
+            ",tokenauth=true" if self._token else "")
         return f"n,,{self._client_first_bare}".encode()
 
     def step(self, challenge: bytes) -> bytes | None:

@@ -9,8 +9,11 @@ Four messages, as Kafka's ScramSaslServer exchanges them::
 
 The server keeps only a :class:`ScramCredential` per user and mechanism (salt, iterations, StoredKey, ServerKey),
 never the password: the proof is checked by recovering ClientKey from it and comparing H(ClientKey) with StoredKey
-in constant time. A fresh server nonce per exchange makes a replayed client-final fail; channel binding and
-Kafka's delegation-token extension (``tokenauth``) are refused.
+in constant time. A fresh server nonce per exchange makes a replayed client-final fail; channel binding is refused.
+
+Kafka's delegation-token extension: a client-first message ending ``,tokenauth=true`` logs in with a token (the
+user name is the token id, the password its HMAC in base64); the credential then comes from ``tokens`` and the
+connection acts as the token's owner (:attr:`ScramServer.principal`), marked :attr:`ScramServer.token_authenticated`.
 """
 
 from __future__ import annotations
@@ -135,6 +138,10 @@ def _b64(data: bytes) -> str:
 
 
 _INVALID = "Authentication failed: Invalid user credentials"
+
+#: A token login's lookup: token id -> the token's credential for this mechanism, its owner (``User:name``) and its
+#: expiry (epoch ms), or None for a token that does not exist, has expired, or when tokens are off.
+TokenLookup = Callable[[str], tuple[ScramCredential, str, int] | None]
 _PRINTABLE = frozenset(chr(c) for c in range(0x21, 0x7F)) - {","}
 
 
@@ -149,10 +156,16 @@ class ScramServer:
         mechanism: ScramMechanism,
         lookup: Callable[[str], ScramCredential | None],
         *,
+        tokens: TokenLookup | None = None,
         nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24),
     ) -> None:
         self._mechanism = mechanism
         self._lookup = lookup
+        self._tokens = tokens
+        #: The owner of the token logged in with (None: the user logged in with a password of its own).
+        self._token_owner: str | None = None
+        #: When that token expires (epoch ms): the session ends then (Kafka's CREDENTIAL_LIFETIME_MS).
+        self.token_expiry_ms: int | None = None
         self._make_nonce = nonce
         self._state = "client-first"
         self._user: str | None = None
@@ -173,6 +186,15 @@ class ScramServer:
     @property
     def user(self) -> str | None:
         return self._user
+
+    @property
+    def principal(self) -> str:
+        """Who the connection acts as once complete: the user, or the owner of the token it logged in with."""
+        return self._token_owner if self._token_owner is not None else f"User:{self._user}"
+
+    @property
+    def token_authenticated(self) -> bool:
+        return self._token_owner is not None
 
     def step(self, token: bytes) -> bytes:
         check_token_size(token, self._user)
@@ -219,18 +241,23 @@ class ScramServer:
             raise SaslAuthenticationError("Authentication failed: username not specified")
         if not client_nonce or not set(client_nonce) <= _PRINTABLE:
             raise SaslAuthenticationError("Invalid SCRAM client first message: bad nonce", user)
-        extensions = {part.partition("=")[0] for part in extension_parts}
+        extensions = dict(part.partition("=")[::2] for part in extension_parts)
         if "m" in extensions:
             raise SaslAuthenticationError("Invalid SCRAM client first message: mandatory extension not supported", user)
-        if "tokenauth" in extensions:
-            raise SaslAuthenticationError("Authentication failed: delegation tokens are not supported", user)
         if authzid is not None and authzid != user:
             raise SaslAuthenticationError(
                 "Authentication failed: Client requested an authorization id that is different from username", user
             )
-        credential = self._lookup(user)
-        if credential is None:
-            raise SaslAuthenticationError(_INVALID, user)
+        if extensions.get("tokenauth", "").lower() == "true":  # Kafka's ScramExtensions.tokenAuthenticated
+            token = self._tokens(user) if self._tokens is not None else None
+            if token is None:
+                raise SaslAuthenticationError(f"Token Authentication failed: Invalid tokenId : {user}", user)
+            credential, self._token_owner, self.token_expiry_ms = token
+        else:
+            found = self._lookup(user)
+            if found is None:
+                raise SaslAuthenticationError(_INVALID, user)
+            credential = found
         self._credential = credential
         self._gs2_header = f"{flag},{authzid_part},"
         self._client_first_bare = bare

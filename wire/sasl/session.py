@@ -59,6 +59,8 @@ def mechanism_label(mechanism: str | None) -> str:
 
 #: (user, mechanism id) -> the user's SCRAM credential, read from the current metadata image at each exchange.
 CredentialLookup = Callable[[str, int], ScramCredential | None]
+#: (token id, mechanism id) -> a delegation token's credential, owner and expiry (``wire.sasl.scram.TokenLookup``).
+TokenCredentialLookup = Callable[[str, int], tuple[ScramCredential, str, int] | None]
 
 
 class SaslSettings(Protocol):
@@ -87,9 +89,15 @@ class SaslSession:
         on_failure: Callable[[str], None] = lambda _mechanism: None,
         on_success: Callable[[str], None] = lambda _mechanism: None,
         clock: Callable[[], float] = time.monotonic,
+        tokens: TokenCredentialLookup | None = None,
     ) -> None:
         self.settings = settings
         self._credentials = credentials
+        self._tokens = tokens
+        #: Whether the connection logged in with a delegation token (it may then not ask for tokens itself).
+        self.token_authenticated = False
+        #: This session's lifetime: ``connections.max.reauth.ms``, or less when a token expires sooner.
+        self._lifetime_ms = reauth_ms
         self._peer = peer
         self._reauth_ms = reauth_ms
         #: ``connection.failed.authentication.delay.ms`` (KIP-306): how long the shell holds the answer to a failed
@@ -113,7 +121,7 @@ class SaslSession:
     @property
     def lifetime_ms(self) -> int:
         """What SaslAuthenticate v1+ reports as ``session_lifetime_ms`` (0: the session does not expire)."""
-        return self._reauth_ms
+        return self._lifetime_ms
 
     def refusal(self, api_key: int) -> str | None:
         """Why a request with ``api_key`` must close the connection instead of being served, or None."""
@@ -131,7 +139,8 @@ class SaslSession:
         if api_key == SASL_HANDSHAKE_KEY and self._may_reauthenticate():
             return None  # a re-authentication begins, even past the end of the session
         if self._expires_at is not None and self._clock() >= self._expires_at:
-            return f"the SASL session of {self.principal} expired (connections.max.reauth.ms={self._reauth_ms})"
+            return (f"the SASL session of {self.principal} expired (connections.max.reauth.ms={self._reauth_ms}"
+                    + (", or its delegation token expired)" if self.token_authenticated else ")"))
         return None
 
     def handshake(self, mechanism: str, version: int) -> ErrorCode:
@@ -161,7 +170,9 @@ class SaslSession:
             self._server = PlainServer(self.settings.plain_users)
         else:
             scram = MECHANISMS[mechanism]
-            self._server = ScramServer(scram, lambda user: self._credentials(user, scram.type_id))
+            tokens = self._tokens
+            self._server = ScramServer(scram, lambda user: self._credentials(user, scram.type_id),
+                                       tokens=None if tokens is None else lambda token: tokens(token, scram.type_id))
         return ErrorCode.none
 
     def listed_mechanisms(self, code: ErrorCode) -> tuple[str, ...]:
@@ -188,7 +199,7 @@ class SaslSession:
             self._fail(server.mechanism, exc.user or server.user, str(exc))
             raise
         if server.complete:
-            principal = f"User:{server.user}"
+            principal = server.principal if isinstance(server, ScramServer) else f"User:{server.user}"
             if self.principal is not None and principal != self.principal:
                 error = SaslAuthenticationError(
                     f"Cannot change principals during re-authentication from {self.principal} to {principal}",
@@ -200,7 +211,13 @@ class SaslSession:
             self.principal = principal
             self._mechanism = server.mechanism
             self.raw_tokens = False
-            self._expires_at = self._clock() + self._reauth_ms / 1000 if self._reauth_ms > 0 else None
+            self.token_authenticated = isinstance(server, ScramServer) and server.token_authenticated
+            self._lifetime_ms = self._reauth_ms
+            expiry_ms = server.token_expiry_ms if isinstance(server, ScramServer) else None
+            if expiry_ms is not None:  # Kafka: the session of a token ends with it (min with the re-auth time)
+                left = max(1, expiry_ms - int(time.time() * 1000))
+                self._lifetime_ms = left if self._reauth_ms <= 0 else min(left, self._reauth_ms)
+            self._expires_at = self._clock() + self._lifetime_ms / 1000 if self._lifetime_ms > 0 else None
             self._on_success(server.mechanism)
             logger.debug(
                 "%s %sauthenticated as %s with %s",
@@ -224,7 +241,7 @@ class SaslSession:
     def _may_reauthenticate(self) -> bool:
         """Whether a SaslHandshake on this authenticated connection begins a re-authentication: only when sessions
         expire, and not within a second of the last one's start (KafkaChannel.maybeBeginServerReauthentication)."""
-        if self._reauth_ms <= 0:
+        if self._lifetime_ms <= 0:
             return False
         started = self._reauth_started_at
         return started is None or self._clock() - started >= MIN_REAUTH_INTERVAL_S
