@@ -96,4 +96,6 @@ def client_security(props: dict[str, str], *, where: str) -> ClientSecurity:
         sasl = entry.login(mechanism)
         if sasl is None:
             raise fail("sasl.jaas.config", 'needs username="..." and password="..."')
+        if mechanism == "PLAIN" and entry.options.get("tokenauth", "").lower() == "true":
+            raise fail("sasl.jaas.config", "tokenauth=true (a delegation token) logs in with SCRAM, not PLAIN")
     return ClientSecurity(tls, sasl)

@@ -50,7 +50,9 @@ class JaasEntry:
         user, password = self.options.get("username"), self.options.get("password")
         if not user or not password:
             return None
-        return SaslCredentials(mechanism, user, password)
+        # Kafka's ScramLoginModule option: the user name is a delegation token's id, the password its HMAC.
+        token = mechanism.startswith("SCRAM-") and self.options.get("tokenauth", "").lower() == "true"
+        return SaslCredentials(mechanism, user, password, token=token)
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:

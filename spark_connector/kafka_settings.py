@@ -11,7 +11,8 @@ what librdkafka refuses into one :class:`OptionError` naming the ``kafka.`` opti
 Translated: ``sasl.jaas.config`` with Kafka's ``PlainLoginModule`` or ``ScramLoginModule`` and its ``username`` and
 ``password`` (to ``sasl.username``/``sasl.password``), ``ssl.endpoint.identification.algorithm`` empty (Java's
 "no host name check", librdkafka's ``none``), ``fetch.max.wait.ms`` (``fetch.wait.max.ms``) and
-``max.request.size`` (``message.max.bytes``).
+``max.request.size`` (``message.max.bytes``). A JAAS line with ``tokenauth=true`` (a delegation token's login) is
+refused: librdkafka's SCRAM sends no such extension, and would fail the login without saying why.
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ def _jaas_credentials(text: str, params: Mapping[str, str]) -> dict[str, str]:
     if missing:
         raise OptionError(f"option 'kafka.sasl.jaas.config': the {module.rsplit('.', 1)[-1]} line has no "
                           f"{' and no '.join(missing)}")
+    if re.sub(r"\\(.)", r"\1", found.get("tokenauth", "")).lower() == "true":
+        raise OptionError("option 'kafka.sasl.jaas.config': tokenauth=true logs in with a delegation token, which "
+                          "librdkafka (the Kafka client here) cannot do (its SCRAM sends no tokenauth extension); "
+                          "give the user's own username and password")
     credentials: dict[str, str] = {}
     for key in ("username", "password"):
         if f"sasl.{key}" in params:

@@ -13,8 +13,11 @@ from __future__ import annotations
 import base64
 import datetime
 import struct
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +28,7 @@ from kio.serial.errors import OutOfBoundValue
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
 from tests.broker.sasl_wire import SCRAM_PASSWORD, authenticate, handshake
+from tests.node.cli_exit import run_to_exit
 from wire import codec, schema
 from wire.sasl.client import ScramClient
 from wire.sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512
@@ -241,3 +245,28 @@ def test_an_expired_token_is_refused_then_swept(broker: BrokerProcess) -> None:
         assert answer.error_code == ErrorCode.sasl_authentication_failed
         assert _renew(alice, bytes(created.hmac)).error_code == ErrorCode.delegation_token_not_found
     assert "delegation tokens past their expiry removed: " + created.token_id in broker.log_text()
+
+
+def test_fjords_tools_log_in_with_a_token_as_kafkas_tools_do(broker: BrokerProcess, tmp_path: Path) -> None:
+    """``--command-config`` with Kafka's ScramLoginModule line and ``tokenauth="true"``: the tool logs in with the
+    token; with another HMAC it is refused in one line."""
+    alice, _ = _login(broker, "alice")
+    with alice:
+        created = _create(alice)
+
+    def share_groups(password: str) -> subprocess.CompletedProcess[str]:
+        config = tmp_path / "token.properties"
+        config.write_text(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{created.token_id}" password="{password}" tokenauth="true";\n'
+        )
+        host, port = broker.endpoints["SASL"]
+        return run_to_exit([sys.executable, "-m", "node.cli", "share-groups", "--bootstrap-server", f"{host}:{port}",
+                            "--command-config", str(config), "--list", "--timeout", "10000"])
+
+    listed = share_groups(_password(created))
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    refused = share_groups(base64.b64encode(b"y" * 64).decode())
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "authentication" in refused.stderr.lower(), refused.stderr

@@ -34,6 +34,16 @@ def test_sasl_ssl_gives_a_context_checking_the_server_and_the_user(tmp_path: Pat
     assert security.sasl is not None
     assert (security.sasl.mechanism, security.sasl.user, security.sasl.password) == ("SCRAM-SHA-512", "ops", SECRET)
     assert SECRET not in repr(security)
+    assert not security.sasl.token
+
+
+def test_a_token_login_is_kafkas_tokenauth_option(tmp_path: Path) -> None:
+    config = tmp_path / "token.properties"
+    jaas = JAAS.replace(";", ' tokenauth="true";')
+    config.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config={jaas}\n")
+    security = load_client_config(str(config))
+    assert security.sasl is not None and security.sasl.token
+    assert security.sasl.client().first().decode().endswith(",tokenauth=true")
 
 
 @pytest.mark.parametrize(
@@ -58,6 +68,11 @@ def test_sasl_ssl_gives_a_context_checking_the_server_and_the_user(tmp_path: Pat
             "sasl.jaas.config",
         ),
         ({"security.protocol": "SSL", "ssl.truststore.location": "/nonexistent/ca.pem"}, "ssl.truststore.location"),
+        (  # a delegation token logs in with SCRAM only
+            {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+             "sasl.jaas.config": JAAS.replace(";", ' tokenauth="true";')},
+            "sasl.jaas.config",
+        ),
     ],
 )
 def test_what_cannot_be_used_is_refused_naming_the_key(props: dict[str, str], key: str) -> None:

@@ -141,6 +141,9 @@ def test_sink_takes_the_acks_and_idempotence_it_enforces() -> None:
     ({"kafka.linger.ms": "soon"}, "option 'kafka.linger.ms' is refused by the Kafka client"),
     ({"kafka.sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;"},
      "option 'kafka.sasl.jaas.config': only Kafka's PlainLoginModule and ScramLoginModule"),
+    ({"kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+      'username="3fKzq-token-id" password="aG1hYw==" tokenauth="true";'},
+     "tokenauth=true logs in with a delegation token, which librdkafka (the Kafka client here) cannot do"),
     ({"kafka.sasl.jaas.config": JAAS.format("plain.Plain"), "kafka.sasl.username": "other"},
      "'kafka.sasl.jaas.config' and 'kafka.sasl.username'"),
     ({"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN"},

@@ -183,14 +183,17 @@ class ScramClient:
             )
 
 
-def new_client(mechanism: str, user: str, password: str) -> SaslClient:
-    """A client exchange for ``mechanism`` (one of :data:`CLIENT_MECHANISMS`); ValueError for any other."""
+def new_client(mechanism: str, user: str, password: str, *, token: bool = False) -> SaslClient:
+    """A client exchange for ``mechanism`` (one of :data:`CLIENT_MECHANISMS`); ValueError for any other, and for a
+    delegation token (``token``) over anything but SCRAM, as Kafka's client."""
     if mechanism == PLAIN:
+        if token:
+            raise ValueError("a delegation token (tokenauth=true) logs in with SCRAM, not PLAIN")
         return PlainClient(user, password)
     scram = MECHANISMS.get(mechanism)
     if scram is None:
         raise ValueError(f"SASL mechanism {mechanism} is not implemented (one of {', '.join(CLIENT_MECHANISMS)})")
-    return ScramClient(scram, user, password)
+    return ScramClient(scram, user, password, token=token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +203,8 @@ class SaslCredentials:
     mechanism: str
     user: str
     password: str = field(repr=False)
+    #: Log in with a delegation token (``user`` its id, ``password`` its HMAC): Kafka's ``tokenauth="true"``.
+    token: bool = False
 
     def client(self) -> SaslClient:
-        return new_client(self.mechanism, self.user, self.password)
+        return new_client(self.mechanism, self.user, self.password, token=self.token)
