@@ -11,6 +11,7 @@ import secrets
 import pytest
 
 from wire.sasl import MAX_TOKEN_BYTES, SaslAuthenticationError
+from wire.sasl.client import ScramClient
 from wire.sasl.plain import PlainServer, parse_plain
 from wire.sasl.scram import (
     SCRAM_SHA_256,
@@ -221,3 +222,25 @@ def test_plain_refuses_bad_credentials_and_malformed_messages(token: bytes, user
         server.step(token)
     assert failure.value.user == user
     assert "alice-secret" not in str(failure.value) and not server.complete
+
+
+def test_a_delegation_token_logs_in_as_its_owner() -> None:
+    """Kafka's ``tokenauth=true`` extension: the user name is a token id, the credential the token's, and the
+    connection acts as the token's owner until the token expires; the same name without the extension is a user."""
+    token_credential = new_credential(SCRAM_SHA_512, "aG1hYw==")
+    tokens = {"token-1": (token_credential, "User:alice", 1_700_000_000_000)}
+    server = ScramServer(SCRAM_SHA_512, {}.get, tokens=tokens.get)
+    client = ScramClient(SCRAM_SHA_512, "token-1", "aG1hYw==", token=True)
+    answer = client.step(server.step(client.first()))
+    assert answer is not None
+    client.step(server.step(answer))
+    assert server.complete and client.complete
+    assert (server.principal, server.token_authenticated, server.token_expiry_ms) == (
+        "User:alice", True, 1_700_000_000_000)
+
+    as_user = ScramServer(SCRAM_SHA_512, {}.get, tokens=tokens.get)
+    with pytest.raises(SaslAuthenticationError, match="Invalid user credentials"):
+        as_user.step(ScramClient(SCRAM_SHA_512, "token-1", "aG1hYw==").first())
+    unknown = ScramServer(SCRAM_SHA_512, {}.get, tokens=tokens.get)
+    with pytest.raises(SaslAuthenticationError, match="Invalid tokenId : token-2"):
+        unknown.step(ScramClient(SCRAM_SHA_512, "token-2", "aG1hYw==", token=True).first())

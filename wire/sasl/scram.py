@@ -138,11 +138,11 @@ def _b64(data: bytes) -> str:
 
 
 _INVALID = "Authentication failed: Invalid user credentials"
+_PRINTABLE = frozenset(chr(c) for c in range(0x21, 0x7F)) - {","}
 
 #: A token login's lookup: token id -> the token's credential for this mechanism, its owner (``User:name``) and its
 #: expiry (epoch ms), or None for a token that does not exist, has expired, or when tokens are off.
 TokenLookup = Callable[[str], tuple[ScramCredential, str, int] | None]
-_PRINTABLE = frozenset(chr(c) for c in range(0x21, 0x7F)) - {","}
 
 
 class ScramServer:

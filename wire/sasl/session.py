@@ -220,11 +220,12 @@ class SaslSession:
             self._expires_at = self._clock() + self._lifetime_ms / 1000 if self._lifetime_ms > 0 else None
             self._on_success(server.mechanism)
             logger.debug(
-                "%s %sauthenticated as %s with %s",
+                "%s %sauthenticated as %s with %s%s",
                 self._peer,
                 "re-" if reauthenticated else "",
                 principal,
                 server.mechanism,
+                f" (delegation token {untrusted(server.user)})" if self.token_authenticated else "",
             )
         return answer
 
