@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.serial.errors import OutOfBoundValue
+from kio.static.primitive import i8
 
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
@@ -270,3 +271,49 @@ def test_fjords_tools_log_in_with_a_token_as_kafkas_tools_do(broker: BrokerProce
     refused = share_groups(base64.b64encode(b"y" * 64).decode())
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "authentication" in refused.stderr.lower(), refused.stderr
+
+
+def _grant(admin: WireClient, principal: str, operation: int, resource_type: int, name: str) -> None:
+    cls = codec.request_class(30, 3)
+    created = admin.request(schema.build(cls, creations=(schema.build_nested(
+        cls, "creations", resource_type=i8(resource_type), resource_name=name, resource_pattern_type=i8(3),
+        principal=principal, host="*", operation=i8(operation), permission_type=i8(3)),)))
+    assert [r.error_code for r in created.results] == [ErrorCode.none]
+
+
+def test_user_acls_let_one_user_create_and_see_anothers_tokens(broker: BrokerProcess) -> None:
+    """Kafka's ``User`` resource ACLs (KIP-373): CREATE_TOKENS to create a token owned by that user, DESCRIBE_TOKENS
+    to see that user's tokens; a ``DelegationToken`` DESCRIBE to see one token."""
+    operator = f"ops-{uuid.uuid4().hex[:6]}"
+    admin, _ = _login(broker, "admin")
+    with admin:
+        upsert = schema.build(codec.request_class(51, 0), deletions=(), upsertions=(schema.build_nested(
+            codec.request_class(51, 0), "upsertions", name=operator, mechanism=i8(2), iterations=4096,
+            salt=b"salt", salted_password=SCRAM_SHA_512.salted_password(SCRAM_PASSWORD, b"salt", 4096)),))
+        assert [r.error_code for r in admin.request(upsert).results] == [ErrorCode.none]
+        _grant(admin, f"User:{operator}", 13, 7, "User:bob")  # CREATE_TOKENS on User:bob
+    ops, answer = _login(broker, operator)
+    with ops:
+        assert answer.error_code == ErrorCode.none
+        for_bob = _create(ops, owner="bob")
+        assert for_bob.error_code == ErrorCode.none
+        assert (for_bob.principal_name, for_bob.token_requester_principal_name) == ("bob", operator)
+        assert _create(ops, owner="alice").error_code == ErrorCode.delegation_token_authorization_failed
+        # The requester of bob's token is neither its owner nor a renewer: it does not see it without an ACL.
+        assert for_bob.token_id not in _ids(_describe(ops))
+        with admin_connection(broker) as admin:
+            _grant(admin, f"User:{operator}", 14, 7, "User:bob")  # DESCRIBE_TOKENS on User:bob
+        assert for_bob.token_id in _ids(_describe(ops))
+    alice, _ = _login(broker, "alice")
+    with alice:
+        assert for_bob.token_id not in _ids(_describe(alice))
+        with admin_connection(broker) as admin:
+            _grant(admin, "User:alice", 8, 6, for_bob.token_id)  # DESCRIBE on the DelegationToken
+        (seen,) = [t for t in _describe(alice).tokens if t.token_id == for_bob.token_id]
+        assert (seen.principal_name, seen.token_requester_principal_name) == ("bob", operator)
+
+
+def admin_connection(broker: BrokerProcess) -> WireClient:
+    client, answer = _login(broker, "admin")
+    assert answer.error_code == ErrorCode.none
+    return client
