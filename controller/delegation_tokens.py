@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 class DelegationTokens:
+    """One controller's token requests and sweep, writing through ``write`` (its locked decide-and-commit)."""
+
     def __init__(
         self, config: ServerConfig, clock_ms: Callable[[], int], write: Callable[[Decide], Awaitable[None]]
     ) -> None:

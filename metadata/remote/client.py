@@ -546,9 +546,13 @@ class RemoteControllerClient:
     async def change_delegation_token(self, request: TokenRequest) -> TokenResult:
         """Passes the token request on in Fjord's own RPC (it carries the principals the broker authenticated) and
         waits until this broker's image holds the change, so the client can log in with a new token at once."""
-        result: TokenResult = await self.channel.stream(
-            ChangeDelegationToken(NodeIdentity(self.node_id, self.node_epoch), request),
-            f"{request.kind} a delegation token for {request.requester}")
+        try:
+            result: TokenResult = await self.channel.stream(
+                ChangeDelegationToken(NodeIdentity(self.node_id, self.node_epoch), request),
+                f"{request.kind} a delegation token for {request.requester}")
+        except ControllerUnavailableError as exc:
+            logger.info("broker %d: %s", self.node_id, exc)
+            return TokenResult(ErrorCode.not_controller)
         if result.error is ErrorCode.none:
             await self._sync_after(f"see the delegation token {request.kind} of {request.requester}")
         return result
