@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import random
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -45,6 +46,7 @@ from raft.effects import (
     Send,
     TrimLogPrefix,
     TruncateLog,
+    VotersChanged,
 )
 from raft.log import EntryKind, LogEntry, RaftLog, SnapshotId
 from raft.messages import (
@@ -66,6 +68,15 @@ from raft.messages import (
     ReplicaState,
     VoteRequest,
     VoteResponse,
+)
+from raft.voter_set import (
+    Voter,
+    VoterHistory,
+    VoterSet,
+    decode_voters,
+    encode_voters,
+    unwrap_snapshot,
+    wrap_snapshot,
 )
 
 logger = logging.getLogger(__name__)
@@ -116,6 +127,29 @@ class NotLeader:
     epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class AddVoter:
+    """KIP-853's AddRaftVoter: ``voter`` joins; it must be an observer that fetched up to the leader's end lately."""
+
+    voter: Voter
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveVoter:
+    """KIP-853's RemoveRaftVoter: the voter ``node_id`` (of this directory, when given) leaves."""
+
+    node_id: int
+    directory_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VoterChangeRefused:
+    """Why a leader did not append a voter change: Kafka's error code for it and a line for the operator."""
+
+    error: Errors
+    message: str
+
+
 @dataclass(slots=True)
 class _ReplicaProgress:
     """What the leader knows about one fetching replica during its epoch."""
@@ -150,7 +184,7 @@ class RaftNode:
     def __init__(
         self,
         node_id: int,
-        voters: Iterable[int],
+        voters: Iterable[int] | VoterSet,
         *,
         rng: random.Random,
         now_ms: int,
@@ -160,16 +194,23 @@ class RaftNode:
         snapshot_data: bytes = b"",
     ) -> None:
         self.node_id = node_id
-        self.voters = frozenset(voters)
-        if not self.voters:
-            raise ValueError("a quorum needs at least one voter")
-        # An observer (e.g. a broker replaying the metadata log) fetches like a follower but never votes or runs.
-        self.is_observer = node_id not in self.voters
+        # No voter at all: a controller formatted to be added to a running quorum, which observes until it learns
+        # the voters (learn_voters) or its log names them.
+        self._configured = voters if isinstance(voters, VoterSet) else VoterSet.of(voters)
         self.config = config or RaftConfig()
         self._rng = rng
-        self._majority = len(self.voters) // 2 + 1
         self._log = log if log is not None else RaftLog()
+        # The stored snapshot carries the voters where it ends once a VOTERS entry made them (raft.voter_set).
         self._snapshot_data = snapshot_data
+        snapshot_voters, _state = unwrap_snapshot(snapshot_data)
+        self._history = (
+            VoterHistory(snapshot_voters, self._log.start_offset - 1, from_log=True)
+            if snapshot_voters is not None
+            else VoterHistory(self._configured)
+        )
+        for entry in self._log.read(self._log.start_offset, self._log.end_offset):
+            if entry.kind is EntryKind.VOTERS:
+                self._history.append(entry.offset, _decode_voters(entry))
         state = quorum_state or QuorumState()
         self._epoch = state.leader_epoch
         self._voted_id = state.voted_id
@@ -209,7 +250,7 @@ class RaftNode:
         self._refused_by: set[int] = set()
 
         if self._log.start_offset > 0:
-            self._emit(LoadSnapshot(self._log.snapshot_id, snapshot_data))
+            self._emit(LoadSnapshot(self._log.snapshot_id, _state))
         if state.leader_id is not None and state.leader_id != node_id and state.leader_id in self.voters:
             self._become_follower(self._epoch, state.leader_id, now_ms)
         elif len(self.voters) == 1 or self.is_observer:
@@ -220,6 +261,25 @@ class RaftNode:
             self._set_role(Role.UNATTACHED, None)
 
     # ---- read-only view ------------------------------------------------------------------------------------
+    @property
+    def voters(self) -> frozenset[int]:
+        """The node ids of the voters in effect: the configured ones, or the last VOTERS entry's."""
+        return self._history.latest.ids
+
+    @property
+    def voter_set(self) -> VoterSet:
+        return self._history.latest
+
+    @property
+    def is_observer(self) -> bool:
+        """An observer (a broker replaying the metadata log, a controller not yet added) fetches like a follower
+        but never votes or runs."""
+        return self.node_id not in self._history.latest.ids
+
+    @property
+    def _majority(self) -> int:
+        return len(self._history.latest.voters) // 2 + 1
+
     @property
     def role(self) -> Role:
         return self._role
@@ -255,7 +315,8 @@ class RaftNode:
 
     @property
     def snapshot_data(self) -> bytes:
-        return self._snapshot_data
+        """The state machine's data of the current snapshot (without the voters Raft keeps in it)."""
+        return unwrap_snapshot(self._snapshot_data)[1]
 
     def drain(self) -> list[Effect]:
         out, self._outbox = self._outbox, []
@@ -298,14 +359,18 @@ class RaftNode:
 
         self._expire_observers(now_ms)
 
+        voters = self._history.latest
+
         def state(replica: int) -> ReplicaState:
+            voter = voters.get(replica)
+            directory = voter.directory_id if voter is not None else None
             if replica == self.node_id:
-                return ReplicaState(replica, self._log.end_offset, now_ms, now_ms)
+                return ReplicaState(replica, self._log.end_offset, now_ms, now_ms, directory)
             p = self._progress.get(replica, _ReplicaProgress())
             # A voter's last_fetch_ms starts at the election for the check-quorum timer; until it fetches in this
             # epoch it has not fetched at all as far as this leader knows, which Kafka reports as -1.
             last_fetch = p.last_fetch_ms if p.fetched_this_epoch else -1
-            return ReplicaState(replica, p.end_offset, last_fetch, p.last_caught_up_ms)
+            return ReplicaState(replica, p.end_offset, last_fetch, p.last_caught_up_ms, directory)
 
         return DescribeQuorumResponse(
             Errors.NONE,
@@ -411,10 +476,12 @@ class RaftNode:
                 f"node {self.node_id}: cannot snapshot at {end_offset}, only {self._applied} entries are applied"
             )
         snapshot_id = SnapshotId(end_offset, self._log.epoch_at(end_offset - 1))
-        self._emit(PersistSnapshot(snapshot_id, data))
+        stored = wrap_snapshot(self._history.snapshot_voters(end_offset), data)
+        self._emit(PersistSnapshot(snapshot_id, stored))
         self._emit(TrimLogPrefix(snapshot_id))
         self._log.truncate_prefix(snapshot_id)
-        self._snapshot_data = data
+        self._history.trim_prefix(end_offset)
+        self._snapshot_data = stored
         logger.info("node %d: snapshot %s taken; log now starts there", self.node_id, snapshot_id)
         return snapshot_id
 
@@ -422,6 +489,65 @@ class RaftNode:
         """Graceful step-down (e.g. shutdown): hand leadership to the most caught-up voter quickly."""
         if self._role is Role.LEADER:
             self._resign(now_ms, "asked to resign")
+
+    def learn_voters(self, voters: VoterSet, now_ms: int) -> bool:
+        """The voters as a running quorum told them (a joining controller asked its bootstrap servers), where
+        neither the configuration nor the log named any. False, and nothing changes, once the log names them: its
+        sets are the truth."""
+        if self._history.latest_offset >= 0 or self._configured.voters:
+            return False
+        before = self._history.latest
+        self._configured = voters
+        self._history = VoterHistory(voters)
+        self._voters_changed(before, now_ms)
+        self._election_deadline = now_ms  # look for the leader among them at once
+        return True
+
+    def change_voters(self, change: AddVoter | RemoveVoter, now_ms: int) -> int | NotLeader | VoterChangeRefused:
+        """KIP-853: append the voter set that ``change`` makes, if this leader may; returns the entry's offset (the
+        change is done once the high watermark passes it). The checks and their error codes are KRaft's
+        (AddVoterHandler, RemoveVoterHandler): one change at a time, each after the leader committed its epoch."""
+        if self._role is not Role.LEADER:
+            return NotLeader(self._leader_id, self._epoch)
+        if self._hw <= self._epoch_start_offset:
+            return VoterChangeRefused(Errors.REQUEST_TIMED_OUT,
+                                      f"leader {self.node_id} has not yet committed an entry of epoch {self._epoch}")
+        if self._history.latest_offset >= self._hw:
+            return VoterChangeRefused(Errors.REQUEST_TIMED_OUT,
+                                      f"the voter change at offset {self._history.latest_offset} is not yet committed")
+        current = self._history.latest
+        if isinstance(change, AddVoter):
+            voter = change.voter
+            if voter.node_id in current.ids:
+                return VoterChangeRefused(Errors.DUPLICATE_VOTER, f"node {voter.node_id} is already a voter")
+            if not voter.endpoints:
+                return VoterChangeRefused(Errors.INVALID_REQUEST, f"node {voter.node_id}: no endpoint given")
+            progress = self._progress.get(voter.node_id)
+            window = self.config.fetch_timeout_ms
+            if progress is None or now_ms - progress.last_fetch_ms > window:
+                return VoterChangeRefused(Errors.REQUEST_TIMED_OUT,
+                                          f"node {voter.node_id} has not fetched from leader {self.node_id} "
+                                          f"within {window} ms: start it as an observer first")
+            if now_ms - progress.last_caught_up_ms > window:
+                return VoterChangeRefused(Errors.REQUEST_TIMED_OUT,
+                                          f"node {voter.node_id} has not caught up with leader {self.node_id}'s "
+                                          f"log (at {progress.end_offset} of {self._log.end_offset})")
+            after = current.with_voter(voter)
+        else:
+            found = current.get(change.node_id)
+            if found is None or not found.matches(change.node_id, change.directory_id):
+                directory = f" with directory {change.directory_id}" if change.directory_id is not None else ""
+                return VoterChangeRefused(Errors.VOTER_NOT_FOUND, f"node {change.node_id}{directory} is not a voter")
+            if len(current.voters) == 1:
+                return VoterChangeRefused(Errors.VOTER_NOT_FOUND,
+                                          f"node {change.node_id} is the only voter; a quorum needs one")
+            after = current.without(change.node_id)
+        before = current
+        self._append_local([(encode_voters(after), EntryKind.VOTERS)])
+        self._history.append(self._log.end_offset - 1, after)
+        self._voters_changed(before, now_ms)
+        self._complete_parked(now_ms)
+        return self._log.end_offset - 1
 
     # ---- outbox helpers ------------------------------------------------------------------------------------
     def _emit(self, effect: Effect) -> None:
@@ -462,6 +588,18 @@ class RaftNode:
 
     def _random_backoff(self) -> int:
         return self._rng.randrange(1, self.config.election_backoff_max_ms + 1)
+
+    def _voters_changed(self, before: VoterSet, now_ms: int) -> None:
+        """The voters in effect may have changed: tell the driver, and a leader counts its majority anew."""
+        after = self._history.latest
+        if after == before:
+            return
+        logger.info("node %d: voters now %s (were %s)", self.node_id, after.describe(), before.describe())
+        self._emit(VotersChanged(after))
+        if self._role is Role.LEADER:
+            for voter in after.ids:
+                self._progress.setdefault(voter, _ReplicaProgress(last_fetch_ms=now_ms))
+            self._maybe_advance_hw(now_ms)
 
     # ---- transitions ---------------------------------------------------------------------------------------
     def _leave_current_role(self) -> None:
@@ -557,6 +695,9 @@ class RaftNode:
         """Observer without a leader: ask a random voter; its answer (an error naming the leader) points the way."""
         self._leave_current_role()
         self._set_role(Role.UNATTACHED, None)
+        if not self.voters:  # a joining controller that has not learned the voters yet: nobody to ask
+            self._election_deadline = now_ms + self.config.retry_backoff_ms
+            return
         self._discovery_target = self._rng.choice(sorted(self.voters))
         correlation = self._correlation()
         self._fetch_inflight = (correlation, now_ms)
@@ -575,18 +716,17 @@ class RaftNode:
         leader = resp.current_leader
         if resp.error_code is Errors.NONE and leader.leader_id == sender:
             self._become_follower(leader.leader_epoch, sender, now_ms, heard_from_leader=True)
-        elif (
-            leader.leader_id not in (NO_LEADER, self.node_id)
-            and leader.leader_id in self.voters
-            and leader.leader_epoch >= self._epoch
-        ):
+        elif leader.leader_id not in (NO_LEADER, self.node_id) and leader.leader_epoch >= self._epoch:
             self._become_follower(leader.leader_epoch, leader.leader_id, now_ms)
 
     def _observe_leader(self, epoch: int, leader_id: int, now_ms: int) -> bool:
-        """React to a peer reporting a newer epoch; returns True if this node changed epoch."""
+        """React to a peer reporting a newer epoch; returns True if this node changed epoch.
+
+        The leader need not be among this node's voters: as KIP-853 has it, a node whose log has not yet caught up
+        with a voter change (one that added the leader, or took this node out) still follows whoever won the epoch."""
         if epoch <= self._epoch:
             return False
-        if leader_id not in (NO_LEADER, self.node_id) and leader_id in self.voters:
+        if leader_id not in (NO_LEADER, self.node_id):
             self._become_follower(epoch, leader_id, now_ms)
         else:
             self._become_unattached(epoch, now_ms)
@@ -647,7 +787,9 @@ class RaftNode:
         if req.cluster_id != self.config.cluster_id:
             answer(False, Errors.INCONSISTENT_CLUSTER_ID)
             return
-        if req.replica_id not in self.voters or req.replica_id == self.node_id or self.is_observer:
+        # A candidate this node's log does not name yet may be a voter added after it (KIP-853): the log check below
+        # decides, as for any candidate; a node that is not a voter itself has no vote to give.
+        if req.replica_id == self.node_id or self.is_observer:
             answer(False, Errors.INVALID_REQUEST)
             return
         if req.replica_epoch < self._epoch:
@@ -702,7 +844,6 @@ class RaftNode:
             self._role is Role.PROSPECTIVE
             and resp.leader_epoch == self._epoch
             and resp.leader_id not in (NO_LEADER, self.node_id)
-            and resp.leader_id in self.voters
         ):
             # KIP-996: a voter still following a live leader; go back to fetching from it.
             self._become_follower(self._epoch, resp.leader_id, now_ms)
@@ -712,7 +853,7 @@ class RaftNode:
 
     def _on_begin_quorum_epoch(self, sender: int, req: BeginQuorumEpochRequest, now_ms: int) -> None:
         error = Errors.NONE
-        if req.leader_id not in self.voters or req.leader_id != sender:
+        if req.leader_id != sender:
             error = Errors.INVALID_REQUEST
         elif req.leader_epoch < self._epoch:
             error = Errors.FENCED_LEADER_EPOCH
@@ -770,6 +911,10 @@ class RaftNode:
         self._begin_resend_at = now_ms + self.config.begin_quorum_resend_ms
 
     def _leader_tick(self, now_ms: int) -> None:
+        if self.node_id not in self.voters and self._history.latest_offset < self._hw:
+            # KIP-853: a leader that removed itself leads until the removal is committed, then hands over.
+            self._resign(now_ms, "this node's removal from the voters is committed")
+            return
         cq = self.config.check_quorum_ms
         live = sum(
             1 for voter in self.voters if voter == self.node_id or now_ms - self._progress[voter].last_fetch_ms <= cq
@@ -1056,7 +1201,7 @@ class RaftNode:
             self._first_leader_hw = resp.high_watermark
         if resp.diverging_epoch is not None:
             # The high watermark in this answer says nothing about our log until a fetch validates it.
-            self._truncate_diverged(resp.diverging_epoch)
+            self._truncate_diverged(resp.diverging_epoch, now_ms)
             self._send_fetch(now_ms)
             return
         if resp.snapshot_id is not None:
@@ -1075,8 +1220,13 @@ class RaftNode:
             if resp.records[0].offset != self._log.end_offset:
                 logger.debug("node %d: dropping fetch response starting at %d", self.node_id, resp.records[0].offset)
             else:
+                before = self._history.latest
                 self._log.append(resp.records)
                 self._emit(AppendEntries(resp.records))
+                for entry in resp.records:
+                    if entry.kind is EntryKind.VOTERS:
+                        self._history.append(entry.offset, _decode_voters(entry))
+                self._voters_changed(before, now_ms)
         self._advance_follower_hw(resp.high_watermark)
         self._send_fetch(now_ms)
 
@@ -1086,7 +1236,7 @@ class RaftNode:
             self._hw = hw
             self._emit_commits()
 
-    def _truncate_diverged(self, diverging: EpochEndOffset) -> None:
+    def _truncate_diverged(self, diverging: EpochEndOffset, now_ms: int) -> None:
         local = self._log.end_offset_for_epoch(diverging.epoch)
         if local is None:
             target = self._log.start_offset
@@ -1113,9 +1263,12 @@ class RaftNode:
             self._log.end_offset,
             target,
         )
+        before = self._history.latest
         self._log.truncate_to(target)
         self._flushed_end = min(self._flushed_end, target)
         self._emit(TruncateLog(target))
+        self._history.truncate(target)
+        self._voters_changed(before, now_ms)
 
     def _on_fetch_snapshot_response(self, sender: int, resp: FetchSnapshotResponse, now_ms: int) -> None:
         if self._observe_leader(resp.current_leader.leader_epoch, resp.current_leader.leader_id, now_ms):
@@ -1136,14 +1289,14 @@ class RaftNode:
             return
         download.buffer += resp.unaligned_records
         if len(download.buffer) >= resp.size:
-            self._install_snapshot(download.snapshot_id, bytes(download.buffer))
+            self._install_snapshot(download.snapshot_id, bytes(download.buffer), now_ms)
             self._snapshot_download = None
         elif not resp.unaligned_records:
             self._next_fetch_at = now_ms + self.config.retry_backoff_ms
             return
         self._send_fetch(now_ms)
 
-    def _install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+    def _install_snapshot(self, snapshot_id: SnapshotId, data: bytes, now_ms: int) -> None:
         if snapshot_id.end_offset < self._hw:
             # Never move the state machine backwards; a leader only sends a snapshot that covers our commits.
             logger.error(
@@ -1160,4 +1313,15 @@ class RaftNode:
         self._flushed_end = snapshot_id.end_offset
         self._hw = max(self._hw, snapshot_id.end_offset)
         self._applied = snapshot_id.end_offset
-        self._emit(LoadSnapshot(snapshot_id, data))
+        voters, state = unwrap_snapshot(data)
+        before = self._history.latest
+        self._history.reset(voters, snapshot_id.end_offset - 1, self._configured)
+        self._emit(LoadSnapshot(snapshot_id, state))
+        self._voters_changed(before, now_ms)
+
+
+def _decode_voters(entry: LogEntry) -> VoterSet:
+    try:
+        return decode_voters(entry.data)
+    except ValueError as exc:
+        raise ValueError(f"raft log entry {entry.offset}: {exc}") from exc

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from raft.core import NotLeader, RaftConfig, RaftNode
+from raft.core import AddVoter, NotLeader, RaftConfig, RaftNode, RemoveVoter, VoterChangeRefused
 from raft.effects import (
     PERSIST_EFFECTS,
     AppendEntries,
@@ -39,11 +39,13 @@ from raft.effects import (
     RoleChanged,
     Send,
     TruncateLog,
+    VotersChanged,
 )
 from raft.log import EntryKind, LogEntry, SnapshotId
 from raft.messages import DescribeQuorumResponse, RaftMessage, ReplicaState
 from raft.storage import RaftStorage
 from raft.transport import Transport
+from raft.voter_set import VoterSet
 from storage.offload import INLINE_BYTES, offload
 
 logger = logging.getLogger(__name__)
@@ -62,11 +64,19 @@ class NotLeaderError(Exception):
         self.epoch = epoch
 
 
+class VoterChangeError(Exception):
+    """The leader refused a voter change (KIP-853); ``error_code`` is Kafka's code for the reason."""
+
+    def __init__(self, refusal: VoterChangeRefused) -> None:
+        super().__init__(refusal.message)
+        self.error_code = int(refusal.error)
+
+
 class RaftDriver:
     def __init__(
         self,
         node_id: int,
-        voters: Sequence[int],
+        voters: Sequence[int] | VoterSet,
         directory: Path | str,
         transport: Transport,
         *,
@@ -76,11 +86,14 @@ class RaftDriver:
         rng: random.Random | None = None,
         segment_bytes: int = 16 << 20,
         on_committed: Callable[[int], None] | None = None,
+        on_voters: Callable[[VoterSet], None] | None = None,
     ) -> None:
         """``on_committed(high_watermark)`` runs after the entries below it were handed to ``apply`` (control
-        entries included in the count): what a reader waiting for "applied up to" needs."""
+        entries included in the count): what a reader waiting for "applied up to" needs. ``on_voters(voters)``
+        runs when the voters in effect change (KIP-853), and once at start with those the log holds."""
         self.node_id = node_id
-        self.voters = tuple(voters)
+        self.voters = voters if isinstance(voters, VoterSet) else VoterSet.of(voters)
+        self._on_voters = on_voters
         self.storage = RaftStorage(directory, segment_bytes=segment_bytes)
         self.transport = transport
         self._apply = apply
@@ -118,6 +131,8 @@ class RaftDriver:
         )
         # The recovered snapshot reaches the state machine before start() returns.
         await self._execute(self._node.drain())
+        if self._on_voters is not None:
+            self._on_voters(self._node.voter_set)
         self._pump_task = asyncio.create_task(self._pump(), name=f"raft-{self.node_id}-inbound")
         self._task = asyncio.create_task(self._run(), name=f"raft-{self.node_id}")
 
@@ -229,6 +244,26 @@ class RaftDriver:
         self._wake.set()
         return await future
 
+    async def change_voters(self, change: AddVoter | RemoveVoter) -> int:
+        """Append a voter change (KIP-853) and wait until it is committed; returns its offset. Raises
+        `VoterChangeError` with Kafka's error code when the leader refuses it, `NotLeaderError` as `propose`."""
+        node = self.node
+        result = node.change_voters(change, self.now_ms())
+        if isinstance(result, NotLeader):
+            raise NotLeaderError(self.node_id, result.leader_id, result.epoch)
+        if isinstance(result, VoterChangeRefused):
+            raise VoterChangeError(result)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters.append((result, node.epoch, future))
+        self._wake.set()
+        return await future
+
+    def learn_voters(self, voters: VoterSet) -> bool:
+        """Tells a member that knows no voter who they are (``RaftNode.learn_voters``); the next turn acts on it."""
+        learned = self.node.learn_voters(voters, self.now_ms())
+        self._wake.set()
+        return learned
+
     async def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId | None:
         """Hand the state machine's image at ``end_offset`` (applied) to Raft; the log below it is then deleted."""
         snapshot_id = self.node.snapshot_taken(end_offset, data, self.now_ms())
@@ -273,7 +308,6 @@ class RaftDriver:
 
     async def _execute(self, effects: list[Effect]) -> None:
         node = self.node
-        behind = node.is_observer  # see the module docstring: an observer's sends do not wait for its writes
         if self._write_failure is not None:
             raise self._write_failure
         while effects:
@@ -283,7 +317,9 @@ class RaftDriver:
                     batch.append(effect)
                     continue
                 if isinstance(effect, Send):
-                    if batch and not behind:
+                    # See the module docstring: an observer's sends do not wait for its writes (asked each time: a
+                    # VOTERS entry in this batch may have just made this node a voter).
+                    if batch and not node.is_observer:
                         await self._persist(batch)
                         batch = []
                     self.transport.send(effect.destination, effect.message)
@@ -294,8 +330,10 @@ class RaftDriver:
                         self._load_snapshot(effect.snapshot_id, effect.data)
                 elif isinstance(effect, RoleChanged):
                     await self._on_role_changed(effect)
+                elif isinstance(effect, VotersChanged) and self._on_voters is not None:
+                    self._on_voters(effect.voters)
             if batch:
-                if behind:
+                if node.is_observer:
                     self._persist_behind(batch)
                 else:
                     await self._persist(batch)

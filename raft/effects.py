@@ -10,7 +10,7 @@ Durability contract (the driver must honour it, the simulator checks what happen
   its fetch offset toward no commit, so its writes may trail its sends (after a crash it fetches its lost tail again).
 * After making the log durable the driver calls ``RaftNode.log_flushed(end_offset, now_ms)``; the leader counts
   its own entries toward the high watermark only up to that offset.
-* `Commit`, `LoadSnapshot` and `RoleChanged` are notifications for the state machine and the operator.
+* `Commit`, `LoadSnapshot`, `RoleChanged` and `VotersChanged` are notifications for the state machine and the operator.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from enum import StrEnum
 
 from raft.log import LogEntry, SnapshotId
 from raft.messages import RaftMessage
+from raft.voter_set import VoterSet
 
 
 class Role(StrEnum):
@@ -106,6 +107,14 @@ class RoleChanged:
     leader_id: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class VotersChanged:
+    """The voters in effect changed (a VOTERS entry appended, truncated away, or a snapshot installed): a driver
+    reaches them at their endpoints from now on."""
+
+    voters: VoterSet
+
+
 PersistEffect = PersistQuorumState | AppendEntries | TruncateLog | PersistSnapshot | TrimLogPrefix | ResetLog
-Effect = PersistEffect | Send | Commit | LoadSnapshot | RoleChanged
+Effect = PersistEffect | Send | Commit | LoadSnapshot | RoleChanged | VotersChanged
 PERSIST_EFFECTS = (PersistQuorumState, AppendEntries, TruncateLog, PersistSnapshot, TrimLogPrefix, ResetLog)

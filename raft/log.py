@@ -20,6 +20,7 @@ class EntryKind(IntEnum):
 
     DATA = 0
     LEADER_CHANGE = 1
+    VOTERS = 2  # the quorum's voters from this entry on (raft.voter_set)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ leader already counts as replicated).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -24,12 +25,15 @@ class Errors(IntEnum):
     NONE = 0
     NOT_LEADER_OR_FOLLOWER = 6
     CLUSTER_AUTHORIZATION_FAILED = 31  # the peer's authorizer refused this node's principal
+    REQUEST_TIMED_OUT = 7  # a voter change waits for the leader's epoch or the last change to commit
     INVALID_REQUEST = 42
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     SNAPSHOT_NOT_FOUND = 98
     POSITION_OUT_OF_RANGE = 99
     INCONSISTENT_CLUSTER_ID = 104
+    DUPLICATE_VOTER = 126
+    VOTER_NOT_FOUND = 127
 
 
 NO_LEADER = -1
@@ -171,6 +175,8 @@ class ReplicaState:
     log_end_offset: int
     last_fetch_timestamp: int = -1
     last_caught_up_timestamp: int = -1
+    #: A voter's metadata directory id, as the voter set knows it (KIP-853; None: unknown, and for observers).
+    directory_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
