@@ -23,22 +23,29 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 
+from kio.schema.errors import ErrorCode
+
 from controller.controller import Controller
 from controller.node_roles import controller_listener
 from controller.rpc.server import ControllerServer
 from metadata.broker_load import BrokerLoad, PartitionLoad
-from metadata.errors import NotControllerError
+from metadata.errors import ControllerError, NotControllerError
 from metadata.image import MetadataImage
 from metadata.rpc.raft_codec import sole_voter_description
 from metadata.rpc.stream_rpcs import MetadataDump
 from raft.messages import DescribeQuorumResponse, RaftRequest, RaftResponse
+from raft.voter_set import Voter
 from settings.endpoint import Endpoint
-from settings.server import Listener, ServerConfig
+from settings.listeners import Listener
+from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 
 __all__ = ["EmbeddedControllerListener", "SoleVoter", "embedded_controller_listener"]
 
 logger = logging.getLogger(__name__)
+
+_NO_VOTER_CHANGE = ("this node keeps its metadata in a local log, not a Raft quorum: its voters cannot change "
+                    "(a controller-only node, or a quorum of several voters, runs Raft)")
 
 
 def embedded_controller_listener(config: ServerConfig) -> Listener | None:
@@ -100,6 +107,12 @@ class SoleVoter:
     @property
     def image(self) -> MetadataImage:
         return self._controller.image
+
+    async def add_voter(self, voter: Voter, timeout_s: float) -> None:
+        raise ControllerError(ErrorCode.unsupported_version, _NO_VOTER_CHANGE)
+
+    async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, timeout_s: float) -> None:
+        raise ControllerError(ErrorCode.unsupported_version, _NO_VOTER_CHANGE)
 
     def metadata_loaded(self) -> bool:
         """Always: the node replayed its local metadata log before it serves, and it is the only writer."""

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from controller.controller import Controller
 from controller.quorum import RAFT_DIR_NAME, QuorumController
+from controller.quorum_membership import PeersCallback, QuorumMembership
 from controller.rpc.transport import NetworkTransport
 from metadata.controller_api import ImageListener
 from metadata.errors import NotControllerError
@@ -63,6 +64,9 @@ class VoterFollower:
     async def wait_applied(self, end: int, timeout: float) -> None:
         await self._quorum.wait_applied(end, timeout)
 
+    def watch_voters(self, callback: PeersCallback) -> None:
+        self._quorum.membership.watch(callback)
+
     async def start(self) -> None:
         return None
 
@@ -75,8 +79,8 @@ class MetadataReplica:
 
     def __init__(self, config: ServerConfig, cluster_id: str) -> None:
         self.node_id = config.node_id
-        voters = {v.node_id: (v.host, v.port) for v in config.voters}
-        if self.node_id in voters:
+        self.membership = QuorumMembership(config)
+        if self.node_id in self.membership.addresses:
             raise ConfigError(
                 f"node.id {self.node_id} is one of the controller.quorum.voters; a broker-only node needs a node.id "
                 "of its own"
@@ -95,12 +99,12 @@ class MetadataReplica:
         request_ms = int(config.value("controller.quorum.request.timeout.ms"))
         fetch_ms = int(config.value("controller.quorum.fetch.timeout.ms"))
         fetch_wait_ms = min(500, max(1, fetch_ms // 4))
-        self.transport = NetworkTransport(self.node_id, voters, request_timeout_s=request_ms / 1000,
+        self.transport = NetworkTransport(self.node_id, self.membership.addresses, request_timeout_s=request_ms / 1000,
                                           ssl_context=config.controller_client_tls(),
                                           sasl=config.controller_client_sasl())
         self.driver = RaftDriver(
             self.node_id,
-            sorted(voters),
+            self.membership.initial,
             config.metadata_dir / RAFT_DIR_NAME,
             self.transport,
             apply=self._apply,
@@ -114,7 +118,9 @@ class MetadataReplica:
                 request_timeout_ms=max(request_ms, fetch_wait_ms + 1),
             ),
             on_committed=self._committed,
+            on_voters=self.membership.voters_changed,
         )
+        self.membership.attach(self.driver, self.transport.update_peers)
 
     @property
     def image(self) -> MetadataImage:
@@ -127,6 +133,9 @@ class MetadataReplica:
 
     def subscribe(self, listener: ImageListener) -> None:
         self.controller.subscribe(listener)
+
+    def watch_voters(self, callback: PeersCallback) -> None:
+        self.membership.watch(callback)
 
     async def start(self) -> None:
         await self.driver.start()

@@ -8,7 +8,8 @@ for the nodes that use them).
 
 from __future__ import annotations
 
-from settings.server import Listener, ServerConfig
+from settings.listeners import Listener
+from settings.server import ServerConfig
 from storage.config import ConfigError
 
 
@@ -23,9 +24,10 @@ def controller_listener(config: ServerConfig) -> Listener:
 
 
 def uses_quorum(config: ServerConfig) -> bool:
-    """Whether this node's controller runs on Raft: a controller-only node, or any quorum of several voters.
-    A combined node that is the only voter keeps the local metadata log (the embedded default)."""
+    """Whether this node's controller runs on Raft: a controller-only node, any quorum of several voters, or a
+    controller formatted to be added to a running quorum. A combined node that is the only voter keeps the local
+    metadata log (the embedded default), so its voters cannot change."""
     roles = set(config.process_roles)
     if "controller" not in roles:
         return False
-    return roles == {"controller"} or len(config.voters) > 1
+    return roles == {"controller"} or len(config.voters) > 1 or config.joins_quorum

@@ -37,7 +37,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +47,7 @@ from controller.auto_balancer import AutoBalancer
 from controller.controller import Controller
 from controller.decisions.wal_failover import choose_target
 from controller.node_roles import controller_listener
+from controller.quorum_membership import QuorumMembership
 from controller.rpc.server import ControllerServer
 from controller.rpc.transport import NetworkTransport
 from metadata.broker_load import BrokerLoad, PartitionLoad
@@ -60,6 +61,7 @@ from raft.core import RaftConfig
 from raft.driver import NotLeaderError, RaftDriver
 from raft.effects import Role
 from raft.log import LogEntry, SnapshotId
+from raft.voter_set import Voter
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_quorum_meta_properties
 from settings.server import ServerConfig
@@ -100,13 +102,13 @@ class QuorumController:
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = cluster_id
-        self.voters = {v.node_id: (v.host, v.port) for v in config.voters}
+        self.membership = QuorumMembership(config)
         image = MetadataImage(cluster_id=cluster_id, controller_id=-1)
         self.controller = Controller(config, image, RaftRecordLog(self), clock_ms=clock_ms)
         self.balancer = AutoBalancer(self.controller, config)
         self.transport = NetworkTransport(
             self.node_id,
-            self.voters,
+            self.membership.addresses,
             request_timeout_s=int(config.value("controller.quorum.request.timeout.ms")) / 1000,
             ssl_context=config.controller_client_tls(),
             sasl=config.controller_client_sasl(),
@@ -124,14 +126,16 @@ class QuorumController:
         )
         self.driver = RaftDriver(
             self.node_id,
-            sorted(self.voters),
+            self.membership.initial,
             Path(config.metadata_dir) / RAFT_DIR_NAME,
             self.transport,
             apply=self._apply,
             load_snapshot=self._load_snapshot,
             config=raft_config,
             on_committed=self._committed,
+            on_voters=self.membership.voters_changed,
         )
+        self.membership.attach(self.driver, self.transport.update_peers)
         self._snapshot_policy = SnapshotPolicy.of(config)
         self._last_snapshot_ms = wall_ms()  # as Kafka's SnapshotGenerator: the interval counts from the start
         self._session_timeout_s = config.broker_session_timeout_ms / 1000
@@ -172,9 +176,10 @@ class QuorumController:
             await quorum.server.close()
             raise
         await quorum.server.start_serving()
+        quorum.membership.start()
         quorum._watcher = asyncio.create_task(quorum._watch(), name=f"quorum-controller-{quorum.node_id}")
         logger.info("controller %d of cluster %s started: voters %s, metadata at offset %d", quorum.node_id,
-                    cluster_id, ", ".join(f"{i}@{h}:{p}" for i, (h, p) in sorted(quorum.voters.items())),
+                    cluster_id, quorum.membership.voter_set.describe() or "none yet (joining)",
                     quorum.controller.image.offset)
         return quorum
 
@@ -190,6 +195,7 @@ class QuorumController:
         for task in list(self._background):
             task.cancel()
         self._deactivate("the controller is stopping")
+        await self.membership.stop()
         await self.driver.stop(resign=resign)
         await self.transport.close()
         logger.info("controller %d stopped", self.node_id)
@@ -203,6 +209,11 @@ class QuorumController:
     @property
     def leader_id(self) -> int | None:
         return self.driver.leader_id
+
+    @property
+    def voters(self) -> Mapping[int, tuple[str, int]]:
+        """Each voter's CONTROLLER listener, as the log now says them (``controller.quorum_membership``)."""
+        return self.membership.addresses
 
     @property
     def image(self) -> MetadataImage:
@@ -531,6 +542,12 @@ class QuorumController:
 
     def broker_loads(self) -> list[BrokerLoad]:
         return sorted(self.balancer.loads(self.controller.image).values(), key=lambda load: load.node_id)
+
+    async def add_voter(self, voter: Voter, timeout_s: float) -> None:
+        await self.membership.add(voter, timeout_s)
+
+    async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, timeout_s: float) -> None:
+        await self.membership.remove(node_id, directory_id, timeout_s)
 
     def check_node(self, node: NodeIdentity, what: str) -> None:
         """Refuses a mutation from a fenced broker or from an older incarnation of one (NodeFencedError)."""

@@ -33,6 +33,7 @@ from metadata.rpc.error_codes import RpcError
 from metadata.rpc.stream_rpcs import DescribeBrokerLoad, DescribeMetadata, MetadataDump
 from raft.log import EntryKind
 from raft.storage import QUORUM_STATE_FILE, RaftStorage, RaftStorageError
+from raft.voter_set import unwrap_snapshot
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
 from wire.client import SaslNotEnabled
@@ -246,4 +247,5 @@ def _recover(directory: Path, source: str) -> tuple[bytes, list[tuple[int, bytes
         raise MetadataSourceError(f"{source}: {exc}") from None
     log = state.log
     entries = [(e.offset, e.data) for e in log.read(log.start_offset) if e.kind is EntryKind.DATA]
-    return state.snapshot_data, entries, log.end_offset
+    _voters, data = unwrap_snapshot(state.snapshot_data)  # the voters a snapshot carries are Raft's, not metadata
+    return data, entries, log.end_offset

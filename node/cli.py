@@ -20,6 +20,7 @@ from node import dataclass_code
 COMMANDS = {
     "cluster": "cluster",
     "metadata": "metadata",
+    "metadata-quorum": "metadata_quorum",
     "object": "object",
     "pipeline": "pipeline",
     "server": "server",

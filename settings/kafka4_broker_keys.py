@@ -180,8 +180,8 @@ REFUSED: dict[str, tuple[str, str | None, str | None]] = {
         JAVA_PLUGIN, None, "org.apache.kafka.server.share.persister.DefaultStatePersister"
     ),
     "controller.quorum.auto.join.enable": (
-        "dynamic quorums (KIP-853) are served only in their standalone form, whose one voter is there from the "
-        "start: a controller cannot join a quorum",
+        "not implemented: a controller formatted with --no-initial-controllers joins the quorum when an operator "
+        "adds it (fjord metadata-quorum add-controller, KIP-853's AddRaftVoter), not on its own",
         "false",
         None,
     ),

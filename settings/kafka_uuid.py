@@ -24,3 +24,15 @@ def is_kafka_uuid(text: str) -> bool:
         return len(base64.urlsafe_b64decode(text + "==")) == 16
     except ValueError:
         return False
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    """The UUID a Kafka UUID's text names (ValueError for anything else), as the protocol carries it."""
+    if not is_kafka_uuid(text):
+        raise ValueError(f"{text!r} is not a 22-character base64url UUID")
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+
+
+def kafka_uuid_text(value: uuid.UUID) -> str:
+    """Inverse of :func:`parse_kafka_uuid`."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")

@@ -5,10 +5,13 @@ Kafka 4 ships its configs with a dynamic quorum (KIP-853): the files name no vot
 ``controller.quorum.bootstrap.servers``, and ``kafka-storage format`` writes the quorum's first voters into each
 controller's log: the formatting controller alone (``--standalone``) or a list (``--initial-controllers``).
 ``fjord storage format`` writes them to the directory's ``bootstrap.properties`` (``settings.bootstrap_file``), and
-they are the voters. Fjord serves no voter changes, so a controller formatted to join later
-(``--no-initial-controllers``) is refused at the format. Without a format, a controller whose bootstrap servers name
-only its own controller listener is the quorum's one voter, as after ``--standalone``; any other unformatted dynamic
-form stops the start naming the key: guessing the voters could found a second cluster. When both keys are given the
+they are the quorum's first voters; later ones are added and removed by AddRaftVoter and RemoveRaftVoter
+(``fjord metadata-quorum add-controller``), and the log holds them from then on (``raft.voter_set``). A controller
+formatted to be added later (``--no-initial-controllers``) has no voter here: it starts as an observer that finds
+the quorum through its bootstrap servers, as a broker does, and votes once added. Without a format, a controller
+whose bootstrap servers name only its own controller listener is the quorum's one voter, as after ``--standalone``;
+any other unformatted dynamic form stops the start naming the key: guessing the voters could found a second
+cluster. When both keys are given the
 voters decide, as in Kafka, where the bootstrap servers then only find the leader.
 
 A broker-only node is not decided here: it learns the voters from its bootstrap servers as it starts
@@ -100,6 +103,7 @@ def resolve_voters(
     own_controller_addresses: Sequence[tuple[str, int]],
     formatted: Sequence[QuorumVoter] = (),
     standalone: bool = False,
+    joining: bool = False,
 ) -> tuple[QuorumVoter, ...]:
     """The voters this node's quorum has.
 
@@ -108,14 +112,15 @@ def resolve_voters(
     host and port of this node's controller listener as it binds it and as it advertises it, the advertised last.
     ``formatted``: the voters a controller's directory was formatted with (``settings.bootstrap_file``), which decide
     when the file names bootstrap servers only; ``standalone``: this controller is being formatted as the quorum's
-    one voter (``fjord storage format --standalone``). Raises ConfigError naming :data:`BOOTSTRAP_KEY` for a dynamic
-    form Fjord cannot tell the voters of.
+    one voter (``fjord storage format --standalone``); ``joining``: it was formatted to be added to a running quorum
+    (``--no-initial-controllers``), so it has no voter of its own (it learns them as it starts). Raises ConfigError
+    naming :data:`BOOTSTRAP_KEY` for a dynamic form Fjord cannot tell the voters of.
     """
     servers = parse_bootstrap_servers(bootstrap)
     if voters_given is not None or not servers:
         return parse_voters(voters_given if voters_given is not None else voters_default)
-    if "controller" not in roles:
-        return ()  # a broker-only node: the voters come from its bootstrap servers as it starts
+    if "controller" not in roles or joining:
+        return ()  # a broker-only node or a joining controller: the voters come from its bootstrap servers
     if formatted:
         return tuple(formatted)
     if standalone:

@@ -44,6 +44,7 @@ from settings.kafka_broker_keys import (
 )
 from settings.keys import BROKER_KEYS
 from settings.listener_request_size import KEY, listener_request_max_bytes, listener_request_override
+from settings.listeners import Listener, parse_listeners, parse_protocol_map
 from settings.quorum_voters import QuorumVoter, resolve_voters
 from settings.security import (
     SASL_PROTOCOLS,
@@ -65,56 +66,6 @@ from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    """A configured listener; ``host`` "" binds every interface."""
-
-    name: str
-    host: str
-    port: int
-
-    def endpoint(self, security_protocol: str) -> Endpoint:
-        return Endpoint(self.name, self.host, self.port, security_protocol)
-
-
-def parse_listeners(text: str, key: str) -> tuple[Listener, ...]:
-    """``NAME://host:port,...`` (host may be empty or a bracketed IPv6 address); names must be unique."""
-    out: list[Listener] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        name, sep, rest = item.partition("://")
-        if not sep or not name:
-            raise ConfigError(f"{key}: {item!r} is not NAME://host:port")
-        host, colon, port_text = rest.rpartition(":")
-        if not colon:
-            raise ConfigError(f"{key}: {item!r} has no port")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        try:
-            port = int(port_text)
-        except ValueError:
-            raise ConfigError(f"{key}: port {port_text!r} of {item!r} is not a number") from None
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"{key}: port {port} of {item!r} is out of range")
-        if any(existing.name == name.upper() for existing in out):
-            raise ConfigError(f"{key}: listener name {name} appears twice")
-        out.append(Listener(name.upper(), host, port))
-    return tuple(out)
-
-
-def _parse_protocol_map(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        name, colon, protocol = item.partition(":")
-        if not colon:
-            raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
-        out[name.strip().upper()] = protocol.strip().upper()
-    return out
 
 
 def _check_kafka_keys(props: Mapping[str, str]) -> dict[str, str]:
@@ -158,17 +109,20 @@ def _check_kafka_keys(props: Mapping[str, str]) -> dict[str, str]:
 
 def _formatted_voters(
     props: Mapping[str, str], values: Mapping[str, Any], formatting: Sequence[QuorumVoter] | str | None
-) -> Sequence[QuorumVoter]:
+) -> tuple[Sequence[QuorumVoter], bool]:
     """The voters a controller named by bootstrap servers alone was formatted with: those being formatted, else
-    those its metadata directory's ``bootstrap.properties`` holds (read only for such a controller)."""
+    those its metadata directory's ``bootstrap.properties`` holds (read only for such a controller); and whether it
+    was formatted to join a running quorum instead (``--no-initial-controllers``: a file that names no voter)."""
     if formatting is not None:
-        return () if isinstance(formatting, str) else formatting
+        return (() if isinstance(formatting, str) else formatting), formatting == "joining"
     if ("controller" not in values["process.roles"] or "controller.quorum.voters" in props
             or not values["controller.quorum.bootstrap.servers"]):
-        return ()
+        return (), False
     metadata_dir = values["metadata.log.dir"] or _first_log_dir(props, values)
     bootstrap = read_bootstrap(metadata_dir) if metadata_dir else None
-    return bootstrap.voters if bootstrap is not None else ()
+    if bootstrap is None:
+        return (), False
+    return bootstrap.voters, not bootstrap.voters
 
 
 def _first_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> str | None:
@@ -231,6 +185,9 @@ class ServerConfig:
     advertised_listeners: tuple[Listener, ...] = ()
     security_protocols: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     voters: tuple[QuorumVoter, ...] = ()
+    #: A controller formatted to be added to a running quorum (``--no-initial-controllers``): it has no voters above
+    #: and finds them through ``controller.quorum.bootstrap.servers`` as it starts.
+    joins_quorum: bool = False
     #: The TLS settings of each SSL listener, by listener name (checked at load: a bad key file stops the start).
     tls: Mapping[str, ListenerTls] = field(default_factory=lambda: MappingProxyType({}))
     #: The SASL settings of each SASL_PLAINTEXT or SASL_SSL listener, by listener name.
@@ -251,11 +208,12 @@ class ServerConfig:
         path: str | os.PathLike[str] | None = None,
         overrides: Iterable[str] = (),
         *,
-        formatting: Sequence[QuorumVoter] | Literal["standalone"] | None = None,
+        formatting: Sequence[QuorumVoter] | Literal["standalone", "joining"] | None = None,
     ) -> ServerConfig:
         """Reads ``path`` (None: built-in defaults only, the embedded default) then applies ``key=value``
         overrides, as ``kafka-server-start --override`` does. ``formatting``: the voters ``fjord storage format``
-        is about to write (or ``"standalone"``: this controller alone), instead of those its directory holds."""
+        is about to write (or ``"standalone"``: this controller alone; ``"joining"``: none, it is to be added to a
+        running quorum), instead of those its directory holds."""
         props = read_properties(path) if path is not None else {}
         props.update(parse_overrides(overrides))
         return cls.from_properties(props, formatting=formatting)
@@ -265,7 +223,7 @@ class ServerConfig:
         cls,
         props: Mapping[str, str],
         *,
-        formatting: Sequence[QuorumVoter] | Literal["standalone"] | None = None,
+        formatting: Sequence[QuorumVoter] | Literal["standalone", "joining"] | None = None,
     ) -> ServerConfig:
         refuse_unimplemented(props)
         props = _check_kafka_keys(props)
@@ -298,7 +256,7 @@ class ServerConfig:
             )
         else:
             advertised = parse_listeners(advertised_text, "advertised.listeners")
-        protocols = _parse_protocol_map(values["listener.security.protocol.map"])
+        protocols = parse_protocol_map(values["listener.security.protocol.map"])
         tls = {
             lst.name: listener_tls(lst.name, props, values)
             for lst in listeners
@@ -324,6 +282,7 @@ class ServerConfig:
         )
         if not sasl and controller_sasl_settings is None and any(name.startswith("sasl.") for name in props):
             logger.warning("sasl.* settings are given but no listener is SASL_PLAINTEXT or SASL_SSL; they are not used")
+        formatted, joining = _formatted_voters(props, values, formatting)
         inter_broker = (
             inter_broker_settings(
                 props,
@@ -353,9 +312,11 @@ class ServerConfig:
                     (lst.host, lst.port) for lst in (*listeners, *advertised)
                     if controller_listener_names and lst.name == controller_listener_names[0]
                 ],
-                formatted=_formatted_voters(props, values, formatting),
+                formatted=formatted,
                 standalone=formatting == "standalone",
+                joining=joining,
             ),
+            joins_quorum=joining and "controller" in values["process.roles"],
             tls=MappingProxyType(tls),
             controller_tls=controller_tls,
             controller_sasl=controller_sasl_settings,
@@ -416,7 +377,7 @@ class ServerConfig:
             raise ConfigError("log.dirs: at least one directory is required")
         if "broker" in roles and not self.broker_listeners:
             raise ConfigError("listeners: a broker needs at least one listener that is not a controller listener")
-        if "controller" in roles and self.node_id not in {v.node_id for v in self.voters}:
+        if "controller" in roles and not self.joins_quorum and self.node_id not in {v.node_id for v in self.voters}:
             raise ConfigError(
                 f"controller.quorum.voters: this controller's node.id {self.node_id} is not among the voters "
                 f"({', '.join(str(v.node_id) for v in self.voters)})"
@@ -470,6 +431,12 @@ class ServerConfig:
         """What those connections connect with, reloaded when the certificate files change
         (:meth:`ListenerTls.client_tls`); None: PLAINTEXT."""
         return self.controller_tls.client_tls() if self.controller_tls is not None else None
+
+    @property
+    def dynamic_quorum(self) -> bool:
+        """The quorum's voters are the log's (KIP-853, ``kraft.version`` 1): named by bootstrap servers, not by a
+        static ``controller.quorum.voters``, so AddRaftVoter and RemoveRaftVoter may change them."""
+        return "controller.quorum.voters" not in self.static and bool(self.value("controller.quorum.bootstrap.servers"))
 
     @property
     def broker_listeners(self) -> tuple[Listener, ...]:

@@ -6,11 +6,11 @@ Kafka 4 cluster's files name only ``controller.quorum.bootstrap.servers``, and t
 has written them: ``--standalone`` (this controller alone) or ``--initial-controllers`` (a list given the same to
 every controller). The format writes ``meta.properties`` with the operator's cluster id (``-t``) in each log
 directory and ``bootstrap.properties`` (``settings.bootstrap_file``) in the metadata directory, as Kafka writes its
-bootstrap checkpoint there. Kafka's rules for which flags a node takes are kept, with two more: Fjord serves no
-voter change (KIP-853's AddRaftVoter), so a controller formatted to join the quorum later
-(``--no-initial-controllers``) is refused here rather than left waiting to be added; and ``--add-scram`` and
-``--feature``, which Kafka's controllers apply, are a broker's or combined node's here (its first start applies them,
-as ``fjord server start``'s options of the same names), so a controller-only node refuses them rather than keep them
+bootstrap checkpoint there. A controller formatted to join the quorum later (``--no-initial-controllers``) gets a
+``bootstrap.properties`` naming no voter: it starts as an observer until ``fjord metadata-quorum add-controller``
+adds it. Kafka's rules for which flags a node takes are kept, with one more: ``--add-scram`` and ``--feature``,
+which Kafka's controllers apply, are a broker's or combined node's here (its first start applies them, as
+``fjord server start``'s options of the same names), so a controller-only node refuses them rather than keep them
 unused.
 """
 
@@ -67,17 +67,15 @@ def format_storage(request: FormatRequest) -> list[str]:
     if voter_flags and not dynamic:
         raise ConfigError(f"{voter_flags[0]}: the quorum's voters are given by {VOTERS_KEY} (a static quorum), or "
                           f"no {BOOTSTRAP_KEY} is named: format without {voter_flags[0]}")
-    formatting: tuple[QuorumVoter, ...] | Literal["standalone"] | None = None
+    formatting: tuple[QuorumVoter, ...] | Literal["standalone", "joining"] | None = None
     directory_ids: dict[int, str] = {}
     if controller and dynamic:
         if not modes:
             raise ConfigError(f"Because {VOTERS_KEY} is not set on this controller, you must specify one of the "
                               "following: --standalone, --initial-controllers, or --no-initial-controllers.")
         if request.no_initial_controllers:
-            raise ConfigError("--no-initial-controllers: Fjord does not add a controller to a running quorum "
-                              "(KIP-853's add-controller); format every controller with the same "
-                              "--initial-controllers list, or this one with --standalone")
-        if request.standalone:
+            formatting = "joining"
+        elif request.standalone:
             formatting = "standalone"
         else:
             formatting, directory_ids = _initial(request.initial_controllers or "", props)
@@ -113,8 +111,9 @@ def _initial(text: str, props: dict[str, str]) -> tuple[tuple[QuorumVoter, ...],
     voters, directory_ids = parse_initial_controllers(text)
     node_id = _value(props, "node.id")
     if node_id not in {v.node_id for v in voters}:
-        raise ConfigError(f"--initial-controllers: this controller (node.id {node_id}) is not among them, and Fjord "
-                          "does not add a controller to a running quorum (KIP-853's add-controller)")
+        raise ConfigError(f"--initial-controllers: this controller (node.id {node_id}) is not among them: format it "
+                          "with --no-initial-controllers to add it to the running quorum later "
+                          "(fjord metadata-quorum add-controller)")
     return voters, directory_ids
 
 
@@ -156,6 +155,9 @@ def _write(
             named = ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in voters)
             lines.append(f"Formatting dynamic metadata voter directory {directory} with cluster id "
                          f"{request.cluster_id} and voters {named}{_first_start(request)}")
+        elif config.joins_quorum:
+            lines.append(f"Formatting metadata directory {directory} with cluster id {request.cluster_id}: this "
+                         f"controller observes the quorum until fjord metadata-quorum add-controller adds it")
         else:
             lines.append(f"Formatting metadata directory {directory} with cluster id {request.cluster_id}"
                          f"{_first_start(request)}")

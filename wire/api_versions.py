@@ -99,6 +99,8 @@ API_VERSIONS: Final[Mapping[int, VersionRange]] = MappingProxyType(
         77: VersionRange("ShareGroupDescribe", 1, 1),
         78: VersionRange("ShareFetch", 1, 2),
         79: VersionRange("ShareAcknowledge", 1, 2),
+        80: VersionRange("AddRaftVoter", 0, 1),
+        81: VersionRange("RemoveRaftVoter", 0, 0),
         83: VersionRange("InitializeShareGroupState", 0, 0),
         86: VersionRange("DeleteShareGroupState", 0, 0),
         87: VersionRange("ReadShareGroupStateSummary", 0, 1),

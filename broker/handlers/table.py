@@ -58,6 +58,7 @@ from broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    raft_voters,
     sasl,
     scram_credentials,
     share_acknowledge,
@@ -144,6 +145,8 @@ HANDLERS: Final[Mapping[int, Handler]] = MappingProxyType(
         77: share_group_describe.handle_share_group_describe,  # ShareGroupDescribe
         78: share_fetch.handle_share_fetch,  # ShareFetch
         79: share_acknowledge.handle_share_acknowledge,  # ShareAcknowledge
+        80: raft_voters.handle_raft_voter_change,  # AddRaftVoter (forwarded to the quorum's leader)
+        81: raft_voters.handle_raft_voter_change,  # RemoveRaftVoter (forwarded to the quorum's leader)
         83: share_group_state.handle_initialize_share_group_state,  # InitializeShareGroupState (between brokers)
         86: share_group_state.handle_delete_share_group_state,  # DeleteShareGroupState (between brokers)
         87: share_group_state.handle_read_share_group_state_summary,  # ReadShareGroupStateSummary (between brokers)
@@ -222,6 +225,8 @@ GUARDS: Final[Mapping[int, Guard]] = MappingProxyType(
         # ShareFetch, ShareAcknowledge: GROUP READ (whole request), then TOPIC READ per partition in the handler
         78: share_common.authorize_share_group,
         79: share_common.authorize_share_group,
+        80: raft_voters.authorize_raft_voter_change,  # AddRaftVoter: CLUSTER ALTER
+        81: raft_voters.authorize_raft_voter_change,  # RemoveRaftVoter: CLUSTER ALTER
         83: share_group_state.authorize_share_group_state,  # InitializeShareGroupState: CLUSTER CLUSTER_ACTION
         86: share_group_state.authorize_share_group_state,  # DeleteShareGroupState: CLUSTER CLUSTER_ACTION
         87: share_group_state.authorize_share_group_state,  # ReadShareGroupStateSummary: CLUSTER CLUSTER_ACTION

@@ -63,6 +63,7 @@ from metadata.acl.authorizer import Authorizer, AuthorizerSettings
 from metadata.acl.binding import ANONYMOUS, CLUSTER_NAME, AclBinding, AclOperation, ResourceType
 from metadata.acl.denials import DenialLog
 from metadata.rpc.kafka_apis import (
+    ADD_RAFT_VOTER,
     ALLOCATE_PRODUCER_IDS,
     ALTER_CLIENT_QUOTAS,
     ALTER_CONFIGS,
@@ -83,6 +84,7 @@ from metadata.rpc.kafka_apis import (
     FETCH,
     FETCH_SNAPSHOT,
     INCREMENTAL_ALTER_CONFIGS,
+    REMOVE_RAFT_VOTER,
     UNREGISTER_BROKER,
     UPDATE_FEATURES,
     VOTE,
@@ -119,6 +121,8 @@ _KAFKA_OPERATIONS: Final[Mapping[int, AclOperation]] = {
     DELETE_ACLS: AclOperation.ALTER,
     ALTER_CLIENT_QUOTAS: AclOperation.ALTER_CONFIGS,
     UPDATE_FEATURES: AclOperation.ALTER,
+    ADD_RAFT_VOTER: AclOperation.ALTER,
+    REMOVE_RAFT_VOTER: AclOperation.ALTER,
 }
 #: The admin APIs decided item by item (``controller.rpc.item_authorization``), with the right on the cluster that
 #: grants every item at once (None: none does).

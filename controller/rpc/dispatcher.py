@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from controller.rpc import broker_lifecycle, item_authorization, raft_requests, sasl, stream_service
+from controller.rpc import broker_lifecycle, item_authorization, raft_requests, sasl, stream_service, voter_changes
 from controller.rpc.authorization import PER_ITEM_APIS, ControllerAuthorizer, kafka_operation, refused_request
 from controller.rpc.forwarded_admin import ADMIN_APIS as _ADMIN_APIS
 from controller.rpc.forwarded_admin import answer_admin
@@ -160,6 +160,10 @@ class ControllerDispatcher:
             response = self._describe_cluster(response_cls, request.body)
         elif api_key == kafka_apis.ALLOCATE_PRODUCER_IDS:
             response = await self._allocate_producer_ids(response_cls, request.body)
+        elif api_key == kafka_apis.ADD_RAFT_VOTER:
+            response = await voter_changes.add_raft_voter(self.quorum, response_cls, request.body)
+        elif api_key == kafka_apis.REMOVE_RAFT_VOTER:
+            response = await voter_changes.remove_raft_voter(self.quorum, response_cls, request.body)
         else:
             response = await self._admin(api_key, response_cls, request, refusal, check=check, quiet=quiet)
         return codec.encode_response(prefix.correlation_id, response)

@@ -17,6 +17,7 @@ from metadata.broker_load import BrokerLoad, PartitionLoad
 from metadata.image import MetadataImage
 from metadata.rpc import stream_rpcs
 from raft.messages import DescribeQuorumResponse, RaftRequest, RaftResponse
+from raft.voter_set import Voter
 from settings.endpoint import Endpoint
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
@@ -92,4 +93,12 @@ class ServedQuorum(Protocol):
 
     def broker_loads(self) -> list[BrokerLoad]:
         """The reports kept, of the brokers' current registrations (DescribeBrokerLoad)."""
+        ...
+
+    async def add_voter(self, voter: Voter, timeout_s: float) -> None:
+        """AddRaftVoter: returns once committed; ControllerError with Kafka's code for the reason otherwise."""
+        ...
+
+    async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, timeout_s: float) -> None:
+        """RemoveRaftVoter, as :meth:`add_voter`."""
         ...

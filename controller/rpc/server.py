@@ -26,7 +26,7 @@ from controller.rpc.dispatcher import ControllerDispatcher
 from controller.rpc.sasl import SaslConnection, SaslGate
 from controller.rpc.served_quorum import ServedQuorum
 from metadata.acl.authorizer import settings_from
-from settings.server import Listener
+from settings.listeners import Listener
 from storage.config import ConfigError
 from wire.listener import DEFAULT_MAX_IN_FLIGHT, KafkaListener
 from wire.memory_pool import pool_of, seconds_or_never

@@ -85,12 +85,34 @@ class NetworkTransport:
             for peer_id, (host, port) in peers.items()
             if peer_id != node_id
         }
+        self._max_queued = max_queued
         self._request_timeout_s = request_timeout_s
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
         self._replies: dict[tuple[int, int], asyncio.Future[RaftResponse]] = {}
         self._exchanges: set[asyncio.Task[None]] = set()
         self._closed = False
+
+    def update_peers(self, peers: Mapping[int, tuple[str, int]]) -> None:
+        """The voters changed (KIP-853): reach an added voter, and a voter at its new address. A removed voter's
+        peer stays: nothing is sent to it once the core no longer counts it, and a leader the log has not yet caught
+        up with may still be it."""
+        for peer_id, (host, port) in peers.items():
+            if peer_id == self.node_id:
+                continue
+            peer = self._peers.get(peer_id)
+            if peer is None:
+                self._peers[peer_id] = _Peer(peer_id, host, port, self._max_queued)
+                logger.info("node %d: voter %d is at %s:%d", self.node_id, peer_id, host, port)
+            elif (peer.host, peer.port) != (host, port):
+                logger.info("node %d: voter %d moved from %s:%d to %s:%d", self.node_id, peer_id, peer.host,
+                            peer.port, host, port)
+                peer.host, peer.port = host, port
+                if peer.connection is not None:
+                    connection, peer.connection = peer.connection, None
+                    closing = asyncio.get_running_loop().create_task(connection.close())
+                    self._exchanges.add(closing)
+                    closing.add_done_callback(self._exchanges.discard)
 
     # ---- Transport ----------------------------------------------------------------------------------------
     def send(self, destination: int, message: RaftMessage) -> None:

@@ -87,6 +87,7 @@ class ActiveControllerChannel:
         self._retry_budget_s = retry_budget_s
         self._leader_hint = leader_hint
         self._connections: dict[int, ControllerConnection] = {}
+        self._closing: set[asyncio.Task[None]] = set()  # connections to a voter that moved, being closed
         self._connecting: dict[int, asyncio.Lock] = {voter: asyncio.Lock() for voter in voters}
         self._active: int | None = None
         self._closed = False
@@ -108,6 +109,21 @@ class ActiveControllerChannel:
         self._retry_budget_s = min(self._retry_budget_s, budget_s)
         # Calls already retrying (a partition opening when the stop came) end by then too, not at their own deadline.
         self._stop_deadline = time.monotonic() + budget_s
+
+    def update_voters(self, voters: Mapping[int, tuple[str, int]]) -> None:
+        """The quorum's voters changed (KIP-853): a voter added is tried like the others, one that moved is reached
+        at its new address. A removed one stays a candidate: it answers NOT_CONTROLLER naming the leader."""
+        for voter, address in voters.items():
+            if self._voters.get(voter) == address:
+                continue
+            self._voters[voter] = address
+            self._connecting.setdefault(voter, asyncio.Lock())
+            stale = self._connections.pop(voter, None)
+            if stale is not None:
+                task = asyncio.get_running_loop().create_task(stale.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        self._order = sorted(self._voters)
 
     def _address(self, voter: int) -> str:
         host, port = self._voters[voter]
@@ -271,10 +287,15 @@ def _kafka_redirect(response: Any) -> tuple[bool, int | None]:
     return int(ErrorCode.not_controller) in codes, None
 
 
-def describe_quorum_redirect(response: Any) -> tuple[bool, int | None]:
-    """DescribeQuorum is answered by the Raft leader only; a follower names the leader it knows."""
+def quorum_leader_redirect(response: Any) -> tuple[bool, int | None]:
+    """What only the Raft leader answers: DescribeQuorum, where a follower names the leader it knows, and the voter
+    changes (AddRaftVoter, RemoveRaftVoter), which a follower refuses as a whole."""
     refused = {int(ErrorCode.not_leader_or_follower), int(ErrorCode.not_controller)}
-    if int(response.error_code) in refused or not response.topics:
+    if int(response.error_code) in refused:
+        return True, None
+    if not hasattr(response, "topics"):
+        return False, None
+    if not response.topics:
         return True, None
     partition = response.topics[0].partitions[0]
     if int(partition.error_code) in refused:

@@ -50,7 +50,7 @@ from metadata.delegation_tokens import TokenRequest, TokenResult
 from metadata.errors import ControllerError
 from metadata.image import MetadataImage
 from metadata.producer_ids import ProducerIdBlock
-from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError, describe_quorum_redirect
+from metadata.remote.channel import ActiveControllerChannel, ControllerUnavailableError, quorum_leader_redirect
 from metadata.remote.follower import MetadataFollower
 from metadata.remote.stream_metadata import RemoteStreamMetadata
 from metadata.rpc.kafka_apis import (
@@ -112,6 +112,7 @@ class RemoteControllerClient:
             ssl_context=config.controller_client_tls(),
             sasl=config.controller_client_sasl(),
         )
+        replica.watch_voters(self.channel.update_voters)  # a controller added later is reached too (KIP-853)
         self._stream_metadata = RemoteStreamMetadata(self.channel, self.node_id, lambda: self.node_epoch,
                                                      self.wait_unfenced)
         self.node_epoch = -1
@@ -196,7 +197,7 @@ class RemoteControllerClient:
         deadline = loop.time() + timeout
         response = await self.channel.kafka(
             DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION, what, budget_s=timeout,
-            redirect=describe_quorum_redirect, idempotent=True, topics=(_describe_quorum_topic(),),
+            redirect=quorum_leader_redirect, idempotent=True, topics=(_describe_quorum_topic(),),
         )
         partition = response.topics[0].partitions[0]
         end = int(partition.high_watermark)
@@ -209,10 +210,11 @@ class RemoteControllerClient:
             ) from None
 
     async def forward_to_quorum_leader(self, api_key: int, version: int, request: Any) -> Any:
-        """Sends a client's request (DescribeQuorum) unchanged to the Raft leader and returns its answer."""
+        """Sends a client's request (DescribeQuorum, AddRaftVoter, RemoveRaftVoter) unchanged to the Raft leader and
+        returns its answer."""
         fields = {name: getattr(request, name) for name in type(request).__dataclass_fields__}
         return await self.channel.kafka(api_key, version, f"forward api key {api_key} v{version}",
-                                        redirect=describe_quorum_redirect, **fields)
+                                        redirect=quorum_leader_redirect, **fields)
 
     # ---- brokers -------------------------------------------------------------------------------------------
     async def register_broker(self, node_id: int, listeners: Sequence[Endpoint], rack: str | None) -> int:

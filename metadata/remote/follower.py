@@ -8,6 +8,7 @@ controller: the node builds the follower and hands it over.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from metadata.controller_api import ImageListener
@@ -32,6 +33,10 @@ class MetadataFollower(Protocol):
 
     def subscribe(self, listener: ImageListener) -> None:
         """``listener`` is told of every image change the copy applies."""
+        ...
+
+    def watch_voters(self, callback: Callable[[Mapping[int, tuple[str, int]]], None]) -> None:
+        """``callback`` gets every voter's CONTROLLER listener whenever the voters change (KIP-853)."""
         ...
 
     async def wait_applied(self, end: int, timeout: float) -> None: ...

@@ -39,6 +39,8 @@ DescribeCluster     60    0-1       any voter: endpoint type 2 (KIP-919) lists t
                                     the leader); type 1 lists the live brokers of this voter's image
 AllocateProducerIds 67    0         active controller: a block of producer ids for the calling broker,
                                     committed as a ProducerIdsRecord before the answer
+AddRaftVoter        80    0-1       the Raft leader (KIP-853): one VOTERS entry, answered once committed
+RemoveRaftVoter     81    0         the Raft leader (KIP-853); NOT_LEADER_OR_FOLLOWER elsewhere
 SaslHandshake       17    1         a SASL CONTROLLER listener's authentication (``controller.rpc.sasl``);
 SaslAuthenticate    36    0-2       before it, only ApiVersions is served; elsewhere ILLEGAL_SASL_STATE
 ==================  ====  ========  ===================================================================
@@ -78,6 +80,8 @@ DESCRIBE_CLUSTER: Final = 60
 ALLOCATE_PRODUCER_IDS: Final = 67
 SASL_HANDSHAKE: Final = 17
 SASL_AUTHENTICATE: Final = 36
+ADD_RAFT_VOTER: Final = 80
+REMOVE_RAFT_VOTER: Final = 81
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 METADATA_PARTITION: Final = 0
@@ -109,5 +113,7 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ALLOCATE_PRODUCER_IDS: (0, 0),
     SASL_HANDSHAKE: (1, 1),
     SASL_AUTHENTICATE: (0, 2),
+    ADD_RAFT_VOTER: (0, 1),
+    REMOVE_RAFT_VOTER: (0, 0),
 }
 """(min, max) version of every Kafka-protocol RPC the CONTROLLER listener serves."""

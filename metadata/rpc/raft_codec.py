@@ -3,8 +3,8 @@
 The Raft core's messages drop the topic/partition nesting (the quorum replicates exactly one partition); here it
 comes back as ``__cluster_metadata``-0, so the frames are the ones a KRaft peer would send. Log entries travel as
 Kafka v2 record batches: each run of entries of one epoch and kind is one batch whose partition leader epoch is
-that epoch, one record per entry (value = the entry's bytes); LEADER_CHANGE entries are control batches whose
-record key is Kafka's control-record key for LeaderChange (version 0, type 2).
+that epoch, one record per entry (value = the entry's bytes); LEADER_CHANGE and VOTERS entries are control batches
+whose record key is Kafka's control-record key for LeaderChange (version 0, type 2) or KRaftVoters (type 6).
 
 Correlation ids are the Raft core's own (a response echoes its request's), carried in the Kafka header.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -55,7 +56,9 @@ from wire.record_batch import Record, build_batch, decode_records, iter_batches
 RAFT_API_KEYS: Final = frozenset({VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT})
 """The RPCs whose requests go to the Raft core (DescribeQuorum is answered by the server from the driver)."""
 
-_LEADER_CHANGE_KEY: Final = struct.pack(">hh", 0, 2)
+_CONTROL_KEYS: Final = {EntryKind.LEADER_CHANGE: struct.pack(">hh", 0, 2), EntryKind.VOTERS: struct.pack(">hh", 0, 6)}
+_NO_DIRECTORY: Final = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: a replica whose directory id is not known
+_CONTROL_KINDS: Final = {key: kind for kind, key in _CONTROL_KEYS.items()}
 
 
 class RaftCodecError(ValueError):
@@ -78,10 +81,11 @@ def encode_entries(entries: tuple[LogEntry, ...] | list[LogEntry]) -> bytes:
     def flush() -> None:
         if not run:
             return
-        control = run[0].kind is EntryKind.LEADER_CHANGE
+        key = _CONTROL_KEYS.get(run[0].kind)
+        control = key is not None
         out.append(
             build_batch(
-                [Record(_LEADER_CHANGE_KEY if control else None, e.data, timestamp=0) for e in run],
+                [Record(key, e.data, timestamp=0) for e in run],
                 base_offset=run[0].offset,
                 partition_leader_epoch=run[0].epoch,
                 is_control=control,
@@ -102,10 +106,20 @@ def decode_entries(records: bytes | None) -> tuple[LogEntry, ...]:
         return ()
     out: list[LogEntry] = []
     for header, batch in iter_batches(records):
-        kind = EntryKind.LEADER_CHANGE if header.is_control else EntryKind.DATA
         for record in decode_records(batch):
+            kind = _control_kind(record.key) if header.is_control else EntryKind.DATA
             out.append(LogEntry(record.offset, header.partition_leader_epoch, record.value or b"", kind))
     return tuple(out)
+
+
+def _control_kind(key: bytes | None) -> EntryKind:
+    """The entry kind a control record's key names (a KRaft peer's other control types are an error)."""
+    kind = _CONTROL_KINDS.get(bytes(key or b""))
+    if kind is None:
+        raise RaftCodecError(
+            f"control record with key {bytes(key or b'').hex()} is neither LeaderChange nor KRaftVoters"
+        )
+    return kind
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -313,6 +327,7 @@ def describe_quorum_response(
                 partition_cls,
                 field,
                 replica_id=s.replica_id,
+                replica_directory_id=s.directory_id or _NO_DIRECTORY,
                 log_end_offset=s.log_end_offset,
                 last_fetch_timestamp=s.last_fetch_timestamp,
                 last_caught_up_timestamp=s.last_caught_up_timestamp,

@@ -73,12 +73,23 @@ def test_a_broker_is_formatted_in_every_log_dir_and_keeps_finding_its_voters(tmp
     assert ensure_quorum_meta_properties(formatted).cluster_id == cluster_id
 
 
+def test_a_controller_formatted_without_initial_controllers_starts_with_no_voter_to_join_later(tmp_path: Path) -> None:
+    cluster_id = new_kafka_uuid()
+    [line] = _format(_controller(tmp_path, 3), cluster_id, no_initial_controllers=True)
+    assert "observes the quorum until fjord metadata-quorum add-controller adds it" in line
+    config = ServerConfig.load(None, list(_controller(tmp_path, 3)))
+    assert (config.voters, config.joins_quorum, config.dynamic_quorum) == ((), True, True)
+    assert ensure_quorum_meta_properties(config).cluster_id == cluster_id
+    # An unformatted controller whose bootstrap servers name others is still refused: it could found a new cluster.
+    with pytest.raises(ConfigError, match=r"controller\.quorum\.bootstrap\.servers"):
+        ServerConfig.load(None, list(_controller(tmp_path, 2)))
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
         ({}, "Because controller.quorum.voters is not set on this controller, you must specify one of the following: "
              "--standalone, --initial-controllers, or --no-initial-controllers."),
-        ({"no_initial_controllers": True}, "--no-initial-controllers: Fjord does not add a controller"),
         ({"initial_controllers": "1@localhost:9093,2@localhost:9094"}, "--initial-controllers: this controller "
                                                                        "(node.id 3) is not among them"),
         ({"initial_controllers": "1@localhost:9093:bad-id"}, "--initial-controllers: '1@localhost:9093:bad-id'"),

@@ -1,0 +1,170 @@
+"""Who the quorum's voters are, for one node: the configured ones, then what the log says (KIP-853).
+
+The Raft core keeps the voter set and its history (``raft.voter_set``); this module is the node's side of it (a
+controller's, and a broker's metadata replica's, which must reach a controller added after it started):
+
+* the set a controller starts from: its configured voters (``controller.quorum.voters``, or the ones
+  ``fjord storage format`` wrote), each with its CONTROLLER listener, so that a voter added later learns from the log
+  where every voter is, and the others learn where it is;
+* a joining controller (formatted with ``--no-initial-controllers``) knows no voter: until its log names them it asks
+  its ``controller.quorum.bootstrap.servers`` with DescribeQuorum, as a broker does, and observes the quorum;
+* when the set changes the transport reaches the new voters and DescribeQuorum and DescribeCluster name them;
+* AddRaftVoter and RemoveRaftVoter (``controller.rpc.voter_changes``) become one VOTERS entry each, answered once it
+  is committed. A static quorum (``controller.quorum.voters``, ``kraft.version`` 0) refuses them, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+
+from kio.schema.errors import ErrorCode
+
+from metadata.errors import ControllerError
+from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters
+from raft.core import AddVoter, RemoveVoter
+from raft.driver import NotLeaderError, RaftDriver, VoterChangeError
+from raft.messages import Errors
+from raft.voter_set import Endpoint, Voter, VoterSet
+from settings.quorum_voters import BOOTSTRAP_KEY, VOTERS_KEY, parse_bootstrap_servers
+from settings.server import ServerConfig
+
+logger = logging.getLogger(__name__)
+
+PeersCallback = Callable[[Mapping[int, tuple[str, int]]], None]
+
+#: Between rounds of asking the bootstrap servers, while a joining controller finds the quorum.
+_DISCOVERY_BACKOFF_S = 1.0
+
+
+def _refused(error: Errors | ErrorCode | int, message: str) -> ControllerError:
+    """An AddRaftVoter or RemoveRaftVoter that was not done, with Kafka's code for the reason."""
+    return ControllerError(ErrorCode(int(error)), message)
+
+
+def quorum_listener(config: ServerConfig) -> str:
+    """The name of the listener voters reach each other on (the first of ``controller.listener.names``)."""
+    return config.controller_listener_names[0] if config.controller_listener_names else "CONTROLLER"
+
+
+def configured_voters(config: ServerConfig) -> VoterSet:
+    """The voters a node starts from, with their CONTROLLER listener (none for a joining controller)."""
+    listener = quorum_listener(config)
+    return VoterSet.of(Voter(v.node_id, None, (Endpoint(listener, v.host, v.port),)) for v in config.voters)
+
+
+class QuorumMembership:
+    """One node's view of the voters: the addresses its transport, its answers and its channel use, kept current."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._listener = quorum_listener(config)
+        self.initial = configured_voters(config)
+        self.addresses: dict[int, tuple[str, int]] = self.initial.addresses(self._listener)
+        self.voter_set = self.initial
+        self._driver: RaftDriver | None = None
+        self._peers_changed: list[PeersCallback] = []
+        self._discovery: asyncio.Task[None] | None = None
+
+    def attach(self, driver: RaftDriver, peers_changed: PeersCallback) -> None:
+        """``peers_changed(addresses)`` runs whenever a voter is added or moves (the transport's update)."""
+        self._driver = driver
+        self.watch(peers_changed)
+
+    def watch(self, callback: PeersCallback) -> None:
+        """``callback(addresses)`` runs whenever the voters change (a broker's channel to the active controller)."""
+        self._peers_changed.append(callback)
+
+    # ---- the set changes ------------------------------------------------------------------------------------
+    def voters_changed(self, voters: VoterSet) -> None:
+        """The driver's ``on_voters``: at start with the log's set, then at every change the log makes."""
+        self.voter_set = voters
+        # A voter the set names without an endpoint (a static quorum's) keeps its configured address.
+        self.addresses = {**{i: a for i, a in self.addresses.items() if i in voters.ids},
+                          **voters.addresses(self._listener)}
+        for callback in self._peers_changed:
+            callback(self.addresses)
+
+    # ---- a joining controller -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """A controller that knows no voter (formatted to be added later) starts asking where the quorum is."""
+        if self.voter_set.voters or not self.config.joins_quorum:
+            return
+        self._discovery = asyncio.create_task(self._discover(), name=f"controller-{self.node_id}-find-quorum")
+
+    async def stop(self) -> None:
+        if self._discovery is not None:
+            self._discovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._discovery
+            self._discovery = None
+
+    async def _discover(self) -> None:
+        servers = list(parse_bootstrap_servers(self.config.value(BOOTSTRAP_KEY)))
+        timeout_s = int(self.config.value("controller.quorum.request.timeout.ms")) / 1000
+        attempts = 0
+        listener = self._listener
+        while self._driver is not None and not self.voter_set.voters:
+            attempts += 1
+            try:
+                found = await quorum_voters(
+                    servers, timeout_s, f"controller-{self.node_id}", tls=self.config.controller_client_tls(),
+                    sasl=self.config.controller_client_sasl(),
+                )
+            except QuorumDiscoveryError as exc:
+                if attempts in (1, 10) or attempts % 100 == 0:
+                    logger.info("controller %d (joining): %s: %s; asking again", self.node_id, BOOTSTRAP_KEY, exc)
+                await asyncio.sleep(_DISCOVERY_BACKOFF_S)
+                continue
+            found.pop(self.node_id, None)
+            if not found:
+                await asyncio.sleep(_DISCOVERY_BACKOFF_S)
+                continue
+            voters = VoterSet.of(Voter(i, None, (Endpoint(listener, h, p),)) for i, (h, p) in found.items())
+            if self._driver.learn_voters(voters):
+                logger.info("controller %d (joining) found the quorum through %s: voters %s; it observes until "
+                            "an AddRaftVoter adds it", self.node_id, BOOTSTRAP_KEY, voters.describe())
+            return
+
+    # ---- AddRaftVoter and RemoveRaftVoter ----------------------------------------------------------------------
+    def _check_dynamic(self, what: str) -> RaftDriver:
+        if not self.config.dynamic_quorum:
+            raise _refused(
+                ErrorCode.unsupported_version,
+                f"Cluster doesn't support {what} because the kraft.version feature is 0: the voters are fixed by "
+                f"{VOTERS_KEY} (a dynamic quorum names {BOOTSTRAP_KEY} and is formatted with fjord storage format)",
+            )
+        if self._driver is None:
+            raise _refused(Errors.NOT_LEADER_OR_FOLLOWER, f"controller {self.node_id} is not started")
+        return self._driver
+
+    async def add(self, voter: Voter, timeout_s: float) -> None:
+        """Adds ``voter`` (it must be fetching and caught up); returns once the new set is committed."""
+        driver = self._check_dynamic("adding voter")
+        if not any(e.name == self._listener for e in voter.endpoints):
+            named = ", ".join(e.name for e in voter.endpoints) or "none"
+            raise _refused(Errors.INVALID_REQUEST, f"voter {voter.node_id}'s listeners ({named}) do not include "
+                           f"the quorum's {self._listener} listener")
+        await self._change(driver, AddVoter(voter), timeout_s, f"add voter {voter.describe()}")
+
+    async def remove(self, node_id: int, directory_id: uuid.UUID | None, timeout_s: float) -> None:
+        driver = self._check_dynamic("removing voter")
+        await self._change(driver, RemoveVoter(node_id, directory_id), timeout_s, f"remove voter {node_id}")
+
+    async def _change(self, driver: RaftDriver, change: AddVoter | RemoveVoter, timeout_s: float, what: str) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                offset = await driver.change_voters(change)
+        except NotLeaderError as exc:
+            raise _refused(Errors.NOT_LEADER_OR_FOLLOWER, f"cannot {what}: {exc}") from None
+        except VoterChangeError as exc:
+            raise _refused(exc.error_code, f"cannot {what}: {exc}") from None
+        except TimeoutError:
+            raise _refused(Errors.REQUEST_TIMED_OUT, f"cannot {what}: not committed within {timeout_s:.1f} s") from None
+        logger.info("controller %d: %s committed at offset %d; voters now %s", self.node_id, what[0].upper() + what[1:],
+                    offset, self.voter_set.describe())
+

@@ -1,0 +1,78 @@
+"""AddRaftVoter and RemoveRaftVoter (KIP-853) on the CONTROLLER listener: a kio request in, a kio response out.
+
+The active controller's Raft leader appends the change as one VOTERS entry and the answer waits until it is
+committed (also for AddRaftVoter v1's ``ack_when_committed`` false: the stronger answer, never a wrong one). What
+the change must satisfy, and the error codes of each refusal, are the Raft core's (``raft.core.change_voters``);
+what the request itself must carry is checked here, as Kafka's KafkaRaftClient does before its handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from controller.rpc.served_quorum import ServedQuorum
+from metadata.errors import ControllerError
+from raft.voter_set import Endpoint, Voter
+from wire import schema
+
+logger = logging.getLogger(__name__)
+
+#: Kafka's AddRaftVoter ``timeout_ms`` default when a client sends none that is usable.
+_DEFAULT_TIMEOUT_MS = 30_000
+
+
+async def add_raft_voter(quorum: ServedQuorum, response_cls: type[Any], request: Any) -> Any:
+    mismatch = _cluster_mismatch(quorum, request)
+    if mismatch is not None:
+        return _answer(response_cls, ErrorCode.inconsistent_cluster_id, mismatch)
+    endpoints = tuple(Endpoint(str(lst.name), str(lst.host), int(lst.port)) for lst in request.listeners)
+    if not endpoints:
+        return _answer(response_cls, ErrorCode.invalid_request,
+                       f"AddRaftVoter for voter {int(request.voter_id)} names no listener")
+    voter = Voter(int(request.voter_id), _directory(request.voter_directory_id), endpoints)
+    try:
+        await quorum.add_voter(voter, _timeout_s(request))
+    except ControllerError as exc:
+        return _answer(response_cls, exc.code, exc.message)
+    return _answer(response_cls, ErrorCode.none, None)
+
+
+async def remove_raft_voter(quorum: ServedQuorum, response_cls: type[Any], request: Any) -> Any:
+    mismatch = _cluster_mismatch(quorum, request)
+    if mismatch is not None:
+        return _answer(response_cls, ErrorCode.inconsistent_cluster_id, mismatch)
+    timeout_s = int(quorum.config.value("controller.quorum.request.timeout.ms")) / 1000 * 6
+    try:
+        await quorum.remove_voter(int(request.voter_id), _directory(request.voter_directory_id), timeout_s)
+    except ControllerError as exc:
+        return _answer(response_cls, exc.code, exc.message)
+    return _answer(response_cls, ErrorCode.none, None)
+
+
+def _cluster_mismatch(quorum: ServedQuorum, request: Any) -> str | None:
+    given = request.cluster_id
+    if given is None or given == quorum.cluster_id:
+        return None
+    return f"the request is for cluster {given!r}, this controller's is {quorum.cluster_id}"
+
+
+def _directory(value: uuid.UUID | None) -> uuid.UUID | None:
+    """Kafka's zero UUID says "no directory id", as a quorum formed without them has."""
+    return value if value is not None and value.int != 0 else None
+
+
+def _timeout_s(request: Any) -> float:
+    """The request's ``timeout_ms``; Kafka's default where it is not positive."""
+    seconds = request.timeout.total_seconds() if isinstance(request.timeout, timedelta) else 0.0
+    return seconds if seconds > 0 else _DEFAULT_TIMEOUT_MS / 1000
+
+
+def _answer(response_cls: type[Any], error: ErrorCode, message: str | None) -> Any:
+    if error is not ErrorCode.none:
+        logger.info("voter change refused (%s): %s", error.name, message)
+    return schema.build(response_cls, error_code=error, error_message=message)
