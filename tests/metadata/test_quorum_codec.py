@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import struct
 import sys
 
 import pytest
@@ -15,6 +16,7 @@ from metadata.rpc.error_codes import RpcError, error_code_for, raise_for_error
 from metadata.rpc.kafka_apis import BEGIN_QUORUM_EPOCH, FETCH, VOTE
 from metadata.rpc.raft_codec import (
     RaftCodecError,
+    decode_entries,
     encode_entries,
     request_from_kio,
     request_to_kio,
@@ -69,7 +71,7 @@ from storage.metadata.api import (
 )
 from storage.metadata.stream_records import KVRecord
 from wire import codec, schema
-from wire.record_batch import iter_batches
+from wire.record_batch import Record, build_batch, decode_records, iter_batches
 
 REQUESTS: list[RaftRequest] = [
     VoteRequest("cluster", 3, 1, 2, 10, True, 2, 77),
@@ -130,6 +132,21 @@ def test_log_entries_travel_as_kafka_record_batches_per_epoch_and_kind() -> None
         (3, 1, 2, True),
         (4, 1, 2, False),
     ]
+
+
+def test_voter_changes_travel_as_kraft_voters_control_records_and_other_control_types_are_refused() -> None:
+    entries = (LogEntry(0, 1, b"leader", EntryKind.LEADER_CHANGE), LogEntry(1, 1, b"voters", EntryKind.VOTERS),
+               LogEntry(2, 1, b"data"))
+    encoded = encode_entries(entries)
+    batches = list(iter_batches(encoded))
+    assert [(h.base_offset, h.is_control) for h, _ in batches] == [(0, True), (1, True), (2, False)]
+    keys = [record.key for _, batch in batches for record in decode_records(batch)]
+    assert keys == [struct.pack(">hh", 0, 2), struct.pack(">hh", 0, 6), None]  # LeaderChange, KRaftVoters
+    assert decode_entries(encoded) == entries
+    snapshot_header = build_batch([Record(struct.pack(">hh", 0, 0), b"", timestamp=0)], base_offset=3,
+                                  partition_leader_epoch=1, is_control=True)  # a KRaft SnapshotHeader
+    with pytest.raises(RaftCodecError, match="neither LeaderChange nor KRaftVoters"):
+        decode_entries(snapshot_header)
 
 
 @pytest.mark.parametrize("api_key", [FETCH, VOTE, BEGIN_QUORUM_EPOCH])
