@@ -30,11 +30,18 @@ async def add_raft_voter(quorum: ServedQuorum, response_cls: type[Any], request:
     mismatch = _cluster_mismatch(quorum, request)
     if mismatch is not None:
         return _answer(response_cls, ErrorCode.inconsistent_cluster_id, mismatch)
+    voter_id = int(request.voter_id)
     endpoints = tuple(Endpoint(str(lst.name), str(lst.host), int(lst.port)) for lst in request.listeners)
-    if not endpoints:
-        return _answer(response_cls, ErrorCode.invalid_request,
-                       f"AddRaftVoter for voter {int(request.voter_id)} names no listener")
-    voter = Voter(int(request.voter_id), _directory(request.voter_directory_id), endpoints)
+    problem = (
+        f"voter id {voter_id} is negative" if voter_id < 0
+        else f"AddRaftVoter for voter {voter_id} names no listener" if not endpoints
+        else f"voter {voter_id} names a listener twice" if len({e.name for e in endpoints}) < len(endpoints)
+        else next((f"voter {voter_id}'s listener {e.name} has no host or port" for e in endpoints
+                   if not e.host or not 0 < e.port <= 65535), None)
+    )
+    if problem is not None:
+        return _answer(response_cls, ErrorCode.invalid_request, problem)
+    voter = Voter(voter_id, _directory(request.voter_directory_id), endpoints)
     try:
         await quorum.add_voter(voter, _timeout_s(request))
     except ControllerError as exc:

@@ -95,6 +95,10 @@ async def test_a_dynamic_quorum_refuses_bad_changes_then_adds_and_removes_a_cont
     no_controller_listener = await _ask(port1, ADD_RAFT_VOTER, 1, **_add(2, port2, directory, listener="OTHER"))
     assert no_controller_listener.error_code is ErrorCode.invalid_request
     assert "CONTROLLER" in no_controller_listener.error_message
+    negative = await _ask(port1, ADD_RAFT_VOTER, 1, **_add(-3, port2, directory))
+    assert negative.error_code is ErrorCode.invalid_request and "negative" in negative.error_message
+    no_port = await _ask(port1, ADD_RAFT_VOTER, 1, **_add(2, 0, directory))
+    assert no_port.error_code is ErrorCode.invalid_request and "no host or port" in no_port.error_message
     never_fetched = await _ask(port1, ADD_RAFT_VOTER, 0, **_add(7, 1, uuid.uuid4()))
     assert never_fetched.error_code is ErrorCode.request_timed_out
     observer = await _ask(port2, ADD_RAFT_VOTER, 1, **_add(2, port2, directory))
