@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
-from metadata.rpc.kafka_apis import DESCRIBE_QUORUM, METADATA_TOPIC
+from metadata.rpc.kafka_apis import DESCRIBE_QUORUM
+from metadata.rpc.raft_codec import describe_quorum_request
 from wire import codec, schema
 from wire.ports import free_port, free_ports
 
@@ -368,15 +369,10 @@ async def _request(host: str, port: int, api_key: int, version: int, timeout: fl
 
 async def quorum_leader(controllers: Sequence[NodeSpec], timeout: float = 2.0) -> int | None:
     """The Raft leader's id as the voters report it (DescribeQuorum), None when no voter names one."""
-    cls = codec.request_class(DESCRIBE_QUORUM, 2)
-    topic = schema.build_nested(
-        cls, "topics", topic_name=METADATA_TOPIC,
-        partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions", partition_index=0),),
-    )
+    topics = describe_quorum_request().topics
     for spec in controllers:
         try:
-            response = await _request("127.0.0.1", spec.quorum_port, DESCRIBE_QUORUM, 2, timeout,
-                                      topics=(topic,))
+            response = await _request("127.0.0.1", spec.quorum_port, DESCRIBE_QUORUM, 2, timeout, topics=topics)
         except (OSError, TimeoutError, ConnectionClosedError):
             continue
         if int(response.error_code) == 0 and response.topics:

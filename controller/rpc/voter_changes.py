@@ -22,7 +22,7 @@ from wire import schema
 
 logger = logging.getLogger(__name__)
 
-#: Kafka's AddRaftVoter ``timeout_ms`` default when a client sends none that is usable.
+#: Kafka's AddRaftVoter ``timeout_ms`` default, used where a client sends none that is usable.
 _DEFAULT_TIMEOUT_MS = 30_000
 
 
@@ -53,9 +53,9 @@ async def remove_raft_voter(quorum: ServedQuorum, response_cls: type[Any], reque
     mismatch = _cluster_mismatch(quorum, request)
     if mismatch is not None:
         return _answer(response_cls, ErrorCode.inconsistent_cluster_id, mismatch)
-    timeout_s = int(quorum.config.value("controller.quorum.request.timeout.ms")) / 1000 * 6
-    try:
-        await quorum.remove_voter(int(request.voter_id), _directory(request.voter_directory_id), timeout_s)
+    try:  # RemoveRaftVoter carries no timeout: AddRaftVoter's default bounds the wait for the commit
+        await quorum.remove_voter(int(request.voter_id), _directory(request.voter_directory_id),
+                                  _DEFAULT_TIMEOUT_MS / 1000)
     except ControllerError as exc:
         return _answer(response_cls, exc.code, exc.message)
     return _answer(response_cls, ErrorCode.none, None)

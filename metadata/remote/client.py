@@ -58,10 +58,9 @@ from metadata.rpc.kafka_apis import (
     BROKER_HEARTBEAT,
     BROKER_REGISTRATION,
     DESCRIBE_QUORUM,
-    METADATA_PARTITION,
-    METADATA_TOPIC,
     UNREGISTER_BROKER,
 )
+from metadata.rpc.raft_codec import describe_quorum_request
 from metadata.rpc.stream_rpcs import ChangeDelegationToken, CompleteWALFailover, ReportBrokerLoad
 from settings.endpoint import Endpoint
 from settings.meta_properties import ensure_quorum_meta_properties
@@ -197,7 +196,7 @@ class RemoteControllerClient:
         deadline = loop.time() + timeout
         response = await self.channel.kafka(
             DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION, what, budget_s=timeout,
-            redirect=quorum_leader_redirect, idempotent=True, topics=(_describe_quorum_topic(),),
+            redirect=quorum_leader_redirect, idempotent=True, topics=describe_quorum_request().topics,
         )
         partition = response.topics[0].partitions[0]
         end = int(partition.high_watermark)
@@ -567,10 +566,3 @@ class RemoteControllerClient:
             logger.warning("broker %d: %s", self.node_id, exc)
 
 
-def _describe_quorum_topic() -> Any:
-    cls = codec.request_class(DESCRIBE_QUORUM, _DESCRIBE_QUORUM_VERSION)
-    return schema.build_nested(
-        cls, "topics", topic_name=METADATA_TOPIC,
-        partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions",
-                                       partition_index=METADATA_PARTITION),),
-    )

@@ -14,10 +14,9 @@ import dataclasses
 import logging
 
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
-from metadata.rpc.kafka_apis import DESCRIBE_QUORUM, METADATA_PARTITION, METADATA_TOPIC
+from metadata.rpc.raft_codec import describe_quorum_request, described_voters
 from settings.quorum_voters import BOOTSTRAP_KEY, QuorumVoter, parse_bootstrap_servers
 from settings.server import ServerConfig
-from wire import codec, schema
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
 
@@ -76,25 +75,16 @@ async def quorum_voters(
     reaches the quorum. ``tls``/``sasl``: how the brokers' listener is reached."""
     problems = []
     for host, port in addresses:
-        cls = codec.request_class(DESCRIBE_QUORUM, 2)
-        topic = schema.build_nested(
-            cls, "topics", topic_name=METADATA_TOPIC,
-            partitions=(schema.build_nested(schema.field_entity(cls, "topics"), "partitions",
-                                           partition_index=METADATA_PARTITION),),
-        )
         connection = ControllerConnection(host, port, client_id=client_id, ssl_context=tls, sasl=sasl)
         try:
             await connection.connect(timeout=timeout)
-            response = await connection.request(schema.build(cls, topics=(topic,)), timeout=timeout)
+            response = await connection.request(describe_quorum_request(), timeout=timeout)
         except (OSError, TimeoutError, ConnectionClosedError) as exc:
             problems.append(unanswered(host, port, exc, tls))
             continue
         finally:
             await connection.close()
-        voters: dict[int, tuple[str, int]] = {}
-        for node in response.nodes:
-            for listener in node.listeners:
-                voters.setdefault(int(node.node_id), (listener.host, int(listener.port)))
+        voters = described_voters(response)
         if not voters:
             problems.append(f"{host}:{port}: DescribeQuorum named no controller (error {int(response.error_code)})")
             continue

@@ -17,13 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from metadata.remote.discovery import unanswered
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
-from metadata.rpc.kafka_apis import (
-    ADD_RAFT_VOTER,
-    DESCRIBE_QUORUM,
-    METADATA_PARTITION,
-    METADATA_TOPIC,
-    REMOVE_RAFT_VOTER,
-)
+from metadata.rpc.kafka_apis import ADD_RAFT_VOTER, REMOVE_RAFT_VOTER
+from metadata.rpc.raft_codec import describe_quorum_request, described_voters
 from wire import codec, schema
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
@@ -75,14 +70,13 @@ class QuorumClient:
                 continue
             asked.add(address)
             try:
-                response = await self._call(address, _describe_request())
+                response = await self._call(address, describe_quorum_request())
             except QuorumAdminError as exc:
                 problems.append(str(exc))
                 continue
             partition = response.topics[0].partitions[0] if response.topics and response.topics[0].partitions \
                 else None
-            endpoints = {int(n.node_id): (str(n.listeners[0].host), int(n.listeners[0].port))
-                         for n in getattr(response, "nodes", ()) if n.listeners}
+            endpoints = described_voters(response)
             error = ErrorCode(int(partition.error_code if partition is not None else response.error_code))
             if error is ErrorCode.none and partition is not None:
                 return QuorumStatus(
@@ -137,13 +131,6 @@ class QuorumClient:
             raise QuorumAdminError(unanswered(host, port, exc, self.tls)) from None
         finally:
             await connection.close()
-
-
-def _describe_request() -> Any:
-    cls = codec.request_class(DESCRIBE_QUORUM, 2)
-    topic_cls = schema.field_entity(cls, "topics")
-    partition = schema.build_nested(topic_cls, "partitions", partition_index=METADATA_PARTITION)
-    return schema.build(cls, topics=(schema.build(topic_cls, topic_name=METADATA_TOPIC, partitions=(partition,)),))
 
 
 def _replica(state: Any) -> Replica:

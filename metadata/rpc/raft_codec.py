@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from metadata.image import MetadataImage
 from metadata.rpc.kafka_apis import (
     BEGIN_QUORUM_EPOCH,
+    DESCRIBE_QUORUM,
     END_QUORUM_EPOCH,
     FETCH,
     FETCH_SNAPSHOT,
@@ -359,6 +360,22 @@ def describe_quorum_response(
         for voter_id, (host, port) in sorted(voters.items())
     )
     return schema.build(response_cls, topics=topics, nodes=nodes)
+
+
+def describe_quorum_request(version: int = 2) -> Any:
+    """A client's DescribeQuorum of ``__cluster_metadata``-0 (v2 is the first whose answer names the voters'
+    listeners)."""
+    cls = codec.request_class(DESCRIBE_QUORUM, version)
+    topic_cls = schema.field_entity(cls, "topics")
+    partition = schema.build_nested(topic_cls, "partitions", partition_index=METADATA_PARTITION)
+    return schema.build(cls, topics=(schema.build(topic_cls, topic_name=METADATA_TOPIC, partitions=(partition,)),))
+
+
+def described_voters(response: Any) -> dict[int, tuple[str, int]]:
+    """Each voter's listener (id → host, port) a DescribeQuorum v2 answer names in ``nodes``: where the controllers
+    are (empty before v2)."""
+    return {int(node.node_id): (str(node.listeners[0].host), int(node.listeners[0].port))
+            for node in getattr(response, "nodes", ()) if node.listeners}
 
 
 def describe_quorum_refusal(response_cls: type[Any], request: Any) -> Any | None:
