@@ -96,8 +96,12 @@ class Net:
     def commit(self, leader: int, *payloads: bytes) -> int:
         offset = self.nodes[leader].propose(list(payloads), self.now)
         assert isinstance(offset, int)
+        return self.wait_committed(leader, offset)
+
+    def wait_committed(self, leader: int, offset: int, rounds: int = 100) -> int:
+        """Runs until every reachable node has committed ``offset`` (appended on ``leader``); returns it."""
         self.pump(leader)
-        for _ in range(100):
+        for _ in range(rounds):
             self.run(10)
             if all(self.nodes[i].high_watermark > offset for i in self.ids if i not in self.cut):
                 return offset

@@ -21,12 +21,7 @@ def change(net: Net, leader: int, what: AddVoter | RemoveVoter) -> int:
     """Appends the change on ``leader`` and runs until every reachable node has committed it."""
     offset = net.nodes[leader].change_voters(what, net.now)
     assert isinstance(offset, int), offset
-    net.pump(leader)
-    for _ in range(200):
-        net.run(10)
-        if all(net.nodes[i].high_watermark > offset for i in net.ids if i not in net.cut):
-            return offset
-    raise AssertionError(f"voter change at {offset} not committed everywhere")
+    return net.wait_committed(leader, offset, rounds=200)
 
 
 def refusal(net: Net, leader: int, what: AddVoter | RemoveVoter) -> Errors:
