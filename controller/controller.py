@@ -35,6 +35,7 @@ from controller.decisions.scram import plan_scram_alterations
 from controller.decisions.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
 from controller.decisions.wal_failover import reassignments
 from controller.delegation_tokens import DelegationTokens
+from controller.local_snapshots import LocalSnapshots
 from controller.metrics import commit_histogram
 from controller.reassignment_watch import Decide, ReassignmentWatch
 from metadata.acl.binding import AclBinding, AclBindingFilter
@@ -96,8 +97,10 @@ class Controller:
         log: RecordLog,
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        kraft_version: int = 0,
     ) -> None:
         self._config = config
+        self._kraft_version = kraft_version  # the quorum's KIP-853 level, which UpdateFeatures checks and never writes
         self._image = image
         self._log = log
         self._clock_ms = clock_ms
@@ -105,7 +108,7 @@ class Controller:
         self.commit_seconds = commit_histogram()
         self._listeners: list[ImageListener] = []
         self._streams = self._new_stream_metadata()
-        self._snapshot_task: asyncio.Task[None] | None = None
+        self._snapshots = LocalSnapshots(log, self.snapshot_records)
         self._reassignments = ReassignmentWatch(config, lambda: self._streams, self._decide_and_commit)
         self._tokens = DelegationTokens(config, clock_ms, self._decide_and_commit)
 
@@ -186,11 +189,7 @@ class Controller:
         await self._reassignments.stop()
         await self._tokens.stop()
         async with self._lock:
-            if self._snapshot_task is not None:
-                await self._snapshot_task
-            if isinstance(self._log, LocalMetadataLog):
-                await self._log.written()
-                self._log.close()
+            await self._snapshots.close()
 
     # ------------------------------------------------------------------ state
 
@@ -215,7 +214,7 @@ class Controller:
             return
         last_offset = await self._timed_append(records)
         self._publish(records, last_offset)
-        self._maybe_snapshot()
+        self._snapshots.maybe_start()
 
     async def _append_stream_records(self, records: Sequence[MetadataRecord]) -> None:
         """The stream metadata's sink: its records share the log (it applies them itself once this returns).
@@ -227,7 +226,7 @@ class Controller:
         if last_offset > self._image.offset:
             self._image = self._image.with_offset(last_offset)
         self._reassignments.saw(records)
-        self._maybe_snapshot()
+        self._snapshots.maybe_start()
 
     async def _timed_append(self, records: Sequence[MetadataRecord]) -> int:
         """Appends to the log (durable, or committed by the quorum), timing it for ``commit_seconds``."""
@@ -235,27 +234,6 @@ class Controller:
         last_offset = await self._log.append(records)
         self.commit_seconds.observe(time.perf_counter() - started)
         return last_offset
-
-    def _maybe_snapshot(self) -> None:
-        """Starts a background snapshot when one is due (the log grew enough, or holds records an interval old).
-
-        It runs as its own task because the stream metadata applies its records only after the sink returns: a
-        snapshot taken inside the sink would miss them. The task captures state with appends blocked.
-        """
-        log = self._log
-        if not isinstance(log, LocalMetadataLog) or not log.should_snapshot():
-            return
-        if self._snapshot_task is not None and not self._snapshot_task.done():
-            return
-        self._snapshot_task = asyncio.get_running_loop().create_task(self._snapshot(log))
-
-    async def _snapshot(self, log: LocalMetadataLog) -> None:
-        try:
-            await log.snapshot(self.snapshot_records)
-        except Exception:
-            logger.exception(
-                "metadata snapshot in %s failed; the log keeps growing until the next attempt", log.directory
-            )
 
     def snapshot_records(self) -> list[MetadataRecord]:
         """Records rebuilding the whole metadata state (cluster image, then streams/objects/KV)."""
@@ -265,9 +243,7 @@ class Controller:
 
     async def take_snapshot(self) -> int:
         """Snapshots now (tools and tests; normally size-triggered). Returns the snapshot's offset."""
-        if not isinstance(self._log, LocalMetadataLog):
-            raise RuntimeError("this controller's log does not take local snapshots")
-        return await self._log.snapshot(self.snapshot_records)
+        return await self._snapshots.take()
 
     def _publish(self, records: Sequence[MetadataRecord], last_offset: int) -> None:
         old = self._image
@@ -512,7 +488,7 @@ class Controller:
 
     async def update_features(self, updates: Sequence[FeatureUpdate], validate_only: bool) -> list[FeatureUpdateResult]:
         async with self._lock:
-            plan = plan_update_features(self._image, updates)
+            plan = plan_update_features(self._image, updates, self._kraft_version)
             if not validate_only:
                 await self._commit(plan.records)
         if plan.records and not validate_only:

@@ -83,6 +83,11 @@ class SoleVoter:
         return self._voters
 
     @property
+    def kraft_version(self) -> int:
+        """0: a local metadata log's voters cannot change (``controller.rpc.voter_changes`` refuses)."""
+        return 0
+
+    @property
     def transport(self) -> SoleVoter:
         return self
 

@@ -8,6 +8,8 @@ listeners accept connections, and only when the cluster has not finalized its fe
 start, or ``kafka-features.sh`` since), the option changes nothing, and a level changed with ``kafka-features.sh``
 stays changed. Without the option a new cluster runs at the defaults of ``wire.api_versions.FEATURES``
 (``transaction.version`` 2, ``group.version`` 1). ``metadata.version`` can only be its one supported level here.
+``kraft.version`` may be named as Kafka's format takes it, but only at the quorum's own level (1 for a dynamic
+quorum, 0 for a static one): the controller refuses any other (``controller.decisions.features``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.controller_api import ControllerClient, FeatureUpdate
 from storage.config import ConfigError
-from wire.api_versions import FEATURES_BY_NAME, METADATA_VERSION
+from wire.api_versions import FEATURES_BY_NAME, KRAFT_VERSION, METADATA_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +31,9 @@ OPTION = "--feature"
 def parse_feature(text: str) -> FeatureUpdate:
     """``name=level``; ConfigError for an unknown feature or a level this software does not support."""
     name, sep, level_text = text.partition("=")
-    feature = FEATURES_BY_NAME.get(name.strip())
+    feature = KRAFT_VERSION if name.strip() == KRAFT_VERSION.name else FEATURES_BY_NAME.get(name.strip())
     if not sep or feature is None:
-        known = ", ".join(FEATURES_BY_NAME)
+        known = ", ".join((*FEATURES_BY_NAME, KRAFT_VERSION.name))
         raise ConfigError(f"{OPTION}: expected NAME=LEVEL with a NAME among {known}, got {text!r}")
     try:
         level = int(level_text.strip())

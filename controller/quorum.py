@@ -68,6 +68,7 @@ from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import wall_clock_ms
+from wire.api_versions import kraft_version_level
 from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -103,8 +104,11 @@ class QuorumController:
         self.node_id = config.node_id
         self.cluster_id = cluster_id
         self.membership = QuorumMembership(config)
+        #: KIP-853's level: 1 when the voters are the log's and may change (ApiVersions, UpdateFeatures).
+        self.kraft_version = kraft_version_level(config.dynamic_quorum)
         image = MetadataImage(cluster_id=cluster_id, controller_id=-1)
-        self.controller = Controller(config, image, RaftRecordLog(self), clock_ms=clock_ms)
+        self.controller = Controller(config, image, RaftRecordLog(self), clock_ms=clock_ms,
+                                     kraft_version=self.kraft_version)
         self.balancer = AutoBalancer(self.controller, config)
         self.transport = NetworkTransport(
             self.node_id,

@@ -17,7 +17,7 @@ unused.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,6 +84,7 @@ def format_storage(request: FormatRequest) -> list[str]:
     names = [text.partition("=")[0] for text in request.features]
     if len(set(names)) < len(names):
         raise ConfigError(f"--feature: {next(n for n in names if names.count(n) > 1)} is given twice")
+    request = replace(request, features=_kraft_version_checked(request.features, dynamic_flags=bool(modes)))
     if "broker" not in _value(props, "process.roles"):
         given = "--add-scram" if request.scram else "--feature" if request.features else None
         if given is not None:
@@ -93,6 +94,30 @@ def format_storage(request: FormatRequest) -> list[str]:
     voters = config.voters if controller and dynamic else ()
     directory_id = directory_ids.get(config.node_id)
     return _write(config, request, voters, directory_id)
+
+
+#: KIP-853's feature (``wire.api_versions.KRAFT_VERSION``, named here so that formatting needs no wire import).
+KRAFT_VERSION_FEATURE = "kraft.version"
+_DYNAMIC_FLAGS = "one of the flags --standalone, --initial-controllers, or --no-initial-controllers is used"
+
+
+def _kraft_version_checked(features: tuple[str, ...], *, dynamic_flags: bool) -> tuple[str, ...]:
+    """The other ``--feature`` levels, once a ``kraft.version`` among them is checked by Kafka's format rule: 1
+    only with the flags that make a dynamic quorum, 0 only without them. The level is the quorum's, which those
+    flags decide, so nothing of it is written."""
+    for text in features:
+        name, _, level = text.partition("=")
+        if name != KRAFT_VERSION_FEATURE:
+            continue
+        if int(level) == 0 and dynamic_flags:
+            raise ConfigError(f"Cannot set kraft.version to 0 if controller.quorum.voters is empty and "
+                              f"{_DYNAMIC_FLAGS}. For dynamic controllers support, try removing the --feature flag "
+                              "for kraft.version.")
+        if int(level) > 0 and not dynamic_flags:
+            raise ConfigError(f"Cannot set kraft.version to {level} unless controller.quorum.voters is empty and "
+                              f"{_DYNAMIC_FLAGS}. For a static quorum, try removing the --feature flag for "
+                              "kraft.version.")
+    return tuple(text for text in features if text.partition("=")[0] != KRAFT_VERSION_FEATURE)
 
 
 def _value(props: dict[str, str], name: str) -> Any:

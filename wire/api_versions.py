@@ -148,6 +148,28 @@ GROUP_VERSION: Final = Feature("group.version", 0, 1, 1)
 SHARE_VERSION: Final = Feature("share.version", 0, 1, 1)
 FEATURES: Final[tuple[Feature, ...]] = (METADATA_VERSION, TRANSACTION_VERSION, GROUP_VERSION, SHARE_VERSION)
 FEATURES_BY_NAME: Final[Mapping[str, Feature]] = MappingProxyType({f.name: f for f in FEATURES})
+#: KIP-853's ``kraft.version``: 1 when the quorum's voters are the metadata log's (a dynamic quorum, formatted with
+#: ``--standalone``, ``--initial-controllers`` or ``--no-initial-controllers``), so AddRaftVoter and RemoveRaftVoter
+#: may change them; 0 for a static ``controller.quorum.voters``. It is the Raft log's, not a FeatureLevelRecord, so
+#: it is not among :data:`FEATURES` (which the controller finalizes in records): every node supports 0-1, and the
+#: finalized level is the node's quorum's (:func:`with_kraft_version`).
+KRAFT_VERSION: Final = Feature("kraft.version", 0, 1, 1)
+#: What ApiVersions lists as supported, as Kafka 4's nodes do (kraft.version among them).
+SUPPORTED_FEATURES: Final[tuple[Feature, ...]] = (*FEATURES, KRAFT_VERSION)
+
+
+def kraft_version_level(dynamic_quorum: bool) -> int:
+    """The finalized ``kraft.version`` of a node whose quorum is dynamic (1) or static (0)."""
+    return KRAFT_VERSION.max_version if dynamic_quorum else 0
+
+
+def with_kraft_version(finalized: Mapping[str, int], level: int) -> dict[str, int]:
+    """``finalized`` (the metadata's features) with ``kraft.version`` at ``level`` added, as Kafka reports it:
+    only above 0 (a static quorum's finalized features do not name it)."""
+    levels = dict(finalized)
+    if level > 0:
+        levels[KRAFT_VERSION.name] = level
+    return dict(sorted(levels.items()))
 
 
 def feature_fields(response_cls: type[Any], api_version: int, finalized: Mapping[str, int] | None, epoch: int
@@ -168,7 +190,7 @@ def feature_fields(response_cls: type[Any], api_version: int, finalized: Mapping
         "supported_features": tuple(
             schema.build_nested(response_cls, "supported_features", name=f.name, min_version=f.min_version,
                                 max_version=f.max_version)
-            for f in FEATURES
+            for f in SUPPORTED_FEATURES
             if f.min_version > 0 or api_version >= 4
         ),
         "finalized_features_epoch": epoch,

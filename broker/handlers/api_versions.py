@@ -1,13 +1,18 @@
 """ApiVersions (key 18) v0-4, including the KIP-511 v0 fallback for versions newer than ours, and the KIP-584
 features (v3+) that Java clients and Kafka's tools read. The answer itself is ``wire.api_versions``'s, which a
-starting broker also gives before it serves (``wire.early_answers``)."""
+starting broker also gives before it serves (``wire.early_answers``).
+
+The finalized ``kraft.version`` is the quorum's, as a Kafka broker reports its Raft client's: 1 for a broker of a
+dynamic quorum, 0 (not named) for a static one, and for a node keeping its metadata in a local log, whose voters
+cannot change either (``broker.handlers.raft_voters``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from broker.handlers.context import RequestContext
-from wire.api_versions import api_versions_answer, valid_client_software
+from metadata.controller_api import QuorumForwarder
+from wire.api_versions import api_versions_answer, kraft_version_level, valid_client_software, with_kraft_version
 
 
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
@@ -15,6 +20,8 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
                                                          request.client_software_version)
     if valid and ctx.api_version >= 3:
         ctx.connection.client_software = (request.client_software_name, request.client_software_version)
-    image = ctx.broker.controller.image
+    controller = ctx.broker.controller
+    image = controller.image
+    kraft = kraft_version_level(isinstance(controller, QuorumForwarder) and ctx.broker.config.dynamic_quorum)
     return api_versions_answer(ctx.api_version, ctx.api_versions, software_valid=valid,
-                               finalized=image.finalized_features(), epoch=image.offset)
+                               finalized=with_kraft_version(image.finalized_features(), kraft), epoch=image.offset)

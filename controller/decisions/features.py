@@ -8,6 +8,10 @@ all or nothing: the first refused update refuses every one, with Kafka's sentenc
 
 A cluster that never finalized its features runs at the software's defaults (``wire.api_versions.FEATURES``); its
 first write also records the defaults it does not change, so later software with other defaults keeps them.
+
+``kraft.version`` (KIP-853) is the quorum's, not a record: asking for the level in force succeeds and writes nothing,
+as on Kafka; a downgrade is refused with Kafka's sentence; so is an upgrade, which would turn a static quorum
+dynamic (Kafka 4.1's ``kafka-features upgrade --feature kraft.version=1``), which Fjord does not do.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from metadata.cluster_records import FeatureLevelRecord
 from metadata.controller_api import FeatureUpdate, FeatureUpdateResult
 from metadata.image import MetadataImage
 from storage.metadata.record_codec import MetadataRecord
-from wire.api_versions import FEATURES, FEATURES_BY_NAME, METADATA_VERSION
+from wire.api_versions import FEATURES, FEATURES_BY_NAME, KRAFT_VERSION, METADATA_VERSION
 
 #: QuorumController.updateFeatures puts this ahead of the refused feature's error.
 _ALL_FAILED = "The update failed for all features since the following feature had an error: "
@@ -42,13 +46,15 @@ def initial_records(image: MetadataImage, levels: dict[str, int] | None = None) 
     return [FeatureLevelRecord(name, level) for name, level in chosen.items()]
 
 
-def refusal(feature: str, level: int, image: MetadataImage, upgrade_type: int) -> str | None:
-    """Why finalizing ``feature`` at ``level`` is refused (Kafka's message), or None when it is valid."""
+def refusal(feature: str, level: int, image: MetadataImage, upgrade_type: int, kraft_version: int = 0
+            ) -> str | None:
+    """Why finalizing ``feature`` at ``level`` is refused (Kafka's message), or None when it is valid;
+    ``kraft_version``: the quorum's level."""
     if upgrade_type not in (FeatureUpdate.UPGRADE, FeatureUpdate.SAFE_DOWNGRADE, FeatureUpdate.UNSAFE_DOWNGRADE):
         return "The controller does not support the given upgrade type."
     if level < 0:
         return "A feature version cannot be less than 0."
-    supported = FEATURES_BY_NAME.get(feature)
+    supported = KRAFT_VERSION if feature == KRAFT_VERSION.name else FEATURES_BY_NAME.get(feature)
     if supported is None:
         return "The controller does not support the given feature."
     if not (supported.min_version <= level <= supported.max_version) and not (
@@ -56,12 +62,18 @@ def refusal(feature: str, level: int, image: MetadataImage, upgrade_type: int) -
     ):
         return (f"The controller only supports versions {supported.min_version}-{supported.max_version} of this "
                 "feature.")
-    current = image.feature_level(feature)
+    current = kraft_version if supported is KRAFT_VERSION else image.feature_level(feature)
     if level < current and upgrade_type == FeatureUpdate.UPGRADE:
         return ("Can't downgrade the version of this feature without setting the upgrade type to either safe or "
                 "unsafe downgrade.")
     if level > current and upgrade_type != FeatureUpdate.UPGRADE:
         return "Can't downgrade to a newer version."
+    if supported is KRAFT_VERSION and level < current:
+        return "Can't downgrade the version of this feature."
+    if supported is KRAFT_VERSION and level > current:
+        return ("The quorum's voters are fixed by controller.quorum.voters, and Fjord does not make a static quorum "
+                "dynamic: a dynamic quorum names controller.quorum.bootstrap.servers and is formatted with fjord "
+                "storage format --standalone or --initial-controllers.")
     if feature == METADATA_VERSION.name and level < current:
         if upgrade_type == FeatureUpdate.UNSAFE_DOWNGRADE:
             return "Unsafe metadata downgrade is not supported in this version."
@@ -70,11 +82,13 @@ def refusal(feature: str, level: int, image: MetadataImage, upgrade_type: int) -
     return None
 
 
-def plan_update_features(image: MetadataImage, updates: Sequence[FeatureUpdate]) -> FeaturesPlan:
+def plan_update_features(image: MetadataImage, updates: Sequence[FeatureUpdate], kraft_version: int = 0
+                         ) -> FeaturesPlan:
+    """``kraft_version``: the quorum's KIP-853 level, which an update of ``kraft.version`` may only name again."""
     records: list[MetadataRecord] = []
     seen: set[str] = set()
     for update in updates:
-        reason = refusal(update.feature, update.level, image, update.upgrade_type)
+        reason = refusal(update.feature, update.level, image, update.upgrade_type, kraft_version)
         if reason is None and update.feature in seen:
             reason = "The feature is named more than once in the request."
         seen.add(update.feature)
@@ -82,7 +96,8 @@ def plan_update_features(image: MetadataImage, updates: Sequence[FeatureUpdate])
             message = f"{_ALL_FAILED}Invalid update version {update.level} for feature {update.feature}. {reason}"
             return FeaturesPlan([], [FeatureUpdateResult(u.feature, ErrorCode.invalid_update_version, message)
                                      for u in updates])
-        records.append(FeatureLevelRecord(update.feature, update.level))
+        if update.feature != KRAFT_VERSION.name:
+            records.append(FeatureLevelRecord(update.feature, update.level))
     if records:
         records = [r for r in initial_records(image) if r.name not in seen] + records
     return FeaturesPlan(records, [FeatureUpdateResult(u.feature) for u in updates])

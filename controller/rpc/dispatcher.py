@@ -50,7 +50,7 @@ from metadata.rpc import kafka_apis, stream_rpcs
 from metadata.rpc.raft_codec import RAFT_API_KEYS
 from metadata.rpc.stream_codec import StreamCodecError, api_key_of
 from wire import codec, schema
-from wire.api_versions import api_name, feature_fields
+from wire.api_versions import api_name, feature_fields, with_kraft_version
 from wire.dispatch import ConnectionClosing
 from wire.log_text import LOG_TEXT_MAX, untrusted
 from wire.metrics import ServerMetrics
@@ -141,7 +141,8 @@ class ControllerDispatcher:
             response = await self._raft(api_key, request.body, prefix.correlation_id, peer)
         elif api_key == kafka_apis.API_VERSIONS:  # with the features, for kafka-features.sh --bootstrap-controller
             image = self.quorum.image
-            features = feature_fields(response_cls, prefix.api_version, image.finalized_features(), image.offset)
+            finalized = with_kraft_version(image.finalized_features(), self.quorum.kraft_version)
+            features = feature_fields(response_cls, prefix.api_version, finalized, image.offset)
             response = schema.build(response_cls, error_code=ErrorCode.none, api_keys=self._api_keys(response_cls),
                                     **features)
         elif api_key == kafka_apis.SASL_HANDSHAKE:

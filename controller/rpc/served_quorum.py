@@ -66,6 +66,11 @@ class ServedQuorum(Protocol):
     @property
     def image(self) -> MetadataImage: ...
 
+    @property
+    def kraft_version(self) -> int:
+        """The quorum's KIP-853 level (1: its voters are the log's and may change), for ApiVersions."""
+        ...
+
     def metadata_loaded(self) -> bool:
         """Whether the voter has applied the metadata up to the commit offset it learned from the quorum (until
         then, with an authorizer, only super users are served: ``controller.rpc.authorization``)."""

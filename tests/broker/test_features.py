@@ -54,7 +54,8 @@ def test_a_new_cluster_finalizes_transactions_v2_the_consumer_protocol_and_share
 ) -> None:
     supported, finalized, _ = features(wire(broker.port))
     assert supported == {"metadata.version": (7, 14), "transaction.version": (0, 2), "group.version": (0, 1),
-                         "share.version": (0, 1)}
+                         "share.version": (0, 1), "kraft.version": (0, 1)}
+    # A local metadata log's voters cannot change: kraft.version 0, which Kafka leaves out of the finalized list.
     assert finalized == {"metadata.version": 14, "transaction.version": 2, "group.version": 1, "share.version": 1}
     # Before v4 a range starting at 0 is left out (KAFKA-17492); the finalized levels are the same.
     supported_v3, finalized_v3, _ = features(wire(broker.port), 3)
@@ -135,6 +136,10 @@ def test_invalid_updates_are_refused_with_kafkas_errors_and_change_nothing(
         (("transaction.version", 1, 7), "does not support the given upgrade type"),
         (("group.version", 2, SAFE_DOWNGRADE), "only supports versions 0-1"),
         (("group.version", 1, SAFE_DOWNGRADE), None),
+        # kraft.version is the quorum's: this node's (a local log) is 0, which it may name again, and no more.
+        (("kraft.version", 1, UPGRADE), "does not make a static quorum dynamic"),
+        (("kraft.version", 2, UPGRADE), "only supports versions 0-1"),
+        (("kraft.version", 0, UPGRADE), None),
     ]
     for item, reason in cases:
         answer = update(client, item)
@@ -184,7 +189,8 @@ def test_initial_levels_given_at_the_first_start_as_kafka_storage_format_feature
 
 
 def test_an_unknown_feature_or_level_is_a_configuration_error(tmp_path: Path) -> None:
-    for option, reason in (("streams.version=1", "NAME among"), ("transaction.version=3", "not supported")):
+    for option, reason in (("streams.version=1", "NAME among"), ("transaction.version=3", "not supported"),
+                           ("kraft.version=1", "does not make a static quorum dynamic")):
         command = server_command(None, default_overrides(tmp_path / "bad"), ("--feature", option))
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 1

@@ -79,6 +79,17 @@ async def test_a_static_quorum_refuses_voter_changes_as_kafka_at_kraft_version_0
     answer = await _ask(port, REMOVE_RAFT_VOTER, 0, cluster_id=None, voter_id=0, voter_directory_id=uuid.UUID(int=0))
     assert answer.error_code is ErrorCode.unsupported_version
     assert all(q.driver.node.voters == frozenset({0, 1, 2}) for q in voters)
+    # kraft.version is supported (0-1) but at 0, so not finalized, as Kafka's ApiVersions says of a static quorum;
+    # kafka-features --bootstrap-controller cannot upgrade it (Fjord does not make a static quorum dynamic).
+    versions = await _ask(port, 18, 4, client_software_name="test", client_software_version="1")
+    assert {(f.name, f.min_version, f.max_version) for f in versions.supported_features} >= {("kraft.version", 0, 1)}
+    assert "kraft.version" not in {f.name for f in versions.finalized_features}
+    assert "metadata.version" in {f.name for f in versions.finalized_features}
+    cls = codec.request_class(57, 1)
+    upgrade = schema.build_nested(cls, "feature_updates", feature="kraft.version", max_version_level=1, upgrade_type=1)
+    answer = await _ask(port, 57, 1, feature_updates=(upgrade,), validate_only=False)
+    assert answer.error_code is ErrorCode.invalid_update_version, answer
+    assert "does not make a static quorum dynamic" in answer.error_message
 
 
 async def test_a_dynamic_quorum_refuses_bad_changes_then_adds_and_removes_a_controller(

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from testkit.node_process import WireClient, server_command
 from testkit.waiting import eventually
+from tests.broker.test_features import SAFE_DOWNGRADE, UPGRADE, features, update
 from tests.node.test_kafka4_shipped_configs import (
     KAFKA4_BROKER_PROPERTIES,
     KAFKA4_CONTROLLER_PROPERTIES,
@@ -75,7 +76,11 @@ def test_a_controller_is_added_to_a_running_quorum_and_the_first_one_removed_whi
     broker_text = _as_test_runs_it(KAFKA4_BROKER_PROPERTIES, tmp_path, client_port, port1)
     broker_text = broker_text.replace(f"controller.quorum.bootstrap.servers=localhost:{port1}",
                                       f"controller.quorum.bootstrap.servers={both}")
-    formatted = _fjord("storage", "format", "-t", cluster_id, "-c", str(first), "--standalone")
+    # Kafka's format takes kraft.version 1 with --standalone (and refuses 0 there): the quorum's level, not written.
+    refused = _fjord("storage", "format", "-t", cluster_id, "-c", str(first), "--standalone", "-f", "kraft.version=0")
+    assert refused.returncode == 1 and "Cannot set kraft.version to 0" in refused.stderr, refused.stderr
+    formatted = _fjord("storage", "format", "-t", cluster_id, "-c", str(first), "--standalone",
+                       "--feature", "kraft.version=1")
     assert formatted.returncode == 0, formatted.stderr
     joining = _fjord("storage", "format", "-t", cluster_id, "-c", str(second), "--no-initial-controllers")
     assert joining.returncode == 0 and "until fjord metadata-quorum add-controller" in joining.stdout, joining.stderr
@@ -96,6 +101,18 @@ def test_a_controller_is_added_to_a_running_quorum_and_the_first_one_removed_whi
         eventually(lambda: "node 2 serving" in nodes["broker"].log_text(), timeout=90,
                    what=lambda: f"the broker to serve:\n{logs()}")
         _produce_and_read(client_port, "before", b"one voter", logs())
+        # The quorum is dynamic: broker and controller report kraft.version 1, as Kafka 4's do (kafka-features
+        # describe); it is the quorum's, so it can be named again but not downgraded.
+        for port in (client_port, port1):
+            with WireClient(port) as wire:
+                supported, finalized, _ = features(wire)
+            assert (supported["kraft.version"], finalized["kraft.version"]) == ((0, 1), 1), (port, finalized)
+        with WireClient(client_port) as wire:
+            assert update(wire, ("kraft.version", 1, UPGRADE)).error_code == ErrorCode.none
+            downgrade = update(wire, ("kraft.version", 0, SAFE_DOWNGRADE))
+            assert downgrade.error_code == ErrorCode.invalid_update_version, downgrade
+            assert downgrade.error_message.endswith("Can't downgrade the version of this feature."), downgrade
+            assert features(wire)[1]["kraft.version"] == 1
 
         nodes["controller-3"] = _Node(tmp_path, "c3", second.read_text())
         eventually(lambda: "found the quorum through controller.quorum.bootstrap.servers" in

@@ -245,3 +245,25 @@ def test_a_standalone_combined_nodes_line_says_what_its_first_start_applies(tmp_
     [line] = _format(combined, new_kafka_uuid(), standalone=True, scram=scram)
     assert line.startswith("Formatting dynamic metadata voter directory")
     assert line.endswith("; its first start applies SCRAM credentials of admin") and SECRET not in line
+
+
+def test_kraft_version_is_taken_only_at_the_level_the_voter_flags_give_and_is_not_written(tmp_path: Path) -> None:
+    """Kafka's format rule: ``--feature kraft.version=1`` with --standalone, --initial-controllers or
+    --no-initial-controllers (a dynamic quorum), 0 without them. It is the quorum's level, not one to finalize."""
+    static = (*_controller(tmp_path, 1), "controller.quorum.voters=1@localhost:9093")
+    with pytest.raises(ConfigError, match=r"^Cannot set kraft\.version to 1 unless controller\.quorum\.voters is "):
+        _format(static, new_kafka_uuid(), features=("kraft.version=1",))
+    with pytest.raises(ConfigError, match=r"^Cannot set kraft\.version to 0 if controller\.quorum\.voters is empty"):
+        _format(_controller(tmp_path, 2), new_kafka_uuid(), standalone=True, features=("kraft.version=0",))
+    assert not (tmp_path / "c1").exists() and not (tmp_path / "c2").exists()
+    # A controller takes it (a controller-only node takes no level to finalize, but this one is the quorum's).
+    _format(static, new_kafka_uuid(), features=("kraft.version=0",))
+    _format(_controller(tmp_path, 2), new_kafka_uuid(), standalone=True, features=("kraft.version=1",))
+    for directory in ("c1", "c2"):
+        bootstrap = read_bootstrap(tmp_path / directory)
+        assert bootstrap is not None and bootstrap.features == (), directory
+    # A broker's first start finalizes the other levels, never kraft.version.
+    _format(_broker(tmp_path), new_kafka_uuid(), no_initial_controllers=True,
+            features=("kraft.version=1", "group.version=0"))
+    broker = read_bootstrap(tmp_path / "b1")
+    assert broker is not None and broker.features == ("group.version=0",)

@@ -18,7 +18,7 @@ import pytest
 from broker.handlers.table import HANDLERS
 from testkit.node_process import api_versions_request
 from wire import codec, schema
-from wire.api_versions import API_VERSIONS, FEATURES, advertised
+from wire.api_versions import API_VERSIONS, SUPPORTED_FEATURES, advertised
 from wire.dispatch import Peer, Response
 from wire.early_answers import EarlyAnswers, EarlyConnection, answer
 from wire.listener import KafkaListener
@@ -55,7 +55,7 @@ def test_the_answer_lists_what_the_broker_serves_with_the_features_unknown(versi
     if version >= 3:
         assert body.finalized_features_epoch == -1 and body.finalized_features == ()
         assert {f.name for f in body.supported_features} == {
-            f.name for f in FEATURES if f.min_version > 0 or version >= 4
+            f.name for f in SUPPORTED_FEATURES if f.min_version > 0 or version >= 4
         }
 
 
