@@ -19,6 +19,7 @@ from node import dataclass_code
 #: in step; a module such as ``cluster_drain`` registers a subcommand through its command's module).
 COMMANDS = {
     "cluster": "cluster",
+    "features": "features",
     "metadata": "metadata",
     "metadata-quorum": "metadata_quorum",
     "object": "object",

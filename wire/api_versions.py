@@ -137,6 +137,10 @@ class Feature:
 #: Java clients read the finalized features (and their epoch); kafka-features and kafka-metadata-quorum check
 #: ``metadata.version`` before using newer admin APIs.
 METADATA_VERSION: Final = Feature("metadata.version", 7, 14, 14)
+#: Kafka's release names of the ``metadata.version`` levels above (``kafka-features`` shows and takes these).
+METADATA_RELEASES: Final[Mapping[int, str]] = MappingProxyType({
+    7: "3.3-IV3", 8: "3.4-IV0", 9: "3.5-IV0", 10: "3.5-IV1", 11: "3.5-IV2", 12: "3.6-IV0", 13: "3.6-IV1", 14: "3.6-IV2",
+})
 #: Transactions v2 (KIP-890 part 2) at level 2: Kafka 4 clients then bump the epoch on every EndTxn and let the
 #: brokers add partitions to the transaction (Produce v12, TxnOffsetCommit v5). Level 1 (or 0) keeps v1 clients.
 TRANSACTION_VERSION: Final = Feature("transaction.version", 0, 2, 2)

@@ -71,9 +71,10 @@ def refusal(feature: str, level: int, image: MetadataImage, upgrade_type: int, k
     if supported is KRAFT_VERSION and level < current:
         return "Can't downgrade the version of this feature."
     if supported is KRAFT_VERSION and level > current:
-        return ("The quorum's voters are fixed by controller.quorum.voters, and Fjord does not make a static quorum "
-                "dynamic: a dynamic quorum names controller.quorum.bootstrap.servers and is formatted with fjord "
-                "storage format --standalone or --initial-controllers.")
+        return ("The quorum's voters are fixed (by controller.quorum.voters, or as a single node's local metadata "
+                "log), and Fjord does not make a fixed quorum dynamic: a dynamic quorum names "
+                "controller.quorum.bootstrap.servers and is formatted with fjord storage format --standalone or "
+                "--initial-controllers.")
     if feature == METADATA_VERSION.name and level < current:
         if upgrade_type == FeatureUpdate.UNSAFE_DOWNGRADE:
             return "Unsafe metadata downgrade is not supported in this version."

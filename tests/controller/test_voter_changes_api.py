@@ -89,7 +89,7 @@ async def test_a_static_quorum_refuses_voter_changes_as_kafka_at_kraft_version_0
     upgrade = schema.build_nested(cls, "feature_updates", feature="kraft.version", max_version_level=1, upgrade_type=1)
     answer = await _ask(port, 57, 1, feature_updates=(upgrade,), validate_only=False)
     assert answer.error_code is ErrorCode.invalid_update_version, answer
-    assert "does not make a static quorum dynamic" in answer.error_message
+    assert "does not make a fixed quorum dynamic" in answer.error_message
 
 
 async def test_a_dynamic_quorum_refuses_bad_changes_then_adds_and_removes_a_controller(

@@ -113,6 +113,13 @@ def test_a_controller_is_added_to_a_running_quorum_and_the_first_one_removed_whi
             assert downgrade.error_code == ErrorCode.invalid_update_version, downgrade
             assert downgrade.error_message.endswith("Can't downgrade the version of this feature."), downgrade
             assert features(wire)[1]["kraft.version"] == 1
+        # fjord features (kafka-features.sh) says the same through the controllers, and asks the leader to update.
+        described = _fjord("features", "--bootstrap-controller", f"localhost:{port1}", "describe")
+        assert "Feature: kraft.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1\t" \
+            in described.stdout, described.stderr
+        same = _fjord("features", "--bootstrap-controller", f"localhost:{port1}", "upgrade", "--feature",
+                      "kraft.version=1")
+        assert (same.returncode, same.stdout.strip()) == (0, "kraft.version was upgraded to 1."), same.stderr
 
         nodes["controller-3"] = _Node(tmp_path, "c3", second.read_text())
         eventually(lambda: "found the quorum through controller.quorum.bootstrap.servers" in
