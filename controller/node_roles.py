@@ -23,6 +23,20 @@ def controller_listener(config: ServerConfig) -> Listener:
     raise ConfigError(f"listeners: no listener named {', '.join(names)} (controller.listener.names)")
 
 
+def advertised_controller_endpoint(config: ServerConfig) -> tuple[str, str, int]:
+    """This controller's CONTROLLER listener as the other voters reach it, ``(name, host, port)``, as an
+    AddRaftVoter names it: advertised if it is, else as bound (a listener bound to every interface is named
+    ``localhost``, as ``fjord storage format --standalone`` names it)."""
+    name = config.controller_listener_names[0] if config.controller_listener_names else ""
+    found = [lst for lst in (*config.listeners, *config.advertised_listeners) if lst.name == name]
+    if not found:
+        raise ConfigError(f"controller.listener.names: node {config.node_id} lists no {name or 'controller'} "
+                          "listener")
+    named = [lst for lst in found if lst.host]
+    listener = named[-1] if named else found[-1]
+    return name, listener.host or "localhost", listener.port
+
+
 def uses_quorum(config: ServerConfig) -> bool:
     """Whether this node's controller runs on Raft: a controller-only node, any quorum of several voters, or a
     controller formatted to be added to a running quorum. A combined node that is the only voter keeps the local

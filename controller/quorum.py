@@ -63,6 +63,7 @@ from raft.effects import Role
 from raft.log import LogEntry, SnapshotId
 from raft.voter_set import Voter
 from settings.endpoint import Endpoint
+from settings.kafka_uuid import parse_kafka_uuid
 from settings.meta_properties import ensure_quorum_meta_properties
 from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
@@ -169,7 +170,8 @@ class QuorumController:
         member and serves. Raises ConfigError for a directory of another node or cluster or a port in use.
         ``metrics``: the registry the CONTROLLER listener and the auto-balancer report to (a node's own)."""
         listener = controller_listener(config)
-        cluster_id = (await asyncio.to_thread(ensure_quorum_meta_properties, config)).cluster_id
+        meta = await asyncio.to_thread(ensure_quorum_meta_properties, config)
+        cluster_id = meta.cluster_id
         quorum = cls(config, cluster_id)
         quorum.server = ControllerServer(quorum, listener, metrics)
         quorum.balancer.register_metrics(quorum.server.dispatcher.metrics.registry)
@@ -180,7 +182,7 @@ class QuorumController:
             await quorum.server.close()
             raise
         await quorum.server.start_serving()
-        quorum.membership.start()
+        quorum.membership.start(parse_kafka_uuid(meta.directory_id) if meta.directory_id else None)
         quorum._watcher = asyncio.create_task(quorum._watch(), name=f"quorum-controller-{quorum.node_id}")
         logger.info("controller %d of cluster %s started: voters %s, metadata at offset %d", quorum.node_id,
                     cluster_id, quorum.membership.voter_set.describe() or "none yet (joining)",

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from controller.auto_join import auto_join_enabled, join_quorum
 from metadata.errors import ControllerError
 from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters
 from raft.core import AddVoter, RemoveVoter
@@ -68,7 +69,7 @@ class QuorumMembership:
         self.voter_set = self.initial
         self._driver: RaftDriver | None = None
         self._peers_changed: list[PeersCallback] = []
-        self._discovery: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []  # finding the quorum, and joining it
 
     def attach(self, driver: RaftDriver, peers_changed: PeersCallback) -> None:
         """``peers_changed(addresses)`` runs whenever a voter is added or moves (the transport's update)."""
@@ -90,18 +91,22 @@ class QuorumMembership:
             callback(self.addresses)
 
     # ---- a joining controller -------------------------------------------------------------------------------
-    def start(self) -> None:
-        """A controller that knows no voter (formatted to be added later) starts asking where the quorum is."""
-        if self.voter_set.voters or not self.config.joins_quorum:
-            return
-        self._discovery = asyncio.create_task(self._discover(), name=f"controller-{self.node_id}-find-quorum")
+    def start(self, directory_id: uuid.UUID | None = None) -> None:
+        """A controller that knows no voter (formatted to be added later) starts asking where the quorum is; one
+        with ``controller.quorum.auto.join.enable`` adds itself (``controller.auto_join``), as the voter of its
+        metadata directory ``directory_id``."""
+        if not self.voter_set.voters and self.config.joins_quorum:
+            self._tasks.append(asyncio.create_task(self._discover(), name=f"controller-{self.node_id}-find-quorum"))
+        if auto_join_enabled(self.config) and self.config.dynamic_quorum:
+            joining = join_quorum(self.config, directory_id, lambda: self.voter_set, lambda: self.addresses)
+            self._tasks.append(asyncio.create_task(joining, name=f"controller-{self.node_id}-auto-join"))
 
     async def stop(self) -> None:
-        if self._discovery is not None:
-            self._discovery.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._discovery
-            self._discovery = None
+                await task
+        self._tasks.clear()
 
     async def _discover(self) -> None:
         servers = list(parse_bootstrap_servers(self.config.value(BOOTSTRAP_KEY)))

@@ -25,6 +25,7 @@ IN_THE_CATALOGUE: frozenset[str] = frozenset(
         "compression.gzip.level",
         "compression.lz4.level",
         "compression.zstd.level",
+        "controller.quorum.auto.join.enable",
         "controller.quorum.bootstrap.servers",
         "follower.replication.throttled.rate",
         "group.consumer.assignors",
@@ -178,12 +179,6 @@ REFUSED: dict[str, tuple[str, str | None, str | None]] = {
     "config.providers": (JAVA_PLUGIN, "", None),
     "group.share.persister.class.name": (
         JAVA_PLUGIN, None, "org.apache.kafka.server.share.persister.DefaultStatePersister"
-    ),
-    "controller.quorum.auto.join.enable": (
-        "not implemented: a controller formatted with --no-initial-controllers joins the quorum when an operator "
-        "adds it (fjord metadata-quorum add-controller, KIP-853's AddRaftVoter), not on its own",
-        "false",
-        None,
     ),
     "log.initial.task.delay.ms": (
         "not implemented: the first retention check runs one log.retention.check.interval.ms after the start",

@@ -154,8 +154,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         ),
         ConfigKey("controller.quorum.voters", _B.LIST, ["0@127.0.0.1:9093"]),
-        # Kafka 4's dynamic quorum (KIP-853): described, but setting it stops the start (ServerConfig.validate).
+        # Kafka 4's dynamic quorum (KIP-853): the voters are the metadata log's, found through these servers.
         ConfigKey("controller.quorum.bootstrap.servers", _B.LIST, []),
+        # KIP-853: a controller of a dynamic quorum adds itself to the voters once it has caught up
+        # (controller.quorum_membership); refused with a static controller.quorum.voters (ServerConfig.validate).
+        ConfigKey("controller.quorum.auto.join.enable", _B.BOOLEAN, False),
         ConfigKey("controller.quorum.election.timeout.ms", _B.INT, 1000, at_least(1)),
         ConfigKey("controller.quorum.fetch.timeout.ms", _B.INT, 2000, at_least(1)),
         ConfigKey("controller.quorum.election.backoff.max.ms", _B.INT, 1000, at_least(1)),

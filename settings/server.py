@@ -382,6 +382,9 @@ class ServerConfig:
                 f"controller.quorum.voters: this controller's node.id {self.node_id} is not among the voters "
                 f"({', '.join(str(v.node_id) for v in self.voters)})"
             )
+        if "controller" in roles and self.value("controller.quorum.auto.join.enable") and not self.dynamic_quorum:
+            raise ConfigError("controller.quorum.auto.join.enable: a controller joins a dynamic quorum only (one "
+                              "named by controller.quorum.bootstrap.servers, without controller.quorum.voters)")
         listener_connection_limits(self.static)  # a bad listener.name.<l>.max.connections stops the start here
         listener_request_max_bytes(self.static, {lst.name for lst in self.listeners})  # and a bad request bound
         check_per_ip(int(self.value("max.connections.per.ip")), str(self.value("max.connections.per.ip.overrides")))

@@ -19,6 +19,7 @@ import asyncio
 import sys
 import uuid
 
+from controller.node_roles import advertised_controller_endpoint
 from metadata.remote.quorum_admin import QuorumAdminError, QuorumClient, QuorumStatus, Replica
 from node.admin_client import AdminError, parse_bootstrap
 from node.client_config import ClientConfigError, ClientSecurity, load_client_config
@@ -120,7 +121,7 @@ def run_add(args: argparse.Namespace) -> int:
         if meta is None or meta.directory_id is None:
             raise ValueError(f"--command-config {args.command_config}: {config.metadata_dir} is not formatted (run "
                              "fjord storage format --no-initial-controllers, then start the controller)")
-        listeners = (_controller_endpoint(config),)
+        listeners = (advertised_controller_endpoint(config),)
         security = ClientSecurity(config.controller_client_tls(), config.controller_client_sasl())
         client = _client(args, security)
         directory = parse_kafka_uuid(meta.directory_id)
@@ -130,18 +131,6 @@ def run_add(args: argparse.Namespace) -> int:
     print(f"Added controller {config.node_id} with directory id {meta.directory_id} and endpoints: "
           + ", ".join(f"{n}://{h}:{p}" for n, h, p in listeners))
     return 0
-
-
-def _controller_endpoint(config: ServerConfig) -> tuple[str, str, int]:
-    """The controller's CONTROLLER listener as the others reach it: advertised if it is, else as bound (a listener
-    bound to every interface is named ``localhost``, as ``fjord storage format --standalone`` names it)."""
-    name = config.controller_listener_names[0] if config.controller_listener_names else ""
-    found = [lst for lst in (*config.listeners, *config.advertised_listeners) if lst.name == name]
-    if not found:
-        raise ValueError(f"controller.listener.names: node {config.node_id} lists no {name or 'controller'} listener")
-    named = [lst for lst in found if lst.host]
-    listener = named[-1] if named else found[-1]
-    return name, listener.host or "localhost", listener.port
 
 
 def run_remove(args: argparse.Namespace) -> int:

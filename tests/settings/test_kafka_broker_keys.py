@@ -140,7 +140,6 @@ def test_every_kafka_broker_key_has_a_disposition() -> None:
         # Kafka 4.0-4.2's keys
         ("transaction.two.phase.commit.enable=true", "KIP-939"),
         ("config.providers=file", "Java plugin"),
-        ("controller.quorum.auto.join.enable=true", "joins the quorum when an operator adds it"),
         ("add.partitions.to.txn.retry.backoff.ms=50", "fixed 20 ms"),
     ],
 )
