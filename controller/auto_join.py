@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 
-from controller.node_roles import advertised_controller_endpoint
+from controller.node_roles import reachable_controller_endpoint
 from metadata.remote.quorum_admin import QuorumAdminError, QuorumClient
 from raft.voter_set import VoterSet
 from settings.quorum_voters import BOOTSTRAP_KEY, parse_bootstrap_servers
@@ -46,7 +46,13 @@ async def join_quorum(
     """Runs until this controller is a voter or has been added once; ``voters()`` and ``addresses()`` are the
     node's current view (``controller.quorum_membership``). Cancelled when the controller stops."""
     node_id = config.node_id
-    endpoint = advertised_controller_endpoint(config)
+    endpoint = reachable_controller_endpoint(config)
+    if endpoint is None:
+        logger.warning("controller %d does not join the quorum (%s): its CONTROLLER listener is bound to every "
+                       "interface and not advertised with a host the voters could reach; name one in listeners or "
+                       "advertised.listeners, or add it with fjord metadata-quorum add-controller", node_id,
+                       AUTO_JOIN_KEY)
+        return
     servers = tuple(parse_bootstrap_servers(config.value(BOOTSTRAP_KEY)))
     attempts = 0
     while True:

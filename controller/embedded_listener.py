@@ -119,6 +119,14 @@ class SoleVoter:
     async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, timeout_s: float) -> None:
         raise ControllerError(ErrorCode.unsupported_version, _NO_VOTER_CHANGE)
 
+    async def update_voter(self, voter: Voter, leader_epoch: int, timeout_s: float) -> None:
+        raise ControllerError(ErrorCode.unsupported_version, _NO_VOTER_CHANGE)
+
+    def current_leader(self) -> tuple[int, int, str, int]:
+        """Itself, the only voter (its bound CONTROLLER listener once announced)."""
+        host, port = self._voters.get(self.node_id, ("", 0))
+        return self.node_id, 0, host, port
+
     def metadata_loaded(self) -> bool:
         """Always: the node replayed its local metadata log before it serves, and it is the only writer."""
         return True

@@ -37,6 +37,20 @@ def advertised_controller_endpoint(config: ServerConfig) -> tuple[str, str, int]
     return name, listener.host or "localhost", listener.port
 
 
+#: Hosts a listener binds to that no other node can connect to.
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+def reachable_controller_endpoint(config: ServerConfig) -> tuple[str, str, int] | None:
+    """:func:`advertised_controller_endpoint` when it names a host others can reach, as a controller announces
+    itself (auto-join, UpdateRaftVoter); None when the listener is bound to every interface and not advertised
+    with a host (``localhost`` or ``0.0.0.0`` would send the other voters nowhere)."""
+    name, host, port = advertised_controller_endpoint(config)
+    explicit = any(lst.name == name and lst.host not in _WILDCARD_HOSTS
+                   for lst in (*config.listeners, *config.advertised_listeners))
+    return (name, host, port) if explicit and host not in _WILDCARD_HOSTS else None
+
+
 def uses_quorum(config: ServerConfig) -> bool:
     """Whether this node's controller runs on Raft: a controller-only node, any quorum of several voters, or a
     controller formatted to be added to a running quorum. A combined node that is the only voter keeps the local

@@ -555,6 +555,14 @@ class QuorumController:
     async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, timeout_s: float) -> None:
         await self.membership.remove(node_id, directory_id, timeout_s)
 
+    async def update_voter(self, voter: Voter, leader_epoch: int, timeout_s: float) -> None:
+        await self.membership.update(voter, leader_epoch, timeout_s)
+
+    def current_leader(self) -> tuple[int, int, str, int]:
+        leader = self.driver.leader_id
+        host, port = self.membership.addresses.get(leader, ("", 0)) if leader is not None else ("", 0)
+        return (leader if leader is not None else -1), self.driver.epoch, host, port
+
     def check_node(self, node: NodeIdentity, what: str) -> None:
         """Refuses a mutation from a fenced broker or from an older incarnation of one (NodeFencedError)."""
         broker = self.controller.image.brokers.get(node.node_id)

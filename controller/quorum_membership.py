@@ -24,9 +24,10 @@ from collections.abc import Callable, Mapping
 from kio.schema.errors import ErrorCode
 
 from controller.auto_join import auto_join_enabled, join_quorum
+from controller.voter_endpoint import announce_endpoint
 from metadata.errors import ControllerError
 from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters
-from raft.core import AddVoter, RemoveVoter
+from raft.core import AddVoter, RemoveVoter, UpdateVoter, VoterChange
 from raft.driver import NotLeaderError, RaftDriver, VoterChangeError
 from raft.messages import Errors
 from raft.voter_set import Endpoint, Voter, VoterSet
@@ -69,7 +70,8 @@ class QuorumMembership:
         self.voter_set = self.initial
         self._driver: RaftDriver | None = None
         self._peers_changed: list[PeersCallback] = []
-        self._tasks: list[asyncio.Task[None]] = []  # finding the quorum, and joining it
+        self._tasks: list[asyncio.Task[None]] = []  # finding the quorum, joining it, announcing a moved listener
+        self._voters_moved = asyncio.Event()
 
     def attach(self, driver: RaftDriver, peers_changed: PeersCallback) -> None:
         """``peers_changed(addresses)`` runs whenever a voter is added or moves (the transport's update)."""
@@ -84,6 +86,7 @@ class QuorumMembership:
     def voters_changed(self, voters: VoterSet) -> None:
         """The driver's ``on_voters``: at start with the log's set, then at every change the log makes."""
         self.voter_set = voters
+        self._voters_moved.set()
         # A voter the set names without an endpoint (a static quorum's) keeps its configured address.
         self.addresses = {**{i: a for i, a in self.addresses.items() if i in voters.ids},
                           **voters.addresses(self._listener)}
@@ -94,12 +97,18 @@ class QuorumMembership:
     def start(self, directory_id: uuid.UUID | None = None) -> None:
         """A controller that knows no voter (formatted to be added later) starts asking where the quorum is; one
         with ``controller.quorum.auto.join.enable`` adds itself (``controller.auto_join``), as the voter of its
-        metadata directory ``directory_id``."""
+        metadata directory ``directory_id``; every voter of a dynamic quorum announces a CONTROLLER listener that
+        moved (``controller.voter_endpoint``)."""
         if not self.voter_set.voters and self.config.joins_quorum:
             self._tasks.append(asyncio.create_task(self._discover(), name=f"controller-{self.node_id}-find-quorum"))
-        if auto_join_enabled(self.config) and self.config.dynamic_quorum:
+        if not self.config.dynamic_quorum:
+            return
+        if auto_join_enabled(self.config):
             joining = join_quorum(self.config, directory_id, lambda: self.voter_set, lambda: self.addresses)
             self._tasks.append(asyncio.create_task(joining, name=f"controller-{self.node_id}-auto-join"))
+        announcing = announce_endpoint(self.config, directory_id, lambda: self.voter_set, lambda: self.addresses,
+                                       self._voters_moved)
+        self._tasks.append(asyncio.create_task(announcing, name=f"controller-{self.node_id}-announce-endpoint"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -150,17 +159,26 @@ class QuorumMembership:
     async def add(self, voter: Voter, timeout_s: float) -> None:
         """Adds ``voter`` (it must be fetching and caught up); returns once the new set is committed."""
         driver = self._check_dynamic("adding voter")
-        if not any(e.name == self._listener for e in voter.endpoints):
-            named = ", ".join(e.name for e in voter.endpoints) or "none"
-            raise _refused(Errors.INVALID_REQUEST, f"voter {voter.node_id}'s listeners ({named}) do not include "
-                           f"the quorum's {self._listener} listener")
+        self._check_listener(voter)
         await self._change(driver, AddVoter(voter), timeout_s, f"add voter {voter.describe()}")
 
     async def remove(self, node_id: int, directory_id: uuid.UUID | None, timeout_s: float) -> None:
         driver = self._check_dynamic("removing voter")
         await self._change(driver, RemoveVoter(node_id, directory_id), timeout_s, f"remove voter {node_id}")
 
-    async def _change(self, driver: RaftDriver, change: AddVoter | RemoveVoter, timeout_s: float, what: str) -> None:
+    async def update(self, voter: Voter, leader_epoch: int, timeout_s: float) -> None:
+        """A voter's new endpoints (UpdateRaftVoter), which must include the quorum's listener."""
+        driver = self._check_dynamic("updating voter")
+        self._check_listener(voter)
+        await self._change(driver, UpdateVoter(voter, leader_epoch), timeout_s, f"update voter {voter.describe()}")
+
+    def _check_listener(self, voter: Voter) -> None:
+        if not any(e.name == self._listener for e in voter.endpoints):
+            named = ", ".join(e.name for e in voter.endpoints) or "none"
+            raise _refused(Errors.INVALID_REQUEST, f"voter {voter.node_id}'s listeners ({named}) do not include "
+                           f"the quorum's {self._listener} listener")
+
+    async def _change(self, driver: RaftDriver, change: VoterChange, timeout_s: float, what: str) -> None:
         try:
             async with asyncio.timeout(timeout_s):
                 offset = await driver.change_voters(change)

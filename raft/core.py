@@ -143,6 +143,19 @@ class RemoveVoter:
 
 
 @dataclass(frozen=True, slots=True)
+class UpdateVoter:
+    """KIP-853's UpdateRaftVoter: the voter ``voter.node_id`` (of this directory) announces its endpoints, as a
+    voter whose CONTROLLER listener moved does once it starts; ``leader_epoch``: the epoch it asks in (-1: any)."""
+
+    voter: Voter
+    leader_epoch: int = -1
+
+
+#: A change of the voter set a leader may append (one VOTERS entry each).
+VoterChange = AddVoter | RemoveVoter | UpdateVoter
+
+
+@dataclass(frozen=True, slots=True)
 class VoterChangeRefused:
     """Why a leader did not append a voter change: Kafka's error code for it and a line for the operator."""
 
@@ -503,12 +516,17 @@ class RaftNode:
         self._election_deadline = now_ms  # look for the leader among them at once
         return True
 
-    def change_voters(self, change: AddVoter | RemoveVoter, now_ms: int) -> int | NotLeader | VoterChangeRefused:
+    def change_voters(self, change: VoterChange, now_ms: int) -> int | NotLeader | VoterChangeRefused:
         """KIP-853: append the voter set that ``change`` makes, if this leader may; returns the entry's offset (the
         change is done once the high watermark passes it). The checks and their error codes are KRaft's
-        (AddVoterHandler, RemoveVoterHandler): one change at a time, each after the leader committed its epoch."""
+        (AddVoterHandler, RemoveVoterHandler, UpdateVoterHandler): one change at a time, each after the leader
+        committed its epoch. An update that changes nothing appends nothing."""
         if self._role is not Role.LEADER:
             return NotLeader(self._leader_id, self._epoch)
+        if isinstance(change, UpdateVoter) and change.leader_epoch >= 0 and change.leader_epoch != self._epoch:
+            error = Errors.FENCED_LEADER_EPOCH if change.leader_epoch < self._epoch else Errors.UNKNOWN_LEADER_EPOCH
+            return VoterChangeRefused(error, f"the update names epoch {change.leader_epoch}, leader "
+                                             f"{self.node_id}'s is {self._epoch}")
         if self._hw <= self._epoch_start_offset:
             return VoterChangeRefused(Errors.REQUEST_TIMED_OUT,
                                       f"leader {self.node_id} has not yet committed an entry of epoch {self._epoch}")
@@ -533,6 +551,18 @@ class RaftNode:
                                           f"node {voter.node_id} has not caught up with leader {self.node_id}'s "
                                           f"log (at {progress.end_offset} of {self._log.end_offset})")
             after = current.with_voter(voter)
+        elif isinstance(change, UpdateVoter):
+            voter = change.voter
+            found = current.get(voter.node_id)
+            if found is None or not found.matches(voter.node_id, voter.directory_id):
+                directory = f" with directory {voter.directory_id}" if voter.directory_id is not None else ""
+                return VoterChangeRefused(Errors.VOTER_NOT_FOUND, f"node {voter.node_id}{directory} is not a voter")
+            if not voter.endpoints:
+                return VoterChangeRefused(Errors.INVALID_REQUEST, f"node {voter.node_id}: no endpoint given")
+            if found.endpoints == voter.endpoints:
+                return self._history.latest_offset  # committed already (no change is pending)
+            updated = Voter(voter.node_id, found.directory_id or voter.directory_id, voter.endpoints)
+            after = current.without(voter.node_id).with_voter(updated)
         else:
             found = current.get(change.node_id)
             if found is None or not found.matches(change.node_id, change.directory_id):

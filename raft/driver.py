@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from raft.core import AddVoter, NotLeader, RaftConfig, RaftNode, RemoveVoter, VoterChangeRefused
+from raft.core import NotLeader, RaftConfig, RaftNode, VoterChange, VoterChangeRefused
 from raft.effects import (
     PERSIST_EFFECTS,
     AppendEntries,
@@ -244,7 +244,7 @@ class RaftDriver:
         self._wake.set()
         return await future
 
-    async def change_voters(self, change: AddVoter | RemoveVoter) -> int:
+    async def change_voters(self, change: VoterChange) -> int:
         """Append a voter change (KIP-853) and wait until it is committed; returns its offset. Raises
         `VoterChangeError` with Kafka's error code when the leader refuses it, `NotLeaderError` as `propose`."""
         node = self.node
@@ -253,6 +253,8 @@ class RaftDriver:
             raise NotLeaderError(self.node_id, result.leader_id, result.epoch)
         if isinstance(result, VoterChangeRefused):
             raise VoterChangeError(result)
+        if result < node.high_watermark:  # nothing appended (an update that changes nothing): committed already
+            return result
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiters.append((result, node.epoch, future))
         self._wake.set()

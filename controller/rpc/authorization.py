@@ -87,6 +87,7 @@ from metadata.rpc.kafka_apis import (
     REMOVE_RAFT_VOTER,
     UNREGISTER_BROKER,
     UPDATE_FEATURES,
+    UPDATE_RAFT_VOTER,
     VOTE,
 )
 from metadata.rpc.stream_rpcs import DescribeMetadata, StreamRequest
@@ -123,6 +124,7 @@ _KAFKA_OPERATIONS: Final[Mapping[int, AclOperation]] = {
     UPDATE_FEATURES: AclOperation.ALTER,
     ADD_RAFT_VOTER: AclOperation.ALTER,
     REMOVE_RAFT_VOTER: AclOperation.ALTER,
+    UPDATE_RAFT_VOTER: AclOperation.CLUSTER_ACTION,  # a voter announcing its own listener, as Kafka checks it
 }
 #: The admin APIs decided item by item (``controller.rpc.item_authorization``), with the right on the cluster that
 #: grants every item at once (None: none does).

@@ -165,6 +165,8 @@ class ControllerDispatcher:
             response = await voter_changes.add_raft_voter(self.quorum, response_cls, request.body)
         elif api_key == kafka_apis.REMOVE_RAFT_VOTER:
             response = await voter_changes.remove_raft_voter(self.quorum, response_cls, request.body)
+        elif api_key == kafka_apis.UPDATE_RAFT_VOTER:
+            response = await voter_changes.update_raft_voter(self.quorum, response_cls, request.body)
         else:
             response = await self._admin(api_key, response_cls, request, refusal, check=check, quiet=quiet)
         return codec.encode_response(prefix.correlation_id, response)

@@ -107,3 +107,11 @@ class ServedQuorum(Protocol):
     async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None, timeout_s: float) -> None:
         """RemoveRaftVoter, as :meth:`add_voter`."""
         ...
+
+    async def update_voter(self, voter: Voter, leader_epoch: int, timeout_s: float) -> None:
+        """UpdateRaftVoter (a voter's new endpoints), as :meth:`add_voter`."""
+        ...
+
+    def current_leader(self) -> tuple[int, int, str, int]:
+        """The quorum's leader as this node knows it: id (-1: none), epoch, and its CONTROLLER host and port."""
+        ...

@@ -1,5 +1,6 @@
 """An operator's requests to the controller quorum: its status (DescribeQuorum v2) and its voter changes (AddRaftVoter,
-RemoveRaftVoter of KIP-853), as ``kafka-metadata-quorum.sh`` sends them.
+RemoveRaftVoter of KIP-853), as ``kafka-metadata-quorum.sh`` sends them; and a controller's own, when it adds itself
+(``controller.auto_join``) or announces a moved listener (UpdateRaftVoter, ``controller.voter_endpoint``).
 
 The quorum is reached through controllers (``--bootstrap-controller``: any voter names the others and the leader) or
 brokers (``--bootstrap-server``: a broker forwards DescribeQuorum to the leader and names the controllers); a voter
@@ -17,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.remote.discovery import unanswered
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
-from metadata.rpc.kafka_apis import ADD_RAFT_VOTER, REMOVE_RAFT_VOTER
+from metadata.rpc.kafka_apis import ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, UPDATE_RAFT_VOTER
 from metadata.rpc.raft_codec import describe_quorum_request, described_voters
 from wire import codec, schema
 from wire.sasl.client import SaslCredentials
@@ -110,16 +111,32 @@ class QuorumClient:
                                voter_directory_id=directory_id or _ZERO_UUID)
         await self._at_leader(request, f"remove controller {node_id}")
 
-    async def _at_leader(self, request: Any, what: str) -> None:
+    async def update_voter(self, node_id: int, directory_id: uuid.UUID | None,
+                           listeners: tuple[tuple[str, str, int], ...]) -> None:
+        """Announces the voter ``node_id``'s (name, host, port) listeners (UpdateRaftVoter, as a voter whose
+        CONTROLLER listener moved sends it), in the leader's current epoch."""
         status = await self.status()
+        cls = codec.request_class(UPDATE_RAFT_VOTER, 0)
+        request = schema.build(
+            cls, cluster_id=None, current_leader_epoch=status.leader_epoch, voter_id=node_id,
+            voter_directory_id=directory_id or _ZERO_UUID,
+            listeners=tuple(schema.build_nested(cls, "listeners", name=name, host=host, port=port)
+                            for name, host, port in listeners),
+            k_raft_version_feature=schema.build_nested(cls, "k_raft_version_feature", min_supported_version=0,
+                                                       max_supported_version=1),
+        )
+        await self._at_leader(request, f"update controller {node_id}", status)
+
+    async def _at_leader(self, request: Any, what: str, status: QuorumStatus | None = None) -> None:
+        status = status or await self.status()
         leader = status.endpoints.get(status.leader_id)
         if leader is None:
             raise QuorumAdminError(f"cannot {what}: the leader, controller {status.leader_id}, has no known listener")
         response = await self._call(leader, request, timeout_s=self.timeout_s + 5)
         error = ErrorCode(int(response.error_code))
         if error is not ErrorCode.none:
-            detail = f": {response.error_message}" if response.error_message else ""
-            raise QuorumAdminError(f"cannot {what}: {error.name.upper()}{detail}")
+            message = getattr(response, "error_message", None)  # UpdateRaftVoter's answer carries none
+            raise QuorumAdminError(f"cannot {what}: {error.name.upper()}{f': {message}' if message else ''}")
 
     async def _call(self, address: tuple[str, int], request: Any, timeout_s: float | None = None) -> Any:
         host, port = address

@@ -82,6 +82,7 @@ SASL_HANDSHAKE: Final = 17
 SASL_AUTHENTICATE: Final = 36
 ADD_RAFT_VOTER: Final = 80
 REMOVE_RAFT_VOTER: Final = 81
+UPDATE_RAFT_VOTER: Final = 82
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 METADATA_PARTITION: Final = 0
@@ -115,5 +116,6 @@ KAFKA_API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     SASL_AUTHENTICATE: (0, 2),
     ADD_RAFT_VOTER: (0, 1),
     REMOVE_RAFT_VOTER: (0, 0),
+    UPDATE_RAFT_VOTER: (0, 0),
 }
 """(min, max) version of every Kafka-protocol RPC the CONTROLLER listener serves."""

@@ -1,0 +1,71 @@
+"""A voter whose CONTROLLER listener moved tells the quorum (KIP-853's UpdateRaftVoter).
+
+The voters' endpoints are the metadata log's (``raft.voter_set``): every controller and broker reaches a voter where
+the log says it listens. A controller restarted with another host or port in its CONTROLLER listener would stay
+unreachable there, so, as Kafka's voters do, once it knows the voters and finds itself among them with another
+endpoint than it advertises, it sends UpdateRaftVoter to the leader, which appends the set with the new endpoint,
+and asks again each second until the log says it. A leader that moved asks itself over the network, as any voter.
+A static quorum's endpoints are its configuration's, so only a dynamic quorum's voters announce, and only one that
+names its host (a listener bound to every interface and not advertised has none to announce).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+
+from controller.node_roles import reachable_controller_endpoint
+from metadata.remote.quorum_admin import QuorumAdminError, QuorumClient
+from raft.voter_set import Endpoint, VoterSet
+from settings.quorum_voters import BOOTSTRAP_KEY, parse_bootstrap_servers
+from settings.server import ServerConfig
+
+logger = logging.getLogger(__name__)
+
+#: Between attempts (no leader yet, a change pending, a refusal).
+_RETRY_S = 1.0
+_TIMEOUT_S = 30.0
+
+
+async def announce_endpoint(
+    config: ServerConfig,
+    directory_id: uuid.UUID | None,
+    voters: Callable[[], VoterSet],
+    addresses: Callable[[], Mapping[int, tuple[str, int]]],
+    changed: asyncio.Event,
+) -> None:
+    """Runs for the controller's life: whenever the voter set names this node with another CONTROLLER endpoint than
+    it advertises, asks the leader to update it. ``changed`` is set whenever the voter set changes. Cancelled when
+    the controller stops."""
+    node_id = config.node_id
+    endpoint = reachable_controller_endpoint(config)
+    if endpoint is None:  # bound to every interface: whatever the log says is the operator's (no host to announce)
+        return
+    name, host, port = endpoint
+    own = Endpoint(name, host, port)
+    servers = tuple(parse_bootstrap_servers(config.value(BOOTSTRAP_KEY)))
+    attempts = 0
+    while True:
+        mine = voters().get(node_id)
+        if mine is None or own in mine.endpoints or (
+                None not in (mine.directory_id, directory_id) and mine.directory_id != directory_id):
+            attempts = 0
+            await changed.wait()  # not a voter (or another directory's), or the log has it right: until it changes
+            changed.clear()
+            continue
+        attempts += 1
+        ask = tuple(dict.fromkeys((*addresses().values(), *servers)))
+        client = QuorumClient(ask, tls=config.controller_client_tls(), sasl=config.controller_client_sasl(),
+                              timeout_s=_TIMEOUT_S)
+        try:
+            await client.update_voter(node_id, directory_id, ((name, host, port),))
+        except QuorumAdminError as exc:
+            if attempts in (1, 10) or attempts % 100 == 0:
+                logger.info("controller %d: the voters name it at %s, it listens at %s:%d: %s; asking again",
+                            node_id, ",".join(f"{e.host}:{e.port}" for e in mine.endpoints), host, port, exc)
+            await asyncio.sleep(_RETRY_S)
+            continue
+        logger.info("controller %d announced its CONTROLLER listener %s://%s:%d to the quorum (UpdateRaftVoter)",
+                    node_id, name, host, port)
