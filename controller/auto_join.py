@@ -19,9 +19,8 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from controller.node_roles import reachable_controller_endpoint
-from metadata.remote.quorum_admin import QuorumAdminError, QuorumClient
+from metadata.remote.quorum_admin import QuorumAdminError, own_quorum_client
 from raft.voter_set import VoterSet
-from settings.quorum_voters import BOOTSTRAP_KEY, parse_bootstrap_servers
 from settings.server import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -53,7 +52,6 @@ async def join_quorum(
                        "advertised.listeners, or add it with fjord metadata-quorum add-controller", node_id,
                        AUTO_JOIN_KEY)
         return
-    servers = tuple(parse_bootstrap_servers(config.value(BOOTSTRAP_KEY)))
     attempts = 0
     while True:
         current = voters()
@@ -67,9 +65,7 @@ async def join_quorum(
             await asyncio.sleep(_RETRY_S)
             continue
         attempts += 1
-        ask = tuple(dict.fromkeys((*addresses().values(), *servers)))
-        client = QuorumClient(ask, tls=config.controller_client_tls(), sasl=config.controller_client_sasl(),
-                              timeout_s=_ADD_TIMEOUT_S)
+        client = own_quorum_client(config, addresses(), _ADD_TIMEOUT_S)
         try:
             if stale:
                 await client.remove_voter(node_id, stale[0].directory_id)

@@ -17,9 +17,8 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from controller.node_roles import reachable_controller_endpoint
-from metadata.remote.quorum_admin import QuorumAdminError, QuorumClient
+from metadata.remote.quorum_admin import QuorumAdminError, own_quorum_client
 from raft.voter_set import Endpoint, VoterSet
-from settings.quorum_voters import BOOTSTRAP_KEY, parse_bootstrap_servers
 from settings.server import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -45,7 +44,6 @@ async def announce_endpoint(
         return
     name, host, port = endpoint
     own = Endpoint(name, host, port)
-    servers = tuple(parse_bootstrap_servers(config.value(BOOTSTRAP_KEY)))
     attempts = 0
     while True:
         mine = voters().get(node_id)
@@ -56,9 +54,7 @@ async def announce_endpoint(
             changed.clear()
             continue
         attempts += 1
-        ask = tuple(dict.fromkeys((*addresses().values(), *servers)))
-        client = QuorumClient(ask, tls=config.controller_client_tls(), sasl=config.controller_client_sasl(),
-                              timeout_s=_TIMEOUT_S)
+        client = own_quorum_client(config, addresses(), _TIMEOUT_S)
         try:
             await client.update_voter(node_id, directory_id, ((name, host, port),))
         except QuorumAdminError as exc:

@@ -10,6 +10,7 @@ change then goes to the leader's CONTROLLER listener, the one replica that may a
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,8 @@ from metadata.remote.discovery import unanswered
 from metadata.rpc.connection import ConnectionClosedError, ControllerConnection
 from metadata.rpc.kafka_apis import ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, UPDATE_RAFT_VOTER
 from metadata.rpc.raft_codec import describe_quorum_request, described_voters
+from settings.quorum_voters import BOOTSTRAP_KEY, parse_bootstrap_servers
+from settings.server import ServerConfig
 from wire import codec, schema
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
@@ -148,6 +151,14 @@ class QuorumClient:
             raise QuorumAdminError(unanswered(host, port, exc, self.tls)) from None
         finally:
             await connection.close()
+
+
+def own_quorum_client(config: ServerConfig, known: Mapping[int, tuple[str, int]], timeout_s: float) -> QuorumClient:
+    """A controller's client of its own quorum: the voters it knows first (``known``), then its bootstrap servers, over
+    its CONTROLLER listener's security (auto-join, UpdateRaftVoter)."""
+    servers = parse_bootstrap_servers(config.value(BOOTSTRAP_KEY))
+    return QuorumClient(tuple(dict.fromkeys((*known.values(), *servers))), tls=config.controller_client_tls(),
+                        sasl=config.controller_client_sasl(), timeout_s=timeout_s)
 
 
 def _replica(state: Any) -> Replica:
