@@ -29,6 +29,7 @@ from metadata.errors import ControllerError
 from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters
 from raft.core import AddVoter, RemoveVoter, UpdateVoter, VoterChange
 from raft.driver import NotLeaderError, RaftDriver, VoterChangeError
+from raft.effects import Role
 from raft.messages import Errors
 from raft.voter_set import Endpoint, Voter, VoterSet
 from settings.quorum_voters import BOOTSTRAP_KEY, VOTERS_KEY, parse_bootstrap_servers
@@ -40,6 +41,8 @@ PeersCallback = Callable[[Mapping[int, tuple[str, int]]], None]
 
 #: Between rounds of asking the bootstrap servers, while a joining controller finds the quorum.
 _DISCOVERY_BACKOFF_S = 1.0
+#: How long a leader waits for the commit of its own moved listener (Kafka's UpdateRaftVoter default).
+_OWN_UPDATE_TIMEOUT_S = 30.0
 
 
 def _refused(error: Errors | ErrorCode | int, message: str) -> ControllerError:
@@ -107,7 +110,7 @@ class QuorumMembership:
             joining = join_quorum(self.config, directory_id, lambda: self.voter_set, lambda: self.addresses)
             self._tasks.append(asyncio.create_task(joining, name=f"controller-{self.node_id}-auto-join"))
         announcing = announce_endpoint(self.config, directory_id, lambda: self.voter_set, lambda: self.addresses,
-                                       self._voters_moved)
+                                       changed=self._voters_moved, update_if_leading=self._update_if_leading)
         self._tasks.append(asyncio.create_task(announcing, name=f"controller-{self.node_id}-announce-endpoint"))
 
     async def stop(self) -> None:
@@ -171,6 +174,13 @@ class QuorumMembership:
         driver = self._check_dynamic("updating voter")
         self._check_listener(voter)
         await self._change(driver, UpdateVoter(voter, leader_epoch), timeout_s, f"update voter {voter.describe()}")
+
+    async def _update_if_leading(self, voter: Voter) -> bool:
+        """This node's own moved listener, when it leads (``controller.voter_endpoint``); False: it does not."""
+        if self._driver is None or self._driver.role is not Role.LEADER:
+            return False
+        await self.update(voter, -1, _OWN_UPDATE_TIMEOUT_S)
+        return True
 
     def _check_listener(self, voter: Voter) -> None:
         if not any(e.name == self._listener for e in voter.endpoints):

@@ -11,6 +11,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.quorum import QuorumController
+from metadata.remote.quorum_admin import QuorumClient
 from metadata.rpc.kafka_apis import UPDATE_RAFT_VOTER
 from testkit.waiting import eventually_async
 from tests.controller.test_auto_join import _Quorum, _voters, quorum
@@ -108,3 +109,21 @@ async def test_a_static_quorum_refuses_it(voters: list[QuorumController]) -> Non
     leader = await active_voter(voters)
     answer = await _ask(leader.config.listeners[0].port, UPDATE_RAFT_VOTER, 0, **_update(0, None, 1))
     assert answer.error_code is ErrorCode.unsupported_version
+
+
+async def test_a_lone_voter_restarted_on_another_port_updates_itself(quorum: _Quorum) -> None:
+    """The leader's old endpoint would not answer its own UpdateRaftVoter: it makes the change itself, and
+    DescribeQuorum (what brokers and fjord metadata-quorum find the quorum with) names the new port."""
+    await active_voter([quorum.running[1]])
+    await quorum.stop(1)
+    quorum.ports[0] = free_ports(1)[0]
+    moved = await quorum.start(1)
+    await active_voter([moved])
+    await eventually_async(lambda: _at(moved, 1, quorum.ports[0]), timeout=30, interval=0.1,
+                           what="controller 1's voter set to name its new port")
+    status = await QuorumClient((("127.0.0.1", quorum.ports[0]),)).status()
+    assert status.endpoints == {1: ("127.0.0.1", quorum.ports[0])}
+
+
+async def _at(controller: QuorumController, node_id: int, port: int) -> bool:
+    return _endpoint(controller, node_id) == ("127.0.0.1", port)
