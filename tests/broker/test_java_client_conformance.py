@@ -71,13 +71,14 @@ def client(kafka: BrokerProcess, wire: Callable[[int], WireClient]) -> WireClien
 
 
 def test_api_versions_as_java_3_and_4_clients_negotiate_it(client: WireClient) -> None:
-    # A Kafka 4 client opens with ApiVersions v4: every feature, with Kafka 4's transaction.version and
+    # A Kafka 4 client opens with ApiVersions v4: every feature (kraft.version too), with transaction.version and
     # group.version ranges starting at 0, which only v4 may carry (KAFKA-17492).
     client.send(schema.build(entity(18, 4), client_software_name="apache-kafka-java", client_software_version="4.2.0"))
     _, v4 = client.receive(18, 4)
     assert v4.error_code == ErrorCode.none
     assert {f.name: (f.min_version, f.max_version) for f in v4.supported_features} == {
-        "metadata.version": (7, 14), "transaction.version": (0, 2), "group.version": (0, 1), "share.version": (0, 1)}
+        "metadata.version": (7, 14), "transaction.version": (0, 2), "group.version": (0, 1), "share.version": (0, 1),
+        "kraft.version": (0, 1)}
     assert {f.name: f.max_version_level for f in v4.finalized_features} == {
         "metadata.version": 14, "transaction.version": 2, "group.version": 1, "share.version": 1}
 
