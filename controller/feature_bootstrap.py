@@ -21,7 +21,15 @@ from kio.schema.errors import ErrorCode
 
 from metadata.controller_api import ControllerClient, FeatureUpdate
 from storage.config import ConfigError
-from wire.api_versions import FEATURES_BY_NAME, KRAFT_VERSION, METADATA_VERSION
+from wire.api_versions import (
+    FEATURES,
+    FEATURES_BY_NAME,
+    KRAFT_VERSION,
+    METADATA_RELEASES,
+    METADATA_VERSION,
+    RELEASE_DEFAULT_LEVEL,
+    release_metadata_level,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +52,25 @@ def parse_feature(text: str) -> FeatureUpdate:
         raise ConfigError(f"{OPTION} {feature.name}: level {level} is not supported "
                           f"({lowest}-{feature.max_version})")
     return FeatureUpdate(feature.name, level)
+
+
+def release_features(release: str, given: Sequence[FeatureUpdate]) -> list[FeatureUpdate]:
+    """``kafka-storage format --release-version``: ``metadata.version`` of that release and every other feature at
+    the release's default level, with the ``--feature`` levels ``given`` over them, as Kafka's format takes both.
+    Fjord serves one ``metadata.version``, so the release must be it (3.6-IV2, or 3.6); ConfigError otherwise."""
+    level = release_metadata_level(release)
+    served = METADATA_RELEASES[METADATA_VERSION.max_version]
+    if level is None:
+        raise ConfigError(f"--release-version: unknown release {release!r} (this release serves {served})")
+    if level != METADATA_VERSION.max_version:
+        raise ConfigError(f"--release-version {release}: metadata.version {METADATA_RELEASES[level]} is not served "
+                          f"(this release serves {served} only)")
+    if any(u.feature == METADATA_VERSION.name for u in given):
+        raise ConfigError("--release-version and --feature metadata.version: give one of them")
+    named = {u.feature for u in given}
+    defaults = [FeatureUpdate(f.name, RELEASE_DEFAULT_LEVEL) for f in FEATURES
+                if f is not METADATA_VERSION and f.name not in named]
+    return [FeatureUpdate(METADATA_VERSION.name, level), *defaults, *given]
 
 
 async def finalize_initial_features(controller: ControllerClient, levels: Sequence[FeatureUpdate]) -> None:

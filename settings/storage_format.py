@@ -46,6 +46,8 @@ class FormatRequest:
     ignore_formatted: bool = False
     scram: tuple[AddScram, ...] = ()
     features: tuple[str, ...] = ()
+    #: ``--release-version`` as given (its levels are in ``features``), for the messages that name the option.
+    release_version: str | None = None
 
 
 def format_storage(request: FormatRequest) -> list[str]:
@@ -86,7 +88,8 @@ def format_storage(request: FormatRequest) -> list[str]:
         raise ConfigError(f"--feature: {next(n for n in names if names.count(n) > 1)} is given twice")
     request = replace(request, features=_kraft_version_checked(request.features, dynamic_flags=bool(modes)))
     if "broker" not in _value(props, "process.roles"):
-        given = "--add-scram" if request.scram else "--feature" if request.features else None
+        given = "--add-scram" if request.scram else "--release-version" if request.release_version else (
+            "--feature" if request.features else None)
         if given is not None:
             raise ConfigError(f"{given}: give it to a broker's or combined node's format, whose first start applies "
                               "it (this node is a controller only)")
@@ -157,7 +160,7 @@ def _write(
             raise ConfigError(f"Log directory {directory} is formatted with cluster id {existing.cluster_id}, not "
                               f"{request.cluster_id}: a node's directories belong to one cluster")
     if config.metadata_dir in formatted and (request.scram or request.features):
-        given = "--add-scram" if request.scram else "--feature"
+        given = "--add-scram" if request.scram else "--release-version" if request.release_version else "--feature"
         raise ConfigError(f"{given}: the metadata directory {config.metadata_dir} is formatted already, so it would "
                           f"not be applied: give it to fjord server start")
     todo = [d for d in directories if d not in formatted]

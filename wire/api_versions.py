@@ -162,6 +162,19 @@ KRAFT_VERSION: Final = Feature("kraft.version", 0, 1, 1)
 SUPPORTED_FEATURES: Final[tuple[Feature, ...]] = (*FEATURES, KRAFT_VERSION)
 
 
+def release_metadata_level(text: str) -> int | None:
+    """A ``metadata.version`` release (``3.6-IV2``, or ``3.6`` for its latest) as its level; None: not one this
+    software knows (``kafka-features --release-version``, ``kafka-storage format --release-version``)."""
+    by_name = {name: level for level, name in METADATA_RELEASES.items()}
+    latest = {name.partition("-")[0]: level for level, name in sorted(METADATA_RELEASES.items())}
+    return by_name.get(text.strip(), latest.get(text.strip()))
+
+
+#: The features after ``metadata.version`` (all but it and kraft.version, which a quorum's flags decide) at their
+#: default level in every release :data:`METADATA_RELEASES` names: 0, as Kafka's came in 3.9 and 4.x.
+RELEASE_DEFAULT_LEVEL: Final = 0
+
+
 def kraft_version_level(dynamic_quorum: bool) -> int:
     """The finalized ``kraft.version`` of a node whose quorum is dynamic (1) or static (0)."""
     return KRAFT_VERSION.max_version if dynamic_quorum else 0

@@ -30,7 +30,14 @@ from metadata.controller_api import FeatureUpdate, FeatureUpdateResult
 from metadata.remote.feature_admin import FeatureAdminError, FeatureClient, FeatureView
 from node.admin_client import AdminError, parse_bootstrap
 from node.client_config import ClientConfigError, load_client_config
-from wire.api_versions import FEATURES, KRAFT_VERSION, METADATA_RELEASES, METADATA_VERSION
+from wire.api_versions import (
+    FEATURES,
+    KRAFT_VERSION,
+    METADATA_RELEASES,
+    METADATA_VERSION,
+    RELEASE_DEFAULT_LEVEL,
+    release_metadata_level,
+)
 
 #: The features a release sets besides metadata.version (``--release-version``), as Kafka's production features.
 _RELEASE_FEATURES = tuple(f.name for f in (*FEATURES, KRAFT_VERSION) if f is not METADATA_VERSION)
@@ -115,11 +122,10 @@ def run_describe(args: argparse.Namespace) -> int:
 
 def release_level(text: str, option: str) -> int:
     """A ``metadata.version`` release (``3.6-IV2``, or ``3.6`` for its latest) as its level."""
-    by_name = {name: level for level, name in METADATA_RELEASES.items()}
-    latest = {name.partition("-")[0]: level for level, name in sorted(METADATA_RELEASES.items())}
-    level = by_name.get(text.strip(), latest.get(text.strip()))
+    level = release_metadata_level(text)
     if level is None:
-        raise _UsageError(f"{option}: unknown release {text!r} (this release supports {', '.join(by_name)})")
+        raise _UsageError(f"{option}: unknown release {text!r} (this release supports "
+                          f"{', '.join(METADATA_RELEASES.values())})")
     return level
 
 
@@ -142,9 +148,9 @@ def _updates(args: argparse.Namespace) -> dict[str, FeatureUpdate]:
         if args.metadata is not None or args.feature:
             raise _UsageError("Can not specify `release-version` with other feature flags.")
         add(METADATA_VERSION.name, release_level(args.release_version, "--release-version"))
-        for name in _RELEASE_FEATURES:  # each at 0, its default in every release Fjord reports
+        for name in _RELEASE_FEATURES:  # each at its default in every release Fjord reports (0)
             if kind != FeatureUpdate.UPGRADE:  # Kafka's tool never asks to upgrade a feature to 0
-                add(name, 0)
+                add(name, RELEASE_DEFAULT_LEVEL)
         return updates
     if args.metadata is not None:
         print(" `metadata` flag is deprecated and may be removed in a future release.")

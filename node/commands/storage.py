@@ -43,22 +43,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fmt.add_argument("-f", "--feature", metavar="NAME=LEVEL", action="append", default=[],
                      help="a feature level the node's first start finalizes on a new cluster, e.g. "
                           "transaction.version=1 (a broker or combined node; repeatable)")
+    fmt.add_argument("-r", "--release-version", metavar="RELEASE",
+                     help="metadata.version of this release (this one serves 3.6-IV2) and every other feature at "
+                          "its default there (0); --feature levels go over them (a broker or combined node)")
     fmt.set_defaults(run=run_format)
 
 
 def run_format(args: argparse.Namespace) -> int:
     # The feature levels a release serves are the wire layer's (kio's schemas with them, about a second to import),
     # which `fjord --help`, importing every command's module, has no use for.
-    from controller.feature_bootstrap import parse_feature  # noqa: PLC0415
+    from controller.feature_bootstrap import parse_feature, release_features  # noqa: PLC0415
 
     try:
         features = [parse_feature(text) for text in args.feature]
+        if args.release_version is not None:
+            features = release_features(args.release_version, features)
         request = FormatRequest(
             cluster_id=args.cluster_id, config=args.config, overrides=tuple(args.override),
             standalone=args.standalone, initial_controllers=args.initial_controllers,
             no_initial_controllers=args.no_initial_controllers, ignore_formatted=args.ignore_formatted,
             scram=last_of_each(parse_add_scram(text) for text in args.add_scram),
-            features=tuple(f"{f.feature}={f.level}" for f in features),
+            features=tuple(f"{f.feature}={f.level}" for f in features), release_version=args.release_version,
         )
         lines = format_storage(request)
     except (ConfigError, ValueError) as exc:

@@ -136,3 +136,28 @@ async def test_a_users_last_credential_given_is_created_as_kafkas_replay_keeps_t
         assert credential == credential_from_salted(SCRAM_SHA_256, last.salted_password, last.salt, 4096)
     finally:
         await controller.close()
+
+
+def test_a_release_version_finalizes_that_releases_levels_with_the_given_features_over_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--release-version 3.6``: metadata.version 3.6-IV2 and Kafka's features of that release at their default
+    (0: off), a ``--feature`` over them; a release this one does not serve is one line and exit 1."""
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{key}={value}\n" for key, value in default_overrides(tmp_path).items()))
+    for args, message in ((("-r", "4.1-IV1"), "unknown release '4.1-IV1'"),
+                          (("-r", "3.5-IV2"), "metadata.version 3.5-IV2 is not served"),
+                          (("-r", "3.6", "-f", "metadata.version=14"), "give one of them")):
+        assert main(["storage", "format", "-t", new_kafka_uuid(), "-c", str(config), *args]) == 1
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "kraft").exists()
+    assert main(["storage", "format", "-t", new_kafka_uuid(), "-c", str(config), "--release-version", "3.6",
+                 "--feature", "group.version=1"]) == 0
+    node = start_broker(tmp_path)
+    try:
+        with WireClient(node.port) as client:
+            response = client.request(api_versions_request(3))
+        assert {f.name: f.max_version_level for f in response.finalized_features} == {
+            "metadata.version": 14, "group.version": 1}
+    finally:
+        assert node.stop() == 0, node.log_text()

@@ -190,6 +190,8 @@ def test_add_scram_and_feature_are_kept_salted_for_a_brokers_first_start(tmp_pat
     [
         ({"features": ("group.version=0", "group.version=1")}, "--feature: group.version is given twice"),
         ({"features": ("group.version=0",)}, "--feature: give it to a broker's or combined node's format"),
+        ({"features": ("metadata.version=14", "group.version=0"), "release_version": "3.6"},
+         "--release-version: give it to a broker's or combined node's format"),
         ({"scram": (parse_add_scram(f"SCRAM-SHA-256=[name=a,password={SECRET}]"),)},
          "--add-scram: give it to a broker's or combined node's format"),
     ],
