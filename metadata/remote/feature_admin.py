@@ -17,9 +17,9 @@ from kio.schema.errors import ErrorCode
 
 from metadata.admin.feature_wire import read_update_features_response, update_features_request
 from metadata.controller_api import FeatureUpdate, FeatureUpdateResult
-from metadata.remote.quorum_admin import QuorumAdminError, QuorumClient
+from metadata.remote.quorum_admin import QuorumAdminError, QuorumClient, QuorumStatus
+from metadata.rpc.kafka_apis import API_VERSIONS, UPDATE_FEATURES
 from wire import codec, schema
-from wire.api_versions import API_VERSIONS_KEY
 from wire.client import ClientConnection
 from wire.sasl.client import SaslCredentials
 from wire.tls import ClientTls
@@ -28,7 +28,6 @@ _CLIENT_ID = "fjord-features"
 _API_VERSIONS_VERSION = 4
 _METADATA = 3
 _METADATA_VERSION = 12
-_UPDATE_FEATURES = 57
 
 
 class FeatureAdminError(Exception):
@@ -72,7 +71,7 @@ class FeatureClient:
         addresses = self.addresses if not self.controllers else (await self._leader(),)
         if self.controllers:  # an embedded single node's CONTROLLER listener only reads: say so, as Kafka's Admin
             served = await self._first_answer(addresses, self._api_versions_request(), "ApiVersions")
-            if _UPDATE_FEATURES not in {int(k.api_key) for k in served.api_keys}:
+            if UPDATE_FEATURES not in {int(k.api_key) for k in served.api_keys}:
                 host, port = addresses[0]
                 raise FeatureAdminError(f"the controller at {host}:{port} does not serve UpdateFeatures (the "
                                         "CONTROLLER listener of a single node keeping a local metadata log only "
@@ -83,15 +82,18 @@ class FeatureClient:
 
     @staticmethod
     def _api_versions_request() -> Any:
-        return schema.build(codec.request_class(API_VERSIONS_KEY, _API_VERSIONS_VERSION),
+        return schema.build(codec.request_class(API_VERSIONS, _API_VERSIONS_VERSION),
                             client_software_name=_CLIENT_ID, client_software_version="1")
 
-    async def _leader(self) -> tuple[str, int]:
+    async def _quorum(self) -> QuorumStatus:
         quorum = QuorumClient(self.addresses, tls=self.tls, sasl=self.sasl, timeout_s=self.timeout_s)
         try:
-            status = await quorum.status()
+            return await quorum.status()
         except QuorumAdminError as exc:
             raise FeatureAdminError(str(exc)) from None
+
+    async def _leader(self) -> tuple[str, int]:
+        status = await self._quorum()
         leader = status.endpoints.get(status.leader_id)
         if leader is None:
             raise FeatureAdminError(f"the quorum's leader, controller {status.leader_id}, has no known listener")
@@ -100,17 +102,12 @@ class FeatureClient:
     async def _node_address(self, node_id: int) -> tuple[str, int]:
         """A broker's address from Metadata, or a voter's from DescribeQuorum."""
         if self.controllers:
-            quorum = QuorumClient(self.addresses, tls=self.tls, sasl=self.sasl, timeout_s=self.timeout_s)
-            try:
-                endpoints = (await quorum.status()).endpoints
-            except QuorumAdminError as exc:
-                raise FeatureAdminError(str(exc)) from None
-            known = ", ".join(str(n) for n in sorted(endpoints))
+            endpoints = (await self._quorum()).endpoints
         else:
             request = schema.build(codec.request_class(_METADATA, _METADATA_VERSION), topics=())
             response = await self._first_answer(self.addresses, request, "Metadata")
             endpoints = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
-            known = ", ".join(str(n) for n in sorted(endpoints))
+        known = ", ".join(str(n) for n in sorted(endpoints))
         if node_id not in endpoints:
             kind = "controller" if self.controllers else "live broker"
             raise FeatureAdminError(f"--node-id {node_id}: no such {kind} (the cluster names {known or 'none'})")
