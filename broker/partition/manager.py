@@ -182,11 +182,14 @@ class PartitionManager:
         log = self.get(topic, partition)
         if log is not None:
             return log
-        async with self._opened:
-            try:
-                await asyncio.wait_for(self._opened.wait_for(lambda: self.get(topic, partition) is not None), timeout)
-            except TimeoutError:
-                return None
+        # The wait runs in this task (asyncio.timeout, not wait_for): Python 3.11's wait_for runs it in a task of
+        # its own, and a caller cancelled twice (a stopping coordinator's load) left that task re-acquiring the
+        # condition's lock after the caller had gone, so the lock stayed held and every later open hung on it.
+        try:
+            async with asyncio.timeout(timeout), self._opened:
+                await self._opened.wait_for(lambda: self.get(topic, partition) is not None)
+        except TimeoutError:
+            return None
         return self.get(topic, partition)
 
     # ------------------------------------------------------------------ reconciliation
