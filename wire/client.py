@@ -164,7 +164,10 @@ class ClientConnection:
         limit = self.timeout if timeout is None else timeout
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._exchange(request), limit)
+                # In this task (not Python 3.11's wait_for task), so that a caller cancelled twice cannot leave an
+                # exchange running on the connection after it released the lock to the next request.
+                async with asyncio.timeout(limit):
+                    return await self._exchange(request)
             except TimeoutError:
                 await self._close_locked()
                 raise TimeoutError(f"{self.host}:{self.port} did not answer within {limit:.1f} s") from None
