@@ -110,6 +110,7 @@ class Member:
     topic: str
     name: str
     consumed: list[tuple[int, int, str]] = field(default_factory=list)
+    consumed_at: list[float] = field(default_factory=list)  # when each of ``consumed`` was read (monotonic)
     assignments: list[tuple[float, frozenset[int]]] = field(default_factory=list)
     committed: dict[int, int] = field(default_factory=dict)
     position: dict[int, int] = field(default_factory=dict)
@@ -140,6 +141,7 @@ class Member:
                         partition, offset = msg.partition(), msg.offset()
                         if msg.error() is None and partition is not None and offset is not None:
                             self.consumed.append((partition, offset, (msg.value() or b"").decode()))
+                            self.consumed_at.append(time.monotonic())
                             self.position[partition] = offset + 1
                 # After the batch: a partition revoked during this call may have records in it.
                 self._note_assignment(consumer)
@@ -189,6 +191,23 @@ class Member:
         if self._thread is not None:
             self._thread.join(timeout=60)
             assert not self._thread.is_alive(), f"{self.name} did not stop"
+
+
+def _reads_of(members: list[Member], records: list[tuple[int, int]], killed_at: float) -> str:
+    """Who read the first of ``records`` and when (seconds after the kill), each member's assignments and commit
+    errors: what a failure needs to tell a re-read after a lost commit from one after a position reset."""
+    if not records:
+        return "no record outside the windows"
+    first = min(records)
+    reads = [
+        (m.name, round(at - killed_at, 2))
+        for m in members
+        for (p, o, _), at in zip(m.consumed, m.consumed_at, strict=True)
+        if (p, o) == first
+    ]
+    history = {m.name: [(round(at - killed_at, 2), sorted(s)) for at, s in m.assignments] for m in members}
+    errors = {m.name: m.commit_errors[:3] for m in members}
+    return f"{first} read by {reads}; assignments {history}; commit errors {errors}"
 
 
 def _port_of(cluster: LocalCluster, node_id: int) -> int:
@@ -292,6 +311,7 @@ def test_a_consumer_group_keeps_its_partitions_and_records_when_its_coordinator_
     assert not outside and sum(n - 1 for n in duplicates.values()) <= bound, (
         f"{len(duplicates)} records consumed twice (bound {bound}: consumed but uncommitted at the kill or when a "
         f"member lost the partition), "
-        f"{len(outside)} of them committed before it, e.g. {sorted(outside)[:5]}"
+        f"{len(outside)} of them committed before it, e.g. {sorted(outside)[:5]}; "
+        f"{_reads_of(members, outside, killed_at)}"
     )
     print(f"failover {failover_s:.1f} s, {len(reads)} records, {len(duplicates)} duplicates (bound {bound})")
