@@ -170,12 +170,7 @@ class Member:
             # NOT_COORDINATOR and the like while the coordinator fails over: the next batch commits again.
             self.commit_errors.append(str(exc.args[0]))
             return
-        # librdkafka revokes a KIP-848 member's partitions on its own thread: one revoked between the assignment
-        # this batch saw and the commit's answer may already have a next owner, which fetched the offset committed
-        # before this one and reads these records again (at-least-once, as during the group's forming).
-        still_owned = frozenset(tp.partition for tp in consumer.assignment() if tp.topic == self.topic)
         with self.lock:
-            self.released += [(p, (self.committed.get(p, 0), o)) for p, o in pending.items() if p not in still_owned]
             self.committed.update(pending)
             self.last_commit_at = time.monotonic()
 
