@@ -5,7 +5,8 @@ under produce load with manual synchronous commits.
 What a user must see: another broker becomes the coordinator (the group's ``__consumer_offsets`` partition moves to
 it), it rebuilds the group from the records the old coordinator wrote, and the members carry on with exactly the
 partitions they had (no new group epoch, no revocation, so no reassignment storm); every acknowledged record is
-consumed, and a record is consumed twice only if it was consumed but not yet committed when the coordinator died.
+consumed, and a record is consumed twice only if it was consumed but not yet committed when the coordinator died
+(or by the members between which its partition moved while the group formed, which is counted apart).
 """
 
 from __future__ import annotations
@@ -214,14 +215,14 @@ def _rereads_while_forming(members: list[Member], settled_at: float) -> Counter[
     """For each record, the reads of it that the group's forming explains: a member's first read of a record another
     member read before, of a partition the member was given before the group settled. A member's own second read is
     never one of them, so a commit lost at the failover still shows."""
-    given: dict[tuple[str, int], float] = {}  # (member, partition) -> when it last got the partition before settling
+    given: dict[tuple[str, int], float] = {}  # (member, partition) -> when it first got the partition
     for m in members:
         held: frozenset[int] = frozenset()
         for at, owned in m.assignments:
             if at > settled_at:
                 break
             for partition in owned - held:
-                given[(m.name, partition)] = at
+                given.setdefault((m.name, partition), at)
             held = owned
     readers: dict[tuple[int, int], list[str]] = {}
     rereads: Counter[tuple[int, int]] = Counter()
