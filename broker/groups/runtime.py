@@ -61,6 +61,10 @@ from wire.stored_schema import MAX_STORED_STRING_BYTES, SchemaError
 
 logger = logging.getLogger(__name__)
 
+#: How long what a failed write of a group left unwritten waits to be written again when no other write of the id
+#: comes first; Kafka's coordinator timer retries a failed timeout operation after the same 500 ms.
+WRITE_RETRY_S = 0.5
+
 #: Records as the coordinator encodes them: (key, value), a None value being a tombstone.
 Encoded = list[tuple[bytes, bytes | None]]
 
@@ -114,6 +118,8 @@ class CoordinatorRuntime:
         #: The keys failed writes of a group id tombstoned: the id's next write tombstones them again
         #: (``_append_group``), or a reload would bring back what they removed.
         self._unwritten: dict[str, list[bytes]] = {}
+        #: The retry of each group id's unwritten keys (``_retry_unwritten``), at most one per id.
+        self._write_retries: dict[str, asyncio.TimerHandle] = {}
         self._cleanup_task: asyncio.Task[None] | None = None
         self._partitions = InternalTopicPartitions(
             broker,
@@ -145,6 +151,8 @@ class CoordinatorRuntime:
         dropped = 0
         for group_id in [g for g in self._unwritten if self.partition_for(g) == partition]:
             del self._unwritten[group_id]  # the next owner replays what was written, and writes from there
+        for group_id in [g for g in self._write_retries if self.partition_for(g) == partition]:
+            self._write_retries.pop(group_id).cancel()
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             group = self._groups.pop(group_id)
             self._cancel_timer(group_id)
@@ -258,7 +266,7 @@ class CoordinatorRuntime:
                 return
             if changes:
                 # A timer's write (a member fenced) answers nobody: its error is not dropped all the same, as
-                # ``_append_group`` has the group's next write carry what it removed.
+                # ``_append_group`` has the group's next write carry what it removed, or writes it again.
                 self._partitions.spawn(
                     self._write_consumer_changes(group, changes), name=f"persist group {group.group_id}"
                 )
@@ -412,8 +420,9 @@ class CoordinatorRuntime:
         (a fenced member holding the partitions its successor was given, a converted group's records taking the
         place of the classic group written since). So the tombstones of a failed write wait in ``_unwritten`` for
         the id's next write, which writes them first and then the group's whole state as it is now
-        (``whole_state``), as Kafka's coordinator only goes on from state it has written. Only removals are
-        replayed, and values only as they are now: an older value written again could undo a newer one."""
+        (``whole_state``), as Kafka's coordinator only goes on from state it has written; when no write of the id
+        comes within ``WRITE_RETRY_S``, :meth:`_retry_unwritten` makes one. Only removals are replayed, and values
+        only as they are now: an older value written again could undo a newer one."""
         owned = self._partitions.owned.get(self.partition_for(group_id))
         carried = self._unwritten.pop(group_id, None) if whole_state is not None else None
         tombstones = [*(carried or ()), *(r.key for r in records if r.value is None and r.key is not None)]
@@ -432,7 +441,46 @@ class CoordinatorRuntime:
             # owner replays what was written, and goes on from there).
             if owned is not None and self._partitions.owned.get(owned.partition) is owned:
                 self._unwritten[group_id] = list(dict.fromkeys([*self._unwritten.get(group_id, ()), *tombstones]))
+                if group_id not in self._write_retries:
+                    self._write_retries[group_id] = asyncio.get_running_loop().call_later(
+                        WRITE_RETRY_S, self._retry_unwritten, group_id
+                    )
             raise
+
+    def _retry_unwritten(self, group_id: str) -> None:
+        """Writes what failed writes of ``group_id`` left unwritten, unless a write of the id did since.
+
+        Waiting for the id's next write is not enough: there may be none. A member fenced by the group's timer,
+        a member that left, a deleted group: nobody asks again. Until their tombstones are written, a coordinator
+        that restarts or moves reloads what they removed, and a fenced member holds its partitions for one more
+        session. A consumer or share group writes them with its whole state, in turn with its other writes; a
+        deleted one writes them alone. A classic group's are left for its next generation's write: a classic group
+        writes its whole state only when a generation completes, never in the middle of a rebalance."""
+        self._write_retries.pop(group_id, None)
+        owned = self._partitions.owned.get(self.partition_for(group_id))
+        if group_id not in self._unwritten or owned is None or not self._partitions.serves(owned):
+            return
+        group = self._groups.get(group_id)
+        if isinstance(group, Group):
+            return
+        logger.info(
+            "group %s: writing again to %s-%d what a failed write left unwritten",
+            untrusted(group_id),
+            OFFSETS_TOPIC,
+            owned.partition,
+        )
+        if group is None:
+            self._partitions.spawn(self._write_gone_group(group_id), name=f"persist group {group_id}")
+        else:
+            self._partitions.spawn(self._write_changes(group, _no_records, False), name=f"persist group {group_id}")
+
+    async def _write_gone_group(self, group_id: str) -> None:
+        """Writes the tombstones failed writes left of a group that is no longer loaded (deleted, or emptied and
+        dropped); a failure is retried as any other (``_append_group``)."""
+        try:
+            await self._append_group(group_id, [], _no_records)
+        except Exception as exc:
+            logger.warning("group %s: writing its tombstones again failed: %s", untrusted(group_id), exc)
 
     async def _tombstone_consumer_group(self, group: ConsumerGroup) -> ErrorCode:
         """Writes the tombstones of an empty consumer group's records (it is deleted, or becomes classic)."""

@@ -1,5 +1,6 @@
 """Fixtures of the broker tests: the node process fixtures of ``broker_fixtures.py`` (``broker``, ``broker_factory``,
-``shared_broker``, ``wire``), and ``engine``, a storage engine in this process for tests of the partition layer."""
+``shared_broker``, ``wire``), the in-process node of ``inprocess_groups.py`` (``node_factory``), and ``engine``, a
+storage engine in this process for tests of the partition layer."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from storage.config import BucketURL, StorageConfig
 from storage.engine import StorageEngine
 from storage.metadata.state_machine import StreamMetadataStateMachine
 from tests.broker.broker_fixtures import broker, broker_factory, shared_broker, wire
+from tests.broker.inprocess_groups import node_factory
 
-__all__ = ["broker", "broker_factory", "engine", "shared_broker", "wire"]
+__all__ = ["broker", "broker_factory", "engine", "node_factory", "shared_broker", "wire"]
 
 
 @pytest.fixture

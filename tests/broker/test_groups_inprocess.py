@@ -1,71 +1,35 @@
-"""The coordinator inside an in-process node: retention with aiokafka, failures of ``__consumer_offsets``.
-
-The node runs in the test's event loop so the coordinator's wall clock can be moved eight days ahead instead of
-waiting a week, and so a test can break the real ``__consumer_offsets`` partition under a live group; everything
-else (listener, partitions, WAL, object store on disk) is the real thing.
+"""The coordinator inside an in-process node (:mod:`tests.broker.inprocess_groups`): retention with aiokafka,
+a broken ``__consumer_offsets`` partition, requests while it loads, a commit racing a group's upgrade.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from broker.groups.classic.group import Group, JoinRequest
-from broker.groups.classic.state import JoinResult
 from broker.groups.consumer.consumer_protocol import assignment_bytes, subscription_bytes
-from broker.groups.consumer.group import ConsumerGroup, HeartbeatRequest
+from broker.groups.consumer.group import ConsumerGroup
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offset_commits import OffsetCommit
 from broker.groups.offsets_topic import OFFSETS_TOPIC
-from broker.groups.share.group import ShareHeartbeat
 from broker.partition.manager import PartitionManager
 from node.process import Node
-from settings.server import ServerConfig
-from testkit.node_process import default_overrides
 from testkit.waiting import eventually_async
+from tests.broker.inprocess_groups import (
+    DAY_S,
+    bootstrap,
+    consumer_join,
+    join_and_sync,
+    join_request,
+    loaded_coordinator,
+)
 from tests.topics import create_topic
-from wire.errors import KafkaError
-
-DAY_S = 86_400.0
-
-
-async def start_node(data_dir: Path) -> Node:
-    overrides = {
-        **default_overrides(data_dir),
-        "group.initial.rebalance.delay.ms": "0",
-        # The coordinator's clock moves eight days ahead; the tombstones it then writes must not be refused as
-        # too far in the future (Kafka's default allows one hour).
-        "log.message.timestamp.after.max.ms": str(int(9 * DAY_S * 1000)),
-    }
-    node = Node(ServerConfig.load(None, [f"{k}={v}" for k, v in overrides.items()]))
-    await node.start()
-    return node
-
-
-@pytest.fixture
-async def node_factory(tmp_path: Path) -> AsyncIterator[Callable[[], object]]:
-    nodes: list[Node] = []
-
-    async def factory() -> Node:
-        node = await start_node(tmp_path / "node")
-        nodes.append(node)
-        return node
-
-    yield factory
-    for node in nodes:
-        await node.stop()
-
-
-def bootstrap(node: Node) -> str:
-    return f"127.0.0.1:{node.broker.server.bound_port}"
 
 
 async def committed(node: Node, group: str, tp: TopicPartition) -> int | None:
@@ -147,8 +111,11 @@ async def test_offsets_of_empty_groups_expire_and_live_subscriptions_are_kept(no
     # The expiry was written as tombstones: a restarted node agrees.
     await node.stop()
     restarted: Node = await node_factory()
-    value = await eventually_async(lambda: committed(restarted, "live", tp), timeout=30,
-                                   what="the live group's offset after the restart (lost across it?)")
+    value = await eventually_async(
+        lambda: committed(restarted, "live", tp),
+        timeout=30,
+        what="the live group's offset after the restart (lost across it?)",
+    )
     assert value == 1
     assert await committed(restarted, "left", tp) is None
     assert await committed(restarted, "manual", tp) is None
@@ -161,49 +128,6 @@ async def list_groups(node: Node) -> list[tuple[str, str]]:
         return list(await admin.list_consumer_groups())
     finally:
         await admin.close()
-
-
-async def loaded_coordinator(node: Node, group: str) -> GroupCoordinator:
-    coordinator: GroupCoordinator = node.broker.groups
-    error, node_id, _ = await coordinator.find_coordinator(group)
-    assert (error, node_id) == (ErrorCode.none, node.node_id)
-    await eventually_async(lambda: coordinator.coordinator_error(group), until=lambda error: error is ErrorCode.none,
-                           timeout=30, what=f"the coordinator of group {group} to load")
-    return coordinator
-
-
-def join_request(
-    member_id: str = "", protocol_type: str = "consumer", metadata: bytes = b"\x00\x00\x00\x00\x00\x00"
-) -> JoinRequest:
-    return JoinRequest(
-        member_id=member_id,
-        group_instance_id=None,
-        client_id="in-process",
-        client_host="/127.0.0.1",
-        session_timeout_ms=10_000,
-        rebalance_timeout_ms=10_000,
-        protocol_type=protocol_type,
-        protocols=(("range", metadata),),
-        require_known_member_id=False,
-    )
-
-
-async def join_and_sync(
-    coordinator: GroupCoordinator, group: str, request: JoinRequest, assignment: bytes
-) -> JoinResult:
-    """The group's one member, its leader, joined and synced with ``assignment`` (nothing when empty)."""
-    joined = await coordinator.join_group(group, request)
-    synced = await coordinator.sync_group(
-        group,
-        member_id=joined.member_id,
-        group_instance_id=None,
-        generation_id=joined.generation_id,
-        protocol_type=request.protocol_type,
-        protocol_name="range",
-        assignments={joined.member_id: assignment} if assignment else {},
-    )
-    assert synced.error is ErrorCode.none
-    return joined
 
 
 async def test_a_broken_offsets_partition_fails_sync_and_commit_with_not_coordinator(node_factory: Callable) -> None:  # type: ignore[type-arg]
@@ -349,9 +273,7 @@ async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer
     await asyncio.wait_for(appending.wait(), timeout=10)
     upgrade = await coordinator.consumer_group_heartbeat(
         group,
-        HeartbeatRequest(
-            member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
-        ),
+        consumer_join(str(uuid.uuid4())),
     )
     assert upgrade.error is ErrorCode.none
     assert isinstance(coordinator.describe_consumer_group(group)[2], ConsumerGroup)
@@ -360,189 +282,3 @@ async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer
     error, fetched = coordinator.fetch_offsets(group, [("input", 0)])
     assert error is ErrorCode.none
     assert [(f.offset, f.error) for f in fetched] == [(70, ErrorCode.none)]
-
-
-def _fail_the_next_append(coordinator: GroupCoordinator, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
-    """Fault: the coordinator's next append to ``__consumer_offsets`` times out; the ones after it go through.
-    Returns an event set once the fault has struck."""
-    append = coordinator._append
-    failures = [KafkaError(ErrorCode.request_timed_out, "the fault: the append timed out")]
-    struck = asyncio.Event()
-
-    async def failing_once(group_id: str, records: object, **kwargs: int) -> int:
-        if failures:
-            struck.set()
-            raise failures.pop()
-        return await append(group_id, records, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(coordinator, "_append", failing_once)
-    return struck
-
-
-async def _time_out(coordinator: GroupCoordinator, group: str, monkeypatch: pytest.MonkeyPatch, after_s: float) -> None:
-    """Moves the coordinator's clock ``after_s`` ahead and fires the group's timer now (the loop's timer would
-    fire at the real deadline), with the coordinator's next append failing; returns once the fault struck and the
-    failed write's task has finished."""
-    real = coordinator.clock
-    monkeypatch.setattr(coordinator, "clock", lambda: real() + after_s)
-    struck = _fail_the_next_append(coordinator, monkeypatch)
-    coordinator._on_timer(coordinator._groups[group])
-    await asyncio.wait_for(struck.wait(), timeout=10)
-    for _ in range(10):  # the failed write's task finishes in a few steps of the loop (no I/O after the fault)
-        await asyncio.sleep(0)
-
-
-async def test_a_heartbeat_after_a_failed_write_is_answered_on_written_state(
-    node_factory: Callable,  # type: ignore[type-arg]
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A join whose records could not be appended is answered with the error, but the group moved in memory; the
-    member's retry finds nothing new to write. Its answer must still rest on written state (Kafka's coordinator
-    undoes a failed write): after a restart the member is there at the epoch it was told, with its partitions."""
-    node: Node = await node_factory()
-    group = "write-failed"
-    coordinator = await loaded_coordinator(node, group)
-    await asyncio.to_thread(create_topic, bootstrap(node), "input", 2)
-    _fail_the_next_append(coordinator, monkeypatch)
-    member = str(uuid.uuid4())
-    join = HeartbeatRequest(
-        member_id=member, member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
-    )
-    assert (await coordinator.consumer_group_heartbeat(group, join)).error is not ErrorCode.none
-    retried = await coordinator.consumer_group_heartbeat(group, join)
-    assert retried.error is ErrorCode.none and retried.member_epoch >= 1
-    await node.stop()
-
-    restarted: Node = await node_factory()
-    reloaded = await loaded_coordinator(restarted, group)
-    error, _, found = reloaded.describe_consumer_group(group)
-    assert error is ErrorCode.none and found is not None
-    assert found.members[member].member_epoch == retried.member_epoch
-    assert found.members[member].assigned == retried.assignment
-
-
-async def test_a_share_heartbeat_after_a_failed_write_is_answered_on_written_state(
-    node_factory: Callable,  # type: ignore[type-arg]
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The same for a share group (KIP-932): the retried join's member and epoch are there after a restart."""
-    node: Node = await node_factory()
-    group = "share-write-failed"
-    coordinator = await loaded_coordinator(node, group)
-    await asyncio.to_thread(create_topic, bootstrap(node), "jobs", 2)
-    _fail_the_next_append(coordinator, monkeypatch)
-    member = str(uuid.uuid4())
-    join = ShareHeartbeat(member_id=member, member_epoch=0, subscribed_topic_names=("jobs",))
-    assert (await coordinator.share_group_heartbeat(group, join)).error is not ErrorCode.none
-    retried = await coordinator.share_group_heartbeat(group, join)
-    assert retried.error is ErrorCode.none and retried.member_epoch >= 1
-    await node.stop()
-
-    restarted: Node = await node_factory()
-    reloaded = await loaded_coordinator(restarted, group)
-    error, _, found = reloaded.describe_share_group(group)
-    assert error is ErrorCode.none and found is not None
-    assert found.members[member].member_epoch == retried.member_epoch
-
-
-async def test_a_member_fenced_by_its_session_stays_gone_when_the_fence_write_failed(
-    node_factory: Callable,  # type: ignore[type-arg]
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The group's timer fences a member whose session expired; the fence's write fails and the coordinator stays.
-    Another member then gets the fenced member's partitions, and that is written. The fence's tombstones must be
-    written too (with that next write): after a restart the fenced member is not back holding the same partitions."""
-    node: Node = await node_factory()
-    group = "fence-write-failed"
-    coordinator = await loaded_coordinator(node, group)
-    await asyncio.to_thread(create_topic, bootstrap(node), "input", 2)
-    fenced, successor = str(uuid.uuid4()), str(uuid.uuid4())
-    first = await coordinator.consumer_group_heartbeat(
-        group,
-        HeartbeatRequest(
-            member_id=fenced, member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
-        ),
-    )
-    assert first.error is ErrorCode.none and first.assignment
-    await _time_out(coordinator, group, monkeypatch, coordinator.consumer_config.session_timeout_ms / 1000 + 1)
-    assert fenced not in coordinator._groups[group].members
-    joined = await coordinator.consumer_group_heartbeat(
-        group,
-        HeartbeatRequest(
-            member_id=successor, member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
-        ),
-    )
-    assert joined.error is ErrorCode.none and joined.assignment == first.assignment
-    await node.stop()
-
-    restarted: Node = await node_factory()
-    reloaded = await loaded_coordinator(restarted, group)
-    error, _, found = reloaded.describe_consumer_group(group)
-    assert error is ErrorCode.none and found is not None
-    assert sorted(found.members) == [successor]
-    assert found.members[successor].assigned == joined.assignment
-
-
-async def test_a_share_member_fenced_by_its_session_stays_gone_when_the_fence_write_failed(
-    node_factory: Callable,  # type: ignore[type-arg]
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The same for a share group: the member its timer fenced is not back after a restart."""
-    node: Node = await node_factory()
-    group = "share-fence-write-failed"
-    coordinator = await loaded_coordinator(node, group)
-    await asyncio.to_thread(create_topic, bootstrap(node), "jobs", 2)
-    fenced, successor = str(uuid.uuid4()), str(uuid.uuid4())
-    first = await coordinator.share_group_heartbeat(
-        group, ShareHeartbeat(member_id=fenced, member_epoch=0, subscribed_topic_names=("jobs",))
-    )
-    assert first.error is ErrorCode.none
-    await _time_out(coordinator, group, monkeypatch, coordinator.share_config.session_timeout_ms / 1000 + 1)
-    assert fenced not in coordinator._groups[group].members
-    joined = await coordinator.share_group_heartbeat(
-        group, ShareHeartbeat(member_id=successor, member_epoch=0, subscribed_topic_names=("jobs",))
-    )
-    assert joined.error is ErrorCode.none
-    await node.stop()
-
-    restarted: Node = await node_factory()
-    reloaded = await loaded_coordinator(restarted, group)
-    error, _, found = reloaded.describe_share_group(group)
-    assert error is ErrorCode.none and found is not None
-    assert sorted(found.members) == [successor]
-
-
-async def test_a_downgrade_whose_write_failed_reloads_as_a_classic_group(
-    node_factory: Callable,  # type: ignore[type-arg]
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The last consumer-protocol member of a mixed group is fenced by its session and the group becomes a classic
-    group, but the conversion's write fails. Once the classic group's next generation is written, a restart finds
-    the classic group, not the consumer group whose records the conversion should have tombstoned."""
-    node: Node = await node_factory()
-    group = "downgrade-write-failed"
-    coordinator = await loaded_coordinator(node, group)
-    await asyncio.to_thread(create_topic, bootstrap(node), "input", 2)
-    # The classic member's session outlives the consumer member's, which the test's clock move expires.
-    request = replace(join_request(metadata=subscription_bytes(["input"])), session_timeout_ms=300_000)
-    classic = await join_and_sync(coordinator, group, request, assignment_bytes({"input": frozenset({0, 1})}, 0))
-    upgrade = await coordinator.consumer_group_heartbeat(
-        group,
-        HeartbeatRequest(
-            member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout_ms=10_000, subscribed_topic_names=("input",)
-        ),
-    )
-    assert upgrade.error is ErrorCode.none
-    await _time_out(coordinator, group, monkeypatch, coordinator.consumer_config.session_timeout_ms / 1000 + 1)
-    error, downgraded = coordinator.describe_group(group)
-    assert error is ErrorCode.none and isinstance(downgraded, Group)
-    rejoin = replace(request, member_id=classic.member_id)
-    rejoined = await join_and_sync(coordinator, group, rejoin, assignment_bytes({"input": frozenset({0, 1})}, 0))
-    assert rejoined.error is ErrorCode.none
-    await node.stop()
-
-    restarted: Node = await node_factory()
-    reloaded = await loaded_coordinator(restarted, group)
-    error, found = reloaded.describe_group(group)
-    assert error is ErrorCode.none and isinstance(found, Group)
-    assert sorted(found.members) == [classic.member_id] and found.generation_id == rejoined.generation_id

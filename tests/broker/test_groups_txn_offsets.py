@@ -24,9 +24,8 @@ from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.groups.txn_offsets import AppendedOffset, PendingTxnOffsets, newer
 from metadata.controller_api import NewTopic
 from node.process import Node
-from settings.server import ServerConfig
-from testkit.node_process import default_overrides
 from testkit.waiting import eventually_async
+from tests.broker.inprocess_groups import DAY_S, start_node
 from wire.control_records import ControlRecordError, decode_marker, encode_marker_key, encode_marker_value
 
 GROUP = "txn-group"
@@ -67,22 +66,6 @@ def test_transaction_markers_round_trip_and_reject_truncated_records() -> None:
         decode_marker(b"\x00", encode_marker_value(1))
     with pytest.raises(ControlRecordError):
         decode_marker(encode_marker_key(True), b"\x00\x00")
-
-
-DAY_S = 86_400.0
-
-
-async def _start(data_dir: Path) -> Node:
-    overrides = {
-        **default_overrides(data_dir),
-        "group.initial.rebalance.delay.ms": "0",
-        # A test moves the coordinator's clock eight days ahead: its tombstones must not be refused as too far in
-        # the future (Kafka's default allows one hour).
-        "log.message.timestamp.after.max.ms": str(int(9 * DAY_S * 1000)),
-    }
-    node = Node(ServerConfig.load(None, [f"{k}={v}" for k, v in overrides.items()]))
-    await node.start()
-    return node
 
 
 @pytest.fixture
@@ -185,7 +168,7 @@ def _fetched(groups: GroupCoordinator, *, require_stable: bool) -> tuple[int, Er
 
 
 async def test_transactional_offsets_are_invisible_until_committed_and_survive_a_restart(node_dir: Path) -> None:
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         await _broker(node).controller.create_topics(
             [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False
@@ -212,7 +195,7 @@ async def test_transactional_offsets_are_invisible_until_committed_and_survive_a
 
     # Reloaded from the log: the committed offset is back, the aborted one is gone, the open one still pending
     # and committed by a marker that arrives after the restart.
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         groups = await _ready(node)
         assert _fetched(groups, require_stable=False) == (10, ErrorCode.none)
@@ -227,7 +210,7 @@ async def test_an_open_transaction_keeps_its_group_and_the_offset_it_commits_fro
     """Kafka's cleanupExpiredOffsets: a group whose only offsets are pending in an open transaction is not
     deleted (the COMMIT marker would find no group, and the exactly-once position would be lost), and an expired
     offset that an open transaction commits again is not expired."""
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         await _broker(node).controller.create_topics(
             [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False
@@ -257,7 +240,7 @@ async def test_an_open_transaction_keeps_its_group_and_the_offset_it_commits_fro
 async def test_a_kip848_member_with_an_old_epoch_is_told_illegal_generation(node_dir: Path) -> None:
     """Kafka's validateTransactionalOffsetCommit answers a stale member epoch ILLEGAL_GENERATION: the producer
     treats it as abortable (it aborts and rewinds), where STALE_MEMBER_EPOCH would be fatal to it."""
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         await _broker(node).controller.create_topics(
             [NewTopic(TOPIC, num_partitions=1, replication_factor=1)], validate_only=False

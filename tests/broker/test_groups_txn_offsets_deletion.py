@@ -18,6 +18,7 @@ from broker.groups.offsets_topic import OFFSETS_TOPIC
 from broker.partition.cleaner import clean_partition
 from metadata.controller_api import NewTopic
 from node.process import Node
+from tests.broker.inprocess_groups import start_node
 from tests.broker.test_groups_txn_offsets import (
     GROUP,
     TOPIC,
@@ -27,7 +28,6 @@ from tests.broker.test_groups_txn_offsets import (
     _end,
     _fetched,
     _ready,
-    _start,
     _txn_commit,
     node_dir,
 )
@@ -61,7 +61,7 @@ async def _compact_offsets_partition(node: Node, groups: GroupCoordinator) -> No
 async def test_offset_delete_drops_what_an_open_transaction_commits_live_and_after_replay_and_compaction(
     node_dir: Path,
 ) -> None:
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         await _broker(node).controller.create_topics([NewTopic(TOPIC, 1, 1)], validate_only=False)
         groups = await _ready(node)
@@ -75,7 +75,7 @@ async def test_offset_delete_drops_what_an_open_transaction_commits_live_and_aft
     finally:
         await node.stop()
 
-    node = await _start(node_dir)  # a full replay
+    node = await start_node(node_dir)  # a full replay
     try:
         groups = await _ready(node)
         assert _fetched(groups, require_stable=True) == (-1, ErrorCode.none)
@@ -83,7 +83,7 @@ async def test_offset_delete_drops_what_an_open_transaction_commits_live_and_aft
     finally:
         await node.stop()
 
-    node = await _start(node_dir)  # a replay of the compacted partition
+    node = await start_node(node_dir)  # a replay of the compacted partition
     try:
         groups = await _ready(node)
         assert _fetched(groups, require_stable=True) == (-1, ErrorCode.none)
@@ -96,7 +96,7 @@ async def test_a_group_deleted_while_a_transaction_commits_its_offsets_stays_del
 ) -> None:
     """DeleteGroups tombstones the offsets open transactions commit too (Kafka's deleteAllOffsets): their COMMIT
     marker commits nothing, live or when the partition is replayed."""
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         await _broker(node).controller.create_topics([NewTopic(TOPIC, 2, 1)], validate_only=False)
         groups = await _ready(node)
@@ -111,7 +111,7 @@ async def test_a_group_deleted_while_a_transaction_commits_its_offsets_stays_del
     finally:
         await node.stop()
 
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         groups = await _ready(node)
         error, fetched = groups.fetch_offsets(GROUP, [(TOPIC, 0), (TOPIC, 1)], require_stable=True)

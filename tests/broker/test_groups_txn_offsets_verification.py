@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets_topic import OFFSETS_TOPIC
 from metadata.controller_api import NewTopic
+from tests.broker.inprocess_groups import start_node
 from tests.broker.test_groups_txn_offsets import (
     GROUP,
     TOPIC,
@@ -25,7 +26,6 @@ from tests.broker.test_groups_txn_offsets import (
     _fetched,
     _init,
     _ready,
-    _start,
     _Txn,
     _txn_commit,
     node_dir,
@@ -40,7 +40,7 @@ async def test_a_txn_offset_commit_without_add_offsets_to_txn_is_refused_and_ope
     """Kafka answers INVALID_TXN_STATE up to v3 and TRANSACTION_ABORTABLE from v4 (the client aborts and goes on),
     and writes nothing: the offsets partition's LSO keeps up with its end, and the transaction's EndTxn commits
     no offset."""
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         await _broker(node).controller.create_topics([NewTopic(TOPIC, 1, 1)], validate_only=False)
         groups = await _ready(node)
@@ -79,7 +79,7 @@ async def test_a_late_txn_offset_commit_of_an_aborted_transaction_is_not_committ
 ) -> None:
     """A commit arriving after its transaction aborted (same producer epoch, transactions v1) is refused; the
     producer's next transaction adds the offsets partition again and commits only what it sent itself."""
-    node = await _start(node_dir)
+    node = await start_node(node_dir)
     try:
         await _broker(node).controller.create_topics([NewTopic(TOPIC, 2, 1)], validate_only=False)
         groups = await _ready(node)
