@@ -463,6 +463,9 @@ class CoordinatorRuntime:
         group = self._groups.get(group_id)
         if isinstance(group, Group):
             return
+        if group is None and not self._unwritten[group_id]:
+            del self._unwritten[group_id]  # a group gone with nothing to tombstone: nothing to write
+            return
         logger.info(
             "group %s: writing again to %s-%d what a failed write left unwritten",
             untrusted(group_id),
