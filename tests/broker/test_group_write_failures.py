@@ -134,17 +134,11 @@ async def test_a_member_fenced_by_its_session_stays_gone_when_the_fence_write_fa
     group = "fence-write-failed"
     node, coordinator = await coordinating(node_factory, group, "input", 2)
     fenced, successor = str(uuid.uuid4()), str(uuid.uuid4())
-    first = await coordinator.consumer_group_heartbeat(
-        group,
-        consumer_join(fenced),
-    )
+    first = await coordinator.consumer_group_heartbeat(group, consumer_join(fenced))
     assert first.error is ErrorCode.none and first.assignment
     await _time_out(coordinator, group, monkeypatch, coordinator.consumer_config.session_timeout_ms / 1000 + 1)
     assert fenced not in coordinator._groups[group].members
-    joined = await coordinator.consumer_group_heartbeat(
-        group,
-        consumer_join(successor),
-    )
+    joined = await coordinator.consumer_group_heartbeat(group, consumer_join(successor))
     assert joined.error is ErrorCode.none and joined.assignment == first.assignment
     await node.stop()
 
@@ -203,10 +197,7 @@ async def test_a_member_fenced_by_its_session_stays_gone_when_nothing_else_write
     group = "fence-rewritten"
     node, coordinator = await coordinating(node_factory, group, "input", 2)
     fenced = str(uuid.uuid4())
-    first = await coordinator.consumer_group_heartbeat(
-        group,
-        consumer_join(fenced),
-    )
+    first = await coordinator.consumer_group_heartbeat(group, consumer_join(fenced))
     assert first.error is ErrorCode.none and first.assignment
     session_s = coordinator.consumer_config.session_timeout_ms / 1000
     fault = await _time_out(coordinator, group, monkeypatch, session_s + 1, failures=2)
@@ -287,10 +278,7 @@ async def test_a_downgrade_whose_write_failed_reloads_as_a_classic_group(
     # The classic member's session outlives the consumer member's, which the test's clock move expires.
     request = replace(join_request(metadata=subscription_bytes(["input"])), session_timeout_ms=300_000)
     classic = await join_and_sync(coordinator, group, request, assignment_bytes({"input": frozenset({0, 1})}, 0))
-    upgrade = await coordinator.consumer_group_heartbeat(
-        group,
-        consumer_join(str(uuid.uuid4())),
-    )
+    upgrade = await coordinator.consumer_group_heartbeat(group, consumer_join(str(uuid.uuid4())))
     assert upgrade.error is ErrorCode.none
     await _time_out(coordinator, group, monkeypatch, coordinator.consumer_config.session_timeout_ms / 1000 + 1)
     error, downgraded = coordinator.describe_group(group)

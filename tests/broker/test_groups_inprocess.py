@@ -271,10 +271,7 @@ async def test_a_commit_under_way_while_the_group_upgrades_lands_in_the_consumer
         )
     )
     await asyncio.wait_for(appending.wait(), timeout=10)
-    upgrade = await coordinator.consumer_group_heartbeat(
-        group,
-        consumer_join(str(uuid.uuid4())),
-    )
+    upgrade = await coordinator.consumer_group_heartbeat(group, consumer_join(str(uuid.uuid4())))
     assert upgrade.error is ErrorCode.none
     assert isinstance(coordinator.describe_consumer_group(group)[2], ConsumerGroup)
     finish.set()
