@@ -35,6 +35,7 @@ from controller.decisions.scram import plan_scram_alterations
 from controller.decisions.topics import plan_create_partitions, plan_create_topics, plan_delete_topics, without_id
 from controller.decisions.wal_failover import reassignments
 from controller.delegation_tokens import DelegationTokens
+from controller.kraft_version import QuorumVersion, raise_kraft_version
 from controller.local_snapshots import LocalSnapshots
 from controller.metrics import commit_histogram
 from controller.reassignment_watch import Decide, ReassignmentWatch
@@ -97,10 +98,10 @@ class Controller:
         log: RecordLog,
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
-        kraft_version: int = 0,
+        quorum: QuorumVersion | None = None,
     ) -> None:
         self._config = config
-        self._kraft_version = kraft_version  # the quorum's KIP-853 level, which UpdateFeatures checks and never writes
+        self._quorum = quorum  # the Raft quorum's KIP-853 level, which UpdateFeatures may raise (None: a local log)
         self._image = image
         self._log = log
         self._clock_ms = clock_ms
@@ -487,8 +488,11 @@ class Controller:
     # ------------------------------------------------------------------ features
 
     async def update_features(self, updates: Sequence[FeatureUpdate], validate_only: bool) -> list[FeatureUpdateResult]:
+        quorum = self._quorum
         async with self._lock:
-            plan = plan_update_features(self._image, updates, self._kraft_version)
+            plan = plan_update_features(self._image, updates, quorum.kraft_version if quorum is not None else 0,
+                                        may_write_voters=quorum is not None)
+            plan = await raise_kraft_version(plan, quorum, updates, validate_only)
             if not validate_only:
                 await self._commit(plan.records)
         if plan.records and not validate_only:

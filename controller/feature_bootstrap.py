@@ -9,7 +9,8 @@ start, or ``kafka-features.sh`` since), the option changes nothing, and a level 
 stays changed. Without the option a new cluster runs at the defaults of ``wire.api_versions.FEATURES``
 (``transaction.version`` 2, ``group.version`` 1). ``metadata.version`` can only be its one supported level here.
 ``kraft.version`` may be named as Kafka's format takes it, but only at the quorum's own level (1 for a dynamic
-quorum, 0 for a static one): the controller refuses any other (``controller.decisions.features``).
+quorum, 0 for a static one), as Kafka's format refuses any other: a static quorum becomes dynamic once it runs,
+with ``kafka-features upgrade --feature kraft.version=1`` (``controller.kraft_version``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from wire.api_versions import (
     METADATA_RELEASES,
     METADATA_VERSION,
     RELEASE_DEFAULT_LEVEL,
+    kraft_version_level,
     release_metadata_level,
 )
 
@@ -73,14 +75,28 @@ def release_features(release: str, given: Sequence[FeatureUpdate]) -> list[Featu
     return [FeatureUpdate(METADATA_VERSION.name, level), *defaults, *given]
 
 
-async def finalize_initial_features(controller: ControllerClient, levels: Sequence[FeatureUpdate]) -> None:
-    """Finalizes ``levels`` when the cluster has no finalized features yet; ConfigError if the controller refuses."""
+async def finalize_initial_features(controller: ControllerClient, levels: Sequence[FeatureUpdate], *,
+                                    dynamic_quorum: bool) -> None:
+    """Finalizes ``levels`` when the cluster has no finalized features yet; ConfigError if the controller refuses,
+    or if ``kraft.version`` is not the quorum's level (``dynamic_quorum``: the configuration names bootstrap
+    servers, not voters)."""
     image = controller.image
     if not levels:
         return
     if image.features_finalized:
         logger.info("%s ignored: the cluster finalized its features already (kafka-features.sh changes them)",
                     OPTION)
+        return
+    quorum_level = kraft_version_level(dynamic_quorum)
+    for update in levels:
+        if update.feature == KRAFT_VERSION.name and update.level != quorum_level:
+            how = ("controller.quorum.bootstrap.servers instead of controller.quorum.voters" if update.level else
+                   "controller.quorum.voters instead of controller.quorum.bootstrap.servers")
+            raise ConfigError(f"{OPTION}: Cannot set kraft.version to {update.level} unless the configuration names "
+                              f"{how}; a running static quorum becomes dynamic with kafka-features upgrade "
+                              "--feature kraft.version=1")
+    levels = [u for u in levels if u.feature != KRAFT_VERSION.name]
+    if not levels:
         return
     updates = [
         FeatureUpdate(u.feature, u.level, FeatureUpdate.UPGRADE if u.level >= image.feature_level(u.feature)

@@ -64,6 +64,10 @@ class VoterFollower:
     async def wait_applied(self, end: int, timeout: float) -> None:
         await self._quorum.wait_applied(end, timeout)
 
+    @property
+    def kraft_version(self) -> int:
+        return self._quorum.kraft_version
+
     def watch_voters(self, callback: PeersCallback) -> None:
         self._quorum.membership.watch(callback)
 
@@ -133,6 +137,10 @@ class MetadataReplica:
 
     def subscribe(self, listener: ImageListener) -> None:
         self.controller.subscribe(listener)
+
+    @property
+    def kraft_version(self) -> int:
+        return self.membership.kraft_version
 
     def watch_voters(self, callback: PeersCallback) -> None:
         self.membership.watch(callback)

@@ -69,7 +69,6 @@ from settings.server import ServerConfig
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import wall_clock_ms
-from wire.api_versions import kraft_version_level
 from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -105,11 +104,8 @@ class QuorumController:
         self.node_id = config.node_id
         self.cluster_id = cluster_id
         self.membership = QuorumMembership(config)
-        #: KIP-853's level: 1 when the voters are the log's and may change (ApiVersions, UpdateFeatures).
-        self.kraft_version = kraft_version_level(config.dynamic_quorum)
         image = MetadataImage(cluster_id=cluster_id, controller_id=-1)
-        self.controller = Controller(config, image, RaftRecordLog(self), clock_ms=clock_ms,
-                                     kraft_version=self.kraft_version)
+        self.controller = Controller(config, image, RaftRecordLog(self), clock_ms=clock_ms, quorum=self.membership)
         self.balancer = AutoBalancer(self.controller, config)
         self.transport = NetworkTransport(
             self.node_id,
@@ -184,8 +180,10 @@ class QuorumController:
         await quorum.server.start_serving()
         quorum.membership.start(parse_kafka_uuid(meta.directory_id) if meta.directory_id else None)
         quorum._watcher = asyncio.create_task(quorum._watch(), name=f"quorum-controller-{quorum.node_id}")
-        logger.info("controller %d of cluster %s started: voters %s, metadata at offset %d", quorum.node_id,
+        logger.info("controller %d of cluster %s started: voters %s%s, metadata at offset %d", quorum.node_id,
                     cluster_id, quorum.membership.voter_set.describe() or "none yet (joining)",
+                    " (the log's, kraft.version 1: controller.quorum.voters's list is ignored)"
+                    if config.voters and not config.dynamic_quorum and quorum.kraft_version else "",
                     quorum.controller.image.offset)
         return quorum
 
@@ -215,6 +213,11 @@ class QuorumController:
     @property
     def leader_id(self) -> int | None:
         return self.driver.leader_id
+
+    @property
+    def kraft_version(self) -> int:
+        """KIP-853's level: 1 when the voters are the log's and may change (ApiVersions, UpdateFeatures)."""
+        return self.membership.kraft_version
 
     @property
     def voters(self) -> Mapping[int, tuple[str, int]]:

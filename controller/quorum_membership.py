@@ -10,7 +10,10 @@ controller's, and a broker's metadata replica's, which must reach a controller a
   its ``controller.quorum.bootstrap.servers`` with DescribeQuorum, as a broker does, and observes the quorum;
 * when the set changes the transport reaches the new voters and DescribeQuorum and DescribeCluster name them;
 * AddRaftVoter and RemoveRaftVoter (``controller.rpc.voter_changes``) become one VOTERS entry each, answered once it
-  is committed. A static quorum (``controller.quorum.voters``, ``kraft.version`` 0) refuses them, as Kafka does.
+  is committed. A static quorum (``controller.quorum.voters``, ``kraft.version`` 0) refuses them, as Kafka does,
+  until UpdateFeatures upgrades it to ``kraft.version`` 1 (Kafka 4.1's ``kafka-features upgrade --feature
+  kraft.version=1``): its configured voters are written to the log as one VOTERS entry, and from then on every node,
+  restarted or not, takes the voters from the log and ignores ``controller.quorum.voters``'s list, as Kafka's do.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from controller.auto_join import auto_join_enabled, join_quorum
 from controller.voter_endpoint import announce_endpoint
 from metadata.errors import ControllerError
 from metadata.remote.discovery import QuorumDiscoveryError, quorum_voters
-from raft.core import AddVoter, RemoveVoter, UpdateVoter, VoterChange
+from raft.core import AddVoter, RemoveVoter, UpdateVoter, VoterChange, WriteVoters
 from raft.driver import NotLeaderError, RaftDriver, VoterChangeError
 from raft.effects import Role
 from raft.messages import Errors
 from raft.voter_set import Endpoint, Voter, VoterSet
 from settings.quorum_voters import BOOTSTRAP_KEY, VOTERS_KEY, parse_bootstrap_servers
 from settings.server import ServerConfig
+from wire.api_versions import kraft_version_level
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +88,13 @@ class QuorumMembership:
     def watch(self, callback: PeersCallback) -> None:
         """``callback(addresses)`` runs whenever the voters change (a broker's channel to the active controller)."""
         self._peers_changed.append(callback)
+
+    @property
+    def kraft_version(self) -> int:
+        """KIP-853's level: 1 when the voters may change (a dynamic quorum's configuration, or a log that names
+        them since a static quorum was upgraded), else 0."""
+        dynamic = self.config.dynamic_quorum or (self._driver is not None and self._driver.node.voters_from_log)
+        return kraft_version_level(dynamic)
 
     # ---- the set changes ------------------------------------------------------------------------------------
     def voters_changed(self, voters: VoterSet) -> None:
@@ -149,11 +160,12 @@ class QuorumMembership:
 
     # ---- AddRaftVoter and RemoveRaftVoter ----------------------------------------------------------------------
     def _check_dynamic(self, what: str) -> RaftDriver:
-        if not self.config.dynamic_quorum:
+        if not self.kraft_version:
             raise _refused(
                 ErrorCode.unsupported_version,
                 f"Cluster doesn't support {what} because the kraft.version feature is 0: the voters are fixed by "
-                f"{VOTERS_KEY} (a dynamic quorum names {BOOTSTRAP_KEY} and is formatted with fjord storage format)",
+                f"{VOTERS_KEY} (upgrade kraft.version to 1 to change them, or start a dynamic quorum, which names "
+                f"{BOOTSTRAP_KEY} and is formatted with fjord storage format)",
             )
         if self._driver is None:
             raise _refused(Errors.NOT_LEADER_OR_FOLLOWER, f"controller {self.node_id} is not started")
@@ -175,6 +187,18 @@ class QuorumMembership:
         self._check_listener(voter)
         await self._change(driver, UpdateVoter(voter, leader_epoch), timeout_s, f"update voter {voter.describe()}")
 
+    async def write_voters(self, validate_only: bool, timeout_s: float) -> None:
+        """``kraft.version`` 0 -> 1: the configured voters written to the log (a no-op once the log names them);
+        returns once that entry is committed. Raises ControllerError with Kafka's code when it cannot be done."""
+        if self._driver is None:
+            raise _refused(Errors.NOT_LEADER_OR_FOLLOWER, f"controller {self.node_id} is not started")
+        written = self._driver.node.voters_from_log
+        await self._change(self._driver, WriteVoters(validate_only), timeout_s,
+                           f"write voters {self.voter_set.describe()} to the log (kraft.version 1)", announce=False)
+        if not (validate_only or written):
+            logger.info("controller %d: kraft.version upgraded to 1: the voters (%s) are the log's from now on, and "
+                        "every node ignores the list in %s", self.node_id, self.voter_set.describe(), VOTERS_KEY)
+
     async def _update_if_leading(self, voter: Voter) -> bool:
         """This node's own moved listener, when it leads (``controller.voter_endpoint``); False: it does not."""
         if self._driver is None or self._driver.role is not Role.LEADER:
@@ -188,7 +212,8 @@ class QuorumMembership:
             raise _refused(Errors.INVALID_REQUEST, f"voter {voter.node_id}'s listeners ({named}) do not include "
                            f"the quorum's {self._listener} listener")
 
-    async def _change(self, driver: RaftDriver, change: VoterChange, timeout_s: float, what: str) -> None:
+    async def _change(self, driver: RaftDriver, change: VoterChange, timeout_s: float, what: str, *,
+                      announce: bool = True) -> None:
         try:
             async with asyncio.timeout(timeout_s):
                 offset = await driver.change_voters(change)
@@ -198,6 +223,7 @@ class QuorumMembership:
             raise _refused(exc.error_code, f"cannot {what}: {exc}") from None
         except TimeoutError:
             raise _refused(Errors.REQUEST_TIMED_OUT, f"cannot {what}: not committed within {timeout_s:.1f} s") from None
-        logger.info("controller %d: %s committed at offset %d; voters now %s", self.node_id, what[0].upper() + what[1:],
-                    offset, self.voter_set.describe())
+        if announce:
+            logger.info("controller %d: %s committed at offset %d; voters now %s", self.node_id,
+                        what[0].upper() + what[1:], offset, self.voter_set.describe())
 

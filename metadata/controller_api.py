@@ -359,6 +359,11 @@ class QuorumForwarder(Protocol):
     for its local metadata log. A separate, runtime-checkable Protocol rather than a :class:`ControllerClient`
     method, so in-process controllers and test doubles need not say that they have nothing to forward to."""
 
+    @property
+    def kraft_version(self) -> int:
+        """The quorum's KIP-853 level, as a Kafka broker reports its Raft client's (ApiVersions)."""
+        ...
+
     async def forward_to_quorum_leader(self, api_key: int, version: int, request: object) -> object:
         """Sends a client's request entity unchanged to the Raft leader and returns the leader's response entity."""
         ...

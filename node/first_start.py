@@ -82,7 +82,7 @@ async def apply_first_start(config: ServerConfig, controller: ControllerClient, 
                                     (*options.formatted_scram, *options.scram))
     except ConfigError as exc:
         raise ConfigError(f"{exc} ({path} or the command line)" if options.formatted_scram else str(exc)) from None
-    await finalize_initial_features(controller, options.features)
+    await finalize_initial_features(controller, options.features, dynamic_quorum=config.dynamic_quorum)
     if options.formatted is None:
         return
     try:

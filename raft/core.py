@@ -151,8 +151,17 @@ class UpdateVoter:
     leader_epoch: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class WriteVoters:
+    """``kraft.version`` 0 -> 1 (Kafka 4.1's ``kafka-features upgrade --feature kraft.version=1``): the configured
+    voters (a static quorum's ``controller.quorum.voters``) written to the log, whose sets rule from then on, so that
+    AddRaftVoter and RemoveRaftVoter may change them. ``validate_only``: check, append nothing."""
+
+    validate_only: bool = False
+
+
 #: A change of the voter set a leader may append (one VOTERS entry each).
-VoterChange = AddVoter | RemoveVoter | UpdateVoter
+VoterChange = AddVoter | RemoveVoter | UpdateVoter | WriteVoters
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +291,11 @@ class RaftNode:
     @property
     def voter_set(self) -> VoterSet:
         return self._history.latest
+
+    @property
+    def voters_from_log(self) -> bool:
+        """The log names the voters (KIP-853's ``kraft.version`` 1), not the configuration."""
+        return self._history.latest_from_log
 
     @property
     def is_observer(self) -> bool:
@@ -534,7 +548,16 @@ class RaftNode:
             return VoterChangeRefused(Errors.REQUEST_TIMED_OUT,
                                       f"the voter change at offset {self._history.latest_offset} is not yet committed")
         current = self._history.latest
-        if isinstance(change, AddVoter):
+        if isinstance(change, WriteVoters):
+            if self._history.latest_from_log:
+                return self._history.latest_offset  # written already: committed, nothing appended
+            unreachable = [v.node_id for v in current.voters if not v.endpoints]
+            if unreachable:
+                return VoterChangeRefused(Errors.INVALID_REQUEST, f"voters {unreachable} have no endpoint to write")
+            if change.validate_only:
+                return self._history.latest_offset
+            after = current
+        elif isinstance(change, AddVoter):
             voter = change.voter
             if voter.node_id in current.ids:
                 return VoterChangeRefused(Errors.DUPLICATE_VOTER, f"node {voter.node_id} is already a voter")

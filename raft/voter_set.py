@@ -1,9 +1,10 @@
 """The quorum's voters as the log says them (KIP-853): a voter set, its changes as log entries, and its history.
 
-A static quorum's voters are fixed by configuration. A dynamic one's are whatever the last VOTERS entry of the log
-says, committed or not, as in KRaft: a leader appends the new set and counts its majority from that entry on, one
-change at a time (the next waits until this one is committed, so any two consecutive sets share a majority). A
-follower that truncates a VOTERS entry away goes back to the set before it. The set in effect where a snapshot ends
+A static quorum's voters are fixed by configuration until it writes them to the log (``kraft.version`` 1: the
+first VOTERS entry repeats them). A dynamic one's are whatever the last VOTERS entry of the log says, committed or
+not, as in KRaft: a leader appends the new set and counts its majority from that entry on, one change at a time (the
+next waits until this one is committed, so any two consecutive sets share a majority). A follower that truncates a
+VOTERS entry away goes back to the set before it. The set in effect where a snapshot ends
 travels in the snapshot (:func:`wrap_snapshot`), so a log trimmed below its last change, or a replica that installs the
 snapshot, still knows its voters.
 
@@ -159,6 +160,11 @@ class VoterHistory:
     def latest_offset(self) -> int:
         """The offset of the entry that set the voters in effect (-1: the configured ones)."""
         return self._sets[-1][0]
+
+    @property
+    def latest_from_log(self) -> bool:
+        """Whether the log (a VOTERS entry, or a snapshot's set) made the voters in effect, not the configuration."""
+        return self._sets[-1][2]
 
     def append(self, offset: int, voters: VoterSet) -> None:
         self._sets.append((offset, voters, True))

@@ -12,10 +12,13 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from controller.quorum import QuorumController
+from metadata.rpc.connection import ControllerConnection
 from settings.server import ServerConfig
 from testkit.waiting import eventually_async
+from wire import codec, schema
 from wire.ports import free_ports
 
 
@@ -79,3 +82,15 @@ async def active_voter(voters: list[QuorumController], timeout: float = 10.0) ->
         lambda: next((quorum for quorum in voters if quorum.is_active), None),
         timeout=timeout, interval=0.02, what=f"an active controller among voters {[q.node_id for q in voters]}",
     )
+
+
+async def ask_controller(port: int, api_key: int, version: int, timeout: float = 20, **fields: Any) -> Any:
+    """The answer of the controller listening on 127.0.0.1:``port`` to one request built from ``fields``, over a
+    connection of its own (as Kafka's tools send it with ``--bootstrap-controller``)."""
+    connection = ControllerConnection("127.0.0.1", port, client_id="quorum-test")
+    try:
+        await connection.connect(timeout=5)
+        return await connection.request(schema.build(codec.request_class(api_key, version), **fields),
+                                        timeout=timeout)
+    finally:
+        await connection.close()

@@ -208,6 +208,10 @@ class RemoteControllerClient:
                 f"the active controller's high watermark is {end}"
             ) from None
 
+    @property
+    def kraft_version(self) -> int:
+        return self.replica.kraft_version
+
     async def forward_to_quorum_leader(self, api_key: int, version: int, request: Any) -> Any:
         """Sends a client's request (DescribeQuorum, AddRaftVoter, RemoveRaftVoter) unchanged to the Raft leader and
         returns its answer."""

@@ -35,6 +35,11 @@ class MetadataFollower(Protocol):
         """``listener`` is told of every image change the copy applies."""
         ...
 
+    @property
+    def kraft_version(self) -> int:
+        """The quorum's KIP-853 level as this copy's log says it (1: the voters may change)."""
+        ...
+
     def watch_voters(self, callback: Callable[[Mapping[int, tuple[str, int]]], None]) -> None:
         """``callback`` gets every voter's CONTROLLER listener whenever the voters change (KIP-853)."""
         ...

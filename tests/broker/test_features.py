@@ -137,7 +137,7 @@ def test_invalid_updates_are_refused_with_kafkas_errors_and_change_nothing(
         (("group.version", 2, SAFE_DOWNGRADE), "only supports versions 0-1"),
         (("group.version", 1, SAFE_DOWNGRADE), None),
         # kraft.version is the quorum's: this node's (a local log) is 0, which it may name again, and no more.
-        (("kraft.version", 1, UPGRADE), "does not make a fixed quorum dynamic"),
+        (("kraft.version", 1, UPGRADE), "keeps its metadata in a local log"),
         (("kraft.version", 2, UPGRADE), "only supports versions 0-1"),
         (("kraft.version", 0, UPGRADE), None),
     ]
@@ -190,7 +190,7 @@ def test_initial_levels_given_at_the_first_start_as_kafka_storage_format_feature
 
 def test_an_unknown_feature_or_level_is_a_configuration_error(tmp_path: Path) -> None:
     for option, reason in (("streams.version=1", "NAME among"), ("transaction.version=3", "not supported"),
-                           ("kraft.version=1", "does not make a fixed quorum dynamic")):
+                           ("kraft.version=1", "Cannot set kraft.version to 1 unless")):
         command = server_command(None, default_overrides(tmp_path / "bad"), ("--feature", option))
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 1

@@ -23,8 +23,8 @@ from settings.server import ServerConfig
 from settings.storage_format import FormatRequest, format_storage
 from storage.config import ConfigError
 from testkit.waiting import eventually_async
-from tests.controller.test_voter_changes_api import _FAST, _ask
-from tests.quorum_fixtures import active_voter
+from tests.controller.test_voter_changes_api import _FAST
+from tests.quorum_fixtures import active_voter, ask_controller
 from wire.ports import free_ports
 
 pytestmark = pytest.mark.timeout(120)
@@ -90,8 +90,8 @@ async def test_a_controller_adds_itself_and_an_operators_removal_stands_until_it
 
     # The operator removes it: it stays an observer (it joined once in this process: nothing asks again) ...
     assert "controller-2-auto-join" not in {task.get_name() for task in asyncio.all_tasks()}
-    removed = await _ask(quorum.ports[0], REMOVE_RAFT_VOTER, 0, cluster_id=None, voter_id=2,
-                         voter_directory_id=directory)
+    removed = await ask_controller(quorum.ports[0], REMOVE_RAFT_VOTER, 0, cluster_id=None, voter_id=2,
+                                   voter_directory_id=directory)
     assert removed.error_code is ErrorCode.none, removed
 
     async def observing() -> bool:

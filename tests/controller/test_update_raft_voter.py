@@ -15,8 +15,7 @@ from metadata.remote.quorum_admin import QuorumClient
 from metadata.rpc.kafka_apis import UPDATE_RAFT_VOTER
 from testkit.waiting import eventually_async
 from tests.controller.test_auto_join import _Quorum, _voters, quorum
-from tests.controller.test_voter_changes_api import _ask
-from tests.quorum_fixtures import active_voter
+from tests.quorum_fixtures import active_voter, ask_controller
 from wire import codec, schema
 from wire.ports import free_ports
 
@@ -82,7 +81,7 @@ async def test_refusals_carry_kafkas_codes_and_name_the_leader(quorum: _Quorum) 
     epoch = first.driver.epoch
 
     async def refused(port: int, fields: dict[str, Any]) -> Any:
-        answer = await _ask(port, UPDATE_RAFT_VOTER, 0, **fields)
+        answer = await ask_controller(port, UPDATE_RAFT_VOTER, 0, **fields)
         assert answer.current_leader.leader_id == 1 and answer.current_leader.leader_epoch == epoch, answer
         assert (answer.current_leader.host, answer.current_leader.port) == ("127.0.0.1", port1), answer
         return answer.error_code
@@ -107,7 +106,7 @@ async def _two(controller: QuorumController) -> bool:
 
 async def test_a_static_quorum_refuses_it(voters: list[QuorumController]) -> None:
     leader = await active_voter(voters)
-    answer = await _ask(leader.config.listeners[0].port, UPDATE_RAFT_VOTER, 0, **_update(0, None, 1))
+    answer = await ask_controller(leader.config.listeners[0].port, UPDATE_RAFT_VOTER, 0, **_update(0, None, 1))
     assert answer.error_code is ErrorCode.unsupported_version
 
 

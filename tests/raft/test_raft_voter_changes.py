@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import uuid
 
-from raft.core import AddVoter, NotLeader, RaftNode, RemoveVoter, VoterChangeRefused
+from raft.core import AddVoter, NotLeader, RaftNode, RemoveVoter, VoterChange, VoterChangeRefused, WriteVoters
 from raft.effects import Role, VotersChanged
 from raft.log import EntryKind, LogEntry, RaftLog
 from raft.messages import Errors
@@ -17,14 +17,14 @@ def voter(node_id: int, directory: uuid.UUID | None = None) -> Voter:
     return Voter(node_id, directory, (Endpoint("CONTROLLER", "127.0.0.1", 9000 + node_id),))
 
 
-def change(net: Net, leader: int, what: AddVoter | RemoveVoter) -> int:
+def change(net: Net, leader: int, what: VoterChange) -> int:
     """Appends the change on ``leader`` and runs until every reachable node has committed it."""
     offset = net.nodes[leader].change_voters(what, net.now)
     assert isinstance(offset, int), offset
     return net.wait_committed(leader, offset, rounds=200)
 
 
-def refusal(net: Net, leader: int, what: AddVoter | RemoveVoter) -> Errors:
+def refusal(net: Net, leader: int, what: VoterChange) -> Errors:
     result = net.nodes[leader].change_voters(what, net.now)
     assert isinstance(result, VoterChangeRefused), result
     return result.error
@@ -187,3 +187,33 @@ def test_a_joining_node_that_knows_no_voter_learns_them_then_is_added_and_keeps_
     assert not joiner.learn_voters(VoterSet.of([voter(1)]), net.now)
     restarted = RaftNode(2, VoterSet.of([]), rng=random.Random(3), now_ms=net.now, config=CONFIG, log=joiner.log)
     assert restarted.voters == frozenset({1, 2}) and restarted.voter_set.addresses() == {2: ("127.0.0.1", 9002)}
+
+
+def test_a_static_quorum_writes_its_voters_to_the_log_then_changes_them_and_a_restart_keeps_the_logs() -> None:
+    """kraft.version 0 -> 1 (Kafka 4.1's kafka-features upgrade): the configured voters become the log's."""
+    static = VoterSet.of([voter(1), voter(2), voter(3)])
+    net = Net([1, 2, 3], observers=(4,))
+    leader = net.elect()
+    net.commit(leader, b"x")
+    # Voters configured by id alone (no endpoint) cannot be written: nobody would know where they listen.
+    assert refusal(net, leader, WriteVoters()) is Errors.INVALID_REQUEST
+    net = Net([1, 2, 3], observers=(4,))
+    for i in net.ids:
+        net.nodes[i] = RaftNode(i, static, rng=random.Random(i), now_ms=net.now, config=CONFIG)
+        net.pump(i)
+    leader = net.elect()
+    net.commit(leader, b"before")
+    end = net.nodes[leader].log.end_offset
+    assert net.nodes[leader].change_voters(WriteVoters(validate_only=True), net.now) == -1
+    assert net.nodes[leader].log.end_offset == end and not net.nodes[leader].voters_from_log
+    offset = change(net, leader, WriteVoters())
+    assert all(net.nodes[i].voters_from_log and net.nodes[i].voter_set == static for i in net.ids)
+    assert net.nodes[leader].change_voters(WriteVoters(), net.now) == offset  # written once: nothing appended
+    assert net.nodes[leader].log.end_offset == offset + 1
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    change(net, leader, RemoveVoter(follower))
+    # Restarted with the static list in its configuration, the removed voter takes the log's set: an observer.
+    restarted = RaftNode(follower, static, rng=random.Random(9), now_ms=net.now, config=CONFIG,
+                         log=net.nodes[follower].log)
+    assert restarted.voters == frozenset({1, 2, 3} - {follower}) and restarted.is_observer
+    assert restarted.voters_from_log

@@ -1,0 +1,151 @@
+"""A static quorum made dynamic (Kafka 4.1's ``kafka-features upgrade --feature kraft.version=1``, KIP-853): three
+controller voters of ``controller.quorum.voters`` in this process over real TCP, and a broker's metadata replica
+following them. The upgrade goes as Kafka's tools send it (UpdateFeatures on the CONTROLLER listener); afterwards the
+voters are the log's: RemoveRaftVoter works, the broker and every controller report ``kraft.version`` 1, and a
+controller restarted with the same static list takes the log's voters instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from controller.metadata_replica import MetadataReplica
+from controller.quorum import QuorumController
+from metadata.rpc.kafka_apis import ADD_RAFT_VOTER, API_VERSIONS, REMOVE_RAFT_VOTER, UPDATE_FEATURES
+from settings.kafka_uuid import parse_kafka_uuid
+from settings.meta_properties import read_meta_properties
+from settings.server import ServerConfig
+from settings.storage_format import FormatRequest, format_storage
+from testkit.waiting import eventually_async
+from tests.controller.test_voter_changes_api import _FAST, _add
+from tests.quorum_fixtures import active_voter, ask_controller, broker_config
+from wire import codec, schema
+from wire.ports import free_ports
+
+pytestmark = pytest.mark.timeout(90)
+
+UPGRADE, SAFE_DOWNGRADE = 1, 2
+
+
+async def _update(port: int, level: int, upgrade_type: int = UPGRADE, *, validate_only: bool = False) -> Any:
+    cls = codec.request_class(UPDATE_FEATURES, 1)
+    update = schema.build_nested(cls, "feature_updates", feature="kraft.version", max_version_level=level,
+                                 upgrade_type=upgrade_type)
+    return await ask_controller(port, UPDATE_FEATURES, 1, timeout=40, feature_updates=(update,),
+                                validate_only=validate_only, timeout_ms=30_000)
+
+
+async def _finalized_kraft_version(port: int) -> int | None:
+    answer = await ask_controller(port, API_VERSIONS, 4, client_software_name="test", client_software_version="1")
+    return next((f.max_version_level for f in answer.finalized_features if f.name == "kraft.version"), None)
+
+
+def _port(quorum: QuorumController) -> int:
+    return quorum.config.listeners[0].port
+
+
+async def test_a_static_quorum_upgraded_to_kraft_version_1_takes_its_voters_from_the_log(
+    voters: list[QuorumController], tmp_path: Path,
+) -> None:
+    leader = await active_voter(voters)
+    replica = MetadataReplica(broker_config(tmp_path, [q.config for q in voters]), leader.cluster_id)
+    await replica.start()
+    try:
+        assert replica.kraft_version == 0 and all(q.kraft_version == 0 for q in voters)
+
+        checked = await _update(_port(leader), 1, validate_only=True)
+        assert checked.error_code is ErrorCode.none and checked.results[0].error_code is ErrorCode.none, checked
+        assert all(q.kraft_version == 0 for q in voters)  # only checked: nothing written
+        assert not any(q.driver.node.voters_from_log for q in voters)
+
+        upgraded = await _update(_port(leader), 1)
+        assert upgraded.results[0].error_code is ErrorCode.none, upgraded
+        assert leader.kraft_version == 1 and await _finalized_kraft_version(_port(leader)) == 1
+
+        async def everywhere() -> bool:
+            levels = [await _finalized_kraft_version(_port(q)) for q in voters]
+            return levels == [1, 1, 1] and replica.kraft_version == 1 and replica.driver.node.voters_from_log
+
+        await eventually_async(everywhere, timeout=20, interval=0.1, what="every node at kraft.version 1")
+        assert all(q.driver.node.voter_set.addresses("CONTROLLER") == {q2.node_id: ("127.0.0.1", _port(q2))
+                                                                         for q2 in voters} for q in voters)
+        # Asking again finds it done; going back is refused with Kafka's sentence.
+        again = await _update(_port(leader), 1)
+        assert again.results[0].error_code is ErrorCode.none
+        downgrade = await _update(_port(leader), 0, SAFE_DOWNGRADE)
+        assert downgrade.error_code is ErrorCode.invalid_update_version  # the whole request fails, as Kafka's
+        assert "Can't downgrade the version of this feature." in downgrade.error_message
+
+        # The voters may change now: a follower leaves the quorum.
+        follower = next(q for q in voters if q is not leader)
+        removed = await ask_controller(_port(leader), REMOVE_RAFT_VOTER, 0, cluster_id=None, voter_id=follower.node_id,
+                                       voter_directory_id=None)
+        assert removed.error_code is ErrorCode.none, removed
+        remaining = frozenset(q.node_id for q in voters) - {follower.node_id}
+        assert leader.driver.node.voters == remaining
+
+        async def broker_follows() -> bool:
+            return replica.driver.node.voters == remaining
+
+        await eventually_async(broker_follows, timeout=20, interval=0.1, what="the broker's replica sees the removal")
+        # Restarted with controller.quorum.voters still naming it, the removed controller takes the log's voters.
+        await follower.stop(resign=False)
+        voters.remove(follower)
+        restarted = await QuorumController.start(follower.config)
+        voters.append(restarted)
+        assert restarted.driver.node.voters == remaining and restarted.driver.node.is_observer
+        assert restarted.kraft_version == 1
+    finally:
+        await replica.stop()
+
+
+async def test_a_static_quorum_refuses_voter_changes_until_upgraded_and_only_the_active_controller_upgrades(
+    voters: list[QuorumController],
+) -> None:
+    leader = await active_voter(voters)
+    follower = next(q for q in voters if q is not leader)
+    # A static quorum refuses voter changes until it is upgraded (the message says how).
+    answer = await ask_controller(_port(leader), REMOVE_RAFT_VOTER, 0, cluster_id=None, voter_id=follower.node_id,
+                                  voter_directory_id=None)
+    assert answer.error_code is ErrorCode.unsupported_version
+    assert "upgrade kraft.version to 1" in answer.error_message
+    elsewhere = await _update(_port(follower), 1)
+    assert elsewhere.error_code is ErrorCode.not_controller or (
+        elsewhere.results and elsewhere.results[0].error_code is ErrorCode.not_controller), elsewhere
+    assert all(q.kraft_version == 0 for q in voters)
+
+
+async def test_an_upgraded_static_quorum_adds_a_controller_formatted_to_join_it(
+    voters: list[QuorumController], tmp_path: Path,
+) -> None:
+    """The point of the upgrade: a new controller, formatted --no-initial-controllers with the quorum as its bootstrap
+    servers, observes it and is added with AddRaftVoter, as in a quorum that was dynamic from the start."""
+    leader = await active_voter(voters)
+    assert (await _update(_port(leader), 1)).results[0].error_code is ErrorCode.none
+    (port,) = free_ports(1)
+    overrides = ("node.id=7", "process.roles=controller", f"listeners=CONTROLLER://127.0.0.1:{port}",
+                 "controller.listener.names=CONTROLLER", f"log.dirs={tmp_path / 'c7'}",
+                 f"controller.quorum.bootstrap.servers=127.0.0.1:{_port(leader)}", *_FAST)
+    format_storage(FormatRequest(cluster_id=leader.cluster_id, overrides=overrides, no_initial_controllers=True))
+    config = ServerConfig.load(None, list(overrides))
+    meta = read_meta_properties(config.metadata_dir)
+    assert meta is not None and meta.directory_id is not None
+    joining = await QuorumController.start(config)
+    voters.append(joining)
+
+    async def add() -> Any:
+        answer = await ask_controller(_port(leader), ADD_RAFT_VOTER, 1,
+                                      **_add(7, port, parse_kafka_uuid(meta.directory_id)))
+        return answer if answer.error_code is ErrorCode.none else None
+
+    await eventually_async(add, timeout=30, interval=0.2, what="controller 7 added once it caught up")
+    everyone = frozenset({0, 1, 2, 7})
+    assert leader.driver.node.voters == everyone
+
+    async def all_know() -> bool:
+        return all(q.driver.node.voters == everyone for q in voters) and joining.kraft_version == 1
+
+    await eventually_async(all_know, timeout=20, interval=0.1, what="every controller names controller 7")
