@@ -104,6 +104,7 @@ def resolve_voters(
     formatted: Sequence[QuorumVoter] = (),
     standalone: bool = False,
     joining: bool = False,
+    ran_before: bool = False,
 ) -> tuple[QuorumVoter, ...]:
     """The voters this node's quorum has.
 
@@ -113,8 +114,10 @@ def resolve_voters(
     ``formatted``: the voters a controller's directory was formatted with (``settings.bootstrap_file``), which decide
     when the file names bootstrap servers only; ``standalone``: this controller is being formatted as the quorum's
     one voter (``fjord storage format --standalone``); ``joining``: it was formatted to be added to a running quorum
-    (``--no-initial-controllers``), so it has no voter of its own (it learns them as it starts). Raises ConfigError
-    naming :data:`BOOTSTRAP_KEY` for a dynamic form Fjord cannot tell the voters of.
+    (``--no-initial-controllers``), so it has no voter of its own (it learns them as it starts); ``ran_before``: its
+    metadata directory is formatted (``meta.properties``) without voters, as a static quorum's controller is, so the
+    advice is to keep its voters listed rather than to format it. Raises ConfigError naming :data:`BOOTSTRAP_KEY` for
+    a dynamic form Fjord cannot tell the voters of.
     """
     servers = parse_bootstrap_servers(bootstrap)
     if voters_given is not None or not servers:
@@ -134,6 +137,12 @@ def resolve_voters(
         return (QuorumVoter(node_id, host, port),)
     named = ", ".join(f"{host}:{port}" for host, port in servers)
     own = ", ".join(f"{host or '*'}:{port}" for host, port in own_controller_addresses) or "none"
+    if ran_before:
+        raise ConfigError(
+            f"{BOOTSTRAP_KEY}: {named} is not only this controller ({own}), and its directory was formatted for a "
+            f"static quorum: keep the voters in {VOTERS_KEY} (id@host:port,...); once kafka-features upgrade "
+            f"--feature kraft.version=1 ran, the log's voters rule and that list is ignored"
+        )
     raise ConfigError(
         f"{BOOTSTRAP_KEY}: {named} is not only this controller ({own}), and its directory was not formatted with "
         f"the quorum's voters: format every controller with fjord storage format --initial-controllers "

@@ -125,6 +125,12 @@ def _formatted_voters(
     return bootstrap.voters, not bootstrap.voters
 
 
+def _formatted_directory(props: Mapping[str, str], values: Mapping[str, Any]) -> bool:
+    """Whether the node's metadata directory is formatted (it has its ``meta.properties``)."""
+    metadata_dir = values["metadata.log.dir"] or _first_log_dir(props, values)
+    return metadata_dir is not None and (Path(str(metadata_dir)) / META_PROPERTIES).exists()
+
+
 def _first_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> str | None:
     """The first of ``log.dirs``, else ``log.dir`` when only that one is given (:attr:`ServerConfig.log_dirs`)."""
     if "log.dirs" not in props and values["log.dir"]:
@@ -315,6 +321,7 @@ class ServerConfig:
                 formatted=formatted,
                 standalone=formatting == "standalone",
                 joining=joining,
+                ran_before=formatting is None and _formatted_directory(props, values),
             ),
             joins_quorum=joining and "controller" in values["process.roles"],
             tls=MappingProxyType(tls),
