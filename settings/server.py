@@ -118,7 +118,7 @@ def _formatted_voters(
     if ("controller" not in values["process.roles"] or "controller.quorum.voters" in props
             or not values["controller.quorum.bootstrap.servers"]):
         return (), False
-    metadata_dir = values["metadata.log.dir"] or _first_log_dir(props, values)
+    metadata_dir = _metadata_dir(props, values)
     bootstrap = read_bootstrap(metadata_dir) if metadata_dir else None
     if bootstrap is None:
         return (), False
@@ -127,8 +127,13 @@ def _formatted_voters(
 
 def _formatted_directory(props: Mapping[str, str], values: Mapping[str, Any]) -> bool:
     """Whether the node's metadata directory is formatted (it has its ``meta.properties``)."""
-    metadata_dir = values["metadata.log.dir"] or _first_log_dir(props, values)
-    return metadata_dir is not None and (Path(str(metadata_dir)) / META_PROPERTIES).exists()
+    metadata_dir = _metadata_dir(props, values)
+    return metadata_dir is not None and (Path(metadata_dir) / META_PROPERTIES).exists()
+
+
+def _metadata_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> str | None:
+    """``metadata.log.dir``, else the first log directory (:attr:`ServerConfig.metadata_dir`)."""
+    return str(values["metadata.log.dir"]) if values["metadata.log.dir"] else _first_log_dir(props, values)
 
 
 def _first_log_dir(props: Mapping[str, str], values: Mapping[str, Any]) -> str | None:
