@@ -840,6 +840,16 @@ class RaftNode:
         if req.cluster_id != self.config.cluster_id:
             answer(False, Errors.INCONSISTENT_CLUSTER_ID)
             return
+        if req.last_offset < 0 or req.last_offset_epoch < 0 or req.last_offset_epoch > req.replica_epoch or (
+            not req.pre_vote and req.last_offset_epoch == req.replica_epoch
+        ):
+            # As Kafka's: a candidate bumped its epoch past every entry it holds (a prospective asks at the epoch it
+            # would run in), so anything else is not a candidate's request.
+            answer(False, Errors.INVALID_REQUEST)
+            return
+        if not self._meant_for_this_node(req.voter_id):
+            answer(False, Errors.INVALID_VOTER_KEY)
+            return
         # A candidate this node's log does not name yet may be a voter added after it (KIP-853): the log check below
         # decides, as for any candidate; a node that is not a voter itself has no vote to give.
         if req.replica_id == self.node_id or self.is_observer:
@@ -904,9 +914,20 @@ class RaftNode:
             # This round is lost; retry after a random backoff rather than the full election timeout.
             self._election_deadline = min(self._election_deadline, now_ms + self._random_backoff())
 
+    def _meant_for_this_node(self, voter_id: int) -> bool:
+        """Whether a request that names the voter it is for (Vote and BeginQuorumEpoch v1+; -1 before) names this
+        node. One meant for another changes nothing here: Kafka answers it INVALID_VOTER_KEY."""
+        return voter_id < 0 or voter_id == self.node_id
+
     def _on_begin_quorum_epoch(self, sender: int, req: BeginQuorumEpochRequest, now_ms: int) -> None:
         error = Errors.NONE
-        if req.leader_id != sender:
+        if req.cluster_id != self.config.cluster_id:
+            # Another cluster's leader (a node configured with this quorum's addresses) must not become this
+            # node's leader, at an epoch this quorum never held.
+            error = Errors.INCONSISTENT_CLUSTER_ID
+        elif not self._meant_for_this_node(req.voter_id):
+            error = Errors.INVALID_VOTER_KEY
+        elif req.leader_id != sender:
             error = Errors.INVALID_REQUEST
         elif req.leader_epoch < self._epoch:
             error = Errors.FENCED_LEADER_EPOCH
@@ -927,7 +948,9 @@ class RaftNode:
 
     def _on_end_quorum_epoch(self, sender: int, req: EndQuorumEpochRequest, now_ms: int) -> None:
         error = Errors.NONE
-        if req.leader_epoch < self._epoch:
+        if req.cluster_id != self.config.cluster_id:
+            error = Errors.INCONSISTENT_CLUSTER_ID
+        elif req.leader_epoch < self._epoch:
             error = Errors.FENCED_LEADER_EPOCH
         elif req.leader_id == self.node_id:
             error = Errors.INVALID_REQUEST
@@ -1012,6 +1035,9 @@ class RaftNode:
     def _fetch_error(self, req: FetchRequest) -> Errors | None:
         if req.cluster_id != self.config.cluster_id:
             return Errors.INCONSISTENT_CLUSTER_ID
+        if (req.max_wait_ms < 0 or req.fetch_offset < 0 or req.last_fetched_epoch < 0
+                or req.last_fetched_epoch > req.current_leader_epoch):
+            return Errors.INVALID_REQUEST  # as Kafka's: no replica fetches so, whatever its log holds
         if req.current_leader_epoch < self._epoch:
             return Errors.FENCED_LEADER_EPOCH
         if req.current_leader_epoch > self._epoch:

@@ -32,6 +32,7 @@ class Errors(IntEnum):
     SNAPSHOT_NOT_FOUND = 98
     POSITION_OUT_OF_RANGE = 99
     INCONSISTENT_CLUSTER_ID = 104
+    INVALID_VOTER_KEY = 125  # a Vote or BeginQuorumEpoch names another voter than the one it reached
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
 

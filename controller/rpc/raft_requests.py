@@ -1,5 +1,6 @@
 """The CONTROLLER listener's Raft requests: Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot handed
-to the Raft core through the network transport, and DescribeQuorum answered from the driver.
+to the Raft core through the network transport, and DescribeQuorum answered from the driver. A request for another
+partition than ``__cluster_metadata``-0 is answered with Kafka's error and never reaches the core.
 
 A request the core does not answer within ``controller.quorum.request.timeout.ms`` gets NOT_LEADER_OR_FOLLOWER
 with no leader, which a peer retries on its own timers, as it would a lost reply.
@@ -12,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 from controller.rpc.protocol_error import ControllerProtocolError
 from controller.rpc.served_quorum import ServedQuorum
 from metadata.rpc.raft_codec import (
+    OtherPartitionError,
     RaftCodecError,
     describe_quorum_refusal,
     describe_quorum_response,
+    other_partition_refusal,
     request_from_kio,
     response_to_kio,
 )
@@ -45,6 +48,8 @@ async def answer_raft(
     """The core's reply to one Raft request (a kio response entity), or its stand-in after ``timeout_s``."""
     try:
         sender, raft_request = request_from_kio(api_key, body, correlation_id)
+    except OtherPartitionError:
+        return other_partition_refusal(api_key, body, quorum.cluster_id)
     except RaftCodecError as exc:
         raise ControllerProtocolError(f"{exc} (from {peer})") from None
     reply = await quorum.transport.deliver_request(sender, raft_request, timeout_s)

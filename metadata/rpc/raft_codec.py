@@ -66,6 +66,11 @@ class RaftCodecError(ValueError):
     """A Raft frame does not describe the metadata partition (or is otherwise unusable)."""
 
 
+class OtherPartitionError(RaftCodecError):
+    """A Raft request that does not name exactly ``__cluster_metadata``-0: a well-formed request Kafka answers with
+    an error (:func:`other_partition_refusal`), not a reason to close the connection."""
+
+
 def request_version(api_key: int) -> int:
     """The version this node sends: the highest it serves."""
     return KAFKA_API_VERSIONS[api_key][1]
@@ -127,15 +132,37 @@ def _control_kind(key: bytes | None) -> EntryKind:
 
 
 def _one_partition(entity: Any, topics_field: str, what: str) -> Any:
-    """The single metadata partition entry of a request/response, or RaftCodecError."""
+    """The single metadata partition entry of a request/response, or OtherPartitionError."""
     topics = getattr(entity, topics_field)
     if len(topics) != 1 or len(topics[0].partitions) != 1:
-        raise RaftCodecError(f"{what} must name exactly one partition ({METADATA_TOPIC}-{METADATA_PARTITION})")
+        raise OtherPartitionError(f"{what} must name exactly one partition ({METADATA_TOPIC}-{METADATA_PARTITION})")
     topic = topics[0]
     name = getattr(topic, "topic_name", None) or getattr(topic, "topic", None) or getattr(topic, "name", None)
-    if name != METADATA_TOPIC:
-        raise RaftCodecError(f"{what} is for topic {name!r}, not {METADATA_TOPIC}")
-    return topic.partitions[0]
+    partition = topic.partitions[0]
+    index = next(getattr(partition, f) for f in ("partition_index", "partition", "index") if hasattr(partition, f))
+    if name != METADATA_TOPIC or index != METADATA_PARTITION:
+        raise OtherPartitionError(f"{what} is for {name!r}-{index}, not {METADATA_TOPIC}-{METADATA_PARTITION}")
+    return partition
+
+
+def other_partition_refusal(api_key: int, entity: Any, cluster_id: str) -> Any:
+    """Kafka's answer (its KafkaRaftClient's) to a Raft request that does not name ``__cluster_metadata``-0, in
+    the version this node serves: INCONSISTENT_CLUSTER_ID if it names another cluster (checked first, as there),
+    else INVALID_REQUEST, both top-level; a FetchSnapshot of one other partition gets UNKNOWN_TOPIC_OR_PARTITION
+    on that partition. Nothing reaches the Raft core."""
+    cls = _response_cls(api_key)
+    if entity.cluster_id is not None and entity.cluster_id != cluster_id:
+        return schema.build(cls, error_code=ErrorCode.inconsistent_cluster_id)
+    if api_key == FETCH_SNAPSHOT and len(entity.topics) == 1 and len(entity.topics[0].partitions) == 1:
+        topic = entity.topics[0]
+        part = _partition(
+            cls, "topics", index=topic.partitions[0].partition, error_code=ErrorCode.unknown_topic_or_partition,
+            current_leader=_leader(schema.field_entity(schema.field_entity(cls, "topics"), "partitions"),
+                                   "current_leader", LeaderIdAndEpoch(-1, -1)),
+        )
+        topic_entry = schema.build_nested(cls, "topics", name=topic.name, partitions=(part,))
+        return schema.build(cls, topics=(topic_entry,))
+    return schema.build(cls, error_code=ErrorCode.invalid_request)
 
 
 def _request_cls(api_key: int) -> type[Any]:
