@@ -111,17 +111,16 @@ class QuorumMembership:
     def start(self, directory_id: uuid.UUID | None = None) -> None:
         """A controller that knows no voter (formatted to be added later) starts asking where the quorum is; one
         with ``controller.quorum.auto.join.enable`` adds itself (``controller.auto_join``), as the voter of its
-        metadata directory ``directory_id``; every voter of a dynamic quorum announces a CONTROLLER listener that
-        moved (``controller.voter_endpoint``)."""
+        metadata directory ``directory_id``; every voter of a dynamic quorum (or of an upgraded static one) announces
+        a CONTROLLER listener that moved and a directory the set does not name (``controller.voter_endpoint``)."""
         if not self.voter_set.voters and self.config.joins_quorum:
             self._tasks.append(asyncio.create_task(self._discover(), name=f"controller-{self.node_id}-find-quorum"))
-        if not self.config.dynamic_quorum:
-            return
-        if auto_join_enabled(self.config):
+        if self.config.dynamic_quorum and auto_join_enabled(self.config):
             joining = join_quorum(self.config, directory_id, lambda: self.voter_set, lambda: self.addresses)
             self._tasks.append(asyncio.create_task(joining, name=f"controller-{self.node_id}-auto-join"))
         announcing = announce_endpoint(self.config, directory_id, lambda: self.voter_set, lambda: self.addresses,
-                                       changed=self._voters_moved, update_if_leading=self._update_if_leading)
+                                       from_log=lambda: self.kraft_version >= 1, changed=self._voters_moved,
+                                       update_if_leading=self._update_if_leading)
         self._tasks.append(asyncio.create_task(announcing, name=f"controller-{self.node_id}-announce-endpoint"))
 
     async def stop(self) -> None:

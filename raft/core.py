@@ -523,7 +523,7 @@ class RaftNode:
         sets are the truth."""
         if self._history.latest_offset >= 0 or self._configured.voters:
             return False
-        before = self._history.latest
+        before = self._voters_seen()
         self._configured = voters
         self._history = VoterHistory(voters)
         self._voters_changed(before, now_ms)
@@ -582,9 +582,9 @@ class RaftNode:
                 return VoterChangeRefused(Errors.VOTER_NOT_FOUND, f"node {voter.node_id}{directory} is not a voter")
             if not voter.endpoints:
                 return VoterChangeRefused(Errors.INVALID_REQUEST, f"node {voter.node_id}: no endpoint given")
-            if found.endpoints == voter.endpoints:
-                return self._history.latest_offset  # committed already (no change is pending)
             updated = Voter(voter.node_id, found.directory_id or voter.directory_id, voter.endpoints)
+            if updated == found:
+                return self._history.latest_offset  # committed already (no change is pending)
             after = current.without(voter.node_id).with_voter(updated)
         else:
             found = current.get(change.node_id)
@@ -595,7 +595,7 @@ class RaftNode:
                 return VoterChangeRefused(Errors.VOTER_NOT_FOUND,
                                           f"node {change.node_id} is the only voter; a quorum needs one")
             after = current.without(change.node_id)
-        before = current
+        before = (current, self._history.latest_from_log)
         self._append_local([(encode_voters(after), EntryKind.VOTERS)])
         self._history.append(self._log.end_offset - 1, after)
         self._voters_changed(before, now_ms)
@@ -642,12 +642,19 @@ class RaftNode:
     def _random_backoff(self) -> int:
         return self._rng.randrange(1, self.config.election_backoff_max_ms + 1)
 
-    def _voters_changed(self, before: VoterSet, now_ms: int) -> None:
-        """The voters in effect may have changed: tell the driver, and a leader counts its majority anew."""
-        after = self._history.latest
-        if after == before:
+    def _voters_seen(self) -> tuple[VoterSet, bool]:
+        """The voters in effect and whether the log names them: what `_voters_changed` compares."""
+        return self._history.latest, self._history.latest_from_log
+
+    def _voters_changed(self, before: tuple[VoterSet, bool], now_ms: int) -> None:
+        """The voters in effect, or where they come from, may have changed: tell the driver (the same voters the log
+        names from now on, after a ``kraft.version`` upgrade, may now announce themselves), and a leader counts its
+        majority anew."""
+        after, from_log = self._voters_seen()
+        if (after, from_log) == before:
             return
-        logger.info("node %d: voters now %s (were %s)", self.node_id, after.describe(), before.describe())
+        if after != before[0]:
+            logger.info("node %d: voters now %s (were %s)", self.node_id, after.describe(), before[0].describe())
         self._emit(VotersChanged(after))
         if self._role is Role.LEADER:
             for voter in after.ids:
@@ -1299,7 +1306,7 @@ class RaftNode:
             if resp.records[0].offset != self._log.end_offset:
                 logger.debug("node %d: dropping fetch response starting at %d", self.node_id, resp.records[0].offset)
             else:
-                before = self._history.latest
+                before = self._voters_seen()
                 self._log.append(resp.records)
                 self._emit(AppendEntries(resp.records))
                 for entry in resp.records:
@@ -1342,7 +1349,7 @@ class RaftNode:
             self._log.end_offset,
             target,
         )
-        before = self._history.latest
+        before = self._voters_seen()
         self._log.truncate_to(target)
         self._flushed_end = min(self._flushed_end, target)
         self._emit(TruncateLog(target))
@@ -1393,7 +1400,7 @@ class RaftNode:
         self._hw = max(self._hw, snapshot_id.end_offset)
         self._applied = snapshot_id.end_offset
         voters, state = unwrap_snapshot(data)
-        before = self._history.latest
+        before = self._voters_seen()
         self._history.reset(voters, snapshot_id.end_offset - 1, self._configured)
         self._emit(LoadSnapshot(snapshot_id, state))
         self._voters_changed(before, now_ms)

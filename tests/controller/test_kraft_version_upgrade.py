@@ -1,11 +1,13 @@
 """A static quorum made dynamic (Kafka 4.1's ``kafka-features upgrade --feature kraft.version=1``, KIP-853): three
 controller voters of ``controller.quorum.voters`` in this process over real TCP, and a broker's metadata replica
 following them. The upgrade goes as Kafka's tools send it (UpdateFeatures on the CONTROLLER listener); afterwards the
-voters are the log's: RemoveRaftVoter works, the broker and every controller report ``kraft.version`` 1, and a
-controller restarted with the same static list takes the log's voters instead."""
+voters are the log's: each voter announces its directory (which the static list never named), RemoveRaftVoter works,
+the broker and every controller report ``kraft.version`` 1, and a controller restarted with the same static list
+takes the log's voters instead."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from controller.metadata_replica import MetadataReplica
 from controller.quorum import QuorumController
-from metadata.rpc.kafka_apis import ADD_RAFT_VOTER, API_VERSIONS, REMOVE_RAFT_VOTER, UPDATE_FEATURES
+from metadata.rpc.kafka_apis import ADD_RAFT_VOTER, API_VERSIONS, DESCRIBE_QUORUM, REMOVE_RAFT_VOTER, UPDATE_FEATURES
+from metadata.rpc.raft_codec import describe_quorum_request
 from settings.kafka_uuid import parse_kafka_uuid
 from settings.meta_properties import read_meta_properties
 from settings.server import ServerConfig
@@ -36,6 +39,12 @@ async def _update(port: int, level: int, upgrade_type: int = UPGRADE, *, validat
                                  upgrade_type=upgrade_type)
     return await ask_controller(port, UPDATE_FEATURES, 1, timeout=40, feature_updates=(update,),
                                 validate_only=validate_only, timeout_ms=30_000)
+
+
+def _directory_id(quorum: QuorumController) -> uuid.UUID:
+    meta = read_meta_properties(quorum.config.metadata_dir)
+    assert meta is not None and meta.directory_id is not None
+    return parse_kafka_uuid(meta.directory_id)
 
 
 async def _finalized_kraft_version(port: int) -> int | None:
@@ -72,6 +81,18 @@ async def test_a_static_quorum_upgraded_to_kraft_version_1_takes_its_voters_from
         await eventually_async(everywhere, timeout=20, interval=0.1, what="every node at kraft.version 1")
         assert all(q.driver.node.voter_set.addresses("CONTROLLER") == {q2.node_id: ("127.0.0.1", _port(q2))
                                                                          for q2 in voters} for q in voters)
+        # Each voter announces its directory, which the static list never named: the set names every voter's, and
+        # DescribeQuorum shows them, as a dynamic quorum's.
+        directories = {q.node_id: _directory_id(q) for q in voters}
+
+        async def directories_named() -> bool:
+            return all({v.node_id: v.directory_id for v in q.driver.node.voter_set.voters} == directories
+                       for q in voters)
+
+        await eventually_async(directories_named, timeout=20, interval=0.1, what="every voter's directory in the set")
+        described = await ask_controller(_port(leader), DESCRIBE_QUORUM, 2, topics=describe_quorum_request().topics)
+        assert {v.replica_id: v.replica_directory_id
+                for v in described.topics[0].partitions[0].current_voters} == directories
         # Asking again finds it done; going back is refused with Kafka's sentence.
         again = await _update(_port(leader), 1)
         assert again.results[0].error_code is ErrorCode.none
@@ -81,8 +102,11 @@ async def test_a_static_quorum_upgraded_to_kraft_version_1_takes_its_voters_from
 
         # The voters may change now: a follower leaves the quorum.
         follower = next(q for q in voters if q is not leader)
+        another = await ask_controller(_port(leader), REMOVE_RAFT_VOTER, 0, cluster_id=None,
+                                       voter_id=follower.node_id, voter_directory_id=uuid.uuid4())
+        assert another.error_code is ErrorCode.voter_not_found, another  # not that voter's directory
         removed = await ask_controller(_port(leader), REMOVE_RAFT_VOTER, 0, cluster_id=None, voter_id=follower.node_id,
-                                       voter_directory_id=None)
+                                       voter_directory_id=directories[follower.node_id])
         assert removed.error_code is ErrorCode.none, removed
         remaining = frozenset(q.node_id for q in voters) - {follower.node_id}
         assert leader.driver.node.voters == remaining

@@ -5,7 +5,16 @@ from __future__ import annotations
 import random
 import uuid
 
-from raft.core import AddVoter, NotLeader, RaftNode, RemoveVoter, VoterChange, VoterChangeRefused, WriteVoters
+from raft.core import (
+    AddVoter,
+    NotLeader,
+    RaftNode,
+    RemoveVoter,
+    UpdateVoter,
+    VoterChange,
+    VoterChangeRefused,
+    WriteVoters,
+)
 from raft.effects import Role, VotersChanged
 from raft.log import EntryKind, LogEntry, RaftLog
 from raft.messages import Errors
@@ -206,11 +215,22 @@ def test_a_static_quorum_writes_its_voters_to_the_log_then_changes_them_and_a_re
     end = net.nodes[leader].log.end_offset
     assert net.nodes[leader].change_voters(WriteVoters(validate_only=True), net.now) == -1
     assert net.nodes[leader].log.end_offset == end and not net.nodes[leader].voters_from_log
+    for i in net.ids:
+        net.effects[i].clear()
     offset = change(net, leader, WriteVoters())
     assert all(net.nodes[i].voters_from_log and net.nodes[i].voter_set == static for i in net.ids)
+    # The same voters, but the log's now: every node tells its driver (its controller may announce itself now).
+    assert all(VotersChanged(static) in net.effects[i] for i in net.ids)
     assert net.nodes[leader].change_voters(WriteVoters(), net.now) == offset  # written once: nothing appended
     assert net.nodes[leader].log.end_offset == offset + 1
     follower = next(i for i in (1, 2, 3) if i != leader)
+    # The static list named no directory: an UpdateVoter with the same endpoints and the voter's directory fills it
+    # in, once.
+    directory = uuid.uuid4()
+    announced = UpdateVoter(Voter(follower, directory, voter(follower).endpoints), -1)
+    filled = change(net, leader, announced)
+    assert all(net.nodes[i].voter_set.get(follower) == announced.voter for i in net.ids)
+    assert net.nodes[leader].change_voters(announced, net.now) == filled
     change(net, leader, RemoveVoter(follower))
     # Restarted with the static list in its configuration, the removed voter takes the log's set: an observer.
     restarted = RaftNode(follower, static, rng=random.Random(9), now_ms=net.now, config=CONFIG,
