@@ -65,7 +65,9 @@ from raft.voter_set import Voter
 from settings.endpoint import Endpoint
 from settings.kafka_uuid import parse_kafka_uuid
 from settings.meta_properties import ensure_quorum_meta_properties
+from settings.quorum_voters import KEEP_VOTERS_LISTED
 from settings.server import ServerConfig
+from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import wall_clock_ms
@@ -163,7 +165,8 @@ class QuorumController:
     @classmethod
     async def start(cls, config: ServerConfig, *, metrics: ServerMetrics | None = None) -> QuorumController:
         """Formats (first start) or checks the metadata directory, binds the CONTROLLER listener, starts the Raft
-        member and serves. Raises ConfigError for a directory of another node or cluster or a port in use.
+        member and serves. Raises ConfigError for a directory of another node or cluster, a port in use, or a static
+        quorum's controller named by bootstrap servers alone whose log names no voters (``KEEP_VOTERS_LISTED``).
         ``metrics``: the registry the CONTROLLER listener and the auto-balancer report to (a node's own)."""
         listener = controller_listener(config)
         meta = await asyncio.to_thread(ensure_quorum_meta_properties, config)
@@ -174,6 +177,9 @@ class QuorumController:
         await quorum.server.bind()
         try:
             await quorum.driver.start()
+            if config.voters_in_log and not quorum.driver.node.voters_from_log:
+                await quorum.driver.stop(resign=False)
+                raise ConfigError(KEEP_VOTERS_LISTED)
         except BaseException:
             await quorum.server.close()
             raise

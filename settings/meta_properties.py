@@ -15,6 +15,7 @@ from pathlib import Path
 
 from settings.bootstrap_file import META_PROPERTIES, read_bootstrap
 from settings.kafka_uuid import is_kafka_uuid, new_kafka_uuid
+from settings.quorum_voters import VOTERS_KEY
 from settings.server import ServerConfig
 from storage.config import ConfigError, read_properties
 from storage.durable import write_atomically
@@ -104,9 +105,12 @@ def ensure_meta_properties(
 
 def ensure_quorum_meta_properties(config: ServerConfig) -> MetaProperties:
     """:func:`ensure_meta_properties` of a quorum node's metadata directory with :func:`quorum_cluster_id`, or with
-    the id ``fjord storage format`` gave the directory (``settings.bootstrap_file``). When the
-    id is derived and differs from the directory's, the error says why (the voters are written otherwise than at
-    the first start: ``localhost`` for ``127.0.0.1``, say) and how to keep the directory's cluster."""
+    the id ``fjord storage format`` gave the directory (``settings.bootstrap_file``), or the directory's own when the
+    node's file names bootstrap servers instead of voters: the voters it learns from them (a broker) or from its log
+    (a static quorum's controller after ``kraft.version`` 1, ``voters_in_log``) change with the quorum, the cluster
+    does not. When the id is derived and differs from the directory's, the error says why (the voters are written
+    otherwise than at the first start: ``localhost`` for ``127.0.0.1``, say) and how to keep the directory's
+    cluster."""
     formatted = read_bootstrap(config.metadata_dir)
     if formatted is not None:  # formatted on purpose (fjord storage format -t): its cluster id stands
         configured = config.static.get("cluster.id")
@@ -116,6 +120,10 @@ def ensure_quorum_meta_properties(config: ServerConfig) -> MetaProperties:
                 f"{Path(config.metadata_dir)} was formatted with"
             )
         return ensure_meta_properties(config.metadata_dir, config.node_id, formatted.cluster_id)
+    existing = read_meta_properties(config.metadata_dir) if VOTERS_KEY not in config.static else None
+    if existing is not None:  # named by bootstrap servers alone: no list of its own to derive the id from
+        return ensure_meta_properties(config.metadata_dir, config.node_id,
+                                      config.static.get("cluster.id") or existing.cluster_id)
     cluster_id = quorum_cluster_id(config)
     try:
         return ensure_meta_properties(config.metadata_dir, config.node_id, cluster_id)

@@ -35,6 +35,15 @@ BOOTSTRAP_KEY = "controller.quorum.bootstrap.servers"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
+KEEP_VOTERS_LISTED = (
+    f"{BOOTSTRAP_KEY}: this controller's directory was formatted for a static quorum and its log names no voters: "
+    f"keep the voters in {VOTERS_KEY} (id@host:port,...) until kafka-features upgrade --feature kraft.version=1 has "
+    f"run and reached it; from then on its log's voters rule and bootstrap servers alone will do"
+)
+"""Why a static quorum's controller named by bootstrap servers alone cannot start: its log does not name the voters
+(the upgrade has not run, or has not reached it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class QuorumVoter:
     node_id: int
@@ -115,9 +124,11 @@ def resolve_voters(
     when the file names bootstrap servers only; ``standalone``: this controller is being formatted as the quorum's
     one voter (``fjord storage format --standalone``); ``joining``: it was formatted to be added to a running quorum
     (``--no-initial-controllers``), so it has no voter of its own (it learns them as it starts); ``ran_before``: its
-    metadata directory is formatted (``meta.properties``) without voters, as a static quorum's controller is, so the
-    advice is to keep its voters listed rather than to format it. Raises ConfigError naming :data:`BOOTSTRAP_KEY` for
-    a dynamic form Fjord cannot tell the voters of.
+    metadata directory is formatted (``meta.properties``) without voters, as a static quorum's controller is: no voter
+    is returned, as its voters are those its log names once ``kafka-features upgrade --feature kraft.version=1`` ran
+    (Kafka's operators then replace the list by bootstrap servers), which its controller checks as it opens its log
+    (:data:`KEEP_VOTERS_LISTED` when the log names none). Raises ConfigError naming :data:`BOOTSTRAP_KEY` for a
+    dynamic form Fjord cannot tell the voters of.
     """
     servers = parse_bootstrap_servers(bootstrap)
     if voters_given is not None or not servers:
@@ -138,11 +149,7 @@ def resolve_voters(
     named = ", ".join(f"{host}:{port}" for host, port in servers)
     own = ", ".join(f"{host or '*'}:{port}" for host, port in own_controller_addresses) or "none"
     if ran_before:
-        raise ConfigError(
-            f"{BOOTSTRAP_KEY}: {named} is not only this controller ({own}), and its directory was formatted for a "
-            f"static quorum: keep the voters in {VOTERS_KEY} (id@host:port,...); once kafka-features upgrade "
-            f"--feature kraft.version=1 ran, the log's voters rule and that list is ignored"
-        )
+        return ()  # a static quorum's controller: the voters are its log's, if the upgrade reached it
     raise ConfigError(
         f"{BOOTSTRAP_KEY}: {named} is not only this controller ({own}), and its directory was not formatted with "
         f"the quorum's voters: format every controller with fjord storage format --initial-controllers "

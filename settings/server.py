@@ -199,6 +199,9 @@ class ServerConfig:
     #: A controller formatted to be added to a running quorum (``--no-initial-controllers``): it has no voters above
     #: and finds them through ``controller.quorum.bootstrap.servers`` as it starts.
     joins_quorum: bool = False
+    #: A controller formatted for a static quorum, named by ``controller.quorum.bootstrap.servers`` alone: it has no
+    #: voters above; its log names them once ``kraft.version`` 1 reached it, which its controller checks at start.
+    voters_in_log: bool = False
     #: The TLS settings of each SSL listener, by listener name (checked at load: a bad key file stops the start).
     tls: Mapping[str, ListenerTls] = field(default_factory=lambda: MappingProxyType({}))
     #: The SASL settings of each SASL_PLAINTEXT or SASL_SSL listener, by listener name.
@@ -306,6 +309,22 @@ class ServerConfig:
             if "broker" in values["process.roles"]
             else None
         )
+        voters = resolve_voters(
+            voters_given=values["controller.quorum.voters"] if "controller.quorum.voters" in props else None,
+            voters_default=BROKER_KEYS["controller.quorum.voters"].default,
+            bootstrap=values["controller.quorum.bootstrap.servers"],
+            node_id=values["node.id"],
+            roles=values["process.roles"],
+            own_controller_addresses=[
+                (lst.host, lst.port) for lst in (*listeners, *advertised)
+                if controller_listener_names and lst.name == controller_listener_names[0]
+            ],
+            formatted=formatted,
+            standalone=formatting == "standalone",
+            joining=joining,
+            ran_before=formatting is None and _formatted_directory(props, values),
+        )
+        controller = "controller" in values["process.roles"]
         config = cls(
             static=MappingProxyType(dict(props)),
             values=MappingProxyType(values),
@@ -313,22 +332,9 @@ class ServerConfig:
             listeners=listeners,
             advertised_listeners=advertised,
             security_protocols=MappingProxyType(protocols),
-            voters=resolve_voters(
-                voters_given=values["controller.quorum.voters"] if "controller.quorum.voters" in props else None,
-                voters_default=BROKER_KEYS["controller.quorum.voters"].default,
-                bootstrap=values["controller.quorum.bootstrap.servers"],
-                node_id=values["node.id"],
-                roles=values["process.roles"],
-                own_controller_addresses=[
-                    (lst.host, lst.port) for lst in (*listeners, *advertised)
-                    if controller_listener_names and lst.name == controller_listener_names[0]
-                ],
-                formatted=formatted,
-                standalone=formatting == "standalone",
-                joining=joining,
-                ran_before=formatting is None and _formatted_directory(props, values),
-            ),
-            joins_quorum=joining and "controller" in values["process.roles"],
+            voters=voters,
+            joins_quorum=joining and controller,
+            voters_in_log=controller and not joining and not voters,
             tls=MappingProxyType(tls),
             controller_tls=controller_tls,
             controller_sasl=controller_sasl_settings,
@@ -389,7 +395,7 @@ class ServerConfig:
             raise ConfigError("log.dirs: at least one directory is required")
         if "broker" in roles and not self.broker_listeners:
             raise ConfigError("listeners: a broker needs at least one listener that is not a controller listener")
-        if "controller" in roles and not self.joins_quorum and self.node_id not in {v.node_id for v in self.voters}:
+        if "controller" in roles and not self.voters_learned and self.node_id not in {v.node_id for v in self.voters}:
             raise ConfigError(
                 f"controller.quorum.voters: this controller's node.id {self.node_id} is not among the voters "
                 f"({', '.join(str(v.node_id) for v in self.voters)})"
@@ -446,6 +452,12 @@ class ServerConfig:
         """What those connections connect with, reloaded when the certificate files change
         (:meth:`ListenerTls.client_tls`); None: PLAINTEXT."""
         return self.controller_tls.client_tls() if self.controller_tls is not None else None
+
+    @property
+    def voters_learned(self) -> bool:
+        """A controller whose configuration names no voters: they come from the quorum (:attr:`joins_quorum`) or
+        from its own log (:attr:`voters_in_log`)."""
+        return self.joins_quorum or self.voters_in_log
 
     @property
     def dynamic_quorum(self) -> bool:

@@ -18,10 +18,13 @@ from controller.metadata_replica import MetadataReplica
 from controller.quorum import QuorumController
 from metadata.rpc.kafka_apis import ADD_RAFT_VOTER, API_VERSIONS, DESCRIBE_QUORUM, REMOVE_RAFT_VOTER, UPDATE_FEATURES
 from metadata.rpc.raft_codec import describe_quorum_request
+from raft.effects import Role
 from settings.kafka_uuid import parse_kafka_uuid
 from settings.meta_properties import read_meta_properties
+from settings.quorum_voters import KEEP_VOTERS_LISTED
 from settings.server import ServerConfig
 from settings.storage_format import FormatRequest, format_storage
+from storage.config import ConfigError
 from testkit.waiting import eventually_async
 from tests.controller.test_voter_changes_api import _FAST, _add
 from tests.quorum_fixtures import active_voter, ask_controller, broker_config
@@ -102,8 +105,12 @@ async def test_a_static_quorum_upgraded_to_kraft_version_1_takes_its_voters_from
 
         # The voters may change now: a follower leaves the quorum.
         follower = next(q for q in voters if q is not leader)
-        another = await ask_controller(_port(leader), REMOVE_RAFT_VOTER, 0, cluster_id=None,
-                                       voter_id=follower.node_id, voter_directory_id=uuid.uuid4())
+        async def answered_once_committed() -> Any:  # the last announcement may still be committing
+            answer = await ask_controller(_port(leader), REMOVE_RAFT_VOTER, 0, cluster_id=None,
+                                          voter_id=follower.node_id, voter_directory_id=uuid.uuid4())
+            return None if answer.error_code is ErrorCode.request_timed_out else answer
+
+        another = await eventually_async(answered_once_committed, timeout=20, interval=0.1, what="an answer")
         assert another.error_code is ErrorCode.voter_not_found, another  # not that voter's directory
         removed = await ask_controller(_port(leader), REMOVE_RAFT_VOTER, 0, cluster_id=None, voter_id=follower.node_id,
                                        voter_directory_id=directories[follower.node_id])
@@ -173,3 +180,53 @@ async def test_an_upgraded_static_quorum_adds_a_controller_formatted_to_join_it(
         return all(q.driver.node.voters == everyone for q in voters) and joining.kraft_version == 1
 
     await eventually_async(all_know, timeout=20, interval=0.1, what="every controller names controller 7")
+
+
+async def test_after_the_upgrade_a_controller_restarts_from_bootstrap_servers_alone(
+    voters: list[QuorumController],
+) -> None:
+    """Kafka's upgrade steps end by replacing controller.quorum.voters with controller.quorum.bootstrap.servers in
+    every node's file. Before the upgrade such a start stops with one line that says to keep the list (the log names
+    no voters yet); after it, the controller comes back as the voter its log names."""
+    leader = await active_voter(voters)
+    follower = next(q for q in voters if q is not leader)
+    bootstrap = ",".join(f"127.0.0.1:{_port(q)}" for q in voters)
+    properties = {k: v for k, v in follower.config.static.items() if k != "controller.quorum.voters"}
+    properties["controller.quorum.bootstrap.servers"] = bootstrap
+    rolled = ServerConfig.from_properties(properties)
+    assert rolled.voters_in_log and rolled.voters == ()
+
+    await follower.stop(resign=False)
+    voters.remove(follower)
+    with pytest.raises(ConfigError) as refused:
+        await QuorumController.start(rolled)
+    assert str(refused.value) == KEEP_VOTERS_LISTED
+    voters.append(await QuorumController.start(follower.config))  # the static list still starts it
+    assert (await _update(_port(leader), 1)).results[0].error_code is ErrorCode.none
+
+    async def upgraded_there() -> bool:
+        return voters[-1].driver.node.voters_from_log
+
+    await eventually_async(upgraded_there, timeout=20, interval=0.1, what="the upgrade reaching the follower")
+    restarted = voters.pop()
+    await restarted.stop(resign=False)
+    rolled_back = await QuorumController.start(rolled)
+    voters.append(rolled_back)
+    everyone = frozenset(q.node_id for q in voters)
+    assert rolled_back.driver.node.voters == everyone and not rolled_back.driver.node.is_observer
+    assert rolled_back.kraft_version == 1 and rolled_back.config.dynamic_quorum
+
+    async def fetching() -> bool:
+        return rolled_back.leader_id == leader.node_id and rolled_back.driver.role is Role.FOLLOWER
+
+    await eventually_async(fetching, timeout=20, interval=0.1, what="the rolled controller following the leader")
+    # The leader's log names it a voter: RemoveRaftVoter of it is committed (once the voters' directory announcements
+    # after the upgrade, one voter change at a time, are).
+
+    async def removed() -> Any:
+        answer = await ask_controller(_port(leader), REMOVE_RAFT_VOTER, 0, cluster_id=None,
+                                      voter_id=rolled_back.node_id, voter_directory_id=None)
+        return answer if answer.error_code is ErrorCode.none else None
+
+    await eventually_async(removed, timeout=20, interval=0.2, what=f"controller {rolled_back.node_id} removed")
+    assert leader.driver.node.voters == everyone - {rolled_back.node_id}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from settings.meta_properties import (
     read_meta_properties,
     write_meta_properties,
 )
+from settings.quorum_voters import QuorumVoter
 from settings.server import ServerConfig
 from storage.config import ConfigError, read_properties
 
@@ -75,6 +77,22 @@ def test_voters_written_otherwise_say_where_the_cluster_id_comes_from(tmp_path: 
     assert "\n" not in message
     kept = ensure_quorum_meta_properties(config("0@localhost:29941", f"cluster.id={first.cluster_id}"))
     assert kept == first  # what the message suggests starts the node on its directory
+
+
+def test_a_node_rolled_to_bootstrap_servers_keeps_its_directorys_cluster(tmp_path: Path) -> None:
+    """After kafka-features upgrade --feature kraft.version=1, Kafka's steps replace controller.quorum.voters by
+    controller.quorum.bootstrap.servers in every file. A broker then learns the voters from those servers, which may
+    have changed since its first start (a controller added or removed): its directory's cluster id stands, not one
+    derived from the voters it learned."""
+    static = ServerConfig.load(None, ["process.roles=broker", "node.id=5", "listeners=PLAINTEXT://127.0.0.1:0",
+                                      "controller.listener.names=CONTROLLER", f"log.dirs={tmp_path}",
+                                      "controller.quorum.voters=0@127.0.0.1:29941,1@127.0.0.1:29942"])
+    first = ensure_quorum_meta_properties(static)
+    rolled = ServerConfig.load(None, ["process.roles=broker", "node.id=5", "listeners=PLAINTEXT://127.0.0.1:0",
+                                      "controller.listener.names=CONTROLLER", f"log.dirs={tmp_path}",
+                                      "controller.quorum.bootstrap.servers=127.0.0.1:29941"])
+    learned = dataclasses.replace(rolled, voters=(QuorumVoter(0, "127.0.0.1", 29941),))  # one controller removed
+    assert ensure_quorum_meta_properties(learned) == first
 
 
 def test_given_cluster_id_is_used_when_formatting(tmp_path: Path) -> None:

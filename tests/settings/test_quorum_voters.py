@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from metadata.remote.discovery import QuorumDiscoveryError, with_bootstrap_voters
-from settings.quorum_voters import QuorumVoter
+from settings.quorum_voters import KEEP_VOTERS_LISTED, QuorumVoter
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from wire.ports import free_ports
@@ -61,17 +61,16 @@ def test_any_other_dynamic_form_stops_the_start_naming_the_key(servers: str) -> 
     assert "fjord storage format --initial-controllers" in message and "controller.quorum.voters" in message
 
 
-def test_a_static_quorums_controller_named_by_bootstrap_servers_is_told_to_keep_its_voters(tmp_path: Path) -> None:
-    """Its directory was formatted at its first start, with no voters written: formatting it again is not the
-    advice (its voters are the static list until kafka-features upgrade --feature kraft.version=1)."""
+def test_a_static_quorums_controller_named_by_bootstrap_servers_takes_its_voters_from_its_log(tmp_path: Path) -> None:
+    """Its directory was formatted at its first start, with no voters written: after kafka-features upgrade
+    --feature kraft.version=1 its log names them, and Kafka's operators then replace the list by bootstrap servers.
+    No voter is configured (its controller checks its log as it opens it), and formatting again is not asked for."""
     (tmp_path / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=qNH6MuZ1VuesZA3lEFlaKA\n")
-    with pytest.raises(ConfigError) as info:
-        load(*COMBINED_KAFKA4, f"log.dirs={tmp_path}",
-             "controller.quorum.bootstrap.servers=localhost:9093,localhost:9094")
-    message = str(info.value)
-    assert message.startswith("controller.quorum.bootstrap.servers: ") and "\n" not in message
-    assert "formatted for a static quorum: keep the voters in controller.quorum.voters" in message
-    assert "kraft.version=1" in message and "fjord storage format" not in message
+    config = load(*COMBINED_KAFKA4, f"log.dirs={tmp_path}",
+                  "controller.quorum.bootstrap.servers=localhost:9093,localhost:9094")
+    assert config.voters == () and config.voters_in_log and not config.joins_quorum and config.dynamic_quorum
+    assert "keep the voters in controller.quorum.voters" in KEEP_VOTERS_LISTED
+    assert "kraft.version=1" in KEEP_VOTERS_LISTED
 
 
 def test_a_bad_bootstrap_server_is_named() -> None:
