@@ -847,11 +847,7 @@ class RaftNode:
         if req.cluster_id != self.config.cluster_id:
             answer(False, Errors.INCONSISTENT_CLUSTER_ID)
             return
-        if req.last_offset < 0 or req.last_offset_epoch < 0 or req.last_offset_epoch > req.replica_epoch or (
-            not req.pre_vote and req.last_offset_epoch == req.replica_epoch
-        ):
-            # As Kafka's: a candidate bumped its epoch past every entry it holds (a prospective asks at the epoch it
-            # would run in), so anything else is not a candidate's request.
+        if _no_candidate_sends(req):
             answer(False, Errors.INVALID_REQUEST)
             return
         if not self._meant_for_this_node(req.voter_id):
@@ -934,7 +930,7 @@ class RaftNode:
             error = Errors.INCONSISTENT_CLUSTER_ID
         elif not self._meant_for_this_node(req.voter_id):
             error = Errors.INVALID_VOTER_KEY
-        elif req.leader_id != sender:
+        elif req.leader_id != sender or req.leader_id < 0:
             error = Errors.INVALID_REQUEST
         elif req.leader_epoch < self._epoch:
             error = Errors.FENCED_LEADER_EPOCH
@@ -959,7 +955,7 @@ class RaftNode:
             error = Errors.INCONSISTENT_CLUSTER_ID
         elif req.leader_epoch < self._epoch:
             error = Errors.FENCED_LEADER_EPOCH
-        elif req.leader_id == self.node_id:
+        elif req.leader_id == self.node_id or req.leader_id < 0:
             error = Errors.INVALID_REQUEST
         else:
             if req.leader_epoch > self._epoch:
@@ -1411,3 +1407,13 @@ def _decode_voters(entry: LogEntry) -> VoterSet:
         return decode_voters(entry.data)
     except ValueError as exc:
         raise ValueError(f"raft log entry {entry.offset}: {exc}") from exc
+
+
+def _no_candidate_sends(req: VoteRequest) -> bool:
+    """A Vote no candidate sends, which Kafka answers INVALID_REQUEST: a candidate has a node id and a log position,
+    and bumped its epoch past every entry it holds (a prospective asks at the epoch it would run in)."""
+    if req.pre_vote:
+        illegal_epoch = req.last_offset_epoch > req.replica_epoch
+    else:
+        illegal_epoch = req.last_offset_epoch >= req.replica_epoch
+    return req.replica_id < 0 or req.last_offset < 0 or req.last_offset_epoch < 0 or illegal_epoch

@@ -89,6 +89,17 @@ def test_a_begin_quorum_epoch_meant_for_another_voter_changes_nothing(quorum: tu
     assert seen(net.nodes[follower]) == before
 
 
+def test_a_begin_quorum_epoch_naming_no_leader_changes_nothing(quorum: tuple[Net, int, int, int]) -> None:
+    """Without this check a follower would follow "leader -1" in a later epoch: it would leave its leader and wait
+    out its fetch timeout before a pre-vote (Kafka answers INVALID_REQUEST)."""
+    net, _leader, follower, _other = quorum
+    before = seen(net.nodes[follower])
+    nobody = BeginQuorumEpochRequest(CONFIG.cluster_id, -1, before.epoch + 1, follower, correlation_id=10)
+    answer = answer_to(net, follower, -1, nobody)
+    assert isinstance(answer, BeginQuorumEpochResponse) and answer.error_code is Errors.INVALID_REQUEST
+    assert seen(net.nodes[follower]) == before
+
+
 def test_an_end_quorum_epoch_from_another_cluster_starts_no_election(quorum: tuple[Net, int, int, int]) -> None:
     net, leader, follower, _other = quorum
     before = seen(net.nodes[follower])
@@ -106,11 +117,13 @@ class VoteCase:
     last_offset: int
     pre_vote: bool = False
     to_another_voter: bool = False
+    no_candidate_id: bool = False
     relative: bool = False
     error: Errors = Errors.INVALID_REQUEST
 
 
 @pytest.mark.parametrize("case", [
+    VoteCase("no candidate id", 0, 0, no_candidate_id=True),
     VoteCase("a negative log end offset", 0, -1),
     VoteCase("a negative last epoch", -1, 0),
     VoteCase("a last entry in the epoch it runs in", 0, 5, relative=True),
@@ -131,8 +144,10 @@ def test_a_vote_request_no_candidate_sends_is_refused_without_an_epoch_change(
     running = before.epoch + 1
     last_epoch = running + case.last_offset_epoch if case.relative else case.last_offset_epoch
     addressed = other if case.to_another_voter else follower
-    request = VoteRequest(CONFIG.cluster_id, running, other, last_epoch, case.last_offset, case.pre_vote, addressed, 11)
-    answer = answer_to(net, follower, other, request)
+    candidate = -1 if case.no_candidate_id else other
+    request = VoteRequest(CONFIG.cluster_id, running, candidate, last_epoch, case.last_offset, case.pre_vote, addressed,
+                          11)
+    answer = answer_to(net, follower, candidate, request)
     assert isinstance(answer, VoteResponse)
     assert answer.error_code is case.error and not answer.vote_granted
     assert seen(node) == before
