@@ -271,7 +271,8 @@ class Controller:
                 "broker %d registered with epoch %d (%s); leads %d partitions",
                 node_id,
                 epoch,
-                ", ".join(f"{e.name}://{e.host}:{e.port}" for e in listeners) or "no listeners",
+                untrusted(", ".join(f"{e.name}://{e.host}:{e.port}" for e in listeners), 4 * LOG_TEXT_MAX)
+                or "no listeners",
                 len(self._image.partitions_led_by(node_id)),
             )
             return epoch

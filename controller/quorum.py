@@ -71,6 +71,7 @@ from storage.config import ConfigError
 from storage.metadata.api import NodeIdentity
 from storage.metadata.record_codec import MetadataRecord
 from storage.metadata.state_machine import wall_clock_ms
+from wire.log_text import untrusted
 from wire.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -475,7 +476,7 @@ class QuorumController:
         silent_s = time.monotonic() - session.last_heartbeat
         if silent_s > self._session_timeout_s:
             return
-        endpoints = ", ".join(f"{e.name}://{e.host}:{e.port}" for e in existing.listeners) or "no listeners"
+        endpoints = untrusted(", ".join(f"{e.name}://{e.host}:{e.port}" for e in existing.listeners)) or "no listeners"
         raise ControllerError(
             ErrorCode.duplicate_broker_registration,
             f"node {node_id} is registered by a live broker ({endpoints}, heartbeat {silent_s:.1f} s ago) from "

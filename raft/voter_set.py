@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from wire.log_text import untrusted
+
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
@@ -46,7 +48,8 @@ class Voter:
         return directory_id is None or self.directory_id is None or directory_id == self.directory_id
 
     def describe(self) -> str:
-        where = ",".join(f"{e.host}:{e.port}" for e in self.endpoints) or "no endpoint"
+        """For log lines: the endpoints are what an AddRaftVoter or UpdateRaftVoter request said."""
+        where = untrusted(",".join(f"{e.host}:{e.port}" for e in self.endpoints)) or "no endpoint"
         directory = f", directory {self.directory_id}" if self.directory_id is not None else ""
         return f"{self.node_id}@{where}{directory}"
 
