@@ -54,8 +54,8 @@ def reachable_controller_endpoint(config: ServerConfig) -> tuple[str, str, int] 
 def uses_quorum(config: ServerConfig) -> bool:
     """Whether this node's controller runs on Raft: a controller-only node, any quorum of several voters, or a
     controller whose voters are not configured (formatted to be added to a running quorum, or a static quorum's named
-    by bootstrap servers alone). A combined node that is the only voter keeps the local
-    metadata log (the embedded default), so its voters cannot change."""
+    by bootstrap servers alone). A combined node that is the only voter keeps the local metadata log (the embedded
+    default), so its voters cannot change."""
     roles = set(config.process_roles)
     if "controller" not in roles:
         return False

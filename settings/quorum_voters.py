@@ -146,10 +146,10 @@ def resolve_voters(
     if len(servers) == 1 and _names_own_listener(servers[0], own_controller_addresses):
         host, port = servers[0]
         return (QuorumVoter(node_id, host, port),)
-    named = ", ".join(f"{host}:{port}" for host, port in servers)
-    own = ", ".join(f"{host or '*'}:{port}" for host, port in own_controller_addresses) or "none"
     if ran_before:
         return ()  # a static quorum's controller: the voters are its log's, if the upgrade reached it
+    named = ", ".join(f"{host}:{port}" for host, port in servers)
+    own = ", ".join(f"{host or '*'}:{port}" for host, port in own_controller_addresses) or "none"
     raise ConfigError(
         f"{BOOTSTRAP_KEY}: {named} is not only this controller ({own}), and its directory was not formatted with "
         f"the quorum's voters: format every controller with fjord storage format --initial-controllers "
