@@ -477,13 +477,13 @@ class Controller:
             plan = plan_alter_client_quotas(self._image.client_quotas, alterations)
             if not validate_only:
                 await self._commit(plan.records)
-        for alteration, result in zip(alterations, plan.results, strict=True):
-            entity = describe_entity(alteration.entity)
+        for alteration, result in zip(alterations, plan.results, strict=True):  # a client's names: escaped, capped
+            entity = untrusted(describe_entity(alteration.entity), 4 * LOG_TEXT_MAX)
             if result.error is not ErrorCode.none:
-                logger.info("client quotas of %s not altered: %s", entity, result.message)
+                logger.info("client quotas of %s not altered: %s", entity, untrusted(result.message, 4 * LOG_TEXT_MAX))
             elif not validate_only:
-                logger.info("client quotas of %s altered: %s", entity,
-                            ", ".join(f"{k}={'removed' if v is None else v}" for k, v in alteration.ops))
+                logger.info("client quotas of %s altered: %s", entity, untrusted(
+                    ", ".join(f"{k}={'removed' if v is None else v}" for k, v in alteration.ops), 4 * LOG_TEXT_MAX))
         return plan.results
 
     # ------------------------------------------------------------------ features
@@ -506,11 +506,12 @@ class Controller:
         async with self._lock:
             plan = plan_create_acls(self._image.acls, bindings)
             await self._commit(plan.records)
-        for binding, result in zip(bindings, plan.results, strict=True):
+        for binding, result in zip(bindings, plan.results, strict=True):  # a client's names: escaped, capped
+            described = untrusted(binding.describe(), 4 * LOG_TEXT_MAX)
             if result.error is ErrorCode.none:
-                logger.info("ACL %s created", binding.describe())
+                logger.info("ACL %s created", described)
             else:
-                logger.info("ACL %s not created: %s", binding.describe(), result.message)
+                logger.info("ACL %s not created: %s", described, untrusted(result.message, 4 * LOG_TEXT_MAX))
         return plan.results
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
@@ -519,7 +520,7 @@ class Controller:
             await self._commit(plan.records)
         for result in plan.results:
             for binding in result.deleted:
-                logger.info("ACL %s deleted", binding.describe())
+                logger.info("ACL %s deleted", untrusted(binding.describe(), 4 * LOG_TEXT_MAX))
         return plan.results
 
     # ------------------------------------------------------------------ reassignment

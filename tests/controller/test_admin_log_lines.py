@@ -1,9 +1,9 @@
 """The controller's lines about admin results name what a client sent escaped and capped, with a real node.
 
-Altering a group's configs or a user's SCRAM credentials logs one line naming the resource or user and what
-changed; the group name, the user name and a config value are whatever the client chose. Names holding a newline,
-a forged log line and an ANSI escape must leave no line in the log that does not start with the log's prefix,
-while the names still appear, escaped (``wire.log_text.untrusted``).
+Altering a group's configs, a user's SCRAM credentials, ACLs or client quotas logs one line naming the resource,
+user, binding or entity and what changed; the names and a config value are whatever the client chose. Names holding
+a newline, a forged log line and an ANSI escape must leave no line in the log that does not start with the log's
+prefix, while the names still appear, escaped (``wire.log_text.untrusted``).
 """
 
 from __future__ import annotations
@@ -15,19 +15,25 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from kio.schema.errors import ErrorCode
 
-from testkit.node_process import BrokerProcess, start_broker
+from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
+from tests.broker.quota_wire import alter_quotas
 
 FORGED = "2026-01-01 00:00:00.000 CRITICAL controller.controller: SCRAM credentials of user 'admin' DELETED"
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
@@ -35,7 +41,10 @@ LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNIN
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = start_broker(tmp_path_factory.mktemp("admin-log-lines"))
+    broker = start_broker(tmp_path_factory.mktemp("admin-log-lines"), {  # ACLs on, the test client a super user
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+    })
     try:
         yield broker
     finally:
@@ -94,4 +103,26 @@ def test_config_results_name_the_group_escaped(node: BrokerProcess) -> None:
 
     changed = f"configs of group '{_escaped(group)}' changed: consumer.session.timeout.ms=50000"
     log = eventually(node.log_text, timeout=20, what="the config change logged", until=lambda log: changed in log)
+    assert _foreign_lines(log) == []
+
+
+def test_acl_and_client_quota_results_name_the_client_strings_escaped(node: BrokerProcess) -> None:
+    """An ACL's principal and resource, a quota entity's name and an entity type the controller refuses (whose
+    refusal quotes it) are what the admin client sent."""
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    principal, topic = _evil("User:acl"), _evil("topic")
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*", AclOperation.READ,
+                         AclPermissionType.ALLOW)
+    for future in admin.create_acls([binding]).values():
+        future.result(timeout=30)
+    user, kind = _evil("user"), _evil("kind")
+    with WireClient(node.port) as client:
+        done = alter_quotas(client, [([("user", user)], {"consumer_byte_rate": 1024.0}),
+                                     ([(kind, "x")], {"consumer_byte_rate": 1024.0})])
+    assert done[0] == (ErrorCode.none, None) and done[1][0] != ErrorCode.none
+
+    expected = (f"principal={_escaped(principal)}", f"TOPIC:LITERAL:{_escaped(topic)} created",
+                f"client quotas of user={_escaped(user)} altered", f"type: {_escaped(kind)}")
+    log = eventually(node.log_text, timeout=20, what="the ACL and quota results logged",
+                     until=lambda log: all(text in log for text in expected))
     assert _foreign_lines(log) == []
