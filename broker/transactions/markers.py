@@ -23,6 +23,7 @@ from broker.partition.access import leader_log
 from broker.partition.manager import PartitionManager
 from broker.transactions.state import TopicPartition
 from metadata.errors import error_code_for, error_code_logged
+from wire.log_text import LOG_TEXT_MAX, untrusted
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +61,10 @@ async def write_marker(
             "COMMIT" if commit else "ABORT",
             producer_id,
             producer_epoch,
-            topic,
+            untrusted(topic),  # the WriteTxnMarkers sender's name, which may name no topic
             partition,
             code.name,
-            exc,
+            untrusted(str(exc), 4 * LOG_TEXT_MAX),
             exc_info=exc if code == ErrorCode.unknown_server_error else None,
         )
         return code

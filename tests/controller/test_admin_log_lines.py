@@ -34,6 +34,7 @@ from kio.schema.errors import ErrorCode
 from testkit.node_process import BrokerProcess, WireClient, start_broker
 from testkit.waiting import eventually
 from tests.broker.quota_wire import alter_quotas
+from wire import codec, schema
 
 FORGED = "2026-01-01 00:00:00.000 CRITICAL controller.controller: SCRAM credentials of user 'admin' DELETED"
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
@@ -125,4 +126,22 @@ def test_acl_and_client_quota_results_name_the_client_strings_escaped(node: Brok
                 f"client quotas of user={_escaped(user)} altered", f"type: {_escaped(kind)}")
     log = eventually(node.log_text, timeout=20, what="the ACL and quota results logged",
                      until=lambda log: all(text in log for text in expected))
+    assert _foreign_lines(log) == []
+
+
+def test_a_refused_transaction_marker_names_the_senders_topic_escaped(node: BrokerProcess) -> None:
+    """WriteTxnMarkers (a coordinator's request, here from a super user) for a topic that does not exist is refused
+    per partition, and the refusal's line quotes the name the sender gave."""
+    topic = _evil("marker-topic")
+    cls = codec.request_class(27, 1)
+    marker_cls = schema.field_entity(cls, "markers")
+    marker = schema.build(marker_cls, producer_id=42, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+                          topics=(schema.build_nested(marker_cls, "topics", name=topic, partition_indexes=(0,)),))
+    with WireClient(node.port) as client:
+        answer = client.request(schema.build(cls, markers=(marker,)))
+    [partition] = answer.markers[0].topics[0].partitions
+    assert partition.error_code == ErrorCode.unknown_topic_or_partition
+
+    refused = f"COMMIT marker of producer 42 epoch 0 on {_escaped(topic)}-0 refused"
+    log = eventually(node.log_text, timeout=20, what="the refusal logged", until=lambda log: refused in log)
     assert _foreign_lines(log) == []
