@@ -1,7 +1,9 @@
-"""The controller's lines about admin results name what a client sent escaped and capped, with a real node.
+"""The lines about admin and coordinator requests' results name what a client sent escaped and capped, with a real
+node.
 
 Altering a group's configs, a user's SCRAM credentials, ACLs or client quotas logs one line naming the resource,
-user, binding or entity and what changed; the names and a config value are whatever the client chose. Names holding
+user, binding or entity and what changed, and a refused transaction marker one naming its topic; the names and a
+config value are whatever the client chose. Names holding
 a newline, a forged log line and an ANSI escape must leave no line in the log that does not start with the log's
 prefix, while the names still appear, escaped (``wire.log_text.untrusted``).
 """
