@@ -23,6 +23,9 @@ _SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_S
 async def register(quorum: ServedQuorum, response_cls: type[Any], body: Any) -> Any:
     if body.cluster_id != quorum.cluster_id:
         return schema.build(response_cls, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1)
+    if int(body.broker_id) < 0:  # -1 is "no broker" to every client: such a broker could never lead a partition
+        logger.info("broker registration refused: broker id %d is negative", body.broker_id)
+        return schema.build(response_cls, error_code=ErrorCode.invalid_registration, broker_epoch=-1)
     listeners = tuple(
         Endpoint(lst.name, lst.host, int(lst.port), _SECURITY_PROTOCOLS.get(int(lst.security_protocol), "PLAINTEXT"))
         for lst in body.listeners
