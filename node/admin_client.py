@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from node.client_config import ClientSecurity
+from settings.host_port import split_host_port
 from wire import codec, schema
 from wire.client import ClientConnection
 
@@ -71,10 +72,10 @@ def parse_bootstrap(text: str) -> list[tuple[str, int]]:
     """``host:port[,host:port...]`` as Kafka's tools take ``--bootstrap-server``."""
     out = []
     for item in text.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise AdminError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT")
-        out.append((host.strip("[]"), int(port)))
+        split = split_host_port(item)
+        if split is None:
+            raise AdminError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT (a port from 0 to 65535)")
+        out.append(split)
     return out
 
 

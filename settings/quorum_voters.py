@@ -24,6 +24,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from settings.host_port import split_host_port
 from settings.kafka_uuid import is_kafka_uuid
 from storage.config import ConfigError
 
@@ -56,10 +57,10 @@ def parse_voters(items: Sequence[str], key: str = VOTERS_KEY) -> tuple[QuorumVot
     voters: list[QuorumVoter] = []
     for item in items:
         node, at, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not at or not colon or not node.strip().isdigit() or not port.isdigit():
-            raise ConfigError(f"{key}: {item!r} is not id@host:port")
-        voters.append(QuorumVoter(int(node), host.strip("[]"), int(port)))
+        split = split_host_port(address)
+        if not at or split is None or not node.strip().isdigit():
+            raise ConfigError(f"{key}: {item!r} is not id@host:port (a port from 0 to 65535)")
+        voters.append(QuorumVoter(int(node), *split))
     if len({v.node_id for v in voters}) != len(voters):
         raise ConfigError(f"{key}: a node id appears twice in {','.join(items)}")
     return tuple(voters)
@@ -95,10 +96,10 @@ def parse_bootstrap_servers(items: Sequence[str], key: str = BOOTSTRAP_KEY) -> t
     """``host:port`` entries (a bracketed IPv6 host allowed), as Kafka's ``QuorumConfig`` reads them."""
     out: list[tuple[str, int]] = []
     for item in items:
-        host, colon, port = item.strip().rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ConfigError(f"{key}: {item!r} is not host:port")
-        out.append((host.strip("[]"), int(port)))
+        split = split_host_port(item)
+        if split is None:
+            raise ConfigError(f"{key}: {item!r} is not host:port (a port from 0 to 65535)")
+        out.append(split)
     return tuple(out)
 
 

@@ -30,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from settings.host_port import split_host_port
 from spark_connector.direct_plan import DirectRange
 from spark_connector.direct_reader import DirectSettings, read_direct
 from spark_connector.kafka_reader import ReadSettings, read_range
@@ -185,12 +186,7 @@ def _checked_heads(options: FjordOptions, lookup: OffsetLookup, ranges: list[Off
 
 
 def _addresses(bootstrap: str) -> list[tuple[str, int]]:
-    out = []
-    for item in bootstrap.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if host and port.isdigit():
-            out.append((host.strip("[]"), int(port)))
-    return out
+    return [split for split in map(split_host_port, bootstrap.split(",")) if split is not None]
 
 
 def _read(settings: ReadSettings, direct: DirectSettings | None,

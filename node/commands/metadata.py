@@ -27,6 +27,7 @@ from controller.shell_sources import (
     from_snapshot,
 )
 from node.client_config import load_client_config
+from settings.host_port import split_host_port
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,12 +62,10 @@ def _addresses(text: str, option: str = "--controllers") -> list[tuple[str, int]
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        host, _, port = item.rpartition(":")
-        if "@" in host:  # accept a controller.quorum.voters value as well
-            host = host.split("@", 1)[1]
-        if not host or not port.isdigit():
-            raise ValueError(f"{option}: {item!r} is not HOST:PORT")
-        out.append((host, int(port)))
+        split = split_host_port(item.rpartition("@")[2])  # a controller.quorum.voters value is taken as well
+        if split is None:
+            raise ValueError(f"{option}: {item!r} is not HOST:PORT (a port from 0 to 65535)")
+        out.append(split)
     if not out:
         raise ValueError(f"{option}: no address given")
     return out

@@ -9,9 +9,12 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import node.commands
 from node.cli import COMMANDS
 from testkit.node_process import REPO
+from tests.node.cli_exit import run_to_exit
 
 
 def _registered_by(module_name: str) -> set[str]:
@@ -44,3 +47,25 @@ def test_server_start_does_not_import_the_operator_tools() -> None:
                              "'controller.shell', 'node.local_cluster', 'node.admin_client', 'storage.tools'))))"],
                             cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "['node.commands.server']", result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["features", "--bootstrap-server", "127.0.0.1:99999", "describe"], "--bootstrap-server"),
+        (["features", "--bootstrap-controller", "127.0.0.1:65536", "describe"], "--bootstrap-controller"),
+        (["metadata-quorum", "--bootstrap-controller", "127.0.0.1:70000", "describe", "--status"],
+         "--bootstrap-controller"),
+        (["share-groups", "--bootstrap-server", "127.0.0.1:99999", "--list"], "--bootstrap-server"),
+        (["metadata", "shell", "--controllers", "1@127.0.0.1:99999", "-c", "ls"], "--controllers"),
+        (["metadata", "shell", "--bootstrap", "127.0.0.1:99999", "-c", "ls"], "--bootstrap"),
+        (["cluster", "drain", "--bootstrap-server", "127.0.0.1:99999", "--node", "1"], "--bootstrap-server"),
+    ],
+)
+def test_an_address_with_a_port_past_65535_is_named_not_a_traceback(args: list[str], option: str) -> None:
+    """Every operator command that connects takes its addresses through one parser, which refuses a port the
+    socket layer would (before, the socket's OverflowError reached the terminal as a traceback)."""
+    result = run_to_exit([sys.executable, "-m", "node.cli", *args])
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith("fjord") and f"{option}: " in line and "a port from 0 to 65535" in line, line

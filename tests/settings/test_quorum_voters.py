@@ -73,10 +73,22 @@ def test_a_static_quorums_controller_named_by_bootstrap_servers_takes_its_voters
     assert "kraft.version=1" in KEEP_VOTERS_LISTED
 
 
-def test_a_bad_bootstrap_server_is_named() -> None:
+@pytest.mark.parametrize("server", ["localhost", "localhost:99999", ":9093", "localhost:\uff19\uff10\uff19\uff13"])
+def test_a_bad_bootstrap_server_is_named(server: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load(*COMBINED_KAFKA4, "controller.quorum.bootstrap.servers=localhost")
-    assert str(info.value) == "controller.quorum.bootstrap.servers: 'localhost' is not host:port"
+        load(*COMBINED_KAFKA4, f"controller.quorum.bootstrap.servers={server}")
+    assert str(info.value) == (
+        f"controller.quorum.bootstrap.servers: {server!r} is not host:port (a port from 0 to 65535)"
+    )
+
+
+def test_a_voter_port_past_65535_stops_the_start() -> None:
+    """Taken before, a voter other controllers could never connect to (their connects failed in the socket layer)."""
+    with pytest.raises(ConfigError) as info:
+        load(*COMBINED_KAFKA4, "controller.quorum.voters=1@localhost:9093,2@localhost:70000")
+    assert str(info.value) == (
+        "controller.quorum.voters: '2@localhost:70000' is not id@host:port (a port from 0 to 65535)"
+    )
 
 
 def test_listed_voters_decide_when_both_keys_are_given() -> None:
