@@ -40,6 +40,8 @@ from settings.scram_option import AddScram
 from settings.server import ServerConfig
 from storage.config import ConfigError
 from storage.durable import DirectoryLockedError, lock_directory
+from storage.namespace import namespace_for
+from storage.objectstore.local_location import check_local_objects
 from wire.early_answers import EarlyAnswers
 from wire.metrics import ServerMetrics
 
@@ -124,6 +126,8 @@ class Node:
             return
         handle = self._controller_handle = await self._controller_factory(self.config)
         self.cluster_id = handle.client.image.cluster_id
+        check_local_objects(self.config.storage.data_buckets[0], namespace_for(self.cluster_id),
+                            self.config.metadata_dir)
         await apply_first_start(self.config, handle.client, options)
         self.broker = await Broker.join(
             self.config, handle.client, self.metrics, controller_address=handle.controller_address,

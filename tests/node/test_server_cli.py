@@ -9,9 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from testkit.node_process import REPO, BrokerProcess, default_overrides, server_command
 from tests.node.cli_exit import assert_one_line_error, run_to_exit
+from tests.reading import read_to_end
+from tests.topics import create_topic
 
 
 def test_sigterm_and_sigint_stop_cleanly(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
@@ -97,3 +100,30 @@ def test_a_second_node_on_a_running_nodes_data_directory_is_refused(
     assert running.stop() == 0, running.log_text()
     restarted = broker_factory(data_dir=running.data_dir)  # the lock died with the first process
     assert restarted.stop() == 0, restarted.log_text()
+
+
+def test_a_node_restarted_on_an_object_directory_without_its_objects_is_refused(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """The node's objects are where it first kept them; a restart whose ``s3.data.buckets`` names another directory
+    (a relative path read from another working directory, as the default is) stops with one line naming both,
+    where it retried every partition's open forever before and wrote new objects to the wrong place. Once the
+    directory is moved there, the node starts on it and serves what it held."""
+    node = broker_factory()
+    objects = node.data_dir / "objects"
+    topic = "kept-in-objects"
+    create_topic(node.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": node.bootstrap})
+    producer.produce(topic, b"in an object")
+    assert producer.flush(30) == 0
+    assert node.stop() == 0  # a clean stop uploads the WAL: the record is in an object
+    elsewhere = node.data_dir / "elsewhere"
+    settings = default_overrides(node.data_dir)
+    settings["s3.data.buckets"] = f"0@file://{elsewhere}"
+    assert_one_line_error(run_to_exit(server_command(None, settings)), f"s3.data.buckets: file://{elsewhere} is "
+                          f"{elsewhere}, which holds none of this cluster's objects; this node kept them in {objects}")
+    assert not elsewhere.exists()
+
+    objects.rename(elsewhere)
+    moved = broker_factory(overrides={"s3.data.buckets": f"0@file://{elsewhere}"}, data_dir=node.data_dir)
+    assert read_to_end(moved.bootstrap, topic, 1) == [(0, b"in an object")]
