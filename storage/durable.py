@@ -87,6 +87,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def overwrite_in_place(path: Path, data: bytes) -> None:
+    """Writes ``data`` over the start of the existing file ``path`` and fsyncs it: no new block is allocated, so it
+    works on a full disk, where :func:`write_atomically`'s temporary file cannot be made. Crash-safe only for data
+    within one disk sector (a few dozen bytes with their own CRC, as PostgreSQL writes its ``pg_control``); the
+    file keeps its length, so ``data`` must be as long as what it replaces. Raises OSError."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        write_all(fd, [data], 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomically(path: Path, data: bytes, *, mode: int = 0o666) -> None:
     """Replaces ``path`` with ``data`` via ``<name>.tmp``, fsync, rename and a directory fsync: after a crash
     readers see the old or the new content, never a mix. ``mode`` (less the umask) is the new file's from its

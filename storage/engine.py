@@ -85,7 +85,9 @@ class StorageEngine:
             store = open_object_store(config.data_buckets[0], config)
         store = MeteredStore(store, self.metrics.store_seconds, self.metrics.store_errors)  # times every request
         if wal is None:
-            wal = open_wal(config, self._metered_store, observe_flush=self.metrics.wal_flush_seconds.observe)
+            # A file WAL whose disk is full asks for an upload, as a full LogCache does: its trim frees segments.
+            wal = open_wal(config, self._metered_store, observe_flush=self.metrics.wal_flush_seconds.observe,
+                           on_disk_full=self._cache_full)
         self._store = store
         self._wal = wal
         self._log_cache = LogCache(config.wal_cache_size, config.wal_upload_threshold, on_full=self._cache_full)

@@ -31,13 +31,17 @@ def open_wal(
     store_factory: StoreFactory | None = None,
     *,
     observe_flush: Callable[[float], None] | None = None,
+    on_disk_full: Callable[[], None] | None = None,
 ) -> WriteAheadLog:
     """A WAL for ``config.wal_url``, not yet started. An S3-mode WAL owns (and closes) the store it opens.
-    ``observe_flush`` learns the seconds of each flush: a file WAL's write + fdatasync, an S3 WAL's object PUT."""
+    ``observe_flush`` learns the seconds of each flush: a file WAL's write + fdatasync, an S3 WAL's object PUT;
+    ``on_disk_full``, a file WAL's disk filling up (``storage.wal.disk_full``)."""
     url = config.wal_url
     wal: FileWAL | S3WAL
     if url.scheme == "file":
         wal = FileWAL.from_config(config)
+        if on_disk_full is not None:
+            wal.on_disk_full = on_disk_full
     elif url.scheme in ("s3", "mem"):
         from storage.wal.s3 import S3WAL  # noqa: PLC0415 - only an S3-mode WAL needs it: see the module docstring
 

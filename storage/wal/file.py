@@ -4,7 +4,8 @@ Layout of the WAL directory::
 
     00000000000000000000.wal   segment files, named by the logical offset of their first byte
     00000000000067108900.wal   (records never span segments; offsets run on across segments without gaps)
-    trim.checkpoint            the trim point, replaced atomically (temp file + rename) and fsync'd
+    trim.checkpoint            the trim point, fsync'd; replaced atomically (temp file + rename), or written
+                               in place on a full disk
     spare-<n>.wal-spare        preallocated files waiting to become the next segment
     .lock                      flock'd while a WAL instance has the directory open
 
@@ -26,6 +27,8 @@ Overwriting allocated blocks lets fdatasync skip the file-size metadata update, 
 Old bytes left in a recycled file cannot be mistaken for records: every record header carries its own logical
 position.
 
+A write that finds the disk full waits for room instead of failing the WAL (``storage.wal.disk_full``).
+
 Recovery scans from the trim point and stops at the first torn or corrupt record; the intact prefix is kept, the
 tail is cut off (truncated), and appends continue at the end of the prefix in a fresh segment
 (``storage.wal.recovery``).
@@ -44,18 +47,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.config import GiB, MiB, StorageConfig
-from storage.durable import write_atomically
 from storage.errors import WALError
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import early_read
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
+from storage.wal.disk_full import DiskFull, is_disk_full
 from storage.wal.inline_writes import InlineWrites
 from storage.wal.pending import PendingAppend
 from storage.wal.recovery import SegmentScan, finish_recovery_sync
 from storage.wal.segments import (
-    CHECKPOINT_NAME,
     SPARE_SEGMENTS,
     SPARE_SUFFIX,
     PacedSpareFiller,
@@ -63,7 +65,8 @@ from storage.wal.segments import (
     Segment,
     SegmentWriter,
     SparePool,
-    encode_checkpoint,
+    persist_checkpoint,
+    retire_segments,
 )
 from storage.wal.state import WALState
 
@@ -143,7 +146,11 @@ class FileWAL(WALState):
         self._appended = False
         self._closed = False
         self._failure: WALError | None = None
+        self._disk_full = DiskFull(self._name)
         self.stats = FileWALStats()
+        #: Told when a write first finds the disk full (``storage.wal.disk_full``): the engine uploads what the WAL
+        #: holds, so that a trim can delete segments.
+        self.on_disk_full: Callable[[], None] = lambda: None
         #: Learns the seconds of each group's encoding and synced write (the engine's ``fjord_wal_flush_seconds``).
         self.observe_flush: Callable[[float], None] = lambda _seconds: None
 
@@ -212,6 +219,7 @@ class FileWAL(WALState):
             await asyncio.gather(self._opening, return_exceptions=True)
         if self._flusher is not None:
             self._wakeup.set()
+            self._disk_full.room()  # a flusher waiting for room writes once more, and fails for good if it must
             await self._flusher
         if self._zero_fill is not None:
             await self._zero_fill
@@ -327,6 +335,8 @@ class FileWAL(WALState):
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
+            if self._disk_full.active and not self._closed:
+                await self._disk_full.wait()
             group = self._take_group()
             if self._in_place(group, loop.time()):
                 if not self._write_group_inline(group, loop.time()):
@@ -415,9 +425,9 @@ class FileWAL(WALState):
     def _thread_group_failed(
         self, group: list[PendingAppend], exc: BaseException, written: asyncio.Future[bool]
     ) -> None:
-        self._group_failed(group, exc)
+        goes_on = self._group_failed(group, exc)
         if not written.done():
-            written.set_result(False)
+            written.set_result(goes_on)
 
     def _group_written(self, group: list[PendingAppend], rolled: Segment | None, seconds: float) -> None:
         start, end = group[0].offset, group[-1].next_offset
@@ -426,6 +436,7 @@ class FileWAL(WALState):
             self.stats.segments_created += 1
             self.stats.segments_preallocated += self._writer.preallocated
         self._durable_offset = end
+        self._disk_full.ended()
         if self._begun_waiters:
             self._group_begun(end)
         self.stats.groups += 1
@@ -437,9 +448,29 @@ class FileWAL(WALState):
         self._maybe_preallocate()
 
     def _group_failed(self, group: list[PendingAppend], exc: BaseException) -> bool:
+        """False when the WAL failed with the write; True when the disk was full and the group waits to be written
+        again (``storage.wal.disk_full``)."""
+        if is_disk_full(exc) and not self._closed:
+            self._pending.extendleft(reversed(group))
+            if self._disk_full.begin(exc):
+                self._free_room()
+            return True
         failure = exc if isinstance(exc, WALError) else WALError(f"{self._name}: write failed: {exc!r}")
         self._fail(failure, group)
         return False
+
+    def _free_room(self) -> None:
+        """The disk is full: drop the WAL's spares (and a half-filled one) on the writer's thread, and ask the
+        engine to upload, so that a trim can delete segments."""
+        assert self._executor is not None
+        dropped = asyncio.get_running_loop().run_in_executor(self._executor, self._drop_spares_sync)
+        dropped.add_done_callback(self._disk_full.spares_dropped)
+        self.on_disk_full()
+
+    def _drop_spares_sync(self) -> int:
+        if self._filler is not None:
+            self._filler.abandon()
+        return self._spares.drop_all()
 
     def _maybe_preallocate(self) -> None:
         """``Preallocation.EAGER``: once the active segment is half full, make sure a spare is ready for the next
@@ -447,6 +478,7 @@ class FileWAL(WALState):
         if (
             self._preallocation is not Preallocation.EAGER
             or self._closed
+            or self._disk_full.active
             or (self._zero_fill is not None and not self._zero_fill.done())
             or self._writer.size < self._segment_size // 2
             or len(self._spares) > 0
@@ -468,7 +500,7 @@ class FileWAL(WALState):
         """The WAL went idle: if the paced zero-fill has work, it gets a step once the idleness lasts a moment.
         Under a steady stream of appends (closed-loop producers) it never delays a group, and a roll then simply
         creates a new file; at a modest rate the idle gaps between groups fill the spare."""
-        if self._filler is None or self._fill_timer is not None:
+        if self._filler is None or self._fill_timer is not None or self._disk_full.active:
             return
         if not self._filler.step_for(self._unpaced, self._writer.size):
             return
@@ -523,7 +555,7 @@ class FileWAL(WALState):
         async with self._trim_lock:
             if not self._moves_trim_point(offset):
                 return
-            await asyncio.to_thread(self._write_checkpoint_sync, offset)
+            await asyncio.to_thread(persist_checkpoint, self._dir, offset)
             released = offset - self._trim_offset
             self._trim_offset = offset
             self._gate.release(released)
@@ -531,35 +563,21 @@ class FileWAL(WALState):
             if doomed:
                 del self._segments[: len(doomed)]
                 # Keep as many trimmed files as the capacity has room for beside the live log: a steady load then
-                # rolls onto recycled files only, and the disk never holds much more than the capacity.
-                room = (self._gate.capacity - self._gate.used) // self._segment_size
-                await asyncio.to_thread(self._retire_sync, doomed, room)
-
-    def _write_checkpoint_sync(self, offset: int) -> None:
-        path = self._dir / CHECKPOINT_NAME
-        try:
-            write_atomically(path, encode_checkpoint(offset))
-        except OSError as exc:
-            raise WALError(f"WAL {path}: cannot persist trim offset {offset}: {exc.strerror}") from exc
-
-    def _retire_sync(self, segments: list[Segment], room: int) -> None:
-        """Recycles trimmed segments as spares (while the pool has room) or deletes them."""
-        for segment in segments:
-            try:
-                # Segments roll a little before segment_size; a recycled file that short still saves almost all the
-                # allocation work.
-                big_enough = segment.path.stat().st_size >= self._segment_size // 2
-                if big_enough and self._spares.offer(segment.path, room):
-                    self.stats.segments_recycled += 1
-                    logger.debug("WAL segment %s: trimmed; kept as a spare", segment.path)
-                    continue
-                segment.path.unlink(missing_ok=True)
-                self.stats.segments_deleted += 1
-                logger.debug("WAL segment %s: trimmed; deleted", segment.path)
-            except OSError as exc:
-                # The trim point is already persisted, so a leftover segment is only wasted space: recovery
-                # deletes it next time.
-                logger.warning("WAL segment %s: cannot retire trimmed segment: %s", segment.path, exc.strerror)
+                # rolls onto recycled files only, and the disk never holds much more than the capacity. On a full
+                # disk they are deleted: the live segment needs their blocks.
+                room = 0 if self._disk_full.active else (self._gate.capacity - self._gate.used) // self._segment_size
+                recycled, deleted = await asyncio.to_thread(
+                    retire_segments, doomed, self._spares, self._segment_size, room
+                )
+                self.stats.segments_recycled += recycled
+                self.stats.segments_deleted += deleted
+            if self._disk_full.parked and offset >= self._durable_offset and self._segments:
+                # Everything written is uploaded and the flusher waits for room: the live segment goes as well, on
+                # the loop (nothing writes meanwhile), and the waiting group rolls a new one.
+                self._writer.drop_all(self._segments)
+                self.stats.segments_deleted += len(self._segments)
+                self._segments = []
+            self._disk_full.room()
 
     async def reset(self) -> None:
         self._check_writable()
@@ -567,7 +585,7 @@ class FileWAL(WALState):
         await self._idle.wait()
         async with self._trim_lock:
             end = self._next_offset
-            await asyncio.to_thread(self._write_checkpoint_sync, end)
+            await asyncio.to_thread(persist_checkpoint, self._dir, end)
             released = end - self._trim_offset
             self._trim_offset = end
             segments, self._segments = self._segments, []

@@ -6,6 +6,7 @@ Everything here is blocking file I/O, meant to run in the WAL's threads (storage
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -21,8 +22,9 @@ from pathlib import Path
 import crc32c
 
 from storage.config import MiB
-from storage.durable import fdatasync, fsync_dir, write_durably
+from storage.durable import fdatasync, fsync_dir, overwrite_in_place, write_atomically, write_durably
 from storage.errors import WALError
+from storage.wal.disk_full import is_disk_full
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +78,24 @@ def parse_segment_name(name: str) -> int | None:
 def encode_checkpoint(trim_offset: int) -> bytes:
     body = CHECKPOINT.pack(CHECKPOINT_MAGIC, CHECKPOINT_VERSION, trim_offset)
     return body + _CHECKPOINT_CRC.pack(crc32c.crc32c(body))
+
+
+def persist_checkpoint(directory: Path, trim_offset: int) -> None:
+    """Makes ``trim_offset`` the directory's durable trim point: the checkpoint file replaced atomically, or on a
+    full disk, which has no block for the temporary file, written over the old one (one sector with its CRC:
+    ``storage.wal.disk_full``), or the trim that would free the disk could never happen; a WAL that never trimmed has
+none to write over, and its trim is retried after the next upload. Raises WALError."""
+    path = directory / CHECKPOINT_NAME
+    data = encode_checkpoint(trim_offset)
+    try:
+        try:
+            write_atomically(path, data)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            overwrite_in_place(path, data)
+    except OSError as exc:
+        raise WALError(f"WAL {path}: cannot persist trim offset {trim_offset}: {exc.strerror}") from exc
 
 
 def decode_checkpoint(data: bytes, where: str) -> int:
@@ -145,6 +165,18 @@ class SparePool:
             self._spares.append(spare)
             return True
 
+    def drop_all(self) -> int:
+        """Deletes every spare (the disk is full: their blocks are worth more to the live segment now); returns
+        the bytes freed."""
+        with self._lock:
+            spares, self._spares = self._spares, []
+        freed = 0
+        for path in spares:
+            with contextlib.suppress(FileNotFoundError):
+                freed += path.stat().st_size
+                path.unlink()
+        return freed
+
     def new_temporary(self) -> Path:
         """A name for a spare being prepared (such leftovers are deleted when the WAL opens)."""
         return self._dir / f"spare-{uuid.uuid4().hex[:12]}.tmp"
@@ -168,6 +200,29 @@ class SparePool:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             logger.warning("WAL %s: cannot preallocate a segment: %s", self._dir, exc.strerror)
+
+
+def retire_segments(segments: Sequence[Segment], spares: SparePool, segment_size: int, room: int) -> tuple[int, int]:
+    """Recycles trimmed segments as spares while the pool has ``room``, deletes the others; (recycled, deleted).
+    Runs in a thread, after the trim point that covers them is persisted."""
+    recycled = deleted = 0
+    for segment in segments:
+        try:
+            # Segments roll a little before segment_size; a recycled file that short still saves almost all the
+            # allocation work.
+            big_enough = segment.path.stat().st_size >= segment_size // 2
+            if big_enough and spares.offer(segment.path, room):
+                recycled += 1
+                logger.debug("WAL segment %s: trimmed; kept as a spare", segment.path)
+                continue
+            segment.path.unlink(missing_ok=True)
+            deleted += 1
+            logger.debug("WAL segment %s: trimmed; deleted", segment.path)
+        except OSError as exc:
+            # The trim point is already persisted, so a leftover segment is only wasted space: recovery deletes it
+            # next time.
+            logger.warning("WAL segment %s: cannot retire trimmed segment: %s", segment.path, exc.strerror)
+    return recycled, deleted
 
 
 class PacedSpareFiller:
