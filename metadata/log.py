@@ -40,7 +40,7 @@ import crc32c
 import metadata.cluster_records  # noqa: F401
 import storage.metadata.stream_records  # noqa: F401
 from settings.server import ServerConfig
-from storage.durable import fsync_dir
+from storage.durable import fsync_dir, is_disk_full
 from storage.errors import StorageError
 from storage.metadata.record_codec import MetadataRecord, RecordDecodeError, decode_record, encode_record
 
@@ -62,6 +62,11 @@ class MetadataLogError(StorageError):
     A StorageError because stream/object commits reach this log through the stream metadata: the storage engine
     then sees a failed commit as one of its own errors and retries or fails the request as it does for others.
     """
+
+
+class MetadataLogFullError(MetadataLogError):
+    """An append found the disk full and was undone (the log cut back to where it ended): this append failed,
+    and the next one is tried, as Kafka's clients retry a KAFKA_STORAGE_ERROR."""
 
 
 class RecordLog(Protocol):
@@ -260,6 +265,14 @@ def _fail(appends: Sequence[tuple[Sequence[MetadataRecord], asyncio.Future[int]]
             done.set_exception(exc)
 
 
+def _append_frame(fd: int, frame: bytes) -> None:
+    """Writes ``frame`` at the end of the log file (opened O_APPEND), continuing short writes."""
+    view = memoryview(frame)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
 class LocalMetadataLog:
     """A single-writer metadata log in one directory. Open with :meth:`open`, then :meth:`recover` once."""
 
@@ -277,6 +290,7 @@ class LocalMetadataLog:
         self._log_bytes = 0  # also the file's size: the log is truncated to 0 by each snapshot
         self._snapshot_bytes = 0  # the newest snapshot file's size, for SnapshotPolicy's replay trigger
         self._failure: str | None = None
+        self._full_since: float | None = None  # monotonic time of the first append of a full-disk episode
 
     @classmethod
     def open(cls, metadata_dir: str | os.PathLike[str], policy: SnapshotPolicy | None = None) -> LocalMetadataLog:
@@ -402,9 +416,15 @@ class LocalMetadataLog:
                 data = b"".join(frames)
                 # The offsets are taken before the write: should it fail or be interrupted, the log takes no
                 # further writes (what reached the file is unknown) and a restart recovers the last intact batch.
-                self._next_offset, self._log_bytes = end, self._log_bytes + len(data)
+                # A disk found full is the exception: the write was undone, and the offsets are given back.
+                size = self._log_bytes
+                self._next_offset, self._log_bytes = end, size + len(data)
                 try:
-                    await asyncio.to_thread(self._write_durably, fd, data)
+                    await asyncio.to_thread(self._write_durably, fd, data, size)
+                except MetadataLogFullError as exc:
+                    self._next_offset, self._log_bytes = first, size
+                    _fail(group, exc)
+                    continue
                 except Exception as exc:
                     self._failure = self._failure or str(exc)
                     _fail(group, exc)
@@ -415,6 +435,10 @@ class LocalMetadataLog:
                     _fail(group + self._queued, interrupted)
                     self._queued = []
                     raise
+                if self._full_since is not None:
+                    logger.info("metadata log %s: the disk has room again; appends written after %.1f s",
+                                self._path, time.monotonic() - self._full_since)
+                    self._full_since = None
                 last = first - 1
                 for records, done in group:
                     last += len(records)
@@ -428,20 +452,41 @@ class LocalMetadataLog:
             raise MetadataLogError(f"metadata log {self._path} is not open (call recover() first, or it was closed)")
         return self._file
 
-    def _write_durably(self, fd: int, frame: bytes) -> None:
-        """Writes and fsyncs one frame. After a failure the file's state is unknown (a failed fsync may have lost
-        pages already reported written), so the log refuses every later write instead of guessing; a restart
-        recovers the last intact batch."""
+    def _write_durably(self, fd: int, frame: bytes, size: int) -> None:
+        """Writes and fsyncs one frame at the end of the file, ``size`` bytes long before it. After a failure the
+        file's state is unknown (a failed fsync may have lost pages already reported written), so the log refuses
+        every later write instead of guessing; a restart recovers the last intact batch. A write that found the
+        disk full is undone instead, and only its appends fail (:class:`MetadataLogFullError`): cutting the file
+        back needs no room, and a full disk (the WAL or a ``file://`` object store beside the log) must not stop
+        the node's metadata for good, where Kafka would halt the process."""
         try:
-            view = memoryview(frame)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            _append_frame(fd, frame)
+        except OSError as exc:
+            if is_disk_full(exc) and self._undo(fd, size, exc):
+                raise MetadataLogFullError(f"cannot append to metadata log {self._path}: {exc.strerror}") from None
+            self._failure = exc.strerror or str(exc)
+            logger.error("metadata log %s: append failed (%s); no further writes until restart", self._path, exc)
+            raise MetadataLogError(f"cannot append to metadata log {self._path}: {exc.strerror}") from None
+        try:
             os.fsync(fd)
         except OSError as exc:
             self._failure = exc.strerror or str(exc)
             logger.error("metadata log %s: append failed (%s); no further writes until restart", self._path, exc)
             raise MetadataLogError(f"cannot append to metadata log {self._path}: {exc.strerror}") from None
+
+    def _undo(self, fd: int, size: int, cause: OSError) -> bool:
+        """Cuts the log back to ``size`` bytes after a write found the disk full; False if even that failed."""
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        except OSError as exc:
+            logger.error("metadata log %s: cannot cut back a write the full disk refused: %s", self._path, exc)
+            return False
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            logger.warning("metadata log %s: %s; appends are refused (KAFKA_STORAGE_ERROR, retriable) until the "
+                           "disk has room again", self._path, cause.strerror)
+        return True
 
     # ------------------------------------------------------------------ snapshots
 

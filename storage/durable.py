@@ -17,6 +17,17 @@ from pathlib import Path
 fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
+#: A write that found no room: on the disk (ENOSPC) or in the user's quota (EDQUOT).
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc``, or the OSError it was raised from, is a write that found the disk full. Such a write can be
+    undone and tried again once there is room, where any other write error leaves the file's state unknown."""
+    cause = exc if isinstance(exc, OSError) else exc.__cause__
+    return isinstance(cause, OSError) and cause.errno in _DISK_FULL_ERRNOS
+
+
 _IOV_MAX = 1024  # buffers per pwritev call (POSIX guarantees at least 16; Linux allows 1024)
 
 

@@ -20,24 +20,14 @@ does). The episode ends, with an INFO line, at the first write that succeeds.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import time
 
-from storage.errors import WALError
-
 logger = logging.getLogger(__name__)
 
-_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: The first retry of an episode, doubled after each until :data:`RETRY_MAX_S`.
 RETRY_MIN_S = 0.05
 RETRY_MAX_S = 1.0
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether a failed write ran out of disk space or quota (an OSError, or the WALError raised from one)."""
-    cause = exc.__cause__ if isinstance(exc, WALError) else exc
-    return isinstance(cause, OSError) and cause.errno in _FULL_ERRNOS
 
 
 class DiskFull:

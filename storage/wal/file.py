@@ -47,13 +47,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.config import GiB, MiB, StorageConfig
+from storage.durable import is_disk_full
 from storage.errors import WALError
 from storage.stream_record_batch import StreamRecordBatch
 from storage.wal import early_read
 from storage.wal import record as walrecord
 from storage.wal.base import WALRecord
 from storage.wal.capacity import CapacityGate
-from storage.wal.disk_full import DiskFull, is_disk_full
+from storage.wal.disk_full import DiskFull
 from storage.wal.inline_writes import InlineWrites
 from storage.wal.pending import PendingAppend
 from storage.wal.recovery import SegmentScan, finish_recovery_sync

@@ -22,9 +22,15 @@ from pathlib import Path
 import crc32c
 
 from storage.config import MiB
-from storage.durable import fdatasync, fsync_dir, overwrite_in_place, write_atomically, write_durably
+from storage.durable import (
+    fdatasync,
+    fsync_dir,
+    is_disk_full,
+    overwrite_in_place,
+    write_atomically,
+    write_durably,
+)
 from storage.errors import WALError
-from storage.wal.disk_full import is_disk_full
 
 logger = logging.getLogger(__name__)
 

@@ -1,18 +1,20 @@
 """The local metadata log's group commit: appends made while a write runs go to disk together after it, each its
 own batch, in the order they were made; a group whose write fails fails every append in it, and the log then
-takes no more writes."""
+takes no more writes, unless the disk was full: that write is undone and the log goes on."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import uuid
 from pathlib import Path
 
 import pytest
 
+from metadata import log as metadata_log
 from metadata.cluster_records import TopicRecord
-from metadata.log import LOG_DIR_NAME, LocalMetadataLog, MetadataLogError, read_metadata
+from metadata.log import LOG_DIR_NAME, LocalMetadataLog, MetadataLogError, MetadataLogFullError, read_metadata
 
 
 def _topic(i: int) -> TopicRecord:
@@ -136,3 +138,32 @@ async def test_a_record_that_cannot_be_encoded_fails_its_own_append_alone(tmp_pa
     log.close()
     names = _names(tmp_path)
     assert names == ["t0", "t1", "t2", "t3"]
+
+
+async def test_an_append_that_finds_the_disk_full_is_undone_and_the_log_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC part way through a group's write: the file is cut back to where it ended, that group's appends fail
+    with the retriable MetadataLogFullError, their offsets are given back, and once there is room the log takes
+    writes again, with no gap and nothing of the refused group in it (Kafka would halt the process here)."""
+    log = _open(tmp_path)
+    assert await log.append([_topic(0)]) == 0
+    real_append = metadata_log._append_frame
+
+    def full_disk(fd: int, frame: bytes) -> None:
+        real_append(fd, frame[: len(frame) // 2])  # as a real full disk: part of the group reached the file
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(metadata_log, "_append_frame", full_disk)
+    results = await asyncio.gather(*(log.append([_topic(i)]) for i in range(1, 6)), return_exceptions=True)
+    assert all(isinstance(r, MetadataLogFullError) for r in results), results
+    assert "No space left on device" in str(results[0])
+    assert log.next_offset == 1
+    monkeypatch.undo()
+
+    assert await log.append([_topic(6)]) == 1  # room again: the refused group's offsets are reused
+    log.close()
+    assert _names(tmp_path) == ["t0", "t6"]
+    reopened = _open(tmp_path)  # and the file holds no torn tail to cut
+    assert await reopened.append([_topic(7)]) == 2
+    reopened.close()
