@@ -566,10 +566,9 @@ class FileWAL(WALState):
                 # Keep as many trimmed files as the capacity has room for beside the live log: a steady load then
                 # rolls onto recycled files only, and the disk never holds much more than the capacity. On a full
                 # disk they are deleted: the live segment needs their blocks.
-                room = 0 if self._disk_full.active else (self._gate.capacity - self._gate.used) // self._segment_size
-                recycled, deleted = await asyncio.to_thread(
-                    retire_segments, doomed, self._spares, self._segment_size, room
-                )
+                room = (self._gate.capacity - self._gate.used) // self._segment_size
+                spares = None if self._disk_full.active else self._spares
+                recycled, deleted = await asyncio.to_thread(retire_segments, doomed, spares, self._segment_size, room)
                 self.stats.segments_recycled += recycled
                 self.stats.segments_deleted += deleted
             if self._disk_full.parked and offset >= self._durable_offset and self._segments:

@@ -208,16 +208,19 @@ class SparePool:
             logger.warning("WAL %s: cannot preallocate a segment: %s", self._dir, exc.strerror)
 
 
-def retire_segments(segments: Sequence[Segment], spares: SparePool, segment_size: int, room: int) -> tuple[int, int]:
-    """Recycles trimmed segments as spares while the pool has ``room``, deletes the others; (recycled, deleted).
-    Runs in a thread, after the trim point that covers them is persisted."""
+def retire_segments(
+    segments: Sequence[Segment], spares: SparePool | None, segment_size: int, room: int
+) -> tuple[int, int]:
+    """Recycles trimmed segments as spares while the pool has ``room``, deletes the others (all of them without a
+    pool: a full disk needs their blocks); (recycled, deleted). Runs in a thread, after the trim point that covers
+    them is persisted."""
     recycled = deleted = 0
     for segment in segments:
         try:
             # Segments roll a little before segment_size; a recycled file that short still saves almost all the
             # allocation work.
             big_enough = segment.path.stat().st_size >= segment_size // 2
-            if big_enough and spares.offer(segment.path, room):
+            if big_enough and spares is not None and spares.offer(segment.path, room):
                 recycled += 1
                 logger.debug("WAL segment %s: trimmed; kept as a spare", segment.path)
                 continue
@@ -335,6 +338,8 @@ class SegmentWriter:
         self._size = 0
         self._path: Path | None = None
         self.preallocated = False  # whether the active segment came from a spare
+        #: A segment rolled onto by a write that then failed (the disk was full): reported by the next write.
+        self._unreported: Segment | None = None
 
     @property
     def size(self) -> int:
@@ -345,7 +350,7 @@ class SegmentWriter:
         """Writes one group (its buffers in order, see ``record.encode_record_parts``) at logical ``offset`` and
         makes it durable; returns the new segment if it rolled."""
         length = sum(len(part) for part in parts)
-        rolled = None
+        rolled = self._unreported
         if self._fd < 0 or (self._size > 0 and self._size + length > self._segment_size):
             rolled = self._roll(offset)
         assert self._path is not None
@@ -357,10 +362,12 @@ class SegmentWriter:
         try:
             write_durably(self._fd, parts, self._size)
         except OSError as exc:
+            self._unreported = rolled  # the group is written again into it (storage.wal.disk_full)
             raise WALError(
                 f"WAL segment {self._path}: write of {length} bytes at offset {offset} failed: {exc.strerror}"
             ) from exc
         self._size += length
+        self._unreported = None
         return rolled
 
     def _roll(self, base_offset: int) -> Segment:
@@ -382,9 +389,10 @@ class SegmentWriter:
         return Segment(base_offset, path)
 
     def drop_all(self, segments: Sequence[Segment]) -> None:
-        """Closes the active segment and deletes every segment (reset)."""
+        """Closes the active segment and deletes every segment (reset), one not reported yet too."""
         self.close()
-        for segment in segments:
+        unreported, self._unreported = self._unreported, None
+        for segment in [*segments, *([unreported] if unreported is not None else [])]:
             segment.path.unlink(missing_ok=True)
         fsync_dir(self._dir)
 

@@ -176,3 +176,29 @@ def test_overwrite_in_place_keeps_the_file_and_its_length(tmp_path: Path) -> Non
     inode = path.stat().st_ino
     durable.overwrite_in_place(path, b"b" * 24)
     assert path.read_bytes() == b"b" * 24 and path.stat().st_ino == inode
+
+
+async def test_a_segment_rolled_onto_by_a_write_the_full_disk_refused_is_kept_track_of(
+    tmp_path: Path, disk: FullDisk
+) -> None:
+    """The write that fails may be the first into a new segment: once written it is one of the WAL's segments
+    (a trim deletes it), and a covering trim during the episode deletes it before the group rolls again."""
+    wal, _ = await open_wal(tmp_path, segment_size=4096)
+    first = await asyncio.gather(*appended(wal, 1, 12))  # 300-byte payloads: a few segments, the last one part full
+    disk.full = True
+    rolling = asyncio.create_task(wal.append(batch(2, 0, 3900)))  # does not fit the live segment: rolls first
+    await until_failed(disk, 1, "the write into the new segment")
+    await settle()
+    await wal.trim(first[-1].next_offset)  # covers everything written: every segment goes, the new one too
+    assert segment_files(tmp_path) == []
+    disk.full = False
+    record = await asyncio.wait_for(rolling, WAIT_S)
+    assert record.offset == first[-1].next_offset
+    more = await asyncio.gather(*appended(wal, 3, 30))  # rolls on past it
+    await wal.trim(more[-1].offset)
+    assert [s.base_offset for s in wal.segments] == [int(p.stem) for p in segment_files(tmp_path)]
+    await wal.close()
+
+    reopened, recovered = await open_wal(tmp_path, segment_size=4096)
+    assert [r.batch for r in recovered] == [more[-1].batch]
+    await reopened.close()
