@@ -4,8 +4,7 @@ Layout of the WAL directory::
 
     00000000000000000000.wal   segment files, named by the logical offset of their first byte
     00000000000067108900.wal   (records never span segments; offsets run on across segments without gaps)
-    trim.checkpoint            the trim point, fsync'd; replaced atomically (temp file + rename), or written
-                               in place on a full disk
+    trim.checkpoint            the trim point, replaced atomically (temp file + rename; in place on a full disk)
     spare-<n>.wal-spare        preallocated files waiting to become the next segment
     .lock                      flock'd while a WAL instance has the directory open
 
@@ -149,8 +148,7 @@ class FileWAL(WALState):
         self._failure: WALError | None = None
         self._disk_full = DiskFull(self._name)
         self.stats = FileWALStats()
-        #: Told when a write first finds the disk full (``storage.wal.disk_full``): the engine uploads what the WAL
-        #: holds, so that a trim can delete segments.
+        #: Told when a write first finds the disk full: the engine uploads, so that a trim can delete segments.
         self.on_disk_full: Callable[[], None] = lambda: None
         #: Learns the seconds of each group's encoding and synced write (the engine's ``fjord_wal_flush_seconds``).
         self.observe_flush: Callable[[float], None] = lambda _seconds: None
@@ -337,6 +335,7 @@ class FileWAL(WALState):
                 self._wakeup.clear()
                 continue
             if self._disk_full.active and not self._closed:
+                self._drop_trimmed_live_segment()  # the trim may have come before this write failed
                 await self._disk_full.wait()
             group = self._take_group()
             if self._in_place(group, loop.time()):
@@ -449,8 +448,7 @@ class FileWAL(WALState):
         self._maybe_preallocate()
 
     def _group_failed(self, group: list[PendingAppend], exc: BaseException) -> bool:
-        """False when the WAL failed with the write; True when the disk was full and the group waits to be written
-        again (``storage.wal.disk_full``)."""
+        """False when the WAL failed with the write; True when the group waits for room (a full disk)."""
         if is_disk_full(exc) and not self._closed:
             self._pending.extendleft(reversed(group))
             if self._disk_full.begin(exc):
@@ -461,8 +459,7 @@ class FileWAL(WALState):
         return False
 
     def _free_room(self) -> None:
-        """The disk is full: drop the WAL's spares (and a half-filled one) on the writer's thread, and ask the
-        engine to upload, so that a trim can delete segments."""
+        """Drops the spares (on the writer's thread) and asks for an upload, so that a trim can delete segments."""
         assert self._executor is not None
         dropped = asyncio.get_running_loop().run_in_executor(self._executor, self._drop_spares_sync)
         dropped.add_done_callback(self._disk_full.spares_dropped)
@@ -571,13 +568,17 @@ class FileWAL(WALState):
                 recycled, deleted = await asyncio.to_thread(retire_segments, doomed, spares, self._segment_size, room)
                 self.stats.segments_recycled += recycled
                 self.stats.segments_deleted += deleted
-            if self._disk_full.parked and offset >= self._durable_offset and self._segments:
-                # Everything written is uploaded and the flusher waits for room: the live segment goes as well, on
-                # the loop (nothing writes meanwhile), and the waiting group rolls a new one.
-                self._writer.drop_all(self._segments)
-                self.stats.segments_deleted += len(self._segments)
-                self._segments = []
+            if self._disk_full.parked:
+                self._drop_trimmed_live_segment()
             self._disk_full.room()
+
+    def _drop_trimmed_live_segment(self) -> None:
+        """On a full disk, once the trim point covers all that was written, the live segment goes as well (on the
+        loop, while no write runs: the flusher waits for room), and the waiting group rolls a new one."""
+        if self._trim_offset >= self._durable_offset and self._segments:
+            self._writer.drop_all(self._segments)
+            self.stats.segments_deleted += len(self._segments)
+            self._segments = []
 
     async def reset(self) -> None:
         self._check_writable()

@@ -202,3 +202,27 @@ async def test_a_segment_rolled_onto_by_a_write_the_full_disk_refused_is_kept_tr
     reopened, recovered = await open_wal(tmp_path, segment_size=4096)
     assert [r.batch for r in recovered] == [more[-1].batch]
     await reopened.close()
+
+
+async def test_a_live_segment_trimmed_before_the_disk_filled_goes_when_a_write_finds_it_full(
+    tmp_path: Path, disk: FullDisk
+) -> None:
+    """The upload and its trim may come before the write that finds the disk full (nothing more will be
+    uploaded then): the flusher itself deletes the trimmed live segment before it waits for room."""
+    wal, _ = await open_wal(tmp_path)
+    written = await asyncio.gather(*appended(wal, 1, 10))
+    end = written[-1].next_offset
+    await wal.trim(end)
+    assert [p.name for p in segment_files(tmp_path)] == [f"{0:020d}.wal"]  # the live segment stays on a roomy disk
+    disk.full = True
+    waiting = appended(wal, 2, 3)
+    await until_failed(disk, 1, "a write on the full disk")
+    await eventually_async(lambda: f"{0:020d}.wal" not in {p.name for p in segment_files(tmp_path)} or None,
+                           timeout=WAIT_S, what="the trimmed live segment deleted")
+    disk.full = False
+    records = await asyncio.wait_for(asyncio.gather(*waiting), WAIT_S)
+    assert records[0].offset == end
+    await wal.close()
+    reopened, recovered = await open_wal(tmp_path)
+    assert [r.batch for r in recovered] == [batch(2, i, 300) for i in range(3)]
+    await reopened.close()
