@@ -188,7 +188,8 @@ class StorageCollector(Collector):
         yield GaugeMetricFamily("fjord_wal_used_bytes", "WAL bytes not trimmed yet", value=stats.wal_bytes)
         yield CounterMetricFamily(
             "fjord_wal_unwritable_seconds",
-            "Seconds the WAL spent unable to write to its storage (S3 away), retrying, the episode under way included",
+            "Seconds the WAL spent unable to write to its storage (S3 away, its disk full), retrying, the episode "
+            "under way included",
             value=stats.wal_unwritable_seconds,
         )
         yield GaugeMetricFamily(

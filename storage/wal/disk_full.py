@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +34,11 @@ RETRY_MAX_S = 1.0
 class DiskFull:
     """The WAL's episode of a full disk (see the module docstring); used on the event loop only."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, began: Callable[[], None], ended: Callable[[], float]) -> None:
+        """``began`` and ``ended`` tell the WAL's state an episode began and ended (the seconds it lasted): the
+        metrics ``fjord_wal_unwritable`` and ``fjord_wal_unwritable_seconds`` count it as they count S3 away."""
         self._name = name
+        self._began, self._ended = began, ended
         self._since: float | None = None
         self._retry_s = RETRY_MIN_S
         self._room = asyncio.Event()
@@ -55,6 +59,7 @@ class DiskFull:
         if self._since is not None:
             return False
         self._since = time.monotonic()
+        self._began()
         self.episodes += 1
         logger.warning(
             "%s; the disk is full: appends wait, unacknowledged, until uploads and trims (or the operator) free room "
@@ -95,7 +100,6 @@ class DiskFull:
         """A write succeeded: the episode, if one ran, is over."""
         if self._since is None:
             return
-        logger.info("%s: the disk has room again; appends written after %.1f s of waiting", self._name,
-                    time.monotonic() - self._since)
+        logger.info("%s: the disk has room again; appends written after %.1f s of waiting", self._name, self._ended())
         self._since = None
         self._retry_s = RETRY_MIN_S

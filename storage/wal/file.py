@@ -146,7 +146,7 @@ class FileWAL(WALState):
         self._appended = False
         self._closed = False
         self._failure: WALError | None = None
-        self._disk_full = DiskFull(self._name)
+        self._disk_full = DiskFull(self._name, self._episode_began, self._episode_ended)  # fjord_wal_unwritable
         self.stats = FileWALStats()
         #: Told when a write first finds the disk full: the engine uploads, so that a trim can delete segments.
         self.on_disk_full: Callable[[], None] = lambda: None

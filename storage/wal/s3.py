@@ -395,7 +395,7 @@ class S3WAL(WALState):
         if self._unwritable_since is not None:
             logger.debug("%s: %s failed again: %s", self._name, what, exc)
             return
-        self._unwritable_since = time.monotonic()
+        self._episode_began()
         logger.warning(
             "%s: cannot write to S3 (%s failed: %s); appends wait, unacknowledged, and are refused with a retriable "
             "error after %.1fs",
@@ -414,10 +414,7 @@ class S3WAL(WALState):
         logger.warning("%s; new appends are refused until it answers", self._refusing)
 
     def _note_writable(self) -> None:
-        assert self._unwritable_since is not None
-        seconds = time.monotonic() - self._unwritable_since
-        self._unwritable_total += seconds
-        self._unwritable_since = None
+        seconds = self._episode_ended()
         self._refusing = None
         if self._refuse_timer is not None:
             self._refuse_timer.cancel()

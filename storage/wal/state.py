@@ -45,6 +45,18 @@ class WALState:
         since = self._unwritable_since
         return 0.0 if since is None else time.monotonic() - since
 
+    def _episode_began(self) -> None:
+        """Writes fail and are being retried (S3 away, a full disk): ``unwritable`` from now on, for the metrics."""
+        self._unwritable_since = time.monotonic()
+
+    def _episode_ended(self) -> float:
+        """The writes go through again; returns the seconds the episode lasted."""
+        assert self._unwritable_since is not None
+        seconds = time.monotonic() - self._unwritable_since
+        self._unwritable_total += seconds
+        self._unwritable_since = None
+        return seconds
+
     async def writes_begun(self) -> None:
         """``WriteAheadLog.writes_begun``: an S3 WAL's uploads are the event loop's own tasks, so there is nothing
         to wait for; the file WAL, whose writes run on its writer thread, waits for that thread."""

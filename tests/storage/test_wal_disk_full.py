@@ -79,10 +79,12 @@ async def test_appends_wait_on_a_full_disk_and_are_written_in_order_once_there_i
     await settle()
     assert not any(task.done() for task in waiting), "an append was settled while the disk was full"
     assert told == [1], "the engine is told once per episode, to upload what the WAL holds"
+    assert wal.unwritable and wal.refusal() is None  # fjord_wal_unwritable is 1; new appends are taken and wait
 
     more = appended(wal, 3, 5)  # appends made during the episode queue behind the waiting ones
     disk.full = False
     records = await asyncio.wait_for(asyncio.gather(*waiting, *more), WAIT_S)
+    assert not wal.unwritable and wal.unwritable_seconds > 0
     offsets = [r.offset for r in [*first, *records]]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
     assert [r.batch for r in records] == [batch(2, i, 300) for i in range(20)] + [batch(3, i, 300) for i in range(5)]
