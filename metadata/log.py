@@ -464,15 +464,17 @@ class LocalMetadataLog:
         except OSError as exc:
             if is_disk_full(exc) and self._undo(fd, size, exc):
                 raise MetadataLogFullError(f"cannot append to metadata log {self._path}: {exc.strerror}") from None
-            self._failure = exc.strerror or str(exc)
-            logger.error("metadata log %s: append failed (%s); no further writes until restart", self._path, exc)
-            raise MetadataLogError(f"cannot append to metadata log {self._path}: {exc.strerror}") from None
+            raise self._stopped_by(exc) from None
         try:
             os.fsync(fd)
         except OSError as exc:
-            self._failure = exc.strerror or str(exc)
-            logger.error("metadata log %s: append failed (%s); no further writes until restart", self._path, exc)
-            raise MetadataLogError(f"cannot append to metadata log {self._path}: {exc.strerror}") from None
+            raise self._stopped_by(exc) from None
+
+    def _stopped_by(self, exc: OSError) -> MetadataLogError:
+        """Stops the log's writes for good (see :meth:`_write_durably`); returns the append's error."""
+        self._failure = exc.strerror or str(exc)
+        logger.error("metadata log %s: append failed (%s); no further writes until restart", self._path, exc)
+        return MetadataLogError(f"cannot append to metadata log {self._path}: {exc.strerror}")
 
     def _undo(self, fd: int, size: int, cause: OSError) -> bool:
         """Cuts the log back to ``size`` bytes after a write found the disk full; False if even that failed."""

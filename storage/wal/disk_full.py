@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
@@ -39,28 +38,20 @@ class DiskFull:
         metrics ``fjord_wal_unwritable`` and ``fjord_wal_unwritable_seconds`` count it as they count S3 away."""
         self._name = name
         self._began, self._ended = began, ended
-        self._since: float | None = None
         self._retry_s = RETRY_MIN_S
         self._room = asyncio.Event()
+        #: An episode is under way: the last write found the disk full.
+        self.active = False
         #: The flusher is waiting for room: no write is in flight, and none starts before :meth:`wait` returns.
         self.parked = False
-        #: Episodes so far, and the writes that found the disk full (for tests and benchmarks).
-        self.episodes = 0
-        self.full_writes = 0
-
-    @property
-    def active(self) -> bool:
-        return self._since is not None
 
     def begin(self, failure: BaseException) -> bool:
         """A write found the disk full; True when it is the first of an episode (the caller frees room then)."""
         self._room.clear()
-        self.full_writes += 1
-        if self._since is not None:
+        if self.active:
             return False
-        self._since = time.monotonic()
+        self.active = True
         self._began()
-        self.episodes += 1
         logger.warning(
             "%s; the disk is full: appends wait, unacknowledged, until uploads and trims (or the operator) free room "
             "in %s, and are written again then",
@@ -98,8 +89,8 @@ class DiskFull:
 
     def ended(self) -> None:
         """A write succeeded: the episode, if one ran, is over."""
-        if self._since is None:
+        if not self.active:
             return
         logger.info("%s: the disk has room again; appends written after %.1f s of waiting", self._name, self._ended())
-        self._since = None
+        self.active = False
         self._retry_s = RETRY_MIN_S
