@@ -90,7 +90,7 @@ def persist_checkpoint(directory: Path, trim_offset: int) -> None:
     """Makes ``trim_offset`` the directory's durable trim point: the checkpoint file replaced atomically, or on a
     full disk, which has no block for the temporary file, written over the old one (one sector with its CRC:
     ``storage.wal.disk_full``), or the trim that would free the disk could never happen; a WAL that never trimmed has
-none to write over, and its trim is retried after the next upload. Raises WALError."""
+    none to write over, and its trim is retried after the next upload. Raises WALError."""
     path = directory / CHECKPOINT_NAME
     data = encode_checkpoint(trim_offset)
     try:
